@@ -1,0 +1,123 @@
+import type http from 'node:http';
+import net from 'node:net';
+import { LocalMetadataStore, type MetadataStore } from '../cluster/metadata-store.js';
+import { encodeFrame } from '../protocol/frame.js';
+import { formatError } from '../protocol/command.js';
+import { TributaryError } from '../protocol/errors.js';
+import { ClientConnection } from './client-connection.js';
+import type { BrokerContext } from './commands.js';
+import type { BrokerConfig } from './config.js';
+import { createHealthServer } from './http-server.js';
+import type { Logger } from './logger.js';
+import { BrokerMetrics } from './metrics.js';
+import { TopicManager } from './topic-manager.js';
+
+type State = 'new' | 'recovering' | 'ready' | 'stopping' | 'stopped';
+
+function listen(server: net.Server | http.Server, port: number, host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve((server.address() as net.AddressInfo).port);
+    });
+  });
+}
+
+export class Broker implements BrokerContext {
+  readonly metrics = new BrokerMetrics();
+  readonly store: MetadataStore;
+  readonly topics: TopicManager;
+  private readonly server: net.Server;
+  private readonly health: http.Server;
+  private readonly connections = new Set<ClientConnection>();
+  private state: State = 'new';
+  private boundPort = 0;
+  private boundHealthPort = 0;
+
+  constructor(
+    readonly config: BrokerConfig,
+    readonly logger: Logger,
+  ) {
+    this.store = new LocalMetadataStore(config.dataDir);
+    this.topics = new TopicManager(this.store, config, logger, this.metrics);
+    this.server = net.createServer((socket) => this.onConnection(socket));
+    this.health = createHealthServer(this.metrics, () => this.state === 'ready');
+  }
+
+  get brokerId(): number {
+    return this.config.brokerId;
+  }
+
+  get port(): number {
+    return this.boundPort;
+  }
+
+  get healthPort(): number {
+    return this.boundHealthPort;
+  }
+
+  get advertised(): { host: string; port: number } {
+    return { host: this.config.advertisedHost ?? this.config.host, port: this.config.advertisedPort ?? this.boundPort };
+  }
+
+  get ready(): boolean {
+    return this.state === 'ready';
+  }
+
+  /** Listens first (so /live and PROTOCOL_INFO answer during recovery), then recovers, then serves. */
+  async start(): Promise<void> {
+    if (this.state !== 'new') throw new Error(`broker already ${this.state}`);
+    this.state = 'recovering';
+    this.boundHealthPort = await listen(this.health, this.config.healthPort, this.config.host);
+    this.boundPort = await listen(this.server, this.config.port, this.config.host);
+    const t0 = Date.now();
+    await this.store.open();
+    await this.topics.open();
+    this.state = 'ready';
+    this.logger.info({ port: this.boundPort, healthPort: this.boundHealthPort, dataDir: this.config.dataDir, recoveryMs: Date.now() - t0, topics: this.topics.list().length }, 'broker ready');
+  }
+
+  /** Refuses requests that cannot be served in the current state; undefined when the request may run. */
+  admission(command: string): TributaryError | undefined {
+    if (this.state === 'ready') return undefined;
+    if (this.state === 'recovering' && (command === 'PROTOCOL_INFO' || command === 'NEGOTIATE' || command === 'HELP')) return undefined;
+    return this.state === 'recovering' ? new TributaryError('not_ready') : new TributaryError('shutting_down');
+  }
+
+  private onConnection(socket: net.Socket): void {
+    if (this.connections.size >= this.config.maxConnections || this.state === 'stopping' || this.state === 'stopped') {
+      const err = this.state === 'stopping' || this.state === 'stopped' ? new TributaryError('shutting_down') : new TributaryError('too_many_connections', { max: this.config.maxConnections });
+      this.metrics.connectionsRejected.inc({ reason: err.code });
+      socket.on('error', () => {});
+      socket.end(encodeFrame(formatError(err)));
+      setTimeout(() => socket.destroy(), 1000).unref();
+      return;
+    }
+    const conn = new ClientConnection(socket, this, (cmd) => this.admission(cmd), (c) => {
+      this.connections.delete(c);
+      this.metrics.connections.set(this.connections.size);
+    });
+    this.connections.add(conn);
+    this.metrics.connections.set(this.connections.size);
+  }
+
+  /** Graceful: stop accepting, answer what is in flight, end streams, fsync and close every log. */
+  async stop(reason = 'stop requested'): Promise<void> {
+    if (this.state === 'stopping' || this.state === 'stopped') return;
+    this.state = 'stopping';
+    this.logger.info({ reason }, 'broker stopping');
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.topics.beginClose();
+    const drain = Promise.all([...this.connections].map((c) => c.shutdown()));
+    const timeout = new Promise<void>((resolve) => setTimeout(resolve, this.config.shutdownTimeoutMs).unref());
+    await Promise.race([drain, timeout]);
+    for (const c of this.connections) c.destroy('broker stopped');
+    await closed;
+    await this.topics.close();
+    await this.store.close();
+    await new Promise<void>((resolve) => this.health.close(() => resolve()));
+    this.state = 'stopped';
+    this.logger.info('broker stopped');
+  }
+}

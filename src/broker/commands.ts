@@ -1,0 +1,352 @@
+import { type Batch, decodeBatch, encodeBatch, logRecordsToBatch } from '../protocol/batch.js';
+import { type Params, type ParsedLine, formatOk } from '../protocol/command.js';
+import { ERROR_CLASSES, TributaryError, invalidParam } from '../protocol/errors.js';
+import { FEATURES, PROTOCOL_VERSION } from '../protocol/features.js';
+import type { RecordInput } from '../protocol/record.js';
+import type { BrokerConfig } from './config.js';
+import type { Logger } from './logger.js';
+import type { BrokerMetrics } from './metrics.js';
+import type { Isolation, Partition } from './partition.js';
+import type { TopicManager, TopicSpec } from './topic-manager.js';
+
+/** What handlers may use of the broker. */
+export interface BrokerContext {
+  readonly config: BrokerConfig;
+  readonly topics: TopicManager;
+  readonly metrics: BrokerMetrics;
+  readonly logger: Logger;
+  readonly brokerId: number;
+  /** host:port clients should use to reach this broker. */
+  readonly advertised: { host: string; port: number };
+}
+
+/** What handlers may use of the connection a request came on. */
+export interface ConnectionContext {
+  features: Set<string>;
+  principal: string | undefined;
+  readonly remote: string;
+}
+
+export type Reply = string | Buffer;
+
+export interface CommandSpec {
+  handler: (b: BrokerContext, c: ConnectionContext, p: Params) => Promise<Reply> | Reply;
+  /**
+   * Pipelined commands may run while later requests of the same connection start (produce, consume).
+   * Others complete before the next request starts, so `CREATE` then `PUBLISH` sent back to back work.
+   */
+  pipelined?: boolean;
+}
+
+const MAX_CONSUME_RECORDS = 10_000;
+const DEFAULT_CONSUME_RECORDS = 500;
+const DEFAULT_CONSUME_BYTES = 1024 * 1024;
+
+export function leaderAddress(b: BrokerContext): string {
+  return `${b.advertised.host}:${b.advertised.port}`;
+}
+
+function json(obj: Record<string, unknown>): string {
+  return JSON.stringify({ status: 'OK', ...obj });
+}
+
+// ---- connection ----
+
+function protocolInfo(): Reply {
+  return formatOk({
+    protocol: 'tributary',
+    min_version: PROTOCOL_VERSION,
+    max_version: PROTOCOL_VERSION,
+    features: FEATURES.join(','),
+    error_classes: ERROR_CLASSES.join(','),
+  });
+}
+
+function negotiate(_b: BrokerContext, c: ConnectionContext, p: Params): Reply {
+  const version = p.reqInt('version', { min: 0, max: 1_000_000 });
+  if (version !== PROTOCOL_VERSION) throw new TributaryError('unsupported_version', { requested: version, min_version: PROTOCOL_VERSION, max_version: PROTOCOL_VERSION });
+  const requested = p.str('features', { allowEmpty: true }) ?? '';
+  const wanted = requested === '*' ? [...FEATURES] : requested.split(',').map((f) => f.trim()).filter(Boolean);
+  const known = new Set<string>(FEATURES);
+  const enabled = wanted.filter((f) => known.has(f));
+  const unsupported = wanted.filter((f) => !known.has(f));
+  if (p.bool('require_features') && unsupported.length > 0) {
+    throw new TributaryError('UNSUPPORTED_FEATURE', { unsupported: unsupported.join(',') });
+  }
+  c.features = new Set(enabled);
+  return formatOk({ protocol_version: PROTOCOL_VERSION, enabled: enabled.join(','), unsupported: unsupported.join(',') });
+}
+
+function auth(_b: BrokerContext, c: ConnectionContext, p: Params): Reply {
+  const principal = p.reqStr('principal', { maxLength: 256 });
+  p.str('token', { maxLength: 4096, allowEmpty: true });
+  // Authentication is not configured on this broker: the connection is anonymous-with-a-name.
+  c.principal = principal;
+  return formatOk({ principal, authenticated: false });
+}
+
+// ---- topics ----
+
+async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const spec: TopicSpec = {
+    name: p.reqStr('topic', { maxLength: 100_000 }),
+    partitions: p.int('partitions', { min: 1, max: b.config.maxPartitions }) ?? b.config.defaultPartitions,
+    replicationFactor: p.int('replication_factor', { min: 1, max: 1 }) ?? 1,
+    idempotent: p.bool('idempotent') ?? false,
+    partitioner: p.oneOf('partitioner', ['hash_key', 'round_robin'] as const) ?? 'hash_key',
+    retentionHours: p.int('retention_hours', { min: -1, max: 1_000_000 }) ?? b.config.retentionHours,
+    retentionBytes: p.int('retention_bytes', { min: -1 }) ?? b.config.retentionBytes,
+    cleanupPolicy: p.oneOf('cleanup_policy', ['delete', 'compact'] as const) ?? 'delete',
+  };
+  if (spec.cleanupPolicy === 'compact') throw invalidParam('cleanup_policy', 'compaction is only available for internal topics in this version');
+  const { topic, created } = await b.topics.create(spec);
+  const d = topic.def;
+  return formatOk({
+    topic: d.name,
+    partitions: d.partitions,
+    replication_factor: d.replicationFactor,
+    idempotent: d.idempotent,
+    partitioner: d.partitioner,
+    retention_hours: d.retentionHours,
+    retention_bytes: d.retentionBytes,
+    cleanup_policy: d.cleanupPolicy,
+    created,
+  });
+}
+
+async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const name = p.reqStr('topic', { maxLength: 100_000 });
+  await b.topics.delete(name);
+  return formatOk({ topic: name, deleted: true });
+}
+
+function list(b: BrokerContext): Reply {
+  const names = b.topics.list().map((t) => t.name);
+  return formatOk({ count: names.length, topics: names.join(',') });
+}
+
+function partitionState(b: BrokerContext, p: Partition) {
+  return {
+    id: p.id,
+    leader: leaderAddress(b),
+    leader_id: b.brokerId,
+    leader_epoch: 0,
+    replicas: [b.brokerId],
+    isr: [b.brokerId],
+    earliest: p.earliest,
+    leo: p.logEndOffset,
+    hwm: p.highWatermark,
+    lso: p.lastStableOffset,
+  };
+}
+
+function describe(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
+  const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
+  const d = topic.def;
+  return json({
+    topic: d.name,
+    topic_id: d.topicId,
+    replication_factor: d.replicationFactor,
+    idempotent: d.idempotent,
+    partitioner: d.partitioner,
+    retention_hours: d.retentionHours,
+    retention_bytes: d.retentionBytes,
+    cleanup_policy: d.cleanupPolicy,
+    partitions: topic.partitions.map((part) => partitionState(b, part)),
+  });
+}
+
+function metadata(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
+  const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
+  const leader = leaderAddress(b);
+  return formatOk({
+    topic: topic.name,
+    partitions: topic.partitions.length,
+    leaders: topic.partitions.map(() => leader).join(','),
+    epochs: topic.partitions.map(() => 0).join(','),
+  });
+}
+
+function listOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
+  const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
+  const only = p.int('partition', { min: 0, max: 1_000_000 });
+  const parts = only === undefined ? topic.partitions : [topic.partition(only)];
+  const offsets = parts.map((x) => `P${x.id}:earliest=${x.earliest}:latest=${x.lastStableOffset}:leo=${x.logEndOffset}:hwm=${x.highWatermark}`);
+  return formatOk({ topic: topic.name, partitions: topic.partitions.length, offsets: offsets.join(',') });
+}
+
+function clusterStatus(b: BrokerContext): Reply {
+  const partitions = b.topics.list().flatMap((t) =>
+    t.partitions.map((p) => ({ topic: t.name, partition: p.id, leader: b.brokerId, leader_epoch: 0, isr: [b.brokerId], hwm: p.highWatermark })),
+  );
+  return json({
+    mode: 'standalone',
+    controller: b.brokerId,
+    brokers: [{ id: b.brokerId, host: b.advertised.host, port: b.advertised.port, alive: true }],
+    partitions,
+    under_replicated: 0,
+    leaderless: 0,
+  });
+}
+
+// ---- produce ----
+
+function checkRecordSize(b: BrokerContext, bytes: number): void {
+  if (bytes > b.config.maxRecordBytes) throw new TributaryError('record_too_large', { size: bytes, max: b.config.maxRecordBytes });
+}
+
+function rejectIdempotence(p: Params): void {
+  for (const k of ['producerId', 'epoch', 'seqNum']) {
+    if (p.has(k)) throw invalidParam(k, 'idempotent producers are not supported by this broker version');
+  }
+}
+
+async function publish(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
+  const explicit = p.int('partition', { min: 0, max: 1_000_000 });
+  const keyStr = p.str('key', { maxLength: 65_535, allowEmpty: true });
+  const acks = p.oneOf('acks', ['0', '1', 'all', '-1'] as const) ?? '1';
+  rejectIdempotence(p);
+  const message = p.str('message', { required: true, allowEmpty: true }) as string;
+  const key = keyStr ? Buffer.from(keyStr, 'utf8') : null;
+  const value = Buffer.from(message, 'utf8');
+  checkRecordSize(b, value.length + (key?.length ?? 0));
+  const partition = topic.partition(topic.choosePartition(explicit, key));
+  const appended = partition.append([{ key, value }]);
+  countIn(b, topic.name, 1, value.length);
+  if (acks === '0') {
+    appended.catch((err) => b.logger.warn({ err, topic: topic.name }, 'acks=0 append failed'));
+    return 'OK';
+  }
+  const res = await appended;
+  return JSON.stringify({ status: 'OK', partition: partition.id, offset: res.baseOffset, leader: leaderAddress(b) });
+}
+
+function countIn(b: BrokerContext, topic: string, records: number, bytes: number): void {
+  b.metrics.recordsIn.inc({ topic }, records);
+  b.metrics.bytesIn.inc({ topic }, bytes);
+}
+
+/** A binary batch frame: one append of all its records to one partition. */
+export async function produceBatch(b: BrokerContext, c: ConnectionContext, body: Buffer): Promise<Reply> {
+  const batch: Batch = decodeBatch(body, { extensions: c.features.has('record_extensions_v1') });
+  if (batch.idempotent) throw new TributaryError('invalid_batch', { reason: 'idempotent batches are not supported by this broker version' });
+  const topic = b.topics.get(batch.topic);
+  if (batch.records.length === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
+  let bytes = 0;
+  const records: RecordInput[] = new Array(batch.records.length);
+  for (let i = 0; i < batch.records.length; i++) {
+    const r = batch.records[i]!;
+    checkRecordSize(b, r.value.length + (r.key?.length ?? 0));
+    bytes += r.value.length;
+    // Copy out of the frame buffer: the log may keep these records in its tail cache.
+    records[i] = {
+      key: r.key ? Buffer.from(r.key) : null,
+      value: Buffer.from(r.value),
+      timestamp: r.timestamp > 0 ? r.timestamp : 0,
+      headers: r.headers.map((h) => ({ key: h.key, value: Buffer.from(h.value) })),
+    };
+  }
+  // partition -1: the broker picks one partition for the whole batch (first record's key, else round-robin).
+  const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, records[0]!.key));
+  const appended = partition.append(records);
+  countIn(b, topic.name, records.length, bytes);
+  if (batch.acks === '0') {
+    appended.catch((err) => b.logger.warn({ err, topic: topic.name }, 'acks=0 append failed'));
+    return 'OK';
+  }
+  const res = await appended;
+  return JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count: records.length });
+}
+
+// ---- consume ----
+
+export interface ReadRequest {
+  topic: string;
+  partition: Partition;
+  offset: number;
+  isolation: Isolation;
+  maxRecords: number;
+  maxBytes: number;
+}
+
+/** Parse the parameters CONSUME and STREAM share, and resolve the start offset. */
+export function parseReadRequest(b: BrokerContext, p: Params): ReadRequest {
+  const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
+  const partition = topic.partition(p.reqInt('partition', { min: 0, max: 1_000_000 }));
+  let offset = p.reqInt('offset', { min: 0 });
+  // Group parameters are validated now; committed-offset resume arrives with the group coordinator.
+  p.str('group', { maxLength: 255 });
+  p.str('member', { maxLength: 255 });
+  p.int('generation', { min: 0, max: 2 ** 31 - 1 });
+  const isolation = p.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const) ?? 'read_committed';
+  const maxRecords = p.int('batch', { min: 1, max: MAX_CONSUME_RECORDS }) ?? DEFAULT_CONSUME_RECORDS;
+  const maxBytes = Math.min(p.int('max_bytes', { min: 1 }) ?? DEFAULT_CONSUME_BYTES, b.config.maxFrameBytes - 1024 * 1024);
+  const reset = p.oneOf('autoOffsetReset', ['earliest', 'latest', 'error'] as const) ?? 'error';
+  if (offset < partition.earliest || offset > partition.logEndOffset) {
+    if (reset === 'earliest') offset = partition.earliest;
+    else if (reset === 'latest') offset = partition.lastStableOffset;
+    else partition.checkOffset(offset);
+  }
+  return { topic: topic.name, partition, offset, isolation, maxRecords, maxBytes };
+}
+
+export async function readBatch(b: BrokerContext, c: ConnectionContext, req: ReadRequest, offset: number): Promise<{ frame: Buffer; nextOffset: number; count: number }> {
+  const res = await req.partition.read(offset, { maxRecords: req.maxRecords, maxBytes: req.maxBytes, isolation: req.isolation });
+  const ext = c.features.has('record_extensions_v1');
+  const trailer = ext ? { nextOffset: res.nextOffset, highWatermark: req.partition.highWatermark, logStartOffset: req.partition.earliest } : undefined;
+  const frame = encodeBatch(logRecordsToBatch(req.topic, req.partition.id, res.records, trailer), { extensions: ext });
+  if (res.records.length > 0) {
+    let bytes = 0;
+    for (const r of res.records) bytes += r.value.length;
+    b.metrics.recordsOut.inc({ topic: req.topic }, res.records.length);
+    b.metrics.bytesOut.inc({ topic: req.topic }, bytes);
+  }
+  return { frame, nextOffset: res.nextOffset, count: res.records.length };
+}
+
+async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promise<Reply> {
+  const req = parseReadRequest(b, p);
+  const waitMs = Math.min(p.int('wait_ms', { min: 0 }) ?? 0, b.config.maxWaitMs);
+  let out = await readBatch(b, c, req, req.offset);
+  if (out.count === 0 && waitMs > 0) {
+    const deadline = Date.now() + waitMs;
+    let offset = out.nextOffset;
+    // Loop: data past the HWM may be filtered (control records), so keep waiting until the deadline.
+    while (out.count === 0 && !req.partition.isClosed) {
+      const left = deadline - Date.now();
+      if (left <= 0) break;
+      await req.partition.waitForData(offset, left);
+      out = await readBatch(b, c, req, offset);
+      offset = out.nextOffset;
+    }
+  }
+  return out.frame;
+}
+
+function help(): Reply {
+  return formatOk({ commands: [...Object.keys(COMMANDS), 'STREAM', 'STREAM_CONTROL'].sort().join(',') });
+}
+
+export const COMMANDS: Record<string, CommandSpec> = {
+  PROTOCOL_INFO: { handler: protocolInfo },
+  NEGOTIATE: { handler: negotiate },
+  AUTH: { handler: auth },
+  HELP: { handler: help },
+  CREATE: { handler: create },
+  DELETE: { handler: del },
+  LIST: { handler: list },
+  DESCRIBE: { handler: describe },
+  METADATA: { handler: metadata },
+  LIST_OFFSETS: { handler: listOffsets },
+  CLUSTER_STATUS: { handler: clusterStatus },
+  PUBLISH: { handler: publish, pipelined: true },
+  CONSUME: { handler: consume, pipelined: true },
+};
+
+export function lookupCommand(line: ParsedLine): { name: string; spec: CommandSpec } {
+  const name = line.head.toUpperCase();
+  const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
+  if (!spec) throw new TributaryError('unknown_command', { command: line.head.length > 64 ? `${line.head.slice(0, 64)}...` : line.head });
+  return { name, spec };
+}

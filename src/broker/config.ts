@@ -1,0 +1,54 @@
+import { z } from 'zod';
+
+const flushModes = ['always', 'interval', 'os'] as const;
+
+/** Every broker setting with its default; the CLI merges flags > TRIBUTARY_* env > config file > these. */
+export const brokerConfigSchema = z
+  .object({
+    host: z.string().min(1).default('127.0.0.1'),
+    port: z.number().int().min(0).max(65535).default(9000),
+    healthPort: z.number().int().min(0).max(65535).default(9080),
+    /** Address clients are told to use (METADATA, FIND_COORDINATOR); defaults to host:port. */
+    advertisedHost: z.string().min(1).optional(),
+    advertisedPort: z.number().int().min(1).max(65535).optional(),
+    brokerId: z.number().int().min(0).default(0),
+    dataDir: z.string().min(1).default('./data'),
+    logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
+    maxFrameBytes: z.number().int().min(1024).max(1024 * 1024 * 1024).default(64 * 1024 * 1024),
+    maxRecordBytes: z.number().int().min(1).default(8 * 1024 * 1024),
+    maxConnections: z.number().int().min(1).default(10_000),
+    /** A connection with no traffic for this long is closed. */
+    idleTimeoutMs: z.number().int().min(100).default(600_000),
+    /** A frame that starts but does not complete within this time closes the connection (slow senders). */
+    frameTimeoutMs: z.number().int().min(100).default(30_000),
+    /** Replies queued for a client that does not read: past this the broker stops reading its requests. */
+    maxPendingReplyBytes: z.number().int().min(1024).default(16 * 1024 * 1024),
+    /** A client that stays blocked this long with a full reply queue is disconnected. */
+    writeStallTimeoutMs: z.number().int().min(100).default(60_000),
+    defaultPartitions: z.number().int().min(1).max(10_000).default(4),
+    maxPartitions: z.number().int().min(1).max(100_000).default(10_000),
+    flush: z.enum(flushModes).default('always'),
+    flushIntervalMs: z.number().int().min(1).default(1000),
+    segmentBytes: z.number().int().min(1024).default(128 * 1024 * 1024),
+    segmentMs: z.number().int().min(1000).default(7 * 24 * 3600 * 1000),
+    retentionHours: z.number().int().min(-1).default(168),
+    retentionBytes: z.number().int().min(-1).default(-1),
+    retentionCheckMs: z.number().int().min(100).default(300_000),
+    /** Maximum wait_ms a CONSUME may ask for. */
+    maxWaitMs: z.number().int().min(0).default(30_000),
+    streamKeepaliveMs: z.number().int().min(50).default(5_000),
+    shutdownTimeoutMs: z.number().int().min(100).default(10_000),
+  })
+  .strict();
+
+export type BrokerConfig = z.infer<typeof brokerConfigSchema>;
+export type BrokerConfigInput = z.input<typeof brokerConfigSchema>;
+
+export function resolveConfig(input: BrokerConfigInput = {}): BrokerConfig {
+  return brokerConfigSchema.parse(input);
+}
+
+/** Map of TRIBUTARY_* environment variable names to config keys (e.g. TRIBUTARY_DATA_DIR → dataDir). */
+export function envKey(key: string): string {
+  return `TRIBUTARY_${key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`;
+}

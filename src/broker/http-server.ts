@@ -1,0 +1,26 @@
+import http from 'node:http';
+import type { BrokerMetrics } from './metrics.js';
+
+/** /live (process up), /ready (recovery done, accepting requests) and /metrics (Prometheus). */
+export function createHealthServer(metrics: BrokerMetrics, isReady: () => boolean): http.Server {
+  return http.createServer((req, res) => {
+    const url = req.url?.split('?')[0];
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405).end();
+      return;
+    }
+    if (url === '/live') {
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
+    } else if (url === '/ready') {
+      const ready = isReady();
+      res.writeHead(ready ? 200 : 503, { 'content-type': 'text/plain' }).end(ready ? 'ready\n' : 'not ready\n');
+    } else if (url === '/metrics') {
+      metrics.registry.metrics().then(
+        (body) => res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(body),
+        (err: Error) => res.writeHead(500).end(err.message),
+      );
+    } else {
+      res.writeHead(404).end();
+    }
+  });
+}

@@ -1,0 +1,204 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { type CleanupPolicy, type MetadataStore, type Partitioner, type TopicDefinition, sameDefinition } from '../cluster/metadata-store.js';
+import { TributaryError } from '../protocol/errors.js';
+import { partitionForKey } from '../protocol/partitioner.js';
+import { type LogOptions, PartitionLog } from '../storage/partition-log.js';
+import type { BrokerConfig } from './config.js';
+import type { Logger } from './logger.js';
+import type { BrokerMetrics } from './metrics.js';
+import { Partition } from './partition.js';
+
+const TOPIC_NAME_RE = /^[A-Za-z0-9._-]{1,249}$/;
+
+/** Topic names: 1-249 of letters, digits, `.`, `_`, `-`; `.`/`..` reserved; `__` reserved for internal topics. */
+export function validateTopicName(name: string, opts: { allowInternal?: boolean } = {}): void {
+  const bad = (reason: string) => new TributaryError('invalid_topic_name', { topic: name.length > 256 ? `${name.slice(0, 256)}...` : name, reason });
+  if (!TOPIC_NAME_RE.test(name)) throw bad('1-249 characters of letters, digits, ".", "_" and "-"');
+  if (name === '.' || name === '..') throw bad('reserved name');
+  if (name.startsWith('__') && !opts.allowInternal) throw bad('the "__" prefix is reserved for internal topics');
+}
+
+export interface TopicSpec {
+  name: string;
+  partitions: number;
+  replicationFactor: number;
+  idempotent: boolean;
+  partitioner: Partitioner;
+  retentionHours: number;
+  retentionBytes: number;
+  cleanupPolicy: CleanupPolicy;
+}
+
+export class Topic {
+  private rr = 0;
+
+  constructor(
+    readonly def: TopicDefinition,
+    readonly partitions: Partition[],
+  ) {}
+
+  get name(): string {
+    return this.def.name;
+  }
+
+  partition(id: number): Partition {
+    const p = this.partitions[id];
+    if (!p) throw new TributaryError('partition_not_found', { topic: this.def.name, partition: id, partitions: this.partitions.length });
+    return p;
+  }
+
+  /** Explicit partition, else FNV-1a 64 of the key, else round-robin (PROTOCOL.md "Partitioning"). */
+  choosePartition(explicit: number | undefined, key: Buffer | null): number {
+    if (explicit !== undefined && explicit >= 0) {
+      this.partition(explicit);
+      return explicit;
+    }
+    if (key && key.length > 0 && this.def.partitioner === 'hash_key') return partitionForKey(key, this.partitions.length);
+    const p = this.rr % this.partitions.length;
+    this.rr = (this.rr + 1) % this.partitions.length;
+    return p;
+  }
+}
+
+/** Owns topic definitions (through the MetadataStore) and the partition logs on disk. */
+export class TopicManager {
+  private readonly topics = new Map<string, Topic>();
+  private readonly logsDir: string;
+  private retentionTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly store: MetadataStore,
+    private readonly config: BrokerConfig,
+    private readonly logger: Logger,
+    private readonly metrics: BrokerMetrics,
+  ) {
+    this.logsDir = path.join(config.dataDir, 'logs');
+  }
+
+  /** Opens (and recovers) every partition log; the broker is not ready before this resolves. */
+  async open(): Promise<void> {
+    await fs.mkdir(this.logsDir, { recursive: true });
+    const defs = this.store.listTopics();
+    for (const def of defs) this.topics.set(def.name, await this.openTopic(def));
+    await this.removeOrphans(defs);
+    this.updateGauges();
+    this.retentionTimer = setInterval(() => void this.applyRetention(), this.config.retentionCheckMs);
+    this.retentionTimer.unref();
+  }
+
+  list(): Topic[] {
+    return [...this.topics.values()].sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  get(name: string): Topic {
+    const t = this.topics.get(name);
+    if (!t) throw new TributaryError('topic_not_found', { topic: name });
+    return t;
+  }
+
+  tryGet(name: string): Topic | undefined {
+    return this.topics.get(name);
+  }
+
+  async create(spec: TopicSpec, opts: { allowInternal?: boolean } = {}): Promise<{ topic: Topic; created: boolean }> {
+    validateTopicName(spec.name, opts);
+    const existing = this.store.getTopic(spec.name);
+    if (existing) {
+      if (!sameDefinition(spec, existing)) {
+        throw new TributaryError('topic_already_exists', { topic: spec.name, partitions: existing.partitions });
+      }
+      return { topic: this.get(spec.name), created: false };
+    }
+    const { topic: def, created } = await this.store.createTopic(spec);
+    let topic = this.topics.get(def.name);
+    if (!topic) {
+      topic = await this.openTopic(def);
+      this.topics.set(def.name, topic);
+    }
+    this.updateGauges();
+    this.logger.info({ topic: def.name, partitions: def.partitions }, 'topic created');
+    return { topic, created };
+  }
+
+  async delete(name: string): Promise<void> {
+    const topic = this.get(name);
+    if (name.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic: name, reason: 'internal topics cannot be deleted' });
+    // Definition first: a crash between the two steps leaves an orphan dir that open() removes.
+    await this.store.deleteTopic(name);
+    this.topics.delete(name);
+    await Promise.all(topic.partitions.map((p) => p.destroy()));
+    await fs.rm(this.topicDir(topic.def), { recursive: true, force: true });
+    this.updateGauges();
+    this.logger.info({ topic: name }, 'topic deleted');
+  }
+
+  async applyRetention(now = Date.now()): Promise<void> {
+    for (const topic of this.topics.values()) {
+      for (const p of topic.partitions) {
+        if (p.isClosed) continue;
+        try {
+          const res = await p.log.applyRetention(now);
+          if (res.deletedSegments > 0) {
+            this.logger.info({ topic: topic.name, partition: p.id, ...res, earliest: p.earliest }, 'retention deleted segments');
+          }
+        } catch (err) {
+          this.logger.error({ err, topic: topic.name, partition: p.id }, 'retention failed');
+        }
+      }
+    }
+  }
+
+  /** First step of shutdown: long polls and streams return now instead of at their deadlines. */
+  beginClose(): void {
+    for (const t of this.topics.values()) for (const p of t.partitions) p.beginClose();
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.retentionTimer);
+    const all = [...this.topics.values()].flatMap((t) => t.partitions);
+    await Promise.all(all.map((p) => p.close()));
+  }
+
+  private topicDir(def: TopicDefinition): string {
+    // The topic id keeps a re-created topic from ever picking up a deleted one's files.
+    return path.join(this.logsDir, `${def.name}~${def.topicId}`);
+  }
+
+  private logOptions(def: TopicDefinition): Partial<LogOptions> {
+    return {
+      segmentBytes: this.config.segmentBytes,
+      segmentMs: this.config.segmentMs,
+      retentionMs: def.retentionHours < 0 ? -1 : def.retentionHours * 3600 * 1000,
+      retentionBytes: def.retentionBytes,
+      flush: this.config.flush,
+      flushIntervalMs: this.config.flushIntervalMs,
+      maxRecordBytes: this.config.maxRecordBytes,
+    };
+  }
+
+  private async openTopic(def: TopicDefinition): Promise<Topic> {
+    const dir = this.topicDir(def);
+    const partitions: Partition[] = [];
+    for (let i = 0; i < def.partitions; i++) {
+      const log = await PartitionLog.open(path.join(dir, String(i)), this.logOptions(def), this.logger.child({ topic: def.name, partition: i }));
+      partitions.push(new Partition(def.name, i, log));
+    }
+    return new Topic(def, partitions);
+  }
+
+  private async removeOrphans(defs: TopicDefinition[]): Promise<void> {
+    const known = new Set(defs.map((d) => `${d.name}~${d.topicId}`));
+    for (const entry of await fs.readdir(this.logsDir)) {
+      if (!known.has(entry)) {
+        this.logger.warn({ dir: entry }, 'removing log directory of a deleted topic');
+        await fs.rm(path.join(this.logsDir, entry), { recursive: true, force: true });
+      }
+    }
+  }
+
+  private updateGauges(): void {
+    this.metrics.topics.set(this.topics.size);
+    this.metrics.partitions.set([...this.topics.values()].reduce((n, t) => n + t.partitions.length, 0));
+  }
+}

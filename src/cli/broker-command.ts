@@ -1,0 +1,103 @@
+import { type Command, Option } from 'commander';
+import type { Broker } from '../broker/broker.js';
+import type { BrokerConfig } from '../broker/config.js';
+import type { Logger } from '../broker/logger.js';
+import { formatAddress } from './client-util.js';
+import { CONFIG_FIELDS, type ConfigField, fieldHelp, loadBrokerConfig } from './config-loader.js';
+import { CliError, EXIT_USAGE } from './errors.js';
+
+function placeholder(f: ConfigField): string {
+  switch (f.kind.type) {
+    case 'integer':
+    case 'number':
+      return 'n';
+    case 'enum':
+      return 'mode';
+    case 'boolean':
+      return 'bool';
+    default:
+      return 'value';
+  }
+}
+
+function describeStartError(err: unknown, config: BrokerConfig): string {
+  const e = err as NodeJS.ErrnoException & { address?: string; port?: number };
+  const where = e.port !== undefined ? formatAddress({ host: e.address ?? config.host, port: e.port }) : undefined;
+  if (e.code === 'EADDRINUSE' && where) return `error: broker failed to start: ${where} is already in use`;
+  if (e.code === 'EADDRNOTAVAIL' && where) return `error: broker failed to start: cannot bind ${where} (address not available)`;
+  if (e.code === 'EACCES' && where) return `error: broker failed to start: permission denied binding ${where}`;
+  const msg = err instanceof Error ? err.message : String(err);
+  return `error: broker failed to start: ${msg}`;
+}
+
+/** Resolve the config, run the broker until SIGTERM/SIGINT, stop it gracefully. Resolves when stopped. */
+export async function runBroker(opts: Record<string, unknown>): Promise<void> {
+  const flags: Record<string, unknown> = {};
+  for (const f of CONFIG_FIELDS) if (opts[f.key] !== undefined) flags[f.key] = opts[f.key];
+  const loaded = loadBrokerConfig({ flags, env: process.env, configFile: opts.config as string | undefined });
+  if (!loaded.ok) throw new CliError(loaded.errors.join('\n'), EXIT_USAGE);
+  const config = loaded.config;
+
+  let broker: Broker;
+  let started: Promise<void>;
+  let logger: Logger;
+  try {
+    // Loaded here, not at the top: client commands then start without loading storage, metrics and pino.
+    const { Broker: BrokerClass } = await import('../broker/broker.js');
+    const { createLogger } = await import('../broker/logger.js');
+    logger = createLogger(config.logLevel);
+    broker = new BrokerClass(config, logger);
+    started = broker.start();
+  } catch (err) {
+    throw new CliError(describeStartError(err, config));
+  }
+
+  // Handlers go in before start() settles so a signal during recovery still shuts down cleanly.
+  const stopped = new Promise<void>((resolve, reject) => {
+    let signalled = false;
+    const onSignal = (sig: NodeJS.Signals) => {
+      if (signalled) {
+        process.stderr.write(`tributary broker: second ${sig}, exiting without a clean shutdown\n`);
+        process.exit(1);
+      }
+      signalled = true;
+      logger.info({ signal: sig }, 'shutting down');
+      started.then(
+        () =>
+          broker.stop(sig).then(resolve, (err: unknown) => {
+            reject(new CliError(`error: broker shutdown failed: ${err instanceof Error ? err.message : String(err)}`));
+          }),
+        () => {}, // a failed start is reported (and exits) through the start path
+      );
+    };
+    process.on('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
+  });
+  stopped.catch(() => {}); // observed below; this only keeps an early rejection from counting as unhandled
+
+  try {
+    await started;
+  } catch (err) {
+    logger.debug({ err }, 'broker failed to start'); // the stack, for when the one-line reason is not enough
+    throw new CliError(describeStartError(err, config));
+  }
+  const host = config.host;
+  process.stdout.write(
+    `tributary broker listening on ${formatAddress({ host, port: broker.port })} ` +
+      `(health ${formatAddress({ host, port: broker.healthPort })}, data ${config.dataDir})\n`,
+  );
+  await stopped;
+}
+
+export function registerBrokerCommand(program: Command): void {
+  const broker = program.command('broker').description('run a Tributary broker');
+  const start = broker
+    .command('start')
+    .description('start a broker; settings come from flags > TRIBUTARY_* env > --config file > defaults')
+    .option('--config <file>', 'YAML (.yaml/.yml) or JSON (.json) file of settings; unknown keys are an error');
+  // One flag per schema key, so a setting added to the schema is configurable without touching the CLI.
+  for (const f of CONFIG_FIELDS) start.addOption(new Option(`--${f.flag} <${placeholder(f)}>`, fieldHelp(f)));
+  start.action(async (opts: Record<string, unknown>) => {
+    await runBroker(opts);
+  });
+}

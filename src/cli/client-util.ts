@@ -1,0 +1,81 @@
+import { type Command, InvalidArgumentError, Option } from 'commander';
+import { Connection } from '../client/connection.js';
+import { TributaryError } from '../protocol/errors.js';
+import { CliError, formatBrokerError, usageError } from './errors.js';
+
+export const DEFAULT_BOOTSTRAP = '127.0.0.1:9000';
+
+export interface Address {
+  host: string;
+  port: number;
+}
+
+export function formatAddress(a: Address): string {
+  return a.host.includes(':') ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`;
+}
+
+/** `host:port` or `[v6]:port`; undefined when malformed. */
+export function parseAddress(text: string): Address | undefined {
+  const m = /^\[([^\]]+)\]:(\d{1,5})$/.exec(text) ?? /^([^:\s]+):(\d{1,5})$/.exec(text);
+  if (!m) return undefined;
+  const port = Number(m[2]);
+  if (port < 1 || port > 65535) return undefined;
+  return { host: m[1]!, port };
+}
+
+export function parseBootstrap(text: string): Address {
+  const a = parseAddress(text);
+  if (!a) throw usageError(`--bootstrap must be host:port, got ${JSON.stringify(text)}`);
+  return a;
+}
+
+/** Adds `--bootstrap` (env TRIBUTARY_BOOTSTRAP) to a client command. */
+export function withBootstrap(cmd: Command): Command {
+  return cmd.addOption(
+    new Option('--bootstrap <host:port>', 'broker to connect to').env('TRIBUTARY_BOOTSTRAP').default(DEFAULT_BOOTSTRAP),
+  );
+}
+
+/** Commander argument parser for a decimal integer in [min, max]; rejects `1e3`, `0x10`, `12abc`. */
+export function intArg(min: number, max = Number.MAX_SAFE_INTEGER): (value: string) => number {
+  return (value: string) => {
+    if (!/^-?\d+$/.test(value)) throw new InvalidArgumentError('must be an integer.');
+    const n = Number(value);
+    if (!Number.isSafeInteger(n) || n < min || n > max) {
+      throw new InvalidArgumentError(max === Number.MAX_SAFE_INTEGER ? `must be an integer >= ${min}.` : `must be an integer ${min}..${max}.`);
+    }
+    return n;
+  };
+}
+
+/** Turn broker errors into the CLI's `error: <code> <fields>` line with exit 1. */
+export function toCliError(err: unknown): unknown {
+  if (err instanceof TributaryError) return new CliError(formatBrokerError(err));
+  return err;
+}
+
+export async function connect(addr: Address, signal?: AbortSignal): Promise<Connection> {
+  try {
+    return await Connection.connect({ host: addr.host, port: addr.port, signal });
+  } catch (err) {
+    // The SDK reports socket-level failures (refused, timeout, reset) as request_timeout.
+    if (err instanceof TributaryError && err.code === 'request_timeout') {
+      throw new CliError(`error: cannot reach broker at ${formatAddress(addr)}`);
+    }
+    if (signal?.aborted) throw err;
+    if (err instanceof TributaryError) throw toCliError(err);
+    throw new CliError(`error: cannot reach broker at ${formatAddress(addr)}`);
+  }
+}
+
+/** Connect to the bootstrap broker, run `fn`, always close. */
+export async function withConnection<T>(bootstrap: string, fn: (conn: Connection) => Promise<T>): Promise<T> {
+  const conn = await connect(parseBootstrap(bootstrap));
+  try {
+    return await fn(conn);
+  } catch (err) {
+    throw toCliError(err);
+  } finally {
+    await conn.close();
+  }
+}

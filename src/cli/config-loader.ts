@@ -1,0 +1,274 @@
+import { readFileSync } from 'node:fs';
+import { extname } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import type { z } from 'zod';
+import { type BrokerConfig, brokerConfigSchema, envKey } from '../broker/config.js';
+
+/**
+ * Broker settings from four layers: flags > TRIBUTARY_* env > config file > schema defaults.
+ * Everything (flag names, env names, value kinds, help text) is derived from `brokerConfigSchema`, so a
+ * key added there shows up here without edits.
+ */
+
+export type ConfigKey = keyof BrokerConfig;
+
+export type FieldKind =
+  | { type: 'integer' | 'number'; min?: number; max?: number }
+  | { type: 'string' }
+  | { type: 'enum'; values: string[] }
+  | { type: 'boolean' };
+
+export interface ConfigField {
+  key: ConfigKey;
+  /** kebab-case flag name without dashes, e.g. `health-port`. */
+  flag: string;
+  env: string;
+  kind: FieldKind;
+  defaultValue: unknown;
+}
+
+export type ConfigSource =
+  | { kind: 'default' }
+  | { kind: 'file'; path: string }
+  | { kind: 'env'; name: string }
+  | { kind: 'flag'; name: string };
+
+export interface ConfigInputs {
+  /** Raw flag strings keyed by config key (commander's camelCase attribute names match the keys). */
+  flags?: Partial<Record<string, unknown>>;
+  env?: Record<string, string | undefined>;
+  configFile?: string;
+}
+
+export type ConfigResult =
+  | { ok: true; config: BrokerConfig; sources: Record<ConfigKey, ConfigSource> }
+  | { ok: false; errors: string[] };
+
+export function kebabCase(key: string): string {
+  return key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+}
+
+interface Def {
+  type: string;
+  innerType?: z.ZodType;
+  defaultValue?: unknown;
+  entries?: Record<string, string>;
+  checks?: Array<{ _zod: { def: { check: string; value?: number; inclusive?: boolean; format?: string } } }>;
+}
+
+function defOf(schema: z.ZodType): Def {
+  return (schema as unknown as { def: Def }).def;
+}
+
+function describeSchema(key: ConfigKey, schema: z.ZodType): ConfigField {
+  let s = schema;
+  let defaultValue: unknown;
+  for (;;) {
+    const d = defOf(s);
+    if (d.type === 'default') defaultValue = d.defaultValue;
+    if ((d.type === 'default' || d.type === 'optional') && d.innerType) s = d.innerType;
+    else break;
+  }
+  const d = defOf(s);
+  let kind: FieldKind;
+  if (d.type === 'number') {
+    const k: FieldKind = { type: 'number' };
+    for (const c of d.checks ?? []) {
+      const cd = c._zod.def;
+      if (cd.check === 'number_format' && cd.format?.includes('int')) k.type = 'integer';
+      else if (cd.check === 'greater_than') k.min = cd.value;
+      else if (cd.check === 'less_than') k.max = cd.value;
+    }
+    kind = k;
+  } else if (d.type === 'enum') {
+    kind = { type: 'enum', values: Object.values(d.entries ?? {}) };
+  } else if (d.type === 'boolean') {
+    kind = { type: 'boolean' };
+  } else {
+    kind = { type: 'string' };
+  }
+  return { key, flag: kebabCase(key), env: envKey(key), kind, defaultValue };
+}
+
+export const CONFIG_FIELDS: readonly ConfigField[] = Object.entries(brokerConfigSchema.shape).map(([key, schema]) =>
+  describeSchema(key as ConfigKey, schema as z.ZodType),
+);
+
+export const CONFIG_KEYS: readonly ConfigKey[] = CONFIG_FIELDS.map((f) => f.key);
+
+/** One-line help for a flag: what it takes, where else it can come from, its default. */
+export function fieldHelp(f: ConfigField): string {
+  let what: string;
+  const k = f.kind;
+  if (k.type === 'integer' || k.type === 'number') {
+    const noun = k.type === 'integer' ? 'integer' : 'number';
+    if (k.min !== undefined && k.max !== undefined) what = `${noun} ${k.min}..${k.max}`;
+    else if (k.min !== undefined) what = `${noun} >= ${k.min}`;
+    else if (k.max !== undefined) what = `${noun} <= ${k.max}`;
+    else what = noun;
+  } else if (k.type === 'enum') what = k.values.join('|');
+  else if (k.type === 'boolean') what = 'true|false';
+  else what = 'string';
+  const dflt = f.defaultValue === undefined ? '' : `, default ${String(f.defaultValue)}`;
+  return `${what} (env ${f.env}${dflt})`;
+}
+
+export function formatSource(s: ConfigSource): string {
+  switch (s.kind) {
+    case 'flag':
+      return `flag ${s.name}`;
+    case 'env':
+      return `env ${s.name}`;
+    case 'file':
+      return `file ${s.path}`;
+    default:
+      return 'default';
+  }
+}
+
+function problem(key: string, text: string, source: ConfigSource): string {
+  return `invalid config: ${key}: ${text} (${formatSource(source)})`;
+}
+
+/** Flags and env vars arrive as strings: convert by the field's kind, refusing anything sloppy. */
+function parseRaw(f: ConfigField, raw: string): { value: unknown } | { error: string } {
+  const k = f.kind;
+  const shown = JSON.stringify(raw);
+  if (k.type === 'integer') {
+    if (!/^-?\d+$/.test(raw)) return { error: `expected an integer, got ${shown}` };
+    const n = Number(raw);
+    if (!Number.isSafeInteger(n)) return { error: `expected an integer, got ${shown} (too large)` };
+    return { value: n };
+  }
+  if (k.type === 'number') {
+    if (!/^-?\d+(\.\d+)?$/.test(raw)) return { error: `expected a number, got ${shown}` };
+    return { value: Number(raw) };
+  }
+  if (k.type === 'boolean') {
+    if (raw === 'true') return { value: true };
+    if (raw === 'false') return { value: false };
+    return { error: `expected true or false, got ${shown}` };
+  }
+  return { value: raw };
+}
+
+function readConfigFile(path: string): { data: Record<string, unknown> } | { error: string } {
+  const ext = extname(path).toLowerCase();
+  if (ext !== '.yaml' && ext !== '.yml' && ext !== '.json') {
+    return { error: `invalid config: ${path}: unsupported config file type (use .yaml, .yml or .json)` };
+  }
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    const why = e.code === 'ENOENT' ? 'no such file' : e.message;
+    return { error: `invalid config: cannot read config file ${path}: ${why}` };
+  }
+  let data: unknown;
+  try {
+    data = ext === '.json' ? JSON.parse(text) : parseYaml(text);
+  } catch (err) {
+    const first = String((err as Error).message).split('\n')[0];
+    return { error: `invalid config: cannot parse config file ${path}: ${first}` };
+  }
+  if (data === null || data === undefined) return { data: {} }; // an empty YAML file
+  if (typeof data !== 'object' || Array.isArray(data)) {
+    return { error: `invalid config: ${path}: the top level must be a mapping of setting names to values` };
+  }
+  return { data: data as Record<string, unknown> };
+}
+
+function normalize(name: string): string {
+  return name.replace(/[-_]/g, '').toLowerCase();
+}
+
+/** Describe a zod issue in the words a user of the flags would want. */
+function issueText(issue: z.core.$ZodIssue, value: unknown): string {
+  const got = value === undefined ? '' : `, got ${JSON.stringify(value)}`;
+  switch (issue.code) {
+    case 'too_small': {
+      const min = Number(issue.minimum);
+      if (issue.origin === 'string') return min === 1 ? `must not be empty${got}` : `must be at least ${min} characters${got}`;
+      return `must be ${issue.inclusive === false ? '>' : '>='} ${min}${got}`;
+    }
+    case 'too_big': {
+      const max = Number(issue.maximum);
+      if (issue.origin === 'string') return `must be at most ${max} characters${got}`;
+      return `must be ${issue.inclusive === false ? '<' : '<='} ${max}${got}`;
+    }
+    case 'invalid_type':
+      if (issue.expected === 'int') return `must be an integer${got}`;
+      return `must be a ${issue.expected}${got}`;
+    case 'invalid_value':
+      return `must be one of ${issue.values.map(String).join('|')}${got}`;
+    default:
+      return `${issue.message}${got}`;
+  }
+}
+
+/**
+ * Merge the layers and validate the result once with the schema. Every problem is reported (one line
+ * each, naming the key and where its value came from), not just the first.
+ */
+export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
+  const errors: string[] = [];
+  const merged: Record<string, unknown> = {};
+  const sources = {} as Record<ConfigKey, ConfigSource>;
+  const byKey = new Map<string, ConfigField>(CONFIG_FIELDS.map((f) => [f.key, f]));
+
+  if (inputs.configFile !== undefined) {
+    const file = readConfigFile(inputs.configFile);
+    if ('error' in file) {
+      errors.push(file.error);
+    } else {
+      const source: ConfigSource = { kind: 'file', path: inputs.configFile };
+      for (const [name, value] of Object.entries(file.data)) {
+        if (!byKey.has(name)) {
+          const near = CONFIG_KEYS.find((k) => normalize(k) === normalize(name));
+          errors.push(problem(name, near ? `unknown key (did you mean ${near}?)` : 'unknown key', source));
+          continue;
+        }
+        merged[name] = value;
+        sources[name as ConfigKey] = source;
+      }
+    }
+  }
+
+  const layers: Array<['env' | 'flag', Record<string, unknown> | undefined]> = [
+    ['env', inputs.env],
+    ['flag', inputs.flags],
+  ];
+  for (const [kind, values] of layers) {
+    if (!values) continue;
+    for (const f of CONFIG_FIELDS) {
+      const name = kind === 'env' ? f.env : f.key;
+      const raw = values[name];
+      if (raw === undefined) continue;
+      const source: ConfigSource = kind === 'env' ? { kind: 'env', name } : { kind: 'flag', name: `--${f.flag}` };
+      const parsed = typeof raw === 'string' ? parseRaw(f, raw) : { value: raw };
+      if ('error' in parsed) {
+        errors.push(problem(f.key, parsed.error, source));
+        continue;
+      }
+      merged[f.key] = parsed.value;
+      sources[f.key] = source;
+    }
+  }
+
+  const result = brokerConfigSchema.safeParse(merged);
+  if (!result.success) {
+    for (const issue of result.error.issues) {
+      const key = issue.path.length > 0 ? String(issue.path[0]) : '';
+      if (issue.code === 'unrecognized_keys') {
+        for (const k of issue.keys) errors.push(problem(k, 'unknown key', sources[k as ConfigKey] ?? { kind: 'default' }));
+        continue;
+      }
+      errors.push(problem(key, issueText(issue, merged[key]), sources[key as ConfigKey] ?? { kind: 'default' }));
+    }
+  }
+  if (errors.length > 0 || !result.success) return { ok: false, errors };
+
+  for (const key of CONFIG_KEYS) sources[key] ??= { kind: 'default' };
+  return { ok: true, config: result.data, sources };
+}

@@ -1,0 +1,57 @@
+import { type Command, Option } from 'commander';
+import { intArg, withBootstrap, withConnection } from './client-util.js';
+
+interface CreateOptions {
+  bootstrap: string;
+  partitions?: number;
+  retentionHours?: number;
+  retentionBytes?: number;
+  cleanupPolicy?: 'delete' | 'compact';
+}
+
+function print(line: string): void {
+  process.stdout.write(`${line}\n`);
+}
+
+export function registerTopicCommand(program: Command): void {
+  const topic = program.command('topic').description('create, list, describe and delete topics');
+
+  withBootstrap(
+    topic
+      .command('create <name>')
+      .description('create a topic (idempotent for an identical definition)')
+      // Omitted options are left to the broker's defaults (defaultPartitions, retention settings).
+      .option('--partitions <n>', 'number of partitions', intArg(1))
+      .option('--retention-hours <n>', 'retention by age, -1 for unlimited', intArg(-1))
+      .option('--retention-bytes <n>', 'retention by size per partition, -1 for unlimited', intArg(-1))
+      .addOption(new Option('--cleanup-policy <policy>', 'delete old segments or compact by key').choices(['delete', 'compact'])),
+  ).action(async (name: string, opts: CreateOptions) => {
+    const reply = await withConnection(opts.bootstrap, (conn) =>
+      conn.command('CREATE', {
+        topic: name,
+        partitions: opts.partitions,
+        retention_hours: opts.retentionHours,
+        retention_bytes: opts.retentionBytes,
+        cleanup_policy: opts.cleanupPolicy,
+      }),
+    );
+    print(reply);
+  });
+
+  withBootstrap(topic.command('list').description('list topics')).action(async (opts: { bootstrap: string }) => {
+    print(await withConnection(opts.bootstrap, (conn) => conn.command('LIST')));
+  });
+
+  withBootstrap(topic.command('describe <name>').description('partitions, leaders and offsets of a topic as JSON')).action(
+    async (name: string, opts: { bootstrap: string }) => {
+      const info = await withConnection(opts.bootstrap, (conn) => conn.json('DESCRIBE', { topic: name }));
+      print(JSON.stringify(info, null, 2));
+    },
+  );
+
+  withBootstrap(topic.command('delete <name>').description('delete a topic and its data')).action(
+    async (name: string, opts: { bootstrap: string }) => {
+      print(await withConnection(opts.bootstrap, (conn) => conn.command('DELETE', { topic: name })));
+    },
+  );
+}

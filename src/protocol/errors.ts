@@ -1,0 +1,122 @@
+/**
+ * The one registry of wire error codes. Every `ERROR:` reply the broker sends and every typed error the
+ * SDK raises is built from this table, so a code's class and retryability can never disagree between the
+ * two sides. docs/protocol.md lists the same table (a unit test keeps them in step).
+ */
+
+export type ErrorClass =
+  | 'routing'
+  | 'availability'
+  | 'fencing'
+  | 'conflict'
+  | 'authorization'
+  | 'not_found'
+  | 'validation'
+  | 'internal';
+
+export const ERROR_CLASSES: readonly ErrorClass[] = [
+  'routing',
+  'availability',
+  'fencing',
+  'conflict',
+  'authorization',
+  'not_found',
+  'validation',
+  'internal',
+];
+
+export interface ErrorSpec {
+  readonly class: ErrorClass;
+  readonly retryable: boolean;
+  readonly description: string;
+}
+
+export const ERROR_CODES = {
+  // framing and parsing
+  frame_too_large: { class: 'validation', retryable: false, description: 'declared frame length exceeds the maximum; the connection is closed' },
+  invalid_encoding: { class: 'validation', retryable: false, description: 'text command is not valid UTF-8' },
+  unknown_command: { class: 'validation', retryable: false, description: 'command name is not known' },
+  invalid_parameter: { class: 'validation', retryable: false, description: 'a parameter is missing or malformed' },
+  invalid_batch: { class: 'validation', retryable: false, description: 'binary batch frame is malformed' },
+  UNSUPPORTED_FEATURE: { class: 'validation', retryable: false, description: 'NEGOTIATE required a feature this broker lacks' },
+  unsupported_version: { class: 'validation', retryable: false, description: 'requested protocol version is not supported' },
+  record_too_large: { class: 'validation', retryable: false, description: 'a record or batch exceeds the configured maximum' },
+  // security
+  authentication_failed: { class: 'authorization', retryable: false, description: 'AUTH was refused' },
+  authentication_required: { class: 'authorization', retryable: false, description: 'the command needs an authenticated connection' },
+  NOT_AUTHORIZED_FOR_OPERATION: { class: 'authorization', retryable: false, description: 'the principal lacks a permission' },
+  NOT_AUTHORIZED_FOR_TOPIC: { class: 'authorization', retryable: false, description: 'the topic ACL refuses the principal' },
+  // topics and data
+  invalid_topic_name: { class: 'validation', retryable: false, description: 'topic name is empty, too long, has bad characters or is reserved' },
+  topic_not_found: { class: 'not_found', retryable: false, description: 'no such topic' },
+  topic_already_exists: { class: 'conflict', retryable: false, description: 'a topic of that name exists with a different definition' },
+  partition_not_found: { class: 'not_found', retryable: false, description: 'no such partition of the topic' },
+  OFFSET_OUT_OF_RANGE: { class: 'validation', retryable: false, description: 'offset below the earliest retained or above the end of the log' },
+  out_of_order_sequence: { class: 'conflict', retryable: false, description: 'idempotent producer skipped a sequence number' },
+  stale_producer_epoch: { class: 'fencing', retryable: false, description: 'a newer epoch of this producer exists' },
+  NOT_LEADER: { class: 'routing', retryable: true, description: 'this broker does not lead the partition; LEADER_IS names the leader' },
+  NOT_ENOUGH_REPLICAS: { class: 'availability', retryable: true, description: 'fewer in-sync replicas than min_insync_replicas' },
+  // groups
+  NOT_COORDINATOR: { class: 'routing', retryable: true, description: 'this broker is not the coordinator; host/port name the coordinator' },
+  COORDINATOR_LOADING: { class: 'availability', retryable: true, description: 'the coordinator is still replaying its state' },
+  group_not_found: { class: 'not_found', retryable: false, description: 'no such group' },
+  member_not_found: { class: 'fencing', retryable: false, description: 'the member id is unknown to the group; join fresh' },
+  GEN_MISMATCH: { class: 'fencing', retryable: false, description: 'the generation is not the current one' },
+  NOT_OWNER: { class: 'fencing', retryable: false, description: 'the member does not own the partition in this generation' },
+  REBALANCE_IN_PROGRESS: { class: 'fencing', retryable: false, description: 'the group is rebalancing; rejoin' },
+  FENCED_INSTANCE_ID: { class: 'fencing', retryable: false, description: 'another live member holds this static instance id' },
+  offset_regression: { class: 'conflict', retryable: false, description: 'a commit lower than the committed offset' },
+  group_not_empty: { class: 'conflict', retryable: false, description: 'the group still has live members' },
+  // transactions
+  transactional_id_not_found: { class: 'not_found', retryable: false, description: 'no such transactional id' },
+  invalid_txn_state: { class: 'conflict', retryable: false, description: 'the transaction is not in a state that allows the request' },
+  producer_fenced: { class: 'fencing', retryable: false, description: 'a newer producer epoch owns the transactional id' },
+  // availability and internals
+  not_ready: { class: 'availability', retryable: true, description: 'the broker has not finished recovery' },
+  shutting_down: { class: 'availability', retryable: true, description: 'the broker is shutting down' },
+  too_many_connections: { class: 'availability', retryable: true, description: 'the connection limit is reached; the connection is closed' },
+  request_timeout: { class: 'availability', retryable: true, description: 'the request did not complete in time' },
+  throttled: { class: 'availability', retryable: true, description: 'a rate or in-flight limit is reached; retry later' },
+  metadata_unavailable: { class: 'availability', retryable: true, description: 'metadata changes cannot be made now' },
+  storage_error: { class: 'internal', retryable: true, description: 'the storage layer failed to complete the request' },
+  internal_error: { class: 'internal', retryable: false, description: 'an unexpected broker failure' },
+} as const satisfies Record<string, ErrorSpec>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export function isErrorCode(code: string): code is ErrorCode {
+  return Object.hasOwn(ERROR_CODES, code);
+}
+
+export type ErrorFields = Record<string, string | number | boolean | bigint>;
+
+/** Base of every error Tributary raises, broker side and SDK side alike. */
+export class TributaryError extends Error {
+  readonly code: string;
+  readonly errorClass: ErrorClass;
+  readonly retriable: boolean;
+  readonly fields: ErrorFields;
+  /** Positional tokens after the code, e.g. `LEADER_IS host:port`. */
+  readonly extra: string[];
+
+  constructor(code: string, fields: ErrorFields = {}, message?: string, extra: string[] = []) {
+    const spec: ErrorSpec | undefined = isErrorCode(code) ? ERROR_CODES[code] : undefined;
+    super(message ?? describe(code, fields));
+    this.name = 'TributaryError';
+    this.code = code;
+    this.errorClass = spec?.class ?? 'internal';
+    this.retriable = spec?.retryable ?? false;
+    this.fields = fields;
+    this.extra = extra;
+  }
+}
+
+function describe(code: string, fields: ErrorFields): string {
+  const parts = Object.entries(fields).map(([k, v]) => `${k}=${String(v)}`);
+  return parts.length ? `${code} ${parts.join(' ')}` : code;
+}
+
+/** Shorthand for the very common invalid_parameter error. */
+export function invalidParam(param: string, reason: string): TributaryError {
+  return new TributaryError('invalid_parameter', { param, reason });
+}

@@ -1,0 +1,96 @@
+import { TributaryError } from './errors.js';
+
+export const DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024;
+
+/** Length-prefix a body: 4-byte big-endian length, then the body. */
+export function encodeFrame(body: Buffer | string): Buffer {
+  const payload = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
+  const out = Buffer.allocUnsafe(4 + payload.length);
+  out.writeUInt32BE(payload.length, 0);
+  payload.copy(out, 4);
+  return out;
+}
+
+/** Header only, for writev-style sends that avoid copying a large body. */
+export function frameHeader(length: number): Buffer {
+  const h = Buffer.allocUnsafe(4);
+  h.writeUInt32BE(length, 0);
+  return h;
+}
+
+/**
+ * Incremental frame splitter. The declared length is checked against the maximum before any buffer for
+ * the body is allocated, so a hostile 0xFFFFFFFF length costs nothing.
+ */
+export class FrameDecoder {
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+
+  constructor(private readonly maxFrameBytes = DEFAULT_MAX_FRAME_BYTES) {}
+
+  /** Bytes held for a frame that is not complete yet. */
+  get pendingBytes(): number {
+    return this.buffered;
+  }
+
+  /**
+   * Feed bytes; returns every complete frame body. Throws frame_too_large (with the declared length) when
+   * a header announces more than the maximum; the caller must then close the connection.
+   */
+  push(chunk: Buffer): Buffer[] {
+    if (chunk.length > 0) {
+      this.chunks.push(chunk);
+      this.buffered += chunk.length;
+    }
+    const frames: Buffer[] = [];
+    while (this.buffered >= 4) {
+      const len = this.peekLength();
+      if (len > this.maxFrameBytes) {
+        throw new TributaryError('frame_too_large', { max: this.maxFrameBytes, declared: len });
+      }
+      if (this.buffered < 4 + len) break;
+      this.consume(4);
+      frames.push(this.consume(len));
+    }
+    return frames;
+  }
+
+  private peekLength(): number {
+    const first = this.chunks[0]!;
+    if (first.length >= 4) return first.readUInt32BE(0);
+    const head = Buffer.alloc(4);
+    let filled = 0;
+    for (const c of this.chunks) {
+      const n = Math.min(4 - filled, c.length);
+      c.copy(head, filled, 0, n);
+      filled += n;
+      if (filled === 4) break;
+    }
+    return head.readUInt32BE(0);
+  }
+
+  private consume(n: number): Buffer {
+    this.buffered -= n;
+    const first = this.chunks[0];
+    if (n === 0) return Buffer.alloc(0);
+    if (first && first.length === n) {
+      this.chunks.shift();
+      return first;
+    }
+    if (first && first.length > n) {
+      this.chunks[0] = first.subarray(n);
+      return first.subarray(0, n);
+    }
+    const out = Buffer.allocUnsafe(n);
+    let filled = 0;
+    while (filled < n) {
+      const c = this.chunks[0]!;
+      const take = Math.min(n - filled, c.length);
+      c.copy(out, filled, 0, take);
+      filled += take;
+      if (take === c.length) this.chunks.shift();
+      else this.chunks[0] = c.subarray(take);
+    }
+    return out;
+  }
+}

@@ -1,0 +1,43 @@
+/** The record model shared by the wire codec, the storage layer, the broker and the SDK. */
+
+export interface RecordHeader {
+  key: string;
+  value: Buffer;
+}
+
+/** Attribute bits carried with every stored record. */
+export const RecordAttr = {
+  /** A transaction marker (commit/abort), not user data. */
+  CONTROL: 0x01,
+  /** Written inside a transaction. */
+  TRANSACTIONAL: 0x02,
+} as const;
+
+/** A record as a producer hands it over: the log assigns offset (and timestamp when 0). */
+export interface RecordInput {
+  key: Buffer | null;
+  value: Buffer;
+  /** Milliseconds since the epoch; 0 means "stamp on append". */
+  timestamp?: number;
+  headers?: RecordHeader[];
+  /** '' when the producer is not idempotent. */
+  producerId?: string;
+  /** -1 when none. */
+  epoch?: number;
+  /** -1 when none. */
+  sequence?: number;
+  attributes?: number;
+}
+
+/** A record as stored and read back. Offsets are safe integers (< 2^53). */
+export interface LogRecord {
+  offset: number;
+  timestamp: number;
+  key: Buffer | null;
+  value: Buffer;
+  headers: RecordHeader[];
+  producerId: string;
+  epoch: number;
+  sequence: number;
+  attributes: number;
+}

@@ -1,0 +1,944 @@
+/**
+ * The log of one partition: an ordered list of segments, the last one active. Appends are queued and
+ * written by a single writer (several queued batches coalesce into one write call); durability follows
+ * the flush mode, with group commit for 'always'. Recovery on open validates the tail of the log.
+ */
+import { mkdir, open, readdir, readFile, rename, rm, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type Logger, pino } from 'pino';
+import { invalidParam, TributaryError } from '../protocol/errors.js';
+import type { LogRecord, RecordInput } from '../protocol/record.js';
+import { DEFAULT_INDEX_INTERVAL_BYTES } from './offset-index.js';
+import { decodeRecord, encodedSize, encodeRecordView, validateEncodable } from './record-codec.js';
+import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, Segment, segmentFileName } from './segment.js';
+
+export type FlushMode = 'always' | 'interval' | 'os';
+
+export interface LogOptions {
+  /** Roll when the active segment would exceed this (default 128 MiB). */
+  segmentBytes: number;
+  /** Roll when the active segment is older than this (default 7 days). */
+  segmentMs: number;
+  /** -1 = unlimited; delete whole closed segments whose max timestamp is older. */
+  retentionMs: number;
+  /** -1 = unlimited; delete oldest closed segments while the total size exceeds it. */
+  retentionBytes: number;
+  /** 'always': append resolves after fsync (group commit); 'interval': fsync on a timer; 'os': only on close. */
+  flush: FlushMode;
+  /** fsync period for 'interval'; also the HWM checkpoint period in every mode. */
+  flushIntervalMs: number;
+  indexIntervalBytes: number;
+  maxRecordBytes?: number;
+  /** Bytes of recently appended records kept in memory for tail readers (default 4 MiB; 0 disables). */
+  tailCacheBytes?: number;
+}
+
+export const DEFAULT_LOG_OPTIONS: Readonly<LogOptions> = Object.freeze({
+  segmentBytes: 128 * 1024 * 1024,
+  segmentMs: 7 * 24 * 60 * 60 * 1000,
+  retentionMs: -1,
+  retentionBytes: -1,
+  flush: 'always' as FlushMode,
+  flushIntervalMs: 1000,
+  indexIntervalBytes: DEFAULT_INDEX_INTERVAL_BYTES,
+  tailCacheBytes: 4 * 1024 * 1024,
+});
+
+export interface AppendResult {
+  baseOffset: number;
+  lastOffset: number;
+  /** The append time used for records given timestamp 0. */
+  timestamp: number;
+}
+
+export interface ReadOptions {
+  maxRecords: number;
+  maxBytes: number;
+  /** Exclusive upper bound, e.g. the high watermark. */
+  maxOffset?: number;
+}
+
+export interface SegmentInfo {
+  baseOffset: number;
+  nextOffset: number;
+  sizeBytes: number;
+  maxTimestamp: number;
+  createdMs: number;
+}
+
+export const CLEAN_SHUTDOWN_FILE = 'clean-shutdown';
+export const HWM_CHECKPOINT_FILE = 'hwm.checkpoint';
+
+/** Segment positions are u32 in the index; keep segments well inside that. */
+const MAX_SEGMENT_BYTES = 0x7fffffff;
+/** Upper bound of one append batch and of one coalesced write. */
+const MAX_BATCH_BYTES = 1024 * 1024 * 1024;
+const MAX_GROUP_BYTES = 4 * 1024 * 1024;
+const READ_CHUNK_MIN = 16 * 1024;
+const READ_CHUNK_MAX = 8 * 1024 * 1024;
+/** Closed segments whose fds stay open after a read (active and previous are kept anyway). */
+const MAX_OPEN_CLOSED_SEGMENTS = 4;
+
+interface PendingAppend {
+  records: RecordInput[];
+  sizes: number[];
+  bytes: number;
+  resolve: (r: AppendResult) => void;
+  reject: (e: Error) => void;
+  result?: AppendResult;
+}
+
+/** Promise-chain mutex: runs callbacks one at a time in call order. */
+class Mutex {
+  private tail: Promise<unknown> = Promise.resolve();
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const r = this.tail.then(fn);
+    this.tail = r.then(
+      () => undefined,
+      () => undefined,
+    );
+    return r;
+  }
+}
+
+/** Recently appended records, contiguous and ending at the LEO, bounded by bytes. */
+class TailCache {
+  private recs: LogRecord[] = [];
+  private sizes: number[] = [];
+  private head = 0;
+  private bytes = 0;
+  constructor(private readonly maxBytes: number) {}
+
+  private get empty(): boolean {
+    return this.head >= this.recs.length;
+  }
+  private get start(): number {
+    return this.recs[this.head].offset;
+  }
+  private get end(): number {
+    return this.recs[this.recs.length - 1].offset + 1;
+  }
+
+  append(recs: LogRecord[], sizes: number[]): void {
+    if (this.maxBytes <= 0 || recs.length === 0) return;
+    if (!this.empty && recs[0].offset !== this.end) this.clear();
+    for (let i = 0; i < recs.length; i++) {
+      this.recs.push(recs[i]);
+      this.sizes.push(sizes[i]);
+      this.bytes += sizes[i];
+    }
+    while (this.bytes > this.maxBytes && !this.empty) this.bytes -= this.sizes[this.head++];
+    this.compact();
+  }
+
+  /** Records from `offset`, or null when the cache does not start at or before it. */
+  read(offset: number, limit: number, maxRecords: number, maxBytes: number): LogRecord[] | null {
+    if (this.empty || offset < this.start || offset >= this.end) return null;
+    const out: LogRecord[] = [];
+    let bytes = 0;
+    for (let i = this.head + (offset - this.start); i < this.recs.length && out.length < maxRecords; i++) {
+      const r = this.recs[i];
+      if (r.offset >= limit) break;
+      if (out.length > 0 && bytes + this.sizes[i] > maxBytes) break;
+      out.push(r);
+      bytes += this.sizes[i];
+    }
+    return out;
+  }
+
+  truncateFrom(offset: number): void {
+    while (!this.empty && this.recs[this.recs.length - 1].offset >= offset) {
+      this.recs.pop();
+      this.bytes -= this.sizes.pop() ?? 0;
+    }
+  }
+
+  dropBefore(offset: number): void {
+    while (!this.empty && this.recs[this.head].offset < offset) this.bytes -= this.sizes[this.head++];
+    this.compact();
+  }
+
+  clear(): void {
+    this.recs = [];
+    this.sizes = [];
+    this.head = 0;
+    this.bytes = 0;
+  }
+
+  private compact(): void {
+    if (this.empty) {
+      this.clear();
+    } else if (this.head > 1024 && this.head * 2 > this.recs.length) {
+      this.recs = this.recs.slice(this.head);
+      this.sizes = this.sizes.slice(this.head);
+      this.head = 0;
+    }
+  }
+}
+
+function resolveOptions(o: Partial<LogOptions>): LogOptions {
+  const opts: LogOptions = { ...DEFAULT_LOG_OPTIONS };
+  for (const [k, v] of Object.entries(o)) if (v !== undefined) (opts as unknown as Record<string, unknown>)[k] = v;
+  const posInt = (name: keyof LogOptions, min: number, max = Number.MAX_SAFE_INTEGER) => {
+    const v = opts[name];
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min || v > max) throw invalidParam(name, `must be an integer in [${min}, ${max}]`);
+  };
+  posInt('segmentBytes', 1, MAX_SEGMENT_BYTES);
+  posInt('segmentMs', 1);
+  posInt('retentionMs', -1);
+  posInt('retentionBytes', -1);
+  posInt('flushIntervalMs', 1, 0x7fffffff);
+  posInt('indexIntervalBytes', 1, MAX_SEGMENT_BYTES);
+  if (opts.maxRecordBytes !== undefined) posInt('maxRecordBytes', 1);
+  if (opts.tailCacheBytes !== undefined) posInt('tailCacheBytes', 0);
+  if (opts.flush !== 'always' && opts.flush !== 'interval' && opts.flush !== 'os') throw invalidParam('flush', "must be 'always', 'interval' or 'os'");
+  return opts;
+}
+
+function storageError(dir: string, reason: string, cause?: unknown): TributaryError {
+  const detail = cause instanceof Error ? `: ${cause.message}` : '';
+  const err = new TributaryError('storage_error', { dir, reason: reason + detail });
+  if (cause !== undefined) (err as Error & { cause?: unknown }).cause = cause;
+  return err;
+}
+
+async function fsyncDir(dir: string): Promise<void> {
+  let fh: Awaited<ReturnType<typeof open>> | null = null;
+  try {
+    fh = await open(dir, 'r');
+    await fh.sync();
+  } catch {
+    // Not every platform/filesystem can fsync a directory; the data files are synced regardless.
+  } finally {
+    await fh?.close().catch(() => {});
+  }
+}
+
+/** Writes a small file atomically: tmp + fsync + rename. */
+async function writeFileAtomic(path: string, data: string): Promise<void> {
+  const tmp = `${path}.tmp`;
+  const fh = await open(tmp, 'w');
+  try {
+    await fh.writeFile(data);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, path);
+}
+
+const HWM_RE = /^tributary-hwm 1 (\d+)\n$/;
+
+export class PartitionLog {
+  readonly dir: string;
+  readonly options: Readonly<LogOptions>;
+  private readonly logger: Logger;
+  private segments: Segment[];
+  private hwm = 0;
+  private checkpointedHwm = -1;
+  private checkpointing: Promise<void> | null = null;
+  private totalBytes = 0;
+  private readonly cache: TailCache;
+  private readonly mutex = new Mutex();
+  private pending: PendingAppend[] = [];
+  private drainScheduled = false;
+  private exclusiveWaiting = 0;
+  private exclusiveActive = false;
+  private readonly dirty = new Set<Segment>();
+  private syncWaiters: PendingAppend[] = [];
+  private syncRequested = false;
+  private syncing = false;
+  private syncDone: Promise<void> = Promise.resolve();
+  private failed: Error | null = null;
+  private state: 'open' | 'closing' | 'closed' = 'open';
+  private closePromise: Promise<void> | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  /** Closed segments with an open fd, least recently read first. */
+  private openClosed: Segment[] = [];
+
+  private constructor(dir: string, opts: LogOptions, logger: Logger, segments: Segment[]) {
+    this.dir = dir;
+    this.options = Object.freeze(opts);
+    this.logger = logger;
+    this.segments = segments;
+    this.cache = new TailCache(opts.tailCacheBytes ?? 0);
+    for (const s of segments) this.totalBytes += s.size;
+  }
+
+  /** Opens (creating if needed) the log in `dir` and runs recovery. */
+  static async open(dir: string, opts: Partial<LogOptions> = {}, logger?: Logger): Promise<PartitionLog> {
+    const o = resolveOptions(opts);
+    const log = (logger ?? pino({ level: 'silent' })).child({ component: 'partition-log', dir });
+    await mkdir(dir, { recursive: true });
+    const names = await readdir(dir);
+    const clean = names.includes(CLEAN_SHUTDOWN_FILE);
+    const logBases = new Set<number>();
+    for (const n of names) {
+      const p = parseSegmentFileName(n);
+      if (p?.kind === 'log') logBases.add(p.baseOffset);
+    }
+    for (const n of names) {
+      const p = parseSegmentFileName(n);
+      // Leftovers of interrupted writes/deletions.
+      if (n.endsWith('.tmp') || (p?.kind === 'index' && !logBases.has(p.baseOffset))) await unlink(join(dir, n)).catch(() => {});
+    }
+    const bases = [...logBases].sort((a, b) => a - b);
+
+    const segments: Segment[] = [];
+    try {
+      for (let i = 0; i < bases.length; i++) {
+        const isLast = i === bases.length - 1;
+        const info = await Segment.recover(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast });
+        const seg = info.segment;
+        if (info.truncatedBytes > 0) {
+          log.warn(
+            { segment: seg.baseOffset, truncatedBytes: info.truncatedBytes, atOffset: info.truncatedAtOffset, reason: info.reason },
+            `recovery cut ${info.truncatedBytes} bytes of torn/corrupt log at offset ${info.truncatedAtOffset}`,
+          );
+        } else if (info.rebuiltIndex && !isLast) {
+          log.info({ segment: seg.baseOffset }, 'rebuilt segment index');
+        }
+        const prev = segments[segments.length - 1];
+        if (prev && seg.baseOffset !== prev.nextOffset) {
+          // A gap (e.g. a closed segment lost its tail): only a contiguous prefix is a valid log.
+          log.warn(
+            { expected: prev.nextOffset, found: seg.baseOffset, droppedSegments: bases.length - i },
+            `offsets not contiguous at segment ${seg.baseOffset}; dropping it and all later segments`,
+          );
+          await seg.remove();
+          for (let j = i + 1; j < bases.length; j++) {
+            for (const suffix of [LOG_SUFFIX, INDEX_SUFFIX]) await unlink(join(dir, segmentFileName(bases[j], suffix))).catch(() => {});
+          }
+          break;
+        }
+        segments.push(seg);
+      }
+      if (segments.length === 0) {
+        segments.push(await Segment.create(dir, 0, o.indexIntervalBytes, Date.now()));
+      }
+      // Release fds of old segments; reads reopen them on demand.
+      for (let i = 0; i < segments.length - 2; i++) await segments[i].release();
+    } catch (err) {
+      for (const s of segments) await s.close().catch(() => {});
+      throw storageError(dir, 'recovery failed', err);
+    }
+
+    const pl = new PartitionLog(dir, o, log, segments);
+    // The marker must be gone (durably) before any append, or a later crash would skip recovery.
+    if (clean) await unlink(join(dir, CLEAN_SHUTDOWN_FILE)).catch(() => {});
+    await fsyncDir(dir);
+    pl.hwm = pl.clampHwm(await pl.readCheckpoint());
+    pl.checkpointedHwm = pl.hwm;
+    pl.timer = setInterval(() => pl.onTimer(), o.flushIntervalMs);
+    pl.timer.unref();
+    log.debug({ logStartOffset: pl.logStartOffset, logEndOffset: pl.logEndOffset, segments: segments.length, clean }, 'partition log opened');
+    return pl;
+  }
+
+  get logStartOffset(): number {
+    return this.segments[0].baseOffset;
+  }
+
+  get logEndOffset(): number {
+    return this.active.nextOffset;
+  }
+
+  get highWatermark(): number {
+    return this.hwm;
+  }
+
+  get sizeBytes(): number {
+    return this.totalBytes;
+  }
+
+  /** Monotonic; clamped to the LEO. Checkpointed on the flush timer and on close. */
+  setHighWatermark(o: number): void {
+    if (!Number.isSafeInteger(o)) throw invalidParam('highWatermark', 'must be a safe integer');
+    const v = this.clampHwm(o);
+    if (v > this.hwm) this.hwm = v;
+  }
+
+  segmentInfos(): SegmentInfo[] {
+    return this.segments.map((s) => ({
+      baseOffset: s.baseOffset,
+      nextOffset: s.nextOffset,
+      sizeBytes: s.size,
+      maxTimestamp: s.maxTimestamp,
+      createdMs: s.createdMs,
+    }));
+  }
+
+  private get active(): Segment {
+    return this.segments[this.segments.length - 1];
+  }
+
+  private clampHwm(v: number): number {
+    return Math.max(this.logStartOffset, Math.min(v, this.logEndOffset));
+  }
+
+  // ---------------------------------------------------------------- append
+
+  append(records: RecordInput[]): Promise<AppendResult> {
+    if (this.state !== 'open') return Promise.reject(storageError(this.dir, 'log is closed'));
+    if (this.failed) return Promise.reject(storageError(this.dir, 'log failed', this.failed));
+    if (!Array.isArray(records) || records.length === 0) return Promise.reject(invalidParam('records', 'must be a non-empty array'));
+    const sizes = new Array<number>(records.length);
+    let bytes = 0;
+    const max = this.options.maxRecordBytes;
+    for (let i = 0; i < records.length; i++) {
+      const reason = validateEncodable(records[i]);
+      if (reason) return Promise.reject(invalidParam('records', `record ${i}: ${reason}`));
+      const size = encodedSize(records[i]);
+      if (max !== undefined && size > max) return Promise.reject(new TributaryError('record_too_large', { size, max }));
+      sizes[i] = size;
+      bytes += size;
+    }
+    if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
+    return new Promise<AppendResult>((resolve, reject) => {
+      this.pending.push({ records, sizes, bytes, resolve, reject });
+      this.scheduleDrain();
+    });
+  }
+
+  private scheduleDrain(): void {
+    if (this.drainScheduled) return;
+    this.drainScheduled = true;
+    void this.mutex.run(async () => {
+      this.drainScheduled = false;
+      await this.drain();
+    });
+  }
+
+  /** Writes queued appends; must run inside the mutex. Yields to queued exclusive operations unless `force`. */
+  private async drain(force = false): Promise<void> {
+    while (this.pending.length > 0) {
+      if (this.exclusiveWaiting > 0 && !force) {
+        this.scheduleDrain();
+        return;
+      }
+      if (this.failed || this.state === 'closed') {
+        const err = this.failed ? storageError(this.dir, 'log failed', this.failed) : storageError(this.dir, 'log is closed');
+        for (const p of this.pending.splice(0)) p.reject(err);
+        return;
+      }
+      const { segmentBytes, segmentMs } = this.options;
+      let group: PendingAppend[] = [];
+      try {
+        const now = Date.now();
+        const first = this.pending[0];
+        let seg = this.active;
+        if (seg.size > 0 && (seg.size + first.bytes > segmentBytes || now - seg.createdMs >= segmentMs)) {
+          await this.roll();
+          seg = this.active;
+        }
+        // A batch never spans segments; several batches share one write while they fit.
+        let n = 1;
+        let bytes = first.bytes;
+        while (n < this.pending.length) {
+          const b = this.pending[n].bytes;
+          if (bytes + b > MAX_GROUP_BYTES || seg.size + bytes + b > segmentBytes) break;
+          bytes += b;
+          n++;
+        }
+        group = this.pending.splice(0, n);
+        await this.writeGroup(seg, group, bytes, now);
+      } catch (err) {
+        // roll() failed before the group was taken: fail the first append rather than retry forever.
+        if (group.length === 0) group = this.pending.splice(0, 1);
+        const e = err instanceof TributaryError ? err : storageError(this.dir, 'append failed', err);
+        for (const p of group) p.reject(e);
+      }
+    }
+  }
+
+  private async writeGroup(seg: Segment, group: PendingAppend[], bytes: number, now: number): Promise<void> {
+    const buf = Buffer.allocUnsafe(bytes);
+    const views: LogRecord[] = [];
+    const sizes: number[] = [];
+    const positions: number[] = [];
+    let offset = seg.nextOffset;
+    let maxTs = seg.maxTimestamp;
+    let p = 0;
+    for (const b of group) {
+      const base = offset;
+      for (let i = 0; i < b.records.length; i++) {
+        const r = b.records[i];
+        const timestamp = r.timestamp ? r.timestamp : now;
+        const { end, record } = encodeRecordView(buf, p, {
+          offset,
+          timestamp,
+          key: r.key,
+          value: r.value,
+          headers: r.headers,
+          producerId: r.producerId,
+          epoch: r.epoch,
+          sequence: r.sequence,
+          attributes: r.attributes,
+        });
+        if (end - p !== b.sizes[i]) throw storageError(this.dir, 'record encoding size mismatch');
+        positions.push(seg.size + p);
+        views.push(record);
+        sizes.push(end - p);
+        if (timestamp > maxTs) maxTs = timestamp;
+        p = end;
+        offset++;
+      }
+      b.result = { baseOffset: base, lastOffset: offset - 1, timestamp: now };
+    }
+    const startSize = seg.size;
+    try {
+      await seg.writeAt(buf, startSize);
+    } catch (err) {
+      // Roll back a partial write so the file never ends in bytes nobody acknowledged.
+      await seg.withHandle((fh) => fh.truncate(startSize)).catch((e: unknown) => this.fail(e));
+      throw storageError(this.dir, 'write failed', err);
+    }
+    // Publish only after the bytes are in the file: readers never see a partial record.
+    for (let i = 0; i < views.length; i++) seg.index.onRecord(views[i].offset, positions[i]);
+    seg.size = startSize + bytes;
+    seg.nextOffset = offset;
+    seg.maxTimestamp = maxTs;
+    seg.markModified();
+    this.totalBytes += bytes;
+    this.dirty.add(seg);
+    this.cache.append(views, sizes);
+    if (this.options.flush === 'always') {
+      for (const b of group) this.syncWaiters.push(b);
+      this.kickSync();
+    } else {
+      for (const b of group) b.resolve(b.result as AppendResult);
+    }
+  }
+
+  /** Closes the active segment and starts a new one at the LEO. Runs inside the mutex. */
+  private async roll(): Promise<void> {
+    const old = this.active;
+    const durable = this.options.flush !== 'os';
+    if (durable) {
+      try {
+        await old.datasync();
+      } catch (err) {
+        this.fail(err);
+        throw storageError(this.dir, 'fsync failed', err);
+      }
+    }
+    try {
+      await old.writeIndex(durable);
+    } catch (err) {
+      // Not fatal: recovery rebuilds a missing or stale index.
+      this.logger.warn({ err, segment: old.baseOffset }, 'could not write segment index');
+    }
+    const seg = await Segment.create(this.dir, old.nextOffset, this.options.indexIntervalBytes, Date.now());
+    this.segments.push(seg);
+    if (durable) await fsyncDir(this.dir);
+    this.logger.debug({ segment: seg.baseOffset, previousBytes: old.size }, 'rolled segment');
+    // Keep fds for the active and previous segment only.
+    const older = this.segments[this.segments.length - 3];
+    if (older) this.releaseLater(older);
+  }
+
+  // ---------------------------------------------------------------- durability
+
+  private kickSync(): void {
+    this.syncRequested = true;
+    if (this.syncing) return;
+    this.syncing = true;
+    this.syncDone = this.syncLoop();
+  }
+
+  /**
+   * Group commit: every waiter taken at the start of a pass had its write completed before the fsync
+   * starts, so one datasync covers all of them; appends finishing meanwhile wait for the next pass.
+   */
+  private async syncLoop(): Promise<void> {
+    try {
+      while (this.syncRequested) {
+        this.syncRequested = false;
+        const waiters = this.syncWaiters;
+        this.syncWaiters = [];
+        const segs = [...this.dirty];
+        this.dirty.clear();
+        let error: Error | null = null;
+        try {
+          for (const s of segs) if (!s.deleted) await s.datasync();
+        } catch (err) {
+          this.fail(err);
+          error = storageError(this.dir, 'fsync failed', err);
+        }
+        for (const w of waiters) {
+          if (error) w.reject(error);
+          else w.resolve(w.result as AppendResult);
+        }
+      }
+    } finally {
+      this.syncing = false;
+    }
+  }
+
+  private async syncIdle(): Promise<void> {
+    while (this.syncing) await this.syncDone;
+  }
+
+  /** After a failed fsync the page cache state is unknown: refuse further appends (reads still work). */
+  private fail(err: unknown): void {
+    if (this.failed) return;
+    this.failed = err instanceof Error ? err : new Error(String(err));
+    this.logger.error({ err: this.failed }, 'partition log failed; appends are refused until reopen');
+  }
+
+  private onTimer(): void {
+    if (this.state !== 'open') return;
+    if (this.options.flush === 'interval' && this.dirty.size > 0 && !this.exclusiveActive) this.kickSync();
+    this.checkpointHwm().catch((err: unknown) => this.logger.warn({ err }, 'could not write HWM checkpoint'));
+  }
+
+  /** fsyncs every dirty segment and writes the HWM checkpoint. */
+  async flush(): Promise<void> {
+    if (this.state === 'closed') throw storageError(this.dir, 'log is closed');
+    await this.exclusive(async () => {
+      if (this.state === 'closed') throw storageError(this.dir, 'log is closed');
+      this.kickSync();
+      await this.syncIdle();
+      if (this.failed) throw storageError(this.dir, 'log failed', this.failed);
+      // Closed segments rolled without fsync ('os' mode) are synced now, so their index can say so.
+      for (let i = 0; i < this.segments.length - 1; i++) {
+        const s = this.segments[i];
+        if (s.indexState !== 'synced') await s.writeIndex(true);
+      }
+      await this.checkpointHwm();
+    });
+  }
+
+  private async readCheckpoint(): Promise<number> {
+    try {
+      const m = HWM_RE.exec(await readFile(join(this.dir, HWM_CHECKPOINT_FILE), 'utf8'));
+      if (m) return Number(m[1]);
+      this.logger.warn('ignoring malformed HWM checkpoint');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') this.logger.warn({ err }, 'could not read HWM checkpoint');
+    }
+    return 0;
+  }
+
+  private async checkpointHwm(): Promise<void> {
+    while (this.checkpointing) await this.checkpointing;
+    const v = this.hwm;
+    if (v === this.checkpointedHwm) return;
+    const p = writeFileAtomic(join(this.dir, HWM_CHECKPOINT_FILE), `tributary-hwm 1 ${v}\n`).then(() => {
+      this.checkpointedHwm = v;
+    });
+    this.checkpointing = p.then(
+      () => undefined,
+      () => undefined,
+    );
+    try {
+      await p;
+    } finally {
+      this.checkpointing = null;
+    }
+  }
+
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    this.exclusiveWaiting++;
+    return this.mutex.run(async () => {
+      this.exclusiveWaiting--;
+      this.exclusiveActive = true;
+      try {
+        return await fn();
+      } finally {
+        this.exclusiveActive = false;
+      }
+    });
+  }
+
+  // ---------------------------------------------------------------- read
+
+  /**
+   * Records from `offset` on, up to maxRecords / maxBytes (encoded size) and below maxOffset, but at least
+   * one when one exists. Returned buffers are shared (tail cache): treat them as read-only.
+   */
+  async read(offset: number, opts: ReadOptions): Promise<LogRecord[]> {
+    if (this.state === 'closed') throw storageError(this.dir, 'log is closed');
+    if (!Number.isSafeInteger(offset)) throw invalidParam('offset', 'must be a safe integer');
+    const start = this.logStartOffset;
+    const leo = this.logEndOffset;
+    if (offset < start || offset > leo) {
+      throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: start, latest: leo });
+    }
+    const limit = opts.maxOffset === undefined ? leo : Math.min(leo, opts.maxOffset);
+    const maxRecords = opts.maxRecords;
+    const maxBytes = opts.maxBytes;
+    if (offset >= limit || !(maxRecords >= 1)) return [];
+    const cached = this.cache.read(offset, limit, maxRecords, maxBytes);
+    if (cached) return cached;
+    return this.readFromDisk(offset, limit, maxRecords, maxBytes);
+  }
+
+  private segmentFor(offset: number): Segment | null {
+    const segs = this.segments;
+    let lo = 0;
+    let hi = segs.length - 1;
+    let found = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      if (segs[mid].baseOffset <= offset) {
+        found = mid;
+        lo = mid + 1;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return found < 0 ? null : segs[found];
+  }
+
+  private async readFromDisk(offset: number, limit: number, maxRecords: number, maxBytes: number): Promise<LogRecord[]> {
+    const out: LogRecord[] = [];
+    let bytes = 0;
+    let next = offset;
+    let done = false;
+    while (!done && next < limit && out.length < maxRecords) {
+      const seg = this.segmentFor(next);
+      if (!seg || seg.deleted) return this.raced(out, offset);
+      const version = seg.version;
+      const end = seg.size;
+      let pos = seg.index.lookup(next).position;
+      const startNext = next;
+      let need = 0;
+      this.touchClosed(seg);
+      while (!done && pos < end) {
+        // Size the read to what the caller can take, plus the skip from the index entry.
+        const avg = seg.recordCount > 0 ? Math.ceil(end / seg.recordCount) : READ_CHUNK_MIN;
+        const wanted = Math.min(maxBytes - bytes, (maxRecords - out.length) * avg, READ_CHUNK_MAX);
+        const chunk = Math.min(end - pos, Math.max(need, READ_CHUNK_MIN, wanted + seg.index.intervalBytes));
+        let buf: Buffer;
+        try {
+          buf = await seg.read(pos, chunk);
+        } catch (err) {
+          if (seg.deleted || seg.version !== version) return this.raced(out, offset);
+          throw storageError(this.dir, 'read failed', err);
+        }
+        if (buf.length === 0) break;
+        need = 0;
+        let p = 0;
+        while (p < buf.length) {
+          const r = decodeRecord(buf, p);
+          if (!r.ok) {
+            const needed = r.needed ?? 4;
+            if (r.reason === 'incomplete' && buf.length === chunk && pos + p + needed <= end) {
+              need = needed;
+              break;
+            }
+            if (seg.deleted || seg.version !== version) return this.raced(out, offset);
+            throw storageError(this.dir, `corrupt record in segment ${seg.baseOffset} at position ${pos + p}`);
+          }
+          const rec = r.record;
+          if (rec.offset < next) {
+            p += r.size;
+            continue;
+          }
+          if (rec.offset !== next) {
+            if (seg.deleted || seg.version !== version) return this.raced(out, offset);
+            throw storageError(this.dir, `offset gap in segment ${seg.baseOffset}: expected ${next}, found ${rec.offset}`);
+          }
+          if (rec.offset >= limit || (out.length > 0 && bytes + r.size > maxBytes)) {
+            done = true;
+            break;
+          }
+          out.push(rec);
+          bytes += r.size;
+          next++;
+          p += r.size;
+          if (out.length >= maxRecords) {
+            done = true;
+            break;
+          }
+        }
+        pos += p;
+      }
+      // No progress means the segment view went stale (truncation); never spin.
+      if (next === startNext) break;
+    }
+    return out;
+  }
+
+  /** A read raced with retention/truncation: return what was read, or report the now-missing offset. */
+  private raced(out: LogRecord[], offset: number): LogRecord[] {
+    if (out.length > 0) return out;
+    const start = this.logStartOffset;
+    const leo = this.logEndOffset;
+    if (offset < start || offset > leo) throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: start, latest: leo });
+    return out;
+  }
+
+  /** Bounds fds held by closed segments that readers touched (LRU). */
+  private touchClosed(seg: Segment): void {
+    const n = this.segments.length;
+    if (seg === this.segments[n - 1] || seg === this.segments[n - 2]) return;
+    const i = this.openClosed.indexOf(seg);
+    if (i >= 0) this.openClosed.splice(i, 1);
+    this.openClosed.push(seg);
+    while (this.openClosed.length > MAX_OPEN_CLOSED_SEGMENTS) this.releaseLater(this.openClosed.shift() as Segment);
+  }
+
+  private releaseLater(seg: Segment): void {
+    seg.release().catch((err: unknown) => this.logger.debug({ err }, 'could not release segment fd'));
+  }
+
+  // ---------------------------------------------------------------- queries and maintenance
+
+  /** First offset whose timestamp is >= ts, or the LEO. */
+  async offsetForTimestamp(ts: number): Promise<number> {
+    for (const seg of [...this.segments]) {
+      if (seg.deleted || seg.maxTimestamp < ts) continue;
+      try {
+        const o = await seg.firstOffsetAtOrAfter(ts);
+        if (o !== null) return o;
+      } catch (err) {
+        if (!seg.deleted) throw storageError(this.dir, 'read failed', err);
+      }
+    }
+    return this.logEndOffset;
+  }
+
+  /** Deletes whole closed segments by time and size retention. Never deletes the active segment. */
+  async applyRetention(now: number = Date.now()): Promise<{ deletedSegments: number; deletedBytes: number }> {
+    const { retentionMs, retentionBytes, segmentMs } = this.options;
+    if (retentionMs < 0 && retentionBytes < 0) return { deletedSegments: 0, deletedBytes: 0 };
+    if (this.state !== 'open') throw storageError(this.dir, 'log is closed');
+    return this.exclusive(async () => {
+      if (this.state === 'closed') throw storageError(this.dir, 'log is closed');
+      if (this.failed) throw storageError(this.dir, 'log failed', this.failed);
+      if (this.active.size > 0 && now - this.active.createdMs >= segmentMs) await this.roll();
+      let total = this.totalBytes;
+      let n = 0;
+      for (let i = 0; i < this.segments.length - 1; i++) {
+        const s = this.segments[i];
+        const expired = retentionMs >= 0 && s.maxTimestamp < now - retentionMs;
+        const oversized = retentionBytes >= 0 && total > retentionBytes;
+        if (!expired && !oversized) break;
+        total -= s.size;
+        n++;
+      }
+      if (n === 0) return { deletedSegments: 0, deletedBytes: 0 };
+      // No fsync may be in flight on a segment being deleted.
+      await this.syncIdle();
+      const doomed = this.segments.splice(0, n);
+      const deletedBytes = this.totalBytes - total;
+      this.totalBytes = total;
+      this.cache.dropBefore(this.logStartOffset);
+      if (this.hwm < this.logStartOffset) this.hwm = this.logStartOffset;
+      for (const s of doomed) {
+        this.dirty.delete(s);
+        const i = this.openClosed.indexOf(s);
+        if (i >= 0) this.openClosed.splice(i, 1);
+        await s.remove();
+      }
+      this.logger.info({ deletedSegments: n, deletedBytes, logStartOffset: this.logStartOffset }, 'retention deleted segments');
+      return { deletedSegments: n, deletedBytes };
+    });
+  }
+
+  /** Drops every record >= offset. Below the log start, the log becomes empty starting at `offset`. */
+  async truncateTo(offset: number): Promise<void> {
+    if (!Number.isSafeInteger(offset) || offset < 0) throw invalidParam('offset', 'must be a non-negative safe integer');
+    if (this.state !== 'open') throw storageError(this.dir, 'log is closed');
+    await this.exclusive(async () => {
+      if (this.state === 'closed') throw storageError(this.dir, 'log is closed');
+      if (offset >= this.logEndOffset) return;
+      await this.syncIdle();
+      const before = this.logEndOffset;
+      try {
+        let keep: number;
+        if (offset < this.logStartOffset) {
+          keep = 0;
+        } else {
+          keep = this.segments.indexOf(this.segmentFor(offset) as Segment) + 1;
+          // An empty segment starting exactly at offset is dropped too, so the name can be reused.
+          if (this.segments[keep - 1].baseOffset === offset && keep > 1) keep--;
+        }
+        const doomed = this.segments.splice(keep);
+        for (const s of doomed) {
+          this.dirty.delete(s);
+          const i = this.openClosed.indexOf(s);
+          if (i >= 0) this.openClosed.splice(i, 1);
+          await s.remove();
+        }
+        if (this.segments.length === 0) {
+          this.segments.push(await Segment.create(this.dir, offset, this.options.indexIntervalBytes, Date.now()));
+        } else {
+          await this.active.truncateTo(offset);
+        }
+        if (this.options.flush !== 'os') {
+          await this.active.datasync();
+          await fsyncDir(this.dir);
+        } else {
+          this.dirty.add(this.active);
+        }
+      } catch (err) {
+        this.fail(err);
+        throw storageError(this.dir, 'truncate failed', err);
+      } finally {
+        this.totalBytes = this.segments.reduce((a, s) => a + s.size, 0);
+      }
+      this.cache.truncateFrom(offset);
+      this.cache.dropBefore(this.logStartOffset);
+      this.hwm = this.clampHwm(this.hwm);
+      this.logger.info({ from: before, to: offset }, 'log truncated');
+    });
+  }
+
+  // ---------------------------------------------------------------- lifecycle
+
+  /** Flushes, writes indexes, the HWM checkpoint and the clean-shutdown marker, and closes fds. */
+  close(): Promise<void> {
+    this.closePromise ??= this.shutdown(true);
+    return this.closePromise;
+  }
+
+  /**
+   * Test hook simulating a crash: drops the fds without fsync, index files or clean-shutdown marker,
+   * so the next open runs recovery. Queued appends are written first (as if the process died after).
+   */
+  simulateCrash(): Promise<void> {
+    this.closePromise ??= this.shutdown(false);
+    return this.closePromise;
+  }
+
+  /** Closes and removes the directory. */
+  async destroy(): Promise<void> {
+    this.closePromise ??= this.shutdown(false);
+    await this.closePromise.catch(() => {});
+    await rm(this.dir, { recursive: true, force: true });
+  }
+
+  private async shutdown(clean: boolean): Promise<void> {
+    if (this.state !== 'open') return;
+    this.state = 'closing';
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.mutex.run(async () => {
+      // Appends accepted before close still get written.
+      await this.drain(true);
+      await this.syncIdle();
+      let error: unknown = null;
+      if (clean && !this.failed) {
+        try {
+          for (const s of this.segments) if (this.dirty.has(s) || s.indexState !== 'synced') await s.datasync();
+          this.dirty.clear();
+          for (const s of this.segments) if (s.indexState !== 'synced') await s.writeIndex(true);
+          await this.checkpointHwm();
+          await writeFileAtomic(join(this.dir, CLEAN_SHUTDOWN_FILE), `${Date.now()}\n`);
+          await fsyncDir(this.dir);
+        } catch (err) {
+          error = err;
+          this.logger.error({ err }, 'clean shutdown failed; the next open will run recovery');
+        }
+      }
+      while (this.checkpointing) await this.checkpointing;
+      for (const s of this.segments) await s.close().catch(() => {});
+      this.state = 'closed';
+      for (const p of this.pending.splice(0)) p.reject(storageError(this.dir, 'log is closed'));
+      if (error) throw storageError(this.dir, 'close failed', error);
+    });
+  }
+}

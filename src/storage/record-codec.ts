@@ -1,0 +1,348 @@
+/**
+ * On-disk record format (big-endian):
+ *
+ *   length u32          bytes after this field
+ *   crc32c u32          over every byte after this field
+ *   offset u64
+ *   timestamp i64       ms since the epoch
+ *   attributes u8
+ *   producerId          u16 length + utf8
+ *   epoch i64           -1 = none
+ *   sequence i64        -1 = none
+ *   key                 i32 length (-1 = null) + bytes
+ *   value               u32 length + bytes
+ *   header count u16, each: key (u16 length + utf8), value (u32 length + bytes)
+ */
+import type { LogRecord, RecordHeader, RecordInput } from '../protocol/record.js';
+import { crc32c } from './crc32c.js';
+
+/** Size of a record with empty producer id, null key, empty value and no headers. */
+export const RECORD_OVERHEAD = 4 + 4 + 8 + 8 + 1 + 2 + 8 + 8 + 4 + 4 + 2;
+/** The smallest legal value of the length field. */
+export const MIN_RECORD_BODY = RECORD_OVERHEAD - 4;
+/** Hard cap on one record's length field; anything larger is treated as corruption. */
+export const MAX_RECORD_BODY = 0x7fffffff;
+
+const TWO_32 = 4294967296;
+
+/** What the encoder needs: a RecordInput with its assigned offset and final timestamp. */
+export interface EncodableRecord {
+  offset: number;
+  timestamp: number;
+  key: Buffer | null;
+  value: Buffer;
+  headers?: RecordHeader[];
+  producerId?: string;
+  epoch?: number;
+  sequence?: number;
+  attributes?: number;
+}
+
+export type DecodeFailure = {
+  ok: false;
+  /** 'incomplete': the record runs past the available bytes (a torn write); 'corrupt': bad length/CRC/structure. */
+  reason: 'incomplete' | 'corrupt';
+  /** For 'incomplete' with a readable length field: total bytes the record claims. */
+  needed?: number;
+};
+export type DecodeResult = { ok: true; record: LogRecord; size: number } | DecodeFailure;
+export type InspectResult = { ok: true; size: number; offset: number; timestamp: number } | DecodeFailure;
+
+/** Encoded size of one record (offset/timestamp do not affect it). */
+export function encodedSize(r: RecordInput | EncodableRecord): number {
+  let n = RECORD_OVERHEAD + r.value.length;
+  if (r.key) n += r.key.length;
+  if (r.producerId) n += Buffer.byteLength(r.producerId, 'utf8');
+  const headers = r.headers;
+  if (headers) {
+    for (let i = 0; i < headers.length; i++) {
+      const h = headers[i];
+      n += 2 + Buffer.byteLength(h.key, 'utf8') + 4 + h.value.length;
+    }
+  }
+  return n;
+}
+
+/**
+ * Checks limits the format imposes (u16 lengths, safe integers, attribute byte).
+ * Returns a reason string, or null when the record can be encoded.
+ */
+export function validateEncodable(r: RecordInput): string | null {
+  if (!Buffer.isBuffer(r.value)) return 'value must be a Buffer';
+  if (r.key !== null && !Buffer.isBuffer(r.key)) return 'key must be a Buffer or null';
+  if (r.timestamp !== undefined && !(Number.isSafeInteger(r.timestamp) && r.timestamp >= 0)) return 'timestamp must be a non-negative safe integer';
+  if (r.epoch !== undefined && !(Number.isSafeInteger(r.epoch) && r.epoch >= -1)) return 'epoch must be a safe integer >= -1';
+  if (r.sequence !== undefined && !(Number.isSafeInteger(r.sequence) && r.sequence >= -1)) return 'sequence must be a safe integer >= -1';
+  if (r.attributes !== undefined && !(Number.isInteger(r.attributes) && r.attributes >= 0 && r.attributes <= 0xff)) return 'attributes must fit in a byte';
+  if (r.producerId !== undefined) {
+    if (typeof r.producerId !== 'string') return 'producerId must be a string';
+    if (Buffer.byteLength(r.producerId, 'utf8') > 0xffff) return 'producerId too long';
+  }
+  if (r.key && r.key.length > 0x7fffffff) return 'key too long';
+  if (r.headers !== undefined) {
+    if (!Array.isArray(r.headers)) return 'headers must be an array';
+    if (r.headers.length > 0xffff) return 'too many headers';
+    for (const h of r.headers) {
+      if (typeof h?.key !== 'string' || !Buffer.isBuffer(h.value)) return 'header must have a string key and Buffer value';
+      if (Buffer.byteLength(h.key, 'utf8') > 0xffff) return 'header key too long';
+    }
+  }
+  return null;
+}
+
+// Byte-level writers: the buffer is pre-sized, so Buffer's per-call range checks are redundant.
+function w8(b: Buffer, p: number, v: number): void {
+  b[p] = v;
+}
+function w16(b: Buffer, p: number, v: number): void {
+  b[p] = v >>> 8;
+  b[p + 1] = v;
+}
+function w32(b: Buffer, p: number, v: number): void {
+  b[p] = v >>> 24;
+  b[p + 1] = v >>> 16;
+  b[p + 2] = v >>> 8;
+  b[p + 3] = v;
+}
+/** Two's-complement 64-bit write of a safe integer (negative values included). */
+function w64(b: Buffer, p: number, v: number): void {
+  const hi = Math.floor(v / TWO_32);
+  w32(b, p, hi);
+  w32(b, p + 4, v - hi * TWO_32);
+}
+function r64signed(b: Buffer, p: number): number {
+  return b.readInt32BE(p) * TWO_32 + b.readUInt32BE(p + 4);
+}
+
+function writeRecord(buf: Buffer, pos: number, r: EncodableRecord, view: LogRecord | null): number {
+  let p = pos + 8;
+  w64(buf, p, r.offset);
+  p += 8;
+  w64(buf, p, r.timestamp);
+  p += 8;
+  w8(buf, p, r.attributes ?? 0);
+  p += 1;
+  const pid = r.producerId ?? '';
+  const pidLen = pid.length === 0 ? 0 : buf.write(pid, p + 2, 'utf8');
+  w16(buf, p, pidLen);
+  p += 2 + pidLen;
+  w64(buf, p, r.epoch ?? -1);
+  p += 8;
+  w64(buf, p, r.sequence ?? -1);
+  p += 8;
+  const key = r.key;
+  if (key === null) {
+    w32(buf, p, 0xffffffff);
+    p += 4;
+  } else {
+    w32(buf, p, key.length);
+    p += 4;
+    key.copy(buf, p);
+    if (view) view.key = buf.subarray(p, p + key.length);
+    p += key.length;
+  }
+  const value = r.value;
+  w32(buf, p, value.length);
+  p += 4;
+  value.copy(buf, p);
+  if (view) view.value = buf.subarray(p, p + value.length);
+  p += value.length;
+  const headers = r.headers ?? [];
+  w16(buf, p, headers.length);
+  p += 2;
+  for (let i = 0; i < headers.length; i++) {
+    const h = headers[i];
+    const kLen = h.key.length === 0 ? 0 : buf.write(h.key, p + 2, 'utf8');
+    w16(buf, p, kLen);
+    p += 2 + kLen;
+    w32(buf, p, h.value.length);
+    p += 4;
+    h.value.copy(buf, p);
+    if (view) view.headers.push({ key: h.key, value: buf.subarray(p, p + h.value.length) });
+    p += h.value.length;
+  }
+  w32(buf, pos, p - pos - 4);
+  w32(buf, pos + 4, crc32c(buf.subarray(pos + 8, p)));
+  return p;
+}
+
+/**
+ * Encodes one record at `pos`; `buf` must have room for `encodedSize(r)` bytes. Returns the end position.
+ */
+export function encodeRecordInto(buf: Buffer, pos: number, r: EncodableRecord): number {
+  return writeRecord(buf, pos, r, null);
+}
+
+/**
+ * Like encodeRecordInto, and also returns a LogRecord whose key/value/header buffers are views into `buf`
+ * (so a cache of it pins only our own copy, not the caller's buffers).
+ */
+export function encodeRecordView(buf: Buffer, pos: number, r: EncodableRecord): { end: number; record: LogRecord } {
+  const record: LogRecord = {
+    offset: r.offset,
+    timestamp: r.timestamp,
+    key: null,
+    value: EMPTY,
+    headers: [],
+    producerId: r.producerId ?? '',
+    epoch: r.epoch ?? -1,
+    sequence: r.sequence ?? -1,
+    attributes: r.attributes ?? 0,
+  };
+  const end = writeRecord(buf, pos, r, record);
+  return { end, record };
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/** Encodes many records into one freshly allocated Buffer. */
+export function encodeRecords(records: readonly EncodableRecord[]): Buffer {
+  let total = 0;
+  for (const r of records) total += encodedSize(r);
+  const buf = Buffer.allocUnsafe(total);
+  let p = 0;
+  for (const r of records) p = writeRecord(buf, p, r, null);
+  // Every byte is written by writeRecord; this guards the allocUnsafe assumption.
+  if (p !== total) throw new Error(`record encoding size mismatch: ${p} != ${total}`);
+  return buf;
+}
+
+/** Reads the frame (length + CRC) at pos; returns the record end, or a failure. */
+function checkFrame(buf: Buffer, pos: number, end: number): number | DecodeFailure {
+  if (pos < 0 || pos > end) return { ok: false, reason: 'corrupt' };
+  if (end - pos < 4) return { ok: false, reason: 'incomplete' };
+  const len = buf.readUInt32BE(pos);
+  if (len < MIN_RECORD_BODY || len > MAX_RECORD_BODY) return { ok: false, reason: 'corrupt' };
+  const recEnd = pos + 4 + len;
+  if (recEnd > end) return { ok: false, reason: 'incomplete', needed: 4 + len };
+  if (buf.readUInt32BE(pos + 4) !== crc32c(buf.subarray(pos + 8, recEnd))) return { ok: false, reason: 'corrupt' };
+  return recEnd;
+}
+
+const CORRUPT: DecodeFailure = { ok: false, reason: 'corrupt' };
+
+/**
+ * Walks the record body between pos and recEnd, checking every length against the remaining bytes.
+ * With `out` it fills a LogRecord (buffers are views into `buf`); without it only validates.
+ */
+function walk(buf: Buffer, pos: number, recEnd: number, out: LogRecord | null): { offset: number; timestamp: number } | null {
+  let p = pos + 8;
+  const offHi = buf.readUInt32BE(p);
+  const offset = offHi * TWO_32 + buf.readUInt32BE(p + 4);
+  if (!Number.isSafeInteger(offset)) return null;
+  p += 8;
+  const timestamp = r64signed(buf, p);
+  if (!Number.isSafeInteger(timestamp)) return null;
+  p += 8;
+  const attributes = buf[p];
+  p += 1;
+  // Fixed fields after the producer id need 8+8+4 bytes before the key; checked incrementally.
+  const pidLen = buf.readUInt16BE(p);
+  p += 2;
+  if (recEnd - p < pidLen + 20) return null;
+  const pidStart = p;
+  p += pidLen;
+  const epoch = r64signed(buf, p);
+  p += 8;
+  const sequence = r64signed(buf, p);
+  p += 8;
+  if (!Number.isSafeInteger(epoch) || !Number.isSafeInteger(sequence)) return null;
+  const keyLen = buf.readInt32BE(p);
+  p += 4;
+  if (keyLen < -1) return null;
+  let keyStart = -1;
+  if (keyLen >= 0) {
+    if (recEnd - p < keyLen) return null;
+    keyStart = p;
+    p += keyLen;
+  }
+  if (recEnd - p < 4) return null;
+  const valueLen = buf.readUInt32BE(p);
+  p += 4;
+  if (recEnd - p < valueLen) return null;
+  const valueStart = p;
+  p += valueLen;
+  if (recEnd - p < 2) return null;
+  const headerCount = buf.readUInt16BE(p);
+  p += 2;
+  const headers: RecordHeader[] | null = out ? [] : null;
+  for (let i = 0; i < headerCount; i++) {
+    if (recEnd - p < 2) return null;
+    const hkLen = buf.readUInt16BE(p);
+    p += 2;
+    if (recEnd - p < hkLen + 4) return null;
+    const hkStart = p;
+    p += hkLen;
+    const hvLen = buf.readUInt32BE(p);
+    p += 4;
+    if (recEnd - p < hvLen) return null;
+    if (headers) headers.push({ key: buf.toString('utf8', hkStart, hkStart + hkLen), value: buf.subarray(p, p + hvLen) });
+    p += hvLen;
+  }
+  if (p !== recEnd) return null;
+  if (out) {
+    out.offset = offset;
+    out.timestamp = timestamp;
+    out.attributes = attributes;
+    out.producerId = pidLen === 0 ? '' : buf.toString('utf8', pidStart, pidStart + pidLen);
+    out.epoch = epoch;
+    out.sequence = sequence;
+    out.key = keyStart < 0 ? null : buf.subarray(keyStart, keyStart + keyLen);
+    out.value = buf.subarray(valueStart, valueStart + valueLen);
+    out.headers = headers ?? [];
+  }
+  return { offset, timestamp };
+}
+
+/**
+ * Decodes the record at `pos`, using bytes only up to `end` (default buf.length). Never throws:
+ * a short buffer gives 'incomplete', a bad length/CRC/structure gives 'corrupt'.
+ * Returned buffers are views into `buf`.
+ */
+export function decodeRecord(buf: Buffer, pos: number, end: number = buf.length): DecodeResult {
+  try {
+    const recEnd = checkFrame(buf, pos, Math.min(end, buf.length));
+    if (typeof recEnd !== 'number') return recEnd;
+    const record: LogRecord = {
+      offset: 0,
+      timestamp: 0,
+      key: null,
+      value: EMPTY,
+      headers: [],
+      producerId: '',
+      epoch: -1,
+      sequence: -1,
+      attributes: 0,
+    };
+    if (!walk(buf, pos, recEnd, record)) return CORRUPT;
+    return { ok: true, record, size: recEnd - pos };
+  } catch {
+    return CORRUPT;
+  }
+}
+
+/** Validates the record at `pos` (frame, CRC and structure) without materialising it. Never throws. */
+export function inspectRecord(buf: Buffer, pos: number, end: number = buf.length): InspectResult {
+  try {
+    const recEnd = checkFrame(buf, pos, Math.min(end, buf.length));
+    if (typeof recEnd !== 'number') return recEnd;
+    const r = walk(buf, pos, recEnd, null);
+    if (!r) return CORRUPT;
+    return { ok: true, size: recEnd - pos, offset: r.offset, timestamp: r.timestamp };
+  } catch {
+    return CORRUPT;
+  }
+}
+
+/** Decodes consecutive records until the bytes run out or one fails; `failure` tells why it stopped early. */
+export function decodeRecords(buf: Buffer): { records: LogRecord[]; bytesRead: number; failure: DecodeFailure | null } {
+  const records: LogRecord[] = [];
+  let p = 0;
+  while (p < buf.length) {
+    const r = decodeRecord(buf, p);
+    if (!r.ok) return { records, bytesRead: p, failure: r };
+    records.push(r.record);
+    p += r.size;
+  }
+  return { records, bytesRead: p, failure: null };
+}

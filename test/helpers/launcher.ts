@@ -1,0 +1,134 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Connection } from '../../src/client/connection.js';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
+
+export interface BrokerOptions {
+  dataDir?: string;
+  /** Extra `broker start` flags, e.g. ['--flush', 'os']. */
+  args?: string[];
+  env?: Record<string, string>;
+  /** Milliseconds to wait for the listening line. */
+  startTimeoutMs?: number;
+}
+
+export async function tempDir(prefix = 'tributary-test-'): Promise<string> {
+  return fs.mkdtemp(path.join(os.tmpdir(), prefix));
+}
+
+/**
+ * A real broker process on free loopback ports (port 0, read back from its listening line), with its own
+ * data directory. Restarting keeps the data directory; ports may change.
+ */
+export class BrokerProcess {
+  proc: ChildProcess | undefined;
+  port = 0;
+  healthPort = 0;
+  stderr = '';
+  stdout = '';
+  private exited: Promise<number | null> = Promise.resolve(null);
+  private readonly connections = new Set<Connection>();
+
+  private constructor(
+    readonly dataDir: string,
+    private readonly opts: BrokerOptions,
+    private readonly ownsDir: boolean,
+  ) {}
+
+  static async start(opts: BrokerOptions = {}): Promise<BrokerProcess> {
+    const dir = opts.dataDir ?? (await tempDir());
+    const b = new BrokerProcess(dir, opts, opts.dataDir === undefined);
+    await b.launch();
+    return b;
+  }
+
+  get address(): string {
+    return `127.0.0.1:${this.port}`;
+  }
+
+  private async launch(): Promise<void> {
+    const args = [CLI, 'broker', 'start', '--host', '127.0.0.1', '--port', '0', '--health-port', '0', '--data-dir', this.dataDir, '--log-level', 'warn', ...(this.opts.args ?? [])];
+    const proc = spawn(process.execPath, args, { env: { ...process.env, ...this.opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.proc = proc;
+    this.stdout = '';
+    this.stderr = '';
+    this.exited = new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
+    proc.stderr!.on('data', (d: Buffer) => {
+      this.stderr += d.toString();
+      if (this.stderr.length > 1_000_000) this.stderr = this.stderr.slice(-500_000);
+    });
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`broker did not start in time\nstderr: ${this.stderr}`)), this.opts.startTimeoutMs ?? 30_000);
+      proc.stdout!.on('data', (d: Buffer) => {
+        this.stdout += d.toString();
+        const m = /listening on [^:\s]+:(\d+) \(health [^:\s]+:(\d+)/.exec(this.stdout);
+        if (m) {
+          this.port = Number(m[1]);
+          this.healthPort = Number(m[2]);
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      proc.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`broker exited with ${code} before listening\nstderr: ${this.stderr}`));
+      });
+    });
+  }
+
+  async connect(opts: { features?: string[] } = {}): Promise<Connection> {
+    const c = await Connection.connect({ host: '127.0.0.1', port: this.port, ...opts });
+    this.connections.add(c);
+    return c;
+  }
+
+  async health(pathname: '/live' | '/ready' | '/metrics'): Promise<{ status: number; body: string }> {
+    const res = await fetch(`http://127.0.0.1:${this.healthPort}${pathname}`);
+    return { status: res.status, body: await res.text() };
+  }
+
+  /** SIGTERM and wait for a clean exit; returns the exit code. */
+  async stop(): Promise<number | null> {
+    await this.closeClients();
+    if (!this.proc || this.proc.exitCode !== null) return this.proc?.exitCode ?? null;
+    this.proc.kill('SIGTERM');
+    return this.exited;
+  }
+
+  /** kill -9: no shutdown path runs. */
+  async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
+    if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    this.proc.kill(signal);
+    if (signal === 'SIGKILL' || signal === 'SIGTERM') await this.exited;
+  }
+
+  async restart(): Promise<void> {
+    await this.stop();
+    await this.launch();
+  }
+
+  /** Start again after kill(). */
+  async relaunch(): Promise<void> {
+    await this.launch();
+  }
+
+  private async closeClients(): Promise<void> {
+    await Promise.all([...this.connections].map((c) => c.close().catch(() => {})));
+    this.connections.clear();
+  }
+
+  /** Stop the process and remove the data directory if the launcher created it. */
+  async dispose(): Promise<void> {
+    await this.closeClients();
+    if (this.proc && this.proc.exitCode === null && this.proc.signalCode === null) {
+      this.proc.kill('SIGKILL');
+      await this.exited;
+    }
+    if (this.ownsDir) await fs.rm(this.dataDir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,186 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Connection } from '../../src/client/connection.js';
+import type { BatchRecord } from '../../src/protocol/batch.js';
+import { parseLine } from '../../src/protocol/command.js';
+import { partitionForKey } from '../../src/protocol/partitioner.js';
+import { BrokerProcess } from '../helpers/launcher.js';
+
+function rec(value: string, key: string | null = null): BatchRecord {
+  return { offset: 0, sequence: 0, producerId: '', key: key === null ? null : Buffer.from(key), epoch: -1, value: Buffer.from(value), timestamp: 0, attributes: 0, headers: [] };
+}
+
+function params(reply: string): Map<string, string> {
+  return parseLine(reply).params;
+}
+
+describe('standalone broker commands', () => {
+  let broker: BrokerProcess;
+  let c: Connection;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start();
+    c = await broker.connect();
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  it('answers PROTOCOL_INFO, NEGOTIATE and HELP', async () => {
+    const info = params(await c.command('PROTOCOL_INFO'));
+    expect(info.get('protocol')).toBe('tributary');
+    expect(info.get('features')).toContain('structured_errors_v1');
+    expect(info.get('error_classes')).toContain('routing');
+    const neg = params(await c.command('NEGOTIATE', { version: 1, features: 'structured_errors_v1,bogus_v9' }));
+    expect(neg.get('enabled')).toBe('structured_errors_v1');
+    expect(neg.get('unsupported')).toBe('bogus_v9');
+    await expect(c.command('NEGOTIATE', { version: 1, features: 'bogus_v9', require_features: true })).rejects.toMatchObject({ code: 'UNSUPPORTED_FEATURE' });
+    // restore the SDK's features on this connection
+    await c.command('NEGOTIATE', { version: 1, features: '*' });
+    expect(params(await c.command('HELP')).get('commands')).toContain('CONSUME');
+  });
+
+  it('creates, lists, describes and deletes topics; CREATE is idempotent for an identical definition', async () => {
+    const created = params(await c.command('CREATE', { topic: 'orders', partitions: 3 }));
+    expect(created.get('partitions')).toBe('3');
+    expect(created.get('created')).toBe('true');
+    expect(params(await c.command('CREATE', { topic: 'orders', partitions: 3 })).get('created')).toBe('false');
+    await expect(c.command('CREATE', { topic: 'orders', partitions: 5 })).rejects.toMatchObject({ code: 'topic_already_exists' });
+    expect(params(await c.command('LIST')).get('topics')?.split(',')).toContain('orders');
+    const d = await c.json<{ status: string; partitions: Array<{ id: number; leo: number; hwm: number; leader: string }> }>('DESCRIBE', { topic: 'orders' });
+    expect(d.status).toBe('OK');
+    expect(d.partitions.map((p) => p.id)).toEqual([0, 1, 2]);
+    expect(d.partitions[0]!.leader).toBe(broker.address);
+    const md = params(await c.command('METADATA', { topic: 'orders' }));
+    expect(md.get('leaders')).toBe([broker.address, broker.address, broker.address].join(','));
+    expect(md.get('epochs')).toBe('0,0,0');
+    expect(params(await c.command('DELETE', { topic: 'orders' })).get('deleted')).toBe('true');
+    await expect(c.command('DESCRIBE', { topic: 'orders' })).rejects.toMatchObject({ code: 'topic_not_found' });
+  });
+
+  it('rejects reserved and malformed topic names', async () => {
+    for (const topic of ['__consumer_offsets', '.', '..', '../etc', 'a b', 'x'.repeat(250)]) {
+      await expect(c.command('CREATE', { topic })).rejects.toMatchObject({ code: 'invalid_topic_name' });
+    }
+  });
+
+  it('publishes with explicit partition, key hash and round-robin, and reads back in order', async () => {
+    await c.command('CREATE', { topic: 'pub', partitions: 4 });
+    const a = await c.json<{ partition: number; offset: number; leader: string }>('PUBLISH', { topic: 'pub', partition: 2, message: 'hello world = "quoted"' });
+    expect(a).toMatchObject({ status: 'OK', partition: 2, offset: 0, leader: broker.address });
+    const keyed = await c.json<{ partition: number }>('PUBLISH', { topic: 'pub', key: 'user-42', message: 'k' });
+    expect(keyed.partition).toBe(partitionForKey(Buffer.from('user-42'), 4));
+    const rr = new Set<number>();
+    for (let i = 0; i < 8; i++) rr.add((await c.json<{ partition: number }>('PUBLISH', { topic: 'pub', message: `rr${i}` })).partition);
+    expect(rr.size).toBe(4);
+    expect(await c.command('PUBLISH', { topic: 'pub', partition: 1, acks: 0, message: 'fire and forget' })).toBe('OK');
+    const batch = await c.consume({ topic: 'pub', partition: 2, offset: 0 });
+    expect(batch.records[0]!.value.toString()).toBe('hello world = "quoted"');
+    expect(batch.records.map((r) => r.offset)).toEqual(batch.records.map((_, i) => i));
+    expect(batch.trailer?.nextOffset).toBe(batch.records.length);
+  });
+
+  it('appends binary batches and honours batch and max_bytes limits', async () => {
+    await c.command('CREATE', { topic: 'bin', partitions: 1 });
+    const records = Array.from({ length: 100 }, (_, i) => rec(`v${i}`.padEnd(100, '.'), `k${i}`));
+    const r1 = await c.produceBatch({ topic: 'bin', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
+    expect(r1).toMatchObject({ partition: 0, base_offset: 0, last_offset: 99, count: 100 });
+    const r2 = await c.produceBatch({ topic: 'bin', partition: 0, acks: 'all', idempotent: false, firstSequence: 0, lastSequence: 0, records: records.slice(0, 10) });
+    expect(r2).toMatchObject({ base_offset: 100, last_offset: 109 });
+    const b = await c.consume({ topic: 'bin', partition: 0, offset: 5, batch: 7 });
+    expect(b.records.map((r) => r.offset)).toEqual([5, 6, 7, 8, 9, 10, 11]);
+    expect(b.records[0]!.key?.toString()).toBe('k5');
+    expect(b.records[0]!.timestamp).toBeGreaterThan(Date.now() - 60_000);
+    const small = await c.consume({ topic: 'bin', partition: 0, offset: 0, max_bytes: 150 });
+    expect(small.records.length).toBeGreaterThanOrEqual(1);
+    expect(small.records.length).toBeLessThan(3);
+    const end = await c.consume({ topic: 'bin', partition: 0, offset: 110 });
+    expect(end.records).toHaveLength(0);
+    await expect(c.consume({ topic: 'bin', partition: 0, offset: 111 })).rejects.toMatchObject({ code: 'OFFSET_OUT_OF_RANGE' });
+    const reset = await c.consume({ topic: 'bin', partition: 0, offset: 5000, autoOffsetReset: 'earliest', batch: 1 });
+    expect(reset.records[0]!.offset).toBe(0);
+    const offs = params(await c.command('LIST_OFFSETS', { topic: 'bin' }));
+    expect(offs.get('offsets')).toBe('P0:earliest=0:latest=110:leo=110:hwm=110');
+  });
+
+  it('long-polls with wait_ms and wakes when a record arrives', async () => {
+    await c.command('CREATE', { topic: 'poll', partitions: 1 });
+    const other = await broker.connect();
+    const t0 = Date.now();
+    const pending = c.consume({ topic: 'poll', partition: 0, offset: 0, wait_ms: 10_000 });
+    await new Promise((r) => setTimeout(r, 200));
+    await other.command('PUBLISH', { topic: 'poll', partition: 0, message: 'wake' });
+    const b = await pending;
+    expect(b.records.map((r) => r.value.toString())).toEqual(['wake']);
+    expect(Date.now() - t0).toBeLessThan(9_000);
+    const empty = await c.consume({ topic: 'poll', partition: 0, offset: 1, wait_ms: 300 });
+    expect(empty.records).toHaveLength(0);
+  });
+
+  it('answers pipelined requests in order', async () => {
+    await c.command('CREATE', { topic: 'pipe', partitions: 1 });
+    const replies = await Promise.all(Array.from({ length: 200 }, (_, i) => c.json<{ offset: number }>('PUBLISH', { topic: 'pipe', partition: 0, message: `m${i}` })));
+    expect(replies.map((r) => r.offset)).toEqual(replies.map((_, i) => i));
+    const mixed = await Promise.all([c.command('LIST'), c.command('PUBLISH', { topic: 'pipe', partition: 0, message: 'x' }), c.command('PROTOCOL_INFO')]);
+    expect(mixed[0]).toMatch(/^OK count=/);
+    expect(mixed[1]).toMatch(/"offset":200/);
+    expect(mixed[2]).toMatch(/^OK protocol=tributary/);
+  });
+
+  it('streams records as they arrive and ends with STREAM_CONTROL type=CLOSE', async () => {
+    await c.command('CREATE', { topic: 'stream', partitions: 1 });
+    for (let i = 0; i < 5; i++) await c.command('PUBLISH', { topic: 'stream', partition: 0, message: `s${i}` });
+    const s = await broker.connect();
+    const ac = new AbortController();
+    const seen: string[] = [];
+    const it = s.stream({ topic: 'stream', partition: 0, offset: 2 }, ac.signal);
+    const consumer = (async () => {
+      for (;;) {
+        const n = await it.next();
+        if (n.done) return n.value;
+        for (const r of n.value.records) seen.push(r.value.toString());
+        if (seen.length === 5) ac.abort();
+      }
+    })();
+    await new Promise((r) => setTimeout(r, 200));
+    await c.command('PUBLISH', { topic: 'stream', partition: 0, message: 's5' });
+    await c.command('PUBLISH', { topic: 'stream', partition: 0, message: 's6' });
+    const close = await consumer;
+    expect(seen).toEqual(['s2', 's3', 's4', 's5', 's6']);
+    expect(close).toMatchObject({ type: 'CLOSE', reason: 'stopped', offset: '7' });
+  });
+
+  it('ends a stream with reason=removed when its topic is deleted', async () => {
+    await c.command('CREATE', { topic: 'doomed', partitions: 1 });
+    const s = await broker.connect();
+    const it = s.stream({ topic: 'doomed', partition: 0, offset: 0 });
+    const first = it.next();
+    await new Promise((r) => setTimeout(r, 200));
+    await c.command('DELETE', { topic: 'doomed' });
+    const n = await first;
+    expect(n.done).toBe(true);
+    expect(n.value).toMatchObject({ reason: 'removed' });
+  });
+
+  it('reports health, readiness and Prometheus metrics', async () => {
+    expect((await broker.health('/live')).status).toBe(200);
+    expect((await broker.health('/ready')).status).toBe(200);
+    const m = await broker.health('/metrics');
+    expect(m.body).toMatch(/tributary_records_in_total\{topic="bin"\} 110/);
+    expect(m.body).toContain('tributary_request_duration_seconds_bucket');
+    expect(m.body).toMatch(/tributary_connections \d+/);
+  });
+
+  it('keeps topics and records across a graceful restart', async () => {
+    await c.command('CREATE', { topic: 'durable', partitions: 2 });
+    for (let i = 0; i < 20; i++) await c.command('PUBLISH', { topic: 'durable', partition: i % 2, message: `d${i}` });
+    expect(await broker.stop()).toBe(0);
+    await broker.relaunch();
+    c = await broker.connect();
+    const b0 = await c.consume({ topic: 'durable', partition: 0, offset: 0 });
+    const b1 = await c.consume({ topic: 'durable', partition: 1, offset: 0 });
+    expect(b0.records.map((r) => r.value.toString())).toEqual(Array.from({ length: 10 }, (_, i) => `d${i * 2}`));
+    expect(b1.records.map((r) => r.value.toString())).toEqual(Array.from({ length: 10 }, (_, i) => `d${i * 2 + 1}`));
+    expect(params(await c.command('LIST')).get('topics')).toContain('durable');
+  });
+});

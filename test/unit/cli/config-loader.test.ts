@@ -1,0 +1,162 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { brokerConfigSchema, envKey, resolveConfig } from '../../../src/broker/config.js';
+import { CONFIG_FIELDS, type ConfigResult, fieldHelp, kebabCase, loadBrokerConfig } from '../../../src/cli/config-loader.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'tributary-cli-config-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+function file(name: string, text: string): string {
+  const path = join(dir, name);
+  writeFileSync(path, text);
+  return path;
+}
+
+function ok(r: ConfigResult) {
+  if (!r.ok) throw new Error(`expected a valid config, got:\n${r.errors.join('\n')}`);
+  return r;
+}
+
+function errors(r: ConfigResult): string[] {
+  if (r.ok) throw new Error('expected config errors');
+  return r.errors;
+}
+
+describe('loadBrokerConfig', () => {
+  it('gives the schema defaults when nothing is set', () => {
+    const r = ok(loadBrokerConfig({ env: {} }));
+    expect(r.config).toEqual(resolveConfig({}));
+    expect(r.sources.port).toEqual({ kind: 'default' });
+  });
+
+  it('applies flags > env > file > defaults, per key', () => {
+    const cfg = file('layers.yaml', 'port: 1001\nhealthPort: 1002\ndataDir: /from/file\nhost: 10.0.0.1\n');
+    const r = ok(
+      loadBrokerConfig({
+        configFile: cfg,
+        env: { TRIBUTARY_PORT: '2001', TRIBUTARY_HEALTH_PORT: '2002', TRIBUTARY_FLUSH: 'os', UNRELATED: 'x' },
+        flags: { port: '3001' },
+      }),
+    );
+    expect(r.config.port).toBe(3001); // flag beats env and file
+    expect(r.config.healthPort).toBe(2002); // env beats file
+    expect(r.config.flush).toBe('os'); // env beats default
+    expect(r.config.dataDir).toBe('/from/file'); // file beats default
+    expect(r.config.host).toBe('10.0.0.1');
+    expect(r.config.logLevel).toBe('info'); // default
+    expect(r.sources.port).toEqual({ kind: 'flag', name: '--port' });
+    expect(r.sources.healthPort).toEqual({ kind: 'env', name: 'TRIBUTARY_HEALTH_PORT' });
+    expect(r.sources.dataDir).toEqual({ kind: 'file', path: cfg });
+    expect(r.sources.logLevel).toEqual({ kind: 'default' });
+  });
+
+  it('reads YAML (.yaml and .yml) and JSON files', () => {
+    const yaml = file('c.yaml', '# comment\nport: 9100\nlogLevel: debug\nflush: interval\nflushIntervalMs: 50\n');
+    const yml = file('c.yml', 'port: 9101\n');
+    const json = file('c.json', JSON.stringify({ port: 9102, dataDir: '/var/lib/tributary', retentionBytes: -1 }));
+    const a = ok(loadBrokerConfig({ configFile: yaml, env: {} })).config;
+    expect([a.port, a.logLevel, a.flush, a.flushIntervalMs]).toEqual([9100, 'debug', 'interval', 50]);
+    expect(ok(loadBrokerConfig({ configFile: yml, env: {} })).config.port).toBe(9101);
+    const c = ok(loadBrokerConfig({ configFile: json, env: {} })).config;
+    expect([c.port, c.dataDir, c.retentionBytes]).toEqual([9102, '/var/lib/tributary', -1]);
+  });
+
+  it('treats an empty YAML file as no settings', () => {
+    expect(ok(loadBrokerConfig({ configFile: file('empty.yaml', ''), env: {} })).config).toEqual(resolveConfig({}));
+  });
+
+  it('refuses an unknown key in the file, suggesting the real name', () => {
+    const cfg = file('unknown.yaml', 'port: 9000\nprot: 1\ndata-dir: /x\n');
+    expect(errors(loadBrokerConfig({ configFile: cfg, env: {} }))).toEqual([
+      `invalid config: prot: unknown key (file ${cfg})`,
+      `invalid config: data-dir: unknown key (did you mean dataDir?) (file ${cfg})`,
+    ]);
+  });
+
+  it('parses env numbers strictly (TRIBUTARY_PORT=abc)', () => {
+    expect(errors(loadBrokerConfig({ env: { TRIBUTARY_PORT: 'abc' } }))).toEqual([
+      'invalid config: port: expected an integer, got "abc" (env TRIBUTARY_PORT)',
+    ]);
+    for (const bad of ['9000abc', '1e3', '0x10', ' 9000', '90.5', '']) {
+      const errs = errors(loadBrokerConfig({ env: { TRIBUTARY_PORT: bad } }));
+      expect(errs).toEqual([`invalid config: port: expected an integer, got ${JSON.stringify(bad)} (env TRIBUTARY_PORT)`]);
+    }
+  });
+
+  it('refuses a negative timeout flag, naming the flag', () => {
+    expect(errors(loadBrokerConfig({ env: {}, flags: { idleTimeoutMs: '-5' } }))).toEqual([
+      'invalid config: idleTimeoutMs: must be >= 100, got -5 (flag --idle-timeout-ms)',
+    ]);
+  });
+
+  it('reports range, enum and type problems with their source, all at once', () => {
+    const cfg = file('types.json', JSON.stringify({ healthPort: '9080', dataDir: '' }));
+    const errs = errors(
+      loadBrokerConfig({
+        configFile: cfg,
+        env: { TRIBUTARY_PORT: '70000' },
+        flags: { flush: 'sometimes', frameTimeoutMs: '1.5' },
+      }),
+    );
+    expect(errs).toEqual([
+      'invalid config: frameTimeoutMs: expected an integer, got "1.5" (flag --frame-timeout-ms)',
+      'invalid config: port: must be <= 65535, got 70000 (env TRIBUTARY_PORT)',
+      `invalid config: healthPort: must be a number, got "9080" (file ${cfg})`,
+      `invalid config: dataDir: must not be empty, got "" (file ${cfg})`,
+      'invalid config: flush: must be one of always|interval|os, got "sometimes" (flag --flush)',
+    ]);
+  });
+
+  it('a malformed env value is an error even when a flag overrides it', () => {
+    // A malformed env var is still an error: it would silently apply the moment the flag is dropped.
+    const errs = errors(loadBrokerConfig({ env: { TRIBUTARY_PORT: 'abc' }, flags: { port: '9001' } }));
+    expect(errs).toEqual(['invalid config: port: expected an integer, got "abc" (env TRIBUTARY_PORT)']);
+  });
+
+  it('reports unreadable, unparsable and unsupported files', () => {
+    const missing = join(dir, 'nope.yaml');
+    expect(errors(loadBrokerConfig({ configFile: missing, env: {} }))).toEqual([
+      `invalid config: cannot read config file ${missing}: no such file`,
+    ]);
+    const badYaml = file('bad.yaml', 'port: [1, 2\n');
+    expect(errors(loadBrokerConfig({ configFile: badYaml, env: {} }))[0]).toMatch(
+      new RegExp(`^invalid config: cannot parse config file ${badYaml}: `),
+    );
+    const badJson = file('bad.json', '{"port": 1,}');
+    expect(errors(loadBrokerConfig({ configFile: badJson, env: {} }))[0]).toMatch(
+      new RegExp(`^invalid config: cannot parse config file ${badJson}: `),
+    );
+    const list = file('list.yaml', '- port\n');
+    expect(errors(loadBrokerConfig({ configFile: list, env: {} }))).toEqual([
+      `invalid config: ${list}: the top level must be a mapping of setting names to values`,
+    ]);
+    const toml = file('c.toml', 'port = 1\n');
+    expect(errors(loadBrokerConfig({ configFile: toml, env: {} }))).toEqual([
+      `invalid config: ${toml}: unsupported config file type (use .yaml, .yml or .json)`,
+    ]);
+  });
+});
+
+describe('CONFIG_FIELDS', () => {
+  it('covers every schema key with a kebab flag and the envKey name', () => {
+    expect(CONFIG_FIELDS.map((f) => f.key)).toEqual(Object.keys(brokerConfigSchema.shape));
+    for (const f of CONFIG_FIELDS) {
+      expect(f.env).toBe(envKey(f.key));
+      // commander camel-cases --foo-bar back to fooBar: that is how flag values find their key
+      expect(f.flag.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase())).toBe(f.key);
+    }
+    expect(kebabCase('idleTimeoutMs')).toBe('idle-timeout-ms');
+  });
+
+  it('derives kinds and help text from the schema', () => {
+    const byKey = new Map(CONFIG_FIELDS.map((f) => [f.key, f]));
+    expect(byKey.get('port')?.kind).toEqual({ type: 'integer', min: 0, max: 65535 });
+    expect(byKey.get('flush')?.kind).toEqual({ type: 'enum', values: ['always', 'interval', 'os'] });
+    expect(byKey.get('host')?.kind).toEqual({ type: 'string' });
+    expect(fieldHelp(byKey.get('port')!)).toBe('integer 0..65535 (env TRIBUTARY_PORT, default 9000)');
+    expect(fieldHelp(byKey.get('idleTimeoutMs')!)).toBe('integer >= 100 (env TRIBUTARY_IDLE_TIMEOUT_MS, default 600000)');
+    expect(fieldHelp(byKey.get('advertisedHost')!)).toBe('string (env TRIBUTARY_ADVERTISED_HOST)');
+  });
+});
