@@ -1,12 +1,55 @@
 // The full test suite, runnable on a fresh machine: installs what the tests need, builds, runs every
 // tier (unit, integration against real broker processes, fault), and prints one summary line.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { ensureBuilt, ensureDependencies } from './ensure-built.mjs';
 
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 process.chdir(root);
+
+/** Directories a Debian package may put its binaries in besides PATH (PostgreSQL's are versioned). */
+function postgresBinDirs() {
+  const base = '/usr/lib/postgresql';
+  if (!existsSync(base)) return [];
+  return readdirSync(base).map((v) => path.join(base, v, 'bin'));
+}
+
+function findBinary(binary, dirs = []) {
+  const pathDirs = (process.env.PATH ?? '').split(path.delimiter).filter(Boolean);
+  return [...pathDirs, ...dirs].some((d) => existsSync(path.join(d, binary)));
+}
+
+let aptUpdated = false;
+/**
+ * Installs the Debian packages whose binary is missing: `[{ binary, package, dirs? }]`, where `dirs` are
+ * extra directories to look in besides PATH. Only as root on a machine with apt-get; otherwise it warns
+ * and the tests that need the binary fail with their own error.
+ */
+function ensureDebianPackages(wanted) {
+  const missing = wanted.filter((w) => !findBinary(w.binary, w.dirs));
+  if (missing.length === 0) return;
+  const names = missing.map((w) => w.package);
+  const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+  if (!isRoot || !findBinary('apt-get')) {
+    console.error(`warning: missing ${missing.map((w) => w.binary).join(', ')}; install the Debian package(s) ${names.join(' ')} (needs root and apt-get)`);
+    return;
+  }
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  const apt = (args) => {
+    const r = spawnSync('apt-get', args, { stdio: ['ignore', 'inherit', 'inherit'], env });
+    if (r.status !== 0) throw new Error(`apt-get ${args.join(' ')} failed (exit ${r.status ?? r.signal})`);
+  };
+  if (!aptUpdated) {
+    console.error('updating the apt package index...');
+    apt(['update']);
+    aptUpdated = true;
+  }
+  console.error(`installing ${names.join(' ')}...`);
+  apt(['install', '-y', '--no-install-recommends', ...names]);
+}
+
+ensureDebianPackages([{ binary: 'initdb', package: 'postgresql', dirs: postgresBinDirs() }]);
 ensureDependencies();
 ensureBuilt({ force: true });
 

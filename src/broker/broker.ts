@@ -11,8 +11,12 @@ import { createHealthServer } from './http-server.js';
 import type { Logger } from './logger.js';
 import { BrokerMetrics } from './metrics.js';
 import { TopicManager } from './topic-manager.js';
+import { GroupCoordinator } from '../coordinator/group-coordinator.js';
+import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from '../coordinator/group-log.js';
+import type { OffsetStore } from '../coordinator/offset-store.js';
+import { PgOffsetStore } from '../coordinator/pg-offset-store.js';
 
-type State = 'new' | 'recovering' | 'ready' | 'stopping' | 'stopped';
+type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
 
 function listen(server: net.Server | http.Server, port: number, host: string): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -28,6 +32,10 @@ export class Broker implements BrokerContext {
   readonly metrics = new BrokerMetrics();
   readonly store: MetadataStore;
   readonly topics: TopicManager;
+  readonly coordinator: GroupCoordinator;
+  private readonly groupLog: GroupLog;
+  /** Why recovery failed; the broker then stays up but unready, never serving partial state. */
+  recoveryError: Error | undefined;
   private readonly server: net.Server;
   private readonly health: http.Server;
   private readonly connections = new Set<ClientConnection>();
@@ -41,6 +49,27 @@ export class Broker implements BrokerContext {
   ) {
     this.store = new LocalMetadataStore(config.dataDir);
     this.topics = new TopicManager(this.store, config, logger, this.metrics);
+    this.groupLog = new GroupLog(() => this.topics.get(OFFSETS_TOPIC).partitions);
+    if (config.offsetStore === 'postgres' && !config.offsetStorePostgresUrl) {
+      throw new Error('invalid config: offsetStorePostgresUrl is required when offsetStore is postgres');
+    }
+    const offsetStore: OffsetStore =
+      config.offsetStore === 'postgres' ? new PgOffsetStore({ connectionString: config.offsetStorePostgresUrl }) : new LogOffsetStore(this.groupLog);
+    this.coordinator = new GroupCoordinator({
+      topics: this.topics,
+      groupLog: this.groupLog,
+      offsetStore,
+      logger: logger.child({ component: 'group-coordinator' }),
+      registry: this.metrics.registry,
+      config: {
+        joinWindowMs: config.groupJoinWindowMs,
+        defaultSessionTimeoutMs: config.groupSessionTimeoutMs,
+        minSessionTimeoutMs: config.groupMinSessionTimeoutMs,
+        maxSessionTimeoutMs: config.groupMaxSessionTimeoutMs,
+        defaultRebalanceTimeoutMs: config.groupRebalanceTimeoutMs,
+        defaultAssignor: config.groupAssignor,
+      },
+    });
     this.server = net.createServer((socket) => this.onConnection(socket));
     this.health = createHealthServer(this.metrics, () => this.state === 'ready');
   }
@@ -72,17 +101,45 @@ export class Broker implements BrokerContext {
     this.boundHealthPort = await listen(this.health, this.config.healthPort, this.config.host);
     this.boundPort = await listen(this.server, this.config.port, this.config.host);
     const t0 = Date.now();
-    await this.store.open();
-    await this.topics.open();
+    try {
+      await this.store.open();
+      await this.topics.open();
+      await this.ensureInternalTopics();
+      await this.coordinator.start();
+    } catch (err) {
+      // Stay up and unready: serving with groups or offsets missing would be worse than not serving.
+      this.state = 'failed';
+      this.recoveryError = err as Error;
+      this.logger.error({ err }, 'recovery failed; the broker stays unready');
+      return;
+    }
     this.state = 'ready';
     this.logger.info({ port: this.boundPort, healthPort: this.boundHealthPort, dataDir: this.config.dataDir, recoveryMs: Date.now() - t0, topics: this.topics.list().length }, 'broker ready');
+  }
+
+  private async ensureInternalTopics(): Promise<void> {
+    const existing = this.topics.tryGet(OFFSETS_TOPIC);
+    if (existing) return;
+    await this.topics.create(
+      {
+        name: OFFSETS_TOPIC,
+        partitions: this.config.offsetsTopicPartitions,
+        replicationFactor: 1,
+        idempotent: false,
+        partitioner: 'hash_key',
+        retentionHours: -1,
+        retentionBytes: -1,
+        cleanupPolicy: 'compact',
+      },
+      { allowInternal: true },
+    );
   }
 
   /** Refuses requests that cannot be served in the current state; undefined when the request may run. */
   admission(command: string): TributaryError | undefined {
     if (this.state === 'ready') return undefined;
-    if (this.state === 'recovering' && (command === 'PROTOCOL_INFO' || command === 'NEGOTIATE' || command === 'HELP')) return undefined;
-    return this.state === 'recovering' ? new TributaryError('not_ready') : new TributaryError('shutting_down');
+    if ((this.state === 'recovering' || this.state === 'failed') && (command === 'PROTOCOL_INFO' || command === 'NEGOTIATE' || command === 'HELP')) return undefined;
+    return this.state === 'recovering' || this.state === 'failed' ? new TributaryError('not_ready') : new TributaryError('shutting_down');
   }
 
   private onConnection(socket: net.Socket): void {
@@ -114,6 +171,7 @@ export class Broker implements BrokerContext {
     await Promise.race([drain, timeout]);
     for (const c of this.connections) c.destroy('broker stopped');
     await closed;
+    await this.coordinator.stop();
     await this.topics.close();
     await this.store.close();
     await new Promise<void>((resolve) => this.health.close(() => resolve()));

@@ -98,6 +98,7 @@ export class ClientConnection implements ConnectionContext {
     const started = Date.now();
     let label = 'unknown';
     const gate = this.startGate;
+    const earlierReplies = this.replyChain;
     let release: () => void = () => {};
     const run = (async (): Promise<Reply | 'stream'> => {
       await gate;
@@ -120,6 +121,7 @@ export class ClientConnection implements ConnectionContext {
       if (refused) throw refused;
       if (!spec) return this.startStream(new Params(line));
       if (spec.pipelined) release();
+      else await this.replyRoom(earlierReplies);
       return await spec.handler(this.broker, this, new Params(line));
     })();
     // The next request may start once this one is admitted (pipelined) or finished (everything else).
@@ -155,6 +157,27 @@ export class ClientConnection implements ConnectionContext {
     }
     this.broker.metrics.errors.inc({ code: e.code });
     return formatError(e);
+  }
+
+  /**
+   * A non-pipelined request runs only once every earlier reply is written (so it sees what earlier
+   * pipelined requests did, e.g. a CONSUME after a PUBLISH) and the unread backlog is within
+   * maxPendingReplyBytes: a client that never reads cannot make the broker build reply after reply.
+   */
+  private async replyRoom(earlierReplies: Promise<void>): Promise<void> {
+    await earlierReplies;
+    while (this.writeBlocked() && !this.closed && !this.socket.destroyed) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          this.socket.off('drain', done);
+          this.socket.off('close', done);
+          resolve();
+        };
+        this.socket.once('drain', done);
+        this.socket.once('close', done);
+      });
+    }
+    if (this.closed || this.socket.destroyed) throw new TributaryError('request_timeout', { reason: 'connection closed' });
   }
 
   private writeBlocked(): boolean {

@@ -3,7 +3,9 @@ import { type Params, type ParsedLine, formatOk } from '../protocol/command.js';
 import { ERROR_CLASSES, TributaryError, invalidParam } from '../protocol/errors.js';
 import { FEATURES, PROTOCOL_VERSION } from '../protocol/features.js';
 import type { RecordInput } from '../protocol/record.js';
+import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { BrokerConfig } from './config.js';
+import { GROUP_COMMANDS } from './group-commands.js';
 import type { Logger } from './logger.js';
 import type { BrokerMetrics } from './metrics.js';
 import type { Isolation, Partition } from './partition.js';
@@ -18,6 +20,7 @@ export interface BrokerContext {
   readonly brokerId: number;
   /** host:port clients should use to reach this broker. */
   readonly advertised: { host: string; port: number };
+  readonly coordinator: GroupCoordinator;
 }
 
 /** What handlers may use of the connection a request came on. */
@@ -32,7 +35,7 @@ export type Reply = string | Buffer;
 export interface CommandSpec {
   handler: (b: BrokerContext, c: ConnectionContext, p: Params) => Promise<Reply> | Reply;
   /**
-   * Pipelined commands may run while later requests of the same connection start (produce, consume).
+   * Pipelined commands may run while later requests of the same connection start (produce).
    * Others complete before the next request starts, so `CREATE` then `PUBLISH` sent back to back work.
    */
   pipelined?: boolean;
@@ -201,8 +204,13 @@ function rejectIdempotence(p: Params): void {
   }
 }
 
+function refuseInternal(topic: string): void {
+  if (topic.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic, reason: 'internal topics are written by the broker only' });
+}
+
 async function publish(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
+  refuseInternal(topic.name);
   const explicit = p.int('partition', { min: 0, max: 1_000_000 });
   const keyStr = p.str('key', { maxLength: 65_535, allowEmpty: true });
   const acks = p.oneOf('acks', ['0', '1', 'all', '-1'] as const) ?? '1';
@@ -232,6 +240,7 @@ export async function produceBatch(b: BrokerContext, c: ConnectionContext, body:
   const batch: Batch = decodeBatch(body, { extensions: c.features.has('record_extensions_v1') });
   if (batch.idempotent) throw new TributaryError('invalid_batch', { reason: 'idempotent batches are not supported by this broker version' });
   const topic = b.topics.get(batch.topic);
+  refuseInternal(topic.name);
   if (batch.records.length === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
   let bytes = 0;
   const records: RecordInput[] = new Array(batch.records.length);
@@ -275,10 +284,14 @@ export function parseReadRequest(b: BrokerContext, p: Params): ReadRequest {
   const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
   const partition = topic.partition(p.reqInt('partition', { min: 0, max: 1_000_000 }));
   let offset = p.reqInt('offset', { min: 0 });
-  // Group parameters are validated now; committed-offset resume arrives with the group coordinator.
-  p.str('group', { maxLength: 255 });
+  const group = p.str('group', { maxLength: 255 });
   p.str('member', { maxLength: 255 });
   p.int('generation', { min: 0, max: 2 ** 31 - 1 });
+  // The broker-owned committed offset is authoritative: a lower requested offset starts there instead.
+  if (group !== undefined) {
+    const committed = b.coordinator.committedOffset(group, topic.name, partition.id);
+    if (committed !== undefined && committed > offset) offset = committed;
+  }
   const isolation = p.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const) ?? 'read_committed';
   const maxRecords = p.int('batch', { min: 1, max: MAX_CONSUME_RECORDS }) ?? DEFAULT_CONSUME_RECORDS;
   const maxBytes = Math.min(p.int('max_bytes', { min: 1 }) ?? DEFAULT_CONSUME_BYTES, b.config.maxFrameBytes - 1024 * 1024);
@@ -341,7 +354,9 @@ export const COMMANDS: Record<string, CommandSpec> = {
   LIST_OFFSETS: { handler: listOffsets },
   CLUSTER_STATUS: { handler: clusterStatus },
   PUBLISH: { handler: publish, pipelined: true },
-  CONSUME: { handler: consume, pipelined: true },
+  // Not pipelined: reads see earlier appends of the connection, and one reply is built at a time.
+  CONSUME: { handler: consume },
+  ...GROUP_COMMANDS,
 };
 
 export function lookupCommand(line: ParsedLine): { name: string; spec: CommandSpec } {

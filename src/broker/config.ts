@@ -38,6 +38,17 @@ export const brokerConfigSchema = z
     maxWaitMs: z.number().int().min(0).default(30_000),
     streamKeepaliveMs: z.number().int().min(50).default(5_000),
     shutdownTimeoutMs: z.number().int().min(100).default(10_000),
+    /** Partitions of `__consumer_offsets`: a group's coordinator is the leader of hash(group) mod this. */
+    offsetsTopicPartitions: z.number().int().min(1).max(1000).default(50),
+    /** Where committed offsets live: the internal log, or a PostgreSQL table. */
+    offsetStore: z.enum(['log', 'postgres']).default('log'),
+    offsetStorePostgresUrl: z.string().min(1).optional(),
+    groupJoinWindowMs: z.number().int().min(0).max(60_000).default(30),
+    groupSessionTimeoutMs: z.number().int().min(1).default(10_000),
+    groupMinSessionTimeoutMs: z.number().int().min(1).default(100),
+    groupMaxSessionTimeoutMs: z.number().int().min(1).default(300_000),
+    groupRebalanceTimeoutMs: z.number().int().min(1).default(60_000),
+    groupAssignor: z.enum(['range', 'roundrobin', 'sticky', 'cooperative-sticky']).default('cooperative-sticky'),
   })
   .strict();
 

@@ -21,6 +21,8 @@ export class BrokerMetrics {
   readonly topics = new client.Gauge({ name: 'tributary_topics', help: 'Topics known to this broker', registers: [this.registry] });
 
   constructor() {
-    client.collectDefaultMetrics({ register: this.registry, prefix: 'tributary_process_' });
+    // prom-client's default names already start with process_/nodejs_: prefix 'tributary_' gives
+    // tributary_process_resident_memory_bytes (not tributary_process_process_...).
+    client.collectDefaultMetrics({ register: this.registry, prefix: 'tributary_' });
   }
 }

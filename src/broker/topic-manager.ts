@@ -171,7 +171,8 @@ export class TopicManager {
       segmentMs: this.config.segmentMs,
       retentionMs: def.retentionHours < 0 ? -1 : def.retentionHours * 3600 * 1000,
       retentionBytes: def.retentionBytes,
-      flush: this.config.flush,
+      // Group state and commits are acknowledged only once durable, whatever the data flush policy.
+      flush: def.name.startsWith('__') ? 'always' : this.config.flush,
       flushIntervalMs: this.config.flushIntervalMs,
       maxRecordBytes: this.config.maxRecordBytes,
     };

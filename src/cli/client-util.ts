@@ -48,8 +48,14 @@ export function intArg(min: number, max = Number.MAX_SAFE_INTEGER): (value: stri
   };
 }
 
+/** The SDK reports socket-level failures as request_timeout without an `ERROR:` reply behind them. */
+function isConnectionLoss(err: unknown): boolean {
+  return err instanceof TributaryError && err.code === 'request_timeout' && !err.message.startsWith('ERROR:');
+}
+
 /** Turn broker errors into the CLI's `error: <code> <fields>` line with exit 1. */
-export function toCliError(err: unknown): unknown {
+export function toCliError(err: unknown, addr?: Address): unknown {
+  if (addr && isConnectionLoss(err)) return new CliError(`error: lost connection to broker at ${formatAddress(addr)}`);
   if (err instanceof TributaryError) return new CliError(formatBrokerError(err));
   return err;
 }
@@ -58,8 +64,7 @@ export async function connect(addr: Address, signal?: AbortSignal): Promise<Conn
   try {
     return await Connection.connect({ host: addr.host, port: addr.port, signal });
   } catch (err) {
-    // The SDK reports socket-level failures (refused, timeout, reset) as request_timeout.
-    if (err instanceof TributaryError && err.code === 'request_timeout') {
+    if (isConnectionLoss(err)) {
       throw new CliError(`error: cannot reach broker at ${formatAddress(addr)}`);
     }
     if (signal?.aborted) throw err;
@@ -70,11 +75,12 @@ export async function connect(addr: Address, signal?: AbortSignal): Promise<Conn
 
 /** Connect to the bootstrap broker, run `fn`, always close. */
 export async function withConnection<T>(bootstrap: string, fn: (conn: Connection) => Promise<T>): Promise<T> {
-  const conn = await connect(parseBootstrap(bootstrap));
+  const addr = parseBootstrap(bootstrap);
+  const conn = await connect(addr);
   try {
     return await fn(conn);
   } catch (err) {
-    throw toCliError(err);
+    throw toCliError(err, addr);
   } finally {
     await conn.close();
   }

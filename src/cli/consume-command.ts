@@ -89,6 +89,7 @@ interface PartitionState {
   offset: number;
   end: number;
   conn: Connection;
+  addr: Address;
   /** An explicit --offset outside the log: ask anyway, so the broker's OFFSET_OUT_OF_RANGE reaches the user. */
   outOfRange: boolean;
 }
@@ -136,6 +137,14 @@ export async function consume(topic: string, opts: ConsumeOptions): Promise<void
 
   /** One CONSUME; returns whether the partition made progress. */
   const fetchOnce = async (s: PartitionState, waitMs: number): Promise<boolean> => {
+    try {
+      return await fetchFrom(s, waitMs);
+    } catch (err) {
+      throw toCliError(err, s.addr);
+    }
+  };
+
+  const fetchFrom = async (s: PartitionState, waitMs: number): Promise<boolean> => {
     const req = s.conn.consume({
       topic,
       partition: s.partition,
@@ -184,8 +193,7 @@ export async function consume(topic: string, opts: ConsumeOptions): Promise<void
     // Reads go to each partition's leader. Following keeps one long-poll per partition, so each gets its
     // own connection (replies on a connection are in order: one idle partition would block the rest).
     const shared = new Map<string, Connection>([[formatAddress(bootstrap), boot]]);
-    const connFor = async (p: number): Promise<Connection> => {
-      const addr = meta.leaders[p] ?? bootstrap;
+    const connFor = async (addr: Address): Promise<Connection> => {
       if (follow) return open(addr);
       const k = formatAddress(addr);
       let c = shared.get(k);
@@ -203,7 +211,8 @@ export async function consume(topic: string, opts: ConsumeOptions): Promise<void
       const end = endOffset(o, opts.isolation);
       const start = opts.offset ?? (opts.fromBeginning ? o.earliest : end);
       const outOfRange = start < o.earliest || start > (o.leo ?? end);
-      states.push({ partition: p, offset: start, end, conn: await connFor(p), outOfRange });
+      const addr = meta.leaders[p] ?? bootstrap;
+      states.push({ partition: p, offset: start, end, conn: await connFor(addr), addr, outOfRange });
       if (stopped) return;
     }
 
@@ -225,7 +234,7 @@ export async function consume(topic: string, opts: ConsumeOptions): Promise<void
   } catch (err) {
     if (stopped) return; // errors from connections we closed on purpose
     stop();
-    throw toCliError(err);
+    throw toCliError(err, bootstrap);
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);

@@ -229,6 +229,13 @@ async function writeFileAtomic(path: string, data: string): Promise<void> {
 
 const HWM_RE = /^tributary-hwm 1 (\d+)\n$/;
 
+let silent: Logger | null = null;
+/** One shared no-op logger, so logs opened without one do not each create a stdout destination. */
+function silentLogger(): Logger {
+  silent ??= pino({ level: 'silent' });
+  return silent;
+}
+
 export class PartitionLog {
   readonly dir: string;
   readonly options: Readonly<LogOptions>;
@@ -268,7 +275,7 @@ export class PartitionLog {
   /** Opens (creating if needed) the log in `dir` and runs recovery. */
   static async open(dir: string, opts: Partial<LogOptions> = {}, logger?: Logger): Promise<PartitionLog> {
     const o = resolveOptions(opts);
-    const log = (logger ?? pino({ level: 'silent' })).child({ component: 'partition-log', dir });
+    const log = (logger ?? silentLogger()).child({ component: 'partition-log', dir });
     await mkdir(dir, { recursive: true });
     const names = await readdir(dir);
     const clean = names.includes(CLEAN_SHUTDOWN_FILE);
@@ -880,6 +887,7 @@ export class PartitionLog {
       } finally {
         this.totalBytes = this.segments.reduce((a, s) => a + s.size, 0);
       }
+      this.openClosed = this.openClosed.filter((s) => !s.deleted && s !== this.active);
       this.cache.truncateFrom(offset);
       this.cache.dropBefore(this.logStartOffset);
       this.hwm = this.clampHwm(this.hwm);

@@ -1,0 +1,307 @@
+/**
+ * Shared helpers of the benchmarks: child processes (broker, relay, workers) with guaranteed cleanup,
+ * temp directories, percentiles and table formatting.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** dist/bench → repository root. */
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
+export const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
+
+/** Wall-clock milliseconds with sub-millisecond resolution, comparable across processes on one host. */
+export function nowMs(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+/** CPU time (user + system, ms) this process used so far. */
+export function selfCpuMs(): number {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+}
+
+let clockTicks: number | undefined;
+
+/**
+ * CPU time (user + system, all threads, ms) another process used so far, from /proc (Linux; 10 ms
+ * resolution at the usual 100 Hz clock). Undefined where /proc is unavailable or the process is gone.
+ */
+export function procCpuMs(pid: number | undefined): number | undefined {
+  if (pid === undefined || process.platform !== 'linux') return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may contain spaces): state is field 3, utime 14, stime 15.
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (clockTicks === undefined) {
+      try {
+        clockTicks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+      } catch {
+        clockTicks = 100;
+      }
+    }
+    return ((Number(rest[11]) + Number(rest[12])) * 1000) / clockTicks;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Median of a list of numbers (NaN when empty). */
+export function median(xs: number[]): number {
+  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (s.length === 0) return Number.NaN;
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+// ---------------------------------------------------------------- cleanup registry
+
+const children = new Set<ChildProcess>();
+const tempDirs = new Set<string>();
+let handlersInstalled = false;
+
+export function makeTempDir(prefix: string): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.add(dir);
+  return dir;
+}
+
+export function removeTempDir(dir: string): void {
+  tempDirs.delete(dir);
+  rmSync(dir, { recursive: true, force: true });
+}
+
+/** Keep a temp dir on disk (it is no longer removed by cleanup). */
+export function keepTempDir(dir: string): void {
+  tempDirs.delete(dir);
+}
+
+/** SIGKILL every live child this process started and remove registered temp dirs. Synchronous. */
+export function cleanupAll(): void {
+  for (const c of children) {
+    if (c.exitCode === null && c.signalCode === null) {
+      try {
+        c.kill('SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  }
+  children.clear();
+  for (const d of tempDirs) {
+    try {
+      rmSync(d, { recursive: true, force: true });
+    } catch {
+      // best effort
+    }
+  }
+  tempDirs.clear();
+}
+
+/** On SIGINT/SIGTERM or process exit: kill children, remove temp dirs. */
+export function installCleanupHandlers(): void {
+  if (handlersInstalled) return;
+  handlersInstalled = true;
+  process.on('exit', cleanupAll);
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    process.on(sig, () => {
+      process.stderr.write(`\n${sig}: stopping child processes and removing temp dirs\n`);
+      cleanupAll();
+      process.exit(sig === 'SIGINT' ? 130 : 143);
+    });
+  }
+}
+
+// ---------------------------------------------------------------- child processes
+
+export interface Child {
+  proc: ChildProcess;
+  name: string;
+  /** Everything written to stderr (bounded). */
+  stderr(): string;
+  /** Resolves with the exit code (or the signal name). */
+  exited: Promise<number | string>;
+  /** Next stdout line that parses as a JSON object satisfying `pred`. */
+  waitJson<T = Record<string, unknown>>(pred: (o: Record<string, unknown>) => boolean, timeoutMs: number): Promise<T>;
+  /** Next stdout line matching `re`. */
+  waitLine(re: RegExp, timeoutMs: number): Promise<RegExpExecArray>;
+  /** SIGTERM, then SIGKILL after `graceMs`; resolves on exit. */
+  stop(graceMs?: number): Promise<number | string>;
+}
+
+export interface SpawnOptions {
+  nodeArgs?: string[];
+  /** Pipe stdin (for workers that listen to commands on it); otherwise ignored. */
+  stdin?: boolean;
+  /** Echo stderr lines with a prefix as they arrive. */
+  echoStderr?: boolean;
+}
+
+/** Spawn `node [nodeArgs] script args` with line-based stdout handling, registered for cleanup. */
+export function spawnNode(name: string, script: string, args: string[], opts: SpawnOptions = {}): Child {
+  const proc = spawn(process.execPath, [...(opts.nodeArgs ?? []), script, ...args], {
+    stdio: [opts.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+    cwd: ROOT,
+  });
+  children.add(proc);
+  let err = '';
+  let out = '';
+  const lines: string[] = [];
+  let lineWaiters: Array<() => void> = [];
+  const exited = new Promise<number | string>((resolve) => {
+    proc.once('exit', (code, signal) => {
+      children.delete(proc);
+      resolve(code ?? signal ?? 'unknown');
+      for (const w of lineWaiters) w();
+      lineWaiters = [];
+    });
+  });
+  proc.stdout!.setEncoding('utf8');
+  proc.stdout!.on('data', (d: string) => {
+    out += d;
+    let nl = out.indexOf('\n');
+    while (nl >= 0) {
+      lines.push(out.slice(0, nl));
+      out = out.slice(nl + 1);
+      nl = out.indexOf('\n');
+    }
+    for (const w of lineWaiters) w();
+    lineWaiters = [];
+  });
+  proc.stderr!.setEncoding('utf8');
+  proc.stderr!.on('data', (d: string) => {
+    err += d;
+    if (err.length > 200_000) err = err.slice(-100_000);
+    if (opts.echoStderr) process.stderr.write(d.replace(/^(?=.)/gm, `[${name}] `));
+  });
+  proc.once('error', (e) => {
+    err += `spawn error: ${e.message}\n`;
+  });
+
+  let lineCursor = 0;
+  const nextLine = <T>(match: (line: string) => T | undefined, timeoutMs: number, what: string): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        finish();
+        reject(new Error(`${name}: timed out after ${timeoutMs} ms waiting for ${what}\nstderr: ${tail(err)}`));
+      }, timeoutMs);
+      let done = false;
+      const finish = () => {
+        done = true;
+        clearTimeout(timer);
+      };
+      const check = () => {
+        if (done) return;
+        while (lineCursor < lines.length) {
+          const line = lines[lineCursor++]!;
+          const m = match(line);
+          if (m !== undefined) {
+            finish();
+            resolve(m);
+            return;
+          }
+        }
+        if (proc.exitCode !== null || proc.signalCode !== null) {
+          finish();
+          reject(new Error(`${name} exited (${proc.exitCode ?? proc.signalCode}) before ${what}\nstderr: ${tail(err)}`));
+          return;
+        }
+        lineWaiters.push(check);
+      };
+      check();
+    });
+
+  const child: Child = {
+    proc,
+    name,
+    stderr: () => err,
+    exited,
+    waitJson: <T>(pred: (o: Record<string, unknown>) => boolean, timeoutMs: number) =>
+      nextLine<T>(
+        (line) => {
+          if (!line.startsWith('{')) return undefined;
+          try {
+            const o = JSON.parse(line) as Record<string, unknown>;
+            return pred(o) ? (o as T) : undefined;
+          } catch {
+            return undefined;
+          }
+        },
+        timeoutMs,
+        'its JSON report',
+      ),
+    waitLine: (re: RegExp, timeoutMs: number) => nextLine((line) => re.exec(line) ?? undefined, timeoutMs, `a line matching ${re}`),
+    stop: async (graceMs = 15_000) => {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGTERM');
+        const timer = setTimeout(() => proc.kill('SIGKILL'), graceMs);
+        const code = await exited;
+        clearTimeout(timer);
+        return code;
+      }
+      return exited;
+    },
+  };
+  return child;
+}
+
+function tail(s: string, n = 4000): string {
+  return s.length > n ? `...${s.slice(-n)}` : s;
+}
+
+// ---------------------------------------------------------------- broker
+
+export interface BrokerHandle {
+  child: Child;
+  host: string;
+  port: number;
+  dataDir: string;
+}
+
+/**
+ * `tributary broker start` on free loopback ports (port 0, read back from its listening line).
+ * `nodeArgs` go to node itself (e.g. --cpu-prof), `args` to `broker start` (e.g. --flush os).
+ */
+export async function startBroker(dataDir: string, opts: { nodeArgs?: string[]; args?: string[]; echoStderr?: boolean } = {}): Promise<BrokerHandle> {
+  const args = ['broker', 'start', '--host', '127.0.0.1', '--port', '0', '--health-port', '0', '--data-dir', dataDir, '--log-level', 'warn', ...(opts.args ?? [])];
+  const child = spawnNode('broker', CLI, args, { nodeArgs: opts.nodeArgs, echoStderr: opts.echoStderr });
+  const m = await child.waitLine(/listening on ([^\s]+):(\d+) \(health/, 30_000);
+  return { child, host: '127.0.0.1', port: Number(m[2]), dataDir };
+}
+
+// ---------------------------------------------------------------- statistics and formatting
+
+/** Nearest-rank percentile of an ascending-sorted array (p in 0..100). */
+export function percentile(sorted: ArrayLike<number>, p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))]!;
+}
+
+export function fmtInt(n: number): string {
+  return Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '-';
+}
+
+export function fmtFixed(n: number, digits: number): string {
+  return Number.isFinite(n) ? n.toFixed(digits) : '-';
+}
+
+/** Right-aligned text table (first column left-aligned). */
+export function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
+}
+
+/** Split "--a --b=c" style option strings into an argv array (whitespace separated, no quoting). */
+export function splitArgs(s: string | undefined): string[] {
+  return s ? s.split(/\s+/).filter(Boolean) : [];
+}
+
+/** Print one JSON line on stdout (worker → orchestrator reports). */
+export function report(obj: Record<string, unknown>): void {
+  process.stdout.write(`${JSON.stringify(obj)}\n`);
+}

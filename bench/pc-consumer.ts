@@ -1,0 +1,253 @@
+/**
+ * Consumer worker of the produce-consume benchmark (a child process).
+ *
+ *   node dist/bench/pc-consumer.js --host H --port P --topic T --partitions 12 --count N --size S
+ *        [--target broker|relay] [--fetch-records 5000] [--fetch-bytes 4194304] [--linger-ms 300]
+ *        [--grace-ms 10000]
+ *
+ * One push-stream connection per partition (broker: `STREAM topic= partition= offset=0`; relay:
+ * `STREAM partition=`, the relay spreads frames over the connections). Every batch frame is decoded with
+ * the protocol's decodeBatch; each record's id is checked against a bitmap of N ids (missing, duplicate,
+ * foreign) and its end-to-end latency (receive time − send time in the payload) recorded.
+ *
+ * Prints {"event":"ready"} once the streams are open, then one {"event":"result",...} line when all N
+ * ids arrived (plus `linger-ms` to catch late duplicates), or when `done` was written to stdin (the
+ * producer finished) and nothing new arrived for `grace-ms`.
+ */
+import net from 'node:net';
+import { parseArgs } from 'node:util';
+import { decodeBatch, isBatchBody } from '../src/protocol/batch.js';
+import { formatLine } from '../src/protocol/command.js';
+import { FrameDecoder, encodeFrame } from '../src/protocol/frame.js';
+import { nowMs, percentile, report, selfCpuMs } from './lib.js';
+import { PAYLOAD_HEADER_BYTES } from './pc-payload.js';
+
+const { values: a } = parseArgs({
+  options: {
+    host: { type: 'string', default: '127.0.0.1' },
+    port: { type: 'string' },
+    topic: { type: 'string', default: 'bench' },
+    partitions: { type: 'string', default: '12' },
+    count: { type: 'string' },
+    size: { type: 'string' },
+    target: { type: 'string', default: 'broker' },
+    'fetch-records': { type: 'string', default: '5000' },
+    'fetch-bytes': { type: 'string', default: String(4 * 1024 * 1024) },
+    'linger-ms': { type: 'string', default: '300' },
+    'grace-ms': { type: 'string', default: '10000' },
+  },
+});
+
+function int(name: string, v: string | undefined, min = 0): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < min) {
+    process.stderr.write(`pc-consumer: --${name} must be an integer >= ${min} (got ${v})\n`);
+    process.exit(2);
+  }
+  return n;
+}
+
+const host = a.host!;
+const port = int('port', a.port, 1);
+const topic = a.topic!;
+const partitions = int('partitions', a.partitions, 1);
+const total = int('count', a.count, 1);
+const size = int('size', a.size, PAYLOAD_HEADER_BYTES);
+const target = a.target === 'relay' ? 'relay' : 'broker';
+const fetchRecords = int('fetch-records', a['fetch-records'], 1);
+const fetchBytes = int('fetch-bytes', a['fetch-bytes'], 1);
+const lingerMs = int('linger-ms', a['linger-ms']);
+const graceMs = int('grace-ms', a['grace-ms']);
+
+const seen = new Uint8Array(total);
+const latency = new Float64Array(total);
+let unique = 0;
+let duplicates = 0;
+let foreign = 0;
+let badSize = 0;
+/** Broker only: records whose offset was not the next one of their partition. */
+let offsetGaps = 0;
+let frames = 0;
+let firstAt = 0;
+let lastAt = 0;
+let lastProgressAt = nowMs();
+let finished = false;
+let producerDone = false;
+const nextOffset = new Array<number>(partitions).fill(0);
+
+function fail(msg: string): never {
+  process.stderr.write(`pc-consumer: ${msg}\n`);
+  process.exit(1);
+}
+
+function onBatch(body: Buffer): void {
+  const t = nowMs();
+  const batch = decodeBatch(body);
+  const recs = batch.records;
+  if (recs.length === 0) return;
+  frames++;
+  if (firstAt === 0) firstAt = t;
+  const before = unique;
+  const checkOffsets = target === 'broker';
+  for (let i = 0; i < recs.length; i++) {
+    const r = recs[i]!;
+    const v = r.value;
+    if (v.length !== size) {
+      badSize++;
+      continue;
+    }
+    if (checkOffsets) {
+      const p = batch.partition;
+      if (r.offset !== nextOffset[p]) offsetGaps++;
+      nextOffset[p] = r.offset + 1;
+    }
+    const id = v.readUInt32LE(0);
+    if (id >= total) {
+      foreign++;
+      continue;
+    }
+    if (seen[id] !== 0) {
+      duplicates++;
+      continue;
+    }
+    seen[id] = 1;
+    latency[unique++] = t - v.readDoubleLE(4);
+  }
+  if (unique > before) {
+    lastAt = t;
+    lastProgressAt = t;
+    if (unique === total) setTimeout(finish, lingerMs);
+  }
+}
+
+class StreamConnection {
+  private readonly decoder = new FrameDecoder();
+  subscribed: () => void = () => {};
+
+  constructor(
+    readonly socket: net.Socket,
+    readonly partition: number,
+  ) {
+    socket.setNoDelay(true);
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    socket.on('error', (e) => {
+      if (!finished) fail(`partition ${partition}: connection error: ${e.message}`);
+    });
+    socket.on('close', () => {
+      if (!finished) fail(`partition ${partition}: connection closed by the server`);
+    });
+  }
+
+  open(): Promise<void> {
+    if (target === 'broker') {
+      const line = formatLine('STREAM', { topic, partition: this.partition, offset: 0, batch: fetchRecords, max_bytes: fetchBytes });
+      this.socket.write(encodeFrame(line));
+      return Promise.resolve();
+    }
+    // The relay answers OK once the connection is registered as a consumer.
+    return new Promise<void>((resolve) => {
+      this.subscribed = resolve;
+      this.socket.write(encodeFrame(`STREAM partition=${this.partition}`));
+    });
+  }
+
+  private onData(chunk: Buffer): void {
+    let bodies: Buffer[];
+    try {
+      bodies = this.decoder.push(chunk);
+    } catch (err) {
+      fail(`bad framing: ${(err as Error).message}`);
+    }
+    for (const body of bodies) {
+      if (body.length === 0) continue; // keepalive
+      if (isBatchBody(body)) {
+        try {
+          onBatch(body);
+        } catch (err) {
+          fail(`partition ${this.partition}: undecodable batch: ${(err as Error).message}`);
+        }
+        continue;
+      }
+      const text = body.toString('utf8');
+      if (text === 'OK') {
+        this.subscribed();
+        continue;
+      }
+      if (finished) continue;
+      fail(`partition ${this.partition}: unexpected frame: ${text.slice(0, 300)}`);
+    }
+  }
+}
+
+function connect(): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect({ host, port });
+    s.once('connect', () => {
+      s.off('error', reject);
+      resolve(s);
+    });
+    s.once('error', reject);
+  });
+}
+
+function finish(): void {
+  if (finished) return;
+  finished = true;
+  const elapsedMs = lastAt - firstAt;
+  const lat = latency.subarray(0, unique).sort();
+  let sum = 0;
+  for (let i = 0; i < lat.length; i++) sum += lat[i]!;
+  const recordsPerSec = elapsedMs > 0 ? (unique / elapsedMs) * 1000 : Number.NaN;
+  report({
+    event: 'result',
+    cpuMs: selfCpuMs() - cpuAtReady,
+    target,
+    records: unique,
+    missing: total - unique,
+    duplicates,
+    foreign,
+    badSize,
+    offsetGaps,
+    frames,
+    elapsedMs,
+    recordsPerSec,
+    mbPerSec: (recordsPerSec * size) / 1e6,
+    p50Ms: percentile(lat, 50),
+    p99Ms: percentile(lat, 99),
+    maxMs: lat.length > 0 ? lat[lat.length - 1] : null,
+    meanMs: lat.length > 0 ? sum / lat.length : null,
+  });
+  for (const c of conns) c.socket.destroy();
+  process.exitCode = 0;
+  // stdin may keep the loop alive
+  setImmediate(() => process.exit(0));
+}
+
+// `done` on stdin: the producer finished; stop once nothing new arrives for grace-ms.
+process.stdin.setEncoding('utf8');
+process.stdin.on('data', (d: string) => {
+  if (!d.includes('done') || producerDone) return;
+  producerDone = true;
+  lastProgressAt = Math.max(lastProgressAt, nowMs());
+  const tick = setInterval(() => {
+    if (finished) return clearInterval(tick);
+    if (nowMs() - lastProgressAt >= graceMs) {
+      clearInterval(tick);
+      finish();
+    }
+  }, 100);
+});
+process.stdin.on('end', () => {
+  // The orchestrator is gone: do not linger as an orphan.
+  if (!finished) process.exit(1);
+});
+
+const conns: StreamConnection[] = [];
+try {
+  for (let p = 0; p < partitions; p++) conns.push(new StreamConnection(await connect(), p));
+} catch (err) {
+  fail(`connect ${host}:${port}: ${(err as Error).message}`);
+}
+await Promise.all(conns.map((c) => c.open()));
+const cpuAtReady = selfCpuMs();
+report({ event: 'ready' });

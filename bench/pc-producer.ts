@@ -1,0 +1,178 @@
+/**
+ * Producer worker of the produce-consume benchmark (a child process).
+ *
+ *   node dist/bench/pc-producer.js --host H --port P --topic T --partitions 12 --count N --size S
+ *        --batch B --connections C --in-flight W [--target broker|relay]
+ *
+ * Sends N records as binary batch frames (acks=1), partitions round-robin by batch, over C connections
+ * with up to W unacknowledged batches each. Every record carries its id and send time (see pc-payload).
+ * Reports one JSON line on stdout: {"event":"result", records, elapsedMs, recordsPerSec, ackP50Ms, ...}.
+ * Works unchanged against the relay, which acks every frame with one small reply frame.
+ */
+import net from 'node:net';
+import { parseArgs } from 'node:util';
+import { FrameDecoder } from '../src/protocol/frame.js';
+import { nowMs, percentile, report, selfCpuMs } from './lib.js';
+import { BatchTemplate } from './pc-payload.js';
+
+const { values: a } = parseArgs({
+  options: {
+    host: { type: 'string', default: '127.0.0.1' },
+    port: { type: 'string' },
+    topic: { type: 'string', default: 'bench' },
+    partitions: { type: 'string', default: '12' },
+    count: { type: 'string' },
+    size: { type: 'string' },
+    batch: { type: 'string', default: '500' },
+    connections: { type: 'string', default: '4' },
+    'in-flight': { type: 'string', default: '16' },
+    target: { type: 'string', default: 'broker' },
+  },
+});
+
+function int(name: string, v: string | undefined, min = 1): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < min) {
+    process.stderr.write(`pc-producer: --${name} must be an integer >= ${min} (got ${v})\n`);
+    process.exit(2);
+  }
+  return n;
+}
+
+const host = a.host!;
+const port = int('port', a.port);
+const topic = a.topic!;
+const partitions = int('partitions', a.partitions);
+const total = int('count', a.count);
+const size = int('size', a.size, 12);
+const batchSize = Math.min(int('batch', a.batch), total);
+const connections = int('connections', a.connections);
+const window = int('in-flight', a['in-flight']);
+
+const batches = Math.ceil(total / batchSize);
+const fullTemplate = new BatchTemplate(topic, batchSize, size);
+const lastCount = total - (batches - 1) * batchSize;
+const lastTemplate = lastCount === batchSize ? fullTemplate : new BatchTemplate(topic, lastCount, size);
+
+let nextBatch = 0;
+let ackedRecords = 0;
+let ackedBatches = 0;
+let startedAt = 0;
+let bytesSent = 0;
+const ackLatency = new Float64Array(batches);
+let finished = false;
+
+function fail(msg: string): never {
+  process.stderr.write(`pc-producer: ${msg}\n`);
+  process.exit(1);
+}
+
+interface InFlight {
+  sentAt: number;
+  count: number;
+}
+
+class ProducerConnection {
+  private readonly decoder = new FrameDecoder();
+  private readonly inflight: InFlight[] = [];
+  private head = 0;
+
+  constructor(readonly socket: net.Socket) {
+    socket.setNoDelay(true);
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    socket.on('error', (e) => {
+      if (!finished) fail(`connection error: ${e.message}`);
+    });
+    socket.on('close', () => {
+      if (!finished) fail('connection closed by the server');
+    });
+  }
+
+  get pending(): number {
+    return this.inflight.length - this.head;
+  }
+
+  /** Send batches while the window has room. */
+  pump(): void {
+    if (this.pending >= window || nextBatch >= batches) return;
+    this.socket.cork();
+    while (this.pending < window && nextBatch < batches) {
+      const k = nextBatch++;
+      const tpl = k === batches - 1 ? lastTemplate : fullTemplate;
+      const sentAt = nowMs();
+      const frame = tpl.build(k % partitions, k * batchSize, sentAt);
+      bytesSent += frame.length;
+      this.inflight.push({ sentAt, count: tpl.valueAt.length });
+      this.socket.write(frame);
+    }
+    this.socket.uncork();
+  }
+
+  private onData(chunk: Buffer): void {
+    let frames: Buffer[];
+    try {
+      frames = this.decoder.push(chunk);
+    } catch (err) {
+      fail(`bad reply framing: ${(err as Error).message}`);
+    }
+    const now = nowMs();
+    for (const body of frames) {
+      if (body.length === 0) continue;
+      // Broker: {"status":"OK","partition":..,"count":n}; relay: {"status":"OK"}; errors: "ERROR: ...".
+      if (body[0] !== 0x7b /* { */) fail(`produce failed: ${body.toString('utf8', 0, Math.min(body.length, 300))}`);
+      const req = this.inflight[this.head++];
+      if (!req) fail('reply without a request');
+      ackLatency[ackedBatches++] = now - req.sentAt;
+      ackedRecords += req.count;
+    }
+    if (this.head > 1024 && this.head * 2 > this.inflight.length) {
+      this.inflight.splice(0, this.head);
+      this.head = 0;
+    }
+    if (ackedRecords >= total) done();
+    else this.pump();
+  }
+}
+
+function connect(): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect({ host, port });
+    s.once('connect', () => {
+      s.off('error', reject);
+      resolve(s);
+    });
+    s.once('error', reject);
+  });
+}
+
+function done(): void {
+  if (finished) return;
+  finished = true;
+  const elapsedMs = nowMs() - startedAt;
+  const lat = ackLatency.subarray(0, ackedBatches).sort();
+  report({
+    event: 'result',
+    cpuMs: selfCpuMs() - cpuAtStart,
+    target: a.target,
+    records: ackedRecords,
+    batches: ackedBatches,
+    bytesSent,
+    elapsedMs,
+    recordsPerSec: (ackedRecords / elapsedMs) * 1000,
+    ackP50Ms: percentile(lat, 50),
+    ackP99Ms: percentile(lat, 99),
+    ackMaxMs: lat.length > 0 ? lat[lat.length - 1] : null,
+  });
+  for (const c of conns) c.socket.destroy();
+  process.exitCode = 0;
+}
+
+const conns: ProducerConnection[] = [];
+try {
+  for (let i = 0; i < connections; i++) conns.push(new ProducerConnection(await connect()));
+} catch (err) {
+  fail(`connect ${host}:${port}: ${(err as Error).message}`);
+}
+const cpuAtStart = selfCpuMs();
+startedAt = nowMs();
+for (const c of conns) c.pump();

@@ -1,0 +1,397 @@
+/**
+ * produce-consume: one producer process and one consumer process against a broker process, and the same
+ * workload through a zero-logic relay (bench/relay.ts), in the same run.
+ *
+ * Default workloads: 1,000,000 records of 100 B and 200,000 of 1 KiB, 12 partitions. For each workload
+ * and target it prints records/s and MB/s (consumer side, first to last record), end-to-end p50/p99
+ * latency (consumer receive time − producer send time, every record), missing and duplicate counts, the
+ * producer's acked rate and per-batch ack latency; then the broker/relay records/s ratio. Missing,
+ * duplicate or foreign records, offset gaps, or a failed worker fail the run (exit 1).
+ */
+import { parseArgs } from 'node:util';
+import path from 'node:path';
+import { Connection } from '../src/client/connection.js';
+import {
+  BENCH_DIR,
+  type Child,
+  fmtFixed,
+  fmtInt,
+  installCleanupHandlers,
+  keepTempDir,
+  makeTempDir,
+  median,
+  procCpuMs,
+  removeTempDir,
+  spawnNode,
+  splitArgs,
+  startBroker,
+  table,
+} from './lib.js';
+
+export const description = 'producer + consumer processes against the broker and a zero-logic relay (records/s, MB/s, e2e latency)';
+
+type Target = 'broker' | 'relay';
+
+interface Workload {
+  size: number;
+  count: number;
+  batch: number;
+}
+
+interface Options {
+  workloads: Workload[];
+  targets: Target[];
+  partitions: number;
+  connections: number;
+  inFlight: number;
+  fetchRecords: number;
+  fetchBytes: number;
+  brokerArgs: string[];
+  brokerNodeArgs: string[];
+  relayNodeArgs: string[];
+  keepData: boolean;
+  timeoutMs: number;
+  repeat: number;
+  verbose: boolean;
+}
+
+interface ProducerReport {
+  cpuMs: number;
+  records: number;
+  elapsedMs: number;
+  recordsPerSec: number;
+  ackP50Ms: number;
+  ackP99Ms: number;
+}
+
+interface ConsumerReport {
+  cpuMs: number;
+  records: number;
+  missing: number;
+  duplicates: number;
+  foreign: number;
+  badSize: number;
+  offsetGaps: number;
+  elapsedMs: number;
+  recordsPerSec: number;
+  mbPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+}
+
+interface RunResult {
+  target: Target;
+  producer?: ProducerReport;
+  consumer?: ConsumerReport;
+  /** CPU ms (all threads) the broker or relay process used between setup and the consumer's report. */
+  serverCpuMs?: number;
+  /** Broker only: records in the log after the run (sum of the partitions' log end offsets). */
+  logRecords?: number;
+  error?: string;
+  problems: string[];
+}
+
+const TOPIC = 'bench';
+const DEFAULT_WORKLOADS: Array<{ size: number; count: number }> = [
+  { size: 100, count: 1_000_000 },
+  { size: 1024, count: 200_000 },
+];
+
+const USAGE = `usage: bench produce-consume [options]
+
+  --records-scale <f>      multiply record counts (e.g. 0.1 for a quick run)        [1]
+  --size <bytes>           only this record size (default workloads: 100 and 1024)
+  --count <n>              record count (before scaling) for every workload
+  --batch <n>              records per produced batch     [500 for <= 256 B, else 100]
+  --partitions <n>                                                                 [12]
+  --connections <n>        producer connections                                     [4]
+  --in-flight <n>          unacknowledged batches per producer connection          [16]
+  --fetch-records <n>      STREAM batch= (records per pushed frame)              [5000]
+  --fetch-bytes <n>        STREAM max_bytes=                                  [4194304]
+  --targets <list>         broker,relay                                   [broker,relay]
+  --broker-args "<args>"   extra 'broker start' flags, e.g. "--flush os"
+  --broker-node-args "<a>" node flags for the broker, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
+  --relay-node-args "<a>"  node flags for the relay
+  --keep-data              keep the broker data dirs and relay files
+  --timeout-s <n>          per-run timeout                                        [600]
+  --repeat <n>             run each target n times (alternating); ratio of medians  [1]
+  --verbose                echo child stderr
+`;
+
+/** Options whose values are flag lists ("--flush os"): glue `--opt value` into `--opt=value` for parseArgs. */
+const PASSTHROUGH = new Set(['--broker-args', '--broker-node-args', '--relay-node-args']);
+
+function glueValues(argv: string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (PASSTHROUGH.has(a) && i + 1 < argv.length) out.push(`${a}=${argv[++i]}`);
+    else out.push(a);
+  }
+  return out;
+}
+
+function parseOptions(argv: string[]): Options | string {
+  const { values: v } = parseArgs({
+    args: glueValues(argv),
+    strict: true,
+    options: {
+      'records-scale': { type: 'string', default: '1' },
+      size: { type: 'string' },
+      count: { type: 'string' },
+      batch: { type: 'string' },
+      partitions: { type: 'string', default: '12' },
+      connections: { type: 'string', default: '4' },
+      'in-flight': { type: 'string', default: '16' },
+      'fetch-records': { type: 'string', default: '5000' },
+      'fetch-bytes': { type: 'string', default: String(4 * 1024 * 1024) },
+      targets: { type: 'string', default: 'broker,relay' },
+      'broker-args': { type: 'string' },
+      'broker-node-args': { type: 'string' },
+      'relay-node-args': { type: 'string' },
+      'keep-data': { type: 'boolean', default: false },
+      'timeout-s': { type: 'string', default: '600' },
+      repeat: { type: 'string', default: '1' },
+      verbose: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (v.help) return '';
+  const int = (name: string, s: string | undefined, min: number): number => {
+    const n = Number(s);
+    if (!Number.isSafeInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min} (got ${s})`);
+    return n;
+  };
+  const scale = Number(v['records-scale']);
+  if (!(scale > 0)) throw new Error(`--records-scale must be a positive number (got ${v['records-scale']})`);
+  const size = v.size === undefined ? undefined : int('size', v.size, 12);
+  const count = v.count === undefined ? undefined : int('count', v.count, 1);
+  const base = size === undefined ? DEFAULT_WORKLOADS : [{ size, count: DEFAULT_WORKLOADS.find((w) => w.size === size)?.count ?? 200_000 }];
+  const workloads = base.map((w) => ({
+    size: w.size,
+    count: Math.max(1, Math.round((count ?? w.count) * scale)),
+    batch: v.batch === undefined ? (w.size <= 256 ? 500 : 100) : int('batch', v.batch, 1),
+  }));
+  const targets = (v.targets ?? '').split(',').map((t) => t.trim()).filter(Boolean);
+  for (const t of targets) if (t !== 'broker' && t !== 'relay') throw new Error(`unknown target ${t} (broker, relay)`);
+  if (targets.length === 0) throw new Error('--targets is empty');
+  return {
+    workloads,
+    targets: targets as Target[],
+    partitions: int('partitions', v.partitions, 1),
+    connections: int('connections', v.connections, 1),
+    inFlight: int('in-flight', v['in-flight'], 1),
+    fetchRecords: int('fetch-records', v['fetch-records'], 1),
+    fetchBytes: int('fetch-bytes', v['fetch-bytes'], 1),
+    brokerArgs: splitArgs(v['broker-args']),
+    brokerNodeArgs: splitArgs(v['broker-node-args']),
+    relayNodeArgs: splitArgs(v['relay-node-args']),
+    keepData: v['keep-data'] === true,
+    timeoutMs: int('timeout-s', v['timeout-s'], 1) * 1000,
+    repeat: int('repeat', v.repeat, 1),
+    verbose: v.verbose === true,
+  };
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p.finally(() => clearTimeout(timer)),
+    new Promise<T>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what} did not finish within ${ms / 1000} s`)), ms);
+    }),
+  ]);
+}
+
+async function createTopic(host: string, port: number, partitions: number): Promise<void> {
+  const conn = await Connection.connect({ host, port });
+  try {
+    await conn.command('CREATE', { topic: TOPIC, partitions });
+  } finally {
+    await conn.close();
+  }
+}
+
+/** Sum of the partitions' log end offsets: how many records the broker holds. */
+async function logRecordCount(host: string, port: number): Promise<number> {
+  const conn = await Connection.connect({ host, port });
+  try {
+    const reply = await conn.command('LIST_OFFSETS', { topic: TOPIC });
+    let sum = 0;
+    for (const m of reply.matchAll(/:leo=(\d+)/g)) sum += Number(m[1]);
+    return sum;
+  } finally {
+    await conn.close();
+  }
+}
+
+async function runOnce(w: Workload, target: Target, o: Options): Promise<RunResult> {
+  const result: RunResult = { target, problems: [] };
+  const dir = makeTempDir(`tributary-bench-${target}-`);
+  let server: Child | undefined;
+  let consumer: Child | undefined;
+  let producer: Child | undefined;
+  let host = '127.0.0.1';
+  let port = 0;
+  try {
+    if (target === 'broker') {
+      const b = await startBroker(path.join(dir, 'data'), { nodeArgs: o.brokerNodeArgs, args: o.brokerArgs, echoStderr: o.verbose });
+      server = b.child;
+      host = b.host;
+      port = b.port;
+      await createTopic(host, port, o.partitions);
+    } else {
+      server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log')], { nodeArgs: o.relayNodeArgs, echoStderr: o.verbose });
+      const m = await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000);
+      port = Number(m[2]);
+    }
+    const cpu0 = procCpuMs(server.proc.pid);
+    const common = ['--host', host, '--port', String(port), '--topic', TOPIC, '--partitions', String(o.partitions), '--count', String(w.count), '--size', String(w.size), '--target', target];
+    consumer = spawnNode('consumer', path.join(BENCH_DIR, 'pc-consumer.js'), [...common, '--fetch-records', String(o.fetchRecords), '--fetch-bytes', String(o.fetchBytes)], {
+      stdin: true,
+      echoStderr: o.verbose,
+    });
+    await consumer.waitJson((x) => x.event === 'ready', 30_000);
+    const consumerResult = consumer.waitJson<ConsumerReport>((x) => x.event === 'result', o.timeoutMs);
+    consumerResult.catch(() => {}); // awaited below; the producer may fail first
+    producer = spawnNode('producer', path.join(BENCH_DIR, 'pc-producer.js'), [...common, '--batch', String(w.batch), '--connections', String(o.connections), '--in-flight', String(o.inFlight)], {
+      echoStderr: o.verbose,
+    });
+    result.producer = await producer.waitJson<ProducerReport>((x) => x.event === 'result', o.timeoutMs);
+    const pcode = await withTimeout(producer.exited, 10_000, 'producer exit');
+    if (pcode !== 0) throw new Error(`producer exited with ${pcode}\n${producer.stderr()}`);
+    consumer.proc.stdin?.write('done\n');
+    result.consumer = await consumerResult;
+    const cpu1 = procCpuMs(server.proc.pid);
+    if (cpu0 !== undefined && cpu1 !== undefined) result.serverCpuMs = cpu1 - cpu0;
+    await withTimeout(consumer.exited, 10_000, 'consumer exit');
+    if (target === 'broker') result.logRecords = await logRecordCount(host, port);
+  } catch (err) {
+    result.error = err instanceof Error ? err.message : String(err);
+  } finally {
+    for (const c of [producer, consumer]) {
+      if (c && c.proc.exitCode === null && c.proc.signalCode === null) c.proc.kill('SIGKILL');
+    }
+    if (server) {
+      const code = await server.stop(30_000);
+      if (code !== 0 && !result.error) result.problems.push(`${server.name} exited with ${code}: ${server.stderr().slice(-2000)}`);
+    }
+    if (o.keepData) {
+      keepTempDir(dir);
+      process.stderr.write(`kept ${target} data in ${dir}\n`);
+    } else {
+      removeTempDir(dir);
+    }
+  }
+  const c = result.consumer;
+  if (c) {
+    if (c.missing > 0) result.problems.push(`${c.missing} missing records`);
+    if (c.duplicates > 0) result.problems.push(`${c.duplicates} duplicate records`);
+    if (c.foreign > 0) result.problems.push(`${c.foreign} records with unknown ids`);
+    if (c.badSize > 0) result.problems.push(`${c.badSize} records of the wrong size`);
+    if (c.offsetGaps > 0) result.problems.push(`${c.offsetGaps} offset gaps`);
+  }
+  if (result.logRecords !== undefined && result.logRecords !== w.count) result.problems.push(`broker log holds ${result.logRecords} records, expected ${w.count}`);
+  if (result.error) result.problems.push(result.error);
+  return result;
+}
+
+const perRecordUs = (ms: number | undefined, records: number) => (ms === undefined ? Number.NaN : (ms * 1000) / records);
+
+function printResults(w: Workload, o: Options, results: RunResult[]): void {
+  const label = (r: RunResult, i: number) => (o.repeat > 1 ? `${r.target} #${i}` : r.target);
+  const counters: Record<string, number> = {};
+  const numbered = results.map((r) => {
+    counters[r.target] = (counters[r.target] ?? 0) + 1;
+    return { r, name: label(r, counters[r.target]!) };
+  });
+  const rows = numbered.map(({ r, name }) => {
+    const c = r.consumer;
+    const p = r.producer;
+    return [
+      name,
+      c ? fmtInt(c.recordsPerSec) : 'FAILED',
+      c ? fmtFixed(c.mbPerSec, 2) : '-',
+      c ? fmtFixed(c.p50Ms, 1) : '-',
+      c ? fmtFixed(c.p99Ms, 1) : '-',
+      c ? String(c.missing) : '-',
+      c ? String(c.duplicates) : '-',
+      p ? fmtInt(p.recordsPerSec) : '-',
+      p ? fmtFixed(p.ackP50Ms, 1) : '-',
+      p ? fmtFixed(p.ackP99Ms, 1) : '-',
+      fmtFixed(perRecordUs(r.serverCpuMs, w.count), 2),
+      fmtFixed(perRecordUs(p?.cpuMs, w.count), 2),
+      fmtFixed(perRecordUs(c?.cpuMs, w.count), 2),
+    ];
+  });
+  const byTarget = (t: Target) => results.filter((r) => r.target === t && r.consumer);
+  const med = (t: Target, f: (r: RunResult) => number | undefined) => median(byTarget(t).map((r) => f(r) ?? Number.NaN));
+  if (o.repeat > 1) {
+    for (const t of o.targets) {
+      if (byTarget(t).length === 0) continue;
+      rows.push([
+        `${t} median`,
+        fmtInt(med(t, (r) => r.consumer?.recordsPerSec)),
+        fmtFixed(med(t, (r) => r.consumer?.mbPerSec), 2),
+        fmtFixed(med(t, (r) => r.consumer?.p50Ms), 1),
+        fmtFixed(med(t, (r) => r.consumer?.p99Ms), 1),
+        '',
+        '',
+        fmtInt(med(t, (r) => r.producer?.recordsPerSec)),
+        fmtFixed(med(t, (r) => r.producer?.ackP50Ms), 1),
+        fmtFixed(med(t, (r) => r.producer?.ackP99Ms), 1),
+        fmtFixed(med(t, (r) => perRecordUs(r.serverCpuMs, w.count)), 2),
+        fmtFixed(med(t, (r) => perRecordUs(r.producer?.cpuMs, w.count)), 2),
+        fmtFixed(med(t, (r) => perRecordUs(r.consumer?.cpuMs, w.count)), 2),
+      ]);
+    }
+  }
+  const header = ['target', 'records/s', 'MB/s', 'p50 ms', 'p99 ms', 'missing', 'duplicates', 'producer rec/s', 'ack p50 ms', 'ack p99 ms', 'server cpu us/rec', 'prod cpu us/rec', 'cons cpu us/rec'];
+  process.stdout.write(`${table(header, rows)}\n`);
+  const b = med('broker', (r) => r.consumer?.recordsPerSec);
+  const rl = med('relay', (r) => r.consumer?.recordsPerSec);
+  if (Number.isFinite(b) && Number.isFinite(rl)) process.stdout.write(`ratio broker/relay records/s: ${(b / rl).toFixed(2)}\n`);
+  const bc = med('broker', (r) => perRecordUs(r.serverCpuMs, w.count));
+  const rc = med('relay', (r) => perRecordUs(r.serverCpuMs, w.count));
+  if (Number.isFinite(bc) && Number.isFinite(rc) && rc > 0) process.stdout.write(`server CPU per record broker/relay: ${(bc / rc).toFixed(1)}x\n`);
+}
+
+function describeWorkload(w: Workload, o: Options): string {
+  return `workload: ${fmtInt(w.count)} records x ${w.size} B, ${o.partitions} partitions, batches of ${w.batch}, ${o.connections} producer connections x ${o.inFlight} in flight, acks=1`;
+}
+
+export async function run(argv: string[]): Promise<number> {
+  let o: Options;
+  try {
+    const parsed = parseOptions(argv);
+    if (typeof parsed === 'string') {
+      process.stdout.write(USAGE);
+      return 0;
+    }
+    o = parsed;
+  } catch (err) {
+    process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n\n${USAGE}`);
+    return 2;
+  }
+  installCleanupHandlers();
+  process.stdout.write(`produce-consume (node ${process.version}, broker args: ${o.brokerArgs.join(' ') || '(defaults: flush=always)'})\n`);
+  let failed = false;
+  for (const w of o.workloads) {
+    process.stdout.write(`\n${describeWorkload(w, o)}\n`);
+    const results: RunResult[] = [];
+    for (let i = 1; i <= o.repeat; i++) {
+      for (const t of o.targets) {
+        process.stderr.write(`  ${w.size} B: running ${t}${o.repeat > 1 ? ` (${i}/${o.repeat})` : ''} ...\n`);
+        results.push(await runOnce(w, t, o));
+      }
+    }
+    printResults(w, o, results);
+    for (const r of results) {
+      for (const msg of r.problems) process.stdout.write(`FAIL ${r.target}: ${msg}\n`);
+      if (r.problems.length > 0) failed = true;
+    }
+  }
+  process.stdout.write(failed ? '\nproduce-consume: FAILED\n' : '\nproduce-consume: ok\n');
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,184 @@
+/**
+ * One consumer group's state (seed 004's ConsumerGroup) and the incremental rebalance rules, with no I/O:
+ * the coordinator persists and notifies around these transitions.
+ *
+ * Ownership is the safety property: `owners` maps each partition to at most one member. A partition leaves
+ * its owner only when that member acknowledges an assignment without it (SYNC_GROUP), leaves, or expires;
+ * only then can the member it is targeted to take it. Members whose partitions do not move are never
+ * stopped: their commits stay valid under their own generation until they rejoin.
+ */
+export type GroupState = 'Empty' | 'PreparingRebalance' | 'CompletingRebalance' | 'Stable' | 'Dead';
+export type AssignmentProtocol = 'server' | 'client';
+
+export interface Member {
+  memberId: string;
+  clientId: string;
+  instanceId: string | undefined;
+  host: string;
+  sessionTimeoutMs: number;
+  rebalanceTimeoutMs: number;
+  lastHeartbeat: number;
+  /** The generation this member last joined at: its commits are fenced against it. */
+  generation: number;
+  /** Partitions the coordinator considers owned by this member. */
+  owned: Set<number>;
+  /** Partitions the current plan gives this member (some may still be owned by others). */
+  target: number[];
+  /** Set when the member must rejoin: a new generation, or partitions it waits for became free. */
+  needsRejoin: boolean;
+  /** When needsRejoin was set, for the rebalance timeout. */
+  notifiedAt: number;
+  /** Joined (or rejoined) but has not yet confirmed its assignment with SYNC_GROUP. */
+  awaitingSync: boolean;
+  joinedAt: number;
+}
+
+export type ChangeCause = 'join' | 'leave' | 'expired' | 'rebalance_timeout' | 'static_replace' | 'subscription' | 'deleted';
+
+export interface ChangeReason {
+  cause: ChangeCause;
+  member: string;
+  /** For expiries: how far past its session timeout the member's last heartbeat was. */
+  missedByMs?: number;
+}
+
+export interface GenerationChange {
+  generation: number;
+  /** Every membership change batched into this generation by the join window. */
+  reasons: ChangeReason[];
+  /** When the first of those changes happened. */
+  at: number;
+  /** Filled when every member has synced the generation and every transfer is done. */
+  rebalanceMs?: number;
+}
+
+export const HISTORY_LIMIT = 20;
+
+export class ConsumerGroup {
+  topic: string;
+  generation = 0;
+  leaderId: string | undefined;
+  assignor: string;
+  protocol: AssignmentProtocol;
+  readonly members = new Map<string, Member>();
+  /** partition → owning member id. */
+  readonly owners = new Map<number, string>();
+  /** Static instance id → member id. */
+  readonly instances = new Map<string, string>();
+  /** Member ids replaced by a newer member with the same static instance id. */
+  readonly fencedIds = new Set<string>();
+  history: GenerationChange[] = [];
+  /** Membership changes waiting for the join window to close. */
+  pendingCauses: ChangeReason[] = [];
+  /** Client-side assignment: the generation whose plan the leader has submitted. */
+  planGeneration = 0;
+  rebalanceStartedAt = 0;
+  deleted = false;
+
+  constructor(
+    readonly groupId: string,
+    topic: string,
+    assignor: string,
+    protocol: AssignmentProtocol,
+  ) {
+    this.topic = topic;
+    this.assignor = assignor;
+    this.protocol = protocol;
+  }
+
+  get state(): GroupState {
+    if (this.deleted) return 'Dead';
+    if (this.members.size === 0) return 'Empty';
+    if (this.pendingCauses.length > 0) return 'PreparingRebalance';
+    if (!this.isSettled()) return 'CompletingRebalance';
+    return 'Stable';
+  }
+
+  /** Every member synced at the current generation and owns exactly its target. */
+  isSettled(): boolean {
+    if (this.protocol === 'client' && this.planGeneration !== this.generation && this.members.size > 0) return false;
+    for (const m of this.members.values()) {
+      if (m.needsRejoin || m.awaitingSync || m.generation !== this.generation) return false;
+      if (m.owned.size !== m.target.length) return false;
+      for (const p of m.target) if (!m.owned.has(p)) return false;
+    }
+    return true;
+  }
+
+  /** What the member may own right now: its current partitions plus free partitions of its target. */
+  entitlement(m: Member): number[] {
+    const out = new Set<number>();
+    const target = new Set(m.target);
+    for (const p of m.owned) if (target.has(p)) out.add(p);
+    for (const p of m.target) if (!this.owners.has(p)) out.add(p);
+    return [...out].sort((a, b) => a - b);
+  }
+
+  /**
+   * SYNC_GROUP's effect: the member has installed its new assignment, so it gives up what is no longer
+   * its target and takes the free partitions of its target. Returns the partitions freed by the revocation.
+   */
+  applySync(m: Member): number[] {
+    const target = new Set(m.target);
+    const freed: number[] = [];
+    for (const p of [...m.owned]) {
+      if (!target.has(p)) {
+        m.owned.delete(p);
+        if (this.owners.get(p) === m.memberId) this.owners.delete(p);
+        freed.push(p);
+      }
+    }
+    for (const p of m.target) {
+      if (!this.owners.has(p)) {
+        this.owners.set(p, m.memberId);
+        m.owned.add(p);
+      }
+    }
+    m.needsRejoin = false;
+    return freed;
+  }
+
+  /** Drop a member; its partitions become free. Returns them. */
+  removeMember(memberId: string): number[] {
+    const m = this.members.get(memberId);
+    if (!m) return [];
+    this.members.delete(memberId);
+    if (m.instanceId && this.instances.get(m.instanceId) === memberId) this.instances.delete(m.instanceId);
+    const freed: number[] = [];
+    for (const p of m.owned) {
+      if (this.owners.get(p) === memberId) {
+        this.owners.delete(p);
+        freed.push(p);
+      }
+    }
+    if (this.leaderId === memberId) this.leaderId = this.members.keys().next().value;
+    return freed;
+  }
+
+  /** Members whose target includes one of `freed` and who do not own it: they must come and take it. */
+  waitingFor(freed: number[]): Member[] {
+    if (freed.length === 0) return [];
+    const set = new Set(freed);
+    const out: Member[] = [];
+    for (const m of this.members.values()) {
+      if (m.target.some((p) => set.has(p) && !this.owners.has(p))) out.push(m);
+    }
+    return out;
+  }
+
+  /** Drop partitions beyond the topic's partition count (a topic re-created smaller). */
+  clampToPartitions(count: number): void {
+    for (const [p, id] of [...this.owners]) {
+      if (p >= count) {
+        this.owners.delete(p);
+        this.members.get(id)?.owned.delete(p);
+      }
+    }
+    for (const m of this.members.values()) m.target = m.target.filter((p) => p < count);
+  }
+
+  recordChange(change: GenerationChange): void {
+    this.history.push(change);
+    if (this.history.length > HISTORY_LIMIT) this.history = this.history.slice(-HISTORY_LIMIT);
+  }
+}

@@ -1,0 +1,110 @@
+/**
+ * One timer per coordinator: a min-heap of deadlines drives session expiry, join windows and rebalance
+ * timeouts, instead of one Node timer per member. Entries are keyed; scheduling a key again replaces its
+ * deadline (the stale heap entry is skipped when it surfaces).
+ */
+interface Entry {
+  at: number;
+  key: string;
+  seq: number;
+}
+
+export class Scheduler {
+  private heap: Entry[] = [];
+  private live = new Map<string, { seq: number; fn: () => void }>();
+  private seq = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private timerAt = Number.POSITIVE_INFINITY;
+  private stopped = false;
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  schedule(key: string, at: number, fn: () => void): void {
+    if (this.stopped) return;
+    const seq = ++this.seq;
+    this.live.set(key, { seq, fn });
+    this.push({ at, key, seq });
+    this.arm();
+  }
+
+  cancel(key: string): void {
+    this.live.delete(key);
+  }
+
+  has(key: string): boolean {
+    return this.live.has(key);
+  }
+
+  get size(): number {
+    return this.live.size;
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    this.heap = [];
+    this.live.clear();
+  }
+
+  private arm(): void {
+    const top = this.heap[0];
+    if (!top) return;
+    if (top.at >= this.timerAt && this.timer) return;
+    clearTimeout(this.timer);
+    this.timerAt = top.at;
+    this.timer = setTimeout(() => this.fire(), Math.max(0, top.at - this.now()));
+    this.timer.unref();
+  }
+
+  private fire(): void {
+    this.timer = undefined;
+    this.timerAt = Number.POSITIVE_INFINITY;
+    const now = this.now();
+    while (this.heap.length > 0 && this.heap[0]!.at <= now) {
+      const e = this.pop()!;
+      const cur = this.live.get(e.key);
+      if (!cur || cur.seq !== e.seq) continue;
+      this.live.delete(e.key);
+      try {
+        cur.fn();
+      } catch {
+        // a failing task must not stop the others; tasks log their own errors
+      }
+    }
+    this.arm();
+  }
+
+  private push(e: Entry): void {
+    const h = this.heap;
+    h.push(e);
+    let i = h.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (h[parent]!.at <= e.at) break;
+      h[i] = h[parent]!;
+      i = parent;
+    }
+    h[i] = e;
+  }
+
+  private pop(): Entry | undefined {
+    const h = this.heap;
+    const top = h[0];
+    const last = h.pop();
+    if (h.length === 0 || !last) return top;
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      const mAt = () => (m === i ? last.at : h[m]!.at);
+      if (l < h.length && h[l]!.at < mAt()) m = l;
+      if (r < h.length && h[r]!.at < mAt()) m = r;
+      if (m === i) break;
+      h[i] = h[m]!;
+      i = m;
+    }
+    h[i] = last;
+    return top;
+  }
+}

@@ -1,0 +1,414 @@
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { PgOffsetStore, type PgOffsetStoreOptions } from '../../src/coordinator/pg-offset-store.js';
+import { TributaryError } from '../../src/protocol/errors.js';
+import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
+
+let server: PostgresServer;
+let admin: pg.Pool;
+const stores: PgOffsetStore[] = [];
+let tableSeq = 0;
+
+/** The test's own admin pool; its idle connections die when the server restarts (handled, not a crash). */
+function adminPool(): pg.Pool {
+  const pool = new pg.Pool({ connectionString: server.connectionString, max: 2 });
+  pool.on('error', () => {});
+  return pool;
+}
+
+/** Each test gets its own table so tests never see each other's rows. */
+function nextTable(): string {
+  tableSeq += 1;
+  return `offsets_t${tableSeq}`;
+}
+
+async function openStore(opts: PgOffsetStoreOptions = {}): Promise<PgOffsetStore> {
+  const store = new PgOffsetStore({ connectionString: server.connectionString, ...opts });
+  stores.push(store);
+  await store.open();
+  return store;
+}
+
+async function rejection(p: Promise<unknown>): Promise<TributaryError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(TributaryError);
+    return err as TributaryError;
+  }
+  throw new Error('expected the promise to reject');
+}
+
+beforeAll(async () => {
+  const t0 = Date.now();
+  server = await startPostgres();
+  console.log(`PostgreSQL started in ${Date.now() - t0} ms on port ${server.port}`);
+  admin = adminPool();
+});
+
+afterEach(async () => {
+  await Promise.all(stores.splice(0).map((s) => s.close().catch(() => {})));
+});
+
+afterAll(async () => {
+  await admin?.end();
+  await server?.stop();
+});
+
+describe('PgOffsetStore', () => {
+  it('creates the table with the documented columns, idempotently', async () => {
+    const table = nextTable();
+    const store = await openStore({ table });
+    expect(store.kind).toBe('postgres');
+    await store.open(); // again: no error
+    await openStore({ table }); // a second store on an existing table
+    const cols = await admin.query(
+      `SELECT column_name, data_type FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position`,
+      [table],
+    );
+    expect(cols.rows).toEqual([
+      { column_name: 'group_id', data_type: 'text' },
+      { column_name: 'topic', data_type: 'text' },
+      { column_name: 'partition', data_type: 'integer' },
+      { column_name: 'next_offset', data_type: 'bigint' },
+      { column_name: 'committed_at', data_type: 'timestamp with time zone' },
+    ]);
+    const pk = await admin.query(
+      `SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+       WHERE i.indrelid = $1::regclass AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)`,
+      [table],
+    );
+    expect(pk.rows.map((r) => r.attname)).toEqual(['group_id', 'topic', 'partition']);
+  });
+
+  it('round-trips commit and fetch', async () => {
+    const store = await openStore({ table: nextTable() });
+    await store.commit('g1', 'orders', [
+      { partition: 0, offset: 5 },
+      { partition: 1, offset: 7 },
+    ]);
+    expect(await store.fetch('g1', 'orders', 0)).toBe(5);
+    expect(await store.fetch('g1', 'orders', 1)).toBe(7);
+    expect(await store.fetch('g1', 'orders', 2)).toBeUndefined();
+    expect(await store.fetch('g2', 'orders', 0)).toBeUndefined();
+    expect(await store.fetch('g1', 'payments', 0)).toBeUndefined();
+    // Large offsets (bigint column) come back as exact JS numbers.
+    const big = Number.MAX_SAFE_INTEGER - 1;
+    await store.commit('g1', 'orders', [{ partition: 3, offset: big }]);
+    expect(await store.fetch('g1', 'orders', 3)).toBe(big);
+    // An empty commit is a no-op.
+    await store.commit('g1', 'orders', []);
+  });
+
+  it('treats group and topic names as data, never as SQL', async () => {
+    const store = await openStore({ table: nextTable() });
+    const group = `g'); DROP TABLE tributary_offsets; --`;
+    const topic = 'tö"pic\\ $1';
+    await store.commit(group, topic, [{ partition: 0, offset: 1 }]);
+    expect(await store.fetch(group, topic, 0)).toBe(1);
+    expect((await store.loadAll()).map((o) => [o.group, o.topic])).toEqual([[group, topic]]);
+  });
+
+  it('loadAll returns every committed offset with its commit time', async () => {
+    const store = await openStore({ table: nextTable() });
+    const before = Date.now();
+    await store.commit('g1', 'orders', [
+      { partition: 1, offset: 11 },
+      { partition: 0, offset: 10 },
+    ]);
+    await store.commit('g2', 'orders', [{ partition: 0, offset: 20 }]);
+    await store.commit('g1', 'payments', [{ partition: 0, offset: 30 }]);
+    const after = Date.now();
+    const all = await store.loadAll();
+    expect(all.map(({ commitTimestamp, ...rest }) => rest)).toEqual([
+      { group: 'g1', topic: 'orders', partition: 0, offset: 10 },
+      { group: 'g1', topic: 'orders', partition: 1, offset: 11 },
+      { group: 'g1', topic: 'payments', partition: 0, offset: 30 },
+      { group: 'g2', topic: 'orders', partition: 0, offset: 20 },
+    ]);
+    for (const o of all) {
+      expect(Number.isInteger(o.commitTimestamp)).toBe(true);
+      expect(o.commitTimestamp).toBeGreaterThanOrEqual(before);
+      expect(o.commitTimestamp).toBeLessThanOrEqual(after);
+    }
+  });
+
+  it('accepts equal and higher offsets and refuses a lower one with offset_regression', async () => {
+    const store = await openStore({ table: nextTable() });
+    await store.commit('g', 't', [{ partition: 0, offset: 10 }]);
+    await store.commit('g', 't', [{ partition: 0, offset: 10 }]);
+    await store.commit('g', 't', [{ partition: 0, offset: 12 }]);
+    const err = await rejection(store.commit('g', 't', [{ partition: 0, offset: 9 }]));
+    expect(err.code).toBe('offset_regression');
+    expect(err.fields).toEqual({ current: 12, requested: 9, partition: 0 });
+    expect(await store.fetch('g', 't', 0)).toBe(12);
+  });
+
+  it('applies nothing of a batch in which any entry would regress', async () => {
+    const store = await openStore({ table: nextTable() });
+    await store.commit('g', 't', [
+      { partition: 0, offset: 10 },
+      { partition: 1, offset: 10 },
+    ]);
+    const err = await rejection(
+      store.commit('g', 't', [
+        { partition: 0, offset: 20 },
+        { partition: 1, offset: 5 },
+        { partition: 2, offset: 1 }, // a new row, also rolled back
+      ]),
+    );
+    expect(err.code).toBe('offset_regression');
+    expect(err.fields).toEqual({ current: 10, requested: 5, partition: 1 });
+    expect(await store.fetch('g', 't', 0)).toBe(10);
+    expect(await store.fetch('g', 't', 1)).toBe(10);
+    expect(await store.fetch('g', 't', 2)).toBeUndefined();
+    // The regressing entry first in the batch: same outcome.
+    await rejection(
+      store.commit('g', 't', [
+        { partition: 1, offset: 4 },
+        { partition: 0, offset: 30 },
+      ]),
+    );
+    expect(await store.fetch('g', 't', 0)).toBe(10);
+  });
+
+  it('force resets an offset downwards', async () => {
+    const store = await openStore({ table: nextTable() });
+    await store.commit('g', 't', [
+      { partition: 0, offset: 100 },
+      { partition: 1, offset: 100 },
+    ]);
+    await store.commit(
+      'g',
+      't',
+      [
+        { partition: 0, offset: 0 },
+        { partition: 1, offset: 150 },
+      ],
+      { force: true },
+    );
+    expect(await store.fetch('g', 't', 0)).toBe(0);
+    expect(await store.fetch('g', 't', 1)).toBe(150);
+    // After the reset, monotonicity applies from the new value.
+    await store.commit('g', 't', [{ partition: 0, offset: 1 }]);
+    expect((await rejection(store.commit('g', 't', [{ partition: 1, offset: 149 }]))).code).toBe('offset_regression');
+    // force: false is the same as no force.
+    expect((await rejection(store.commit('g', 't', [{ partition: 0, offset: 0 }], { force: false }))).code).toBe('offset_regression');
+  });
+
+  it('refuses duplicate partitions in one call and applies nothing', async () => {
+    const store = await openStore({ table: nextTable() });
+    await store.commit('g', 't', [{ partition: 1, offset: 1 }]);
+    const err = await rejection(
+      store.commit('g', 't', [
+        { partition: 0, offset: 5 },
+        { partition: 1, offset: 5 },
+        { partition: 0, offset: 6 },
+      ]),
+    );
+    expect(err.code).toBe('invalid_parameter');
+    expect(await store.fetch('g', 't', 0)).toBeUndefined();
+    expect(await store.fetch('g', 't', 1)).toBe(1);
+    const forced = await rejection(
+      store.commit(
+        'g',
+        't',
+        [
+          { partition: 1, offset: 0 },
+          { partition: 1, offset: 0 },
+        ],
+        { force: true },
+      ),
+    );
+    expect(forced.code).toBe('invalid_parameter');
+    expect(await store.fetch('g', 't', 1)).toBe(1);
+  });
+
+  it('validates parameters', async () => {
+    const store = await openStore({ table: nextTable() });
+    for (const entries of [[{ partition: -1, offset: 0 }], [{ partition: 1.5, offset: 0 }], [{ partition: 0, offset: -1 }], [{ partition: 0, offset: 2 ** 53 }]]) {
+      expect((await rejection(store.commit('g', 't', entries))).code).toBe('invalid_parameter');
+    }
+    expect((await rejection(store.commit('', 't', [{ partition: 0, offset: 0 }]))).code).toBe('invalid_parameter');
+    expect((await rejection(store.fetch('g', 't', -1))).code).toBe('invalid_parameter');
+    expect(await store.loadAll()).toEqual([]);
+  });
+
+  it('validates and quotes the table and schema identifiers', async () => {
+    for (const table of ['Offsets', 'offsets; drop table x', 'a"b', '1abc', '', 'x'.repeat(64)]) {
+      expect(() => new PgOffsetStore({ connectionString: server.connectionString, table })).toThrow(
+        expect.objectContaining({ code: 'invalid_parameter' }),
+      );
+    }
+    expect(() => new PgOffsetStore({ connectionString: server.connectionString, schema: 'public.x' })).toThrow(
+      expect.objectContaining({ code: 'invalid_parameter' }),
+    );
+    await admin.query('CREATE SCHEMA IF NOT EXISTS tributary_test');
+    const table = nextTable();
+    const store = await openStore({ schema: 'tributary_test', table });
+    await store.commit('g', 't', [{ partition: 0, offset: 3 }]);
+    const rows = await admin.query(`SELECT next_offset FROM tributary_test.${table}`);
+    expect(rows.rows).toEqual([{ next_offset: '3' }]);
+    // Same table name in the default schema is a different table.
+    const other = await openStore({ table });
+    expect(await other.fetch('g', 't', 0)).toBeUndefined();
+    // A schema that does not exist is a storage error, not a crash.
+    const missing = new PgOffsetStore({ connectionString: server.connectionString, schema: 'no_such_schema' });
+    stores.push(missing);
+    expect((await rejection(missing.open())).code).toBe('storage_error');
+  });
+
+  it('deleteGroup removes only that group', async () => {
+    const store = await openStore({ table: nextTable() });
+    await store.commit('g1', 'a', [{ partition: 0, offset: 1 }]);
+    await store.commit('g1', 'b', [{ partition: 0, offset: 2 }]);
+    await store.commit('g2', 'a', [{ partition: 0, offset: 3 }]);
+    await store.deleteGroup('g1');
+    await store.deleteGroup('unknown'); // no error
+    expect(await store.fetch('g1', 'a', 0)).toBeUndefined();
+    expect(await store.fetch('g1', 'b', 0)).toBeUndefined();
+    expect((await store.loadAll()).map((o) => [o.group, o.topic, o.offset])).toEqual([['g2', 'a', 3]]);
+    // A deleted group starts over: a low offset is accepted again.
+    await store.commit('g1', 'a', [{ partition: 0, offset: 0 }]);
+    expect(await store.fetch('g1', 'a', 0)).toBe(0);
+  });
+
+  it('two coordinators racing commits on the same partitions never regress', async () => {
+    const table = nextTable();
+    const a = await openStore({ table });
+    const b = await openStore({ table });
+    // Every update the database applies is logged (inside the committing transaction, under the row lock),
+    // so the log is the true order of applied values and rolled-back batches leave nothing in it.
+    const audit = `${table}_audit`;
+    await admin.query(`CREATE TABLE ${audit} (seq bigserial PRIMARY KEY, partition int, old_offset bigint, new_offset bigint)`);
+    await admin.query(`CREATE FUNCTION ${audit}_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        INSERT INTO ${audit} (partition, old_offset, new_offset) VALUES (NEW.partition, OLD.next_offset, NEW.next_offset);
+        RETURN NEW;
+      END $$`);
+    await admin.query(`CREATE TRIGGER ${audit}_trg AFTER UPDATE ON ${table} FOR EACH ROW EXECUTE FUNCTION ${audit}_fn()`);
+
+    const partitions = [0, 1, 2];
+    type Attempt = { partition: number; offset: number }[];
+    const successes: { entries: Attempt; start: number; end: number }[] = [];
+    const rejections: TributaryError[] = [];
+    let clock = 0; // a logical clock: start/end ticks order calls in real time
+    const worker = async (store: PgOffsetStore, n: number) => {
+      for (let i = 0; i < n; i++) {
+        // A random non-empty subset of the partitions, in random order, with random offsets.
+        const entries = partitions
+          .filter(() => Math.random() < 0.6)
+          .sort(() => Math.random() - 0.5)
+          .map((partition) => ({ partition, offset: Math.floor(Math.random() * 1000) }));
+        if (entries.length === 0) entries.push({ partition: 0, offset: Math.floor(Math.random() * 1000) });
+        const start = ++clock;
+        try {
+          await store.commit('race', 'topic', entries);
+          successes.push({ entries, start, end: ++clock });
+        } catch (err) {
+          if (!(err instanceof TributaryError) || err.code !== 'offset_regression') throw err; // no deadlocks, no storage errors
+          rejections.push(err);
+        }
+      }
+    };
+    // Several in-flight commits per coordinator, each on its own pooled connection.
+    await Promise.all([...Array.from({ length: 4 }, () => worker(a, 60)), ...Array.from({ length: 4 }, () => worker(b, 60))]);
+
+    expect(successes.length).toBeGreaterThan(0);
+    expect(rejections.length).toBeGreaterThan(0);
+    for (const p of partitions) {
+      const committed = successes.flatMap((s) => s.entries.filter((e) => e.partition === p).map((e) => ({ ...e, start: s.start, end: s.end })));
+      const max = Math.max(...committed.map((c) => c.offset));
+      expect(await a.fetch('race', 'topic', p)).toBe(max);
+      expect(await b.fetch('race', 'topic', p)).toBe(max);
+      // Real-time order: a commit that succeeded before another started is never higher than it.
+      for (const x of committed) {
+        for (const y of committed) {
+          if (x.end < y.start) expect(x.offset).toBeLessThanOrEqual(y.offset);
+        }
+      }
+      // The order the database applied them in: non-decreasing, and each update starts from the last one.
+      const log = await admin.query(`SELECT old_offset::int AS old, new_offset::int AS new FROM ${audit} WHERE partition = $1 ORDER BY seq`, [p]);
+      for (let i = 0; i < log.rows.length; i++) {
+        expect(log.rows[i].new).toBeGreaterThanOrEqual(log.rows[i].old);
+        if (i > 0) expect(log.rows[i].old).toBe(log.rows[i - 1].new);
+      }
+      if (log.rows.length > 0) expect(log.rows[log.rows.length - 1].new).toBe(max);
+    }
+    // Every refusal names a value that really was committed and is higher than the request.
+    const committedValues = new Set(successes.flatMap((s) => s.entries.map((e) => `${e.partition}:${e.offset}`)));
+    for (const r of rejections) {
+      expect(Number(r.fields.current)).toBeGreaterThan(Number(r.fields.requested));
+      expect(committedValues.has(`${r.fields.partition}:${r.fields.current}`)).toBe(true);
+    }
+  });
+
+  it('keeps data across closing and reopening the store, and across a server crash', async () => {
+    const table = nextTable();
+    const store = await openStore({ table });
+    await store.commit('g', 't', [
+      { partition: 0, offset: 42 },
+      { partition: 1, offset: 43 },
+    ]);
+    await store.close();
+    await store.close(); // idempotent
+    expect((await rejection(store.fetch('g', 't', 0))).code).toBe('storage_error');
+
+    const reopened = await openStore({ table });
+    expect(await reopened.fetch('g', 't', 0)).toBe(42);
+    await reopened.commit('g', 't', [{ partition: 0, offset: 44 }]);
+    await reopened.close();
+
+    // An acknowledged commit is durable: an immediate (crash) stop and WAL recovery keep it.
+    await server.restart({ mode: 'immediate' });
+    const afterCrash = await openStore({ table });
+    expect((await afterCrash.loadAll()).map((o) => [o.partition, o.offset])).toEqual([
+      [0, 44],
+      [1, 43],
+    ]);
+    // The shared admin pool lost its connections in the restart; give it fresh ones.
+    await admin.end();
+    admin = adminPool();
+  });
+
+  it('uses a caller-owned pool without ending it', async () => {
+    const pool = new pg.Pool({ connectionString: server.connectionString, max: 2 });
+    try {
+      const store = new PgOffsetStore({ pool, table: nextTable() });
+      await store.open();
+      await store.commit('g', 't', [{ partition: 0, offset: 1 }]);
+      await store.close();
+      const res = await pool.query('SELECT 1 AS one');
+      expect(res.rows[0].one).toBe(1);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('rejects with storage_error, not a crash, when the server is down', async () => {
+    const other = await startPostgres();
+    const store = new PgOffsetStore({ connectionString: other.connectionString });
+    stores.push(store);
+    await store.open();
+    await store.commit('g', 't', [{ partition: 0, offset: 1 }]);
+    expect(await store.fetch('g', 't', 0)).toBe(1); // leaves an idle pooled connection behind
+    await other.stop();
+
+    for (const op of [
+      () => store.commit('g', 't', [{ partition: 0, offset: 2 }]),
+      () => store.fetch('g', 't', 0),
+      () => store.loadAll(),
+      () => store.deleteGroup('g'),
+      () => store.open(),
+    ]) {
+      const err = await rejection(op());
+      expect(err.code).toBe('storage_error');
+      expect(err.retriable).toBe(true);
+    }
+    // A store that never reached the server fails the same way.
+    const never = new PgOffsetStore({ connectionString: other.connectionString });
+    stores.push(never);
+    expect((await rejection(never.open())).code).toBe('storage_error');
+    await store.close();
+  });
+});

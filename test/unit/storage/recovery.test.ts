@@ -1,0 +1,201 @@
+import { appendFile, mkdtemp, readdir, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { RecordInput } from '../../../src/protocol/record.js';
+import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog } from '../../../src/storage/partition-log.js';
+import { decodeRecords } from '../../../src/storage/record-codec.js';
+
+let dir: string;
+
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'trib-recovery-'));
+});
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+const OPTS: Partial<LogOptions> = { flush: 'os', segmentBytes: 700, indexIntervalBytes: 64, tailCacheBytes: 0 };
+
+function rec(i: number): RecordInput {
+  return {
+    key: i % 4 === 0 ? null : Buffer.from(`k${i}`),
+    value: Buffer.from(`payload-${i}-${'z'.repeat((i * 7) % 23)}`),
+    headers: i % 3 === 0 ? [{ key: 'trace', value: Buffer.from(`t${i}`) }] : [],
+    producerId: i % 2 ? 'p-1' : '',
+    epoch: i % 2 ? 4 : -1,
+    sequence: i % 2 ? i : -1,
+  };
+}
+
+async function checkLog(log: PartitionLog, count: number): Promise<void> {
+  expect(log.logEndOffset).toBe(count);
+  const got = count ? await log.read(0, { maxRecords: 1000, maxBytes: 1 << 20 }) : [];
+  expect(got).toHaveLength(count);
+  got.forEach((r, i) => {
+    expect(r.offset).toBe(i);
+    expect(r.value.toString()).toBe(`payload-${i}-${'z'.repeat((i * 7) % 23)}`);
+    expect(r.key?.toString() ?? null).toBe(i % 4 === 0 ? null : `k${i}`);
+    expect(r.sequence).toBe(i % 2 ? i : -1);
+  });
+}
+
+function captureLogger() {
+  const lines: Array<Record<string, unknown>> = [];
+  const logger = pino({ level: 'warn' }, { write: (s: string) => lines.push(JSON.parse(s)) });
+  return { logger, lines };
+}
+
+describe('recovery', () => {
+  it('restores exactly the valid prefix for every flipped byte and every cut in the last two records', async () => {
+    const N = 40;
+    const log = await PartitionLog.open(dir, OPTS);
+    for (let i = 0; i < N; i++) await log.append([rec(i)]);
+    const segs = log.segmentInfos();
+    const active = segs[segs.length - 1];
+    expect(segs.length).toBeGreaterThan(2);
+    expect(active.nextOffset - active.baseOffset).toBeGreaterThanOrEqual(3);
+    await log.close();
+    await unlink(join(dir, CLEAN_SHUTDOWN_FILE)); // as if the process had died
+
+    const logName = `${String(active.baseOffset).padStart(20, '0')}.log`;
+    const indexName = logName.replace('.log', '.index');
+    const logPath = join(dir, logName);
+    const indexPath = join(dir, indexName);
+    const original = await readFile(logPath);
+    const originalIndex = await readFile(indexPath);
+    const decoded = decodeRecords(original);
+    expect(decoded.failure).toBeNull();
+    expect(decoded.records.map((r) => r.offset).at(-1)).toBe(N - 1);
+    // End position of each record of the active segment.
+    const ends: number[] = [];
+    {
+      let p = 0;
+      for (const r of decoded.records) {
+        p += original.readUInt32BE(p) + 4;
+        ends.push(p);
+        expect(r.offset).toBe(active.baseOffset + ends.length - 1);
+      }
+    }
+    const k = ends.length;
+    const secondLastStart = ends[k - 3];
+
+    const restore = async (bytes: Buffer) => {
+      await writeFile(logPath, bytes);
+      await writeFile(indexPath, originalIndex);
+      for (const n of await readdir(dir)) if (n === CLEAN_SHUTDOWN_FILE) await unlink(join(dir, n));
+    };
+    const verify = async (validInSegment: number, what: string) => {
+      const expected = active.baseOffset + validInSegment;
+      const l = await PartitionLog.open(dir, OPTS);
+      try {
+        // The file itself is cut back to the end of the last valid record.
+        expect((await stat(logPath)).size, what).toBe(validInSegment ? ends[validInSegment - 1] : 0);
+        await checkLog(l, expected);
+        const res = await l.append([rec(expected)]);
+        expect(res.baseOffset, what).toBe(expected);
+        await checkLog(l, expected + 1);
+      } finally {
+        await l.simulateCrash();
+      }
+    };
+    const validBefore = (pos: number) => ends.filter((e) => e <= pos).length;
+
+    let cases = 0;
+    for (let pos = secondLastStart; pos < original.length; pos++) {
+      // Flip one byte: the damaged record and everything after it are cut.
+      const flipped = Buffer.from(original);
+      flipped[pos] ^= 0xff;
+      await restore(flipped);
+      await verify(validBefore(pos), `flip at ${pos}`);
+      // Cut the file at pos: only records ending at or before pos survive.
+      await restore(original.subarray(0, pos));
+      await verify(validBefore(pos), `truncate at ${pos}`);
+      cases += 2;
+    }
+    expect(cases).toBe(2 * (original.length - secondLastStart));
+  }, 120_000);
+
+  it('cuts garbage appended after valid records and logs how much and where', async () => {
+    let log = await PartitionLog.open(dir, OPTS);
+    for (let i = 0; i < 25; i++) await log.append([rec(i)]);
+    await log.simulateCrash();
+    expect((await readdir(dir)).includes(CLEAN_SHUTDOWN_FILE)).toBe(false);
+    const last = (await readdir(dir)).filter((n) => n.endsWith('.log')).sort().at(-1) as string;
+    const garbage = Buffer.from('this is definitely not a record, but it is 64 bytes long.......');
+    await appendFile(join(dir, last), garbage);
+    const { logger, lines } = captureLogger();
+    const sizeBefore = (await stat(join(dir, last))).size;
+    log = await PartitionLog.open(dir, OPTS, logger);
+    await checkLog(log, 25);
+    expect((await stat(join(dir, last))).size).toBe(sizeBefore - garbage.length);
+    const warn = lines.find((l) => l.truncatedBytes !== undefined);
+    expect(warn?.truncatedBytes).toBe(garbage.length);
+    expect(warn?.atOffset).toBe(25);
+    expect((await log.append([rec(25)])).baseOffset).toBe(25);
+    await log.close();
+    log = await PartitionLog.open(dir, OPTS);
+    await checkLog(log, 26);
+    await log.close();
+  });
+
+  it('detects a damaged tail even when the clean-shutdown marker is present', async () => {
+    let log = await PartitionLog.open(dir, OPTS);
+    for (let i = 0; i < 20; i++) await log.append([rec(i)]);
+    await log.close();
+    const last = (await readdir(dir)).filter((n) => n.endsWith('.log')).sort().at(-1) as string;
+    // Garbage with a plausible length prefix, and separately a torn partial record.
+    await appendFile(join(dir, last), Buffer.from([0, 0, 0, 60, 1, 2, 3]));
+    log = await PartitionLog.open(dir, OPTS);
+    await checkLog(log, 20);
+    await log.close();
+  });
+
+  it('a damaged closed segment keeps only the contiguous prefix', async () => {
+    let log = await PartitionLog.open(dir, OPTS);
+    for (let i = 0; i < 40; i++) await log.append([rec(i)]);
+    const segs = log.segmentInfos();
+    await log.simulateCrash();
+    const mid = segs[1];
+    const name = `${String(mid.baseOffset).padStart(20, '0')}`;
+    const bytes = await readFile(join(dir, `${name}.log`));
+    const first = bytes.readUInt32BE(0) + 4;
+    bytes[first + 10] ^= 0x55; // second record of the segment
+    await writeFile(join(dir, `${name}.log`), bytes);
+    await unlink(join(dir, `${name}.index`)); // force a full scan of this closed segment
+    const { logger, lines } = captureLogger();
+    log = await PartitionLog.open(dir, OPTS, logger);
+    await checkLog(log, mid.baseOffset + 1);
+    expect(lines.some((l) => String(l.msg).includes('not contiguous'))).toBe(true);
+    expect(log.segmentInfos()).toHaveLength(2);
+    expect((await log.append([rec(mid.baseOffset + 1)])).baseOffset).toBe(mid.baseOffset + 1);
+    await log.close();
+  });
+
+  it("acknowledged appends survive a crash in 'always' mode and the marker is removed on open", async () => {
+    let log = await PartitionLog.open(dir, { ...OPTS, flush: 'always' });
+    await Promise.all(Array.from({ length: 50 }, (_, i) => log.append([rec(i)])));
+    await log.close();
+    log = await PartitionLog.open(dir, { ...OPTS, flush: 'always' });
+    expect((await readdir(dir)).includes(CLEAN_SHUTDOWN_FILE)).toBe(false);
+    await Promise.all(Array.from({ length: 10 }, (_, i) => log.append([rec(50 + i)])));
+    await log.simulateCrash();
+    log = await PartitionLog.open(dir, { ...OPTS, flush: 'always' });
+    await checkLog(log, 60);
+    await log.close();
+  });
+
+  it('recovers an empty trailing segment and an empty log', async () => {
+    let log = await PartitionLog.open(dir, OPTS);
+    await log.simulateCrash();
+    log = await PartitionLog.open(dir, OPTS);
+    await checkLog(log, 0);
+    for (let i = 0; i < 3; i++) await log.append([rec(i)]);
+    await log.truncateTo(0);
+    await log.simulateCrash();
+    log = await PartitionLog.open(dir, OPTS);
+    await checkLog(log, 0);
+    await log.close();
+  });
+});
