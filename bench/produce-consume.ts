@@ -246,6 +246,7 @@ async function runOnce(w: Workload, target: Target, o: Options): Promise<RunResu
       const m = await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000);
       port = Number(m[2]);
     }
+    process.stderr.write(`    ${target} pid ${server.proc.pid} on ${host}:${port}\n`);
     const cpu0 = procCpuMs(server.proc.pid);
     const common = ['--host', host, '--port', String(port), '--topic', TOPIC, '--partitions', String(o.partitions), '--count', String(w.count), '--size', String(w.size), '--target', target];
     consumer = spawnNode('consumer', path.join(BENCH_DIR, 'pc-consumer.js'), [...common, '--fetch-records', String(o.fetchRecords), '--fetch-bytes', String(o.fetchBytes)], {

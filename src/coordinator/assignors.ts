@@ -265,11 +265,12 @@ function roundRobinAssign(ctx: Ctx): Int32Array {
 // ---------------------------------------------------------------------------------------------------
 // sticky: balanced, keeping as much of the current ownership as balance allows.
 //
-// Balanced means: no partition could move from its owner to another member subscribed to its topic
-// and leave that member with fewer than the owner had. When every member that subscribes to anything
+// Balanced means: no member holds two or more partitions more than another member subscribed to the
+// topic of one of its partitions (Kafka's definition). When every member that subscribes to anything
 // subscribes to the same topics (always the case in Tributary today) this is exactly "each member has
-// ⌊n/m⌋ or ⌈n/m⌉", and the constrained algorithm below keeps the maximum possible number of owned
-// partitions. Otherwise a general greedy-then-rebalance pass is used.
+// ⌊n/m⌋ or ⌈n/m⌉ of the n partitions", and the constrained algorithm below applies: when no partition
+// is claimed twice it keeps the maximum number of owned partitions balance allows. Otherwise a general
+// keep-owned, greedy fill, then rebalance pass is used.
 
 function stickyAssign(ctx: Ctx): Int32Array {
   const owner = new Int32Array(ctx.total).fill(-1);
@@ -385,40 +386,96 @@ function constrainedSticky(ctx: Ctx, active: Member[], owner: Int32Array, counts
 }
 
 function generalSticky(ctx: Ctx, owner: Int32Array, counts: Int32Array): void {
-  const fewest = (ti: number): Member => {
-    let best: Member | undefined;
-    for (const s of ctx.subscribers[ti]!) if (best === undefined || counts[s.index]! < counts[best.index]!) best = s;
-    return best!;
-  };
+  const M = ctx.members.length;
   // Unowned partitions of subscribed topics, most constrained topic first, each to the subscriber with
-  // the fewest partitions.
+  // the fewest partitions (ties: sort order). Counts only grow here, and within one topic only that
+  // topic's subscribers change, so a heap keyed by (count, index) built per topic stays exact.
   const order = ctx.topics
     .map((_, ti) => ti)
     .filter((ti) => ctx.subscribers[ti]!.length > 0)
     .sort((a, b) => ctx.subscribers[a]!.length - ctx.subscribers[b]!.length || a - b);
   for (const ti of order) {
+    const heap = new MinHeap(ctx.subscribers[ti]!.map((s) => counts[s.index]! * M + s.index));
     const end = ctx.offset[ti]! + ctx.count[ti]!;
     for (let g = ctx.offset[ti]!; g < end; g++) {
       if (owner[g] !== -1) continue;
-      const to = fewest(ti).index;
+      const to = heap.pop() % M;
       owner[g] = to;
       counts[to]!++;
+      heap.push(counts[to]! * M + to);
     }
   }
   // Move partitions off members holding at least two more than some other subscriber of the topic until
-  // none does. Each move lowers the sum of squared counts, so this terminates.
+  // none does. Each move lowers the sum of squared counts, so this terminates. `floor[t]` is a lower
+  // bound of the fewest held by a subscriber of t, so most partitions are skipped without a scan.
+  const floor = new Int32Array(ctx.topics.length);
+  const fewest = (ti: number): number => {
+    let best = -1;
+    for (const s of ctx.subscribers[ti]!) if (best === -1 || counts[s.index]! < counts[best]!) best = s.index;
+    floor[ti] = counts[best]!;
+    return best;
+  };
   for (let moved = true; moved; ) {
     moved = false;
+    for (let ti = 0; ti < ctx.topics.length; ti++) if (ctx.subscribers[ti]!.length > 0) fewest(ti);
     for (let g = 0; g < ctx.total; g++) {
       const from = owner[g]!;
       if (from < 0) continue;
-      const to = fewest(ctx.topicOf[g]!).index;
+      const ti = ctx.topicOf[g]!;
+      if (counts[from]! - 2 < floor[ti]!) continue;
+      const to = fewest(ti);
       if (counts[to]! <= counts[from]! - 2) {
         owner[g] = to;
         counts[from]!--;
         counts[to]!++;
+        for (const t of ctx.members[from]!.topics) if (counts[from]! < floor[t]!) floor[t] = counts[from]!;
         moved = true;
       }
     }
+  }
+}
+
+/** A binary min-heap of numbers. */
+class MinHeap {
+  private readonly a: number[];
+  constructor(items: number[]) {
+    this.a = items;
+    for (let i = (items.length >> 1) - 1; i >= 0; i--) this.down(i);
+  }
+  push(x: number): void {
+    const a = this.a;
+    let i = a.length;
+    a.push(x);
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (a[p]! <= x) break;
+      a[i] = a[p]!;
+      i = p;
+    }
+    a[i] = x;
+  }
+  pop(): number {
+    const a = this.a;
+    const top = a[0]!;
+    const last = a.pop()!;
+    if (a.length > 0) {
+      a[0] = last;
+      this.down(0);
+    }
+    return top;
+  }
+  private down(i: number): void {
+    const a = this.a;
+    const n = a.length;
+    const x = a[i]!;
+    for (;;) {
+      let c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && a[c + 1]! < a[c]!) c++;
+      if (a[c]! >= x) break;
+      a[i] = a[c]!;
+      i = c;
+    }
+    a[i] = x;
   }
 }

@@ -641,7 +641,8 @@ describe('validatePlan', () => {
   });
 });
 
-describe('performance', () => {
+// Correctness at scale; speed is measured by benchmarks, not asserted here.
+describe('large groups', () => {
   const M = 1000;
   const N = 10_000;
   const fresh: AssignmentInput = {
@@ -655,16 +656,11 @@ describe('performance', () => {
     members: fresh.members.map((m) => ({ ...m, owned: previous.get(m.memberId) ?? [] })),
   };
 
-  it.each(ASSIGNORS)('%s assigns 10,000 partitions over 1,000 members in well under a second', (name) => {
+  it.each(ASSIGNORS)('%s assigns 10,000 partitions over 1,000 members validly and balanced', (name) => {
     for (const input of [fresh, rebalance]) {
-      assign(name, input); // warm up
-      const t0 = performance.now();
       const plan = assign(name, input);
-      const ms = performance.now() - t0;
       expect(validatePlan(input, plan)).toBeUndefined();
       expectBalancedSingle(input, plan);
-      console.log(`${name} 1000×10000 ${input === fresh ? 'fresh' : 'rebalance'}: ${ms.toFixed(1)} ms`);
-      expect(ms).toBeLessThan(1000);
     }
   });
 
@@ -677,12 +673,8 @@ describe('performance', () => {
         owned: i % 3 === 0 ? [{ topic: 'a', partition: i }] : [],
       })),
     };
-    const t0 = performance.now();
     const plan = assign('sticky', input);
-    const ms = performance.now() - t0;
-    console.log(`sticky 1000×10000 heterogeneous: ${ms.toFixed(1)} ms`);
     expect(validatePlan(input, plan)).toBeUndefined();
     expectBalancedGeneral(input, plan);
-    expect(ms).toBeLessThan(5000);
   });
 });
