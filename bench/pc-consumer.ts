@@ -223,10 +223,10 @@ function finish(): void {
   setImmediate(() => process.exit(0));
 }
 
-// `done` on stdin: the producer finished; stop once nothing new arrives for grace-ms.
-process.stdin.setEncoding('utf8');
-process.stdin.on('data', (d: string) => {
-  if (!d.includes('done') || producerDone) return;
+// `done` on stdin (or stdin closing: the orchestrator is gone): the producer finished; stop once nothing
+// new arrives for grace-ms.
+function producerFinished(): void {
+  if (producerDone) return;
   producerDone = true;
   lastProgressAt = Math.max(lastProgressAt, nowMs());
   const tick = setInterval(() => {
@@ -236,11 +236,12 @@ process.stdin.on('data', (d: string) => {
       finish();
     }
   }, 100);
+}
+process.stdin.setEncoding('utf8');
+process.stdin.on('data', (d: string) => {
+  if (d.includes('done')) producerFinished();
 });
-process.stdin.on('end', () => {
-  // The orchestrator is gone: do not linger as an orphan.
-  if (!finished) process.exit(1);
-});
+process.stdin.on('end', producerFinished);
 
 const conns: StreamConnection[] = [];
 try {

@@ -242,7 +242,7 @@ async function runOnce(w: Workload, target: Target, o: Options): Promise<RunResu
       port = b.port;
       await createTopic(host, port, o.partitions);
     } else {
-      server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log')], { nodeArgs: o.relayNodeArgs, echoStderr: o.verbose });
+      server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log'), '--exit-with-stdin'], { nodeArgs: o.relayNodeArgs, stdin: true, echoStderr: o.verbose });
       const m = await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000);
       port = Number(m[2]);
     }

@@ -1,7 +1,7 @@
 /**
  * Zero-logic relay: the baseline the broker is compared with (a child process).
  *
- *   node dist/bench/relay.js --file PATH [--host 127.0.0.1] [--port 0]
+ *   node dist/bench/relay.js --file PATH [--host 127.0.0.1] [--port 0] [--exit-with-stdin]
  *
  * A plain TCP server speaking the broker's framing and nothing else. A connection whose first frame is
  * `STREAM ...` becomes a consumer (answered `OK`); any other connection is a producer. Every producer
@@ -10,7 +10,7 @@
  * (round-robin). No parsing of batches, no offsets, no index. Frames arriving before any consumer are
  * held until one subscribes; producers are paused while consumers do not keep up.
  *
- * Prints `relay listening on HOST:PORT`; on SIGTERM prints {"event":"result",frames,bytes} and exits.
+ * Prints `relay listening on HOST:PORT`; on SIGTERM (or, with --exit-with-stdin, stdin closing) prints {"event":"result",frames,bytes} and exits.
  */
 import fs from 'node:fs';
 import net from 'node:net';
@@ -23,6 +23,7 @@ const { values: a } = parseArgs({
     host: { type: 'string', default: '127.0.0.1' },
     port: { type: 'string', default: '0' },
     file: { type: 'string' },
+    'exit-with-stdin': { type: 'boolean', default: false },
   },
 });
 if (!a.file) {
@@ -133,3 +134,8 @@ function shutdown(): void {
 }
 process.on('SIGTERM', shutdown);
 process.on('SIGINT', shutdown);
+// Started with a stdin pipe by the orchestrator: when it goes away (even by SIGKILL), so does the relay.
+if (a['exit-with-stdin']) {
+  process.stdin.on('end', shutdown);
+  process.stdin.resume();
+}

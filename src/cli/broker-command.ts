@@ -79,6 +79,8 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
     await started;
   } catch (err) {
     logger.debug({ err }, 'broker failed to start'); // the stack, for when the one-line reason is not enough
+    // Best effort, bounded: let a half-started broker release what it opened before we exit.
+    await Promise.race([broker.stop('start failed').catch(() => {}), new Promise((r) => setTimeout(r, 2000).unref())]);
     throw new CliError(describeStartError(err, config));
   }
   const host = config.host;

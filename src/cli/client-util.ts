@@ -17,10 +17,10 @@ export function formatAddress(a: Address): string {
 /** `host:port` or `[v6]:port`; undefined when malformed. */
 export function parseAddress(text: string): Address | undefined {
   const m = /^\[([^\]]+)\]:(\d{1,5})$/.exec(text) ?? /^([^:\s]+):(\d{1,5})$/.exec(text);
-  if (!m) return undefined;
-  const port = Number(m[2]);
-  if (port < 1 || port > 65535) return undefined;
-  return { host: m[1]!, port };
+  const host = m?.[1];
+  const port = Number(m?.[2]);
+  if (host === undefined || !(port >= 1 && port <= 65535)) return undefined;
+  return { host, port };
 }
 
 export function parseBootstrap(text: string): Address {
@@ -48,9 +48,13 @@ export function intArg(min: number, max = Number.MAX_SAFE_INTEGER): (value: stri
   };
 }
 
-/** The SDK reports socket-level failures as request_timeout without an `ERROR:` reply behind them. */
+/**
+ * Socket-level failures: the SDK raises connection_lost (refused, reset, closed), and request_timeout for a
+ * connect timeout; a request_timeout parsed from a broker `ERROR:` reply is a broker error instead.
+ */
 function isConnectionLoss(err: unknown): boolean {
-  return err instanceof TributaryError && err.code === 'request_timeout' && !err.message.startsWith('ERROR:');
+  if (!(err instanceof TributaryError)) return false;
+  return err.code === 'connection_lost' || (err.code === 'request_timeout' && !err.message.startsWith('ERROR:'));
 }
 
 /** Turn broker errors into the CLI's `error: <code> <fields>` line with exit 1. */

@@ -41,8 +41,8 @@ export class Connection {
     this.decoder = new FrameDecoder(maxFrameBytes);
     socket.setNoDelay(true);
     socket.on('data', (chunk) => this.onData(chunk));
-    socket.on('error', (err) => this.fail(new TributaryError('request_timeout', { reason: err.message }, `connection error: ${err.message}`)));
-    socket.on('close', () => this.fail(new TributaryError('request_timeout', { reason: 'connection closed' }, 'connection closed')));
+    socket.on('error', (err) => this.fail(new TributaryError('connection_lost', { reason: err.message }, `connection error: ${err.message}`)));
+    socket.on('close', () => this.fail(new TributaryError('connection_lost', { reason: 'connection closed' }, 'connection closed')));
   }
 
   static async connect(opts: ConnectionOptions): Promise<Connection> {
@@ -66,7 +66,7 @@ export class Connection {
       s.once('error', (e) => {
         clearTimeout(timer);
         opts.signal?.removeEventListener('abort', onAbort);
-        reject(new TributaryError('request_timeout', { reason: e.message }, `connect ${opts.host}:${opts.port}: ${e.message}`));
+        reject(new TributaryError('connection_lost', { reason: e.message }, `connect ${opts.host}:${opts.port}: ${e.message}`));
       });
     });
     const conn = new Connection(socket, opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES);
@@ -166,8 +166,14 @@ export class Connection {
   async *stream(fields: Record<string, FieldValue | undefined>, signal?: AbortSignal): AsyncGenerator<Batch, Record<string, string>> {
     const queue: Buffer[] = [];
     let wake: (() => void) | undefined;
+    let paused = false;
+    // Backpressure: stop reading the socket while the consumer of this generator is behind.
     this.streamHandler = (body) => {
       queue.push(body);
+      if (queue.length >= 64 && !paused) {
+        paused = true;
+        this.socket.pause();
+      }
       wake?.();
     };
     const onAbort = () => {
@@ -185,6 +191,10 @@ export class Connection {
           wake = undefined;
         }
         const body = queue.shift()!;
+        if (paused && queue.length < 16) {
+          paused = false;
+          this.socket.resume();
+        }
         if (body.length === 0) {
           if (this.closedError) throw this.closedError;
           continue; // keepalive

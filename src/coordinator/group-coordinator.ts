@@ -541,7 +541,9 @@ export class GroupCoordinator {
         m.awaitingSync = false;
         this.scheduler.cancel(`rebalance:${g.groupId}:${m.memberId}`);
         const now = Date.now();
-        for (const w of g.waitingFor(freed)) if (w !== m) this.notify(g, w, now);
+        // A member that joined but has not synced yet takes the freed partitions at its SYNC (which may be
+        // waiting for a client-side plan right now): telling it to rejoin would fail that SYNC for nothing.
+        for (const w of g.waitingFor(freed)) if (w !== m && !w.awaitingSync) this.notify(g, w, now);
         this.checkSettled(g);
         await this.persist(g);
         return this.view(g, m, true);
@@ -702,7 +704,9 @@ export class GroupCoordinator {
     await this.withGroup(groupId, async () => {
       const g = this.groups.get(groupId);
       if ((!g || g.deleted) && !this.committed.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });
-      if (g && (g.members.size > 0 || g.pendingCauses.length > 0)) throw new TributaryError('group_not_empty', { group: groupId, members: g.members.size });
+      // Pending causes without members are only departures waiting for the join window: nothing can use the
+      // group's offsets any more, and GROUP_STATUS already says Empty.
+      if (g && g.members.size > 0) throw new TributaryError('group_not_empty', { group: groupId, members: g.members.size });
       await this.deps.offsetStore.deleteGroup(groupId);
       await this.deps.groupLog.deleteGroup(groupId);
       this.committed.delete(groupId);
@@ -722,7 +726,7 @@ export class GroupCoordinator {
     const parts = req.partition === undefined ? topic.partitions : [topic.partition(req.partition)];
     return this.withGroup(req.group, async () => {
       const g = this.groups.get(req.group);
-      if (g && !g.deleted && (g.members.size > 0 || g.pendingCauses.length > 0)) throw new TributaryError('group_not_empty', { group: req.group, members: g.members.size });
+      if (g && !g.deleted && g.members.size > 0) throw new TributaryError('group_not_empty', { group: req.group, members: g.members.size });
       const entries: OffsetEntry[] = [];
       for (const p of parts) {
         let offset: number;

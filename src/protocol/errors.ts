@@ -80,6 +80,12 @@ export const ERROR_CODES = {
   metadata_unavailable: { class: 'availability', retryable: true, description: 'metadata changes cannot be made now' },
   storage_error: { class: 'internal', retryable: true, description: 'the storage layer failed to complete the request' },
   internal_error: { class: 'internal', retryable: false, description: 'an unexpected broker failure' },
+  // raised by the SDK, never sent by the broker
+  connection_lost: { class: 'availability', retryable: true, description: '(SDK) the connection failed or closed before the reply' },
+  invalid_config: { class: 'validation', retryable: false, description: '(SDK) an option is invalid; thrown at construction' },
+  consumer_rebalancing: { class: 'fencing', retryable: false, description: '(SDK) work from an assignment that a rebalance revoked' },
+  client_closed: { class: 'availability', retryable: false, description: '(SDK) the producer, consumer or admin client is closed' },
+  buffer_full: { class: 'availability', retryable: true, description: '(SDK) the producer buffer stayed full past its wait' },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

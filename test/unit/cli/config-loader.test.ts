@@ -152,11 +152,16 @@ describe('CONFIG_FIELDS', () => {
 
   it('derives kinds and help text from the schema', () => {
     const byKey = new Map(CONFIG_FIELDS.map((f) => [f.key, f]));
+    const help = (key: string) => {
+      const f = byKey.get(key as (typeof CONFIG_FIELDS)[number]['key']);
+      if (!f) throw new Error(`no field ${key}`);
+      return fieldHelp(f);
+    };
     expect(byKey.get('port')?.kind).toEqual({ type: 'integer', min: 0, max: 65535 });
     expect(byKey.get('flush')?.kind).toEqual({ type: 'enum', values: ['always', 'interval', 'os'] });
     expect(byKey.get('host')?.kind).toEqual({ type: 'string' });
-    expect(fieldHelp(byKey.get('port')!)).toBe('integer 0..65535 (env TRIBUTARY_PORT, default 9000)');
-    expect(fieldHelp(byKey.get('idleTimeoutMs')!)).toBe('integer >= 100 (env TRIBUTARY_IDLE_TIMEOUT_MS, default 600000)');
-    expect(fieldHelp(byKey.get('advertisedHost')!)).toBe('string (env TRIBUTARY_ADVERTISED_HOST)');
+    expect(help('port')).toBe('integer 0..65535 (env TRIBUTARY_PORT, default 9000)');
+    expect(help('idleTimeoutMs')).toBe('integer >= 100 (env TRIBUTARY_IDLE_TIMEOUT_MS, default 600000)');
+    expect(help('advertisedHost')).toBe('string (env TRIBUTARY_ADVERTISED_HOST)');
   });
 });

@@ -1,10 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { intArg, parseAddress } from '../../../src/cli/client-util.js';
+import { intArg, parseAddress, toCliError } from '../../../src/cli/client-util.js';
 import { formatRecord, parseListOffsets, parseMetadata } from '../../../src/cli/consume-command.js';
-import { formatBrokerError } from '../../../src/cli/errors.js';
+import { CliError, formatBrokerError } from '../../../src/cli/errors.js';
 import { ProgressBar } from '../../../src/cli/progress.js';
 import type { BatchRecord } from '../../../src/protocol/batch.js';
 import { parseError } from '../../../src/protocol/command.js';
+import { TributaryError } from '../../../src/protocol/errors.js';
 
 const record = (over: Partial<BatchRecord> = {}): BatchRecord => ({
   offset: 7,
@@ -42,6 +43,15 @@ describe('cli helpers', () => {
     expect(formatBrokerError(parseError('ERROR: invalid_parameter param=partitions reason="must be >= 1"'))).toBe(
       'error: invalid_parameter param=partitions reason="must be >= 1"',
     );
+  });
+
+  it('tells a lost connection from a broker error', () => {
+    const addr = { host: '127.0.0.1', port: 9000 };
+    const lost = toCliError(new TributaryError('connection_lost', { reason: 'connection closed' }, 'connection closed'), addr);
+    expect(lost).toBeInstanceOf(CliError);
+    expect((lost as CliError).message).toBe('error: lost connection to broker at 127.0.0.1:9000');
+    const fromBroker = toCliError(parseError('ERROR: request_timeout class=availability retryable=true op=append'), addr);
+    expect((fromBroker as CliError).message).toBe('error: request_timeout op=append');
   });
 
   it('parses METADATA and LIST_OFFSETS replies', () => {

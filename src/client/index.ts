@@ -1,0 +1,18 @@
+/** The Tributary SDK: connections, routing, consumer, producer and admin clients. */
+export { TributaryError, ERROR_CODES, type ErrorClass, type ErrorCode } from '../protocol/errors.js';
+export type { RecordHeader } from '../protocol/record.js';
+export { ASSIGNORS, assign, validatePlan, type AssignorName, type Assignment, type AssignmentInput } from '../coordinator/assignors.js';
+export { Connection, type ConnectionOptions } from './connection.js';
+export { Cluster, type ClusterOptions, type TopicMetadata } from './cluster.js';
+export { retry, backoffDelay, isRetriable, type RetryOptions } from './retry.js';
+export { channels } from './events.js';
+export {
+  Consumer,
+  type ConsumerOptions,
+  type ConsumerState,
+  type ConsumerEvents,
+  type ConsumedMessage,
+  type EachMessagePayload,
+  type EachBatchPayload,
+  type RunOptions,
+} from './consumer.js';
