@@ -9,6 +9,7 @@ interface BenchModule {
 
 const BENCHMARKS: Record<string, () => Promise<BenchModule>> = {
   'produce-consume': () => import('./produce-consume.js'),
+  rebalance: () => import('./rebalance.js'),
 };
 
 async function list(): Promise<string> {

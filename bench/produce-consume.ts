@@ -2,11 +2,16 @@
  * produce-consume: one producer process and one consumer process against a broker process, and the same
  * workload through a zero-logic relay (bench/relay.ts), in the same run.
  *
- * Default workloads: 1,000,000 records of 100 B and 200,000 of 1 KiB, 12 partitions. For each workload
- * and target it prints records/s and MB/s (consumer side, first to last record), end-to-end p50/p99
- * latency (consumer receive time − producer send time, every record), missing and duplicate counts, the
- * producer's acked rate and per-batch ack latency; then the broker/relay records/s ratio. Missing,
- * duplicate or foreign records, offset gaps, or a failed worker fail the run (exit 1).
+ * Default workloads: 1,000,000 records of 100 B and 200,000 of 1 KiB, 12 partitions, broker defaults
+ * (flush=always: acks wait for the fsync group commit). For each workload and target it prints
+ *   records/s, MB/s      consumer side, first to last record received (MB = 10^6 payload bytes)
+ *   p50/p99 ms           end-to-end latency of every record: consumer receive time − producer send time
+ *   missing, duplicates  from the consumer's bitmap of the N record ids
+ *   producer rec/s       acked rate (first send to last ack) and per-batch ack latency p50/p99
+ *   cpu us/rec           CPU time per record of the server process (broker or relay, all threads, from
+ *                        /proc), the producer and the consumer: steadier than rates on a busy machine
+ * then `ratio broker/relay records/s` (medians with --repeat). Missing, duplicate or foreign records,
+ * offset gaps, a log holding more or fewer than N records, or a failed worker fail the run (exit 1).
  */
 import { parseArgs } from 'node:util';
 import path from 'node:path';

@@ -2,7 +2,6 @@ import { type Batch, decodeBatch, encodeBatch, logRecordsToBatch } from '../prot
 import { type Params, type ParsedLine, formatOk } from '../protocol/command.js';
 import { ERROR_CLASSES, TributaryError, invalidParam } from '../protocol/errors.js';
 import { FEATURES, PROTOCOL_VERSION } from '../protocol/features.js';
-import type { RecordInput } from '../protocol/record.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { BrokerConfig } from './config.js';
 import { GROUP_COMMANDS } from './group-commands.js';
@@ -241,31 +240,41 @@ export async function produceBatch(b: BrokerContext, c: ConnectionContext, body:
   if (batch.idempotent) throw new TributaryError('invalid_batch', { reason: 'idempotent batches are not supported by this broker version' });
   const topic = b.topics.get(batch.topic);
   refuseInternal(topic.name);
-  if (batch.records.length === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
+  const records = batch.records;
+  const n = records.length;
+  if (n === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
+  // The decoded records go to the log as they are (a BatchRecord is a RecordInput), without copying:
+  // - only key, value, timestamp and headers come from the producer; the other fields are reset to the
+  //   log's defaults here (the same values the log uses when a RecordInput leaves them out);
+  // - key/value/header buffers are views into the frame body. That is safe: the body is a Buffer of its
+  //   own (a socket read chunk or the frame decoder's allocation) that nothing writes to again, and Node
+  //   never reuses memory a live Buffer references; the log only reads these views while encoding the
+  //   append into its own write buffer, and its tail cache keeps views into that write buffer, never the
+  //   caller's (PartitionLog.writeGroup/encodeRecordView). So the body lives until the append settles.
+  //   Even a cache that kept these views would be safe (it would only pin the body's memory). Should the
+  //   frame decoder ever reuse a read buffer (e.g. a socket `onread` buffer), copy the records here again.
   let bytes = 0;
-  const records: RecordInput[] = new Array(batch.records.length);
-  for (let i = 0; i < batch.records.length; i++) {
-    const r = batch.records[i]!;
-    checkRecordSize(b, r.value.length + (r.key?.length ?? 0));
-    bytes += r.value.length;
-    // Copy out of the frame buffer: the log may keep these records in its tail cache.
-    records[i] = {
-      key: r.key ? Buffer.from(r.key) : null,
-      value: Buffer.from(r.value),
-      timestamp: r.timestamp > 0 ? r.timestamp : 0,
-      headers: r.headers.map((h) => ({ key: h.key, value: Buffer.from(h.value) })),
-    };
+  for (let i = 0; i < n; i++) {
+    const r = records[i]!;
+    const size = r.value.length;
+    checkRecordSize(b, size + (r.key === null ? 0 : r.key.length));
+    bytes += size;
+    if (r.timestamp < 0) r.timestamp = 0;
+    r.producerId = '';
+    r.epoch = -1;
+    r.sequence = -1;
+    r.attributes = 0;
   }
   // partition -1: the broker picks one partition for the whole batch (first record's key, else round-robin).
   const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, records[0]!.key));
   const appended = partition.append(records);
-  countIn(b, topic.name, records.length, bytes);
+  countIn(b, topic.name, n, bytes);
   if (batch.acks === '0') {
     appended.catch((err) => b.logger.warn({ err, topic: topic.name }, 'acks=0 append failed'));
     return 'OK';
   }
   const res = await appended;
-  return JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count: records.length });
+  return JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count: n });
 }
 
 // ---- consume ----

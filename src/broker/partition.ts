@@ -76,7 +76,11 @@ export class Partition {
     if (raw.length === 0) return { records: [], nextOffset: offset };
     const nextOffset = raw[raw.length - 1]!.offset + 1;
     if (opts.isolation === 'read_uncommitted') return { records: raw, nextOffset };
-    return { records: raw.filter((r) => (r.attributes & RecordAttr.CONTROL) === 0), nextOffset };
+    // Copy only when there is a control record to drop (the usual read has none).
+    for (let i = 0; i < raw.length; i++) {
+      if ((raw[i]!.attributes & RecordAttr.CONTROL) !== 0) return { records: raw.filter((r) => (r.attributes & RecordAttr.CONTROL) === 0), nextOffset };
+    }
+    return { records: raw, nextOffset };
   }
 
   /** Resolves once data past `offset` is readable, the wait ends, the signal aborts or the partition closes. */

@@ -10,6 +10,7 @@ import type { BrokerMetrics } from './metrics.js';
 import { Partition } from './partition.js';
 
 const TOPIC_NAME_RE = /^[A-Za-z0-9._-]{1,249}$/;
+const INTERNAL_SEGMENT_BYTES = 16 * 1024 * 1024;
 
 /** Topic names: 1-249 of letters, digits, `.`, `_`, `-`; `.`/`..` reserved; `__` reserved for internal topics. */
 export function validateTopicName(name: string, opts: { allowInternal?: boolean } = {}): void {
@@ -133,17 +134,27 @@ export class TopicManager {
     this.logger.info({ topic: name }, 'topic deleted');
   }
 
+  /** Time/size retention for 'delete' topics, compaction for 'compact' topics (run on the retention timer). */
   async applyRetention(now = Date.now()): Promise<void> {
     for (const topic of this.topics.values()) {
+      const compact = topic.def.cleanupPolicy === 'compact';
       for (const p of topic.partitions) {
         if (p.isClosed) continue;
         try {
-          const res = await p.log.applyRetention(now);
-          if (res.deletedSegments > 0) {
-            this.logger.info({ topic: topic.name, partition: p.id, ...res, earliest: p.earliest }, 'retention deleted segments');
+          if (compact) {
+            const res = await p.log.compact({ now });
+            if (res.recordsRemoved > 0) {
+              this.logger.info({ topic: topic.name, partition: p.id, ...res }, 'compacted log');
+            }
+          } else {
+            const res = await p.log.applyRetention(now);
+            if (res.deletedSegments > 0) {
+              this.logger.info({ topic: topic.name, partition: p.id, ...res, earliest: p.earliest }, 'retention deleted segments');
+            }
           }
         } catch (err) {
-          this.logger.error({ err, topic: topic.name, partition: p.id }, 'retention failed');
+          if (p.isClosed) continue;
+          this.logger.error({ err, topic: topic.name, partition: p.id }, compact ? 'compaction failed' : 'retention failed');
         }
       }
     }
@@ -166,13 +177,15 @@ export class TopicManager {
   }
 
   private logOptions(def: TopicDefinition): Partial<LogOptions> {
+    const internal = def.name.startsWith('__');
     return {
-      segmentBytes: this.config.segmentBytes,
+      // Compaction only rewrites closed segments: internal (compacted, small) topics roll sooner.
+      segmentBytes: internal ? Math.min(this.config.segmentBytes, INTERNAL_SEGMENT_BYTES) : this.config.segmentBytes,
       segmentMs: this.config.segmentMs,
       retentionMs: def.retentionHours < 0 ? -1 : def.retentionHours * 3600 * 1000,
       retentionBytes: def.retentionBytes,
       // Group state and commits are acknowledged only once durable, whatever the data flush policy.
-      flush: def.name.startsWith('__') ? 'always' : this.config.flush,
+      flush: internal ? 'always' : this.config.flush,
       flushIntervalMs: this.config.flushIntervalMs,
       maxRecordBytes: this.config.maxRecordBytes,
     };

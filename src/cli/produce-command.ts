@@ -130,11 +130,11 @@ export async function produce(topic: string, opts: ProduceOptions): Promise<numb
         progress?.update(bytesRead, sender.acked);
       }
     } catch (err) {
-      if (err instanceof Error && 'code' in err && typeof (err as NodeJS.ErrnoException).syscall === 'string') {
-        progress?.finish();
-        throw new CliError(`error: cannot read ${opts.file ?? 'stdin'}: ${err.message}`);
-      }
       progress?.finish();
+      // fs/stream errors carry a syscall; broker and SDK errors do not and pass through unchanged.
+      if (typeof (err as NodeJS.ErrnoException).syscall === 'string') {
+        throw new CliError(`error: cannot read ${opts.file ?? 'stdin'}: ${(err as Error).message}`);
+      }
       throw err;
     }
     if (carry.length > 0) await add(Buffer.concat(carry)); // last line without a trailing newline

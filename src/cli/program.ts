@@ -6,6 +6,7 @@ import { TributaryError } from '../protocol/errors.js';
 import { registerBrokerCommand } from './broker-command.js';
 import { registerConsumeCommand } from './consume-command.js';
 import { CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, formatBrokerError } from './errors.js';
+import { registerGroupCommand } from './group-command.js';
 import { registerProduceCommand } from './produce-command.js';
 import { registerTopicCommand } from './topic-command.js';
 
@@ -37,6 +38,7 @@ export function buildProgram(): Command {
   registerTopicCommand(program);
   registerProduceCommand(program);
   registerConsumeCommand(program);
+  registerGroupCommand(program);
   return program;
 }
 

@@ -117,7 +117,7 @@ export class Cluster {
 
   /** A command to any broker, retried over the bootstrap list. */
   async anyCommand(name: string, fields: Record<string, FieldValue | undefined> = {}, signal?: AbortSignal): Promise<string> {
-    return retry(async () => (await this.anyBroker(signal)).conn.command(name, fields), { ...this.retryOptions, signal });
+    return retry(async () => untilAborted((await this.anyBroker(signal)).conn.command(name, fields), signal), { ...this.retryOptions, signal });
   }
 
   // ---- coordinators ----
@@ -165,7 +165,7 @@ export class Cluster {
         const addr = await this.coordinator(key, opts.signal);
         try {
           const conn = await this.connection(addr, opts.signal);
-          return await conn.command(name, fields, opts.positional);
+          return await untilAborted(conn.command(name, fields, opts.positional), opts.signal);
         } catch (err) {
           await this.onCoordinatorError(key, err);
           throw err;
@@ -231,6 +231,35 @@ export class Cluster {
     await Promise.all([...conns, ...this.dedicatedConns].map((c) => c?.close()));
     this.dedicatedConns.clear();
   }
+}
+
+/**
+ * A request on a shared connection cannot be withdrawn, but its caller can stop waiting: an abort (a
+ * closing consumer) must not wait for a broker that stopped answering. A late reply is simply dropped.
+ */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  if (signal.aborted) {
+    p.catch(() => {});
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => {
+      p.catch(() => {});
+      reject(signal.reason);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
 }
 
 function cacheKey(key: { group: string } | { transactional_id: string }): string {

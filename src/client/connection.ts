@@ -72,9 +72,22 @@ export class Connection {
     const conn = new Connection(socket, opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES);
     const features = opts.features ?? SDK_FEATURES;
     if (features.length > 0) {
-      const reply = await conn.command('NEGOTIATE', { version: 1, features: features.join(',') });
-      const enabled = parseLine(reply).params.get('enabled') ?? '';
-      conn.enabledFeatures = new Set(enabled.split(',').filter(Boolean));
+      // The handshake is part of connecting: bounded by the same timeout and signal, and a failed one
+      // does not leave the socket open (a broker that accepts but never answers must not hang callers).
+      const timer = setTimeout(() => socket.destroy(), opts.connectTimeoutMs ?? 5000);
+      const onAbort = () => socket.destroy();
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
+      try {
+        const reply = await conn.command('NEGOTIATE', { version: 1, features: features.join(',') });
+        const enabled = parseLine(reply).params.get('enabled') ?? '';
+        conn.enabledFeatures = new Set(enabled.split(',').filter(Boolean));
+      } catch (err) {
+        socket.destroy();
+        throw opts.signal?.aborted ? (opts.signal.reason ?? err) : err;
+      } finally {
+        clearTimeout(timer);
+        opts.signal?.removeEventListener('abort', onAbort);
+      }
     }
     return conn;
   }
@@ -92,7 +105,10 @@ export class Connection {
     try {
       frames = this.decoder.push(chunk);
     } catch (err) {
-      this.fail(err as Error);
+      // A broken frame header (e.g. a declared length past the maximum) leaves the byte stream unusable:
+      // the pending requests lost their connection before their replies, which is retriable.
+      const reason = err instanceof TributaryError ? `${err.code}: ${err.message}` : String(err);
+      this.fail(new TributaryError('connection_lost', { reason }, `connection lost: ${reason}`));
       this.socket.destroy();
       return;
     }

@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type AssignorName, isAssignorName } from '../coordinator/assignors.js';
 import type { Batch } from '../protocol/batch.js';
@@ -62,6 +63,10 @@ export interface ConsumerEvents {
   heartbeat: { memberId: string; generation: number };
   crash: { error: Error; fatal: boolean };
   'handler.slow': { partition: number; offset: number; elapsedMs: number };
+  /** Readers and handlers of these partitions have stopped (before the revocation is confirmed). */
+  'partitions.revoked': { partitions: number[]; generation: number };
+  /** Readers of these partitions have started. */
+  'partitions.assigned': { partitions: number[]; generation: number; assignmentGeneration: number };
 }
 
 export interface EachMessagePayload {
@@ -125,6 +130,8 @@ export function validateConsumerOptions(o: ConsumerOptions): void {
     positiveInt(o as unknown as Record<string, unknown>, k);
   }
   positiveInt(o as unknown as Record<string, unknown>, 'maxWaitMs', 0);
+  // CONSUME refuses batch= above 10000 (docs/protocol.md): such a consumer could never read a record.
+  if (o.maxBatchRecords !== undefined && o.maxBatchRecords > 10_000) throw configError('maxBatchRecords', 'at most 10000 (the protocol maximum)');
   if (o.assignor !== undefined && !isAssignorName(o.assignor)) throw configError('assignor', 'expected range, roundrobin, sticky or cooperative-sticky');
   if (o.autoOffsetReset !== undefined && !['earliest', 'latest', 'error'].includes(o.autoOffsetReset)) throw configError('autoOffsetReset', 'expected earliest, latest or error');
   if (o.isolation !== undefined && !['read_committed', 'read_uncommitted'].includes(o.isolation)) throw configError('isolation', 'expected read_committed or read_uncommitted');
@@ -218,6 +225,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
   private assignmentGenerationValue = 0;
   private readonly workers = new Map<number, PartitionWorker>();
   private startPromise: Promise<void> | undefined;
+  /** The first rebalance of start(): what close() waits for (start() itself may be waiting for close()). */
+  private startRebalance: Promise<void> | undefined;
   private closePromise: Promise<void> | undefined;
   private rebalanceChain: Promise<void> = Promise.resolve();
   private rebalancePending = false;
@@ -239,6 +248,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       clientId: options.clientId ?? 'tributary-consumer',
     } as Consumer['options'];
     this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry });
+    // Every partition reader and loop listens on the root signal: a large assignment is not a leak.
+    setMaxListeners(0, this.root.signal);
   }
 
   get state(): ConsumerState {
@@ -284,7 +295,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
   private async doStart(): Promise<void> {
     this.stateValue = 'rebalancing';
     try {
-      await this.rebalance('start');
+      await (this.startRebalance = this.rebalance('start'));
     } catch (err) {
       await this.close();
       throw err;
@@ -306,17 +317,26 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     this.stateValue = 'closing';
     this.root.abort(new TributaryError('client_closed'));
     this.slots.wake();
-    await Promise.allSettled([this.startPromise, this.rebalanceChain]);
+    await Promise.allSettled([this.startRebalance, this.rebalanceChain]);
     const workers = [...this.workers.values()];
     await Promise.allSettled(workers.map((w) => w.loop));
+    if (workers.length > 0) this.emit('partitions.revoked', { partitions: workers.map((w) => w.partition), generation: this.generationValue });
     await Promise.allSettled(this.loops);
     if (wasActive && this.memberIdValue) {
-      await this.commitProcessed(workers, { final: true }).catch(() => {});
-      if (!this.options.instanceId) {
-        // A static member does not leave: a restart within its session gets the same partitions back.
-        await this.cluster
-          .coordinatorCommand(this.group, 'LEAVE_GROUP', { topic: this.options.topic, group: this.options.groupId, member: this.memberIdValue }, { retry: { retries: 2, maxElapsedMs: 3000 } })
-          .catch(() => {});
+      // A coordinator that stopped answering must not hold close() forever: the final commit and the
+      // leave get at most a session timeout (capped at 5 s), after which the session ends them anyway.
+      const deadline = new AbortController();
+      const timer = setTimeout(() => deadline.abort(new TributaryError('request_timeout', { reason: 'close' })), Math.min(this.options.sessionTimeoutMs, 5000));
+      try {
+        await this.commitProcessed(workers, { final: true, signal: deadline.signal }).catch(() => {});
+        if (!this.options.instanceId) {
+          // A static member does not leave: a restart within its session gets the same partitions back.
+          await this.cluster
+            .coordinatorCommand(this.group, 'LEAVE_GROUP', { topic: this.options.topic, group: this.options.groupId, member: this.memberIdValue }, { signal: deadline.signal, retry: { retries: 2, maxElapsedMs: 3000 } })
+            .catch(() => {});
+        }
+      } finally {
+        clearTimeout(timer);
       }
     }
     this.workers.clear();
@@ -432,6 +452,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     const revoked = [...this.workers.values()].filter((w) => !entitled.has(w.partition));
     for (const w of revoked) w.ac.abort(new TributaryError('consumer_rebalancing'));
     await Promise.allSettled(revoked.map((w) => w.loop));
+    if (revoked.length > 0) this.emit('partitions.revoked', { partitions: revoked.map((w) => w.partition), generation });
     await this.commitProcessed(revoked).catch(() => {});
     for (const w of revoked) this.workers.delete(w.partition);
 
@@ -444,6 +465,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
         await w.loop.catch(() => {});
         this.workers.delete(w.partition);
         revoked.push(w);
+        this.emit('partitions.revoked', { partitions: [w.partition], generation });
       }
     }
     const added = owned.filter((p) => !this.workers.has(p));
@@ -456,6 +478,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       this.workers.set(p, w);
       w.loop = this.readLoop(w);
     }
+    if (added.length > 0) this.emit('partitions.assigned', { partitions: added, generation, assignmentGeneration: this.assignmentGenerationValue });
     const kept = owned.filter((p) => !added.includes(p));
     this.stateValue = 'running';
     this.emit('rebalance.end', {
@@ -623,6 +646,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     const batch = await w.conn!.consume({ ...this.fetchFields(w), wait_ms: this.options.maxWaitMs });
     if (w.signal.aborted) return;
     if (w.seekTo !== undefined) return this.applySeek(w);
+    if (w.paused) return; // paused while the poll was in flight: the batch is read again after resume()
     publish(channels.consumerFetch, { group: this.options.groupId, partition: w.partition, offset: w.position, records: batch.records.length });
     const messages = this.toMessages(w, batch);
     const next = batch.trailer?.nextOffset ?? (messages.length > 0 ? messages[messages.length - 1]!.offset + 1 : w.position);
@@ -641,6 +665,13 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
         const n = await it.next();
         if (n.done) {
           if (n.value?.reason === 'offset_out_of_range') throw new TributaryError('OFFSET_OUT_OF_RANGE', { partition: w.partition });
+          return;
+        }
+        // seek() or pause() while the stream was open: drop this batch, it is read again from the new
+        // position or after resume()
+        if (w.seekTo !== undefined || w.paused) {
+          if (w.seekTo !== undefined) this.applySeek(w);
+          await it.return({} as Record<string, string>);
           return;
         }
         const messages = this.toMessages(w, n.value);
@@ -707,14 +738,22 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       }
       for (const message of messages) {
         if (w.signal.aborted || w.seekTo !== undefined) return;
+        if (w.paused) {
+          w.seekTo = message.offset; // paused mid-batch: the rest is read again after resume()
+          return;
+        }
         if (!(await this.timed(w, message.offset, () => opts.eachMessage!({ message, signal: w.signal })))) return;
         this.markProcessed(w.partition, w.assignmentGeneration, message.offset);
       }
     };
     this.slots.wake();
+    const wasClosed = this.closing;
     try {
-      await this.start();
-      await new Promise<void>((resolve) => this.root.signal.addEventListener('abort', () => resolve(), { once: true }));
+      // close() while starting ends run() like a close after the start; a failed start still rejects
+      await this.start().catch((err: unknown) => {
+        if (wasClosed || !(err instanceof TributaryError && err.code === 'client_closed')) throw err;
+      });
+      if (!this.root.signal.aborted) await new Promise<void>((resolve) => this.root.signal.addEventListener('abort', () => resolve(), { once: true }));
       await this.close();
       if (this.fatal) throw this.fatal;
     } finally {
@@ -780,10 +819,18 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     return {
       next: async (): Promise<IteratorResult<ConsumedMessage>> => {
         markLast();
-        await this.start();
+        // closed by someone else (before or while starting): the loop below ends the iteration
+        await this.start().catch((err: unknown) => {
+          if (!(err instanceof TributaryError && err.code === 'client_closed')) throw err;
+        });
         for (;;) {
           if (this.fatal) throw this.fatal;
           if (this.closing) return { done: true, value: undefined };
+          if (current && current.i < current.messages.length && !current.w.signal.aborted && current.w.paused) {
+            // paused with messages of this batch left: they are read again after resume()
+            current.w.seekTo ??= current.messages[current.i]!.offset;
+            current.i = current.messages.length;
+          }
           if (current && current.i < current.messages.length && !current.w.signal.aborted) {
             const m = current.messages[current.i++]!;
             last = m;

@@ -16,3 +16,30 @@ export {
   type EachBatchPayload,
   type RunOptions,
 } from './consumer.js';
+export {
+  Producer,
+  RecordAccumulator,
+  choosePartition,
+  validateProducerOptions,
+  type ProducerOptions,
+  type ProducerAcks,
+  type ProducerEvents,
+  type ProducerMessage,
+  type ProducerRecord,
+  type ProducerHeaders,
+  type ProducerState,
+  type RecordMetadata,
+} from './producer.js';
+export {
+  Admin,
+  type AdminOptions,
+  type CreateTopicOptions,
+  type CreateTopicResult,
+  type TopicConfig,
+  type TopicDescription,
+  type PartitionOffsets,
+  type GroupDescription,
+  type ResetOffsetsOptions,
+  type ResetTarget,
+} from './admin.js';
+export { partitionForKey } from '../protocol/partitioner.js';

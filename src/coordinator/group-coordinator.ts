@@ -189,6 +189,9 @@ export class GroupCoordinator {
       if (m.needsRejoin) this.scheduleRebalanceTimeout(g, m);
     }
     this.groups.set(g.groupId, g);
+    // A join window that was open at the crash closes now, one window after the restart.
+    g.pendingCauses = s.pendingCauses ?? [];
+    if (g.pendingCauses.length > 0) this.scheduleWindow(g);
   }
 
   private snapshot(g: ConsumerGroup): GroupSnapshot {
@@ -213,6 +216,7 @@ export class GroupCoordinator {
         needsRejoin: m.needsRejoin,
       })),
       history: g.history,
+      pendingCauses: g.pendingCauses,
     };
   }
 
@@ -424,6 +428,12 @@ export class GroupCoordinator {
     let fresh: Member | undefined;
     const view = await this.withGroup(req.group, async (): Promise<MemberView | undefined> => {
       let g = this.groups.get(req.group);
+      // Refuse an unknown member id before touching anything: a refused join must neither create the group
+      // nor rewrite an empty group's topic, assignor or protocol.
+      const live = g && !g.deleted ? g : undefined;
+      if (req.generation !== undefined && req.generation > 0 && !live?.members.has(req.member) && !live?.fencedIds.has(req.member)) {
+        throw new TributaryError('member_not_found', { member: req.member });
+      }
       if (!g || g.deleted) {
         g = new ConsumerGroup(req.group, req.topic, req.assignor ?? this.config.defaultAssignor, req.protocol ?? 'server');
         this.groups.set(req.group, g);

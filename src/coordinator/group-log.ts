@@ -2,7 +2,7 @@ import { TributaryError } from '../protocol/errors.js';
 import { partitionForKey } from '../protocol/partitioner.js';
 import type { RecordInput } from '../protocol/record.js';
 import type { Partition } from '../broker/partition.js';
-import type { AssignmentProtocol, GenerationChange } from './group.js';
+import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
 import type { OffsetEntry, OffsetStore, StoredOffset } from './offset-store.js';
 
 export const OFFSETS_TOPIC = '__consumer_offsets';
@@ -29,6 +29,11 @@ export interface GroupSnapshot {
     needsRejoin: boolean;
   }>;
   history: GenerationChange[];
+  /**
+   * Membership changes whose join window had not closed yet (absent in older snapshots): without them a
+   * crash inside the window would lose the rebalance, e.g. leave a leaver's partitions unassigned.
+   */
+  pendingCauses?: ChangeReason[];
 }
 
 type Key = ['g', string] | ['o', string, string, number];

@@ -46,28 +46,68 @@ function bad(reason: string): TributaryError {
   return new TributaryError('invalid_batch', { reason });
 }
 
+const TWO_32 = 0x100000000;
+
+// Byte-level big-endian writers for the pre-sized buffer of encodeBatch. `v >>> n` is ToUint32 of v, so
+// w32 writes the same bytes as writeUInt32BE(v >>> 0), and a negative int32 comes out in two's complement.
+function w16(buf: Buffer, at: number, v: number): void {
+  buf[at] = v >>> 8;
+  buf[at + 1] = v;
+}
+
+function w32(buf: Buffer, at: number, v: number): void {
+  buf[at] = v >>> 24;
+  buf[at + 1] = v >>> 16;
+  buf[at + 2] = v >>> 8;
+  buf[at + 3] = v;
+}
+
+/** Signed 32-bit big-endian read; the caller has checked the bounds. */
+function r32s(buf: Buffer, at: number): number {
+  return (buf[at]! << 24) | (buf[at + 1]! << 16) | (buf[at + 2]! << 8) | buf[at + 3]!;
+}
+
+/** Unsigned 32-bit big-endian read; the caller has checked the bounds. */
+function r32u(buf: Buffer, at: number): number {
+  return buf[at]! * 0x1000000 + ((buf[at + 1]! << 16) | (buf[at + 2]! << 8) | buf[at + 3]!);
+}
+
 function writeU64(buf: Buffer, v: number, at: number): void {
   // Two halves avoid BigInt on the hot path; values are validated safe integers.
-  const hi = Math.floor(v / 0x100000000);
-  buf.writeUInt32BE(hi >>> 0, at);
-  buf.writeUInt32BE(v >>> 0, at + 4);
+  w32(buf, at, Math.floor(v / TWO_32));
+  w32(buf, at + 4, v);
 }
 
 function readU64(buf: Buffer, at: number): number {
-  const hi = buf.readUInt32BE(at);
-  const lo = buf.readUInt32BE(at + 4);
+  const hi = r32u(buf, at);
   if (hi > 0x1fffff) throw bad('64-bit value beyond 2^53');
-  return hi * 0x100000000 + lo;
+  return hi * TWO_32 + r32u(buf, at + 4);
 }
 
 function writeI64(buf: Buffer, v: number, at: number): void {
-  buf.writeBigInt64BE(BigInt(v), at);
+  if (Number.isSafeInteger(v)) {
+    // Two's complement in two 32-bit halves: hi = floor(v / 2^32) is the signed high word, and
+    // v - hi * 2^32 (exact for safe integers) is the unsigned low word.
+    const hi = Math.floor(v / TWO_32);
+    w32(buf, at, hi);
+    w32(buf, at + 4, v - hi * TWO_32);
+  } else {
+    // Beyond the safe range (or not an integer): BigInt gives the exact bytes, or throws as before.
+    buf.writeBigInt64BE(BigInt(v), at);
+  }
 }
 
 function readI64(buf: Buffer, at: number): number {
-  const v = buf.readBigInt64BE(at);
-  if (v > BigInt(Number.MAX_SAFE_INTEGER) || v < BigInt(Number.MIN_SAFE_INTEGER)) throw bad('64-bit value beyond 2^53');
-  return Number(v);
+  const hi = r32s(buf, at);
+  const lo = r32u(buf, at + 4);
+  // The safe range is [-(2^53 - 1), 2^53 - 1]: a high word in [-2^21, 2^21 - 1], except -2^53 itself
+  // (high word -2^21 with a zero low word). Inside it, hi * 2^32 + lo is exact.
+  if (hi > 0x1fffff || hi < -0x200000 || (hi === -0x200000 && lo === 0)) throw bad('64-bit value beyond 2^53');
+  return hi * TWO_32 + lo;
+}
+
+function truncated(): TributaryError {
+  return bad('truncated batch');
 }
 
 export interface EncodeOptions {
@@ -75,72 +115,90 @@ export interface EncodeOptions {
   extensions?: boolean;
 }
 
+/** Writes a string's UTF-8 bytes at `at` (its length was measured with Buffer.byteLength); returns the byte count. */
+function writeUtf8(buf: Buffer, s: string, at: number): number {
+  return s.length === 0 ? 0 : buf.write(s, at, 'utf8');
+}
+
+/**
+ * One pass measures (validating every length), a second writes into one buffer of exactly that size.
+ * Records are only read, so stored records (LogRecord) can be passed as they are.
+ */
 export function encodeBatch(batch: Batch, opts: EncodeOptions = {}): Buffer {
   const ext = opts.extensions === true;
-  const topic = Buffer.from(batch.topic, 'utf8');
-  const acks = Buffer.from(batch.acks, 'ascii');
-  if (topic.length > 0xffff) throw bad('topic longer than 65535 bytes');
-  let size = 2 + 2 + topic.length + 4 + 1 + acks.length + 1 + 8 + 8 + 4;
-  const pids: Buffer[] = [];
-  const hdrs: Array<Array<[Buffer, Buffer]>> = [];
-  for (const r of batch.records) {
-    const pid = Buffer.from(r.producerId, 'utf8');
-    pids.push(pid);
+  const records = batch.records;
+  const n = records.length;
+  const topicLen = Buffer.byteLength(batch.topic, 'utf8');
+  const acksLen = Buffer.byteLength(batch.acks, 'ascii');
+  if (topicLen > 0xffff) throw bad('topic longer than 65535 bytes');
+  let size = 2 + 2 + topicLen + 4 + 1 + acksLen + 1 + 8 + 8 + 4;
+  for (let i = 0; i < n; i++) {
+    const r = records[i]!;
+    const pidLen = r.producerId.length === 0 ? 0 : Buffer.byteLength(r.producerId, 'utf8');
     const keyLen = r.key ? r.key.length : 0;
     if (keyLen > 0xffff) throw bad('key longer than 65535 bytes');
-    if (pid.length > 0xffff) throw bad('producer id too long');
-    size += 8 + 8 + 2 + pid.length + 2 + keyLen + 8 + 4 + r.value.length;
+    if (pidLen > 0xffff) throw bad('producer id too long');
+    size += 8 + 8 + 2 + pidLen + 2 + keyLen + 8 + 4 + r.value.length;
     if (ext) {
-      const hs: Array<[Buffer, Buffer]> = r.headers.map((h) => [Buffer.from(h.key, 'utf8'), h.value]);
+      const hs = r.headers;
       if (hs.length > 0xffff) throw bad('more than 65535 headers');
-      if (hs.some(([k]) => k.length > 0xffff)) throw bad('header key longer than 65535 bytes');
-      hdrs.push(hs);
       size += 8 + 1 + 2;
-      for (const [k, v] of hs) size += 2 + k.length + 4 + v.length;
+      for (let h = 0; h < hs.length; h++) {
+        const kl = Buffer.byteLength(hs[h]!.key, 'utf8');
+        if (kl > 0xffff) throw bad('header key longer than 65535 bytes');
+        size += 2 + kl + 4 + hs[h]!.value.length;
+      }
     }
   }
   if (ext && batch.trailer) size += 24;
   const buf = Buffer.allocUnsafe(size);
-  let at = buf.writeUInt16BE(BATCH_MAGIC, 0);
-  at = buf.writeUInt16BE(topic.length, at);
-  at += topic.copy(buf, at);
+  w16(buf, 0, BATCH_MAGIC);
+  w16(buf, 2, topicLen);
+  let at = 4 + writeUtf8(buf, batch.topic, 4);
   at = buf.writeInt32BE(batch.partition, at);
-  at = buf.writeUInt8(acks.length, at);
-  at += acks.copy(buf, at);
-  at = buf.writeUInt8(batch.idempotent ? 1 : 0, at);
-  writeU64(buf, batch.firstSequence, at);
-  writeU64(buf, batch.lastSequence, at + 8);
-  at += 16;
-  at = buf.writeInt32BE(batch.records.length, at);
-  for (let i = 0; i < batch.records.length; i++) {
-    const r = batch.records[i]!;
+  at = buf.writeUInt8(acksLen, at);
+  at += buf.write(batch.acks, at, 'ascii');
+  buf[at] = batch.idempotent ? 1 : 0;
+  writeU64(buf, batch.firstSequence, at + 1);
+  writeU64(buf, batch.lastSequence, at + 9);
+  w32(buf, at + 17, n);
+  at += 21;
+  for (let i = 0; i < n; i++) {
+    const r = records[i]!;
     writeU64(buf, r.offset, at);
     writeU64(buf, Math.max(0, r.sequence), at + 8);
     at += 16;
-    const pid = pids[i]!;
-    at = buf.writeUInt16BE(pid.length, at);
-    at += pid.copy(buf, at);
-    if (r.key) {
-      at = buf.writeUInt16BE(r.key.length, at);
-      at += r.key.copy(buf, at);
+    const pidLen = writeUtf8(buf, r.producerId, at + 2);
+    w16(buf, at, pidLen);
+    at += 2 + pidLen;
+    const key = r.key;
+    if (key) {
+      w16(buf, at, key.length);
+      buf.set(key, at + 2);
+      at += 2 + key.length;
     } else {
-      at = buf.writeUInt16BE(0, at);
+      w16(buf, at, 0);
+      at += 2;
     }
     writeI64(buf, r.epoch, at);
-    at += 8;
-    at = buf.writeUInt32BE(r.value.length, at);
-    at += r.value.copy(buf, at);
+    const value = r.value;
+    w32(buf, at + 8, value.length);
+    buf.set(value, at + 12);
+    at += 12 + value.length;
     if (ext) {
       writeI64(buf, r.timestamp, at);
-      at += 8;
-      at = buf.writeUInt8(r.attributes & 0xff, at);
-      const hs = hdrs[i]!;
-      at = buf.writeUInt16BE(hs.length, at);
-      for (const [k, v] of hs) {
-        at = buf.writeUInt16BE(k.length, at);
-        at += k.copy(buf, at);
-        at = buf.writeUInt32BE(v.length, at);
-        at += v.copy(buf, at);
+      buf[at + 8] = r.attributes & 0xff;
+      const hs = r.headers;
+      w16(buf, at + 9, hs.length);
+      at += 11;
+      for (let h = 0; h < hs.length; h++) {
+        const hdr = hs[h]!;
+        const kl = writeUtf8(buf, hdr.key, at + 2);
+        w16(buf, at, kl);
+        at += 2 + kl;
+        w32(buf, at, hdr.value.length);
+        buf.set(hdr.value, at + 4);
+        at += 4 + hdr.value.length;
       }
     }
   }
@@ -150,6 +208,8 @@ export function encodeBatch(batch: Batch, opts: EncodeOptions = {}): Buffer {
     writeU64(buf, batch.trailer.logStartOffset, at + 16);
     at += 24;
   }
+  // Every byte of the allocUnsafe buffer must have been written.
+  if (at !== size) throw new Error(`batch encoding size mismatch: ${at} != ${size}`);
   return buf;
 }
 
@@ -161,84 +221,78 @@ export interface DecodeOptions extends EncodeOptions {
 /** Strict decoder: every length is checked against the bytes left; trailing garbage is refused. */
 export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
   const ext = opts.extensions === true;
-  let at = 0;
-  const need = (n: number) => {
-    if (at + n > buf.length) throw bad('truncated batch');
-  };
-  need(2);
-  if (buf.readUInt16BE(0) !== BATCH_MAGIC) throw bad('bad magic');
-  at = 2;
-  need(2);
-  const topicLen = buf.readUInt16BE(at);
+  const len = buf.length;
+  if (len < 2) throw truncated();
+  if (((buf[0]! << 8) | buf[1]!) !== BATCH_MAGIC) throw bad('bad magic');
+  let at = 2;
+  if (at + 2 > len) throw truncated();
+  const topicLen = (buf[at]! << 8) | buf[at + 1]!;
   at += 2;
-  need(topicLen);
+  if (at + topicLen > len) throw truncated();
   const topic = buf.toString('utf8', at, at + topicLen);
   at += topicLen;
-  need(4 + 1);
-  const partition = buf.readInt32BE(at);
+  if (at + 4 + 1 > len) throw truncated();
+  const partition = r32s(buf, at);
   at += 4;
-  const acksLen = buf.readUInt8(at);
+  const acksLen = buf[at]!;
   at += 1;
-  need(acksLen);
+  if (at + acksLen > len) throw truncated();
   const acks = buf.toString('ascii', at, at + acksLen);
   at += acksLen;
   if (acks !== '0' && acks !== '1' && acks !== '-1' && acks !== 'all') throw bad('acks must be 0, 1, -1 or all');
-  need(1 + 16 + 4);
-  const idempotent = buf.readUInt8(at) === 1;
+  if (at + 1 + 16 + 4 > len) throw truncated();
+  const idempotent = buf[at] === 1;
   at += 1;
   const firstSequence = readU64(buf, at);
   const lastSequence = readU64(buf, at + 8);
   at += 16;
-  const count = buf.readInt32BE(at);
+  const count = r32s(buf, at);
   at += 4;
   if (count < 0) throw bad('negative record count');
   if (opts.maxRecords !== undefined && count > opts.maxRecords) throw bad(`more than ${opts.maxRecords} records`);
   // Each record takes at least 32 bytes: refuse counts the body cannot hold before allocating.
-  if (count * 32 > buf.length - at) throw bad('record count exceeds batch size');
+  if (count * 32 > len - at) throw bad('record count exceeds batch size');
   const records: BatchRecord[] = new Array(count);
   for (let i = 0; i < count; i++) {
-    need(16 + 2);
+    if (at + 16 + 2 > len) throw truncated();
     const offset = readU64(buf, at);
     const sequence = readU64(buf, at + 8);
     at += 16;
-    const pidLen = buf.readUInt16BE(at);
+    const pidLen = (buf[at]! << 8) | buf[at + 1]!;
     at += 2;
-    need(pidLen + 2);
-    const producerId = buf.toString('utf8', at, at + pidLen);
+    if (at + pidLen + 2 > len) throw truncated();
+    const producerId = pidLen === 0 ? '' : buf.toString('utf8', at, at + pidLen);
     at += pidLen;
-    const keyLen = buf.readUInt16BE(at);
+    const keyLen = (buf[at]! << 8) | buf[at + 1]!;
     at += 2;
-    need(keyLen + 8 + 4);
+    if (at + keyLen + 8 + 4 > len) throw truncated();
     const key = keyLen > 0 ? buf.subarray(at, at + keyLen) : null;
     at += keyLen;
     const epoch = readI64(buf, at);
-    at += 8;
-    const valueLen = buf.readUInt32BE(at);
-    at += 4;
-    need(valueLen);
+    const valueLen = r32u(buf, at + 8);
+    at += 12;
+    if (at + valueLen > len) throw truncated();
     const value = buf.subarray(at, at + valueLen);
     at += valueLen;
     let timestamp = 0;
     let attributes = 0;
     const headers: RecordHeader[] = [];
     if (ext) {
-      need(8 + 1 + 2);
+      if (at + 8 + 1 + 2 > len) throw truncated();
       timestamp = readI64(buf, at);
-      at += 8;
-      attributes = buf.readUInt8(at);
-      at += 1;
-      const hc = buf.readUInt16BE(at);
-      at += 2;
+      attributes = buf[at + 8]!;
+      const hc = (buf[at + 9]! << 8) | buf[at + 10]!;
+      at += 11;
       for (let h = 0; h < hc; h++) {
-        need(2);
-        const kl = buf.readUInt16BE(at);
+        if (at + 2 > len) throw truncated();
+        const kl = (buf[at]! << 8) | buf[at + 1]!;
         at += 2;
-        need(kl + 4);
+        if (at + kl + 4 > len) throw truncated();
         const hk = buf.toString('utf8', at, at + kl);
         at += kl;
-        const vl = buf.readUInt32BE(at);
+        const vl = r32u(buf, at);
         at += 4;
-        need(vl);
+        if (at + vl > len) throw truncated();
         headers.push({ key: hk, value: buf.subarray(at, at + vl) });
         at += vl;
       }
@@ -246,34 +300,18 @@ export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
     records[i] = { offset, sequence, producerId, key, epoch, value, timestamp, attributes, headers };
   }
   let trailer: BatchTrailer | undefined;
-  if (ext && at + 24 === buf.length) {
+  if (ext && at + 24 === len) {
     trailer = { nextOffset: readU64(buf, at), highWatermark: readU64(buf, at + 8), logStartOffset: readU64(buf, at + 16) };
     at += 24;
   }
-  if (at !== buf.length) throw bad('trailing bytes after records');
+  if (at !== len) throw bad('trailing bytes after records');
   return { topic, partition, acks: acks as Acks, idempotent, firstSequence, lastSequence, records, trailer };
 }
 
-/** Stored records to the wire shape of a CONSUME reply. */
+/**
+ * Stored records to the wire shape of a CONSUME reply. A LogRecord has exactly the fields of a BatchRecord,
+ * so the records are passed through as they are (no per-record copy); encodeBatch only reads them.
+ */
 export function logRecordsToBatch(topic: string, partition: number, records: LogRecord[], trailer?: BatchTrailer): Batch {
-  return {
-    topic,
-    partition,
-    acks: '1',
-    idempotent: false,
-    firstSequence: 0,
-    lastSequence: 0,
-    records: records.map((r) => ({
-      offset: r.offset,
-      sequence: r.sequence,
-      producerId: r.producerId,
-      key: r.key,
-      epoch: r.epoch,
-      value: r.value,
-      timestamp: r.timestamp,
-      attributes: r.attributes,
-      headers: r.headers,
-    })),
-    trailer,
-  };
+  return { topic, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records, trailer };
 }

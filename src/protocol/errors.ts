@@ -84,7 +84,7 @@ export const ERROR_CODES = {
   connection_lost: { class: 'availability', retryable: true, description: '(SDK) the connection failed or closed before the reply' },
   invalid_config: { class: 'validation', retryable: false, description: '(SDK) an option is invalid; thrown at construction' },
   consumer_rebalancing: { class: 'fencing', retryable: false, description: '(SDK) work from an assignment that a rebalance revoked' },
-  client_closed: { class: 'availability', retryable: false, description: '(SDK) the producer, consumer or admin client is closed' },
+  client_closed: { class: 'conflict', retryable: false, description: '(SDK) the producer, consumer or admin client is closed' },
   buffer_full: { class: 'availability', retryable: true, description: '(SDK) the producer buffer stayed full past its wait' },
 } as const satisfies Record<string, ErrorSpec>;
 

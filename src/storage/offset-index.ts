@@ -8,7 +8,7 @@
  * maxTimestamp i64, logSize u64, createdMs i64, intervalBytes u32, entryCount u32, entries, crc32c u32
  * over everything before it.
  */
-import { open, readFile } from 'node:fs/promises';
+import { open, readFile, rename } from 'node:fs/promises';
 import { crc32c } from './crc32c.js';
 
 export const DEFAULT_INDEX_INTERVAL_BYTES = 4096;
@@ -17,6 +17,7 @@ const MAGIC = 0x54494458; // 'TIDX'
 const VERSION = 1;
 const HEADER_BYTES = 4 + 2 + 2 + 8 + 8 + 8 + 8 + 8 + 4 + 4;
 const FLAG_SYNCED = 0x1;
+const FLAG_COMPACTED = 0x2;
 const TWO_32 = 4294967296;
 
 export interface IndexEntry {
@@ -127,6 +128,8 @@ export interface IndexFileMeta {
   createdMs: number;
   /** The log bytes covered by logSize were fsynced before this file was written. */
   synced: boolean;
+  /** Rewritten by compaction: offsets may have gaps, also up to nextOffset. Not derivable from the log. */
+  compacted?: boolean;
 }
 
 function w64(b: Buffer, p: number, v: number): void {
@@ -144,7 +147,7 @@ export function serializeIndex(meta: IndexFileMeta, index: OffsetIndex): Buffer 
   let p = 0;
   buf.writeUInt32BE(MAGIC, p);
   buf.writeUInt16BE(VERSION, p + 4);
-  buf.writeUInt16BE(meta.synced ? FLAG_SYNCED : 0, p + 6);
+  buf.writeUInt16BE((meta.synced ? FLAG_SYNCED : 0) | (meta.compacted ? FLAG_COMPACTED : 0), p + 6);
   p += 8;
   w64(buf, p, meta.baseOffset);
   w64(buf, p + 8, meta.nextOffset);
@@ -182,6 +185,7 @@ export function parseIndex(buf: Buffer, intervalBytes?: number): { meta: IndexFi
       logSize: r64(buf, 32),
       createdMs: r64(buf, 40),
     };
+    if ((buf.readUInt16BE(6) & FLAG_COMPACTED) !== 0) meta.compacted = true;
     for (const v of [meta.baseOffset, meta.nextOffset, meta.logSize]) if (!Number.isSafeInteger(v) || v < 0) return null;
     if (meta.nextOffset < meta.baseOffset) return null;
     // New entries follow the configured interval even if the file was written with another one.
@@ -198,9 +202,13 @@ export function parseIndex(buf: Buffer, intervalBytes?: number): { meta: IndexFi
   }
 }
 
-/** Writes the index file in place; a torn write fails the CRC on load and is rebuilt, so no rename is needed. */
-export async function writeIndexFile(path: string, meta: IndexFileMeta, index: OffsetIndex): Promise<void> {
-  const fh = await open(path, 'w');
+/**
+ * Writes the index file. In place by default: a torn write fails the CRC on load and is rebuilt. With
+ * `atomicVia` it goes to that temp path, is fsynced and renamed over `path` (compacted segments: their
+ * flag cannot be rebuilt from the log).
+ */
+export async function writeIndexFile(path: string, meta: IndexFileMeta, index: OffsetIndex, atomicVia?: string): Promise<void> {
+  const fh = await open(atomicVia ?? path, 'w');
   try {
     const buf = serializeIndex(meta, index);
     let done = 0;
@@ -208,9 +216,11 @@ export async function writeIndexFile(path: string, meta: IndexFileMeta, index: O
       const { bytesWritten } = await fh.write(buf, done, buf.length - done, done);
       done += bytesWritten;
     }
+    if (atomicVia) await fh.sync();
   } finally {
     await fh.close();
   }
+  if (atomicVia) await rename(atomicVia, path);
 }
 
 /** Reads and parses an index file; null when missing or invalid. */

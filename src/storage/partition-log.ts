@@ -1,16 +1,28 @@
 /**
  * The log of one partition: an ordered list of segments, the last one active. Appends are queued and
  * written by a single writer (several queued batches coalesce into one write call); durability follows
- * the flush mode, with group commit for 'always'. Recovery on open validates the tail of the log.
+ * the flush mode, with group commit for 'always'. The last record of every append carries
+ * ATTR_END_OF_APPEND, so recovery (which validates the tail of the log on open) keeps whole appends only.
+ * Compaction rewrites closed segments keeping the latest record per key; kept offsets do not change,
+ * so the log may have gaps, which every read path skips.
  */
 import { mkdir, open, readdir, readFile, rename, rm, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type Logger, pino } from 'pino';
 import { invalidParam, TributaryError } from '../protocol/errors.js';
 import type { LogRecord, RecordInput } from '../protocol/record.js';
-import { DEFAULT_INDEX_INTERVAL_BYTES } from './offset-index.js';
-import { decodeRecord, encodedSize, encodeRecordView, validateEncodable } from './record-codec.js';
-import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, Segment, segmentFileName } from './segment.js';
+import { DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex, serializeIndex } from './offset-index.js';
+import {
+  ATTR_END_OF_APPEND,
+  decodeRecord,
+  encodedSize,
+  encodeRecordInto,
+  encodeRecordView,
+  type EncodableRecord,
+  USER_ATTR_MASK,
+  validateEncodable,
+} from './record-codec.js';
+import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, type RecordInfo, type ScanOutcome, Segment, segmentFileName } from './segment.js';
 
 export type FlushMode = 'always' | 'interval' | 'os';
 
@@ -64,7 +76,32 @@ export interface SegmentInfo {
   sizeBytes: number;
   maxTimestamp: number;
   createdMs: number;
+  /** Rewritten by compaction (may hold fewer records than offsets). */
+  compacted: boolean;
 }
+
+export interface CompactOptions {
+  /** How long a tombstone (empty value) stays as its key's latest record before it is dropped (default 24 h). */
+  tombstoneRetentionMs?: number;
+  /** The clock used for tombstone expiry and the age roll (default Date.now()). */
+  now?: number;
+  /** Test hook: stop as if the process died at this point of the first swap, leaving the files as they are. */
+  crashAt?: 'temp-written' | 'index-renamed' | 'log-renamed';
+}
+
+export interface CompactResult {
+  segmentsCompacted: number;
+  recordsRemoved: number;
+  /** Size of the rewritten segments before and after. */
+  bytesBefore: number;
+  bytesAfter: number;
+}
+
+export const DEFAULT_TOMBSTONE_RETENTION_MS = 24 * 60 * 60 * 1000;
+/** Suffix of a compacted segment's files before they are swapped in; open() removes leftovers (*.tmp). */
+const COMPACT_TMP_SUFFIX = '.compact.tmp';
+/** Kept records buffered before a write while rewriting a segment. */
+const COMPACT_WRITE_BYTES = 4 * 1024 * 1024;
 
 export const CLEAN_SHUTDOWN_FILE = 'clean-shutdown';
 export const HWM_CHECKPOINT_FILE = 'hwm.checkpoint';
@@ -227,6 +264,39 @@ async function writeFileAtomic(path: string, data: string): Promise<void> {
   await rename(tmp, path);
 }
 
+/** Writes a new file and fsyncs it. */
+async function writeFileSynced(path: string, data: Buffer): Promise<void> {
+  const fh = await open(path, 'w');
+  try {
+    await fh.writeFile(data);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+/** A segment rewritten to temp files, ready to be swapped in. */
+interface PreparedCompaction {
+  old: Segment;
+  version: number;
+  tmpLog: string;
+  tmpIndex: string;
+  index: OffsetIndex;
+  size: number;
+  maxTimestamp: number;
+  removed: number;
+}
+
+/** The log closed, was truncated or lost a segment while compacting: give up quietly, the next run retries. */
+class CompactionAborted extends Error {}
+
+/** Thrown by the compaction test hook (CompactOptions.crashAt). */
+export class SimulatedCrash extends Error {
+  constructor(at: string | undefined) {
+    super(`simulated crash during compaction (${at})`);
+  }
+}
+
 const HWM_RE = /^tributary-hwm 1 (\d+)\n$/;
 
 let silent: Logger | null = null;
@@ -262,6 +332,10 @@ export class PartitionLog {
   private timer: NodeJS.Timeout | null = null;
   /** Closed segments with an open fd, least recently read first. */
   private openClosed: Segment[] = [];
+  /** Bumped by truncateTo: a compaction planned before it may drop what became the latest record. */
+  private truncations = 0;
+  private readonly compactMutex = new Mutex();
+  private compactions = 0;
 
   private constructor(dir: string, opts: LogOptions, logger: Logger, segments: Segment[]) {
     this.dir = dir;
@@ -299,13 +373,25 @@ export class PartitionLog {
         const seg = info.segment;
         if (info.truncatedBytes > 0) {
           log.warn(
-            { segment: seg.baseOffset, truncatedBytes: info.truncatedBytes, atOffset: info.truncatedAtOffset, reason: info.reason },
-            `recovery cut ${info.truncatedBytes} bytes of torn/corrupt log at offset ${info.truncatedAtOffset}`,
+            {
+              segment: seg.baseOffset,
+              truncatedBytes: info.truncatedBytes,
+              atOffset: info.truncatedAtOffset,
+              reason: info.reason,
+              droppedRecords: info.droppedRecords,
+            },
+            `recovery cut ${info.truncatedBytes} bytes of torn/corrupt log at offset ${info.truncatedAtOffset}` +
+              (info.droppedRecords > 0 ? ` (including ${info.droppedRecords} valid records of an incomplete append)` : ''),
           );
         } else if (info.rebuiltIndex && !isLast) {
           log.info({ segment: seg.baseOffset }, 'rebuilt segment index');
         }
         const prev = segments[segments.length - 1];
+        // A compacted segment may end in a gap (its newest records were superseded): it reaches the next one.
+        if (prev?.compacted && seg.baseOffset > prev.nextOffset) {
+          prev.nextOffset = seg.baseOffset;
+          prev.markModified();
+        }
         if (prev && seg.baseOffset !== prev.nextOffset) {
           // A gap (e.g. a closed segment lost its tail): only a contiguous prefix is a valid log.
           log.warn(
@@ -372,6 +458,7 @@ export class PartitionLog {
       sizeBytes: s.size,
       maxTimestamp: s.maxTimestamp,
       createdMs: s.createdMs,
+      compacted: s.compacted,
     }));
   }
 
@@ -468,9 +555,11 @@ export class PartitionLog {
     let p = 0;
     for (const b of group) {
       const base = offset;
+      const lastIdx = b.records.length - 1;
       for (let i = 0; i < b.records.length; i++) {
         const r = b.records[i];
         const timestamp = r.timestamp ? r.timestamp : now;
+        const attributes = ((r.attributes ?? 0) & USER_ATTR_MASK) | (i === lastIdx ? ATTR_END_OF_APPEND : 0);
         const { end, record } = encodeRecordView(buf, p, {
           offset,
           timestamp,
@@ -480,8 +569,9 @@ export class PartitionLog {
           producerId: r.producerId,
           epoch: r.epoch,
           sequence: r.sequence,
-          attributes: r.attributes,
+          attributes,
         });
+        record.attributes = attributes & USER_ATTR_MASK;
         if (end - p !== b.sizes[i]) throw storageError(this.dir, 'record encoding size mismatch');
         positions.push(seg.size + p);
         views.push(record);
@@ -703,16 +793,20 @@ export class PartitionLog {
     let bytes = 0;
     let next = offset;
     let done = false;
+    let retries = 0;
     while (!done && next < limit && out.length < maxRecords) {
       const seg = this.segmentFor(next);
       if (!seg || seg.deleted) return this.raced(out, offset);
       const version = seg.version;
+      // Read together (appends update both at once): the records below segNext all lie before `end`.
       const end = seg.size;
+      const segNext = seg.nextOffset;
       let pos = seg.index.lookup(next).position;
       const startNext = next;
       let need = 0;
+      let stale = false;
       this.touchClosed(seg);
-      while (!done && pos < end) {
+      while (!done && !stale && pos < end) {
         // Size the read to what the caller can take, plus the skip from the index entry.
         const avg = seg.recordCount > 0 ? Math.ceil(end / seg.recordCount) : READ_CHUNK_MIN;
         const wanted = Math.min(maxBytes - bytes, (maxRecords - out.length) * avg, READ_CHUNK_MAX);
@@ -721,10 +815,16 @@ export class PartitionLog {
         try {
           buf = await seg.read(pos, chunk);
         } catch (err) {
-          if (seg.deleted || seg.version !== version) return this.raced(out, offset);
+          if (seg.deleted || seg.version !== version) {
+            stale = true;
+            break;
+          }
           throw storageError(this.dir, 'read failed', err);
         }
-        if (buf.length === 0) break;
+        if (buf.length === 0) {
+          stale = true;
+          break;
+        }
         need = 0;
         let p = 0;
         while (p < buf.length) {
@@ -735,25 +835,26 @@ export class PartitionLog {
               need = needed;
               break;
             }
-            if (seg.deleted || seg.version !== version) return this.raced(out, offset);
+            if (seg.deleted || seg.version !== version) {
+              stale = true;
+              break;
+            }
             throw storageError(this.dir, `corrupt record in segment ${seg.baseOffset} at position ${pos + p}`);
           }
           const rec = r.record;
+          // Below `next`: the skip from the index entry. Above it: a gap left by compaction.
           if (rec.offset < next) {
             p += r.size;
             continue;
-          }
-          if (rec.offset !== next) {
-            if (seg.deleted || seg.version !== version) return this.raced(out, offset);
-            throw storageError(this.dir, `offset gap in segment ${seg.baseOffset}: expected ${next}, found ${rec.offset}`);
           }
           if (rec.offset >= limit || (out.length > 0 && bytes + r.size > maxBytes)) {
             done = true;
             break;
           }
+          rec.attributes &= USER_ATTR_MASK;
           out.push(rec);
           bytes += r.size;
-          next++;
+          next = rec.offset + 1;
           p += r.size;
           if (out.length >= maxRecords) {
             done = true;
@@ -762,6 +863,13 @@ export class PartitionLog {
         }
         pos += p;
       }
+      if (stale) {
+        // Compaction swapped the file in: the replacement holds the same offsets, so carry on from `next`.
+        if (seg.superseded && retries++ < 8) continue;
+        return this.raced(out, offset);
+      }
+      // Past the segment's last record but not its end (a compacted tail): the rest is in later segments.
+      if (!done && next < segNext) next = segNext;
       // No progress means the segment view went stale (truncation); never spin.
       if (next === startNext) break;
     }
@@ -795,16 +903,28 @@ export class PartitionLog {
 
   /** First offset whose timestamp is >= ts, or the LEO. */
   async offsetForTimestamp(ts: number): Promise<number> {
-    for (const seg of [...this.segments]) {
-      if (seg.deleted || seg.maxTimestamp < ts) continue;
-      try {
-        const o = await seg.firstOffsetAtOrAfter(ts);
-        if (o !== null) return o;
-      } catch (err) {
-        if (!seg.deleted) throw storageError(this.dir, 'read failed', err);
+    for (let attempt = 0; ; attempt++) {
+      let retry = false;
+      for (const seg of [...this.segments]) {
+        if (seg.superseded) {
+          retry = true;
+          break;
+        }
+        if (seg.deleted || seg.maxTimestamp < ts) continue;
+        try {
+          const o = await seg.firstOffsetAtOrAfter(ts);
+          if (o !== null) return o;
+        } catch (err) {
+          if (seg.superseded) {
+            retry = true;
+            break;
+          }
+          if (!seg.deleted) throw storageError(this.dir, 'read failed', err);
+        }
       }
+      // A compaction swap replaced a segment mid-scan: the new list has it under the same offsets.
+      if (!retry || attempt >= 8) return this.logEndOffset;
     }
-    return this.logEndOffset;
   }
 
   /** Deletes whole closed segments by time and size retention. Never deletes the active segment. */
@@ -845,6 +965,241 @@ export class PartitionLog {
     });
   }
 
+  /**
+   * Rewrites the closed segments keeping, per key, only the record with the highest offset in the whole
+   * log (active segment included); null keys are kept, and a tombstone (empty value) is kept until it is
+   * older than `tombstoneRetentionMs`. Kept records keep their offsets and each becomes a complete append.
+   * Each segment is written to a temp file, fsynced and renamed over the old one (index first), so a crash
+   * leaves the old or the new segment. Reads and appends continue meanwhile; only the swap is exclusive.
+   * Calls run one at a time.
+   */
+  compact(opts: CompactOptions = {}): Promise<CompactResult> {
+    const tombstoneMs = opts.tombstoneRetentionMs ?? DEFAULT_TOMBSTONE_RETENTION_MS;
+    if (!Number.isSafeInteger(tombstoneMs) || tombstoneMs < 0) return Promise.reject(invalidParam('tombstoneRetentionMs', 'must be a non-negative integer'));
+    if (opts.now !== undefined && !Number.isSafeInteger(opts.now)) return Promise.reject(invalidParam('now', 'must be a safe integer'));
+    if (this.state !== 'open') return Promise.reject(storageError(this.dir, 'log is closed'));
+    this.compactions++;
+    return this.compactMutex.run(() => this.runCompaction(opts.now ?? Date.now(), tombstoneMs, opts.crashAt)).finally(() => this.compactions--);
+  }
+
+  private async runCompaction(now: number, tombstoneMs: number, crashAt: CompactOptions['crashAt']): Promise<CompactResult> {
+    const none: CompactResult = { segmentsCompacted: 0, recordsRemoved: 0, bytesBefore: 0, bytesAfter: 0 };
+    if (this.state !== 'open') return none;
+    if (this.failed) throw storageError(this.dir, 'log failed', this.failed);
+    // Only closed segments are compacted: an old active segment is rolled first, as retention does.
+    if (this.active.size > 0 && now - this.active.createdMs >= this.options.segmentMs) {
+      await this.exclusive(async () => {
+        if (this.state === 'open' && !this.failed && this.active.size > 0 && now - this.active.createdMs >= this.options.segmentMs) await this.roll();
+      });
+    }
+    if (this.state !== 'open' || this.segments.length < 2) return none;
+    const closed = this.segments.slice(0, -1).map((seg) => ({ seg, version: seg.version }));
+    const active = this.active;
+    const activeEnd = active.size;
+    const truncations = this.truncations;
+    const prepared: PreparedCompaction[] = [];
+    try {
+      // Pass 1: the newest offset of every key. Records appended later only make us keep more.
+      const latest = new Map<string, number>();
+      const noteKeys = (r: RecordInfo, rec: LogRecord) => {
+        if (rec.key) latest.set(rec.key.toString('latin1'), r.offset);
+        return true;
+      };
+      for (const { seg } of closed) await this.scanForCompaction(seg, 0, seg.size, noteKeys);
+      await this.scanForCompaction(active, 0, activeEnd, noteKeys);
+
+      const keep = (r: RecordInfo, rec: LogRecord): boolean => {
+        if (!rec.key) return true;
+        if (latest.get(rec.key.toString('latin1')) !== r.offset) return false;
+        return rec.value.length > 0 || now - rec.timestamp <= tombstoneMs;
+      };
+      // Pass 2: rewrite each closed segment that loses records.
+      for (const { seg, version } of closed) {
+        let removed = 0;
+        await this.scanForCompaction(seg, 0, seg.size, (r, rec) => {
+          if (!keep(r, rec)) removed++;
+          return true;
+        });
+        if (removed === 0) continue;
+        const p = await this.writeCompacted(seg, version, keep);
+        prepared.push({ ...p, removed });
+        if (this.state !== 'open') throw new CompactionAborted();
+      }
+      if (prepared.length === 0) return none;
+      if (crashAt === 'temp-written') throw new SimulatedCrash(crashAt);
+      return await this.exclusive(() => this.swapCompacted(prepared, truncations, crashAt));
+    } catch (err) {
+      // The test hook leaves the files exactly as a dead process would.
+      if (err instanceof SimulatedCrash) throw err;
+      for (const p of prepared) await this.removeTemp(p);
+      if (err instanceof CompactionAborted || this.state !== 'open') return none;
+      throw err instanceof TributaryError ? err : storageError(this.dir, 'compaction failed', err);
+    } finally {
+      for (const { seg } of closed) this.releaseIfIdle(seg);
+    }
+  }
+
+  /** scanRecords over a segment that compaction reads; a segment removed or cut meanwhile aborts the compaction. */
+  private async scanForCompaction(seg: Segment, from: number, end: number, onRecord: (r: RecordInfo, rec: LogRecord) => boolean): Promise<number> {
+    const version = seg.version;
+    let out: ScanOutcome;
+    try {
+      // Stops early once the log starts closing, so close() does not wait for a whole pass.
+      out = await seg.scanRecords(from, end, (r, rec) => this.state === 'open' && onRecord(r, rec));
+    } catch (err) {
+      if (seg.deleted || seg.version !== version || this.state !== 'open') throw new CompactionAborted();
+      throw err;
+    }
+    if (this.state !== 'open') throw new CompactionAborted();
+    if (out.failure !== null) {
+      if (seg.deleted || seg.version !== version || this.state !== 'open') throw new CompactionAborted();
+      throw storageError(this.dir, `corrupt record in segment ${seg.baseOffset} at position ${out.position}`);
+    }
+    return out.position;
+  }
+
+  /** Writes the kept records of `seg` (and their index) to temp files, fsynced. */
+  private async writeCompacted(seg: Segment, version: number, keep: (r: RecordInfo, rec: LogRecord) => boolean): Promise<PreparedCompaction> {
+    const tmpLog = seg.logPath + COMPACT_TMP_SUFFIX;
+    const tmpIndex = seg.indexPath + COMPACT_TMP_SUFFIX;
+    const index = new OffsetIndex(seg.baseOffset, this.options.indexIntervalBytes);
+    let size = 0;
+    let maxTs = -1;
+    const fh = await open(tmpLog, 'w');
+    const result: PreparedCompaction = { old: seg, version, tmpLog, tmpIndex, index, size: 0, maxTimestamp: -1, removed: 0 };
+    try {
+      let pos = 0;
+      const end = seg.size;
+      while (pos < end) {
+        const bufs: Buffer[] = [];
+        let pending = 0;
+        // Stops before the record that would overflow the buffer; the next round starts there.
+        pos = await this.scanForCompaction(seg, pos, end, (r, rec) => {
+          if (pending >= COMPACT_WRITE_BYTES) return false;
+          if (!keep(r, rec)) return true;
+          const enc: EncodableRecord = {
+            offset: r.offset,
+            timestamp: rec.timestamp,
+            key: rec.key,
+            value: rec.value,
+            headers: rec.headers,
+            producerId: rec.producerId,
+            epoch: rec.epoch,
+            sequence: rec.sequence,
+            // Every kept record is a complete append of its own.
+            attributes: (rec.attributes & USER_ATTR_MASK) | ATTR_END_OF_APPEND,
+          };
+          const b = Buffer.allocUnsafe(encodedSize(enc));
+          encodeRecordInto(b, 0, enc);
+          index.onRecord(r.offset, size + pending);
+          if (rec.timestamp > maxTs) maxTs = rec.timestamp;
+          bufs.push(b);
+          pending += b.length;
+          return true;
+        });
+        if (pending > 0) {
+          const data = Buffer.concat(bufs, pending);
+          let done = 0;
+          while (done < data.length) {
+            const { bytesWritten } = await fh.write(data, done, data.length - done, size + done);
+            if (bytesWritten <= 0) throw new Error('short write');
+            done += bytesWritten;
+          }
+          size += pending;
+        }
+        if (this.state !== 'open') throw new CompactionAborted();
+      }
+      await fh.sync();
+    } catch (err) {
+      await fh.close().catch(() => {});
+      await this.removeTemp(result);
+      throw err;
+    }
+    await fh.close();
+    result.size = size;
+    result.maxTimestamp = maxTs;
+    const meta = {
+      baseOffset: seg.baseOffset,
+      nextOffset: seg.nextOffset,
+      maxTimestamp: maxTs,
+      logSize: size,
+      createdMs: Math.floor(seg.createdMs),
+      synced: true,
+      compacted: true,
+    };
+    try {
+      await writeFileSynced(tmpIndex, serializeIndex(meta, index));
+    } catch (err) {
+      await this.removeTemp(result);
+      throw err;
+    }
+    return result;
+  }
+
+  /** Swaps prepared segments in; runs in the exclusive section. */
+  private async swapCompacted(prepared: PreparedCompaction[], truncations: number, crashAt: CompactOptions['crashAt']): Promise<CompactResult> {
+    const res: CompactResult = { segmentsCompacted: 0, recordsRemoved: 0, bytesBefore: 0, bytesAfter: 0 };
+    if (this.state !== 'open' || this.failed || this.truncations !== truncations) throw new CompactionAborted();
+    // No fsync may be in flight on a segment being replaced.
+    await this.syncIdle();
+    try {
+      for (let k = 0; k < prepared.length; k++) {
+        const p = prepared[k];
+        const old = p.old;
+        const i = this.segments.indexOf(old);
+        if (i < 0 || i === this.segments.length - 1 || old.deleted || old.version !== p.version) {
+          await this.removeTemp(p);
+          continue;
+        }
+        // Index first: with the old log it is rebuilt yet still says 'compacted'; the range is the same.
+        await rename(p.tmpIndex, old.indexPath);
+        old.indexState = 'stale';
+        await fsyncDir(this.dir);
+        if (crashAt === 'index-renamed') throw new SimulatedCrash(crashAt);
+        await rename(p.tmpLog, old.logPath);
+        await fsyncDir(this.dir);
+        if (crashAt === 'log-renamed') throw new SimulatedCrash(crashAt);
+        const seg = new Segment(this.dir, old.baseOffset, p.index, {
+          size: p.size,
+          nextOffset: old.nextOffset,
+          maxTimestamp: p.maxTimestamp,
+          createdMs: old.createdMs,
+        });
+        seg.compacted = true;
+        seg.indexState = 'synced';
+        this.segments[i] = seg;
+        this.dirty.delete(old);
+        const j = this.openClosed.indexOf(old);
+        if (j >= 0) this.openClosed.splice(j, 1);
+        await old.retire();
+        res.segmentsCompacted++;
+        res.recordsRemoved += p.removed;
+        res.bytesBefore += old.size;
+        res.bytesAfter += p.size;
+      }
+    } finally {
+      this.totalBytes = this.segments.reduce((a, s) => a + s.size, 0);
+      // Cached records below the active segment may be ones compaction removed.
+      this.cache.dropBefore(this.active.baseOffset);
+    }
+    if (res.segmentsCompacted > 0) {
+      this.logger.debug({ ...res, logStartOffset: this.logStartOffset }, 'compacted segments');
+    }
+    return res;
+  }
+
+  private async removeTemp(p: { tmpLog: string; tmpIndex: string }): Promise<void> {
+    await unlink(p.tmpLog).catch(() => {});
+    await unlink(p.tmpIndex).catch(() => {});
+  }
+
+  /** Compaction reads reopen fds of old segments; give them back unless readers hold them. */
+  private releaseIfIdle(seg: Segment): void {
+    const n = this.segments.length;
+    if (seg.deleted || seg === this.segments[n - 1] || seg === this.segments[n - 2] || this.openClosed.includes(seg)) return;
+    this.releaseLater(seg);
+  }
+
   /** Drops every record >= offset. Below the log start, the log becomes empty starting at `offset`. */
   async truncateTo(offset: number): Promise<void> {
     if (!Number.isSafeInteger(offset) || offset < 0) throw invalidParam('offset', 'must be a non-negative safe integer');
@@ -853,6 +1208,7 @@ export class PartitionLog {
       if (this.state === 'closed') throw storageError(this.dir, 'log is closed');
       if (offset >= this.logEndOffset) return;
       await this.syncIdle();
+      this.truncations++;
       const before = this.logEndOffset;
       try {
         let keep: number;
@@ -924,6 +1280,8 @@ export class PartitionLog {
     this.state = 'closing';
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
+    // A running compaction sees the state and gives up at its next record; let it clean up first.
+    if (this.compactions > 0) await this.compactMutex.run(async () => {});
     await this.mutex.run(async () => {
       // Appends accepted before close still get written.
       await this.drain(true);

@@ -23,6 +23,14 @@ export const MIN_RECORD_BODY = RECORD_OVERHEAD - 4;
 /** Hard cap on one record's length field; anything larger is treated as corruption. */
 export const MAX_RECORD_BODY = 0x7fffffff;
 
+/**
+ * Storage-internal attribute bit on the last record of every append: recovery keeps only whole appends.
+ * Never shown to readers; inputs cannot set it.
+ */
+export const ATTR_END_OF_APPEND = 0x80;
+/** The attribute bits that belong to users (everything but the storage-internal ones). */
+export const USER_ATTR_MASK = 0xff & ~ATTR_END_OF_APPEND;
+
 const TWO_32 = 4294967296;
 
 /** What the encoder needs: a RecordInput with its assigned offset and final timestamp. */
@@ -46,7 +54,7 @@ export type DecodeFailure = {
   needed?: number;
 };
 export type DecodeResult = { ok: true; record: LogRecord; size: number } | DecodeFailure;
-export type InspectResult = { ok: true; size: number; offset: number; timestamp: number } | DecodeFailure;
+export type InspectResult = { ok: true; size: number; offset: number; timestamp: number; attributes: number } | DecodeFailure;
 
 /** Encoded size of one record (offset/timestamp do not affect it). */
 export function encodedSize(r: RecordInput | EncodableRecord): number {
@@ -225,7 +233,7 @@ const CORRUPT: DecodeFailure = { ok: false, reason: 'corrupt' };
  * Walks the record body between pos and recEnd, checking every length against the remaining bytes.
  * With `out` it fills a LogRecord (buffers are views into `buf`); without it only validates.
  */
-function walk(buf: Buffer, pos: number, recEnd: number, out: LogRecord | null): { offset: number; timestamp: number } | null {
+function walk(buf: Buffer, pos: number, recEnd: number, out: LogRecord | null): { offset: number; timestamp: number; attributes: number } | null {
   let p = pos + 8;
   const offHi = buf.readUInt32BE(p);
   const offset = offHi * TWO_32 + buf.readUInt32BE(p + 4);
@@ -291,7 +299,7 @@ function walk(buf: Buffer, pos: number, recEnd: number, out: LogRecord | null): 
     out.value = buf.subarray(valueStart, valueStart + valueLen);
     out.headers = headers ?? [];
   }
-  return { offset, timestamp };
+  return { offset, timestamp, attributes };
 }
 
 /**
@@ -328,7 +336,7 @@ export function inspectRecord(buf: Buffer, pos: number, end: number = buf.length
     if (typeof recEnd !== 'number') return recEnd;
     const r = walk(buf, pos, recEnd, null);
     if (!r) return CORRUPT;
-    return { ok: true, size: recEnd - pos, offset: r.offset, timestamp: r.timestamp };
+    return { ok: true, size: recEnd - pos, offset: r.offset, timestamp: r.timestamp, attributes: r.attributes };
   } catch {
     return CORRUPT;
   }

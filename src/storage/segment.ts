@@ -5,8 +5,9 @@
  */
 import { type FileHandle, open, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { LogRecord } from '../protocol/record.js';
 import { type IndexEntry, OffsetIndex, readIndexFile, writeIndexFile } from './offset-index.js';
-import { type DecodeFailure, inspectRecord } from './record-codec.js';
+import { ATTR_END_OF_APPEND, type DecodeFailure, decodeRecord, inspectRecord } from './record-codec.js';
 
 export const LOG_SUFFIX = '.log';
 export const INDEX_SUFFIX = '.index';
@@ -29,8 +30,34 @@ export function parseSegmentFileName(name: string): { baseOffset: number; kind: 
 export interface RecordInfo {
   offset: number;
   timestamp: number;
+  /** Raw stored attributes, storage-internal bits included. */
+  attributes: number;
   position: number;
   size: number;
+}
+
+/**
+ * Offset order within a segment: offsets increase, the records of one append are consecutive, and
+ * between appends there may be gaps (left by compaction). `exact` pins the first record's offset.
+ */
+class OrderCheck {
+  /** Lowest offset the next record may have. */
+  next: number;
+  /** The last accepted record did not end its append. */
+  inAppend = false;
+  constructor(
+    from: number,
+    private exact: boolean,
+  ) {
+    this.next = from;
+  }
+  accept(offset: number, attributes: number): boolean {
+    if (offset < this.next || (offset !== this.next && (this.inAppend || this.exact))) return false;
+    this.exact = false;
+    this.next = offset + 1;
+    this.inAppend = (attributes & ATTR_END_OF_APPEND) === 0;
+    return true;
+  }
 }
 
 export interface ScanOutcome {
@@ -47,8 +74,10 @@ export interface RecoveryInfo {
   truncatedBytes: number;
   /** The offset the cut happened at (the new next offset). */
   truncatedAtOffset: number;
-  /** Why the tail was cut: 'incomplete' | 'corrupt' | 'offset_gap'. */
+  /** Why the tail was cut: 'incomplete' | 'corrupt' | 'offset_gap' | 'incomplete_append'. */
   reason: string | null;
+  /** Valid records cut because the append they belonged to was not complete. */
+  droppedRecords: number;
   /** The index file was missing, stale or inconsistent and was rebuilt from the log. */
   rebuiltIndex: boolean;
 }
@@ -69,6 +98,10 @@ export class Segment {
   deleted = false;
   /** The on-disk index file matches the segment ('synced': and the log was fsynced first). */
   indexState: 'stale' | 'written' | 'synced';
+  /** Rewritten by compaction: may have gaps, also between its last record and nextOffset. */
+  compacted = false;
+  /** Replaced by a compacted file of the same name; readers should retry with the replacement. */
+  superseded = false;
 
   private fh: Promise<FileHandle> | null = null;
   private users = 0;
@@ -87,6 +120,7 @@ export class Segment {
     this.indexState = 'stale';
   }
 
+  /** Offsets covered (an upper bound of the records held once compacted). */
   get recordCount(): number {
     return this.nextOffset - this.baseOffset;
   }
@@ -109,8 +143,8 @@ export class Segment {
   /**
    * Loads an existing segment. The index file is trusted only when `fullScan` is false, its CRC and
    * metadata match the file, the log was fsynced before it was written, and the records after its last
-   * entry decode to exactly its next offset. Otherwise every record is validated (length, CRC,
-   * contiguous offsets), the file is cut after the last valid record and the index is rebuilt.
+   * entry decode to exactly its next offset. Otherwise every record is validated (length, CRC, offset
+   * order), the file is cut after the last record that ends a complete append and the index is rebuilt.
    */
   static async recover(dir: string, baseOffset: number, opts: { intervalBytes: number; fullScan: boolean }): Promise<RecoveryInfo> {
     const logPath = join(dir, segmentFileName(baseOffset, LOG_SUFFIX));
@@ -120,6 +154,8 @@ export class Segment {
     const loaded = await readIndexFile(indexPath, opts.intervalBytes);
     const metaOk = loaded !== null && loaded.meta.baseOffset === baseOffset;
     const createdMs = metaOk ? loaded.meta.createdMs : st.birthtimeMs > 0 ? st.birthtimeMs : st.mtimeMs;
+    // Only the index knows a segment was compacted (its nextOffset may lie past its last record).
+    const compacted = metaOk && loaded.meta.compacted === true;
 
     if (!opts.fullScan && metaOk && loaded.meta.synced && loaded.meta.logSize === fileSize) {
       const seg = new Segment(dir, baseOffset, loaded.index, {
@@ -128,9 +164,10 @@ export class Segment {
         maxTimestamp: loaded.meta.maxTimestamp,
         createdMs,
       });
+      seg.compacted = compacted;
       if (await seg.tailMatchesIndex()) {
         seg.indexState = 'synced';
-        return { segment: seg, truncatedBytes: 0, truncatedAtOffset: seg.nextOffset, reason: null, rebuiltIndex: false };
+        return { segment: seg, truncatedBytes: 0, truncatedAtOffset: seg.nextOffset, reason: null, droppedRecords: 0, rebuiltIndex: false };
       }
       await seg.close();
     }
@@ -141,35 +178,49 @@ export class Segment {
       maxTimestamp: -1,
       createdMs,
     });
+    seg.compacted = compacted;
     try {
-      let expected = baseOffset;
+      const order = new OrderCheck(baseOffset, false);
       let maxTs = -1;
+      // End of the last complete append: a torn append is cut as a whole.
+      let valid = 0;
+      let next = baseOffset;
+      let validMaxTs = -1;
+      let partial = 0;
       const index = seg.index;
       let reason: string | null = null;
       const out = await seg.scan(0, fileSize, (r) => {
-        if (r.offset !== expected) {
+        if (!order.accept(r.offset, r.attributes)) {
           reason = 'offset_gap';
           return false;
         }
         index.onRecord(r.offset, r.position);
-        expected++;
         if (r.timestamp > maxTs) maxTs = r.timestamp;
+        if (order.inAppend) {
+          partial++;
+        } else {
+          valid = r.position + r.size;
+          next = r.offset + 1;
+          validMaxTs = maxTs;
+          partial = 0;
+        }
         return true;
       });
-      reason ??= out.failure;
-      const valid = out.position;
+      reason ??= out.failure ?? (partial > 0 ? 'incomplete_append' : null);
+      index.truncateToOffset(next);
       if (valid < fileSize) await seg.withHandle((fh) => fh.truncate(valid));
       seg.size = valid;
-      seg.nextOffset = expected;
-      seg.maxTimestamp = maxTs;
+      seg.nextOffset = next;
+      seg.maxTimestamp = validMaxTs;
       // Make the cut (and whatever the scan accepted) durable before the index vouches for it.
       await seg.datasync();
       await seg.writeIndex(true);
       return {
         segment: seg,
         truncatedBytes: fileSize - valid,
-        truncatedAtOffset: expected,
+        truncatedAtOffset: next,
         reason: valid < fileSize ? reason : null,
+        droppedRecords: partial,
         rebuiltIndex: true,
       };
     } catch (err) {
@@ -178,20 +229,24 @@ export class Segment {
     }
   }
 
-  /** Cheap consistency check of a loaded index: the records after its last entry end exactly at nextOffset/size. */
+  /**
+   * Cheap consistency check of a loaded index: the records after its last entry are in order, end with a
+   * complete append exactly at size, and at nextOffset (before it, once compacted).
+   */
   private async tailMatchesIndex(): Promise<boolean> {
-    const start: IndexEntry = this.index.last() ?? { offset: this.baseOffset, position: 0 };
+    const last = this.index.last();
+    const start: IndexEntry = last ?? { offset: this.baseOffset, position: 0 };
     if (start.position > this.size || this.nextOffset < start.offset) return false;
-    if (this.size === 0) return this.nextOffset === this.baseOffset && this.index.length === 0;
-    let expected = start.offset;
+    if (this.size === 0) return (this.compacted || this.nextOffset === this.baseOffset) && this.index.length === 0;
+    const order = new OrderCheck(start.offset, last !== null);
     let tsOk = true;
     const out = await this.scan(start.position, this.size, (r) => {
-      if (r.offset !== expected) return false;
+      if (!order.accept(r.offset, r.attributes)) return false;
       if (r.timestamp > this.maxTimestamp) tsOk = false;
-      expected++;
       return true;
     });
-    return out.failure === null && out.position === this.size && expected === this.nextOffset && tsOk;
+    const endOk = this.compacted ? order.next <= this.nextOffset : order.next === this.nextOffset;
+    return out.failure === null && out.position === this.size && !order.inAppend && endOk && tsOk;
   }
 
   /**
@@ -199,6 +254,20 @@ export class Segment {
    * or when the callback returns false. Reads in chunks, so a segment of any size scans in bounded memory.
    */
   async scan(from: number, end: number, onRecord: (r: RecordInfo) => boolean): Promise<ScanOutcome> {
+    return this.walk(from, end, onRecord, null);
+  }
+
+  /** Like scan, but also decodes each record (buffers are views into a chunk: copy what must outlive the call). */
+  async scanRecords(from: number, end: number, onRecord: (r: RecordInfo, rec: LogRecord) => boolean): Promise<ScanOutcome> {
+    return this.walk(from, end, null, onRecord);
+  }
+
+  private async walk(
+    from: number,
+    end: number,
+    onInfo: ((r: RecordInfo) => boolean) | null,
+    onRecord: ((r: RecordInfo, rec: LogRecord) => boolean) | null,
+  ): Promise<ScanOutcome> {
     let pos = from;
     let need = 0;
     while (pos < end) {
@@ -208,7 +277,8 @@ export class Segment {
       need = 0;
       let p = 0;
       while (p < buf.length) {
-        const r = inspectRecord(buf, p);
+        const d = onRecord ? decodeRecord(buf, p) : null;
+        const r = d ? (d.ok ? { ok: true as const, size: d.size, ...d.record } : d) : inspectRecord(buf, p);
         if (!r.ok) {
           const needed = r.needed ?? 4;
           // Record continues past this chunk but within the file: re-read from its start
@@ -219,9 +289,9 @@ export class Segment {
           }
           return { position: pos + p, failure: r.reason };
         }
-        if (!onRecord({ offset: r.offset, timestamp: r.timestamp, position: pos + p, size: r.size })) {
-          return { position: pos + p, failure: null };
-        }
+        const info: RecordInfo = { offset: r.offset, timestamp: r.timestamp, attributes: r.attributes, position: pos + p, size: r.size };
+        const more = onRecord && d?.ok ? onRecord(info, d.record) : (onInfo as (r: RecordInfo) => boolean)(info);
+        if (!more) return { position: pos + p, failure: null };
         p += r.size;
       }
       pos += p;
@@ -229,17 +299,17 @@ export class Segment {
     return { position: pos, failure: null };
   }
 
-  /** File position of the record with `offset` (must be in [baseOffset, nextOffset]); nextOffset maps to size. */
+  /** File position of the first record at or after `offset`; size when there is none (nextOffset, or a compacted gap). */
   async positionOf(offset: number): Promise<number> {
     if (offset >= this.nextOffset) return this.size;
     const start = this.index.lookup(offset);
-    let found = -1;
-    await this.scan(start.position, this.size, (r) => {
+    let found = this.size;
+    const out = await this.scan(start.position, this.size, (r) => {
       if (r.offset < offset) return true;
       found = r.position;
       return false;
     });
-    if (found < 0) throw new Error(`offset ${offset} not found in segment ${this.baseOffset}`);
+    if (out.failure !== null) throw new Error(`unreadable record in segment ${this.baseOffset} at position ${out.position}`);
     return found;
   }
 
@@ -340,8 +410,11 @@ export class Segment {
         logSize: this.size,
         createdMs: Math.floor(this.createdMs),
         synced,
+        compacted: this.compacted,
       },
       this.index,
+      // A torn write would lose the compacted flag, which the log cannot tell.
+      this.compacted ? `${this.indexPath}.tmp` : undefined,
     );
     this.indexState = synced ? 'synced' : 'written';
   }
@@ -380,6 +453,14 @@ export class Segment {
   async close(): Promise<void> {
     this.closed = true;
     await this.closeHandle();
+  }
+
+  /** Replaced by a new file under the same name (compaction): closes for good without deleting. */
+  async retire(): Promise<void> {
+    this.superseded = true;
+    this.deleted = true;
+    this.version++;
+    await this.close();
   }
 
   /** Closes and deletes the log and index files. */

@@ -12,6 +12,8 @@ import { BrokerProcess } from '../helpers/launcher.js';
 
 const TOPIC = 'fragile';
 const N = 20;
+/** These tests use no consumer groups: one `__consumer_offsets` partition instead of 50 makes every start faster. */
+const BASE_ARGS = ['--offsets-topic-partitions', '1'];
 
 function value(p: number, i: number): string {
   return `p${p}-record-${i}-${'x'.repeat(60 + i)}`;
@@ -54,7 +56,7 @@ function recordPositions(buf: Buffer): number[] {
 
 /** Writes N records to each of 2 partitions (several small segments each) and kills the broker. */
 async function writeThenKill(): Promise<BrokerProcess> {
-  const b = await BrokerProcess.start({ args: ['--segment-bytes', '1024'] });
+  const b = await BrokerProcess.start({ args: [...BASE_ARGS, '--segment-bytes', '1024'] });
   const c = await b.connect();
   await c.command('CREATE', { topic: TOPIC, partitions: 2 });
   for (let i = 0; i < N; i++) {

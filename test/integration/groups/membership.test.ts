@@ -228,6 +228,35 @@ describe('consumer group membership', () => {
     await expectError(q.heartbeat(), 'member_not_found', { member: q.id });
   });
 
+  it('removes a member that keeps heartbeating but does not rejoin within its rebalance timeout', async () => {
+    const a = await GroupMember.connect(broker, 'm-expire', 'g-rtimeout', 'slow');
+    await a.join({ rebalance_timeout_ms: 400 });
+    await a.sync();
+    const b = await GroupMember.connect(broker, 'm-expire', 'g-rtimeout', 'fast');
+    const t0 = Date.now(); // A cannot be told to rejoin before this
+    await b.join();
+    await b.sync();
+    // A is told to rejoin and never does; its heartbeats keep its session alive.
+    await expectError(a.heartbeat(2000), 'REBALANCE_IN_PROGRESS');
+    let removedAt = 0;
+    while (!removedAt) {
+      try {
+        await a.heartbeat();
+      } catch (err) {
+        const code = (err as { code: string }).code;
+        if (code === 'member_not_found') removedAt = Date.now();
+        else expect(code).toBe('REBALANCE_IN_PROGRESS');
+      }
+      expect(Date.now() - t0).toBeLessThan(3000);
+      await sleep(50);
+    }
+    expect(removedAt - t0).toBeGreaterThanOrEqual(400);
+    const s = await settle(admin, [b]);
+    expect(s.members.map((m) => m.member_id)).toEqual([b.id]);
+    expect(b.owned).toEqual([0, 1, 2, 3]);
+    expect(s.history.at(-1)!.reasons).toMatchObject([{ cause: 'rebalance_timeout', member: a.id }]);
+  });
+
   it('static membership: a new client with the same instance takes over the slot; the old id is fenced', async () => {
     const old = await GroupMember.connect(broker, 'm-static', 'g-static', 'c1');
     const other = await GroupMember.connect(broker, 'm-static', 'g-static', 'c2');

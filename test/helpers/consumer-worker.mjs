@@ -1,0 +1,62 @@
+// A consumer-group member in its own process, for multi-process SDK tests.
+//
+//   node consumer-worker.mjs '<json config>'
+//
+// config: { name, options: ConsumerOptions, handlerDelayMs? }
+// It imports the compiled SDK (dist/src/client/index.js), runs `run({ eachMessage })` and prints one JSON
+// line per event on stdout (writes to a pipe are synchronous on Linux, so a line printed before a
+// kill -9 is never lost):
+//   {type:'ready', memberId, generation, assignment}
+//   {type:'msg', id, partition, offset, at}            one per processed record (id: the value up to '|')
+//   {type:'commit', offsets:[{partition, offset}], generation, at}   after the broker acknowledged it
+//   {type:'rebalance', generation, assigned, revoked, kept, owned, at}
+//   {type:'crash', code, message, fatal, at}
+//   {type:'closed', at}                               after SIGTERM → close() finished
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const { Consumer } = await import(pathToFileURL(path.join(root, 'dist', 'src', 'client', 'index.js')).href);
+
+const cfg = JSON.parse(process.argv[2] ?? '{}');
+const out = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
+
+const consumer = new Consumer(cfg.options);
+consumer.on('commit', (e) => out({ type: 'commit', offsets: e.offsets, generation: e.generation, at: Date.now() }));
+consumer.on('rebalance.end', (e) =>
+  out({ type: 'rebalance', generation: e.generation, assigned: e.assigned, revoked: e.revoked, kept: e.kept, owned: consumer.assignment(), at: Date.now() }),
+);
+consumer.on('crash', (e) => out({ type: 'crash', code: e.error?.code, message: e.error?.message, fatal: e.fatal, at: Date.now() }));
+
+let closing = false;
+process.on('SIGTERM', () => {
+  if (closing) return;
+  closing = true;
+  consumer.close().then(
+    () => {
+      out({ type: 'closed', state: consumer.state, at: Date.now() });
+      process.exit(0);
+    },
+    (err) => {
+      out({ type: 'error', message: String(err), at: Date.now() });
+      process.exit(1);
+    },
+  );
+});
+
+const running = consumer.run({
+  eachMessage: async ({ message }) => {
+    const value = message.value.toString();
+    const bar = value.indexOf('|');
+    out({ type: 'msg', id: bar >= 0 ? value.slice(0, bar) : value, partition: message.partition, offset: message.offset, at: Date.now() });
+    if (cfg.handlerDelayMs) await sleep(cfg.handlerDelayMs);
+  },
+});
+running.catch((err) => {
+  out({ type: 'error', code: err?.code, message: String(err), at: Date.now() });
+  process.exit(2);
+});
+// run() starts the consumer: report once the first assignment is installed
+await consumer.start();
+out({ type: 'ready', memberId: consumer.memberId, generation: consumer.generation, assignment: consumer.assignment(), at: Date.now() });

@@ -1,0 +1,265 @@
+/**
+ * The producer's pure parts, without a broker: option validation, message conversion, record sizing,
+ * partitioning and the accumulator's batching rules.
+ */
+import { describe, expect, it } from 'vitest';
+import {
+  Producer,
+  type ProducerOptions,
+  RecordAccumulator,
+  type RecordSink,
+  batchOverhead,
+  choosePartition,
+  recordSize,
+  toBatchRecord,
+  validateProducerOptions,
+} from '../../../src/client/producer.js';
+import { encodeBatch } from '../../../src/protocol/batch.js';
+import { TributaryError } from '../../../src/protocol/errors.js';
+import { partitionForKey } from '../../../src/protocol/partitioner.js';
+
+const BROKERS = ['127.0.0.1:9'];
+
+function configError(opts: Partial<ProducerOptions> & Record<string, unknown>): TributaryError {
+  try {
+    new Producer({ brokers: BROKERS, ...opts } as ProducerOptions);
+  } catch (err) {
+    expect(err).toBeInstanceOf(TributaryError);
+    return err as TributaryError;
+  }
+  throw new Error('expected invalid_config');
+}
+
+describe('producer options', () => {
+  it('accepts the defaults and fills them in', () => {
+    const p = new Producer({ brokers: BROKERS });
+    expect(p.options).toMatchObject({
+      acks: 'all',
+      lingerMs: 5,
+      maxBatchBytes: 256 * 1024,
+      maxBufferedBytes: 32 * 1024 * 1024,
+      maxInFlightPerPartition: 5,
+      clientId: 'tributary-producer',
+    });
+    expect(p.state).toBe('open');
+    expect(p.bufferedBytes).toBe(0);
+  });
+
+  it.each([
+    [{ brokers: [] }, 'brokers'],
+    [{ brokers: ['nohost'] }, 'brokers'],
+    [{ acks: 2 }, 'acks'],
+    [{ acks: '-1' }, 'acks'],
+    [{ lingerMs: -1 }, 'lingerMs'],
+    [{ lingerMs: 1.5 }, 'lingerMs'],
+    [{ maxBatchBytes: 0 }, 'maxBatchBytes'],
+    [{ maxBatchBytes: 2 ** 40 }, 'maxBatchBytes'],
+    [{ maxBatchRecords: 0 }, 'maxBatchRecords'],
+    [{ maxBufferedBytes: -5 }, 'maxBufferedBytes'],
+    [{ maxInFlightPerPartition: 0 }, 'maxInFlightPerPartition'],
+    [{ requestTimeoutMs: 0 }, 'requestTimeoutMs'],
+    [{ clientId: 'has space' }, 'clientId'],
+    [{ retry: 3 }, 'retry'],
+    [{ idempotent: 'yes' }, 'idempotent'],
+  ])('refuses %j at construction', (opts, option) => {
+    const err = configError(opts as Record<string, unknown>);
+    expect(err.code).toBe('invalid_config');
+    expect(err.fields.option).toBe(option);
+    expect(err.retriable).toBe(false);
+  });
+
+  it('refuses idempotent: true until the broker supports it', () => {
+    const err = configError({ idempotent: true });
+    expect(err.code).toBe('invalid_config');
+    expect(err.fields).toEqual({ option: 'idempotent', reason: 'idempotent producers need broker support that arrives with transactions' });
+    expect(err.message).toContain('idempotent producers need broker support that arrives with transactions');
+    expect(() => validateProducerOptions({ brokers: BROKERS, idempotent: false })).not.toThrow();
+  });
+
+  it('accepts every acks value', () => {
+    for (const acks of [0, 1, 'all'] as const) expect(new Producer({ brokers: BROKERS, acks }).options.acks).toBe(acks);
+  });
+});
+
+describe('producer without a broker', () => {
+  it('rejects bad messages before queuing anything, and send after close with client_closed', async () => {
+    const p = new Producer({ brokers: BROKERS });
+    expect(await p.send({ topic: 't', messages: [] })).toEqual([]);
+    await expect(p.send({ topic: '', messages: [{ value: 'x' }] })).rejects.toMatchObject({ code: 'invalid_parameter', fields: { param: 'topic' } });
+    await expect(p.send({ topic: 't', messages: [{ value: 'ok' }, { value: 42 as unknown as string }] })).rejects.toMatchObject({
+      code: 'invalid_parameter',
+      fields: { param: 'messages[1]' },
+    });
+    await expect(p.send({ topic: 't', messages: [{ value: 'x', partition: -1 }] })).rejects.toMatchObject({ code: 'invalid_parameter' });
+    expect(p.bufferedBytes).toBe(0);
+    await p.close();
+    await p.close(); // idempotent
+    expect(p.state).toBe('closed');
+    await expect(p.send({ topic: 't', messages: [{ value: 'x' }] })).rejects.toMatchObject({ code: 'client_closed' });
+  });
+
+  it('refuses a record larger than the whole buffer with record_too_large', async () => {
+    const p = new Producer({ brokers: BROKERS, maxBufferedBytes: 100 });
+    await expect(p.send({ topic: 't', messages: [{ value: Buffer.alloc(200) }] })).rejects.toMatchObject({ code: 'record_too_large' });
+    await p.close();
+  });
+
+  it('honours an already aborted signal', async () => {
+    const p = new Producer({ brokers: BROKERS });
+    const ac = new AbortController();
+    ac.abort(new Error('stop'));
+    await expect(p.send({ topic: 't', messages: [{ value: 'x' }] }, { signal: ac.signal })).rejects.toThrow('stop');
+    await expect(p.flush({ signal: ac.signal })).rejects.toThrow('stop');
+    await p.close();
+  });
+});
+
+describe('message conversion', () => {
+  it('converts keys, values, headers and timestamps', () => {
+    const r = toBatchRecord({ key: 'k', value: 'v', headers: { a: '1', b: Buffer.from([2]) }, timestamp: new Date(5000) }, 0);
+    expect(r.key).toEqual(Buffer.from('k'));
+    expect(r.value).toEqual(Buffer.from('v'));
+    expect(r.headers).toEqual([
+      { key: 'a', value: Buffer.from('1') },
+      { key: 'b', value: Buffer.from([2]) },
+    ]);
+    expect(r.timestamp).toBe(5000);
+    expect(r.producerId).toBe('');
+    const list = toBatchRecord({ value: new Uint8Array([1, 2, 3]), headers: [{ key: 'x', value: 'a' }, { key: 'x', value: 'b' }] }, 0);
+    expect(list.value).toEqual(Buffer.from([1, 2, 3]));
+    expect(list.headers.map((h) => h.value.toString())).toEqual(['a', 'b']);
+    expect(list.timestamp).toBe(0); // stamped by the broker on append
+  });
+
+  it('treats an empty key as no key (the wire cannot tell them apart)', () => {
+    expect(toBatchRecord({ key: '', value: 'v' }, 0).key).toBeNull();
+    expect(toBatchRecord({ key: null, value: 'v' }, 0).key).toBeNull();
+  });
+
+  it.each([
+    [{ value: undefined }, 'value'],
+    [{ value: 'v', key: 5 }, 'key'],
+    [{ value: 'v', key: 'x'.repeat(70_000) }, '65535'],
+    [{ value: 'v', timestamp: -1 }, 'timestamp'],
+    [{ value: 'v', timestamp: new Date('nope') }, 'timestamp'],
+    [{ value: 'v', headers: { a: 1 } }, 'header a'],
+    [{ value: 'v', headers: 'x' }, 'headers'],
+  ])('refuses %j', (m, reason) => {
+    expect(() => toBatchRecord(m as never, 3)).toThrow(reason);
+  });
+});
+
+describe('record sizing', () => {
+  it('matches the encoded frame exactly (record_extensions_v1)', () => {
+    const records = [
+      toBatchRecord({ value: 'hello' }, 0),
+      toBatchRecord({ key: 'key-1', value: Buffer.alloc(1000), headers: { trace: 'abc', 'ü': 'x' } }, 1),
+      toBatchRecord({ key: 'k', value: '', timestamp: 1 }, 2),
+    ];
+    const frame = encodeBatch({ topic: 'tøpic', partition: 3, acks: 'all', idempotent: false, firstSequence: 0, lastSequence: 0, records }, { extensions: true });
+    expect(batchOverhead('tøpic') + records.map(recordSize).reduce((a, b) => a + b, 0)).toBe(frame.length);
+  });
+});
+
+describe('partitioning', () => {
+  it('explicit partition wins, then the key hash (the broker partitioner), then round-robin', () => {
+    let rr = 0;
+    const next = () => rr++;
+    expect(choosePartition(Buffer.from('k'), 2, 8, next)).toBe(2);
+    for (const k of ['a', 'user-42', 'ü', 'x'.repeat(300)]) {
+      expect(choosePartition(Buffer.from(k), undefined, 7, next)).toBe(partitionForKey(Buffer.from(k), 7));
+    }
+    expect(rr).toBe(0);
+    expect([0, 1, 2, 3, 4].map(() => choosePartition(null, undefined, 3, next))).toEqual([0, 1, 2, 0, 1]);
+  });
+
+  it('the same key always maps to the same partition; keys spread over partitions', () => {
+    const counts = new Array(4).fill(0);
+    for (let i = 0; i < 4000; i++) {
+      const key = Buffer.from(`key-${i}`);
+      const p = choosePartition(key, undefined, 4, () => 0);
+      expect(choosePartition(key, undefined, 4, () => 0)).toBe(p);
+      counts[p]++;
+    }
+    for (const c of counts) expect(c).toBeGreaterThan(800);
+  });
+});
+
+describe('record accumulator', () => {
+  const sink: RecordSink = { settle: () => {} };
+  const rec = (n: number) => toBatchRecord({ value: Buffer.alloc(n) }, 0);
+
+  it('groups records by (topic, partition)', () => {
+    const acc = new RecordAccumulator({ maxBatchBytes: 10_000, maxBatchRecords: Number.POSITIVE_INFINITY });
+    const r = rec(10);
+    const s = recordSize(r);
+    expect(acc.append('a', 0, r, s, sink, 0, 0).created).toBe(true);
+    expect(acc.append('a', 0, r, s, sink, 1, 0).created).toBe(false);
+    expect(acc.append('a', 1, r, s, sink, 2, 0).created).toBe(true);
+    expect(acc.append('b', 0, r, s, sink, 3, 0).created).toBe(true);
+    expect(acc.all().map((q) => [q.topic, q.partition, q.batches.length, q.batches[0]!.records.length])).toEqual([
+      ['a', 0, 1, 2],
+      ['a', 1, 1, 1],
+      ['b', 0, 1, 1],
+    ]);
+  });
+
+  it('closes a batch before it would pass maxBatchBytes; a larger record goes alone', () => {
+    const r = rec(100);
+    const s = recordSize(r);
+    const acc = new RecordAccumulator({ maxBatchBytes: batchOverhead('t') + 3 * s + 10, maxBatchRecords: Number.POSITIVE_INFINITY });
+    const results = [];
+    for (let i = 0; i < 7; i++) results.push(acc.append('t', 0, r, s, sink, i, 0));
+    const q = acc.queue('t', 0);
+    expect(q.batches.map((b) => b.records.length)).toEqual([3, 3, 1]);
+    expect(q.batches.map((b) => b.closed)).toEqual([true, true, false]);
+    expect(results.map((x) => x.closed)).toEqual([false, false, false, true, false, false, true]);
+    for (const b of q.batches) expect(b.bytes).toBeLessThanOrEqual(batchOverhead('t') + 3 * s + 10);
+
+    const big = rec(5000);
+    acc.append('t', 0, big, recordSize(big), sink, 7, 0);
+    expect(q.batches.map((b) => b.records.length)).toEqual([3, 3, 1, 1]);
+    expect(q.batches[3]!.closed).toBe(true); // alone, over the limit, ready at once
+  });
+
+  it('closes a batch at maxBatchRecords', () => {
+    const acc = new RecordAccumulator({ maxBatchBytes: 1 << 20, maxBatchRecords: 4 });
+    const r = rec(1);
+    const closed = [];
+    for (let i = 0; i < 10; i++) closed.push(acc.append('t', 0, r, recordSize(r), sink, i, 0).closed);
+    expect(acc.queue('t', 0).batches.map((b) => b.records.length)).toEqual([4, 4, 2]);
+    expect(closed.filter(Boolean)).toHaveLength(2);
+  });
+
+  it('hands out closed head batches in order, within the in-flight limit, never past a retry', () => {
+    const acc = new RecordAccumulator({ maxBatchBytes: 1 << 20, maxBatchRecords: 1 });
+    const r = rec(1);
+    for (let i = 0; i < 5; i++) acc.append('t', 0, r, recordSize(r), sink, i, 0);
+    const q = acc.queue('t', 0);
+    const first = acc.takeReady(q, 2);
+    expect(first).toHaveLength(2);
+    expect(acc.takeReady(q, 2)).toHaveLength(0);
+    expect(acc.canSend(q, 2)).toBe(false);
+    q.inFlight.delete(first[0]!);
+    q.retrying = 1;
+    expect(acc.takeReady(q, 2)).toHaveLength(0);
+    q.retrying = 0;
+    const next = acc.takeReady(q, 2);
+    expect(next).toHaveLength(1);
+    expect(next[0]).toBe(acc.pending().find((b) => b === next[0]));
+    // order: the batches come out in the order they were appended
+    expect([first[0], first[1], next[0]].map((b) => b!.sinks[0]!.index)).toEqual([0, 1, 2]);
+  });
+
+  it('an open batch is not sent until closed (linger, flush, backpressure)', () => {
+    const acc = new RecordAccumulator({ maxBatchBytes: 1 << 20, maxBatchRecords: 100 });
+    const r = rec(1);
+    acc.append('t', 0, r, recordSize(r), sink, 0, 0);
+    acc.append('u', 1, r, recordSize(r), sink, 0, 0);
+    const q = acc.queue('t', 0);
+    expect(acc.canSend(q, 5)).toBe(false);
+    expect(acc.closeAll().map((x) => x.topic).sort()).toEqual(['t', 'u']);
+    expect(acc.canSend(q, 5)).toBe(true);
+    expect(acc.pending()).toHaveLength(2);
+  });
+});

@@ -1,0 +1,347 @@
+/**
+ * The Consumer's routing against scripted servers standing in for brokers: group commands follow
+ * NOT_COORDINATOR to the coordinator, CONSUME follows NOT_LEADER to the partition leader, a malformed
+ * reply is survived, fencing errors on heartbeats lead to the right kind of rejoin, and close() wins even
+ * when a server stops answering.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Consumer, type ConsumerOptions } from '../../../src/client/consumer.js';
+import { type BatchRecord, encodeBatch } from '../../../src/protocol/batch.js';
+import type { ParsedLine } from '../../../src/protocol/command.js';
+import type { TributaryError } from '../../../src/protocol/errors.js';
+import { type Script, ScriptedServer } from '../../helpers/scripted-server.js';
+
+const TOPIC = 't';
+const PARTITIONS = 2;
+const PER_PARTITION = 5;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+async function until(fn: () => boolean, timeoutMs = 5000, what = 'condition'): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!fn()) {
+    if (Date.now() > deadline) throw new Error(`${what} not met in time`);
+    await sleep(10);
+  }
+}
+
+function batchReply(partition: number, from: number, max: number): Buffer {
+  const records: BatchRecord[] = [];
+  for (let o = from; o < PER_PARTITION && records.length < max; o++) {
+    records.push({ offset: o, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`p${partition}-${o}`), timestamp: 0, attributes: 0, headers: [] });
+  }
+  return encodeBatch({ topic: TOPIC, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
+}
+
+/** CONSUME from an in-memory log of PER_PARTITION records per partition; an empty poll waits a little. */
+const consumeScript: Script = async (l: ParsedLine) => {
+  const partition = Number(l.params.get('partition'));
+  const offset = Number(l.params.get('offset'));
+  if (offset >= PER_PARTITION) await sleep(Math.min(Number(l.params.get('wait_ms') ?? 0), 30));
+  return batchReply(partition, offset, Number(l.params.get('batch') ?? 500));
+};
+
+interface GroupState {
+  member: string;
+  generation: number;
+  commits: string[];
+  /** HEARTBEAT replies to send next (then OK). */
+  heartbeatErrors: string[];
+}
+
+/** Scripts the group commands on `s` for a single member that gets every partition. */
+function scriptCoordinator(s: ScriptedServer, g: GroupState): void {
+  s.on('JOIN_GROUP', (l) => {
+    const asked = l.params.get('member')!;
+    if (!l.params.has('generation')) g.member = `${asked}-${++g.generation}`; // fresh member
+    return `OK generation=${g.generation} member=${g.member} leader=${g.member} assignments=[0,1]`;
+  });
+  s.on('SYNC_GROUP', () => `OK generation=${g.generation} member=${g.member} leader=${g.member} assignments=[0,1]`);
+  s.on('HEARTBEAT', async (l) => {
+    const err = g.heartbeatErrors.shift();
+    if (err) return err;
+    await sleep(Math.min(Number(l.params.get('wait_ms') ?? 0), 30));
+    return `OK member=${g.member} generation=${g.generation}`;
+  });
+  s.on('FETCH_OFFSET', () => 'OK offset=0 committed=false');
+  s.on('BATCH_COMMIT', (l) => {
+    g.commits.push(l.positional.join(' '));
+    return `OK batched=${l.positional[0]!.split(',').length}`;
+  });
+  s.on('LEAVE_GROUP', (l) => `OK group=${l.params.get('group')} member=${l.params.get('member')} left=true`);
+}
+
+function commandsOf(s: ScriptedServer, command: string, partition?: number): ParsedLine[] {
+  return s
+    .received(command)
+    .map((r) => r.line!)
+    .filter((l) => partition === undefined || Number(l.params.get('partition')) === partition);
+}
+
+describe('Consumer routing (scripted brokers)', () => {
+  const servers: ScriptedServer[] = [];
+  const consumers: Consumer[] = [];
+  const unhandled: unknown[] = [];
+  const onUnhandled = (r: unknown) => unhandled.push(r);
+
+  async function server(): Promise<ScriptedServer> {
+    const s = await ScriptedServer.start();
+    servers.push(s);
+    return s;
+  }
+
+  function consumer(brokers: string[], extra: Partial<ConsumerOptions> = {}): Consumer {
+    const c = new Consumer({
+      brokers,
+      groupId: 'g',
+      topic: TOPIC,
+      clientId: 'cli',
+      autoOffsetReset: 'earliest',
+      sessionTimeoutMs: 1000,
+      heartbeatIntervalMs: 50,
+      maxWaitMs: 30,
+      autoCommitIntervalMs: 50,
+      retry: { initialDelayMs: 1, maxDelayMs: 10 },
+      ...extra,
+    });
+    consumers.push(c);
+    return c;
+  }
+
+  beforeEach(() => {
+    unhandled.length = 0;
+    process.on('unhandledRejection', onUnhandled);
+  });
+
+  afterEach(async () => {
+    await Promise.all(consumers.splice(0).map((c) => c.close()));
+    await Promise.all(servers.splice(0).map((s) => s.close()));
+    await sleep(20);
+    process.off('unhandledRejection', onUnhandled);
+    expect(unhandled).toEqual([]);
+  });
+
+  it('group commands follow NOT_COORDINATOR to the coordinator; CONSUME follows NOT_LEADER to the leader', async () => {
+    const a = await server(); // bootstrap: stale coordinator, leader of partition 0 only
+    const b = await server(); // the real coordinator
+    const c = await server(); // the real leader of partition 1
+    const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
+    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
+    a.on('JOIN_GROUP', () => `ERROR: NOT_COORDINATOR class=routing retryable=true host=127.0.0.1 port=${b.port}`);
+    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    a.on('LIST_OFFSETS', (l) => `OK topic=${TOPIC} partitions=2 offsets=P${l.params.get('partition')}:earliest=0:latest=${PER_PARTITION}:leo=${PER_PARTITION}:hwm=${PER_PARTITION}`);
+    a.on('CONSUME', (l, conn, req) => (Number(l.params.get('partition')) === 1 ? `ERROR: NOT_LEADER LEADER_IS ${c.address} class=routing retryable=true` : consumeScript(l, conn, req)));
+    scriptCoordinator(b, g);
+    c.on('CONSUME', consumeScript);
+
+    const consumer0 = consumer([a.address]);
+    const seen: string[] = [];
+    const run = consumer0.run({ eachMessage: ({ message }) => void seen.push(message.value.toString()) });
+    await until(() => seen.length >= PARTITIONS * PER_PARTITION, 5000, 'all messages');
+    await until(() => g.commits.some((x) => x.includes(`P0:${PER_PARTITION}`)) && g.commits.some((x) => x.includes(`P1:${PER_PARTITION}`)), 5000, 'commits');
+    await consumer0.close();
+    await run;
+
+    const expected = [0, 1].flatMap((p) => Array.from({ length: PER_PARTITION }, (_, o) => `p${p}-${o}`));
+    expect([...seen].sort()).toEqual(expected.sort());
+    // Coordinator routing: one JOIN reached A, everything after the redirect went to B.
+    expect(a.count('JOIN_GROUP')).toBe(1);
+    expect(b.count('JOIN_GROUP')).toBe(1);
+    expect(b.count('SYNC_GROUP')).toBe(1);
+    expect(b.count('HEARTBEAT')).toBeGreaterThan(0);
+    expect(b.count('LEAVE_GROUP')).toBe(1);
+    for (const cmd of ['SYNC_GROUP', 'HEARTBEAT', 'FETCH_OFFSET', 'BATCH_COMMIT', 'LEAVE_GROUP']) expect(a.count(cmd), cmd).toBe(0);
+    expect(a.count('FIND_COORDINATOR')).toBe(1);
+    // Leader routing: partition 1 was asked of A once, then only of C; partition 0 stayed on A.
+    expect(commandsOf(a, 'CONSUME', 1)).toHaveLength(1);
+    expect(commandsOf(c, 'CONSUME', 1).length).toBeGreaterThan(0);
+    expect(commandsOf(c, 'CONSUME', 0)).toHaveLength(0);
+    expect(a.count('METADATA')).toBe(1);
+    // Every CONSUME carried the member's identity and the read_committed default.
+    for (const l of [...commandsOf(a, 'CONSUME'), ...commandsOf(c, 'CONSUME')]) {
+      expect(Object.fromEntries(l.params)).toMatchObject({ group: 'g', member: g.member, generation: '1', isolation: 'read_committed' });
+    }
+    // Commits carry the broker-assigned member and generation; the last one is complete.
+    for (const l of commandsOf(b, 'BATCH_COMMIT')) expect(Object.fromEntries(l.params)).toMatchObject({ member: g.member, generation: '1', group: 'g', topic: TOPIC });
+    expect(consumer0.state).toBe('closed');
+  });
+
+  it('a malformed CONSUME reply is reported as a non-fatal crash and reading goes on without loss', async () => {
+    const a = await server();
+    const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
+    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
+    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    a.on('LIST_OFFSETS', () => `OK topic=${TOPIC} partitions=1 offsets=P0:earliest=0:latest=5:leo=5:hwm=5`);
+    scriptCoordinator(a, g);
+    const bad = { 0: 1, 1: 1 } as Record<number, number>;
+    a.on('CONSUME', (l, conn, req) => {
+      const p = Number(l.params.get('partition'));
+      if (bad[p]! > 0) {
+        bad[p]!--;
+        return p === 0 ? 'garbage' : 'huge';
+      }
+      return consumeScript(l, conn, req);
+    });
+    const c0 = consumer([a.address]);
+    const crashes: Array<{ code: string; fatal: boolean }> = [];
+    c0.on('crash', ({ error, fatal }) => crashes.push({ code: (error as TributaryError).code, fatal }));
+    const seen: string[] = [];
+    const run = c0.run({ eachMessage: ({ message }) => void seen.push(`${message.partition}:${message.offset}`) });
+    await until(() => seen.length >= PARTITIONS * PER_PARTITION, 5000, 'all messages');
+    await sleep(100);
+    await c0.close();
+    await run;
+    expect(seen).toHaveLength(PARTITIONS * PER_PARTITION); // nothing lost, nothing twice
+    expect(new Set(seen).size).toBe(seen.length);
+    // the malformed body is a non-retriable decode error reported as a crash; the broken frame header is a lost connection
+    expect(crashes).toContainEqual({ code: 'invalid_batch', fatal: false });
+    expect(crashes.every((x) => !x.fatal)).toBe(true);
+    expect(c0.state).toBe('closed');
+  });
+
+  it('REBALANCE_IN_PROGRESS on a heartbeat rejoins as the same member; member_not_found joins fresh', async () => {
+    const a = await server();
+    const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
+    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
+    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    a.on('LIST_OFFSETS', () => `OK topic=${TOPIC} partitions=1 offsets=P0:earliest=0:latest=5:leo=5:hwm=5`);
+    a.on('CONSUME', consumeScript);
+    scriptCoordinator(a, g);
+    const c0 = consumer([a.address]);
+    const joins: Array<{ memberId: string; generation: number }> = [];
+    c0.on('group.join', (j) => joins.push({ memberId: j.memberId, generation: j.generation }));
+    const run = c0.run({ eachMessage: () => {} });
+    await until(() => joins.length === 1 && a.count('HEARTBEAT') > 0, 5000, 'first join');
+    const first = g.member;
+
+    g.heartbeatErrors.push(`ERROR: REBALANCE_IN_PROGRESS class=fencing retryable=false group=g generation=${g.generation}`);
+    await until(() => a.count('JOIN_GROUP') === 2 && c0.state === 'running', 5000, 'rejoin');
+    const rejoin = commandsOf(a, 'JOIN_GROUP')[1]!;
+    expect(rejoin.params.get('member')).toBe(first);
+    expect(rejoin.params.get('generation')).toBe('1');
+    expect(c0.memberId).toBe(first);
+
+    g.heartbeatErrors.push(`ERROR: member_not_found class=fencing retryable=false member=${first}`);
+    await until(() => a.count('JOIN_GROUP') === 3 && c0.state === 'running', 5000, 'fresh join');
+    const fresh = commandsOf(a, 'JOIN_GROUP')[2]!;
+    expect(fresh.params.get('member')).toBe('cli');
+    expect(fresh.params.has('generation')).toBe(false);
+    expect(c0.memberId).not.toBe(first);
+    expect(c0.memberId).toBe(g.member);
+    await c0.close();
+    await run;
+  });
+
+  it('start() rejects with a non-retriable JOIN error and leaves the consumer closed (no deadlock with close())', async () => {
+    const a = await server();
+    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
+    a.on('JOIN_GROUP', () => `ERROR: topic_not_found class=not_found retryable=false topic=${TOPIC}`);
+    const c0 = consumer([a.address]);
+    const outcome = await Promise.race([
+      c0.start().then(
+        () => 'started',
+        (e: TributaryError) => e.code,
+      ),
+      sleep(3000).then(() => 'hung'),
+    ]);
+    expect(outcome).toBe('topic_not_found');
+    expect(c0.state).toBe('closed');
+    expect(a.count('JOIN_GROUP')).toBe(1); // not retried
+    await expect(c0.start()).rejects.toMatchObject({ code: 'client_closed' });
+    await c0.close(); // idempotent
+  });
+
+  it('close() from inside a handler (not awaited there) ends run() cleanly, even while still starting', async () => {
+    const a = await server();
+    const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
+    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
+    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    a.on('LIST_OFFSETS', () => `OK topic=${TOPIC} partitions=1 offsets=P0:earliest=0:latest=5:leo=5:hwm=5`);
+    a.on('CONSUME', consumeScript);
+    scriptCoordinator(a, g);
+    let fetches = 0;
+    // the second partition's FETCH_OFFSET is slow: the first partition's handler runs while start() is still going
+    a.on('FETCH_OFFSET', async () => {
+      if (++fetches === 2) await sleep(300);
+      return 'OK offset=0 committed=false';
+    });
+    const c0 = consumer([a.address]);
+    let handled = 0;
+    const outcome = c0
+      .run({
+        eachMessage: () => {
+          if (++handled === 1) void c0.close();
+        },
+      })
+      .then(
+        () => 'resolved',
+        (e: TributaryError) => `rejected ${e.code}`,
+      );
+    expect(await Promise.race([outcome, sleep(5000).then(() => 'hung')])).toBe('resolved');
+    expect(c0.state).toBe('closed');
+    expect(handled).toBe(1);
+    expect(a.count('LEAVE_GROUP')).toBe(1);
+  });
+
+  it('for await ends (done, no throw) when the consumer is closed from elsewhere between messages', async () => {
+    const a = await server();
+    const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
+    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
+    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    a.on('LIST_OFFSETS', () => `OK topic=${TOPIC} partitions=1 offsets=P0:earliest=0:latest=5:leo=5:hwm=5`);
+    a.on('CONSUME', consumeScript);
+    scriptCoordinator(a, g);
+    const c0 = consumer([a.address]);
+    const got: number[] = [];
+    let closing: Promise<void> | undefined;
+    for await (const m of c0) {
+      got.push(m.offset);
+      if (got.length === 2) {
+        closing = c0.close();
+        await closing; // fully closed before the loop asks for the next message
+      }
+    }
+    expect(got).toHaveLength(2);
+    expect(c0.state).toBe('closed');
+    await closing;
+  });
+
+  it('close() wins while the coordinator never answers a FETCH_OFFSET', async () => {
+    const a = await server();
+    const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
+    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
+    scriptCoordinator(a, g);
+    a.on('FETCH_OFFSET', () => 'hang');
+    const c0 = consumer([a.address]);
+    const started = c0.start().then(
+      () => 'started',
+      (e: TributaryError) => e.code,
+    );
+    await until(() => a.count('FETCH_OFFSET') > 0, 5000, 'FETCH_OFFSET sent');
+    expect(c0.state).toBe('rebalancing');
+    const t0 = Date.now();
+    await c0.close();
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(c0.state).toBe('closed');
+    expect(await started).not.toBe('started');
+  });
+
+  it('close() wins while a broker accepts connections but never answers NEGOTIATE', async () => {
+    const a = await server();
+    const leader = await server();
+    const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
+    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
+    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${leader.address},${leader.address} epochs=0,0`);
+    a.on('LIST_OFFSETS', () => `OK topic=${TOPIC} partitions=1 offsets=P0:earliest=0:latest=5:leo=5:hwm=5`);
+    scriptCoordinator(a, g);
+    leader.on('NEGOTIATE', () => 'hang'); // like a SIGSTOPped broker: the kernel accepts, nobody answers
+    const c0 = consumer([a.address]);
+    const run = c0.run({ eachMessage: () => {} });
+    await until(() => leader.count('NEGOTIATE') >= 2, 5000, 'readers connecting');
+    const t0 = Date.now();
+    await c0.close();
+    await run;
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(c0.state).toBe('closed');
+    await until(() => leader.connections.every((x) => x.socket.destroyed), 3000, 'leader sockets closed');
+  });
+});

@@ -1,0 +1,497 @@
+import { appendFile, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { LogRecord, RecordInput } from '../../../src/protocol/record.js';
+import { type CompactOptions, type LogOptions, PartitionLog, type SegmentInfo, SimulatedCrash } from '../../../src/storage/partition-log.js';
+import { Segment } from '../../../src/storage/segment.js';
+
+let dir: string;
+const opened: PartitionLog[] = [];
+
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'trib-compact-'));
+});
+afterEach(async () => {
+  vi.restoreAllMocks();
+  for (const l of opened.splice(0)) await l.close().catch(() => {});
+  await rm(dir, { recursive: true, force: true });
+});
+
+const OPTS: Partial<LogOptions> = { flush: 'os', segmentBytes: 600, indexIntervalBytes: 64 };
+const T0 = 1_700_000_000_000;
+const HOUR = 3600 * 1000;
+
+async function openLog(opts: Partial<LogOptions> = {}): Promise<PartitionLog> {
+  const l = await PartitionLog.open(dir, { ...OPTS, ...opts });
+  opened.push(l);
+  return l;
+}
+
+interface Rec {
+  offset: number;
+  key: string | null;
+  value: string;
+  ts: number;
+}
+
+/** The log's content as the test expects it, in offset order. */
+class Model {
+  recs: Rec[] = [];
+  async append(log: PartitionLog, batch: Array<{ key: string | null; value: string; ts?: number }>): Promise<void> {
+    const input: RecordInput[] = batch.map((b) => ({ key: b.key === null ? null : Buffer.from(b.key), value: Buffer.from(b.value), timestamp: b.ts ?? T0 }));
+    const res = await log.append(input);
+    for (const [i, b] of batch.entries()) this.recs.push({ offset: res.baseOffset + i, key: b.key, value: b.value, ts: b.ts ?? T0 });
+  }
+  /** What compaction keeps: the active segment, null keys, and each key's latest record (tombstones while young). */
+  compacted(activeBase: number, now = T0, tombstoneMs = 24 * HOUR, upTo = Infinity): Rec[] {
+    const latest = new Map<string, number>();
+    for (const r of this.recs) if (r.key !== null && r.offset < upTo) latest.set(r.key, r.offset);
+    return this.recs.filter(
+      (r) => r.offset >= activeBase || r.key === null || (latest.get(r.key) === r.offset && (r.value !== '' || now - r.ts <= tombstoneMs)),
+    );
+  }
+}
+
+function plain(list: LogRecord[]): Rec[] {
+  return list.map((r) => ({ offset: r.offset, key: r.key === null ? null : r.key.toString(), value: r.value.toString(), ts: r.timestamp }));
+}
+
+async function readAll(log: PartitionLog, maxRecords = 1000, from = log.logStartOffset): Promise<Rec[]> {
+  const out: LogRecord[] = [];
+  let next = from;
+  while (next < log.logEndOffset) {
+    const got = await log.read(next, { maxRecords, maxBytes: 1 << 20 });
+    if (got.length === 0) break;
+    out.push(...got);
+    next = got[got.length - 1].offset + 1;
+  }
+  return plain(out);
+}
+
+function activeBase(log: PartitionLog): number {
+  const infos = log.segmentInfos();
+  return infos[infos.length - 1].baseOffset;
+}
+
+/** Keys overwritten many times, some null keys, batches of 1-4 records, across several segments. */
+async function fill(log: PartitionLog, model: Model, n: number, keys = 13, from = 0): Promise<void> {
+  for (let i = from; i < from + n; ) {
+    const batch: Array<{ key: string | null; value: string; ts: number }> = [];
+    for (let k = 0; k <= i % 4 && i < from + n; k++, i++) {
+      batch.push({ key: i % 7 === 0 ? null : `key-${i % keys}`, value: `v${i}-${'p'.repeat(i % 9)}`, ts: T0 + i });
+    }
+    await model.append(log, batch);
+  }
+}
+
+function expectSegmentsContiguous(log: PartitionLog): void {
+  const infos = log.segmentInfos();
+  expect(infos[0].baseOffset).toBe(log.logStartOffset);
+  for (let i = 1; i < infos.length; i++) expect(infos[i].baseOffset).toBe(infos[i - 1].nextOffset);
+}
+
+async function tmpFiles(): Promise<string[]> {
+  return (await readdir(dir)).filter((n) => n.endsWith('.tmp'));
+}
+
+describe('log compaction', () => {
+  it('keeps only the latest record per key in closed segments; reads, index and timestamps work over the gaps', async () => {
+    const log = await openLog();
+    const model = new Model();
+    await fill(log, model, 300);
+    expect(log.segmentInfos().length).toBeGreaterThan(5);
+    const base = activeBase(log);
+    const expected = model.compacted(base);
+    const sizeBefore = log.sizeBytes;
+
+    const res = await log.compact({ now: T0 });
+    expect(res.recordsRemoved).toBe(model.recs.length - expected.length);
+    expect(res.segmentsCompacted).toBeGreaterThan(0);
+    expect(res.bytesAfter).toBeLessThan(res.bytesBefore);
+    expect(log.sizeBytes).toBe(sizeBefore - (res.bytesBefore - res.bytesAfter));
+    expect(log.logStartOffset).toBe(0);
+    expect(log.logEndOffset).toBe(300);
+    expectSegmentsContiguous(log);
+    expect(log.segmentInfos().slice(0, -1).some((s) => s.compacted)).toBe(true);
+    expect(log.segmentInfos().at(-1)?.compacted).toBe(false);
+
+    for (const max of [1, 3, 1000]) expect(await readAll(log, max)).toEqual(expected);
+    // Closed segments hold each non-null key at most once.
+    const closedKeys = expected.filter((r) => r.offset < base && r.key !== null).map((r) => r.key);
+    expect(new Set(closedKeys).size).toBe(closedKeys.length);
+    // A read from any offset, in a gap or not, starts at the next kept record.
+    for (let o = 0; o < 300; o++) {
+      const got = await log.read(o, { maxRecords: 1, maxBytes: 1 });
+      expect(got[0]?.offset, `read from ${o}`).toBe(expected.find((r) => r.offset >= o)?.offset);
+    }
+    for (const i of [0, 1, 5, 50, 149, 150, 200, base - 1, base, 299, 300]) {
+      expect(await log.offsetForTimestamp(T0 + i), `ts ${i}`).toBe(expected.find((r) => r.ts >= T0 + i)?.offset ?? 300);
+    }
+
+    // Idempotent.
+    expect((await log.compact({ now: T0 })).recordsRemoved).toBe(0);
+    expect(await readAll(log)).toEqual(expected);
+  });
+
+  it('keeps the result across a clean reopen and a crash, and compacts again after more appends', async () => {
+    let log = await openLog({ tailCacheBytes: 0 });
+    const model = new Model();
+    await fill(log, model, 200);
+    await log.compact({ now: T0 });
+    let expected = model.compacted(activeBase(log));
+    await log.close();
+    log = await openLog();
+    expect(await readAll(log)).toEqual(expected);
+    expectSegmentsContiguous(log);
+    await log.simulateCrash();
+    log = await openLog();
+    expect(await readAll(log)).toEqual(expected);
+    expectSegmentsContiguous(log);
+
+    // The log keeps working: appends land after the LEO and a second round compacts old and new segments.
+    await fill(log, model, 150, 13, 200);
+    await log.compact({ now: T0 });
+    expected = model.compacted(activeBase(log));
+    expect(await readAll(log)).toEqual(expected);
+    await log.simulateCrash();
+    log = await openLog();
+    expect(await readAll(log)).toEqual(expected);
+    expect(log.logEndOffset).toBe(350);
+    expect((await log.append([{ key: Buffer.from('x'), value: Buffer.from('y') }])).baseOffset).toBe(350);
+  });
+
+  it('keeps null keys and an emptied first segment (the log start does not move)', async () => {
+    const log = await openLog({ tailCacheBytes: 0 });
+    const model = new Model();
+    // First segment: keys that all get overwritten later.
+    for (let i = 0; i < 20; i++) await model.append(log, [{ key: `early-${i % 5}`, value: `e${i}` }]);
+    for (let i = 0; i < 30; i++) await model.append(log, [{ key: null, value: `n${i}` }]);
+    for (let i = 0; i < 5; i++) await model.append(log, [{ key: `early-${i}`, value: `late-${i}` }]);
+    for (let i = 0; i < 30; i++) await model.append(log, [{ key: `other-${i % 3}`, value: `o${i}` }]);
+    const first = log.segmentInfos()[0];
+    expect(first.nextOffset).toBeLessThanOrEqual(20);
+    expect(activeBase(log)).toBeGreaterThan(55);
+
+    await log.compact({ now: T0 });
+    const expected = model.compacted(activeBase(log));
+    expect(expected.filter((r) => r.key === null)).toHaveLength(30);
+    expect(log.segmentInfos()[0]).toMatchObject({ baseOffset: 0, sizeBytes: 0, nextOffset: first.nextOffset, compacted: true });
+    expect(log.logStartOffset).toBe(0);
+    expect(await readAll(log)).toEqual(expected);
+    expect((await log.read(0, { maxRecords: 1, maxBytes: 1 }))[0].offset).toBe(20);
+    await log.simulateCrash();
+    const again = await openLog();
+    expect(again.logStartOffset).toBe(0);
+    expect(again.segmentInfos()[0]).toMatchObject({ sizeBytes: 0, nextOffset: first.nextOffset });
+    expect(await readAll(again)).toEqual(expected);
+  });
+
+  it('keeps a tombstone as the latest record until it is older than tombstoneRetentionMs', async () => {
+    const log = await openLog();
+    const model = new Model();
+    await model.append(log, [{ key: 'gone', value: 'v1', ts: T0 }]);
+    await model.append(log, [{ key: 'stays', value: 's1', ts: T0 }]);
+    await model.append(log, [{ key: 'gone', value: 'v2', ts: T0 + 1 }]);
+    await model.append(log, [{ key: 'gone', value: '', ts: T0 + 2 }]);
+    await model.append(log, [{ key: 'revived', value: '', ts: T0 + 3 }]);
+    await model.append(log, [{ key: 'revived', value: 'back', ts: T0 + 4 }]);
+    await fill(log, model, 60, 5, 100);
+    expect(activeBase(log)).toBeGreaterThan(6);
+    const keysOf = async () => (await readAll(log)).filter((r) => r.offset < 6).map((r) => [r.key, r.value]);
+
+    // Young tombstone: kept (and the values it deletes are gone).
+    let res = await log.compact({ now: T0 + 1000, tombstoneRetentionMs: 5000 });
+    expect(res.recordsRemoved).toBeGreaterThan(0);
+    expect(await keysOf()).toEqual([
+      ['stays', 's1'],
+      ['gone', ''],
+      ['revived', 'back'],
+    ]);
+    expect(await readAll(log)).toEqual(model.compacted(activeBase(log), T0 + 1000, 5000));
+    // Default retention (24 h).
+    res = await log.compact({ now: T0 + 23 * HOUR });
+    expect(await keysOf()).toEqual([
+      ['stays', 's1'],
+      ['gone', ''],
+      ['revived', 'back'],
+    ]);
+    res = await log.compact({ now: T0 + 25 * HOUR });
+    expect(res.recordsRemoved).toBe(1);
+    expect(await keysOf()).toEqual([
+      ['stays', 's1'],
+      ['revived', 'back'],
+    ]);
+    await log.close();
+    const again = await openLog();
+    expect((await readAll(again)).filter((r) => r.key === 'gone')).toEqual([]);
+  });
+
+  it('never touches the active segment and drops keys whose latest record is in it', async () => {
+    const log = await openLog();
+    const model = new Model();
+    await fill(log, model, 100, 4);
+    const base = activeBase(log);
+    // Tombstones and values in the active segment are newer than everything closed.
+    await model.append(log, [
+      { key: 'key-1', value: '' },
+      { key: 'key-2', value: 'latest' },
+    ]);
+    expect(activeBase(log)).toBe(base);
+    const activeBefore = (await readAll(log, 1000, base)).length;
+    await log.compact({ now: T0 + 100 * HOUR, tombstoneRetentionMs: 0 });
+    const after = await readAll(log);
+    expect(after).toEqual(model.compacted(base, T0 + 100 * HOUR, 0));
+    expect(after.filter((r) => r.offset >= base)).toHaveLength(activeBefore);
+    expect(after.filter((r) => r.offset < base && (r.key === 'key-1' || r.key === 'key-2'))).toEqual([]);
+  });
+
+  for (const crashAt of ['temp-written', 'index-renamed', 'log-renamed'] as const) {
+    it(`a crash during compaction (${crashAt}) recovers to the old or the new content of each segment`, async () => {
+      let log = await openLog({ tailCacheBytes: 0 });
+      const model = new Model();
+      await fill(log, model, 200);
+      const base = activeBase(log);
+      const expected = model.compacted(base);
+      const segs = log.segmentInfos();
+
+      await expect(log.compact({ now: T0, crashAt } satisfies CompactOptions)).rejects.toBeInstanceOf(SimulatedCrash);
+      if (crashAt === 'temp-written') expect((await tmpFiles()).length).toBeGreaterThan(0);
+      await log.simulateCrash();
+      log = await openLog({ tailCacheBytes: 0 });
+      expect(await tmpFiles()).toEqual([]);
+      expect(log.logEndOffset).toBe(200);
+      expectSegmentsContiguous(log);
+      const got = await readAll(log);
+      // Per segment: all of the old records, or exactly the compacted ones.
+      let swapped = 0;
+      for (const s of segs) {
+        const inSeg = (r: Rec) => r.offset >= s.baseOffset && r.offset < s.nextOffset;
+        const now = got.filter(inSeg);
+        const oldRecs = model.recs.filter(inSeg);
+        const newRecs = expected.filter(inSeg);
+        if (JSON.stringify(now) !== JSON.stringify(oldRecs)) {
+          expect(now).toEqual(newRecs);
+          swapped++;
+        }
+      }
+      expect(swapped).toBe(crashAt === 'log-renamed' ? 1 : 0);
+      // The next compaction finishes the job.
+      await log.compact({ now: T0 });
+      expect(await readAll(log)).toEqual(expected);
+      await log.simulateCrash();
+      log = await openLog();
+      expect(await readAll(log)).toEqual(expected);
+      expect((await log.append([{ key: null, value: Buffer.from('z') }])).baseOffset).toBe(200);
+    });
+  }
+
+  it('appends and reads during compaction get correct offsets and consistent data', async () => {
+    const log = await openLog({ tailCacheBytes: 0 });
+    const model = new Model();
+    await fill(log, model, 200);
+    const base = activeBase(log);
+    const leo = log.logEndOffset;
+
+    // Hold compaction inside its first scan while the log is used.
+    const scan = Segment.prototype.scanRecords;
+    let entered!: () => void;
+    const inScan = new Promise<void>((r) => (entered = r));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let first = true;
+    vi.spyOn(Segment.prototype, 'scanRecords').mockImplementation(async function (this: Segment, ...args: Parameters<Segment['scanRecords']>) {
+      if (first) {
+        first = false;
+        entered();
+        await gate;
+      }
+      return scan.apply(this, args);
+    });
+    const compaction = log.compact({ now: T0 });
+    await inScan;
+    const before = model.compacted(base, T0, 24 * HOUR, leo);
+    await fill(log, model, 120, 13, leo);
+    expect(model.recs.map((r) => r.offset)).toEqual(Array.from({ length: leo + 120 }, (_, i) => i));
+    expect(activeBase(log)).toBeGreaterThan(base);
+    release();
+
+    // Concurrent readers and appenders while the rewrite and the swap run.
+    const readers = Array.from({ length: 3 }, async (_, k) => {
+      for (let round = 0; round < 5; round++) {
+        const got = await readAll(log, 1 + k * 7);
+        for (let i = 1; i < got.length; i++) expect(got[i].offset).toBeGreaterThan(got[i - 1].offset);
+        for (const r of got) expect(r).toEqual(model.recs[r.offset]);
+        const have = new Set(got.map((r) => r.offset));
+        for (const r of before) expect(have.has(r.offset)).toBe(true);
+      }
+    });
+    const appends = (async () => {
+      for (let i = 0; i < 20; i++) await model.append(log, [{ key: `late-${i % 3}`, value: `L${i}`, ts: T0 }]);
+    })();
+    const res = await compaction;
+    await Promise.all([...readers, appends]);
+    expect(res.segmentsCompacted).toBeGreaterThan(0);
+    expect(log.logEndOffset).toBe(leo + 140);
+    expect(model.recs.map((r) => r.offset)).toEqual(Array.from({ length: leo + 140 }, (_, i) => i));
+    // Segments closed during the run were not part of it; records written meanwhile only make it keep more.
+    const got = await readAll(log);
+    expect(got.filter((r) => r.offset < base)).toEqual(before.filter((r) => r.offset < base));
+    expect(got.filter((r) => r.offset >= base)).toEqual(model.recs.filter((r) => r.offset >= base));
+    vi.restoreAllMocks();
+    await log.compact({ now: T0 });
+    expect(await readAll(log)).toEqual(model.compacted(activeBase(log)));
+  });
+
+  it('a read that races with the swap continues in the compacted segment', async () => {
+    const log = await openLog({ tailCacheBytes: 0 });
+    const model = new Model();
+    await fill(log, model, 200);
+    const expected = model.compacted(activeBase(log));
+    const read = Segment.prototype.read;
+    let armed = true;
+    let entered!: () => void;
+    const inRead = new Promise<void>((r) => (entered = r));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    vi.spyOn(Segment.prototype, 'read').mockImplementation(async function (this: Segment, ...args: Parameters<Segment['read']>) {
+      if (armed) {
+        armed = false;
+        entered();
+        await gate;
+      }
+      return read.apply(this, args);
+    });
+    const reading = readAll(log);
+    await inRead;
+    await log.compact({ now: T0 });
+    release();
+    expect(await reading).toEqual(expected);
+  });
+
+  it('a truncation during compaction aborts it without damage', async () => {
+    const log = await openLog({ tailCacheBytes: 0 });
+    const model = new Model();
+    await fill(log, model, 200);
+    const scan = Segment.prototype.scanRecords;
+    let entered!: () => void;
+    const inScan = new Promise<void>((r) => (entered = r));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let first = true;
+    vi.spyOn(Segment.prototype, 'scanRecords').mockImplementation(async function (this: Segment, ...args: Parameters<Segment['scanRecords']>) {
+      if (first) {
+        first = false;
+        entered();
+        await gate;
+      }
+      return scan.apply(this, args);
+    });
+    const compaction = log.compact({ now: T0 });
+    await inScan;
+    // Cut the newest records: older values of their keys become the latest.
+    await log.truncateTo(190);
+    model.recs.splice(190);
+    release();
+    expect(await compaction).toMatchObject({ segmentsCompacted: 0, recordsRemoved: 0 });
+    expect(await tmpFiles()).toEqual([]);
+    expect(await readAll(log)).toEqual(model.recs);
+    vi.restoreAllMocks();
+    await log.compact({ now: T0 });
+    expect(await readAll(log)).toEqual(model.compacted(activeBase(log)));
+  });
+
+  it('truncating into a compacted segment and appending there survives a crash', async () => {
+    let log = await openLog({ tailCacheBytes: 0 });
+    const model = new Model();
+    await fill(log, model, 200);
+    await log.compact({ now: T0 });
+    let expected = model.compacted(activeBase(log));
+    const seg = log.segmentInfos().find((s) => s.compacted && s.sizeBytes > 0 && s.baseOffset > 0) as SegmentInfo;
+    const kept = expected.filter((r) => r.offset >= seg.baseOffset && r.offset < seg.nextOffset);
+    expect(kept.length).toBeGreaterThan(0);
+    // Cut just after the segment's first kept record (maybe inside a gap).
+    const cut = kept[0].offset + 1;
+    await log.truncateTo(cut);
+    expected = expected.filter((r) => r.offset < cut);
+    expect(await readAll(log)).toEqual(expected);
+    model.recs = expected;
+    await model.append(log, [{ key: 'after', value: 'cut' }, { key: null, value: 'x' }]);
+    expect(model.recs.at(-1)?.offset).toBe(cut + 1);
+    await log.simulateCrash();
+    log = await openLog();
+    expect(await readAll(log)).toEqual(model.recs);
+    expect(log.logEndOffset).toBe(cut + 2);
+    expectSegmentsContiguous(log);
+  });
+
+  it('a compacted segment whose log no longer matches its index is rebuilt and still reaches the next segment', async () => {
+    let log = await openLog({ tailCacheBytes: 0 });
+    const model = new Model();
+    await fill(log, model, 200);
+    await log.compact({ now: T0 });
+    const expected = model.compacted(activeBase(log));
+    // A compacted segment whose newest offsets were all removed (it ends in a gap).
+    const seg = log.segmentInfos().find((s) => {
+      const kept = expected.filter((r) => r.offset >= s.baseOffset && r.offset < s.nextOffset);
+      return s.compacted && kept.length > 0 && kept[kept.length - 1].offset + 1 < s.nextOffset;
+    }) as SegmentInfo;
+    expect(seg).toBeDefined();
+    await log.simulateCrash();
+    await appendFile(join(dir, `${String(seg.baseOffset).padStart(20, '0')}.log`), Buffer.from('torn tail garbage'));
+    log = await openLog();
+    expect(log.segmentInfos().find((s) => s.baseOffset === seg.baseOffset)).toMatchObject({ nextOffset: seg.nextOffset, sizeBytes: seg.sizeBytes, compacted: true });
+    expectSegmentsContiguous(log);
+    expect(log.logEndOffset).toBe(200);
+    expect(await readAll(log)).toEqual(expected);
+    await log.close();
+    log = await openLog();
+    expect(await readAll(log)).toEqual(expected);
+  });
+
+  it('close during compaction stops it, leaves no temp files, and a closed log refuses to compact', async () => {
+    const log = await openLog({ tailCacheBytes: 0 });
+    const model = new Model();
+    await fill(log, model, 200);
+    const scan = Segment.prototype.scanRecords;
+    let calls = 0;
+    let entered!: () => void;
+    const inScan = new Promise<void>((r) => (entered = r));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    // Hold it inside pass 2 (after the key map and at least one count).
+    const closedCount = log.segmentInfos().length - 1;
+    vi.spyOn(Segment.prototype, 'scanRecords').mockImplementation(async function (this: Segment, ...args: Parameters<Segment['scanRecords']>) {
+      if (++calls === closedCount + 3) {
+        entered();
+        await gate;
+      }
+      return scan.apply(this, args);
+    });
+    const compaction = log.compact({ now: T0 });
+    await inScan;
+    const closing = log.close();
+    release();
+    expect(await compaction).toMatchObject({ segmentsCompacted: 0 });
+    await closing;
+    expect(await tmpFiles()).toEqual([]);
+    await expect(log.compact()).rejects.toMatchObject({ code: 'storage_error' });
+    const again = await openLog();
+    expect(await readAll(again)).toEqual(model.recs);
+  });
+
+  it('files on disk: compacted segments are smaller and no temp files remain', async () => {
+    const log = await openLog();
+    const model = new Model();
+    await fill(log, model, 200, 3);
+    const infos = log.segmentInfos();
+    const sizes = await Promise.all(infos.map((s) => stat(join(dir, `${String(s.baseOffset).padStart(20, '0')}.log`)).then((x) => x.size)));
+    expect(sizes).toEqual(infos.map((s) => s.sizeBytes));
+    await log.compact({ now: T0 });
+    const after = log.segmentInfos();
+    const sizesAfter = await Promise.all(after.map((s) => stat(join(dir, `${String(s.baseOffset).padStart(20, '0')}.log`)).then((x) => x.size)));
+    expect(sizesAfter).toEqual(after.map((s) => s.sizeBytes));
+    expect(sizesAfter.reduce((a, b) => a + b, 0)).toBeLessThan(sizes.reduce((a, b) => a + b, 0));
+    expect(await tmpFiles()).toEqual([]);
+  });
+});
