@@ -81,14 +81,14 @@ async function waitUntil(cond: () => boolean, timeoutMs: number, what: string): 
   }
 }
 
-async function groupStable(admin: Connection, minGeneration: number): Promise<number> {
+async function groupStable(admin: Connection, minGeneration: number, members: number): Promise<number> {
   for (;;) {
     const reply = await admin.command('GROUP_STATUS', { group: 'bench' }).catch((err: { code?: string }) => {
-      if (err.code === 'group_not_found') return '{"state":"Empty","generation":0}';
+      if (err.code === 'group_not_found') return '{"state":"Empty","generation":0,"members":[]}';
       throw err;
     });
-    const s = JSON.parse(reply) as { state: string; generation: number };
-    if (s.state === 'Stable' && s.generation >= minGeneration) return s.generation;
+    const s = JSON.parse(reply) as { state: string; generation: number; members: unknown[] };
+    if (s.state === 'Stable' && s.generation >= minGeneration && s.members.length === members) return s.generation;
     await new Promise((r) => setTimeout(r, 10));
   }
 }
@@ -185,7 +185,9 @@ export async function run(argv: string[]): Promise<number> {
   for (const m of [a, b]) await m.child.waitJson((o) => o.ev === 'ready', 10_000);
   send(a, 'start');
   send(b, 'start');
-  let generation = await groupStable(admin, 2);
+  process.stderr.write('members a and b started\n');
+  let generation = await groupStable(admin, 1, 2);
+  process.stderr.write(`group stable at generation ${generation}\n`);
   await new Promise((r) => setTimeout(r, 1000));
 
   const results: Trial[] = [];
@@ -195,16 +197,17 @@ export async function run(argv: string[]): Promise<number> {
     await new Promise((r) => setTimeout(r, 1500));
     let t0 = nowMs();
     send(c, 'start');
-    generation = await groupStable(admin, generation + 1);
+    generation = await groupStable(admin, generation + 1, 3);
     await waitUntil(() => events.some((e) => e.member === c.name && e.ev === 'record'), 10_000, 'the joining member to consume');
     await new Promise((r) => setTimeout(r, 500));
     results.push(measure('join', events, t0, t0 - 1500));
+    process.stderr.write(`trial ${i + 1}: join measured\n`);
 
     await new Promise((r) => setTimeout(r, 1000));
     t0 = nowMs();
     send(c, 'close');
     await c.child.exited;
-    generation = await groupStable(admin, generation + 1);
+    generation = await groupStable(admin, generation + 1, 2);
     await new Promise((r) => setTimeout(r, 700));
     results.push(measure('leave', events, t0, t0 - 1000));
   }

@@ -2,8 +2,7 @@
 // group cleanly on Ctrl-C (SIGINT) or SIGTERM so its partitions move to the other workers at once.
 //
 // Run against a local broker:
-//   npm start                                                  # terminal 1: broker on 127.0.0.1:9000
-//   npm run build                                              # once (the examples use dist/)
+//   npm start                                  # terminal 1: compiles dist/ if needed, then a broker on 127.0.0.1:9000
 //   node examples/producer.mjs 1000                            # some messages in "orders"
 //   node examples/consumer-group-worker.mjs [topic] [group]    # terminals 2, 3, ...: start several workers
 //   node dist/src/cli/main.js group describe order-workers     # members, assignments and lag

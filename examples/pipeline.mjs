@@ -2,8 +2,7 @@
 // it to an output topic and commits the input offsets only after the output records are acknowledged.
 //
 // Run against a local broker:
-//   npm start                                                     # terminal 1: broker on 127.0.0.1:9000
-//   npm run build                                                 # once (the examples use dist/)
+//   npm start                                  # terminal 1: compiles dist/ if needed, then a broker on 127.0.0.1:9000
 //   node examples/producer.mjs 1000 orders                        # input records
 //   node examples/pipeline.mjs [input] [output] [group]           # Ctrl-C to stop
 //   node dist/src/cli/main.js consume orders-enriched --from-beginning --max 5

@@ -1,8 +1,7 @@
 // Sends N keyed messages with the SDK's batching Producer and prints where they landed.
 //
 // Run against a local broker:
-//   npm start                                  # terminal 1: a broker on 127.0.0.1:9000
-//   npm run build                              # once (the examples import the compiled SDK from dist/)
+//   npm start                                  # terminal 1: compiles dist/ if needed, then a broker on 127.0.0.1:9000
 //   node examples/producer.mjs [count] [topic] # terminal 2 (TRIBUTARY_BOOTSTRAP=host:port for another broker)
 //
 // Records with the same key always land on the same partition (FNV-1a 64 of the key, the broker's own

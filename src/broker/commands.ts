@@ -1,4 +1,5 @@
-import { type Batch, decodeBatch, encodeBatch, logRecordsToBatch } from '../protocol/batch.js';
+import { type Acks, type Batch, decodeBatch, encodeBatch, logRecordsToBatch } from '../protocol/batch.js';
+import type { RecordHeader } from '../protocol/record.js';
 import { type Params, type ParsedLine, formatOk } from '../protocol/command.js';
 import { ERROR_CLASSES, TributaryError, invalidParam } from '../protocol/errors.js';
 import { FEATURES, PROTOCOL_VERSION } from '../protocol/features.js';
@@ -234,8 +235,27 @@ function countIn(b: BrokerContext, topic: string, records: number, bytes: number
   b.metrics.bytesIn.inc({ topic }, bytes);
 }
 
+/** No headers: shared by the records handed to the log (it only reads them), so none keeps an array alive. */
+const NO_HEADERS: RecordHeader[] = Object.freeze([]) as unknown as RecordHeader[];
+
 /** A binary batch frame: one append of all its records to one partition. */
 export async function produceBatch(b: BrokerContext, c: ConnectionContext, body: Buffer): Promise<Reply> {
+  // The synchronous part keeps the decoded batch in its own frame, so the records are not held here while
+  // the append waits for the fsync (only the log holds them, and only until they are written).
+  const { partition, appended, count, acks, topic } = startAppend(b, c, body);
+  if (acks === '0') {
+    appended.catch((err) => b.logger.warn({ err, topic }, 'acks=0 append failed'));
+    return 'OK';
+  }
+  const res = await appended;
+  return JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count });
+}
+
+function startAppend(
+  b: BrokerContext,
+  c: ConnectionContext,
+  body: Buffer,
+): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string } {
   const batch: Batch = decodeBatch(body, { extensions: c.features.has('record_extensions_v1') });
   if (batch.idempotent) throw new TributaryError('invalid_batch', { reason: 'idempotent batches are not supported by this broker version' });
   const topic = b.topics.get(batch.topic);
@@ -249,10 +269,10 @@ export async function produceBatch(b: BrokerContext, c: ConnectionContext, body:
   // - key/value/header buffers are views into the frame body. That is safe: the body is a Buffer of its
   //   own (a socket read chunk or the frame decoder's allocation) that nothing writes to again, and Node
   //   never reuses memory a live Buffer references; the log only reads these views while encoding the
-  //   append into its own write buffer, and its tail cache keeps views into that write buffer, never the
-  //   caller's (PartitionLog.writeGroup/encodeRecordView). So the body lives until the append settles.
-  //   Even a cache that kept these views would be safe (it would only pin the body's memory). Should the
-  //   frame decoder ever reuse a read buffer (e.g. a socket `onread` buffer), copy the records here again.
+  //   append into its own write buffer, and its tail cache holds that write buffer, never the caller's
+  //   records (PartitionLog.writeGroup, TailCache). So the body lives until the append settles. Even a
+  //   cache that kept these views would be safe (it would only pin the body's memory). Should the frame
+  //   decoder ever reuse a read buffer (e.g. a socket `onread` buffer), copy the records here again.
   let bytes = 0;
   for (let i = 0; i < n; i++) {
     const r = records[i]!;
@@ -264,17 +284,13 @@ export async function produceBatch(b: BrokerContext, c: ConnectionContext, body:
     r.epoch = -1;
     r.sequence = -1;
     r.attributes = 0;
+    if (r.headers.length === 0) r.headers = NO_HEADERS;
   }
   // partition -1: the broker picks one partition for the whole batch (first record's key, else round-robin).
   const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, records[0]!.key));
   const appended = partition.append(records);
   countIn(b, topic.name, n, bytes);
-  if (batch.acks === '0') {
-    appended.catch((err) => b.logger.warn({ err, topic: topic.name }, 'acks=0 append failed'));
-    return 'OK';
-  }
-  const res = await appended;
-  return JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count: n });
+  return { partition, appended, count: n, acks: batch.acks, topic: topic.name };
 }
 
 // ---- consume ----

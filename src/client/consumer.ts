@@ -471,14 +471,12 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     const added = owned.filter((p) => !this.workers.has(p));
     this.assignmentGenerationValue++;
     // Seed 000: fetch the committed offset of every new partition before reading it.
-    for (const p of added) {
-      const start = await this.startingOffset(p, signal);
-      if (signal.aborted) return;
-      const w = new PartitionWorker(p, this.assignmentGenerationValue, start.position, start.committed, this.root.signal);
-      this.workers.set(p, w);
-      w.loop = this.readLoop(w);
-    }
+    const starts = await Promise.all(added.map((p) => this.startingOffset(p, signal)));
+    if (signal.aborted) return;
+    const fresh = added.map((p, i) => new PartitionWorker(p, this.assignmentGenerationValue, starts[i]!.position, starts[i]!.committed, this.root.signal));
+    for (const w of fresh) this.workers.set(w.partition, w);
     if (added.length > 0) this.emit('partitions.assigned', { partitions: added, generation, assignmentGeneration: this.assignmentGenerationValue });
+    for (const w of fresh) w.loop = this.readLoop(w);
     const kept = owned.filter((p) => !added.includes(p));
     this.stateValue = 'running';
     this.emit('rebalance.end', {

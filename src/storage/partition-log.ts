@@ -14,10 +14,10 @@ import type { LogRecord, RecordInput } from '../protocol/record.js';
 import { DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex, serializeIndex } from './offset-index.js';
 import {
   ATTR_END_OF_APPEND,
+  decodeOwnRecord,
   decodeRecord,
   encodedSize,
   encodeRecordInto,
-  encodeRecordView,
   type EncodableRecord,
   USER_ATTR_MASK,
   validateEncodable,
@@ -138,34 +138,82 @@ class Mutex {
   }
 }
 
-/** Recently appended records, contiguous and ending at the LEO, bounded by bytes. */
+/** One write's worth of cached records: `buf` as written, record i at starts[i] .. starts[i + 1]. */
+interface CacheChunk {
+  buf: Buffer;
+  /** Offset of record 0. */
+  base: number;
+  /** Records cached (truncateFrom may lower it). */
+  count: number;
+  /** count + 1 positions in `buf` (plain numbers: no per-chunk backing store). */
+  starts: number[];
+}
+
+/**
+ * Recently appended records, contiguous and ending at the LEO, bounded by bytes. Holds the encoded bytes of
+ * each write (the log's own buffer, never the caller's records): two small objects per write rather than
+ * several per record, so a full cache costs the garbage collector next to nothing. Records are decoded
+ * when read, as views into those bytes. A write's buffer stays alive while any of its records is cached.
+ */
 class TailCache {
-  private recs: LogRecord[] = [];
-  private sizes: number[] = [];
+  private chunks: CacheChunk[] = [];
+  /** First live chunk, and first live record in it. */
   private head = 0;
+  private first = 0;
   private bytes = 0;
   constructor(private readonly maxBytes: number) {}
 
   private get empty(): boolean {
-    return this.head >= this.recs.length;
+    return this.head >= this.chunks.length;
   }
   private get start(): number {
-    return this.recs[this.head].offset;
+    return this.chunks[this.head].base + this.first;
   }
   private get end(): number {
-    return this.recs[this.recs.length - 1].offset + 1;
+    const c = this.chunks[this.chunks.length - 1];
+    return c.base + c.count;
   }
 
-  append(recs: LogRecord[], sizes: number[]): void {
-    if (this.maxBytes <= 0 || recs.length === 0) return;
-    if (!this.empty && recs[0].offset !== this.end) this.clear();
-    for (let i = 0; i < recs.length; i++) {
-      this.recs.push(recs[i]);
-      this.sizes.push(sizes[i]);
-      this.bytes += sizes[i];
-    }
-    while (this.bytes > this.maxBytes && !this.empty) this.bytes -= this.sizes[this.head++];
+  /** Caches the records of one write: `starts` holds each record's position in `buf`, then the end. */
+  append(buf: Buffer, base: number, starts: number[]): void {
+    const count = starts.length - 1;
+    if (this.maxBytes <= 0 || count <= 0) return;
+    if (!this.empty && base !== this.end) this.clear();
+    this.chunks.push({ buf, base, count, starts });
+    this.bytes += starts[count] - starts[0];
+    while (this.bytes > this.maxBytes && !this.empty) this.evictOne();
     this.compact();
+  }
+
+  /** Drops the oldest cached record (a whole chunk when that is all it has left). */
+  private evictOne(): void {
+    const c = this.chunks[this.head];
+    const s = c.starts;
+    // A whole chunk goes at once when every record of it would be evicted one by one anyway.
+    const rest = s[c.count] - s[this.first];
+    if (this.bytes - rest + (s[c.count] - s[c.count - 1]) > this.maxBytes) {
+      this.bytes -= rest;
+      this.head++;
+      this.first = 0;
+      return;
+    }
+    this.bytes -= s[this.first + 1] - s[this.first];
+    if (++this.first >= c.count) {
+      this.head++;
+      this.first = 0;
+    }
+  }
+
+  /** Index of the live chunk holding `offset` (which lies in [start, end)). */
+  private chunkFor(offset: number): number {
+    let lo = this.head;
+    let hi = this.chunks.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >>> 1;
+      if (this.chunks[mid].base <= offset) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
   }
 
   /** Records from `offset`, or null when the cache does not start at or before it. */
@@ -173,41 +221,69 @@ class TailCache {
     if (this.empty || offset < this.start || offset >= this.end) return null;
     const out: LogRecord[] = [];
     let bytes = 0;
-    for (let i = this.head + (offset - this.start); i < this.recs.length && out.length < maxRecords; i++) {
-      const r = this.recs[i];
-      if (r.offset >= limit) break;
-      if (out.length > 0 && bytes + this.sizes[i] > maxBytes) break;
+    let k = this.chunkFor(offset);
+    let c = this.chunks[k];
+    let i = offset - c.base;
+    while (out.length < maxRecords) {
+      if (i >= c.count) {
+        if (++k >= this.chunks.length) break;
+        c = this.chunks[k];
+        i = 0;
+      }
+      if (c.base + i >= limit) break;
+      const size = c.starts[i + 1] - c.starts[i];
+      if (out.length > 0 && bytes + size > maxBytes) break;
+      const r = decodeOwnRecord(c.buf, c.starts[i]);
+      r.attributes &= USER_ATTR_MASK;
       out.push(r);
-      bytes += this.sizes[i];
+      bytes += size;
+      i++;
     }
     return out;
   }
 
   truncateFrom(offset: number): void {
-    while (!this.empty && this.recs[this.recs.length - 1].offset >= offset) {
-      this.recs.pop();
-      this.bytes -= this.sizes.pop() ?? 0;
+    while (!this.empty && this.end > offset) {
+      const last = this.chunks.length - 1;
+      const c = this.chunks[last];
+      const from = last === this.head ? this.first : 0;
+      const keep = Math.max(from, offset - c.base);
+      this.bytes -= c.starts[c.count] - c.starts[keep];
+      c.count = keep;
+      if (keep === from) {
+        this.chunks.pop();
+        if (last === this.head) this.first = 0;
+      }
     }
   }
 
   dropBefore(offset: number): void {
-    while (!this.empty && this.recs[this.head].offset < offset) this.bytes -= this.sizes[this.head++];
+    while (!this.empty && this.start < offset) {
+      const c = this.chunks[this.head];
+      const to = Math.min(c.count, offset - c.base);
+      this.bytes -= c.starts[to] - c.starts[this.first];
+      if (to >= c.count) {
+        this.head++;
+        this.first = 0;
+      } else {
+        this.first = to;
+      }
+    }
     this.compact();
   }
 
   clear(): void {
-    this.recs = [];
-    this.sizes = [];
+    this.chunks = [];
     this.head = 0;
+    this.first = 0;
     this.bytes = 0;
   }
 
   private compact(): void {
     if (this.empty) {
       this.clear();
-    } else if (this.head > 1024 && this.head * 2 > this.recs.length) {
-      this.recs = this.recs.slice(this.head);
-      this.sizes = this.sizes.slice(this.head);
+    } else if (this.head > 1024 && this.head * 2 > this.chunks.length) {
+      this.chunks = this.chunks.slice(this.head);
       this.head = 0;
     }
   }
@@ -547,10 +623,10 @@ export class PartitionLog {
 
   private async writeGroup(seg: Segment, group: PendingAppend[], bytes: number, now: number): Promise<void> {
     const buf = Buffer.allocUnsafe(bytes);
-    const views: LogRecord[] = [];
-    const sizes: number[] = [];
-    const positions: number[] = [];
-    let offset = seg.nextOffset;
+    // Where each record starts in `buf`, then the end: for the index and the tail cache.
+    const starts: number[] = [];
+    const firstOffset = seg.nextOffset;
+    let offset = firstOffset;
     let maxTs = seg.maxTimestamp;
     let p = 0;
     for (const b of group) {
@@ -560,7 +636,7 @@ export class PartitionLog {
         const r = b.records[i];
         const timestamp = r.timestamp ? r.timestamp : now;
         const attributes = ((r.attributes ?? 0) & USER_ATTR_MASK) | (i === lastIdx ? ATTR_END_OF_APPEND : 0);
-        const { end, record } = encodeRecordView(buf, p, {
+        const end = encodeRecordInto(buf, p, {
           offset,
           timestamp,
           key: r.key,
@@ -571,17 +647,15 @@ export class PartitionLog {
           sequence: r.sequence,
           attributes,
         });
-        record.attributes = attributes & USER_ATTR_MASK;
         if (end - p !== b.sizes[i]) throw storageError(this.dir, 'record encoding size mismatch');
-        positions.push(seg.size + p);
-        views.push(record);
-        sizes.push(end - p);
+        starts.push(p);
         if (timestamp > maxTs) maxTs = timestamp;
         p = end;
         offset++;
       }
       b.result = { baseOffset: base, lastOffset: offset - 1, timestamp: now };
     }
+    starts.push(p);
     const startSize = seg.size;
     try {
       await seg.writeAt(buf, startSize);
@@ -591,14 +665,14 @@ export class PartitionLog {
       throw storageError(this.dir, 'write failed', err);
     }
     // Publish only after the bytes are in the file: readers never see a partial record.
-    for (let i = 0; i < views.length; i++) seg.index.onRecord(views[i].offset, positions[i]);
+    for (let i = 0; i < starts.length - 1; i++) seg.index.onRecord(firstOffset + i, startSize + starts[i]);
     seg.size = startSize + bytes;
     seg.nextOffset = offset;
     seg.maxTimestamp = maxTs;
     seg.markModified();
     this.totalBytes += bytes;
     this.dirty.add(seg);
-    this.cache.append(views, sizes);
+    this.cache.append(buf, firstOffset, starts);
     if (this.options.flush === 'always') {
       for (const b of group) this.syncWaiters.push(b);
       this.kickSync();

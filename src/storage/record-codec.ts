@@ -145,14 +145,15 @@ function writeRecord(buf: Buffer, pos: number, r: EncodableRecord, view: LogReco
   } else {
     w32(buf, p, key.length);
     p += 4;
-    key.copy(buf, p);
+    // TypedArray#set: the bytes of Buffer#copy without its argument handling (a hot path).
+    buf.set(key, p);
     if (view) view.key = buf.subarray(p, p + key.length);
     p += key.length;
   }
   const value = r.value;
   w32(buf, p, value.length);
   p += 4;
-  value.copy(buf, p);
+  buf.set(value, p);
   if (view) view.value = buf.subarray(p, p + value.length);
   p += value.length;
   const headers = r.headers ?? [];
@@ -165,12 +166,13 @@ function writeRecord(buf: Buffer, pos: number, r: EncodableRecord, view: LogReco
     p += 2 + kLen;
     w32(buf, p, h.value.length);
     p += 4;
-    h.value.copy(buf, p);
+    buf.set(h.value, p);
     if (view) view.headers.push({ key: h.key, value: buf.subarray(p, p + h.value.length) });
     p += h.value.length;
   }
   w32(buf, pos, p - pos - 4);
-  w32(buf, pos + 4, crc32c(buf.subarray(pos + 8, p)));
+  // A plain Uint8Array view is cheaper to make than a Buffer subarray, and all the CRC needs.
+  w32(buf, pos + 4, crc32c(new Uint8Array(buf.buffer, buf.byteOffset + pos + 8, p - pos - 8)));
   return p;
 }
 
@@ -327,6 +329,26 @@ export function decodeRecord(buf: Buffer, pos: number, end: number = buf.length)
   } catch {
     return CORRUPT;
   }
+}
+
+/**
+ * Decodes a record this process encoded and still holds in memory (the tail cache of PartitionLog): the
+ * frame and CRC are not checked again. Buffers are views into `buf`; attributes are as stored.
+ */
+export function decodeOwnRecord(buf: Buffer, pos: number): LogRecord {
+  const record: LogRecord = {
+    offset: 0,
+    timestamp: 0,
+    key: null,
+    value: EMPTY,
+    headers: [],
+    producerId: '',
+    epoch: -1,
+    sequence: -1,
+    attributes: 0,
+  };
+  if (!walk(buf, pos, pos + 4 + buf.readUInt32BE(pos), record)) throw new Error(`corrupt cached record at position ${pos}`);
+  return record;
 }
 
 /** Validates the record at `pos` (frame, CRC and structure) without materialising it. Never throws. */

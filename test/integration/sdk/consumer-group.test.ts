@@ -124,6 +124,7 @@ describe('consumer group across processes', () => {
   let broker: BrokerProcess;
   let admin: Connection;
   const workers: Worker[] = [];
+  let producing = false;
 
   beforeAll(async () => {
     broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '4', '--group-join-window-ms', '20'] });
@@ -132,6 +133,7 @@ describe('consumer group across processes', () => {
   });
 
   afterAll(async () => {
+    producing = false;
     for (const w of workers) w.kill('SIGKILL');
     await Promise.all(workers.map((w) => w.exited));
     await broker?.dispose();
@@ -141,7 +143,10 @@ describe('consumer group across processes', () => {
     return admin.json('GROUP_STATUS', { group: GROUP });
   }
 
-  /** Until the group is Stable with exactly these client ids, every partition owned. */
+  /**
+   * Until the group is Stable with exactly these client ids, every partition owned, and each worker has
+   * installed what the broker says it owns (its last rebalance line).
+   */
   async function stableWith(clientIds: string[], timeoutMs = 15_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
@@ -150,7 +155,11 @@ describe('consumer group across processes', () => {
         s &&
         s.state === 'Stable' &&
         s.members.map((m) => m.client_id).sort().join() === [...clientIds].sort().join() &&
-        s.members.flatMap((m) => m.assignments).length === PARTITIONS
+        s.members.flatMap((m) => m.assignments).length === PARTITIONS &&
+        s.members.every((m) => {
+          const w = workers.find((x) => x.name === m.client_id);
+          return w !== undefined && [...w.owned()].sort((x, y) => x - y).join() === [...m.assignments].sort((x, y) => x - y).join();
+        })
       ) {
         return;
       }
@@ -171,7 +180,8 @@ describe('consumer group across processes', () => {
     // ---- producer: binary batches of 10 records on a connection of its own, round-robin over partitions
     const producerConn = await broker.connect();
     const produced = new Map<string, { partition: number; offset: number }>();
-    let producing = true;
+    producing = true;
+    const producerErrors: unknown[] = [];
     let n = 0;
     const producer = (async () => {
       const inflight = new Set<Promise<void>>();
@@ -188,10 +198,16 @@ describe('consumer group across processes', () => {
           lastSequence: 0,
           records: ids.map((id) => ({ offset: 0, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`${id}|payload`), timestamp: 0, attributes: 0, headers: [] })),
         };
-        const p = producerConn.produceBatch(batch).then((ack) => {
-          expect(ack.count).toBe(10);
-          ids.forEach((id, i) => produced.set(id, { partition: ack.partition, offset: ack.base_offset + i }));
-        });
+        const p = producerConn.produceBatch(batch).then(
+          (ack) => {
+            if (ack.count !== 10 || ack.partition !== partition) producerErrors.push(new Error(`bad ack ${JSON.stringify(ack)}`));
+            ids.forEach((id, i) => produced.set(id, { partition: ack.partition, offset: ack.base_offset + i }));
+          },
+          (err: unknown) => {
+            producerErrors.push(err);
+            producing = false;
+          },
+        );
         inflight.add(p);
         void p.finally(() => inflight.delete(p));
         if (inflight.size >= 4) await Promise.race(inflight);
@@ -231,6 +247,7 @@ describe('consumer group across processes', () => {
     producing = false;
     await producer;
     await producerConn.close();
+    expect(producerErrors).toEqual([]);
     expect(produced.size).toBeGreaterThan(1000);
 
     // ---- c drains everything, then leaves
@@ -273,10 +290,8 @@ describe('consumer group across processes', () => {
     for (const w of [a, b, c]) {
       const lastCommit = new Map<number, number>();
       const processedUpTo = new Map<number, number>();
-      const events = [...w.msgs().map((m) => ({ kind: 'msg' as const, at: m.at, m })), ...w.commits().map((cm) => ({ kind: 'commit' as const, at: cm.at, cm }))];
       // lines are printed in order: keep that order (the same millisecond can hold both kinds)
       const ordered = w.lines.filter((l) => l.type === 'msg' || l.type === 'commit');
-      expect(ordered.length).toBe(events.length);
       for (const l of ordered) {
         if (l.type === 'msg') processedUpTo.set(l.partition as number, (l.offset as number) + 1);
         else {
@@ -312,7 +327,7 @@ describe('consumer group across processes', () => {
       expect(succ, `someone took over partition ${p} from b`).toBeDefined();
       const acked = lastCommitOf(b, p) ?? 0;
       // never redelivers what b's acknowledged commits covered, never skips what b did not commit
-      expect(succ!.offset, `successor start on ${p}`).toBeGreaterThanOrEqual(Math.min(acked, lastProcessed + 1));
+      expect(succ!.offset, `successor start on ${p}`).toBeGreaterThanOrEqual(acked);
       expect(succ!.offset, `successor start on ${p}`).toBeLessThanOrEqual(lastProcessed + 1);
       for (let o = succ!.offset; o <= lastProcessed; o++) {
         allowed.add(`${p}:${o}`);

@@ -458,7 +458,9 @@ describe('Consumer against a broker', () => {
     expect([...a.assignment(), ...b.assignment()].sort()).toEqual([0, 1, 2, 3]);
     const end = endsA.at(-1)!;
     expect(end.kept).toEqual(a.assignment());
-    expect(end.revoked.sort()).toEqual(b.assignment());
+    // (a commit racing the rejoin may cost A one more, empty, rebalance: take every one since B came)
+    expect(endsA.slice(1).flatMap((e) => e.revoked).sort()).toEqual(b.assignment());
+    expect(endsA.slice(1).flatMap((e) => e.assigned)).toEqual([]);
     // no partition was delivered to both at once: B's first delivery of a partition comes after A's last one
     for (const p of b.assignment()) {
       const lastA = Math.max(...seenA.filter((s) => s.partition === p).map((s) => s.at));
