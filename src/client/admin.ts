@@ -8,6 +8,8 @@ export interface AdminOptions {
   brokers: string[];
   connectTimeoutMs?: number;
   retry?: RetryOptions;
+  /** TLS for every broker connection (CA, client certificate and key, servername). */
+  tls?: import('node:tls').ConnectionOptions;
 }
 
 export interface CreateTopicOptions {
@@ -186,7 +188,7 @@ export class Admin {
     if (options.retry !== undefined && (options.retry === null || typeof options.retry !== 'object')) {
       throw new TributaryError('invalid_config', { option: 'retry', reason: 'must be an object' }, 'invalid admin option retry: must be an object');
     }
-    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, connectTimeoutMs: options.connectTimeoutMs });
+    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, connectTimeoutMs: options.connectTimeoutMs, tls: options.tls });
   }
 
   private assertOpen(): void {

@@ -1,3 +1,4 @@
+import type tls from 'node:tls';
 import { type FieldValue, parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
 import { Connection } from './connection.js';
@@ -13,6 +14,8 @@ export interface ClusterOptions {
   brokers: string[];
   connectTimeoutMs?: number;
   retry?: RetryOptions;
+  /** TLS for every broker connection. */
+  tls?: tls.ConnectionOptions;
 }
 
 export function parseAddress(s: string): BrokerAddress {
@@ -72,7 +75,7 @@ export class Cluster {
       if (this.shared.get(address) === cached) this.shared.delete(address);
     }
     const { host, port } = parseAddress(address);
-    const p = Connection.connect({ host, port, connectTimeoutMs: this.opts.connectTimeoutMs, signal });
+    const p = Connection.connect({ host, port, connectTimeoutMs: this.opts.connectTimeoutMs, signal, tls: this.opts.tls });
     this.shared.set(address, p);
     p.catch(() => {
       if (this.shared.get(address) === p) this.shared.delete(address);
@@ -84,7 +87,7 @@ export class Cluster {
   async dedicated(address: string, signal?: AbortSignal): Promise<Connection> {
     this.assertOpen();
     const { host, port } = parseAddress(address);
-    const conn = await Connection.connect({ host, port, connectTimeoutMs: this.opts.connectTimeoutMs, signal });
+    const conn = await Connection.connect({ host, port, connectTimeoutMs: this.opts.connectTimeoutMs, signal, tls: this.opts.tls });
     if (this.closed) {
       await conn.close();
       throw new TributaryError('client_closed');

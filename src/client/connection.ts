@@ -1,4 +1,5 @@
 import net from 'node:net';
+import tls from 'node:tls';
 import { type Batch, decodeBatch, encodeBatch, isBatchBody } from '../protocol/batch.js';
 import { type FieldValue, formatLine, isErrorReply, parseError, parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
@@ -11,6 +12,8 @@ export interface ConnectionOptions {
   maxFrameBytes?: number;
   /** Negotiate these features on connect (default: every feature the SDK understands). */
   features?: string[];
+  /** Connect with TLS (CA, client certificate and key for mTLS, servername, ...). */
+  tls?: tls.ConnectionOptions;
   signal?: AbortSignal;
 }
 
@@ -47,7 +50,8 @@ export class Connection {
 
   static async connect(opts: ConnectionOptions): Promise<Connection> {
     const socket = await new Promise<net.Socket>((resolve, reject) => {
-      const s = net.connect({ host: opts.host, port: opts.port });
+      const s = opts.tls ? tls.connect({ servername: opts.host, ...opts.tls, host: opts.host, port: opts.port }) : net.connect({ host: opts.host, port: opts.port });
+      const ready = opts.tls ? 'secureConnect' : 'connect';
       const timer = setTimeout(() => {
         s.destroy();
         reject(new TributaryError('request_timeout', { reason: 'connect timeout' }));
@@ -58,7 +62,7 @@ export class Connection {
         reject(opts.signal?.reason ?? new Error('aborted'));
       };
       opts.signal?.addEventListener('abort', onAbort, { once: true });
-      s.once('connect', () => {
+      s.once(ready, () => {
         clearTimeout(timer);
         opts.signal?.removeEventListener('abort', onAbort);
         resolve(s);

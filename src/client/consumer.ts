@@ -41,6 +41,8 @@ export interface ConsumerOptions {
   /** A handler running longer than this is reported with a `handler.slow` event (it is not cancelled). */
   processingTimeoutMs?: number;
   retry?: RetryOptions;
+  /** TLS for every broker connection (CA, client certificate and key, servername). */
+  tls?: import('node:tls').ConnectionOptions;
 }
 
 export interface ConsumedMessage {
@@ -216,7 +218,7 @@ type Sink = (worker: PartitionWorker, messages: ConsumedMessage[]) => Promise<vo
  * installation is rejected with `consumer_rebalancing` before any commit is sent.
  */
 export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncIterable<ConsumedMessage> {
-  readonly options: Required<Omit<ConsumerOptions, 'instanceId' | 'retry' | 'clientId'>> & Pick<ConsumerOptions, 'instanceId' | 'retry'> & { clientId: string };
+  readonly options: Required<Omit<ConsumerOptions, 'instanceId' | 'retry' | 'clientId' | 'tls'>> & Pick<ConsumerOptions, 'instanceId' | 'retry' | 'tls'> & { clientId: string };
   private readonly cluster: Cluster;
   private readonly root = new AbortController();
   private stateValue: ConsumerState = 'new';
@@ -247,7 +249,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       ...options,
       clientId: options.clientId ?? 'tributary-consumer',
     } as Consumer['options'];
-    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry });
+    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls });
     // Every partition reader and loop listens on the root signal: a large assignment is not a leak.
     setMaxListeners(0, this.root.signal);
   }

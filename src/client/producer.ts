@@ -63,6 +63,8 @@ export interface ProducerOptions {
   /** A batch reply that takes longer fails the attempt (and is retried); also the longest wait for buffer room. */
   requestTimeoutMs?: number;
   retry?: RetryOptions;
+  /** TLS for every broker connection (CA, client certificate and key, servername). */
+  tls?: import('node:tls').ConnectionOptions;
   /** Not available yet: refused at construction. */
   idempotent?: boolean;
 }
@@ -446,7 +448,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       requestTimeoutMs: options.requestTimeoutMs ?? DEFAULTS.requestTimeoutMs,
       retry: options.retry ?? {},
     };
-    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry });
+    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls });
     this.accumulator = new RecordAccumulator({ maxBatchBytes: this.options.maxBatchBytes, maxBatchRecords: this.options.maxBatchRecords });
     this.wireAcks = this.options.acks === 0 ? '0' : this.options.acks === 1 ? '1' : 'all';
     setMaxListeners(0, this.root.signal);

@@ -172,6 +172,10 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
     });
     cleanup.push(() => c.close());
     const seen: Array<{ partition: number; offset: number; at: number }> = [];
+    const log: string[] = [];
+    c.on('group.join', (j) => log.push(`join ${j.memberId} gen=${j.generation}`));
+    c.on('rebalance.start', (r) => log.push(`rebalance ${r.reason}`));
+    c.on('crash', ({ error, fatal }) => log.push(`crash ${(error as { code?: string }).code} fatal=${fatal} ${error.message}`));
     const run = c.run({
       eachMessage: async ({ message }) => {
         await sleep(2); // about 1-2 s for the whole log: the kill lands mid-way
@@ -206,7 +210,7 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
     await run;
     await admin.close();
 
-    expect(c.memberId).toBe(member); // resumed, not re-joined fresh
+    expect(c.memberId, log.join('\n')).toBe(member); // resumed, not re-joined fresh
     for (let p = 0; p < PARTITIONS; p++) {
       const mine = seen.filter((x) => x.partition === p);
       const counts = new Map<number, number>();
@@ -215,12 +219,12 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
       expect([...counts.keys()].sort((x, y) => x - y)).toEqual(Array.from({ length: PER }, (_, i) => i));
       for (const [o, n] of counts) {
         // at most twice, and a second delivery only for a record the durable commit did not cover
-        expect(n, `partition ${p} offset ${o}`).toBeLessThanOrEqual(2);
-        if (n === 2) expect(o, `partition ${p} offset ${o} redelivered below the durable commit ${durable[p]}`).toBeGreaterThanOrEqual(durable[p]!);
+        expect(n, `partition ${p} offset ${o}\n${log.join('\n')}`).toBeLessThanOrEqual(2);
+        if (n === 2) expect(o, `partition ${p} offset ${o} redelivered below the durable commit ${durable[p]}\n${log.join('\n')}`).toBeGreaterThanOrEqual(durable[p]!);
       }
       // before the kill, nothing twice
       const before = mine.filter((x) => x.at <= killedAt).map((x) => x.offset);
-      expect(new Set(before).size).toBe(before.length);
+      expect(new Set(before).size, log.join('\n')).toBe(before.length);
     }
   });
 });

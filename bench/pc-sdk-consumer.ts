@@ -1,0 +1,215 @@
+/**
+ * SDK consumer worker of the produce-consume benchmark (a child process): the same accounting as
+ * pc-consumer.ts, reading through the SDK's `Consumer` as the only member of a fresh consumer group.
+ *
+ *   node dist/bench/pc-sdk-consumer.js --host H --port P --topic T --partitions 12 --count N --size S
+ *        [--mode stream|poll] [--fetch-records 5000] [--fetch-bytes 4194304] [--max-wait-ms 500]
+ *        [--concurrency 12] [--linger-ms 300] [--grace-ms 10000]
+ *
+ * `run({ eachBatch })` with `partitionsConsumedConcurrently`, `autoOffsetReset: 'earliest'`, auto-commit;
+ * every message's id is checked against a bitmap of N ids (missing, duplicate, foreign), offsets must
+ * follow each other per partition, and the end-to-end latency (receive time − send time in the
+ * payload) of every record is recorded. Each batch is marked processed with resolveOffset.
+ *
+ * Prints {"event":"ready"} once the group assigned all partitions, then one {"event":"result",...}
+ * line when all N ids arrived (plus `linger-ms` to catch late duplicates), or when `done` was written
+ * to stdin and nothing new arrived for `grace-ms`.
+ */
+import { parseArgs } from 'node:util';
+import { Consumer, type EachBatchPayload } from '../src/client/consumer.js';
+import { nowMs, percentile, report, selfCpuMs } from './lib.js';
+import { PAYLOAD_HEADER_BYTES } from './pc-payload.js';
+
+const { values: a } = parseArgs({
+  options: {
+    host: { type: 'string', default: '127.0.0.1' },
+    port: { type: 'string' },
+    topic: { type: 'string', default: 'bench' },
+    partitions: { type: 'string', default: '12' },
+    count: { type: 'string' },
+    size: { type: 'string' },
+    mode: { type: 'string', default: 'stream' },
+    'fetch-records': { type: 'string', default: '5000' },
+    'fetch-bytes': { type: 'string', default: String(4 * 1024 * 1024) },
+    'max-wait-ms': { type: 'string', default: '500' },
+    concurrency: { type: 'string', default: '12' },
+    'linger-ms': { type: 'string', default: '300' },
+    'grace-ms': { type: 'string', default: '10000' },
+    target: { type: 'string', default: 'broker' },
+  },
+});
+
+function int(name: string, v: string | undefined, min = 0): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < min) {
+    process.stderr.write(`pc-sdk-consumer: --${name} must be an integer >= ${min} (got ${v})\n`);
+    process.exit(2);
+  }
+  return n;
+}
+
+function fail(msg: string): never {
+  process.stderr.write(`pc-sdk-consumer: ${msg}\n`);
+  process.exit(1);
+}
+
+const host = a.host!;
+const port = int('port', a.port, 1);
+const topic = a.topic!;
+const partitions = int('partitions', a.partitions, 1);
+const total = int('count', a.count, 1);
+const size = int('size', a.size, PAYLOAD_HEADER_BYTES);
+const mode = a.mode;
+if (mode !== 'stream' && mode !== 'poll') fail(`--mode must be stream or poll (got ${mode})`);
+const fetchRecords = Math.min(int('fetch-records', a['fetch-records'], 1), 10_000);
+const fetchBytes = int('fetch-bytes', a['fetch-bytes'], 1);
+const maxWaitMs = int('max-wait-ms', a['max-wait-ms']);
+const concurrency = int('concurrency', a.concurrency, 1);
+const lingerMs = int('linger-ms', a['linger-ms']);
+const graceMs = int('grace-ms', a['grace-ms']);
+
+const seen = new Uint8Array(total);
+const latency = new Float64Array(total);
+let unique = 0;
+let duplicates = 0;
+let foreign = 0;
+let badSize = 0;
+/** Records whose offset was not the next one of their partition (a re-delivery counts too). */
+let offsetGaps = 0;
+let batches = 0;
+let firstAt = 0;
+let lastAt = 0;
+let lastProgressAt = nowMs();
+let finished = false;
+let producerDone = false;
+const nextOffset = new Array<number>(partitions).fill(0);
+
+function onBatch({ partition, messages, resolveOffset }: EachBatchPayload): void {
+  const t = nowMs();
+  if (messages.length === 0) return;
+  batches++;
+  if (firstAt === 0) firstAt = t;
+  const before = unique;
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i]!;
+    if (m.offset !== nextOffset[partition]) offsetGaps++;
+    nextOffset[partition] = m.offset + 1;
+    const v = m.value;
+    if (v.length !== size) {
+      badSize++;
+      continue;
+    }
+    const id = v.readUInt32LE(0);
+    if (id >= total) {
+      foreign++;
+      continue;
+    }
+    if (seen[id] !== 0) {
+      duplicates++;
+      continue;
+    }
+    seen[id] = 1;
+    latency[unique++] = t - v.readDoubleLE(4);
+  }
+  resolveOffset(messages[messages.length - 1]!.offset);
+  if (unique > before) {
+    lastAt = t;
+    lastProgressAt = t;
+    if (unique === total) setTimeout(finish, lingerMs);
+  }
+}
+
+const consumer = new Consumer({
+  brokers: [`${host}:${port}`],
+  groupId: `bench-${process.pid}-${Date.now()}`,
+  topic,
+  clientId: 'bench-consumer',
+  autoOffsetReset: 'earliest',
+  mode,
+  maxBatchRecords: fetchRecords,
+  maxBatchBytes: fetchBytes,
+  maxWaitMs,
+  partitionsConsumedConcurrently: concurrency,
+  autoCommit: true,
+});
+consumer.on('crash', (e) => {
+  if (finished) return;
+  if (e.fatal) fail(`consumer crashed: ${e.error.message}`);
+  process.stderr.write(`pc-sdk-consumer: ${e.error.message}\n`);
+});
+
+let cpuAtReady = 0;
+const assigned = new Set<number>();
+consumer.on('partitions.assigned', (e) => {
+  for (const p of e.partitions) assigned.add(p);
+  if (assigned.size === partitions && cpuAtReady === 0) {
+    cpuAtReady = selfCpuMs();
+    report({ event: 'ready', mode });
+  }
+});
+consumer.on('partitions.revoked', (e) => {
+  if (!finished) fail(`partitions revoked during the run: ${e.partitions.join(',')}`);
+});
+
+function finish(): void {
+  if (finished) return;
+  finished = true;
+  const elapsedMs = lastAt - firstAt;
+  const cpuMs = selfCpuMs() - cpuAtReady;
+  const lat = latency.subarray(0, unique).sort();
+  let sum = 0;
+  for (let i = 0; i < lat.length; i++) sum += lat[i]!;
+  const recordsPerSec = elapsedMs > 0 ? (unique / elapsedMs) * 1000 : Number.NaN;
+  report({
+    event: 'result',
+    cpuMs,
+    target: 'broker',
+    client: 'sdk',
+    mode,
+    records: unique,
+    missing: total - unique,
+    duplicates,
+    foreign,
+    badSize,
+    offsetGaps,
+    frames: batches,
+    elapsedMs,
+    recordsPerSec,
+    mbPerSec: (recordsPerSec * size) / 1e6,
+    p50Ms: percentile(lat, 50),
+    p99Ms: percentile(lat, 99),
+    maxMs: lat.length > 0 ? lat[lat.length - 1] : null,
+    meanMs: lat.length > 0 ? sum / lat.length : null,
+  });
+  process.exitCode = 0;
+  // A clean leave (final commit, LEAVE_GROUP) after the report, bounded; stdin may keep the loop alive.
+  const hard = setTimeout(() => process.exit(0), 5000);
+  void consumer.close().finally(() => {
+    clearTimeout(hard);
+    process.exit(0);
+  });
+}
+
+// `done` on stdin (or stdin closing: the orchestrator is gone): the producer finished; stop once nothing
+// new arrives for grace-ms.
+function producerFinished(): void {
+  if (producerDone) return;
+  producerDone = true;
+  lastProgressAt = Math.max(lastProgressAt, nowMs());
+  const tick = setInterval(() => {
+    if (finished) return clearInterval(tick);
+    if (nowMs() - lastProgressAt >= graceMs) {
+      clearInterval(tick);
+      finish();
+    }
+  }, 100);
+}
+process.stdin.setEncoding('utf8');
+process.stdin.on('data', (d: string) => {
+  if (d.includes('done')) producerFinished();
+});
+process.stdin.on('end', producerFinished);
+
+consumer.run({ eachBatch: onBatch }).catch((err: Error) => {
+  if (!finished) fail(`run failed: ${err.message}`);
+});

@@ -1,0 +1,155 @@
+/**
+ * SDK producer worker of the produce-consume benchmark (a child process): the same workload as
+ * pc-producer.ts, through the SDK's `Producer` instead of raw frames.
+ *
+ *   node dist/bench/pc-sdk-producer.js --host H --port P --topic T --partitions 12 --count N --size S
+ *        --chunk C --in-flight W [--linger-ms 5] [--max-batch-bytes 1048576]
+ *        [--max-in-flight-per-partition 16] [--partitioning chunk|record]
+ *
+ * Sends N records as `send({ topic, messages })` calls of C messages each, keeping up to W sends
+ * unresolved (pipelined); acks=1. `--partitioning chunk` (default) gives every message of a send the
+ * same explicit partition, round-robin by send, as the raw producer does by batch; `record` leaves the
+ * partition to the SDK (round-robin per record). Every payload carries its record id and the time its
+ * send() was called (see pc-payload), so the end-to-end latency includes the SDK's lingering.
+ * Reports one JSON line on stdout: {"event":"result", records, elapsedMs, recordsPerSec, ackP50Ms, ...},
+ * where ack latency is per send() (call to resolve).
+ */
+import { parseArgs } from 'node:util';
+import { Producer, type ProducerMessage } from '../src/client/producer.js';
+import { nowMs, percentile, report, selfCpuMs } from './lib.js';
+import { PAYLOAD_HEADER_BYTES, writePayloadHeader } from './pc-payload.js';
+
+const { values: a } = parseArgs({
+  options: {
+    host: { type: 'string', default: '127.0.0.1' },
+    port: { type: 'string' },
+    topic: { type: 'string', default: 'bench' },
+    partitions: { type: 'string', default: '12' },
+    count: { type: 'string' },
+    size: { type: 'string' },
+    chunk: { type: 'string', default: '500' },
+    'in-flight': { type: 'string', default: '64' },
+    'linger-ms': { type: 'string', default: '5' },
+    'max-batch-bytes': { type: 'string', default: String(1024 * 1024) },
+    'max-in-flight-per-partition': { type: 'string', default: '16' },
+    partitioning: { type: 'string', default: 'chunk' },
+    target: { type: 'string', default: 'broker' },
+  },
+});
+
+function int(name: string, v: string | undefined, min = 1): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < min) {
+    process.stderr.write(`pc-sdk-producer: --${name} must be an integer >= ${min} (got ${v})\n`);
+    process.exit(2);
+  }
+  return n;
+}
+
+function fail(msg: string): never {
+  process.stderr.write(`pc-sdk-producer: ${msg}\n`);
+  process.exit(1);
+}
+
+const host = a.host!;
+const port = int('port', a.port);
+const topic = a.topic!;
+const partitions = int('partitions', a.partitions);
+const total = int('count', a.count);
+const size = int('size', a.size, PAYLOAD_HEADER_BYTES);
+const chunk = Math.min(int('chunk', a.chunk), total);
+const window = int('in-flight', a['in-flight']);
+const lingerMs = int('linger-ms', a['linger-ms'], 0);
+const maxBatchBytes = int('max-batch-bytes', a['max-batch-bytes']);
+const maxInFlightPerPartition = int('max-in-flight-per-partition', a['max-in-flight-per-partition']);
+const partitioning = a.partitioning;
+if (partitioning !== 'chunk' && partitioning !== 'record') fail(`--partitioning must be chunk or record (got ${partitioning})`);
+
+const chunks = Math.ceil(total / chunk);
+// Room for every send in flight (plus slack) so send() never waits on the buffer.
+const maxBufferedBytes = Math.max(32 * 1024 * 1024, 2 * window * chunk * (size + 64));
+
+const producer = new Producer({
+  brokers: [`${host}:${port}`],
+  clientId: 'bench-producer',
+  acks: 1,
+  lingerMs,
+  maxBatchBytes,
+  maxInFlightPerPartition,
+  maxBufferedBytes,
+});
+producer.on('retry', (e) => process.stderr.write(`pc-sdk-producer: retry partition ${e.partition} attempt ${e.attempt}: ${e.error.message}\n`));
+
+/** A filler template; each send copies it and stamps ids and the send time. */
+const filler = Buffer.alloc(size * chunk);
+for (let i = 0; i < chunk; i++) filler.fill(0x61 + (i % 26), i * size, (i + 1) * size);
+
+function buildMessages(k: number, sentAt: number): ProducerMessage[] {
+  const first = k * chunk;
+  const n = Math.min(chunk, total - first);
+  const block = Buffer.allocUnsafe(n * size);
+  filler.copy(block, 0, 0, n * size);
+  const partition = partitioning === 'chunk' ? k % partitions : undefined;
+  const messages = new Array<ProducerMessage>(n);
+  for (let i = 0; i < n; i++) {
+    writePayloadHeader(block, i * size, first + i, sentAt);
+    const value = block.subarray(i * size, (i + 1) * size);
+    messages[i] = partition === undefined ? { value } : { value, partition };
+  }
+  return messages;
+}
+
+let nextChunk = 0;
+let pending = 0;
+let ackedRecords = 0;
+let ackedSends = 0;
+let startedAt = 0;
+let finished = false;
+const ackLatency = new Float64Array(chunks);
+
+function pump(): void {
+  while (pending < window && nextChunk < chunks) {
+    const k = nextChunk++;
+    const sentAt = nowMs();
+    const messages = buildMessages(k, sentAt);
+    pending++;
+    producer.send({ topic, messages }).then(
+      (meta) => {
+        pending--;
+        ackLatency[ackedSends++] = nowMs() - sentAt;
+        ackedRecords += meta.length;
+        if (ackedRecords >= total) void done();
+        else pump();
+      },
+      (err: Error) => fail(`send of records ${k * chunk}.. failed: ${err.message}`),
+    );
+  }
+}
+
+async function done(): Promise<void> {
+  if (finished) return;
+  finished = true;
+  const elapsedMs = nowMs() - startedAt;
+  const cpuMs = selfCpuMs() - cpuAtStart;
+  const lat = ackLatency.subarray(0, ackedSends).sort();
+  await producer.close();
+  report({
+    event: 'result',
+    cpuMs,
+    target: a.target,
+    client: 'sdk',
+    records: ackedRecords,
+    sends: ackedSends,
+    elapsedMs,
+    recordsPerSec: (ackedRecords / elapsedMs) * 1000,
+    ackP50Ms: percentile(lat, 50),
+    ackP99Ms: percentile(lat, 99),
+    ackMaxMs: lat.length > 0 ? lat[lat.length - 1] : null,
+  });
+  process.exitCode = 0;
+}
+
+// METADATA and connecting to the leader happen in the first send(), inside the measurement (a few ms).
+const cpuAtStart = selfCpuMs();
+startedAt = nowMs();
+pump();

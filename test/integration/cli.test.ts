@@ -1,0 +1,89 @@
+import { execFile } from 'node:child_process';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BrokerProcess, CLI, tempDir } from '../helpers/launcher.js';
+
+const run = promisify(execFile);
+
+async function cli(args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+  const child = execFile(process.execPath, [CLI, ...args]);
+  if (input !== undefined) child.stdin!.end(input);
+  else child.stdin!.end();
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d) => (stdout += d));
+  child.stderr!.on('data', (d) => (stderr += d));
+  const code = await new Promise<number>((resolve) => child.once('exit', (c) => resolve(c ?? -1)));
+  return { code, stdout, stderr };
+}
+
+/** The `tributary` command end to end against a real broker process. */
+describe('tributary CLI', () => {
+  let broker: BrokerProcess;
+  let dir: string;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '2'] });
+    dir = await tempDir('tributary-cli-');
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+    await fs.rm(dir, { recursive: true, force: true });
+  });
+
+  it('creates, lists and describes topics', async () => {
+    const b = ['--bootstrap', broker.address];
+    const created = await cli(['topic', 'create', 'cli-t', '--partitions', '3', ...b]);
+    expect(created.code).toBe(0);
+    expect(created.stdout).toMatch(/OK topic=cli-t partitions=3/);
+    const listed = await cli(['topic', 'list', ...b]);
+    expect(listed.stdout).toContain('cli-t');
+    const described = await cli(['topic', 'describe', 'cli-t', ...b]);
+    expect(JSON.parse(described.stdout).partitions).toHaveLength(3);
+    const bad = await cli(['topic', 'create', '../evil', ...b]);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/error: invalid_topic_name/);
+  });
+
+  it('produces lines from a file and from stdin, and consumes them back as JSON', async () => {
+    const b = ['--bootstrap', broker.address];
+    await cli(['topic', 'create', 'cli-p', '--partitions', '2', ...b]);
+    const file = path.join(dir, 'lines.txt');
+    await fs.writeFile(file, Array.from({ length: 1000 }, (_, i) => `line-${i}`).join('\n'));
+    const fromFile = await cli(['produce', 'cli-p', '--file', file, '--partition', '0', ...b]);
+    expect(fromFile.code).toBe(0);
+    expect(fromFile.stdout).toContain('produced 1000 records to cli-p');
+    const fromStdin = await cli(['produce', 'cli-p', '--key', 'k1', ...b], 'a\nb\nc\n');
+    expect(fromStdin.stdout).toContain('produced 3 records to cli-p');
+
+    const consumed = await cli(['consume', 'cli-p', '--from-beginning', '--format', 'json', ...b]);
+    expect(consumed.code).toBe(0);
+    const records = consumed.stdout.trim().split('\n').map((l) => JSON.parse(l) as { partition: number; offset: number; key: string | null; value: string });
+    expect(records).toHaveLength(1003);
+    const p0 = records.filter((r) => r.partition === 0 && r.key === null);
+    expect(p0.map((r) => r.value)).toEqual(Array.from({ length: 1000 }, (_, i) => `line-${i}`));
+    expect(p0.map((r) => r.offset)).toEqual(p0.map((_, i) => i));
+    expect(records.filter((r) => r.key === 'k1').map((r) => r.value)).toEqual(['a', 'b', 'c']);
+
+    const tail = await cli(['consume', 'cli-p', '--partition', '0', '--offset', '998', ...b]);
+    expect(tail.stdout.trim().split('\n')).toEqual(['line-998', 'line-999']);
+  });
+
+  it('reports an unreachable broker and a broker error with exit code 1', async () => {
+    const down = await cli(['topic', 'list', '--bootstrap', '127.0.0.1:1']);
+    expect(down.code).toBe(1);
+    expect(down.stderr).toContain('cannot reach broker at 127.0.0.1:1');
+    const missing = await cli(['topic', 'describe', 'nope', '--bootstrap', broker.address]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/error: topic_not_found/);
+  });
+
+  it('refuses an invalid broker configuration with exit code 2 before starting', async () => {
+    const res = await run(process.execPath, [CLI, 'broker', 'start', '--port', '70000', '--data-dir', dir]).catch((e: { code: number; stderr: string }) => e);
+    expect((res as { code: number }).code).toBe(2);
+    expect((res as { stderr: string }).stderr).toMatch(/invalid config: port/);
+  });
+});
