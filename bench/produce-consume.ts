@@ -10,8 +10,14 @@
  *   producer rec/s       acked rate (first send to last ack) and per-batch ack latency p50/p99
  *   cpu us/rec           CPU time per record of the server process (broker or relay, all threads, from
  *                        /proc), the producer and the consumer: steadier than rates on a busy machine
- * then `ratio broker/relay records/s` (medians with --repeat). Missing, duplicate or foreign records,
- * offset gaps, a log holding more or fewer than N records, or a failed worker fail the run (exit 1).
+ * then `ratio broker(raw)/relay` and `broker(sdk)/relay` records/s (medians with --repeat). Missing,
+ * duplicate or foreign records, offset gaps, a log holding more or fewer than N records, or a failed
+ * worker fail the run (exit 1).
+ *
+ * The broker target runs with two clients (`--client raw|sdk|both`, default both): `raw` is
+ * pc-producer/pc-consumer (hand-built frames, one STREAM connection per partition), `sdk` is
+ * pc-sdk-producer/pc-sdk-consumer (the SDK's Producer with pipelined send() calls, and a Consumer in a
+ * fresh group with run({ eachBatch })). The relay does not speak the protocol: it is always raw.
  */
 import { parseArgs } from 'node:util';
 import path from 'node:path';
@@ -36,6 +42,13 @@ import {
 export const description = 'producer + consumer processes against the broker and a zero-logic relay (records/s, MB/s, e2e latency)';
 
 type Target = 'broker' | 'relay';
+type Client = 'raw' | 'sdk';
+type SdkMode = 'stream' | 'poll';
+/** One row of the table: the broker with either client, or the relay (raw only). */
+type Variant = 'broker(raw)' | 'broker(sdk)' | 'relay';
+
+const variantTarget = (v: Variant): Target => (v === 'relay' ? 'relay' : 'broker');
+const variantClient = (v: Variant): Client => (v === 'broker(sdk)' ? 'sdk' : 'raw');
 
 interface Workload {
   size: number;
@@ -46,14 +59,25 @@ interface Workload {
 interface Options {
   workloads: Workload[];
   targets: Target[];
+  clients: Client[];
+  /** The runs of one round, in order: broker(raw), broker(sdk), relay (as selected). */
+  variants: Variant[];
   partitions: number;
   connections: number;
   inFlight: number;
   fetchRecords: number;
   fetchBytes: number;
+  sdkMode: SdkMode;
+  sdkInFlight: number;
+  sdkLingerMs: number;
+  sdkMaxBatchBytes: number;
+  sdkMaxInFlightPerPartition: number;
+  sdkPartitioning: 'chunk' | 'record';
+  sdkConcurrency: number;
   brokerArgs: string[];
   brokerNodeArgs: string[];
   relayNodeArgs: string[];
+  workerNodeArgs: string[];
   keepData: boolean;
   timeoutMs: number;
   repeat: number;
@@ -86,6 +110,7 @@ interface ConsumerReport {
 }
 
 interface RunResult {
+  variant: Variant;
   target: Target;
   producer?: ProducerReport;
   consumer?: ConsumerReport;
@@ -115,9 +140,19 @@ const USAGE = `usage: bench produce-consume [options]
   --fetch-records <n>      STREAM batch= (records per pushed frame)              [5000]
   --fetch-bytes <n>        STREAM max_bytes=                                  [4194304]
   --targets <list>         broker,relay                                   [broker,relay]
+  --client <c>             broker client: raw, sdk or both (the relay is always raw)  [both]
+  --sdk-mode <m>           SDK consumer: stream (STREAM push) or poll (CONSUME)  [stream]
+  --sdk-in-flight <n>      SDK producer: send() calls of one batch each in flight   [64]
+  --sdk-linger-ms <n>      SDK producer lingerMs                                    [5]
+  --sdk-max-batch-bytes <n>  SDK producer maxBatchBytes                        [1048576]
+  --sdk-max-in-flight-per-partition <n>  SDK producer                             [16]
+  --sdk-partitioning <p>   chunk: each send() to one partition, round-robin by send (as raw);
+                           record: no explicit partition (SDK round-robin per record)  [chunk]
+  --sdk-concurrency <n>    SDK consumer partitionsConsumedConcurrently               [12]
   --broker-args "<args>"   extra 'broker start' flags, e.g. "--flush os"
   --broker-node-args "<a>" node flags for the broker, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
   --relay-node-args "<a>"  node flags for the relay
+  --worker-node-args "<a>" node flags for the producer and consumer workers (all clients)
   --keep-data              keep the broker data dirs and relay files
   --timeout-s <n>          per-run timeout                                        [600]
   --repeat <n>             run each target n times (alternating); ratio of medians  [1]
@@ -125,7 +160,7 @@ const USAGE = `usage: bench produce-consume [options]
 `;
 
 /** Options whose values are flag lists ("--flush os"): glue `--opt value` into `--opt=value` for parseArgs. */
-const PASSTHROUGH = new Set(['--broker-args', '--broker-node-args', '--relay-node-args']);
+const PASSTHROUGH = new Set(['--broker-args', '--broker-node-args', '--relay-node-args', '--worker-node-args']);
 
 function glueValues(argv: string[]): string[] {
   const out: string[] = [];
@@ -152,9 +187,18 @@ function parseOptions(argv: string[]): Options | string {
       'fetch-records': { type: 'string', default: '5000' },
       'fetch-bytes': { type: 'string', default: String(4 * 1024 * 1024) },
       targets: { type: 'string', default: 'broker,relay' },
+      client: { type: 'string', default: 'both' },
+      'sdk-mode': { type: 'string', default: 'stream' },
+      'sdk-in-flight': { type: 'string', default: '64' },
+      'sdk-linger-ms': { type: 'string', default: '5' },
+      'sdk-max-batch-bytes': { type: 'string', default: String(1024 * 1024) },
+      'sdk-max-in-flight-per-partition': { type: 'string', default: '16' },
+      'sdk-partitioning': { type: 'string', default: 'chunk' },
+      'sdk-concurrency': { type: 'string', default: '12' },
       'broker-args': { type: 'string' },
       'broker-node-args': { type: 'string' },
       'relay-node-args': { type: 'string' },
+      'worker-node-args': { type: 'string' },
       'keep-data': { type: 'boolean', default: false },
       'timeout-s': { type: 'string', default: '600' },
       repeat: { type: 'string', default: '1' },
@@ -181,9 +225,30 @@ function parseOptions(argv: string[]): Options | string {
   const targets = (v.targets ?? '').split(',').map((t) => t.trim()).filter(Boolean);
   for (const t of targets) if (t !== 'broker' && t !== 'relay') throw new Error(`unknown target ${t} (broker, relay)`);
   if (targets.length === 0) throw new Error('--targets is empty');
+  const client = v.client ?? 'both';
+  if (client !== 'raw' && client !== 'sdk' && client !== 'both') throw new Error(`--client must be raw, sdk or both (got ${client})`);
+  const clients: Client[] = client === 'both' ? ['raw', 'sdk'] : [client];
+  const sdkMode = v['sdk-mode'];
+  if (sdkMode !== 'stream' && sdkMode !== 'poll') throw new Error(`--sdk-mode must be stream or poll (got ${sdkMode})`);
+  const sdkPartitioning = v['sdk-partitioning'];
+  if (sdkPartitioning !== 'chunk' && sdkPartitioning !== 'record') throw new Error(`--sdk-partitioning must be chunk or record (got ${sdkPartitioning})`);
+  const variants: Variant[] = [];
+  for (const t of targets) {
+    if (t === 'relay') variants.push('relay');
+    else for (const c of clients) variants.push(c === 'sdk' ? 'broker(sdk)' : 'broker(raw)');
+  }
   return {
     workloads,
     targets: targets as Target[],
+    clients,
+    variants,
+    sdkMode,
+    sdkInFlight: int('sdk-in-flight', v['sdk-in-flight'], 1),
+    sdkLingerMs: int('sdk-linger-ms', v['sdk-linger-ms'], 0),
+    sdkMaxBatchBytes: int('sdk-max-batch-bytes', v['sdk-max-batch-bytes'], 1),
+    sdkMaxInFlightPerPartition: int('sdk-max-in-flight-per-partition', v['sdk-max-in-flight-per-partition'], 1),
+    sdkPartitioning,
+    sdkConcurrency: int('sdk-concurrency', v['sdk-concurrency'], 1),
     partitions: int('partitions', v.partitions, 1),
     connections: int('connections', v.connections, 1),
     inFlight: int('in-flight', v['in-flight'], 1),
@@ -192,6 +257,7 @@ function parseOptions(argv: string[]): Options | string {
     brokerArgs: splitArgs(v['broker-args']),
     brokerNodeArgs: splitArgs(v['broker-node-args']),
     relayNodeArgs: splitArgs(v['relay-node-args']),
+    workerNodeArgs: splitArgs(v['worker-node-args']),
     keepData: v['keep-data'] === true,
     timeoutMs: int('timeout-s', v['timeout-s'], 1) * 1000,
     repeat: int('repeat', v.repeat, 1),
@@ -231,8 +297,10 @@ async function logRecordCount(host: string, port: number): Promise<number> {
   }
 }
 
-async function runOnce(w: Workload, target: Target, o: Options): Promise<RunResult> {
-  const result: RunResult = { target, problems: [] };
+async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunResult> {
+  const target = variantTarget(variant);
+  const sdk = variantClient(variant) === 'sdk';
+  const result: RunResult = { variant, target, problems: [] };
   const dir = makeTempDir(`tributary-bench-${target}-`);
   let server: Child | undefined;
   let consumer: Child | undefined;
@@ -251,19 +319,45 @@ async function runOnce(w: Workload, target: Target, o: Options): Promise<RunResu
       const m = await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000);
       port = Number(m[2]);
     }
-    process.stderr.write(`    ${target} pid ${server.proc.pid} on ${host}:${port}\n`);
+    process.stderr.write(`    ${variant} server pid ${server.proc.pid} on ${host}:${port}\n`);
     const cpu0 = procCpuMs(server.proc.pid);
     const common = ['--host', host, '--port', String(port), '--topic', TOPIC, '--partitions', String(o.partitions), '--count', String(w.count), '--size', String(w.size), '--target', target];
-    consumer = spawnNode('consumer', path.join(BENCH_DIR, 'pc-consumer.js'), [...common, '--fetch-records', String(o.fetchRecords), '--fetch-bytes', String(o.fetchBytes)], {
-      stdin: true,
-      echoStderr: o.verbose,
-    });
+    const fetch = ['--fetch-records', String(o.fetchRecords), '--fetch-bytes', String(o.fetchBytes)];
+    consumer = sdk
+      ? spawnNode('sdk-consumer', path.join(BENCH_DIR, 'pc-sdk-consumer.js'), [...common, ...fetch, '--mode', o.sdkMode, '--concurrency', String(o.sdkConcurrency)], {
+          nodeArgs: o.workerNodeArgs,
+          stdin: true,
+          echoStderr: o.verbose,
+        })
+      : spawnNode('consumer', path.join(BENCH_DIR, 'pc-consumer.js'), [...common, ...fetch], { nodeArgs: o.workerNodeArgs, stdin: true, echoStderr: o.verbose });
     await consumer.waitJson((x) => x.event === 'ready', 30_000);
     const consumerResult = consumer.waitJson<ConsumerReport>((x) => x.event === 'result', o.timeoutMs);
     consumerResult.catch(() => {}); // awaited below; the producer may fail first
-    producer = spawnNode('producer', path.join(BENCH_DIR, 'pc-producer.js'), [...common, '--batch', String(w.batch), '--connections', String(o.connections), '--in-flight', String(o.inFlight)], {
-      echoStderr: o.verbose,
-    });
+    producer = sdk
+      ? spawnNode(
+          'sdk-producer',
+          path.join(BENCH_DIR, 'pc-sdk-producer.js'),
+          [
+            ...common,
+            '--chunk',
+            String(w.batch),
+            '--in-flight',
+            String(o.sdkInFlight),
+            '--linger-ms',
+            String(o.sdkLingerMs),
+            '--max-batch-bytes',
+            String(o.sdkMaxBatchBytes),
+            '--max-in-flight-per-partition',
+            String(o.sdkMaxInFlightPerPartition),
+            '--partitioning',
+            o.sdkPartitioning,
+          ],
+          { nodeArgs: o.workerNodeArgs, echoStderr: o.verbose },
+        )
+      : spawnNode('producer', path.join(BENCH_DIR, 'pc-producer.js'), [...common, '--batch', String(w.batch), '--connections', String(o.connections), '--in-flight', String(o.inFlight)], {
+          nodeArgs: o.workerNodeArgs,
+          echoStderr: o.verbose,
+        });
     result.producer = await producer.waitJson<ProducerReport>((x) => x.event === 'result', o.timeoutMs);
     const pcode = await withTimeout(producer.exited, 10_000, 'producer exit');
     if (pcode !== 0) throw new Error(`producer exited with ${pcode}\n${producer.stderr()}`);
@@ -306,11 +400,11 @@ async function runOnce(w: Workload, target: Target, o: Options): Promise<RunResu
 const perRecordUs = (ms: number | undefined, records: number) => (ms === undefined ? Number.NaN : (ms * 1000) / records);
 
 function printResults(w: Workload, o: Options, results: RunResult[]): void {
-  const label = (r: RunResult, i: number) => (o.repeat > 1 ? `${r.target} #${i}` : r.target);
+  const label = (r: RunResult, i: number) => (o.repeat > 1 ? `${r.variant} #${i}` : r.variant);
   const counters: Record<string, number> = {};
   const numbered = results.map((r) => {
-    counters[r.target] = (counters[r.target] ?? 0) + 1;
-    return { r, name: label(r, counters[r.target]!) };
+    counters[r.variant] = (counters[r.variant] ?? 0) + 1;
+    return { r, name: label(r, counters[r.variant]!) };
   });
   const rows = numbered.map(({ r, name }) => {
     const c = r.consumer;
@@ -331,40 +425,51 @@ function printResults(w: Workload, o: Options, results: RunResult[]): void {
       fmtFixed(perRecordUs(c?.cpuMs, w.count), 2),
     ];
   });
-  const byTarget = (t: Target) => results.filter((r) => r.target === t && r.consumer);
-  const med = (t: Target, f: (r: RunResult) => number | undefined) => median(byTarget(t).map((r) => f(r) ?? Number.NaN));
+  const byVariant = (v: Variant) => results.filter((r) => r.variant === v && r.consumer);
+  const med = (v: Variant, f: (r: RunResult) => number | undefined) => median(byVariant(v).map((r) => f(r) ?? Number.NaN));
   if (o.repeat > 1) {
-    for (const t of o.targets) {
-      if (byTarget(t).length === 0) continue;
+    for (const v of o.variants) {
+      if (byVariant(v).length === 0) continue;
       rows.push([
-        `${t} median`,
-        fmtInt(med(t, (r) => r.consumer?.recordsPerSec)),
-        fmtFixed(med(t, (r) => r.consumer?.mbPerSec), 2),
-        fmtFixed(med(t, (r) => r.consumer?.p50Ms), 1),
-        fmtFixed(med(t, (r) => r.consumer?.p99Ms), 1),
+        `${v} median`,
+        fmtInt(med(v, (r) => r.consumer?.recordsPerSec)),
+        fmtFixed(med(v, (r) => r.consumer?.mbPerSec), 2),
+        fmtFixed(med(v, (r) => r.consumer?.p50Ms), 1),
+        fmtFixed(med(v, (r) => r.consumer?.p99Ms), 1),
         '',
         '',
-        fmtInt(med(t, (r) => r.producer?.recordsPerSec)),
-        fmtFixed(med(t, (r) => r.producer?.ackP50Ms), 1),
-        fmtFixed(med(t, (r) => r.producer?.ackP99Ms), 1),
-        fmtFixed(med(t, (r) => perRecordUs(r.serverCpuMs, w.count)), 2),
-        fmtFixed(med(t, (r) => perRecordUs(r.producer?.cpuMs, w.count)), 2),
-        fmtFixed(med(t, (r) => perRecordUs(r.consumer?.cpuMs, w.count)), 2),
+        fmtInt(med(v, (r) => r.producer?.recordsPerSec)),
+        fmtFixed(med(v, (r) => r.producer?.ackP50Ms), 1),
+        fmtFixed(med(v, (r) => r.producer?.ackP99Ms), 1),
+        fmtFixed(med(v, (r) => perRecordUs(r.serverCpuMs, w.count)), 2),
+        fmtFixed(med(v, (r) => perRecordUs(r.producer?.cpuMs, w.count)), 2),
+        fmtFixed(med(v, (r) => perRecordUs(r.consumer?.cpuMs, w.count)), 2),
       ]);
     }
   }
   const header = ['target', 'records/s', 'MB/s', 'p50 ms', 'p99 ms', 'missing', 'duplicates', 'producer rec/s', 'ack p50 ms', 'ack p99 ms', 'server cpu us/rec', 'prod cpu us/rec', 'cons cpu us/rec'];
   process.stdout.write(`${table(header, rows)}\n`);
-  const b = med('broker', (r) => r.consumer?.recordsPerSec);
-  const rl = med('relay', (r) => r.consumer?.recordsPerSec);
-  if (Number.isFinite(b) && Number.isFinite(rl)) process.stdout.write(`ratio broker/relay records/s: ${(b / rl).toFixed(2)}\n`);
-  const bc = med('broker', (r) => perRecordUs(r.serverCpuMs, w.count));
-  const rc = med('relay', (r) => perRecordUs(r.serverCpuMs, w.count));
-  if (Number.isFinite(bc) && Number.isFinite(rc) && rc > 0) process.stdout.write(`server CPU per record broker/relay: ${(bc / rc).toFixed(1)}x\n`);
+  const rate = (v: Variant) => med(v, (r) => r.consumer?.recordsPerSec);
+  const rl = rate('relay');
+  const ratio = (name: string, x: number, y: number) => {
+    if (Number.isFinite(x) && Number.isFinite(y) && y > 0) process.stdout.write(`ratio ${name} records/s: ${(x / y).toFixed(2)}\n`);
+  };
+  ratio('broker(raw)/relay', rate('broker(raw)'), rl);
+  ratio('broker(sdk)/relay', rate('broker(sdk)'), rl);
+  ratio('broker(sdk)/broker(raw)', rate('broker(sdk)'), rate('broker(raw)'));
+  const cpu = (v: Variant) => med(v, (r) => perRecordUs(r.serverCpuMs, w.count));
+  const rc = cpu('relay');
+  for (const v of ['broker(raw)', 'broker(sdk)'] as const) {
+    const bc = cpu(v);
+    if (Number.isFinite(bc) && Number.isFinite(rc) && rc > 0) process.stdout.write(`server CPU per record ${v}/relay: ${(bc / rc).toFixed(1)}x\n`);
+  }
 }
 
 function describeWorkload(w: Workload, o: Options): string {
-  return `workload: ${fmtInt(w.count)} records x ${w.size} B, ${o.partitions} partitions, batches of ${w.batch}, ${o.connections} producer connections x ${o.inFlight} in flight, acks=1`;
+  const raw = `raw: ${o.connections} producer connections x ${o.inFlight} batches in flight`;
+  const sdk = `sdk: ${o.sdkInFlight} send() calls in flight, lingerMs ${o.sdkLingerMs}, maxBatchBytes ${o.sdkMaxBatchBytes}, partitioning ${o.sdkPartitioning}; consumer ${o.sdkMode}, concurrency ${o.sdkConcurrency}`;
+  const clients = o.targets.includes('broker') ? o.clients.map((c) => (c === 'raw' ? raw : sdk)) : [raw];
+  return `workload: ${fmtInt(w.count)} records x ${w.size} B, ${o.partitions} partitions, batches of ${w.batch}, acks=1\n  ${clients.join('\n  ')}`;
 }
 
 export async function run(argv: string[]): Promise<number> {
@@ -387,14 +492,14 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`\n${describeWorkload(w, o)}\n`);
     const results: RunResult[] = [];
     for (let i = 1; i <= o.repeat; i++) {
-      for (const t of o.targets) {
-        process.stderr.write(`  ${w.size} B: running ${t}${o.repeat > 1 ? ` (${i}/${o.repeat})` : ''} ...\n`);
-        results.push(await runOnce(w, t, o));
+      for (const v of o.variants) {
+        process.stderr.write(`  ${w.size} B: running ${v}${o.repeat > 1 ? ` (${i}/${o.repeat})` : ''} ...\n`);
+        results.push(await runOnce(w, v, o));
       }
     }
     printResults(w, o, results);
     for (const r of results) {
-      for (const msg of r.problems) process.stdout.write(`FAIL ${r.target}: ${msg}\n`);
+      for (const msg of r.problems) process.stdout.write(`FAIL ${r.variant}: ${msg}\n`);
       if (r.problems.length > 0) failed = true;
     }
   }
