@@ -151,12 +151,17 @@ export function spawnNode(name: string, script: string, args: string[], opts: Sp
   let out = '';
   const lines: string[] = [];
   let lineWaiters: Array<() => void> = [];
+  // Swap the list before calling: a waiter whose line has not come yet queues itself again.
+  const wakeLineWaiters = () => {
+    const waiting = lineWaiters;
+    lineWaiters = [];
+    for (const w of waiting) w();
+  };
   const exited = new Promise<number | string>((resolve) => {
     proc.once('exit', (code, signal) => {
       children.delete(proc);
       resolve(code ?? signal ?? 'unknown');
-      for (const w of lineWaiters) w();
-      lineWaiters = [];
+      wakeLineWaiters();
     });
   });
   proc.stdout!.setEncoding('utf8');
@@ -168,8 +173,7 @@ export function spawnNode(name: string, script: string, args: string[], opts: Sp
       out = out.slice(nl + 1);
       nl = out.indexOf('\n');
     }
-    for (const w of lineWaiters) w();
-    lineWaiters = [];
+    wakeLineWaiters();
   });
   proc.stderr!.setEncoding('utf8');
   proc.stderr!.on('data', (d: string) => {

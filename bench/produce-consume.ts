@@ -141,10 +141,10 @@ const USAGE = `usage: bench produce-consume [options]
   --fetch-bytes <n>        STREAM max_bytes=                                  [4194304]
   --targets <list>         broker,relay                                   [broker,relay]
   --client <c>             broker client: raw, sdk or both (the relay is always raw)  [both]
-  --sdk-mode <m>           SDK consumer: stream (STREAM push) or poll (CONSUME)  [stream]
+  --sdk-mode <m>           SDK consumer: poll (CONSUME long polls) or stream (STREAM push)  [poll]
   --sdk-in-flight <n>      SDK producer: send() calls of one batch each in flight   [64]
   --sdk-linger-ms <n>      SDK producer lingerMs                                    [5]
-  --sdk-max-batch-bytes <n>  SDK producer maxBatchBytes                        [1048576]
+  --sdk-max-batch-bytes <n>  SDK producer maxBatchBytes                         [262144]
   --sdk-max-in-flight-per-partition <n>  SDK producer                             [16]
   --sdk-partitioning <p>   chunk: each send() to one partition, round-robin by send (as raw);
                            record: no explicit partition (SDK round-robin per record)  [chunk]
@@ -188,10 +188,10 @@ function parseOptions(argv: string[]): Options | string {
       'fetch-bytes': { type: 'string', default: String(4 * 1024 * 1024) },
       targets: { type: 'string', default: 'broker,relay' },
       client: { type: 'string', default: 'both' },
-      'sdk-mode': { type: 'string', default: 'stream' },
+      'sdk-mode': { type: 'string', default: 'poll' },
       'sdk-in-flight': { type: 'string', default: '64' },
       'sdk-linger-ms': { type: 'string', default: '5' },
-      'sdk-max-batch-bytes': { type: 'string', default: String(1024 * 1024) },
+      'sdk-max-batch-bytes': { type: 'string', default: String(256 * 1024) },
       'sdk-max-in-flight-per-partition': { type: 'string', default: '16' },
       'sdk-partitioning': { type: 'string', default: 'chunk' },
       'sdk-concurrency': { type: 'string', default: '12' },

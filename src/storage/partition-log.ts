@@ -1230,22 +1230,28 @@ export class PartitionLog {
         old.indexState = 'stale';
         await fsyncDir(this.dir);
         if (crashAt === 'index-renamed') throw new SimulatedCrash(crashAt);
-        await rename(p.tmpLog, old.logPath);
-        await fsyncDir(this.dir);
-        if (crashAt === 'log-renamed') throw new SimulatedCrash(crashAt);
-        const seg = new Segment(this.dir, old.baseOffset, p.index, {
-          size: p.size,
-          nextOffset: old.nextOffset,
-          maxTimestamp: p.maxTimestamp,
-          createdMs: old.createdMs,
+        // Until `old` is retired, readers still find it in the list and read it by its (old) index. Its fd
+        // stays open on the old file meanwhile: a reader reopening the path after the rename would read the
+        // compacted file at the old positions, and return nothing, garbage or skip records.
+        await old.holdOpen(async () => {
+          await rename(p.tmpLog, old.logPath);
+          await fsyncDir(this.dir);
+          if (crashAt === 'log-renamed') throw new SimulatedCrash(crashAt);
+          const seg = new Segment(this.dir, old.baseOffset, p.index, {
+            size: p.size,
+            nextOffset: old.nextOffset,
+            maxTimestamp: p.maxTimestamp,
+            createdMs: old.createdMs,
+          });
+          seg.compacted = true;
+          seg.indexState = 'synced';
+          this.segments[i] = seg;
+          this.dirty.delete(old);
+          const j = this.openClosed.indexOf(old);
+          if (j >= 0) this.openClosed.splice(j, 1);
+          // Readers still on `old` fail their next read and retry in `seg` (Segment.superseded).
+          await old.retire();
         });
-        seg.compacted = true;
-        seg.indexState = 'synced';
-        this.segments[i] = seg;
-        this.dirty.delete(old);
-        const j = this.openClosed.indexOf(old);
-        if (j >= 0) this.openClosed.splice(j, 1);
-        await old.retire();
         res.segmentsCompacted++;
         res.recordsRemoved += p.removed;
         res.bytesBefore += old.size;

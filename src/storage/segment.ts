@@ -369,6 +369,15 @@ export class Segment {
     }
   }
 
+  /**
+   * Runs `fn` with the file open and the handle held (a release meanwhile waits until `fn` ends): reads
+   * through this object keep using the file that was open when `fn` started, even after another file is
+   * renamed over logPath. Compaction swaps a segment in, and retires this one, inside it.
+   */
+  async holdOpen<T>(fn: () => Promise<T>): Promise<T> {
+    return this.withHandle(() => fn());
+  }
+
   /** Writes all of `buf` at `position` (loops on short writes). */
   async writeAt(buf: Buffer, position: number): Promise<void> {
     await this.withHandle(async (fh) => {

@@ -124,7 +124,11 @@ export class ScriptedServer {
       }
       for (const body of frames) {
         if (body.length === 0) continue; // keepalive
-        chain = chain.then(() => this.answer(conn, body)).catch(() => socket.destroy());
+        chain = chain
+          .then(() => this.answer(conn, body))
+          .catch(() => {
+            socket.destroy();
+          });
       }
     });
   }

@@ -201,7 +201,7 @@ describe('consumer group across processes', () => {
         const p = producerConn.produceBatch(batch).then(
           (ack) => {
             if (ack.count !== 10 || ack.partition !== partition) producerErrors.push(new Error(`bad ack ${JSON.stringify(ack)}`));
-            ids.forEach((id, i) => produced.set(id, { partition: ack.partition, offset: ack.base_offset + i }));
+            for (const [i, id] of ids.entries()) produced.set(id, { partition: ack.partition, offset: ack.base_offset + i });
           },
           (err: unknown) => {
             producerErrors.push(err);

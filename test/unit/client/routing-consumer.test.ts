@@ -253,18 +253,15 @@ describe('Consumer routing (scripted brokers)', () => {
     await c0.close(); // idempotent
   });
 
-  it('close() from inside a handler (not awaited there) ends run() cleanly, even while still starting', async () => {
+  it('close() while run() is still starting ends run() cleanly: it resolves, no client_closed rejection', async () => {
     const a = await server();
     const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
     a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
     a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
-    a.on('LIST_OFFSETS', () => `OK topic=${TOPIC} partitions=1 offsets=P0:earliest=0:latest=5:leo=5:hwm=5`);
     a.on('CONSUME', consumeScript);
     scriptCoordinator(a, g);
-    let fetches = 0;
-    // the second partition's FETCH_OFFSET is slow: the first partition's handler runs while start() is still going
     a.on('FETCH_OFFSET', async () => {
-      if (++fetches === 2) await sleep(300);
+      await sleep(500); // start() is still installing the assignment
       return 'OK offset=0 committed=false';
     });
     const c0 = consumer([a.address]);
@@ -272,17 +269,23 @@ describe('Consumer routing (scripted brokers)', () => {
     const outcome = c0
       .run({
         eachMessage: () => {
-          if (++handled === 1) void c0.close();
+          handled++;
         },
       })
       .then(
         () => 'resolved',
         (e: TributaryError) => `rejected ${e.code}`,
       );
+    await until(() => a.count('FETCH_OFFSET') > 0, 5000, 'FETCH_OFFSET sent');
+    expect(c0.state).toBe('rebalancing');
+    const closing = c0.close(); // e.g. a SIGTERM handler during startup
     expect(await Promise.race([outcome, sleep(5000).then(() => 'hung')])).toBe('resolved');
+    await closing;
     expect(c0.state).toBe('closed');
-    expect(handled).toBe(1);
+    expect(handled).toBe(0);
     expect(a.count('LEAVE_GROUP')).toBe(1);
+    // close() after close(): run() on a closed consumer does reject
+    await expect(c0.run({ eachMessage: () => {} })).rejects.toMatchObject({ code: expect.stringMatching(/^(client_closed|invalid_config)$/) });
   });
 
   it('for await ends (done, no throw) when the consumer is closed from elsewhere between messages', async () => {

@@ -6,6 +6,19 @@ import type { LogRecord, RecordInput } from '../../../src/protocol/record.js';
 import { type CompactOptions, type LogOptions, PartitionLog, type SegmentInfo, SimulatedCrash } from '../../../src/storage/partition-log.js';
 import { Segment } from '../../../src/storage/segment.js';
 
+/** Runs after every real rename (the log's and the test's): lets a test act right after compaction swaps a file in. */
+const fsHooks = vi.hoisted(() => ({ afterRename: null as ((from: string, to: string) => Promise<void>) | null }));
+vi.mock('node:fs/promises', async (importOriginal) => {
+  const fs = await importOriginal<typeof import('node:fs/promises')>();
+  return {
+    ...fs,
+    rename: async (from: Parameters<typeof fs.rename>[0], to: Parameters<typeof fs.rename>[1]) => {
+      await fs.rename(from, to);
+      if (fsHooks.afterRename) await fsHooks.afterRename(String(from), String(to));
+    },
+  };
+});
+
 let dir: string;
 const opened: PartitionLog[] = [];
 
@@ -13,6 +26,7 @@ beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), 'trib-compact-'));
 });
 afterEach(async () => {
+  fsHooks.afterRename = null;
   vi.restoreAllMocks();
   for (const l of opened.splice(0)) await l.close().catch(() => {});
   await rm(dir, { recursive: true, force: true });
@@ -367,6 +381,35 @@ describe('log compaction', () => {
     await log.compact({ now: T0 });
     release();
     expect(await reading).toEqual(expected);
+  });
+
+  it('a read between the rename of a compacted log and its swap-in never reopens the new file under the old index', async () => {
+    const log = await openLog({ tailCacheBytes: 0 });
+    const model = new Model();
+    await fill(log, model, 200);
+    const expected = model.compacted(activeBase(log));
+    const leo = log.logEndOffset;
+    let swaps = 0;
+    // Right after each compacted log is renamed over its segment (which readers still find in the list), read
+    // everything twice in small steps: the first pass evicts the early segments' fds (bounded LRU), so the
+    // second reopens them, and must still get the file their index describes (or retry in the new segment).
+    fsHooks.afterRename = async (from, to) => {
+      if (!from.endsWith('.compact.tmp') || !to.endsWith('.log')) return;
+      swaps++;
+      for (let pass = 0; pass < 2; pass++) {
+        const got = await readAll(log, 3);
+        for (let i = 1; i < got.length; i++) expect(got[i].offset).toBeGreaterThan(got[i - 1].offset);
+        for (const r of got) expect(r).toEqual(model.recs[r.offset]);
+        const have = new Set(got.map((r) => r.offset));
+        expect(expected.filter((r) => !have.has(r.offset))).toEqual([]);
+        expect(got.at(-1)?.offset).toBe(leo - 1);
+      }
+    };
+    const res = await log.compact({ now: T0 });
+    fsHooks.afterRename = null;
+    expect(swaps).toBe(res.segmentsCompacted);
+    expect(swaps).toBeGreaterThan(4);
+    expect(await readAll(log)).toEqual(expected);
   });
 
   it('a truncation during compaction aborts it without damage', async () => {
