@@ -198,7 +198,10 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
       const r = parseLine(await admin.command('FETCH_OFFSET', { topic: TOPIC, group: 'g-midway', partition: p })).params;
       durable.push(Number(r.get('offset')));
     }
-    await until(() => new Set(seen.map((x) => `${x.partition}:${x.offset}`)).size === PARTITIONS * PER, 30_000, 'everything consumed after the restart');
+    await until(() => new Set(seen.map((x) => `${x.partition}:${x.offset}`)).size === PARTITIONS * PER, 30_000, 'everything consumed after the restart').catch((err: Error) => {
+      const per = Array.from({ length: PARTITIONS }, (_, p) => new Set(seen.filter((x) => x.partition === p).map((x) => x.offset)).size);
+      throw new Error(`${err.message}: per partition ${per}, state ${c.state}, assignment ${c.assignment()}\n${log.join('\n')}`);
+    });
     await until(async () => {
       for (let p = 0; p < PARTITIONS; p++) {
         const r = parseLine(await admin.command('FETCH_OFFSET', { topic: TOPIC, group: 'g-midway', partition: p })).params;

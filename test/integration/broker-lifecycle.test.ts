@@ -1,6 +1,6 @@
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { BatchRecord } from '../../src/protocol/batch.js';
+import type { Batch, BatchRecord } from '../../src/protocol/batch.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 
@@ -55,7 +55,8 @@ describe('broker lifecycle', () => {
     await p.command('PUBLISH', { topic: 'idle', partition: 0, message: 'still here' });
     const n = await pending;
     expect(n.done).toBe(false);
-    expect(n.value && 'records' in n.value ? n.value.records[0]!.value.toString() : '').toBe('still here');
+    const batch = n.value as Batch;
+    expect(batch.records[0]!.value.toString()).toBe('still here');
   });
 
   it('finishes in-flight appends on SIGTERM and keeps every acknowledged record', async () => {
