@@ -1,4 +1,4 @@
-import { type Acks, type Batch, decodeBatch, encodeBatch, logRecordsToBatch } from '../protocol/batch.js';
+import { type Acks, type Batch, type ScannedBatch, decodeBatch, encodeBatch, logRecordsToBatch, scanBatch } from '../protocol/batch.js';
 import type { RecordHeader } from '../protocol/record.js';
 import { type Params, type ParsedLine, formatOk } from '../protocol/command.js';
 import { ERROR_CLASSES, TributaryError, invalidParam } from '../protocol/errors.js';
@@ -256,7 +256,13 @@ function startAppend(
   c: ConnectionContext,
   body: Buffer,
 ): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string } {
-  const batch: Batch = decodeBatch(body, { extensions: c.features.has('record_extensions_v1') });
+  const ext = c.features.has('record_extensions_v1');
+  // Fast path: validate without a record object per record, and encode the log's records straight from
+  // the wire bytes (the same stored bytes as the records below would give). Header keys that are not
+  // valid UTF-8 take the decoding path, which stores them as decoded strings.
+  const scan = scanBatch(body, { extensions: ext });
+  if (scan.verbatim) return startWireAppend(b, scan);
+  const batch: Batch = decodeBatch(body, { extensions: ext });
   if (batch.idempotent) throw new TributaryError('invalid_batch', { reason: 'idempotent batches are not supported by this broker version' });
   const topic = b.topics.get(batch.topic);
   refuseInternal(topic.name);
@@ -289,6 +295,37 @@ function startAppend(
   // partition -1: the broker picks one partition for the whole batch (first record's key, else round-robin).
   const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, records[0]!.key));
   const appended = partition.append(records);
+  countIn(b, topic.name, n, bytes);
+  return { partition, appended, count: n, acks: batch.acks, topic: topic.name };
+}
+
+/** startAppend for a batch scanBatch validated: the same checks, in the same order, with the same errors. */
+function startWireAppend(
+  b: BrokerContext,
+  batch: ScannedBatch,
+): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string } {
+  if (batch.idempotent) throw new TributaryError('invalid_batch', { reason: 'idempotent batches are not supported by this broker version' });
+  const topic = b.topics.get(batch.topic);
+  refuseInternal(topic.name);
+  const n = batch.count;
+  if (n === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
+  const body = batch.body;
+  const starts = batch.starts;
+  let bytes = 0;
+  let firstKey: Buffer | null = null;
+  for (let i = 0; i < n; i++) {
+    // Record layout: offset u64, sequence u64, producer id u16 + bytes, key u16 + bytes, epoch i64, value u32 + bytes.
+    const s = starts[i]!;
+    const k = s + 18 + ((body[s + 16]! << 8) | body[s + 17]!);
+    const keyLen = (body[k]! << 8) | body[k + 1]!;
+    const v = k + 10 + keyLen;
+    const size = body[v]! * 0x1000000 + ((body[v + 1]! << 16) | (body[v + 2]! << 8) | body[v + 3]!);
+    checkRecordSize(b, size + keyLen);
+    bytes += size;
+    if (i === 0 && keyLen > 0) firstKey = body.subarray(k + 2, k + 2 + keyLen);
+  }
+  const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, firstKey));
+  const appended = partition.appendWire(batch);
   countIn(b, topic.name, n, bytes);
   return { partition, appended, count: n, acks: batch.acks, topic: topic.name };
 }
@@ -330,8 +367,18 @@ export function parseReadRequest(b: BrokerContext, p: Params): ReadRequest {
 }
 
 export async function readBatch(b: BrokerContext, c: ConnectionContext, req: ReadRequest, offset: number): Promise<{ frame: Buffer; nextOffset: number; count: number }> {
-  const res = await req.partition.read(offset, { maxRecords: req.maxRecords, maxBytes: req.maxBytes, isolation: req.isolation });
   const ext = c.features.has('record_extensions_v1');
+  const opts = { maxRecords: req.maxRecords, maxBytes: req.maxBytes, isolation: req.isolation };
+  // Fast path: the tail cache writes the reply batch directly (the same bytes as below).
+  const wire = req.partition.readWire(offset, opts, { topic: req.topic, extensions: ext });
+  if (wire) {
+    if (wire.count > 0) {
+      b.metrics.recordsOut.inc({ topic: req.topic }, wire.count);
+      b.metrics.bytesOut.inc({ topic: req.topic }, wire.valueBytes);
+    }
+    return { frame: wire.frame, nextOffset: wire.nextOffset, count: wire.count };
+  }
+  const res = await req.partition.read(offset, opts);
   const trailer = ext ? { nextOffset: res.nextOffset, highWatermark: req.partition.highWatermark, logStartOffset: req.partition.earliest } : undefined;
   const frame = encodeBatch(logRecordsToBatch(req.topic, req.partition.id, res.records, trailer), { extensions: ext });
   if (res.records.length > 0) {

@@ -1,6 +1,7 @@
 import type { LogRecord, RecordInput } from '../protocol/record.js';
 import { RecordAttr } from '../protocol/record.js';
 import { TributaryError } from '../protocol/errors.js';
+import type { ScannedBatch } from '../protocol/batch.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 
 export type Isolation = 'read_committed' | 'read_uncommitted';
@@ -53,7 +54,16 @@ export class Partition {
 
   async append(records: RecordInput[]): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
     if (this.closed) throw new TributaryError('shutting_down');
-    const res = await this.log.append(records);
+    return this.appended(await this.log.append(records));
+  }
+
+  /** append() of the records of a produce batch, encoded straight from its wire bytes (PartitionLog.appendWire). */
+  async appendWire(batch: ScannedBatch): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
+    if (this.closed) throw new TributaryError('shutting_down');
+    return this.appended(await this.log.appendWire(batch));
+  }
+
+  private appended(res: { baseOffset: number; lastOffset: number; timestamp: number }): { baseOffset: number; lastOffset: number; timestamp: number } {
     if (res.lastOffset + 1 > this.log.highWatermark) {
       this.log.setHighWatermark(res.lastOffset + 1);
       this.notify();
@@ -81,6 +91,26 @@ export class Partition {
       if ((raw[i]!.attributes & RecordAttr.CONTROL) !== 0) return { records: raw.filter((r) => (r.attributes & RecordAttr.CONTROL) === 0), nextOffset };
     }
     return { records: raw, nextOffset };
+  }
+
+  /**
+   * The reply batch of read() + encodeBatch(logRecordsToBatch(...)) written straight from the log's tail
+   * cache, or null when the tail cache cannot serve it (or it is empty): the caller then takes read().
+   */
+  readWire(
+    offset: number,
+    opts: { maxRecords: number; maxBytes: number; isolation: Isolation },
+    wire: { topic: string; extensions: boolean },
+  ): { frame: Buffer; count: number; valueBytes: number; nextOffset: number } | null {
+    if (offset < this.earliest || offset > this.logEndOffset) return null;
+    const committed = opts.isolation === 'read_committed';
+    const end = committed ? this.lastStableOffset : this.highWatermark;
+    if (offset >= end) return null;
+    return this.log.readWire(
+      offset,
+      { maxRecords: opts.maxRecords, maxBytes: opts.maxBytes, maxOffset: end },
+      { topic: wire.topic, partition: this.id, extensions: wire.extensions, skipControl: committed },
+    );
   }
 
   /** Resolves once data past `offset` is readable, the wait ends, the signal aborts or the partition closes. */

@@ -128,7 +128,13 @@ export class Cluster {
   async findCoordinator(key: { group: string } | { transactional_id: string }, signal?: AbortSignal): Promise<string> {
     const reply = await this.anyCommand('FIND_COORDINATOR', key, signal);
     const p = parseLine(reply).params;
-    const addr = formatAddress({ host: p.get('host') ?? '', port: Number(p.get('port')) });
+    const host = p.get('host') ?? '';
+    const port = Number(p.get('port'));
+    if (!host || !Number.isInteger(port) || port < 1 || port > 65535) {
+      // Never cache an address we cannot use: the next attempt asks again.
+      throw new TributaryError('COORDINATOR_LOADING', { reason: `FIND_COORDINATOR answered without a usable address: ${reply.slice(0, 120)}` });
+    }
+    const addr = formatAddress({ host, port });
     this.coordinators.set(cacheKey(key), addr);
     return addr;
   }

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { TributaryError } from './errors.js';
 import type { LogRecord, RecordHeader } from './record.js';
 
@@ -314,4 +315,148 @@ export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
  */
 export function logRecordsToBatch(topic: string, partition: number, records: LogRecord[], trailer?: BatchTrailer): Batch {
   return { topic, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records, trailer };
+}
+
+/**
+ * Size of the header of a CONSUME reply batch (what encodeBatch(logRecordsToBatch(...)) writes before the
+ * first record) for a topic of `topicLen` UTF-8 bytes.
+ */
+export function replyHeaderSize(topicLen: number): number {
+  return 2 + 2 + topicLen + 4 + 1 + 1 + 1 + 8 + 8 + 4;
+}
+
+/**
+ * Writes the header of a CONSUME reply batch at 0 (acks '1', not idempotent, sequences 0, record count
+ * `count`), the same bytes as encodeBatch(logRecordsToBatch(...)). `topicLen` is Buffer.byteLength(topic)
+ * and must be at most 65535. Returns the position of the first record.
+ */
+export function writeReplyHeader(buf: Buffer, topic: string, topicLen: number, partition: number, count: number): number {
+  w16(buf, 0, BATCH_MAGIC);
+  w16(buf, 2, topicLen);
+  let at = 4 + writeUtf8(buf, topic, 4);
+  at = buf.writeInt32BE(partition, at);
+  buf[at] = 1;
+  buf[at + 1] = 0x31; // '1'
+  buf[at + 2] = 0;
+  for (let i = 3; i < 19; i++) buf[at + i] = 0;
+  w32(buf, at + 19, count);
+  return at + 23;
+}
+
+/** Overwrites the record count of a reply batch whose header writeReplyHeader wrote (first record at `recordsAt`). */
+export function setReplyCount(buf: Buffer, recordsAt: number, count: number): void {
+  w32(buf, recordsAt - 4, count);
+}
+
+/** Writes a record_extensions_v1 trailer (24 bytes) at `at`; returns the end. */
+export function writeTrailer(buf: Buffer, at: number, trailer: BatchTrailer): number {
+  writeU64(buf, trailer.nextOffset, at);
+  writeU64(buf, trailer.highWatermark, at + 8);
+  writeU64(buf, trailer.logStartOffset, at + 16);
+  return at + 24;
+}
+
+/** A batch validated by scanBatch: its header fields, and where each record starts in `body`. */
+export interface ScannedBatch {
+  topic: string;
+  partition: number;
+  acks: Acks;
+  idempotent: boolean;
+  body: Buffer;
+  extensions: boolean;
+  count: number;
+  /** count + 1 positions: record i spans starts[i] .. starts[i + 1]. */
+  starts: number[];
+  /**
+   * False when a header key is not valid UTF-8: decoding it to a string (as decodeBatch does) would change
+   * its bytes, so the caller must take decodeBatch for the exact stored form.
+   */
+  verbatim: boolean;
+}
+
+/**
+ * Validates `buf` exactly as decodeBatch does (the same checks, in the same order, with the same errors) but
+ * without creating a record object per record: it returns each record's start position instead.
+ */
+export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
+  const ext = opts.extensions === true;
+  const len = buf.length;
+  if (len < 2) throw truncated();
+  if (((buf[0]! << 8) | buf[1]!) !== BATCH_MAGIC) throw bad('bad magic');
+  let at = 2;
+  if (at + 2 > len) throw truncated();
+  const topicLen = (buf[at]! << 8) | buf[at + 1]!;
+  at += 2;
+  if (at + topicLen > len) throw truncated();
+  const topic = buf.toString('utf8', at, at + topicLen);
+  at += topicLen;
+  if (at + 4 + 1 > len) throw truncated();
+  const partition = r32s(buf, at);
+  at += 4;
+  const acksLen = buf[at]!;
+  at += 1;
+  if (at + acksLen > len) throw truncated();
+  const acks = buf.toString('ascii', at, at + acksLen);
+  at += acksLen;
+  if (acks !== '0' && acks !== '1' && acks !== '-1' && acks !== 'all') throw bad('acks must be 0, 1, -1 or all');
+  if (at + 1 + 16 + 4 > len) throw truncated();
+  const idempotent = buf[at] === 1;
+  at += 1;
+  readU64(buf, at);
+  readU64(buf, at + 8);
+  at += 16;
+  const count = r32s(buf, at);
+  at += 4;
+  if (count < 0) throw bad('negative record count');
+  if (opts.maxRecords !== undefined && count > opts.maxRecords) throw bad(`more than ${opts.maxRecords} records`);
+  if (count * 32 > len - at) throw bad('record count exceeds batch size');
+  const starts: number[] = new Array(count + 1);
+  let verbatim = true;
+  for (let i = 0; i < count; i++) {
+    starts[i] = at;
+    if (at + 16 + 2 > len) throw truncated();
+    readU64(buf, at);
+    readU64(buf, at + 8);
+    at += 16;
+    const pidLen = (buf[at]! << 8) | buf[at + 1]!;
+    at += 2;
+    if (at + pidLen + 2 > len) throw truncated();
+    at += pidLen;
+    const keyLen = (buf[at]! << 8) | buf[at + 1]!;
+    at += 2;
+    if (at + keyLen + 8 + 4 > len) throw truncated();
+    at += keyLen;
+    readI64(buf, at);
+    const valueLen = r32u(buf, at + 8);
+    at += 12;
+    if (at + valueLen > len) throw truncated();
+    at += valueLen;
+    if (ext) {
+      if (at + 8 + 1 + 2 > len) throw truncated();
+      readI64(buf, at);
+      const hc = (buf[at + 9]! << 8) | buf[at + 10]!;
+      at += 11;
+      for (let h = 0; h < hc; h++) {
+        if (at + 2 > len) throw truncated();
+        const kl = (buf[at]! << 8) | buf[at + 1]!;
+        at += 2;
+        if (at + kl + 4 > len) throw truncated();
+        if (verbatim && kl > 0 && !isUtf8(buf.subarray(at, at + kl))) verbatim = false;
+        at += kl;
+        const vl = r32u(buf, at);
+        at += 4;
+        if (at + vl > len) throw truncated();
+        at += vl;
+      }
+    }
+  }
+  starts[count] = at;
+  if (ext && at + 24 === len) {
+    readU64(buf, at);
+    readU64(buf, at + 8);
+    readU64(buf, at + 16);
+    at += 24;
+  }
+  if (at !== len) throw bad('trailing bytes after records');
+  return { topic, partition, acks: acks as Acks, idempotent, body: buf, extensions: ext, count, starts, verbatim };
 }

@@ -10,7 +10,8 @@ import { mkdir, open, readdir, readFile, rename, rm, unlink } from 'node:fs/prom
 import { join } from 'node:path';
 import { type Logger, pino } from 'pino';
 import { invalidParam, TributaryError } from '../protocol/errors.js';
-import type { LogRecord, RecordInput } from '../protocol/record.js';
+import { type ScannedBatch, replyHeaderSize, setReplyCount, writeReplyHeader, writeTrailer } from '../protocol/batch.js';
+import { type LogRecord, type RecordInput, RecordAttr } from '../protocol/record.js';
 import { DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex, serializeIndex } from './offset-index.js';
 import {
   ATTR_END_OF_APPEND,
@@ -20,7 +21,11 @@ import {
   encodeRecordInto,
   type EncodableRecord,
   USER_ATTR_MASK,
+  lastWireTimestamp,
+  storedSizeOfWire,
   validateEncodable,
+  writeStoredFromWire,
+  writeWireRecord,
 } from './record-codec.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, type RecordInfo, type ScanOutcome, Segment, segmentFileName } from './segment.js';
 
@@ -111,6 +116,7 @@ const MAX_SEGMENT_BYTES = 0x7fffffff;
 /** Upper bound of one append batch and of one coalesced write. */
 const MAX_BATCH_BYTES = 1024 * 1024 * 1024;
 const MAX_GROUP_BYTES = 4 * 1024 * 1024;
+const NO_RECORDS: RecordInput[] = [];
 const READ_CHUNK_MIN = 16 * 1024;
 const READ_CHUNK_MAX = 8 * 1024 * 1024;
 /** Closed segments whose fds stay open after a read (active and previous are kept anyway). */
@@ -118,6 +124,8 @@ const MAX_OPEN_CLOSED_SEGMENTS = 4;
 
 interface PendingAppend {
   records: RecordInput[];
+  /** Instead of `records`: the records of a produce batch, encoded straight from its wire bytes. */
+  wire?: ScannedBatch;
   sizes: number[];
   bytes: number;
   resolve: (r: AppendResult) => void;
@@ -155,6 +163,31 @@ interface CacheChunk {
  * several per record, so a full cache costs the garbage collector next to nothing. Records are decoded
  * when read, as views into those bytes. A write's buffer stays alive while any of its records is cached.
  */
+export interface WireReadRequest {
+  topic: string;
+  partition: number;
+  extensions: boolean;
+  /** Leave out control records (read_committed). */
+  skipControl: boolean;
+}
+
+interface WireRead {
+  /** The batch so far: header and records up to `at` (room for a trailer after it). */
+  buf: Buffer;
+  at: number;
+  count: number;
+  valueBytes: number;
+  nextOffset: number;
+}
+
+/** Value length of the wire record at `at` (producer id and key lengths walked from the start). */
+function wireValueLength(buf: Buffer, at: number): number {
+  let p = at + 16;
+  p += 2 + ((buf[p] << 8) | buf[p + 1]);
+  p += 2 + ((buf[p] << 8) | buf[p + 1]) + 8;
+  return buf[p] * 0x1000000 + ((buf[p + 1] << 16) | (buf[p + 2] << 8) | buf[p + 3]);
+}
+
 class TailCache {
   private chunks: CacheChunk[] = [];
   /** First live chunk, and first live record in it. */
@@ -240,6 +273,68 @@ class TailCache {
       i++;
     }
     return out;
+  }
+
+  /**
+   * Like read(), but writes the records straight into a CONSUME reply batch (wire layout, no LogRecord per
+   * record): the same records read() would return, minus control records when `w.skipControl`. Null when
+   * the cache does not hold `offset` or a record cannot go on the wire (the caller takes the slow path).
+   */
+  readWire(offset: number, limit: number, maxRecords: number, maxBytes: number, w: WireReadRequest): WireRead | null {
+    if (this.empty || offset < this.start || offset >= this.end) return null;
+    // Pass 1: which records, by the same rules as read() (stored sizes only, no parsing).
+    const k0 = this.chunkFor(offset);
+    let k = k0;
+    let c = this.chunks[k];
+    let i = offset - c.base;
+    let n = 0;
+    let bytes = 0;
+    while (n < maxRecords) {
+      if (i >= c.count) {
+        if (++k >= this.chunks.length) break;
+        c = this.chunks[k];
+        i = 0;
+      }
+      if (c.base + i >= limit) break;
+      const size = c.starts[i + 1] - c.starts[i];
+      if (n > 0 && bytes + size > maxBytes) break;
+      bytes += size;
+      n++;
+      i++;
+    }
+    if (n === 0) return null;
+    const topicLen = Buffer.byteLength(w.topic, 'utf8');
+    if (topicLen > 0xffff) return null;
+    // A wire record is never larger than its stored form, so this bounds the frame.
+    const buf = Buffer.allocUnsafe(replyHeaderSize(topicLen) + bytes + (w.extensions ? 24 : 0));
+    const recordsAt = writeReplyHeader(buf, w.topic, topicLen, w.partition, 0);
+    let at = recordsAt;
+    let count = 0;
+    let valueBytes = 0;
+    const ext = w.extensions;
+    const skipControl = w.skipControl;
+    k = k0;
+    c = this.chunks[k];
+    i = offset - c.base;
+    for (let j = 0; j < n; j++, i++) {
+      if (i >= c.count) {
+        c = this.chunks[++k];
+        i = 0;
+      }
+      const src = c.buf;
+      const pos = c.starts[i];
+      if (skipControl && (src[pos + 24] & USER_ATTR_MASK & RecordAttr.CONTROL) !== 0) continue;
+      const end = writeWireRecord(src, pos, buf, at, ext);
+      if (end < 0) return null;
+      // The value length field sits 4 bytes before the value, which ends the record (plus, with extensions,
+      // timestamp, attributes and headers): recover it from the wire bytes just written.
+      valueBytes += wireValueLength(buf, at);
+      at = end;
+      count++;
+    }
+    setReplyCount(buf, recordsAt, count);
+    const nextOffset = offset + n;
+    return { buf, at, count, valueBytes, nextOffset };
   }
 
   truncateFrom(offset: number): void {
@@ -570,6 +665,33 @@ export class PartitionLog {
     });
   }
 
+  /**
+   * Appends the records of a produce batch validated by scanBatch (and `verbatim`), as append() would
+   * append the records produceBatch makes of it (producer id, epoch, sequence and attributes reset), but
+   * encoded straight from the wire bytes. `body` must not change until the append settles.
+   */
+  appendWire(batch: ScannedBatch): Promise<AppendResult> {
+    if (this.state !== 'open') return Promise.reject(storageError(this.dir, 'log is closed'));
+    if (this.failed) return Promise.reject(storageError(this.dir, 'log failed', this.failed));
+    const n = batch.count;
+    if (n === 0) return Promise.reject(invalidParam('records', 'must be a non-empty array'));
+    const sizes = new Array<number>(n);
+    let bytes = 0;
+    const max = this.options.maxRecordBytes;
+    const { body, starts, extensions } = batch;
+    for (let i = 0; i < n; i++) {
+      const size = storedSizeOfWire(body, starts[i], starts[i + 1], extensions);
+      if (max !== undefined && size > max) return Promise.reject(new TributaryError('record_too_large', { size, max }));
+      sizes[i] = size;
+      bytes += size;
+    }
+    if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
+    return new Promise<AppendResult>((resolve, reject) => {
+      this.pending.push({ records: NO_RECORDS, wire: batch, sizes, bytes, resolve, reject });
+      this.scheduleDrain();
+    });
+  }
+
   private scheduleDrain(): void {
     if (this.drainScheduled) return;
     this.drainScheduled = true;
@@ -624,13 +746,28 @@ export class PartitionLog {
   private async writeGroup(seg: Segment, group: PendingAppend[], bytes: number, now: number): Promise<void> {
     const buf = Buffer.allocUnsafe(bytes);
     // Where each record starts in `buf`, then the end: for the index and the tail cache.
-    const starts: number[] = [];
+    const recStarts: number[] = [];
     const firstOffset = seg.nextOffset;
     let offset = firstOffset;
     let maxTs = seg.maxTimestamp;
     let p = 0;
     for (const b of group) {
       const base = offset;
+      const wire = b.wire;
+      if (wire) {
+        const { body, starts, extensions, count } = wire;
+        const sizes = b.sizes;
+        for (let i = 0; i < count; i++) {
+          const end = writeStoredFromWire(body, starts[i], starts[i + 1], extensions, buf, p, offset, now, i === count - 1 ? ATTR_END_OF_APPEND : 0);
+          if (end - p !== sizes[i]) throw storageError(this.dir, 'record encoding size mismatch');
+          recStarts.push(p);
+          if (lastWireTimestamp > maxTs) maxTs = lastWireTimestamp;
+          p = end;
+          offset++;
+        }
+        b.result = { baseOffset: base, lastOffset: offset - 1, timestamp: now };
+        continue;
+      }
       const lastIdx = b.records.length - 1;
       for (let i = 0; i < b.records.length; i++) {
         const r = b.records[i];
@@ -648,14 +785,14 @@ export class PartitionLog {
           attributes,
         });
         if (end - p !== b.sizes[i]) throw storageError(this.dir, 'record encoding size mismatch');
-        starts.push(p);
+        recStarts.push(p);
         if (timestamp > maxTs) maxTs = timestamp;
         p = end;
         offset++;
       }
       b.result = { baseOffset: base, lastOffset: offset - 1, timestamp: now };
     }
-    starts.push(p);
+    recStarts.push(p);
     const startSize = seg.size;
     try {
       await seg.writeAt(buf, startSize);
@@ -665,14 +802,14 @@ export class PartitionLog {
       throw storageError(this.dir, 'write failed', err);
     }
     // Publish only after the bytes are in the file: readers never see a partial record.
-    for (let i = 0; i < starts.length - 1; i++) seg.index.onRecord(firstOffset + i, startSize + starts[i]);
+    for (let i = 0; i < recStarts.length - 1; i++) seg.index.onRecord(firstOffset + i, startSize + recStarts[i]);
     seg.size = startSize + bytes;
     seg.nextOffset = offset;
     seg.maxTimestamp = maxTs;
     seg.markModified();
     this.totalBytes += bytes;
     this.dirty.add(seg);
-    this.cache.append(buf, firstOffset, starts);
+    this.cache.append(buf, firstOffset, recStarts);
     if (this.options.flush === 'always') {
       for (const b of group) this.syncWaiters.push(b);
       this.kickSync();
@@ -843,6 +980,25 @@ export class PartitionLog {
     const cached = this.cache.read(offset, limit, maxRecords, maxBytes);
     if (cached) return cached;
     return this.readFromDisk(offset, limit, maxRecords, maxBytes);
+  }
+
+  /**
+   * A CONSUME reply batch of the records read() would return (minus control records when
+   * `w.skipControl`), written from the tail cache without materialising records; with extensions, the
+   * trailer carries this log's high watermark and start offset. Null when the read is not served from the
+   * tail cache or returns nothing: the caller then takes read() + encodeBatch.
+   */
+  readWire(offset: number, opts: ReadOptions, w: WireReadRequest): { frame: Buffer; count: number; valueBytes: number; nextOffset: number } | null {
+    if (this.state === 'closed' || !Number.isSafeInteger(offset)) return null;
+    const leo = this.logEndOffset;
+    if (offset < this.logStartOffset || offset > leo) return null;
+    const limit = opts.maxOffset === undefined ? leo : Math.min(leo, opts.maxOffset);
+    if (offset >= limit || !(opts.maxRecords >= 1)) return null;
+    const r = this.cache.readWire(offset, limit, opts.maxRecords, opts.maxBytes, w);
+    if (!r) return null;
+    let at = r.at;
+    if (w.extensions) at = writeTrailer(r.buf, at, { nextOffset: r.nextOffset, highWatermark: this.highWatermark, logStartOffset: this.logStartOffset });
+    return { frame: at === r.buf.length ? r.buf : r.buf.subarray(0, at), count: r.count, valueBytes: r.valueBytes, nextOffset: r.nextOffset };
   }
 
   private segmentFor(offset: number): Segment | null {

@@ -376,3 +376,138 @@ export function decodeRecords(buf: Buffer): { records: LogRecord[]; bytesRead: n
   }
   return { records, bytesRead: p, failure: null };
 }
+
+/** Copies src[s, e) to dst at `at`: short runs byte by byte (cheaper than a view), longer ones with set. */
+function copyRun(src: Buffer, s: number, e: number, dst: Buffer, at: number): void {
+  const n = e - s;
+  if (n <= 32) {
+    for (let i = 0; i < n; i++) dst[at + i] = src[s + i]!;
+  } else {
+    dst.set(new Uint8Array(src.buffer, src.byteOffset + s, n), at);
+  }
+}
+
+/**
+ * Writes the record this process encoded at `pos` of `src` (trusted: no frame/CRC check, as decodeOwnRecord)
+ * in the wire record layout of a binary batch (docs/protocol.md section 5), at `at` of `dst`: the bytes
+ * encodeBatch writes for the LogRecord decodeOwnRecord would return (attributes masked to the user bits).
+ * `dst` needs room for the stored size of the record (the wire record is never larger). Returns the end
+ * position, or -1 when the record cannot go on the wire (a key longer than 65535 bytes), writing nothing
+ * the caller may use.
+ */
+export function writeWireRecord(src: Buffer, pos: number, dst: Buffer, at: number, ext: boolean): number {
+  const recEnd = pos + 4 + (src[pos]! * 0x1000000 + ((src[pos + 1]! << 16) | (src[pos + 2]! << 8) | src[pos + 3]!));
+  // offset u64: stored as a non-negative 64-bit big-endian value, the same bytes.
+  for (let i = 0; i < 8; i++) dst[at + i] = src[pos + 8 + i]!;
+  const pidLen = (src[pos + 25]! << 8) | src[pos + 26]!;
+  const pidEnd = pos + 27 + pidLen;
+  // sequence u64: max(0, sequence); the stored value is a signed 64-bit two's complement.
+  const seqAt = pidEnd + 8;
+  if (src[seqAt]! & 0x80) {
+    for (let i = 0; i < 8; i++) dst[at + 8 + i] = 0;
+  } else {
+    for (let i = 0; i < 8; i++) dst[at + 8 + i] = src[seqAt + i]!;
+  }
+  at += 16;
+  // producer id: u16 length + utf8, as stored.
+  copyRun(src, pos + 25, pidEnd, dst, at);
+  at += 2 + pidLen;
+  // key: stored i32 length (-1 = null), wire u16 length (null -> 0).
+  const klAt = seqAt + 8;
+  const keyLen = (src[klAt]! << 24) | (src[klAt + 1]! << 16) | (src[klAt + 2]! << 8) | src[klAt + 3]!;
+  let p = klAt + 4;
+  if (keyLen > 0) {
+    if (keyLen > 0xffff) return -1;
+    dst[at] = keyLen >>> 8;
+    dst[at + 1] = keyLen;
+    copyRun(src, p, p + keyLen, dst, at + 2);
+    at += 2 + keyLen;
+    p += keyLen;
+  } else {
+    dst[at] = 0;
+    dst[at + 1] = 0;
+    at += 2;
+  }
+  // epoch i64, as stored.
+  for (let i = 0; i < 8; i++) dst[at + i] = src[pidEnd + i]!;
+  at += 8;
+  // value: u32 length + bytes, as stored.
+  const valueLen = src[p]! * 0x1000000 + ((src[p + 1]! << 16) | (src[p + 2]! << 8) | src[p + 3]!);
+  const valueEnd = p + 4 + valueLen;
+  copyRun(src, p, valueEnd, dst, at);
+  at += valueEnd - p;
+  if (ext) {
+    // timestamp i64, attributes u8 (user bits), then header count and headers exactly as stored.
+    for (let i = 0; i < 8; i++) dst[at + i] = src[pos + 16 + i]!;
+    dst[at + 8] = src[pos + 24]! & USER_ATTR_MASK;
+    at += 9;
+    copyRun(src, valueEnd, recEnd, dst, at);
+    at += recEnd - valueEnd;
+  }
+  return at;
+}
+
+/**
+ * Stored size (encodedSize) of the record a produce batch carries at `s` of `body` (validated by scanBatch;
+ * `recEnd` is where it ends) once the broker resets its producer id, epoch, sequence and attributes.
+ */
+export function storedSizeOfWire(body: Buffer, s: number, recEnd: number, ext: boolean): number {
+  const k = s + 18 + ((body[s + 16]! << 8) | body[s + 17]!);
+  const keyLen = (body[k]! << 8) | body[k + 1]!;
+  const v = k + 10 + keyLen;
+  const valueLen = body[v]! * 0x1000000 + ((body[v + 1]! << 16) | (body[v + 2]! << 8) | body[v + 3]!);
+  return RECORD_OVERHEAD + keyLen + valueLen + (ext ? recEnd - (v + 4 + valueLen + 11) : 0);
+}
+
+/** Timestamp the last writeStoredFromWire call stored. */
+export let lastWireTimestamp = 0;
+
+/**
+ * Encodes the wire record at `s` of a validated produce batch (scanBatch) at `pos` of `buf`, the bytes
+ * encodeRecordInto writes for the record produceBatch hands to the log: empty producer id, epoch and
+ * sequence -1, an empty key as null, the timestamp when positive (else `now`), the given attributes,
+ * headers only with extensions (their bytes as on the wire). Returns the end position.
+ */
+export function writeStoredFromWire(body: Buffer, s: number, recEnd: number, ext: boolean, buf: Buffer, pos: number, offset: number, now: number, attributes: number): number {
+  const k = s + 18 + ((body[s + 16]! << 8) | body[s + 17]!);
+  const keyLen = (body[k]! << 8) | body[k + 1]!;
+  const v = k + 10 + keyLen;
+  const valueLen = body[v]! * 0x1000000 + ((body[v + 1]! << 16) | (body[v + 2]! << 8) | body[v + 3]!);
+  const ve = v + 4 + valueLen;
+  let timestamp = now;
+  if (ext) {
+    const hi = (body[ve]! << 24) | (body[ve + 1]! << 16) | (body[ve + 2]! << 8) | body[ve + 3]!;
+    const ts = hi * TWO_32 + (body[ve + 4]! * 0x1000000 + ((body[ve + 5]! << 16) | (body[ve + 6]! << 8) | body[ve + 7]!));
+    if (ts > 0) timestamp = ts;
+  }
+  lastWireTimestamp = timestamp;
+  w64(buf, pos + 8, offset);
+  w64(buf, pos + 16, timestamp);
+  buf[pos + 24] = attributes;
+  buf[pos + 25] = 0;
+  buf[pos + 26] = 0;
+  // epoch and sequence -1.
+  for (let i = 27; i < 43; i++) buf[pos + i] = 0xff;
+  let p = pos + 43;
+  if (keyLen === 0) {
+    w32(buf, p, 0xffffffff);
+    p += 4;
+  } else {
+    w32(buf, p, keyLen);
+    copyRun(body, k + 2, k + 2 + keyLen, buf, p + 4);
+    p += 4 + keyLen;
+  }
+  copyRun(body, v, ve, buf, p);
+  p += ve - v;
+  if (ext) {
+    copyRun(body, ve + 9, recEnd, buf, p);
+    p += recEnd - (ve + 9);
+  } else {
+    buf[p] = 0;
+    buf[p + 1] = 0;
+    p += 2;
+  }
+  w32(buf, pos, p - pos - 4);
+  w32(buf, pos + 4, crc32c(new Uint8Array(buf.buffer, buf.byteOffset + pos + 8, p - pos - 8)));
+  return p;
+}
