@@ -1,6 +1,7 @@
 import type tls from 'node:tls';
 import { type FieldValue, parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
+import { untilAborted } from './abort.js';
 import { Connection } from './connection.js';
 import { type RetryOptions, retry } from './retry.js';
 
@@ -240,35 +241,6 @@ export class Cluster {
     await Promise.all([...conns, ...this.dedicatedConns].map((c) => c?.close()));
     this.dedicatedConns.clear();
   }
-}
-
-/**
- * A request on a shared connection cannot be withdrawn, but its caller can stop waiting: an abort (a
- * closing consumer) must not wait for a broker that stopped answering. A late reply is simply dropped.
- */
-function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
-  if (!signal) return p;
-  if (signal.aborted) {
-    p.catch(() => {});
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => {
-      p.catch(() => {});
-      reject(signal.reason);
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
 }
 
 function cacheKey(key: { group: string } | { transactional_id: string }): string {

@@ -5,10 +5,11 @@ import type { Batch } from '../protocol/batch.js';
 import { parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
 import type { RecordHeader } from '../protocol/record.js';
+import { untilAborted } from './abort.js';
 import { Cluster } from './cluster.js';
 import type { Connection } from './connection.js';
-import { TypedEmitter, channels, publish } from './events.js';
-import { type RetryOptions, backoffDelay, isRetriable, retry } from './retry.js';
+import { channels, publish, TypedEmitter } from './events.js';
+import { backoffDelay, isRetriable, type RetryOptions, retry } from './retry.js';
 
 export type ConsumerState = 'new' | 'running' | 'rebalancing' | 'closing' | 'closed';
 export type AutoOffsetReset = 'earliest' | 'latest' | 'error';
@@ -291,7 +292,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
   start(opts: { signal?: AbortSignal } = {}): Promise<void> {
     if (this.closing) return Promise.reject(new TributaryError('client_closed'));
     this.startPromise ??= this.doStart();
-    return opts.signal ? raceSignal(this.startPromise, opts.signal) : this.startPromise;
+    return opts.signal ? untilAborted(this.startPromise, opts.signal) : this.startPromise;
   }
 
   private async doStart(): Promise<void> {
@@ -950,22 +951,4 @@ export function parseAssignments(v: string | undefined): number[] {
   if (!v) return [];
   const inner = v.replace(/^\[|\]$/g, '');
   return inner.length === 0 ? [] : inner.split(',').map(Number).filter((n) => Number.isInteger(n) && n >= 0);
-}
-
-function raceSignal<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
 }

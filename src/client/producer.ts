@@ -5,10 +5,11 @@ import { TributaryError } from '../protocol/errors.js';
 import { DEFAULT_MAX_FRAME_BYTES } from '../protocol/frame.js';
 import { partitionForKey } from '../protocol/partitioner.js';
 import type { RecordHeader } from '../protocol/record.js';
+import { untilAborted } from './abort.js';
 import { Cluster } from './cluster.js';
 import type { Connection } from './connection.js';
-import { TypedEmitter, channels, publish } from './events.js';
-import { type RetryOptions, isRetriable, retry } from './retry.js';
+import { channels, publish, TypedEmitter } from './events.js';
+import { isRetriable, type RetryOptions, retry } from './retry.js';
 
 // ---------------------------------------------------------------------------------------------------
 // Public types
@@ -518,7 +519,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
         this.leaveAdmission();
       }
     }
-    return signal ? raceSignal(result.promise, signal) : result.promise;
+    return signal ? untilAborted(result.promise, signal) : result.promise;
   }
 
   private checkPartitions(topic: string, messages: ProducerMessage[], partitions: number): void {
@@ -827,7 +828,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       for (const q of this.accumulator.closeAll()) this.pump(q);
       await Promise.all(this.accumulator.pending().map((b) => b.done));
     })();
-    await (opts.signal ? raceSignal(wait, opts.signal) : wait);
+    await (opts.signal ? untilAborted(wait, opts.signal) : wait);
   }
 
   /**
@@ -875,22 +876,4 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
-}
-
-function raceSignal<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
 }
