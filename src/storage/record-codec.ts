@@ -98,6 +98,52 @@ export function validateEncodable(r: RecordInput): string | null {
   return null;
 }
 
+/** Slicing-by-8 tables of CRC-32C: table t at [t * 256, t * 256 + 256). */
+const CRC_TABLES: Uint32Array = (() => {
+  const t = new Uint32Array(256 * 8);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? (c >>> 1) ^ 0x82f63b78 : c >>> 1;
+    t[n] = c >>> 0;
+  }
+  for (let n = 0; n < 256; n++) {
+    for (let k = 1; k < 8; k++) {
+      const prev = t[(k - 1) * 256 + n];
+      t[k * 256 + n] = (prev >>> 8) ^ t[prev & 0xff];
+    }
+  }
+  return t;
+})();
+
+/** Up to this many bytes the JS CRC beats a call into the native one (whose fixed cost dominates small records). */
+const JS_CRC_MAX = 256;
+
+/**
+ * CRC-32C of buf[s, e): the value crc32c gives for those bytes. Small ranges in JS (slicing-by-8, no view
+ * allocation, no native call), larger ones with crc32c.
+ */
+export function crc32cRange(buf: Buffer, s: number, e: number): number {
+  if (e - s > JS_CRC_MAX) return crc32c(new Uint8Array(buf.buffer, buf.byteOffset + s, e - s));
+  const T = CRC_TABLES;
+  let crc = -1;
+  let i = s;
+  const e8 = e - 7;
+  for (; i < e8; i += 8) {
+    const a = crc ^ (buf[i] | (buf[i + 1] << 8) | (buf[i + 2] << 16) | (buf[i + 3] << 24));
+    crc =
+      T[1792 + (a & 0xff)] ^
+      T[1536 + ((a >>> 8) & 0xff)] ^
+      T[1280 + ((a >>> 16) & 0xff)] ^
+      T[1024 + (a >>> 24)] ^
+      T[768 + buf[i + 4]] ^
+      T[512 + buf[i + 5]] ^
+      T[256 + buf[i + 6]] ^
+      T[buf[i + 7]];
+  }
+  for (; i < e; i++) crc = T[(crc ^ buf[i]) & 0xff] ^ (crc >>> 8);
+  return ~crc >>> 0;
+}
+
 // Byte-level writers: the buffer is pre-sized, so Buffer's per-call range checks are redundant.
 function w8(b: Buffer, p: number, v: number): void {
   b[p] = v;
@@ -171,8 +217,7 @@ function writeRecord(buf: Buffer, pos: number, r: EncodableRecord, view: LogReco
     p += h.value.length;
   }
   w32(buf, pos, p - pos - 4);
-  // A plain Uint8Array view is cheaper to make than a Buffer subarray, and all the CRC needs.
-  w32(buf, pos + 4, crc32c(new Uint8Array(buf.buffer, buf.byteOffset + pos + 8, p - pos - 8)));
+  w32(buf, pos + 4, crc32cRange(buf, pos + 8, p));
   return p;
 }
 
@@ -225,7 +270,7 @@ function checkFrame(buf: Buffer, pos: number, end: number): number | DecodeFailu
   if (len < MIN_RECORD_BODY || len > MAX_RECORD_BODY) return { ok: false, reason: 'corrupt' };
   const recEnd = pos + 4 + len;
   if (recEnd > end) return { ok: false, reason: 'incomplete', needed: 4 + len };
-  if (buf.readUInt32BE(pos + 4) !== crc32c(buf.subarray(pos + 8, recEnd))) return { ok: false, reason: 'corrupt' };
+  if (buf.readUInt32BE(pos + 4) !== crc32cRange(buf, pos + 8, recEnd)) return { ok: false, reason: 'corrupt' };
   return recEnd;
 }
 
@@ -468,7 +513,17 @@ export let lastWireTimestamp = 0;
  * sequence -1, an empty key as null, the timestamp when positive (else `now`), the given attributes,
  * headers only with extensions (their bytes as on the wire). Returns the end position.
  */
-export function writeStoredFromWire(body: Buffer, s: number, recEnd: number, ext: boolean, buf: Buffer, pos: number, offset: number, now: number, attributes: number): number {
+export function writeStoredFromWire(
+  body: Buffer,
+  s: number,
+  recEnd: number,
+  ext: boolean,
+  buf: Buffer,
+  pos: number,
+  offset: number,
+  now: number,
+  attributes: number,
+): number {
   const k = s + 18 + ((body[s + 16]! << 8) | body[s + 17]!);
   const keyLen = (body[k]! << 8) | body[k + 1]!;
   const v = k + 10 + keyLen;
@@ -508,6 +563,6 @@ export function writeStoredFromWire(body: Buffer, s: number, recEnd: number, ext
     p += 2;
   }
   w32(buf, pos, p - pos - 4);
-  w32(buf, pos + 4, crc32c(new Uint8Array(buf.buffer, buf.byteOffset + pos + 8, p - pos - 8)));
+  w32(buf, pos + 4, crc32cRange(buf, pos + 8, p));
   return p;
 }

@@ -75,7 +75,11 @@ describe('scanBatch', () => {
         for (let i = 0; i < s.count; i++) {
           // Each span decodes alone (as a one-record batch) to the same record.
           const one = decodeBatch(
-            Buffer.concat([encodeBatch({ ...d, records: [], trailer: undefined }).subarray(0, -4), Buffer.from([0, 0, 0, 1]), body.subarray(s.starts[i], s.starts[i + 1])]),
+            Buffer.concat([
+              encodeBatch({ ...d, records: [], trailer: undefined }).subarray(0, -4),
+              Buffer.from([0, 0, 0, 1]),
+              body.subarray(s.starts[i], s.starts[i + 1]),
+            ]),
             { extensions: ext },
           );
           expect(one.records[0]).toEqual(d.records[i]);
@@ -95,7 +99,19 @@ describe('scanBatch', () => {
       idempotent: false,
       firstSequence: 0,
       lastSequence: 0,
-      records: [{ offset: 0, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from('v'), timestamp: 0, attributes: 0, headers: [{ key: 'ab', value: Buffer.alloc(0) }] }],
+      records: [
+        {
+          offset: 0,
+          sequence: 0,
+          producerId: '',
+          key: null,
+          epoch: -1,
+          value: Buffer.from('v'),
+          timestamp: 0,
+          attributes: 0,
+          headers: [{ key: 'ab', value: Buffer.alloc(0) }],
+        },
+      ],
     };
     const body = encodeBatch(batch, { extensions: true });
     expect(scanBatch(body, { extensions: true }).verbatim).toBe(true);

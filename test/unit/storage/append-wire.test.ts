@@ -37,7 +37,7 @@ const NO_HEADERS: RecordHeader[] = [];
 function asProduced(b: Batch) {
   return b.records.map((r) => ({
     ...r,
-    timestamp: r.timestamp < 0 ? 0 : r.timestamp,
+    timestamp: Math.max(r.timestamp, 0),
     producerId: '',
     epoch: -1,
     sequence: -1,
@@ -64,7 +64,10 @@ describe('PartitionLog.appendWire', () => {
           const ra: unknown[] = [];
           const rw: unknown[] = [];
           for (const records of batches) {
-            const body = encodeBatch({ topic: 't', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records }, { extensions: ext });
+            const body = encodeBatch(
+              { topic: 't', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records },
+              { extensions: ext },
+            );
             const scan = scanBatch(body, { extensions: ext });
             expect(scan.verbatim).toBe(true);
             // Queue both before awaiting so several batches share one write.
@@ -97,7 +100,17 @@ describe('PartitionLog.appendWire', () => {
         idempotent: false,
         firstSequence: 0,
         lastSequence: 0,
-        records: [0, 1, 2].map((i) => ({ offset: 0, sequence: 0, producerId: 'p', key: i ? Buffer.from(`k${i}`) : null, epoch: 0, value: Buffer.from(`v${i}`), timestamp: 5, attributes: 1, headers: [{ key: 'h', value: Buffer.from('x') }] })),
+        records: [0, 1, 2].map((i) => ({
+          offset: 0,
+          sequence: 0,
+          producerId: 'p',
+          key: i ? Buffer.from(`k${i}`) : null,
+          epoch: 0,
+          value: Buffer.from(`v${i}`),
+          timestamp: 5,
+          attributes: 1,
+          headers: [{ key: 'h', value: Buffer.from('x') }],
+        })),
       },
       { extensions: true },
     );

@@ -48,7 +48,10 @@ describe('PartitionLog.readWire', () => {
         fc.array(fc.array(recordArb, { minLength: 1, maxLength: 8 }), { minLength: 1, maxLength: 6 }),
         fc.array(queryArb, { minLength: 1, maxLength: 10 }),
         fc.constantFrom(512, 4096, 1 << 20),
-        fc.oneof(fc.constant('t'), str.filter((s) => s.length > 0)),
+        fc.oneof(
+          fc.constant('t'),
+          str.filter((s) => s.length > 0),
+        ),
         fc.nat({ max: 3 }),
         async (appends, queries, tailCacheBytes, topic, hwmBack) => {
           const d = await mkdtemp(join(dir, 'p-'));
@@ -60,7 +63,11 @@ describe('PartitionLog.readWire', () => {
             log.setHighWatermark(Math.max(0, log.logEndOffset - hwmBack));
             for (const q of queries) {
               const offset = q.at % (log.logEndOffset + 1);
-              const opts = { maxRecords: q.maxRecords, maxBytes: q.maxBytes, isolation: q.committed ? ('read_committed' as const) : ('read_uncommitted' as const) };
+              const opts = {
+                maxRecords: q.maxRecords,
+                maxBytes: q.maxBytes,
+                isolation: q.committed ? ('read_committed' as const) : ('read_uncommitted' as const),
+              };
               const wire = part.readWire(offset, opts, { topic, extensions: q.ext });
               const res = await part.read(offset, opts);
               if (!wire) {
@@ -80,7 +87,8 @@ describe('PartitionLog.readWire', () => {
             // With the big cache every non-empty read is served from it.
             if (tailCacheBytes === 1 << 20) {
               const end = log.highWatermark;
-              if (end > 0) expect(part.readWire(0, { maxRecords: 1000, maxBytes: 1 << 20, isolation: 'read_uncommitted' }, { topic, extensions: true })).not.toBeNull();
+              if (end > 0)
+                expect(part.readWire(0, { maxRecords: 1000, maxBytes: 1 << 20, isolation: 'read_uncommitted' }, { topic, extensions: true })).not.toBeNull();
             }
           } finally {
             await log.close();
