@@ -1,5 +1,7 @@
+import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import net from 'node:net';
+import tls from 'node:tls';
 import { LocalMetadataStore, type MetadataStore } from '../cluster/metadata-store.js';
 import { encodeFrame } from '../protocol/frame.js';
 import { formatError } from '../protocol/command.js';
@@ -11,6 +13,8 @@ import { createHealthServer } from './http-server.js';
 import type { Logger } from './logger.js';
 import { BrokerMetrics } from './metrics.js';
 import { TopicManager } from './topic-manager.js';
+import { AddressLimiter } from './limits.js';
+import { Security } from './security.js';
 import { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import type { OffsetStore } from '../coordinator/offset-store.js';
@@ -37,6 +41,8 @@ export class Broker implements BrokerContext {
   /** Why recovery failed; the broker then stays up but unready, never serving partial state. */
   recoveryError: Error | undefined;
   private readonly server: net.Server;
+  readonly security: Security;
+  private readonly perAddress: AddressLimiter;
   private readonly health: http.Server;
   private readonly connections = new Set<ClientConnection>();
   private state: State = 'new';
@@ -70,7 +76,9 @@ export class Broker implements BrokerContext {
         defaultAssignor: config.groupAssignor,
       },
     });
-    this.server = net.createServer((socket) => this.onConnection(socket));
+    this.security = new Security(config, logger.child({ component: 'security' }));
+    this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
+    this.server = this.createServer();
     this.health = createHealthServer(this.metrics, () => this.state === 'ready');
   }
 
@@ -135,6 +143,60 @@ export class Broker implements BrokerContext {
     );
   }
 
+  /** TLS (1.2+, optional client certificates) when a certificate and key are configured, plain TCP otherwise. */
+  private createServer(): net.Server {
+    const c = this.config;
+    if ((c.tlsCert === undefined) !== (c.tlsKey === undefined)) throw new Error('invalid config: tlsCert and tlsKey must be given together');
+    if (c.tlsRequireClientCert && (c.tlsCert === undefined || c.tlsCa === undefined)) {
+      throw new Error('invalid config: tlsRequireClientCert needs tlsCert, tlsKey and tlsCa');
+    }
+    if (c.tlsCert === undefined || c.tlsKey === undefined) {
+      return net.createServer((socket) => {
+        // Per-address limit before anything else: a refused client costs one short write.
+        const address = socket.remoteAddress ?? '';
+        if (!this.perAddress.tryAcquire(address)) return this.refuse(socket, new TributaryError('too_many_connections', { max: c.maxConnectionsPerAddress, per: 'address' }));
+        socket.once('close', () => this.perAddress.release(address));
+        this.onConnection(socket);
+      });
+    }
+    const server = tls.createServer(
+      {
+        cert: readFileSync(c.tlsCert),
+        key: readFileSync(c.tlsKey),
+        ca: c.tlsCa === undefined ? undefined : readFileSync(c.tlsCa),
+        minVersion: 'TLSv1.2',
+        requestCert: c.tlsCa !== undefined,
+        rejectUnauthorized: c.tlsRequireClientCert,
+        handshakeTimeout: Math.min(c.frameTimeoutMs, 10_000),
+      },
+      (socket) => this.onConnection(socket),
+    );
+    server.on('tlsClientError', (err, socket) => {
+      this.metrics.connectionsRejected.inc({ reason: 'tls_error' });
+      this.logger.debug({ remote: `${socket.remoteAddress}:${socket.remotePort}`, reason: err.message }, 'TLS handshake failed');
+    });
+    // A plain TCP listener in front: the per-address limit is checked on the raw connection, before any
+    // TLS state is allocated or a handshake runs, so a flood is closed at the cost of an accept.
+    return net.createServer((raw) => {
+      const address = raw.remoteAddress ?? '';
+      if (!this.perAddress.tryAcquire(address)) {
+        this.metrics.connectionsRejected.inc({ reason: 'too_many_connections' });
+        raw.on('error', () => {});
+        raw.destroy();
+        return;
+      }
+      raw.once('close', () => this.perAddress.release(address));
+      server.emit('connection', raw);
+    });
+  }
+
+  private refuse(socket: net.Socket, err: TributaryError): void {
+    this.metrics.connectionsRejected.inc({ reason: err.code });
+    socket.on('error', () => {});
+    socket.end(encodeFrame(formatError(err)));
+    setTimeout(() => socket.destroy(), 1000).unref();
+  }
+
   /** Refuses requests that cannot be served in the current state; undefined when the request may run. */
   admission(command: string): TributaryError | undefined {
     if (this.state === 'ready') return undefined;
@@ -145,16 +207,14 @@ export class Broker implements BrokerContext {
   private onConnection(socket: net.Socket): void {
     if (this.connections.size >= this.config.maxConnections || this.state === 'stopping' || this.state === 'stopped') {
       const err = this.state === 'stopping' || this.state === 'stopped' ? new TributaryError('shutting_down') : new TributaryError('too_many_connections', { max: this.config.maxConnections });
-      this.metrics.connectionsRejected.inc({ reason: err.code });
-      socket.on('error', () => {});
-      socket.end(encodeFrame(formatError(err)));
-      setTimeout(() => socket.destroy(), 1000).unref();
+      this.refuse(socket, err);
       return;
     }
-    const conn = new ClientConnection(socket, this, (cmd) => this.admission(cmd), (c) => {
+    const conn = new ClientConnection(socket, this, (cmd, c, req) => this.admission(cmd) ?? this.security.gate(cmd, c, req), (c) => {
       this.connections.delete(c);
       this.metrics.connections.set(this.connections.size);
     });
+    this.security.attach(conn, socket);
     this.connections.add(conn);
     this.metrics.connections.set(this.connections.size);
   }

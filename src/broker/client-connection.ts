@@ -35,7 +35,8 @@ export class ClientConnection implements ConnectionContext {
   constructor(
     private readonly socket: net.Socket,
     private readonly broker: BrokerContext,
-    private readonly admission: (command: string) => TributaryError | undefined,
+    /** Broker state and security gate (authentication, permissions, topic ACLs, rate); `req` is the line or batch body. */
+    private readonly admission: (command: string, conn: ClientConnection, req: ReturnType<typeof parseLine> | Buffer) => TributaryError | undefined,
     private readonly onClosed: (c: ClientConnection) => void,
   ) {
     this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
@@ -104,7 +105,7 @@ export class ClientConnection implements ConnectionContext {
       await gate;
       if (isBatchBody(body)) {
         label = 'BATCH';
-        const refused = this.admission(label);
+        const refused = this.admission(label, this, body);
         if (refused) throw refused;
         release();
         return produceBatch(this.broker, this, body);
@@ -117,7 +118,7 @@ export class ClientConnection implements ConnectionContext {
         return lookupCommand(line);
       })();
       label = name;
-      const refused = this.admission(name);
+      const refused = this.admission(name, this, line);
       if (refused) throw refused;
       if (!spec) return this.startStream(new Params(line));
       if (spec.pipelined) release();

@@ -21,6 +21,8 @@ export interface BrokerContext {
   /** host:port clients should use to reach this broker. */
   readonly advertised: { host: string; port: number };
   readonly coordinator: GroupCoordinator;
+  /** Authentication and authorization (src/broker/security.ts); absent in unit-test contexts. */
+  readonly security?: import('./security.js').Security;
 }
 
 /** What handlers may use of the connection a request came on. */
@@ -80,9 +82,10 @@ function negotiate(_b: BrokerContext, c: ConnectionContext, p: Params): Reply {
   return formatOk({ protocol_version: PROTOCOL_VERSION, enabled: enabled.join(','), unsupported: unsupported.join(',') });
 }
 
-function auth(_b: BrokerContext, c: ConnectionContext, p: Params): Reply {
+function auth(b: BrokerContext, c: ConnectionContext, p: Params): Reply | Promise<Reply> {
   const principal = p.reqStr('principal', { maxLength: 256 });
-  p.str('token', { maxLength: 4096, allowEmpty: true });
+  const token = p.str('token', { maxLength: 4096, allowEmpty: true });
+  if (b.security?.enabled) return b.security.authenticate(c, principal, token ?? '');
   // Authentication is not configured on this broker: the connection is anonymous-with-a-name.
   c.principal = principal;
   return formatOk({ principal, authenticated: false });
@@ -123,8 +126,8 @@ async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<
   return formatOk({ topic: name, deleted: true });
 }
 
-function list(b: BrokerContext): Reply {
-  const names = b.topics.list().map((t) => t.name);
+function list(b: BrokerContext, c: ConnectionContext): Reply {
+  const names = b.topics.list().map((t) => t.name).filter((n) => b.security?.canDescribe(c, n) ?? true);
   return formatOk({ count: names.length, topics: names.join(',') });
 }
 

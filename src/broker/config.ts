@@ -2,6 +2,21 @@ import { z } from 'zod';
 
 const flushModes = ['always', 'interval', 'os'] as const;
 
+export const PERMISSIONS = ['admin', 'topic.read', 'topic.write', 'group', 'transaction'] as const;
+export type Permission = (typeof PERMISSIONS)[number];
+
+const usersEntry = z
+  .object({
+    /** base64 scrypt(token, salt) */
+    hash: z.string().min(1),
+    /** base64, random per user */
+    salt: z.string().min(1),
+    permissions: z.array(z.enum(PERMISSIONS)).default([]),
+  })
+  .strict();
+
+const topicAcl = z.object({ read: z.array(z.string()).optional(), write: z.array(z.string()).optional() }).strict();
+
 /** Every broker setting with its default; the CLI merges flags > TRIBUTARY_* env > config file > these. */
 export const brokerConfigSchema = z
   .object({
@@ -49,6 +64,28 @@ export const brokerConfigSchema = z
     groupMaxSessionTimeoutMs: z.number().int().min(1).default(300_000),
     groupRebalanceTimeoutMs: z.number().int().min(1).default(60_000),
     groupAssignor: z.enum(['range', 'roundrobin', 'sticky', 'cooperative-sticky']).default('cooperative-sticky'),
+    // ---- security (docs/security.md) ----
+    /** PEM certificate and key files: when both are set the client listener speaks TLS (1.2 or later) only. */
+    tlsCert: z.string().min(1).optional(),
+    tlsKey: z.string().min(1).optional(),
+    /** PEM CA bundle that client certificates must chain to (mTLS). */
+    tlsCa: z.string().min(1).optional(),
+    /** Refuse TLS clients without a certificate signed by tlsCa. */
+    tlsRequireClientCert: z.boolean().default(false),
+    /** Every command but PROTOCOL_INFO, NEGOTIATE, HELP and AUTH needs `AUTH principal= token=` first. */
+    authentication: z.boolean().default(false),
+    /** principal → salted scrypt hash of its token and its permissions (`tributary user add` writes these). */
+    users: z.record(z.string().min(1).max(256), usersEntry).default({}),
+    /** topic → principals allowed to read / write it, on top of their permissions. */
+    topicAcls: z.record(z.string().min(1), topicAcl).default({}),
+    /** A connection that has not authenticated within this time is closed (authentication on). */
+    authTimeoutMs: z.number().int().min(100).default(10_000),
+    /** Connections from one client IP address at once; 0 = unlimited. */
+    maxConnectionsPerAddress: z.number().int().min(0).default(0),
+    /** Requests per second per connection (token bucket, burst of one second); past it `ERROR: throttled`. 0 = unlimited. */
+    maxRequestsPerSecondPerConnection: z.number().int().min(0).default(0),
+    /** Largest binary batch frame accepted (`ERROR: record_too_large`); 0 = up to maxFrameBytes. */
+    maxBatchBytes: z.number().int().min(0).default(0),
   })
   .strict();
 

@@ -15,6 +15,8 @@ function placeholder(f: ConfigField): string {
       return 'mode';
     case 'boolean':
       return 'bool';
+    case 'json':
+      return 'json';
     default:
       return 'value';
   }
@@ -83,6 +85,15 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
     await Promise.race([broker.stop('start failed').catch(() => {}), new Promise((r) => setTimeout(r, 2000).unref())]);
     throw new CliError(describeStartError(err, config));
   }
+  // SIGHUP: re-read users and topic ACLs (revocation without a restart). Other settings need a restart.
+  process.on('SIGHUP', () => {
+    const again = loadBrokerConfig({ flags, env: process.env, configFile: opts.config as string | undefined });
+    if (!again.ok) {
+      logger.error({ errors: again.errors }, 'SIGHUP: config invalid; users and ACLs unchanged');
+      return;
+    }
+    broker.security.reload(again.config.users, again.config.topicAcls);
+  });
   const host = config.host;
   process.stdout.write(
     `tributary broker listening on ${formatAddress({ host, port: broker.port })} ` +

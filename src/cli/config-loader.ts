@@ -16,7 +16,9 @@ export type FieldKind =
   | { type: 'integer' | 'number'; min?: number; max?: number }
   | { type: 'string' }
   | { type: 'enum'; values: string[] }
-  | { type: 'boolean' };
+  | { type: 'boolean' }
+  /** Mappings (users, topicAcls): JSON on a flag or in an env variable, a mapping in a config file. */
+  | { type: 'json' };
 
 export interface ConfigField {
   key: ConfigKey;
@@ -84,6 +86,8 @@ function describeSchema(key: ConfigKey, schema: z.ZodType): ConfigField {
     kind = { type: 'enum', values: Object.values(d.entries ?? {}) };
   } else if (d.type === 'boolean') {
     kind = { type: 'boolean' };
+  } else if (d.type === 'record' || d.type === 'object') {
+    kind = { type: 'json' };
   } else {
     kind = { type: 'string' };
   }
@@ -108,8 +112,9 @@ export function fieldHelp(f: ConfigField): string {
     else what = noun;
   } else if (k.type === 'enum') what = k.values.join('|');
   else if (k.type === 'boolean') what = 'true|false';
+  else if (k.type === 'json') what = 'JSON object';
   else what = 'string';
-  const dflt = f.defaultValue === undefined ? '' : `, default ${String(f.defaultValue)}`;
+  const dflt = f.defaultValue === undefined || k.type === 'json' ? '' : `, default ${String(f.defaultValue)}`;
   return `${what} (env ${f.env}${dflt})`;
 }
 
@@ -143,6 +148,13 @@ function parseRaw(f: ConfigField, raw: string): { value: unknown } | { error: st
   if (k.type === 'number') {
     if (!/^-?\d+(\.\d+)?$/.test(raw)) return { error: `expected a number, got ${shown}` };
     return { value: Number(raw) };
+  }
+  if (k.type === 'json') {
+    try {
+      return { value: JSON.parse(raw) };
+    } catch {
+      return { error: 'expected a JSON object' }; // the value is not echoed: it may hold token hashes
+    }
   }
   if (k.type === 'boolean') {
     if (raw === 'true') return { value: true };
@@ -264,7 +276,9 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
         for (const k of issue.keys) errors.push(problem(k, 'unknown key', sources[k as ConfigKey] ?? { kind: 'default' }));
         continue;
       }
-      errors.push(problem(key, issueText(issue, merged[key]), sources[key as ConfigKey] ?? { kind: 'default' }));
+      // Never echo mappings (users holds token hashes and salts) in an error.
+      const shown = byKey.get(key)?.kind.type === 'json' ? undefined : merged[key];
+      errors.push(problem(issue.path.map(String).join('.') || key, issueText(issue, shown), sources[key as ConfigKey] ?? { kind: 'default' }));
     }
   }
   if (errors.length > 0 || !result.success) return { ok: false, errors };

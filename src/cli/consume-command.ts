@@ -4,13 +4,12 @@ import type { Connection } from '../client/connection.js';
 import { parseLine } from '../protocol/command.js';
 import type { BatchRecord } from '../protocol/batch.js';
 import { RecordAttr } from '../protocol/record.js';
-import { type Address, connect, formatAddress, intArg, parseAddress, parseBootstrap, toCliError, withBootstrap } from './client-util.js';
+import { type Address, type ClientOptions, connect, formatAddress, intArg, parseAddress, parseBootstrap, toCliError, withBootstrap } from './client-util.js';
 import { CliError, usageError } from './errors.js';
 
 type Isolation = 'read_committed' | 'read_uncommitted';
 
-export interface ConsumeOptions {
-  bootstrap: string;
+export interface ConsumeOptions extends ClientOptions {
   partition?: number;
   fromBeginning?: boolean;
   offset?: number;
@@ -122,7 +121,7 @@ export async function consume(topic: string, opts: ConsumeOptions): Promise<void
   process.stdout.on('error', onStdoutError);
 
   const open = async (addr: Address): Promise<Connection> => {
-    const c = await connect(addr, abort.signal);
+    const c = await connect(addr, abort.signal, opts);
     conns.add(c);
     if (stopped) void c.close();
     return c;

@@ -1,12 +1,10 @@
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { Admin, type GroupDescription, type ResetTarget } from '../client/admin.js';
 import { TributaryError } from '../protocol/errors.js';
-import { type Address, formatAddress, intArg, parseBootstrap, toCliError, withBootstrap } from './client-util.js';
+import { type Address, type ClientOptions, clientSecurity, formatAddress, intArg, parseBootstrap, toCliError, withBootstrap } from './client-util.js';
 import { CliError, usageError } from './errors.js';
 
-interface BootstrapOptions {
-  bootstrap: string;
-}
+type BootstrapOptions = ClientOptions;
 
 interface JsonOptions extends BootstrapOptions {
   json?: boolean;
@@ -36,10 +34,11 @@ function isConnectFailure(err: unknown): boolean {
  * Runs `fn` with an Admin client on the bootstrap broker and always closes it. Errors follow the CLI's
  * conventions: `cannot reach broker at ...` / `error: <code> <fields>` with exit 1.
  */
-export async function withAdmin<T>(bootstrap: string, fn: (admin: Admin) => Promise<T>): Promise<T> {
-  const addr: Address = parseBootstrap(bootstrap);
+export async function withAdmin<T>(target: string | ClientOptions, fn: (admin: Admin) => Promise<T>): Promise<T> {
+  const opts = typeof target === 'string' ? { bootstrap: target } : target;
+  const addr: Address = parseBootstrap(opts.bootstrap);
   // Few quick retries: a CLI should fail fast when the broker is down, but still follow a redirect.
-  const admin = new Admin({ brokers: [formatAddress(addr)], retry: { retries: 2, initialDelayMs: 50, maxDelayMs: 200, maxElapsedMs: 2000 } });
+  const admin = new Admin({ brokers: [formatAddress(addr)], retry: { retries: 2, initialDelayMs: 50, maxDelayMs: 200, maxElapsedMs: 2000 }, ...clientSecurity(opts) });
   try {
     return await fn(admin);
   } catch (err) {
@@ -146,7 +145,7 @@ export function registerGroupCommand(program: Command): void {
 
   withBootstrap(group.command('list').description('consumer groups known to the broker, one per line').option('--json', 'print a JSON array')).action(
     async (opts: JsonOptions) => {
-      const groups = await withAdmin(opts.bootstrap, (admin) => admin.listGroups());
+      const groups = await withAdmin(opts, (admin) => admin.listGroups());
       if (opts.json) print(JSON.stringify(groups));
       else for (const g of groups) print(g);
     },
@@ -158,7 +157,7 @@ export function registerGroupCommand(program: Command): void {
       .description('state, generation, members and assignments, committed offsets and lag, recent generations')
       .option('--json', 'print the broker GROUP_STATUS JSON'),
   ).action(async (name: string, opts: JsonOptions) => {
-    const g = await withAdmin(opts.bootstrap, (admin) => admin.describeGroup(name));
+    const g = await withAdmin(opts, (admin) => admin.describeGroup(name));
     if (opts.json) print(JSON.stringify(g, null, 2));
     else for (const l of formatGroup(g)) print(l);
   });
@@ -176,7 +175,7 @@ export function registerGroupCommand(program: Command): void {
       .option('--json', 'print the new offsets as JSON'),
   ).action(async (name: string, opts: ResetOptions) => {
     const to = resetTarget(opts);
-    const entries = await withAdmin(opts.bootstrap, (admin) => admin.resetOffsets({ group: name, topic: opts.topic, partition: opts.partition, to }));
+    const entries = await withAdmin(opts, (admin) => admin.resetOffsets({ group: name, topic: opts.topic, partition: opts.partition, to }));
     if (opts.json) {
       print(JSON.stringify({ group: name, topic: opts.topic, offsets: entries }));
       return;
@@ -187,7 +186,7 @@ export function registerGroupCommand(program: Command): void {
 
   withBootstrap(group.command('delete <group>').description('delete a group without members and its committed offsets')).action(
     async (name: string, opts: BootstrapOptions) => {
-      await withAdmin(opts.bootstrap, (admin) => admin.deleteGroup(name));
+      await withAdmin(opts, (admin) => admin.deleteGroup(name));
       print(`deleted group ${name}`);
     },
   );

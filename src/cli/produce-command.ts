@@ -2,12 +2,11 @@ import { createReadStream, statSync } from 'node:fs';
 import { type Command, Option } from 'commander';
 import type { Connection } from '../client/connection.js';
 import type { Acks, Batch, BatchRecord } from '../protocol/batch.js';
-import { intArg, withBootstrap, withConnection } from './client-util.js';
+import { type ClientOptions, intArg, withBootstrap, withConnection } from './client-util.js';
 import { CliError } from './errors.js';
 import { ProgressBar } from './progress.js';
 
-interface ProduceOptions {
-  bootstrap: string;
+interface ProduceOptions extends ClientOptions {
   key?: string;
   partition?: number;
   file?: string;
@@ -76,7 +75,7 @@ export async function produce(topic: string, opts: ProduceOptions): Promise<numb
   const input: NodeJS.ReadableStream = opts.file !== undefined ? createReadStream(opts.file) : process.stdin;
   const progress = opts.file !== undefined ? new ProgressBar(total) : undefined;
 
-  return withConnection(opts.bootstrap, async (conn) => {
+  return withConnection(opts, async (conn) => {
     const sender = new PipelinedSender(conn, opts.acks);
     let records: BatchRecord[] = [];
     let bytes = 0;

@@ -9,6 +9,7 @@ import { CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, formatBrokerError } from '
 import { registerGroupCommand } from './group-command.js';
 import { registerProduceCommand } from './produce-command.js';
 import { registerTopicCommand } from './topic-command.js';
+import { registerUserCommand } from './user-command.js';
 
 /** Found by walking up: the file sits at a different depth under src/ and dist/src/. */
 function packageVersion(): string {
@@ -39,6 +40,7 @@ export function buildProgram(): Command {
   registerProduceCommand(program);
   registerConsumeCommand(program);
   registerGroupCommand(program);
+  registerUserCommand(program);
   return program;
 }
 

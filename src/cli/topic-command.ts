@@ -1,8 +1,7 @@
 import { type Command, Option } from 'commander';
-import { intArg, withBootstrap, withConnection } from './client-util.js';
+import { type ClientOptions, intArg, withBootstrap, withConnection } from './client-util.js';
 
-interface CreateOptions {
-  bootstrap: string;
+interface CreateOptions extends ClientOptions {
   partitions?: number;
   retentionHours?: number;
   retentionBytes?: number;
@@ -26,7 +25,7 @@ export function registerTopicCommand(program: Command): void {
       .option('--retention-bytes <n>', 'retention by size per partition, -1 for unlimited', intArg(-1))
       .addOption(new Option('--cleanup-policy <policy>', 'delete old segments or compact by key').choices(['delete', 'compact'])),
   ).action(async (name: string, opts: CreateOptions) => {
-    const reply = await withConnection(opts.bootstrap, (conn) =>
+    const reply = await withConnection(opts, (conn) =>
       conn.command('CREATE', {
         topic: name,
         partitions: opts.partitions,
@@ -38,20 +37,20 @@ export function registerTopicCommand(program: Command): void {
     print(reply);
   });
 
-  withBootstrap(topic.command('list').description('list topics')).action(async (opts: { bootstrap: string }) => {
-    print(await withConnection(opts.bootstrap, (conn) => conn.command('LIST')));
+  withBootstrap(topic.command('list').description('list topics')).action(async (opts: ClientOptions) => {
+    print(await withConnection(opts, (conn) => conn.command('LIST')));
   });
 
   withBootstrap(topic.command('describe <name>').description('partitions, leaders and offsets of a topic as JSON')).action(
-    async (name: string, opts: { bootstrap: string }) => {
-      const info = await withConnection(opts.bootstrap, (conn) => conn.json('DESCRIBE', { topic: name }));
+    async (name: string, opts: ClientOptions) => {
+      const info = await withConnection(opts, (conn) => conn.json('DESCRIBE', { topic: name }));
       print(JSON.stringify(info, null, 2));
     },
   );
 
   withBootstrap(topic.command('delete <name>').description('delete a topic and its data')).action(
-    async (name: string, opts: { bootstrap: string }) => {
-      print(await withConnection(opts.bootstrap, (conn) => conn.command('DELETE', { topic: name })));
+    async (name: string, opts: ClientOptions) => {
+      print(await withConnection(opts, (conn) => conn.command('DELETE', { topic: name })));
     },
   );
 }

@@ -10,6 +10,8 @@ export interface AdminOptions {
   retry?: RetryOptions;
   /** TLS for every broker connection (CA, client certificate and key, servername). */
   tls?: import('node:tls').ConnectionOptions;
+  /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
+  auth?: import('./connection.js').AuthOptions;
 }
 
 export interface CreateTopicOptions {
@@ -188,7 +190,7 @@ export class Admin {
     if (options.retry !== undefined && (options.retry === null || typeof options.retry !== 'object')) {
       throw new TributaryError('invalid_config', { option: 'retry', reason: 'must be an object' }, 'invalid admin option retry: must be an object');
     }
-    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, connectTimeoutMs: options.connectTimeoutMs, tls: options.tls });
+    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, connectTimeoutMs: options.connectTimeoutMs, tls: options.tls, auth: options.auth });
   }
 
   private assertOpen(): void {

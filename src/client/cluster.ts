@@ -2,7 +2,7 @@ import type tls from 'node:tls';
 import { type FieldValue, parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
 import { untilAborted } from './abort.js';
-import { Connection } from './connection.js';
+import { type AuthOptions, Connection } from './connection.js';
 import { type RetryOptions, retry } from './retry.js';
 
 export interface BrokerAddress {
@@ -17,6 +17,8 @@ export interface ClusterOptions {
   retry?: RetryOptions;
   /** TLS for every broker connection. */
   tls?: tls.ConnectionOptions;
+  /** Credentials sent with AUTH on every broker connection. */
+  auth?: AuthOptions;
 }
 
 export function parseAddress(s: string): BrokerAddress {
@@ -76,7 +78,7 @@ export class Cluster {
       if (this.shared.get(address) === cached) this.shared.delete(address);
     }
     const { host, port } = parseAddress(address);
-    const p = Connection.connect({ host, port, connectTimeoutMs: this.opts.connectTimeoutMs, signal, tls: this.opts.tls });
+    const p = Connection.connect({ host, port, connectTimeoutMs: this.opts.connectTimeoutMs, signal, tls: this.opts.tls, auth: this.opts.auth });
     this.shared.set(address, p);
     p.catch(() => {
       if (this.shared.get(address) === p) this.shared.delete(address);
@@ -88,7 +90,7 @@ export class Cluster {
   async dedicated(address: string, signal?: AbortSignal): Promise<Connection> {
     this.assertOpen();
     const { host, port } = parseAddress(address);
-    const conn = await Connection.connect({ host, port, connectTimeoutMs: this.opts.connectTimeoutMs, signal, tls: this.opts.tls });
+    const conn = await Connection.connect({ host, port, connectTimeoutMs: this.opts.connectTimeoutMs, signal, tls: this.opts.tls, auth: this.opts.auth });
     if (this.closed) {
       await conn.close();
       throw new TributaryError('client_closed');

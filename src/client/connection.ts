@@ -14,7 +14,16 @@ export interface ConnectionOptions {
   features?: string[];
   /** Connect with TLS (CA, client certificate and key for mTLS, servername, ...). */
   tls?: tls.ConnectionOptions;
+  /** Sent as `AUTH principal= token=` right after NEGOTIATE on every new connection. */
+  auth?: AuthOptions;
+  /** Local address to connect from (e.g. to tell clients on one host apart). */
+  localAddress?: string;
   signal?: AbortSignal;
+}
+
+export interface AuthOptions {
+  principal: string;
+  token: string;
 }
 
 /** A reply frame: text (OK/ERROR/JSON) or a binary batch. */
@@ -50,7 +59,8 @@ export class Connection {
 
   static async connect(opts: ConnectionOptions): Promise<Connection> {
     const socket = await new Promise<net.Socket>((resolve, reject) => {
-      const s = opts.tls ? tls.connect({ servername: opts.host, ...opts.tls, host: opts.host, port: opts.port }) : net.connect({ host: opts.host, port: opts.port });
+      const local = opts.localAddress === undefined ? {} : { localAddress: opts.localAddress };
+      const s = opts.tls ? tls.connect({ servername: opts.host, ...opts.tls, ...local, host: opts.host, port: opts.port }) : net.connect({ host: opts.host, port: opts.port, ...local });
       const ready = opts.tls ? 'secureConnect' : 'connect';
       const timer = setTimeout(() => {
         s.destroy();
@@ -75,16 +85,19 @@ export class Connection {
     });
     const conn = new Connection(socket, opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES);
     const features = opts.features ?? SDK_FEATURES;
-    if (features.length > 0) {
+    if (features.length > 0 || opts.auth) {
       // The handshake is part of connecting: bounded by the same timeout and signal, and a failed one
       // does not leave the socket open (a broker that accepts but never answers must not hang callers).
       const timer = setTimeout(() => socket.destroy(), opts.connectTimeoutMs ?? 5000);
       const onAbort = () => socket.destroy();
       opts.signal?.addEventListener('abort', onAbort, { once: true });
       try {
-        const reply = await conn.command('NEGOTIATE', { version: 1, features: features.join(',') });
-        const enabled = parseLine(reply).params.get('enabled') ?? '';
-        conn.enabledFeatures = new Set(enabled.split(',').filter(Boolean));
+        if (features.length > 0) {
+          const reply = await conn.command('NEGOTIATE', { version: 1, features: features.join(',') });
+          const enabled = parseLine(reply).params.get('enabled') ?? '';
+          conn.enabledFeatures = new Set(enabled.split(',').filter(Boolean));
+        }
+        if (opts.auth) await conn.command('AUTH', { principal: opts.auth.principal, token: opts.auth.token });
       } catch (err) {
         socket.destroy();
         throw opts.signal?.aborted ? (opts.signal.reason ?? err) : err;

@@ -44,6 +44,8 @@ export interface ConsumerOptions {
   retry?: RetryOptions;
   /** TLS for every broker connection (CA, client certificate and key, servername). */
   tls?: import('node:tls').ConnectionOptions;
+  /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
+  auth?: import('./connection.js').AuthOptions;
 }
 
 export interface ConsumedMessage {
@@ -219,7 +221,7 @@ type Sink = (worker: PartitionWorker, messages: ConsumedMessage[]) => Promise<vo
  * installation is rejected with `consumer_rebalancing` before any commit is sent.
  */
 export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncIterable<ConsumedMessage> {
-  readonly options: Required<Omit<ConsumerOptions, 'instanceId' | 'retry' | 'clientId' | 'tls'>> & Pick<ConsumerOptions, 'instanceId' | 'retry' | 'tls'> & { clientId: string };
+  readonly options: Required<Omit<ConsumerOptions, 'instanceId' | 'retry' | 'clientId' | 'tls' | 'auth'>> & Pick<ConsumerOptions, 'instanceId' | 'retry' | 'tls' | 'auth'> & { clientId: string };
   private readonly cluster: Cluster;
   private readonly root = new AbortController();
   private stateValue: ConsumerState = 'new';
@@ -250,7 +252,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       ...options,
       clientId: options.clientId ?? 'tributary-consumer',
     } as Consumer['options'];
-    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls });
+    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls, auth: options.auth });
     // Every partition reader and loop listens on the root signal: a large assignment is not a leak.
     setMaxListeners(0, this.root.signal);
   }

@@ -2,7 +2,7 @@
 export { TributaryError, ERROR_CODES, type ErrorClass, type ErrorCode } from '../protocol/errors.js';
 export type { RecordHeader } from '../protocol/record.js';
 export { ASSIGNORS, assign, validatePlan, type AssignorName, type Assignment, type AssignmentInput } from '../coordinator/assignors.js';
-export { Connection, type ConnectionOptions } from './connection.js';
+export { type AuthOptions, Connection, type ConnectionOptions } from './connection.js';
 export { Cluster, type ClusterOptions, type TopicMetadata } from './cluster.js';
 export { retry, backoffDelay, isRetriable, type RetryOptions } from './retry.js';
 export { channels } from './events.js';

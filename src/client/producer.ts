@@ -66,6 +66,8 @@ export interface ProducerOptions {
   retry?: RetryOptions;
   /** TLS for every broker connection (CA, client certificate and key, servername). */
   tls?: import('node:tls').ConnectionOptions;
+  /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
+  auth?: import('./connection.js').AuthOptions;
   /** Not available yet: refused at construction. */
   idempotent?: boolean;
 }
@@ -449,7 +451,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       requestTimeoutMs: options.requestTimeoutMs ?? DEFAULTS.requestTimeoutMs,
       retry: options.retry ?? {},
     };
-    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls });
+    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls, auth: options.auth });
     this.accumulator = new RecordAccumulator({ maxBatchBytes: this.options.maxBatchBytes, maxBatchRecords: this.options.maxBatchRecords });
     this.wireAcks = this.options.acks === 0 ? '0' : this.options.acks === 1 ? '1' : 'all';
     setMaxListeners(0, this.root.signal);

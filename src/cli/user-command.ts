@@ -1,0 +1,105 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { extname } from 'node:path';
+import { type Command, InvalidArgumentError } from 'commander';
+import { parseDocument } from 'yaml';
+import { PERMISSIONS, type Permission } from '../broker/config.js';
+import { hashToken } from '../broker/security.js';
+import { CliError, EXIT_USAGE } from './errors.js';
+
+/**
+ * `tributary user add|remove|list --config <file>`: manage the `users:` section of a broker config file.
+ * Only a salted scrypt hash of each token is stored. A running broker picks changes up on SIGHUP.
+ */
+
+type Users = Record<string, { hash: string; salt: string; permissions: Permission[] }>;
+
+function permissionsArg(value: string): Permission[] {
+  const list = value.split(',').map((p) => p.trim()).filter(Boolean);
+  for (const p of list) {
+    if (!(PERMISSIONS as readonly string[]).includes(p)) throw new InvalidArgumentError(`unknown permission ${JSON.stringify(p)} (one of ${PERMISSIONS.join(', ')}).`);
+  }
+  return [...new Set(list)] as Permission[];
+}
+
+function isJson(file: string): boolean {
+  const ext = extname(file).toLowerCase();
+  if (ext === '.json') return true;
+  if (ext === '.yaml' || ext === '.yml') return false;
+  throw new CliError('error: --config must be a .yaml, .yml or .json file', EXIT_USAGE);
+}
+
+/** Read, change and write back the config file, keeping the other settings (and YAML comments). */
+function editUsers(file: string, change: (users: Users) => void): void {
+  const json = isJson(file);
+  const text = existsSync(file) ? readFileSync(file, 'utf8') : '';
+  let out: string;
+  try {
+    if (json) {
+      const data = text.trim() === '' ? {} : (JSON.parse(text) as Record<string, unknown>);
+      const users = (data.users ?? {}) as Users;
+      change(users);
+      data.users = users;
+      out = `${JSON.stringify(data, null, 2)}\n`;
+    } else {
+      const doc = parseDocument(text);
+      if (doc.errors.length > 0) throw new Error(doc.errors[0]!.message.split('\n')[0]);
+      const users = ((doc.toJS() as Record<string, unknown> | null)?.users ?? {}) as Users;
+      change(users);
+      doc.set('users', doc.createNode(users));
+      out = doc.toString();
+    }
+  } catch (err) {
+    if (err instanceof CliError) throw err;
+    throw new CliError(`error: cannot update ${file}: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  // Atomic and private: the file holds token hashes.
+  const tmp = `${file}.${process.pid}.tmp`;
+  writeFileSync(tmp, out, { mode: 0o600 });
+  renameSync(tmp, file);
+}
+
+export function registerUserCommand(program: Command): void {
+  const user = program.command('user').description('manage broker users (salted token hashes in the config file)');
+
+  user
+    .command('add <principal>')
+    .description('add or replace a user; prints a generated token unless --token is given')
+    .requiredOption('--config <file>', 'broker config file (.yaml/.yml/.json) to write')
+    .requiredOption('--permissions <list>', `comma-separated: ${PERMISSIONS.join(', ')}`, permissionsArg)
+    .option('--token <token>', 'use this token instead of generating one')
+    .action((principal: string, opts: { config: string; permissions: Permission[]; token?: string }) => {
+      if (!/^[A-Za-z0-9._@-]{1,256}$/.test(principal)) throw new CliError('error: principal must be 1-256 of letters, digits, ".", "_", "@", "-"', EXIT_USAGE);
+      const token = opts.token ?? randomBytes(24).toString('base64url');
+      const { hash, salt } = hashToken(token);
+      editUsers(opts.config, (users) => {
+        users[principal] = { hash, salt, permissions: opts.permissions };
+      });
+      process.stdout.write(`user ${principal} added to ${opts.config} permissions=${opts.permissions.join(',')}\n`);
+      if (opts.token === undefined) process.stdout.write(`token: ${token}\n`);
+    });
+
+  user
+    .command('remove <principal>')
+    .description('remove (revoke) a user; send SIGHUP to a running broker to apply')
+    .requiredOption('--config <file>', 'broker config file to write')
+    .action((principal: string, opts: { config: string }) => {
+      let found = false;
+      editUsers(opts.config, (users) => {
+        found = Object.hasOwn(users, principal);
+        delete users[principal];
+      });
+      if (!found) throw new CliError(`error: no user ${principal} in ${opts.config}`);
+      process.stdout.write(`user ${principal} removed from ${opts.config}\n`);
+    });
+
+  user
+    .command('list')
+    .description('users and their permissions (never the hashes)')
+    .requiredOption('--config <file>', 'broker config file to read')
+    .action((opts: { config: string }) => {
+      editUsers(opts.config, (users) => {
+        for (const [name, u] of Object.entries(users)) process.stdout.write(`${name} permissions=${(u.permissions ?? []).join(',')}\n`);
+      });
+    });
+}
