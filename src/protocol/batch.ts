@@ -219,9 +219,20 @@ export interface DecodeOptions extends EncodeOptions {
   maxRecords?: number;
 }
 
-/** Strict decoder: every length is checked against the bytes left; trailing garbage is refused. */
-export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
-  const ext = opts.extensions === true;
+interface BatchHeader {
+  topic: string;
+  partition: number;
+  acks: Acks;
+  idempotent: boolean;
+  firstSequence: number;
+  lastSequence: number;
+  count: number;
+  /** Where the first record starts. */
+  recordsAt: number;
+}
+
+/** The header checks decodeBatch and scanBatch share, in order: every length against the bytes left. */
+function decodeHeader(buf: Buffer, opts: DecodeOptions): BatchHeader {
   const len = buf.length;
   if (len < 2) throw truncated();
   if (((buf[0]! << 8) | buf[1]!) !== BATCH_MAGIC) throw bad('bad magic');
@@ -253,6 +264,15 @@ export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
   if (opts.maxRecords !== undefined && count > opts.maxRecords) throw bad(`more than ${opts.maxRecords} records`);
   // Each record takes at least 32 bytes: refuse counts the body cannot hold before allocating.
   if (count * 32 > len - at) throw bad('record count exceeds batch size');
+  return { topic, partition, acks: acks as Acks, idempotent, firstSequence, lastSequence, count, recordsAt: at };
+}
+
+/** Strict decoder: every length is checked against the bytes left; trailing garbage is refused. */
+export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
+  const ext = opts.extensions === true;
+  const len = buf.length;
+  const { topic, partition, acks, idempotent, firstSequence, lastSequence, count, recordsAt } = decodeHeader(buf, opts);
+  let at = recordsAt;
   const records: BatchRecord[] = new Array(count);
   for (let i = 0; i < count; i++) {
     if (at + 16 + 2 > len) throw truncated();
@@ -306,7 +326,7 @@ export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
     at += 24;
   }
   if (at !== len) throw bad('trailing bytes after records');
-  return { topic, partition, acks: acks as Acks, idempotent, firstSequence, lastSequence, records, trailer };
+  return { topic, partition, acks, idempotent, firstSequence, lastSequence, records, trailer };
 }
 
 /**
@@ -381,35 +401,8 @@ export interface ScannedBatch {
 export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
   const ext = opts.extensions === true;
   const len = buf.length;
-  if (len < 2) throw truncated();
-  if (((buf[0]! << 8) | buf[1]!) !== BATCH_MAGIC) throw bad('bad magic');
-  let at = 2;
-  if (at + 2 > len) throw truncated();
-  const topicLen = (buf[at]! << 8) | buf[at + 1]!;
-  at += 2;
-  if (at + topicLen > len) throw truncated();
-  const topic = buf.toString('utf8', at, at + topicLen);
-  at += topicLen;
-  if (at + 4 + 1 > len) throw truncated();
-  const partition = r32s(buf, at);
-  at += 4;
-  const acksLen = buf[at]!;
-  at += 1;
-  if (at + acksLen > len) throw truncated();
-  const acks = buf.toString('ascii', at, at + acksLen);
-  at += acksLen;
-  if (acks !== '0' && acks !== '1' && acks !== '-1' && acks !== 'all') throw bad('acks must be 0, 1, -1 or all');
-  if (at + 1 + 16 + 4 > len) throw truncated();
-  const idempotent = buf[at] === 1;
-  at += 1;
-  readU64(buf, at);
-  readU64(buf, at + 8);
-  at += 16;
-  const count = r32s(buf, at);
-  at += 4;
-  if (count < 0) throw bad('negative record count');
-  if (opts.maxRecords !== undefined && count > opts.maxRecords) throw bad(`more than ${opts.maxRecords} records`);
-  if (count * 32 > len - at) throw bad('record count exceeds batch size');
+  const { topic, partition, acks, idempotent, count, recordsAt } = decodeHeader(buf, opts);
+  let at = recordsAt;
   const starts: number[] = new Array(count + 1);
   let verbatim = true;
   for (let i = 0; i < count; i++) {
@@ -458,5 +451,5 @@ export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
     at += 24;
   }
   if (at !== len) throw bad('trailing bytes after records');
-  return { topic, partition, acks: acks as Acks, idempotent, body: buf, extensions: ext, count, starts, verbatim };
+  return { topic, partition, acks, idempotent, body: buf, extensions: ext, count, starts, verbatim };
 }
