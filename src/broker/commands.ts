@@ -3,6 +3,7 @@ import type { RecordHeader } from '../protocol/record.js';
 import { type Params, type ParsedLine, formatOk } from '../protocol/command.js';
 import { ERROR_CLASSES, TributaryError, invalidParam } from '../protocol/errors.js';
 import { FEATURES, PROTOCOL_VERSION } from '../protocol/features.js';
+import type { TopicDefinition } from '../cluster/metadata-store.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { BrokerConfig } from './config.js';
 import { GROUP_COMMANDS } from './group-commands.js';
@@ -106,18 +107,19 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
   };
   if (spec.cleanupPolicy === 'compact') throw invalidParam('cleanup_policy', 'compaction is only available for internal topics in this version');
   const { topic, created } = await b.topics.create(spec);
-  const d = topic.def;
-  return formatOk({
-    topic: d.name,
-    partitions: d.partitions,
+  return formatOk({ topic: topic.name, partitions: topic.def.partitions, ...policyFields(topic.def), created });
+}
+
+/** A topic's policy as CREATE and DESCRIBE report it. */
+function policyFields(d: TopicDefinition) {
+  return {
     replication_factor: d.replicationFactor,
     idempotent: d.idempotent,
     partitioner: d.partitioner,
     retention_hours: d.retentionHours,
     retention_bytes: d.retentionBytes,
     cleanup_policy: d.cleanupPolicy,
-    created,
-  });
+  };
 }
 
 async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
@@ -152,12 +154,7 @@ function describe(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
   return json({
     topic: d.name,
     topic_id: d.topicId,
-    replication_factor: d.replicationFactor,
-    idempotent: d.idempotent,
-    partitioner: d.partitioner,
-    retention_hours: d.retentionHours,
-    retention_bytes: d.retentionBytes,
-    cleanup_policy: d.cleanupPolicy,
+    ...policyFields(d),
     partitions: topic.partitions.map((part) => partitionState(b, part)),
   });
 }
