@@ -198,10 +198,38 @@ function checkRecordSize(b: BrokerContext, bytes: number): void {
   if (bytes > b.config.maxRecordBytes) throw new TributaryError('record_too_large', { size: bytes, max: b.config.maxRecordBytes });
 }
 
-function rejectIdempotence(p: Params): void {
+const MAX_PRODUCER_ID_BYTES = 255;
+
+/** PUBLISH's idempotent producer parameters: all three or none. */
+function idempotenceParams(p: Params): { producerId: string; epoch: number; seqNum: number } | undefined {
+  const given = ['producerId', 'epoch', 'seqNum'].filter((k) => p.has(k));
+  if (given.length === 0) return undefined;
   for (const k of ['producerId', 'epoch', 'seqNum']) {
-    if (p.has(k)) throw invalidParam(k, 'idempotent producers are not supported by this broker version');
+    if (!p.has(k)) throw invalidParam(k, 'producerId, epoch and seqNum go together');
   }
+  const producerId = p.reqStr('producerId', { maxLength: MAX_PRODUCER_ID_BYTES });
+  if (Buffer.byteLength(producerId, 'utf8') > MAX_PRODUCER_ID_BYTES) throw invalidParam('producerId', `at most ${MAX_PRODUCER_ID_BYTES} bytes`);
+  const epoch = p.reqInt('epoch', { min: 0, max: 2 ** 31 - 1 });
+  const seqNum = p.reqInt('seqNum', { min: 0 });
+  return { producerId, epoch, seqNum };
+}
+
+/** The idempotent fields of a decoded batch, validated (one producer id and epoch, lastSequence = first + count - 1). */
+function batchIdempotence(batch: Batch): { producerId: string; epoch: number; firstSequence: number; lastSequence: number } {
+  const records = batch.records;
+  const first = records[0]!;
+  const producerId = first.producerId;
+  const epoch = first.epoch;
+  if (producerId === '') throw new TributaryError('invalid_batch', { reason: 'idempotent batch without a producer id' });
+  if (Buffer.byteLength(producerId, 'utf8') > MAX_PRODUCER_ID_BYTES) throw new TributaryError('invalid_batch', { reason: `producer id longer than ${MAX_PRODUCER_ID_BYTES} bytes` });
+  if (!Number.isSafeInteger(epoch) || epoch < 0 || epoch > 2 ** 31 - 1) throw new TributaryError('invalid_batch', { reason: 'idempotent batch with an invalid epoch' });
+  for (const r of records) {
+    if (r.producerId !== producerId || r.epoch !== epoch) throw new TributaryError('invalid_batch', { reason: 'records of an idempotent batch must share one producer id and epoch' });
+  }
+  if (!Number.isSafeInteger(batch.firstSequence) || !Number.isSafeInteger(batch.lastSequence) || batch.lastSequence !== batch.firstSequence + records.length - 1) {
+    throw new TributaryError('invalid_batch', { reason: 'last sequence must be first sequence + record count - 1' });
+  }
+  return { producerId, epoch, firstSequence: batch.firstSequence, lastSequence: batch.lastSequence };
 }
 
 function refuseInternal(topic: string): void {
@@ -214,13 +242,20 @@ async function publish(b: BrokerContext, _c: ConnectionContext, p: Params): Prom
   const explicit = p.int('partition', { min: 0, max: 1_000_000 });
   const keyStr = p.str('key', { maxLength: 65_535, allowEmpty: true });
   const acks = p.oneOf('acks', ['0', '1', 'all', '-1'] as const) ?? '1';
-  rejectIdempotence(p);
+  const idem = idempotenceParams(p);
   const message = p.str('message', { required: true, allowEmpty: true }) as string;
   const key = keyStr ? Buffer.from(keyStr, 'utf8') : null;
   const value = Buffer.from(message, 'utf8');
   checkRecordSize(b, value.length + (key?.length ?? 0));
   const partition = topic.partition(topic.choosePartition(explicit, key));
-  const appended = partition.append([{ key, value }]);
+  const appended = idem
+    ? partition.appendIdempotent([{ key, value, producerId: idem.producerId, epoch: idem.epoch, sequence: idem.seqNum }], {
+        producerId: idem.producerId,
+        epoch: idem.epoch,
+        firstSequence: idem.seqNum,
+        lastSequence: idem.seqNum,
+      })
+    : partition.append([{ key, value }]);
   countIn(b, topic.name, 1, value.length);
   if (acks === '0') {
     appended.catch((err) => b.logger.warn({ err, topic: topic.name }, 'acks=0 append failed'));
@@ -261,14 +296,15 @@ function startAppend(
   // the wire bytes (the same stored bytes as the records below would give). Header keys that are not
   // valid UTF-8 take the decoding path, which stores them as decoded strings.
   const scan = scanBatch(body, { extensions: ext });
-  if (scan.verbatim) return startWireAppend(b, scan);
+  // Idempotent batches take the decoding path: their records keep producer id, epoch and sequence.
+  if (scan.verbatim && !scan.idempotent) return startWireAppend(b, scan);
   const batch: Batch = decodeBatch(body, { extensions: ext });
-  if (batch.idempotent) throw new TributaryError('invalid_batch', { reason: 'idempotent batches are not supported by this broker version' });
   const topic = b.topics.get(batch.topic);
   refuseInternal(topic.name);
   const records = batch.records;
   const n = records.length;
   if (n === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
+  const idem = batch.idempotent ? batchIdempotence(batch) : undefined;
   // The decoded records go to the log as they are (a BatchRecord is a RecordInput), without copying:
   // - only key, value, timestamp and headers come from the producer; the other fields are reset to the
   //   log's defaults here (the same values the log uses when a RecordInput leaves them out);
@@ -286,15 +322,20 @@ function startAppend(
     checkRecordSize(b, size + (r.key === null ? 0 : r.key.length));
     bytes += size;
     if (r.timestamp < 0) r.timestamp = 0;
-    r.producerId = '';
-    r.epoch = -1;
-    r.sequence = -1;
+    if (idem) {
+      // Stored as sent (producer id and epoch validated above); sequences numbered from the batch header.
+      r.sequence = idem.firstSequence + i;
+    } else {
+      r.producerId = '';
+      r.epoch = -1;
+      r.sequence = -1;
+    }
     r.attributes = 0;
     if (r.headers.length === 0) r.headers = NO_HEADERS;
   }
   // partition -1: the broker picks one partition for the whole batch (first record's key, else round-robin).
   const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, records[0]!.key));
-  const appended = partition.append(records);
+  const appended = idem ? partition.appendIdempotent(records, idem) : partition.append(records);
   countIn(b, topic.name, n, bytes);
   return { partition, appended, count: n, acks: batch.acks, topic: topic.name };
 }
@@ -304,7 +345,6 @@ function startWireAppend(
   b: BrokerContext,
   batch: ScannedBatch,
 ): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string } {
-  if (batch.idempotent) throw new TributaryError('invalid_batch', { reason: 'idempotent batches are not supported by this broker version' });
   const topic = b.topics.get(batch.topic);
   refuseInternal(topic.name);
   const n = batch.count;

@@ -3,6 +3,28 @@ import { RecordAttr } from '../protocol/record.js';
 import { TributaryError } from '../protocol/errors.js';
 import type { ScannedBatch } from '../protocol/batch.js';
 import type { PartitionLog } from '../storage/partition-log.js';
+import { ATTR_END_OF_APPEND } from '../storage/record-codec.js';
+import { open, readFile, rename } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type AppendOffsets, type CheckResult, type ProducerSnapshot, ProducerStateTable } from './producer-state.js';
+
+/** Idempotent producer state of a partition, as of an offset (see loadProducerState). */
+export const PRODUCER_SNAPSHOT_FILE = 'producer.snapshot';
+/** How often a changed producer state is written to the snapshot (bounds the replay after a crash). */
+const SNAPSHOT_INTERVAL_MS = 10_000;
+/** Producers idle this long are forgotten (their next batch must start a new epoch or sequence 0). */
+export const PRODUCER_ID_EXPIRATION_MS = 7 * 24 * 60 * 60 * 1000;
+
+export interface IdempotentBatch {
+  producerId: string;
+  epoch: number;
+  firstSequence: number;
+  lastSequence: number;
+}
+
+export interface IdempotentAppend extends AppendOffsets {
+  duplicate: boolean;
+}
 
 export type Isolation = 'read_committed' | 'read_uncommitted';
 
@@ -25,6 +47,13 @@ interface Waiter {
 export class Partition {
   private waiters = new Set<Waiter>();
   private closed = false;
+  /** Idempotent producer state; null until loaded (loadProducerState runs from the constructor). */
+  private producers: ProducerStateTable | null = null;
+  private producersError: Error | null = null;
+  private readonly producersReady: Promise<void>;
+  private snapshotVersion = -1;
+  private snapshotWrite: Promise<void> = Promise.resolve();
+  private snapshotTimer: NodeJS.Timeout | null = null;
 
   constructor(
     readonly topic: string,
@@ -33,6 +62,14 @@ export class Partition {
   ) {
     // Everything that survived recovery is on disk, hence durable as far as a restart can tell.
     if (log.highWatermark < log.logEndOffset) log.setHighWatermark(log.logEndOffset);
+    this.producersReady = this.loadProducerState().then(
+      (t) => {
+        this.producers = t;
+      },
+      (err: unknown) => {
+        this.producersError = err instanceof Error ? err : new Error(String(err));
+      },
+    );
   }
 
   get earliest(): number {
@@ -61,6 +98,147 @@ export class Partition {
   async appendWire(batch: ScannedBatch): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
     if (this.closed) throw new TributaryError('shutting_down');
     return this.appended(await this.log.appendWire(batch));
+  }
+
+  /**
+   * An idempotent append: the state check and the append happen in one synchronous step (appends of a
+   * partition are queued in call order), so a duplicate of a pending batch waits for that append's result.
+   * A duplicate resolves with the original offsets and `duplicate: true`; errors: stale_producer_epoch,
+   * out_of_order_sequence.
+   */
+  appendIdempotent(records: RecordInput[], b: IdempotentBatch): Promise<IdempotentAppend> {
+    if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
+    if (this.producers === null && this.producersError === null) {
+      // Still rebuilding (just opened): queue behind it; then-callbacks run in call order, so order holds.
+      return this.producersReady.then(() => this.appendIdempotent(records, b));
+    }
+    if (this.producersError)
+      return Promise.reject(new TributaryError('storage_error', { reason: `producer state unavailable: ${this.producersError.message}` }));
+    const table = this.producers!;
+    let check: CheckResult;
+    try {
+      check = table.check(b.producerId, b.epoch, b.firstSequence, b.lastSequence);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (check.kind === 'duplicate') {
+      const e = check.entry;
+      if (e.result) return e.result.then((r) => ({ ...r, duplicate: true }));
+      return Promise.resolve({ baseOffset: e.baseOffset, lastOffset: e.lastOffset, timestamp: e.timestamp, duplicate: true });
+    }
+    const entry = table.begin(b.producerId, b.epoch, b.firstSequence, b.lastSequence, Date.now());
+    const result = this.log.append(records).then(
+      (res) => {
+        table.complete(entry, res);
+        return this.appended(res);
+      },
+      (err: unknown) => {
+        table.abort(b.producerId, entry);
+        throw err;
+      },
+    );
+    entry.result = result;
+    return result.then((r) => ({ baseOffset: r.baseOffset, lastOffset: r.lastOffset, timestamp: r.timestamp, duplicate: false }));
+  }
+
+  /** The producer state (for tests and inspection); undefined until loaded. */
+  producerState(): ProducerStateTable | undefined {
+    return this.producers ?? undefined;
+  }
+
+  /** Resolves once the producer state is rebuilt (or failed to). */
+  whenProducerStateReady(): Promise<void> {
+    return this.producersReady;
+  }
+
+  /**
+   * Rebuild: the snapshot (state as of an offset), then every append after it up to the current log end.
+   * Without a snapshot (a log from before idempotent producers, or a crash before the first snapshot),
+   * the scan starts at the last segment. The state is then snapshotted right away and on a timer.
+   */
+  private async loadProducerState(): Promise<ProducerStateTable> {
+    const path = join(this.log.dir, PRODUCER_SNAPSHOT_FILE);
+    let table = new ProducerStateTable();
+    let from: number;
+    let loaded = false;
+    try {
+      const snap = JSON.parse(await readFile(path, 'utf8')) as ProducerSnapshot;
+      table = ProducerStateTable.fromSnapshot(snap);
+      from = snap.offset;
+      loaded = true;
+      // The log ends before the snapshot (a torn tail cut by recovery): those batches are not in it.
+      if (from > this.log.logEndOffset) {
+        table.truncate(this.log.logEndOffset);
+        loaded = false;
+      }
+    } catch {
+      table = new ProducerStateTable();
+      const segs = this.log.segmentInfos();
+      from = segs[segs.length - 1]!.baseOffset;
+    }
+    from = Math.max(from, this.log.logStartOffset);
+    const end = this.log.logEndOffset;
+    let run: { id: string; epoch: number; firstSeq: number; base: number } | null = null;
+    let offset = Math.min(from, end);
+    const scanned = offset < end;
+    while (offset < end) {
+      // Retention may have removed the segment being scanned: what it held is gone from the log anyway.
+      if (offset < this.log.logStartOffset) offset = this.log.logStartOffset;
+      const recs = await this.log.read(offset, { maxRecords: 10_000, maxBytes: 8 * 1024 * 1024, maxOffset: end, keepAppendMarker: true });
+      if (recs.length === 0) break;
+      for (const r of recs) {
+        if (r.producerId !== '' && r.sequence >= 0) {
+          if (!run || run.id !== r.producerId || run.epoch !== r.epoch) run = { id: r.producerId, epoch: r.epoch, firstSeq: r.sequence, base: r.offset };
+          if ((r.attributes & ATTR_END_OF_APPEND) !== 0) {
+            table.replay(run.id, run.epoch, run.firstSeq, r.sequence, run.base, r.offset, r.timestamp);
+            run = null;
+          }
+        } else {
+          run = null;
+        }
+      }
+      offset = recs[recs.length - 1]!.offset + 1;
+    }
+    table.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
+    if (!this.closed) {
+      if (scanned || !loaded) await this.writeSnapshot(table, end);
+      else this.snapshotVersion = table.version;
+      this.snapshotTimer = setInterval(() => {
+        if (this.producers && this.producers.version !== this.snapshotVersion) {
+          this.producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
+          void this.writeSnapshot(this.producers, this.log.highWatermark).catch(() => {});
+        }
+      }, SNAPSHOT_INTERVAL_MS);
+      this.snapshotTimer.unref();
+    }
+    return table;
+  }
+
+  /** Writes the snapshot atomically (tmp + fsync + rename); writes are serialized. */
+  private writeSnapshot(table: ProducerStateTable, offset: number): Promise<void> {
+    const version = table.version;
+    const data = JSON.stringify(table.snapshot(offset));
+    const path = join(this.log.dir, PRODUCER_SNAPSHOT_FILE);
+    const run = async () => {
+      const tmp = `${path}.tmp`;
+      const fh = await open(tmp, 'w');
+      try {
+        await fh.writeFile(data);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      await rename(tmp, path);
+      this.snapshotVersion = version;
+    };
+    const p = this.snapshotWrite.then(run, run);
+    this.snapshotWrite = p.catch(() => {});
+    return p;
+  }
+
+  private stopSnapshots(): void {
+    if (this.snapshotTimer) clearInterval(this.snapshotTimer);
+    this.snapshotTimer = null;
   }
 
   private appended(res: { baseOffset: number; lastOffset: number; timestamp: number }): { baseOffset: number; lastOffset: number; timestamp: number } {
@@ -145,12 +323,19 @@ export class Partition {
   async close(): Promise<void> {
     this.closed = true;
     for (const w of this.waiters) w.wake();
+    this.stopSnapshots();
+    await this.producersReady;
     await this.log.close();
+    // After the log is flushed: the state then covers every append up to the log end.
+    if (this.producers) await this.writeSnapshot(this.producers, this.log.logEndOffset).catch(() => {});
   }
 
   async destroy(): Promise<void> {
     this.closed = true;
     for (const w of this.waiters) w.wake();
+    this.stopSnapshots();
+    await this.producersReady;
+    await this.snapshotWrite;
     await this.log.destroy();
   }
 

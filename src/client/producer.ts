@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { type Acks, type BatchRecord, encodeBatch } from '../protocol/batch.js';
 import { isErrorReply, parseError } from '../protocol/command.js';
@@ -68,7 +69,11 @@ export interface ProducerOptions {
   tls?: import('node:tls').ConnectionOptions;
   /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
   auth?: import('./connection.js').AuthOptions;
-  /** Not available yet: refused at construction. */
+  /**
+   * Idempotent producing: the producer gets a random id, numbers each partition's records, and the broker
+   * answers a retried batch it already appended with the original offsets instead of appending it again,
+   * so retries never duplicate. Needs `maxInFlightPerPartition` <= 5 and `acks` 1 or "all".
+   */
   idempotent?: boolean;
 }
 
@@ -92,6 +97,9 @@ const DEFAULTS = {
   maxInFlightPerPartition: 5,
   requestTimeoutMs: 30_000,
 };
+
+ /** The broker remembers this many batches per producer and partition for duplicate detection. */
+export const MAX_IDEMPOTENT_IN_FLIGHT = 5;
 
 const ID_RE = /^[A-Za-z0-9._-]{1,200}$/;
 
@@ -126,7 +134,12 @@ export function validateProducerOptions(o: ProducerOptions): void {
   checkInt(r, 'requestTimeoutMs', 1);
   if (o.retry !== undefined && (o.retry === null || typeof o.retry !== 'object')) throw configError('retry', 'must be an object');
   if (o.idempotent !== undefined && typeof o.idempotent !== 'boolean') throw configError('idempotent', 'must be a boolean');
-  if (o.idempotent === true) throw configError('idempotent', 'idempotent producers need broker support that arrives with transactions');
+  if (o.idempotent === true) {
+    if (o.maxInFlightPerPartition !== undefined && o.maxInFlightPerPartition > MAX_IDEMPOTENT_IN_FLIGHT) {
+      throw configError('maxInFlightPerPartition', `at most ${MAX_IDEMPOTENT_IN_FLIGHT} with idempotent: true`);
+    }
+    if (o.acks === 0) throw configError('acks', 'idempotent: true needs acks 1 or "all"');
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -218,6 +231,9 @@ export class ProducerBatch {
   completed = false;
   timer: NodeJS.Timeout | undefined;
   startedAt = 0;
+  /** Idempotent producers: the sequence of the first record and the epoch, assigned once at first send (-1: none). */
+  firstSequence = -1;
+  epoch = -1;
   /** Resolves (never rejects) once the batch is acknowledged or failed for good. */
   readonly done: Promise<void>;
   markDone!: () => void;
@@ -246,6 +262,11 @@ export interface PartitionQueue {
   retryChain: Promise<void>;
   pumping: boolean;
   again: boolean;
+  /** Idempotent producers: the next batch's first sequence and the epoch of this partition. */
+  nextSequence: number;
+  epoch: number;
+  /** A numbered batch failed for good: the next batch starts a new epoch at sequence 0. */
+  bumpEpoch: boolean;
 }
 
 export interface AccumulatorLimits {
@@ -267,7 +288,19 @@ export class RecordAccumulator {
     const k = `${partition}:${topic}`;
     let q = this.queues.get(k);
     if (!q) {
-      q = { topic, partition, batches: [], inFlight: new Set(), retrying: 0, retryChain: Promise.resolve(), pumping: false, again: false };
+      q = {
+        topic,
+        partition,
+        batches: [],
+        inFlight: new Set(),
+        retrying: 0,
+        retryChain: Promise.resolve(),
+        pumping: false,
+        again: false,
+        nextSequence: 0,
+        epoch: 0,
+        bumpEpoch: false,
+      };
       this.queues.set(k, q);
     }
     return q;
@@ -402,11 +435,14 @@ interface BatchAck {
  * Delivery is at least once. A batch that fails with a retriable error (NOT_LEADER, a lost connection,
  * a timeout) is sent again through the retry module (exponential backoff with jitter); NOT_LEADER
  * updates the leader cache first. Retries of a partition run one at a time in send order and hold back
- * its newer batches, so a retry does not overtake. Without idempotence (which needs broker support that
- * arrives with transactions) a batch whose reply was lost, but which the broker had appended, is
- * appended again when it is retried: a retry may DUPLICATE records. And with
- * `maxInFlightPerPartition` > 1, a batch that failed while a later one succeeded is written after
- * that later one: use `maxInFlightPerPartition: 1` when even that reordering matters.
+ * its newer batches, so a retry does not overtake. Without idempotence a batch whose reply was lost,
+ * but which the broker had appended, is appended again when it is retried: a retry may DUPLICATE
+ * records. And with `maxInFlightPerPartition` > 1, a batch that failed while a later one succeeded is
+ * written after that later one: use `maxInFlightPerPartition: 1` when even that reordering matters.
+ * With `idempotent: true` batches carry this producer's id, an epoch and per-partition sequence
+ * numbers (assigned once, at first send): the broker answers a batch it already has with the original
+ * offsets, and refuses a batch that would skip ahead of a failed one (out_of_order_sequence), so
+ * retries neither duplicate nor reorder.
  */
 export class Producer extends TypedEmitter<ProducerEvents> {
   readonly options: {
@@ -420,7 +456,10 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     maxInFlightPerPartition: number;
     requestTimeoutMs: number;
     retry: RetryOptions;
+    idempotent: boolean;
   };
+  /** Idempotent producers: this producer's id (a random UUID); '' otherwise. */
+  readonly producerId: string;
   private readonly cluster: Cluster;
   private readonly accumulator: RecordAccumulator;
   private readonly wireAcks: Acks;
@@ -450,7 +489,9 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       maxInFlightPerPartition: options.maxInFlightPerPartition ?? DEFAULTS.maxInFlightPerPartition,
       requestTimeoutMs: options.requestTimeoutMs ?? DEFAULTS.requestTimeoutMs,
       retry: options.retry ?? {},
+      idempotent: options.idempotent ?? false,
     };
+    this.producerId = this.options.idempotent ? randomUUID() : '';
     this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls, auth: options.auth });
     this.accumulator = new RecordAccumulator({ maxBatchBytes: this.options.maxBatchBytes, maxBatchRecords: this.options.maxBatchRecords });
     this.wireAcks = this.options.acks === 0 ? '0' : this.options.acks === 1 ? '1' : 'all';
@@ -672,14 +713,14 @@ export class Producer extends TypedEmitter<ProducerEvents> {
           // No route to the leader: the head batch takes the failure (and its retries), the rest wait behind it.
           const [head] = this.accumulator.takeReady(q, Math.min(max, q.inFlight.size + 1));
           if (head) {
-            this.startBatch(head);
+            this.startBatch(head, q);
             this.onAttemptFailure(q, head, err);
           }
           continue;
         }
         // Written synchronously one after another: the connection keeps them in this order.
         for (const b of this.accumulator.takeReady(q, max)) {
-          this.startBatch(b);
+          this.startBatch(b, q);
           this.transmit(conn, b).then(
             (ack) => this.complete(q, b, null, ack),
             (err) => this.onAttemptFailure(q, b, err),
@@ -692,7 +733,24 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     }
   }
 
-  private startBatch(b: ProducerBatch): void {
+  private startBatch(b: ProducerBatch, q: PartitionQueue): void {
+    if (this.options.idempotent && b.firstSequence < 0) {
+      // Numbered once, in send order; a retry sends the same numbers (that is what makes it detectable).
+      if (q.bumpEpoch) {
+        q.bumpEpoch = false;
+        q.epoch++;
+        q.nextSequence = 0;
+      }
+      b.firstSequence = q.nextSequence;
+      b.epoch = q.epoch;
+      q.nextSequence += b.records.length;
+      for (let i = 0; i < b.records.length; i++) {
+        const r = b.records[i]!;
+        r.producerId = this.producerId;
+        r.epoch = b.epoch;
+        r.sequence = b.firstSequence + i;
+      }
+    }
     b.dispatched = true;
     b.startedAt = Date.now();
     if (b.timer) {
@@ -707,7 +765,17 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       throw new TributaryError('UNSUPPORTED_FEATURE', { feature: 'record_extensions_v1', reason: 'the broker cannot carry record headers or timestamps' });
     }
     const frame = encodeBatch(
-      { topic: b.topic, partition: b.partition, acks: this.wireAcks, idempotent: false, firstSequence: 0, lastSequence: 0, records: b.records },
+      b.firstSequence >= 0
+        ? {
+            topic: b.topic,
+            partition: b.partition,
+            acks: this.wireAcks,
+            idempotent: true,
+            firstSequence: b.firstSequence,
+            lastSequence: b.firstSequence + b.records.length - 1,
+            records: b.records,
+          }
+        : { topic: b.topic, partition: b.partition, acks: this.wireAcks, idempotent: false, firstSequence: 0, lastSequence: 0, records: b.records },
       { extensions: conn.extensions },
     );
     const request = conn.request(frame);
@@ -749,19 +817,27 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       this.partitionCounts.delete(q.topic);
       this.cluster.invalidateMetadata(q.topic);
     }
-    if (!isRetriable(err) || this.root.signal.aborted) {
+    // Idempotent: a batch refused for a gap while an earlier batch of the partition is still being
+    // retried was sent ahead of it; resent after that one (the retry chain keeps send order), it fits.
+    const behind =
+      b.firstSequence >= 0 &&
+      err instanceof TributaryError &&
+      err.code === 'out_of_order_sequence' &&
+      [...q.inFlight].some((o) => o !== b && !o.completed && o.epoch === b.epoch && o.firstSequence >= 0 && o.firstSequence < b.firstSequence);
+    if ((!isRetriable(err) && !behind) || this.root.signal.aborted) {
       this.complete(q, b, this.root.signal.aborted ? new TributaryError('client_closed') : (err as Error));
       return;
     }
     q.retrying++;
-    q.retryChain = q.retryChain.then(() => this.retryBatch(q, b, err));
+    q.retryChain = q.retryChain.then(() => this.retryBatch(q, b, err, behind));
   }
 
-  private async retryBatch(q: PartitionQueue, b: ProducerBatch, first: unknown): Promise<void> {
+  private async retryBatch(q: PartitionQueue, b: ProducerBatch, first: unknown, immediate = false): Promise<void> {
     try {
       const ack = await retry(
         async (attempt) => {
-          if (attempt === 0) throw first; // the attempt that already failed: retry() backs off before the next
+          // The attempt that already failed: retry() backs off before the next (unless it is to be resent now).
+          if (attempt === 0 && !immediate) throw first;
           try {
             const conn = await this.cluster.connection(await this.cluster.leaderFor(q.topic, q.partition, this.root.signal), this.root.signal);
             return await this.transmit(conn, b);
@@ -795,6 +871,8 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     if (b.timer) clearTimeout(b.timer);
     q.inFlight.delete(b);
     const durationMs = b.startedAt > 0 ? Date.now() - b.startedAt : 0;
+    // Its numbers may or may not have reached the log: the partition continues in a new epoch.
+    if (err && b.firstSequence >= 0 && b.epoch === q.epoch) q.bumpEpoch = true;
     if (err) {
       for (const s of b.sinks) s.sink.settle(s.index, err);
       if (this.listenerCount('error') > 0) this.emit('error', { error: err, topic: b.topic, partition: b.partition, records: b.records.length });

@@ -73,6 +73,11 @@ export interface ReadOptions {
   maxBytes: number;
   /** Exclusive upper bound, e.g. the high watermark. */
   maxOffset?: number;
+  /**
+   * Read from disk and keep ATTR_END_OF_APPEND in `attributes` (the last record of each append), e.g. to
+   * rebuild per-append state such as idempotent producer batches. Not for serving consumers.
+   */
+  keepAppendMarker?: boolean;
 }
 
 export interface SegmentInfo {
@@ -977,6 +982,7 @@ export class PartitionLog {
     const maxRecords = opts.maxRecords;
     const maxBytes = opts.maxBytes;
     if (offset >= limit || !(maxRecords >= 1)) return [];
+    if (opts.keepAppendMarker) return this.readFromDisk(offset, limit, maxRecords, maxBytes, true);
     const cached = this.cache.read(offset, limit, maxRecords, maxBytes);
     if (cached) return cached;
     return this.readFromDisk(offset, limit, maxRecords, maxBytes);
@@ -1018,7 +1024,7 @@ export class PartitionLog {
     return found < 0 ? null : segs[found];
   }
 
-  private async readFromDisk(offset: number, limit: number, maxRecords: number, maxBytes: number): Promise<LogRecord[]> {
+  private async readFromDisk(offset: number, limit: number, maxRecords: number, maxBytes: number, keepMarker = false): Promise<LogRecord[]> {
     const out: LogRecord[] = [];
     let bytes = 0;
     let next = offset;
@@ -1081,7 +1087,7 @@ export class PartitionLog {
             done = true;
             break;
           }
-          rec.attributes &= USER_ATTR_MASK;
+          if (!keepMarker) rec.attributes &= USER_ATTR_MASK;
           out.push(rec);
           bytes += r.size;
           next = rec.offset + 1;

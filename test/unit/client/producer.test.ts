@@ -68,12 +68,11 @@ describe('producer options', () => {
     expect(err.retriable).toBe(false);
   });
 
-  it('refuses idempotent: true until the broker supports it', () => {
-    const err = configError({ idempotent: true });
-    expect(err.code).toBe('invalid_config');
-    expect(err.fields).toEqual({ option: 'idempotent', reason: 'idempotent producers need broker support that arrives with transactions' });
-    expect(err.message).toContain('idempotent producers need broker support that arrives with transactions');
+  it('accepts idempotent: true with at most 5 batches in flight and acks 1 or all', () => {
+    expect(() => validateProducerOptions({ brokers: BROKERS, idempotent: true })).not.toThrow();
     expect(() => validateProducerOptions({ brokers: BROKERS, idempotent: false })).not.toThrow();
+    expect(configError({ idempotent: true, maxInFlightPerPartition: 6 }).fields.option).toBe('maxInFlightPerPartition');
+    expect(configError({ idempotent: true, acks: 0 }).fields.option).toBe('acks');
   });
 
   it('accepts every acks value', () => {

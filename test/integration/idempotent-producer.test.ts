@@ -1,0 +1,180 @@
+/**
+ * Idempotent producers against a real broker: PUBLISH with producerId/epoch/seqNum and idempotent batch
+ * frames are deduplicated (answered with the original offsets, nothing appended), gaps and stale epochs
+ * are refused and change nothing, the state survives a graceful restart, and the SDK producer with
+ * `idempotent: true` retries a batch whose reply was lost without writing it twice.
+ */
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Connection } from '../../src/client/connection.js';
+import { Producer } from '../../src/client/producer.js';
+import type { Batch } from '../../src/protocol/batch.js';
+import { parseLine } from '../../src/protocol/command.js';
+import { BrokerProcess } from '../helpers/launcher.js';
+
+const ARGS = ['--offsets-topic-partitions', '1'];
+
+function idemBatch(topic: string, partition: number, pid: string, epoch: number, first: number, values: string[]): Batch {
+  return {
+    topic,
+    partition,
+    acks: '1',
+    idempotent: true,
+    firstSequence: first,
+    lastSequence: first + values.length - 1,
+    records: values.map((v, i) => ({
+      offset: 0,
+      sequence: first + i,
+      producerId: pid,
+      key: null,
+      epoch,
+      value: Buffer.from(v),
+      timestamp: 0,
+      attributes: 0,
+      headers: [],
+    })),
+  };
+}
+
+async function leo(c: Connection, topic: string, partition: number): Promise<number> {
+  const csv = parseLine(await c.command('LIST_OFFSETS', { topic, partition })).params.get('offsets')!;
+  return Number(/leo=(\d+)/.exec(csv)![1]);
+}
+
+describe('idempotent producers', () => {
+  let broker: BrokerProcess;
+  let c: Connection;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ARGS });
+    c = await broker.connect();
+    await c.command('CREATE', { topic: 'idem', partitions: 2 });
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  it('PUBLISH: a duplicate gets the original offset and is not appended; gaps and stale epochs are refused', async () => {
+    const pub = (seqNum: number, epoch = 0, message = `m${seqNum}`) =>
+      c.json<{ offset: number; partition: number }>('PUBLISH', { topic: 'idem', partition: 0, producerId: 'pub-1', epoch, seqNum, message });
+    await c.command('PUBLISH', { topic: 'idem', partition: 0, message: 'plain' });
+    const first = await pub(0);
+    expect(first).toMatchObject({ partition: 0, offset: 1 });
+    expect((await pub(1)).offset).toBe(2);
+    expect(await pub(0)).toMatchObject({ partition: 0, offset: 1 }); // earlier in-window duplicate
+    expect((await pub(1)).offset).toBe(2);
+    expect(await leo(c, 'idem', 0)).toBe(3);
+    await expect(pub(3)).rejects.toMatchObject({ code: 'out_of_order_sequence' });
+    await expect(c.command('PUBLISH', { topic: 'idem', partition: 0, producerId: 'pub-1', epoch: 0, message: 'x' })).rejects.toMatchObject({
+      code: 'invalid_parameter',
+    });
+    // a new epoch restarts at 0 and fences the old one
+    expect((await pub(0, 1, 'e1')).offset).toBe(3);
+    await expect(pub(2, 0)).rejects.toMatchObject({ code: 'stale_producer_epoch' });
+    expect(await leo(c, 'idem', 0)).toBe(4);
+    const recs = (await c.consume({ topic: 'idem', partition: 0, offset: 0, batch: 100 })).records;
+    expect(recs.map((r) => r.value.toString())).toEqual(['plain', 'm0', 'm1', 'e1']);
+  });
+
+  it('batch frames: a retried batch gets the original reply; overlaps, gaps and stale epochs change nothing', async () => {
+    const a = await c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 0, ['a', 'b', 'c']));
+    const b = await c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 3, ['d', 'e']));
+    expect(a).toEqual({ status: 'OK', partition: 1, base_offset: 0, last_offset: 2, count: 3 });
+    expect(await c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 0, ['a', 'b', 'c']))).toEqual(a);
+    expect(await c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 3, ['d', 'e']))).toEqual(b);
+    // pipelined duplicates of a new batch: one append, the same reply
+    const [x, y] = await Promise.all([c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 5, ['f'])), c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 5, ['f']))]);
+    expect(y).toEqual(x);
+    expect(x.base_offset).toBe(5);
+    await expect(c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 4, ['e', 'f']))).rejects.toMatchObject({ code: 'out_of_order_sequence' });
+    await expect(c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 9, ['z']))).rejects.toMatchObject({ code: 'out_of_order_sequence' });
+    const bad = idemBatch('idem', 1, 'bat-1', 0, 6, ['g', 'h']);
+    bad.lastSequence = 9;
+    await expect(c.produceBatch(bad)).rejects.toMatchObject({ code: 'invalid_batch' });
+    await c.produceBatch(idemBatch('idem', 1, 'bat-1', 2, 0, ['new-epoch']));
+    await expect(c.produceBatch(idemBatch('idem', 1, 'bat-1', 1, 0, ['old']))).rejects.toMatchObject({ code: 'stale_producer_epoch' });
+    expect(await leo(c, 'idem', 1)).toBe(7);
+    const recs = (await c.consume({ topic: 'idem', partition: 1, offset: 0, batch: 100 })).records;
+    expect(recs.map((r) => r.value.toString())).toEqual(['a', 'b', 'c', 'd', 'e', 'f', 'new-epoch']);
+  });
+
+  it('keeps the state across a graceful restart', async () => {
+    await c.command('CREATE', { topic: 'idem-r', partitions: 1 });
+    const a = await c.produceBatch(idemBatch('idem-r', 0, 'rs-1', 0, 0, ['a', 'b']));
+    await broker.restart();
+    c = await broker.connect();
+    expect(await c.produceBatch(idemBatch('idem-r', 0, 'rs-1', 0, 0, ['a', 'b']))).toEqual(a);
+    await expect(c.produceBatch(idemBatch('idem-r', 0, 'rs-1', 0, 5, ['x']))).rejects.toMatchObject({ code: 'out_of_order_sequence' });
+    expect((await c.produceBatch(idemBatch('idem-r', 0, 'rs-1', 0, 2, ['c']))).base_offset).toBe(2);
+    expect(await leo(c, 'idem-r', 0)).toBe(3);
+  });
+});
+
+describe('SDK producer with idempotent: true', () => {
+  let broker: BrokerProcess;
+  let proxy: net.Server;
+  let admin: Connection;
+  /** Drop the client side of the next connection that carries a produce batch, right after forwarding it. */
+  let dropNextBatch = 0;
+
+  beforeAll(async () => {
+    proxy = net.createServer((client) => {
+      const upstream = net.connect(broker.port, '127.0.0.1');
+      let buf = Buffer.alloc(0);
+      client.on('data', (d: Buffer) => {
+        upstream.write(d);
+        buf = Buffer.concat([buf, d]);
+        // Frames: u32 length + body; a batch body starts with the batch magic 0xba7c.
+        while (buf.length >= 4 && buf.length >= 4 + buf.readUInt32BE(0)) {
+          const body = buf.subarray(4, 4 + buf.readUInt32BE(0));
+          buf = buf.subarray(4 + body.length);
+          if (body.length >= 2 && body.readUInt16BE(0) === 0xba7c && dropNextBatch > 0) {
+            dropNextBatch--;
+            client.destroy(); // the broker appends; the reply is lost
+            setTimeout(() => upstream.destroy(), 500);
+            return;
+          }
+        }
+      });
+      upstream.on('data', (d: Buffer) => {
+        if (!client.destroyed) client.write(d);
+      });
+      client.on('error', () => upstream.destroy());
+      upstream.on('error', () => client.destroy());
+      client.on('close', () => setTimeout(() => upstream.destroy(), 500));
+      upstream.on('close', () => client.destroy());
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    const proxyPort = (proxy.address() as net.AddressInfo).port;
+    broker = await BrokerProcess.start({ args: [...ARGS, '--advertised-host', '127.0.0.1', '--advertised-port', String(proxyPort)] });
+    admin = await broker.connect();
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+    await new Promise<void>((r) => proxy?.close(() => r()));
+  });
+
+  it('retries a batch whose reply was lost without writing it twice', async () => {
+    await admin.command('CREATE', { topic: 'sdk-idem', partitions: 1 });
+    const proxyAddr = `127.0.0.1:${(proxy.address() as net.AddressInfo).port}`;
+    const p = new Producer({ brokers: [proxyAddr], idempotent: true, lingerMs: 0, retry: { initialDelayMs: 20, maxDelayMs: 50 } });
+    let retries = 0;
+    p.on('retry', () => retries++);
+    try {
+      await p.send({ topic: 'sdk-idem', messages: [{ value: 'warm-up' }] });
+      dropNextBatch = 1;
+      const meta = await p.send({ topic: 'sdk-idem', messages: [{ value: 'one' }, { value: 'two' }, { value: 'three' }] });
+      expect(meta.map((m) => m.offset)).toEqual([1, 2, 3]);
+      expect(retries).toBeGreaterThanOrEqual(1);
+      const sent = await Promise.all(Array.from({ length: 20 }, (_, i) => p.send({ topic: 'sdk-idem', messages: [{ value: `n${i}` }] })));
+      expect(sent.map((m) => m[0]!.offset)).toEqual(Array.from({ length: 20 }, (_, i) => 4 + i));
+    } finally {
+      await p.close();
+    }
+    const recs = (await admin.consume({ topic: 'sdk-idem', partition: 0, offset: 0, batch: 1000 })).records;
+    expect(recs.map((r) => r.value.toString())).toEqual(['warm-up', 'one', 'two', 'three', ...Array.from({ length: 20 }, (_, i) => `n${i}`)]);
+    expect(recs.every((r) => r.producerId === p.producerId)).toBe(true);
+  });
+});

@@ -1,0 +1,180 @@
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Partition, PRODUCER_SNAPSHOT_FILE } from '../../../src/broker/partition.js';
+import { PRODUCER_WINDOW, ProducerStateTable } from '../../../src/broker/producer-state.js';
+import { TributaryError } from '../../../src/protocol/errors.js';
+import { PartitionLog } from '../../../src/storage/partition-log.js';
+
+/** check + begin + complete, as Partition does around an append at `base`. */
+function append(t: ProducerStateTable, id: string, epoch: number, first: number, last: number, base: number) {
+  const c = t.check(id, epoch, first, last);
+  expect(c.kind).toBe('append');
+  const e = t.begin(id, epoch, first, last, 1000);
+  t.complete(e, { baseOffset: base, lastOffset: base + last - first, timestamp: 5 });
+}
+
+function code(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(TributaryError);
+    return (err as TributaryError).code;
+  }
+  throw new Error('did not throw');
+}
+
+describe('ProducerStateTable', () => {
+  it('accepts a new producer at sequence 0 only, then consecutive batches', () => {
+    const t = new ProducerStateTable();
+    expect(code(() => t.check('p', 0, 3, 3))).toBe('out_of_order_sequence');
+    append(t, 'p', 0, 0, 2, 10);
+    append(t, 'p', 0, 3, 3, 20);
+    expect(t.describe('p')).toEqual({ epoch: 0, lastSeq: 3 });
+  });
+
+  it('answers a duplicate of the last batch and of an earlier in-window batch with the original offsets', () => {
+    const t = new ProducerStateTable();
+    append(t, 'p', 0, 0, 1, 100);
+    append(t, 'p', 0, 2, 4, 200);
+    append(t, 'p', 0, 5, 5, 300);
+    const last = t.check('p', 0, 5, 5);
+    expect(last.kind === 'duplicate' && [last.entry.baseOffset, last.entry.lastOffset]).toEqual([300, 300]);
+    const earlier = t.check('p', 0, 0, 1);
+    expect(earlier.kind === 'duplicate' && [earlier.entry.baseOffset, earlier.entry.lastOffset]).toEqual([100, 101]);
+    const mid = t.check('p', 0, 2, 4);
+    expect(mid.kind === 'duplicate' && [mid.entry.baseOffset, mid.entry.lastOffset]).toEqual([200, 202]);
+  });
+
+  it('remembers only the last PRODUCER_WINDOW batches', () => {
+    const t = new ProducerStateTable();
+    for (let i = 0; i <= PRODUCER_WINDOW; i++) append(t, 'p', 0, i, i, i);
+    expect(code(() => t.check('p', 0, 0, 0))).toBe('out_of_order_sequence');
+    expect(t.check('p', 0, 1, 1).kind).toBe('duplicate');
+  });
+
+  it('refuses gaps and overlaps that are not an exact duplicate', () => {
+    const t = new ProducerStateTable();
+    append(t, 'p', 0, 0, 4, 0);
+    expect(code(() => t.check('p', 0, 6, 6))).toBe('out_of_order_sequence'); // gap
+    expect(code(() => t.check('p', 0, 3, 6))).toBe('out_of_order_sequence'); // overlap
+    expect(code(() => t.check('p', 0, 0, 2))).toBe('out_of_order_sequence'); // part of a batch
+    expect(t.check('p', 0, 5, 6).kind).toBe('append');
+  });
+
+  it('fences a lower epoch; a higher epoch restarts at sequence 0', () => {
+    const t = new ProducerStateTable();
+    append(t, 'p', 1, 0, 9, 0);
+    expect(code(() => t.check('p', 0, 10, 10))).toBe('stale_producer_epoch');
+    expect(code(() => t.check('p', 2, 10, 10))).toBe('out_of_order_sequence');
+    append(t, 'p', 2, 0, 0, 50);
+    expect(t.describe('p')).toEqual({ epoch: 2, lastSeq: 0 });
+    expect(code(() => t.check('p', 1, 10, 10))).toBe('stale_producer_epoch');
+    // the old epoch's batches are gone from the window
+    expect(code(() => t.check('p', 2, 0, 9))).toBe('out_of_order_sequence');
+  });
+
+  it('keeps producers apart and forgets an aborted append', () => {
+    const t = new ProducerStateTable();
+    append(t, 'a', 0, 0, 0, 0);
+    append(t, 'b', 0, 0, 0, 1);
+    const e = t.begin('a', 0, 1, 1, 0);
+    expect(t.check('a', 0, 1, 1)).toMatchObject({ kind: 'duplicate' });
+    t.abort('a', e);
+    expect(t.check('a', 0, 1, 1).kind).toBe('append');
+  });
+
+  it('round-trips through a snapshot; replay skips batches it already has', () => {
+    const t = new ProducerStateTable();
+    append(t, 'p', 0, 0, 1, 0);
+    append(t, 'p', 0, 2, 2, 2);
+    const t2 = ProducerStateTable.fromSnapshot(JSON.parse(JSON.stringify(t.snapshot(3))));
+    t2.replay('p', 0, 2, 2, 2, 2, 5); // already known
+    t2.replay('p', 0, 3, 4, 3, 4, 5);
+    expect(t2.describe('p')).toEqual({ epoch: 0, lastSeq: 4 });
+    const d = t2.check('p', 0, 0, 1);
+    expect(d.kind === 'duplicate' && d.entry.baseOffset).toBe(0);
+    expect(t2.check('p', 0, 5, 5).kind).toBe('append');
+  });
+});
+
+describe('ProducerStateTable.truncate', () => {
+  it('forgets batches past a log end cut by recovery', () => {
+    const t = new ProducerStateTable();
+    append(t, 'p', 0, 0, 1, 0);
+    append(t, 'p', 0, 2, 3, 2);
+    append(t, 'q', 0, 0, 0, 4);
+    t.truncate(2);
+    expect(t.describe('p')).toEqual({ epoch: 0, lastSeq: 1 });
+    expect(t.describe('q')).toBeUndefined();
+    expect(t.check('p', 0, 2, 3).kind).toBe('append');
+  });
+});
+
+describe('Partition idempotent appends', () => {
+  const dirs: string[] = [];
+  afterEach(async () => {
+    for (const d of dirs.splice(0)) await fs.rm(d, { recursive: true, force: true });
+  });
+
+  async function openPartition(dir: string): Promise<Partition> {
+    const p = new Partition('t', 0, await PartitionLog.open(dir, { flush: 'os' }));
+    await p.whenProducerStateReady();
+    return p;
+  }
+
+  const rec = (v: string, seq: number) => ({ key: null, value: Buffer.from(v), producerId: 'p1', epoch: 0, sequence: seq });
+
+  it('answers concurrent duplicates from the pending append, and rebuilds the state on open', async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tributary-pstate-'));
+    dirs.push(dir);
+    let p = await openPartition(dir);
+    await p.append([{ key: null, value: Buffer.from('plain') }]);
+    const a = p.appendIdempotent([rec('a', 0), rec('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 });
+    const dup = p.appendIdempotent([rec('a', 0), rec('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 });
+    expect(await a).toMatchObject({ baseOffset: 1, lastOffset: 2, duplicate: false });
+    expect(await dup).toMatchObject({ baseOffset: 1, lastOffset: 2, duplicate: true });
+    expect(await p.appendIdempotent([rec('c', 2)], { producerId: 'p1', epoch: 0, firstSequence: 2, lastSequence: 2 })).toMatchObject({ baseOffset: 3 });
+    await expect(p.appendIdempotent([rec('x', 5)], { producerId: 'p1', epoch: 0, firstSequence: 5, lastSequence: 5 })).rejects.toMatchObject({
+      code: 'out_of_order_sequence',
+    });
+    expect(p.logEndOffset).toBe(4);
+    await p.close();
+
+    // graceful reopen: from the snapshot
+    p = await openPartition(dir);
+    expect(await p.appendIdempotent([rec('a', 0), rec('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 })).toMatchObject({
+      baseOffset: 1,
+      duplicate: true,
+    });
+    expect(await p.appendIdempotent([rec('d', 3)], { producerId: 'p1', epoch: 0, firstSequence: 3, lastSequence: 3 })).toMatchObject({
+      baseOffset: 4,
+      duplicate: false,
+    });
+    await p.log.simulateCrash();
+
+    // after a crash: the snapshot is older than the log; the appends after it are replayed
+    p = await openPartition(dir);
+    expect(await p.appendIdempotent([rec('d', 3)], { producerId: 'p1', epoch: 0, firstSequence: 3, lastSequence: 3 })).toMatchObject({
+      baseOffset: 4,
+      duplicate: true,
+    });
+    expect(await p.appendIdempotent([rec('c', 2)], { producerId: 'p1', epoch: 0, firstSequence: 2, lastSequence: 2 })).toMatchObject({
+      baseOffset: 3,
+      duplicate: true,
+    });
+    expect(p.logEndOffset).toBe(5);
+    await p.close();
+
+    // without a snapshot: rebuilt from the log
+    await fs.rm(path.join(dir, PRODUCER_SNAPSHOT_FILE));
+    p = await openPartition(dir);
+    expect(await p.appendIdempotent([rec('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 })).toMatchObject({
+      baseOffset: 1,
+      duplicate: true,
+    });
+    expect(p.producerState()?.describe('p1')).toEqual({ epoch: 0, lastSeq: 3 });
+    await p.close();
+  });
+});
