@@ -255,7 +255,7 @@ export class ClientConnection implements ConnectionContext {
       }
       offset = out.nextOffset;
       this.streamOffset = offset;
-      const hasData = await req.partition.waitForData(offset, keepalive, signal);
+      const hasData = await req.partition.waitForData(offset, keepalive, signal, req.isolation);
       if (!hasData && !signal.aborted && !this.closed && !req.partition.isClosed) this.writeNow(frameHeader(0));
     }
     if (!this.closed) this.endStream('stopped', offset);

@@ -170,10 +170,12 @@ function metadata(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
   });
 }
 
-function listOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
+async function listOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
   const only = p.int('partition', { min: 0, max: 1_000_000 });
   const parts = only === undefined ? topic.partitions : [topic.partition(only)];
+  // `latest` is the LSO: exact once the transaction index is rebuilt (just after open it is a lower bound).
+  await Promise.all(parts.map((x) => x.whenTxnIndexReady()));
   const offsets = parts.map((x) => `P${x.id}:earliest=${x.earliest}:latest=${x.lastStableOffset}:leo=${x.logEndOffset}:hwm=${x.highWatermark}`);
   return formatOk({ topic: topic.name, partitions: topic.partitions.length, offsets: offsets.join(',') });
 }
@@ -441,7 +443,7 @@ async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promi
     while (out.count === 0 && !req.partition.isClosed) {
       const left = deadline - Date.now();
       if (left <= 0) break;
-      await req.partition.waitForData(offset, left);
+      await req.partition.waitForData(offset, left, undefined, req.isolation);
       out = await readBatch(b, c, req, offset);
       offset = out.nextOffset;
     }

@@ -1,12 +1,14 @@
 import type { LogRecord, RecordInput } from '../protocol/record.js';
 import { RecordAttr } from '../protocol/record.js';
-import { TributaryError } from '../protocol/errors.js';
+import { invalidParam, TributaryError } from '../protocol/errors.js';
 import type { ScannedBatch } from '../protocol/batch.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import { ATTR_END_OF_APPEND } from '../storage/record-codec.js';
+import { readFileSync } from 'node:fs';
 import { open, readFile, rename } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type AppendOffsets, type CheckResult, type ProducerSnapshot, ProducerStateTable } from './producer-state.js';
+import { encodeMarkerValue, type MarkerType, type OpenTxn, TxnIndex, type TxnSnapshot } from './txn-index.js';
 
 /** Idempotent producer state of a partition, as of an offset (see loadProducerState). */
 export const PRODUCER_SNAPSHOT_FILE = 'producer.snapshot';
@@ -14,6 +16,26 @@ export const PRODUCER_SNAPSHOT_FILE = 'producer.snapshot';
 const SNAPSHOT_INTERVAL_MS = 10_000;
 /** Producers idle this long are forgotten (their next batch must start a new epoch or sequence 0). */
 export const PRODUCER_ID_EXPIRATION_MS = 7 * 24 * 60 * 60 * 1000;
+
+/** Open transactions and aborted ranges of a partition, as of an offset (see loadTxnIndex). */
+export const TXN_SNAPSHOT_FILE = 'txn.snapshot';
+
+/** A transactional append: the records of one producer's open transaction on this partition. */
+export interface TransactionalBatch {
+  producerId: string;
+  epoch: number;
+  /** With sequences the append is also idempotent (as appendIdempotent): both or neither. */
+  firstSequence?: number;
+  lastSequence?: number;
+}
+
+export interface MarkerResult {
+  /** Offset of the control record. */
+  offset: number;
+  timestamp: number;
+  /** Whether the marker closed an open transaction (false: a retried or stray marker, written anyway). */
+  closed: boolean;
+}
 
 export interface IdempotentBatch {
   producerId: string;
@@ -36,6 +58,8 @@ export interface ReadResult {
 
 interface Waiter {
   offset: number;
+  /** Waits on the LSO (read_committed) rather than the HWM. */
+  committed: boolean;
   wake: () => void;
 }
 
@@ -54,6 +78,17 @@ export class Partition {
   private snapshotVersion = -1;
   private snapshotWrite: Promise<void> = Promise.resolve();
   private snapshotTimer: NodeJS.Timeout | null = null;
+  /** Transactions; null until rebuilt (loadTxnIndex runs from the constructor). */
+  private txns: TxnIndex | null = null;
+  private txnError: Error | null = null;
+  private readonly txnReady: Promise<void>;
+  /** Until the index is rebuilt: an offset below which the log has no open transaction (from the snapshot). */
+  private readonly txnFloor: number;
+  private txnSnapshotVersion = -1;
+  /** The offset of the last transaction snapshot written (the rebuild scan after a crash starts there). */
+  private txnSnapshotOffset = -1;
+  private txnSnapshotWrite: Promise<void> = Promise.resolve();
+  private txnTimer: NodeJS.Timeout | null = null;
 
   constructor(
     readonly topic: string,
@@ -62,6 +97,16 @@ export class Partition {
   ) {
     // Everything that survived recovery is on disk, hence durable as far as a restart can tell.
     if (log.highWatermark < log.logEndOffset) log.setHighWatermark(log.logEndOffset);
+    this.txnFloor = this.readTxnFloor();
+    this.txnReady = this.loadTxnIndex().then(
+      (t) => {
+        this.txns = t;
+        this.notify();
+      },
+      (err: unknown) => {
+        this.txnError = err instanceof Error ? err : new Error(String(err));
+      },
+    );
     this.producersReady = this.loadProducerState().then(
       (t) => {
         this.producers = t;
@@ -84,9 +129,136 @@ export class Partition {
     return this.log.highWatermark;
   }
 
-  /** The last stable offset: the end of what read_committed may see (no transactions yet: the HWM). */
+  /**
+   * The last stable offset: the end of what read_committed may see, min(HWM, first offset of the earliest
+   * open transaction). Until the transaction index is rebuilt after open, a conservative bound from its
+   * snapshot.
+   */
   get lastStableOffset(): number {
-    return this.log.highWatermark;
+    const hwm = this.log.highWatermark;
+    const first = this.txns ? this.txns.firstUnstableOffset() : this.txnFloor;
+    return first < hwm ? Math.max(first, this.log.logStartOffset) : hwm;
+  }
+
+  /** The transaction index (for tests, inspection and the coordinator); undefined until rebuilt. */
+  txnIndex(): TxnIndex | undefined {
+    return this.txns ?? undefined;
+  }
+
+  /** Resolves once the transaction index is rebuilt (or failed to). */
+  whenTxnIndexReady(): Promise<void> {
+    return this.txnReady;
+  }
+
+  private txnIndexOrThrow(): TxnIndex {
+    if (this.txnError) throw new TributaryError('storage_error', { reason: `transaction index unavailable: ${this.txnError.message}` });
+    return this.txns!;
+  }
+
+  /**
+   * Appends records of the producer's transaction: each gets the TRANSACTIONAL attribute and the
+   * producer id / epoch (and, with sequences, is checked and stored as appendIdempotent does). The
+   * producer's first transactional append on this partition opens its transaction at its base offset,
+   * which holds the LSO there until writeMarker() closes it. Errors: stale_producer_epoch (below the open
+   * transaction's epoch or the idempotent state's), out_of_order_sequence.
+   */
+  appendTransactional(records: RecordInput[], b: TransactionalBatch): Promise<IdempotentAppend> {
+    if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
+    const idem = b.firstSequence !== undefined || b.lastSequence !== undefined;
+    if (idem && (b.firstSequence === undefined || b.lastSequence === undefined || b.lastSequence - b.firstSequence + 1 !== records.length)) {
+      return Promise.reject(invalidParam('sequence', 'firstSequence and lastSequence must span the records'));
+    }
+    if (!b.producerId) return Promise.reject(invalidParam('producerId', 'a transactional append needs a producer id'));
+    if ((this.txns === null && this.txnError === null) || (idem && this.producers === null && this.producersError === null)) {
+      return Promise.all([this.txnReady, this.producersReady]).then(() => this.appendTransactional(records, b));
+    }
+    let index: TxnIndex;
+    try {
+      index = this.txnIndexOrThrow();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const recs: RecordInput[] = records.map((r, i) => ({
+      ...r,
+      producerId: b.producerId,
+      epoch: b.epoch,
+      sequence: idem ? b.firstSequence! + i : -1,
+      attributes: ((r.attributes ?? 0) & ~RecordAttr.CONTROL) | RecordAttr.TRANSACTIONAL,
+    }));
+    const hooks = {
+      txn: null as OpenTxn | null,
+      start: () => {
+        hooks.txn = index.begin(b.producerId, b.epoch, this.log.logEndOffset);
+      },
+      ok: (res: { baseOffset: number }) => {
+        if (hooks.txn) index.appended(hooks.txn, res.baseOffset);
+      },
+      none: () => {
+        if (hooks.txn) index.released(hooks.txn);
+      },
+    };
+    if (idem) {
+      return this.idempotent(recs, { producerId: b.producerId, epoch: b.epoch, firstSequence: b.firstSequence!, lastSequence: b.lastSequence! }, hooks);
+    }
+    try {
+      hooks.start();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.log.append(recs).then(
+      (res) => {
+        hooks.ok(res);
+        const r = this.appended(res);
+        return { ...r, duplicate: false };
+      },
+      (err: unknown) => {
+        hooks.none();
+        throw err;
+      },
+    );
+  }
+
+  /**
+   * Appends a commit or abort marker (a CONTROL|TRANSACTIONAL record) for the producer. Once it is durable
+   * it closes the producer's open transaction (an abort records the aborted range [first offset, marker
+   * offset)); the LSO then moves on and waiters wake. A marker without an open transaction (a retry after
+   * a crash) is still written and changes nothing else. Error: stale_producer_epoch (below the open
+   * transaction's epoch).
+   */
+  writeMarker(producerId: string, epoch: number, type: MarkerType): Promise<MarkerResult> {
+    if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
+    if (!producerId) return Promise.reject(invalidParam('producerId', 'a marker needs a producer id'));
+    if (type !== 'commit' && type !== 'abort') return Promise.reject(invalidParam('type', 'commit or abort'));
+    if (this.txns === null && this.txnError === null) return this.txnReady.then(() => this.writeMarker(producerId, epoch, type));
+    let index: TxnIndex;
+    let txn: OpenTxn | null;
+    try {
+      index = this.txnIndexOrThrow();
+      txn = index.beginMarker(producerId, epoch);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const rec: RecordInput = {
+      key: null,
+      value: encodeMarkerValue(type),
+      producerId,
+      epoch,
+      sequence: -1,
+      attributes: RecordAttr.CONTROL | RecordAttr.TRANSACTIONAL,
+    };
+    return this.log.append([rec]).then(
+      (res) => {
+        index.markerWritten(txn, type, res.baseOffset);
+        this.appended(res);
+        // The LSO may have moved even where the HWM did not.
+        this.notify();
+        return { offset: res.baseOffset, timestamp: res.timestamp, closed: txn !== null };
+      },
+      (err: unknown) => {
+        index.markerFailed(txn);
+        throw err;
+      },
+    );
   }
 
   async append(records: RecordInput[]): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
@@ -112,6 +284,15 @@ export class Partition {
       // Still rebuilding (just opened): queue behind it; then-callbacks run in call order, so order holds.
       return this.producersReady.then(() => this.appendIdempotent(records, b));
     }
+    return this.idempotent(records, b);
+  }
+
+  /** appendIdempotent() once the producer state is loaded; `hooks` let a transactional append track its offsets. */
+  private idempotent(
+    records: RecordInput[],
+    b: IdempotentBatch,
+    hooks?: { start: () => void; ok: (res: { baseOffset: number }) => void; none: () => void },
+  ): Promise<IdempotentAppend> {
     if (this.producersError)
       return Promise.reject(new TributaryError('storage_error', { reason: `producer state unavailable: ${this.producersError.message}` }));
     const table = this.producers!;
@@ -123,17 +304,25 @@ export class Partition {
     }
     if (check.kind === 'duplicate') {
       const e = check.entry;
+      // A duplicate writes nothing: it neither opens nor extends a transaction.
       if (e.result) return e.result.then((r) => ({ ...r, duplicate: true }));
       return Promise.resolve({ baseOffset: e.baseOffset, lastOffset: e.lastOffset, timestamp: e.timestamp, duplicate: true });
+    }
+    try {
+      hooks?.start();
+    } catch (err) {
+      return Promise.reject(err);
     }
     const entry = table.begin(b.producerId, b.epoch, b.firstSequence, b.lastSequence, Date.now());
     const result = this.log.append(records).then(
       (res) => {
         table.complete(entry, res);
+        hooks?.ok(res);
         return this.appended(res);
       },
       (err: unknown) => {
         table.abort(b.producerId, entry);
+        hooks?.none();
         throw err;
       },
     );
@@ -214,6 +403,122 @@ export class Partition {
     return table;
   }
 
+  /**
+   * Synchronously, at open: an offset below which no transaction is open, from the snapshot (its offset
+   * and open transactions). No snapshot at all: Infinity, the log has no transactions (the index is
+   * rebuilt, and its snapshot written, before the first transactional append or marker is accepted, so a
+   * log that ever had one has a snapshot). An unreadable snapshot: the log start.
+   */
+  private readTxnFloor(): number {
+    let raw: string;
+    try {
+      raw = readFileSync(join(this.log.dir, TXN_SNAPSHOT_FILE), 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException)?.code === 'ENOENT') return Infinity;
+      return this.log.logStartOffset;
+    }
+    try {
+      const snap = JSON.parse(raw) as TxnSnapshot;
+      let floor = Number.isSafeInteger(snap.offset) ? snap.offset : this.log.logStartOffset;
+      if (Array.isArray(snap.open)) for (const o of snap.open) if (Number.isSafeInteger(o?.firstOffset) && o.firstOffset < floor) floor = o.firstOffset;
+      return Math.min(floor, this.log.logEndOffset);
+    } catch {
+      return this.log.logStartOffset;
+    }
+  }
+
+  /** Whether read_committed must wait for the index rebuild (a snapshot exists: it may know aborts). */
+  private get txnPending(): boolean {
+    return this.txns === null && this.txnError === null && this.txnFloor !== Infinity;
+  }
+
+  /**
+   * Rebuild the transaction index: the snapshot (state as of an offset), then every record after it up to
+   * the log end. Without a snapshot (a log from before transactions), the scan starts at the last segment;
+   * with an unreadable one or one past the log end, at the log start. Snapshotted right away and on a timer.
+   */
+  private async loadTxnIndex(): Promise<TxnIndex> {
+    let index: TxnIndex;
+    let from: number;
+    let loaded = false;
+    let raw: string | null = null;
+    try {
+      raw = await readFile(join(this.log.dir, TXN_SNAPSHOT_FILE), 'utf8');
+    } catch {
+      raw = null;
+    }
+    if (raw === null) {
+      index = new TxnIndex();
+      const segs = this.log.segmentInfos();
+      from = segs.length > 0 ? segs[segs.length - 1]!.baseOffset : this.log.logStartOffset;
+    } else {
+      try {
+        const snap = JSON.parse(raw) as TxnSnapshot;
+        index = TxnIndex.fromSnapshot(snap);
+        from = snap.offset;
+        loaded = true;
+        if (from > this.log.logEndOffset) throw new Error('snapshot past the log end');
+      } catch {
+        index = new TxnIndex();
+        from = this.log.logStartOffset;
+        loaded = false;
+      }
+    }
+    from = Math.max(from, this.log.logStartOffset);
+    const end = this.log.logEndOffset;
+    let offset = Math.min(from, end);
+    const scanned = offset < end;
+    while (offset < end) {
+      if (offset < this.log.logStartOffset) offset = this.log.logStartOffset;
+      if (offset >= end) break;
+      const recs = await this.log.read(offset, { maxRecords: 10_000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
+      if (recs.length === 0) break;
+      for (const r of recs) index.replay(r);
+      offset = recs[recs.length - 1]!.offset + 1;
+    }
+    index.prune(this.log.logStartOffset);
+    if (!this.closed) {
+      if (scanned || !loaded) await this.writeTxnSnapshot(index, end);
+      else {
+        this.txnSnapshotVersion = index.version;
+        this.txnSnapshotOffset = from;
+      }
+      this.txnTimer = setInterval(() => {
+        // Also when only the HWM moved: the snapshot's offset bounds the scan after a crash.
+        if (this.txns && (this.txns.version !== this.txnSnapshotVersion || this.log.highWatermark !== this.txnSnapshotOffset)) {
+          this.txns.prune(this.log.logStartOffset);
+          void this.writeTxnSnapshot(this.txns, this.log.highWatermark).catch(() => {});
+        }
+      }, SNAPSHOT_INTERVAL_MS);
+      this.txnTimer.unref();
+    }
+    return index;
+  }
+
+  /** Writes the transaction snapshot atomically (tmp + fsync + rename); writes are serialized. */
+  private writeTxnSnapshot(index: TxnIndex, offset: number): Promise<void> {
+    const version = index.version;
+    const snap = index.snapshot(offset);
+    const data = JSON.stringify(snap);
+    const path = join(this.log.dir, TXN_SNAPSHOT_FILE);
+    const run = async () => {
+      const tmp = `${path}.tmp`;
+      const fh = await open(tmp, 'w');
+      try {
+        await fh.writeFile(data);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      await rename(tmp, path);
+      this.txnSnapshotVersion = version;
+      this.txnSnapshotOffset = snap.offset;
+    };
+    const p = this.txnSnapshotWrite.then(run, run);
+    this.txnSnapshotWrite = p.catch(() => {});
+    return p;
+  }
+
   /** Writes the snapshot atomically (tmp + fsync + rename); writes are serialized. */
   private writeSnapshot(table: ProducerStateTable, offset: number): Promise<void> {
     const version = table.version;
@@ -239,6 +544,8 @@ export class Partition {
   private stopSnapshots(): void {
     if (this.snapshotTimer) clearInterval(this.snapshotTimer);
     this.snapshotTimer = null;
+    if (this.txnTimer) clearInterval(this.txnTimer);
+    this.txnTimer = null;
   }
 
   private appended(res: { baseOffset: number; lastOffset: number; timestamp: number }): { baseOffset: number; lastOffset: number; timestamp: number } {
@@ -256,17 +563,28 @@ export class Partition {
     }
   }
 
+  /**
+   * Records from `offset`: under read_uncommitted up to the HWM, everything (control records included);
+   * under read_committed up to the LSO, without control records and records of aborted transactions.
+   */
   async read(offset: number, opts: { maxRecords: number; maxBytes: number; isolation: Isolation }): Promise<ReadResult> {
     this.checkOffset(offset);
-    const end = opts.isolation === 'read_committed' ? this.lastStableOffset : this.highWatermark;
+    const committed = opts.isolation === 'read_committed';
+    if (committed && this.txnPending) await this.txnReady;
+    if (committed && this.txnError) this.txnIndexOrThrow();
+    // Null only for a log without a snapshot (no transactions) still being scanned: nothing aborted.
+    const index = this.txns;
+    const end = committed ? this.lastStableOffset : this.highWatermark;
     if (offset >= end) return { records: [], nextOffset: offset };
     const raw = await this.log.read(offset, { maxRecords: opts.maxRecords, maxBytes: opts.maxBytes, maxOffset: end });
     if (raw.length === 0) return { records: [], nextOffset: offset };
     const nextOffset = raw[raw.length - 1]!.offset + 1;
-    if (opts.isolation === 'read_uncommitted') return { records: raw, nextOffset };
-    // Copy only when there is a control record to drop (the usual read has none).
+    if (!committed) return { records: raw, nextOffset };
+    const aborted = index ? index.abortedFilter(raw[0]!.offset, nextOffset) : null;
+    // Copy only when there is a record to drop (the usual read has none).
+    const drop = (r: LogRecord) => (r.attributes & RecordAttr.CONTROL) !== 0 || aborted?.(r.offset, r.producerId, r.attributes) === true;
     for (let i = 0; i < raw.length; i++) {
-      if ((raw[i]!.attributes & RecordAttr.CONTROL) !== 0) return { records: raw.filter((r) => (r.attributes & RecordAttr.CONTROL) === 0), nextOffset };
+      if (drop(raw[i]!)) return { records: raw.filter((r) => !drop(r)), nextOffset };
     }
     return { records: raw, nextOffset };
   }
@@ -282,27 +600,38 @@ export class Partition {
   ): { frame: Buffer; count: number; valueBytes: number; nextOffset: number } | null {
     if (offset < this.earliest || offset > this.logEndOffset) return null;
     const committed = opts.isolation === 'read_committed';
+    // read() waits for the transaction index; so does this fast path, by declining.
+    if (committed && (this.txnPending || this.txnError)) return null;
     const end = committed ? this.lastStableOffset : this.highWatermark;
     if (offset >= end) return null;
+    // Records of aborted transactions in reach (at most maxRecords consecutive offsets of the tail cache)
+    // are left out by the same predicate read() applies.
+    const skipAborted = committed && this.txns && opts.maxRecords >= 1 ? this.txns.abortedFilter(offset, Math.min(end, offset + opts.maxRecords)) : null;
     return this.log.readWire(
       offset,
       { maxRecords: opts.maxRecords, maxBytes: opts.maxBytes, maxOffset: end },
-      { topic: wire.topic, partition: this.id, extensions: wire.extensions, skipControl: committed },
+      { topic: wire.topic, partition: this.id, extensions: wire.extensions, skipControl: committed, skipAborted },
     );
   }
 
-  /** Resolves once data past `offset` is readable, the wait ends, the signal aborts or the partition closes. */
-  waitForData(offset: number, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
-    if (this.highWatermark > offset || this.closed) return Promise.resolve(this.highWatermark > offset);
+  /**
+   * Resolves once data past `offset` is readable under `isolation` (read_committed: the LSO passed it,
+   * e.g. because a marker landed; read_uncommitted: the HWM), the wait ends, the signal aborts or the
+   * partition closes.
+   */
+  waitForData(offset: number, timeoutMs: number, signal?: AbortSignal, isolation: Isolation = 'read_committed'): Promise<boolean> {
+    const committed = isolation === 'read_committed';
+    const ready = () => (committed ? this.lastStableOffset : this.highWatermark) > offset;
+    if (ready() || this.closed) return Promise.resolve(ready());
     if (timeoutMs <= 0 || signal?.aborted) return Promise.resolve(false);
     return new Promise<boolean>((resolve) => {
       const done = () => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', done);
         this.waiters.delete(waiter);
-        resolve(this.highWatermark > offset);
+        resolve(ready());
       };
-      const waiter: Waiter = { offset, wake: done };
+      const waiter: Waiter = { offset, committed, wake: done };
       const timer = setTimeout(done, timeoutMs);
       signal?.addEventListener('abort', done, { once: true });
       this.waiters.add(waiter);
@@ -310,8 +639,10 @@ export class Partition {
   }
 
   private notify(): void {
+    if (this.waiters.size === 0) return;
     const hwm = this.highWatermark;
-    for (const w of this.waiters) if (hwm > w.offset) w.wake();
+    const lso = this.lastStableOffset;
+    for (const w of this.waiters) if ((w.committed ? lso : hwm) > w.offset) w.wake();
   }
 
   /** Wake every waiter and refuse new waits: shutdown must not sit out long polls. */
@@ -325,9 +656,11 @@ export class Partition {
     for (const w of this.waiters) w.wake();
     this.stopSnapshots();
     await this.producersReady;
+    await this.txnReady;
     await this.log.close();
     // After the log is flushed: the state then covers every append up to the log end.
     if (this.producers) await this.writeSnapshot(this.producers, this.log.logEndOffset).catch(() => {});
+    if (this.txns) await this.writeTxnSnapshot(this.txns, this.log.logEndOffset).catch(() => {});
   }
 
   async destroy(): Promise<void> {
@@ -335,7 +668,9 @@ export class Partition {
     for (const w of this.waiters) w.wake();
     this.stopSnapshots();
     await this.producersReady;
+    await this.txnReady;
     await this.snapshotWrite;
+    await this.txnSnapshotWrite;
     await this.log.destroy();
   }
 

@@ -41,3 +41,12 @@ export interface LogRecord {
   sequence: number;
   attributes: number;
 }
+
+/** Control record (transaction marker) value: [version u8 = CONTROL_RECORD_VERSION, type u8 (ControlType)]. */
+export const CONTROL_RECORD_VERSION = 0;
+
+/** The type byte of a transaction marker's value. */
+export const ControlType = {
+  ABORT: 0,
+  COMMIT: 1,
+} as const;

@@ -174,6 +174,11 @@ export interface WireReadRequest {
   extensions: boolean;
   /** Leave out control records (read_committed). */
   skipControl: boolean;
+  /**
+   * Also leave out the TRANSACTIONAL (non-control) records this says are of an aborted transaction
+   * (read_committed; the producer id is decoded only for transactional records).
+   */
+  skipAborted?: ((offset: number, producerId: string, attributes: number) => boolean) | null;
 }
 
 interface WireRead {
@@ -318,6 +323,7 @@ class TailCache {
     let valueBytes = 0;
     const ext = w.extensions;
     const skipControl = w.skipControl;
+    const skipAborted = w.skipAborted ?? null;
     k = k0;
     c = this.chunks[k];
     i = offset - c.base;
@@ -329,6 +335,11 @@ class TailCache {
       const src = c.buf;
       const pos = c.starts[i];
       if (skipControl && (src[pos + 24] & USER_ATTR_MASK & RecordAttr.CONTROL) !== 0) continue;
+      if (skipAborted !== null && (src[pos + 24] & RecordAttr.TRANSACTIONAL) !== 0) {
+        const attributes = src[pos + 24] & USER_ATTR_MASK;
+        const producerId = src.toString('utf8', pos + 27, pos + 27 + ((src[pos + 25] << 8) | src[pos + 26]));
+        if (skipAborted(c.base + i, producerId, attributes)) continue;
+      }
       const end = writeWireRecord(src, pos, buf, at, ext);
       if (end < 0) return null;
       // The value length field sits 4 bytes before the value, which ends the record (plus, with extensions,
