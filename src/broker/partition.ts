@@ -3,9 +3,10 @@ import { RecordAttr } from '../protocol/record.js';
 import { invalidParam, TributaryError } from '../protocol/errors.js';
 import type { ScannedBatch } from '../protocol/batch.js';
 import type { PartitionLog } from '../storage/partition-log.js';
+import { writeFileAtomic } from '../storage/atomic-file.js';
 import { ATTR_END_OF_APPEND } from '../storage/record-codec.js';
 import { readFileSync } from 'node:fs';
-import { open, readFile, rename } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type AppendOffsets, type CheckResult, type ProducerSnapshot, ProducerStateTable } from './producer-state.js';
 import { encodeMarkerValue, type MarkerType, type OpenTxn, TxnIndex, type TxnSnapshot } from './txn-index.js';
@@ -502,15 +503,7 @@ export class Partition {
     const data = JSON.stringify(snap);
     const path = join(this.log.dir, TXN_SNAPSHOT_FILE);
     const run = async () => {
-      const tmp = `${path}.tmp`;
-      const fh = await open(tmp, 'w');
-      try {
-        await fh.writeFile(data);
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await rename(tmp, path);
+      await writeFileAtomic(path, data, { syncDir: false });
       this.txnSnapshotVersion = version;
       this.txnSnapshotOffset = snap.offset;
     };
@@ -525,15 +518,7 @@ export class Partition {
     const data = JSON.stringify(table.snapshot(offset));
     const path = join(this.log.dir, PRODUCER_SNAPSHOT_FILE);
     const run = async () => {
-      const tmp = `${path}.tmp`;
-      const fh = await open(tmp, 'w');
-      try {
-        await fh.writeFile(data);
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await rename(tmp, path);
+      await writeFileAtomic(path, data, { syncDir: false });
       this.snapshotVersion = version;
     };
     const p = this.snapshotWrite.then(run, run);

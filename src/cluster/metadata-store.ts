@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
+import { writeFileAtomic } from '../storage/atomic-file.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 
@@ -54,25 +55,6 @@ export function sameDefinition(a: Omit<TopicDefinition, 'topicId' | 'createdAt'>
 interface MetadataFile {
   version: 1;
   topics: TopicDefinition[];
-}
-
-/** Write to a temp file, fsync it, rename over the target, fsync the directory: never a torn file. */
-export async function writeFileAtomic(file: string, data: string | Buffer): Promise<void> {
-  const tmp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
-  const fh = await fs.open(tmp, 'w');
-  try {
-    await fh.writeFile(data);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await fs.rename(tmp, file);
-  const dir = await fs.open(path.dirname(file), 'r');
-  try {
-    await dir.sync();
-  } finally {
-    await dir.close();
-  }
 }
 
 /** Topic definitions in `<dataDir>/metadata.json`, replaced atomically on every change. */

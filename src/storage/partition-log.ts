@@ -6,6 +6,7 @@
  * Compaction rewrites closed segments keeping the latest record per key; kept offsets do not change,
  * so the log may have gaps, which every read path skips.
  */
+import { writeFileAtomic } from './atomic-file.js';
 import { mkdir, open, readdir, readFile, rename, rm, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type Logger, pino } from 'pino';
@@ -436,19 +437,6 @@ async function fsyncDir(dir: string): Promise<void> {
   } finally {
     await fh?.close().catch(() => {});
   }
-}
-
-/** Writes a small file atomically: tmp + fsync + rename. */
-async function writeFileAtomic(path: string, data: string): Promise<void> {
-  const tmp = `${path}.tmp`;
-  const fh = await open(tmp, 'w');
-  try {
-    await fh.writeFile(data);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await rename(tmp, path);
 }
 
 /** Writes a new file and fsyncs it. */
@@ -948,7 +936,7 @@ export class PartitionLog {
     while (this.checkpointing) await this.checkpointing;
     const v = this.hwm;
     if (v === this.checkpointedHwm) return;
-    const p = writeFileAtomic(join(this.dir, HWM_CHECKPOINT_FILE), `tributary-hwm 1 ${v}\n`).then(() => {
+    const p = writeFileAtomic(join(this.dir, HWM_CHECKPOINT_FILE), `tributary-hwm 1 ${v}\n`, { syncDir: false }).then(() => {
       this.checkpointedHwm = v;
     });
     this.checkpointing = p.then(
@@ -1546,7 +1534,7 @@ export class PartitionLog {
           this.dirty.clear();
           for (const s of this.segments) if (s.indexState !== 'synced') await s.writeIndex(true);
           await this.checkpointHwm();
-          await writeFileAtomic(join(this.dir, CLEAN_SHUTDOWN_FILE), `${Date.now()}\n`);
+          await writeFileAtomic(join(this.dir, CLEAN_SHUTDOWN_FILE), `${Date.now()}\n`, { syncDir: false });
           await fsyncDir(this.dir);
         } catch (err) {
           error = err;
