@@ -19,8 +19,9 @@ import { parseArgs } from 'node:util';
 import { decodeBatch, isBatchBody } from '../src/protocol/batch.js';
 import { formatLine } from '../src/protocol/command.js';
 import { FrameDecoder, encodeFrame } from '../src/protocol/frame.js';
-import { nowMs, percentile, report, selfCpuMs } from './lib.js';
+import { nowMs, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES } from './pc-payload.js';
+import { Tally, finishAfterProducer } from './pc-tally.js';
 
 const { values: a } = parseArgs({
   options: {
@@ -59,21 +60,8 @@ const fetchBytes = int('fetch-bytes', a['fetch-bytes'], 1);
 const lingerMs = int('linger-ms', a['linger-ms']);
 const graceMs = int('grace-ms', a['grace-ms']);
 
-const seen = new Uint8Array(total);
-const latency = new Float64Array(total);
-let unique = 0;
-let duplicates = 0;
-let foreign = 0;
-let badSize = 0;
-/** Broker only: records whose offset was not the next one of their partition. */
-let offsetGaps = 0;
-let frames = 0;
-let firstAt = 0;
-let lastAt = 0;
-let lastProgressAt = nowMs();
+const tally = new Tally(total, size, partitions);
 let finished = false;
-let producerDone = false;
-const nextOffset = new Array<number>(partitions).fill(0);
 
 function fail(msg: string): never {
   process.stderr.write(`pc-consumer: ${msg}\n`);
@@ -85,39 +73,14 @@ function onBatch(body: Buffer): void {
   const batch = decodeBatch(body);
   const recs = batch.records;
   if (recs.length === 0) return;
-  frames++;
-  if (firstAt === 0) firstAt = t;
-  const before = unique;
+  tally.beginBatch(t);
   const checkOffsets = target === 'broker';
   for (let i = 0; i < recs.length; i++) {
     const r = recs[i]!;
-    const v = r.value;
-    if (v.length !== size) {
-      badSize++;
-      continue;
-    }
-    if (checkOffsets) {
-      const p = batch.partition;
-      if (r.offset !== nextOffset[p]) offsetGaps++;
-      nextOffset[p] = r.offset + 1;
-    }
-    const id = v.readUInt32LE(0);
-    if (id >= total) {
-      foreign++;
-      continue;
-    }
-    if (seen[id] !== 0) {
-      duplicates++;
-      continue;
-    }
-    seen[id] = 1;
-    latency[unique++] = t - v.readDoubleLE(4);
+    if (checkOffsets) tally.record(t, r.value, batch.partition, r.offset);
+    else tally.record(t, r.value);
   }
-  if (unique > before) {
-    lastAt = t;
-    lastProgressAt = t;
-    if (unique === total) setTimeout(finish, lingerMs);
-  }
+  if (tally.endBatch(t)) setTimeout(finish, lingerMs);
 }
 
 class StreamConnection {
@@ -193,29 +156,12 @@ function connect(): Promise<net.Socket> {
 function finish(): void {
   if (finished) return;
   finished = true;
-  const elapsedMs = lastAt - firstAt;
-  const lat = latency.subarray(0, unique).sort();
-  let sum = 0;
-  for (let i = 0; i < lat.length; i++) sum += lat[i]!;
-  const recordsPerSec = elapsedMs > 0 ? (unique / elapsedMs) * 1000 : Number.NaN;
+  const stats = tally.stats();
   report({
     event: 'result',
     cpuMs: selfCpuMs() - cpuAtReady,
     target,
-    records: unique,
-    missing: total - unique,
-    duplicates,
-    foreign,
-    badSize,
-    offsetGaps,
-    frames,
-    elapsedMs,
-    recordsPerSec,
-    mbPerSec: (recordsPerSec * size) / 1e6,
-    p50Ms: percentile(lat, 50),
-    p99Ms: percentile(lat, 99),
-    maxMs: lat.length > 0 ? lat[lat.length - 1] : null,
-    meanMs: lat.length > 0 ? sum / lat.length : null,
+    ...stats,
   });
   for (const c of conns) c.socket.destroy();
   process.exitCode = 0;
@@ -223,25 +169,7 @@ function finish(): void {
   setImmediate(() => process.exit(0));
 }
 
-// `done` on stdin (or stdin closing: the orchestrator is gone): the producer finished; stop once nothing
-// new arrives for grace-ms.
-function producerFinished(): void {
-  if (producerDone) return;
-  producerDone = true;
-  lastProgressAt = Math.max(lastProgressAt, nowMs());
-  const tick = setInterval(() => {
-    if (finished) return clearInterval(tick);
-    if (nowMs() - lastProgressAt >= graceMs) {
-      clearInterval(tick);
-      finish();
-    }
-  }, 100);
-}
-process.stdin.setEncoding('utf8');
-process.stdin.on('data', (d: string) => {
-  if (d.includes('done')) producerFinished();
-});
-process.stdin.on('end', producerFinished);
+finishAfterProducer(tally, graceMs, () => finished, finish);
 
 const conns: StreamConnection[] = [];
 try {

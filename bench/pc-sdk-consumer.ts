@@ -17,8 +17,9 @@
  */
 import { parseArgs } from 'node:util';
 import { Consumer, type EachBatchPayload } from '../src/client/consumer.js';
-import { nowMs, percentile, report, selfCpuMs } from './lib.js';
+import { nowMs, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES } from './pc-payload.js';
+import { Tally, finishAfterProducer } from './pc-tally.js';
 
 const { values: a } = parseArgs({
   options: {
@@ -68,55 +69,19 @@ const concurrency = int('concurrency', a.concurrency, 1);
 const lingerMs = int('linger-ms', a['linger-ms']);
 const graceMs = int('grace-ms', a['grace-ms']);
 
-const seen = new Uint8Array(total);
-const latency = new Float64Array(total);
-let unique = 0;
-let duplicates = 0;
-let foreign = 0;
-let badSize = 0;
-/** Records whose offset was not the next one of their partition (a re-delivery counts too). */
-let offsetGaps = 0;
-let batches = 0;
-let firstAt = 0;
-let lastAt = 0;
-let lastProgressAt = nowMs();
+const tally = new Tally(total, size, partitions);
 let finished = false;
-let producerDone = false;
-const nextOffset = new Array<number>(partitions).fill(0);
 
 function onBatch({ partition, messages, resolveOffset }: EachBatchPayload): void {
   const t = nowMs();
   if (messages.length === 0) return;
-  batches++;
-  if (firstAt === 0) firstAt = t;
-  const before = unique;
+  tally.beginBatch(t);
   for (let i = 0; i < messages.length; i++) {
     const m = messages[i]!;
-    if (m.offset !== nextOffset[partition]) offsetGaps++;
-    nextOffset[partition] = m.offset + 1;
-    const v = m.value;
-    if (v.length !== size) {
-      badSize++;
-      continue;
-    }
-    const id = v.readUInt32LE(0);
-    if (id >= total) {
-      foreign++;
-      continue;
-    }
-    if (seen[id] !== 0) {
-      duplicates++;
-      continue;
-    }
-    seen[id] = 1;
-    latency[unique++] = t - v.readDoubleLE(4);
+    tally.record(t, m.value, partition, m.offset);
   }
   resolveOffset(messages[messages.length - 1]!.offset);
-  if (unique > before) {
-    lastAt = t;
-    lastProgressAt = t;
-    if (unique === total) setTimeout(finish, lingerMs);
-  }
+  if (tally.endBatch(t)) setTimeout(finish, lingerMs);
 }
 
 const consumer = new Consumer({
@@ -154,33 +119,16 @@ consumer.on('partitions.revoked', (e) => {
 function finish(): void {
   if (finished) return;
   finished = true;
-  const elapsedMs = lastAt - firstAt;
-  const lat = latency.subarray(0, unique).sort();
-  let sum = 0;
-  for (let i = 0; i < lat.length; i++) sum += lat[i]!;
-  // Taken after the sort, as pc-consumer does, so the CPU columns compare like for like.
+  const stats = tally.stats();
+  // Taken after the sort in stats(), as pc-consumer does, so the CPU columns compare like for like.
   const cpuMs = selfCpuMs() - cpuAtReady;
-  const recordsPerSec = elapsedMs > 0 ? (unique / elapsedMs) * 1000 : Number.NaN;
   report({
     event: 'result',
     cpuMs,
     target: 'broker',
     client: 'sdk',
     mode,
-    records: unique,
-    missing: total - unique,
-    duplicates,
-    foreign,
-    badSize,
-    offsetGaps,
-    frames: batches,
-    elapsedMs,
-    recordsPerSec,
-    mbPerSec: (recordsPerSec * size) / 1e6,
-    p50Ms: percentile(lat, 50),
-    p99Ms: percentile(lat, 99),
-    maxMs: lat.length > 0 ? lat[lat.length - 1] : null,
-    meanMs: lat.length > 0 ? sum / lat.length : null,
+    ...stats,
   });
   process.exitCode = 0;
   // A clean leave (final commit, LEAVE_GROUP) after the report, bounded; stdin may keep the loop alive.
@@ -191,25 +139,7 @@ function finish(): void {
   });
 }
 
-// `done` on stdin (or stdin closing: the orchestrator is gone): the producer finished; stop once nothing
-// new arrives for grace-ms.
-function producerFinished(): void {
-  if (producerDone) return;
-  producerDone = true;
-  lastProgressAt = Math.max(lastProgressAt, nowMs());
-  const tick = setInterval(() => {
-    if (finished) return clearInterval(tick);
-    if (nowMs() - lastProgressAt >= graceMs) {
-      clearInterval(tick);
-      finish();
-    }
-  }, 100);
-}
-process.stdin.setEncoding('utf8');
-process.stdin.on('data', (d: string) => {
-  if (d.includes('done')) producerFinished();
-});
-process.stdin.on('end', producerFinished);
+finishAfterProducer(tally, graceMs, () => finished, finish);
 
 consumer.run({ eachBatch: onBatch }).catch((err: Error) => {
   if (!finished) fail(`run failed: ${err.message}`);

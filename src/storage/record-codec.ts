@@ -354,21 +354,16 @@ function walk(buf: Buffer, pos: number, recEnd: number, out: LogRecord | null): 
  * a short buffer gives 'incomplete', a bad length/CRC/structure gives 'corrupt'.
  * Returned buffers are views into `buf`.
  */
+/** A record to be filled in by `walk`. */
+function blankRecord(): LogRecord {
+  return { offset: 0, timestamp: 0, key: null, value: EMPTY, headers: [], producerId: '', epoch: -1, sequence: -1, attributes: 0 };
+}
+
 export function decodeRecord(buf: Buffer, pos: number, end: number = buf.length): DecodeResult {
   try {
     const recEnd = checkFrame(buf, pos, Math.min(end, buf.length));
     if (typeof recEnd !== 'number') return recEnd;
-    const record: LogRecord = {
-      offset: 0,
-      timestamp: 0,
-      key: null,
-      value: EMPTY,
-      headers: [],
-      producerId: '',
-      epoch: -1,
-      sequence: -1,
-      attributes: 0,
-    };
+    const record = blankRecord();
     if (!walk(buf, pos, recEnd, record)) return CORRUPT;
     return { ok: true, record, size: recEnd - pos };
   } catch {
@@ -381,17 +376,7 @@ export function decodeRecord(buf: Buffer, pos: number, end: number = buf.length)
  * frame and CRC are not checked again. Buffers are views into `buf`; attributes are as stored.
  */
 export function decodeOwnRecord(buf: Buffer, pos: number): LogRecord {
-  const record: LogRecord = {
-    offset: 0,
-    timestamp: 0,
-    key: null,
-    value: EMPTY,
-    headers: [],
-    producerId: '',
-    epoch: -1,
-    sequence: -1,
-    attributes: 0,
-  };
+  const record = blankRecord();
   if (!walk(buf, pos, pos + 4 + buf.readUInt32BE(pos), record)) throw new Error(`corrupt cached record at position ${pos}`);
   return record;
 }
