@@ -19,6 +19,8 @@ import { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import type { OffsetStore } from '../coordinator/offset-store.js';
 import { PgOffsetStore } from '../coordinator/pg-offset-store.js';
+import { TransactionCoordinator } from '../txn/txn-coordinator.js';
+import { TXN_STATE_TOPIC, TxnLog } from '../txn/txn-log.js';
 
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
 
@@ -37,6 +39,7 @@ export class Broker implements BrokerContext {
   readonly store: MetadataStore;
   readonly topics: TopicManager;
   readonly coordinator: GroupCoordinator;
+  readonly transactions: TransactionCoordinator;
   private readonly groupLog: GroupLog;
   /** Why recovery failed; the broker then stays up but unready, never serving partial state. */
   recoveryError: Error | undefined;
@@ -76,6 +79,14 @@ export class Broker implements BrokerContext {
         defaultAssignor: config.groupAssignor,
       },
     });
+    this.transactions = new TransactionCoordinator({
+      topics: this.topics,
+      log: new TxnLog(() => this.topics.get(TXN_STATE_TOPIC).partitions),
+      groups: this.coordinator,
+      logger: logger.child({ component: 'txn-coordinator' }),
+      registry: this.metrics.registry,
+      config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs },
+    });
     this.security = new Security(config, logger.child({ component: 'security' }));
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
     this.server = this.createServer();
@@ -114,6 +125,8 @@ export class Broker implements BrokerContext {
       await this.topics.open();
       await this.ensureInternalTopics();
       await this.coordinator.start();
+      // After the groups: finishing a decided transaction applies its offsets to them.
+      await this.transactions.start();
     } catch (err) {
       // Stay up and unready: serving with groups or offsets missing would be worse than not serving.
       this.state = 'failed';
@@ -126,12 +139,16 @@ export class Broker implements BrokerContext {
   }
 
   private async ensureInternalTopics(): Promise<void> {
-    const existing = this.topics.tryGet(OFFSETS_TOPIC);
-    if (existing) return;
+    await this.ensureInternalTopic(OFFSETS_TOPIC, this.config.offsetsTopicPartitions);
+    await this.ensureInternalTopic(TXN_STATE_TOPIC, this.config.transactionStatePartitions);
+  }
+
+  private async ensureInternalTopic(name: string, partitions: number): Promise<void> {
+    if (this.topics.tryGet(name)) return;
     await this.topics.create(
       {
-        name: OFFSETS_TOPIC,
-        partitions: this.config.offsetsTopicPartitions,
+        name,
+        partitions,
         replicationFactor: 1,
         idempotent: false,
         partitioner: 'hash_key',
@@ -231,6 +248,7 @@ export class Broker implements BrokerContext {
     await Promise.race([drain, timeout]);
     for (const c of this.connections) c.destroy('broker stopped');
     await closed;
+    await this.transactions.stop();
     await this.coordinator.stop();
     await this.topics.close();
     await this.store.close();

@@ -5,8 +5,10 @@ import { ERROR_CLASSES, TributaryError, invalidParam } from '../protocol/errors.
 import { FEATURES, PROTOCOL_VERSION } from '../protocol/features.js';
 import type { TopicDefinition } from '../cluster/metadata-store.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
+import type { TransactionCoordinator } from '../txn/txn-coordinator.js';
 import type { BrokerConfig } from './config.js';
 import { GROUP_COMMANDS } from './group-commands.js';
+import { TXN_COMMANDS } from './txn-commands.js';
 import type { Logger } from './logger.js';
 import type { BrokerMetrics } from './metrics.js';
 import type { Isolation, Partition } from './partition.js';
@@ -22,6 +24,7 @@ export interface BrokerContext {
   /** host:port clients should use to reach this broker. */
   readonly advertised: { host: string; port: number };
   readonly coordinator: GroupCoordinator;
+  readonly transactions: TransactionCoordinator;
   /** Authentication and authorization (src/broker/security.ts); absent in unit-test contexts. */
   readonly security?: import('./security.js').Security;
 }
@@ -471,6 +474,7 @@ export const COMMANDS: Record<string, CommandSpec> = {
   // Not pipelined: reads see earlier appends of the connection, and one reply is built at a time.
   CONSUME: { handler: consume },
   ...GROUP_COMMANDS,
+  ...TXN_COMMANDS,
 };
 
 export function lookupCommand(line: ParsedLine): { name: string; spec: CommandSpec } {

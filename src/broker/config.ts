@@ -55,6 +55,11 @@ export const brokerConfigSchema = z
     shutdownTimeoutMs: z.number().int().min(100).default(10_000),
     /** Partitions of `__consumer_offsets`: a group's coordinator is the leader of hash(group) mod this. */
     offsetsTopicPartitions: z.number().int().min(1).max(1000).default(50),
+    /** Partitions of `__transaction_state` (fixed once the topic exists). */
+    transactionStatePartitions: z.number().int().min(1).max(1000).default(50),
+    /** An open transaction older than this is aborted (INIT_PRODUCER_ID may ask for another, up to the max). */
+    transactionTimeoutMs: z.number().int().min(1).default(60_000),
+    maxTransactionTimeoutMs: z.number().int().min(1).default(900_000),
     /** Where committed offsets live: the internal log, or a PostgreSQL table. */
     offsetStore: z.enum(['log', 'postgres']).default('log'),
     offsetStorePostgresUrl: z.string().min(1).optional(),

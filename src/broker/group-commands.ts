@@ -23,7 +23,10 @@ function memberReply(v: MemberView): string {
   return formatOk(fields);
 }
 
-/** The coordinator of a group: standalone, this broker; the partition tells where its state lives. */
+/**
+ * The coordinator of a group or transactional id: standalone, this broker; the partition (of
+ * `__consumer_offsets` or `__transaction_state`) tells where its state lives.
+ */
 function findCoordinator(b: BrokerContext, _c: ConnectionContext, p: Params): string {
   const group = p.str('group', { maxLength: MAX_ID });
   const txn = p.str('transactional_id', { maxLength: MAX_ID });
@@ -33,7 +36,7 @@ function findCoordinator(b: BrokerContext, _c: ConnectionContext, p: Params): st
     coordinator_id: b.brokerId,
     host: b.advertised.host,
     port: b.advertised.port,
-    partition: b.coordinator.partitionFor(key),
+    partition: group !== undefined ? b.coordinator.partitionFor(key) : b.transactions.partitionFor(key),
   });
 }
 

@@ -230,7 +230,9 @@ export class Partition {
     if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
     if (!producerId) return Promise.reject(invalidParam('producerId', 'a marker needs a producer id'));
     if (type !== 'commit' && type !== 'abort') return Promise.reject(invalidParam('type', 'commit or abort'));
-    if (this.txns === null && this.txnError === null) return this.txnReady.then(() => this.writeMarker(producerId, epoch, type));
+    if ((this.txns === null && this.txnError === null) || (this.producers === null && this.producersError === null)) {
+      return Promise.all([this.txnReady, this.producersReady]).then(() => this.writeMarker(producerId, epoch, type));
+    }
     let index: TxnIndex;
     let txn: OpenTxn | null;
     try {
@@ -239,6 +241,8 @@ export class Partition {
     } catch (err) {
       return Promise.reject(err);
     }
+    // Appends queue in call order: from here on, appends of an older epoch are refused.
+    this.producers?.fence(producerId, epoch, Date.now());
     const rec: RecordInput = {
       key: null,
       value: encodeMarkerValue(type),
@@ -377,7 +381,10 @@ export class Partition {
       const recs = await this.log.read(offset, { maxRecords: 10_000, maxBytes: 8 * 1024 * 1024, maxOffset: end, keepAppendMarker: true });
       if (recs.length === 0) break;
       for (const r of recs) {
-        if (r.producerId !== '' && r.sequence >= 0) {
+        if (r.producerId !== '' && (r.attributes & RecordAttr.CONTROL) !== 0) {
+          table.fence(r.producerId, r.epoch, r.timestamp);
+          run = null;
+        } else if (r.producerId !== '' && r.sequence >= 0) {
           if (!run || run.id !== r.producerId || run.epoch !== r.epoch) run = { id: r.producerId, epoch: r.epoch, firstSeq: r.sequence, base: r.offset };
           if ((r.attributes & ATTR_END_OF_APPEND) !== 0) {
             table.replay(run.id, run.epoch, run.firstSeq, r.sequence, run.base, r.offset, r.timestamp);

@@ -126,6 +126,18 @@ export class ProducerStateTable {
     this.version++;
   }
 
+  /**
+   * A transaction marker at `epoch` (the coordinator's, bumped when it fenced the producer): a higher epoch
+   * replaces the producer's state, so appends of the older epoch are refused from now on (a fenced zombie
+   * cannot reopen a transaction after its abort marker) and the new epoch starts at sequence 0.
+   */
+  fence(id: string, epoch: number, nowMs: number): void {
+    const p = this.producers.get(id);
+    if (p && epoch <= p.epoch) return;
+    this.producers.set(id, { epoch, batches: [], lastSeenMs: nowMs });
+    this.version++;
+  }
+
   /** The log lost its tail from `end` on (recovery after a crash): forget batches that were in it. */
   truncate(end: number): void {
     for (const [id, p] of this.producers) {
@@ -155,7 +167,8 @@ export class ProducerStateTable {
       const batches = p.batches
         .filter((b) => b.baseOffset >= 0)
         .map((b) => [b.firstSeq, b.lastSeq, b.baseOffset, b.lastOffset, b.timestamp] as [number, number, number, number, number]);
-      if (batches.length > 0) producers.push({ id, epoch: p.epoch, lastSeenMs: p.lastSeenMs, batches });
+      // A producer without batches still carries its (fenced) epoch.
+      producers.push({ id, epoch: p.epoch, lastSeenMs: p.lastSeenMs, batches });
     }
     return { version: 1, offset, producers };
   }

@@ -116,6 +116,13 @@ export function requirementOf(command: string, params: ReadonlyMap<string, strin
       return { permissions: ['group'] };
     case 'FIND_COORDINATOR':
       return { permissions: params.has('transactional_id') ? ['transaction'] : ['group'] };
+    case 'INIT_PRODUCER_ID':
+    case 'BEGIN_TXN':
+    case 'END_TXN':
+      return { permissions: ['transaction'] };
+    case 'SEND_OFFSETS_TO_TXN':
+      // Moves a group's offsets, as a commit does.
+      return { permissions: ['transaction', 'group', 'topic.read'], topic: 'read' };
     case 'CREATE':
     case 'DELETE':
     case 'DELETE_GROUP':

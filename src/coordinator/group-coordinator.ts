@@ -7,6 +7,7 @@ import { type Assignment, type AssignorName, assign, isAssignorName, validatePla
 import { type AssignmentProtocol, type ChangeCause, type ChangeReason, ConsumerGroup, type Member } from './group.js';
 import type { GroupLog, GroupSnapshot } from './group-log.js';
 import type { OffsetEntry, OffsetStore } from './offset-store.js';
+import { KeyedLock } from './keyed-lock.js';
 import { Scheduler } from './scheduler.js';
 
 export interface CoordinatorConfig {
@@ -63,6 +64,10 @@ function setOffset(m: OffsetMap, group: string, topic: string, partition: number
   byPart.set(partition, offset);
 }
 
+function pendingKey(group: string, topic: string, partition: number): string {
+  return `${group}\u0000${topic}\u0000${partition}`;
+}
+
 /**
  * The broker-side group coordinator: membership, generations, incremental rebalancing and fenced,
  * monotonic offset commits. Every change to a group runs under that group's lock; waits (join windows,
@@ -74,7 +79,9 @@ export class GroupCoordinator {
   private readonly committed: OffsetMap = new Map();
   /** Highest offset accepted per partition, durable or in flight: what monotonicity is checked against. */
   private readonly reserved: OffsetMap = new Map();
-  private readonly locks = new Map<string, Promise<void>>();
+  /** Partitions (pendingKey) with offsets sent to transactions that have not ended: the transactional ids. */
+  private readonly pending = new Map<string, Set<string>>();
+  private readonly locks = new KeyedLock();
   private readonly wakers = new Map<string, Set<() => void>>();
   private readonly windowWaiters = new Map<string, Set<() => void>>();
   private readonly planWaiters = new Map<string, Set<() => void>>();
@@ -149,7 +156,7 @@ export class GroupCoordinator {
     this.stopped = true;
     this.scheduler.stop();
     for (const set of [...this.wakers.values(), ...this.windowWaiters.values(), ...this.planWaiters.values()]) for (const w of set) w();
-    await Promise.all([...this.locks.values()]).catch(() => {});
+    await this.locks.idle();
     await this.deps.offsetStore.close();
   }
 
@@ -226,22 +233,11 @@ export class GroupCoordinator {
 
   // ---- locking and waiting ----
 
-  private async withGroup<T>(groupId: string, fn: () => Promise<T> | T): Promise<T> {
-    const prev = this.locks.get(groupId) ?? Promise.resolve();
-    let release!: () => void;
-    const mine = new Promise<void>((r) => {
-      release = r;
-    });
-    const chain = prev.then(() => mine);
-    this.locks.set(groupId, chain);
-    await prev;
-    try {
+  private withGroup<T>(groupId: string, fn: () => Promise<T> | T): Promise<T> {
+    return this.locks.run(groupId, () => {
       if (this.stopped) throw new TributaryError('shutting_down');
-      return await fn();
-    } finally {
-      release();
-      if (this.locks.get(groupId) === chain) this.locks.delete(groupId);
-    }
+      return fn();
+    });
   }
 
   private wait(registry: Map<string, Set<() => void>>, key: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
@@ -629,6 +625,8 @@ export class GroupCoordinator {
   fetchOffset(group: string, topic: string, partition: number): { offset: number; committed: boolean } {
     validateId('group', group);
     this.deps.topics.get(topic).partition(partition);
+    const txns = this.pending.get(pendingKey(group, topic, partition));
+    if (txns && txns.size > 0) throw new TributaryError('UNSTABLE_OFFSET_COMMIT', { partition, transactions: txns.size });
     const o = getOffset(this.committed, group, topic, partition);
     return o === undefined ? { offset: 0, committed: false } : { offset: o, committed: true };
   }
@@ -651,23 +649,7 @@ export class GroupCoordinator {
     let previous: Array<number | undefined> = [];
     let changed: OffsetEntry[] = [];
     const run = async () => {
-      const g = this.group(req.group);
-      if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
-      const m = this.member(g, req.member);
-      if (req.generation !== m.generation) throw new TributaryError('GEN_MISMATCH', { current: g.generation, requested: req.generation });
-      const topic = this.deps.topics.get(req.topic);
-      const seen = new Set<number>();
-      for (const e of req.entries) {
-        if (seen.has(e.partition)) throw invalidParam('entries', `partition ${e.partition} given twice`);
-        seen.add(e.partition);
-        const part = topic.partition(e.partition);
-        if (g.owners.get(e.partition) !== m.memberId) throw new TributaryError('NOT_OWNER', { partition: e.partition, member: m.memberId });
-        if (e.offset > part.logEndOffset) throw invalidParam('offset', `partition ${e.partition}: ${e.offset} is beyond the log end ${part.logEndOffset}`);
-        const cur = getOffset(this.reserved, req.group, req.topic, e.partition);
-        if (cur !== undefined && e.offset < cur) {
-          throw new TributaryError('offset_regression', { partition: e.partition, current: cur, requested: e.offset });
-        }
-      }
+      this.checkCommit(req);
       changed = req.entries.filter((e) => getOffset(this.reserved, req.group, req.topic, e.partition) !== e.offset);
       previous = changed.map((e) => getOffset(this.reserved, req.group, req.topic, e.partition));
       for (const e of changed) setOffset(this.reserved, req.group, req.topic, e.partition, e.offset);
@@ -700,6 +682,88 @@ export class GroupCoordinator {
       if (cur === undefined || e.offset > cur) setOffset(this.committed, req.group, req.topic, e.partition, e.offset);
     }
     return req.entries.length;
+  }
+
+  /** Fencing, ownership and monotonicity of a commit (or of offsets sent to a transaction); throws. */
+  private checkCommit(req: { topic: string; group: string; member: string; generation: number; entries: OffsetEntry[] }): void {
+    const g = this.group(req.group);
+    if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
+    const m = this.member(g, req.member);
+    if (req.generation !== m.generation) throw new TributaryError('GEN_MISMATCH', { current: g.generation, requested: req.generation });
+    const topic = this.deps.topics.get(req.topic);
+    const seen = new Set<number>();
+    for (const e of req.entries) {
+      if (seen.has(e.partition)) throw invalidParam('entries', `partition ${e.partition} given twice`);
+      seen.add(e.partition);
+      const part = topic.partition(e.partition);
+      if (g.owners.get(e.partition) !== m.memberId) throw new TributaryError('NOT_OWNER', { partition: e.partition, member: m.memberId });
+      if (e.offset > part.logEndOffset) throw invalidParam('offset', `partition ${e.partition}: ${e.offset} is beyond the log end ${part.logEndOffset}`);
+      const cur = getOffset(this.reserved, req.group, req.topic, e.partition);
+      if (cur !== undefined && e.offset < cur) {
+        throw new TributaryError('offset_regression', { partition: e.partition, current: cur, requested: e.offset });
+      }
+    }
+  }
+
+  // ---- offsets of transactions (src/txn) ----
+
+  /**
+   * SEND_OFFSETS_TO_TXN: checked exactly as a commit (member, generation, ownership, monotonicity), then
+   * held as pending under the transaction. Until it ends, FETCH_OFFSET of those partitions answers
+   * UNSTABLE_OFFSET_COMMIT, so a member that takes a partition over waits for the transaction instead of
+   * starting from an offset the commit is about to move.
+   */
+  async stageTxnOffsets(txn: string, req: { topic: string; group: string; member: string; generation: number; entries: OffsetEntry[] }): Promise<void> {
+    validateId('group', req.group);
+    validateId('member', req.member);
+    if (req.entries.length === 0) throw invalidParam('entries', 'no offsets to send');
+    await this.withGroup(req.group, () => {
+      this.checkCommit(req);
+      this.markPending(txn, req.group, req.topic, req.entries.map((e) => e.partition));
+    });
+  }
+
+  /** Pending transaction offsets restored at start (the transaction was open before a restart). */
+  markPending(txn: string, group: string, topic: string, partitions: number[]): void {
+    for (const p of partitions) {
+      const k = pendingKey(group, topic, p);
+      let set = this.pending.get(k);
+      if (!set) this.pending.set(k, (set = new Set()));
+      set.add(txn);
+    }
+  }
+
+  /** The transaction ended (aborted, or its offsets applied): the partitions are stable again. */
+  clearPending(txn: string, group: string, topic: string, partitions: number[]): void {
+    for (const p of partitions) {
+      const k = pendingKey(group, topic, p);
+      const set = this.pending.get(k);
+      if (!set) continue;
+      set.delete(txn);
+      if (set.size === 0) this.pending.delete(k);
+    }
+  }
+
+  /**
+   * A committed transaction's offsets: applied without fencing (the commit decision is already durable;
+   * the checks ran when they were sent), never moving an offset back, durable when resolved. Applying the
+   * same offsets again (recovery finishing a commit) changes nothing.
+   */
+  async applyTxnOffsets(txn: string, group: string, topic: string, entries: OffsetEntry[]): Promise<void> {
+    await this.withGroup(group, async () => {
+      const forward = entries.filter((e) => {
+        const cur = getOffset(this.reserved, group, topic, e.partition);
+        return cur === undefined || e.offset > cur;
+      });
+      if (forward.length > 0) {
+        await this.deps.offsetStore.commit(group, topic, forward);
+        for (const e of forward) {
+          setOffset(this.reserved, group, topic, e.partition, e.offset);
+          setOffset(this.committed, group, topic, e.partition, e.offset);
+        }
+      }
+      this.clearPending(txn, group, topic, entries.map((e) => e.partition));
+    });
   }
 
   listGroups(): string[] {

@@ -67,10 +67,12 @@ export const ERROR_CODES = {
   FENCED_INSTANCE_ID: { class: 'fencing', retryable: false, description: 'another live member holds this static instance id' },
   offset_regression: { class: 'conflict', retryable: false, description: 'a commit lower than the committed offset' },
   group_not_empty: { class: 'conflict', retryable: false, description: 'the group still has live members' },
+  UNSTABLE_OFFSET_COMMIT: { class: 'availability', retryable: true, description: 'a transaction that is not finished holds offsets for the partition; retry' },
   // transactions
   transactional_id_not_found: { class: 'not_found', retryable: false, description: 'no such transactional id' },
   invalid_txn_state: { class: 'conflict', retryable: false, description: 'the transaction is not in a state that allows the request' },
   producer_fenced: { class: 'fencing', retryable: false, description: 'a newer producer epoch owns the transactional id' },
+  invalid_producer_epoch: { class: 'validation', retryable: false, description: 'producerId/epoch do not match the transactional id (not an older epoch)' },
   // availability and internals
   not_ready: { class: 'availability', retryable: true, description: 'the broker has not finished recovery' },
   shutting_down: { class: 'availability', retryable: true, description: 'the broker is shutting down' },
