@@ -42,4 +42,12 @@ export {
   type ResetOffsetsOptions,
   type ResetTarget,
 } from './admin.js';
+export {
+  Transaction,
+  ProducerFencedError,
+  TransactionStateError,
+  type TransactionState,
+  type TransactionalMessage,
+  type GroupPosition,
+} from './transaction.js';
 export { partitionForKey } from '../protocol/partitioner.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { type Acks, type BatchRecord, encodeBatch } from '../protocol/batch.js';
-import { isErrorReply, parseError } from '../protocol/command.js';
+import { isErrorReply, parseError, parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
 import { DEFAULT_MAX_FRAME_BYTES } from '../protocol/frame.js';
 import { partitionForKey } from '../protocol/partitioner.js';
@@ -11,6 +11,7 @@ import { Cluster } from './cluster.js';
 import type { Connection } from './connection.js';
 import { channels, publish, TypedEmitter } from './events.js';
 import { isRetriable, type RetryOptions, retry } from './retry.js';
+import { ProducerFencedError, Transaction, TransactionStateError, typedTxnError } from './transaction.js';
 
 // ---------------------------------------------------------------------------------------------------
 // Public types
@@ -75,6 +76,14 @@ export interface ProducerOptions {
    * so retries never duplicate. Needs `maxInFlightPerPartition` <= 5 and `acks` 1 or "all".
    */
   idempotent?: boolean;
+  /**
+   * Makes this a transactional producer: records are written through `transaction()` only. The id names
+   * the producer across restarts: a new Producer with the same id fences this one (its transactions are
+   * refused with ProducerFencedError) and aborts a transaction it left open.
+   */
+  transactionalId?: string;
+  /** How long a transaction may stay open before the broker aborts it (default: the broker's, 60 s). */
+  transactionTimeoutMs?: number;
 }
 
 export interface ProducerEvents {
@@ -134,6 +143,11 @@ export function validateProducerOptions(o: ProducerOptions): void {
   checkInt(r, 'requestTimeoutMs', 1);
   if (o.retry !== undefined && (o.retry === null || typeof o.retry !== 'object')) throw configError('retry', 'must be an object');
   if (o.idempotent !== undefined && typeof o.idempotent !== 'boolean') throw configError('idempotent', 'must be a boolean');
+  if (o.transactionalId !== undefined && (typeof o.transactionalId !== 'string' || o.transactionalId.length === 0 || Buffer.byteLength(o.transactionalId, 'utf8') > 255 || /[\s"=]/.test(o.transactionalId))) {
+    throw configError('transactionalId', '1-255 bytes without spaces, quotes or "="');
+  }
+  checkInt(r, 'transactionTimeoutMs', 1, 2 ** 31 - 1);
+  if (o.transactionTimeoutMs !== undefined && o.transactionalId === undefined) throw configError('transactionTimeoutMs', 'only for a transactional producer (transactionalId)');
   if (o.idempotent === true) {
     if (o.maxInFlightPerPartition !== undefined && o.maxInFlightPerPartition > MAX_IDEMPOTENT_IN_FLIGHT) {
       throw configError('maxInFlightPerPartition', `at most ${MAX_IDEMPOTENT_IN_FLIGHT} with idempotent: true`);
@@ -457,6 +471,8 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     requestTimeoutMs: number;
     retry: RetryOptions;
     idempotent: boolean;
+    transactionalId: string | undefined;
+    transactionTimeoutMs: number | undefined;
   };
   /** Idempotent producers: this producer's id (a random UUID); '' otherwise. */
   readonly producerId: string;
@@ -473,6 +489,11 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   private readonly admissionQueue: Array<() => void> = [];
   private readonly partitionCounts = new Map<string, number>();
   private stateValue: ProducerState = 'open';
+  /** Transactional producers: the producer id and epoch from INIT_PRODUCER_ID (once per producer). */
+  private txnIds: Promise<{ producerId: string; epoch: number }> | undefined;
+  private openTxn: Transaction | undefined;
+  /** Set once a transaction command was fenced: this producer may not write again. */
+  private fencedBy: ProducerFencedError | undefined;
   private closePromise: Promise<void> | undefined;
 
   constructor(options: ProducerOptions) {
@@ -490,6 +511,8 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       requestTimeoutMs: options.requestTimeoutMs ?? DEFAULTS.requestTimeoutMs,
       retry: options.retry ?? {},
       idempotent: options.idempotent ?? false,
+      transactionalId: options.transactionalId,
+      transactionTimeoutMs: options.transactionTimeoutMs,
     };
     this.producerId = this.options.idempotent ? randomUUID() : '';
     this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls, auth: options.auth });
@@ -507,6 +530,67 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     return this.buffered;
   }
 
+  // ---- transactions ----
+
+  /**
+   * Begins a transaction (the first call also runs INIT_PRODUCER_ID, which fences older producers of the
+   * transactional id). One transaction at a time: end it with commit() or abort() before the next.
+   * After a ProducerFencedError the producer cannot write again: create a new one.
+   */
+  async transaction(opts: { signal?: AbortSignal } = {}): Promise<Transaction> {
+    const id = this.options.transactionalId;
+    if (id === undefined) throw configError('transactionalId', 'transaction() needs a transactional producer');
+    if (this.stateValue !== 'open') throw new TributaryError('client_closed');
+    if (this.fencedBy) throw this.fencedBy;
+    if (this.openTxn) throw new TransactionStateError('invalid_txn_state', { reason: 'a transaction is already open: commit or abort it first' });
+    const key = { transactional_id: id };
+    const run = async (name: string, fields: Record<string, string | number | undefined>) => {
+      try {
+        return parseLine(await this.cluster.coordinatorCommand(key, name, fields, { signal: opts.signal })).params;
+      } catch (err) {
+        const e = typedTxnError(err);
+        if (e instanceof ProducerFencedError) this.fencedBy = e;
+        throw e;
+      }
+    };
+    this.txnIds ??= (async () => {
+      const r = await run('INIT_PRODUCER_ID', { transactional_id: id, transaction_timeout_ms: this.options.transactionTimeoutMs });
+      return { producerId: r.get('producerId')!, epoch: Number(r.get('epoch')) };
+    })();
+    let ids: { producerId: string; epoch: number };
+    try {
+      ids = await this.txnIds;
+    } catch (err) {
+      this.txnIds = undefined;
+      throw err;
+    }
+    // Claimed before BEGIN is sent, so two concurrent calls cannot both begin.
+    const placeholder = {} as Transaction;
+    this.openTxn = placeholder;
+    try {
+      await run('BEGIN_TXN', { transactional_id: id, producerId: ids.producerId, epoch: ids.epoch });
+    } catch (err) {
+      this.openTxn = undefined;
+      throw err;
+    }
+    const txn = new Transaction(
+      {
+        cluster: this.cluster,
+        ended: (t) => {
+          if (this.openTxn === t) this.openTxn = undefined;
+        },
+        fenced: (e) => {
+          this.fencedBy ??= e;
+        },
+      },
+      id,
+      ids.producerId,
+      ids.epoch,
+    );
+    this.openTxn = txn;
+    return txn;
+  }
+
   // ---- sending ----
 
   /**
@@ -518,6 +602,9 @@ export class Producer extends TypedEmitter<ProducerEvents> {
    */
   async send(record: ProducerRecord, opts: { signal?: AbortSignal } = {}): Promise<RecordMetadata[]> {
     if (this.stateValue !== 'open') throw new TributaryError('client_closed');
+    if (this.options.transactionalId !== undefined) {
+      throw new TransactionStateError('invalid_txn_state', { reason: 'a transactional producer sends through producer.transaction()' });
+    }
     const signal = opts.signal;
     signal?.throwIfAborted();
     if (!record || typeof record !== 'object') throw new TributaryError('invalid_parameter', { param: 'record', reason: 'required' });
@@ -933,6 +1020,9 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     if (this.stateValue !== 'open') return;
     this.stateValue = 'closing';
     try {
+      // A transaction left open is aborted rather than left to the broker's timeout.
+      const txn = this.openTxn;
+      if (txn && txn.state === 'open') await txn.abort().catch(() => {});
       await this.flush();
     } finally {
       this.forceClose();

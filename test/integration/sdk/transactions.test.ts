@@ -1,0 +1,156 @@
+/**
+ * Transactions through the SDK against a real broker: `producer.transaction()` with send, sendOffsets,
+ * commit and abort; fencing surfaced as ProducerFencedError; `await using` aborting a transaction left
+ * open; a consume-transform-produce step with a Consumer whose offsets move only with the commit.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Connection } from '../../../src/client/connection.js';
+import { Consumer } from '../../../src/client/consumer.js';
+import { Producer, type ProducerOptions } from '../../../src/client/producer.js';
+import { ProducerFencedError, TransactionStateError } from '../../../src/client/transaction.js';
+import { TributaryError } from '../../../src/protocol/errors.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
+import { fetchOffset } from '../groups/helpers.js';
+import { readAll } from '../transactions/helpers.js';
+
+describe('SDK transactions', () => {
+  let broker: BrokerProcess;
+  let admin: Connection;
+  const producers: Producer[] = [];
+
+  function producer(opts: Partial<ProducerOptions> = {}): Producer {
+    const p = new Producer({ brokers: [broker.address], ...opts });
+    producers.push(p);
+    return p;
+  }
+
+  const committedValues = async (topic: string, partitions: number[]) =>
+    (await Promise.all(partitions.map((p) => readAll(admin, topic, p, 'read_committed')))).flat().map((r) => r.value);
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '2', '--transaction-state-partitions', '2', '--group-join-window-ms', '20'] });
+    admin = await broker.connect();
+    await admin.command('CREATE', { topic: 'sdk-tx', partitions: 2 });
+  });
+
+  afterAll(async () => {
+    await Promise.all(producers.map((p) => p.close({ signal: AbortSignal.timeout(5000) }).catch(() => {})));
+    await broker?.dispose();
+  });
+
+  it('records become visible on commit, all of them, and never after abort', async () => {
+    const p = producer({ transactionalId: 'sdk-vis' });
+    const t1 = await p.transaction();
+    const meta = await t1.send({ topic: 'sdk-tx', messages: [{ value: 'c1', partition: 0 }, { value: 'c2', partition: 1 }, { key: 'k', value: 'c3' }] });
+    expect(meta.map((m) => m.partition).slice(0, 2)).toEqual([0, 1]);
+    expect(meta.every((m) => m.offset >= 0)).toBe(true);
+    expect(await committedValues('sdk-tx', [0, 1])).toEqual([]);
+    await t1.commit();
+    expect(t1.state).toBe('committed');
+    expect((await committedValues('sdk-tx', [0, 1])).sort()).toEqual(['c1', 'c2', 'c3']);
+
+    const t2 = await p.transaction();
+    await t2.send({ topic: 'sdk-tx', messages: [{ value: 'a1', partition: 0 }] });
+    await t2.abort();
+    const t3 = await p.transaction();
+    await t3.send({ topic: 'sdk-tx', messages: Array.from({ length: 50 }, (_, i) => ({ value: `bulk${i}`, partition: 1 })) });
+    await t3.commit();
+    const values = await committedValues('sdk-tx', [0, 1]);
+    expect(values).not.toContain('a1');
+    expect(values.filter((v) => v.startsWith('bulk'))).toEqual(Array.from({ length: 50 }, (_, i) => `bulk${i}`));
+  });
+
+  it('one transaction at a time; a transactional producer has no plain send', async () => {
+    const p = producer({ transactionalId: 'sdk-one' });
+    const t = await p.transaction();
+    await expect(p.transaction()).rejects.toBeInstanceOf(TransactionStateError);
+    await expect(p.send({ topic: 'sdk-tx', messages: [{ value: 'x' }] })).rejects.toBeInstanceOf(TransactionStateError);
+    await t.commit();
+    await expect(t.send({ topic: 'sdk-tx', messages: [{ value: 'late' }] })).rejects.toBeInstanceOf(TransactionStateError);
+    const again = await p.transaction();
+    await again.abort();
+    expect(() => producer({ transactionTimeoutMs: 1000 })).toThrow(/transactionalId/);
+    expect(() => producer({ transactionalId: 'has space' })).toThrow(/transactionalId/);
+  });
+
+  it('a second producer with the same id fences the first: ProducerFencedError on send, commit and transaction()', async () => {
+    const zombie = producer({ transactionalId: 'sdk-fence' });
+    const zt = await zombie.transaction();
+    await zt.send({ topic: 'sdk-tx', messages: [{ value: 'zombie-1', partition: 0 }] });
+    const fresh = producer({ transactionalId: 'sdk-fence' });
+    const ft = await fresh.transaction(); // aborts the zombie's open transaction
+    await expect(zt.send({ topic: 'sdk-tx', messages: [{ value: 'zombie-2', partition: 0 }] })).rejects.toBeInstanceOf(ProducerFencedError);
+    await expect(zt.commit()).rejects.toBeInstanceOf(TransactionStateError); // its send failed: only abort is left
+    await expect(zt.abort()).rejects.toBeInstanceOf(ProducerFencedError);
+    await expect(zombie.transaction()).rejects.toBeInstanceOf(ProducerFencedError);
+    await ft.send({ topic: 'sdk-tx', messages: [{ value: 'fresh-1', partition: 0 }] });
+    await ft.commit();
+    const values = await committedValues('sdk-tx', [0]);
+    expect(values).toContain('fresh-1');
+    expect(values).not.toContain('zombie-1');
+    expect(values).not.toContain('zombie-2');
+    const err = await zombie.transaction().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(TributaryError);
+    expect((err as TributaryError).code).toBe('producer_fenced');
+  });
+
+  it('await using aborts a transaction that was neither committed nor aborted', async () => {
+    const p = producer({ transactionalId: 'sdk-using' });
+    {
+      await using t = await p.transaction();
+      await t.send({ topic: 'sdk-tx', messages: [{ value: 'scoped', partition: 1 }] });
+    }
+    const status = await admin.command('TXN_STATUS', { transactional_id: 'sdk-using' });
+    expect(status).toMatch(/state=aborted/);
+    expect(await committedValues('sdk-tx', [1])).not.toContain('scoped');
+    const next = await p.transaction(); // the producer may begin again
+    await next.commit();
+  });
+
+  it('consume-transform-produce: output and input offsets commit together', async () => {
+    await admin.command('CREATE', { topic: 'sdk-in', partitions: 2 });
+    await admin.command('CREATE', { topic: 'sdk-out', partitions: 2 });
+    for (let i = 0; i < 20; i++) await admin.command('PUBLISH', { topic: 'sdk-in', partition: i % 2, message: `in${i}` });
+    const p = producer({ transactionalId: 'sdk-eos' });
+    const consumer = new Consumer({
+      brokers: [broker.address],
+      groupId: 'sdk-eos-g',
+      topic: 'sdk-in',
+      autoCommit: false,
+      autoOffsetReset: 'earliest',
+      sessionTimeoutMs: 3000,
+      heartbeatIntervalMs: 200,
+      maxWaitMs: 100,
+    });
+    let batches = 0;
+    let failOnce = true;
+    const done = new Promise<void>((resolve) => {
+      let seen = 0;
+      void consumer.run({
+        eachBatch: async ({ partition, messages }) => {
+          const t = await p.transaction();
+          await t.send({ topic: 'sdk-out', messages: messages.map((m) => ({ value: m.value.toString().toUpperCase(), partition })) });
+          await t.sendOffsets({ consumer, offsets: [{ partition, offset: messages[messages.length - 1]!.offset + 1 }] });
+          if (failOnce) {
+            // The first batch is aborted: its output never shows and its offsets do not move, so it is read again.
+            failOnce = false;
+            await t.abort();
+            throw new Error('processing failed');
+          }
+          await t.commit();
+          batches++;
+          seen += messages.length;
+          if (seen >= 20) resolve();
+        },
+      });
+    });
+    consumer.on('error', () => {});
+    await done;
+    await consumer.close();
+    expect(batches).toBeGreaterThan(0);
+    const out = (await committedValues('sdk-out', [0, 1])).sort();
+    expect(out).toEqual(Array.from({ length: 20 }, (_, i) => `IN${i}`).sort());
+    expect(await fetchOffset(admin, 'sdk-in', 'sdk-eos-g', 0)).toEqual({ offset: 10, committed: true });
+    expect(await fetchOffset(admin, 'sdk-in', 'sdk-eos-g', 1)).toEqual({ offset: 10, committed: true });
+  });
+});
