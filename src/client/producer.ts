@@ -533,6 +533,38 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   // ---- transactions ----
 
   /**
+   * INIT_PRODUCER_ID, once per producer (transaction() runs it when needed): fences every older producer of
+   * the transactional id and aborts a transaction one of them left open. Call it at startup so a restarted
+   * process releases its predecessor's transaction at once, not when it first has something to write.
+   */
+  initTransactions(opts: { signal?: AbortSignal } = {}): Promise<{ producerId: string; epoch: number }> {
+    const id = this.options.transactionalId;
+    if (id === undefined) return Promise.reject(configError('transactionalId', 'initTransactions() needs a transactional producer'));
+    if (this.fencedBy) return Promise.reject(this.fencedBy);
+    if (!this.txnIds) {
+      const init = this.txnCommand('INIT_PRODUCER_ID', { transactional_id: id, transaction_timeout_ms: this.options.transactionTimeoutMs }, opts.signal).then((r) => ({
+        producerId: r.get('producerId')!,
+        epoch: Number(r.get('epoch')),
+      }));
+      this.txnIds = init;
+      init.catch(() => {
+        if (this.txnIds === init) this.txnIds = undefined;
+      });
+    }
+    return this.txnIds;
+  }
+
+  private async txnCommand(name: string, fields: Record<string, string | number | undefined>, signal: AbortSignal | undefined): Promise<Map<string, string>> {
+    try {
+      return parseLine(await this.cluster.coordinatorCommand({ transactional_id: this.options.transactionalId! }, name, fields, { signal })).params;
+    } catch (err) {
+      const e = typedTxnError(err);
+      if (e instanceof ProducerFencedError) this.fencedBy ??= e;
+      throw e;
+    }
+  }
+
+  /**
    * Begins a transaction (the first call also runs INIT_PRODUCER_ID, which fences older producers of the
    * transactional id). One transaction at a time: end it with commit() or abort() before the next.
    * After a ProducerFencedError the producer cannot write again: create a new one.
@@ -543,32 +575,12 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     if (this.stateValue !== 'open') throw new TributaryError('client_closed');
     if (this.fencedBy) throw this.fencedBy;
     if (this.openTxn) throw new TransactionStateError('invalid_txn_state', { reason: 'a transaction is already open: commit or abort it first' });
-    const key = { transactional_id: id };
-    const run = async (name: string, fields: Record<string, string | number | undefined>) => {
-      try {
-        return parseLine(await this.cluster.coordinatorCommand(key, name, fields, { signal: opts.signal })).params;
-      } catch (err) {
-        const e = typedTxnError(err);
-        if (e instanceof ProducerFencedError) this.fencedBy = e;
-        throw e;
-      }
-    };
-    this.txnIds ??= (async () => {
-      const r = await run('INIT_PRODUCER_ID', { transactional_id: id, transaction_timeout_ms: this.options.transactionTimeoutMs });
-      return { producerId: r.get('producerId')!, epoch: Number(r.get('epoch')) };
-    })();
-    let ids: { producerId: string; epoch: number };
-    try {
-      ids = await this.txnIds;
-    } catch (err) {
-      this.txnIds = undefined;
-      throw err;
-    }
+    const ids = await this.initTransactions(opts);
     // Claimed before BEGIN is sent, so two concurrent calls cannot both begin.
     const placeholder = {} as Transaction;
     this.openTxn = placeholder;
     try {
-      await run('BEGIN_TXN', { transactional_id: id, producerId: ids.producerId, epoch: ids.epoch });
+      await this.txnCommand('BEGIN_TXN', { transactional_id: id, producerId: ids.producerId, epoch: ids.epoch }, opts.signal);
     } catch (err) {
       this.openTxn = undefined;
       throw err;

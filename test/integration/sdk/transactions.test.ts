@@ -144,7 +144,6 @@ describe('SDK transactions', () => {
         },
       });
     });
-    consumer.on('error', () => {});
     await done;
     await consumer.close();
     expect(batches).toBeGreaterThan(0);
