@@ -75,6 +75,22 @@ describe('ProducerStateTable', () => {
     expect(code(() => t.check('p', 2, 0, 9))).toBe('out_of_order_sequence');
   });
 
+  it('fence: a higher epoch replaces the state (older epochs refused, sequence 0 next); equal or lower changes nothing', () => {
+    const t = new ProducerStateTable();
+    append(t, 'p', 2, 0, 3, 0);
+    t.fence('p', 2, 1000);
+    expect(t.describe('p')).toEqual({ epoch: 2, lastSeq: 3 });
+    t.fence('p', 1, 1000);
+    expect(t.describe('p')).toEqual({ epoch: 2, lastSeq: 3 });
+    t.fence('p', 3, 1000);
+    expect(t.describe('p')).toEqual({ epoch: 3, lastSeq: -1 });
+    expect(code(() => t.check('p', 2, 4, 4))).toBe('stale_producer_epoch');
+    expect(code(() => t.check('p', 3, 1, 1))).toBe('out_of_order_sequence');
+    expect(t.check('p', 3, 0, 0).kind).toBe('append');
+    // kept in a snapshot even without batches
+    expect(ProducerStateTable.fromSnapshot(t.snapshot(10)).describe('p')).toEqual({ epoch: 3, lastSeq: -1 });
+  });
+
   it('keeps producers apart and forgets an aborted append', () => {
     const t = new ProducerStateTable();
     append(t, 'a', 0, 0, 0, 0);

@@ -205,6 +205,25 @@ describe('Partition transactions (log side)', () => {
     ]);
   });
 
+  it('a marker at a higher epoch fences the older epoch on the partition, also after a reopen', async () => {
+    const p = await openPartition();
+    await p.appendTransactional([rec('old')], { producerId: 'A', epoch: 0, firstSequence: 0, lastSequence: 0 });
+    // The coordinator fenced epoch 0: its abort marker carries epoch 1.
+    await p.writeMarker('A', 1, 'abort');
+    expect(await code(p.appendTransactional([rec('zombie')], { producerId: 'A', epoch: 0, firstSequence: 1, lastSequence: 1 }))).toBe('stale_producer_epoch');
+    expect(p.lastStableOffset).toBe(p.logEndOffset);
+    await p.close();
+    open.splice(open.indexOf(p), 1);
+    const again = await openPartition();
+    await again.whenProducerStateReady();
+    expect(again.producerState()!.describe('A')).toEqual({ epoch: 1, lastSeq: -1 });
+    expect(await code(again.appendTransactional([rec('zombie')], { producerId: 'A', epoch: 0, firstSequence: 1, lastSequence: 1 }))).toBe('stale_producer_epoch');
+    // the new epoch starts at sequence 0
+    await again.appendTransactional([rec('new')], { producerId: 'A', epoch: 1, firstSequence: 0, lastSequence: 0 });
+    await again.writeMarker('A', 1, 'commit');
+    expect(values((await again.read(0, RC)).records)).toEqual(['new']);
+  });
+
   it('a waiter wakes when a commit marker moves the LSO; an abort marker wakes it too', async () => {
     const p = await openPartition();
     await p.appendTransactional([rec('a')], { producerId: 'A', epoch: 0 });
