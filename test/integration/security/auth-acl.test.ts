@@ -51,6 +51,12 @@ const PROTECTED: Array<[string, string]> = [
   ['LIST_GROUPS', 'LIST_GROUPS'],
   ['DELETE_GROUP', 'DELETE_GROUP group=g1'],
   ['RESET_OFFSETS', 'RESET_OFFSETS group=g1 topic=open to=earliest'],
+  ['INIT_PRODUCER_ID', 'INIT_PRODUCER_ID transactional_id=tx1'],
+  ['BEGIN_TXN', 'BEGIN_TXN transactional_id=tx1 producerId=p epoch=0'],
+  ['TXN_PUBLISH', 'TXN_PUBLISH transactional_id=tx1 producerId=p epoch=0 topic=open seqNum=1 message=x'],
+  ['SEND_OFFSETS_TO_TXN', 'SEND_OFFSETS_TO_TXN transactional_id=tx1 producerId=p epoch=0 topic=open group=g1 member=m generation=1 P0:0'],
+  ['END_TXN', 'END_TXN transactional_id=tx1 producerId=p epoch=0 result=abort'],
+  ['TXN_STATUS', 'TXN_STATUS transactional_id=tx1'],
 ];
 const ALL_PROTECTED: Array<[string, string]> = [...PROTECTED, ['LIST', 'LIST']];
 
@@ -162,6 +168,19 @@ describe('authentication and authorization (TLS + AUTH)', () => {
     const txn = await connect('txn');
     expect(await txn.command('FIND_COORDINATOR', { transactional_id: 'tx1' })).toMatch(/^OK coordinator_id=/);
     expect(await send(txn, 'FIND_COORDINATOR', 'FIND_COORDINATOR group=g1')).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=group/);
+    // Transactions: the coordinator commands need `transaction`; TXN_PUBLISH also topic.write (and the
+    // topic ACL), SEND_OFFSETS_TO_TXN also group and topic.read.
+    const init = await txn.command('INIT_PRODUCER_ID', { transactional_id: 'sec-tx' });
+    const pid = /producerId=(\S+)/.exec(init)![1]!;
+    expect(await txn.command('BEGIN_TXN', { transactional_id: 'sec-tx', producerId: pid, epoch: 0 })).toMatch(/^OK .*state=open/);
+    expect(await send(txn, 'TXN_PUBLISH', `TXN_PUBLISH transactional_id=sec-tx producerId=${pid} epoch=0 topic=open seqNum=1 message=x`)).toMatch(
+      /^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=topic.write/,
+    );
+    expect(await send(txn, 'SEND_OFFSETS_TO_TXN', `SEND_OFFSETS_TO_TXN transactional_id=sec-tx producerId=${pid} epoch=0 topic=open group=g1 member=m generation=1 P0:0`)).toMatch(
+      /^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=(group|topic.read)/,
+    );
+    expect(await txn.command('END_TXN', { transactional_id: 'sec-tx', producerId: pid, epoch: 0, result: 'abort' })).toMatch(/state=aborted/);
+    expect(await send(reader, 'INIT_PRODUCER_ID', 'INIT_PRODUCER_ID transactional_id=sec-tx')).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=transaction/);
     const writer = await connect('writer');
     expect(await send(writer, 'CONSUME', 'CONSUME topic=open partition=0 offset=0')).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=topic.read/);
     // A producer needs metadata: topic.write is enough to describe a topic.
