@@ -10,6 +10,7 @@ interface BenchModule {
 const BENCHMARKS: Record<string, () => Promise<BenchModule>> = {
   'produce-consume': () => import('./produce-consume.js'),
   rebalance: () => import('./rebalance.js'),
+  transactions: () => import('./transactions.js'),
 };
 
 async function list(): Promise<string> {
