@@ -49,7 +49,10 @@ function ensureDebianPackages(wanted) {
   apt(['install', '-y', '--no-install-recommends', ...names]);
 }
 
-ensureDebianPackages([{ binary: 'initdb', package: 'postgresql', dirs: postgresBinDirs() }]);
+ensureDebianPackages([
+  { binary: 'initdb', package: 'postgresql', dirs: postgresBinDirs() },
+  { binary: 'etcd', package: 'etcd-server' },
+]);
 ensureDependencies();
 ensureBuilt({ force: true });
 

@@ -1,0 +1,157 @@
+import { EventEmitter } from 'node:events';
+import type { Etcd3 } from 'etcd3';
+import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
+import { LeaseKeeper } from './lease-keeper.js';
+import { type Versioned, WatchedPrefix } from './watched-prefix.js';
+
+export interface BrokerRegistration {
+  id: number;
+  /** Where the broker listens. */
+  host: string;
+  port: number;
+  /** What clients and other brokers should dial, `host:port` (differs from host/port behind NAT or proxies). */
+  advertisedAddress: string;
+  startedAt: number;
+}
+
+export interface BrokerRegistryOptions {
+  etcd: EtcdSource;
+  /** Root of every Tributary key, default '/tributary/'. Brokers live under `<prefix>brokers/<id>`. */
+  prefix?: string;
+  /** Seconds a dead broker stays registered; default 10 (tests use 2, etcd's minimum). */
+  leaseTtlSeconds?: number;
+}
+
+/** Another live broker holds the id (its lease has not expired). */
+export class BrokerIdInUseError extends Error {
+  constructor(
+    readonly brokerId: number,
+    readonly holder: BrokerRegistration | undefined,
+  ) {
+    super(`broker id ${brokerId} is registered by a live broker${holder ? ` at ${holder.advertisedAddress}` : ''}`);
+    this.name = 'BrokerIdInUseError';
+  }
+}
+
+function parseBroker(text: string, key: string): BrokerRegistration | undefined {
+  try {
+    const b = JSON.parse(text) as BrokerRegistration;
+    const ok = b !== null && typeof b === 'object' && String(b.id) === key && typeof b.host === 'string' && Number.isInteger(b.port);
+    return ok ? b : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Live brokers, each a key bound to its own lease: a broker that dies or stalls past the TTL disappears
+ * without anyone cleaning up. Events: 'broker-joined' / 'broker-left' (BrokerRegistration) for every broker
+ * (this one included), and 'registration-lost' (reason) when this broker's own lease expired: it must stop
+ * acting as a cluster member until it registers again.
+ */
+export class BrokerRegistry {
+  readonly events = new EventEmitter();
+  readonly prefix: string;
+  readonly leaseTtlSeconds: number;
+  private readonly client: Etcd3;
+  private readonly ownsClient: boolean;
+  private readonly brokers: WatchedPrefix<BrokerRegistration>;
+  private lease: LeaseKeeper | undefined;
+  private registration: BrokerRegistration | undefined;
+
+  constructor(opts: BrokerRegistryOptions) {
+    ({ client: this.client, owned: this.ownsClient } = resolveClient(opts.etcd));
+    this.prefix = normalizePrefix(opts.prefix);
+    this.leaseTtlSeconds = opts.leaseTtlSeconds ?? 10;
+    this.brokers = new WatchedPrefix(this.client, `${this.prefix}brokers/`, parseBroker);
+    this.brokers.events.on('put', (_id: string, entry: Versioned<BrokerRegistration>, previous?: Versioned<BrokerRegistration>) => {
+      // Same id under a new lease = the old registration expired and a new one came.
+      if (previous && previous.lease === entry.lease) return;
+      if (previous) this.events.emit('broker-left', previous.value);
+      this.events.emit('broker-joined', entry.value);
+    });
+    this.brokers.events.on('delete', (_id: string, previous: Versioned<BrokerRegistration>) => this.events.emit('broker-left', previous.value));
+  }
+
+  /** Loads the live brokers and watches for joins and leaves. */
+  async open(): Promise<void> {
+    await withMetadataErrors('open', () => this.brokers.start());
+  }
+
+  list(): BrokerRegistration[] {
+    return this.brokers
+      .values()
+      .map(([, e]) => e.value)
+      .sort((a, b) => a.id - b.id);
+  }
+
+  get(id: number): BrokerRegistration | undefined {
+    return this.brokers.get(String(id))?.value;
+  }
+
+  /** This broker's registration while its lease certainly holds. */
+  get self(): BrokerRegistration | undefined {
+    return this.lease?.alive ? this.registration : undefined;
+  }
+
+  /**
+   * Registers this broker under a new lease. Throws BrokerIdInUseError while another live broker holds the
+   * id; `waitMs` keeps trying that long first (a broker restarted after kill -9 waits out its old lease).
+   */
+  async register(info: Omit<BrokerRegistration, 'startedAt'> & { startedAt?: number }, opts: { waitMs?: number } = {}): Promise<BrokerRegistration> {
+    if (this.lease?.alive) throw new Error(`this registry already registered broker ${this.registration?.id}`);
+    const registration: BrokerRegistration = { ...info, startedAt: info.startedAt ?? Date.now() };
+    const key = `${this.brokers.prefix}${registration.id}`;
+    const deadline = Date.now() + (opts.waitMs ?? 0);
+    const lease = await withMetadataErrors('register_broker', () => LeaseKeeper.grant(this.client, this.leaseTtlSeconds));
+    try {
+      for (;;) {
+        const res = await withMetadataErrors('register_broker', () =>
+          this.client
+            .if(key, 'Create', '==', 0)
+            .then(this.client.put(key).value(JSON.stringify(registration)).lease(lease.id))
+            .else(this.client.get(key))
+            .commit(),
+        );
+        const kv = res.responses[0]?.response_range?.kvs[0];
+        // A retried create that had applied before its answer timed out finds our own lease on the key.
+        if (res.succeeded || kv?.lease === lease.id) {
+          const revision = Number(res.header.revision);
+          this.brokers.applyPut(String(registration.id), registration, revision, revision, lease.id);
+          this.lease = lease;
+          this.registration = registration;
+          lease.events.once('lost', (reason: string) => {
+            if (this.lease === lease) this.events.emit('registration-lost', reason);
+          });
+          return registration;
+        }
+        if (kv) this.brokers.applyKv(String(registration.id), kv);
+        if (Date.now() >= deadline)
+          throw new BrokerIdInUseError(registration.id, kv ? parseBroker(kv.value.toString('utf8'), String(registration.id)) : undefined);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    } catch (err) {
+      await lease.revoke().catch(() => {});
+      throw err;
+    }
+  }
+
+  /** Revokes this broker's lease: its key disappears at once and the others see it leave. */
+  /** True while this broker's registration lease certainly holds: only then may it act as a leader. */
+  get alive(): boolean {
+    return this.lease?.alive ?? false;
+  }
+
+  async deregister(): Promise<void> {
+    const lease = this.lease;
+    this.lease = undefined;
+    this.registration = undefined;
+    if (lease) await withMetadataErrors('deregister_broker', () => lease.revoke());
+  }
+
+  async close(): Promise<void> {
+    await this.deregister().catch(() => {});
+    await this.brokers.close();
+    if (this.ownsClient) this.client.close();
+  }
+}

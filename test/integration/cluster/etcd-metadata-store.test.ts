@@ -1,0 +1,159 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { EtcdMetadataStore } from '../../../src/cluster/etcd-metadata-store.js';
+import type { TopicDefinition } from '../../../src/cluster/metadata-store.js';
+import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
+import { REQUEST_TIMEOUT_MS, eventually, rejection, uniquePrefix } from './helpers.js';
+
+type TopicSpec = Omit<TopicDefinition, 'topicId' | 'createdAt'>;
+
+let etcd: EtcdServer;
+const stores: EtcdMetadataStore[] = [];
+
+function spec(name: string, over: Partial<TopicSpec> = {}): TopicSpec {
+  return {
+    name,
+    partitions: 3,
+    replicationFactor: 1,
+    idempotent: false,
+    partitioner: 'hash_key',
+    retentionHours: -1,
+    retentionBytes: -1,
+    cleanupPolicy: 'delete',
+    ...over,
+  };
+}
+
+async function openStore(prefix: string): Promise<EtcdMetadataStore> {
+  const store = new EtcdMetadataStore({ etcd: { endpoints: etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS }, prefix });
+  stores.push(store);
+  await store.open();
+  return store;
+}
+
+/** Records every event a store emits, in order. */
+function recorder(store: EtcdMetadataStore): string[] {
+  const seen: string[] = [];
+  for (const ev of ['topic-created', 'topic-deleted', 'topic-updated']) {
+    store.events.on(ev, (t: TopicDefinition) => seen.push(`${ev}:${t.name}:${t.topicId}`));
+  }
+  return seen;
+}
+
+beforeAll(async () => {
+  etcd = await startEtcd();
+});
+
+afterEach(async () => {
+  await Promise.all(stores.splice(0).map((s) => s.close()));
+});
+
+afterAll(async () => {
+  await etcd?.dispose();
+});
+
+describe('EtcdMetadataStore', () => {
+  it('creates, gets, lists and deletes topics, and keeps them across reopen', async () => {
+    const prefix = uniquePrefix('crud');
+    const store = await openStore(prefix);
+    const events = recorder(store);
+    expect(store.listTopics()).toEqual([]);
+
+    const { topic: b, created } = await store.createTopic(spec('beta', { partitions: 2 }));
+    expect(created).toBe(true);
+    expect(b).toMatchObject({ name: 'beta', partitions: 2 });
+    expect(b.topicId).toMatch(/^[0-9a-f]{16}$/);
+    const { topic: a } = await store.createTopic(spec('alpha'));
+    expect(store.getTopic('beta')).toEqual(b);
+    expect(store.listTopics().map((t) => t.name)).toEqual(['alpha', 'beta']);
+
+    // A second store on the same prefix loads the same definitions.
+    const other = await openStore(prefix);
+    expect(other.listTopics()).toEqual([a, b]);
+
+    expect(await store.deleteTopic('beta')).toEqual(b);
+    expect(store.getTopic('beta')).toBeUndefined();
+    expect(await store.deleteTopic('beta')).toBeUndefined();
+    expect(await store.deleteTopic('never-existed')).toBeUndefined();
+    expect(store.listTopics()).toEqual([a]);
+
+    // Local changes emit events once, even though the watch sees them too.
+    await eventually('the watch to deliver the local changes', () => other.getTopic('beta') === undefined);
+    expect(events).toEqual([`topic-created:beta:${b.topicId}`, `topic-created:alpha:${a.topicId}`, `topic-deleted:beta:${b.topicId}`]);
+
+    const reopened = await openStore(prefix);
+    expect(reopened.listTopics()).toEqual([a]);
+  });
+
+  it('answers an identical re-create with created=false and refuses a different definition', async () => {
+    const prefix = uniquePrefix('recreate');
+    const store = await openStore(prefix);
+    const first = await store.createTopic(spec('orders'));
+    const again = await store.createTopic(spec('orders'));
+    expect(again).toEqual({ topic: first.topic, created: false });
+
+    // From another store too (its cache had it, but the answer comes from etcd).
+    const other = await openStore(prefix);
+    expect(await other.createTopic(spec('orders'))).toEqual({ topic: first.topic, created: false });
+
+    const err = await rejection(other.createTopic(spec('orders', { partitions: 7 })));
+    expect(err.code).toBe('topic_already_exists');
+    expect(err.errorClass).toBe('conflict');
+    expect(err.fields).toMatchObject({ topic: 'orders', partitions: 3 });
+    expect(store.getTopic('orders')).toEqual(first.topic);
+  });
+
+  it('lets exactly one of two stores racing to create different definitions win', async () => {
+    const prefix = uniquePrefix('race');
+    const [a, b] = await Promise.all([openStore(prefix), openStore(prefix)]);
+    for (let round = 0; round < 20; round++) {
+      const name = `race-${round}`;
+      const results = await Promise.allSettled([a.createTopic(spec(name, { partitions: 1 })), b.createTopic(spec(name, { partitions: 2 }))]);
+      const won = results.filter((r) => r.status === 'fulfilled');
+      const lost = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+      expect(won, `round ${round}`).toHaveLength(1);
+      expect(lost[0].reason.code).toBe('topic_already_exists');
+      const winner = (won[0] as PromiseFulfilledResult<{ topic: TopicDefinition; created: boolean }>).value;
+      expect(winner.created).toBe(true);
+      // Both stores converge on the winner's definition.
+      await eventually('both stores to agree', () => a.getTopic(name)?.topicId === winner.topic.topicId && b.getTopic(name)?.topicId === winner.topic.topicId);
+    }
+  });
+
+  it('shows one store the changes another makes, with events', async () => {
+    const prefix = uniquePrefix('watch');
+    const [a, b] = await Promise.all([openStore(prefix), openStore(prefix)]);
+    const events = recorder(b);
+
+    const { topic: t1 } = await a.createTopic(spec('events'));
+    await eventually('B to see the create', () => b.getTopic('events')?.topicId === t1.topicId);
+    await a.deleteTopic('events');
+    await eventually('B to see the delete', () => b.getTopic('events') === undefined);
+    // Re-created under the same name: a new topic id, so B must drop the old topic's data.
+    const { topic: t2 } = await a.createTopic(spec('events', { partitions: 5 }));
+    await eventually('B to see the re-create', () => b.getTopic('events')?.partitions === 5);
+    expect(t2.topicId).not.toBe(t1.topicId);
+    expect(events).toEqual([`topic-created:events:${t1.topicId}`, `topic-deleted:events:${t1.topicId}`, `topic-created:events:${t2.topicId}`]);
+
+    // B deletes a topic A knows: A sees it go.
+    await b.deleteTopic('events');
+    await eventually('A to see the delete', () => a.getTopic('events') === undefined);
+  });
+
+  it('deletes the current version even when its own cache was stale', async () => {
+    const prefix = uniquePrefix('stale');
+    const [a, b] = await Promise.all([openStore(prefix), openStore(prefix)]);
+    await a.createTopic(spec('t'));
+    await a.deleteTopic('t');
+    const { topic } = await a.createTopic(spec('t', { partitions: 9 }));
+    // Whatever B's cache holds right now, its delete removes exactly what etcd has and returns it.
+    expect(await b.deleteTopic('t')).toEqual(topic);
+    await eventually('A to see the delete', () => a.getTopic('t') === undefined);
+  });
+
+  it('keeps topics under different prefixes apart', async () => {
+    const [a, b] = await Promise.all([openStore(uniquePrefix('p1')), openStore(uniquePrefix('p2'))]);
+    await a.createTopic(spec('shared-name', { partitions: 1 }));
+    expect((await b.createTopic(spec('shared-name', { partitions: 2 }))).created).toBe(true);
+    expect(a.getTopic('shared-name')?.partitions).toBe(1);
+  });
+});

@@ -1,0 +1,146 @@
+/**
+ * etcd frozen (SIGSTOP): metadata changes fail fast with the retriable metadata_unavailable, reads keep
+ * serving the last known state, and everything works again after SIGCONT. Own etcd: freezing it would
+ * stall the other files' tests.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { EtcdMetadataStore } from '../../../src/cluster/etcd-metadata-store.js';
+import type { TopicDefinition } from '../../../src/cluster/metadata-store.js';
+import { PartitionStateStore } from '../../../src/cluster/partition-state.js';
+import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
+import { REQUEST_TIMEOUT_MS, eventually, rejection, uniquePrefix } from './helpers.js';
+
+let etcd: EtcdServer;
+const closers: Array<() => Promise<void>> = [];
+
+function spec(name: string, partitions = 2): Omit<TopicDefinition, 'topicId' | 'createdAt'> {
+  return {
+    name,
+    partitions,
+    replicationFactor: 1,
+    idempotent: false,
+    partitioner: 'hash_key',
+    retentionHours: -1,
+    retentionBytes: -1,
+    cleanupPolicy: 'delete',
+  };
+}
+
+function options(prefix: string) {
+  return { etcd: { endpoints: etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS }, prefix };
+}
+
+async function openTopics(prefix: string): Promise<EtcdMetadataStore> {
+  const s = new EtcdMetadataStore(options(prefix));
+  closers.push(() => s.close());
+  await s.open();
+  return s;
+}
+
+/** Measures how long a change takes to fail and returns its error. */
+async function timedRejection(p: Promise<unknown>): Promise<{ code: string; retriable: boolean; ms: number }> {
+  const t0 = Date.now();
+  const err = await rejection(p);
+  return { code: err.code, retriable: err.retriable, ms: Date.now() - t0 };
+}
+
+beforeAll(async () => {
+  etcd = await startEtcd();
+});
+
+afterEach(async () => {
+  await etcd.kill('SIGCONT');
+  await Promise.all(closers.splice(0).map((c) => c()));
+});
+
+afterAll(async () => {
+  await etcd?.dispose();
+});
+
+describe('metadata while etcd is unreachable', () => {
+  it('fails changes with metadata_unavailable within the request timeout, serves reads, and recovers', async () => {
+    const prefix = uniquePrefix('topics');
+    const [a, b] = await Promise.all([openTopics(prefix), openTopics(prefix)]);
+    const { topic: kept } = await a.createTopic(spec('kept'));
+    await eventually('B to see the topic', () => b.getTopic('kept') !== undefined);
+
+    await etcd.kill('SIGSTOP');
+    for (const attempt of [() => a.createTopic(spec('new')), () => a.deleteTopic('kept'), () => b.deleteTopic('absent')]) {
+      const r = await timedRejection(attempt());
+      expect(r).toMatchObject({ code: 'metadata_unavailable', retriable: true });
+      expect(r.ms).toBeGreaterThanOrEqual(REQUEST_TIMEOUT_MS - 50);
+      expect(r.ms).toBeLessThan(REQUEST_TIMEOUT_MS + 1_500);
+    }
+    // Reads answer at once from the last known state.
+    expect(a.getTopic('kept')).toEqual(kept);
+    expect(b.listTopics()).toEqual([kept]);
+    expect(a.getTopic('new')).toBeUndefined();
+
+    await etcd.kill('SIGCONT');
+    const created = await eventually('a change to succeed again', () => a.createTopic(spec('new')).catch(() => undefined), 10_000, 100);
+    // The timed-out create above may have been applied after all; either way the topic exists exactly once.
+    expect(created.topic.name).toBe('new');
+    await eventually('B to catch up', () => b.getTopic('new')?.topicId === created.topic.topicId);
+    // The timed-out delete too: a frozen etcd still had it in its socket buffer and may have applied it on
+    // SIGCONT. Retrying is safe: it deletes the version we knew, or finds nothing.
+    const deleted = await a.deleteTopic('kept');
+    expect(deleted === undefined || deleted.topicId === kept.topicId).toBe(true);
+    expect(a.getTopic('kept')).toBeUndefined();
+    await eventually('B to see the delete', () => b.getTopic('kept') === undefined);
+  });
+
+  it('fails partition-state changes the same way and keeps their last known state', async () => {
+    const prefix = uniquePrefix('partitions');
+    const store = new PartitionStateStore(options(prefix));
+    closers.push(() => store.close());
+    await store.open();
+    const initial = { replicas: [1, 2], leader: 1, leaderEpoch: 0, isr: [1, 2], hwm: 0 };
+    await store.create('p', [initial]);
+
+    await etcd.kill('SIGSTOP');
+    const r = await timedRejection(store.compareAndSet('p', 0, { leaderEpoch: 0 }, { ...initial, leader: 2, leaderEpoch: 1 }));
+    expect(r).toMatchObject({ code: 'metadata_unavailable', retriable: true });
+    expect(r.ms).toBeLessThan(REQUEST_TIMEOUT_MS + 1_500);
+    expect((await timedRejection(store.create('q', [initial]))).code).toBe('metadata_unavailable');
+    expect(store.get('p', 0)?.value).toEqual(initial);
+
+    await etcd.kill('SIGCONT');
+    // The timed-out change may have applied; retrying with the same expectation is safe either way.
+    const done = await eventually(
+      'the change to go through',
+      async () => {
+        const res = await store.compareAndSet('p', 0, { leaderEpoch: 0 }, { ...initial, leader: 2, leaderEpoch: 1 }).catch(() => undefined);
+        return res && (res.ok || res.current?.value.leaderEpoch === 1);
+      },
+      10_000,
+      100,
+    );
+    expect(done).toBe(true);
+    expect((await store.read('p', 0))?.value).toMatchObject({ leader: 2, leaderEpoch: 1 });
+  });
+
+  it('fails open() with metadata_unavailable when etcd does not answer', async () => {
+    await etcd.kill('SIGSTOP');
+    const store = new EtcdMetadataStore(options(uniquePrefix('open')));
+    closers.push(() => store.close());
+    const r = await timedRejection(store.open());
+    expect(r.code).toBe('metadata_unavailable');
+    expect(r.ms).toBeLessThan(REQUEST_TIMEOUT_MS + 1_500);
+  });
+});
+
+describe('metadata across an etcd restart', () => {
+  it('reconnects its watch and catches up with changes made while it was away', async () => {
+    const prefix = uniquePrefix('restart');
+    const [a, b] = await Promise.all([openTopics(prefix), openTopics(prefix)]);
+    const { topic: before } = await a.createTopic(spec('before'));
+    await eventually('B to see the first topic', () => b.getTopic('before') !== undefined);
+
+    await etcd.restart();
+    // Writes right after the restart, while B's watch may still be reconnecting.
+    const created = await eventually('a change after the restart', () => a.createTopic(spec('after')).catch(() => undefined), 10_000, 100);
+    expect(await a.deleteTopic('before')).toEqual(before);
+    await eventually('B to catch up', () => b.getTopic('after')?.topicId === created.topic.topicId && b.getTopic('before') === undefined, 15_000);
+    expect(b.listTopics().map((t) => t.name)).toEqual(['after']);
+  });
+});
