@@ -16,10 +16,13 @@ import { TopicManager } from './topic-manager.js';
 import { AddressLimiter } from './limits.js';
 import { Security } from './security.js';
 import { GroupCoordinator } from '../coordinator/group-coordinator.js';
-import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from '../coordinator/group-log.js';
+import { GroupLog, type InternalAppend, LogOffsetStore, OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import type { OffsetStore } from '../coordinator/offset-store.js';
 import { PgOffsetStore } from '../coordinator/pg-offset-store.js';
 import { TransactionCoordinator } from '../txn/txn-coordinator.js';
+import { ClusterNode } from '../cluster/cluster-node.js';
+import type { Replica } from '../cluster/replica-manager.js';
+import { leaderGate, replicated } from './commands.js';
 import { TXN_STATE_TOPIC, TxnLog } from '../txn/txn-log.js';
 
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
@@ -37,6 +40,8 @@ function listen(server: net.Server | http.Server, port: number, host: string): P
 export class Broker implements BrokerContext {
   readonly metrics = new BrokerMetrics();
   readonly store: MetadataStore;
+  /** Cluster mode only: etcd membership, partition roles, replication. */
+  readonly cluster: ClusterNode | undefined;
   readonly topics: TopicManager;
   readonly coordinator: GroupCoordinator;
   readonly transactions: TransactionCoordinator;
@@ -56,9 +61,18 @@ export class Broker implements BrokerContext {
     readonly config: BrokerConfig,
     readonly logger: Logger,
   ) {
-    this.store = new LocalMetadataStore(config.dataDir);
+    this.cluster = config.cluster ? new ClusterNode(config, logger.child({ component: 'cluster' })) : undefined;
+    this.store = this.cluster ? this.cluster.store : new LocalMetadataStore(config.dataDir);
     this.topics = new TopicManager(this.store, config, logger, this.metrics);
-    this.groupLog = new GroupLog(() => this.topics.get(OFFSETS_TOPIC).partitions);
+    // Cluster mode: coordinators append only as the partition's leader and answer once it is replicated.
+    const internalAppend: InternalAppend | undefined = this.cluster
+      ? async (part, records) => {
+          leaderGate(this, part);
+          const res = await part.append(records);
+          await replicated(this, part, res.lastOffset);
+        }
+      : undefined;
+    this.groupLog = new GroupLog(() => this.topics.get(OFFSETS_TOPIC).partitions, internalAppend);
     if (config.offsetStore === 'postgres' && !config.offsetStorePostgresUrl) {
       throw new Error('invalid config: offsetStorePostgresUrl is required when offsetStore is postgres');
     }
@@ -81,7 +95,7 @@ export class Broker implements BrokerContext {
     });
     this.transactions = new TransactionCoordinator({
       topics: this.topics,
-      log: new TxnLog(() => this.topics.get(TXN_STATE_TOPIC).partitions),
+      log: new TxnLog(() => this.topics.get(TXN_STATE_TOPIC).partitions, internalAppend),
       groups: this.coordinator,
       logger: logger.child({ component: 'txn-coordinator' }),
       registry: this.metrics.registry,
@@ -123,10 +137,14 @@ export class Broker implements BrokerContext {
     try {
       await this.store.open();
       await this.topics.open();
-      await this.ensureInternalTopics();
-      await this.coordinator.start();
-      // After the groups: finishing a decided transaction applies its offsets to them.
-      await this.transactions.start();
+      if (this.cluster) {
+        await this.startCluster(this.cluster);
+      } else {
+        await this.ensureInternalTopics();
+        await this.coordinator.start();
+        // After the groups: finishing a decided transaction applies its offsets to them.
+        await this.transactions.start();
+      }
     } catch (err) {
       // Stay up and unready: serving with groups or offsets missing would be worse than not serving.
       this.state = 'failed';
@@ -136,6 +154,51 @@ export class Broker implements BrokerContext {
     }
     this.state = 'ready';
     this.logger.info({ port: this.boundPort, healthPort: this.boundHealthPort, dataDir: this.config.dataDir, recoveryMs: Date.now() - t0, topics: this.topics.list().length }, 'broker ready');
+  }
+
+  /**
+   * Cluster mode: follow topics created elsewhere, join (registration, partition roles, controller
+   * election). The internal topics are created by the controller once enough brokers are up.
+   */
+  private async startCluster(cluster: ClusterNode): Promise<void> {
+    this.topics.followStore(() => {});
+    this.coordinator.enableOwnership(
+      (p) => cluster.notCoordinator(OFFSETS_TOPIC, p),
+      () => this.topics.tryGet(OFFSETS_TOPIC) !== undefined,
+    );
+    await this.coordinator.startOwned();
+    await cluster.start(this.topics, this.advertised, () => this.ensureClusterTopics(cluster));
+    // A group coordinator is the leader of its __consumer_offsets partition: load on leading, drop on losing.
+    const follow = (r: Replica) => {
+      if (r.topic !== OFFSETS_TOPIC) return;
+      if (r.role === 'leader') {
+        this.coordinator.loadPartition(r.id).catch((err: unknown) => this.logger.error({ err, partition: r.id }, 'loading a coordinator partition failed'));
+      } else {
+        this.coordinator.unloadPartition(r.id);
+      }
+    };
+    cluster.replicas.events.on('role', follow);
+    for (const r of cluster.replicas.all()) follow(r);
+  }
+
+  /** Controller: internal topics once `internalReplicationFactor` brokers are live; states of every topic. */
+  private async ensureClusterTopics(cluster: ClusterNode): Promise<void> {
+    const rf = this.config.internalReplicationFactor;
+    if (cluster.liveBrokers().length >= rf) {
+      for (const [name, partitions] of [
+        [OFFSETS_TOPIC, this.config.offsetsTopicPartitions],
+        [TXN_STATE_TOPIC, this.config.transactionStatePartitions],
+      ] as const) {
+        if (!this.topics.tryGet(name)) {
+          await this.topics.create(
+            { name, partitions, replicationFactor: rf, idempotent: false, partitioner: 'hash_key', retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'compact' },
+            { allowInternal: true },
+          );
+        }
+      }
+    }
+    // A topic whose creator died between its definition and its partition states gets them here.
+    for (const t of this.topics.list()) await cluster.createPartitionStates(t.name, t.def.partitions, t.def.replicationFactor);
   }
 
   private async ensureInternalTopics(): Promise<void> {
@@ -250,8 +313,9 @@ export class Broker implements BrokerContext {
     await closed;
     await this.transactions.stop();
     await this.coordinator.stop();
+    await this.cluster?.close();
     await this.topics.close();
-    await this.store.close();
+    if (!this.cluster) await this.store.close();
     await new Promise<void>((resolve) => this.health.close(() => resolve()));
     this.state = 'stopped';
     this.logger.info('broker stopped');

@@ -4,7 +4,7 @@ import { isBatchBody } from '../protocol/batch.js';
 import { Params, formatError, formatLine, parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
 import { FrameDecoder, encodeFrame, frameHeader } from '../protocol/frame.js';
-import { type BrokerContext, type ConnectionContext, type Reply, lookupCommand, parseReadRequest, produceBatch, readBatch } from './commands.js';
+import { type BrokerContext, type ConnectionContext, type Reply, lookupCommand, parseReadRequest, produceBatch, readBatch, resolveRemoteStart } from './commands.js';
 
 /** How many requests one connection may have in flight before the broker stops reading from it. */
 const MAX_IN_FLIGHT = 1024;
@@ -236,6 +236,9 @@ export class ClientConnection implements ConnectionContext {
     const keepalive = this.broker.config.streamKeepaliveMs;
     // Wait until every reply before the STREAM went out, so frames never interleave with them.
     await this.replyChain;
+    await resolveRemoteStart(this.broker, this, req);
+    offset = req.offset;
+    this.streamOffset = offset;
     while (!signal.aborted && !this.closed) {
       if (req.partition.isClosed) {
         const removed = !this.broker.topics.tryGet(req.topic);

@@ -6,9 +6,11 @@ import { FEATURES, PROTOCOL_VERSION } from '../protocol/features.js';
 import type { TopicDefinition } from '../cluster/metadata-store.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { TransactionCoordinator } from '../txn/txn-coordinator.js';
+import type { ClusterNode } from '../cluster/cluster-node.js';
 import type { BrokerConfig } from './config.js';
 import { GROUP_COMMANDS } from './group-commands.js';
 import { TXN_COMMANDS } from './txn-commands.js';
+import { REPLICA_COMMANDS } from './replica-commands.js';
 import type { Logger } from './logger.js';
 import type { BrokerMetrics } from './metrics.js';
 import type { Isolation, Partition } from './partition.js';
@@ -25,6 +27,8 @@ export interface BrokerContext {
   readonly advertised: { host: string; port: number };
   readonly coordinator: GroupCoordinator;
   readonly transactions: TransactionCoordinator;
+  /** Cluster mode only: who leads what, replication, the controller. */
+  readonly cluster?: ClusterNode;
   /** Authentication and authorization (src/broker/security.ts); absent in unit-test contexts. */
   readonly security?: import('./security.js').Security;
 }
@@ -34,6 +38,11 @@ export interface ConnectionContext {
   features: Set<string>;
   principal: string | undefined;
   readonly remote: string;
+  /**
+   * Cluster mode: committed offsets this connection's CONSUMEs asked other brokers (the groups'
+   * coordinators) for, once per (group, topic, partition) for the connection's life.
+   */
+  remoteCommitted?: Map<string, number | undefined>;
 }
 
 export type Reply = string | Buffer;
@@ -101,7 +110,9 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
   const spec: TopicSpec = {
     name: p.reqStr('topic', { maxLength: 100_000 }),
     partitions: p.int('partitions', { min: 1, max: b.config.maxPartitions }) ?? b.config.defaultPartitions,
-    replicationFactor: p.int('replication_factor', { min: 1, max: 1 }) ?? 1,
+    replicationFactor: b.cluster
+      ? (p.int('replication_factor', { min: 1, max: 1000 }) ?? b.config.defaultReplicationFactor)
+      : (p.int('replication_factor', { min: 1, max: 1 }) ?? 1),
     idempotent: p.bool('idempotent') ?? false,
     partitioner: p.oneOf('partitioner', ['hash_key', 'round_robin'] as const) ?? 'hash_key',
     retentionHours: p.int('retention_hours', { min: -1, max: 1_000_000 }) ?? b.config.retentionHours,
@@ -109,7 +120,12 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
     cleanupPolicy: p.oneOf('cleanup_policy', ['delete', 'compact'] as const) ?? 'delete',
   };
   if (spec.cleanupPolicy === 'compact') throw invalidParam('cleanup_policy', 'compaction is only available for internal topics in this version');
+  if (b.cluster && spec.replicationFactor > b.cluster.liveBrokers().length) {
+    throw new TributaryError('NOT_ENOUGH_REPLICAS', { replication_factor: spec.replicationFactor, live_brokers: b.cluster.liveBrokers().length });
+  }
   const { topic, created } = await b.topics.create(spec);
+  // Cluster mode: the definition first, then who replicates and leads each partition.
+  if (b.cluster) await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
   return formatOk({ topic: topic.name, partitions: topic.def.partitions, ...policyFields(topic.def), created });
 }
 
@@ -137,6 +153,21 @@ function list(b: BrokerContext, c: ConnectionContext): Reply {
 }
 
 function partitionState(b: BrokerContext, p: Partition) {
+  const s = b.cluster?.states.get(p.topic, p.id)?.value;
+  if (b.cluster && s) {
+    return {
+      id: p.id,
+      leader: b.cluster.leaderAddress(p.topic, p.id)?.advertisedAddress ?? null,
+      leader_id: s.leader,
+      leader_epoch: s.leaderEpoch,
+      replicas: s.replicas,
+      isr: s.isr,
+      earliest: p.earliest,
+      leo: p.logEndOffset,
+      hwm: p.highWatermark,
+      lso: p.lastStableOffset,
+    };
+  }
   return {
     id: p.id,
     leader: leaderAddress(b),
@@ -164,6 +195,17 @@ function describe(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
 
 function metadata(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
   const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
+  if (b.cluster) {
+    // Any broker answers from the partition states in etcd; `-` for a partition without a live leader.
+    const cluster = b.cluster;
+    const states = topic.partitions.map((x) => ({ leader: cluster.leaderAddress(topic.name, x.id), state: cluster.states.get(topic.name, x.id) }));
+    return formatOk({
+      topic: topic.name,
+      partitions: topic.partitions.length,
+      leaders: states.map((s) => s.leader?.advertisedAddress ?? '-').join(','),
+      epochs: states.map((s) => s.state?.value.leaderEpoch ?? -1).join(','),
+    });
+  }
   const leader = leaderAddress(b);
   return formatOk({
     topic: topic.name,
@@ -184,6 +226,7 @@ async function listOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): 
 }
 
 function clusterStatus(b: BrokerContext): Reply {
+  if (b.cluster) return json(b.cluster.status());
   const partitions = b.topics.list().flatMap((t) =>
     t.partitions.map((p) => ({ topic: t.name, partition: p.id, leader: b.brokerId, leader_epoch: 0, isr: [b.brokerId], hwm: p.highWatermark })),
   );
@@ -237,6 +280,23 @@ function batchIdempotence(batch: Batch): { producerId: string; epoch: number; fi
   return { producerId, epoch, firstSequence: batch.firstSequence, lastSequence: batch.lastSequence };
 }
 
+/**
+ * Cluster mode: only the partition's leader appends (NOT_LEADER LEADER_IS otherwise), and acks=all is
+ * refused up front below min_insync_replicas. Standalone: always the leader.
+ */
+export function leaderGate(b: BrokerContext, partition: Partition, acks?: string): void {
+  if (!b.cluster) return;
+  const replica = b.cluster.requireLeader(partition.topic, partition.id);
+  if (acks === 'all' || acks === '-1') b.cluster.replicas.checkMinIsr(replica);
+}
+
+/** acks=all in a cluster: answers once the HWM passed the record (every in-sync replica has it). */
+export async function replicated(b: BrokerContext, partition: Partition, lastOffset: number): Promise<void> {
+  if (!b.cluster || partition.highWatermark > lastOffset) return;
+  const ok = await partition.waitForData(lastOffset, b.config.replicationTimeoutMs, undefined, 'read_uncommitted');
+  if (!ok) throw new TributaryError('request_timeout', { reason: 'the in-sync replicas did not confirm the record in time', topic: partition.topic, partition: partition.id });
+}
+
 function refuseInternal(topic: string): void {
   if (topic.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic, reason: 'internal topics are written by the broker only' });
 }
@@ -253,6 +313,7 @@ async function publish(b: BrokerContext, _c: ConnectionContext, p: Params): Prom
   const value = Buffer.from(message, 'utf8');
   checkRecordSize(b, value.length + (key?.length ?? 0));
   const partition = topic.partition(topic.choosePartition(explicit, key));
+  leaderGate(b, partition, acks);
   const appended = idem
     ? partition.appendIdempotent([{ key, value, producerId: idem.producerId, epoch: idem.epoch, sequence: idem.seqNum }], {
         producerId: idem.producerId,
@@ -267,6 +328,7 @@ async function publish(b: BrokerContext, _c: ConnectionContext, p: Params): Prom
     return 'OK';
   }
   const res = await appended;
+  if (acks === 'all' || acks === '-1') await replicated(b, partition, res.lastOffset);
   return JSON.stringify({ status: 'OK', partition: partition.id, offset: res.baseOffset, leader: leaderAddress(b) });
 }
 
@@ -288,6 +350,7 @@ export async function produceBatch(b: BrokerContext, c: ConnectionContext, body:
     return 'OK';
   }
   const res = await appended;
+  if (acks === 'all' || acks === '-1') await replicated(b, partition, res.lastOffset);
   return JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count });
 }
 
@@ -340,6 +403,7 @@ function startAppend(
   }
   // partition -1: the broker picks one partition for the whole batch (first record's key, else round-robin).
   const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, records[0]!.key));
+  leaderGate(b, partition, batch.acks);
   const appended = idem ? partition.appendIdempotent(records, idem) : partition.append(records);
   countIn(b, topic.name, n, bytes);
   return { partition, appended, count: n, acks: batch.acks, topic: topic.name };
@@ -370,6 +434,7 @@ function startWireAppend(
     if (i === 0 && keyLen > 0) firstKey = body.subarray(k + 2, k + 2 + keyLen);
   }
   const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, firstKey));
+  leaderGate(b, partition, batch.acks);
   const appended = partition.appendWire(batch);
   countIn(b, topic.name, n, bytes);
   return { partition, appended, count: n, acks: batch.acks, topic: topic.name };
@@ -381,6 +446,9 @@ export interface ReadRequest {
   topic: string;
   partition: Partition;
   offset: number;
+  /** Cluster mode: the group whose committed offset another broker (its coordinator) holds. */
+  remoteGroup?: string;
+  reset?: 'earliest' | 'latest' | 'error';
   isolation: Isolation;
   maxRecords: number;
   maxBytes: number;
@@ -390,14 +458,20 @@ export interface ReadRequest {
 export function parseReadRequest(b: BrokerContext, p: Params): ReadRequest {
   const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
   const partition = topic.partition(p.reqInt('partition', { min: 0, max: 1_000_000 }));
+  leaderGate(b, partition);
   let offset = p.reqInt('offset', { min: 0 });
   const group = p.str('group', { maxLength: 255 });
   p.str('member', { maxLength: 255 });
   p.int('generation', { min: 0, max: 2 ** 31 - 1 });
   // The broker-owned committed offset is authoritative: a lower requested offset starts there instead.
+  let remoteGroup: string | undefined;
   if (group !== undefined) {
-    const committed = b.coordinator.committedOffset(group, topic.name, partition.id);
-    if (committed !== undefined && committed > offset) offset = committed;
+    if (b.cluster && !b.coordinator.coordinates(group)) {
+      remoteGroup = group;
+    } else {
+      const committed = b.coordinator.committedOffset(group, topic.name, partition.id);
+      if (committed !== undefined && committed > offset) offset = committed;
+    }
   }
   const isolation = p.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const) ?? 'read_committed';
   const maxRecords = p.int('batch', { min: 1, max: MAX_CONSUME_RECORDS }) ?? DEFAULT_CONSUME_RECORDS;
@@ -408,7 +482,33 @@ export function parseReadRequest(b: BrokerContext, p: Params): ReadRequest {
     else if (reset === 'latest') offset = partition.lastStableOffset;
     else partition.checkOffset(offset);
   }
+  if (remoteGroup !== undefined) return { topic: topic.name, partition, offset, isolation, maxRecords, maxBytes, remoteGroup, reset };
   return { topic: topic.name, partition, offset, isolation, maxRecords, maxBytes };
+}
+
+/**
+ * Cluster mode, CONSUME/STREAM with a group this broker does not coordinate: the start is still
+ * max(requested, committed), with the committed offset asked of the group's coordinator once per
+ * connection (consumer session), not per request.
+ */
+export async function resolveRemoteStart(b: BrokerContext, c: ConnectionContext, req: ReadRequest): Promise<void> {
+  if (req.remoteGroup === undefined || !b.cluster) return;
+  const key = `${req.remoteGroup}\u0000${req.topic}\u0000${req.partition.id}`;
+  c.remoteCommitted ??= new Map();
+  let committed: number | undefined;
+  if (c.remoteCommitted.has(key)) committed = c.remoteCommitted.get(key);
+  else {
+    committed = await b.cluster.fetchCommitted(req.remoteGroup, req.topic, req.partition.id);
+    c.remoteCommitted.set(key, committed);
+  }
+  if (committed !== undefined && committed > req.offset) {
+    req.offset = committed;
+    if (req.offset > req.partition.logEndOffset) {
+      if (req.reset === 'earliest') req.offset = req.partition.earliest;
+      else if (req.reset === 'latest') req.offset = req.partition.lastStableOffset;
+      else req.partition.checkOffset(req.offset);
+    }
+  }
 }
 
 export async function readBatch(b: BrokerContext, c: ConnectionContext, req: ReadRequest, offset: number): Promise<{ frame: Buffer; nextOffset: number; count: number }> {
@@ -437,6 +537,7 @@ export async function readBatch(b: BrokerContext, c: ConnectionContext, req: Rea
 
 async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promise<Reply> {
   const req = parseReadRequest(b, p);
+  await resolveRemoteStart(b, c, req);
   const waitMs = Math.min(p.int('wait_ms', { min: 0 }) ?? 0, b.config.maxWaitMs);
   let out = await readBatch(b, c, req, req.offset);
   if (out.count === 0 && waitMs > 0) {
@@ -475,6 +576,7 @@ export const COMMANDS: Record<string, CommandSpec> = {
   CONSUME: { handler: consume },
   ...GROUP_COMMANDS,
   ...TXN_COMMANDS,
+  ...REPLICA_COMMANDS,
 };
 
 export function lookupCommand(line: ParsedLine): { name: string; spec: CommandSpec } {

@@ -55,6 +55,31 @@ export const brokerConfigSchema = z
     shutdownTimeoutMs: z.number().int().min(100).default(10_000),
     /** Partitions of `__consumer_offsets`: a group's coordinator is the leader of hash(group) mod this. */
     offsetsTopicPartitions: z.number().int().min(1).max(1000).default(50),
+    /** Cluster mode: topic definitions, partition states and brokers live in etcd (`etcd` endpoints). */
+    cluster: z.boolean().default(false),
+    /** etcd client URLs, comma-separated (`127.0.0.1:2379` or `http://...`). */
+    etcd: z.string().min(1).optional(),
+    etcdPrefix: z.string().min(1).default('/tributary/'),
+    /** How long one etcd call may take before a metadata change fails with metadata_unavailable. */
+    etcdRequestTimeoutMs: z.number().int().min(100).default(2000),
+    /** A broker that stops renewing its lease for this long leaves the cluster and loses its leaderships. */
+    brokerLeaseTtlSeconds: z.number().int().min(2).max(300).default(10),
+    /** A follower this far behind the leader's log end leaves the ISR. */
+    replicaLagMaxMs: z.number().int().min(100).default(10_000),
+    replicaFetchWaitMs: z.number().int().min(10).max(30_000).default(500),
+    /** acks=all: how long the reply waits for the in-sync replicas before request_timeout. */
+    replicationTimeoutMs: z.number().int().min(1).default(30_000),
+    /** acks=all fails with NOT_ENOUGH_REPLICAS below this many in-sync replicas. */
+    minInsyncReplicas: z.number().int().min(1).default(1),
+    /** CREATE without replication_factor (cluster mode). */
+    defaultReplicationFactor: z.number().int().min(1).default(1),
+    /** Replication of `__consumer_offsets` and `__transaction_state`: created once this many brokers are up. */
+    internalReplicationFactor: z.number().int().min(1).default(3),
+    /** Cluster mode with authentication on: the user other brokers connect as (needs `admin`). */
+    interBrokerPrincipal: z.string().min(1).optional(),
+    interBrokerToken: z.string().min(1).optional(),
+    /** Allow an out-of-sync replica to become leader when no in-sync one is alive (may lose acknowledged records). */
+    uncleanLeaderElection: z.boolean().default(false),
     /** Partitions of `__transaction_state` (fixed once the topic exists). */
     transactionStatePartitions: z.number().int().min(1).max(1000).default(50),
     /** An open transaction older than this is aborted (INIT_PRODUCER_ID may ask for another, up to the max). */

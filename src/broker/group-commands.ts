@@ -1,5 +1,7 @@
 import { type Params, formatOk } from '../protocol/command.js';
-import { invalidParam } from '../protocol/errors.js';
+import { TributaryError, invalidParam } from '../protocol/errors.js';
+import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
+import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
 import type { MemberView } from '../coordinator/group-coordinator.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './commands.js';
@@ -32,6 +34,16 @@ function findCoordinator(b: BrokerContext, _c: ConnectionContext, p: Params): st
   const txn = p.str('transactional_id', { maxLength: MAX_ID });
   if ((group === undefined) === (txn === undefined)) throw invalidParam('group', 'give exactly one of group or transactional_id');
   const key = (group ?? txn)!;
+  if (b.cluster) {
+    // Any broker answers: the coordinator is the leader of the key's internal partition.
+    const topic = group !== undefined ? OFFSETS_TOPIC : TXN_STATE_TOPIC;
+    if (!b.topics.tryGet(topic)) throw new TributaryError('COORDINATOR_LOADING', { reason: `the cluster has not created ${topic} yet` });
+    const partition = group !== undefined ? b.coordinator.partitionFor(key) : b.transactions.partitionFor(key);
+    const leader = b.cluster.leaderAddress(topic, partition);
+    if (!leader) throw new TributaryError('COORDINATOR_LOADING', { reason: `${topic}[${partition}] has no leader` });
+    const i = leader.advertisedAddress.lastIndexOf(':');
+    return formatOk({ coordinator_id: leader.id, host: leader.advertisedAddress.slice(0, i), port: Number(leader.advertisedAddress.slice(i + 1)), partition });
+  }
   return formatOk({
     coordinator_id: b.brokerId,
     host: b.advertised.host,

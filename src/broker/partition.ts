@@ -90,6 +90,10 @@ export class Partition {
   private txnSnapshotOffset = -1;
   private txnSnapshotWrite: Promise<void> = Promise.resolve();
   private txnTimer: NodeJS.Timeout | null = null;
+  private replicated = false;
+  private durableEnd = 0;
+  private onDurable: (() => void) | null = null;
+  private readonly endWaiters = new Set<{ offset: number; wake: () => void }>();
 
   constructor(
     readonly topic: string,
@@ -541,11 +545,111 @@ export class Partition {
   }
 
   private appended(res: { baseOffset: number; lastOffset: number; timestamp: number }): { baseOffset: number; lastOffset: number; timestamp: number } {
+    if (this.replicated) {
+      this.localDurable(res.lastOffset + 1);
+      return res;
+    }
     if (res.lastOffset + 1 > this.log.highWatermark) {
       this.log.setHighWatermark(res.lastOffset + 1);
       this.notify();
     }
     return res;
+  }
+
+  // ---- replication (cluster mode: src/cluster/replica-manager.ts drives these) ----
+
+  /** Cluster mode: the HWM follows the in-sync replicas, not this replica's own appends. */
+  enableReplication(onDurable: () => void): void {
+    this.replicated = true;
+    this.durableEnd = this.log.logEndOffset;
+    this.onDurable = onDurable;
+  }
+
+  get isReplicated(): boolean {
+    return this.replicated;
+  }
+
+  /** What this replica holds durably: its share of the HWM (cluster mode; the HWM otherwise). */
+  get localEnd(): number {
+    return this.replicated ? this.durableEnd : this.log.highWatermark;
+  }
+
+  private localDurable(end: number): void {
+    if (end > this.durableEnd) this.durableEnd = end;
+    for (const w of this.endWaiters) if (this.durableEnd > w.offset) w.wake();
+    this.onDurable?.();
+  }
+
+  /** The leader moved the HWM (never past this replica's log end); readers and acks=all waiters wake. */
+  setReplicatedHighWatermark(o: number): void {
+    const v = Math.min(o, this.log.logEndOffset);
+    if (v === this.log.highWatermark) return;
+    this.log.setHighWatermark(v);
+    this.notify();
+  }
+
+  /** Resolves once this replica holds offset `offset` durably (a follower's fetch long-polls on it). */
+  waitForLogEnd(offset: number, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
+    if (this.durableEnd > offset || this.closed) return Promise.resolve(this.durableEnd > offset);
+    if (timeoutMs <= 0 || signal?.aborted) return Promise.resolve(false);
+    return new Promise<boolean>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', done);
+        this.endWaiters.delete(waiter);
+        resolve(this.durableEnd > offset);
+      };
+      const waiter = { offset, wake: done };
+      const timer = setTimeout(done, timeoutMs);
+      signal?.addEventListener('abort', done, { once: true });
+      this.endWaiters.add(waiter);
+    });
+  }
+
+  /**
+   * A follower stores records fetched from its leader, with the leader's offsets and fields, and keeps
+   * its producer state and transaction index as the leader's (so it can take over as leader).
+   */
+  async appendReplica(records: LogRecord[]): Promise<void> {
+    if (this.closed) throw new TributaryError('shutting_down');
+    if (records.length === 0) return;
+    await Promise.all([this.txnReady, this.producersReady]);
+    const res = await this.log.appendReplica(records);
+    let run: { id: string; epoch: number; firstSeq: number; base: number } | null = null;
+    for (const r of records) {
+      this.txns?.replay(r);
+      const table = this.producers;
+      if (!table || r.producerId === '') {
+        run = null;
+        continue;
+      }
+      if ((r.attributes & RecordAttr.CONTROL) !== 0) {
+        table.fence(r.producerId, r.epoch, r.timestamp);
+        run = null;
+      } else if (r.sequence >= 0) {
+        if (!run || run.id !== r.producerId || run.epoch !== r.epoch) run = { id: r.producerId, epoch: r.epoch, firstSeq: r.sequence, base: r.offset };
+        if ((r.attributes & ATTR_END_OF_APPEND) !== 0) {
+          table.replay(run.id, run.epoch, run.firstSeq, r.sequence, run.base, r.offset, r.timestamp);
+          run = null;
+        }
+      }
+    }
+    this.localDurable(res.lastOffset + 1);
+  }
+
+  /**
+   * A follower drops a tail its new leader does not have (leader-epoch truncation); the producer state and
+   * transaction index are rebuilt from the log that is left.
+   */
+  async truncateTo(offset: number): Promise<void> {
+    if (offset >= this.log.logEndOffset) return;
+    await Promise.all([this.txnReady, this.producersReady]);
+    await this.log.truncateTo(offset);
+    this.durableEnd = Math.min(this.durableEnd, this.log.logEndOffset);
+    this.stopSnapshots();
+    this.txns = await this.loadTxnIndex();
+    this.producers = await this.loadProducerState();
+    this.notify();
   }
 
   /** Validate a starting offset against the retained range. */
@@ -641,6 +745,7 @@ export class Partition {
   beginClose(): void {
     this.closed = true;
     for (const w of this.waiters) w.wake();
+    for (const w of this.endWaiters) w.wake();
   }
 
   async close(): Promise<void> {

@@ -65,6 +65,8 @@ export class Topic {
 /** Owns topic definitions (through the MetadataStore) and the partition logs on disk. */
 export class TopicManager {
   private readonly topics = new Map<string, Topic>();
+  /** Topics being opened, by topic id: a second open of the same directories must not start. */
+  private readonly opening = new Map<string, Promise<Topic>>();
   private readonly logsDir: string;
   private retentionTimer: NodeJS.Timeout | undefined;
 
@@ -112,11 +114,7 @@ export class TopicManager {
       return { topic: this.get(spec.name), created: false };
     }
     const { topic: def, created } = await this.store.createTopic(spec);
-    let topic = this.topics.get(def.name);
-    if (!topic) {
-      topic = await this.openTopic(def);
-      this.topics.set(def.name, topic);
-    }
+    const topic = await this.ensureOpen(def);
     this.updateGauges();
     this.logger.info({ topic: def.name, partitions: def.partitions }, 'topic created');
     return { topic, created };
@@ -125,9 +123,15 @@ export class TopicManager {
   async delete(name: string): Promise<void> {
     const topic = this.get(name);
     if (name.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic: name, reason: 'internal topics cannot be deleted' });
-    // Definition first: a crash between the two steps leaves an orphan dir that open() removes.
-    await this.store.deleteTopic(name);
+    // Definition first: a crash between the two steps leaves an orphan dir that open() removes. Out of
+    // the map before: the store's own delete event (cluster mode) must not destroy it a second time.
     this.topics.delete(name);
+    try {
+      await this.store.deleteTopic(name);
+    } catch (err) {
+      this.topics.set(name, topic);
+      throw err;
+    }
     await Promise.all(topic.partitions.map((p) => p.destroy()));
     await fs.rm(this.topicDir(topic.def), { recursive: true, force: true });
     this.updateGauges();
@@ -169,6 +173,43 @@ export class TopicManager {
     clearInterval(this.retentionTimer);
     const all = [...this.topics.values()].flatMap((t) => t.partitions);
     await Promise.all(all.map((p) => p.close()));
+  }
+
+  /** Opens a topic once, whether its definition came from a local CREATE or from the store's watch. */
+  private ensureOpen(def: TopicDefinition): Promise<Topic> {
+    const open = this.topics.get(def.name);
+    if (open && open.def.topicId === def.topicId) return Promise.resolve(open);
+    let p = this.opening.get(def.topicId);
+    if (!p) {
+      p = this.openTopic(def).then((t) => {
+        this.topics.set(def.name, t);
+        this.opening.delete(def.topicId);
+        this.updateGauges();
+        return t;
+      });
+      p.catch(() => this.opening.delete(def.topicId));
+      this.opening.set(def.topicId, p);
+    }
+    return p;
+  }
+
+  /**
+   * Cluster mode: topics created and deleted by other brokers (the store's watch) are opened and removed
+   * here too. `onOpened` runs once a remotely created topic's partitions are open.
+   */
+  followStore(onOpened: (topic: Topic) => void): void {
+    this.store.events.on('topic-created', (def: TopicDefinition) => {
+      this.ensureOpen(def).then(onOpened, (err: unknown) => this.logger.error({ err, topic: def.name }, 'opening a topic created elsewhere failed'));
+    });
+    this.store.events.on('topic-deleted', (def: TopicDefinition) => {
+      const t = this.topics.get(def.name);
+      if (!t || t.def.topicId !== def.topicId) return;
+      this.topics.delete(def.name);
+      void Promise.all(t.partitions.map((p) => p.destroy()))
+        .then(() => fs.rm(this.topicDir(t.def), { recursive: true, force: true }))
+        .catch((err: unknown) => this.logger.error({ err, topic: def.name }, 'removing a topic deleted elsewhere failed'));
+      this.updateGauges();
+    });
   }
 
   private topicDir(def: TopicDefinition): string {

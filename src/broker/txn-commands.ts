@@ -88,12 +88,20 @@ function txnStatus(b: BrokerContext, _c: ConnectionContext, p: Params): string {
   });
 }
 
+/** Transactions span partitions led by different brokers in a cluster: not built for cluster mode yet. */
+function standaloneOnly<T extends CommandSpec['handler']>(h: T): CommandSpec['handler'] {
+  return (b, c, p) => {
+    if (b.cluster) throw new TributaryError('UNSUPPORTED_FEATURE', { feature: 'transactions', reason: 'transactions are not available in cluster mode yet' });
+    return h(b, c, p);
+  };
+}
+
 export const TXN_COMMANDS: Record<string, CommandSpec> = {
-  INIT_PRODUCER_ID: { handler: initProducerId },
-  BEGIN_TXN: { handler: beginTxn },
+  INIT_PRODUCER_ID: { handler: standaloneOnly(initProducerId) },
+  BEGIN_TXN: { handler: standaloneOnly(beginTxn) },
   // Pipelined like PUBLISH: the coordinator keeps a transaction's records in seqNum order.
-  TXN_PUBLISH: { handler: txnPublish, pipelined: true },
-  SEND_OFFSETS_TO_TXN: { handler: sendOffsetsToTxn },
-  END_TXN: { handler: endTxn },
-  TXN_STATUS: { handler: txnStatus },
+  TXN_PUBLISH: { handler: standaloneOnly(txnPublish), pipelined: true },
+  SEND_OFFSETS_TO_TXN: { handler: standaloneOnly(sendOffsetsToTxn) },
+  END_TXN: { handler: standaloneOnly(endTxn) },
+  TXN_STATUS: { handler: standaloneOnly(txnStatus) },
 };

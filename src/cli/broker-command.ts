@@ -109,7 +109,8 @@ export function registerBrokerCommand(program: Command): void {
     .description('start a broker; settings come from flags > TRIBUTARY_* env > --config file > defaults')
     .option('--config <file>', 'YAML (.yaml/.yml) or JSON (.json) file of settings; unknown keys are an error');
   // One flag per schema key, so a setting added to the schema is configurable without touching the CLI.
-  for (const f of CONFIG_FIELDS) start.addOption(new Option(`--${f.flag} <${placeholder(f)}>`, fieldHelp(f)));
+  // A boolean flag alone means true (`--cluster`); `--cluster false` also works.
+  for (const f of CONFIG_FIELDS) start.addOption(new Option(f.kind.type === 'boolean' ? `--${f.flag} [bool]` : `--${f.flag} <${placeholder(f)}>`, fieldHelp(f)));
   start.action(async (opts: Record<string, unknown>) => {
     await runBroker(opts);
   });

@@ -5,7 +5,7 @@ import type { TopicManager } from '../broker/topic-manager.js';
 import { TributaryError, invalidParam } from '../protocol/errors.js';
 import { type Assignment, type AssignorName, assign, isAssignorName, validatePlan } from './assignors.js';
 import { type AssignmentProtocol, type ChangeCause, type ChangeReason, ConsumerGroup, type Member } from './group.js';
-import type { GroupLog, GroupSnapshot } from './group-log.js';
+import { type GroupLog, type GroupSnapshot, LogOffsetStore } from './group-log.js';
 import type { OffsetEntry, OffsetStore } from './offset-store.js';
 import { KeyedLock } from './keyed-lock.js';
 import { Scheduler } from './scheduler.js';
@@ -81,6 +81,12 @@ export class GroupCoordinator {
   private readonly reserved: OffsetMap = new Map();
   /** Partitions (pendingKey) with offsets sent to transactions that have not ended: the transactional ids. */
   private readonly pending = new Map<string, Set<string>>();
+  private ownership: {
+    owned: Set<number>;
+    loading: Set<number>;
+    notCoordinator: (partition: number) => TributaryError;
+    offsetsTopicExists: () => boolean;
+  } | null = null;
   private readonly locks = new KeyedLock();
   private readonly wakers = new Map<string, Set<() => void>>();
   private readonly windowWaiters = new Map<string, Set<() => void>>();
@@ -163,6 +169,90 @@ export class GroupCoordinator {
   /** The partition of `__consumer_offsets` a group's state lives in. */
   partitionFor(group: string): number {
     return this.deps.groupLog.partitionFor(group);
+  }
+
+  // ---- cluster mode: coordinating only the partitions this broker leads ----
+
+  /**
+   * Cluster mode: groups are served only for the `__consumer_offsets` partitions this broker leads and has
+   * loaded; others get `notCoordinator(partition)` (NOT_COORDINATOR naming the leader), loading ones
+   * COORDINATOR_LOADING.
+   */
+  enableOwnership(notCoordinator: (partition: number) => TributaryError, offsetsTopicExists: () => boolean): void {
+    this.ownership = { owned: new Set(), loading: new Set(), notCoordinator, offsetsTopicExists };
+  }
+
+  /** Whether this broker coordinates the group now (always, standalone). */
+  coordinates(group: string): boolean {
+    const o = this.ownership;
+    if (!o) return true;
+    return o.offsetsTopicExists() && o.owned.has(this.partitionFor(group));
+  }
+
+  private checkOwner(group: string): void {
+    const o = this.ownership;
+    if (!o) return;
+    if (!o.offsetsTopicExists()) throw new TributaryError('COORDINATOR_LOADING', { reason: 'the cluster has not created __consumer_offsets yet' });
+    const p = this.partitionFor(group);
+    if (o.owned.has(p)) return;
+    if (o.loading.has(p)) throw new TributaryError('COORDINATOR_LOADING', { partition: p });
+    throw o.notCoordinator(p);
+  }
+
+  /**
+   * This broker became leader of a `__consumer_offsets` partition: replay it (groups, then offsets) and
+   * serve its groups only after. Members get a full session timeout before expiry (restore()), so they
+   * rediscover the coordinator and resume with their member ids and generations.
+   */
+  async loadPartition(partition: number): Promise<void> {
+    const o = this.ownership;
+    if (!o || o.owned.has(partition) || o.loading.has(partition)) return;
+    o.loading.add(partition);
+    try {
+      const now = Date.now();
+      const { groups } = await this.deps.groupLog.replay(partition);
+      for (const snap of groups.values()) if (snap) this.restore(snap, now);
+      const store = this.deps.offsetStore;
+      const offsets =
+        store instanceof LogOffsetStore ? await store.loadPartition(partition) : (await store.loadAll()).filter((x) => this.partitionFor(x.group) === partition);
+      for (const x of offsets) {
+        setOffset(this.committed, x.group, x.topic, x.partition, x.offset);
+        setOffset(this.reserved, x.group, x.topic, x.partition, x.offset);
+      }
+      if (o.loading.has(partition)) o.owned.add(partition);
+      this.deps.logger.info({ partition, groups: groups.size }, 'took over coordinator partition');
+    } finally {
+      o.loading.delete(partition);
+    }
+  }
+
+  /** Leadership of the partition moved away: forget its groups (their new coordinator replays them). */
+  unloadPartition(partition: number): void {
+    const o = this.ownership;
+    if (!o) return;
+    o.owned.delete(partition);
+    o.loading.delete(partition);
+    const gone = new Set<string>();
+    for (const g of [...this.groups.values()]) {
+      if (this.partitionFor(g.groupId) !== partition) continue;
+      for (const m of g.members.values()) {
+        this.scheduler.cancel(`expire:${g.groupId}:${m.memberId}`);
+        this.scheduler.cancel(`rebalance:${g.groupId}:${m.memberId}`);
+      }
+      this.groups.delete(g.groupId);
+      gone.add(g.groupId);
+    }
+    for (const name of [...this.committed.keys()]) if (this.partitionFor(name) === partition) gone.add(name);
+    for (const name of gone) {
+      this.committed.delete(name);
+      this.reserved.delete(name);
+    }
+    if (this.deps.offsetStore instanceof LogOffsetStore) this.deps.offsetStore.unloadGroups(gone);
+  }
+
+  /** Cluster mode: opens the offset store without loading anything (partitions load as they are led). */
+  async startOwned(): Promise<void> {
+    await this.deps.offsetStore.open();
   }
 
   private restore(s: GroupSnapshot, now: number): void {
@@ -410,6 +500,7 @@ export class GroupCoordinator {
   // ---- commands ----
 
   async join(req: JoinRequest): Promise<MemberView> {
+    this.checkOwner(req.group);
     validateId('group', req.group);
     validateId('member', req.member);
     if (req.instance !== undefined) validateId('instance', req.instance);
@@ -531,6 +622,7 @@ export class GroupCoordinator {
   }
 
   async sync(req: { topic: string; group: string; member: string; generation: number; plan?: string }): Promise<MemberView> {
+    this.checkOwner(req.group);
     validateId('group', req.group);
     validateId('member', req.member);
     for (;;) {
@@ -593,6 +685,7 @@ export class GroupCoordinator {
   }
 
   async heartbeat(req: { topic: string; group: string; member: string; generation: number; waitMs?: number }, signal?: AbortSignal): Promise<{ generation: number; memberId: string }> {
+    this.checkOwner(req.group);
     validateId('group', req.group);
     validateId('member', req.member);
     const check = () => {
@@ -613,6 +706,7 @@ export class GroupCoordinator {
   }
 
   async leave(req: { topic: string; group: string; member: string }): Promise<void> {
+    this.checkOwner(req.group);
     validateId('group', req.group);
     validateId('member', req.member);
     await this.withGroup(req.group, async () => {
@@ -623,6 +717,7 @@ export class GroupCoordinator {
   }
 
   fetchOffset(group: string, topic: string, partition: number): { offset: number; committed: boolean } {
+    this.checkOwner(group);
     validateId('group', group);
     this.deps.topics.get(topic).partition(partition);
     const txns = this.pending.get(pendingKey(group, topic, partition));
@@ -637,6 +732,7 @@ export class GroupCoordinator {
   }
 
   commit(req: { topic: string; group: string; member: string; generation: number; entries: OffsetEntry[] }): Promise<number> {
+    this.checkOwner(req.group);
     return this.commitEntries(req);
   }
 
@@ -714,6 +810,7 @@ export class GroupCoordinator {
    * starting from an offset the commit is about to move.
    */
   async stageTxnOffsets(txn: string, req: { topic: string; group: string; member: string; generation: number; entries: OffsetEntry[] }): Promise<void> {
+    this.checkOwner(req.group);
     validateId('group', req.group);
     validateId('member', req.member);
     if (req.entries.length === 0) throw invalidParam('entries', 'no offsets to send');
@@ -774,6 +871,7 @@ export class GroupCoordinator {
   }
 
   async deleteGroup(groupId: string): Promise<void> {
+    this.checkOwner(groupId);
     validateId('group', groupId);
     await this.withGroup(groupId, async () => {
       const g = this.groups.get(groupId);
@@ -795,6 +893,7 @@ export class GroupCoordinator {
 
   /** Admin reset of an inactive group's offsets (may move them backwards). */
   async resetOffsets(req: { group: string; topic: string; partition?: number; to: 'earliest' | 'latest' | 'offset' | 'timestamp'; value?: number }): Promise<OffsetEntry[]> {
+    this.checkOwner(req.group);
     validateId('group', req.group);
     const topic = this.deps.topics.get(req.topic);
     const parts = req.partition === undefined ? topic.partitions : [topic.partition(req.partition)];
@@ -839,6 +938,7 @@ export class GroupCoordinator {
   }
 
   status(groupId: string): Record<string, unknown> {
+    this.checkOwner(groupId);
     validateId('group', groupId);
     const g = this.groups.get(groupId);
     if ((!g || g.deleted) && !this.committed.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });

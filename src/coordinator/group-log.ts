@@ -57,9 +57,15 @@ function offsetKey(group: string, topic: string, partition: number): string {
  * commits keyed `["o", group, topic, partition]`, JSON values, an empty value as tombstone. Keys make the
  * topic compactable: only the latest value per key matters.
  */
+/** How the coordinators append to their internal topics (cluster mode: only as leader, acknowledged once replicated). */
+export type InternalAppend = (part: Partition, records: RecordInput[]) => Promise<unknown>;
+
+export const localAppend: InternalAppend = (part, records) => part.append(records);
+
 export class GroupLog {
   constructor(
     private readonly partitionsOf: () => Partition[],
+    private readonly appendTo: InternalAppend = localAppend,
   ) {}
 
   get partitionCount(): number {
@@ -77,7 +83,7 @@ export class GroupLog {
   /** One append, so a crash keeps all of it or none (the log's appends are atomic). */
   private async append(group: string, records: RecordInput[]): Promise<void> {
     try {
-      await this.partition(group).append(records);
+      await this.appendTo(this.partition(group), records);
     } catch (err) {
       if (err instanceof TributaryError) throw err;
       throw new TributaryError('storage_error', { reason: (err as Error).message });
@@ -121,8 +127,11 @@ export class GroupLog {
     let offset = part.earliest;
     const end = part.logEndOffset;
     while (offset < end) {
-      const { records, nextOffset } = await part.read(offset, { maxRecords: 5000, maxBytes: 8 * 1024 * 1024, isolation: 'read_uncommitted' });
+      // To the log end, not the HWM: a new leader's log is the truth from now on, even the records its
+      // followers have not confirmed yet.
+      const records = await part.log.read(Math.max(offset, part.earliest), { maxRecords: 5000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
       if (records.length === 0) break;
+      const nextOffset = records[records.length - 1]!.offset + 1;
       for (const r of records) {
         let key: unknown;
         let value: unknown;
@@ -169,6 +178,18 @@ export class LogOffsetStore implements OffsetStore {
       for (const [k, v] of offsets) this.cache.set(k, v);
     }
     return [...this.cache.values()];
+  }
+
+  /** Cluster mode: the offsets of one partition's groups, when this broker takes it over. */
+  async loadPartition(partition: number): Promise<StoredOffset[]> {
+    const { offsets } = await this.log.replay(partition);
+    for (const [k, v] of offsets) this.cache.set(k, v);
+    return [...offsets.values()];
+  }
+
+  /** Cluster mode: forgets the offsets of groups whose partition moved to another broker. */
+  unloadGroups(groups: Set<string>): void {
+    for (const [k, v] of this.cache) if (groups.has(v.group)) this.cache.delete(k);
   }
 
   async commit(group: string, topic: string, entries: OffsetEntry[], opts: { force?: boolean } = {}): Promise<void> {

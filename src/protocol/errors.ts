@@ -55,6 +55,7 @@ export const ERROR_CODES = {
   out_of_order_sequence: { class: 'conflict', retryable: false, description: 'idempotent producer skipped a sequence number' },
   stale_producer_epoch: { class: 'fencing', retryable: false, description: 'a newer epoch of this producer exists' },
   NOT_LEADER: { class: 'routing', retryable: true, description: 'this broker does not lead the partition; LEADER_IS names the leader' },
+  FENCED_LEADER_EPOCH: { class: 'routing', retryable: true, description: 'the request names another leader epoch than the partition leader has; refresh metadata' },
   NOT_ENOUGH_REPLICAS: { class: 'availability', retryable: true, description: 'fewer in-sync replicas than min_insync_replicas' },
   // groups
   NOT_COORDINATOR: { class: 'routing', retryable: true, description: 'this broker is not the coordinator; host/port name the coordinator' },

@@ -79,6 +79,13 @@ export interface ReadOptions {
    * rebuild per-append state such as idempotent producer batches. Not for serving consumers.
    */
   keepAppendMarker?: boolean;
+  /**
+   * With keepAppendMarker: end at an append boundary. maxRecords and maxBytes are only checked after a record
+   * that ends an append, so the first append is returned whole however large it is, and records of an append
+   * cut by maxOffset are left out (which can make the result empty). For a follower fetching from its leader
+   * (PartitionLog.appendReplica takes whole appends only).
+   */
+  wholeAppends?: boolean;
 }
 
 export interface SegmentInfo {
@@ -132,11 +139,36 @@ interface PendingAppend {
   records: RecordInput[];
   /** Instead of `records`: the records of a produce batch, encoded straight from its wire bytes. */
   wire?: ScannedBatch;
+  /** Instead of `records`: an appendReplica call, already encoded with its own offsets. */
+  replica?: ReplicaWrite;
   sizes: number[];
   bytes: number;
   resolve: (r: AppendResult) => void;
   reject: (e: Error) => void;
   result?: AppendResult;
+}
+
+/** The records of an appendReplica call, encoded when the call is accepted (the caller's objects may change later). */
+interface ReplicaWrite {
+  buf: Buffer;
+  /** Position of record i in `buf`, then the end. */
+  starts: number[];
+  /** Offset of record i (increasing, maybe with gaps). */
+  offsets: number[];
+  maxTimestamp: number;
+}
+
+/** Largest offset distance from a segment's base that its index can hold (u32 relative offsets). */
+const MAX_RELATIVE_OFFSET = 0xffffffff;
+
+/**
+ * How many leading records of `records` (read with keepAppendMarker) form whole appends: up to and including
+ * the last one carrying ATTR_END_OF_APPEND. A follower passes that prefix to appendReplica and fetches the
+ * rest again.
+ */
+export function wholeAppendCount(records: readonly LogRecord[]): number {
+  for (let i = records.length - 1; i >= 0; i--) if ((records[i].attributes & ATTR_END_OF_APPEND) !== 0) return i + 1;
+  return 0;
 }
 
 /** Promise-chain mutex: runs callbacks one at a time in call order. */
@@ -696,6 +728,79 @@ export class PartitionLog {
     });
   }
 
+  /**
+   * Appends records read from another log (a partition leader's, read with keepAppendMarker), stored exactly
+   * as given: offset, timestamp (never re-stamped, 0 included), key, value, headers, producer id, epoch,
+   * sequence and attributes, ATTR_END_OF_APPEND included, so this log keeps the leader's append boundaries
+   * (producer-state replay and recovery see the same appends as on the leader). Offsets must increase, the
+   * first must be >= logEndOffset; gaps are allowed (a compacted leader), but only after a record that ends
+   * an append, as the leader has them. Afterwards logEndOffset is the last offset + 1. Durability follows the
+   * flush mode, as for append(). Refused with invalid_parameter, appending nothing, when any of this fails.
+   *
+   * Atomicity: the last record must end an append (ATTR_END_OF_APPEND). A fetch cut inside a leader append is
+   * refused rather than stored: marking its last record would give the follower a boundary the leader does not
+   * have (an idempotent batch replayed as two after a failover), and storing it unmarked would let a crash cut
+   * records the caller was told are durable. Callers append the `wholeAppendCount` prefix, and the leader can
+   * serve whole appends (read option wholeAppends). The call is one write of whole leader appends, so recovery
+   * after a crash keeps a prefix of them, never part of one, like a write of several coalesced append() calls;
+   * once the call has resolved with flush=always, a crash keeps all of it.
+   *
+   * maxRecordBytes is not applied: the leader accepted the records already.
+   */
+  appendReplica(records: LogRecord[]): Promise<AppendResult> {
+    if (this.state !== 'open') return Promise.reject(storageError(this.dir, 'log is closed'));
+    if (this.failed) return Promise.reject(storageError(this.dir, 'log failed', this.failed));
+    if (!Array.isArray(records) || records.length === 0) return Promise.reject(invalidParam('records', 'must be a non-empty array'));
+    const n = records.length;
+    const sizes = new Array<number>(n);
+    const offsets = new Array<number>(n);
+    let bytes = 0;
+    for (let i = 0; i < n; i++) {
+      const r = records[i];
+      const offset = r?.offset;
+      if (!Number.isSafeInteger(offset) || offset < 0) return Promise.reject(invalidParam('records', `record ${i}: bad offset ${offset}`));
+      if (typeof r.timestamp !== 'number') return Promise.reject(invalidParam('records', `record ${i}: timestamp must be a non-negative safe integer`));
+      const reason = validateEncodable(r);
+      if (reason) return Promise.reject(invalidParam('records', `record ${i}: ${reason}`));
+      if (i > 0) {
+        const prev = offsets[i - 1];
+        if (offset <= prev) return Promise.reject(invalidParam('records', `record ${i}: offsets must be strictly increasing (${offset} after ${prev})`));
+        if (offset !== prev + 1 && ((records[i - 1].attributes ?? 0) & ATTR_END_OF_APPEND) === 0) {
+          return Promise.reject(invalidParam('records', `record ${i}: offset gap (${prev} to ${offset}) inside an append`));
+        }
+      }
+      offsets[i] = offset;
+      sizes[i] = encodedSize(r);
+      bytes += sizes[i];
+    }
+    if (((records[n - 1].attributes ?? 0) & ATTR_END_OF_APPEND) === 0) {
+      return Promise.reject(invalidParam('records', 'the last record does not end an append (ATTR_END_OF_APPEND): pass whole appends only'));
+    }
+    const first = offsets[0];
+    const last = offsets[n - 1];
+    if (first < this.logEndOffset) return Promise.reject(invalidParam('records', `first offset ${first} is below the log end offset ${this.logEndOffset}`));
+    if (last - first > MAX_RELATIVE_OFFSET) return Promise.reject(invalidParam('records', 'offsets span more than 2^32: split the call at an append boundary'));
+    if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
+    const buf = Buffer.allocUnsafe(bytes);
+    const starts = new Array<number>(n + 1);
+    let maxTimestamp = -1;
+    let p = 0;
+    for (let i = 0; i < n; i++) {
+      const r = records[i];
+      const end = encodeRecordInto(buf, p, r);
+      if (end - p !== sizes[i]) return Promise.reject(storageError(this.dir, 'record encoding size mismatch'));
+      starts[i] = p;
+      if (r.timestamp > maxTimestamp) maxTimestamp = r.timestamp;
+      p = end;
+    }
+    starts[n] = p;
+    const replica: ReplicaWrite = { buf, starts, offsets, maxTimestamp };
+    return new Promise<AppendResult>((resolve, reject) => {
+      this.pending.push({ records: NO_RECORDS, replica, sizes, bytes, resolve, reject });
+      this.scheduleDrain();
+    });
+  }
+
   private scheduleDrain(): void {
     if (this.drainScheduled) return;
     this.drainScheduled = true;
@@ -722,6 +827,12 @@ export class PartitionLog {
       try {
         const now = Date.now();
         const first = this.pending[0];
+        if (first.replica) {
+          // A replica append is a write of its own: it carries its offsets, checked against the log end it lands on.
+          group = this.pending.splice(0, 1);
+          await this.writeReplica(first, first.replica, now);
+          continue;
+        }
         let seg = this.active;
         if (seg.size > 0 && (seg.size + first.bytes > segmentBytes || now - seg.createdMs >= segmentMs)) {
           await this.roll();
@@ -730,7 +841,7 @@ export class PartitionLog {
         // A batch never spans segments; several batches share one write while they fit.
         let n = 1;
         let bytes = first.bytes;
-        while (n < this.pending.length) {
+        while (n < this.pending.length && !this.pending[n].replica) {
           const b = this.pending[n].bytes;
           if (bytes + b > MAX_GROUP_BYTES || seg.size + bytes + b > segmentBytes) break;
           bytes += b;
@@ -822,8 +933,52 @@ export class PartitionLog {
     }
   }
 
-  /** Closes the active segment and starts a new one at the LEO. Runs inside the mutex. */
-  private async roll(): Promise<void> {
+  /** Writes one appendReplica call (inside the mutex): rolls as for append(), then writes it as encoded. */
+  private async writeReplica(b: PendingAppend, rw: ReplicaWrite, now: number): Promise<void> {
+    const { buf, starts, offsets } = rw;
+    const first = offsets[0];
+    const last = offsets[offsets.length - 1];
+    // Appends queued before this one may have moved the log end since the call was accepted.
+    if (first < this.logEndOffset) throw invalidParam('records', `first offset ${first} is below the log end offset ${this.logEndOffset}`);
+    const { segmentBytes, segmentMs } = this.options;
+    let seg = this.active;
+    if (seg.size > 0 && (seg.size + b.bytes > segmentBytes || now - seg.createdMs >= segmentMs)) await this.roll();
+    if (last - this.active.baseOffset > MAX_RELATIVE_OFFSET) await this.roll(first);
+    seg = this.active;
+    const startSize = seg.size;
+    try {
+      await seg.writeAt(buf, startSize);
+    } catch (err) {
+      await seg.withHandle((fh) => fh.truncate(startSize)).catch((e: unknown) => this.fail(e));
+      throw storageError(this.dir, 'write failed', err);
+    }
+    // Gaps are fine for the index (greatest entry <= offset, then a scan) and for reads, which step over them.
+    for (let i = 0; i < offsets.length; i++) seg.index.onRecord(offsets[i], startSize + starts[i]);
+    seg.size = startSize + b.bytes;
+    seg.nextOffset = last + 1;
+    if (rw.maxTimestamp > seg.maxTimestamp) seg.maxTimestamp = rw.maxTimestamp;
+    seg.markModified();
+    this.totalBytes += b.bytes;
+    this.dirty.add(seg);
+    // The tail cache holds consecutive offsets ending at the LEO: cache the last run without a gap (a gap before
+    // it, from the LEO or inside the call, empties the cache first).
+    let run = offsets.length - 1;
+    while (run > 0 && offsets[run - 1] === offsets[run] - 1) run--;
+    this.cache.append(buf, offsets[run], run === 0 ? starts : starts.slice(run));
+    b.result = { baseOffset: first, lastOffset: last, timestamp: now };
+    if (this.options.flush === 'always') {
+      this.syncWaiters.push(b);
+      this.kickSync();
+    } else {
+      b.resolve(b.result);
+    }
+  }
+
+  /**
+   * Closes the active segment and starts a new one at the LEO, or at `base` when given and above it (replica
+   * appends past what the index of the active segment can address). Runs inside the mutex.
+   */
+  private async roll(base?: number): Promise<void> {
     const old = this.active;
     const durable = this.options.flush !== 'os';
     if (durable) {
@@ -834,11 +989,27 @@ export class PartitionLog {
         throw storageError(this.dir, 'fsync failed', err);
       }
     }
-    try {
-      await old.writeIndex(durable);
-    } catch (err) {
-      // Not fatal: recovery rebuilds a missing or stale index.
-      this.logger.warn({ err, segment: old.baseOffset }, 'could not write segment index');
+    if (base !== undefined && base > old.nextOffset) {
+      // The old segment is stretched over the gap and flagged like a compacted one (whose nextOffset may lie
+      // past its last record, and which open() lets reach the next segment); the flag has to be on disk before
+      // a segment starting at `base` exists, or a reopen would see a hole and drop it.
+      const { nextOffset, compacted } = old;
+      old.nextOffset = base;
+      old.compacted = true;
+      try {
+        await old.writeIndex(durable);
+      } catch (err) {
+        old.nextOffset = nextOffset;
+        old.compacted = compacted;
+        throw storageError(this.dir, 'could not write segment index', err);
+      }
+    } else {
+      try {
+        await old.writeIndex(durable);
+      } catch (err) {
+        // Not fatal: recovery rebuilds a missing or stale index.
+        this.logger.warn({ err, segment: old.baseOffset }, 'could not write segment index');
+      }
     }
     const seg = await Segment.create(this.dir, old.nextOffset, this.options.indexIntervalBytes, Date.now());
     this.segments.push(seg);
@@ -981,7 +1152,12 @@ export class PartitionLog {
     const maxRecords = opts.maxRecords;
     const maxBytes = opts.maxBytes;
     if (offset >= limit || !(maxRecords >= 1)) return [];
-    if (opts.keepAppendMarker) return this.readFromDisk(offset, limit, maxRecords, maxBytes, true);
+    if (opts.keepAppendMarker) {
+      if (!opts.wholeAppends) return this.readFromDisk(offset, limit, maxRecords, maxBytes, true);
+      const recs = await this.readFromDisk(offset, limit, maxRecords, maxBytes, true, true);
+      recs.length = wholeAppendCount(recs);
+      return recs;
+    }
     const cached = this.cache.read(offset, limit, maxRecords, maxBytes);
     if (cached) return cached;
     return this.readFromDisk(offset, limit, maxRecords, maxBytes);
@@ -1023,13 +1199,15 @@ export class PartitionLog {
     return found < 0 ? null : segs[found];
   }
 
-  private async readFromDisk(offset: number, limit: number, maxRecords: number, maxBytes: number, keepMarker = false): Promise<LogRecord[]> {
+  private async readFromDisk(offset: number, limit: number, maxRecords: number, maxBytes: number, keepMarker = false, whole = false): Promise<LogRecord[]> {
     const out: LogRecord[] = [];
     let bytes = 0;
     let next = offset;
     let done = false;
     let retries = 0;
-    while (!done && next < limit && out.length < maxRecords) {
+    // `whole`: the last record returned does not end its append, so the limits do not apply yet.
+    let inAppend = false;
+    while (!done && next < limit && (out.length < maxRecords || inAppend)) {
       const seg = this.segmentFor(next);
       if (!seg || seg.deleted) return this.raced(out, offset);
       const version = seg.version;
@@ -1082,16 +1260,17 @@ export class PartitionLog {
             p += r.size;
             continue;
           }
-          if (rec.offset >= limit || (out.length > 0 && bytes + r.size > maxBytes)) {
+          if (rec.offset >= limit || (out.length > 0 && bytes + r.size > maxBytes && !inAppend)) {
             done = true;
             break;
           }
+          if (whole) inAppend = (rec.attributes & ATTR_END_OF_APPEND) === 0;
           if (!keepMarker) rec.attributes &= USER_ATTR_MASK;
           out.push(rec);
           bytes += r.size;
           next = rec.offset + 1;
           p += r.size;
-          if (out.length >= maxRecords) {
+          if (out.length >= maxRecords && !inAppend) {
             done = true;
             break;
           }
@@ -1488,6 +1667,15 @@ export class PartitionLog {
       this.cache.truncateFrom(offset);
       this.cache.dropBefore(this.logStartOffset);
       this.hwm = this.clampHwm(this.hwm);
+      // A checkpoint above the new end would, after a crash, let the HWM cover the records appended in place
+      // of the cut ones (a follower appending its new leader's records before they are committed).
+      if (this.checkpointedHwm > this.hwm) {
+        try {
+          await this.checkpointHwm();
+        } catch (err) {
+          throw storageError(this.dir, 'could not write HWM checkpoint', err);
+        }
+      }
       this.logger.info({ from: before, to: offset }, 'log truncated');
     });
   }

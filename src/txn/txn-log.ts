@@ -1,6 +1,7 @@
 import type { Partition } from '../broker/partition.js';
 import { TributaryError } from '../protocol/errors.js';
 import { partitionForKey } from '../protocol/partitioner.js';
+import { type InternalAppend, localAppend } from '../coordinator/group-log.js';
 
 export const TXN_STATE_TOPIC = '__transaction_state';
 
@@ -64,7 +65,10 @@ function validMetadata(v: unknown): v is TxnMetadata {
  * `["t", id]` with the whole TxnMetadata as JSON, so the compacted topic keeps just the latest.
  */
 export class TxnLog {
-  constructor(private readonly partitionsOf: () => Partition[]) {}
+  constructor(
+    private readonly partitionsOf: () => Partition[],
+    private readonly appendTo: InternalAppend = localAppend,
+  ) {}
 
   get partitionCount(): number {
     return this.partitionsOf().length;
@@ -81,7 +85,7 @@ export class TxnLog {
   async write(meta: TxnMetadata): Promise<void> {
     const part = this.partitionsOf()[this.partitionFor(meta.transactionalId)]!;
     try {
-      await part.append([{ key: encodeKey(meta.transactionalId), value: Buffer.from(JSON.stringify(meta), 'utf8') }]);
+      await this.appendTo(part, [{ key: encodeKey(meta.transactionalId), value: Buffer.from(JSON.stringify(meta), 'utf8') }]);
     } catch (err) {
       if (err instanceof TributaryError) throw err;
       throw new TributaryError('storage_error', { reason: (err as Error).message });
@@ -98,8 +102,9 @@ export class TxnLog {
     let offset = part.earliest;
     const end = part.logEndOffset;
     while (offset < end) {
-      const { records, nextOffset } = await part.read(offset, { maxRecords: 5000, maxBytes: 8 * 1024 * 1024, isolation: 'read_uncommitted' });
+      const records = await part.log.read(Math.max(offset, part.earliest), { maxRecords: 5000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
       if (records.length === 0) break;
+      const nextOffset = records[records.length - 1]!.offset + 1;
       for (const r of records) {
         let key: unknown;
         let value: unknown;

@@ -1,0 +1,208 @@
+import type { Etcd3 } from 'etcd3';
+import type { BrokerConfig } from '../broker/config.js';
+import type { Logger } from '../broker/logger.js';
+import type { TopicManager } from '../broker/topic-manager.js';
+import { Connection } from '../client/connection.js';
+import { parseLine } from '../protocol/command.js';
+import { TributaryError } from '../protocol/errors.js';
+import { partitionForKey } from '../protocol/partitioner.js';
+import { BrokerRegistry, type BrokerRegistration } from './broker-registry.js';
+import { Controller, assignReplicas } from './controller.js';
+import { ControllerElection } from './controller-election.js';
+import { createEtcdClient } from './etcd-client.js';
+import { EtcdMetadataStore } from './etcd-metadata-store.js';
+import { PartitionStateStore } from './partition-state.js';
+import { type Replica, ReplicaManager } from './replica-manager.js';
+
+/**
+ * One broker's membership of a cluster: the etcd client and everything kept there (topic definitions,
+ * its registration, the controller election, partition states), the replica manager that turns the
+ * states into local roles, and the controller when elected. The broker asks it who leads what.
+ */
+export class ClusterNode {
+  readonly client: Etcd3;
+  readonly store: EtcdMetadataStore;
+  readonly registry: BrokerRegistry;
+  readonly election: ControllerElection;
+  readonly states: PartitionStateStore;
+  replicas!: ReplicaManager;
+  private controller: Controller | undefined;
+  /** Connections to other brokers for coordinator lookups. */
+  private readonly peers = new Map<string, Connection>();
+
+  constructor(
+    private readonly config: BrokerConfig,
+    private readonly logger: Logger,
+  ) {
+    const endpoints = (config.etcd ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean)
+      .map((e) => (e.includes('://') ? e : `http://${e}`));
+    if (endpoints.length === 0) throw new Error('invalid config: cluster mode needs --etcd <endpoints>');
+    if (config.tlsCert !== undefined) throw new Error('invalid config: TLS is not available in cluster mode yet (brokers connect to each other in plain TCP)');
+    if (config.authentication && (config.interBrokerPrincipal === undefined || config.interBrokerToken === undefined)) {
+      throw new Error('invalid config: cluster mode with authentication needs interBrokerPrincipal and interBrokerToken (a user with admin)');
+    }
+    this.client = createEtcdClient({ endpoints, requestTimeoutMs: config.etcdRequestTimeoutMs });
+    const prefix = config.etcdPrefix;
+    this.store = new EtcdMetadataStore({ etcd: this.client, prefix });
+    this.registry = new BrokerRegistry({ etcd: this.client, prefix, leaseTtlSeconds: config.brokerLeaseTtlSeconds });
+    this.election = new ControllerElection({ etcd: this.client, prefix, brokerId: config.brokerId, leaseTtlSeconds: config.brokerLeaseTtlSeconds });
+    this.states = new PartitionStateStore({ etcd: this.client, prefix });
+  }
+
+  private get peerAuth(): { principal: string; token: string } | undefined {
+    const { interBrokerPrincipal: principal, interBrokerToken: token } = this.config;
+    return principal !== undefined && token !== undefined ? { principal, token } : undefined;
+  }
+
+  get brokerId(): number {
+    return this.config.brokerId;
+  }
+
+  /**
+   * Joins: reads the cluster state, registers (waiting out the lease of this id's previous process after a
+   * kill -9), applies the partition states to the open topics, then campaigns for controller.
+   */
+  async start(topics: TopicManager, advertised: { host: string; port: number }, onTick: () => Promise<void>): Promise<void> {
+    await this.states.open();
+    await this.registry.open();
+    this.replicas = new ReplicaManager({
+      brokerId: this.config.brokerId,
+      topics,
+      states: this.states,
+      registry: this.registry,
+      logger: this.logger.child({ component: 'replicas' }),
+      config: {
+        replicaLagMaxMs: this.config.replicaLagMaxMs,
+        fetchWaitMs: this.config.replicaFetchWaitMs,
+        fetchMaxBytes: 4 * 1024 * 1024,
+        minInsyncReplicas: this.config.minInsyncReplicas,
+      },
+      connect: (host, port, signal) => Connection.connect({ host, port, signal, connectTimeoutMs: 2000, auth: this.peerAuth }),
+    });
+    await this.registry.register(
+      { id: this.config.brokerId, host: this.config.host, port: advertised.port, advertisedAddress: `${advertised.host}:${advertised.port}` },
+      { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 5000 },
+    );
+    this.registry.events.on('registration-lost', (reason: string) => {
+      // Writes are refused from now on (ReplicaManager checks the lease); rejoin under a new lease.
+      this.logger.error({ reason }, 'broker registration lost: no longer leading anything; re-registering');
+      void this.reregister(advertised);
+    });
+    await this.replicas.start();
+    this.controller = new Controller({
+      election: this.election,
+      registry: this.registry,
+      states: this.states,
+      logger: this.logger.child({ component: 'controller' }),
+      uncleanLeaderElection: this.config.uncleanLeaderElection,
+      onTick,
+    });
+    await this.election.start();
+    this.controller.kick();
+  }
+
+  private async reregister(advertised: { host: string; port: number }): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.registry.register(
+          { id: this.config.brokerId, host: this.config.host, port: advertised.port, advertisedAddress: `${advertised.host}:${advertised.port}` },
+          { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 2000 },
+        );
+        this.logger.info('broker registered again');
+        return;
+      } catch (err) {
+        if (attempt % 10 === 0) this.logger.warn({ err }, 're-registration failed; retrying');
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    for (const c of this.peers.values()) await c.close().catch(() => {});
+    this.controller?.close();
+    await this.replicas?.close();
+    await this.election.close().catch(() => {});
+    await this.registry.close().catch(() => {});
+    await this.states.close().catch(() => {});
+    await this.store.close().catch(() => {});
+    this.client.close();
+  }
+
+  /** Replica assignment and initial states of a topic's partitions, written after its definition. */
+  async createPartitionStates(topic: string, partitions: number, replicationFactor: number): Promise<void> {
+    if (this.states.list(topic).length >= partitions) return;
+    const live = this.registry.list().map((b) => b.id);
+    await this.states.create(topic, assignReplicas(partitions, replicationFactor, live));
+  }
+
+  /**
+   * The committed offset of a group's partition, asked of the group's coordinator (the leader of its
+   * `__consumer_offsets` partition) over a connection kept per coordinator address.
+   */
+  async fetchCommitted(group: string, topic: string, partition: number): Promise<number | undefined> {
+    const internal = this.store.getTopic('__consumer_offsets');
+    if (!internal) throw new TributaryError('COORDINATOR_LOADING', { reason: 'the cluster has not created __consumer_offsets yet' });
+    const p = partitionForKey(Buffer.from(group, 'utf8'), internal.partitions);
+    const leader = this.leaderAddress('__consumer_offsets', p);
+    if (!leader) throw new TributaryError('COORDINATOR_LOADING', { reason: `__consumer_offsets[${p}] has no leader` });
+    let conn = this.peers.get(leader.advertisedAddress);
+    if (!conn || conn.closed) {
+      const i = leader.advertisedAddress.lastIndexOf(':');
+      conn = await Connection.connect({ host: leader.advertisedAddress.slice(0, i), port: Number(leader.advertisedAddress.slice(i + 1)), connectTimeoutMs: 2000, auth: this.peerAuth });
+      this.peers.set(leader.advertisedAddress, conn);
+    }
+    const reply = await conn.command('FETCH_OFFSET', { topic, group, partition });
+    const params = parseLine(reply).params;
+    return params.get('committed') === 'true' ? Number(params.get('offset')) : undefined;
+  }
+
+  liveBrokers(): BrokerRegistration[] {
+    return this.registry.list();
+  }
+
+  requireLeader(topic: string, partition: number): Replica {
+    return this.replicas.requireLeader(topic, partition);
+  }
+
+  /** The broker leading a partition of an internal topic (a coordinator), or NOT_COORDINATOR-worthy absence. */
+  leaderAddress(topic: string, partition: number): BrokerRegistration | undefined {
+    return this.replicas.leaderOf(topic, partition);
+  }
+
+  isLeader(topic: string, partition: number): boolean {
+    return this.replicas.isLeader(topic, partition);
+  }
+
+  /** NOT_COORDINATOR naming the coordinator (the leader of the internal partition) when it is known. */
+  notCoordinator(topic: string, partition: number): TributaryError {
+    const leader = this.leaderAddress(topic, partition);
+    if (!leader) return new TributaryError('COORDINATOR_LOADING', { reason: `${topic}[${partition}] has no leader` });
+    const i = leader.advertisedAddress.lastIndexOf(':');
+    return new TributaryError('NOT_COORDINATOR', { host: leader.advertisedAddress.slice(0, i), port: Number(leader.advertisedAddress.slice(i + 1)) });
+  }
+
+  status(): Record<string, unknown> {
+    const brokers = this.registry.list().map((b) => ({ id: b.id, address: b.advertisedAddress, started_at: b.startedAt }));
+    const live = new Set(brokers.map((b) => b.id));
+    const partitions = this.states.list().map((e) => ({
+      topic: e.topic,
+      partition: e.partition,
+      leader: e.value.leader,
+      leader_epoch: e.value.leaderEpoch,
+      replicas: e.value.replicas,
+      isr: e.value.isr,
+    }));
+    return {
+      mode: 'cluster',
+      broker_id: this.config.brokerId,
+      controller: this.election.controllerId ?? null,
+      brokers,
+      partitions,
+      under_replicated: partitions.filter((p) => p.isr.length < p.replicas.length).length,
+      leaderless: partitions.filter((p) => p.leader < 0 || !live.has(p.leader)).length,
+    };
+  }
+}

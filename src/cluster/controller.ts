@@ -1,0 +1,110 @@
+import type { Logger } from '../broker/logger.js';
+import { TributaryError } from '../protocol/errors.js';
+import type { BrokerRegistry } from './broker-registry.js';
+import type { ControllerElection } from './controller-election.js';
+import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
+
+/**
+ * Replicas for a new topic's partitions: partition i starts at the (i mod n)-th live broker and takes the
+ * next `rf` in id order, so leaders (the first replica) spread evenly.
+ */
+export function assignReplicas(partitions: number, replicationFactor: number, brokerIds: number[], first = 0): PartitionState[] {
+  const ids = [...brokerIds].sort((a, b) => a - b);
+  if (replicationFactor > ids.length) {
+    throw new TributaryError('NOT_ENOUGH_REPLICAS', { replication_factor: replicationFactor, live_brokers: ids.length, reason: 'fewer live brokers than the replication factor' });
+  }
+  const out: PartitionState[] = [];
+  for (let p = first; p < first + partitions; p++) {
+    const replicas = Array.from({ length: replicationFactor }, (_, k) => ids[(p + k) % ids.length]!);
+    out.push({ replicas, leader: replicas[0]!, leaderEpoch: 0, isr: [...replicas], hwm: 0 });
+  }
+  return out;
+}
+
+/**
+ * The next state of a partition given the live brokers, or undefined when nothing must change: a leader
+ * that is gone is replaced by the first live in-sync replica (in replica order) with the epoch bumped;
+ * with none, the partition is leaderless until one returns (an out-of-sync replica only when
+ * `unclean` allows it). The ISR loses dead brokers other than the leader's last witness.
+ */
+export function nextLeadership(s: PartitionState, live: Set<number>, unclean: boolean): PartitionState | undefined {
+  if (s.leader >= 0 && live.has(s.leader)) return undefined;
+  const inSync = s.replicas.filter((id) => s.isr.includes(id) && live.has(id));
+  let leader: number | undefined = inSync[0];
+  if (leader === undefined && unclean) leader = s.replicas.find((id) => live.has(id));
+  if (leader === undefined) {
+    // Keep the ISR as it was: the first of its members to come back is the one with every acknowledged record.
+    return s.leader === -1 ? undefined : { ...s, leader: -1, leaderEpoch: s.leaderEpoch + 1 };
+  }
+  const isr = inSync.length > 0 ? inSync : [leader];
+  return { ...s, leader, leaderEpoch: s.leaderEpoch + 1, isr };
+}
+
+/**
+ * The elected controller's work: moves leadership off brokers whose lease expired (and onto a returning
+ * in-sync replica of a leaderless partition). Every change is a compare-and-set on the partition's
+ * record, so a controller that lost its role mid-way cannot overwrite its successor's decisions.
+ */
+export class Controller {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | null = null;
+  private again = false;
+
+  constructor(
+    private readonly deps: {
+      election: ControllerElection;
+      registry: BrokerRegistry;
+      states: PartitionStateStore;
+      logger: Logger;
+      uncleanLeaderElection: boolean;
+      /** Extra work while controller (e.g. creating internal topics once enough brokers are up). */
+      onTick?: () => Promise<void>;
+    },
+  ) {
+    const kick = () => this.kick();
+    deps.registry.events.on('broker-left', kick);
+    deps.registry.events.on('broker-joined', kick);
+    deps.election.events.on('change', kick);
+    deps.states.events.on('changed', (e: PartitionStateEntry) => {
+      if (e.value.leader < 0 || !deps.registry.get(e.value.leader)) kick();
+    });
+    this.timer = setInterval(kick, 1000);
+    this.timer.unref();
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+  }
+
+  /** Runs a pass now (or right after the one running). */
+  kick(): void {
+    if (!this.deps.election.isController) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.running = this.pass()
+      .catch((err: unknown) => this.deps.logger.warn({ err }, 'controller pass failed; retrying'))
+      .finally(() => {
+        this.running = null;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
+  }
+
+  private async pass(): Promise<void> {
+    const live = new Set(this.deps.registry.list().map((b) => b.id));
+    for (const e of this.deps.states.list()) {
+      if (!this.deps.election.isController) return;
+      const next = nextLeadership(e.value, live, this.deps.uncleanLeaderElection);
+      if (!next) continue;
+      const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, next);
+      if (res.ok) {
+        this.deps.logger.info({ topic: e.topic, partition: e.partition, from: e.value.leader, to: next.leader, leaderEpoch: next.leaderEpoch, isr: next.isr }, 'leader moved');
+      }
+    }
+    if (this.deps.election.isController) await this.deps.onTick?.();
+  }
+}

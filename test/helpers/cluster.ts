@@ -1,0 +1,146 @@
+/**
+ * A real cluster for tests: one etcd and N broker processes on free loopback ports, each with its own data
+ * directory, sharing a key prefix of their own. Brokers can be killed, paused and restarted.
+ */
+import type { Connection } from '../../src/client/connection.js';
+import { parseLine } from '../../src/protocol/command.js';
+import { type EtcdServer, startEtcd } from './etcd.js';
+import { BrokerProcess } from './launcher.js';
+
+let clusters = 0;
+
+/** Flags that keep failover fast in tests: 2 s leases, a 2 s replica lag bound, small internal topics. */
+export const FAST_CLUSTER_ARGS = [
+  '--broker-lease-ttl-seconds',
+  '2',
+  '--replica-lag-max-ms',
+  '2000',
+  '--replica-fetch-wait-ms',
+  '200',
+  '--etcd-request-timeout-ms',
+  '2000',
+  '--offsets-topic-partitions',
+  '4',
+  '--transaction-state-partitions',
+  '2',
+  '--group-join-window-ms',
+  '20',
+  '--flush',
+  'os',
+];
+
+export interface ClusterStatus {
+  mode: string;
+  controller: number | null;
+  brokers: Array<{ id: number; address: string }>;
+  partitions: Array<{ topic: string; partition: number; leader: number; leader_epoch: number; replicas: number[]; isr: number[] }>;
+  under_replicated: number;
+  leaderless: number;
+}
+
+export class TestCluster {
+  private constructor(
+    readonly etcd: EtcdServer,
+    readonly brokers: BrokerProcess[],
+    readonly prefix: string,
+  ) {}
+
+  /** etcd, then `n` brokers (ids 0..n-1); resolves once every broker is ready and the internal topics exist. */
+  static async start(n = 3, extraArgs: string[] = []): Promise<TestCluster> {
+    const etcd = await startEtcd();
+    const prefix = `/tributary-cluster-${process.pid}-${++clusters}/`;
+    const brokers: BrokerProcess[] = [];
+    const cluster = new TestCluster(etcd, brokers, prefix);
+    try {
+      for (let id = 0; id < n; id++) {
+        brokers.push(
+          await BrokerProcess.start({
+            args: ['--cluster', '--etcd', etcd.endpoints.join(','), '--etcd-prefix', prefix, '--broker-id', String(id), '--internal-replication-factor', String(Math.min(3, n)), ...FAST_CLUSTER_ARGS, ...extraArgs],
+          }),
+        );
+      }
+      await cluster.waitFor('every broker ready and the internal topics led', async () => {
+        for (const b of brokers) if ((await b.health('/ready').catch(() => ({ status: 0 }))).status !== 200) return false;
+        const s = await cluster.status();
+        const internal = s.partitions.filter((p) => p.topic === '__consumer_offsets');
+        return internal.length > 0 && internal.every((p) => p.leader >= 0) && s.brokers.length === n;
+      });
+    } catch (err) {
+      await cluster.dispose();
+      throw err;
+    }
+    return cluster;
+  }
+
+  /** A connection to a live broker (the first that answers, or broker `id`). */
+  async connect(id?: number): Promise<Connection> {
+    const order = id === undefined ? this.brokers.map((_, i) => i) : [id];
+    let last: unknown;
+    for (const i of order) {
+      const b = this.brokers[i]!;
+      if (!b.proc || b.proc.exitCode !== null || b.proc.signalCode !== null) continue;
+      try {
+        return await b.connect();
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last ?? new Error('no live broker');
+  }
+
+  /** Bootstrap list for SDK clients. */
+  get addresses(): string[] {
+    return this.brokers.map((b) => b.address);
+  }
+
+  async status(via?: number): Promise<ClusterStatus> {
+    const c = await this.connect(via);
+    try {
+      return (await c.json('CLUSTER_STATUS')) as unknown as ClusterStatus;
+    } finally {
+      await c.close().catch(() => {});
+    }
+  }
+
+  /** The leader's broker id of a partition per the cluster state (-1 when leaderless). */
+  async leaderOf(topic: string, partition: number): Promise<{ id: number; epoch: number; isr: number[] }> {
+    const s = await this.status();
+    const p = s.partitions.find((x) => x.topic === topic && x.partition === partition);
+    return { id: p?.leader ?? -1, epoch: p?.leader_epoch ?? -1, isr: p?.isr ?? [] };
+  }
+
+  /** Broker index by id (ids are 0..n-1). */
+  broker(id: number): BrokerProcess {
+    return this.brokers[id]!;
+  }
+
+  async waitFor<T>(what: string, fn: () => Promise<T | false | undefined>, timeoutMs = 30_000): Promise<T> {
+    const deadline = Date.now() + timeoutMs;
+    let last: unknown;
+    for (;;) {
+      try {
+        const v = await fn();
+        if (v !== false && v !== undefined) return v;
+      } catch (err) {
+        last = err;
+      }
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}\n${this.brokers.map((b, i) => `--- broker ${i} stderr ---\n${b.stderr.slice(-3000)}`).join('\n')}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /** METADATA leaders as host:port per partition. */
+  async metadataLeaders(topic: string): Promise<string[]> {
+    const c = await this.connect();
+    try {
+      return parseLine(await c.command('METADATA', { topic })).params.get('leaders')!.split(',');
+    } finally {
+      await c.close().catch(() => {});
+    }
+  }
+
+  async dispose(): Promise<void> {
+    await Promise.all(this.brokers.map((b) => b.dispose().catch(() => {})));
+    await this.etcd.dispose();
+  }
+}
