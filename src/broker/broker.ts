@@ -24,6 +24,7 @@ import { ClusterNode } from '../cluster/cluster-node.js';
 import type { Replica } from '../cluster/replica-manager.js';
 import { leaderGate, replicated } from './commands.js';
 import { TXN_STATE_TOPIC, TxnLog } from '../txn/txn-log.js';
+import { LocalTxnTargets } from '../txn/txn-targets.js';
 
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
 
@@ -96,7 +97,7 @@ export class Broker implements BrokerContext {
     this.transactions = new TransactionCoordinator({
       topics: this.topics,
       log: new TxnLog(() => this.topics.get(TXN_STATE_TOPIC).partitions, internalAppend),
-      groups: this.coordinator,
+      targets: new LocalTxnTargets(this.topics, this.coordinator),
       logger: logger.child({ component: 'txn-coordinator' }),
       registry: this.metrics.registry,
       config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs },

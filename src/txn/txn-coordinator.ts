@@ -2,14 +2,13 @@ import { randomBytes } from 'node:crypto';
 import client from 'prom-client';
 import { failpoint } from '../broker/failpoints.js';
 import type { Logger } from '../broker/logger.js';
-import type { Partition } from '../broker/partition.js';
 import type { TopicManager } from '../broker/topic-manager.js';
-import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import { KeyedLock } from '../coordinator/keyed-lock.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
 import { TributaryError, invalidParam } from '../protocol/errors.js';
 import type { RecordInput } from '../protocol/record.js';
 import type { TxnLog, TxnMetadata, TxnOffset, TxnState } from './txn-log.js';
+import type { TxnTargets } from './txn-targets.js';
 
 export interface TxnCoordinatorConfig {
   /** Used when INIT_PRODUCER_ID names no timeout. */
@@ -51,8 +50,6 @@ interface Entry {
   results: Map<number, Promise<TxnPublishResult>>;
   /** Set when a record of the open transaction failed: only an abort is allowed. */
   spoiled: string | undefined;
-  /** Next storage sequence per data partition for the current epoch. */
-  partSeq: Map<string, number>;
   /** The epoch whose transaction ended last: END_TXN retries of that epoch are answered again. */
   endedEpoch: number;
   /** Per data partition of the open transaction: its registration in the state log, durable when resolved. */
@@ -87,7 +84,7 @@ export class TransactionCoordinator {
     private readonly deps: {
       topics: TopicManager;
       log: TxnLog;
-      groups: GroupCoordinator;
+      targets: TxnTargets;
       config: TxnCoordinatorConfig;
       logger: Logger;
       registry: client.Registry;
@@ -131,7 +128,7 @@ export class TransactionCoordinator {
         if (meta.state === 'committed' || meta.state === 'aborted') e.endedEpoch = meta.epoch;
         if (meta.state === 'open') {
           for (const tp of meta.partitions) e.adds.set(partKey(tp.topic, tp.partition), Promise.resolve());
-          for (const [k, list] of groupOffsets(meta.offsets)) this.deps.groups.markPending(meta.transactionalId, k.group, k.topic, list.map((o) => o.partition));
+          for (const [k, list] of groupOffsets(meta.offsets)) await this.deps.targets.restorePending(meta.transactionalId, k.group, k.topic, list.map((o) => o.partition));
           this.scheduleTimeout(e);
         } else if (meta.state === 'prepare_commit' || meta.state === 'prepare_abort') {
           finishing.push(this.finish(e, { retry: false }));
@@ -245,9 +242,9 @@ export class TransactionCoordinator {
     if (e.spoiled) throw txnState(id, e.meta.state, e.spoiled);
     const topic = this.deps.topics.get(topicName);
     const partition = topic.choosePartition(explicit, record.key);
-    const part = topic.partition(partition);
+    topic.partition(partition);
     e.lastSeq = seqNum;
-    const result = this.append(e, topicName, part, record, producerId, epoch);
+    const result = this.append(e, topicName, partition, record, producerId, epoch);
     e.results.set(seqNum, result);
     result.catch((err: unknown) => {
       e.spoiled ??= `record ${seqNum} of the transaction failed (${err instanceof TributaryError ? err.code : 'error'}); abort it`;
@@ -255,31 +252,24 @@ export class TransactionCoordinator {
     return result;
   }
 
-  private async append(e: Entry, topicName: string, part: Partition, record: RecordInput, producerId: string, epoch: number): Promise<TxnPublishResult> {
-    const k = partKey(topicName, part.id);
+  private async append(e: Entry, topicName: string, partition: number, record: RecordInput, producerId: string, epoch: number): Promise<TxnPublishResult> {
+    const k = partKey(topicName, partition);
     let add = e.adds.get(k);
     if (!add) {
-      e.meta.partitions.push({ topic: topicName, partition: part.id });
+      e.meta.partitions.push({ topic: topicName, partition });
       e.meta.updatedMs = Date.now();
       add = this.deps.log.write(e.meta);
       e.adds.set(k, add);
     }
-    // Publishes to one partition wait on the same promises, so they append in arrival order.
-    await Promise.all([add, part.whenProducerStateReady()]);
+    // Publishes to one partition wait on the same promise, so they append in arrival order.
+    await add;
     // END_TXN, a timeout or a new epoch may have come in meanwhile.
     this.checkOpen(e, producerId, epoch);
-    // The partition's own idempotence (sequences per producer epoch) fences appends of an older epoch.
-    let seq = e.partSeq.get(k);
-    if (seq === undefined) {
-      const d = part.producerState()?.describe(producerId);
-      seq = d && d.epoch === epoch ? d.lastSeq + 1 : 0;
-    }
-    e.partSeq.set(k, seq + 1);
-    const appended = part.appendTransactional([record], { producerId, epoch, firstSequence: seq, lastSequence: seq });
+    const appended = this.deps.targets.append(topicName, partition, record, producerId, epoch);
     e.inflight.add(appended);
     try {
       const res = await appended;
-      return { partition: part.id, offset: res.baseOffset, duplicate: false };
+      return { partition, offset: res.offset, duplicate: false };
     } finally {
       e.inflight.delete(appended);
     }
@@ -295,7 +285,7 @@ export class TransactionCoordinator {
     return this.withTxn(id, async () => {
       const e = this.entry(id);
       this.checkOpen(e, producerId, epoch);
-      await this.deps.groups.stageTxnOffsets(id, req);
+      await this.deps.targets.stageOffsets(id, req);
       const m = e.meta;
       for (const o of req.entries) {
         const i = m.offsets.findIndex((x) => x.group === req.group && x.topic === req.topic && x.partition === o.partition);
@@ -404,17 +394,11 @@ export class TransactionCoordinator {
       const commit = m.state === 'prepare_commit';
       for (const [k, list] of groupOffsets(m.offsets)) {
         const parts = list.map((o) => o.partition);
-        if (commit) await this.deps.groups.applyTxnOffsets(m.transactionalId, k.group, k.topic, list.map((o) => ({ partition: o.partition, offset: o.offset })));
-        else this.deps.groups.clearPending(m.transactionalId, k.group, k.topic, parts);
+        if (commit) await this.deps.targets.applyOffsets(m.transactionalId, k.group, k.topic, list.map((o) => ({ partition: o.partition, offset: o.offset })));
+        else await this.deps.targets.clearOffsets(m.transactionalId, k.group, k.topic, parts);
       }
       failpoint('txn.after_offsets');
-      await Promise.all(
-        m.partitions.map((tp) => {
-          const part = this.deps.topics.tryGet(tp.topic)?.partitions[tp.partition];
-          // A deleted topic took the transaction's records with it.
-          return part ? part.writeMarker(m.producerId, m.epoch, commit ? 'commit' : 'abort') : undefined;
-        }),
-      );
+      await Promise.all(m.partitions.map((tp) => this.deps.targets.marker(tp.topic, tp.partition, m.producerId, m.epoch, commit ? 'commit' : 'abort')));
       failpoint('txn.after_markers');
       m.state = commit ? 'committed' : 'aborted';
       m.partitions = [];
@@ -440,7 +424,6 @@ export class TransactionCoordinator {
 
   private bump(e: Entry): void {
     bumpEpoch(e.meta);
-    e.partSeq.clear();
   }
 
   private withTxn<T>(id: string, fn: () => Promise<T>): Promise<T> {
@@ -500,7 +483,6 @@ function newEntry(meta: TxnMetadata, recovered: boolean): Entry {
     lastSeq: 0,
     results: new Map(),
     spoiled: undefined,
-    partSeq: new Map(),
     endedEpoch: -1,
     adds: new Map(),
     inflight: new Set(),
