@@ -25,6 +25,7 @@ import type { Replica } from '../cluster/replica-manager.js';
 import { leaderGate, replicated } from './commands.js';
 import { TXN_STATE_TOPIC, TxnLog } from '../txn/txn-log.js';
 import { LocalTxnTargets } from '../txn/txn-targets.js';
+import { ClusterTxnTargets } from '../cluster/cluster-txn-targets.js';
 
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
 
@@ -97,7 +98,9 @@ export class Broker implements BrokerContext {
     this.transactions = new TransactionCoordinator({
       topics: this.topics,
       log: new TxnLog(() => this.topics.get(TXN_STATE_TOPIC).partitions, internalAppend),
-      targets: new LocalTxnTargets(this.topics, this.coordinator),
+      targets: this.cluster
+        ? new ClusterTxnTargets(this.cluster, this.topics, this.coordinator, (topic, partition, last) => replicated(this, this.topics.get(topic).partition(partition), last))
+        : new LocalTxnTargets(this.topics, this.coordinator),
       logger: logger.child({ component: 'txn-coordinator' }),
       registry: this.metrics.registry,
       config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs },
@@ -180,6 +183,21 @@ export class Broker implements BrokerContext {
     };
     cluster.replicas.events.on('role', follow);
     for (const r of cluster.replicas.all()) follow(r);
+    // The same for transactional ids and __transaction_state.
+    this.transactions.enableOwnership(
+      (p) => cluster.notCoordinator(TXN_STATE_TOPIC, p),
+      () => this.topics.tryGet(TXN_STATE_TOPIC) !== undefined,
+    );
+    const followTxn = (r: Replica) => {
+      if (r.topic !== TXN_STATE_TOPIC) return;
+      if (r.role === 'leader') {
+        this.transactions.loadPartition(r.id).catch((err: unknown) => this.logger.error({ err, partition: r.id }, 'loading a transaction coordinator partition failed'));
+      } else {
+        this.transactions.unloadPartition(r.id);
+      }
+    };
+    cluster.replicas.events.on('role', followTxn);
+    for (const r of cluster.replicas.all()) followTxn(r);
   }
 
   /** Controller: internal topics once `internalReplicationFactor` brokers are live; states of every topic. */

@@ -131,10 +131,11 @@ export function requirementOf(command: string, params: ReadonlyMap<string, strin
       return { permissions: ['admin'] };
     default:
       if (GROUP_TOPIC_COMMANDS.includes(command)) return { permissions: ['group', 'topic.read'], topic: 'read' };
-      if (command.startsWith('TXN_')) {
-        // Transactions: TXN_PUBLISH and friends write to topics inside a transaction.
+      if (command === 'TXN_PUBLISH' || command === 'TXN_STATUS') {
+        // TXN_PUBLISH writes to a topic inside a transaction.
         return params.has('topic') ? { permissions: ['transaction', 'topic.write'], topic: 'write' } : { permissions: ['transaction'] };
       }
+      // TXN_APPEND, TXN_MARKER, TXN_GROUP_OFFSETS, REPLICA_FETCH, LEADER_EPOCHS: brokers only (admin).
       return { permissions: ['admin'] };
   }
 }

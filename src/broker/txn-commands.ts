@@ -1,6 +1,7 @@
 import { type Params, formatOk } from '../protocol/command.js';
 import { TributaryError, invalidParam } from '../protocol/errors.js';
-import type { BrokerContext, CommandSpec, ConnectionContext } from './commands.js';
+import { type BrokerContext, type CommandSpec, type ConnectionContext, leaderGate, replicated } from './commands.js';
+import { appendNext } from '../txn/txn-targets.js';
 import { parseBatchEntries } from './group-commands.js';
 
 const MAX_ID = 100_000;
@@ -88,20 +89,72 @@ function txnStatus(b: BrokerContext, _c: ConnectionContext, p: Params): string {
   });
 }
 
-/** Transactions span partitions led by different brokers in a cluster: not built for cluster mode yet. */
-function standaloneOnly<T extends CommandSpec['handler']>(h: T): CommandSpec['handler'] {
-  return (b, c, p) => {
-    if (b.cluster) throw new TributaryError('UNSUPPORTED_FEATURE', { feature: 'transactions', reason: 'transactions are not available in cluster mode yet' });
-    return h(b, c, p);
-  };
+// ---- broker to broker (cluster mode): a transaction coordinator reaching other brokers ----
+
+/** TXN_APPEND: one record of a transaction, appended by the partition's leader with its next sequence. */
+async function txnAppend(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const topic = p.reqStr('topic', { maxLength: MAX_ID });
+  const partition = p.reqInt('partition', { min: 0, max: 1_000_000 });
+  const { producerId, epoch } = producer(p);
+  const keyStr = p.str('key', { maxLength: 65_535, allowEmpty: true });
+  const message = p.str('message', { required: true, allowEmpty: true }) as string;
+  const part = b.topics.get(topic).partition(partition);
+  leaderGate(b, part);
+  // No await before appendNext: pipelined appends of one producer take sequences in arrival order.
+  const appended = appendNext(b.topics, topic, partition, { key: keyStr ? Buffer.from(keyStr, 'utf8') : null, value: Buffer.from(message, 'utf8') }, producerId, epoch);
+  const res = await appended;
+  await replicated(b, part, res.offset);
+  return formatOk({ topic, partition, offset: res.offset });
+}
+
+/** TXN_MARKER: a commit or abort marker written by the partition's leader. */
+async function txnMarker(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const topic = p.reqStr('topic', { maxLength: MAX_ID });
+  const partition = p.reqInt('partition', { min: 0, max: 1_000_000 });
+  const { producerId, epoch } = producer(p);
+  const result = p.oneOf('result', ['commit', 'abort'] as const);
+  if (!result) throw invalidParam('result', 'required: commit or abort');
+  const part = b.topics.get(topic).partition(partition);
+  leaderGate(b, part);
+  const m = await part.writeMarker(producerId, epoch, result);
+  await replicated(b, part, m.offset);
+  return formatOk({ topic, partition, offset: m.offset });
+}
+
+/** TXN_GROUP_OFFSETS op=stage|apply|clear|restore: a transaction's offsets at the group's coordinator. */
+async function txnGroupOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const op = p.oneOf('op', ['stage', 'apply', 'clear', 'restore'] as const);
+  if (!op) throw invalidParam('op', 'required: stage, apply, clear or restore');
+  const id = txnId(p);
+  const group = p.reqStr('group', { maxLength: MAX_ID });
+  const topic = p.reqStr('topic', { maxLength: MAX_ID });
+  const entries = parseBatchEntries(p.line.positional);
+  if (!b.coordinator.coordinates(group)) {
+    if (!b.cluster) throw new TributaryError('NOT_COORDINATOR', { group });
+    throw b.cluster.notCoordinator('__consumer_offsets', b.coordinator.partitionFor(group));
+  }
+  const parts = entries.map((e) => e.partition);
+  if (op === 'stage') {
+    await b.coordinator.stageTxnOffsets(id, { group, topic, member: p.reqStr('member', { maxLength: MAX_ID }), generation: p.reqInt('generation', EPOCH), entries });
+  } else if (op === 'apply') {
+    await b.coordinator.applyTxnOffsets(id, group, topic, entries);
+  } else if (op === 'clear') {
+    b.coordinator.clearPending(id, group, topic, parts);
+  } else {
+    b.coordinator.markPending(id, group, topic, parts);
+  }
+  return formatOk({ transactional_id: id, group, op, entries: entries.length });
 }
 
 export const TXN_COMMANDS: Record<string, CommandSpec> = {
-  INIT_PRODUCER_ID: { handler: standaloneOnly(initProducerId) },
-  BEGIN_TXN: { handler: standaloneOnly(beginTxn) },
+  INIT_PRODUCER_ID: { handler: initProducerId },
+  BEGIN_TXN: { handler: beginTxn },
   // Pipelined like PUBLISH: the coordinator keeps a transaction's records in seqNum order.
-  TXN_PUBLISH: { handler: standaloneOnly(txnPublish), pipelined: true },
-  SEND_OFFSETS_TO_TXN: { handler: standaloneOnly(sendOffsetsToTxn) },
-  END_TXN: { handler: standaloneOnly(endTxn) },
-  TXN_STATUS: { handler: standaloneOnly(txnStatus) },
+  TXN_PUBLISH: { handler: txnPublish, pipelined: true },
+  SEND_OFFSETS_TO_TXN: { handler: sendOffsetsToTxn },
+  END_TXN: { handler: endTxn },
+  TXN_STATUS: { handler: txnStatus },
+  TXN_APPEND: { handler: txnAppend, pipelined: true },
+  TXN_MARKER: { handler: txnMarker, pipelined: true },
+  TXN_GROUP_OFFSETS: { handler: txnGroupOffsets },
 };

@@ -29,6 +29,7 @@ export class ClusterNode {
   private controller: Controller | undefined;
   /** Connections to other brokers for coordinator lookups. */
   private readonly peers = new Map<string, Connection>();
+  private readonly connecting = new Map<string, Promise<Connection>>();
 
   constructor(
     private readonly config: BrokerConfig,
@@ -148,15 +149,33 @@ export class ClusterNode {
     const p = partitionForKey(Buffer.from(group, 'utf8'), internal.partitions);
     const leader = this.leaderAddress('__consumer_offsets', p);
     if (!leader) throw new TributaryError('COORDINATOR_LOADING', { reason: `__consumer_offsets[${p}] has no leader` });
-    let conn = this.peers.get(leader.advertisedAddress);
-    if (!conn || conn.closed) {
-      const i = leader.advertisedAddress.lastIndexOf(':');
-      conn = await Connection.connect({ host: leader.advertisedAddress.slice(0, i), port: Number(leader.advertisedAddress.slice(i + 1)), connectTimeoutMs: 2000, auth: this.peerAuth });
-      this.peers.set(leader.advertisedAddress, conn);
-    }
+    const conn = await this.peer(leader.advertisedAddress);
     const reply = await conn.command('FETCH_OFFSET', { topic, group, partition });
     const params = parseLine(reply).params;
     return params.get('committed') === 'true' ? Number(params.get('offset')) : undefined;
+  }
+
+  /** A connection to another broker, kept per address (requests on it are pipelined in order). */
+  peer(address: string): Promise<Connection> {
+    const open = this.peers.get(address);
+    if (open && !open.closed) return Promise.resolve(open);
+    let p = this.connecting.get(address);
+    if (!p) {
+      const i = address.lastIndexOf(':');
+      p = Connection.connect({ host: address.slice(0, i), port: Number(address.slice(i + 1)), connectTimeoutMs: 2000, auth: this.peerAuth }).then(
+        (c) => {
+          this.peers.set(address, c);
+          this.connecting.delete(address);
+          return c;
+        },
+        (err: unknown) => {
+          this.connecting.delete(address);
+          throw err;
+        },
+      );
+      this.connecting.set(address, p);
+    }
+    return p;
   }
 
   liveBrokers(): BrokerRegistration[] {

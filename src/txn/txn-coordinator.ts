@@ -78,6 +78,12 @@ export class TransactionCoordinator {
   private readonly txns = new Map<string, Entry>();
   private readonly locks = new KeyedLock();
   private stopped = false;
+  private ownership: {
+    owned: Set<number>;
+    loading: Set<number>;
+    notCoordinator: (partition: number) => TributaryError;
+    topicExists: () => boolean;
+  } | null = null;
   private readonly ended: client.Counter;
 
   constructor(
@@ -120,23 +126,73 @@ export class TransactionCoordinator {
    * serves only once they are); open ones get their pending offsets back and their timeout rescheduled.
    */
   async start(): Promise<void> {
+    let finished = 0;
+    for (let p = 0; p < this.deps.log.partitionCount; p++) finished += await this.loadEntries(p, { retry: false });
+    this.deps.logger.info({ transactionalIds: this.txns.size, finished }, 'transaction coordinator loaded');
+  }
+
+  /** One partition of the state log; resolves once its decided transactions are finished. */
+  private async loadEntries(partition: number, opts: { retry: boolean }): Promise<number> {
     const finishing: Promise<void>[] = [];
-    for (let p = 0; p < this.deps.log.partitionCount; p++) {
-      for (const meta of (await this.deps.log.replay(p)).values()) {
-        const e = newEntry(meta, meta.state === 'open');
-        this.txns.set(meta.transactionalId, e);
-        if (meta.state === 'committed' || meta.state === 'aborted') e.endedEpoch = meta.epoch;
-        if (meta.state === 'open') {
-          for (const tp of meta.partitions) e.adds.set(partKey(tp.topic, tp.partition), Promise.resolve());
-          for (const [k, list] of groupOffsets(meta.offsets)) await this.deps.targets.restorePending(meta.transactionalId, k.group, k.topic, list.map((o) => o.partition));
-          this.scheduleTimeout(e);
-        } else if (meta.state === 'prepare_commit' || meta.state === 'prepare_abort') {
-          finishing.push(this.finish(e, { retry: false }));
-        }
+    for (const meta of (await this.deps.log.replay(partition)).values()) {
+      const e = newEntry(meta, meta.state === 'open');
+      this.txns.set(meta.transactionalId, e);
+      if (meta.state === 'committed' || meta.state === 'aborted') e.endedEpoch = meta.epoch;
+      if (meta.state === 'open') {
+        for (const tp of meta.partitions) e.adds.set(partKey(tp.topic, tp.partition), Promise.resolve());
+        for (const [k, list] of groupOffsets(meta.offsets)) await this.deps.targets.restorePending(meta.transactionalId, k.group, k.topic, list.map((o) => o.partition));
+        this.scheduleTimeout(e);
+      } else if (meta.state === 'prepare_commit' || meta.state === 'prepare_abort') {
+        finishing.push(this.finish(e, opts));
       }
     }
     await Promise.all(finishing);
-    this.deps.logger.info({ transactionalIds: this.txns.size, finished: finishing.length }, 'transaction coordinator loaded');
+    return finishing.length;
+  }
+
+  // ---- cluster mode: coordinating the __transaction_state partitions this broker leads ----
+
+  enableOwnership(notCoordinator: (partition: number) => TributaryError, topicExists: () => boolean): void {
+    this.ownership = { owned: new Set(), loading: new Set(), notCoordinator, topicExists };
+  }
+
+  private checkOwner(id: string): void {
+    const o = this.ownership;
+    if (!o) return;
+    if (!o.topicExists()) throw new TributaryError('COORDINATOR_LOADING', { reason: 'the cluster has not created __transaction_state yet' });
+    const p = this.partitionFor(id);
+    if (o.owned.has(p)) return;
+    if (o.loading.has(p)) throw new TributaryError('COORDINATOR_LOADING', { partition: p });
+    throw o.notCoordinator(p);
+  }
+
+  /**
+   * This broker became leader of a `__transaction_state` partition: replay it and finish its decided
+   * transactions before serving its ids (the same as a restart does).
+   */
+  async loadPartition(partition: number): Promise<void> {
+    const o = this.ownership;
+    if (!o || o.owned.has(partition) || o.loading.has(partition)) return;
+    o.loading.add(partition);
+    try {
+      const finished = await this.loadEntries(partition, { retry: true });
+      if (o.loading.has(partition)) o.owned.add(partition);
+      this.deps.logger.info({ partition, finished }, 'took over transaction coordinator partition');
+    } finally {
+      o.loading.delete(partition);
+    }
+  }
+
+  unloadPartition(partition: number): void {
+    const o = this.ownership;
+    if (!o) return;
+    o.owned.delete(partition);
+    o.loading.delete(partition);
+    for (const [id, e] of [...this.txns]) {
+      if (this.partitionFor(id) !== partition) continue;
+      this.clearTimer(e);
+      this.txns.delete(id);
+    }
   }
 
   async stop(): Promise<void> {
@@ -152,6 +208,7 @@ export class TransactionCoordinator {
    * fences every older producer of the id; an open transaction of the old epoch is aborted first.
    */
   initProducerId(id: string, timeoutMs?: number): Promise<{ producerId: string; epoch: number }> {
+    this.checkOwner(id);
     const timeout = timeoutMs ?? this.deps.config.defaultTimeoutMs;
     if (timeout > this.deps.config.maxTimeoutMs) throw invalidParam('transaction_timeout_ms', `at most ${this.deps.config.maxTimeoutMs}`);
     return this.withTxn(id, async () => {
@@ -193,6 +250,7 @@ export class TransactionCoordinator {
 
   /** BEGIN_TXN; a retry while the transaction is open answers again. */
   begin(id: string, producerId: string, epoch: number): Promise<void> {
+    this.checkOwner(id);
     return this.withTxn(id, async () => {
       const e = this.entry(id);
       this.checkProducer(e, producerId, epoch);
@@ -232,6 +290,7 @@ export class TransactionCoordinator {
    * transaction: it can then only be aborted.
    */
   publish(id: string, producerId: string, epoch: number, topicName: string, explicit: number | undefined, record: RecordInput, seqNum: number): Promise<TxnPublishResult> {
+    this.checkOwner(id);
     const e = this.entry(id);
     this.checkOpen(e, producerId, epoch);
     const prior = e.results.get(seqNum);
@@ -282,6 +341,7 @@ export class TransactionCoordinator {
     epoch: number,
     req: { group: string; topic: string; member: string; generation: number; entries: OffsetEntry[] },
   ): Promise<number> {
+    this.checkOwner(id);
     return this.withTxn(id, async () => {
       const e = this.entry(id);
       this.checkOpen(e, producerId, epoch);
@@ -304,6 +364,7 @@ export class TransactionCoordinator {
    * transaction, is invalid_txn_state.
    */
   endTxn(id: string, producerId: string, epoch: number, result: 'commit' | 'abort'): Promise<'committed' | 'aborted'> {
+    this.checkOwner(id);
     const want = result === 'commit' ? 'committed' : 'aborted';
     return this.withTxn(id, async () => {
       const e = this.entry(id);
@@ -337,6 +398,7 @@ export class TransactionCoordinator {
     timeoutMs: number;
     abortReason?: string;
   } {
+    this.checkOwner(id);
     const e = this.entry(id);
     const m = e.meta;
     return {

@@ -46,7 +46,7 @@ export class TestCluster {
   ) {}
 
   /** etcd, then `n` brokers (ids 0..n-1); resolves once every broker is ready and the internal topics exist. */
-  static async start(n = 3, extraArgs: string[] = []): Promise<TestCluster> {
+  static async start(n = 3, extraArgs: string[] = [], env: Record<string, string> = {}): Promise<TestCluster> {
     const etcd = await startEtcd();
     const prefix = `/tributary-cluster-${process.pid}-${++clusters}/`;
     const brokers: BrokerProcess[] = [];
@@ -56,6 +56,7 @@ export class TestCluster {
         brokers.push(
           await BrokerProcess.start({
             args: ['--cluster', '--etcd', etcd.endpoints.join(','), '--etcd-prefix', prefix, '--broker-id', String(id), '--internal-replication-factor', String(Math.min(3, n)), ...FAST_CLUSTER_ARGS, ...extraArgs],
+            env,
           }),
         );
       }

@@ -181,6 +181,16 @@ describe('authentication and authorization (TLS + AUTH)', () => {
     );
     expect(await txn.command('END_TXN', { transactional_id: 'sec-tx', producerId: pid, epoch: 0, result: 'abort' })).toMatch(/state=aborted/);
     expect(await send(reader, 'INIT_PRODUCER_ID', 'INIT_PRODUCER_ID transactional_id=sec-tx')).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=transaction/);
+    // The broker-to-broker commands need admin, whatever transaction and topic permissions a user has.
+    const outsiderTxn = await connect('outsider');
+    for (const line of [
+      `TXN_MARKER topic=open partition=0 producerId=${pid} epoch=0 result=abort`,
+      `TXN_APPEND topic=open partition=0 producerId=${pid} epoch=0 message=x`,
+      'TXN_GROUP_OFFSETS op=clear transactional_id=sec-tx group=g1 topic=open P0:0',
+      'REPLICA_FETCH topic=open partition=0 offset=0 leader_epoch=0 replica=1',
+    ]) {
+      expect(await send(outsiderTxn, line.split(' ')[0]!, line), line).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=admin/);
+    }
     const writer = await connect('writer');
     expect(await send(writer, 'CONSUME', 'CONSUME topic=open partition=0 offset=0')).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=topic.read/);
     // A producer needs metadata: topic.write is enough to describe a topic.
