@@ -8,6 +8,7 @@ interface BenchModule {
 }
 
 const BENCHMARKS: Record<string, () => Promise<BenchModule>> = {
+  failover: () => import('./failover.js'),
   'produce-consume': () => import('./produce-consume.js'),
   rebalance: () => import('./rebalance.js'),
   transactions: () => import('./transactions.js'),

@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
 import { TributaryError } from '../protocol/errors.js';
 import { registerBrokerCommand } from './broker-command.js';
+import { registerClusterCommands } from './cluster-command.js';
 import { registerConsumeCommand } from './consume-command.js';
 import { CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, formatBrokerError } from './errors.js';
 import { registerGroupCommand } from './group-command.js';
@@ -41,6 +42,7 @@ export function buildProgram(): Command {
   registerConsumeCommand(program);
   registerGroupCommand(program);
   registerUserCommand(program);
+  registerClusterCommands(program);
   return program;
 }
 

@@ -1,0 +1,233 @@
+import type { Command } from 'commander';
+import type { LocalCluster } from '../cluster/local-cluster.js';
+import { type ClientOptions, formatAddress, intArg, parseAddress, withBootstrap, withConnection } from './client-util.js';
+import { CliError, usageError } from './errors.js';
+import { table } from './group-command.js';
+
+function print(line: string): void {
+  process.stdout.write(`${line}\n`);
+}
+
+// ---------------------------------------------------------------- cluster status
+
+/**
+ * CLUSTER_STATUS as either mode answers it: a cluster broker names brokers by `address` and lists
+ * replicas; a standalone one gives `host`/`port` and no replicas (it is the only one).
+ */
+export interface ClusterStatusReply {
+  mode: string;
+  broker_id?: number;
+  controller: number | null;
+  brokers: Array<{ id: number; address?: string; host?: string; port?: number; started_at?: number; alive?: boolean }>;
+  partitions: Array<{ topic: string; partition: number; leader: number; leader_epoch: number; replicas?: number[]; isr: number[]; hwm?: number }>;
+  under_replicated: number;
+  leaderless: number;
+}
+
+interface StatusOptions extends ClientOptions {
+  json?: boolean;
+  topic?: string;
+}
+
+function ids(xs: number[] | undefined): string {
+  return xs === undefined || xs.length === 0 ? '-' : xs.join(',');
+}
+
+/** The report of `tributary cluster status`: brokers, controller, then one row per partition with what is wrong with it. */
+export function formatClusterStatus(s: ClusterStatusReply, topic?: string): string[] {
+  const live = new Set(s.brokers.map((b) => b.id));
+  const out: string[] = [];
+  out.push(`mode:              ${s.mode}${s.broker_id !== undefined ? ` (answered by broker ${s.broker_id})` : ''}`);
+  out.push(`controller:        ${s.controller ?? '- (none elected)'}`);
+  out.push(`under-replicated:  ${s.under_replicated}`);
+  out.push(`leaderless:        ${s.leaderless}`);
+  out.push('');
+  out.push(`brokers (${s.brokers.length}):`);
+  const brokerRows = [...s.brokers]
+    .sort((a, b) => a.id - b.id)
+    .map((b) => [
+      String(b.id),
+      b.address ?? (b.host !== undefined && b.port !== undefined ? formatAddress({ host: b.host, port: b.port }) : '-'),
+      b.id === s.controller ? 'controller' : '-',
+      b.started_at !== undefined ? new Date(b.started_at).toISOString() : '-',
+    ]);
+  if (brokerRows.length === 0) out.push('  (none)');
+  else for (const l of table(['ID', 'ADDRESS', 'ROLE', 'STARTED'], brokerRows)) out.push(`  ${l}`);
+  out.push('');
+  const parts = s.partitions
+    .filter((p) => topic === undefined || p.topic === topic)
+    .sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
+  out.push(`partitions (${parts.length}${topic !== undefined ? ` of ${topic}` : ''}):`);
+  if (parts.length === 0) out.push('  (none)');
+  else {
+    const rows = parts.map((p) => {
+      const replicas = p.replicas ?? p.isr;
+      // A dead follower can stay in the ISR of an idle partition for a while: say so rather than "ok".
+      const state =
+        p.leader < 0 || !live.has(p.leader)
+          ? 'LEADERLESS'
+          : p.isr.length < replicas.length
+            ? 'UNDER-REPLICATED'
+            : replicas.some((r) => !live.has(r))
+              ? 'REPLICA-DOWN'
+              : 'ok';
+      return [p.topic, String(p.partition), p.leader < 0 ? '-' : String(p.leader), String(p.leader_epoch), ids(replicas), ids(p.isr), state];
+    });
+    for (const l of table(['TOPIC', 'PARTITION', 'LEADER', 'EPOCH', 'REPLICAS', 'ISR', 'STATE'], rows)) out.push(`  ${l}`);
+  }
+  return out;
+}
+
+/** CLUSTER_STATUS from the first broker of a comma-separated list that can be reached. */
+async function fetchStatus(opts: ClientOptions): Promise<ClusterStatusReply> {
+  const list = opts.bootstrap
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  if (list.length === 0) throw usageError('--bootstrap must be host:port[,host:port...]');
+  for (const a of list) if (!parseAddress(a)) throw usageError(`--bootstrap must be host:port[,host:port...], got ${JSON.stringify(a)}`);
+  let unreachable: CliError | undefined;
+  for (const bootstrap of list) {
+    try {
+      return await withConnection({ ...opts, bootstrap }, (conn) => conn.json<ClusterStatusReply>('CLUSTER_STATUS'));
+    } catch (err) {
+      // Any broker answers CLUSTER_STATUS, so a dead one in the list is skipped; a broker's error is final.
+      if (err instanceof CliError && /^error: (cannot reach|lost connection to) broker/.test(err.message)) {
+        unreachable = err;
+        continue;
+      }
+      throw err;
+    }
+  }
+  throw list.length === 1 ? unreachable! : new CliError(`error: cannot reach any broker of ${list.join(',')}`);
+}
+
+// ---------------------------------------------------------------- dev-cluster
+
+interface DevClusterOptions {
+  brokers: number;
+  dataDir?: string;
+  basePort?: number;
+  brokerArgs?: string;
+}
+
+/** Runs a local cluster in the foreground until SIGINT/SIGTERM, then stops it (brokers first, then etcd). */
+async function devCluster(opts: DevClusterOptions): Promise<void> {
+  const { LocalCluster } = await import('../cluster/local-cluster.js');
+  const rf = Math.min(3, opts.brokers);
+  let cluster: LocalCluster | undefined;
+  let signalled: NodeJS.Signals | undefined;
+  let wake: () => void = () => {};
+  const stopRequested = new Promise<void>((resolve) => {
+    wake = resolve;
+  });
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (signalled) {
+      // The exit hook of local-cluster SIGKILLs every child; a temp dir may stay behind.
+      process.stderr.write(`dev-cluster: second ${sig}, killing everything without a clean shutdown\n`);
+      process.exit(1);
+    }
+    signalled = sig;
+    process.stderr.write(`dev-cluster: ${sig}, stopping brokers, then etcd\n`);
+    wake();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    try {
+      cluster = await LocalCluster.start({
+        brokers: opts.brokers,
+        dataDir: opts.dataDir,
+        basePort: opts.basePort,
+        // Replicated by default: `topic create` has no replication flag, and a dev cluster is for failover.
+        brokerArgs: ['--default-replication-factor', String(rf), ...(opts.brokerArgs ?? '').split(/\s+/).filter(Boolean)],
+        onLog: (who, line) => {
+          if (who !== 'etcd') process.stderr.write(`[${who}] ${compactLog(line)}\n`);
+        },
+        onUnexpectedExit: (id, code, signal) => {
+          process.stderr.write(`dev-cluster: broker ${id} exited (${code ?? signal}); the others keep running\n`);
+        },
+      });
+    } catch (err) {
+      throw new CliError(`error: dev-cluster failed to start: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    if (!signalled) printUsage(cluster, rf, opts.dataDir !== undefined);
+    await stopRequested;
+  } finally {
+    await cluster?.stop();
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+  if (cluster) print('dev-cluster: stopped');
+}
+
+const LEVELS: Record<number, string> = { 10: 'trace', 20: 'debug', 30: 'info', 40: 'warn', 50: 'error', 60: 'fatal' };
+
+/** A broker's JSON log line as one short line (level, component, message, error, a few fields); anything else as is. */
+export function compactLog(line: string): string {
+  let o: Record<string, unknown>;
+  try {
+    o = JSON.parse(line) as Record<string, unknown>;
+  } catch {
+    return line;
+  }
+  if (typeof o !== 'object' || o === null || typeof o.msg !== 'string') return line;
+  const { level, time: _t, pid: _p, hostname: _h, name: _n, component, msg, err, ...rest } = o;
+  const fields = Object.entries(rest)
+    .filter(([, v]) => v === null || typeof v !== 'object')
+    .map(([k, v]) => `${k}=${String(v)}`);
+  const error = typeof err === 'object' && err !== null && 'message' in err ? ` (${String((err as { message: unknown }).message)})` : '';
+  return `${LEVELS[level as number] ?? String(level)}${component ? ` ${String(component)}` : ''}: ${msg}${fields.length ? ` ${fields.join(' ')}` : ''}${error}`;
+}
+
+/** Ends with the `bootstrap:` line, written with the rest in one piece: a script can wait for that line. */
+function printUsage(cluster: LocalCluster, rf: number, keptDir: boolean): void {
+  const first = cluster.brokers[0]!.address;
+  const out: string[] = [];
+  out.push(
+    `tributary dev-cluster: ${cluster.brokers.length} broker${cluster.brokers.length === 1 ? '' : 's'}, etcd ${cluster.etcdEndpoints.join(',')} (pid ${cluster.etcdPid})`,
+  );
+  out.push(`data: ${cluster.dataDir}${keptDir ? '' : ' (temporary, removed on exit)'}`);
+  const rows = cluster.brokers.map((b) => [String(b.id), b.address, `http://127.0.0.1:${b.healthPort}/ready`, String(b.pid ?? '-')]);
+  for (const l of table(['BROKER', 'ADDRESS', 'HEALTH', 'PID'], rows)) out.push(`  ${l}`);
+  out.push('');
+  out.push('Try it (CLI commands take one broker as --bootstrap; SDK clients take the whole list):');
+  out.push(`  tributary cluster status --bootstrap ${first}`);
+  out.push(`  tributary topic create orders --partitions 6 --bootstrap ${first}     # replication factor ${rf} by default here`);
+  out.push(`  tributary topic describe orders --bootstrap ${first}`);
+  out.push(`  new Producer({ brokers: ${JSON.stringify(cluster.brokers.map((b) => b.address))} })`);
+  out.push('  kill -9 a broker pid above to watch its partitions fail over; Ctrl-C stops everything.');
+  out.push('');
+  out.push(`bootstrap: ${cluster.bootstrap}`);
+  process.stdout.write(`${out.join('\n')}\n`);
+}
+
+export function registerClusterCommands(program: Command): void {
+  program
+    .command('dev-cluster')
+    .description('run etcd and a few cluster brokers on this machine in the foreground, for trying cluster mode (Ctrl-C stops all)')
+    .option('--brokers <n>', 'number of brokers', intArg(1, 16), 3)
+    .option('--data-dir <dir>', 'keep etcd and broker data here (<dir>/etcd, <dir>/broker-<id>) and reuse it next time (default: a temp dir, removed on exit)')
+    .option(
+      '--base-port <port>',
+      'fixed ports: broker i on port+i, its health port on port+80+i, etcd on port+90 and port+91 (default: free ports)',
+      intArg(1, 65535 - 91),
+    )
+    .option('--broker-args <flags>', 'extra `broker start` flags for every broker, e.g. "--broker-lease-ttl-seconds 2"')
+    .action(async (opts: DevClusterOptions) => {
+      await devCluster(opts);
+    });
+
+  const cluster = program.command('cluster').description('inspect a cluster');
+  withBootstrap(
+    cluster
+      .command('status')
+      .description('brokers, controller, and leader, epoch, replicas and ISR of every partition, with the under-replicated and leaderless counts')
+      .option('--topic <name>', 'only the partitions of this topic')
+      .option('--json', 'print the broker CLUSTER_STATUS JSON'),
+  ).action(async (opts: StatusOptions) => {
+    const s = await fetchStatus(opts);
+    if (opts.json) print(JSON.stringify(s, null, 2));
+    else for (const l of formatClusterStatus(s, opts.topic)) print(l);
+  });
+}

@@ -1,0 +1,227 @@
+/**
+ * `tributary dev-cluster` and `tributary cluster status` end to end: the compiled CLI as child processes.
+ * dev-cluster starts a real etcd and 3 brokers; on SIGTERM every one of those processes must be gone
+ * (brokers first, then etcd) and its temp data directory removed. `cluster status` also runs against a
+ * standalone broker, which answers CLUSTER_STATUS with mode=standalone.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BrokerProcess, CLI } from '../helpers/launcher.js';
+
+interface Result {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** No TRIBUTARY_* settings leak in from the environment: flags only. */
+function cleanEnv(): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TRIBUTARY_')));
+}
+
+function cli(args: string[]): Promise<Result> {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(process.execPath, [CLI, ...args], { env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    proc.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    proc.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    proc.once('error', reject);
+    proc.once('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function waitGone(pids: number[], timeoutMs: number): Promise<number[]> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const left = pids.filter(alive);
+    if (left.length === 0 || Date.now() > deadline) return left;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe('tributary dev-cluster and cluster status', () => {
+  let dev: ChildProcess | undefined;
+  let devOut = '';
+  let devErr = '';
+  let devExit: Promise<number | null> = Promise.resolve(null);
+  let bootstrap: string[] = [];
+  let etcdPid = 0;
+  let brokerPids: number[] = [];
+  let dataDir = '';
+
+  beforeAll(async () => {
+    const proc = spawn(process.execPath, [CLI, 'dev-cluster', '--brokers', '3'], { env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+    dev = proc;
+    devExit = new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
+    proc.stderr.on('data', (d: Buffer) => {
+      devErr += d.toString();
+    });
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`no bootstrap line from dev-cluster in time\nstdout:\n${devOut}\nstderr:\n${devErr.slice(-5000)}`)),
+        100_000,
+      );
+      proc.stdout.on('data', (d: Buffer) => {
+        devOut += d.toString();
+        const m = /^bootstrap: (\S+)$/m.exec(devOut);
+        if (m) {
+          clearTimeout(timer);
+          bootstrap = m[1]!.split(',');
+          resolve();
+        }
+      });
+      proc.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`dev-cluster exited with ${code} before its bootstrap line\nstdout:\n${devOut}\nstderr:\n${devErr.slice(-5000)}`));
+      });
+    });
+    etcdPid = Number(/etcd \S+ \(pid (\d+)\)/.exec(devOut)?.[1]);
+    brokerPids = [...devOut.matchAll(/^ {2}\d+\s+127\.0\.0\.1:\d+\s+http:\/\/\S+\s+(\d+)$/gm)].map((m) => Number(m[1]));
+    dataDir = /^data: (\S+) \(temporary/m.exec(devOut)?.[1] ?? '';
+  }, 120_000);
+
+  afterAll(async () => {
+    // Only after a failure: the processes run in their own process groups, so kill them by pid.
+    if (dev && dev.exitCode === null && dev.signalCode === null) dev.kill('SIGKILL');
+    for (const pid of [...brokerPids, etcdPid]) if (pid > 0 && alive(pid)) process.kill(pid, 'SIGKILL');
+  });
+
+  it('dev-cluster prints 3 brokers with pids, the etcd pid and a bootstrap list of 3 addresses', () => {
+    expect(bootstrap).toHaveLength(3);
+    for (const a of bootstrap) expect(a).toMatch(/^127\.0\.0\.1:\d+$/);
+    expect(etcdPid).toBeGreaterThan(0);
+    expect(brokerPids).toHaveLength(3);
+    for (const pid of [etcdPid, ...brokerPids]) expect(alive(pid)).toBe(true);
+    expect(dataDir).not.toBe('');
+    expect(existsSync(dataDir)).toBe(true);
+    expect(devOut).toContain(`tributary cluster status --bootstrap ${bootstrap[0]}`);
+  });
+
+  it('cluster status shows 3 brokers, a controller and led internal topics', async () => {
+    const r = await cli(['cluster', 'status', '--bootstrap', bootstrap[0]!]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const lines = r.stdout.split('\n');
+    expect(lines[0]).toMatch(/^mode:\s+cluster \(answered by broker 0\)$/);
+    expect(lines).toContain('leaderless:        0');
+    const controller = Number(/^controller:\s+(\d+)$/m.exec(r.stdout)?.[1]);
+    expect([0, 1, 2]).toContain(controller);
+    expect(lines).toContain('brokers (3):');
+    const brokerRows = lines.filter((l) => /^ {2}\d\s{2,}127\.0\.0\.1:\d+/.test(l)).map((l) => l.trim().split(/\s{2,}/));
+    expect(brokerRows.map((row) => row[1])).toEqual(bootstrap);
+    expect(brokerRows.filter((row) => row[2] === 'controller').map((row) => Number(row[0]))).toEqual([controller]);
+    const header = lines.find((l) => l.trim().startsWith('TOPIC'))!;
+    expect(header.trim().split(/\s{2,}/)).toEqual(['TOPIC', 'PARTITION', 'LEADER', 'EPOCH', 'REPLICAS', 'ISR', 'STATE']);
+    const offsets = lines.filter((l) => l.trim().startsWith('__consumer_offsets ')).map((l) => l.trim().split(/\s{2,}/));
+    expect(offsets.length).toBeGreaterThan(0);
+    for (const row of offsets) {
+      expect(['0', '1', '2']).toContain(row[2]); // a live leader
+      expect(row[4]!.split(',').sort()).toEqual(['0', '1', '2']); // replicated on every broker
+    }
+  });
+
+  it('cluster status --json prints CLUSTER_STATUS; a dead address in the list is skipped', async () => {
+    const r = await cli(['cluster', 'status', '--bootstrap', `127.0.0.1:1,${bootstrap.join(',')}`, '--json']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const s = JSON.parse(r.stdout);
+    expect(s.mode).toBe('cluster');
+    expect(s.brokers.map((b: { id: number; address: string }) => [b.id, b.address]).sort()).toEqual(bootstrap.map((a, id) => [id, a]));
+    expect([0, 1, 2]).toContain(s.controller);
+    const internal = s.partitions.filter((p: { topic: string }) => p.topic === '__consumer_offsets' || p.topic === '__transaction_state');
+    expect(internal.length).toBeGreaterThan(0);
+    for (const p of internal) expect([0, 1, 2]).toContain(p.leader);
+    expect(s.leaderless).toBe(0);
+  });
+
+  it('a topic created on the dev cluster is replicated on 3 brokers', async () => {
+    const c = await cli(['topic', 'create', 'orders', '--partitions', '3', '--bootstrap', bootstrap[1]!]);
+    expect(c.code).toBe(0);
+    expect(c.stdout).toContain('replication_factor=3');
+    const r = await cli(['cluster', 'status', '--bootstrap', bootstrap[2]!, '--topic', 'orders']);
+    expect(r.code).toBe(0);
+    const rows = r.stdout
+      .split('\n')
+      .filter((l) => l.trim().startsWith('orders '))
+      .map((l) => l.trim().split(/\s{2,}/));
+    expect(rows.map((row) => row[1])).toEqual(['0', '1', '2']);
+    for (const row of rows) expect(row[4]!.split(',').sort()).toEqual(['0', '1', '2']);
+    expect(r.stdout).toContain('partitions (3 of orders):');
+  });
+
+  it('SIGTERM stops every broker and etcd and removes the temp data directory', async () => {
+    dev!.kill('SIGTERM');
+    const code = await Promise.race([devExit, new Promise<string>((r) => setTimeout(() => r('timeout'), 60_000))]);
+    expect(code, devErr.slice(-5000)).toBe(0);
+    expect(devOut).toMatch(/dev-cluster: stopped\n$/);
+    expect(devErr).toContain('dev-cluster: SIGTERM, stopping brokers, then etcd');
+    expect(await waitGone([...brokerPids, etcdPid], 5000)).toEqual([]);
+    expect(existsSync(dataDir)).toBe(false);
+  }, 90_000);
+});
+
+describe('tributary cluster status against a standalone broker', () => {
+  let broker: BrokerProcess;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '2', '--transaction-state-partitions', '2'] });
+    const c = await broker.connect();
+    await c.command('CREATE', { topic: 'solo', partitions: 2 });
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  it('prints mode standalone, the broker as its own controller, and its partitions', async () => {
+    const r = await cli(['cluster', 'status', '--bootstrap', broker.address, '--topic', 'solo']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const lines = r.stdout.split('\n');
+    expect(lines.slice(0, 4)).toEqual(['mode:              standalone', 'controller:        0', 'under-replicated:  0', 'leaderless:        0']);
+    expect(lines).toContain('brokers (1):');
+    expect(
+      lines
+        .find((l) => l.includes(broker.address))!
+        .trim()
+        .split(/\s{2,}/),
+    ).toEqual(['0', broker.address, 'controller', '-']);
+    const rows = lines.filter((l) => l.trim().startsWith('solo ')).map((l) => l.trim().split(/\s{2,}/));
+    expect(rows).toEqual([
+      ['solo', '0', '0', '0', '0', '0', 'ok'],
+      ['solo', '1', '0', '0', '0', '0', 'ok'],
+    ]);
+  });
+
+  it('--json prints the standalone CLUSTER_STATUS', async () => {
+    const r = await cli(['cluster', 'status', '--bootstrap', broker.address, '--json']);
+    expect(r.code).toBe(0);
+    const s = JSON.parse(r.stdout);
+    expect(s).toMatchObject({ mode: 'standalone', controller: 0, under_replicated: 0, leaderless: 0 });
+    expect(s.brokers).toEqual([{ id: 0, host: '127.0.0.1', port: broker.port, alive: true }]);
+    expect(s.partitions.filter((p: { topic: string }) => p.topic === 'solo')).toHaveLength(2);
+  });
+
+  it('an unreachable broker is exit 1 with one error line; a malformed address is exit 2', async () => {
+    const r = await cli(['cluster', 'status', '--bootstrap', '127.0.0.1:1']);
+    expect(r).toEqual({ code: 1, stdout: '', stderr: 'error: cannot reach broker at 127.0.0.1:1\n' });
+    const bad = await cli(['cluster', 'status', '--bootstrap', 'nonsense']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toBe('error: --bootstrap must be host:port[,host:port...], got "nonsense"\n');
+  });
+});
