@@ -137,6 +137,21 @@ export class BrokerRegistry {
   }
 
   /** Revokes this broker's lease: its key disappears at once and the others see it leave. */
+  /** The lease another broker's registration is bound to (for the controller's fast death detection). */
+  leaseOf(id: number): string | undefined {
+    const e = this.brokers.get(String(id));
+    return e && e.lease !== '0' ? e.lease : undefined;
+  }
+
+  /**
+   * Revokes a broker's lease: its registration disappears at once, as if it had expired. Used by the
+   * controller for a broker whose process is certainly gone; a broker that is in fact alive loses its
+   * registration, stops leading and registers again.
+   */
+  async revokeLease(lease: string): Promise<void> {
+    await withMetadataErrors('revoke_lease', () => this.client.leaseClient.leaseRevoke({ ID: lease }));
+  }
+
   /** True while this broker's registration lease certainly holds: only then may it act as a leader. */
   get alive(): boolean {
     return this.lease?.alive ?? false;

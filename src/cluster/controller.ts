@@ -1,6 +1,7 @@
 import type { Logger } from '../broker/logger.js';
 import { TributaryError } from '../protocol/errors.js';
 import type { BrokerRegistry } from './broker-registry.js';
+import { LivenessProbe } from './liveness-probe.js';
 import type { ControllerElection } from './controller-election.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
 
@@ -28,7 +29,12 @@ export function assignReplicas(partitions: number, replicationFactor: number, br
  * `unclean` allows it). The ISR loses dead brokers other than the leader's last witness.
  */
 export function nextLeadership(s: PartitionState, live: Set<number>, unclean: boolean): PartitionState | undefined {
-  if (s.leader >= 0 && live.has(s.leader)) return undefined;
+  if (s.leader >= 0 && live.has(s.leader)) {
+    // A dead follower leaves the ISR now rather than after the leader's lag bound, so acks=all does not
+    // stall on it (the leader adds it back once it has caught up again).
+    const isr = s.isr.filter((id) => live.has(id));
+    return isr.length === s.isr.length ? undefined : { ...s, isr };
+  }
   const inSync = s.replicas.filter((id) => s.isr.includes(id) && live.has(id));
   let leader: number | undefined = inSync[0];
   if (leader === undefined && unclean) leader = s.replicas.find((id) => live.has(id));
@@ -47,6 +53,7 @@ export function nextLeadership(s: PartitionState, live: Set<number>, unclean: bo
  */
 export class Controller {
   private timer: NodeJS.Timeout | undefined;
+  private probe: LivenessProbe | undefined;
   private running: Promise<void> | null = null;
   private again = false;
 
@@ -70,10 +77,25 @@ export class Controller {
     });
     this.timer = setInterval(kick, 1000);
     this.timer.unref();
+    this.probe = new LivenessProbe({
+      selfId: deps.election.brokerId,
+      active: () => deps.election.isController,
+      brokers: () => deps.registry.list(),
+      logger: deps.logger,
+      lease: (id) => deps.registry.leaseOf(id),
+      onDead: (b) => {
+        const lease = deps.registry.leaseOf(b.id);
+        // Only the registration the probe looked at: a restarted broker's new lease is not touched.
+        if (!lease || lease !== b.lease) return;
+        deps.logger.warn({ broker: b.id }, 'broker process is gone (connection refused): revoking its lease');
+        deps.registry.revokeLease(lease).catch((err: unknown) => deps.logger.warn({ err, broker: b.id }, 'revoking a dead broker lease failed'));
+      },
+    });
   }
 
   close(): void {
     clearInterval(this.timer);
+    this.probe?.close();
   }
 
   /** Runs a pass now (or right after the one running). */
