@@ -99,9 +99,12 @@ export class Partition {
     readonly topic: string,
     readonly id: number,
     readonly log: PartitionLog,
+    opts: { replicated?: boolean } = {},
   ) {
-    // Everything that survived recovery is on disk, hence durable as far as a restart can tell.
-    if (log.highWatermark < log.logEndOffset) log.setHighWatermark(log.logEndOffset);
+    // Standalone, everything that survived recovery is on disk, hence durable as far as a restart can
+    // tell. Replicated, the tail past the checkpointed HWM may be a dead leader's that no one else has:
+    // only the leader's HWM can move it.
+    if (!opts.replicated && log.highWatermark < log.logEndOffset) log.setHighWatermark(log.logEndOffset);
     this.txnFloor = this.readTxnFloor();
     this.txnReady = this.loadTxnIndex().then(
       (t) => {

@@ -237,7 +237,7 @@ export class TopicManager {
     const partitions: Partition[] = [];
     for (let i = 0; i < def.partitions; i++) {
       const log = await PartitionLog.open(path.join(dir, String(i)), this.logOptions(def), this.logger.child({ topic: def.name, partition: i }));
-      partitions.push(new Partition(def.name, i, log));
+      partitions.push(new Partition(def.name, i, log, { replicated: this.config.cluster }));
     }
     return new Topic(def, partitions);
   }

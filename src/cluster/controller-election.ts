@@ -91,6 +91,12 @@ export class ControllerElection {
     return this.key.get(KEY)?.value.brokerId;
   }
 
+  /** The lease the current controller holds its role by (for revoking a dead controller's role). */
+  get controllerLease(): string | undefined {
+    const l = this.key.get(KEY)?.lease;
+    return l && l !== '0' ? l : undefined;
+  }
+
   get epoch(): number | undefined {
     return this.key.get(KEY)?.createRevision;
   }

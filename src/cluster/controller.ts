@@ -77,9 +77,10 @@ export class Controller {
     });
     this.timer = setInterval(kick, 1000);
     this.timer.unref();
+    // Every broker probes (a dead controller must be noticed too); revoking a lease twice is harmless.
     this.probe = new LivenessProbe({
       selfId: deps.election.brokerId,
-      active: () => deps.election.isController,
+      active: () => true,
       brokers: () => deps.registry.list(),
       logger: deps.logger,
       lease: (id) => deps.registry.leaseOf(id),
@@ -88,7 +89,10 @@ export class Controller {
         // Only the registration the probe looked at: a restarted broker's new lease is not touched.
         if (!lease || lease !== b.lease) return;
         deps.logger.warn({ broker: b.id }, 'broker process is gone (connection refused): revoking its lease');
-        deps.registry.revokeLease(lease).catch((err: unknown) => deps.logger.warn({ err, broker: b.id }, 'revoking a dead broker lease failed'));
+        deps.registry.revokeLease(lease).catch(() => {});
+        // A dead controller's role goes with it, so the next election need not wait for its TTL.
+        const role = deps.election.controllerLease;
+        if (deps.election.controllerId === b.id && role) deps.registry.revokeLease(role).catch(() => {});
       },
     });
   }

@@ -40,6 +40,8 @@ export interface Replica {
   isr: number[];
   replicas: number[];
   epochs: LeaderEpochCache;
+  /** The epoch history read from disk: truncation must not decide before it is loaded. */
+  epochsLoaded: Promise<void>;
   followers: Map<number, FollowerPosition>;
   /** Follower: stops its fetch loop. */
   stop: AbortController | null;
@@ -173,12 +175,14 @@ export class ReplicaManager {
         isr: [],
         replicas: [],
         epochs: new LeaderEpochCache(part.log.dir),
+        epochsLoaded: Promise.resolve(),
         followers: new Map(),
         stop: null,
         isrChange: null,
       };
       this.replicas.set(key(e.topic, e.partition), r);
-      void r.epochs.load().catch((err: unknown) => this.deps.logger.error({ err, topic: e.topic, partition: e.partition }, 'leader epoch cache unreadable'));
+      r.epochsLoaded = r.epochs.load();
+      r.epochsLoaded.catch((err: unknown) => this.deps.logger.error({ err, topic: e.topic, partition: e.partition }, 'leader epoch cache unreadable'));
     }
     const me = this.deps.brokerId;
     const wanted: Role = s.leader === me ? 'leader' : s.replicas.includes(me) ? 'follower' : 'none';
@@ -334,7 +338,8 @@ export class ReplicaManager {
         failures++;
         conn?.close().catch(() => {});
         conn = null;
-        if (failures === 1 || failures % 50 === 0) this.deps.logger.warn({ err, topic: r.topic, partition: r.id, leader: r.leaderId }, 'replica fetch failed; retrying');
+        // A leader that just died or moved is routine: warn only when it keeps failing.
+        if (failures === 10 || failures % 100 === 0) this.deps.logger.warn({ err, topic: r.topic, partition: r.id, leader: r.leaderId }, 'replica fetch failed; retrying');
         await sleep(Math.min(1000, 50 * failures), signal);
       }
     }
@@ -347,6 +352,7 @@ export class ReplicaManager {
    * leader's history as its own.
    */
   private async truncateToLeader(r: Replica, conn: Connection, epoch: number): Promise<void> {
+    await r.epochsLoaded;
     const reply = await conn.command('LEADER_EPOCHS', { topic: r.topic, partition: r.id, leader_epoch: epoch });
     const p = parseLine(reply).params;
     const leaderEnd = Number(p.get('log_end'));
