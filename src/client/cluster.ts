@@ -33,6 +33,9 @@ export function formatAddress(a: BrokerAddress): string {
   return a.host.includes(':') ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`;
 }
 
+/** METADATA's leader entry for a partition without a live leader (a cluster mid-failover). */
+const NO_LEADER = '-';
+
 export interface TopicMetadata {
   topic: string;
   partitions: number;
@@ -209,10 +212,15 @@ export class Cluster {
   async leaderFor(topic: string, partition: number, signal?: AbortSignal): Promise<string> {
     const md = await this.metadata(topic, signal);
     const leader = md.leaders[partition];
-    if (!leader) {
+    if (!leader || leader === NO_LEADER) {
       const fresh = await this.fetchMetadata(topic, signal);
       const l = fresh.leaders[partition];
       if (!l) throw new TributaryError('partition_not_found', { topic, partition });
+      if (l === NO_LEADER) {
+        // Mid-failover: retriable; the next attempt asks again.
+        this.metadataCache.delete(topic);
+        throw new TributaryError('NOT_LEADER', { topic, partition, reason: 'the partition has no leader right now' });
+      }
       return l;
     }
     return leader;

@@ -120,9 +120,7 @@ export class BrokerRegistry {
           this.brokers.applyPut(String(registration.id), registration, revision, revision, lease.id);
           this.lease = lease;
           this.registration = registration;
-          lease.events.once('lost', (reason: string) => {
-            if (this.lease === lease) this.events.emit('registration-lost', reason);
-          });
+          this.watchLease(lease);
           return registration;
         }
         if (kv) this.brokers.applyKv(String(registration.id), kv);
@@ -130,6 +128,53 @@ export class BrokerRegistry {
           throw new BrokerIdInUseError(registration.id, kv ? parseBroker(kv.value.toString('utf8'), String(registration.id)) : undefined);
         await new Promise((r) => setTimeout(r, 200));
       }
+    } catch (err) {
+      await lease.revoke().catch(() => {});
+      throw err;
+    }
+  }
+
+  private watchLease(lease: LeaseKeeper): void {
+    lease.events.once('lost', (reason: string) => {
+      if (this.lease === lease) this.events.emit('registration-lost', reason);
+    });
+    lease.events.once('lapsed', () => {
+      if (this.lease === lease) this.events.emit('registration-lapsed');
+    });
+  }
+
+  /**
+   * After the lease lapsed (etcd unreachable for a while): moves this broker's key, if it still holds
+   * exactly this registration, to a new lease, so the broker stays registered without a leave and a
+   * rejoin. Resolves false when the key is gone or another's (the registration was lost: register anew).
+   */
+  async renew(): Promise<boolean> {
+    const registration = this.registration;
+    const old = this.lease;
+    if (!registration || !old) return false;
+    const key = `${this.brokers.prefix}${registration.id}`;
+    const value = JSON.stringify(registration);
+    const lease = await withMetadataErrors('renew_broker', () => LeaseKeeper.grant(this.client, this.leaseTtlSeconds));
+    try {
+      const res = await withMetadataErrors('renew_broker', () =>
+        this.client.if(key, 'Value', '==', value).then(this.client.put(key).value(value).lease(lease.id)).commit(),
+      );
+      if (!res.succeeded) {
+        await lease.revoke().catch(() => {});
+        // Expired on etcd's side: this broker is not registered any more and must register anew.
+        old.retire();
+        if (this.lease === old) {
+          this.lease = undefined;
+          this.registration = undefined;
+        }
+        return false;
+      }
+      const revision = Number(res.header.revision);
+      this.brokers.applyPut(String(registration.id), registration, revision, revision, lease.id);
+      this.lease = lease;
+      old.retire();
+      this.watchLease(lease);
+      return true;
     } catch (err) {
       await lease.revoke().catch(() => {});
       throw err;

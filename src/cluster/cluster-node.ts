@@ -27,6 +27,7 @@ export class ClusterNode {
   readonly states: PartitionStateStore;
   replicas!: ReplicaManager;
   private controller: Controller | undefined;
+  private closed = false;
   /** Connections to other brokers for coordinator lookups. */
   private readonly peers = new Map<string, Connection>();
   private readonly connecting = new Map<string, Promise<Connection>>();
@@ -87,6 +88,7 @@ export class ClusterNode {
       { id: this.config.brokerId, host: this.config.host, port: advertised.port, advertisedAddress: `${advertised.host}:${advertised.port}` },
       { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 5000 },
     );
+    this.registry.events.on('registration-lapsed', () => void this.renewRegistration(advertised));
     this.registry.events.on('registration-lost', (reason: string) => {
       // Writes are refused from now on (ReplicaManager checks the lease); rejoin under a new lease.
       this.logger.error({ reason }, 'broker registration lost: no longer leading anything; re-registering');
@@ -103,6 +105,25 @@ export class ClusterNode {
     });
     await this.election.start();
     this.controller.kick();
+  }
+
+  /** etcd was unreachable long enough for the lease to lapse: keep the registration under a new lease. */
+  private async renewRegistration(advertised: { host: string; port: number }): Promise<void> {
+    this.logger.warn('broker lease lapsed (etcd unreachable); taking the registration over when etcd answers');
+    for (let attempt = 0; !this.closed; attempt++) {
+      try {
+        if (await this.registry.renew()) {
+          this.logger.info('broker registration kept under a new lease');
+          return;
+        }
+        // The key is gone: etcd expired it and others may have taken over our partitions.
+        this.logger.warn('broker registration expired while etcd was unreachable; registering again');
+        return void this.reregister(advertised);
+      } catch (err) {
+        if (attempt % 10 === 0) this.logger.warn({ err }, 'renewing the broker registration failed; retrying');
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
   }
 
   private async reregister(advertised: { host: string; port: number }): Promise<void> {
@@ -122,6 +143,7 @@ export class ClusterNode {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     for (const c of this.peers.values()) await c.close().catch(() => {});
     this.controller?.close();
     await this.replicas?.close();

@@ -84,7 +84,9 @@ export class ControllerElection {
    */
   get isController(): boolean {
     const current = this.key.get(KEY);
-    return current !== undefined && this.lease?.alive === true && current.lease === this.lease.id;
+    // Stricter than a broker's registration: the role needs a lease etcd confirmed within its TTL (a
+    // controller cut off from etcd could act on nothing anyway).
+    return current !== undefined && this.lease?.confirmed === true && this.lease.alive && current.lease === this.lease.id;
   }
 
   get controllerId(): number | undefined {
@@ -160,11 +162,18 @@ export class ControllerElection {
   private async newLease(): Promise<void> {
     const lease = await LeaseKeeper.grant(this.client, this.ttlSeconds);
     this.lease = lease;
-    lease.events.once('lost', () => {
+    const drop = () => {
       if (this.lease !== lease) return;
       this.lease = undefined;
       this.publish();
       this.schedule(200);
+    };
+    lease.events.once('lost', drop);
+    lease.events.on('unconfirmed', () => this.publish());
+    // No longer renewed (etcd was unreachable): the role ends with it; campaign again under a new lease.
+    lease.events.once('lapsed', () => {
+      lease.retire();
+      drop();
     });
   }
 

@@ -1,25 +1,38 @@
 import { EventEmitter } from 'node:events';
 import type { Etcd3, ILeaseKeepAliveResponse, Lease } from 'etcd3';
 
+/** An event-loop gap this long means the process was paused (SIGSTOP, a long GC): not a slow etcd. */
+const PAUSE_MS = 1000;
+const TICK_MS = 100;
+
 /**
- * An etcd lease kept alive in the background, with a conservative local view of whether it still holds.
+ * An etcd lease kept alive in the background, with a local view of whether its holder may act on it.
  *
- * etcd expires a lease TTL seconds after the last keep-alive it received. We never know when that was,
- * but it was no earlier than when we sent it: so the lease is certainly alive until `sentAt + TTL`, and
- * `alive` turns false at that moment unless a later keep-alive was answered. The holder of something bound
- * to the lease (a broker registration, the controller role) thus stops acting on it before etcd could
- * hand it to someone else. The client library alone would only notice after 2 × TTL.
+ * Two failures look alike from inside and must be told apart:
+ * - this process was paused past the TTL (the zombie case): etcd expired the lease and may have handed
+ *   what it guarded to another broker. A gap in this process's own timer ticks gives the pause away, so
+ *   `alive` turns false at once, before anything queued during the pause is served, and stays false until
+ *   a keep-alive sent after the pause is answered (or etcd reports the lease gone: 'lost').
+ * - etcd itself is unreachable (frozen, down): nobody can change the cluster's state, so the holder keeps
+ *   acting (leaders keep serving reads and acks=1 writes) until etcd answers again. When the client gives
+ *   up renewing this lease (`lapsed`), the holder takes its key over under a new lease once etcd is back.
  *
- * 'lost' (reason) fires once, when the lease expired (locally or per etcd) but not on revoke().
+ * 'lost' (reason): etcd reports the lease expired or unknown (not on revoke()). 'lapsed': keep-alives of
+ * this lease stopped without etcd saying it is gone.
  */
 export class LeaseKeeper {
   readonly events = new EventEmitter();
   private validUntil: number;
   /** Send times of keep-alives not answered yet, oldest first (answers come in order on one stream). */
   private sent: number[] = [];
+  private lapsed = false;
   private timer: NodeJS.Timeout | undefined;
   private ended = false;
   private leaseId = '';
+  private lastTick = Date.now();
+  /** When a pause of this process was noticed; cleared by a keep-alive sent after it and answered. */
+  private pausedAt: number | undefined;
+  private readonly ticker: NodeJS.Timeout;
 
   private constructor(
     private readonly lease: Lease,
@@ -27,6 +40,9 @@ export class LeaseKeeper {
     requestedAt: number,
   ) {
     this.validUntil = requestedAt + ttlSeconds * 1000;
+    this.ticker = setInterval(() => this.tick(), TICK_MS);
+    this.ticker.unref();
+    this.arm();
     lease.on('keepaliveEstablished', () => {
       this.sent = [];
     });
@@ -37,10 +53,14 @@ export class LeaseKeeper {
       const sentAt = this.sent.shift();
       if (sentAt === undefined) return;
       this.validUntil = Math.max(this.validUntil, sentAt + Number(res.TTL) * 1000);
+      if (this.pausedAt !== undefined && sentAt >= this.pausedAt) this.pausedAt = undefined;
       this.arm();
     });
-    lease.on('lost', (err: Error) => this.lose(`etcd reports the lease lost: ${err.message}`));
-    this.arm();
+    lease.on('lost', (err: Error) => {
+      // The client's own guess after 2 x TTL without an answer: etcd may simply be unreachable.
+      if (/lost connection to etcd/i.test(err.message)) this.lapse();
+      else this.lose(`etcd reports the lease lost: ${err.message}`);
+    });
   }
 
   /** Grants a lease (rejects when etcd cannot be reached) and starts keeping it alive. */
@@ -60,9 +80,23 @@ export class LeaseKeeper {
     return this.leaseId;
   }
 
-  /** True while the lease certainly holds on etcd. */
+  /** False once etcd reported the lease gone, and from a detected pause of this process until etcd confirms it again. */
   get alive(): boolean {
+    if (this.ended) return false;
+    this.tick();
+    return this.pausedAt === undefined;
+  }
+
+  /** Whether etcd confirmed the lease within its TTL (for status; `alive` is what decides). */
+  get confirmed(): boolean {
     return !this.ended && Date.now() < this.validUntil;
+  }
+
+  private tick(): void {
+    const now = Date.now();
+    // Checked on every call too: after a pause, queued I/O may run before the ticker does.
+    if (now - this.lastTick > PAUSE_MS) this.pausedAt = now;
+    this.lastTick = now;
   }
 
   /** Ends keep-alives and revokes the lease, which deletes every key bound to it. Does not emit 'lost'. */
@@ -71,10 +105,19 @@ export class LeaseKeeper {
     await this.lease.revoke();
   }
 
+  /** 'unconfirmed' when the TTL since the last answered keep-alive passes (etcd unreachable or slow). */
   private arm(): void {
     if (this.ended) return;
     clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.lose('no keep-alive answered within the lease TTL'), Math.max(0, this.validUntil - Date.now()));
+    this.timer = setTimeout(() => this.events.emit('unconfirmed'), Math.max(0, this.validUntil - Date.now()));
+    this.timer.unref();
+  }
+
+  /** The client stopped renewing; the lease ends on etcd's side unless its key is taken over ('lapsed'). */
+  private lapse(): void {
+    if (this.ended || this.lapsed) return;
+    this.lapsed = true;
+    this.events.emit('lapsed');
   }
 
   private lose(reason: string): void {
@@ -85,9 +128,15 @@ export class LeaseKeeper {
     this.events.emit('lost', reason);
   }
 
+  /** Stops this keeper without revoking (its key was taken over by a new lease). */
+  retire(): void {
+    this.end();
+    this.lease.release();
+  }
+
   private end(): void {
     this.ended = true;
+    clearInterval(this.ticker);
     clearTimeout(this.timer);
-    this.timer = undefined;
   }
 }

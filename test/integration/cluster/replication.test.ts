@@ -26,12 +26,20 @@ describe('cluster replication and failover', () => {
     return cluster.connect(id);
   }
 
+  /** A connection to the partition's leader once that broker has taken the role (a read is accepted). */
   async function leaderConn(topic: string, partition: number): Promise<{ id: number; conn: Connection }> {
-    const { id } = await cluster.waitFor(`a leader for ${topic}[${partition}]`, async () => {
+    return cluster.waitFor(`a leader for ${topic}[${partition}]`, async () => {
       const l = await cluster.leaderOf(topic, partition);
-      return l.id >= 0 ? l : false;
+      if (l.id < 0) return false;
+      const conn = await connectTo(l.id);
+      try {
+        await conn.consume({ topic, partition, offset: 0, batch: 1 });
+        return { id: l.id, conn };
+      } catch (err) {
+        await conn.close().catch(() => {});
+        throw err;
+      }
     });
-    return { id, conn: await connectTo(id) };
   }
 
   it('CREATE spreads replicas and leaders; METADATA is the same from every broker; non-leaders redirect', async () => {
