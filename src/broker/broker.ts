@@ -170,34 +170,25 @@ export class Broker implements BrokerContext {
       (p) => cluster.notCoordinator(OFFSETS_TOPIC, p),
       () => this.topics.tryGet(OFFSETS_TOPIC) !== undefined,
     );
-    await this.coordinator.startOwned();
-    await cluster.start(this.topics, this.advertised, () => this.ensureClusterTopics(cluster));
-    // A group coordinator is the leader of its __consumer_offsets partition: load on leading, drop on losing.
-    const follow = (r: Replica) => {
-      if (r.topic !== OFFSETS_TOPIC) return;
-      if (r.role === 'leader') {
-        this.coordinator.loadPartition(r.id).catch((err: unknown) => this.logger.error({ err, partition: r.id }, 'loading a coordinator partition failed'));
-      } else {
-        this.coordinator.unloadPartition(r.id);
-      }
-    };
-    cluster.replicas.events.on('role', follow);
-    for (const r of cluster.replicas.all()) follow(r);
-    // The same for transactional ids and __transaction_state.
     this.transactions.enableOwnership(
       (p) => cluster.notCoordinator(TXN_STATE_TOPIC, p),
       () => this.topics.tryGet(TXN_STATE_TOPIC) !== undefined,
     );
-    const followTxn = (r: Replica) => {
-      if (r.topic !== TXN_STATE_TOPIC) return;
-      if (r.role === 'leader') {
-        this.transactions.loadPartition(r.id).catch((err: unknown) => this.logger.error({ err, partition: r.id }, 'loading a transaction coordinator partition failed'));
-      } else {
-        this.transactions.unloadPartition(r.id);
-      }
+    await this.coordinator.startOwned();
+    await cluster.start(this.topics, this.advertised, () => this.ensureClusterTopics(cluster));
+    // A coordinator is the leader of its internal partition: it loads the partition on leading and drops
+    // it on losing the lead.
+    const follow = (topic: string, load: (p: number) => Promise<void>, unload: (p: number) => void) => {
+      const apply = (r: Replica) => {
+        if (r.topic !== topic) return;
+        if (r.role === 'leader') load(r.id).catch((err: unknown) => this.logger.error({ err, topic, partition: r.id }, 'loading a coordinator partition failed'));
+        else unload(r.id);
+      };
+      cluster.replicas.events.on('role', apply);
+      for (const r of cluster.replicas.all()) apply(r);
     };
-    cluster.replicas.events.on('role', followTxn);
-    for (const r of cluster.replicas.all()) followTxn(r);
+    follow(OFFSETS_TOPIC, (p) => this.coordinator.loadPartition(p), (p) => this.coordinator.unloadPartition(p));
+    follow(TXN_STATE_TOPIC, (p) => this.transactions.loadPartition(p), (p) => this.transactions.unloadPartition(p));
   }
 
   /** Controller: internal topics once `internalReplicationFactor` brokers are live; states of every topic. */

@@ -55,15 +55,13 @@ function key(topic: string, partition: number): string {
 
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(t);
-        resolve();
-      },
-      { once: true },
-    );
+    const done = () => {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
   });
 
 /**
@@ -256,7 +254,11 @@ export class ReplicaManager {
     f.offset = offset;
     if (offset >= r.partition.logEndOffset) f.caughtUpMs = Date.now();
     this.updateHighWatermark(r);
-    if (!r.isr.includes(replicaId) && offset >= r.partition.highWatermark) this.changeIsr(r, [...r.isr, replicaId], 'caught up');
+    // Only a registered broker rejoins the ISR: the controller drops unregistered ones, and the two
+    // would otherwise undo each other for as long as the follower fetches without a registration.
+    if (!r.isr.includes(replicaId) && offset >= r.partition.highWatermark && this.deps.registry.get(replicaId)) {
+      this.changeIsr(r, [...r.isr, replicaId], 'caught up');
+    }
     return r;
   }
 

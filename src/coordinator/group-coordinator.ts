@@ -8,6 +8,7 @@ import { type AssignmentProtocol, type ChangeCause, type ChangeReason, ConsumerG
 import { type GroupLog, type GroupSnapshot, LogOffsetStore } from './group-log.js';
 import type { OffsetEntry, OffsetStore } from './offset-store.js';
 import { KeyedLock } from './keyed-lock.js';
+import { PartitionOwnership } from './partition-ownership.js';
 import { Scheduler } from './scheduler.js';
 
 export interface CoordinatorConfig {
@@ -81,12 +82,7 @@ export class GroupCoordinator {
   private readonly reserved: OffsetMap = new Map();
   /** Partitions (pendingKey) with offsets sent to transactions that have not ended: the transactional ids. */
   private readonly pending = new Map<string, Set<string>>();
-  private ownership: {
-    owned: Set<number>;
-    loading: Set<number>;
-    notCoordinator: (partition: number) => TributaryError;
-    offsetsTopicExists: () => boolean;
-  } | null = null;
+  private ownership: PartitionOwnership | null = null;
   private readonly locks = new KeyedLock();
   private readonly wakers = new Map<string, Set<() => void>>();
   private readonly windowWaiters = new Map<string, Set<() => void>>();
@@ -179,24 +175,16 @@ export class GroupCoordinator {
    * COORDINATOR_LOADING.
    */
   enableOwnership(notCoordinator: (partition: number) => TributaryError, offsetsTopicExists: () => boolean): void {
-    this.ownership = { owned: new Set(), loading: new Set(), notCoordinator, offsetsTopicExists };
+    this.ownership = new PartitionOwnership('__consumer_offsets', notCoordinator, offsetsTopicExists);
   }
 
   /** Whether this broker coordinates the group now (always, standalone). */
   coordinates(group: string): boolean {
-    const o = this.ownership;
-    if (!o) return true;
-    return o.offsetsTopicExists() && o.owned.has(this.partitionFor(group));
+    return this.ownership?.owns(() => this.partitionFor(group)) ?? true;
   }
 
   private checkOwner(group: string): void {
-    const o = this.ownership;
-    if (!o) return;
-    if (!o.offsetsTopicExists()) throw new TributaryError('COORDINATOR_LOADING', { reason: 'the cluster has not created __consumer_offsets yet' });
-    const p = this.partitionFor(group);
-    if (o.owned.has(p)) return;
-    if (o.loading.has(p)) throw new TributaryError('COORDINATOR_LOADING', { partition: p });
-    throw o.notCoordinator(p);
+    this.ownership?.check(() => this.partitionFor(group));
   }
 
   /**
@@ -205,10 +193,7 @@ export class GroupCoordinator {
    * rediscover the coordinator and resume with their member ids and generations.
    */
   async loadPartition(partition: number): Promise<void> {
-    const o = this.ownership;
-    if (!o || o.owned.has(partition) || o.loading.has(partition)) return;
-    o.loading.add(partition);
-    try {
+    await this.ownership?.load(partition, async () => {
       const now = Date.now();
       const { groups } = await this.deps.groupLog.replay(partition);
       for (const snap of groups.values()) if (snap) this.restore(snap, now);
@@ -219,19 +204,14 @@ export class GroupCoordinator {
         setOffset(this.committed, x.group, x.topic, x.partition, x.offset);
         setOffset(this.reserved, x.group, x.topic, x.partition, x.offset);
       }
-      if (o.loading.has(partition)) o.owned.add(partition);
       this.deps.logger.info({ partition, groups: groups.size }, 'took over coordinator partition');
-    } finally {
-      o.loading.delete(partition);
-    }
+    });
   }
 
   /** Leadership of the partition moved away: forget its groups (their new coordinator replays them). */
   unloadPartition(partition: number): void {
-    const o = this.ownership;
-    if (!o) return;
-    o.owned.delete(partition);
-    o.loading.delete(partition);
+    if (!this.ownership) return;
+    this.ownership.unload(partition);
     const gone = new Set<string>();
     for (const g of [...this.groups.values()]) {
       if (this.partitionFor(g.groupId) !== partition) continue;

@@ -57,6 +57,34 @@ function offsetKey(group: string, topic: string, partition: number): string {
  * commits keyed `["o", group, topic, partition]`, JSON values, an empty value as tombstone. Keys make the
  * topic compactable: only the latest value per key matters.
  */
+/**
+ * Every record of an internal topic's partition, keys and values parsed as JSON (an empty value is null, a
+ * tombstone), to the log end: not the HWM, since a new leader's log is the truth from now on, even the
+ * records its followers have not confirmed yet. A record that does not parse stops the replay: the broker
+ * must stay unready rather than serve with state missing.
+ */
+export async function replayJson(part: Partition, label: string, apply: (key: unknown, value: unknown, at: string) => void): Promise<void> {
+  let offset = part.earliest;
+  const end = part.logEndOffset;
+  while (offset < end) {
+    const records = await part.log.read(Math.max(offset, part.earliest), { maxRecords: 5000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
+    if (records.length === 0) break;
+    for (const r of records) {
+      const at = `${label} offset ${r.offset}`;
+      let key: unknown;
+      let value: unknown;
+      try {
+        key = JSON.parse(r.key?.toString('utf8') ?? 'null');
+        value = r.value.length === 0 ? null : JSON.parse(r.value.toString('utf8'));
+      } catch {
+        throw new Error(`${at}: record does not parse`);
+      }
+      apply(key, value, at);
+    }
+    offset = records[records.length - 1]!.offset + 1;
+  }
+}
+
 /** How the coordinators append to their internal topics (cluster mode: only as leader, acknowledged once replicated). */
 export type InternalAppend = (part: Partition, records: RecordInput[]) => Promise<unknown>;
 
@@ -124,40 +152,22 @@ export class GroupLog {
     const part = this.partitionsOf()[partitionIndex]!;
     const groups = new Map<string, GroupSnapshot | null>();
     const offsets = new Map<string, StoredOffset>();
-    let offset = part.earliest;
-    const end = part.logEndOffset;
-    while (offset < end) {
-      // To the log end, not the HWM: a new leader's log is the truth from now on, even the records its
-      // followers have not confirmed yet.
-      const records = await part.log.read(Math.max(offset, part.earliest), { maxRecords: 5000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
-      if (records.length === 0) break;
-      const nextOffset = records[records.length - 1]!.offset + 1;
-      for (const r of records) {
-        let key: unknown;
-        let value: unknown;
-        try {
-          key = JSON.parse(r.key?.toString('utf8') ?? 'null');
-          value = r.value.length === 0 ? null : JSON.parse(r.value.toString('utf8'));
-        } catch {
-          throw new Error(`${OFFSETS_TOPIC}[${partitionIndex}] offset ${r.offset}: record does not parse`);
+    await replayJson(part, `${OFFSETS_TOPIC}[${partitionIndex}]`, (key, value, at) => {
+      if (!Array.isArray(key)) throw new Error(`${at}: bad key`);
+      if (key[0] === 'g' && typeof key[1] === 'string') {
+        groups.set(key[1], value as GroupSnapshot | null);
+      } else if (key[0] === 'o' && typeof key[1] === 'string' && typeof key[2] === 'string' && Number.isInteger(key[3])) {
+        const k = offsetKey(key[1], key[2], key[3]);
+        if (value === null) offsets.delete(k);
+        else {
+          const v = value as { offset: number; ts: number };
+          if (!Number.isSafeInteger(v.offset)) throw new Error(`${at}: bad offset value`);
+          offsets.set(k, { group: key[1], topic: key[2], partition: key[3], offset: v.offset, commitTimestamp: v.ts });
         }
-        if (!Array.isArray(key)) throw new Error(`${OFFSETS_TOPIC}[${partitionIndex}] offset ${r.offset}: bad key`);
-        if (key[0] === 'g' && typeof key[1] === 'string') {
-          groups.set(key[1], value as GroupSnapshot | null);
-        } else if (key[0] === 'o' && typeof key[1] === 'string' && typeof key[2] === 'string' && Number.isInteger(key[3])) {
-          const k = offsetKey(key[1], key[2], key[3]);
-          if (value === null) offsets.delete(k);
-          else {
-            const v = value as { offset: number; ts: number };
-            if (!Number.isSafeInteger(v.offset)) throw new Error(`${OFFSETS_TOPIC}[${partitionIndex}] offset ${r.offset}: bad offset value`);
-            offsets.set(k, { group: key[1], topic: key[2], partition: key[3], offset: v.offset, commitTimestamp: v.ts });
-          }
-        } else {
-          throw new Error(`${OFFSETS_TOPIC}[${partitionIndex}] offset ${r.offset}: unknown key`);
-        }
+      } else {
+        throw new Error(`${at}: unknown key`);
       }
-      offset = nextOffset;
-    }
+    });
     return { groups, offsets };
   }
 }

@@ -4,6 +4,7 @@ import { failpoint } from '../broker/failpoints.js';
 import type { Logger } from '../broker/logger.js';
 import type { TopicManager } from '../broker/topic-manager.js';
 import { KeyedLock } from '../coordinator/keyed-lock.js';
+import { PartitionOwnership } from '../coordinator/partition-ownership.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
 import { TributaryError, invalidParam } from '../protocol/errors.js';
 import type { RecordInput } from '../protocol/record.js';
@@ -78,12 +79,7 @@ export class TransactionCoordinator {
   private readonly txns = new Map<string, Entry>();
   private readonly locks = new KeyedLock();
   private stopped = false;
-  private ownership: {
-    owned: Set<number>;
-    loading: Set<number>;
-    notCoordinator: (partition: number) => TributaryError;
-    topicExists: () => boolean;
-  } | null = null;
+  private ownership: PartitionOwnership | null = null;
   private readonly ended: client.Counter;
 
   constructor(
@@ -153,17 +149,11 @@ export class TransactionCoordinator {
   // ---- cluster mode: coordinating the __transaction_state partitions this broker leads ----
 
   enableOwnership(notCoordinator: (partition: number) => TributaryError, topicExists: () => boolean): void {
-    this.ownership = { owned: new Set(), loading: new Set(), notCoordinator, topicExists };
+    this.ownership = new PartitionOwnership('__transaction_state', notCoordinator, topicExists);
   }
 
   private checkOwner(id: string): void {
-    const o = this.ownership;
-    if (!o) return;
-    if (!o.topicExists()) throw new TributaryError('COORDINATOR_LOADING', { reason: 'the cluster has not created __transaction_state yet' });
-    const p = this.partitionFor(id);
-    if (o.owned.has(p)) return;
-    if (o.loading.has(p)) throw new TributaryError('COORDINATOR_LOADING', { partition: p });
-    throw o.notCoordinator(p);
+    this.ownership?.check(() => this.partitionFor(id));
   }
 
   /**
@@ -171,23 +161,15 @@ export class TransactionCoordinator {
    * transactions before serving its ids (the same as a restart does).
    */
   async loadPartition(partition: number): Promise<void> {
-    const o = this.ownership;
-    if (!o || o.owned.has(partition) || o.loading.has(partition)) return;
-    o.loading.add(partition);
-    try {
+    await this.ownership?.load(partition, async () => {
       const finished = await this.loadEntries(partition, { retry: true });
-      if (o.loading.has(partition)) o.owned.add(partition);
       this.deps.logger.info({ partition, finished }, 'took over transaction coordinator partition');
-    } finally {
-      o.loading.delete(partition);
-    }
+    });
   }
 
   unloadPartition(partition: number): void {
-    const o = this.ownership;
-    if (!o) return;
-    o.owned.delete(partition);
-    o.loading.delete(partition);
+    if (!this.ownership) return;
+    this.ownership.unload(partition);
     for (const [id, e] of [...this.txns]) {
       if (this.partitionFor(id) !== partition) continue;
       this.clearTimer(e);

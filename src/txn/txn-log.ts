@@ -1,7 +1,7 @@
 import type { Partition } from '../broker/partition.js';
 import { TributaryError } from '../protocol/errors.js';
 import { partitionForKey } from '../protocol/partitioner.js';
-import { type InternalAppend, localAppend } from '../coordinator/group-log.js';
+import { type InternalAppend, localAppend, replayJson } from '../coordinator/group-log.js';
 
 export const TXN_STATE_TOPIC = '__transaction_state';
 
@@ -99,28 +99,12 @@ export class TxnLog {
   async replay(partitionIndex: number): Promise<Map<string, TxnMetadata>> {
     const part = this.partitionsOf()[partitionIndex]!;
     const out = new Map<string, TxnMetadata>();
-    let offset = part.earliest;
-    const end = part.logEndOffset;
-    while (offset < end) {
-      const records = await part.log.read(Math.max(offset, part.earliest), { maxRecords: 5000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
-      if (records.length === 0) break;
-      const nextOffset = records[records.length - 1]!.offset + 1;
-      for (const r of records) {
-        let key: unknown;
-        let value: unknown;
-        try {
-          key = JSON.parse(r.key?.toString('utf8') ?? 'null');
-          value = r.value.length === 0 ? null : JSON.parse(r.value.toString('utf8'));
-        } catch {
-          throw new Error(`${TXN_STATE_TOPIC}[${partitionIndex}] offset ${r.offset}: record does not parse`);
-        }
-        if (!Array.isArray(key) || key[0] !== 't' || typeof key[1] !== 'string') throw new Error(`${TXN_STATE_TOPIC}[${partitionIndex}] offset ${r.offset}: bad key`);
-        if (value === null) out.delete(key[1]);
-        else if (validMetadata(value) && value.transactionalId === key[1]) out.set(key[1], value);
-        else throw new Error(`${TXN_STATE_TOPIC}[${partitionIndex}] offset ${r.offset}: bad transaction state`);
-      }
-      offset = nextOffset;
-    }
+    await replayJson(part, `${TXN_STATE_TOPIC}[${partitionIndex}]`, (key, value, at) => {
+      if (!Array.isArray(key) || key[0] !== 't' || typeof key[1] !== 'string') throw new Error(`${at}: bad key`);
+      if (value === null) out.delete(key[1]);
+      else if (validMetadata(value) && value.transactionalId === key[1]) out.set(key[1], value);
+      else throw new Error(`${at}: bad transaction state`);
+    });
     return out;
   }
 }
