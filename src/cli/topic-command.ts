@@ -3,6 +3,7 @@ import { type ClientOptions, intArg, withBootstrap, withConnection } from './cli
 
 interface CreateOptions extends ClientOptions {
   partitions?: number;
+  replicationFactor?: number;
   retentionHours?: number;
   retentionBytes?: number;
   cleanupPolicy?: 'delete' | 'compact';
@@ -21,6 +22,7 @@ export function registerTopicCommand(program: Command): void {
       .description('create a topic (idempotent for an identical definition)')
       // Omitted options are left to the broker's defaults (defaultPartitions, retention settings).
       .option('--partitions <n>', 'number of partitions', intArg(1))
+      .option('--replication-factor <n>', 'replicas per partition (cluster mode; a standalone broker takes only 1)', intArg(1))
       .option('--retention-hours <n>', 'retention by age, -1 for unlimited', intArg(-1))
       .option('--retention-bytes <n>', 'retention by size per partition, -1 for unlimited', intArg(-1))
       .addOption(new Option('--cleanup-policy <policy>', 'delete old segments or compact by key').choices(['delete', 'compact'])),
@@ -29,6 +31,7 @@ export function registerTopicCommand(program: Command): void {
       conn.command('CREATE', {
         topic: name,
         partitions: opts.partitions,
+        replication_factor: opts.replicationFactor,
         retention_hours: opts.retentionHours,
         retention_bytes: opts.retentionBytes,
         cleanup_policy: opts.cleanupPolicy,

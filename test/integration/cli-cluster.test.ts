@@ -149,6 +149,15 @@ describe('tributary dev-cluster and cluster status', () => {
     expect(s.leaderless).toBe(0);
   });
 
+  it('topic create --replication-factor asks for the replicas explicitly, and more than the live brokers is refused', async () => {
+    const ok = await cli(['topic', 'create', 'pairs', '--partitions', '2', '--replication-factor', '2', '--bootstrap', bootstrap[0]!]);
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toContain('replication_factor=2');
+    const tooMany = await cli(['topic', 'create', 'quads', '--replication-factor', '4', '--bootstrap', bootstrap[0]!]);
+    expect(tooMany.code).not.toBe(0);
+    expect(tooMany.stdout + tooMany.stderr).toContain('NOT_ENOUGH_REPLICAS');
+  });
+
   it('a topic created on the dev cluster is replicated on 3 brokers', async () => {
     const c = await cli(['topic', 'create', 'orders', '--partitions', '3', '--bootstrap', bootstrap[1]!]);
     expect(c.code).toBe(0);
