@@ -1,6 +1,6 @@
 import { type Acks, type Batch, type ScannedBatch, decodeBatch, encodeBatch, logRecordsToBatch, scanBatch } from '../protocol/batch.js';
 import type { RecordHeader } from '../protocol/record.js';
-import { type Params, type ParsedLine, formatOk } from '../protocol/command.js';
+import { type Params, type ParsedLine, formatOk, parseLine } from '../protocol/command.js';
 import { ERROR_CLASSES, TributaryError, invalidParam } from '../protocol/errors.js';
 import { FEATURES, PROTOCOL_VERSION } from '../protocol/features.js';
 import type { TopicDefinition } from '../cluster/metadata-store.js';
@@ -221,7 +221,23 @@ async function listOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): 
   const parts = only === undefined ? topic.partitions : [topic.partition(only)];
   // `latest` is the LSO: exact once the transaction index is rebuilt (just after open it is a lower bound).
   await Promise.all(parts.map((x) => x.whenTxnIndexReady()));
-  const offsets = parts.map((x) => `P${x.id}:earliest=${x.earliest}:latest=${x.lastStableOffset}:leo=${x.logEndOffset}:hwm=${x.highWatermark}`);
+  const local = (x: Partition) => `P${x.id}:earliest=${x.earliest}:latest=${x.lastStableOffset}:leo=${x.logEndOffset}:hwm=${x.highWatermark}`;
+  // Cluster mode: a follower's HWM and LSO trail its leader's, so partitions led elsewhere are asked of
+  // their leaders (a follower's own view only when the leader cannot be asked).
+  const offsets = await Promise.all(
+    parts.map(async (x) => {
+      const cluster = b.cluster;
+      if (!cluster || cluster.isLeader(topic.name, x.id)) return local(x);
+      const leader = cluster.leaderAddress(topic.name, x.id);
+      if (!leader || leader.id === b.brokerId) return local(x);
+      try {
+        const reply = await (await cluster.peer(leader.advertisedAddress)).command('LIST_OFFSETS', { topic: topic.name, partition: x.id });
+        return parseLine(reply).params.get('offsets') ?? local(x);
+      } catch {
+        return local(x);
+      }
+    }),
+  );
   return formatOk({ topic: topic.name, partitions: topic.partitions.length, offsets: offsets.join(',') });
 }
 

@@ -2,7 +2,9 @@ import { createReadStream, statSync } from 'node:fs';
 import { type Command, Option } from 'commander';
 import type { Connection } from '../client/connection.js';
 import type { Acks, Batch, BatchRecord } from '../protocol/batch.js';
-import { type ClientOptions, intArg, withBootstrap, withConnection } from './client-util.js';
+import { partitionForKey } from '../protocol/partitioner.js';
+import { type ClientOptions, connect, formatAddress, intArg, parseBootstrap, withBootstrap, withConnection } from './client-util.js';
+import { parseMetadata } from './consume-command.js';
 import { CliError } from './errors.js';
 import { ProgressBar } from './progress.js';
 
@@ -71,21 +73,53 @@ export async function produce(topic: string, opts: ProduceOptions): Promise<numb
     }
   }
   const key = opts.key === undefined ? null : Buffer.from(opts.key, 'utf8');
-  const partition = opts.partition ?? -1; // -1: the broker picks (key hash or round-robin)
+  const partition = opts.partition ?? -1; // -1: by the key's hash, else round-robin per batch (below)
   const input: NodeJS.ReadableStream = opts.file !== undefined ? createReadStream(opts.file) : process.stdin;
   const progress = opts.file !== undefined ? new ProgressBar(total) : undefined;
 
   return withConnection(opts, async (conn) => {
-    const sender = new PipelinedSender(conn, opts.acks);
+    // Each batch goes to its partition's leader (METADATA): in a cluster the bootstrap broker leads only
+    // some partitions. The partition is chosen here as the broker would (key hash, else round-robin).
+    const meta = parseMetadata(await conn.command('METADATA', { topic }));
+    if (opts.partition !== undefined && opts.partition >= meta.partitions) {
+      throw new CliError(`error: topic ${topic} has ${meta.partitions} partitions (no partition ${opts.partition})`);
+    }
+    const bootstrap = parseBootstrap(opts.bootstrap);
+    const bootSender = new PipelinedSender(conn, opts.acks);
+    const senders = new Map<string, PipelinedSender>();
+    const opened: Connection[] = [];
+    const senderFor = async (p: number): Promise<PipelinedSender> => {
+      const leader = meta.leaders[p];
+      if (!leader || formatAddress(leader) === formatAddress(bootstrap)) return bootSender;
+      const k = formatAddress(leader);
+      let s = senders.get(k);
+      if (!s) {
+        const c = await connect(leader, undefined, opts);
+        opened.push(c);
+        s = new PipelinedSender(c, opts.acks);
+        senders.set(k, s);
+      }
+      return s;
+    };
+    const all = () => [bootSender, ...senders.values()];
+    const acked = () => all().reduce((n, s) => n + s.acked, 0);
+    let roundRobin = 0;
+    const sender = {
+      get acked() {
+        return acked();
+      },
+      drain: () => Promise.all(all().map((s) => s.drain())),
+    };
     let records: BatchRecord[] = [];
     let bytes = 0;
     let bytesRead = 0;
 
     const flush = async () => {
       if (records.length === 0) return;
+      const p = partition >= 0 ? partition : key && key.length > 0 ? partitionForKey(key, meta.partitions) : roundRobin++ % meta.partitions;
       const batch: Batch = {
         topic,
-        partition,
+        partition: p,
         acks: opts.acks,
         idempotent: false,
         firstSequence: 0,
@@ -94,7 +128,7 @@ export async function produce(topic: string, opts: ProduceOptions): Promise<numb
       };
       records = [];
       bytes = 0;
-      await sender.send(batch);
+      await (await senderFor(p)).send(batch);
     };
 
     const add = async (line: Buffer) => {
@@ -143,6 +177,7 @@ export async function produce(topic: string, opts: ProduceOptions): Promise<numb
     } finally {
       progress?.update(bytesRead, sender.acked, true);
       progress?.finish();
+      await Promise.all(opened.map((c) => c.close().catch(() => {})));
     }
     return sender.acked;
   });
@@ -154,7 +189,7 @@ export function registerProduceCommand(program: Command): void {
       .command('produce <topic>')
       .description('send one record per line from stdin or a file')
       .option('--key <key>', 'key for every record (also picks the partition by hash)')
-      .option('--partition <n>', 'partition to write to (default: chosen by the broker)', intArg(0))
+      .option('--partition <n>', 'partition to write to (default: by the key hash, else round-robin per batch)', intArg(0))
       .option('--file <path>', 'read lines from this file instead of stdin (shows progress on a terminal)')
       .addOption(new Option('--acks <acks>', 'acknowledgement level').choices(['0', '1', 'all']).default('1'))
       .option('--batch-size <n>', 'records per batch', intArg(1, 1_000_000), 500),

@@ -20,15 +20,16 @@ function cleanEnv(): NodeJS.ProcessEnv {
   return Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TRIBUTARY_')));
 }
 
-function cli(args: string[]): Promise<Result> {
+function cli(args: string[], stdin?: string): Promise<Result> {
   return new Promise((resolve, reject) => {
-    const proc = spawn(process.execPath, [CLI, ...args], { env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(process.execPath, [CLI, ...args], { env: cleanEnv(), stdio: [stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
+    if (stdin !== undefined) proc.stdin!.end(stdin);
     let stdout = '';
     let stderr = '';
-    proc.stdout.on('data', (d: Buffer) => {
+    proc.stdout!.on('data', (d: Buffer) => {
       stdout += d.toString();
     });
-    proc.stderr.on('data', (d: Buffer) => {
+    proc.stderr!.on('data', (d: Buffer) => {
       stderr += d.toString();
     });
     proc.once('error', reject);
@@ -68,7 +69,7 @@ describe('tributary dev-cluster and cluster status', () => {
     const proc = spawn(process.execPath, [CLI, 'dev-cluster', '--brokers', '3'], { env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
     dev = proc;
     devExit = new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
-    proc.stderr.on('data', (d: Buffer) => {
+    proc.stderr!.on('data', (d: Buffer) => {
       devErr += d.toString();
     });
     await new Promise<void>((resolve, reject) => {
@@ -76,7 +77,7 @@ describe('tributary dev-cluster and cluster status', () => {
         () => reject(new Error(`no bootstrap line from dev-cluster in time\nstdout:\n${devOut}\nstderr:\n${devErr.slice(-5000)}`)),
         100_000,
       );
-      proc.stdout.on('data', (d: Buffer) => {
+      proc.stdout!.on('data', (d: Buffer) => {
         devOut += d.toString();
         const m = /^bootstrap: (\S+)$/m.exec(devOut);
         if (m) {
@@ -156,6 +157,31 @@ describe('tributary dev-cluster and cluster status', () => {
     const tooMany = await cli(['topic', 'create', 'quads', '--replication-factor', '4', '--bootstrap', bootstrap[0]!]);
     expect(tooMany.code).not.toBe(0);
     expect(tooMany.stdout + tooMany.stderr).toContain('NOT_ENOUGH_REPLICAS');
+  });
+
+  it('produce sends each batch to its partition leader, whichever broker is the bootstrap', async () => {
+    const made = await cli(['topic', 'create', 'lines', '--partitions', '3', '--replication-factor', '3', '--bootstrap', bootstrap[0]!]);
+    expect(made.code).toBe(0);
+    // Leaders are spread, so a single-broker client would hit NOT_LEADER on two partitions of three.
+    const input = `${Array.from({ length: 90 }, (_, i) => `line-${i}`).join('\n')}\n`;
+    let produced: { code: number | null; stdout: string; stderr: string } | undefined;
+    for (let attempt = 0; attempt < 20; attempt++) {
+      produced = await cli(['produce', 'lines', '--batch-size', '10', '--acks', 'all', '--bootstrap', bootstrap[1]!], input);
+      if (produced.code === 0) break;
+      // Right after CREATE the leaders may not have taken their roles yet.
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    expect(produced!.stderr).toBe('');
+    expect(produced!.stdout).toContain('produced 90 records to lines');
+    const consumed = await cli(['consume', 'lines', '--from-beginning', '--max', '90', '--format', 'json', '--bootstrap', bootstrap[2]!]);
+    expect(consumed.code).toBe(0);
+    const values = consumed.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).value as string);
+    expect(values.sort()).toEqual(Array.from({ length: 90 }, (_, i) => `line-${i}`).sort());
+    const partitions = new Set(consumed.stdout.trim().split('\n').map((l) => JSON.parse(l).partition as number));
+    expect(partitions.size).toBe(3);
   });
 
   it('a topic created on the dev cluster is replicated on 3 brokers', async () => {
