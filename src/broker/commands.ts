@@ -141,6 +141,16 @@ function policyFields(d: TopicDefinition) {
   };
 }
 
+/** ADD_PARTITIONS: more partitions for a topic (never fewer); in a cluster they get replicas and leaders. */
+async function addPartitions(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const name = p.reqStr('topic', { maxLength: 100_000 });
+  if (name.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic: name, reason: 'internal topics keep their partition count' });
+  const partitions = p.reqInt('partitions', { min: 1, max: b.config.maxPartitions });
+  const topic = await b.topics.addPartitions(name, partitions);
+  if (b.cluster) await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
+  return formatOk({ topic: topic.name, partitions: topic.def.partitions });
+}
+
 async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const name = p.reqStr('topic', { maxLength: 100_000 });
   await b.topics.delete(name);
@@ -582,6 +592,7 @@ export const COMMANDS: Record<string, CommandSpec> = {
   HELP: { handler: help },
   CREATE: { handler: create },
   DELETE: { handler: del },
+  ADD_PARTITIONS: { handler: addPartitions },
   LIST: { handler: list },
   DESCRIBE: { handler: describe },
   METADATA: { handler: metadata },

@@ -35,7 +35,7 @@ export class Topic {
   private rr = 0;
 
   constructor(
-    readonly def: TopicDefinition,
+    public def: TopicDefinition,
     readonly partitions: Partition[],
   ) {}
 
@@ -67,6 +67,7 @@ export class TopicManager {
   private readonly topics = new Map<string, Topic>();
   /** Topics being opened, by topic id: a second open of the same directories must not start. */
   private readonly opening = new Map<string, Promise<Topic>>();
+  private growing: Promise<unknown> = Promise.resolve();
   private readonly logsDir: string;
   private retentionTimer: NodeJS.Timeout | undefined;
 
@@ -118,6 +119,35 @@ export class TopicManager {
     this.updateGauges();
     this.logger.info({ topic: def.name, partitions: def.partitions }, 'topic created');
     return { topic, created };
+  }
+
+  /** ADD_PARTITIONS: raises the count in the store, then opens the new partitions here. */
+  async addPartitions(name: string, partitions: number): Promise<Topic> {
+    this.get(name);
+    if (partitions > this.config.maxPartitions) throw new TributaryError('invalid_parameter', { param: 'partitions', reason: `at most ${this.config.maxPartitions}` });
+    const def = await this.store.addPartitions(name, partitions);
+    return this.grow(def);
+  }
+
+  /** Opens the partitions a definition has beyond the open topic's (from a local change or the store's watch). */
+  private grow(def: TopicDefinition): Promise<Topic> {
+    const run = async () => {
+      const t = this.topics.get(def.name);
+      if (!t || t.def.topicId !== def.topicId) return this.ensureOpen(def);
+      const dir = this.topicDir(def);
+      for (let i = t.partitions.length; i < def.partitions; i++) {
+        const log = await PartitionLog.open(path.join(dir, String(i)), this.logOptions(def), this.logger.child({ topic: def.name, partition: i }));
+        t.partitions.push(new Partition(def.name, i, log, { replicated: this.config.cluster }));
+      }
+      if (def.partitions > t.def.partitions) t.def = def;
+      this.updateGauges();
+      this.logger.info({ topic: def.name, partitions: def.partitions }, 'partitions added');
+      return t;
+    };
+    // One growth at a time: a local change and its watch event must not open a partition twice.
+    const p = this.growing.then(run, run);
+    this.growing = p.catch(() => undefined);
+    return p;
   }
 
   async delete(name: string): Promise<void> {
@@ -200,6 +230,9 @@ export class TopicManager {
   followStore(onOpened: (topic: Topic) => void): void {
     this.store.events.on('topic-created', (def: TopicDefinition) => {
       this.ensureOpen(def).then(onOpened, (err: unknown) => this.logger.error({ err, topic: def.name }, 'opening a topic created elsewhere failed'));
+    });
+    this.store.events.on('topic-updated', (def: TopicDefinition) => {
+      this.grow(def).then(onOpened, (err: unknown) => this.logger.error({ err, topic: def.name }, 'opening partitions added elsewhere failed'));
     });
     this.store.events.on('topic-deleted', (def: TopicDefinition) => {
       const t = this.topics.get(def.name);

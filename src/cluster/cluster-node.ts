@@ -156,9 +156,11 @@ export class ClusterNode {
 
   /** Replica assignment and initial states of a topic's partitions, written after its definition. */
   async createPartitionStates(topic: string, partitions: number, replicationFactor: number): Promise<void> {
-    if (this.states.list(topic).length >= partitions) return;
+    const have = this.states.list(topic).length;
+    if (have >= partitions) return;
+    // Partitions added to a topic get replicas the same way, continuing the spread of leaders.
     const live = this.registry.list().map((b) => b.id);
-    await this.states.create(topic, assignReplicas(partitions, replicationFactor, live));
+    await this.states.create(topic, assignReplicas(partitions - have, replicationFactor, live, have), have);
   }
 
   /**

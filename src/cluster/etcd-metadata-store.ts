@@ -3,7 +3,7 @@ import { EventEmitter } from 'node:events';
 import type { Etcd3, IKeyValue } from 'etcd3';
 import { TributaryError } from '../protocol/errors.js';
 import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
-import { type MetadataStore, type TopicDefinition, sameDefinition } from './metadata-store.js';
+import { type MetadataStore, type TopicDefinition, checkGrowth, sameDefinition } from './metadata-store.js';
 import { WatchedPrefix } from './watched-prefix.js';
 
 export interface EtcdMetadataStoreOptions {
@@ -129,6 +129,29 @@ export class EtcdMetadataStore implements MetadataStore {
       expected = Number(kv.mod_revision);
     }
     throw new TributaryError('metadata_unavailable', { operation: 'delete_topic', topic: name, reason: 'concurrent changes' });
+  }
+
+  /** Raises the partition count by compare-and-set on the definition's revision (retried on a race). */
+  async addPartitions(name: string, partitions: number): Promise<TopicDefinition> {
+    const key = this.key(name);
+    for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
+      const cur = this.topics.get(name);
+      if (!cur) throw new TributaryError('topic_not_found', { topic: name });
+      checkGrowth(cur.value, partitions);
+      const topic: TopicDefinition = { ...cur.value, partitions };
+      const res = await withMetadataErrors('add_partitions', () =>
+        this.client.if(key, 'Mod', '==', cur.modRevision).then(this.client.put(key).value(JSON.stringify(topic))).else(this.client.get(key)).commit(),
+      );
+      if (res.succeeded) {
+        const revision = Number(res.header.revision);
+        this.topics.applyPut(name, topic, revision, cur.createRevision);
+        return topic;
+      }
+      const kv = res.responses[0]?.response_range.kvs[0];
+      if (!kv) throw new TributaryError('topic_not_found', { topic: name });
+      this.remember(name, kv);
+    }
+    throw new TributaryError('metadata_unavailable', { operation: 'add_partitions', topic: name, reason: 'concurrent changes' });
   }
 
   async close(): Promise<void> {

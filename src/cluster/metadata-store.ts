@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { TributaryError } from '../protocol/errors.js';
 import { randomBytes } from 'node:crypto';
 import { writeFileAtomic } from '../storage/atomic-file.js';
 import fs from 'node:fs/promises';
@@ -35,8 +36,13 @@ export interface MetadataStore {
   /** Resolves with the stored definition; `created` false when an identical topic already existed. */
   createTopic(def: Omit<TopicDefinition, 'topicId' | 'createdAt'>): Promise<{ topic: TopicDefinition; created: boolean }>;
   deleteTopic(name: string): Promise<TopicDefinition | undefined>;
+  /**
+   * Raises a topic's partition count (never lowers it: records are placed by partition). Resolves with
+   * the stored definition; topic_not_found, invalid_parameter for a count not above the current one.
+   */
+  addPartitions(name: string, partitions: number): Promise<TopicDefinition>;
   close(): Promise<void>;
-  /** 'topic-created' / 'topic-deleted' events, for watchers (cluster mode pushes remote changes here). */
+  /** 'topic-created' / 'topic-deleted' / 'topic-updated' events, for watchers (cluster mode pushes remote changes here). */
   readonly events: EventEmitter;
 }
 
@@ -50,6 +56,13 @@ export function sameDefinition(a: Omit<TopicDefinition, 'topicId' | 'createdAt'>
     a.retentionBytes === b.retentionBytes &&
     a.cleanupPolicy === b.cleanupPolicy
   );
+}
+
+/** A partition count may only go up. */
+export function checkGrowth(existing: TopicDefinition, partitions: number): void {
+  if (!Number.isSafeInteger(partitions) || partitions <= existing.partitions) {
+    throw new TributaryError('invalid_parameter', { param: 'partitions', reason: `must be above the current ${existing.partitions} (partitions can only be added)` });
+  }
 }
 
 interface MetadataFile {
@@ -115,6 +128,20 @@ export class LocalMetadataStore implements MetadataStore {
       this.topics = next;
       this.events.emit('topic-deleted', existing);
       return existing;
+    });
+  }
+
+  addPartitions(name: string, partitions: number): Promise<TopicDefinition> {
+    return this.serialize(async () => {
+      const existing = this.topics.get(name);
+      if (!existing) throw new TributaryError('topic_not_found', { topic: name });
+      checkGrowth(existing, partitions);
+      const topic: TopicDefinition = { ...existing, partitions };
+      const next = new Map(this.topics).set(name, topic);
+      await this.persist(next);
+      this.topics = next;
+      this.events.emit('topic-updated', topic);
+      return topic;
     });
   }
 

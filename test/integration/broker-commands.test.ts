@@ -58,6 +58,24 @@ describe('standalone broker commands', () => {
     await expect(c.command('DESCRIBE', { topic: 'orders' })).rejects.toMatchObject({ code: 'topic_not_found' });
   });
 
+  it('ADD_PARTITIONS adds partitions (never removes them) and they survive a restart', async () => {
+    await c.command('CREATE', { topic: 'grow', partitions: 2 });
+    await c.command('PUBLISH', { topic: 'grow', partition: 1, message: 'old' });
+    expect(await c.command('ADD_PARTITIONS', { topic: 'grow', partitions: 4 })).toBe('OK topic=grow partitions=4');
+    await expect(c.command('ADD_PARTITIONS', { topic: 'grow', partitions: 3 })).rejects.toMatchObject({ code: 'invalid_parameter' });
+    await expect(c.command('ADD_PARTITIONS', { topic: 'grow', partitions: 4 })).rejects.toMatchObject({ code: 'invalid_parameter' });
+    await expect(c.command('ADD_PARTITIONS', { topic: 'nope', partitions: 4 })).rejects.toMatchObject({ code: 'topic_not_found' });
+    await expect(c.command('ADD_PARTITIONS', { topic: '__consumer_offsets', partitions: 99 })).rejects.toMatchObject({ code: 'invalid_topic_name' });
+    const r = await c.json<{ partition: number; offset: number }>('PUBLISH', { topic: 'grow', partition: 3, message: 'new' });
+    expect(r).toMatchObject({ partition: 3, offset: 0 });
+    expect(parseLine(await c.command('METADATA', { topic: 'grow' })).params.get('partitions')).toBe('4');
+    await broker.restart();
+    c = await broker.connect();
+    expect(parseLine(await c.command('METADATA', { topic: 'grow' })).params.get('partitions')).toBe('4');
+    expect((await c.consume({ topic: 'grow', partition: 3, offset: 0 })).records.map((x) => x.value.toString())).toEqual(['new']);
+    expect((await c.consume({ topic: 'grow', partition: 1, offset: 0 })).records.map((x) => x.value.toString())).toEqual(['old']);
+  });
+
   it('rejects reserved and malformed topic names', async () => {
     for (const topic of ['__consumer_offsets', '.', '..', '../etc', 'a b', 'x'.repeat(250)]) {
       await expect(c.command('CREATE', { topic })).rejects.toMatchObject({ code: 'invalid_topic_name' });

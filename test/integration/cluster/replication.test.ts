@@ -65,6 +65,23 @@ describe('cluster replication and failover', () => {
     await expect((await connectTo(other)).consume({ topic: 'rep', partition: 0, offset: 0 })).rejects.toMatchObject({ code: 'NOT_LEADER' });
   });
 
+  it('ADD_PARTITIONS on any broker: the new partitions get replicas and leaders, and every broker opens them', async () => {
+    const c = await cluster.connect(1);
+    await c.command('CREATE', { topic: 'grow', partitions: 1, replication_factor: 3 });
+    expect(await c.command('ADD_PARTITIONS', { topic: 'grow', partitions: 3 })).toBe('OK topic=grow partitions=3');
+    const s = await cluster.waitFor('states of the added partitions', async () => {
+      const ps = (await cluster.status()).partitions.filter((p) => p.topic === 'grow');
+      return ps.length === 3 && ps.every((p) => p.leader >= 0 && p.isr.length === 3) ? ps : false;
+    });
+    expect(s.map((p) => p.replicas.length)).toEqual([3, 3, 3]);
+    for (const id of [0, 1, 2]) {
+      expect(parseLine(await (await connectTo(id)).command('METADATA', { topic: 'grow' })).params.get('partitions')).toBe('3');
+    }
+    const { conn } = await leaderConn('grow', 2);
+    const r = await conn.json<{ partition: number; offset: number }>('PUBLISH', { topic: 'grow', partition: 2, acks: 'all', message: 'added' });
+    expect(r).toMatchObject({ partition: 2, offset: 0 });
+  });
+
   it('acks=all answers once every in-sync replica has the record; followers hold the same log', async () => {
     const { conn } = await leaderConn('rep', 1);
     const acks = [];
