@@ -238,10 +238,8 @@ async function listOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): 
     parts.map(async (x) => {
       const cluster = b.cluster;
       if (!cluster || cluster.isLeader(topic.name, x.id)) return local(x);
-      const leader = cluster.leaderAddress(topic.name, x.id);
-      if (!leader || leader.id === b.brokerId) return local(x);
       try {
-        const reply = await (await cluster.peer(leader.advertisedAddress)).command('LIST_OFFSETS', { topic: topic.name, partition: x.id });
+        const reply = await (await cluster.leaderPeer(topic.name, x.id)).command('LIST_OFFSETS', { topic: topic.name, partition: x.id });
         return parseLine(reply).params.get('offsets') ?? local(x);
       } catch {
         return local(x);
@@ -524,7 +522,7 @@ export async function resolveRemoteStart(b: BrokerContext, c: ConnectionContext,
   let committed: number | undefined;
   if (c.remoteCommitted.has(key)) committed = c.remoteCommitted.get(key);
   else {
-    committed = await b.cluster.fetchCommitted(req.remoteGroup, req.topic, req.partition.id);
+    committed = await b.cluster.fetchCommitted(req.remoteGroup, b.coordinator.partitionFor(req.remoteGroup), req.topic, req.partition.id);
     c.remoteCommitted.set(key, committed);
   }
   if (committed !== undefined && committed > req.offset) {

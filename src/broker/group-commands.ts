@@ -1,6 +1,7 @@
 import { type Params, formatOk } from '../protocol/command.js';
 import { TributaryError, invalidParam } from '../protocol/errors.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
+import { parseAddress } from '../client/cluster.js';
 import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
 import type { MemberView } from '../coordinator/group-coordinator.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
@@ -41,8 +42,8 @@ function findCoordinator(b: BrokerContext, _c: ConnectionContext, p: Params): st
     const partition = group !== undefined ? b.coordinator.partitionFor(key) : b.transactions.partitionFor(key);
     const leader = b.cluster.leaderAddress(topic, partition);
     if (!leader) throw new TributaryError('COORDINATOR_LOADING', { reason: `${topic}[${partition}] has no leader` });
-    const i = leader.advertisedAddress.lastIndexOf(':');
-    return formatOk({ coordinator_id: leader.id, host: leader.advertisedAddress.slice(0, i), port: Number(leader.advertisedAddress.slice(i + 1)), partition });
+    const { host, port } = parseAddress(leader.advertisedAddress);
+    return formatOk({ coordinator_id: leader.id, host, port, partition });
   }
   return formatOk({
     coordinator_id: b.brokerId,

@@ -4,11 +4,10 @@ import { invalidParam, TributaryError } from '../protocol/errors.js';
 import type { ScannedBatch } from '../protocol/batch.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import { writeFileAtomic } from '../storage/atomic-file.js';
-import { ATTR_END_OF_APPEND } from '../storage/record-codec.js';
 import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { type AppendOffsets, type CheckResult, type ProducerSnapshot, ProducerStateTable } from './producer-state.js';
+import { type AppendOffsets, type CheckResult, type ProducerSnapshot, ProducerStateReplay, ProducerStateTable } from './producer-state.js';
 import { encodeMarkerValue, type MarkerType, type OpenTxn, TxnIndex, type TxnSnapshot } from './txn-index.js';
 
 /** Idempotent producer state of a partition, as of an offset (see loadProducerState). */
@@ -379,7 +378,7 @@ export class Partition {
     }
     from = Math.max(from, this.log.logStartOffset);
     const end = this.log.logEndOffset;
-    let run: { id: string; epoch: number; firstSeq: number; base: number } | null = null;
+    const replay = new ProducerStateReplay(table);
     let offset = Math.min(from, end);
     const scanned = offset < end;
     while (offset < end) {
@@ -387,20 +386,7 @@ export class Partition {
       if (offset < this.log.logStartOffset) offset = this.log.logStartOffset;
       const recs = await this.log.read(offset, { maxRecords: 10_000, maxBytes: 8 * 1024 * 1024, maxOffset: end, keepAppendMarker: true });
       if (recs.length === 0) break;
-      for (const r of recs) {
-        if (r.producerId !== '' && (r.attributes & RecordAttr.CONTROL) !== 0) {
-          table.fence(r.producerId, r.epoch, r.timestamp);
-          run = null;
-        } else if (r.producerId !== '' && r.sequence >= 0) {
-          if (!run || run.id !== r.producerId || run.epoch !== r.epoch) run = { id: r.producerId, epoch: r.epoch, firstSeq: r.sequence, base: r.offset };
-          if ((r.attributes & ATTR_END_OF_APPEND) !== 0) {
-            table.replay(run.id, run.epoch, run.firstSeq, r.sequence, run.base, r.offset, r.timestamp);
-            run = null;
-          }
-        } else {
-          run = null;
-        }
-      }
+      for (const r of recs) replay.record(r);
       offset = recs[recs.length - 1]!.offset + 1;
     }
     table.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
@@ -593,19 +579,27 @@ export class Partition {
 
   /** Resolves once this replica holds offset `offset` durably (a follower's fetch long-polls on it). */
   waitForLogEnd(offset: number, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
-    if (this.durableEnd > offset || this.closed) return Promise.resolve(this.durableEnd > offset);
+    return this.park(this.endWaiters, (wake) => ({ offset, wake }), () => this.durableEnd > offset, timeoutMs, signal);
+  }
+
+  /**
+   * Resolves with ready() once it holds (its waiter in `set` is woken by whoever moves what it waits on),
+   * the wait ends, the signal aborts or the partition closes.
+   */
+  private park<W extends { wake: () => void }>(set: Set<W>, make: (wake: () => void) => W, ready: () => boolean, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
+    if (ready() || this.closed) return Promise.resolve(ready());
     if (timeoutMs <= 0 || signal?.aborted) return Promise.resolve(false);
     return new Promise<boolean>((resolve) => {
       const done = () => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', done);
-        this.endWaiters.delete(waiter);
-        resolve(this.durableEnd > offset);
+        set.delete(waiter);
+        resolve(ready());
       };
-      const waiter = { offset, wake: done };
+      const waiter = make(done);
       const timer = setTimeout(done, timeoutMs);
       signal?.addEventListener('abort', done, { once: true });
-      this.endWaiters.add(waiter);
+      set.add(waiter);
     });
   }
 
@@ -618,24 +612,11 @@ export class Partition {
     if (records.length === 0) return;
     await Promise.all([this.txnReady, this.producersReady]);
     const res = await this.log.appendReplica(records);
-    let run: { id: string; epoch: number; firstSeq: number; base: number } | null = null;
+    // One call holds whole leader appends, so a batch never spans two calls.
+    const replay = this.producers ? new ProducerStateReplay(this.producers) : null;
     for (const r of records) {
       this.txns?.replay(r);
-      const table = this.producers;
-      if (!table || r.producerId === '') {
-        run = null;
-        continue;
-      }
-      if ((r.attributes & RecordAttr.CONTROL) !== 0) {
-        table.fence(r.producerId, r.epoch, r.timestamp);
-        run = null;
-      } else if (r.sequence >= 0) {
-        if (!run || run.id !== r.producerId || run.epoch !== r.epoch) run = { id: r.producerId, epoch: r.epoch, firstSeq: r.sequence, base: r.offset };
-        if ((r.attributes & ATTR_END_OF_APPEND) !== 0) {
-          table.replay(run.id, run.epoch, run.firstSeq, r.sequence, run.base, r.offset, r.timestamp);
-          run = null;
-        }
-      }
+      replay?.record(r);
     }
     this.localDurable(res.lastOffset + 1);
   }
@@ -721,20 +702,7 @@ export class Partition {
   waitForData(offset: number, timeoutMs: number, signal?: AbortSignal, isolation: Isolation = 'read_committed'): Promise<boolean> {
     const committed = isolation === 'read_committed';
     const ready = () => (committed ? this.lastStableOffset : this.highWatermark) > offset;
-    if (ready() || this.closed) return Promise.resolve(ready());
-    if (timeoutMs <= 0 || signal?.aborted) return Promise.resolve(false);
-    return new Promise<boolean>((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', done);
-        this.waiters.delete(waiter);
-        resolve(ready());
-      };
-      const waiter: Waiter = { offset, committed, wake: done };
-      const timer = setTimeout(done, timeoutMs);
-      signal?.addEventListener('abort', done, { once: true });
-      this.waiters.add(waiter);
-    });
+    return this.park<Waiter>(this.waiters, (wake) => ({ offset, committed, wake }), ready, timeoutMs, signal);
   }
 
   private notify(): void {
@@ -744,16 +712,19 @@ export class Partition {
     for (const w of this.waiters) if ((w.committed ? lso : hwm) > w.offset) w.wake();
   }
 
+  private wakeAll(): void {
+    for (const w of [...this.waiters, ...this.endWaiters]) w.wake();
+  }
+
   /** Wake every waiter and refuse new waits: shutdown must not sit out long polls. */
   beginClose(): void {
     this.closed = true;
-    for (const w of this.waiters) w.wake();
-    for (const w of this.endWaiters) w.wake();
+    this.wakeAll();
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const w of this.waiters) w.wake();
+    this.wakeAll();
     this.stopSnapshots();
     await this.producersReady;
     await this.txnReady;
@@ -765,7 +736,7 @@ export class Partition {
 
   async destroy(): Promise<void> {
     this.closed = true;
-    for (const w of this.waiters) w.wake();
+    this.wakeAll();
     this.stopSnapshots();
     await this.producersReady;
     await this.txnReady;

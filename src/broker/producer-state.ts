@@ -1,4 +1,6 @@
 import { TributaryError } from '../protocol/errors.js';
+import { RecordAttr } from '../protocol/record.js';
+import { ATTR_END_OF_APPEND } from '../storage/record-codec.js';
 
 /**
  * Idempotent producer state of one partition: per producer id, the epoch and the last few appended
@@ -199,4 +201,31 @@ export class ProducerStateTable {
 
 function outOfOrder(id: string, epoch: number, got: number, expected: number): TributaryError {
   return new TributaryError('out_of_order_sequence', { producer_id: id, epoch, sequence: got, expected });
+}
+
+/**
+ * Feeds records read back from a log (append boundaries kept), in offset order, into a table: the
+ * records of one append between end-of-append markers form one batch; a marker (control record) fences
+ * its producer at its epoch. Used for the rebuild at open and for a follower's replicated records.
+ */
+export class ProducerStateReplay {
+  private run: { id: string; epoch: number; firstSeq: number; base: number } | null = null;
+
+  constructor(private readonly table: ProducerStateTable) {}
+
+  record(r: { producerId: string; epoch: number; sequence: number; attributes: number; offset: number; timestamp: number }): void {
+    if (r.producerId !== '' && (r.attributes & RecordAttr.CONTROL) !== 0) {
+      this.table.fence(r.producerId, r.epoch, r.timestamp);
+      this.run = null;
+    } else if (r.producerId !== '' && r.sequence >= 0) {
+      const run = this.run && this.run.id === r.producerId && this.run.epoch === r.epoch ? this.run : { id: r.producerId, epoch: r.epoch, firstSeq: r.sequence, base: r.offset };
+      this.run = run;
+      if ((r.attributes & ATTR_END_OF_APPEND) !== 0) {
+        this.table.replay(run.id, run.epoch, run.firstSeq, r.sequence, run.base, r.offset, r.timestamp);
+        this.run = null;
+      }
+    } else {
+      this.run = null;
+    }
+  }
 }

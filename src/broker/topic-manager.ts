@@ -134,11 +134,7 @@ export class TopicManager {
     const run = async () => {
       const t = this.topics.get(def.name);
       if (!t || t.def.topicId !== def.topicId) return this.ensureOpen(def);
-      const dir = this.topicDir(def);
-      for (let i = t.partitions.length; i < def.partitions; i++) {
-        const log = await PartitionLog.open(path.join(dir, String(i)), this.logOptions(def), this.logger.child({ topic: def.name, partition: i }));
-        t.partitions.push(new Partition(def.name, i, log, { replicated: this.config.cluster }));
-      }
+      for (let i = t.partitions.length; i < def.partitions; i++) t.partitions.push(await this.openPartition(def, i));
       if (def.partitions > t.def.partitions) t.def = def;
       this.updateGauges();
       this.logger.info({ topic: def.name, partitions: def.partitions }, 'partitions added');
@@ -266,13 +262,14 @@ export class TopicManager {
   }
 
   private async openTopic(def: TopicDefinition): Promise<Topic> {
-    const dir = this.topicDir(def);
     const partitions: Partition[] = [];
-    for (let i = 0; i < def.partitions; i++) {
-      const log = await PartitionLog.open(path.join(dir, String(i)), this.logOptions(def), this.logger.child({ topic: def.name, partition: i }));
-      partitions.push(new Partition(def.name, i, log, { replicated: this.config.cluster }));
-    }
+    for (let i = 0; i < def.partitions; i++) partitions.push(await this.openPartition(def, i));
     return new Topic(def, partitions);
+  }
+
+  private async openPartition(def: TopicDefinition, i: number): Promise<Partition> {
+    const log = await PartitionLog.open(path.join(this.topicDir(def), String(i)), this.logOptions(def), this.logger.child({ topic: def.name, partition: i }));
+    return new Partition(def.name, i, log, { replicated: this.config.cluster });
   }
 
   private async removeOrphans(defs: TopicDefinition[]): Promise<void> {

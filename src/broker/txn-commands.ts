@@ -2,6 +2,7 @@ import { type Params, formatOk } from '../protocol/command.js';
 import { TributaryError, invalidParam } from '../protocol/errors.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, leaderGate, replicated } from './commands.js';
 import { appendNext } from '../txn/txn-targets.js';
+import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import { parseBatchEntries } from './group-commands.js';
 
 const MAX_ID = 100_000;
@@ -131,7 +132,7 @@ async function txnGroupOffsets(b: BrokerContext, _c: ConnectionContext, p: Param
   const entries = parseBatchEntries(p.line.positional);
   if (!b.coordinator.coordinates(group)) {
     if (!b.cluster) throw new TributaryError('NOT_COORDINATOR', { group });
-    throw b.cluster.notCoordinator('__consumer_offsets', b.coordinator.partitionFor(group));
+    throw b.cluster.notCoordinator(OFFSETS_TOPIC, b.coordinator.partitionFor(group));
   }
   const parts = entries.map((e) => e.partition);
   if (op === 'stage') {

@@ -2,7 +2,7 @@ import { createReadStream, statSync } from 'node:fs';
 import { type Command, Option } from 'commander';
 import type { Connection } from '../client/connection.js';
 import type { Acks, Batch, BatchRecord } from '../protocol/batch.js';
-import { partitionForKey } from '../protocol/partitioner.js';
+import { choosePartition } from '../client/producer.js';
 import { type ClientOptions, connect, formatAddress, intArg, parseBootstrap, withBootstrap, withConnection } from './client-util.js';
 import { parseMetadata } from './consume-command.js';
 import { CliError } from './errors.js';
@@ -116,7 +116,7 @@ export async function produce(topic: string, opts: ProduceOptions): Promise<numb
 
     const flush = async () => {
       if (records.length === 0) return;
-      const p = partition >= 0 ? partition : key && key.length > 0 ? partitionForKey(key, meta.partitions) : roundRobin++ % meta.partitions;
+      const p = choosePartition(key, partition >= 0 ? partition : undefined, meta.partitions, () => roundRobin++);
       const batch: Batch = {
         topic,
         partition: p,

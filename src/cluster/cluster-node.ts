@@ -5,7 +5,8 @@ import type { TopicManager } from '../broker/topic-manager.js';
 import { Connection } from '../client/connection.js';
 import { parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
-import { partitionForKey } from '../protocol/partitioner.js';
+import { parseAddress } from '../client/cluster.js';
+import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import { BrokerRegistry, type BrokerRegistration } from './broker-registry.js';
 import { Controller, assignReplicas } from './controller.js';
 import { ControllerElection } from './controller-election.js';
@@ -164,17 +165,23 @@ export class ClusterNode {
   }
 
   /**
-   * The committed offset of a group's partition, asked of the group's coordinator (the leader of its
-   * `__consumer_offsets` partition) over a connection kept per coordinator address.
+   * A connection to the broker leading a partition when that is another broker (NOT_LEADER while there is
+   * none, or while the lead is on its way here).
    */
-  async fetchCommitted(group: string, topic: string, partition: number): Promise<number | undefined> {
-    const internal = this.store.getTopic('__consumer_offsets');
-    if (!internal) throw new TributaryError('COORDINATOR_LOADING', { reason: 'the cluster has not created __consumer_offsets yet' });
-    const p = partitionForKey(Buffer.from(group, 'utf8'), internal.partitions);
-    const leader = this.leaderAddress('__consumer_offsets', p);
-    if (!leader) throw new TributaryError('COORDINATOR_LOADING', { reason: `__consumer_offsets[${p}] has no leader` });
-    const conn = await this.peer(leader.advertisedAddress);
-    const reply = await conn.command('FETCH_OFFSET', { topic, group, partition });
+  leaderPeer(topic: string, partition: number): Promise<Connection> {
+    const leader = this.leaderAddress(topic, partition);
+    if (!leader) return Promise.reject(new TributaryError('NOT_LEADER', { topic, partition, reason: 'no leader' }));
+    if (leader.id === this.config.brokerId) return Promise.reject(new TributaryError('NOT_LEADER', { topic, partition, reason: 'leadership is moving here' }));
+    return this.peer(leader.advertisedAddress);
+  }
+
+  /**
+   * The committed offset of a group's partition, asked of the group's coordinator: the leader of its
+   * `__consumer_offsets` partition (`offsetsPartition`).
+   */
+  async fetchCommitted(group: string, offsetsPartition: number, topic: string, partition: number): Promise<number | undefined> {
+    if (!this.leaderAddress(OFFSETS_TOPIC, offsetsPartition)) throw new TributaryError('COORDINATOR_LOADING', { reason: `${OFFSETS_TOPIC}[${offsetsPartition}] has no leader` });
+    const reply = await (await this.leaderPeer(OFFSETS_TOPIC, offsetsPartition)).command('FETCH_OFFSET', { topic, group, partition });
     const params = parseLine(reply).params;
     return params.get('committed') === 'true' ? Number(params.get('offset')) : undefined;
   }
@@ -185,8 +192,8 @@ export class ClusterNode {
     if (open && !open.closed) return Promise.resolve(open);
     let p = this.connecting.get(address);
     if (!p) {
-      const i = address.lastIndexOf(':');
-      p = Connection.connect({ host: address.slice(0, i), port: Number(address.slice(i + 1)), connectTimeoutMs: 2000, auth: this.peerAuth }).then(
+      const { host, port } = parseAddress(address);
+      p = Connection.connect({ host, port, connectTimeoutMs: 2000, auth: this.peerAuth }).then(
         (c) => {
           this.peers.set(address, c);
           this.connecting.delete(address);
@@ -223,8 +230,8 @@ export class ClusterNode {
   notCoordinator(topic: string, partition: number): TributaryError {
     const leader = this.leaderAddress(topic, partition);
     if (!leader) return new TributaryError('COORDINATOR_LOADING', { reason: `${topic}[${partition}] has no leader` });
-    const i = leader.advertisedAddress.lastIndexOf(':');
-    return new TributaryError('NOT_COORDINATOR', { host: leader.advertisedAddress.slice(0, i), port: Number(leader.advertisedAddress.slice(i + 1)) });
+    const { host, port } = parseAddress(leader.advertisedAddress);
+    return new TributaryError('NOT_COORDINATOR', { host, port });
   }
 
   status(): Record<string, unknown> {

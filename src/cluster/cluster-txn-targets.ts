@@ -1,16 +1,14 @@
 import type { TopicManager } from '../broker/topic-manager.js';
 import type { MarkerType } from '../broker/txn-index.js';
-import type { Connection } from '../client/connection.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
+import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
 import { parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
-import { partitionForKey } from '../protocol/partitioner.js';
 import type { RecordInput } from '../protocol/record.js';
 import { LocalTxnTargets, type StageRequest, type TxnTargets, appendNext } from '../txn/txn-targets.js';
 import type { ClusterNode } from './cluster-node.js';
 
-const OFFSETS_TOPIC = '__consumer_offsets';
 /** How long a marker or an offset change keeps looking for a leader or coordinator that moved. */
 const MOVE_WAIT_MS = 10_000;
 
@@ -45,7 +43,7 @@ export class ClusterTxnTargets implements TxnTargets {
       await this.replicated(topic, partition, res.offset);
       return res;
     }
-    const conn = await this.leaderConnection(topic, partition);
+    const conn = await this.cluster.leaderPeer(topic, partition);
     const reply = await conn.command('TXN_APPEND', {
       topic,
       partition,
@@ -66,7 +64,7 @@ export class ClusterTxnTargets implements TxnTargets {
         await this.replicated(topic, partition, m.offset);
         return;
       }
-      const conn = await this.leaderConnection(topic, partition);
+      const conn = await this.cluster.leaderPeer(topic, partition);
       await conn.command('TXN_MARKER', { topic, partition, producerId, epoch, result: type });
     });
   }
@@ -126,18 +124,9 @@ export class ClusterTxnTargets implements TxnTargets {
     group: string,
     f: { op: string; transactional_id: string; group: string; topic: string; member?: string; generation?: number; entries: OffsetEntry[] },
   ): Promise<void> {
-    const internal = this.topics.tryGet(OFFSETS_TOPIC);
-    if (!internal) throw new TributaryError('COORDINATOR_LOADING', { reason: 'no __consumer_offsets yet' });
-    const p = partitionForKey(Buffer.from(group, 'utf8'), internal.partitions.length);
-    const conn = await this.leaderConnection(OFFSETS_TOPIC, p);
+    if (!this.topics.tryGet(OFFSETS_TOPIC)) throw new TributaryError('COORDINATOR_LOADING', { reason: `no ${OFFSETS_TOPIC} yet` });
+    const conn = await this.cluster.leaderPeer(OFFSETS_TOPIC, this.groups.partitionFor(group));
     const { entries, ...fields } = f;
     await conn.command('TXN_GROUP_OFFSETS', fields, [entries.map((e) => `P${e.partition}:${e.offset}`).join(',')]);
-  }
-
-  private leaderConnection(topic: string, partition: number): Promise<Connection> {
-    const leader = this.cluster.leaderAddress(topic, partition);
-    if (!leader) return Promise.reject(new TributaryError('NOT_LEADER', { topic, partition, reason: 'no leader' }));
-    if (leader.id === this.cluster.brokerId) return Promise.reject(new TributaryError('NOT_LEADER', { topic, partition, reason: 'leadership is moving here' }));
-    return this.cluster.peer(leader.advertisedAddress);
   }
 }

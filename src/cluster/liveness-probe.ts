@@ -1,5 +1,6 @@
 import net from 'node:net';
 import type { Logger } from '../broker/logger.js';
+import { parseAddress } from '../client/cluster.js';
 import type { BrokerRegistration } from './broker-registry.js';
 
 /** How long a reconnect may take before it counts as failed. */
@@ -75,8 +76,7 @@ export class LivenessProbe {
   /** `probing`: a reconnect after a close; its refusal means the process is gone. */
   private connect(id: number, w: Watched, probing: boolean): void {
     if (this.stopped || w.closed) return;
-    const i = w.address.lastIndexOf(':');
-    const socket = net.connect({ host: w.address.slice(0, i), port: Number(w.address.slice(i + 1)) });
+    const socket = net.connect(parseAddress(w.address));
     w.socket = socket;
     const timer = setTimeout(() => socket.destroy(new Error('connect timeout')), CONNECT_TIMEOUT_MS);
     let connected = false;

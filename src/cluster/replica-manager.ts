@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { Logger } from '../broker/logger.js';
 import type { Partition } from '../broker/partition.js';
 import type { TopicManager } from '../broker/topic-manager.js';
+import { parseAddress } from '../client/cluster.js';
 import type { Connection } from '../client/connection.js';
 import { parseError, parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
@@ -130,9 +131,20 @@ export class ReplicaManager {
   requireLeader(topic: string, partition: number): Replica {
     const r = this.replicas.get(key(topic, partition));
     if (r?.role === 'leader' && this.deps.registry.alive) return r;
+    throw this.notLeader(topic, partition);
+  }
+
+  /** requireLeader for a follower's request, which also names the leader epoch it follows. */
+  private requireLeaderAt(topic: string, partition: number, leaderEpoch: number): Replica {
+    const r = this.requireLeader(topic, partition);
+    if (leaderEpoch !== r.leaderEpoch) throw new TributaryError('FENCED_LEADER_EPOCH', { topic, partition, leader_epoch: r.leaderEpoch, requested: leaderEpoch });
+    return r;
+  }
+
+  private notLeader(topic: string, partition: number): TributaryError {
     const leader = this.leaderOf(topic, partition);
     const extra = leader && leader.id !== this.deps.brokerId ? [`LEADER_IS ${leader.advertisedAddress}`] : [];
-    throw new TributaryError('NOT_LEADER', { topic, partition }, undefined, extra);
+    return new TributaryError('NOT_LEADER', { topic, partition }, undefined, extra);
   }
 
   /** acks=all: refused before the append when the ISR is below min_insync_replicas. */
@@ -240,12 +252,7 @@ export class ReplicaManager {
    * HWM and, on catch-up, brings it back into the ISR.
    */
   followerFetch(topic: string, partition: number, replicaId: number, leaderEpoch: number, offset: number): Replica {
-    const r = this.replicas.get(key(topic, partition));
-    if (r?.role !== 'leader' || !this.deps.registry.alive) {
-      const leader = this.leaderOf(topic, partition);
-      throw new TributaryError('NOT_LEADER', { topic, partition }, undefined, leader && leader.id !== this.deps.brokerId ? [`LEADER_IS ${leader.advertisedAddress}`] : []);
-    }
-    if (leaderEpoch !== r.leaderEpoch) throw new TributaryError('FENCED_LEADER_EPOCH', { topic, partition, leader_epoch: r.leaderEpoch, requested: leaderEpoch });
+    const r = this.requireLeaderAt(topic, partition, leaderEpoch);
     const f = r.followers.get(replicaId);
     if (!f) throw new TributaryError('invalid_parameter', { param: 'replica', reason: `broker ${replicaId} is not a replica of ${topic}[${partition}]` });
     if (offset > r.partition.logEndOffset) {
@@ -316,7 +323,7 @@ export class ReplicaManager {
         if (!conn || conn.closed) {
           const leader = this.deps.registry.get(r.leaderId);
           if (!leader) throw new TributaryError('NOT_LEADER', { reason: `leader ${r.leaderId} is not registered` });
-          const [host, port] = splitAddress(leader.advertisedAddress);
+          const { host, port } = parseAddress(leader.advertisedAddress);
           conn = await this.deps.connect(host, port, signal);
           truncated = false;
         }
@@ -377,9 +384,7 @@ export class ReplicaManager {
 
   /** LEADER_EPOCHS on the leader: its epoch history and log end. */
   epochHistory(topic: string, partition: number, leaderEpoch: number): { epochs: Array<[number, number]>; logEnd: number } {
-    const r = this.replicas.get(key(topic, partition));
-    if (r?.role !== 'leader') throw new TributaryError('NOT_LEADER', { topic, partition });
-    if (leaderEpoch !== r.leaderEpoch) throw new TributaryError('FENCED_LEADER_EPOCH', { topic, partition, leader_epoch: r.leaderEpoch, requested: leaderEpoch });
+    const r = this.requireLeaderAt(topic, partition, leaderEpoch);
     return { epochs: r.epochs.entries(), logEnd: r.partition.logEndOffset };
   }
 
@@ -387,9 +392,4 @@ export class ReplicaManager {
   all(): Replica[] {
     return [...this.replicas.values()];
   }
-}
-
-export function splitAddress(addr: string): [string, number] {
-  const i = addr.lastIndexOf(':');
-  return [addr.slice(0, i), Number(addr.slice(i + 1))];
 }
