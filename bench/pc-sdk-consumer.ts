@@ -15,44 +15,26 @@
  * line when all N ids arrived (plus `linger-ms` to catch late duplicates), or when `done` was written
  * to stdin and nothing new arrived for `grace-ms`.
  */
-import { parseArgs } from 'node:util';
 import { Consumer, type EachBatchPayload } from '../src/client/consumer.js';
+import { workerArgs } from './worker-args.js';
 import { nowMs, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES } from './pc-payload.js';
 import { Tally, finishAfterProducer } from './pc-tally.js';
 
-const { values: a } = parseArgs({
-  options: {
-    host: { type: 'string', default: '127.0.0.1' },
-    port: { type: 'string' },
-    topic: { type: 'string', default: 'bench' },
-    partitions: { type: 'string', default: '12' },
-    count: { type: 'string' },
-    size: { type: 'string' },
-    mode: { type: 'string', default: 'poll' },
-    'fetch-records': { type: 'string', default: '5000' },
-    'fetch-bytes': { type: 'string', default: String(4 * 1024 * 1024) },
-    'max-wait-ms': { type: 'string', default: '500' },
-    concurrency: { type: 'string', default: '12' },
-    'linger-ms': { type: 'string', default: '300' },
-    'grace-ms': { type: 'string', default: '10000' },
-    target: { type: 'string', default: 'broker' },
-  },
-});
+const args = workerArgs('pc-sdk-consumer', {
+  mode: { type: 'string', default: 'poll' },
+  'fetch-records': { type: 'string', default: '5000' },
+  'fetch-bytes': { type: 'string', default: String(4 * 1024 * 1024) },
+  'max-wait-ms': { type: 'string', default: '500' },
+  concurrency: { type: 'string', default: '12' },
+  'linger-ms': { type: 'string', default: '300' },
+  'grace-ms': { type: 'string', default: '10000' },
+}, 0);
+const { a, int } = args;
+// Annotated: a call through it then ends control flow, as the function it replaces did.
+const fail: (msg: string) => never = args.fail;
 
-function int(name: string, v: string | undefined, min = 0): number {
-  const n = Number(v);
-  if (!Number.isSafeInteger(n) || n < min) {
-    process.stderr.write(`pc-sdk-consumer: --${name} must be an integer >= ${min} (got ${v})\n`);
-    process.exit(2);
-  }
-  return n;
-}
 
-function fail(msg: string): never {
-  process.stderr.write(`pc-sdk-consumer: ${msg}\n`);
-  process.exit(1);
-}
 
 const host = a.host!;
 const port = int('port', a.port, 1);

@@ -14,42 +14,24 @@
  * Reports one JSON line on stdout: {"event":"result", records, elapsedMs, recordsPerSec, ackP50Ms, ...},
  * where ack latency is per send() (call to resolve).
  */
-import { parseArgs } from 'node:util';
 import { Producer, type ProducerMessage } from '../src/client/producer.js';
+import { workerArgs } from './worker-args.js';
 import { nowMs, percentile, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES, writePayloadHeader } from './pc-payload.js';
 
-const { values: a } = parseArgs({
-  options: {
-    host: { type: 'string', default: '127.0.0.1' },
-    port: { type: 'string' },
-    topic: { type: 'string', default: 'bench' },
-    partitions: { type: 'string', default: '12' },
-    count: { type: 'string' },
-    size: { type: 'string' },
-    chunk: { type: 'string', default: '500' },
-    'in-flight': { type: 'string', default: '64' },
-    'linger-ms': { type: 'string', default: '5' },
-    'max-batch-bytes': { type: 'string', default: String(256 * 1024) },
-    'max-in-flight-per-partition': { type: 'string', default: '16' },
-    partitioning: { type: 'string', default: 'chunk' },
-    target: { type: 'string', default: 'broker' },
-  },
-});
+const args = workerArgs('pc-sdk-producer', {
+  chunk: { type: 'string', default: '500' },
+  'in-flight': { type: 'string', default: '64' },
+  'linger-ms': { type: 'string', default: '5' },
+  'max-batch-bytes': { type: 'string', default: String(256 * 1024) },
+  'max-in-flight-per-partition': { type: 'string', default: '16' },
+  partitioning: { type: 'string', default: 'chunk' },
+}, 1);
+const { a, int } = args;
+// Annotated: a call through it then ends control flow, as the function it replaces did.
+const fail: (msg: string) => never = args.fail;
 
-function int(name: string, v: string | undefined, min = 1): number {
-  const n = Number(v);
-  if (!Number.isSafeInteger(n) || n < min) {
-    process.stderr.write(`pc-sdk-producer: --${name} must be an integer >= ${min} (got ${v})\n`);
-    process.exit(2);
-  }
-  return n;
-}
 
-function fail(msg: string): never {
-  process.stderr.write(`pc-sdk-producer: ${msg}\n`);
-  process.exit(1);
-}
 
 const host = a.host!;
 const port = int('port', a.port);
