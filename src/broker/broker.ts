@@ -69,9 +69,9 @@ export class Broker implements BrokerContext {
     // Cluster mode: coordinators append only as the partition's leader and answer once it is replicated.
     const internalAppend: InternalAppend | undefined = this.cluster
       ? async (part, records) => {
-          leaderGate(this, part);
+          const epoch = leaderGate(this, part);
           const res = await part.append(records);
-          await replicated(this, part, res.lastOffset);
+          await replicated(this, part, res.lastOffset, epoch);
         }
       : undefined;
     this.groupLog = new GroupLog(() => this.topics.get(OFFSETS_TOPIC).partitions, internalAppend);
@@ -99,7 +99,7 @@ export class Broker implements BrokerContext {
       topics: this.topics,
       log: new TxnLog(() => this.topics.get(TXN_STATE_TOPIC).partitions, internalAppend),
       targets: this.cluster
-        ? new ClusterTxnTargets(this.cluster, this.topics, this.coordinator, (topic, partition, last) => replicated(this, this.topics.get(topic).partition(partition), last))
+        ? new ClusterTxnTargets(this.cluster, this.topics, this.coordinator, (topic, partition, last, epoch) => replicated(this, this.topics.get(topic).partition(partition), last, epoch))
         : new LocalTxnTargets(this.topics, this.coordinator),
       logger: logger.child({ component: 'txn-coordinator' }),
       registry: this.metrics.registry,

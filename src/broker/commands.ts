@@ -306,19 +306,35 @@ function batchIdempotence(batch: Batch): { producerId: string; epoch: number; fi
 
 /**
  * Cluster mode: only the partition's leader appends (NOT_LEADER LEADER_IS otherwise), and acks=all is
- * refused up front below min_insync_replicas. Standalone: always the leader.
+ * refused up front below min_insync_replicas. Returns the leader epoch the append is made under (for
+ * replicated()); standalone: always the leader, undefined.
  */
-export function leaderGate(b: BrokerContext, partition: Partition, acks?: string): void {
-  if (!b.cluster) return;
+export function leaderGate(b: BrokerContext, partition: Partition, acks?: string): number | undefined {
+  if (!b.cluster) return undefined;
   const replica = b.cluster.requireLeader(partition.topic, partition.id);
   if (acks === 'all' || acks === '-1') b.cluster.replicas.checkMinIsr(replica);
+  return replica.leaderEpoch;
 }
 
-/** acks=all in a cluster: answers once the HWM passed the record (every in-sync replica has it). */
-export async function replicated(b: BrokerContext, partition: Partition, lastOffset: number): Promise<void> {
-  if (!b.cluster || partition.highWatermark > lastOffset) return;
-  const ok = await partition.waitForData(lastOffset, b.config.replicationTimeoutMs, undefined, 'read_uncommitted');
-  if (!ok) throw new TributaryError('request_timeout', { reason: 'the in-sync replicas did not confirm the record in time', topic: partition.topic, partition: partition.id });
+/**
+ * acks=all in a cluster: answers once the HWM passed the record (every in-sync replica has it) while this
+ * broker still leads at `epoch`, the epoch leaderGate() returned before the append; a leadership change
+ * fails it at once with NOT_LEADER.
+ */
+export async function replicated(b: BrokerContext, partition: Partition, lastOffset: number, epoch: number | undefined): Promise<void> {
+  if (!b.cluster) return;
+  if (epoch === undefined) throw new TributaryError('internal_error', { reason: 'a replicated append without its leader epoch' });
+  await b.cluster.replicas.waitReplicated(partition.topic, partition.id, epoch, lastOffset, b.config.replicationTimeoutMs);
+}
+
+/**
+ * The reply's gate after the append: acks=all waits for replication (replicated()); acks=1 in a cluster
+ * is refused with NOT_LEADER if leadership moved while the record was being written, since the new
+ * leader may not have it (it still may be lost later: that is acks=1).
+ */
+async function acknowledged(b: BrokerContext, partition: Partition, lastOffset: number, acks: string, epoch: number | undefined): Promise<void> {
+  if (acks === 'all' || acks === '-1') return replicated(b, partition, lastOffset, epoch);
+  if (b.cluster && epoch !== undefined && !b.cluster.replicas.leadsAt(partition.topic, partition.id, epoch)) throw b.cluster.replicas.notLeaderError(partition.topic, partition.id);
 }
 
 function refuseInternal(topic: string): void {
@@ -337,7 +353,7 @@ async function publish(b: BrokerContext, _c: ConnectionContext, p: Params): Prom
   const value = Buffer.from(message, 'utf8');
   checkRecordSize(b, value.length + (key?.length ?? 0));
   const partition = topic.partition(topic.choosePartition(explicit, key));
-  leaderGate(b, partition, acks);
+  const epoch = leaderGate(b, partition, acks);
   const appended = idem
     ? partition.appendIdempotent([{ key, value, producerId: idem.producerId, epoch: idem.epoch, sequence: idem.seqNum }], {
         producerId: idem.producerId,
@@ -352,7 +368,7 @@ async function publish(b: BrokerContext, _c: ConnectionContext, p: Params): Prom
     return 'OK';
   }
   const res = await appended;
-  if (acks === 'all' || acks === '-1') await replicated(b, partition, res.lastOffset);
+  await acknowledged(b, partition, res.lastOffset, acks, epoch);
   return JSON.stringify({ status: 'OK', partition: partition.id, offset: res.baseOffset, leader: leaderAddress(b) });
 }
 
@@ -368,13 +384,13 @@ const NO_HEADERS: RecordHeader[] = Object.freeze([]) as unknown as RecordHeader[
 export async function produceBatch(b: BrokerContext, c: ConnectionContext, body: Buffer): Promise<Reply> {
   // The synchronous part keeps the decoded batch in its own frame, so the records are not held here while
   // the append waits for the fsync (only the log holds them, and only until they are written).
-  const { partition, appended, count, acks, topic } = startAppend(b, c, body);
+  const { partition, appended, count, acks, topic, epoch } = startAppend(b, c, body);
   if (acks === '0') {
     appended.catch((err) => b.logger.warn({ err, topic }, 'acks=0 append failed'));
     return 'OK';
   }
   const res = await appended;
-  if (acks === 'all' || acks === '-1') await replicated(b, partition, res.lastOffset);
+  await acknowledged(b, partition, res.lastOffset, acks, epoch);
   return JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count });
 }
 
@@ -382,7 +398,7 @@ function startAppend(
   b: BrokerContext,
   c: ConnectionContext,
   body: Buffer,
-): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string } {
+): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string; epoch: number | undefined } {
   const ext = c.features.has('record_extensions_v1');
   // Fast path: validate without a record object per record, and encode the log's records straight from
   // the wire bytes (the same stored bytes as the records below would give). Header keys that are not
@@ -427,17 +443,17 @@ function startAppend(
   }
   // partition -1: the broker picks one partition for the whole batch (first record's key, else round-robin).
   const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, records[0]!.key));
-  leaderGate(b, partition, batch.acks);
+  const epoch = leaderGate(b, partition, batch.acks);
   const appended = idem ? partition.appendIdempotent(records, idem) : partition.append(records);
   countIn(b, topic.name, n, bytes);
-  return { partition, appended, count: n, acks: batch.acks, topic: topic.name };
+  return { partition, appended, count: n, acks: batch.acks, topic: topic.name, epoch };
 }
 
 /** startAppend for a batch scanBatch validated: the same checks, in the same order, with the same errors. */
 function startWireAppend(
   b: BrokerContext,
   batch: ScannedBatch,
-): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string } {
+): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string; epoch: number | undefined } {
   const topic = b.topics.get(batch.topic);
   refuseInternal(topic.name);
   const n = batch.count;
@@ -458,10 +474,10 @@ function startWireAppend(
     if (i === 0 && keyLen > 0) firstKey = body.subarray(k + 2, k + 2 + keyLen);
   }
   const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, firstKey));
-  leaderGate(b, partition, batch.acks);
+  const epoch = leaderGate(b, partition, batch.acks);
   const appended = partition.appendWire(batch);
   countIn(b, topic.name, n, bytes);
-  return { partition, appended, count: n, acks: batch.acks, topic: topic.name };
+  return { partition, appended, count: n, acks: batch.acks, topic: topic.name, epoch };
 }
 
 // ---- consume ----

@@ -100,11 +100,11 @@ async function txnAppend(b: BrokerContext, _c: ConnectionContext, p: Params): Pr
   const keyStr = p.str('key', { maxLength: 65_535, allowEmpty: true });
   const message = p.str('message', { required: true, allowEmpty: true }) as string;
   const part = b.topics.get(topic).partition(partition);
-  leaderGate(b, part);
+  const leaderEpoch = leaderGate(b, part);
   // No await before appendNext: pipelined appends of one producer take sequences in arrival order.
   const appended = appendNext(b.topics, topic, partition, { key: keyStr ? Buffer.from(keyStr, 'utf8') : null, value: Buffer.from(message, 'utf8') }, producerId, epoch);
   const res = await appended;
-  await replicated(b, part, res.offset);
+  await replicated(b, part, res.offset, leaderEpoch);
   return formatOk({ topic, partition, offset: res.offset });
 }
 
@@ -116,9 +116,9 @@ async function txnMarker(b: BrokerContext, _c: ConnectionContext, p: Params): Pr
   const result = p.oneOf('result', ['commit', 'abort'] as const);
   if (!result) throw invalidParam('result', 'required: commit or abort');
   const part = b.topics.get(topic).partition(partition);
-  leaderGate(b, part);
+  const leaderEpoch = leaderGate(b, part);
   const m = await part.writeMarker(producerId, epoch, result);
-  await replicated(b, part, m.offset);
+  await replicated(b, part, m.offset, leaderEpoch);
   return formatOk({ topic, partition, offset: m.offset });
 }
 

@@ -32,15 +32,17 @@ export class ClusterTxnTargets implements TxnTargets {
     private readonly cluster: ClusterNode,
     private readonly topics: TopicManager,
     private readonly groups: GroupCoordinator,
-    private readonly replicated: (topic: string, partition: number, lastOffset: number) => Promise<void>,
+    /** Waits for replication of an append made while leading at `epoch` (commands.ts replicated()). */
+    private readonly replicated: (topic: string, partition: number, lastOffset: number, epoch: number) => Promise<void>,
   ) {
     this.local = new LocalTxnTargets(topics, groups);
   }
 
   async append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number): Promise<{ offset: number }> {
     if (this.cluster.isLeader(topic, partition)) {
+      const leaderEpoch = this.cluster.requireLeader(topic, partition).leaderEpoch;
       const res = await appendNext(this.topics, topic, partition, record, producerId, epoch);
-      await this.replicated(topic, partition, res.offset);
+      await this.replicated(topic, partition, res.offset, leaderEpoch);
       return res;
     }
     const conn = await this.cluster.leaderPeer(topic, partition);
@@ -59,9 +61,10 @@ export class ClusterTxnTargets implements TxnTargets {
     return this.following(async () => {
       if (!this.topics.tryGet(topic)) return;
       if (this.cluster.isLeader(topic, partition)) {
+        const leaderEpoch = this.cluster.requireLeader(topic, partition).leaderEpoch;
         const part = this.topics.get(topic).partition(partition);
         const m = await part.writeMarker(producerId, epoch, type);
-        await this.replicated(topic, partition, m.offset);
+        await this.replicated(topic, partition, m.offset, leaderEpoch);
         return;
       }
       const conn = await this.cluster.leaderPeer(topic, partition);

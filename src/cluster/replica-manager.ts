@@ -48,6 +48,16 @@ export interface Replica {
   stop: AbortController | null;
   /** An ISR change being written to etcd (one at a time per partition). */
   isrChange: Promise<void> | null;
+  /** acks=all and coordinator appends waiting for the HWM to pass their record (see waitReplicated). */
+  ackWaiters: Set<AckWaiter>;
+}
+
+/** An append acknowledged only once replicated, and only if this broker still leads at the append's epoch. */
+interface AckWaiter {
+  epoch: number;
+  offset: number;
+  resolve: () => void;
+  reject: (err: Error) => void;
 }
 
 function key(topic: string, partition: number): string {
@@ -106,6 +116,7 @@ export class ReplicaManager {
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.lagTimer);
+    for (const r of this.replicas.values()) this.failAckWaiters(r, () => new TributaryError('shutting_down'));
     for (const r of this.replicas.values()) r.stop?.abort();
     await Promise.all([...this.replicas.values()].map((r) => r.epochs.flush().catch(() => {})));
   }
@@ -139,6 +150,16 @@ export class ReplicaManager {
     const r = this.requireLeader(topic, partition);
     if (leaderEpoch !== r.leaderEpoch) throw new TributaryError('FENCED_LEADER_EPOCH', { topic, partition, leader_epoch: r.leaderEpoch, requested: leaderEpoch });
     return r;
+  }
+
+  /** Whether this broker leads the partition at exactly `epoch` now. */
+  leadsAt(topic: string, partition: number, epoch: number): boolean {
+    const r = this.replicas.get(key(topic, partition));
+    return r?.role === 'leader' && r.leaderEpoch === epoch && this.deps.registry.alive;
+  }
+
+  notLeaderError(topic: string, partition: number): TributaryError {
+    return this.notLeader(topic, partition);
   }
 
   private notLeader(topic: string, partition: number): TributaryError {
@@ -189,6 +210,7 @@ export class ReplicaManager {
         followers: new Map(),
         stop: null,
         isrChange: null,
+        ackWaiters: new Set(),
       };
       this.replicas.set(key(e.topic, e.partition), r);
       r.epochsLoaded = r.epochs.load();
@@ -205,6 +227,9 @@ export class ReplicaManager {
     }
     r.stop?.abort();
     r.stop = null;
+    // Before anything else moves (a follower truncates, takes the new leader's HWM): a record appended
+    // under the old epoch may be truncated, so no waiter of that epoch may ever be answered OK.
+    this.failAckWaiters(r, () => this.notLeader(r!.topic, r!.id));
     r.leaderEpoch = s.leaderEpoch;
     r.leaderId = s.leader;
     r.role = wanted;
@@ -241,6 +266,57 @@ export class ReplicaManager {
       hwm = Math.min(hwm, f ? Math.max(f.offset, 0) : 0);
     }
     if (hwm > r.partition.highWatermark) r.partition.setReplicatedHighWatermark(hwm);
+    this.releaseAckWaiters(r);
+  }
+
+  /**
+   * Resolves once the HWM passed `lastOffset`, appended while this broker led the partition at `epoch`.
+   * It is answered OK only while the broker still leads at that epoch (a leader never truncates, so the
+   * record at that offset is the one appended); a change of epoch or role fails it at once with a
+   * retriable NOT_LEADER, never a wait for the timeout (docs/architecture.md, "acks=all").
+   */
+  waitReplicated(topic: string, partition: number, epoch: number, lastOffset: number, timeoutMs: number): Promise<void> {
+    const r = this.replicas.get(key(topic, partition));
+    if (!r || r.role !== 'leader' || r.leaderEpoch !== epoch) return Promise.reject(this.notLeader(topic, partition));
+    if (r.partition.highWatermark > lastOffset) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        r.ackWaiters.delete(w);
+        reject(new TributaryError('request_timeout', { reason: 'the in-sync replicas did not confirm the record in time', topic, partition }));
+      }, timeoutMs);
+      const w: AckWaiter = {
+        epoch,
+        offset: lastOffset,
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        reject: (err) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      };
+      r.ackWaiters.add(w);
+    });
+  }
+
+  private releaseAckWaiters(r: Replica): void {
+    if (r.ackWaiters.size === 0) return;
+    const hwm = r.partition.highWatermark;
+    for (const w of r.ackWaiters) {
+      if (w.epoch !== r.leaderEpoch || r.role !== 'leader') continue;
+      if (hwm > w.offset) {
+        r.ackWaiters.delete(w);
+        w.resolve();
+      }
+    }
+  }
+
+  private failAckWaiters(r: Replica, error: () => Error): void {
+    if (r.ackWaiters.size === 0) return;
+    const waiters = [...r.ackWaiters];
+    r.ackWaiters.clear();
+    for (const w of waiters) w.reject(error());
   }
 
   private onLocalDurable(r: Replica): void {
