@@ -9,6 +9,7 @@ import { TributaryError } from '../protocol/errors.js';
 import { ClientConnection } from './client-connection.js';
 import type { BrokerContext } from './commands.js';
 import type { BrokerConfig } from './config.js';
+import { type DataDirLock, lockDataDir } from './data-dir-lock.js';
 import { createHealthServer } from './http-server.js';
 import type { Logger } from './logger.js';
 import { BrokerMetrics } from './metrics.js';
@@ -58,6 +59,7 @@ export class Broker implements BrokerContext {
   private state: State = 'new';
   private boundPort = 0;
   private boundHealthPort = 0;
+  private dataDirLock: DataDirLock | undefined;
 
   constructor(
     readonly config: BrokerConfig,
@@ -131,10 +133,20 @@ export class Broker implements BrokerContext {
     return this.state === 'ready';
   }
 
-  /** Listens first (so /live and PROTOCOL_INFO answer during recovery), then recovers, then serves. */
+  /**
+   * Locks the data directory, listens (so /live and PROTOCOL_INFO answer during recovery), then
+   * recovers, then serves.
+   */
   async start(): Promise<void> {
     if (this.state !== 'new') throw new Error(`broker already ${this.state}`);
     this.state = 'recovering';
+    try {
+      // Before anything binds or opens a log: a second broker on the directory must touch nothing.
+      this.dataDirLock = await lockDataDir(this.config.dataDir);
+    } catch (err) {
+      this.state = 'stopped'; // nothing to stop
+      throw err;
+    }
     this.boundHealthPort = await listen(this.health, this.config.healthPort, this.config.host);
     this.boundPort = await listen(this.server, this.config.port, this.config.host);
     const t0 = Date.now();
@@ -166,13 +178,19 @@ export class Broker implements BrokerContext {
    */
   private async startCluster(cluster: ClusterNode): Promise<void> {
     this.topics.followStore(() => {});
+    // A coordinator that has just noticed a pause of its own process answers NOT_COORDINATOR, and takes no
+    // decision, until etcd confirms its lease: its partitions may have moved while it was frozen.
+    const leaseHeld = () => cluster.registry.alive;
     this.coordinator.enableOwnership(
       (p) => cluster.notCoordinator(OFFSETS_TOPIC, p),
       () => this.topics.tryGet(OFFSETS_TOPIC) !== undefined,
+      leaseHeld,
+      (p) => (cluster.replicas.get(OFFSETS_TOPIC, p)?.role !== 'leader' ? false : leaseHeld() ? true : undefined),
     );
     this.transactions.enableOwnership(
       (p) => cluster.notCoordinator(TXN_STATE_TOPIC, p),
       () => this.topics.tryGet(TXN_STATE_TOPIC) !== undefined,
+      leaseHeld,
     );
     await this.coordinator.startOwned();
     await cluster.start(this.topics, this.advertised, () => this.ensureClusterTopics(cluster));
@@ -327,6 +345,7 @@ export class Broker implements BrokerContext {
     await this.topics.close();
     if (!this.cluster) await this.store.close();
     await new Promise<void>((resolve) => this.health.close(() => resolve()));
+    await this.dataDirLock?.release();
     this.state = 'stopped';
     this.logger.info('broker stopped');
   }

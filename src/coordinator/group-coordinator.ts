@@ -83,6 +83,11 @@ export class GroupCoordinator {
   /** Partitions (pendingKey) with offsets sent to transactions that have not ended: the transactional ids. */
   private readonly pending = new Map<string, Set<string>>();
   private ownership: PartitionOwnership | null = null;
+  /**
+   * Cluster mode: whether this broker leads a `__consumer_offsets` partition (to reload it after a refused
+   * write); undefined while it cannot tell yet (its lease unconfirmed after a pause).
+   */
+  private leads: ((partition: number) => boolean | undefined) | undefined;
   private readonly locks = new KeyedLock();
   private readonly wakers = new Map<string, Set<() => void>>();
   private readonly windowWaiters = new Map<string, Set<() => void>>();
@@ -174,8 +179,19 @@ export class GroupCoordinator {
    * loaded; others get `notCoordinator(partition)` (NOT_COORDINATOR naming the leader), loading ones
    * COORDINATOR_LOADING.
    */
-  enableOwnership(notCoordinator: (partition: number) => TributaryError, offsetsTopicExists: () => boolean): void {
-    this.ownership = new PartitionOwnership('__consumer_offsets', notCoordinator, offsetsTopicExists);
+  enableOwnership(
+    notCoordinator: (partition: number) => TributaryError,
+    offsetsTopicExists: () => boolean,
+    leaseHeld?: () => boolean,
+    leads?: (partition: number) => boolean | undefined,
+  ): void {
+    this.ownership = new PartitionOwnership('__consumer_offsets', notCoordinator, offsetsTopicExists, leaseHeld);
+    this.leads = leads;
+  }
+
+  /** Whether timers may take decisions now (false while a cluster broker's lease is unconfirmed). */
+  private canAct(): boolean {
+    return this.ownership?.canAct() ?? true;
   }
 
   /** Whether this broker coordinates the group now (always, standalone). */
@@ -194,24 +210,35 @@ export class GroupCoordinator {
    */
   async loadPartition(partition: number): Promise<void> {
     await this.ownership?.load(partition, async () => {
-      const now = Date.now();
-      const { groups } = await this.deps.groupLog.replay(partition);
-      for (const snap of groups.values()) if (snap) this.restore(snap, now);
-      const store = this.deps.offsetStore;
-      const offsets =
-        store instanceof LogOffsetStore ? await store.loadPartition(partition) : (await store.loadAll()).filter((x) => this.partitionFor(x.group) === partition);
-      for (const x of offsets) {
-        setOffset(this.committed, x.group, x.topic, x.partition, x.offset);
-        setOffset(this.reserved, x.group, x.topic, x.partition, x.offset);
-      }
-      this.deps.logger.info({ partition, groups: groups.size }, 'took over coordinator partition');
+      const groups = await this.replayPartition(partition);
+      this.deps.logger.info({ partition, groups }, 'took over coordinator partition');
     });
+  }
+
+  /** Groups and offsets of one `__consumer_offsets` partition from the log (and the offset store). */
+  private async replayPartition(partition: number): Promise<number> {
+    const now = Date.now();
+    const { groups } = await this.deps.groupLog.replay(partition);
+    for (const snap of groups.values()) if (snap) this.restore(snap, now);
+    const store = this.deps.offsetStore;
+    const offsets =
+      store instanceof LogOffsetStore ? await store.loadPartition(partition) : (await store.loadAll()).filter((x) => this.partitionFor(x.group) === partition);
+    for (const x of offsets) {
+      setOffset(this.committed, x.group, x.topic, x.partition, x.offset);
+      setOffset(this.reserved, x.group, x.topic, x.partition, x.offset);
+    }
+    return groups.size;
   }
 
   /** Leadership of the partition moved away: forget its groups (their new coordinator replays them). */
   unloadPartition(partition: number): void {
     if (!this.ownership) return;
     this.ownership.unload(partition);
+    this.dropPartition(partition);
+  }
+
+  /** Forgets the groups and offsets of one `__consumer_offsets` partition. */
+  private dropPartition(partition: number): void {
     const gone = new Set<string>();
     for (const g of [...this.groups.values()]) {
       if (this.partitionFor(g.groupId) !== partition) continue;
@@ -297,8 +324,40 @@ export class GroupCoordinator {
     };
   }
 
-  private persist(g: ConsumerGroup): Promise<void> {
-    return this.deps.groupLog.writeGroup(this.snapshot(g));
+  /**
+   * Writes the group's snapshot. The change is already in memory (the lock keeps anyone from seeing it
+   * in between), so a refused or failed write must not leave it there: memory would then differ from
+   * the log, and a paused coordinator resumed after losing its partition would answer from a state no
+   * one else has. The partition is dropped and, if still led here, replayed from the log, which holds
+   * exactly what was accepted (a write whose outcome is unknown included).
+   */
+  private async persist(g: ConsumerGroup): Promise<void> {
+    try {
+      await this.deps.groupLog.writeGroup(this.snapshot(g));
+    } catch (err) {
+      this.resync(this.partitionFor(g.groupId), err);
+      throw err;
+    }
+  }
+
+  private resync(partition: number, cause: unknown): void {
+    this.deps.logger.warn({ err: cause, partition }, 'a group change was not accepted by the log; reloading the partition from it');
+    if (this.ownership) {
+      this.unloadPartition(partition);
+      // Leadership changes load and unload partitions by themselves; a write refused while the lead stayed
+      // here (a pause shorter than the lease, an fsync error) needs a reload of its own.
+      const reload = () => {
+        if (this.stopped || !this.ownership || this.ownership.has(partition)) return;
+        const leads = this.leads?.(partition);
+        if (leads === undefined) setTimeout(reload, 250).unref();
+        else if (leads) this.loadPartition(partition).catch((err: unknown) => this.deps.logger.error({ err, partition }, 'reloading a coordinator partition failed'));
+      };
+      reload();
+      return;
+    }
+    // Standalone: the same, without an ownership to hold requests meanwhile (they see group_not_found).
+    this.dropPartition(partition);
+    this.replayPartition(partition).catch((err: unknown) => this.deps.logger.error({ err, partition }, 'reloading a coordinator partition failed'));
   }
 
   // ---- locking and waiting ----
@@ -338,6 +397,13 @@ export class GroupCoordinator {
   private scheduleExpiry(g: ConsumerGroup, m: Member): void {
     const key = `expire:${g.groupId}:${m.memberId}`;
     this.scheduler.schedule(key, m.lastHeartbeat + m.sessionTimeoutMs, () => {
+      if (!this.canAct()) {
+        // This coordinator was paused (its members could not reach it): once its lease is confirmed they
+        // get a full session again, as after a failover.
+        m.lastHeartbeat = Date.now();
+        this.scheduleExpiry(g, m);
+        return;
+      }
       void this.withGroup(g.groupId, async () => {
         const cur = g.members.get(m.memberId);
         if (cur !== m || this.groups.get(g.groupId) !== g) return;
@@ -356,6 +422,11 @@ export class GroupCoordinator {
     const key = `rebalance:${g.groupId}:${m.memberId}`;
     const notifiedAt = m.notifiedAt;
     this.scheduler.schedule(key, notifiedAt + m.rebalanceTimeoutMs, () => {
+      if (!this.canAct()) {
+        m.notifiedAt = Date.now();
+        this.scheduleRebalanceTimeout(g, m);
+        return;
+      }
       void this.withGroup(g.groupId, async () => {
         if (g.members.get(m.memberId) !== m || m.notifiedAt !== notifiedAt) return;
         if (!m.needsRejoin && !m.awaitingSync) return;
@@ -370,6 +441,11 @@ export class GroupCoordinator {
     if (g.rebalanceStartedAt === 0) g.rebalanceStartedAt = Date.now();
     if (this.scheduler.has(key)) return;
     this.scheduler.schedule(key, Date.now() + this.config.joinWindowMs, () => {
+      if (!this.canAct()) {
+        this.scheduler.cancel(key);
+        this.scheduleWindow(g);
+        return;
+      }
       void this.withGroup(g.groupId, () => this.rebalance(g)).catch((err) => this.deps.logger.error({ err, group: g.groupId }, 'rebalance failed'));
     });
   }

@@ -14,17 +14,32 @@ export class PartitionOwnership {
     private readonly topic: string,
     private readonly notCoordinator: (partition: number) => TributaryError,
     private readonly topicExists: () => boolean,
+    /**
+     * False while this broker may not act on what it owns: from a detected pause of its own process until
+     * etcd confirms its lease (docs/architecture.md, "Cluster mode"). Its partitions may have moved meanwhile.
+     */
+    private readonly leaseHeld: () => boolean = () => true,
   ) {}
 
   owns(partition: () => number): boolean {
-    return this.topicExists() && this.owned.has(partition());
+    return this.topicExists() && this.owned.has(partition()) && this.leaseHeld();
+  }
+
+  /** Owned or being loaded. */
+  has(partition: number): boolean {
+    return this.owned.has(partition) || this.loading.has(partition);
+  }
+
+  /** Whether decisions (expiries, timeouts) may be taken now; false while the lease is unconfirmed. */
+  canAct(): boolean {
+    return this.leaseHeld();
   }
 
   /** Throws unless the key's partition is owned (`partition` is evaluated only once the topic exists). */
   check(partition: () => number): void {
     if (!this.topicExists()) throw new TributaryError('COORDINATOR_LOADING', { reason: `the cluster has not created ${this.topic} yet` });
     const p = partition();
-    if (this.owned.has(p)) return;
+    if (this.owned.has(p) && this.leaseHeld()) return;
     if (this.loading.has(p)) throw new TributaryError('COORDINATOR_LOADING', { partition: p });
     throw this.notCoordinator(p);
   }

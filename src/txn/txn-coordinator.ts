@@ -148,8 +148,8 @@ export class TransactionCoordinator {
 
   // ---- cluster mode: coordinating the __transaction_state partitions this broker leads ----
 
-  enableOwnership(notCoordinator: (partition: number) => TributaryError, topicExists: () => boolean): void {
-    this.ownership = new PartitionOwnership('__transaction_state', notCoordinator, topicExists);
+  enableOwnership(notCoordinator: (partition: number) => TributaryError, topicExists: () => boolean, leaseHeld?: () => boolean): void {
+    this.ownership = new PartitionOwnership('__transaction_state', notCoordinator, topicExists, leaseHeld);
   }
 
   private checkOwner(id: string): void {
@@ -503,6 +503,12 @@ export class TransactionCoordinator {
     const m = e.meta;
     const started = m.startedMs;
     const fire = () => {
+      // Just resumed from a pause, the lease unconfirmed: the id may be another coordinator's by now.
+      if (this.ownership && !this.ownership.canAct()) {
+        e.timer = setTimeout(fire, 500);
+        e.timer.unref();
+        return;
+      }
       void this.withTxn(m.transactionalId, async () => {
         if (m.state === 'open' && m.startedMs === started) {
           this.deps.logger.warn({ transactionalId: m.transactionalId, timeoutMs: m.timeoutMs }, 'transaction timed out; aborting it');
