@@ -80,6 +80,13 @@ export const brokerConfigSchema = z
     interBrokerToken: z.string().min(1).optional(),
     /** Allow an out-of-sync replica to become leader when no in-sync one is alive (may lose acknowledged records). */
     uncleanLeaderElection: z.boolean().default(false),
+    /**
+     * Give leadership back to each partition's preferred replica (the first of its replicas) once it is
+     * in sync again, so faults do not leave one broker leading everything.
+     */
+    autoLeaderRebalance: z.boolean().default(true),
+    /** How long a returning preferred replica must have been registered before it takes the lead back. */
+    leaderRebalanceDelayMs: z.number().int().min(0).default(10_000),
     /** Partitions of `__transaction_state` (fixed once the topic exists). */
     transactionStatePartitions: z.number().int().min(1).max(1000).default(50),
     /** An open transaction older than this is aborted (INIT_PRODUCER_ID may ask for another, up to the max). */

@@ -58,6 +58,10 @@ export class BrokerRegistry {
   private readonly brokers: WatchedPrefix<BrokerRegistration>;
   private lease: LeaseKeeper | undefined;
   private registration: BrokerRegistration | undefined;
+  /** Since when this broker's keep-alives go unanswered while its process runs (etcd unreachable). */
+  private unreachableSince: number | undefined;
+  /** When etcd answered again after such an outage (0: never). */
+  private recoveredAt = 0;
 
   constructor(opts: BrokerRegistryOptions) {
     ({ client: this.client, owned: this.ownsClient } = resolveClient(opts.etcd));
@@ -121,6 +125,7 @@ export class BrokerRegistry {
           this.lease = lease;
           this.registration = registration;
           this.watchLease(lease);
+          this.etcdAnswered();
           return registration;
         }
         if (kv) this.brokers.applyKv(String(registration.id), kv);
@@ -134,8 +139,28 @@ export class BrokerRegistry {
     }
   }
 
+  /**
+   * etcd as this broker saw it: whether it is unreachable now and when it last came back after being
+   * unreachable for a lease TTL or more. A pause of this process is not an outage of etcd.
+   */
+  etcdOutage(): { unreachable: boolean; recoveredAt: number } {
+    return { unreachable: this.unreachableSince !== undefined, recoveredAt: this.recoveredAt };
+  }
+
+  private etcdAnswered(): void {
+    if (this.unreachableSince === undefined) return;
+    this.unreachableSince = undefined;
+    this.recoveredAt = Date.now();
+  }
+
   private watchLease(lease: LeaseKeeper): void {
+    lease.events.on('unconfirmed', (paused: boolean) => {
+      if (!paused && this.lease === lease && this.unreachableSince === undefined) this.unreachableSince = Date.now();
+    });
+    lease.events.on('reconfirmed', () => this.etcdAnswered());
     lease.events.once('lost', (reason: string) => {
+      // etcd answered that the lease is gone: it is reachable again.
+      this.etcdAnswered();
       if (this.lease === lease) this.events.emit('registration-lost', reason);
     });
     lease.events.once('lapsed', () => {
@@ -159,6 +184,7 @@ export class BrokerRegistry {
       const res = await withMetadataErrors('renew_broker', () =>
         this.client.if(key, 'Value', '==', value).then(this.client.put(key).value(value).lease(lease.id)).commit(),
       );
+      this.etcdAnswered();
       if (!res.succeeded) {
         await lease.revoke().catch(() => {});
         // Expired on etcd's side: this broker is not registered any more and must register anew.
@@ -174,6 +200,7 @@ export class BrokerRegistry {
       this.lease = lease;
       old.retire();
       this.watchLease(lease);
+      this.etcdAnswered();
       return true;
     } catch (err) {
       await lease.revoke().catch(() => {});

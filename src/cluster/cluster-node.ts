@@ -102,6 +102,7 @@ export class ClusterNode {
       states: this.states,
       logger: this.logger.child({ component: 'controller' }),
       uncleanLeaderElection: this.config.uncleanLeaderElection,
+      preferredLeader: this.config.autoLeaderRebalance ? { delayMs: this.config.leaderRebalanceDelayMs } : undefined,
       onTick,
     });
     await this.election.start();

@@ -47,6 +47,19 @@ export function nextLeadership(s: PartitionState, live: Set<number>, unclean: bo
 }
 
 /**
+ * Preferred-leader election: a partition whose live leader is not its first replica gets that replica
+ * back as leader (epoch bumped, ISR unchanged) once it is live, in the ISR, and `ready` (registered long
+ * enough not to flap). An in-sync replica holds every record below the HWM, so no acknowledged record
+ * can be lost by the move. Undefined when nothing must change.
+ */
+export function preferredLeadership(s: PartitionState, ready: (id: number) => boolean): PartitionState | undefined {
+  const preferred = s.replicas[0];
+  if (preferred === undefined || s.leader < 0 || s.leader === preferred) return undefined;
+  if (!s.isr.includes(preferred) || !ready(preferred)) return undefined;
+  return { ...s, leader: preferred, leaderEpoch: s.leaderEpoch + 1 };
+}
+
+/**
  * The elected controller's work: moves leadership off brokers whose lease expired (and onto a returning
  * in-sync replica of a leaderless partition). Every change is a compare-and-set on the partition's
  * record, so a controller that lost its role mid-way cannot overwrite its successor's decisions.
@@ -56,6 +69,12 @@ export class Controller {
   private probe: LivenessProbe | undefined;
   private running: Promise<void> | null = null;
   private again = false;
+  /** When each broker that is not registered now left (its key expired, was revoked or deleted). */
+  private readonly departed = new Map<number, number>();
+  /** Brokers whose process the liveness probe found gone: no grace for them. */
+  private readonly dead = new Set<number>();
+  /** When each broker joined, as this controller saw it (absent: registered before it started). */
+  private readonly joined = new Map<number, number>();
 
   constructor(
     private readonly deps: {
@@ -64,13 +83,23 @@ export class Controller {
       states: PartitionStateStore;
       logger: Logger;
       uncleanLeaderElection: boolean;
+      /** Preferred-leader election (see preferredLeadership); off when undefined. */
+      preferredLeader?: { delayMs: number };
       /** Extra work while controller (e.g. creating internal topics once enough brokers are up). */
       onTick?: () => Promise<void>;
     },
   ) {
     const kick = () => this.kick();
-    deps.registry.events.on('broker-left', kick);
-    deps.registry.events.on('broker-joined', kick);
+    deps.registry.events.on('broker-left', (b: { id: number }) => {
+      if (!deps.registry.get(b.id)) this.departed.set(b.id, Date.now());
+      kick();
+    });
+    deps.registry.events.on('broker-joined', (b: { id: number }) => {
+      this.departed.delete(b.id);
+      this.dead.delete(b.id);
+      this.joined.set(b.id, Date.now());
+      kick();
+    });
     deps.election.events.on('change', kick);
     deps.states.events.on('changed', (e: PartitionStateEntry) => {
       if (e.value.leader < 0 || !deps.registry.get(e.value.leader)) kick();
@@ -89,6 +118,7 @@ export class Controller {
         // Only the registration the probe looked at: a restarted broker's new lease is not touched.
         if (!lease || lease !== b.lease) return;
         deps.logger.warn({ broker: b.id }, 'broker process is gone (connection refused): revoking its lease');
+        this.dead.add(b.id);
         deps.registry.revokeLease(lease).catch(() => {});
         // A dead controller's role goes with it, so the next election need not wait for its TTL.
         const role = deps.election.controllerLease;
@@ -120,15 +150,54 @@ export class Controller {
       });
   }
 
-  private async pass(): Promise<void> {
+  /**
+   * How long, after etcd comes back from an outage of a lease TTL or more, a broker whose registration
+   * expired meanwhile counts as live: etcd expires every lease it finds past its TTL when it resumes,
+   * though every broker may be running; they re-register within moments (docs/architecture.md,
+   * "Cluster mode"). A broker the liveness probe found dead gets no grace.
+   */
+  get outageGraceMs(): number {
+    return Math.max(2 * this.deps.registry.leaseTtlSeconds * 1000, 3000);
+  }
+
+  /** Registered brokers, plus those that left during or just after an etcd outage (see outageGraceMs). */
+  private liveBrokers(now: number): Set<number> {
     const live = new Set(this.deps.registry.list().map((b) => b.id));
+    const outage = this.deps.registry.etcdOutage();
+    const grace = this.outageGraceMs;
+    if (!outage.unreachable && now - outage.recoveredAt >= grace) {
+      this.departed.clear();
+      return live;
+    }
+    for (const [id, at] of this.departed) {
+      if (this.dead.has(id) || live.has(id)) continue;
+      if (outage.unreachable || now - at < grace) live.add(id);
+    }
+    return live;
+  }
+
+  private async pass(): Promise<void> {
+    const now = Date.now();
+    const live = this.liveBrokers(now);
+    const preferred = this.deps.preferredLeader;
+    // Registered (not merely in the outage grace) for the delay: a broker that just came back is not
+    // handed leadership while it may still flap.
+    const ready = (id: number) => {
+      if (!preferred || !this.deps.registry.get(id)) return false;
+      const at = this.joined.get(id);
+      return at === undefined || now - at >= preferred.delayMs;
+    };
     for (const e of this.deps.states.list()) {
       if (!this.deps.election.isController) return;
-      const next = nextLeadership(e.value, live, this.deps.uncleanLeaderElection);
+      const failover = nextLeadership(e.value, live, this.deps.uncleanLeaderElection);
+      const next = failover ?? (preferred ? preferredLeadership(e.value, ready) : undefined);
       if (!next) continue;
       const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, next);
       if (res.ok) {
-        this.deps.logger.info({ topic: e.topic, partition: e.partition, from: e.value.leader, to: next.leader, leaderEpoch: next.leaderEpoch, isr: next.isr }, 'leader moved');
+        this.deps.logger.info(
+          { topic: e.topic, partition: e.partition, from: e.value.leader, to: next.leader, leaderEpoch: next.leaderEpoch, isr: next.isr, reason: failover ? 'failover' : 'preferred leader' },
+          'leader moved',
+        );
       }
     }
     if (this.deps.election.isController) await this.deps.onTick?.();

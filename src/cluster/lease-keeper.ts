@@ -52,6 +52,7 @@ export class LeaseKeeper {
     lease.on('keepaliveSucceeded', (res: ILeaseKeepAliveResponse) => {
       const sentAt = this.sent.shift();
       if (sentAt === undefined) return;
+      if (Date.now() >= this.validUntil) this.events.emit('reconfirmed');
       this.validUntil = Math.max(this.validUntil, sentAt + Number(res.TTL) * 1000);
       if (this.pausedAt !== undefined && sentAt >= this.pausedAt) this.pausedAt = undefined;
       this.arm();
@@ -105,11 +106,21 @@ export class LeaseKeeper {
     await this.lease.revoke();
   }
 
-  /** 'unconfirmed' when the TTL since the last answered keep-alive passes (etcd unreachable or slow). */
+  /**
+   * 'unconfirmed' (paused: boolean) when the TTL since the last answered keep-alive passes: etcd
+   * unreachable or slow, or (paused = true) this process was frozen. 'reconfirmed' when an answer comes
+   * after that.
+   */
   private arm(): void {
     if (this.ended) return;
     clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.events.emit('unconfirmed'), Math.max(0, this.validUntil - Date.now()));
+    this.timer = setTimeout(
+      () => {
+        this.tick();
+        this.events.emit('unconfirmed', this.pausedAt !== undefined);
+      },
+      Math.max(0, this.validUntil - Date.now()),
+    );
     this.timer.unref();
   }
 

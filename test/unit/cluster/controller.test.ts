@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { assignReplicas, nextLeadership } from '../../../src/cluster/controller.js';
+import { assignReplicas, nextLeadership, preferredLeadership } from '../../../src/cluster/controller.js';
 import type { PartitionState } from '../../../src/cluster/partition-state.js';
 
 const state = (s: Partial<PartitionState>): PartitionState => ({ replicas: [0, 1, 2], leader: 0, leaderEpoch: 4, isr: [0, 1, 2], hwm: 0, ...s });
@@ -83,6 +83,37 @@ describe('nextLeadership', () => {
           if (next.leader >= 0) expect(next.isr).toContain(next.leader);
         },
       ),
+    );
+  });
+});
+
+describe('preferredLeadership', () => {
+  const always = () => true;
+
+  it('gives the lead back to the first replica once it is in sync and ready, with the epoch bumped and the ISR kept', () => {
+    expect(preferredLeadership(state({ leader: 2 }), always)).toEqual(state({ leader: 0, leaderEpoch: 5 }));
+  });
+
+  it('leaves the partition alone while the preferred replica leads, is out of the ISR, not ready, or nobody leads', () => {
+    expect(preferredLeadership(state({ leader: 0 }), always)).toBeUndefined();
+    expect(preferredLeadership(state({ leader: 2, isr: [1, 2] }), always)).toBeUndefined();
+    expect(preferredLeadership(state({ leader: 2 }), (id) => id !== 0)).toBeUndefined();
+    expect(preferredLeadership(state({ leader: -1 }), always)).toBeUndefined();
+  });
+
+  it('property: a move is always to the first replica, which is in the ISR, and only with a new epoch', () => {
+    fc.assert(
+      fc.property(fc.shuffledSubarray([0, 1, 2, 3, 4], { minLength: 1 }), fc.subarray([0, 1, 2, 3, 4]), fc.integer({ min: -1, max: 4 }), fc.subarray([0, 1, 2, 3, 4]), (replicas, isrPick, leader, readyPick) => {
+        const isr = replicas.filter((r) => isrPick.includes(r) || r === leader);
+        const s = state({ replicas, isr, leader: replicas.includes(leader) ? leader : -1 });
+        const next = preferredLeadership(s, (id) => readyPick.includes(id));
+        if (!next) return;
+        expect(next.leader).toBe(replicas[0]);
+        expect(s.isr).toContain(next.leader);
+        expect(readyPick).toContain(next.leader);
+        expect(next.leaderEpoch).toBe(s.leaderEpoch + 1);
+        expect(next.isr).toEqual(s.isr);
+      }),
     );
   });
 });
