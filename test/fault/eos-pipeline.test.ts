@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../src/client/connection.js';
 import { TributaryError } from '../../src/protocol/errors.js';
 import { BrokerProcess, ROOT } from '../helpers/launcher.js';
+import { trackChild } from '../helpers/process-registry.js';
 import { readAll } from '../integration/transactions/helpers.js';
 
 const CHAOS_MS = 30_000;
@@ -22,12 +23,17 @@ describe('exactly-once pipeline with workers killed at random', () => {
   let admin: Connection;
   const workers = new Map<number, ChildProcess>();
   const logs: string[] = [];
+  let stopping = false;
 
   function startWorker(slot: number): void {
-    const child = spawn(process.execPath, [path.join(ROOT, 'examples', 'exactly-once.mjs'), 'eos-in', 'eos-out', 'eos-g', `eos-w${slot}`], {
-      env: { ...process.env, TRIBUTARY_BOOTSTRAP: broker.address, TRIBUTARY_SESSION_TIMEOUT_MS: '1500' },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
+    if (stopping) return; // a restart scheduled before afterAll must not start a worker nobody kills
+    const child = trackChild(
+      spawn(process.execPath, [path.join(ROOT, 'examples', 'exactly-once.mjs'), 'eos-in', 'eos-out', 'eos-g', `eos-w${slot}`], {
+        env: { ...process.env, TRIBUTARY_BOOTSTRAP: broker.address, TRIBUTARY_SESSION_TIMEOUT_MS: '1500' },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      }),
+      'eos-worker',
+    );
     child.stderr!.on('data', (d: Buffer) => logs.push(`w${slot}: ${d.toString().trim()}`));
     // A worker that exits by itself (fenced) is restarted too, as a supervisor would.
     child.once('exit', (_code, signal) => {
@@ -65,6 +71,7 @@ describe('exactly-once pipeline with workers killed at random', () => {
   });
 
   afterAll(async () => {
+    stopping = true;
     for (const w of workers.values()) w.kill('SIGKILL');
     workers.clear();
     await broker?.dispose();

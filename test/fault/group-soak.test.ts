@@ -3,6 +3,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../src/client/connection.js';
 import { BrokerProcess, ROOT } from '../helpers/launcher.js';
+import { trackChild } from '../helpers/process-registry.js';
 
 /**
  * Issue acceptance: 3 members and 12 partitions; members join, leave and are killed at random for a
@@ -33,9 +34,12 @@ interface Member {
 const now = () => performance.timeOrigin + performance.now();
 
 function spawnMember(name: string, address: string, events: Ev[]): Member {
-  const proc = spawn(process.execPath, [MEMBER, '--brokers', address, '--group', 'soak', '--topic', 'soak', '--id', name, '--session-ms', String(SESSION_MS), '--log-records'], {
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+  const proc = trackChild(
+    spawn(process.execPath, [MEMBER, '--brokers', address, '--group', 'soak', '--topic', 'soak', '--id', name, '--session-ms', String(SESSION_MS), '--log-records'], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    }),
+    'group-member',
+  );
   let buf = '';
   proc.stdout!.on('data', (d: Buffer) => {
     buf += d.toString();

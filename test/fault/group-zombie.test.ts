@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../src/client/connection.js';
 import type { BrokerProcess } from '../helpers/launcher.js';
+import { trackChild } from '../helpers/process-registry.js';
 import { GroupMember, eventually, fetchOffset, fill, groupStatus, sleep, startBroker } from '../integration/groups/helpers.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -55,7 +56,7 @@ describe('SIGSTOP zombie member', () => {
   });
 
   it('fences the resumed member’s heartbeat, commits and rejoin', async () => {
-    child = spawn(process.execPath, [path.join(HERE, 'group-zombie-member.mjs'), String(broker.port), TOPIC, GROUP, String(RECORDS)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    child = trackChild(spawn(process.execPath, [path.join(HERE, 'group-zombie-member.mjs'), String(broker.port), TOPIC, GROUP, String(RECORDS)], { stdio: ['ignore', 'pipe', 'pipe'] }), 'group-member');
     exited = new Promise((resolve) => child!.once('exit', (code) => resolve(code)));
     let buf = '';
     child.stdout!.on('data', (d: Buffer) => {

@@ -57,12 +57,17 @@ function recordPositions(buf: Buffer): number[] {
 /** Writes N records to each of 2 partitions (several small segments each) and kills the broker. */
 async function writeThenKill(): Promise<BrokerProcess> {
   const b = await BrokerProcess.start({ args: [...BASE_ARGS, '--segment-bytes', '1024'] });
-  const c = await b.connect();
-  await c.command('CREATE', { topic: TOPIC, partitions: 2 });
-  for (let i = 0; i < N; i++) {
-    for (const p of [0, 1]) await c.command('PUBLISH', { topic: TOPIC, partition: p, message: value(p, i) });
+  try {
+    const c = await b.connect();
+    await c.command('CREATE', { topic: TOPIC, partitions: 2 });
+    for (let i = 0; i < N; i++) {
+      for (const p of [0, 1]) await c.command('PUBLISH', { topic: TOPIC, partition: p, message: value(p, i) });
+    }
+    await b.kill('SIGKILL');
+  } catch (err) {
+    await b.dispose(); // not yet the test's to dispose
+    throw err;
   }
-  await b.kill('SIGKILL');
   return b;
 }
 

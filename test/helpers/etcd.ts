@@ -12,6 +12,7 @@ import fs from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { trackChild } from './process-registry.js';
 
 const START_TIMEOUT_MS = 30_000;
 
@@ -140,7 +141,7 @@ export class EtcdServer {
     ];
     // ETCD_* variables from the environment would override or clash with the flags.
     const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ETCD_')));
-    const proc = spawn(this.binary, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = trackChild(spawn(this.binary, args, { env, stdio: ['ignore', 'pipe', 'pipe'] }), 'etcd');
     this.proc = proc;
     this.output = '';
     this.exited = new Promise((resolve) => proc.once('exit', () => resolve()));

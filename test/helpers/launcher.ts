@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Connection } from '../../src/client/connection.js';
+import { trackChild } from './process-registry.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
@@ -43,7 +44,12 @@ export class BrokerProcess {
   static async start(opts: BrokerOptions = {}): Promise<BrokerProcess> {
     const dir = opts.dataDir ?? (await tempDir());
     const b = new BrokerProcess(dir, opts, opts.dataDir === undefined);
-    await b.launch();
+    try {
+      await b.launch();
+    } catch (err) {
+      await b.dispose(); // a broker that never printed its listening line may still be running
+      throw err;
+    }
     return b;
   }
 
@@ -52,8 +58,10 @@ export class BrokerProcess {
   }
 
   private async launch(): Promise<void> {
+    // A second process on the same directory would be lost track of (and left running): stop or kill first.
+    if (this.running) throw new Error(`broker pid ${this.proc!.pid} is still running: stop() or kill() it before starting again`);
     const args = [CLI, 'broker', 'start', '--host', '127.0.0.1', '--port', '0', '--health-port', '0', '--data-dir', this.dataDir, '--log-level', 'warn', ...(this.opts.args ?? [])];
-    const proc = spawn(process.execPath, args, { env: { ...process.env, ...this.opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = trackChild(spawn(process.execPath, args, { env: { ...process.env, ...this.opts.env }, stdio: ['ignore', 'pipe', 'pipe'] }), 'broker');
     this.proc = proc;
     this.stdout = '';
     this.stderr = '';
@@ -79,6 +87,10 @@ export class BrokerProcess {
         reject(new Error(`broker exited with ${code} before listening\nstderr: ${this.stderr}`));
       });
     });
+  }
+
+  private get running(): boolean {
+    return this.proc !== undefined && this.proc.exitCode === null && this.proc.signalCode === null;
   }
 
   async connect(opts: { features?: string[] } = {}): Promise<Connection> {
@@ -125,8 +137,8 @@ export class BrokerProcess {
   /** Stop the process and remove the data directory if the launcher created it. */
   async dispose(): Promise<void> {
     await this.closeClients();
-    if (this.proc && this.proc.exitCode === null && this.proc.signalCode === null) {
-      this.proc.kill('SIGKILL');
+    if (this.running) {
+      this.proc!.kill('SIGKILL');
       await this.exited;
     }
     if (this.ownsDir) await fs.rm(this.dataDir, { recursive: true, force: true });

@@ -13,6 +13,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { registerPid, unregisterPid } from './process-registry.js';
 
 export interface PostgresServer {
   connectionString: string;
@@ -141,6 +142,7 @@ export async function startPostgres(): Promise<PostgresServer> {
   let started = false;
   let stopped = false;
   let port = 0;
+  let postmasterPid: number | undefined;
   try {
     if (owner) await fs.chown(dir, owner.uid, owner.gid);
     // Trust auth for every local and loopback connection; --no-sync only skips initdb's own flush of the
@@ -157,6 +159,13 @@ export async function startPostgres(): Promise<PostgresServer> {
       ].join(' ');
       // -w: pg_ctl returns once the postmaster is up, or fails if it exits during startup.
       await run(bins.pgCtl, ['start', '-D', dataDir, '-l', logFile, '-w', '-t', String(START_TIMEOUT_MS / 1000), '-o', opts], { asUser });
+      // pg_ctl has detached the postmaster: its pid is only in postmaster.pid.
+      postmasterPid = Number((await fs.readFile(path.join(dataDir, 'postmaster.pid'), 'utf8').catch(() => '')).split('\n')[0]) || undefined;
+      registerPid(postmasterPid, 'postgres', `postgres -D ${dataDir}`);
+    };
+    const pgCtlStop = async (mode: string) => {
+      await run(bins.pgCtl, ['stop', '-D', dataDir, '-m', mode, '-w'], { asUser });
+      unregisterPid(postmasterPid);
     };
 
     // The port is free when probed but could be taken before postgres binds it: retry with a new one.
@@ -178,6 +187,7 @@ export async function startPostgres(): Promise<PostgresServer> {
     const stopSync = () => {
       const args = [bins.pgCtl, 'stop', '-D', dataDir, '-m', 'immediate', '-w'];
       spawnSync(asUser ? 'runuser' : args[0], asUser ? ['-u', asUser, '--', ...args] : args.slice(1), { stdio: 'ignore' });
+      unregisterPid(postmasterPid);
       spawnSync('rm', ['-rf', dir], { stdio: 'ignore' });
     };
     running.set(dir, stopSync);
@@ -191,20 +201,20 @@ export async function startPostgres(): Promise<PostgresServer> {
         stopped = true;
         running.delete(dir);
         try {
-          await run(bins.pgCtl, ['stop', '-D', dataDir, '-m', 'fast', '-w'], { asUser });
+          await pgCtlStop('fast');
         } finally {
           await fs.rm(dir, { recursive: true, force: true });
         }
       },
       async restart(opts = {}) {
         if (stopped) throw new Error('the PostgreSQL server was stopped');
-        await run(bins.pgCtl, ['stop', '-D', dataDir, '-m', opts.mode ?? 'fast', '-w'], { asUser });
+        await pgCtlStop(opts.mode ?? 'fast');
         await pgCtlStart();
         await waitForConnections(connectionString, Date.now() + START_TIMEOUT_MS);
       },
     };
   } catch (err) {
-    if (started) await run(bins.pgCtl, ['stop', '-D', dataDir, '-m', 'immediate', '-w'], { asUser }).catch(() => {});
+    if (started) await run(bins.pgCtl, ['stop', '-D', dataDir, '-m', 'immediate', '-w'], { asUser }).then(() => unregisterPid(postmasterPid), () => {});
     await fs.rm(dir, { recursive: true, force: true });
     throw err;
   }

@@ -8,6 +8,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BrokerProcess, CLI } from '../helpers/launcher.js';
+import { trackChild } from '../helpers/process-registry.js';
 
 interface Result {
   code: number | null;
@@ -22,7 +23,7 @@ function cleanEnv(): NodeJS.ProcessEnv {
 
 function cli(args: string[], stdin?: string): Promise<Result> {
   return new Promise((resolve, reject) => {
-    const proc = spawn(process.execPath, [CLI, ...args], { env: cleanEnv(), stdio: [stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
+    const proc = trackChild(spawn(process.execPath, [CLI, ...args], { env: cleanEnv(), stdio: [stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] }), 'cli');
     if (stdin !== undefined) proc.stdin!.end(stdin);
     let stdout = '';
     let stderr = '';
@@ -66,7 +67,7 @@ describe('tributary dev-cluster and cluster status', () => {
   let dataDir = '';
 
   beforeAll(async () => {
-    const proc = spawn(process.execPath, [CLI, 'dev-cluster', '--brokers', '3'], { env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = trackChild(spawn(process.execPath, [CLI, 'dev-cluster', '--brokers', '3'], { env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] }), 'dev-cluster');
     dev = proc;
     devExit = new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
     proc.stderr!.on('data', (d: Buffer) => {
@@ -97,10 +98,16 @@ describe('tributary dev-cluster and cluster status', () => {
   }, 120_000);
 
   afterAll(async () => {
-    // Only after a failure: the processes run in their own process groups, so kill them by pid.
-    if (dev && dev.exitCode === null && dev.signalCode === null) dev.kill('SIGKILL');
+    // Only after a failure. SIGTERM first: dev-cluster stops what it started, including processes whose
+    // pids it had not printed yet; they run in their own process groups, so a SIGKILL would orphan them.
+    if (dev && dev.exitCode === null && dev.signalCode === null) {
+      dev.kill('SIGTERM');
+      const timer = setTimeout(() => dev?.kill('SIGKILL'), 30_000);
+      await devExit;
+      clearTimeout(timer);
+    }
     for (const pid of [...brokerPids, etcdPid]) if (pid > 0 && alive(pid)) process.kill(pid, 'SIGKILL');
-  });
+  }, 60_000);
 
   it('dev-cluster prints 3 brokers with pids, the etcd pid and a bootstrap list of 3 addresses', () => {
     expect(bootstrap).toHaveLength(3);

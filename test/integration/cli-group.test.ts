@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../src/client/connection.js';
 import { BrokerProcess, CLI } from '../helpers/launcher.js';
+import { trackChild } from '../helpers/process-registry.js';
 
 interface Result {
   code: number | null;
@@ -16,7 +17,7 @@ interface Result {
 
 function cli(args: string[], env: Record<string, string> = {}): Promise<Result> {
   return new Promise((resolve, reject) => {
-    const proc = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, TRIBUTARY_BOOTSTRAP: '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = trackChild(spawn(process.execPath, [CLI, ...args], { env: { ...process.env, TRIBUTARY_BOOTSTRAP: '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), 'cli');
     let stdout = '';
     let stderr = '';
     proc.stdout.on('data', (d: Buffer) => {

@@ -4,11 +4,12 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BrokerProcess, CLI, tempDir } from '../helpers/launcher.js';
+import { trackChild } from '../helpers/process-registry.js';
 
 const run = promisify(execFile);
 
 async function cli(args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  const child = execFile(process.execPath, [CLI, ...args]);
+  const child = trackChild(execFile(process.execPath, [CLI, ...args]), 'cli');
   if (input !== undefined) child.stdin!.end(input);
   else child.stdin!.end();
   let stdout = '';

@@ -389,10 +389,13 @@ describe('PgOffsetStore', () => {
     const other = await startPostgres();
     const store = new PgOffsetStore({ connectionString: other.connectionString });
     stores.push(store);
-    await store.open();
-    await store.commit('g', 't', [{ partition: 0, offset: 1 }]);
-    expect(await store.fetch('g', 't', 0)).toBe(1); // leaves an idle pooled connection behind
-    await other.stop();
+    try {
+      await store.open();
+      await store.commit('g', 't', [{ partition: 0, offset: 1 }]);
+      expect(await store.fetch('g', 't', 0)).toBe(1); // leaves an idle pooled connection behind
+    } finally {
+      await other.stop(); // idempotent
+    }
 
     for (const op of [
       () => store.commit('g', 't', [{ partition: 0, offset: 2 }]),

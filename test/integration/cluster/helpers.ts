@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
 import type { ControllerState } from '../../../src/cluster/controller-election.js';
 import { TributaryError } from '../../../src/protocol/errors.js';
+import { trackChild } from '../../helpers/process-registry.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
@@ -85,13 +86,21 @@ export class ClusterMember {
 
   static async start(cfg: { endpoints: string[]; prefix: string; brokerId: number; register?: boolean; campaign?: boolean }): Promise<ClusterMember> {
     const script = path.join(ROOT, 'test', 'helpers', 'cluster-member.mjs');
-    const proc = spawn(process.execPath, [script, JSON.stringify({ leaseTtlSeconds: TTL_SECONDS, requestTimeoutMs: REQUEST_TIMEOUT_MS, ...cfg })], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const proc = trackChild(
+      spawn(process.execPath, [script, JSON.stringify({ leaseTtlSeconds: TTL_SECONDS, requestTimeoutMs: REQUEST_TIMEOUT_MS, ...cfg })], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }),
+      'cluster-member',
+    );
     const m = new ClusterMember(proc);
     const ready = (l: MemberLine) => (cfg.campaign ? l.type === 'controller' : l.type === 'registered');
-    await eventually(`member ${cfg.brokerId} to start (stderr: ${m.stderr})`, () => m.lines.some(ready) || m.failed(), 15_000);
-    if (m.failed()) throw new Error(`member ${cfg.brokerId} failed: ${JSON.stringify(m.lines)} ${m.stderr}`);
+    try {
+      await eventually(`member ${cfg.brokerId} to start (stderr: ${m.stderr})`, () => m.lines.some(ready) || m.failed(), 15_000);
+      if (m.failed()) throw new Error(`member ${cfg.brokerId} failed: ${JSON.stringify(m.lines)} ${m.stderr}`);
+    } catch (err) {
+      await m.dispose(); // never handed to the test, so nobody else would kill it
+      throw err;
+    }
     return m;
   }
 

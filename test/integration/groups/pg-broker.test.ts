@@ -19,7 +19,7 @@ describe('broker with the PostgreSQL offset store', () => {
 
   afterAll(async () => {
     await broker?.dispose();
-    await db?.end();
+    await db?.end().catch(() => {});
     await pgServer?.stop();
   });
 

@@ -18,6 +18,7 @@ import path from 'node:path';
 import readline from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../../src/client/connection.js';
+import { trackChild } from '../../helpers/process-registry.js';
 import type { Batch } from '../../../src/protocol/batch.js';
 import { parseLine } from '../../../src/protocol/command.js';
 import { BrokerProcess, ROOT } from '../../helpers/launcher.js';
@@ -73,7 +74,7 @@ class Worker {
         retry: { initialDelayMs: 10, maxDelayMs: 200 },
       },
     };
-    this.proc = spawn(process.execPath, [WORKER, JSON.stringify(cfg)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.proc = trackChild(spawn(process.execPath, [WORKER, JSON.stringify(cfg)], { stdio: ['ignore', 'pipe', 'pipe'] }), 'consumer-worker');
     this.exited = new Promise((resolve) => this.proc.once('exit', (code, signal) => resolve({ code, signal })));
     readline.createInterface({ input: this.proc.stdout! }).on('line', (l) => {
       try {

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Connection } from '../../../src/client/connection.js';
 import { BrokerProcess, tempDir } from '../../helpers/launcher.js';
+import { trackChild } from '../../helpers/process-registry.js';
 import { addUser, makeCa, makeCert, type Pem } from './pki.js';
 
 /**
@@ -97,7 +98,7 @@ describe('connection flood from one address', () => {
     const unloaded = p99(await rounds(ROUNDS));
 
     let stats = { accepted: 0, refused: 0 };
-    flood = spawn(process.execPath, ['-e', FLOOD_SCRIPT, String(broker.port), String(FLOOD)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    flood = trackChild(spawn(process.execPath, ['-e', FLOOD_SCRIPT, String(broker.port), String(FLOOD)], { stdio: ['ignore', 'pipe', 'inherit'] }), 'flood');
     // The attacker would be another machine: on a shared 2-core box, the flood generator yields the CPU
     // to the broker and the measuring client (the broker itself still handles every flood connection).
     if (flood.pid !== undefined) os.setPriority(flood.pid, 19);

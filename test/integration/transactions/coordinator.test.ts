@@ -227,6 +227,7 @@ describe('transaction coordinator', () => {
     await open.init();
     await open.begin();
     await open.publish('tx', 'r-open', { partition: 1 });
+    await broker.kill('SIGKILL');
     await broker.relaunch();
     c = await broker.connect();
     open.conn.close();
