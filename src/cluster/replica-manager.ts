@@ -381,7 +381,15 @@ export class ReplicaManager {
         }
       }
     })()
-      .catch((err: unknown) => this.deps.logger.warn({ err, topic: r.topic, partition: r.id }, 'ISR change failed (etcd unavailable?); will retry'))
+      .catch((err: unknown) => {
+        this.deps.logger.warn({ err, topic: r.topic, partition: r.id }, 'ISR change failed (etcd unavailable?); will retry');
+        // Waiters for a lagging follower can complete only once it leaves the ISR, which needs etcd: fail
+        // them (retriably) now rather than at the replication timeout, so a producer's pipeline on this
+        // broker does not stall behind them (this broker may be cut off, its followers gone to a new leader).
+        if (reason === 'lagging' && r.leaderEpoch === epoch) {
+          this.failAckWaiters(r, () => new TributaryError('NOT_ENOUGH_REPLICAS', { topic: r.topic, partition: r.id, reason: 'a lagging replica cannot leave the ISR while etcd is unreachable' }));
+        }
+      })
       .finally(() => {
         r.isrChange = null;
       });

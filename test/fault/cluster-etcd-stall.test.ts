@@ -105,4 +105,29 @@ describe('etcd frozen longer than the broker leases', () => {
       GRACE_MS + 15_000,
     );
   }, 120_000);
+
+  it('fails an acks=all write that waits on a lagging follower retriably while etcd cannot shrink the ISR', async () => {
+    cluster = await setUp();
+    const c = cluster;
+    const { id: leader } = await c.leaderOf(TOPIC, 0);
+    const follower = [0, 1, 2].find((id) => id !== leader)!;
+    const conn = await c.connect(leader);
+    await conn.json('PUBLISH', { topic: TOPIC, partition: 0, acks: 'all', message: 'before' });
+    await c.etcd.kill('SIGSTOP');
+    await c.broker(follower).kill('SIGSTOP');
+    try {
+      const err = await conn.json('PUBLISH', { topic: TOPIC, partition: 0, acks: 'all', message: 'stuck' }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      // Not the replication timeout (request_timeout after 30 s): the leader gives up once the lagging
+      // follower should have left the ISR and etcd refused the change.
+      expect(err).toBeInstanceOf(TributaryError);
+      expect((err as TributaryError).code).toBe('NOT_ENOUGH_REPLICAS');
+      expect((err as TributaryError).retriable).toBe(true);
+    } finally {
+      await c.broker(follower).kill('SIGCONT');
+      await c.etcd.kill('SIGCONT');
+    }
+  }, 120_000);
 });
