@@ -1,6 +1,6 @@
 import { type FieldValue, parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
-import { Cluster } from './cluster.js';
+import { Cluster, checkStallTimeout } from './cluster.js';
 import type { RetryOptions } from './retry.js';
 
 export interface AdminOptions {
@@ -8,6 +8,8 @@ export interface AdminOptions {
   brokers: string[];
   connectTimeoutMs?: number;
   retry?: RetryOptions;
+  /** A broker that answers nothing for this long (past a request's own wait) is given up on and the request retried; default 3000. */
+  stallTimeoutMs?: number;
   /** TLS for every broker connection (CA, client certificate and key, servername). */
   tls?: import('node:tls').ConnectionOptions;
   /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
@@ -190,7 +192,9 @@ export class Admin {
     if (options.retry !== undefined && (options.retry === null || typeof options.retry !== 'object')) {
       throw new TributaryError('invalid_config', { option: 'retry', reason: 'must be an object' }, 'invalid admin option retry: must be an object');
     }
-    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, connectTimeoutMs: options.connectTimeoutMs, tls: options.tls, auth: options.auth });
+    const stall = checkStallTimeout(options.stallTimeoutMs);
+    if (stall) throw new TributaryError('invalid_config', { option: 'stallTimeoutMs', reason: stall }, `invalid admin option stallTimeoutMs: ${stall}`);
+    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, connectTimeoutMs: options.connectTimeoutMs, tls: options.tls, auth: options.auth, stallTimeoutMs: options.stallTimeoutMs });
   }
 
   private assertOpen(): void {

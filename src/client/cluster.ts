@@ -3,7 +3,7 @@ import { type FieldValue, parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
 import { untilAborted } from './abort.js';
 import { type AuthOptions, Connection } from './connection.js';
-import { type RetryOptions, retry } from './retry.js';
+import { isRetriable, type RetryOptions, retry } from './retry.js';
 
 export interface BrokerAddress {
   host: string;
@@ -19,6 +19,23 @@ export interface ClusterOptions {
   tls?: tls.ConnectionOptions;
   /** Credentials sent with AUTH on every broker connection. */
   auth?: AuthOptions;
+  /** See DEFAULT_STALL_TIMEOUT_MS. */
+  stallTimeoutMs?: number;
+}
+
+/**
+ * How long a broker may answer nothing past a request's own wait before the connection is failed
+ * (connection_lost, retried elsewhere), and how long one broker gets to answer a leader lookup. A
+ * connection whose broker still answers a ping on its control connection is left alone (an acks=all
+ * reply legitimately waits for the in-sync replicas), so this bounds frozen or unreachable brokers.
+ */
+export const DEFAULT_STALL_TIMEOUT_MS = 3000;
+
+/** Validation shared by the clients: an integer in 10..2^31-1 (a timer's range). */
+export function checkStallTimeout(v: unknown): string | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 10 || v > 2 ** 31 - 1) return 'must be an integer 10..2147483647 (ms)';
+  return undefined;
 }
 
 export function parseAddress(s: string): BrokerAddress {
@@ -47,20 +64,32 @@ export interface TopicMetadata {
  * Routing per seed 000's table: FIND_COORDINATOR over the bootstrap brokers, group commands to the
  * coordinator (NOT_COORDINATOR → use host/port from the error or rediscover), data commands to partition
  * leaders from METADATA (NOT_LEADER → update the leader cache). One shared connection per broker serves
- * short requests; long polls get their own connections from `dedicated()`.
+ * short requests; long polls get their own connections from `dedicated()`; leader lookups and liveness
+ * pings go over a control connection per broker, so they never wait behind other replies.
  */
 export class Cluster {
   readonly bootstrap: BrokerAddress[];
+  readonly stallTimeoutMs: number;
   private readonly shared = new Map<string, Promise<Connection>>();
+  private readonly control = new Map<string, Promise<Connection>>();
   private readonly dedicatedConns = new Set<Connection>();
   private readonly coordinators = new Map<string, string>();
   private readonly metadataCache = new Map<string, TopicMetadata>();
+  /** Brokers learned from METADATA, FIND_COORDINATOR and redirects: lookups may ask them too. */
+  private readonly known = new Set<string>();
   private nextBootstrap = 0;
+  /** The broker that answered the last lookup: asked first next time. */
+  private lookupBroker: string | undefined;
+  /** Brokers that recently left a request unanswered: asked last until they answer again. */
+  private readonly unresponsive = new Set<string>();
   private closed = false;
 
   constructor(private readonly opts: ClusterOptions) {
     if (!Array.isArray(opts.brokers) || opts.brokers.length === 0) throw new TributaryError('invalid_config', { option: 'brokers' }, 'brokers: at least one bootstrap broker is required');
     this.bootstrap = opts.brokers.map(parseAddress);
+    const bad = checkStallTimeout(opts.stallTimeoutMs);
+    if (bad) throw new TributaryError('invalid_config', { option: 'stallTimeoutMs', reason: bad }, `stallTimeoutMs: ${bad}`);
+    this.stallTimeoutMs = opts.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS;
   }
 
   get retryOptions(): RetryOptions {
@@ -71,29 +100,74 @@ export class Cluster {
     if (this.closed) throw new TributaryError('client_closed');
   }
 
-  /** The shared connection to one broker, opened on first use and replaced when it fails. */
-  async connection(address: string, signal?: AbortSignal): Promise<Connection> {
+  private open(address: string, signal: AbortSignal | undefined, control: boolean): Promise<Connection> {
+    const { host, port } = parseAddress(address);
+    return Connection.connect({
+      host,
+      port,
+      connectTimeoutMs: this.opts.connectTimeoutMs,
+      signal,
+      tls: this.opts.tls,
+      auth: this.opts.auth,
+      stallTimeoutMs: this.stallTimeoutMs,
+      // A control connection carries only immediate answers: its own silence is the verdict.
+      probe: control ? undefined : () => this.ping(address),
+      onStall: () => this.gaveUpOn(address),
+    });
+  }
+
+  /** The broker left a request unanswered past the bound: lookups ask it last, its control connection is dropped. */
+  private gaveUpOn(address: string): void {
+    this.unresponsive.add(address);
+    if (this.lookupBroker === address) this.lookupBroker = undefined;
+    void this.control
+      .get(address)
+      ?.then((c) => c.abandon(new TributaryError('connection_lost', { reason: 'broker not answering', broker: address })))
+      .catch(() => {});
+  }
+
+  /** The pooled connection of `pool` to one broker, opened on first use and replaced when it fails. */
+  private async pooled(pool: Map<string, Promise<Connection>>, address: string, signal: AbortSignal | undefined): Promise<Connection> {
     this.assertOpen();
-    const cached = this.shared.get(address);
+    const cached = pool.get(address);
     if (cached) {
       const conn = await cached.catch(() => undefined);
       if (conn && !conn.closed) return conn;
-      if (this.shared.get(address) === cached) this.shared.delete(address);
+      if (pool.get(address) === cached) pool.delete(address);
     }
-    const { host, port } = parseAddress(address);
-    const p = Connection.connect({ host, port, connectTimeoutMs: this.opts.connectTimeoutMs, signal, tls: this.opts.tls, auth: this.opts.auth });
-    this.shared.set(address, p);
-    p.catch(() => {
-      if (this.shared.get(address) === p) this.shared.delete(address);
-    });
+    const p = this.open(address, signal, pool === this.control);
+    pool.set(address, p);
+    p.then(
+      (conn) => {
+        // Opened after close(): nobody else will close it.
+        if (this.closed) void conn.close();
+      },
+      () => {
+        if (pool.get(address) === p) pool.delete(address);
+      },
+    );
     return p;
+  }
+
+  /** The shared connection to one broker, opened on first use and replaced when it fails. */
+  connection(address: string, signal?: AbortSignal): Promise<Connection> {
+    return this.pooled(this.shared, address, signal);
+  }
+
+  /**
+   * Is the broker alive? Asked by a connection that has heard nothing for a while: any answer on the
+   * control connection (even an ERROR) means the silence elsewhere is the broker's own wait.
+   */
+  private async ping(address: string): Promise<void> {
+    const conn = await this.pooled(this.control, address, undefined);
+    await conn.request('PROTOCOL_INFO');
+    this.unresponsive.delete(address);
   }
 
   /** A connection of its own, for long polls and streams; closed with the cluster. */
   async dedicated(address: string, signal?: AbortSignal): Promise<Connection> {
     this.assertOpen();
-    const { host, port } = parseAddress(address);
-    const conn = await Connection.connect({ host, port, connectTimeoutMs: this.opts.connectTimeoutMs, signal, tls: this.opts.tls, auth: this.opts.auth });
+    const conn = await this.open(address, signal, false);
     if (this.closed) {
       await conn.close();
       throw new TributaryError('client_closed');
@@ -126,13 +200,101 @@ export class Cluster {
 
   /** A command to any broker, retried over the bootstrap list. */
   async anyCommand(name: string, fields: Record<string, FieldValue | undefined> = {}, signal?: AbortSignal): Promise<string> {
-    return retry(async () => untilAborted((await this.anyBroker(signal)).conn.command(name, fields), signal), { ...this.retryOptions, signal });
+    return retry(
+      async () => {
+        const { address, conn } = await this.anyBroker(signal);
+        try {
+          return await untilAborted(conn.command(name, fields), signal);
+        } catch (err) {
+          // A broker whose connection failed is tried last next time.
+          if (err instanceof TributaryError && (err.code === 'connection_lost' || err.code === 'request_timeout') && formatAddress(this.bootstrap[this.nextBootstrap]!) === address) {
+            this.nextBootstrap = (this.nextBootstrap + 1) % this.bootstrap.length;
+          }
+          throw err;
+        }
+      },
+      { ...this.retryOptions, signal },
+    );
+  }
+
+  /**
+   * A leader lookup (METADATA, FIND_COORDINATOR) that any broker can answer. It goes over control
+   * connections, never behind produce or other traffic; a broker that does not answer within the stall
+   * bound (or fails retriably) is skipped for the next bootstrap or known broker at once, and only when
+   * every one failed does the retry module back off and start over.
+   */
+  async lookup(name: string, fields: Record<string, FieldValue | undefined>, signal?: AbortSignal): Promise<string> {
+    return retry(
+      async () => {
+        const candidates = this.lookupCandidates();
+        let last: unknown;
+        for (const address of candidates) {
+          try {
+            const reply = await this.lookupAt(address, name, fields, signal);
+            this.lookupBroker = address;
+            this.unresponsive.delete(address);
+            return reply;
+          } catch (err) {
+            if (signal?.aborted || !isRetriable(err)) throw err;
+            last = err;
+          }
+        }
+        this.lookupBroker = undefined;
+        throw last instanceof TributaryError ? last : new TributaryError('connection_lost', { reason: 'no broker answered the lookup' });
+      },
+      { ...this.retryOptions, signal },
+    );
+  }
+
+  /** Bootstrap brokers, then learned ones; the last broker that answered first, unresponsive ones last. */
+  private lookupCandidates(): string[] {
+    const all = [...new Set([...this.bootstrap.map(formatAddress), ...this.known])];
+    const i = this.lookupBroker === undefined ? -1 : all.indexOf(this.lookupBroker);
+    const order = i <= 0 ? all : [...all.slice(i), ...all.slice(0, i)];
+    return [...order.filter((a) => !this.unresponsive.has(a)), ...order.filter((a) => this.unresponsive.has(a))];
+  }
+
+  private async lookupAt(address: string, name: string, fields: Record<string, FieldValue | undefined>, signal: AbortSignal | undefined): Promise<string> {
+    const bound = this.stallTimeoutMs;
+    let timer: NodeJS.Timeout | undefined;
+    let conn: Connection | undefined;
+    const attempt = (async () => {
+      conn = await this.pooled(this.control, address, undefined);
+      return conn.command(name, fields);
+    })();
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const err = new TributaryError('request_timeout', { reason: 'lookup not answered', broker: address, timeoutMs: bound }, `${name} to ${address}: no answer within ${bound} ms`);
+        reject(err);
+        // Its late reply would hold back the next lookups on that connection: drop it.
+        this.unresponsive.add(address);
+        if (this.lookupBroker === address) this.lookupBroker = undefined;
+        conn?.abandon(new TributaryError('connection_lost', { reason: 'lookup not answered', broker: address }));
+      }, bound);
+    });
+    attempt.catch(() => {});
+    try {
+      return await untilAborted(Promise.race([attempt, timeout]), signal);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Remembers brokers named by the cluster, so a lookup has somewhere to go when the bootstrap list does not answer. */
+  private learn(address: string | undefined): void {
+    if (!address || address === NO_LEADER || this.known.has(address)) return;
+    try {
+      parseAddress(address);
+    } catch {
+      return;
+    }
+    this.known.add(address);
   }
 
   // ---- coordinators ----
 
   async findCoordinator(key: { group: string } | { transactional_id: string }, signal?: AbortSignal): Promise<string> {
-    const reply = await this.anyCommand('FIND_COORDINATOR', key, signal);
+    const reply = await this.lookup('FIND_COORDINATOR', key, signal);
     const p = parseLine(reply).params;
     const host = p.get('host') ?? '';
     const port = Number(p.get('port'));
@@ -142,6 +304,7 @@ export class Cluster {
     }
     const addr = formatAddress({ host, port });
     this.coordinators.set(cacheKey(key), addr);
+    this.learn(addr);
     return addr;
   }
 
@@ -159,7 +322,9 @@ export class Cluster {
       const host = err.fields.host;
       const port = Number(err.fields.port);
       if (typeof host === 'string' && host && Number.isInteger(port) && port > 0) {
-        this.coordinators.set(k, formatAddress({ host, port }));
+        const addr = formatAddress({ host, port });
+        this.coordinators.set(k, addr);
+        this.learn(addr);
         return;
       }
     }
@@ -193,7 +358,7 @@ export class Cluster {
   // ---- partition leaders ----
 
   async fetchMetadata(topic: string, signal?: AbortSignal): Promise<TopicMetadata> {
-    const reply = await this.anyCommand('METADATA', { topic }, signal);
+    const reply = await this.lookup('METADATA', { topic }, signal);
     const p = parseLine(reply).params;
     const md: TopicMetadata = {
       topic,
@@ -202,6 +367,7 @@ export class Cluster {
       epochs: (p.get('epochs') ?? '').split(',').filter(Boolean).map(Number),
     };
     this.metadataCache.set(topic, md);
+    for (const l of md.leaders) this.learn(l);
     return md;
   }
 
@@ -233,6 +399,7 @@ export class Cluster {
       const i = err.extra.indexOf('LEADER_IS');
       const addr = i >= 0 ? err.extra[i + 1] : typeof err.fields.leader === 'string' ? err.fields.leader : undefined;
       const md = this.metadataCache.get(topic);
+      this.learn(addr);
       if (addr && md) md.leaders[partition] = addr;
       else this.metadataCache.delete(topic);
     } else if (err.code === 'connection_lost' || err.code === 'request_timeout') {
@@ -246,8 +413,9 @@ export class Cluster {
 
   async close(): Promise<void> {
     this.closed = true;
-    const conns = await Promise.all([...this.shared.values()].map((p) => p.catch(() => undefined)));
+    const conns = await Promise.all([...this.shared.values(), ...this.control.values()].map((p) => p.catch(() => undefined)));
     this.shared.clear();
+    this.control.clear();
     await Promise.all([...conns, ...this.dedicatedConns].map((c) => c?.close()));
     this.dedicatedConns.clear();
   }

@@ -19,6 +19,19 @@ export interface ConnectionOptions {
   /** Local address to connect from (e.g. to tell clients on one host apart). */
   localAddress?: string;
   signal?: AbortSignal;
+  /**
+   * Stall bound (off when undefined): the connection fails with a retriable connection_lost once the
+   * broker has answered nothing for this long past the own wait of the oldest pending request. It also
+   * bounds the handshake (with connectTimeoutMs).
+   */
+  stallTimeoutMs?: number;
+  /**
+   * Asked once the connection looks stalled; resolving shows the broker is alive (e.g. it answered on
+   * another connection), so the silence is a legitimately slow reply and the connection stays.
+   */
+  probe?: () => Promise<unknown>;
+  /** Called when the watchdog gives up on the connection (before its requests fail). */
+  onStall?: () => void;
 }
 
 export interface AuthOptions {
@@ -32,6 +45,15 @@ export type Reply = { kind: 'text'; text: string } | { kind: 'batch'; batch: Bat
 interface Pending {
   resolve: (r: Reply) => void;
   reject: (e: Error) => void;
+  sentAt: number;
+  /** How long the reply may legitimately take (a long poll's wait_ms); 0 for an immediate answer. */
+  waitMs: number;
+}
+
+/** The own wait of a command: its `wait_ms` (CONSUME, HEARTBEAT long polls), else 0. */
+function ownWait(fields: Record<string, FieldValue | undefined>): number {
+  const w = Number(fields.wait_ms ?? 0);
+  return Number.isFinite(w) && w > 0 ? w : 0;
 }
 
 const SDK_FEATURES = ['structured_errors_v1', 'stream_control_v1', 'offset_resume_v1', 'record_extensions_v1'];
@@ -47,6 +69,13 @@ export class Connection {
   private closedError: Error | undefined;
   private streamHandler: ((body: Buffer) => void) | undefined;
   enabledFeatures = new Set<string>();
+  /** Stall watchdog (see ConnectionOptions.stallTimeoutMs): off until watch(). */
+  private stall: { ms: number; probe: (() => Promise<unknown>) | undefined; onStall: (() => void) | undefined } | undefined;
+  private stallTimer: NodeJS.Timeout | undefined;
+  /** Last time anything arrived on the socket, or a probe showed the broker alive. */
+  private lastHeardAt = Date.now();
+  private suspectSince: number | undefined;
+  private probing = false;
 
   private constructor(socket: net.Socket, maxFrameBytes: number) {
     this.socket = socket;
@@ -87,8 +116,13 @@ export class Connection {
     const features = opts.features ?? SDK_FEATURES;
     if (features.length > 0 || opts.auth) {
       // The handshake is part of connecting: bounded by the same timeout and signal, and a failed one
-      // does not leave the socket open (a broker that accepts but never answers must not hang callers).
-      const timer = setTimeout(() => socket.destroy(), opts.connectTimeoutMs ?? 5000);
+      // does not leave the socket open (a broker that accepts but never answers must not hang callers;
+      // a frozen process still completes TCP handshakes, so the stall bound applies here too).
+      const handshakeMs = Math.min(opts.connectTimeoutMs ?? 5000, opts.stallTimeoutMs ?? Number.POSITIVE_INFINITY);
+      const timer = setTimeout(
+        () => conn.abandon(new TributaryError('connection_lost', { reason: 'no handshake reply', timeoutMs: handshakeMs }, `connect ${opts.host}:${opts.port}: no handshake reply within ${handshakeMs} ms`)),
+        handshakeMs,
+      );
       const onAbort = () => socket.destroy();
       opts.signal?.addEventListener('abort', onAbort, { once: true });
       try {
@@ -106,7 +140,82 @@ export class Connection {
         opts.signal?.removeEventListener('abort', onAbort);
       }
     }
+    if (opts.stallTimeoutMs !== undefined) conn.watch(opts.stallTimeoutMs, opts.probe, opts.onStall);
     return conn;
+  }
+
+  /**
+   * Turns on the stall watchdog. Replies come in order, so one reply that never comes holds back every
+   * later one: once the oldest pending request is `stallMs` past its own wait with nothing received
+   * meanwhile (and `probe`, asked halfway, did not show the broker alive), the connection fails with a
+   * retriable connection_lost and callers retry elsewhere.
+   */
+  watch(stallMs: number, probe?: () => Promise<unknown>, onStall?: () => void): void {
+    this.stall = { ms: stallMs, probe, onStall };
+    this.armStall(stallMs / 2);
+  }
+
+  private armStall(delayMs: number): void {
+    if (!this.stall || this.closedError || this.pending.length === 0) return;
+    if (this.stallTimer) clearTimeout(this.stallTimer);
+    this.stallTimer = setTimeout(() => this.checkStall(), Math.max(5, delayMs));
+    this.stallTimer.unref();
+  }
+
+  private checkStall(): void {
+    this.stallTimer = undefined;
+    const head = this.pending[0];
+    const stall = this.stall;
+    if (!stall || !head || this.closedError) {
+      this.suspectSince = undefined;
+      return;
+    }
+    const now = Date.now();
+    const half = stall.ms / 2;
+    const quiet = now - Math.max(head.sentAt + head.waitMs, this.lastHeardAt);
+    if (quiet < half) {
+      this.suspectSince = undefined;
+      this.armStall(half - quiet);
+      return;
+    }
+    if (this.suspectSince === undefined || this.lastHeardAt >= this.suspectSince) {
+      // Two looks at least half the bound apart, with a probe between them that got no answer: a client
+      // event loop that was blocked reads what arrived meanwhile before the second look.
+      this.suspectSince = now;
+      this.startProbe();
+      this.armStall(Math.max(half, stall.ms - quiet));
+      return;
+    }
+    const suspected = now - this.suspectSince;
+    if (quiet >= stall.ms && suspected >= half) {
+      stall.onStall?.();
+      this.abandon(
+        new TributaryError('connection_lost', { reason: 'stalled', quietMs: quiet, stallTimeoutMs: stall.ms }, `connection stalled: no reply for ${quiet} ms past the expected wait (stallTimeoutMs ${stall.ms})`),
+      );
+      return;
+    }
+    this.armStall(Math.max(stall.ms - quiet, half - suspected));
+  }
+
+  private startProbe(): void {
+    const probe = this.stall?.probe;
+    if (!probe || this.probing) return;
+    this.probing = true;
+    probe().then(
+      () => {
+        this.probing = false;
+        this.lastHeardAt = Math.max(this.lastHeardAt, Date.now());
+      },
+      () => {
+        this.probing = false;
+      },
+    );
+  }
+
+  /** Fails every pending request with `err` and drops the socket at once (no graceful close). */
+  abandon(err: Error): void {
+    this.fail(err);
+    this.socket.destroy();
   }
 
   get extensions(): boolean {
@@ -118,6 +227,7 @@ export class Connection {
   }
 
   private onData(chunk: Buffer): void {
+    this.lastHeardAt = Date.now();
     let frames: Buffer[];
     try {
       frames = this.decoder.push(chunk);
@@ -149,22 +259,25 @@ export class Connection {
   private fail(err: Error): void {
     if (this.closedError) return;
     this.closedError = err;
+    if (this.stallTimer) clearTimeout(this.stallTimer);
+    this.stallTimer = undefined;
     for (const p of this.pending.splice(0)) p.reject(err);
     this.streamHandler?.(Buffer.alloc(0, 0)); // wake a stream reader so it sees the close
   }
 
-  /** Send a raw frame body and wait for its reply. */
-  request(body: Buffer | string): Promise<Reply> {
+  /** Send a raw frame body and wait for its reply; `waitMs`: how long the broker may legitimately hold it. */
+  request(body: Buffer | string, waitMs = 0): Promise<Reply> {
     if (this.closedError) return Promise.reject(this.closedError);
     return new Promise<Reply>((resolve, reject) => {
-      this.pending.push({ resolve, reject });
+      this.pending.push({ resolve, reject, sentAt: Date.now(), waitMs });
       this.socket.write(encodeFrame(body));
+      if (this.stall && !this.stallTimer) this.armStall(waitMs + this.stall.ms / 2);
     });
   }
 
   /** Text command; resolves with the reply text, rejects with a TributaryError for `ERROR:` replies. */
   async command(name: string, fields: Record<string, FieldValue | undefined> = {}, positional: string[] = []): Promise<string> {
-    const reply = await this.request(formatLine(name, fields, positional));
+    const reply = await this.request(formatLine(name, fields, positional), ownWait(fields));
     if (reply.kind !== 'text') throw new TributaryError('internal_error', { reason: 'unexpected batch reply' });
     if (isErrorReply(reply.text)) throw parseError(reply.text);
     return reply.text;
@@ -184,7 +297,7 @@ export class Connection {
   }
 
   async consume(fields: Record<string, FieldValue | undefined>): Promise<Batch> {
-    const reply = await this.request(formatLine('CONSUME', fields));
+    const reply = await this.request(formatLine('CONSUME', fields), ownWait(fields));
     if (reply.kind === 'text') {
       if (isErrorReply(reply.text)) throw parseError(reply.text);
       throw new TributaryError('internal_error', { reason: `unexpected reply ${reply.text.slice(0, 80)}` });
@@ -249,6 +362,9 @@ export class Connection {
   }
 
   close(): Promise<void> {
+    if (this.stallTimer) clearTimeout(this.stallTimer);
+    this.stallTimer = undefined;
+    this.stall = undefined;
     return new Promise((resolve) => {
       if (this.socket.destroyed) return resolve();
       this.socket.once('close', () => resolve());

@@ -6,7 +6,7 @@ import { parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
 import type { RecordHeader } from '../protocol/record.js';
 import { untilAborted } from './abort.js';
-import { Cluster } from './cluster.js';
+import { Cluster, checkStallTimeout, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
 import type { Connection } from './connection.js';
 import { channels, publish, TypedEmitter } from './events.js';
 import { backoffDelay, isRetriable, type RetryOptions, retry } from './retry.js';
@@ -42,6 +42,12 @@ export interface ConsumerOptions {
   /** A handler running longer than this is reported with a `handler.slow` event (it is not cancelled). */
   processingTimeoutMs?: number;
   retry?: RetryOptions;
+  /**
+   * A broker connection on which nothing arrives for this long past a request's own wait (a long poll's
+   * wait_ms), while the broker does not answer a ping either, is failed (connection_lost) and retried;
+   * also how long one broker gets to answer a leader or coordinator lookup.
+   */
+  stallTimeoutMs?: number;
   /** TLS for every broker connection (CA, client certificate and key, servername). */
   tls?: import('node:tls').ConnectionOptions;
   /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
@@ -110,6 +116,7 @@ const DEFAULTS = {
   autoCommitIntervalMs: 1_000,
   partitionsConsumedConcurrently: 1,
   processingTimeoutMs: 30_000,
+  stallTimeoutMs: DEFAULT_STALL_TIMEOUT_MS,
 };
 
 function configError(option: string, reason: string): TributaryError {
@@ -141,6 +148,8 @@ export function validateConsumerOptions(o: ConsumerOptions): void {
   if (o.autoOffsetReset !== undefined && !['earliest', 'latest', 'error'].includes(o.autoOffsetReset)) throw configError('autoOffsetReset', 'expected earliest, latest or error');
   if (o.isolation !== undefined && !['read_committed', 'read_uncommitted'].includes(o.isolation)) throw configError('isolation', 'expected read_committed or read_uncommitted');
   if (o.mode !== undefined && !['poll', 'stream'].includes(o.mode)) throw configError('mode', 'expected poll or stream');
+  const stall = checkStallTimeout(o.stallTimeoutMs);
+  if (stall) throw configError('stallTimeoutMs', stall);
   const session = o.sessionTimeoutMs ?? DEFAULTS.sessionTimeoutMs;
   if ((o.heartbeatIntervalMs ?? Math.min(DEFAULTS.heartbeatIntervalMs, Math.floor(session / 3))) >= session) throw configError('heartbeatIntervalMs', 'must be below sessionTimeoutMs');
 }
@@ -252,7 +261,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       ...options,
       clientId: options.clientId ?? 'tributary-consumer',
     } as Consumer['options'];
-    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls, auth: options.auth });
+    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls, auth: options.auth, stallTimeoutMs: this.options.stallTimeoutMs });
     // Every partition reader and loop listens on the root signal: a large assignment is not a leak.
     setMaxListeners(0, this.root.signal);
   }

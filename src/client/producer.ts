@@ -7,7 +7,7 @@ import { DEFAULT_MAX_FRAME_BYTES } from '../protocol/frame.js';
 import { partitionForKey } from '../protocol/partitioner.js';
 import type { RecordHeader } from '../protocol/record.js';
 import { untilAborted } from './abort.js';
-import { Cluster } from './cluster.js';
+import { Cluster, checkStallTimeout, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
 import type { Connection } from './connection.js';
 import { channels, publish, TypedEmitter } from './events.js';
 import { isRetriable, type RetryOptions, retry } from './retry.js';
@@ -70,6 +70,12 @@ export interface ProducerOptions {
   tls?: import('node:tls').ConnectionOptions;
   /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
   auth?: import('./connection.js').AuthOptions;
+  /**
+   * A broker connection on which nothing arrives for this long past a request's own wait, while the
+   * broker does not answer a ping either, is failed (connection_lost) and its batches are retried;
+   * also how long one broker gets to answer a leader lookup. Default 3000.
+   */
+  stallTimeoutMs?: number;
   /**
    * Idempotent producing: the producer gets a random id, numbers each partition's records, and the broker
    * answers a retried batch it already appended with the original offsets instead of appending it again,
@@ -141,6 +147,8 @@ export function validateProducerOptions(o: ProducerOptions): void {
   checkInt(r, 'maxBufferedBytes', 1);
   checkInt(r, 'maxInFlightPerPartition', 1, 1000);
   checkInt(r, 'requestTimeoutMs', 1);
+  const stall = checkStallTimeout(o.stallTimeoutMs);
+  if (stall) throw configError('stallTimeoutMs', stall);
   if (o.retry !== undefined && (o.retry === null || typeof o.retry !== 'object')) throw configError('retry', 'must be an object');
   if (o.idempotent !== undefined && typeof o.idempotent !== 'boolean') throw configError('idempotent', 'must be a boolean');
   if (o.transactionalId !== undefined && (typeof o.transactionalId !== 'string' || o.transactionalId.length === 0 || Buffer.byteLength(o.transactionalId, 'utf8') > 255 || /[\s"=]/.test(o.transactionalId))) {
@@ -245,9 +253,17 @@ export class ProducerBatch {
   completed = false;
   timer: NodeJS.Timeout | undefined;
   startedAt = 0;
-  /** Idempotent producers: the sequence of the first record and the epoch, assigned once at first send (-1: none). */
+  /**
+   * Idempotent producers: the sequence of the first record and the epoch, assigned at first send (-1:
+   * none) and kept by retries; new ones only once the broker showed these were never appended.
+   */
   firstSequence = -1;
   epoch = -1;
+  /** The last attempt failed and the batch waits for its retry turn (the oldest unsettled batch goes first). */
+  awaitingRetry = false;
+  retryError: unknown;
+  /** Resend without a backoff when its turn comes: it was refused only for its numbers. */
+  resendAtOnce = false;
   /** Resolves (never rejects) once the batch is acknowledged or failed for good. */
   readonly done: Promise<void>;
   markDone!: () => void;
@@ -269,18 +285,36 @@ export interface PartitionQueue {
   readonly partition: number;
   /** Batches not yet sent, oldest first; only the last may be open. */
   readonly batches: ProducerBatch[];
-  /** Batches sent and not yet completed (including those being retried). */
+  /** Batches sent and not yet completed (including those being retried), in send order. */
   readonly inFlight: Set<ProducerBatch>;
-  /** Batches waiting in the retry chain: while > 0 no new batch of the partition is sent (keeps order). */
+  /** Batches waiting for a retry: while > 0 no new batch of the partition is sent (keeps order). */
   retrying: number;
-  retryChain: Promise<void>;
+  /** The retry loop runs: it retries the oldest unsettled batch once that one waits for a retry. */
+  retryRunning: boolean;
   pumping: boolean;
   again: boolean;
   /** Idempotent producers: the next batch's first sequence and the epoch of this partition. */
   nextSequence: number;
   epoch: number;
-  /** A numbered batch failed for good: the next batch starts a new epoch at sequence 0. */
+  /** A numbered batch failed for good: the next numbers start a new epoch at sequence 0. */
   bumpEpoch: boolean;
+  /** Idempotent: epoch → first sequence from which the broker reported a gap (nothing from there on was appended). */
+  readonly lost: Map<number, number>;
+}
+
+/** Idempotent: the batch's numbers are known unusable (a gap before them), so it gets new ones. */
+function needsNewNumbers(q: PartitionQueue, b: ProducerBatch): boolean {
+  const from = b.firstSequence >= 0 ? q.lost.get(b.epoch) : undefined;
+  return from !== undefined && b.firstSequence >= from;
+}
+
+/**
+ * Idempotent: an unsettled batch may still take numbers ahead of anything sent now (it is in an older
+ * epoch, needs new numbers, or the epoch is about to change): new batches wait, or they would overtake it.
+ */
+function numberingUnsettled(q: PartitionQueue): boolean {
+  for (const b of q.inFlight) if (b.firstSequence >= 0 && (q.bumpEpoch || b.epoch !== q.epoch || needsNewNumbers(q, b))) return true;
+  return false;
 }
 
 export interface AccumulatorLimits {
@@ -308,12 +342,13 @@ export class RecordAccumulator {
         batches: [],
         inFlight: new Set(),
         retrying: 0,
-        retryChain: Promise.resolve(),
+        retryRunning: false,
         pumping: false,
         again: false,
         nextSequence: 0,
         epoch: 0,
         bumpEpoch: false,
+        lost: new Map(),
       };
       this.queues.set(k, q);
     }
@@ -373,7 +408,7 @@ export class RecordAccumulator {
   /** Closed head batches that may be sent now without passing the in-flight limit or overtaking a retry. */
   takeReady(q: PartitionQueue, maxInFlight: number): ProducerBatch[] {
     const out: ProducerBatch[] = [];
-    while (q.retrying === 0 && q.inFlight.size < maxInFlight && q.batches.length > 0 && q.batches[0]!.closed) {
+    while (this.canSend(q, maxInFlight)) {
       const b = q.batches.shift()!;
       q.inFlight.add(b);
       out.push(b);
@@ -383,7 +418,7 @@ export class RecordAccumulator {
 
   /** True when the queue can send its head batch right now. */
   canSend(q: PartitionQueue, maxInFlight: number): boolean {
-    return q.retrying === 0 && q.inFlight.size < maxInFlight && q.batches.length > 0 && q.batches[0]!.closed;
+    return q.retrying === 0 && q.inFlight.size < maxInFlight && q.batches.length > 0 && q.batches[0]!.closed && !numberingUnsettled(q);
   }
 }
 
@@ -448,15 +483,15 @@ interface BatchAck {
  *
  * Delivery is at least once. A batch that fails with a retriable error (NOT_LEADER, a lost connection,
  * a timeout) is sent again through the retry module (exponential backoff with jitter); NOT_LEADER
- * updates the leader cache first. Retries of a partition run one at a time in send order and hold back
- * its newer batches, so a retry does not overtake. Without idempotence a batch whose reply was lost,
+ * updates the leader cache first. Retries of a partition run one at a time, oldest unsettled batch
+ * first, and hold back its newer batches, so a retry does not overtake. Without idempotence a batch whose reply was lost,
  * but which the broker had appended, is appended again when it is retried: a retry may DUPLICATE
  * records. And with `maxInFlightPerPartition` > 1, a batch that failed while a later one succeeded is
  * written after that later one: use `maxInFlightPerPartition: 1` when even that reordering matters.
  * With `idempotent: true` batches carry this producer's id, an epoch and per-partition sequence
- * numbers (assigned once, at first send): the broker answers a batch it already has with the original
- * offsets, and refuses a batch that would skip ahead of a failed one (out_of_order_sequence), so
- * retries neither duplicate nor reorder.
+ * numbers (assigned at first send, renewed only once the broker showed they were never appended): the
+ * broker answers a batch it already has with the original offsets, and refuses a batch that would skip
+ * ahead of a failed one (out_of_order_sequence), so retries neither duplicate nor reorder.
  */
 export class Producer extends TypedEmitter<ProducerEvents> {
   readonly options: {
@@ -469,6 +504,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     maxBufferedBytes: number;
     maxInFlightPerPartition: number;
     requestTimeoutMs: number;
+    stallTimeoutMs: number;
     retry: RetryOptions;
     idempotent: boolean;
     transactionalId: string | undefined;
@@ -509,13 +545,14 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       maxBufferedBytes: options.maxBufferedBytes ?? DEFAULTS.maxBufferedBytes,
       maxInFlightPerPartition: options.maxInFlightPerPartition ?? DEFAULTS.maxInFlightPerPartition,
       requestTimeoutMs: options.requestTimeoutMs ?? DEFAULTS.requestTimeoutMs,
+      stallTimeoutMs: options.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS,
       retry: options.retry ?? {},
       idempotent: options.idempotent ?? false,
       transactionalId: options.transactionalId,
       transactionTimeoutMs: options.transactionTimeoutMs,
     };
     this.producerId = this.options.idempotent ? randomUUID() : '';
-    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls, auth: options.auth });
+    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls, auth: options.auth, stallTimeoutMs: this.options.stallTimeoutMs });
     this.accumulator = new RecordAccumulator({ maxBatchBytes: this.options.maxBatchBytes, maxBatchRecords: this.options.maxBatchRecords });
     this.wireAcks = this.options.acks === 0 ? '0' : this.options.acks === 1 ? '1' : 'all';
     setMaxListeners(0, this.root.signal);
@@ -834,21 +871,13 @@ export class Producer extends TypedEmitter<ProducerEvents> {
 
   private startBatch(b: ProducerBatch, q: PartitionQueue): void {
     if (this.options.idempotent && b.firstSequence < 0) {
-      // Numbered once, in send order; a retry sends the same numbers (that is what makes it detectable).
+      // Numbered in send order; a retry sends the same numbers (that is what makes it detectable).
       if (q.bumpEpoch) {
         q.bumpEpoch = false;
         q.epoch++;
         q.nextSequence = 0;
       }
-      b.firstSequence = q.nextSequence;
-      b.epoch = q.epoch;
-      q.nextSequence += b.records.length;
-      for (let i = 0; i < b.records.length; i++) {
-        const r = b.records[i]!;
-        r.producerId = this.producerId;
-        r.epoch = b.epoch;
-        r.sequence = b.firstSequence + i;
-      }
+      this.number(q, b);
     }
     b.dispatched = true;
     b.startedAt = Date.now();
@@ -856,6 +885,32 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       clearTimeout(b.timer);
       b.timer = undefined;
     }
+  }
+
+  private number(q: PartitionQueue, b: ProducerBatch): void {
+    b.firstSequence = q.nextSequence;
+    b.epoch = q.epoch;
+    q.nextSequence += b.records.length;
+    for (let i = 0; i < b.records.length; i++) {
+      const r = b.records[i]!;
+      r.producerId = this.producerId;
+      r.epoch = b.epoch;
+      r.sequence = b.firstSequence + i;
+    }
+  }
+
+  /**
+   * New numbers for a batch the broker showed it never appended (and, by the sequence rule, nothing
+   * numbered after it in that epoch either): the next ones of a newer epoch. Only the oldest unsettled
+   * batch is renumbered, and new batches wait meanwhile, so send order holds and nothing is written twice.
+   */
+  private renumber(q: PartitionQueue, b: ProducerBatch): void {
+    if (q.bumpEpoch || q.epoch <= b.epoch) {
+      q.bumpEpoch = false;
+      q.epoch = Math.max(q.epoch, b.epoch) + 1;
+      q.nextSequence = 0;
+    }
+    this.number(q, b);
   }
 
   /** One attempt: the batch frame on `conn`, its reply parsed (with a reply deadline). */
@@ -882,10 +937,10 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
+        reject(new TributaryError('request_timeout', { reason: 'no reply to the batch', timeoutMs: this.options.requestTimeoutMs }));
         // A reply that never comes blocks every reply behind it: drop the connection (its other
         // requests fail with connection_lost and are retried on a new one).
-        void conn.close();
-        reject(new TributaryError('request_timeout', { reason: 'no reply to the batch', timeoutMs: this.options.requestTimeoutMs }));
+        conn.abandon(new TributaryError('connection_lost', { reason: 'no reply to an earlier batch', timeoutMs: this.options.requestTimeoutMs }));
       }, this.options.requestTimeoutMs);
     });
     try {
@@ -907,8 +962,8 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   }
 
   /**
-   * A failed attempt. Retriable errors go to the partition's retry chain: retries run one at a time in
-   * the order the batches were sent, and while one is pending the partition sends nothing new.
+   * A failed attempt. Retriable errors make the batch wait for a retry; retries run one at a time, oldest
+   * unsettled batch first, and while one waits the partition sends nothing new.
    */
   private onAttemptFailure(q: PartitionQueue, b: ProducerBatch, err: unknown): void {
     this.cluster.onLeaderError(q.topic, q.partition, err);
@@ -916,50 +971,104 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       this.partitionCounts.delete(q.topic);
       this.cluster.invalidateMetadata(q.topic);
     }
-    // Idempotent: a batch refused for a gap while an earlier batch of the partition is still being
-    // retried was sent ahead of it; resent after that one (the retry chain keeps send order), it fits.
-    const behind =
-      b.firstSequence >= 0 &&
-      err instanceof TributaryError &&
-      err.code === 'out_of_order_sequence' &&
-      [...q.inFlight].some((o) => o !== b && !o.completed && o.epoch === b.epoch && o.firstSequence >= 0 && o.firstSequence < b.firstSequence);
-    if ((!isRetriable(err) && !behind) || this.root.signal.aborted) {
-      this.complete(q, b, this.root.signal.aborted ? new TributaryError('client_closed') : (err as Error));
+    if (this.root.signal.aborted) {
+      this.complete(q, b, new TributaryError('client_closed'));
       return;
     }
+    const verdict = this.sequenceVerdict(q, b, err);
+    if (verdict === 'final' || (verdict === undefined && !isRetriable(err))) {
+      this.complete(q, b, err as Error);
+      return;
+    }
+    b.awaitingRetry = true;
+    b.retryError = err;
+    b.resendAtOnce = verdict !== undefined;
     q.retrying++;
-    q.retryChain = q.retryChain.then(() => this.retryBatch(q, b, err, behind));
+    this.runRetries(q);
   }
 
-  private async retryBatch(q: PartitionQueue, b: ProducerBatch, first: unknown, immediate = false): Promise<void> {
+  /**
+   * Idempotent batches refused for their numbers (out_of_order_sequence, or stale_producer_epoch for
+   * numbers already given up): `wait` while an earlier batch of the partition is unsettled (it was sent
+   * ahead of that one and fits once it is appended); for the oldest unsettled batch a gap before its
+   * numbers proves nothing from it on was appended (`renumber`); anything else is `final`.
+   */
+  private sequenceVerdict(q: PartitionQueue, b: ProducerBatch, err: unknown): 'wait' | 'renumber' | 'final' | undefined {
+    if (b.firstSequence < 0 || !(err instanceof TributaryError)) return undefined;
+    const outOfOrder = err.code === 'out_of_order_sequence';
+    if (!outOfOrder && !(err.code === 'stale_producer_epoch' && needsNewNumbers(q, b))) return undefined;
+    if (needsNewNumbers(q, b)) return 'renumber';
+    if (q.inFlight.values().next().value !== b) return 'wait';
+    const expected = Number(err.fields.expected);
+    if (outOfOrder && Number.isSafeInteger(expected) && expected <= b.firstSequence) {
+      q.lost.set(b.epoch, Math.min(q.lost.get(b.epoch) ?? b.firstSequence, b.firstSequence));
+      return 'renumber';
+    }
+    return 'final';
+  }
+
+  /** Retries waiting batches in send order: only the oldest unsettled batch, once its attempt failed. */
+  private runRetries(q: PartitionQueue): void {
+    if (q.retryRunning) return;
+    q.retryRunning = true;
+    void (async () => {
+      try {
+        for (;;) {
+          const head = q.inFlight.values().next().value;
+          if (!head?.awaitingRetry) break;
+          await this.retryBatch(q, head);
+        }
+      } finally {
+        q.retryRunning = false;
+        this.pump(q);
+      }
+    })();
+  }
+
+  private async retryBatch(q: PartitionQueue, b: ProducerBatch): Promise<void> {
+    const first = b.retryError;
+    const atOnce = b.resendAtOnce;
+    let error: Error | null = null;
+    let ack: BatchAck | undefined;
     try {
-      const ack = await retry(
+      ack = await retry(
         async (attempt) => {
           // The attempt that already failed: retry() backs off before the next (unless it is to be resent now).
-          if (attempt === 0 && !immediate) throw first;
-          try {
-            const conn = await this.cluster.connection(await this.cluster.leaderFor(q.topic, q.partition, this.root.signal), this.root.signal);
-            return await this.transmit(conn, b);
-          } catch (err) {
-            this.cluster.onLeaderError(q.topic, q.partition, err);
-            throw err;
-          }
+          if (attempt === 0 && !atOnce) throw first;
+          return await this.resend(q, b);
         },
         {
           ...this.options.retry,
           signal: this.root.signal,
-          onRetry: (error, attempt, delayMs) => {
-            this.options.retry.onRetry?.(error, attempt, delayMs);
-            this.emit('retry', { error: error as Error, topic: q.topic, partition: q.partition, attempt, delayMs });
+          onRetry: (e, attempt, delayMs) => {
+            this.options.retry.onRetry?.(e, attempt, delayMs);
+            this.emit('retry', { error: e as Error, topic: q.topic, partition: q.partition, attempt, delayMs });
           },
         },
       );
-      this.complete(q, b, null, ack);
     } catch (err) {
-      this.complete(q, b, this.root.signal.aborted ? new TributaryError('client_closed') : (err as Error));
+      error = this.root.signal.aborted ? new TributaryError('client_closed') : (err as Error);
     } finally {
+      b.awaitingRetry = false;
+      b.retryError = undefined;
       q.retrying--;
-      this.pump(q);
+    }
+    this.complete(q, b, error, ack);
+  }
+
+  /** One retry of the oldest unsettled batch, with new numbers when the broker showed the old ones unusable. */
+  private async resend(q: PartitionQueue, b: ProducerBatch): Promise<BatchAck> {
+    for (let renumbered = 0; ; renumbered++) {
+      if (needsNewNumbers(q, b)) this.renumber(q, b);
+      try {
+        const conn = await this.cluster.connection(await this.cluster.leaderFor(q.topic, q.partition, this.root.signal), this.root.signal);
+        return await this.transmit(conn, b);
+      } catch (err) {
+        this.cluster.onLeaderError(q.topic, q.partition, err);
+        // Renumbered at most twice in a row: the second time into a fresh epoch at 0, which fits.
+        if (renumbered < 2 && this.sequenceVerdict(q, b, err) === 'renumber') continue;
+        throw err;
+      }
     }
   }
 
@@ -969,6 +1078,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     b.completed = true;
     if (b.timer) clearTimeout(b.timer);
     q.inFlight.delete(b);
+    if (q.inFlight.size === 0) q.lost.clear();
     const durationMs = b.startedAt > 0 ? Date.now() - b.startedAt : 0;
     // Its numbers may or may not have reached the log: the partition continues in a new epoch.
     if (err && b.firstSequence >= 0 && b.epoch === q.epoch) q.bumpEpoch = true;
@@ -988,6 +1098,8 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     }
     this.release(b.reserved);
     b.markDone();
+    // The next oldest batch may be waiting for its retry turn.
+    if (q.retrying > 0) this.runRetries(q);
     if (b.dispatched) this.pump(q);
   }
 

@@ -40,6 +40,10 @@ describe('Consumer options', () => {
     ['maxBatchRecords', { maxBatchRecords: 0 }],
     ['maxBatchBytes', { maxBatchBytes: -1 }],
     ['partitionsConsumedConcurrently', { partitionsConsumedConcurrently: 0 }],
+    ['stallTimeoutMs', { stallTimeoutMs: 0 }],
+    ['stallTimeoutMs', { stallTimeoutMs: 9 }],
+    ['stallTimeoutMs', { stallTimeoutMs: 2500.5 }],
+    ['stallTimeoutMs', { stallTimeoutMs: '3000' }],
   ])('%s: %j is refused', (option, extra) => {
     expect(configFailure({ ...BASE, ...extra }).fields.option).toBe(option);
   });
@@ -119,6 +123,8 @@ describe('Consumer options', () => {
   it('valid options construct a consumer in state new, without connecting', async () => {
     const c = new Consumer({ ...BASE, maxWaitMs: 0, sessionTimeoutMs: 6000, heartbeatIntervalMs: 1000, isolation: 'read_uncommitted', mode: 'stream', autoOffsetReset: 'error', autoCommit: false });
     expect(c.state).toBe('new');
+    expect(c.options.stallTimeoutMs).toBe(3000);
+    expect(new Consumer({ ...BASE, stallTimeoutMs: 500 }).options.stallTimeoutMs).toBe(500);
     expect(c.memberId).toBeUndefined();
     expect(c.assignment()).toEqual([]);
     // closing a consumer that never started is immediate and final

@@ -1,7 +1,8 @@
 /**
  * The producer's sender against a scripted in-process server (no broker): lingering into one frame,
  * the in-flight limit, NOT_LEADER redirects, retries of lost connections in send order, request
- * timeouts, non-retriable errors and exhausted retries.
+ * timeouts, non-retriable errors and exhausted retries; a stuck or frozen leader; idempotent retries
+ * through a leader change and past a batch that failed for good.
  */
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -25,6 +26,10 @@ class FakeBroker {
   private conns = 0;
   port = 0;
   leaders: string[] = [];
+  /** Per-topic leaders for METADATA (default: `leaders`). */
+  readonly topicLeaders = new Map<string, string[]>();
+  /** A SIGSTOPped broker: requests are received, nothing is answered (the handshake neither). */
+  frozen = false;
   onBatch: (b: Batch, conn: number, n: number) => Reply = (b) => ack(b, this.nextOffset(b));
   private readonly offsets = new Map<number, number>();
 
@@ -86,14 +91,19 @@ class FakeBroker {
     if (body[0] === 0xba && body[1] === 0x7c) {
       const batch = decodeBatch(body, { extensions: true });
       this.batches.push({ conn, batch });
+      if (this.frozen) return 'hang';
       return this.onBatch(batch, conn, this.batches.length);
     }
+    if (this.frozen) return 'hang';
     const line = parseLine(body.toString('utf8'));
     switch (line.head.toUpperCase()) {
       case 'NEGOTIATE':
         return `OK protocol_version=1 enabled=${line.params.get('features')} unsupported=`;
-      case 'METADATA':
-        return `OK topic=${line.params.get('topic')} partitions=${this.partitions} leaders=${this.leaders.join(',')} epochs=${this.leaders.map(() => 0).join(',')}`;
+      case 'METADATA': {
+        const topic = line.params.get('topic')!;
+        const leaders = this.topicLeaders.get(topic) ?? this.leaders;
+        return `OK topic=${topic} partitions=${this.topicLeaders.has(topic) ? leaders.length : this.partitions} leaders=${leaders.join(',')} epochs=${leaders.map(() => 0).join(',')}`;
+      }
       default:
         return `ERROR: unknown_command command=${line.head} class=validation retryable=false`;
     }
@@ -114,6 +124,57 @@ function ack(b: Batch, base: number): string {
 }
 
 const notLeader = (addr: string) => `ERROR: NOT_LEADER LEADER_IS ${addr} class=routing retryable=true`;
+
+/**
+ * One partition's idempotence check as the broker does it (src/broker/producer-state.ts): the next
+ * sequence of the producer's epoch is appended, a remembered batch is answered again, anything else is
+ * refused. `log` holds what was appended, in order.
+ */
+class Sequencer {
+  epoch = -1;
+  next = 0;
+  readonly log: string[] = [];
+  private readonly seen: Array<{ first: number; last: number; base: number }> = [];
+
+  constructor(private readonly broker: FakeBroker) {}
+
+  handle(b: Batch): string {
+    const epoch = b.records[0]!.epoch;
+    const first = b.firstSequence;
+    if (epoch < this.epoch) return `ERROR: stale_producer_epoch class=fencing retryable=false epoch=${epoch} current_epoch=${this.epoch}`;
+    if (epoch > this.epoch) {
+      if (first !== 0) return outOfOrder(first, 0);
+      this.epoch = epoch;
+      this.next = 0;
+      this.seen.length = 0;
+    }
+    const dup = this.seen.find((x) => x.first === first && x.last === b.lastSequence);
+    if (dup) return ack(b, dup.base);
+    if (first !== this.next) return outOfOrder(first, this.next);
+    const base = this.broker.nextOffset(b);
+    this.log.push(...b.records.map((r) => r.value.toString()));
+    this.seen.push({ first, last: b.lastSequence, base });
+    if (this.seen.length > 5) this.seen.shift();
+    this.next = b.lastSequence + 1;
+    return ack(b, base);
+  }
+}
+
+const outOfOrder = (got: number, expected: number) => `ERROR: out_of_order_sequence class=conflict retryable=false sequence=${got} expected=${expected}`;
+
+/** `p`, or a rejection once `ms` passed (a send that hangs fails the test instead of timing it out). */
+function within<T>(ms: number, p: Promise<T>): Promise<T> {
+  p.catch(() => {});
+  return Promise.race([p, sleep(ms).then(() => Promise.reject(new Error(`no result within ${ms} ms`)))]);
+}
+
+async function until(fn: () => boolean, timeoutMs = 3000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!fn()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await sleep(5);
+  }
+}
 const FAST = { initialDelayMs: 1, maxDelayMs: 5 };
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -185,9 +246,11 @@ describe('Producer sender (scripted server)', () => {
   it('a lost connection fails every batch in flight; they are retried on a new connection in send order', async () => {
     const b = await broker(1);
     let dropped = false;
-    // The first connection answers nothing and drops when its fourth batch arrives.
+    // The first connection with batches (lookups have their own) answers nothing and drops when its fourth batch arrives.
+    let first: number | undefined;
     b.onBatch = (batch, conn) => {
-      if (conn > 1) return ack(batch, b.nextOffset(batch));
+      first ??= conn;
+      if (conn !== first) return ack(batch, b.nextOffset(batch));
       if (!dropped && b.batches.length === 4) {
         dropped = true;
         return 'close';
@@ -197,7 +260,7 @@ describe('Producer sender (scripted server)', () => {
     const p = producer(b, { lingerMs: 0, maxBatchRecords: 1, maxInFlightPerPartition: 5 });
     const sends = Array.from({ length: 8 }, (_, i) => p.send({ topic: 't', messages: [{ value: `${i}` }] }));
     const meta = (await Promise.all(sends)).flat();
-    const second = b.batches.filter((r) => r.conn > 1).map((r) => r.batch.records[0]!.value.toString());
+    const second = b.batches.filter((r) => r.conn !== first).map((r) => r.batch.records[0]!.value.toString());
     // every record arrived on the new connection, in the order sent
     expect(second).toEqual(['0', '1', '2', '3', '4', '5', '6', '7']);
     expect(meta.map((m) => m.offset)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
@@ -205,7 +268,8 @@ describe('Producer sender (scripted server)', () => {
 
   it('a reply that does not come within requestTimeoutMs fails the attempt; the retry gets through', async () => {
     const b = await broker(1);
-    b.onBatch = (batch, conn) => (conn === 1 ? 'hang' : ack(batch, b.nextOffset(batch)));
+    let first: number | undefined;
+    b.onBatch = (batch, conn) => ((first ??= conn) === conn ? 'hang' : ack(batch, b.nextOffset(batch)));
     const p = producer(b, { lingerMs: 0, requestTimeoutMs: 150 });
     const errors: string[] = [];
     p.on('retry', (e) => errors.push((e.error as { code?: string }).code ?? ''));
@@ -232,5 +296,134 @@ describe('Producer sender (scripted server)', () => {
     await expect(p.send({ topic: 't', messages: [{ value: 'y' }] })).rejects.toMatchObject({ code: 'not_ready' });
     expect(b.batches).toHaveLength(1 + 4); // first attempt + 3 retries
     expect(p.bufferedBytes).toBe(0);
+  });
+  describe('a stuck or frozen leader', () => {
+    it('a batch the leader never answers holds back neither leader lookups nor acks from other brokers', async () => {
+      const a = await broker(1);
+      const b = await broker(1);
+      for (const x of [a, b]) x.topicLeaders.set('u', [b.address]);
+      a.onBatch = () => 'hang'; // e.g. a waiter on the broker that blocks for its 30 s timeout
+      const p = producer(a, { lingerMs: 0 });
+      const stuck = p.send({ topic: 't', messages: [{ value: 'stuck' }] });
+      stuck.catch(() => {});
+      await until(() => a.batches.length === 1);
+      // a new topic needs METADATA from the bootstrap broker, the one holding the reply
+      const [m] = await within(1500, p.send({ topic: 'u', messages: [{ value: 'other' }] }));
+      expect(m).toEqual({ topic: 'u', partition: 0, offset: 0 });
+      expect(b.values()).toEqual(['other']);
+      await p.close({ signal: AbortSignal.timeout(50) });
+    });
+
+    it('a frozen leader costs its batches about stallTimeoutMs (then the new leader), not requestTimeoutMs', async () => {
+      const a = await broker(1);
+      const b = await broker(1);
+      const p = new Producer({ brokers: [a.address, b.address], retry: FAST, lingerMs: 0, stallTimeoutMs: 300 });
+      producers.push(p);
+      expect(p.options.requestTimeoutMs).toBe(30_000);
+      await p.send({ topic: 't', messages: [{ value: 'before' }] });
+      // SIGSTOP: sockets stay open, nothing is answered; the cluster moves the leadership to B
+      a.frozen = true;
+      a.leaders = [b.address];
+      b.leaders = [b.address];
+      const t0 = Date.now();
+      const [m] = await within(4000, p.send({ topic: 't', messages: [{ value: 'during' }] }));
+      expect(Date.now() - t0).toBeLessThan(1500); // about the bound (300), not 30 s
+      expect(m).toEqual({ topic: 't', partition: 0, offset: 0 });
+      expect(a.values()).toEqual(['before', 'during']); // received by the frozen broker, never answered
+      expect(b.values()).toEqual(['during']);
+    });
+  });
+
+  describe('idempotent retries', () => {
+    it('a later batch refused out_of_order_sequence by a new leader while an earlier one is unsettled is resent after it', async () => {
+      // p0 moves from A to B; p1 starts on C. The lookups go to B, which answers at once.
+      const a = await broker(2);
+      const b = await broker(2);
+      const c = await broker(2);
+      const brokersNow = (l: string[]) => {
+        for (const x of [a, b, c]) x.leaders = l;
+      };
+      brokersNow([a.address, c.address]);
+      const seqB = new Sequencer(b);
+      let release!: () => void;
+      const held = new Promise<void>((r) => {
+        release = r;
+      });
+      // A holds the first batch of p0 (slow), then answers it NOT_LEADER: it never appended it.
+      a.onBatch = () => held.then(() => notLeader(b.address));
+      b.onBatch = (batch) => (batch.partition === 0 ? seqB.handle(batch) : ack(batch, b.nextOffset(batch)));
+      // C no longer leads p1 and does not know who does: the topic's leader cache is dropped.
+      c.onBatch = () => 'ERROR: NOT_LEADER class=routing retryable=true';
+      const p = new Producer({ brokers: [b.address], retry: FAST, lingerMs: 0, idempotent: true });
+      producers.push(p);
+
+      const first = p.send({ topic: 't', messages: [{ value: 'n0', partition: 0 }] });
+      await until(() => a.batches.length === 1);
+      brokersNow([b.address, b.address]);
+      await within(2000, p.send({ topic: 't', messages: [{ value: 'x', partition: 1 }] }));
+      // Sent to B (the refreshed leader) while n0 is still unanswered on A: a gap for B.
+      const second = p.send({ topic: 't', messages: [{ value: 'n1', partition: 0 }] });
+      second.catch(() => {});
+      await until(() => b.batches.some((r) => r.batch.partition === 0));
+      await sleep(50);
+      expect(b.batches.filter((r) => r.batch.partition === 0)).toHaveLength(1); // not resent yet
+      release();
+      const [m0] = await within(2000, first);
+      const [m1] = await within(2000, second);
+      expect([m0!.offset, m1!.offset]).toEqual([0, 1]);
+      expect(seqB.log).toEqual(['n0', 'n1']);
+    });
+
+    it('the batches behind one that failed for good get new numbers ahead of newer batches (send order kept)', async () => {
+      const a = await broker(1);
+      const seq = new Sequencer(a);
+      // the first batch is refused for good (nothing appended); the next one then has a gap before it
+      a.onBatch = (batch) => (batch.records[0]!.value.toString() === 'bad' ? 'ERROR: record_too_large class=validation retryable=false' : seq.handle(batch));
+      const p = producer(a, { lingerMs: 0, maxBatchRecords: 1, maxInFlightPerPartition: 2, idempotent: true });
+      const bad = p.send({ topic: 't', messages: [{ value: 'bad' }] });
+      bad.catch(() => {});
+      const behind = p.send({ topic: 't', messages: [{ value: 'behind' }] });
+      const newer = p.send({ topic: 't', messages: [{ value: 'newer' }] }); // waits for a free in-flight slot
+      await expect(bad).rejects.toMatchObject({ code: 'record_too_large' });
+      const [m1] = await within(2000, behind);
+      const [m2] = await within(2000, newer);
+      expect([m1!.offset, m2!.offset]).toEqual([0, 1]);
+      expect(seq.log).toEqual(['behind', 'newer']);
+      expect(seq.epoch).toBe(1);
+    });
+
+    it.each([
+      ['was never appended', false],
+      ['was appended, its replies lost', true],
+    ])('a batch whose replies time out past its retry budget (it %s): later ones are not failed, stay in order, never twice', async (_what, appended) => {
+      const a = await broker(1);
+      const seq = new Sequencer(a);
+      let attemptsOfFirst = 0;
+      a.onBatch = (batch) => {
+        if (batch.records[0]!.value.toString() !== 'n') return seq.handle(batch);
+        attemptsOfFirst++;
+        if (appended) seq.handle(batch);
+        return 'hang';
+      };
+      const p = producer(a, { lingerMs: 0, maxBatchRecords: 1, idempotent: true, requestTimeoutMs: 150, retry: { ...FAST, retries: 1 } });
+      const errors: unknown[] = [];
+      p.on('error', (e) => errors.push(e.error));
+      const n = p.send({ topic: 't', messages: [{ value: 'n' }] });
+      n.catch(() => {});
+      const sends = ['a', 'b'].map((v) => p.send({ topic: 't', messages: [{ value: v }] }));
+      await sleep(20);
+      sends.push(p.send({ topic: 't', messages: [{ value: 'mid' }] })); // in flight behind n
+      await until(() => attemptsOfFirst === 2);
+      sends.push(p.send({ topic: 't', messages: [{ value: 'late' }] })); // queued while the others wait
+      await expect(within(3000, n)).rejects.toMatchObject({ code: 'request_timeout' });
+      const meta = (await within(3000, Promise.all(sends))).flat();
+      const base = appended ? 1 : 0;
+      expect(meta.map((m) => m.offset)).toEqual([base, base + 1, base + 2, base + 3]);
+      expect(seq.log).toEqual([...(appended ? ['n'] : []), 'a', 'b', 'mid', 'late']);
+      expect(errors).toHaveLength(1);
+      // and the partition goes on normally
+      const [next] = await within(2000, p.send({ topic: 't', messages: [{ value: 'next' }] }));
+      expect(next!.offset).toBe(base + 4);
+    });
   });
 });

@@ -40,7 +40,9 @@ describe('producer options', () => {
       maxBufferedBytes: 32 * 1024 * 1024,
       maxInFlightPerPartition: 5,
       clientId: 'tributary-producer',
+      stallTimeoutMs: 3000,
     });
+    expect(new Producer({ brokers: BROKERS, stallTimeoutMs: 10 }).options.stallTimeoutMs).toBe(10);
     expect(p.state).toBe('open');
     expect(p.bufferedBytes).toBe(0);
   });
@@ -58,6 +60,11 @@ describe('producer options', () => {
     [{ maxBufferedBytes: -5 }, 'maxBufferedBytes'],
     [{ maxInFlightPerPartition: 0 }, 'maxInFlightPerPartition'],
     [{ requestTimeoutMs: 0 }, 'requestTimeoutMs'],
+    [{ stallTimeoutMs: 0 }, 'stallTimeoutMs'],
+    [{ stallTimeoutMs: 5 }, 'stallTimeoutMs'],
+    [{ stallTimeoutMs: 1500.5 }, 'stallTimeoutMs'],
+    [{ stallTimeoutMs: '3000' }, 'stallTimeoutMs'],
+    [{ stallTimeoutMs: 2 ** 31 }, 'stallTimeoutMs'],
     [{ clientId: 'has space' }, 'clientId'],
     [{ retry: 3 }, 'retry'],
     [{ idempotent: 'yes' }, 'idempotent'],

@@ -1,0 +1,242 @@
+/**
+ * Connections and lookups against scripted servers that stop answering: leader lookups go over control
+ * connections (never behind another reply) and skip a broker that does not answer within the stall
+ * bound; a connection that hears nothing past its oldest request's own wait is failed with a retriable
+ * connection_lost, unless the broker still answers a ping (a slow reply, e.g. acks=all).
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Admin } from '../../../src/client/admin.js';
+import { Cluster, type ClusterOptions } from '../../../src/client/cluster.js';
+import { Connection } from '../../../src/client/connection.js';
+import { encodeBatch } from '../../../src/protocol/batch.js';
+import { TributaryError } from '../../../src/protocol/errors.js';
+import { ScriptedServer } from '../../helpers/scripted-server.js';
+
+const FAST = { initialDelayMs: 1, maxDelayMs: 5 };
+const GROUP = { group: 'g1' };
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const findReply = (port: number) => `OK coordinator_id=0 host=127.0.0.1 port=${port} partition=0`;
+const metadataReply = (leader: string, epoch = 0) => `OK topic=t partitions=1 leaders=${leader} epochs=${epoch}`;
+const emptyBatch = () => encodeBatch({ topic: 't', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: [] });
+
+/** `p`, or a rejection once `ms` passed (so a request that hangs fails the test instead of timing it out). */
+function within<T>(ms: number, p: Promise<T>): Promise<T> {
+  p.catch(() => {});
+  return Promise.race([p, sleep(ms).then(() => Promise.reject(new Error(`no result within ${ms} ms`)))]);
+}
+
+async function rejection(p: Promise<unknown>): Promise<TributaryError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(TributaryError);
+    return err as TributaryError;
+  }
+  throw new Error('expected a rejection');
+}
+
+async function until(fn: () => boolean, timeoutMs = 3000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!fn()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await sleep(5);
+  }
+}
+
+describe('stallTimeoutMs', () => {
+  it.each([[0], [9], [2 ** 31], [1.5], ['3000'], [null]])('%j is refused with invalid_config (Cluster, Admin)', (v) => {
+    for (const make of [() => new Cluster({ brokers: ['127.0.0.1:1'], stallTimeoutMs: v as number }), () => new Admin({ brokers: ['127.0.0.1:1'], stallTimeoutMs: v as number })]) {
+      expect(make).toThrow(expect.objectContaining({ code: 'invalid_config', fields: expect.objectContaining({ option: 'stallTimeoutMs' }) }));
+    }
+  });
+
+  it('defaults to 3000 ms', () => {
+    expect(new Cluster({ brokers: ['127.0.0.1:1'] }).stallTimeoutMs).toBe(3000);
+    expect(new Cluster({ brokers: ['127.0.0.1:1'], stallTimeoutMs: 10 }).stallTimeoutMs).toBe(10);
+  });
+});
+
+describe('stalled connections and leader lookups', () => {
+  const servers: ScriptedServer[] = [];
+  const clusters: Cluster[] = [];
+  const conns: Connection[] = [];
+  const unhandled: unknown[] = [];
+  const onUnhandled = (r: unknown) => unhandled.push(r);
+
+  async function server(): Promise<ScriptedServer> {
+    const s = await ScriptedServer.start();
+    servers.push(s);
+    return s;
+  }
+
+  function cluster(brokers: string[], opts: Partial<ClusterOptions> = {}): Cluster {
+    const c = new Cluster({ brokers, retry: FAST, connectTimeoutMs: 1000, ...opts });
+    clusters.push(c);
+    return c;
+  }
+
+  async function connect(s: ScriptedServer, stallTimeoutMs: number): Promise<Connection> {
+    const conn = await Connection.connect({ host: '127.0.0.1', port: s.port, stallTimeoutMs });
+    conns.push(conn);
+    return conn;
+  }
+
+  beforeEach(() => {
+    unhandled.length = 0;
+    process.on('unhandledRejection', onUnhandled);
+  });
+
+  afterEach(async () => {
+    await Promise.all(clusters.splice(0).map((c) => c.close()));
+    await Promise.all(conns.splice(0).map((c) => c.close()));
+    await Promise.all(servers.splice(0).map((s) => s.close()));
+    await sleep(20);
+    process.off('unhandledRejection', onUnhandled);
+    expect(unhandled).toEqual([]);
+  });
+
+  describe('leader lookups', () => {
+    it('METADATA and FIND_COORDINATOR do not wait behind a reply the broker holds on the shared connection', async () => {
+      const a = await server();
+      a.on('METADATA', () => metadataReply(a.address));
+      a.on('FIND_COORDINATOR', () => findReply(a.port));
+      a.on('CONSUME', () => 'hang'); // e.g. a produce waiting on the broker for its 30 s timeout
+      const c = cluster([a.address]);
+      const shared = await c.connection(a.address);
+      shared.consume({ topic: 't', partition: 0, offset: 0 }).catch(() => {});
+      await until(() => a.count('CONSUME') === 1);
+
+      expect((await within(1000, c.fetchMetadata('t'))).leaders).toEqual([a.address]);
+      expect(await within(1000, c.findCoordinator(GROUP))).toBe(a.address);
+      const held = a.received('CONSUME')[0]!.conn;
+      expect(a.received('METADATA')[0]!.conn).not.toBe(held);
+      expect(a.received('FIND_COORDINATOR')[0]!.conn).not.toBe(held);
+    });
+
+    it('a bootstrap broker that accepts but does not answer is skipped for the next one after stallTimeoutMs', async () => {
+      const frozen = await server();
+      frozen.on('METADATA', () => 'hang');
+      frozen.on('FIND_COORDINATOR', () => 'hang');
+      const b = await server();
+      b.on('METADATA', () => metadataReply(b.address));
+      b.on('FIND_COORDINATOR', () => findReply(b.port));
+      const c = cluster([frozen.address, b.address], { stallTimeoutMs: 200 });
+
+      const t0 = Date.now();
+      expect((await within(2000, c.fetchMetadata('t'))).leaders).toEqual([b.address]);
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(180);
+      expect(Date.now() - t0).toBeLessThan(1500);
+      // the broker that answered is asked first from now on
+      c.invalidateMetadata('t');
+      await within(1000, c.fetchMetadata('t'));
+      expect(await within(1000, c.findCoordinator(GROUP))).toBe(b.address);
+      expect(frozen.count('METADATA')).toBe(1);
+      expect(frozen.count('FIND_COORDINATOR')).toBe(0);
+      expect(b.count('METADATA')).toBe(2);
+    });
+
+    it('a bootstrap broker frozen mid-handshake is skipped too (the handshake is bounded by stallTimeoutMs)', async () => {
+      const frozen = await server();
+      frozen.on('NEGOTIATE', () => 'hang');
+      const b = await server();
+      b.on('METADATA', () => metadataReply(b.address));
+      // connectTimeoutMs alone would wait 5 s
+      const c = cluster([frozen.address, b.address], { stallTimeoutMs: 200, connectTimeoutMs: 5000 });
+      const t0 = Date.now();
+      expect((await within(2000, c.fetchMetadata('t'))).leaders).toEqual([b.address]);
+      expect(Date.now() - t0).toBeLessThan(1500);
+    });
+
+    it('when the only bootstrap broker stops answering, a broker learned from METADATA answers the lookup', async () => {
+      const a = await server();
+      const b = await server();
+      a.on('METADATA', () => metadataReply(b.address, 1));
+      b.on('METADATA', () => metadataReply(b.address, 2));
+      const c = cluster([a.address], { stallTimeoutMs: 200 });
+      expect((await c.fetchMetadata('t')).epochs).toEqual([1]);
+      a.on('METADATA', () => 'hang');
+      c.invalidateMetadata('t');
+      expect((await within(2000, c.fetchMetadata('t'))).epochs).toEqual([2]);
+      expect(b.count('METADATA')).toBe(1);
+    });
+  });
+
+  describe('stall watchdog', () => {
+    it('a broker that goes silent: pending requests fail with a retriable connection_lost after stallTimeoutMs', async () => {
+      const a = await server();
+      a.on('LIST', () => 'hang');
+      const conn = await connect(a, 200);
+      const t0 = Date.now();
+      const first = conn.command('LIST');
+      const behind = conn.command('HELP');
+      const err = await rejection(within(2000, first));
+      expect(err.code).toBe('connection_lost');
+      expect(err.retriable).toBe(true);
+      expect(err.fields.reason).toBe('stalled');
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(190);
+      expect(Date.now() - t0).toBeLessThan(1000);
+      expect((await rejection(behind)).code).toBe('connection_lost');
+      expect(conn.closed).toBe(true);
+    });
+
+    it('long polls may be silent for their wait_ms: only silence past the wait fails the connection', async () => {
+      const a = await server();
+      // answered 200 ms before the wait ends (margin for a loaded machine)
+      const held = (l: { params: Map<string, string> }) => sleep(Number(l.params.get('wait_ms')) - 200);
+      a.on('CONSUME', async (l) => {
+        await held(l);
+        return emptyBatch();
+      });
+      a.on('HEARTBEAT', async (l) => {
+        await held(l);
+        return 'OK member=m generation=1';
+      });
+      const conn = await connect(a, 150);
+      await expect(conn.consume({ topic: 't', partition: 0, offset: 0, wait_ms: 600 })).resolves.toMatchObject({ records: [] });
+      await expect(conn.command('HEARTBEAT', { group: 'g1', member: 'm', generation: 1, wait_ms: 500 })).resolves.toBe('OK member=m generation=1');
+      expect(conn.closed).toBe(false);
+
+      // a long poll whose reply does not come by the end of its wait (plus the bound) is a stall
+      a.on('CONSUME', () => 'hang');
+      const t0 = Date.now();
+      const err = await rejection(within(2000, conn.consume({ topic: 't', partition: 0, offset: 0, wait_ms: 300 })));
+      expect(err.code).toBe('connection_lost');
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(440);
+    });
+
+    it('through the Cluster: a frozen coordinator is given up after the bound and the command rerouted', async () => {
+      const a = await server();
+      const b = await server();
+      let frozen = false;
+      a.on('FIND_COORDINATOR', () => (frozen ? 'hang' : findReply(a.port)));
+      a.on('COMMIT_OFFSET', () => 'hang');
+      a.on('PROTOCOL_INFO', () => (frozen ? 'hang' : undefined));
+      b.on('FIND_COORDINATOR', () => findReply(b.port));
+      b.on('COMMIT_OFFSET', () => 'OK');
+      const c = cluster([a.address, b.address], { stallTimeoutMs: 200 });
+      expect(await c.coordinator(GROUP)).toBe(a.address);
+      frozen = true;
+      const t0 = Date.now();
+      await expect(within(3000, c.coordinatorCommand(GROUP, 'COMMIT_OFFSET', { group: 'g1', topic: 't', partition: 0, offset: 1 }))).resolves.toBe('OK');
+      expect(Date.now() - t0).toBeLessThan(2000);
+      expect(a.count('COMMIT_OFFSET')).toBe(1);
+      expect(b.count('COMMIT_OFFSET')).toBe(1);
+    });
+
+    it('a broker that still answers a ping keeps a slow connection: an acks=all-style reply arrives late, not retried', async () => {
+      const a = await server();
+      a.on('LIST', async () => {
+        await sleep(1200);
+        return 'OK count=0 topics=';
+      });
+      const c = cluster([a.address], { stallTimeoutMs: 300 });
+      const conn = await c.connection(a.address);
+      await expect(within(3000, conn.command('LIST'))).resolves.toBe('OK count=0 topics=');
+      expect(conn.closed).toBe(false);
+      expect(a.count('LIST')).toBe(1);
+      // the watchdog asked the broker over the control connection while the reply was pending
+      expect(a.count('PROTOCOL_INFO')).toBeGreaterThanOrEqual(1);
+      expect(a.received('PROTOCOL_INFO')[0]!.conn).not.toBe(a.received('LIST')[0]!.conn);
+    });
+  });
+});
