@@ -92,6 +92,11 @@ function txnStatus(b: BrokerContext, _c: ConnectionContext, p: Params): string {
 
 // ---- broker to broker (cluster mode): a transaction coordinator reaching other brokers ----
 
+/** The sending coordinator: its `__transaction_state` partition and its leader epoch there. */
+function coordinatorOf(p: Params): { partition: number; epoch: number } {
+  return { partition: p.reqInt('coordinator_partition', { min: 0, max: 1_000_000 }), epoch: p.reqInt('coordinator_epoch', { min: -1, max: 2 ** 31 - 1 }) };
+}
+
 /** TXN_APPEND: one record of a transaction, appended by the partition's leader with its next sequence. */
 async function txnAppend(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
   const topic = p.reqStr('topic', { maxLength: MAX_ID });
@@ -99,8 +104,10 @@ async function txnAppend(b: BrokerContext, _c: ConnectionContext, p: Params): Pr
   const { producerId, epoch } = producer(p);
   const keyStr = p.str('key', { maxLength: 65_535, allowEmpty: true });
   const message = p.str('message', { required: true, allowEmpty: true }) as string;
+  const coordinator = coordinatorOf(p);
   const part = b.topics.get(topic).partition(partition);
   const leaderEpoch = leaderGate(b, part);
+  b.cluster?.checkTxnCoordinator(coordinator.partition, coordinator.epoch);
   // No await before appendNext: pipelined appends of one producer take sequences in arrival order.
   const appended = appendNext(b.topics, topic, partition, { key: keyStr ? Buffer.from(keyStr, 'utf8') : null, value: Buffer.from(message, 'utf8') }, producerId, epoch);
   const res = await appended;
@@ -115,8 +122,10 @@ async function txnMarker(b: BrokerContext, _c: ConnectionContext, p: Params): Pr
   const { producerId, epoch } = producer(p);
   const result = p.oneOf('result', ['commit', 'abort'] as const);
   if (!result) throw invalidParam('result', 'required: commit or abort');
+  const coordinator = coordinatorOf(p);
   const part = b.topics.get(topic).partition(partition);
   const leaderEpoch = leaderGate(b, part);
+  b.cluster?.noteTxnCoordinator(coordinator.partition, coordinator.epoch);
   const m = await part.writeMarker(producerId, epoch, result);
   await replicated(b, part, m.offset, leaderEpoch);
   return formatOk({ topic, partition, offset: m.offset });

@@ -7,6 +7,7 @@ import { parseLine } from '../protocol/command.js';
 import { TributaryError } from '../protocol/errors.js';
 import { parseAddress } from '../client/cluster.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
+import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
 import { BrokerRegistry, type BrokerRegistration } from './broker-registry.js';
 import { Controller, assignReplicas } from './controller.js';
 import { ControllerElection } from './controller-election.js';
@@ -32,6 +33,8 @@ export class ClusterNode {
   /** Connections to other brokers for coordinator lookups. */
   private readonly peers = new Map<string, Connection>();
   private readonly connecting = new Map<string, Promise<Connection>>();
+  /** Highest coordinator epoch per `__transaction_state` partition seen in markers written here. */
+  private readonly txnCoordinatorEpochs = new Map<number, number>();
 
   constructor(
     private readonly config: BrokerConfig,
@@ -208,6 +211,30 @@ export class ClusterNode {
       this.connecting.set(address, p);
     }
     return p;
+  }
+
+  /** This broker's leader epoch of a `__transaction_state` partition: its epoch as coordinator (-1: not leading). */
+  coordinatorEpoch(txnPartition: number): number {
+    const r = this.replicas.get(TXN_STATE_TOPIC, txnPartition);
+    return r?.role === 'leader' ? r.leaderEpoch : -1;
+  }
+
+  /** A marker from the coordinator of `txnPartition` at `epoch` was written here. */
+  noteTxnCoordinator(txnPartition: number, epoch: number): void {
+    if (epoch > (this.txnCoordinatorEpochs.get(txnPartition) ?? -1)) this.txnCoordinatorEpochs.set(txnPartition, epoch);
+  }
+
+  /**
+   * TXN_APPEND from the coordinator of `txnPartition` at `epoch`: refused (NOT_COORDINATOR) once a newer
+   * coordinator is known, from etcd or from a marker it wrote here. Only a replaced coordinator can
+   * still send an append after its transaction ended (the live one waits for its appends before the
+   * markers), and such an append would otherwise join the producer's next transaction.
+   */
+  checkTxnCoordinator(txnPartition: number, epoch: number): void {
+    const known = Math.max(this.states.get(TXN_STATE_TOPIC, txnPartition)?.value.leaderEpoch ?? -1, this.txnCoordinatorEpochs.get(txnPartition) ?? -1);
+    if (epoch < known) {
+      throw new TributaryError('NOT_COORDINATOR', { reason: 'a newer transaction coordinator has taken over', partition: txnPartition, coordinator_epoch: epoch, current: known });
+    }
   }
 
   liveBrokers(): BrokerRegistration[] {

@@ -38,8 +38,13 @@ export class ClusterTxnTargets implements TxnTargets {
     this.local = new LocalTxnTargets(topics, groups);
   }
 
-  async append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number): Promise<{ offset: number }> {
+  async append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number, txnPartition: number): Promise<{ offset: number }> {
+    // Our own epoch as the transaction's coordinator: the data leader refuses the append once a newer
+    // coordinator of that partition is known, so an append held up in the network cannot land after the
+    // new coordinator's marker ended the transaction.
+    const coordinatorEpoch = this.cluster.coordinatorEpoch(txnPartition);
     if (this.cluster.isLeader(topic, partition)) {
+      this.cluster.checkTxnCoordinator(txnPartition, coordinatorEpoch);
       const leaderEpoch = this.cluster.requireLeader(topic, partition).leaderEpoch;
       const res = await appendNext(this.topics, topic, partition, record, producerId, epoch);
       await this.replicated(topic, partition, res.offset, leaderEpoch);
@@ -51,16 +56,20 @@ export class ClusterTxnTargets implements TxnTargets {
       partition,
       producerId,
       epoch,
+      coordinator_partition: txnPartition,
+      coordinator_epoch: coordinatorEpoch,
       key: record.key ? record.key.toString('utf8') : undefined,
       message: record.value.toString('utf8'),
     });
     return { offset: Number(parseLine(reply).params.get('offset')) };
   }
 
-  marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType): Promise<void> {
+  marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType, txnPartition: number): Promise<void> {
+    const coordinatorEpoch = this.cluster.coordinatorEpoch(txnPartition);
     return this.following(async () => {
       if (!this.topics.tryGet(topic)) return;
       if (this.cluster.isLeader(topic, partition)) {
+        this.cluster.noteTxnCoordinator(txnPartition, coordinatorEpoch);
         const leaderEpoch = this.cluster.requireLeader(topic, partition).leaderEpoch;
         const part = this.topics.get(topic).partition(partition);
         const m = await part.writeMarker(producerId, epoch, type);
@@ -68,7 +77,7 @@ export class ClusterTxnTargets implements TxnTargets {
         return;
       }
       const conn = await this.cluster.leaderPeer(topic, partition);
-      await conn.command('TXN_MARKER', { topic, partition, producerId, epoch, result: type });
+      await conn.command('TXN_MARKER', { topic, partition, producerId, epoch, result: type, coordinator_partition: txnPartition, coordinator_epoch: coordinatorEpoch });
     });
   }
 

@@ -306,7 +306,7 @@ export class TransactionCoordinator {
     await add;
     // END_TXN, a timeout or a new epoch may have come in meanwhile.
     this.checkOpen(e, producerId, epoch);
-    const appended = this.deps.targets.append(topicName, partition, record, producerId, epoch);
+    const appended = this.deps.targets.append(topicName, partition, record, producerId, epoch, this.partitionFor(e.meta.transactionalId));
     e.inflight.add(appended);
     try {
       const res = await appended;
@@ -442,7 +442,7 @@ export class TransactionCoordinator {
         else await this.deps.targets.clearOffsets(m.transactionalId, k.group, k.topic, parts);
       }
       failpoint('txn.after_offsets');
-      await Promise.all(m.partitions.map((tp) => this.deps.targets.marker(tp.topic, tp.partition, m.producerId, m.epoch, commit ? 'commit' : 'abort')));
+      await Promise.all(m.partitions.map((tp) => this.deps.targets.marker(tp.topic, tp.partition, m.producerId, m.epoch, commit ? 'commit' : 'abort', this.partitionFor(m.transactionalId))));
       failpoint('txn.after_markers');
       m.state = commit ? 'committed' : 'aborted';
       m.partitions = [];

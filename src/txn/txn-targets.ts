@@ -16,16 +16,18 @@ export interface StageRequest {
 /**
  * What a transaction touches outside the coordinator: data partitions (records and markers) and group
  * coordinators (offsets). Standalone, everything is in this process; in a cluster, a partition's leader or
- * a group's coordinator may be another broker (src/cluster/remote-txn-targets.ts).
+ * a group's coordinator may be another broker (src/cluster/cluster-txn-targets.ts).
  */
 export interface TxnTargets {
   /**
    * Appends one record of the producer's transaction to the partition's leader. Calls for one partition
-   * must reach it in call order: the partition numbers a producer epoch's records itself.
+   * must reach it in call order: the partition numbers a producer epoch's records itself. `txnPartition`:
+   * the `__transaction_state` partition of the transaction (in a cluster the leader fences appends from a
+   * coordinator that has been replaced).
    */
-  append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number): Promise<{ offset: number }>;
+  append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number, txnPartition: number): Promise<{ offset: number }>;
   /** A commit or abort marker (durable, and replicated in a cluster, when resolved). */
-  marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType): Promise<void>;
+  marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType, txnPartition: number): Promise<void>;
   stageOffsets(txn: string, req: StageRequest): Promise<void>;
   applyOffsets(txn: string, group: string, topic: string, entries: OffsetEntry[]): Promise<void>;
   clearOffsets(txn: string, group: string, topic: string, partitions: number[]): Promise<void>;
@@ -62,11 +64,11 @@ export class LocalTxnTargets implements TxnTargets {
     private readonly groups: GroupCoordinator,
   ) {}
 
-  append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number): Promise<{ offset: number }> {
+  append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number, _txnPartition: number): Promise<{ offset: number }> {
     return appendNext(this.topics, topic, partition, record, producerId, epoch);
   }
 
-  async marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType): Promise<void> {
+  async marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType, _txnPartition: number): Promise<void> {
     // A deleted topic took the transaction's records with it.
     const part = this.topics.tryGet(topic)?.partitions[partition];
     if (part) await part.writeMarker(producerId, epoch, type);

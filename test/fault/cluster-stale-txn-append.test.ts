@@ -1,0 +1,60 @@
+/**
+ * A transaction coordinator that was replaced (cut off, paused past its lease) may still have a
+ * TXN_APPEND on its way to a data leader. If it arrives after the new coordinator's abort marker, it would
+ * open a new transaction of the same producer epoch there, and the producer's next commit would make the
+ * aborted record visible to read_committed readers. The data leader refuses appends from a coordinator
+ * older than one it knows of, from etcd or from a marker it wrote (docs/protocol.md, cluster mode).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TributaryError } from '../../src/protocol/errors.js';
+import { TestCluster } from '../helpers/cluster.js';
+import { kv } from '../integration/groups/helpers.js';
+
+const TOPIC = 'stale-txn';
+
+describe('TXN_APPEND from a replaced transaction coordinator', () => {
+  let cluster: TestCluster;
+
+  beforeAll(async () => {
+    cluster = await TestCluster.start(3);
+  }, 90_000);
+
+  afterAll(async () => {
+    await cluster?.dispose();
+  });
+
+  it('is refused once a newer coordinator is known, so an aborted record never joins the next transaction', async () => {
+    const admin = await cluster.connect(0);
+    await admin.command('CREATE', { topic: TOPIC, partitions: 1, replication_factor: 3 });
+    const txnPartition = 0;
+    const { leader, coordEpoch } = await cluster.waitFor('leaders of the topic and of the transaction partition', async () => {
+      const s = await cluster.status();
+      const data = s.partitions.find((p) => p.topic === TOPIC && p.partition === 0);
+      const txn = s.partitions.find((p) => p.topic === '__transaction_state' && p.partition === txnPartition);
+      return data && txn && data.leader >= 0 && txn.leader >= 0 && data.isr.length === 3 ? { leader: data.leader, coordEpoch: txn.leader_epoch } : false;
+    });
+    const conn = await cluster.connect(leader);
+    const fields = { topic: TOPIC, partition: 0, producerId: 'p-stale', epoch: 0, coordinator_partition: txnPartition };
+
+    // From the current coordinator: accepted (a transaction opens), then aborted by its marker.
+    const ok = kv(await conn.command('TXN_APPEND', { ...fields, coordinator_epoch: coordEpoch, message: 'first' }));
+    expect(Number(ok.get('offset'))).toBe(0);
+    await conn.command('TXN_MARKER', { ...fields, result: 'abort', coordinator_epoch: coordEpoch });
+
+    // A newer coordinator (its epoch not yet in this broker's view of etcd) aborts the producer's
+    // transaction here; then the old coordinator's delayed append arrives.
+    await conn.command('TXN_MARKER', { ...fields, result: 'abort', coordinator_epoch: coordEpoch + 1 });
+    const late = await conn.command('TXN_APPEND', { ...fields, coordinator_epoch: coordEpoch, message: 'late' }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(late).toBeInstanceOf(TributaryError);
+    expect((late as TributaryError).code).toBe('NOT_COORDINATOR');
+
+    // Nothing was appended for it: the log holds the first record and the two markers only.
+    const offsets = kv(await conn.command('LIST_OFFSETS', { topic: TOPIC, partition: 0 })).get('offsets')!;
+    expect(offsets).toMatch(/leo=3/);
+    // An append without the coordinator's identity is refused outright.
+    await expect(conn.command('TXN_APPEND', { ...fields, coordinator_partition: undefined, message: 'anon' })).rejects.toMatchObject({ code: 'invalid_parameter' });
+  }, 60_000);
+});
