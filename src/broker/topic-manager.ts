@@ -49,7 +49,7 @@ export class Topic {
     return p;
   }
 
-  /** Explicit partition, else FNV-1a 64 of the key, else round-robin (PROTOCOL.md "Partitioning"). */
+  /** Explicit partition, else FNV-1a 64 of the key, else round-robin (docs/protocol.md, "Producing"). */
   choosePartition(explicit: number | undefined, key: Buffer | null): number {
     if (explicit !== undefined && explicit >= 0) {
       this.partition(explicit);

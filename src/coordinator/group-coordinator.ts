@@ -9,6 +9,7 @@ import { type GroupLog, type GroupSnapshot, LogOffsetStore } from './group-log.j
 import type { OffsetEntry, OffsetStore } from './offset-store.js';
 import { KeyedLock } from './keyed-lock.js';
 import { PartitionOwnership } from './partition-ownership.js';
+import { type Clock, systemClock } from './clock.js';
 import { Scheduler } from './scheduler.js';
 
 export interface CoordinatorConfig {
@@ -92,7 +93,10 @@ export class GroupCoordinator {
   private readonly wakers = new Map<string, Set<() => void>>();
   private readonly windowWaiters = new Map<string, Set<() => void>>();
   private readonly planWaiters = new Map<string, Set<() => void>>();
-  readonly scheduler = new Scheduler();
+  /** Session expiry, join windows and rebalance timeouts. */
+  readonly scheduler: Scheduler;
+  /** Every time the coordinator reads and every timer it arms. */
+  private readonly clock: Clock;
   private readonly rebalances: client.Counter;
   private readonly rebalanceSeconds: client.Histogram;
   private stopped = false;
@@ -105,8 +109,12 @@ export class GroupCoordinator {
       config: CoordinatorConfig;
       logger: Logger;
       registry: client.Registry;
+      /** Defaults to the real clock; tests pass a fake one. */
+      clock?: Clock;
     },
   ) {
+    this.clock = deps.clock ?? systemClock;
+    this.scheduler = new Scheduler(this.clock);
     const registry = deps.registry;
     this.rebalances = new client.Counter({ name: 'tributary_group_rebalances_total', help: 'New generations by group', labelNames: ['group'], registers: [registry] });
     this.rebalanceSeconds = new client.Histogram({
@@ -146,7 +154,7 @@ export class GroupCoordinator {
 
   /** Rebuild every group and offset from the log (and the offset store); the broker is unready until then. */
   async start(): Promise<void> {
-    const now = Date.now();
+    const now = this.clock.now();
     for (let p = 0; p < this.deps.groupLog.partitionCount; p++) {
       const { groups } = await this.deps.groupLog.replay(p);
       for (const snap of groups.values()) if (snap) this.restore(snap, now);
@@ -217,7 +225,7 @@ export class GroupCoordinator {
 
   /** Groups and offsets of one `__consumer_offsets` partition from the log (and the offset store). */
   private async replayPartition(partition: number): Promise<number> {
-    const now = Date.now();
+    const now = this.clock.now();
     const { groups } = await this.deps.groupLog.replay(partition);
     for (const snap of groups.values()) if (snap) this.restore(snap, now);
     const store = this.deps.offsetStore;
@@ -349,7 +357,7 @@ export class GroupCoordinator {
       const reload = () => {
         if (this.stopped || !this.ownership || this.ownership.has(partition)) return;
         const leads = this.leads?.(partition);
-        if (leads === undefined) setTimeout(reload, 250).unref();
+        if (leads === undefined) this.clock.setTimeout(reload, 250).unref();
         else if (leads) this.loadPartition(partition).catch((err: unknown) => this.deps.logger.error({ err, partition }, 'reloading a coordinator partition failed'));
       };
       reload();
@@ -375,13 +383,13 @@ export class GroupCoordinator {
       let set = registry.get(key);
       if (!set) registry.set(key, (set = new Set()));
       const done = () => {
-        clearTimeout(timer);
+        this.clock.clearTimeout(timer);
         signal?.removeEventListener('abort', done);
         set!.delete(done);
         if (set!.size === 0 && registry.get(key) === set) registry.delete(key);
         resolve();
       };
-      const timer = setTimeout(done, timeoutMs);
+      const timer = this.clock.setTimeout(done, timeoutMs);
       signal?.addEventListener('abort', done, { once: true });
       set.add(done);
     });
@@ -400,14 +408,14 @@ export class GroupCoordinator {
       if (!this.canAct()) {
         // This coordinator was paused (its members could not reach it): once its lease is confirmed they
         // get a full session again, as after a failover.
-        m.lastHeartbeat = Date.now();
+        m.lastHeartbeat = this.clock.now();
         this.scheduleExpiry(g, m);
         return;
       }
       void this.withGroup(g.groupId, async () => {
         const cur = g.members.get(m.memberId);
         if (cur !== m || this.groups.get(g.groupId) !== g) return;
-        const late = Date.now() - (m.lastHeartbeat + m.sessionTimeoutMs);
+        const late = this.clock.now() - (m.lastHeartbeat + m.sessionTimeoutMs);
         if (late < 0) {
           this.scheduleExpiry(g, m);
           return;
@@ -423,7 +431,7 @@ export class GroupCoordinator {
     const notifiedAt = m.notifiedAt;
     this.scheduler.schedule(key, notifiedAt + m.rebalanceTimeoutMs, () => {
       if (!this.canAct()) {
-        m.notifiedAt = Date.now();
+        m.notifiedAt = this.clock.now();
         this.scheduleRebalanceTimeout(g, m);
         return;
       }
@@ -438,9 +446,9 @@ export class GroupCoordinator {
 
   private scheduleWindow(g: ConsumerGroup): void {
     const key = `window:${g.groupId}`;
-    if (g.rebalanceStartedAt === 0) g.rebalanceStartedAt = Date.now();
+    if (g.rebalanceStartedAt === 0) g.rebalanceStartedAt = this.clock.now();
     if (this.scheduler.has(key)) return;
-    this.scheduler.schedule(key, Date.now() + this.config.joinWindowMs, () => {
+    this.scheduler.schedule(key, this.clock.now() + this.config.joinWindowMs, () => {
       if (!this.canAct()) {
         this.scheduler.cancel(key);
         this.scheduleWindow(g);
@@ -464,7 +472,7 @@ export class GroupCoordinator {
     if (g.pendingCauses.length === 0 || this.groups.get(g.groupId) !== g) return;
     const reasons = g.pendingCauses;
     g.pendingCauses = [];
-    const now = Date.now();
+    const now = this.clock.now();
     g.generation++;
     const joined = new Set(reasons.filter((r) => r.cause === 'join').map((r) => r.member));
     const topic = this.deps.topics.tryGet(g.topic);
@@ -507,7 +515,7 @@ export class GroupCoordinator {
 
   private checkSettled(g: ConsumerGroup): void {
     if (g.rebalanceStartedAt === 0 || g.pendingCauses.length > 0 || !g.isSettled()) return;
-    const ms = Date.now() - g.rebalanceStartedAt;
+    const ms = this.clock.now() - g.rebalanceStartedAt;
     g.rebalanceStartedAt = 0;
     const last = g.history[g.history.length - 1];
     if (last && last.generation === g.generation) last.rebalanceMs = ms;
@@ -589,7 +597,7 @@ export class GroupCoordinator {
         throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
       }
       if (g.fencedIds.has(req.member)) throw new TributaryError('FENCED_INSTANCE_ID', { member: req.member });
-      const now = Date.now();
+      const now = this.clock.now();
       const existing = g.members.get(req.member);
       if (existing) {
         // Resume (same generation) or catch up (stale generation): same member id, no new generation.
@@ -636,13 +644,13 @@ export class GroupCoordinator {
     if (view) return view;
     // A new member's reply waits for its generation: the join window batches joins that arrive together.
     const m = fresh!;
-    const deadline = Date.now() + m.rebalanceTimeoutMs;
+    const deadline = this.clock.now() + m.rebalanceTimeoutMs;
     for (;;) {
       const g = this.groups.get(req.group);
       if (!g || g.members.get(m.memberId) !== m) throw new TributaryError('member_not_found', { member: m.memberId });
       if (!g.pendingCauses.some((r) => r.member === m.memberId)) return this.view(g, m, false);
-      if (Date.now() >= deadline || this.stopped) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: req.group });
-      await this.wait(this.windowWaiters, req.group, deadline - Date.now());
+      if (this.clock.now() >= deadline || this.stopped) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: req.group });
+      await this.wait(this.windowWaiters, req.group, deadline - this.clock.now());
     }
   }
 
@@ -686,7 +694,7 @@ export class GroupCoordinator {
         const g = this.group(req.group);
         if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
         const m = this.member(g, req.member);
-        m.lastHeartbeat = Date.now();
+        m.lastHeartbeat = this.clock.now();
         if (m.needsRejoin || req.generation < m.generation) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: g.groupId, generation: g.generation });
         if (req.generation !== m.generation) throw new TributaryError('GEN_MISMATCH', { current: g.generation, requested: req.generation });
         if (req.plan !== undefined) this.acceptPlan(g, m, req.plan);
@@ -694,7 +702,7 @@ export class GroupCoordinator {
         const freed = g.applySync(m);
         m.awaitingSync = false;
         this.scheduler.cancel(`rebalance:${g.groupId}:${m.memberId}`);
-        const now = Date.now();
+        const now = this.clock.now();
         // A member that joined but has not synced yet takes the freed partitions at its SYNC (which may be
         // waiting for a client-side plan right now): telling it to rejoin would fail that SYNC for nothing.
         for (const w of g.waitingFor(freed)) if (w !== m && !w.awaitingSync) this.notify(g, w, now);
@@ -735,7 +743,7 @@ export class GroupCoordinator {
     if (problem) throw invalidParam('plan', problem);
     this.applyPlan(g, plan);
     g.planGeneration = g.generation;
-    const now = Date.now();
+    const now = this.clock.now();
     for (const x of g.members.values()) if (x !== m && !x.needsRejoin && !x.awaitingSync) this.notify(g, x, now);
     this.wakeAll(this.planWaiters, g.groupId);
   }
@@ -747,7 +755,7 @@ export class GroupCoordinator {
     const check = () => {
       const g = this.group(req.group);
       const m = this.member(g, req.member);
-      m.lastHeartbeat = Date.now();
+      m.lastHeartbeat = this.clock.now();
       if (m.needsRejoin || req.generation < m.generation) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: g.groupId, generation: g.generation });
       if (req.generation !== m.generation) throw new TributaryError('GEN_MISMATCH', { current: g.generation, requested: req.generation });
       return m;
@@ -1000,7 +1008,7 @@ export class GroupCoordinator {
     if ((!g || g.deleted) && !this.committed.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });
     const topicName = g?.topic ?? [...(this.committed.get(groupId)?.keys() ?? [])][0] ?? '';
     const topic = this.deps.topics.tryGet(topicName);
-    const now = Date.now();
+    const now = this.clock.now();
     const offsets = (topic?.partitions ?? []).map((p) => {
       const committed = getOffset(this.committed, groupId, topicName, p.id);
       return {

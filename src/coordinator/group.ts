@@ -1,5 +1,5 @@
 /**
- * One consumer group's state (seed 004's ConsumerGroup) and the incremental rebalance rules, with no I/O:
+ * One consumer group's state and the incremental rebalance rules (docs/architecture.md, "Group coordinator"), with no I/O:
  * the coordinator persists and notifies around these transitions.
  *
  * Ownership is the safety property: `owners` maps each partition to at most one member. A partition leaves

@@ -1,5 +1,5 @@
 /**
- * Where committed offsets live (seed 004's OffsetManager). The group coordinator keeps every committed
+ * Where committed offsets live (docs/architecture.md, "Group coordinator"). The group coordinator keeps every committed
  * offset in memory and checks fencing and monotonicity before it calls the store; the store makes a commit
  * durable before its promise resolves. The default store appends to the internal `__consumer_offsets`
  * topic; the PostgreSQL store keeps them in a table of the team's own database.

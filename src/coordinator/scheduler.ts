@@ -1,7 +1,10 @@
+import { type Clock, type ClockTimer, systemClock } from './clock.js';
+
 /**
  * One timer per coordinator: a min-heap of deadlines drives session expiry, join windows and rebalance
  * timeouts, instead of one Node timer per member. Entries are keyed; scheduling a key again replaces its
- * deadline (the stale heap entry is skipped when it surfaces).
+ * deadline (the stale heap entry is skipped when it surfaces). Deadlines are times of the clock
+ * (`clock.now()` milliseconds), and its one timer is armed on that clock.
  */
 interface Entry {
   at: number;
@@ -13,11 +16,11 @@ export class Scheduler {
   private heap: Entry[] = [];
   private live = new Map<string, { seq: number; fn: () => void }>();
   private seq = 0;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: ClockTimer | undefined;
   private timerAt = Number.POSITIVE_INFINITY;
   private stopped = false;
 
-  constructor(private readonly now: () => number = Date.now) {}
+  constructor(private readonly clock: Clock = systemClock) {}
 
   schedule(key: string, at: number, fn: () => void): void {
     if (this.stopped) return;
@@ -41,7 +44,7 @@ export class Scheduler {
 
   stop(): void {
     this.stopped = true;
-    clearTimeout(this.timer);
+    this.clock.clearTimeout(this.timer);
     this.heap = [];
     this.live.clear();
   }
@@ -50,16 +53,16 @@ export class Scheduler {
     const top = this.heap[0];
     if (!top) return;
     if (top.at >= this.timerAt && this.timer) return;
-    clearTimeout(this.timer);
+    this.clock.clearTimeout(this.timer);
     this.timerAt = top.at;
-    this.timer = setTimeout(() => this.fire(), Math.max(0, top.at - this.now()));
+    this.timer = this.clock.setTimeout(() => this.fire(), Math.max(0, top.at - this.clock.now()));
     this.timer.unref();
   }
 
   private fire(): void {
     this.timer = undefined;
     this.timerAt = Number.POSITIVE_INFINITY;
-    const now = this.now();
+    const now = this.clock.now();
     while (this.heap.length > 0 && this.heap[0]!.at <= now) {
       const e = this.pop()!;
       const cur = this.live.get(e.key);

@@ -3,6 +3,7 @@ import client from 'prom-client';
 import { failpoint } from '../broker/failpoints.js';
 import type { Logger } from '../broker/logger.js';
 import type { TopicManager } from '../broker/topic-manager.js';
+import { type Clock, type ClockTimer, systemClock } from '../coordinator/clock.js';
 import { KeyedLock } from '../coordinator/keyed-lock.js';
 import { PartitionOwnership } from '../coordinator/partition-ownership.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
@@ -57,7 +58,7 @@ interface Entry {
   adds: Map<string, Promise<void>>;
   /** Appends of the open transaction not settled yet: markers wait for them. */
   inflight: Set<Promise<unknown>>;
-  timer: NodeJS.Timeout | null;
+  timer: ClockTimer | null;
   /** The running finish (markers and offsets) of a decided transaction. */
   finishing: Promise<void> | null;
 }
@@ -81,6 +82,8 @@ export class TransactionCoordinator {
   private stopped = false;
   private ownership: PartitionOwnership | null = null;
   private readonly ended: client.Counter;
+  /** Every time the coordinator reads and every timer it arms. */
+  private readonly clock: Clock;
 
   constructor(
     private readonly deps: {
@@ -90,8 +93,11 @@ export class TransactionCoordinator {
       config: TxnCoordinatorConfig;
       logger: Logger;
       registry: client.Registry;
+      /** Defaults to the real clock; tests pass a fake one. */
+      clock?: Clock;
     },
   ) {
+    this.clock = deps.clock ?? systemClock;
     this.ended = new client.Counter({
       name: 'tributary_transactions_total',
       help: 'Transactions ended, by result and cause (client, timeout, fenced)',
@@ -194,7 +200,7 @@ export class TransactionCoordinator {
     const timeout = timeoutMs ?? this.deps.config.defaultTimeoutMs;
     if (timeout > this.deps.config.maxTimeoutMs) throw invalidParam('transaction_timeout_ms', `at most ${this.deps.config.maxTimeoutMs}`);
     return this.withTxn(id, async () => {
-      const now = Date.now();
+      const now = this.clock.now();
       let e = this.txns.get(id);
       if (!e) {
         const meta: TxnMetadata = {
@@ -244,7 +250,7 @@ export class TransactionCoordinator {
       if (m.state === 'prepare_commit' || m.state === 'prepare_abort') await this.awaitFinish(e);
       const before = { ...m };
       m.state = 'open';
-      m.startedMs = Date.now();
+      m.startedMs = this.clock.now();
       m.updatedMs = m.startedMs;
       m.partitions = [];
       m.offsets = [];
@@ -298,7 +304,7 @@ export class TransactionCoordinator {
     let add = e.adds.get(k);
     if (!add) {
       e.meta.partitions.push({ topic: topicName, partition });
-      e.meta.updatedMs = Date.now();
+      e.meta.updatedMs = this.clock.now();
       add = this.deps.log.write(e.meta);
       e.adds.set(k, add);
     }
@@ -335,7 +341,7 @@ export class TransactionCoordinator {
         if (i >= 0) m.offsets[i] = entry;
         else m.offsets.push(entry);
       }
-      m.updatedMs = Date.now();
+      m.updatedMs = this.clock.now();
       await this.deps.log.write(m);
       return req.entries.length;
     });
@@ -413,7 +419,7 @@ export class TransactionCoordinator {
       m.abortReason = cause === 'timeout' ? `timed out after ${m.timeoutMs} ms` : 'fenced by a newer producer';
     }
     m.state = result === 'commit' ? 'prepare_commit' : 'prepare_abort';
-    m.updatedMs = Date.now();
+    m.updatedMs = this.clock.now();
     await this.deps.log.write(m);
     failpoint('txn.after_decision');
     await Promise.allSettled([...e.inflight]);
@@ -448,7 +454,7 @@ export class TransactionCoordinator {
       m.partitions = [];
       m.offsets = [];
       m.startedMs = 0;
-      m.updatedMs = Date.now();
+      m.updatedMs = this.clock.now();
       await this.deps.log.write(m);
       e.endedEpoch = m.epoch;
       e.adds.clear();
@@ -459,7 +465,7 @@ export class TransactionCoordinator {
     e.finishing = p;
     p.catch((err: unknown) => {
       this.deps.logger.error({ err, transactionalId: m.transactionalId }, 'finishing a transaction failed');
-      if (opts.retry && !this.stopped) setTimeout(() => void this.withTxn(m.transactionalId, () => this.awaitFinish(e)).catch(() => {}), FINISH_RETRY_MS).unref();
+      if (opts.retry && !this.stopped) this.clock.setTimeout(() => void this.withTxn(m.transactionalId, () => this.awaitFinish(e)).catch(() => {}), FINISH_RETRY_MS).unref();
     });
     return p;
   }
@@ -505,7 +511,7 @@ export class TransactionCoordinator {
     const fire = () => {
       // Just resumed from a pause, the lease unconfirmed: the id may be another coordinator's by now.
       if (this.ownership && !this.ownership.canAct()) {
-        e.timer = setTimeout(fire, 500);
+        e.timer = this.clock.setTimeout(fire, 500);
         e.timer.unref();
         return;
       }
@@ -516,12 +522,12 @@ export class TransactionCoordinator {
         }
       }).catch((err: unknown) => this.deps.logger.error({ err, transactionalId: m.transactionalId }, 'aborting a timed-out transaction failed'));
     };
-    e.timer = setTimeout(fire, Math.max(0, started + m.timeoutMs - Date.now()));
+    e.timer = this.clock.setTimeout(fire, Math.max(0, started + m.timeoutMs - this.clock.now()));
     e.timer.unref();
   }
 
   private clearTimer(e: Entry): void {
-    if (e.timer) clearTimeout(e.timer);
+    if (e.timer) this.clock.clearTimeout(e.timer);
     e.timer = null;
   }
 }

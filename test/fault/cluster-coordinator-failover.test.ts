@@ -1,8 +1,8 @@
 /**
  * kill -9 of a group's coordinator in a 3-broker cluster (real etcd, real broker processes). The group's
  * coordinator is the leader of its `__consumer_offsets` partition; when that broker dies another replica
- * takes the partition over, replays it, and (seed 000) waits one session timeout before expiring members
- * while they rediscover it. The members resume with the same member id and generation, no committed
+ * takes the partition over, replays it, and gives every restored member a full session timeout before
+ * expiring it, while they rediscover it (docs/architecture.md, "Cluster mode", coordinators). The members resume with the same member id and generation, no committed
  * offset is lost or regresses, and the group works again within session timeout + 2 s of the kill.
  */
 import { afterEach, describe, expect, it } from 'vitest';
@@ -11,7 +11,8 @@ import { Consumer } from '../../src/client/consumer.js';
 import { Producer } from '../../src/client/producer.js';
 import { TributaryError } from '../../src/protocol/errors.js';
 import { TestCluster } from '../helpers/cluster.js';
-import { GroupMember, expectError, fetchOffset, groupStatus, kv, settle, sleep } from '../integration/groups/helpers.js';
+import { GroupMember, fetchOffset, groupStatus, kv, settle } from '../integration/groups/helpers.js';
+import { expectError, sleep } from '../helpers/util.js';
 
 const SESSION_MS = 6000;
 const PARTITIONS = 4;

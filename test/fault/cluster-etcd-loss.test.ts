@@ -1,8 +1,9 @@
 /**
- * Losing etcd under a running 3-broker cluster (issue 7, "Done means"): with etcd frozen (SIGSTOP), the
- * brokers keep serving reads (CONSUME) and acks=1 writes (PUBLISH acks=1) on the current leaders, refuse
- * metadata changes (CREATE) with the retriable metadata_unavailable within a bounded time, and recover
- * when etcd returns (SIGCONT): CREATE works again and the new topic gets leaders.
+ * Losing etcd under a running 3-broker cluster (the availability rule of docs/architecture.md, "Guarantees
+ * and fault model"): with etcd frozen (SIGSTOP), the brokers keep serving reads (CONSUME) and acks=1 writes
+ * (PUBLISH acks=1) on the current leaders, refuse metadata changes (CREATE) with the retriable
+ * metadata_unavailable within a bounded time, and recover when etcd returns (SIGCONT): CREATE works again
+ * and the new topic gets leaders.
  *
  * The freeze lasts several broker lease TTLs (2 s here). etcd cannot expire a lease while it is frozen
  * itself, so nothing in the cluster state says a leader is gone; what a broker does with its own,
@@ -13,6 +14,7 @@ import type { Connection } from '../../src/client/connection.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { TributaryError } from '../../src/protocol/errors.js';
 import { TestCluster } from '../helpers/cluster.js';
+import { sleep } from '../helpers/util.js';
 
 const TOPIC = 'kept';
 const PARTITIONS = 3;
@@ -20,8 +22,6 @@ const PARTITIONS = 3;
 const FREEZE_MS = 6000;
 /** FAST_CLUSTER_ARGS: --etcd-request-timeout-ms 2000. */
 const ETCD_REQUEST_TIMEOUT_MS = 2000;
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /**
  * The broker registrations and the controller key as etcd has them (its JSON gateway), with the TTL left

@@ -9,6 +9,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { TributaryError } from '../../src/protocol/errors.js';
 import { type ClusterStatus, TestCluster } from '../helpers/cluster.js';
+import { sleep } from '../helpers/util.js';
 
 const TOPIC = 'stall';
 const PARTITIONS = 6;
@@ -68,7 +69,7 @@ describe('etcd frozen longer than the broker leases', () => {
     const before = epochs(await c.status());
 
     await c.etcd.kill('SIGSTOP');
-    await new Promise((r) => setTimeout(r, FREEZE_MS));
+    await sleep(FREEZE_MS);
     await c.etcd.kill('SIGCONT');
     const resumedAt = Date.now();
 
@@ -79,7 +80,7 @@ describe('etcd frozen longer than the broker leases', () => {
       if (s) {
         for (const [k, v] of epochs(s)) if (before.get(k) !== v && !changes.includes(`${k}: ${before.get(k)} -> ${v}`)) changes.push(`${k}: ${before.get(k)} -> ${v}`);
       }
-      await new Promise((r) => setTimeout(r, 200));
+      await sleep(200);
     }
     expect(changes).toEqual([]);
     await c.waitFor('every broker registered again', async () => (await c.status()).brokers.length === 3);
@@ -92,7 +93,7 @@ describe('etcd frozen longer than the broker leases', () => {
     const victim = (await c.leaderOf(TOPIC, 0)).id;
     await c.etcd.kill('SIGSTOP');
     await c.broker(victim).kill('SIGKILL');
-    await new Promise((r) => setTimeout(r, FREEZE_MS));
+    await sleep(FREEZE_MS);
     await c.etcd.kill('SIGCONT');
     const live = [0, 1, 2].filter((id) => id !== victim);
     await c.waitFor(

@@ -11,6 +11,7 @@ import type { Connection } from '../../src/client/connection.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { TributaryError } from '../../src/protocol/errors.js';
 import { TestCluster } from '../helpers/cluster.js';
+import { sleep } from '../helpers/util.js';
 
 const TOPIC = 'stale-ack';
 
@@ -53,7 +54,7 @@ describe('an old leader resumed after a pause', () => {
     for (const f of followers) await cluster.broker(f).kill('SIGSTOP');
     // A follower's fetch already parked at the leader would carry the record into its socket buffer and
     // replicate it on resume: let those long polls (--replica-fetch-wait-ms 200) come back empty first.
-    await new Promise((r) => setTimeout(r, 600));
+    await sleep(600);
     const pending = conn.command('PUBLISH', { topic: TOPIC, partition: 0, acks: 'all', message: 'lost-if-acked' }).then(
       (reply) => ({ ok: true as const, reply }),
       (err: unknown) => ({ ok: false as const, err }),

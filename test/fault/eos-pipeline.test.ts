@@ -12,12 +12,11 @@ import { TributaryError } from '../../src/protocol/errors.js';
 import { BrokerProcess, ROOT } from '../helpers/launcher.js';
 import { trackChild } from '../helpers/process-registry.js';
 import { readAll } from '../integration/transactions/helpers.js';
+import { sleep } from '../helpers/util.js';
 
 const CHAOS_MS = 30_000;
 const PARTITIONS = 4;
 const WORKERS = 3;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
 describe('exactly-once pipeline with workers killed at random', () => {
   let broker: BrokerProcess;
   let admin: Connection;

@@ -9,36 +9,29 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../src/client/connection.js';
-import type { BatchRecord } from '../../src/protocol/batch.js';
 import { decodeRecords, encodeRecords } from '../../src/storage/record-codec.js';
 import type { BrokerProcess } from '../helpers/launcher.js';
 import {
   GroupMember,
   type GroupStatus,
-  eventually,
-  expectError,
   expectExclusiveOwnership,
   fetchOffset,
   groupStatus,
   kv,
   settle,
-  sleep,
   stableStatus,
   startBroker,
 } from '../integration/groups/helpers.js';
+import { batchRec, eventually, expectError, sleep } from '../helpers/util.js';
 
 const TOPIC = 'dur';
 const GROUP = 'g-dur';
 const PER_PARTITION = 1000;
 const C_SESSION_MS = 2500;
 
-function rec(i: number): BatchRecord {
-  return { offset: 0, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`r${i}`), timestamp: 0, attributes: 0, headers: [] };
-}
-
 async function fillFast(c: Connection, partitions: number, n: number): Promise<void> {
   for (let p = 0; p < partitions; p++) {
-    await c.produceBatch({ topic: TOPIC, partition: p, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: Array.from({ length: n }, (_, i) => rec(i)) });
+    await c.produceBatch({ topic: TOPIC, partition: p, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: Array.from({ length: n }, (_, i) => batchRec(`r${i}`)) });
   }
 }
 
@@ -54,7 +47,7 @@ async function offsetsSegment(dataDir: string, partition: number): Promise<strin
 }
 
 async function waitReady(broker: BrokerProcess, timeoutMs = 10_000): Promise<void> {
-  await eventually(async () => (await broker.health('/ready')).status === 200, timeoutMs, 50);
+  await eventually('the broker to be ready', async () => (await broker.health('/ready')).status === 200, timeoutMs, 50);
 }
 
 describe('group durability across kill -9', () => {
@@ -317,6 +310,7 @@ describe('a membership change whose join window is open at the crash', () => {
     const a2 = Object.assign(new GroupMember(await broker.connect(), TOPIC, 'g-window', 'a'), { id: a.id, generation: a.generation, owned: a.owned });
     // A is told to rejoin once the (restored) window closes and then owns everything.
     const s = await eventually(
+      'the group to settle with a2 owning everything',
       async () => {
         await a2.poll(500);
         const st = await groupStatus(c, 'g-window');

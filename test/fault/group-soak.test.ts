@@ -4,6 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../src/client/connection.js';
 import { BrokerProcess, ROOT } from '../helpers/launcher.js';
 import { trackChild } from '../helpers/process-registry.js';
+import { sleep } from '../helpers/util.js';
 
 /**
  * Issue acceptance: 3 members and 12 partitions; members join, leave and are killed at random for a
@@ -109,7 +110,7 @@ describe('group soak: random joins, leaves and kills', () => {
         while (producing) {
           await producer.command('PUBLISH', { topic: 'soak', partition: i % PARTITIONS, message: `r${i}` });
           i++;
-          if (i % PARTITIONS === 0) await new Promise((r) => setTimeout(r, 20));
+          if (i % PARTITIONS === 0) await sleep(20);
         }
       })();
 
@@ -125,7 +126,7 @@ describe('group soak: random joins, leaves and kills', () => {
       const actions = { join: 0, leave: 0, kill: 0 };
       const stopAt = Date.now() + SOAK_MS;
       while (Date.now() < stopAt) {
-        await new Promise((r) => setTimeout(r, 500 + Math.random() * 1500));
+        await sleep(500 + Math.random() * 1500);
         const alive = live();
         const r = Math.random();
         if (alive.length < 2 || (r < 0.4 && alive.length < 4)) {
@@ -154,9 +155,9 @@ describe('group soak: random joins, leaves and kills', () => {
         const allLive = status!.members.every((m) => live().some((l) => l.name === m.client_id));
         if (status!.state === 'Stable' && allLive && owned.length === PARTITIONS && new Set(owned).size === PARTITIONS) break;
         if (Date.now() > deadline) throw new Error(`group did not settle: ${JSON.stringify(status)}`);
-        await new Promise((r) => setTimeout(r, 100));
+        await sleep(100);
       }
-      await new Promise((r) => setTimeout(r, 500));
+      await sleep(500);
       const end = now();
       producing = false;
       await production;

@@ -11,7 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../src/client/connection.js';
 import type { BrokerProcess } from '../helpers/launcher.js';
 import { trackChild } from '../helpers/process-registry.js';
-import { GroupMember, eventually, fetchOffset, fill, groupStatus, sleep, startBroker } from '../integration/groups/helpers.js';
+import { GroupMember, fetchOffset, fill, groupStatus, startBroker } from '../integration/groups/helpers.js';
+import { eventually, sleep } from '../helpers/util.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const TOPIC = 'zt';
@@ -72,7 +73,7 @@ describe('SIGSTOP zombie member', () => {
     const synced = () => lines.filter((l) => l.ev === 'synced');
 
     // The child joins alone and owns everything.
-    await eventually(async () => synced().length >= 1, 10_000);
+    await eventually('the child to sync', async () => synced().length >= 1, 10_000);
     const zombieId = synced()[0]!.member!;
     expect(synced()[0]!.owned).toEqual([0, 1, 2, 3]);
 
@@ -81,6 +82,7 @@ describe('SIGSTOP zombie member', () => {
     await b.join();
     await b.sync();
     await eventually(
+      'the group to settle with b owning half',
       async () => {
         await b.poll(100);
         const s = await groupStatus(admin, GROUP);
@@ -94,13 +96,14 @@ describe('SIGSTOP zombie member', () => {
     expect([...zOwned, ...b.owned].sort()).toEqual([0, 1, 2, 3]);
     // the child commits its partitions while alive
     const syncedAt = synced().at(-1)!.at;
-    await eventually(async () => zOwned.every((p) => lines.some((l) => l.ev === 'commit' && l.ok && l.partition === p && l.sentAt >= syncedAt)), 3000);
+    await eventually('the child to commit its partitions', async () => zOwned.every((p) => lines.some((l) => l.ev === 'commit' && l.ok && l.partition === p && l.sentAt >= syncedAt)), 3000);
     expect(stderr).toBe('');
 
     // Freeze it well past its 1 s session.
     const stopAt = Date.now();
     child.kill('SIGSTOP');
     const s = await eventually(
+      'b to own everything once the frozen child expired',
       async () => {
         await b.poll(200);
         const st = await groupStatus(admin, GROUP);

@@ -7,6 +7,7 @@ import type { Connection } from '../../src/client/connection.js';
 import type { Batch } from '../../src/protocol/batch.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { sleep } from '../helpers/util.js';
 
 const TOPIC = 'k9';
 const PARTITIONS = 4;
@@ -100,7 +101,7 @@ describe('kill -9 during produce (flush=always)', () => {
       const stats = { sent: 0, failed: 0 };
       const before = acks.length;
       const running = conns.map((c, i) => produceUntilDeath(c, `c${cycle}p${i}`, acks, stats));
-      await new Promise((r) => setTimeout(r, RUN_MS));
+      await sleep(RUN_MS);
       await broker.kill('SIGKILL');
       await Promise.all(running);
       // The producers were still going when the broker died, and had been acknowledged for a while.

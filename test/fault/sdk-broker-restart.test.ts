@@ -10,19 +10,11 @@ import { Consumer } from '../../src/client/consumer.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { freePort } from '../helpers/scripted-server.js';
+import { sleep, until } from '../helpers/util.js';
 
 const TOPIC = 'restart';
 const GROUP = 'g-restart';
 const PARTITIONS = 4;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-async function until(fn: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await fn())) {
-    if (Date.now() > deadline) throw new Error(`${what} not met within ${timeoutMs} ms`);
-    await sleep(20);
-  }
-}
 
 describe('SDK consumer across a broker kill -9 and restart', () => {
   let broker: BrokerProcess | undefined;
@@ -85,8 +77,8 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
       c.on('heartbeat', () => heartbeats++);
       const run = c.run({ eachMessage: ({ message }) => void seen.push({ value: message.value.toString(), partition: message.partition, offset: message.offset, at: Date.now() }) });
 
-      await until(() => seen.length === 200, 15_000, 'phase 1 consumed');
-      await until(async () => (await committed(admin)).every((o) => o === 50), 10_000, 'phase 1 committed');
+      await until(() => seen.length === 200, 15_000, 'phase 1 consumed', 20);
+      await until(async () => (await committed(admin)).every((o) => o === 50), 10_000, 'phase 1 committed', 20);
       const member = c.memberId!;
       const generation = c.generation;
       expect(member).toMatch(/^survivor-/);
@@ -106,7 +98,7 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
 
       // the consumer resumes by itself: heartbeats succeed again as the same member
       const beatsAtRestart = heartbeats;
-      await until(() => heartbeats > beatsAtRestart, 15_000, 'heartbeats after restart');
+      await until(() => heartbeats > beatsAtRestart, 15_000, 'heartbeats after restart', 20);
       const s = await admin.json<{ members: Array<{ member_id: string }>; generation: number }>('GROUP_STATUS', { group: GROUP });
       expect(s.members.map((m) => m.member_id)).toEqual([member]);
       expect(c.memberId).toBe(member);
@@ -114,8 +106,8 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
       // ---- phase 2: new records after the restart are read from the committed offsets on
       const phase2 = await produce(admin, 'two', 25);
       expect(phase2.every((a, i) => a.offset === 50 + (i % 25))).toBe(true);
-      await until(() => seen.length === 300, 20_000, 'phase 2 consumed');
-      await until(async () => (await committed(admin)).every((o) => o === 75), 10_000, 'phase 2 committed');
+      await until(() => seen.length === 300, 20_000, 'phase 2 consumed', 20);
+      await until(async () => (await committed(admin)).every((o) => o === 75), 10_000, 'phase 2 committed', 20);
 
       // nothing delivered twice, nothing skipped, in order per partition
       const values = seen.map((x) => x.value);
@@ -182,7 +174,7 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
         seen.push({ partition: message.partition, offset: message.offset, at: Date.now() });
       },
     });
-    await until(() => seen.length >= (PARTITIONS * PER) / 4, 15_000, 'a quarter consumed');
+    await until(() => seen.length >= (PARTITIONS * PER) / 4, 15_000, 'a quarter consumed', 20);
     const member = c.memberId;
     await admin.close();
     await b.kill('SIGKILL');
@@ -198,7 +190,7 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
       const r = parseLine(await admin.command('FETCH_OFFSET', { topic: TOPIC, group: 'g-midway', partition: p })).params;
       durable.push(Number(r.get('offset')));
     }
-    await until(() => new Set(seen.map((x) => `${x.partition}:${x.offset}`)).size === PARTITIONS * PER, 30_000, 'everything consumed after the restart').catch((err: Error) => {
+    await until(() => new Set(seen.map((x) => `${x.partition}:${x.offset}`)).size === PARTITIONS * PER, 30_000, 'everything consumed after the restart', 20).catch((err: Error) => {
       const per = Array.from({ length: PARTITIONS }, (_, p) => new Set(seen.filter((x) => x.partition === p).map((x) => x.offset)).size);
       throw new Error(`${err.message}: per partition ${per}, state ${c.state}, assignment ${c.assignment()}\n${log.join('\n')}`);
     });
@@ -208,7 +200,7 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
         if (Number(r.get('offset')) !== PER) return false;
       }
       return true;
-    }, 10_000, 'everything committed');
+    }, 10_000, 'everything committed', 20);
     await c.close();
     await run;
     await admin.close();

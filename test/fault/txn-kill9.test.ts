@@ -11,12 +11,12 @@
  * by a new process on the same directory without it (the launcher keeps its env across relaunches).
  */
 import { once } from 'node:events';
-import fs from 'node:fs/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Connection } from '../../src/client/connection.js';
-import { BrokerProcess, tempDir } from '../helpers/launcher.js';
-import { GroupMember, eventually, expectError, fetchOffset } from '../integration/groups/helpers.js';
+import { BrokerProcess } from '../helpers/launcher.js';
+import { GroupMember, fetchOffset } from '../integration/groups/helpers.js';
 import { RawTxnProducer, type ReadRecord, offsets, readAll } from '../integration/transactions/helpers.js';
+import { eventually, expectError, removeDir, tempDir } from '../helpers/util.js';
 
 const ARGS = ['--offsets-topic-partitions', '2', '--transaction-state-partitions', '2', '--group-join-window-ms', '20', '--flush', 'always'];
 const IN = 'k9t-in';
@@ -57,7 +57,7 @@ class Scenario {
 
   async dispose(): Promise<void> {
     for (const b of this.brokers) await b.dispose().catch(() => {});
-    await fs.rm(this.dataDir, { recursive: true, force: true });
+    await removeDir(this.dataDir);
   }
 }
 
@@ -222,7 +222,7 @@ describe('transactions across kill -9', () => {
       await expectError(p.end('commit'), 'invalid_txn_state', { state: 'open' });
       expect((await offsets(c, OUT, 0)).leo).toBe(s.leoBefore[0]! + 3);
 
-      const st = await eventually(async () => {
+      const st = await eventually('the transaction to be aborted by its timeout', async () => {
         const x = await p.status();
         return x.get('state') === 'aborted' ? x : undefined;
       }, TIMEOUT_MS + 5000);

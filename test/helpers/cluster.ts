@@ -6,6 +6,7 @@ import type { Connection } from '../../src/client/connection.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { type EtcdServer, startEtcd } from './etcd.js';
 import { BrokerProcess } from './launcher.js';
+import { sleep } from './util.js';
 
 let clusters = 0;
 
@@ -126,7 +127,7 @@ export class TestCluster {
         last = err;
       }
       if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}\n${this.brokers.map((b, i) => `--- broker ${i} stderr ---\n${b.stderr.slice(-3000)}`).join('\n')}`);
-      await new Promise((r) => setTimeout(r, 100));
+      await sleep(100);
     }
   }
 

@@ -8,11 +8,10 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
-import fs from 'node:fs/promises';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { trackChild } from './process-registry.js';
+import { removeDir, sleep, tempDir } from './util.js';
 
 const START_TIMEOUT_MS = 30_000;
 
@@ -88,7 +87,7 @@ export class EtcdServer {
         "etcd is not installed (no 'etcd' on PATH or in /usr/bin). Run the test suite with `npm test` as root (it installs the Debian 'etcd-server' package) or install etcd.",
       );
     }
-    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tributary-etcd-'));
+    const dir = await tempDir('tributary-etcd-');
     const server = new EtcdServer(binary, dir);
     live.set(server, { pid: undefined, dir });
     installExitHook();
@@ -173,7 +172,7 @@ export class EtcdServer {
       } catch (err) {
         last = String(err);
       }
-      await new Promise((r) => setTimeout(r, 50));
+      await sleep(50);
     }
     throw new Error(`etcd was not healthy within ${START_TIMEOUT_MS} ms (${last})\n--- etcd output ---\n${this.output}`);
   }
@@ -206,7 +205,7 @@ export class EtcdServer {
     this.disposed = true;
     await this.killNow();
     live.delete(this);
-    await fs.rm(this.dir, { recursive: true, force: true });
+    await removeDir(this.dir);
   }
 
   private get running(): boolean {

@@ -1,10 +1,9 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import fs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Connection } from '../../src/client/connection.js';
 import { trackChild } from './process-registry.js';
+import { removeDir, tempDir } from './util.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
@@ -16,10 +15,6 @@ export interface BrokerOptions {
   env?: Record<string, string>;
   /** Milliseconds to wait for the listening line. */
   startTimeoutMs?: number;
-}
-
-export async function tempDir(prefix = 'tributary-test-'): Promise<string> {
-  return fs.mkdtemp(path.join(os.tmpdir(), prefix));
 }
 
 /**
@@ -141,6 +136,6 @@ export class BrokerProcess {
       this.proc!.kill('SIGKILL');
       await this.exited;
     }
-    if (this.ownsDir) await fs.rm(this.dataDir, { recursive: true, force: true });
+    if (this.ownsDir) await removeDir(this.dataDir);
   }
 }

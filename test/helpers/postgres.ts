@@ -14,6 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { registerPid, unregisterPid } from './process-registry.js';
+import { removeDir, sleep, tempDir } from './util.js';
 
 export interface PostgresServer {
   connectionString: string;
@@ -107,7 +108,7 @@ async function waitForConnections(connectionString: string, deadline: number): P
     } catch (err) {
       lastErr = err;
       await client.end().catch(() => {});
-      await new Promise((r) => setTimeout(r, 50));
+      await sleep(50);
     }
   }
   throw new Error(`PostgreSQL did not accept connections within ${START_TIMEOUT_MS} ms: ${String(lastErr)}`);
@@ -136,7 +137,7 @@ export async function startPostgres(): Promise<PostgresServer> {
   const asUser = asRoot ? PG_USER : undefined;
   const owner = asRoot ? lookupUser(PG_USER) : undefined;
 
-  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tributary-pg-'));
+  const dir = await tempDir('tributary-pg-');
   const dataDir = path.join(dir, 'data');
   const logFile = path.join(dir, 'postgres.log');
   let started = false;
@@ -203,7 +204,7 @@ export async function startPostgres(): Promise<PostgresServer> {
         try {
           await pgCtlStop('fast');
         } finally {
-          await fs.rm(dir, { recursive: true, force: true });
+          await removeDir(dir);
         }
       },
       async restart(opts = {}) {
@@ -215,7 +216,7 @@ export async function startPostgres(): Promise<PostgresServer> {
     };
   } catch (err) {
     if (started) await run(bins.pgCtl, ['stop', '-D', dataDir, '-m', 'immediate', '-w'], { asUser }).then(() => unregisterPid(postmasterPid), () => {});
-    await fs.rm(dir, { recursive: true, force: true });
+    await removeDir(dir);
     throw err;
   }
 }

@@ -16,6 +16,7 @@
 import net from 'node:net';
 import { type ParsedLine, parseLine } from '../../src/protocol/command.js';
 import { encodeFrame, FrameDecoder } from '../../src/protocol/frame.js';
+import { sleep } from './util.js';
 
 export type ScriptReply = string | Buffer | 'close' | 'garbage' | 'huge' | 'partial' | 'hang' | undefined;
 
@@ -172,7 +173,7 @@ export class ScriptedServer {
       const h = Buffer.alloc(4);
       h.writeUInt32BE(100, 0);
       socket.write(Buffer.concat([h, Buffer.from('OK 123456')]));
-      await new Promise<void>((r) => setTimeout(r, 20));
+      await sleep(20);
       socket.destroy();
       return;
     }

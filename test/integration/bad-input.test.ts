@@ -12,6 +12,7 @@ import type { Connection } from '../../src/client/connection.js';
 import { type Batch, decodeBatch, encodeBatch } from '../../src/protocol/batch.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { holdsWithin, sleep } from '../helpers/util.js';
 
 // ---------------------------------------------------------------- tiny raw framing helpers
 
@@ -100,7 +101,7 @@ class RawClient {
   }
 
   async waitClosed(timeoutMs: number): Promise<boolean> {
-    await Promise.race([this.closedP, new Promise((r) => setTimeout(r, timeoutMs))]);
+    await Promise.race([this.closedP, sleep(timeoutMs)]);
     return this.closed;
   }
 
@@ -148,19 +149,8 @@ async function metric(broker: BrokerProcess, re: RegExp): Promise<number> {
   return m ? Number(m[1]) : 0;
 }
 
-async function until(cond: () => Promise<boolean> | boolean, timeoutMs: number, stepMs = 25): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await cond()) return true;
-    if (Date.now() > deadline) return false;
-    await new Promise((r) => setTimeout(r, stepMs));
-  }
-}
-
 /** These tests use no consumer groups: one `__consumer_offsets` partition instead of 50 makes every start faster. */
 const BASE_ARGS = ['--offsets-topic-partitions', '1'];
-
-const SLEEP = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 // ---------------------------------------------------------------- the main broker
 
@@ -260,16 +250,16 @@ describe('bad input', () => {
   it('is unaffected by a truncated frame followed by the client closing', async () => {
     const open = () => metric(broker, /^tributary_connections (\d+)/m);
     // Earlier tests' connections are all closed; then this one is the only one.
-    expect(await until(async () => (await open()) === 0, 3000)).toBe(true);
+    expect(await holdsWithin(async () => (await open()) === 0, 3000)).toBe(true);
     const r = await raw();
-    expect(await until(async () => (await open()) === 1, 3000)).toBe(true);
+    expect(await holdsWithin(async () => (await open()) === 1, 3000)).toBe(true);
     // Header promises 200 bytes of a PUBLISH, only part of it arrives.
     const body = Buffer.from('PUBLISH topic=seed partition=0 message=never-complete'.padEnd(200, 'x'));
     r.send(Buffer.concat([header(body.length), body.subarray(0, 40)]));
-    await SLEEP(50);
+    await sleep(50);
     r.socket.end();
     await r.closedP;
-    expect(await until(async () => (await open()) === 0, 3000)).toBe(true);
+    expect(await holdsWithin(async () => (await open()) === 0, 3000)).toBe(true);
     await assertHealthy();
   });
 
@@ -545,7 +535,7 @@ describe('bad input', () => {
     await sample();
     await assertHealthy();
     await sample();
-    const closedByBroker = await until(
+    const closedByBroker = await holdsWithin(
       async () => {
         await sample();
         return (await closedCount()) > closedBefore;
@@ -613,7 +603,7 @@ describe('connection limit', () => {
     // Close two; once the broker has noticed, two new clients get in and work.
     admitted[0]!.destroy();
     admitted[1]!.destroy();
-    expect(await until(async () => /^tributary_connections 3$/m.test((await broker.health('/metrics')).body), 3000)).toBe(true);
+    expect(await holdsWithin(async () => /^tributary_connections 3$/m.test((await broker.health('/metrics')).body), 3000)).toBe(true);
     const c1 = await broker.connect();
     const c2 = await broker.connect();
     await c1.command('CREATE', { topic: 'limit', partitions: 1 });

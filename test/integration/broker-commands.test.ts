@@ -1,13 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../src/client/connection.js';
-import type { BatchRecord } from '../../src/protocol/batch.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { partitionForKey } from '../../src/protocol/partitioner.js';
 import { BrokerProcess } from '../helpers/launcher.js';
-
-function rec(value: string, key: string | null = null): BatchRecord {
-  return { offset: 0, sequence: 0, producerId: '', key: key === null ? null : Buffer.from(key), epoch: -1, value: Buffer.from(value), timestamp: 0, attributes: 0, headers: [] };
-}
+import { batchRec, sleep } from '../helpers/util.js';
 
 function params(reply: string): Map<string, string> {
   return parseLine(reply).params;
@@ -100,7 +96,7 @@ describe('standalone broker commands', () => {
 
   it('appends binary batches and honours batch and max_bytes limits', async () => {
     await c.command('CREATE', { topic: 'bin', partitions: 1 });
-    const records = Array.from({ length: 100 }, (_, i) => rec(`v${i}`.padEnd(100, '.'), `k${i}`));
+    const records = Array.from({ length: 100 }, (_, i) => batchRec(`v${i}`.padEnd(100, '.'), { key: Buffer.from(`k${i}`) }));
     const r1 = await c.produceBatch({ topic: 'bin', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
     expect(r1).toMatchObject({ partition: 0, base_offset: 0, last_offset: 99, count: 100 });
     const r2 = await c.produceBatch({ topic: 'bin', partition: 0, acks: 'all', idempotent: false, firstSequence: 0, lastSequence: 0, records: records.slice(0, 10) });
@@ -126,7 +122,7 @@ describe('standalone broker commands', () => {
     const other = await broker.connect();
     const t0 = Date.now();
     const pending = c.consume({ topic: 'poll', partition: 0, offset: 0, wait_ms: 10_000 });
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     await other.command('PUBLISH', { topic: 'poll', partition: 0, message: 'wake' });
     const b = await pending;
     expect(b.records.map((r) => r.value.toString())).toEqual(['wake']);
@@ -160,7 +156,7 @@ describe('standalone broker commands', () => {
         if (seen.length === 5) ac.abort();
       }
     })();
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     await c.command('PUBLISH', { topic: 'stream', partition: 0, message: 's5' });
     await c.command('PUBLISH', { topic: 'stream', partition: 0, message: 's6' });
     const close = await consumer;
@@ -173,7 +169,7 @@ describe('standalone broker commands', () => {
     const s = await broker.connect();
     const it = s.stream({ topic: 'doomed', partition: 0, offset: 0 });
     const first = it.next();
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     await c.command('DELETE', { topic: 'doomed' });
     const n = await first;
     expect(n.done).toBe(true);

@@ -1,14 +1,11 @@
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Batch, BatchRecord } from '../../src/protocol/batch.js';
+import type { Batch, } from '../../src/protocol/batch.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { batchRec, sleep } from '../helpers/util.js';
 
 const FAST = ['--offsets-topic-partitions', '1'];
-
-function rec(value: string): BatchRecord {
-  return { offset: 0, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(value), timestamp: 0, attributes: 0, headers: [] };
-}
 
 describe('broker lifecycle', () => {
   let broker: BrokerProcess | undefined;
@@ -48,7 +45,7 @@ describe('broker lifecycle', () => {
     const s = await broker.connect();
     const it = s.stream({ topic: 'idle', partition: 0, offset: 0 });
     const pending = it.next();
-    await new Promise((r) => setTimeout(r, 1000));
+    await sleep(1000);
     // `c` itself sat idle meanwhile and was closed: a fresh connection publishes.
     expect(c.closed).toBe(true);
     const p = await broker.connect();
@@ -65,12 +62,12 @@ describe('broker lifecycle', () => {
     await c.command('CREATE', { topic: 'term', partitions: 1 });
     const acked: number[] = [];
     const sends = Array.from({ length: 200 }, (_, i) =>
-      c.produceBatch({ topic: 'term', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: [rec(`t${i}`)] }).then(
+      c.produceBatch({ topic: 'term', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: [batchRec(`t${i}`)] }).then(
         (r) => acked.push(r.base_offset),
         () => undefined,
       ),
     );
-    await new Promise((r) => setTimeout(r, 5));
+    await sleep(5);
     const exit = broker.stop();
     await Promise.all(sends);
     expect(await exit).toBe(0);
@@ -88,11 +85,11 @@ describe('broker lifecycle', () => {
     const c = await broker.connect();
     await c.command('CREATE', { topic: 'ret', partitions: 1, retention_bytes: 8192 });
     for (let i = 0; i < 20; i++) {
-      await c.produceBatch({ topic: 'ret', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: Array.from({ length: 10 }, (_, j) => rec(`${i}-${j}`.padEnd(100, '.'))) });
+      await c.produceBatch({ topic: 'ret', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: Array.from({ length: 10 }, (_, j) => batchRec(`${i}-${j}`.padEnd(100, '.'))) });
     }
     const earliest = async () => Number(/earliest=(\d+)/.exec(parseLine(await c.command('LIST_OFFSETS', { topic: 'ret' })).params.get('offsets')!)![1]);
     const deadline = Date.now() + 10_000;
-    while ((await earliest()) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    while ((await earliest()) === 0 && Date.now() < deadline) await sleep(100);
     const first = await earliest();
     expect(first).toBeGreaterThan(0);
     const b = await c.consume({ topic: 'ret', partition: 0, offset: first, batch: 1 });

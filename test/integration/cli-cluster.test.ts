@@ -9,6 +9,7 @@ import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BrokerProcess, CLI } from '../helpers/launcher.js';
 import { trackChild } from '../helpers/process-registry.js';
+import { sleep } from '../helpers/util.js';
 
 interface Result {
   code: number | null;
@@ -52,7 +53,7 @@ async function waitGone(pids: number[], timeoutMs: number): Promise<number[]> {
   for (;;) {
     const left = pids.filter(alive);
     if (left.length === 0 || Date.now() > deadline) return left;
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
   }
 }
 
@@ -176,7 +177,7 @@ describe('tributary dev-cluster and cluster status', () => {
       produced = await cli(['produce', 'lines', '--batch-size', '10', '--acks', 'all', '--bootstrap', bootstrap[1]!], input);
       if (produced.code === 0) break;
       // Right after CREATE the leaders may not have taken their roles yet.
-      await new Promise((r) => setTimeout(r, 250));
+      await sleep(250);
     }
     expect(produced!.stderr).toBe('');
     expect(produced!.stdout).toContain('produced 90 records to lines');

@@ -3,8 +3,9 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BrokerProcess, CLI, tempDir } from '../helpers/launcher.js';
+import { BrokerProcess, CLI } from '../helpers/launcher.js';
 import { trackChild } from '../helpers/process-registry.js';
+import { removeDir, tempDir } from '../helpers/util.js';
 
 const run = promisify(execFile);
 
@@ -32,7 +33,7 @@ describe('tributary CLI', () => {
 
   afterAll(async () => {
     await broker?.dispose();
-    await fs.rm(dir, { recursive: true, force: true });
+    await removeDir(dir);
   });
 
   it('creates, lists and describes topics', async () => {

@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PgOffsetStore, type PgOffsetStoreOptions } from '../../src/coordinator/pg-offset-store.js';
 import { TributaryError } from '../../src/protocol/errors.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
+import { rejection } from '../helpers/util.js';
 
 let server: PostgresServer;
 let admin: pg.Pool;
@@ -27,16 +28,6 @@ async function openStore(opts: PgOffsetStoreOptions = {}): Promise<PgOffsetStore
   stores.push(store);
   await store.open();
   return store;
-}
-
-async function rejection(p: Promise<unknown>): Promise<TributaryError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(TributaryError);
-    return err as TributaryError;
-  }
-  throw new Error('expected the promise to reject');
 }
 
 beforeAll(async () => {

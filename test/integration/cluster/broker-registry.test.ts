@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { BrokerIdInUseError, type BrokerRegistration, BrokerRegistry } from '../../../src/cluster/broker-registry.js';
 import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
-import { ClusterMember, REQUEST_TIMEOUT_MS, TTL_SECONDS, eventually, uniquePrefix, sleep } from './helpers.js';
+import { ClusterMember, REQUEST_TIMEOUT_MS, TTL_SECONDS, uniquePrefix } from './helpers.js';
+import { eventually, sleep } from '../../helpers/util.js';
 
 let etcd: EtcdServer;
 const registries: BrokerRegistry[] = [];

@@ -8,7 +8,8 @@ import { EtcdMetadataStore } from '../../../src/cluster/etcd-metadata-store.js';
 import type { TopicDefinition } from '../../../src/cluster/metadata-store.js';
 import { PartitionStateStore } from '../../../src/cluster/partition-state.js';
 import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
-import { REQUEST_TIMEOUT_MS, eventually, rejection, uniquePrefix } from './helpers.js';
+import { REQUEST_TIMEOUT_MS, uniquePrefix } from './helpers.js';
+import { eventually, rejection } from '../../helpers/util.js';
 
 let etcd: EtcdServer;
 const closers: Array<() => Promise<void>> = [];

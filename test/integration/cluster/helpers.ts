@@ -1,14 +1,14 @@
 /**
- * Shared helpers of the etcd cluster tests: unique key prefixes (one etcd serves a whole file), polling,
- * typed-error checks and a cluster member in its own process (cluster-member.mjs) to SIGSTOP or kill.
+ * Shared helpers of the etcd cluster tests: unique key prefixes (one etcd serves a whole file) and a
+ * cluster member in its own process (cluster-member.mjs) to SIGSTOP or kill. Polling and typed-error
+ * checks are in test/helpers/util.ts.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { expect } from 'vitest';
 import type { ControllerState } from '../../../src/cluster/controller-election.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
 import { trackChild } from '../../helpers/process-registry.js';
+import { eventually } from '../../helpers/util.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
@@ -25,35 +25,6 @@ let prefixSeq = 0;
 export function uniquePrefix(name: string): string {
   prefixSeq += 1;
   return `/tributary-test/${process.pid}-${prefixSeq}-${name}/`;
-}
-
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** Polls until fn returns a value other than undefined/false; fails with `what` after timeoutMs. */
-export async function eventually<T>(
-  what: string,
-  fn: () => T | undefined | false | Promise<T | undefined | false>,
-  timeoutMs = 10_000,
-  stepMs = 25,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(stepMs);
-  }
-}
-
-/** The TributaryError a promise rejected with (fails the test when it resolved or threw something else). */
-export async function rejection(p: Promise<unknown>): Promise<TributaryError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(TributaryError);
-    return err as TributaryError;
-  }
-  throw new Error('expected the promise to reject');
 }
 
 export interface MemberLine {

@@ -8,8 +8,7 @@ import type { Connection } from '../../../src/client/connection.js';
 import { parseLine } from '../../../src/protocol/command.js';
 import { TributaryError } from '../../../src/protocol/errors.js';
 import { TestCluster } from '../../helpers/cluster.js';
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+import { sleep } from '../../helpers/util.js';
 
 describe('cluster replication and failover', () => {
   let cluster: TestCluster;

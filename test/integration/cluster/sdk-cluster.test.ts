@@ -11,13 +11,12 @@ import { Producer, type RecordMetadata } from '../../../src/client/producer.js';
 import { parseLine } from '../../../src/protocol/command.js';
 import { TributaryError } from '../../../src/protocol/errors.js';
 import { TestCluster } from '../../helpers/cluster.js';
+import { sleep } from '../../helpers/util.js';
 
 const TOPIC = 'sdk';
 const GROUP = 'g-sdk';
 const PARTITIONS = 6;
 const N = 600;
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 interface Seen {
   consumer: string;
@@ -39,6 +38,8 @@ describe('SDK producer and consumer group on a 3-broker cluster', () => {
   const runs: Promise<void>[] = [];
   let producer: Producer;
   const seen: Seen[] = [];
+  /** Per partition, the highest offset a consumer reported committed ('commit' events). */
+  const committedSeen = new Map<number, number>();
   const crashes: Array<{ consumer: string; error: Error; fatal: boolean }> = [];
   let leaders: number[] = [];
 
@@ -91,6 +92,9 @@ describe('SDK producer and consumer group on a 3-broker cluster', () => {
         retry: { retries: 100, initialDelayMs: 20, maxDelayMs: 500, maxElapsedMs: 30_000 },
       });
       consumer.on('crash', (e) => crashes.push({ consumer: name, ...e }));
+      consumer.on('commit', (e) => {
+        for (const o of e.offsets) committedSeen.set(o.partition, Math.max(committedSeen.get(o.partition) ?? 0, o.offset));
+      });
       consumers.push(consumer);
       runs.push(
         consumer.run({
@@ -140,7 +144,13 @@ describe('SDK producer and consumer group on a 3-broker cluster', () => {
 
     // Every record consumed once, by the member that owns its partition, with the value the producer sent.
     await c.waitFor('every record consumed', async () => new Set(seen.map((s) => s.value)).size >= N, 20_000);
-    await sleep(500); // duplicates would show up now
+    // A duplicate is a record delivered again from below the log end. A consumer commits the offset after
+    // the last record its handlers finished, so once every partition is reported committed at its log end
+    // every record was handled (and is in `seen`), and with the group stable no reader fetches below the
+    // log end again: from then on `seen` is final.
+    await c.waitFor('the consumers to commit every partition at its log end', async () =>
+      [...byPartition].every(([p, offsets]) => committedSeen.get(p) === offsets.length),
+    );
     const values = seen.map((s) => s.value);
     expect(values.length).toBe(N);
     expect(new Set(values).size).toBe(N);

@@ -7,7 +7,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Connection } from '../../../src/client/connection.js';
 import type { FieldValue } from '../../../src/protocol/command.js';
 import type { BrokerProcess } from '../../helpers/launcher.js';
-import { GroupMember, eventually, expectError, failure, fill, groupStatus, kv, stableStatus, startBroker } from './helpers.js';
+import { GroupMember, fill, groupStatus, kv, stableStatus, startBroker } from './helpers.js';
+import { eventually, expectError, rejection } from '../../helpers/util.js';
 
 const TOPIC = 'bad-t';
 const GROUP = 'bad-g';
@@ -129,7 +130,7 @@ describe('consumer group bad input', () => {
     await expectError(admin.command('BATCH_COMMIT', base()), 'invalid_parameter', { param: 'entries' });
     await expectError(admin.command('BATCH_COMMIT', base(), [',,,']), 'invalid_parameter', { param: 'entries' });
     // a partition the topic does not have
-    const err = await failure(admin.command('BATCH_COMMIT', base(), [`P${p}:5,P99:5`]));
+    const err = await rejection(admin.command('BATCH_COMMIT', base(), [`P${p}:5,P99:5`]));
     expect(['partition_not_found', 'NOT_OWNER']).toContain(err.code);
     // COMMIT_OFFSET's own parameters
     await expectError(admin.command('COMMIT_OFFSET', { ...base(), partition: p, offset: -1 }), 'invalid_parameter', { param: 'offset' });
@@ -178,7 +179,7 @@ describe('consumer group bad input', () => {
     await e.sync();
     expect(await e.commit(e.owned[0]!, 2)).toBe('OK');
     await e.leave();
-    await eventually(async () => (await groupStatus(admin, 'bad-empty')).generation === 2); // the leave's window closed
+    await eventually('generation 2', async () => (await groupStatus(admin, 'bad-empty')).generation === 2); // the leave's window closed
     const before = await stableStatus(admin, 'bad-empty');
     expect(before).toMatchObject({ topic: TOPIC, assignor: 'range', state: 'Empty' });
     await expectError(admin.command('JOIN_GROUP', { topic: 'bad-other', group: 'bad-empty', member: 'ghost-1', generation: 4, assignor: 'roundrobin' }), 'member_not_found');

@@ -1,6 +1,7 @@
 /**
  * Shared helpers of the consumer-group integration and fault tests: a member driven over its own
- * connection (long-poll heartbeats block the replies behind them), GROUP_STATUS access and error checks.
+ * connection (long-poll heartbeats block the replies behind them) and GROUP_STATUS access. Waiting and
+ * error checks are in test/helpers/util.ts.
  */
 import { expect } from 'vitest';
 import type { Connection } from '../../../src/client/connection.js';
@@ -26,32 +27,6 @@ export function list(v: string | undefined): number[] {
   expect(v).toMatch(/^\[(\d+(,\d+)*)?\]$/);
   const inner = v!.slice(1, -1);
   return inner.length === 0 ? [] : inner.split(',').map(Number);
-}
-
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** The error a request failed with (fails the test when it succeeded). */
-export async function failure(p: Promise<unknown>): Promise<TributaryError> {
-  try {
-    const v = await p;
-    throw new Error(`expected an ERROR reply, got ${String(v)}`);
-  } catch (err) {
-    if (!(err instanceof TributaryError)) throw err;
-    return err;
-  }
-}
-
-/** Asserts the request fails with `code` (and the given reply fields); returns the error. */
-export async function expectError(p: Promise<unknown>, code: string, fields: Record<string, string> = {}): Promise<TributaryError> {
-  const err = await failure(p);
-  expect({ code: err.code, ...pick(err.fields, Object.keys(fields)) }, err.message).toEqual({ code, ...fields });
-  return err;
-}
-
-function pick(o: Record<string, unknown>, keys: string[]): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const k of keys) out[k] = String(o[k]);
-  return out;
 }
 
 export interface StatusMember {
@@ -245,16 +220,5 @@ export function expectDisjointSyncReplies(members: GroupMember[]): void {
       expect(seen.get(p), `partition ${p} in the SYNC replies of ${seen.get(p)} and ${m.id}`).toBeUndefined();
       seen.set(p, m.id);
     }
-  }
-}
-
-/** Polls until `fn` returns a truthy value or the time runs out. */
-export async function eventually<T>(fn: () => Promise<T | undefined | false>, timeoutMs = 5000, stepMs = 25): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(stepMs);
   }
 }

@@ -6,20 +6,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../../src/client/connection.js';
 import type { BrokerProcess } from '../../helpers/launcher.js';
-import {
-  GroupMember,
-  eventually,
-  expectDisjointSyncReplies,
-  expectError,
-  expectExclusiveOwnership,
-  groupStatus,
-  kv,
-  list,
-  settle,
-  sleep,
-  stableStatus,
-  startBroker,
-} from './helpers.js';
+import { GroupMember, expectDisjointSyncReplies, expectExclusiveOwnership, groupStatus, kv, list, settle, stableStatus, startBroker } from './helpers.js';
+import { eventually, expectError, sleep } from '../../helpers/util.js';
 
 describe('consumer group membership', () => {
   let broker: BrokerProcess;
@@ -146,7 +134,7 @@ describe('consumer group membership', () => {
     await ms[0]!.leave();
     ms[0]!.owned = [];
     const rest = ms.slice(1);
-    await eventually(async () => (await groupStatus(admin, 'g-three')).generation === 2);
+    await eventually('generation 2', async () => (await groupStatus(admin, 'g-three')).generation === 2);
     s = await settle(admin, rest);
     expect(s.members.map((m) => m.assignments.length)).toEqual([2, 2]);
     expect(s.members.flatMap((m) => m.assignments).sort()).toEqual([0, 1, 2, 3]);
@@ -170,7 +158,10 @@ describe('consumer group membership', () => {
     expect(Number(r.get('generation'))).toBe(gen);
     expect(list(r.get('assignments'))).toEqual(owned);
     expect(await a.sync()).toEqual(owned);
-    await sleep(100); // well past the join window: no new generation was started
+    // No new generation was started: a new generation only comes from a join window, and a window opens
+    // with a membership change that GROUP_STATUS shows (state PreparingRebalance, the member's fields)
+    // from the moment the reply was sent. So the status right after the reply is the event to check: it
+    // is what it was before.
     expect(await stableStatus(admin, 'g-resume')).toEqual(before);
 
     // stale generation: synchronized to the current one, same member id, no new generation
@@ -179,15 +170,13 @@ describe('consumer group membership', () => {
     expect(stale.get('generation')).toBe(String(gen));
     expect(list(stale.get('assignments'))).toEqual(owned);
     expect(await a.sync()).toEqual(owned);
-    await sleep(100);
-    expect(await stableStatus(admin, 'g-resume')).toEqual(before);
+    expect(await stableStatus(admin, 'g-resume')).toEqual(before); // as above: no change pending
 
     // an unknown member id with a generation must join fresh
     await expectError(admin.command('JOIN_GROUP', { topic: 'm-resume', group: 'g-resume', member: 'res-00000000-0000-0000-0000-000000000000', generation: gen }), 'member_not_found', {
       member: 'res-00000000-0000-0000-0000-000000000000',
     });
-    await sleep(100);
-    expect(await stableStatus(admin, 'g-resume')).toEqual(before);
+    expect(await stableStatus(admin, 'g-resume')).toEqual(before); // the refused JOIN changed nothing
   });
 
   it('expires a member that stops heartbeating after its session timeout, not before', async () => {
@@ -285,7 +274,7 @@ describe('consumer group membership', () => {
     expect(await pending).toBe('FENCED_INSTANCE_ID');
     expect(await fresh.sync()).toEqual(oldRow.assignments);
 
-    await sleep(100);
+    // The replacement started no rebalance: it would show in the status from the JOIN's reply on.
     const after = await groupStatus(admin, 'g-static');
     expect(after.generation).toBe(gen);
     expect(after.state).toBe('Stable');
@@ -368,9 +357,9 @@ describe('consumer group membership', () => {
       expect(m.generation).toBe(2 * i + 1);
       await m.leave();
       // the next join must not share the leave's join window
-      await eventually(async () => (await groupStatus(admin, 'g-history')).generation === 2 * i + 2);
+      await eventually(`generation ${2 * i + 2}`, async () => (await groupStatus(admin, 'g-history')).generation === 2 * i + 2);
     }
-    const s = await eventually(async () => {
+    const s = await eventually('generation 22', async () => {
       const st = await groupStatus(admin, 'g-history');
       return st.generation === 22 && st;
     });

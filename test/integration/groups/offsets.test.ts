@@ -6,7 +6,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../../src/client/connection.js';
 import type { BrokerProcess } from '../../helpers/launcher.js';
-import { GroupMember, eventually, expectError, fetchAll, fetchOffset, fill, groupStatus, kv, settle, sleep, startBroker } from './helpers.js';
+import { GroupMember, fetchAll, fetchOffset, fill, groupStatus, kv, settle, startBroker } from './helpers.js';
+import { eventually, expectError, sleep } from '../../helpers/util.js';
 
 const N = 20; // records per partition
 
@@ -141,6 +142,7 @@ describe('consumer group offsets', () => {
     expect(await z.commit(zp, 4)).toBe('OK');
     // The zombie goes quiet; the live member keeps heartbeating and takes over once it expires.
     await eventually(
+      'the zombie to expire and live to own everything',
       async () => {
         await live.poll(200);
         const s = await groupStatus(admin, 'g-zombie');

@@ -2,7 +2,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BrokerProcess } from '../../helpers/launcher.js';
 import { type PostgresServer, startPostgres } from '../../helpers/postgres.js';
-import { GroupMember, expectError, fetchOffset, fill, startBroker } from './helpers.js';
+import { GroupMember, fetchOffset, fill, startBroker } from './helpers.js';
+import { expectError } from '../../helpers/util.js';
 
 /** The broker with `--offset-store postgres`: commits land in the team's own database and survive kill -9. */
 describe('broker with the PostgreSQL offset store', () => {

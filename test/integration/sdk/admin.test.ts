@@ -6,18 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Admin } from '../../../src/client/admin.js';
 import type { Connection } from '../../../src/client/connection.js';
 import { Producer } from '../../../src/client/producer.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
-
-async function failure(p: Promise<unknown>): Promise<TributaryError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(TributaryError);
-    return err as TributaryError;
-  }
-  throw new Error('expected a rejection');
-}
+import { rejection } from '../../helpers/util.js';
 
 describe('Admin against a broker', () => {
   let broker: BrokerProcess;
@@ -69,10 +59,10 @@ describe('Admin against a broker', () => {
     });
     const again = await admin.createTopic({ topic: 'a-create', partitions: 3, retentionHours: 24, retentionBytes: 1_000_000 });
     expect(again).toEqual({ ...first, created: false });
-    const conflict = await failure(admin.createTopic({ topic: 'a-create', partitions: 5 }));
+    const conflict = await rejection(admin.createTopic({ topic: 'a-create', partitions: 5 }));
     expect(conflict.code).toBe('topic_already_exists');
-    expect((await failure(admin.createTopic({ topic: 'bad name!' }))).code).toBe('invalid_topic_name');
-    expect((await failure(admin.createTopic({ topic: 'x', partitions: 0 }))).code).toBe('invalid_parameter');
+    expect((await rejection(admin.createTopic({ topic: 'bad name!' }))).code).toBe('invalid_topic_name');
+    expect((await rejection(admin.createTopic({ topic: 'x', partitions: 0 }))).code).toBe('invalid_parameter');
     const defaults = await admin.createTopic({ topic: 'a-defaults' });
     expect(defaults.partitions).toBe(4);
     expect(defaults.created).toBe(true);
@@ -99,7 +89,7 @@ describe('Admin against a broker', () => {
       [1, 0, 1, 1],
     ]);
     expect(d.partitions[0]!.leader).toBe(broker.address);
-    expect((await failure(admin.describeTopic('a-missing'))).code).toBe('topic_not_found');
+    expect((await rejection(admin.describeTopic('a-missing'))).code).toBe('topic_not_found');
   });
 
   it('listOffsets parses earliest/latest/leo/hwm for every partition or one', async () => {
@@ -113,14 +103,14 @@ describe('Admin against a broker', () => {
       { partition: 2, earliest: 0, latest: 3, leo: 3, hwm: 3 },
     ]);
     expect(await admin.listOffsets('a-offsets', 2)).toEqual([{ partition: 2, earliest: 0, latest: 3, leo: 3, hwm: 3 }]);
-    expect((await failure(admin.listOffsets('a-offsets', 9))).code).toBe('partition_not_found');
+    expect((await rejection(admin.listOffsets('a-offsets', 9))).code).toBe('partition_not_found');
   });
 
   it('deleteTopic deletes; a second delete is topic_not_found', async () => {
     await admin.createTopic({ topic: 'a-delete', partitions: 1 });
     await admin.deleteTopic('a-delete');
     expect(await admin.listTopics()).not.toContain('a-delete');
-    expect((await failure(admin.deleteTopic('a-delete'))).code).toBe('topic_not_found');
+    expect((await rejection(admin.deleteTopic('a-delete'))).code).toBe('topic_not_found');
   });
 
   it('groups: listGroups, describeGroup, fetchOffset, resetOffsets (all targets), deleteGroup', async () => {
@@ -148,8 +138,8 @@ describe('Admin against a broker', () => {
     expect(await admin.fetchOffset('a-group', 'a-groups', 1)).toEqual({ offset: 1, committed: true });
 
     // a live member blocks resets and deletion
-    expect((await failure(admin.resetOffsets({ group: 'a-group', topic: 'a-groups', to: 'earliest' }))).code).toBe('group_not_empty');
-    expect((await failure(admin.deleteGroup('a-group'))).code).toBe('group_not_empty');
+    expect((await rejection(admin.resetOffsets({ group: 'a-group', topic: 'a-groups', to: 'earliest' }))).code).toBe('group_not_empty');
+    expect((await rejection(admin.deleteGroup('a-group'))).code).toBe('group_not_empty');
     await conn.command('LEAVE_GROUP', { topic: 'a-groups', group: 'a-group', member });
 
     expect(await admin.resetOffsets({ group: 'a-group', topic: 'a-groups', to: 'earliest' })).toEqual([
@@ -166,8 +156,8 @@ describe('Admin against a broker', () => {
     expect(await admin.fetchOffset('a-group', 'a-groups', 1)).toEqual({ offset: 3, committed: true });
     expect(await admin.resetOffsets({ group: 'a-group', topic: 'a-groups', partition: 0, to: { timestamp: 2500 } })).toEqual([{ partition: 0, offset: 2 }]);
     expect(await admin.resetOffsets({ group: 'a-group', topic: 'a-groups', partition: 0, to: { timestamp: new Date(4000) } })).toEqual([{ partition: 0, offset: 3 }]);
-    expect((await failure(admin.resetOffsets({ group: 'a-group', topic: 'a-groups', partition: 0, to: { offset: 99 } }))).code).toBe('OFFSET_OUT_OF_RANGE');
-    expect((await failure(admin.resetOffsets({ group: 'a-group', topic: 'a-groups', to: 'sideways' as never }))).code).toBe('invalid_parameter');
+    expect((await rejection(admin.resetOffsets({ group: 'a-group', topic: 'a-groups', partition: 0, to: { offset: 99 } }))).code).toBe('OFFSET_OUT_OF_RANGE');
+    expect((await rejection(admin.resetOffsets({ group: 'a-group', topic: 'a-groups', to: 'sideways' as never }))).code).toBe('invalid_parameter');
 
     const empty = await admin.describeGroup('a-group');
     expect(empty.members).toEqual([]);
@@ -175,16 +165,16 @@ describe('Admin against a broker', () => {
 
     await admin.deleteGroup('a-group');
     expect(await admin.listGroups()).not.toContain('a-group');
-    expect((await failure(admin.describeGroup('a-group'))).code).toBe('group_not_found');
-    expect((await failure(admin.deleteGroup('a-group'))).code).toBe('group_not_found');
+    expect((await rejection(admin.describeGroup('a-group'))).code).toBe('group_not_found');
+    expect((await rejection(admin.deleteGroup('a-group'))).code).toBe('group_not_found');
     expect(await admin.fetchOffset('a-group', 'a-groups', 0)).toEqual({ offset: 0, committed: false });
   });
 
   it('argument checks happen before anything is sent', async () => {
-    expect((await failure(admin.describeTopic(''))).code).toBe('invalid_parameter');
-    expect((await failure(admin.fetchOffset('g', 't', -1))).code).toBe('invalid_parameter');
-    expect((await failure(admin.resetOffsets({ group: 'g', topic: 't', to: { offset: -1 } }))).code).toBe('invalid_parameter');
-    expect((await failure(admin.createTopic({ topic: 't', retentionHours: -2 }))).code).toBe('invalid_parameter');
+    expect((await rejection(admin.describeTopic(''))).code).toBe('invalid_parameter');
+    expect((await rejection(admin.fetchOffset('g', 't', -1))).code).toBe('invalid_parameter');
+    expect((await rejection(admin.resetOffsets({ group: 'g', topic: 't', to: { offset: -1 } }))).code).toBe('invalid_parameter');
+    expect((await rejection(admin.createTopic({ topic: 't', retentionHours: -2 }))).code).toBe('invalid_parameter');
   });
 
   it('close is idempotent; calls after it reject with client_closed; asyncDispose closes', async () => {
@@ -192,20 +182,20 @@ describe('Admin against a broker', () => {
     expect(await a.listTopics()).toContain('a-create');
     await a.close();
     await a.close();
-    expect((await failure(a.listTopics())).code).toBe('client_closed');
-    expect((await failure(a.describeGroup('g'))).code).toBe('client_closed');
+    expect((await rejection(a.listTopics())).code).toBe('client_closed');
+    expect((await rejection(a.describeGroup('g'))).code).toBe('client_closed');
     let ref: Admin;
     {
       await using b = new Admin({ brokers: [broker.address] });
       ref = b;
       await b.listGroups();
     }
-    expect((await failure(ref.listGroups())).code).toBe('client_closed');
+    expect((await rejection(ref.listGroups())).code).toBe('client_closed');
   });
 
   it('an unreachable broker surfaces as connection_lost after the retries', async () => {
     const a = new Admin({ brokers: ['127.0.0.1:1'], retry: { retries: 1, initialDelayMs: 1, maxDelayMs: 2 } });
-    const err = await failure(a.listTopics());
+    const err = await rejection(a.listTopics());
     expect(err.code).toBe('connection_lost');
     await a.close();
   });

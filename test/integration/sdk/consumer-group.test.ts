@@ -22,14 +22,13 @@ import { trackChild } from '../../helpers/process-registry.js';
 import type { Batch } from '../../../src/protocol/batch.js';
 import { parseLine } from '../../../src/protocol/command.js';
 import { BrokerProcess, ROOT } from '../../helpers/launcher.js';
+import { sleep } from '../../helpers/util.js';
 
 const TOPIC = 'orders';
 const GROUP = 'order-workers';
 const PARTITIONS = 12;
 const WORKER = path.join(ROOT, 'test', 'helpers', 'consumer-worker.mjs');
 const SESSION_MS = 2000;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
 interface Line {
   type: string;
   at: number;

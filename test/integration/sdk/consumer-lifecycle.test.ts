@@ -12,16 +12,7 @@ import { parseLine } from '../../../src/protocol/command.js';
 import type { TributaryError } from '../../../src/protocol/errors.js';
 import { GroupMember, groupStatus } from '../groups/helpers.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-async function until(fn: () => boolean | Promise<boolean>, timeoutMs = 10_000, what = 'condition'): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await fn())) {
-    if (Date.now() > deadline) throw new Error(`${what} not met within ${timeoutMs} ms`);
-    await sleep(10);
-  }
-}
+import { sleep, until } from '../../helpers/util.js';
 
 /** Active handles (sockets, timers, ...) by type. */
 function resources(): Map<string, number> {

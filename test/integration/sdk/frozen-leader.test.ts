@@ -9,13 +9,12 @@ import type { Connection } from '../../../src/client/connection.js';
 import { Producer } from '../../../src/client/producer.js';
 import type { BatchRecord } from '../../../src/protocol/batch.js';
 import { TestCluster } from '../../helpers/cluster.js';
+import { sleep } from '../../helpers/util.js';
 
 const TOPIC = 'frozen';
 const PARTITIONS = 6;
 const FREEZE_MS = 7000;
 const SEND_EVERY_MS = 25;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
 interface Sent {
   partition: number;
   value: string;

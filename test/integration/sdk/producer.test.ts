@@ -13,8 +13,7 @@ import { parseLine } from '../../../src/protocol/command.js';
 import { TributaryError } from '../../../src/protocol/errors.js';
 import { partitionForKey } from '../../../src/protocol/partitioner.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+import { sleep } from '../../helpers/util.js';
 
 describe('Producer against a broker', () => {
   let broker: BrokerProcess;

@@ -7,7 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Admin } from '../../../src/client/admin.js';
 import { Consumer } from '../../../src/client/consumer.js';
 import { Producer } from '../../../src/client/producer.js';
-import { BrokerProcess, tempDir } from '../../helpers/launcher.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
+import { tempDir } from '../../helpers/util.js';
 
 function selfSigned(dir: string, name: string): { key: string; cert: string } {
   const key = path.join(dir, `${name}.key`);

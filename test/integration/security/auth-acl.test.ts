@@ -6,8 +6,9 @@ import { Connection } from '../../../src/client/connection.js';
 import { Consumer } from '../../../src/client/consumer.js';
 import { Producer } from '../../../src/client/producer.js';
 import { type Batch, encodeBatch } from '../../../src/protocol/batch.js';
-import { BrokerProcess, tempDir } from '../../helpers/launcher.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
 import { addUser, makeCa, makeCert, type Pem, removeUser } from './pki.js';
+import { tempDir } from '../../helpers/util.js';
 
 /**
  * Authentication and authorization against a real broker with TLS and authentication on: every protected

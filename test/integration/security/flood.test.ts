@@ -4,9 +4,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Connection } from '../../../src/client/connection.js';
-import { BrokerProcess, tempDir } from '../../helpers/launcher.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
 import { trackChild } from '../../helpers/process-registry.js';
 import { addUser, makeCa, makeCert, type Pem } from './pki.js';
+import { tempDir } from '../../helpers/util.js';
 
 /**
  * A connection flood from one address (10x maxConnectionsPerAddress, reconnecting as soon as it is

@@ -6,8 +6,9 @@ import { Connection } from '../../../src/client/connection.js';
 import { encodeBatch } from '../../../src/protocol/batch.js';
 import { encodeFrame } from '../../../src/protocol/frame.js';
 import { loadBrokerConfig } from '../../../src/cli/config-loader.js';
-import { BrokerProcess, tempDir } from '../../helpers/launcher.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
 import { addUser } from './pki.js';
+import { sleep, tempDir } from '../../helpers/util.js';
 
 /** Per-address connections, request rate, batch size and the authentication timeout (plain TCP). */
 describe('connection and request limits', () => {
@@ -59,7 +60,7 @@ describe('connection and request limits', () => {
     const texts = replies.map((r) => (r.kind === 'text' ? r.text : ''));
     expect(texts.filter((t) => t.startsWith('ERROR: throttled')).length).toBeGreaterThan(50);
     expect(texts.find((t) => t.startsWith('ERROR: throttled'))).toMatch(/class=availability retryable=true/);
-    await new Promise((r) => setTimeout(r, 1100));
+    await sleep(1100);
     expect(await c.command('PROTOCOL_INFO')).toMatch(/^OK/);
   });
 

@@ -4,8 +4,9 @@ import path from 'node:path';
 import type tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Connection } from '../../../src/client/connection.js';
-import { BrokerProcess, tempDir } from '../../helpers/launcher.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
 import { addUser, makeCa, makeCert, type Pem } from './pki.js';
+import { tempDir } from '../../helpers/util.js';
 
 /** The broker's own TLS listener with required client certificates (mTLS) and authentication on. */
 describe('TLS listener with client certificates', () => {

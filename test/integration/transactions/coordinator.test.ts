@@ -6,8 +6,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from '../../../src/client/connection.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
-import { GroupMember, expectError, fetchOffset, sleep } from '../groups/helpers.js';
+import { GroupMember, fetchOffset } from '../groups/helpers.js';
 import { RawTxnProducer, kv, offsets, readAll } from './helpers.js';
+import { expectError, sleep } from '../../helpers/util.js';
 
 const ARGS = ['--offsets-topic-partitions', '2', '--transaction-state-partitions', '2', '--group-join-window-ms', '20'];
 

@@ -6,7 +6,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
 import { pathToFileURL } from 'node:url';
@@ -14,6 +13,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DataDirInUseError, type DataDirLock, LOCK_FILE, lockDataDir } from '../../../src/broker/data-dir-lock.js';
 import { ROOT } from '../../helpers/launcher.js';
 import { trackChild } from '../../helpers/process-registry.js';
+import { removeDir, sleep, tempDir } from '../../helpers/util.js';
 
 const HAS_PROC = existsSync('/proc/self/stat');
 
@@ -23,13 +23,13 @@ const locks: DataDirLock[] = [];
 const children: ChildProcess[] = [];
 
 beforeEach(async () => {
-  dir = await fs.mkdtemp(path.join(os.tmpdir(), 'trib-lock-'));
+  dir = await tempDir('trib-lock-');
   lockFile = path.join(dir, LOCK_FILE);
 });
 afterEach(async () => {
   for (const l of locks.splice(0)) await l.release().catch(() => {});
   for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-  await fs.rm(dir, { recursive: true, force: true });
+  await removeDir(dir);
 });
 
 async function lock(d = dir): Promise<DataDirLock> {
@@ -86,7 +86,7 @@ describe('data directory lock', () => {
     expect(err.message).toContain('in use');
     expect(err.message).toContain(`pid ${process.pid}`);
 
-    const other = await fs.mkdtemp(path.join(os.tmpdir(), 'trib-lock-live-'));
+    const other = await tempDir('trib-lock-live-');
     try {
       const s = sleeper();
       await writeHolder(path.join(other, LOCK_FILE), { pid: s.pid, token: 'someone-else' });
@@ -94,7 +94,7 @@ describe('data directory lock', () => {
       expect(e2.message).toMatch(new RegExp(`in use .*pid ${s.pid}\\b`));
       expect((await readHolder(path.join(other, LOCK_FILE))).token).toBe('someone-else'); // untouched
     } finally {
-      await fs.rm(other, { recursive: true, force: true });
+      await removeDir(other);
     }
   });
 
@@ -159,7 +159,7 @@ describe('data directory lock', () => {
     const attempt = lockDataDir(dir).finally(() => {
       settled = true;
     });
-    await new Promise((r) => setTimeout(r, 300));
+    await sleep(300);
     expect(settled).toBe(false);
     expect((await readHolder()).token).toBe('dead-holder'); // only the marker's owner may delete it
     await fs.rm(marker);

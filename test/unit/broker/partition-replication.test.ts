@@ -3,26 +3,24 @@
  * when the leader says so (also across a reopen), a follower's appendReplica keeps the leader's producer
  * state and transactions, and truncateTo rebuilds them.
  */
-import fs from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type Isolation, Partition } from '../../../src/broker/partition.js';
-import type { LogRecord, RecordInput } from '../../../src/protocol/record.js';
+import type { LogRecord, } from '../../../src/protocol/record.js';
 import { PartitionLog } from '../../../src/storage/partition-log.js';
+import { rec, removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
 let leaderDir: string;
 const open: Partition[] = [];
 
 beforeEach(async () => {
-  dir = await fs.mkdtemp(path.join(os.tmpdir(), 'trib-repl-'));
-  leaderDir = await fs.mkdtemp(path.join(os.tmpdir(), 'trib-repl-leader-'));
+  dir = await tempDir('trib-repl-');
+  leaderDir = await tempDir('trib-repl-leader-');
 });
 afterEach(async () => {
   for (const p of open.splice(0)) await p.close().catch(() => {});
-  await fs.rm(dir, { recursive: true, force: true });
-  await fs.rm(leaderDir, { recursive: true, force: true });
+  await removeDir(dir);
+  await removeDir(leaderDir);
 });
 
 async function openPartition(d: string, replicated: boolean): Promise<Partition> {
@@ -41,7 +39,6 @@ async function reopen(p: Partition, d: string, replicated: boolean): Promise<Par
   return openPartition(d, replicated);
 }
 
-const rec = (v: string): RecordInput => ({ key: null, value: Buffer.from(v) });
 const RC = { maxRecords: 1000, maxBytes: 1 << 20, isolation: 'read_committed' as Isolation };
 
 /** What a follower gets from REPLICA_FETCH: the leader's records with their append boundaries. */

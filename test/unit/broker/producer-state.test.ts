@@ -1,11 +1,10 @@
 import fs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Partition, PRODUCER_SNAPSHOT_FILE } from '../../../src/broker/partition.js';
 import { PRODUCER_WINDOW, ProducerStateTable } from '../../../src/broker/producer-state.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
 import { PartitionLog } from '../../../src/storage/partition-log.js';
+import { rec, removeDir, tempDir, thrownCode } from '../../helpers/util.js';
 
 /** check + begin + complete, as Partition does around an append at `base`. */
 function append(t: ProducerStateTable, id: string, epoch: number, first: number, last: number, base: number) {
@@ -15,20 +14,10 @@ function append(t: ProducerStateTable, id: string, epoch: number, first: number,
   t.complete(e, { baseOffset: base, lastOffset: base + last - first, timestamp: 5 });
 }
 
-function code(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(TributaryError);
-    return (err as TributaryError).code;
-  }
-  throw new Error('did not throw');
-}
-
 describe('ProducerStateTable', () => {
   it('accepts a new producer at sequence 0 only, then consecutive batches', () => {
     const t = new ProducerStateTable();
-    expect(code(() => t.check('p', 0, 3, 3))).toBe('out_of_order_sequence');
+    expect(thrownCode(() => t.check('p', 0, 3, 3))).toBe('out_of_order_sequence');
     append(t, 'p', 0, 0, 2, 10);
     append(t, 'p', 0, 3, 3, 20);
     expect(t.describe('p')).toEqual({ epoch: 0, lastSeq: 3 });
@@ -50,29 +39,29 @@ describe('ProducerStateTable', () => {
   it('remembers only the last PRODUCER_WINDOW batches', () => {
     const t = new ProducerStateTable();
     for (let i = 0; i <= PRODUCER_WINDOW; i++) append(t, 'p', 0, i, i, i);
-    expect(code(() => t.check('p', 0, 0, 0))).toBe('out_of_order_sequence');
+    expect(thrownCode(() => t.check('p', 0, 0, 0))).toBe('out_of_order_sequence');
     expect(t.check('p', 0, 1, 1).kind).toBe('duplicate');
   });
 
   it('refuses gaps and overlaps that are not an exact duplicate', () => {
     const t = new ProducerStateTable();
     append(t, 'p', 0, 0, 4, 0);
-    expect(code(() => t.check('p', 0, 6, 6))).toBe('out_of_order_sequence'); // gap
-    expect(code(() => t.check('p', 0, 3, 6))).toBe('out_of_order_sequence'); // overlap
-    expect(code(() => t.check('p', 0, 0, 2))).toBe('out_of_order_sequence'); // part of a batch
+    expect(thrownCode(() => t.check('p', 0, 6, 6))).toBe('out_of_order_sequence'); // gap
+    expect(thrownCode(() => t.check('p', 0, 3, 6))).toBe('out_of_order_sequence'); // overlap
+    expect(thrownCode(() => t.check('p', 0, 0, 2))).toBe('out_of_order_sequence'); // part of a batch
     expect(t.check('p', 0, 5, 6).kind).toBe('append');
   });
 
   it('fences a lower epoch; a higher epoch restarts at sequence 0', () => {
     const t = new ProducerStateTable();
     append(t, 'p', 1, 0, 9, 0);
-    expect(code(() => t.check('p', 0, 10, 10))).toBe('stale_producer_epoch');
-    expect(code(() => t.check('p', 2, 10, 10))).toBe('out_of_order_sequence');
+    expect(thrownCode(() => t.check('p', 0, 10, 10))).toBe('stale_producer_epoch');
+    expect(thrownCode(() => t.check('p', 2, 10, 10))).toBe('out_of_order_sequence');
     append(t, 'p', 2, 0, 0, 50);
     expect(t.describe('p')).toEqual({ epoch: 2, lastSeq: 0 });
-    expect(code(() => t.check('p', 1, 10, 10))).toBe('stale_producer_epoch');
+    expect(thrownCode(() => t.check('p', 1, 10, 10))).toBe('stale_producer_epoch');
     // the old epoch's batches are gone from the window
-    expect(code(() => t.check('p', 2, 0, 9))).toBe('out_of_order_sequence');
+    expect(thrownCode(() => t.check('p', 2, 0, 9))).toBe('out_of_order_sequence');
   });
 
   it('fence: a higher epoch replaces the state (older epochs refused, sequence 0 next); equal or lower changes nothing', () => {
@@ -84,8 +73,8 @@ describe('ProducerStateTable', () => {
     expect(t.describe('p')).toEqual({ epoch: 2, lastSeq: 3 });
     t.fence('p', 3, 1000);
     expect(t.describe('p')).toEqual({ epoch: 3, lastSeq: -1 });
-    expect(code(() => t.check('p', 2, 4, 4))).toBe('stale_producer_epoch');
-    expect(code(() => t.check('p', 3, 1, 1))).toBe('out_of_order_sequence');
+    expect(thrownCode(() => t.check('p', 2, 4, 4))).toBe('stale_producer_epoch');
+    expect(thrownCode(() => t.check('p', 3, 1, 1))).toBe('out_of_order_sequence');
     expect(t.check('p', 3, 0, 0).kind).toBe('append');
     // kept in a snapshot even without batches
     expect(ProducerStateTable.fromSnapshot(t.snapshot(10)).describe('p')).toEqual({ epoch: 3, lastSeq: -1 });
@@ -131,7 +120,7 @@ describe('ProducerStateTable.truncate', () => {
 describe('Partition idempotent appends', () => {
   const dirs: string[] = [];
   afterEach(async () => {
-    for (const d of dirs.splice(0)) await fs.rm(d, { recursive: true, force: true });
+    for (const d of dirs.splice(0)) await removeDir(d);
   });
 
   async function openPartition(dir: string): Promise<Partition> {
@@ -140,19 +129,20 @@ describe('Partition idempotent appends', () => {
     return p;
   }
 
-  const rec = (v: string, seq: number) => ({ key: null, value: Buffer.from(v), producerId: 'p1', epoch: 0, sequence: seq });
+  /** A record of producer p1 at epoch 0 with sequence `sequence`. */
+  const idem = (v: string, sequence: number) => rec(v, { producerId: 'p1', epoch: 0, sequence });
 
   it('answers concurrent duplicates from the pending append, and rebuilds the state on open', async () => {
-    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tributary-pstate-'));
+    const dir = await tempDir('tributary-pstate-');
     dirs.push(dir);
     let p = await openPartition(dir);
     await p.append([{ key: null, value: Buffer.from('plain') }]);
-    const a = p.appendIdempotent([rec('a', 0), rec('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 });
-    const dup = p.appendIdempotent([rec('a', 0), rec('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 });
+    const a = p.appendIdempotent([idem('a', 0), idem('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 });
+    const dup = p.appendIdempotent([idem('a', 0), idem('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 });
     expect(await a).toMatchObject({ baseOffset: 1, lastOffset: 2, duplicate: false });
     expect(await dup).toMatchObject({ baseOffset: 1, lastOffset: 2, duplicate: true });
-    expect(await p.appendIdempotent([rec('c', 2)], { producerId: 'p1', epoch: 0, firstSequence: 2, lastSequence: 2 })).toMatchObject({ baseOffset: 3 });
-    await expect(p.appendIdempotent([rec('x', 5)], { producerId: 'p1', epoch: 0, firstSequence: 5, lastSequence: 5 })).rejects.toMatchObject({
+    expect(await p.appendIdempotent([idem('c', 2)], { producerId: 'p1', epoch: 0, firstSequence: 2, lastSequence: 2 })).toMatchObject({ baseOffset: 3 });
+    await expect(p.appendIdempotent([idem('x', 5)], { producerId: 'p1', epoch: 0, firstSequence: 5, lastSequence: 5 })).rejects.toMatchObject({
       code: 'out_of_order_sequence',
     });
     expect(p.logEndOffset).toBe(4);
@@ -160,11 +150,11 @@ describe('Partition idempotent appends', () => {
 
     // graceful reopen: from the snapshot
     p = await openPartition(dir);
-    expect(await p.appendIdempotent([rec('a', 0), rec('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 })).toMatchObject({
+    expect(await p.appendIdempotent([idem('a', 0), idem('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 })).toMatchObject({
       baseOffset: 1,
       duplicate: true,
     });
-    expect(await p.appendIdempotent([rec('d', 3)], { producerId: 'p1', epoch: 0, firstSequence: 3, lastSequence: 3 })).toMatchObject({
+    expect(await p.appendIdempotent([idem('d', 3)], { producerId: 'p1', epoch: 0, firstSequence: 3, lastSequence: 3 })).toMatchObject({
       baseOffset: 4,
       duplicate: false,
     });
@@ -172,11 +162,11 @@ describe('Partition idempotent appends', () => {
 
     // after a crash: the snapshot is older than the log; the appends after it are replayed
     p = await openPartition(dir);
-    expect(await p.appendIdempotent([rec('d', 3)], { producerId: 'p1', epoch: 0, firstSequence: 3, lastSequence: 3 })).toMatchObject({
+    expect(await p.appendIdempotent([idem('d', 3)], { producerId: 'p1', epoch: 0, firstSequence: 3, lastSequence: 3 })).toMatchObject({
       baseOffset: 4,
       duplicate: true,
     });
-    expect(await p.appendIdempotent([rec('c', 2)], { producerId: 'p1', epoch: 0, firstSequence: 2, lastSequence: 2 })).toMatchObject({
+    expect(await p.appendIdempotent([idem('c', 2)], { producerId: 'p1', epoch: 0, firstSequence: 2, lastSequence: 2 })).toMatchObject({
       baseOffset: 3,
       duplicate: true,
     });
@@ -186,7 +176,7 @@ describe('Partition idempotent appends', () => {
     // without a snapshot: rebuilt from the log
     await fs.rm(path.join(dir, PRODUCER_SNAPSHOT_FILE));
     p = await openPartition(dir);
-    expect(await p.appendIdempotent([rec('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 })).toMatchObject({
+    expect(await p.appendIdempotent([idem('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 1 })).toMatchObject({
       baseOffset: 1,
       duplicate: true,
     });

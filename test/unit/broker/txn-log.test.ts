@@ -1,24 +1,23 @@
 import fs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type Isolation, Partition, TXN_SNAPSHOT_FILE } from '../../../src/broker/partition.js';
 import { TxnIndex } from '../../../src/broker/txn-index.js';
 import { decodeBatch, encodeBatch, logRecordsToBatch } from '../../../src/protocol/batch.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
-import { type LogRecord, RecordAttr, type RecordInput } from '../../../src/protocol/record.js';
+import { type LogRecord, RecordAttr, } from '../../../src/protocol/record.js';
 import { PartitionLog } from '../../../src/storage/partition-log.js';
+import { errorCode, rec, removeDir, sleep, tempDir } from '../../helpers/util.js';
 
 let dir: string;
 const open: Partition[] = [];
 
 beforeEach(async () => {
-  dir = await fs.mkdtemp(path.join(os.tmpdir(), 'trib-txn-'));
+  dir = await tempDir('trib-txn-');
 });
 afterEach(async () => {
   for (const p of open.splice(0)) await p.close().catch(() => {});
-  await fs.rm(dir, { recursive: true, force: true });
+  await removeDir(dir);
 });
 
 async function openPartition(d = dir, tailCacheBytes?: number): Promise<Partition> {
@@ -30,20 +29,9 @@ async function openPartition(d = dir, tailCacheBytes?: number): Promise<Partitio
   return p;
 }
 
-const rec = (v: string): RecordInput => ({ key: null, value: Buffer.from(v) });
 const values = (rs: LogRecord[]) => rs.map((r) => r.value.toString());
 const RC = { maxRecords: 1000, maxBytes: 1 << 20, isolation: 'read_committed' as Isolation };
 const RU = { maxRecords: 1000, maxBytes: 1 << 20, isolation: 'read_uncommitted' as Isolation };
-
-async function code(p: Promise<unknown>): Promise<string> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(TributaryError);
-    return (err as TributaryError).code;
-  }
-  throw new Error('did not throw');
-}
 
 /** The wire fast path (when it serves) and the object path return the same batch. */
 function expectSamePaths(p: Partition, offset: number, opts: typeof RC, res: { records: LogRecord[]; nextOffset: number }): boolean {
@@ -84,7 +72,7 @@ describe('Partition transactions (log side)', () => {
       woke = true;
       return v;
     });
-    await new Promise((r) => setTimeout(r, 30));
+    await sleep(30);
     expect(woke).toBe(false);
     // read_uncommitted waiters are not held by the open transaction.
     expect(await p.waitForData(1, 0, undefined, 'read_uncommitted')).toBe(true);
@@ -174,8 +162,8 @@ describe('Partition transactions (log side)', () => {
     expect(await p.writeMarker('A', 0, 'commit')).toMatchObject({ offset: 0, closed: false });
     expect(p.lastStableOffset).toBe(1);
     await p.appendTransactional([rec('a')], { producerId: 'A', epoch: 2 });
-    expect(await code(p.appendTransactional([rec('z')], { producerId: 'A', epoch: 1 }))).toBe('stale_producer_epoch');
-    expect(await code(p.writeMarker('A', 1, 'abort'))).toBe('stale_producer_epoch');
+    expect(await errorCode(p.appendTransactional([rec('z')], { producerId: 'A', epoch: 1 }))).toBe('stale_producer_epoch');
+    expect(await errorCode(p.writeMarker('A', 1, 'abort'))).toBe('stale_producer_epoch');
     // A bumped epoch (the coordinator aborting a timed-out transaction) may close it.
     expect(await p.writeMarker('A', 3, 'abort')).toMatchObject({ offset: 2, closed: true });
     // A retry of the same marker changes nothing.
@@ -185,7 +173,7 @@ describe('Partition transactions (log side)', () => {
     expect(p.lastStableOffset).toBe(4);
     await p.writeMarker('A', 3, 'commit');
     expect(values((await p.read(0, RC)).records)).toEqual(['b']);
-    expect(await code(p.appendTransactional([rec('c')], { producerId: '', epoch: 0 }))).toBe('invalid_parameter');
+    expect(await errorCode(p.appendTransactional([rec('c')], { producerId: '', epoch: 0 }))).toBe('invalid_parameter');
   });
 
   it('idempotent transactional appends: duplicates answer with the original offsets', async () => {
@@ -194,7 +182,7 @@ describe('Partition transactions (log side)', () => {
     expect(first).toMatchObject({ baseOffset: 0, lastOffset: 1, duplicate: false });
     const dup = await p.appendTransactional([rec('a'), rec('b')], { producerId: 'A', epoch: 0, firstSequence: 0, lastSequence: 1 });
     expect(dup).toMatchObject({ baseOffset: 0, duplicate: true });
-    expect(await code(p.appendTransactional([rec('c')], { producerId: 'A', epoch: 0, firstSequence: 5, lastSequence: 5 }))).toBe('out_of_order_sequence');
+    expect(await errorCode(p.appendTransactional([rec('c')], { producerId: 'A', epoch: 0, firstSequence: 5, lastSequence: 5 }))).toBe('out_of_order_sequence');
     expect(p.logEndOffset).toBe(2);
     expect(p.lastStableOffset).toBe(0);
     await p.writeMarker('A', 0, 'commit');
@@ -210,14 +198,14 @@ describe('Partition transactions (log side)', () => {
     await p.appendTransactional([rec('old')], { producerId: 'A', epoch: 0, firstSequence: 0, lastSequence: 0 });
     // The coordinator fenced epoch 0: its abort marker carries epoch 1.
     await p.writeMarker('A', 1, 'abort');
-    expect(await code(p.appendTransactional([rec('zombie')], { producerId: 'A', epoch: 0, firstSequence: 1, lastSequence: 1 }))).toBe('stale_producer_epoch');
+    expect(await errorCode(p.appendTransactional([rec('zombie')], { producerId: 'A', epoch: 0, firstSequence: 1, lastSequence: 1 }))).toBe('stale_producer_epoch');
     expect(p.lastStableOffset).toBe(p.logEndOffset);
     await p.close();
     open.splice(open.indexOf(p), 1);
     const again = await openPartition();
     await again.whenProducerStateReady();
     expect(again.producerState()!.describe('A')).toEqual({ epoch: 1, lastSeq: -1 });
-    expect(await code(again.appendTransactional([rec('zombie')], { producerId: 'A', epoch: 0, firstSequence: 1, lastSequence: 1 }))).toBe('stale_producer_epoch');
+    expect(await errorCode(again.appendTransactional([rec('zombie')], { producerId: 'A', epoch: 0, firstSequence: 1, lastSequence: 1 }))).toBe('stale_producer_epoch');
     // the new epoch starts at sequence 0
     await again.appendTransactional([rec('new')], { producerId: 'A', epoch: 1, firstSequence: 0, lastSequence: 0 });
     await again.writeMarker('A', 1, 'commit');
@@ -309,7 +297,7 @@ describe('Partition transactions (log side)', () => {
     let n = 0;
     await fc.assert(
       fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 25 }), fc.constantFrom(400, 1 << 20), fc.boolean(), async (ops, cache, restart) => {
-        const d = await fs.mkdtemp(path.join(dir, `p${n++}-`));
+        const d = await tempDir(`p${n++}-`, dir);
         let p = await openPartition(d, cache);
         // Model: per offset, its value and fate.
         const fate: Array<'visible' | 'control' | { producer: number; txn: number }> = [];

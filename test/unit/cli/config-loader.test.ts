@@ -1,12 +1,12 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { brokerConfigSchema, envKey, resolveConfig } from '../../../src/broker/config.js';
 import { CONFIG_FIELDS, type ConfigResult, fieldHelp, kebabCase, loadBrokerConfig } from '../../../src/cli/config-loader.js';
+import { removeDirSync, tempDirSync } from '../../helpers/util.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'tributary-cli-config-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const dir = tempDirSync('tributary-cli-config-');
+afterAll(() => removeDirSync(dir));
 
 function file(name: string, text: string): string {
   const path = join(dir, name);

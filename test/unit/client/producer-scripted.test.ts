@@ -10,6 +10,7 @@ import { Producer, type ProducerOptions } from '../../../src/client/producer.js'
 import { type Batch, decodeBatch } from '../../../src/protocol/batch.js';
 import { parseLine } from '../../../src/protocol/command.js';
 import { FrameDecoder, encodeFrame } from '../../../src/protocol/frame.js';
+import { sleep, until } from '../../helpers/util.js';
 
 type Reply = string | 'hang' | 'close' | Promise<string>;
 
@@ -168,15 +169,7 @@ function within<T>(ms: number, p: Promise<T>): Promise<T> {
   return Promise.race([p, sleep(ms).then(() => Promise.reject(new Error(`no result within ${ms} ms`)))]);
 }
 
-async function until(fn: () => boolean, timeoutMs = 3000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!fn()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(5);
-  }
-}
 const FAST = { initialDelayMs: 1, maxDelayMs: 5 };
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 describe('Producer sender (scripted server)', () => {
   const brokers: FakeBroker[] = [];
@@ -306,7 +299,7 @@ describe('Producer sender (scripted server)', () => {
       const p = producer(a, { lingerMs: 0 });
       const stuck = p.send({ topic: 't', messages: [{ value: 'stuck' }] });
       stuck.catch(() => {});
-      await until(() => a.batches.length === 1);
+      await until(() => a.batches.length === 1, 3000, 'the first batch', 5);
       // a new topic needs METADATA from the bootstrap broker, the one holding the reply
       const [m] = await within(1500, p.send({ topic: 'u', messages: [{ value: 'other' }] }));
       expect(m).toEqual({ topic: 'u', partition: 0, offset: 0 });
@@ -358,13 +351,13 @@ describe('Producer sender (scripted server)', () => {
       producers.push(p);
 
       const first = p.send({ topic: 't', messages: [{ value: 'n0', partition: 0 }] });
-      await until(() => a.batches.length === 1);
+      await until(() => a.batches.length === 1, 3000, 'the first batch', 5);
       brokersNow([b.address, b.address]);
       await within(2000, p.send({ topic: 't', messages: [{ value: 'x', partition: 1 }] }));
       // Sent to B (the refreshed leader) while n0 is still unanswered on A: a gap for B.
       const second = p.send({ topic: 't', messages: [{ value: 'n1', partition: 0 }] });
       second.catch(() => {});
-      await until(() => b.batches.some((r) => r.batch.partition === 0));
+      await until(() => b.batches.some((r) => r.batch.partition === 0), 3000, 'the batch at the new leader', 5);
       await sleep(50);
       expect(b.batches.filter((r) => r.batch.partition === 0)).toHaveLength(1); // not resent yet
       release();
@@ -413,7 +406,7 @@ describe('Producer sender (scripted server)', () => {
       const sends = ['a', 'b'].map((v) => p.send({ topic: 't', messages: [{ value: v }] }));
       await sleep(20);
       sends.push(p.send({ topic: 't', messages: [{ value: 'mid' }] })); // in flight behind n
-      await until(() => attemptsOfFirst === 2);
+      await until(() => attemptsOfFirst === 2, 3000, 'the second attempt', 5);
       sends.push(p.send({ topic: 't', messages: [{ value: 'late' }] })); // queued while the others wait
       await expect(within(3000, n)).rejects.toMatchObject({ code: 'request_timeout' });
       const meta = (await within(3000, Promise.all(sends))).flat();

@@ -10,19 +10,11 @@ import { type BatchRecord, encodeBatch } from '../../../src/protocol/batch.js';
 import type { ParsedLine } from '../../../src/protocol/command.js';
 import type { TributaryError } from '../../../src/protocol/errors.js';
 import { type Script, ScriptedServer } from '../../helpers/scripted-server.js';
+import { sleep, until } from '../../helpers/util.js';
 
 const TOPIC = 't';
 const PARTITIONS = 2;
 const PER_PARTITION = 5;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-async function until(fn: () => boolean, timeoutMs = 5000, what = 'condition'): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!fn()) {
-    if (Date.now() > deadline) throw new Error(`${what} not met in time`);
-    await sleep(10);
-  }
-}
 
 function batchReply(partition: number, from: number, max: number): Buffer {
   const records: BatchRecord[] = [];

@@ -10,6 +10,7 @@ import type { RetryOptions } from '../../../src/client/retry.js';
 import { encodeBatch } from '../../../src/protocol/batch.js';
 import { TributaryError } from '../../../src/protocol/errors.js';
 import { MALFORMED_BATCH, ScriptedServer, deadPort } from '../../helpers/scripted-server.js';
+import { rejection, sleep } from '../../helpers/util.js';
 
 const FAST = { initialDelayMs: 1, maxDelayMs: 5 };
 const GROUP = { group: 'g1' };
@@ -17,16 +18,6 @@ const GROUP = { group: 'g1' };
 const notCoordinator = (port?: number) =>
   port === undefined ? 'ERROR: NOT_COORDINATOR class=routing retryable=true' : `ERROR: NOT_COORDINATOR class=routing retryable=true host=127.0.0.1 port=${port}`;
 const findReply = (port: number) => `OK coordinator_id=0 host=127.0.0.1 port=${port} partition=0`;
-
-async function rejection(p: Promise<unknown>): Promise<TributaryError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(TributaryError);
-    return err as TributaryError;
-  }
-  throw new Error('expected a rejection');
-}
 
 describe('Cluster routing', () => {
   const servers: ScriptedServer[] = [];
@@ -55,7 +46,7 @@ describe('Cluster routing', () => {
     await Promise.all(clusters.splice(0).map((c) => c.close()));
     await Promise.all(servers.splice(0).map((s) => s.close()));
     // let late socket events run before checking
-    await new Promise((r) => setTimeout(r, 20));
+    await sleep(20);
     process.off('unhandledRejection', onUnhandled);
     expect(unhandled).toEqual([]);
   });
@@ -334,7 +325,7 @@ describe('Cluster routing', () => {
         () => 'resolved',
         (e: TributaryError) => e.code,
       );
-      await new Promise((r) => setTimeout(r, 50));
+      await sleep(50);
       expect(a.count('HEARTBEAT')).toBe(1);
       await c.close();
       // The request was in flight: it fails as a lost connection (retry stops because the cluster is closed).
@@ -350,13 +341,13 @@ describe('Cluster routing', () => {
       expect(err.retriable).toBe(true);
       expect(Date.now() - t0).toBeGreaterThanOrEqual(180);
       expect(Date.now() - t0).toBeLessThan(2000);
-      await new Promise((r) => setTimeout(r, 50));
+      await sleep(50);
       expect(a.connections[0]!.socket.destroyed).toBe(true);
 
       // an abort during the handshake rejects with the abort reason at once
       const ac = new AbortController();
       const p = Connection.connect({ host: '127.0.0.1', port: a.port, connectTimeoutMs: 10_000, signal: ac.signal });
-      await new Promise((r) => setTimeout(r, 50));
+      await sleep(50);
       ac.abort(new TributaryError('client_closed'));
       expect((await rejection(p)).code).toBe('client_closed');
     });
@@ -368,7 +359,7 @@ describe('Cluster routing', () => {
       const c = cluster([a.address]);
       const ac = new AbortController();
       const p = c.coordinatorCommand(GROUP, 'FETCH_OFFSET', { group: 'g1' }, { signal: ac.signal });
-      await new Promise((r) => setTimeout(r, 50));
+      await sleep(50);
       expect(a.count('FETCH_OFFSET')).toBe(1);
       const t0 = Date.now();
       ac.abort(new TributaryError('client_closed'));

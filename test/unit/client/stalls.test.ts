@@ -9,12 +9,11 @@ import { Admin } from '../../../src/client/admin.js';
 import { Cluster, type ClusterOptions } from '../../../src/client/cluster.js';
 import { Connection } from '../../../src/client/connection.js';
 import { encodeBatch } from '../../../src/protocol/batch.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
 import { ScriptedServer } from '../../helpers/scripted-server.js';
+import { rejection, sleep, until } from '../../helpers/util.js';
 
 const FAST = { initialDelayMs: 1, maxDelayMs: 5 };
 const GROUP = { group: 'g1' };
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const findReply = (port: number) => `OK coordinator_id=0 host=127.0.0.1 port=${port} partition=0`;
 const metadataReply = (leader: string, epoch = 0) => `OK topic=t partitions=1 leaders=${leader} epochs=${epoch}`;
 const emptyBatch = () => encodeBatch({ topic: 't', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: [] });
@@ -23,24 +22,6 @@ const emptyBatch = () => encodeBatch({ topic: 't', partition: 0, acks: '1', idem
 function within<T>(ms: number, p: Promise<T>): Promise<T> {
   p.catch(() => {});
   return Promise.race([p, sleep(ms).then(() => Promise.reject(new Error(`no result within ${ms} ms`)))]);
-}
-
-async function rejection(p: Promise<unknown>): Promise<TributaryError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(TributaryError);
-    return err as TributaryError;
-  }
-  throw new Error('expected a rejection');
-}
-
-async function until(fn: () => boolean, timeoutMs = 3000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!fn()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(5);
-  }
 }
 
 describe('stallTimeoutMs', () => {
@@ -104,7 +85,7 @@ describe('stalled connections and leader lookups', () => {
       const c = cluster([a.address]);
       const shared = await c.connection(a.address);
       shared.consume({ topic: 't', partition: 0, offset: 0 }).catch(() => {});
-      await until(() => a.count('CONSUME') === 1);
+      await until(() => a.count('CONSUME') === 1, 3000, 'the CONSUME to arrive', 5);
 
       expect((await within(1000, c.fetchMetadata('t'))).leaders).toEqual([a.address]);
       expect(await within(1000, c.findCoordinator(GROUP))).toBe(a.address);

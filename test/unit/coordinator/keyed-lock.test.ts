@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { KeyedLock } from '../../../src/coordinator/keyed-lock.js';
+import { sleep } from '../../helpers/util.js';
 
-const tick = () => new Promise<void>((r) => setTimeout(r, 1));
+const tick = () => sleep(1);
 
 describe('KeyedLock', () => {
   it('runs one holder per key at a time, in call order; other keys run alongside', async () => {

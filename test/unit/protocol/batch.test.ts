@@ -13,6 +13,7 @@ import {
 } from '../../../src/protocol/batch.js';
 import { TributaryError } from '../../../src/protocol/errors.js';
 import type { LogRecord } from '../../../src/protocol/record.js';
+import { batchRec } from '../../helpers/util.js';
 
 // ---------- arbitraries ----------
 
@@ -92,21 +93,6 @@ function expectInvalidBatch(fn: () => unknown, reason?: RegExp): TributaryError 
   return err as TributaryError;
 }
 
-function rec(over: Partial<BatchRecord> = {}): BatchRecord {
-  return {
-    offset: 0,
-    sequence: 0,
-    producerId: '',
-    key: null,
-    epoch: -1,
-    value: Buffer.from('v'),
-    timestamp: 0,
-    attributes: 0,
-    headers: [],
-    ...over,
-  };
-}
-
 function sample(over: Partial<Batch> = {}): Batch {
   return {
     topic: 'orders',
@@ -116,8 +102,8 @@ function sample(over: Partial<Batch> = {}): Batch {
     firstSequence: 10,
     lastSequence: 11,
     records: [
-      rec({ offset: 100, sequence: 10, producerId: 'p-1', key: Buffer.from('k1'), epoch: 2, value: Buffer.from('hello') }),
-      rec({ offset: 101, sequence: 11, producerId: 'p-1', key: null, epoch: 2, value: Buffer.alloc(0) }),
+      batchRec('v', { offset: 100, sequence: 10, producerId: 'p-1', key: Buffer.from('k1'), epoch: 2, value: Buffer.from('hello') }),
+      batchRec('v', { offset: 101, sequence: 11, producerId: 'p-1', key: null, epoch: 2, value: Buffer.alloc(0) }),
     ],
     ...over,
   };
@@ -144,7 +130,7 @@ describe('isBatchBody', () => {
   });
 });
 
-describe('encodeBatch layout (PROTOCOL.md section 4)', () => {
+describe('encodeBatch layout (docs/protocol.md section 5.1)', () => {
   it('writes the header fields big-endian in the documented order', () => {
     const buf = encodeBatch(sample({ records: [] }));
     expect(buf.readUInt16BE(0)).toBe(0xba7c);
@@ -161,7 +147,7 @@ describe('encodeBatch layout (PROTOCOL.md section 4)', () => {
   });
 
   it('writes each record as offset, sequence, pid, key, epoch (i64), payload', () => {
-    const r = rec({ offset: 2 ** 40 + 5, sequence: 7, producerId: 'pid', key: Buffer.from('kk'), epoch: -1, value: Buffer.from('val') });
+    const r = batchRec('v', { offset: 2 ** 40 + 5, sequence: 7, producerId: 'pid', key: Buffer.from('kk'), epoch: -1, value: Buffer.from('val') });
     const buf = encodeBatch(sample({ records: [r] }));
     let at = FIRST_RECORD_AT;
     expect(buf.readBigUInt64BE(at)).toBe(BigInt(2 ** 40 + 5));
@@ -182,7 +168,7 @@ describe('encodeBatch layout (PROTOCOL.md section 4)', () => {
 
   it('u64 values round-trip at the 2^53 - 1 edge', () => {
     const max = Number.MAX_SAFE_INTEGER;
-    const b = sample({ firstSequence: max, lastSequence: max, records: [rec({ offset: max, sequence: max, epoch: Number.MIN_SAFE_INTEGER })] });
+    const b = sample({ firstSequence: max, lastSequence: max, records: [batchRec('v', { offset: max, sequence: max, epoch: Number.MIN_SAFE_INTEGER })] });
     const buf = encodeBatch(b);
     expect(buf.readBigUInt64BE(FIRST_SEQ_AT)).toBe(BigInt(max));
     const back = decodeBatch(buf);
@@ -193,14 +179,14 @@ describe('encodeBatch layout (PROTOCOL.md section 4)', () => {
   });
 
   it('refuses a key longer than 65535 bytes with invalid_batch', () => {
-    expectInvalidBatch(() => encodeBatch(sample({ records: [rec({ key: Buffer.alloc(65536) })] })));
-    expect(decodeBatch(encodeBatch(sample({ records: [rec({ key: Buffer.alloc(65535, 1) })] }))).records[0]?.key?.length).toBe(65535);
+    expectInvalidBatch(() => encodeBatch(sample({ records: [batchRec('v', { key: Buffer.alloc(65536) })] })));
+    expect(decodeBatch(encodeBatch(sample({ records: [batchRec('v', { key: Buffer.alloc(65535, 1) })] }))).records[0]?.key?.length).toBe(65535);
   });
 });
 
 describe('round trips', () => {
   it('an empty key decodes as null; a missing key too', () => {
-    const b = sample({ records: [rec({ key: Buffer.alloc(0) }), rec({ key: null }), rec({ key: Buffer.from([0]) })] });
+    const b = sample({ records: [batchRec('v', { key: Buffer.alloc(0) }), batchRec('v', { key: null }), batchRec('v', { key: Buffer.from([0]) })] });
     const back = decodeBatch(encodeBatch(b));
     expect(back.records[0]?.key).toBeNull();
     expect(back.records[1]?.key).toBeNull();
@@ -209,7 +195,7 @@ describe('round trips', () => {
 
   it('without extensions, timestamps/attributes/headers/trailer are not carried', () => {
     const b = sample({
-      records: [rec({ timestamp: 123, attributes: 3, headers: [{ key: 'h', value: Buffer.from('x') }] })],
+      records: [batchRec('v', { timestamp: 123, attributes: 3, headers: [{ key: 'h', value: Buffer.from('x') }] })],
       trailer: { nextOffset: 1, highWatermark: 2, logStartOffset: 0 },
     });
     const plain = encodeBatch(b);
@@ -253,7 +239,7 @@ describe('round trips', () => {
   });
 
   it('attributes are written as one byte', () => {
-    const back = decodeBatch(encodeBatch(sample({ records: [rec({ attributes: 255 })] }), { extensions: true }), { extensions: true });
+    const back = decodeBatch(encodeBatch(sample({ records: [batchRec('v', { attributes: 255 })] }), { extensions: true }), { extensions: true });
     expect(back.records[0]?.attributes).toBe(255);
   });
 
@@ -289,8 +275,8 @@ describe('decodeBatch refuses malformed input with invalid_batch (never a RangeE
       'extensions with headers',
       sample({
         records: [
-          rec({ timestamp: 5, attributes: 1, headers: [{ key: 'a', value: Buffer.from('1') }, { key: '', value: Buffer.alloc(0) }] }),
-          rec({ key: Buffer.from('k') }),
+          batchRec('v', { timestamp: 5, attributes: 1, headers: [{ key: 'a', value: Buffer.from('1') }, { key: '', value: Buffer.alloc(0) }] }),
+          batchRec('v', { key: Buffer.from('k') }),
         ],
       }),
       true,

@@ -4,7 +4,7 @@ import { ERROR_CLASSES, ERROR_CODES, type ErrorSpec, TributaryError, invalidPara
 const entries = Object.entries(ERROR_CODES) as Array<[string, ErrorSpec]>;
 
 describe('ERROR_CLASSES', () => {
-  it('is exactly the eight classes of PROTOCOL.md section 2', () => {
+  it('is exactly the eight classes of docs/protocol.md section 3', () => {
     expect([...ERROR_CLASSES].sort()).toEqual(
       ['routing', 'availability', 'fencing', 'conflict', 'authorization', 'not_found', 'validation', 'internal'].sort(),
     );

@@ -1,19 +1,19 @@
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { type Batch, type BatchRecord, decodeBatch, encodeBatch, scanBatch } from '../../../src/protocol/batch.js';
 import type { RecordHeader } from '../../../src/protocol/record.js';
 import { PartitionLog } from '../../../src/storage/partition-log.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'trib-appendwire-'));
+  dir = await tempDir('trib-appendwire-');
 });
 afterEach(async () => {
   vi.restoreAllMocks();
-  await rm(dir, { recursive: true, force: true });
+  await removeDir(dir);
 });
 
 const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
@@ -56,8 +56,8 @@ describe('PartitionLog.appendWire', () => {
     vi.spyOn(Date, 'now').mockReturnValue(1_700_000_000_000);
     await fc.assert(
       fc.asyncProperty(fc.array(fc.array(recordArb, { minLength: 1, maxLength: 6 }), { minLength: 1, maxLength: 5 }), fc.boolean(), async (batches, ext) => {
-        const a = await mkdtemp(join(dir, 'a-'));
-        const w = await mkdtemp(join(dir, 'w-'));
+        const a = await tempDir('a-', dir);
+        const w = await tempDir('w-', dir);
         const la = await PartitionLog.open(a, { flush: 'os' });
         const lw = await PartitionLog.open(w, { flush: 'os' });
         try {

@@ -1,5 +1,4 @@
-import { mkdtemp, readdir, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readdir, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -7,15 +6,16 @@ import type { LogRecord, RecordInput } from '../../../src/protocol/record.js';
 import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog } from '../../../src/storage/partition-log.js';
 import { ATTR_END_OF_APPEND, decodeRecords } from '../../../src/storage/record-codec.js';
 import { Segment } from '../../../src/storage/segment.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
 
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'trib-atomic-'));
+  dir = await tempDir('trib-atomic-');
 });
 afterEach(async () => {
   vi.restoreAllMocks();
-  await rm(dir, { recursive: true, force: true });
+  await removeDir(dir);
 });
 
 const OPTS: Partial<LogOptions> = { flush: 'os', indexIntervalBytes: 64 };

@@ -1,20 +1,18 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../../src/broker/config.js';
 import { BrokerMetrics } from '../../../src/broker/metrics.js';
 import { TopicManager, type TopicSpec } from '../../../src/broker/topic-manager.js';
 import { LocalMetadataStore } from '../../../src/cluster/metadata-store.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
 
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'trib-compact-sched-'));
+  dir = await tempDir('trib-compact-sched-');
 });
 afterEach(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await removeDir(dir);
 });
 
 function spec(name: string, cleanupPolicy: 'delete' | 'compact'): TopicSpec {

@@ -1,10 +1,10 @@
-import { appendFile, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { appendFile, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { LogRecord, RecordInput } from '../../../src/protocol/record.js';
 import { type CompactOptions, type LogOptions, PartitionLog, type SegmentInfo, SimulatedCrash } from '../../../src/storage/partition-log.js';
 import { Segment } from '../../../src/storage/segment.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
 
 /** Runs after every real rename (the log's and the test's): lets a test act right after compaction swaps a file in. */
 const fsHooks = vi.hoisted(() => ({ afterRename: null as ((from: string, to: string) => Promise<void>) | null }));
@@ -23,13 +23,13 @@ let dir: string;
 const opened: PartitionLog[] = [];
 
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'trib-compact-'));
+  dir = await tempDir('trib-compact-');
 });
 afterEach(async () => {
   fsHooks.afterRename = null;
   vi.restoreAllMocks();
   for (const l of opened.splice(0)) await l.close().catch(() => {});
-  await rm(dir, { recursive: true, force: true });
+  await removeDir(dir);
 });
 
 const OPTS: Partial<LogOptions> = { flush: 'os', segmentBytes: 600, indexIntervalBytes: 64 };

@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
@@ -13,13 +13,14 @@ import {
   UNDEFINED_EPOCH,
   UNDEFINED_EPOCH_OFFSET,
 } from '../../../src/storage/leader-epoch-cache.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'trib-epochs-'));
+  dir = await tempDir('trib-epochs-');
 });
 afterEach(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await removeDir(dir);
 });
 
 function cacheOf(entries: EpochEntry[]): LeaderEpochCache {

@@ -1,8 +1,8 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { OffsetIndex, parseIndex, readIndexFile, serializeIndex, writeIndexFile } from '../../../src/storage/offset-index.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
 
 describe('OffsetIndex', () => {
   it('looks up the greatest entry <= offset', () => {
@@ -49,10 +49,10 @@ describe('OffsetIndex', () => {
   describe('file', () => {
     let dir: string;
     beforeEach(async () => {
-      dir = await mkdtemp(join(tmpdir(), 'trib-idx-'));
+      dir = await tempDir('trib-idx-');
     });
     afterEach(async () => {
-      await rm(dir, { recursive: true, force: true });
+      await removeDir(dir);
     });
 
     it('round-trips and detects corruption', async () => {

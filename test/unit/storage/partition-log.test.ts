@@ -1,21 +1,21 @@
-import { mkdtemp, readdir, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readdir, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { TributaryError } from '../../../src/protocol/errors.js';
 import type { LogRecord, RecordInput } from '../../../src/protocol/record.js';
 import { type FlushMode, HWM_CHECKPOINT_FILE, type LogOptions, PartitionLog } from '../../../src/storage/partition-log.js';
 import { Segment } from '../../../src/storage/segment.js';
+import { removeDir, sleep, tempDir } from '../../helpers/util.js';
 
 let dir: string;
 const open: PartitionLog[] = [];
 
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'trib-plog-'));
+  dir = await tempDir('trib-plog-');
 });
 afterEach(async () => {
   for (const l of open.splice(0)) await l.close().catch(() => {});
-  await rm(dir, { recursive: true, force: true });
+  await removeDir(dir);
 });
 
 async function openLog(opts: Partial<LogOptions> = {}): Promise<PartitionLog> {
@@ -109,7 +109,7 @@ describe('PartitionLog', () => {
 
   it('respects maxRecords, maxBytes and maxOffset, and always returns one record', async () => {
     for (const tailCacheBytes of [0, 1 << 20]) {
-      await rm(dir, { recursive: true, force: true });
+      await removeDir(dir);
       const log = await openLog({ segmentBytes: 4000, indexIntervalBytes: 64, tailCacheBytes });
       await appendN(log, 0, 50, 5);
       const big = await log.append([{ key: null, value: Buffer.alloc(10_000, 7) }]);
@@ -287,7 +287,7 @@ describe('PartitionLog', () => {
     expect(log.highWatermark).toBe(5);
     log.setHighWatermark(50);
     expect(log.highWatermark).toBe(10);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     expect(await readFile(join(dir, HWM_CHECKPOINT_FILE), 'utf8')).toContain('10');
     await log.simulateCrash();
     log = await openLog({ flushIntervalMs: 20 });
@@ -307,7 +307,7 @@ describe('PartitionLog', () => {
       });
       await log.flush();
       expectRecords((await readAll(log, 0, 50)));
-      await new Promise((r) => setTimeout(r, 30));
+      await sleep(30);
       await log.close();
       log = await openLog({ flush });
       expect(log.logEndOffset).toBe(400);
@@ -337,13 +337,13 @@ describe('PartitionLog', () => {
     const a = await openLog({ flush: 'interval', flushIntervalMs: 10 });
     await a.append([rec(0)]);
     expect(dirtyCount(a)).toBe(1);
-    for (let i = 0; i < 200 && dirtyCount(a) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    for (let i = 0; i < 200 && dirtyCount(a) > 0; i++) await sleep(10);
     expect(dirtyCount(a)).toBe(0);
     await a.close();
-    await rm(dir, { recursive: true, force: true });
+    await removeDir(dir);
     const b = await openLog({ flush: 'os', flushIntervalMs: 10 });
     await b.append([rec(0)]);
-    await new Promise((r) => setTimeout(r, 60));
+    await sleep(60);
     expect(dirtyCount(b)).toBe(1);
     await b.flush();
     expect(dirtyCount(b)).toBe(0);
@@ -379,7 +379,7 @@ describe('PartitionLog', () => {
     await log.append([rec(0)]);
     await log.append([rec(1)]);
     expect(log.segmentInfos()).toHaveLength(1);
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
     await log.append([rec(2)]);
     expect(log.segmentInfos().map((s) => s.baseOffset)).toEqual([0, 2]);
   });

@@ -1,19 +1,17 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Partition } from '../../../src/broker/partition.js';
 import { decodeBatch, encodeBatch, logRecordsToBatch } from '../../../src/protocol/batch.js';
 import { type RecordInput, RecordAttr } from '../../../src/protocol/record.js';
 import { PartitionLog } from '../../../src/storage/partition-log.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'trib-wire-'));
+  dir = await tempDir('trib-wire-');
 });
 afterEach(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await removeDir(dir);
 });
 
 const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
@@ -54,7 +52,7 @@ describe('PartitionLog.readWire', () => {
         ),
         fc.nat({ max: 3 }),
         async (appends, queries, tailCacheBytes, topic, hwmBack) => {
-          const d = await mkdtemp(join(dir, 'p-'));
+          const d = await tempDir('p-', dir);
           const log = await PartitionLog.open(d, { flush: 'os', tailCacheBytes });
           try {
             for (const a of appends) await log.append(a);

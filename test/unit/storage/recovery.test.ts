@@ -1,19 +1,19 @@
-import { appendFile, mkdtemp, readdir, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { appendFile, readdir, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { RecordInput } from '../../../src/protocol/record.js';
 import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog } from '../../../src/storage/partition-log.js';
 import { decodeRecords } from '../../../src/storage/record-codec.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
 
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'trib-recovery-'));
+  dir = await tempDir('trib-recovery-');
 });
 afterEach(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await removeDir(dir);
 });
 
 const OPTS: Partial<LogOptions> = { flush: 'os', segmentBytes: 700, indexIntervalBytes: 64, tailCacheBytes: 0 };

@@ -1,5 +1,4 @@
-import { mkdtemp, readdir, readFile, rm, unlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readdir, readFile, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -8,16 +7,17 @@ import { TributaryError } from '../../../src/protocol/errors.js';
 import { type LogRecord, type RecordInput, RecordAttr } from '../../../src/protocol/record.js';
 import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog, wholeAppendCount } from '../../../src/storage/partition-log.js';
 import { ATTR_END_OF_APPEND, decodeRecords } from '../../../src/storage/record-codec.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
 const opened: PartitionLog[] = [];
 
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'trib-replica-'));
+  dir = await tempDir('trib-replica-');
 });
 afterEach(async () => {
   for (const l of opened.splice(0)) await l.close().catch(() => {});
-  await rm(dir, { recursive: true, force: true });
+  await removeDir(dir);
 });
 
 const OPTS: Partial<LogOptions> = { flush: 'os', indexIntervalBytes: 64 };

@@ -1,0 +1,100 @@
+/**
+ * The group and transaction coordinators over real partitions in a temporary directory, wired as the
+ * standalone broker wires them (src/broker/broker.ts) but with no server and a clock the test chooses.
+ */
+import { pino } from 'pino';
+import client from 'prom-client';
+import { resolveConfig } from '../../src/broker/config.js';
+import { BrokerMetrics } from '../../src/broker/metrics.js';
+import { TopicManager, type TopicSpec } from '../../src/broker/topic-manager.js';
+import { LocalMetadataStore } from '../../src/cluster/metadata-store.js';
+import type { Clock } from '../../src/coordinator/clock.js';
+import { type CoordinatorConfig, GroupCoordinator } from '../../src/coordinator/group-coordinator.js';
+import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from '../../src/coordinator/group-log.js';
+import { TransactionCoordinator, type TxnCoordinatorConfig } from '../../src/txn/txn-coordinator.js';
+import { TXN_STATE_TOPIC, TxnLog } from '../../src/txn/txn-log.js';
+import { LocalTxnTargets } from '../../src/txn/txn-targets.js';
+
+export const GROUP_CONFIG: CoordinatorConfig = {
+  joinWindowMs: 30,
+  defaultSessionTimeoutMs: 10_000,
+  minSessionTimeoutMs: 100,
+  maxSessionTimeoutMs: 60_000,
+  defaultRebalanceTimeoutMs: 5_000,
+  defaultAssignor: 'range',
+};
+
+export const TXN_CONFIG: TxnCoordinatorConfig = { defaultTimeoutMs: 60_000, maxTimeoutMs: 900_000 };
+
+export interface Coordinators {
+  topics: TopicManager;
+  groups: GroupCoordinator;
+  txns: TransactionCoordinator;
+  /** Stops both coordinators and closes every partition. */
+  close(): Promise<void>;
+}
+
+function topicSpec(name: string, partitions: number, internal: boolean): TopicSpec {
+  return {
+    name,
+    partitions,
+    replicationFactor: 1,
+    idempotent: false,
+    partitioner: 'hash_key',
+    retentionHours: internal ? -1 : 168,
+    retentionBytes: -1,
+    cleanupPolicy: internal ? 'compact' : 'delete',
+  };
+}
+
+/**
+ * Opens the topics in `dataDir` (creating the internal ones and `topics`, name → partitions), then starts
+ * the group coordinator and the transaction coordinator on `clock`, as the standalone broker does.
+ */
+export async function openCoordinators(
+  dataDir: string,
+  clock: Clock,
+  opts: { topics?: Record<string, number>; group?: Partial<CoordinatorConfig>; txn?: Partial<TxnCoordinatorConfig> } = {},
+): Promise<Coordinators> {
+  const config = resolveConfig({ dataDir, flush: 'os', offsetsTopicPartitions: 2, transactionStatePartitions: 2 });
+  const logger = pino({ level: 'silent' });
+  const store = new LocalMetadataStore(dataDir);
+  await store.open();
+  const topics = new TopicManager(store, config, logger, new BrokerMetrics());
+  await topics.open();
+  if (!topics.tryGet(OFFSETS_TOPIC)) await topics.create(topicSpec(OFFSETS_TOPIC, config.offsetsTopicPartitions, true), { allowInternal: true });
+  if (!topics.tryGet(TXN_STATE_TOPIC)) await topics.create(topicSpec(TXN_STATE_TOPIC, config.transactionStatePartitions, true), { allowInternal: true });
+  for (const [name, partitions] of Object.entries(opts.topics ?? {})) if (!topics.tryGet(name)) await topics.create(topicSpec(name, partitions, false));
+
+  const groupLog = new GroupLog(() => topics.get(OFFSETS_TOPIC).partitions);
+  const groups = new GroupCoordinator({
+    topics,
+    groupLog,
+    offsetStore: new LogOffsetStore(groupLog),
+    logger,
+    registry: new client.Registry(),
+    config: { ...GROUP_CONFIG, ...opts.group },
+    clock,
+  });
+  const txns = new TransactionCoordinator({
+    topics,
+    log: new TxnLog(() => topics.get(TXN_STATE_TOPIC).partitions),
+    targets: new LocalTxnTargets(topics, groups),
+    logger,
+    registry: new client.Registry(),
+    config: { ...TXN_CONFIG, ...opts.txn },
+    clock,
+  });
+  await groups.start();
+  await txns.start();
+  return {
+    topics,
+    groups,
+    txns,
+    async close() {
+      await txns.stop();
+      await groups.stop();
+      await topics.close();
+    },
+  };
+}
