@@ -61,7 +61,7 @@ export interface TopicMetadata {
 }
 
 /**
- * Routing per seed 000's table: FIND_COORDINATOR over the bootstrap brokers, group commands to the
+ * Routing (docs/sdk.md, "Routing"): FIND_COORDINATOR over the bootstrap brokers, group commands to the
  * coordinator (NOT_COORDINATOR → use host/port from the error or rediscover), data commands to partition
  * leaders from METADATA (NOT_LEADER → update the leader cache). One shared connection per broker serves
  * short requests; long polls get their own connections from `dedicated()`; leader lookups and liveness
@@ -313,7 +313,7 @@ export class Cluster {
   }
 
   /**
-   * Seed 000's handleNotCoordinator: take host/port from the error when it has them, else rediscover.
+   * NOT_COORDINATOR: take host/port from the error when it has them, else rediscover.
    * Connection failures also rediscover: the coordinator may have moved.
    */
   async onCoordinatorError(key: { group: string } | { transactional_id: string }, err: unknown): Promise<void> {
@@ -392,7 +392,7 @@ export class Cluster {
     return leader;
   }
 
-  /** Seed 000's handleBrokerError for data commands: NOT_LEADER LEADER_IS host:port updates the cache. */
+  /** A data command's error: NOT_LEADER LEADER_IS host:port updates the cache. */
   onLeaderError(topic: string, partition: number, err: unknown): void {
     if (!(err instanceof TributaryError)) return;
     if (err.code === 'NOT_LEADER') {

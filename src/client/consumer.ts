@@ -222,7 +222,7 @@ class PartitionWorker {
 type Sink = (worker: PartitionWorker, messages: ConsumedMessage[]) => Promise<void>;
 
 /**
- * A group member with seed 000's lifecycle: `new → running ⇄ rebalancing → closing → closed`.
+ * A group member with the lifecycle of docs/sdk.md: `new → running ⇄ rebalancing → closing → closed`.
  * One root AbortController owns every loop (heartbeat, commit worker, partition readers, handlers).
  * A rebalance stops and joins the readers of revoked partitions, commits them, confirms with SYNC_GROUP
  * and starts readers for new partitions; partitions it keeps are never interrupted. Each installed
@@ -484,7 +484,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     }
     const added = owned.filter((p) => !this.workers.has(p));
     this.assignmentGenerationValue++;
-    // Seed 000: fetch the committed offset of every new partition before reading it.
+    // The committed offset of every new partition is fetched before reading it (docs/sdk.md, "Offsets").
     const starts = await Promise.all(added.map((p) => this.startingOffset(p, signal)));
     if (signal.aborted) return;
     const fresh = added.map((p, i) => new PartitionWorker(p, this.assignmentGenerationValue, starts[i]!.position, starts[i]!.committed, this.root.signal));
