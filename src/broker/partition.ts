@@ -93,6 +93,11 @@ export class Partition {
   private durableEnd = 0;
   private onDurable: (() => void) | null = null;
   private readonly endWaiters = new Set<{ offset: number; wake: () => void }>();
+  /** A truncation and index rebuild in progress: appends wait for it (track()). */
+  private rebuild: Promise<void> | null = null;
+  /** Append-like operations begun and not settled. */
+  private active = 0;
+  private onDrained: (() => void) | null = null;
 
   constructor(
     readonly topic: string,
@@ -170,6 +175,10 @@ export class Partition {
    * transaction's epoch or the idempotent state's), out_of_order_sequence.
    */
   appendTransactional(records: RecordInput[], b: TransactionalBatch): Promise<IdempotentAppend> {
+    return this.track(() => this.transactional(records, b));
+  }
+
+  private transactional(records: RecordInput[], b: TransactionalBatch): Promise<IdempotentAppend> {
     if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
     const idem = b.firstSequence !== undefined || b.lastSequence !== undefined;
     if (idem && (b.firstSequence === undefined || b.lastSequence === undefined || b.lastSequence - b.firstSequence + 1 !== records.length)) {
@@ -177,7 +186,7 @@ export class Partition {
     }
     if (!b.producerId) return Promise.reject(invalidParam('producerId', 'a transactional append needs a producer id'));
     if ((this.txns === null && this.txnError === null) || (idem && this.producers === null && this.producersError === null)) {
-      return Promise.all([this.txnReady, this.producersReady]).then(() => this.appendTransactional(records, b));
+      return Promise.all([this.txnReady, this.producersReady]).then(() => this.transactional(records, b));
     }
     let index: TxnIndex;
     try {
@@ -233,11 +242,15 @@ export class Partition {
    * transaction's epoch).
    */
   writeMarker(producerId: string, epoch: number, type: MarkerType): Promise<MarkerResult> {
+    return this.track(() => this.marker(producerId, epoch, type));
+  }
+
+  private marker(producerId: string, epoch: number, type: MarkerType): Promise<MarkerResult> {
     if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
     if (!producerId) return Promise.reject(invalidParam('producerId', 'a marker needs a producer id'));
     if (type !== 'commit' && type !== 'abort') return Promise.reject(invalidParam('type', 'commit or abort'));
     if ((this.txns === null && this.txnError === null) || (this.producers === null && this.producersError === null)) {
-      return Promise.all([this.txnReady, this.producersReady]).then(() => this.writeMarker(producerId, epoch, type));
+      return Promise.all([this.txnReady, this.producersReady]).then(() => this.marker(producerId, epoch, type));
     }
     let index: TxnIndex;
     let txn: OpenTxn | null;
@@ -272,15 +285,19 @@ export class Partition {
     );
   }
 
-  async append(records: RecordInput[]): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
-    if (this.closed) throw new TributaryError('shutting_down');
-    return this.appended(await this.log.append(records));
+  append(records: RecordInput[]): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
+    return this.track(async () => {
+      if (this.closed) throw new TributaryError('shutting_down');
+      return this.appended(await this.log.append(records));
+    });
   }
 
   /** append() of the records of a produce batch, encoded straight from its wire bytes (PartitionLog.appendWire). */
-  async appendWire(batch: ScannedBatch): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
-    if (this.closed) throw new TributaryError('shutting_down');
-    return this.appended(await this.log.appendWire(batch));
+  appendWire(batch: ScannedBatch): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
+    return this.track(async () => {
+      if (this.closed) throw new TributaryError('shutting_down');
+      return this.appended(await this.log.appendWire(batch));
+    });
   }
 
   /**
@@ -290,10 +307,14 @@ export class Partition {
    * out_of_order_sequence.
    */
   appendIdempotent(records: RecordInput[], b: IdempotentBatch): Promise<IdempotentAppend> {
+    return this.track(() => this.idempotentWhenLoaded(records, b));
+  }
+
+  private idempotentWhenLoaded(records: RecordInput[], b: IdempotentBatch): Promise<IdempotentAppend> {
     if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
     if (this.producers === null && this.producersError === null) {
       // Still rebuilding (just opened): queue behind it; then-callbacks run in call order, so order holds.
-      return this.producersReady.then(() => this.appendIdempotent(records, b));
+      return this.producersReady.then(() => this.idempotentWhenLoaded(records, b));
     }
     return this.idempotent(records, b);
   }
@@ -607,7 +628,11 @@ export class Partition {
    * A follower stores records fetched from its leader, with the leader's offsets and fields, and keeps
    * its producer state and transaction index as the leader's (so it can take over as leader).
    */
-  async appendReplica(records: LogRecord[]): Promise<void> {
+  appendReplica(records: LogRecord[]): Promise<void> {
+    return this.track(() => this.replica(records));
+  }
+
+  private async replica(records: LogRecord[]): Promise<void> {
     if (this.closed) throw new TributaryError('shutting_down');
     if (records.length === 0) return;
     await Promise.all([this.txnReady, this.producersReady]);
@@ -625,15 +650,61 @@ export class Partition {
    * A follower drops a tail its new leader does not have (leader-epoch truncation); the producer state and
    * transaction index are rebuilt from the log that is left.
    */
-  async truncateTo(offset: number): Promise<void> {
-    if (offset >= this.log.logEndOffset) return;
-    await Promise.all([this.txnReady, this.producersReady]);
-    await this.log.truncateTo(offset);
-    this.durableEnd = Math.min(this.durableEnd, this.log.logEndOffset);
-    this.stopSnapshots();
-    this.txns = await this.loadTxnIndex();
-    this.producers = await this.loadProducerState();
-    this.notify();
+  truncateTo(offset: number): Promise<void> {
+    if (this.rebuild) return this.rebuild.then(() => this.truncateTo(offset));
+    let release!: () => void;
+    this.rebuild = new Promise<void>((r) => {
+      release = r;
+    });
+    const run = async () => {
+      // Appends already begun have touched the indexes: let them land first, so the rebuild below
+      // starts from a log and indexes that agree; later ones wait for it (track()).
+      await Promise.all([this.txnReady, this.producersReady]);
+      await this.drained();
+      if (offset >= this.log.logEndOffset) return;
+      await this.log.truncateTo(offset);
+      this.durableEnd = Math.min(this.durableEnd, this.log.logEndOffset);
+      this.stopSnapshots();
+      await Promise.all([this.snapshotWrite, this.txnSnapshotWrite]);
+      const txns = await this.loadTxnIndex();
+      const producers = await this.loadProducerState();
+      this.txns = txns;
+      this.producers = producers;
+      this.notify();
+    };
+    return run().finally(() => {
+      this.rebuild = null;
+      release();
+    });
+  }
+
+  /**
+   * Every append-like operation (appends, markers, replica appends) runs through here: after a truncation
+   * in progress, and counted so a truncation can wait for those already begun. The transaction index and
+   * the producer state are derived from the log; rebuilding them while an append lands would leave the
+   * append out of both (a read_committed reader would then see an aborted record).
+   */
+  private track<T>(start: () => Promise<T>): Promise<T> {
+    if (this.rebuild) return this.rebuild.then(() => this.track(start));
+    this.active++;
+    const p = start();
+    p.then(this.settle, this.settle);
+    return p;
+  }
+
+  private readonly settle = (): void => {
+    if (--this.active === 0 && this.onDrained) {
+      const wake = this.onDrained;
+      this.onDrained = null;
+      wake();
+    }
+  };
+
+  private drained(): Promise<void> {
+    if (this.active === 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      this.onDrained = resolve;
+    });
   }
 
   /** Validate a starting offset against the retained range. */
