@@ -217,11 +217,13 @@ export class ClientConnection implements ConnectionContext {
   // ---- STREAM ----
 
   private startStream(p: Params): 'stream' {
+    // A client that watches the stream for silence asks for keepalives at least this often.
+    const keepaliveMs = p.int('keepalive_ms', { min: 50, max: 3_600_000 });
     const req = parseReadRequest(this.broker, p);
     const ac = new AbortController();
     this.streaming = ac;
     this.socket.setTimeout(0);
-    this.streamDone = this.runStream(req, ac.signal).catch((err) => {
+    this.streamDone = this.runStream(req, ac.signal, keepaliveMs).catch((err) => {
       this.broker.logger.warn({ err, remote: this.remote }, 'stream failed');
       this.endStream('error', req.offset);
     });
@@ -230,10 +232,10 @@ export class ClientConnection implements ConnectionContext {
 
   private streamOffset = 0;
 
-  private async runStream(req: ReturnType<typeof parseReadRequest>, signal: AbortSignal): Promise<void> {
+  private async runStream(req: ReturnType<typeof parseReadRequest>, signal: AbortSignal, keepaliveMs: number | undefined): Promise<void> {
     let offset = req.offset;
     this.streamOffset = offset;
-    const keepalive = this.broker.config.streamKeepaliveMs;
+    const keepalive = Math.min(this.broker.config.streamKeepaliveMs, keepaliveMs ?? Number.POSITIVE_INFINITY);
     // Wait until every reply before the STREAM went out, so frames never interleave with them.
     await this.replyChain;
     await resolveRemoteStart(this.broker, this, req);

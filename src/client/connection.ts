@@ -309,12 +309,18 @@ export class Connection {
    * Switch to push mode. Yields batches until the broker sends STREAM_CONTROL type=CLOSE (returned as
    * the final value) or the socket is lost (throws a retriable error).
    */
-  async *stream(fields: Record<string, FieldValue | undefined>, signal?: AbortSignal): AsyncGenerator<Batch, Record<string, string>> {
+  async *stream(
+    fields: Record<string, FieldValue | undefined>,
+    signal?: AbortSignal,
+    opts: { silenceMs?: number } = {},
+  ): AsyncGenerator<Batch, Record<string, string>> {
     const queue: Buffer[] = [];
     let wake: (() => void) | undefined;
     let paused = false;
+    let lastFrameAt = Date.now();
     // Backpressure: stop reading the socket while the consumer of this generator is behind.
     this.streamHandler = (body) => {
+      lastFrameAt = Date.now();
       queue.push(body);
       if (queue.length >= 64 && !paused) {
         paused = true;
@@ -331,9 +337,21 @@ export class Connection {
       for (;;) {
         while (queue.length === 0) {
           if (this.closedError) throw this.closedError;
+          // silenceMs: the broker sends a frame (a keepalive at least) that often; nothing for longer
+          // means a frozen or cut-off broker, whose socket may stay open for as long as that lasts.
+          let timer: NodeJS.Timeout | undefined;
           await new Promise<void>((r) => {
             wake = r;
+            if (opts.silenceMs !== undefined) {
+              timer = setTimeout(() => {
+                if (queue.length === 0 && Date.now() - lastFrameAt >= opts.silenceMs!) {
+                  this.abandon(new TributaryError('connection_lost', { reason: 'stalled', silenceMs: opts.silenceMs! }, `stream silent for ${opts.silenceMs} ms`));
+                }
+                r();
+              }, Math.max(1, lastFrameAt + opts.silenceMs - Date.now()));
+            }
           });
+          clearTimeout(timer);
           wake = undefined;
         }
         const body = queue.shift()!;

@@ -672,7 +672,10 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     const conn = w.conn!;
     w.conn = undefined; // a stream connection cannot be reused
     try {
-      const it = conn.stream(this.fetchFields(w), w.signal);
+      // Keepalives at the long-poll interval: a stream that stays silent past it plus the stall bound is
+      // dropped and the partition re-routed, as a long poll would be (docs/sdk.md, "Routing").
+      const keepaliveMs = Math.max(200, this.options.maxWaitMs);
+      const it = conn.stream({ ...this.fetchFields(w), keepalive_ms: keepaliveMs }, w.signal, { silenceMs: keepaliveMs + this.options.stallTimeoutMs });
       for (;;) {
         const n = await it.next();
         if (n.done) {

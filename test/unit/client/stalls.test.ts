@@ -76,6 +76,31 @@ describe('stalled connections and leader lookups', () => {
     expect(unhandled).toEqual([]);
   });
 
+  describe('streams', () => {
+    it('a STREAM that stays silent past silenceMs fails with a retriable connection_lost; keepalives keep it open', async () => {
+      const s = await server();
+      let pushKeepalives = true;
+      s.script.STREAM = (_line, conn) => {
+        const t = setInterval(() => {
+          if (pushKeepalives) conn.push(Buffer.alloc(0));
+        }, 20);
+        conn.socket.once('close', () => clearInterval(t));
+        return 'hang';
+      };
+      const conn = await connect(s, 1000);
+      const it = conn.stream({ topic: 't', partition: 0, offset: 0, keepalive_ms: 20 }, undefined, { silenceMs: 150 });
+      const next = it.next();
+      next.catch(() => {});
+      // Kept open by keepalives for several times silenceMs, then silent: the stream fails.
+      await sleep(400);
+      expect(conn.closed).toBe(false);
+      pushKeepalives = false;
+      const err = await within(2000, rejection(next));
+      expect(err).toMatchObject({ code: 'connection_lost', retriable: true, fields: expect.objectContaining({ reason: 'stalled' }) });
+      expect(s.requests.find((r) => r.command === 'STREAM')?.line?.params.get('keepalive_ms')).toBe('20');
+    });
+  });
+
   describe('leader lookups', () => {
     it('METADATA and FIND_COORDINATOR do not wait behind a reply the broker holds on the shared connection', async () => {
       const a = await server();
