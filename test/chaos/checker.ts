@@ -28,6 +28,7 @@
  * delivery of a record written after the fault, on the partitions the fault hit) and the longest time a
  * partition took no acknowledged write while the cluster showed a live leader for it.
  */
+import { COMPOUND_FAULTS } from './history.js';
 import type { CommitOp, FaultKind, FetchOffsetOp, FinalPartition, FinalRecord, NemesisOp, Op, PollOp, SendOp, StatusOp, TxnOp } from './history.js';
 
 export const SAFETY_KINDS = [
@@ -99,6 +100,8 @@ export interface CheckReport {
   consumeFailover: Figures;
   /** Longest time without an acknowledged write on a partition whose leader was shown alive. */
   maxStall: { ms: number; partition?: number; from?: number };
+  /** The same figures over single faults only (no compound fault in effect), what the bounds are for. */
+  single: { writeFailover: Figures; consumeFailover: Figures; maxStall: { ms: number; partition?: number; from?: number } };
 }
 
 export interface CheckOptions {
@@ -625,6 +628,14 @@ export function check(ops: Op[], final: FinalPartition[], opts: CheckOptions): C
   }
   const writeFailover = figures(faults.filter((f) => f.partitions.length > 0 && f.kind !== 'kill-consumer').map((f) => f.writeMs));
   const consumeFailover = figures(faults.filter((f) => f.partitions.length > 0).map((f) => f.consumeMs));
+  const singleFaults = faults.filter((f) => !COMPOUND_FAULTS.has(f.kind));
+  const single = {
+    writeFailover: figures(singleFaults.filter((f) => f.partitions.length > 0 && f.kind !== 'kill-consumer').map((f) => f.writeMs)),
+    consumeFailover: figures(singleFaults.filter((f) => f.partitions.length > 0).map((f) => f.consumeMs)),
+    maxStall: { ms: 0 } as CheckReport['maxStall'],
+  };
+  const compoundIntervals = starts.filter((n) => COMPOUND_FAULTS.has(n.kind)).map((n) => ({ from: n.time, to: endOf.get(n.id) ?? Number.POSITIVE_INFINITY }));
+  const duringCompound = (from: number, to: number) => compoundIntervals.some((c) => c.from < to && from < c.to);
 
   // ---- producer stalls while the partition's leader was alive ----
   const downIntervals = starts.map((n) => ({ brokers: n.brokers, from: n.time, to: endOf.get(n.id) ?? Number.POSITIVE_INFINITY }));
@@ -654,13 +665,14 @@ export function check(ops: Op[], final: FinalPartition[], opts: CheckOptions): C
     if (lastSend > (times[times.length - 1] ?? 0)) times.push(lastSend);
     for (let i = 1; i < times.length; i++) {
       const gap = times[i]! - times[i - 1]!;
-      if (gap <= maxStall.ms || gap < 200) continue;
+      if (gap < 200) continue;
       const alive = aliveTime(p, times[i - 1]!, times[i]!);
       if (alive > maxStall.ms) {
         maxStall.ms = alive;
         maxStall.partition = p;
         maxStall.from = times[i - 1];
       }
+      if (alive > single.maxStall.ms && !duringCompound(times[i - 1]!, times[i]!)) single.maxStall = { ms: alive, partition: p, from: times[i - 1] };
     }
   }
 
@@ -707,6 +719,7 @@ export function check(ops: Op[], final: FinalPartition[], opts: CheckOptions): C
     writeFailover,
     consumeFailover,
     maxStall,
+    single,
   };
 }
 

@@ -101,6 +101,13 @@ export type FaultKind =
   | 'stale-leader'
   | 'etcd-and-follower';
 
+/**
+ * Faults that are two at once (a frozen follower set under its leader; etcd and a follower together).
+ * Availability bounds are stated for single faults: with etcd and a follower both frozen, for one, the
+ * ISR cannot shrink, so acks=all must wait for one of them (docs/architecture.md, "Guarantees").
+ */
+export const COMPOUND_FAULTS: ReadonlySet<FaultKind> = new Set<FaultKind>(['stale-leader', 'etcd-and-follower']);
+
 export interface NemesisOp {
   f: 'nemesis';
   id: number;

@@ -233,6 +233,12 @@ function formatSummary(a: {
     r.maxStall.partition === undefined ? '0 ms' : `${ms(r.maxStall.ms)} (partition ${r.maxStall.partition} from ${rel(r.maxStall.from!)})`,
   );
   row('max consumption gap after a fault', ms(r.consumeFailover.worst));
+  row('single faults: first acked write', f(r.single.writeFailover));
+  row('single faults: consumption resumed', f(r.single.consumeFailover));
+  row(
+    'single faults: max producer stall',
+    r.single.maxStall.partition === undefined ? '0 ms' : `${ms(r.single.maxStall.ms)} (partition ${r.single.maxStall.partition} from ${rel(r.single.maxStall.from!)})`,
+  );
   if (r.unverifiedPartitions.length > 0) row('UNVERIFIED partitions', r.unverifiedPartitions.join(','));
   for (const e of a.errors) row('final read', e);
   for (const e of a.nemesis.errors) row('nemesis error', e);

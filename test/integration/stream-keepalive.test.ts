@@ -4,6 +4,7 @@
  * dead one, and a stream past its silence bound is.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Batch } from '../../src/protocol/batch.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { sleep } from '../helpers/util.js';
 
@@ -28,7 +29,7 @@ describe('STREAM keepalive_ms', () => {
     await (await broker.connect()).command('PUBLISH', { topic: 'ka', partition: 0, message: 'late' });
     const n = await first;
     expect(n.done).toBe(false);
-    expect(n.value && 'records' in n.value ? n.value.records.map((r) => r.value.toString()) : []).toEqual(['late']);
+    expect((n.value as Batch).records.map((r) => r.value.toString())).toEqual(['late']);
     await it.return({});
   });
 
