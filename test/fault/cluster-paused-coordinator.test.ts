@@ -6,23 +6,19 @@
  * so the member finds the new coordinator and resumes there with its id and generation
  * (docs/architecture.md, "Cluster mode").
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { TributaryError } from '../../src/protocol/errors.js';
-import { TestCluster } from '../helpers/cluster.js';
+import { type TestCluster, useCluster } from '../helpers/cluster.js';
 import { GroupMember, groupStatus, kv } from '../integration/groups/helpers.js';
 
 const TOPIC = 'paused-coord';
 const GROUP = 'g-paused';
 
 describe('a group coordinator resumed after a pause past its lease', () => {
+  const getCluster = useCluster(3);
   let cluster: TestCluster;
-
-  beforeAll(async () => {
-    cluster = await TestCluster.start(3);
-  }, 90_000);
-
-  afterAll(async () => {
-    await cluster?.dispose();
+  beforeEach(() => {
+    cluster = getCluster();
   });
 
   it('answers NOT_COORDINATOR instead of expiring members it no longer coordinates', async () => {

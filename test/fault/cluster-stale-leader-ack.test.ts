@@ -6,11 +6,11 @@
  * request must then fail with a retriable NOT_LEADER, not answer OK with an offset that now holds
  * another record (docs/architecture.md, "acks=all").
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { Connection } from '../../src/client/connection.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { TributaryError } from '../../src/protocol/errors.js';
-import { TestCluster } from '../helpers/cluster.js';
+import { type TestCluster, useCluster } from '../helpers/cluster.js';
 import { sleep } from '../helpers/util.js';
 
 const TOPIC = 'stale-ack';
@@ -22,15 +22,10 @@ function leo(reply: string): number {
 }
 
 describe('an old leader resumed after a pause', () => {
+  const getCluster = useCluster(3, ['--min-insync-replicas', '2']);
   let cluster: TestCluster;
-
-  beforeAll(async () => {
-    cluster = await TestCluster.start(3, ['--min-insync-replicas', '2']);
-  }, 90_000);
-
-  afterAll(async () => {
-    // Frozen processes cannot exit on SIGKILL until resumed by the kernel: SIGKILL works on stopped ones too.
-    await cluster?.dispose();
+  beforeEach(() => {
+    cluster = getCluster();
   });
 
   it('fails its pending acks=all request with NOT_LEADER instead of acknowledging a truncated record', async () => {

@@ -5,22 +5,18 @@
  * aborted record visible to read_committed readers. The data leader refuses appends from a coordinator
  * older than one it knows of, from etcd or from a marker it wrote (docs/protocol.md, cluster mode).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { TributaryError } from '../../src/protocol/errors.js';
-import { TestCluster } from '../helpers/cluster.js';
+import { type TestCluster, useCluster } from '../helpers/cluster.js';
 import { kv } from '../integration/groups/helpers.js';
 
 const TOPIC = 'stale-txn';
 
 describe('TXN_APPEND from a replaced transaction coordinator', () => {
+  const getCluster = useCluster(3);
   let cluster: TestCluster;
-
-  beforeAll(async () => {
-    cluster = await TestCluster.start(3);
-  }, 90_000);
-
-  afterAll(async () => {
-    await cluster?.dispose();
+  beforeEach(() => {
+    cluster = getCluster();
   });
 
   it('is refused once a newer coordinator is known, so an aborted record never joins the next transaction', async () => {

@@ -2,6 +2,7 @@
  * A real cluster for tests: one etcd and N broker processes on free loopback ports, each with its own data
  * directory, sharing a key prefix of their own. Brokers can be killed, paused and restarted.
  */
+import { afterAll, beforeAll } from 'vitest';
 import type { Connection } from '../../src/client/connection.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { type EtcdServer, startEtcd } from './etcd.js';
@@ -145,4 +146,22 @@ export class TestCluster {
     await Promise.all(this.brokers.map((b) => b.dispose().catch(() => {})));
     await this.etcd.dispose();
   }
+}
+
+/**
+ * A cluster for the tests of one describe block: started before them, disposed after them, also when one
+ * fails. Returns a getter (the cluster exists only once the block's tests run).
+ */
+export function useCluster(n = 3, extraArgs: string[] = []): () => TestCluster {
+  let cluster: TestCluster | undefined;
+  beforeAll(async () => {
+    cluster = await TestCluster.start(n, extraArgs);
+  }, 90_000);
+  afterAll(async () => {
+    await cluster?.dispose();
+  });
+  return () => {
+    if (!cluster) throw new Error('the cluster is not started yet (use it inside a test)');
+    return cluster;
+  };
 }

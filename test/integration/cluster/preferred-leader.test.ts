@@ -3,20 +3,16 @@
  * once that broker is registered again, in sync, and has been for --leader-rebalance-delay-ms, so one
  * broker does not end up leading everything (docs/architecture.md, "Cluster mode").
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TestCluster } from '../../helpers/cluster.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { type TestCluster, useCluster } from '../../helpers/cluster.js';
 
 const TOPIC = 'preferred';
 
 describe('preferred-leader election', () => {
+  const getCluster = useCluster(3, ['--leader-rebalance-delay-ms', '500']);
   let cluster: TestCluster;
-
-  beforeAll(async () => {
-    cluster = await TestCluster.start(3, ['--leader-rebalance-delay-ms', '500']);
-  }, 90_000);
-
-  afterAll(async () => {
-    await cluster?.dispose();
+  beforeEach(() => {
+    cluster = getCluster();
   });
 
   it('gives a partition back to its first replica after that broker was killed and restarted', async () => {

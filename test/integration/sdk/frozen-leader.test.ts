@@ -4,11 +4,11 @@
  * waits behind the frozen broker's), the frozen leader's partitions resume on their new leaders before
  * the pause ends, and every send succeeds, each record once and in send order.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { Connection } from '../../../src/client/connection.js';
 import { Producer } from '../../../src/client/producer.js';
 import type { BatchRecord } from '../../../src/protocol/batch.js';
-import { TestCluster } from '../../helpers/cluster.js';
+import { type TestCluster, useCluster } from '../../helpers/cluster.js';
 import { sleep } from '../../helpers/util.js';
 
 const TOPIC = 'frozen';
@@ -25,14 +25,10 @@ interface Sent {
 }
 
 describe('SDK producer through a frozen partition leader', () => {
+  const getCluster = useCluster(3);
   let cluster: TestCluster;
-
-  beforeAll(async () => {
-    cluster = await TestCluster.start(3);
-  }, 90_000);
-
-  afterAll(async () => {
-    await cluster?.dispose();
+  beforeEach(() => {
+    cluster = getCluster();
   });
 
   async function readAll(conn: Connection, partition: number): Promise<BatchRecord[]> {
