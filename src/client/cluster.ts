@@ -80,6 +80,8 @@ export class Cluster {
   private nextBootstrap = 0;
   /** The broker that answered the last lookup: asked first next time. */
   private lookupBroker: string | undefined;
+  /** When a partition's leader lookup last refused an unresponsive leader (leaderFor). */
+  private readonly rechecked = new Map<string, number>();
   /** Brokers that recently left a request unanswered: asked last until they answer again. */
   private readonly unresponsive = new Set<string>();
   private closed = false;
@@ -102,6 +104,14 @@ export class Cluster {
 
   private open(address: string, signal: AbortSignal | undefined, control: boolean): Promise<Connection> {
     const { host, port } = parseAddress(address);
+    return this.connectTo(address, host, port, signal, control).then((c) => {
+      // It answered a handshake: responsive again.
+      this.unresponsive.delete(address);
+      return c;
+    });
+  }
+
+  private connectTo(address: string, host: string, port: number, signal: AbortSignal | undefined, control: boolean): Promise<Connection> {
     return Connection.connect({
       host,
       port,
@@ -378,6 +388,19 @@ export class Cluster {
   async leaderFor(topic: string, partition: number, signal?: AbortSignal): Promise<string> {
     const md = await this.metadata(topic, signal);
     const leader = md.leaders[partition];
+    if (leader && this.unresponsive.has(leader)) {
+      // The broker named just left a request unanswered: the cluster is probably moving its partitions
+      // right now and the broker that answered may not know yet. Ask again (after the retry module's
+      // backoff) before dialling it, whose handshake would hang for the whole stall bound; once per
+      // stall bound, so a leader that was only slow is dialled again.
+      const k = `${topic}\u0000${partition}`;
+      const at = this.rechecked.get(k);
+      if (at === undefined || Date.now() - at > this.stallTimeoutMs) {
+        this.rechecked.set(k, Date.now());
+        this.metadataCache.delete(topic);
+        throw new TributaryError('NOT_LEADER', { topic, partition, reason: `the leader named (${leader}) is not answering; asking again` });
+      }
+    }
     if (!leader || leader === NO_LEADER) {
       const fresh = await this.fetchMetadata(topic, signal);
       const l = fresh.leaders[partition];

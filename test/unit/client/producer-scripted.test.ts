@@ -32,6 +32,8 @@ class FakeBroker {
   /** A SIGSTOPped broker: requests are received, nothing is answered (the handshake neither). */
   frozen = false;
   onBatch: (b: Batch, conn: number, n: number) => Reply = (b) => ack(b, this.nextOffset(b));
+  /** Runs before each METADATA answer (e.g. to move leadership once a stale answer went out). */
+  beforeMetadata: (() => void) | undefined;
   private readonly offsets = new Map<number, number>();
 
   constructor(readonly partitions: number) {
@@ -48,6 +50,11 @@ class FakeBroker {
 
   get address(): string {
     return `127.0.0.1:${this.port}`;
+  }
+
+  /** Connections accepted so far. */
+  get connectionCount(): number {
+    return this.conns;
   }
 
   nextOffset(b: Batch): number {
@@ -101,6 +108,7 @@ class FakeBroker {
       case 'NEGOTIATE':
         return `OK protocol_version=1 enabled=${line.params.get('features')} unsupported=`;
       case 'METADATA': {
+        this.beforeMetadata?.();
         const topic = line.params.get('topic')!;
         const leaders = this.topicLeaders.get(topic) ?? this.leaders;
         return `OK topic=${topic} partitions=${this.topicLeaders.has(topic) ? leaders.length : this.partitions} leaders=${leaders.join(',')} epochs=${leaders.map(() => 0).join(',')}`;
@@ -325,6 +333,28 @@ describe('Producer sender (scripted server)', () => {
       expect(a.values()).toEqual(['before', 'during']); // received by the frozen broker, never answered
       expect(b.values()).toEqual(['during']);
     });
+  });
+
+  it('a stalled leader still named by a stale METADATA is asked about again, not dialled: no handshake to a frozen broker', async () => {
+    const a = await broker(1);
+    const b = await broker(1);
+    const p = new Producer({ brokers: [a.address, b.address], retry: FAST, lingerMs: 0, stallTimeoutMs: 300 });
+    producers.push(p);
+    await p.send({ topic: 't', messages: [{ value: 'before' }] });
+    // Frozen; B has not learnt of the new leader yet when first asked, then it has.
+    a.frozen = true;
+    b.leaders = [a.address];
+    let asked = 0;
+    b.beforeMetadata = () => {
+      if (++asked >= 2) b.leaders = [b.address];
+    };
+    const dialled = a.connectionCount;
+    const [m] = await within(4000, p.send({ topic: 't', messages: [{ value: 'during' }] }));
+    expect(m).toEqual({ topic: 't', partition: 0, offset: 0 });
+    expect(b.values()).toEqual(['during']);
+    expect(asked).toBeGreaterThanOrEqual(2);
+    // The frozen broker was never dialled again (a handshake there would hang for the stall bound).
+    expect(a.connectionCount).toBe(dialled);
   });
 
   describe('idempotent retries', () => {
