@@ -391,6 +391,11 @@ export class Partition {
       if (from > this.log.logEndOffset) {
         table.truncate(this.log.logEndOffset);
         loaded = false;
+      } else {
+        // The snapshot is taken at the HWM but holds every batch appended by then, above it too; those
+        // may have been truncated since (a follower cutting a dead leader's tail). The scan from the
+        // snapshot's offset below puts back the ones the log still has.
+        table.dropBatchesFrom(from);
       }
     } catch {
       table = new ProducerStateTable();
@@ -509,6 +514,7 @@ export class Partition {
         // Also when only the HWM moved: the snapshot's offset bounds the scan after a crash.
         if (this.txns && (this.txns.version !== this.txnSnapshotVersion || this.log.highWatermark !== this.txnSnapshotOffset)) {
           this.txns.prune(this.log.logStartOffset);
+          this.txns.pruneClosed(this.log.highWatermark);
           void this.writeTxnSnapshot(this.txns, this.log.highWatermark).catch(() => {});
         }
       }, SNAPSHOT_INTERVAL_MS);

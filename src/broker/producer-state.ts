@@ -149,6 +149,12 @@ export class ProducerStateTable {
     this.version++;
   }
 
+  /** Drops the batches that end at or above `offset`, keeping every producer's epoch. */
+  dropBatchesFrom(offset: number): void {
+    for (const p of this.producers.values()) p.batches = p.batches.filter((b) => b.lastOffset < offset);
+    this.version++;
+  }
+
   /** Drops producers not seen for `maxIdleMs` (whose batches are all done). */
   expire(nowMs: number, maxIdleMs: number): number {
     let n = 0;

@@ -66,6 +66,12 @@ export class TxnIndex {
   private readonly closing = new Set<OpenTxn>();
   /** Sorted by lastOffset (marker offsets grow with the log). */
   private aborted: AbortedTxn[] = [];
+  /**
+   * Transactions closed by a marker, committed or aborted, kept until a snapshot at or above their marker
+   * (snapshot()): a snapshot as of an offset between a transaction's first record and its marker must
+   * list it as open, or a rebuild from it (after a truncation cut the marker) would lose it.
+   */
+  private closed: Array<{ producerId: string; epoch: number; firstOffset: number; markerOffset: number }> = [];
   /** Largest lastOffset - firstOffset of any aborted range: bounds the overlap search. */
   private maxSpan = 0;
   /** Bumped on every change (snapshots are written only when it moved). */
@@ -153,6 +159,7 @@ export class TxnIndex {
     if (!t) return null;
     this.closing.delete(t);
     this.version++;
+    if (t.confirmed) this.closed.push({ producerId: t.producerId, epoch: t.epoch, firstOffset: t.firstOffset, markerOffset });
     if (type !== 'abort' || !t.confirmed) return null;
     return this.addAborted({ producerId: t.producerId, firstOffset: t.firstOffset, lastOffset: markerOffset });
   }
@@ -175,6 +182,7 @@ export class TxnIndex {
       if (!t) return;
       this.open.delete(r.producerId);
       this.version++;
+      this.closed.push({ producerId: t.producerId, epoch: t.epoch, firstOffset: t.firstOffset, markerOffset: r.offset });
       if (decodeMarkerValue(r.value) === 'abort') this.addAborted({ producerId: r.producerId, firstOffset: t.firstOffset, lastOffset: r.offset });
       return;
     }
@@ -256,7 +264,19 @@ export class TxnIndex {
     for (const t of this.openTxns()) {
       if (t.confirmed && t.firstOffset < offset) open.push({ producerId: t.producerId, epoch: t.epoch, firstOffset: t.firstOffset });
     }
+    // Closed by a marker at or past the offset: as of the offset, still open.
+    for (const c of this.closed) {
+      if (c.firstOffset < offset && c.markerOffset >= offset) open.push({ producerId: c.producerId, epoch: c.epoch, firstOffset: c.firstOffset });
+    }
     return { version: 1, offset, open, aborted: this.aborted.filter((a) => a.lastOffset < offset) };
+  }
+
+  /**
+   * Forgets closed transactions whose marker is below `offset` (the high-water mark, which only grows
+   * until a truncation rebuilds the index): no later snapshot is taken below it.
+   */
+  pruneClosed(offset: number): void {
+    if (this.closed.length > 0 && this.closed[0]!.markerOffset < offset) this.closed = this.closed.filter((c) => c.markerOffset >= offset);
   }
 
   static fromSnapshot(s: TxnSnapshot): TxnIndex {

@@ -25,17 +25,21 @@ type Op =
   | { kind: 'txn'; producer: number; wait: boolean }
   | { kind: 'marker'; producer: number; abort: boolean; wait: boolean }
   | { kind: 'plain'; wait: boolean }
+  | { kind: 'idem'; wait: boolean }
   | { kind: 'replica'; producer: number; control: boolean; abort: boolean; wait: boolean }
   | { kind: 'truncate'; back: number; wait: boolean }
-  | { kind: 'snapshot' };
+  | { kind: 'snapshot' }
+  | { kind: 'hwm'; back: number };
 
 const op: fc.Arbitrary<Op> = fc.oneof(
   fc.record({ kind: fc.constant('txn' as const), producer: fc.integer({ min: 0, max: 2 }), wait: fc.boolean() }),
   fc.record({ kind: fc.constant('marker' as const), producer: fc.integer({ min: 0, max: 2 }), abort: fc.boolean(), wait: fc.boolean() }),
   fc.record({ kind: fc.constant('plain' as const), wait: fc.boolean() }),
+  fc.record({ kind: fc.constant('idem' as const), wait: fc.boolean() }),
   fc.record({ kind: fc.constant('replica' as const), producer: fc.integer({ min: 0, max: 2 }), control: fc.boolean(), abort: fc.boolean(), wait: fc.boolean() }),
   fc.record({ kind: fc.constant('truncate' as const), back: fc.integer({ min: 1, max: 4 }), wait: fc.boolean() }),
   fc.record({ kind: fc.constant('snapshot' as const) }),
+  fc.record({ kind: fc.constant('hwm' as const), back: fc.integer({ min: 0, max: 3 }) }),
 );
 
 const producerId = (k: number) => `P${k}`;
@@ -84,6 +88,13 @@ describe('the transaction index under concurrent appends, markers, replica appen
               case 'plain':
                 run = p.append([{ key: null, value }]);
                 break;
+              case 'idem': {
+                // One idempotent producer numbering from what the partition says it has (as after a retry).
+                const d = p.producerState()?.describe('I');
+                const seq = d ? d.lastSeq + 1 : 0;
+                run = p.appendIdempotent([{ key: null, value, producerId: 'I', epoch: 0, sequence: seq }], { producerId: 'I', epoch: 0, firstSequence: seq, lastSequence: seq });
+                break;
+              }
               case 'replica': {
                 const r: LogRecord = {
                   offset: p.logEndOffset,
@@ -100,10 +111,19 @@ describe('the transaction index under concurrent appends, markers, replica appen
                 break;
               }
               case 'truncate':
-                run = p.truncateTo(Math.max(0, p.logEndOffset - o.back));
+                run = p.truncateTo(Math.max(p.highWatermark, p.logEndOffset - o.back));
                 break;
               case 'snapshot':
-                run = (p as unknown as { writeTxnSnapshot(t: TxnIndex, o: number): Promise<void> }).writeTxnSnapshot(p.txnIndex()!, p.logEndOffset);
+                // As the periodic snapshot does: the state as of the high-water mark.
+                {
+                  const inner = p as unknown as { writeTxnSnapshot(t: TxnIndex, o: number): Promise<void>; writeSnapshot(t: unknown, o: number): Promise<void> };
+                  run = Promise.all([inner.writeTxnSnapshot(p.txnIndex()!, p.highWatermark), inner.writeSnapshot(p.producerState()!, p.highWatermark)]);
+                }
+                break;
+              case 'hwm':
+                // Truncations in a cluster never go below the HWM: keep it at or below the log end of now.
+                p.setReplicatedHighWatermark(Math.max(p.highWatermark, p.logEndOffset - o.back));
+                run = Promise.resolve();
                 break;
             }
             // Refusals (a replica append below the log end, a stale epoch) are part of the game.
@@ -123,12 +143,22 @@ describe('the transaction index under concurrent appends, markers, replica appen
         const again = new Partition('t', 0, await PartitionLog.open(dir, { flush: 'os' }), { replicated: true });
         try {
           await again.whenTxnIndexReady();
+          await again.whenProducerStateReady();
           expect(describeIndex(again.txnIndex()!)).toEqual(await replayed(again));
+          // Every batch the producer state remembers is in the log, at the offsets it answers a retry with.
+          const recs = await again.log.read(0, { maxRecords: 100_000, maxBytes: 1 << 26, maxOffset: again.log.logEndOffset });
+          const at = new Map(recs.map((r) => [r.offset, r]));
+          for (const pr of again.producerState()!.snapshot(again.logEndOffset).producers) {
+            for (const [firstSeq, , baseOffset] of pr.batches) {
+              const r = at.get(baseOffset);
+              expect({ producer: r?.producerId, sequence: r?.sequence }, `batch ${pr.id}#${firstSeq} at ${baseOffset}`).toEqual({ producer: pr.id, sequence: firstSeq });
+            }
+          }
         } finally {
           await again.close();
         }
       }),
-      { numRuns: 150 },
+      { numRuns: 400 },
     );
   }, 120_000);
 });
