@@ -334,7 +334,7 @@ export async function replicated(b: BrokerContext, partition: Partition, lastOff
  */
 async function acknowledged(b: BrokerContext, partition: Partition, lastOffset: number, acks: string, epoch: number | undefined): Promise<void> {
   if (acks === 'all' || acks === '-1') return replicated(b, partition, lastOffset, epoch);
-  if (b.cluster && epoch !== undefined && !b.cluster.replicas.leadsAt(partition.topic, partition.id, epoch)) throw b.cluster.replicas.notLeaderError(partition.topic, partition.id);
+  if (b.cluster && epoch !== undefined && !b.cluster.replicas.leadsAt(partition.topic, partition.id, epoch)) throw b.cluster.replicas.notLeader(partition.topic, partition.id);
 }
 
 function refuseInternal(topic: string): void {

@@ -158,11 +158,8 @@ export class ReplicaManager {
     return r?.role === 'leader' && r.leaderEpoch === epoch && this.deps.registry.alive;
   }
 
-  notLeaderError(topic: string, partition: number): TributaryError {
-    return this.notLeader(topic, partition);
-  }
-
-  private notLeader(topic: string, partition: number): TributaryError {
+  /** NOT_LEADER naming the leader when this broker knows it. */
+  notLeader(topic: string, partition: number): TributaryError {
     const leader = this.leaderOf(topic, partition);
     const extra = leader && leader.id !== this.deps.brokerId ? [`LEADER_IS ${leader.advertisedAddress}`] : [];
     return new TributaryError('NOT_LEADER', { topic, partition }, undefined, extra);
@@ -277,7 +274,7 @@ export class ReplicaManager {
    */
   waitReplicated(topic: string, partition: number, epoch: number, lastOffset: number, timeoutMs: number): Promise<void> {
     const r = this.replicas.get(key(topic, partition));
-    if (!r || r.role !== 'leader' || r.leaderEpoch !== epoch) return Promise.reject(this.notLeader(topic, partition));
+    if (r?.role !== 'leader' || r.leaderEpoch !== epoch) return Promise.reject(this.notLeader(topic, partition));
     if (r.partition.highWatermark > lastOffset) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {

@@ -15,6 +15,7 @@ import { RecordAttr } from '../../src/protocol/record.js';
 import { FAST_CLUSTER_ARGS } from '../helpers/cluster.js';
 import { type EtcdServer, startEtcd } from '../helpers/etcd.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { eventuallyTolerant, sleep } from '../helpers/util.js';
 import type { FinalPartition, FinalRecord } from './history.js';
 import { socketOwner, TcpProxy } from './proxy.js';
 
@@ -35,7 +36,6 @@ export interface PartitionDescription {
   leo: number;
 }
 
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Rejects after `ms` (the promise itself keeps running; callers close what it holds). */
 export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
@@ -168,21 +168,9 @@ export class ChaosCluster {
   }
 
   async waitFor<T>(what: string, timeoutMs: number, fn: () => Promise<T | false | undefined>): Promise<T> {
-    const deadline = Date.now() + timeoutMs;
-    let last: unknown;
-    for (;;) {
-      try {
-        const v = await fn();
-        if (v !== false && v !== undefined) return v;
-      } catch (err) {
-        last = err;
-      }
-      if (Date.now() > deadline) {
-        throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}\n${this.stderrTails(2000)}`);
-      }
-      await sleep(200);
-    }
+    return eventuallyTolerant(what, fn, { timeoutMs, stepMs: 200, context: () => this.stderrTails(2000) });
   }
+
 
   stderrTails(bytes: number): string {
     return this.brokers.map((b, i) => `--- broker ${i} stderr ---\n${b.stderr.slice(-bytes)}`).join('\n');

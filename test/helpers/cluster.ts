@@ -7,7 +7,7 @@ import type { Connection } from '../../src/client/connection.js';
 import { parseLine } from '../../src/protocol/command.js';
 import { type EtcdServer, startEtcd } from './etcd.js';
 import { BrokerProcess } from './launcher.js';
-import { sleep } from './util.js';
+import { eventuallyTolerant } from './util.js';
 
 let clusters = 0;
 
@@ -118,19 +118,13 @@ export class TestCluster {
   }
 
   async waitFor<T>(what: string, fn: () => Promise<T | false | undefined>, timeoutMs = 30_000): Promise<T> {
-    const deadline = Date.now() + timeoutMs;
-    let last: unknown;
-    for (;;) {
-      try {
-        const v = await fn();
-        if (v !== false && v !== undefined) return v;
-      } catch (err) {
-        last = err;
-      }
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}\n${this.brokers.map((b, i) => `--- broker ${i} stderr ---\n${b.stderr.slice(-3000)}`).join('\n')}`);
-      await sleep(100);
-    }
+    return eventuallyTolerant(what, fn, {
+      timeoutMs,
+      stepMs: 100,
+      context: () => this.brokers.map((b, i) => `--- broker ${i} stderr ---\n${b.stderr.slice(-3000)}`).join('\n'),
+    });
   }
+
 
   /** METADATA leaders as host:port per partition. */
   async metadataLeaders(topic: string): Promise<string[]> {

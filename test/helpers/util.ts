@@ -48,6 +48,31 @@ export async function until(cond: () => boolean | Promise<boolean>, timeoutMs = 
   }
 }
 
+/**
+ * `eventually` for conditions read from processes that may not answer yet: an error thrown by `fn` counts
+ * as "not yet" (the last one is reported), and `context()` (e.g. broker stderr) is added to the failure.
+ */
+export async function eventuallyTolerant<T>(
+  what: string,
+  fn: () => Promise<T | false | undefined>,
+  opts: { timeoutMs: number; stepMs: number; context?: () => string },
+): Promise<T> {
+  const deadline = Date.now() + opts.timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== false && v !== undefined) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${opts.timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}${opts.context ? `\n${opts.context()}` : ''}`);
+    }
+    await sleep(opts.stepMs);
+  }
+}
+
 /** Like `until`, but answers whether `cond` held before the deadline instead of failing. */
 export async function holdsWithin(cond: () => boolean | Promise<boolean>, timeoutMs: number, stepMs = 25): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
