@@ -73,8 +73,13 @@ describe('cluster replication and failover', () => {
       return ps.length === 3 && ps.every((p) => p.leader >= 0 && p.isr.length === 3) ? ps : false;
     });
     expect(s.map((p) => p.replicas.length)).toEqual([3, 3, 3]);
+    // Each broker opens the added partitions when the definition's watch event reaches it.
     for (const id of [0, 1, 2]) {
-      expect(parseLine(await (await connectTo(id)).command('METADATA', { topic: 'grow' })).params.get('partitions')).toBe('3');
+      const seen = await cluster.waitFor(`broker ${id} to open the added partitions`, async () => {
+        const n = parseLine(await (await connectTo(id)).command('METADATA', { topic: 'grow' })).params.get('partitions');
+        return n === '3' ? n : false;
+      });
+      expect(seen).toBe('3');
     }
     const { conn } = await leaderConn('grow', 2);
     const r = await conn.json<{ partition: number; offset: number }>('PUBLISH', { topic: 'grow', partition: 2, acks: 'all', message: 'added' });
