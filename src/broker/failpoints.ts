@@ -1,15 +1,29 @@
 /**
- * Crash points for fault tests: `TRIBUTARY_FAILPOINTS=txn.after_decision,...` makes the broker kill itself
- * with SIGKILL when it reaches a named point, so a test can crash it exactly between two durable steps.
- * Unset (always, outside tests), failpoint() is a set lookup that does nothing.
+ * Fault points for fault tests, armed by `TRIBUTARY_FAILPOINTS=name,...`:
+ * - a crash point (`txn.after_decision`) makes the broker kill itself with SIGKILL when it reaches it, so a
+ *   test can crash it exactly between two durable steps;
+ * - a delay point armed as `name@ms` (`replica.append:orders@3000`) makes failpointDelay(name) wait that
+ *   long, as a slow disk would, so a test can act while the step is in flight. It says so on stderr.
+ * Unset (always, outside tests), both are a map lookup that does nothing.
  */
-const armed = new Set(
-  (process.env.TRIBUTARY_FAILPOINTS ?? '')
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean),
-);
+const crashes = new Set<string>();
+const delays = new Map<string, number>();
+for (const entry of (process.env.TRIBUTARY_FAILPOINTS ?? '').split(',')) {
+  const s = entry.trim();
+  if (!s) continue;
+  const at = s.lastIndexOf('@');
+  const ms = at > 0 ? Number(s.slice(at + 1)) : NaN;
+  if (Number.isSafeInteger(ms) && ms >= 0) delays.set(s.slice(0, at), ms);
+  else crashes.add(s);
+}
 
 export function failpoint(name: string): void {
-  if (armed.size > 0 && armed.has(name)) process.kill(process.pid, 'SIGKILL');
+  if (crashes.size > 0 && crashes.has(name)) process.kill(process.pid, 'SIGKILL');
+}
+
+export function failpointDelay(name: string): Promise<void> | undefined {
+  const ms = delays.size > 0 ? delays.get(name) : undefined;
+  if (ms === undefined) return undefined;
+  process.stderr.write(`failpoint ${name}: delaying ${ms} ms\n`);
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -4,6 +4,7 @@ import { invalidParam, TributaryError } from '../protocol/errors.js';
 import type { ScannedBatch } from '../protocol/batch.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import { writeFileAtomic } from '../storage/atomic-file.js';
+import { failpointDelay } from './failpoints.js';
 import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -97,7 +98,7 @@ export class Partition {
   private rebuild: Promise<void> | null = null;
   /** Append-like operations begun and not settled. */
   private active = 0;
-  private onDrained: (() => void) | null = null;
+  private onDrained: Array<() => void> = [];
 
   constructor(
     readonly topic: string,
@@ -642,7 +643,13 @@ export class Partition {
     if (this.closed) throw new TributaryError('shutting_down');
     if (records.length === 0) return;
     await Promise.all([this.txnReady, this.producersReady]);
-    const res = await this.log.appendReplica(records);
+    const write = this.log.appendReplica(records);
+    const slow = failpointDelay(`replica.append:${this.topic}`);
+    if (slow) {
+      write.catch(() => {}); // awaited below
+      await slow;
+    }
+    const res = await write;
     // One call holds whole leader appends, so a batch never spans two calls.
     const replay = this.producers ? new ProducerStateReplay(this.producers) : null;
     for (const r of records) {
@@ -699,18 +706,31 @@ export class Partition {
   }
 
   private readonly settle = (): void => {
-    if (--this.active === 0 && this.onDrained) {
+    if (--this.active === 0 && this.onDrained.length > 0) {
       const wake = this.onDrained;
-      this.onDrained = null;
-      wake();
+      this.onDrained = [];
+      for (const w of wake) w();
     }
   };
 
   private drained(): Promise<void> {
     if (this.active === 0) return Promise.resolve();
     return new Promise<void>((resolve) => {
-      this.onDrained = resolve;
+      this.onDrained.push(resolve);
     });
+  }
+
+  /** No append-like operation in flight and no truncation running. */
+  get idle(): boolean {
+    return this.active === 0 && this.rebuild === null;
+  }
+
+  /** Resolves once idle: every append begun (a follower's replica append included) has landed. */
+  async quiesced(): Promise<void> {
+    while (!this.idle) {
+      if (this.rebuild) await this.rebuild;
+      else await this.drained();
+    }
   }
 
   /** Validate a starting offset against the retained range. */

@@ -46,6 +46,10 @@ export interface Replica {
   followers: Map<number, FollowerPosition>;
   /** Follower: stops its fetch loop. */
   stop: AbortController | null;
+  /** Follower: the fetch loop, until it has exited (a promotion waits for it). */
+  fetcher: Promise<void> | null;
+  /** The leader epoch this broker is about to lead at, once its last replica append has landed. */
+  promoting: number | null;
   /** An ISR change being written to etcd (one at a time per partition). */
   isrChange: Promise<void> | null;
   /** acks=all and coordinator appends waiting for the HWM to pass their record (see waitReplicated). */
@@ -206,6 +210,8 @@ export class ReplicaManager {
         epochsLoaded: Promise.resolve(),
         followers: new Map(),
         stop: null,
+        fetcher: null,
+        promoting: null,
         isrChange: null,
         ackWaiters: new Set(),
       };
@@ -215,7 +221,8 @@ export class ReplicaManager {
     }
     const me = this.deps.brokerId;
     const wanted: Role = s.leader === me ? 'leader' : s.replicas.includes(me) ? 'follower' : 'none';
-    const changed = wanted !== r.role || s.leaderEpoch !== r.leaderEpoch || s.leader !== r.leaderId;
+    const role = r.promoting === r.leaderEpoch ? 'leader' : r.role;
+    const changed = wanted !== role || s.leaderEpoch !== r.leaderEpoch || s.leader !== r.leaderId;
     r.isr = s.isr;
     r.replicas = s.replicas;
     if (!changed) {
@@ -229,11 +236,47 @@ export class ReplicaManager {
     this.failAckWaiters(r, () => this.notLeader(r!.topic, r!.id));
     r.leaderEpoch = s.leaderEpoch;
     r.leaderId = s.leader;
+    r.promoting = null;
+    if (wanted === 'leader') {
+      this.promote(r);
+      return;
+    }
     r.role = wanted;
-    if (wanted === 'leader') this.becomeLeader(r);
-    else if (wanted === 'follower') this.becomeFollower(r);
+    if (wanted === 'follower') this.becomeFollower(r);
+    this.roleApplied(r);
+  }
+
+  private roleApplied(r: Replica): void {
     this.deps.logger.info({ topic: r.topic, partition: r.id, role: r.role, leaderEpoch: r.leaderEpoch, leader: r.leaderId }, 'partition role');
     this.events.emit('role', r);
+  }
+
+  /**
+   * A follower (or a replica just opened) takes the lead only once its fetch loop has exited and every
+   * append it began has landed: a replica append still being written would otherwise be missing from
+   * the producer state the first produce requests are checked against (an idempotent retry of that very
+   * batch would be appended twice), and the new epoch would start below records of the old one. Until
+   * then it answers NOT_LEADER (docs/architecture.md, "Taking the lead").
+   */
+  private promote(r: Replica): void {
+    const epoch = r.leaderEpoch;
+    const lead = () => {
+      if (this.closed || r.promoting !== epoch || r.leaderEpoch !== epoch) return;
+      r.promoting = null;
+      r.role = 'leader';
+      this.becomeLeader(r);
+      this.roleApplied(r);
+    };
+    r.promoting = epoch;
+    if (!r.fetcher && r.partition.idle) {
+      lead();
+      return;
+    }
+    r.role = 'none';
+    const fetcher = r.fetcher ?? Promise.resolve();
+    void fetcher
+      .then(() => r.partition.quiesced())
+      .then(lead, (err: unknown) => this.deps.logger.error({ err, topic: r.topic, partition: r.id }, 'taking the lead failed'));
   }
 
   private becomeLeader(r: Replica): void {
@@ -248,7 +291,12 @@ export class ReplicaManager {
     r.followers.clear();
     const stop = new AbortController();
     r.stop = stop;
-    void this.fetchLoop(r, stop.signal);
+    const fetcher: Promise<void> = this.fetchLoop(r, stop.signal)
+      .catch((err: unknown) => this.deps.logger.error({ err, topic: r.topic, partition: r.id }, 'replica fetch loop failed'))
+      .finally(() => {
+        if (r.fetcher === fetcher) r.fetcher = null;
+      });
+    r.fetcher = fetcher;
   }
 
   // ---- leader side ----
@@ -399,6 +447,9 @@ export class ReplicaManager {
     let failures = 0;
     let truncated = false;
     const epoch = r.leaderEpoch;
+    // A long poll parked at the old leader would hold a promotion up for its whole wait.
+    const onAbort = () => conn?.close().catch(() => {});
+    signal.addEventListener('abort', onAbort, { once: true });
     while (!signal.aborted && !this.closed) {
       try {
         if (!conn || conn.closed) {
@@ -407,9 +458,11 @@ export class ReplicaManager {
           const { host, port } = parseAddress(leader.advertisedAddress);
           conn = await this.deps.connect(host, port, signal);
           truncated = false;
+          if (signal.aborted) break;
         }
         if (!truncated) {
-          await this.truncateToLeader(r, conn, epoch);
+          await this.truncateToLeader(r, conn, epoch, signal);
+          if (signal.aborted) break;
           truncated = true;
         }
         const offset = r.partition.logEndOffset;
@@ -433,6 +486,7 @@ export class ReplicaManager {
         await sleep(Math.min(1000, 50 * failures), signal);
       }
     }
+    signal.removeEventListener('abort', onAbort);
     conn?.close().catch(() => {});
   }
 
@@ -441,9 +495,11 @@ export class ReplicaManager {
    * the leader; anything past that here was never the leader's and goes. Then this replica takes the
    * leader's history as its own.
    */
-  private async truncateToLeader(r: Replica, conn: Connection, epoch: number): Promise<void> {
+  private async truncateToLeader(r: Replica, conn: Connection, epoch: number, signal: AbortSignal): Promise<void> {
     await r.epochsLoaded;
     const reply = await conn.command('LEADER_EPOCHS', { topic: r.topic, partition: r.id, leader_epoch: epoch });
+    // No longer this leader's follower (maybe the leader now): its history is not ours to take.
+    if (signal.aborted) return;
     const p = parseLine(reply).params;
     const leaderEnd = Number(p.get('log_end'));
     const entries = (p.get('epochs') ?? '')

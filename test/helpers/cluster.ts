@@ -146,10 +146,10 @@ export class TestCluster {
  * A cluster for the tests of one describe block: started before them, disposed after them, also when one
  * fails. Returns a getter (the cluster exists only once the block's tests run).
  */
-export function useCluster(n = 3, extraArgs: string[] = []): () => TestCluster {
+export function useCluster(n = 3, extraArgs: string[] = [], env: Record<string, string> = {}): () => TestCluster {
   let cluster: TestCluster | undefined;
   beforeAll(async () => {
-    cluster = await TestCluster.start(n, extraArgs);
+    cluster = await TestCluster.start(n, extraArgs, env);
   }, 90_000);
   afterAll(async () => {
     await cluster?.dispose();
