@@ -76,6 +76,11 @@ export interface ConsumerEvents {
   'handler.slow': { partition: number; offset: number; elapsedMs: number };
   /** Readers and handlers of these partitions have stopped (before the revocation is confirmed). */
   'partitions.revoked': { partitions: number[]; generation: number };
+  /**
+   * The coordinator no longer knows this member (its session expired): these partitions are another
+   * member's now. Their readers and handlers were stopped and nothing of theirs is committed.
+   */
+  'partitions.lost': { partitions: number[]; generation: number };
   /** Readers of these partitions have started. */
   'partitions.assigned': { partitions: number[]; generation: number; assignmentGeneration: number };
 }
@@ -238,6 +243,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
   private generationValue = 0;
   private assignmentGenerationValue = 0;
   private readonly workers = new Map<number, PartitionWorker>();
+  /** Readers and handlers of lost partitions still finishing: the next JOIN_GROUP waits for them. */
+  private lostStopping: Promise<void> = Promise.resolve();
   private startPromise: Promise<void> | undefined;
   /** The first rebalance of start(): what close() waits for (start() itself may be waiting for close()). */
   private startRebalance: Promise<void> | undefined;
@@ -333,7 +340,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     this.slots.wake();
     await Promise.allSettled([this.startRebalance, this.rebalanceChain]);
     const workers = [...this.workers.values()];
-    await Promise.allSettled(workers.map((w) => w.loop));
+    await Promise.allSettled([...workers.map((w) => w.loop), this.lostStopping]);
     if (workers.length > 0) this.emit('partitions.revoked', { partitions: workers.map((w) => w.partition), generation: this.generationValue });
     await Promise.allSettled(this.loops);
     if (wasActive && this.memberIdValue) {
@@ -397,7 +404,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
         } catch (err) {
           if (this.closing || signal.aborted) return;
           const e = err as TributaryError;
-          if (e.code === 'member_not_found') this.memberIdValue = undefined;
+          if (e.code === 'member_not_found') this.memberLost();
           const again = isRetriable(e) || e.code === 'member_not_found' || e.code === 'REBALANCE_IN_PROGRESS' || e.code === 'GEN_MISMATCH';
           if (!again) {
             // Not something waiting fixes (a missing topic, a fenced static id, autoOffsetReset=error):
@@ -440,6 +447,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
 
   private async rejoin(signal: AbortSignal, started: number, reason: string): Promise<void> {
     const o = this.options;
+    // A lost partition may come back in this generation: its old handler must not run beside the new one.
+    await this.lostStopping;
     const joinReply = await this.groupCall(
       'JOIN_GROUP',
       {
@@ -504,6 +513,24 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     publish(channels.consumerRebalance, { phase: 'end', group: o.groupId, reason, generation, assigned: added, revoked: revoked.map((w) => w.partition) });
   }
 
+  /**
+   * The coordinator no longer knows this member (its session expired while it was paused or cut off):
+   * every partition it held is another member's now. Their readers and handlers stop at once, without
+   * a commit; a reader left running would keep delivering a partition it lost, and a read carrying the
+   * group starts at the new owner's committed offset, so it would skip records (docs/sdk.md, "Rebalancing").
+   */
+  private memberLost(): void {
+    this.memberIdValue = undefined;
+    if (this.workers.size === 0) return;
+    const lost = [...this.workers.values()];
+    this.workers.clear();
+    for (const w of lost) w.ac.abort(new TributaryError('consumer_rebalancing'));
+    const stopped = Promise.allSettled(lost.map((w) => w.loop));
+    const before = this.lostStopping;
+    this.lostStopping = Promise.all([before, stopped]).then(() => {});
+    this.emit('partitions.lost', { partitions: lost.map((w) => w.partition).sort((a, b) => a - b), generation: this.generationValue });
+  }
+
   private async startingOffset(partition: number, signal: AbortSignal): Promise<{ position: number; committed: number }> {
     const o = this.options;
     const reply = await this.cluster.coordinatorCommand(this.group, 'FETCH_OFFSET', { topic: o.topic, group: o.groupId, partition }, { signal });
@@ -553,7 +580,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
           if (signal.aborted) break;
           const e = err as TributaryError;
           if (e.code === 'REBALANCE_IN_PROGRESS' || e.code === 'GEN_MISMATCH' || e.code === 'member_not_found') {
-            if (e.code === 'member_not_found') this.memberIdValue = undefined;
+            if (e.code === 'member_not_found') this.memberLost();
             this.requestRebalance(e.code === 'member_not_found' ? 'member expired' : e.code === 'GEN_MISMATCH' ? 'generation mismatch' : 'rebalance in progress');
             // Keep heartbeating during a long rebalance (revocation waits for handlers), but do not spin.
             await Promise.race([this.rebalanceChain.catch(() => {}), sleep(o.heartbeatIntervalMs, undefined, { signal }).catch(() => {})]);
@@ -916,7 +943,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       }
       if (e.code === 'REBALANCE_IN_PROGRESS') this.requestRebalance('rebalance in progress');
       if (e.code === 'member_not_found') {
-        this.memberIdValue = undefined;
+        this.memberLost();
         this.requestRebalance('member expired');
       }
       throw e;

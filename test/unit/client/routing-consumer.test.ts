@@ -226,6 +226,62 @@ describe('Consumer routing (scripted brokers)', () => {
     await run;
   });
 
+  it('member_not_found stops every reader at once: nothing is delivered or committed until the fresh join', async () => {
+    const a = await server();
+    const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
+    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
+    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    // An endless log: every poll gets records, so a reader left running keeps delivering.
+    a.on('CONSUME', async (l) => {
+      const partition = Number(l.params.get('partition'));
+      const offset = Number(l.params.get('offset'));
+      await sleep(5);
+      const records: BatchRecord[] = [0, 1].map((i) => ({ offset: offset + i, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`p${partition}-${offset + i}`), timestamp: 0, attributes: 0, headers: [] }));
+      return encodeBatch({ topic: TOPIC, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
+    });
+    scriptCoordinator(a, g);
+    // The new owner committed further on meanwhile: the fresh assignment starts there.
+    let committed = 'OK offset=0 committed=true';
+    a.on('FETCH_OFFSET', () => committed);
+    // The fresh JOIN is held as a coordinator in mid-rebalance would hold it.
+    let holdJoin = false;
+    a.on('JOIN_GROUP', async (l) => {
+      if (holdJoin) await sleep(400);
+      if (!l.params.has('generation')) g.member = `${l.params.get('member')}-${++g.generation}`;
+      return `OK generation=${g.generation} member=${g.member} leader=${g.member} assignments=[0,1]`;
+    });
+    const c0 = consumer([a.address], { partitionsConsumedConcurrently: 2 });
+    const delivered: Array<{ partition: number; offset: number; at: number }> = [];
+    const lost: Array<{ partitions: number[]; at: number }> = [];
+    const ends: number[] = [];
+    c0.on('partitions.lost', (e) => lost.push({ partitions: e.partitions, at: Date.now() }));
+    c0.on('rebalance.end', () => ends.push(Date.now()));
+    const run = c0.run({ eachMessage: ({ message }) => void delivered.push({ partition: message.partition, offset: message.offset, at: Date.now() }) });
+    await until(() => delivered.some((d) => d.partition === 0) && delivered.some((d) => d.partition === 1), 5000, 'both partitions delivering');
+    const expired = g.member;
+
+    holdJoin = true;
+    committed = 'OK offset=1000 committed=true';
+    const commitsBefore = a.count('BATCH_COMMIT');
+    g.heartbeatErrors.push(`ERROR: member_not_found class=fencing retryable=false member=${expired}`);
+    await until(() => lost.length === 1, 5000, 'partitions lost');
+    expect(lost[0]!.partitions).toEqual([0, 1]);
+    const lostAt = lost[0]!.at;
+    await until(() => ends.length === 2, 5000, 'the fresh join done');
+    const rejoinedAt = ends[1]!;
+    expect(rejoinedAt - lostAt).toBeGreaterThanOrEqual(300); // the held JOIN: a window a zombie reader would deliver in
+
+    expect(delivered.filter((d) => d.at > lostAt && d.at < rejoinedAt)).toEqual([]);
+    // Nothing committed under the expired member once it was told.
+    const lateCommits = a.received('BATCH_COMMIT').slice(commitsBefore).filter((r) => r.at > lostAt && r.line!.params.get('member') === expired);
+    expect(lateCommits).toEqual([]);
+    // The fresh assignment reads from the committed offsets on.
+    await until(() => delivered.some((d) => d.at >= rejoinedAt && d.partition === 0) && delivered.some((d) => d.at >= rejoinedAt && d.partition === 1), 5000, 'delivering again');
+    for (const p of [0, 1]) expect(delivered.find((d) => d.at >= rejoinedAt && d.partition === p)!.offset).toBe(1000);
+    await c0.close();
+    await run;
+  });
+
   it('start() rejects with a non-retriable JOIN error and leaves the consumer closed (no deadlock with close())', async () => {
     const a = await server();
     a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
