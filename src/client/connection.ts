@@ -345,6 +345,8 @@ export class Connection {
             if (opts.silenceMs !== undefined) {
               timer = setTimeout(() => {
                 if (queue.length === 0 && Date.now() - lastFrameAt >= opts.silenceMs!) {
+                  // As for a stalled request: lookups ask this broker last until it answers again.
+                  this.stall?.onStall?.();
                   this.abandon(new TributaryError('connection_lost', { reason: 'stalled', silenceMs: opts.silenceMs! }, `stream silent for ${opts.silenceMs} ms`));
                 }
                 r();

@@ -99,6 +99,36 @@ describe('stalled connections and leader lookups', () => {
       expect(err).toMatchObject({ code: 'connection_lost', retriable: true, fields: expect.objectContaining({ reason: 'stalled' }) });
       expect(s.requests.find((r) => r.command === 'STREAM')?.line?.params.get('keepalive_ms')).toBe('20');
     });
+
+    it('a STREAM gone silent marks its broker unresponsive: the next lookup asks another broker first', async () => {
+      const a = await server();
+      const b = await server();
+      let frozen = false;
+      a.on('METADATA', () => (frozen ? 'hang' : metadataReply(a.address)));
+      a.on('PROTOCOL_INFO', () => (frozen ? 'hang' : undefined));
+      a.script.STREAM = (_line, conn) => {
+        const t = setInterval(() => {
+          if (!frozen) conn.push(Buffer.alloc(0));
+        }, 20);
+        conn.socket.once('close', () => clearInterval(t));
+        return 'hang';
+      };
+      b.on('METADATA', () => metadataReply(b.address, 1));
+      const c = cluster([a.address, b.address], { stallTimeoutMs: 1000 });
+      expect(await c.leaderFor('t', 0)).toBe(a.address); // a answered: asked first from now on
+      const conn = await c.dedicated(a.address);
+      const it = conn.stream({ topic: 't', partition: 0, offset: 0, keepalive_ms: 20 }, undefined, { silenceMs: 150 });
+      const next = it.next();
+      next.catch(() => {});
+      await sleep(100);
+      frozen = true; // a frozen or cut-off broker: the stream, METADATA and pings all go unanswered
+      const err = await within(2000, rejection(next));
+      expect(err).toMatchObject({ code: 'connection_lost', fields: expect.objectContaining({ reason: 'stalled' }) });
+      c.onLeaderError('t', 0, err);
+      // Not a lookup that first waits out the stall bound on the broker that just went silent.
+      expect(await within(1000, c.leaderFor('t', 0))).toBe(b.address);
+      expect(a.count('METADATA')).toBe(1);
+    });
   });
 
   describe('leader lookups', () => {
