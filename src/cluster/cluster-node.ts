@@ -16,6 +16,9 @@ import { EtcdMetadataStore } from './etcd-metadata-store.js';
 import { PartitionStateStore } from './partition-state.js';
 import { type Replica, ReplicaManager } from './replica-manager.js';
 
+/** Silence (past a request's own wait, with an unanswered ping) after which a peer connection is dropped. */
+const PEER_STALL_MS = 3000;
+
 /**
  * One broker's membership of a cluster: the etcd client and everything kept there (topic definitions,
  * its registration, the controller election, partition states), the replica manager that turns the
@@ -33,6 +36,9 @@ export class ClusterNode {
   /** Connections to other brokers for coordinator lookups. */
   private readonly peers = new Map<string, Connection>();
   private readonly connecting = new Map<string, Promise<Connection>>();
+  /** Per peer, a second connection for pings only (the stall watchdog's probe of `peers`). */
+  private readonly peerControl = new Map<string, Connection>();
+  private readonly connectingControl = new Map<string, Promise<Connection>>();
   /** Highest coordinator epoch per `__transaction_state` partition seen in markers written here. */
   private readonly txnCoordinatorEpochs = new Map<number, number>();
 
@@ -149,7 +155,7 @@ export class ClusterNode {
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const c of this.peers.values()) await c.close().catch(() => {});
+    for (const c of [...this.peers.values(), ...this.peerControl.values()]) await c.close().catch(() => {});
     this.controller?.close();
     await this.replicas?.close();
     await this.election.close().catch(() => {});
@@ -185,30 +191,62 @@ export class ClusterNode {
    */
   async fetchCommitted(group: string, offsetsPartition: number, topic: string, partition: number): Promise<number | undefined> {
     if (!this.leaderAddress(OFFSETS_TOPIC, offsetsPartition)) throw new TributaryError('COORDINATOR_LOADING', { reason: `${OFFSETS_TOPIC}[${offsetsPartition}] has no leader` });
-    const reply = await (await this.leaderPeer(OFFSETS_TOPIC, offsetsPartition)).command('FETCH_OFFSET', { topic, group, partition });
+    let reply: string;
+    try {
+      reply = await (await this.leaderPeer(OFFSETS_TOPIC, offsetsPartition)).command('FETCH_OFFSET', { topic, group, partition });
+    } catch (err) {
+      // The coordinator's own answers (NOT_COORDINATOR, COORDINATOR_LOADING) pass through; a lost or
+      // stalled peer connection is not this client's connection.
+      if (err instanceof TributaryError && err.code === 'connection_lost') {
+        throw new TributaryError('COORDINATOR_NOT_AVAILABLE', { group, reason: String(err.fields.reason ?? err.message) });
+      }
+      throw err;
+    }
     const params = parseLine(reply).params;
     return params.get('committed') === 'true' ? Number(params.get('offset')) : undefined;
   }
 
-  /** A connection to another broker, kept per address (requests on it are pipelined in order). */
+  /**
+   * A connection to another broker, kept per address (requests on it are pipelined in order). A peer that
+   * answers nothing past a request's own wait for PEER_STALL_MS, not even a ping on a connection of its
+   * own, loses the connection: its requests fail with a retriable connection_lost, so a read or a
+   * transaction step that needs a frozen or cut-off broker (the group's old coordinator, say) fails and
+   * is retried once leadership has moved, instead of waiting for that broker to come back.
+   */
   peer(address: string): Promise<Connection> {
-    const open = this.peers.get(address);
+    return this.pooledPeer(this.peers, this.connecting, address, () => this.pingPeer(address));
+  }
+
+  /** PROTOCOL_INFO on the peer's control connection: it answers at once when the broker runs. */
+  private async pingPeer(address: string): Promise<void> {
+    const conn = await this.pooledPeer(this.peerControl, this.connectingControl, address, undefined);
+    await conn.request('PROTOCOL_INFO');
+  }
+
+  private pooledPeer(
+    pool: Map<string, Connection>,
+    connecting: Map<string, Promise<Connection>>,
+    address: string,
+    probe: (() => Promise<void>) | undefined,
+  ): Promise<Connection> {
+    const open = pool.get(address);
     if (open && !open.closed) return Promise.resolve(open);
-    let p = this.connecting.get(address);
+    let p = connecting.get(address);
     if (!p) {
       const { host, port } = parseAddress(address);
-      p = Connection.connect({ host, port, connectTimeoutMs: 2000, auth: this.peerAuth }).then(
+      p = Connection.connect({ host, port, connectTimeoutMs: 2000, auth: this.peerAuth, stallTimeoutMs: PEER_STALL_MS, probe }).then(
         (c) => {
-          this.peers.set(address, c);
-          this.connecting.delete(address);
+          pool.set(address, c);
+          connecting.delete(address);
+          if (this.closed) c.close().catch(() => {});
           return c;
         },
         (err: unknown) => {
-          this.connecting.delete(address);
+          connecting.delete(address);
           throw err;
         },
       );
-      this.connecting.set(address, p);
+      connecting.set(address, p);
     }
     return p;
   }

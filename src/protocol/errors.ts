@@ -60,6 +60,7 @@ export const ERROR_CODES = {
   // groups
   NOT_COORDINATOR: { class: 'routing', retryable: true, description: 'this broker is not the coordinator; host/port name the coordinator' },
   COORDINATOR_LOADING: { class: 'availability', retryable: true, description: 'the coordinator is still replaying its state' },
+  COORDINATOR_NOT_AVAILABLE: { class: 'availability', retryable: true, description: "the group's coordinator did not answer this broker; retry" },
   group_not_found: { class: 'not_found', retryable: false, description: 'no such group' },
   member_not_found: { class: 'fencing', retryable: false, description: 'the member id is unknown to the group; join fresh' },
   GEN_MISMATCH: { class: 'fencing', retryable: false, description: 'the generation is not the current one' },
