@@ -9,6 +9,7 @@
 //   {t:'commit-end', id, outcome: ok|fail|info, error?, time}
 //   {t:'fetch-start', id, partition, time} / {t:'fetch-end', id, outcome, offset, committed, error?, time}
 //   {t:'assign', member, generation, ag, assigned, revoked, kept, owned, time}   after each rebalance
+//   {t:'read-error', partition, code, reason, time}                 a partition reader's failed read (routing)
 //   {t:'crash', code, message, fatal, time}, {t:'ready', ...}, {t:'closed', time}, {t:'error', ...}
 // Commits and FETCH_OFFSET are seen by wrapping the consumer's routing client: the SDK does not report
 // when a commit is sent, only when it is acknowledged.
@@ -71,6 +72,13 @@ cluster.coordinatorCommand = async (key, name, fields, opts = {}) => {
     }
   }
   return original(key, name, fields, opts);
+};
+
+// Every failed read reaches the router (it re-routes on it): how a reader spent a fault is visible.
+const onLeaderError = cluster.onLeaderError.bind(cluster);
+cluster.onLeaderError = (topic, partition, err) => {
+  out({ t: 'read-error', partition, code: err?.code ?? 'unknown', reason: String(err?.fields?.reason ?? err?.message ?? err).slice(0, 200), time: Date.now() });
+  return onLeaderError(topic, partition, err);
 };
 
 consumer.on('rebalance.end', (e) =>

@@ -76,6 +76,16 @@ export interface FetchOffsetOp {
   error?: string;
 }
 
+/** A consumer's partition reader failed a read (and re-routes): diagnostics, not checked. */
+export interface ReadErrorOp {
+  f: 'read-error';
+  process: string;
+  partition: number;
+  error: string;
+  reason: string;
+  time: number;
+}
+
 export interface AssignOp {
   f: 'assign';
   process: string;
@@ -140,7 +150,7 @@ export interface ProcessOp {
   detail?: string;
 }
 
-export type Op = SendOp | TxnOp | PollOp | CommitOp | FetchOffsetOp | AssignOp | NemesisOp | StatusOp | ProcessOp;
+export type Op = SendOp | TxnOp | PollOp | CommitOp | FetchOffsetOp | ReadErrorOp | AssignOp | NemesisOp | StatusOp | ProcessOp;
 
 /** The ground truth read at the end from every partition's leader, after the cluster settled. */
 export interface FinalRecord {

@@ -362,6 +362,9 @@ export class ConsumerSlot {
         });
         break;
       }
+      case 'read-error':
+        this.history.add({ f: 'read-error', process: proc, partition: n('partition'), error: String(m.code), reason: String(m.reason), time: n('time') });
+        break;
       case 'assign':
         this.owned = m.owned as number[];
         this.member = String(m.member);
