@@ -125,6 +125,9 @@ async function txnMarker(b: BrokerContext, _c: ConnectionContext, p: Params): Pr
   const coordinator = coordinatorOf(p);
   const part = b.topics.get(topic).partition(partition);
   const leaderEpoch = leaderGate(b, part);
+  // A replaced coordinator's marker may still be on its way; landing after the producer's next
+  // transaction began here, it would end that one (docs/architecture.md, "Cluster mode").
+  b.cluster?.checkTxnCoordinator(coordinator.partition, coordinator.epoch);
   b.cluster?.noteTxnCoordinator(coordinator.partition, coordinator.epoch);
   const m = await part.writeMarker(producerId, epoch, result);
   await replicated(b, part, m.offset, leaderEpoch);

@@ -263,10 +263,11 @@ export class ClusterNode {
   }
 
   /**
-   * TXN_APPEND from the coordinator of `txnPartition` at `epoch`: refused (NOT_COORDINATOR) once a newer
-   * coordinator is known, from etcd or from a marker it wrote here. Only a replaced coordinator can
-   * still send an append after its transaction ended (the live one waits for its appends before the
-   * markers), and such an append would otherwise join the producer's next transaction.
+   * TXN_APPEND or TXN_MARKER from the coordinator of `txnPartition` at `epoch`: refused (NOT_COORDINATOR)
+   * once a newer coordinator is known, from etcd or from a marker it wrote here. Only a replaced
+   * coordinator can still send either after its transaction ended (the live one waits for its appends
+   * before the markers, and for the markers before the producer may begin again): such an append would
+   * join the producer's next transaction, such a marker would end it, making its records visible early.
    */
   checkTxnCoordinator(txnPartition: number, epoch: number): void {
     const known = Math.max(this.states.get(TXN_STATE_TOPIC, txnPartition)?.value.leaderEpoch ?? -1, this.txnCoordinatorEpochs.get(txnPartition) ?? -1);

@@ -69,6 +69,7 @@ export class ClusterTxnTargets implements TxnTargets {
     return this.following(async () => {
       if (!this.topics.tryGet(topic)) return;
       if (this.cluster.isLeader(topic, partition)) {
+        this.cluster.checkTxnCoordinator(txnPartition, coordinatorEpoch);
         this.cluster.noteTxnCoordinator(txnPartition, coordinatorEpoch);
         const leaderEpoch = this.cluster.requireLeader(topic, partition).leaderEpoch;
         const part = this.topics.get(topic).partition(partition);

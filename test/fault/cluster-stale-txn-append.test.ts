@@ -12,7 +12,7 @@ import { kv } from '../integration/groups/helpers.js';
 
 const TOPIC = 'stale-txn';
 
-describe('TXN_APPEND from a replaced transaction coordinator', () => {
+describe('TXN_APPEND and TXN_MARKER from a replaced transaction coordinator', () => {
   const getCluster = useCluster(3);
   let cluster: TestCluster;
   beforeEach(() => {
@@ -52,5 +52,40 @@ describe('TXN_APPEND from a replaced transaction coordinator', () => {
     expect(offsets).toMatch(/leo=3/);
     // An append without the coordinator's identity is refused outright.
     await expect(conn.command('TXN_APPEND', { ...fields, coordinator_partition: undefined, message: 'anon' })).rejects.toMatchObject({ code: 'invalid_parameter' });
+  }, 60_000);
+
+  it('refuses a TXN_MARKER from a replaced coordinator, so it cannot end the next transaction of the producer early', async () => {
+    const admin = await cluster.connect(0);
+    await admin.command('CREATE', { topic: `${TOPIC}-m`, partitions: 1, replication_factor: 3 });
+    const txnPartition = 0;
+    const { leader, coordEpoch } = await cluster.waitFor('leaders of the topic and of the transaction partition', async () => {
+      const s = await cluster.status();
+      const data = s.partitions.find((p) => p.topic === `${TOPIC}-m` && p.partition === 0);
+      const txn = s.partitions.find((p) => p.topic === '__transaction_state' && p.partition === txnPartition);
+      return data && txn && data.leader >= 0 && txn.leader >= 0 && data.isr.length === 3 ? { leader: data.leader, coordEpoch: txn.leader_epoch } : false;
+    });
+    const conn = await cluster.connect(leader);
+    const fields = { topic: `${TOPIC}-m`, partition: 0, producerId: 'p-marker', epoch: 0, coordinator_partition: txnPartition };
+    // A newer coordinator (known here from its marker) opens the producer's next transaction.
+    const newer = coordEpoch + 5;
+    await conn.command('TXN_MARKER', { ...fields, producerId: 'p-other', result: 'abort', coordinator_epoch: newer });
+    const open = kv(await conn.command('TXN_APPEND', { ...fields, coordinator_epoch: newer, message: 'open' }));
+    expect(Number(open.get('offset'))).toBe(1);
+
+    // The replaced coordinator's delayed commit marker of an earlier transaction arrives.
+    const late = await conn.command('TXN_MARKER', { ...fields, result: 'commit', coordinator_epoch: newer - 1 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(late).toMatchObject({ code: 'NOT_COORDINATOR' });
+    // Nothing written for it, and the open transaction stays invisible to read_committed.
+    expect(kv(await conn.command('LIST_OFFSETS', { topic: `${TOPIC}-m`, partition: 0 })).get('offsets')).toMatch(/leo=2/);
+    const committed = await conn.consume({ topic: `${TOPIC}-m`, partition: 0, offset: 0, batch: 10, max_bytes: 1 << 20, isolation: 'read_committed' });
+    expect(committed.records.map((r) => r.value.toString())).not.toContain('open');
+
+    // The live coordinator's marker ends it.
+    await conn.command('TXN_MARKER', { ...fields, result: 'commit', coordinator_epoch: newer });
+    const after = await conn.consume({ topic: `${TOPIC}-m`, partition: 0, offset: 0, batch: 10, max_bytes: 1 << 20, isolation: 'read_committed' });
+    expect(after.records.map((r) => r.value.toString())).toContain('open');
   }, 60_000);
 });
