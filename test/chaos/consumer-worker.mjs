@@ -9,7 +9,8 @@
 //   {t:'commit-end', id, outcome: ok|fail|info, error?, time}
 //   {t:'fetch-start', id, partition, time} / {t:'fetch-end', id, outcome, offset, committed, error?, time}
 //   {t:'assign', member, generation, ag, assigned, revoked, kept, owned, time}   after each rebalance
-//   {t:'read-error', partition, code, reason, time}                 a partition reader's failed read (routing)
+//   {t:'reader', partition, step, detail, ms?, time}   a reader's failed read (step 'error'), or a leader
+//                                                      lookup, dial or read that took over a second
 //   {t:'crash', code, message, fatal, time}, {t:'ready', ...}, {t:'closed', time}, {t:'error', ...}
 // Commits and FETCH_OFFSET are seen by wrapping the consumer's routing client: the SDK does not report
 // when a commit is sent, only when it is acknowledged.
@@ -74,11 +75,46 @@ cluster.coordinatorCommand = async (key, name, fields, opts = {}) => {
   return original(key, name, fields, opts);
 };
 
-// Every failed read reaches the router (it re-routes on it): how a reader spent a fault is visible.
+// Every failed read reaches the router (it re-routes on it), and readers look up, dial and read through
+// it: how a reader spent a fault is visible.
+const SLOW_MS = 1000;
+const reader = (partition, step, detail, ms) => out({ t: 'reader', partition, step, detail: String(detail).slice(0, 200), ...(ms !== undefined ? { ms } : {}), time: Date.now() });
 const onLeaderError = cluster.onLeaderError.bind(cluster);
 cluster.onLeaderError = (topic, partition, err) => {
-  out({ t: 'read-error', partition, code: err?.code ?? 'unknown', reason: String(err?.fields?.reason ?? err?.message ?? err).slice(0, 200), time: Date.now() });
+  reader(partition, 'error', `${err?.code ?? 'unknown'}: ${err?.fields?.reason ?? err?.message ?? err}`);
   return onLeaderError(topic, partition, err);
+};
+const leaderFor = cluster.leaderFor.bind(cluster);
+cluster.leaderFor = async (topic, partition, signal) => {
+  const t0 = Date.now();
+  try {
+    const leader = await leaderFor(topic, partition, signal);
+    if (Date.now() - t0 > SLOW_MS) reader(partition, 'lookup', leader, Date.now() - t0);
+    return leader;
+  } catch (err) {
+    if (Date.now() - t0 > SLOW_MS) reader(partition, 'lookup', `failed: ${err?.code}`, Date.now() - t0);
+    throw err;
+  }
+};
+const dedicated = cluster.dedicated.bind(cluster);
+cluster.dedicated = async (address, signal) => {
+  const t0 = Date.now();
+  const conn = await dedicated(address, signal).catch((err) => {
+    if (Date.now() - t0 > SLOW_MS) reader(-1, 'dial', `${address} failed: ${err?.code}`, Date.now() - t0);
+    throw err;
+  });
+  if (Date.now() - t0 > SLOW_MS) reader(-1, 'dial', address, Date.now() - t0);
+  const consume = conn.consume.bind(conn);
+  conn.consume = async (fields) => {
+    const r0 = Date.now();
+    try {
+      return await consume(fields);
+    } finally {
+      const ms = Date.now() - r0;
+      if (ms > Number(fields.wait_ms ?? 0) + SLOW_MS) reader(Number(fields.partition), 'read', address, ms);
+    }
+  };
+  return conn;
 };
 
 consumer.on('rebalance.end', (e) =>

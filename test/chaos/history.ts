@@ -76,13 +76,17 @@ export interface FetchOffsetOp {
   error?: string;
 }
 
-/** A consumer's partition reader failed a read (and re-routes): diagnostics, not checked. */
-export interface ReadErrorOp {
-  f: 'read-error';
+/**
+ * A consumer's partition reader: a failed read (it re-routes on it), or a lookup, dial or read that took
+ * longer than a second. Diagnostics of how a reader spent a fault, not checked.
+ */
+export interface ReaderOp {
+  f: 'reader';
   process: string;
   partition: number;
-  error: string;
-  reason: string;
+  step: 'error' | 'lookup' | 'dial' | 'read';
+  detail: string;
+  ms?: number;
   time: number;
 }
 
@@ -150,7 +154,7 @@ export interface ProcessOp {
   detail?: string;
 }
 
-export type Op = SendOp | TxnOp | PollOp | CommitOp | FetchOffsetOp | ReadErrorOp | AssignOp | NemesisOp | StatusOp | ProcessOp;
+export type Op = SendOp | TxnOp | PollOp | CommitOp | FetchOffsetOp | ReaderOp | AssignOp | NemesisOp | StatusOp | ProcessOp;
 
 /** The ground truth read at the end from every partition's leader, after the cluster settled. */
 export interface FinalRecord {

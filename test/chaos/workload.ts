@@ -15,7 +15,7 @@ import { Producer } from '../../src/client/producer.js';
 import { ProducerFencedError, type Transaction } from '../../src/client/transaction.js';
 import { TributaryError } from '../../src/protocol/errors.js';
 import { trackChild } from '../helpers/process-registry.js';
-import type { History, Outcome, ProducerKind, SendOp, TxnOp } from './history.js';
+import type { History, Outcome, ProducerKind, ReaderOp, SendOp, TxnOp } from './history.js';
 import { Rng } from './prng.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -362,8 +362,16 @@ export class ConsumerSlot {
         });
         break;
       }
-      case 'read-error':
-        this.history.add({ f: 'read-error', process: proc, partition: n('partition'), error: String(m.code), reason: String(m.reason), time: n('time') });
+      case 'reader':
+        this.history.add({
+          f: 'reader',
+          process: proc,
+          partition: n('partition'),
+          step: m.step as ReaderOp['step'],
+          detail: String(m.detail),
+          ...(m.ms !== undefined ? { ms: n('ms') } : {}),
+          time: n('time'),
+        });
         break;
       case 'assign':
         this.owned = m.owned as number[];
