@@ -10,7 +10,7 @@
 //   {t:'fetch-start', id, partition, time} / {t:'fetch-end', id, outcome, offset, committed, error?, time}
 //   {t:'assign', member, generation, ag, assigned, revoked, kept, owned, time}   after each rebalance
 //   {t:'reader', partition, step, detail, ms?, time}   a reader's failed read (step 'error'), or a leader
-//                                                      lookup, dial or read that took over a second
+//                                                      lookup or read that took over 200 ms, or a dial
 //   {t:'crash', code, message, fatal, time}, {t:'ready', ...}, {t:'closed', time}, {t:'error', ...}
 // Commits and FETCH_OFFSET are seen by wrapping the consumer's routing client: the SDK does not report
 // when a commit is sent, only when it is acknowledged.
@@ -77,7 +77,7 @@ cluster.coordinatorCommand = async (key, name, fields, opts = {}) => {
 
 // Every failed read reaches the router (it re-routes on it), and readers look up, dial and read through
 // it: how a reader spent a fault is visible.
-const SLOW_MS = 1000;
+const SLOW_MS = 200;
 const reader = (partition, step, detail, ms) => out({ t: 'reader', partition, step, detail: String(detail).slice(0, 200), ...(ms !== undefined ? { ms } : {}), time: Date.now() });
 const onLeaderError = cluster.onLeaderError.bind(cluster);
 cluster.onLeaderError = (topic, partition, err) => {
@@ -100,10 +100,10 @@ const dedicated = cluster.dedicated.bind(cluster);
 cluster.dedicated = async (address, signal) => {
   const t0 = Date.now();
   const conn = await dedicated(address, signal).catch((err) => {
-    if (Date.now() - t0 > SLOW_MS) reader(-1, 'dial', `${address} failed: ${err?.code}`, Date.now() - t0);
+    reader(-1, 'dial', `${address} failed: ${err?.code}`, Date.now() - t0);
     throw err;
   });
-  if (Date.now() - t0 > SLOW_MS) reader(-1, 'dial', address, Date.now() - t0);
+  reader(-1, 'dial', address, Date.now() - t0); // rare: once per reader and per re-route
   const consume = conn.consume.bind(conn);
   conn.consume = async (fields) => {
     const r0 = Date.now();

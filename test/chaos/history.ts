@@ -77,8 +77,8 @@ export interface FetchOffsetOp {
 }
 
 /**
- * A consumer's partition reader: a failed read (it re-routes on it), or a lookup, dial or read that took
- * longer than a second. Diagnostics of how a reader spent a fault, not checked.
+ * A consumer's partition reader: a failed read (it re-routes on it), a dial, or a lookup or read that
+ * took longer than 200 ms. Diagnostics of how a reader spent a fault, not checked.
  */
 export interface ReaderOp {
   f: 'reader';
