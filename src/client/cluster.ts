@@ -82,8 +82,8 @@ export class Cluster {
   private lookupBroker: string | undefined;
   /** When a partition's leader lookup last refused an unresponsive leader (leaderFor). */
   private readonly rechecked = new Map<string, number>();
-  /** Brokers that recently left a request unanswered: asked last until they answer again. */
-  private readonly unresponsive = new Set<string>();
+  /** Brokers that recently left a request unanswered, and since when: asked last until they answer again. */
+  private readonly unresponsiveSince = new Map<string, number>();
   private closed = false;
 
   constructor(private readonly opts: ClusterOptions) {
@@ -106,7 +106,7 @@ export class Cluster {
     const { host, port } = parseAddress(address);
     return this.connectTo(address, host, port, signal, control).then((c) => {
       // It answered a handshake: responsive again.
-      this.unresponsive.delete(address);
+      this.unresponsiveSince.delete(address);
       return c;
     });
   }
@@ -128,12 +128,25 @@ export class Cluster {
 
   /** The broker left a request unanswered past the bound: lookups ask it last, its control connection is dropped. */
   private gaveUpOn(address: string): void {
-    this.unresponsive.add(address);
+    this.unresponsiveSince.set(address, Date.now());
     if (this.lookupBroker === address) this.lookupBroker = undefined;
     void this.control
       .get(address)
       ?.then((c) => c.abandon(new TributaryError('connection_lost', { reason: 'broker not answering', broker: address })))
       .catch(() => {});
+  }
+
+  /**
+   * Whether the broker left a request unanswered lately: within two stall bounds, after which the
+   * cluster has had time to move its partitions (or it was only slow), and a stale mark from an earlier
+   * outage must not cost a broker that now leads a re-check before it is dialled.
+   */
+  private unresponsive(address: string): boolean {
+    const since = this.unresponsiveSince.get(address);
+    if (since === undefined) return false;
+    if (Date.now() - since <= 2 * this.stallTimeoutMs) return true;
+    this.unresponsiveSince.delete(address);
+    return false;
   }
 
   /** The pooled connection of `pool` to one broker, opened on first use and replaced when it fails. */
@@ -171,7 +184,7 @@ export class Cluster {
   private async ping(address: string): Promise<void> {
     const conn = await this.pooled(this.control, address, undefined);
     await conn.request('PROTOCOL_INFO');
-    this.unresponsive.delete(address);
+    this.unresponsiveSince.delete(address);
   }
 
   /** A connection of its own, for long polls and streams; closed with the cluster. */
@@ -242,7 +255,7 @@ export class Cluster {
           try {
             const reply = await this.lookupAt(address, name, fields, signal);
             this.lookupBroker = address;
-            this.unresponsive.delete(address);
+            this.unresponsiveSince.delete(address);
             return reply;
           } catch (err) {
             if (signal?.aborted || !isRetriable(err)) throw err;
@@ -261,7 +274,7 @@ export class Cluster {
     const all = [...new Set([...this.bootstrap.map(formatAddress), ...this.known])];
     const i = this.lookupBroker === undefined ? -1 : all.indexOf(this.lookupBroker);
     const order = i <= 0 ? all : [...all.slice(i), ...all.slice(0, i)];
-    return [...order.filter((a) => !this.unresponsive.has(a)), ...order.filter((a) => this.unresponsive.has(a))];
+    return [...order.filter((a) => !this.unresponsive(a)), ...order.filter((a) => this.unresponsive(a))];
   }
 
   private async lookupAt(address: string, name: string, fields: Record<string, FieldValue | undefined>, signal: AbortSignal | undefined): Promise<string> {
@@ -277,7 +290,7 @@ export class Cluster {
         const err = new TributaryError('request_timeout', { reason: 'lookup not answered', broker: address, timeoutMs: bound }, `${name} to ${address}: no answer within ${bound} ms`);
         reject(err);
         // Its late reply would hold back the next lookups on that connection: drop it.
-        this.unresponsive.add(address);
+        this.unresponsiveSince.set(address, Date.now());
         if (this.lookupBroker === address) this.lookupBroker = undefined;
         conn?.abandon(new TributaryError('connection_lost', { reason: 'lookup not answered', broker: address }));
       }, bound);
@@ -388,7 +401,7 @@ export class Cluster {
   async leaderFor(topic: string, partition: number, signal?: AbortSignal): Promise<string> {
     const md = await this.metadata(topic, signal);
     const leader = md.leaders[partition];
-    if (leader && this.unresponsive.has(leader)) {
+    if (leader && this.unresponsive(leader)) {
       // The broker named just left a request unanswered: the cluster is probably moving its partitions
       // right now and the broker that answered may not know yet. Ask again (after the retry module's
       // backoff) before dialling it, whose handshake would hang for the whole stall bound; once per

@@ -205,6 +205,8 @@ class PartitionWorker {
   seekTo: number | undefined;
   /** Consecutive handler failures, for the retry backoff. */
   failures = 0;
+  /** Consecutive failed reads, for the re-route backoff; reset by any read that delivers. */
+  readFailures = 0;
 
   constructor(
     readonly partition: number,
@@ -607,7 +609,6 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
 
   private async readLoop(w: PartitionWorker): Promise<void> {
     const o = this.options;
-    let failures = 0;
     const onAbort = () => void w.conn?.close();
     w.signal.addEventListener('abort', onAbort, { once: true });
     try {
@@ -624,7 +625,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
           if (!w.conn || w.conn.closed) w.conn = await this.cluster.dedicated(await this.cluster.leaderFor(o.topic, w.partition, w.signal), w.signal);
           if (o.mode === 'stream') await this.streamOnce(w);
           else await this.pollOnce(w);
-          failures = 0;
+          w.readFailures = 0;
         } catch (err) {
           if (w.signal.aborted) break;
           const e = err as TributaryError;
@@ -642,8 +643,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
           if (w.conn) await this.cluster.release(w.conn).catch(() => {});
           w.conn = undefined;
           if (!isRetriable(e)) this.crash(e, false);
-          failures++;
-          await sleep(backoffDelay(Math.min(failures, 6), { initialDelayMs: 50, maxDelayMs: 2000 }), undefined, { signal: w.signal }).catch(() => {});
+          w.readFailures++;
+          await sleep(backoffDelay(Math.min(w.readFailures, 6), { initialDelayMs: 50, maxDelayMs: 2000 }), undefined, { signal: w.signal }).catch(() => {});
         }
       }
     } finally {
@@ -716,6 +717,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
           await it.return({} as Record<string, string>);
           return;
         }
+        // A stream ends only by failing: its deliveries are what shows the route works again.
+        w.readFailures = 0;
         const messages = this.toMessages(w, n.value);
         if (messages.length > 0) await this.deliver(w, messages);
         if (w.seekTo !== undefined) {

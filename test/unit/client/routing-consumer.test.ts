@@ -282,6 +282,38 @@ describe('Consumer routing (scripted brokers)', () => {
     await run;
   });
 
+  it('stream mode: a stream that delivered before it broke is re-opened at once, however often that happened', async () => {
+    const a = await server();
+    const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
+    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
+    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    a.on('LIST_OFFSETS', () => `OK topic=${TOPIC} partitions=1 offsets=P0:earliest=0:latest=5:leo=5:hwm=5`);
+    scriptCoordinator(a, g);
+    a.on('FETCH_OFFSET', () => 'OK offset=0 committed=true');
+    // Each stream pushes the next record of its partition, then the connection breaks (a flaky network).
+    a.on('STREAM', (l, conn) => {
+      const partition = Number(l.params.get('partition'));
+      const offset = Number(l.params.get('offset'));
+      const record: BatchRecord = { offset, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`p${partition}-${offset}`), timestamp: 0, attributes: 0, headers: [] };
+      conn.push(encodeBatch({ topic: TOPIC, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: [record] }));
+      setTimeout(() => conn.socket.destroy(), 5);
+      return 'hang';
+    });
+    const c0 = consumer([a.address], { mode: 'stream', partitionsConsumedConcurrently: 2 });
+    const seen: number[] = [];
+    const run = c0.run({ eachMessage: ({ message }) => void (message.partition === 0 && seen.push(message.offset)) });
+    await until(() => seen.length >= 1, 5000, 'the first record');
+    const t0 = Date.now();
+    // 20 breaks in a row, each after a delivery: the backoff restarts from its first step every time
+    // (a failure count that only grew would wait up to 2 s per break by now).
+    await until(() => seen.length >= 21, 15_000, '20 more re-opened streams');
+    const perBreak = (Date.now() - t0) / 20;
+    expect(perBreak).toBeLessThan(250);
+    expect(seen.slice(0, 21)).toEqual([...Array(21).keys()]);
+    await c0.close();
+    await run;
+  });
+
   it('start() rejects with a non-retriable JOIN error and leaves the consumer closed (no deadlock with close())', async () => {
     const a = await server();
     a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);

@@ -129,6 +129,23 @@ describe('stalled connections and leader lookups', () => {
       expect(await within(1000, c.leaderFor('t', 0))).toBe(b.address);
       expect(a.count('METADATA')).toBe(1);
     });
+    it('a broker marked unresponsive in an earlier outage is dialled at once once it leads, not re-checked first', async () => {
+      const a = await server();
+      const b = await server();
+      let frozen = true;
+      a.on('METADATA', () => metadataReply(b.address, 1));
+      b.on('METADATA', () => (frozen ? 'hang' : metadataReply(b.address, 1)));
+      b.on('PROTOCOL_INFO', () => (frozen ? 'hang' : undefined));
+      const c = cluster([b.address, a.address], { stallTimeoutMs: 100 });
+      // b does not answer its lookup: marked unresponsive; a answers, naming b. Right after the outage b
+      // is looked up once more before it is dialled.
+      await expect(within(2000, c.leaderFor('t', 0))).rejects.toMatchObject({ code: 'NOT_LEADER' });
+      frozen = false;
+      // Two stall bounds later the mark has lapsed: b is named and returned without a re-check.
+      await sleep(250);
+      c.invalidateMetadata('t');
+      expect(await within(1000, c.leaderFor('t', 0))).toBe(b.address);
+    });
   });
 
   describe('leader lookups', () => {
