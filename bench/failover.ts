@@ -22,11 +22,11 @@
  * record, a measure that never came, a member that lost its id or generation, or a committed offset that
  * went back exit 1; a missed aim is only reported.
  */
-import { Connection } from '../src/client/connection.js';
-import { LocalCluster } from '../src/cluster/local-cluster.js';
-import { parseLine } from '../src/protocol/command.js';
-import { TributaryError } from '../src/protocol/errors.js';
-import { compactLog } from '../src/cli/cluster-command.js';
+import { Connection } from 'tributary-protocol/connection.js';
+import { LocalCluster } from 'tributary-broker/cluster/local-cluster.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { compactLog } from 'tributary-broker/cli/cluster-command.js';
 import { fmtInt, installCleanupHandlers, makeTempDir, nowMs, removeTempDir, splitArgs, table } from './lib.js';
 
 export const description =

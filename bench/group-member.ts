@@ -7,7 +7,7 @@
  *   node dist/bench/group-member.js --brokers 127.0.0.1:9000 --group g --topic t --id m1 [--session-ms 3000] [--log-records]
  */
 import { createInterface } from 'node:readline';
-import { Consumer } from '../src/client/consumer.js';
+import { Consumer } from 'tributary-client/consumer.js';
 
 function arg(name: string, fallback?: string): string {
   const i = process.argv.indexOf(`--${name}`);

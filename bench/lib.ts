@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 
 /** dist/bench → repository root. */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-export const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
+export const CLI = path.join(ROOT, 'packages', 'broker', 'dist', 'cli', 'main.js');
 export const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
 
 /** Wall-clock milliseconds with sub-millisecond resolution, comparable across processes on one host. */

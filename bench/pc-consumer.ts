@@ -15,9 +15,9 @@
  * producer finished) and nothing new arrived for `grace-ms`.
  */
 import net from 'node:net';
-import { decodeBatch, isBatchBody } from '../src/protocol/batch.js';
-import { formatLine } from '../src/protocol/command.js';
-import { FrameDecoder, encodeFrame } from '../src/protocol/frame.js';
+import { decodeBatch, isBatchBody } from 'tributary-protocol/batch.js';
+import { formatLine } from 'tributary-protocol/command.js';
+import { FrameDecoder, encodeFrame } from 'tributary-protocol/frame.js';
 import { workerArgs } from './worker-args.js';
 import { nowMs, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES } from './pc-payload.js';

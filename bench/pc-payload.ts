@@ -4,8 +4,8 @@
  * Payload layout (little-endian): u32 record id, f64 send time (ms since the epoch, fractional, from
  * `performance.timeOrigin + performance.now()`), then filler up to the record size.
  */
-import { decodeBatch, encodeBatch, type BatchRecord } from '../src/protocol/batch.js';
-import { encodeFrame } from '../src/protocol/frame.js';
+import { decodeBatch, encodeBatch, type BatchRecord } from 'tributary-protocol/batch.js';
+import { encodeFrame } from 'tributary-protocol/frame.js';
 
 export const PAYLOAD_HEADER_BYTES = 12;
 

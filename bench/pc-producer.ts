@@ -10,7 +10,7 @@
  * Works unchanged against the relay, which acks every frame with one small reply frame.
  */
 import net from 'node:net';
-import { FrameDecoder } from '../src/protocol/frame.js';
+import { FrameDecoder } from 'tributary-protocol/frame.js';
 import { workerArgs } from './worker-args.js';
 import { nowMs, percentile, report, selfCpuMs } from './lib.js';
 import { BatchTemplate } from './pc-payload.js';

@@ -15,7 +15,7 @@
  * line when all N ids arrived (plus `linger-ms` to catch late duplicates), or when `done` was written
  * to stdin and nothing new arrived for `grace-ms`.
  */
-import { Consumer, type EachBatchPayload } from '../src/client/consumer.js';
+import { Consumer, type EachBatchPayload } from 'tributary-client/consumer.js';
 import { workerArgs } from './worker-args.js';
 import { nowMs, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES } from './pc-payload.js';

@@ -14,7 +14,7 @@
  * Reports one JSON line on stdout: {"event":"result", records, elapsedMs, recordsPerSec, ackP50Ms, ...},
  * where ack latency is per send() (call to resolve).
  */
-import { Producer, type ProducerMessage } from '../src/client/producer.js';
+import { Producer, type ProducerMessage } from 'tributary-client/producer.js';
 import { workerArgs } from './worker-args.js';
 import { nowMs, percentile, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES, writePayloadHeader } from './pc-payload.js';

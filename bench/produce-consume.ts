@@ -21,7 +21,7 @@
  */
 import { parseArgs } from 'node:util';
 import path from 'node:path';
-import { Connection } from '../src/client/connection.js';
+import { Connection } from 'tributary-protocol/connection.js';
 import {
   BENCH_DIR,
   type Child,

@@ -11,7 +11,7 @@
  *   - unaffected pause: the longest gap between deliveries on partitions that did not move, minus the
  *     longest gap on the same partitions in a quiet window just before (the production rhythm itself).
  */
-import { Connection } from '../src/client/connection.js';
+import { Connection } from 'tributary-protocol/connection.js';
 import { BENCH_DIR, fmtFixed, installCleanupHandlers, makeTempDir, median, nowMs, spawnNode, startBroker, table, type Child } from './lib.js';
 
 export const description = 'time for a clean join/leave to settle, and the pause on partitions that do not move';

@@ -15,7 +15,7 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import { parseArgs } from 'node:util';
-import { FrameDecoder, encodeFrame, frameHeader } from '../src/protocol/frame.js';
+import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
 import { report } from './lib.js';
 
 const { values: a } = parseArgs({

@@ -26,10 +26,10 @@
  */
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { Connection } from '../src/client/connection.js';
-import type { Batch, BatchRecord } from '../src/protocol/batch.js';
-import { formatLine, isErrorReply, parseError, parseLine } from '../src/protocol/command.js';
-import { RecordAttr } from '../src/protocol/record.js';
+import { Connection } from 'tributary-protocol/connection.js';
+import type { Batch, BatchRecord } from 'tributary-protocol/batch.js';
+import { formatLine, isErrorReply, parseError, parseLine } from 'tributary-protocol/command.js';
+import { RecordAttr } from 'tributary-protocol/record.js';
 import {
   type BrokerHandle,
   fmtFixed,

@@ -5,11 +5,11 @@
 //   npm start                                  # terminal 1: compiles dist/ if needed, then a broker on 127.0.0.1:9000
 //   node examples/producer.mjs 1000                            # some messages in "orders"
 //   node examples/consumer-group-worker.mjs [topic] [group]    # terminals 2, 3, ...: start several workers
-//   node dist/src/cli/main.js group describe order-workers     # members, assignments and lag
+//   npx tributary group describe order-workers     # members, assignments and lag
 //
 // Offsets are committed after a message's handler returned (at least once: a crash between the
 // handler and the next commit makes the message be processed again by whoever gets the partition).
-import { Consumer } from '../dist/src/client/index.js';
+import { Consumer } from 'tributary-client';
 
 const bootstrap = process.env.TRIBUTARY_BOOTSTRAP || '127.0.0.1:9000';
 const topic = process.argv[2] ?? 'orders';

@@ -6,7 +6,7 @@
 //   npm start                                                        # terminal 1: a broker on 127.0.0.1:9000
 //   node examples/producer.mjs 1000 orders                           # input records
 //   node examples/exactly-once.mjs [input] [output] [group] [id]     # terminals 2, 3, ...: one id per worker
-//   node dist/src/cli/main.js consume orders-eos --from-beginning --max 5
+//   npx tributary consume orders-eos --from-beginning --max 5
 //
 // How it stays exactly once:
 // - The output records and the input offsets go into one transaction (txn.send + txn.sendOffsets) and
@@ -18,7 +18,7 @@
 //   offsets, so its transaction cannot commit work that now belongs to someone else.
 // - Consumers of the output use isolation read_committed (the SDK default).
 import { hostname } from 'node:os';
-import { Admin, Consumer, Producer, ProducerFencedError } from '../dist/src/client/index.js';
+import { Admin, Consumer, Producer, ProducerFencedError } from 'tributary-client';
 
 const bootstrap = process.env.TRIBUTARY_BOOTSTRAP || '127.0.0.1:9000';
 const input = process.argv[2] ?? 'orders';

@@ -5,12 +5,12 @@
 //   npm start                                  # terminal 1: compiles dist/ if needed, then a broker on 127.0.0.1:9000
 //   node examples/producer.mjs 1000 orders                        # input records
 //   node examples/pipeline.mjs [input] [output] [group]           # Ctrl-C to stop
-//   node dist/src/cli/main.js consume orders-enriched --from-beginning --max 5
+//   npx tributary consume orders-enriched --from-beginning --max 5
 //
 // Delivery is AT LEAST ONCE: if the pipeline dies after a produce was acknowledged but before the commit,
 // the restarted pipeline reads those input records again and writes them to the output a second time.
 // Exactly-once (the output records and the input offsets committed atomically) arrives with transactions.
-import { Admin, Consumer, Producer } from '../dist/src/client/index.js';
+import { Admin, Consumer, Producer } from 'tributary-client';
 
 const bootstrap = process.env.TRIBUTARY_BOOTSTRAP || '127.0.0.1:9000';
 const input = process.argv[2] ?? 'orders';

@@ -1,6 +1,6 @@
 // Installs dependencies and compiles when needed, so `npm start` works on a fresh clone.
 import { execSync } from 'node:child_process';
-import { existsSync, statSync, readdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
@@ -25,11 +25,19 @@ export function ensureDependencies() {
 }
 
 export function ensureBuilt({ force = false } = {}) {
-  const out = path.join(root, 'dist', 'src', 'cli', 'main.js');
-  const sources = Math.max(newest(path.join(root, 'src')), newest(path.join(root, 'bench')), statSync(path.join(root, 'tsconfig.json')).mtimeMs);
-  if (force || !existsSync(out) || statSync(out).mtimeMs < sources) {
+  const out = path.join(root, 'packages', 'broker', 'dist', 'cli', 'main.js');
+  // tsc -b rewrites only the outputs that change: a stamp, not main.js, says when the build last ran.
+  const stamp = path.join(root, 'dist', '.build-stamp');
+  const sources = Math.max(
+    ...['protocol', 'client', 'broker'].map((p) => Math.max(newest(path.join(root, 'packages', p, 'src')), statSync(path.join(root, 'packages', p, 'package.json')).mtimeMs)),
+    newest(path.join(root, 'bench')),
+    statSync(path.join(root, 'tsconfig.base.json')).mtimeMs,
+  );
+  if (force || !existsSync(out) || !existsSync(stamp) || statSync(stamp).mtimeMs < sources) {
     console.error('compiling TypeScript...');
-    run('npx tsc -p tsconfig.json');
+    run('npx tsc -b');
+    mkdirSync(path.dirname(stamp), { recursive: true });
+    writeFileSync(stamp, `${new Date().toISOString()}\n`);
   }
 }
 

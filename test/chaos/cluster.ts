@@ -9,9 +9,9 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { Connection } from '../../src/client/connection.js';
-import { parseLine } from '../../src/protocol/command.js';
-import { RecordAttr } from '../../src/protocol/record.js';
+import { Connection } from 'tributary-protocol/connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { RecordAttr } from 'tributary-protocol/record.js';
 import { FAST_CLUSTER_ARGS } from '../helpers/cluster.js';
 import { type EtcdServer, startEtcd } from '../helpers/etcd.js';
 import { BrokerProcess } from '../helpers/launcher.js';

@@ -18,7 +18,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const { Consumer } = await import(pathToFileURL(path.join(root, 'dist', 'src', 'client', 'index.js')).href);
+const { Consumer } = await import(pathToFileURL(path.join(root, 'packages', 'client', 'dist', 'index.js')).href);
 
 const cfg = JSON.parse(process.argv[2] ?? '{}');
 const out = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);

@@ -11,9 +11,9 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Producer } from '../../src/client/producer.js';
-import { ProducerFencedError, type Transaction } from '../../src/client/transaction.js';
-import { TributaryError } from '../../src/protocol/errors.js';
+import { Producer } from 'tributary-client/producer.js';
+import { ProducerFencedError, type Transaction } from 'tributary-client/transaction.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { trackChild } from '../helpers/process-registry.js';
 import type { History, Outcome, ProducerKind, ReaderOp, SendOp, TxnOp } from './history.js';
 import { Rng } from './prng.js';

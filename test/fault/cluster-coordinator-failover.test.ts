@@ -6,10 +6,10 @@
  * offset is lost or regresses, and the group works again within session timeout + 2 s of the kill.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import { Consumer } from '../../src/client/consumer.js';
-import { Producer } from '../../src/client/producer.js';
-import { TributaryError } from '../../src/protocol/errors.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { Consumer } from 'tributary-client/consumer.js';
+import { Producer } from 'tributary-client/producer.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { TestCluster } from '../helpers/cluster.js';
 import { GroupMember, fetchOffset, groupStatus, kv, settle } from '../integration/groups/helpers.js';
 import { expectError, sleep } from '../helpers/util.js';

@@ -10,9 +10,9 @@
  * unanswered keep-alives is what this test observes. The timeline is printed either way.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import { parseLine } from '../../src/protocol/command.js';
-import { TributaryError } from '../../src/protocol/errors.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { TestCluster } from '../helpers/cluster.js';
 import { sleep } from '../helpers/util.js';
 

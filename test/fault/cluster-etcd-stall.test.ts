@@ -7,7 +7,7 @@
  * before it moves anything. A broker that really died meanwhile (kill -9) is still replaced.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { TributaryError } from '../../src/protocol/errors.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { type ClusterStatus, TestCluster } from '../helpers/cluster.js';
 import { sleep } from '../helpers/util.js';
 

@@ -6,7 +6,7 @@
  * all while the old coordinator is still frozen (docs/architecture.md, "Cluster mode").
  */
 import { beforeEach, describe, expect, it } from 'vitest';
-import { TributaryError } from '../../src/protocol/errors.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { type TestCluster, useCluster } from '../helpers/cluster.js';
 import { kv } from '../integration/groups/helpers.js';
 import { sleep } from '../helpers/util.js';

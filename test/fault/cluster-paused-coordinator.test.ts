@@ -7,7 +7,7 @@
  * (docs/architecture.md, "Cluster mode").
  */
 import { beforeEach, describe, expect, it } from 'vitest';
-import { TributaryError } from '../../src/protocol/errors.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { type TestCluster, useCluster } from '../helpers/cluster.js';
 import { GroupMember, groupStatus, kv } from '../integration/groups/helpers.js';
 

@@ -9,8 +9,8 @@
  * write an idempotent batch, and the SDK producer retries it on the follower that takes over.
  */
 import { beforeEach, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import { Producer } from '../../src/client/producer.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { Producer } from 'tributary-client/producer.js';
 import { type TestCluster, useCluster } from '../helpers/cluster.js';
 
 const TOPIC = 'promo-inflight';

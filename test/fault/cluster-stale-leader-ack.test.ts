@@ -7,9 +7,9 @@
  * another record (docs/architecture.md, "acks=all").
  */
 import { beforeEach, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import { parseLine } from '../../src/protocol/command.js';
-import { TributaryError } from '../../src/protocol/errors.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { type TestCluster, useCluster } from '../helpers/cluster.js';
 import { sleep } from '../helpers/util.js';
 

@@ -6,7 +6,7 @@
  * older than one it knows of, from etcd or from a marker it wrote (docs/protocol.md, cluster mode).
  */
 import { beforeEach, describe, expect, it } from 'vitest';
-import { TributaryError } from '../../src/protocol/errors.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { type TestCluster, useCluster } from '../helpers/cluster.js';
 import { kv } from '../integration/groups/helpers.js';
 

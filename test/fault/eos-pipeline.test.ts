@@ -7,8 +7,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import { TributaryError } from '../../src/protocol/errors.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { BrokerProcess, ROOT } from '../helpers/launcher.js';
 import { trackChild } from '../helpers/process-registry.js';
 import { readAll } from '../integration/transactions/helpers.js';

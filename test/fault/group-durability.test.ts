@@ -8,8 +8,8 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import { decodeRecords, encodeRecords } from '../../src/storage/record-codec.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { decodeRecords, encodeRecords } from 'tributary-broker/storage/record-codec.js';
 import type { BrokerProcess } from '../helpers/launcher.js';
 import {
   GroupMember,

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
+import type { Connection } from 'tributary-protocol/connection.js';
 import { BrokerProcess, ROOT } from '../helpers/launcher.js';
 import { trackChild } from '../helpers/process-registry.js';
 import { sleep } from '../helpers/util.js';

@@ -5,7 +5,7 @@
 // Every step is one JSON line on stdout: {ev, ok, code?, sentAt, at, ...}.
 //
 // usage: node group-zombie-member.mjs <port> <topic> <group> <maxOffset>
-import { Connection } from '../../dist/src/client/connection.js';
+import { Connection } from '../../packages/protocol/dist/connection.js';
 
 const [port, topic, group, maxOffsetArg] = process.argv.slice(2);
 const maxOffset = Number(maxOffsetArg);

@@ -8,7 +8,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
+import type { Connection } from 'tributary-protocol/connection.js';
 import type { BrokerProcess } from '../helpers/launcher.js';
 import { trackChild } from '../helpers/process-registry.js';
 import { GroupMember, fetchOffset, fill, groupStatus, startBroker } from '../integration/groups/helpers.js';

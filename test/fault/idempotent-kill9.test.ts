@@ -4,8 +4,8 @@
  * last snapshot), and nothing is stored twice.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Batch } from '../../src/protocol/batch.js';
-import { parseLine } from '../../src/protocol/command.js';
+import type { Batch } from 'tributary-protocol/batch.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 
 const BASE_ARGS = ['--offsets-topic-partitions', '1', '--flush', 'always'];

@@ -3,9 +3,9 @@
  * exactly its acknowledged offset, logs stay contiguous from 0, and nothing is stored twice.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import type { Batch } from '../../src/protocol/batch.js';
-import { parseLine } from '../../src/protocol/command.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import type { Batch } from 'tributary-protocol/batch.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { sleep } from '../helpers/util.js';
 

@@ -5,9 +5,9 @@
  * committed record is lost or delivered again.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import { Consumer } from '../../src/client/consumer.js';
-import { parseLine } from '../../src/protocol/command.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { Consumer } from 'tributary-client/consumer.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { freePort } from '../helpers/scripted-server.js';
 import { sleep, until } from '../helpers/util.js';

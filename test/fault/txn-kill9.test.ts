@@ -12,7 +12,7 @@
  */
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
+import type { Connection } from 'tributary-protocol/connection.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { GroupMember, fetchOffset } from '../integration/groups/helpers.js';
 import { RawTxnProducer, type ReadRecord, offsets, readAll } from '../integration/transactions/helpers.js';

@@ -3,7 +3,7 @@
 //   node cluster-member.mjs '<json config>'
 //
 // config: { endpoints, prefix, brokerId, leaseTtlSeconds, requestTimeoutMs?, register?: boolean, campaign?: boolean }
-// It imports the compiled cluster modules (dist/src/cluster/*.js) and prints one JSON line per event:
+// It imports the compiled cluster modules (packages/broker/dist/cluster/*.js) and prints one JSON line per event:
 //   {type:'registered', brokerId}                after its registration is in etcd
 //   {type:'controller', state}                   every ControllerElection 'change' (state: ControllerState)
 //   {type:'error', message}                      start-up failed; the process exits with 1
@@ -12,7 +12,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const load = (name) => import(pathToFileURL(path.join(root, 'dist', 'src', 'cluster', `${name}.js`)).href);
+const load = (name) => import(pathToFileURL(path.join(root, 'packages', 'broker', 'dist', 'cluster', `${name}.js`)).href);
 const { BrokerRegistry } = await load('broker-registry');
 const { ControllerElection } = await load('controller-election');
 

@@ -3,8 +3,8 @@
  * directory, sharing a key prefix of their own. Brokers can be killed, paused and restarted.
  */
 import { afterAll, beforeAll } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import { parseLine } from '../../src/protocol/command.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import { type EtcdServer, startEtcd } from './etcd.js';
 import { BrokerProcess } from './launcher.js';
 import { eventuallyTolerant } from './util.js';

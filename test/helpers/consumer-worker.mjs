@@ -3,7 +3,7 @@
 //   node consumer-worker.mjs '<json config>'
 //
 // config: { name, options: ConsumerOptions, handlerDelayMs? }
-// It imports the compiled SDK (dist/src/client/index.js), runs `run({ eachMessage })` and prints one JSON
+// It imports the compiled SDK (packages/client/dist/index.js), runs `run({ eachMessage })` and prints one JSON
 // line per event on stdout (writes to a pipe are synchronous on Linux, so a line printed before a
 // kill -9 is never lost):
 //   {type:'ready', memberId, generation, assignment}
@@ -17,7 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const { Consumer } = await import(pathToFileURL(path.join(root, 'dist', 'src', 'client', 'index.js')).href);
+const { Consumer } = await import(pathToFileURL(path.join(root, 'packages', 'client', 'dist', 'index.js')).href);
 
 const cfg = JSON.parse(process.argv[2] ?? '{}');
 const out = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);

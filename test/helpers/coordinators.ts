@@ -4,16 +4,16 @@
  */
 import { pino } from 'pino';
 import client from 'prom-client';
-import { resolveConfig } from '../../src/broker/config.js';
-import { BrokerMetrics } from '../../src/broker/metrics.js';
-import { TopicManager, type TopicSpec } from '../../src/broker/topic-manager.js';
-import { LocalMetadataStore } from '../../src/cluster/metadata-store.js';
-import type { Clock } from '../../src/coordinator/clock.js';
-import { type CoordinatorConfig, GroupCoordinator } from '../../src/coordinator/group-coordinator.js';
-import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from '../../src/coordinator/group-log.js';
-import { TransactionCoordinator, type TxnCoordinatorConfig } from '../../src/txn/txn-coordinator.js';
-import { TXN_STATE_TOPIC, TxnLog } from '../../src/txn/txn-log.js';
-import { LocalTxnTargets } from '../../src/txn/txn-targets.js';
+import { resolveConfig } from 'tributary-broker/broker/config.js';
+import { BrokerMetrics } from 'tributary-broker/broker/metrics.js';
+import { TopicManager, type TopicSpec } from 'tributary-broker/broker/topic-manager.js';
+import { LocalMetadataStore } from 'tributary-broker/cluster/metadata-store.js';
+import type { Clock } from 'tributary-broker/coordinator/clock.js';
+import { type CoordinatorConfig, GroupCoordinator } from 'tributary-broker/coordinator/group-coordinator.js';
+import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from 'tributary-broker/coordinator/group-log.js';
+import { TransactionCoordinator, type TxnCoordinatorConfig } from 'tributary-broker/txn/txn-coordinator.js';
+import { TXN_STATE_TOPIC, TxnLog } from 'tributary-broker/txn/txn-log.js';
+import { LocalTxnTargets } from 'tributary-broker/txn/txn-targets.js';
 
 export const GROUP_CONFIG: CoordinatorConfig = {
   joinWindowMs: 30,

@@ -3,7 +3,7 @@
  * timers that fall due on the way, each at its own time and in order, so coordinator state machines run
  * their session, window and transaction timeouts without real waiting.
  */
-import type { Clock, ClockTimer } from '../../src/coordinator/clock.js';
+import type { Clock, ClockTimer } from 'tributary-broker/coordinator/clock.js';
 
 interface FakeTimer extends ClockTimer {
   readonly id: number;

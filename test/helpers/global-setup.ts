@@ -6,7 +6,7 @@ import { createRegistry, describeSurvivors, reapSurvivors } from './process-regi
  * teardown fails the run if a process the tests started outlived them.
  */
 export default function setup(): () => Promise<void> {
-  if (process.env.TRIBUTARY_SKIP_BUILD !== '1') execSync('npx tsc -p tsconfig.json', { stdio: 'inherit' });
+  if (process.env.TRIBUTARY_SKIP_BUILD !== '1') execSync('npx tsc -b', { stdio: 'inherit' });
   const registry = createRegistry();
   return async () => {
     const left = await reapSurvivors(registry);

@@ -1,12 +1,12 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Connection } from '../../src/client/connection.js';
+import { Connection } from 'tributary-protocol/connection.js';
 import { trackChild } from './process-registry.js';
 import { removeDir, tempDir } from './util.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-export const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
+export const CLI = path.join(ROOT, 'packages', 'broker', 'dist', 'cli', 'main.js');
 
 export interface BrokerOptions {
   dataDir?: string;

@@ -11,7 +11,7 @@ import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'nod
 import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'vitest';
-import { processStartTime } from '../../src/broker/data-dir-lock.js';
+import { processStartTime } from 'tributary-broker/broker/data-dir-lock.js';
 
 export const REGISTRY_ENV = 'TEST_PROCESS_REGISTRY';
 

@@ -14,8 +14,8 @@
  *  - undefined: the default handler (or `ERROR: unknown_command` when there is none).
  */
 import net from 'node:net';
-import { type ParsedLine, parseLine } from '../../src/protocol/command.js';
-import { encodeFrame, FrameDecoder } from '../../src/protocol/frame.js';
+import { type ParsedLine, parseLine } from 'tributary-protocol/command.js';
+import { encodeFrame, FrameDecoder } from 'tributary-protocol/frame.js';
 import { sleep } from './util.js';
 
 export type ScriptReply = string | Buffer | 'close' | 'garbage' | 'huge' | 'partial' | 'hang' | undefined;

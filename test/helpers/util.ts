@@ -7,9 +7,9 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'vitest';
-import type { BatchRecord } from '../../src/protocol/batch.js';
-import { TributaryError } from '../../src/protocol/errors.js';
-import type { RecordInput } from '../../src/protocol/record.js';
+import type { BatchRecord } from 'tributary-protocol/batch.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { RecordInput } from 'tributary-protocol/record.js';
 
 // ---- waiting ----
 

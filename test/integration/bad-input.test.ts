@@ -8,9 +8,9 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import { type Batch, decodeBatch, encodeBatch } from '../../src/protocol/batch.js';
-import { parseLine } from '../../src/protocol/command.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { type Batch, decodeBatch, encodeBatch } from 'tributary-protocol/batch.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { holdsWithin, sleep } from '../helpers/util.js';
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import { parseLine } from '../../src/protocol/command.js';
-import { partitionForKey } from '../../src/protocol/partitioner.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { batchRec, sleep } from '../helpers/util.js';
 

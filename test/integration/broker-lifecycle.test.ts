@@ -1,7 +1,7 @@
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Batch, } from '../../src/protocol/batch.js';
-import { parseLine } from '../../src/protocol/command.js';
+import type { Batch, } from 'tributary-protocol/batch.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { batchRec, sleep } from '../helpers/util.js';
 

@@ -5,7 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
+import type { Connection } from 'tributary-protocol/connection.js';
 import { BrokerProcess, CLI } from '../helpers/launcher.js';
 import { trackChild } from '../helpers/process-registry.js';
 

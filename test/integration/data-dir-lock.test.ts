@@ -6,7 +6,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { LOCK_FILE } from '../../src/broker/data-dir-lock.js';
+import { LOCK_FILE } from 'tributary-broker/broker/data-dir-lock.js';
 import { FAST_CLUSTER_ARGS, TestCluster } from '../helpers/cluster.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 

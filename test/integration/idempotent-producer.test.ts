@@ -6,10 +6,10 @@
  */
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../src/client/connection.js';
-import { Producer } from '../../src/client/producer.js';
-import type { Batch } from '../../src/protocol/batch.js';
-import { parseLine } from '../../src/protocol/command.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { Producer } from 'tributary-client/producer.js';
+import type { Batch } from 'tributary-protocol/batch.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 
 const ARGS = ['--offsets-topic-partitions', '1'];

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PgOffsetStore, type PgOffsetStoreOptions } from '../../src/coordinator/pg-offset-store.js';
-import { TributaryError } from '../../src/protocol/errors.js';
+import { PgOffsetStore, type PgOffsetStoreOptions } from 'tributary-broker/coordinator/pg-offset-store.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { rejection } from '../helpers/util.js';
 

@@ -4,7 +4,7 @@
  * dead one, and a stream past its silence bound is.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Batch } from '../../src/protocol/batch.js';
+import type { Batch } from 'tributary-protocol/batch.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { sleep } from '../helpers/util.js';
 

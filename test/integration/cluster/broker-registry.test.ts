@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { BrokerIdInUseError, type BrokerRegistration, BrokerRegistry } from '../../../src/cluster/broker-registry.js';
+import { BrokerIdInUseError, type BrokerRegistration, BrokerRegistry } from 'tributary-broker/cluster/broker-registry.js';
 import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
 import { ClusterMember, REQUEST_TIMEOUT_MS, TTL_SECONDS, uniquePrefix } from './helpers.js';
 import { eventually, sleep } from '../../helpers/util.js';

@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ControllerElection, type ControllerState } from '../../../src/cluster/controller-election.js';
+import { ControllerElection, type ControllerState } from 'tributary-broker/cluster/controller-election.js';
 import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
 import { ClusterMember, REQUEST_TIMEOUT_MS, TTL_SECONDS, uniquePrefix } from './helpers.js';
 import { eventually, sleep } from '../../helpers/util.js';

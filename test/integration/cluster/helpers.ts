@@ -6,7 +6,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { ControllerState } from '../../../src/cluster/controller-election.js';
+import type { ControllerState } from 'tributary-broker/cluster/controller-election.js';
 import { trackChild } from '../../helpers/process-registry.js';
 import { eventually } from '../../helpers/util.js';
 
@@ -34,7 +34,7 @@ export interface MemberLine {
   message?: string;
 }
 
-/** A BrokerRegistry and/or ControllerElection in a child process (built code, dist/src/cluster). */
+/** A BrokerRegistry and/or ControllerElection in a child process (built code, packages/broker/dist/cluster). */
 export class ClusterMember {
   readonly lines: MemberLine[] = [];
   stderr = '';

@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type CompareAndSetResult, type PartitionState, type PartitionStateEntry, PartitionStateStore } from '../../../src/cluster/partition-state.js';
+import { type CompareAndSetResult, type PartitionState, type PartitionStateEntry, PartitionStateStore } from 'tributary-broker/cluster/partition-state.js';
 import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
 import { REQUEST_TIMEOUT_MS, uniquePrefix } from './helpers.js';
 import { eventually } from '../../helpers/util.js';

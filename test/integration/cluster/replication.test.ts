@@ -4,9 +4,9 @@
  * kill -9 while a producer and a reader run: no acknowledged record lost, no offset with two records.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../../src/client/connection.js';
-import { parseLine } from '../../../src/protocol/command.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { TestCluster } from '../../helpers/cluster.js';
 import { sleep } from '../../helpers/util.js';
 

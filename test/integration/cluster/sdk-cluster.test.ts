@@ -6,10 +6,10 @@
  * consumed.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Consumer } from '../../../src/client/consumer.js';
-import { Producer, type RecordMetadata } from '../../../src/client/producer.js';
-import { parseLine } from '../../../src/protocol/command.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
+import { Consumer } from 'tributary-client/consumer.js';
+import { Producer, type RecordMetadata } from 'tributary-client/producer.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { TestCluster } from '../../helpers/cluster.js';
 import { sleep } from '../../helpers/util.js';
 

@@ -5,9 +5,9 @@
  * coordinator that knows the transaction and aborts it on the next INIT_PRODUCER_ID.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../../src/client/connection.js';
-import { Producer } from '../../../src/client/producer.js';
-import { parseLine } from '../../../src/protocol/command.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { Producer } from 'tributary-client/producer.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import { TestCluster } from '../../helpers/cluster.js';
 import { GroupMember } from '../groups/helpers.js';
 import { RawTxnProducer, readAll } from '../transactions/helpers.js';

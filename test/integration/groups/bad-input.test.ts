@@ -4,8 +4,8 @@
  * generation, members, assignments and offsets (GROUP_STATUS without heartbeat times).
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { Connection } from '../../../src/client/connection.js';
-import type { FieldValue } from '../../../src/protocol/command.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import type { FieldValue } from 'tributary-protocol/command.js';
 import type { BrokerProcess } from '../../helpers/launcher.js';
 import { GroupMember, fill, groupStatus, kv, stableStatus, startBroker } from './helpers.js';
 import { eventually, expectError, rejection } from '../../helpers/util.js';

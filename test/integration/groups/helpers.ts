@@ -4,9 +4,9 @@
  * error checks are in test/helpers/util.ts.
  */
 import { expect } from 'vitest';
-import type { Connection } from '../../../src/client/connection.js';
-import { parseLine } from '../../../src/protocol/command.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 
 export type Fields = Record<string, string | number | boolean | undefined>;

@@ -4,7 +4,7 @@
  * client-side assignment and assignor selection.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../../src/client/connection.js';
+import type { Connection } from 'tributary-protocol/connection.js';
 import type { BrokerProcess } from '../../helpers/launcher.js';
 import { GroupMember, expectDisjointSyncReplies, expectExclusiveOwnership, groupStatus, kv, list, settle, stableStatus, startBroker } from './helpers.js';
 import { eventually, expectError, sleep } from '../../helpers/util.js';

@@ -4,7 +4,7 @@
  * lag in GROUP_STATUS and /metrics.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../../src/client/connection.js';
+import type { Connection } from 'tributary-protocol/connection.js';
 import type { BrokerProcess } from '../../helpers/launcher.js';
 import { GroupMember, fetchAll, fetchOffset, fill, groupStatus, kv, settle, startBroker } from './helpers.js';
 import { eventually, expectError, sleep } from '../../helpers/util.js';

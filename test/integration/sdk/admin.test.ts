@@ -3,9 +3,9 @@
  * TributaryErrors, and the client's lifecycle.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Admin } from '../../../src/client/admin.js';
-import type { Connection } from '../../../src/client/connection.js';
-import { Producer } from '../../../src/client/producer.js';
+import { Admin } from 'tributary-client/admin.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { rejection } from '../../helpers/util.js';
 

@@ -17,10 +17,10 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import readline from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../../src/client/connection.js';
+import type { Connection } from 'tributary-protocol/connection.js';
 import { trackChild } from '../../helpers/process-registry.js';
-import type { Batch } from '../../../src/protocol/batch.js';
-import { parseLine } from '../../../src/protocol/command.js';
+import type { Batch } from 'tributary-protocol/batch.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import { BrokerProcess, ROOT } from '../../helpers/launcher.js';
 import { sleep } from '../../helpers/util.js';
 

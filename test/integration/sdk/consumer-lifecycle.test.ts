@@ -6,10 +6,10 @@
  * work from a revoked partition.
  */
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { Connection } from '../../../src/client/connection.js';
-import { Consumer, type ConsumerOptions, type ConsumerState } from '../../../src/client/consumer.js';
-import { parseLine } from '../../../src/protocol/command.js';
-import type { TributaryError } from '../../../src/protocol/errors.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { Consumer, type ConsumerOptions, type ConsumerState } from 'tributary-client/consumer.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import type { TributaryError } from 'tributary-protocol/errors.js';
 import { GroupMember, groupStatus } from '../groups/helpers.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { sleep, until } from '../../helpers/util.js';

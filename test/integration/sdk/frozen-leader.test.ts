@@ -5,9 +5,9 @@
  * the pause ends, and every send succeeds, each record once and in send order.
  */
 import { beforeEach, describe, expect, it } from 'vitest';
-import type { Connection } from '../../../src/client/connection.js';
-import { Producer } from '../../../src/client/producer.js';
-import type { BatchRecord } from '../../../src/protocol/batch.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { Producer } from 'tributary-client/producer.js';
+import type { BatchRecord } from 'tributary-protocol/batch.js';
 import { type TestCluster, useCluster } from '../../helpers/cluster.js';
 import { sleep } from '../../helpers/util.js';
 

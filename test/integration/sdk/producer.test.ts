@@ -5,13 +5,13 @@
  */
 import diagnostics from 'node:diagnostics_channel';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { Connection } from '../../../src/client/connection.js';
-import { channels } from '../../../src/client/events.js';
-import { Producer, type ProducerOptions } from '../../../src/client/producer.js';
-import type { BatchRecord } from '../../../src/protocol/batch.js';
-import { parseLine } from '../../../src/protocol/command.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
-import { partitionForKey } from '../../../src/protocol/partitioner.js';
+import { Connection } from 'tributary-protocol/connection.js';
+import { channels } from 'tributary-client/events.js';
+import { Producer, type ProducerOptions } from 'tributary-client/producer.js';
+import type { BatchRecord } from 'tributary-protocol/batch.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { sleep } from '../../helpers/util.js';
 

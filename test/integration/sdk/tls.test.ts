@@ -4,9 +4,9 @@ import net from 'node:net';
 import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Admin } from '../../../src/client/admin.js';
-import { Consumer } from '../../../src/client/consumer.js';
-import { Producer } from '../../../src/client/producer.js';
+import { Admin } from 'tributary-client/admin.js';
+import { Consumer } from 'tributary-client/consumer.js';
+import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { tempDir } from '../../helpers/util.js';
 

@@ -4,11 +4,11 @@
  * open; a consume-transform-produce step with a Consumer whose offsets move only with the commit.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../../src/client/connection.js';
-import { Consumer } from '../../../src/client/consumer.js';
-import { Producer, type ProducerOptions } from '../../../src/client/producer.js';
-import { ProducerFencedError, TransactionStateError } from '../../../src/client/transaction.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { Consumer } from 'tributary-client/consumer.js';
+import { Producer, type ProducerOptions } from 'tributary-client/producer.js';
+import { ProducerFencedError, TransactionStateError } from 'tributary-client/transaction.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { fetchOffset } from '../groups/helpers.js';
 import { readAll } from '../transactions/helpers.js';

@@ -1,11 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Admin } from '../../../src/client/admin.js';
-import { Connection } from '../../../src/client/connection.js';
-import { Consumer } from '../../../src/client/consumer.js';
-import { Producer } from '../../../src/client/producer.js';
-import { type Batch, encodeBatch } from '../../../src/protocol/batch.js';
+import { Admin } from 'tributary-client/admin.js';
+import { Connection } from 'tributary-protocol/connection.js';
+import { Consumer } from 'tributary-client/consumer.js';
+import { Producer } from 'tributary-client/producer.js';
+import { type Batch, encodeBatch } from 'tributary-protocol/batch.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { addUser, makeCa, makeCert, type Pem, removeUser } from './pki.js';
 import { tempDir } from '../../helpers/util.js';

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Connection } from '../../../src/client/connection.js';
+import { Connection } from 'tributary-protocol/connection.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { trackChild } from '../../helpers/process-registry.js';
 import { addUser, makeCa, makeCert, type Pem } from './pki.js';

@@ -3,7 +3,7 @@ import net from 'node:net';
 import path from 'node:path';
 import type tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Connection } from '../../../src/client/connection.js';
+import { Connection } from 'tributary-protocol/connection.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { addUser, makeCa, makeCert, type Pem } from './pki.js';
 import { tempDir } from '../../helpers/util.js';

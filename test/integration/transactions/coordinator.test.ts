@@ -4,7 +4,7 @@
  * zombie producers, the transaction timeout, and state kept across a restart.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from '../../../src/client/connection.js';
+import type { Connection } from 'tributary-protocol/connection.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { GroupMember, fetchOffset } from '../groups/helpers.js';
 import { RawTxnProducer, kv, offsets, readAll } from './helpers.js';

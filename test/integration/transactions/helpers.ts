@@ -2,9 +2,9 @@
  * Shared helpers of the transaction tests: a raw transactional producer over one connection (the wire
  * commands, no SDK), and reads of a partition in either isolation.
  */
-import type { Connection } from '../../../src/client/connection.js';
-import { parseLine } from '../../../src/protocol/command.js';
-import { RecordAttr } from '../../../src/protocol/record.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { RecordAttr } from 'tributary-protocol/record.js';
 
 export function kv(reply: string): Map<string, string> {
   return parseLine(reply).params;

@@ -10,7 +10,7 @@ import path from 'node:path';
 import readline from 'node:readline';
 import { pathToFileURL } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DataDirInUseError, type DataDirLock, LOCK_FILE, lockDataDir } from '../../../src/broker/data-dir-lock.js';
+import { DataDirInUseError, type DataDirLock, LOCK_FILE, lockDataDir } from 'tributary-broker/broker/data-dir-lock.js';
 import { ROOT } from '../../helpers/launcher.js';
 import { trackChild } from '../../helpers/process-registry.js';
 import { removeDir, sleep, tempDir } from '../../helpers/util.js';
@@ -183,7 +183,7 @@ describe('data directory lock', () => {
 
   // Across processes, on the compiled module (the child processes cannot load TypeScript).
   it('of several processes taking over one stale lock at the same instant, exactly one wins', { timeout: 60_000 }, async () => {
-    const mod = pathToFileURL(path.join(ROOT, 'dist', 'src', 'broker', 'data-dir-lock.js')).href;
+    const mod = pathToFileURL(path.join(ROOT, 'packages', 'broker', 'dist', 'broker', 'data-dir-lock.js')).href;
     // Waits for a common instant, tries once, reports; the winner holds the lock until its stdin closes.
     const script = `
       const [mod, dir, at] = process.argv.slice(-3);

@@ -1,9 +1,9 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Partition, PRODUCER_SNAPSHOT_FILE } from '../../../src/broker/partition.js';
-import { PRODUCER_WINDOW, ProducerStateTable } from '../../../src/broker/producer-state.js';
-import { PartitionLog } from '../../../src/storage/partition-log.js';
+import { Partition, PRODUCER_SNAPSHOT_FILE } from 'tributary-broker/broker/partition.js';
+import { PRODUCER_WINDOW, ProducerStateTable } from 'tributary-broker/broker/producer-state.js';
+import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { rec, removeDir, tempDir, thrownCode } from '../../helpers/util.js';
 
 /** check + begin + complete, as Partition does around an append at `base`. */

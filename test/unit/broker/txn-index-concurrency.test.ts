@@ -6,10 +6,10 @@
  */
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Partition } from '../../../src/broker/partition.js';
-import { TxnIndex } from '../../../src/broker/txn-index.js';
-import { type LogRecord, RecordAttr } from '../../../src/protocol/record.js';
-import { PartitionLog } from '../../../src/storage/partition-log.js';
+import { Partition } from 'tributary-broker/broker/partition.js';
+import { TxnIndex } from 'tributary-broker/broker/txn-index.js';
+import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
+import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;

@@ -2,11 +2,11 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type Isolation, Partition, TXN_SNAPSHOT_FILE } from '../../../src/broker/partition.js';
-import { TxnIndex } from '../../../src/broker/txn-index.js';
-import { decodeBatch, encodeBatch, logRecordsToBatch } from '../../../src/protocol/batch.js';
-import { type LogRecord, RecordAttr, } from '../../../src/protocol/record.js';
-import { PartitionLog } from '../../../src/storage/partition-log.js';
+import { type Isolation, Partition, TXN_SNAPSHOT_FILE } from 'tributary-broker/broker/partition.js';
+import { TxnIndex } from 'tributary-broker/broker/txn-index.js';
+import { decodeBatch, encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
+import { type LogRecord, RecordAttr, } from 'tributary-protocol/record.js';
+import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { errorCode, rec, removeDir, sleep, tempDir } from '../../helpers/util.js';
 
 let dir: string;

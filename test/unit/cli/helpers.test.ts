@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { intArg, parseAddress, toCliError } from '../../../src/cli/client-util.js';
-import { formatRecord, parseListOffsets, parseMetadata } from '../../../src/cli/consume-command.js';
-import { CliError, formatBrokerError } from '../../../src/cli/errors.js';
-import { ProgressBar } from '../../../src/cli/progress.js';
-import type { BatchRecord } from '../../../src/protocol/batch.js';
-import { parseError } from '../../../src/protocol/command.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
+import { intArg, parseAddress, toCliError } from 'tributary-broker/cli/client-util.js';
+import { formatRecord, parseListOffsets, parseMetadata } from 'tributary-broker/cli/consume-command.js';
+import { CliError, formatBrokerError } from 'tributary-broker/cli/errors.js';
+import { ProgressBar } from 'tributary-broker/cli/progress.js';
+import type { BatchRecord } from 'tributary-protocol/batch.js';
+import { parseError } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 
 const record = (over: Partial<BatchRecord> = {}): BatchRecord => ({
   offset: 7,

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { run } from '../../../src/cli/program.js';
+import { run } from 'tributary-broker/cli/program.js';
 
 /** Runs the CLI in-process and captures what it writes; no broker is started by these cases. */
 async function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {

@@ -3,8 +3,8 @@
  * with code invalid_config (naming the option) from its constructor, before any connection is opened.
  */
 import { describe, expect, it } from 'vitest';
-import { Consumer, type ConsumerOptions } from '../../../src/client/consumer.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
+import { Consumer, type ConsumerOptions } from 'tributary-client/consumer.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 
 // Nothing listens here: construction must not connect, so valid options still construct fine.
 const BASE: ConsumerOptions = { brokers: ['127.0.0.1:1'], groupId: 'g', topic: 't' };

@@ -6,10 +6,10 @@
  */
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Producer, type ProducerOptions } from '../../../src/client/producer.js';
-import { type Batch, decodeBatch } from '../../../src/protocol/batch.js';
-import { parseLine } from '../../../src/protocol/command.js';
-import { FrameDecoder, encodeFrame } from '../../../src/protocol/frame.js';
+import { Producer, type ProducerOptions } from 'tributary-client/producer.js';
+import { type Batch, decodeBatch } from 'tributary-protocol/batch.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { FrameDecoder, encodeFrame } from 'tributary-protocol/frame.js';
 import { sleep, until } from '../../helpers/util.js';
 
 type Reply = string | 'hang' | 'close' | Promise<string>;

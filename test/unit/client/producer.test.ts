@@ -13,10 +13,10 @@ import {
   recordSize,
   toBatchRecord,
   validateProducerOptions,
-} from '../../../src/client/producer.js';
-import { encodeBatch } from '../../../src/protocol/batch.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
-import { partitionForKey } from '../../../src/protocol/partitioner.js';
+} from 'tributary-client/producer.js';
+import { encodeBatch } from 'tributary-protocol/batch.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { partitionForKey } from 'tributary-protocol/partitioner.js';
 
 const BROKERS = ['127.0.0.1:9'];
 

@@ -3,8 +3,8 @@
  * errors retried, the attempt budget, the abort signal during the wait, and the maxElapsedMs bound.
  */
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_RETRY, backoffDelay, isRetriable, retry } from '../../../src/client/retry.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
+import { DEFAULT_RETRY, backoffDelay, isRetriable, retry } from 'tributary-client/retry.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 
 const justBelowOne = () => 0.999999;
 

@@ -5,10 +5,10 @@
  * when a server stops answering.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Consumer, type ConsumerOptions } from '../../../src/client/consumer.js';
-import { type BatchRecord, encodeBatch } from '../../../src/protocol/batch.js';
-import type { ParsedLine } from '../../../src/protocol/command.js';
-import type { TributaryError } from '../../../src/protocol/errors.js';
+import { Consumer, type ConsumerOptions } from 'tributary-client/consumer.js';
+import { type BatchRecord, encodeBatch } from 'tributary-protocol/batch.js';
+import type { ParsedLine } from 'tributary-protocol/command.js';
+import type { TributaryError } from 'tributary-protocol/errors.js';
 import { type Script, ScriptedServer } from '../../helpers/scripted-server.js';
 import { sleep, until } from '../../helpers/util.js';
 

@@ -4,11 +4,11 @@
  * non-retriable errors, and servers that misbehave at the framing level.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Cluster } from '../../../src/client/cluster.js';
-import { Connection } from '../../../src/client/connection.js';
-import type { RetryOptions } from '../../../src/client/retry.js';
-import { encodeBatch } from '../../../src/protocol/batch.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
+import { Cluster } from 'tributary-client/cluster.js';
+import { Connection } from 'tributary-protocol/connection.js';
+import type { RetryOptions } from 'tributary-client/retry.js';
+import { encodeBatch } from 'tributary-protocol/batch.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { MALFORMED_BATCH, ScriptedServer, deadPort } from '../../helpers/scripted-server.js';
 import { rejection, sleep } from '../../helpers/util.js';
 

@@ -5,10 +5,10 @@
  * connection_lost, unless the broker still answers a ping (a slow reply, e.g. acks=all).
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Admin } from '../../../src/client/admin.js';
-import { Cluster, type ClusterOptions } from '../../../src/client/cluster.js';
-import { Connection } from '../../../src/client/connection.js';
-import { encodeBatch } from '../../../src/protocol/batch.js';
+import { Admin } from 'tributary-client/admin.js';
+import { Cluster, type ClusterOptions } from 'tributary-client/cluster.js';
+import { Connection } from 'tributary-protocol/connection.js';
+import { encodeBatch } from 'tributary-protocol/batch.js';
 import { ScriptedServer } from '../../helpers/scripted-server.js';
 import { rejection, sleep, until } from '../../helpers/util.js';
 

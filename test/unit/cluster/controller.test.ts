@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { assignReplicas, nextLeadership, preferredLeadership } from '../../../src/cluster/controller.js';
-import type { PartitionState } from '../../../src/cluster/partition-state.js';
+import { assignReplicas, nextLeadership, preferredLeadership } from 'tributary-broker/cluster/controller.js';
+import type { PartitionState } from 'tributary-broker/cluster/partition-state.js';
 
 const state = (s: Partial<PartitionState>): PartitionState => ({ replicas: [0, 1, 2], leader: 0, leaderEpoch: 4, isr: [0, 1, 2], hwm: 0, ...s });
 

@@ -10,7 +10,7 @@ import {
   type MemberSubscription,
   type TopicPartition,
   validatePlan,
-} from '../../../src/coordinator/assignors.js';
+} from 'tributary-protocol/assignors.js';
 
 const T = 'orders';
 const RUNS = { numRuns: 150 };

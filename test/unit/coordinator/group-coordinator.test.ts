@@ -4,7 +4,7 @@
  * no server, no socket, and no coordinator timer runs on real time.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { GroupCoordinator, JoinRequest, MemberView } from '../../../src/coordinator/group-coordinator.js';
+import type { GroupCoordinator, JoinRequest, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
 import { type Coordinators, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { expectError, rec, removeDir, tempDir, until } from '../../helpers/util.js';

@@ -10,9 +10,9 @@ import {
   encodeBatch,
   isBatchBody,
   logRecordsToBatch,
-} from '../../../src/protocol/batch.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
-import type { LogRecord } from '../../../src/protocol/record.js';
+} from 'tributary-protocol/batch.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { LogRecord } from 'tributary-protocol/record.js';
 import { batchRec } from '../../helpers/util.js';
 
 // ---------- arbitraries ----------

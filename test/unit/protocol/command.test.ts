@@ -10,8 +10,8 @@ import {
   parseError,
   parseIntStrict,
   parseLine,
-} from '../../../src/protocol/command.js';
-import { ERROR_CODES, type ErrorCode, TributaryError } from '../../../src/protocol/errors.js';
+} from 'tributary-protocol/command.js';
+import { ERROR_CODES, type ErrorCode, TributaryError } from 'tributary-protocol/errors.js';
 
 function catchErr(fn: () => unknown): TributaryError {
   let caught: unknown;

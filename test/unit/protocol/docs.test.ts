@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ERROR_CODES } from '../../../src/protocol/errors.js';
+import { ERROR_CODES } from 'tributary-protocol/errors.js';
 
 describe('docs/protocol.md', () => {
   const doc = readFileSync(new URL('../../../docs/protocol.md', import.meta.url), 'utf8');

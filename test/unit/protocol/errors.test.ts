@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ERROR_CLASSES, ERROR_CODES, type ErrorSpec, TributaryError, invalidParam, isErrorCode } from '../../../src/protocol/errors.js';
+import { ERROR_CLASSES, ERROR_CODES, type ErrorSpec, TributaryError, invalidParam, isErrorCode } from 'tributary-protocol/errors.js';
 
 const entries = Object.entries(ERROR_CODES) as Array<[string, ErrorSpec]>;
 

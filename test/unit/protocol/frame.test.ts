@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { TributaryError } from '../../../src/protocol/errors.js';
-import { DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encodeFrame, frameHeader } from '../../../src/protocol/frame.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
 
 /** Feed `data` to a fresh decoder in the given chunks and collect every body (as copies). */
 function decodeChunks(chunks: Buffer[], max?: number): { bodies: Buffer[]; pending: number } {

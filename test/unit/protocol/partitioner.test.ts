@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { fnv1a64, partitionForKey } from '../../../src/protocol/partitioner.js';
+import { fnv1a64, partitionForKey } from 'tributary-protocol/partitioner.js';
 
 function reference(data: Uint8Array): bigint {
   let h = 0xcbf29ce484222325n;

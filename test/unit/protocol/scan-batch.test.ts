@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type Batch, type BatchRecord, decodeBatch, encodeBatch, scanBatch } from '../../../src/protocol/batch.js';
+import { type Batch, type BatchRecord, decodeBatch, encodeBatch, scanBatch } from 'tributary-protocol/batch.js';
 
 const safeNat = fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const safeInt = fc.integer({ min: Number.MIN_SAFE_INTEGER, max: Number.MAX_SAFE_INTEGER });

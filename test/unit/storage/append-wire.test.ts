@@ -2,9 +2,9 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { type Batch, type BatchRecord, decodeBatch, encodeBatch, scanBatch } from '../../../src/protocol/batch.js';
-import type { RecordHeader } from '../../../src/protocol/record.js';
-import { PartitionLog } from '../../../src/storage/partition-log.js';
+import { type Batch, type BatchRecord, decodeBatch, encodeBatch, scanBatch } from 'tributary-protocol/batch.js';
+import type { RecordHeader } from 'tributary-protocol/record.js';
+import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;

@@ -2,10 +2,10 @@ import { readdir, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { LogRecord, RecordInput } from '../../../src/protocol/record.js';
-import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog } from '../../../src/storage/partition-log.js';
-import { ATTR_END_OF_APPEND, decodeRecords } from '../../../src/storage/record-codec.js';
-import { Segment } from '../../../src/storage/segment.js';
+import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
+import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { ATTR_END_OF_APPEND, decodeRecords } from 'tributary-broker/storage/record-codec.js';
+import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;

@@ -1,9 +1,9 @@
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { resolveConfig } from '../../../src/broker/config.js';
-import { BrokerMetrics } from '../../../src/broker/metrics.js';
-import { TopicManager, type TopicSpec } from '../../../src/broker/topic-manager.js';
-import { LocalMetadataStore } from '../../../src/cluster/metadata-store.js';
+import { resolveConfig } from 'tributary-broker/broker/config.js';
+import { BrokerMetrics } from 'tributary-broker/broker/metrics.js';
+import { TopicManager, type TopicSpec } from 'tributary-broker/broker/topic-manager.js';
+import { LocalMetadataStore } from 'tributary-broker/cluster/metadata-store.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;

@@ -1,9 +1,9 @@
 import { appendFile, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { LogRecord, RecordInput } from '../../../src/protocol/record.js';
-import { type CompactOptions, type LogOptions, PartitionLog, type SegmentInfo, SimulatedCrash } from '../../../src/storage/partition-log.js';
-import { Segment } from '../../../src/storage/segment.js';
+import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
+import { type CompactOptions, type LogOptions, PartitionLog, type SegmentInfo, SimulatedCrash } from 'tributary-broker/storage/partition-log.js';
+import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 /** Runs after every real rename (the log's and the test's): lets a test act right after compaction swaps a file in. */

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { crc32cPure } from '../../../src/storage/crc32c.js';
-import { crc32cRange } from '../../../src/storage/record-codec.js';
+import { crc32cPure } from 'tributary-broker/storage/crc32c.js';
+import { crc32cRange } from 'tributary-broker/storage/record-codec.js';
 
 describe('crc32cRange', () => {
   it('matches the reference CRC-32C for any range, small (JS) and large (native)', () => {

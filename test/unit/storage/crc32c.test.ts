@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { crc32c, crc32cImpl, crc32cNative, crc32cPure } from '../../../src/storage/crc32c.js';
+import { crc32c, crc32cImpl, crc32cNative, crc32cPure } from 'tributary-broker/storage/crc32c.js';
 
 describe('crc32c', () => {
   it('matches the known check vector', () => {

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { TributaryError } from '../../../src/protocol/errors.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import {
   type EpochEntry,
   endOffsetForEpoch,
@@ -12,7 +12,7 @@ import {
   LeaderEpochCache,
   UNDEFINED_EPOCH,
   UNDEFINED_EPOCH_OFFSET,
-} from '../../../src/storage/leader-epoch-cache.js';
+} from 'tributary-broker/storage/leader-epoch-cache.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;

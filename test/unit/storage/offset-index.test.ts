@@ -1,7 +1,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { OffsetIndex, parseIndex, readIndexFile, serializeIndex, writeIndexFile } from '../../../src/storage/offset-index.js';
+import { OffsetIndex, parseIndex, readIndexFile, serializeIndex, writeIndexFile } from 'tributary-broker/storage/offset-index.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 describe('OffsetIndex', () => {

@@ -1,10 +1,10 @@
 import { readdir, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { TributaryError } from '../../../src/protocol/errors.js';
-import type { LogRecord, RecordInput } from '../../../src/protocol/record.js';
-import { type FlushMode, HWM_CHECKPOINT_FILE, type LogOptions, PartitionLog } from '../../../src/storage/partition-log.js';
-import { Segment } from '../../../src/storage/segment.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
+import { type FlushMode, HWM_CHECKPOINT_FILE, type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, sleep, tempDir } from '../../helpers/util.js';
 
 let dir: string;

@@ -1,9 +1,9 @@
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Partition } from '../../../src/broker/partition.js';
-import { decodeBatch, encodeBatch, logRecordsToBatch } from '../../../src/protocol/batch.js';
-import { type RecordInput, RecordAttr } from '../../../src/protocol/record.js';
-import { PartitionLog } from '../../../src/storage/partition-log.js';
+import { Partition } from 'tributary-broker/broker/partition.js';
+import { decodeBatch, encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
+import { type RecordInput, RecordAttr } from 'tributary-protocol/record.js';
+import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;

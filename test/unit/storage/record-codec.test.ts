@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { LogRecord } from '../../../src/protocol/record.js';
+import type { LogRecord } from 'tributary-protocol/record.js';
 import {
   decodeRecord,
   decodeRecords,
@@ -9,7 +9,7 @@ import {
   encodeRecordView,
   inspectRecord,
   RECORD_OVERHEAD,
-} from '../../../src/storage/record-codec.js';
+} from 'tributary-broker/storage/record-codec.js';
 
 const safeTs = fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const optI64 = fc.oneof(fc.constant(-1), fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }));
@@ -154,7 +154,7 @@ describe('record codec', () => {
   });
 
   it('rejects structurally inconsistent records even with a valid CRC', async () => {
-    const { crc32c } = await import('../../../src/storage/crc32c.js');
+    const { crc32c } = await import('tributary-broker/storage/crc32c.js');
     const r: LogRecord = {
       offset: 1,
       timestamp: 2,

@@ -2,9 +2,9 @@ import { appendFile, readdir, readFile, stat, unlink, writeFile } from 'node:fs/
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { RecordInput } from '../../../src/protocol/record.js';
-import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog } from '../../../src/storage/partition-log.js';
-import { decodeRecords } from '../../../src/storage/record-codec.js';
+import type { RecordInput } from 'tributary-protocol/record.js';
+import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { decodeRecords } from 'tributary-broker/storage/record-codec.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;

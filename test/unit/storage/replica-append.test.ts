@@ -2,11 +2,11 @@ import { readdir, readFile, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { encodeBatch, logRecordsToBatch } from '../../../src/protocol/batch.js';
-import { TributaryError } from '../../../src/protocol/errors.js';
-import { type LogRecord, type RecordInput, RecordAttr } from '../../../src/protocol/record.js';
-import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog, wholeAppendCount } from '../../../src/storage/partition-log.js';
-import { ATTR_END_OF_APPEND, decodeRecords } from '../../../src/storage/record-codec.js';
+import { encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { type LogRecord, type RecordInput, RecordAttr } from 'tributary-protocol/record.js';
+import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog, wholeAppendCount } from 'tributary-broker/storage/partition-log.js';
+import { ATTR_END_OF_APPEND, decodeRecords } from 'tributary-broker/storage/record-codec.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;

@@ -4,9 +4,9 @@
  * data partitions. Real partitions in a temporary directory; no server, no coordinator timer on real time.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Isolation } from '../../../src/broker/partition.js';
-import { RecordAttr } from '../../../src/protocol/record.js';
-import type { TransactionCoordinator } from '../../../src/txn/txn-coordinator.js';
+import type { Isolation } from 'tributary-broker/broker/partition.js';
+import { RecordAttr } from 'tributary-protocol/record.js';
+import type { TransactionCoordinator } from 'tributary-broker/txn/txn-coordinator.js';
 import { type Coordinators, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { errorCode, expectError, rec, removeDir, tempDir, until } from '../../helpers/util.js';

@@ -1,0 +1,352 @@
+import { readFileSync } from 'node:fs';
+import type http from 'node:http';
+import net from 'node:net';
+import tls from 'node:tls';
+import { LocalMetadataStore, type MetadataStore } from '../cluster/metadata-store.js';
+import { encodeFrame } from 'tributary-protocol/frame.js';
+import { formatError } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { ClientConnection } from './client-connection.js';
+import type { BrokerContext } from './commands.js';
+import type { BrokerConfig } from './config.js';
+import { type DataDirLock, lockDataDir } from './data-dir-lock.js';
+import { createHealthServer } from './http-server.js';
+import type { Logger } from './logger.js';
+import { BrokerMetrics } from './metrics.js';
+import { TopicManager } from './topic-manager.js';
+import { AddressLimiter } from './limits.js';
+import { Security } from './security.js';
+import { GroupCoordinator } from '../coordinator/group-coordinator.js';
+import { GroupLog, type InternalAppend, LogOffsetStore, OFFSETS_TOPIC } from '../coordinator/group-log.js';
+import type { OffsetStore } from '../coordinator/offset-store.js';
+import { PgOffsetStore } from '../coordinator/pg-offset-store.js';
+import { TransactionCoordinator } from '../txn/txn-coordinator.js';
+import { ClusterNode } from '../cluster/cluster-node.js';
+import type { Replica } from '../cluster/replica-manager.js';
+import { leaderGate, replicated } from './commands.js';
+import { TXN_STATE_TOPIC, TxnLog } from '../txn/txn-log.js';
+import { LocalTxnTargets } from '../txn/txn-targets.js';
+import { ClusterTxnTargets } from '../cluster/cluster-txn-targets.js';
+
+type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
+
+function listen(server: net.Server | http.Server, port: number, host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve((server.address() as net.AddressInfo).port);
+    });
+  });
+}
+
+export class Broker implements BrokerContext {
+  readonly metrics = new BrokerMetrics();
+  readonly store: MetadataStore;
+  /** Cluster mode only: etcd membership, partition roles, replication. */
+  readonly cluster: ClusterNode | undefined;
+  readonly topics: TopicManager;
+  readonly coordinator: GroupCoordinator;
+  readonly transactions: TransactionCoordinator;
+  private readonly groupLog: GroupLog;
+  /** Why recovery failed; the broker then stays up but unready, never serving partial state. */
+  recoveryError: Error | undefined;
+  private readonly server: net.Server;
+  readonly security: Security;
+  private readonly perAddress: AddressLimiter;
+  private readonly health: http.Server;
+  private readonly connections = new Set<ClientConnection>();
+  private state: State = 'new';
+  private boundPort = 0;
+  private boundHealthPort = 0;
+  private dataDirLock: DataDirLock | undefined;
+
+  constructor(
+    readonly config: BrokerConfig,
+    readonly logger: Logger,
+  ) {
+    this.cluster = config.cluster ? new ClusterNode(config, logger.child({ component: 'cluster' })) : undefined;
+    this.store = this.cluster ? this.cluster.store : new LocalMetadataStore(config.dataDir);
+    this.topics = new TopicManager(this.store, config, logger, this.metrics);
+    // Cluster mode: coordinators append only as the partition's leader and answer once it is replicated.
+    const internalAppend: InternalAppend | undefined = this.cluster
+      ? async (part, records) => {
+          const epoch = leaderGate(this, part);
+          const res = await part.append(records);
+          await replicated(this, part, res.lastOffset, epoch);
+        }
+      : undefined;
+    this.groupLog = new GroupLog(() => this.topics.get(OFFSETS_TOPIC).partitions, internalAppend);
+    if (config.offsetStore === 'postgres' && !config.offsetStorePostgresUrl) {
+      throw new Error('invalid config: offsetStorePostgresUrl is required when offsetStore is postgres');
+    }
+    const offsetStore: OffsetStore =
+      config.offsetStore === 'postgres' ? new PgOffsetStore({ connectionString: config.offsetStorePostgresUrl }) : new LogOffsetStore(this.groupLog);
+    this.coordinator = new GroupCoordinator({
+      topics: this.topics,
+      groupLog: this.groupLog,
+      offsetStore,
+      logger: logger.child({ component: 'group-coordinator' }),
+      registry: this.metrics.registry,
+      config: {
+        joinWindowMs: config.groupJoinWindowMs,
+        defaultSessionTimeoutMs: config.groupSessionTimeoutMs,
+        minSessionTimeoutMs: config.groupMinSessionTimeoutMs,
+        maxSessionTimeoutMs: config.groupMaxSessionTimeoutMs,
+        defaultRebalanceTimeoutMs: config.groupRebalanceTimeoutMs,
+        defaultAssignor: config.groupAssignor,
+      },
+    });
+    this.transactions = new TransactionCoordinator({
+      topics: this.topics,
+      log: new TxnLog(() => this.topics.get(TXN_STATE_TOPIC).partitions, internalAppend),
+      targets: this.cluster
+        ? new ClusterTxnTargets(this.cluster, this.topics, this.coordinator, (topic, partition, last, epoch) => replicated(this, this.topics.get(topic).partition(partition), last, epoch))
+        : new LocalTxnTargets(this.topics, this.coordinator),
+      logger: logger.child({ component: 'txn-coordinator' }),
+      registry: this.metrics.registry,
+      config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs },
+    });
+    this.security = new Security(config, logger.child({ component: 'security' }));
+    this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
+    this.server = this.createServer();
+    this.health = createHealthServer(this.metrics, () => this.state === 'ready');
+  }
+
+  get brokerId(): number {
+    return this.config.brokerId;
+  }
+
+  get port(): number {
+    return this.boundPort;
+  }
+
+  get healthPort(): number {
+    return this.boundHealthPort;
+  }
+
+  get advertised(): { host: string; port: number } {
+    return { host: this.config.advertisedHost ?? this.config.host, port: this.config.advertisedPort ?? this.boundPort };
+  }
+
+  get ready(): boolean {
+    return this.state === 'ready';
+  }
+
+  /**
+   * Locks the data directory, listens (so /live and PROTOCOL_INFO answer during recovery), then
+   * recovers, then serves.
+   */
+  async start(): Promise<void> {
+    if (this.state !== 'new') throw new Error(`broker already ${this.state}`);
+    this.state = 'recovering';
+    try {
+      // Before anything binds or opens a log: a second broker on the directory must touch nothing.
+      this.dataDirLock = await lockDataDir(this.config.dataDir);
+    } catch (err) {
+      this.state = 'stopped'; // nothing to stop
+      throw err;
+    }
+    this.boundHealthPort = await listen(this.health, this.config.healthPort, this.config.host);
+    this.boundPort = await listen(this.server, this.config.port, this.config.host);
+    const t0 = Date.now();
+    try {
+      await this.store.open();
+      await this.topics.open();
+      if (this.cluster) {
+        await this.startCluster(this.cluster);
+      } else {
+        await this.ensureInternalTopics();
+        await this.coordinator.start();
+        // After the groups: finishing a decided transaction applies its offsets to them.
+        await this.transactions.start();
+      }
+    } catch (err) {
+      // Stay up and unready: serving with groups or offsets missing would be worse than not serving.
+      this.state = 'failed';
+      this.recoveryError = err as Error;
+      this.logger.error({ err }, 'recovery failed; the broker stays unready');
+      return;
+    }
+    this.state = 'ready';
+    this.logger.info({ port: this.boundPort, healthPort: this.boundHealthPort, dataDir: this.config.dataDir, recoveryMs: Date.now() - t0, topics: this.topics.list().length }, 'broker ready');
+  }
+
+  /**
+   * Cluster mode: follow topics created elsewhere, join (registration, partition roles, controller
+   * election). The internal topics are created by the controller once enough brokers are up.
+   */
+  private async startCluster(cluster: ClusterNode): Promise<void> {
+    this.topics.followStore(() => {});
+    // A coordinator that has just noticed a pause of its own process answers NOT_COORDINATOR, and takes no
+    // decision, until etcd confirms its lease: its partitions may have moved while it was frozen.
+    const leaseHeld = () => cluster.registry.alive;
+    this.coordinator.enableOwnership(
+      (p) => cluster.notCoordinator(OFFSETS_TOPIC, p),
+      () => this.topics.tryGet(OFFSETS_TOPIC) !== undefined,
+      leaseHeld,
+      (p) => (cluster.replicas.get(OFFSETS_TOPIC, p)?.role !== 'leader' ? false : leaseHeld() ? true : undefined),
+    );
+    this.transactions.enableOwnership(
+      (p) => cluster.notCoordinator(TXN_STATE_TOPIC, p),
+      () => this.topics.tryGet(TXN_STATE_TOPIC) !== undefined,
+      leaseHeld,
+    );
+    await this.coordinator.startOwned();
+    await cluster.start(this.topics, this.advertised, () => this.ensureClusterTopics(cluster));
+    // A coordinator is the leader of its internal partition: it loads the partition on leading and drops
+    // it on losing the lead.
+    const follow = (topic: string, load: (p: number) => Promise<void>, unload: (p: number) => void) => {
+      const apply = (r: Replica) => {
+        if (r.topic !== topic) return;
+        if (r.role === 'leader') load(r.id).catch((err: unknown) => this.logger.error({ err, topic, partition: r.id }, 'loading a coordinator partition failed'));
+        else unload(r.id);
+      };
+      cluster.replicas.events.on('role', apply);
+      for (const r of cluster.replicas.all()) apply(r);
+    };
+    follow(OFFSETS_TOPIC, (p) => this.coordinator.loadPartition(p), (p) => this.coordinator.unloadPartition(p));
+    follow(TXN_STATE_TOPIC, (p) => this.transactions.loadPartition(p), (p) => this.transactions.unloadPartition(p));
+  }
+
+  /** Controller: internal topics once `internalReplicationFactor` brokers are live; states of every topic. */
+  private async ensureClusterTopics(cluster: ClusterNode): Promise<void> {
+    const rf = this.config.internalReplicationFactor;
+    if (cluster.liveBrokers().length >= rf) {
+      for (const [name, partitions] of [
+        [OFFSETS_TOPIC, this.config.offsetsTopicPartitions],
+        [TXN_STATE_TOPIC, this.config.transactionStatePartitions],
+      ] as const) {
+        if (!this.topics.tryGet(name)) {
+          await this.topics.create(
+            { name, partitions, replicationFactor: rf, idempotent: false, partitioner: 'hash_key', retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'compact' },
+            { allowInternal: true },
+          );
+        }
+      }
+    }
+    // A topic whose creator died between its definition and its partition states gets them here.
+    for (const t of this.topics.list()) await cluster.createPartitionStates(t.name, t.def.partitions, t.def.replicationFactor);
+  }
+
+  private async ensureInternalTopics(): Promise<void> {
+    await this.ensureInternalTopic(OFFSETS_TOPIC, this.config.offsetsTopicPartitions);
+    await this.ensureInternalTopic(TXN_STATE_TOPIC, this.config.transactionStatePartitions);
+  }
+
+  private async ensureInternalTopic(name: string, partitions: number): Promise<void> {
+    if (this.topics.tryGet(name)) return;
+    await this.topics.create(
+      {
+        name,
+        partitions,
+        replicationFactor: 1,
+        idempotent: false,
+        partitioner: 'hash_key',
+        retentionHours: -1,
+        retentionBytes: -1,
+        cleanupPolicy: 'compact',
+      },
+      { allowInternal: true },
+    );
+  }
+
+  /** TLS (1.2+, optional client certificates) when a certificate and key are configured, plain TCP otherwise. */
+  private createServer(): net.Server {
+    const c = this.config;
+    if ((c.tlsCert === undefined) !== (c.tlsKey === undefined)) throw new Error('invalid config: tlsCert and tlsKey must be given together');
+    if (c.tlsRequireClientCert && (c.tlsCert === undefined || c.tlsCa === undefined)) {
+      throw new Error('invalid config: tlsRequireClientCert needs tlsCert, tlsKey and tlsCa');
+    }
+    if (c.tlsCert === undefined || c.tlsKey === undefined) {
+      return net.createServer((socket) => {
+        // Per-address limit before anything else: a refused client costs one short write.
+        const address = socket.remoteAddress ?? '';
+        if (!this.perAddress.tryAcquire(address)) return this.refuse(socket, new TributaryError('too_many_connections', { max: c.maxConnectionsPerAddress, per: 'address' }));
+        socket.once('close', () => this.perAddress.release(address));
+        this.onConnection(socket);
+      });
+    }
+    const server = tls.createServer(
+      {
+        cert: readFileSync(c.tlsCert),
+        key: readFileSync(c.tlsKey),
+        ca: c.tlsCa === undefined ? undefined : readFileSync(c.tlsCa),
+        minVersion: 'TLSv1.2',
+        requestCert: c.tlsCa !== undefined,
+        rejectUnauthorized: c.tlsRequireClientCert,
+        handshakeTimeout: Math.min(c.frameTimeoutMs, 10_000),
+      },
+      (socket) => this.onConnection(socket),
+    );
+    server.on('tlsClientError', (err, socket) => {
+      this.metrics.connectionsRejected.inc({ reason: 'tls_error' });
+      this.logger.debug({ remote: `${socket.remoteAddress}:${socket.remotePort}`, reason: err.message }, 'TLS handshake failed');
+    });
+    // A plain TCP listener in front: the per-address limit is checked on the raw connection, before any
+    // TLS state is allocated or a handshake runs, so a flood is closed at the cost of an accept.
+    return net.createServer((raw) => {
+      const address = raw.remoteAddress ?? '';
+      if (!this.perAddress.tryAcquire(address)) {
+        this.metrics.connectionsRejected.inc({ reason: 'too_many_connections' });
+        raw.on('error', () => {});
+        raw.destroy();
+        return;
+      }
+      raw.once('close', () => this.perAddress.release(address));
+      server.emit('connection', raw);
+    });
+  }
+
+  private refuse(socket: net.Socket, err: TributaryError): void {
+    this.metrics.connectionsRejected.inc({ reason: err.code });
+    socket.on('error', () => {});
+    socket.end(encodeFrame(formatError(err)));
+    setTimeout(() => socket.destroy(), 1000).unref();
+  }
+
+  /** Refuses requests that cannot be served in the current state; undefined when the request may run. */
+  admission(command: string): TributaryError | undefined {
+    if (this.state === 'ready') return undefined;
+    if ((this.state === 'recovering' || this.state === 'failed') && (command === 'PROTOCOL_INFO' || command === 'NEGOTIATE' || command === 'HELP')) return undefined;
+    return this.state === 'recovering' || this.state === 'failed' ? new TributaryError('not_ready') : new TributaryError('shutting_down');
+  }
+
+  private onConnection(socket: net.Socket): void {
+    if (this.connections.size >= this.config.maxConnections || this.state === 'stopping' || this.state === 'stopped') {
+      const err = this.state === 'stopping' || this.state === 'stopped' ? new TributaryError('shutting_down') : new TributaryError('too_many_connections', { max: this.config.maxConnections });
+      this.refuse(socket, err);
+      return;
+    }
+    const conn = new ClientConnection(socket, this, (cmd, c, req) => this.admission(cmd) ?? this.security.gate(cmd, c, req), (c) => {
+      this.connections.delete(c);
+      this.metrics.connections.set(this.connections.size);
+    });
+    this.security.attach(conn, socket);
+    this.connections.add(conn);
+    this.metrics.connections.set(this.connections.size);
+  }
+
+  /** Graceful: stop accepting, answer what is in flight, end streams, fsync and close every log. */
+  async stop(reason = 'stop requested'): Promise<void> {
+    if (this.state === 'stopping' || this.state === 'stopped') return;
+    this.state = 'stopping';
+    this.logger.info({ reason }, 'broker stopping');
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.topics.beginClose();
+    const drain = Promise.all([...this.connections].map((c) => c.shutdown()));
+    const timeout = new Promise<void>((resolve) => setTimeout(resolve, this.config.shutdownTimeoutMs).unref());
+    await Promise.race([drain, timeout]);
+    for (const c of this.connections) c.destroy('broker stopped');
+    await closed;
+    await this.transactions.stop();
+    await this.coordinator.stop();
+    await this.cluster?.close();
+    await this.topics.close();
+    if (!this.cluster) await this.store.close();
+    await new Promise<void>((resolve) => this.health.close(() => resolve()));
+    await this.dataDirLock?.release();
+    this.state = 'stopped';
+    this.logger.info('broker stopped');
+  }
+}

@@ -1,0 +1,344 @@
+import { isUtf8 } from 'node:buffer';
+import type net from 'node:net';
+import { isBatchBody } from 'tributary-protocol/batch.js';
+import { Params, formatError, formatLine, parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
+import { type BrokerContext, type ConnectionContext, type Reply, lookupCommand, parseReadRequest, produceBatch, readBatch, resolveRemoteStart } from './commands.js';
+
+/** How many requests one connection may have in flight before the broker stops reading from it. */
+const MAX_IN_FLIGHT = 1024;
+
+export type StreamCloseReason = 'stopped' | 'removed' | 'timeout' | 'error' | 'offset_out_of_range';
+
+/**
+ * One client connection: splits frames, runs requests, and writes replies in request order. It never
+ * buffers without bound: a client that stops reading gets its socket paused, then closed.
+ */
+export class ClientConnection implements ConnectionContext {
+  features = new Set<string>();
+  principal: string | undefined;
+  readonly remote: string;
+  private readonly decoder: FrameDecoder;
+  /** Reply chain: each reply is written only after every earlier one. */
+  private replyChain: Promise<void> = Promise.resolve();
+  /** Start gate: a non-pipelined request holds later requests until it has finished. */
+  private startGate: Promise<void> = Promise.resolve();
+  private inFlight = 0;
+  private streaming: AbortController | undefined;
+  private streamDone: Promise<void> | undefined;
+  private frameTimer: NodeJS.Timeout | undefined;
+  private stallTimer: NodeJS.Timeout | undefined;
+  private pausedForInFlight = false;
+  private closed = false;
+
+  constructor(
+    private readonly socket: net.Socket,
+    private readonly broker: BrokerContext,
+    /** Broker state and security gate (authentication, permissions, topic ACLs, rate); `req` is the line or batch body. */
+    private readonly admission: (command: string, conn: ClientConnection, req: ReturnType<typeof parseLine> | Buffer) => TributaryError | undefined,
+    private readonly onClosed: (c: ClientConnection) => void,
+  ) {
+    this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
+    this.decoder = new FrameDecoder(broker.config.maxFrameBytes);
+    socket.setNoDelay(true);
+    socket.setTimeout(broker.config.idleTimeoutMs, () => {
+      if (!this.streaming) this.destroy('idle timeout');
+    });
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    socket.on('drain', () => this.onDrain());
+    socket.on('error', () => {});
+    socket.on('close', () => this.onClose());
+  }
+
+  /** In-flight requests plus an active stream; the broker waits for these on shutdown. */
+  get busy(): boolean {
+    return this.inFlight > 0;
+  }
+
+  private onData(chunk: Buffer): void {
+    let frames: Buffer[];
+    try {
+      frames = this.decoder.push(chunk);
+    } catch (err) {
+      // The rest of the stream cannot be framed: answer once and close.
+      this.writeNow(encodeFrame(formatError(err as TributaryError)));
+      this.socket.end();
+      this.socket.pause();
+      return;
+    }
+    this.armFrameTimer();
+    for (const body of frames) this.onFrame(body);
+  }
+
+  /** A frame that starts but never completes (one byte a second) must not hold the connection forever. */
+  private armFrameTimer(): void {
+    if (this.decoder.pendingBytes === 0) {
+      clearTimeout(this.frameTimer);
+      this.frameTimer = undefined;
+    } else if (!this.frameTimer) {
+      this.frameTimer = setTimeout(() => {
+        this.writeNow(encodeFrame(formatError(new TributaryError('request_timeout', { reason: 'incomplete frame' }))));
+        this.destroy('incomplete frame timeout', 200);
+      }, this.broker.config.frameTimeoutMs);
+      this.frameTimer.unref();
+    }
+  }
+
+  private onFrame(body: Buffer): void {
+    if (this.streaming) {
+      this.onStreamFrame(body);
+      return;
+    }
+    if (body.length === 0) return; // keepalive from a client
+    this.inFlight++;
+    if (this.inFlight >= MAX_IN_FLIGHT && !this.pausedForInFlight) {
+      this.pausedForInFlight = true;
+      this.socket.pause();
+    }
+    const started = Date.now();
+    let label = 'unknown';
+    const gate = this.startGate;
+    const earlierReplies = this.replyChain;
+    let release: () => void = () => {};
+    const run = (async (): Promise<Reply | 'stream'> => {
+      await gate;
+      if (isBatchBody(body)) {
+        label = 'BATCH';
+        const refused = this.admission(label, this, body);
+        if (refused) throw refused;
+        release();
+        return produceBatch(this.broker, this, body);
+      }
+      if (!isUtf8(body)) throw new TributaryError('invalid_encoding');
+      const line = parseLine(body.toString('utf8'));
+      const { name, spec } = (() => {
+        const head = line.head.toUpperCase();
+        if (head === 'STREAM') return { name: head, spec: undefined };
+        return lookupCommand(line);
+      })();
+      label = name;
+      const refused = this.admission(name, this, line);
+      if (refused) throw refused;
+      if (!spec) return this.startStream(new Params(line));
+      if (spec.pipelined) release();
+      else await this.replyRoom(earlierReplies);
+      return await spec.handler(this.broker, this, new Params(line));
+    })();
+    // The next request may start once this one is admitted (pipelined) or finished (everything else).
+    this.startGate = new Promise<void>((resolve) => {
+      release = resolve;
+      run.then(
+        () => resolve(),
+        () => resolve(),
+      );
+    });
+    const reply = run.then(
+      (r) => r,
+      (err: unknown) => this.errorReply(err, label),
+    );
+    this.replyChain = this.replyChain.then(async () => {
+      const r = await reply;
+      this.broker.metrics.requestDuration.observe({ command: label }, (Date.now() - started) / 1000);
+      this.inFlight--;
+      if (this.pausedForInFlight && this.inFlight < MAX_IN_FLIGHT / 2) {
+        this.pausedForInFlight = false;
+        if (!this.writeBlocked()) this.socket.resume();
+      }
+      if (r !== 'stream') this.writeReply(r);
+    });
+  }
+
+  private errorReply(err: unknown, label: string): string {
+    let e: TributaryError;
+    if (err instanceof TributaryError) e = err;
+    else {
+      this.broker.logger.error({ err, command: label, remote: this.remote }, 'request failed');
+      e = new TributaryError('internal_error', { reason: err instanceof Error ? err.message : String(err) });
+    }
+    this.broker.metrics.errors.inc({ code: e.code });
+    return formatError(e);
+  }
+
+  /**
+   * A non-pipelined request runs only once every earlier reply is written (so it sees what earlier
+   * pipelined requests did, e.g. a CONSUME after a PUBLISH) and the unread backlog is within
+   * maxPendingReplyBytes: a client that never reads cannot make the broker build reply after reply.
+   */
+  private async replyRoom(earlierReplies: Promise<void>): Promise<void> {
+    await earlierReplies;
+    while (this.writeBlocked() && !this.closed && !this.socket.destroyed) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          this.socket.off('drain', done);
+          this.socket.off('close', done);
+          resolve();
+        };
+        this.socket.once('drain', done);
+        this.socket.once('close', done);
+      });
+    }
+    if (this.closed || this.socket.destroyed) throw new TributaryError('request_timeout', { reason: 'connection closed' });
+  }
+
+  private writeBlocked(): boolean {
+    return this.socket.writableLength > this.broker.config.maxPendingReplyBytes;
+  }
+
+  private writeReply(r: Reply): void {
+    const buf = typeof r === 'string' ? Buffer.from(r, 'utf8') : r;
+    this.socket.cork();
+    this.socket.write(frameHeader(buf.length));
+    this.socket.write(buf);
+    this.socket.uncork();
+    this.checkBackpressure();
+  }
+
+  private writeNow(frame: Buffer): void {
+    if (!this.socket.destroyed) this.socket.write(frame);
+  }
+
+  /** Stop reading requests while the client does not read its replies; close it if that lasts. */
+  private checkBackpressure(): void {
+    if (!this.writeBlocked()) return;
+    this.socket.pause();
+    if (!this.stallTimer) {
+      this.stallTimer = setTimeout(() => this.destroy('client does not read its replies'), this.broker.config.writeStallTimeoutMs);
+      this.stallTimer.unref();
+    }
+  }
+
+  private onDrain(): void {
+    clearTimeout(this.stallTimer);
+    this.stallTimer = undefined;
+    if (!this.pausedForInFlight && !this.closed) this.socket.resume();
+  }
+
+  // ---- STREAM ----
+
+  private startStream(p: Params): 'stream' {
+    // A client that watches the stream for silence asks for keepalives at least this often.
+    const keepaliveMs = p.int('keepalive_ms', { min: 50, max: 3_600_000 });
+    const req = parseReadRequest(this.broker, p);
+    const ac = new AbortController();
+    this.streaming = ac;
+    this.socket.setTimeout(0);
+    this.streamDone = this.runStream(req, ac.signal, keepaliveMs).catch((err) => {
+      this.broker.logger.warn({ err, remote: this.remote }, 'stream failed');
+      this.endStream('error', req.offset);
+    });
+    return 'stream';
+  }
+
+  private streamOffset = 0;
+
+  private async runStream(req: ReturnType<typeof parseReadRequest>, signal: AbortSignal, keepaliveMs: number | undefined): Promise<void> {
+    let offset = req.offset;
+    this.streamOffset = offset;
+    const keepalive = Math.min(this.broker.config.streamKeepaliveMs, keepaliveMs ?? Number.POSITIVE_INFINITY);
+    // Wait until every reply before the STREAM went out, so frames never interleave with them.
+    await this.replyChain;
+    await resolveRemoteStart(this.broker, this, req);
+    offset = req.offset;
+    this.streamOffset = offset;
+    while (!signal.aborted && !this.closed) {
+      if (req.partition.isClosed) {
+        const removed = !this.broker.topics.tryGet(req.topic);
+        return this.endStream(removed ? 'removed' : 'stopped', offset);
+      }
+      if (offset < req.partition.earliest) return this.endStream('offset_out_of_range', offset);
+      const out = await readBatch(this.broker, this, req, offset);
+      if (out.count > 0) {
+        this.socket.cork();
+        this.socket.write(frameHeader(out.frame.length));
+        const ok = this.socket.write(out.frame);
+        this.socket.uncork();
+        offset = out.nextOffset;
+        this.streamOffset = offset;
+        if (!ok) await this.waitDrain(signal);
+        continue;
+      }
+      offset = out.nextOffset;
+      this.streamOffset = offset;
+      const hasData = await req.partition.waitForData(offset, keepalive, signal, req.isolation);
+      if (!hasData && !signal.aborted && !this.closed && !req.partition.isClosed) this.writeNow(frameHeader(0));
+    }
+    if (!this.closed) this.endStream('stopped', offset);
+  }
+
+  /** Backpressure for push streams: wait for the client to read, close it if it never does. */
+  private waitDrain(signal: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.destroy('stream reader stalled');
+        resolve();
+      }, this.broker.config.writeStallTimeoutMs);
+      timer.unref();
+      const done = () => {
+        clearTimeout(timer);
+        this.socket.off('drain', done);
+        this.socket.off('close', done);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      this.socket.once('drain', done);
+      this.socket.once('close', done);
+      signal.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  private onStreamFrame(body: Buffer): void {
+    if (body.length === 0) return;
+    const text = isUtf8(body) ? body.toString('utf8') : '';
+    let ok = false;
+    try {
+      const line = parseLine(text);
+      ok = line.head.toUpperCase() === 'STREAM_CONTROL' && line.params.get('type')?.toUpperCase() === 'CLOSE';
+    } catch {
+      ok = false;
+    }
+    if (ok) {
+      this.streaming?.abort();
+      return;
+    }
+    this.writeNow(encodeFrame(formatError(new TributaryError('invalid_parameter', { param: 'command', reason: 'only STREAM_CONTROL type=CLOSE is accepted on a stream' }))));
+  }
+
+  private endStream(reason: StreamCloseReason, offset: number): void {
+    if (this.socket.destroyed) return;
+    this.streaming?.abort();
+    this.socket.end(encodeFrame(formatLine('STREAM_CONTROL', { type: 'CLOSE', reason, offset })));
+  }
+
+  /** Graceful broker shutdown: end streams with a CLOSE frame, let in-flight replies finish. */
+  async shutdown(): Promise<void> {
+    if (this.streaming) {
+      this.endStream('stopped', this.streamOffset);
+      await this.streamDone;
+      return;
+    }
+    await this.replyChain;
+    this.socket.end();
+  }
+
+  destroy(reason: string, graceMs = 0): void {
+    if (this.closed) return;
+    this.broker.logger.debug({ remote: this.remote, reason }, 'closing connection');
+    this.broker.metrics.connectionsRejected.inc({ reason });
+    if (graceMs > 0) {
+      this.socket.end();
+      setTimeout(() => this.socket.destroy(), graceMs).unref();
+    } else {
+      this.socket.destroy();
+    }
+  }
+
+  private onClose(): void {
+    if (this.closed) return;
+    this.closed = true;
+    clearTimeout(this.frameTimer);
+    clearTimeout(this.stallTimer);
+    this.streaming?.abort();
+    this.onClosed(this);
+  }
+}

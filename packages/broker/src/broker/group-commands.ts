@@ -1,0 +1,186 @@
+import { type Params, formatOk } from 'tributary-protocol/command.js';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
+import { parseAddress } from 'tributary-protocol/address.js';
+import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
+import type { MemberView } from '../coordinator/group-coordinator.js';
+import type { OffsetEntry } from '../coordinator/offset-store.js';
+import type { BrokerContext, CommandSpec, ConnectionContext } from './commands.js';
+
+const MAX_ID = 100_000;
+const GENERATION = { min: 0, max: 2 ** 31 - 1 };
+
+function assignments(ps: number[]): string {
+  return `[${ps.join(',')}]`;
+}
+
+function memberReply(v: MemberView): string {
+  const fields: Record<string, string | number> = {
+    generation: v.generation,
+    member: v.memberId,
+    leader: v.leader,
+    assignments: assignments(v.assignments),
+  };
+  if (v.protocol === 'client') fields.protocol = 'client';
+  if (v.members) fields.members = v.members.map((m) => `${m.memberId}:${m.owned.join(',')}`).join(';');
+  return formatOk(fields);
+}
+
+/**
+ * The coordinator of a group or transactional id: standalone, this broker; the partition (of
+ * `__consumer_offsets` or `__transaction_state`) tells where its state lives.
+ */
+function findCoordinator(b: BrokerContext, _c: ConnectionContext, p: Params): string {
+  const group = p.str('group', { maxLength: MAX_ID });
+  const txn = p.str('transactional_id', { maxLength: MAX_ID });
+  if ((group === undefined) === (txn === undefined)) throw invalidParam('group', 'give exactly one of group or transactional_id');
+  const key = (group ?? txn)!;
+  if (b.cluster) {
+    // Any broker answers: the coordinator is the leader of the key's internal partition.
+    const topic = group !== undefined ? OFFSETS_TOPIC : TXN_STATE_TOPIC;
+    if (!b.topics.tryGet(topic)) throw new TributaryError('COORDINATOR_LOADING', { reason: `the cluster has not created ${topic} yet` });
+    const partition = group !== undefined ? b.coordinator.partitionFor(key) : b.transactions.partitionFor(key);
+    const leader = b.cluster.leaderAddress(topic, partition);
+    if (!leader) throw new TributaryError('COORDINATOR_LOADING', { reason: `${topic}[${partition}] has no leader` });
+    const { host, port } = parseAddress(leader.advertisedAddress);
+    return formatOk({ coordinator_id: leader.id, host, port, partition });
+  }
+  return formatOk({
+    coordinator_id: b.brokerId,
+    host: b.advertised.host,
+    port: b.advertised.port,
+    partition: group !== undefined ? b.coordinator.partitionFor(key) : b.transactions.partitionFor(key),
+  });
+}
+
+async function joinGroup(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
+  const view = await b.coordinator.join({
+    topic: p.reqStr('topic', { maxLength: MAX_ID }),
+    group: p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }),
+    member: p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true }),
+    generation: p.int('generation', GENERATION),
+    sessionTimeoutMs: p.int('session_timeout_ms', { min: 1, max: 3_600_000 }),
+    rebalanceTimeoutMs: p.int('rebalance_timeout_ms', { min: 1, max: 3_600_000 }),
+    assignor: p.str('assignor', { maxLength: 64 }),
+    instance: p.str('instance', { maxLength: MAX_ID, allowEmpty: true }),
+    protocol: p.oneOf('protocol', ['server', 'client'] as const),
+    host: c.remote,
+  });
+  return memberReply(view);
+}
+
+async function syncGroup(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const view = await b.coordinator.sync({
+    topic: p.reqStr('topic', { maxLength: MAX_ID }),
+    group: p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }),
+    member: p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true }),
+    generation: p.reqInt('generation', GENERATION),
+    plan: p.str('plan', { maxLength: 10_000_000, allowEmpty: true }),
+  });
+  return memberReply(view);
+}
+
+async function heartbeat(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const res = await b.coordinator.heartbeat({
+    topic: p.reqStr('topic', { maxLength: MAX_ID }),
+    group: p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }),
+    member: p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true }),
+    generation: p.reqInt('generation', GENERATION),
+    waitMs: p.int('wait_ms', { min: 0, max: 3_600_000 }),
+  });
+  return formatOk({ member: res.memberId, generation: res.generation });
+}
+
+async function leaveGroup(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const group = p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true });
+  const member = p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true });
+  await b.coordinator.leave({ topic: p.reqStr('topic', { maxLength: MAX_ID }), group, member });
+  return formatOk({ group, member, left: true });
+}
+
+function fetchOffset(b: BrokerContext, _c: ConnectionContext, p: Params): string {
+  const res = b.coordinator.fetchOffset(
+    p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }),
+    p.reqStr('topic', { maxLength: MAX_ID }),
+    p.reqInt('partition', { min: 0, max: 1_000_000 }),
+  );
+  return formatOk({ offset: res.offset, committed: res.committed });
+}
+
+async function commitOffset(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  await b.coordinator.commit({
+    topic: p.reqStr('topic', { maxLength: MAX_ID }),
+    group: p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }),
+    member: p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true }),
+    generation: p.reqInt('generation', GENERATION),
+    entries: [{ partition: p.reqInt('partition', { min: 0, max: 1_000_000 }), offset: p.reqInt('offset', { min: 0 }) }],
+  });
+  return 'OK';
+}
+
+/** `P0:12,P3:40` (one or more positional tokens): partition and next offset per entry. */
+export function parseBatchEntries(tokens: string[]): OffsetEntry[] {
+  const items = tokens.flatMap((t) => t.split(',')).filter((t) => t.length > 0);
+  if (items.length === 0) throw invalidParam('entries', 'expected P<partition>:<offset>,...');
+  return items.map((item) => {
+    const m = /^P(\d{1,7}):(\d{1,16})$/.exec(item);
+    if (!m) throw invalidParam('entries', `malformed entry ${item.length > 40 ? `${item.slice(0, 40)}...` : item}`);
+    const offset = Number(m[2]);
+    if (!Number.isSafeInteger(offset)) throw invalidParam('entries', `offset beyond 2^53 in ${item}`);
+    return { partition: Number(m[1]), offset };
+  });
+}
+
+async function batchCommit(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const entries = parseBatchEntries(p.line.positional);
+  const n = await b.coordinator.commit({
+    topic: p.reqStr('topic', { maxLength: MAX_ID }),
+    group: p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }),
+    member: p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true }),
+    generation: p.reqInt('generation', GENERATION),
+    entries,
+  });
+  return formatOk({ batched: n });
+}
+
+function groupStatus(b: BrokerContext, _c: ConnectionContext, p: Params): string {
+  return JSON.stringify(b.coordinator.status(p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true })));
+}
+
+function listGroups(b: BrokerContext): string {
+  const groups = b.coordinator.listGroups();
+  return formatOk({ count: groups.length, groups: groups.join(',') });
+}
+
+async function deleteGroup(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const group = p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true });
+  await b.coordinator.deleteGroup(group);
+  return formatOk({ group, deleted: true });
+}
+
+async function resetOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const to = p.oneOf('to', ['earliest', 'latest', 'offset', 'timestamp'] as const);
+  if (!to) throw invalidParam('to', 'required: earliest, latest, offset or timestamp');
+  let value: number | undefined;
+  if (to === 'offset') value = p.reqInt('offset', { min: 0 });
+  if (to === 'timestamp') value = p.reqInt('timestamp', { min: 0 });
+  const group = p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true });
+  const topic = p.reqStr('topic', { maxLength: MAX_ID });
+  const entries = await b.coordinator.resetOffsets({ group, topic, partition: p.int('partition', { min: 0, max: 1_000_000 }), to, value });
+  return formatOk({ group, topic, reset: entries.length, offsets: entries.map((e) => `P${e.partition}:${e.offset}`).join(',') });
+}
+
+export const GROUP_COMMANDS: Record<string, CommandSpec> = {
+  FIND_COORDINATOR: { handler: findCoordinator },
+  JOIN_GROUP: { handler: joinGroup, pipelined: true },
+  SYNC_GROUP: { handler: syncGroup, pipelined: true },
+  HEARTBEAT: { handler: heartbeat, pipelined: true },
+  LEAVE_GROUP: { handler: leaveGroup },
+  FETCH_OFFSET: { handler: fetchOffset },
+  COMMIT_OFFSET: { handler: commitOffset, pipelined: true },
+  BATCH_COMMIT: { handler: batchCommit, pipelined: true },
+  GROUP_STATUS: { handler: groupStatus },
+  LIST_GROUPS: { handler: listGroups },
+  DELETE_GROUP: { handler: deleteGroup },
+  RESET_OFFSETS: { handler: resetOffsets },
+};

@@ -1,0 +1,848 @@
+import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
+import { RecordAttr } from 'tributary-protocol/record.js';
+import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
+import type { ScannedBatch } from 'tributary-protocol/batch.js';
+import type { PartitionLog } from '../storage/partition-log.js';
+import { writeFileAtomic } from '../storage/atomic-file.js';
+import { failpointDelay } from './failpoints.js';
+import { readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type AppendOffsets, type CheckResult, type ProducerSnapshot, ProducerStateReplay, ProducerStateTable } from './producer-state.js';
+import { encodeMarkerValue, type MarkerType, type OpenTxn, TxnIndex, type TxnSnapshot } from './txn-index.js';
+
+/** Idempotent producer state of a partition, as of an offset (see loadProducerState). */
+export const PRODUCER_SNAPSHOT_FILE = 'producer.snapshot';
+/** How often a changed producer state is written to the snapshot (bounds the replay after a crash). */
+const SNAPSHOT_INTERVAL_MS = 10_000;
+/** Producers idle this long are forgotten (their next batch must start a new epoch or sequence 0). */
+export const PRODUCER_ID_EXPIRATION_MS = 7 * 24 * 60 * 60 * 1000;
+
+/** Open transactions and aborted ranges of a partition, as of an offset (see loadTxnIndex). */
+export const TXN_SNAPSHOT_FILE = 'txn.snapshot';
+
+/** A transactional append: the records of one producer's open transaction on this partition. */
+export interface TransactionalBatch {
+  producerId: string;
+  epoch: number;
+  /** With sequences the append is also idempotent (as appendIdempotent): both or neither. */
+  firstSequence?: number;
+  lastSequence?: number;
+}
+
+export interface MarkerResult {
+  /** Offset of the control record. */
+  offset: number;
+  timestamp: number;
+  /** Whether the marker closed an open transaction (false: a retried or stray marker, written anyway). */
+  closed: boolean;
+}
+
+export interface IdempotentBatch {
+  producerId: string;
+  epoch: number;
+  firstSequence: number;
+  lastSequence: number;
+}
+
+export interface IdempotentAppend extends AppendOffsets {
+  duplicate: boolean;
+}
+
+export type Isolation = 'read_committed' | 'read_uncommitted';
+
+export interface ReadResult {
+  records: LogRecord[];
+  /** Where the next read continues: past the returned records and any filtered ones. */
+  nextOffset: number;
+}
+
+interface Waiter {
+  offset: number;
+  /** Waits on the LSO (read_committed) rather than the HWM. */
+  committed: boolean;
+  wake: () => void;
+}
+
+/**
+ * A partition as the broker serves it: the log plus the high-water mark that gates readers. The log
+ * decides durability; this layer moves the HWM only once an append is durable, so a consumer never sees
+ * a record that a crash could take back.
+ */
+export class Partition {
+  private waiters = new Set<Waiter>();
+  private closed = false;
+  /** Idempotent producer state; null until loaded (loadProducerState runs from the constructor). */
+  private producers: ProducerStateTable | null = null;
+  private producersError: Error | null = null;
+  private readonly producersReady: Promise<void>;
+  private snapshotVersion = -1;
+  private snapshotWrite: Promise<void> = Promise.resolve();
+  private snapshotTimer: NodeJS.Timeout | null = null;
+  /** Transactions; null until rebuilt (loadTxnIndex runs from the constructor). */
+  private txns: TxnIndex | null = null;
+  private txnError: Error | null = null;
+  private readonly txnReady: Promise<void>;
+  /** Until the index is rebuilt: an offset below which the log has no open transaction (from the snapshot). */
+  private readonly txnFloor: number;
+  private txnSnapshotVersion = -1;
+  /** The offset of the last transaction snapshot written (the rebuild scan after a crash starts there). */
+  private txnSnapshotOffset = -1;
+  private txnSnapshotWrite: Promise<void> = Promise.resolve();
+  private txnTimer: NodeJS.Timeout | null = null;
+  private replicated = false;
+  private durableEnd = 0;
+  private onDurable: (() => void) | null = null;
+  private readonly endWaiters = new Set<{ offset: number; wake: () => void }>();
+  /** A truncation and index rebuild in progress: appends wait for it (track()). */
+  private rebuild: Promise<void> | null = null;
+  /** Append-like operations begun and not settled. */
+  private active = 0;
+  private onDrained: Array<() => void> = [];
+
+  constructor(
+    readonly topic: string,
+    readonly id: number,
+    readonly log: PartitionLog,
+    opts: { replicated?: boolean } = {},
+  ) {
+    // Standalone, everything that survived recovery is on disk, hence durable as far as a restart can
+    // tell. Replicated, the tail past the checkpointed HWM may be a dead leader's that no one else has:
+    // only the leader's HWM can move it.
+    if (!opts.replicated && log.highWatermark < log.logEndOffset) log.setHighWatermark(log.logEndOffset);
+    this.txnFloor = this.readTxnFloor();
+    this.txnReady = this.loadTxnIndex().then(
+      (t) => {
+        this.txns = t;
+        this.notify();
+      },
+      (err: unknown) => {
+        this.txnError = err instanceof Error ? err : new Error(String(err));
+      },
+    );
+    this.producersReady = this.loadProducerState().then(
+      (t) => {
+        this.producers = t;
+      },
+      (err: unknown) => {
+        this.producersError = err instanceof Error ? err : new Error(String(err));
+      },
+    );
+  }
+
+  get earliest(): number {
+    return this.log.logStartOffset;
+  }
+
+  get logEndOffset(): number {
+    return this.log.logEndOffset;
+  }
+
+  get highWatermark(): number {
+    return this.log.highWatermark;
+  }
+
+  /**
+   * The last stable offset: the end of what read_committed may see, min(HWM, first offset of the earliest
+   * open transaction). Until the transaction index is rebuilt after open, a conservative bound from its
+   * snapshot.
+   */
+  get lastStableOffset(): number {
+    const hwm = this.log.highWatermark;
+    const first = this.txns ? this.txns.firstUnstableOffset() : this.txnFloor;
+    return first < hwm ? Math.max(first, this.log.logStartOffset) : hwm;
+  }
+
+  /** The transaction index (for tests, inspection and the coordinator); undefined until rebuilt. */
+  txnIndex(): TxnIndex | undefined {
+    return this.txns ?? undefined;
+  }
+
+  /** Resolves once the transaction index is rebuilt (or failed to). */
+  whenTxnIndexReady(): Promise<void> {
+    return this.txnReady;
+  }
+
+  private txnIndexOrThrow(): TxnIndex {
+    if (this.txnError) throw new TributaryError('storage_error', { reason: `transaction index unavailable: ${this.txnError.message}` });
+    return this.txns!;
+  }
+
+  /**
+   * Appends records of the producer's transaction: each gets the TRANSACTIONAL attribute and the
+   * producer id / epoch (and, with sequences, is checked and stored as appendIdempotent does). The
+   * producer's first transactional append on this partition opens its transaction at its base offset,
+   * which holds the LSO there until writeMarker() closes it. Errors: stale_producer_epoch (below the open
+   * transaction's epoch or the idempotent state's), out_of_order_sequence.
+   */
+  appendTransactional(records: RecordInput[], b: TransactionalBatch): Promise<IdempotentAppend> {
+    return this.track(() => this.transactional(records, b));
+  }
+
+  private transactional(records: RecordInput[], b: TransactionalBatch): Promise<IdempotentAppend> {
+    if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
+    const idem = b.firstSequence !== undefined || b.lastSequence !== undefined;
+    if (idem && (b.firstSequence === undefined || b.lastSequence === undefined || b.lastSequence - b.firstSequence + 1 !== records.length)) {
+      return Promise.reject(invalidParam('sequence', 'firstSequence and lastSequence must span the records'));
+    }
+    if (!b.producerId) return Promise.reject(invalidParam('producerId', 'a transactional append needs a producer id'));
+    if ((this.txns === null && this.txnError === null) || (idem && this.producers === null && this.producersError === null)) {
+      return Promise.all([this.txnReady, this.producersReady]).then(() => this.transactional(records, b));
+    }
+    let index: TxnIndex;
+    try {
+      index = this.txnIndexOrThrow();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const recs: RecordInput[] = records.map((r, i) => ({
+      ...r,
+      producerId: b.producerId,
+      epoch: b.epoch,
+      sequence: idem ? b.firstSequence! + i : -1,
+      attributes: ((r.attributes ?? 0) & ~RecordAttr.CONTROL) | RecordAttr.TRANSACTIONAL,
+    }));
+    const hooks = {
+      txn: null as OpenTxn | null,
+      start: () => {
+        hooks.txn = index.begin(b.producerId, b.epoch, this.log.logEndOffset);
+      },
+      ok: (res: { baseOffset: number }) => {
+        if (hooks.txn) index.appended(hooks.txn, res.baseOffset);
+      },
+      none: () => {
+        if (hooks.txn) index.released(hooks.txn);
+      },
+    };
+    if (idem) {
+      return this.idempotent(recs, { producerId: b.producerId, epoch: b.epoch, firstSequence: b.firstSequence!, lastSequence: b.lastSequence! }, hooks);
+    }
+    try {
+      hooks.start();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.log.append(recs).then(
+      (res) => {
+        hooks.ok(res);
+        const r = this.appended(res);
+        return { ...r, duplicate: false };
+      },
+      (err: unknown) => {
+        hooks.none();
+        throw err;
+      },
+    );
+  }
+
+  /**
+   * Appends a commit or abort marker (a CONTROL|TRANSACTIONAL record) for the producer. Once it is durable
+   * it closes the producer's open transaction (an abort records the aborted range [first offset, marker
+   * offset)); the LSO then moves on and waiters wake. A marker without an open transaction (a retry after
+   * a crash) is still written and changes nothing else. Error: stale_producer_epoch (below the open
+   * transaction's epoch).
+   */
+  writeMarker(producerId: string, epoch: number, type: MarkerType): Promise<MarkerResult> {
+    return this.track(() => this.marker(producerId, epoch, type));
+  }
+
+  private marker(producerId: string, epoch: number, type: MarkerType): Promise<MarkerResult> {
+    if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
+    if (!producerId) return Promise.reject(invalidParam('producerId', 'a marker needs a producer id'));
+    if (type !== 'commit' && type !== 'abort') return Promise.reject(invalidParam('type', 'commit or abort'));
+    if ((this.txns === null && this.txnError === null) || (this.producers === null && this.producersError === null)) {
+      return Promise.all([this.txnReady, this.producersReady]).then(() => this.marker(producerId, epoch, type));
+    }
+    let index: TxnIndex;
+    let txn: OpenTxn | null;
+    try {
+      index = this.txnIndexOrThrow();
+      txn = index.beginMarker(producerId, epoch);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    // Appends queue in call order: from here on, appends of an older epoch are refused.
+    this.producers?.fence(producerId, epoch, Date.now());
+    const rec: RecordInput = {
+      key: null,
+      value: encodeMarkerValue(type),
+      producerId,
+      epoch,
+      sequence: -1,
+      attributes: RecordAttr.CONTROL | RecordAttr.TRANSACTIONAL,
+    };
+    return this.log.append([rec]).then(
+      (res) => {
+        index.markerWritten(txn, type, res.baseOffset);
+        this.appended(res);
+        // The LSO may have moved even where the HWM did not.
+        this.notify();
+        return { offset: res.baseOffset, timestamp: res.timestamp, closed: txn !== null };
+      },
+      (err: unknown) => {
+        index.markerFailed(txn);
+        throw err;
+      },
+    );
+  }
+
+  append(records: RecordInput[]): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
+    return this.track(async () => {
+      if (this.closed) throw new TributaryError('shutting_down');
+      return this.appended(await this.log.append(records));
+    });
+  }
+
+  /** append() of the records of a produce batch, encoded straight from its wire bytes (PartitionLog.appendWire). */
+  appendWire(batch: ScannedBatch): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
+    return this.track(async () => {
+      if (this.closed) throw new TributaryError('shutting_down');
+      return this.appended(await this.log.appendWire(batch));
+    });
+  }
+
+  /**
+   * An idempotent append: the state check and the append happen in one synchronous step (appends of a
+   * partition are queued in call order), so a duplicate of a pending batch waits for that append's result.
+   * A duplicate resolves with the original offsets and `duplicate: true`; errors: stale_producer_epoch,
+   * out_of_order_sequence.
+   */
+  appendIdempotent(records: RecordInput[], b: IdempotentBatch): Promise<IdempotentAppend> {
+    return this.track(() => this.idempotentWhenLoaded(records, b));
+  }
+
+  private idempotentWhenLoaded(records: RecordInput[], b: IdempotentBatch): Promise<IdempotentAppend> {
+    if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
+    if (this.producers === null && this.producersError === null) {
+      // Still rebuilding (just opened): queue behind it; then-callbacks run in call order, so order holds.
+      return this.producersReady.then(() => this.idempotentWhenLoaded(records, b));
+    }
+    return this.idempotent(records, b);
+  }
+
+  /** appendIdempotent() once the producer state is loaded; `hooks` let a transactional append track its offsets. */
+  private idempotent(
+    records: RecordInput[],
+    b: IdempotentBatch,
+    hooks?: { start: () => void; ok: (res: { baseOffset: number }) => void; none: () => void },
+  ): Promise<IdempotentAppend> {
+    if (this.producersError)
+      return Promise.reject(new TributaryError('storage_error', { reason: `producer state unavailable: ${this.producersError.message}` }));
+    const table = this.producers!;
+    let check: CheckResult;
+    try {
+      check = table.check(b.producerId, b.epoch, b.firstSequence, b.lastSequence);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (check.kind === 'duplicate') {
+      const e = check.entry;
+      // A duplicate writes nothing: it neither opens nor extends a transaction.
+      if (e.result) return e.result.then((r) => ({ ...r, duplicate: true }));
+      return Promise.resolve({ baseOffset: e.baseOffset, lastOffset: e.lastOffset, timestamp: e.timestamp, duplicate: true });
+    }
+    try {
+      hooks?.start();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const entry = table.begin(b.producerId, b.epoch, b.firstSequence, b.lastSequence, Date.now());
+    const result = this.log.append(records).then(
+      (res) => {
+        table.complete(entry, res);
+        hooks?.ok(res);
+        return this.appended(res);
+      },
+      (err: unknown) => {
+        table.abort(b.producerId, entry);
+        hooks?.none();
+        throw err;
+      },
+    );
+    entry.result = result;
+    return result.then((r) => ({ baseOffset: r.baseOffset, lastOffset: r.lastOffset, timestamp: r.timestamp, duplicate: false }));
+  }
+
+  /** The producer state (for tests and inspection); undefined until loaded. */
+  producerState(): ProducerStateTable | undefined {
+    return this.producers ?? undefined;
+  }
+
+  /** Resolves once the producer state is rebuilt (or failed to). */
+  whenProducerStateReady(): Promise<void> {
+    return this.producersReady;
+  }
+
+  /**
+   * Rebuild: the snapshot (state as of an offset), then every append after it up to the current log end.
+   * Without a snapshot (a log from before idempotent producers, or a crash before the first snapshot),
+   * the scan starts at the last segment. The state is then snapshotted right away and on a timer.
+   */
+  private async loadProducerState(): Promise<ProducerStateTable> {
+    const path = join(this.log.dir, PRODUCER_SNAPSHOT_FILE);
+    let table = new ProducerStateTable();
+    let from: number;
+    let loaded = false;
+    try {
+      const snap = JSON.parse(await readFile(path, 'utf8')) as ProducerSnapshot;
+      table = ProducerStateTable.fromSnapshot(snap);
+      from = snap.offset;
+      loaded = true;
+      // The log ends before the snapshot (a torn tail cut by recovery): those batches are not in it.
+      if (from > this.log.logEndOffset) {
+        table.truncate(this.log.logEndOffset);
+        loaded = false;
+      } else {
+        // The snapshot is taken at the HWM but holds every batch appended by then, above it too; those
+        // may have been truncated since (a follower cutting a dead leader's tail). The scan from the
+        // snapshot's offset below puts back the ones the log still has.
+        table.dropBatchesFrom(from);
+      }
+    } catch {
+      table = new ProducerStateTable();
+      const segs = this.log.segmentInfos();
+      from = segs[segs.length - 1]!.baseOffset;
+    }
+    from = Math.max(from, this.log.logStartOffset);
+    const end = this.log.logEndOffset;
+    const replay = new ProducerStateReplay(table);
+    let offset = Math.min(from, end);
+    const scanned = offset < end;
+    while (offset < end) {
+      // Retention may have removed the segment being scanned: what it held is gone from the log anyway.
+      if (offset < this.log.logStartOffset) offset = this.log.logStartOffset;
+      const recs = await this.log.read(offset, { maxRecords: 10_000, maxBytes: 8 * 1024 * 1024, maxOffset: end, keepAppendMarker: true });
+      if (recs.length === 0) break;
+      for (const r of recs) replay.record(r);
+      offset = recs[recs.length - 1]!.offset + 1;
+    }
+    table.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
+    if (!this.closed) {
+      if (scanned || !loaded) await this.writeSnapshot(table, end);
+      else this.snapshotVersion = table.version;
+      this.snapshotTimer = setInterval(() => {
+        if (this.producers && this.producers.version !== this.snapshotVersion) {
+          this.producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
+          void this.writeSnapshot(this.producers, this.log.highWatermark).catch(() => {});
+        }
+      }, SNAPSHOT_INTERVAL_MS);
+      this.snapshotTimer.unref();
+    }
+    return table;
+  }
+
+  /**
+   * Synchronously, at open: an offset below which no transaction is open, from the snapshot (its offset
+   * and open transactions). No snapshot at all: Infinity, the log has no transactions (the index is
+   * rebuilt, and its snapshot written, before the first transactional append or marker is accepted, so a
+   * log that ever had one has a snapshot). An unreadable snapshot: the log start.
+   */
+  private readTxnFloor(): number {
+    let raw: string;
+    try {
+      raw = readFileSync(join(this.log.dir, TXN_SNAPSHOT_FILE), 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException)?.code === 'ENOENT') return Infinity;
+      return this.log.logStartOffset;
+    }
+    try {
+      const snap = JSON.parse(raw) as TxnSnapshot;
+      let floor = Number.isSafeInteger(snap.offset) ? snap.offset : this.log.logStartOffset;
+      if (Array.isArray(snap.open)) for (const o of snap.open) if (Number.isSafeInteger(o?.firstOffset) && o.firstOffset < floor) floor = o.firstOffset;
+      return Math.min(floor, this.log.logEndOffset);
+    } catch {
+      return this.log.logStartOffset;
+    }
+  }
+
+  /** Whether read_committed must wait for the index rebuild (a snapshot exists: it may know aborts). */
+  private get txnPending(): boolean {
+    return this.txns === null && this.txnError === null && this.txnFloor !== Infinity;
+  }
+
+  /**
+   * Rebuild the transaction index: the snapshot (state as of an offset), then every record after it up to
+   * the log end. Without a snapshot (a log from before transactions), the scan starts at the last segment;
+   * with an unreadable one or one past the log end, at the log start. Snapshotted right away and on a timer.
+   */
+  private async loadTxnIndex(): Promise<TxnIndex> {
+    let index: TxnIndex;
+    let from: number;
+    let loaded = false;
+    let raw: string | null = null;
+    try {
+      raw = await readFile(join(this.log.dir, TXN_SNAPSHOT_FILE), 'utf8');
+    } catch {
+      raw = null;
+    }
+    if (raw === null) {
+      index = new TxnIndex();
+      const segs = this.log.segmentInfos();
+      from = segs.length > 0 ? segs[segs.length - 1]!.baseOffset : this.log.logStartOffset;
+    } else {
+      try {
+        const snap = JSON.parse(raw) as TxnSnapshot;
+        index = TxnIndex.fromSnapshot(snap);
+        from = snap.offset;
+        loaded = true;
+        if (from > this.log.logEndOffset) throw new Error('snapshot past the log end');
+      } catch {
+        index = new TxnIndex();
+        from = this.log.logStartOffset;
+        loaded = false;
+      }
+    }
+    from = Math.max(from, this.log.logStartOffset);
+    const end = this.log.logEndOffset;
+    let offset = Math.min(from, end);
+    const scanned = offset < end;
+    while (offset < end) {
+      if (offset < this.log.logStartOffset) offset = this.log.logStartOffset;
+      if (offset >= end) break;
+      const recs = await this.log.read(offset, { maxRecords: 10_000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
+      if (recs.length === 0) break;
+      for (const r of recs) index.replay(r);
+      offset = recs[recs.length - 1]!.offset + 1;
+    }
+    index.prune(this.log.logStartOffset);
+    if (!this.closed) {
+      if (scanned || !loaded) await this.writeTxnSnapshot(index, end);
+      else {
+        this.txnSnapshotVersion = index.version;
+        this.txnSnapshotOffset = from;
+      }
+      this.txnTimer = setInterval(() => {
+        // Also when only the HWM moved: the snapshot's offset bounds the scan after a crash.
+        if (this.txns && (this.txns.version !== this.txnSnapshotVersion || this.log.highWatermark !== this.txnSnapshotOffset)) {
+          this.txns.prune(this.log.logStartOffset);
+          this.txns.pruneClosed(this.log.highWatermark);
+          void this.writeTxnSnapshot(this.txns, this.log.highWatermark).catch(() => {});
+        }
+      }, SNAPSHOT_INTERVAL_MS);
+      this.txnTimer.unref();
+    }
+    return index;
+  }
+
+  /** Writes the transaction snapshot atomically (tmp + fsync + rename); writes are serialized. */
+  private writeTxnSnapshot(index: TxnIndex, offset: number): Promise<void> {
+    const version = index.version;
+    const snap = index.snapshot(offset);
+    const data = JSON.stringify(snap);
+    const path = join(this.log.dir, TXN_SNAPSHOT_FILE);
+    const run = async () => {
+      await writeFileAtomic(path, data, { syncDir: false });
+      this.txnSnapshotVersion = version;
+      this.txnSnapshotOffset = snap.offset;
+    };
+    const p = this.txnSnapshotWrite.then(run, run);
+    this.txnSnapshotWrite = p.catch(() => {});
+    return p;
+  }
+
+  /** Writes the snapshot atomically (tmp + fsync + rename); writes are serialized. */
+  private writeSnapshot(table: ProducerStateTable, offset: number): Promise<void> {
+    const version = table.version;
+    const data = JSON.stringify(table.snapshot(offset));
+    const path = join(this.log.dir, PRODUCER_SNAPSHOT_FILE);
+    const run = async () => {
+      await writeFileAtomic(path, data, { syncDir: false });
+      this.snapshotVersion = version;
+    };
+    const p = this.snapshotWrite.then(run, run);
+    this.snapshotWrite = p.catch(() => {});
+    return p;
+  }
+
+  private stopSnapshots(): void {
+    if (this.snapshotTimer) clearInterval(this.snapshotTimer);
+    this.snapshotTimer = null;
+    if (this.txnTimer) clearInterval(this.txnTimer);
+    this.txnTimer = null;
+  }
+
+  private appended(res: { baseOffset: number; lastOffset: number; timestamp: number }): { baseOffset: number; lastOffset: number; timestamp: number } {
+    if (this.replicated) {
+      this.localDurable(res.lastOffset + 1);
+      return res;
+    }
+    if (res.lastOffset + 1 > this.log.highWatermark) {
+      this.log.setHighWatermark(res.lastOffset + 1);
+      this.notify();
+    }
+    return res;
+  }
+
+  // ---- replication (cluster mode: src/cluster/replica-manager.ts drives these) ----
+
+  /** Cluster mode: the HWM follows the in-sync replicas, not this replica's own appends. */
+  enableReplication(onDurable: () => void): void {
+    this.replicated = true;
+    this.durableEnd = this.log.logEndOffset;
+    this.onDurable = onDurable;
+  }
+
+  get isReplicated(): boolean {
+    return this.replicated;
+  }
+
+  /** What this replica holds durably: its share of the HWM (cluster mode; the HWM otherwise). */
+  get localEnd(): number {
+    return this.replicated ? this.durableEnd : this.log.highWatermark;
+  }
+
+  private localDurable(end: number): void {
+    if (end > this.durableEnd) this.durableEnd = end;
+    for (const w of this.endWaiters) if (this.durableEnd > w.offset) w.wake();
+    this.onDurable?.();
+  }
+
+  /** The leader moved the HWM (never past this replica's log end); readers and acks=all waiters wake. */
+  setReplicatedHighWatermark(o: number): void {
+    const v = Math.min(o, this.log.logEndOffset);
+    if (v === this.log.highWatermark) return;
+    this.log.setHighWatermark(v);
+    this.notify();
+  }
+
+  /** Resolves once this replica holds offset `offset` durably (a follower's fetch long-polls on it). */
+  waitForLogEnd(offset: number, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
+    return this.park(this.endWaiters, (wake) => ({ offset, wake }), () => this.durableEnd > offset, timeoutMs, signal);
+  }
+
+  /**
+   * Resolves with ready() once it holds (its waiter in `set` is woken by whoever moves what it waits on),
+   * the wait ends, the signal aborts or the partition closes.
+   */
+  private park<W extends { wake: () => void }>(set: Set<W>, make: (wake: () => void) => W, ready: () => boolean, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
+    if (ready() || this.closed) return Promise.resolve(ready());
+    if (timeoutMs <= 0 || signal?.aborted) return Promise.resolve(false);
+    return new Promise<boolean>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', done);
+        set.delete(waiter);
+        resolve(ready());
+      };
+      const waiter = make(done);
+      const timer = setTimeout(done, timeoutMs);
+      signal?.addEventListener('abort', done, { once: true });
+      set.add(waiter);
+    });
+  }
+
+  /**
+   * A follower stores records fetched from its leader, with the leader's offsets and fields, and keeps
+   * its producer state and transaction index as the leader's (so it can take over as leader).
+   */
+  appendReplica(records: LogRecord[]): Promise<void> {
+    return this.track(() => this.replica(records));
+  }
+
+  private async replica(records: LogRecord[]): Promise<void> {
+    if (this.closed) throw new TributaryError('shutting_down');
+    if (records.length === 0) return;
+    await Promise.all([this.txnReady, this.producersReady]);
+    const write = this.log.appendReplica(records);
+    const slow = failpointDelay(`replica.append:${this.topic}`);
+    if (slow) {
+      write.catch(() => {}); // awaited below
+      await slow;
+    }
+    const res = await write;
+    // One call holds whole leader appends, so a batch never spans two calls.
+    const replay = this.producers ? new ProducerStateReplay(this.producers) : null;
+    for (const r of records) {
+      this.txns?.replay(r);
+      replay?.record(r);
+    }
+    this.localDurable(res.lastOffset + 1);
+  }
+
+  /**
+   * A follower drops a tail its new leader does not have (leader-epoch truncation); the producer state and
+   * transaction index are rebuilt from the log that is left.
+   */
+  truncateTo(offset: number): Promise<void> {
+    if (this.rebuild) return this.rebuild.then(() => this.truncateTo(offset));
+    let release!: () => void;
+    this.rebuild = new Promise<void>((r) => {
+      release = r;
+    });
+    const run = async () => {
+      // Appends already begun have touched the indexes: let them land first, so the rebuild below
+      // starts from a log and indexes that agree; later ones wait for it (track()).
+      await Promise.all([this.txnReady, this.producersReady]);
+      await this.drained();
+      if (offset >= this.log.logEndOffset) return;
+      await this.log.truncateTo(offset);
+      this.durableEnd = Math.min(this.durableEnd, this.log.logEndOffset);
+      this.stopSnapshots();
+      await Promise.all([this.snapshotWrite, this.txnSnapshotWrite]);
+      const txns = await this.loadTxnIndex();
+      const producers = await this.loadProducerState();
+      this.txns = txns;
+      this.producers = producers;
+      this.notify();
+    };
+    return run().finally(() => {
+      this.rebuild = null;
+      release();
+    });
+  }
+
+  /**
+   * Every append-like operation (appends, markers, replica appends) runs through here: after a truncation
+   * in progress, and counted so a truncation can wait for those already begun. The transaction index and
+   * the producer state are derived from the log; rebuilding them while an append lands would leave the
+   * append out of both (a read_committed reader would then see an aborted record).
+   */
+  private track<T>(start: () => Promise<T>): Promise<T> {
+    if (this.rebuild) return this.rebuild.then(() => this.track(start));
+    this.active++;
+    const p = start();
+    p.then(this.settle, this.settle);
+    return p;
+  }
+
+  private readonly settle = (): void => {
+    if (--this.active === 0 && this.onDrained.length > 0) {
+      const wake = this.onDrained;
+      this.onDrained = [];
+      for (const w of wake) w();
+    }
+  };
+
+  private drained(): Promise<void> {
+    if (this.active === 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      this.onDrained.push(resolve);
+    });
+  }
+
+  /** No append-like operation in flight and no truncation running. */
+  get idle(): boolean {
+    return this.active === 0 && this.rebuild === null;
+  }
+
+  /** Resolves once idle: every append begun (a follower's replica append included) has landed. */
+  async quiesced(): Promise<void> {
+    while (!this.idle) {
+      if (this.rebuild) await this.rebuild;
+      else await this.drained();
+    }
+  }
+
+  /** Validate a starting offset against the retained range. */
+  checkOffset(offset: number): void {
+    if (offset < this.earliest || offset > this.logEndOffset) {
+      throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: this.earliest, latest: this.lastStableOffset });
+    }
+  }
+
+  /**
+   * Records from `offset`: under read_uncommitted up to the HWM, everything (control records included);
+   * under read_committed up to the LSO, without control records and records of aborted transactions.
+   */
+  async read(offset: number, opts: { maxRecords: number; maxBytes: number; isolation: Isolation }): Promise<ReadResult> {
+    this.checkOffset(offset);
+    const committed = opts.isolation === 'read_committed';
+    if (committed && this.txnPending) await this.txnReady;
+    if (committed && this.txnError) this.txnIndexOrThrow();
+    // Null only for a log without a snapshot (no transactions) still being scanned: nothing aborted.
+    const index = this.txns;
+    const end = committed ? this.lastStableOffset : this.highWatermark;
+    if (offset >= end) return { records: [], nextOffset: offset };
+    const raw = await this.log.read(offset, { maxRecords: opts.maxRecords, maxBytes: opts.maxBytes, maxOffset: end });
+    if (raw.length === 0) return { records: [], nextOffset: offset };
+    const nextOffset = raw[raw.length - 1]!.offset + 1;
+    if (!committed) return { records: raw, nextOffset };
+    const aborted = index ? index.abortedFilter(raw[0]!.offset, nextOffset) : null;
+    // Copy only when there is a record to drop (the usual read has none).
+    const drop = (r: LogRecord) => (r.attributes & RecordAttr.CONTROL) !== 0 || aborted?.(r.offset, r.producerId, r.attributes) === true;
+    for (let i = 0; i < raw.length; i++) {
+      if (drop(raw[i]!)) return { records: raw.filter((r) => !drop(r)), nextOffset };
+    }
+    return { records: raw, nextOffset };
+  }
+
+  /**
+   * The reply batch of read() + encodeBatch(logRecordsToBatch(...)) written straight from the log's tail
+   * cache, or null when the tail cache cannot serve it (or it is empty): the caller then takes read().
+   */
+  readWire(
+    offset: number,
+    opts: { maxRecords: number; maxBytes: number; isolation: Isolation },
+    wire: { topic: string; extensions: boolean },
+  ): { frame: Buffer; count: number; valueBytes: number; nextOffset: number } | null {
+    if (offset < this.earliest || offset > this.logEndOffset) return null;
+    const committed = opts.isolation === 'read_committed';
+    // read() waits for the transaction index; so does this fast path, by declining.
+    if (committed && (this.txnPending || this.txnError)) return null;
+    const end = committed ? this.lastStableOffset : this.highWatermark;
+    if (offset >= end) return null;
+    // Records of aborted transactions in reach (at most maxRecords consecutive offsets of the tail cache)
+    // are left out by the same predicate read() applies.
+    const skipAborted = committed && this.txns && opts.maxRecords >= 1 ? this.txns.abortedFilter(offset, Math.min(end, offset + opts.maxRecords)) : null;
+    return this.log.readWire(
+      offset,
+      { maxRecords: opts.maxRecords, maxBytes: opts.maxBytes, maxOffset: end },
+      { topic: wire.topic, partition: this.id, extensions: wire.extensions, skipControl: committed, skipAborted },
+    );
+  }
+
+  /**
+   * Resolves once data past `offset` is readable under `isolation` (read_committed: the LSO passed it,
+   * e.g. because a marker landed; read_uncommitted: the HWM), the wait ends, the signal aborts or the
+   * partition closes.
+   */
+  waitForData(offset: number, timeoutMs: number, signal?: AbortSignal, isolation: Isolation = 'read_committed'): Promise<boolean> {
+    const committed = isolation === 'read_committed';
+    const ready = () => (committed ? this.lastStableOffset : this.highWatermark) > offset;
+    return this.park<Waiter>(this.waiters, (wake) => ({ offset, committed, wake }), ready, timeoutMs, signal);
+  }
+
+  private notify(): void {
+    if (this.waiters.size === 0) return;
+    const hwm = this.highWatermark;
+    const lso = this.lastStableOffset;
+    for (const w of this.waiters) if ((w.committed ? lso : hwm) > w.offset) w.wake();
+  }
+
+  private wakeAll(): void {
+    for (const w of [...this.waiters, ...this.endWaiters]) w.wake();
+  }
+
+  /** Wake every waiter and refuse new waits: shutdown must not sit out long polls. */
+  beginClose(): void {
+    this.closed = true;
+    this.wakeAll();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.wakeAll();
+    this.stopSnapshots();
+    await this.producersReady;
+    await this.txnReady;
+    await this.log.close();
+    // After the log is flushed: the state then covers every append up to the log end.
+    if (this.producers) await this.writeSnapshot(this.producers, this.log.logEndOffset).catch(() => {});
+    if (this.txns) await this.writeTxnSnapshot(this.txns, this.log.logEndOffset).catch(() => {});
+  }
+
+  async destroy(): Promise<void> {
+    this.closed = true;
+    this.wakeAll();
+    this.stopSnapshots();
+    await this.producersReady;
+    await this.txnReady;
+    await this.snapshotWrite;
+    await this.txnSnapshotWrite;
+    await this.log.destroy();
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+}

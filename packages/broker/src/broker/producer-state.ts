@@ -1,0 +1,237 @@
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { RecordAttr } from 'tributary-protocol/record.js';
+import { ATTR_END_OF_APPEND } from '../storage/record-codec.js';
+
+/**
+ * Idempotent producer state of one partition: per producer id, the epoch and the last few appended
+ * batches (sequence range and offsets), so a retried batch is answered with its original offsets instead
+ * of being appended again. Pure bookkeeping (no I/O): Partition drives it around its appends, and rebuilds
+ * it on open from a snapshot plus the log records after it.
+ */
+
+/** Batches per producer remembered for duplicate detection (the SDK keeps at most 5 in flight). */
+export const PRODUCER_WINDOW = 5;
+
+export interface AppendOffsets {
+  baseOffset: number;
+  lastOffset: number;
+  timestamp: number;
+}
+
+export interface BatchEntry {
+  firstSeq: number;
+  lastSeq: number;
+  /** Set once the append is done (-1 while pending). */
+  baseOffset: number;
+  lastOffset: number;
+  timestamp: number;
+  /** The append's outcome, for a duplicate that arrives while it is pending. */
+  result?: Promise<AppendOffsets>;
+}
+
+interface ProducerEntry {
+  epoch: number;
+  /** Oldest first, at most PRODUCER_WINDOW. */
+  batches: BatchEntry[];
+  lastSeenMs: number;
+}
+
+export type CheckResult = { kind: 'append' } | { kind: 'duplicate'; entry: BatchEntry };
+
+export interface ProducerSnapshot {
+  version: 1;
+  /** The state covers every append that ends below this offset. */
+  offset: number;
+  producers: Array<{ id: string; epoch: number; lastSeenMs: number; batches: Array<[number, number, number, number, number]> }>;
+}
+
+export class ProducerStateTable {
+  private readonly producers = new Map<string, ProducerEntry>();
+  /** Bumped on every change, so a snapshot is written only when something changed. */
+  version = 0;
+
+  get size(): number {
+    return this.producers.size;
+  }
+
+  /**
+   * Classifies a batch (firstSeq..lastSeq of producer `id` at `epoch`): a new append, a duplicate of a
+   * remembered batch, or an error (stale_producer_epoch, out_of_order_sequence).
+   */
+  check(id: string, epoch: number, firstSeq: number, lastSeq: number): CheckResult {
+    const p = this.producers.get(id);
+    if (!p) {
+      if (firstSeq !== 0) throw outOfOrder(id, epoch, firstSeq, 0);
+      return { kind: 'append' };
+    }
+    if (epoch < p.epoch) throw new TributaryError('stale_producer_epoch', { producer_id: id, epoch, current_epoch: p.epoch });
+    if (epoch > p.epoch) {
+      if (firstSeq !== 0) throw outOfOrder(id, epoch, firstSeq, 0);
+      return { kind: 'append' };
+    }
+    for (const b of p.batches) {
+      if (b.firstSeq === firstSeq && b.lastSeq === lastSeq) return { kind: 'duplicate', entry: b };
+    }
+    const last = p.batches[p.batches.length - 1];
+    const expected = last ? last.lastSeq + 1 : 0;
+    if (firstSeq !== expected) throw outOfOrder(id, epoch, firstSeq, expected);
+    return { kind: 'append' };
+  }
+
+  /** Records a batch check() accepted, as pending; complete() or abort() it once the append settles. */
+  begin(id: string, epoch: number, firstSeq: number, lastSeq: number, nowMs: number): BatchEntry {
+    let p = this.producers.get(id);
+    if (!p || epoch > p.epoch) {
+      p = { epoch, batches: [], lastSeenMs: nowMs };
+      this.producers.set(id, p);
+    }
+    const entry: BatchEntry = { firstSeq, lastSeq, baseOffset: -1, lastOffset: -1, timestamp: 0 };
+    p.batches.push(entry);
+    if (p.batches.length > PRODUCER_WINDOW) p.batches.shift();
+    p.lastSeenMs = nowMs;
+    this.version++;
+    return entry;
+  }
+
+  complete(entry: BatchEntry, res: AppendOffsets): void {
+    entry.baseOffset = res.baseOffset;
+    entry.lastOffset = res.lastOffset;
+    entry.timestamp = res.timestamp;
+    entry.result = undefined;
+    this.version++;
+  }
+
+  /** The append failed: forget the batch, so a retry of it is appended. */
+  abort(id: string, entry: BatchEntry): void {
+    const p = this.producers.get(id);
+    if (!p) return;
+    const i = p.batches.indexOf(entry);
+    if (i >= 0) p.batches.splice(i, 1);
+    if (p.batches.length === 0) this.producers.delete(id);
+    this.version++;
+  }
+
+  /** Rebuild: an append found in the log (records in offset order). Batches already known are skipped. */
+  replay(id: string, epoch: number, firstSeq: number, lastSeq: number, baseOffset: number, lastOffset: number, timestamp: number): void {
+    let p = this.producers.get(id);
+    if (p && epoch < p.epoch) return;
+    if (!p || epoch > p.epoch) {
+      p = { epoch, batches: [], lastSeenMs: timestamp };
+      this.producers.set(id, p);
+    }
+    const last = p.batches[p.batches.length - 1];
+    if (last && (last.lastOffset >= baseOffset || last.lastSeq >= firstSeq)) return;
+    p.batches.push({ firstSeq, lastSeq, baseOffset, lastOffset, timestamp });
+    if (p.batches.length > PRODUCER_WINDOW) p.batches.shift();
+    // Record timestamps may be the producer's: a replayed producer counts as seen now.
+    p.lastSeenMs = Math.max(p.lastSeenMs, timestamp, Date.now());
+    this.version++;
+  }
+
+  /**
+   * A transaction marker at `epoch` (the coordinator's, bumped when it fenced the producer): a higher epoch
+   * replaces the producer's state, so appends of the older epoch are refused from now on (a fenced zombie
+   * cannot reopen a transaction after its abort marker) and the new epoch starts at sequence 0.
+   */
+  fence(id: string, epoch: number, nowMs: number): void {
+    const p = this.producers.get(id);
+    if (p && epoch <= p.epoch) return;
+    this.producers.set(id, { epoch, batches: [], lastSeenMs: nowMs });
+    this.version++;
+  }
+
+  /** The log lost its tail from `end` on (recovery after a crash): forget batches that were in it. */
+  truncate(end: number): void {
+    for (const [id, p] of this.producers) {
+      p.batches = p.batches.filter((b) => b.lastOffset < end);
+      if (p.batches.length === 0) this.producers.delete(id);
+    }
+    this.version++;
+  }
+
+  /** Drops the batches that end at or above `offset`, keeping every producer's epoch. */
+  dropBatchesFrom(offset: number): void {
+    for (const p of this.producers.values()) p.batches = p.batches.filter((b) => b.lastOffset < offset);
+    this.version++;
+  }
+
+  /** Drops producers not seen for `maxIdleMs` (whose batches are all done). */
+  expire(nowMs: number, maxIdleMs: number): number {
+    let n = 0;
+    for (const [id, p] of this.producers) {
+      if (nowMs - p.lastSeenMs > maxIdleMs && p.batches.every((b) => b.baseOffset >= 0)) {
+        this.producers.delete(id);
+        n++;
+      }
+    }
+    if (n > 0) this.version++;
+    return n;
+  }
+
+  /** The completed state (pending batches left out: replay finds them in the log past `offset`). */
+  snapshot(offset: number): ProducerSnapshot {
+    const producers: ProducerSnapshot['producers'] = [];
+    for (const [id, p] of this.producers) {
+      const batches = p.batches
+        .filter((b) => b.baseOffset >= 0)
+        .map((b) => [b.firstSeq, b.lastSeq, b.baseOffset, b.lastOffset, b.timestamp] as [number, number, number, number, number]);
+      // A producer without batches still carries its (fenced) epoch.
+      producers.push({ id, epoch: p.epoch, lastSeenMs: p.lastSeenMs, batches });
+    }
+    return { version: 1, offset, producers };
+  }
+
+  static fromSnapshot(s: ProducerSnapshot): ProducerStateTable {
+    const t = new ProducerStateTable();
+    if (s.version !== 1 || !Array.isArray(s.producers)) throw new Error('unknown producer snapshot version');
+    for (const p of s.producers) {
+      t.producers.set(p.id, {
+        epoch: p.epoch,
+        lastSeenMs: p.lastSeenMs,
+        batches: p.batches
+          .slice(-PRODUCER_WINDOW)
+          .map(([firstSeq, lastSeq, baseOffset, lastOffset, timestamp]) => ({ firstSeq, lastSeq, baseOffset, lastOffset, timestamp })),
+      });
+    }
+    return t;
+  }
+
+  /** Test/inspection helper: the producer's epoch and last appended sequence. */
+  describe(id: string): { epoch: number; lastSeq: number } | undefined {
+    const p = this.producers.get(id);
+    if (!p) return undefined;
+    const last = p.batches[p.batches.length - 1];
+    return { epoch: p.epoch, lastSeq: last ? last.lastSeq : -1 };
+  }
+}
+
+function outOfOrder(id: string, epoch: number, got: number, expected: number): TributaryError {
+  return new TributaryError('out_of_order_sequence', { producer_id: id, epoch, sequence: got, expected });
+}
+
+/**
+ * Feeds records read back from a log (append boundaries kept), in offset order, into a table: the
+ * records of one append between end-of-append markers form one batch; a marker (control record) fences
+ * its producer at its epoch. Used for the rebuild at open and for a follower's replicated records.
+ */
+export class ProducerStateReplay {
+  private run: { id: string; epoch: number; firstSeq: number; base: number } | null = null;
+
+  constructor(private readonly table: ProducerStateTable) {}
+
+  record(r: { producerId: string; epoch: number; sequence: number; attributes: number; offset: number; timestamp: number }): void {
+    if (r.producerId !== '' && (r.attributes & RecordAttr.CONTROL) !== 0) {
+      this.table.fence(r.producerId, r.epoch, r.timestamp);
+      this.run = null;
+    } else if (r.producerId !== '' && r.sequence >= 0) {
+      const run = this.run && this.run.id === r.producerId && this.run.epoch === r.epoch ? this.run : { id: r.producerId, epoch: r.epoch, firstSeq: r.sequence, base: r.offset };
+      this.run = run;
+      if ((r.attributes & ATTR_END_OF_APPEND) !== 0) {
+        this.table.replay(run.id, run.epoch, run.firstSeq, r.sequence, run.base, r.offset, r.timestamp);
+        this.run = null;
+      }
+    } else {
+      this.run = null;
+    }
+  }
+}

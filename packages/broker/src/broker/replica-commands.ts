@@ -1,0 +1,54 @@
+import { encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
+import { type Params, formatOk } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './commands.js';
+
+/** Broker-to-broker commands of cluster mode: followers fetching from their leader. */
+
+function cluster(b: BrokerContext) {
+  if (!b.cluster) throw new TributaryError('unknown_command', { command: 'REPLICA_FETCH', reason: 'this broker is not in cluster mode' });
+  return b.cluster;
+}
+
+/**
+ * REPLICA_FETCH: a follower at `offset` (its log end) asks for what follows, up to the leader's log end
+ * (not only the HWM: followers are what moves the HWM), with every stored field and append boundary, in
+ * one batch frame whose trailer carries the leader's HWM. Long-polls `wait_ms` when there is nothing new.
+ */
+async function replicaFetch(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const node = cluster(b);
+  const topic = p.reqStr('topic', { maxLength: 100_000 });
+  const partition = p.reqInt('partition', { min: 0, max: 1_000_000 });
+  const offset = p.reqInt('offset', { min: 0 });
+  const epoch = p.reqInt('leader_epoch', { min: 0 });
+  const replica = p.reqInt('replica', { min: 0 });
+  const maxBytes = Math.min(p.int('max_bytes', { min: 1 }) ?? 1024 * 1024, b.config.maxFrameBytes - 1024 * 1024);
+  const waitMs = Math.min(p.int('wait_ms', { min: 0 }) ?? 0, b.config.maxWaitMs);
+  const r = node.replicas.followerFetch(topic, partition, replica, epoch, offset);
+  const part = r.partition;
+  if (part.localEnd <= offset && waitMs > 0) {
+    await part.waitForLogEnd(offset, waitMs);
+    // The wait may have outlived the leadership.
+    node.replicas.followerFetch(topic, partition, replica, epoch, offset);
+  }
+  const end = part.localEnd;
+  const records =
+    offset < end ? await part.log.read(Math.max(offset, part.earliest), { maxRecords: 10_000, maxBytes, maxOffset: end, keepAppendMarker: true, wholeAppends: true }) : [];
+  return encodeBatch(logRecordsToBatch(topic, partition, records, { nextOffset: records.length > 0 ? records[records.length - 1]!.offset + 1 : offset, highWatermark: part.highWatermark, logStartOffset: part.earliest }), {
+    extensions: true,
+  });
+}
+
+/** LEADER_EPOCHS: the leader's epoch history (`epoch:start_offset,...`) and log end, for follower truncation. */
+function leaderEpochs(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
+  const node = cluster(b);
+  const topic = p.reqStr('topic', { maxLength: 100_000 });
+  const partition = p.reqInt('partition', { min: 0, max: 1_000_000 });
+  const h = node.replicas.epochHistory(topic, partition, p.reqInt('leader_epoch', { min: 0 }));
+  return formatOk({ topic, partition, log_end: h.logEnd, epochs: h.epochs.map(([e, o]) => `${e}:${o}`).join(',') });
+}
+
+export const REPLICA_COMMANDS: Record<string, CommandSpec> = {
+  REPLICA_FETCH: { handler: replicaFetch },
+  LEADER_EPOCHS: { handler: leaderEpochs },
+};

@@ -1,0 +1,335 @@
+import { randomBytes, scrypt, scryptSync, timingSafeEqual } from 'node:crypto';
+import type tls from 'node:tls';
+import { formatOk, type ParsedLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { ConnectionContext, Reply } from './commands.js';
+import type { BrokerConfig, Permission } from './config.js';
+import type { Logger } from './logger.js';
+
+/**
+ * Authentication, authorization and per-connection request limits (docs/security.md).
+ *
+ * The broker calls `gate()` once per request, after the command is known and before it runs: the single
+ * place where a request is refused for lack of authentication, permission, topic ACL or rate budget.
+ * Secrets: tokens are only ever compared (scrypt, then timingSafeEqual); neither tokens nor hashes go to
+ * logs, metrics or replies.
+ */
+
+// ---- token hashing ----
+
+/** scrypt parameters (stored hashes depend on them). N=2^14, r=8: ~16 MiB and a few tens of ms per check. */
+const SCRYPT_PARAMS = { N: 16384, r: 8, p: 1, maxmem: 64 * 1024 * 1024 };
+const KEY_LEN = 32;
+
+export interface UserEntry {
+  hash: string;
+  salt: string;
+  permissions: Permission[];
+}
+
+/** A new salted hash of `token` for the config file (`tributary user add`). */
+export function hashToken(token: string, salt: Buffer = randomBytes(16)): { hash: string; salt: string } {
+  const hash = scryptSync(token, salt, KEY_LEN, SCRYPT_PARAMS);
+  return { hash: hash.toString('base64'), salt: salt.toString('base64') };
+}
+
+function scryptAsync(token: string, salt: Buffer): Promise<Buffer> {
+  return new Promise((resolve, reject) => scrypt(token, salt, KEY_LEN, SCRYPT_PARAMS, (err, key) => (err ? reject(err) : resolve(key))));
+}
+
+/** A salt and hash to check unknown principals against, so that "no such user" takes as long as "wrong token". */
+let dummy: UserEntry | undefined;
+function dummyUser(): UserEntry {
+  dummy ??= { ...hashToken(randomBytes(16).toString('hex')), permissions: [] };
+  return dummy;
+}
+
+/**
+ * Verification runs on libuv's thread pool, which storage shares: at most two at once, a bounded queue,
+ * and `throttled` beyond it, so an AUTH flood cannot starve fsyncs of other clients.
+ */
+class Limiter {
+  private running = 0;
+  private readonly queue: Array<() => void> = [];
+  constructor(
+    private readonly max: number,
+    private readonly maxQueue: number,
+  ) {}
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.running >= this.max) {
+      if (this.queue.length >= this.maxQueue) throw new TributaryError('throttled', { reason: 'too many authentications in progress' });
+      await new Promise<void>((resolve) => this.queue.push(resolve));
+    } else this.running++;
+    try {
+      return await fn();
+    } finally {
+      const next = this.queue.shift();
+      if (next) next();
+      else this.running--;
+    }
+  }
+}
+
+export async function verifyToken(token: string, user: UserEntry | undefined): Promise<boolean> {
+  const entry = user ?? dummyUser();
+  const expected = Buffer.from(entry.hash, 'base64');
+  const actual = await scryptAsync(token, Buffer.from(entry.salt, 'base64'));
+  const same = expected.length === actual.length && timingSafeEqual(expected, actual);
+  return same && user !== undefined;
+}
+
+// ---- what each command needs ----
+
+type TopicAccess = 'read' | 'write' | 'describe';
+
+interface Requirement {
+  permissions: Permission[];
+  /** Which access to the request's topic (if it names one) the topic ACL must grant. */
+  topic?: TopicAccess;
+}
+
+/** Commands anyone may send, authenticated or not. */
+const OPEN = new Set(['PROTOCOL_INFO', 'NEGOTIATE', 'AUTH', 'HELP']);
+
+const GROUP_TOPIC_COMMANDS = ['JOIN_GROUP', 'SYNC_GROUP', 'HEARTBEAT', 'LEAVE_GROUP', 'FETCH_OFFSET', 'COMMIT_OFFSET', 'BATCH_COMMIT'];
+
+/**
+ * command → required permissions. A command that crosses boundaries needs every permission it touches.
+ * `admin` implies every permission. A command missing here needs `admin` (deny by default).
+ */
+export function requirementOf(command: string, params: ReadonlyMap<string, string>): Requirement {
+  switch (command) {
+    case 'LIST': // filtered to the topics the principal may describe
+      return { permissions: [] };
+    case 'DESCRIBE':
+    case 'METADATA':
+    case 'LIST_OFFSETS':
+      return { permissions: [], topic: 'describe' };
+    case 'PUBLISH':
+    case 'BATCH':
+      return { permissions: ['topic.write'], topic: 'write' };
+    case 'CONSUME':
+    case 'STREAM':
+      return { permissions: params.has('group') ? ['topic.read', 'group'] : ['topic.read'], topic: 'read' };
+    case 'GROUP_STATUS':
+    case 'LIST_GROUPS':
+      return { permissions: ['group'] };
+    case 'FIND_COORDINATOR':
+      return { permissions: params.has('transactional_id') ? ['transaction'] : ['group'] };
+    case 'INIT_PRODUCER_ID':
+    case 'BEGIN_TXN':
+    case 'END_TXN':
+      return { permissions: ['transaction'] };
+    case 'SEND_OFFSETS_TO_TXN':
+      // Moves a group's offsets, as a commit does.
+      return { permissions: ['transaction', 'group', 'topic.read'], topic: 'read' };
+    case 'CREATE':
+    case 'DELETE':
+    case 'DELETE_GROUP':
+    case 'RESET_OFFSETS':
+    case 'CLUSTER_STATUS':
+      return { permissions: ['admin'] };
+    default:
+      if (GROUP_TOPIC_COMMANDS.includes(command)) return { permissions: ['group', 'topic.read'], topic: 'read' };
+      if (command === 'TXN_PUBLISH' || command === 'TXN_STATUS') {
+        // TXN_PUBLISH writes to a topic inside a transaction.
+        return params.has('topic') ? { permissions: ['transaction', 'topic.write'], topic: 'write' } : { permissions: ['transaction'] };
+      }
+      // TXN_APPEND, TXN_MARKER, TXN_GROUP_OFFSETS, REPLICA_FETCH, LEADER_EPOCHS: brokers only (admin).
+      return { permissions: ['admin'] };
+  }
+}
+
+/** The topic of a binary batch frame, read from its header only (magic u16, topic length u16, topic). */
+export function batchTopic(body: Buffer): string | undefined {
+  if (body.length < 4) return undefined;
+  const len = body.readUInt16BE(2);
+  if (body.length < 4 + len) return undefined;
+  return body.toString('utf8', 4, 4 + len);
+}
+
+// ---- per connection ----
+
+interface Session {
+  principal: string | undefined;
+  authenticated: boolean;
+  failures: number;
+  /** Token bucket for maxRequestsPerSecondPerConnection. */
+  tokens: number;
+  refilledAt: number;
+  close: (reason: string) => void;
+}
+
+/** A connection as the security layer sees it. */
+export interface SecuredConnection extends ConnectionContext {
+  destroy(reason: string, graceMs?: number): void;
+}
+
+const MAX_AUTH_FAILURES = 3;
+
+export class Security {
+  private users: Record<string, UserEntry>;
+  private acls: BrokerConfig['topicAcls'];
+  private readonly sessions = new WeakMap<ConnectionContext, Session>();
+  private readonly verifier = new Limiter(2, 256);
+
+  constructor(
+    private readonly config: BrokerConfig,
+    private readonly logger: Logger,
+  ) {
+    this.users = config.users;
+    this.acls = config.topicAcls;
+  }
+
+  get enabled(): boolean {
+    return this.config.authentication;
+  }
+
+  /** Replace users and ACLs (SIGHUP). Connections of a removed user are refused from their next request. */
+  reload(users: Record<string, UserEntry>, acls: BrokerConfig['topicAcls']): void {
+    this.users = users;
+    this.acls = acls;
+    this.logger.info({ users: Object.keys(users).length, topicAcls: Object.keys(acls).length }, 'users and topic ACLs reloaded');
+  }
+
+  /** Called for each accepted connection: auth timeout and the mTLS principal. */
+  attach(conn: SecuredConnection, socket: tls.TLSSocket | import('node:net').Socket): void {
+    const rate = this.config.maxRequestsPerSecondPerConnection;
+    const session: Session = {
+      principal: undefined,
+      authenticated: false,
+      failures: 0,
+      tokens: rate,
+      refilledAt: Date.now(),
+      close: (reason) => conn.destroy(reason, 200),
+    };
+    this.sessions.set(conn, session);
+    if (!this.enabled) return;
+    // mTLS: a verified client certificate whose CN names a known user authenticates the connection.
+    const tlsSocket = socket as tls.TLSSocket;
+    if (tlsSocket.encrypted && tlsSocket.authorized) {
+      const cn = tlsSocket.getPeerCertificate()?.subject?.CN;
+      const name = Array.isArray(cn) ? cn[0] : cn;
+      if (name && Object.hasOwn(this.users, name)) {
+        session.principal = name;
+        session.authenticated = true;
+        conn.principal = name;
+      }
+    }
+    if (!session.authenticated) {
+      const timer = setTimeout(() => {
+        if (!session.authenticated) session.close('authentication timeout');
+      }, this.config.authTimeoutMs);
+      timer.unref();
+      socket.once('close', () => clearTimeout(timer));
+    }
+  }
+
+  private session(conn: ConnectionContext): Session {
+    let s = this.sessions.get(conn);
+    if (!s) {
+      s = { principal: undefined, authenticated: false, failures: 0, tokens: this.config.maxRequestsPerSecondPerConnection, refilledAt: Date.now(), close: () => {} };
+      this.sessions.set(conn, s);
+    }
+    return s;
+  }
+
+  /** The AUTH command when authentication is on. The token is never echoed, logged or kept. */
+  async authenticate(conn: ConnectionContext, principal: string, token: string): Promise<Reply> {
+    const s = this.session(conn);
+    s.authenticated = false;
+    s.principal = undefined;
+    const user = Object.hasOwn(this.users, principal) ? this.users[principal] : undefined;
+    const ok = await this.verifier.run(() => verifyToken(token, user));
+    if (!ok) {
+      s.failures++;
+      this.logger.warn({ principal, remote: conn.remote, failures: s.failures }, 'authentication failed');
+      if (s.failures >= MAX_AUTH_FAILURES) setImmediate(() => s.close('too many authentication failures'));
+      throw new TributaryError('authentication_failed', { principal });
+    }
+    s.authenticated = true;
+    s.principal = principal;
+    conn.principal = principal;
+    this.logger.debug({ principal, remote: conn.remote }, 'authenticated');
+    return formatOk({ principal, authenticated: true });
+  }
+
+  /** The current permissions of the connection's principal; undefined when not (or no longer) authenticated. */
+  private permissionsOf(s: Session): Permission[] | undefined {
+    if (!s.authenticated || s.principal === undefined) return undefined;
+    return Object.hasOwn(this.users, s.principal) ? this.users[s.principal]!.permissions : undefined;
+  }
+
+  private listed(list: string[] | undefined, principal: string): boolean {
+    return list === undefined || list.includes(principal) || list.includes('*');
+  }
+
+  /** Whether `principal` with `perms` has `access` to `topic` (permission and topic ACL). */
+  private topicAllowed(principal: string, perms: Permission[], topic: string, access: TopicAccess): boolean {
+    if (perms.includes('admin')) return true;
+    if (topic.startsWith('__')) return false; // internal topics: admin only
+    const acl = Object.hasOwn(this.acls, topic) ? this.acls[topic] : undefined;
+    const read = perms.includes('topic.read') && this.listed(acl?.read, principal);
+    const write = perms.includes('topic.write') && this.listed(acl?.write, principal);
+    if (access === 'read') return read;
+    if (access === 'write') return write;
+    return read || write;
+  }
+
+  /** LIST filtering: topics the connection may describe (everything when authentication is off). */
+  canDescribe(conn: ConnectionContext, topic: string): boolean {
+    if (!this.enabled) return true;
+    const s = this.session(conn);
+    const perms = this.permissionsOf(s);
+    return perms !== undefined && this.topicAllowed(s.principal!, perms, topic, 'describe');
+  }
+
+  /**
+   * Admission of one request: rate limit, batch size, authentication, permissions, topic ACL.
+   * `req` is the parsed command line, or the body of a binary batch (command `BATCH`).
+   */
+  gate(command: string, conn: ConnectionContext, req: ParsedLine | Buffer | undefined): TributaryError | undefined {
+    const s = this.session(conn);
+    const rate = this.config.maxRequestsPerSecondPerConnection;
+    if (rate > 0) {
+      const now = Date.now();
+      s.tokens = Math.min(rate, s.tokens + ((now - s.refilledAt) * rate) / 1000);
+      s.refilledAt = now;
+      if (s.tokens < 1) return new TributaryError('throttled', { limit: rate, per: 'second' });
+      s.tokens -= 1;
+    }
+    const isBatch = Buffer.isBuffer(req);
+    if (isBatch && this.config.maxBatchBytes > 0 && req.length > this.config.maxBatchBytes) {
+      return new TributaryError('record_too_large', { size: req.length, max: this.config.maxBatchBytes, reason: 'batch' });
+    }
+    if (!this.enabled || OPEN.has(command)) return undefined;
+    const perms = this.permissionsOf(s);
+    if (perms === undefined) {
+      if (s.authenticated) {
+        // The user was removed (revoked) since this connection authenticated.
+        s.authenticated = false;
+        s.principal = undefined;
+      }
+      return new TributaryError('authentication_required', { command });
+    }
+    const params: ReadonlyMap<string, string> = isBatch || req === undefined ? new Map() : req.params;
+    const need = requirementOf(command, params);
+    const isAdmin = perms.includes('admin');
+    if (!isAdmin) {
+      for (const p of need.permissions) {
+        if (!perms.includes(p)) return new TributaryError('NOT_AUTHORIZED_FOR_OPERATION', { command, permission: p, principal: s.principal! });
+      }
+      if (need.topic === 'describe' && !perms.includes('topic.read') && !perms.includes('topic.write')) {
+        return new TributaryError('NOT_AUTHORIZED_FOR_OPERATION', { command, permission: 'topic.read', principal: s.principal! });
+      }
+    }
+    if (need.topic !== undefined) {
+      const topic = isBatch ? batchTopic(req) : params.get('topic');
+      // No topic: the handler refuses the request as malformed.
+      if (topic !== undefined && !this.topicAllowed(s.principal!, perms, topic, need.topic)) {
+        return new TributaryError('NOT_AUTHORIZED_FOR_TOPIC', { topic, access: need.topic, principal: s.principal! });
+      }
+    }
+    return undefined;
+  }
+}

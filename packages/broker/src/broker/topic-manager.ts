@@ -1,0 +1,289 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { type CleanupPolicy, type MetadataStore, type Partitioner, type TopicDefinition, sameDefinition } from '../cluster/metadata-store.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { partitionForKey } from 'tributary-protocol/partitioner.js';
+import { type LogOptions, PartitionLog } from '../storage/partition-log.js';
+import type { BrokerConfig } from './config.js';
+import type { Logger } from './logger.js';
+import type { BrokerMetrics } from './metrics.js';
+import { Partition } from './partition.js';
+
+const TOPIC_NAME_RE = /^[A-Za-z0-9._-]{1,249}$/;
+const INTERNAL_SEGMENT_BYTES = 16 * 1024 * 1024;
+
+/** Topic names: 1-249 of letters, digits, `.`, `_`, `-`; `.`/`..` reserved; `__` reserved for internal topics. */
+export function validateTopicName(name: string, opts: { allowInternal?: boolean } = {}): void {
+  const bad = (reason: string) => new TributaryError('invalid_topic_name', { topic: name.length > 256 ? `${name.slice(0, 256)}...` : name, reason });
+  if (!TOPIC_NAME_RE.test(name)) throw bad('1-249 characters of letters, digits, ".", "_" and "-"');
+  if (name === '.' || name === '..') throw bad('reserved name');
+  if (name.startsWith('__') && !opts.allowInternal) throw bad('the "__" prefix is reserved for internal topics');
+}
+
+export interface TopicSpec {
+  name: string;
+  partitions: number;
+  replicationFactor: number;
+  idempotent: boolean;
+  partitioner: Partitioner;
+  retentionHours: number;
+  retentionBytes: number;
+  cleanupPolicy: CleanupPolicy;
+}
+
+export class Topic {
+  private rr = 0;
+
+  constructor(
+    public def: TopicDefinition,
+    readonly partitions: Partition[],
+  ) {}
+
+  get name(): string {
+    return this.def.name;
+  }
+
+  partition(id: number): Partition {
+    const p = this.partitions[id];
+    if (!p) throw new TributaryError('partition_not_found', { topic: this.def.name, partition: id, partitions: this.partitions.length });
+    return p;
+  }
+
+  /** Explicit partition, else FNV-1a 64 of the key, else round-robin (docs/protocol.md, "Producing"). */
+  choosePartition(explicit: number | undefined, key: Buffer | null): number {
+    if (explicit !== undefined && explicit >= 0) {
+      this.partition(explicit);
+      return explicit;
+    }
+    if (key && key.length > 0 && this.def.partitioner === 'hash_key') return partitionForKey(key, this.partitions.length);
+    const p = this.rr % this.partitions.length;
+    this.rr = (this.rr + 1) % this.partitions.length;
+    return p;
+  }
+}
+
+/** Owns topic definitions (through the MetadataStore) and the partition logs on disk. */
+export class TopicManager {
+  private readonly topics = new Map<string, Topic>();
+  /** Topics being opened, by topic id: a second open of the same directories must not start. */
+  private readonly opening = new Map<string, Promise<Topic>>();
+  private growing: Promise<unknown> = Promise.resolve();
+  private readonly logsDir: string;
+  private retentionTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly store: MetadataStore,
+    private readonly config: BrokerConfig,
+    private readonly logger: Logger,
+    private readonly metrics: BrokerMetrics,
+  ) {
+    this.logsDir = path.join(config.dataDir, 'logs');
+  }
+
+  /** Opens (and recovers) every partition log; the broker is not ready before this resolves. */
+  async open(): Promise<void> {
+    await fs.mkdir(this.logsDir, { recursive: true });
+    const defs = this.store.listTopics();
+    for (const def of defs) this.topics.set(def.name, await this.openTopic(def));
+    await this.removeOrphans(defs);
+    this.updateGauges();
+    this.retentionTimer = setInterval(() => void this.applyRetention(), this.config.retentionCheckMs);
+    this.retentionTimer.unref();
+  }
+
+  list(): Topic[] {
+    return [...this.topics.values()].sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  get(name: string): Topic {
+    const t = this.topics.get(name);
+    if (!t) throw new TributaryError('topic_not_found', { topic: name });
+    return t;
+  }
+
+  tryGet(name: string): Topic | undefined {
+    return this.topics.get(name);
+  }
+
+  async create(spec: TopicSpec, opts: { allowInternal?: boolean } = {}): Promise<{ topic: Topic; created: boolean }> {
+    validateTopicName(spec.name, opts);
+    const existing = this.store.getTopic(spec.name);
+    if (existing) {
+      if (!sameDefinition(spec, existing)) {
+        throw new TributaryError('topic_already_exists', { topic: spec.name, partitions: existing.partitions });
+      }
+      return { topic: this.get(spec.name), created: false };
+    }
+    const { topic: def, created } = await this.store.createTopic(spec);
+    const topic = await this.ensureOpen(def);
+    this.updateGauges();
+    this.logger.info({ topic: def.name, partitions: def.partitions }, 'topic created');
+    return { topic, created };
+  }
+
+  /** ADD_PARTITIONS: raises the count in the store, then opens the new partitions here. */
+  async addPartitions(name: string, partitions: number): Promise<Topic> {
+    this.get(name);
+    if (partitions > this.config.maxPartitions) throw new TributaryError('invalid_parameter', { param: 'partitions', reason: `at most ${this.config.maxPartitions}` });
+    const def = await this.store.addPartitions(name, partitions);
+    return this.grow(def);
+  }
+
+  /** Opens the partitions a definition has beyond the open topic's (from a local change or the store's watch). */
+  private grow(def: TopicDefinition): Promise<Topic> {
+    const run = async () => {
+      const t = this.topics.get(def.name);
+      if (!t || t.def.topicId !== def.topicId) return this.ensureOpen(def);
+      for (let i = t.partitions.length; i < def.partitions; i++) t.partitions.push(await this.openPartition(def, i));
+      if (def.partitions > t.def.partitions) t.def = def;
+      this.updateGauges();
+      this.logger.info({ topic: def.name, partitions: def.partitions }, 'partitions added');
+      return t;
+    };
+    // One growth at a time: a local change and its watch event must not open a partition twice.
+    const p = this.growing.then(run, run);
+    this.growing = p.catch(() => undefined);
+    return p;
+  }
+
+  async delete(name: string): Promise<void> {
+    const topic = this.get(name);
+    if (name.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic: name, reason: 'internal topics cannot be deleted' });
+    // Definition first: a crash between the two steps leaves an orphan dir that open() removes. Out of
+    // the map before: the store's own delete event (cluster mode) must not destroy it a second time.
+    this.topics.delete(name);
+    try {
+      await this.store.deleteTopic(name);
+    } catch (err) {
+      this.topics.set(name, topic);
+      throw err;
+    }
+    await Promise.all(topic.partitions.map((p) => p.destroy()));
+    await fs.rm(this.topicDir(topic.def), { recursive: true, force: true });
+    this.updateGauges();
+    this.logger.info({ topic: name }, 'topic deleted');
+  }
+
+  /** Time/size retention for 'delete' topics, compaction for 'compact' topics (run on the retention timer). */
+  async applyRetention(now = Date.now()): Promise<void> {
+    for (const topic of this.topics.values()) {
+      const compact = topic.def.cleanupPolicy === 'compact';
+      for (const p of topic.partitions) {
+        if (p.isClosed) continue;
+        try {
+          if (compact) {
+            const res = await p.log.compact({ now });
+            if (res.recordsRemoved > 0) {
+              this.logger.info({ topic: topic.name, partition: p.id, ...res }, 'compacted log');
+            }
+          } else {
+            const res = await p.log.applyRetention(now);
+            if (res.deletedSegments > 0) {
+              this.logger.info({ topic: topic.name, partition: p.id, ...res, earliest: p.earliest }, 'retention deleted segments');
+            }
+          }
+        } catch (err) {
+          if (p.isClosed) continue;
+          this.logger.error({ err, topic: topic.name, partition: p.id }, compact ? 'compaction failed' : 'retention failed');
+        }
+      }
+    }
+  }
+
+  /** First step of shutdown: long polls and streams return now instead of at their deadlines. */
+  beginClose(): void {
+    for (const t of this.topics.values()) for (const p of t.partitions) p.beginClose();
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.retentionTimer);
+    const all = [...this.topics.values()].flatMap((t) => t.partitions);
+    await Promise.all(all.map((p) => p.close()));
+  }
+
+  /** Opens a topic once, whether its definition came from a local CREATE or from the store's watch. */
+  private ensureOpen(def: TopicDefinition): Promise<Topic> {
+    const open = this.topics.get(def.name);
+    if (open && open.def.topicId === def.topicId) return Promise.resolve(open);
+    let p = this.opening.get(def.topicId);
+    if (!p) {
+      p = this.openTopic(def).then((t) => {
+        this.topics.set(def.name, t);
+        this.opening.delete(def.topicId);
+        this.updateGauges();
+        return t;
+      });
+      p.catch(() => this.opening.delete(def.topicId));
+      this.opening.set(def.topicId, p);
+    }
+    return p;
+  }
+
+  /**
+   * Cluster mode: topics created and deleted by other brokers (the store's watch) are opened and removed
+   * here too. `onOpened` runs once a remotely created topic's partitions are open.
+   */
+  followStore(onOpened: (topic: Topic) => void): void {
+    this.store.events.on('topic-created', (def: TopicDefinition) => {
+      this.ensureOpen(def).then(onOpened, (err: unknown) => this.logger.error({ err, topic: def.name }, 'opening a topic created elsewhere failed'));
+    });
+    this.store.events.on('topic-updated', (def: TopicDefinition) => {
+      this.grow(def).then(onOpened, (err: unknown) => this.logger.error({ err, topic: def.name }, 'opening partitions added elsewhere failed'));
+    });
+    this.store.events.on('topic-deleted', (def: TopicDefinition) => {
+      const t = this.topics.get(def.name);
+      if (!t || t.def.topicId !== def.topicId) return;
+      this.topics.delete(def.name);
+      void Promise.all(t.partitions.map((p) => p.destroy()))
+        .then(() => fs.rm(this.topicDir(t.def), { recursive: true, force: true }))
+        .catch((err: unknown) => this.logger.error({ err, topic: def.name }, 'removing a topic deleted elsewhere failed'));
+      this.updateGauges();
+    });
+  }
+
+  private topicDir(def: TopicDefinition): string {
+    // The topic id keeps a re-created topic from ever picking up a deleted one's files.
+    return path.join(this.logsDir, `${def.name}~${def.topicId}`);
+  }
+
+  private logOptions(def: TopicDefinition): Partial<LogOptions> {
+    const internal = def.name.startsWith('__');
+    return {
+      // Compaction only rewrites closed segments: internal (compacted, small) topics roll sooner.
+      segmentBytes: internal ? Math.min(this.config.segmentBytes, INTERNAL_SEGMENT_BYTES) : this.config.segmentBytes,
+      segmentMs: this.config.segmentMs,
+      retentionMs: def.retentionHours < 0 ? -1 : def.retentionHours * 3600 * 1000,
+      retentionBytes: def.retentionBytes,
+      // Group state and commits are acknowledged only once durable, whatever the data flush policy.
+      flush: internal ? 'always' : this.config.flush,
+      flushIntervalMs: this.config.flushIntervalMs,
+      maxRecordBytes: this.config.maxRecordBytes,
+    };
+  }
+
+  private async openTopic(def: TopicDefinition): Promise<Topic> {
+    const partitions: Partition[] = [];
+    for (let i = 0; i < def.partitions; i++) partitions.push(await this.openPartition(def, i));
+    return new Topic(def, partitions);
+  }
+
+  private async openPartition(def: TopicDefinition, i: number): Promise<Partition> {
+    const log = await PartitionLog.open(path.join(this.topicDir(def), String(i)), this.logOptions(def), this.logger.child({ topic: def.name, partition: i }));
+    return new Partition(def.name, i, log, { replicated: this.config.cluster });
+  }
+
+  private async removeOrphans(defs: TopicDefinition[]): Promise<void> {
+    const known = new Set(defs.map((d) => `${d.name}~${d.topicId}`));
+    for (const entry of await fs.readdir(this.logsDir)) {
+      if (!known.has(entry)) {
+        this.logger.warn({ dir: entry }, 'removing log directory of a deleted topic');
+        await fs.rm(path.join(this.logsDir, entry), { recursive: true, force: true });
+      }
+    }
+  }
+
+  private updateGauges(): void {
+    this.metrics.topics.set(this.topics.size);
+    this.metrics.partitions.set([...this.topics.values()].reduce((n, t) => n + t.partitions.length, 0));
+  }
+}

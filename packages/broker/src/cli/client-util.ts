@@ -1,0 +1,142 @@
+import { readFileSync } from 'node:fs';
+import type tls from 'node:tls';
+import { type Command, InvalidArgumentError, Option } from 'commander';
+import { type AuthOptions, Connection } from 'tributary-protocol/connection.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { CliError, formatBrokerError, usageError } from './errors.js';
+
+export const DEFAULT_BOOTSTRAP = '127.0.0.1:9000';
+
+export interface Address {
+  host: string;
+  port: number;
+}
+
+export function formatAddress(a: Address): string {
+  return a.host.includes(':') ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`;
+}
+
+/** `host:port` or `[v6]:port`; undefined when malformed. */
+export function parseAddress(text: string): Address | undefined {
+  const m = /^\[([^\]]+)\]:(\d{1,5})$/.exec(text) ?? /^([^:\s]+):(\d{1,5})$/.exec(text);
+  const host = m?.[1];
+  const port = Number(m?.[2]);
+  if (host === undefined || !(port >= 1 && port <= 65535)) return undefined;
+  return { host, port };
+}
+
+export function parseBootstrap(text: string): Address {
+  const a = parseAddress(text);
+  if (!a) throw usageError(`--bootstrap must be host:port, got ${JSON.stringify(text)}`);
+  return a;
+}
+
+/** TLS and authentication options of every client command (docs/security.md). */
+export interface ClientSecurityOptions {
+  tls?: boolean;
+  ca?: string;
+  cert?: string;
+  certKey?: string;
+  principal?: string;
+  token?: string;
+}
+
+export interface ClientOptions extends ClientSecurityOptions {
+  bootstrap: string;
+}
+
+/** Adds `--bootstrap` (env TRIBUTARY_BOOTSTRAP), TLS (`--tls --ca --cert --key`) and `--principal/--token` to a client command. */
+export function withBootstrap(cmd: Command): Command {
+  return cmd
+    .addOption(new Option('--bootstrap <host:port>', 'broker to connect to').env('TRIBUTARY_BOOTSTRAP').default(DEFAULT_BOOTSTRAP))
+    .addOption(new Option('--tls', 'connect with TLS (implied by --ca, --cert, --cert-key)').env('TRIBUTARY_TLS'))
+    .addOption(new Option('--ca <file>', 'PEM CA bundle to verify the broker certificate').env('TRIBUTARY_CA'))
+    .addOption(new Option('--cert <file>', 'PEM client certificate (mTLS)').env('TRIBUTARY_CERT'))
+    // Not `--key`: produce uses that for the record key.
+    .addOption(new Option('--cert-key <file>', 'PEM private key of --cert (mTLS)').env('TRIBUTARY_CERT_KEY'))
+    .addOption(new Option('--principal <name>', 'principal to authenticate as').env('TRIBUTARY_PRINCIPAL'))
+    .addOption(new Option('--token <token>', 'token of the principal (prefer the environment variable)').env('TRIBUTARY_TOKEN'));
+}
+
+function readPem(what: string, file: string): Buffer {
+  try {
+    return readFileSync(file);
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    throw new CliError(`error: cannot read ${what} ${file}: ${e.code === 'ENOENT' ? 'no such file' : e.message}`);
+  }
+}
+
+/** The SDK's `tls` and `auth` options from the CLI flags. */
+export function clientSecurity(opts: ClientSecurityOptions): { tls?: tls.ConnectionOptions; auth?: AuthOptions } {
+  const out: { tls?: tls.ConnectionOptions; auth?: AuthOptions } = {};
+  if (opts.tls || opts.ca !== undefined || opts.cert !== undefined || opts.certKey !== undefined) {
+    if ((opts.cert === undefined) !== (opts.certKey === undefined)) throw usageError('--cert and --cert-key must be given together');
+    out.tls = {
+      ...(opts.ca !== undefined ? { ca: readPem('CA file', opts.ca) } : {}),
+      ...(opts.cert !== undefined ? { cert: readPem('certificate', opts.cert) } : {}),
+      ...(opts.certKey !== undefined ? { key: readPem('key', opts.certKey) } : {}),
+    };
+  }
+  if (opts.principal !== undefined || opts.token !== undefined) {
+    if (opts.principal === undefined) throw usageError('--token needs --principal');
+    out.auth = { principal: opts.principal, token: opts.token ?? '' };
+  }
+  return out;
+}
+
+/** Commander argument parser for a decimal integer in [min, max]; rejects `1e3`, `0x10`, `12abc`. */
+export function intArg(min: number, max = Number.MAX_SAFE_INTEGER): (value: string) => number {
+  return (value: string) => {
+    if (!/^-?\d+$/.test(value)) throw new InvalidArgumentError('must be an integer.');
+    const n = Number(value);
+    if (!Number.isSafeInteger(n) || n < min || n > max) {
+      throw new InvalidArgumentError(max === Number.MAX_SAFE_INTEGER ? `must be an integer >= ${min}.` : `must be an integer ${min}..${max}.`);
+    }
+    return n;
+  };
+}
+
+/**
+ * Socket-level failures: the SDK raises connection_lost (refused, reset, closed), and request_timeout for a
+ * connect timeout; a request_timeout parsed from a broker `ERROR:` reply is a broker error instead.
+ */
+function isConnectionLoss(err: unknown): boolean {
+  if (!(err instanceof TributaryError)) return false;
+  return err.code === 'connection_lost' || (err.code === 'request_timeout' && !err.message.startsWith('ERROR:'));
+}
+
+/** Turn broker errors into the CLI's `error: <code> <fields>` line with exit 1. */
+export function toCliError(err: unknown, addr?: Address): unknown {
+  if (addr && isConnectionLoss(err)) return new CliError(`error: lost connection to broker at ${formatAddress(addr)}`);
+  if (err instanceof TributaryError) return new CliError(formatBrokerError(err));
+  return err;
+}
+
+export async function connect(addr: Address, signal?: AbortSignal, security: ClientSecurityOptions = {}): Promise<Connection> {
+  const sec = clientSecurity(security);
+  try {
+    return await Connection.connect({ host: addr.host, port: addr.port, signal, ...sec });
+  } catch (err) {
+    if (isConnectionLoss(err)) {
+      throw new CliError(`error: cannot reach broker at ${formatAddress(addr)}`);
+    }
+    if (signal?.aborted) throw err;
+    if (err instanceof TributaryError) throw toCliError(err);
+    throw new CliError(`error: cannot reach broker at ${formatAddress(addr)}`);
+  }
+}
+
+/** Connect to the bootstrap broker, run `fn`, always close. */
+export async function withConnection<T>(target: string | ClientOptions, fn: (conn: Connection) => Promise<T>): Promise<T> {
+  const opts = typeof target === 'string' ? { bootstrap: target } : target;
+  const addr = parseBootstrap(opts.bootstrap);
+  const conn = await connect(addr, undefined, opts);
+  try {
+    return await fn(conn);
+  } catch (err) {
+    throw toCliError(err, addr);
+  } finally {
+    await conn.close();
+  }
+}

@@ -1,0 +1,193 @@
+import { type Command, InvalidArgumentError, Option } from 'commander';
+import { Admin, type GroupDescription, type ResetTarget } from 'tributary-client/admin.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { type Address, type ClientOptions, clientSecurity, formatAddress, intArg, parseBootstrap, toCliError, withBootstrap } from './client-util.js';
+import { CliError, usageError } from './errors.js';
+
+type BootstrapOptions = ClientOptions;
+
+interface JsonOptions extends BootstrapOptions {
+  json?: boolean;
+}
+
+interface ResetOptions extends JsonOptions {
+  topic: string;
+  partition?: number;
+  toEarliest?: boolean;
+  toLatest?: boolean;
+  toOffset?: number;
+  toTimestamp?: number;
+}
+
+function print(line: string): void {
+  process.stdout.write(`${line}\n`);
+}
+
+/** The connect phase failed (nothing listens, or no answer in time): the SDK says so in its message. */
+function isConnectFailure(err: unknown): boolean {
+  if (!(err instanceof TributaryError)) return false;
+  if (err.code === 'connection_lost') return err.message.startsWith('connect ');
+  return err.code === 'request_timeout' && err.fields.reason === 'connect timeout';
+}
+
+/**
+ * Runs `fn` with an Admin client on the bootstrap broker and always closes it. Errors follow the CLI's
+ * conventions: `cannot reach broker at ...` / `error: <code> <fields>` with exit 1.
+ */
+export async function withAdmin<T>(target: string | ClientOptions, fn: (admin: Admin) => Promise<T>): Promise<T> {
+  const opts = typeof target === 'string' ? { bootstrap: target } : target;
+  const addr: Address = parseBootstrap(opts.bootstrap);
+  // Few quick retries: a CLI should fail fast when the broker is down, but still follow a redirect.
+  const admin = new Admin({ brokers: [formatAddress(addr)], retry: { retries: 2, initialDelayMs: 50, maxDelayMs: 200, maxElapsedMs: 2000 }, ...clientSecurity(opts) });
+  try {
+    return await fn(admin);
+  } catch (err) {
+    if (isConnectFailure(err)) throw new CliError(`error: cannot reach broker at ${formatAddress(addr)}`);
+    throw toCliError(err, addr);
+  } finally {
+    await admin.close();
+  }
+}
+
+/** `--to-timestamp`: milliseconds since the epoch, or an ISO 8601 date. */
+export function parseTimestamp(value: string): number {
+  if (/^\d+$/.test(value)) {
+    const n = Number(value);
+    if (Number.isSafeInteger(n)) return n;
+  } else if (/^\d{4}-\d{2}-\d{2}/.test(value)) {
+    const t = Date.parse(value);
+    if (Number.isFinite(t) && t >= 0) return t;
+  }
+  throw new InvalidArgumentError('must be milliseconds since the epoch or an ISO 8601 date (2026-01-31T12:00:00Z).');
+}
+
+/** Left-aligned columns, two spaces apart. */
+export function table(header: string[], rows: string[][]): string[] {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
+  return [line(header), ...rows.map(line)];
+}
+
+function partitions(ps: number[]): string {
+  return ps.length === 0 ? '-' : ps.join(',');
+}
+
+function dash(v: number | string | null | undefined): string {
+  return v === null || v === undefined ? '-' : String(v);
+}
+
+/** GROUP_STATUS as a readable report: state, members and assignments, offsets and lag, recent generations. */
+export function formatGroup(g: GroupDescription): string[] {
+  const out: string[] = [];
+  out.push(`group:       ${g.group}`);
+  out.push(`topic:       ${g.topic || '-'}`);
+  out.push(`state:       ${g.state}`);
+  out.push(`generation:  ${g.generation}`);
+  out.push(`protocol:    ${g.protocol} (assignor ${g.assignor})`);
+  out.push(`leader:      ${dash(g.leader)}`);
+  out.push('');
+  out.push(`members (${g.members.length}):`);
+  if (g.members.length === 0) out.push('  (none)');
+  else {
+    const rows = g.members.map((m) => [
+      m.member_id,
+      m.client_id,
+      dash(m.instance),
+      dash(m.host),
+      String(m.generation),
+      partitions(m.assignments),
+      partitions(m.pending),
+      `${m.last_heartbeat_ms_ago} ms ago`,
+      m.needs_rejoin ? 'yes' : 'no',
+    ]);
+    for (const l of table(['MEMBER', 'CLIENT', 'INSTANCE', 'HOST', 'GEN', 'ASSIGNED', 'PENDING', 'HEARTBEAT', 'REJOIN'], rows)) out.push(`  ${l}`);
+  }
+  out.push('');
+  out.push(`offsets (total lag ${g.total_lag}):`);
+  if (g.offsets.length === 0) out.push('  (none)');
+  else {
+    const rows = g.offsets.map((o) => [String(o.partition), dash(o.committed), String(o.log_end), dash(o.lag), dash(o.owner)]);
+    for (const l of table(['PARTITION', 'COMMITTED', 'LOG END', 'LAG', 'OWNER'], rows)) out.push(`  ${l}`);
+  }
+  out.push('');
+  out.push(`generations (last ${g.history.length}):`);
+  if (g.history.length === 0) out.push('  (none)');
+  else {
+    const rows = [...g.history]
+      .sort((a, b) => b.generation - a.generation)
+      .map((h) => [
+        String(h.generation),
+        new Date(h.at).toISOString(),
+        h.rebalanceMs === undefined ? '-' : `${h.rebalanceMs} ms`,
+        h.reasons.map((r) => `${r.cause} ${r.member}${r.missedByMs !== undefined ? ` (missed by ${r.missedByMs} ms)` : ''}`).join('; ') || '-',
+      ]);
+    for (const l of table(['GEN', 'AT', 'REBALANCE', 'CAUSES'], rows)) out.push(`  ${l}`);
+  }
+  return out;
+}
+
+function resetTarget(opts: ResetOptions): ResetTarget {
+  const chosen: ResetTarget[] = [];
+  if (opts.toEarliest) chosen.push('earliest');
+  if (opts.toLatest) chosen.push('latest');
+  if (opts.toOffset !== undefined) chosen.push({ offset: opts.toOffset });
+  if (opts.toTimestamp !== undefined) chosen.push({ timestamp: opts.toTimestamp });
+  if (chosen.length !== 1) throw usageError('give exactly one of --to-earliest, --to-latest, --to-offset, --to-timestamp');
+  return chosen[0]!;
+}
+
+export function registerGroupCommand(program: Command): void {
+  const group = program.command('group').description('list, describe, reset and delete consumer groups');
+
+  withBootstrap(group.command('list').description('consumer groups known to the broker, one per line').option('--json', 'print a JSON array')).action(
+    async (opts: JsonOptions) => {
+      const groups = await withAdmin(opts, (admin) => admin.listGroups());
+      if (opts.json) print(JSON.stringify(groups));
+      else for (const g of groups) print(g);
+    },
+  );
+
+  withBootstrap(
+    group
+      .command('describe <group>')
+      .description('state, generation, members and assignments, committed offsets and lag, recent generations')
+      .option('--json', 'print the broker GROUP_STATUS JSON'),
+  ).action(async (name: string, opts: JsonOptions) => {
+    const g = await withAdmin(opts, (admin) => admin.describeGroup(name));
+    if (opts.json) print(JSON.stringify(g, null, 2));
+    else for (const l of formatGroup(g)) print(l);
+  });
+
+  withBootstrap(
+    group
+      .command('reset-offsets <group>')
+      .description('move the committed offsets of a group without members (may move them backwards)')
+      .requiredOption('--topic <topic>', 'topic whose offsets to reset')
+      .option('--partition <n>', 'only this partition (default: every partition)', intArg(0))
+      .option('--to-earliest', 'the first retained offset')
+      .option('--to-latest', 'the end of the log (last stable offset)')
+      .option('--to-offset <n>', 'this offset', intArg(0))
+      .addOption(new Option('--to-timestamp <ms|iso>', 'the first record at or after this time').argParser(parseTimestamp))
+      .option('--json', 'print the new offsets as JSON'),
+  ).action(async (name: string, opts: ResetOptions) => {
+    const to = resetTarget(opts);
+    const entries = await withAdmin(opts, (admin) => admin.resetOffsets({ group: name, topic: opts.topic, partition: opts.partition, to }));
+    if (opts.json) {
+      print(JSON.stringify({ group: name, topic: opts.topic, offsets: entries }));
+      return;
+    }
+    print(`reset ${entries.length} partition${entries.length === 1 ? '' : 's'} of ${opts.topic} for group ${name}`);
+    for (const l of table(['PARTITION', 'OFFSET'], entries.map((e) => [String(e.partition), String(e.offset)]))) print(`  ${l}`);
+  });
+
+  withBootstrap(group.command('delete <group>').description('delete a group without members and its committed offsets')).action(
+    async (name: string, opts: BootstrapOptions) => {
+      await withAdmin(opts, (admin) => admin.deleteGroup(name));
+      print(`deleted group ${name}`);
+    },
+  );
+}

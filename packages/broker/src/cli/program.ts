@@ -1,0 +1,70 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Command, CommanderError } from 'commander';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { registerBrokerCommand } from './broker-command.js';
+import { registerClusterCommands } from './cluster-command.js';
+import { registerConsumeCommand } from './consume-command.js';
+import { CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, formatBrokerError } from './errors.js';
+import { registerGroupCommand } from './group-command.js';
+import { registerProduceCommand } from './produce-command.js';
+import { registerTopicCommand } from './topic-command.js';
+import { registerUserCommand } from './user-command.js';
+
+/** Found by walking up: the file sits at a different depth under src/ and dist/src/. */
+function packageVersion(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 5; i++) {
+    const file = join(dir, 'package.json');
+    if (existsSync(file)) {
+      try {
+        const pkg = JSON.parse(readFileSync(file, 'utf8')) as { name?: string; version?: string };
+        if (pkg.name === 'tributary' && pkg.version) return pkg.version;
+      } catch {
+        // keep looking
+      }
+    }
+    dir = dirname(dir);
+  }
+  return '0.0.0';
+}
+
+/** A fresh program per run: commander keeps parsed option values on the instance. */
+export function buildProgram(): Command {
+  const program = new Command('tributary')
+    .description('Tributary partitioned-log message broker')
+    .version(packageVersion())
+    .exitOverride(); // inherited by subcommands added with .command()
+  registerBrokerCommand(program);
+  registerTopicCommand(program);
+  registerProduceCommand(program);
+  registerConsumeCommand(program);
+  registerGroupCommand(program);
+  registerUserCommand(program);
+  registerClusterCommands(program);
+  return program;
+}
+
+/** Runs the CLI and returns the exit code; messages for failures are already on stderr. */
+export async function run(argv: string[]): Promise<number> {
+  try {
+    await buildProgram().parseAsync(argv);
+    return EXIT_OK;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // Commander printed its own message (or the help/version text); usage mistakes exit 2.
+      return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
+    }
+    if (err instanceof CliError) {
+      process.stderr.write(`${err.message}\n`);
+      return err.exitCode;
+    }
+    if (err instanceof TributaryError) {
+      process.stderr.write(`${formatBrokerError(err)}\n`);
+      return EXIT_FAILURE;
+    }
+    process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+    return EXIT_FAILURE;
+  }
+}

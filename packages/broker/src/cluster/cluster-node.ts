@@ -1,0 +1,325 @@
+import type { Etcd3 } from 'etcd3';
+import type { BrokerConfig } from '../broker/config.js';
+import type { Logger } from '../broker/logger.js';
+import type { TopicManager } from '../broker/topic-manager.js';
+import { Connection } from 'tributary-protocol/connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { parseAddress } from 'tributary-protocol/address.js';
+import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
+import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
+import { BrokerRegistry, type BrokerRegistration } from './broker-registry.js';
+import { Controller, assignReplicas } from './controller.js';
+import { ControllerElection } from './controller-election.js';
+import { createEtcdClient } from './etcd-client.js';
+import { EtcdMetadataStore } from './etcd-metadata-store.js';
+import { PartitionStateStore } from './partition-state.js';
+import { type Replica, ReplicaManager } from './replica-manager.js';
+
+/** Silence (past a request's own wait, with an unanswered ping) after which a peer connection is dropped. */
+const PEER_STALL_MS = 3000;
+
+/**
+ * One broker's membership of a cluster: the etcd client and everything kept there (topic definitions,
+ * its registration, the controller election, partition states), the replica manager that turns the
+ * states into local roles, and the controller when elected. The broker asks it who leads what.
+ */
+export class ClusterNode {
+  readonly client: Etcd3;
+  readonly store: EtcdMetadataStore;
+  readonly registry: BrokerRegistry;
+  readonly election: ControllerElection;
+  readonly states: PartitionStateStore;
+  replicas!: ReplicaManager;
+  private controller: Controller | undefined;
+  private closed = false;
+  /** Connections to other brokers for coordinator lookups. */
+  private readonly peers = new Map<string, Connection>();
+  private readonly connecting = new Map<string, Promise<Connection>>();
+  /** Per peer, a second connection for pings only (the stall watchdog's probe of `peers`). */
+  private readonly peerControl = new Map<string, Connection>();
+  private readonly connectingControl = new Map<string, Promise<Connection>>();
+  /** Highest coordinator epoch per `__transaction_state` partition seen in markers written here. */
+  private readonly txnCoordinatorEpochs = new Map<number, number>();
+
+  constructor(
+    private readonly config: BrokerConfig,
+    private readonly logger: Logger,
+  ) {
+    const endpoints = (config.etcd ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean)
+      .map((e) => (e.includes('://') ? e : `http://${e}`));
+    if (endpoints.length === 0) throw new Error('invalid config: cluster mode needs --etcd <endpoints>');
+    if (config.tlsCert !== undefined) throw new Error('invalid config: TLS is not available in cluster mode yet (brokers connect to each other in plain TCP)');
+    if (config.authentication && (config.interBrokerPrincipal === undefined || config.interBrokerToken === undefined)) {
+      throw new Error('invalid config: cluster mode with authentication needs interBrokerPrincipal and interBrokerToken (a user with admin)');
+    }
+    this.client = createEtcdClient({ endpoints, requestTimeoutMs: config.etcdRequestTimeoutMs });
+    const prefix = config.etcdPrefix;
+    this.store = new EtcdMetadataStore({ etcd: this.client, prefix });
+    this.registry = new BrokerRegistry({ etcd: this.client, prefix, leaseTtlSeconds: config.brokerLeaseTtlSeconds });
+    this.election = new ControllerElection({ etcd: this.client, prefix, brokerId: config.brokerId, leaseTtlSeconds: config.brokerLeaseTtlSeconds });
+    this.states = new PartitionStateStore({ etcd: this.client, prefix });
+  }
+
+  private get peerAuth(): { principal: string; token: string } | undefined {
+    const { interBrokerPrincipal: principal, interBrokerToken: token } = this.config;
+    return principal !== undefined && token !== undefined ? { principal, token } : undefined;
+  }
+
+  get brokerId(): number {
+    return this.config.brokerId;
+  }
+
+  /**
+   * Joins: reads the cluster state, registers (waiting out the lease of this id's previous process after a
+   * kill -9), applies the partition states to the open topics, then campaigns for controller.
+   */
+  async start(topics: TopicManager, advertised: { host: string; port: number }, onTick: () => Promise<void>): Promise<void> {
+    await this.states.open();
+    await this.registry.open();
+    this.replicas = new ReplicaManager({
+      brokerId: this.config.brokerId,
+      topics,
+      states: this.states,
+      registry: this.registry,
+      logger: this.logger.child({ component: 'replicas' }),
+      config: {
+        replicaLagMaxMs: this.config.replicaLagMaxMs,
+        fetchWaitMs: this.config.replicaFetchWaitMs,
+        fetchMaxBytes: 4 * 1024 * 1024,
+        minInsyncReplicas: this.config.minInsyncReplicas,
+      },
+      connect: (host, port, signal) => Connection.connect({ host, port, signal, connectTimeoutMs: 2000, auth: this.peerAuth }),
+    });
+    await this.registry.register(
+      { id: this.config.brokerId, host: this.config.host, port: advertised.port, advertisedAddress: `${advertised.host}:${advertised.port}` },
+      { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 5000 },
+    );
+    this.registry.events.on('registration-lapsed', () => void this.renewRegistration(advertised));
+    this.registry.events.on('registration-lost', (reason: string) => {
+      // Writes are refused from now on (ReplicaManager checks the lease); rejoin under a new lease.
+      this.logger.error({ reason }, 'broker registration lost: no longer leading anything; re-registering');
+      void this.reregister(advertised);
+    });
+    await this.replicas.start();
+    this.controller = new Controller({
+      election: this.election,
+      registry: this.registry,
+      states: this.states,
+      logger: this.logger.child({ component: 'controller' }),
+      uncleanLeaderElection: this.config.uncleanLeaderElection,
+      preferredLeader: this.config.autoLeaderRebalance ? { delayMs: this.config.leaderRebalanceDelayMs } : undefined,
+      onTick,
+    });
+    await this.election.start();
+    this.controller.kick();
+  }
+
+  /** etcd was unreachable long enough for the lease to lapse: keep the registration under a new lease. */
+  private async renewRegistration(advertised: { host: string; port: number }): Promise<void> {
+    this.logger.warn('broker lease lapsed (etcd unreachable); taking the registration over when etcd answers');
+    for (let attempt = 0; !this.closed; attempt++) {
+      try {
+        if (await this.registry.renew()) {
+          this.logger.info('broker registration kept under a new lease');
+          return;
+        }
+        // The key is gone: etcd expired it and others may have taken over our partitions.
+        this.logger.warn('broker registration expired while etcd was unreachable; registering again');
+        return void this.reregister(advertised);
+      } catch (err) {
+        if (attempt % 10 === 0) this.logger.warn({ err }, 'renewing the broker registration failed; retrying');
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+  }
+
+  private async reregister(advertised: { host: string; port: number }): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.registry.register(
+          { id: this.config.brokerId, host: this.config.host, port: advertised.port, advertisedAddress: `${advertised.host}:${advertised.port}` },
+          { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 2000 },
+        );
+        this.logger.info('broker registered again');
+        return;
+      } catch (err) {
+        if (attempt % 10 === 0) this.logger.warn({ err }, 're-registration failed; retrying');
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const c of [...this.peers.values(), ...this.peerControl.values()]) await c.close().catch(() => {});
+    this.controller?.close();
+    await this.replicas?.close();
+    await this.election.close().catch(() => {});
+    await this.registry.close().catch(() => {});
+    await this.states.close().catch(() => {});
+    await this.store.close().catch(() => {});
+    this.client.close();
+  }
+
+  /** Replica assignment and initial states of a topic's partitions, written after its definition. */
+  async createPartitionStates(topic: string, partitions: number, replicationFactor: number): Promise<void> {
+    const have = this.states.list(topic).length;
+    if (have >= partitions) return;
+    // Partitions added to a topic get replicas the same way, continuing the spread of leaders.
+    const live = this.registry.list().map((b) => b.id);
+    await this.states.create(topic, assignReplicas(partitions - have, replicationFactor, live, have), have);
+  }
+
+  /**
+   * A connection to the broker leading a partition when that is another broker (NOT_LEADER while there is
+   * none, or while the lead is on its way here).
+   */
+  leaderPeer(topic: string, partition: number): Promise<Connection> {
+    const leader = this.leaderAddress(topic, partition);
+    if (!leader) return Promise.reject(new TributaryError('NOT_LEADER', { topic, partition, reason: 'no leader' }));
+    if (leader.id === this.config.brokerId) return Promise.reject(new TributaryError('NOT_LEADER', { topic, partition, reason: 'leadership is moving here' }));
+    return this.peer(leader.advertisedAddress);
+  }
+
+  /**
+   * The committed offset of a group's partition, asked of the group's coordinator: the leader of its
+   * `__consumer_offsets` partition (`offsetsPartition`).
+   */
+  async fetchCommitted(group: string, offsetsPartition: number, topic: string, partition: number): Promise<number | undefined> {
+    if (!this.leaderAddress(OFFSETS_TOPIC, offsetsPartition)) throw new TributaryError('COORDINATOR_LOADING', { reason: `${OFFSETS_TOPIC}[${offsetsPartition}] has no leader` });
+    let reply: string;
+    try {
+      reply = await (await this.leaderPeer(OFFSETS_TOPIC, offsetsPartition)).command('FETCH_OFFSET', { topic, group, partition });
+    } catch (err) {
+      // The coordinator's own answers (NOT_COORDINATOR, COORDINATOR_LOADING) pass through; a lost or
+      // stalled peer connection is not this client's connection.
+      if (err instanceof TributaryError && err.code === 'connection_lost') {
+        throw new TributaryError('COORDINATOR_NOT_AVAILABLE', { group, reason: String(err.fields.reason ?? err.message) });
+      }
+      throw err;
+    }
+    const params = parseLine(reply).params;
+    return params.get('committed') === 'true' ? Number(params.get('offset')) : undefined;
+  }
+
+  /**
+   * A connection to another broker, kept per address (requests on it are pipelined in order). A peer that
+   * answers nothing past a request's own wait for PEER_STALL_MS, not even a ping on a connection of its
+   * own, loses the connection: its requests fail with a retriable connection_lost, so a read or a
+   * transaction step that needs a frozen or cut-off broker (the group's old coordinator, say) fails and
+   * is retried once leadership has moved, instead of waiting for that broker to come back.
+   */
+  peer(address: string): Promise<Connection> {
+    return this.pooledPeer(this.peers, this.connecting, address, () => this.pingPeer(address));
+  }
+
+  /** PROTOCOL_INFO on the peer's control connection: it answers at once when the broker runs. */
+  private async pingPeer(address: string): Promise<void> {
+    const conn = await this.pooledPeer(this.peerControl, this.connectingControl, address, undefined);
+    await conn.request('PROTOCOL_INFO');
+  }
+
+  private pooledPeer(
+    pool: Map<string, Connection>,
+    connecting: Map<string, Promise<Connection>>,
+    address: string,
+    probe: (() => Promise<void>) | undefined,
+  ): Promise<Connection> {
+    const open = pool.get(address);
+    if (open && !open.closed) return Promise.resolve(open);
+    let p = connecting.get(address);
+    if (!p) {
+      const { host, port } = parseAddress(address);
+      p = Connection.connect({ host, port, connectTimeoutMs: 2000, auth: this.peerAuth, stallTimeoutMs: PEER_STALL_MS, probe }).then(
+        (c) => {
+          pool.set(address, c);
+          connecting.delete(address);
+          if (this.closed) c.close().catch(() => {});
+          return c;
+        },
+        (err: unknown) => {
+          connecting.delete(address);
+          throw err;
+        },
+      );
+      connecting.set(address, p);
+    }
+    return p;
+  }
+
+  /** This broker's leader epoch of a `__transaction_state` partition: its epoch as coordinator (-1: not leading). */
+  coordinatorEpoch(txnPartition: number): number {
+    const r = this.replicas.get(TXN_STATE_TOPIC, txnPartition);
+    return r?.role === 'leader' ? r.leaderEpoch : -1;
+  }
+
+  /** A marker from the coordinator of `txnPartition` at `epoch` was written here. */
+  noteTxnCoordinator(txnPartition: number, epoch: number): void {
+    if (epoch > (this.txnCoordinatorEpochs.get(txnPartition) ?? -1)) this.txnCoordinatorEpochs.set(txnPartition, epoch);
+  }
+
+  /**
+   * TXN_APPEND or TXN_MARKER from the coordinator of `txnPartition` at `epoch`: refused (NOT_COORDINATOR)
+   * once a newer coordinator is known, from etcd or from a marker it wrote here. Only a replaced
+   * coordinator can still send either after its transaction ended (the live one waits for its appends
+   * before the markers, and for the markers before the producer may begin again): such an append would
+   * join the producer's next transaction, such a marker would end it, making its records visible early.
+   */
+  checkTxnCoordinator(txnPartition: number, epoch: number): void {
+    const known = Math.max(this.states.get(TXN_STATE_TOPIC, txnPartition)?.value.leaderEpoch ?? -1, this.txnCoordinatorEpochs.get(txnPartition) ?? -1);
+    if (epoch < known) {
+      throw new TributaryError('NOT_COORDINATOR', { reason: 'a newer transaction coordinator has taken over', partition: txnPartition, coordinator_epoch: epoch, current: known });
+    }
+  }
+
+  liveBrokers(): BrokerRegistration[] {
+    return this.registry.list();
+  }
+
+  requireLeader(topic: string, partition: number): Replica {
+    return this.replicas.requireLeader(topic, partition);
+  }
+
+  /** The broker leading a partition of an internal topic (a coordinator), or NOT_COORDINATOR-worthy absence. */
+  leaderAddress(topic: string, partition: number): BrokerRegistration | undefined {
+    return this.replicas.leaderOf(topic, partition);
+  }
+
+  isLeader(topic: string, partition: number): boolean {
+    return this.replicas.isLeader(topic, partition);
+  }
+
+  /** NOT_COORDINATOR naming the coordinator (the leader of the internal partition) when it is known. */
+  notCoordinator(topic: string, partition: number): TributaryError {
+    const leader = this.leaderAddress(topic, partition);
+    if (!leader) return new TributaryError('COORDINATOR_LOADING', { reason: `${topic}[${partition}] has no leader` });
+    const { host, port } = parseAddress(leader.advertisedAddress);
+    return new TributaryError('NOT_COORDINATOR', { host, port });
+  }
+
+  status(): Record<string, unknown> {
+    const brokers = this.registry.list().map((b) => ({ id: b.id, address: b.advertisedAddress, started_at: b.startedAt }));
+    const live = new Set(brokers.map((b) => b.id));
+    const partitions = this.states.list().map((e) => ({
+      topic: e.topic,
+      partition: e.partition,
+      leader: e.value.leader,
+      leader_epoch: e.value.leaderEpoch,
+      replicas: e.value.replicas,
+      isr: e.value.isr,
+    }));
+    return {
+      mode: 'cluster',
+      broker_id: this.config.brokerId,
+      controller: this.election.controllerId ?? null,
+      brokers,
+      partitions,
+      under_replicated: partitions.filter((p) => p.isr.length < p.replicas.length).length,
+      leaderless: partitions.filter((p) => p.leader < 0 || !live.has(p.leader)).length,
+    };
+  }
+}

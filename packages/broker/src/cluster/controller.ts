@@ -1,0 +1,205 @@
+import type { Logger } from '../broker/logger.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { BrokerRegistry } from './broker-registry.js';
+import { LivenessProbe } from './liveness-probe.js';
+import type { ControllerElection } from './controller-election.js';
+import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
+
+/**
+ * Replicas for a new topic's partitions: partition i starts at the (i mod n)-th live broker and takes the
+ * next `rf` in id order, so leaders (the first replica) spread evenly.
+ */
+export function assignReplicas(partitions: number, replicationFactor: number, brokerIds: number[], first = 0): PartitionState[] {
+  const ids = [...brokerIds].sort((a, b) => a - b);
+  if (replicationFactor > ids.length) {
+    throw new TributaryError('NOT_ENOUGH_REPLICAS', { replication_factor: replicationFactor, live_brokers: ids.length, reason: 'fewer live brokers than the replication factor' });
+  }
+  const out: PartitionState[] = [];
+  for (let p = first; p < first + partitions; p++) {
+    const replicas = Array.from({ length: replicationFactor }, (_, k) => ids[(p + k) % ids.length]!);
+    out.push({ replicas, leader: replicas[0]!, leaderEpoch: 0, isr: [...replicas], hwm: 0 });
+  }
+  return out;
+}
+
+/**
+ * The next state of a partition given the live brokers, or undefined when nothing must change: a leader
+ * that is gone is replaced by the first live in-sync replica (in replica order) with the epoch bumped;
+ * with none, the partition is leaderless until one returns (an out-of-sync replica only when
+ * `unclean` allows it). The ISR loses dead brokers other than the leader's last witness.
+ */
+export function nextLeadership(s: PartitionState, live: Set<number>, unclean: boolean): PartitionState | undefined {
+  if (s.leader >= 0 && live.has(s.leader)) {
+    // A dead follower leaves the ISR now rather than after the leader's lag bound, so acks=all does not
+    // stall on it (the leader adds it back once it has caught up again).
+    const isr = s.isr.filter((id) => live.has(id));
+    return isr.length === s.isr.length ? undefined : { ...s, isr };
+  }
+  const inSync = s.replicas.filter((id) => s.isr.includes(id) && live.has(id));
+  let leader: number | undefined = inSync[0];
+  if (leader === undefined && unclean) leader = s.replicas.find((id) => live.has(id));
+  if (leader === undefined) {
+    // Keep the ISR as it was: the first of its members to come back is the one with every acknowledged record.
+    return s.leader === -1 ? undefined : { ...s, leader: -1, leaderEpoch: s.leaderEpoch + 1 };
+  }
+  const isr = inSync.length > 0 ? inSync : [leader];
+  return { ...s, leader, leaderEpoch: s.leaderEpoch + 1, isr };
+}
+
+/**
+ * Preferred-leader election: a partition whose live leader is not its first replica gets that replica
+ * back as leader (epoch bumped, ISR unchanged) once it is live, in the ISR, and `ready` (registered long
+ * enough not to flap). An in-sync replica holds every record below the HWM, so no acknowledged record
+ * can be lost by the move. Undefined when nothing must change.
+ */
+export function preferredLeadership(s: PartitionState, ready: (id: number) => boolean): PartitionState | undefined {
+  const preferred = s.replicas[0];
+  if (preferred === undefined || s.leader < 0 || s.leader === preferred) return undefined;
+  if (!s.isr.includes(preferred) || !ready(preferred)) return undefined;
+  return { ...s, leader: preferred, leaderEpoch: s.leaderEpoch + 1 };
+}
+
+/**
+ * The elected controller's work: moves leadership off brokers whose lease expired (and onto a returning
+ * in-sync replica of a leaderless partition). Every change is a compare-and-set on the partition's
+ * record, so a controller that lost its role mid-way cannot overwrite its successor's decisions.
+ */
+export class Controller {
+  private timer: NodeJS.Timeout | undefined;
+  private probe: LivenessProbe | undefined;
+  private running: Promise<void> | null = null;
+  private again = false;
+  /** When each broker that is not registered now left (its key expired, was revoked or deleted). */
+  private readonly departed = new Map<number, number>();
+  /** Brokers whose process the liveness probe found gone: no grace for them. */
+  private readonly dead = new Set<number>();
+  /** When each broker joined, as this controller saw it (absent: registered before it started). */
+  private readonly joined = new Map<number, number>();
+
+  constructor(
+    private readonly deps: {
+      election: ControllerElection;
+      registry: BrokerRegistry;
+      states: PartitionStateStore;
+      logger: Logger;
+      uncleanLeaderElection: boolean;
+      /** Preferred-leader election (see preferredLeadership); off when undefined. */
+      preferredLeader?: { delayMs: number };
+      /** Extra work while controller (e.g. creating internal topics once enough brokers are up). */
+      onTick?: () => Promise<void>;
+    },
+  ) {
+    const kick = () => this.kick();
+    deps.registry.events.on('broker-left', (b: { id: number }) => {
+      if (!deps.registry.get(b.id)) this.departed.set(b.id, Date.now());
+      kick();
+    });
+    deps.registry.events.on('broker-joined', (b: { id: number }) => {
+      this.departed.delete(b.id);
+      this.dead.delete(b.id);
+      this.joined.set(b.id, Date.now());
+      kick();
+    });
+    deps.election.events.on('change', kick);
+    deps.states.events.on('changed', (e: PartitionStateEntry) => {
+      if (e.value.leader < 0 || !deps.registry.get(e.value.leader)) kick();
+    });
+    this.timer = setInterval(kick, 1000);
+    this.timer.unref();
+    // Every broker probes (a dead controller must be noticed too); revoking a lease twice is harmless.
+    this.probe = new LivenessProbe({
+      selfId: deps.election.brokerId,
+      active: () => true,
+      brokers: () => deps.registry.list(),
+      logger: deps.logger,
+      lease: (id) => deps.registry.leaseOf(id),
+      onDead: (b) => {
+        const lease = deps.registry.leaseOf(b.id);
+        // Only the registration the probe looked at: a restarted broker's new lease is not touched.
+        if (!lease || lease !== b.lease) return;
+        deps.logger.warn({ broker: b.id }, 'broker process is gone (connection refused): revoking its lease');
+        this.dead.add(b.id);
+        deps.registry.revokeLease(lease).catch(() => {});
+        // A dead controller's role goes with it, so the next election need not wait for its TTL.
+        const role = deps.election.controllerLease;
+        if (deps.election.controllerId === b.id && role) deps.registry.revokeLease(role).catch(() => {});
+      },
+    });
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+    this.probe?.close();
+  }
+
+  /** Runs a pass now (or right after the one running). */
+  kick(): void {
+    if (!this.deps.election.isController) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.running = this.pass()
+      .catch((err: unknown) => this.deps.logger.warn({ err }, 'controller pass failed; retrying'))
+      .finally(() => {
+        this.running = null;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
+  }
+
+  /**
+   * How long, after etcd comes back from an outage of a lease TTL or more, a broker whose registration
+   * expired meanwhile counts as live: etcd expires every lease it finds past its TTL when it resumes,
+   * though every broker may be running; they re-register within moments (docs/architecture.md,
+   * "Cluster mode"). A broker the liveness probe found dead gets no grace.
+   */
+  get outageGraceMs(): number {
+    return Math.max(2 * this.deps.registry.leaseTtlSeconds * 1000, 3000);
+  }
+
+  /** Registered brokers, plus those that left during or just after an etcd outage (see outageGraceMs). */
+  private liveBrokers(now: number): Set<number> {
+    const live = new Set(this.deps.registry.list().map((b) => b.id));
+    const outage = this.deps.registry.etcdOutage();
+    const grace = this.outageGraceMs;
+    if (!outage.unreachable && now - outage.recoveredAt >= grace) {
+      this.departed.clear();
+      return live;
+    }
+    for (const [id, at] of this.departed) {
+      if (this.dead.has(id) || live.has(id)) continue;
+      if (outage.unreachable || now - at < grace) live.add(id);
+    }
+    return live;
+  }
+
+  private async pass(): Promise<void> {
+    const now = Date.now();
+    const live = this.liveBrokers(now);
+    const preferred = this.deps.preferredLeader;
+    // Registered (not merely in the outage grace) for the delay: a broker that just came back is not
+    // handed leadership while it may still flap.
+    const ready = (id: number) => {
+      if (!preferred || !this.deps.registry.get(id)) return false;
+      const at = this.joined.get(id);
+      return at === undefined || now - at >= preferred.delayMs;
+    };
+    for (const e of this.deps.states.list()) {
+      if (!this.deps.election.isController) return;
+      const failover = nextLeadership(e.value, live, this.deps.uncleanLeaderElection);
+      const next = failover ?? (preferred ? preferredLeadership(e.value, ready) : undefined);
+      if (!next) continue;
+      const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, next);
+      if (res.ok) {
+        this.deps.logger.info(
+          { topic: e.topic, partition: e.partition, from: e.value.leader, to: next.leader, leaderEpoch: next.leaderEpoch, isr: next.isr, reason: failover ? 'failover' : 'preferred leader' },
+          'leader moved',
+        );
+      }
+    }
+    if (this.deps.election.isController) await this.deps.onTick?.();
+  }
+}

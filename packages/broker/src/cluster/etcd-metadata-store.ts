@@ -1,0 +1,171 @@
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import type { Etcd3, IKeyValue } from 'etcd3';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
+import { type MetadataStore, type TopicDefinition, checkGrowth, sameDefinition } from './metadata-store.js';
+import { WatchedPrefix } from './watched-prefix.js';
+
+export interface EtcdMetadataStoreOptions {
+  /** A shared client (left open on close) or endpoints for a private one. */
+  etcd: EtcdSource;
+  /** Root of every Tributary key, default '/tributary/'. Topics live under `<prefix>topics/<name>`. */
+  prefix?: string;
+}
+
+/** Bounded retries for a delete that keeps losing its compare to concurrent rewrites of the same topic. */
+const DELETE_ATTEMPTS = 5;
+
+function parseTopic(text: string, name: string): TopicDefinition | undefined {
+  try {
+    const t = JSON.parse(text) as TopicDefinition;
+    const ok =
+      t !== null &&
+      typeof t === 'object' &&
+      t.name === name &&
+      Number.isSafeInteger(t.partitions) &&
+      typeof t.topicId === 'string' &&
+      Number.isSafeInteger(t.replicationFactor);
+    return ok ? t : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Topic definitions in etcd, one JSON value per topic. Reads come from an in-memory copy kept current by a
+ * watch (so they keep answering, with the last known state, while etcd is unreachable); every change is
+ * one etcd transaction guarded by a compare, so two brokers racing to create or delete a topic cannot
+ * both win. Remote changes surface as the same 'topic-created' / 'topic-deleted' events as local ones
+ * (plus 'topic-updated' when a definition changes in place).
+ */
+export class EtcdMetadataStore implements MetadataStore {
+  readonly events = new EventEmitter();
+  readonly prefix: string;
+  private readonly client: Etcd3;
+  private readonly ownsClient: boolean;
+  private readonly topics: WatchedPrefix<TopicDefinition>;
+
+  constructor(opts: EtcdMetadataStoreOptions) {
+    ({ client: this.client, owned: this.ownsClient } = resolveClient(opts.etcd));
+    this.prefix = normalizePrefix(opts.prefix);
+    this.topics = new WatchedPrefix(this.client, `${this.prefix}topics/`, parseTopic);
+    this.topics.events.on('put', (_name: string, entry: { value: TopicDefinition }, previous?: { value: TopicDefinition }) => {
+      if (!previous) {
+        this.events.emit('topic-created', entry.value);
+      } else if (previous.value.topicId !== entry.value.topicId) {
+        // Deleted and re-created between two observations: the old topic's data must go.
+        this.events.emit('topic-deleted', previous.value);
+        this.events.emit('topic-created', entry.value);
+      } else {
+        this.events.emit('topic-updated', entry.value);
+      }
+    });
+    this.topics.events.on('delete', (_name: string, previous: { value: TopicDefinition }) => this.events.emit('topic-deleted', previous.value));
+  }
+
+  async open(): Promise<void> {
+    await withMetadataErrors('open', () => this.topics.start());
+  }
+
+  listTopics(): TopicDefinition[] {
+    return this.topics
+      .values()
+      .map(([, e]) => e.value)
+      .sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  getTopic(name: string): TopicDefinition | undefined {
+    return this.topics.get(name)?.value;
+  }
+
+  async createTopic(def: Omit<TopicDefinition, 'topicId' | 'createdAt'>): Promise<{ topic: TopicDefinition; created: boolean }> {
+    const key = this.key(def.name);
+    const topic: TopicDefinition = { ...def, topicId: randomBytes(8).toString('hex'), createdAt: Date.now() };
+    // Create only if absent (createRevision 0); otherwise read what is there, in the same transaction.
+    const res = await withMetadataErrors('create_topic', () =>
+      this.client
+        .if(key, 'Create', '==', 0)
+        .then(this.client.put(key).value(JSON.stringify(topic)))
+        .else(this.client.get(key))
+        .commit(),
+    );
+    if (res.succeeded) {
+      const revision = Number(res.header.revision);
+      this.topics.applyPut(def.name, topic, revision, revision);
+      return { topic, created: true };
+    }
+    const kv = res.responses[0]?.response_range.kvs[0];
+    const existing = kv ? this.remember(def.name, kv) : undefined;
+    // A timed-out create that did apply, retried, lands here too and is answered as an identical topic.
+    if (existing && sameDefinition(def, existing)) return { topic: existing, created: false };
+    throw new TributaryError('topic_already_exists', { topic: def.name, partitions: existing?.partitions ?? -1 });
+  }
+
+  async deleteTopic(name: string): Promise<TopicDefinition | undefined> {
+    const key = this.key(name);
+    // Delete exactly the version we know (modRevision; 0 = absent), never one re-created meanwhile unseen.
+    let expected = this.topics.get(name)?.modRevision ?? 0;
+    for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
+      const res = await withMetadataErrors('delete_topic', () =>
+        this.client
+          .if(key, 'Mod', '==', expected)
+          .then({ request_delete_range: { key: Buffer.from(key), prev_kv: true } })
+          .else(this.client.get(key))
+          .commit(),
+      );
+      const revision = Number(res.header.revision);
+      if (res.succeeded) {
+        const prev = res.responses[0]?.response_delete_range.prev_kvs[0];
+        this.topics.applyDelete(name, revision);
+        return prev ? parseTopic(prev.value.toString('utf8'), name) : undefined;
+      }
+      const kv = res.responses[0]?.response_range.kvs[0];
+      if (!kv) {
+        this.topics.applyDelete(name, revision);
+        return undefined;
+      }
+      this.remember(name, kv);
+      expected = Number(kv.mod_revision);
+    }
+    throw new TributaryError('metadata_unavailable', { operation: 'delete_topic', topic: name, reason: 'concurrent changes' });
+  }
+
+  /** Raises the partition count by compare-and-set on the definition's revision (retried on a race). */
+  async addPartitions(name: string, partitions: number): Promise<TopicDefinition> {
+    const key = this.key(name);
+    for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
+      const cur = this.topics.get(name);
+      if (!cur) throw new TributaryError('topic_not_found', { topic: name });
+      checkGrowth(cur.value, partitions);
+      const topic: TopicDefinition = { ...cur.value, partitions };
+      const res = await withMetadataErrors('add_partitions', () =>
+        this.client.if(key, 'Mod', '==', cur.modRevision).then(this.client.put(key).value(JSON.stringify(topic))).else(this.client.get(key)).commit(),
+      );
+      if (res.succeeded) {
+        const revision = Number(res.header.revision);
+        this.topics.applyPut(name, topic, revision, cur.createRevision);
+        return topic;
+      }
+      const kv = res.responses[0]?.response_range.kvs[0];
+      if (!kv) throw new TributaryError('topic_not_found', { topic: name });
+      this.remember(name, kv);
+    }
+    throw new TributaryError('metadata_unavailable', { operation: 'add_partitions', topic: name, reason: 'concurrent changes' });
+  }
+
+  async close(): Promise<void> {
+    await this.topics.close();
+    if (this.ownsClient) this.client.close();
+  }
+
+  private key(name: string): string {
+    return `${this.prefix}topics/${name}`;
+  }
+
+  /** Folds a value read from etcd into the cache (it is at least as new as what the watch delivered). */
+  private remember(name: string, kv: IKeyValue): TopicDefinition | undefined {
+    this.topics.applyKv(name, kv);
+    return parseTopic(kv.value.toString('utf8'), name);
+  }
+}

@@ -1,0 +1,162 @@
+import { EventEmitter } from 'node:events';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { randomBytes } from 'node:crypto';
+import { writeFileAtomic } from '../storage/atomic-file.js';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+
+export type CleanupPolicy = 'delete' | 'compact';
+export type Partitioner = 'hash_key' | 'round_robin';
+
+/** A topic's definition; everything the broker must agree on across restarts (and, later, brokers). */
+export interface TopicDefinition {
+  name: string;
+  partitions: number;
+  replicationFactor: number;
+  idempotent: boolean;
+  partitioner: Partitioner;
+  /** -1 = unlimited. */
+  retentionHours: number;
+  /** -1 = unlimited. */
+  retentionBytes: number;
+  cleanupPolicy: CleanupPolicy;
+  /** Distinguishes a re-created topic from the one deleted before it (its data dirs are not reused). */
+  topicId: string;
+  createdAt: number;
+}
+
+/**
+ * Where topic definitions live. The standalone broker uses a local file; cluster mode implements the same
+ * interface on etcd, so nothing above this interface branches on the mode.
+ */
+export interface MetadataStore {
+  open(): Promise<void>;
+  listTopics(): TopicDefinition[];
+  getTopic(name: string): TopicDefinition | undefined;
+  /** Resolves with the stored definition; `created` false when an identical topic already existed. */
+  createTopic(def: Omit<TopicDefinition, 'topicId' | 'createdAt'>): Promise<{ topic: TopicDefinition; created: boolean }>;
+  deleteTopic(name: string): Promise<TopicDefinition | undefined>;
+  /**
+   * Raises a topic's partition count (never lowers it: records are placed by partition). Resolves with
+   * the stored definition; topic_not_found, invalid_parameter for a count not above the current one.
+   */
+  addPartitions(name: string, partitions: number): Promise<TopicDefinition>;
+  close(): Promise<void>;
+  /** 'topic-created' / 'topic-deleted' / 'topic-updated' events, for watchers (cluster mode pushes remote changes here). */
+  readonly events: EventEmitter;
+}
+
+export function sameDefinition(a: Omit<TopicDefinition, 'topicId' | 'createdAt'>, b: TopicDefinition): boolean {
+  return (
+    a.partitions === b.partitions &&
+    a.replicationFactor === b.replicationFactor &&
+    a.idempotent === b.idempotent &&
+    a.partitioner === b.partitioner &&
+    a.retentionHours === b.retentionHours &&
+    a.retentionBytes === b.retentionBytes &&
+    a.cleanupPolicy === b.cleanupPolicy
+  );
+}
+
+/** A partition count may only go up. */
+export function checkGrowth(existing: TopicDefinition, partitions: number): void {
+  if (!Number.isSafeInteger(partitions) || partitions <= existing.partitions) {
+    throw new TributaryError('invalid_parameter', { param: 'partitions', reason: `must be above the current ${existing.partitions} (partitions can only be added)` });
+  }
+}
+
+interface MetadataFile {
+  version: 1;
+  topics: TopicDefinition[];
+}
+
+/** Topic definitions in `<dataDir>/metadata.json`, replaced atomically on every change. */
+export class LocalMetadataStore implements MetadataStore {
+  readonly events = new EventEmitter();
+  private topics = new Map<string, TopicDefinition>();
+  private readonly file: string;
+  /** Serializes writes so two concurrent changes cannot interleave their renames. */
+  private chain: Promise<unknown> = Promise.resolve();
+
+  constructor(dataDir: string) {
+    this.file = path.join(dataDir, 'metadata.json');
+  }
+
+  async open(): Promise<void> {
+    await fs.mkdir(path.dirname(this.file), { recursive: true });
+    let text: string;
+    try {
+      text = await fs.readFile(this.file, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      throw err;
+    }
+    // A corrupt metadata file must stop the broker, never silently start empty over existing data.
+    const parsed = JSON.parse(text) as MetadataFile;
+    if (parsed.version !== 1 || !Array.isArray(parsed.topics)) throw new Error(`unsupported metadata file ${this.file}`);
+    for (const t of parsed.topics) this.topics.set(t.name, t);
+  }
+
+  listTopics(): TopicDefinition[] {
+    return [...this.topics.values()].sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  getTopic(name: string): TopicDefinition | undefined {
+    return this.topics.get(name);
+  }
+
+  createTopic(def: Omit<TopicDefinition, 'topicId' | 'createdAt'>): Promise<{ topic: TopicDefinition; created: boolean }> {
+    return this.serialize(async () => {
+      const existing = this.topics.get(def.name);
+      if (existing) return { topic: existing, created: false };
+      const topic: TopicDefinition = { ...def, topicId: randomBytes(8).toString('hex'), createdAt: Date.now() };
+      const next = new Map(this.topics).set(def.name, topic);
+      await this.persist(next);
+      this.topics = next;
+      this.events.emit('topic-created', topic);
+      return { topic, created: true };
+    });
+  }
+
+  deleteTopic(name: string): Promise<TopicDefinition | undefined> {
+    return this.serialize(async () => {
+      const existing = this.topics.get(name);
+      if (!existing) return undefined;
+      const next = new Map(this.topics);
+      next.delete(name);
+      await this.persist(next);
+      this.topics = next;
+      this.events.emit('topic-deleted', existing);
+      return existing;
+    });
+  }
+
+  addPartitions(name: string, partitions: number): Promise<TopicDefinition> {
+    return this.serialize(async () => {
+      const existing = this.topics.get(name);
+      if (!existing) throw new TributaryError('topic_not_found', { topic: name });
+      checkGrowth(existing, partitions);
+      const topic: TopicDefinition = { ...existing, partitions };
+      const next = new Map(this.topics).set(name, topic);
+      await this.persist(next);
+      this.topics = next;
+      this.events.emit('topic-updated', topic);
+      return topic;
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.chain.catch(() => {});
+  }
+
+  private serialize<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.chain.then(fn, fn);
+    this.chain = run.catch(() => {});
+    return run;
+  }
+
+  private async persist(topics: Map<string, TopicDefinition>): Promise<void> {
+    const body: MetadataFile = { version: 1, topics: [...topics.values()] };
+    await writeFileAtomic(this.file, `${JSON.stringify(body, null, 2)}\n`);
+  }
+}

@@ -1,0 +1,532 @@
+import { EventEmitter } from 'node:events';
+import type { Logger } from '../broker/logger.js';
+import type { Partition } from '../broker/partition.js';
+import type { TopicManager } from '../broker/topic-manager.js';
+import { parseAddress } from 'tributary-protocol/address.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { parseError, parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { LogRecord } from 'tributary-protocol/record.js';
+import { LeaderEpochCache, followerTruncationOffset } from '../storage/leader-epoch-cache.js';
+import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
+import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
+
+export interface ReplicationConfig {
+  /** A follower that has not caught up with the leader's log end for this long leaves the ISR. */
+  replicaLagMaxMs: number;
+  /** How long a follower's fetch waits at the leader for new records. */
+  fetchWaitMs: number;
+  fetchMaxBytes: number;
+  /** acks=all needs at least this many in-sync replicas (the leader included). */
+  minInsyncReplicas: number;
+}
+
+export type Role = 'leader' | 'follower' | 'none';
+
+interface FollowerPosition {
+  /** The follower's log end as of its last fetch: it holds everything below. */
+  offset: number;
+  /** Last time its fetch reached the leader's log end. */
+  caughtUpMs: number;
+}
+
+/** This broker's view of one partition it replicates. */
+export interface Replica {
+  topic: string;
+  id: number;
+  partition: Partition;
+  role: Role;
+  leaderEpoch: number;
+  leaderId: number;
+  isr: number[];
+  replicas: number[];
+  epochs: LeaderEpochCache;
+  /** The epoch history read from disk: truncation must not decide before it is loaded. */
+  epochsLoaded: Promise<void>;
+  followers: Map<number, FollowerPosition>;
+  /** Follower: stops its fetch loop. */
+  stop: AbortController | null;
+  /** Follower: the fetch loop, until it has exited (a promotion waits for it). */
+  fetcher: Promise<void> | null;
+  /** The leader epoch this broker is about to lead at, once its last replica append has landed. */
+  promoting: number | null;
+  /** An ISR change being written to etcd (one at a time per partition). */
+  isrChange: Promise<void> | null;
+  /** acks=all and coordinator appends waiting for the HWM to pass their record (see waitReplicated). */
+  ackWaiters: Set<AckWaiter>;
+}
+
+/** An append acknowledged only once replicated, and only if this broker still leads at the append's epoch. */
+interface AckWaiter {
+  epoch: number;
+  offset: number;
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
+function key(topic: string, partition: number): string {
+  return `${topic}\u0000${partition}`;
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+
+/**
+ * Cluster mode: applies the partition states in etcd to this broker's partitions. A leader takes writes
+ * and moves the high-water mark to the lowest log end among its in-sync replicas; a follower fetches from
+ * its leader (REPLICA_FETCH, fenced by leader epoch), after truncating to where its log and the leader's
+ * agree (leader-epoch based). The leader shrinks the ISR for a follower that stays behind and expands it
+ * on catch-up, by compare-and-set in etcd. A broker whose etcd lease may have expired stops leading at
+ * once (its writes are refused), before another broker can be given its partitions.
+ * Events: 'role' (Replica) after every role change.
+ */
+export class ReplicaManager {
+  readonly events = new EventEmitter();
+  private readonly replicas = new Map<string, Replica>();
+  private readonly pending = new Map<string, PartitionStateEntry>();
+  private readonly lagTimer: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(
+    private readonly deps: {
+      brokerId: number;
+      topics: TopicManager;
+      states: PartitionStateStore;
+      registry: BrokerRegistry;
+      config: ReplicationConfig;
+      logger: Logger;
+      /** Options for broker-to-broker connections (TLS, auth). */
+      connect: (host: string, port: number, signal: AbortSignal) => Promise<Connection>;
+    },
+  ) {
+    deps.states.events.on('changed', (e: PartitionStateEntry) => this.apply(e));
+    this.lagTimer = setInterval(() => this.checkLag(), Math.max(100, Math.floor(deps.config.replicaLagMaxMs / 4)));
+    this.lagTimer.unref();
+  }
+
+  /** Applies every known state (call once the topics are open); later changes arrive by the watch. */
+  async start(): Promise<void> {
+    for (const e of this.deps.states.list()) this.apply(e);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.lagTimer);
+    for (const r of this.replicas.values()) this.failAckWaiters(r, () => new TributaryError('shutting_down'));
+    for (const r of this.replicas.values()) r.stop?.abort();
+    await Promise.all([...this.replicas.values()].map((r) => r.epochs.flush().catch(() => {})));
+  }
+
+  get(topic: string, partition: number): Replica | undefined {
+    return this.replicas.get(key(topic, partition));
+  }
+
+  /** Leader of a partition per etcd, with its address; undefined while leaderless or unknown. */
+  leaderOf(topic: string, partition: number): BrokerRegistration | undefined {
+    const s = this.deps.states.get(topic, partition);
+    if (!s || s.value.leader < 0) return undefined;
+    return this.deps.registry.get(s.value.leader);
+  }
+
+  /** True when this broker may take writes and serve reads for the partition now. */
+  isLeader(topic: string, partition: number): boolean {
+    const r = this.replicas.get(key(topic, partition));
+    return r?.role === 'leader' && this.deps.registry.alive;
+  }
+
+  /** Throws NOT_LEADER (naming the leader when known) unless this broker leads the partition. */
+  requireLeader(topic: string, partition: number): Replica {
+    const r = this.replicas.get(key(topic, partition));
+    if (r?.role === 'leader' && this.deps.registry.alive) return r;
+    throw this.notLeader(topic, partition);
+  }
+
+  /** requireLeader for a follower's request, which also names the leader epoch it follows. */
+  private requireLeaderAt(topic: string, partition: number, leaderEpoch: number): Replica {
+    const r = this.requireLeader(topic, partition);
+    if (leaderEpoch !== r.leaderEpoch) throw new TributaryError('FENCED_LEADER_EPOCH', { topic, partition, leader_epoch: r.leaderEpoch, requested: leaderEpoch });
+    return r;
+  }
+
+  /** Whether this broker leads the partition at exactly `epoch` now. */
+  leadsAt(topic: string, partition: number, epoch: number): boolean {
+    const r = this.replicas.get(key(topic, partition));
+    return r?.role === 'leader' && r.leaderEpoch === epoch && this.deps.registry.alive;
+  }
+
+  /** NOT_LEADER naming the leader when this broker knows it. */
+  notLeader(topic: string, partition: number): TributaryError {
+    const leader = this.leaderOf(topic, partition);
+    const extra = leader && leader.id !== this.deps.brokerId ? [`LEADER_IS ${leader.advertisedAddress}`] : [];
+    return new TributaryError('NOT_LEADER', { topic, partition }, undefined, extra);
+  }
+
+  /** acks=all: refused before the append when the ISR is below min_insync_replicas. */
+  checkMinIsr(r: Replica): void {
+    if (r.isr.length < this.deps.config.minInsyncReplicas) {
+      throw new TributaryError('NOT_ENOUGH_REPLICAS', { topic: r.topic, partition: r.id, isr: r.isr.length, min_insync_replicas: this.deps.config.minInsyncReplicas });
+    }
+  }
+
+  // ---- applying states ----
+
+  private apply(e: PartitionStateEntry): void {
+    if (this.closed) return;
+    const part = this.deps.topics.tryGet(e.topic)?.partitions[e.partition];
+    if (!part) {
+      // The topic is not open here yet (its definition arrives by another watch): try again shortly.
+      this.pending.set(key(e.topic, e.partition), e);
+      setTimeout(() => {
+        const p = this.pending.get(key(e.topic, e.partition));
+        if (p === e) {
+          this.pending.delete(key(e.topic, e.partition));
+          this.apply(this.deps.states.get(e.topic, e.partition) ?? e);
+        }
+      }, 100).unref();
+      return;
+    }
+    const s = e.value;
+    let r = this.replicas.get(key(e.topic, e.partition));
+    if (!r) {
+      part.enableReplication(() => this.onLocalDurable(r!));
+      r = {
+        topic: e.topic,
+        id: e.partition,
+        partition: part,
+        role: 'none',
+        leaderEpoch: -1,
+        leaderId: -1,
+        isr: [],
+        replicas: [],
+        epochs: new LeaderEpochCache(part.log.dir),
+        epochsLoaded: Promise.resolve(),
+        followers: new Map(),
+        stop: null,
+        fetcher: null,
+        promoting: null,
+        isrChange: null,
+        ackWaiters: new Set(),
+      };
+      this.replicas.set(key(e.topic, e.partition), r);
+      r.epochsLoaded = r.epochs.load();
+      r.epochsLoaded.catch((err: unknown) => this.deps.logger.error({ err, topic: e.topic, partition: e.partition }, 'leader epoch cache unreadable'));
+    }
+    const me = this.deps.brokerId;
+    const wanted: Role = s.leader === me ? 'leader' : s.replicas.includes(me) ? 'follower' : 'none';
+    const role = r.promoting === r.leaderEpoch ? 'leader' : r.role;
+    const changed = wanted !== role || s.leaderEpoch !== r.leaderEpoch || s.leader !== r.leaderId;
+    r.isr = s.isr;
+    r.replicas = s.replicas;
+    if (!changed) {
+      if (r.role === 'leader') this.updateHighWatermark(r);
+      return;
+    }
+    r.stop?.abort();
+    r.stop = null;
+    // Before anything else moves (a follower truncates, takes the new leader's HWM): a record appended
+    // under the old epoch may be truncated, so no waiter of that epoch may ever be answered OK.
+    this.failAckWaiters(r, () => this.notLeader(r!.topic, r!.id));
+    r.leaderEpoch = s.leaderEpoch;
+    r.leaderId = s.leader;
+    r.promoting = null;
+    if (wanted === 'leader') {
+      this.promote(r);
+      return;
+    }
+    r.role = wanted;
+    if (wanted === 'follower') this.becomeFollower(r);
+    this.roleApplied(r);
+  }
+
+  private roleApplied(r: Replica): void {
+    this.deps.logger.info({ topic: r.topic, partition: r.id, role: r.role, leaderEpoch: r.leaderEpoch, leader: r.leaderId }, 'partition role');
+    this.events.emit('role', r);
+  }
+
+  /**
+   * A follower (or a replica just opened) takes the lead only once its fetch loop has exited and every
+   * append it began has landed: a replica append still being written would otherwise be missing from
+   * the producer state the first produce requests are checked against (an idempotent retry of that very
+   * batch would be appended twice), and the new epoch would start below records of the old one. Until
+   * then it answers NOT_LEADER (docs/architecture.md, "Taking the lead").
+   */
+  private promote(r: Replica): void {
+    const epoch = r.leaderEpoch;
+    const lead = () => {
+      if (this.closed || r.promoting !== epoch || r.leaderEpoch !== epoch) return;
+      r.promoting = null;
+      r.role = 'leader';
+      this.becomeLeader(r);
+      this.roleApplied(r);
+    };
+    r.promoting = epoch;
+    if (!r.fetcher && r.partition.idle) {
+      lead();
+      return;
+    }
+    r.role = 'none';
+    const fetcher = r.fetcher ?? Promise.resolve();
+    void fetcher
+      .then(() => r.partition.quiesced())
+      .then(lead, (err: unknown) => this.deps.logger.error({ err, topic: r.topic, partition: r.id }, 'taking the lead failed'));
+  }
+
+  private becomeLeader(r: Replica): void {
+    r.epochs.assign(r.leaderEpoch, r.partition.logEndOffset);
+    void r.epochs.flush().catch(() => {});
+    const now = Date.now();
+    r.followers = new Map(r.replicas.filter((id) => id !== this.deps.brokerId).map((id) => [id, { offset: -1, caughtUpMs: now }]));
+    this.updateHighWatermark(r);
+  }
+
+  private becomeFollower(r: Replica): void {
+    r.followers.clear();
+    const stop = new AbortController();
+    r.stop = stop;
+    const fetcher: Promise<void> = this.fetchLoop(r, stop.signal)
+      .catch((err: unknown) => this.deps.logger.error({ err, topic: r.topic, partition: r.id }, 'replica fetch loop failed'))
+      .finally(() => {
+        if (r.fetcher === fetcher) r.fetcher = null;
+      });
+    r.fetcher = fetcher;
+  }
+
+  // ---- leader side ----
+
+  /** HWM = the lowest log end among the in-sync replicas (the leader's own durable end included). */
+  private updateHighWatermark(r: Replica): void {
+    if (r.role !== 'leader') return;
+    let hwm = r.partition.localEnd;
+    for (const id of r.isr) {
+      if (id === this.deps.brokerId) continue;
+      const f = r.followers.get(id);
+      hwm = Math.min(hwm, f ? Math.max(f.offset, 0) : 0);
+    }
+    if (hwm > r.partition.highWatermark) r.partition.setReplicatedHighWatermark(hwm);
+    this.releaseAckWaiters(r);
+  }
+
+  /**
+   * Resolves once the HWM passed `lastOffset`, appended while this broker led the partition at `epoch`.
+   * It is answered OK only while the broker still leads at that epoch (a leader never truncates, so the
+   * record at that offset is the one appended); a change of epoch or role fails it at once with a
+   * retriable NOT_LEADER, never a wait for the timeout (docs/architecture.md, "acks=all").
+   */
+  waitReplicated(topic: string, partition: number, epoch: number, lastOffset: number, timeoutMs: number): Promise<void> {
+    const r = this.replicas.get(key(topic, partition));
+    if (r?.role !== 'leader' || r.leaderEpoch !== epoch) return Promise.reject(this.notLeader(topic, partition));
+    if (r.partition.highWatermark > lastOffset) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        r.ackWaiters.delete(w);
+        reject(new TributaryError('request_timeout', { reason: 'the in-sync replicas did not confirm the record in time', topic, partition }));
+      }, timeoutMs);
+      const w: AckWaiter = {
+        epoch,
+        offset: lastOffset,
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        reject: (err) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      };
+      r.ackWaiters.add(w);
+    });
+  }
+
+  private releaseAckWaiters(r: Replica): void {
+    if (r.ackWaiters.size === 0) return;
+    const hwm = r.partition.highWatermark;
+    for (const w of r.ackWaiters) {
+      if (w.epoch !== r.leaderEpoch || r.role !== 'leader') continue;
+      if (hwm > w.offset) {
+        r.ackWaiters.delete(w);
+        w.resolve();
+      }
+    }
+  }
+
+  private failAckWaiters(r: Replica, error: () => Error): void {
+    if (r.ackWaiters.size === 0) return;
+    const waiters = [...r.ackWaiters];
+    r.ackWaiters.clear();
+    for (const w of waiters) w.reject(error());
+  }
+
+  private onLocalDurable(r: Replica): void {
+    if (r.role === 'leader') this.updateHighWatermark(r);
+  }
+
+  /**
+   * A follower's REPLICA_FETCH at `offset` (its log end): checks the epoch, records its position, moves the
+   * HWM and, on catch-up, brings it back into the ISR.
+   */
+  followerFetch(topic: string, partition: number, replicaId: number, leaderEpoch: number, offset: number): Replica {
+    const r = this.requireLeaderAt(topic, partition, leaderEpoch);
+    const f = r.followers.get(replicaId);
+    if (!f) throw new TributaryError('invalid_parameter', { param: 'replica', reason: `broker ${replicaId} is not a replica of ${topic}[${partition}]` });
+    if (offset > r.partition.logEndOffset) {
+      throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: r.partition.earliest, latest: r.partition.logEndOffset });
+    }
+    f.offset = offset;
+    if (offset >= r.partition.logEndOffset) f.caughtUpMs = Date.now();
+    this.updateHighWatermark(r);
+    // Only a registered broker rejoins the ISR: the controller drops unregistered ones, and the two
+    // would otherwise undo each other for as long as the follower fetches without a registration.
+    if (!r.isr.includes(replicaId) && offset >= r.partition.highWatermark && this.deps.registry.get(replicaId)) {
+      this.changeIsr(r, [...r.isr, replicaId], 'caught up');
+    }
+    return r;
+  }
+
+  /** Followers that stayed behind longer than replicaLagMaxMs leave the ISR. */
+  private checkLag(): void {
+    const now = Date.now();
+    for (const r of this.replicas.values()) {
+      if (r.role !== 'leader' || r.isrChange) continue;
+      const lagging = r.isr.filter((id) => {
+        if (id === this.deps.brokerId) return false;
+        const f = r.followers.get(id);
+        // Caught up as of its last fetch and nothing new since: in sync however long it has been.
+        if (f && f.offset >= r.partition.logEndOffset) {
+          f.caughtUpMs = now;
+          return false;
+        }
+        return !f || now - f.caughtUpMs > this.deps.config.replicaLagMaxMs;
+      });
+      if (lagging.length > 0) this.changeIsr(r, r.isr.filter((id) => !lagging.includes(id)), 'lagging');
+    }
+  }
+
+  private changeIsr(r: Replica, isr: number[], reason: string): void {
+    if (r.isrChange) return;
+    const epoch = r.leaderEpoch;
+    r.isrChange = (async () => {
+      const cur = this.deps.states.get(r.topic, r.id);
+      if (!cur || cur.value.leader !== this.deps.brokerId || cur.value.leaderEpoch !== epoch) return;
+      const next: PartitionState = { ...cur.value, isr: [...new Set(isr)].sort((a, b) => a - b), hwm: r.partition.highWatermark };
+      const res = await this.deps.states.compareAndSet(r.topic, r.id, { modRevision: cur.modRevision }, next);
+      if (res.ok) {
+        this.deps.logger.info({ topic: r.topic, partition: r.id, isr: next.isr, reason }, 'ISR changed');
+        // The watch brings it too; applying now lets the HWM move without waiting for it.
+        if (r.leaderEpoch === epoch) {
+          r.isr = next.isr;
+          this.updateHighWatermark(r);
+        }
+      }
+    })()
+      .catch((err: unknown) => {
+        this.deps.logger.warn({ err, topic: r.topic, partition: r.id }, 'ISR change failed (etcd unavailable?); will retry');
+        // Waiters for a lagging follower can complete only once it leaves the ISR, which needs etcd: fail
+        // them (retriably) now rather than at the replication timeout, so a producer's pipeline on this
+        // broker does not stall behind them (this broker may be cut off, its followers gone to a new leader).
+        if (reason === 'lagging' && r.leaderEpoch === epoch) {
+          this.failAckWaiters(r, () => new TributaryError('NOT_ENOUGH_REPLICAS', { topic: r.topic, partition: r.id, reason: 'a lagging replica cannot leave the ISR while etcd is unreachable' }));
+        }
+      })
+      .finally(() => {
+        r.isrChange = null;
+      });
+  }
+
+  // ---- follower side ----
+
+  private async fetchLoop(r: Replica, signal: AbortSignal): Promise<void> {
+    let conn: Connection | null = null;
+    let failures = 0;
+    let truncated = false;
+    const epoch = r.leaderEpoch;
+    // A long poll parked at the old leader would hold a promotion up for its whole wait.
+    const onAbort = () => conn?.close().catch(() => {});
+    signal.addEventListener('abort', onAbort, { once: true });
+    while (!signal.aborted && !this.closed) {
+      try {
+        if (!conn || conn.closed) {
+          const leader = this.deps.registry.get(r.leaderId);
+          if (!leader) throw new TributaryError('NOT_LEADER', { reason: `leader ${r.leaderId} is not registered` });
+          const { host, port } = parseAddress(leader.advertisedAddress);
+          conn = await this.deps.connect(host, port, signal);
+          truncated = false;
+          if (signal.aborted) break;
+        }
+        if (!truncated) {
+          await this.truncateToLeader(r, conn, epoch, signal);
+          if (signal.aborted) break;
+          truncated = true;
+        }
+        const offset = r.partition.logEndOffset;
+        const frame = await conn.request(
+          `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${this.deps.config.fetchMaxBytes} wait_ms=${this.deps.config.fetchWaitMs}`,
+        );
+        if (signal.aborted) break;
+        if (frame.kind === 'text') throw parseError(frame.text);
+        const batch = frame.batch;
+        const records = batch.records as unknown as LogRecord[];
+        if (records.length > 0) await r.partition.appendReplica(records);
+        if (batch.trailer) r.partition.setReplicatedHighWatermark(Math.min(batch.trailer.highWatermark, r.partition.logEndOffset));
+        failures = 0;
+      } catch (err) {
+        if (signal.aborted || this.closed) break;
+        failures++;
+        conn?.close().catch(() => {});
+        conn = null;
+        // A leader that just died or moved is routine: warn only when it keeps failing.
+        if (failures === 10 || failures % 100 === 0) this.deps.logger.warn({ err, topic: r.topic, partition: r.id, leader: r.leaderId }, 'replica fetch failed; retrying');
+        await sleep(Math.min(1000, 50 * failures), signal);
+      }
+    }
+    signal.removeEventListener('abort', onAbort);
+    conn?.close().catch(() => {});
+  }
+
+  /**
+   * Leader-epoch truncation: the leader's epoch history tells where this replica's latest epoch ended on
+   * the leader; anything past that here was never the leader's and goes. Then this replica takes the
+   * leader's history as its own.
+   */
+  private async truncateToLeader(r: Replica, conn: Connection, epoch: number, signal: AbortSignal): Promise<void> {
+    await r.epochsLoaded;
+    const reply = await conn.command('LEADER_EPOCHS', { topic: r.topic, partition: r.id, leader_epoch: epoch });
+    // No longer this leader's follower (maybe the leader now): its history is not ours to take.
+    if (signal.aborted) return;
+    const p = parseLine(reply).params;
+    const leaderEnd = Number(p.get('log_end'));
+    const entries = (p.get('epochs') ?? '')
+      .split(',')
+      .filter(Boolean)
+      .map((e) => e.split(':').map(Number) as [number, number]);
+    const end = followerTruncationOffset(
+      { entries, logEndOffset: leaderEnd },
+      { entries: r.epochs.entries(), logEndOffset: r.partition.logEndOffset, fallbackOffset: r.partition.highWatermark },
+    );
+    if (end < r.partition.logEndOffset) {
+      this.deps.logger.warn({ topic: r.topic, partition: r.id, from: r.partition.logEndOffset, to: end }, 'truncating to the leader');
+      await r.partition.truncateTo(end);
+      if (r.partition.highWatermark > end) r.partition.setReplicatedHighWatermark(end);
+    }
+    r.epochs.replaceWith(entries);
+    await r.epochs.flush();
+  }
+
+  /** LEADER_EPOCHS on the leader: its epoch history and log end. */
+  epochHistory(topic: string, partition: number, leaderEpoch: number): { epochs: Array<[number, number]>; logEnd: number } {
+    const r = this.requireLeaderAt(topic, partition, leaderEpoch);
+    return { epochs: r.epochs.entries(), logEnd: r.partition.logEndOffset };
+  }
+
+  /** Every replica of this broker (for CLUSTER_STATUS and metrics). */
+  all(): Replica[] {
+    return [...this.replicas.values()];
+  }
+}

@@ -1,0 +1,228 @@
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { partitionForKey } from 'tributary-protocol/partitioner.js';
+import type { RecordInput } from 'tributary-protocol/record.js';
+import type { Partition } from '../broker/partition.js';
+import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
+import type { OffsetEntry, OffsetStore, StoredOffset } from './offset-store.js';
+
+export const OFFSETS_TOPIC = '__consumer_offsets';
+
+/** A group as written to `__consumer_offsets`: everything but heartbeat times, which restart on load. */
+export interface GroupSnapshot {
+  group: string;
+  topic: string;
+  generation: number;
+  leader: string | null;
+  assignor: string;
+  protocol: AssignmentProtocol;
+  planGeneration: number;
+  members: Array<{
+    id: string;
+    clientId: string;
+    instance: string | null;
+    host: string;
+    sessionTimeoutMs: number;
+    rebalanceTimeoutMs: number;
+    generation: number;
+    owned: number[];
+    target: number[];
+    needsRejoin: boolean;
+  }>;
+  history: GenerationChange[];
+  /**
+   * Membership changes whose join window had not closed yet (absent in older snapshots): without them a
+   * crash inside the window would lose the rebalance, e.g. leave a leaver's partitions unassigned.
+   */
+  pendingCauses?: ChangeReason[];
+}
+
+type Key = ['g', string] | ['o', string, string, number];
+
+function encodeKey(k: Key): Buffer {
+  return Buffer.from(JSON.stringify(k), 'utf8');
+}
+
+export interface ReplayResult {
+  /** Latest snapshot per group; null where the group was deleted. */
+  groups: Map<string, GroupSnapshot | null>;
+  offsets: Map<string, StoredOffset>;
+}
+
+function offsetKey(group: string, topic: string, partition: number): string {
+  return `${group}\u0000${topic}\u0000${partition}`;
+}
+
+/**
+ * The coordinator's durable state in the internal topic: group snapshots keyed `["g", group]` and offset
+ * commits keyed `["o", group, topic, partition]`, JSON values, an empty value as tombstone. Keys make the
+ * topic compactable: only the latest value per key matters.
+ */
+/**
+ * Every record of an internal topic's partition, keys and values parsed as JSON (an empty value is null, a
+ * tombstone), to the log end: not the HWM, since a new leader's log is the truth from now on, even the
+ * records its followers have not confirmed yet. A record that does not parse stops the replay: the broker
+ * must stay unready rather than serve with state missing.
+ */
+export async function replayJson(part: Partition, label: string, apply: (key: unknown, value: unknown, at: string) => void): Promise<void> {
+  let offset = part.earliest;
+  const end = part.logEndOffset;
+  while (offset < end) {
+    const records = await part.log.read(Math.max(offset, part.earliest), { maxRecords: 5000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
+    if (records.length === 0) break;
+    for (const r of records) {
+      const at = `${label} offset ${r.offset}`;
+      let key: unknown;
+      let value: unknown;
+      try {
+        key = JSON.parse(r.key?.toString('utf8') ?? 'null');
+        value = r.value.length === 0 ? null : JSON.parse(r.value.toString('utf8'));
+      } catch {
+        throw new Error(`${at}: record does not parse`);
+      }
+      apply(key, value, at);
+    }
+    offset = records[records.length - 1]!.offset + 1;
+  }
+}
+
+/** How the coordinators append to their internal topics (cluster mode: only as leader, acknowledged once replicated). */
+export type InternalAppend = (part: Partition, records: RecordInput[]) => Promise<unknown>;
+
+export const localAppend: InternalAppend = (part, records) => part.append(records);
+
+export class GroupLog {
+  constructor(
+    private readonly partitionsOf: () => Partition[],
+    private readonly appendTo: InternalAppend = localAppend,
+  ) {}
+
+  get partitionCount(): number {
+    return this.partitionsOf().length;
+  }
+
+  partitionFor(group: string): number {
+    return partitionForKey(Buffer.from(group, 'utf8'), this.partitionCount);
+  }
+
+  private partition(group: string): Partition {
+    return this.partitionsOf()[this.partitionFor(group)]!;
+  }
+
+  /** One append, so a crash keeps all of it or none (the log's appends are atomic). */
+  private async append(group: string, records: RecordInput[]): Promise<void> {
+    try {
+      await this.appendTo(this.partition(group), records);
+    } catch (err) {
+      if (err instanceof TributaryError) throw err;
+      throw new TributaryError('storage_error', { reason: (err as Error).message });
+    }
+  }
+
+  writeGroup(snapshot: GroupSnapshot): Promise<void> {
+    return this.append(snapshot.group, [{ key: encodeKey(['g', snapshot.group]), value: Buffer.from(JSON.stringify(snapshot), 'utf8') }]);
+  }
+
+  /** Tombstone for the group's snapshot. */
+  deleteGroup(group: string): Promise<void> {
+    return this.append(group, [{ key: encodeKey(['g', group]), value: Buffer.alloc(0) }]);
+  }
+
+  /** Tombstones for offsets, so compaction can drop them. */
+  deleteOffsets(group: string, offsets: Array<{ topic: string; partition: number }>): Promise<void> {
+    if (offsets.length === 0) return Promise.resolve();
+    return this.append(group, offsets.map((o) => ({ key: encodeKey(['o', group, o.topic, o.partition]), value: Buffer.alloc(0) })));
+  }
+
+  writeOffsets(group: string, topic: string, entries: OffsetEntry[], ts: number): Promise<void> {
+    return this.append(
+      group,
+      entries.map((e) => ({
+        key: encodeKey(['o', group, topic, e.partition]),
+        value: Buffer.from(JSON.stringify({ offset: e.offset, ts }), 'utf8'),
+        timestamp: ts,
+      })),
+    );
+  }
+
+  /**
+   * Rebuild state from one partition. A record that does not parse stops the replay with an error: the
+   * broker must stay unready rather than serve groups with offsets missing.
+   */
+  async replay(partitionIndex: number): Promise<ReplayResult> {
+    const part = this.partitionsOf()[partitionIndex]!;
+    const groups = new Map<string, GroupSnapshot | null>();
+    const offsets = new Map<string, StoredOffset>();
+    await replayJson(part, `${OFFSETS_TOPIC}[${partitionIndex}]`, (key, value, at) => {
+      if (!Array.isArray(key)) throw new Error(`${at}: bad key`);
+      if (key[0] === 'g' && typeof key[1] === 'string') {
+        groups.set(key[1], value as GroupSnapshot | null);
+      } else if (key[0] === 'o' && typeof key[1] === 'string' && typeof key[2] === 'string' && Number.isInteger(key[3])) {
+        const k = offsetKey(key[1], key[2], key[3]);
+        if (value === null) offsets.delete(k);
+        else {
+          const v = value as { offset: number; ts: number };
+          if (!Number.isSafeInteger(v.offset)) throw new Error(`${at}: bad offset value`);
+          offsets.set(k, { group: key[1], topic: key[2], partition: key[3], offset: v.offset, commitTimestamp: v.ts });
+        }
+      } else {
+        throw new Error(`${at}: unknown key`);
+      }
+    });
+    return { groups, offsets };
+  }
+}
+
+/** The default OffsetStore: commits are records in `__consumer_offsets`, durable once the append is. */
+export class LogOffsetStore implements OffsetStore {
+  readonly kind = 'log';
+  private readonly cache = new Map<string, StoredOffset>();
+
+  constructor(private readonly log: GroupLog) {}
+
+  async open(): Promise<void> {}
+
+  async loadAll(): Promise<StoredOffset[]> {
+    this.cache.clear();
+    for (let p = 0; p < this.log.partitionCount; p++) {
+      const { offsets } = await this.log.replay(p);
+      for (const [k, v] of offsets) this.cache.set(k, v);
+    }
+    return [...this.cache.values()];
+  }
+
+  /** Cluster mode: the offsets of one partition's groups, when this broker takes it over. */
+  async loadPartition(partition: number): Promise<StoredOffset[]> {
+    const { offsets } = await this.log.replay(partition);
+    for (const [k, v] of offsets) this.cache.set(k, v);
+    return [...offsets.values()];
+  }
+
+  /** Cluster mode: forgets the offsets of groups whose partition moved to another broker. */
+  unloadGroups(groups: Set<string>): void {
+    for (const [k, v] of this.cache) if (groups.has(v.group)) this.cache.delete(k);
+  }
+
+  async commit(group: string, topic: string, entries: OffsetEntry[], opts: { force?: boolean } = {}): Promise<void> {
+    if (!opts.force) {
+      for (const e of entries) {
+        const cur = this.cache.get(offsetKey(group, topic, e.partition));
+        if (cur && e.offset < cur.offset) throw new TributaryError('offset_regression', { partition: e.partition, current: cur.offset, requested: e.offset });
+      }
+    }
+    const ts = Date.now();
+    await this.log.writeOffsets(group, topic, entries, ts);
+    for (const e of entries) this.cache.set(offsetKey(group, topic, e.partition), { group, topic, partition: e.partition, offset: e.offset, commitTimestamp: ts });
+  }
+
+  async fetch(group: string, topic: string, partition: number): Promise<number | undefined> {
+    return this.cache.get(offsetKey(group, topic, partition))?.offset;
+  }
+
+  async deleteGroup(group: string): Promise<void> {
+    const mine = [...this.cache.values()].filter((o) => o.group === group);
+    await this.log.deleteOffsets(group, mine);
+    for (const o of mine) this.cache.delete(offsetKey(group, o.topic, o.partition));
+  }
+
+  async close(): Promise<void> {}
+}

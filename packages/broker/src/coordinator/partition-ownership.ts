@@ -1,0 +1,63 @@
+import { TributaryError } from 'tributary-protocol/errors.js';
+
+/**
+ * Cluster mode: which partitions of a coordinator's internal topic (`__consumer_offsets`,
+ * `__transaction_state`) this broker leads and has replayed. A key whose partition is elsewhere gets
+ * NOT_COORDINATOR (naming the leader), one being replayed COORDINATOR_LOADING. Standalone coordinators
+ * have none of this: they own everything.
+ */
+export class PartitionOwnership {
+  private readonly owned = new Set<number>();
+  private readonly loading = new Set<number>();
+
+  constructor(
+    private readonly topic: string,
+    private readonly notCoordinator: (partition: number) => TributaryError,
+    private readonly topicExists: () => boolean,
+    /**
+     * False while this broker may not act on what it owns: from a detected pause of its own process until
+     * etcd confirms its lease (docs/architecture.md, "Cluster mode"). Its partitions may have moved meanwhile.
+     */
+    private readonly leaseHeld: () => boolean = () => true,
+  ) {}
+
+  owns(partition: () => number): boolean {
+    return this.topicExists() && this.owned.has(partition()) && this.leaseHeld();
+  }
+
+  /** Owned or being loaded. */
+  has(partition: number): boolean {
+    return this.owned.has(partition) || this.loading.has(partition);
+  }
+
+  /** Whether decisions (expiries, timeouts) may be taken now; false while the lease is unconfirmed. */
+  canAct(): boolean {
+    return this.leaseHeld();
+  }
+
+  /** Throws unless the key's partition is owned (`partition` is evaluated only once the topic exists). */
+  check(partition: () => number): void {
+    if (!this.topicExists()) throw new TributaryError('COORDINATOR_LOADING', { reason: `the cluster has not created ${this.topic} yet` });
+    const p = partition();
+    if (this.owned.has(p) && this.leaseHeld()) return;
+    if (this.loading.has(p)) throw new TributaryError('COORDINATOR_LOADING', { partition: p });
+    throw this.notCoordinator(p);
+  }
+
+  /** Runs `replay` for a partition just led, once; it is owned from then on unless it was lost meanwhile. */
+  async load(partition: number, replay: () => Promise<void>): Promise<void> {
+    if (this.owned.has(partition) || this.loading.has(partition)) return;
+    this.loading.add(partition);
+    try {
+      await replay();
+      if (this.loading.has(partition)) this.owned.add(partition);
+    } finally {
+      this.loading.delete(partition);
+    }
+  }
+
+  unload(partition: number): void {
+    this.owned.delete(partition);
+    this.loading.delete(partition);
+  }
+}

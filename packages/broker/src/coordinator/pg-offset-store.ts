@@ -1,0 +1,294 @@
+/**
+ * Committed offsets in a table of the team's own PostgreSQL database.
+ *
+ * One row per (group, topic, partition). A commit is one transaction: an upsert of every entry whose
+ * ON CONFLICT branch only overwrites a stored offset that is not higher than the new one, so the database
+ * itself refuses a regression even if two coordinators race (the row lock taken by ON CONFLICT serialises
+ * them). If any entry was refused the whole transaction is rolled back and the commit rejects with
+ * `offset_regression`. Identifiers (schema, table) are validated and quoted; every value is a parameter.
+ */
+import pg from 'pg';
+import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
+import type { OffsetEntry, OffsetStore, StoredOffset } from './offset-store.js';
+
+export interface PgOffsetStoreOptions {
+  /** Used to create a pool the store owns (and ends on close). Ignored when `pool` is given. */
+  connectionString?: string;
+  /** A pool owned by the caller; `close()` leaves it open. */
+  pool?: pg.Pool;
+  /** Default `tributary_offsets`. */
+  table?: string;
+  /** Default: the connection's search_path. The schema must already exist. */
+  schema?: string;
+}
+
+const IDENTIFIER = /^[a-z_][a-z0-9_]*$/;
+/** PostgreSQL silently truncates longer identifiers (NAMEDATALEN - 1). */
+const MAX_IDENTIFIER_LENGTH = 63;
+const MAX_PARTITION = 0x7fffffff; // the column is int4
+
+function quoteIdentifier(param: string, name: string): string {
+  if (typeof name !== 'string' || !IDENTIFIER.test(name) || name.length > MAX_IDENTIFIER_LENGTH) {
+    throw invalidParam(param, `must match [a-z_][a-z0-9_]* and be at most ${MAX_IDENTIFIER_LENGTH} characters`);
+  }
+  // The pattern admits no quote characters, so wrapping is a complete quoting.
+  return `"${name}"`;
+}
+
+function storageError(op: string, cause: unknown): TributaryError {
+  const detail = cause instanceof Error ? cause.message : String(cause);
+  const code = typeof cause === 'object' && cause !== null && 'code' in cause ? String((cause as { code: unknown }).code) : undefined;
+  const fields: Record<string, string> = { op, reason: detail || 'unknown database error' };
+  if (code) fields.sqlstate = code;
+  const err = new TributaryError('storage_error', fields);
+  (err as Error & { cause?: unknown }).cause = cause;
+  return err;
+}
+
+/** bigint / numeric values arrive as strings; they are below 2^53 by construction, but check anyway. */
+function toSafeNumber(value: unknown, what: string): number {
+  const n = typeof value === 'number' ? value : typeof value === 'bigint' || typeof value === 'string' ? Number(value) : Number.NaN;
+  if (!Number.isSafeInteger(n)) {
+    throw new TributaryError('storage_error', { op: 'decode', reason: `${what} ${String(value)} is not a safe integer` });
+  }
+  return n;
+}
+
+function checkName(param: string, value: unknown): asserts value is string {
+  if (typeof value !== 'string' || value.length === 0) throw invalidParam(param, 'must be a non-empty string');
+}
+
+function checkPartition(value: unknown): asserts value is number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > MAX_PARTITION) {
+    throw invalidParam('partition', `must be an integer between 0 and ${MAX_PARTITION}`);
+  }
+}
+
+function checkOffset(value: unknown): asserts value is number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    throw invalidParam('offset', 'must be a non-negative safe integer');
+  }
+}
+
+export class PgOffsetStore implements OffsetStore {
+  readonly kind = 'postgres';
+  private readonly pool: pg.Pool;
+  private readonly ownsPool: boolean;
+  /** Schema-qualified (when a schema is given) and quoted. */
+  private readonly qualified: string;
+  private closed = false;
+
+  private readonly sql: {
+    load: string;
+    fetch: string;
+    upsert: string;
+    current: string;
+    deleteGroup: string;
+    create: string;
+  };
+
+  constructor(opts: PgOffsetStoreOptions = {}) {
+    const table = quoteIdentifier('table', opts.table ?? 'tributary_offsets');
+    const schema = opts.schema === undefined ? undefined : quoteIdentifier('schema', opts.schema);
+    this.qualified = schema ? `${schema}.${table}` : table;
+    const t = this.qualified;
+
+    if (opts.pool) {
+      this.pool = opts.pool;
+      this.ownsPool = false;
+    } else {
+      if (opts.connectionString !== undefined && (typeof opts.connectionString !== 'string' || opts.connectionString === '')) {
+        throw invalidParam('connectionString', 'must be a non-empty string');
+      }
+      // Without a connection string, pg falls back to the PG* environment variables.
+      this.pool = new pg.Pool({ connectionString: opts.connectionString, connectionTimeoutMillis: 10_000, max: 10 });
+      this.ownsPool = true;
+      // An idle connection that dies (server restart, network) emits 'error' on the pool; unhandled it would
+      // crash the process. The next query gets a fresh connection or fails with storage_error.
+      this.pool.on('error', () => {});
+    }
+
+    const cols = `group_id, topic, partition, next_offset::text AS next_offset,
+      round(extract(epoch FROM committed_at) * 1000)::bigint::text AS committed_ms`;
+    this.sql = {
+      create: `CREATE TABLE IF NOT EXISTS ${t} (
+        group_id text NOT NULL,
+        topic text NOT NULL,
+        partition int NOT NULL,
+        next_offset bigint NOT NULL,
+        committed_at timestamptz NOT NULL,
+        PRIMARY KEY (group_id, topic, partition)
+      )`,
+      load: `SELECT ${cols} FROM ${t} ORDER BY group_id, topic, partition`,
+      fetch: `SELECT next_offset::text AS next_offset FROM ${t} WHERE group_id = $1 AND topic = $2 AND partition = $3`,
+      // Rows are fed in partition order so concurrent multi-partition commits lock rows in the same order
+      // (no deadlocks). RETURNING lists only the rows actually inserted or updated.
+      upsert: `INSERT INTO ${t} AS cur (group_id, topic, partition, next_offset, committed_at)
+        SELECT $1::text, $2::text, u.p, u.o, to_timestamp($5::float8 / 1000)
+        FROM unnest($3::int[], $4::bigint[]) WITH ORDINALITY AS u(p, o, n)
+        ORDER BY u.n
+        ON CONFLICT (group_id, topic, partition) DO UPDATE
+          SET next_offset = EXCLUDED.next_offset, committed_at = EXCLUDED.committed_at
+          WHERE $6::boolean OR cur.next_offset <= EXCLUDED.next_offset
+        RETURNING partition`,
+      current: `SELECT partition, next_offset::text AS next_offset FROM ${t}
+        WHERE group_id = $1 AND topic = $2 AND partition = ANY($3::int[])`,
+      deleteGroup: `DELETE FROM ${t} WHERE group_id = $1`,
+    };
+  }
+
+  async open(): Promise<void> {
+    await this.withClient('open', async (client) => {
+      // Skip CREATE when the table exists, so a role without CREATE on the schema can still use it.
+      const exists = await client.query<{ oid: string | null }>('SELECT to_regclass($1)::text AS oid', [this.qualified]);
+      if (exists.rows[0]?.oid) return;
+      await client.query('BEGIN');
+      try {
+        // Two coordinators opening at once could otherwise both try to create the table's row type.
+        await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`tributary:${this.qualified}`]);
+        await client.query(this.sql.create);
+        await client.query('COMMIT');
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw err;
+      }
+    });
+  }
+
+  async loadAll(): Promise<StoredOffset[]> {
+    const res = await this.query<{ group_id: string; topic: string; partition: number; next_offset: string; committed_ms: string }>(
+      'loadAll',
+      this.sql.load,
+      [],
+    );
+    return res.rows.map((r) => ({
+      group: r.group_id,
+      topic: r.topic,
+      partition: toSafeNumber(r.partition, 'partition'),
+      offset: toSafeNumber(r.next_offset, 'next_offset'),
+      commitTimestamp: toSafeNumber(r.committed_ms, 'committed_at'),
+    }));
+  }
+
+  async commit(group: string, topic: string, entries: OffsetEntry[], opts: { force?: boolean } = {}): Promise<void> {
+    checkName('group', group);
+    checkName('topic', topic);
+    if (!Array.isArray(entries)) throw invalidParam('entries', 'must be an array');
+    const seen = new Set<number>();
+    for (const e of entries) {
+      checkPartition(e?.partition);
+      checkOffset(e.offset);
+      if (seen.has(e.partition)) throw invalidParam('partition', `partition ${e.partition} appears more than once in one commit`);
+      seen.add(e.partition);
+    }
+    if (entries.length === 0) {
+      this.assertOpen('commit');
+      return;
+    }
+    const sorted = [...entries].sort((a, b) => a.partition - b.partition);
+    const partitions = sorted.map((e) => e.partition);
+    const offsets = sorted.map((e) => String(e.offset));
+    const force = opts.force === true;
+
+    await this.withClient('commit', async (client) => {
+      await client.query('BEGIN');
+      let done = false;
+      try {
+        const res = await client.query<{ partition: number }>(this.sql.upsert, [group, topic, partitions, offsets, Date.now(), force]);
+        if (res.rows.length !== sorted.length) {
+          const applied = new Set(res.rows.map((r) => Number(r.partition)));
+          // The refused rows stay locked by this transaction, so what we read here is what refused them.
+          const cur = await client.query<{ partition: number; next_offset: string }>(this.sql.current, [
+            group,
+            topic,
+            partitions.filter((p) => !applied.has(p)),
+          ]);
+          const stored = new Map(cur.rows.map((r) => [Number(r.partition), toSafeNumber(r.next_offset, 'next_offset')]));
+          await client.query('ROLLBACK');
+          done = true;
+          // Report the first refused entry in the caller's order.
+          const refused = entries.find((e) => !applied.has(e.partition)) as OffsetEntry;
+          throw new TributaryError('offset_regression', {
+            current: stored.get(refused.partition) ?? -1,
+            requested: refused.offset,
+            partition: refused.partition,
+          });
+        }
+        await client.query('COMMIT');
+        done = true;
+      } finally {
+        if (!done) await client.query('ROLLBACK').catch(() => {});
+      }
+    });
+  }
+
+  async fetch(group: string, topic: string, partition: number): Promise<number | undefined> {
+    checkName('group', group);
+    checkName('topic', topic);
+    checkPartition(partition);
+    const res = await this.query<{ next_offset: string }>('fetch', this.sql.fetch, [group, topic, partition]);
+    const row = res.rows[0];
+    return row === undefined ? undefined : toSafeNumber(row.next_offset, 'next_offset');
+  }
+
+  async deleteGroup(group: string): Promise<void> {
+    checkName('group', group);
+    await this.query('deleteGroup', this.sql.deleteGroup, [group]);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.ownsPool) {
+      try {
+        await this.pool.end();
+      } catch (err) {
+        throw storageError('close', err);
+      }
+    }
+  }
+
+  private assertOpen(op: string): void {
+    if (this.closed) throw new TributaryError('storage_error', { op, reason: 'the offset store is closed' });
+  }
+
+  private async query<R extends pg.QueryResultRow>(op: string, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.withClient(op, (client) => client.query<R>(text, values));
+  }
+
+  /**
+   * Runs `fn` on a pooled connection. Database and connection failures become `storage_error`;
+   * TributaryErrors raised by `fn` (offset_regression) pass through. A connection that failed is discarded.
+   */
+  private async withClient<T>(op: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    this.assertOpen(op);
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (err) {
+      throw storageError(op, err);
+    }
+    // A checked-out connection that breaks between queries emits 'error' on the client; without a listener
+    // that would crash the process. The pending or next query fails instead.
+    let broken: unknown;
+    const onError = (err: unknown) => {
+      broken = err;
+    };
+    client.on('error', onError);
+    try {
+      const result = await fn(client);
+      client.off('error', onError);
+      client.release(broken instanceof Error ? broken : undefined);
+      return result;
+    } catch (err) {
+      client.off('error', onError);
+      if (err instanceof TributaryError) {
+        client.release(broken instanceof Error ? broken : undefined);
+        throw err;
+      }
+      // Don't return a connection in an unknown state to the pool.
+      client.release(true);
+      throw storageError(op, err);
+    }
+  }
+}

@@ -1,0 +1,553 @@
+/**
+ * On-disk record format (big-endian):
+ *
+ *   length u32          bytes after this field
+ *   crc32c u32          over every byte after this field
+ *   offset u64
+ *   timestamp i64       ms since the epoch
+ *   attributes u8
+ *   producerId          u16 length + utf8
+ *   epoch i64           -1 = none
+ *   sequence i64        -1 = none
+ *   key                 i32 length (-1 = null) + bytes
+ *   value               u32 length + bytes
+ *   header count u16, each: key (u16 length + utf8), value (u32 length + bytes)
+ */
+import type { LogRecord, RecordHeader, RecordInput } from 'tributary-protocol/record.js';
+import { crc32c } from './crc32c.js';
+
+/** Size of a record with empty producer id, null key, empty value and no headers. */
+export const RECORD_OVERHEAD = 4 + 4 + 8 + 8 + 1 + 2 + 8 + 8 + 4 + 4 + 2;
+/** The smallest legal value of the length field. */
+export const MIN_RECORD_BODY = RECORD_OVERHEAD - 4;
+/** Hard cap on one record's length field; anything larger is treated as corruption. */
+export const MAX_RECORD_BODY = 0x7fffffff;
+
+/**
+ * Storage-internal attribute bit on the last record of every append: recovery keeps only whole appends.
+ * Never shown to readers; inputs cannot set it.
+ */
+export const ATTR_END_OF_APPEND = 0x80;
+/** The attribute bits that belong to users (everything but the storage-internal ones). */
+export const USER_ATTR_MASK = 0xff & ~ATTR_END_OF_APPEND;
+
+const TWO_32 = 4294967296;
+
+/** What the encoder needs: a RecordInput with its assigned offset and final timestamp. */
+export interface EncodableRecord {
+  offset: number;
+  timestamp: number;
+  key: Buffer | null;
+  value: Buffer;
+  headers?: RecordHeader[];
+  producerId?: string;
+  epoch?: number;
+  sequence?: number;
+  attributes?: number;
+}
+
+export type DecodeFailure = {
+  ok: false;
+  /** 'incomplete': the record runs past the available bytes (a torn write); 'corrupt': bad length/CRC/structure. */
+  reason: 'incomplete' | 'corrupt';
+  /** For 'incomplete' with a readable length field: total bytes the record claims. */
+  needed?: number;
+};
+export type DecodeResult = { ok: true; record: LogRecord; size: number } | DecodeFailure;
+export type InspectResult = { ok: true; size: number; offset: number; timestamp: number; attributes: number } | DecodeFailure;
+
+/** Encoded size of one record (offset/timestamp do not affect it). */
+export function encodedSize(r: RecordInput | EncodableRecord): number {
+  let n = RECORD_OVERHEAD + r.value.length;
+  if (r.key) n += r.key.length;
+  if (r.producerId) n += Buffer.byteLength(r.producerId, 'utf8');
+  const headers = r.headers;
+  if (headers) {
+    for (let i = 0; i < headers.length; i++) {
+      const h = headers[i];
+      n += 2 + Buffer.byteLength(h.key, 'utf8') + 4 + h.value.length;
+    }
+  }
+  return n;
+}
+
+/**
+ * Checks limits the format imposes (u16 lengths, safe integers, attribute byte).
+ * Returns a reason string, or null when the record can be encoded.
+ */
+export function validateEncodable(r: RecordInput): string | null {
+  if (!Buffer.isBuffer(r.value)) return 'value must be a Buffer';
+  if (r.key !== null && !Buffer.isBuffer(r.key)) return 'key must be a Buffer or null';
+  if (r.timestamp !== undefined && !(Number.isSafeInteger(r.timestamp) && r.timestamp >= 0)) return 'timestamp must be a non-negative safe integer';
+  if (r.epoch !== undefined && !(Number.isSafeInteger(r.epoch) && r.epoch >= -1)) return 'epoch must be a safe integer >= -1';
+  if (r.sequence !== undefined && !(Number.isSafeInteger(r.sequence) && r.sequence >= -1)) return 'sequence must be a safe integer >= -1';
+  if (r.attributes !== undefined && !(Number.isInteger(r.attributes) && r.attributes >= 0 && r.attributes <= 0xff)) return 'attributes must fit in a byte';
+  if (r.producerId !== undefined) {
+    if (typeof r.producerId !== 'string') return 'producerId must be a string';
+    if (Buffer.byteLength(r.producerId, 'utf8') > 0xffff) return 'producerId too long';
+  }
+  if (r.key && r.key.length > 0x7fffffff) return 'key too long';
+  if (r.headers !== undefined) {
+    if (!Array.isArray(r.headers)) return 'headers must be an array';
+    if (r.headers.length > 0xffff) return 'too many headers';
+    for (const h of r.headers) {
+      if (typeof h?.key !== 'string' || !Buffer.isBuffer(h.value)) return 'header must have a string key and Buffer value';
+      if (Buffer.byteLength(h.key, 'utf8') > 0xffff) return 'header key too long';
+    }
+  }
+  return null;
+}
+
+/** Slicing-by-8 tables of CRC-32C: table t at [t * 256, t * 256 + 256). */
+const CRC_TABLES: Uint32Array = (() => {
+  const t = new Uint32Array(256 * 8);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? (c >>> 1) ^ 0x82f63b78 : c >>> 1;
+    t[n] = c >>> 0;
+  }
+  for (let n = 0; n < 256; n++) {
+    for (let k = 1; k < 8; k++) {
+      const prev = t[(k - 1) * 256 + n];
+      t[k * 256 + n] = (prev >>> 8) ^ t[prev & 0xff];
+    }
+  }
+  return t;
+})();
+
+/** Up to this many bytes the JS CRC beats a call into the native one (whose fixed cost dominates small records). */
+const JS_CRC_MAX = 256;
+
+/**
+ * CRC-32C of buf[s, e): the value crc32c gives for those bytes. Small ranges in JS (slicing-by-8, no view
+ * allocation, no native call), larger ones with crc32c.
+ */
+export function crc32cRange(buf: Buffer, s: number, e: number): number {
+  if (e - s > JS_CRC_MAX) return crc32c(new Uint8Array(buf.buffer, buf.byteOffset + s, e - s));
+  const T = CRC_TABLES;
+  let crc = -1;
+  let i = s;
+  const e8 = e - 7;
+  for (; i < e8; i += 8) {
+    const a = crc ^ (buf[i] | (buf[i + 1] << 8) | (buf[i + 2] << 16) | (buf[i + 3] << 24));
+    crc =
+      T[1792 + (a & 0xff)] ^
+      T[1536 + ((a >>> 8) & 0xff)] ^
+      T[1280 + ((a >>> 16) & 0xff)] ^
+      T[1024 + (a >>> 24)] ^
+      T[768 + buf[i + 4]] ^
+      T[512 + buf[i + 5]] ^
+      T[256 + buf[i + 6]] ^
+      T[buf[i + 7]];
+  }
+  for (; i < e; i++) crc = T[(crc ^ buf[i]) & 0xff] ^ (crc >>> 8);
+  return ~crc >>> 0;
+}
+
+// Byte-level writers: the buffer is pre-sized, so Buffer's per-call range checks are redundant.
+function w8(b: Buffer, p: number, v: number): void {
+  b[p] = v;
+}
+function w16(b: Buffer, p: number, v: number): void {
+  b[p] = v >>> 8;
+  b[p + 1] = v;
+}
+function w32(b: Buffer, p: number, v: number): void {
+  b[p] = v >>> 24;
+  b[p + 1] = v >>> 16;
+  b[p + 2] = v >>> 8;
+  b[p + 3] = v;
+}
+/** Two's-complement 64-bit write of a safe integer (negative values included). */
+function w64(b: Buffer, p: number, v: number): void {
+  const hi = Math.floor(v / TWO_32);
+  w32(b, p, hi);
+  w32(b, p + 4, v - hi * TWO_32);
+}
+function r64signed(b: Buffer, p: number): number {
+  return b.readInt32BE(p) * TWO_32 + b.readUInt32BE(p + 4);
+}
+
+function writeRecord(buf: Buffer, pos: number, r: EncodableRecord, view: LogRecord | null): number {
+  let p = pos + 8;
+  w64(buf, p, r.offset);
+  p += 8;
+  w64(buf, p, r.timestamp);
+  p += 8;
+  w8(buf, p, r.attributes ?? 0);
+  p += 1;
+  const pid = r.producerId ?? '';
+  const pidLen = pid.length === 0 ? 0 : buf.write(pid, p + 2, 'utf8');
+  w16(buf, p, pidLen);
+  p += 2 + pidLen;
+  w64(buf, p, r.epoch ?? -1);
+  p += 8;
+  w64(buf, p, r.sequence ?? -1);
+  p += 8;
+  const key = r.key;
+  if (key === null) {
+    w32(buf, p, 0xffffffff);
+    p += 4;
+  } else {
+    w32(buf, p, key.length);
+    p += 4;
+    // TypedArray#set: the bytes of Buffer#copy without its argument handling (a hot path).
+    buf.set(key, p);
+    if (view) view.key = buf.subarray(p, p + key.length);
+    p += key.length;
+  }
+  const value = r.value;
+  w32(buf, p, value.length);
+  p += 4;
+  buf.set(value, p);
+  if (view) view.value = buf.subarray(p, p + value.length);
+  p += value.length;
+  const headers = r.headers ?? [];
+  w16(buf, p, headers.length);
+  p += 2;
+  for (let i = 0; i < headers.length; i++) {
+    const h = headers[i];
+    const kLen = h.key.length === 0 ? 0 : buf.write(h.key, p + 2, 'utf8');
+    w16(buf, p, kLen);
+    p += 2 + kLen;
+    w32(buf, p, h.value.length);
+    p += 4;
+    buf.set(h.value, p);
+    if (view) view.headers.push({ key: h.key, value: buf.subarray(p, p + h.value.length) });
+    p += h.value.length;
+  }
+  w32(buf, pos, p - pos - 4);
+  w32(buf, pos + 4, crc32cRange(buf, pos + 8, p));
+  return p;
+}
+
+/**
+ * Encodes one record at `pos`; `buf` must have room for `encodedSize(r)` bytes. Returns the end position.
+ */
+export function encodeRecordInto(buf: Buffer, pos: number, r: EncodableRecord): number {
+  return writeRecord(buf, pos, r, null);
+}
+
+/**
+ * Like encodeRecordInto, and also returns a LogRecord whose key/value/header buffers are views into `buf`
+ * (so a cache of it pins only our own copy, not the caller's buffers).
+ */
+export function encodeRecordView(buf: Buffer, pos: number, r: EncodableRecord): { end: number; record: LogRecord } {
+  const record: LogRecord = {
+    offset: r.offset,
+    timestamp: r.timestamp,
+    key: null,
+    value: EMPTY,
+    headers: [],
+    producerId: r.producerId ?? '',
+    epoch: r.epoch ?? -1,
+    sequence: r.sequence ?? -1,
+    attributes: r.attributes ?? 0,
+  };
+  const end = writeRecord(buf, pos, r, record);
+  return { end, record };
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/** Encodes many records into one freshly allocated Buffer. */
+export function encodeRecords(records: readonly EncodableRecord[]): Buffer {
+  let total = 0;
+  for (const r of records) total += encodedSize(r);
+  const buf = Buffer.allocUnsafe(total);
+  let p = 0;
+  for (const r of records) p = writeRecord(buf, p, r, null);
+  // Every byte is written by writeRecord; this guards the allocUnsafe assumption.
+  if (p !== total) throw new Error(`record encoding size mismatch: ${p} != ${total}`);
+  return buf;
+}
+
+/** Reads the frame (length + CRC) at pos; returns the record end, or a failure. */
+function checkFrame(buf: Buffer, pos: number, end: number): number | DecodeFailure {
+  if (pos < 0 || pos > end) return { ok: false, reason: 'corrupt' };
+  if (end - pos < 4) return { ok: false, reason: 'incomplete' };
+  const len = buf.readUInt32BE(pos);
+  if (len < MIN_RECORD_BODY || len > MAX_RECORD_BODY) return { ok: false, reason: 'corrupt' };
+  const recEnd = pos + 4 + len;
+  if (recEnd > end) return { ok: false, reason: 'incomplete', needed: 4 + len };
+  if (buf.readUInt32BE(pos + 4) !== crc32cRange(buf, pos + 8, recEnd)) return { ok: false, reason: 'corrupt' };
+  return recEnd;
+}
+
+const CORRUPT: DecodeFailure = { ok: false, reason: 'corrupt' };
+
+/**
+ * Walks the record body between pos and recEnd, checking every length against the remaining bytes.
+ * With `out` it fills a LogRecord (buffers are views into `buf`); without it only validates.
+ */
+function walk(buf: Buffer, pos: number, recEnd: number, out: LogRecord | null): { offset: number; timestamp: number; attributes: number } | null {
+  let p = pos + 8;
+  const offHi = buf.readUInt32BE(p);
+  const offset = offHi * TWO_32 + buf.readUInt32BE(p + 4);
+  if (!Number.isSafeInteger(offset)) return null;
+  p += 8;
+  const timestamp = r64signed(buf, p);
+  if (!Number.isSafeInteger(timestamp)) return null;
+  p += 8;
+  const attributes = buf[p];
+  p += 1;
+  // Fixed fields after the producer id need 8+8+4 bytes before the key; checked incrementally.
+  const pidLen = buf.readUInt16BE(p);
+  p += 2;
+  if (recEnd - p < pidLen + 20) return null;
+  const pidStart = p;
+  p += pidLen;
+  const epoch = r64signed(buf, p);
+  p += 8;
+  const sequence = r64signed(buf, p);
+  p += 8;
+  if (!Number.isSafeInteger(epoch) || !Number.isSafeInteger(sequence)) return null;
+  const keyLen = buf.readInt32BE(p);
+  p += 4;
+  if (keyLen < -1) return null;
+  let keyStart = -1;
+  if (keyLen >= 0) {
+    if (recEnd - p < keyLen) return null;
+    keyStart = p;
+    p += keyLen;
+  }
+  if (recEnd - p < 4) return null;
+  const valueLen = buf.readUInt32BE(p);
+  p += 4;
+  if (recEnd - p < valueLen) return null;
+  const valueStart = p;
+  p += valueLen;
+  if (recEnd - p < 2) return null;
+  const headerCount = buf.readUInt16BE(p);
+  p += 2;
+  const headers: RecordHeader[] | null = out ? [] : null;
+  for (let i = 0; i < headerCount; i++) {
+    if (recEnd - p < 2) return null;
+    const hkLen = buf.readUInt16BE(p);
+    p += 2;
+    if (recEnd - p < hkLen + 4) return null;
+    const hkStart = p;
+    p += hkLen;
+    const hvLen = buf.readUInt32BE(p);
+    p += 4;
+    if (recEnd - p < hvLen) return null;
+    if (headers) headers.push({ key: buf.toString('utf8', hkStart, hkStart + hkLen), value: buf.subarray(p, p + hvLen) });
+    p += hvLen;
+  }
+  if (p !== recEnd) return null;
+  if (out) {
+    out.offset = offset;
+    out.timestamp = timestamp;
+    out.attributes = attributes;
+    out.producerId = pidLen === 0 ? '' : buf.toString('utf8', pidStart, pidStart + pidLen);
+    out.epoch = epoch;
+    out.sequence = sequence;
+    out.key = keyStart < 0 ? null : buf.subarray(keyStart, keyStart + keyLen);
+    out.value = buf.subarray(valueStart, valueStart + valueLen);
+    out.headers = headers ?? [];
+  }
+  return { offset, timestamp, attributes };
+}
+
+/**
+ * Decodes the record at `pos`, using bytes only up to `end` (default buf.length). Never throws:
+ * a short buffer gives 'incomplete', a bad length/CRC/structure gives 'corrupt'.
+ * Returned buffers are views into `buf`.
+ */
+/** A record to be filled in by `walk`. */
+function blankRecord(): LogRecord {
+  return { offset: 0, timestamp: 0, key: null, value: EMPTY, headers: [], producerId: '', epoch: -1, sequence: -1, attributes: 0 };
+}
+
+export function decodeRecord(buf: Buffer, pos: number, end: number = buf.length): DecodeResult {
+  try {
+    const recEnd = checkFrame(buf, pos, Math.min(end, buf.length));
+    if (typeof recEnd !== 'number') return recEnd;
+    const record = blankRecord();
+    if (!walk(buf, pos, recEnd, record)) return CORRUPT;
+    return { ok: true, record, size: recEnd - pos };
+  } catch {
+    return CORRUPT;
+  }
+}
+
+/**
+ * Decodes a record this process encoded and still holds in memory (the tail cache of PartitionLog): the
+ * frame and CRC are not checked again. Buffers are views into `buf`; attributes are as stored.
+ */
+export function decodeOwnRecord(buf: Buffer, pos: number): LogRecord {
+  const record = blankRecord();
+  if (!walk(buf, pos, pos + 4 + buf.readUInt32BE(pos), record)) throw new Error(`corrupt cached record at position ${pos}`);
+  return record;
+}
+
+/** Validates the record at `pos` (frame, CRC and structure) without materialising it. Never throws. */
+export function inspectRecord(buf: Buffer, pos: number, end: number = buf.length): InspectResult {
+  try {
+    const recEnd = checkFrame(buf, pos, Math.min(end, buf.length));
+    if (typeof recEnd !== 'number') return recEnd;
+    const r = walk(buf, pos, recEnd, null);
+    if (!r) return CORRUPT;
+    return { ok: true, size: recEnd - pos, offset: r.offset, timestamp: r.timestamp, attributes: r.attributes };
+  } catch {
+    return CORRUPT;
+  }
+}
+
+/** Decodes consecutive records until the bytes run out or one fails; `failure` tells why it stopped early. */
+export function decodeRecords(buf: Buffer): { records: LogRecord[]; bytesRead: number; failure: DecodeFailure | null } {
+  const records: LogRecord[] = [];
+  let p = 0;
+  while (p < buf.length) {
+    const r = decodeRecord(buf, p);
+    if (!r.ok) return { records, bytesRead: p, failure: r };
+    records.push(r.record);
+    p += r.size;
+  }
+  return { records, bytesRead: p, failure: null };
+}
+
+/** Copies src[s, e) to dst at `at`: short runs byte by byte (cheaper than a view), longer ones with set. */
+function copyRun(src: Buffer, s: number, e: number, dst: Buffer, at: number): void {
+  const n = e - s;
+  if (n <= 32) {
+    for (let i = 0; i < n; i++) dst[at + i] = src[s + i]!;
+  } else {
+    dst.set(new Uint8Array(src.buffer, src.byteOffset + s, n), at);
+  }
+}
+
+/**
+ * Writes the record this process encoded at `pos` of `src` (trusted: no frame/CRC check, as decodeOwnRecord)
+ * in the wire record layout of a binary batch (docs/protocol.md section 5), at `at` of `dst`: the bytes
+ * encodeBatch writes for the LogRecord decodeOwnRecord would return (attributes masked to the user bits).
+ * `dst` needs room for the stored size of the record (the wire record is never larger). Returns the end
+ * position, or -1 when the record cannot go on the wire (a key longer than 65535 bytes), writing nothing
+ * the caller may use.
+ */
+export function writeWireRecord(src: Buffer, pos: number, dst: Buffer, at: number, ext: boolean): number {
+  const recEnd = pos + 4 + (src[pos]! * 0x1000000 + ((src[pos + 1]! << 16) | (src[pos + 2]! << 8) | src[pos + 3]!));
+  // offset u64: stored as a non-negative 64-bit big-endian value, the same bytes.
+  for (let i = 0; i < 8; i++) dst[at + i] = src[pos + 8 + i]!;
+  const pidLen = (src[pos + 25]! << 8) | src[pos + 26]!;
+  const pidEnd = pos + 27 + pidLen;
+  // sequence u64: max(0, sequence); the stored value is a signed 64-bit two's complement.
+  const seqAt = pidEnd + 8;
+  if (src[seqAt]! & 0x80) {
+    for (let i = 0; i < 8; i++) dst[at + 8 + i] = 0;
+  } else {
+    for (let i = 0; i < 8; i++) dst[at + 8 + i] = src[seqAt + i]!;
+  }
+  at += 16;
+  // producer id: u16 length + utf8, as stored.
+  copyRun(src, pos + 25, pidEnd, dst, at);
+  at += 2 + pidLen;
+  // key: stored i32 length (-1 = null), wire u16 length (null -> 0).
+  const klAt = seqAt + 8;
+  const keyLen = (src[klAt]! << 24) | (src[klAt + 1]! << 16) | (src[klAt + 2]! << 8) | src[klAt + 3]!;
+  let p = klAt + 4;
+  if (keyLen > 0) {
+    if (keyLen > 0xffff) return -1;
+    dst[at] = keyLen >>> 8;
+    dst[at + 1] = keyLen;
+    copyRun(src, p, p + keyLen, dst, at + 2);
+    at += 2 + keyLen;
+    p += keyLen;
+  } else {
+    dst[at] = 0;
+    dst[at + 1] = 0;
+    at += 2;
+  }
+  // epoch i64, as stored.
+  for (let i = 0; i < 8; i++) dst[at + i] = src[pidEnd + i]!;
+  at += 8;
+  // value: u32 length + bytes, as stored.
+  const valueLen = src[p]! * 0x1000000 + ((src[p + 1]! << 16) | (src[p + 2]! << 8) | src[p + 3]!);
+  const valueEnd = p + 4 + valueLen;
+  copyRun(src, p, valueEnd, dst, at);
+  at += valueEnd - p;
+  if (ext) {
+    // timestamp i64, attributes u8 (user bits), then header count and headers exactly as stored.
+    for (let i = 0; i < 8; i++) dst[at + i] = src[pos + 16 + i]!;
+    dst[at + 8] = src[pos + 24]! & USER_ATTR_MASK;
+    at += 9;
+    copyRun(src, valueEnd, recEnd, dst, at);
+    at += recEnd - valueEnd;
+  }
+  return at;
+}
+
+/**
+ * Stored size (encodedSize) of the record a produce batch carries at `s` of `body` (validated by scanBatch;
+ * `recEnd` is where it ends) once the broker resets its producer id, epoch, sequence and attributes.
+ */
+export function storedSizeOfWire(body: Buffer, s: number, recEnd: number, ext: boolean): number {
+  const k = s + 18 + ((body[s + 16]! << 8) | body[s + 17]!);
+  const keyLen = (body[k]! << 8) | body[k + 1]!;
+  const v = k + 10 + keyLen;
+  const valueLen = body[v]! * 0x1000000 + ((body[v + 1]! << 16) | (body[v + 2]! << 8) | body[v + 3]!);
+  return RECORD_OVERHEAD + keyLen + valueLen + (ext ? recEnd - (v + 4 + valueLen + 11) : 0);
+}
+
+/** Timestamp the last writeStoredFromWire call stored. */
+export let lastWireTimestamp = 0;
+
+/**
+ * Encodes the wire record at `s` of a validated produce batch (scanBatch) at `pos` of `buf`, the bytes
+ * encodeRecordInto writes for the record produceBatch hands to the log: empty producer id, epoch and
+ * sequence -1, an empty key as null, the timestamp when positive (else `now`), the given attributes,
+ * headers only with extensions (their bytes as on the wire). Returns the end position.
+ */
+export function writeStoredFromWire(
+  body: Buffer,
+  s: number,
+  recEnd: number,
+  ext: boolean,
+  buf: Buffer,
+  pos: number,
+  offset: number,
+  now: number,
+  attributes: number,
+): number {
+  const k = s + 18 + ((body[s + 16]! << 8) | body[s + 17]!);
+  const keyLen = (body[k]! << 8) | body[k + 1]!;
+  const v = k + 10 + keyLen;
+  const valueLen = body[v]! * 0x1000000 + ((body[v + 1]! << 16) | (body[v + 2]! << 8) | body[v + 3]!);
+  const ve = v + 4 + valueLen;
+  let timestamp = now;
+  if (ext) {
+    const hi = (body[ve]! << 24) | (body[ve + 1]! << 16) | (body[ve + 2]! << 8) | body[ve + 3]!;
+    const ts = hi * TWO_32 + (body[ve + 4]! * 0x1000000 + ((body[ve + 5]! << 16) | (body[ve + 6]! << 8) | body[ve + 7]!));
+    if (ts > 0) timestamp = ts;
+  }
+  lastWireTimestamp = timestamp;
+  w64(buf, pos + 8, offset);
+  w64(buf, pos + 16, timestamp);
+  buf[pos + 24] = attributes;
+  buf[pos + 25] = 0;
+  buf[pos + 26] = 0;
+  // epoch and sequence -1.
+  for (let i = 27; i < 43; i++) buf[pos + i] = 0xff;
+  let p = pos + 43;
+  if (keyLen === 0) {
+    w32(buf, p, 0xffffffff);
+    p += 4;
+  } else {
+    w32(buf, p, keyLen);
+    copyRun(body, k + 2, k + 2 + keyLen, buf, p + 4);
+    p += 4 + keyLen;
+  }
+  copyRun(body, v, ve, buf, p);
+  p += ve - v;
+  if (ext) {
+    copyRun(body, ve + 9, recEnd, buf, p);
+    p += recEnd - (ve + 9);
+  } else {
+    buf[p] = 0;
+    buf[p + 1] = 0;
+    p += 2;
+  }
+  w32(buf, pos, p - pos - 4);
+  w32(buf, pos + 4, crc32cRange(buf, pos + 8, p));
+  return p;
+}

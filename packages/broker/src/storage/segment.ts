@@ -1,0 +1,493 @@
+/**
+ * One log segment: `<baseOffset padded to 20 digits>.log` plus its `.index`. The segment holds the
+ * metadata the log needs without reading the file (size, next offset, max timestamp, created time).
+ * The file handle is opened lazily and can be released while idle, so old segments do not pin fds.
+ */
+import { type FileHandle, open, stat, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { LogRecord } from 'tributary-protocol/record.js';
+import { type IndexEntry, OffsetIndex, readIndexFile, writeIndexFile } from './offset-index.js';
+import { ATTR_END_OF_APPEND, type DecodeFailure, decodeRecord, inspectRecord } from './record-codec.js';
+
+export const LOG_SUFFIX = '.log';
+export const INDEX_SUFFIX = '.index';
+const NAME_RE = /^(\d{20})\.(log|index)$/;
+const SCAN_CHUNK = 1024 * 1024;
+
+export function segmentFileName(baseOffset: number, suffix: string = LOG_SUFFIX): string {
+  return String(baseOffset).padStart(20, '0') + suffix;
+}
+
+/** Base offset and kind of a segment file name, or null for any other file. */
+export function parseSegmentFileName(name: string): { baseOffset: number; kind: 'log' | 'index' } | null {
+  const m = NAME_RE.exec(name);
+  if (!m) return null;
+  const baseOffset = Number(m[1]);
+  if (!Number.isSafeInteger(baseOffset)) return null;
+  return { baseOffset, kind: m[2] as 'log' | 'index' };
+}
+
+export interface RecordInfo {
+  offset: number;
+  timestamp: number;
+  /** Raw stored attributes, storage-internal bits included. */
+  attributes: number;
+  position: number;
+  size: number;
+}
+
+/**
+ * Offset order within a segment: offsets increase, the records of one append are consecutive, and
+ * between appends there may be gaps (left by compaction). `exact` pins the first record's offset.
+ */
+class OrderCheck {
+  /** Lowest offset the next record may have. */
+  next: number;
+  /** The last accepted record did not end its append. */
+  inAppend = false;
+  constructor(
+    from: number,
+    private exact: boolean,
+  ) {
+    this.next = from;
+  }
+  accept(offset: number, attributes: number): boolean {
+    if (offset < this.next || (offset !== this.next && (this.inAppend || this.exact))) return false;
+    this.exact = false;
+    this.next = offset + 1;
+    this.inAppend = (attributes & ATTR_END_OF_APPEND) === 0;
+    return true;
+  }
+}
+
+export interface ScanOutcome {
+  /** End of the last record accepted (or the start of the record where the callback stopped). */
+  position: number;
+  /** Why the scan stopped before `end`; null when it reached `end` or the callback stopped it. */
+  failure: DecodeFailure['reason'] | null;
+}
+
+/** What Segment.recover found. */
+export interface RecoveryInfo {
+  segment: Segment;
+  /** Bytes cut from the end of the file (torn or corrupt tail). */
+  truncatedBytes: number;
+  /** The offset the cut happened at (the new next offset). */
+  truncatedAtOffset: number;
+  /** Why the tail was cut: 'incomplete' | 'corrupt' | 'offset_gap' | 'incomplete_append'. */
+  reason: string | null;
+  /** Valid records cut because the append they belonged to was not complete. */
+  droppedRecords: number;
+  /** The index file was missing, stale or inconsistent and was rebuilt from the log. */
+  rebuiltIndex: boolean;
+}
+
+export class Segment {
+  readonly baseOffset: number;
+  readonly logPath: string;
+  readonly indexPath: string;
+  /** Bytes of complete records; readers never look past it. */
+  size: number;
+  nextOffset: number;
+  /** -1 when empty. */
+  maxTimestamp: number;
+  createdMs: number;
+  readonly index: OffsetIndex;
+  /** Bumped by truncate/remove so a concurrent reader can tell its view went stale. */
+  version = 0;
+  deleted = false;
+  /** The on-disk index file matches the segment ('synced': and the log was fsynced first). */
+  indexState: 'stale' | 'written' | 'synced';
+  /** Rewritten by compaction: may have gaps, also between its last record and nextOffset. */
+  compacted = false;
+  /** Replaced by a compacted file of the same name; readers should retry with the replacement. */
+  superseded = false;
+
+  private fh: Promise<FileHandle> | null = null;
+  private users = 0;
+  private releaseWanted = false;
+  private closed = false;
+
+  constructor(dir: string, baseOffset: number, index: OffsetIndex, meta: { size: number; nextOffset: number; maxTimestamp: number; createdMs: number }) {
+    this.baseOffset = baseOffset;
+    this.logPath = join(dir, segmentFileName(baseOffset, LOG_SUFFIX));
+    this.indexPath = join(dir, segmentFileName(baseOffset, INDEX_SUFFIX));
+    this.index = index;
+    this.size = meta.size;
+    this.nextOffset = meta.nextOffset;
+    this.maxTimestamp = meta.maxTimestamp;
+    this.createdMs = meta.createdMs;
+    this.indexState = 'stale';
+  }
+
+  /** Offsets covered (an upper bound of the records held once compacted). */
+  get recordCount(): number {
+    return this.nextOffset - this.baseOffset;
+  }
+
+  /** Creates an empty segment (truncating a leftover file of the same name) and its index file. */
+  static async create(dir: string, baseOffset: number, intervalBytes: number, nowMs: number): Promise<Segment> {
+    const seg = new Segment(dir, baseOffset, new OffsetIndex(baseOffset, intervalBytes), {
+      size: 0,
+      nextOffset: baseOffset,
+      maxTimestamp: -1,
+      createdMs: nowMs,
+    });
+    const fh = await open(seg.logPath, 'w+');
+    seg.fh = Promise.resolve(fh);
+    // Written now so the created time survives a crash even before the first roll or close.
+    await seg.writeIndex(false);
+    return seg;
+  }
+
+  /**
+   * Loads an existing segment. The index file is trusted only when `fullScan` is false, its CRC and
+   * metadata match the file, the log was fsynced before it was written, and the records after its last
+   * entry decode to exactly its next offset. Otherwise every record is validated (length, CRC, offset
+   * order), the file is cut after the last record that ends a complete append and the index is rebuilt.
+   */
+  static async recover(dir: string, baseOffset: number, opts: { intervalBytes: number; fullScan: boolean }): Promise<RecoveryInfo> {
+    const logPath = join(dir, segmentFileName(baseOffset, LOG_SUFFIX));
+    const indexPath = join(dir, segmentFileName(baseOffset, INDEX_SUFFIX));
+    const st = await stat(logPath);
+    const fileSize = st.size;
+    const loaded = await readIndexFile(indexPath, opts.intervalBytes);
+    const metaOk = loaded !== null && loaded.meta.baseOffset === baseOffset;
+    const createdMs = metaOk ? loaded.meta.createdMs : st.birthtimeMs > 0 ? st.birthtimeMs : st.mtimeMs;
+    // Only the index knows a segment was compacted (its nextOffset may lie past its last record).
+    const compacted = metaOk && loaded.meta.compacted === true;
+
+    if (!opts.fullScan && metaOk && loaded.meta.synced && loaded.meta.logSize === fileSize) {
+      const seg = new Segment(dir, baseOffset, loaded.index, {
+        size: fileSize,
+        nextOffset: loaded.meta.nextOffset,
+        maxTimestamp: loaded.meta.maxTimestamp,
+        createdMs,
+      });
+      seg.compacted = compacted;
+      if (await seg.tailMatchesIndex()) {
+        seg.indexState = 'synced';
+        return { segment: seg, truncatedBytes: 0, truncatedAtOffset: seg.nextOffset, reason: null, droppedRecords: 0, rebuiltIndex: false };
+      }
+      await seg.close();
+    }
+
+    const seg = new Segment(dir, baseOffset, new OffsetIndex(baseOffset, opts.intervalBytes), {
+      size: fileSize,
+      nextOffset: baseOffset,
+      maxTimestamp: -1,
+      createdMs,
+    });
+    seg.compacted = compacted;
+    try {
+      const order = new OrderCheck(baseOffset, false);
+      let maxTs = -1;
+      // End of the last complete append: a torn append is cut as a whole.
+      let valid = 0;
+      let next = baseOffset;
+      let validMaxTs = -1;
+      let partial = 0;
+      const index = seg.index;
+      let reason: string | null = null;
+      const out = await seg.scan(0, fileSize, (r) => {
+        if (!order.accept(r.offset, r.attributes)) {
+          reason = 'offset_gap';
+          return false;
+        }
+        index.onRecord(r.offset, r.position);
+        if (r.timestamp > maxTs) maxTs = r.timestamp;
+        if (order.inAppend) {
+          partial++;
+        } else {
+          valid = r.position + r.size;
+          next = r.offset + 1;
+          validMaxTs = maxTs;
+          partial = 0;
+        }
+        return true;
+      });
+      reason ??= out.failure ?? (partial > 0 ? 'incomplete_append' : null);
+      index.truncateToOffset(next);
+      if (valid < fileSize) await seg.withHandle((fh) => fh.truncate(valid));
+      seg.size = valid;
+      seg.nextOffset = next;
+      seg.maxTimestamp = validMaxTs;
+      // Make the cut (and whatever the scan accepted) durable before the index vouches for it.
+      await seg.datasync();
+      await seg.writeIndex(true);
+      return {
+        segment: seg,
+        truncatedBytes: fileSize - valid,
+        truncatedAtOffset: next,
+        reason: valid < fileSize ? reason : null,
+        droppedRecords: partial,
+        rebuiltIndex: true,
+      };
+    } catch (err) {
+      await seg.close().catch(() => {});
+      throw err;
+    }
+  }
+
+  /**
+   * Cheap consistency check of a loaded index: the records after its last entry are in order, end with a
+   * complete append exactly at size, and at nextOffset (before it, once compacted).
+   */
+  private async tailMatchesIndex(): Promise<boolean> {
+    const last = this.index.last();
+    const start: IndexEntry = last ?? { offset: this.baseOffset, position: 0 };
+    if (start.position > this.size || this.nextOffset < start.offset) return false;
+    if (this.size === 0) return (this.compacted || this.nextOffset === this.baseOffset) && this.index.length === 0;
+    const order = new OrderCheck(start.offset, last !== null);
+    let tsOk = true;
+    const out = await this.scan(start.position, this.size, (r) => {
+      if (!order.accept(r.offset, r.attributes)) return false;
+      if (r.timestamp > this.maxTimestamp) tsOk = false;
+      return true;
+    });
+    const endOk = this.compacted ? order.next <= this.nextOffset : order.next === this.nextOffset;
+    return out.failure === null && out.position === this.size && !order.inAppend && endOk && tsOk;
+  }
+
+  /**
+   * Validates records in [from, end) in order, calling `onRecord` for each; stops at the first invalid one
+   * or when the callback returns false. Reads in chunks, so a segment of any size scans in bounded memory.
+   */
+  async scan(from: number, end: number, onRecord: (r: RecordInfo) => boolean): Promise<ScanOutcome> {
+    return this.walk(from, end, onRecord, null);
+  }
+
+  /** Like scan, but also decodes each record (buffers are views into a chunk: copy what must outlive the call). */
+  async scanRecords(from: number, end: number, onRecord: (r: RecordInfo, rec: LogRecord) => boolean): Promise<ScanOutcome> {
+    return this.walk(from, end, null, onRecord);
+  }
+
+  private async walk(
+    from: number,
+    end: number,
+    onInfo: ((r: RecordInfo) => boolean) | null,
+    onRecord: ((r: RecordInfo, rec: LogRecord) => boolean) | null,
+  ): Promise<ScanOutcome> {
+    let pos = from;
+    let need = 0;
+    while (pos < end) {
+      const want = Math.min(end - pos, Math.max(SCAN_CHUNK, need));
+      const buf = await this.read(pos, want);
+      if (buf.length === 0) return { position: pos, failure: 'incomplete' };
+      need = 0;
+      let p = 0;
+      while (p < buf.length) {
+        const d = onRecord ? decodeRecord(buf, p) : null;
+        const r = d ? (d.ok ? { ok: true as const, size: d.size, ...d.record } : d) : inspectRecord(buf, p);
+        if (!r.ok) {
+          const needed = r.needed ?? 4;
+          // Record continues past this chunk but within the file: re-read from its start
+          // (unless the file itself came up short, which would loop forever).
+          if (r.reason === 'incomplete' && buf.length === want && pos + p + needed <= end && needed > buf.length - p) {
+            need = needed;
+            break;
+          }
+          return { position: pos + p, failure: r.reason };
+        }
+        const info: RecordInfo = { offset: r.offset, timestamp: r.timestamp, attributes: r.attributes, position: pos + p, size: r.size };
+        const more = onRecord && d?.ok ? onRecord(info, d.record) : (onInfo as (r: RecordInfo) => boolean)(info);
+        if (!more) return { position: pos + p, failure: null };
+        p += r.size;
+      }
+      pos += p;
+    }
+    return { position: pos, failure: null };
+  }
+
+  /** File position of the first record at or after `offset`; size when there is none (nextOffset, or a compacted gap). */
+  async positionOf(offset: number): Promise<number> {
+    if (offset >= this.nextOffset) return this.size;
+    const start = this.index.lookup(offset);
+    let found = this.size;
+    const out = await this.scan(start.position, this.size, (r) => {
+      if (r.offset < offset) return true;
+      found = r.position;
+      return false;
+    });
+    if (out.failure !== null) throw new Error(`unreadable record in segment ${this.baseOffset} at position ${out.position}`);
+    return found;
+  }
+
+  /** First offset in this segment whose timestamp is >= ts, or null. */
+  async firstOffsetAtOrAfter(ts: number): Promise<number | null> {
+    let found: number | null = null;
+    await this.scan(0, this.size, (r) => {
+      if (r.timestamp >= ts) {
+        found = r.offset;
+        return false;
+      }
+      return true;
+    });
+    return found;
+  }
+
+  /** Drops records >= offset (offset within [baseOffset, nextOffset]). */
+  async truncateTo(offset: number): Promise<void> {
+    if (offset >= this.nextOffset) return;
+    const pos = offset <= this.baseOffset ? 0 : await this.positionOf(offset);
+    this.version++;
+    this.indexState = 'stale';
+    // A stale index file must not vouch for bytes that a later append could make the same length.
+    await unlink(this.indexPath).catch(ignoreEnoent);
+    await this.withHandle((fh) => fh.truncate(pos));
+    this.size = pos;
+    this.nextOffset = offset;
+    this.index.truncateToOffset(offset);
+    let maxTs = -1;
+    await this.scan(0, pos, (r) => {
+      if (r.timestamp > maxTs) maxTs = r.timestamp;
+      return true;
+    });
+    this.maxTimestamp = maxTs;
+  }
+
+  /** Runs `fn` with the open handle; the handle is not released while any caller uses it. */
+  async withHandle<T>(fn: (fh: FileHandle) => Promise<T>): Promise<T> {
+    if (this.closed) throw segmentClosedError(this);
+    this.users++;
+    try {
+      this.fh ??= open(this.logPath, 'r+');
+      let fh: FileHandle;
+      try {
+        fh = await this.fh;
+      } catch (err) {
+        this.fh = null;
+        throw err;
+      }
+      return await fn(fh);
+    } finally {
+      this.users--;
+      if (this.users === 0 && this.releaseWanted) {
+        this.releaseWanted = false;
+        void this.closeHandle().catch(() => {});
+      }
+    }
+  }
+
+  /**
+   * Runs `fn` with the file open and the handle held (a release meanwhile waits until `fn` ends): reads
+   * through this object keep using the file that was open when `fn` started, even after another file is
+   * renamed over logPath. Compaction swaps a segment in, and retires this one, inside it.
+   */
+  async holdOpen<T>(fn: () => Promise<T>): Promise<T> {
+    return this.withHandle(() => fn());
+  }
+
+  /** Writes all of `buf` at `position` (loops on short writes). */
+  async writeAt(buf: Buffer, position: number): Promise<void> {
+    await this.withHandle(async (fh) => {
+      let done = 0;
+      while (done < buf.length) {
+        const { bytesWritten } = await fh.write(buf, done, buf.length - done, position + done);
+        if (bytesWritten <= 0) throw new Error('short write');
+        done += bytesWritten;
+      }
+    });
+  }
+
+  /** Reads up to `length` bytes at `position`; shorter only if the file is shorter. */
+  async read(position: number, length: number): Promise<Buffer> {
+    return this.withHandle(async (fh) => {
+      const buf = Buffer.allocUnsafe(length);
+      let done = 0;
+      while (done < length) {
+        const { bytesRead } = await fh.read(buf, done, length - done, position + done);
+        if (bytesRead === 0) break;
+        done += bytesRead;
+      }
+      return done === length ? buf : buf.subarray(0, done);
+    });
+  }
+
+  async datasync(): Promise<void> {
+    await this.withHandle((fh) => fh.datasync());
+  }
+
+  /** Persists the index and metadata; `synced` promises the log bytes it covers were fsynced first. */
+  async writeIndex(synced: boolean): Promise<void> {
+    await writeIndexFile(
+      this.indexPath,
+      {
+        baseOffset: this.baseOffset,
+        nextOffset: this.nextOffset,
+        maxTimestamp: this.maxTimestamp,
+        logSize: this.size,
+        createdMs: Math.floor(this.createdMs),
+        synced,
+        compacted: this.compacted,
+      },
+      this.index,
+      // A torn write would lose the compacted flag, which the log cannot tell.
+      this.compacted ? `${this.indexPath}.tmp` : undefined,
+    );
+    this.indexState = synced ? 'synced' : 'written';
+  }
+
+  /** Marks the in-memory index as ahead of the file (after appends). */
+  markModified(): void {
+    this.indexState = 'stale';
+  }
+
+  /** Closes the fd once idle; the next use reopens it. */
+  async release(): Promise<void> {
+    if (this.users > 0) {
+      this.releaseWanted = true;
+      return;
+    }
+    await this.closeHandle();
+  }
+
+  get isOpen(): boolean {
+    return this.fh !== null;
+  }
+
+  private async closeHandle(): Promise<void> {
+    const p = this.fh;
+    this.fh = null;
+    if (p) {
+      try {
+        await (await p).close();
+      } catch {
+        // The open failed or the handle is already closed: nothing to release.
+      }
+    }
+  }
+
+  /** Closes for good (FileHandle.close waits for in-flight operations). */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.closeHandle();
+  }
+
+  /** Replaced by a new file under the same name (compaction): closes for good without deleting. */
+  async retire(): Promise<void> {
+    this.superseded = true;
+    this.deleted = true;
+    this.version++;
+    await this.close();
+  }
+
+  /** Closes and deletes the log and index files. */
+  async remove(): Promise<void> {
+    this.deleted = true;
+    this.version++;
+    await this.close();
+    await unlink(this.logPath).catch(ignoreEnoent);
+    await unlink(this.indexPath).catch(ignoreEnoent);
+  }
+}
+
+function ignoreEnoent(err: NodeJS.ErrnoException): void {
+  if (err.code !== 'ENOENT') throw err;
+}
+
+function segmentClosedError(seg: Segment): Error {
+  const err = new Error(`segment ${seg.baseOffset} is ${seg.deleted ? 'deleted' : 'closed'}`) as NodeJS.ErrnoException;
+  err.code = 'ESEGMENTCLOSED';
+  return err;
+}

@@ -1,0 +1,110 @@
+import type { Partition } from '../broker/partition.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { partitionForKey } from 'tributary-protocol/partitioner.js';
+import { type InternalAppend, localAppend, replayJson } from '../coordinator/group-log.js';
+
+export const TXN_STATE_TOPIC = '__transaction_state';
+
+/**
+ * Where a transactional id stands. `prepare_commit` / `prepare_abort` are the durable decisions: once
+ * written, the transaction ends that way even across a crash (recovery finishes it).
+ */
+export type TxnState = 'empty' | 'open' | 'prepare_commit' | 'prepare_abort' | 'committed' | 'aborted';
+
+export interface TxnPartition {
+  topic: string;
+  partition: number;
+}
+
+export interface TxnOffset {
+  group: string;
+  topic: string;
+  partition: number;
+  /** The next offset to read. */
+  offset: number;
+}
+
+/** One transactional id's state, as written to `__transaction_state` (latest record per id wins). */
+export interface TxnMetadata {
+  transactionalId: string;
+  producerId: string;
+  epoch: number;
+  state: TxnState;
+  timeoutMs: number;
+  /** When the current transaction began (BEGIN_TXN), ms since the epoch; 0 when none is open. */
+  startedMs: number;
+  /** Data partitions the transaction wrote to: the ones that get its markers. */
+  partitions: TxnPartition[];
+  /** Consumer offsets sent to the transaction: applied only if it commits. */
+  offsets: TxnOffset[];
+  /** Why the last transaction was aborted by the coordinator, if it was (timeout, fenced). */
+  abortReason?: string;
+  updatedMs: number;
+}
+
+function encodeKey(id: string): Buffer {
+  return Buffer.from(JSON.stringify(['t', id]), 'utf8');
+}
+
+function validMetadata(v: unknown): v is TxnMetadata {
+  const m = v as TxnMetadata;
+  return (
+    typeof m === 'object' &&
+    m !== null &&
+    typeof m.transactionalId === 'string' &&
+    typeof m.producerId === 'string' &&
+    Number.isSafeInteger(m.epoch) &&
+    ['empty', 'open', 'prepare_commit', 'prepare_abort', 'committed', 'aborted'].includes(m.state) &&
+    Array.isArray(m.partitions) &&
+    Array.isArray(m.offsets)
+  );
+}
+
+/**
+ * The transaction coordinator's durable state: one record per change of a transactional id, keyed
+ * `["t", id]` with the whole TxnMetadata as JSON, so the compacted topic keeps just the latest.
+ */
+export class TxnLog {
+  constructor(
+    private readonly partitionsOf: () => Partition[],
+    private readonly appendTo: InternalAppend = localAppend,
+  ) {}
+
+  get partitionCount(): number {
+    return this.partitionsOf().length;
+  }
+
+  partitionFor(id: string): number {
+    return partitionForKey(Buffer.from(id, 'utf8'), this.partitionCount);
+  }
+
+  /**
+   * Durable when resolved. Appends to one partition are queued in call order, so the last write of an id
+   * is the latest state even when writes overlap.
+   */
+  async write(meta: TxnMetadata): Promise<void> {
+    const part = this.partitionsOf()[this.partitionFor(meta.transactionalId)]!;
+    try {
+      await this.appendTo(part, [{ key: encodeKey(meta.transactionalId), value: Buffer.from(JSON.stringify(meta), 'utf8') }]);
+    } catch (err) {
+      if (err instanceof TributaryError) throw err;
+      throw new TributaryError('storage_error', { reason: (err as Error).message });
+    }
+  }
+
+  /**
+   * The latest state of every id in one partition. A record that does not parse stops the replay: the
+   * broker stays unready rather than forget a transaction it must finish.
+   */
+  async replay(partitionIndex: number): Promise<Map<string, TxnMetadata>> {
+    const part = this.partitionsOf()[partitionIndex]!;
+    const out = new Map<string, TxnMetadata>();
+    await replayJson(part, `${TXN_STATE_TOPIC}[${partitionIndex}]`, (key, value, at) => {
+      if (!Array.isArray(key) || key[0] !== 't' || typeof key[1] !== 'string') throw new Error(`${at}: bad key`);
+      if (value === null) out.delete(key[1]);
+      else if (validMetadata(value) && value.transactionalId === key[1]) out.set(key[1], value);
+      else throw new Error(`${at}: bad transaction state`);
+    });
+    return out;
+  }
+}

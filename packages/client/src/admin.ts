@@ -1,0 +1,335 @@
+import { type FieldValue, parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { Cluster, checkStallTimeout } from './cluster.js';
+import type { RetryOptions } from './retry.js';
+
+export interface AdminOptions {
+  /** Bootstrap brokers, `host:port`. */
+  brokers: string[];
+  connectTimeoutMs?: number;
+  retry?: RetryOptions;
+  /** A broker that answers nothing for this long (past a request's own wait) is given up on and the request retried; default 3000. */
+  stallTimeoutMs?: number;
+  /** TLS for every broker connection (CA, client certificate and key, servername). */
+  tls?: import('node:tls').ConnectionOptions;
+  /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
+  auth?: import('tributary-protocol/connection.js').AuthOptions;
+}
+
+export interface CreateTopicOptions {
+  topic: string;
+  /** Default: the broker's `--default-partitions` (4). */
+  partitions?: number;
+  /** -1: unlimited. Default: the broker's setting. */
+  retentionHours?: number;
+  /** Per partition; -1: unlimited. Default: the broker's setting. */
+  retentionBytes?: number;
+  replicationFactor?: number;
+  partitioner?: 'hash_key' | 'round_robin';
+}
+
+export interface TopicConfig {
+  topic: string;
+  partitions: number;
+  replicationFactor: number;
+  idempotent: boolean;
+  partitioner: string;
+  retentionHours: number;
+  retentionBytes: number;
+  cleanupPolicy: string;
+}
+
+export interface CreateTopicResult extends TopicConfig {
+  /** false: an identical topic already existed (CREATE is idempotent for the same definition). */
+  created: boolean;
+}
+
+/** DESCRIBE's JSON, field names as on the wire. */
+export interface TopicDescription {
+  topic: string;
+  topic_id: string;
+  replication_factor: number;
+  idempotent: boolean;
+  partitioner: string;
+  retention_hours: number;
+  retention_bytes: number;
+  cleanup_policy: string;
+  partitions: Array<{
+    id: number;
+    leader: string;
+    leader_id: number | string;
+    leader_epoch: number;
+    replicas: Array<number | string>;
+    isr: Array<number | string>;
+    earliest: number;
+    leo: number;
+    hwm: number;
+    lso: number;
+  }>;
+}
+
+export interface PartitionOffsets {
+  partition: number;
+  /** First retained offset. */
+  earliest: number;
+  /** Next offset readable under read_committed (the last stable offset). */
+  latest: number;
+  /** Log end offset. */
+  leo: number;
+  /** High-water mark. */
+  hwm: number;
+}
+
+/** GROUP_STATUS's JSON, field names as on the wire (docs/protocol.md, "Consumer groups"). */
+export interface GroupDescription {
+  group: string;
+  topic: string;
+  state: 'Empty' | 'PreparingRebalance' | 'CompletingRebalance' | 'Stable' | 'Dead' | string;
+  generation: number;
+  leader: string | null;
+  assignor: string;
+  protocol: string;
+  coordinator_partition?: number;
+  members: Array<{
+    member_id: string;
+    client_id: string;
+    instance: string | null;
+    host: string;
+    generation: number;
+    last_heartbeat: string;
+    last_heartbeat_ms_ago: number;
+    session_timeout_ms: number;
+    assignments: number[];
+    target: number[];
+    pending: number[];
+    needs_rejoin: boolean;
+  }>;
+  offsets: Array<{ partition: number; committed: number | null; log_end: number; lag: number | null; owner: string | null }>;
+  total_lag: number;
+  history: Array<{ generation: number; reasons: Array<{ cause: string; member: string; missedByMs?: number }>; at: number; rebalanceMs?: number }>;
+}
+
+export type ResetTarget = 'earliest' | 'latest' | { offset: number } | { timestamp: number | Date };
+
+export interface ResetOffsetsOptions {
+  group: string;
+  topic: string;
+  /** Default: every partition of the topic. */
+  partition?: number;
+  to: ResetTarget;
+}
+
+function invalid(param: string, reason: string): TributaryError {
+  return new TributaryError('invalid_parameter', { param, reason });
+}
+
+function requireString(param: string, v: unknown): string {
+  if (typeof v !== 'string' || v.length === 0) throw invalid(param, 'must be a non-empty string');
+  return v;
+}
+
+function optionalInt(param: string, v: unknown, min: number): number | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min) throw invalid(param, `must be an integer >= ${min}`);
+  return v;
+}
+
+function requireInt(param: string, v: unknown, min: number): number {
+  if (v === undefined) throw invalid(param, 'required');
+  return optionalInt(param, v, min)!;
+}
+
+function num(v: string | undefined): number {
+  return v === undefined ? Number.NaN : Number(v);
+}
+
+/** `offsets=P0:earliest=0:latest=5:leo=5:hwm=5,P1:...` */
+export function parseOffsetsList(csv: string): PartitionOffsets[] {
+  const out: PartitionOffsets[] = [];
+  for (const entry of csv.split(',')) {
+    if (entry === '') continue;
+    const [head, ...pairs] = entry.split(':');
+    const vals: Record<string, number> = {};
+    for (const pair of pairs) {
+      const i = pair.indexOf('=');
+      if (i > 0) vals[pair.slice(0, i)] = Number(pair.slice(i + 1));
+    }
+    const partition = Number(head?.replace(/^P/, ''));
+    if (!Number.isSafeInteger(partition)) throw new TributaryError('internal_error', { reason: `unexpected LIST_OFFSETS entry ${entry.slice(0, 80)}` });
+    out.push({ partition, earliest: vals.earliest ?? Number.NaN, latest: vals.latest ?? Number.NaN, leo: vals.leo ?? Number.NaN, hwm: vals.hwm ?? Number.NaN });
+  }
+  return out;
+}
+
+/** `P0:12,P3:40` */
+function parsePartitionOffsets(csv: string): Array<{ partition: number; offset: number }> {
+  return csv
+    .split(',')
+    .filter(Boolean)
+    .map((e) => {
+      const m = /^P(\d+):(\d+)$/.exec(e);
+      if (!m) throw new TributaryError('internal_error', { reason: `unexpected offsets entry ${e.slice(0, 80)}` });
+      return { partition: Number(m[1]), offset: Number(m[2]) };
+    });
+}
+
+/**
+ * Topic and consumer-group administration. Topic commands go to any bootstrap broker, group commands to
+ * the group's coordinator (FIND_COORDINATOR, following NOT_COORDINATOR redirects); retriable failures are
+ * retried with the retry module. A broker `ERROR:` surfaces as the TributaryError the connection raises
+ * (`topic_not_found`, `group_not_empty`, ...).
+ */
+export class Admin {
+  private readonly cluster: Cluster;
+  private closed = false;
+  private closePromise: Promise<void> | undefined;
+
+  constructor(options: AdminOptions) {
+    if (!options || typeof options !== 'object') throw new TributaryError('invalid_config', { option: 'options', reason: 'required' });
+    if (!Array.isArray(options.brokers) || options.brokers.length === 0) {
+      throw new TributaryError('invalid_config', { option: 'brokers', reason: 'at least one bootstrap broker is required' }, 'invalid admin option brokers: at least one bootstrap broker is required');
+    }
+    if (options.retry !== undefined && (options.retry === null || typeof options.retry !== 'object')) {
+      throw new TributaryError('invalid_config', { option: 'retry', reason: 'must be an object' }, 'invalid admin option retry: must be an object');
+    }
+    const stall = checkStallTimeout(options.stallTimeoutMs);
+    if (stall) throw new TributaryError('invalid_config', { option: 'stallTimeoutMs', reason: stall }, `invalid admin option stallTimeoutMs: ${stall}`);
+    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, connectTimeoutMs: options.connectTimeoutMs, tls: options.tls, auth: options.auth, stallTimeoutMs: options.stallTimeoutMs });
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new TributaryError('client_closed');
+  }
+
+  private any(name: string, fields: Record<string, FieldValue | undefined> = {}, signal?: AbortSignal): Promise<string> {
+    this.assertOpen();
+    return this.cluster.anyCommand(name, fields, signal);
+  }
+
+  private group(group: string, name: string, fields: Record<string, FieldValue | undefined>, signal?: AbortSignal): Promise<string> {
+    this.assertOpen();
+    return this.cluster.coordinatorCommand({ group }, name, fields, { signal });
+  }
+
+  // ---- topics ----
+
+  async createTopic(opts: CreateTopicOptions, o: { signal?: AbortSignal } = {}): Promise<CreateTopicResult> {
+    const topic = requireString('topic', opts?.topic);
+    const reply = await this.any(
+      'CREATE',
+      {
+        topic,
+        partitions: optionalInt('partitions', opts.partitions, 1),
+        replication_factor: optionalInt('replicationFactor', opts.replicationFactor, 1),
+        partitioner: opts.partitioner,
+        retention_hours: optionalInt('retentionHours', opts.retentionHours, -1),
+        retention_bytes: optionalInt('retentionBytes', opts.retentionBytes, -1),
+      },
+      o.signal,
+    );
+    const p = parseLine(reply).params;
+    return {
+      topic: p.get('topic') ?? topic,
+      partitions: num(p.get('partitions')),
+      replicationFactor: num(p.get('replication_factor')),
+      idempotent: p.get('idempotent') === 'true',
+      partitioner: p.get('partitioner') ?? '',
+      retentionHours: num(p.get('retention_hours')),
+      retentionBytes: num(p.get('retention_bytes')),
+      cleanupPolicy: p.get('cleanup_policy') ?? '',
+      created: p.get('created') !== 'false',
+    };
+  }
+
+  async deleteTopic(topic: string, o: { signal?: AbortSignal } = {}): Promise<void> {
+    await this.any('DELETE', { topic: requireString('topic', topic) }, o.signal);
+  }
+
+  /** Topic names, sorted; internal topics (`__` prefix) only with `includeInternal`. */
+  async listTopics(o: { includeInternal?: boolean; signal?: AbortSignal } = {}): Promise<string[]> {
+    const reply = await this.any('LIST', {}, o.signal);
+    const names = (parseLine(reply).params.get('topics') ?? '').split(',').filter(Boolean);
+    return names.filter((n) => o.includeInternal || !n.startsWith('__')).sort();
+  }
+
+  async describeTopic(topic: string, o: { signal?: AbortSignal } = {}): Promise<TopicDescription> {
+    const reply = await this.any('DESCRIBE', { topic: requireString('topic', topic) }, o.signal);
+    const { status: _status, ...rest } = JSON.parse(reply) as TopicDescription & { status?: string };
+    return rest;
+  }
+
+  async listOffsets(topic: string, partition?: number, o: { signal?: AbortSignal } = {}): Promise<PartitionOffsets[]> {
+    const reply = await this.any('LIST_OFFSETS', { topic: requireString('topic', topic), partition: optionalInt('partition', partition, 0) }, o.signal);
+    return parseOffsetsList(parseLine(reply).params.get('offsets') ?? '');
+  }
+
+  // ---- consumer groups ----
+
+  /** Group names known to the broker (live groups and groups with committed offsets), sorted. */
+  async listGroups(o: { signal?: AbortSignal } = {}): Promise<string[]> {
+    const reply = await this.any('LIST_GROUPS', {}, o.signal);
+    return (parseLine(reply).params.get('groups') ?? '').split(',').filter(Boolean).sort();
+  }
+
+  async describeGroup(group: string, o: { signal?: AbortSignal } = {}): Promise<GroupDescription> {
+    const reply = await this.group(requireString('group', group), 'GROUP_STATUS', { group }, o.signal);
+    const { status: _status, ...rest } = JSON.parse(reply) as GroupDescription & { status?: string };
+    return rest;
+  }
+
+  /** The group's committed offset (the next offset to read); `committed: false` and 0 when none. */
+  async fetchOffset(group: string, topic: string, partition: number, o: { signal?: AbortSignal } = {}): Promise<{ offset: number; committed: boolean }> {
+    requireString('group', group);
+    const reply = await this.group(
+      group,
+      'FETCH_OFFSET',
+      { group, topic: requireString('topic', topic), partition: requireInt('partition', partition, 0) },
+      o.signal,
+    );
+    const p = parseLine(reply).params;
+    return { offset: num(p.get('offset')), committed: p.get('committed') === 'true' };
+  }
+
+  /** Deletes a group without members and its committed offsets (`group_not_empty` while it has members). */
+  async deleteGroup(group: string, o: { signal?: AbortSignal } = {}): Promise<void> {
+    await this.group(requireString('group', group), 'DELETE_GROUP', { group }, o.signal);
+  }
+
+  /**
+   * Moves a group's committed offsets (only while the group has no members: `group_not_empty`); may move
+   * them backwards. Returns the new offset of every partition it set.
+   */
+  async resetOffsets(opts: ResetOffsetsOptions, o: { signal?: AbortSignal } = {}): Promise<Array<{ partition: number; offset: number }>> {
+    const group = requireString('group', opts?.group);
+    const topic = requireString('topic', opts.topic);
+    const partition = optionalInt('partition', opts.partition, 0);
+    const fields: Record<string, FieldValue | undefined> = { group, topic, partition };
+    const to = opts.to;
+    if (to === 'earliest' || to === 'latest') fields.to = to;
+    else if (to && typeof to === 'object' && 'offset' in to) {
+      fields.to = 'offset';
+      fields.offset = requireInt('to.offset', to.offset, 0);
+    } else if (to && typeof to === 'object' && 'timestamp' in to) {
+      const ts = to.timestamp instanceof Date ? to.timestamp.getTime() : to.timestamp;
+      fields.to = 'timestamp';
+      fields.timestamp = requireInt('to.timestamp', ts, 0);
+    } else {
+      throw invalid('to', "expected 'earliest', 'latest', { offset } or { timestamp }");
+    }
+    const reply = await this.group(group, 'RESET_OFFSETS', fields, o.signal);
+    return parsePartitionOffsets(parseLine(reply).params.get('offsets') ?? '');
+  }
+
+  // ---- lifecycle ----
+
+  /** Closes the connections. Idempotent; later calls reject with `client_closed`. */
+  close(): Promise<void> {
+    this.closed = true;
+    this.closePromise ??= this.cluster.close();
+    return this.closePromise;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}

@@ -1,0 +1,53 @@
+/** The Tributary SDK: connections, routing, consumer, producer and admin clients. */
+export { TributaryError, ERROR_CODES, type ErrorClass, type ErrorCode } from 'tributary-protocol/errors.js';
+export type { RecordHeader } from 'tributary-protocol/record.js';
+export { ASSIGNORS, assign, validatePlan, type AssignorName, type Assignment, type AssignmentInput } from 'tributary-protocol/assignors.js';
+export { type AuthOptions, Connection, type ConnectionOptions } from 'tributary-protocol/connection.js';
+export { Cluster, type ClusterOptions, type TopicMetadata } from './cluster.js';
+export { retry, backoffDelay, isRetriable, type RetryOptions } from './retry.js';
+export { channels } from './events.js';
+export {
+  Consumer,
+  type ConsumerOptions,
+  type ConsumerState,
+  type ConsumerEvents,
+  type ConsumedMessage,
+  type EachMessagePayload,
+  type EachBatchPayload,
+  type RunOptions,
+} from './consumer.js';
+export {
+  Producer,
+  RecordAccumulator,
+  choosePartition,
+  validateProducerOptions,
+  type ProducerOptions,
+  type ProducerAcks,
+  type ProducerEvents,
+  type ProducerMessage,
+  type ProducerRecord,
+  type ProducerHeaders,
+  type ProducerState,
+  type RecordMetadata,
+} from './producer.js';
+export {
+  Admin,
+  type AdminOptions,
+  type CreateTopicOptions,
+  type CreateTopicResult,
+  type TopicConfig,
+  type TopicDescription,
+  type PartitionOffsets,
+  type GroupDescription,
+  type ResetOffsetsOptions,
+  type ResetTarget,
+} from './admin.js';
+export {
+  Transaction,
+  ProducerFencedError,
+  TransactionStateError,
+  type TransactionState,
+  type TransactionalMessage,
+  type GroupPosition,
+} from './transaction.js';
+export { partitionForKey } from 'tributary-protocol/partitioner.js';

@@ -1,0 +1,59 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { TributaryError } from 'tributary-protocol/errors.js';
+
+export interface RetryOptions {
+  /** Attempts after the first. */
+  retries?: number;
+  initialDelayMs?: number;
+  maxDelayMs?: number;
+  factor?: number;
+  /** Give up once this much time has passed since the first attempt. */
+  maxElapsedMs?: number;
+  signal?: AbortSignal;
+  /** Called before each retry with the error and the delay chosen. */
+  onRetry?: (err: unknown, attempt: number, delayMs: number) => void;
+}
+
+export const DEFAULT_RETRY: Required<Omit<RetryOptions, 'signal' | 'onRetry'>> = {
+  retries: 8,
+  initialDelayMs: 50,
+  maxDelayMs: 3000,
+  factor: 2,
+  maxElapsedMs: 30_000,
+};
+
+/** Only errors the registry marks retriable (routing, availability) are retried. */
+export function isRetriable(err: unknown): boolean {
+  return err instanceof TributaryError && err.retriable;
+}
+
+/** Exponential backoff with full jitter: a random delay in [0, min(max, initial * factor^attempt)]. */
+export function backoffDelay(attempt: number, opts: Pick<RetryOptions, 'initialDelayMs' | 'maxDelayMs' | 'factor'> = {}, random = Math.random): number {
+  const initial = opts.initialDelayMs ?? DEFAULT_RETRY.initialDelayMs;
+  const max = opts.maxDelayMs ?? DEFAULT_RETRY.maxDelayMs;
+  const factor = opts.factor ?? DEFAULT_RETRY.factor;
+  const cap = Math.min(max, initial * factor ** attempt);
+  return Math.floor(random() * cap);
+}
+
+/**
+ * Runs `fn` until it succeeds, throws something not retriable, or the bounds run out; the last error is
+ * rethrown. `fn` gets the attempt number so a caller can refresh routing between attempts.
+ */
+export async function retry<T>(fn: (attempt: number) => Promise<T>, opts: RetryOptions = {}): Promise<T> {
+  const retries = opts.retries ?? DEFAULT_RETRY.retries;
+  const maxElapsed = opts.maxElapsedMs ?? DEFAULT_RETRY.maxElapsedMs;
+  const started = Date.now();
+  for (let attempt = 0; ; attempt++) {
+    opts.signal?.throwIfAborted();
+    try {
+      return await fn(attempt);
+    } catch (err) {
+      if (!isRetriable(err) || attempt >= retries || opts.signal?.aborted) throw err;
+      const delay = backoffDelay(attempt, opts);
+      if (Date.now() - started + delay > maxElapsed) throw err;
+      opts.onRetry?.(err, attempt + 1, delay);
+      await sleep(delay, undefined, { signal: opts.signal });
+    }
+  }
+}

@@ -1,0 +1,399 @@
+import net from 'node:net';
+import tls from 'node:tls';
+import { type Batch, decodeBatch, encodeBatch, isBatchBody } from './batch.js';
+import { type FieldValue, formatLine, isErrorReply, parseError, parseLine } from './command.js';
+import { TributaryError } from './errors.js';
+import { DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encodeFrame } from './frame.js';
+
+export interface ConnectionOptions {
+  host: string;
+  port: number;
+  connectTimeoutMs?: number;
+  maxFrameBytes?: number;
+  /** Negotiate these features on connect (default: every feature the SDK understands). */
+  features?: string[];
+  /** Connect with TLS (CA, client certificate and key for mTLS, servername, ...). */
+  tls?: tls.ConnectionOptions;
+  /** Sent as `AUTH principal= token=` right after NEGOTIATE on every new connection. */
+  auth?: AuthOptions;
+  /** Local address to connect from (e.g. to tell clients on one host apart). */
+  localAddress?: string;
+  signal?: AbortSignal;
+  /**
+   * Stall bound (off when undefined): the connection fails with a retriable connection_lost once the
+   * broker has answered nothing for this long past the own wait of the oldest pending request. It also
+   * bounds the handshake (with connectTimeoutMs).
+   */
+  stallTimeoutMs?: number;
+  /**
+   * Asked once the connection looks stalled; resolving shows the broker is alive (e.g. it answered on
+   * another connection), so the silence is a legitimately slow reply and the connection stays.
+   */
+  probe?: () => Promise<unknown>;
+  /** Called when the watchdog gives up on the connection (before its requests fail). */
+  onStall?: () => void;
+}
+
+export interface AuthOptions {
+  principal: string;
+  token: string;
+}
+
+/** A reply frame: text (OK/ERROR/JSON) or a binary batch. */
+export type Reply = { kind: 'text'; text: string } | { kind: 'batch'; batch: Batch; raw: Buffer };
+
+interface Pending {
+  resolve: (r: Reply) => void;
+  reject: (e: Error) => void;
+  sentAt: number;
+  /** How long the reply may legitimately take (a long poll's wait_ms); 0 for an immediate answer. */
+  waitMs: number;
+}
+
+/** The own wait of a command: its `wait_ms` (CONSUME, HEARTBEAT long polls), else 0. */
+function ownWait(fields: Record<string, FieldValue | undefined>): number {
+  const w = Number(fields.wait_ms ?? 0);
+  return Number.isFinite(w) && w > 0 ? w : 0;
+}
+
+const SDK_FEATURES = ['structured_errors_v1', 'stream_control_v1', 'offset_resume_v1', 'record_extensions_v1'];
+
+/**
+ * One broker connection with pipelined requests: replies are matched to requests by order, which the
+ * protocol guarantees. After `stream()` the connection only delivers pushed frames.
+ */
+export class Connection {
+  private readonly socket: net.Socket;
+  private readonly decoder: FrameDecoder;
+  private readonly pending: Pending[] = [];
+  private closedError: Error | undefined;
+  private streamHandler: ((body: Buffer) => void) | undefined;
+  enabledFeatures = new Set<string>();
+  /** Stall watchdog (see ConnectionOptions.stallTimeoutMs): off until watch(). */
+  private stall: { ms: number; probe: (() => Promise<unknown>) | undefined; onStall: (() => void) | undefined } | undefined;
+  private stallTimer: NodeJS.Timeout | undefined;
+  /** Last time anything arrived on the socket, or a probe showed the broker alive. */
+  private lastHeardAt = Date.now();
+  private suspectSince: number | undefined;
+  private probing = false;
+
+  private constructor(socket: net.Socket, maxFrameBytes: number) {
+    this.socket = socket;
+    this.decoder = new FrameDecoder(maxFrameBytes);
+    socket.setNoDelay(true);
+    socket.on('data', (chunk) => this.onData(chunk));
+    socket.on('error', (err) => this.fail(new TributaryError('connection_lost', { reason: err.message }, `connection error: ${err.message}`)));
+    socket.on('close', () => this.fail(new TributaryError('connection_lost', { reason: 'connection closed' }, 'connection closed')));
+  }
+
+  static async connect(opts: ConnectionOptions): Promise<Connection> {
+    const socket = await new Promise<net.Socket>((resolve, reject) => {
+      const local = opts.localAddress === undefined ? {} : { localAddress: opts.localAddress };
+      const s = opts.tls ? tls.connect({ servername: opts.host, ...opts.tls, ...local, host: opts.host, port: opts.port }) : net.connect({ host: opts.host, port: opts.port, ...local });
+      const ready = opts.tls ? 'secureConnect' : 'connect';
+      const timer = setTimeout(() => {
+        s.destroy();
+        reject(new TributaryError('request_timeout', { reason: 'connect timeout' }));
+      }, opts.connectTimeoutMs ?? 5000);
+      const onAbort = () => {
+        clearTimeout(timer);
+        s.destroy();
+        reject(opts.signal?.reason ?? new Error('aborted'));
+      };
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
+      s.once(ready, () => {
+        clearTimeout(timer);
+        opts.signal?.removeEventListener('abort', onAbort);
+        resolve(s);
+      });
+      s.once('error', (e) => {
+        clearTimeout(timer);
+        opts.signal?.removeEventListener('abort', onAbort);
+        reject(new TributaryError('connection_lost', { reason: e.message }, `connect ${opts.host}:${opts.port}: ${e.message}`));
+      });
+    });
+    const conn = new Connection(socket, opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES);
+    const features = opts.features ?? SDK_FEATURES;
+    if (features.length > 0 || opts.auth) {
+      // The handshake is part of connecting: bounded by the same timeout and signal, and a failed one
+      // does not leave the socket open (a broker that accepts but never answers must not hang callers;
+      // a frozen process still completes TCP handshakes, so the stall bound applies here too).
+      const handshakeMs = Math.min(opts.connectTimeoutMs ?? 5000, opts.stallTimeoutMs ?? Number.POSITIVE_INFINITY);
+      const timer = setTimeout(
+        () => conn.abandon(new TributaryError('connection_lost', { reason: 'no handshake reply', timeoutMs: handshakeMs }, `connect ${opts.host}:${opts.port}: no handshake reply within ${handshakeMs} ms`)),
+        handshakeMs,
+      );
+      const onAbort = () => socket.destroy();
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
+      try {
+        if (features.length > 0) {
+          const reply = await conn.command('NEGOTIATE', { version: 1, features: features.join(',') });
+          const enabled = parseLine(reply).params.get('enabled') ?? '';
+          conn.enabledFeatures = new Set(enabled.split(',').filter(Boolean));
+        }
+        if (opts.auth) await conn.command('AUTH', { principal: opts.auth.principal, token: opts.auth.token });
+      } catch (err) {
+        socket.destroy();
+        throw opts.signal?.aborted ? (opts.signal.reason ?? err) : err;
+      } finally {
+        clearTimeout(timer);
+        opts.signal?.removeEventListener('abort', onAbort);
+      }
+    }
+    if (opts.stallTimeoutMs !== undefined) conn.watch(opts.stallTimeoutMs, opts.probe, opts.onStall);
+    return conn;
+  }
+
+  /**
+   * Turns on the stall watchdog. Replies come in order, so one reply that never comes holds back every
+   * later one: once the oldest pending request is `stallMs` past its own wait with nothing received
+   * meanwhile (and `probe`, asked halfway, did not show the broker alive), the connection fails with a
+   * retriable connection_lost and callers retry elsewhere.
+   */
+  watch(stallMs: number, probe?: () => Promise<unknown>, onStall?: () => void): void {
+    this.stall = { ms: stallMs, probe, onStall };
+    this.armStall(stallMs / 2);
+  }
+
+  private armStall(delayMs: number): void {
+    if (!this.stall || this.closedError || this.pending.length === 0) return;
+    if (this.stallTimer) clearTimeout(this.stallTimer);
+    this.stallTimer = setTimeout(() => this.checkStall(), Math.max(5, delayMs));
+    this.stallTimer.unref();
+  }
+
+  private checkStall(): void {
+    this.stallTimer = undefined;
+    const head = this.pending[0];
+    const stall = this.stall;
+    if (!stall || !head || this.closedError) {
+      this.suspectSince = undefined;
+      return;
+    }
+    const now = Date.now();
+    const half = stall.ms / 2;
+    const quiet = now - Math.max(head.sentAt + head.waitMs, this.lastHeardAt);
+    if (quiet < half) {
+      this.suspectSince = undefined;
+      this.armStall(half - quiet);
+      return;
+    }
+    if (this.suspectSince === undefined || this.lastHeardAt >= this.suspectSince) {
+      // Two looks at least half the bound apart, with a probe between them that got no answer: a client
+      // event loop that was blocked reads what arrived meanwhile before the second look.
+      this.suspectSince = now;
+      this.startProbe();
+      this.armStall(Math.max(half, stall.ms - quiet));
+      return;
+    }
+    const suspected = now - this.suspectSince;
+    if (quiet >= stall.ms && suspected >= half) {
+      stall.onStall?.();
+      this.abandon(
+        new TributaryError('connection_lost', { reason: 'stalled', quietMs: quiet, stallTimeoutMs: stall.ms }, `connection stalled: no reply for ${quiet} ms past the expected wait (stallTimeoutMs ${stall.ms})`),
+      );
+      return;
+    }
+    this.armStall(Math.max(stall.ms - quiet, half - suspected));
+  }
+
+  private startProbe(): void {
+    const probe = this.stall?.probe;
+    if (!probe || this.probing) return;
+    this.probing = true;
+    probe().then(
+      () => {
+        this.probing = false;
+        this.lastHeardAt = Math.max(this.lastHeardAt, Date.now());
+      },
+      () => {
+        this.probing = false;
+      },
+    );
+  }
+
+  /** Fails every pending request with `err` and drops the socket at once (no graceful close). */
+  abandon(err: Error): void {
+    this.fail(err);
+    this.socket.destroy();
+  }
+
+  get extensions(): boolean {
+    return this.enabledFeatures.has('record_extensions_v1');
+  }
+
+  get closed(): boolean {
+    return this.closedError !== undefined;
+  }
+
+  private onData(chunk: Buffer): void {
+    this.lastHeardAt = Date.now();
+    let frames: Buffer[];
+    try {
+      frames = this.decoder.push(chunk);
+    } catch (err) {
+      // A broken frame header (e.g. a declared length past the maximum) leaves the byte stream unusable:
+      // the pending requests lost their connection before their replies, which is retriable.
+      const reason = err instanceof TributaryError ? `${err.code}: ${err.message}` : String(err);
+      this.fail(new TributaryError('connection_lost', { reason }, `connection lost: ${reason}`));
+      this.socket.destroy();
+      return;
+    }
+    for (const body of frames) {
+      if (this.streamHandler) {
+        this.streamHandler(body);
+        continue;
+      }
+      if (body.length === 0) continue; // keepalive
+      const p = this.pending.shift();
+      if (!p) continue;
+      try {
+        if (isBatchBody(body)) p.resolve({ kind: 'batch', batch: decodeBatch(body, { extensions: this.extensions }), raw: body });
+        else p.resolve({ kind: 'text', text: body.toString('utf8') });
+      } catch (err) {
+        p.reject(err as Error);
+      }
+    }
+  }
+
+  private fail(err: Error): void {
+    if (this.closedError) return;
+    this.closedError = err;
+    if (this.stallTimer) clearTimeout(this.stallTimer);
+    this.stallTimer = undefined;
+    for (const p of this.pending.splice(0)) p.reject(err);
+    this.streamHandler?.(Buffer.alloc(0, 0)); // wake a stream reader so it sees the close
+  }
+
+  /** Send a raw frame body and wait for its reply; `waitMs`: how long the broker may legitimately hold it. */
+  request(body: Buffer | string, waitMs = 0): Promise<Reply> {
+    if (this.closedError) return Promise.reject(this.closedError);
+    return new Promise<Reply>((resolve, reject) => {
+      this.pending.push({ resolve, reject, sentAt: Date.now(), waitMs });
+      this.socket.write(encodeFrame(body));
+      if (this.stall && !this.stallTimer) this.armStall(waitMs + this.stall.ms / 2);
+    });
+  }
+
+  /** Text command; resolves with the reply text, rejects with a TributaryError for `ERROR:` replies. */
+  async command(name: string, fields: Record<string, FieldValue | undefined> = {}, positional: string[] = []): Promise<string> {
+    const reply = await this.request(formatLine(name, fields, positional), ownWait(fields));
+    if (reply.kind !== 'text') throw new TributaryError('internal_error', { reason: 'unexpected batch reply' });
+    if (isErrorReply(reply.text)) throw parseError(reply.text);
+    return reply.text;
+  }
+
+  /** A command whose reply is JSON (DESCRIBE, PUBLISH acks, ...). */
+  async json<T = Record<string, unknown>>(name: string, fields: Record<string, FieldValue | undefined> = {}): Promise<T> {
+    const text = await this.command(name, fields);
+    return JSON.parse(text) as T;
+  }
+
+  async produceBatch(batch: Batch): Promise<{ partition: number; base_offset: number; last_offset: number; count: number }> {
+    const reply = await this.request(encodeBatch(batch, { extensions: this.extensions }));
+    if (reply.kind !== 'text') throw new TributaryError('internal_error', { reason: 'unexpected batch reply' });
+    if (isErrorReply(reply.text)) throw parseError(reply.text);
+    return JSON.parse(reply.text);
+  }
+
+  async consume(fields: Record<string, FieldValue | undefined>): Promise<Batch> {
+    const reply = await this.request(formatLine('CONSUME', fields), ownWait(fields));
+    if (reply.kind === 'text') {
+      if (isErrorReply(reply.text)) throw parseError(reply.text);
+      throw new TributaryError('internal_error', { reason: `unexpected reply ${reply.text.slice(0, 80)}` });
+    }
+    return reply.batch;
+  }
+
+  /**
+   * Switch to push mode. Yields batches until the broker sends STREAM_CONTROL type=CLOSE (returned as
+   * the final value) or the socket is lost (throws a retriable error).
+   */
+  async *stream(
+    fields: Record<string, FieldValue | undefined>,
+    signal?: AbortSignal,
+    opts: { silenceMs?: number } = {},
+  ): AsyncGenerator<Batch, Record<string, string>> {
+    const queue: Buffer[] = [];
+    let wake: (() => void) | undefined;
+    let paused = false;
+    let lastFrameAt = Date.now();
+    // Backpressure: stop reading the socket while the consumer of this generator is behind.
+    this.streamHandler = (body) => {
+      lastFrameAt = Date.now();
+      queue.push(body);
+      if (queue.length >= 64 && !paused) {
+        paused = true;
+        this.socket.pause();
+      }
+      wake?.();
+    };
+    const onAbort = () => {
+      this.socket.write(encodeFrame('STREAM_CONTROL type=CLOSE'));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    this.socket.write(encodeFrame(formatLine('STREAM', fields)));
+    try {
+      for (;;) {
+        while (queue.length === 0) {
+          if (this.closedError) throw this.closedError;
+          // silenceMs: the broker sends a frame (a keepalive at least) that often; nothing for longer
+          // means a frozen or cut-off broker, whose socket may stay open for as long as that lasts.
+          let timer: NodeJS.Timeout | undefined;
+          await new Promise<void>((r) => {
+            wake = r;
+            if (opts.silenceMs !== undefined) {
+              timer = setTimeout(() => {
+                if (queue.length === 0 && Date.now() - lastFrameAt >= opts.silenceMs!) {
+                  // As for a stalled request: lookups ask this broker last until it answers again.
+                  this.stall?.onStall?.();
+                  this.abandon(new TributaryError('connection_lost', { reason: 'stalled', silenceMs: opts.silenceMs! }, `stream silent for ${opts.silenceMs} ms`));
+                }
+                r();
+              }, Math.max(1, lastFrameAt + opts.silenceMs - Date.now()));
+            }
+          });
+          clearTimeout(timer);
+          wake = undefined;
+        }
+        const body = queue.shift()!;
+        if (paused && queue.length < 16) {
+          paused = false;
+          this.socket.resume();
+        }
+        if (body.length === 0) {
+          if (this.closedError) throw this.closedError;
+          continue; // keepalive
+        }
+        if (isBatchBody(body)) {
+          yield decodeBatch(body, { extensions: this.extensions });
+          continue;
+        }
+        const text = body.toString('utf8');
+        if (isErrorReply(text)) throw parseError(text);
+        const line = parseLine(text);
+        if (line.head === 'STREAM_CONTROL') return Object.fromEntries(line.params);
+      }
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      this.streamHandler = undefined;
+      if (!this.closedError) this.socket.destroy();
+    }
+  }
+
+  close(): Promise<void> {
+    if (this.stallTimer) clearTimeout(this.stallTimer);
+    this.stallTimer = undefined;
+    this.stall = undefined;
+    return new Promise((resolve) => {
+      if (this.socket.destroyed) return resolve();
+      this.socket.once('close', () => resolve());
+      this.socket.end();
+      setTimeout(() => this.socket.destroy(), 1000).unref();
+    });
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
