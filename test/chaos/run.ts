@@ -225,8 +225,8 @@ function formatSummary(a: {
   row('deliveries / acknowledged commits', `${r.stats.deliveries} / ${r.stats.commits}`);
   row('plain-producer duplicates (allowed)', String(r.stats.plainDuplicates));
   for (const k of SAFETY_KINDS) row(`anomaly: ${k}`, String(r.counts[k]));
-  const f = (x: { median?: number; worst?: number; unresolved: number; count: number }) =>
-    `median ${ms(x.median)}, worst ${ms(x.worst)} (${x.count} faults, never resolved ${x.unresolved})`;
+  const f = (x: { median?: number; worst?: number; unresolved: number; count: number; overlapped?: number }) =>
+    `median ${ms(x.median)}, worst ${ms(x.worst)} (${x.count} faults, never resolved ${x.unresolved}${x.overlapped ? `; ${x.overlapped} overlapped by the next fault, left out` : ''})`;
   row('failover: fault -> first acked write', f(r.writeFailover));
   row('failover: fault -> consumption resumed', f(r.consumeFailover));
   row(

@@ -19,16 +19,21 @@ describe('TXN_APPEND and TXN_MARKER from a replaced transaction coordinator', ()
     cluster = getCluster();
   });
 
-  it('is refused once a newer coordinator is known, so an aborted record never joins the next transaction', async () => {
+  /** A fully replicated topic; its partition's leader and the leader epoch of `txnPartition` (the coordinator's). */
+  async function createTopic(topic: string, txnPartition: number): Promise<{ leader: number; coordEpoch: number }> {
     const admin = await cluster.connect(0);
-    await admin.command('CREATE', { topic: TOPIC, partitions: 1, replication_factor: 3 });
-    const txnPartition = 0;
-    const { leader, coordEpoch } = await cluster.waitFor('leaders of the topic and of the transaction partition', async () => {
+    await admin.command('CREATE', { topic, partitions: 1, replication_factor: 3 });
+    return cluster.waitFor('leaders of the topic and of the transaction partition', async () => {
       const s = await cluster.status();
-      const data = s.partitions.find((p) => p.topic === TOPIC && p.partition === 0);
+      const data = s.partitions.find((p) => p.topic === topic && p.partition === 0);
       const txn = s.partitions.find((p) => p.topic === '__transaction_state' && p.partition === txnPartition);
       return data && txn && data.leader >= 0 && txn.leader >= 0 && data.isr.length === 3 ? { leader: data.leader, coordEpoch: txn.leader_epoch } : false;
     });
+  }
+
+  it('is refused once a newer coordinator is known, so an aborted record never joins the next transaction', async () => {
+    const txnPartition = 0;
+    const { leader, coordEpoch } = await createTopic(TOPIC, txnPartition);
     const conn = await cluster.connect(leader);
     const fields = { topic: TOPIC, partition: 0, producerId: 'p-stale', epoch: 0, coordinator_partition: txnPartition };
 
@@ -55,15 +60,8 @@ describe('TXN_APPEND and TXN_MARKER from a replaced transaction coordinator', ()
   }, 60_000);
 
   it('refuses a TXN_MARKER from a replaced coordinator, so it cannot end the next transaction of the producer early', async () => {
-    const admin = await cluster.connect(0);
-    await admin.command('CREATE', { topic: `${TOPIC}-m`, partitions: 1, replication_factor: 3 });
     const txnPartition = 0;
-    const { leader, coordEpoch } = await cluster.waitFor('leaders of the topic and of the transaction partition', async () => {
-      const s = await cluster.status();
-      const data = s.partitions.find((p) => p.topic === `${TOPIC}-m` && p.partition === 0);
-      const txn = s.partitions.find((p) => p.topic === '__transaction_state' && p.partition === txnPartition);
-      return data && txn && data.leader >= 0 && txn.leader >= 0 && data.isr.length === 3 ? { leader: data.leader, coordEpoch: txn.leader_epoch } : false;
-    });
+    const { leader, coordEpoch } = await createTopic(`${TOPIC}-m`, txnPartition);
     const conn = await cluster.connect(leader);
     const fields = { topic: `${TOPIC}-m`, partition: 0, producerId: 'p-marker', epoch: 0, coordinator_partition: txnPartition };
     // A newer coordinator (known here from its marker) opens the producer's next transaction.

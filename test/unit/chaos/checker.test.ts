@@ -367,6 +367,31 @@ describe('chaos history checker', () => {
     expect(r.faultCounts).toEqual({ 'kill-broker': 1 });
   });
 
+  it('leaves a single fault out of the single-fault figures when the next fault began before it was resolved', () => {
+    const nem = (id: number, kind: NemesisOp['kind'], time: number, held: number): NemesisOp[] => {
+      const start: NemesisOp = { f: 'nemesis', id, kind, phase: 'start', time, targets: ['c0.1'], brokers: [], partitions: [0] };
+      return [start, { ...start, phase: 'end', time: time + held }];
+    };
+    const ops: Op[] = [
+      // #1 resolved 3 s after it began, before #2 began: counted
+      ...nem(1, 'kill-consumer', 1000, 500),
+      send('i-0', 0, 0, 1500, 1510),
+      poll('i-0', 0, 0, 4000),
+      // #2 resolved 7 s after it began, but #3 began 4 s after it: left out
+      ...nem(2, 'kill-consumer', 10_000, 500),
+      send('i-1', 0, 1, 10_500, 10_510),
+      ...nem(3, 'kill-consumer', 14_000, 500),
+      poll('i-1', 0, 1, 17_000),
+      send('i-2', 0, 2, 20_000, 20_010),
+      poll('i-2', 0, 2, 20_100),
+    ];
+    const r = check(ops, [log(0, ['i-0', 'i-1', 'i-2'])], { partitions: 1 });
+    expect(r.faults.map((f) => f.consumeMs)).toEqual([3000, 7000, 6100]);
+    expect(r.consumeFailover).toMatchObject({ worst: 7000, count: 3 });
+    // #3 is followed by no fault: counted, with #1
+    expect(r.single.consumeFailover).toMatchObject({ worst: 6100, count: 2, overlapped: 1 });
+  });
+
   it('lists every safety kind', () => {
     expect(SAFETY_KINDS).toHaveLength(10);
   });

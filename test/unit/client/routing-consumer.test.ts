@@ -62,6 +62,12 @@ function scriptCoordinator(s: ScriptedServer, g: GroupState): void {
   s.on('LEAVE_GROUP', (l) => `OK group=${l.params.get('group')} member=${l.params.get('member')} left=true`);
 }
 
+/** `s` is the whole cluster: the coordinator and the leader of both partitions. */
+function scriptAlone(s: ScriptedServer): void {
+  s.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${s.port} partition=0`);
+  s.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${s.address},${s.address} epochs=0,0`);
+}
+
 function commandsOf(s: ScriptedServer, command: string, partition?: number): ParsedLine[] {
   return s
     .received(command)
@@ -163,8 +169,7 @@ describe('Consumer routing (scripted brokers)', () => {
   it('a malformed CONSUME reply is reported as a non-fatal crash and reading goes on without loss', async () => {
     const a = await server();
     const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
-    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
-    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    scriptAlone(a);
     a.on('LIST_OFFSETS', () => `OK topic=${TOPIC} partitions=1 offsets=P0:earliest=0:latest=5:leo=5:hwm=5`);
     scriptCoordinator(a, g);
     const bad = { 0: 1, 1: 1 } as Record<number, number>;
@@ -196,8 +201,7 @@ describe('Consumer routing (scripted brokers)', () => {
   it('REBALANCE_IN_PROGRESS on a heartbeat rejoins as the same member; member_not_found joins fresh', async () => {
     const a = await server();
     const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
-    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
-    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    scriptAlone(a);
     a.on('LIST_OFFSETS', () => `OK topic=${TOPIC} partitions=1 offsets=P0:earliest=0:latest=5:leo=5:hwm=5`);
     a.on('CONSUME', consumeScript);
     scriptCoordinator(a, g);
@@ -229,8 +233,7 @@ describe('Consumer routing (scripted brokers)', () => {
   it('member_not_found stops every reader at once: nothing is delivered or committed until the fresh join', async () => {
     const a = await server();
     const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
-    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
-    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    scriptAlone(a);
     // An endless log: every poll gets records, so a reader left running keeps delivering.
     a.on('CONSUME', async (l) => {
       const partition = Number(l.params.get('partition'));
@@ -285,8 +288,7 @@ describe('Consumer routing (scripted brokers)', () => {
   it('stream mode: a stream that delivered before it broke is re-opened at once, however often that happened', async () => {
     const a = await server();
     const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
-    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
-    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    scriptAlone(a);
     a.on('LIST_OFFSETS', () => `OK topic=${TOPIC} partitions=1 offsets=P0:earliest=0:latest=5:leo=5:hwm=5`);
     scriptCoordinator(a, g);
     a.on('FETCH_OFFSET', () => 'OK offset=0 committed=true');
@@ -336,8 +338,7 @@ describe('Consumer routing (scripted brokers)', () => {
   it('close() while run() is still starting ends run() cleanly: it resolves, no client_closed rejection', async () => {
     const a = await server();
     const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
-    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
-    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    scriptAlone(a);
     a.on('CONSUME', consumeScript);
     scriptCoordinator(a, g);
     a.on('FETCH_OFFSET', async () => {
@@ -371,8 +372,7 @@ describe('Consumer routing (scripted brokers)', () => {
   it('for await ends (done, no throw) when the consumer is closed from elsewhere between messages', async () => {
     const a = await server();
     const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
-    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
-    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${a.address},${a.address} epochs=0,0`);
+    scriptAlone(a);
     a.on('LIST_OFFSETS', () => `OK topic=${TOPIC} partitions=1 offsets=P0:earliest=0:latest=5:leo=5:hwm=5`);
     a.on('CONSUME', consumeScript);
     scriptCoordinator(a, g);
