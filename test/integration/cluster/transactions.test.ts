@@ -2,7 +2,7 @@
  * Transactions in a 3-broker cluster: the coordinator (leader of the id's __transaction_state partition)
  * reaches data partitions and group coordinators on other brokers; a commit is visible on every
  * partition and moves the group's offsets; killing the coordinator mid-transaction hands the id to a new
- * coordinator that knows the transaction and aborts it on the next INIT_PRODUCER_ID.
+ * coordinator that knows the transaction and aborts it as soon as it has loaded.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
@@ -79,7 +79,7 @@ describe('transactions in a cluster', () => {
     expect(seen.filter((v) => v.startsWith('sdk')).sort()).toEqual(['sdk0', 'sdk1', 'sdk2']);
   });
 
-  it('kill -9 of the transaction coordinator mid-transaction: the new coordinator aborts it on the next INIT', async () => {
+  it('kill -9 of the transaction coordinator mid-transaction: the new coordinator aborts it once loaded', async () => {
     const t = await coordinatorOf({ transactional_id: 'ctx-kill' });
     const p = new RawTxnProducer(t.conn, 'ctx-kill');
     await p.init();
@@ -96,8 +96,20 @@ describe('transactions in a cluster', () => {
       await conn.command('TXN_STATUS', { transactional_id: 'ctx-kill' });
       return { id, conn };
     });
-    const status = parseLine(await next.conn.command('TXN_STATUS', { transactional_id: 'ctx-kill' })).params;
-    expect(status.get('state')).toBe('open');
+    // The new coordinator aborts the transaction it inherited open, before its producer comes back: the
+    // output partitions are stable again without any client action.
+    await cluster.waitFor('the inherited transaction aborted', async () => {
+      const status = parseLine(await next.conn.command('TXN_STATUS', { transactional_id: 'ctx-kill' })).params;
+      return status.get('state') === 'aborted';
+    });
+    await cluster.waitFor('the output partitions stable', async () => {
+      for (let part = 0; part < 3; part++) {
+        const csv = parseLine(await (await leaderConn('ctx-out', part)).command('LIST_OFFSETS', { topic: 'ctx-out', partition: part })).params.get('offsets')!;
+        const [, latest, leo] = /latest=(\d+):leo=(\d+)/.exec(csv)!;
+        if (latest !== leo) return false;
+      }
+      return true;
+    });
     const fresh = new RawTxnProducer(next.conn, 'ctx-kill');
     await fresh.init();
     expect(fresh.epoch).toBe(p.epoch + 1);

@@ -72,6 +72,31 @@ describe('TransactionCoordinator on a fake clock', () => {
     }
   });
 
+  it('a transaction open across a restart is aborted by the coordinator once loaded, its epoch kept', async () => {
+    const { producerId } = await txns.initProducerId('tx-r', 60_000);
+    await txns.begin('tx-r', producerId, 0);
+    const a = await txns.publish('tx-r', producerId, 0, TOPIC, 0, rec('open-across'), 1);
+    const part = () => c.topics.get(TOPIC).partition(0);
+    expect(part().lastStableOffset).toBe(a.offset);
+    await c.close();
+    c = await openCoordinators(dir, clock, { topics: { [TOPIC]: 2 } });
+    txns = c.txns;
+    // No timer runs on the fake clock: the abort comes from the load itself.
+    await until(() => txns.status('tx-r').state === 'aborted', 5000, 'the recovered transaction to be aborted');
+    expect(txns.status('tx-r')).toMatchObject({ state: 'aborted', producerId, epoch: 0 });
+    expect(part().lastStableOffset).toBe(part().logEndOffset);
+    expect(values((await part().read(0, RC)).records)).not.toContain('open-across');
+    // The producer that comes back: its abort is answered, a commit or a send is refused.
+    expect(await txns.endTxn('tx-r', producerId, 0, 'abort')).toBe('aborted');
+    expect(await errorCode(txns.endTxn('tx-r', producerId, 0, 'commit'))).toBe('invalid_txn_state');
+    expect(await errorCode((async () => txns.publish('tx-r', producerId, 0, TOPIC, 0, rec('late'), 2))())).toBe('invalid_txn_state');
+    // Its next transaction commits as usual.
+    await txns.begin('tx-r', producerId, 0);
+    await txns.publish('tx-r', producerId, 0, TOPIC, 0, rec('next'), 1);
+    expect(await txns.endTxn('tx-r', producerId, 0, 'commit')).toBe('committed');
+    expect(values((await part().read(0, RC)).records)).toContain('next');
+  });
+
   it('the zombie of a timed-out transaction is fenced, by the coordinator and by the partitions', async () => {
     const { producerId } = await txns.initProducerId('tx-z', 1000);
     await txns.begin('tx-z', producerId, 0);

@@ -31,7 +31,7 @@ const STATUS: Record<TxnState, TxnStatusState> = {
 };
 
 const MAX_EPOCH = 2 ** 31 - 1;
-const RECOVERED = 'the transaction was open when the broker restarted and can only be aborted';
+const RECOVERED = 'the transaction was open when its coordinator restarted or moved: it can only be aborted, and is';
 /** After a failed finish (storage error), how long until it is tried again. */
 const FINISH_RETRY_MS = 1000;
 
@@ -100,7 +100,7 @@ export class TransactionCoordinator {
     this.clock = deps.clock ?? systemClock;
     this.ended = new client.Counter({
       name: 'tributary_transactions_total',
-      help: 'Transactions ended, by result and cause (client, timeout, fenced)',
+      help: 'Transactions ended, by result and cause (client, timeout, fenced, recovered)',
       labelNames: ['result', 'cause'],
       registers: [deps.registry],
     });
@@ -136,6 +136,7 @@ export class TransactionCoordinator {
   /** One partition of the state log; resolves once its decided transactions are finished. */
   private async loadEntries(partition: number, opts: { retry: boolean }): Promise<number> {
     const finishing: Promise<void>[] = [];
+    const recovered: Entry[] = [];
     for (const meta of (await this.deps.log.replay(partition)).values()) {
       const e = newEntry(meta, meta.state === 'open');
       this.txns.set(meta.transactionalId, e);
@@ -143,13 +144,32 @@ export class TransactionCoordinator {
       if (meta.state === 'open') {
         for (const tp of meta.partitions) e.adds.set(partKey(tp.topic, tp.partition), Promise.resolve());
         for (const [k, list] of groupOffsets(meta.offsets)) await this.deps.targets.restorePending(meta.transactionalId, k.group, k.topic, list.map((o) => o.partition));
-        this.scheduleTimeout(e);
+        recovered.push(e);
       } else if (meta.state === 'prepare_commit' || meta.state === 'prepare_abort') {
         finishing.push(this.finish(e, opts));
       }
     }
     await Promise.all(finishing);
+    for (const e of recovered) this.abortRecovered(e);
     return finishing.length;
+  }
+
+  /**
+   * A transaction open when its coordinator restarted or moved can only be aborted (its appends in
+   * flight are lost with the old coordinator): abort it now rather than when its producer comes back or
+   * its timeout fires, so read_committed readers of its partitions are not held behind it meanwhile.
+   * The epoch stays: the producer's END_TXN abort is answered `aborted`, its commit and further sends
+   * get invalid_txn_state, as before (docs/architecture.md, "Transaction coordinator").
+   */
+  private abortRecovered(e: Entry): void {
+    const m = e.meta;
+    const started = m.startedMs;
+    void this.withTxn(m.transactionalId, async () => {
+      if (m.state === 'open' && e.recovered && m.startedMs === started) await this.end(e, 'abort', 'recovered');
+    }).catch((err: unknown) => {
+      this.deps.logger.warn({ err, transactionalId: m.transactionalId }, 'aborting a recovered transaction failed; its timeout will');
+      if (m.state === 'open') this.scheduleTimeout(e);
+    });
   }
 
   // ---- cluster mode: coordinating the __transaction_state partitions this broker leads ----
@@ -411,10 +431,12 @@ export class TransactionCoordinator {
    * Decides the open transaction (durably), then finishes it. `fenced`/`timeout` aborts bump the epoch
    * first, so the markers fence the old producer on every partition.
    */
-  private async end(e: Entry, result: 'commit' | 'abort', cause: 'client' | 'timeout' | 'fenced'): Promise<void> {
+  private async end(e: Entry, result: 'commit' | 'abort', cause: 'client' | 'timeout' | 'fenced' | 'recovered'): Promise<void> {
     const m = e.meta;
     this.clearTimer(e);
-    if (cause !== 'client') {
+    if (cause === 'recovered') {
+      m.abortReason = RECOVERED;
+    } else if (cause !== 'client') {
       this.bump(e);
       m.abortReason = cause === 'timeout' ? `timed out after ${m.timeoutMs} ms` : 'fenced by a newer producer';
     }
