@@ -132,8 +132,10 @@ export class TopicManager {
   /** Opens the partitions a definition has beyond the open topic's (from a local change or the store's watch). */
   private grow(def: TopicDefinition): Promise<Topic> {
     const run = async () => {
-      const t = this.topics.get(def.name);
-      if (!t || t.def.topicId !== def.topicId) return this.ensureOpen(def);
+      let t = this.topics.get(def.name);
+      // Not open yet: the open under way may be of the definition before this growth (a watch delivers
+      // the creation and the growth back to back), so the partitions it lacks are opened after it.
+      if (!t || t.def.topicId !== def.topicId) t = await this.ensureOpen(def);
       for (let i = t.partitions.length; i < def.partitions; i++) t.partitions.push(await this.openPartition(def, i));
       if (def.partitions > t.def.partitions) t.def = def;
       this.updateGauges();

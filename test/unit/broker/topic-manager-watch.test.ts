@@ -1,0 +1,53 @@
+/**
+ * Cluster mode opens topics from the metadata store's watch. The creation of a topic and the growth of
+ * its partitions can arrive back to back, while the creation's open is still under way: the growth must
+ * not be lost (a broker would otherwise never open the added partitions).
+ */
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { resolveConfig } from 'tributary-broker/broker/config.js';
+import { BrokerMetrics } from 'tributary-broker/broker/metrics.js';
+import { TopicManager } from 'tributary-broker/broker/topic-manager.js';
+import { LocalMetadataStore, type TopicDefinition } from 'tributary-broker/cluster/metadata-store.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
+
+let dir: string;
+let topics: TopicManager;
+
+beforeEach(async () => {
+  dir = await tempDir('trib-topics-watch-');
+  const store = new LocalMetadataStore(dir);
+  await store.open();
+  topics = new TopicManager(store, resolveConfig({ dataDir: dir, flush: 'os' }), pino({ level: 'silent' }), new BrokerMetrics());
+  await topics.open();
+});
+afterEach(async () => {
+  await topics.close();
+  await removeDir(dir);
+});
+
+const def = (partitions: number): TopicDefinition => ({
+  name: 'grow',
+  partitions,
+  replicationFactor: 3,
+  idempotent: false,
+  partitioner: 'hash_key',
+  retentionHours: 168,
+  retentionBytes: -1,
+  cleanupPolicy: 'delete',
+  topicId: 'grow-id',
+  createdAt: 1,
+});
+
+describe('TopicManager following the store', () => {
+  it('opens the partitions of a growth that arrives while the creation is still being opened', async () => {
+    const opened: number[] = [];
+    topics.followStore((t) => opened.push(t.partitions.length));
+    const store = (topics as unknown as { store: LocalMetadataStore }).store;
+    store.events.emit('topic-created', def(1));
+    store.events.emit('topic-updated', def(3));
+    await expect.poll(() => topics.tryGet('grow')?.partitions.length, { timeout: 5000 }).toBe(3);
+    expect(topics.get('grow').partitions.map((p) => p.id)).toEqual([0, 1, 2]);
+    await expect.poll(() => opened.length).toBe(2);
+  });
+});
