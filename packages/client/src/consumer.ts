@@ -567,12 +567,15 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     signal.addEventListener('abort', onAbort, { once: true });
     try {
       while (!signal.aborted) {
+        // The member this heartbeat speaks for: a reply about it is stale once the consumer rejoined.
+        let member = this.memberIdValue;
         try {
           if (!conn || conn.closed) conn = await this.cluster.dedicated(await this.cluster.coordinator(this.group, signal), signal);
+          member = this.memberIdValue;
           await conn.command('HEARTBEAT', {
             topic: o.topic,
             group: o.groupId,
-            member: this.memberIdValue,
+            member,
             generation: this.generationValue,
             wait_ms: o.heartbeatIntervalMs,
           });
@@ -581,6 +584,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
         } catch (err) {
           if (signal.aborted) break;
           const e = err as TributaryError;
+          if (e.code === 'member_not_found' && member !== this.memberIdValue) continue; // about a member id given up since
           if (e.code === 'REBALANCE_IN_PROGRESS' || e.code === 'GEN_MISMATCH' || e.code === 'member_not_found') {
             if (e.code === 'member_not_found') this.memberLost();
             this.requestRebalance(e.code === 'member_not_found' ? 'member expired' : e.code === 'GEN_MISMATCH' ? 'generation mismatch' : 'rebalance in progress');
@@ -928,11 +932,12 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     if (dirty.length === 0 || !this.memberIdValue) return;
     const entries = dirty.map((w) => ({ w, offset: w.processed, gen: w.assignmentGeneration }));
     const o = this.options;
+    const member = this.memberIdValue;
     const send = () =>
       this.cluster.coordinatorCommand(
         this.group,
         'BATCH_COMMIT',
-        { topic: o.topic, group: o.groupId, member: this.memberIdValue, generation: this.generationValue },
+        { topic: o.topic, group: o.groupId, member, generation: this.generationValue },
         { positional: [entries.map((e) => `P${e.w.partition}:${e.offset}`).join(',')], signal: opts.signal, retry: opts.final ? { retries: 2 } : undefined },
       );
     try {
@@ -945,7 +950,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
         throw e;
       }
       if (e.code === 'REBALANCE_IN_PROGRESS') this.requestRebalance('rebalance in progress');
-      if (e.code === 'member_not_found') {
+      // Only about the member still current: a commit sent before a rejoin says nothing of the new one.
+      if (e.code === 'member_not_found' && member === this.memberIdValue) {
         this.memberLost();
         this.requestRebalance('member expired');
       }

@@ -285,6 +285,61 @@ describe('Consumer routing (scripted brokers)', () => {
     await run;
   });
 
+  it('a member_not_found about a member id the consumer already gave up does not touch the new membership', async () => {
+    const a = await server();
+    const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
+    scriptAlone(a);
+    a.on('CONSUME', async (l) => {
+      const partition = Number(l.params.get('partition'));
+      const offset = Number(l.params.get('offset'));
+      await sleep(5);
+      const record: BatchRecord = { offset, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`p${partition}-${offset}`), timestamp: 0, attributes: 0, headers: [] };
+      return encodeBatch({ topic: TOPIC, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: [record] });
+    });
+    scriptCoordinator(a, g);
+    a.on('FETCH_OFFSET', () => 'OK offset=0 committed=true');
+    const c0 = consumer([a.address], { partitionsConsumedConcurrently: 2 });
+    let expired = '';
+    let parked = 0;
+    let expire = false;
+    // The old member's heartbeat, parked at the coordinator (a long poll), is answered only after the
+    // consumer rejoined under a new id.
+    a.on('HEARTBEAT', async (l) => {
+      if (expired && l.params.get('member') === expired) {
+        parked++;
+        await until(() => c0.memberId !== undefined && c0.memberId !== expired && c0.state === 'running', 10_000, 'the rejoin');
+        return `ERROR: member_not_found class=fencing retryable=false member=${expired}`;
+      }
+      await sleep(Math.min(Number(l.params.get('wait_ms') ?? 0), 30));
+      return `OK member=${g.member} generation=${g.generation}`;
+    });
+    // What tells the consumer it expired: a commit refused for the old id.
+    a.on('BATCH_COMMIT', (l) => {
+      if (expire && l.params.get('member') === expired) return `ERROR: member_not_found class=fencing retryable=false member=${expired}`;
+      return `OK batched=${l.positional[0]!.split(',').length}`;
+    });
+    const lost: number[][] = [];
+    c0.on('partitions.lost', (e) => lost.push(e.partitions));
+    const delivered: number[] = [];
+    const run = c0.run({ eachMessage: () => void delivered.push(Date.now()) });
+    await until(() => delivered.length > 5, 10_000, 'consuming');
+    expired = g.member;
+    await until(() => parked > 0, 10_000, 'a heartbeat of the member parked at the coordinator');
+    expire = true;
+    await until(() => lost.length === 1, 10_000, 'the partitions lost');
+    await until(() => c0.memberId !== undefined && c0.memberId !== expired && c0.state === 'running', 10_000, 'the fresh join');
+    const fresh = c0.memberId;
+    // The parked heartbeat's answer about the old id comes now; the consumer goes on as the new member.
+    await until(() => a.received('HEARTBEAT').some((r) => r.line!.params.get('member') === fresh), 10_000, 'a heartbeat of the new member');
+    const before = delivered.length;
+    await until(() => delivered.length > before + 5, 10_000, 'deliveries going on');
+    expect(lost).toEqual([[0, 1]]);
+    expect(c0.memberId).toBe(fresh);
+    expect(c0.assignment()).toEqual([0, 1]);
+    await c0.close();
+    await run;
+  });
+
   it('stream mode: a stream that delivered before it broke is re-opened at once, however often that happened', async () => {
     const a = await server();
     const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
