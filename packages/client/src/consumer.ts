@@ -568,7 +568,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     try {
       while (!signal.aborted) {
         // The member this heartbeat speaks for: a reply about it is stale once the consumer rejoined.
-        let member = this.memberIdValue;
+        let member: string | undefined;
         try {
           if (!conn || conn.closed) conn = await this.cluster.dedicated(await this.cluster.coordinator(this.group, signal), signal);
           member = this.memberIdValue;

@@ -16,12 +16,29 @@ const TOPIC = 't';
 const PARTITIONS = 2;
 const PER_PARTITION = 5;
 
+/** The record at `offset` of the in-memory log: value `p<partition>-<offset>`. */
+function recordAt(partition: number, offset: number): BatchRecord {
+  return { offset, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`p${partition}-${offset}`), timestamp: 0, attributes: 0, headers: [] };
+}
+
+function batchOf(partition: number, records: BatchRecord[]): Buffer {
+  return encodeBatch({ topic: TOPIC, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
+}
+
 function batchReply(partition: number, from: number, max: number): Buffer {
   const records: BatchRecord[] = [];
-  for (let o = from; o < PER_PARTITION && records.length < max; o++) {
-    records.push({ offset: o, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`p${partition}-${o}`), timestamp: 0, attributes: 0, headers: [] });
-  }
-  return encodeBatch({ topic: TOPIC, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
+  for (let o = from; o < PER_PARTITION && records.length < max; o++) records.push(recordAt(partition, o));
+  return batchOf(partition, records);
+}
+
+/** CONSUME from an endless log: every poll gets `perPoll` records, so a reader left running keeps delivering. */
+function endlessConsume(perPoll: number): Script {
+  return async (l) => {
+    const partition = Number(l.params.get('partition'));
+    const offset = Number(l.params.get('offset'));
+    await sleep(5);
+    return batchOf(partition, Array.from({ length: perPoll }, (_, i) => recordAt(partition, offset + i)));
+  };
 }
 
 /** CONSUME from an in-memory log of PER_PARTITION records per partition; an empty poll waits a little. */
@@ -234,14 +251,7 @@ describe('Consumer routing (scripted brokers)', () => {
     const a = await server();
     const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
     scriptAlone(a);
-    // An endless log: every poll gets records, so a reader left running keeps delivering.
-    a.on('CONSUME', async (l) => {
-      const partition = Number(l.params.get('partition'));
-      const offset = Number(l.params.get('offset'));
-      await sleep(5);
-      const records: BatchRecord[] = [0, 1].map((i) => ({ offset: offset + i, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`p${partition}-${offset + i}`), timestamp: 0, attributes: 0, headers: [] }));
-      return encodeBatch({ topic: TOPIC, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
-    });
+    a.on('CONSUME', endlessConsume(2));
     scriptCoordinator(a, g);
     // The new owner committed further on meanwhile: the fresh assignment starts there.
     let committed = 'OK offset=0 committed=true';
@@ -289,13 +299,7 @@ describe('Consumer routing (scripted brokers)', () => {
     const a = await server();
     const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
     scriptAlone(a);
-    a.on('CONSUME', async (l) => {
-      const partition = Number(l.params.get('partition'));
-      const offset = Number(l.params.get('offset'));
-      await sleep(5);
-      const record: BatchRecord = { offset, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`p${partition}-${offset}`), timestamp: 0, attributes: 0, headers: [] };
-      return encodeBatch({ topic: TOPIC, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: [record] });
-    });
+    a.on('CONSUME', endlessConsume(1));
     scriptCoordinator(a, g);
     a.on('FETCH_OFFSET', () => 'OK offset=0 committed=true');
     const c0 = consumer([a.address], { partitionsConsumedConcurrently: 2 });
@@ -351,8 +355,7 @@ describe('Consumer routing (scripted brokers)', () => {
     a.on('STREAM', (l, conn) => {
       const partition = Number(l.params.get('partition'));
       const offset = Number(l.params.get('offset'));
-      const record: BatchRecord = { offset, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`p${partition}-${offset}`), timestamp: 0, attributes: 0, headers: [] };
-      conn.push(encodeBatch({ topic: TOPIC, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: [record] }));
+      conn.push(batchOf(partition, [recordAt(partition, offset)]));
       setTimeout(() => conn.socket.destroy(), 5);
       return 'hang';
     });
