@@ -170,6 +170,7 @@ export class ControllerElection {
     };
     lease.events.once('lost', drop);
     lease.events.on('unconfirmed', () => this.publish());
+    lease.events.on('reconfirmed', () => this.publish());
     // No longer renewed (etcd was unreachable): the role ends with it; campaign again under a new lease.
     lease.events.once('lapsed', () => {
       lease.retire();

@@ -52,10 +52,15 @@ export class LeaseKeeper {
     lease.on('keepaliveSucceeded', (res: ILeaseKeepAliveResponse) => {
       const sentAt = this.sent.shift();
       if (sentAt === undefined) return;
-      if (Date.now() >= this.validUntil) this.events.emit('reconfirmed');
-      this.validUntil = Math.max(this.validUntil, sentAt + Number(res.TTL) * 1000);
+      const now = Date.now();
+      const wasConfirmed = now < this.validUntil;
       if (this.pausedAt !== undefined && sentAt >= this.pausedAt) this.pausedAt = undefined;
+      const until = sentAt + Number(res.TTL) * 1000;
+      if (until <= this.validUntil) return;
+      this.validUntil = until;
       this.arm();
+      // Only an answer that makes the lease valid again counts: one to a keep-alive sent long ago may not.
+      if (!wasConfirmed && now < until) this.events.emit('reconfirmed');
     });
     lease.on('lost', (err: Error) => {
       // The client's own guess after 2 x TTL without an answer: etcd may simply be unreachable.

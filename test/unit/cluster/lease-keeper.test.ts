@@ -1,0 +1,126 @@
+import { EventEmitter } from 'node:events';
+import type { Etcd3 } from 'etcd3';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { LeaseKeeper } from 'tributary-broker/cluster/lease-keeper.js';
+
+/** The part of etcd3's Lease the keeper uses: its keep-alive events, grant, revoke, release. */
+class FakeLease extends EventEmitter {
+  revoked = 0;
+  released = 0;
+  async grant(): Promise<string> {
+    return '7';
+  }
+  async revoke(): Promise<void> {
+    this.revoked++;
+  }
+  release(): void {
+    this.released++;
+  }
+  /** A keep-alive sent now; returns its answer, to deliver whenever the test says. */
+  fire(): (ttlSeconds: number) => void {
+    this.emit('keepaliveFired');
+    return (ttl) => this.emit('keepaliveSucceeded', { TTL: String(ttl) });
+  }
+}
+
+async function keeper(ttlSeconds = 2): Promise<{ k: LeaseKeeper; lease: FakeLease }> {
+  const lease = new FakeLease();
+  const client = { lease: () => lease } as unknown as Etcd3;
+  const k = await LeaseKeeper.grant(client, ttlSeconds);
+  return { k, lease };
+}
+
+beforeEach(() => {
+  vi.useFakeTimers({ now: 1_000_000 });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('LeaseKeeper', () => {
+  it('counts the TTL from when the last answered keep-alive was sent, not from when its answer came', async () => {
+    const { k, lease } = await keeper(2);
+    const unconfirmed: boolean[] = [];
+    k.events.on('unconfirmed', (paused: boolean) => unconfirmed.push(paused));
+
+    vi.advanceTimersByTime(500);
+    const answer = lease.fire(); // sent at +500
+    vi.advanceTimersByTime(1_200);
+    answer(2); // answered at +1700: valid until +2500, not +3700
+    vi.advanceTimersByTime(799); // +2499
+    expect(k.confirmed).toBe(true);
+    expect(unconfirmed).toEqual([]);
+    vi.advanceTimersByTime(1); // +2500
+    expect(k.confirmed).toBe(false);
+    expect(unconfirmed).toEqual([false]);
+    // Unconfirmed is not dead: etcd may only be slow, and the lease still stands on its side.
+    expect(k.alive).toBe(true);
+  });
+
+  it('reports reconfirmed only for an answer that makes the lease valid again', async () => {
+    const { k, lease } = await keeper(2);
+    const seen: string[] = [];
+    k.events.on('unconfirmed', () => seen.push('unconfirmed'));
+    k.events.on('reconfirmed', () => seen.push('reconfirmed'));
+    const late = lease.fire(); // sent at 0
+    vi.advanceTimersByTime(1_000);
+    lease.fire(); // sent at +1000, never answered
+    vi.advanceTimersByTime(1_500); // +2500: past the grant's TTL
+    expect(seen).toEqual(['unconfirmed']);
+    expect(k.confirmed).toBe(false);
+    late(2); // the answer to the keep-alive sent at 0: valid until +2000, already past
+    expect(seen).toEqual(['unconfirmed']);
+    expect(k.confirmed).toBe(false);
+    const fresh = lease.fire(); // sent at +2500
+    vi.advanceTimersByTime(200);
+    fresh(2); // valid until +4500
+    expect(seen).toEqual(['unconfirmed', 'reconfirmed']);
+    expect(k.confirmed).toBe(true);
+  });
+
+  it('turns not alive when its own process was paused, until a keep-alive sent after the pause is answered', async () => {
+    const { k, lease } = await keeper(10);
+    vi.advanceTimersByTime(300);
+    const before = lease.fire(); // sent before the pause
+    // The process freezes for 1.5 s: no timer runs, the clock moves on.
+    vi.setSystemTime(Date.now() + 1_500);
+    expect(k.alive).toBe(false);
+    before(10);
+    expect(k.alive).toBe(false); // an answer to a keep-alive from before the pause proves nothing
+    vi.advanceTimersByTime(100);
+    const after = lease.fire();
+    expect(k.alive).toBe(false);
+    after(10);
+    expect(k.alive).toBe(true);
+    expect(k.confirmed).toBe(true);
+  });
+
+  it('tells etcd reporting the lease gone from the client giving up on an unreachable etcd', async () => {
+    const a = await keeper(2);
+    const events: string[] = [];
+    a.k.events.on('lost', (reason: string) => events.push(`lost: ${reason}`));
+    a.k.events.on('lapsed', () => events.push('lapsed'));
+    a.lease.emit('lost', new Error('Lost connection to etcd'));
+    expect(events).toEqual(['lapsed']);
+    expect(a.k.alive).toBe(true); // the holder keeps acting: nobody can change the cluster meanwhile
+    a.lease.emit('lost', new Error('Lost connection to etcd'));
+    expect(events).toEqual(['lapsed']); // once
+
+    const b = await keeper(2);
+    const lost: string[] = [];
+    b.k.events.on('lost', (reason: string) => lost.push(reason));
+    b.lease.emit('lost', new Error('etcdserver: requested lease not found'));
+    expect(lost).toEqual(['etcd reports the lease lost: etcdserver: requested lease not found']);
+    expect(b.k.alive).toBe(false);
+    expect(b.lease.revoked).toBe(1);
+  });
+
+  it('ends keep-alives without revoking when retired', async () => {
+    const { k, lease } = await keeper(2);
+    k.retire();
+    expect(lease.released).toBe(1);
+    expect(lease.revoked).toBe(0);
+    expect(k.alive).toBe(false);
+    expect(k.confirmed).toBe(false);
+  });
+});
