@@ -13,7 +13,7 @@ import { type CoordinatorConfig, GroupCoordinator } from 'tributary-broker/coord
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from 'tributary-broker/coordinator/group-log.js';
 import { TransactionCoordinator, type TxnCoordinatorConfig } from 'tributary-broker/txn/txn-coordinator.js';
 import { TXN_STATE_TOPIC, TxnLog } from 'tributary-broker/txn/txn-log.js';
-import { LocalTxnTargets } from 'tributary-broker/txn/txn-targets.js';
+import { LocalTxnTargets, type TxnTargets } from 'tributary-broker/txn/txn-targets.js';
 
 export const GROUP_CONFIG: CoordinatorConfig = {
   joinWindowMs: 30,
@@ -54,7 +54,13 @@ function topicSpec(name: string, partitions: number, internal: boolean): TopicSp
 export async function openCoordinators(
   dataDir: string,
   clock: Clock,
-  opts: { topics?: Record<string, number>; group?: Partial<CoordinatorConfig>; txn?: Partial<TxnCoordinatorConfig> } = {},
+  opts: {
+    topics?: Record<string, number>;
+    group?: Partial<CoordinatorConfig>;
+    txn?: Partial<TxnCoordinatorConfig>;
+    /** Wraps the transaction coordinator's targets (to inject their failures). */
+    targets?: (local: TxnTargets) => TxnTargets;
+  } = {},
 ): Promise<Coordinators> {
   const config = resolveConfig({ dataDir, flush: 'os', offsetsTopicPartitions: 2, transactionStatePartitions: 2 });
   const logger = pino({ level: 'silent' });
@@ -79,7 +85,7 @@ export async function openCoordinators(
   const txns = new TransactionCoordinator({
     topics,
     log: new TxnLog(() => topics.get(TXN_STATE_TOPIC).partitions),
-    targets: new LocalTxnTargets(topics, groups),
+    targets: (opts.targets ?? ((t) => t))(new LocalTxnTargets(topics, groups)),
     logger,
     registry: new client.Registry(),
     config: { ...TXN_CONFIG, ...opts.txn },

@@ -61,6 +61,11 @@ interface Entry {
   timer: ClockTimer | null;
   /** The running finish (markers and offsets) of a decided transaction. */
   finishing: Promise<void> | null;
+  /**
+   * Its partition was given up (cluster mode): this entry is dead, even if the partition comes back (a
+   * new entry is replayed then). Nothing may act on it: its markers would carry the coordinator's new epoch.
+   */
+  unloaded: boolean;
 }
 
 function partKey(topic: string, partition: number): string {
@@ -199,6 +204,7 @@ export class TransactionCoordinator {
     for (const [id, e] of [...this.txns]) {
       if (this.partitionFor(id) !== partition) continue;
       this.clearTimer(e);
+      e.unloaded = true;
       this.txns.delete(id);
     }
   }
@@ -462,22 +468,31 @@ export class TransactionCoordinator {
   private finish(e: Entry, opts: { retry: boolean }): Promise<void> {
     if (e.finishing) return e.finishing;
     const m = e.meta;
+    if (m.state !== 'prepare_commit' && m.state !== 'prepare_abort') return Promise.resolve();
+    const commit = m.state === 'prepare_commit';
+    // What this finish is for: a retry of it finishes that transaction or nothing.
+    const decided = { producerId: m.producerId, epoch: m.epoch, state: m.state };
+    const live = () => {
+      if (e.unloaded) throw new TributaryError('NOT_COORDINATOR', { reason: 'this broker gave the transaction up', transactional_id: m.transactionalId });
+    };
     const run = async () => {
-      const commit = m.state === 'prepare_commit';
       for (const [k, list] of groupOffsets(m.offsets)) {
         const parts = list.map((o) => o.partition);
+        live();
         if (commit) await this.deps.targets.applyOffsets(m.transactionalId, k.group, k.topic, list.map((o) => ({ partition: o.partition, offset: o.offset })));
         else await this.deps.targets.clearOffsets(m.transactionalId, k.group, k.topic, parts);
       }
       failpoint('txn.after_offsets');
+      live();
       await Promise.all(m.partitions.map((tp) => this.deps.targets.marker(tp.topic, tp.partition, m.producerId, m.epoch, commit ? 'commit' : 'abort', this.partitionFor(m.transactionalId))));
       failpoint('txn.after_markers');
-      m.state = commit ? 'committed' : 'aborted';
-      m.partitions = [];
-      m.offsets = [];
-      m.startedMs = 0;
-      m.updatedMs = this.clock.now();
-      await this.deps.log.write(m);
+      live();
+      // Recorded as ended only once the log has it: until then the transaction stays decided, so no new
+      // one can begin while its markers may still be written again.
+      const ended: TxnMetadata = { ...m, state: commit ? 'committed' : 'aborted', partitions: [], offsets: [], startedMs: 0, updatedMs: this.clock.now() };
+      await this.deps.log.write(ended);
+      live();
+      Object.assign(m, ended);
       e.endedEpoch = m.epoch;
       e.adds.clear();
     };
@@ -487,9 +502,23 @@ export class TransactionCoordinator {
     e.finishing = p;
     p.catch((err: unknown) => {
       this.deps.logger.error({ err, transactionalId: m.transactionalId }, 'finishing a transaction failed');
-      if (opts.retry && !this.stopped) this.clock.setTimeout(() => void this.withTxn(m.transactionalId, () => this.awaitFinish(e)).catch(() => {}), FINISH_RETRY_MS).unref();
+      if (opts.retry && !this.stopped) this.clock.setTimeout(() => void this.retryFinish(e, decided).catch(() => {}), FINISH_RETRY_MS).unref();
     });
     return p;
+  }
+
+  /**
+   * Finishes again the decided transaction whose finish failed, unless something else finished it first
+   * (a retried END_TXN, a reload of its partition) or its partition is no longer this broker's: the entry
+   * may hold the producer's next transaction by now, which this must not end.
+   */
+  private retryFinish(e: Entry, decided: { producerId: string; epoch: number; state: TxnState }): Promise<void> {
+    const m = e.meta;
+    return this.withTxn(m.transactionalId, async () => {
+      if (e.unloaded || this.txns.get(m.transactionalId) !== e) return;
+      if (m.producerId !== decided.producerId || m.epoch !== decided.epoch || m.state !== decided.state) return;
+      await this.awaitFinish(e);
+    });
   }
 
   // ---- helpers ----
@@ -566,6 +595,7 @@ function newEntry(meta: TxnMetadata, recovered: boolean): Entry {
     inflight: new Set(),
     timer: null,
     finishing: null,
+    unloaded: false,
   };
 }
 
