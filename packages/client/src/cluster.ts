@@ -88,16 +88,16 @@ export class Cluster {
     if (this.closed) throw new TributaryError('client_closed');
   }
 
-  private open(address: string, signal: AbortSignal | undefined, control: boolean): Promise<Connection> {
+  private open(address: string, signal: AbortSignal | undefined, control: boolean, stallTimeoutMs = this.stallTimeoutMs): Promise<Connection> {
     const { host, port } = parseAddress(address);
-    return this.connectTo(address, host, port, signal, control).then((c) => {
+    return this.connectTo(address, host, port, signal, control, stallTimeoutMs).then((c) => {
       // It answered a handshake: responsive again.
       this.unresponsiveSince.delete(address);
       return c;
     });
   }
 
-  private connectTo(address: string, host: string, port: number, signal: AbortSignal | undefined, control: boolean): Promise<Connection> {
+  private connectTo(address: string, host: string, port: number, signal: AbortSignal | undefined, control: boolean, stallTimeoutMs: number): Promise<Connection> {
     return Connection.connect({
       host,
       port,
@@ -105,7 +105,7 @@ export class Cluster {
       signal,
       tls: this.opts.tls,
       auth: this.opts.auth,
-      stallTimeoutMs: this.stallTimeoutMs,
+      stallTimeoutMs,
       // A control connection carries only immediate answers: its own silence is the verdict.
       probe: control ? undefined : () => this.ping(address),
       onStall: () => this.gaveUpOn(address),
@@ -173,10 +173,13 @@ export class Cluster {
     this.unresponsiveSince.delete(address);
   }
 
-  /** A connection of its own, for long polls and streams; closed with the cluster. */
-  async dedicated(address: string, signal?: AbortSignal): Promise<Connection> {
+  /**
+   * A connection of its own, for long polls and streams; closed with the cluster. `stallTimeoutMs`: a
+   * tighter stall bound than the cluster's, for a caller that must hear back sooner (heartbeats).
+   */
+  async dedicated(address: string, signal?: AbortSignal, opts: { stallTimeoutMs?: number } = {}): Promise<Connection> {
     this.assertOpen();
-    const conn = await this.open(address, signal, false);
+    const conn = await this.open(address, signal, false, Math.min(this.stallTimeoutMs, opts.stallTimeoutMs ?? this.stallTimeoutMs));
     if (this.closed) {
       await conn.close();
       throw new TributaryError('client_closed');

@@ -137,6 +137,16 @@ function positiveInt(opts: Record<string, unknown>, key: string, min = 1): void 
 }
 
 /** Validates options up front: a consumer that cannot work fails at construction, not on first poll. */
+/**
+ * The stall bound of the heartbeat connection. A coordinator that moves gives each member one session
+ * from when it loaded the group (docs/sdk.md, "Rebalancing"); a member whose heartbeat hangs on
+ * the old, frozen coordinator must notice, find the new one and heartbeat there within that session. The
+ * heartbeat's own wait plus twice this bound stays inside it; never looser than the cluster's bound.
+ */
+export function heartbeatStallMs(sessionTimeoutMs: number, heartbeatIntervalMs: number): number {
+  return Math.max(100, Math.floor((sessionTimeoutMs - heartbeatIntervalMs) / 2));
+}
+
 export function validateConsumerOptions(o: ConsumerOptions): void {
   if (!o || typeof o !== 'object') throw configError('options', 'required');
   if (typeof o.groupId !== 'string' || !ID_RE.test(o.groupId)) throw configError('groupId', '1-200 characters of letters, digits, ".", "_", "-"');
@@ -563,6 +573,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     const o = this.options;
     let conn: Connection | undefined;
     let failures = 0;
+    const stallTimeoutMs = heartbeatStallMs(o.sessionTimeoutMs, o.heartbeatIntervalMs);
     const onAbort = () => void conn?.close();
     signal.addEventListener('abort', onAbort, { once: true });
     try {
@@ -570,7 +581,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
         // The member this heartbeat speaks for: a reply about it is stale once the consumer rejoined.
         let member: string | undefined;
         try {
-          if (!conn || conn.closed) conn = await this.cluster.dedicated(await this.cluster.coordinator(this.group, signal), signal);
+          if (!conn || conn.closed) conn = await this.cluster.dedicated(await this.cluster.coordinator(this.group, signal), signal, { stallTimeoutMs });
           member = this.memberIdValue;
           await conn.command('HEARTBEAT', {
             topic: o.topic,
