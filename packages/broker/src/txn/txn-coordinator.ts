@@ -317,11 +317,16 @@ export class TransactionCoordinator {
     const partition = topic.choosePartition(explicit, record.key);
     topic.partition(partition);
     e.lastSeq = seqNum;
-    const result = this.append(e, topicName, partition, record, producerId, epoch);
-    e.results.set(seqNum, result);
-    result.catch((err: unknown) => {
-      e.spoiled ??= `record ${seqNum} of the transaction failed (${err instanceof TributaryError ? err.code : 'error'}); abort it`;
+    const result = this.append(e, topicName, partition, record, producerId, epoch).catch((err: unknown) => {
+      const reason = `record ${seqNum} of the transaction failed (${err instanceof TributaryError ? err.code : 'error'}); abort it`;
+      e.spoiled ??= reason;
+      // The append may have landed, so it is never tried again: a retriable error would only have the
+      // producer retry this seqNum (answered from this same result) until the transaction times out.
+      if (err instanceof TributaryError && !err.retriable) throw err;
+      throw txnState(id, e.meta.state, reason);
     });
+    e.results.set(seqNum, result);
+    result.catch(() => {});
     return result;
   }
 
