@@ -72,7 +72,8 @@ export class ChaosCluster {
     this.state = brokers.map(() => 'up');
   }
 
-  static async start(opts: { brokers: number; flush: 'always' | 'os'; dataRoot: string }): Promise<ChaosCluster> {
+  /** `logLevel`: the brokers' log level (warn by default); each broker's whole log goes to `broker-<id>.log` in `dataRoot`. */
+  static async start(opts: { brokers: number; flush: 'always' | 'os'; dataRoot: string; logLevel?: string }): Promise<ChaosCluster> {
     const etcd = await startEtcd();
     const brokers: BrokerProcess[] = [];
     const inbound: TcpProxy[] = [];
@@ -93,8 +94,9 @@ export class ChaosCluster {
           ...['--cluster', '--etcd', `http://127.0.0.1:${etcdProxies[id]!.port}`, '--etcd-prefix', prefix, '--broker-id', String(id)],
           ...['--internal-replication-factor', String(Math.min(3, opts.brokers)), '--advertised-port', String(inbound[id]!.port)],
           ...brokerSettings(opts.flush),
+          ...(opts.logLevel ? ['--log-level', opts.logLevel] : []),
         ];
-        const b = await BrokerProcess.start({ dataDir, args });
+        const b = await BrokerProcess.start({ dataDir, args, stderrFile: path.join(opts.dataRoot, `broker-${id}.log`) });
         brokers.push(b);
         cluster.state[id] = 'up';
         inbound[id]!.setUpstream(b.port);

@@ -23,6 +23,8 @@ export interface ChaosOptions {
   durationMs: number;
   seed: number;
   flush?: 'always' | 'os';
+  /** The brokers' log level (warn by default); info shows every role change and coordinator load. */
+  logLevel?: string;
   brokers?: number;
   partitions?: number;
   consumers?: number;
@@ -85,7 +87,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
   let report: CheckReport | undefined;
   let summary = '';
   try {
-    cluster = await ChaosCluster.start({ brokers: brokersN, flush, dataRoot: path.join(dir, 'brokers') });
+    cluster = await ChaosCluster.start({ brokers: brokersN, flush, dataRoot: path.join(dir, 'brokers'), logLevel: o.logLevel });
     const c = cluster;
     log(`cluster up: etcd :${c.etcd.clientPort}, brokers ${c.brokers.map((b, i) => `${i}=:${b.port} via :${c.inbound[i]!.port}`).join(' ')}`);
     await c.createTopic(TOPIC, partitions);
@@ -265,7 +267,7 @@ function formatSummary(a: {
       }
     }
   }
-  out.push('', `  files: ${a.dir} (history.jsonl, final.json, run.log, brokers.log, consumers.log)`);
+  out.push('', `  files: ${a.dir} (history.jsonl, final.json, run.log, brokers.log, consumers.log, brokers/broker-<id>.log)`);
   const verdict =
     safetyAnomalyCount(r) > 0
       ? 'SAFETY ANOMALIES FOUND'

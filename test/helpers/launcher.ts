@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Connection } from 'tributary-protocol/connection.js';
@@ -15,6 +16,8 @@ export interface BrokerOptions {
   env?: Record<string, string>;
   /** Milliseconds to wait for the listening line. */
   startTimeoutMs?: number;
+  /** Also appends everything the broker writes to stderr (its log) to this file, restarts included. */
+  stderrFile?: string;
 }
 
 /**
@@ -61,6 +64,7 @@ export class BrokerProcess {
     this.stdout = '';
     this.stderr = '';
     this.exited = new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
+    if (this.opts.stderrFile) proc.stderr!.pipe(createWriteStream(this.opts.stderrFile, { flags: 'a' }));
     proc.stderr!.on('data', (d: Buffer) => {
       this.stderr += d.toString();
       if (this.stderr.length > 1_000_000) this.stderr = this.stderr.slice(-500_000);
