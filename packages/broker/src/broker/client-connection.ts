@@ -4,7 +4,10 @@ import { isBatchBody } from 'tributary-protocol/batch.js';
 import { Params, formatError, formatLine, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
-import { type BrokerContext, type ConnectionContext, type Reply, lookupCommand, parseReadRequest, produceBatch, readBatch, resolveRemoteStart } from './commands.js';
+import type { BrokerContext, ConnectionContext, Reply } from './command-context.js';
+import { lookupCommand } from './commands.js';
+import { parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
+import { produceBatch } from './produce-commands.js';
 
 /** How many requests one connection may have in flight before the broker stops reading from it. */
 const MAX_IN_FLIGHT = 1024;

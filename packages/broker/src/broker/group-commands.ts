@@ -5,7 +5,7 @@ import { parseAddress } from 'tributary-protocol/address.js';
 import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
 import type { MemberView } from '../coordinator/group-coordinator.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
-import type { BrokerContext, CommandSpec, ConnectionContext } from './commands.js';
+import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
 
 const MAX_ID = 100_000;
 const GENERATION = { min: 0, max: 2 ** 31 - 1 };

@@ -1,7 +1,7 @@
 import { encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
 import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './commands.js';
+import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
 
 /** Broker-to-broker commands of cluster mode: followers fetching from their leader. */
 

@@ -2,7 +2,7 @@ import { randomBytes, scrypt, scryptSync, timingSafeEqual } from 'node:crypto';
 import type tls from 'node:tls';
 import { formatOk, type ParsedLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import type { ConnectionContext, Reply } from './commands.js';
+import type { ConnectionContext, Reply } from './command-context.js';
 import type { BrokerConfig, Permission } from './config.js';
 import type { Logger } from './logger.js';
 

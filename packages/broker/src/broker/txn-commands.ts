@@ -1,6 +1,7 @@
 import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
-import { type BrokerContext, type CommandSpec, type ConnectionContext, leaderGate, replicated } from './commands.js';
+import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
+import { leaderGate, replicated } from './produce-commands.js';
 import { appendNext } from '../txn/txn-targets.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import { parseBatchEntries } from './group-commands.js';

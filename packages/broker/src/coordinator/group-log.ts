@@ -2,6 +2,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
 import type { Partition } from '../broker/partition.js';
+import { type InternalAppend, localAppend, replayJson } from '../broker/internal-log.js';
 import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
 import type { OffsetEntry, OffsetStore, StoredOffset } from './offset-store.js';
 
@@ -52,44 +53,12 @@ function offsetKey(group: string, topic: string, partition: number): string {
   return `${group}\u0000${topic}\u0000${partition}`;
 }
 
+
 /**
  * The coordinator's durable state in the internal topic: group snapshots keyed `["g", group]` and offset
  * commits keyed `["o", group, topic, partition]`, JSON values, an empty value as tombstone. Keys make the
  * topic compactable: only the latest value per key matters.
  */
-/**
- * Every record of an internal topic's partition, keys and values parsed as JSON (an empty value is null, a
- * tombstone), to the log end: not the HWM, since a new leader's log is the truth from now on, even the
- * records its followers have not confirmed yet. A record that does not parse stops the replay: the broker
- * must stay unready rather than serve with state missing.
- */
-export async function replayJson(part: Partition, label: string, apply: (key: unknown, value: unknown, at: string) => void): Promise<void> {
-  let offset = part.earliest;
-  const end = part.logEndOffset;
-  while (offset < end) {
-    const records = await part.log.read(Math.max(offset, part.earliest), { maxRecords: 5000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
-    if (records.length === 0) break;
-    for (const r of records) {
-      const at = `${label} offset ${r.offset}`;
-      let key: unknown;
-      let value: unknown;
-      try {
-        key = JSON.parse(r.key?.toString('utf8') ?? 'null');
-        value = r.value.length === 0 ? null : JSON.parse(r.value.toString('utf8'));
-      } catch {
-        throw new Error(`${at}: record does not parse`);
-      }
-      apply(key, value, at);
-    }
-    offset = records[records.length - 1]!.offset + 1;
-  }
-}
-
-/** How the coordinators append to their internal topics (cluster mode: only as leader, acknowledged once replicated). */
-export type InternalAppend = (part: Partition, records: RecordInput[]) => Promise<unknown>;
-
-export const localAppend: InternalAppend = (part, records) => part.append(records);
-
 export class GroupLog {
   constructor(
     private readonly partitionsOf: () => Partition[],

@@ -1,0 +1,63 @@
+/**
+ * What a command handler is given (the broker and the connection a request came on) and how it is
+ * registered. Every handler module imports this; only commands.ts imports the handler modules.
+ */
+import type { Params } from 'tributary-protocol/command.js';
+import type { ClusterNode } from '../cluster/cluster-node.js';
+import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
+import type { TransactionCoordinator } from '../txn/txn-coordinator.js';
+import type { BrokerConfig } from './config.js';
+import type { Logger } from './logger.js';
+import type { BrokerMetrics } from './metrics.js';
+import type { Security } from './security.js';
+import type { TopicManager } from './topic-manager.js';
+
+/** What handlers may use of the broker. */
+export interface BrokerContext {
+  readonly config: BrokerConfig;
+  readonly topics: TopicManager;
+  readonly metrics: BrokerMetrics;
+  readonly logger: Logger;
+  readonly brokerId: number;
+  /** host:port clients should use to reach this broker. */
+  readonly advertised: { host: string; port: number };
+  readonly coordinator: GroupCoordinator;
+  readonly transactions: TransactionCoordinator;
+  /** Cluster mode only: who leads what, replication, the controller. */
+  readonly cluster?: ClusterNode;
+  /** Authentication and authorization (src/broker/security.ts); absent in unit-test contexts. */
+  readonly security?: Security;
+}
+
+/** What handlers may use of the connection a request came on. */
+export interface ConnectionContext {
+  features: Set<string>;
+  principal: string | undefined;
+  readonly remote: string;
+  /**
+   * Cluster mode: committed offsets this connection's CONSUMEs asked other brokers (the groups'
+   * coordinators) for, once per (group, topic, partition) for the connection's life.
+   */
+  remoteCommitted?: Map<string, number | undefined>;
+}
+
+export type Reply = string | Buffer;
+
+export interface CommandSpec {
+  handler: (b: BrokerContext, c: ConnectionContext, p: Params) => Promise<Reply> | Reply;
+  /**
+   * Pipelined commands may run while later requests of the same connection start (produce).
+   * Others complete before the next request starts, so `CREATE` then `PUBLISH` sent back to back work.
+   */
+  pipelined?: boolean;
+}
+
+
+export function leaderAddress(b: BrokerContext): string {
+  return `${b.advertised.host}:${b.advertised.port}`;
+}
+
+/** A JSON reply (DESCRIBE, CLUSTER_STATUS). */
+export function json(obj: Record<string, unknown>): string {
+  return JSON.stringify({ status: 'OK', ...obj });
+}

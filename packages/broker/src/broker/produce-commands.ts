@@ -1,0 +1,226 @@
+/** Producing: PUBLISH and binary batch frames, and the leader and acknowledgement gates every append passes. */
+import { type Acks, type Batch, type ScannedBatch, decodeBatch, scanBatch } from 'tributary-protocol/batch.js';
+import type { RecordHeader } from 'tributary-protocol/record.js';
+import type { Params } from 'tributary-protocol/command.js';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, leaderAddress } from './command-context.js';
+import type { Partition } from './partition.js';
+
+function checkRecordSize(b: BrokerContext, bytes: number): void {
+  if (bytes > b.config.maxRecordBytes) throw new TributaryError('record_too_large', { size: bytes, max: b.config.maxRecordBytes });
+}
+
+const MAX_PRODUCER_ID_BYTES = 255;
+
+/** PUBLISH's idempotent producer parameters: all three or none. */
+function idempotenceParams(p: Params): { producerId: string; epoch: number; seqNum: number } | undefined {
+  const given = ['producerId', 'epoch', 'seqNum'].filter((k) => p.has(k));
+  if (given.length === 0) return undefined;
+  for (const k of ['producerId', 'epoch', 'seqNum']) {
+    if (!p.has(k)) throw invalidParam(k, 'producerId, epoch and seqNum go together');
+  }
+  const producerId = p.reqStr('producerId', { maxLength: MAX_PRODUCER_ID_BYTES });
+  if (Buffer.byteLength(producerId, 'utf8') > MAX_PRODUCER_ID_BYTES) throw invalidParam('producerId', `at most ${MAX_PRODUCER_ID_BYTES} bytes`);
+  const epoch = p.reqInt('epoch', { min: 0, max: 2 ** 31 - 1 });
+  const seqNum = p.reqInt('seqNum', { min: 0 });
+  return { producerId, epoch, seqNum };
+}
+
+/** The idempotent fields of a decoded batch, validated (one producer id and epoch, lastSequence = first + count - 1). */
+function batchIdempotence(batch: Batch): { producerId: string; epoch: number; firstSequence: number; lastSequence: number } {
+  const records = batch.records;
+  const first = records[0]!;
+  const producerId = first.producerId;
+  const epoch = first.epoch;
+  if (producerId === '') throw new TributaryError('invalid_batch', { reason: 'idempotent batch without a producer id' });
+  if (Buffer.byteLength(producerId, 'utf8') > MAX_PRODUCER_ID_BYTES) throw new TributaryError('invalid_batch', { reason: `producer id longer than ${MAX_PRODUCER_ID_BYTES} bytes` });
+  if (!Number.isSafeInteger(epoch) || epoch < 0 || epoch > 2 ** 31 - 1) throw new TributaryError('invalid_batch', { reason: 'idempotent batch with an invalid epoch' });
+  for (const r of records) {
+    if (r.producerId !== producerId || r.epoch !== epoch) throw new TributaryError('invalid_batch', { reason: 'records of an idempotent batch must share one producer id and epoch' });
+  }
+  if (!Number.isSafeInteger(batch.firstSequence) || !Number.isSafeInteger(batch.lastSequence) || batch.lastSequence !== batch.firstSequence + records.length - 1) {
+    throw new TributaryError('invalid_batch', { reason: 'last sequence must be first sequence + record count - 1' });
+  }
+  return { producerId, epoch, firstSequence: batch.firstSequence, lastSequence: batch.lastSequence };
+}
+
+/**
+ * Cluster mode: only the partition's leader appends (NOT_LEADER LEADER_IS otherwise), and acks=all is
+ * refused up front below min_insync_replicas. Returns the leader epoch the append is made under (for
+ * replicated()); standalone: always the leader, undefined.
+ */
+export function leaderGate(b: BrokerContext, partition: Partition, acks?: string): number | undefined {
+  if (!b.cluster) return undefined;
+  const replica = b.cluster.requireLeader(partition.topic, partition.id);
+  if (acks === 'all' || acks === '-1') b.cluster.replicas.checkMinIsr(replica);
+  return replica.leaderEpoch;
+}
+
+/**
+ * acks=all in a cluster: answers once the HWM passed the record (every in-sync replica has it) while this
+ * broker still leads at `epoch`, the epoch leaderGate() returned before the append; a leadership change
+ * fails it at once with NOT_LEADER.
+ */
+export async function replicated(b: BrokerContext, partition: Partition, lastOffset: number, epoch: number | undefined): Promise<void> {
+  if (!b.cluster) return;
+  if (epoch === undefined) throw new TributaryError('internal_error', { reason: 'a replicated append without its leader epoch' });
+  await b.cluster.replicas.waitReplicated(partition.topic, partition.id, epoch, lastOffset, b.config.replicationTimeoutMs);
+}
+
+/**
+ * The reply's gate after the append: acks=all waits for replication (replicated()); acks=1 in a cluster
+ * is refused with NOT_LEADER if leadership moved while the record was being written, since the new
+ * leader may not have it (it still may be lost later: that is acks=1).
+ */
+async function acknowledged(b: BrokerContext, partition: Partition, lastOffset: number, acks: string, epoch: number | undefined): Promise<void> {
+  if (acks === 'all' || acks === '-1') return replicated(b, partition, lastOffset, epoch);
+  if (b.cluster && epoch !== undefined && !b.cluster.replicas.leadsAt(partition.topic, partition.id, epoch)) throw b.cluster.replicas.notLeader(partition.topic, partition.id);
+}
+
+function refuseInternal(topic: string): void {
+  if (topic.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic, reason: 'internal topics are written by the broker only' });
+}
+
+async function publish(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
+  refuseInternal(topic.name);
+  const explicit = p.int('partition', { min: 0, max: 1_000_000 });
+  const keyStr = p.str('key', { maxLength: 65_535, allowEmpty: true });
+  const acks = p.oneOf('acks', ['0', '1', 'all', '-1'] as const) ?? '1';
+  const idem = idempotenceParams(p);
+  const message = p.str('message', { required: true, allowEmpty: true }) as string;
+  const key = keyStr ? Buffer.from(keyStr, 'utf8') : null;
+  const value = Buffer.from(message, 'utf8');
+  checkRecordSize(b, value.length + (key?.length ?? 0));
+  const partition = topic.partition(topic.choosePartition(explicit, key));
+  const epoch = leaderGate(b, partition, acks);
+  const appended = idem
+    ? partition.appendIdempotent([{ key, value, producerId: idem.producerId, epoch: idem.epoch, sequence: idem.seqNum }], {
+        producerId: idem.producerId,
+        epoch: idem.epoch,
+        firstSequence: idem.seqNum,
+        lastSequence: idem.seqNum,
+      })
+    : partition.append([{ key, value }]);
+  countIn(b, topic.name, 1, value.length);
+  if (acks === '0') {
+    appended.catch((err) => b.logger.warn({ err, topic: topic.name }, 'acks=0 append failed'));
+    return 'OK';
+  }
+  const res = await appended;
+  await acknowledged(b, partition, res.lastOffset, acks, epoch);
+  return JSON.stringify({ status: 'OK', partition: partition.id, offset: res.baseOffset, leader: leaderAddress(b) });
+}
+
+function countIn(b: BrokerContext, topic: string, records: number, bytes: number): void {
+  b.metrics.recordsIn.inc({ topic }, records);
+  b.metrics.bytesIn.inc({ topic }, bytes);
+}
+
+/** No headers: shared by the records handed to the log (it only reads them), so none keeps an array alive. */
+const NO_HEADERS: RecordHeader[] = Object.freeze([]) as unknown as RecordHeader[];
+
+/** A binary batch frame: one append of all its records to one partition. */
+export async function produceBatch(b: BrokerContext, c: ConnectionContext, body: Buffer): Promise<Reply> {
+  // The synchronous part keeps the decoded batch in its own frame, so the records are not held here while
+  // the append waits for the fsync (only the log holds them, and only until they are written).
+  const { partition, appended, count, acks, topic, epoch } = startAppend(b, c, body);
+  if (acks === '0') {
+    appended.catch((err) => b.logger.warn({ err, topic }, 'acks=0 append failed'));
+    return 'OK';
+  }
+  const res = await appended;
+  await acknowledged(b, partition, res.lastOffset, acks, epoch);
+  return JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count });
+}
+
+function startAppend(
+  b: BrokerContext,
+  c: ConnectionContext,
+  body: Buffer,
+): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string; epoch: number | undefined } {
+  const ext = c.features.has('record_extensions_v1');
+  // Fast path: validate without a record object per record, and encode the log's records straight from
+  // the wire bytes (the same stored bytes as the records below would give). Header keys that are not
+  // valid UTF-8 take the decoding path, which stores them as decoded strings.
+  const scan = scanBatch(body, { extensions: ext });
+  // Idempotent batches take the decoding path: their records keep producer id, epoch and sequence.
+  if (scan.verbatim && !scan.idempotent) return startWireAppend(b, scan);
+  const batch: Batch = decodeBatch(body, { extensions: ext });
+  const topic = b.topics.get(batch.topic);
+  refuseInternal(topic.name);
+  const records = batch.records;
+  const n = records.length;
+  if (n === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
+  const idem = batch.idempotent ? batchIdempotence(batch) : undefined;
+  // The decoded records go to the log as they are (a BatchRecord is a RecordInput), without copying:
+  // - only key, value, timestamp and headers come from the producer; the other fields are reset to the
+  //   log's defaults here (the same values the log uses when a RecordInput leaves them out);
+  // - key/value/header buffers are views into the frame body. That is safe: the body is a Buffer of its
+  //   own (a socket read chunk or the frame decoder's allocation) that nothing writes to again, and Node
+  //   never reuses memory a live Buffer references; the log only reads these views while encoding the
+  //   append into its own write buffer, and its tail cache holds that write buffer, never the caller's
+  //   records (PartitionLog.writeGroup, TailCache). So the body lives until the append settles. Even a
+  //   cache that kept these views would be safe (it would only pin the body's memory). Should the frame
+  //   decoder ever reuse a read buffer (e.g. a socket `onread` buffer), copy the records here again.
+  let bytes = 0;
+  for (let i = 0; i < n; i++) {
+    const r = records[i]!;
+    const size = r.value.length;
+    checkRecordSize(b, size + (r.key === null ? 0 : r.key.length));
+    bytes += size;
+    if (r.timestamp < 0) r.timestamp = 0;
+    if (idem) {
+      // Stored as sent (producer id and epoch validated above); sequences numbered from the batch header.
+      r.sequence = idem.firstSequence + i;
+    } else {
+      r.producerId = '';
+      r.epoch = -1;
+      r.sequence = -1;
+    }
+    r.attributes = 0;
+    if (r.headers.length === 0) r.headers = NO_HEADERS;
+  }
+  // partition -1: the broker picks one partition for the whole batch (first record's key, else round-robin).
+  const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, records[0]!.key));
+  const epoch = leaderGate(b, partition, batch.acks);
+  const appended = idem ? partition.appendIdempotent(records, idem) : partition.append(records);
+  countIn(b, topic.name, n, bytes);
+  return { partition, appended, count: n, acks: batch.acks, topic: topic.name, epoch };
+}
+
+/** startAppend for a batch scanBatch validated: the same checks, in the same order, with the same errors. */
+function startWireAppend(
+  b: BrokerContext,
+  batch: ScannedBatch,
+): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string; epoch: number | undefined } {
+  const topic = b.topics.get(batch.topic);
+  refuseInternal(topic.name);
+  const n = batch.count;
+  if (n === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
+  const body = batch.body;
+  const starts = batch.starts;
+  let bytes = 0;
+  let firstKey: Buffer | null = null;
+  for (let i = 0; i < n; i++) {
+    // Record layout: offset u64, sequence u64, producer id u16 + bytes, key u16 + bytes, epoch i64, value u32 + bytes.
+    const s = starts[i]!;
+    const k = s + 18 + ((body[s + 16]! << 8) | body[s + 17]!);
+    const keyLen = (body[k]! << 8) | body[k + 1]!;
+    const v = k + 10 + keyLen;
+    const size = body[v]! * 0x1000000 + ((body[v + 1]! << 16) | (body[v + 2]! << 8) | body[v + 3]!);
+    checkRecordSize(b, size + keyLen);
+    bytes += size;
+    if (i === 0 && keyLen > 0) firstKey = body.subarray(k + 2, k + 2 + keyLen);
+  }
+  const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, firstKey));
+  const epoch = leaderGate(b, partition, batch.acks);
+  const appended = partition.appendWire(batch);
+  countIn(b, topic.name, n, bytes);
+  return { partition, appended, count: n, acks: batch.acks, topic: topic.name, epoch };
+}
+
+
+export const PRODUCE_COMMANDS: Record<string, CommandSpec> = {
+  PUBLISH: { handler: publish, pipelined: true },
+};

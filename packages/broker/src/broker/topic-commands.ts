@@ -1,0 +1,177 @@
+/** Topic administration and lookups: CREATE, DELETE, ADD_PARTITIONS, LIST, DESCRIBE, METADATA, LIST_OFFSETS, CLUSTER_STATUS. */
+import { type Params, formatOk, parseLine } from 'tributary-protocol/command.js';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import type { TopicDefinition } from '../cluster/metadata-store.js';
+import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, json, leaderAddress } from './command-context.js';
+import type { Partition } from './partition.js';
+import type { TopicSpec } from './topic-manager.js';
+
+async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const spec: TopicSpec = {
+    name: p.reqStr('topic', { maxLength: 100_000 }),
+    partitions: p.int('partitions', { min: 1, max: b.config.maxPartitions }) ?? b.config.defaultPartitions,
+    replicationFactor: b.cluster
+      ? (p.int('replication_factor', { min: 1, max: 1000 }) ?? b.config.defaultReplicationFactor)
+      : (p.int('replication_factor', { min: 1, max: 1 }) ?? 1),
+    idempotent: p.bool('idempotent') ?? false,
+    partitioner: p.oneOf('partitioner', ['hash_key', 'round_robin'] as const) ?? 'hash_key',
+    retentionHours: p.int('retention_hours', { min: -1, max: 1_000_000 }) ?? b.config.retentionHours,
+    retentionBytes: p.int('retention_bytes', { min: -1 }) ?? b.config.retentionBytes,
+    cleanupPolicy: p.oneOf('cleanup_policy', ['delete', 'compact'] as const) ?? 'delete',
+  };
+  if (spec.cleanupPolicy === 'compact') throw invalidParam('cleanup_policy', 'compaction is only available for internal topics in this version');
+  if (b.cluster && spec.replicationFactor > b.cluster.liveBrokers().length) {
+    throw new TributaryError('NOT_ENOUGH_REPLICAS', { replication_factor: spec.replicationFactor, live_brokers: b.cluster.liveBrokers().length });
+  }
+  const { topic, created } = await b.topics.create(spec);
+  // Cluster mode: the definition first, then who replicates and leads each partition.
+  if (b.cluster) await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
+  return formatOk({ topic: topic.name, partitions: topic.def.partitions, ...policyFields(topic.def), created });
+}
+
+/** A topic's policy as CREATE and DESCRIBE report it. */
+function policyFields(d: TopicDefinition) {
+  return {
+    replication_factor: d.replicationFactor,
+    idempotent: d.idempotent,
+    partitioner: d.partitioner,
+    retention_hours: d.retentionHours,
+    retention_bytes: d.retentionBytes,
+    cleanup_policy: d.cleanupPolicy,
+  };
+}
+
+/** ADD_PARTITIONS: more partitions for a topic (never fewer); in a cluster they get replicas and leaders. */
+async function addPartitions(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const name = p.reqStr('topic', { maxLength: 100_000 });
+  if (name.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic: name, reason: 'internal topics keep their partition count' });
+  const partitions = p.reqInt('partitions', { min: 1, max: b.config.maxPartitions });
+  const topic = await b.topics.addPartitions(name, partitions);
+  if (b.cluster) await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
+  return formatOk({ topic: topic.name, partitions: topic.def.partitions });
+}
+
+async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const name = p.reqStr('topic', { maxLength: 100_000 });
+  await b.topics.delete(name);
+  return formatOk({ topic: name, deleted: true });
+}
+
+function list(b: BrokerContext, c: ConnectionContext): Reply {
+  const names = b.topics.list().map((t) => t.name).filter((n) => b.security?.canDescribe(c, n) ?? true);
+  return formatOk({ count: names.length, topics: names.join(',') });
+}
+
+function partitionState(b: BrokerContext, p: Partition) {
+  const s = b.cluster?.states.get(p.topic, p.id)?.value;
+  if (b.cluster && s) {
+    return {
+      id: p.id,
+      leader: b.cluster.leaderAddress(p.topic, p.id)?.advertisedAddress ?? null,
+      leader_id: s.leader,
+      leader_epoch: s.leaderEpoch,
+      replicas: s.replicas,
+      isr: s.isr,
+      earliest: p.earliest,
+      leo: p.logEndOffset,
+      hwm: p.highWatermark,
+      lso: p.lastStableOffset,
+    };
+  }
+  return {
+    id: p.id,
+    leader: leaderAddress(b),
+    leader_id: b.brokerId,
+    leader_epoch: 0,
+    replicas: [b.brokerId],
+    isr: [b.brokerId],
+    earliest: p.earliest,
+    leo: p.logEndOffset,
+    hwm: p.highWatermark,
+    lso: p.lastStableOffset,
+  };
+}
+
+function describe(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
+  const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
+  const d = topic.def;
+  return json({
+    topic: d.name,
+    topic_id: d.topicId,
+    ...policyFields(d),
+    partitions: topic.partitions.map((part) => partitionState(b, part)),
+  });
+}
+
+function metadata(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
+  const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
+  if (b.cluster) {
+    // Any broker answers from the partition states in etcd; `-` for a partition without a live leader.
+    const cluster = b.cluster;
+    const states = topic.partitions.map((x) => ({ leader: cluster.leaderAddress(topic.name, x.id), state: cluster.states.get(topic.name, x.id) }));
+    return formatOk({
+      topic: topic.name,
+      partitions: topic.partitions.length,
+      leaders: states.map((s) => s.leader?.advertisedAddress ?? '-').join(','),
+      epochs: states.map((s) => s.state?.value.leaderEpoch ?? -1).join(','),
+    });
+  }
+  const leader = leaderAddress(b);
+  return formatOk({
+    topic: topic.name,
+    partitions: topic.partitions.length,
+    leaders: topic.partitions.map(() => leader).join(','),
+    epochs: topic.partitions.map(() => 0).join(','),
+  });
+}
+
+async function listOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
+  const only = p.int('partition', { min: 0, max: 1_000_000 });
+  const parts = only === undefined ? topic.partitions : [topic.partition(only)];
+  // `latest` is the LSO: exact once the transaction index is rebuilt (just after open it is a lower bound).
+  await Promise.all(parts.map((x) => x.whenTxnIndexReady()));
+  const local = (x: Partition) => `P${x.id}:earliest=${x.earliest}:latest=${x.lastStableOffset}:leo=${x.logEndOffset}:hwm=${x.highWatermark}`;
+  // Cluster mode: a follower's HWM and LSO trail its leader's, so partitions led elsewhere are asked of
+  // their leaders (a follower's own view only when the leader cannot be asked).
+  const offsets = await Promise.all(
+    parts.map(async (x) => {
+      const cluster = b.cluster;
+      if (!cluster || cluster.isLeader(topic.name, x.id)) return local(x);
+      try {
+        const reply = await (await cluster.leaderPeer(topic.name, x.id)).command('LIST_OFFSETS', { topic: topic.name, partition: x.id });
+        return parseLine(reply).params.get('offsets') ?? local(x);
+      } catch {
+        return local(x);
+      }
+    }),
+  );
+  return formatOk({ topic: topic.name, partitions: topic.partitions.length, offsets: offsets.join(',') });
+}
+
+function clusterStatus(b: BrokerContext): Reply {
+  if (b.cluster) return json(b.cluster.status());
+  const partitions = b.topics.list().flatMap((t) =>
+    t.partitions.map((p) => ({ topic: t.name, partition: p.id, leader: b.brokerId, leader_epoch: 0, isr: [b.brokerId], hwm: p.highWatermark })),
+  );
+  return json({
+    mode: 'standalone',
+    controller: b.brokerId,
+    brokers: [{ id: b.brokerId, host: b.advertised.host, port: b.advertised.port, alive: true }],
+    partitions,
+    under_replicated: 0,
+    leaderless: 0,
+  });
+}
+
+
+export const TOPIC_COMMANDS: Record<string, CommandSpec> = {
+  CREATE: { handler: create },
+  DELETE: { handler: del },
+  ADD_PARTITIONS: { handler: addPartitions },
+  LIST: { handler: list },
+  DESCRIBE: { handler: describe },
+  METADATA: { handler: metadata },
+  LIST_OFFSETS: { handler: listOffsets },
+  CLUSTER_STATUS: { handler: clusterStatus },
+};
