@@ -2,7 +2,7 @@
  * `npm run bench -- failover`: how long a 3-broker cluster takes to serve again after `kill -9` of a
  * partition leader, and separately of a group coordinator, and whether any acknowledged record is lost.
  *
- * One etcd and 3 broker processes (src/cluster/local-cluster.ts) with 2 s leases and the fast lag settings
+ * One etcd and 3 broker processes (src/cli/local-cluster.ts) with 2 s leases and the fast lag settings
  * of the cluster tests, min-insync-replicas 2; topic `failover`, 1 partition, replication factor 3. Over the
  * raw wire protocol (no SDK retry policy in the numbers), per trial:
  *   - a producer sends PUBLISH acks=all one at a time to the partition leader (found with METADATA,
@@ -23,7 +23,7 @@
  * went back exit 1; a missed aim is only reported.
  */
 import { Connection } from 'tributary-protocol/connection.js';
-import { LocalCluster } from 'tributary-broker/cluster/local-cluster.js';
+import { LocalCluster } from 'tributary-broker/cli/local-cluster.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { compactLog } from 'tributary-broker/cli/cluster-command.js';

@@ -4,11 +4,11 @@
  */
 import { pino } from 'pino';
 import client from 'prom-client';
-import { resolveConfig } from 'tributary-broker/broker/config.js';
-import { BrokerMetrics } from 'tributary-broker/broker/metrics.js';
-import { TopicManager, type TopicSpec } from 'tributary-broker/broker/topic-manager.js';
-import { LocalMetadataStore } from 'tributary-broker/cluster/metadata-store.js';
-import type { Clock } from 'tributary-broker/coordinator/clock.js';
+import { resolveConfig } from 'tributary-broker/common/config.js';
+import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
+import { TopicManager, type TopicSpec } from 'tributary-broker/partition/topic-manager.js';
+import { LocalMetadataStore } from 'tributary-broker/partition/metadata-store.js';
+import type { Clock } from 'tributary-broker/common/clock.js';
 import { type CoordinatorConfig, GroupCoordinator } from 'tributary-broker/coordinator/group-coordinator.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from 'tributary-broker/coordinator/group-log.js';
 import { TransactionCoordinator, type TxnCoordinatorConfig } from 'tributary-broker/txn/txn-coordinator.js';

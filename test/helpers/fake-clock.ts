@@ -1,9 +1,9 @@
 /**
- * A Clock (src/coordinator/clock.ts) that moves only when the test moves it: `advance(ms)` fires the
+ * A Clock (src/common/clock.ts) that moves only when the test moves it: `advance(ms)` fires the
  * timers that fall due on the way, each at its own time and in order, so coordinator state machines run
  * their session, window and transaction timeouts without real waiting.
  */
-import type { Clock, ClockTimer } from 'tributary-broker/coordinator/clock.js';
+import type { Clock, ClockTimer } from 'tributary-broker/common/clock.js';
 
 interface FakeTimer extends ClockTimer {
   readonly id: number;

@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { EtcdMetadataStore } from 'tributary-broker/cluster/etcd-metadata-store.js';
-import type { TopicDefinition } from 'tributary-broker/cluster/metadata-store.js';
+import type { TopicDefinition } from 'tributary-broker/partition/metadata-store.js';
 import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
 import { REQUEST_TIMEOUT_MS, uniquePrefix } from './helpers.js';
 import { eventually, rejection } from '../../helpers/util.js';

@@ -4,7 +4,7 @@
  * state and transactions, and truncateTo rebuilds them.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type Isolation, Partition } from 'tributary-broker/broker/partition.js';
+import { type Isolation, Partition } from 'tributary-broker/partition/partition.js';
 import type { LogRecord, } from 'tributary-protocol/record.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { rec, removeDir, tempDir } from '../../helpers/util.js';

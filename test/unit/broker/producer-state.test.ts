@@ -1,8 +1,8 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Partition, PRODUCER_SNAPSHOT_FILE } from 'tributary-broker/broker/partition.js';
-import { PRODUCER_WINDOW, ProducerStateTable } from 'tributary-broker/broker/producer-state.js';
+import { Partition, PRODUCER_SNAPSHOT_FILE } from 'tributary-broker/partition/partition.js';
+import { PRODUCER_WINDOW, ProducerStateTable } from 'tributary-broker/partition/producer-state.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { rec, removeDir, tempDir, thrownCode } from '../../helpers/util.js';
 

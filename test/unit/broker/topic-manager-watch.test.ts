@@ -5,10 +5,10 @@
  */
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { resolveConfig } from 'tributary-broker/broker/config.js';
-import { BrokerMetrics } from 'tributary-broker/broker/metrics.js';
-import { TopicManager } from 'tributary-broker/broker/topic-manager.js';
-import { LocalMetadataStore, type TopicDefinition } from 'tributary-broker/cluster/metadata-store.js';
+import { resolveConfig } from 'tributary-broker/common/config.js';
+import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
+import { TopicManager } from 'tributary-broker/partition/topic-manager.js';
+import { LocalMetadataStore, type TopicDefinition } from 'tributary-broker/partition/metadata-store.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;

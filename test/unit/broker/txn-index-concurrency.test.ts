@@ -6,8 +6,8 @@
  */
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Partition } from 'tributary-broker/broker/partition.js';
-import { TxnIndex } from 'tributary-broker/broker/txn-index.js';
+import { Partition } from 'tributary-broker/partition/partition.js';
+import { TxnIndex } from 'tributary-broker/partition/txn-index.js';
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir } from '../../helpers/util.js';

@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { brokerConfigSchema, envKey, resolveConfig } from 'tributary-broker/broker/config.js';
+import { brokerConfigSchema, envKey, resolveConfig } from 'tributary-broker/common/config.js';
 import { CONFIG_FIELDS, type ConfigResult, fieldHelp, kebabCase, loadBrokerConfig } from 'tributary-broker/cli/config-loader.js';
 import { removeDirSync, tempDirSync } from '../../helpers/util.js';
 

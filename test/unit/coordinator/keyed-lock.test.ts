@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { KeyedLock } from 'tributary-broker/coordinator/keyed-lock.js';
+import { KeyedLock } from 'tributary-broker/common/keyed-lock.js';
 import { sleep } from '../../helpers/util.js';
 
 const tick = () => sleep(1);

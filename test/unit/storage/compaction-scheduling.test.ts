@@ -1,9 +1,9 @@
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { resolveConfig } from 'tributary-broker/broker/config.js';
-import { BrokerMetrics } from 'tributary-broker/broker/metrics.js';
-import { TopicManager, type TopicSpec } from 'tributary-broker/broker/topic-manager.js';
-import { LocalMetadataStore } from 'tributary-broker/cluster/metadata-store.js';
+import { resolveConfig } from 'tributary-broker/common/config.js';
+import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
+import { TopicManager, type TopicSpec } from 'tributary-broker/partition/topic-manager.js';
+import { LocalMetadataStore } from 'tributary-broker/partition/metadata-store.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Partition } from 'tributary-broker/broker/partition.js';
+import { Partition } from 'tributary-broker/partition/partition.js';
 import { decodeBatch, encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
 import { type RecordInput, RecordAttr } from 'tributary-protocol/record.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';

@@ -4,7 +4,7 @@
  * data partitions. Real partitions in a temporary directory; no server, no coordinator timer on real time.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Isolation } from 'tributary-broker/broker/partition.js';
+import type { Isolation } from 'tributary-broker/partition/partition.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
 import type { TransactionCoordinator } from 'tributary-broker/txn/txn-coordinator.js';
 import { type Coordinators, openCoordinators } from '../../helpers/coordinators.js';

@@ -5,7 +5,7 @@
  * coordinator gave its partition up and loaded it again. Real partitions, a fake clock.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Isolation } from 'tributary-broker/broker/partition.js';
+import type { Isolation } from 'tributary-broker/partition/partition.js';
 import type { TransactionCoordinator } from 'tributary-broker/txn/txn-coordinator.js';
 import type { TxnTargets } from 'tributary-broker/txn/txn-targets.js';
 import { TributaryError } from 'tributary-protocol/errors.js';

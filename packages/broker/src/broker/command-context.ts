@@ -6,11 +6,11 @@ import type { Params } from 'tributary-protocol/command.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { TransactionCoordinator } from '../txn/txn-coordinator.js';
-import type { BrokerConfig } from './config.js';
-import type { Logger } from './logger.js';
-import type { BrokerMetrics } from './metrics.js';
+import type { BrokerConfig } from '../common/config.js';
+import type { Logger } from '../common/logger.js';
+import type { BrokerMetrics } from '../common/metrics.js';
 import type { Security } from './security.js';
-import type { TopicManager } from './topic-manager.js';
+import type { TopicManager } from '../partition/topic-manager.js';
 
 /** What handlers may use of the broker. */
 export interface BrokerContext {

@@ -2,7 +2,7 @@
 import { encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
 import type { Params } from 'tributary-protocol/command.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
-import type { Isolation, Partition } from './partition.js';
+import type { Isolation, Partition } from '../partition/partition.js';
 import { leaderGate } from './produce-commands.js';
 const MAX_CONSUME_RECORDS = 10_000;
 const DEFAULT_CONSUME_RECORDS = 500;

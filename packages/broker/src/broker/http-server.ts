@@ -1,5 +1,5 @@
 import http from 'node:http';
-import type { BrokerMetrics } from './metrics.js';
+import type { BrokerMetrics } from '../common/metrics.js';
 
 /** /live (process up), /ready (recovery done, accepting requests) and /metrics (Prometheus). */
 export function createHealthServer(metrics: BrokerMetrics, isReady: () => boolean): http.Server {

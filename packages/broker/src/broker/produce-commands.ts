@@ -4,7 +4,7 @@ import type { RecordHeader } from 'tributary-protocol/record.js';
 import type { Params } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, leaderAddress } from './command-context.js';
-import type { Partition } from './partition.js';
+import type { Partition } from '../partition/partition.js';
 
 function checkRecordSize(b: BrokerContext, bytes: number): void {
   if (bytes > b.config.maxRecordBytes) throw new TributaryError('record_too_large', { size: bytes, max: b.config.maxRecordBytes });

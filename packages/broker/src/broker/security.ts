@@ -3,8 +3,8 @@ import type tls from 'node:tls';
 import { formatOk, type ParsedLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { ConnectionContext, Reply } from './command-context.js';
-import type { BrokerConfig, Permission } from './config.js';
-import type { Logger } from './logger.js';
+import type { BrokerConfig, Permission } from '../common/config.js';
+import type { Logger } from '../common/logger.js';
 
 /**
  * Authentication, authorization and per-connection request limits (docs/security.md).

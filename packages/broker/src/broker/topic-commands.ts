@@ -1,10 +1,10 @@
 /** Topic administration and lookups: CREATE, DELETE, ADD_PARTITIONS, LIST, DESCRIBE, METADATA, LIST_OFFSETS, CLUSTER_STATUS. */
 import { type Params, formatOk, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
-import type { TopicDefinition } from '../cluster/metadata-store.js';
+import type { TopicDefinition } from '../partition/metadata-store.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, json, leaderAddress } from './command-context.js';
-import type { Partition } from './partition.js';
-import type { TopicSpec } from './topic-manager.js';
+import type { Partition } from '../partition/partition.js';
+import type { TopicSpec } from '../partition/topic-manager.js';
 
 async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const spec: TopicSpec = {

@@ -1,7 +1,7 @@
 import { type Command, Option } from 'commander';
 import type { Broker } from '../broker/broker.js';
-import type { BrokerConfig } from '../broker/config.js';
-import type { Logger } from '../broker/logger.js';
+import type { BrokerConfig } from '../common/config.js';
+import type { Logger } from '../common/logger.js';
 import { formatAddress } from './client-util.js';
 import { CONFIG_FIELDS, type ConfigField, fieldHelp, loadBrokerConfig } from './config-loader.js';
 import { CliError, EXIT_USAGE } from './errors.js';
@@ -46,7 +46,7 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
   try {
     // Loaded here, not at the top: client commands then start without loading storage, metrics and pino.
     const { Broker: BrokerClass } = await import('../broker/broker.js');
-    const { createLogger } = await import('../broker/logger.js');
+    const { createLogger } = await import('../common/logger.js');
     logger = createLogger(config.logLevel);
     broker = new BrokerClass(config, logger);
     started = broker.start();

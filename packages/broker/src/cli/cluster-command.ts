@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import type { LocalCluster } from '../cluster/local-cluster.js';
+import type { LocalCluster } from './local-cluster.js';
 import { type ClientOptions, formatAddress, intArg, parseAddress, withBootstrap, withConnection } from './client-util.js';
 import { CliError, usageError } from './errors.js';
 import { table } from './group-command.js';
@@ -113,7 +113,7 @@ interface DevClusterOptions {
 
 /** Runs a local cluster in the foreground until SIGINT/SIGTERM, then stops it (brokers first, then etcd). */
 async function devCluster(opts: DevClusterOptions): Promise<void> {
-  const { LocalCluster } = await import('../cluster/local-cluster.js');
+  const { LocalCluster } = await import('./local-cluster.js');
   const rf = Math.min(3, opts.brokers);
   let cluster: LocalCluster | undefined;
   let signalled: NodeJS.Signals | undefined;

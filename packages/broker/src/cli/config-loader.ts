@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { extname } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { z } from 'zod';
-import { type BrokerConfig, brokerConfigSchema, envKey } from '../broker/config.js';
+import { type BrokerConfig, brokerConfigSchema, envKey } from '../common/config.js';
 
 /**
  * Broker settings from four layers: flags > TRIBUTARY_* env > config file > schema defaults.

@@ -3,7 +3,7 @@ import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { extname } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
 import { parseDocument } from 'yaml';
-import { PERMISSIONS, type Permission } from '../broker/config.js';
+import { PERMISSIONS, type Permission } from '../common/config.js';
 import { hashToken } from '../broker/security.js';
 import { CliError, EXIT_USAGE } from './errors.js';
 

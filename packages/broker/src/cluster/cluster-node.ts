@@ -1,7 +1,7 @@
 import type { Etcd3 } from 'etcd3';
-import type { BrokerConfig } from '../broker/config.js';
-import type { Logger } from '../broker/logger.js';
-import type { TopicManager } from '../broker/topic-manager.js';
+import type { BrokerConfig } from '../common/config.js';
+import type { Logger } from '../common/logger.js';
+import type { TopicManager } from '../partition/topic-manager.js';
 import { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';

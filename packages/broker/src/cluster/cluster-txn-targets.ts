@@ -1,5 +1,5 @@
-import type { TopicManager } from '../broker/topic-manager.js';
-import type { MarkerType } from '../broker/txn-index.js';
+import type { TopicManager } from '../partition/topic-manager.js';
+import type { MarkerType } from '../partition/txn-index.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';

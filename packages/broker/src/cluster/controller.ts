@@ -1,4 +1,4 @@
-import type { Logger } from '../broker/logger.js';
+import type { Logger } from '../common/logger.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { BrokerRegistry } from './broker-registry.js';
 import { LivenessProbe } from './liveness-probe.js';

@@ -3,7 +3,7 @@ import { EventEmitter } from 'node:events';
 import type { Etcd3, IKeyValue } from 'etcd3';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
-import { type MetadataStore, type TopicDefinition, checkGrowth, sameDefinition } from './metadata-store.js';
+import { type MetadataStore, type TopicDefinition, checkGrowth, sameDefinition } from '../partition/metadata-store.js';
 import { WatchedPrefix } from './watched-prefix.js';
 
 export interface EtcdMetadataStoreOptions {

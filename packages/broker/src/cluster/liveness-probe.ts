@@ -1,5 +1,5 @@
 import net from 'node:net';
-import type { Logger } from '../broker/logger.js';
+import type { Logger } from '../common/logger.js';
 import { parseAddress } from 'tributary-protocol/address.js';
 import type { BrokerRegistration } from './broker-registry.js';
 

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
-import type { Logger } from '../broker/logger.js';
-import type { Partition } from '../broker/partition.js';
-import type { TopicManager } from '../broker/topic-manager.js';
+import type { Logger } from '../common/logger.js';
+import type { Partition } from '../partition/partition.js';
+import type { TopicManager } from '../partition/topic-manager.js';
 import { parseAddress } from 'tributary-protocol/address.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseError, parseLine } from 'tributary-protocol/command.js';

@@ -1,15 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import client from 'prom-client';
-import type { Logger } from '../broker/logger.js';
-import type { TopicManager } from '../broker/topic-manager.js';
+import type { Logger } from '../common/logger.js';
+import type { TopicManager } from '../partition/topic-manager.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { type Assignment, type AssignorName, assign, isAssignorName, validatePlan } from 'tributary-protocol/assignors.js';
 import { type AssignmentProtocol, type ChangeCause, type ChangeReason, ConsumerGroup, type Member } from './group.js';
 import { type GroupLog, type GroupSnapshot, LogOffsetStore } from './group-log.js';
 import type { OffsetEntry, OffsetStore } from './offset-store.js';
-import { KeyedLock } from './keyed-lock.js';
-import { PartitionOwnership } from './partition-ownership.js';
-import { type Clock, systemClock } from './clock.js';
+import { KeyedLock } from '../common/keyed-lock.js';
+import { PartitionOwnership } from '../common/partition-ownership.js';
+import { type Clock, systemClock } from '../common/clock.js';
 import { Scheduler } from './scheduler.js';
 
 export interface CoordinatorConfig {

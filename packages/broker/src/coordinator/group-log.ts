@@ -1,8 +1,8 @@
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
-import type { Partition } from '../broker/partition.js';
-import { type InternalAppend, localAppend, replayJson } from '../broker/internal-log.js';
+import type { Partition } from '../partition/partition.js';
+import { type InternalAppend, localAppend, replayJson } from '../partition/internal-log.js';
 import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
 import type { OffsetEntry, OffsetStore, StoredOffset } from './offset-store.js';
 

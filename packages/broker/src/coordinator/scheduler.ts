@@ -1,4 +1,4 @@
-import { type Clock, type ClockTimer, systemClock } from './clock.js';
+import { type Clock, type ClockTimer, systemClock } from '../common/clock.js';
 
 /**
  * One timer per coordinator: a min-heap of deadlines drives session expiry, join windows and rebalance

@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import client from 'prom-client';
-import { failpoint } from '../broker/failpoints.js';
-import type { Logger } from '../broker/logger.js';
-import type { TopicManager } from '../broker/topic-manager.js';
-import { type Clock, type ClockTimer, systemClock } from '../coordinator/clock.js';
-import { KeyedLock } from '../coordinator/keyed-lock.js';
-import { PartitionOwnership } from '../coordinator/partition-ownership.js';
+import { failpoint } from '../common/failpoints.js';
+import type { Logger } from '../common/logger.js';
+import type { TopicManager } from '../partition/topic-manager.js';
+import { type Clock, type ClockTimer, systemClock } from '../common/clock.js';
+import { KeyedLock } from '../common/keyed-lock.js';
+import { PartitionOwnership } from '../common/partition-ownership.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { RecordInput } from 'tributary-protocol/record.js';

@@ -1,7 +1,7 @@
-import type { Partition } from '../broker/partition.js';
+import type { Partition } from '../partition/partition.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
-import { type InternalAppend, localAppend, replayJson } from '../broker/internal-log.js';
+import { type InternalAppend, localAppend, replayJson } from '../partition/internal-log.js';
 
 export const TXN_STATE_TOPIC = '__transaction_state';
 

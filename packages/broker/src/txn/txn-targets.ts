@@ -1,5 +1,5 @@
-import type { MarkerType } from '../broker/txn-index.js';
-import type { TopicManager } from '../broker/topic-manager.js';
+import type { MarkerType } from '../partition/txn-index.js';
+import type { TopicManager } from '../partition/topic-manager.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
 import type { RecordInput } from 'tributary-protocol/record.js';

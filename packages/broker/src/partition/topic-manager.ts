@@ -1,12 +1,12 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { type CleanupPolicy, type MetadataStore, type Partitioner, type TopicDefinition, sameDefinition } from '../cluster/metadata-store.js';
+import { type CleanupPolicy, type MetadataStore, type Partitioner, type TopicDefinition, sameDefinition } from './metadata-store.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { type LogOptions, PartitionLog } from '../storage/partition-log.js';
-import type { BrokerConfig } from './config.js';
-import type { Logger } from './logger.js';
-import type { BrokerMetrics } from './metrics.js';
+import type { BrokerConfig } from '../common/config.js';
+import type { Logger } from '../common/logger.js';
+import type { BrokerMetrics } from '../common/metrics.js';
 import { Partition } from './partition.js';
 
 const TOPIC_NAME_RE = /^[A-Za-z0-9._-]{1,249}$/;

@@ -4,7 +4,7 @@ import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import { writeFileAtomic } from '../storage/atomic-file.js';
-import { failpointDelay } from './failpoints.js';
+import { failpointDelay } from '../common/failpoints.js';
 import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
