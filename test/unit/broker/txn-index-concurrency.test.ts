@@ -116,8 +116,8 @@ describe('the transaction index under concurrent appends, markers, replica appen
               case 'snapshot':
                 // As the periodic snapshot does: the state as of the high-water mark.
                 {
-                  const inner = p as unknown as { writeTxnSnapshot(t: TxnIndex, o: number): Promise<void>; writeSnapshot(t: unknown, o: number): Promise<void> };
-                  run = Promise.all([inner.writeTxnSnapshot(p.txnIndex()!, p.highWatermark), inner.writeSnapshot(p.producerState()!, p.highWatermark)]);
+                  const inner = (p as unknown as { snapshots: { writeTxns(t: TxnIndex, o: number): Promise<void>; writeProducers(t: unknown, o: number): Promise<void> } }).snapshots;
+                  run = Promise.all([inner.writeTxns(p.txnIndex()!, p.highWatermark), inner.writeProducers(p.producerState()!, p.highWatermark)]);
                 }
                 break;
               case 'hwm':

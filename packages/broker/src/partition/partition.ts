@@ -3,59 +3,15 @@ import { RecordAttr } from 'tributary-protocol/record.js';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { PartitionLog } from '../storage/partition-log.js';
-import { writeFileAtomic } from '../storage/atomic-file.js';
 import { failpointDelay } from '../common/failpoints.js';
-import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { type AppendOffsets, type CheckResult, type ProducerSnapshot, ProducerStateReplay, ProducerStateTable } from './producer-state.js';
-import { encodeMarkerValue, type MarkerType, type OpenTxn, TxnIndex, type TxnSnapshot } from './txn-index.js';
+import { AppendTracker } from './append-tracker.js';
+import { type CheckResult, ProducerStateReplay, type ProducerStateTable } from './producer-state.js';
+import { encodeMarkerValue, type MarkerType, type OpenTxn, type TxnIndex } from './txn-index.js';
+import type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
+import { PartitionSnapshots, readTxnFloor } from './partition-snapshots.js';
 
-/** Idempotent producer state of a partition, as of an offset (see loadProducerState). */
-export const PRODUCER_SNAPSHOT_FILE = 'producer.snapshot';
-/** How often a changed producer state is written to the snapshot (bounds the replay after a crash). */
-const SNAPSHOT_INTERVAL_MS = 10_000;
-/** Producers idle this long are forgotten (their next batch must start a new epoch or sequence 0). */
-export const PRODUCER_ID_EXPIRATION_MS = 7 * 24 * 60 * 60 * 1000;
-
-/** Open transactions and aborted ranges of a partition, as of an offset (see loadTxnIndex). */
-export const TXN_SNAPSHOT_FILE = 'txn.snapshot';
-
-/** A transactional append: the records of one producer's open transaction on this partition. */
-export interface TransactionalBatch {
-  producerId: string;
-  epoch: number;
-  /** With sequences the append is also idempotent (as appendIdempotent): both or neither. */
-  firstSequence?: number;
-  lastSequence?: number;
-}
-
-export interface MarkerResult {
-  /** Offset of the control record. */
-  offset: number;
-  timestamp: number;
-  /** Whether the marker closed an open transaction (false: a retried or stray marker, written anyway). */
-  closed: boolean;
-}
-
-export interface IdempotentBatch {
-  producerId: string;
-  epoch: number;
-  firstSequence: number;
-  lastSequence: number;
-}
-
-export interface IdempotentAppend extends AppendOffsets {
-  duplicate: boolean;
-}
-
-export type Isolation = 'read_committed' | 'read_uncommitted';
-
-export interface ReadResult {
-  records: LogRecord[];
-  /** Where the next read continues: past the returned records and any filtered ones. */
-  nextOffset: number;
-}
+export type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
+export { PRODUCER_ID_EXPIRATION_MS, PRODUCER_SNAPSHOT_FILE, TXN_SNAPSHOT_FILE } from './partition-snapshots.js';
 
 interface Waiter {
   offset: number;
@@ -72,33 +28,23 @@ interface Waiter {
 export class Partition {
   private waiters = new Set<Waiter>();
   private closed = false;
-  /** Idempotent producer state; null until loaded (loadProducerState runs from the constructor). */
+  /** Idempotent producer state; null until loaded (PartitionSnapshots.loadProducers, from the constructor). */
   private producers: ProducerStateTable | null = null;
   private producersError: Error | null = null;
   private readonly producersReady: Promise<void>;
-  private snapshotVersion = -1;
-  private snapshotWrite: Promise<void> = Promise.resolve();
-  private snapshotTimer: NodeJS.Timeout | null = null;
-  /** Transactions; null until rebuilt (loadTxnIndex runs from the constructor). */
+  /** Transactions; null until rebuilt (PartitionSnapshots.loadTxns, from the constructor). */
   private txns: TxnIndex | null = null;
   private txnError: Error | null = null;
   private readonly txnReady: Promise<void>;
   /** Until the index is rebuilt: an offset below which the log has no open transaction (from the snapshot). */
   private readonly txnFloor: number;
-  private txnSnapshotVersion = -1;
   /** The offset of the last transaction snapshot written (the rebuild scan after a crash starts there). */
-  private txnSnapshotOffset = -1;
-  private txnSnapshotWrite: Promise<void> = Promise.resolve();
-  private txnTimer: NodeJS.Timeout | null = null;
+  private readonly snapshots: PartitionSnapshots;
   private replicated = false;
   private durableEnd = 0;
   private onDurable: (() => void) | null = null;
   private readonly endWaiters = new Set<{ offset: number; wake: () => void }>();
-  /** A truncation and index rebuild in progress: appends wait for it (track()). */
-  private rebuild: Promise<void> | null = null;
-  /** Append-like operations begun and not settled. */
-  private active = 0;
-  private onDrained: Array<() => void> = [];
+  private readonly appends = new AppendTracker();
 
   constructor(
     readonly topic: string,
@@ -110,8 +56,13 @@ export class Partition {
     // tell. Replicated, the tail past the checkpointed HWM may be a dead leader's that no one else has:
     // only the leader's HWM can move it.
     if (!opts.replicated && log.highWatermark < log.logEndOffset) log.setHighWatermark(log.logEndOffset);
-    this.txnFloor = this.readTxnFloor();
-    this.txnReady = this.loadTxnIndex().then(
+    this.snapshots = new PartitionSnapshots(log, {
+      producers: () => this.producers,
+      txns: () => this.txns,
+      closed: () => this.closed,
+    });
+    this.txnFloor = readTxnFloor(log);
+    this.txnReady = this.snapshots.loadTxns().then(
       (t) => {
         this.txns = t;
         this.notify();
@@ -120,7 +71,7 @@ export class Partition {
         this.txnError = err instanceof Error ? err : new Error(String(err));
       },
     );
-    this.producersReady = this.loadProducerState().then(
+    this.producersReady = this.snapshots.loadProducers().then(
       (t) => {
         this.producers = t;
       },
@@ -373,192 +324,9 @@ export class Partition {
     return this.producersReady;
   }
 
-  /**
-   * Rebuild: the snapshot (state as of an offset), then every append after it up to the current log end.
-   * Without a snapshot (a log from before idempotent producers, or a crash before the first snapshot),
-   * the scan starts at the last segment. The state is then snapshotted right away and on a timer.
-   */
-  private async loadProducerState(): Promise<ProducerStateTable> {
-    const path = join(this.log.dir, PRODUCER_SNAPSHOT_FILE);
-    let table = new ProducerStateTable();
-    let from: number;
-    let loaded = false;
-    try {
-      const snap = JSON.parse(await readFile(path, 'utf8')) as ProducerSnapshot;
-      table = ProducerStateTable.fromSnapshot(snap);
-      from = snap.offset;
-      loaded = true;
-      // The log ends before the snapshot (a torn tail cut by recovery): those batches are not in it.
-      if (from > this.log.logEndOffset) {
-        table.truncate(this.log.logEndOffset);
-        loaded = false;
-      } else {
-        // The snapshot is taken at the HWM but holds every batch appended by then, above it too; those
-        // may have been truncated since (a follower cutting a dead leader's tail). The scan from the
-        // snapshot's offset below puts back the ones the log still has.
-        table.dropBatchesFrom(from);
-      }
-    } catch {
-      table = new ProducerStateTable();
-      const segs = this.log.segmentInfos();
-      from = segs[segs.length - 1]!.baseOffset;
-    }
-    from = Math.max(from, this.log.logStartOffset);
-    const end = this.log.logEndOffset;
-    const replay = new ProducerStateReplay(table);
-    let offset = Math.min(from, end);
-    const scanned = offset < end;
-    while (offset < end) {
-      // Retention may have removed the segment being scanned: what it held is gone from the log anyway.
-      if (offset < this.log.logStartOffset) offset = this.log.logStartOffset;
-      const recs = await this.log.read(offset, { maxRecords: 10_000, maxBytes: 8 * 1024 * 1024, maxOffset: end, keepAppendMarker: true });
-      if (recs.length === 0) break;
-      for (const r of recs) replay.record(r);
-      offset = recs[recs.length - 1]!.offset + 1;
-    }
-    table.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
-    if (!this.closed) {
-      if (scanned || !loaded) await this.writeSnapshot(table, end);
-      else this.snapshotVersion = table.version;
-      this.snapshotTimer = setInterval(() => {
-        if (this.producers && this.producers.version !== this.snapshotVersion) {
-          this.producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
-          void this.writeSnapshot(this.producers, this.log.highWatermark).catch(() => {});
-        }
-      }, SNAPSHOT_INTERVAL_MS);
-      this.snapshotTimer.unref();
-    }
-    return table;
-  }
-
-  /**
-   * Synchronously, at open: an offset below which no transaction is open, from the snapshot (its offset
-   * and open transactions). No snapshot at all: Infinity, the log has no transactions (the index is
-   * rebuilt, and its snapshot written, before the first transactional append or marker is accepted, so a
-   * log that ever had one has a snapshot). An unreadable snapshot: the log start.
-   */
-  private readTxnFloor(): number {
-    let raw: string;
-    try {
-      raw = readFileSync(join(this.log.dir, TXN_SNAPSHOT_FILE), 'utf8');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException)?.code === 'ENOENT') return Infinity;
-      return this.log.logStartOffset;
-    }
-    try {
-      const snap = JSON.parse(raw) as TxnSnapshot;
-      let floor = Number.isSafeInteger(snap.offset) ? snap.offset : this.log.logStartOffset;
-      if (Array.isArray(snap.open)) for (const o of snap.open) if (Number.isSafeInteger(o?.firstOffset) && o.firstOffset < floor) floor = o.firstOffset;
-      return Math.min(floor, this.log.logEndOffset);
-    } catch {
-      return this.log.logStartOffset;
-    }
-  }
-
   /** Whether read_committed must wait for the index rebuild (a snapshot exists: it may know aborts). */
   private get txnPending(): boolean {
     return this.txns === null && this.txnError === null && this.txnFloor !== Infinity;
-  }
-
-  /**
-   * Rebuild the transaction index: the snapshot (state as of an offset), then every record after it up to
-   * the log end. Without a snapshot (a log from before transactions), the scan starts at the last segment;
-   * with an unreadable one or one past the log end, at the log start. Snapshotted right away and on a timer.
-   */
-  private async loadTxnIndex(): Promise<TxnIndex> {
-    let index: TxnIndex;
-    let from: number;
-    let loaded = false;
-    let raw: string | null = null;
-    try {
-      raw = await readFile(join(this.log.dir, TXN_SNAPSHOT_FILE), 'utf8');
-    } catch {
-      raw = null;
-    }
-    if (raw === null) {
-      index = new TxnIndex();
-      const segs = this.log.segmentInfos();
-      from = segs.length > 0 ? segs[segs.length - 1]!.baseOffset : this.log.logStartOffset;
-    } else {
-      try {
-        const snap = JSON.parse(raw) as TxnSnapshot;
-        index = TxnIndex.fromSnapshot(snap);
-        from = snap.offset;
-        loaded = true;
-        if (from > this.log.logEndOffset) throw new Error('snapshot past the log end');
-      } catch {
-        index = new TxnIndex();
-        from = this.log.logStartOffset;
-        loaded = false;
-      }
-    }
-    from = Math.max(from, this.log.logStartOffset);
-    const end = this.log.logEndOffset;
-    let offset = Math.min(from, end);
-    const scanned = offset < end;
-    while (offset < end) {
-      if (offset < this.log.logStartOffset) offset = this.log.logStartOffset;
-      if (offset >= end) break;
-      const recs = await this.log.read(offset, { maxRecords: 10_000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
-      if (recs.length === 0) break;
-      for (const r of recs) index.replay(r);
-      offset = recs[recs.length - 1]!.offset + 1;
-    }
-    index.prune(this.log.logStartOffset);
-    if (!this.closed) {
-      if (scanned || !loaded) await this.writeTxnSnapshot(index, end);
-      else {
-        this.txnSnapshotVersion = index.version;
-        this.txnSnapshotOffset = from;
-      }
-      this.txnTimer = setInterval(() => {
-        // Also when only the HWM moved: the snapshot's offset bounds the scan after a crash.
-        if (this.txns && (this.txns.version !== this.txnSnapshotVersion || this.log.highWatermark !== this.txnSnapshotOffset)) {
-          this.txns.prune(this.log.logStartOffset);
-          this.txns.pruneClosed(this.log.highWatermark);
-          void this.writeTxnSnapshot(this.txns, this.log.highWatermark).catch(() => {});
-        }
-      }, SNAPSHOT_INTERVAL_MS);
-      this.txnTimer.unref();
-    }
-    return index;
-  }
-
-  /** Writes the transaction snapshot atomically (tmp + fsync + rename); writes are serialized. */
-  private writeTxnSnapshot(index: TxnIndex, offset: number): Promise<void> {
-    const version = index.version;
-    const snap = index.snapshot(offset);
-    const data = JSON.stringify(snap);
-    const path = join(this.log.dir, TXN_SNAPSHOT_FILE);
-    const run = async () => {
-      await writeFileAtomic(path, data, { syncDir: false });
-      this.txnSnapshotVersion = version;
-      this.txnSnapshotOffset = snap.offset;
-    };
-    const p = this.txnSnapshotWrite.then(run, run);
-    this.txnSnapshotWrite = p.catch(() => {});
-    return p;
-  }
-
-  /** Writes the snapshot atomically (tmp + fsync + rename); writes are serialized. */
-  private writeSnapshot(table: ProducerStateTable, offset: number): Promise<void> {
-    const version = table.version;
-    const data = JSON.stringify(table.snapshot(offset));
-    const path = join(this.log.dir, PRODUCER_SNAPSHOT_FILE);
-    const run = async () => {
-      await writeFileAtomic(path, data, { syncDir: false });
-      this.snapshotVersion = version;
-    };
-    const p = this.snapshotWrite.then(run, run);
-    this.snapshotWrite = p.catch(() => {});
-    return p;
-  }
-
-  private stopSnapshots(): void {
-    if (this.snapshotTimer) clearInterval(this.snapshotTimer);
-    this.snapshotTimer = null;
-    if (this.txnTimer) clearInterval(this.txnTimer);
-    this.txnTimer = null;
   }
 
   private appended(res: { baseOffset: number; lastOffset: number; timestamp: number }): { baseOffset: number; lastOffset: number; timestamp: number } {
@@ -664,73 +432,36 @@ export class Partition {
    * transaction index are rebuilt from the log that is left.
    */
   truncateTo(offset: number): Promise<void> {
-    if (this.rebuild) return this.rebuild.then(() => this.truncateTo(offset));
-    let release!: () => void;
-    this.rebuild = new Promise<void>((r) => {
-      release = r;
-    });
-    const run = async () => {
+    return this.appends.exclusive(async () => {
       // Appends already begun have touched the indexes: let them land first, so the rebuild below
-      // starts from a log and indexes that agree; later ones wait for it (track()).
+      // starts from a log and indexes that agree; later ones wait for it (AppendTracker).
       await Promise.all([this.txnReady, this.producersReady]);
-      await this.drained();
+      await this.appends.drained();
       if (offset >= this.log.logEndOffset) return;
       await this.log.truncateTo(offset);
       this.durableEnd = Math.min(this.durableEnd, this.log.logEndOffset);
-      this.stopSnapshots();
-      await Promise.all([this.snapshotWrite, this.txnSnapshotWrite]);
-      const txns = await this.loadTxnIndex();
-      const producers = await this.loadProducerState();
+      this.snapshots.stop();
+      await this.snapshots.settled();
+      const txns = await this.snapshots.loadTxns();
+      const producers = await this.snapshots.loadProducers();
       this.txns = txns;
       this.producers = producers;
       this.notify();
-    };
-    return run().finally(() => {
-      this.rebuild = null;
-      release();
     });
   }
 
-  /**
-   * Every append-like operation (appends, markers, replica appends) runs through here: after a truncation
-   * in progress, and counted so a truncation can wait for those already begun. The transaction index and
-   * the producer state are derived from the log; rebuilding them while an append lands would leave the
-   * append out of both (a read_committed reader would then see an aborted record).
-   */
   private track<T>(start: () => Promise<T>): Promise<T> {
-    if (this.rebuild) return this.rebuild.then(() => this.track(start));
-    this.active++;
-    const p = start();
-    p.then(this.settle, this.settle);
-    return p;
-  }
-
-  private readonly settle = (): void => {
-    if (--this.active === 0 && this.onDrained.length > 0) {
-      const wake = this.onDrained;
-      this.onDrained = [];
-      for (const w of wake) w();
-    }
-  };
-
-  private drained(): Promise<void> {
-    if (this.active === 0) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      this.onDrained.push(resolve);
-    });
+    return this.appends.track(start);
   }
 
   /** No append-like operation in flight and no truncation running. */
   get idle(): boolean {
-    return this.active === 0 && this.rebuild === null;
+    return this.appends.idle;
   }
 
   /** Resolves once idle: every append begun (a follower's replica append included) has landed. */
-  async quiesced(): Promise<void> {
-    while (!this.idle) {
-      if (this.rebuild) await this.rebuild;
-      else await this.drained();
-    }
+  quiesced(): Promise<void> {
+    return this.appends.quiesced();
   }
 
   /** Validate a starting offset against the retained range. */
@@ -822,23 +553,22 @@ export class Partition {
   async close(): Promise<void> {
     this.closed = true;
     this.wakeAll();
-    this.stopSnapshots();
+    this.snapshots.stop();
     await this.producersReady;
     await this.txnReady;
     await this.log.close();
     // After the log is flushed: the state then covers every append up to the log end.
-    if (this.producers) await this.writeSnapshot(this.producers, this.log.logEndOffset).catch(() => {});
-    if (this.txns) await this.writeTxnSnapshot(this.txns, this.log.logEndOffset).catch(() => {});
+    if (this.producers) await this.snapshots.writeProducers(this.producers, this.log.logEndOffset).catch(() => {});
+    if (this.txns) await this.snapshots.writeTxns(this.txns, this.log.logEndOffset).catch(() => {});
   }
 
   async destroy(): Promise<void> {
     this.closed = true;
     this.wakeAll();
-    this.stopSnapshots();
+    this.snapshots.stop();
     await this.producersReady;
     await this.txnReady;
-    await this.snapshotWrite;
-    await this.txnSnapshotWrite;
+    await this.snapshots.settled();
     await this.log.destroy();
   }
 

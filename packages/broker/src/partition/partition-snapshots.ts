@@ -1,0 +1,274 @@
+/**
+ * The state a partition derives from its log (idempotent producer state, the transaction index), rebuilt
+ * at open from a snapshot file plus a scan of the log after it, and snapshotted again so the next rebuild
+ * scans little (docs/architecture.md, "Idempotent producers", "Transactions on the log").
+ */
+import { readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { writeFileAtomic } from '../storage/atomic-file.js';
+import type { PartitionLog } from '../storage/partition-log.js';
+import { type ProducerSnapshot, ProducerStateReplay, ProducerStateTable } from './producer-state.js';
+import { TxnIndex, type TxnSnapshot } from './txn-index.js';
+
+/** Idempotent producer state of a partition, as of an offset (see loadProducerState). */
+export const PRODUCER_SNAPSHOT_FILE = 'producer.snapshot';
+/** How often a changed state is written to its snapshot (bounds the replay after a crash). */
+export const SNAPSHOT_INTERVAL_MS = 10_000;
+/** Producers idle this long are forgotten (their next batch must start a new epoch or sequence 0). */
+export const PRODUCER_ID_EXPIRATION_MS = 7 * 24 * 60 * 60 * 1000;
+
+/** Open transactions and aborted ranges of a partition, as of an offset (see loadTxnIndex). */
+export const TXN_SNAPSHOT_FILE = 'txn.snapshot';
+
+/** A rebuilt state, the log end it covers, and whether it must be snapshotted at once (it was scanned or had no snapshot). */
+export interface Rebuilt<T> {
+  state: T;
+  end: number;
+  /** Where the scan started (the snapshot's offset, or the start the scan fell back to). */
+  from: number;
+  fresh: boolean;
+}
+
+/** A snapshot file written atomically (tmp + fsync + rename), one write at a time, and on a timer of its own. */
+export class SnapshotFile {
+  private writing: Promise<void> = Promise.resolve();
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(readonly path: string) {}
+
+  /** Writes `data` after the writes before it; `done` runs once it is on disk. */
+  write(data: string, done: () => void): Promise<void> {
+    const run = async () => {
+      await writeFileAtomic(this.path, data, { syncDir: false });
+      done();
+    };
+    const p = this.writing.then(run, run);
+    this.writing = p.catch(() => {});
+    return p;
+  }
+
+  /** Settles once every write begun so far has (never rejects). */
+  get settled(): Promise<void> {
+    return this.writing;
+  }
+
+  /** Calls `tick` every `ms` (replacing an earlier timer); the timer does not keep the process alive. */
+  every(ms: number, tick: () => void): void {
+    this.stop();
+    this.timer = setInterval(tick, ms);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+}
+
+/**
+ * Rebuild: the snapshot (state as of an offset), then every append after it up to the current log end.
+ * Without a snapshot (a log from before idempotent producers, or a crash before the first snapshot),
+ * the scan starts at the last segment.
+ */
+export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<ProducerStateTable>> {
+  const path = join(log.dir, PRODUCER_SNAPSHOT_FILE);
+  let table = new ProducerStateTable();
+  let from: number;
+  let loaded = false;
+  try {
+    const snap = JSON.parse(await readFile(path, 'utf8')) as ProducerSnapshot;
+    table = ProducerStateTable.fromSnapshot(snap);
+    from = snap.offset;
+    loaded = true;
+    // The log ends before the snapshot (a torn tail cut by recovery): those batches are not in it.
+    if (from > log.logEndOffset) {
+      table.truncate(log.logEndOffset);
+      loaded = false;
+    } else {
+      // The snapshot is taken at the HWM but holds every batch appended by then, above it too; those
+      // may have been truncated since (a follower cutting a dead leader's tail). The scan from the
+      // snapshot's offset below puts back the ones the log still has.
+      table.dropBatchesFrom(from);
+    }
+  } catch {
+    table = new ProducerStateTable();
+    const segs = log.segmentInfos();
+    from = segs[segs.length - 1]!.baseOffset;
+  }
+  from = Math.max(from, log.logStartOffset);
+  const end = log.logEndOffset;
+  const replay = new ProducerStateReplay(table);
+  let offset = Math.min(from, end);
+  const scanned = offset < end;
+  while (offset < end) {
+    // Retention may have removed the segment being scanned: what it held is gone from the log anyway.
+    if (offset < log.logStartOffset) offset = log.logStartOffset;
+    const recs = await log.read(offset, { maxRecords: 10_000, maxBytes: 8 * 1024 * 1024, maxOffset: end, keepAppendMarker: true });
+    if (recs.length === 0) break;
+    for (const r of recs) replay.record(r);
+    offset = recs[recs.length - 1]!.offset + 1;
+  }
+  table.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
+  return { state: table, end, from, fresh: scanned || !loaded };
+}
+
+/**
+ * Synchronously, at open: an offset below which no transaction is open, from the snapshot (its offset
+ * and open transactions). No snapshot at all: Infinity, the log has no transactions (the index is
+ * rebuilt, and its snapshot written, before the first transactional append or marker is accepted, so a
+ * log that ever had one has a snapshot). An unreadable snapshot: the log start.
+ */
+export function readTxnFloor(log: PartitionLog): number {
+  let raw: string;
+  try {
+    raw = readFileSync(join(log.dir, TXN_SNAPSHOT_FILE), 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException)?.code === 'ENOENT') return Infinity;
+    return log.logStartOffset;
+  }
+  try {
+    const snap = JSON.parse(raw) as TxnSnapshot;
+    let floor = Number.isSafeInteger(snap.offset) ? snap.offset : log.logStartOffset;
+    if (Array.isArray(snap.open)) for (const o of snap.open) if (Number.isSafeInteger(o?.firstOffset) && o.firstOffset < floor) floor = o.firstOffset;
+    return Math.min(floor, log.logEndOffset);
+  } catch {
+    return log.logStartOffset;
+  }
+}
+
+/**
+ * Rebuild the transaction index: the snapshot (state as of an offset), then every record after it up to
+ * the log end. Without a snapshot (a log from before transactions), the scan starts at the last segment;
+ * with an unreadable one or one past the log end, at the log start.
+ */
+export async function loadTxnIndex(log: PartitionLog): Promise<Rebuilt<TxnIndex>> {
+  let index: TxnIndex;
+  let from: number;
+  let loaded = false;
+  let raw: string | null = null;
+  try {
+    raw = await readFile(join(log.dir, TXN_SNAPSHOT_FILE), 'utf8');
+  } catch {
+    raw = null;
+  }
+  if (raw === null) {
+    index = new TxnIndex();
+    const segs = log.segmentInfos();
+    from = segs.length > 0 ? segs[segs.length - 1]!.baseOffset : log.logStartOffset;
+  } else {
+    try {
+      const snap = JSON.parse(raw) as TxnSnapshot;
+      index = TxnIndex.fromSnapshot(snap);
+      from = snap.offset;
+      loaded = true;
+      if (from > log.logEndOffset) throw new Error('snapshot past the log end');
+    } catch {
+      index = new TxnIndex();
+      from = log.logStartOffset;
+      loaded = false;
+    }
+  }
+  from = Math.max(from, log.logStartOffset);
+  const end = log.logEndOffset;
+  let offset = Math.min(from, end);
+  const scanned = offset < end;
+  while (offset < end) {
+    if (offset < log.logStartOffset) offset = log.logStartOffset;
+    if (offset >= end) break;
+    const recs = await log.read(offset, { maxRecords: 10_000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
+    if (recs.length === 0) break;
+    for (const r of recs) index.replay(r);
+    offset = recs[recs.length - 1]!.offset + 1;
+  }
+  index.prune(log.logStartOffset);
+  return { state: index, end, from, fresh: scanned || !loaded };
+}
+
+/**
+ * A partition's two snapshot files: each state is rebuilt at open (and after a truncation), snapshotted
+ * right away when the rebuild scanned the log or had no snapshot, then on a timer whenever it changed.
+ */
+export class PartitionSnapshots {
+  private producerVersion = -1;
+  private txnVersion = -1;
+  /** The offset of the last transaction snapshot written (the rebuild scan after a crash starts there). */
+  private txnOffset = -1;
+  private readonly producerFile: SnapshotFile;
+  private readonly txnFile: SnapshotFile;
+
+  constructor(
+    private readonly log: PartitionLog,
+    /** The partition's current states (null while rebuilding) and whether it is closed. */
+    private readonly current: { producers: () => ProducerStateTable | null; txns: () => TxnIndex | null; closed: () => boolean },
+  ) {
+    this.producerFile = new SnapshotFile(join(log.dir, PRODUCER_SNAPSHOT_FILE));
+    this.txnFile = new SnapshotFile(join(log.dir, TXN_SNAPSHOT_FILE));
+  }
+
+  async loadProducers(): Promise<ProducerStateTable> {
+    const { state: table, end, fresh } = await loadProducerState(this.log);
+    if (!this.current.closed()) {
+      if (fresh) await this.writeProducers(table, end);
+      else this.producerVersion = table.version;
+      this.producerFile.every(SNAPSHOT_INTERVAL_MS, () => {
+        const producers = this.current.producers();
+        if (producers && producers.version !== this.producerVersion) {
+          producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
+          void this.writeProducers(producers, this.log.highWatermark).catch(() => {});
+        }
+      });
+    }
+    return table;
+  }
+
+  async loadTxns(): Promise<TxnIndex> {
+    const { state: index, end, from, fresh } = await loadTxnIndex(this.log);
+    if (!this.current.closed()) {
+      if (fresh) await this.writeTxns(index, end);
+      else {
+        this.txnVersion = index.version;
+        this.txnOffset = from;
+      }
+      this.txnFile.every(SNAPSHOT_INTERVAL_MS, () => {
+        const txns = this.current.txns();
+        // Also when only the HWM moved: the snapshot's offset bounds the scan after a crash.
+        if (txns && (txns.version !== this.txnVersion || this.log.highWatermark !== this.txnOffset)) {
+          txns.prune(this.log.logStartOffset);
+          txns.pruneClosed(this.log.highWatermark);
+          void this.writeTxns(txns, this.log.highWatermark).catch(() => {});
+        }
+      });
+    }
+    return index;
+  }
+
+  /** Writes the producer state snapshot; writes are serialized. */
+  writeProducers(table: ProducerStateTable, offset: number): Promise<void> {
+    const version = table.version;
+    return this.producerFile.write(JSON.stringify(table.snapshot(offset)), () => {
+      this.producerVersion = version;
+    });
+  }
+
+  /** Writes the transaction snapshot; writes are serialized. */
+  writeTxns(index: TxnIndex, offset: number): Promise<void> {
+    const version = index.version;
+    const snap = index.snapshot(offset);
+    return this.txnFile.write(JSON.stringify(snap), () => {
+      this.txnVersion = version;
+      this.txnOffset = snap.offset;
+    });
+  }
+
+  /** Stops the timers (a truncation reloads both states; close writes them once more). */
+  stop(): void {
+    this.producerFile.stop();
+    this.txnFile.stop();
+  }
+
+  /** Settles once every snapshot write begun so far has. */
+  async settled(): Promise<void> {
+    await Promise.all([this.producerFile.settled, this.txnFile.settled]);
+  }
+}
