@@ -2,7 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { Cluster } from './cluster.js';
-import type { RecordMetadata } from './producer.js';
+import type { RecordMetadata } from './producer-messages.js';
 import { isRetriable } from './retry.js';
 
 /** A newer producer of the transactional id exists (or the coordinator aborted a timed-out transaction): this producer can no longer write. */

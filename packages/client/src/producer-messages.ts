@@ -1,0 +1,113 @@
+/**
+ * What a Producer takes and reports back (messages, record metadata, events), and the pure functions that
+ * turn a message into a wire record: checking, sizing, partitioning (docs/sdk.md, "Producer"; the frame
+ * layout is docs/protocol.md's). No I/O: unit tested without a broker.
+ */
+import type { BatchRecord } from 'tributary-protocol/batch.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { partitionForKey } from 'tributary-protocol/partitioner.js';
+import type { RecordHeader } from 'tributary-protocol/record.js';
+
+export type HeaderValue = string | Buffer | Uint8Array;
+
+/** Headers as an object (`{ traceId: 'abc' }`) or as a list (repeated keys allowed, order kept). */
+export type ProducerHeaders = Record<string, HeaderValue> | Array<{ key: string; value: HeaderValue }>;
+
+export interface ProducerMessage {
+  /** Records with the same key land on the same partition (FNV-1a 64 of the key, like the broker). */
+  key?: string | Buffer | Uint8Array | null;
+  value: string | Buffer | Uint8Array;
+  headers?: ProducerHeaders;
+  /** Explicit partition; wins over the key. */
+  partition?: number;
+  /** Milliseconds since the epoch (or a Date); omitted or 0: the broker stamps the record on append. */
+  timestamp?: number | Date;
+}
+
+export interface ProducerRecord {
+  topic: string;
+  messages: ProducerMessage[];
+}
+
+export interface RecordMetadata {
+  topic: string;
+  partition: number;
+  /** The record's offset; -1 with `acks: 0` (the broker does not say where it appended). */
+  offset: number;
+}
+
+export interface ProducerEvents {
+  /** A batch was acknowledged. */
+  send: { topic: string; partition: number; records: number; durationMs: number; baseOffset: number };
+  /** A batch failed for good: every send() with a record in it rejects with `error`. */
+  error: { error: Error; topic: string; partition: number; records: number };
+  /** A batch attempt failed with a retriable error and will be sent again after `delayMs`. */
+  retry: { error: Error; topic: string; partition: number; attempt: number; delayMs: number };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Partitioning and sizing (pure functions, unit tested without a broker)
+// ---------------------------------------------------------------------------------------------------
+
+/**
+ * The partition of a record: explicit, else FNV-1a 64 of the key modulo the partition count (the broker's
+ * own partitioner, so a keyed record lands where the broker would put it), else round-robin.
+ * An empty key is no key (the wire cannot tell them apart).
+ */
+export function choosePartition(key: Buffer | null, explicit: number | undefined, partitions: number, nextRoundRobin: () => number): number {
+  if (explicit !== undefined) return explicit;
+  if (key && key.length > 0) return partitionForKey(key, partitions);
+  return nextRoundRobin() % partitions;
+}
+
+/** Fixed bytes of a batch frame besides its records: magic, topic, partition, acks, flags, sequences, count. */
+export function batchOverhead(topic: string): number {
+  return 2 + 2 + Buffer.byteLength(topic, 'utf8') + 4 + 1 + 3 + 1 + 16 + 4;
+}
+
+/** Bytes a record takes in a batch frame (with record_extensions_v1, which the SDK always asks for). */
+export function recordSize(r: Pick<BatchRecord, 'key' | 'value' | 'headers'>): number {
+  let n = 8 + 8 + 2 + 2 + (r.key?.length ?? 0) + 8 + 4 + r.value.length + 8 + 1 + 2;
+  for (const h of r.headers) n += 2 + Buffer.byteLength(h.key, 'utf8') + 4 + h.value.length;
+  return n;
+}
+
+function toBuffer(v: HeaderValue): Buffer {
+  if (typeof v === 'string') return Buffer.from(v, 'utf8');
+  return Buffer.isBuffer(v) ? v : Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+}
+
+export function badMessage(index: number, reason: string): TributaryError {
+  return new TributaryError('invalid_parameter', { param: `messages[${index}]`, reason }, `invalid message ${index}: ${reason}`);
+}
+
+/** A message checked and converted to a wire record (offset and sequence are the broker's business). */
+export function toBatchRecord(m: ProducerMessage, index: number): BatchRecord {
+  if (!m || typeof m !== 'object') throw badMessage(index, 'must be an object');
+  if (typeof m.value !== 'string' && !(m.value instanceof Uint8Array)) throw badMessage(index, 'value must be a string, Buffer or Uint8Array');
+  let key: Buffer | null = null;
+  if (m.key !== undefined && m.key !== null) {
+    if (typeof m.key !== 'string' && !(m.key instanceof Uint8Array)) throw badMessage(index, 'key must be a string, Buffer or Uint8Array');
+    key = toBuffer(m.key);
+    if (key.length > 0xffff) throw badMessage(index, 'key longer than 65535 bytes');
+    if (key.length === 0) key = null;
+  }
+  let timestamp = 0;
+  if (m.timestamp !== undefined) {
+    timestamp = m.timestamp instanceof Date ? m.timestamp.getTime() : m.timestamp;
+    if (typeof timestamp !== 'number' || !Number.isSafeInteger(timestamp) || timestamp < 0) throw badMessage(index, 'timestamp must be a non-negative integer (ms) or a valid Date');
+  }
+  const headers: RecordHeader[] = [];
+  if (m.headers !== undefined) {
+    if (m.headers === null || typeof m.headers !== 'object') throw badMessage(index, 'headers must be an object or an array');
+    const entries: Array<[string, unknown]> = Array.isArray(m.headers) ? m.headers.map((h) => [h?.key, h?.value]) : Object.entries(m.headers);
+    if (entries.length > 0xffff) throw badMessage(index, 'more than 65535 headers');
+    for (const [k, v] of entries) {
+      if (typeof k !== 'string') throw badMessage(index, 'header keys must be strings');
+      if (Buffer.byteLength(k, 'utf8') > 0xffff) throw badMessage(index, 'header key longer than 65535 bytes');
+      if (typeof v !== 'string' && !(v instanceof Uint8Array)) throw badMessage(index, `header ${k} must be a string, Buffer or Uint8Array`);
+      headers.push({ key: k, value: toBuffer(v) });
+    }
+  }
+  return { offset: 0, sequence: 0, producerId: '', key, epoch: -1, value: toBuffer(m.value), timestamp, attributes: 0, headers };
+}

@@ -1,0 +1,345 @@
+/**
+ * The sender: takes a partition's ready batches from the accumulator and sends them to the partition
+ * leader (pipelined up to maxInFlightPerPartition), retries failed batches through the retry module one
+ * at a time in send order, and numbers idempotent batches (docs/sdk.md, "Producer"; the broker's side is
+ * docs/architecture.md, "Idempotent producers").
+ */
+import { type Acks, encodeBatch } from 'tributary-protocol/batch.js';
+import { isErrorReply, parseError } from 'tributary-protocol/command.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { Cluster } from './cluster.js';
+import { channels, publish } from './events.js';
+import type { ProducerEvents } from './producer-messages.js';
+import type { ResolvedProducerOptions } from './producer-options.js';
+import { needsNewNumbers, type PartitionQueue, type ProducerBatch, type RecordAccumulator } from './record-accumulator.js';
+import { isRetriable, retry } from './retry.js';
+
+interface BatchAck {
+  partition: number;
+  base_offset: number;
+  last_offset?: number;
+  count?: number;
+}
+
+export type SenderOptions = Pick<ResolvedProducerOptions, 'acks' | 'maxInFlightPerPartition' | 'requestTimeoutMs' | 'retry' | 'idempotent'>;
+
+/** What the sender needs of its producer: the facade (producer.ts) provides it, so this file never imports it. */
+export interface SenderHost {
+  readonly cluster: Cluster;
+  readonly accumulator: RecordAccumulator;
+  readonly options: SenderOptions;
+  /** Idempotent producers: the producer id stamped on every record; '' otherwise. */
+  readonly producerId: string;
+  /** Aborted by a forced close: retries stop and everything pending fails with client_closed. */
+  readonly signal: AbortSignal;
+  emit<K extends keyof ProducerEvents & string>(event: K, payload: ProducerEvents[K]): void;
+  listenerCount(event: keyof ProducerEvents & string): number;
+  /** A completed batch's bytes are free again (maxBufferedBytes). */
+  release(bytes: number): void;
+  /** The topic or partition turned out not to exist: the cached partition count is looked up again. */
+  forgetPartitionCount(topic: string): void;
+}
+
+export class ProducerSender {
+  private readonly cluster: Cluster;
+  private readonly accumulator: RecordAccumulator;
+  private readonly options: SenderOptions;
+  private readonly producerId: string;
+  private readonly signal: AbortSignal;
+  private readonly wireAcks: Acks;
+
+  constructor(private readonly host: SenderHost) {
+    this.cluster = host.cluster;
+    this.accumulator = host.accumulator;
+    this.options = host.options;
+    this.producerId = host.producerId;
+    this.signal = host.signal;
+    this.wireAcks = this.options.acks === 0 ? '0' : this.options.acks === 1 ? '1' : 'all';
+  }
+
+  /** Sends what the partition may send now. One pump per partition at a time keeps batches in order. */
+  pump(q: PartitionQueue): void {
+    if (q.pumping) {
+      q.again = true;
+      return;
+    }
+    q.pumping = true;
+    void this.pumpLoop(q);
+  }
+
+  private async pumpLoop(q: PartitionQueue): Promise<void> {
+    const max = this.options.maxInFlightPerPartition;
+    try {
+      do {
+        q.again = false;
+        if (!this.accumulator.canSend(q, max)) continue;
+        let conn: Connection;
+        try {
+          conn = await this.cluster.connection(await this.cluster.leaderFor(q.topic, q.partition, this.signal), this.signal);
+        } catch (err) {
+          // No route to the leader: the head batch takes the failure (and its retries), the rest wait behind it.
+          const [head] = this.accumulator.takeReady(q, Math.min(max, q.inFlight.size + 1));
+          if (head) {
+            this.startBatch(head, q);
+            this.onAttemptFailure(q, head, err);
+          }
+          continue;
+        }
+        // Written synchronously one after another: the connection keeps them in this order.
+        for (const b of this.accumulator.takeReady(q, max)) {
+          this.startBatch(b, q);
+          this.transmit(conn, b).then(
+            (ack) => this.complete(q, b, null, ack),
+            (err) => this.onAttemptFailure(q, b, err),
+          );
+        }
+      } while (q.again);
+    } finally {
+      // Cleared in the same turn the loop ends: a pump() after this point starts a new loop, none is lost.
+      q.pumping = false;
+    }
+  }
+
+  private startBatch(b: ProducerBatch, q: PartitionQueue): void {
+    if (this.options.idempotent && b.firstSequence < 0) {
+      // Numbered in send order; a retry sends the same numbers (that is what makes it detectable).
+      if (q.bumpEpoch) {
+        q.bumpEpoch = false;
+        q.epoch++;
+        q.nextSequence = 0;
+      }
+      this.number(q, b);
+    }
+    b.dispatched = true;
+    b.startedAt = Date.now();
+    if (b.timer) {
+      clearTimeout(b.timer);
+      b.timer = undefined;
+    }
+  }
+
+  private number(q: PartitionQueue, b: ProducerBatch): void {
+    b.firstSequence = q.nextSequence;
+    b.epoch = q.epoch;
+    q.nextSequence += b.records.length;
+    for (let i = 0; i < b.records.length; i++) {
+      const r = b.records[i]!;
+      r.producerId = this.producerId;
+      r.epoch = b.epoch;
+      r.sequence = b.firstSequence + i;
+    }
+  }
+
+  /**
+   * New numbers for a batch the broker showed it never appended (and, by the sequence rule, nothing
+   * numbered after it in that epoch either): the next ones of a newer epoch. Only the oldest unsettled
+   * batch is renumbered, and new batches wait meanwhile, so send order holds and nothing is written twice.
+   */
+  private renumber(q: PartitionQueue, b: ProducerBatch): void {
+    if (q.bumpEpoch || q.epoch <= b.epoch) {
+      q.bumpEpoch = false;
+      q.epoch = Math.max(q.epoch, b.epoch) + 1;
+      q.nextSequence = 0;
+    }
+    this.number(q, b);
+  }
+
+  /** One attempt: the batch frame on `conn`, its reply parsed (with a reply deadline). */
+  private async transmit(conn: Connection, b: ProducerBatch): Promise<BatchAck> {
+    if (!conn.extensions && b.records.some((r) => r.headers.length > 0 || r.timestamp > 0)) {
+      throw new TributaryError('UNSUPPORTED_FEATURE', { feature: 'record_extensions_v1', reason: 'the broker cannot carry record headers or timestamps' });
+    }
+    const frame = encodeBatch(
+      b.firstSequence >= 0
+        ? {
+            topic: b.topic,
+            partition: b.partition,
+            acks: this.wireAcks,
+            idempotent: true,
+            firstSequence: b.firstSequence,
+            lastSequence: b.firstSequence + b.records.length - 1,
+            records: b.records,
+          }
+        : { topic: b.topic, partition: b.partition, acks: this.wireAcks, idempotent: false, firstSequence: 0, lastSequence: 0, records: b.records },
+      { extensions: conn.extensions },
+    );
+    const request = conn.request(frame);
+    request.catch(() => {}); // settled below or abandoned on timeout
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        reject(new TributaryError('request_timeout', { reason: 'no reply to the batch', timeoutMs: this.options.requestTimeoutMs }));
+        // A reply that never comes blocks every reply behind it: drop the connection (its other
+        // requests fail with connection_lost and are retried on a new one).
+        conn.abandon(new TributaryError('connection_lost', { reason: 'no reply to an earlier batch', timeoutMs: this.options.requestTimeoutMs }));
+      }, this.options.requestTimeoutMs);
+    });
+    try {
+      const reply = await Promise.race([request, timeout]);
+      if (reply.kind !== 'text') throw new TributaryError('internal_error', { reason: 'unexpected batch reply to a produce batch' });
+      if (isErrorReply(reply.text)) throw parseError(reply.text);
+      if (this.wireAcks === '0') return { partition: b.partition, base_offset: -1 };
+      let ack: BatchAck;
+      try {
+        ack = JSON.parse(reply.text) as BatchAck;
+      } catch {
+        throw new TributaryError('internal_error', { reason: `unexpected reply ${reply.text.slice(0, 80)}` });
+      }
+      if (typeof ack.base_offset !== 'number') throw new TributaryError('internal_error', { reason: `unexpected reply ${reply.text.slice(0, 80)}` });
+      return ack;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * A failed attempt. Retriable errors make the batch wait for a retry; retries run one at a time, oldest
+   * unsettled batch first, and while one waits the partition sends nothing new.
+   */
+  private onAttemptFailure(q: PartitionQueue, b: ProducerBatch, err: unknown): void {
+    this.cluster.onLeaderError(q.topic, q.partition, err);
+    if (err instanceof TributaryError && (err.code === 'topic_not_found' || err.code === 'partition_not_found')) {
+      this.host.forgetPartitionCount(q.topic);
+      this.cluster.invalidateMetadata(q.topic);
+    }
+    if (this.signal.aborted) {
+      this.complete(q, b, new TributaryError('client_closed'));
+      return;
+    }
+    const verdict = this.sequenceVerdict(q, b, err);
+    if (verdict === 'final' || (verdict === undefined && !isRetriable(err))) {
+      this.complete(q, b, err as Error);
+      return;
+    }
+    b.awaitingRetry = true;
+    b.retryError = err;
+    b.resendAtOnce = verdict !== undefined;
+    q.retrying++;
+    this.runRetries(q);
+  }
+
+  /**
+   * Idempotent batches refused for their numbers (out_of_order_sequence, or stale_producer_epoch for
+   * numbers already given up): `wait` while an earlier batch of the partition is unsettled (it was sent
+   * ahead of that one and fits once it is appended); for the oldest unsettled batch a gap before its
+   * numbers proves nothing from it on was appended (`renumber`); anything else is `final`.
+   */
+  private sequenceVerdict(q: PartitionQueue, b: ProducerBatch, err: unknown): 'wait' | 'renumber' | 'final' | undefined {
+    if (b.firstSequence < 0 || !(err instanceof TributaryError)) return undefined;
+    const outOfOrder = err.code === 'out_of_order_sequence';
+    if (!outOfOrder && !(err.code === 'stale_producer_epoch' && needsNewNumbers(q, b))) return undefined;
+    if (needsNewNumbers(q, b)) return 'renumber';
+    if (q.inFlight.values().next().value !== b) return 'wait';
+    const expected = Number(err.fields.expected);
+    if (outOfOrder && Number.isSafeInteger(expected) && expected <= b.firstSequence) {
+      q.lost.set(b.epoch, Math.min(q.lost.get(b.epoch) ?? b.firstSequence, b.firstSequence));
+      return 'renumber';
+    }
+    return 'final';
+  }
+
+  /** Retries waiting batches in send order: only the oldest unsettled batch, once its attempt failed. */
+  private runRetries(q: PartitionQueue): void {
+    if (q.retryRunning) return;
+    q.retryRunning = true;
+    void (async () => {
+      try {
+        for (;;) {
+          const head = q.inFlight.values().next().value;
+          if (!head?.awaitingRetry) break;
+          await this.retryBatch(q, head);
+        }
+      } finally {
+        q.retryRunning = false;
+        this.pump(q);
+      }
+    })();
+  }
+
+  private async retryBatch(q: PartitionQueue, b: ProducerBatch): Promise<void> {
+    const first = b.retryError;
+    const atOnce = b.resendAtOnce;
+    let error: Error | null = null;
+    let ack: BatchAck | undefined;
+    try {
+      ack = await retry(
+        async (attempt) => {
+          // The attempt that already failed: retry() backs off before the next (unless it is to be resent now).
+          if (attempt === 0 && !atOnce) throw first;
+          return await this.resend(q, b);
+        },
+        {
+          ...this.options.retry,
+          signal: this.signal,
+          onRetry: (e, attempt, delayMs) => {
+            this.options.retry.onRetry?.(e, attempt, delayMs);
+            this.host.emit('retry', { error: e as Error, topic: q.topic, partition: q.partition, attempt, delayMs });
+          },
+        },
+      );
+    } catch (err) {
+      error = this.signal.aborted ? new TributaryError('client_closed') : (err as Error);
+    } finally {
+      b.awaitingRetry = false;
+      b.retryError = undefined;
+      q.retrying--;
+    }
+    this.complete(q, b, error, ack);
+  }
+
+  /** One retry of the oldest unsettled batch, with new numbers when the broker showed the old ones unusable. */
+  private async resend(q: PartitionQueue, b: ProducerBatch): Promise<BatchAck> {
+    for (let renumbered = 0; ; renumbered++) {
+      if (needsNewNumbers(q, b)) this.renumber(q, b);
+      try {
+        const conn = await this.cluster.connection(await this.cluster.leaderFor(q.topic, q.partition, this.signal), this.signal);
+        return await this.transmit(conn, b);
+      } catch (err) {
+        this.cluster.onLeaderError(q.topic, q.partition, err);
+        // Renumbered at most twice in a row: the second time into a fresh epoch at 0, which fits.
+        if (renumbered < 2 && this.sequenceVerdict(q, b, err) === 'renumber') continue;
+        throw err;
+      }
+    }
+  }
+
+  /** A batch is done: settle its records, free its buffer, let the partition send more. */
+  private complete(q: PartitionQueue, b: ProducerBatch, err: Error | null, ack?: BatchAck): void {
+    if (b.completed) return;
+    b.completed = true;
+    if (b.timer) clearTimeout(b.timer);
+    q.inFlight.delete(b);
+    if (q.inFlight.size === 0) q.lost.clear();
+    const durationMs = b.startedAt > 0 ? Date.now() - b.startedAt : 0;
+    // Its numbers may or may not have reached the log: the partition continues in a new epoch.
+    if (err && b.firstSequence >= 0 && b.epoch === q.epoch) q.bumpEpoch = true;
+    if (err) {
+      for (const s of b.sinks) s.sink.settle(s.index, err);
+      if (this.host.listenerCount('error') > 0) this.host.emit('error', { error: err, topic: b.topic, partition: b.partition, records: b.records.length });
+      publish(channels.producerSend, { topic: b.topic, partition: b.partition, records: b.records.length, bytes: b.bytes, durationMs, error: err });
+    } else {
+      const partition = ack?.partition ?? b.partition;
+      const base = ack?.base_offset ?? -1;
+      for (let i = 0; i < b.sinks.length; i++) {
+        const s = b.sinks[i]!;
+        s.sink.settle(s.index, null, { topic: b.topic, partition, offset: base < 0 ? -1 : base + i });
+      }
+      this.host.emit('send', { topic: b.topic, partition, records: b.records.length, durationMs, baseOffset: base });
+      publish(channels.producerSend, { topic: b.topic, partition, records: b.records.length, bytes: b.bytes, durationMs, baseOffset: base });
+    }
+    this.host.release(b.reserved);
+    b.markDone();
+    // The next oldest batch may be waiting for its retry turn.
+    if (q.retrying > 0) this.runRetries(q);
+    if (b.dispatched) this.pump(q);
+  }
+
+  /** A forced close: fails every batch not sent yet with `closed`. */
+  failQueued(closed: Error): void {
+    for (const q of this.accumulator.all()) {
+      for (const b of q.batches.splice(0)) this.complete(q, b, closed);
+      // In-flight batches fail when their connections close (and their retries see the abort).
+    }
+  }
+}
