@@ -131,7 +131,7 @@ export interface ResolvedProducerOptions {
   transactionTimeoutMs: number | undefined;
 }
 
-/** Fills in the defaults; `o` has passed validateProducerOptions. */
+/** Fills in the defaults; `options` has passed validateProducerOptions. */
 export function resolveProducerOptions(options: ProducerOptions): ResolvedProducerOptions {
   return {
     brokers: options.brokers,
