@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Partition, PRODUCER_SNAPSHOT_FILE } from 'tributary-broker/partition/partition.js';
 import { PRODUCER_WINDOW, ProducerStateTable } from 'tributary-broker/partition/producer-state.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { rec, removeDir, tempDir, thrownCode } from '../../helpers/util.js';
 
 /** check + begin + complete, as Partition does around an append at `base`. */
@@ -158,7 +159,7 @@ describe('Partition idempotent appends', () => {
       baseOffset: 4,
       duplicate: false,
     });
-    await p.log.simulateCrash();
+    await simulateCrash(p.log);
 
     // after a crash: the snapshot is older than the log; the appends after it are replayed
     p = await openPartition(dir);

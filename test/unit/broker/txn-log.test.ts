@@ -7,6 +7,7 @@ import { TxnIndex } from 'tributary-broker/partition/txn-index.js';
 import { decodeBatch, encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
 import { type LogRecord, RecordAttr, } from 'tributary-protocol/record.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { errorCode, rec, removeDir, sleep, tempDir } from '../../helpers/util.js';
 
 let dir: string;
@@ -252,7 +253,7 @@ describe('Partition transactions (log side)', () => {
           expect(s.offset).toBeLessThanOrEqual(7);
           await fs.writeFile(path.join(dir, TXN_SNAPSHOT_FILE), JSON.stringify(new TxnIndex().snapshot(0)));
         }
-        await p.log.simulateCrash();
+        await simulateCrash(p.log);
         open.splice(open.indexOf(p), 1);
       }
       p = await openPartition();
@@ -264,7 +265,7 @@ describe('Partition transactions (log side)', () => {
       await p.appendTransactional([rec('o2')], { producerId: 'O', epoch: 5 }); // 7
       await p.writeMarker('O', 5, 'commit'); // 8
       expect(values((await p.read(0, RC)).records)).toEqual(['c1', 'p1', 'o1', 'p2', 'o2']);
-      await p.log.simulateCrash();
+      await simulateCrash(p.log);
       open.splice(open.indexOf(p), 1);
       p = await openPartition();
       expect(values((await p.read(0, RC)).records)).toEqual(['c1', 'p1', 'o1', 'p2', 'o2']);
@@ -324,7 +325,7 @@ describe('Partition transactions (log side)', () => {
           }
         }
         if (restart) {
-          await p.log.simulateCrash();
+          await simulateCrash(p.log);
           open.splice(open.indexOf(p), 1);
           p = await openPartition(d, cache);
         }

@@ -4,6 +4,7 @@ import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { ATTR_END_OF_APPEND, decodeRecords } from 'tributary-broker/storage/record-codec.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
@@ -62,7 +63,7 @@ describe('atomic appends', () => {
     await log.append([rec(4), rec(5)]);
     const before = log.sizeBytes;
     await log.append([rec(6), rec(7), rec(8), rec(9), rec(10)]);
-    await log.simulateCrash();
+    await simulateCrash(log);
 
     const logPath = await onlyLogFile();
     const indexPath = logPath.replace(/\.log$/, '.index');
@@ -93,7 +94,7 @@ describe('atomic appends', () => {
         }
         expect((await l.append([rec(expected)])).baseOffset, what).toBe(expected);
       } finally {
-        await l.simulateCrash();
+        await simulateCrash(l);
       }
     };
 
@@ -125,7 +126,7 @@ describe('atomic appends', () => {
       [3, 5],
       [6, 7],
     ]);
-    await log.simulateCrash();
+    await simulateCrash(log);
     const logPath = await onlyLogFile();
     const original = await readFile(logPath);
     const raw = decodeRecords(original).records;
@@ -142,7 +143,7 @@ describe('atomic appends', () => {
       const l = await PartitionLog.open(dir, OPTS);
       expect(l.logEndOffset).toBe(6);
       expectPrefix(await readAll(l), 6);
-      await l.simulateCrash();
+      await simulateCrash(l);
     }
     // Inside the second append: only the first one survives.
     await writeFile(logPath, original.subarray(0, ends[4]));
@@ -185,7 +186,7 @@ describe('atomic appends', () => {
     await log.close();
     log = await PartitionLog.open(dir, OPTS);
     expectPrefix(await readAll(log), n);
-    await log.simulateCrash();
+    await simulateCrash(log);
     for (const f of await readdir(dir)) if (f.endsWith('.index')) await unlink(join(dir, f));
     log = await PartitionLog.open(dir, OPTS);
     expectPrefix(await readAll(log), n);

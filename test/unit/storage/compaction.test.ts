@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import { type CompactOptions, type LogOptions, PartitionLog, type SegmentInfo, SimulatedCrash } from 'tributary-broker/storage/partition-log.js';
+import { armCompactionCrash, simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
@@ -158,7 +159,7 @@ describe('log compaction', () => {
     log = await openLog();
     expect(await readAll(log)).toEqual(expected);
     expectSegmentsContiguous(log);
-    await log.simulateCrash();
+    await simulateCrash(log);
     log = await openLog();
     expect(await readAll(log)).toEqual(expected);
     expectSegmentsContiguous(log);
@@ -168,7 +169,7 @@ describe('log compaction', () => {
     await log.compact({ now: T0 });
     expected = model.compacted(activeBase(log));
     expect(await readAll(log)).toEqual(expected);
-    await log.simulateCrash();
+    await simulateCrash(log);
     log = await openLog();
     expect(await readAll(log)).toEqual(expected);
     expect(log.logEndOffset).toBe(350);
@@ -194,7 +195,7 @@ describe('log compaction', () => {
     expect(log.logStartOffset).toBe(0);
     expect(await readAll(log)).toEqual(expected);
     expect((await log.read(0, { maxRecords: 1, maxBytes: 1 }))[0].offset).toBe(20);
-    await log.simulateCrash();
+    await simulateCrash(log);
     const again = await openLog();
     expect(again.logStartOffset).toBe(0);
     expect(again.segmentInfos()[0]).toMatchObject({ sizeBytes: 0, nextOffset: first.nextOffset });
@@ -269,9 +270,10 @@ describe('log compaction', () => {
       const expected = model.compacted(base);
       const segs = log.segmentInfos();
 
-      await expect(log.compact({ now: T0, crashAt } satisfies CompactOptions)).rejects.toBeInstanceOf(SimulatedCrash);
+      armCompactionCrash(log, crashAt);
+      await expect(log.compact({ now: T0 } satisfies CompactOptions)).rejects.toBeInstanceOf(SimulatedCrash);
       if (crashAt === 'temp-written') expect((await tmpFiles()).length).toBeGreaterThan(0);
-      await log.simulateCrash();
+      await simulateCrash(log);
       log = await openLog({ tailCacheBytes: 0 });
       expect(await tmpFiles()).toEqual([]);
       expect(log.logEndOffset).toBe(200);
@@ -293,7 +295,7 @@ describe('log compaction', () => {
       // The next compaction finishes the job.
       await log.compact({ now: T0 });
       expect(await readAll(log)).toEqual(expected);
-      await log.simulateCrash();
+      await simulateCrash(log);
       log = await openLog();
       expect(await readAll(log)).toEqual(expected);
       expect((await log.append([{ key: null, value: Buffer.from('z') }])).baseOffset).toBe(200);
@@ -461,7 +463,7 @@ describe('log compaction', () => {
     model.recs = expected;
     await model.append(log, [{ key: 'after', value: 'cut' }, { key: null, value: 'x' }]);
     expect(model.recs.at(-1)?.offset).toBe(cut + 1);
-    await log.simulateCrash();
+    await simulateCrash(log);
     log = await openLog();
     expect(await readAll(log)).toEqual(model.recs);
     expect(log.logEndOffset).toBe(cut + 2);
@@ -480,7 +482,7 @@ describe('log compaction', () => {
       return s.compacted && kept.length > 0 && kept[kept.length - 1].offset + 1 < s.nextOffset;
     }) as SegmentInfo;
     expect(seg).toBeDefined();
-    await log.simulateCrash();
+    await simulateCrash(log);
     await appendFile(join(dir, `${String(seg.baseOffset).padStart(20, '0')}.log`), Buffer.from('torn tail garbage'));
     log = await openLog();
     expect(log.segmentInfos().find((s) => s.baseOffset === seg.baseOffset)).toMatchObject({ nextOffset: seg.nextOffset, sizeBytes: seg.sizeBytes, compacted: true });

@@ -4,6 +4,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import { type FlushMode, HWM_CHECKPOINT_FILE, type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, sleep, tempDir } from '../../helpers/util.js';
 
@@ -289,7 +290,7 @@ describe('PartitionLog', () => {
     expect(log.highWatermark).toBe(10);
     await sleep(100);
     expect(await readFile(join(dir, HWM_CHECKPOINT_FILE), 'utf8')).toContain('10');
-    await log.simulateCrash();
+    await simulateCrash(log);
     log = await openLog({ flushIntervalMs: 20 });
     expect(log.highWatermark).toBe(10);
     await log.close();
@@ -333,7 +334,8 @@ describe('PartitionLog', () => {
   });
 
   it("'interval' fsyncs on the timer, 'os' only on flush/close", async () => {
-    const dirtyCount = (l: PartitionLog) => (l as unknown as { dirty: Set<unknown> }).dirty.size;
+    // The dirty-segment set lives in the log's group-commit part (group-commit.ts).
+    const dirtyCount = (l: PartitionLog) => (l as unknown as { sync: { dirty: Set<unknown> } }).sync.dirty.size;
     const a = await openLog({ flush: 'interval', flushIntervalMs: 10 });
     await a.append([rec(0)]);
     expect(dirtyCount(a)).toBe(1);

@@ -4,6 +4,7 @@ import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { RecordInput } from 'tributary-protocol/record.js';
 import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { decodeRecords } from 'tributary-broker/storage/record-codec.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
@@ -97,7 +98,7 @@ describe('recovery', () => {
         expect(res.baseOffset, what).toBe(expected);
         await checkLog(l, expected + 1);
       } finally {
-        await l.simulateCrash();
+        await simulateCrash(l);
       }
     };
     const validBefore = (pos: number) => ends.filter((e) => e <= pos).length;
@@ -120,7 +121,7 @@ describe('recovery', () => {
   it('cuts garbage appended after valid records and logs how much and where', async () => {
     let log = await PartitionLog.open(dir, OPTS);
     for (let i = 0; i < 25; i++) await log.append([rec(i)]);
-    await log.simulateCrash();
+    await simulateCrash(log);
     expect((await readdir(dir)).includes(CLEAN_SHUTDOWN_FILE)).toBe(false);
     const last = (await readdir(dir)).filter((n) => n.endsWith('.log')).sort().at(-1) as string;
     const garbage = Buffer.from('this is definitely not a record, but it is 64 bytes long.......');
@@ -156,7 +157,7 @@ describe('recovery', () => {
     let log = await PartitionLog.open(dir, OPTS);
     for (let i = 0; i < 40; i++) await log.append([rec(i)]);
     const segs = log.segmentInfos();
-    await log.simulateCrash();
+    await simulateCrash(log);
     const mid = segs[1];
     const name = `${String(mid.baseOffset).padStart(20, '0')}`;
     const bytes = await readFile(join(dir, `${name}.log`));
@@ -180,7 +181,7 @@ describe('recovery', () => {
     log = await PartitionLog.open(dir, { ...OPTS, flush: 'always' });
     expect((await readdir(dir)).includes(CLEAN_SHUTDOWN_FILE)).toBe(false);
     await Promise.all(Array.from({ length: 10 }, (_, i) => log.append([rec(50 + i)])));
-    await log.simulateCrash();
+    await simulateCrash(log);
     log = await PartitionLog.open(dir, { ...OPTS, flush: 'always' });
     await checkLog(log, 60);
     await log.close();
@@ -188,12 +189,12 @@ describe('recovery', () => {
 
   it('recovers an empty trailing segment and an empty log', async () => {
     let log = await PartitionLog.open(dir, OPTS);
-    await log.simulateCrash();
+    await simulateCrash(log);
     log = await PartitionLog.open(dir, OPTS);
     await checkLog(log, 0);
     for (let i = 0; i < 3; i++) await log.append([rec(i)]);
     await log.truncateTo(0);
-    await log.simulateCrash();
+    await simulateCrash(log);
     log = await PartitionLog.open(dir, OPTS);
     await checkLog(log, 0);
     await log.close();

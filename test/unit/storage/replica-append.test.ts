@@ -6,6 +6,7 @@ import { encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type LogRecord, type RecordInput, RecordAttr } from 'tributary-protocol/record.js';
 import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog, wholeAppendCount } from 'tributary-broker/storage/partition-log.js';
+import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { ATTR_END_OF_APPEND, decodeRecords } from 'tributary-broker/storage/record-codec.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
@@ -154,7 +155,7 @@ describe('PartitionLog.appendReplica', () => {
           expect(await readAll(follower, { marker: false, maxRecords: 3 })).toEqual(plain);
           if (expected.length > 0) expect(follower.logEndOffset).toBe(expected[expected.length - 1].offset + 1);
           // Reopen after a crash: recovery keeps everything (every call ended with a whole append).
-          await follower.simulateCrash();
+          await simulateCrash(follower);
           const again = await openLog(`f${run}`, { segmentBytes: f.segmentBytes });
           expect(await readAll(again)).toEqual(expected);
           await again.close();
@@ -199,7 +200,7 @@ describe('PartitionLog.appendReplica', () => {
       expect(res.deletedSegments).toBeGreaterThan(0);
       const start = log.logStartOffset;
       expect(await readAll(log)).toEqual([...all, ...appends([[1001, 1002], [1500]]).flat()].filter((r) => r.offset >= start).map(norm));
-      await log.simulateCrash();
+      await simulateCrash(log);
       log = await openLog(sub, opts);
       expect(log.logStartOffset).toBe(start);
       expect(log.logEndOffset).toBe(1501);
@@ -253,7 +254,7 @@ describe('PartitionLog.appendReplica', () => {
     // The last call: three leader appends with a gap between the second and the third.
     const last = appends([[10, 11], [12], [20, 21, 22]]);
     await log.appendReplica(last.flat());
-    await log.simulateCrash();
+    await simulateCrash(log);
     const logs = (await readdir(join(dir, 'torn'))).filter((n) => n.endsWith('.log'));
     expect(logs).toHaveLength(1);
     const logPath = join(dir, 'torn', logs[0]);
@@ -286,7 +287,7 @@ describe('PartitionLog.appendReplica', () => {
         if (rest.length > 0) await l.appendReplica(rest);
         expect(await readAll(l), what).toEqual(leaderRecords.map(norm));
       } finally {
-        await l.simulateCrash();
+        await simulateCrash(l);
       }
     };
     let cases = 0;
@@ -315,7 +316,7 @@ describe('PartitionLog.appendReplica', () => {
     await Promise.all([log.appendReplica([...groups[0], ...groups[1]]), log.append([{ key: null, value: Buffer.from('x') }]).catch(() => null)]);
     await log.appendReplica([...groups[2], ...groups[3]].filter((r) => r.offset >= log.logEndOffset));
     const expected = await readAll(log);
-    await log.simulateCrash();
+    await simulateCrash(log);
     log = await openLog('always', { flush: 'always' });
     expect(await readAll(log)).toEqual(expected);
     expect(log.logEndOffset).toBe(32);
@@ -340,7 +341,7 @@ describe('PartitionLog.appendReplica', () => {
           ]);
         };
         await check(log);
-        if (crash) await log.simulateCrash();
+        if (crash) await simulateCrash(log);
         else await log.close();
         log = await openLog(sub, { flush });
         await check(log);
@@ -414,7 +415,7 @@ describe('truncateTo for a follower', () => {
         expect(await readAll(log)).toEqual(common.flat().map(norm));
         if (reopenHow !== 'none') {
           if (reopenHow === 'close') await log.close();
-          else await log.simulateCrash();
+          else await simulateCrash(log);
           log = await openLog(sub, opts);
           expect(log.logEndOffset).toBe(13);
           // Checkpointed on close; after a crash whatever the last checkpoint said, clamped.
@@ -433,7 +434,7 @@ describe('truncateTo for a follower', () => {
           const got = await log.read(o, { maxRecords: 1, maxBytes: 1 << 20 });
           expect(got.map(norm), `at ${o}`).toEqual(masked(want.filter((r) => r.offset >= o).slice(0, 1)));
         }
-        await log.simulateCrash();
+        await simulateCrash(log);
         log = await openLog(sub, opts);
         expect(await readAll(log)).toEqual(want.map(norm));
         await log.close();
@@ -455,7 +456,7 @@ describe('truncateTo for a follower', () => {
     expect(log.highWatermark).toBe(4);
     // The new leader's records, not committed yet; then the follower dies.
     await log.appendReplica(appends([[4, 5, 6, 7, 8, 9, 10]], '-new').flat());
-    await log.simulateCrash();
+    await simulateCrash(log);
     log = await openLog('hwm');
     expect(log.logEndOffset).toBe(11);
     expect(log.highWatermark).toBe(4);
@@ -495,7 +496,7 @@ describe('truncateTo for a follower', () => {
     expect([log.logStartOffset, log.logEndOffset]).toEqual([start - 1, start - 1]);
     await log.appendReplica(appends([[start + 3]]).flat());
     expect((await readAll(log)).map((r) => r.offset)).toEqual([start + 3]);
-    await log.simulateCrash();
+    await simulateCrash(log);
     log = await openLog('tgap', opts);
     expect([log.logStartOffset, log.logEndOffset]).toEqual([start - 1, start + 4]);
     await log.close();

@@ -1,0 +1,73 @@
+/**
+ * Durability of a partition log's writes (docs/architecture.md, "Storage"): the segments written since their
+ * last fsync, and group commit for flush=always, where one datasync covers every append written before it
+ * started.
+ */
+import type { AppendResult } from './log-options.js';
+import { storageError } from './log-fs.js';
+import type { LogState } from './log-state.js';
+import type { Segment } from './segment.js';
+
+/** An append waiting for its fsync: `result` is set when its write completed. */
+export interface SyncWaiter {
+  resolve: (r: AppendResult) => void;
+  reject: (e: Error) => void;
+  result?: AppendResult;
+}
+
+export class GroupCommit {
+  /** Segments written since their last fsync. */
+  readonly dirty = new Set<Segment>();
+  private waiters: SyncWaiter[] = [];
+  private requested = false;
+  private syncing = false;
+  private done: Promise<void> = Promise.resolve();
+
+  constructor(private readonly st: LogState) {}
+
+  /** Resolves `w` (or rejects it) after the next fsync pass; call kick() to start it. */
+  wait(w: SyncWaiter): void {
+    this.waiters.push(w);
+  }
+
+  kick(): void {
+    this.requested = true;
+    if (this.syncing) return;
+    this.syncing = true;
+    this.done = this.loop();
+  }
+
+  /**
+   * Group commit: every waiter taken at the start of a pass had its write completed before the fsync
+   * starts, so one datasync covers all of them; appends finishing meanwhile wait for the next pass.
+   */
+  private async loop(): Promise<void> {
+    try {
+      while (this.requested) {
+        this.requested = false;
+        const waiters = this.waiters;
+        this.waiters = [];
+        const segs = [...this.dirty];
+        this.dirty.clear();
+        let error: Error | null = null;
+        try {
+          for (const s of segs) if (!s.deleted) await s.datasync();
+        } catch (err) {
+          this.st.fail(err);
+          error = storageError(this.st.dir, 'fsync failed', err);
+        }
+        for (const w of waiters) {
+          if (error) w.reject(error);
+          else w.resolve(w.result as AppendResult);
+        }
+      }
+    } finally {
+      this.syncing = false;
+    }
+  }
+
+  /** Resolves once no fsync pass is running. */
+  async idle(): Promise<void> {
+    while (this.syncing) await this.done;
+  }
+}

@@ -1,0 +1,328 @@
+/**
+ * The log cleaner of a partition log: retention (whole closed segments deleted by age and size) and
+ * compaction (closed segments rewritten keeping the latest record per key, swapped in file by file so a crash
+ * leaves the old or the new segment). Kept offsets do not change, so a compacted log may have gaps, which
+ * every read path skips (docs/architecture.md, "Storage").
+ */
+import { open, rename, unlink } from 'node:fs/promises';
+import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
+import type { LogRecord } from 'tributary-protocol/record.js';
+import type { GroupCommit } from './group-commit.js';
+import { fsyncDir, storageError, writeFileSynced } from './log-fs.js';
+import { type CompactOptions, type CompactResult, DEFAULT_TOMBSTONE_RETENTION_MS } from './log-options.js';
+import type { LogState } from './log-state.js';
+import { type CompactionCrashPoint, type LogTestHooks, SimulatedCrash, takeCompactionCrash } from './log-test-hooks.js';
+import type { LogWriter } from './log-writer.js';
+import { Mutex } from './mutex.js';
+import { OffsetIndex, serializeIndex } from './offset-index.js';
+import { ATTR_END_OF_APPEND, encodedSize, encodeRecordInto, type EncodableRecord, USER_ATTR_MASK } from './record-codec.js';
+import type { SegmentFds } from './segment-fds.js';
+import { type RecordInfo, type ScanOutcome, Segment } from './segment.js';
+
+/** Suffix of a compacted segment's files before they are swapped in; open() removes leftovers (*.tmp). */
+const COMPACT_TMP_SUFFIX = '.compact.tmp';
+/** Kept records buffered before a write while rewriting a segment. */
+const COMPACT_WRITE_BYTES = 4 * 1024 * 1024;
+
+/** A segment rewritten to temp files, ready to be swapped in. */
+interface PreparedCompaction {
+  old: Segment;
+  version: number;
+  tmpLog: string;
+  tmpIndex: string;
+  index: OffsetIndex;
+  size: number;
+  maxTimestamp: number;
+  removed: number;
+}
+
+/** The log closed, was truncated or lost a segment while compacting: give up quietly, the next run retries. */
+class CompactionAborted extends Error {}
+
+export class LogCleaner {
+  private readonly compactMutex = new Mutex();
+  private compactions = 0;
+
+  constructor(
+    private readonly st: LogState,
+    private readonly writer: LogWriter,
+    private readonly sync: GroupCommit,
+    private readonly fds: SegmentFds,
+    private readonly hooks: LogTestHooks,
+  ) {}
+
+  /** See PartitionLog.applyRetention. */
+  async applyRetention(now: number): Promise<{ deletedSegments: number; deletedBytes: number }> {
+    const { retentionMs, retentionBytes, segmentMs } = this.st.options;
+    if (retentionMs < 0 && retentionBytes < 0) return { deletedSegments: 0, deletedBytes: 0 };
+    if (this.st.state !== 'open') throw storageError(this.st.dir, 'log is closed');
+    return this.writer.exclusive(async () => {
+      if (this.st.state === 'closed') throw storageError(this.st.dir, 'log is closed');
+      if (this.st.failed) throw storageError(this.st.dir, 'log failed', this.st.failed);
+      if (this.st.active.size > 0 && now - this.st.active.createdMs >= segmentMs) await this.writer.roll();
+      let total = this.st.totalBytes;
+      let n = 0;
+      for (let i = 0; i < this.st.segments.length - 1; i++) {
+        const s = this.st.segments[i];
+        const expired = retentionMs >= 0 && s.maxTimestamp < now - retentionMs;
+        const oversized = retentionBytes >= 0 && total > retentionBytes;
+        if (!expired && !oversized) break;
+        total -= s.size;
+        n++;
+      }
+      if (n === 0) return { deletedSegments: 0, deletedBytes: 0 };
+      // No fsync may be in flight on a segment being deleted.
+      await this.sync.idle();
+      const doomed = this.st.segments.splice(0, n);
+      const deletedBytes = this.st.totalBytes - total;
+      this.st.totalBytes = total;
+      this.st.cache.dropBefore(this.st.logStartOffset);
+      if (this.st.hwm < this.st.logStartOffset) this.st.hwm = this.st.logStartOffset;
+      for (const s of doomed) {
+        this.sync.dirty.delete(s);
+        this.fds.forget(s);
+        await s.remove();
+      }
+      this.st.logger.info({ deletedSegments: n, deletedBytes, logStartOffset: this.st.logStartOffset }, 'retention deleted segments');
+      return { deletedSegments: n, deletedBytes };
+    });
+  }
+
+  /** See PartitionLog.compact. */
+  compact(opts: CompactOptions = {}): Promise<CompactResult> {
+    const tombstoneMs = opts.tombstoneRetentionMs ?? DEFAULT_TOMBSTONE_RETENTION_MS;
+    if (!Number.isSafeInteger(tombstoneMs) || tombstoneMs < 0) return Promise.reject(invalidParam('tombstoneRetentionMs', 'must be a non-negative integer'));
+    if (opts.now !== undefined && !Number.isSafeInteger(opts.now)) return Promise.reject(invalidParam('now', 'must be a safe integer'));
+    if (this.st.state !== 'open') return Promise.reject(storageError(this.st.dir, 'log is closed'));
+    const crashAt = takeCompactionCrash(this.hooks);
+    this.compactions++;
+    return this.compactMutex.run(() => this.runCompaction(opts.now ?? Date.now(), tombstoneMs, crashAt)).finally(() => this.compactions--);
+  }
+
+  private async runCompaction(now: number, tombstoneMs: number, crashAt: CompactionCrashPoint | undefined): Promise<CompactResult> {
+    const none: CompactResult = { segmentsCompacted: 0, recordsRemoved: 0, bytesBefore: 0, bytesAfter: 0 };
+    if (this.st.state !== 'open') return none;
+    if (this.st.failed) throw storageError(this.st.dir, 'log failed', this.st.failed);
+    // Only closed segments are compacted: an old active segment is rolled first, as retention does.
+    if (this.st.active.size > 0 && now - this.st.active.createdMs >= this.st.options.segmentMs) {
+      await this.writer.exclusive(async () => {
+        if (this.st.state === 'open' && !this.st.failed && this.st.active.size > 0 && now - this.st.active.createdMs >= this.st.options.segmentMs)
+          await this.writer.roll();
+      });
+    }
+    if (this.st.state !== 'open' || this.st.segments.length < 2) return none;
+    const closed = this.st.segments.slice(0, -1).map((seg) => ({ seg, version: seg.version }));
+    const active = this.st.active;
+    const activeEnd = active.size;
+    const truncations = this.st.truncations;
+    const prepared: PreparedCompaction[] = [];
+    try {
+      // Pass 1: the newest offset of every key. Records appended later only make us keep more.
+      const latest = new Map<string, number>();
+      const noteKeys = (r: RecordInfo, rec: LogRecord) => {
+        if (rec.key) latest.set(rec.key.toString('latin1'), r.offset);
+        return true;
+      };
+      for (const { seg } of closed) await this.scanForCompaction(seg, 0, seg.size, noteKeys);
+      await this.scanForCompaction(active, 0, activeEnd, noteKeys);
+
+      const keep = (r: RecordInfo, rec: LogRecord): boolean => {
+        if (!rec.key) return true;
+        if (latest.get(rec.key.toString('latin1')) !== r.offset) return false;
+        return rec.value.length > 0 || now - rec.timestamp <= tombstoneMs;
+      };
+      // Pass 2: rewrite each closed segment that loses records.
+      for (const { seg, version } of closed) {
+        let removed = 0;
+        await this.scanForCompaction(seg, 0, seg.size, (r, rec) => {
+          if (!keep(r, rec)) removed++;
+          return true;
+        });
+        if (removed === 0) continue;
+        const p = await this.writeCompacted(seg, version, keep);
+        prepared.push({ ...p, removed });
+        if (this.st.state !== 'open') throw new CompactionAborted();
+      }
+      if (prepared.length === 0) return none;
+      if (crashAt === 'temp-written') throw new SimulatedCrash(crashAt);
+      return await this.writer.exclusive(() => this.swapCompacted(prepared, truncations, crashAt));
+    } catch (err) {
+      // The test hook leaves the files exactly as a dead process would.
+      if (err instanceof SimulatedCrash) throw err;
+      for (const p of prepared) await this.removeTemp(p);
+      if (err instanceof CompactionAborted || this.st.state !== 'open') return none;
+      throw err instanceof TributaryError ? err : storageError(this.st.dir, 'compaction failed', err);
+    } finally {
+      for (const { seg } of closed) this.fds.releaseIfIdle(seg);
+    }
+  }
+
+  /** scanRecords over a segment that compaction reads; a segment removed or cut meanwhile aborts the compaction. */
+  private async scanForCompaction(seg: Segment, from: number, end: number, onRecord: (r: RecordInfo, rec: LogRecord) => boolean): Promise<number> {
+    const version = seg.version;
+    let out: ScanOutcome;
+    try {
+      // Stops early once the log starts closing, so close() does not wait for a whole pass.
+      out = await seg.scanRecords(from, end, (r, rec) => this.st.state === 'open' && onRecord(r, rec));
+    } catch (err) {
+      if (seg.deleted || seg.version !== version || this.st.state !== 'open') throw new CompactionAborted();
+      throw err;
+    }
+    if (this.st.state !== 'open') throw new CompactionAborted();
+    if (out.failure !== null) {
+      if (seg.deleted || seg.version !== version || this.st.state !== 'open') throw new CompactionAborted();
+      throw storageError(this.st.dir, `corrupt record in segment ${seg.baseOffset} at position ${out.position}`);
+    }
+    return out.position;
+  }
+
+  /** Writes the kept records of `seg` (and their index) to temp files, fsynced. */
+  private async writeCompacted(seg: Segment, version: number, keep: (r: RecordInfo, rec: LogRecord) => boolean): Promise<PreparedCompaction> {
+    const tmpLog = seg.logPath + COMPACT_TMP_SUFFIX;
+    const tmpIndex = seg.indexPath + COMPACT_TMP_SUFFIX;
+    const index = new OffsetIndex(seg.baseOffset, this.st.options.indexIntervalBytes);
+    let size = 0;
+    let maxTs = -1;
+    const fh = await open(tmpLog, 'w');
+    const result: PreparedCompaction = { old: seg, version, tmpLog, tmpIndex, index, size: 0, maxTimestamp: -1, removed: 0 };
+    try {
+      let pos = 0;
+      const end = seg.size;
+      while (pos < end) {
+        const bufs: Buffer[] = [];
+        let pending = 0;
+        // Stops before the record that would overflow the buffer; the next round starts there.
+        pos = await this.scanForCompaction(seg, pos, end, (r, rec) => {
+          if (pending >= COMPACT_WRITE_BYTES) return false;
+          if (!keep(r, rec)) return true;
+          const enc: EncodableRecord = {
+            offset: r.offset,
+            timestamp: rec.timestamp,
+            key: rec.key,
+            value: rec.value,
+            headers: rec.headers,
+            producerId: rec.producerId,
+            epoch: rec.epoch,
+            sequence: rec.sequence,
+            // Every kept record is a complete append of its own.
+            attributes: (rec.attributes & USER_ATTR_MASK) | ATTR_END_OF_APPEND,
+          };
+          const b = Buffer.allocUnsafe(encodedSize(enc));
+          encodeRecordInto(b, 0, enc);
+          index.onRecord(r.offset, size + pending);
+          if (rec.timestamp > maxTs) maxTs = rec.timestamp;
+          bufs.push(b);
+          pending += b.length;
+          return true;
+        });
+        if (pending > 0) {
+          const data = Buffer.concat(bufs, pending);
+          let done = 0;
+          while (done < data.length) {
+            const { bytesWritten } = await fh.write(data, done, data.length - done, size + done);
+            if (bytesWritten <= 0) throw new Error('short write');
+            done += bytesWritten;
+          }
+          size += pending;
+        }
+        if (this.st.state !== 'open') throw new CompactionAborted();
+      }
+      await fh.sync();
+    } catch (err) {
+      await fh.close().catch(() => {});
+      await this.removeTemp(result);
+      throw err;
+    }
+    await fh.close();
+    result.size = size;
+    result.maxTimestamp = maxTs;
+    const meta = {
+      baseOffset: seg.baseOffset,
+      nextOffset: seg.nextOffset,
+      maxTimestamp: maxTs,
+      logSize: size,
+      createdMs: Math.floor(seg.createdMs),
+      synced: true,
+      compacted: true,
+    };
+    try {
+      await writeFileSynced(tmpIndex, serializeIndex(meta, index));
+    } catch (err) {
+      await this.removeTemp(result);
+      throw err;
+    }
+    return result;
+  }
+
+  /** Swaps prepared segments in; runs in the exclusive section. */
+  private async swapCompacted(prepared: PreparedCompaction[], truncations: number, crashAt: CompactionCrashPoint | undefined): Promise<CompactResult> {
+    const res: CompactResult = { segmentsCompacted: 0, recordsRemoved: 0, bytesBefore: 0, bytesAfter: 0 };
+    if (this.st.state !== 'open' || this.st.failed || this.st.truncations !== truncations) throw new CompactionAborted();
+    // No fsync may be in flight on a segment being replaced.
+    await this.sync.idle();
+    try {
+      for (let k = 0; k < prepared.length; k++) {
+        const p = prepared[k];
+        const old = p.old;
+        const i = this.st.segments.indexOf(old);
+        if (i < 0 || i === this.st.segments.length - 1 || old.deleted || old.version !== p.version) {
+          await this.removeTemp(p);
+          continue;
+        }
+        // Index first: with the old log it is rebuilt yet still says 'compacted'; the range is the same.
+        await rename(p.tmpIndex, old.indexPath);
+        old.indexState = 'stale';
+        await fsyncDir(this.st.dir);
+        if (crashAt === 'index-renamed') throw new SimulatedCrash(crashAt);
+        // Until `old` is retired, readers still find it in the list and read it by its (old) index. Its fd
+        // stays open on the old file meanwhile: a reader reopening the path after the rename would read the
+        // compacted file at the old positions, and return nothing, garbage or skip records.
+        await old.holdOpen(async () => {
+          await rename(p.tmpLog, old.logPath);
+          await fsyncDir(this.st.dir);
+          if (crashAt === 'log-renamed') throw new SimulatedCrash(crashAt);
+          const seg = new Segment(this.st.dir, old.baseOffset, p.index, {
+            size: p.size,
+            nextOffset: old.nextOffset,
+            maxTimestamp: p.maxTimestamp,
+            createdMs: old.createdMs,
+          });
+          seg.compacted = true;
+          seg.indexState = 'synced';
+          this.st.segments[i] = seg;
+          this.sync.dirty.delete(old);
+          this.fds.forget(old);
+          // Readers still on `old` fail their next read and retry in `seg` (Segment.superseded).
+          await old.retire();
+        });
+        res.segmentsCompacted++;
+        res.recordsRemoved += p.removed;
+        res.bytesBefore += old.size;
+        res.bytesAfter += p.size;
+      }
+    } finally {
+      this.st.totalBytes = this.st.segments.reduce((a, s) => a + s.size, 0);
+      // Cached records below the active segment may be ones compaction removed.
+      this.st.cache.dropBefore(this.st.active.baseOffset);
+    }
+    if (res.segmentsCompacted > 0) {
+      this.st.logger.debug({ ...res, logStartOffset: this.st.logStartOffset }, 'compacted segments');
+    }
+    return res;
+  }
+
+  private async removeTemp(p: { tmpLog: string; tmpIndex: string }): Promise<void> {
+    await unlink(p.tmpLog).catch(() => {});
+    await unlink(p.tmpIndex).catch(() => {});
+  }
+
+  /** A compact() call is queued or running. */
+  get compacting(): boolean {
+    return this.compactions > 0;
+  }
+
+  /** Resolves once the compactions queued so far are done (a running one gives up at its next record once the log is closing). */
+  idle(): Promise<void> {
+    return this.compactMutex.run(async () => {});
+  }
+}

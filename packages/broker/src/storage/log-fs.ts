@@ -1,0 +1,33 @@
+/** Small file-system helpers of the partition log, and the storage_error every part of it raises. */
+import { open } from 'node:fs/promises';
+import { TributaryError } from 'tributary-protocol/errors.js';
+
+export function storageError(dir: string, reason: string, cause?: unknown): TributaryError {
+  const detail = cause instanceof Error ? `: ${cause.message}` : '';
+  const err = new TributaryError('storage_error', { dir, reason: reason + detail });
+  if (cause !== undefined) (err as Error & { cause?: unknown }).cause = cause;
+  return err;
+}
+
+export async function fsyncDir(dir: string): Promise<void> {
+  let fh: Awaited<ReturnType<typeof open>> | null = null;
+  try {
+    fh = await open(dir, 'r');
+    await fh.sync();
+  } catch {
+    // Not every platform/filesystem can fsync a directory; the data files are synced regardless.
+  } finally {
+    await fh?.close().catch(() => {});
+  }
+}
+
+/** Writes a new file and fsyncs it. */
+export async function writeFileSynced(path: string, data: Buffer): Promise<void> {
+  const fh = await open(path, 'w');
+  try {
+    await fh.writeFile(data);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}

@@ -1,0 +1,97 @@
+/**
+ * Recovery of a partition log on open (docs/architecture.md, "Storage"): leftovers of interrupted writes are
+ * removed, every segment is recovered (the last one scanned record by record unless the previous shutdown was
+ * clean), a non-contiguous tail of segments is dropped, and the clean-shutdown marker is removed before the
+ * log takes any append.
+ */
+import { mkdir, readdir, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { readHwmCheckpoint } from './hwm-checkpoint.js';
+import { fsyncDir, storageError } from './log-fs.js';
+import type { LogOptions } from './log-options.js';
+import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, Segment, segmentFileName } from './segment.js';
+
+export const CLEAN_SHUTDOWN_FILE = 'clean-shutdown';
+
+export interface LoadedLog {
+  segments: Segment[];
+  /** The previous shutdown was clean (its marker was there). */
+  clean: boolean;
+  /** The HWM checkpoint (0 when there is none), not yet clamped to the segments. */
+  checkpointedHwm: number;
+}
+
+/** Opens (creating if needed) the segments in `dir` and runs recovery. */
+export async function loadLog(dir: string, o: LogOptions, log: Logger): Promise<LoadedLog> {
+  await mkdir(dir, { recursive: true });
+  const names = await readdir(dir);
+  const clean = names.includes(CLEAN_SHUTDOWN_FILE);
+  const logBases = new Set<number>();
+  for (const n of names) {
+    const p = parseSegmentFileName(n);
+    if (p?.kind === 'log') logBases.add(p.baseOffset);
+  }
+  for (const n of names) {
+    const p = parseSegmentFileName(n);
+    // Leftovers of interrupted writes/deletions.
+    if (n.endsWith('.tmp') || (p?.kind === 'index' && !logBases.has(p.baseOffset))) await unlink(join(dir, n)).catch(() => {});
+  }
+  const bases = [...logBases].sort((a, b) => a - b);
+
+  const segments: Segment[] = [];
+  try {
+    for (let i = 0; i < bases.length; i++) {
+      const isLast = i === bases.length - 1;
+      const info = await Segment.recover(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast });
+      const seg = info.segment;
+      if (info.truncatedBytes > 0) {
+        log.warn(
+          {
+            segment: seg.baseOffset,
+            truncatedBytes: info.truncatedBytes,
+            atOffset: info.truncatedAtOffset,
+            reason: info.reason,
+            droppedRecords: info.droppedRecords,
+          },
+          `recovery cut ${info.truncatedBytes} bytes of torn/corrupt log at offset ${info.truncatedAtOffset}` +
+            (info.droppedRecords > 0 ? ` (including ${info.droppedRecords} valid records of an incomplete append)` : ''),
+        );
+      } else if (info.rebuiltIndex && !isLast) {
+        log.info({ segment: seg.baseOffset }, 'rebuilt segment index');
+      }
+      const prev = segments[segments.length - 1];
+      // A compacted segment may end in a gap (its newest records were superseded): it reaches the next one.
+      if (prev?.compacted && seg.baseOffset > prev.nextOffset) {
+        prev.nextOffset = seg.baseOffset;
+        prev.markModified();
+      }
+      if (prev && seg.baseOffset !== prev.nextOffset) {
+        // A gap (e.g. a closed segment lost its tail): only a contiguous prefix is a valid log.
+        log.warn(
+          { expected: prev.nextOffset, found: seg.baseOffset, droppedSegments: bases.length - i },
+          `offsets not contiguous at segment ${seg.baseOffset}; dropping it and all later segments`,
+        );
+        await seg.remove();
+        for (let j = i + 1; j < bases.length; j++) {
+          for (const suffix of [LOG_SUFFIX, INDEX_SUFFIX]) await unlink(join(dir, segmentFileName(bases[j], suffix))).catch(() => {});
+        }
+        break;
+      }
+      segments.push(seg);
+    }
+    if (segments.length === 0) {
+      segments.push(await Segment.create(dir, 0, o.indexIntervalBytes, Date.now()));
+    }
+    // Release fds of old segments; reads reopen them on demand.
+    for (let i = 0; i < segments.length - 2; i++) await segments[i].release();
+  } catch (err) {
+    for (const s of segments) await s.close().catch(() => {});
+    throw storageError(dir, 'recovery failed', err);
+  }
+
+  // The marker must be gone (durably) before any append, or a later crash would skip recovery.
+  if (clean) await unlink(join(dir, CLEAN_SHUTDOWN_FILE)).catch(() => {});
+  await fsyncDir(dir);
+  return { segments, clean, checkpointedHwm: await readHwmCheckpoint(dir, log) };
+}

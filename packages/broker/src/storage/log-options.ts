@@ -1,0 +1,112 @@
+/** The options and result types of PartitionLog (docs/architecture.md, "Storage"), and how options are checked. */
+import { invalidParam } from 'tributary-protocol/errors.js';
+import { DEFAULT_INDEX_INTERVAL_BYTES } from './offset-index.js';
+
+export type FlushMode = 'always' | 'interval' | 'os';
+
+export interface LogOptions {
+  /** Roll when the active segment would exceed this (default 128 MiB). */
+  segmentBytes: number;
+  /** Roll when the active segment is older than this (default 7 days). */
+  segmentMs: number;
+  /** -1 = unlimited; delete whole closed segments whose max timestamp is older. */
+  retentionMs: number;
+  /** -1 = unlimited; delete oldest closed segments while the total size exceeds it. */
+  retentionBytes: number;
+  /** 'always': append resolves after fsync (group commit); 'interval': fsync on a timer; 'os': only on close. */
+  flush: FlushMode;
+  /** fsync period for 'interval'; also the HWM checkpoint period in every mode. */
+  flushIntervalMs: number;
+  indexIntervalBytes: number;
+  maxRecordBytes?: number;
+  /** Bytes of recently appended records kept in memory for tail readers (default 4 MiB; 0 disables). */
+  tailCacheBytes?: number;
+}
+
+export const DEFAULT_LOG_OPTIONS: Readonly<LogOptions> = Object.freeze({
+  segmentBytes: 128 * 1024 * 1024,
+  segmentMs: 7 * 24 * 60 * 60 * 1000,
+  retentionMs: -1,
+  retentionBytes: -1,
+  flush: 'always' as FlushMode,
+  flushIntervalMs: 1000,
+  indexIntervalBytes: DEFAULT_INDEX_INTERVAL_BYTES,
+  tailCacheBytes: 4 * 1024 * 1024,
+});
+
+export interface AppendResult {
+  baseOffset: number;
+  lastOffset: number;
+  /** The append time used for records given timestamp 0. */
+  timestamp: number;
+}
+
+export interface ReadOptions {
+  maxRecords: number;
+  maxBytes: number;
+  /** Exclusive upper bound, e.g. the high watermark. */
+  maxOffset?: number;
+  /**
+   * Read from disk and keep ATTR_END_OF_APPEND in `attributes` (the last record of each append), e.g. to
+   * rebuild per-append state such as idempotent producer batches. Not for serving consumers.
+   */
+  keepAppendMarker?: boolean;
+  /**
+   * With keepAppendMarker: end at an append boundary. maxRecords and maxBytes are only checked after a record
+   * that ends an append, so the first append is returned whole however large it is, and records of an append
+   * cut by maxOffset are left out (which can make the result empty). For a follower fetching from its leader
+   * (PartitionLog.appendReplica takes whole appends only).
+   */
+  wholeAppends?: boolean;
+}
+
+export interface SegmentInfo {
+  baseOffset: number;
+  nextOffset: number;
+  sizeBytes: number;
+  maxTimestamp: number;
+  createdMs: number;
+  /** Rewritten by compaction (may hold fewer records than offsets). */
+  compacted: boolean;
+}
+
+/** Options of one compact() call (its crash test hook is armed through log-test-hooks.ts). */
+export interface CompactOptions {
+  /** How long a tombstone (empty value) stays as its key's latest record before it is dropped (default 24 h). */
+  tombstoneRetentionMs?: number;
+  /** The clock used for tombstone expiry and the age roll (default Date.now()). */
+  now?: number;
+}
+
+export interface CompactResult {
+  segmentsCompacted: number;
+  recordsRemoved: number;
+  /** Size of the rewritten segments before and after. */
+  bytesBefore: number;
+  bytesAfter: number;
+}
+
+export const DEFAULT_TOMBSTONE_RETENTION_MS = 24 * 60 * 60 * 1000;
+
+/** Segment positions are u32 in the index; keep segments well inside that. */
+const MAX_SEGMENT_BYTES = 0x7fffffff;
+
+/** The defaults completed with `o` (undefined values ignored), or invalid_parameter naming the first bad option. */
+export function resolveOptions(o: Partial<LogOptions>): LogOptions {
+  const opts: LogOptions = { ...DEFAULT_LOG_OPTIONS };
+  for (const [k, v] of Object.entries(o)) if (v !== undefined) (opts as unknown as Record<string, unknown>)[k] = v;
+  const posInt = (name: keyof LogOptions, min: number, max = Number.MAX_SAFE_INTEGER) => {
+    const v = opts[name];
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min || v > max) throw invalidParam(name, `must be an integer in [${min}, ${max}]`);
+  };
+  posInt('segmentBytes', 1, MAX_SEGMENT_BYTES);
+  posInt('segmentMs', 1);
+  posInt('retentionMs', -1);
+  posInt('retentionBytes', -1);
+  posInt('flushIntervalMs', 1, 0x7fffffff);
+  posInt('indexIntervalBytes', 1, MAX_SEGMENT_BYTES);
+  if (opts.maxRecordBytes !== undefined) posInt('maxRecordBytes', 1);
+  if (opts.tailCacheBytes !== undefined) posInt('tailCacheBytes', 0);
+  if (opts.flush !== 'always' && opts.flush !== 'interval' && opts.flush !== 'os') throw invalidParam('flush', "must be 'always', 'interval' or 'os'");
+  return opts;
+}

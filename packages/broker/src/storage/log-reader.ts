@@ -1,0 +1,198 @@
+/**
+ * The read paths of a partition log: from the tail cache when it holds the offset, else from the segment
+ * files, stepping over the gaps compaction leaves and retrying in the replacement when a compaction swap
+ * races with the read; and the timestamp lookup.
+ */
+import { writeTrailer } from 'tributary-protocol/batch.js';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import type { LogRecord } from 'tributary-protocol/record.js';
+import { storageError } from './log-fs.js';
+import type { ReadOptions } from './log-options.js';
+import type { LogState } from './log-state.js';
+import { ATTR_END_OF_APPEND, decodeRecord, USER_ATTR_MASK } from './record-codec.js';
+import type { SegmentFds } from './segment-fds.js';
+import type { WireReadRequest } from './tail-cache.js';
+
+const READ_CHUNK_MIN = 16 * 1024;
+const READ_CHUNK_MAX = 8 * 1024 * 1024;
+
+/**
+ * How many leading records of `records` (read with keepAppendMarker) form whole appends: up to and including
+ * the last one carrying ATTR_END_OF_APPEND. A follower passes that prefix to appendReplica and fetches the
+ * rest again.
+ */
+export function wholeAppendCount(records: readonly LogRecord[]): number {
+  for (let i = records.length - 1; i >= 0; i--) if ((records[i].attributes & ATTR_END_OF_APPEND) !== 0) return i + 1;
+  return 0;
+}
+
+export class LogReader {
+  constructor(
+    private readonly st: LogState,
+    private readonly fds: SegmentFds,
+  ) {}
+
+  /** See PartitionLog.read. */
+  async read(offset: number, opts: ReadOptions): Promise<LogRecord[]> {
+    if (this.st.state === 'closed') throw storageError(this.st.dir, 'log is closed');
+    if (!Number.isSafeInteger(offset)) throw invalidParam('offset', 'must be a safe integer');
+    const start = this.st.logStartOffset;
+    const leo = this.st.logEndOffset;
+    if (offset < start || offset > leo) {
+      throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: start, latest: leo });
+    }
+    const limit = opts.maxOffset === undefined ? leo : Math.min(leo, opts.maxOffset);
+    const maxRecords = opts.maxRecords;
+    const maxBytes = opts.maxBytes;
+    if (offset >= limit || !(maxRecords >= 1)) return [];
+    if (opts.keepAppendMarker) {
+      if (!opts.wholeAppends) return this.readFromDisk(offset, limit, maxRecords, maxBytes, true);
+      const recs = await this.readFromDisk(offset, limit, maxRecords, maxBytes, true, true);
+      recs.length = wholeAppendCount(recs);
+      return recs;
+    }
+    const cached = this.st.cache.read(offset, limit, maxRecords, maxBytes);
+    if (cached) return cached;
+    return this.readFromDisk(offset, limit, maxRecords, maxBytes);
+  }
+
+  /** See PartitionLog.readWire. */
+  readWire(offset: number, opts: ReadOptions, w: WireReadRequest): { frame: Buffer; count: number; valueBytes: number; nextOffset: number } | null {
+    if (this.st.state === 'closed' || !Number.isSafeInteger(offset)) return null;
+    const leo = this.st.logEndOffset;
+    if (offset < this.st.logStartOffset || offset > leo) return null;
+    const limit = opts.maxOffset === undefined ? leo : Math.min(leo, opts.maxOffset);
+    if (offset >= limit || !(opts.maxRecords >= 1)) return null;
+    const r = this.st.cache.readWire(offset, limit, opts.maxRecords, opts.maxBytes, w);
+    if (!r) return null;
+    let at = r.at;
+    if (w.extensions) at = writeTrailer(r.buf, at, { nextOffset: r.nextOffset, highWatermark: this.st.hwm, logStartOffset: this.st.logStartOffset });
+    return { frame: at === r.buf.length ? r.buf : r.buf.subarray(0, at), count: r.count, valueBytes: r.valueBytes, nextOffset: r.nextOffset };
+  }
+
+  private async readFromDisk(offset: number, limit: number, maxRecords: number, maxBytes: number, keepMarker = false, whole = false): Promise<LogRecord[]> {
+    const out: LogRecord[] = [];
+    let bytes = 0;
+    let next = offset;
+    let done = false;
+    let retries = 0;
+    // `whole`: the last record returned does not end its append, so the limits do not apply yet.
+    let inAppend = false;
+    while (!done && next < limit && (out.length < maxRecords || inAppend)) {
+      const seg = this.st.segmentFor(next);
+      if (!seg || seg.deleted) return this.raced(out, offset);
+      const version = seg.version;
+      // Read together (appends update both at once): the records below segNext all lie before `end`.
+      const end = seg.size;
+      const segNext = seg.nextOffset;
+      let pos = seg.index.lookup(next).position;
+      const startNext = next;
+      let need = 0;
+      let stale = false;
+      this.fds.touch(seg);
+      while (!done && !stale && pos < end) {
+        // Size the read to what the caller can take, plus the skip from the index entry.
+        const avg = seg.recordCount > 0 ? Math.ceil(end / seg.recordCount) : READ_CHUNK_MIN;
+        const wanted = Math.min(maxBytes - bytes, (maxRecords - out.length) * avg, READ_CHUNK_MAX);
+        const chunk = Math.min(end - pos, Math.max(need, READ_CHUNK_MIN, wanted + seg.index.intervalBytes));
+        let buf: Buffer;
+        try {
+          buf = await seg.read(pos, chunk);
+        } catch (err) {
+          if (seg.deleted || seg.version !== version) {
+            stale = true;
+            break;
+          }
+          throw storageError(this.st.dir, 'read failed', err);
+        }
+        if (buf.length === 0) {
+          stale = true;
+          break;
+        }
+        need = 0;
+        let p = 0;
+        while (p < buf.length) {
+          const r = decodeRecord(buf, p);
+          if (!r.ok) {
+            const needed = r.needed ?? 4;
+            if (r.reason === 'incomplete' && buf.length === chunk && pos + p + needed <= end) {
+              need = needed;
+              break;
+            }
+            if (seg.deleted || seg.version !== version) {
+              stale = true;
+              break;
+            }
+            throw storageError(this.st.dir, `corrupt record in segment ${seg.baseOffset} at position ${pos + p}`);
+          }
+          const rec = r.record;
+          // Below `next`: the skip from the index entry. Above it: a gap left by compaction.
+          if (rec.offset < next) {
+            p += r.size;
+            continue;
+          }
+          if (rec.offset >= limit || (out.length > 0 && bytes + r.size > maxBytes && !inAppend)) {
+            done = true;
+            break;
+          }
+          if (whole) inAppend = (rec.attributes & ATTR_END_OF_APPEND) === 0;
+          if (!keepMarker) rec.attributes &= USER_ATTR_MASK;
+          out.push(rec);
+          bytes += r.size;
+          next = rec.offset + 1;
+          p += r.size;
+          if (out.length >= maxRecords && !inAppend) {
+            done = true;
+            break;
+          }
+        }
+        pos += p;
+      }
+      if (stale) {
+        // Compaction swapped the file in: the replacement holds the same offsets, so carry on from `next`.
+        if (seg.superseded && retries++ < 8) continue;
+        return this.raced(out, offset);
+      }
+      // Past the segment's last record but not its end (a compacted tail): the rest is in later segments.
+      if (!done && next < segNext) next = segNext;
+      // No progress means the segment view went stale (truncation); never spin.
+      if (next === startNext) break;
+    }
+    return out;
+  }
+
+  /** A read raced with retention/truncation: return what was read, or report the now-missing offset. */
+  private raced(out: LogRecord[], offset: number): LogRecord[] {
+    if (out.length > 0) return out;
+    const start = this.st.logStartOffset;
+    const leo = this.st.logEndOffset;
+    if (offset < start || offset > leo) throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: start, latest: leo });
+    return out;
+  }
+
+  /** First offset whose timestamp is >= ts, or the LEO. */
+  async offsetForTimestamp(ts: number): Promise<number> {
+    for (let attempt = 0; ; attempt++) {
+      let retry = false;
+      for (const seg of [...this.st.segments]) {
+        if (seg.superseded) {
+          retry = true;
+          break;
+        }
+        if (seg.deleted || seg.maxTimestamp < ts) continue;
+        try {
+          const o = await seg.firstOffsetAtOrAfter(ts);
+          if (o !== null) return o;
+        } catch (err) {
+          if (seg.superseded) {
+            retry = true;
+            break;
+          }
+          if (!seg.deleted) throw storageError(this.st.dir, 'read failed', err);
+        }
+      }
+      // A compaction swap replaced a segment mid-scan: the new list has it under the same offsets.
+      if (!retry || attempt >= 8) return this.st.logEndOffset;
+    }
+  }
+}

@@ -1,0 +1,72 @@
+/**
+ * What the parts of a partition log share: its directory, options and logger, the segment list (the last one
+ * active), the high watermark, the tail cache and whether the log is open or failed. The PartitionLog facade
+ * owns it and hands it to the writer, the reader, the syncer and the cleaner.
+ */
+import type { Logger } from 'pino';
+import type { LogOptions } from './log-options.js';
+import type { Segment } from './segment.js';
+import { TailCache } from './tail-cache.js';
+
+export class LogState {
+  segments: Segment[];
+  hwm = 0;
+  totalBytes = 0;
+  readonly cache: TailCache;
+  failed: Error | null = null;
+  state: 'open' | 'closing' | 'closed' = 'open';
+  /** Bumped by truncateTo: a compaction planned before it may drop what became the latest record. */
+  truncations = 0;
+
+  constructor(
+    readonly dir: string,
+    readonly options: Readonly<LogOptions>,
+    readonly logger: Logger,
+    segments: Segment[],
+  ) {
+    this.segments = segments;
+    this.cache = new TailCache(options.tailCacheBytes ?? 0);
+    for (const s of segments) this.totalBytes += s.size;
+  }
+
+  get active(): Segment {
+    return this.segments[this.segments.length - 1];
+  }
+
+  get logStartOffset(): number {
+    return this.segments[0].baseOffset;
+  }
+
+  get logEndOffset(): number {
+    return this.active.nextOffset;
+  }
+
+  clampHwm(v: number): number {
+    return Math.max(this.logStartOffset, Math.min(v, this.logEndOffset));
+  }
+
+  /** The segment holding `offset`: the last one starting at or below it. */
+  segmentFor(offset: number): Segment | null {
+    const segs = this.segments;
+    let lo = 0;
+    let hi = segs.length - 1;
+    let found = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      if (segs[mid].baseOffset <= offset) {
+        found = mid;
+        lo = mid + 1;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return found < 0 ? null : segs[found];
+  }
+
+  /** After a failed fsync the page cache state is unknown: refuse further appends (reads still work). */
+  fail(err: unknown): void {
+    if (this.failed) return;
+    this.failed = err instanceof Error ? err : new Error(String(err));
+    this.logger.error({ err: this.failed }, 'partition log failed; appends are refused until reopen');
+  }
+}

@@ -1,0 +1,414 @@
+/**
+ * The write path of a partition log: appends are queued and written by a single writer, inside a mutex that
+ * exclusive operations (flush, retention, the compaction swap, truncation) also take. Several queued batches
+ * coalesce into one write call; the last record of every append carries ATTR_END_OF_APPEND, so recovery
+ * keeps whole appends only (docs/architecture.md, "Storage"). Durability is left to GroupCommit.
+ */
+import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
+import type { ScannedBatch } from 'tributary-protocol/batch.js';
+import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
+import type { GroupCommit, SyncWaiter } from './group-commit.js';
+import { fsyncDir, storageError } from './log-fs.js';
+import type { AppendResult } from './log-options.js';
+import type { LogState } from './log-state.js';
+import { Mutex } from './mutex.js';
+import {
+  ATTR_END_OF_APPEND,
+  encodedSize,
+  encodeRecordInto,
+  USER_ATTR_MASK,
+  lastWireTimestamp,
+  storedSizeOfWire,
+  validateEncodable,
+  writeStoredFromWire,
+} from './record-codec.js';
+import type { SegmentFds } from './segment-fds.js';
+import { Segment } from './segment.js';
+
+/** Upper bound of one append batch and of one coalesced write. */
+const MAX_BATCH_BYTES = 1024 * 1024 * 1024;
+const MAX_GROUP_BYTES = 4 * 1024 * 1024;
+const NO_RECORDS: RecordInput[] = [];
+
+/** Largest offset distance from a segment's base that its index can hold (u32 relative offsets). */
+const MAX_RELATIVE_OFFSET = 0xffffffff;
+
+interface PendingAppend extends SyncWaiter {
+  records: RecordInput[];
+  /** Instead of `records`: the records of a produce batch, encoded straight from its wire bytes. */
+  wire?: ScannedBatch;
+  /** Instead of `records`: an appendReplica call, already encoded with its own offsets. */
+  replica?: ReplicaWrite;
+  sizes: number[];
+  bytes: number;
+}
+
+/** The records of an appendReplica call, encoded when the call is accepted (the caller's objects may change later). */
+interface ReplicaWrite {
+  buf: Buffer;
+  /** Position of record i in `buf`, then the end. */
+  starts: number[];
+  /** Offset of record i (increasing, maybe with gaps). */
+  offsets: number[];
+  maxTimestamp: number;
+}
+
+export class LogWriter {
+  private readonly mutex = new Mutex();
+  private pending: PendingAppend[] = [];
+  private drainScheduled = false;
+  private exclusiveWaiting = 0;
+  /** An exclusive operation is running (the 'interval' flush timer leaves the fsync to it). */
+  exclusiveActive = false;
+
+  constructor(
+    private readonly st: LogState,
+    private readonly sync: GroupCommit,
+    private readonly fds: SegmentFds,
+  ) {}
+
+  /** See PartitionLog.append. */
+  append(records: RecordInput[]): Promise<AppendResult> {
+    if (this.st.state !== 'open') return Promise.reject(storageError(this.st.dir, 'log is closed'));
+    if (this.st.failed) return Promise.reject(storageError(this.st.dir, 'log failed', this.st.failed));
+    if (!Array.isArray(records) || records.length === 0) return Promise.reject(invalidParam('records', 'must be a non-empty array'));
+    const sizes = new Array<number>(records.length);
+    let bytes = 0;
+    const max = this.st.options.maxRecordBytes;
+    for (let i = 0; i < records.length; i++) {
+      const reason = validateEncodable(records[i]);
+      if (reason) return Promise.reject(invalidParam('records', `record ${i}: ${reason}`));
+      const size = encodedSize(records[i]);
+      if (max !== undefined && size > max) return Promise.reject(new TributaryError('record_too_large', { size, max }));
+      sizes[i] = size;
+      bytes += size;
+    }
+    if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
+    return new Promise<AppendResult>((resolve, reject) => {
+      this.pending.push({ records, sizes, bytes, resolve, reject });
+      this.scheduleDrain();
+    });
+  }
+
+  /** See PartitionLog.appendWire. */
+  appendWire(batch: ScannedBatch): Promise<AppendResult> {
+    if (this.st.state !== 'open') return Promise.reject(storageError(this.st.dir, 'log is closed'));
+    if (this.st.failed) return Promise.reject(storageError(this.st.dir, 'log failed', this.st.failed));
+    const n = batch.count;
+    if (n === 0) return Promise.reject(invalidParam('records', 'must be a non-empty array'));
+    const sizes = new Array<number>(n);
+    let bytes = 0;
+    const max = this.st.options.maxRecordBytes;
+    const { body, starts, extensions } = batch;
+    for (let i = 0; i < n; i++) {
+      const size = storedSizeOfWire(body, starts[i], starts[i + 1], extensions);
+      if (max !== undefined && size > max) return Promise.reject(new TributaryError('record_too_large', { size, max }));
+      sizes[i] = size;
+      bytes += size;
+    }
+    if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
+    return new Promise<AppendResult>((resolve, reject) => {
+      this.pending.push({ records: NO_RECORDS, wire: batch, sizes, bytes, resolve, reject });
+      this.scheduleDrain();
+    });
+  }
+
+  /** See PartitionLog.appendReplica: checks the call and encodes the records with their own offsets. */
+  appendReplica(records: LogRecord[]): Promise<AppendResult> {
+    if (this.st.state !== 'open') return Promise.reject(storageError(this.st.dir, 'log is closed'));
+    if (this.st.failed) return Promise.reject(storageError(this.st.dir, 'log failed', this.st.failed));
+    if (!Array.isArray(records) || records.length === 0) return Promise.reject(invalidParam('records', 'must be a non-empty array'));
+    const n = records.length;
+    const sizes = new Array<number>(n);
+    const offsets = new Array<number>(n);
+    let bytes = 0;
+    for (let i = 0; i < n; i++) {
+      const r = records[i];
+      const offset = r?.offset;
+      if (!Number.isSafeInteger(offset) || offset < 0) return Promise.reject(invalidParam('records', `record ${i}: bad offset ${offset}`));
+      if (typeof r.timestamp !== 'number') return Promise.reject(invalidParam('records', `record ${i}: timestamp must be a non-negative safe integer`));
+      const reason = validateEncodable(r);
+      if (reason) return Promise.reject(invalidParam('records', `record ${i}: ${reason}`));
+      if (i > 0) {
+        const prev = offsets[i - 1];
+        if (offset <= prev) return Promise.reject(invalidParam('records', `record ${i}: offsets must be strictly increasing (${offset} after ${prev})`));
+        if (offset !== prev + 1 && ((records[i - 1].attributes ?? 0) & ATTR_END_OF_APPEND) === 0) {
+          return Promise.reject(invalidParam('records', `record ${i}: offset gap (${prev} to ${offset}) inside an append`));
+        }
+      }
+      offsets[i] = offset;
+      sizes[i] = encodedSize(r);
+      bytes += sizes[i];
+    }
+    if (((records[n - 1].attributes ?? 0) & ATTR_END_OF_APPEND) === 0) {
+      return Promise.reject(invalidParam('records', 'the last record does not end an append (ATTR_END_OF_APPEND): pass whole appends only'));
+    }
+    const first = offsets[0];
+    const last = offsets[n - 1];
+    if (first < this.st.logEndOffset)
+      return Promise.reject(invalidParam('records', `first offset ${first} is below the log end offset ${this.st.logEndOffset}`));
+    if (last - first > MAX_RELATIVE_OFFSET) return Promise.reject(invalidParam('records', 'offsets span more than 2^32: split the call at an append boundary'));
+    if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
+    const buf = Buffer.allocUnsafe(bytes);
+    const starts = new Array<number>(n + 1);
+    let maxTimestamp = -1;
+    let p = 0;
+    for (let i = 0; i < n; i++) {
+      const r = records[i];
+      const end = encodeRecordInto(buf, p, r);
+      if (end - p !== sizes[i]) return Promise.reject(storageError(this.st.dir, 'record encoding size mismatch'));
+      starts[i] = p;
+      if (r.timestamp > maxTimestamp) maxTimestamp = r.timestamp;
+      p = end;
+    }
+    starts[n] = p;
+    const replica: ReplicaWrite = { buf, starts, offsets, maxTimestamp };
+    return new Promise<AppendResult>((resolve, reject) => {
+      this.pending.push({ records: NO_RECORDS, replica, sizes, bytes, resolve, reject });
+      this.scheduleDrain();
+    });
+  }
+
+  private scheduleDrain(): void {
+    if (this.drainScheduled) return;
+    this.drainScheduled = true;
+    void this.mutex.run(async () => {
+      this.drainScheduled = false;
+      await this.drain();
+    });
+  }
+
+  /** Writes queued appends; must run inside the mutex. Yields to queued exclusive operations unless `force`. */
+  async drain(force = false): Promise<void> {
+    while (this.pending.length > 0) {
+      if (this.exclusiveWaiting > 0 && !force) {
+        this.scheduleDrain();
+        return;
+      }
+      if (this.st.failed || this.st.state === 'closed') {
+        const err = this.st.failed ? storageError(this.st.dir, 'log failed', this.st.failed) : storageError(this.st.dir, 'log is closed');
+        for (const p of this.pending.splice(0)) p.reject(err);
+        return;
+      }
+      const { segmentBytes, segmentMs } = this.st.options;
+      let group: PendingAppend[] = [];
+      try {
+        const now = Date.now();
+        const first = this.pending[0];
+        if (first.replica) {
+          // A replica append is a write of its own: it carries its offsets, checked against the log end it lands on.
+          group = this.pending.splice(0, 1);
+          await this.writeReplica(first, first.replica, now);
+          continue;
+        }
+        let seg = this.st.active;
+        if (seg.size > 0 && (seg.size + first.bytes > segmentBytes || now - seg.createdMs >= segmentMs)) {
+          await this.roll();
+          seg = this.st.active;
+        }
+        // A batch never spans segments; several batches share one write while they fit.
+        let n = 1;
+        let bytes = first.bytes;
+        while (n < this.pending.length && !this.pending[n].replica) {
+          const b = this.pending[n].bytes;
+          if (bytes + b > MAX_GROUP_BYTES || seg.size + bytes + b > segmentBytes) break;
+          bytes += b;
+          n++;
+        }
+        group = this.pending.splice(0, n);
+        await this.writeGroup(seg, group, bytes, now);
+      } catch (err) {
+        // roll() failed before the group was taken: fail the first append rather than retry forever.
+        if (group.length === 0) group = this.pending.splice(0, 1);
+        const e = err instanceof TributaryError ? err : storageError(this.st.dir, 'append failed', err);
+        for (const p of group) p.reject(e);
+      }
+    }
+  }
+
+  private async writeGroup(seg: Segment, group: PendingAppend[], bytes: number, now: number): Promise<void> {
+    const buf = Buffer.allocUnsafe(bytes);
+    // Where each record starts in `buf`, then the end: for the index and the tail cache.
+    const recStarts: number[] = [];
+    const firstOffset = seg.nextOffset;
+    let offset = firstOffset;
+    let maxTs = seg.maxTimestamp;
+    let p = 0;
+    for (const b of group) {
+      const base = offset;
+      const wire = b.wire;
+      if (wire) {
+        const { body, starts, extensions, count } = wire;
+        const sizes = b.sizes;
+        for (let i = 0; i < count; i++) {
+          const end = writeStoredFromWire(body, starts[i], starts[i + 1], extensions, buf, p, offset, now, i === count - 1 ? ATTR_END_OF_APPEND : 0);
+          if (end - p !== sizes[i]) throw storageError(this.st.dir, 'record encoding size mismatch');
+          recStarts.push(p);
+          if (lastWireTimestamp > maxTs) maxTs = lastWireTimestamp;
+          p = end;
+          offset++;
+        }
+        b.result = { baseOffset: base, lastOffset: offset - 1, timestamp: now };
+        continue;
+      }
+      const lastIdx = b.records.length - 1;
+      for (let i = 0; i < b.records.length; i++) {
+        const r = b.records[i];
+        const timestamp = r.timestamp ? r.timestamp : now;
+        const attributes = ((r.attributes ?? 0) & USER_ATTR_MASK) | (i === lastIdx ? ATTR_END_OF_APPEND : 0);
+        const end = encodeRecordInto(buf, p, {
+          offset,
+          timestamp,
+          key: r.key,
+          value: r.value,
+          headers: r.headers,
+          producerId: r.producerId,
+          epoch: r.epoch,
+          sequence: r.sequence,
+          attributes,
+        });
+        if (end - p !== b.sizes[i]) throw storageError(this.st.dir, 'record encoding size mismatch');
+        recStarts.push(p);
+        if (timestamp > maxTs) maxTs = timestamp;
+        p = end;
+        offset++;
+      }
+      b.result = { baseOffset: base, lastOffset: offset - 1, timestamp: now };
+    }
+    recStarts.push(p);
+    const startSize = seg.size;
+    try {
+      await seg.writeAt(buf, startSize);
+    } catch (err) {
+      // Roll back a partial write so the file never ends in bytes nobody acknowledged.
+      await seg.withHandle((fh) => fh.truncate(startSize)).catch((e: unknown) => this.st.fail(e));
+      throw storageError(this.st.dir, 'write failed', err);
+    }
+    // Publish only after the bytes are in the file: readers never see a partial record.
+    for (let i = 0; i < recStarts.length - 1; i++) seg.index.onRecord(firstOffset + i, startSize + recStarts[i]);
+    seg.size = startSize + bytes;
+    seg.nextOffset = offset;
+    seg.maxTimestamp = maxTs;
+    seg.markModified();
+    this.st.totalBytes += bytes;
+    this.sync.dirty.add(seg);
+    this.st.cache.append(buf, firstOffset, recStarts);
+    if (this.st.options.flush === 'always') {
+      for (const b of group) this.sync.wait(b);
+      this.sync.kick();
+    } else {
+      for (const b of group) b.resolve(b.result as AppendResult);
+    }
+  }
+
+  /** Writes one appendReplica call (inside the mutex): rolls as for append(), then writes it as encoded. */
+  private async writeReplica(b: PendingAppend, rw: ReplicaWrite, now: number): Promise<void> {
+    const { buf, starts, offsets } = rw;
+    const first = offsets[0];
+    const last = offsets[offsets.length - 1];
+    // Appends queued before this one may have moved the log end since the call was accepted.
+    if (first < this.st.logEndOffset) throw invalidParam('records', `first offset ${first} is below the log end offset ${this.st.logEndOffset}`);
+    const { segmentBytes, segmentMs } = this.st.options;
+    let seg = this.st.active;
+    if (seg.size > 0 && (seg.size + b.bytes > segmentBytes || now - seg.createdMs >= segmentMs)) await this.roll();
+    if (last - this.st.active.baseOffset > MAX_RELATIVE_OFFSET) await this.roll(first);
+    seg = this.st.active;
+    const startSize = seg.size;
+    try {
+      await seg.writeAt(buf, startSize);
+    } catch (err) {
+      await seg.withHandle((fh) => fh.truncate(startSize)).catch((e: unknown) => this.st.fail(e));
+      throw storageError(this.st.dir, 'write failed', err);
+    }
+    // Gaps are fine for the index (greatest entry <= offset, then a scan) and for reads, which step over them.
+    for (let i = 0; i < offsets.length; i++) seg.index.onRecord(offsets[i], startSize + starts[i]);
+    seg.size = startSize + b.bytes;
+    seg.nextOffset = last + 1;
+    if (rw.maxTimestamp > seg.maxTimestamp) seg.maxTimestamp = rw.maxTimestamp;
+    seg.markModified();
+    this.st.totalBytes += b.bytes;
+    this.sync.dirty.add(seg);
+    // The tail cache holds consecutive offsets ending at the LEO: cache the last run without a gap (a gap before
+    // it, from the LEO or inside the call, empties the cache first).
+    let run = offsets.length - 1;
+    while (run > 0 && offsets[run - 1] === offsets[run] - 1) run--;
+    this.st.cache.append(buf, offsets[run], run === 0 ? starts : starts.slice(run));
+    b.result = { baseOffset: first, lastOffset: last, timestamp: now };
+    if (this.st.options.flush === 'always') {
+      this.sync.wait(b);
+      this.sync.kick();
+    } else {
+      b.resolve(b.result);
+    }
+  }
+
+  /**
+   * Closes the active segment and starts a new one at the LEO, or at `base` when given and above it (replica
+   * appends past what the index of the active segment can address). Runs inside the mutex.
+   */
+  async roll(base?: number): Promise<void> {
+    const old = this.st.active;
+    const durable = this.st.options.flush !== 'os';
+    if (durable) {
+      try {
+        await old.datasync();
+      } catch (err) {
+        this.st.fail(err);
+        throw storageError(this.st.dir, 'fsync failed', err);
+      }
+    }
+    if (base !== undefined && base > old.nextOffset) {
+      // The old segment is stretched over the gap and flagged like a compacted one (whose nextOffset may lie
+      // past its last record, and which open() lets reach the next segment); the flag has to be on disk before
+      // a segment starting at `base` exists, or a reopen would see a hole and drop it.
+      const { nextOffset, compacted } = old;
+      old.nextOffset = base;
+      old.compacted = true;
+      try {
+        await old.writeIndex(durable);
+      } catch (err) {
+        old.nextOffset = nextOffset;
+        old.compacted = compacted;
+        throw storageError(this.st.dir, 'could not write segment index', err);
+      }
+    } else {
+      try {
+        await old.writeIndex(durable);
+      } catch (err) {
+        // Not fatal: recovery rebuilds a missing or stale index.
+        this.st.logger.warn({ err, segment: old.baseOffset }, 'could not write segment index');
+      }
+    }
+    const seg = await Segment.create(this.st.dir, old.nextOffset, this.st.options.indexIntervalBytes, Date.now());
+    this.st.segments.push(seg);
+    if (durable) await fsyncDir(this.st.dir);
+    this.st.logger.debug({ segment: seg.baseOffset, previousBytes: old.size }, 'rolled segment');
+    // Keep fds for the active and previous segment only.
+    const older = this.st.segments[this.st.segments.length - 3];
+    if (older) this.fds.releaseLater(older);
+  }
+
+  /** Runs `fn` alone in the mutex: queued appends wait for it (drain yields to it). */
+  exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    this.exclusiveWaiting++;
+    return this.mutex.run(async () => {
+      this.exclusiveWaiting--;
+      this.exclusiveActive = true;
+      try {
+        return await fn();
+      } finally {
+        this.exclusiveActive = false;
+      }
+    });
+  }
+
+  /** Runs `fn` inside the mutex, after the writes queued before it (close). */
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    return this.mutex.run(fn);
+  }
+
+  /** Rejects every queued append (the log closed). */
+  rejectQueued(): void {
+    for (const p of this.pending.splice(0)) p.reject(storageError(this.st.dir, 'log is closed'));
+  }
+}

@@ -1,0 +1,12 @@
+/** Promise-chain mutex: runs callbacks one at a time in call order. */
+export class Mutex {
+  private tail: Promise<unknown> = Promise.resolve();
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const r = this.tail.then(fn);
+    this.tail = r.then(
+      () => undefined,
+      () => undefined,
+    );
+    return r;
+  }
+}

@@ -1,0 +1,257 @@
+/**
+ * The tail cache of a partition log: recently appended records served to tail readers without a disk read,
+ * and written straight into CONSUME reply batches (docs/protocol.md) by readWire.
+ */
+import { replyHeaderSize, setReplyCount, writeReplyHeader } from 'tributary-protocol/batch.js';
+import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
+import { decodeOwnRecord, USER_ATTR_MASK, writeWireRecord } from './record-codec.js';
+
+/** One write's worth of cached records: `buf` as written, record i at starts[i] .. starts[i + 1]. */
+interface CacheChunk {
+  buf: Buffer;
+  /** Offset of record 0. */
+  base: number;
+  /** Records cached (truncateFrom may lower it). */
+  count: number;
+  /** count + 1 positions in `buf` (plain numbers: no per-chunk backing store). */
+  starts: number[];
+}
+
+/** What a CONSUME reply batch is written for: the partition, the batch format and the records to leave out. */
+export interface WireReadRequest {
+  topic: string;
+  partition: number;
+  extensions: boolean;
+  /** Leave out control records (read_committed). */
+  skipControl: boolean;
+  /**
+   * Also leave out the TRANSACTIONAL (non-control) records this says are of an aborted transaction
+   * (read_committed; the producer id is decoded only for transactional records).
+   */
+  skipAborted?: ((offset: number, producerId: string, attributes: number) => boolean) | null;
+}
+
+export interface WireRead {
+  /** The batch so far: header and records up to `at` (room for a trailer after it). */
+  buf: Buffer;
+  at: number;
+  count: number;
+  valueBytes: number;
+  nextOffset: number;
+}
+
+/** Value length of the wire record at `at` (producer id and key lengths walked from the start). */
+function wireValueLength(buf: Buffer, at: number): number {
+  let p = at + 16;
+  p += 2 + ((buf[p] << 8) | buf[p + 1]);
+  p += 2 + ((buf[p] << 8) | buf[p + 1]) + 8;
+  return buf[p] * 0x1000000 + ((buf[p + 1] << 16) | (buf[p + 2] << 8) | buf[p + 3]);
+}
+
+/**
+ * Recently appended records, contiguous and ending at the LEO, bounded by bytes. Holds the encoded bytes of
+ * each write (the log's own buffer, never the caller's records): two small objects per write rather than
+ * several per record, so a full cache costs the garbage collector next to nothing. Records are decoded
+ * when read, as views into those bytes. A write's buffer stays alive while any of its records is cached.
+ */
+export class TailCache {
+  private chunks: CacheChunk[] = [];
+  /** First live chunk, and first live record in it. */
+  private head = 0;
+  private first = 0;
+  private bytes = 0;
+  constructor(private readonly maxBytes: number) {}
+
+  private get empty(): boolean {
+    return this.head >= this.chunks.length;
+  }
+  private get start(): number {
+    return this.chunks[this.head].base + this.first;
+  }
+  private get end(): number {
+    const c = this.chunks[this.chunks.length - 1];
+    return c.base + c.count;
+  }
+
+  /** Caches the records of one write: `starts` holds each record's position in `buf`, then the end. */
+  append(buf: Buffer, base: number, starts: number[]): void {
+    const count = starts.length - 1;
+    if (this.maxBytes <= 0 || count <= 0) return;
+    if (!this.empty && base !== this.end) this.clear();
+    this.chunks.push({ buf, base, count, starts });
+    this.bytes += starts[count] - starts[0];
+    while (this.bytes > this.maxBytes && !this.empty) this.evictOne();
+    this.compact();
+  }
+
+  /** Drops the oldest cached record (a whole chunk when that is all it has left). */
+  private evictOne(): void {
+    const c = this.chunks[this.head];
+    const s = c.starts;
+    // A whole chunk goes at once when every record of it would be evicted one by one anyway.
+    const rest = s[c.count] - s[this.first];
+    if (this.bytes - rest + (s[c.count] - s[c.count - 1]) > this.maxBytes) {
+      this.bytes -= rest;
+      this.head++;
+      this.first = 0;
+      return;
+    }
+    this.bytes -= s[this.first + 1] - s[this.first];
+    if (++this.first >= c.count) {
+      this.head++;
+      this.first = 0;
+    }
+  }
+
+  /** Index of the live chunk holding `offset` (which lies in [start, end)). */
+  private chunkFor(offset: number): number {
+    let lo = this.head;
+    let hi = this.chunks.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >>> 1;
+      if (this.chunks[mid].base <= offset) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  }
+
+  /** Records from `offset`, or null when the cache does not start at or before it. */
+  read(offset: number, limit: number, maxRecords: number, maxBytes: number): LogRecord[] | null {
+    if (this.empty || offset < this.start || offset >= this.end) return null;
+    const out: LogRecord[] = [];
+    let bytes = 0;
+    let k = this.chunkFor(offset);
+    let c = this.chunks[k];
+    let i = offset - c.base;
+    while (out.length < maxRecords) {
+      if (i >= c.count) {
+        if (++k >= this.chunks.length) break;
+        c = this.chunks[k];
+        i = 0;
+      }
+      if (c.base + i >= limit) break;
+      const size = c.starts[i + 1] - c.starts[i];
+      if (out.length > 0 && bytes + size > maxBytes) break;
+      const r = decodeOwnRecord(c.buf, c.starts[i]);
+      r.attributes &= USER_ATTR_MASK;
+      out.push(r);
+      bytes += size;
+      i++;
+    }
+    return out;
+  }
+
+  /**
+   * Like read(), but writes the records straight into a CONSUME reply batch (wire layout, no LogRecord per
+   * record): the same records read() would return, minus control records when `w.skipControl`. Null when
+   * the cache does not hold `offset` or a record cannot go on the wire (the caller takes the slow path).
+   */
+  readWire(offset: number, limit: number, maxRecords: number, maxBytes: number, w: WireReadRequest): WireRead | null {
+    if (this.empty || offset < this.start || offset >= this.end) return null;
+    // Pass 1: which records, by the same rules as read() (stored sizes only, no parsing).
+    const k0 = this.chunkFor(offset);
+    let k = k0;
+    let c = this.chunks[k];
+    let i = offset - c.base;
+    let n = 0;
+    let bytes = 0;
+    while (n < maxRecords) {
+      if (i >= c.count) {
+        if (++k >= this.chunks.length) break;
+        c = this.chunks[k];
+        i = 0;
+      }
+      if (c.base + i >= limit) break;
+      const size = c.starts[i + 1] - c.starts[i];
+      if (n > 0 && bytes + size > maxBytes) break;
+      bytes += size;
+      n++;
+      i++;
+    }
+    if (n === 0) return null;
+    const topicLen = Buffer.byteLength(w.topic, 'utf8');
+    if (topicLen > 0xffff) return null;
+    // A wire record is never larger than its stored form, so this bounds the frame.
+    const buf = Buffer.allocUnsafe(replyHeaderSize(topicLen) + bytes + (w.extensions ? 24 : 0));
+    const recordsAt = writeReplyHeader(buf, w.topic, topicLen, w.partition, 0);
+    let at = recordsAt;
+    let count = 0;
+    let valueBytes = 0;
+    const ext = w.extensions;
+    const skipControl = w.skipControl;
+    const skipAborted = w.skipAborted ?? null;
+    k = k0;
+    c = this.chunks[k];
+    i = offset - c.base;
+    for (let j = 0; j < n; j++, i++) {
+      if (i >= c.count) {
+        c = this.chunks[++k];
+        i = 0;
+      }
+      const src = c.buf;
+      const pos = c.starts[i];
+      if (skipControl && (src[pos + 24] & USER_ATTR_MASK & RecordAttr.CONTROL) !== 0) continue;
+      if (skipAborted !== null && (src[pos + 24] & RecordAttr.TRANSACTIONAL) !== 0) {
+        const attributes = src[pos + 24] & USER_ATTR_MASK;
+        const producerId = src.toString('utf8', pos + 27, pos + 27 + ((src[pos + 25] << 8) | src[pos + 26]));
+        if (skipAborted(c.base + i, producerId, attributes)) continue;
+      }
+      const end = writeWireRecord(src, pos, buf, at, ext);
+      if (end < 0) return null;
+      // The value length field sits 4 bytes before the value, which ends the record (plus, with extensions,
+      // timestamp, attributes and headers): recover it from the wire bytes just written.
+      valueBytes += wireValueLength(buf, at);
+      at = end;
+      count++;
+    }
+    setReplyCount(buf, recordsAt, count);
+    const nextOffset = offset + n;
+    return { buf, at, count, valueBytes, nextOffset };
+  }
+
+  truncateFrom(offset: number): void {
+    while (!this.empty && this.end > offset) {
+      const last = this.chunks.length - 1;
+      const c = this.chunks[last];
+      const from = last === this.head ? this.first : 0;
+      const keep = Math.max(from, offset - c.base);
+      this.bytes -= c.starts[c.count] - c.starts[keep];
+      c.count = keep;
+      if (keep === from) {
+        this.chunks.pop();
+        if (last === this.head) this.first = 0;
+      }
+    }
+  }
+
+  dropBefore(offset: number): void {
+    while (!this.empty && this.start < offset) {
+      const c = this.chunks[this.head];
+      const to = Math.min(c.count, offset - c.base);
+      this.bytes -= c.starts[to] - c.starts[this.first];
+      if (to >= c.count) {
+        this.head++;
+        this.first = 0;
+      } else {
+        this.first = to;
+      }
+    }
+    this.compact();
+  }
+
+  clear(): void {
+    this.chunks = [];
+    this.head = 0;
+    this.first = 0;
+    this.bytes = 0;
+  }
+
+  private compact(): void {
+    if (this.empty) {
+      this.clear();
+    } else if (this.head > 1024 && this.head * 2 > this.chunks.length) {
+      this.chunks = this.chunks.slice(this.head);
+      this.head = 0;
+    }
+  }
+}
