@@ -54,13 +54,14 @@ describe('consumer group membership', () => {
   it('a second member wakes the first one’s long-poll heartbeat and the split never double-assigns', async () => {
     const a = await GroupMember.connect(broker, 'm-rebal', 'g-rebal', 'a');
     const b = await GroupMember.connect(broker, 'm-rebal', 'g-rebal', 'b');
-    await a.join();
+    // A long session, so that its long-poll heartbeat may wait 150 s (half of it): longer than the test
+    // lasts, so only B's join can end it.
+    await a.join({ session_timeout_ms: 300_000 });
     expect(await a.sync()).toEqual([0, 1, 2, 3]);
 
-    const t0 = Date.now();
-    const hb = a.heartbeat(4000).then(
-      () => ({ ok: true as const, at: Date.now() }),
-      (err: { code: string }) => ({ ok: false as const, code: err.code, at: Date.now() }),
+    const hb = a.heartbeat(150_000).then(
+      () => ({ ok: true as const }),
+      (err: { code: string }) => ({ ok: false as const, code: err.code }),
     );
     await sleep(50);
     await b.join();
@@ -69,7 +70,6 @@ describe('consumer group membership', () => {
     expect(b.joinAssignments).toEqual([]);
     const woke = await hb;
     expect(woke).toMatchObject({ ok: false, code: 'REBALANCE_IN_PROGRESS' });
-    expect(woke.at - t0).toBeLessThan(1000);
 
     // B syncs first: nothing is free for it.
     expect(await b.sync()).toEqual([]);
@@ -187,23 +187,21 @@ describe('consumer group membership', () => {
     await q.sync();
     const s0 = await settle(admin, [a, q]);
     expect(s0.members.find((m) => m.member_id === q.id)!.session_timeout_ms).toBe(1000);
-    const lastSeen = Date.now(); // q's last request was before this
     // A keeps heartbeating (long-poll) and is told to rejoin once Q expires.
-    let woke = 0;
-    for (;;) {
-      try {
-        await a.heartbeat(300);
-      } catch (err) {
-        expect((err as { code: string }).code).toBe('REBALANCE_IN_PROGRESS');
-        woke = Date.now();
-        break;
-      }
-      expect(Date.now() - lastSeen).toBeLessThan(4000);
-    }
-    // Q's session started at its last SYNC, which happened before `lastSeen`: expiry cannot come much before
-    // lastSeen + 1000 and should come well before + 3000.
-    expect(woke - lastSeen).toBeGreaterThanOrEqual(900);
-    expect(woke - lastSeen).toBeLessThan(3000);
+    await eventually(
+      'A to be told to rejoin after Q expired',
+      async () => {
+        try {
+          await a.heartbeat(300);
+          return false;
+        } catch (err) {
+          expect((err as { code: string }).code).toBe('REBALANCE_IN_PROGRESS');
+          return true;
+        }
+      },
+      30_000,
+      0,
+    );
     await a.rejoin();
     expect(await a.sync()).toEqual([0, 1, 2, 3]);
     const s = await groupStatus(admin, 'g-expire');
@@ -212,34 +210,43 @@ describe('consumer group membership', () => {
     expect(change.generation).toBe(s0.generation + 1);
     expect(change.reasons).toHaveLength(1);
     expect(change.reasons[0]).toMatchObject({ cause: 'expired', member: q.id });
+    // Not before its session passed, by the broker's own account: removed at or after its last heartbeat
+    // plus its session timeout. The exact deadline is driven by a fake clock in group-coordinator.test.ts.
     expect(change.reasons[0]!.missedByMs).toBeGreaterThanOrEqual(0);
-    expect(change.reasons[0]!.missedByMs).toBeLessThan(2000);
     await expectError(q.heartbeat(), 'member_not_found', { member: q.id });
   });
 
   it('removes a member that keeps heartbeating but does not rejoin within its rebalance timeout', async () => {
     const a = await GroupMember.connect(broker, 'm-expire', 'g-rtimeout', 'slow');
-    await a.join({ rebalance_timeout_ms: 400 });
+    // A long session: its long-poll heartbeat may wait 150 s, and its session never runs out in this test.
+    await a.join({ rebalance_timeout_ms: 400, session_timeout_ms: 300_000 });
     await a.sync();
     const b = await GroupMember.connect(broker, 'm-expire', 'g-rtimeout', 'fast');
-    const t0 = Date.now(); // A cannot be told to rejoin before this
+    // A's long-poll heartbeat, parked before B joins, is answered when A is told to rejoin: still a member,
+    // its rebalance timeout running.
+    const told = a.heartbeat(150_000);
+    told.catch(() => {});
     await b.join();
     await b.sync();
-    // A is told to rejoin and never does; its heartbeats keep its session alive.
-    await expectError(a.heartbeat(2000), 'REBALANCE_IN_PROGRESS');
-    let removedAt = 0;
-    while (!removedAt) {
-      try {
-        await a.heartbeat();
-      } catch (err) {
-        const code = (err as { code: string }).code;
-        if (code === 'member_not_found') removedAt = Date.now();
-        else expect(code).toBe('REBALANCE_IN_PROGRESS');
-      }
-      expect(Date.now() - t0).toBeLessThan(3000);
-      await sleep(50);
-    }
-    expect(removedAt - t0).toBeGreaterThanOrEqual(400);
+    await expectError(told, 'REBALANCE_IN_PROGRESS');
+    // It keeps heartbeating and never rejoins: removed by its rebalance timeout (cause below; the exact
+    // deadline is driven by a fake clock in group-coordinator.test.ts).
+    await eventually(
+      'A to be removed',
+      async () => {
+        try {
+          await a.heartbeat();
+          return false;
+        } catch (err) {
+          const code = (err as { code: string }).code;
+          if (code === 'member_not_found') return true;
+          expect(code).toBe('REBALANCE_IN_PROGRESS');
+          return false;
+        }
+      },
+      30_000,
+      50,
+    );
     const s = await settle(admin, [b]);
     expect(s.members.map((m) => m.member_id)).toEqual([b.id]);
     expect(b.owned).toEqual([0, 1, 2, 3]);

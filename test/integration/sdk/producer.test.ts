@@ -171,7 +171,8 @@ describe('Producer against a broker', () => {
 
   it('lingerMs batches records of separate sends into one frame; flush() sends without waiting for it', async () => {
     const t = await topic('p-linger', 1);
-    const p = producer({ lingerMs: 60_000 });
+    // An hour's linger: only flush() can send these within the test.
+    const p = producer({ lingerMs: 3_600_000 });
     const events: Array<{ records: number }> = [];
     p.on('send', (e) => events.push(e));
     let settled = false;
@@ -183,9 +184,7 @@ describe('Producer against a broker', () => {
     await sleep(100);
     expect(settled).toBe(false);
     expect(p.bufferedBytes).toBeGreaterThan(0);
-    const t0 = Date.now();
     await p.flush();
-    expect(Date.now() - t0).toBeLessThan(5000);
     expect(settled).toBe(true);
     expect((await all).map((m) => m[0]!.offset)).toEqual([0, 1, 2, 3, 4]);
     expect(events).toEqual([expect.objectContaining({ topic: t, partition: 0, records: 5, baseOffset: 0 })]);
@@ -250,12 +249,13 @@ describe('Producer against a broker', () => {
     try {
       const first = p.send({ topic: t, messages: [{ value: Buffer.alloc(600, 1) }] });
       first.catch(() => {});
-      const t0 = Date.now();
+      // It waits for room, then gives up with buffer_full (its deadline, requestTimeoutMs after it began to
+      // wait, is driven by a fake clock in producer-scripted.test.ts).
       const err = await p.send({ topic: t, messages: [{ value: Buffer.alloc(600, 2) }] }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(TributaryError);
       expect((err as TributaryError).code).toBe('buffer_full');
       expect((err as TributaryError).retriable).toBe(true);
-      expect(Date.now() - t0).toBeGreaterThanOrEqual(350);
+      expect((err as TributaryError).fields).toMatchObject({ max: 1000 });
 
       const ac = new AbortController();
       const aborted = p.send({ topic: t, messages: [{ value: Buffer.alloc(600, 3) }] }, { signal: ac.signal });
@@ -366,16 +366,15 @@ describe('Producer against a broker', () => {
     try {
       const c = await b2.connect();
       await c.command('CREATE', { topic: 'p-stuck', partitions: 1 });
-      const p = new Producer({ brokers: [b2.address], lingerMs: 0 });
+      // Request and stall bounds of 10 minutes: only close()'s signal can end the stuck send within the test.
+      const p = new Producer({ brokers: [b2.address], lingerMs: 0, requestTimeoutMs: 600_000, stallTimeoutMs: 600_000 });
       await p.send({ topic: 'p-stuck', messages: [{ value: 'warm-up' }] });
       b2.proc!.kill('SIGSTOP');
       const stuck = p.send({ topic: 'p-stuck', messages: [{ value: 'never acknowledged' }] });
       stuck.catch(() => {});
       await sleep(50);
-      const t0 = Date.now();
       await p.close({ signal: AbortSignal.timeout(200) });
-      expect(Date.now() - t0).toBeLessThan(5000);
-      await expect(stuck).rejects.toMatchObject({ code: expect.stringMatching(/client_closed|connection_lost/) });
+      await expect(stuck).rejects.toMatchObject({ code: 'client_closed' });
       expect(p.state).toBe('closed');
     } finally {
       b2.proc?.kill('SIGCONT');

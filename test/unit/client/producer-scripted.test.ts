@@ -5,11 +5,12 @@
  * through a leader change and past a batch that failed for good.
  */
 import net from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Producer, type ProducerOptions } from 'tributary-client/producer.js';
 import { type Batch, decodeBatch } from 'tributary-protocol/batch.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { FrameDecoder, encodeFrame } from 'tributary-protocol/frame.js';
+import { track, untilReal, useFakeTimersForIo } from '../../helpers/fake-timers.js';
 import { sleep, until } from '../../helpers/util.js';
 
 type Reply = string | 'hang' | 'close' | Promise<string>;
@@ -135,7 +136,7 @@ function ack(b: Batch, base: number): string {
 const notLeader = (addr: string) => `ERROR: NOT_LEADER LEADER_IS ${addr} class=routing retryable=true`;
 
 /**
- * One partition's idempotence check as the broker does it (src/broker/producer-state.ts): the next
+ * One partition's idempotence check as the broker does it (src/partition/producer-state.ts): the next
  * sequence of the producer's epoch is appended, a remembered batch is answered again, anything else is
  * refused. `log` holds what was appended, in order.
  */
@@ -196,6 +197,7 @@ describe('Producer sender (scripted server)', () => {
   }
 
   afterEach(async () => {
+    vi.useRealTimers();
     await Promise.all(producers.splice(0).map((p) => p.close({ signal: AbortSignal.timeout(2000) }).catch(() => {})));
     await Promise.all(brokers.splice(0).map((b) => b.close()));
   });
@@ -271,16 +273,44 @@ describe('Producer sender (scripted server)', () => {
     const b = await broker(1);
     let first: number | undefined;
     b.onBatch = (batch, conn) => ((first ??= conn) === conn ? 'hang' : ack(batch, b.nextOffset(batch)));
-    const p = producer(b, { lingerMs: 0, requestTimeoutMs: 150 });
+    useFakeTimersForIo();
+    // maxBatchRecords 1: each batch goes out on its append, no linger timer to run
+    const p = producer(b, { lingerMs: 0, maxBatchRecords: 1, requestTimeoutMs: 150 });
     const errors: string[] = [];
     p.on('retry', (e) => errors.push((e.error as { code?: string }).code ?? ''));
-    const t0 = Date.now();
-    const [m] = await p.send({ topic: 't', messages: [{ value: 'slow' }] });
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(140);
+    const send = track(p.send({ topic: 't', messages: [{ value: 'slow' }] }));
+    await untilReal(() => b.batches.length === 1, 'the first attempt to arrive');
+    // The clock has not moved since the batch went out: one tick short of requestTimeoutMs it still waits.
+    await vi.advanceTimersByTimeAsync(149);
+    expect(errors).toEqual([]);
+    expect(send.settled).toBe(false);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(errors).toEqual(['request_timeout']);
+    await untilReal(() => send.settled, 'the retry to get through');
+    const [m] = await send.promise;
     expect(m!.offset).toBe(0);
-    expect(errors[0]).toBe('request_timeout');
     // the first attempt may have been appended by a real broker: at-least-once, a duplicate is possible
     expect(b.values()).toEqual(['slow', 'slow']);
+  });
+
+  it('a send that finds the buffer full waits for room for requestTimeoutMs, then rejects with buffer_full', async () => {
+    const b = await broker(1);
+    useFakeTimersForIo();
+    const p = producer(b, { lingerMs: 0, maxBatchRecords: 1, maxBufferedBytes: 1000, requestTimeoutMs: 400 });
+    await p.send({ topic: 't', messages: [{ value: 'warm-up' }] }); // metadata and connection ready
+    b.frozen = true; // nothing is acknowledged: the buffer stays full
+    const holding = p.send({ topic: 't', messages: [{ value: Buffer.alloc(600, 1) }] });
+    holding.catch(() => {});
+    await untilReal(() => b.batches.length === 2, 'the first large batch to arrive');
+    const waiting = track(p.send({ topic: 't', messages: [{ value: Buffer.alloc(600, 2) }] }));
+    await vi.advanceTimersByTimeAsync(399);
+    expect(waiting.settled).toBe(false);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(waiting.settled).toBe(true);
+    const err = await waiting.promise.catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'buffer_full', retriable: true, fields: expect.objectContaining({ waitedMs: 400, max: 1000 }) });
+    expect(b.batches).toHaveLength(2); // it never got into the buffer
+    await p.close({ signal: AbortSignal.timeout(50) });
   });
 
   it('a non-retriable error fails the send at once; exhausted retries fail it with the last error', async () => {
@@ -315,10 +345,11 @@ describe('Producer sender (scripted server)', () => {
       await p.close({ signal: AbortSignal.timeout(50) });
     });
 
-    it('a frozen leader costs its batches about stallTimeoutMs (then the new leader), not requestTimeoutMs', async () => {
+    it('a frozen leader costs its batches stallTimeoutMs (then the new leader), not requestTimeoutMs', async () => {
       const a = await broker(1);
       const b = await broker(1);
-      const p = new Producer({ brokers: [a.address, b.address], retry: FAST, lingerMs: 0, stallTimeoutMs: 300 });
+      useFakeTimersForIo();
+      const p = new Producer({ brokers: [a.address, b.address], retry: FAST, lingerMs: 0, maxBatchRecords: 1, stallTimeoutMs: 300 });
       producers.push(p);
       expect(p.options.requestTimeoutMs).toBe(30_000);
       await p.send({ topic: 't', messages: [{ value: 'before' }] });
@@ -326,10 +357,16 @@ describe('Producer sender (scripted server)', () => {
       a.frozen = true;
       a.leaders = [b.address];
       b.leaders = [b.address];
-      const t0 = Date.now();
-      const [m] = await within(4000, p.send({ topic: 't', messages: [{ value: 'during' }] }));
-      expect(Date.now() - t0).toBeLessThan(1500); // about the bound (300), not 30 s
-      expect(m).toEqual({ topic: 't', partition: 0, offset: 0 });
+      const during = track(p.send({ topic: 't', messages: [{ value: 'during' }] }));
+      await untilReal(() => a.batches.length === 2, 'the batch to reach the frozen leader');
+      // The clock has not moved since the batch went out: one tick short of the stall bound it still waits.
+      await vi.advanceTimersByTimeAsync(299);
+      expect(during.settled).toBe(false);
+      expect(b.batches).toHaveLength(0);
+      await vi.advanceTimersByTimeAsync(1);
+      // At the bound (the clock stands still from here): the batch goes to the new leader.
+      await untilReal(() => during.settled, 'the batch to reach the new leader');
+      expect(await during.promise).toEqual([{ topic: 't', partition: 0, offset: 0 }]);
       expect(a.values()).toEqual(['before', 'during']); // received by the frozen broker, never answered
       expect(b.values()).toEqual(['during']);
     });

@@ -2,9 +2,38 @@
  * retry() and backoffDelay(): exponential growth with a cap, full jitter within bounds, only retriable
  * errors retried, the attempt budget, the abort signal during the wait, and the maxElapsedMs bound.
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { DEFAULT_RETRY, backoffDelay, isRetriable, retry } from 'tributary-client/retry.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
+import { track } from '../../helpers/fake-timers.js';
+
+// retry() waits with node:timers/promises' setTimeout, which vitest's fake timers do not reach (vitest 4.1):
+// here it runs on the global setTimeout instead, which they do fake (on real timers it behaves as Node's,
+// an abort rejecting with an AbortError whose cause is the signal's reason).
+vi.mock('node:timers/promises', async (importOriginal) => {
+  const real = await importOriginal<typeof import('node:timers/promises')>();
+  const setTimeout = <T>(ms?: number, value?: T, opts: { signal?: AbortSignal } = {}): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      const signal = opts.signal;
+      const aborted = () => Object.assign(new Error('The operation was aborted', { cause: signal?.reason }), { name: 'AbortError', code: 'ABORT_ERR' });
+      if (signal?.aborted) return reject(aborted());
+      const onAbort = () => {
+        globalThis.clearTimeout(timer);
+        reject(aborted());
+      };
+      const timer = globalThis.setTimeout(() => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve(value as T);
+      }, ms);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  return { ...real, setTimeout };
+});
+
+afterEach(() => {
+  vi.useRealTimers();
+  vi.restoreAllMocks();
+});
 
 const justBelowOne = () => 0.999999;
 
@@ -146,19 +175,28 @@ describe('retry', () => {
   });
 
   it('an abort during the backoff wait ends it at once', async () => {
+    vi.useFakeTimers();
+    vi.spyOn(Math, 'random').mockReturnValue(0.5); // the first wait: 5 s of the 10 s bound
     const ac = new AbortController();
     let calls = 0;
-    const t0 = Date.now();
-    const p = retry(
-      async () => {
-        calls++;
-        throw retriable();
-      },
-      // the first wait is within [0, 10 s): with random near 1 it would be long
-      { initialDelayMs: 10_000, maxDelayMs: 10_000, maxElapsedMs: 60_000, signal: ac.signal, onRetry: () => setTimeout(() => ac.abort(new Error('stop')), 30) },
+    const waits: number[] = [];
+    const p = track(
+      retry(
+        async () => {
+          calls++;
+          throw retriable();
+        },
+        { initialDelayMs: 10_000, maxDelayMs: 10_000, maxElapsedMs: 60_000, signal: ac.signal, onRetry: (_err, _attempt, delayMs) => waits.push(delayMs) },
+      ),
     );
-    await expect(p).rejects.toThrow();
-    expect(Date.now() - t0).toBeLessThan(1000);
+    await vi.advanceTimersByTimeAsync(4_999);
+    expect(waits).toEqual([5_000]);
+    expect(p.settled).toBe(false); // still waiting
+    ac.abort(new Error('stop'));
+    // settled with the clock still 1 ms short of the wait's end: the abort ended it
+    await vi.advanceTimersByTimeAsync(0);
+    expect(p.settled).toBe(true);
+    await expect(p.promise).rejects.toMatchObject({ cause: new Error('stop') });
     expect(calls).toBe(1);
   });
 
@@ -176,37 +214,48 @@ describe('retry', () => {
   });
 
   it('maxElapsedMs bounds the total time, including the waits', async () => {
-    let calls = 0;
+    vi.useFakeTimers();
+    vi.spyOn(Math, 'random').mockReturnValue(0.5); // every wait 20 ms (the 40 ms bound, halved)
     const t0 = Date.now();
-    await expect(
+    const attemptsAt: number[] = [];
+    const p = track(
       retry(
         async () => {
-          calls++;
+          attemptsAt.push(Date.now() - t0);
           throw retriable();
         },
         { retries: 1000, initialDelayMs: 40, maxDelayMs: 40, maxElapsedMs: 300 },
       ),
-    ).rejects.toMatchObject({ code: 'connection_lost' });
-    const elapsed = Date.now() - t0;
-    expect(elapsed).toBeLessThanOrEqual(300 + 50); // never sleeps past the budget
-    expect(calls).toBeGreaterThan(3); // but does use it (mean wait 20 ms)
-    expect(calls).toBeLessThan(1000);
+    );
+    await vi.advanceTimersByTimeAsync(299);
+    expect(p.settled).toBe(false);
+    await vi.advanceTimersByTimeAsync(1);
+    // It uses the budget (an attempt every 20 ms up to 300), and gives up at 300 rather than starting a
+    // wait that would end past it.
+    expect(p.settled).toBe(true);
+    await expect(p.promise).rejects.toMatchObject({ code: 'connection_lost' });
+    expect(attemptsAt).toEqual(Array.from({ length: 16 }, (_, i) => i * 20));
   });
 
   it('a wait that would cross maxElapsedMs is not started', async () => {
+    vi.useFakeTimers();
+    vi.spyOn(Math, 'random').mockReturnValue(0.5); // a 2.5 s wait against a 100 ms budget
     let calls = 0;
-    const t0 = Date.now();
-    await expect(
+    const waits: number[] = [];
+    const p = track(
       retry(
         async () => {
           calls++;
           throw retriable();
         },
-        { initialDelayMs: 5_000, maxDelayMs: 5_000, maxElapsedMs: 100, onRetry: () => {} },
+        { initialDelayMs: 5_000, maxDelayMs: 5_000, maxElapsedMs: 100, onRetry: (_err, _attempt, delayMs) => waits.push(delayMs) },
       ),
-    ).rejects.toMatchObject({ code: 'connection_lost' });
-    // Either the random delay fits under 100 ms (rare) or it gives up at once; it never sleeps seconds.
-    expect(Date.now() - t0).toBeLessThan(150);
-    expect(calls).toBeGreaterThanOrEqual(1);
+    );
+    // given up with the clock not moved: no wait was started
+    await vi.advanceTimersByTimeAsync(0);
+    expect(p.settled).toBe(true);
+    await expect(p.promise).rejects.toMatchObject({ code: 'connection_lost' });
+    expect(calls).toBe(1);
+    expect(waits).toEqual([]);
   });
 });

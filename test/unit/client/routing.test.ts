@@ -3,12 +3,13 @@
  * and rediscovery, coordinator connection failures, bootstrap failover, the NOT_LEADER leader cache,
  * non-retriable errors, and servers that misbehave at the framing level.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { Cluster } from 'tributary-client/cluster.js';
 import { Connection } from 'tributary-protocol/connection.js';
 import type { RetryOptions } from 'tributary-client/retry.js';
 import { encodeBatch } from 'tributary-protocol/batch.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
+import { track, untilReal, useFakeTimersForIo } from '../../helpers/fake-timers.js';
 import { MALFORMED_BATCH, ScriptedServer, deadPort } from '../../helpers/scripted-server.js';
 import { rejection, sleep } from '../../helpers/util.js';
 
@@ -43,6 +44,7 @@ describe('Cluster routing', () => {
   });
 
   afterEach(async () => {
+    vi.useRealTimers();
     await Promise.all(clusters.splice(0).map((c) => c.close()));
     await Promise.all(servers.splice(0).map((s) => s.close()));
     // let late socket events run before checking
@@ -336,35 +338,45 @@ describe('Cluster routing', () => {
     it('a server that accepts but never answers NEGOTIATE: connect fails after connectTimeoutMs and closes the socket', async () => {
       const a = await server();
       a.on('NEGOTIATE', () => 'hang');
-      const t0 = Date.now();
-      const err = await rejection(Connection.connect({ host: '127.0.0.1', port: a.port, connectTimeoutMs: 200 }));
-      expect(err.retriable).toBe(true);
-      expect(Date.now() - t0).toBeGreaterThanOrEqual(180);
-      expect(Date.now() - t0).toBeLessThan(2000);
-      await sleep(50);
-      expect(a.connections[0]!.socket.destroyed).toBe(true);
+      useFakeTimersForIo();
+      const connecting = track(Connection.connect({ host: '127.0.0.1', port: a.port, connectTimeoutMs: 200 }));
+      await untilReal(() => a.count('NEGOTIATE') === 1, 'the handshake to arrive');
+      // The clock has not moved since the connect began: one tick short of connectTimeoutMs it still waits.
+      await vi.advanceTimersByTimeAsync(199);
+      expect(connecting.settled).toBe(false);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(connecting.settled).toBe(true);
+      const err = await rejection(connecting.promise);
+      expect(err).toMatchObject({
+        code: 'connection_lost',
+        retriable: true,
+        fields: expect.objectContaining({ reason: 'no handshake reply', timeoutMs: 200 }),
+      });
+      await untilReal(() => a.connections[0]!.socket.destroyed, 'the socket to be closed');
 
       // an abort during the handshake rejects with the abort reason at once
       const ac = new AbortController();
-      const p = Connection.connect({ host: '127.0.0.1', port: a.port, connectTimeoutMs: 10_000, signal: ac.signal });
-      await sleep(50);
+      const p = track(Connection.connect({ host: '127.0.0.1', port: a.port, connectTimeoutMs: 10_000, signal: ac.signal }));
+      await untilReal(() => a.count('NEGOTIATE') === 2, 'the second handshake to arrive');
       ac.abort(new TributaryError('client_closed'));
-      expect((await rejection(p)).code).toBe('client_closed');
+      // settled with the clock where it was: no timeout can have ended it
+      await untilReal(() => p.settled, 'the aborted connect to give up');
+      expect((await rejection(p.promise)).code).toBe('client_closed');
     });
 
     it('an aborted coordinator command stops waiting for a server that never answers', async () => {
       const a = await server();
       a.on('FIND_COORDINATOR', () => findReply(a.port));
       a.on('FETCH_OFFSET', () => 'hang');
+      useFakeTimersForIo();
       const c = cluster([a.address]);
       const ac = new AbortController();
-      const p = c.coordinatorCommand(GROUP, 'FETCH_OFFSET', { group: 'g1' }, { signal: ac.signal });
-      await sleep(50);
-      expect(a.count('FETCH_OFFSET')).toBe(1);
-      const t0 = Date.now();
+      const p = track(c.coordinatorCommand(GROUP, 'FETCH_OFFSET', { group: 'g1' }, { signal: ac.signal }));
+      await untilReal(() => a.count('FETCH_OFFSET') === 1, 'the FETCH_OFFSET to arrive');
       ac.abort(new TributaryError('client_closed'));
-      expect((await rejection(p)).code).toBe('client_closed');
-      expect(Date.now() - t0).toBeLessThan(100);
+      // Settled with the clock not moved: the abort ended the wait, no timeout (the stall bound included) did.
+      await untilReal(() => p.settled, 'the command to give up');
+      expect((await rejection(p.promise)).code).toBe('client_closed');
       expect(a.count('FETCH_OFFSET')).toBe(1); // not retried
     });
 

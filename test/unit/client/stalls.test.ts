@@ -4,11 +4,12 @@
  * bound; a connection that hears nothing past its oldest request's own wait is failed with a retriable
  * connection_lost, unless the broker still answers a ping (a slow reply, e.g. acks=all).
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { Admin } from 'tributary-client/admin.js';
 import { Cluster, type ClusterOptions } from 'tributary-client/cluster.js';
 import { Connection } from 'tributary-protocol/connection.js';
 import { encodeBatch } from 'tributary-protocol/batch.js';
+import { track, untilReal, useFakeTimersForIo } from '../../helpers/fake-timers.js';
 import { ScriptedServer } from '../../helpers/scripted-server.js';
 import { rejection, sleep, until } from '../../helpers/util.js';
 
@@ -68,6 +69,7 @@ describe('stalled connections and leader lookups', () => {
   });
 
   afterEach(async () => {
+    vi.useRealTimers();
     await Promise.all(clusters.splice(0).map((c) => c.close()));
     await Promise.all(conns.splice(0).map((c) => c.close()));
     await Promise.all(servers.splice(0).map((s) => s.close()));
@@ -173,16 +175,24 @@ describe('stalled connections and leader lookups', () => {
       const b = await server();
       b.on('METADATA', () => metadataReply(b.address));
       b.on('FIND_COORDINATOR', () => findReply(b.port));
+      useFakeTimersForIo();
       const c = cluster([frozen.address, b.address], { stallTimeoutMs: 200 });
 
-      const t0 = Date.now();
-      expect((await within(2000, c.fetchMetadata('t'))).leaders).toEqual([b.address]);
-      expect(Date.now() - t0).toBeGreaterThanOrEqual(180);
-      expect(Date.now() - t0).toBeLessThan(1500);
+      const lookup = track(c.fetchMetadata('t'));
+      await untilReal(() => frozen.count('METADATA') === 1, 'the lookup to reach the frozen broker');
+      // The clock has not moved since the lookup began: one tick short of the bound, b is not asked yet.
+      await vi.advanceTimersByTimeAsync(199);
+      expect(lookup.settled).toBe(false);
+      expect(b.count('METADATA')).toBe(0);
+      await vi.advanceTimersByTimeAsync(1);
+      await untilReal(() => lookup.settled, 'the lookup to move on to b at the bound');
+      expect((await lookup.promise).leaders).toEqual([b.address]);
+      // asked at the bound itself (the clock stands still while the lookup goes on to b)
+      expect(b.received('METADATA')[0]!.at - frozen.received('METADATA')[0]!.at).toBe(200);
       // the broker that answered is asked first from now on
       c.invalidateMetadata('t');
-      await within(1000, c.fetchMetadata('t'));
-      expect(await within(1000, c.findCoordinator(GROUP))).toBe(b.address);
+      await c.fetchMetadata('t');
+      expect(await c.findCoordinator(GROUP)).toBe(b.address);
       expect(frozen.count('METADATA')).toBe(1);
       expect(frozen.count('FIND_COORDINATOR')).toBe(0);
       expect(b.count('METADATA')).toBe(2);
@@ -193,11 +203,21 @@ describe('stalled connections and leader lookups', () => {
       frozen.on('NEGOTIATE', () => 'hang');
       const b = await server();
       b.on('METADATA', () => metadataReply(b.address));
+      useFakeTimersForIo();
       // connectTimeoutMs alone would wait 5 s
       const c = cluster([frozen.address, b.address], { stallTimeoutMs: 200, connectTimeoutMs: 5000 });
-      const t0 = Date.now();
-      expect((await within(2000, c.fetchMetadata('t'))).leaders).toEqual([b.address]);
-      expect(Date.now() - t0).toBeLessThan(1500);
+      const lookup = track(c.fetchMetadata('t'));
+      await untilReal(() => frozen.count('NEGOTIATE') === 1, 'the handshake to reach the frozen broker');
+      await vi.advanceTimersByTimeAsync(199);
+      expect(lookup.settled).toBe(false);
+      expect(b.connections).toHaveLength(0);
+      await vi.advanceTimersByTimeAsync(1);
+      await untilReal(() => lookup.settled, 'the lookup to move on to b at the bound');
+      expect((await lookup.promise).leaders).toEqual([b.address]);
+      // The handshake itself was given up at the bound (the lookup's own bound cannot close a connection
+      // still in its handshake): the frozen broker's socket is closed with the clock still at 200 ms, long
+      // before connectTimeoutMs.
+      await untilReal(() => frozen.connections[0]!.socket.destroyed, 'the frozen handshake to be dropped');
     });
 
     it('when the only bootstrap broker stops answering, a broker learned from METADATA answers the lookup', async () => {
@@ -218,24 +238,30 @@ describe('stalled connections and leader lookups', () => {
     it('a broker that goes silent: pending requests fail with a retriable connection_lost after stallTimeoutMs', async () => {
       const a = await server();
       a.on('LIST', () => 'hang');
+      useFakeTimersForIo();
       const conn = await connect(a, 200);
-      const t0 = Date.now();
-      const first = conn.command('LIST');
+      const first = track(conn.command('LIST'));
       const behind = conn.command('HELP');
-      const err = await rejection(within(2000, first));
+      behind.catch(() => {});
+      await untilReal(() => a.count('LIST') === 1, 'the LIST to arrive');
+      await vi.advanceTimersByTimeAsync(199);
+      expect(first.settled).toBe(false);
+      expect(conn.closed).toBe(false);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(first.settled).toBe(true);
+      const err = await rejection(first.promise);
       expect(err.code).toBe('connection_lost');
       expect(err.retriable).toBe(true);
       expect(err.fields.reason).toBe('stalled');
-      expect(Date.now() - t0).toBeGreaterThanOrEqual(190);
-      expect(Date.now() - t0).toBeLessThan(1000);
       expect((await rejection(behind)).code).toBe('connection_lost');
       expect(conn.closed).toBe(true);
     });
 
     it('long polls may be silent for their wait_ms: only silence past the wait fails the connection', async () => {
       const a = await server();
-      // answered 200 ms before the wait ends (margin for a loaded machine)
-      const held = (l: { params: Map<string, string> }) => sleep(Number(l.params.get('wait_ms')) - 200);
+      const STALL = 150;
+      // answered 1 ms before the stall bound past the wait runs out
+      const held = (l: { params: Map<string, string> }) => sleep(Number(l.params.get('wait_ms')) + STALL - 1);
       a.on('CONSUME', async (l) => {
         await held(l);
         return emptyBatch();
@@ -244,17 +270,29 @@ describe('stalled connections and leader lookups', () => {
         await held(l);
         return 'OK member=m generation=1';
       });
-      const conn = await connect(a, 150);
-      await expect(conn.consume({ topic: 't', partition: 0, offset: 0, wait_ms: 600 })).resolves.toMatchObject({ records: [] });
-      await expect(conn.command('HEARTBEAT', { group: 'g1', member: 'm', generation: 1, wait_ms: 500 })).resolves.toBe('OK member=m generation=1');
+      useFakeTimersForIo();
+      const conn = await connect(a, STALL);
+      const consume = conn.consume({ topic: 't', partition: 0, offset: 0, wait_ms: 600 });
+      await untilReal(() => a.count('CONSUME') === 1, 'the CONSUME to arrive');
+      await vi.advanceTimersByTimeAsync(600 + STALL - 1);
+      await expect(consume).resolves.toMatchObject({ records: [] });
+      const heartbeat = conn.command('HEARTBEAT', { group: 'g1', member: 'm', generation: 1, wait_ms: 500 });
+      await untilReal(() => a.count('HEARTBEAT') === 1, 'the HEARTBEAT to arrive');
+      await vi.advanceTimersByTimeAsync(500 + STALL - 1);
+      await expect(heartbeat).resolves.toBe('OK member=m generation=1');
       expect(conn.closed).toBe(false);
 
-      // a long poll whose reply does not come by the end of its wait (plus the bound) is a stall
+      // a long poll whose reply does not come by the end of its wait plus the bound is a stall
       a.on('CONSUME', () => 'hang');
-      const t0 = Date.now();
-      const err = await rejection(within(2000, conn.consume({ topic: 't', partition: 0, offset: 0, wait_ms: 300 })));
+      const silent = track(conn.consume({ topic: 't', partition: 0, offset: 0, wait_ms: 300 }));
+      await untilReal(() => a.count('CONSUME') === 2, 'the second CONSUME to arrive');
+      await vi.advanceTimersByTimeAsync(300 + STALL - 1);
+      expect(silent.settled).toBe(false);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(silent.settled).toBe(true);
+      const err = await rejection(silent.promise);
       expect(err.code).toBe('connection_lost');
-      expect(Date.now() - t0).toBeGreaterThanOrEqual(440);
+      expect(err.fields.reason).toBe('stalled');
     });
 
     it('through the Cluster: a frozen coordinator is given up after the bound and the command rerouted', async () => {
@@ -266,12 +304,22 @@ describe('stalled connections and leader lookups', () => {
       a.on('PROTOCOL_INFO', () => (frozen ? 'hang' : undefined));
       b.on('FIND_COORDINATOR', () => findReply(b.port));
       b.on('COMMIT_OFFSET', () => 'OK');
+      useFakeTimersForIo();
       const c = cluster([a.address, b.address], { stallTimeoutMs: 200 });
       expect(await c.coordinator(GROUP)).toBe(a.address);
       frozen = true;
-      const t0 = Date.now();
-      await expect(within(3000, c.coordinatorCommand(GROUP, 'COMMIT_OFFSET', { group: 'g1', topic: 't', partition: 0, offset: 1 }))).resolves.toBe('OK');
-      expect(Date.now() - t0).toBeLessThan(2000);
+      const commit = track(c.coordinatorCommand(GROUP, 'COMMIT_OFFSET', { group: 'g1', topic: 't', partition: 0, offset: 1 }));
+      await untilReal(() => a.count('COMMIT_OFFSET') === 1, 'the COMMIT_OFFSET to reach the frozen coordinator');
+      // Halfway the watchdog asks the frozen broker for a sign of life (unanswered); one tick short of the
+      // bound nothing is given up yet.
+      await vi.advanceTimersByTimeAsync(199);
+      expect(commit.settled).toBe(false);
+      expect(b.count('FIND_COORDINATOR')).toBe(0);
+      await vi.advanceTimersByTimeAsync(1);
+      // Rerouted with the clock at the bound: not after the request's own wait.
+      await untilReal(() => commit.settled, 'the command to be rerouted at the bound');
+      await expect(commit.promise).resolves.toBe('OK');
+      expect(a.count('PROTOCOL_INFO')).toBeGreaterThanOrEqual(1);
       expect(a.count('COMMIT_OFFSET')).toBe(1);
       expect(b.count('COMMIT_OFFSET')).toBe(1);
     });

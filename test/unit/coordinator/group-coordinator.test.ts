@@ -209,6 +209,29 @@ describe('GroupCoordinator on a fake clock', () => {
     expect(again).toMatchObject({ generation: 3, assignments: [0, 1, 2, 3] });
   });
 
+  it('a restarted coordinator gives every restored member a full session from the restart, not from its last heartbeat', async () => {
+    const [live, quiet] = await joinTogether('g', [joinReq('g', 'live', { sessionTimeoutMs: 60_000 }), joinReq('g', 'quiet', { sessionTimeoutMs: 1000 })]);
+    await sync('g', live!);
+    await sync('g', quiet!);
+    // quiet's session would end 100 ms from now; the coordinator goes down for longer than a session
+    await clock.advance(900);
+    await c.close();
+    await clock.advance(5000);
+    c = await openCoordinators(dir, clock, { topics: { [TOPIC]: PARTITIONS } });
+    gc = c.groups;
+    const restartedAt = clock.now();
+    expect(memberIds('g').sort()).toEqual([live!.memberId, quiet!.memberId].sort());
+
+    await clock.advanceTo(restartedAt + 999);
+    expect(memberIds('g')).toContain(quiet!.memberId);
+    await clock.advance(1);
+    await until(() => !memberIds('g').includes(quiet!.memberId), 5000, 'quiet to be removed');
+    await clock.advance(WINDOW);
+    await until(() => status('g').history.at(-1)!.reasons[0]?.cause === 'expired', 5000, 'the expiry recorded');
+    expect(status('g').history.at(-1)!.reasons).toEqual([{ cause: 'expired', member: quiet!.memberId, missedByMs: 0 }]);
+    expect(memberIds('g')).toEqual([live!.memberId]);
+  });
+
   it('static members: the same instance id replaces the member at once, keeps its partitions and fences the old id', async () => {
     const [plain, first] = await joinTogether('g', [joinReq('g', 'plain'), joinReq('g', 'static', { instance: 'inst-1', sessionTimeoutMs: 1000 })]);
     await sync('g', plain!);

@@ -1,0 +1,143 @@
+/**
+ * The broker connection's frame timer on a fake clock: a frame that starts but does not complete within
+ * frameTimeoutMs is answered with request_timeout and the connection closed, counted from its first bytes
+ * (steady progress does not reset it); a frame completed in time disarms it. bad-input.test.ts checks the
+ * same against a broker process, without timing it.
+ */
+import { EventEmitter } from 'node:events';
+import type net from 'node:net';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { ClientConnection } from 'tributary-broker/broker/client-connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { FrameDecoder } from 'tributary-protocol/frame.js';
+
+const FRAME_TIMEOUT_MS = 500;
+
+type BrokerContext = ConstructorParameters<typeof ClientConnection>[1];
+
+/** The part of a net.Socket the connection uses, recording what it is asked to do. */
+class FakeSocket extends EventEmitter {
+  readonly remoteAddress = '127.0.0.1';
+  readonly remotePort = 40000;
+  readonly writableLength = 0;
+  readonly written: Buffer[] = [];
+  ended = false;
+  destroyed = false;
+  setNoDelay(): this {
+    return this;
+  }
+  setTimeout(): this {
+    return this;
+  }
+  write(b: Buffer): boolean {
+    this.written.push(Buffer.from(b));
+    return true;
+  }
+  cork(): void {}
+  uncork(): void {}
+  pause(): this {
+    return this;
+  }
+  resume(): this {
+    return this;
+  }
+  end(): this {
+    this.ended = true;
+    return this;
+  }
+  destroy(): this {
+    if (!this.destroyed) {
+      this.destroyed = true;
+      this.emit('close');
+    }
+    return this;
+  }
+  /** The text frames written so far. */
+  replies(): string[] {
+    return new FrameDecoder().push(Buffer.concat(this.written)).map((b) => b.toString('utf8'));
+  }
+}
+
+function open(): FakeSocket {
+  const socket = new FakeSocket();
+  const broker = {
+    config: {
+      maxFrameBytes: 64 * 1024 * 1024,
+      idleTimeoutMs: 600_000,
+      frameTimeoutMs: FRAME_TIMEOUT_MS,
+      maxPendingReplyBytes: 16 * 1024 * 1024,
+      writeStallTimeoutMs: 60_000,
+    },
+    logger: { debug() {}, info() {}, warn() {}, error() {} },
+    metrics: { connectionsRejected: { inc() {} } },
+  } as unknown as BrokerContext;
+  new ClientConnection(
+    socket as unknown as net.Socket,
+    broker,
+    () => undefined,
+    () => {},
+  );
+  return socket;
+}
+
+function header(length: number): Buffer {
+  const h = Buffer.alloc(4);
+  h.writeUInt32BE(length, 0);
+  return h;
+}
+
+beforeEach(() => {
+  vi.useFakeTimers({ now: 1_000_000 });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('frame timer', () => {
+  it('answers an incomplete frame with request_timeout and closes the connection frameTimeoutMs after its first bytes', async () => {
+    const s = open();
+    s.emit('data', Buffer.concat([header(100), Buffer.from('PUBLISH topic=seed partition=0 message=')]));
+    await vi.advanceTimersByTimeAsync(FRAME_TIMEOUT_MS - 1);
+    expect(s.written).toEqual([]);
+    expect(s.ended).toBe(false);
+    await vi.advanceTimersByTimeAsync(1);
+    const replies = s.replies();
+    expect(replies).toHaveLength(1);
+    expect(replies[0]).toMatch(/^ERROR: request_timeout /);
+    expect(parseLine(replies[0]!.slice('ERROR: '.length)).params.get('reason')).toBe('incomplete frame');
+    // ended at once (the reply goes out), destroyed after a short grace
+    expect(s.ended).toBe(true);
+    expect(s.destroyed).toBe(false);
+    await vi.advanceTimersByTimeAsync(200);
+    expect(s.destroyed).toBe(true);
+  });
+
+  it('does not reset the timer on progress: a frame trickled a byte at a time is cut off frameTimeoutMs after it began', async () => {
+    const s = open();
+    const frame = Buffer.concat([header(40), Buffer.from('PUBLISH topic=seed partition=0 message=x')]);
+    let sent = 0;
+    s.emit('data', frame.subarray(sent, ++sent));
+    for (let t = 100; t < FRAME_TIMEOUT_MS; t += 100) {
+      await vi.advanceTimersByTimeAsync(100);
+      s.emit('data', frame.subarray(sent, ++sent));
+    }
+    await vi.advanceTimersByTimeAsync(99);
+    expect(s.written).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(s.replies()).toEqual([expect.stringMatching(/^ERROR: request_timeout /)]);
+    expect(s.ended).toBe(true);
+    expect(sent).toBeLessThan(frame.length);
+  });
+
+  it('disarms the timer when the frame completes in time', async () => {
+    const s = open();
+    // a keepalive (an empty frame), its header split in two
+    s.emit('data', Buffer.from([0, 0]));
+    await vi.advanceTimersByTimeAsync(FRAME_TIMEOUT_MS - 1);
+    s.emit('data', Buffer.from([0, 0]));
+    await vi.advanceTimersByTimeAsync(10 * FRAME_TIMEOUT_MS);
+    expect(s.written).toEqual([]);
+    expect(s.ended).toBe(false);
+    expect(s.destroyed).toBe(false);
+  });
+});
