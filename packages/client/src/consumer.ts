@@ -1,5 +1,4 @@
 import { setMaxListeners } from 'node:events';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { type AssignorName, isAssignorName } from 'tributary-protocol/assignors.js';
 import type { Batch } from 'tributary-protocol/batch.js';
 import { parseLine } from 'tributary-protocol/command.js';
@@ -9,7 +8,7 @@ import { untilAborted } from './abort.js';
 import { Cluster, checkStallTimeout, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { channels, publish, TypedEmitter } from './events.js';
-import { backoffDelay, isRetriable, type RetryOptions, retry } from './retry.js';
+import { abortableSleep, backoffSleep, isRetriable, type RetryOptions, retry } from './retry.js';
 
 export type ConsumerState = 'new' | 'running' | 'rebalancing' | 'closing' | 'closed';
 export type AutoOffsetReset = 'earliest' | 'latest' | 'error';
@@ -425,7 +424,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
             this.crash(e, true);
             return;
           }
-          await sleep(backoffDelay(Math.min(attempt, 6), { initialDelayMs: 20, maxDelayMs: 1000 }), undefined, { signal }).catch(() => {});
+          await backoffSleep(Math.min(attempt, 6), { initialDelayMs: 20, maxDelayMs: 1000 }, signal);
         }
       }
     } finally {
@@ -600,7 +599,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
             if (e.code === 'member_not_found') this.memberLost();
             this.requestRebalance(e.code === 'member_not_found' ? 'member expired' : e.code === 'GEN_MISMATCH' ? 'generation mismatch' : 'rebalance in progress');
             // Keep heartbeating during a long rebalance (revocation waits for handlers), but do not spin.
-            await Promise.race([this.rebalanceChain.catch(() => {}), sleep(o.heartbeatIntervalMs, undefined, { signal }).catch(() => {})]);
+            await Promise.race([this.rebalanceChain.catch(() => {}), abortableSleep(o.heartbeatIntervalMs, signal)]);
             continue;
           }
           if (e.code === 'FENCED_INSTANCE_ID') {
@@ -611,7 +610,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
           if (conn) await this.cluster.release(conn).catch(() => {});
           conn = undefined;
           failures++;
-          await sleep(backoffDelay(Math.min(failures, 6), { initialDelayMs: 50, maxDelayMs: o.heartbeatIntervalMs }), undefined, { signal }).catch(() => {});
+          await backoffSleep(Math.min(failures, 6), { initialDelayMs: 50, maxDelayMs: o.heartbeatIntervalMs }, signal);
         }
       }
     } finally {
@@ -659,7 +658,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
           w.conn = undefined;
           if (!isRetriable(e)) this.crash(e, false);
           w.readFailures++;
-          await sleep(backoffDelay(Math.min(w.readFailures, 6), { initialDelayMs: 50, maxDelayMs: 2000 }), undefined, { signal: w.signal }).catch(() => {});
+          await backoffSleep(Math.min(w.readFailures, 6), { initialDelayMs: 50, maxDelayMs: 2000 }, w.signal);
         }
       }
     } finally {
@@ -834,7 +833,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       this.crash(err as Error, false);
       w.seekTo = w.processed >= 0 ? w.processed : offset;
       w.failures++;
-      await sleep(backoffDelay(Math.min(w.failures, 8), { initialDelayMs: 100, maxDelayMs: 5000 }), undefined, { signal: w.signal }).catch(() => {});
+      await backoffSleep(Math.min(w.failures, 8), { initialDelayMs: 100, maxDelayMs: 5000 }, w.signal);
       return false;
     } finally {
       clearTimeout(timer);

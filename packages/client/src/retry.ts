@@ -57,3 +57,16 @@ export async function retry<T>(fn: (attempt: number) => Promise<T>, opts: RetryO
     }
   }
 }
+
+/**
+ * Sleeps `ms`, ending early when `signal` aborts, and never rejects: the loops that wait this way check
+ * their own signal when they wake (the consumer's heartbeat, rejoin, read and handler loops).
+ */
+export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return sleep(ms, undefined, { signal }).catch(() => {});
+}
+
+/** One step of a loop's own backoff: `backoffDelay(attempt, opts)`, slept as abortableSleep does. */
+export function backoffSleep(attempt: number, opts: Pick<RetryOptions, 'initialDelayMs' | 'maxDelayMs' | 'factor'>, signal?: AbortSignal): Promise<void> {
+  return abortableSleep(backoffDelay(attempt, opts), signal);
+}
