@@ -1,0 +1,81 @@
+/**
+ * What the parts of one consumer share (group membership, partition fetcher, offset committer, the
+ * Consumer facade): its options, cluster client, root AbortController, membership, installed partitions
+ * and the events they all emit. The lifecycle it records is docs/sdk.md's "Consumer" → "Lifecycle".
+ */
+import type { RecordHeader } from 'tributary-protocol/record.js';
+import type { Cluster } from './cluster.js';
+import type { ResolvedConsumerOptions } from './consumer-options.js';
+import type { PartitionWorker } from './partition-worker.js';
+
+export type ConsumerState = 'new' | 'running' | 'rebalancing' | 'closing' | 'closed';
+
+export interface ConsumedMessage {
+  topic: string;
+  partition: number;
+  offset: number;
+  key: Buffer | null;
+  value: Buffer;
+  timestamp: number;
+  headers: RecordHeader[];
+  /** The local assignment generation of the partition when this message was fetched. */
+  assignmentGeneration: number;
+}
+
+export interface ConsumerEvents {
+  'group.join': { memberId: string; generation: number; leader: string; assignments: number[] };
+  'rebalance.start': { reason: string; generation: number };
+  'rebalance.end': { generation: number; assignmentGeneration: number; assigned: number[]; revoked: number[]; kept: number[]; durationMs: number };
+  commit: { offsets: Array<{ partition: number; offset: number }>; generation: number };
+  heartbeat: { memberId: string; generation: number };
+  crash: { error: Error; fatal: boolean };
+  'handler.slow': { partition: number; offset: number; elapsedMs: number };
+  /** Readers and handlers of these partitions have stopped (before the revocation is confirmed). */
+  'partitions.revoked': { partitions: number[]; generation: number };
+  /**
+   * The coordinator no longer knows this member (its session expired): these partitions are another
+   * member's now. Their readers and handlers were stopped and nothing of theirs is committed.
+   */
+  'partitions.lost': { partitions: number[]; generation: number };
+  /** Readers of these partitions have started. */
+  'partitions.assigned': { partitions: number[]; generation: number; assignmentGeneration: number };
+}
+
+/** The Consumer's own emit, handed to the parts so that every event comes from the Consumer. */
+export type EmitConsumerEvent = <K extends keyof ConsumerEvents & string>(event: K, payload: ConsumerEvents[K]) => void;
+
+export class ConsumerContext {
+  /** Owns every loop (heartbeat, commit worker, partition readers, handlers); close() aborts it. */
+  readonly root = new AbortController();
+  state: ConsumerState = 'new';
+  memberId: string | undefined;
+  /** The broker's group generation this member last joined. */
+  generation = 0;
+  /** The local assignment generation: bumped by every rebalance. */
+  assignmentGeneration = 0;
+  readonly workers = new Map<number, PartitionWorker>();
+  fatal: Error | undefined;
+
+  constructor(
+    readonly options: ResolvedConsumerOptions,
+    readonly cluster: Cluster,
+    readonly emit: EmitConsumerEvent,
+    private readonly close: () => Promise<void>,
+  ) {}
+
+  get group() {
+    return { group: this.options.groupId };
+  }
+
+  get closing(): boolean {
+    return this.state === 'closing' || this.state === 'closed';
+  }
+
+  crash(error: Error, fatal: boolean): void {
+    this.emit('crash', { error, fatal });
+    if (fatal) {
+      this.fatal = error;
+      void this.close();
+    }
+  }
+}

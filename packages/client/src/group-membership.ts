@@ -1,0 +1,263 @@
+/**
+ * Group membership: JOIN_GROUP / SYNC_GROUP rebalances, the heartbeat loop and a member the
+ * coordinator no longer knows (docs/sdk.md, "Rebalancing"; the commands are docs/protocol.md's
+ * "Consumer groups"). A rebalance stops and joins the readers of revoked partitions, commits them,
+ * confirms with SYNC_GROUP and starts readers for new partitions; partitions it keeps are never
+ * interrupted.
+ */
+import { parseLine } from 'tributary-protocol/command.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { ConsumerContext } from './consumer-context.js';
+import { heartbeatStallMs } from './consumer-options.js';
+import { channels, publish } from './events.js';
+import type { OffsetCommitter } from './offset-committer.js';
+import type { PartitionFetcher } from './partition-fetcher.js';
+import { PartitionWorker } from './partition-worker.js';
+import { abortableSleep, backoffSleep, isRetriable, retry } from './retry.js';
+
+export class GroupMembership {
+  /** Readers and handlers of lost partitions still finishing: the next JOIN_GROUP waits for them. */
+  lostStopping: Promise<void> = Promise.resolve();
+  rebalanceChain: Promise<void> = Promise.resolve();
+  private rebalancePending = false;
+
+  constructor(
+    private readonly ctx: ConsumerContext,
+    private readonly fetcher: PartitionFetcher,
+    private readonly committer: OffsetCommitter,
+  ) {}
+
+  // ---- rebalancing ----
+
+  requestRebalance(reason: string): void {
+    if (this.ctx.closing || this.rebalancePending) return;
+    this.rebalancePending = true;
+    this.rebalanceChain = this.rebalanceChain.then(() => {
+      this.rebalancePending = false;
+      return this.rebalance(reason);
+    });
+  }
+
+  async rebalance(reason: string): Promise<void> {
+    const ctx = this.ctx;
+    if (ctx.closing) return;
+    const started = Date.now();
+    ctx.state = 'rebalancing';
+    ctx.emit('rebalance.start', { reason, generation: ctx.generation });
+    publish(channels.consumerRebalance, { phase: 'start', group: ctx.options.groupId, reason });
+    const signal = ctx.root.signal;
+    const initial = ctx.workers.size === 0 && !ctx.memberId;
+    try {
+      for (let attempt = 0; ; attempt++) {
+        try {
+          await this.rejoin(signal, started, reason);
+          return;
+        } catch (err) {
+          if (ctx.closing || signal.aborted) return;
+          const e = err as TributaryError;
+          if (e.code === 'member_not_found') this.memberLost();
+          const again = isRetriable(e) || e.code === 'member_not_found' || e.code === 'REBALANCE_IN_PROGRESS' || e.code === 'GEN_MISMATCH';
+          if (!again) {
+            // Not something waiting fixes (a missing topic, a fenced static id, autoOffsetReset=error):
+            // the first start rejects; later, the consumer crashes and closes.
+            if (initial && e.code !== 'FENCED_INSTANCE_ID') throw e;
+            ctx.crash(e, true);
+            return;
+          }
+          await backoffSleep(Math.min(attempt, 6), { initialDelayMs: 20, maxDelayMs: 1000 }, signal);
+        }
+      }
+    } finally {
+      if (!ctx.closing) ctx.state = 'running';
+    }
+  }
+
+  /** Group command on its own connection, so closing the consumer can abandon a long JOIN at once. */
+  private async groupCall(name: string, fields: Record<string, string | number | undefined>, signal: AbortSignal): Promise<string> {
+    const ctx = this.ctx;
+    const cluster = ctx.cluster;
+    return retry(
+      async () => {
+        const addr = await cluster.coordinator(ctx.group, signal);
+        let conn: Connection | undefined;
+        const onAbort = () => void conn?.close();
+        signal.addEventListener('abort', onAbort, { once: true });
+        try {
+          conn = await cluster.dedicated(addr, signal);
+          return await conn.command(name, fields);
+        } catch (err) {
+          await cluster.onCoordinatorError(ctx.group, err);
+          if (signal.aborted) throw new TributaryError('client_closed');
+          throw err;
+        } finally {
+          signal.removeEventListener('abort', onAbort);
+          if (conn) await cluster.release(conn);
+        }
+      },
+      { ...ctx.options.retry, signal },
+    );
+  }
+
+  private async rejoin(signal: AbortSignal, started: number, reason: string): Promise<void> {
+    const ctx = this.ctx;
+    const o = ctx.options;
+    // A lost partition may come back in this generation: its old handler must not run beside the new one.
+    await this.lostStopping;
+    const joinReply = await this.groupCall(
+      'JOIN_GROUP',
+      {
+        topic: o.topic,
+        group: o.groupId,
+        member: ctx.memberId ?? o.clientId,
+        generation: ctx.memberId ? ctx.generation : undefined,
+        session_timeout_ms: o.sessionTimeoutMs,
+        rebalance_timeout_ms: o.rebalanceTimeoutMs,
+        assignor: o.assignor,
+        instance: o.instanceId,
+      },
+      signal,
+    );
+    const j = parseLine(joinReply).params;
+    const memberId = j.get('member')!;
+    const generation = Number(j.get('generation'));
+    const entitled = new Set(parseAssignments(j.get('assignments')));
+    ctx.memberId = memberId;
+    ctx.generation = generation;
+    ctx.emit('group.join', { memberId, generation, leader: j.get('leader') ?? '', assignments: [...entitled] });
+
+    // Revoke first: stop and join the readers and handlers of partitions we no longer hold, commit them.
+    const revoked = [...ctx.workers.values()].filter((w) => !entitled.has(w.partition));
+    for (const w of revoked) w.ac.abort(new TributaryError('consumer_rebalancing'));
+    await Promise.allSettled(revoked.map((w) => w.loop));
+    if (revoked.length > 0) ctx.emit('partitions.revoked', { partitions: revoked.map((w) => w.partition), generation });
+    await this.committer.commitProcessed(revoked).catch(() => {});
+    for (const w of revoked) ctx.workers.delete(w.partition);
+
+    const syncReply = await this.groupCall('SYNC_GROUP', { topic: o.topic, group: o.groupId, member: memberId, generation }, signal);
+    const owned = parseAssignments(parseLine(syncReply).params.get('assignments'));
+    const ownedSet = new Set(owned);
+    for (const w of [...ctx.workers.values()]) {
+      if (!ownedSet.has(w.partition)) {
+        w.ac.abort(new TributaryError('consumer_rebalancing'));
+        await w.loop.catch(() => {});
+        ctx.workers.delete(w.partition);
+        revoked.push(w);
+        ctx.emit('partitions.revoked', { partitions: [w.partition], generation });
+      }
+    }
+    const added = owned.filter((p) => !ctx.workers.has(p));
+    ctx.assignmentGeneration++;
+    // The committed offset of every new partition is fetched before reading it (docs/sdk.md, "Offsets").
+    const starts = await Promise.all(added.map((p) => this.fetcher.startingOffset(p, signal)));
+    if (signal.aborted) return;
+    const fresh = added.map((p, i) => new PartitionWorker(p, ctx.assignmentGeneration, starts[i]!.position, starts[i]!.committed, ctx.root.signal));
+    for (const w of fresh) ctx.workers.set(w.partition, w);
+    if (added.length > 0) ctx.emit('partitions.assigned', { partitions: added, generation, assignmentGeneration: ctx.assignmentGeneration });
+    for (const w of fresh) w.loop = this.fetcher.readLoop(w);
+    const kept = owned.filter((p) => !added.includes(p));
+    ctx.state = 'running';
+    ctx.emit('rebalance.end', {
+      generation,
+      assignmentGeneration: ctx.assignmentGeneration,
+      assigned: added,
+      revoked: revoked.map((w) => w.partition),
+      kept,
+      durationMs: Date.now() - started,
+    });
+    publish(channels.consumerRebalance, { phase: 'end', group: o.groupId, reason, generation, assigned: added, revoked: revoked.map((w) => w.partition) });
+  }
+
+  /**
+   * The coordinator no longer knows this member (its session expired while it was paused or cut off):
+   * every partition it held is another member's now. Their readers and handlers stop at once, without
+   * a commit; a reader left running would keep delivering a partition it lost, and a read carrying the
+   * group starts at the new owner's committed offset, so it would skip records (docs/sdk.md, "Rebalancing").
+   */
+  memberLost(): void {
+    const ctx = this.ctx;
+    ctx.memberId = undefined;
+    if (ctx.workers.size === 0) return;
+    const lost = [...ctx.workers.values()];
+    ctx.workers.clear();
+    for (const w of lost) w.ac.abort(new TributaryError('consumer_rebalancing'));
+    const stopped = Promise.allSettled(lost.map((w) => w.loop));
+    const before = this.lostStopping;
+    this.lostStopping = Promise.all([before, stopped]).then(() => {});
+    ctx.emit('partitions.lost', { partitions: lost.map((w) => w.partition).sort((a, b) => a - b), generation: ctx.generation });
+  }
+
+  /** LEAVE_GROUP on close, within the close deadline `signal`; a static member does not leave. */
+  async leave(signal: AbortSignal): Promise<void> {
+    const o = this.ctx.options;
+    if (!o.instanceId) {
+      // A static member does not leave: a restart within its session gets the same partitions back.
+      await this.ctx.cluster
+        .coordinatorCommand(this.ctx.group, 'LEAVE_GROUP', { topic: o.topic, group: o.groupId, member: this.ctx.memberId }, { signal, retry: { retries: 2, maxElapsedMs: 3000 } })
+        .catch(() => {});
+    }
+  }
+
+  // ---- heartbeats ----
+
+  /** Its own loop and connection: a slow handler never costs the member its session. */
+  async heartbeatLoop(): Promise<void> {
+    const ctx = this.ctx;
+    const signal = ctx.root.signal;
+    const o = ctx.options;
+    let conn: Connection | undefined;
+    let failures = 0;
+    const stallTimeoutMs = heartbeatStallMs(o.sessionTimeoutMs, o.heartbeatIntervalMs);
+    const onAbort = () => void conn?.close();
+    signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      while (!signal.aborted) {
+        // The member this heartbeat speaks for: a reply about it is stale once the consumer rejoined.
+        let member: string | undefined;
+        try {
+          if (!conn || conn.closed) conn = await ctx.cluster.dedicated(await ctx.cluster.coordinator(ctx.group, signal), signal, { stallTimeoutMs });
+          member = ctx.memberId;
+          await conn.command('HEARTBEAT', {
+            topic: o.topic,
+            group: o.groupId,
+            member,
+            generation: ctx.generation,
+            wait_ms: o.heartbeatIntervalMs,
+          });
+          failures = 0;
+          ctx.emit('heartbeat', { memberId: ctx.memberId ?? '', generation: ctx.generation });
+        } catch (err) {
+          if (signal.aborted) break;
+          const e = err as TributaryError;
+          if (e.code === 'member_not_found' && member !== ctx.memberId) continue; // about a member id given up since
+          if (e.code === 'REBALANCE_IN_PROGRESS' || e.code === 'GEN_MISMATCH' || e.code === 'member_not_found') {
+            if (e.code === 'member_not_found') this.memberLost();
+            this.requestRebalance(e.code === 'member_not_found' ? 'member expired' : e.code === 'GEN_MISMATCH' ? 'generation mismatch' : 'rebalance in progress');
+            // Keep heartbeating during a long rebalance (revocation waits for handlers), but do not spin.
+            await Promise.race([this.rebalanceChain.catch(() => {}), abortableSleep(o.heartbeatIntervalMs, signal)]);
+            continue;
+          }
+          if (e.code === 'FENCED_INSTANCE_ID') {
+            ctx.crash(e, true);
+            break;
+          }
+          await ctx.cluster.onCoordinatorError(ctx.group, e);
+          if (conn) await ctx.cluster.release(conn).catch(() => {});
+          conn = undefined;
+          failures++;
+          await backoffSleep(Math.min(failures, 6), { initialDelayMs: 50, maxDelayMs: o.heartbeatIntervalMs }, signal);
+        }
+      }
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+      if (conn) await ctx.cluster.release(conn).catch(() => {});
+    }
+  }
+}
+
+/** The partition list of a JOIN_GROUP or SYNC_GROUP reply (`assignments=[0,2]`). */
+export function parseAssignments(v: string | undefined): number[] {
+  if (!v) return [];
+  const inner = v.replace(/^\[|\]$/g, '');
+  return inner.length === 0 ? [] : inner.split(',').map(Number).filter((n) => Number.isInteger(n) && n >= 0);
+}

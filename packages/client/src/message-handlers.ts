@@ -1,0 +1,78 @@
+/**
+ * run()'s handlers: eachMessage or eachBatch as the sink of the partition readers. A handler that
+ * throws leaves its message unprocessed: `crash` (fatal=false), a backoff, then it is delivered again
+ * (docs/sdk.md, "Offsets").
+ */
+import type { ConsumedMessage, ConsumerContext } from './consumer-context.js';
+import type { OffsetCommitter } from './offset-committer.js';
+import type { Sink } from './partition-fetcher.js';
+import type { PartitionWorker } from './partition-worker.js';
+import { backoffSleep } from './retry.js';
+
+export interface EachMessagePayload {
+  message: ConsumedMessage;
+  /** Aborted when the partition is revoked or the consumer closes. */
+  signal: AbortSignal;
+}
+
+export interface EachBatchPayload {
+  topic: string;
+  partition: number;
+  messages: ConsumedMessage[];
+  signal: AbortSignal;
+  /** Marks messages up to this one as processed (committed by auto-commit or `commit()`). */
+  resolveOffset(offset: number): void;
+}
+
+export interface RunOptions {
+  eachMessage?: (p: EachMessagePayload) => Promise<void> | void;
+  eachBatch?: (p: EachBatchPayload) => Promise<void> | void;
+  signal?: AbortSignal;
+}
+
+/** The sink that hands each fetched batch to run()'s eachBatch, or message by message to its eachMessage. */
+export function handlerSink(ctx: ConsumerContext, committer: OffsetCommitter, opts: RunOptions): Sink {
+  return async (w, messages) => {
+    if (opts.eachBatch) {
+      await timed(ctx, w, messages[0]!.offset, () =>
+        opts.eachBatch!({
+          topic: ctx.options.topic,
+          partition: w.partition,
+          messages,
+          signal: w.signal,
+          resolveOffset: (offset) => committer.markProcessed(w.partition, w.assignmentGeneration, offset),
+        }),
+      );
+      return;
+    }
+    for (const message of messages) {
+      if (w.signal.aborted || w.seekTo !== undefined) return;
+      if (w.paused) {
+        w.seekTo = message.offset; // paused mid-batch: the rest is read again after resume()
+        return;
+      }
+      if (!(await timed(ctx, w, message.offset, () => opts.eachMessage!({ message, signal: w.signal })))) return;
+      committer.markProcessed(w.partition, w.assignmentGeneration, message.offset);
+    }
+  };
+}
+
+/** Runs a handler; false when it threw (its message is then read again after a pause). */
+async function timed(ctx: ConsumerContext, w: PartitionWorker, offset: number, fn: () => Promise<void> | void): Promise<boolean> {
+  const t0 = Date.now();
+  const timer = setTimeout(() => ctx.emit('handler.slow', { partition: w.partition, offset, elapsedMs: Date.now() - t0 }), ctx.options.processingTimeoutMs);
+  try {
+    await fn();
+    w.failures = 0;
+    return true;
+  } catch (err) {
+    if (w.signal.aborted) return false;
+    ctx.crash(err as Error, false);
+    w.seekTo = w.processed >= 0 ? w.processed : offset;
+    w.failures++;
+    await backoffSleep(Math.min(w.failures, 8), { initialDelayMs: 100, maxDelayMs: 5000 }, w.signal);
+    return false;
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,85 @@
+/**
+ * Commits: what handlers mark processed, the auto-commit worker and BATCH_COMMIT of
+ * `lastProcessedOffset + 1` for every partition that moved (docs/sdk.md, "Offsets"). A commit the
+ * coordinator refuses because the group moved on asks the membership for a rebalance.
+ */
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { ConsumerContext } from './consumer-context.js';
+import { channels, publish } from './events.js';
+import type { PartitionWorker } from './partition-worker.js';
+import { Signal } from './wake-signal.js';
+
+/** What a refused commit tells the group membership (passed in: the membership itself commits). */
+export interface CommitOutcomes {
+  requestRebalance(reason: string): void;
+  memberLost(): void;
+}
+
+export class OffsetCommitter {
+  private readonly commitWake = new Signal();
+
+  constructor(
+    private readonly ctx: ConsumerContext,
+    private readonly group: CommitOutcomes,
+  ) {}
+
+  /** The commit worker: with autoCommit, commits what was processed every autoCommitIntervalMs. */
+  async loop(): Promise<void> {
+    const signal = this.ctx.root.signal;
+    const o = this.ctx.options;
+    while (!signal.aborted) {
+      await this.commitWake.wait(signal, o.autoCommit ? o.autoCommitIntervalMs : undefined);
+      if (signal.aborted) break;
+      if (!o.autoCommit) continue;
+      await this.commitProcessed([...this.ctx.workers.values()]).catch((err) => {
+        if (!signal.aborted) this.ctx.emit('crash', { error: err as Error, fatal: false });
+      });
+    }
+  }
+
+  /** Marks a message processed; rejects work whose partition was revoked since it was fetched. */
+  markProcessed(partition: number, assignmentGeneration: number, offset: number): void {
+    const w = this.ctx.workers.get(partition);
+    if (!w || w.assignmentGeneration !== assignmentGeneration || w.signal.aborted) {
+      throw new TributaryError('consumer_rebalancing', { partition, assignmentGeneration, current: this.ctx.assignmentGeneration });
+    }
+    if (offset + 1 > w.processed) w.processed = offset + 1;
+  }
+
+  async commitProcessed(workers: PartitionWorker[], opts: { final?: boolean; signal?: AbortSignal } = {}): Promise<void> {
+    const ctx = this.ctx;
+    const dirty = workers.filter((w) => w.processed > w.committed);
+    if (dirty.length === 0 || !ctx.memberId) return;
+    const entries = dirty.map((w) => ({ w, offset: w.processed, gen: w.assignmentGeneration }));
+    const o = ctx.options;
+    const member = ctx.memberId;
+    const send = () =>
+      ctx.cluster.coordinatorCommand(
+        ctx.group,
+        'BATCH_COMMIT',
+        { topic: o.topic, group: o.groupId, member, generation: ctx.generation },
+        { positional: [entries.map((e) => `P${e.w.partition}:${e.offset}`).join(',')], signal: opts.signal, retry: opts.final ? { retries: 2 } : undefined },
+      );
+    try {
+      await send();
+    } catch (err) {
+      const e = err as TributaryError;
+      // The generation moved on while we sent: retry once under the new one if nothing was revoked.
+      if (e.code === 'GEN_MISMATCH' && !opts.final) {
+        this.group.requestRebalance('generation mismatch on commit');
+        throw e;
+      }
+      if (e.code === 'REBALANCE_IN_PROGRESS') this.group.requestRebalance('rebalance in progress');
+      // Only about the member still current: a commit sent before a rejoin says nothing of the new one.
+      if (e.code === 'member_not_found' && member === ctx.memberId) {
+        this.group.memberLost();
+        this.group.requestRebalance('member expired');
+      }
+      throw e;
+    }
+    for (const e of entries) if (e.offset > e.w.committed) e.w.committed = e.offset;
+    const offsets = entries.map((e) => ({ partition: e.w.partition, offset: e.offset }));
+    ctx.emit('commit', { offsets, generation: ctx.generation });
+    publish(channels.consumerCommit, { group: o.groupId, offsets });
+  }
+}

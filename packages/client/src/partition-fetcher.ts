@@ -1,0 +1,237 @@
+/**
+ * The per-partition readers: one loop per installed partition, reading with CONSUME long polls or a
+ * STREAM (the `mode` option), handing batches to the sink of run() or the iterator, and the flow
+ * control (pause, resume, seek) that steers them. Positions follow docs/sdk.md, "Offsets"; re-routing
+ * after a failed read follows "Routing".
+ */
+import type { Batch } from 'tributary-protocol/batch.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { ConsumedMessage, ConsumerContext } from './consumer-context.js';
+import { configError } from './consumer-options.js';
+import { channels, publish } from './events.js';
+import type { PartitionWorker } from './partition-worker.js';
+import { backoffSleep, isRetriable } from './retry.js';
+import { Signal } from './wake-signal.js';
+
+/** Where fetched batches go: run()'s handlers or the async iterator. */
+export type Sink = (worker: PartitionWorker, messages: ConsumedMessage[]) => Promise<void>;
+
+export class PartitionFetcher {
+  sink: Sink | undefined;
+  /** Batches being handled now, at most `partitionsConsumedConcurrently`. */
+  private running = 0;
+  /** Woken when a slot frees up, a sink is set or the consumer closes. */
+  readonly slots = new Signal();
+
+  constructor(private readonly ctx: ConsumerContext) {}
+
+  /** Starts reading: batches go to `sink` from now on. */
+  setSink(sink: Sink): void {
+    this.sink = sink;
+    this.slots.wake();
+  }
+
+  async readLoop(w: PartitionWorker): Promise<void> {
+    const o = this.ctx.options;
+    const cluster = this.ctx.cluster;
+    const onAbort = () => void w.conn?.close();
+    w.signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      while (!w.signal.aborted) {
+        if (w.paused) {
+          await w.resumed.wait(w.signal);
+          continue;
+        }
+        if (!this.sink) {
+          await this.slots.wait(w.signal, 100);
+          continue;
+        }
+        try {
+          if (!w.conn || w.conn.closed) w.conn = await cluster.dedicated(await cluster.leaderFor(o.topic, w.partition, w.signal), w.signal);
+          if (o.mode === 'stream') await this.streamOnce(w);
+          else await this.pollOnce(w);
+          w.readFailures = 0;
+        } catch (err) {
+          if (w.signal.aborted) break;
+          const e = err as TributaryError;
+          if (e.code === 'OFFSET_OUT_OF_RANGE') {
+            if (o.autoOffsetReset === 'error') {
+              this.ctx.crash(e, false);
+              await w.resumed.wait(w.signal);
+              continue;
+            }
+            w.position = await this.resetOffset(w.partition, w.signal).catch(() => w.position);
+            continue;
+          }
+          if (e.code === 'consumer_rebalancing' || e.code === 'client_closed') break;
+          cluster.onLeaderError(o.topic, w.partition, e);
+          if (w.conn) await cluster.release(w.conn).catch(() => {});
+          w.conn = undefined;
+          if (!isRetriable(e)) this.ctx.crash(e, false);
+          w.readFailures++;
+          await backoffSleep(Math.min(w.readFailures, 6), { initialDelayMs: 50, maxDelayMs: 2000 }, w.signal);
+        }
+      }
+    } finally {
+      w.signal.removeEventListener('abort', onAbort);
+      if (w.conn) await cluster.release(w.conn).catch(() => {});
+      w.conn = undefined;
+    }
+  }
+
+  private fetchFields(w: PartitionWorker): Record<string, string | number | undefined> {
+    const o = this.ctx.options;
+    return {
+      topic: o.topic,
+      partition: w.partition,
+      offset: w.position,
+      group: o.groupId,
+      member: this.ctx.memberId,
+      generation: this.ctx.generation,
+      isolation: o.isolation,
+      batch: o.maxBatchRecords,
+      max_bytes: o.maxBatchBytes,
+    };
+  }
+
+  private toMessages(w: PartitionWorker, batch: Batch): ConsumedMessage[] {
+    return batch.records.map((r) => ({
+      topic: batch.topic,
+      partition: w.partition,
+      offset: r.offset,
+      key: r.key,
+      value: r.value,
+      timestamp: r.timestamp,
+      headers: r.headers,
+      assignmentGeneration: w.assignmentGeneration,
+    }));
+  }
+
+  private async pollOnce(w: PartitionWorker): Promise<void> {
+    const batch = await w.conn!.consume({ ...this.fetchFields(w), wait_ms: this.ctx.options.maxWaitMs });
+    if (w.signal.aborted) return;
+    if (w.seekTo !== undefined) return this.applySeek(w);
+    if (w.paused) return; // paused while the poll was in flight: the batch is read again after resume()
+    publish(channels.consumerFetch, { group: this.ctx.options.groupId, partition: w.partition, offset: w.position, records: batch.records.length });
+    const messages = this.toMessages(w, batch);
+    const next = batch.trailer?.nextOffset ?? (messages.length > 0 ? messages[messages.length - 1]!.offset + 1 : w.position);
+    if (messages.length > 0) await this.deliver(w, messages);
+    if (w.seekTo !== undefined) return this.applySeek(w);
+    w.position = Math.max(w.position, next);
+  }
+
+  /** STREAM: a graceful CLOSE ends this round; a socket loss throws and the loop resumes from `position`. */
+  private async streamOnce(w: PartitionWorker): Promise<void> {
+    const conn = w.conn!;
+    w.conn = undefined; // a stream connection cannot be reused
+    try {
+      // Keepalives at the long-poll interval: a stream that stays silent past it plus the stall bound is
+      // dropped and the partition re-routed, as a long poll would be (docs/sdk.md, "Routing").
+      const keepaliveMs = Math.max(200, this.ctx.options.maxWaitMs);
+      const it = conn.stream({ ...this.fetchFields(w), keepalive_ms: keepaliveMs }, w.signal, { silenceMs: keepaliveMs + this.ctx.options.stallTimeoutMs });
+      for (;;) {
+        const n = await it.next();
+        if (n.done) {
+          if (n.value?.reason === 'offset_out_of_range') throw new TributaryError('OFFSET_OUT_OF_RANGE', { partition: w.partition });
+          return;
+        }
+        // seek() or pause() while the stream was open: drop this batch, it is read again from the new
+        // position or after resume()
+        if (w.seekTo !== undefined || w.paused) {
+          if (w.seekTo !== undefined) this.applySeek(w);
+          await it.return({} as Record<string, string>);
+          return;
+        }
+        // A stream ends only by failing: its deliveries are what shows the route works again.
+        w.readFailures = 0;
+        const messages = this.toMessages(w, n.value);
+        if (messages.length > 0) await this.deliver(w, messages);
+        if (w.seekTo !== undefined) {
+          this.applySeek(w);
+          await it.return({} as Record<string, string>);
+          return;
+        }
+        w.position = n.value.trailer?.nextOffset ?? messages[messages.length - 1]!.offset + 1;
+      }
+    } finally {
+      await this.ctx.cluster.release(conn).catch(() => {});
+    }
+  }
+
+  private applySeek(w: PartitionWorker): void {
+    w.position = w.seekTo!;
+    w.seekTo = undefined;
+  }
+
+  /** Hands a batch to the sink, holding one of `partitionsConsumedConcurrently` slots. */
+  private async deliver(w: PartitionWorker, messages: ConsumedMessage[]): Promise<void> {
+    while (this.running >= this.ctx.options.partitionsConsumedConcurrently && !w.signal.aborted) await this.slots.wait(w.signal, 50);
+    if (w.signal.aborted) return;
+    this.running++;
+    try {
+      await this.sink!(w, messages);
+    } finally {
+      this.running--;
+      this.slots.wake();
+    }
+  }
+
+  // ---- starting positions ----
+
+  /** Where a new partition's reader starts: its committed offset, else what autoOffsetReset says. */
+  async startingOffset(partition: number, signal: AbortSignal): Promise<{ position: number; committed: number }> {
+    const o = this.ctx.options;
+    const reply = await this.ctx.cluster.coordinatorCommand(this.ctx.group, 'FETCH_OFFSET', { topic: o.topic, group: o.groupId, partition }, { signal });
+    const p = parseLine(reply).params;
+    if (p.get('committed') === 'true') {
+      const offset = Number(p.get('offset'));
+      return { position: offset, committed: offset };
+    }
+    if (o.autoOffsetReset === 'error') {
+      throw new TributaryError('OFFSET_OUT_OF_RANGE', { partition, reason: 'no committed offset and autoOffsetReset=error' });
+    }
+    return { position: await this.resetOffset(partition, signal), committed: -1 };
+  }
+
+  private async resetOffset(partition: number, signal: AbortSignal): Promise<number> {
+    const reply = await this.ctx.cluster.anyCommand('LIST_OFFSETS', { topic: this.ctx.options.topic, partition }, signal);
+    const offsets = parseLine(reply).params.get('offsets') ?? '';
+    const m = /earliest=(\d+):latest=(\d+)/.exec(offsets);
+    if (!m) throw new TributaryError('internal_error', { reason: `unexpected LIST_OFFSETS reply ${reply}` });
+    return this.ctx.options.autoOffsetReset === 'earliest' ? Number(m[1]) : Number(m[2]);
+  }
+
+  // ---- flow control ----
+
+  pause(partitions: number[]): void {
+    for (const p of partitions) {
+      const w = this.ctx.workers.get(p);
+      if (w) w.paused = true;
+    }
+  }
+
+  resume(partitions: number[]): void {
+    for (const p of partitions) {
+      const w = this.ctx.workers.get(p);
+      if (w) {
+        w.paused = false;
+        w.resumed.wake();
+      }
+    }
+  }
+
+  paused(): number[] {
+    return [...this.ctx.workers.values()].filter((w) => w.paused).map((w) => w.partition);
+  }
+
+  /** Moves a partition's read position; messages already fetched past it are dropped. */
+  seek(partition: number, offset: number): void {
+    if (!Number.isSafeInteger(offset) || offset < 0) throw configError('offset', 'must be a non-negative integer');
+    const w = this.ctx.workers.get(partition);
+    if (!w) throw new TributaryError('NOT_OWNER', { partition }, `partition ${partition} is not assigned to this consumer`);
+    w.seekTo = offset;
+    w.processed = Math.min(w.processed, offset);
+    w.resumed.wake();
+  }
+}

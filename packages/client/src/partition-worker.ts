@@ -1,0 +1,39 @@
+import type { Connection } from 'tributary-protocol/connection.js';
+import { Signal } from './wake-signal.js';
+
+/** One installed partition: its reader, its position and what has been processed. */
+export class PartitionWorker {
+  readonly ac: AbortController;
+  /** Next offset to fetch. */
+  position: number;
+  /** Next offset to commit (last processed + 1); -1 until something is processed. */
+  processed = -1;
+  committed: number;
+  paused = false;
+  readonly resumed = new Signal();
+  loop: Promise<void> = Promise.resolve();
+  conn: Connection | undefined;
+  /** Set by seek(): the reader restarts from here. */
+  seekTo: number | undefined;
+  /** Consecutive handler failures, for the retry backoff. */
+  failures = 0;
+  /** Consecutive failed reads, for the re-route backoff; reset by any read that delivers. */
+  readFailures = 0;
+
+  constructor(
+    readonly partition: number,
+    readonly assignmentGeneration: number,
+    start: number,
+    committed: number,
+    parent: AbortSignal,
+  ) {
+    this.ac = new AbortController();
+    this.position = start;
+    this.committed = committed;
+    parent.addEventListener('abort', () => this.ac.abort(), { once: true, signal: this.ac.signal });
+  }
+
+  get signal(): AbortSignal {
+    return this.ac.signal;
+  }
+}
