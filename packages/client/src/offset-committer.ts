@@ -64,7 +64,8 @@ export class OffsetCommitter {
       await send();
     } catch (err) {
       const e = err as TributaryError;
-      // The generation moved on while we sent: retry once under the new one if nothing was revoked.
+      // The generation moved on while we sent: the commit fails and the member rejoins. Nothing is marked
+      // committed, so a later commit sends these offsets again (for the partitions the member still owns).
       if (e.code === 'GEN_MISMATCH' && !opts.final) {
         this.group.requestRebalance('generation mismatch on commit');
         throw e;
