@@ -109,12 +109,10 @@ describe('SIGSTOP zombie member', () => {
         const st = await groupStatus(admin, GROUP);
         return st.state === 'Stable' && st.members.length === 1 && b.owned.length === 4 && st;
       },
-      8000,
+      30_000,
       0,
     );
-    const takenAt = Date.now();
-    // its last heartbeat was at most one loop (200 ms + its commits) before the freeze, its session is 1 s
-    expect(takenAt - stopAt).toBeGreaterThanOrEqual(500);
+    // Taken over because its session expired (not, say, because it left): the frozen child said nothing.
     expect(s.members[0]!.member_id).toBe(b.id);
     expect(s.history.at(-1)!.reasons).toMatchObject([{ cause: 'expired', member: zombieId }]);
     // the new owner commits the taken-over partitions
