@@ -1,0 +1,158 @@
+import client from 'prom-client';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { OffsetEntry } from './offset-store.js';
+import { type GroupContext, validateId } from './group-context.js';
+import { type GroupOffsets, getOffset } from './group-offsets.js';
+
+/**
+ * The admin side of the group coordinator: listing, GROUP_STATUS, deleting a group, resetting an inactive
+ * group's offsets, and the lag and member gauges (docs/protocol.md for the commands).
+ */
+export class GroupAdmin {
+  constructor(
+    private readonly ctx: GroupContext,
+    private readonly offsets: GroupOffsets,
+    registry: client.Registry,
+  ) {
+    const self = this;
+    new client.Gauge({
+      name: 'tributary_group_lag',
+      help: 'Records between the committed offset and the last stable offset, per group partition',
+      labelNames: ['group', 'topic', 'partition'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const row of self.lagRows()) this.set({ group: row.group, topic: row.topic, partition: String(row.partition) }, row.lag);
+      },
+    });
+    new client.Gauge({
+      name: 'tributary_group_members',
+      help: 'Live members per group',
+      labelNames: ['group'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const g of self.ctx.groups.values()) if (!g.deleted) this.set({ group: g.groupId }, g.members.size);
+      },
+    });
+  }
+
+  listGroups(): string[] {
+    const names = new Set<string>();
+    for (const g of this.ctx.groups.values()) if (!g.deleted) names.add(g.groupId);
+    for (const name of this.offsets.committed.keys()) names.add(name);
+    return [...names].sort();
+  }
+
+  async deleteGroup(groupId: string): Promise<void> {
+    this.ctx.checkOwner(groupId);
+    validateId('group', groupId);
+    await this.ctx.withGroup(groupId, async () => {
+      const g = this.ctx.groups.get(groupId);
+      if ((!g || g.deleted) && !this.offsets.committed.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });
+      // Pending causes without members are only departures waiting for the join window: nothing can use the
+      // group's offsets any more, and GROUP_STATUS already says Empty.
+      if (g && g.members.size > 0) throw new TributaryError('group_not_empty', { group: groupId, members: g.members.size });
+      await this.ctx.offsetStore.deleteGroup(groupId);
+      await this.ctx.groupLog.deleteGroup(groupId);
+      this.offsets.forget(groupId);
+      if (g) {
+        g.deleted = true;
+        this.ctx.groups.delete(groupId);
+      }
+      this.ctx.scheduler.cancel(`window:${groupId}`);
+    });
+  }
+
+  /** Admin reset of an inactive group's offsets (may move them backwards). */
+  async resetOffsets(req: { group: string; topic: string; partition?: number; to: 'earliest' | 'latest' | 'offset' | 'timestamp'; value?: number }): Promise<OffsetEntry[]> {
+    this.ctx.checkOwner(req.group);
+    validateId('group', req.group);
+    const topic = this.ctx.topics.get(req.topic);
+    const parts = req.partition === undefined ? topic.partitions : [topic.partition(req.partition)];
+    return this.ctx.withGroup(req.group, async () => {
+      const g = this.ctx.groups.get(req.group);
+      if (g && !g.deleted && g.members.size > 0) throw new TributaryError('group_not_empty', { group: req.group, members: g.members.size });
+      const entries: OffsetEntry[] = [];
+      for (const p of parts) {
+        let offset: number;
+        if (req.to === 'earliest') offset = p.earliest;
+        else if (req.to === 'latest') offset = p.lastStableOffset;
+        else if (req.to === 'timestamp') offset = await p.log.offsetForTimestamp(req.value ?? 0);
+        else {
+          offset = req.value ?? 0;
+          if (offset < p.earliest || offset > p.logEndOffset) throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: p.earliest, latest: p.logEndOffset, partition: p.id });
+        }
+        entries.push({ partition: p.id, offset });
+      }
+      await this.ctx.offsetStore.commit(req.group, req.topic, entries, { force: true });
+      for (const e of entries) this.offsets.setDurable(req.group, req.topic, e.partition, e.offset);
+      return entries;
+    });
+  }
+
+  private lagRows(): Array<{ group: string; topic: string; partition: number; committed: number; logEnd: number; lag: number }> {
+    const rows = [];
+    for (const [group, byTopic] of this.offsets.committed) {
+      for (const [topicName, byPart] of byTopic) {
+        const topic = this.ctx.topics.tryGet(topicName);
+        if (!topic) continue;
+        for (const [p, committed] of byPart) {
+          const part = topic.partitions[p];
+          if (!part) continue;
+          rows.push({ group, topic: topicName, partition: p, committed, logEnd: part.lastStableOffset, lag: Math.max(0, part.lastStableOffset - committed) });
+        }
+      }
+    }
+    return rows;
+  }
+
+  status(groupId: string): Record<string, unknown> {
+    this.ctx.checkOwner(groupId);
+    validateId('group', groupId);
+    const committedOffsets = this.offsets.committed;
+    const g = this.ctx.groups.get(groupId);
+    if ((!g || g.deleted) && !committedOffsets.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });
+    const topicName = g?.topic ?? [...(committedOffsets.get(groupId)?.keys() ?? [])][0] ?? '';
+    const topic = this.ctx.topics.tryGet(topicName);
+    const now = this.ctx.clock.now();
+    const offsets = (topic?.partitions ?? []).map((p) => {
+      const committed = getOffset(committedOffsets, groupId, topicName, p.id);
+      return {
+        partition: p.id,
+        committed: committed ?? null,
+        log_end: p.lastStableOffset,
+        lag: committed === undefined ? null : Math.max(0, p.lastStableOffset - committed),
+        owner: g?.owners.get(p.id) ?? null,
+      };
+    });
+    return {
+      status: 'OK',
+      group: groupId,
+      topic: topicName,
+      state: g ? g.state : 'Empty',
+      generation: g?.generation ?? 0,
+      leader: g?.leaderId ?? null,
+      assignor: g?.assignor ?? this.ctx.config.defaultAssignor,
+      protocol: g?.protocol ?? 'server',
+      coordinator_partition: this.ctx.partitionFor(groupId),
+      members: [...(g?.members.values() ?? [])].map((m) => ({
+        member_id: m.memberId,
+        client_id: m.clientId,
+        instance: m.instanceId ?? null,
+        host: m.host,
+        generation: m.generation,
+        last_heartbeat: new Date(m.lastHeartbeat).toISOString(),
+        last_heartbeat_ms_ago: now - m.lastHeartbeat,
+        session_timeout_ms: m.sessionTimeoutMs,
+        assignments: [...m.owned].sort((a, b) => a - b),
+        target: m.target,
+        pending: m.target.filter((p) => !m.owned.has(p)),
+        needs_rejoin: m.needsRejoin,
+      })),
+      offsets,
+      total_lag: offsets.reduce((n, o) => n + (o.lag ?? 0), 0),
+      history: g?.history ?? [],
+    };
+  }
+}

@@ -1,0 +1,71 @@
+import type { Logger } from '../common/logger.js';
+import type { Clock } from '../common/clock.js';
+import type { TopicManager } from '../partition/topic-manager.js';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import type { AssignorName } from 'tributary-protocol/assignors.js';
+import type { ConsumerGroup, Member } from './group.js';
+import type { GroupLog } from './group-log.js';
+import type { OffsetStore } from './offset-store.js';
+import type { Scheduler } from './scheduler.js';
+
+/**
+ * What the parts of the group coordinator share (docs/architecture.md, "Group coordinator"): the
+ * coordinator (group-coordinator.ts) builds one of these and hands it to its membership, rebalance,
+ * offsets and admin parts, which never import the coordinator itself.
+ */
+
+export interface CoordinatorConfig {
+  /** Joins and leaves that arrive within this window share one new generation. */
+  joinWindowMs: number;
+  defaultSessionTimeoutMs: number;
+  minSessionTimeoutMs: number;
+  maxSessionTimeoutMs: number;
+  defaultRebalanceTimeoutMs: number;
+  defaultAssignor: AssignorName;
+}
+
+/** `[a-zA-Z0-9._-]`, 1-255 characters: ids travel unquoted in replies and plans. */
+const ID_RE = /^[A-Za-z0-9._-]{1,255}$/;
+
+export function validateId(param: string, v: string): void {
+  if (!ID_RE.test(v)) throw invalidParam(param, v.length === 0 ? 'must not be empty' : v.length > 255 ? 'longer than 255 characters' : 'only letters, digits, ".", "_" and "-" are allowed');
+}
+
+export interface GroupContext {
+  readonly topics: TopicManager;
+  readonly groupLog: GroupLog;
+  readonly offsetStore: OffsetStore;
+  readonly config: CoordinatorConfig;
+  readonly logger: Logger;
+  /** Every time the coordinator reads and every timer it arms: no part reads time any other way. */
+  readonly clock: Clock;
+  /** Session expiry, join windows and rebalance timeouts. */
+  readonly scheduler: Scheduler;
+  /** The groups this coordinator serves, by id. */
+  readonly groups: Map<string, ConsumerGroup>;
+  /** Whether the coordinator has been stopped. */
+  stopped(): boolean;
+  /** Runs `fn` under the group's lock; refused once stopped. */
+  withGroup<T>(groupId: string, fn: () => Promise<T> | T): Promise<T>;
+  /** Throws NOT_COORDINATOR / COORDINATOR_LOADING unless this broker coordinates the group (cluster mode). */
+  checkOwner(group: string): void;
+  /** Whether timers may take decisions now (false while a cluster broker's lease is unconfirmed). */
+  canAct(): boolean;
+  /** The partition of `__consumer_offsets` a group's state lives in. */
+  partitionFor(group: string): number;
+  /** Writes the group's snapshot; a refused write reloads its partition from the log, then rethrows. */
+  persist(g: ConsumerGroup): Promise<void>;
+}
+
+export function requireGroup(groups: Map<string, ConsumerGroup>, groupId: string): ConsumerGroup {
+  const g = groups.get(groupId);
+  if (!g || g.deleted) throw new TributaryError('group_not_found', { group: groupId });
+  return g;
+}
+
+export function requireMember(g: ConsumerGroup, memberId: string): Member {
+  if (g.fencedIds.has(memberId)) throw new TributaryError('FENCED_INSTANCE_ID', { member: memberId });
+  const m = g.members.get(memberId);
+  if (!m) throw new TributaryError('member_not_found', { member: memberId });
+  return m;
+}

@@ -1,0 +1,273 @@
+import { randomUUID } from 'node:crypto';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import { type Assignment, isAssignorName, validatePlan } from 'tributary-protocol/assignors.js';
+import { type AssignmentProtocol, ConsumerGroup, type Member } from './group.js';
+import { type GroupContext, requireGroup, requireMember, validateId } from './group-context.js';
+import type { Rebalancer } from './rebalance.js';
+
+export interface JoinRequest {
+  topic: string;
+  group: string;
+  member: string;
+  generation?: number;
+  sessionTimeoutMs?: number;
+  rebalanceTimeoutMs?: number;
+  assignor?: string;
+  instance?: string;
+  protocol?: AssignmentProtocol;
+  host: string;
+}
+
+export interface MemberView {
+  generation: number;
+  memberId: string;
+  leader: string;
+  assignments: number[];
+  protocol: AssignmentProtocol;
+  /** Client-side assignment, to the leader only: every member and what it owns. */
+  members?: Array<{ memberId: string; owned: number[] }>;
+}
+
+/**
+ * The membership commands of the group coordinator (JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP; see
+ * docs/protocol.md): each change runs under the group's lock, and the waits (join windows, long-poll
+ * heartbeats, client-side plans) happen outside it. The timers and the new generations are the
+ * Rebalancer's.
+ */
+export class GroupMembership {
+  constructor(
+    private readonly ctx: GroupContext,
+    private readonly rebalancer: Rebalancer,
+  ) {}
+
+  private view(g: ConsumerGroup, m: Member, owned: boolean): MemberView {
+    const v: MemberView = {
+      generation: m.generation,
+      memberId: m.memberId,
+      leader: g.leaderId ?? m.memberId,
+      assignments: owned ? [...m.owned].sort((a, b) => a - b) : g.entitlement(m),
+      protocol: g.protocol,
+    };
+    if (g.protocol === 'client' && g.leaderId === m.memberId) {
+      v.members = [...g.members.values()].map((x) => ({ memberId: x.memberId, owned: [...x.owned].sort((a, b) => a - b) }));
+    }
+    return v;
+  }
+
+  async join(req: JoinRequest): Promise<MemberView> {
+    this.ctx.checkOwner(req.group);
+    validateId('group', req.group);
+    validateId('member', req.member);
+    if (req.instance !== undefined) validateId('instance', req.instance);
+    this.ctx.topics.get(req.topic);
+    if (req.assignor !== undefined && !isAssignorName(req.assignor)) throw invalidParam('assignor', 'expected range, roundrobin, sticky or cooperative-sticky');
+    const session = req.sessionTimeoutMs ?? this.ctx.config.defaultSessionTimeoutMs;
+    if (session < this.ctx.config.minSessionTimeoutMs || session > this.ctx.config.maxSessionTimeoutMs) {
+      throw invalidParam('session_timeout_ms', `must be between ${this.ctx.config.minSessionTimeoutMs} and ${this.ctx.config.maxSessionTimeoutMs}`);
+    }
+    const rebalanceTimeout = req.rebalanceTimeoutMs ?? Math.max(this.ctx.config.defaultRebalanceTimeoutMs, session);
+
+    let fresh: Member | undefined;
+    const view = await this.ctx.withGroup(req.group, async (): Promise<MemberView | undefined> => {
+      let g = this.ctx.groups.get(req.group);
+      // Refuse an unknown member id before touching anything: a refused join must neither create the group
+      // nor rewrite an empty group's topic, assignor or protocol.
+      const live = g && !g.deleted ? g : undefined;
+      if (req.generation !== undefined && req.generation > 0 && !live?.members.has(req.member) && !live?.fencedIds.has(req.member)) {
+        throw new TributaryError('member_not_found', { member: req.member });
+      }
+      if (!g || g.deleted) {
+        g = new ConsumerGroup(req.group, req.topic, req.assignor ?? this.ctx.config.defaultAssignor, req.protocol ?? 'server');
+        this.ctx.groups.set(req.group, g);
+      }
+      if (g.members.size === 0 && g.pendingCauses.length === 0) {
+        g.topic = req.topic;
+        if (req.assignor) g.assignor = req.assignor;
+        if (req.protocol) g.protocol = req.protocol;
+      } else if (g.topic !== req.topic) {
+        throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
+      }
+      if (g.fencedIds.has(req.member)) throw new TributaryError('FENCED_INSTANCE_ID', { member: req.member });
+      const now = this.ctx.clock.now();
+      const existing = g.members.get(req.member);
+      if (existing) {
+        // Resume (same generation) or catch up (stale generation): same member id, no new generation.
+        existing.lastHeartbeat = now;
+        existing.generation = g.generation;
+        existing.needsRejoin = false;
+        existing.awaitingSync = true;
+        existing.notifiedAt = now;
+        this.rebalancer.scheduleRebalanceTimeout(g, existing);
+        await this.ctx.persist(g);
+        return this.view(g, existing, false);
+      }
+      if (req.generation !== undefined && req.generation > 0) throw new TributaryError('member_not_found', { member: req.member });
+      if (req.instance !== undefined) {
+        const prevId = g.instances.get(req.instance);
+        const prev = prevId ? g.members.get(prevId) : undefined;
+        if (prev) return this.replaceStatic(g, prev, req, now);
+      }
+      const m: Member = {
+        memberId: `${req.member}-${randomUUID()}`,
+        clientId: req.member,
+        instanceId: req.instance,
+        host: req.host,
+        sessionTimeoutMs: session,
+        rebalanceTimeoutMs: rebalanceTimeout,
+        lastHeartbeat: now,
+        generation: g.generation,
+        owned: new Set(),
+        target: [],
+        needsRejoin: false,
+        notifiedAt: now,
+        awaitingSync: true,
+        joinedAt: now,
+      };
+      g.members.set(m.memberId, m);
+      if (m.instanceId) g.instances.set(m.instanceId, m.memberId);
+      if (!g.leaderId || !g.members.has(g.leaderId)) g.leaderId = m.memberId;
+      g.pendingCauses.push({ cause: 'join', member: m.memberId });
+      this.rebalancer.scheduleExpiry(g, m);
+      this.rebalancer.scheduleWindow(g);
+      fresh = m;
+      return undefined;
+    });
+    if (view) return view;
+    // A new member's reply waits for its generation: the join window batches joins that arrive together.
+    const m = fresh!;
+    const deadline = this.ctx.clock.now() + m.rebalanceTimeoutMs;
+    for (;;) {
+      const g = this.ctx.groups.get(req.group);
+      if (!g || g.members.get(m.memberId) !== m) throw new TributaryError('member_not_found', { member: m.memberId });
+      if (!g.pendingCauses.some((r) => r.member === m.memberId)) return this.view(g, m, false);
+      if (this.ctx.clock.now() >= deadline || this.ctx.stopped()) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: req.group });
+      await this.rebalancer.windowWaiters.wait(req.group, deadline - this.ctx.clock.now());
+    }
+  }
+
+  /** A static member back under a new member id: it takes the old id's place, assignment and generation. */
+  private async replaceStatic(g: ConsumerGroup, prev: Member, req: JoinRequest, now: number): Promise<MemberView> {
+    const m: Member = {
+      ...prev,
+      memberId: `${req.member}-${randomUUID()}`,
+      clientId: req.member,
+      host: req.host,
+      lastHeartbeat: now,
+      owned: new Set(prev.owned),
+      target: [...prev.target],
+      awaitingSync: true,
+      needsRejoin: false,
+      notifiedAt: now,
+      generation: g.generation,
+    };
+    g.members.delete(prev.memberId);
+    g.members.set(m.memberId, m);
+    g.instances.set(req.instance!, m.memberId);
+    for (const p of m.owned) g.owners.set(p, m.memberId);
+    if (g.leaderId === prev.memberId) g.leaderId = m.memberId;
+    g.fencedIds.add(prev.memberId);
+    this.ctx.scheduler.cancel(`expire:${g.groupId}:${prev.memberId}`);
+    this.ctx.scheduler.cancel(`rebalance:${g.groupId}:${prev.memberId}`);
+    this.rebalancer.scheduleExpiry(g, m);
+    this.rebalancer.scheduleRebalanceTimeout(g, m);
+    this.rebalancer.wakers.wake(prev.memberId);
+    this.ctx.logger.info({ group: g.groupId, instance: req.instance, old: prev.memberId, member: m.memberId }, 'static member replaced');
+    await this.ctx.persist(g);
+    return this.view(g, m, false);
+  }
+
+  async sync(req: { topic: string; group: string; member: string; generation: number; plan?: string }): Promise<MemberView> {
+    this.ctx.checkOwner(req.group);
+    validateId('group', req.group);
+    validateId('member', req.member);
+    for (;;) {
+      const result = await this.ctx.withGroup(req.group, async (): Promise<MemberView | 'wait'> => {
+        const g = requireGroup(this.ctx.groups, req.group);
+        if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
+        const m = requireMember(g, req.member);
+        m.lastHeartbeat = this.ctx.clock.now();
+        if (m.needsRejoin || req.generation < m.generation) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: g.groupId, generation: g.generation });
+        if (req.generation !== m.generation) throw new TributaryError('GEN_MISMATCH', { current: g.generation, requested: req.generation });
+        if (req.plan !== undefined) this.acceptPlan(g, m, req.plan);
+        if (g.protocol === 'client' && g.planGeneration !== g.generation) return 'wait';
+        const freed = g.applySync(m);
+        m.awaitingSync = false;
+        this.ctx.scheduler.cancel(`rebalance:${g.groupId}:${m.memberId}`);
+        const now = this.ctx.clock.now();
+        // A member that joined but has not synced yet takes the freed partitions at its SYNC (which may be
+        // waiting for a client-side plan right now): telling it to rejoin would fail that SYNC for nothing.
+        for (const w of g.waitingFor(freed)) if (w !== m && !w.awaitingSync) this.rebalancer.notify(g, w, now);
+        this.rebalancer.checkSettled(g);
+        await this.ctx.persist(g);
+        return this.view(g, m, true);
+      });
+      if (result !== 'wait') return result;
+      const g = requireGroup(this.ctx.groups, req.group);
+      const m = requireMember(g, req.member);
+      const before = g.planGeneration;
+      await this.rebalancer.planWaiters.wait(req.group, m.rebalanceTimeoutMs);
+      if (g.planGeneration === before) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: req.group, reason: 'no plan from the leader' });
+    }
+  }
+
+  /** Client-side assignment: the leader's plan becomes every member's target. */
+  private acceptPlan(g: ConsumerGroup, m: Member, text: string): void {
+    if (g.protocol !== 'client') throw invalidParam('plan', 'this group uses server-side assignment');
+    if (g.leaderId !== m.memberId) throw invalidParam('plan', 'only the group leader submits a plan');
+    const plan: Assignment = new Map();
+    for (const id of g.members.keys()) plan.set(id, []);
+    for (const part of text.split(';')) {
+      if (part.length === 0) continue;
+      const colon = part.lastIndexOf(':');
+      if (colon <= 0) throw invalidParam('plan', 'expected member:p,p;member:p');
+      const id = part.slice(0, colon);
+      const list = part.slice(colon + 1);
+      if (!plan.has(id)) throw invalidParam('plan', `unknown member ${id}`);
+      const ps = list.length === 0 ? [] : list.split(',').map((x) => {
+        if (!/^\d{1,9}$/.test(x)) throw invalidParam('plan', `bad partition ${x}`);
+        return { topic: g.topic, partition: Number(x) };
+      });
+      plan.set(id, [...plan.get(id)!, ...ps]);
+    }
+    const topic = this.ctx.topics.tryGet(g.topic);
+    const problem = validatePlan(this.rebalancer.assignmentInput(g, topic ? topic.partitions.length : 0), plan);
+    if (problem) throw invalidParam('plan', problem);
+    this.rebalancer.applyPlan(g, plan);
+    g.planGeneration = g.generation;
+    const now = this.ctx.clock.now();
+    for (const x of g.members.values()) if (x !== m && !x.needsRejoin && !x.awaitingSync) this.rebalancer.notify(g, x, now);
+    this.rebalancer.planWaiters.wake(g.groupId);
+  }
+
+  async heartbeat(req: { topic: string; group: string; member: string; generation: number; waitMs?: number }, signal?: AbortSignal): Promise<{ generation: number; memberId: string }> {
+    this.ctx.checkOwner(req.group);
+    validateId('group', req.group);
+    validateId('member', req.member);
+    const check = () => {
+      const g = requireGroup(this.ctx.groups, req.group);
+      const m = requireMember(g, req.member);
+      m.lastHeartbeat = this.ctx.clock.now();
+      if (m.needsRejoin || req.generation < m.generation) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: g.groupId, generation: g.generation });
+      if (req.generation !== m.generation) throw new TributaryError('GEN_MISMATCH', { current: g.generation, requested: req.generation });
+      return m;
+    };
+    let m = check();
+    const waitMs = Math.min(req.waitMs ?? 0, Math.floor(m.sessionTimeoutMs / 2));
+    if (waitMs > 0) {
+      await this.rebalancer.wakers.wait(m.memberId, waitMs, signal);
+      m = check();
+    }
+    return { generation: m.generation, memberId: m.memberId };
+  }
+
+  async leave(req: { topic: string; group: string; member: string }): Promise<void> {
+    this.ctx.checkOwner(req.group);
+    validateId('group', req.group);
+    validateId('member', req.member);
+    await this.ctx.withGroup(req.group, async () => {
+      const g = requireGroup(this.ctx.groups, req.group);
+      const m = requireMember(g, req.member);
+      await this.rebalancer.removeMember(g, m, 'leave');
+    });
+  }
+}

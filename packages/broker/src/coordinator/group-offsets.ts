@@ -1,0 +1,200 @@
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import type { OffsetEntry } from './offset-store.js';
+import { type GroupContext, requireGroup, requireMember, validateId } from './group-context.js';
+
+/**
+ * The offsets side of the group coordinator (docs/architecture.md, "Group coordinator"): committed and
+ * reserved offsets in memory, fenced and monotonic commits made durable by the offset store, and the
+ * offsets a transaction holds as pending until it ends (staged, then applied or cleared by src/txn).
+ */
+
+/** group → topic → partition → offset. */
+export type OffsetMap = Map<string, Map<string, Map<number, number>>>;
+
+export function getOffset(m: OffsetMap, group: string, topic: string, partition: number): number | undefined {
+  return m.get(group)?.get(topic)?.get(partition);
+}
+
+export function setOffset(m: OffsetMap, group: string, topic: string, partition: number, offset: number): void {
+  let byTopic = m.get(group);
+  if (!byTopic) m.set(group, (byTopic = new Map()));
+  let byPart = byTopic.get(topic);
+  if (!byPart) byTopic.set(topic, (byPart = new Map()));
+  byPart.set(partition, offset);
+}
+
+function pendingKey(group: string, topic: string, partition: number): string {
+  return `${group}\u0000${topic}\u0000${partition}`;
+}
+
+type CommitRequest = { topic: string; group: string; member: string; generation: number; entries: OffsetEntry[] };
+
+export class GroupOffsets {
+  /** Durable committed offsets: what FETCH_OFFSET and CONSUME see. */
+  readonly committed: OffsetMap = new Map();
+  /** Highest offset accepted per partition, durable or in flight: what monotonicity is checked against. */
+  readonly reserved: OffsetMap = new Map();
+  /** Partitions (pendingKey) with offsets sent to transactions that have not ended: the transactional ids. */
+  private readonly pending = new Map<string, Set<string>>();
+
+  constructor(private readonly ctx: GroupContext) {}
+
+  /** An offset the store holds durably (loaded, or written by an admin reset): committed and reserved. */
+  setDurable(group: string, topic: string, partition: number, offset: number): void {
+    setOffset(this.committed, group, topic, partition, offset);
+    setOffset(this.reserved, group, topic, partition, offset);
+  }
+
+  /** Forgets a group's offsets (deleted, or its partition given up). */
+  forget(group: string): void {
+    this.committed.delete(group);
+    this.reserved.delete(group);
+  }
+
+  fetchOffset(group: string, topic: string, partition: number): { offset: number; committed: boolean } {
+    this.ctx.checkOwner(group);
+    validateId('group', group);
+    this.ctx.topics.get(topic).partition(partition);
+    const txns = this.pending.get(pendingKey(group, topic, partition));
+    if (txns && txns.size > 0) throw new TributaryError('UNSTABLE_OFFSET_COMMIT', { partition, transactions: txns.size });
+    const o = getOffset(this.committed, group, topic, partition);
+    return o === undefined ? { offset: 0, committed: false } : { offset: o, committed: true };
+  }
+
+  /** For CONSUME with a group: the broker-owned committed offset wins over a lower requested one. */
+  committedOffset(group: string, topic: string, partition: number): number | undefined {
+    return getOffset(this.committed, group, topic, partition);
+  }
+
+  commit(req: CommitRequest): Promise<number> {
+    this.ctx.checkOwner(req.group);
+    return this.commitEntries(req);
+  }
+
+  /** All entries or none: every check runs before anything is written, and one append holds them all. */
+  private async commitEntries(req: CommitRequest): Promise<number> {
+    validateId('group', req.group);
+    validateId('member', req.member);
+    if (req.entries.length === 0) throw invalidParam('entries', 'no offsets to commit');
+    const store = this.ctx.offsetStore;
+    let previous: Array<number | undefined> = [];
+    let changed: OffsetEntry[] = [];
+    const run = async () => {
+      this.checkCommit(req);
+      changed = req.entries.filter((e) => getOffset(this.reserved, req.group, req.topic, e.partition) !== e.offset);
+      previous = changed.map((e) => getOffset(this.reserved, req.group, req.topic, e.partition));
+      for (const e of changed) setOffset(this.reserved, req.group, req.topic, e.partition, e.offset);
+      if (changed.length === 0) return { write: undefined };
+      // Wrapped so the lock is released before durability: the log keeps appends in order, so the next
+      // commit may start while this one is being fsynced (and share its fsync).
+      return { write: store.commit(req.group, req.topic, changed) };
+    };
+    const { write } = await this.ctx.withGroup(req.group, async () => {
+      const out = await run();
+      // Other stores (PostgreSQL) may finish transactions out of order: keep them serialized per group.
+      if (store.kind !== 'log') await out.write;
+      return out;
+    });
+    try {
+      await write;
+    } catch (err) {
+      // Not durable: give the reservation back so a retry writes again.
+      changed.forEach((e, i) => {
+        if (getOffset(this.reserved, req.group, req.topic, e.partition) === e.offset) {
+          const prev = previous[i];
+          if (prev === undefined) this.reserved.get(req.group)?.get(req.topic)?.delete(e.partition);
+          else setOffset(this.reserved, req.group, req.topic, e.partition, prev);
+        }
+      });
+      throw err;
+    }
+    for (const e of changed) {
+      const cur = getOffset(this.committed, req.group, req.topic, e.partition);
+      if (cur === undefined || e.offset > cur) setOffset(this.committed, req.group, req.topic, e.partition, e.offset);
+    }
+    return req.entries.length;
+  }
+
+  /** Fencing, ownership and monotonicity of a commit (or of offsets sent to a transaction); throws. */
+  private checkCommit(req: CommitRequest): void {
+    const g = requireGroup(this.ctx.groups, req.group);
+    if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
+    const m = requireMember(g, req.member);
+    if (req.generation !== m.generation) throw new TributaryError('GEN_MISMATCH', { current: g.generation, requested: req.generation });
+    const topic = this.ctx.topics.get(req.topic);
+    const seen = new Set<number>();
+    for (const e of req.entries) {
+      if (seen.has(e.partition)) throw invalidParam('entries', `partition ${e.partition} given twice`);
+      seen.add(e.partition);
+      const part = topic.partition(e.partition);
+      if (g.owners.get(e.partition) !== m.memberId) throw new TributaryError('NOT_OWNER', { partition: e.partition, member: m.memberId });
+      if (e.offset > part.logEndOffset) throw invalidParam('offset', `partition ${e.partition}: ${e.offset} is beyond the log end ${part.logEndOffset}`);
+      const cur = getOffset(this.reserved, req.group, req.topic, e.partition);
+      if (cur !== undefined && e.offset < cur) {
+        throw new TributaryError('offset_regression', { partition: e.partition, current: cur, requested: e.offset });
+      }
+    }
+  }
+
+  // ---- offsets of transactions (src/txn) ----
+
+  /**
+   * SEND_OFFSETS_TO_TXN: checked exactly as a commit (member, generation, ownership, monotonicity), then
+   * held as pending under the transaction. Until it ends, FETCH_OFFSET of those partitions answers
+   * UNSTABLE_OFFSET_COMMIT, so a member that takes a partition over waits for the transaction instead of
+   * starting from an offset the commit is about to move.
+   */
+  async stageTxnOffsets(txn: string, req: CommitRequest): Promise<void> {
+    this.ctx.checkOwner(req.group);
+    validateId('group', req.group);
+    validateId('member', req.member);
+    if (req.entries.length === 0) throw invalidParam('entries', 'no offsets to send');
+    await this.ctx.withGroup(req.group, () => {
+      this.checkCommit(req);
+      this.markPending(txn, req.group, req.topic, req.entries.map((e) => e.partition));
+    });
+  }
+
+  /** Pending transaction offsets restored at start (the transaction was open before a restart). */
+  markPending(txn: string, group: string, topic: string, partitions: number[]): void {
+    for (const p of partitions) {
+      const k = pendingKey(group, topic, p);
+      let set = this.pending.get(k);
+      if (!set) this.pending.set(k, (set = new Set()));
+      set.add(txn);
+    }
+  }
+
+  /** The transaction ended (aborted, or its offsets applied): the partitions are stable again. */
+  clearPending(txn: string, group: string, topic: string, partitions: number[]): void {
+    for (const p of partitions) {
+      const k = pendingKey(group, topic, p);
+      const set = this.pending.get(k);
+      if (!set) continue;
+      set.delete(txn);
+      if (set.size === 0) this.pending.delete(k);
+    }
+  }
+
+  /**
+   * A committed transaction's offsets: applied without fencing (the commit decision is already durable;
+   * the checks ran when they were sent), never moving an offset back, durable when resolved. Applying the
+   * same offsets again (recovery finishing a commit) changes nothing.
+   */
+  async applyTxnOffsets(txn: string, group: string, topic: string, entries: OffsetEntry[]): Promise<void> {
+    await this.ctx.withGroup(group, async () => {
+      const forward = entries.filter((e) => {
+        const cur = getOffset(this.reserved, group, topic, e.partition);
+        return cur === undefined || e.offset > cur;
+      });
+      if (forward.length > 0) {
+        await this.ctx.offsetStore.commit(group, topic, forward);
+        for (const e of forward) {
+          setOffset(this.reserved, group, topic, e.partition, e.offset);
+          setOffset(this.committed, group, topic, e.partition, e.offset);
+        }
+      }
+      this.clearPending(txn, group, topic, entries.map((e) => e.partition));
+    });
+  }
+}
