@@ -1,4 +1,4 @@
-import client from 'prom-client';
+import type client from 'prom-client';
 import type { Logger } from '../common/logger.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import { TributaryError } from 'tributary-protocol/errors.js';

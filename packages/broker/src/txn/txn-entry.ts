@@ -1,0 +1,129 @@
+import { randomBytes } from 'node:crypto';
+import type { Clock, ClockTimer } from '../common/clock.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { TxnMetadata, TxnOffset, TxnState } from './txn-log.js';
+
+/**
+ * One transactional id as the transaction coordinator holds it in memory (its durable `TxnMetadata` plus
+ * what only lives while the broker runs), and the checks and helpers on it that the coordinator
+ * (txn-coordinator.ts) and the finisher (txn-finisher.ts) share. See docs/architecture.md,
+ * "Transaction coordinator".
+ */
+
+/** The state names TXN_STATUS reports. */
+export type TxnStatusState = 'empty' | 'open' | 'committing' | 'aborting' | 'committed' | 'aborted';
+
+export const STATUS: Record<TxnState, TxnStatusState> = {
+  empty: 'empty',
+  open: 'open',
+  prepare_commit: 'committing',
+  prepare_abort: 'aborting',
+  committed: 'committed',
+  aborted: 'aborted',
+};
+
+const MAX_EPOCH = 2 ** 31 - 1;
+export const RECOVERED = 'the transaction was open when its coordinator restarted or moved: it can only be aborted, and is';
+
+export interface TxnPublishResult {
+  partition: number;
+  offset: number;
+  /** A retried seqNum: nothing was appended. */
+  duplicate: boolean;
+}
+
+export interface Entry {
+  meta: TxnMetadata;
+  /** Open before the broker restarted: its sequence state is gone, so it can only be aborted. */
+  recovered: boolean;
+  /** Last seqNum accepted in the open transaction (0: none). */
+  lastSeq: number;
+  /** Results per seqNum of the open transaction, for retries. */
+  results: Map<number, Promise<TxnPublishResult>>;
+  /** Set when a record of the open transaction failed: only an abort is allowed. */
+  spoiled: string | undefined;
+  /** The epoch whose transaction ended last: END_TXN retries of that epoch are answered again. */
+  endedEpoch: number;
+  /** Per data partition of the open transaction: its registration in the state log, durable when resolved. */
+  adds: Map<string, Promise<void>>;
+  /** Appends of the open transaction not settled yet: markers wait for them. */
+  inflight: Set<Promise<unknown>>;
+  timer: ClockTimer | null;
+  /** The running finish (markers and offsets) of a decided transaction. */
+  finishing: Promise<void> | null;
+  /**
+   * Its partition was given up (cluster mode): this entry is dead, even if the partition comes back (a
+   * new entry is replayed then). Nothing may act on it: its markers would carry the coordinator's new epoch.
+   */
+  unloaded: boolean;
+}
+
+export function partKey(topic: string, partition: number): string {
+  return `${topic}\u0000${partition}`;
+}
+
+export function newEntry(meta: TxnMetadata, recovered: boolean): Entry {
+  return {
+    meta,
+    recovered,
+    lastSeq: 0,
+    results: new Map(),
+    spoiled: undefined,
+    endedEpoch: -1,
+    adds: new Map(),
+    inflight: new Set(),
+    timer: null,
+    finishing: null,
+    unloaded: false,
+  };
+}
+
+export function newProducerId(): string {
+  return `txn-${randomBytes(8).toString('hex')}`;
+}
+
+/** The next epoch; at the end of the range, a new producer id starts over at 0. */
+export function bumpEpoch(m: TxnMetadata): void {
+  if (m.epoch >= MAX_EPOCH) {
+    m.producerId = newProducerId();
+    m.epoch = 0;
+  } else {
+    m.epoch++;
+  }
+}
+
+export function txnState(id: string, state: TxnState, reason: string): TributaryError {
+  return new TributaryError('invalid_txn_state', { transactional_id: id, state: STATUS[state], reason });
+}
+
+export function groupOffsets(offsets: TxnOffset[]): Map<{ group: string; topic: string }, TxnOffset[]> {
+  const byKey = new Map<string, { k: { group: string; topic: string }; list: TxnOffset[] }>();
+  for (const o of offsets) {
+    const key = `${o.group}\u0000${o.topic}`;
+    let v = byKey.get(key);
+    if (!v) byKey.set(key, (v = { k: { group: o.group, topic: o.topic }, list: [] }));
+    v.list.push(o);
+  }
+  return new Map([...byKey.values()].map((v) => [v.k, v.list]));
+}
+
+export function checkProducer(e: Entry, producerId: string, epoch: number): void {
+  const m = e.meta;
+  if (producerId === m.producerId && epoch === m.epoch) return;
+  if (producerId === m.producerId && epoch < m.epoch) {
+    throw new TributaryError('producer_fenced', { transactional_id: m.transactionalId, epoch, current_epoch: m.epoch, ...(m.abortReason ? { reason: m.abortReason } : {}) });
+  }
+  throw new TributaryError('invalid_producer_epoch', { transactional_id: m.transactionalId, producer_id: producerId, epoch });
+}
+
+export function checkOpen(e: Entry, producerId: string, epoch: number): void {
+  checkProducer(e, producerId, epoch);
+  if (e.meta.state !== 'open') throw txnState(e.meta.transactionalId, e.meta.state, 'no transaction is open (BEGIN_TXN first)');
+  if (e.recovered) throw txnState(e.meta.transactionalId, e.meta.state, RECOVERED);
+}
+
+/** Cancels the entry's transaction timeout, if armed. */
+export function clearTimer(clock: Clock, e: Entry): void {
+  if (e.timer) clock.clearTimeout(e.timer);
+  e.timer = null;
+}
