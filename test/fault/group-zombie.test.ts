@@ -100,7 +100,6 @@ describe('SIGSTOP zombie member', () => {
     expect(stderr).toBe('');
 
     // Freeze it well past its 1 s session.
-    const stopAt = Date.now();
     child.kill('SIGSTOP');
     const s = await eventually(
       'b to own everything once the frozen child expired',
@@ -112,6 +111,7 @@ describe('SIGSTOP zombie member', () => {
       30_000,
       0,
     );
+    const takenAt = Date.now();
     // Taken over because its session expired (not, say, because it left): the frozen child said nothing.
     expect(s.members[0]!.member_id).toBe(b.id);
     expect(s.history.at(-1)!.reasons).toMatchObject([{ cause: 'expired', member: zombieId }]);
