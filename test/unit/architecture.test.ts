@@ -1,7 +1,7 @@
 /**
  * The import layering of docs/architecture.md ("Packages and layers"), checked on the sources: packages
  * import one way (protocol ← client, protocol ← broker), and inside the broker each folder imports only
- * folders below it, so there is no cycle between folders.
+ * folders below it, so there is no cycle between folders. And no source file grows past 600 lines.
  */
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
@@ -85,5 +85,13 @@ describe('import layering', () => {
     expect(edges.length).toBeGreaterThan(0); // the parser finds the imports
     const upward = edges.filter((e) => BROKER_LAYERS.indexOf(e.to) >= BROKER_LAYERS.indexOf(e.from)).map((e) => `${e.file}: ${e.from} -> ${e.to}`);
     expect(upward).toEqual([]);
+  });
+
+  it('no source file is over 600 lines', () => {
+    const long = Object.keys(PACKAGE_DEPS)
+      .flatMap((pkg) => sources(path.join(PACKAGES, pkg, 'src')))
+      .map((f) => ({ file: path.relative(ROOT, f), lines: readFileSync(f, 'utf8').split('\n').length }))
+      .filter((x) => x.lines > 600);
+    expect(long).toEqual([]);
   });
 });
