@@ -35,7 +35,9 @@ const DEFINITE = new Set([
 ]);
 
 const consumer = new Consumer(cfg.options);
-const cluster = consumer.cluster;
+// Instrumentation reaches into the consumer's routing client (a private part; see consumer-context.ts).
+const cluster = consumer.ctx?.cluster;
+if (!cluster) throw new Error('consumer-worker: the consumer has no ctx.cluster any more; update the instrumentation');
 const original = cluster.coordinatorCommand.bind(cluster);
 let ids = 0;
 cluster.coordinatorCommand = async (key, name, fields, opts = {}) => {
@@ -97,9 +99,9 @@ cluster.leaderFor = async (topic, partition, signal) => {
   }
 };
 const dedicated = cluster.dedicated.bind(cluster);
-cluster.dedicated = async (address, signal) => {
+cluster.dedicated = async (address, signal, opts) => {
   const t0 = Date.now();
-  const conn = await dedicated(address, signal).catch((err) => {
+  const conn = await dedicated(address, signal, opts).catch((err) => {
     reader(-1, 'dial', `${address} failed: ${err?.code}`, Date.now() - t0);
     throw err;
   });

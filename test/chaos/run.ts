@@ -15,7 +15,7 @@ import path from 'node:path';
 import { type CheckReport, check, SAFETY_KINDS, safetyAnomalyCount } from './checker.js';
 import { sleep } from '../helpers/util.js';
 import { ChaosCluster, type ClusterStatus } from './cluster.js';
-import { History, type StatusOp } from './history.js';
+import { History, type Op, type ProcessOp, type StatusOp } from './history.js';
 import { describePlan, Nemesis, type PlannedFault, planSchedule } from './nemesis.js';
 import { ConsumerGroup, Producers } from './workload.js';
 
@@ -42,6 +42,18 @@ export interface ChaosResult {
 
 const TOPIC = 'chaos';
 const GROUP = 'chaos-group';
+
+/**
+ * What makes a run fail besides anomalies: consumers that never read (nothing of the read side was
+ * checked) and worker processes that exited with an error of their own (not killed by the nemesis).
+ */
+export function workloadFailures(report: Pick<CheckReport, 'stats'>, ops: readonly Op[]): string[] {
+  const out: string[] = [];
+  if (report.stats.deliveries === 0) out.push('the consumers delivered nothing: no read-side property was checked');
+  const crashed = ops.filter((op): op is ProcessOp => op.f === 'process' && op.event === 'exit' && /^code [1-9]\d* signal null$/.test(op.detail ?? ''));
+  if (crashed.length > 0) out.push(`${crashed.length} worker process(es) exited with an error (${[...new Set(crashed.map((op) => op.process))].join(', ')}); see consumers.log`);
+  return out;
+}
 
 function ms(v: number | undefined): string {
   return v === undefined ? 'n/a' : `${Math.round(v)} ms`;
@@ -170,6 +182,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
     report = check(history.ops, final, { partitions, endTime, t0 });
     summary = formatSummary({ seed: o.seed, durationMs: o.durationMs, flush, dir, report, t0, nemesis, errors, plan });
     if (safetyAnomalyCount(report) > 0) failures.push(`${safetyAnomalyCount(report)} safety anomaly(ies)`);
+    failures.push(...workloadFailures(report, history.ops));
     if (report.unverifiedPartitions.length > 0)
       failures.push(`partitions ${report.unverifiedPartitions.join(',')} could not be read at the end: nothing about them was verified`);
     if (!settled) failures.push('the cluster did not settle (full ISRs) within 60 s after every fault was healed');
