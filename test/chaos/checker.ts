@@ -76,7 +76,7 @@ export interface Figures {
   /** Faults after which it never happened within the run. */
   unresolved: number;
   count: number;
-  /** Single faults only: left out because the next fault began before this one was resolved. */
+  /** Single faults only: left out because the next fault began before this one was resolved, or it began before an earlier one was. */
   overlapped?: number;
 }
 
@@ -630,13 +630,21 @@ export function check(ops: Op[], final: FinalPartition[], opts: CheckOptions): C
   }
   const writeFailover = figures(faults.filter((f) => f.partitions.length > 0 && f.kind !== 'kill-consumer').map((f) => f.writeMs));
   const consumeFailover = figures(faults.filter((f) => f.partitions.length > 0).map((f) => f.consumeMs));
-  // A fault is single when it is not compound and the next fault began only after it was resolved
-  // (or after the bound of the figure had passed): a kill-consumer whose member's session is still
-  // running when the coordinator is paused is a compound fault too.
+  // A fault is single when it is not compound, the next fault began only after it was resolved, and
+  // every earlier fault was resolved before it began: a kill-consumer whose member's session is still
+  // running when the coordinator is paused is a compound fault too, whichever of the two is measured.
   const singleFaults = faults.filter((f) => !COMPOUND_FAULTS.has(f.kind));
   const nextStart = (f: FaultAvailability) => starts.reduce((m, n) => (n.time > f.start && n.time < m ? n.time : m), Number.POSITIVE_INFINITY);
   const singleFigures = (list: FaultAvailability[], ms: (f: FaultAvailability) => number | undefined): Figures => {
+    const measured = new Set(list);
+    // When a fault stopped mattering for this figure: at its start if the figure does not apply to it.
+    const resolvedAt = (g: FaultAvailability) => {
+      const v = ms(g);
+      if (v !== undefined) return g.start + v;
+      return measured.has(g) || (g.partitions.length > 0 && COMPOUND_FAULTS.has(g.kind)) ? Number.POSITIVE_INFINITY : g.start;
+    };
     const clean = list.filter((f) => {
+      if (faults.some((g) => g.start < f.start && resolvedAt(g) > f.start)) return false;
       const v = ms(f);
       return v !== undefined ? nextStart(f) >= f.start + v : nextStart(f) === Number.POSITIVE_INFINITY;
     });

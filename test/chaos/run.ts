@@ -241,7 +241,7 @@ function formatSummary(a: {
   row('plain-producer duplicates (allowed)', String(r.stats.plainDuplicates));
   for (const k of SAFETY_KINDS) row(`anomaly: ${k}`, String(r.counts[k]));
   const f = (x: { median?: number; worst?: number; unresolved: number; count: number; overlapped?: number }) =>
-    `median ${ms(x.median)}, worst ${ms(x.worst)} (${x.count} faults, never resolved ${x.unresolved}${x.overlapped ? `; ${x.overlapped} overlapped by the next fault, left out` : ''})`;
+    `median ${ms(x.median)}, worst ${ms(x.worst)} (${x.count} faults, never resolved ${x.unresolved}${x.overlapped ? `; ${x.overlapped} overlapped by another fault, left out` : ''})`;
   row('failover: fault -> first acked write', f(r.writeFailover));
   row('failover: fault -> consumption resumed', f(r.consumeFailover));
   row(
