@@ -7,6 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { GroupCoordinator, JoinRequest, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
 import { type Coordinators, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { expectError, rec, removeDir, tempDir, until } from '../../helpers/util.js';
 
 const TOPIC = 't';
@@ -327,5 +328,25 @@ describe('GroupCoordinator on a fake clock', () => {
     expect(gc.fetchOffset('g', TOPIC, moved[1]!)).toEqual({ offset: 6, committed: true });
     expect(gc.fetchOffset('g', TOPIC, moved[0]!)).toEqual({ offset: 9, committed: true });
     for (const p of sa2.assignments) expect(gc.fetchOffset('g', TOPIC, p)).toEqual({ offset: 6, committed: true });
+  });
+
+  it('a __consumer_offsets partition given up and led again holds none of its groups\' pending transaction offsets from before', async () => {
+    gc.enableOwnership(
+      (p) => new TributaryError('NOT_COORDINATOR', { partition: p }),
+      () => true,
+    );
+    for (let p = 0; p < 2; p++) await gc.loadPartition(p);
+    const [v] = await joinTogether('g-tx', [joinReq('g-tx', 'solo')]);
+    const sv = await sync('g-tx', v!);
+    await gc.stageTxnOffsets('tx-1', { topic: TOPIC, group: 'g-tx', member: sv.memberId, generation: sv.generation, entries: [{ partition: 0, offset: 5 }] });
+    expect(() => gc.fetchOffset('g-tx', TOPIC, 0)).toThrow(expect.objectContaining({ code: 'UNSTABLE_OFFSET_COMMIT' }));
+
+    // The partition moves away; the transaction ends at the group's new coordinator (this one never
+    // hears of it); the partition comes back.
+    const op = gc.partitionFor('g-tx');
+    gc.unloadPartition(op);
+    await gc.loadPartition(op);
+    // Not held behind a transaction this broker cannot see end: the offset is answered.
+    expect(gc.fetchOffset('g-tx', TOPIC, 0)).toEqual({ offset: 0, committed: false });
   });
 });

@@ -174,6 +174,8 @@ export class GroupCoordinator {
     if (!this.ownership) return;
     this.ownership.unload(partition);
     this.dropPartition(partition);
+    // The lead moved: the transactions holding offsets of these groups end at the new coordinator.
+    this.offsets.forgetPending((group) => this.partitionFor(group) === partition);
   }
 
   /** Forgets the groups and offsets of one `__consumer_offsets` partition. */
@@ -282,7 +284,9 @@ export class GroupCoordinator {
   private resync(partition: number, cause: unknown): void {
     this.deps.logger.warn({ err: cause, partition }, 'a group change was not accepted by the log; reloading the partition from it');
     if (this.ownership) {
-      this.unloadPartition(partition);
+      // Still led here (a refused write): the transactions' pending offsets stay (they end here).
+      this.ownership.unload(partition);
+      this.dropPartition(partition);
       // Leadership changes load and unload partitions by themselves; a write refused while the lead stayed
       // here (a pause shorter than the lease, an fsync error) needs a reload of its own.
       const reload = () => {

@@ -51,6 +51,15 @@ export class GroupOffsets {
     this.reserved.delete(group);
   }
 
+  /**
+   * Forgets the pending transaction offsets of the groups `drop` picks (their partition was given up):
+   * those transactions end at the new coordinator, which this broker never hears of, so a hint kept here
+   * would answer UNSTABLE_OFFSET_COMMIT forever once the partition comes back.
+   */
+  forgetPending(drop: (group: string) => boolean): void {
+    for (const k of [...this.pending.keys()]) if (drop(k.slice(0, k.indexOf('\u0000')))) this.pending.delete(k);
+  }
+
   fetchOffset(group: string, topic: string, partition: number): { offset: number; committed: boolean } {
     this.ctx.checkOwner(group);
     validateId('group', group);
