@@ -13,6 +13,8 @@ import type { ClusterNode } from './cluster-node.js';
 const MOVE_WAIT_MS = 10_000;
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+/** How often a request to a partition's leader checks that the broker it went to still leads. */
+const LEADER_CHECK_MS = 100;
 
 function retriableMove(err: unknown): boolean {
   return err instanceof TributaryError && ['NOT_LEADER', 'NOT_COORDINATOR', 'COORDINATOR_LOADING', 'connection_lost', 'request_timeout', 'not_ready'].includes(err.code);
@@ -50,8 +52,9 @@ export class ClusterTxnTargets implements TxnTargets {
       await this.replicated(topic, partition, res.offset, leaderEpoch);
       return res;
     }
+    const leaderId = this.cluster.leaderAddress(topic, partition)?.id;
     const conn = await this.cluster.leaderPeer(topic, partition);
-    const reply = await conn.command('TXN_APPEND', {
+    const reply = await this.whileLeading(topic, partition, leaderId, conn.command('TXN_APPEND', {
       topic,
       partition,
       producerId,
@@ -60,7 +63,7 @@ export class ClusterTxnTargets implements TxnTargets {
       coordinator_epoch: coordinatorEpoch,
       key: record.key ? record.key.toString('utf8') : undefined,
       message: record.value.toString('utf8'),
-    });
+    }));
     return { offset: Number(parseLine(reply).params.get('offset')) };
   }
 
@@ -77,8 +80,10 @@ export class ClusterTxnTargets implements TxnTargets {
         await this.replicated(topic, partition, m.offset, leaderEpoch);
         return;
       }
+      const leaderId = this.cluster.leaderAddress(topic, partition)?.id;
       const conn = await this.cluster.leaderPeer(topic, partition);
-      await conn.command('TXN_MARKER', { topic, partition, producerId, epoch, result: type, coordinator_partition: txnPartition, coordinator_epoch: coordinatorEpoch });
+      const sent = conn.command('TXN_MARKER', { topic, partition, producerId, epoch, result: type, coordinator_partition: txnPartition, coordinator_epoch: coordinatorEpoch });
+      await this.whileLeading(topic, partition, leaderId, sent);
     });
   }
 
@@ -121,6 +126,29 @@ export class ClusterTxnTargets implements TxnTargets {
   }
 
   /** Repeats `fn` while the leader or coordinator it needs is moving. */
+  /**
+   * `request`, sent to the broker `leaderId` as the partition's leader, or a retriable NOT_LEADER as soon
+   * as another broker leads it: a leader that froze answers nothing until the peer stall bound (3 s)
+   * ends the wait, although the cluster may have moved the partition long before. A marker is then
+   * written again at the new leader (repeating one is safe); an append fails and spoils its transaction,
+   * as it would have after the stall. What the frozen broker does with the request later is refused or
+   * truncated: it no longer leads.
+   */
+  private whileLeading<T>(topic: string, partition: number, leaderId: number | undefined, request: Promise<T>): Promise<T> {
+    request.catch(() => {});
+    let timer: NodeJS.Timeout | undefined;
+    const moved = new Promise<never>((_, reject) => {
+      timer = setInterval(() => {
+        if (this.cluster.leaderAddress(topic, partition)?.id !== leaderId) {
+          reject(new TributaryError('NOT_LEADER', { topic, partition, reason: 'leadership moved while the request was in flight' }));
+        }
+      }, LEADER_CHECK_MS);
+      timer.unref();
+    });
+    moved.catch(() => {});
+    return Promise.race([request, moved]).finally(() => clearInterval(timer));
+  }
+
   private async following(fn: () => Promise<void>): Promise<void> {
     const deadline = Date.now() + MOVE_WAIT_MS;
     for (let attempt = 1; ; attempt++) {
