@@ -122,7 +122,8 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
   return {
     ...DEFAULTS,
     heartbeatIntervalMs: Math.min(DEFAULTS.heartbeatIntervalMs, Math.floor(session / 3)),
-    ...options,
+    // An option given as undefined takes its default, as one left out does.
+    ...Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)),
     clientId: options.clientId ?? 'tributary-consumer',
   } as ResolvedConsumerOptions;
 }

@@ -63,6 +63,13 @@ describe('Consumer options', () => {
     expect(new Consumer({ ...BASE, sessionTimeoutMs: 1500, heartbeatIntervalMs: 200 }).options.heartbeatIntervalMs).toBe(200);
   });
 
+  it('an option given as undefined takes its default, as one left out does', () => {
+    const c = new Consumer({ ...BASE, maxWaitMs: undefined, sessionTimeoutMs: undefined, heartbeatIntervalMs: undefined, mode: undefined, autoCommit: undefined });
+    const d = new Consumer(BASE);
+    for (const k of ['maxWaitMs', 'sessionTimeoutMs', 'heartbeatIntervalMs', 'mode', 'autoCommit'] as const) expect(c.options[k], k).toBe(d.options[k]);
+    expect(c.options.maxWaitMs).toBe(1000);
+  });
+
   it('an unknown assignor is refused; every known one is accepted', () => {
     expect(configFailure({ ...BASE, assignor: 'fair-share' }).fields.option).toBe('assignor');
     expect(configFailure({ ...BASE, assignor: 'Range' }).fields.option).toBe('assignor');
