@@ -1,6 +1,6 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { type CleanupPolicy, type MetadataStore, type Partitioner, type TopicDefinition, sameDefinition } from './metadata-store.js';
+import { type MetadataStore, type TopicDefinition, sameDefinition } from './metadata-store.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { type LogOptions, PartitionLog } from '../storage/partition-log.js';
@@ -20,16 +20,8 @@ export function validateTopicName(name: string, opts: { allowInternal?: boolean 
   if (name.startsWith('__') && !opts.allowInternal) throw bad('the "__" prefix is reserved for internal topics');
 }
 
-export interface TopicSpec {
-  name: string;
-  partitions: number;
-  replicationFactor: number;
-  idempotent: boolean;
-  partitioner: Partitioner;
-  retentionHours: number;
-  retentionBytes: number;
-  cleanupPolicy: CleanupPolicy;
-}
+/** What CREATE asks for: a definition before the broker gives it its id and creation time. */
+export type TopicSpec = Omit<TopicDefinition, 'topicId' | 'createdAt'>;
 
 export class Topic {
   private rr = 0;
