@@ -277,13 +277,7 @@ export class LogWriter {
     }
     recStarts.push(p);
     const startSize = seg.size;
-    try {
-      await seg.writeAt(buf, startSize);
-    } catch (err) {
-      // Roll back a partial write so the file never ends in bytes nobody acknowledged.
-      await seg.withHandle((fh) => fh.truncate(startSize)).catch((e: unknown) => this.st.fail(e));
-      throw storageError(this.st.dir, 'write failed', err);
-    }
+    await this.writeAtEnd(seg, buf, startSize);
     // Publish only after the bytes are in the file: readers never see a partial record.
     for (let i = 0; i < recStarts.length - 1; i++) seg.index.onRecord(firstOffset + i, startSize + recStarts[i]);
     seg.size = startSize + bytes;
@@ -301,6 +295,16 @@ export class LogWriter {
     }
   }
 
+  /** Writes `buf` at `startSize`; a partial write is rolled back so the file never ends in bytes nobody acknowledged. */
+  private async writeAtEnd(seg: Segment, buf: Buffer, startSize: number): Promise<void> {
+    try {
+      await seg.writeAt(buf, startSize);
+    } catch (err) {
+      await seg.withHandle((fh) => fh.truncate(startSize)).catch((e: unknown) => this.st.fail(e));
+      throw storageError(this.st.dir, 'write failed', err);
+    }
+  }
+
   /** Writes one appendReplica call (inside the mutex): rolls as for append(), then writes it as encoded. */
   private async writeReplica(b: PendingAppend, rw: ReplicaWrite, now: number): Promise<void> {
     const { buf, starts, offsets } = rw;
@@ -314,12 +318,7 @@ export class LogWriter {
     if (last - this.st.active.baseOffset > MAX_RELATIVE_OFFSET) await this.roll(first);
     seg = this.st.active;
     const startSize = seg.size;
-    try {
-      await seg.writeAt(buf, startSize);
-    } catch (err) {
-      await seg.withHandle((fh) => fh.truncate(startSize)).catch((e: unknown) => this.st.fail(e));
-      throw storageError(this.st.dir, 'write failed', err);
-    }
+    await this.writeAtEnd(seg, buf, startSize);
     // Gaps are fine for the index (greatest entry <= offset, then a scan) and for reads, which step over them.
     for (let i = 0; i < offsets.length; i++) seg.index.onRecord(offsets[i], startSize + starts[i]);
     seg.size = startSize + b.bytes;
