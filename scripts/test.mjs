@@ -66,6 +66,7 @@ let passed = 0;
 let failed = 0;
 let skipped = 0;
 let ok = true;
+const failures = [];
 runs.forEach((tiers, i) => {
   const report = path.join('.test-results', `vitest-${i}.json`);
   const res = spawnSync(
@@ -79,9 +80,25 @@ runs.forEach((tiers, i) => {
     passed += r.numPassedTests;
     failed += r.numFailedTests;
     skipped += r.numPendingTests + (r.numTodoTests ?? 0);
+    for (const file of r.testResults ?? []) {
+      const rel = path.relative(root, file.name);
+      for (const t of file.assertionResults ?? []) {
+        if (t.status === 'failed') failures.push({ name: `${rel} > ${t.fullName}`, message: (t.failureMessages ?? []).join('\n') });
+      }
+      // A file that failed to load or crashed has no failed test of its own: report the file.
+      if (file.status === 'failed' && !(file.assertionResults ?? []).some((t) => t.status === 'failed')) {
+        failures.push({ name: rel, message: file.message ?? '' });
+      }
+    }
   } else {
     ok = false;
   }
 });
+// The failures again, last, so that a log cut to its tail still names them.
+for (const f of failures) {
+  console.log(`FAILED ${f.name}`);
+  const lines = f.message.split('\n').filter((l) => l.trim() !== '').slice(0, 12);
+  for (const l of lines) console.log(`    ${l.slice(0, 300)}`);
+}
 console.log(`tests: ${passed} passed, ${failed} failed, ${skipped} skipped`);
 process.exit(ok && failed === 0 && passed > 0 ? 0 : 1);
