@@ -39,6 +39,8 @@ export class TypedEmitter<E extends { [K in keyof E]: unknown }> {
 /** diagnostics_channel names, for tracing without wrapping the SDK (`diagnostics.subscribe(name, fn)`). */
 export const channels = {
   consumerFetch: diagnostics.channel('tributary:consumer:fetch'),
+  /** A paused partition's reader has stopped: nothing more comes from it until resume(). */
+  consumerPaused: diagnostics.channel('tributary:consumer:paused'),
   consumerCommit: diagnostics.channel('tributary:consumer:commit'),
   consumerRebalance: diagnostics.channel('tributary:consumer:rebalance'),
   producerSend: diagnostics.channel('tributary:producer:send'),

@@ -40,6 +40,9 @@ export class PartitionFetcher {
     try {
       while (!w.signal.aborted) {
         if (w.paused) {
+          // Any read that was in flight when pause() came has ended (its batch dropped): from here on
+          // the partition delivers nothing until resume().
+          publish(channels.consumerPaused, { group: o.groupId, partition: w.partition, offset: w.position });
           await w.resumed.wait(w.signal);
           continue;
         }

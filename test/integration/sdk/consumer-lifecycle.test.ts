@@ -5,8 +5,10 @@
  * unhandled rejection, no leaked socket or timer), handler failures and slow handlers, and the fencing of
  * work from a revoked partition.
  */
+import diagnostics from 'node:diagnostics_channel';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
+import { channels } from 'tributary-client/events.js';
 import { Consumer, type ConsumerOptions, type ConsumerState } from 'tributary-client/consumer.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
@@ -253,27 +255,41 @@ describe('Consumer against a broker', () => {
   for (const mode of ['poll', 'stream'] as const) {
     it(`pause/resume (${mode}): nothing from a paused partition until it is resumed`, async () => {
       const t = await topic(2);
-      const c = consumer(t, `g-pause-${mode}`, { mode, maxWaitMs: 500 });
-      const seen: Seen[] = [];
-      const run = c.run({ eachMessage: record(seen) });
-      await until(() => c.state === 'running', 10_000, 'running');
-      await sleep(100); // readers are in their long polls / streams
-      c.pause([0]);
-      expect(c.paused()).toEqual([0]);
-      const pausedAt = Date.now();
-      await produce(t, 0, ['p0-a', 'p0-b']);
-      await produce(t, 1, ['p1-a', 'p1-b']);
-      await until(() => seen.filter((s) => s.partition === 1).length === 2, 10_000, 'partition 1');
-      await sleep(700); // longer than a long poll: a reader still in flight would have delivered by now
-      expect(seen.filter((s) => s.partition === 0 && s.at >= pausedAt)).toEqual([]);
-      const resumedAt = Date.now();
-      c.resume([0]);
-      expect(c.paused()).toEqual([]);
-      await until(() => seen.filter((s) => s.partition === 0).length === 2, 10_000, 'partition 0 after resume');
-      expect(seen.filter((s) => s.partition === 0).every((s) => s.at >= resumedAt)).toBe(true);
-      expect(seen.filter((s) => s.partition === 0).map((s) => s.value)).toEqual(['p0-a', 'p0-b']);
-      await c.close();
-      await run;
+      const group = `g-pause-${mode}`;
+      // The reader of a paused partition reports when it has stopped: then the read that was in flight
+      // at pause() has ended, and anything it fetched from partition 0 was dropped, not delivered.
+      const stopped: number[] = [];
+      const onPaused = (m: unknown) => {
+        const e = m as { group: string; partition: number };
+        if (e.group === group) stopped.push(e.partition);
+      };
+      diagnostics.subscribe(channels.consumerPaused.name, onPaused);
+      try {
+        const c = consumer(t, group, { mode, maxWaitMs: 500 });
+        const seen: Seen[] = [];
+        const run = c.run({ eachMessage: record(seen) });
+        await until(() => c.state === 'running', 10_000, 'running');
+        await sleep(100); // readers are in their long polls / streams
+        c.pause([0]);
+        expect(c.paused()).toEqual([0]);
+        const pausedAt = Date.now();
+        await produce(t, 0, ['p0-a', 'p0-b']);
+        await produce(t, 1, ['p1-a', 'p1-b']);
+        await until(() => seen.filter((s) => s.partition === 1).length === 2, 10_000, 'partition 1');
+        await until(() => stopped.includes(0), 10_000, 'the reader of partition 0 stopped');
+        expect(stopped.filter((p) => p !== 0)).toEqual([]);
+        expect(seen.filter((s) => s.partition === 0 && s.at >= pausedAt)).toEqual([]);
+        const resumedAt = Date.now();
+        c.resume([0]);
+        expect(c.paused()).toEqual([]);
+        await until(() => seen.filter((s) => s.partition === 0).length === 2, 10_000, 'partition 0 after resume');
+        expect(seen.filter((s) => s.partition === 0).every((s) => s.at >= resumedAt)).toBe(true);
+        expect(seen.filter((s) => s.partition === 0).map((s) => s.value)).toEqual(['p0-a', 'p0-b']);
+        await c.close();
+        await run;
+      } finally {
+        diagnostics.unsubscribe(channels.consumerPaused.name, onPaused);
+      }
     });
   }
 
