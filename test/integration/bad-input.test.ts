@@ -372,6 +372,40 @@ describe('bad input', () => {
     await assertHealthy();
   });
 
+  it('refuses an unknown parameter with the nearest valid name, and a stray positional token, creating nothing', async () => {
+    const r = await raw();
+    r.request('CREATE topic=typo partitons=3');
+    let reply = await r.text();
+    expect(errCode(reply)).toBe('invalid_parameter');
+    expect(Object.fromEntries(errParams(reply))).toMatchObject({ param: 'partitons', reason: 'unknown parameter', did_you_mean: 'partitions' });
+    // An unquoted value with a space: `sp` and a stray `ace`, not a topic named `sp`.
+    r.request('CREATE topic=sp ace');
+    reply = await r.text();
+    expect(errCode(reply)).toBe('invalid_parameter');
+    expect(errParams(reply).get('param')).toBe('ace');
+    expect(errParams(reply).get('reason')).toMatch(/positional/);
+    // A name nothing is close to: no suggestion; a huge one is echoed bounded.
+    r.request('PUBLISH topic=seed partition=0 zzzzzz=1 message=x');
+    reply = await r.text();
+    expect(Object.fromEntries(errParams(reply))).toEqual({ param: 'zzzzzz', reason: 'unknown parameter', class: 'validation', retryable: 'false' });
+    r.request(`PUBLISH topic=seed partition=0 ${'k'.repeat(5000)}=1 message=x`);
+    reply = await r.text();
+    expect(errCode(reply)).toBe('invalid_parameter');
+    expect(reply.length).toBeLessThan(500);
+    // Every command, STREAM included, refuses a parameter it does not take, before it runs.
+    const c = await broker.connect();
+    const commands = parseLine(await c.command('HELP')).params.get('commands')!.split(',');
+    await c.close();
+    expect(commands).toContain('STREAM');
+    for (const cmd of commands.filter((x) => x !== 'STREAM_CONTROL')) {
+      r.request(`${cmd} no_such_param=1`);
+      reply = await r.text();
+      expect(errCode(reply), cmd).toBe('invalid_parameter');
+      expect(errParams(reply).get('param'), cmd).toBe('no_such_param');
+    }
+    await assertHealthy(); // LIST shows neither `typo` nor `sp`; no record was appended
+  });
+
   it('rejects partitions=1e12 and partitions=0 and creates nothing', async () => {
     const r = await raw();
     for (const n of ['1e12', '0', '-1', '1000000000000', '']) {

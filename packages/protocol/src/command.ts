@@ -1,4 +1,5 @@
 import { type ErrorFields, TributaryError, invalidParam } from './errors.js';
+import { nearestName } from './names.js';
 
 /**
  * Text commands: `COMMAND key=value key="quoted \" value" positional ... message=rest of the body`.
@@ -150,20 +151,54 @@ export function isErrorReply(text: string): boolean {
   return text.startsWith('ERROR:');
 }
 
+/** At most this much of an unknown name is echoed back in the refusal. */
+const MAX_ECHOED_NAME = 64;
+
+function echoed(name: string): string {
+  return name.length > MAX_ECHOED_NAME ? `${name.slice(0, MAX_ECHOED_NAME)}...` : name;
+}
+
+/**
+ * Refuses what a command does not take, before it runs (so a typo changes nothing): parameters not in
+ * `allowed`, with the nearest valid name when one is close, and positional tokens unless `positional`
+ * (an unquoted value with a space leaves one: `topic=sp ace`).
+ */
+export function checkParams(line: ParsedLine, allowed: ReadonlySet<string>, opts: { positional?: boolean } = {}): void {
+  for (const k of line.params.keys()) {
+    if (allowed.has(k)) continue;
+    const near = nearestName(k, allowed);
+    throw new TributaryError('invalid_parameter', { param: echoed(k), reason: 'unknown parameter', ...(near ? { did_you_mean: near } : {}) });
+  }
+  if (!opts.positional && line.positional.length > 0) {
+    throw new TributaryError('invalid_parameter', {
+      param: echoed(line.positional[0]!),
+      reason: 'unexpected positional token: quote values that contain spaces (key="a b")',
+    });
+  }
+}
+
 /** Typed access to a request's parameters; every failure is an invalid_parameter error. */
 export class Params {
-  private readonly used = new Set<string>();
-
+  /**
+   * @param allowed the names the command declares (checkParams refused the rest): reading any other
+   *   name is a bug in the handler, reported as internal_error so tests catch an incomplete declaration.
+   */
   constructor(
     readonly line: ParsedLine,
+    private readonly allowed?: ReadonlySet<string>,
   ) {}
 
   has(name: string): boolean {
+    this.check(name);
     return this.line.params.has(name);
   }
 
+  private check(name: string): void {
+    if (this.allowed && !this.allowed.has(name)) throw new TributaryError('internal_error', { reason: `handler read the undeclared parameter ${name}` });
+  }
+
   private raw(name: string): string | undefined {
-    this.used.add(name);
+    this.check(name);
     return this.line.params.get(name);
   }
 

@@ -7,5 +7,6 @@ export * from './connection.js';
 export * from './errors.js';
 export * from './features.js';
 export * from './frame.js';
+export * from './names.js';
 export * from './partitioner.js';
 export * from './record.js';

@@ -54,6 +54,11 @@ describe('consumer group bad input', () => {
   });
 
   const base = (): Record<string, FieldValue> => ({ topic: TOPIC, group: GROUP, member: a.id, generation: a.generation });
+  /** LEAVE_GROUP takes no generation (docs/protocol.md): base() without it. */
+  const leave = (): Record<string, FieldValue> => {
+    const { generation: _g, ...rest } = base();
+    return rest;
+  };
 
   it('unknown group: HEARTBEAT, SYNC, COMMIT, BATCH_COMMIT, LEAVE, GROUP_STATUS, DELETE → group_not_found', async () => {
     const g = { topic: TOPIC, group: 'no-such-group', member: a.id, generation: 1 };
@@ -61,7 +66,7 @@ describe('consumer group bad input', () => {
     await expectError(admin.command('SYNC_GROUP', g), 'group_not_found');
     await expectError(admin.command('COMMIT_OFFSET', { ...g, partition: 0, offset: 1 }), 'group_not_found');
     await expectError(admin.command('BATCH_COMMIT', g, ['P0:1']), 'group_not_found');
-    await expectError(admin.command('LEAVE_GROUP', g), 'group_not_found');
+    await expectError(admin.command('LEAVE_GROUP', { topic: TOPIC, group: 'no-such-group', member: a.id }), 'group_not_found');
     await expectError(admin.command('GROUP_STATUS', { group: 'no-such-group' }), 'group_not_found');
     await expectError(admin.command('DELETE_GROUP', { group: 'no-such-group' }), 'group_not_found');
     expect(kv(await admin.command('LIST_GROUPS')).get('groups')).toBe(GROUP);
@@ -72,7 +77,7 @@ describe('consumer group bad input', () => {
     const long = 'm'.repeat(10_000);
     for (const member of ['', long, 'has space', 'semi;colon', 'co:lon']) {
       for (const cmd of ['HEARTBEAT', 'SYNC_GROUP', 'LEAVE_GROUP']) {
-        await expectError(admin.command(cmd, { ...base(), member }), 'invalid_parameter', { param: 'member' });
+        await expectError(admin.command(cmd, { ...(cmd === 'LEAVE_GROUP' ? leave() : base()), member }), 'invalid_parameter', { param: 'member' });
       }
       await expectError(admin.command('COMMIT_OFFSET', { ...base(), member, partition: a.owned[0]!, offset: 5 }), 'invalid_parameter', { param: 'member' });
       await expectError(admin.command('BATCH_COMMIT', { ...base(), member }, [`P${a.owned[0]}:5`]), 'invalid_parameter', { param: 'member' });
@@ -80,7 +85,7 @@ describe('consumer group bad input', () => {
     }
     for (const group of ['', 'g'.repeat(10_000), 'a/b']) {
       for (const cmd of ['JOIN_GROUP', 'HEARTBEAT', 'SYNC_GROUP', 'LEAVE_GROUP']) {
-        await expectError(admin.command(cmd, { ...base(), group }), 'invalid_parameter', { param: 'group' });
+        await expectError(admin.command(cmd, { ...(cmd === 'LEAVE_GROUP' ? leave() : base()), group }), 'invalid_parameter', { param: 'group' });
       }
       await expectError(admin.command('COMMIT_OFFSET', { ...base(), group, partition: 0, offset: 1 }), 'invalid_parameter', { param: 'group' });
       await expectError(admin.command('FETCH_OFFSET', { topic: TOPIC, group, partition: 0 }), 'invalid_parameter', { param: 'group' });
@@ -164,7 +169,7 @@ describe('consumer group bad input', () => {
     await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: ghost, generation: 1 }), 'member_not_found', { member: ghost });
     await expectError(admin.command('HEARTBEAT', { ...base(), member: ghost }), 'member_not_found');
     await expectError(admin.command('SYNC_GROUP', { ...base(), member: ghost }), 'member_not_found');
-    await expectError(admin.command('LEAVE_GROUP', { ...base(), member: ghost }), 'member_not_found');
+    await expectError(admin.command('LEAVE_GROUP', { ...leave(), member: ghost }), 'member_not_found');
     await expectError(admin.command('COMMIT_OFFSET', { ...base(), member: ghost, partition: 0, offset: 9 }), 'member_not_found');
     // a brand-new group is not created by a refused join
     await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: 'phantom', member: ghost, generation: 3 }), 'member_not_found');

@@ -20,6 +20,7 @@ import { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import type { InternalAppend } from '../partition/internal-log.js';
 import type { OffsetStore } from '../coordinator/offset-store.js';
+import { MemoryOffsetStore } from '../coordinator/memory-offset-store.js';
 import { PgOffsetStore } from '../coordinator/pg-offset-store.js';
 import { TransactionCoordinator } from '../txn/txn-coordinator.js';
 import { ClusterNode } from '../cluster/cluster-node.js';
@@ -81,8 +82,16 @@ export class Broker implements BrokerContext {
     if (config.offsetStore === 'postgres' && !config.offsetStorePostgresUrl) {
       throw new Error('invalid config: offsetStorePostgresUrl is required when offsetStore is postgres');
     }
+    // Group coordinators move between brokers in a cluster: offsets kept in one broker's memory would not.
+    if (config.offsetStore === 'memory' && config.cluster) {
+      throw new Error('invalid config: offsetStore memory is for a standalone broker; a cluster needs log or postgres');
+    }
     const offsetStore: OffsetStore =
-      config.offsetStore === 'postgres' ? new PgOffsetStore({ connectionString: config.offsetStorePostgresUrl }) : new LogOffsetStore(this.groupLog);
+      config.offsetStore === 'postgres'
+        ? new PgOffsetStore({ connectionString: config.offsetStorePostgresUrl })
+        : config.offsetStore === 'memory'
+          ? new MemoryOffsetStore()
+          : new LogOffsetStore(this.groupLog);
     this.coordinator = new GroupCoordinator({
       topics: this.topics,
       groupLog: this.groupLog,

@@ -45,6 +45,10 @@ export type Reply = string | Buffer;
 
 export interface CommandSpec {
   handler: (b: BrokerContext, c: ConnectionContext, p: Params) => Promise<Reply> | Reply;
+  /** Every parameter the command takes: any other is refused before it runs (docs/protocol.md, section 2). */
+  params: readonly string[];
+  /** The command takes positional tokens (the `P<n>:<offset>` entries of the batch commits). */
+  positional?: boolean;
   /**
    * Pipelined commands may run while later requests of the same connection start (produce).
    * Others complete before the next request starts, so `CREATE` then `PUBLISH` sent back to back work.

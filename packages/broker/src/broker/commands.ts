@@ -2,7 +2,7 @@
  * The command table: every text command the broker serves, by name, from the handler modules of each
  * area. STREAM and STREAM_CONTROL are served by the connection itself (client-connection.ts).
  */
-import { type ParsedLine, formatOk } from 'tributary-protocol/command.js';
+import { Params, type ParsedLine, checkParams, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { CommandSpec, Reply } from './command-context.js';
 import { CONNECTION_COMMANDS } from './connection-commands.js';
@@ -21,7 +21,7 @@ function help(): Reply {
 
 export const COMMANDS: Record<string, CommandSpec> = {
   ...CONNECTION_COMMANDS,
-  HELP: { handler: help },
+  HELP: { handler: help, params: [] },
   ...TOPIC_COMMANDS,
   ...PRODUCE_COMMANDS,
   ...CONSUME_COMMANDS,
@@ -30,9 +30,18 @@ export const COMMANDS: Record<string, CommandSpec> = {
   ...REPLICA_COMMANDS,
 };
 
-export function lookupCommand(line: ParsedLine): { name: string; spec: CommandSpec } {
+/** Each command's declared parameters, as sets. */
+const ALLOWED = new Map(Object.entries(COMMANDS).map(([name, spec]) => [name, new Set(spec.params)]));
+
+/**
+ * The command a line names, with the parameters it takes; throws unknown_command, and invalid_parameter
+ * for a parameter or positional token the command does not take (before anything runs).
+ */
+export function lookupCommand(line: ParsedLine): { name: string; spec: CommandSpec; params: Params } {
   const name = line.head.toUpperCase();
   const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
   if (!spec) throw new TributaryError('unknown_command', { command: line.head.length > 64 ? `${line.head.slice(0, 64)}...` : line.head });
-  return { name, spec };
+  const allowed = ALLOWED.get(name)!;
+  checkParams(line, allowed, { positional: spec.positional });
+  return { name, spec, params: new Params(line, allowed) };
 }

@@ -40,7 +40,7 @@ function auth(b: BrokerContext, c: ConnectionContext, p: Params): Reply | Promis
 
 
 export const CONNECTION_COMMANDS: Record<string, CommandSpec> = {
-  PROTOCOL_INFO: { handler: protocolInfo },
-  NEGOTIATE: { handler: negotiate },
-  AUTH: { handler: auth },
+  PROTOCOL_INFO: { handler: protocolInfo, params: [] },
+  NEGOTIATE: { handler: negotiate, params: ['features', 'require_features', 'version'] },
+  AUTH: { handler: auth, params: ['principal', 'token'] },
 };

@@ -21,6 +21,12 @@ export interface ReadRequest {
   maxBytes: number;
 }
 
+/** The parameters CONSUME and STREAM share (parseReadRequest). */
+export const READ_PARAMS = ['topic', 'partition', 'offset', 'group', 'member', 'generation', 'isolation', 'batch', 'max_bytes', 'autoOffsetReset'] as const;
+
+/** STREAM's parameters: the shared ones and how often an idle stream sends a keepalive. */
+export const STREAM_PARAMS = [...READ_PARAMS, 'keepalive_ms'];
+
 /** Parse the parameters CONSUME and STREAM share, and resolve the start offset. */
 export function parseReadRequest(b: BrokerContext, p: Params): ReadRequest {
   const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
@@ -125,5 +131,5 @@ async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promi
 
 export const CONSUME_COMMANDS: Record<string, CommandSpec> = {
   // Not pipelined: reads see earlier appends of the connection, and one reply is built at a time.
-  CONSUME: { handler: consume },
+  CONSUME: { handler: consume, params: [...READ_PARAMS, 'wait_ms'] },
 };

@@ -171,16 +171,16 @@ async function resetOffsets(b: BrokerContext, _c: ConnectionContext, p: Params):
 }
 
 export const GROUP_COMMANDS: Record<string, CommandSpec> = {
-  FIND_COORDINATOR: { handler: findCoordinator },
-  JOIN_GROUP: { handler: joinGroup, pipelined: true },
-  SYNC_GROUP: { handler: syncGroup, pipelined: true },
-  HEARTBEAT: { handler: heartbeat, pipelined: true },
-  LEAVE_GROUP: { handler: leaveGroup },
-  FETCH_OFFSET: { handler: fetchOffset },
-  COMMIT_OFFSET: { handler: commitOffset, pipelined: true },
-  BATCH_COMMIT: { handler: batchCommit, pipelined: true },
-  GROUP_STATUS: { handler: groupStatus },
-  LIST_GROUPS: { handler: listGroups },
-  DELETE_GROUP: { handler: deleteGroup },
-  RESET_OFFSETS: { handler: resetOffsets },
+  FIND_COORDINATOR: { handler: findCoordinator, params: ['group', 'transactional_id'] },
+  JOIN_GROUP: { handler: joinGroup, params: ['assignor', 'generation', 'group', 'instance', 'member', 'protocol', 'rebalance_timeout_ms', 'session_timeout_ms', 'topic'], pipelined: true },
+  SYNC_GROUP: { handler: syncGroup, params: ['generation', 'group', 'member', 'plan', 'topic'], pipelined: true },
+  HEARTBEAT: { handler: heartbeat, params: ['generation', 'group', 'member', 'topic', 'wait_ms'], pipelined: true },
+  LEAVE_GROUP: { handler: leaveGroup, params: ['group', 'member', 'topic'] },
+  FETCH_OFFSET: { handler: fetchOffset, params: ['group', 'partition', 'topic'] },
+  COMMIT_OFFSET: { handler: commitOffset, params: ['generation', 'group', 'member', 'offset', 'partition', 'topic'], pipelined: true },
+  BATCH_COMMIT: { handler: batchCommit, params: ['generation', 'group', 'member', 'topic'], positional: true, pipelined: true },
+  GROUP_STATUS: { handler: groupStatus, params: ['group'] },
+  LIST_GROUPS: { handler: listGroups, params: [] },
+  DELETE_GROUP: { handler: deleteGroup, params: ['group'] },
+  RESET_OFFSETS: { handler: resetOffsets, params: ['group', 'offset', 'partition', 'timestamp', 'to', 'topic'] },
 };

@@ -222,5 +222,5 @@ function startWireAppend(
 
 
 export const PRODUCE_COMMANDS: Record<string, CommandSpec> = {
-  PUBLISH: { handler: publish, pipelined: true },
+  PUBLISH: { handler: publish, params: ['acks', 'key', 'message', 'partition', 'topic', 'producerId', 'epoch', 'seqNum'], pipelined: true },
 };

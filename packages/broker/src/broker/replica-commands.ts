@@ -49,6 +49,6 @@ function leaderEpochs(b: BrokerContext, _c: ConnectionContext, p: Params): Reply
 }
 
 export const REPLICA_COMMANDS: Record<string, CommandSpec> = {
-  REPLICA_FETCH: { handler: replicaFetch },
-  LEADER_EPOCHS: { handler: leaderEpochs },
+  REPLICA_FETCH: { handler: replicaFetch, params: ['leader_epoch', 'max_bytes', 'offset', 'partition', 'replica', 'topic', 'wait_ms'] },
+  LEADER_EPOCHS: { handler: leaderEpochs, params: ['leader_epoch', 'partition', 'topic'] },
 };

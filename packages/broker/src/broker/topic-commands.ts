@@ -166,12 +166,12 @@ function clusterStatus(b: BrokerContext): Reply {
 
 
 export const TOPIC_COMMANDS: Record<string, CommandSpec> = {
-  CREATE: { handler: create },
-  DELETE: { handler: del },
-  ADD_PARTITIONS: { handler: addPartitions },
-  LIST: { handler: list },
-  DESCRIBE: { handler: describe },
-  METADATA: { handler: metadata },
-  LIST_OFFSETS: { handler: listOffsets },
-  CLUSTER_STATUS: { handler: clusterStatus },
+  CREATE: { handler: create, params: ['cleanup_policy', 'idempotent', 'partitioner', 'partitions', 'replication_factor', 'retention_bytes', 'retention_hours', 'topic'] },
+  DELETE: { handler: del, params: ['topic'] },
+  ADD_PARTITIONS: { handler: addPartitions, params: ['partitions', 'topic'] },
+  LIST: { handler: list, params: [] },
+  DESCRIBE: { handler: describe, params: ['topic'] },
+  METADATA: { handler: metadata, params: ['topic'] },
+  LIST_OFFSETS: { handler: listOffsets, params: ['partition', 'topic'] },
+  CLUSTER_STATUS: { handler: clusterStatus, params: [] },
 };

@@ -161,14 +161,14 @@ async function txnGroupOffsets(b: BrokerContext, _c: ConnectionContext, p: Param
 }
 
 export const TXN_COMMANDS: Record<string, CommandSpec> = {
-  INIT_PRODUCER_ID: { handler: initProducerId },
-  BEGIN_TXN: { handler: beginTxn },
+  INIT_PRODUCER_ID: { handler: initProducerId, params: ['transactional_id', 'transaction_timeout_ms'] },
+  BEGIN_TXN: { handler: beginTxn, params: ['transactional_id', 'producerId', 'epoch'] },
   // Pipelined like PUBLISH: the coordinator keeps a transaction's records in seqNum order.
-  TXN_PUBLISH: { handler: txnPublish, pipelined: true },
-  SEND_OFFSETS_TO_TXN: { handler: sendOffsetsToTxn },
-  END_TXN: { handler: endTxn },
-  TXN_STATUS: { handler: txnStatus },
-  TXN_APPEND: { handler: txnAppend, pipelined: true },
-  TXN_MARKER: { handler: txnMarker, pipelined: true },
-  TXN_GROUP_OFFSETS: { handler: txnGroupOffsets },
+  TXN_PUBLISH: { handler: txnPublish, params: ['transactional_id', 'producerId', 'epoch', 'key', 'message', 'partition', 'seqNum', 'topic'], pipelined: true },
+  SEND_OFFSETS_TO_TXN: { handler: sendOffsetsToTxn, params: ['transactional_id', 'producerId', 'epoch', 'generation', 'group', 'member', 'topic'], positional: true },
+  END_TXN: { handler: endTxn, params: ['transactional_id', 'producerId', 'epoch', 'result'] },
+  TXN_STATUS: { handler: txnStatus, params: ['transactional_id'] },
+  TXN_APPEND: { handler: txnAppend, params: ['producerId', 'epoch', 'coordinator_epoch', 'coordinator_partition', 'key', 'message', 'partition', 'topic'], pipelined: true },
+  TXN_MARKER: { handler: txnMarker, params: ['producerId', 'epoch', 'coordinator_epoch', 'coordinator_partition', 'partition', 'result', 'topic'], pipelined: true },
+  TXN_GROUP_OFFSETS: { handler: txnGroupOffsets, params: ['transactional_id', 'generation', 'group', 'member', 'op', 'topic'], positional: true },
 };
