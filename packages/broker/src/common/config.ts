@@ -93,7 +93,8 @@ export const brokerConfigSchema = z
     transactionTimeoutMs: z.number().int().min(1).default(60_000),
     maxTransactionTimeoutMs: z.number().int().min(1).default(900_000),
     /** Where committed offsets live: the internal log, or a PostgreSQL table. */
-    offsetStore: z.enum(['log', 'postgres']).default('log'),
+    /** Where committed offsets live: the internal log, PostgreSQL, or memory (not durable: tests only). */
+    offsetStore: z.enum(['log', 'postgres', 'memory']).default('log'),
     offsetStorePostgresUrl: z.string().min(1).optional(),
     groupJoinWindowMs: z.number().int().min(0).max(60_000).default(30),
     groupSessionTimeoutMs: z.number().int().min(1).default(10_000),

@@ -4,7 +4,7 @@ import type { RecordInput } from 'tributary-protocol/record.js';
 import type { Partition } from '../partition/partition.js';
 import { type InternalAppend, localAppend, replayJson } from '../partition/internal-log.js';
 import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
-import type { OffsetEntry, OffsetStore, StoredOffset } from './offset-store.js';
+import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkName, checkPartition } from './offset-store.js';
 
 export const OFFSETS_TOPIC = '__consumer_offsets';
 
@@ -172,6 +172,8 @@ export class LogOffsetStore implements OffsetStore {
   }
 
   async commit(group: string, topic: string, entries: OffsetEntry[], opts: { force?: boolean } = {}): Promise<void> {
+    checkCommit(group, topic, entries);
+    if (entries.length === 0) return;
     if (!opts.force) {
       for (const e of entries) {
         const cur = this.cache.get(offsetKey(group, topic, e.partition));
@@ -184,10 +186,14 @@ export class LogOffsetStore implements OffsetStore {
   }
 
   async fetch(group: string, topic: string, partition: number): Promise<number | undefined> {
+    checkName('group', group);
+    checkName('topic', topic);
+    checkPartition(partition);
     return this.cache.get(offsetKey(group, topic, partition))?.offset;
   }
 
   async deleteGroup(group: string): Promise<void> {
+    checkName('group', group);
     const mine = [...this.cache.values()].filter((o) => o.group === group);
     await this.log.deleteOffsets(group, mine);
     for (const o of mine) this.cache.delete(offsetKey(group, o.topic, o.partition));

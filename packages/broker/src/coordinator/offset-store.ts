@@ -2,8 +2,11 @@
  * Where committed offsets live (docs/architecture.md, "Group coordinator"). The group coordinator keeps every committed
  * offset in memory and checks fencing and monotonicity before it calls the store; the store makes a commit
  * durable before its promise resolves. The default store appends to the internal `__consumer_offsets`
- * topic; the PostgreSQL store keeps them in a table of the team's own database.
+ * topic; the PostgreSQL store keeps them in a table of the team's own database; the memory store keeps
+ * them only as long as the process lives (tests, throwaway brokers).
  */
+import { invalidParam } from 'tributary-protocol/errors.js';
+
 export interface OffsetEntry {
   partition: number;
   /** The next offset to read (last processed + 1). */
@@ -30,4 +33,41 @@ export interface OffsetStore {
   fetch(group: string, topic: string, partition: number): Promise<number | undefined>;
   deleteGroup(group: string): Promise<void>;
   close(): Promise<void>;
+}
+
+/** The int4 column of the PostgreSQL store bounds every store alike. */
+export const MAX_STORED_PARTITION = 0x7fffffff;
+
+/**
+ * What every store refuses before it stores anything (the contract is the same whatever the store):
+ * empty names, partitions outside 0..2^31-1, offsets that are not non-negative safe integers, and a
+ * partition given twice in one commit.
+ */
+export function checkCommit(group: unknown, topic: unknown, entries: unknown): asserts entries is OffsetEntry[] {
+  checkName('group', group);
+  checkName('topic', topic);
+  if (!Array.isArray(entries)) throw invalidParam('entries', 'must be an array');
+  const seen = new Set<number>();
+  for (const e of entries as Array<Partial<OffsetEntry> | undefined>) {
+    checkPartition(e?.partition);
+    checkOffset(e!.offset);
+    if (seen.has(e!.partition!)) throw invalidParam('partition', `partition ${e!.partition} appears more than once in one commit`);
+    seen.add(e!.partition!);
+  }
+}
+
+export function checkName(param: string, value: unknown): asserts value is string {
+  if (typeof value !== 'string' || value.length === 0) throw invalidParam(param, 'must be a non-empty string');
+}
+
+export function checkPartition(value: unknown): asserts value is number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > MAX_STORED_PARTITION) {
+    throw invalidParam('partition', `must be an integer between 0 and ${MAX_STORED_PARTITION}`);
+  }
+}
+
+function checkOffset(value: unknown): asserts value is number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    throw invalidParam('offset', 'must be a non-negative safe integer');
+  }
 }

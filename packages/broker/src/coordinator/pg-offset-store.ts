@@ -9,7 +9,7 @@
  */
 import pg from 'pg';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
-import type { OffsetEntry, OffsetStore, StoredOffset } from './offset-store.js';
+import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkName, checkPartition } from './offset-store.js';
 
 export interface PgOffsetStoreOptions {
   /** Used to create a pool the store owns (and ends on close). Ignored when `pool` is given. */
@@ -25,7 +25,6 @@ export interface PgOffsetStoreOptions {
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/;
 /** PostgreSQL silently truncates longer identifiers (NAMEDATALEN - 1). */
 const MAX_IDENTIFIER_LENGTH = 63;
-const MAX_PARTITION = 0x7fffffff; // the column is int4
 
 function quoteIdentifier(param: string, name: string): string {
   if (typeof name !== 'string' || !IDENTIFIER.test(name) || name.length > MAX_IDENTIFIER_LENGTH) {
@@ -52,22 +51,6 @@ function toSafeNumber(value: unknown, what: string): number {
     throw new TributaryError('storage_error', { op: 'decode', reason: `${what} ${String(value)} is not a safe integer` });
   }
   return n;
-}
-
-function checkName(param: string, value: unknown): asserts value is string {
-  if (typeof value !== 'string' || value.length === 0) throw invalidParam(param, 'must be a non-empty string');
-}
-
-function checkPartition(value: unknown): asserts value is number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > MAX_PARTITION) {
-    throw invalidParam('partition', `must be an integer between 0 and ${MAX_PARTITION}`);
-  }
-}
-
-function checkOffset(value: unknown): asserts value is number {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
-    throw invalidParam('offset', 'must be a non-negative safe integer');
-  }
 }
 
 export class PgOffsetStore implements OffsetStore {
@@ -171,16 +154,7 @@ export class PgOffsetStore implements OffsetStore {
   }
 
   async commit(group: string, topic: string, entries: OffsetEntry[], opts: { force?: boolean } = {}): Promise<void> {
-    checkName('group', group);
-    checkName('topic', topic);
-    if (!Array.isArray(entries)) throw invalidParam('entries', 'must be an array');
-    const seen = new Set<number>();
-    for (const e of entries) {
-      checkPartition(e?.partition);
-      checkOffset(e.offset);
-      if (seen.has(e.partition)) throw invalidParam('partition', `partition ${e.partition} appears more than once in one commit`);
-      seen.add(e.partition);
-    }
+    checkCommit(group, topic, entries);
     if (entries.length === 0) {
       this.assertOpen('commit');
       return;
