@@ -2,6 +2,7 @@ import { type FieldValue, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { Cluster, checkStallTimeout } from './cluster.js';
 import type { RetryOptions } from './retry.js';
+import { type Complete, refuseUnknownOptions } from './option-names.js';
 
 export interface AdminOptions {
   /** Bootstrap brokers, `host:port`. */
@@ -15,6 +16,16 @@ export interface AdminOptions {
   /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
   auth?: import('tributary-protocol/connection.js').AuthOptions;
 }
+
+const ADMIN_OPTION_NAMES = ['brokers', 'connectTimeoutMs', 'retry', 'stallTimeoutMs', 'tls', 'auth'] as const;
+const adminOptionsComplete: Complete<AdminOptions, typeof ADMIN_OPTION_NAMES> = true;
+void adminOptionsComplete;
+const CREATE_TOPIC_OPTION_NAMES = ['topic', 'partitions', 'retentionHours', 'retentionBytes', 'replicationFactor', 'partitioner'] as const;
+const createTopicComplete: Complete<CreateTopicOptions, typeof CREATE_TOPIC_OPTION_NAMES> = true;
+void createTopicComplete;
+const RESET_OFFSETS_OPTION_NAMES = ['group', 'topic', 'partition', 'to'] as const;
+const resetOffsetsComplete: Complete<ResetOffsetsOptions, typeof RESET_OFFSETS_OPTION_NAMES> = true;
+void resetOffsetsComplete;
 
 export interface CreateTopicOptions {
   topic: string;
@@ -186,6 +197,7 @@ export class Admin {
 
   constructor(options: AdminOptions) {
     if (!options || typeof options !== 'object') throw new TributaryError('invalid_config', { option: 'options', reason: 'required' });
+    refuseUnknownOptions('admin', options, ADMIN_OPTION_NAMES);
     if (!Array.isArray(options.brokers) || options.brokers.length === 0) {
       throw new TributaryError('invalid_config', { option: 'brokers', reason: 'at least one bootstrap broker is required' }, 'invalid admin option brokers: at least one bootstrap broker is required');
     }
@@ -215,6 +227,7 @@ export class Admin {
 
   async createTopic(opts: CreateTopicOptions, o: { signal?: AbortSignal } = {}): Promise<CreateTopicResult> {
     const topic = requireString('topic', opts?.topic);
+    refuseUnknownOptions('createTopic', opts, CREATE_TOPIC_OPTION_NAMES);
     const reply = await this.any(
       'CREATE',
       {
@@ -301,6 +314,7 @@ export class Admin {
    */
   async resetOffsets(opts: ResetOffsetsOptions, o: { signal?: AbortSignal } = {}): Promise<Array<{ partition: number; offset: number }>> {
     const group = requireString('group', opts?.group);
+    refuseUnknownOptions('resetOffsets', opts, RESET_OFFSETS_OPTION_NAMES);
     const topic = requireString('topic', opts.topic);
     const partition = optionalInt('partition', opts.partition, 0);
     const fields: Record<string, FieldValue | undefined> = { group, topic, partition };

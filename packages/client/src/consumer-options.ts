@@ -5,6 +5,7 @@
 import { type AssignorName, isAssignorName } from 'tributary-protocol/assignors.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { checkStallTimeout, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
+import { type Complete, refuseUnknownOptions } from './option-names.js';
 import type { RetryOptions } from './retry.js';
 
 export type AutoOffsetReset = 'earliest' | 'latest' | 'error';
@@ -49,6 +50,14 @@ export interface ConsumerOptions {
   auth?: import('tributary-protocol/connection.js').AuthOptions;
 }
 
+export const CONSUMER_OPTION_NAMES = [
+  'brokers', 'groupId', 'topic', 'clientId', 'instanceId', 'sessionTimeoutMs', 'heartbeatIntervalMs', 'rebalanceTimeoutMs',
+  'assignor', 'autoOffsetReset', 'isolation', 'mode', 'maxBatchRecords', 'maxBatchBytes', 'maxWaitMs', 'autoCommit',
+  'autoCommitIntervalMs', 'partitionsConsumedConcurrently', 'processingTimeoutMs', 'retry', 'stallTimeoutMs', 'tls', 'auth',
+] as const;
+const consumerOptionsComplete: Complete<ConsumerOptions, typeof CONSUMER_OPTION_NAMES> = true;
+void consumerOptionsComplete;
+
 const DEFAULTS = {
   sessionTimeoutMs: 10_000,
   heartbeatIntervalMs: 3_000,
@@ -92,6 +101,10 @@ export function heartbeatStallMs(sessionTimeoutMs: number, heartbeatIntervalMs: 
 /** Validates options up front: a consumer that cannot work fails at construction, not on first poll. */
 export function validateConsumerOptions(o: ConsumerOptions): void {
   if (!o || typeof o !== 'object') throw configError('options', 'required');
+  refuseUnknownOptions('consumer', o, CONSUMER_OPTION_NAMES);
+  if (!Array.isArray(o.brokers) || o.brokers.length === 0 || o.brokers.some((b) => typeof b !== 'string')) {
+    throw configError('brokers', 'at least one bootstrap broker (host:port) is required');
+  }
   if (typeof o.groupId !== 'string' || !ID_RE.test(o.groupId)) throw configError('groupId', '1-200 characters of letters, digits, ".", "_", "-"');
   if (typeof o.topic !== 'string' || o.topic.length === 0) throw configError('topic', 'required');
   if (o.clientId !== undefined && !ID_RE.test(o.clientId)) throw configError('clientId', '1-200 characters of letters, digits, ".", "_", "-"');

@@ -7,6 +7,8 @@ import type { BatchRecord } from 'tributary-protocol/batch.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import type { RecordHeader } from 'tributary-protocol/record.js';
+import { nearestName } from 'tributary-protocol/names.js';
+import type { Complete } from './option-names.js';
 
 export type HeaderValue = string | Buffer | Uint8Array;
 
@@ -23,6 +25,11 @@ export interface ProducerMessage {
   /** Milliseconds since the epoch (or a Date); omitted or 0: the broker stamps the record on append. */
   timestamp?: number | Date;
 }
+
+const MESSAGE_FIELD_NAMES = ['key', 'value', 'headers', 'partition', 'timestamp'] as const;
+const messageFieldsComplete: Complete<ProducerMessage, typeof MESSAGE_FIELD_NAMES> = true;
+void messageFieldsComplete;
+const MESSAGE_FIELDS: ReadonlySet<string> = new Set(MESSAGE_FIELD_NAMES);
 
 export interface ProducerRecord {
   topic: string;
@@ -84,6 +91,13 @@ export function badMessage(index: number, reason: string): TributaryError {
 /** A message checked and converted to a wire record (offset and sequence are the broker's business). */
 export function toBatchRecord(m: ProducerMessage, index: number): BatchRecord {
   if (!m || typeof m !== 'object') throw badMessage(index, 'must be an object');
+  for (const k in m) {
+    // A misspelt field (`parition: 2`) would silently send the record elsewhere: refuse it.
+    if (!MESSAGE_FIELDS.has(k)) {
+      const near = nearestName(k, MESSAGE_FIELDS);
+      throw badMessage(index, `unknown field ${k}${near ? ` (did you mean ${near}?)` : ''}`);
+    }
+  }
   if (typeof m.value !== 'string' && !(m.value instanceof Uint8Array)) throw badMessage(index, 'value must be a string, Buffer or Uint8Array');
   let key: Buffer | null = null;
   if (m.key !== undefined && m.key !== null) {

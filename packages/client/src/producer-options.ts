@@ -6,6 +6,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { DEFAULT_MAX_FRAME_BYTES } from 'tributary-protocol/frame.js';
 import { checkStallTimeout, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
 import type { RetryOptions } from './retry.js';
+import { type Complete, refuseUnknownOptions } from './option-names.js';
 
 export type ProducerAcks = 0 | 1 | 'all';
 
@@ -54,6 +55,13 @@ export interface ProducerOptions {
   transactionTimeoutMs?: number;
 }
 
+export const PRODUCER_OPTION_NAMES = [
+  'brokers', 'clientId', 'acks', 'lingerMs', 'maxBatchBytes', 'maxBatchRecords', 'maxBufferedBytes', 'maxInFlightPerPartition',
+  'requestTimeoutMs', 'retry', 'tls', 'auth', 'stallTimeoutMs', 'idempotent', 'transactionalId', 'transactionTimeoutMs',
+] as const;
+const producerOptionsComplete: Complete<ProducerOptions, typeof PRODUCER_OPTION_NAMES> = true;
+void producerOptionsComplete;
+
 const DEFAULTS = {
   acks: 'all' as ProducerAcks,
   lingerMs: 5,
@@ -82,6 +90,7 @@ function checkInt(o: Record<string, unknown>, key: string, min: number, max = Nu
 /** Validates options up front: a producer that cannot work fails at construction, not on first send. */
 export function validateProducerOptions(o: ProducerOptions): void {
   if (!o || typeof o !== 'object') throw configError('options', 'required');
+  refuseUnknownOptions('producer', o, PRODUCER_OPTION_NAMES);
   if (!Array.isArray(o.brokers) || o.brokers.length === 0 || o.brokers.some((b) => typeof b !== 'string')) {
     throw configError('brokers', 'at least one bootstrap broker (host:port) is required');
   }

@@ -1,0 +1,69 @@
+/**
+ * Every SDK constructor, and the admin calls and messages that take option objects, refuse names they
+ * do not know (a typo would otherwise be ignored and the default silently used), naming the nearest
+ * valid one. Nothing connects: the brokers listed are never contacted.
+ */
+import { describe, expect, it } from 'vitest';
+import { Admin } from 'tributary-client/admin.js';
+import { Consumer } from 'tributary-client/consumer.js';
+import { Producer } from 'tributary-client/producer.js';
+import { toBatchRecord } from 'tributary-client/producer-messages.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+
+const brokers = ['127.0.0.1:1'];
+
+function refusal(fn: () => unknown): TributaryError {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(TributaryError);
+    return err as TributaryError;
+  }
+  throw new Error('accepted');
+}
+
+describe('unknown options', () => {
+  it('Consumer: autoOffsetRest is refused with the name it was meant to be', () => {
+    const e = refusal(() => new Consumer({ brokers, groupId: 'g', topic: 't', autoOffsetRest: 'earliest' } as never));
+    expect(e.code).toBe('invalid_config');
+    expect(e.fields).toMatchObject({ option: 'autoOffsetRest', reason: 'unknown option', did_you_mean: 'autoOffsetReset' });
+    expect(e.message).toBe('invalid consumer option autoOffsetRest: unknown option (did you mean autoOffsetReset?)');
+  });
+
+  it('Producer: a misspelt option, and one nothing is close to', () => {
+    expect(refusal(() => new Producer({ brokers, idempotant: true } as never)).fields).toMatchObject({ option: 'idempotant', did_you_mean: 'idempotent' });
+    const far = refusal(() => new Producer({ brokers, compressionCodec: 'gzip' } as never));
+    expect(far.fields).toEqual({ option: 'compressionCodec', reason: 'unknown option' });
+    expect(far.message).toBe('invalid producer option compressionCodec: unknown option');
+  });
+
+  it('nested retry and auth objects are checked too', () => {
+    expect(refusal(() => new Producer({ brokers, retry: { retires: 3 } } as never)).fields).toMatchObject({ option: 'retry.retires', did_you_mean: 'retry.retries' });
+    expect(refusal(() => new Consumer({ brokers, groupId: 'g', topic: 't', auth: { principal: 'a', tokn: 'b' } } as never)).fields).toMatchObject({ option: 'auth.tokn', did_you_mean: 'auth.token' });
+    expect(refusal(() => new Admin({ brokers, conectTimeoutMs: 5 } as never)).fields).toMatchObject({ option: 'conectTimeoutMs', did_you_mean: 'connectTimeoutMs' });
+  });
+
+  it('every documented option is accepted', () => {
+    expect(() => new Producer({ brokers, clientId: 'p', acks: 1, lingerMs: 1, maxBatchBytes: 1024, maxBatchRecords: 10, maxBufferedBytes: 1 << 20, maxInFlightPerPartition: 1, requestTimeoutMs: 1000, retry: { retries: 1, initialDelayMs: 1, maxDelayMs: 2, factor: 2, maxElapsedMs: 100 }, stallTimeoutMs: 1000, idempotent: true })).not.toThrow();
+    expect(() => new Consumer({ brokers, groupId: 'g', topic: 't', clientId: 'c', instanceId: 'i', sessionTimeoutMs: 6000, heartbeatIntervalMs: 1000, rebalanceTimeoutMs: 1000, assignor: 'range', autoOffsetReset: 'earliest', isolation: 'read_uncommitted', mode: 'stream', maxBatchRecords: 10, maxBatchBytes: 1000, maxWaitMs: 10, autoCommit: false, autoCommitIntervalMs: 10, partitionsConsumedConcurrently: 2, processingTimeoutMs: 10, retry: {}, stallTimeoutMs: 1000, tls: undefined, auth: { principal: 'a', token: 'b' } })).not.toThrow();
+    expect(() => new Admin({ brokers, connectTimeoutMs: 10, retry: {}, stallTimeoutMs: 1000 })).not.toThrow();
+    expect(() => new Consumer({ brokers: [], groupId: 'g', topic: 't' })).toThrow(expect.objectContaining({ code: 'invalid_config', fields: expect.objectContaining({ option: 'brokers' }) }));
+  });
+
+  it('Admin createTopic and resetOffsets refuse unknown fields before sending anything', async () => {
+    const admin = new Admin({ brokers });
+    try {
+      await expect(admin.createTopic({ topic: 'x', partitons: 3 } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'partitons', did_you_mean: 'partitions' } });
+      await expect(admin.resetOffsets({ group: 'g', topic: 't', to: 'earliest', partiton: 1 } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'partiton', did_you_mean: 'partition' } });
+    } finally {
+      await admin.close();
+    }
+  });
+
+  it('a message with a misspelt field is refused, not sent to another partition', () => {
+    const e = refusal(() => toBatchRecord({ value: 'v', parition: 2 } as never, 3));
+    expect(e.code).toBe('invalid_parameter');
+    expect(e.message).toBe('invalid message 3: unknown field parition (did you mean partition?)');
+    expect(toBatchRecord({ key: 'k', value: 'v', headers: { a: 'b' }, partition: 1, timestamp: 5 }, 0).value.toString()).toBe('v');
+  });
+});
