@@ -89,7 +89,10 @@ export class Connection {
   static async connect(opts: ConnectionOptions): Promise<Connection> {
     const socket = await new Promise<net.Socket>((resolve, reject) => {
       const local = opts.localAddress === undefined ? {} : { localAddress: opts.localAddress };
-      const s = opts.tls ? tls.connect({ servername: opts.host, ...opts.tls, ...local, host: opts.host, port: opts.port }) : net.connect({ host: opts.host, port: opts.port, ...local });
+      // SNI carries host names only (RFC 6066): for an IP address Node would warn (DEP0123) and the
+      // certificate is checked against the IP anyway.
+      const servername = net.isIP(opts.host) === 0 ? { servername: opts.host } : {};
+      const s = opts.tls ? tls.connect({ ...servername, ...opts.tls, ...local, host: opts.host, port: opts.port }) : net.connect({ host: opts.host, port: opts.port, ...local });
       const ready = opts.tls ? 'secureConnect' : 'connect';
       const timer = setTimeout(() => {
         s.destroy();
