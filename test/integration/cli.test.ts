@@ -88,4 +88,26 @@ describe('tributary CLI', () => {
     expect((res as { code: number }).code).toBe(2);
     expect((res as { stderr: string }).stderr).toMatch(/invalid config: port/);
   });
+
+  it('--version prints the version of the broker package', async () => {
+    const pkg = JSON.parse(await fs.readFile(path.join(import.meta.dirname, '../../packages/broker/package.json'), 'utf8')) as { version: string };
+    const r = await cli(['--version']);
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim()).toBe(pkg.version);
+  });
+
+  it('a reader that goes away (`| head`) ends a command quietly: exit 0, no EPIPE stack', async () => {
+    await cli(['topic', 'create', 'cli-epipe', '--partitions', '40', '--bootstrap', broker.address]);
+    for (const args of [['topic', 'describe', 'cli-epipe'], ['topic', 'list'], ['group', 'list']]) {
+      const child = trackChild(execFile(process.execPath, [CLI, ...args, '--bootstrap', broker.address]), 'cli');
+      child.stdin!.end();
+      // The read end closes before the command writes anything: its first write fails with EPIPE.
+      child.stdout!.destroy();
+      let stderr = '';
+      child.stderr!.on('data', (d) => (stderr += d));
+      const code = await new Promise<number>((resolve) => child.once('exit', (c) => resolve(c ?? -1)));
+      expect(stderr, args.join(' ')).toBe('');
+      expect(code, args.join(' ')).toBe(0);
+    }
+  });
 });

@@ -20,7 +20,7 @@ function packageVersion(): string {
     if (existsSync(file)) {
       try {
         const pkg = JSON.parse(readFileSync(file, 'utf8')) as { name?: string; version?: string };
-        if (pkg.name === 'tributary' && pkg.version) return pkg.version;
+        if (pkg.name === 'tributary-broker' && pkg.version) return pkg.version;
       } catch {
         // keep looking
       }
