@@ -5,6 +5,7 @@
  * after a failed read follows "Routing".
  */
 import type { Batch } from 'tributary-protocol/batch.js';
+import { RecordAttr } from 'tributary-protocol/record.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { ConsumedMessage, ConsumerContext } from './consumer-context.js';
@@ -98,8 +99,9 @@ export class PartitionFetcher {
     };
   }
 
+  /** The batch's user records: transaction markers (control records) are never delivered (docs/sdk.md, "Offsets"). */
   private toMessages(w: PartitionWorker, batch: Batch): ConsumedMessage[] {
-    return batch.records.map((r) => ({
+    return batch.records.filter((r) => (r.attributes & RecordAttr.CONTROL) === 0).map((r) => ({
       topic: batch.topic,
       partition: w.partition,
       offset: r.offset,
@@ -118,10 +120,28 @@ export class PartitionFetcher {
     if (w.paused) return; // paused while the poll was in flight: the batch is read again after resume()
     publish(channels.consumerFetch, { group: this.ctx.options.groupId, partition: w.partition, offset: w.position, records: batch.records.length });
     const messages = this.toMessages(w, batch);
-    const next = batch.trailer?.nextOffset ?? (messages.length > 0 ? messages[messages.length - 1]!.offset + 1 : w.position);
+    const next = batch.trailer?.nextOffset ?? (batch.records.length > 0 ? batch.records[batch.records.length - 1]!.offset + 1 : w.position);
+    const gen = w.assignmentGeneration;
+    const start = w.position;
     if (messages.length > 0) await this.deliver(w, messages);
     if (w.seekTo !== undefined) return this.applySeek(w);
+    this.passSkipped(w, batch, gen, start, next);
     w.position = Math.max(w.position, next);
+  }
+
+  /**
+   * What a read passed over without delivering (transaction markers; with read_committed also aborted
+   * records, which the broker leaves out) counts as processed once everything delivered before it is:
+   * the committed offset then reaches the end of a partition whose last record is a marker instead of
+   * stopping one short of it (docs/sdk.md, "Offsets").
+   */
+  private passSkipped(w: PartitionWorker, batch: Batch, assignmentGeneration: number, start: number, next: number): void {
+    if (w.signal.aborted || w.assignmentGeneration !== assignmentGeneration) return;
+    let lastDelivered = start - 1;
+    for (const r of batch.records) if ((r.attributes & RecordAttr.CONTROL) === 0) lastDelivered = r.offset;
+    // Nothing processed yet on this assignment: everything before where this read started is done.
+    const upTo = w.processed === -1 ? start : w.processed;
+    if (upTo >= lastDelivered + 1 && next > upTo && next > start) w.processed = next;
   }
 
   /** STREAM: a graceful CLOSE ends this round; a socket loss throws and the loop resumes from `position`. */
@@ -148,14 +168,20 @@ export class PartitionFetcher {
         }
         // A stream ends only by failing: its deliveries are what shows the route works again.
         w.readFailures = 0;
-        const messages = this.toMessages(w, n.value);
+        const batch = n.value;
+        const messages = this.toMessages(w, batch);
+        const gen = w.assignmentGeneration;
+        const start = w.position;
         if (messages.length > 0) await this.deliver(w, messages);
         if (w.seekTo !== undefined) {
           this.applySeek(w);
           await it.return({} as Record<string, string>);
           return;
         }
-        w.position = n.value.trailer?.nextOffset ?? messages[messages.length - 1]!.offset + 1;
+        const last = batch.records[batch.records.length - 1];
+        const next = batch.trailer?.nextOffset ?? (last ? last.offset + 1 : w.position);
+        this.passSkipped(w, batch, gen, start, next);
+        w.position = next;
       }
     } finally {
       await this.ctx.cluster.release(conn).catch(() => {});
@@ -233,6 +259,15 @@ export class PartitionFetcher {
     if (!Number.isSafeInteger(offset) || offset < 0) throw configError('offset', 'must be a non-negative integer');
     const w = this.ctx.workers.get(partition);
     if (!w) throw new TributaryError('NOT_OWNER', { partition }, `partition ${partition} is not assigned to this consumer`);
+    // The broker starts a group's reads at max(requested, committed) (docs/sdk.md, "Offsets"): such a
+    // seek would silently do nothing. Rewinding a group is an explicit, fenced admin operation.
+    if (w.committed >= 0 && offset < w.committed) {
+      throw new TributaryError(
+        'seek_below_committed',
+        { partition, offset, committed: w.committed },
+        `seek(${partition}, ${offset}) is below the group's committed offset ${w.committed}: a group reads from its committed offset on; to rewind, stop the group's consumers and reset its offsets (admin.resetOffsets() or \`tributary group reset-offsets\`)`,
+      );
+    }
     w.seekTo = offset;
     w.processed = Math.min(w.processed, offset);
     w.resumed.wake();

@@ -90,6 +90,7 @@ export const ERROR_CODES = {
   consumer_rebalancing: { class: 'fencing', retryable: false, description: '(SDK) work from an assignment that a rebalance revoked' },
   client_closed: { class: 'conflict', retryable: false, description: '(SDK) the producer, consumer or admin client is closed' },
   buffer_full: { class: 'availability', retryable: true, description: '(SDK) the producer buffer stayed full past its wait' },
+  seek_below_committed: { class: 'validation', retryable: false, description: "(SDK) seek() below the group's committed offset; reset the group's offsets instead" },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -336,7 +336,8 @@ describe('Consumer against a broker', () => {
   it('seek: moves the read position back (redelivery) and forward (skip), from outside and from a handler', async () => {
     const t = await topic(1);
     await produce(t, 0, Array.from({ length: 10 }, (_, i) => `v${i}`));
-    const c = consumer(t, 'g-seek');
+    // Nothing is committed until commit() below: a seek below the committed offset is refused.
+    const c = consumer(t, 'g-seek', { autoCommit: false });
     const seen: Seen[] = [];
     let seekedForward = false;
     const run = c.run({
@@ -356,8 +357,12 @@ describe('Consumer against a broker', () => {
     await until(() => seen.some((s) => s.offset === 19), 10_000, 'new records');
     await sleep(200);
     expect(seen.slice(17).map((s) => s.offset)).toEqual([10, 11, 12, 17, 18, 19]);
-    // committed offsets never went backwards because of the backward seek
-    await until(async () => (await fetchOffset(t, 'g-seek', 0)).offset === 20, 5000, 'committed 20');
+    // the commit covers what was processed, never lower because of the backward seek
+    await c.commit();
+    expect(await fetchOffset(t, 'g-seek', 0)).toEqual({ offset: 20, committed: true });
+    // below the committed offset the broker would start at 20 anyway: refused, with the way to rewind
+    expect(() => c.seek(0, 19)).toThrow(expect.objectContaining({ code: 'seek_below_committed', message: expect.stringMatching(/resetOffsets/) }));
+    expect(() => c.seek(0, 20)).not.toThrow();
     expect(() => c.seek(5, 0)).toThrow(expect.objectContaining({ code: 'NOT_OWNER' }));
     await c.close();
     await run;

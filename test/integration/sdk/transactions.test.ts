@@ -12,6 +12,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { fetchOffset } from '../groups/helpers.js';
 import { readAll } from '../transactions/helpers.js';
+import { until } from '../../helpers/util.js';
 
 describe('SDK transactions', () => {
   let broker: BrokerProcess;
@@ -58,6 +59,40 @@ describe('SDK transactions', () => {
     const values = await committedValues('sdk-tx', [0, 1]);
     expect(values).not.toContain('a1');
     expect(values.filter((v) => v.startsWith('bulk'))).toEqual(Array.from({ length: 50 }, (_, i) => `bulk${i}`));
+  });
+
+  it('transaction markers never reach a handler, in either isolation or mode, and the committed offset moves past them', async () => {
+    await admin.command('CREATE', { topic: 'sdk-markers', partitions: 1 });
+    const p = producer({ transactionalId: 'sdk-markers' });
+    // offsets 0-1 committed txn + marker at 2, 3 aborted + marker at 4, 5-6 committed + marker at 7 (the end)
+    const t1 = await p.transaction();
+    await t1.send({ topic: 'sdk-markers', messages: [{ value: 'c0', partition: 0 }, { value: 'c1', partition: 0 }] });
+    await t1.commit();
+    const t2 = await p.transaction();
+    await t2.send({ topic: 'sdk-markers', messages: [{ value: 'a3', partition: 0 }] });
+    await t2.abort();
+    const t3 = await p.transaction();
+    await t3.send({ topic: 'sdk-markers', messages: [{ value: 'c5', partition: 0 }, { value: 'c6', partition: 0 }] });
+    await t3.commit();
+    const end = Number(/latest=(\d+)/.exec(await admin.command('LIST_OFFSETS', { topic: 'sdk-markers', partition: 0 }))![1]);
+    expect(end).toBe(8);
+    for (const isolation of ['read_uncommitted', 'read_committed'] as const) {
+      for (const mode of ['poll', 'stream'] as const) {
+        const group = `g-markers-${isolation}-${mode}`;
+        const c = new Consumer({ brokers: [broker.address], groupId: group, topic: 'sdk-markers', autoOffsetReset: 'earliest', isolation, mode, autoCommitIntervalMs: 50 });
+        const seen: Array<{ offset: number; value: string }> = [];
+        const run = c.run({ eachMessage: ({ message }) => void seen.push({ offset: message.offset, value: message.value.toString() }) });
+        try {
+          const expected = isolation === 'read_committed' ? ['c0', 'c1', 'c5', 'c6'] : ['c0', 'c1', 'a3', 'c5', 'c6'];
+          await until(async () => (await fetchOffset(admin, 'sdk-markers', group, 0)).offset === end, 10_000, `${group} committed past the last marker`);
+          expect(seen.map((m) => m.value), group).toEqual(expected);
+          expect(seen.map((m) => m.offset), group).toEqual(isolation === 'read_committed' ? [0, 1, 5, 6] : [0, 1, 3, 5, 6]);
+        } finally {
+          await c.close();
+          await run;
+        }
+      }
+    }
   });
 
   it('one transaction at a time; a transactional producer has no plain send', async () => {
