@@ -262,7 +262,7 @@ describe('tributary cluster status against a standalone broker', () => {
 
   it('an unreachable broker is exit 1 with one error line; a malformed address is exit 2', async () => {
     const r = await cli(['cluster', 'status', '--bootstrap', '127.0.0.1:1']);
-    expect(r).toEqual({ code: 1, stdout: '', stderr: 'error: cannot reach broker at 127.0.0.1:1\n' });
+    expect(r).toEqual({ code: 1, stdout: '', stderr: 'error: connection refused by 127.0.0.1:1: is a broker running there? (start one with `npm start`)\n' });
     const bad = await cli(['cluster', 'status', '--bootstrap', 'nonsense']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toBe('error: --bootstrap must be host:port[,host:port...], got "nonsense"\n');

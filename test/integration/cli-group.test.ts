@@ -176,10 +176,10 @@ describe('tributary group', () => {
     expect((await run('group', 'list', '--json')).stdout).toBe('[]\n');
   });
 
-  it('takes the broker from TRIBUTARY_BOOTSTRAP; an unreachable broker exits 1 with "cannot reach broker"', async () => {
+  it('takes the broker from TRIBUTARY_BOOTSTRAP; an unreachable broker exits 1 saying the connection was refused', async () => {
     const env = await cli(['group', 'list', '--json'], { TRIBUTARY_BOOTSTRAP: broker.address });
     expect(env.code).toBe(0);
     const r = await cli(['group', 'list', '--bootstrap', '127.0.0.1:1']);
-    expect(r).toEqual({ code: 1, stdout: '', stderr: 'error: cannot reach broker at 127.0.0.1:1\n' });
+    expect(r).toEqual({ code: 1, stdout: '', stderr: 'error: connection refused by 127.0.0.1:1: is a broker running there? (start one with `npm start`)\n' });
   });
 });

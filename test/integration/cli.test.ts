@@ -77,7 +77,7 @@ describe('tributary CLI', () => {
   it('reports an unreachable broker and a broker error with exit code 1', async () => {
     const down = await cli(['topic', 'list', '--bootstrap', '127.0.0.1:1']);
     expect(down.code).toBe(1);
-    expect(down.stderr).toContain('cannot reach broker at 127.0.0.1:1');
+    expect(down.stderr).toContain('connection refused by 127.0.0.1:1: is a broker running there?');
     const missing = await cli(['topic', 'describe', 'nope', '--bootstrap', broker.address]);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/error: topic_not_found/);

@@ -1,13 +1,17 @@
 import { type FieldValue, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { Cluster, checkStallTimeout } from './cluster.js';
+import { Cluster, type ConnectionEvents, checkStallTimeout, checkTimeoutOption } from './cluster.js';
+import { TypedEmitter } from './events.js';
 import type { RetryOptions } from './retry.js';
 import { type Complete, refuseUnknownOptions } from './option-names.js';
 
 export interface AdminOptions {
   /** Bootstrap brokers, `host:port`. */
   brokers: string[];
+  /** How long one connection attempt (TCP, TLS and handshake) may take; default 5000. */
   connectTimeoutMs?: number;
+  /** Until a broker answered once, how long to keep trying before failing with brokers_unreachable; default 10000. */
+  bootstrapTimeoutMs?: number;
   retry?: RetryOptions;
   /** A broker that answers nothing for this long (past a request's own wait) is given up on and the request retried; default 3000. */
   stallTimeoutMs?: number;
@@ -17,7 +21,7 @@ export interface AdminOptions {
   auth?: import('tributary-protocol/connection.js').AuthOptions;
 }
 
-const ADMIN_OPTION_NAMES = ['brokers', 'connectTimeoutMs', 'retry', 'stallTimeoutMs', 'tls', 'auth'] as const;
+const ADMIN_OPTION_NAMES = ['brokers', 'connectTimeoutMs', 'bootstrapTimeoutMs', 'retry', 'stallTimeoutMs', 'tls', 'auth'] as const;
 const adminOptionsComplete: Complete<AdminOptions, typeof ADMIN_OPTION_NAMES> = true;
 void adminOptionsComplete;
 const CREATE_TOPIC_OPTION_NAMES = ['topic', 'partitions', 'retentionHours', 'retentionBytes', 'replicationFactor', 'partitioner'] as const;
@@ -190,12 +194,13 @@ function parsePartitionOffsets(csv: string): Array<{ partition: number; offset: 
  * retried with the retry module. A broker `ERROR:` surfaces as the TributaryError the connection raises
  * (`topic_not_found`, `group_not_empty`, ...).
  */
-export class Admin {
+export class Admin extends TypedEmitter<ConnectionEvents> {
   private readonly cluster: Cluster;
   private closed = false;
   private closePromise: Promise<void> | undefined;
 
   constructor(options: AdminOptions) {
+    super();
     if (!options || typeof options !== 'object') throw new TributaryError('invalid_config', { option: 'options', reason: 'required' });
     refuseUnknownOptions('admin', options, ADMIN_OPTION_NAMES);
     if (!Array.isArray(options.brokers) || options.brokers.length === 0) {
@@ -206,7 +211,20 @@ export class Admin {
     }
     const stall = checkStallTimeout(options.stallTimeoutMs);
     if (stall) throw new TributaryError('invalid_config', { option: 'stallTimeoutMs', reason: stall }, `invalid admin option stallTimeoutMs: ${stall}`);
-    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, connectTimeoutMs: options.connectTimeoutMs, tls: options.tls, auth: options.auth, stallTimeoutMs: options.stallTimeoutMs });
+    for (const k of ['connectTimeoutMs', 'bootstrapTimeoutMs'] as const) {
+      const bad = checkTimeoutOption(options[k]);
+      if (bad) throw new TributaryError('invalid_config', { option: k, reason: bad }, `invalid admin option ${k}: ${bad}`);
+    }
+    this.cluster = new Cluster({
+      brokers: options.brokers,
+      retry: options.retry,
+      connectTimeoutMs: options.connectTimeoutMs,
+      bootstrapTimeoutMs: options.bootstrapTimeoutMs,
+      tls: options.tls,
+      auth: options.auth,
+      stallTimeoutMs: options.stallTimeoutMs,
+      onConnectionEvent: (e) => (e.type === 'connect' ? this.emit('connect', { broker: e.broker }) : this.emit('disconnect', { broker: e.broker, error: e.error })),
+    });
   }
 
   private assertOpen(): void {

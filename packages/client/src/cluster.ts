@@ -19,7 +19,35 @@ export interface ClusterOptions {
   auth?: AuthOptions;
   /** See DEFAULT_STALL_TIMEOUT_MS. */
   stallTimeoutMs?: number;
+  /** See DEFAULT_BOOTSTRAP_TIMEOUT_MS. */
+  bootstrapTimeoutMs?: number;
+  /** Broker connections coming and going (the clients' `connect` / `disconnect` events). */
+  onConnectionEvent?: (e: ConnectionEvent) => void;
 }
+
+/** `connect`: the client has its first connection to a broker; `disconnect`: its last one to it closed. */
+export type ConnectionEvent = { type: 'connect'; broker: string } | { type: 'disconnect'; broker: string; error: Error };
+
+/** The connection events every client emits (Consumer, Producer, Admin). */
+export interface ConnectionEvents {
+  connect: { broker: string };
+  disconnect: { broker: string; error: Error };
+}
+
+/** Checks a connect/bootstrap timeout option: an integer in 1..2^31-1 ms. */
+export function checkTimeoutOption(v: unknown): string | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1 || v > 2 ** 31 - 1) return 'must be an integer 1..2147483647 (ms)';
+  return undefined;
+}
+
+/**
+ * Until a client has reached a broker once, how long it keeps trying before every request fails with
+ * brokers_unreachable (not retriable), naming each address tried and why it failed. After the first
+ * connection, lost connections are retried with backoff for as long as the client lives
+ * (docs/sdk.md, "Connecting").
+ */
+export const DEFAULT_BOOTSTRAP_TIMEOUT_MS = 10_000;
 
 /**
  * How long a broker may answer nothing past a request's own wait before the connection is failed
@@ -71,6 +99,13 @@ export class Cluster {
   /** Brokers that recently left a request unanswered, and since when: asked last until they answer again. */
   private readonly unresponsiveSince = new Map<string, number>();
   private closed = false;
+  /** Whether any broker ever completed a handshake: until then failures count against the bootstrap timeout. */
+  private reachedOnce = false;
+  private firstAttemptAt: number | undefined;
+  /** Why each address failed, until one answered (for brokers_unreachable). */
+  private readonly bootstrapFailures = new Map<string, Error>();
+  /** Open connections per broker, for the connect / disconnect events. */
+  private readonly openPerBroker = new Map<string, number>();
 
   constructor(private readonly opts: ClusterOptions) {
     if (!Array.isArray(opts.brokers) || opts.brokers.length === 0) throw new TributaryError('invalid_config', { option: 'brokers' }, 'brokers: at least one bootstrap broker is required');
@@ -90,14 +125,58 @@ export class Cluster {
 
   private open(address: string, signal: AbortSignal | undefined, control: boolean, stallTimeoutMs = this.stallTimeoutMs): Promise<Connection> {
     const { host, port } = parseAddress(address);
-    return this.connectTo(address, host, port, signal, control, stallTimeoutMs).then((c) => {
-      // It answered a handshake: responsive again.
-      this.unresponsiveSince.delete(address);
-      return c;
-    });
+    this.firstAttemptAt ??= Date.now();
+    return this.connectTo(address, host, port, signal, control, stallTimeoutMs).then(
+      (c) => {
+        // It answered a handshake: responsive again.
+        this.unresponsiveSince.delete(address);
+        this.reachedOnce = true;
+        this.bootstrapFailures.clear();
+        return c;
+      },
+      (err: unknown) => {
+        throw this.connectError(address, err, signal);
+      },
+    );
+  }
+
+  /**
+   * A failed connect before any broker ever answered counts against the bootstrap timeout; past it the
+   * failure becomes brokers_unreachable, which no retry loop repeats (a consumer pointed at the wrong
+   * address must fail, not hang).
+   */
+  private connectError(address: string, err: unknown, signal: AbortSignal | undefined): unknown {
+    if (this.reachedOnce || signal?.aborted || !isRetriable(err)) return err;
+    this.bootstrapFailures.set(address, err as Error);
+    const elapsed = Date.now() - this.firstAttemptAt!;
+    const limit = this.opts.bootstrapTimeoutMs ?? DEFAULT_BOOTSTRAP_TIMEOUT_MS;
+    if (elapsed < limit) return err;
+    const tried = [...this.bootstrapFailures.keys()];
+    return new TributaryError(
+      'brokers_unreachable',
+      { brokers: tried.join(','), elapsedMs: elapsed, bootstrapTimeoutMs: limit },
+      `no broker reachable after ${elapsed} ms (bootstrapTimeoutMs ${limit}): ${[...this.bootstrapFailures.values()].map((e) => e.message).join('; ')}`,
+    );
+  }
+
+  private connected(address: string): void {
+    const n = this.openPerBroker.get(address) ?? 0;
+    this.openPerBroker.set(address, n + 1);
+    if (n === 0) this.opts.onConnectionEvent?.({ type: 'connect', broker: address });
+  }
+
+  private disconnected(address: string, error: Error): void {
+    const n = (this.openPerBroker.get(address) ?? 1) - 1;
+    if (n > 0) this.openPerBroker.set(address, n);
+    else {
+      this.openPerBroker.delete(address);
+      this.opts.onConnectionEvent?.({ type: 'disconnect', broker: address, error });
+    }
   }
 
   private connectTo(address: string, host: string, port: number, signal: AbortSignal | undefined, control: boolean, stallTimeoutMs: number): Promise<Connection> {
+    // Only a connection that completed its handshake counts for the connect / disconnect events.
+    let counted = false;
     return Connection.connect({
       host,
       port,
@@ -109,6 +188,15 @@ export class Cluster {
       // A control connection carries only immediate answers: its own silence is the verdict.
       probe: control ? undefined : () => this.ping(address),
       onStall: () => this.gaveUpOn(address),
+      onClose: (err) => {
+        if (counted) this.disconnected(address, err);
+      },
+    }).then((c) => {
+      if (!c.closed) {
+        counted = true;
+        this.connected(address);
+      }
+      return c;
     });
   }
 

@@ -4,7 +4,7 @@
  * and the events they all emit. The lifecycle it records is docs/sdk.md's "Consumer" → "Lifecycle".
  */
 import type { RecordHeader } from 'tributary-protocol/record.js';
-import type { Cluster } from './cluster.js';
+import type { Cluster, ConnectionEvents } from './cluster.js';
 import type { ResolvedConsumerOptions } from './consumer-options.js';
 import type { PartitionWorker } from './partition-worker.js';
 
@@ -22,7 +22,7 @@ export interface ConsumedMessage {
   assignmentGeneration: number;
 }
 
-export interface ConsumerEvents {
+export interface ConsumerEvents extends ConnectionEvents {
   'group.join': { memberId: string; generation: number; leader: string; assignments: number[] };
   'rebalance.start': { reason: string; generation: number };
   'rebalance.end': { generation: number; assignmentGeneration: number; assigned: number[]; revoked: number[]; kept: number[]; durationMs: number };

@@ -4,7 +4,7 @@
  */
 import { type AssignorName, isAssignorName } from 'tributary-protocol/assignors.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { checkStallTimeout, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
+import { checkStallTimeout, checkTimeoutOption, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
 import { type Complete, refuseUnknownOptions } from './option-names.js';
 import type { RetryOptions } from './retry.js';
 
@@ -44,6 +44,10 @@ export interface ConsumerOptions {
    * also how long one broker gets to answer a leader or coordinator lookup.
    */
   stallTimeoutMs?: number;
+  /** How long one connection attempt (TCP, TLS and handshake) may take; default 5000. */
+  connectTimeoutMs?: number;
+  /** Until a broker answered once, how long to keep trying before failing with brokers_unreachable; default 10000. */
+  bootstrapTimeoutMs?: number;
   /** TLS for every broker connection (CA, client certificate and key, servername). */
   tls?: import('node:tls').ConnectionOptions;
   /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
@@ -53,7 +57,7 @@ export interface ConsumerOptions {
 export const CONSUMER_OPTION_NAMES = [
   'brokers', 'groupId', 'topic', 'clientId', 'instanceId', 'sessionTimeoutMs', 'heartbeatIntervalMs', 'rebalanceTimeoutMs',
   'assignor', 'autoOffsetReset', 'isolation', 'mode', 'maxBatchRecords', 'maxBatchBytes', 'maxWaitMs', 'autoCommit',
-  'autoCommitIntervalMs', 'partitionsConsumedConcurrently', 'processingTimeoutMs', 'retry', 'stallTimeoutMs', 'tls', 'auth',
+  'autoCommitIntervalMs', 'partitionsConsumedConcurrently', 'processingTimeoutMs', 'retry', 'stallTimeoutMs', 'connectTimeoutMs', 'bootstrapTimeoutMs', 'tls', 'auth',
 ] as const;
 const consumerOptionsComplete: Complete<ConsumerOptions, typeof CONSUMER_OPTION_NAMES> = true;
 void consumerOptionsComplete;
@@ -121,13 +125,17 @@ export function validateConsumerOptions(o: ConsumerOptions): void {
   if (o.mode !== undefined && !['poll', 'stream'].includes(o.mode)) throw configError('mode', 'expected poll or stream');
   const stall = checkStallTimeout(o.stallTimeoutMs);
   if (stall) throw configError('stallTimeoutMs', stall);
+  for (const k of ['connectTimeoutMs', 'bootstrapTimeoutMs'] as const) {
+    const bad = checkTimeoutOption(o[k]);
+    if (bad) throw configError(k, bad);
+  }
   const session = o.sessionTimeoutMs ?? DEFAULTS.sessionTimeoutMs;
   if ((o.heartbeatIntervalMs ?? Math.min(DEFAULTS.heartbeatIntervalMs, Math.floor(session / 3))) >= session) throw configError('heartbeatIntervalMs', 'must be below sessionTimeoutMs');
 }
 
 /** The options a constructed consumer runs with: every default filled in. */
-export type ResolvedConsumerOptions = Required<Omit<ConsumerOptions, 'instanceId' | 'retry' | 'clientId' | 'tls' | 'auth'>> &
-  Pick<ConsumerOptions, 'instanceId' | 'retry' | 'tls' | 'auth'> & { clientId: string };
+export type ResolvedConsumerOptions = Required<Omit<ConsumerOptions, 'instanceId' | 'retry' | 'clientId' | 'tls' | 'auth' | 'connectTimeoutMs' | 'bootstrapTimeoutMs'>> &
+  Pick<ConsumerOptions, 'instanceId' | 'retry' | 'tls' | 'auth' | 'connectTimeoutMs' | 'bootstrapTimeoutMs'> & { clientId: string };
 
 /** Fills in the defaults of validated options; the default heartbeat interval is at most a third of the session. */
 export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsumerOptions {

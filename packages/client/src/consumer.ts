@@ -47,7 +47,16 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     super();
     validateConsumerOptions(options);
     this.options = resolveConsumerOptions(options);
-    const cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls, auth: options.auth, stallTimeoutMs: this.options.stallTimeoutMs });
+    const cluster = new Cluster({
+      brokers: options.brokers,
+      retry: options.retry,
+      tls: options.tls,
+      auth: options.auth,
+      stallTimeoutMs: this.options.stallTimeoutMs,
+      connectTimeoutMs: options.connectTimeoutMs,
+      bootstrapTimeoutMs: options.bootstrapTimeoutMs,
+      onConnectionEvent: (e) => (e.type === 'connect' ? this.emit('connect', { broker: e.broker }) : this.emit('disconnect', { broker: e.broker, error: e.error })),
+    });
     this.ctx = new ConsumerContext(
       this.options,
       cluster,

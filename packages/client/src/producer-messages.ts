@@ -8,6 +8,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import type { RecordHeader } from 'tributary-protocol/record.js';
 import { nearestName } from 'tributary-protocol/names.js';
+import type { ConnectionEvents } from './cluster.js';
 import type { Complete } from './option-names.js';
 
 export type HeaderValue = string | Buffer | Uint8Array;
@@ -43,7 +44,7 @@ export interface RecordMetadata {
   offset: number;
 }
 
-export interface ProducerEvents {
+export interface ProducerEvents extends ConnectionEvents {
   /** A batch was acknowledged. */
   send: { topic: string; partition: number; records: number; durationMs: number; baseOffset: number };
   /** A batch failed for good: every send() with a record in it rejects with `error`. */

@@ -4,7 +4,7 @@
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { DEFAULT_MAX_FRAME_BYTES } from 'tributary-protocol/frame.js';
-import { checkStallTimeout, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
+import { checkStallTimeout, checkTimeoutOption, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
 import type { RetryOptions } from './retry.js';
 import { type Complete, refuseUnknownOptions } from './option-names.js';
 
@@ -31,6 +31,10 @@ export interface ProducerOptions {
   retry?: RetryOptions;
   /** TLS for every broker connection (CA, client certificate and key, servername). */
   tls?: import('node:tls').ConnectionOptions;
+  /** How long one connection attempt (TCP, TLS and handshake) may take; default 5000. */
+  connectTimeoutMs?: number;
+  /** Until a broker answered once, how long to keep trying before failing with brokers_unreachable; default 10000. */
+  bootstrapTimeoutMs?: number;
   /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
   auth?: import('tributary-protocol/connection.js').AuthOptions;
   /**
@@ -57,7 +61,8 @@ export interface ProducerOptions {
 
 export const PRODUCER_OPTION_NAMES = [
   'brokers', 'clientId', 'acks', 'lingerMs', 'maxBatchBytes', 'maxBatchRecords', 'maxBufferedBytes', 'maxInFlightPerPartition',
-  'requestTimeoutMs', 'retry', 'tls', 'auth', 'stallTimeoutMs', 'idempotent', 'transactionalId', 'transactionTimeoutMs',
+  'requestTimeoutMs', 'retry', 'tls', 'auth', 'stallTimeoutMs', 'connectTimeoutMs', 'bootstrapTimeoutMs', 'idempotent', 'transactionalId',
+  'transactionTimeoutMs',
 ] as const;
 const producerOptionsComplete: Complete<ProducerOptions, typeof PRODUCER_OPTION_NAMES> = true;
 void producerOptionsComplete;
@@ -107,6 +112,10 @@ export function validateProducerOptions(o: ProducerOptions): void {
   checkInt(r, 'requestTimeoutMs', 1);
   const stall = checkStallTimeout(o.stallTimeoutMs);
   if (stall) throw configError('stallTimeoutMs', stall);
+  for (const k of ['connectTimeoutMs', 'bootstrapTimeoutMs'] as const) {
+    const bad = checkTimeoutOption(o[k]);
+    if (bad) throw configError(k, bad);
+  }
   if (o.retry !== undefined && (o.retry === null || typeof o.retry !== 'object')) throw configError('retry', 'must be an object');
   if (o.idempotent !== undefined && typeof o.idempotent !== 'boolean') throw configError('idempotent', 'must be a boolean');
   if (o.transactionalId !== undefined && (typeof o.transactionalId !== 'string' || o.transactionalId.length === 0 || Buffer.byteLength(o.transactionalId, 'utf8') > 255 || /[\s"=]/.test(o.transactionalId))) {

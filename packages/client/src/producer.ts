@@ -121,7 +121,16 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     validateProducerOptions(options);
     this.options = resolveProducerOptions(options);
     this.producerId = this.options.idempotent ? randomUUID() : '';
-    this.cluster = new Cluster({ brokers: options.brokers, retry: options.retry, tls: options.tls, auth: options.auth, stallTimeoutMs: this.options.stallTimeoutMs });
+    this.cluster = new Cluster({
+      brokers: options.brokers,
+      retry: options.retry,
+      tls: options.tls,
+      auth: options.auth,
+      stallTimeoutMs: this.options.stallTimeoutMs,
+      connectTimeoutMs: options.connectTimeoutMs,
+      bootstrapTimeoutMs: options.bootstrapTimeoutMs,
+      onConnectionEvent: (e) => (e.type === 'connect' ? this.emit('connect', { broker: e.broker }) : this.emit('disconnect', { broker: e.broker, error: e.error })),
+    });
     this.accumulator = new RecordAccumulator({ maxBatchBytes: this.options.maxBatchBytes, maxBatchRecords: this.options.maxBatchRecords });
     this.sender = new ProducerSender({
       cluster: this.cluster,

@@ -2,6 +2,7 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { type Batch, decodeBatch, encodeBatch, isBatchBody } from './batch.js';
 import { type FieldValue, formatLine, isErrorReply, parseError, parseLine } from './command.js';
+import { causeFromFirstBytes, connectCause, connectFailure, speaksTls } from './connect-errors.js';
 import { TributaryError } from './errors.js';
 import { DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encodeFrame } from './frame.js';
 
@@ -32,6 +33,8 @@ export interface ConnectionOptions {
   probe?: () => Promise<unknown>;
   /** Called when the watchdog gives up on the connection (before its requests fail). */
   onStall?: () => void;
+  /** Called once when the connection is gone (closed, failed or abandoned), with why. */
+  onClose?: (err: Error) => void;
 }
 
 export interface AuthOptions {
@@ -77,7 +80,15 @@ export class Connection {
   private suspectSince: number | undefined;
   private probing = false;
 
-  private constructor(socket: net.Socket, maxFrameBytes: number) {
+  /** Whether any byte came back yet: the first ones tell a TLS listener or an HTTP port from a broker. */
+  private heard = false;
+
+  private constructor(
+    socket: net.Socket,
+    maxFrameBytes: number,
+    private readonly peer: { host: string; port: number },
+    private readonly onClose?: (err: Error) => void,
+  ) {
     this.socket = socket;
     this.decoder = new FrameDecoder(maxFrameBytes);
     socket.setNoDelay(true);
@@ -94,10 +105,12 @@ export class Connection {
       const servername = net.isIP(opts.host) === 0 ? { servername: opts.host } : {};
       const s = opts.tls ? tls.connect({ ...servername, ...opts.tls, ...local, host: opts.host, port: opts.port }) : net.connect({ host: opts.host, port: opts.port, ...local });
       const ready = opts.tls ? 'secureConnect' : 'connect';
+      const connectMs = opts.connectTimeoutMs ?? 5000;
       const timer = setTimeout(() => {
         s.destroy();
-        reject(new TributaryError('request_timeout', { reason: 'connect timeout' }));
-      }, opts.connectTimeoutMs ?? 5000);
+        const f = connectFailure(opts.host, opts.port, 'timeout', 'connect timeout', connectMs);
+        reject(new TributaryError('request_timeout', { ...f.fields, reason: 'connect timeout' }, f.message));
+      }, connectMs);
       const onAbort = () => {
         clearTimeout(timer);
         s.destroy();
@@ -112,10 +125,10 @@ export class Connection {
       s.once('error', (e) => {
         clearTimeout(timer);
         opts.signal?.removeEventListener('abort', onAbort);
-        reject(new TributaryError('connection_lost', { reason: e.message }, `connect ${opts.host}:${opts.port}: ${e.message}`));
+        reject(connectFailure(opts.host, opts.port, connectCause(e as NodeJS.ErrnoException), e.message));
       });
     });
-    const conn = new Connection(socket, opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES);
+    const conn = new Connection(socket, opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES, { host: opts.host, port: opts.port }, opts.onClose);
     const features = opts.features ?? SDK_FEATURES;
     if (features.length > 0 || opts.auth) {
       // The handshake is part of connecting: bounded by the same timeout and signal, and a failed one
@@ -137,7 +150,15 @@ export class Connection {
         if (opts.auth) await conn.command('AUTH', { principal: opts.auth.principal, token: opts.auth.token });
       } catch (err) {
         socket.destroy();
-        throw opts.signal?.aborted ? (opts.signal.reason ?? err) : err;
+        if (opts.signal?.aborted) throw opts.signal.reason ?? err;
+        // Closed or failed before it said anything: not a broker on this port, or one that wants TLS.
+        if (err instanceof TributaryError && err.code === 'connection_lost' && err.fields.cause === undefined && !conn.heard) {
+          const detail = String(err.fields.reason ?? err.message);
+          if (err.fields.reason === 'no handshake reply') throw connectFailure(opts.host, opts.port, 'no_handshake', `nothing within ${handshakeMs} ms`);
+          if (!opts.tls && (await speaksTls(opts.host, opts.port))) throw connectFailure(opts.host, opts.port, 'tls_required', detail);
+          throw connectFailure(opts.host, opts.port, opts.tls ? 'tls' : 'closed', detail);
+        }
+        throw err;
       } finally {
         clearTimeout(timer);
         opts.signal?.removeEventListener('abort', onAbort);
@@ -231,6 +252,15 @@ export class Connection {
 
   private onData(chunk: Buffer): void {
     this.lastHeardAt = Date.now();
+    if (!this.heard) {
+      this.heard = true;
+      const cause = causeFromFirstBytes(chunk);
+      if (cause) {
+        this.fail(connectFailure(this.peer.host, this.peer.port, cause, 'unexpected reply'));
+        this.socket.destroy();
+        return;
+      }
+    }
     let frames: Buffer[];
     try {
       frames = this.decoder.push(chunk);
@@ -266,6 +296,11 @@ export class Connection {
     this.stallTimer = undefined;
     for (const p of this.pending.splice(0)) p.reject(err);
     this.streamHandler?.(Buffer.alloc(0, 0)); // wake a stream reader so it sees the close
+    try {
+      this.onClose?.(err);
+    } catch {
+      // an observer's failure is not the connection's
+    }
   }
 
   /** Send a raw frame body and wait for its reply; `waitMs`: how long the broker may legitimately hold it. */

@@ -90,6 +90,7 @@ export const ERROR_CODES = {
   consumer_rebalancing: { class: 'fencing', retryable: false, description: '(SDK) work from an assignment that a rebalance revoked' },
   client_closed: { class: 'conflict', retryable: false, description: '(SDK) the producer, consumer or admin client is closed' },
   buffer_full: { class: 'availability', retryable: true, description: '(SDK) the producer buffer stayed full past its wait' },
+  brokers_unreachable: { class: 'not_found', retryable: false, description: '(SDK) no broker answered within bootstrapTimeoutMs of the first attempt; the message names each address and why' },
   seek_below_committed: { class: 'validation', retryable: false, description: "(SDK) seek() below the group's committed offset; reset the group's offsets instead" },
 } as const satisfies Record<string, ErrorSpec>;
 

@@ -3,6 +3,7 @@ export * from './address.js';
 export * from './assignors.js';
 export * from './batch.js';
 export * from './command.js';
+export * from './connect-errors.js';
 export * from './connection.js';
 export * from './errors.js';
 export * from './features.js';

@@ -39,15 +39,15 @@ describe('tributary CLI exit codes', () => {
     );
   });
 
-  it('exits 1 with "cannot reach broker" when nothing listens', async () => {
+  it('exits 1 saying the connection was refused when nothing listens', async () => {
     const r = await cli('topic', 'list', '--bootstrap', '127.0.0.1:1');
-    expect(r).toEqual({ code: 1, stdout: '', stderr: 'error: cannot reach broker at 127.0.0.1:1\n' });
+    expect(r).toEqual({ code: 1, stdout: '', stderr: 'error: connection refused by 127.0.0.1:1: is a broker running there? (start one with `npm start`)\n' });
   });
 
   it('takes the bootstrap address from TRIBUTARY_BOOTSTRAP', async () => {
     vi.stubEnv('TRIBUTARY_BOOTSTRAP', '127.0.0.1:2');
     const r = await cli('consume', 'orders');
-    expect(r.stderr).toBe('error: cannot reach broker at 127.0.0.1:2\n');
+    expect(r.stderr).toBe('error: connection refused by 127.0.0.1:2: is a broker running there? (start one with `npm start`)\n');
   });
 
   it('exits 2 on usage mistakes', async () => {

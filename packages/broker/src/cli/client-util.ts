@@ -3,7 +3,7 @@ import type tls from 'node:tls';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { type AuthOptions, Connection } from 'tributary-protocol/connection.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { CliError, formatBrokerError, usageError } from './errors.js';
+import { BrokerUnreachableError, CliError, formatBrokerError, usageError } from './errors.js';
 
 export const DEFAULT_BOOTSTRAP = '127.0.0.1:9000';
 
@@ -106,9 +106,20 @@ function isConnectionLoss(err: unknown): boolean {
   return err.code === 'connection_lost' || (err.code === 'request_timeout' && !err.message.startsWith('ERROR:'));
 }
 
+/**
+ * A failed connect says why (refused, unknown host, TLS expected, ...; tributary-protocol's
+ * connect-errors): the CLI prints that sentence as it is.
+ */
+export function connectFailureMessage(err: unknown, addr: Address): string | undefined {
+  if (!(err instanceof TributaryError)) return undefined;
+  if (err.code === 'brokers_unreachable' || err.fields.cause !== undefined) return `error: ${err.message}`;
+  if (isConnectionLoss(err)) return `error: cannot reach broker at ${formatAddress(addr)}: ${err.message}`;
+  return undefined;
+}
+
 /** Turn broker errors into the CLI's `error: <code> <fields>` line with exit 1. */
 export function toCliError(err: unknown, addr?: Address): unknown {
-  if (addr && isConnectionLoss(err)) return new CliError(`error: lost connection to broker at ${formatAddress(addr)}`);
+  if (addr && isConnectionLoss(err)) return new BrokerUnreachableError(`error: lost connection to broker at ${formatAddress(addr)}`);
   if (err instanceof TributaryError) return new CliError(formatBrokerError(err));
   return err;
 }
@@ -118,12 +129,11 @@ export async function connect(addr: Address, signal?: AbortSignal, security: Cli
   try {
     return await Connection.connect({ host: addr.host, port: addr.port, signal, ...sec });
   } catch (err) {
-    if (isConnectionLoss(err)) {
-      throw new CliError(`error: cannot reach broker at ${formatAddress(addr)}`);
-    }
     if (signal?.aborted) throw err;
+    const message = connectFailureMessage(err, addr);
+    if (message) throw new BrokerUnreachableError(message);
     if (err instanceof TributaryError) throw toCliError(err);
-    throw new CliError(`error: cannot reach broker at ${formatAddress(addr)}`);
+    throw new BrokerUnreachableError(`error: cannot reach broker at ${formatAddress(addr)}: ${err instanceof Error ? err.message : String(err)}`);
   }
 }
 

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { LocalCluster } from './local-cluster.js';
 import { type ClientOptions, formatAddress, intArg, parseAddress, withBootstrap, withConnection } from './client-util.js';
-import { CliError, usageError } from './errors.js';
+import { BrokerUnreachableError, CliError, usageError } from './errors.js';
 import { table } from './group-command.js';
 
 function print(line: string): void {
@@ -92,7 +92,7 @@ async function fetchStatus(opts: ClientOptions): Promise<ClusterStatusReply> {
       return await withConnection({ ...opts, bootstrap }, (conn) => conn.json<ClusterStatusReply>('CLUSTER_STATUS'));
     } catch (err) {
       // Any broker answers CLUSTER_STATUS, so a dead one in the list is skipped; a broker's error is final.
-      if (err instanceof CliError && /^error: (cannot reach|lost connection to) broker/.test(err.message)) {
+      if (err instanceof BrokerUnreachableError) {
         unreachable = err;
         continue;
       }

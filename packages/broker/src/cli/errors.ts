@@ -19,6 +19,9 @@ export class CliError extends Error {
   }
 }
 
+/** The broker could not be reached or the connection to it was lost: a command may try the next address. */
+export class BrokerUnreachableError extends CliError {}
+
 export function usageError(message: string): CliError {
   return new CliError(`error: ${message}`, EXIT_USAGE);
 }

@@ -1,8 +1,8 @@
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { Admin, type GroupDescription, type ResetTarget } from 'tributary-client/admin.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { type Address, type ClientOptions, clientSecurity, formatAddress, intArg, parseBootstrap, toCliError, withBootstrap } from './client-util.js';
-import { CliError, usageError } from './errors.js';
+import { type Address, type ClientOptions, clientSecurity, connectFailureMessage, formatAddress, intArg, parseBootstrap, toCliError, withBootstrap } from './client-util.js';
+import { BrokerUnreachableError, usageError } from './errors.js';
 
 type BootstrapOptions = ClientOptions;
 
@@ -26,7 +26,8 @@ function print(line: string): void {
 /** The connect phase failed (nothing listens, or no answer in time): the SDK says so in its message. */
 function isConnectFailure(err: unknown): boolean {
   if (!(err instanceof TributaryError)) return false;
-  if (err.code === 'connection_lost') return err.message.startsWith('connect ');
+  if (err.code === 'brokers_unreachable') return true;
+  if (err.code === 'connection_lost') return err.fields.cause !== undefined;
   return err.code === 'request_timeout' && err.fields.reason === 'connect timeout';
 }
 
@@ -42,7 +43,7 @@ export async function withAdmin<T>(target: string | ClientOptions, fn: (admin: A
   try {
     return await fn(admin);
   } catch (err) {
-    if (isConnectFailure(err)) throw new CliError(`error: cannot reach broker at ${formatAddress(addr)}`);
+    if (isConnectFailure(err)) throw new BrokerUnreachableError(connectFailureMessage(err, addr) ?? `error: cannot reach broker at ${formatAddress(addr)}`);
     throw toCliError(err, addr);
   } finally {
     await admin.close();
