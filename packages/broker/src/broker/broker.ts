@@ -53,6 +53,10 @@ export class Broker implements BrokerContext {
   private readonly groupLog: GroupLog;
   /** Why recovery failed; the broker then stays up but unready, never serving partial state. */
   recoveryError: Error | undefined;
+  /** While not ready: what it is doing or waiting for (/ready's body, not_ready's reason). */
+  private notReadyReason = 'starting';
+  /** Aborts the recovery's waits (an unreachable offset store) at stop() or the startup timeout. */
+  private readonly startAbort = new AbortController();
   private readonly server: net.Server;
   readonly security: Security;
   private readonly perAddress: AddressLimiter;
@@ -120,7 +124,7 @@ export class Broker implements BrokerContext {
     this.security = new Security(config, logger.child({ component: 'security' }));
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
     this.server = this.createServer();
-    this.health = createHealthServer(this.metrics, () => this.state === 'ready');
+    this.health = createHealthServer(this.metrics, () => (this.state === 'ready' ? { ready: true } : { ready: false, reason: this.unreadyReason() }));
   }
 
   get brokerId(): number {
@@ -160,26 +164,64 @@ export class Broker implements BrokerContext {
     this.boundHealthPort = await listen(this.health, this.config.healthPort, this.config.host);
     this.boundPort = await listen(this.server, this.config.port, this.config.host);
     const t0 = Date.now();
+    const limit = this.config.startupTimeoutMs;
+    const timer =
+      limit > 0
+        ? setTimeout(() => this.startAbort.abort(new Error(`not ready after startupTimeoutMs ${limit}: ${this.notReadyReason}`)), limit)
+        : undefined;
     try {
-      await this.store.open();
-      await this.topics.open();
-      if (this.cluster) {
-        await this.startCluster(this.cluster);
-      } else {
-        await this.ensureInternalTopics();
-        await this.coordinator.start();
-        // After the groups: finishing a decided transaction applies its offsets to them.
-        await this.transactions.start();
-      }
+      await this.recover();
     } catch (err) {
       // Stay up and unready: serving with groups or offsets missing would be worse than not serving.
+      const reason = this.startAbort.signal.aborted && this.state === 'recovering' ? (this.startAbort.signal.reason as Error) : (err as Error);
+      if (this.state !== 'recovering') return; // stopped while recovering
       this.state = 'failed';
-      this.recoveryError = err as Error;
-      this.logger.error({ err }, 'recovery failed; the broker stays unready');
+      this.recoveryError = reason;
+      this.logger.error({ err: reason }, this.config.exitOnStartupFailure ? 'recovery failed' : 'recovery failed; the broker stays unready');
       return;
+    } finally {
+      clearTimeout(timer);
     }
     this.state = 'ready';
     this.logger.info({ port: this.boundPort, healthPort: this.boundHealthPort, dataDir: this.config.dataDir, recoveryMs: Date.now() - t0, topics: this.topics.list().length }, 'broker ready');
+  }
+
+  /** Recovery, step by step; each step says what the broker is doing while it is not ready. */
+  private async recover(): Promise<void> {
+    this.notReadyReason = 'recovering: opening the metadata store';
+    await this.store.open();
+    this.notReadyReason = 'recovering: opening the topics';
+    await this.topics.open();
+    if (this.cluster) {
+      this.notReadyReason = 'recovering: joining the cluster';
+      await this.startCluster(this.cluster);
+      return;
+    }
+    await this.ensureInternalTopics();
+    const kind = this.config.offsetStore;
+    this.notReadyReason = `recovering: loading groups and offsets (offset store ${kind})`;
+    await this.coordinator.start({
+      signal: this.startAbort.signal,
+      onStoreUnavailable: (err, attempt, delayMs) => {
+        this.notReadyReason = `waiting for the offset store (${kind}): ${err.message}; attempt ${attempt}, next in ${delayMs} ms`;
+        this.logger.warn({ offsetStore: kind, attempt, delayMs, reason: err.message }, 'offset store unavailable; retrying');
+      },
+    });
+    this.notReadyReason = 'recovering: transactions';
+    // After the groups: finishing a decided transaction applies its offsets to them.
+    await this.transactions.start();
+  }
+
+  /** What /ready and not_ready say while the broker is not ready. */
+  private unreadyReason(): string {
+    if (this.state === 'failed') return `recovery failed: ${this.recoveryError?.message ?? 'unknown error'}`;
+    if (this.state === 'stopping' || this.state === 'stopped') return 'shutting down';
+    return this.notReadyReason;
+  }
+
+  /** The start failed (recovery error or startupTimeoutMs): the CLI exits with exitOnStartupFailure. */
+  get startFailed(): boolean {
+    return this.state === 'failed';
   }
 
   /**
@@ -319,7 +361,7 @@ export class Broker implements BrokerContext {
   admission(command: string): TributaryError | undefined {
     if (this.state === 'ready') return undefined;
     if ((this.state === 'recovering' || this.state === 'failed') && (command === 'PROTOCOL_INFO' || command === 'NEGOTIATE' || command === 'HELP')) return undefined;
-    return this.state === 'recovering' || this.state === 'failed' ? new TributaryError('not_ready') : new TributaryError('shutting_down');
+    return this.state === 'recovering' || this.state === 'failed' ? new TributaryError('not_ready', { reason: this.unreadyReason() }) : new TributaryError('shutting_down');
   }
 
   private onConnection(socket: net.Socket): void {
@@ -338,7 +380,13 @@ export class Broker implements BrokerContext {
   }
 
   /** Graceful: stop accepting, answer what is in flight, end streams, fsync and close every log. */
+  /** Ends the recovery's waits (e.g. for an unreachable offset store): the start fails and stop() can run. */
+  abortStart(reason = 'stopped during recovery'): void {
+    if (!this.startAbort.signal.aborted) this.startAbort.abort(new Error(reason));
+  }
+
   async stop(reason = 'stop requested'): Promise<void> {
+    this.abortStart();
     if (this.state === 'stopping' || this.state === 'stopped') return;
     this.state = 'stopping';
     this.logger.info({ reason }, 'broker stopping');

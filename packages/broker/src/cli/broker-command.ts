@@ -64,6 +64,7 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
       }
       signalled = true;
       logger.info({ signal: sig }, 'shutting down');
+      broker.abortStart(`${sig} during recovery`); // a recovery waiting for its offset store must not hold the stop
       started.then(
         () =>
           broker.stop(sig).then(resolve, (err: unknown) => {
@@ -85,6 +86,10 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
     await Promise.race([broker.stop('start failed').catch(() => {}), new Promise((r) => setTimeout(r, 2000).unref())]);
     throw new CliError(describeStartError(err, config));
   }
+  if (broker.startFailed && config.exitOnStartupFailure) {
+    await Promise.race([broker.stop('start failed').catch(() => {}), new Promise((r) => setTimeout(r, 2000).unref())]);
+    throw new CliError(`error: broker failed to start: ${broker.recoveryError?.message ?? 'recovery failed'}`);
+  }
   // SIGHUP: re-read users and topic ACLs (revocation without a restart). Other settings need a restart.
   process.on('SIGHUP', () => {
     const again = loadBrokerConfig({ flags, env: process.env, configFile: opts.config as string | undefined });
@@ -97,7 +102,9 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
   const host = config.host;
   process.stdout.write(
     `tributary broker listening on ${formatAddress({ host, port: broker.port })} ` +
-      `(health ${formatAddress({ host, port: broker.healthPort })}, data ${config.dataDir})\n`,
+      `(health ${formatAddress({ host, port: broker.healthPort })}, data ${config.dataDir}; ` +
+      `health paths /live /ready /metrics; TLS ${config.tlsCert ? 'on' : 'off'}, authentication ${config.authentication ? 'on' : 'off'}` +
+      `${broker.startFailed ? `; NOT READY: ${broker.recoveryError?.message ?? 'recovery failed'}` : ''})\n`,
   );
   await stopped;
 }

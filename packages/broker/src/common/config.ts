@@ -53,6 +53,10 @@ export const brokerConfigSchema = z
     maxWaitMs: z.number().int().min(0).default(30_000),
     streamKeepaliveMs: z.number().int().min(50).default(5_000),
     shutdownTimeoutMs: z.number().int().min(100).default(10_000),
+    /** Recovery not done within this long fails the start (the broker stays unready, or exits with exitOnStartupFailure); 0: no limit. */
+    startupTimeoutMs: z.number().int().min(0).default(0),
+    /** A failed start (recovery error or startupTimeoutMs) exits the process with code 1, for service managers to restart it. */
+    exitOnStartupFailure: z.boolean().default(false),
     /** Partitions of `__consumer_offsets`: a group's coordinator is the leader of hash(group) mod this. */
     offsetsTopicPartitions: z.number().int().min(1).max(1000).default(50),
     /** Cluster mode: topic definitions, partition states and brokers live in etcd (`etcd` endpoints). */

@@ -14,6 +14,7 @@ import { GroupMembership, type JoinRequest, type MemberView } from './group-memb
 import { Rebalancer } from './rebalance.js';
 import { GroupOffsets } from './group-offsets.js';
 import { GroupAdmin } from './group-admin.js';
+import { abortableSleep, backoffDelay, isRetriable } from 'tributary-client/retry.js';
 
 export { type CoordinatorConfig, validateId } from './group-context.js';
 export type { JoinRequest, MemberView } from './group-membership.js';
@@ -88,15 +89,31 @@ export class GroupCoordinator {
 
   // ---- lifecycle ----
 
-  /** Rebuild every group and offset from the log (and the offset store); the broker is unready until then. */
-  async start(): Promise<void> {
+  /**
+   * Rebuild every group and offset from the log (and the offset store); the broker is unready until then.
+   * An offset store that cannot be reached (retriable storage_error: PostgreSQL down) is retried with
+   * backoff until it answers or `signal` aborts; `onStoreUnavailable` hears each failure (the broker
+   * logs it and reports it on /ready).
+   */
+  async start(opts: { signal?: AbortSignal; onStoreUnavailable?: (err: Error, attempt: number, delayMs: number) => void } = {}): Promise<void> {
     const now = this.clock.now();
     for (let p = 0; p < this.deps.groupLog.partitionCount; p++) {
       const { groups } = await this.deps.groupLog.replay(p);
       for (const snap of groups.values()) if (snap) this.restore(snap, now);
     }
-    await this.deps.offsetStore.open();
-    for (const o of await this.deps.offsetStore.loadAll()) this.offsets.setDurable(o.group, o.topic, o.partition, o.offset);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.deps.offsetStore.open();
+        for (const o of await this.deps.offsetStore.loadAll()) this.offsets.setDurable(o.group, o.topic, o.partition, o.offset);
+        break;
+      } catch (err) {
+        if (!isRetriable(err) || opts.signal?.aborted) throw err;
+        const delayMs = backoffDelay(Math.min(attempt, 8), { initialDelayMs: 250, maxDelayMs: 10_000 });
+        opts.onStoreUnavailable?.(err as Error, attempt, delayMs);
+        await abortableSleep(delayMs, opts.signal);
+        if (opts.signal?.aborted) throw opts.signal.reason ?? err;
+      }
+    }
     this.deps.logger.info({ groups: this.groups.size, offsetStore: this.deps.offsetStore.kind }, 'group coordinator loaded');
   }
 
