@@ -122,7 +122,10 @@ describe('tributary dev-cluster and cluster status', () => {
   });
 
   it('cluster status shows 3 brokers, a controller and led internal topics', async () => {
-    const r = await cli(['cluster', 'status', '--bootstrap', bootstrap[0]!]);
+    const plain = await cli(['cluster', 'status', '--bootstrap', bootstrap[0]!]);
+    expect(plain.code).toBe(0);
+    expect(plain.stdout).not.toContain('__consumer_offsets'); // internal topics only with --internal
+    const r = await cli(['cluster', 'status', '--internal', '--bootstrap', bootstrap[0]!]);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     const lines = r.stdout.split('\n');

@@ -158,7 +158,7 @@ describe('tributary group', () => {
     const badOffset = await run('group', 'reset-offsets', GROUP, '--topic', TOPIC, '--to-offset', '1e3');
     expect(badOffset.code).toBe(2);
     const badBootstrap = await cli(['group', 'list', '--bootstrap', 'nohost']);
-    expect(badBootstrap).toEqual({ code: 2, stdout: '', stderr: 'error: --bootstrap must be host:port, got "nohost"\n' });
+    expect(badBootstrap).toEqual({ code: 2, stdout: '', stderr: 'error: --bootstrap must be host:port[,host:port...], got "nohost"\n' });
   });
 
   it('unknown groups and topics are broker errors (exit 1)', async () => {
@@ -172,8 +172,9 @@ describe('tributary group', () => {
   it('group delete removes an empty group', async () => {
     const d = await run('group', 'delete', GROUP);
     expect(d).toEqual({ code: 0, stdout: `deleted group ${GROUP}\n`, stderr: '' });
-    expect(await run('group', 'list')).toEqual({ code: 0, stdout: '', stderr: '' });
+    expect(await run('group', 'list')).toEqual({ code: 0, stdout: 'no consumer groups\n', stderr: '' });
     expect((await run('group', 'list', '--json')).stdout).toBe('[]\n');
+    expect((await run('group', 'list', '--format', 'json')).stdout).toBe('[]\n');
   });
 
   it('takes the broker from TRIBUTARY_BOOTSTRAP; an unreachable broker exits 1 saying the connection was refused', async () => {

@@ -41,10 +41,23 @@ describe('tributary CLI', () => {
     const created = await cli(['topic', 'create', 'cli-t', '--partitions', '3', ...b]);
     expect(created.code).toBe(0);
     expect(created.stdout).toMatch(/OK topic=cli-t partitions=3/);
+    // one name per line, internal topics only with --internal; a table by default, JSON for scripts
     const listed = await cli(['topic', 'list', ...b]);
-    expect(listed.stdout).toContain('cli-t');
+    expect(listed.stdout.split('\n')).toContain('cli-t');
+    expect(listed.stdout).not.toContain('__consumer_offsets');
+    expect((await cli(['topic', 'list', '--internal', ...b])).stdout.split('\n')).toContain('__consumer_offsets');
+    expect(JSON.parse((await cli(['topic', 'list', '--format', 'json', ...b])).stdout)).toContain('cli-t');
     const described = await cli(['topic', 'describe', 'cli-t', ...b]);
-    expect(JSON.parse(described.stdout).partitions).toHaveLength(3);
+    expect(described.stdout).toMatch(/^topic cli-t: 3 partitions, replication factor 1/);
+    const header = described.stdout.split('\n')[1]!.trim().split(/\s{2,}/);
+    expect(header).toEqual(['PARTITION', 'LEADER', 'EPOCH', 'REPLICAS', 'ISR', 'EARLIEST', 'HWM', 'LEO', 'LSO']);
+    expect(described.stdout.trim().split('\n')).toHaveLength(2 + 3);
+    const asJson = await cli(['topic', 'describe', 'cli-t', '--format', 'json', ...b]);
+    expect(JSON.parse(asJson.stdout).partitions).toHaveLength(3);
+    // --bootstrap takes a list and fails over past a dead address
+    const failover = await cli(['topic', 'list', '--bootstrap', `127.0.0.1:1,${broker.address}`]);
+    expect(failover).toMatchObject({ code: 0, stderr: '' });
+    expect(failover.stdout.split('\n')).toContain('cli-t');
     const bad = await cli(['topic', 'create', '../evil', ...b]);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/error: invalid_topic_name/);

@@ -56,7 +56,7 @@ describe('tributary CLI exit codes', () => {
     expect((await cli('consume', 't', '--from-beginning', '--offset', '3', '--bootstrap', '127.0.0.1:1')).stderr).toBe(
       'error: --from-beginning and --offset cannot be combined\n',
     );
-    expect((await cli('topic', 'list', '--bootstrap', 'nohost')).stderr).toBe('error: --bootstrap must be host:port, got "nohost"\n');
+    expect((await cli('topic', 'list', '--bootstrap', 'nohost')).stderr).toBe('error: --bootstrap must be host:port[,host:port...], got "nohost"\n');
     expect((await cli('no-such-command')).code).toBe(2);
   });
 

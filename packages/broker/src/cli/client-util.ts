@@ -25,10 +25,42 @@ export function parseAddress(text: string): Address | undefined {
   return { host, port };
 }
 
+/** `--bootstrap host:port[,host:port...]` (what dev-cluster prints): every address, checked. */
+export function parseBootstrapList(text: string): Address[] {
+  const parts = text
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  if (parts.length === 0) throw usageError('--bootstrap must be host:port[,host:port...]');
+  return parts.map((p) => {
+    const a = parseAddress(p);
+    if (!a) throw usageError(`--bootstrap must be host:port[,host:port...], got ${JSON.stringify(p)}`);
+    return a;
+  });
+}
+
+/** The first address of `--bootstrap` (all of them checked). */
 export function parseBootstrap(text: string): Address {
-  const a = parseAddress(text);
-  if (!a) throw usageError(`--bootstrap must be host:port, got ${JSON.stringify(text)}`);
-  return a;
+  return parseBootstrapList(text)[0]!;
+}
+
+/**
+ * A connection to the first `--bootstrap` address that answers, trying each in turn (failover);
+ * when none does, the error says why for each of them.
+ */
+export async function connectAny(text: string, signal: AbortSignal | undefined, security: ClientSecurityOptions = {}): Promise<{ conn: Connection; addr: Address }> {
+  const list = parseBootstrapList(text);
+  const failures: BrokerUnreachableError[] = [];
+  for (const addr of list) {
+    try {
+      return { conn: await connect(addr, signal, security), addr };
+    } catch (err) {
+      if (!(err instanceof BrokerUnreachableError) || signal?.aborted) throw err;
+      failures.push(err);
+    }
+  }
+  if (failures.length === 1) throw failures[0]!;
+  throw new BrokerUnreachableError(`error: no broker of ${list.map(formatAddress).join(',')} answered: ${failures.map((f) => f.message.replace(/^error: /, '')).join('; ')}`);
 }
 
 /** TLS and authentication options of every client command (docs/security.md). */
@@ -48,7 +80,7 @@ export interface ClientOptions extends ClientSecurityOptions {
 /** Adds `--bootstrap` (env TRIBUTARY_BOOTSTRAP), TLS (`--tls --ca --cert --key`) and `--principal/--token` to a client command. */
 export function withBootstrap(cmd: Command): Command {
   return cmd
-    .addOption(new Option('--bootstrap <host:port>', 'broker to connect to').env('TRIBUTARY_BOOTSTRAP').default(DEFAULT_BOOTSTRAP))
+    .addOption(new Option('--bootstrap <host:port,...>', 'brokers to connect to, tried in turn').env('TRIBUTARY_BOOTSTRAP').default(DEFAULT_BOOTSTRAP))
     .addOption(new Option('--tls', 'connect with TLS (implied by --ca, --cert, --cert-key)').env('TRIBUTARY_TLS'))
     .addOption(new Option('--ca <file>', 'PEM CA bundle to verify the broker certificate').env('TRIBUTARY_CA'))
     .addOption(new Option('--cert <file>', 'PEM client certificate (mTLS)').env('TRIBUTARY_CERT'))
@@ -138,12 +170,11 @@ export async function connect(addr: Address, signal?: AbortSignal, security: Cli
 }
 
 /** Connect to the bootstrap broker, run `fn`, always close. */
-export async function withConnection<T>(target: string | ClientOptions, fn: (conn: Connection) => Promise<T>): Promise<T> {
+export async function withConnection<T>(target: string | ClientOptions, fn: (conn: Connection, addr: Address) => Promise<T>): Promise<T> {
   const opts = typeof target === 'string' ? { bootstrap: target } : target;
-  const addr = parseBootstrap(opts.bootstrap);
-  const conn = await connect(addr, undefined, opts);
+  const { conn, addr } = await connectAny(opts.bootstrap, undefined, opts);
   try {
-    return await fn(conn);
+    return await fn(conn, addr);
   } catch (err) {
     throw toCliError(err, addr);
   } finally {

@@ -1,4 +1,4 @@
-import type { Command } from 'commander';
+import { type Command, Option } from 'commander';
 import type { LocalCluster } from './local-cluster.js';
 import { type ClientOptions, formatAddress, intArg, parseAddress, withBootstrap, withConnection } from './client-util.js';
 import { BrokerUnreachableError, CliError, usageError } from './errors.js';
@@ -34,7 +34,8 @@ function ids(xs: number[] | undefined): string {
 }
 
 /** The report of `tributary cluster status`: brokers, controller, then one row per partition with what is wrong with it. */
-export function formatClusterStatus(s: ClusterStatusReply, topic?: string): string[] {
+/** The status as tables; internal (`__`) topics only when asked for (`internal`) or named (`topic`). */
+export function formatClusterStatus(s: ClusterStatusReply, topic?: string, internal = false): string[] {
   const live = new Set(s.brokers.map((b) => b.id));
   const out: string[] = [];
   out.push(`mode:              ${s.mode}${s.broker_id !== undefined ? ` (answered by broker ${s.broker_id})` : ''}`);
@@ -55,7 +56,7 @@ export function formatClusterStatus(s: ClusterStatusReply, topic?: string): stri
   else for (const l of table(['ID', 'ADDRESS', 'ROLE', 'STARTED'], brokerRows)) out.push(`  ${l}`);
   out.push('');
   const parts = s.partitions
-    .filter((p) => topic === undefined || p.topic === topic)
+    .filter((p) => (topic === undefined ? internal || !p.topic.startsWith('__') : p.topic === topic))
     .sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
   out.push(`partitions (${parts.length}${topic !== undefined ? ` of ${topic}` : ''}):`);
   if (parts.length === 0) out.push('  (none)');
@@ -224,10 +225,12 @@ export function registerClusterCommands(program: Command): void {
       .command('status')
       .description('brokers, controller, and leader, epoch, replicas and ISR of every partition, with the under-replicated and leaderless counts')
       .option('--topic <name>', 'only the partitions of this topic')
-      .option('--json', 'print the broker CLUSTER_STATUS JSON'),
-  ).action(async (opts: StatusOptions) => {
+      .option('--internal', 'also the partitions of internal topics (__consumer_offsets, __transaction_state)')
+      .addOption(new Option('--format <format>', 'table for people, json for scripts').choices(['table', 'json']).default('table'))
+      .option('--json', 'the same as --format json (the broker CLUSTER_STATUS JSON)'),
+  ).action(async (opts: StatusOptions & { internal?: boolean; format: 'table' | 'json' }) => {
     const s = await fetchStatus(opts);
-    if (opts.json) print(JSON.stringify(s, null, 2));
-    else for (const l of formatClusterStatus(s, opts.topic)) print(l);
+    if (opts.json || opts.format === 'json') print(JSON.stringify(s, null, 2));
+    else for (const l of formatClusterStatus(s, opts.topic, opts.internal === true)) print(l);
   });
 }

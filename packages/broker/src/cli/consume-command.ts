@@ -4,12 +4,13 @@ import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import type { BatchRecord } from 'tributary-protocol/batch.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
-import { type Address, type ClientOptions, connect, formatAddress, intArg, parseAddress, parseBootstrap, toCliError, withBootstrap } from './client-util.js';
+import { type Address, type ClientOptions, clientSecurity, connect, connectAny, connectFailureMessage, formatAddress, intArg, parseAddress, parseBootstrap, parseBootstrapList, toCliError, withBootstrap } from './client-util.js';
 import { CliError, usageError } from './errors.js';
 
 type Isolation = 'read_committed' | 'read_uncommitted';
 
 export interface ConsumeOptions extends ClientOptions {
+  group?: string;
   partition?: number;
   fromBeginning?: boolean;
   offset?: number;
@@ -93,9 +94,59 @@ interface PartitionState {
   outOfRange: boolean;
 }
 
+/**
+ * `consume --group <g>`: a member of the group (the SDK Consumer). It reads the partitions the group
+ * gives it from the group's committed offsets (else from the start with --from-beginning, or the end),
+ * commits as it goes and, on Ctrl-C or after --max records, commits what it printed and leaves.
+ */
+async function consumeInGroup(topic: string, group: string, opts: ConsumeOptions): Promise<void> {
+  for (const [flag, given] of [
+    ['--partition', opts.partition !== undefined],
+    ['--offset', opts.offset !== undefined],
+    ['--follow', opts.follow === true],
+  ] as const) {
+    if (given) throw usageError(`${flag} cannot be combined with --group (a group member reads what the group assigns it, and follows until stopped)`);
+  }
+  const list = parseBootstrapList(opts.bootstrap);
+  const { Consumer } = await import('tributary-client/consumer.js');
+  const consumer = new Consumer({
+    brokers: list.map(formatAddress),
+    groupId: group,
+    topic,
+    clientId: 'tributary-cli',
+    autoOffsetReset: opts.fromBeginning ? 'earliest' : 'latest',
+    isolation: opts.isolation,
+    ...clientSecurity(opts),
+  });
+  const stop = () => void consumer.close();
+  const onStdoutError = (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EPIPE') stop();
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+  process.stdout.on('error', onStdoutError);
+  let remaining = opts.max ?? Number.POSITIVE_INFINITY;
+  try {
+    for await (const m of consumer) {
+      const buf = formatRecord(topic, m.partition, { ...m, sequence: 0, producerId: '', epoch: -1, attributes: 0 }, opts.format);
+      if (!process.stdout.write(buf)) await once(process.stdout, 'drain');
+      if (--remaining <= 0) break;
+    }
+  } catch (err) {
+    throw connectFailureMessage(err, list[0]!) ? new CliError(connectFailureMessage(err, list[0]!)!) : toCliError(err, list[0]);
+  } finally {
+    await consumer.close();
+    process.off('SIGINT', stop);
+    process.off('SIGTERM', stop);
+    process.stdout.off('error', onStdoutError);
+  }
+}
+
 export async function consume(topic: string, opts: ConsumeOptions): Promise<void> {
+  if (opts.group !== undefined) return consumeInGroup(topic, opts.group, opts);
   if (opts.fromBeginning && opts.offset !== undefined) throw usageError('--from-beginning and --offset cannot be combined');
-  const bootstrap = parseBootstrap(opts.bootstrap);
+  parseBootstrapList(opts.bootstrap); // a usage mistake is exit 2 before anything connects
+  let bootstrap: Address = parseBootstrap(opts.bootstrap);
   const follow = opts.follow === true;
   const conns = new Set<Connection>();
   const abort = new AbortController();
@@ -176,7 +227,10 @@ export async function consume(topic: string, opts: ConsumeOptions): Promise<void
   };
 
   try {
-    const boot = await open(bootstrap);
+    const first = await connectAny(opts.bootstrap, abort.signal, opts);
+    bootstrap = first.addr;
+    conns.add(first.conn);
+    const boot = first.conn;
     const meta = parseMetadata(await boot.command('METADATA', { topic }));
     let partitions: number[];
     if (opts.partition !== undefined) {
@@ -250,6 +304,7 @@ export function registerConsumeCommand(program: Command): void {
     program
       .command('consume <topic>')
       .description('print records of a topic, one per line')
+      .option('--group <group>', 'read as a member of this consumer group: commits as it goes, leaves on Ctrl-C')
       .option('--partition <n>', 'read only this partition (default: all)', intArg(0))
       .option('--from-beginning', 'start at the earliest retained offset')
       .option('--offset <n>', 'start at this offset', intArg(0))

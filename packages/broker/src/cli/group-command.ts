@@ -1,7 +1,7 @@
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { Admin, type GroupDescription, type ResetTarget } from 'tributary-client/admin.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { type Address, type ClientOptions, clientSecurity, connectFailureMessage, formatAddress, intArg, parseBootstrap, toCliError, withBootstrap } from './client-util.js';
+import { type Address, type ClientOptions, clientSecurity, connectFailureMessage, formatAddress, intArg, parseBootstrapList, toCliError, withBootstrap } from './client-util.js';
 import { BrokerUnreachableError, usageError } from './errors.js';
 
 type BootstrapOptions = ClientOptions;
@@ -37,9 +37,10 @@ function isConnectFailure(err: unknown): boolean {
  */
 export async function withAdmin<T>(target: string | ClientOptions, fn: (admin: Admin) => Promise<T>): Promise<T> {
   const opts = typeof target === 'string' ? { bootstrap: target } : target;
-  const addr: Address = parseBootstrap(opts.bootstrap);
+  const list = parseBootstrapList(opts.bootstrap);
+  const addr: Address = list[0]!;
   // Few quick retries: a CLI should fail fast when the broker is down, but still follow a redirect.
-  const admin = new Admin({ brokers: [formatAddress(addr)], retry: { retries: 2, initialDelayMs: 50, maxDelayMs: 200, maxElapsedMs: 2000 }, ...clientSecurity(opts) });
+  const admin = new Admin({ brokers: list.map(formatAddress), retry: { retries: 2, initialDelayMs: 50, maxDelayMs: 200, maxElapsedMs: 2000 }, ...clientSecurity(opts) });
   try {
     return await fn(admin);
   } catch (err) {
@@ -144,22 +145,28 @@ function resetTarget(opts: ResetOptions): ResetTarget {
 export function registerGroupCommand(program: Command): void {
   const group = program.command('group').description('list, describe, reset and delete consumer groups');
 
-  withBootstrap(group.command('list').description('consumer groups known to the broker, one per line').option('--json', 'print a JSON array')).action(
-    async (opts: JsonOptions) => {
-      const groups = await withAdmin(opts, (admin) => admin.listGroups());
-      if (opts.json) print(JSON.stringify(groups));
-      else for (const g of groups) print(g);
-    },
-  );
+  withBootstrap(
+    group
+      .command('list')
+      .description('consumer groups known to the broker, one per line')
+      .addOption(new Option('--format <format>', 'table for people, json for scripts').choices(['table', 'json']).default('table'))
+      .option('--json', 'the same as --format json'),
+  ).action(async (opts: JsonOptions & { format: 'table' | 'json' }) => {
+    const groups = await withAdmin(opts, (admin) => admin.listGroups());
+    if (opts.json || opts.format === 'json') print(JSON.stringify(groups));
+    else if (groups.length === 0) print('no consumer groups');
+    else for (const g of groups) print(g);
+  });
 
   withBootstrap(
     group
       .command('describe <group>')
       .description('state, generation, members and assignments, committed offsets and lag, recent generations')
-      .option('--json', 'print the broker GROUP_STATUS JSON'),
-  ).action(async (name: string, opts: JsonOptions) => {
+      .addOption(new Option('--format <format>', 'table for people, json for scripts').choices(['table', 'json']).default('table'))
+      .option('--json', 'the same as --format json (the broker GROUP_STATUS JSON)'),
+  ).action(async (name: string, opts: JsonOptions & { format: 'table' | 'json' }) => {
     const g = await withAdmin(opts, (admin) => admin.describeGroup(name));
-    if (opts.json) print(JSON.stringify(g, null, 2));
+    if (opts.json || opts.format === 'json') print(JSON.stringify(g, null, 2));
     else for (const l of formatGroup(g)) print(l);
   });
 

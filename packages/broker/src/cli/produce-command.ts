@@ -3,7 +3,7 @@ import { type Command, Option } from 'commander';
 import type { Connection } from 'tributary-protocol/connection.js';
 import type { Acks, Batch, BatchRecord } from 'tributary-protocol/batch.js';
 import { choosePartition } from 'tributary-client/producer.js';
-import { type ClientOptions, connect, formatAddress, intArg, parseBootstrap, withBootstrap, withConnection } from './client-util.js';
+import { type ClientOptions, connect, formatAddress, intArg, withBootstrap, withConnection } from './client-util.js';
 import { parseMetadata } from './consume-command.js';
 import { CliError } from './errors.js';
 import { ProgressBar } from './progress.js';
@@ -77,14 +77,13 @@ export async function produce(topic: string, opts: ProduceOptions): Promise<numb
   const input: NodeJS.ReadableStream = opts.file !== undefined ? createReadStream(opts.file) : process.stdin;
   const progress = opts.file !== undefined ? new ProgressBar(total) : undefined;
 
-  return withConnection(opts, async (conn) => {
+  return withConnection(opts, async (conn, bootstrap) => {
     // Each batch goes to its partition's leader (METADATA): in a cluster the bootstrap broker leads only
     // some partitions. The partition is chosen here as the broker would (key hash, else round-robin).
     const meta = parseMetadata(await conn.command('METADATA', { topic }));
     if (opts.partition !== undefined && opts.partition >= meta.partitions) {
       throw new CliError(`error: topic ${topic} has ${meta.partitions} partitions (no partition ${opts.partition})`);
     }
-    const bootstrap = parseBootstrap(opts.bootstrap);
     const bootSender = new PipelinedSender(conn, opts.acks);
     const senders = new Map<string, PipelinedSender>();
     const opened: Connection[] = [];

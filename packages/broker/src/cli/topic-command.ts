@@ -1,5 +1,7 @@
 import { type Command, Option } from 'commander';
+import { parseLine } from 'tributary-protocol/command.js';
 import { type ClientOptions, intArg, withBootstrap, withConnection } from './client-util.js';
+import { table } from './group-command.js';
 
 interface CreateOptions extends ClientOptions {
   partitions?: number;
@@ -7,6 +9,28 @@ interface CreateOptions extends ClientOptions {
   retentionHours?: number;
   retentionBytes?: number;
   cleanupPolicy?: 'delete' | 'compact';
+}
+
+interface ListOptions extends ClientOptions {
+  internal?: boolean;
+  format: 'table' | 'json';
+}
+
+/** DESCRIBE's JSON (docs/protocol.md). */
+interface TopicDescription {
+  topic: string;
+  replication_factor: number;
+  idempotent: boolean;
+  partitioner: string;
+  retention_hours: number;
+  retention_bytes: number;
+  cleanup_policy: string;
+  partitions: Array<{ id: number; leader: string | null; leader_epoch: number; replicas: number[]; isr: number[]; earliest: number; leo: number; hwm: number; lso: number }>;
+}
+
+/** Tables for people, JSON for scripts: the same flag on every listing command. */
+export function formatOption(): Option {
+  return new Option('--format <format>', 'table for people, json for scripts').choices(['table', 'json']).default('table');
 }
 
 function print(line: string): void {
@@ -40,14 +64,47 @@ export function registerTopicCommand(program: Command): void {
     print(reply);
   });
 
-  withBootstrap(topic.command('list').description('list topics')).action(async (opts: ClientOptions) => {
-    print(await withConnection(opts, (conn) => conn.command('LIST')));
+  withBootstrap(
+    topic
+      .command('list')
+      .description('topic names, one per line (internal __ topics with --internal)')
+      .option('--internal', 'also list internal topics (__consumer_offsets, __transaction_state)')
+      .addOption(formatOption()),
+  ).action(async (opts: ListOptions) => {
+    const reply = await withConnection(opts, (conn) => conn.command('LIST'));
+    const names = (parseLine(reply).params.get('topics') ?? '')
+      .split(',')
+      .filter((t) => t !== '' && (opts.internal || !t.startsWith('__')))
+      .sort();
+    if (opts.format === 'json') print(JSON.stringify(names));
+    else if (names.length === 0) print('no topics');
+    else for (const n of names) print(n);
   });
 
-  withBootstrap(topic.command('describe <name>').description('partitions, leaders and offsets of a topic as JSON')).action(
-    async (name: string, opts: ClientOptions) => {
-      const info = await withConnection(opts, (conn) => conn.json('DESCRIBE', { topic: name }));
-      print(JSON.stringify(info, null, 2));
+  withBootstrap(topic.command('describe <name>').description('partitions, leaders, replicas and offsets of a topic').addOption(formatOption())).action(
+    async (name: string, opts: ClientOptions & { format: 'table' | 'json' }) => {
+      const info = await withConnection(opts, (conn) => conn.json<TopicDescription>('DESCRIBE', { topic: name }));
+      if (opts.format === 'json') {
+        print(JSON.stringify(info, null, 2));
+        return;
+      }
+      print(
+        `topic ${info.topic}: ${info.partitions.length} partitions, replication factor ${info.replication_factor}, ` +
+          `retention ${info.retention_hours === -1 ? 'unlimited' : `${info.retention_hours} h`} / ${info.retention_bytes === -1 ? 'unlimited' : `${info.retention_bytes} B`}, ` +
+          `cleanup ${info.cleanup_policy}, partitioner ${info.partitioner}${info.idempotent ? ', idempotent' : ''}`,
+      );
+      const rows = info.partitions.map((p) => [
+        String(p.id),
+        p.leader ?? '-',
+        String(p.leader_epoch),
+        p.replicas.join(','),
+        p.isr.join(','),
+        String(p.earliest),
+        String(p.hwm),
+        String(p.leo),
+        String(p.lso),
+      ]);
+      for (const l of table(['PARTITION', 'LEADER', 'EPOCH', 'REPLICAS', 'ISR', 'EARLIEST', 'HWM', 'LEO', 'LSO'], rows)) print(l);
     },
   );
 
