@@ -96,4 +96,20 @@ describe('broker lifecycle', () => {
     expect(b.records[0]!.offset).toBe(first);
     await expect(c.consume({ topic: 'ret', partition: 0, offset: 0 })).rejects.toMatchObject({ code: 'OFFSET_OUT_OF_RANGE' });
   });
+
+  it('logs JSON lines when stderr is not a terminal, readable lines with --log-format pretty', async () => {
+    const json = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1', '--log-level', 'info'] });
+    const pretty = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1', '--log-level', 'info', '--log-format', 'pretty'] });
+    try {
+      const jsonLines = json.stderr.trim().split('\n');
+      expect(jsonLines.length).toBeGreaterThan(0);
+      for (const l of jsonLines) expect(JSON.parse(l)).toMatchObject({ name: 'tributary', level: expect.any(Number) });
+      expect(jsonLines.some((l) => JSON.parse(l).msg === 'broker ready')).toBe(true);
+      const prettyLines = pretty.stderr.trim().split('\n');
+      expect(prettyLines.some((l) => /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: broker ready \{.*"port":/.test(l))).toBe(true);
+      for (const l of prettyLines) expect(() => JSON.parse(l)).toThrow();
+    } finally {
+      await Promise.all([json.dispose(), pretty.dispose()]);
+    }
+  });
 });

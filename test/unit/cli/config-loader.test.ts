@@ -48,7 +48,7 @@ describe('loadBrokerConfig', () => {
     expect(r.config.logLevel).toBe('info'); // default
     expect(r.sources.port).toEqual({ kind: 'flag', name: '--port' });
     expect(r.sources.healthPort).toEqual({ kind: 'env', name: 'TRIBUTARY_HEALTH_PORT' });
-    expect(r.sources.dataDir).toEqual({ kind: 'file', path: cfg });
+    expect(r.sources.dataDir).toEqual({ kind: 'file', path: cfg, line: { number: 3, text: 'dataDir: /from/file' } });
     expect(r.sources.logLevel).toEqual({ kind: 'default' });
   });
 
@@ -63,6 +63,13 @@ describe('loadBrokerConfig', () => {
     expect([c.port, c.dataDir, c.retentionBytes]).toEqual([9102, '/var/lib/tributary', -1]);
   });
 
+  it('a YAML syntax error shows the offending line with a caret', () => {
+    const cfg = file('broken.yaml', 'port: 9000\nlogLevel: [debug\nhost: x\n');
+    const [e] = errors(loadBrokerConfig({ configFile: cfg, env: {} }));
+    expect(e).toMatch(new RegExp(`^invalid config: cannot parse config file ${cfg}: .* at line 3, column 1:`));
+    expect(e).toContain('host: x\n^');
+  });
+
   it('treats an empty YAML file as no settings', () => {
     expect(ok(loadBrokerConfig({ configFile: file('empty.yaml', ''), env: {} })).config).toEqual(resolveConfig({}));
   });
@@ -70,8 +77,8 @@ describe('loadBrokerConfig', () => {
   it('refuses an unknown key in the file, suggesting the real name', () => {
     const cfg = file('unknown.yaml', 'port: 9000\nprot: 1\ndata-dir: /x\n');
     expect(errors(loadBrokerConfig({ configFile: cfg, env: {} }))).toEqual([
-      `invalid config: prot: unknown key (file ${cfg})`,
-      `invalid config: data-dir: unknown key (did you mean dataDir?) (file ${cfg})`,
+      `invalid config: prot: unknown key (did you mean port?) (file ${cfg}, line 2: "prot: 1")`,
+      `invalid config: data-dir: unknown key (did you mean dataDir?) (file ${cfg}, line 3: "data-dir: /x")`,
     ]);
   });
 

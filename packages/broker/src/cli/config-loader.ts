@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { extname } from 'node:path';
-import { parse as parseYaml } from 'yaml';
+import { nearestName } from 'tributary-protocol/names.js';
+import { type Document, isMap, LineCounter, parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { type BrokerConfig, brokerConfigSchema, envKey } from '../common/config.js';
 
@@ -31,7 +32,7 @@ export interface ConfigField {
 
 export type ConfigSource =
   | { kind: 'default' }
-  | { kind: 'file'; path: string }
+  | { kind: 'file'; path: string; line?: { number: number; text: string } }
   | { kind: 'env'; name: string }
   | { kind: 'flag'; name: string };
 
@@ -125,7 +126,7 @@ export function formatSource(s: ConfigSource): string {
     case 'env':
       return `env ${s.name}`;
     case 'file':
-      return `file ${s.path}`;
+      return s.line ? `file ${s.path}, line ${s.line.number}: ${JSON.stringify(s.line.text.trim())}` : `file ${s.path}`;
     default:
       return 'default';
   }
@@ -164,7 +165,23 @@ function parseRaw(f: ConfigField, raw: string): { value: unknown } | { error: st
   return { value: raw };
 }
 
-function readConfigFile(path: string): { data: Record<string, unknown> } | { error: string } {
+/** Where each top-level key of a YAML file is (line number and text), for errors that show the line. */
+type KeyLines = Map<string, { number: number; text: string }>;
+
+function yamlKeyLines(doc: Document, counter: LineCounter, text: string): KeyLines {
+  const out: KeyLines = new Map();
+  const lines = text.split('\n');
+  if (!isMap(doc.contents)) return out;
+  for (const item of doc.contents.items) {
+    const key = item.key as { range?: [number, number, number]; value?: unknown } | null;
+    if (!key?.range) continue;
+    const { line } = counter.linePos(key.range[0]);
+    out.set(String(key.value), { number: line, text: lines[line - 1] ?? '' });
+  }
+  return out;
+}
+
+function readConfigFile(path: string): { data: Record<string, unknown>; lines: KeyLines } | { error: string } {
   const ext = extname(path).toLowerCase();
   if (ext !== '.yaml' && ext !== '.yml' && ext !== '.json') {
     return { error: `invalid config: ${path}: unsupported config file type (use .yaml, .yml or .json)` };
@@ -178,17 +195,28 @@ function readConfigFile(path: string): { data: Record<string, unknown> } | { err
     return { error: `invalid config: cannot read config file ${path}: ${why}` };
   }
   let data: unknown;
-  try {
-    data = ext === '.json' ? JSON.parse(text) : parseYaml(text);
-  } catch (err) {
-    const first = String((err as Error).message).split('\n')[0];
-    return { error: `invalid config: cannot parse config file ${path}: ${first}` };
+  let lines: KeyLines = new Map();
+  if (ext === '.json') {
+    try {
+      data = JSON.parse(text);
+    } catch (err) {
+      return { error: `invalid config: cannot parse config file ${path}: ${(err as Error).message}` };
+    }
+  } else {
+    const counter = new LineCounter();
+    const doc = parseDocument(text, { lineCounter: counter, prettyErrors: true });
+    if (doc.errors.length > 0) {
+      // yaml's message ends with the offending line and a caret under the spot.
+      return { error: `invalid config: cannot parse config file ${path}: ${doc.errors[0]!.message.trimEnd()}` };
+    }
+    data = doc.toJS();
+    lines = yamlKeyLines(doc, counter, text);
   }
-  if (data === null || data === undefined) return { data: {} }; // an empty YAML file
+  if (data === null || data === undefined) return { data: {}, lines }; // an empty YAML file
   if (typeof data !== 'object' || Array.isArray(data)) {
     return { error: `invalid config: ${path}: the top level must be a mapping of setting names to values` };
   }
-  return { data: data as Record<string, unknown> };
+  return { data: data as Record<string, unknown>, lines };
 }
 
 function normalize(name: string): string {
@@ -234,10 +262,12 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
     if ('error' in file) {
       errors.push(file.error);
     } else {
-      const source: ConfigSource = { kind: 'file', path: inputs.configFile };
+      const path = inputs.configFile;
       for (const [name, value] of Object.entries(file.data)) {
+        const line = file.lines.get(name);
+        const source: ConfigSource = line ? { kind: 'file', path, line } : { kind: 'file', path };
         if (!byKey.has(name)) {
-          const near = CONFIG_KEYS.find((k) => normalize(k) === normalize(name));
+          const near = CONFIG_KEYS.find((k) => normalize(k) === normalize(name)) ?? nearestName(name, CONFIG_KEYS);
           errors.push(problem(name, near ? `unknown key (did you mean ${near}?)` : 'unknown key', source));
           continue;
         }

@@ -29,6 +29,8 @@ export const brokerConfigSchema = z
     brokerId: z.number().int().min(0).default(0),
     dataDir: z.string().min(1).default('./data'),
     logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
+    /** Log lines on stderr: readable (pretty) on a terminal and JSON otherwise (auto), or always one of them. */
+    logFormat: z.enum(['auto', 'pretty', 'json']).default('auto'),
     maxFrameBytes: z.number().int().min(1024).max(1024 * 1024 * 1024).default(64 * 1024 * 1024),
     maxRecordBytes: z.number().int().min(1).default(8 * 1024 * 1024),
     maxConnections: z.number().int().min(1).default(10_000),
