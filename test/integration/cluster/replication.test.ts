@@ -51,7 +51,9 @@ describe('cluster replication and failover', () => {
       return ps.length === 3 && ps.every((p) => p.isr.length === 3) ? ps : false;
     });
     expect(new Set(s.map((p) => p.leader)).size).toBe(3); // one leader per broker
-    const views = await Promise.all([0, 1, 2].map(async (id) => parseLine(await (await connectTo(id)).command('METADATA', { topic: 'rep' })).params.get('leaders')));
+    const views = await Promise.all(
+      [0, 1, 2].map(async (id) => parseLine(await (await connectTo(id)).command('METADATA', { topic: 'rep' })).params.get('leaders')),
+    );
     expect(views[1]).toBe(views[0]);
     expect(views[2]).toBe(views[0]);
     const leaders = views[0]!.split(',');
@@ -176,16 +178,73 @@ describe('cluster replication and failover', () => {
     console.log(`leader failover x3: ${acked.size} acknowledged, ${errors} retried errors, produce resumed within ${failovers.join(', ')} ms`);
   }, 90_000);
 
+  it('after a leader is killed, every NOT_LEADER says why, and names the leader whenever the broker knows one', async () => {
+    const c = await cluster.connect();
+    await c.command('CREATE', { topic: 'redirect', partitions: 1, replication_factor: 3 });
+    const first = await leaderConn('redirect', 0);
+    const survivors = [0, 1, 2].filter((id) => id !== first.id);
+    const conns = await Promise.all(survivors.map((id) => connectTo(id)));
+    await cluster.broker(first.id).kill('SIGKILL');
+    const killedAt = Date.now();
+    try {
+      // Both survivors, asked in turn, until one takes the write: what each refusal said.
+      const seen: Array<{ at: number; reason: string; leaderIs: string | undefined }> = [];
+      let acceptedBy = -1;
+      while (acceptedBy < 0 && Date.now() - killedAt < 30_000) {
+        for (let i = 0; i < conns.length && acceptedBy < 0; i++) {
+          try {
+            await conns[i]!.json('PUBLISH', { topic: 'redirect', partition: 0, acks: 1, message: 'after' });
+            acceptedBy = survivors[i]!;
+          } catch (err) {
+            const e = err as TributaryError;
+            expect(e.code).toBe('NOT_LEADER');
+            const leaderIs = /LEADER_IS (\S+)/.exec(e.extra.join(' '))?.[1];
+            seen.push({ at: Date.now() - killedAt, reason: String(e.fields.reason), leaderIs });
+          }
+        }
+        await sleep(5);
+      }
+      expect(acceptedBy).toBeGreaterThanOrEqual(0);
+      const addressOf = (id: number) => cluster.broker(id).address;
+      for (const r of seen) {
+        expect(['follower', 'taking_over', 'no_live_leader'], JSON.stringify(r)).toContain(r.reason);
+        // a refusal without LEADER_IS is only one with no leader to name
+        if (r.leaderIs === undefined) expect(r.reason, JSON.stringify(r)).toBe('no_live_leader');
+        else expect([addressOf(first.id), ...survivors.map(addressOf)], JSON.stringify(r)).toContain(r.leaderIs);
+      }
+      // the other survivor now points at the new leader
+      const other = conns[survivors.indexOf(acceptedBy) === 0 ? 1 : 0]!;
+      const redirect = await cluster.waitFor('the other survivor naming the new leader', async () => {
+        const e = (await other.json('PUBLISH', { topic: 'redirect', partition: 0, acks: 1, message: 'x' }).catch((err: unknown) => err)) as TributaryError;
+        return e.extra?.join(' ') === `LEADER_IS ${addressOf(acceptedBy)}` ? e : false;
+      });
+      expect(redirect.fields.reason).toBe('follower');
+      const counts = Object.fromEntries(['follower', 'taking_over', 'no_live_leader'].map((k) => [k, seen.filter((r) => r.reason === k).length]));
+      const bare = seen.filter((r) => r.leaderIs === undefined);
+      console.log(
+        `NOT_LEADER after a leader kill: ${seen.length} refusals before broker ${acceptedBy} took the write at +${Date.now() - killedAt} ms, by reason ${JSON.stringify(counts)}; ` +
+          `without LEADER_IS ${bare.length}${bare.length ? ` (+${bare[0]!.at}..+${bare.at(-1)!.at} ms)` : ''}`,
+      );
+    } finally {
+      await cluster.broker(first.id).relaunch();
+      await cluster.waitFor('the killed broker back in the ISR', async () => (await cluster.leaderOf('redirect', 0)).isr.length === 3, 30_000);
+    }
+  }, 90_000);
+
   it('SIGSTOP a leader past its lease: it is replaced, its late writes are refused, and it rejoins as a follower', async () => {
     const c = await cluster.connect();
     await c.command('CREATE', { topic: 'pause', partitions: 1, replication_factor: 3 });
     const first = await leaderConn('pause', 0);
     for (let i = 0; i < 10; i++) await first.conn.json('PUBLISH', { topic: 'pause', partition: 0, acks: 'all', message: `before${i}` });
     await cluster.broker(first.id).kill('SIGSTOP');
-    const next = await cluster.waitFor('a new leader for pause[0]', async () => {
-      const l = await cluster.leaderOf('pause', 0);
-      return l.id >= 0 && l.id !== first.id ? l : false;
-    }, 20_000);
+    const next = await cluster.waitFor(
+      'a new leader for pause[0]',
+      async () => {
+        const l = await cluster.leaderOf('pause', 0);
+        return l.id >= 0 && l.id !== first.id ? l : false;
+      },
+      20_000,
+    );
     const nc = await connectTo(next.id);
     for (let i = 0; i < 5; i++) await nc.json('PUBLISH', { topic: 'pause', partition: 0, acks: 'all', message: `after${i}` });
     // The paused broker wakes: a write it receives now is refused (its lease is gone), never acknowledged.

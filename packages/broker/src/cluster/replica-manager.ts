@@ -162,11 +162,31 @@ export class ReplicaManager {
     return r?.role === 'leader' && r.leaderEpoch === epoch && this.deps.registry.alive;
   }
 
-  /** NOT_LEADER naming the leader when this broker knows it. */
+  /**
+   * NOT_LEADER naming the leader whenever this broker knows it, and `reason` for why (docs/protocol.md,
+   * "Produce"): `follower` (LEADER_IS the leader); `taking_over` (the partition state names this broker,
+   * which is still catching up to lead it: LEADER_IS itself, retry here); `lease_unconfirmed` (it leads
+   * but cannot confirm its etcd lease); `no_live_leader` (the named leader is gone from the registry and
+   * the controller has not elected the next one yet: refresh METADATA with backoff).
+   */
   notLeader(topic: string, partition: number): TributaryError {
+    const s = this.deps.states.get(topic, partition);
     const leader = this.leaderOf(topic, partition);
-    const extra = leader && leader.id !== this.deps.brokerId ? [`LEADER_IS ${leader.advertisedAddress}`] : [];
-    return new TributaryError('NOT_LEADER', { topic, partition }, undefined, extra);
+    const r = this.replicas.get(key(topic, partition));
+    let reason: string;
+    let named: BrokerRegistration | undefined;
+    if (!leader) reason = 'no_live_leader';
+    else if (leader.id !== this.deps.brokerId) {
+      reason = 'follower';
+      named = leader;
+    } else if (r?.role === 'leader') {
+      reason = 'lease_unconfirmed';
+    } else {
+      reason = 'taking_over';
+      named = leader;
+    }
+    const fields = { topic, partition, reason, ...(s ? { leader_epoch: s.value.leaderEpoch } : {}) };
+    return new TributaryError('NOT_LEADER', fields, undefined, named ? [`LEADER_IS ${named.advertisedAddress}`] : []);
   }
 
   /** acks=all: refused before the append when the ISR is below min_insync_replicas. */
