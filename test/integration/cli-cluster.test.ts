@@ -164,7 +164,7 @@ describe('tributary dev-cluster and cluster status', () => {
   it('topic create --replication-factor asks for the replicas explicitly, and more than the live brokers is refused', async () => {
     const ok = await cli(['topic', 'create', 'pairs', '--partitions', '2', '--replication-factor', '2', '--bootstrap', bootstrap[0]!]);
     expect(ok.code).toBe(0);
-    expect(ok.stdout).toContain('replication_factor=2');
+    expect(ok.stdout).toContain('replication factor 2');
     const tooMany = await cli(['topic', 'create', 'quads', '--replication-factor', '4', '--bootstrap', bootstrap[0]!]);
     expect(tooMany.code).not.toBe(0);
     expect(tooMany.stdout + tooMany.stderr).toContain('NOT_ENOUGH_REPLICAS');
@@ -198,7 +198,7 @@ describe('tributary dev-cluster and cluster status', () => {
   it('a topic created on the dev cluster is replicated on 3 brokers', async () => {
     const c = await cli(['topic', 'create', 'orders', '--partitions', '3', '--bootstrap', bootstrap[1]!]);
     expect(c.code).toBe(0);
-    expect(c.stdout).toContain('replication_factor=3');
+    expect(c.stdout).toContain('replication factor 3');
     const r = await cli(['cluster', 'status', '--bootstrap', bootstrap[2]!, '--topic', 'orders']);
     expect(r.code).toBe(0);
     const rows = r.stdout

@@ -40,7 +40,9 @@ describe('tributary CLI', () => {
     const b = ['--bootstrap', broker.address];
     const created = await cli(['topic', 'create', 'cli-t', '--partitions', '3', ...b]);
     expect(created.code).toBe(0);
-    expect(created.stdout).toMatch(/OK topic=cli-t partitions=3/);
+    expect(created.stdout).toBe('created topic cli-t: 3 partitions, replication factor 1, retention 168 h, cleanup delete\n');
+    const again = await cli(['topic', 'create', 'cli-t', '--partitions', '3', '--format', 'json', ...b]);
+    expect(JSON.parse(again.stdout)).toMatchObject({ topic: 'cli-t', partitions: '3', created: 'false' });
     // one name per line, internal topics only with --internal; a table by default, JSON for scripts
     const listed = await cli(['topic', 'list', ...b]);
     expect(listed.stdout.split('\n')).toContain('cli-t');
@@ -58,6 +60,12 @@ describe('tributary CLI', () => {
     const failover = await cli(['topic', 'list', '--bootstrap', `127.0.0.1:1,${broker.address}`]);
     expect(failover).toMatchObject({ code: 0, stderr: '' });
     expect(failover.stdout.split('\n')).toContain('cli-t');
+    await cli(['topic', 'create', 'cli-del', ...b]);
+    expect(await cli(['topic', 'delete', 'cli-del', ...b])).toEqual({ code: 0, stdout: 'deleted topic cli-del\n', stderr: '' });
+    // consume --group reads what the group assigns: a partition or an offset of its own is a usage mistake
+    const mixed = await cli(['consume', 'cli-t', '--group', 'g', '--partition', '0', ...b]);
+    expect(mixed.code).toBe(2);
+    expect(mixed.stderr).toMatch(/--partition cannot be combined with --group/);
     const bad = await cli(['topic', 'create', '../evil', ...b]);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/error: invalid_topic_name/);

@@ -4,6 +4,7 @@ import { type ClientOptions, intArg, withBootstrap, withConnection } from './cli
 import { table } from './group-command.js';
 
 interface CreateOptions extends ClientOptions {
+  format: 'table' | 'json';
   partitions?: number;
   replicationFactor?: number;
   retentionHours?: number;
@@ -49,7 +50,8 @@ export function registerTopicCommand(program: Command): void {
       .option('--replication-factor <n>', 'replicas per partition (cluster mode; a standalone broker takes only 1)', intArg(1))
       .option('--retention-hours <n>', 'retention by age, -1 for unlimited', intArg(-1))
       .option('--retention-bytes <n>', 'retention by size per partition, -1 for unlimited', intArg(-1))
-      .addOption(new Option('--cleanup-policy <policy>', 'delete old segments or compact by key').choices(['delete', 'compact'])),
+      .addOption(new Option('--cleanup-policy <policy>', 'delete old segments or compact by key').choices(['delete', 'compact']))
+      .addOption(formatOption()),
   ).action(async (name: string, opts: CreateOptions) => {
     const reply = await withConnection(opts, (conn) =>
       conn.command('CREATE', {
@@ -61,7 +63,13 @@ export function registerTopicCommand(program: Command): void {
         cleanup_policy: opts.cleanupPolicy,
       }),
     );
-    print(reply);
+    const p = Object.fromEntries(parseLine(reply).params);
+    if (opts.format === 'json') {
+      print(JSON.stringify(p));
+      return;
+    }
+    const what = `${p.partitions} partitions, replication factor ${p.replication_factor}, retention ${p.retention_hours === '-1' ? 'unlimited' : `${p.retention_hours} h`}, cleanup ${p.cleanup_policy}`;
+    print(p.created === 'false' ? `topic ${p.topic} already exists with this definition (${what})` : `created topic ${p.topic}: ${what}`);
   });
 
   withBootstrap(
@@ -108,9 +116,10 @@ export function registerTopicCommand(program: Command): void {
     },
   );
 
-  withBootstrap(topic.command('delete <name>').description('delete a topic and its data')).action(
-    async (name: string, opts: ClientOptions) => {
-      print(await withConnection(opts, (conn) => conn.command('DELETE', { topic: name })));
+  withBootstrap(topic.command('delete <name>').description('delete a topic and its data').addOption(formatOption())).action(
+    async (name: string, opts: ClientOptions & { format: 'table' | 'json' }) => {
+      const reply = await withConnection(opts, (conn) => conn.command('DELETE', { topic: name }));
+      print(opts.format === 'json' ? JSON.stringify(Object.fromEntries(parseLine(reply).params)) : `deleted topic ${name}`);
     },
   );
 }
