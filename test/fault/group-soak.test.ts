@@ -4,7 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { BrokerProcess, ROOT } from '../helpers/launcher.js';
 import { trackChild } from '../helpers/process-registry.js';
-import { sleep } from '../helpers/util.js';
+import { sleep, until } from '../helpers/util.js';
 
 /**
  * Issue acceptance: 3 members and 12 partitions; members join, leave and are killed at random for a
@@ -157,7 +157,19 @@ describe('group soak: random joins, leaves and kills', () => {
         if (Date.now() > deadline) throw new Error(`group did not settle: ${JSON.stringify(status)}`);
         await sleep(100);
       }
-      await sleep(500);
+      // The coordinator's view is settled; each member reports its partitions once it has synced and
+      // fetched their offsets (a heartbeat interval later at most, longer on a loaded machine): wait
+      // for every partition to be reported by exactly one live member, bounded.
+      const reportedOnce = () => {
+        const t = now();
+        const byPartition = intervals(events, members, t);
+        return Array.from({ length: PARTITIONS }, (_, p) => p).every(
+          (p) => (byPartition.get(p) ?? []).filter((iv) => iv.to === t && members.get(iv.member)?.killedAt === undefined).length === 1,
+        );
+      };
+      await until(reportedOnce, 15_000, 'every partition reported by one live member', 20).catch((err) => {
+        throw new Error(`${(err as Error).message}; group status ${JSON.stringify(status)}`);
+      });
       const end = now();
       producing = false;
       await production;
