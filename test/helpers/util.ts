@@ -2,6 +2,7 @@
  * Helpers every test tier shares: waiting for a condition with a deadline, pacing, error assertions,
  * temporary directories and record factories. Tests import these instead of keeping their own copies.
  */
+import type net from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -101,15 +102,20 @@ export async function errorCode(p: Promise<unknown>): Promise<string> {
   return (await rejection(p)).code;
 }
 
-/** The code of the TributaryError `fn` throws; fails the test when it returned or threw something else. */
-export function thrownCode(fn: () => unknown): string {
+/** The TributaryError `fn` throws; fails the test when it returned or threw something else. */
+export function thrown(fn: () => unknown): TributaryError {
   try {
     fn();
   } catch (err) {
     expect(err).toBeInstanceOf(TributaryError);
-    return (err as TributaryError).code;
+    return err as TributaryError;
   }
   throw new Error('expected a TributaryError to be thrown');
+}
+
+/** The code of the TributaryError `fn` throws; fails the test when it returned or threw something else. */
+export function thrownCode(fn: () => unknown): string {
+  return thrown(fn).code;
 }
 
 /**
@@ -167,4 +173,15 @@ export function batchRec(value: string | Buffer = 'v', over: Partial<BatchRecord
     headers: [],
     ...over,
   };
+}
+
+/** Relays a client socket to `upstream` both ways; either side closing or failing closes both. */
+export function relay(client: net.Socket, upstream: net.Socket): void {
+  client.pipe(upstream).pipe(client);
+  const done = () => {
+    client.destroy();
+    upstream.destroy();
+  };
+  client.on('error', done).on('close', done);
+  upstream.on('error', done).on('close', done);
 }

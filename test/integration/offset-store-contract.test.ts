@@ -139,6 +139,10 @@ describe.each(KINDS)('OffsetStore contract: $name', (kind) => {
     expect(await store.fetch('g1', 'orders', 2)).toBeUndefined();
     expect(await store.fetch('g2', 'orders', 0)).toBeUndefined();
     expect(await store.fetch('g1', 'other', 0)).toBeUndefined();
+    // Offsets up to 2^53 come back as exact numbers (the PostgreSQL column is a bigint).
+    const big = Number.MAX_SAFE_INTEGER - 1;
+    await store.commit('g1', 'orders', [{ partition: 3, offset: big }]);
+    expect(await store.fetch('g1', 'orders', 3)).toBe(big);
     await store.commit('g1', 'orders', []); // nothing to do, no error
   });
 
@@ -166,8 +170,10 @@ describe.each(KINDS)('OffsetStore contract: $name', (kind) => {
     await store.commit('g', 't', [{ partition: 0, offset: 12 }]);
     const e = await rejection(store.commit('g', 't', [{ partition: 0, offset: 11 }]));
     expect(e.code).toBe('offset_regression');
-    expect(e.fields).toMatchObject({ current: 12, requested: 11 });
+    expect(e.fields).toMatchObject({ current: 12, requested: 11, partition: 0 });
     expect(await store.fetch('g', 't', 0)).toBe(12);
+    // force: false is no force
+    expect((await rejection(store.commit('g', 't', [{ partition: 0, offset: 0 }], { force: false }))).code).toBe('offset_regression');
   });
 
   it('applies nothing of a commit in which any entry would regress', async () => {
@@ -184,15 +190,21 @@ describe.each(KINDS)('OffsetStore contract: $name', (kind) => {
     expect(await store.fetch('g', 't', 0)).toBe(5);
     expect(await store.fetch('g', 't', 1)).toBe(5);
     expect(await store.fetch('g', 't', 2)).toBeUndefined();
+    // the regressing entry first: the same
+    expect((await rejection(store.commit('g', 't', [{ partition: 1, offset: 4 }, { partition: 0, offset: 30 }]))).fields).toMatchObject({ partition: 1, current: 5, requested: 4 });
+    expect(await store.fetch('g', 't', 0)).toBe(5);
   });
 
   it('force moves an offset down (admin reset)', async () => {
     const { store } = await fresh(kind);
-    await store.commit('g', 't', [{ partition: 0, offset: 50 }]);
-    await store.commit('g', 't', [{ partition: 0, offset: 2 }], { force: true });
+    await store.commit('g', 't', [{ partition: 0, offset: 50 }, { partition: 1, offset: 50 }]);
+    await store.commit('g', 't', [{ partition: 0, offset: 2 }, { partition: 1, offset: 70 }], { force: true });
     expect(await store.fetch('g', 't', 0)).toBe(2);
+    expect(await store.fetch('g', 't', 1)).toBe(70);
+    // monotonic again from the new values
     await store.commit('g', 't', [{ partition: 0, offset: 3 }]);
     expect(await store.fetch('g', 't', 0)).toBe(3);
+    expect((await rejection(store.commit('g', 't', [{ partition: 1, offset: 69 }]))).code).toBe('offset_regression');
   });
 
   it('refuses bad input with invalid_parameter and stores nothing of it', async () => {
@@ -206,6 +218,7 @@ describe.each(KINDS)('OffsetStore contract: $name', (kind) => {
       ['offset', () => store.commit('g', 't', [{ partition: 0, offset: -1 }])],
       ['offset', () => store.commit('g', 't', [{ partition: 0, offset: 2 ** 53 }])],
       ['partition', () => store.commit('g', 't', [{ partition: 0, offset: 1 }, { partition: 0, offset: 2 }])],
+      ['partition', () => store.commit('g', 't', [{ partition: 1, offset: 1 }, { partition: 1, offset: 1 }], { force: true })],
       ['entries', () => store.commit('g', 't', 'P0:1' as never)],
       ['group', () => store.fetch('', 't', 0)],
       ['partition', () => store.fetch('g', 't', -1)],
@@ -230,6 +243,9 @@ describe.each(KINDS)('OffsetStore contract: $name', (kind) => {
     expect(await store.fetch('a', 'u', 0)).toBeUndefined();
     expect(await store.fetch('b', 't', 0)).toBe(4);
     expect((await store.loadAll()).map((o) => o.group)).toEqual(['b']);
+    // a deleted group starts over: a low offset is accepted again
+    await store.commit('a', 't', [{ partition: 0, offset: 0 }]);
+    expect(await store.fetch('a', 't', 0)).toBe(0);
   });
 
   it(kind.durable ? 'keeps every commit for a store reopened on it (a restart)' : 'is not durable: a new store (a restart) has none of the commits', async () => {

@@ -12,7 +12,7 @@ import { CLI } from '../helpers/launcher.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { trackChild } from '../helpers/process-registry.js';
 import { freePort } from '../helpers/scripted-server.js';
-import { rejection, removeDir, tempDir, until } from '../helpers/util.js';
+import { rejection, relay, removeDir, tempDir, until } from '../helpers/util.js';
 
 let pgServer: PostgresServer;
 const children: ChildProcess[] = [];
@@ -55,18 +55,11 @@ async function spawnBroker(pgPort: number, extra: string[] = []) {
 
 /** A relay on `port` to the real PostgreSQL: the database "comes back" when it opens. */
 function openRelay(port: number): Promise<void> {
-  const relay = net.createServer((client) => {
-    const upstream = net.connect(Number(/:(\d+)\//.exec(pgServer.connectionString)![1]), '127.0.0.1');
-    client.pipe(upstream).pipe(client);
-    const done = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('error', done).on('close', done);
-    upstream.on('error', done).on('close', done);
+  const server = net.createServer((client) => {
+    relay(client, net.connect(Number(/:(\d+)\//.exec(pgServer.connectionString)![1]), '127.0.0.1'));
   });
-  relays.push(relay);
-  return new Promise((resolve) => relay.listen(port, '127.0.0.1', () => resolve()));
+  relays.push(server);
+  return new Promise((resolve) => server.listen(port, '127.0.0.1', () => resolve()));
 }
 
 describe('offset store unreachable at start', () => {

@@ -46,6 +46,8 @@ afterAll(async () => {
   await server?.stop();
 });
 
+// Commit, fetch, monotonicity, all-or-nothing, force, input checks and deleteGroup are the OffsetStore
+// contract, run against this store too by offset-store-contract.test.ts; here: what is PostgreSQL's own.
 describe('PgOffsetStore', () => {
   it('creates the table with the documented columns, idempotently', async () => {
     const table = nextTable();
@@ -72,25 +74,6 @@ describe('PgOffsetStore', () => {
     expect(pk.rows.map((r) => r.attname)).toEqual(['group_id', 'topic', 'partition']);
   });
 
-  it('round-trips commit and fetch', async () => {
-    const store = await openStore({ table: nextTable() });
-    await store.commit('g1', 'orders', [
-      { partition: 0, offset: 5 },
-      { partition: 1, offset: 7 },
-    ]);
-    expect(await store.fetch('g1', 'orders', 0)).toBe(5);
-    expect(await store.fetch('g1', 'orders', 1)).toBe(7);
-    expect(await store.fetch('g1', 'orders', 2)).toBeUndefined();
-    expect(await store.fetch('g2', 'orders', 0)).toBeUndefined();
-    expect(await store.fetch('g1', 'payments', 0)).toBeUndefined();
-    // Large offsets (bigint column) come back as exact JS numbers.
-    const big = Number.MAX_SAFE_INTEGER - 1;
-    await store.commit('g1', 'orders', [{ partition: 3, offset: big }]);
-    expect(await store.fetch('g1', 'orders', 3)).toBe(big);
-    // An empty commit is a no-op.
-    await store.commit('g1', 'orders', []);
-  });
-
   it('treats group and topic names as data, never as SQL', async () => {
     const store = await openStore({ table: nextTable() });
     const group = `g'); DROP TABLE tributary_offsets; --`;
@@ -98,131 +81,6 @@ describe('PgOffsetStore', () => {
     await store.commit(group, topic, [{ partition: 0, offset: 1 }]);
     expect(await store.fetch(group, topic, 0)).toBe(1);
     expect((await store.loadAll()).map((o) => [o.group, o.topic])).toEqual([[group, topic]]);
-  });
-
-  it('loadAll returns every committed offset with its commit time', async () => {
-    const store = await openStore({ table: nextTable() });
-    const before = Date.now();
-    await store.commit('g1', 'orders', [
-      { partition: 1, offset: 11 },
-      { partition: 0, offset: 10 },
-    ]);
-    await store.commit('g2', 'orders', [{ partition: 0, offset: 20 }]);
-    await store.commit('g1', 'payments', [{ partition: 0, offset: 30 }]);
-    const after = Date.now();
-    const all = await store.loadAll();
-    expect(all.map(({ commitTimestamp, ...rest }) => rest)).toEqual([
-      { group: 'g1', topic: 'orders', partition: 0, offset: 10 },
-      { group: 'g1', topic: 'orders', partition: 1, offset: 11 },
-      { group: 'g1', topic: 'payments', partition: 0, offset: 30 },
-      { group: 'g2', topic: 'orders', partition: 0, offset: 20 },
-    ]);
-    for (const o of all) {
-      expect(Number.isInteger(o.commitTimestamp)).toBe(true);
-      expect(o.commitTimestamp).toBeGreaterThanOrEqual(before);
-      expect(o.commitTimestamp).toBeLessThanOrEqual(after);
-    }
-  });
-
-  it('accepts equal and higher offsets and refuses a lower one with offset_regression', async () => {
-    const store = await openStore({ table: nextTable() });
-    await store.commit('g', 't', [{ partition: 0, offset: 10 }]);
-    await store.commit('g', 't', [{ partition: 0, offset: 10 }]);
-    await store.commit('g', 't', [{ partition: 0, offset: 12 }]);
-    const err = await rejection(store.commit('g', 't', [{ partition: 0, offset: 9 }]));
-    expect(err.code).toBe('offset_regression');
-    expect(err.fields).toEqual({ current: 12, requested: 9, partition: 0 });
-    expect(await store.fetch('g', 't', 0)).toBe(12);
-  });
-
-  it('applies nothing of a batch in which any entry would regress', async () => {
-    const store = await openStore({ table: nextTable() });
-    await store.commit('g', 't', [
-      { partition: 0, offset: 10 },
-      { partition: 1, offset: 10 },
-    ]);
-    const err = await rejection(
-      store.commit('g', 't', [
-        { partition: 0, offset: 20 },
-        { partition: 1, offset: 5 },
-        { partition: 2, offset: 1 }, // a new row, also rolled back
-      ]),
-    );
-    expect(err.code).toBe('offset_regression');
-    expect(err.fields).toEqual({ current: 10, requested: 5, partition: 1 });
-    expect(await store.fetch('g', 't', 0)).toBe(10);
-    expect(await store.fetch('g', 't', 1)).toBe(10);
-    expect(await store.fetch('g', 't', 2)).toBeUndefined();
-    // The regressing entry first in the batch: same outcome.
-    await rejection(
-      store.commit('g', 't', [
-        { partition: 1, offset: 4 },
-        { partition: 0, offset: 30 },
-      ]),
-    );
-    expect(await store.fetch('g', 't', 0)).toBe(10);
-  });
-
-  it('force resets an offset downwards', async () => {
-    const store = await openStore({ table: nextTable() });
-    await store.commit('g', 't', [
-      { partition: 0, offset: 100 },
-      { partition: 1, offset: 100 },
-    ]);
-    await store.commit(
-      'g',
-      't',
-      [
-        { partition: 0, offset: 0 },
-        { partition: 1, offset: 150 },
-      ],
-      { force: true },
-    );
-    expect(await store.fetch('g', 't', 0)).toBe(0);
-    expect(await store.fetch('g', 't', 1)).toBe(150);
-    // After the reset, monotonicity applies from the new value.
-    await store.commit('g', 't', [{ partition: 0, offset: 1 }]);
-    expect((await rejection(store.commit('g', 't', [{ partition: 1, offset: 149 }]))).code).toBe('offset_regression');
-    // force: false is the same as no force.
-    expect((await rejection(store.commit('g', 't', [{ partition: 0, offset: 0 }], { force: false }))).code).toBe('offset_regression');
-  });
-
-  it('refuses duplicate partitions in one call and applies nothing', async () => {
-    const store = await openStore({ table: nextTable() });
-    await store.commit('g', 't', [{ partition: 1, offset: 1 }]);
-    const err = await rejection(
-      store.commit('g', 't', [
-        { partition: 0, offset: 5 },
-        { partition: 1, offset: 5 },
-        { partition: 0, offset: 6 },
-      ]),
-    );
-    expect(err.code).toBe('invalid_parameter');
-    expect(await store.fetch('g', 't', 0)).toBeUndefined();
-    expect(await store.fetch('g', 't', 1)).toBe(1);
-    const forced = await rejection(
-      store.commit(
-        'g',
-        't',
-        [
-          { partition: 1, offset: 0 },
-          { partition: 1, offset: 0 },
-        ],
-        { force: true },
-      ),
-    );
-    expect(forced.code).toBe('invalid_parameter');
-    expect(await store.fetch('g', 't', 1)).toBe(1);
-  });
-
-  it('validates parameters', async () => {
-    const store = await openStore({ table: nextTable() });
-    for (const entries of [[{ partition: -1, offset: 0 }], [{ partition: 1.5, offset: 0 }], [{ partition: 0, offset: -1 }], [{ partition: 0, offset: 2 ** 53 }]]) {
-      expect((await rejection(store.commit('g', 't', entries))).code).toBe('invalid_parameter');
-    }
-    expect((await rejection(store.commit('', 't', [{ partition: 0, offset: 0 }]))).code).toBe('invalid_parameter');
-    expect((await rejection(store.fetch('g', 't', -1))).code).toBe('invalid_parameter');
-    expect(await store.loadAll()).toEqual([]);
   });
 
   it('validates and quotes the table and schema identifiers', async () => {
@@ -247,21 +105,6 @@ describe('PgOffsetStore', () => {
     const missing = new PgOffsetStore({ connectionString: server.connectionString, schema: 'no_such_schema' });
     stores.push(missing);
     expect((await rejection(missing.open())).code).toBe('storage_error');
-  });
-
-  it('deleteGroup removes only that group', async () => {
-    const store = await openStore({ table: nextTable() });
-    await store.commit('g1', 'a', [{ partition: 0, offset: 1 }]);
-    await store.commit('g1', 'b', [{ partition: 0, offset: 2 }]);
-    await store.commit('g2', 'a', [{ partition: 0, offset: 3 }]);
-    await store.deleteGroup('g1');
-    await store.deleteGroup('unknown'); // no error
-    expect(await store.fetch('g1', 'a', 0)).toBeUndefined();
-    expect(await store.fetch('g1', 'b', 0)).toBeUndefined();
-    expect((await store.loadAll()).map((o) => [o.group, o.topic, o.offset])).toEqual([['g2', 'a', 3]]);
-    // A deleted group starts over: a low offset is accepted again.
-    await store.commit('g1', 'a', [{ partition: 0, offset: 0 }]);
-    expect(await store.fetch('g1', 'a', 0)).toBe(0);
   });
 
   it('two coordinators racing commits on the same partitions never regress', async () => {

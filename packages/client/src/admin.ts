@@ -1,6 +1,6 @@
 import { type FieldValue, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { Cluster, type ConnectionEvents, checkStallTimeout, checkTimeoutOption } from './cluster.js';
+import { type Cluster, clientCluster, type ConnectionEvents, checkStallTimeout, checkTimeoutOption } from './cluster.js';
 import { TypedEmitter } from './events.js';
 import type { RetryOptions } from './retry.js';
 import { type Complete, refuseUnknownOptions } from './option-names.js';
@@ -215,16 +215,7 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
       const bad = checkTimeoutOption(options[k]);
       if (bad) throw new TributaryError('invalid_config', { option: k, reason: bad }, `invalid admin option ${k}: ${bad}`);
     }
-    this.cluster = new Cluster({
-      brokers: options.brokers,
-      retry: options.retry,
-      connectTimeoutMs: options.connectTimeoutMs,
-      bootstrapTimeoutMs: options.bootstrapTimeoutMs,
-      tls: options.tls,
-      auth: options.auth,
-      stallTimeoutMs: options.stallTimeoutMs,
-      onConnectionEvent: (e) => (e.type === 'connect' ? this.emit('connect', { broker: e.broker }) : this.emit('disconnect', { broker: e.broker, error: e.error })),
-    });
+    this.cluster = clientCluster(options, (e) => this.emit(e.type, e));
   }
 
   private assertOpen(): void {

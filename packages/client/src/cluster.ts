@@ -34,6 +34,23 @@ export interface ConnectionEvents {
   disconnect: { broker: string; error: Error };
 }
 
+/** What every client passes on to its Cluster, and where its connect / disconnect events go. */
+export function clientCluster(
+  o: Pick<ClusterOptions, 'brokers' | 'retry' | 'tls' | 'auth' | 'connectTimeoutMs' | 'bootstrapTimeoutMs' | 'stallTimeoutMs'>,
+  onConnectionEvent: (e: ConnectionEvent) => void,
+): Cluster {
+  return new Cluster({
+    brokers: o.brokers,
+    retry: o.retry,
+    tls: o.tls,
+    auth: o.auth,
+    connectTimeoutMs: o.connectTimeoutMs,
+    bootstrapTimeoutMs: o.bootstrapTimeoutMs,
+    stallTimeoutMs: o.stallTimeoutMs,
+    onConnectionEvent,
+  });
+}
+
 /** Checks a connect/bootstrap timeout option: an integer in 1..2^31-1 ms. */
 export function checkTimeoutOption(v: unknown): string | undefined {
   if (v === undefined) return undefined;

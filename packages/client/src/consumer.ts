@@ -7,7 +7,7 @@
 import { setMaxListeners } from 'node:events';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { untilAborted } from './abort.js';
-import { Cluster } from './cluster.js';
+import { clientCluster } from './cluster.js';
 import { type ConsumedMessage, ConsumerContext, type ConsumerEvents, type ConsumerState } from './consumer-context.js';
 import { configError, type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions, validateConsumerOptions } from './consumer-options.js';
 import { TypedEmitter } from './events.js';
@@ -47,16 +47,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     super();
     validateConsumerOptions(options);
     this.options = resolveConsumerOptions(options);
-    const cluster = new Cluster({
-      brokers: options.brokers,
-      retry: options.retry,
-      tls: options.tls,
-      auth: options.auth,
-      stallTimeoutMs: this.options.stallTimeoutMs,
-      connectTimeoutMs: options.connectTimeoutMs,
-      bootstrapTimeoutMs: options.bootstrapTimeoutMs,
-      onConnectionEvent: (e) => (e.type === 'connect' ? this.emit('connect', { broker: e.broker }) : this.emit('disconnect', { broker: e.broker, error: e.error })),
-    });
+    const cluster = clientCluster({ ...options, stallTimeoutMs: this.options.stallTimeoutMs }, (e) => this.emit(e.type, e));
     this.ctx = new ConsumerContext(
       this.options,
       cluster,

@@ -10,7 +10,7 @@ import type { BatchRecord } from 'tributary-protocol/batch.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { untilAborted } from './abort.js';
-import { Cluster } from './cluster.js';
+import { type Cluster, clientCluster } from './cluster.js';
 import { TypedEmitter } from './events.js';
 import { SendBuffer } from './producer-buffer.js';
 import { badMessage, choosePartition, type ProducerEvents, type ProducerMessage, type ProducerRecord, type RecordMetadata, recordSize, toBatchRecord } from './producer-messages.js';
@@ -121,16 +121,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     validateProducerOptions(options);
     this.options = resolveProducerOptions(options);
     this.producerId = this.options.idempotent ? randomUUID() : '';
-    this.cluster = new Cluster({
-      brokers: options.brokers,
-      retry: options.retry,
-      tls: options.tls,
-      auth: options.auth,
-      stallTimeoutMs: this.options.stallTimeoutMs,
-      connectTimeoutMs: options.connectTimeoutMs,
-      bootstrapTimeoutMs: options.bootstrapTimeoutMs,
-      onConnectionEvent: (e) => (e.type === 'connect' ? this.emit('connect', { broker: e.broker }) : this.emit('disconnect', { broker: e.broker, error: e.error })),
-    });
+    this.cluster = clientCluster({ ...options, stallTimeoutMs: this.options.stallTimeoutMs }, (e) => this.emit(e.type, e));
     this.accumulator = new RecordAccumulator({ maxBatchBytes: this.options.maxBatchBytes, maxBatchRecords: this.options.maxBatchRecords });
     this.sender = new ProducerSender({
       cluster: this.cluster,

@@ -8,7 +8,7 @@ import { Admin } from 'tributary-client/admin.js';
 import { Consumer } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
-import { tempDir } from '../../helpers/util.js';
+import { relay, tempDir } from '../../helpers/util.js';
 
 function selfSigned(dir: string, name: string): { key: string; cert: string } {
   const key = path.join(dir, `${name}.key`);
@@ -41,13 +41,7 @@ describe('SDK over TLS', () => {
     proxy = tls.createServer({ key: server.key, cert: server.cert }, (client) => {
       const upstream = net.connect({ host: '127.0.0.1', port: broker.port });
       sockets.add(client).add(upstream);
-      client.pipe(upstream).pipe(client);
-      const done = () => {
-        client.destroy();
-        upstream.destroy();
-      };
-      client.on('error', done).on('close', done);
-      upstream.on('error', done).on('close', done);
+      relay(client, upstream);
     });
     await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', () => r()));
     proxyPort = (proxy.address() as net.AddressInfo).port;

@@ -8,39 +8,30 @@ import { Admin } from 'tributary-client/admin.js';
 import { Consumer } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
 import { toBatchRecord } from 'tributary-client/producer-messages.js';
-import { TributaryError } from 'tributary-protocol/errors.js';
+import { thrown } from '../../helpers/util.js';
 
 const brokers = ['127.0.0.1:1'];
 
-function refusal(fn: () => unknown): TributaryError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(TributaryError);
-    return err as TributaryError;
-  }
-  throw new Error('accepted');
-}
 
 describe('unknown options', () => {
   it('Consumer: autoOffsetRest is refused with the name it was meant to be', () => {
-    const e = refusal(() => new Consumer({ brokers, groupId: 'g', topic: 't', autoOffsetRest: 'earliest' } as never));
+    const e = thrown(() => new Consumer({ brokers, groupId: 'g', topic: 't', autoOffsetRest: 'earliest' } as never));
     expect(e.code).toBe('invalid_config');
     expect(e.fields).toMatchObject({ option: 'autoOffsetRest', reason: 'unknown option', did_you_mean: 'autoOffsetReset' });
     expect(e.message).toBe('invalid consumer option autoOffsetRest: unknown option (did you mean autoOffsetReset?)');
   });
 
   it('Producer: a misspelt option, and one nothing is close to', () => {
-    expect(refusal(() => new Producer({ brokers, idempotant: true } as never)).fields).toMatchObject({ option: 'idempotant', did_you_mean: 'idempotent' });
-    const far = refusal(() => new Producer({ brokers, compressionCodec: 'gzip' } as never));
+    expect(thrown(() => new Producer({ brokers, idempotant: true } as never)).fields).toMatchObject({ option: 'idempotant', did_you_mean: 'idempotent' });
+    const far = thrown(() => new Producer({ brokers, compressionCodec: 'gzip' } as never));
     expect(far.fields).toEqual({ option: 'compressionCodec', reason: 'unknown option' });
     expect(far.message).toBe('invalid producer option compressionCodec: unknown option');
   });
 
   it('nested retry and auth objects are checked too', () => {
-    expect(refusal(() => new Producer({ brokers, retry: { retires: 3 } } as never)).fields).toMatchObject({ option: 'retry.retires', did_you_mean: 'retry.retries' });
-    expect(refusal(() => new Consumer({ brokers, groupId: 'g', topic: 't', auth: { principal: 'a', tokn: 'b' } } as never)).fields).toMatchObject({ option: 'auth.tokn', did_you_mean: 'auth.token' });
-    expect(refusal(() => new Admin({ brokers, conectTimeoutMs: 5 } as never)).fields).toMatchObject({ option: 'conectTimeoutMs', did_you_mean: 'connectTimeoutMs' });
+    expect(thrown(() => new Producer({ brokers, retry: { retires: 3 } } as never)).fields).toMatchObject({ option: 'retry.retires', did_you_mean: 'retry.retries' });
+    expect(thrown(() => new Consumer({ brokers, groupId: 'g', topic: 't', auth: { principal: 'a', tokn: 'b' } } as never)).fields).toMatchObject({ option: 'auth.tokn', did_you_mean: 'auth.token' });
+    expect(thrown(() => new Admin({ brokers, conectTimeoutMs: 5 } as never)).fields).toMatchObject({ option: 'conectTimeoutMs', did_you_mean: 'connectTimeoutMs' });
   });
 
   it('every documented option is accepted', () => {
@@ -61,7 +52,7 @@ describe('unknown options', () => {
   });
 
   it('a message with a misspelt field is refused, not sent to another partition', () => {
-    const e = refusal(() => toBatchRecord({ value: 'v', parition: 2 } as never, 3));
+    const e = thrown(() => toBatchRecord({ value: 'v', parition: 2 } as never, 3));
     expect(e.code).toBe('invalid_parameter');
     expect(e.message).toBe('invalid message 3: unknown field parition (did you mean partition?)');
     expect(toBatchRecord({ key: 'k', value: 'v', headers: { a: 'b' }, partition: 1, timestamp: 5 }, 0).value.toString()).toBe('v');

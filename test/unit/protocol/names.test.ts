@@ -5,18 +5,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Params, checkParams, parseLine } from 'tributary-protocol/command.js';
-import { TributaryError } from 'tributary-protocol/errors.js';
 import { editDistance, nearestName } from 'tributary-protocol/names.js';
+import { thrown } from '../../helpers/util.js';
 
-function refusal(fn: () => void): TributaryError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(TributaryError);
-    return err as TributaryError;
-  }
-  throw new Error('accepted');
-}
 
 describe('editDistance', () => {
   it('counts insertions, deletions, substitutions and neighbour swaps', () => {
@@ -61,21 +52,21 @@ describe('checkParams', () => {
   });
 
   it('refuses an unknown parameter, naming it and the nearest valid one', () => {
-    const e = refusal(() => checkParams(parseLine('CREATE topic=typo partitons=3'), allowed));
+    const e = thrown(() => checkParams(parseLine('CREATE topic=typo partitons=3'), allowed));
     expect(e.code).toBe('invalid_parameter');
     expect(e.fields).toMatchObject({ param: 'partitons', reason: 'unknown parameter', did_you_mean: 'partitions' });
-    const far = refusal(() => checkParams(parseLine('CREATE topic=a qqqqqqq=1'), allowed));
+    const far = thrown(() => checkParams(parseLine('CREATE topic=a qqqqqqq=1'), allowed));
     expect(far.fields).not.toHaveProperty('did_you_mean');
   });
 
   it('refuses positional tokens unless the command takes them', () => {
-    const e = refusal(() => checkParams(parseLine('CREATE topic=sp ace'), allowed));
+    const e = thrown(() => checkParams(parseLine('CREATE topic=sp ace'), allowed));
     expect(e.fields).toMatchObject({ param: 'ace' });
     expect(() => checkParams(parseLine('BATCH_COMMIT topic=a P0:1 P1:2'), allowed, { positional: true })).not.toThrow();
   });
 
   it('bounds the echo of a huge unknown name', () => {
-    const e = refusal(() => checkParams(parseLine(`CREATE ${'k'.repeat(10_000)}=1`), allowed));
+    const e = thrown(() => checkParams(parseLine(`CREATE ${'k'.repeat(10_000)}=1`), allowed));
     expect(String(e.fields.param).length).toBeLessThan(100);
   });
 
@@ -83,7 +74,7 @@ describe('checkParams', () => {
     const p = new Params(parseLine('CREATE topic=a'), allowed);
     expect(p.str('topic')).toBe('a');
     expect(p.int('partitions')).toBeUndefined();
-    expect(refusal(() => p.str('retention_hours')).code).toBe('internal_error');
-    expect(refusal(() => p.has('retention_hours')).code).toBe('internal_error');
+    expect(thrown(() => p.str('retention_hours')).code).toBe('internal_error');
+    expect(thrown(() => p.has('retention_hours')).code).toBe('internal_error');
   });
 });

@@ -1,8 +1,8 @@
-import { type Command, Option } from 'commander';
+import type { Command } from 'commander';
 import type { LocalCluster } from './local-cluster.js';
 import { type ClientOptions, formatAddress, intArg, parseAddress, withBootstrap, withConnection } from './client-util.js';
 import { BrokerUnreachableError, CliError, usageError } from './errors.js';
-import { table } from './group-command.js';
+import { formatOption, table } from './output.js';
 
 function print(line: string): void {
   process.stdout.write(`${line}\n`);
@@ -226,7 +226,7 @@ export function registerClusterCommands(program: Command): void {
       .description('brokers, controller, and leader, epoch, replicas and ISR of every partition, with the under-replicated and leaderless counts')
       .option('--topic <name>', 'only the partitions of this topic')
       .option('--internal', 'also the partitions of internal topics (__consumer_offsets, __transaction_state)')
-      .addOption(new Option('--format <format>', 'table for people, json for scripts').choices(['table', 'json']).default('table'))
+      .addOption(formatOption())
       .option('--json', 'the same as --format json (the broker CLUSTER_STATUS JSON)'),
   ).action(async (opts: StatusOptions & { internal?: boolean; format: 'table' | 'json' }) => {
     const s = await fetchStatus(opts);

@@ -3,6 +3,7 @@ import { Admin, type GroupDescription, type ResetTarget } from 'tributary-client
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type Address, type ClientOptions, clientSecurity, connectFailureMessage, formatAddress, intArg, parseBootstrapList, toCliError, withBootstrap } from './client-util.js';
 import { BrokerUnreachableError, usageError } from './errors.js';
+import { formatOption, table } from './output.js';
 
 type BootstrapOptions = ClientOptions;
 
@@ -63,16 +64,6 @@ export function parseTimestamp(value: string): number {
   throw new InvalidArgumentError('must be milliseconds since the epoch or an ISO 8601 date (2026-01-31T12:00:00Z).');
 }
 
-/** Left-aligned columns, two spaces apart. */
-export function table(header: string[], rows: string[][]): string[] {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: string[]) =>
-    cells
-      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
-      .join('  ')
-      .trimEnd();
-  return [line(header), ...rows.map(line)];
-}
 
 function partitions(ps: number[]): string {
   return ps.length === 0 ? '-' : ps.join(',');
@@ -149,7 +140,7 @@ export function registerGroupCommand(program: Command): void {
     group
       .command('list')
       .description('consumer groups known to the broker, one per line')
-      .addOption(new Option('--format <format>', 'table for people, json for scripts').choices(['table', 'json']).default('table'))
+      .addOption(formatOption())
       .option('--json', 'the same as --format json'),
   ).action(async (opts: JsonOptions & { format: 'table' | 'json' }) => {
     const groups = await withAdmin(opts, (admin) => admin.listGroups());
@@ -162,7 +153,7 @@ export function registerGroupCommand(program: Command): void {
     group
       .command('describe <group>')
       .description('state, generation, members and assignments, committed offsets and lag, recent generations')
-      .addOption(new Option('--format <format>', 'table for people, json for scripts').choices(['table', 'json']).default('table'))
+      .addOption(formatOption())
       .option('--json', 'the same as --format json (the broker GROUP_STATUS JSON)'),
   ).action(async (name: string, opts: JsonOptions & { format: 'table' | 'json' }) => {
     const g = await withAdmin(opts, (admin) => admin.describeGroup(name));

@@ -1,7 +1,8 @@
 import { type Command, Option } from 'commander';
+import type { TopicDescription } from 'tributary-client/admin.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { type ClientOptions, intArg, withBootstrap, withConnection } from './client-util.js';
-import { table } from './group-command.js';
+import { formatOption, table } from './output.js';
 
 interface CreateOptions extends ClientOptions {
   format: 'table' | 'json';
@@ -15,23 +16,6 @@ interface CreateOptions extends ClientOptions {
 interface ListOptions extends ClientOptions {
   internal?: boolean;
   format: 'table' | 'json';
-}
-
-/** DESCRIBE's JSON (docs/protocol.md). */
-interface TopicDescription {
-  topic: string;
-  replication_factor: number;
-  idempotent: boolean;
-  partitioner: string;
-  retention_hours: number;
-  retention_bytes: number;
-  cleanup_policy: string;
-  partitions: Array<{ id: number; leader: string | null; leader_epoch: number; replicas: number[]; isr: number[]; earliest: number; leo: number; hwm: number; lso: number }>;
-}
-
-/** Tables for people, JSON for scripts: the same flag on every listing command. */
-export function formatOption(): Option {
-  return new Option('--format <format>', 'table for people, json for scripts').choices(['table', 'json']).default('table');
 }
 
 function print(line: string): void {
