@@ -316,7 +316,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     batch.timer = setTimeout(() => {
       batch.timer = undefined;
       if (batch.closed) return;
-      batch.closed = true;
+      batch.ready = true; // sendable now; it keeps filling until the sender takes it
       this.sender.pump(this.accumulator.queue(batch.topic, batch.partition));
     }, this.options.lingerMs);
   }

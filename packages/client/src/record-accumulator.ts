@@ -20,6 +20,12 @@ export class ProducerBatch {
   reserved = 0;
   /** A closed batch takes no more records and is ready to send. */
   closed = false;
+  /**
+   * Its linger time is up: it may be sent, but until the sender takes it (an in-flight slot is free)
+   * it keeps taking records, so a short lingerMs never degrades into one record per request while the
+   * partition's slots are busy (docs/sdk.md, "Producer").
+   */
+  ready = false;
   dispatched = false;
   completed = false;
   timer: NodeJS.Timeout | undefined;
@@ -181,6 +187,7 @@ export class RecordAccumulator {
     const out: ProducerBatch[] = [];
     while (this.canSend(q, maxInFlight)) {
       const b = q.batches.shift()!;
+      b.closed = true; // taken: no more records
       q.inFlight.add(b);
       out.push(b);
     }
@@ -189,6 +196,7 @@ export class RecordAccumulator {
 
   /** True when the queue can send its head batch right now. */
   canSend(q: PartitionQueue, maxInFlight: number): boolean {
-    return q.retrying === 0 && q.inFlight.size < maxInFlight && q.batches.length > 0 && q.batches[0]!.closed && !numberingUnsettled(q);
+    const head = q.batches[0];
+    return q.retrying === 0 && q.inFlight.size < maxInFlight && head !== undefined && (head.closed || head.ready) && !numberingUnsettled(q);
   }
 }

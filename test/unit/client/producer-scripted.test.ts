@@ -229,6 +229,30 @@ describe('Producer sender (scripted server)', () => {
     expect(b.values()).toEqual(['0', '1', '2', '3', '4', '5', '6', '7', '8', '9']);
   });
 
+  it('a batch whose lingerMs is up keeps taking records while every in-flight slot is busy', async () => {
+    const b = await broker(1);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    b.onBatch = (batch) => gate.then(() => ack(batch, b.nextOffset(batch)));
+    const p = producer(b, { lingerMs: 1, maxInFlightPerPartition: 2 });
+    const sends = [p.send({ topic: 't', messages: [{ value: 'r0' }] })];
+    await untilReal(() => b.batches.length === 1, 'the first batch');
+    sends.push(p.send({ topic: 't', messages: [{ value: 'r1' }] }));
+    await untilReal(() => b.batches.length === 2, 'the second batch: both slots busy');
+    // Records arriving one at a time, each after its batch's linger time: with the slots busy they all
+    // wait in one batch instead of one batch each.
+    for (let i = 2; i < 22; i++) {
+      sends.push(p.send({ topic: 't', messages: [{ value: `r${i}` }] }));
+      await sleep(3);
+    }
+    release();
+    await Promise.all(sends);
+    expect(b.batches.map((x) => x.batch.records.length)).toEqual([1, 1, 20]);
+    expect(b.values()).toEqual(Array.from({ length: 22 }, (_, i) => `r${i}`));
+  });
+
   it('NOT_LEADER LEADER_IS: the batch is retried on the named leader (retry event), and later batches follow it', async () => {
     const a = await broker(2);
     const b = await broker(2);
