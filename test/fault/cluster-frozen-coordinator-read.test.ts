@@ -27,18 +27,21 @@ describe('a read with a group while its coordinator is frozen', () => {
       const l = await cluster.leaderOf(TOPIC, 0);
       return l.id >= 0 && l.isr.length === 3 ? l : false;
     });
-    // A group coordinated by another broker than the partition's leader.
-    let group = '';
-    let coordId = -1;
-    for (let i = 0; coordId < 0 || coordId === leader.id; i++) {
-      group = `g-frozen-${i}`;
-      coordId = Number(kv(await admin.command('FIND_COORDINATOR', { group })).get('coordinator_id'));
-    }
     const conn = await cluster.connect(leader.id);
     await conn.command('PUBLISH', { topic: TOPIC, partition: 0, acks: 'all', message: 'hello' });
-    // A read with the group before the freeze: the leader's connection to the coordinator is open then.
-    const before = await conn.consume({ topic: TOPIC, partition: 0, offset: 0, group, batch: 10, max_bytes: 1 << 20, isolation: 'read_uncommitted' });
-    expect(before.records.map((r) => r.value.toString())).toEqual(['hello']);
+    // A group coordinated by another broker than the partition's leader, and a read with it before the
+    // freeze (the leader's connection to the coordinator is open then). Right after the cluster formed,
+    // coordinators may still move (preferred leaders): ask again until the answers agree.
+    const { group, coordId } = await cluster.waitFor('a group coordinated off the leader, read once', async () => {
+      for (let i = 0; ; i++) {
+        const g = `g-frozen-${i}`;
+        const id = Number(kv(await admin.command('FIND_COORDINATOR', { group: g })).get('coordinator_id'));
+        if (id < 0 || id === leader.id) continue;
+        const before = await conn.consume({ topic: TOPIC, partition: 0, offset: 0, group: g, batch: 10, max_bytes: 1 << 20, isolation: 'read_uncommitted' });
+        expect(before.records.map((r) => r.value.toString())).toEqual(['hello']);
+        return { group: g, coordId: id };
+      }
+    });
     await conn.close();
 
     await cluster.broker(coordId).kill('SIGSTOP');

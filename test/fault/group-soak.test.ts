@@ -29,6 +29,8 @@ interface Member {
   proc: ChildProcess;
   /** Wall-clock time of a kill -9, which ends every interval the member had open. */
   killedAt?: number;
+  /** Told to close: it leaves the group (a rebalance) and exits. */
+  closing?: boolean;
   exited: Promise<void>;
 }
 
@@ -115,7 +117,7 @@ describe('group soak: random joins, leaves and kills', () => {
       })();
 
       let seq = 0;
-      const live = () => [...members.values()].filter((m) => m.proc.exitCode === null && m.proc.signalCode === null && m.killedAt === undefined);
+      const live = () => [...members.values()].filter((m) => m.proc.exitCode === null && m.proc.signalCode === null && m.killedAt === undefined && !m.closing);
       const join = () => {
         const m = spawnMember(`m${seq++}`, broker.address, events);
         members.set(m.name, m);
@@ -134,6 +136,7 @@ describe('group soak: random joins, leaves and kills', () => {
           actions.join++;
         } else if (r < 0.7) {
           const m = alive[Math.floor(Math.random() * alive.length)]!;
+          m.closing = true;
           m.proc.stdin!.write('close\n');
           actions.leave++;
         } else {
@@ -144,6 +147,9 @@ describe('group soak: random joins, leaves and kills', () => {
         }
       }
       if (live().length === 0) join();
+      // A member told to close leaves the group and so starts one more rebalance: let every one of them
+      // be gone before judging whether the group settled.
+      await Promise.all([...members.values()].filter((m) => m.closing).map((m) => m.exited));
 
       // Settle: every partition owned by a live member, the group stable.
       const deadline = Date.now() + 30_000;

@@ -7,13 +7,33 @@
  * removes its data directory. Servers still running when the test process exits are killed (no etcd leaks).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { trackChild } from './process-registry.js';
 import { removeDir, sleep, tempDir } from './util.js';
 
 const START_TIMEOUT_MS = 30_000;
+
+/** The process state letter of /proc/<pid>/stat (R, S, T, ...); undefined off Linux or once it is gone. */
+function processState(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Waits (bounded, 2 s) for the process state to satisfy `ok`; where /proc is missing it returns at once. */
+async function untilProcessState(pid: number, ok: (state: string) => boolean): Promise<void> {
+  const deadline = Date.now() + 2000;
+  for (;;) {
+    const s = processState(pid);
+    if (s === undefined || ok(s) || Date.now() > deadline) return;
+    await sleep(1);
+  }
+}
 
 /** PATH first, then where Debian puts it. */
 export function findEtcdBinary(): string | undefined {
@@ -182,6 +202,10 @@ export class EtcdServer {
     if (!this.running) return;
     this.proc!.kill(signal);
     if (signal === 'SIGKILL' || signal === 'SIGTERM') await this.exited;
+    // A signal is queued, not applied, when kill() returns: on a loaded machine etcd could still answer
+    // a request sent right after. Wait until the kernel reports the process stopped (or running again).
+    if (signal === 'SIGSTOP') await untilProcessState(this.proc!.pid!, (s) => s === 'T' || s === 't');
+    if (signal === 'SIGCONT') await untilProcessState(this.proc!.pid!, (s) => s !== 'T' && s !== 't');
   }
 
   /** SIGTERM and wait for etcd's clean exit; the data directory stays (see restart()). */
