@@ -1,9 +1,11 @@
+import { spawn } from 'node:child_process';
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Batch, } from 'tributary-protocol/batch.js';
 import { parseLine } from 'tributary-protocol/command.js';
-import { BrokerProcess } from '../helpers/launcher.js';
-import { batchRec, sleep } from '../helpers/util.js';
+import { BrokerProcess, CLI } from '../helpers/launcher.js';
+import { trackChild } from '../helpers/process-registry.js';
+import { batchRec, removeDir, sleep, tempDir, until } from '../helpers/util.js';
 
 const FAST = ['--offsets-topic-partitions', '1'];
 
@@ -110,6 +112,36 @@ describe('broker lifecycle', () => {
       for (const l of prettyLines) expect(() => JSON.parse(l)).toThrow();
     } finally {
       await Promise.all([json.dispose(), pretty.dispose()]);
+    }
+  });
+
+  it('stops on SIGTERM after the reader of its log pipe went away (a log collector that died)', async () => {
+    for (const format of ['json', 'pretty']) {
+      const dir = await tempDir('tributary-deadlog-');
+      try {
+        const child = trackChild(
+          spawn(process.execPath, [CLI, 'broker', 'start', '--port', '0', '--health-port', '0', '--data-dir', dir, '--offsets-topic-partitions', '1', '--log-level', 'info', '--log-format', format], {
+            stdio: ['ignore', 'pipe', 'pipe'],
+          }),
+          'broker',
+        );
+        const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+        // The readers go away after the first log line, while the broker still starts: its listening
+        // line and every later log line go into a broken pipe.
+        await new Promise((resolve) => child.stderr!.once('data', resolve));
+        child.stderr!.destroy();
+        child.stdout!.destroy();
+        const state = await until(() => child.exitCode !== null, 5000, 'exit by itself').then(
+          () => 'exited',
+          () => 'running',
+        );
+        if (state === 'running') child.kill('SIGTERM');
+        const code = await Promise.race([exited, sleep(15_000).then(() => 'still running' as const)]);
+        if (code === 'still running') child.kill('SIGKILL');
+        expect(code, format).not.toBe('still running');
+      } finally {
+        await removeDir(dir);
+      }
     }
   });
 });
