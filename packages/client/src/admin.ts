@@ -1,6 +1,6 @@
 import { type FieldValue, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { type Cluster, clientCluster, type ConnectionEvents, checkStallTimeout, checkTimeoutOption } from './cluster.js';
+import { type Cluster, clientCluster, type ConnectionEvents, checkConnectionOptions } from './cluster.js';
 import { TypedEmitter } from './events.js';
 import type { RetryOptions } from './retry.js';
 import { type Complete, refuseUnknownOptions } from './option-names.js';
@@ -209,12 +209,8 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     if (options.retry !== undefined && (options.retry === null || typeof options.retry !== 'object')) {
       throw new TributaryError('invalid_config', { option: 'retry', reason: 'must be an object' }, 'invalid admin option retry: must be an object');
     }
-    const stall = checkStallTimeout(options.stallTimeoutMs);
-    if (stall) throw new TributaryError('invalid_config', { option: 'stallTimeoutMs', reason: stall }, `invalid admin option stallTimeoutMs: ${stall}`);
-    for (const k of ['connectTimeoutMs', 'bootstrapTimeoutMs'] as const) {
-      const bad = checkTimeoutOption(options[k]);
-      if (bad) throw new TributaryError('invalid_config', { option: k, reason: bad }, `invalid admin option ${k}: ${bad}`);
-    }
+    const bad = checkConnectionOptions(options);
+    if (bad) throw new TributaryError('invalid_config', { option: bad[0], reason: bad[1] }, `invalid admin option ${bad[0]}: ${bad[1]}`);
     this.cluster = clientCluster(options, (e) => this.emit(e.type, e));
   }
 

@@ -51,10 +51,17 @@ export function clientCluster(
   });
 }
 
-/** Checks a connect/bootstrap timeout option: an integer in 1..2^31-1 ms. */
-export function checkTimeoutOption(v: unknown): string | undefined {
-  if (v === undefined) return undefined;
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1 || v > 2 ** 31 - 1) return 'must be an integer 1..2147483647 (ms)';
+/**
+ * The connection options every client takes (stallTimeoutMs, connectTimeoutMs, bootstrapTimeoutMs):
+ * the first that is invalid, as [option, reason], for the client's own invalid_config.
+ */
+export function checkConnectionOptions(o: Pick<ClusterOptions, 'stallTimeoutMs' | 'connectTimeoutMs' | 'bootstrapTimeoutMs'>): [string, string] | undefined {
+  const stall = checkStallTimeout(o.stallTimeoutMs);
+  if (stall) return ['stallTimeoutMs', stall];
+  for (const k of ['connectTimeoutMs', 'bootstrapTimeoutMs'] as const) {
+    const v = o[k];
+    if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1 || v > 2 ** 31 - 1)) return [k, 'must be an integer 1..2147483647 (ms)'];
+  }
   return undefined;
 }
 

@@ -4,7 +4,7 @@
  */
 import { type AssignorName, isAssignorName } from 'tributary-protocol/assignors.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { checkStallTimeout, checkTimeoutOption, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
+import { checkConnectionOptions, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
 import { type Complete, refuseUnknownOptions } from './option-names.js';
 import type { RetryOptions } from './retry.js';
 
@@ -123,12 +123,8 @@ export function validateConsumerOptions(o: ConsumerOptions): void {
   if (o.autoOffsetReset !== undefined && !['earliest', 'latest', 'error'].includes(o.autoOffsetReset)) throw configError('autoOffsetReset', 'expected earliest, latest or error');
   if (o.isolation !== undefined && !['read_committed', 'read_uncommitted'].includes(o.isolation)) throw configError('isolation', 'expected read_committed or read_uncommitted');
   if (o.mode !== undefined && !['poll', 'stream'].includes(o.mode)) throw configError('mode', 'expected poll or stream');
-  const stall = checkStallTimeout(o.stallTimeoutMs);
-  if (stall) throw configError('stallTimeoutMs', stall);
-  for (const k of ['connectTimeoutMs', 'bootstrapTimeoutMs'] as const) {
-    const bad = checkTimeoutOption(o[k]);
-    if (bad) throw configError(k, bad);
-  }
+  const badConnection = checkConnectionOptions(o);
+  if (badConnection) throw configError(...badConnection);
   const session = o.sessionTimeoutMs ?? DEFAULTS.sessionTimeoutMs;
   if ((o.heartbeatIntervalMs ?? Math.min(DEFAULTS.heartbeatIntervalMs, Math.floor(session / 3))) >= session) throw configError('heartbeatIntervalMs', 'must be below sessionTimeoutMs');
 }

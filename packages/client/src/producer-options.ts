@@ -4,7 +4,7 @@
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { DEFAULT_MAX_FRAME_BYTES } from 'tributary-protocol/frame.js';
-import { checkStallTimeout, checkTimeoutOption, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
+import { checkConnectionOptions, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
 import type { RetryOptions } from './retry.js';
 import { type Complete, refuseUnknownOptions } from './option-names.js';
 
@@ -110,12 +110,8 @@ export function validateProducerOptions(o: ProducerOptions): void {
   checkInt(r, 'maxBufferedBytes', 1);
   checkInt(r, 'maxInFlightPerPartition', 1, 1000);
   checkInt(r, 'requestTimeoutMs', 1);
-  const stall = checkStallTimeout(o.stallTimeoutMs);
-  if (stall) throw configError('stallTimeoutMs', stall);
-  for (const k of ['connectTimeoutMs', 'bootstrapTimeoutMs'] as const) {
-    const bad = checkTimeoutOption(o[k]);
-    if (bad) throw configError(k, bad);
-  }
+  const badConnection = checkConnectionOptions(o);
+  if (badConnection) throw configError(...badConnection);
   if (o.retry !== undefined && (o.retry === null || typeof o.retry !== 'object')) throw configError('retry', 'must be an object');
   if (o.idempotent !== undefined && typeof o.idempotent !== 'boolean') throw configError('idempotent', 'must be a boolean');
   if (o.transactionalId !== undefined && (typeof o.transactionalId !== 'string' || o.transactionalId.length === 0 || Buffer.byteLength(o.transactionalId, 'utf8') > 255 || /[\s"=]/.test(o.transactionalId))) {

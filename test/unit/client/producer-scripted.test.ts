@@ -180,6 +180,16 @@ function within<T>(ms: number, p: Promise<T>): Promise<T> {
 
 const FAST = { initialDelayMs: 1, maxDelayMs: 5 };
 
+/** Holds every batch's ack until the returned function is called. */
+function holdAcks(b: FakeBroker): () => void {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => {
+    release = r;
+  });
+  b.onBatch = (batch) => gate.then(() => ack(batch, b.nextOffset(batch)));
+  return release;
+}
+
 describe('Producer sender (scripted server)', () => {
   const brokers: FakeBroker[] = [];
   const producers: Producer[] = [];
@@ -214,11 +224,7 @@ describe('Producer sender (scripted server)', () => {
 
   it('sends at most maxInFlightPerPartition batches of a partition before a reply', async () => {
     const b = await broker(1);
-    let release!: () => void;
-    const gate = new Promise<void>((r) => {
-      release = r;
-    });
-    b.onBatch = (batch) => gate.then(() => ack(batch, b.nextOffset(batch)));
+    const release = holdAcks(b);
     const p = producer(b, { lingerMs: 0, maxBatchRecords: 1, maxInFlightPerPartition: 3 });
     const sends = Array.from({ length: 10 }, (_, i) => p.send({ topic: 't', messages: [{ value: `${i}` }] }));
     await sleep(100);
@@ -231,11 +237,7 @@ describe('Producer sender (scripted server)', () => {
 
   it('a batch whose lingerMs is up keeps taking records while every in-flight slot is busy', async () => {
     const b = await broker(1);
-    let release!: () => void;
-    const gate = new Promise<void>((r) => {
-      release = r;
-    });
-    b.onBatch = (batch) => gate.then(() => ack(batch, b.nextOffset(batch)));
+    const release = holdAcks(b);
     const p = producer(b, { lingerMs: 1, maxInFlightPerPartition: 2 });
     const sends = [p.send({ topic: 't', messages: [{ value: 'r0' }] })];
     await untilReal(() => b.batches.length === 1, 'the first batch');

@@ -173,8 +173,9 @@ export class Broker implements BrokerContext {
       await this.recover();
     } catch (err) {
       // Stay up and unready: serving with groups or offsets missing would be worse than not serving.
-      const reason = this.startAbort.signal.aborted && this.state === 'recovering' ? (this.startAbort.signal.reason as Error) : (err as Error);
       if (this.state !== 'recovering') return; // stopped while recovering
+      // A recovery ended by the startup timeout fails for that reason, not for the abort it caused.
+      const reason = this.startAbort.signal.aborted ? (this.startAbort.signal.reason as Error) : (err as Error);
       this.state = 'failed';
       this.recoveryError = reason;
       this.logger.error({ err: reason }, this.config.exitOnStartupFailure ? 'recovery failed' : 'recovery failed; the broker stays unready');

@@ -1,18 +1,16 @@
 import { isUtf8 } from 'node:buffer';
 import type net from 'node:net';
 import { isBatchBody } from 'tributary-protocol/batch.js';
-import { Params, checkParams, formatError, formatLine, parseLine } from 'tributary-protocol/command.js';
+import { type Params, formatError, formatLine, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
 import type { BrokerContext, ConnectionContext, Reply } from './command-context.js';
 import { lookupCommand } from './commands.js';
-import { STREAM_PARAMS, parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
+import { parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
 import { produceBatch } from './produce-commands.js';
 
 /** How many requests one connection may have in flight before the broker stops reading from it. */
 const MAX_IN_FLIGHT = 1024;
-/** STREAM is served here, not from the command table: its parameters, checked the same way. */
-const STREAM_ALLOWED: ReadonlySet<string> = new Set(STREAM_PARAMS);
 
 export type StreamCloseReason = 'stopped' | 'removed' | 'timeout' | 'error' | 'offset_out_of_range';
 
@@ -117,14 +115,7 @@ export class ClientConnection implements ConnectionContext {
       }
       if (!isUtf8(body)) throw new TributaryError('invalid_encoding');
       const line = parseLine(body.toString('utf8'));
-      const { name, spec, params } = (() => {
-        const head = line.head.toUpperCase();
-        if (head === 'STREAM') {
-          checkParams(line, STREAM_ALLOWED);
-          return { name: head, spec: undefined, params: new Params(line, STREAM_ALLOWED) };
-        }
-        return lookupCommand(line);
-      })();
+      const { name, spec, params } = lookupCommand(line);
       label = name;
       const refused = this.admission(name, this, line);
       if (refused) throw refused;

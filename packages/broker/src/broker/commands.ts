@@ -6,7 +6,7 @@ import { Params, type ParsedLine, checkParams, formatOk } from 'tributary-protoc
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { CommandSpec, Reply } from './command-context.js';
 import { CONNECTION_COMMANDS } from './connection-commands.js';
-import { CONSUME_COMMANDS } from './consume-commands.js';
+import { CONSUME_COMMANDS, STREAM_PARAMS } from './consume-commands.js';
 import { GROUP_COMMANDS } from './group-commands.js';
 import { PRODUCE_COMMANDS } from './produce-commands.js';
 import { REPLICA_COMMANDS } from './replica-commands.js';
@@ -30,18 +30,19 @@ export const COMMANDS: Record<string, CommandSpec> = {
   ...REPLICA_COMMANDS,
 };
 
-/** Each command's declared parameters, as sets. */
-const ALLOWED = new Map(Object.entries(COMMANDS).map(([name, spec]) => [name, new Set(spec.params)]));
+/** Each command's declared parameters, as sets; STREAM's too (the connection serves it itself). */
+const ALLOWED = new Map<string, ReadonlySet<string>>([...Object.entries(COMMANDS).map(([name, spec]) => [name, new Set(spec.params)] as const), ['STREAM', new Set(STREAM_PARAMS)]]);
 
 /**
- * The command a line names, with the parameters it takes; throws unknown_command, and invalid_parameter
- * for a parameter or positional token the command does not take (before anything runs).
+ * The command a line names (no spec for STREAM, which the connection serves), with the parameters it
+ * takes; throws unknown_command, and invalid_parameter for a parameter or positional token the command
+ * does not take (before anything runs).
  */
-export function lookupCommand(line: ParsedLine): { name: string; spec: CommandSpec; params: Params } {
+export function lookupCommand(line: ParsedLine): { name: string; spec: CommandSpec | undefined; params: Params } {
   const name = line.head.toUpperCase();
   const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
-  if (!spec) throw new TributaryError('unknown_command', { command: line.head.length > 64 ? `${line.head.slice(0, 64)}...` : line.head });
-  const allowed = ALLOWED.get(name)!;
-  checkParams(line, allowed, { positional: spec.positional });
+  const allowed = ALLOWED.get(name);
+  if (!allowed) throw new TributaryError('unknown_command', { command: line.head.length > 64 ? `${line.head.slice(0, 64)}...` : line.head });
+  checkParams(line, allowed, { positional: spec?.positional });
   return { name, spec, params: new Params(line, allowed) };
 }

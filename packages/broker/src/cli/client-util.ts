@@ -140,17 +140,16 @@ function isConnectionLoss(err: unknown): boolean {
 
 /**
  * A failed connect says why (refused, unknown host, TLS expected, ...; tributary-protocol's
- * connect-errors): the CLI prints that sentence as it is.
+ * connect-errors): the CLI prints that sentence as it is. Undefined for any other error.
  */
-export function connectFailureMessage(err: unknown, addr: Address): string | undefined {
-  if (!(err instanceof TributaryError)) return undefined;
-  if (err.code === 'brokers_unreachable' || err.fields.cause !== undefined) return `error: ${err.message}`;
-  if (isConnectionLoss(err)) return `error: cannot reach broker at ${formatAddress(addr)}: ${err.message}`;
-  return undefined;
+function connectFailureLine(err: unknown): string | undefined {
+  return err instanceof TributaryError && (err.code === 'brokers_unreachable' || err.fields.cause !== undefined) ? `error: ${err.message}` : undefined;
 }
 
-/** Turn broker errors into the CLI's `error: <code> <fields>` line with exit 1. */
+/** Turn errors into the CLI's one line with exit 1: why a connect failed, a lost connection, `error: <code> <fields>`. */
 export function toCliError(err: unknown, addr?: Address): unknown {
+  const connectFailure = connectFailureLine(err);
+  if (connectFailure) return new BrokerUnreachableError(connectFailure);
   if (addr && isConnectionLoss(err)) return new BrokerUnreachableError(`error: lost connection to broker at ${formatAddress(addr)}`);
   if (err instanceof TributaryError) return new CliError(formatBrokerError(err));
   return err;
@@ -162,9 +161,7 @@ export async function connect(addr: Address, signal?: AbortSignal, security: Cli
     return await Connection.connect({ host: addr.host, port: addr.port, signal, ...sec });
   } catch (err) {
     if (signal?.aborted) throw err;
-    const message = connectFailureMessage(err, addr);
-    if (message) throw new BrokerUnreachableError(message);
-    if (err instanceof TributaryError) throw toCliError(err);
+    if (connectFailureLine(err) || (err instanceof TributaryError && !isConnectionLoss(err))) throw toCliError(err);
     throw new BrokerUnreachableError(`error: cannot reach broker at ${formatAddress(addr)}: ${err instanceof Error ? err.message : String(err)}`);
   }
 }

@@ -4,7 +4,7 @@ import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import type { BatchRecord } from 'tributary-protocol/batch.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
-import { type Address, type ClientOptions, clientSecurity, connect, connectAny, connectFailureMessage, formatAddress, intArg, parseAddress, parseBootstrap, parseBootstrapList, toCliError, withBootstrap } from './client-util.js';
+import { type Address, type ClientOptions, clientSecurity, connect, connectAny, formatAddress, intArg, parseAddress, parseBootstrap, parseBootstrapList, toCliError, withBootstrap } from './client-util.js';
 import { CliError, usageError } from './errors.js';
 
 type Isolation = 'read_committed' | 'read_uncommitted';
@@ -133,7 +133,7 @@ async function consumeInGroup(topic: string, group: string, opts: ConsumeOptions
       if (--remaining <= 0) break;
     }
   } catch (err) {
-    throw connectFailureMessage(err, list[0]!) ? new CliError(connectFailureMessage(err, list[0]!)!) : toCliError(err, list[0]);
+    throw toCliError(err, list[0]);
   } finally {
     await consumer.close();
     process.off('SIGINT', stop);
@@ -145,8 +145,7 @@ async function consumeInGroup(topic: string, group: string, opts: ConsumeOptions
 export async function consume(topic: string, opts: ConsumeOptions): Promise<void> {
   if (opts.group !== undefined) return consumeInGroup(topic, opts.group, opts);
   if (opts.fromBeginning && opts.offset !== undefined) throw usageError('--from-beginning and --offset cannot be combined');
-  parseBootstrapList(opts.bootstrap); // a usage mistake is exit 2 before anything connects
-  let bootstrap: Address = parseBootstrap(opts.bootstrap);
+  let bootstrap: Address = parseBootstrap(opts.bootstrap); // checks every address: exit 2 before anything connects
   const follow = opts.follow === true;
   const conns = new Set<Connection>();
   const abort = new AbortController();

@@ -1,8 +1,7 @@
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { Admin, type GroupDescription, type ResetTarget } from 'tributary-client/admin.js';
-import { TributaryError } from 'tributary-protocol/errors.js';
-import { type Address, type ClientOptions, clientSecurity, connectFailureMessage, formatAddress, intArg, parseBootstrapList, toCliError, withBootstrap } from './client-util.js';
-import { BrokerUnreachableError, usageError } from './errors.js';
+import { type Address, type ClientOptions, clientSecurity, formatAddress, intArg, parseBootstrapList, toCliError, withBootstrap } from './client-util.js';
+import { usageError } from './errors.js';
 import { formatOption, table } from './output.js';
 
 type BootstrapOptions = ClientOptions;
@@ -24,14 +23,6 @@ function print(line: string): void {
   process.stdout.write(`${line}\n`);
 }
 
-/** The connect phase failed (nothing listens, or no answer in time): the SDK says so in its message. */
-function isConnectFailure(err: unknown): boolean {
-  if (!(err instanceof TributaryError)) return false;
-  if (err.code === 'brokers_unreachable') return true;
-  if (err.code === 'connection_lost') return err.fields.cause !== undefined;
-  return err.code === 'request_timeout' && err.fields.reason === 'connect timeout';
-}
-
 /**
  * Runs `fn` with an Admin client on the bootstrap broker and always closes it. Errors follow the CLI's
  * conventions: `cannot reach broker at ...` / `error: <code> <fields>` with exit 1.
@@ -45,7 +36,6 @@ export async function withAdmin<T>(target: string | ClientOptions, fn: (admin: A
   try {
     return await fn(admin);
   } catch (err) {
-    if (isConnectFailure(err)) throw new BrokerUnreachableError(connectFailureMessage(err, addr) ?? `error: cannot reach broker at ${formatAddress(addr)}`);
     throw toCliError(err, addr);
   } finally {
     await admin.close();

@@ -4,7 +4,7 @@ import type { RecordInput } from 'tributary-protocol/record.js';
 import type { Partition } from '../partition/partition.js';
 import { type InternalAppend, localAppend, replayJson } from '../partition/internal-log.js';
 import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
-import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkName, checkPartition } from './offset-store.js';
+import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkFetch, checkName, checkNoRegression } from './offset-store.js';
 
 export const OFFSETS_TOPIC = '__consumer_offsets';
 
@@ -174,21 +174,14 @@ export class LogOffsetStore implements OffsetStore {
   async commit(group: string, topic: string, entries: OffsetEntry[], opts: { force?: boolean } = {}): Promise<void> {
     checkCommit(group, topic, entries);
     if (entries.length === 0) return;
-    if (!opts.force) {
-      for (const e of entries) {
-        const cur = this.cache.get(offsetKey(group, topic, e.partition));
-        if (cur && e.offset < cur.offset) throw new TributaryError('offset_regression', { partition: e.partition, current: cur.offset, requested: e.offset });
-      }
-    }
+    if (!opts.force) checkNoRegression(entries, (p) => this.cache.get(offsetKey(group, topic, p))?.offset);
     const ts = Date.now();
     await this.log.writeOffsets(group, topic, entries, ts);
     for (const e of entries) this.cache.set(offsetKey(group, topic, e.partition), { group, topic, partition: e.partition, offset: e.offset, commitTimestamp: ts });
   }
 
   async fetch(group: string, topic: string, partition: number): Promise<number | undefined> {
-    checkName('group', group);
-    checkName('topic', topic);
-    checkPartition(partition);
+    checkFetch(group, topic, partition);
     return this.cache.get(offsetKey(group, topic, partition))?.offset;
   }
 

@@ -6,7 +6,7 @@
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type Clock, systemClock } from '../common/clock.js';
-import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkName, checkPartition } from './offset-store.js';
+import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkFetch, checkName, checkNoRegression } from './offset-store.js';
 
 export class MemoryOffsetStore implements OffsetStore {
   readonly kind = 'memory';
@@ -34,20 +34,13 @@ export class MemoryOffsetStore implements OffsetStore {
   async commit(group: string, topic: string, entries: OffsetEntry[], opts: { force?: boolean } = {}): Promise<void> {
     checkCommit(group, topic, entries);
     this.assertOpen();
-    if (!opts.force) {
-      for (const e of entries) {
-        const cur = this.offsets.get(MemoryOffsetStore.key(group, topic, e.partition));
-        if (cur && e.offset < cur.offset) throw new TributaryError('offset_regression', { partition: e.partition, current: cur.offset, requested: e.offset });
-      }
-    }
+    if (!opts.force) checkNoRegression(entries, (p) => this.offsets.get(MemoryOffsetStore.key(group, topic, p))?.offset);
     const commitTimestamp = this.clock.now();
     for (const e of entries) this.offsets.set(MemoryOffsetStore.key(group, topic, e.partition), { group, topic, partition: e.partition, offset: e.offset, commitTimestamp });
   }
 
   async fetch(group: string, topic: string, partition: number): Promise<number | undefined> {
-    checkName('group', group);
-    checkName('topic', topic);
-    checkPartition(partition);
+    checkFetch(group, topic, partition);
     return this.offsets.get(MemoryOffsetStore.key(group, topic, partition))?.offset;
   }
 

@@ -5,7 +5,7 @@
  * topic; the PostgreSQL store keeps them in a table of the team's own database; the memory store keeps
  * them only as long as the process lives (tests, throwaway brokers).
  */
-import { invalidParam } from 'tributary-protocol/errors.js';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 
 export interface OffsetEntry {
   partition: number;
@@ -53,6 +53,24 @@ export function checkCommit(group: unknown, topic: unknown, entries: unknown): a
     checkOffset(e!.offset);
     if (seen.has(e!.partition!)) throw invalidParam('partition', `partition ${e!.partition} appears more than once in one commit`);
     seen.add(e!.partition!);
+  }
+}
+
+/** What every store refuses of a fetch: the same name and partition checks as a commit's. */
+export function checkFetch(group: unknown, topic: unknown, partition: unknown): void {
+  checkName('group', group);
+  checkName('topic', topic);
+  checkPartition(partition);
+}
+
+/**
+ * The stores' own monotonicity check (unless forced), for the stores that keep offsets in memory:
+ * offset_regression for the first entry below what `current` holds. PostgreSQL checks it in SQL.
+ */
+export function checkNoRegression(entries: OffsetEntry[], current: (partition: number) => number | undefined): void {
+  for (const e of entries) {
+    const cur = current(e.partition);
+    if (cur !== undefined && e.offset < cur) throw new TributaryError('offset_regression', { partition: e.partition, current: cur, requested: e.offset });
   }
 }
 

@@ -9,7 +9,7 @@
  */
 import pg from 'pg';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
-import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkName, checkPartition } from './offset-store.js';
+import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkFetch, checkName } from './offset-store.js';
 
 export interface PgOffsetStoreOptions {
   /** Used to create a pool the store owns (and ends on close). Ignored when `pool` is given. */
@@ -197,9 +197,7 @@ export class PgOffsetStore implements OffsetStore {
   }
 
   async fetch(group: string, topic: string, partition: number): Promise<number | undefined> {
-    checkName('group', group);
-    checkName('topic', topic);
-    checkPartition(partition);
+    checkFetch(group, topic, partition);
     const res = await this.query<{ next_offset: string }>('fetch', this.sql.fetch, [group, topic, partition]);
     const row = res.rows[0];
     return row === undefined ? undefined : toSafeNumber(row.next_offset, 'next_offset');
