@@ -191,9 +191,10 @@ describe('group durability across kill -9', () => {
       100,
     );
     const s = await groupStatus(admin, GROUP);
-    const change = s.history.at(-1)!;
-    expect(change.reasons).toMatchObject([{ cause: 'expired', member: cId }]);
-    expect(change.reasons[0]!.missedByMs).toBeGreaterThanOrEqual(0);
+    // The generation C's expiry made (on a loaded machine a survivor may rejoin after it: look it up).
+    const change = s.history.find((h) => h.reasons.some((r) => r.cause === 'expired' && r.member === cId));
+    expect(change?.reasons.filter((r) => r.member === cId)).toMatchObject([{ cause: 'expired', member: cId }]);
+    expect(change!.reasons.find((r) => r.member === cId)!.missedByMs).toBeGreaterThanOrEqual(0);
 
     // The survivors take over C's partitions.
     const settled = await settle(admin, [a, b]);
