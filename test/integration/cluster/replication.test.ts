@@ -51,8 +51,11 @@ describe('cluster replication and failover', () => {
       return ps.length === 3 && ps.every((p) => p.isr.length === 3) ? ps : false;
     });
     expect(new Set(s.map((p) => p.leader)).size).toBe(3); // one leader per broker
+    // Each broker learns of the topic from its etcd watch: ask each until it knows it.
     const views = await Promise.all(
-      [0, 1, 2].map(async (id) => parseLine(await (await connectTo(id)).command('METADATA', { topic: 'rep' })).params.get('leaders')),
+      [0, 1, 2].map((id) =>
+        cluster.waitFor(`broker ${id} to know rep`, async () => parseLine(await (await connectTo(id)).command('METADATA', { topic: 'rep' })).params.get('leaders')),
+      ),
     );
     expect(views[1]).toBe(views[0]);
     expect(views[2]).toBe(views[0]);
