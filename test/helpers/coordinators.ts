@@ -30,6 +30,8 @@ export interface Coordinators {
   topics: TopicManager;
   groups: GroupCoordinator;
   txns: TransactionCoordinator;
+  /** The group coordinator's log (a test may replace its writeGroup to refuse or hold a write). */
+  groupLog: GroupLog;
   /** Stops both coordinators and closes every partition. */
   close(): Promise<void>;
 }
@@ -97,6 +99,7 @@ export async function openCoordinators(
     topics,
     groups,
     txns,
+    groupLog,
     async close() {
       await txns.stop();
       await groups.stop();

@@ -349,4 +349,54 @@ describe('GroupCoordinator on a fake clock', () => {
     // Not held behind a transaction this broker cannot see end: the offset is answered.
     expect(gc.fetchOffset('g-tx', TOPIC, 0)).toEqual({ offset: 0, committed: false });
   });
+  it('a request queued behind a refused group write hears COORDINATOR_LOADING while the partition reloads, never group_not_found', async () => {
+    gc.enableOwnership(
+      (p) => new TributaryError('NOT_COORDINATOR', { partition: p }),
+      () => true,
+      () => true,
+      () => true,
+    );
+    for (let p = 0; p < 2; p++) await gc.loadPartition(p);
+    const [va, vb] = await joinTogether('g', [joinReq('g', 'a'), joinReq('g', 'b')]);
+    const sa = await sync('g', va!);
+    await sync('g', vb!);
+
+    // The next group write is held, then refused (a write etcd or the replicas refused: chaos seed 343502639).
+    const write = c.groupLog.writeGroup.bind(c.groupLog);
+    let refuse!: () => void;
+    let held = false;
+    c.groupLog.writeGroup = (snapshot) => {
+      if (held) return write(snapshot);
+      held = true;
+      return new Promise((_, reject) => {
+        refuse = () => reject(new TributaryError('NOT_LEADER', { reason: 'test: the write was refused' }));
+      });
+    };
+    // The reload that follows is held too, so requests are answered while the partition is loading.
+    const replay = c.groupLog.replay.bind(c.groupLog);
+    let openReplay!: () => void;
+    const replayGate = new Promise<void>((resolve) => {
+      openReplay = resolve;
+    });
+    c.groupLog.replay = async (partition) => {
+      await replayGate;
+      return replay(partition);
+    };
+    const leave = gc.leave({ topic: TOPIC, group: 'g', member: vb!.memberId });
+    await until(() => held, 5000, 'the leave to write the group');
+    // Queued on the group's lock behind the held write; the ownership check before the lock has passed.
+    const queued = commit('g', sa, [[sa.assignments[0]!, 3]]);
+    const heartbeatWaiting = gc.heartbeat({ topic: TOPIC, group: 'g', member: sa.memberId, generation: sa.generation, waitMs: 1000 });
+    refuse();
+    await expectError(leave, 'NOT_LEADER');
+    await expectError(queued, 'COORDINATOR_LOADING');
+    // The waiting heartbeat is answered when its wait ends, still during the reload.
+    await clock.advance(1000);
+    await expectError(heartbeatWaiting, 'COORDINATOR_LOADING');
+    openReplay();
+    // Reloaded from the log, which has no trace of the refused leave: b is still a member, and commits work.
+    await until(() => gc.coordinates('g'), 5000, 'the partition to be reloaded');
+    expect(memberIds('g')).toHaveLength(2);
+    await expect(commit('g', sa, [[sa.assignments[0]!, 3]])).resolves.toBe(1);
+  });
 });

@@ -47,7 +47,7 @@ export class GroupAdmin {
   async deleteGroup(groupId: string): Promise<void> {
     this.ctx.checkOwner(groupId);
     validateId('group', groupId);
-    await this.ctx.withGroup(groupId, async () => {
+    await this.ctx.withOwnedGroup(groupId, async () => {
       const g = this.ctx.groups.get(groupId);
       if ((!g || g.deleted) && !this.offsets.committed.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });
       // Pending causes without members are only departures waiting for the join window: nothing can use the
@@ -70,7 +70,7 @@ export class GroupAdmin {
     validateId('group', req.group);
     const topic = this.ctx.topics.get(req.topic);
     const parts = req.partition === undefined ? topic.partitions : [topic.partition(req.partition)];
-    return this.ctx.withGroup(req.group, async () => {
+    return this.ctx.withOwnedGroup(req.group, async () => {
       const g = this.ctx.groups.get(req.group);
       if (g && !g.deleted && g.members.size > 0) throw new TributaryError('group_not_empty', { group: req.group, members: g.members.size });
       const entries: OffsetEntry[] = [];

@@ -47,6 +47,12 @@ export interface GroupContext {
   stopped(): boolean;
   /** Runs `fn` under the group's lock; refused once stopped. */
   withGroup<T>(groupId: string, fn: () => Promise<T> | T): Promise<T>;
+  /**
+   * withGroup for a request: ownership is checked again once the lock is held, because a refused write
+   * ahead in the queue drops the group's partition (GroupCoordinator.resync) and the request must then
+   * hear COORDINATOR_LOADING or NOT_COORDINATOR (retriable), not group_not_found.
+   */
+  withOwnedGroup<T>(groupId: string, fn: () => Promise<T> | T): Promise<T>;
   /** Throws NOT_COORDINATOR / COORDINATOR_LOADING unless this broker coordinates the group (cluster mode). */
   checkOwner(group: string): void;
   /** Whether timers may take decisions now (false while a cluster broker's lease is unconfirmed). */

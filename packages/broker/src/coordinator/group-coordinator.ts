@@ -75,6 +75,11 @@ export class GroupCoordinator {
       groups: this.groups,
       stopped: () => this.stopped,
       withGroup: (groupId, fn) => this.withGroup(groupId, fn),
+      withOwnedGroup: (groupId, fn) =>
+        this.withGroup(groupId, () => {
+          this.checkOwner(groupId);
+          return fn();
+        }),
       checkOwner: (group) => this.checkOwner(group),
       canAct: () => this.canAct(),
       partitionFor: (group) => this.partitionFor(group),

@@ -68,7 +68,7 @@ export class GroupMembership {
     const rebalanceTimeout = req.rebalanceTimeoutMs ?? Math.max(this.ctx.config.defaultRebalanceTimeoutMs, session);
 
     let fresh: Member | undefined;
-    const view = await this.ctx.withGroup(req.group, async (): Promise<MemberView | undefined> => {
+    const view = await this.ctx.withOwnedGroup(req.group, async (): Promise<MemberView | undefined> => {
       let g = this.ctx.groups.get(req.group);
       // Refuse an unknown member id before touching anything: a refused join must neither create the group
       // nor rewrite an empty group's topic, assignor or protocol.
@@ -181,7 +181,7 @@ export class GroupMembership {
     validateId('group', req.group);
     validateId('member', req.member);
     for (;;) {
-      const result = await this.ctx.withGroup(req.group, async (): Promise<MemberView | 'wait'> => {
+      const result = await this.ctx.withOwnedGroup(req.group, async (): Promise<MemberView | 'wait'> => {
         const g = requireGroup(this.ctx.groups, req.group);
         if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
         const m = requireMember(g, req.member);
@@ -202,6 +202,7 @@ export class GroupMembership {
         return this.view(g, m, true);
       });
       if (result !== 'wait') return result;
+      this.ctx.checkOwner(req.group);
       const g = requireGroup(this.ctx.groups, req.group);
       const m = requireMember(g, req.member);
       const before = g.planGeneration;
@@ -244,6 +245,8 @@ export class GroupMembership {
     validateId('group', req.group);
     validateId('member', req.member);
     const check = () => {
+      // Again after the wait: the group's partition may have been given up or dropped meanwhile.
+      this.ctx.checkOwner(req.group);
       const g = requireGroup(this.ctx.groups, req.group);
       const m = requireMember(g, req.member);
       m.lastHeartbeat = this.ctx.clock.now();
@@ -264,7 +267,7 @@ export class GroupMembership {
     this.ctx.checkOwner(req.group);
     validateId('group', req.group);
     validateId('member', req.member);
-    await this.ctx.withGroup(req.group, async () => {
+    await this.ctx.withOwnedGroup(req.group, async () => {
       const g = requireGroup(this.ctx.groups, req.group);
       const m = requireMember(g, req.member);
       await this.rebalancer.removeMember(g, m, 'leave');

@@ -98,7 +98,7 @@ export class GroupOffsets {
       // commit may start while this one is being fsynced (and share its fsync).
       return { write: store.commit(req.group, req.topic, changed) };
     };
-    const { write } = await this.ctx.withGroup(req.group, async () => {
+    const { write } = await this.ctx.withOwnedGroup(req.group, async () => {
       const out = await run();
       // Other stores (PostgreSQL) may finish transactions out of order: keep them serialized per group.
       if (store.kind !== 'log') await out.write;
@@ -158,7 +158,7 @@ export class GroupOffsets {
     validateId('group', req.group);
     validateId('member', req.member);
     if (req.entries.length === 0) throw invalidParam('entries', 'no offsets to send');
-    await this.ctx.withGroup(req.group, () => {
+    await this.ctx.withOwnedGroup(req.group, () => {
       this.checkCommit(req);
       this.markPending(txn, req.group, req.topic, req.entries.map((e) => e.partition));
     });
