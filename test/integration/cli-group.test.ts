@@ -102,11 +102,13 @@ describe('tributary group', () => {
     expect(j.members[0]).toMatchObject({ member_id: member, assignments: [0, 1, 2] });
   });
 
-  it('reset-offsets and delete refuse a group with members (exit 1, the broker error)', async () => {
-    const r = await run('group', 'reset-offsets', GROUP, '--topic', TOPIC, '--to-earliest');
-    expect(r.code).toBe(1);
-    expect(r.stdout).toBe('');
-    expect(r.stderr).toBe(`error: group_not_empty group=${GROUP} members=1\n`);
+  it('reset-offsets --dry-run on a group with members changes nothing; delete refuses it (exit 1, the broker error)', async () => {
+    const r = await run('group', 'reset-offsets', GROUP, '--topic', TOPIC, '--to-earliest', '--dry-run');
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout.split('\n')[0]).toBe(`would reset 3 partitions of ${TOPIC} for group ${GROUP} (dry run: nothing changed)`);
+    const j = JSON.parse((await run('group', 'describe', GROUP, '--json')).stdout);
+    expect(j.total_lag).toBe(1);
     const d = await run('group', 'delete', GROUP);
     expect(d).toEqual({ code: 1, stdout: '', stderr: `error: group_not_empty group=${GROUP} members=1\n` });
   });
@@ -121,7 +123,7 @@ describe('tributary group', () => {
 
     const l = await run('group', 'reset-offsets', GROUP, '--topic', TOPIC, '--partition', '1', '--to-latest', '--json');
     expect(l.code).toBe(0);
-    expect(JSON.parse(l.stdout)).toEqual({ group: GROUP, topic: TOPIC, offsets: [{ partition: 1, offset: 4 }] });
+    expect(JSON.parse(l.stdout)).toEqual({ group: GROUP, topic: TOPIC, dryRun: false, offsets: [{ partition: 1, offset: 4 }] });
 
     const o = await run('group', 'reset-offsets', GROUP, '--topic', TOPIC, '--partition', '2', '--to-offset', '2');
     expect(o.code).toBe(0);

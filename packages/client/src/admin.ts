@@ -2,7 +2,9 @@ import { type FieldValue, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type Cluster, clientCluster, type ConnectionEvents, checkConnectionOptions } from './cluster.js';
 import { TypedEmitter } from './events.js';
-import type { RetryOptions } from './retry.js';
+import { type RetryOptions, retry } from './retry.js';
+import { untilAborted } from './abort.js';
+import { RecordAttr } from 'tributary-protocol/record.js';
 import { type Complete, refuseUnknownOptions } from './option-names.js';
 
 export interface AdminOptions {
@@ -27,7 +29,10 @@ void adminOptionsComplete;
 const CREATE_TOPIC_OPTION_NAMES = ['topic', 'partitions', 'retentionHours', 'retentionBytes', 'replicationFactor', 'partitioner'] as const;
 const createTopicComplete: Complete<CreateTopicOptions, typeof CREATE_TOPIC_OPTION_NAMES> = true;
 void createTopicComplete;
-const RESET_OFFSETS_OPTION_NAMES = ['group', 'topic', 'partition', 'to'] as const;
+const READ_RECORDS_OPTION_NAMES = ['topic', 'partition', 'offset', 'maxRecords', 'maxBytes', 'isolation', 'waitMs'] as const;
+const readRecordsComplete: Complete<ReadRecordsOptions, typeof READ_RECORDS_OPTION_NAMES> = true;
+void readRecordsComplete;
+const RESET_OFFSETS_OPTION_NAMES = ['group', 'topic', 'partition', 'to', 'dryRun'] as const;
 const resetOffsetsComplete: Complete<ResetOffsetsOptions, typeof RESET_OFFSETS_OPTION_NAMES> = true;
 void resetOffsetsComplete;
 
@@ -83,6 +88,17 @@ export interface TopicDescription {
   }>;
 }
 
+/** CLUSTER_STATUS's JSON, field names as on the wire (docs/protocol.md, "Cluster mode"). */
+export interface ClusterStatus {
+  mode: 'standalone' | 'cluster';
+  controller: number | null;
+  broker_id?: number;
+  brokers: Array<{ id: number; address?: string; host?: string; port?: number; alive?: boolean; started_at?: number }>;
+  partitions: Array<{ topic: string; partition: number; leader: number; leader_epoch: number; replicas?: number[]; isr: number[] }>;
+  under_replicated: number;
+  leaderless: number;
+}
+
 export interface PartitionOffsets {
   partition: number;
   /** First retained offset. */
@@ -93,6 +109,42 @@ export interface PartitionOffsets {
   leo: number;
   /** High-water mark. */
   hwm: number;
+  /** With `listOffsets(..., { timestamp })`: the first offset stamped at or after it (the log end when none is). */
+  at?: number;
+}
+
+export interface ReadRecordsOptions {
+  topic: string;
+  partition: number;
+  /** The first offset to read. */
+  offset: number;
+  /** At most this many records (default 100, at most 10000). */
+  maxRecords?: number;
+  /** About this many bytes at most (at least one record is returned when one is readable); default 1 MiB. */
+  maxBytes?: number;
+  /** Default read_committed: open and aborted transactions are not shown. */
+  isolation?: 'read_committed' | 'read_uncommitted';
+  /** Wait up to this long for a record when none is readable yet (default 0). */
+  waitMs?: number;
+}
+
+/** One record as `readRecords` returns it (transaction markers are left out). */
+export interface ReadRecord {
+  offset: number;
+  timestamp: number;
+  key: Buffer | null;
+  value: Buffer;
+  headers: Array<{ key: string; value: Buffer }>;
+  /** Written inside a transaction. */
+  transactional: boolean;
+}
+
+export interface ReadRecordsResult {
+  records: ReadRecord[];
+  /** Where the next read should start (past markers and filtered records). */
+  nextOffset: number;
+  highWatermark: number;
+  logStartOffset: number;
 }
 
 /** GROUP_STATUS's JSON, field names as on the wire (docs/protocol.md, "Consumer groups"). */
@@ -132,6 +184,8 @@ export interface ResetOffsetsOptions {
   /** Default: every partition of the topic. */
   partition?: number;
   to: ResetTarget;
+  /** Compute the new offsets and change nothing (a preview). */
+  dryRun?: boolean;
 }
 
 function invalid(param: string, reason: string): TributaryError {
@@ -171,7 +225,9 @@ export function parseOffsetsList(csv: string): PartitionOffsets[] {
     }
     const partition = Number(head?.replace(/^P/, ''));
     if (!Number.isSafeInteger(partition)) throw new TributaryError('internal_error', { reason: `unexpected LIST_OFFSETS entry ${entry.slice(0, 80)}` });
-    out.push({ partition, earliest: vals.earliest ?? Number.NaN, latest: vals.latest ?? Number.NaN, leo: vals.leo ?? Number.NaN, hwm: vals.hwm ?? Number.NaN });
+    const o: PartitionOffsets = { partition, earliest: vals.earliest ?? Number.NaN, latest: vals.latest ?? Number.NaN, leo: vals.leo ?? Number.NaN, hwm: vals.hwm ?? Number.NaN };
+    if (vals.at !== undefined) o.at = vals.at;
+    out.push(o);
   }
   return out;
 }
@@ -196,6 +252,7 @@ function parsePartitionOffsets(csv: string): Array<{ partition: number; offset: 
  */
 export class Admin extends TypedEmitter<ConnectionEvents> {
   private readonly cluster: Cluster;
+  private readonly retryOptions: RetryOptions | undefined;
   private closed = false;
   private closePromise: Promise<void> | undefined;
 
@@ -212,6 +269,7 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     const bad = checkConnectionOptions(options);
     if (bad) throw new TributaryError('invalid_config', { option: bad[0], reason: bad[1] }, `invalid admin option ${bad[0]}: ${bad[1]}`);
     this.cluster = clientCluster(options, (e) => this.emit(e.type, e));
+    this.retryOptions = options.retry;
   }
 
   private assertOpen(): void {
@@ -276,9 +334,59 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     return rest;
   }
 
-  async listOffsets(topic: string, partition?: number, o: { signal?: AbortSignal } = {}): Promise<PartitionOffsets[]> {
-    const reply = await this.any('LIST_OFFSETS', { topic: requireString('topic', topic), partition: optionalInt('partition', partition, 0) }, o.signal);
+  /** Offsets of every partition (or one); with `timestamp` (ms), also the first offset stamped at or after it. */
+  async listOffsets(topic: string, partition?: number, o: { signal?: AbortSignal; timestamp?: number } = {}): Promise<PartitionOffsets[]> {
+    const fields = { topic: requireString('topic', topic), partition: optionalInt('partition', partition, 0), timestamp: optionalInt('timestamp', o.timestamp, 0) };
+    const reply = await this.any('LIST_OFFSETS', fields, o.signal);
     return parseOffsetsList(parseLine(reply).params.get('offsets') ?? '');
+  }
+
+  /**
+   * Reads records of one partition from its leader, without a group (a browser, an export, a tool):
+   * CONSUME, following NOT_LEADER and retrying what is retriable. Transaction markers are left out;
+   * `nextOffset` says where to continue.
+   */
+  async readRecords(opts: ReadRecordsOptions, o: { signal?: AbortSignal } = {}): Promise<ReadRecordsResult> {
+    const topic = requireString('topic', opts?.topic);
+    refuseUnknownOptions('readRecords', opts, READ_RECORDS_OPTION_NAMES);
+    const partition = requireInt('partition', opts.partition, 0);
+    const offset = requireInt('offset', opts.offset, 0);
+    const maxRecords = optionalInt('maxRecords', opts.maxRecords, 1) ?? 100;
+    if (maxRecords > 10_000) throw invalid('maxRecords', 'at most 10000');
+    const maxBytes = optionalInt('maxBytes', opts.maxBytes, 1);
+    const waitMs = optionalInt('waitMs', opts.waitMs, 0);
+    if (opts.isolation !== undefined && opts.isolation !== 'read_committed' && opts.isolation !== 'read_uncommitted') throw invalid('isolation', 'expected read_committed or read_uncommitted');
+    this.assertOpen();
+    const fields = { topic, partition, offset, batch: maxRecords, max_bytes: maxBytes, isolation: opts.isolation, wait_ms: waitMs || undefined };
+    const batch = await retry(
+      async () => {
+        const addr = await this.cluster.leaderFor(topic, partition, o.signal);
+        try {
+          const conn = await this.cluster.connection(addr, o.signal);
+          return await untilAborted(conn.consume(fields), o.signal);
+        } catch (err) {
+          this.cluster.onLeaderError(topic, partition, err);
+          throw err;
+        }
+      },
+      { ...this.retryOptions, signal: o.signal },
+    );
+    const records = batch.records
+      .filter((r) => (r.attributes & RecordAttr.CONTROL) === 0)
+      .map((r) => ({ offset: r.offset, timestamp: r.timestamp, key: r.key, value: r.value, headers: r.headers, transactional: (r.attributes & RecordAttr.TRANSACTIONAL) !== 0 }));
+    const last = batch.records.at(-1);
+    return {
+      records,
+      nextOffset: batch.trailer?.nextOffset ?? (last ? last.offset + 1 : offset),
+      highWatermark: batch.trailer?.highWatermark ?? Number.NaN,
+      logStartOffset: batch.trailer?.logStartOffset ?? Number.NaN,
+    };
+  }
+
+  /** CLUSTER_STATUS's JSON (needs `admin` when authentication is on): brokers, controller, partition states. */
+  async clusterStatus(o: { signal?: AbortSignal } = {}): Promise<ClusterStatus> {
+    const { status: _status, ...rest } = JSON.parse(await this.any('CLUSTER_STATUS', {}, o.signal)) as ClusterStatus & { status?: string };
+    return rest;
   }
 
   // ---- consumer groups ----
@@ -314,15 +422,18 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
   }
 
   /**
-   * Moves a group's committed offsets (only while the group has no members: `group_not_empty`); may move
-   * them backwards. Returns the new offset of every partition it set.
+   * Moves a group's committed offsets; may move them backwards. On a group with members the coordinator
+   * fences them for the reset partitions and starts a new generation: they rejoin and resume at the new
+   * offsets (docs/sdk.md, "Offsets"). Returns the new offset of every partition it set (or, with
+   * `dryRun`, would set).
    */
   async resetOffsets(opts: ResetOffsetsOptions, o: { signal?: AbortSignal } = {}): Promise<Array<{ partition: number; offset: number }>> {
     const group = requireString('group', opts?.group);
     refuseUnknownOptions('resetOffsets', opts, RESET_OFFSETS_OPTION_NAMES);
     const topic = requireString('topic', opts.topic);
     const partition = optionalInt('partition', opts.partition, 0);
-    const fields: Record<string, FieldValue | undefined> = { group, topic, partition };
+    if (opts.dryRun !== undefined && typeof opts.dryRun !== 'boolean') throw invalid('dryRun', 'must be a boolean');
+    const fields: Record<string, FieldValue | undefined> = { group, topic, partition, dry_run: opts.dryRun ? true : undefined };
     const to = opts.to;
     if (to === 'earliest' || to === 'latest') fields.to = to;
     else if (to && typeof to === 'object' && 'offset' in to) {

@@ -126,6 +126,16 @@ export class GroupMembership {
     ctx.generation = generation;
     ctx.emit('group.join', { memberId, generation, leader: j.get('leader') ?? '', assignments: [...entitled] });
 
+    // Offsets an admin reset (RESET_OFFSETS on a live group): their readers stop without a commit (it would
+    // overwrite the reset, and the coordinator refuses it) and, if still assigned, start again from the
+    // committed offset, as a new partition does.
+    const resetSet = new Set(parseAssignments(j.get('reset')));
+    const reset = [...ctx.workers.values()].filter((w) => resetSet.has(w.partition));
+    for (const w of reset) w.ac.abort(new TributaryError('consumer_rebalancing'));
+    await Promise.allSettled(reset.map((w) => w.loop));
+    for (const w of reset) ctx.workers.delete(w.partition);
+    if (reset.length > 0) ctx.emit('partitions.revoked', { partitions: reset.map((w) => w.partition), generation });
+
     // Revoke first: stop and join the readers and handlers of partitions we no longer hold, commit them.
     const revoked = [...ctx.workers.values()].filter((w) => !entitled.has(w.partition));
     for (const w of revoked) w.ac.abort(new TributaryError('consumer_rebalancing'));
@@ -133,6 +143,7 @@ export class GroupMembership {
     if (revoked.length > 0) ctx.emit('partitions.revoked', { partitions: revoked.map((w) => w.partition), generation });
     await this.committer.commitProcessed(revoked).catch(() => {});
     for (const w of revoked) ctx.workers.delete(w.partition);
+    revoked.push(...reset);
 
     const syncReply = await this.groupCall('SYNC_GROUP', { topic: o.topic, group: o.groupId, member: memberId, generation }, signal);
     const owned = parseAssignments(parseLine(syncReply).params.get('assignments'));

@@ -162,13 +162,36 @@ describe('consumer group offsets', () => {
     expect(await live.commit(zp, 6)).toBe('OK');
   });
 
-  it('RESET_OFFSETS: refused while members exist; earliest, latest, offset and timestamp', async () => {
+  it('RESET_OFFSETS on a live group fences the members for the reset partitions until they rejoin at a new generation', async () => {
     const a = await GroupMember.connect(broker, 'o-reset', 'g-reset', 'r');
     await a.join();
     await a.sync();
+    const gen = a.generation;
     expect(kv(await a.batchCommit('P0:10,P1:10,P2:10,P3:10')).get('batched')).toBe('4');
-    await expectError(admin.command('RESET_OFFSETS', { group: 'g-reset', topic: 'o-reset', to: 'earliest' }), 'group_not_empty');
+    // A dry run answers the offsets and changes nothing.
+    const dry = kv(await admin.command('RESET_OFFSETS', { group: 'g-reset', topic: 'o-reset', partition: 1, to: 'offset', offset: 4, dry_run: true }));
+    expect([dry.get('offsets'), dry.get('dry_run'), dry.get('reset')]).toEqual(['P1:4', 'true', '0']);
     expect((await fetchAll(admin, 'o-reset', 'g-reset', 4)).map((o) => o.offset)).toEqual([10, 10, 10, 10]);
+    expect(kv(await a.heartbeat()).get('generation')).toBe(String(gen));
+
+    const r0 = kv(await admin.command('RESET_OFFSETS', { group: 'g-reset', topic: 'o-reset', partition: 1, to: 'offset', offset: 4 }));
+    expect(r0.get('offsets')).toBe('P1:4');
+    expect((await fetchAll(admin, 'o-reset', 'g-reset', 4)).map((o) => o.offset)).toEqual([10, 4, 10, 10]);
+    // What the member read before the reset cannot overwrite it, not even at its current generation.
+    await expectError(a.batchCommit('P1:11'), 'REBALANCE_IN_PROGRESS', { reason: 'offsets_reset' });
+    expect((await fetchAll(admin, 'o-reset', 'g-reset', 4)).map((o) => o.offset)).toEqual([10, 4, 10, 10]);
+    // It is told to rejoin; its JOIN names the reset partition; after SYNC it commits again, at a new generation.
+    await eventually('the member to be told to rejoin', () => a.heartbeat().then(() => false, (e: { code?: string }) => e.code === 'REBALANCE_IN_PROGRESS'));
+    const j = await a.rejoin();
+    expect(j.get('reset')).toBe('[1]');
+    expect(a.generation).toBeGreaterThan(gen);
+    expect(await a.sync()).toEqual([0, 1, 2, 3]);
+    expect(await fetchOffset(admin, 'o-reset', 'g-reset', 1)).toEqual({ offset: 4, committed: true });
+    expect(kv(await a.batchCommit('P1:5')).get('batched')).toBe('1');
+    expect((await a.rejoin()).has('reset')).toBe(false);
+    await a.sync();
+    const s = await groupStatus(admin, 'g-reset');
+    expect(s.history.some((h) => h.reasons.some((x) => x.cause === 'offsets_reset'))).toBe(true);
     await a.leave();
     // Empty as soon as the last member is gone (its departure's join window may still be open)
     expect((await groupStatus(admin, 'g-reset')).state).toBe('Empty');

@@ -137,8 +137,13 @@ describe('Admin against a broker', () => {
     expect(await admin.fetchOffset('a-group', 'a-groups', 0)).toEqual({ offset: 3, committed: true });
     expect(await admin.fetchOffset('a-group', 'a-groups', 1)).toEqual({ offset: 1, committed: true });
 
-    // a live member blocks resets and deletion
-    expect((await rejection(admin.resetOffsets({ group: 'a-group', topic: 'a-groups', to: 'earliest' }))).code).toBe('group_not_empty');
+    // a live member blocks deletion, not a reset (a dry run changes nothing)
+    expect(await admin.resetOffsets({ group: 'a-group', topic: 'a-groups', to: 'earliest', dryRun: true })).toEqual([
+      { partition: 0, offset: 0 },
+      { partition: 1, offset: 0 },
+    ]);
+    expect(await admin.fetchOffset('a-group', 'a-groups', 0)).toEqual({ offset: 3, committed: true });
+    expect((await rejection(admin.resetOffsets({ group: 'a-group', topic: 'a-groups', to: 'earliest', dryRun: 'yes' as never }))).code).toBe('invalid_parameter');
     expect((await rejection(admin.deleteGroup('a-group'))).code).toBe('group_not_empty');
     await conn.command('LEAVE_GROUP', { topic: 'a-groups', group: 'a-group', member });
 

@@ -385,18 +385,64 @@ describe('GroupCoordinator on a fake clock', () => {
     const leave = gc.leave({ topic: TOPIC, group: 'g', member: vb!.memberId });
     await until(() => held, 5000, 'the leave to write the group');
     // Queued on the group's lock behind the held write; the ownership check before the lock has passed.
-    const queued = commit('g', sa, [[sa.assignments[0]!, 3]]);
-    const heartbeatWaiting = gc.heartbeat({ topic: TOPIC, group: 'g', member: sa.memberId, generation: sa.generation, waitMs: 1000 });
+    const leaveRefused = expectError(leave, 'NOT_LEADER');
+    const queued = expectError(commit('g', sa, [[sa.assignments[0]!, 3]]), 'COORDINATOR_LOADING');
+    const heartbeatWaiting = expectError(gc.heartbeat({ topic: TOPIC, group: 'g', member: sa.memberId, generation: sa.generation, waitMs: 1000 }), 'COORDINATOR_LOADING');
     refuse();
-    await expectError(leave, 'NOT_LEADER');
-    await expectError(queued, 'COORDINATOR_LOADING');
+    await leaveRefused;
+    await queued;
     // The waiting heartbeat is answered when its wait ends, still during the reload.
     await clock.advance(1000);
-    await expectError(heartbeatWaiting, 'COORDINATOR_LOADING');
+    await heartbeatWaiting;
     openReplay();
     // Reloaded from the log, which has no trace of the refused leave: b is still a member, and commits work.
     await until(() => gc.coordinates('g'), 5000, 'the partition to be reloaded');
     expect(memberIds('g')).toHaveLength(2);
     await expect(commit('g', sa, [[sa.assignments[0]!, 3]])).resolves.toBe(1);
+  });
+  it('a reset on a live group: reset partitions leave their owners, old reads cannot overwrite them, a new generation names them until the member syncs', async () => {
+    const [va, vb] = await joinTogether('g', [joinReq('g', 'a'), joinReq('g', 'b')]);
+    const sa = await sync('g', va!);
+    const sb = await sync('g', vb!);
+    const all = [...sa.assignments, ...sb.assignments].map((p): [number, number] => [p, 6]);
+    await commit('g', sa, all.filter(([p]) => sa.assignments.includes(p)));
+    await commit('g', sb, all.filter(([p]) => sb.assignments.includes(p)));
+    const pa = sa.assignments[0]!;
+
+    expect(await gc.resetOffsets({ group: 'g', topic: TOPIC, partition: pa, to: 'offset', value: 2, dryRun: true })).toEqual([{ partition: pa, offset: 2 }]);
+    expect(gc.fetchOffset('g', TOPIC, pa)).toEqual({ offset: 6, committed: true });
+    expect(status('g').state).toBe('Stable');
+
+    expect(await gc.resetOffsets({ group: 'g', topic: TOPIC, partition: pa, to: 'offset', value: 2, by: 'ops' })).toEqual([{ partition: pa, offset: 2 }]);
+    expect(gc.fetchOffset('g', TOPIC, pa)).toEqual({ offset: 2, committed: true });
+    // The old owner's commit of what it read before is refused; b's partitions are untouched.
+    await expectError(commit('g', sa, [[pa, 7]]), 'REBALANCE_IN_PROGRESS');
+    expect(gc.fetchOffset('g', TOPIC, pa)).toEqual({ offset: 2, committed: true });
+    await expect(commit('g', sb, [[sb.assignments[0]!, 7]])).resolves.toBe(1);
+
+    // The join window closes: one new generation, caused by the reset, and both are told to rejoin.
+    await clock.advance(WINDOW);
+    const st = status('g');
+    expect(st.generation).toBe(sa.generation + 1);
+    expect(st.history.at(-1)!.reasons).toEqual([{ cause: 'offsets_reset', member: 'ops' }]);
+    await expectError(heartbeat('g', sa), 'REBALANCE_IN_PROGRESS');
+
+    // A restart in between keeps the fence (the snapshot holds it).
+    await c.close();
+    c = await openCoordinators(dir, clock, { topics: { [TOPIC]: PARTITIONS } });
+    gc = c.groups;
+    await expectError(commit('g', sa, [[pa, 7]]), 'REBALANCE_IN_PROGRESS');
+
+    const ja = await gc.join(joinReq('g', sa.memberId, { generation: sa.generation }));
+    expect(ja.reset).toEqual([pa]);
+    const jb = await gc.join(joinReq('g', sb.memberId, { generation: sb.generation }));
+    expect(jb.reset).toEqual([pa]);
+    const sa2 = await sync('g', ja);
+    await sync('g', jb);
+    expect(sa2.assignments).toContain(pa);
+    expect(gc.fetchOffset('g', TOPIC, pa)).toEqual({ offset: 2, committed: true });
+    await expect(commit('g', sa2, [[pa, 3]])).resolves.toBe(1);
+    // Synced past the reset: later joins no longer name it.
+    expect((await gc.join(joinReq('g', sa2.memberId, { generation: sa2.generation }))).reset).toBeUndefined();
   });
 });

@@ -22,6 +22,7 @@ function memberReply(v: MemberView): string {
     assignments: assignments(v.assignments),
   };
   if (v.protocol === 'client') fields.protocol = 'client';
+  if (v.reset) fields.reset = assignments(v.reset);
   if (v.members) fields.members = v.members.map((m) => `${m.memberId}:${m.owned.join(',')}`).join(';');
   return formatOk(fields);
 }
@@ -158,7 +159,7 @@ async function deleteGroup(b: BrokerContext, _c: ConnectionContext, p: Params): 
   return formatOk({ group, deleted: true });
 }
 
-async function resetOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+async function resetOffsets(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
   const to = p.oneOf('to', ['earliest', 'latest', 'offset', 'timestamp'] as const);
   if (!to) throw invalidParam('to', 'required: earliest, latest, offset or timestamp');
   let value: number | undefined;
@@ -166,8 +167,9 @@ async function resetOffsets(b: BrokerContext, _c: ConnectionContext, p: Params):
   if (to === 'timestamp') value = p.reqInt('timestamp', { min: 0 });
   const group = p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true });
   const topic = p.reqStr('topic', { maxLength: MAX_ID });
-  const entries = await b.coordinator.resetOffsets({ group, topic, partition: p.int('partition', { min: 0, max: 1_000_000 }), to, value });
-  return formatOk({ group, topic, reset: entries.length, offsets: entries.map((e) => `P${e.partition}:${e.offset}`).join(',') });
+  const dryRun = p.bool('dry_run') ?? false;
+  const entries = await b.coordinator.resetOffsets({ group, topic, partition: p.int('partition', { min: 0, max: 1_000_000 }), to, value, dryRun, by: c.principal });
+  return formatOk({ group, topic, reset: dryRun ? 0 : entries.length, dry_run: dryRun, offsets: entries.map((e) => `P${e.partition}:${e.offset}`).join(',') });
 }
 
 export const GROUP_COMMANDS: Record<string, CommandSpec> = {
@@ -182,5 +184,5 @@ export const GROUP_COMMANDS: Record<string, CommandSpec> = {
   GROUP_STATUS: { handler: groupStatus, params: ['group'] },
   LIST_GROUPS: { handler: listGroups, params: [] },
   DELETE_GROUP: { handler: deleteGroup, params: ['group'] },
-  RESET_OFFSETS: { handler: resetOffsets, params: ['group', 'offset', 'partition', 'timestamp', 'to', 'topic'] },
+  RESET_OFFSETS: { handler: resetOffsets, params: ['dry_run', 'group', 'offset', 'partition', 'timestamp', 'to', 'topic'] },
 };

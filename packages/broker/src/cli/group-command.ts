@@ -17,6 +17,7 @@ interface ResetOptions extends JsonOptions {
   toLatest?: boolean;
   toOffset?: number;
   toTimestamp?: number;
+  dryRun?: boolean;
 }
 
 function print(line: string): void {
@@ -154,22 +155,25 @@ export function registerGroupCommand(program: Command): void {
   withBootstrap(
     group
       .command('reset-offsets <group>')
-      .description('move the committed offsets of a group without members (may move them backwards)')
+      .description('move the committed offsets of a group (may move them backwards); live members rejoin and resume at them')
       .requiredOption('--topic <topic>', 'topic whose offsets to reset')
       .option('--partition <n>', 'only this partition (default: every partition)', intArg(0))
       .option('--to-earliest', 'the first retained offset')
       .option('--to-latest', 'the end of the log (last stable offset)')
       .option('--to-offset <n>', 'this offset', intArg(0))
       .addOption(new Option('--to-timestamp <ms|iso>', 'the first record at or after this time').argParser(parseTimestamp))
+      .option('--dry-run', 'print the offsets it would set, change nothing')
       .option('--json', 'print the new offsets as JSON'),
   ).action(async (name: string, opts: ResetOptions) => {
     const to = resetTarget(opts);
-    const entries = await withAdmin(opts, (admin) => admin.resetOffsets({ group: name, topic: opts.topic, partition: opts.partition, to }));
+    const dryRun = opts.dryRun === true;
+    const entries = await withAdmin(opts, (admin) => admin.resetOffsets({ group: name, topic: opts.topic, partition: opts.partition, to, dryRun }));
     if (opts.json) {
-      print(JSON.stringify({ group: name, topic: opts.topic, offsets: entries }));
+      print(JSON.stringify({ group: name, topic: opts.topic, dryRun, offsets: entries }));
       return;
     }
-    print(`reset ${entries.length} partition${entries.length === 1 ? '' : 's'} of ${opts.topic} for group ${name}`);
+    const n = `${entries.length} partition${entries.length === 1 ? '' : 's'}`;
+    print(dryRun ? `would reset ${n} of ${opts.topic} for group ${name} (dry run: nothing changed)` : `reset ${n} of ${opts.topic} for group ${name}`);
     for (const l of table(['PARTITION', 'OFFSET'], entries.map((e) => [String(e.partition), String(e.offset)]))) print(`  ${l}`);
   });
 

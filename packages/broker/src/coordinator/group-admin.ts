@@ -1,17 +1,32 @@
 import client from 'prom-client';
-import { TributaryError } from 'tributary-protocol/errors.js';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { OffsetEntry } from './offset-store.js';
 import { type GroupContext, validateId } from './group-context.js';
 import { type GroupOffsets, getOffset } from './group-offsets.js';
+import type { Rebalancer } from './rebalance.js';
+
+export interface ResetRequest {
+  group: string;
+  topic: string;
+  /** Default: every partition of the topic. */
+  partition?: number;
+  to: 'earliest' | 'latest' | 'offset' | 'timestamp';
+  value?: number;
+  /** Compute the new offsets only. */
+  dryRun?: boolean;
+  /** Who asked (the principal), for the group's history. */
+  by?: string;
+}
 
 /**
- * The admin side of the group coordinator: listing, GROUP_STATUS, deleting a group, resetting an inactive
- * group's offsets, and the lag and member gauges (docs/protocol.md for the commands).
+ * The admin side of the group coordinator: listing, GROUP_STATUS, deleting a group, resetting a group's
+ * offsets, and the lag and member gauges (docs/protocol.md for the commands).
  */
 export class GroupAdmin {
   constructor(
     private readonly ctx: GroupContext,
     private readonly offsets: GroupOffsets,
+    private readonly rebalancer: Rebalancer,
     registry: client.Registry,
   ) {
     const self = this;
@@ -64,15 +79,23 @@ export class GroupAdmin {
     });
   }
 
-  /** Admin reset of an inactive group's offsets (may move them backwards). */
-  async resetOffsets(req: { group: string; topic: string; partition?: number; to: 'earliest' | 'latest' | 'offset' | 'timestamp'; value?: number }): Promise<OffsetEntry[]> {
+  /**
+   * RESET_OFFSETS: sets the group's committed offsets (possibly backwards). On a group with members it is a
+   * coordinator operation (docs/protocol.md, RESET_OFFSETS): the reset partitions leave their owners
+   * first and are persisted so, every member is told of them (`reset=` on its JOIN replies until it syncs
+   * a later generation), and a new generation follows (cause `offsets_reset`). Commits for those
+   * partitions are refused until the member has rejoined, so nothing read before the reset overwrites
+   * it; the members resume from the new offsets. `dryRun` computes the offsets and changes nothing.
+   */
+  async resetOffsets(req: ResetRequest): Promise<OffsetEntry[]> {
     this.ctx.checkOwner(req.group);
     validateId('group', req.group);
     const topic = this.ctx.topics.get(req.topic);
     const parts = req.partition === undefined ? topic.partitions : [topic.partition(req.partition)];
     return this.ctx.withOwnedGroup(req.group, async () => {
       const g = this.ctx.groups.get(req.group);
-      if (g && !g.deleted && g.members.size > 0) throw new TributaryError('group_not_empty', { group: req.group, members: g.members.size });
+      const live = g && !g.deleted && g.members.size > 0 ? g : undefined;
+      if (live && live.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${live.topic}`);
       const entries: OffsetEntry[] = [];
       for (const p of parts) {
         let offset: number;
@@ -84,6 +107,20 @@ export class GroupAdmin {
           if (offset < p.earliest || offset > p.logEndOffset) throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: p.earliest, latest: p.logEndOffset, partition: p.id });
         }
         entries.push({ partition: p.id, offset });
+      }
+      if (req.dryRun) return entries;
+      if (live) {
+        const reset = entries.map((e) => e.partition);
+        for (const m of live.members.values()) {
+          for (const p of reset) {
+            m.reset.add(p);
+            if (m.owned.delete(p) && live.owners.get(p) === m.memberId) live.owners.delete(p);
+          }
+        }
+        live.pendingCauses.push({ cause: 'offsets_reset', member: req.by ?? 'admin' });
+        this.rebalancer.scheduleWindow(live);
+        // Fenced before the offsets move: a refused write here leaves the offsets as they were.
+        await this.ctx.persist(live);
       }
       await this.ctx.offsetStore.commit(req.group, req.topic, entries, { force: true });
       for (const e of entries) this.offsets.setDurable(req.group, req.topic, e.partition, e.offset);

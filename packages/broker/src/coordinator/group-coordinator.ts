@@ -13,7 +13,7 @@ import type { CoordinatorConfig, GroupContext } from './group-context.js';
 import { GroupMembership, type JoinRequest, type MemberView } from './group-membership.js';
 import { Rebalancer } from './rebalance.js';
 import { GroupOffsets } from './group-offsets.js';
-import { GroupAdmin } from './group-admin.js';
+import { GroupAdmin, type ResetRequest } from './group-admin.js';
 import { abortableSleep, backoffDelay, isRetriable } from 'tributary-client/retry.js';
 
 export { type CoordinatorConfig, validateId } from './group-context.js';
@@ -89,7 +89,7 @@ export class GroupCoordinator {
     this.rebalancer = new Rebalancer(ctx, deps.registry);
     this.membership = new GroupMembership(ctx, this.rebalancer);
     this.offsets = new GroupOffsets(ctx);
-    this.admin = new GroupAdmin(ctx, this.offsets, deps.registry);
+    this.admin = new GroupAdmin(ctx, this.offsets, this.rebalancer, deps.registry);
   }
 
   // ---- lifecycle ----
@@ -246,6 +246,7 @@ export class GroupCoordinator {
         notifiedAt: now,
         awaitingSync: false,
         joinedAt: now,
+        reset: new Set(ms.reset ?? []),
       };
       g.members.set(m.memberId, m);
       if (m.instanceId) g.instances.set(m.instanceId, m.memberId);
@@ -281,6 +282,7 @@ export class GroupCoordinator {
         owned: [...m.owned].sort((a, b) => a - b),
         target: m.target,
         needsRejoin: m.needsRejoin,
+        ...(m.reset.size > 0 ? { reset: [...m.reset].sort((a, b) => a - b) } : {}),
       })),
       history: g.history,
       pendingCauses: g.pendingCauses,
@@ -400,7 +402,7 @@ export class GroupCoordinator {
   }
 
   /** Admin reset of an inactive group's offsets (may move them backwards). */
-  resetOffsets(req: { group: string; topic: string; partition?: number; to: 'earliest' | 'latest' | 'offset' | 'timestamp'; value?: number }): Promise<OffsetEntry[]> {
+  resetOffsets(req: ResetRequest): Promise<OffsetEntry[]> {
     return this.admin.resetOffsets(req);
   }
 

@@ -28,6 +28,8 @@ export interface GroupSnapshot {
     owned: number[];
     target: number[];
     needsRejoin: boolean;
+    /** Member.reset (absent in older snapshots and when empty). */
+    reset?: number[];
   }>;
   history: GenerationChange[];
   /**

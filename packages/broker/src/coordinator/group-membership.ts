@@ -26,6 +26,8 @@ export interface MemberView {
   protocol: AssignmentProtocol;
   /** Client-side assignment, to the leader only: every member and what it owns. */
   members?: Array<{ memberId: string; owned: number[] }>;
+  /** Partitions whose offsets an admin reset: the member drops its readers of them and fetches their offsets again. */
+  reset?: number[];
 }
 
 /**
@@ -48,6 +50,7 @@ export class GroupMembership {
       assignments: owned ? [...m.owned].sort((a, b) => a - b) : g.entitlement(m),
       protocol: g.protocol,
     };
+    if (m.reset.size > 0) v.reset = [...m.reset].sort((a, b) => a - b);
     if (g.protocol === 'client' && g.leaderId === m.memberId) {
       v.members = [...g.members.values()].map((x) => ({ memberId: x.memberId, owned: [...x.owned].sort((a, b) => a - b) }));
     }
@@ -122,6 +125,7 @@ export class GroupMembership {
         notifiedAt: now,
         awaitingSync: true,
         joinedAt: now,
+        reset: new Set(),
       };
       g.members.set(m.memberId, m);
       if (m.instanceId) g.instances.set(m.instanceId, m.memberId);
@@ -155,6 +159,7 @@ export class GroupMembership {
       lastHeartbeat: now,
       owned: new Set(prev.owned),
       target: [...prev.target],
+      reset: new Set(prev.reset),
       awaitingSync: true,
       needsRejoin: false,
       notifiedAt: now,

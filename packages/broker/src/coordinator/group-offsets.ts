@@ -136,6 +136,8 @@ export class GroupOffsets {
       if (seen.has(e.partition)) throw invalidParam('entries', `partition ${e.partition} given twice`);
       seen.add(e.partition);
       const part = topic.partition(e.partition);
+      // Its offset was reset by an admin: what this member read before must not overwrite it; it rejoins.
+      if (m.reset.has(e.partition)) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: g.groupId, generation: g.generation, reason: 'offsets_reset', partition: e.partition });
       if (g.owners.get(e.partition) !== m.memberId) throw new TributaryError('NOT_OWNER', { partition: e.partition, member: m.memberId });
       if (e.offset > part.logEndOffset) throw invalidParam('offset', `partition ${e.partition}: ${e.offset} is beyond the log end ${part.logEndOffset}`);
       const cur = getOffset(this.reserved, req.group, req.topic, e.partition);

@@ -31,9 +31,15 @@ export interface Member {
   /** Joined (or rejoined) but has not yet confirmed its assignment with SYNC_GROUP. */
   awaitingSync: boolean;
   joinedAt: number;
+  /**
+   * Partitions whose committed offsets an admin reset while this member was in the group: it may hold a
+   * reader positioned before the reset, so its JOIN replies name them (`reset=`) until it has synced a
+   * later generation, and its commits for them are refused (docs/protocol.md, RESET_OFFSETS).
+   */
+  reset: Set<number>;
 }
 
-export type ChangeCause = 'join' | 'leave' | 'expired' | 'rebalance_timeout' | 'static_replace' | 'subscription' | 'deleted';
+export type ChangeCause = 'join' | 'leave' | 'expired' | 'rebalance_timeout' | 'static_replace' | 'subscription' | 'deleted' | 'offsets_reset';
 
 export interface ChangeReason {
   cause: ChangeCause;
@@ -119,6 +125,8 @@ export class ConsumerGroup {
    * its target and takes the free partitions of its target. Returns the partitions freed by the revocation.
    */
   applySync(m: Member): number[] {
+    // Synced a generation that began after the reset: the member fetched the reset partitions' offsets anew.
+    m.reset.clear();
     const target = new Set(m.target);
     const freed: number[] = [];
     for (const p of [...m.owned]) {
