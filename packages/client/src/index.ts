@@ -41,6 +41,10 @@ export {
   type GroupDescription,
   type ResetOffsetsOptions,
   type ResetTarget,
+  type ReadRecordsOptions,
+  type ReadRecord,
+  type ReadRecordsResult,
+  type ClusterStatus,
 } from './admin.js';
 export {
   Transaction,

@@ -11,6 +11,8 @@ import type { BrokerContext } from './command-context.js';
 import type { BrokerConfig } from '../common/config.js';
 import { type DataDirLock, lockDataDir } from './data-dir-lock.js';
 import { createHealthServer } from './http-server.js';
+import { AdminApi } from '../http/admin-api.js';
+import { ApiClients, selfConnection } from '../http/api-clients.js';
 import type { Logger } from '../common/logger.js';
 import { BrokerMetrics } from '../common/metrics.js';
 import { TopicManager } from '../partition/topic-manager.js';
@@ -61,6 +63,8 @@ export class Broker implements BrokerContext {
   readonly security: Security;
   private readonly perAddress: AddressLimiter;
   private readonly health: http.Server;
+  /** The SDK clients the admin API acts through (src/http/api-clients.ts). */
+  private readonly apiClients: ApiClients;
   private readonly connections = new Set<ClientConnection>();
   private state: State = 'new';
   private boundPort = 0;
@@ -124,7 +128,14 @@ export class Broker implements BrokerContext {
     this.security = new Security(config, logger.child({ component: 'security' }));
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
     this.server = this.createServer();
-    this.health = createHealthServer(this.metrics, () => (this.state === 'ready' ? { ready: true } : { ready: false, reason: this.unreadyReason() }));
+    let self: ReturnType<typeof selfConnection> | undefined;
+    const selfConn = () => (self ??= selfConnection(config, this.boundPort));
+    this.apiClients = new ApiClients(
+      () => selfConn().address,
+      () => selfConn().tls,
+    );
+    const api = new AdminApi({ config, clients: this.apiClients, logger: logger.child({ component: 'admin-api' }) });
+    this.health = createHealthServer(this.metrics, () => (this.state === 'ready' ? { ready: true } : { ready: false, reason: this.unreadyReason() }), api);
   }
 
   get brokerId(): number {
@@ -391,6 +402,7 @@ export class Broker implements BrokerContext {
     if (this.state === 'stopping' || this.state === 'stopped') return;
     this.state = 'stopping';
     this.logger.info({ reason }, 'broker stopping');
+    await this.apiClients.close();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.topics.beginClose();
     const drain = Promise.all([...this.connections].map((c) => c.shutdown()));
@@ -403,7 +415,10 @@ export class Broker implements BrokerContext {
     await this.cluster?.close();
     await this.topics.close();
     if (!this.cluster) await this.store.close();
-    await new Promise<void>((resolve) => this.health.close(() => resolve()));
+    const healthClosed = new Promise<void>((resolve) => this.health.close(() => resolve()));
+    // Live tails (Server-Sent Events) never end by themselves.
+    this.health.closeAllConnections();
+    await healthClosed;
     await this.dataDirLock?.release();
     this.state = 'stopped';
     this.logger.info('broker stopped');

@@ -1,23 +1,34 @@
 import http from 'node:http';
 import type { BrokerMetrics } from '../common/metrics.js';
+import type { AdminApi } from '../http/admin-api.js';
 
 /**
  * /live (process up), /ready (recovery done, accepting requests; 503 with what it is waiting for
- * otherwise) and /metrics (Prometheus).
+ * otherwise), /metrics (Prometheus) and the JSON admin API under /api/v1/ (docs/http-api.md).
  */
-export function createHealthServer(metrics: BrokerMetrics, readiness: () => { ready: boolean; reason?: string }): http.Server {
+export function createHealthServer(metrics: BrokerMetrics, readiness: () => { ready: boolean; reason?: string }, api?: AdminApi): http.Server {
   return http.createServer((req, res) => {
-    const url = req.url?.split('?')[0];
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://broker');
+    } catch {
+      res.writeHead(400).end();
+      return;
+    }
+    if (api && (url.pathname === '/api/v1' || url.pathname.startsWith('/api/v1/'))) {
+      void api.handle(req, res, url);
+      return;
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405).end();
       return;
     }
-    if (url === '/live') {
+    if (url.pathname === '/live') {
       res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
-    } else if (url === '/ready') {
+    } else if (url.pathname === '/ready') {
       const { ready, reason } = readiness();
       res.writeHead(ready ? 200 : 503, { 'content-type': 'text/plain' }).end(ready ? 'ready\n' : `not ready: ${reason ?? 'starting'}\n`);
-    } else if (url === '/metrics') {
+    } else if (url.pathname === '/metrics') {
       metrics.registry.metrics().then(
         (body) => res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(body),
         (err: Error) => res.writeHead(500).end(err.message),

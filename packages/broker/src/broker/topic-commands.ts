@@ -76,6 +76,7 @@ function partitionState(b: BrokerContext, p: Partition) {
       leo: p.logEndOffset,
       hwm: p.highWatermark,
       lso: p.lastStableOffset,
+      size_bytes: p.log.sizeBytes,
     };
   }
   return {
@@ -89,6 +90,7 @@ function partitionState(b: BrokerContext, p: Partition) {
     leo: p.logEndOffset,
     hwm: p.highWatermark,
     lso: p.lastStableOffset,
+    size_bytes: p.log.sizeBytes,
   };
 }
 
@@ -128,10 +130,13 @@ function metadata(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
 async function listOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
   const only = p.int('partition', { min: 0, max: 1_000_000 });
+  const timestamp = p.int('timestamp', { min: 0 });
   const parts = only === undefined ? topic.partitions : [topic.partition(only)];
   // `latest` is the LSO: exact once the transaction index is rebuilt (just after open it is a lower bound).
   await Promise.all(parts.map((x) => x.whenTxnIndexReady()));
-  const local = (x: Partition) => `P${x.id}:earliest=${x.earliest}:latest=${x.lastStableOffset}:leo=${x.logEndOffset}:hwm=${x.highWatermark}`;
+  // `at`: the first offset whose record is stamped at or after `timestamp` (the log end when none is).
+  const at = async (x: Partition) => (timestamp === undefined ? '' : `:at=${await x.log.offsetForTimestamp(timestamp)}`);
+  const local = async (x: Partition) => `P${x.id}:earliest=${x.earliest}:latest=${x.lastStableOffset}:leo=${x.logEndOffset}:hwm=${x.highWatermark}${await at(x)}`;
   // Cluster mode: a follower's HWM and LSO trail its leader's, so partitions led elsewhere are asked of
   // their leaders (a follower's own view only when the leader cannot be asked).
   const offsets = await Promise.all(
@@ -139,7 +144,7 @@ async function listOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): 
       const cluster = b.cluster;
       if (!cluster || cluster.isLeader(topic.name, x.id)) return local(x);
       try {
-        const reply = await (await cluster.leaderPeer(topic.name, x.id)).command('LIST_OFFSETS', { topic: topic.name, partition: x.id });
+        const reply = await (await cluster.leaderPeer(topic.name, x.id)).command('LIST_OFFSETS', { topic: topic.name, partition: x.id, timestamp });
         return parseLine(reply).params.get('offsets') ?? local(x);
       } catch {
         return local(x);
@@ -172,6 +177,6 @@ export const TOPIC_COMMANDS: Record<string, CommandSpec> = {
   LIST: { handler: list, params: [] },
   DESCRIBE: { handler: describe, params: ['topic'] },
   METADATA: { handler: metadata, params: ['topic'] },
-  LIST_OFFSETS: { handler: listOffsets, params: ['partition', 'topic'] },
+  LIST_OFFSETS: { handler: listOffsets, params: ['partition', 'timestamp', 'topic'] },
   CLUSTER_STATUS: { handler: clusterStatus, params: [] },
 };

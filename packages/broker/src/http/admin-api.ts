@@ -1,0 +1,539 @@
+/**
+ * The JSON admin API under `/api/v1/` on the broker's HTTP port (docs/http-api.md). Every route acts
+ * through the SDK as the caller (api-clients.ts), so permissions, topic ACLs, redirects and retries are
+ * exactly those of the wire protocol. Bad input gets a 4xx with a JSON error body and changes nothing.
+ */
+import type http from 'node:http';
+import { isUtf8 } from 'node:buffer';
+import type { Admin, ReadRecord } from 'tributary-client/admin.js';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import type { BrokerConfig } from '../common/config.js';
+import type { Logger } from '../common/logger.js';
+import type { ApiClient, ApiClients } from './api-clients.js';
+import { Query, checkInt, credentialsOf, readJsonBody, sendError, sendJson } from './api-request.js';
+
+/** A search reads at most this many records per request (`scan_limit`). */
+export const MAX_SCAN = 100_000;
+/** A range read or a search answers at most this many records (`limit`). */
+export const MAX_LIMIT = 1000;
+/** Describing every topic or group for a list: at most this many at once. */
+const LIST_CONCURRENCY = 8;
+
+type Handler = (ctx: RouteContext) => Promise<void>;
+
+interface RouteContext {
+  req: http.IncomingMessage;
+  res: http.ServerResponse;
+  url: URL;
+  params: string[];
+  client: ApiClient;
+  /** The caller's principal (authentication on), for the group history of a reset. */
+  principal: string | undefined;
+}
+
+interface Route {
+  method: string;
+  pattern: RegExp;
+  handler: Handler;
+}
+
+export interface AdminApiDeps {
+  config: BrokerConfig;
+  clients: ApiClients;
+  logger: Logger;
+}
+
+/** A path segment: a topic or group name, percent-decoded. */
+function segment(raw: string): string {
+  let v: string;
+  try {
+    v = decodeURIComponent(raw);
+  } catch {
+    throw invalidParam('path', 'malformed percent-encoding');
+  }
+  if (v.length === 0) throw invalidParam('path', 'empty name');
+  return v;
+}
+
+/** Keys, values and header values as JSON: UTF-8 text when they are, base64 otherwise (with the encoding named). */
+function bytesJson(b: Buffer | null): { text: string | null; encoding: 'utf8' | 'base64' } {
+  if (b === null) return { text: null, encoding: 'utf8' };
+  return isUtf8(b) ? { text: b.toString('utf8'), encoding: 'utf8' } : { text: b.toString('base64'), encoding: 'base64' };
+}
+
+function recordJson(partition: number, r: ReadRecord) {
+  const key = bytesJson(r.key);
+  const value = bytesJson(r.value);
+  return {
+    partition,
+    offset: r.offset,
+    timestamp: r.timestamp,
+    key: key.text,
+    keyEncoding: key.encoding,
+    value: value.text,
+    valueEncoding: value.encoding,
+    headers: r.headers.map((h) => {
+      const v = bytesJson(h.value);
+      return { key: h.key, value: v.text, encoding: v.encoding };
+    }),
+    transactional: r.transactional,
+  };
+}
+
+async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
+}
+
+function str(body: Record<string, unknown>, name: string, opts: { required?: boolean } = {}): string | undefined {
+  const v = body[name];
+  if (v === undefined || v === null) {
+    if (opts.required) throw invalidParam(name, 'required');
+    return undefined;
+  }
+  if (typeof v !== 'string') throw invalidParam(name, 'must be a string');
+  return v;
+}
+
+function optInt(body: Record<string, unknown>, name: string, opts: { min?: number; max?: number } = {}): number | undefined {
+  return body[name] === undefined ? undefined : checkInt(name, body[name], opts);
+}
+
+/** A message's key/value from a produce body: text, or base64 with `encoding: "base64"`. */
+function bytesOf(name: string, v: string | undefined, encoding: 'utf8' | 'base64'): Buffer | undefined {
+  if (v === undefined) return undefined;
+  if (encoding === 'utf8') return Buffer.from(v, 'utf8');
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(v) || v.length % 4 !== 0) throw invalidParam(name, 'not valid base64');
+  return Buffer.from(v, 'base64');
+}
+
+// ---- topics ----
+
+async function listTopics({ url, res, client }: RouteContext): Promise<void> {
+  const q = new Query(url.searchParams, ['internal']);
+  const internal = q.oneOf('internal', ['true', 'false'] as const) === 'true';
+  const names = await client.admin.listTopics({ includeInternal: internal });
+  const topics = await mapLimit(names, LIST_CONCURRENCY, async (name) => {
+    try {
+      const d = await client.admin.describeTopic(name);
+      return {
+        name,
+        partitions: d.partitions.length,
+        replicationFactor: d.replication_factor,
+        underReplicated: d.partitions.filter((p) => p.isr.length < p.replicas.length).length,
+        leaderless: d.partitions.filter((p) => p.leader === null || p.leader === '-').length,
+        records: d.partitions.reduce((n, p) => n + Math.max(0, p.hwm - p.earliest), 0),
+        sizeBytes: d.partitions.reduce((n, p) => n + ((p as { size_bytes?: number }).size_bytes ?? 0), 0),
+      };
+    } catch (err) {
+      // Deleted between the list and the describe.
+      if ((err as TributaryError).code === 'topic_not_found') return undefined;
+      throw err;
+    }
+  });
+  sendJson(res, 200, { topics: topics.filter((t) => t !== undefined) });
+}
+
+async function describeTopic({ url, res, client, params }: RouteContext): Promise<void> {
+  new Query(url.searchParams, []);
+  const name = segment(params[0]!);
+  const d = await client.admin.describeTopic(name);
+  // DESCRIBE answers from the broker asked; the offsets come from each partition's leader.
+  const offsets = new Map((await client.admin.listOffsets(name)).map((o) => [o.partition, o]));
+  sendJson(res, 200, {
+    name: d.topic,
+    topicId: d.topic_id,
+    replicationFactor: d.replication_factor,
+    idempotent: d.idempotent,
+    partitioner: d.partitioner,
+    retentionHours: d.retention_hours,
+    retentionBytes: d.retention_bytes,
+    cleanupPolicy: d.cleanup_policy,
+    partitions: d.partitions.map((p) => {
+      const o = offsets.get(p.id);
+      return {
+        partition: p.id,
+        leader: p.leader,
+        leaderId: p.leader_id,
+        leaderEpoch: p.leader_epoch,
+        replicas: p.replicas,
+        isr: p.isr,
+        earliest: o?.earliest ?? p.earliest,
+        logEnd: o?.leo ?? p.leo,
+        highWatermark: o?.hwm ?? p.hwm,
+        lastStable: o?.latest ?? p.lso,
+        sizeBytes: (p as { size_bytes?: number }).size_bytes ?? null,
+      };
+    }),
+  });
+}
+
+const CREATE_FIELDS = ['name', 'partitions', 'replicationFactor', 'retentionHours', 'retentionBytes', 'partitioner'] as const;
+
+async function createTopic({ req, url, res, client }: RouteContext): Promise<void> {
+  new Query(url.searchParams, []);
+  const body = await readJsonBody(req, CREATE_FIELDS);
+  const partitioner = str(body, 'partitioner');
+  if (partitioner !== undefined && partitioner !== 'hash_key' && partitioner !== 'round_robin') throw invalidParam('partitioner', 'expected hash_key or round_robin');
+  const created = await client.admin.createTopic({
+    topic: str(body, 'name', { required: true })!,
+    partitions: optInt(body, 'partitions', { min: 1, max: 100_000 }),
+    replicationFactor: optInt(body, 'replicationFactor', { min: 1, max: 100 }),
+    retentionHours: optInt(body, 'retentionHours', { min: -1 }),
+    retentionBytes: optInt(body, 'retentionBytes', { min: -1 }),
+    partitioner,
+  });
+  const { topic, created: isNew, ...rest } = created;
+  sendJson(res, isNew ? 201 : 200, { name: topic, created: isNew, ...rest });
+}
+
+async function deleteTopic({ url, res, client, params }: RouteContext): Promise<void> {
+  new Query(url.searchParams, []);
+  await client.admin.deleteTopic(segment(params[0]!));
+  res.writeHead(204).end();
+}
+
+/** The partitions a request names (`partition=`), checked against the topic. */
+async function partitionsOf(admin: Admin, topic: string, only: number | undefined): Promise<number[]> {
+  const d = await admin.describeTopic(topic);
+  if (only === undefined) return d.partitions.map((p) => p.id);
+  if (!d.partitions.some((p) => p.id === only)) throw new TributaryError('partition_not_found', { topic, partition: only });
+  return [only];
+}
+
+async function readMessages({ url, res, client, params }: RouteContext): Promise<void> {
+  const q = new Query(url.searchParams, ['partition', 'offset', 'timestamp', 'limit', 'isolation']);
+  const topic = segment(params[0]!);
+  const partition = q.int('partition', { max: 1_000_000 });
+  if (partition === undefined) throw invalidParam('partition', 'required');
+  const limit = q.int('limit', { min: 1, max: MAX_LIMIT }) ?? 100;
+  const isolation = q.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const);
+  const offsetParam = q.int('offset');
+  const timestamp = q.int('timestamp');
+  if (offsetParam !== undefined && timestamp !== undefined) throw invalidParam('timestamp', 'give offset or timestamp, not both');
+  const [o] = await client.admin.listOffsets(topic, partition, { timestamp });
+  if (!o) throw new TributaryError('partition_not_found', { topic, partition });
+  const offset = offsetParam ?? o.at ?? o.earliest;
+  if (offset < o.earliest || offset > o.leo) throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: o.earliest, latest: o.leo, partition });
+  const records = [];
+  let next = offset;
+  // A read may return fewer than asked (max bytes, filtered markers): continue until `limit` or the end.
+  while (records.length < limit) {
+    const end = isolation === 'read_uncommitted' ? o.hwm : o.latest;
+    if (next >= end) break;
+    const r = await client.admin.readRecords({ topic, partition, offset: next, maxRecords: limit - records.length, isolation });
+    for (const rec of r.records) records.push(recordJson(partition, rec));
+    if (r.nextOffset <= next) break;
+    next = r.nextOffset;
+  }
+  sendJson(res, 200, { topic, partition, offset, nextOffset: next, earliest: o.earliest, highWatermark: o.hwm, lastStable: o.latest, messages: records });
+}
+
+const PRODUCE_FIELDS = ['key', 'value', 'headers', 'partition', 'encoding'] as const;
+
+async function produceMessage({ req, url, res, client, params }: RouteContext): Promise<void> {
+  new Query(url.searchParams, []);
+  const topic = segment(params[0]!);
+  const body = await readJsonBody(req, PRODUCE_FIELDS);
+  const encoding = (str(body, 'encoding') ?? 'utf8') as 'utf8' | 'base64';
+  if (encoding !== 'utf8' && encoding !== 'base64') throw invalidParam('encoding', 'expected utf8 or base64');
+  const value = bytesOf('value', str(body, 'value', { required: true }), encoding)!;
+  const key = bytesOf('key', str(body, 'key'), encoding);
+  const headers: Array<{ key: string; value: Buffer }> = [];
+  if (body.headers !== undefined) {
+    if (body.headers === null || typeof body.headers !== 'object' || Array.isArray(body.headers)) throw invalidParam('headers', 'expected an object of string values');
+    for (const [k, v] of Object.entries(body.headers as Record<string, unknown>)) {
+      if (typeof v !== 'string') throw invalidParam('headers', `header ${k}: must be a string`);
+      headers.push({ key: k, value: bytesOf(`headers.${k}`, v, encoding)! });
+    }
+  }
+  const partition = optInt(body, 'partition', { max: 1_000_000 });
+  if (partition !== undefined) await partitionsOf(client.admin, topic, partition);
+  else await client.admin.describeTopic(topic); // a clear topic_not_found before the producer waits for metadata
+  const [meta] = await client.producer().send({ topic, messages: [{ key: key ?? null, value, headers, partition }] });
+  sendJson(res, 201, { topic, partition: meta!.partition, offset: meta!.offset });
+}
+
+/** A header filter: `name` (present) or `name=value`. */
+function headerFilter(spec: string | undefined): ((r: ReadRecord) => boolean) | undefined {
+  if (spec === undefined) return undefined;
+  const eq = spec.indexOf('=');
+  const name = eq < 0 ? spec : spec.slice(0, eq);
+  if (name.length === 0) throw invalidParam('header', 'expected name or name=value');
+  const value = eq < 0 ? undefined : Buffer.from(spec.slice(eq + 1), 'utf8');
+  return (r) => r.headers.some((h) => h.key === name && (value === undefined || h.value.equals(value)));
+}
+
+async function searchMessages({ url, res, client, params }: RouteContext): Promise<void> {
+  const q = new Query(url.searchParams, ['partition', 'key', 'value', 'header', 'from', 'scan_limit', 'limit', 'isolation']);
+  const topic = segment(params[0]!);
+  const scanLimit = q.int('scan_limit', { min: 1, max: MAX_SCAN }) ?? 10_000;
+  const limit = q.int('limit', { min: 1, max: MAX_LIMIT }) ?? 100;
+  const isolation = q.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const);
+  const key = q.str('key');
+  const value = q.str('value');
+  const header = headerFilter(q.str('header'));
+  if (key === undefined && value === undefined && header === undefined) throw invalidParam('key', 'give at least one of key, value, header');
+  const from = q.int('from');
+  const partitions = await partitionsOf(client.admin, topic, q.int('partition', { max: 1_000_000 }));
+  const keyBuf = key === undefined ? undefined : Buffer.from(key, 'utf8');
+  const valueBuf = value === undefined ? undefined : Buffer.from(value, 'utf8');
+  const matches = [];
+  const next: Record<number, number> = {};
+  let scanned = 0;
+  const offsets = new Map((await client.admin.listOffsets(topic)).map((o) => [o.partition, o]));
+  outer: for (const p of partitions) {
+    const o = offsets.get(p)!;
+    let at = Math.max(from ?? o.earliest, o.earliest);
+    const end = isolation === 'read_uncommitted' ? o.hwm : o.latest;
+    while (at < end) {
+      if (scanned >= scanLimit || matches.length >= limit) {
+        next[p] = at;
+        break outer;
+      }
+      const r = await client.admin.readRecords({ topic, partition: p, offset: at, maxRecords: Math.min(1000, scanLimit - scanned), isolation });
+      for (const rec of r.records) {
+        scanned++;
+        const ok =
+          (keyBuf === undefined || rec.key?.equals(keyBuf) === true) && (valueBuf === undefined || rec.value.includes(valueBuf)) && (header === undefined || header(rec));
+        if (ok && matches.length < limit) matches.push(recordJson(p, rec));
+      }
+      if (r.nextOffset <= at) break;
+      at = r.nextOffset;
+    }
+    next[p] = at;
+  }
+  const complete = partitions.every((p) => {
+    const o = offsets.get(p)!;
+    return (next[p] ?? 0) >= (isolation === 'read_uncommitted' ? o.hwm : o.latest);
+  });
+  sendJson(res, 200, { topic, scanned, complete, next, messages: matches });
+}
+
+/**
+ * Server-Sent Events: every new message of the topic (or one partition) from `from` (default: the end),
+ * as `event: message`; a comment line every 15 s keeps proxies from closing a quiet stream.
+ */
+async function tail({ url, req, res, client, params }: RouteContext, clients: ApiClients, auth: ReturnType<typeof credentialsOf>): Promise<void> {
+  const q = new Query(url.searchParams, ['partition', 'from', 'isolation']);
+  const topic = segment(params[0]!);
+  const from = q.str('from') ?? 'latest';
+  if (from !== 'latest' && from !== 'earliest' && !/^\d{1,16}$/.test(from)) throw invalidParam('from', 'expected latest, earliest or an offset');
+  const isolation = q.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const);
+  const partitions = await partitionsOf(client.admin, topic, q.int('partition', { max: 1_000_000 }));
+  const offsets = new Map((await client.admin.listOffsets(topic)).map((o) => [o.partition, o]));
+  const position = new Map<number, number>();
+  for (const p of partitions) {
+    const o = offsets.get(p)!;
+    position.set(p, from === 'latest' ? (isolation === 'read_uncommitted' ? o.hwm : o.latest) : from === 'earliest' ? o.earliest : Math.max(Number(from), o.earliest));
+  }
+  // Long polls would hold the shared connection other requests use: the stream gets a client of its own.
+  const own = clients.dedicated(auth);
+  const ac = new AbortController();
+  const stop = () => ac.abort();
+  req.on('close', stop);
+  res.on('close', stop);
+  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
+  res.write(`event: ready\ndata: ${JSON.stringify({ topic, positions: Object.fromEntries(position) })}\n\n`);
+  const keepalive = setInterval(() => res.write(': keepalive\n\n'), 15_000);
+  try {
+    while (!ac.signal.aborted) {
+      let got = 0;
+      for (const p of partitions) {
+        const r = await own.readRecords({ topic, partition: p, offset: position.get(p)!, maxRecords: 500, isolation, waitMs: partitions.length === 1 ? 1000 : 0 }, { signal: ac.signal });
+        for (const rec of r.records) res.write(`event: message\ndata: ${JSON.stringify(recordJson(p, rec))}\n\n`);
+        got += r.records.length;
+        if (r.nextOffset > position.get(p)!) position.set(p, r.nextOffset);
+      }
+      if (got === 0 && partitions.length > 1) await new Promise<void>((resolve) => setTimeout(resolve, 200).unref());
+    }
+  } catch (err) {
+    if (!ac.signal.aborted) {
+      const e = err instanceof TributaryError ? err : new TributaryError('internal_error', { reason: (err as Error).message });
+      res.write(`event: error\ndata: ${JSON.stringify({ code: e.code, message: e.message, retriable: e.retriable })}\n\n`);
+    }
+  } finally {
+    clearInterval(keepalive);
+    req.off('close', stop);
+    await own.close().catch(() => {});
+    res.end();
+  }
+}
+
+// ---- groups ----
+
+async function listGroups({ url, res, client }: RouteContext): Promise<void> {
+  new Query(url.searchParams, []);
+  const names = await client.admin.listGroups();
+  const groups = await mapLimit(names, LIST_CONCURRENCY, async (name) => {
+    try {
+      const g = await client.admin.describeGroup(name);
+      return { group: name, topic: g.topic, state: g.state, generation: g.generation, members: g.members.length, totalLag: g.total_lag };
+    } catch (err) {
+      if ((err as TributaryError).code === 'group_not_found') return undefined;
+      throw err;
+    }
+  });
+  sendJson(res, 200, { groups: groups.filter((g) => g !== undefined) });
+}
+
+async function describeGroup({ url, res, client, params }: RouteContext): Promise<void> {
+  new Query(url.searchParams, []);
+  const g = await client.admin.describeGroup(segment(params[0]!));
+  sendJson(res, 200, {
+    group: g.group,
+    topic: g.topic,
+    state: g.state,
+    generation: g.generation,
+    leader: g.leader,
+    assignor: g.assignor,
+    protocol: g.protocol,
+    members: g.members.map((m) => ({
+      memberId: m.member_id,
+      clientId: m.client_id,
+      instance: m.instance,
+      host: m.host,
+      generation: m.generation,
+      lastHeartbeatMsAgo: m.last_heartbeat_ms_ago,
+      sessionTimeoutMs: m.session_timeout_ms,
+      assignments: m.assignments,
+      target: m.target,
+      pending: m.pending,
+      needsRejoin: m.needs_rejoin,
+    })),
+    offsets: g.offsets.map((o) => ({ partition: o.partition, committed: o.committed, logEnd: o.log_end, lag: o.lag, owner: o.owner })),
+    totalLag: g.total_lag,
+    history: g.history.map((h) => ({ generation: h.generation, at: h.at, rebalanceMs: h.rebalanceMs ?? null, reasons: h.reasons })),
+  });
+}
+
+const RESET_FIELDS = ['topic', 'partition', 'to', 'offset', 'timestamp', 'dryRun'] as const;
+
+async function resetOffsets({ req, url, res, client, params }: RouteContext): Promise<void> {
+  new Query(url.searchParams, []);
+  const group = segment(params[0]!);
+  const body = await readJsonBody(req, RESET_FIELDS);
+  const topic = str(body, 'topic', { required: true })!;
+  const to = str(body, 'to', { required: true });
+  if (body.dryRun !== undefined && typeof body.dryRun !== 'boolean') throw invalidParam('dryRun', 'must be true or false');
+  let target: 'earliest' | 'latest' | { offset: number } | { timestamp: number };
+  if (to === 'earliest' || to === 'latest') target = to;
+  else if (to === 'offset') target = { offset: checkInt('offset', body.offset) };
+  else if (to === 'timestamp') target = { timestamp: checkInt('timestamp', body.timestamp) };
+  else throw invalidParam('to', 'expected earliest, latest, offset or timestamp');
+  if (to !== 'offset' && body.offset !== undefined) throw invalidParam('offset', 'only with to: "offset"');
+  if (to !== 'timestamp' && body.timestamp !== undefined) throw invalidParam('timestamp', 'only with to: "timestamp"');
+  const dryRun = body.dryRun === true;
+  const entries = await client.admin.resetOffsets({ group, topic, partition: optInt(body, 'partition', { max: 1_000_000 }), to: target, dryRun });
+  const ends = new Map((await client.admin.listOffsets(topic)).map((o) => [o.partition, o.latest]));
+  sendJson(res, 200, {
+    group,
+    topic,
+    dryRun,
+    offsets: entries.map((e) => ({ partition: e.partition, offset: e.offset, lag: Math.max(0, (ends.get(e.partition) ?? e.offset) - e.offset) })),
+  });
+}
+
+async function deleteGroup({ url, res, client, params }: RouteContext): Promise<void> {
+  new Query(url.searchParams, []);
+  await client.admin.deleteGroup(segment(params[0]!));
+  res.writeHead(204).end();
+}
+
+// ---- cluster, users, ACLs ----
+
+async function cluster({ url, res, client }: RouteContext): Promise<void> {
+  new Query(url.searchParams, []);
+  const s = await client.admin.clusterStatus();
+  sendJson(res, 200, {
+    mode: s.mode,
+    controller: s.controller,
+    brokers: s.brokers,
+    partitions: s.partitions.length,
+    underReplicated: s.under_replicated,
+    leaderless: s.leaderless,
+    partitionStates: s.partitions,
+  });
+}
+
+// ---- dispatch ----
+
+export class AdminApi {
+  private readonly routes: Route[] = [];
+
+  constructor(private readonly deps: AdminApiDeps) {
+    const r = (method: string, path: string, handler: Handler) => {
+      const pattern = new RegExp(`^/api/v1${path.replace(/:[a-z]+/g, '([^/]+)')}$`);
+      this.routes.push({ method, pattern, handler });
+    };
+    r('GET', '/cluster', cluster);
+    r('GET', '/topics', listTopics);
+    r('POST', '/topics', createTopic);
+    r('GET', '/topics/:topic', describeTopic);
+    r('DELETE', '/topics/:topic', deleteTopic);
+    r('GET', '/topics/:topic/messages', readMessages);
+    r('POST', '/topics/:topic/messages', produceMessage);
+    r('GET', '/topics/:topic/search', searchMessages);
+    r('GET', '/topics/:topic/tail', (ctx) => tail(ctx, deps.clients, deps.config.authentication ? credentialsOf(ctx.req) : undefined));
+    r('GET', '/groups', listGroups);
+    r('GET', '/groups/:group', describeGroup);
+    r('POST', '/groups/:group/reset-offsets', resetOffsets);
+    r('DELETE', '/groups/:group', deleteGroup);
+    r('GET', '/users', (ctx) => this.users(ctx));
+    r('GET', '/acls', (ctx) => this.acls(ctx));
+  }
+
+  /** Users and their permissions, never a hash or salt; `admin` only (the CLUSTER_STATUS requirement). */
+  private async users(ctx: RouteContext): Promise<void> {
+    new Query(ctx.url.searchParams, []);
+    if (this.deps.config.authentication) await ctx.client.admin.clusterStatus();
+    const users = Object.entries(this.deps.config.users).map(([principal, u]) => ({ principal, permissions: u.permissions }));
+    sendJson(ctx.res, 200, { authentication: this.deps.config.authentication, users });
+  }
+
+  private async acls(ctx: RouteContext): Promise<void> {
+    new Query(ctx.url.searchParams, []);
+    if (this.deps.config.authentication) await ctx.client.admin.clusterStatus();
+    const acls = Object.entries(this.deps.config.topicAcls).map(([topic, a]) => ({ topic, read: a.read ?? null, write: a.write ?? null }));
+    sendJson(ctx.res, 200, { authentication: this.deps.config.authentication, acls });
+  }
+
+  /** Serves one request under `/api/v1/`. */
+  async handle(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
+    try {
+      const candidates = this.routes.filter((r) => r.pattern.test(url.pathname));
+      if (candidates.length === 0) {
+        sendJson(res, 404, { error: { code: 'not_found', message: `no route ${url.pathname}`, retriable: false, fields: {} } });
+        return;
+      }
+      const method = req.method === 'HEAD' ? 'GET' : req.method;
+      const route = candidates.find((r) => r.method === method);
+      if (!route) {
+        const allow = [...new Set(candidates.map((r) => r.method))].join(', ');
+        sendJson(res, 405, { error: { code: 'method_not_allowed', message: `${req.method} is not allowed on ${url.pathname}; allowed: ${allow}`, retriable: false, fields: {} } }, { allow });
+        return;
+      }
+      const params = route.pattern.exec(url.pathname)!.slice(1);
+      const auth = credentialsOf(req);
+      if (this.deps.config.authentication && !auth) throw new TributaryError('authentication_required', { reason: 'send Authorization: Basic base64(principal:token)' });
+      const principal = this.deps.config.authentication ? auth?.principal : undefined;
+      await this.deps.clients.with(this.deps.config.authentication ? auth : undefined, (client) => route.handler({ req, res, url, params, client, principal }));
+    } catch (err) {
+      if (!(err instanceof TributaryError) || statusOf500(err)) this.deps.logger.error({ err, path: url.pathname, method: req.method }, 'admin API request failed');
+      if (res.headersSent) res.end();
+      else sendError(res, err);
+    }
+  }
+}
+
+function statusOf500(err: TributaryError): boolean {
+  return err.errorClass === 'internal' && err.code !== 'storage_error';
+}

@@ -1,0 +1,126 @@
+/**
+ * What the JSON admin API (docs/http-api.md) reads from a request and how it answers: query parameters
+ * and JSON bodies checked against the names a route takes (any other is refused), and one table from the
+ * error classes of the protocol's error registry to HTTP statuses.
+ */
+import type http from 'node:http';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+
+/** Request bodies are small (a topic definition, one message, a reset): anything larger is refused. */
+export const MAX_BODY_BYTES = 1024 * 1024;
+
+/** The HTTP status of an error, from its class in the error registry (docs/protocol.md, section 3). */
+export function statusOf(err: TributaryError): number {
+  if (err.code === 'authentication_required' || err.code === 'authentication_failed') return 401;
+  if (err.code === 'brokers_unreachable') return 503;
+  if (err.code === 'throttled') return 429;
+  if (err.code === 'record_too_large' || err.code === 'frame_too_large') return 413;
+  switch (err.errorClass) {
+    case 'validation':
+      return 400;
+    case 'authorization':
+      return 403;
+    case 'not_found':
+      return 404;
+    case 'conflict':
+    case 'fencing':
+      return 409;
+    case 'routing':
+    case 'availability':
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+export function sendJson(res: http.ServerResponse, status: number, body: unknown, headers: http.OutgoingHttpHeaders = {}): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store', 'content-length': Buffer.byteLength(text), ...headers });
+  res.end(text);
+}
+
+/** `{ error: { code, message, retriable, fields } }`, the same fields an `ERROR:` line carries. */
+export function sendError(res: http.ServerResponse, err: unknown): void {
+  const e = err instanceof TributaryError ? err : new TributaryError('internal_error', { reason: (err as Error)?.message ?? String(err) });
+  const headers: http.OutgoingHttpHeaders = {};
+  // Not `Basic`: a browser would pop up its own sign-in dialog instead of the console's form.
+  if (statusOf(e) === 401) headers['www-authenticate'] = 'Tributary realm="tributary"';
+  if (e.retriable) headers['retry-after'] = '1';
+  sendJson(res, statusOf(e), { error: { code: e.code, message: e.message, retriable: e.retriable, fields: e.fields } }, headers);
+}
+
+/** The query string, every name checked against `allowed`; a name given twice is refused. */
+export class Query {
+  private readonly values = new Map<string, string>();
+
+  constructor(search: URLSearchParams, allowed: readonly string[]) {
+    for (const [k, v] of search) {
+      if (!allowed.includes(k)) {
+        if (k === 'token' || k === 'access_token') throw invalidParam(k, 'credentials go in the Authorization header, never in a URL');
+        throw invalidParam(k, `unknown parameter; this route takes ${allowed.length === 0 ? 'none' : allowed.join(', ')}`);
+      }
+      if (this.values.has(k)) throw invalidParam(k, 'given twice');
+      this.values.set(k, v);
+    }
+  }
+
+  str(name: string): string | undefined {
+    return this.values.get(name);
+  }
+
+  int(name: string, opts: { min?: number; max?: number } = {}): number | undefined {
+    const v = this.values.get(name);
+    if (v === undefined) return undefined;
+    return checkInt(name, /^-?\d{1,16}$/.test(v) ? Number(v) : Number.NaN, opts);
+  }
+
+  oneOf<T extends string>(name: string, options: readonly T[]): T | undefined {
+    const v = this.values.get(name);
+    if (v === undefined) return undefined;
+    if (!(options as readonly string[]).includes(v)) throw invalidParam(name, `expected ${options.join(' or ')}`);
+    return v as T;
+  }
+}
+
+export function checkInt(name: string, v: unknown, opts: { min?: number; max?: number } = {}): number {
+  const min = opts.min ?? 0;
+  const max = opts.max ?? Number.MAX_SAFE_INTEGER;
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min || v > max) {
+    throw invalidParam(name, `must be an integer from ${min}${max === Number.MAX_SAFE_INTEGER ? '' : ` to ${max}`}`);
+  }
+  return v;
+}
+
+/** A JSON object body whose keys are all in `allowed`; malformed JSON, another type or an unknown key is refused. */
+export async function readJsonBody(req: http.IncomingMessage, allowed: readonly string[]): Promise<Record<string, unknown>> {
+  const type = req.headers['content-type'] ?? '';
+  if (!/^application\/json\b/i.test(type)) throw invalidParam('content-type', 'expected application/json');
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) throw new TributaryError('record_too_large', { size, max: MAX_BODY_BYTES, reason: 'request body' });
+    chunks.push(chunk);
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch (err) {
+    throw invalidParam('body', `malformed JSON: ${(err as Error).message}`);
+  }
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) throw invalidParam('body', 'expected a JSON object');
+  for (const k of Object.keys(body)) if (!allowed.includes(k)) throw invalidParam(k, `unknown field; this route takes ${allowed.join(', ')}`);
+  return body as Record<string, unknown>;
+}
+
+/** `Authorization: Basic base64(principal:token)`; undefined without the header. */
+export function credentialsOf(req: http.IncomingMessage): { principal: string; token: string } | undefined {
+  const h = req.headers.authorization;
+  if (h === undefined) return undefined;
+  const m = /^Basic ([A-Za-z0-9+/=]+)$/.exec(h.trim());
+  if (!m) throw new TributaryError('authentication_failed', { reason: 'expected Authorization: Basic base64(principal:token)' });
+  const text = Buffer.from(m[1]!, 'base64').toString('utf8');
+  const colon = text.indexOf(':');
+  if (colon <= 0 || colon === text.length - 1) throw new TributaryError('authentication_failed', { reason: 'expected principal:token' });
+  return { principal: text.slice(0, colon), token: text.slice(colon + 1) };
+}
