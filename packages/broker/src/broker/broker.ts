@@ -26,6 +26,7 @@ import { MemoryOffsetStore } from '../coordinator/memory-offset-store.js';
 import { PgOffsetStore } from '../coordinator/pg-offset-store.js';
 import { TransactionCoordinator } from '../txn/txn-coordinator.js';
 import { ClusterNode } from '../cluster/cluster-node.js';
+import { registerClusterMetrics } from '../cluster/cluster-metrics.js';
 import type { Replica } from '../cluster/replica-manager.js';
 import { leaderGate, replicated } from './produce-commands.js';
 import { TXN_STATE_TOPIC, TxnLog } from '../txn/txn-log.js';
@@ -75,7 +76,8 @@ export class Broker implements BrokerContext {
     readonly config: BrokerConfig,
     readonly logger: Logger,
   ) {
-    this.cluster = config.cluster ? new ClusterNode(config, logger.child({ component: 'cluster' })) : undefined;
+    this.cluster = config.cluster ? new ClusterNode(config, logger.child({ component: 'cluster' }), this.metrics) : undefined;
+    if (this.cluster) registerClusterMetrics(this.metrics, this.cluster);
     this.store = this.cluster ? this.cluster.store : new LocalMetadataStore(config.dataDir);
     this.topics = new TopicManager(this.store, config, logger, this.metrics);
     // Cluster mode: coordinators append only as the partition's leader and answer once it is replicated.

@@ -22,6 +22,7 @@ export class ClientConnection implements ConnectionContext {
   features = new Set<string>();
   principal: string | undefined;
   readonly remote: string;
+  receivedAt: number | undefined;
   private readonly decoder: FrameDecoder;
   /** Reply chain: each reply is written only after every earlier one. */
   private replyChain: Promise<void> = Promise.resolve();
@@ -100,6 +101,7 @@ export class ClientConnection implements ConnectionContext {
       this.socket.pause();
     }
     const started = Date.now();
+    const received = performance.now();
     let label = 'unknown';
     const gate = this.startGate;
     const earlierReplies = this.replyChain;
@@ -111,7 +113,7 @@ export class ClientConnection implements ConnectionContext {
         const refused = this.admission(label, this, body);
         if (refused) throw refused;
         release();
-        return produceBatch(this.broker, this, body);
+        return produceBatch(this.broker, this, body, received);
       }
       if (!isUtf8(body)) throw new TributaryError('invalid_encoding');
       const line = parseLine(body.toString('utf8'));
@@ -122,6 +124,7 @@ export class ClientConnection implements ConnectionContext {
       if (!spec) return this.startStream(params);
       if (spec.pipelined) release();
       else await this.replyRoom(earlierReplies);
+      this.receivedAt = received;
       return await spec.handler(this.broker, this, params);
     })();
     // The next request may start once this one is admitted (pipelined) or finished (everything else).

@@ -35,6 +35,11 @@ export interface ConnectionContext {
   principal: string | undefined;
   readonly remote: string;
   /**
+   * performance.now() when the request now starting was read (the queue phase of the produce and fetch
+   * metrics); set just before a handler is called, so a handler reads it before its first await.
+   */
+  receivedAt?: number;
+  /**
    * Cluster mode: committed offsets this connection's CONSUMEs asked other brokers (the groups'
    * coordinators) for, once per (group, topic, partition) for the connection's life.
    */

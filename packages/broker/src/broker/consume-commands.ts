@@ -109,9 +109,15 @@ export async function readBatch(b: BrokerContext, c: ConnectionContext, req: Rea
 }
 
 async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promise<Reply> {
+  // The fetch phases (docs/operations.md, "Metrics"): queue, wait (long poll), read (the last read).
+  const receivedAt = c.receivedAt;
+  const handled = performance.now();
+  const phase = b.metrics.fetchPhase;
+  if (receivedAt !== undefined) phase.observe({ phase: 'queue' }, (handled - receivedAt) / 1000);
   const req = parseReadRequest(b, p);
   await resolveRemoteStart(b, c, req);
   const waitMs = Math.min(p.int('wait_ms', { min: 0 }) ?? 0, b.config.maxWaitMs);
+  let readStarted = performance.now();
   let out = await readBatch(b, c, req, req.offset);
   if (out.count === 0 && waitMs > 0) {
     const deadline = Date.now() + waitMs;
@@ -121,10 +127,14 @@ async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promi
       const left = deadline - Date.now();
       if (left <= 0) break;
       await req.partition.waitForData(offset, left, undefined, req.isolation);
+      readStarted = performance.now();
       out = await readBatch(b, c, req, offset);
       offset = out.nextOffset;
     }
   }
+  const done = performance.now();
+  phase.observe({ phase: 'wait' }, (readStarted - handled) / 1000);
+  phase.observe({ phase: 'read' }, (done - readStarted) / 1000);
   return out.frame;
 }
 

@@ -72,6 +72,29 @@ export async function replicated(b: BrokerContext, partition: Partition, lastOff
  * is refused with NOT_LEADER if leadership moved while the record was being written, since the new
  * leader may not have it (it still may be lost later: that is acks=1).
  */
+/**
+ * The produce phases (docs/operations.md, "Metrics"): queue until the handler ran, append until the
+ * records were in the file, fsync until durable (0 unless flush=always), replication until acknowledged.
+ */
+async function timedAck<T extends { lastOffset: number; writtenAt?: number }>(
+  b: BrokerContext,
+  receivedAt: number | undefined,
+  handled: number,
+  appended: Promise<T>,
+  ack: (lastOffset: number) => Promise<void>,
+): Promise<T> {
+  const phase = b.metrics.producePhase;
+  if (receivedAt !== undefined) phase.observe({ phase: 'queue' }, (handled - receivedAt) / 1000);
+  const res = await appended;
+  const durable = performance.now();
+  const written = res.writtenAt ?? durable;
+  phase.observe({ phase: 'append' }, (written - handled) / 1000);
+  phase.observe({ phase: 'fsync' }, (durable - written) / 1000);
+  await ack(res.lastOffset);
+  if (b.cluster) phase.observe({ phase: 'replication' }, (performance.now() - durable) / 1000);
+  return res;
+}
+
 async function acknowledged(b: BrokerContext, partition: Partition, lastOffset: number, acks: string, epoch: number | undefined): Promise<void> {
   if (acks === 'all' || acks === '-1') return replicated(b, partition, lastOffset, epoch);
   if (b.cluster && epoch !== undefined && !b.cluster.replicas.leadsAt(partition.topic, partition.id, epoch)) throw b.cluster.replicas.notLeader(partition.topic, partition.id);
@@ -81,7 +104,9 @@ function refuseInternal(topic: string): void {
   if (topic.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic, reason: 'internal topics are written by the broker only' });
 }
 
-async function publish(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+async function publish(b: BrokerContext, c: ConnectionContext, p: Params): Promise<Reply> {
+  const receivedAt = c.receivedAt;
+  const handled = performance.now();
   const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
   refuseInternal(topic.name);
   const explicit = p.int('partition', { min: 0, max: 1_000_000 });
@@ -107,8 +132,7 @@ async function publish(b: BrokerContext, _c: ConnectionContext, p: Params): Prom
     appended.catch((err) => b.logger.warn({ err, topic: topic.name }, 'acks=0 append failed'));
     return 'OK';
   }
-  const res = await appended;
-  await acknowledged(b, partition, res.lastOffset, acks, epoch);
+  const res = await timedAck(b, receivedAt, handled, appended, (last) => acknowledged(b, partition, last, acks, epoch));
   return JSON.stringify({ status: 'OK', partition: partition.id, offset: res.baseOffset, leader: leaderAddress(b) });
 }
 
@@ -121,7 +145,8 @@ function countIn(b: BrokerContext, topic: string, records: number, bytes: number
 const NO_HEADERS: RecordHeader[] = Object.freeze([]) as unknown as RecordHeader[];
 
 /** A binary batch frame: one append of all its records to one partition. */
-export async function produceBatch(b: BrokerContext, c: ConnectionContext, body: Buffer): Promise<Reply> {
+export async function produceBatch(b: BrokerContext, c: ConnectionContext, body: Buffer, receivedAt?: number): Promise<Reply> {
+  const handled = performance.now();
   // The synchronous part keeps the decoded batch in its own frame, so the records are not held here while
   // the append waits for the fsync (only the log holds them, and only until they are written).
   const { partition, appended, count, acks, topic, epoch } = startAppend(b, c, body);
@@ -129,8 +154,7 @@ export async function produceBatch(b: BrokerContext, c: ConnectionContext, body:
     appended.catch((err) => b.logger.warn({ err, topic }, 'acks=0 append failed'));
     return 'OK';
   }
-  const res = await appended;
-  await acknowledged(b, partition, res.lastOffset, acks, epoch);
+  const res = await timedAck(b, receivedAt, handled, appended, (last) => acknowledged(b, partition, last, acks, epoch));
   return JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count });
 }
 

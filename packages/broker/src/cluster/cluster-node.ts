@@ -1,4 +1,5 @@
 import type { Etcd3 } from 'etcd3';
+import type { BrokerMetrics } from '../common/metrics.js';
 import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { TopicManager } from '../partition/topic-manager.js';
@@ -45,6 +46,7 @@ export class ClusterNode {
   constructor(
     private readonly config: BrokerConfig,
     private readonly logger: Logger,
+    private readonly metrics?: BrokerMetrics,
   ) {
     const endpoints = (config.etcd ?? '')
       .split(',')
@@ -93,6 +95,7 @@ export class ClusterNode {
         minInsyncReplicas: this.config.minInsyncReplicas,
       },
       connect: (host, port, signal) => Connection.connect({ host, port, signal, connectTimeoutMs: 2000, auth: this.peerAuth }),
+      onIsrChange: (topic, kind) => (kind === 'shrink' ? this.metrics?.isrShrinks : this.metrics?.isrExpands)?.inc({ topic }),
     });
     await this.registry.register(
       { id: this.config.brokerId, host: this.config.host, port: advertised.port, advertisedAddress: `${advertised.host}:${advertised.port}` },
@@ -299,6 +302,13 @@ export class ClusterNode {
     if (!leader) return new TributaryError('COORDINATOR_LOADING', { reason: `${topic}[${partition}] has no leader` });
     const { host, port } = parseAddress(leader.advertisedAddress);
     return new TributaryError('NOT_COORDINATOR', { host, port });
+  }
+
+  /** Partitions without a live leader, as the controller sees them (0 on other brokers, so a sum counts each once). */
+  offlinePartitions(): number {
+    if (!this.election.isController) return 0;
+    const live = new Set(this.registry.list().map((b) => b.id));
+    return this.states.list().filter((e) => e.value.leader < 0 || !live.has(e.value.leader)).length;
   }
 
   status(): Record<string, unknown> {

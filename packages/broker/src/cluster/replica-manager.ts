@@ -105,11 +105,30 @@ export class ReplicaManager {
       logger: Logger;
       /** Options for broker-to-broker connections (TLS, auth). */
       connect: (host: string, port: number, signal: AbortSignal) => Promise<Connection>;
+      /** Told of each ISR change this broker made as leader (the metrics). */
+      onIsrChange?: (topic: string, kind: 'shrink' | 'expand') => void;
     },
   ) {
     deps.states.events.on('changed', (e: PartitionStateEntry) => this.apply(e));
     this.lagTimer = setInterval(() => this.checkLag(), Math.max(100, Math.floor(deps.config.replicaLagMaxMs / 4)));
     this.lagTimer.unref();
+  }
+
+  /** The partitions this broker leads, with each follower's position (for the metrics). */
+  led(): Array<{ topic: string; partition: number; isr: number[]; replicas: number[]; logEnd: number; followers: Array<{ id: number; offset: number; caughtUpMs: number }> }> {
+    const out = [];
+    for (const r of this.replicas.values()) {
+      if (r.role !== 'leader') continue;
+      out.push({
+        topic: r.topic,
+        partition: r.id,
+        isr: r.isr,
+        replicas: r.replicas,
+        logEnd: r.partition.logEndOffset,
+        followers: [...r.followers].map(([id, f]) => ({ id, offset: f.offset, caughtUpMs: f.caughtUpMs })),
+      });
+    }
+    return out;
   }
 
   /** Applies every known state (call once the topics are open); later changes arrive by the watch. */
@@ -439,6 +458,7 @@ export class ReplicaManager {
       const res = await this.deps.states.compareAndSet(r.topic, r.id, { modRevision: cur.modRevision }, next);
       if (res.ok) {
         this.deps.logger.info({ topic: r.topic, partition: r.id, isr: next.isr, reason }, 'ISR changed');
+        if (next.isr.length !== cur.value.isr.length) this.deps.onIsrChange?.(r.topic, next.isr.length < cur.value.isr.length ? 'shrink' : 'expand');
         // The watch brings it too; applying now lets the HWM move without waiting for it.
         if (r.leaderEpoch === epoch) {
           r.isr = next.isr;

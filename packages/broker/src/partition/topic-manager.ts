@@ -1,4 +1,5 @@
 import fs from 'node:fs/promises';
+import client from 'prom-client';
 import path from 'node:path';
 import { type MetadataStore, type TopicDefinition, sameDefinition } from './metadata-store.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
@@ -70,6 +71,17 @@ export class TopicManager {
     private readonly metrics: BrokerMetrics,
   ) {
     this.logsDir = path.join(config.dataDir, 'logs');
+    const topics = this.topics;
+    new client.Gauge({
+      name: 'tributary_log_size_bytes',
+      help: "Bytes of this broker's replica of each partition on disk",
+      labelNames: ['topic', 'partition'],
+      registers: [metrics.registry],
+      collect() {
+        this.reset();
+        for (const t of topics.values()) for (const p of t.partitions) if (!p.isClosed) this.set({ topic: t.name, partition: String(p.id) }, p.log.sizeBytes);
+      },
+    });
   }
 
   /** Opens (and recovers) every partition log; the broker is not ready before this resolves. */
@@ -252,6 +264,7 @@ export class TopicManager {
       flush: internal ? 'always' : this.config.flush,
       flushIntervalMs: this.config.flushIntervalMs,
       maxRecordBytes: this.config.maxRecordBytes,
+      onSync: (seconds) => this.metrics.fsyncDuration.observe(seconds),
     };
   }
 

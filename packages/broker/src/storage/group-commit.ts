@@ -50,8 +50,10 @@ export class GroupCommit {
         const segs = [...this.dirty];
         this.dirty.clear();
         let error: Error | null = null;
+        const started = performance.now();
         try {
           for (const s of segs) if (!s.deleted) await s.datasync();
+          if (segs.length > 0) this.st.options.onSync?.((performance.now() - started) / 1000);
         } catch (err) {
           this.st.fail(err);
           error = storageError(this.st.dir, 'fsync failed', err);

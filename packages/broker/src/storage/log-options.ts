@@ -21,6 +21,8 @@ export interface LogOptions {
   maxRecordBytes?: number;
   /** Bytes of recently appended records kept in memory for tail readers (default 4 MiB; 0 disables). */
   tailCacheBytes?: number;
+  /** Told how long each fsync pass of appends took, in seconds (the broker's fsync histogram). */
+  onSync?: (seconds: number) => void;
 }
 
 export const DEFAULT_LOG_OPTIONS: Readonly<LogOptions> = Object.freeze({
@@ -39,6 +41,8 @@ export interface AppendResult {
   lastOffset: number;
   /** The append time used for records given timestamp 0. */
   timestamp: number;
+  /** performance.now() when the records were in the file (before any fsync wait): the produce phases. */
+  writtenAt?: number;
 }
 
 export interface ReadOptions {

@@ -287,6 +287,8 @@ export class LogWriter {
     this.st.totalBytes += bytes;
     this.sync.dirty.add(seg);
     this.st.cache.append(buf, firstOffset, recStarts);
+    const writtenAt = performance.now();
+    for (const b of group) (b.result as AppendResult).writtenAt = writtenAt;
     if (this.st.options.flush === 'always') {
       for (const b of group) this.sync.wait(b);
       this.sync.kick();
@@ -332,7 +334,7 @@ export class LogWriter {
     let run = offsets.length - 1;
     while (run > 0 && offsets[run - 1] === offsets[run] - 1) run--;
     this.st.cache.append(buf, offsets[run], run === 0 ? starts : starts.slice(run));
-    b.result = { baseOffset: first, lastOffset: last, timestamp: now };
+    b.result = { baseOffset: first, lastOffset: last, timestamp: now, writtenAt: performance.now() };
     if (this.st.options.flush === 'always') {
       this.sync.wait(b);
       this.sync.kick();
