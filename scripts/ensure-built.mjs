@@ -30,12 +30,14 @@ export function ensureBuilt({ force = false } = {}) {
   const stamp = path.join(root, 'dist', '.build-stamp');
   const sources = Math.max(
     ...['protocol', 'client', 'broker'].map((p) => Math.max(newest(path.join(root, 'packages', p, 'src')), statSync(path.join(root, 'packages', p, 'package.json')).mtimeMs)),
+    newest(path.join(root, 'packages', 'broker', 'console')),
     newest(path.join(root, 'bench')),
     statSync(path.join(root, 'tsconfig.base.json')).mtimeMs,
   );
   if (force || !existsSync(out) || !existsSync(stamp) || statSync(stamp).mtimeMs < sources) {
     console.error('compiling TypeScript...');
     run('npx tsc -b');
+    run('node scripts/build-console.mjs');
     mkdirSync(path.dirname(stamp), { recursive: true });
     writeFileSync(stamp, `${new Date().toISOString()}\n`);
   }

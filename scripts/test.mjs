@@ -52,6 +52,8 @@ function ensureDebianPackages(wanted) {
 ensureDebianPackages([
   { binary: 'initdb', package: 'postgresql', dirs: postgresBinDirs() },
   { binary: 'etcd', package: 'etcd-server' },
+  // The web console's browser tests (test/integration/console.test.ts).
+  { binary: 'chromium', package: 'chromium' },
 ]);
 ensureDependencies();
 ensureBuilt({ force: true });

@@ -173,7 +173,7 @@ export interface GroupDescription {
   }>;
   offsets: Array<{ partition: number; committed: number | null; log_end: number; lag: number | null; owner: string | null }>;
   total_lag: number;
-  history: Array<{ generation: number; reasons: Array<{ cause: string; member: string; missedByMs?: number }>; at: number; rebalanceMs?: number }>;
+  history: Array<{ generation: number; reasons: Array<{ cause: string; member: string; missedByMs?: number }>; at: number; rebalanceMs?: number; moved?: number[] }>;
 }
 
 export type ResetTarget = 'earliest' | 'latest' | { offset: number } | { timestamp: number | Date };

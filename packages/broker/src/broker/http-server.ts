@@ -1,10 +1,12 @@
 import http from 'node:http';
 import type { BrokerMetrics } from '../common/metrics.js';
 import type { AdminApi } from '../http/admin-api.js';
+import { serveConsole } from '../http/console-static.js';
 
 /**
  * /live (process up), /ready (recovery done, accepting requests; 503 with what it is waiting for
- * otherwise), /metrics (Prometheus) and the JSON admin API under /api/v1/ (docs/http-api.md).
+ * otherwise), /metrics (Prometheus), the JSON admin API under /api/v1/ and the web console under /ui/
+ * (docs/http-api.md).
  */
 export function createHealthServer(metrics: BrokerMetrics, readiness: () => { ready: boolean; reason?: string }, api?: AdminApi): http.Server {
   return http.createServer((req, res) => {
@@ -23,7 +25,9 @@ export function createHealthServer(metrics: BrokerMetrics, readiness: () => { re
       res.writeHead(405).end();
       return;
     }
-    if (url.pathname === '/live') {
+    if (url.pathname === '/ui' || url.pathname.startsWith('/ui/')) {
+      void serveConsole(req, res, url.pathname);
+    } else if (url.pathname === '/live') {
       res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
     } else if (url.pathname === '/ready') {
       const { ready, reason } = readiness();

@@ -56,6 +56,8 @@ export interface GenerationChange {
   at: number;
   /** Filled when every member has synced the generation and every transfer is done. */
   rebalanceMs?: number;
+  /** Partitions the new targets give to another member than before (server-side assignment; absent in older snapshots). */
+  moved?: number[];
 }
 
 export const HISTORY_LIMIT = 20;

@@ -115,7 +115,13 @@ export class Rebalancer {
     const topic = this.ctx.topics.tryGet(g.topic);
     const partitions = topic ? topic.partitions.length : 0;
     g.clampToPartitions(partitions);
+    const before = new Map<number, string>();
+    for (const m of g.members.values()) for (const p of m.target) before.set(p, m.memberId);
+    for (const [p, id] of g.owners) if (!before.has(p)) before.set(p, id);
     if (g.protocol === 'server') this.applyPlan(g, assign(g.assignor as AssignorName, this.assignmentInput(g, partitions)));
+    // Which partitions this generation gives to another member (or to one at all): the rebalance timeline.
+    const moved: number[] = [];
+    for (const m of g.members.values()) for (const p of m.target) if (before.get(p) !== m.memberId) moved.push(p);
     for (const m of g.members.values()) {
       if (joined.has(m.memberId)) {
         m.generation = g.generation;
@@ -126,7 +132,7 @@ export class Rebalancer {
         this.notify(g, m, now);
       }
     }
-    g.recordChange({ generation: g.generation, reasons, at: g.rebalanceStartedAt || now });
+    g.recordChange({ generation: g.generation, reasons, at: g.rebalanceStartedAt || now, moved: moved.sort((a, b) => a - b) });
     this.rebalances.inc({ group: g.groupId });
     this.ctx.logger.info({ group: g.groupId, generation: g.generation, reasons, members: g.members.size }, 'new generation');
     this.checkSettled(g);

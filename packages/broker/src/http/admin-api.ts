@@ -411,7 +411,7 @@ async function describeGroup({ url, res, client, params }: RouteContext): Promis
     })),
     offsets: g.offsets.map((o) => ({ partition: o.partition, committed: o.committed, logEnd: o.log_end, lag: o.lag, owner: o.owner })),
     totalLag: g.total_lag,
-    history: g.history.map((h) => ({ generation: h.generation, at: h.at, rebalanceMs: h.rebalanceMs ?? null, reasons: h.reasons })),
+    history: g.history.map((h) => ({ generation: h.generation, at: h.at, rebalanceMs: h.rebalanceMs ?? null, reasons: h.reasons, moved: h.moved ?? null })),
   });
 }
 
@@ -506,9 +506,42 @@ export class AdminApi {
     sendJson(ctx.res, 200, { authentication: this.deps.config.authentication, acls });
   }
 
+  /**
+   * GET /api/v1/session, open to anyone: whether authentication is on and whether the credentials sent
+   * (if any) are valid. Always 200, so the console can ask before signing in without a failed request.
+   */
+  private async session(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
+    new Query(url.searchParams, []);
+    const authentication = this.deps.config.authentication;
+    let auth: ReturnType<typeof credentialsOf>;
+    try {
+      auth = credentialsOf(req);
+    } catch {
+      sendJson(res, 200, { authentication, principal: null, authenticated: false });
+      return;
+    }
+    if (!authentication || !auth) {
+      sendJson(res, 200, { authentication, principal: null, authenticated: !authentication });
+      return;
+    }
+    try {
+      // LIST needs an authenticated connection and no permission: it checks the token only.
+      await this.deps.clients.with(auth, (c) => c.admin.listTopics());
+      sendJson(res, 200, { authentication, principal: auth.principal, authenticated: true });
+    } catch (err) {
+      const code = (err as TributaryError).code;
+      if (code !== 'authentication_failed' && code !== 'authentication_required') throw err;
+      sendJson(res, 200, { authentication, principal: null, authenticated: false });
+    }
+  }
+
   /** Serves one request under `/api/v1/`. */
   async handle(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
     try {
+      if (url.pathname === '/api/v1/session' && (req.method === 'GET' || req.method === 'HEAD')) {
+        await this.session(req, res, url);
+        return;
+      }
       const candidates = this.routes.filter((r) => r.pattern.test(url.pathname));
       if (candidates.length === 0) {
         sendJson(res, 404, { error: { code: 'not_found', message: `no route ${url.pathname}`, retriable: false, fields: {} } });

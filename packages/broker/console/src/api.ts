@@ -1,0 +1,155 @@
+/**
+ * The console's calls to the admin API (docs/http-api.md). Credentials live in sessionStorage only
+ * (gone when the tab closes) and travel in the Authorization header, never in a URL.
+ */
+const KEY = 'tributary.credentials';
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export function signedInAs(): string | undefined {
+  const v = sessionStorage.getItem(KEY);
+  return v ? (JSON.parse(v) as { principal: string }).principal : undefined;
+}
+
+export function signIn(principal: string, token: string): void {
+  sessionStorage.setItem(KEY, JSON.stringify({ principal, token }));
+}
+
+export function signOut(): void {
+  sessionStorage.removeItem(KEY);
+}
+
+function authHeader(): Record<string, string> {
+  const v = sessionStorage.getItem(KEY);
+  if (!v) return {};
+  const { principal, token } = JSON.parse(v) as { principal: string; token: string };
+  const bytes = new TextEncoder().encode(`${principal}:${token}`);
+  let bin = '';
+  for (const b of bytes) bin += String.fromCharCode(b);
+  return { authorization: `Basic ${btoa(bin)}` };
+}
+
+/** Listeners told when a request answered 401 (the app shows the sign-in form). */
+const unauthorized = new Set<() => void>();
+export function onUnauthorized(fn: () => void): () => void {
+  unauthorized.add(fn);
+  return () => unauthorized.delete(fn);
+}
+
+export async function api<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  const headers: Record<string, string> = { ...authHeader() };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  const res = await fetch(`/api/v1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal });
+  if (res.status === 204) return undefined as T;
+  const json = (await res.json()) as T & { error?: { code: string; message: string } };
+  if (!res.ok) {
+    if (res.status === 401) for (const fn of unauthorized) fn();
+    throw new ApiError(res.status, json.error?.code ?? 'error', json.error?.message ?? res.statusText);
+  }
+  return json;
+}
+
+export const get = <T>(path: string, signal?: AbortSignal) => api<T>('GET', path, undefined, signal);
+
+/**
+ * Server-Sent Events over fetch (EventSource cannot send an Authorization header): calls `onEvent`
+ * for each event until `signal` aborts or the stream ends.
+ */
+export async function events(path: string, onEvent: (event: string, data: unknown) => void, signal: AbortSignal): Promise<void> {
+  const res = await fetch(`/api/v1${path}`, { headers: authHeader(), signal });
+  if (!res.ok || !res.body) {
+    const json = (await res.json().catch(() => ({}))) as { error?: { code: string; message: string } };
+    if (res.status === 401) for (const fn of unauthorized) fn();
+    throw new ApiError(res.status, json.error?.code ?? 'error', json.error?.message ?? res.statusText);
+  }
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += value;
+      for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
+        const block = buf.slice(0, i);
+        buf = buf.slice(i + 2);
+        const ev = /^event: (.*)$/m.exec(block)?.[1];
+        const data = /^data: (.*)$/m.exec(block)?.[1];
+        if (ev && data) onEvent(ev, JSON.parse(data));
+      }
+    }
+  } catch (err) {
+    if (!signal.aborted) throw err;
+  }
+}
+
+// ---- the API's shapes (docs/http-api.md) ----
+
+export interface Message {
+  partition: number;
+  offset: number;
+  timestamp: number;
+  key: string | null;
+  keyEncoding: 'utf8' | 'base64';
+  value: string;
+  valueEncoding: 'utf8' | 'base64';
+  headers: Array<{ key: string; value: string; encoding: 'utf8' | 'base64' }>;
+  transactional: boolean;
+}
+
+export interface TopicSummary {
+  name: string;
+  partitions: number;
+  replicationFactor: number;
+  underReplicated: number;
+  leaderless: number;
+  records: number;
+  sizeBytes: number;
+}
+
+export interface TopicDetail {
+  name: string;
+  replicationFactor: number;
+  retentionHours: number;
+  retentionBytes: number;
+  cleanupPolicy: string;
+  partitions: Array<{ partition: number; leader: string | null; leaderId: number | string; leaderEpoch: number; replicas: Array<number | string>; isr: Array<number | string>; earliest: number; logEnd: number; highWatermark: number; lastStable: number; sizeBytes: number | null }>;
+}
+
+export interface GroupSummary {
+  group: string;
+  topic: string;
+  state: string;
+  generation: number;
+  members: number;
+  totalLag: number;
+}
+
+export interface GroupDetail {
+  group: string;
+  topic: string;
+  state: string;
+  generation: number;
+  leader: string | null;
+  assignor: string;
+  members: Array<{ memberId: string; clientId: string; host: string; generation: number; lastHeartbeatMsAgo: number; assignments: number[]; pending: number[]; needsRejoin: boolean }>;
+  offsets: Array<{ partition: number; committed: number | null; logEnd: number; lag: number | null; owner: string | null }>;
+  totalLag: number;
+  history: Array<{ generation: number; at: number; rebalanceMs: number | null; reasons: Array<{ cause: string; member: string; missedByMs?: number }>; moved: number[] | null }>;
+}
+
+export interface Cluster {
+  mode: string;
+  controller: number | null;
+  brokers: Array<{ id: number; address?: string; host?: string; port?: number }>;
+  partitions: number;
+  underReplicated: number;
+  leaderless: number;
+}
