@@ -9,6 +9,7 @@ interface BenchModule {
 
 const BENCHMARKS: Record<string, () => Promise<BenchModule>> = {
   failover: () => import('./failover.js'),
+  latency: () => import('./latency.js'),
   'produce-consume': () => import('./produce-consume.js'),
   rebalance: () => import('./rebalance.js'),
   transactions: () => import('./transactions.js'),

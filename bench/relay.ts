@@ -1,7 +1,11 @@
 /**
  * Zero-logic relay: the baseline the broker is compared with (a child process).
  *
- *   node dist/bench/relay.js --file PATH [--host 127.0.0.1] [--port 0] [--exit-with-stdin]
+ *   node dist/bench/relay.js --file PATH [--host 127.0.0.1] [--port 0] [--fsync] [--exit-with-stdin]
+ *
+ * With --fsync (the fsync relay): frames are written with fs.write and made durable by fdatasync with
+ * group commit (one fdatasync covers every frame written before it started), and each frame is
+ * acknowledged and forwarded only once durable: the least any durable broker must do.
  *
  * A plain TCP server speaking the broker's framing and nothing else. A connection whose first frame is
  * `STREAM ...` becomes a consumer (answered `OK`); any other connection is a producer. Every producer
@@ -24,6 +28,7 @@ const { values: a } = parseArgs({
     port: { type: 'string', default: '0' },
     file: { type: 'string' },
     'exit-with-stdin': { type: 'boolean', default: false },
+    fsync: { type: 'boolean', default: false },
   },
 });
 if (!a.file) {
@@ -41,6 +46,39 @@ log.on('error', (e) => {
   process.stderr.write(`relay: log write failed: ${e.message}\n`);
   process.exit(1);
 });
+
+/**
+ * --fsync: frames queued while a write+fdatasync pass runs go into the next pass (group commit); each
+ * pass writes its frames with one writev, fdatasyncs, then acknowledges and forwards them.
+ */
+const fd = a.fsync ? fs.openSync(`${a.file}.sync`, 'a') : -1;
+let pending: Array<{ socket: net.Socket; body: Buffer }> = [];
+let syncing = false;
+function durable(socket: net.Socket, body: Buffer): void {
+  pending.push({ socket, body });
+  if (!syncing) void syncLoop();
+}
+async function syncLoop(): Promise<void> {
+  syncing = true;
+  while (pending.length > 0) {
+    const batch = pending;
+    pending = [];
+    const bufs = batch.flatMap((f) => [frameHeader(f.body.length), f.body]);
+    await new Promise<void>((resolve, reject) => fs.writev(fd, bufs, (err) => (err ? reject(err) : resolve())));
+    await new Promise<void>((resolve, reject) => fs.fdatasync(fd, (err) => (err ? reject(err) : resolve())));
+    const sockets = new Set<net.Socket>();
+    for (const f of batch) {
+      if (!sockets.has(f.socket)) {
+        sockets.add(f.socket);
+        f.socket.cork();
+      }
+      f.socket.write(ACK);
+      forward(f.body);
+    }
+    for (const s of sockets) s.uncork();
+  }
+  syncing = false;
+}
 
 const consumers: net.Socket[] = [];
 const producers = new Set<net.Socket>();
@@ -110,6 +148,10 @@ const server = net.createServer((socket) => {
       if (role === 'consumer') continue; // consumers send nothing else
       frames++;
       bytes += body.length;
+      if (a.fsync) {
+        durable(socket, body);
+        continue;
+      }
       log.write(frameHeader(body.length));
       log.write(body);
       socket.write(ACK);

@@ -107,6 +107,14 @@ describe('admin API, authentication off', () => {
     expect(d.body.partitions[1]).toMatchObject({ partition: 1, earliest: 0, logEnd: 4, highWatermark: 4, lastStable: 4, replicas: [0], isr: [0], leaderEpoch: 0 });
     expect(d.body.partitions[1].sizeBytes).toBeGreaterThan(d.body.partitions[0].sizeBytes);
 
+    // More partitions, never fewer.
+    const more = await api('POST', '/api/v1/topics/orders/partitions', { body: { partitions: 4 } });
+    expect([more.status, more.body]).toEqual([200, { topic: 'orders', partitions: 4 }]);
+    expect((await api('GET', '/api/v1/topics/orders')).body.partitions).toHaveLength(4);
+    const fewer = await api('POST', '/api/v1/topics/orders/partitions', { body: { partitions: 2 } });
+    expect([fewer.status, fewer.body.error.code]).toEqual([400, 'invalid_parameter']);
+    expect((await api('GET', '/api/v1/topics/orders')).body.partitions).toHaveLength(4);
+
     expect((await api('POST', '/api/v1/topics', { body: { name: 'doomed' } })).status).toBe(201);
     expect((await api('DELETE', '/api/v1/topics/doomed')).status).toBe(204);
     expect((await api('GET', '/api/v1/topics/doomed')).status).toBe(404);
@@ -227,6 +235,11 @@ describe('admin API, authentication off', () => {
     expect((await api('GET', '/api/v1/groups/workers')).status).toBe(404);
   });
 
+  it('session: open to anyone, says whether authentication is on', async () => {
+    expect((await api('GET', '/api/v1/session')).body).toEqual({ authentication: false, principal: null, authenticated: true });
+    expect((await api('GET', '/api/v1/session?x=1')).status).toBe(400);
+  });
+
   it('cluster, users and ACLs', async () => {
     const c = await api('GET', '/api/v1/cluster');
     expect(c.status).toBe(200);
@@ -338,6 +351,12 @@ describe('admin API, TLS and authentication on', () => {
     expect(users.body.users).toEqual(expect.arrayContaining([{ principal: 'reader', permissions: ['topic.read', 'group'] }]));
     expect(JSON.stringify(users.body)).not.toMatch(/hash|salt/);
     expect((await api('GET', '/api/v1/acls', { auth: admin })).body.acls).toEqual([{ topic: 'locked', read: ['admin'], write: null }]);
+    // The session route tells valid from invalid credentials, always with 200.
+    expect((await api('GET', '/api/v1/session')).body).toEqual({ authentication: true, principal: null, authenticated: false });
+    expect((await api('GET', '/api/v1/session', { auth: ['reader', 'nope'] })).body).toEqual({ authentication: true, principal: null, authenticated: false });
+    expect((await api('GET', '/api/v1/session', { auth: reader })).body).toEqual({ authentication: true, principal: 'reader', authenticated: true });
+    // Adding partitions needs admin.
+    expect((await api('POST', '/api/v1/topics/open/partitions', { body: { partitions: 2 }, auth: reader })).status).toBe(403);
     // No token in the log.
     for (const t of Object.values(tokens)) expect(broker.stderr).not.toContain(t);
     expect(broker.stderr).not.toContain('not-the-token');

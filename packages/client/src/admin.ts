@@ -317,6 +317,12 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     };
   }
 
+  /** Raises a topic's partition count to `partitions` (never lowers it); keys may map to other partitions from then on. */
+  async addPartitions(topic: string, partitions: number, o: { signal?: AbortSignal } = {}): Promise<{ topic: string; partitions: number }> {
+    const reply = await this.any('ADD_PARTITIONS', { topic: requireString('topic', topic), partitions: requireInt('partitions', partitions, 1) }, o.signal);
+    return { topic, partitions: num(parseLine(reply).params.get('partitions')) };
+  }
+
   async deleteTopic(topic: string, o: { signal?: AbortSignal } = {}): Promise<void> {
     await this.any('DELETE', { topic: requireString('topic', topic) }, o.signal);
   }

@@ -28,7 +28,7 @@ interface Status {
   generation: number;
   leader: string | null;
   members: StatusMember[];
-  history: Array<{ generation: number; reasons: Array<{ cause: string; member: string; missedByMs?: number }> }>;
+  history: Array<{ generation: number; reasons: Array<{ cause: string; member: string; missedByMs?: number }>; moved?: number[] }>;
 }
 
 let dir: string;
@@ -122,6 +122,8 @@ describe('GroupCoordinator on a fake clock', () => {
     expect(s).toMatchObject({ state: 'Stable', generation: 1 });
     expect(s.history).toHaveLength(1);
     expect(s.history[0]!.reasons.map((r) => r.cause)).toEqual(['join', 'join']);
+    // The first generation gives every partition to a member: all of them moved.
+    expect(s.history[0]!.moved).toEqual([0, 1, 2, 3]);
     expect(await heartbeat('g', sa)).toEqual({ generation: 1, memberId: va.memberId });
   });
 

@@ -186,6 +186,27 @@ export function Tail({ topic }: { topic: string }) {
     <${Messages} messages=${messages} view="text" />`;
 }
 
+function AddPartitions({ topic, current, onDone }: { topic: string; current: number; onDone: () => void }) {
+  const [count, setCount] = useState(String(current + 1));
+  const [error, setError] = useState<Error | undefined>(undefined);
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    try {
+      await api('POST', `/topics/${enc(topic)}/partitions`, { partitions: Number(count) });
+      setError(undefined);
+      onDone();
+    } catch (err) {
+      setError(err as Error);
+    }
+  };
+  return html`
+    <form class="inline" onSubmit=${submit} data-test="add-partitions">
+      <label>partitions <input type="number" min=${current + 1} value=${count} onInput=${(e: Event) => setCount((e.target as HTMLInputElement).value)} /></label>
+      <button>Add partitions</button> <span class="muted">keys may map to other partitions afterwards</span>
+    </form>
+    ${error && html`<${ErrorBox} error=${error} />`}`;
+}
+
 export function Topic({ topic }: { topic: string }) {
   const { data, error, reload } = usePoll((signal) => get<TopicDetail>(`/topics/${enc(topic)}`, signal), [topic], 5000);
   if (error) return html`<h1>${topic}</h1><${ErrorBox} error=${error} />`;
@@ -205,6 +226,7 @@ export function Topic({ topic }: { topic: string }) {
         )}
       </tbody>
     </table>
+    <${AddPartitions} topic=${topic} current=${data.partitions.length} onDone=${reload} />
     <${Produce} topic=${topic} onSent=${reload} />
     <${Browser} topic=${topic} detail=${data} />`;
 }

@@ -195,6 +195,13 @@ async function createTopic({ req, url, res, client }: RouteContext): Promise<voi
   sendJson(res, isNew ? 201 : 200, { name: topic, created: isNew, ...rest });
 }
 
+async function addPartitions({ req, url, res, client, params }: RouteContext): Promise<void> {
+  new Query(url.searchParams, []);
+  const body = await readJsonBody(req, ['partitions']);
+  const partitions = checkInt('partitions', body.partitions, { min: 1, max: 100_000 });
+  sendJson(res, 200, await client.admin.addPartitions(segment(params[0]!), partitions));
+}
+
 async function deleteTopic({ url, res, client, params }: RouteContext): Promise<void> {
   new Query(url.searchParams, []);
   await client.admin.deleteTopic(segment(params[0]!));
@@ -479,6 +486,7 @@ export class AdminApi {
     r('POST', '/topics', createTopic);
     r('GET', '/topics/:topic', describeTopic);
     r('DELETE', '/topics/:topic', deleteTopic);
+    r('POST', '/topics/:topic/partitions', addPartitions);
     r('GET', '/topics/:topic/messages', readMessages);
     r('POST', '/topics/:topic/messages', produceMessage);
     r('GET', '/topics/:topic/search', searchMessages);

@@ -1,0 +1,240 @@
+/**
+ * `npm run bench -- latency`: end-to-end latency, open loop (bench/README.md, "latency").
+ *
+ * One open-loop producer process (lat-producer.ts: R records/s of S bytes on the clock, never waiting
+ * for acks) → N partitions → a group of 3 consumer processes (lat-consumer.ts); latency is the
+ * consumer's receive time minus the record's scheduled send time, the first second (warm-up) not
+ * counted. Each workload runs against the fsync relay (relay.ts --fsync: write, fdatasync with group
+ * commit, then ack and forward; the least a durable broker must do) and against a broker with its
+ * defaults (flush=always) through the SDK with its defaults, in the same run, and prints p50, p99 and
+ * p99.9 with the broker/relay ratios.
+ *
+ * Options: --rates 1000,10000,50000 (at --partitions) --partitions 12 --partition-counts 1,100 (extra runs
+ * at the W2 rate 10000) --size 1024 --duration-ms 10000 --warmup-ms 1000 --broker-args "..." --only w2
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { Connection } from 'tributary-protocol/connection.js';
+import { BENCH_DIR, type Child, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, percentile, removeTempDir, spawnNode, splitArgs, startBroker, table } from './lib.js';
+
+export const description = 'open-loop end-to-end latency (p50/p99/p99.9) at fixed rates, against the fsync relay';
+
+const TOPIC = 'latency';
+const CONSUMERS = 3;
+
+interface Workload {
+  rate: number;
+  partitions: number;
+}
+
+interface Options {
+  workloads: Workload[];
+  size: number;
+  durationMs: number;
+  warmupMs: number;
+  brokerArgs: string[];
+  verbose: boolean;
+}
+
+interface Result {
+  target: 'relay' | 'broker';
+  sent: number;
+  acked: number;
+  errors: number;
+  received: number;
+  measured: number;
+  p50: number;
+  p99: number;
+  p999: number;
+  max: number;
+  maxTickGapMs: number;
+  error?: string;
+}
+
+function usage(): string {
+  return 'usage: npm run bench -- latency [--rates 1000,10000,50000] [--partitions 12] [--partition-counts 1,100] [--size 1024] [--duration-ms 10000] [--warmup-ms 1000] [--broker-args "..."] [--only w2] [--verbose]\n';
+}
+
+function parseOptions(argv: string[]): Options | string {
+  let parsed: ReturnType<typeof parseArgs>;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      options: {
+        rates: { type: 'string', default: '1000,10000,50000' },
+        partitions: { type: 'string', default: '12' },
+        'partition-counts': { type: 'string', default: '1,100' },
+        size: { type: 'string', default: '1024' },
+        'duration-ms': { type: 'string', default: '10000' },
+        'warmup-ms': { type: 'string', default: '1000' },
+        'broker-args': { type: 'string', default: '' },
+        only: { type: 'string' },
+        verbose: { type: 'boolean', default: false },
+        help: { type: 'boolean', default: false },
+      },
+      strict: true,
+    });
+  } catch (err) {
+    return `${(err as Error).message}\n${usage()}`;
+  }
+  const v = parsed.values as Record<string, string | boolean | undefined>;
+  if (v.help) return usage();
+  const ints = (name: string, min: number): number[] | string => {
+    const xs = String(v[name]).split(',').filter(Boolean).map(Number);
+    return xs.every((x) => Number.isSafeInteger(x) && x >= min) ? xs : `--${name} must be integers >= ${min}\n${usage()}`;
+  };
+  const rates = ints('rates', 1);
+  const parts = ints('partitions', 1);
+  const counts = ints('partition-counts', 1);
+  const size = ints('size', 12);
+  const duration = ints('duration-ms', 1000);
+  const warmup = ints('warmup-ms', 0);
+  for (const x of [rates, parts, counts, size, duration, warmup]) if (typeof x === 'string') return x;
+  const base = (parts as number[])[0]!;
+  let workloads: Workload[] = [...(rates as number[]).map((rate) => ({ rate, partitions: base })), ...(counts as number[]).map((partitions) => ({ rate: 10_000, partitions }))];
+  if (v.only === 'w2') workloads = [{ rate: 10_000, partitions: base }];
+  else if (v.only !== undefined) return `--only takes w2\n${usage()}`;
+  return {
+    workloads,
+    size: (size as number[])[0]!,
+    durationMs: (duration as number[])[0]!,
+    warmupMs: (warmup as number[])[0]!,
+    brokerArgs: splitArgs(String(v['broker-args'])),
+    verbose: v.verbose === true,
+  };
+}
+
+async function createTopic(host: string, port: number, partitions: number): Promise<void> {
+  const conn = await Connection.connect({ host, port });
+  try {
+    await conn.command('CREATE', { topic: TOPIC, partitions });
+  } finally {
+    await conn.close();
+  }
+}
+
+async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Promise<Result> {
+  const dir = makeTempDir(`tributary-latency-${target}-`);
+  let server: Child | undefined;
+  const consumers: Child[] = [];
+  let producer: Child | undefined;
+  const empty: Result = { target, sent: 0, acked: 0, errors: 0, received: 0, measured: 0, p50: Number.NaN, p99: Number.NaN, p999: Number.NaN, max: Number.NaN, maxTickGapMs: Number.NaN };
+  try {
+    let port: number;
+    const host = '127.0.0.1';
+    if (target === 'broker') {
+      const b = await startBroker(path.join(dir, 'data'), { args: o.brokerArgs, echoStderr: o.verbose });
+      server = b.child;
+      port = b.port;
+      await createTopic(host, port, w.partitions);
+    } else {
+      server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log'), '--fsync', '--exit-with-stdin'], { stdin: true, echoStderr: o.verbose });
+      port = Number((await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000))[2]);
+    }
+    const common = ['--target', target, '--host', host, '--port', String(port), '--topic', TOPIC, '--partitions', String(w.partitions), '--size', String(o.size)];
+    const assigned: Array<number | undefined> = new Array(CONSUMERS).fill(undefined);
+    const files = Array.from({ length: CONSUMERS }, (_, i) => path.join(dir, `latencies-${i}.bin`));
+    // Records scheduled before `from` are the warm-up: the producer starts warmupMs before it, once the
+    // consumers are in place (they get `from` as an absolute time, comfortably after they settle).
+    const settleMs = target === 'broker' ? 3000 : 500;
+    const from = Math.ceil(nowMs() + settleMs + o.warmupMs + 2000);
+    // One reader of each consumer's reports (a line skipped by one waitJson is gone for the next).
+    const results: Array<Promise<{ received: number; measured: number }>> = [];
+    for (let i = 0; i < CONSUMERS; i++) {
+      const c = spawnNode(`consumer-${i}`, path.join(BENCH_DIR, 'lat-consumer.js'), [...common, '--group', 'latency', '--measure-from', String(from), '--out', files[i]!], { stdin: true, echoStderr: o.verbose });
+      consumers.push(c);
+      const watch = async (): Promise<{ received: number; measured: number }> => {
+        for (;;) {
+          const r = await c.waitJson<{ event: string; partitions?: number; received: number; measured: number }>((x) => x.event === 'assigned' || x.event === 'result', o.durationMs + o.warmupMs + 120_000);
+          if (r.event === 'result') return r;
+          assigned[i] = r.partitions ?? 1;
+        }
+      };
+      const result = watch();
+      result.catch(() => {});
+      results.push(result);
+    }
+    // Every consumer in place: the group covers every partition (broker), every stream is open (relay).
+    const deadline = nowMs() + 30_000;
+    const settled = () => assigned.every((x) => x !== undefined) && (target === 'relay' || assigned.reduce<number>((n, x) => n + (x ?? 0), 0) === w.partitions);
+    while (!settled()) {
+      if (nowMs() > deadline) throw new Error(`the consumers did not settle (assigned ${JSON.stringify(assigned)})`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    // Start the producer so that `from` falls warmupMs into its run.
+    const startAt = from - o.warmupMs;
+    const wait = startAt - nowMs();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    else throw new Error(`the consumers took too long to settle (${Math.round(-wait)} ms past the planned start)`);
+    producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(w.rate), '--duration-ms', String(o.warmupMs + o.durationMs)], { echoStderr: o.verbose });
+    const p = await producer.waitJson<{ sent: number; acked: number; errors: number; firstError: string; maxTickGapMs: number }>((x) => x.event === 'result', o.durationMs + o.warmupMs + 60_000);
+    for (const c of consumers) c.proc.stdin?.write('done\n');
+    const reports = await Promise.all(results);
+    const all: number[] = [];
+    for (const f of files) {
+      const buf = fs.readFileSync(f);
+      const xs = new Float64Array(buf.buffer, buf.byteOffset, buf.length / 8);
+      for (const x of xs) all.push(x);
+    }
+    const sorted = Float64Array.from(all).sort();
+    return {
+      target,
+      sent: p.sent,
+      acked: p.acked,
+      errors: p.errors,
+      received: reports.reduce((n, r) => n + r.received, 0),
+      measured: sorted.length,
+      p50: percentile(sorted, 50),
+      p99: percentile(sorted, 99),
+      p999: percentile(sorted, 99.9),
+      max: sorted.length > 0 ? sorted[sorted.length - 1]! : Number.NaN,
+      maxTickGapMs: p.maxTickGapMs,
+      error: p.errors > 0 ? `${p.errors} sends failed: ${p.firstError}` : undefined,
+    };
+  } catch (err) {
+    return { ...empty, error: err instanceof Error ? err.message : String(err) };
+  } finally {
+    for (const c of [producer, ...consumers]) if (c && c.proc.exitCode === null && c.proc.signalCode === null) c.proc.kill('SIGKILL');
+    if (server) await server.stop(30_000);
+    removeTempDir(dir);
+  }
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const o = parseOptions(argv);
+  if (typeof o === 'string') {
+    process.stderr.write(o);
+    return o === usage() ? 0 : 2;
+  }
+  installCleanupHandlers();
+  process.stdout.write(`latency (node ${process.version}; open loop, ${o.size} B records, ${o.durationMs} ms measured after ${o.warmupMs} ms warm-up, ${CONSUMERS} consumers; broker args: ${o.brokerArgs.join(' ') || '(defaults: flush=always)'})\n`);
+  const rows: string[][] = [];
+  let failed = false;
+  for (const w of o.workloads) {
+    const results: Result[] = [];
+    for (const target of ['relay', 'broker'] as const) {
+      process.stderr.write(`  ${fmtInt(w.rate)}/s x ${w.partitions} partitions: ${target} ...\n`);
+      results.push(await runOnce(w, target, o));
+    }
+    const [relay, broker] = results as [Result, Result];
+    for (const r of results) {
+      const lost = r.sent - r.received;
+      if (r.error) failed = true;
+      rows.push([
+        `${fmtInt(w.rate)}/s x ${w.partitions}p`,
+        r.target === 'relay' ? 'fsync relay' : 'tributary',
+        fmtInt(r.sent),
+        fmtInt(r.received),
+        fmtFixed(r.p50, 2),
+        fmtFixed(r.p99, 2),
+        fmtFixed(r.p999, 2),
+        fmtFixed(r.max, 1),
+        r.target === 'broker' ? `${fmtFixed(broker.p50 / relay.p50, 1)} / ${fmtFixed(broker.p99 / relay.p99, 1)}` : '',
+        r.error ? `ERROR ${r.error.slice(0, 120)}` : lost !== 0 ? `${lost} not received` : `tick gap ${fmtFixed(r.maxTickGapMs, 1)} ms`,
+      ]);
+    }
+  }
+  process.stdout.write(`\n${table(['workload', 'target', 'sent', 'received', 'p50 ms', 'p99 ms', 'p99.9 ms', 'max ms', 'x relay p50/p99', 'notes'], rows)}\n`);
+  return failed ? 1 : 0;
+}
