@@ -74,9 +74,11 @@ async function broker(): Promise<() => Promise<void>> {
   const consumer = new Consumer({ brokers: [`${host}:${port}`], groupId: a.group ?? fail('--group is required'), topic, autoOffsetReset: 'earliest' });
   consumer.on('rebalance.end', () => report({ event: 'assigned', partitions: consumer.assignment().length }));
   const run = consumer.run({
-    eachBatch: async ({ messages }) => {
+    eachBatch: async ({ messages, resolveOffset }) => {
       const at = nowMs();
       for (const m of messages) record(m.value, at);
+      // Processed: auto-commit moves the group's offsets, so a partition that moves is not read again.
+      if (messages.length > 0) resolveOffset(messages[messages.length - 1]!.offset);
     },
   });
   run.catch((err: Error) => fail(`consumer: ${err.message}`));

@@ -8,7 +8,7 @@
  * do: a slow broker cannot slow the schedule down, so coordinated omission cannot hide (docs of
  * bench/README.md, "latency"). Each record carries its id and its *scheduled* send time (pc-payload.ts),
  * so a delay anywhere, the producer's own included, counts. Broker: the SDK Producer with its default
- * settings, partitions round-robin per record. Relay: one binary batch frame per tick.
+ * settings (keyless records, so its default partitioning spreads them). Relay: one binary batch frame per tick.
  *
  * Prints {"event":"result", sent, acked, errors, ...} once everything sent was acknowledged (or 15 s after the end).
  */
@@ -71,7 +71,6 @@ async function relaySender(): Promise<{ send: Sender; close: () => void }> {
 async function brokerSender(): Promise<{ send: Sender; close: () => Promise<void> }> {
   const producer = new Producer({ brokers: [`${host}:${port}`] });
   const filler = Buffer.alloc(size, 0x61);
-  let partition = 0;
   return {
     send: (from, to, start) => {
       const messages = [];
@@ -79,7 +78,8 @@ async function brokerSender(): Promise<{ send: Sender; close: () => Promise<void
         const value = Buffer.allocUnsafe(size);
         filler.copy(value);
         writePayloadHeader(value, 0, i, start + (i * 1000) / rate);
-        messages.push({ value, partition: partition++ % partitions });
+        // Keyless and no partition: the SDK's default partitioning spreads them (sticky batches).
+        messages.push({ value });
       }
       producer.send({ topic, messages }).then(
         () => {

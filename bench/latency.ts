@@ -49,6 +49,8 @@ interface Result {
   p999: number;
   max: number;
   maxTickGapMs: number;
+  /** Rebalances (member reports) while the producer ran. */
+  rebalances: number;
   error?: string;
 }
 
@@ -119,7 +121,7 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Pro
   let server: Child | undefined;
   const consumers: Child[] = [];
   let producer: Child | undefined;
-  const empty: Result = { target, sent: 0, acked: 0, errors: 0, received: 0, measured: 0, p50: Number.NaN, p99: Number.NaN, p999: Number.NaN, max: Number.NaN, maxTickGapMs: Number.NaN };
+  const empty: Result = { target, sent: 0, acked: 0, errors: 0, received: 0, measured: 0, p50: Number.NaN, p99: Number.NaN, p999: Number.NaN, max: Number.NaN, maxTickGapMs: Number.NaN, rebalances: 0 };
   try {
     let port: number;
     const host = '127.0.0.1';
@@ -134,6 +136,10 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Pro
     }
     const common = ['--target', target, '--host', host, '--port', String(port), '--topic', TOPIC, '--partitions', String(w.partitions), '--size', String(o.size)];
     const assigned: Array<number | undefined> = new Array(CONSUMERS).fill(undefined);
+    // Rebalances while producing: a member that rejoins reads again from the committed offsets (at least once).
+    let producing = false;
+    let rebalances = 0;
+    let lastReport = 0;
     const files = Array.from({ length: CONSUMERS }, (_, i) => path.join(dir, `latencies-${i}.bin`));
     // Records scheduled before `from` are the warm-up: the producer starts warmupMs before it, once the
     // consumers are in place (they get `from` as an absolute time, comfortably after they settle).
@@ -149,6 +155,8 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Pro
           const r = await c.waitJson<{ event: string; partitions?: number; received: number; measured: number }>((x) => x.event === 'assigned' || x.event === 'result', o.durationMs + o.warmupMs + 120_000);
           if (r.event === 'result') return r;
           assigned[i] = r.partitions ?? 1;
+          lastReport = nowMs();
+          if (producing) rebalances++;
         }
       };
       const result = watch();
@@ -157,7 +165,10 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Pro
     }
     // Every consumer in place: the group covers every partition (broker), every stream is open (relay).
     const deadline = nowMs() + 30_000;
-    const settled = () => assigned.every((x) => x !== undefined) && (target === 'relay' || assigned.reduce<number>((n, x) => n + (x ?? 0), 0) === w.partitions);
+    // Broker: incremental rebalancing moves partitions in several steps; settled once every partition is
+    // assigned and no member reported a change for a second.
+    const settled = () =>
+      assigned.every((x) => x !== undefined) && (target === 'relay' || (assigned.reduce<number>((n, x) => n + (x ?? 0), 0) === w.partitions && nowMs() - lastReport > 1000));
     while (!settled()) {
       if (nowMs() > deadline) throw new Error(`the consumers did not settle (assigned ${JSON.stringify(assigned)})`);
       await new Promise((r) => setTimeout(r, 50));
@@ -167,6 +178,7 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Pro
     const wait = startAt - nowMs();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     else throw new Error(`the consumers took too long to settle (${Math.round(-wait)} ms past the planned start)`);
+    producing = true;
     producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(w.rate), '--duration-ms', String(o.warmupMs + o.durationMs)], { echoStderr: o.verbose });
     const p = await producer.waitJson<{ sent: number; acked: number; errors: number; firstError: string; maxTickGapMs: number }>((x) => x.event === 'result', o.durationMs + o.warmupMs + 60_000);
     for (const c of consumers) c.proc.stdin?.write('done\n');
@@ -190,6 +202,7 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Pro
       p999: percentile(sorted, 99.9),
       max: sorted.length > 0 ? sorted[sorted.length - 1]! : Number.NaN,
       maxTickGapMs: p.maxTickGapMs,
+      rebalances,
       error: p.errors > 0 ? `${p.errors} sends failed: ${p.firstError}` : undefined,
     };
   } catch (err) {
@@ -231,7 +244,14 @@ export async function run(argv: string[]): Promise<number> {
         fmtFixed(r.p999, 2),
         fmtFixed(r.max, 1),
         r.target === 'broker' ? `${fmtFixed(broker.p50 / relay.p50, 1)} / ${fmtFixed(broker.p99 / relay.p99, 1)}` : '',
-        r.error ? `ERROR ${r.error.slice(0, 120)}` : lost !== 0 ? `${lost} not received` : `tick gap ${fmtFixed(r.maxTickGapMs, 1)} ms`,
+        [
+          r.error ? `ERROR ${r.error.slice(0, 120)}` : '',
+          lost > 0 ? `${lost} not received` : lost < 0 ? `${-lost} received twice` : '',
+          r.rebalances > 0 ? `${r.rebalances} rebalance reports` : '',
+          `tick gap ${fmtFixed(r.maxTickGapMs, 1)} ms`,
+        ]
+          .filter(Boolean)
+          .join('; '),
       ]);
     }
   }

@@ -57,12 +57,18 @@ export interface ProducerOptions {
   transactionalId?: string;
   /** How long a transaction may stay open before the broker aborts it (default: the broker's, 60 s). */
   transactionTimeoutMs?: number;
+  /**
+   * Records with neither key nor partition: `sticky` (default) fills one partition's batch and moves to
+   * the next partition once that batch is closed (full, or taken by the sender), so they travel in full
+   * batches (Kafka's KIP-480); `round-robin` spreads them one record at a time.
+   */
+  keylessPartitioning?: 'sticky' | 'round-robin';
 }
 
 export const PRODUCER_OPTION_NAMES = [
   'brokers', 'clientId', 'acks', 'lingerMs', 'maxBatchBytes', 'maxBatchRecords', 'maxBufferedBytes', 'maxInFlightPerPartition',
   'requestTimeoutMs', 'retry', 'tls', 'auth', 'stallTimeoutMs', 'connectTimeoutMs', 'bootstrapTimeoutMs', 'idempotent', 'transactionalId',
-  'transactionTimeoutMs',
+  'transactionTimeoutMs', 'keylessPartitioning',
 ] as const;
 const producerOptionsComplete: Complete<ProducerOptions, typeof PRODUCER_OPTION_NAMES> = true;
 void producerOptionsComplete;
@@ -118,6 +124,9 @@ export function validateProducerOptions(o: ProducerOptions): void {
     throw configError('transactionalId', '1-255 bytes without spaces, quotes or "="');
   }
   checkInt(r, 'transactionTimeoutMs', 1, 2 ** 31 - 1);
+  if (o.keylessPartitioning !== undefined && o.keylessPartitioning !== 'sticky' && o.keylessPartitioning !== 'round-robin') {
+    throw configError('keylessPartitioning', 'expected "sticky" or "round-robin"');
+  }
   if (o.transactionTimeoutMs !== undefined && o.transactionalId === undefined) throw configError('transactionTimeoutMs', 'only for a transactional producer (transactionalId)');
   if (o.idempotent === true) {
     if (o.maxInFlightPerPartition !== undefined && o.maxInFlightPerPartition > MAX_IDEMPOTENT_IN_FLIGHT) {
@@ -143,6 +152,7 @@ export interface ResolvedProducerOptions {
   idempotent: boolean;
   transactionalId: string | undefined;
   transactionTimeoutMs: number | undefined;
+  keylessPartitioning: 'sticky' | 'round-robin';
 }
 
 /** Fills in the defaults; `options` has passed validateProducerOptions. */
@@ -162,5 +172,6 @@ export function resolveProducerOptions(options: ProducerOptions): ResolvedProduc
     idempotent: options.idempotent ?? false,
     transactionalId: options.transactionalId,
     transactionTimeoutMs: options.transactionTimeoutMs,
+    keylessPartitioning: options.keylessPartitioning ?? 'sticky',
   };
 }

@@ -107,6 +107,8 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   /** Aborted by a forced close: retries stop and everything pending fails with client_closed. */
   private readonly root = new AbortController();
   private readonly roundRobin = new Map<string, number>();
+  /** keylessPartitioning 'sticky': per topic, the batch keyless records go to until it closes. */
+  private readonly sticky = new Map<string, ProducerBatch>();
   private readonly partitionCounts = new Map<string, number>();
   private stateValue: ProducerState = 'open';
   /** Transactional producers: the producer id and epoch from INIT_PRODUCER_ID (once per producer). */
@@ -290,8 +292,12 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   }
 
   private appendRecord(topic: string, partitions: number, explicit: number | undefined, rec: BatchRecord, size: number, sink: RecordSink, index: number): void {
-    const partition = choosePartition(rec.key, explicit, partitions, () => this.nextRoundRobin(topic));
+    const keyless = explicit === undefined && (rec.key === null || rec.key.length === 0);
+    const stuck = keyless && this.options.keylessPartitioning === 'sticky' ? this.sticky.get(topic) : undefined;
+    // Sticky: the partition whose batch keyless records are filling, while that batch is still open.
+    const partition = stuck && !stuck.closed && stuck.partition < partitions ? stuck.partition : choosePartition(rec.key, explicit, partitions, () => this.nextRoundRobin(topic));
     const { batch, created, closed } = this.accumulator.append(topic, partition, rec, size, sink, index, Date.now());
+    if (keyless && this.options.keylessPartitioning === 'sticky') this.sticky.set(topic, batch);
     if (created) this.armLinger(batch);
     if (closed) this.sender.pump(this.accumulator.queue(topic, partition));
   }

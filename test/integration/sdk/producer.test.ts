@@ -122,13 +122,34 @@ describe('Producer against a broker', () => {
     }
   });
 
-  it('records without key or partition go round-robin', async () => {
+  it("records without key or partition: with keylessPartitioning 'round-robin' one record at a time", async () => {
     const t = await topic('p-rr', 4);
-    const p = producer();
+    const p = producer({ keylessPartitioning: 'round-robin' });
     const meta = await p.send({ topic: t, messages: Array.from({ length: 40 }, (_, i) => ({ value: `m${i}` })) });
     const counts = [0, 0, 0, 0];
     for (const m of meta) counts[m.partition]++;
     expect(counts).toEqual([10, 10, 10, 10]);
+  });
+
+  it('records without key or partition, by default (sticky): one partition until its batch closes, then the next', async () => {
+    const t = await topic('p-sticky', 4);
+    const p = producer();
+    // One send fills one batch: every record on one partition.
+    const first = await p.send({ topic: t, messages: Array.from({ length: 40 }, (_, i) => ({ value: `a${i}` })) });
+    expect(new Set(first.map((m) => m.partition)).size).toBe(1);
+    // That batch was sent and closed: the next records go to another partition.
+    const second = await p.send({ topic: t, messages: [{ value: 'b0' }, { value: 'b1' }] });
+    expect(new Set(second.map((m) => m.partition)).size).toBe(1);
+    expect(second[0]!.partition).not.toBe(first[0]!.partition);
+    // Batches that close when full move the records along: 10 per batch, 4 partitions, 10 each.
+    const q = producer({ maxBatchRecords: 10 });
+    const meta = await q.send({ topic: t, messages: Array.from({ length: 40 }, (_, i) => ({ value: `c${i}` })) });
+    const runs = meta.map((m) => m.partition);
+    for (let i = 0; i < 40; i += 10) expect(new Set(runs.slice(i, i + 10)).size).toBe(1);
+    expect(new Set(runs).size).toBe(4);
+    // Keys and explicit partitions are not affected.
+    const keyed = await q.send({ topic: t, messages: [{ key: 'k1', value: 'x' }, { value: 'y', partition: 2 }] });
+    expect(keyed.map((m) => m.partition)).toEqual([partitionForKey(Buffer.from('k1'), 4), 2]);
   });
 
   it('keeps per-partition order with several batches in flight on one pipelined connection', async () => {

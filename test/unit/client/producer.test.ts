@@ -41,6 +41,7 @@ describe('producer options', () => {
       maxInFlightPerPartition: 5,
       clientId: 'tributary-producer',
       stallTimeoutMs: 3000,
+      keylessPartitioning: 'sticky',
     });
     expect(new Producer({ brokers: BROKERS, stallTimeoutMs: 10 }).options.stallTimeoutMs).toBe(10);
     expect(p.state).toBe('open');
@@ -68,6 +69,7 @@ describe('producer options', () => {
     [{ clientId: 'has space' }, 'clientId'],
     [{ retry: 3 }, 'retry'],
     [{ idempotent: 'yes' }, 'idempotent'],
+    [{ keylessPartitioning: 'random' }, 'keylessPartitioning'],
   ])('refuses %j at construction', (opts, option) => {
     const err = configError(opts as Record<string, unknown>);
     expect(err.code).toBe('invalid_config');
