@@ -37,7 +37,7 @@ interface Options {
   verbose: boolean;
 }
 
-interface Result {
+export interface Result {
   target: 'relay' | 'broker';
   sent: number;
   acked: number;
@@ -107,52 +107,66 @@ function parseOptions(argv: string[]): Options | string {
   };
 }
 
-async function createTopic(host: string, port: number, partitions: number): Promise<void> {
+export async function createTopic(host: string, port: number, topic: string, partitions: number): Promise<void> {
   const conn = await Connection.connect({ host, port });
   try {
-    await conn.command('CREATE', { topic: TOPIC, partitions });
+    await conn.command('CREATE', { topic, partitions });
   } finally {
     await conn.close();
   }
 }
 
-async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Promise<Result> {
-  const dir = makeTempDir(`tributary-latency-${target}-`);
-  let server: Child | undefined;
+function failedResult(target: 'relay' | 'broker', err: unknown): Result {
+  const none = Number.NaN;
+  return { target, sent: 0, acked: 0, errors: 0, received: 0, measured: 0, p50: none, p99: none, p999: none, max: none, maxTickGapMs: none, rebalances: 0, error: err instanceof Error ? err.message : String(err) };
+}
+
+export interface MeasureOptions {
+  target: 'relay' | 'broker';
+  host: string;
+  port: number;
+  topic: string;
+  partitions: number;
+  rate: number;
+  size: number;
+  durationMs: number;
+  warmupMs: number;
+  /** Where the consumers write their samples. */
+  dir: string;
+  group?: string;
+  /** How long the consumers get to settle before the producer's warm-up starts (default 3 s for a broker). */
+  settleMs?: number;
+  verbose?: boolean;
+}
+
+/**
+ * One open-loop measurement against a running broker or relay: 3 consumers (a group, for the broker), then
+ * the producer; latencies merged from the consumers' sample files.
+ */
+export async function measureLatency(m: MeasureOptions): Promise<Result> {
+  const { target } = m;
   const consumers: Child[] = [];
   let producer: Child | undefined;
-  const empty: Result = { target, sent: 0, acked: 0, errors: 0, received: 0, measured: 0, p50: Number.NaN, p99: Number.NaN, p999: Number.NaN, max: Number.NaN, maxTickGapMs: Number.NaN, rebalances: 0 };
   try {
-    let port: number;
-    const host = '127.0.0.1';
-    if (target === 'broker') {
-      const b = await startBroker(path.join(dir, 'data'), { args: o.brokerArgs, echoStderr: o.verbose });
-      server = b.child;
-      port = b.port;
-      await createTopic(host, port, w.partitions);
-    } else {
-      server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log'), '--fsync', '--exit-with-stdin'], { stdin: true, echoStderr: o.verbose });
-      port = Number((await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000))[2]);
-    }
-    const common = ['--target', target, '--host', host, '--port', String(port), '--topic', TOPIC, '--partitions', String(w.partitions), '--size', String(o.size)];
+    const common = ['--target', target, '--host', m.host, '--port', String(m.port), '--topic', m.topic, '--partitions', String(m.partitions), '--size', String(m.size)];
     const assigned: Array<number | undefined> = new Array(CONSUMERS).fill(undefined);
     // Rebalances while producing: a member that rejoins reads again from the committed offsets (at least once).
     let producing = false;
     let rebalances = 0;
     let lastReport = 0;
-    const files = Array.from({ length: CONSUMERS }, (_, i) => path.join(dir, `latencies-${i}.bin`));
+    const files = Array.from({ length: CONSUMERS }, (_, i) => path.join(m.dir, `latencies-${i}.bin`));
     // Records scheduled before `from` are the warm-up: the producer starts warmupMs before it, once the
     // consumers are in place (they get `from` as an absolute time, comfortably after they settle).
-    const settleMs = target === 'broker' ? 3000 : 500;
-    const from = Math.ceil(nowMs() + settleMs + o.warmupMs + 2000);
+    const settleMs = m.settleMs ?? (target === 'broker' ? 3000 : 500);
+    const from = Math.ceil(nowMs() + settleMs + m.warmupMs + 2000);
     // One reader of each consumer's reports (a line skipped by one waitJson is gone for the next).
     const results: Array<Promise<{ received: number; measured: number }>> = [];
     for (let i = 0; i < CONSUMERS; i++) {
-      const c = spawnNode(`consumer-${i}`, path.join(BENCH_DIR, 'lat-consumer.js'), [...common, '--group', 'latency', '--measure-from', String(from), '--out', files[i]!], { stdin: true, echoStderr: o.verbose });
+      const c = spawnNode(`consumer-${i}`, path.join(BENCH_DIR, 'lat-consumer.js'), [...common, '--group', m.group ?? 'latency', '--measure-from', String(from), '--out', files[i]!], { stdin: true, echoStderr: m.verbose });
       consumers.push(c);
       const watch = async (): Promise<{ received: number; measured: number }> => {
         for (;;) {
-          const r = await c.waitJson<{ event: string; partitions?: number; received: number; measured: number }>((x) => x.event === 'assigned' || x.event === 'result', o.durationMs + o.warmupMs + 120_000);
+          const r = await c.waitJson<{ event: string; partitions?: number; received: number; measured: number }>((x) => x.event === 'assigned' || x.event === 'result', m.durationMs + m.warmupMs + 120_000);
           if (r.event === 'result') return r;
           assigned[i] = r.partitions ?? 1;
           lastReport = nowMs();
@@ -164,23 +178,22 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Pro
       results.push(result);
     }
     // Every consumer in place: the group covers every partition (broker), every stream is open (relay).
-    const deadline = nowMs() + 30_000;
+    const deadline = nowMs() + Math.max(30_000, settleMs + 10_000);
     // Broker: incremental rebalancing moves partitions in several steps; settled once every partition is
     // assigned and no member reported a change for a second.
     const settled = () =>
-      assigned.every((x) => x !== undefined) && (target === 'relay' || (assigned.reduce<number>((n, x) => n + (x ?? 0), 0) === w.partitions && nowMs() - lastReport > 1000));
+      assigned.every((x) => x !== undefined) && (target === 'relay' || (assigned.reduce<number>((n, x) => n + (x ?? 0), 0) === m.partitions && nowMs() - lastReport > 1000));
     while (!settled()) {
       if (nowMs() > deadline) throw new Error(`the consumers did not settle (assigned ${JSON.stringify(assigned)})`);
       await new Promise((r) => setTimeout(r, 50));
     }
     // Start the producer so that `from` falls warmupMs into its run.
-    const startAt = from - o.warmupMs;
-    const wait = startAt - nowMs();
+    const wait = from - m.warmupMs - nowMs();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     else throw new Error(`the consumers took too long to settle (${Math.round(-wait)} ms past the planned start)`);
     producing = true;
-    producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(w.rate), '--duration-ms', String(o.warmupMs + o.durationMs)], { echoStderr: o.verbose });
-    const p = await producer.waitJson<{ sent: number; acked: number; errors: number; firstError: string; maxTickGapMs: number }>((x) => x.event === 'result', o.durationMs + o.warmupMs + 60_000);
+    producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(m.rate), '--duration-ms', String(m.warmupMs + m.durationMs)], { echoStderr: m.verbose });
+    const p = await producer.waitJson<{ sent: number; acked: number; errors: number; firstError: string; maxTickGapMs: number }>((x) => x.event === 'result', m.durationMs + m.warmupMs + 60_000);
     for (const c of consumers) c.proc.stdin?.write('done\n');
     const reports = await Promise.all(results);
     const all: number[] = [];
@@ -206,9 +219,31 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Pro
       error: p.errors > 0 ? `${p.errors} sends failed: ${p.firstError}` : undefined,
     };
   } catch (err) {
-    return { ...empty, error: err instanceof Error ? err.message : String(err) };
+    return failedResult(target, err);
   } finally {
     for (const c of [producer, ...consumers]) if (c && c.proc.exitCode === null && c.proc.signalCode === null) c.proc.kill('SIGKILL');
+  }
+}
+
+async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Promise<Result> {
+  const dir = makeTempDir(`tributary-latency-${target}-`);
+  let server: Child | undefined;
+  try {
+    let port: number;
+    const host = '127.0.0.1';
+    if (target === 'broker') {
+      const b = await startBroker(path.join(dir, 'data'), { args: o.brokerArgs, echoStderr: o.verbose });
+      server = b.child;
+      port = b.port;
+      await createTopic(host, port, TOPIC, w.partitions);
+    } else {
+      server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log'), '--fsync', '--exit-with-stdin'], { stdin: true, echoStderr: o.verbose });
+      port = Number((await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000))[2]);
+    }
+    return await measureLatency({ target, host, port, topic: TOPIC, partitions: w.partitions, rate: w.rate, size: o.size, durationMs: o.durationMs, warmupMs: o.warmupMs, dir, verbose: o.verbose });
+  } catch (err) {
+    return failedResult(target, err);
+  } finally {
     if (server) await server.stop(30_000);
     removeTempDir(dir);
   }

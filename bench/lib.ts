@@ -262,6 +262,8 @@ export interface BrokerHandle {
   child: Child;
   host: string;
   port: number;
+  /** The HTTP port (/live, /ready, /metrics, the admin API). */
+  healthPort: number;
   dataDir: string;
 }
 
@@ -269,11 +271,11 @@ export interface BrokerHandle {
  * `tributary broker start` on free loopback ports (port 0, read back from its listening line).
  * `nodeArgs` go to node itself (e.g. --cpu-prof), `args` to `broker start` (e.g. --flush os).
  */
-export async function startBroker(dataDir: string, opts: { nodeArgs?: string[]; args?: string[]; echoStderr?: boolean } = {}): Promise<BrokerHandle> {
+export async function startBroker(dataDir: string, opts: { nodeArgs?: string[]; args?: string[]; echoStderr?: boolean; startTimeoutMs?: number } = {}): Promise<BrokerHandle> {
   const args = ['broker', 'start', '--host', '127.0.0.1', '--port', '0', '--health-port', '0', '--data-dir', dataDir, '--log-level', 'warn', ...(opts.args ?? [])];
   const child = spawnNode('broker', CLI, args, { nodeArgs: opts.nodeArgs, echoStderr: opts.echoStderr });
-  const m = await child.waitLine(/listening on ([^\s]+):(\d+) \(health/, 30_000);
-  return { child, host: '127.0.0.1', port: Number(m[2]), dataDir };
+  const m = await child.waitLine(/listening on ([^\s]+):(\d+) \(health [^\s,]*:(\d+)/, opts.startTimeoutMs ?? 30_000);
+  return { child, host: '127.0.0.1', port: Number(m[2]), healthPort: Number(m[3]), dataDir };
 }
 
 // ---------------------------------------------------------------- statistics and formatting

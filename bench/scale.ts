@@ -1,0 +1,225 @@
+/**
+ * `npm run bench -- scale`: many partitions and groups on one broker (bench/README.md, "scale").
+ *
+ * One broker with its defaults. In one run:
+ *   1. W2-shaped latency (latency.ts: open loop, 10k/s x 1 KiB) on a 12-partition topic of an otherwise
+ *      empty broker: the reference;
+ *   2. --topics x --partitions-per-topic idle partitions created (time), --groups groups with one member
+ *      each (joined, synced, heartbeating), the broker's RSS and open file descriptors;
+ *   3. the same latency measurement on the 12 hot partitions while the rest are idle;
+ *   4. again while --busy partitions receive --busy-rate records/s each (a load worker);
+ *   5. a clean restart and a kill -9 restart: time until /ready, RSS and fds after.
+ *
+ * Options: --topics 100 --partitions-per-topic 100 --groups 1000 --busy 1000 --busy-rate 10
+ *          --duration-ms 10000 --broker-args "..."
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { Connection } from 'tributary-protocol/connection.js';
+import { type Result, createTopic, measureLatency } from './latency.js';
+import { BENCH_DIR, type BrokerHandle, type Child, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, removeTempDir, spawnNode, splitArgs, startBroker, table } from './lib.js';
+
+export const description = '10k partitions and 1,000 groups on one broker: create and restart times, RSS, fds, hot-partition latency';
+
+const HOT = 'hot';
+const HOT_PARTITIONS = 12;
+const SESSION_MS = 60_000;
+
+function procStats(pid: number | undefined): { rssMiB: number; fds: number } {
+  if (pid === undefined) return { rssMiB: Number.NaN, fds: Number.NaN };
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  const rss = Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) / 1024;
+  return { rssMiB: rss, fds: fs.readdirSync(`/proc/${pid}/fd`).length };
+}
+
+async function waitReady(b: BrokerHandle, healthPort: number, timeoutMs: number): Promise<void> {
+  const deadline = nowMs() + timeoutMs;
+  for (;;) {
+    const ok = await fetch(`http://127.0.0.1:${healthPort}/ready`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
+    if (ok) return;
+    if (nowMs() > deadline) throw new Error(`broker not ready after ${timeoutMs} ms\n${b.child.stderr().slice(-2000)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function start(dataDir: string, args: string[]): Promise<{ b: BrokerHandle; healthPort: number; readyMs: number }> {
+  const t0 = nowMs();
+  const b = await startBroker(dataDir, { args, startTimeoutMs: 300_000 });
+  await waitReady(b, b.healthPort, 300_000);
+  return { b, healthPort: b.healthPort, readyMs: nowMs() - t0 };
+}
+
+/** One member per group, heartbeating every 5 s over a few pipelined connections. */
+class Members {
+  private readonly conns: Connection[] = [];
+  private readonly members: Array<{ conn: Connection; group: string; topic: string; member: string; generation: number }> = [];
+  private timer: NodeJS.Timeout | undefined;
+  failures = 0;
+
+  async join(host: string, port: number, groups: number, topics: string[]): Promise<void> {
+    for (let i = 0; i < 4; i++) this.conns.push(await Connection.connect({ host, port }));
+    // Joins wait for the join window: many at once over the pipelined connections.
+    const chunk = 100;
+    for (let from = 0; from < groups; from += chunk) {
+      await Promise.all(
+        Array.from({ length: Math.min(chunk, groups - from) }, async (_, k) => {
+          const i = from + k;
+          const conn = this.conns[i % this.conns.length]!;
+          const group = `g-${i}`;
+          const topic = topics[i % topics.length]!;
+          const j = await conn.command('JOIN_GROUP', { topic, group, member: 'scale', session_timeout_ms: SESSION_MS, rebalance_timeout_ms: SESSION_MS });
+          const member = /member=(\S+)/.exec(j)![1]!;
+          const generation = Number(/generation=(\d+)/.exec(j)![1]);
+          await conn.command('SYNC_GROUP', { topic, group, member, generation });
+          this.members.push({ conn, group, topic, member, generation });
+        }),
+      );
+    }
+    this.timer = setInterval(() => {
+      for (const m of this.members) {
+        m.conn.command('HEARTBEAT', { topic: m.topic, group: m.group, member: m.member, generation: m.generation }).catch(() => this.failures++);
+      }
+    }, 5_000);
+  }
+
+  get size(): number {
+    return this.members.length;
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await Promise.allSettled(this.conns.map((c) => c.close()));
+  }
+}
+
+function latencyRow(name: string, r: Result, ref?: Result): string[] {
+  const note = r.error ? `ERROR ${r.error.slice(0, 100)}` : r.received !== r.sent ? `received ${fmtInt(r.received)} of ${fmtInt(r.sent)}` : '';
+  return [name, fmtFixed(r.p50, 2), fmtFixed(r.p99, 2), fmtFixed(r.p999, 2), ref ? fmtFixed(r.p99 / ref.p99, 2) : '', note];
+}
+
+export async function run(argv: string[]): Promise<number> {
+  let v: Record<string, string | boolean | undefined>;
+  try {
+    v = parseArgs({
+      args: argv,
+      options: {
+        topics: { type: 'string', default: '100' },
+        'partitions-per-topic': { type: 'string', default: '100' },
+        groups: { type: 'string', default: '1000' },
+        busy: { type: 'string', default: '1000' },
+        'busy-rate': { type: 'string', default: '10' },
+        'duration-ms': { type: 'string', default: '10000' },
+        'broker-args': { type: 'string', default: '' },
+        verbose: { type: 'boolean', default: false },
+        help: { type: 'boolean', default: false },
+      },
+      strict: true,
+    }).values;
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n`);
+    return 2;
+  }
+  if (v.help) {
+    process.stdout.write('usage: npm run bench -- scale [--topics 100] [--partitions-per-topic 100] [--groups 1000] [--busy 1000] [--busy-rate 10] [--duration-ms 10000] [--broker-args "..."]\n');
+    return 0;
+  }
+  const num = (k: string) => {
+    const n = Number(v[k]);
+    if (!Number.isSafeInteger(n) || n < 0) throw new Error(`--${k} must be a non-negative integer`);
+    return n;
+  };
+  const topics = num('topics');
+  const perTopic = num('partitions-per-topic');
+  const groups = num('groups');
+  const busy = Math.min(num('busy'), topics * perTopic);
+  const busyRate = num('busy-rate');
+  const durationMs = num('duration-ms');
+  const brokerArgs = splitArgs(String(v['broker-args']));
+  const verbose = v.verbose === true;
+  installCleanupHandlers();
+  const dir = makeTempDir('tributary-scale-');
+  const dataDir = path.join(dir, 'data');
+  let broker: { b: BrokerHandle; healthPort: number; readyMs: number } | undefined;
+  let load: Child | undefined;
+  const members = new Members();
+  const facts: string[][] = [];
+  const lat: string[][] = [];
+  let failed = false;
+  const host = '127.0.0.1';
+  let hotTopics = 0;
+  // A fresh hot topic each time: a new group reading from the earliest offset would read the last run's too.
+  const measure = async () => {
+    const topic = `${HOT}-${++hotTopics}`;
+    await createTopic(host, broker!.b.port, topic, HOT_PARTITIONS);
+    return measureLatency({ target: 'broker', host, port: broker!.b.port, topic, partitions: HOT_PARTITIONS, rate: 10_000, size: 1024, durationMs, warmupMs: 1000, dir, group: `lat-${topic}`, settleMs: 15_000, verbose });
+  };
+  try {
+    process.stdout.write(`scale (node ${process.version}): ${fmtInt(topics * perTopic)} partitions in ${topics} topics, ${fmtInt(groups)} groups; hot: ${HOT_PARTITIONS} partitions at 10k/s x 1 KiB\n`);
+    broker = await start(dataDir, brokerArgs);
+    const empty = procStats(broker.b.child.proc.pid);
+    facts.push(['empty broker: RSS / open fds', `${fmtFixed(empty.rssMiB, 0)} MiB / ${empty.fds}`]);
+    process.stderr.write('  reference latency (12 partitions, nothing else) ...\n');
+    const ref = await measure();
+    lat.push(latencyRow('12 partitions, empty broker (reference)', ref));
+
+    process.stderr.write(`  creating ${fmtInt(topics * perTopic)} partitions ...\n`);
+    const names = Array.from({ length: topics }, (_, i) => `s-${i}`);
+    const t0 = nowMs();
+    for (const name of names) await createTopic(host, broker.b.port, name, perTopic);
+    facts.push([`create ${fmtInt(topics * perTopic)} partitions (${topics} CREATEs)`, `${fmtFixed((nowMs() - t0) / 1000, 1)} s`]);
+    process.stderr.write(`  joining ${fmtInt(groups)} groups ...\n`);
+    const t1 = nowMs();
+    await members.join(host, broker.b.port, groups, names);
+    facts.push([`join and sync ${fmtInt(groups)} groups (one member each)`, `${fmtFixed((nowMs() - t1) / 1000, 1)} s`]);
+    const full = procStats(broker.b.child.proc.pid);
+    facts.push(['loaded broker: RSS / open fds', `${fmtFixed(full.rssMiB, 0)} MiB / ${full.fds}`]);
+
+    process.stderr.write('  latency with the rest idle ...\n');
+    const idle = await measure();
+    lat.push(latencyRow(`12 hot partitions, ${fmtInt(topics * perTopic)} idle`, idle, ref));
+
+    if (busy > 0 && busyRate > 0) {
+      load = spawnNode('load', path.join(BENCH_DIR, 'scale-load.js'), ['--host', host, '--port', String(broker.b.port), '--topics', String(topics), '--partitions-per-topic', String(perTopic), '--busy', String(busy), '--rate', String(busyRate)], { echoStderr: verbose, stdin: true });
+      await load.waitJson((x) => x.event === 'running', 60_000);
+      process.stderr.write(`  latency with ${fmtInt(busy)} partitions at ${busyRate} records/s each ...\n`);
+      const loaded = await measure();
+      lat.push(latencyRow(`12 hot partitions, ${fmtInt(busy)} more at ${busyRate}/s each`, loaded, ref));
+      const busyStats = procStats(broker.b.child.proc.pid);
+      facts.push([`busy broker (${fmtInt(busy * busyRate)} records/s in the background): RSS / open fds`, `${fmtFixed(busyStats.rssMiB, 0)} MiB / ${busyStats.fds}`]);
+      load.proc.stdin?.end();
+      const r = await load.waitJson<{ sent: number; errors: number; firstError: string }>((x) => x.event === 'result', 30_000).catch(() => undefined);
+      if (r) facts.push(['background load: records sent / failed', `${fmtInt(r.sent)} / ${fmtInt(r.errors)}${r.firstError ? ` (first: ${r.firstError.slice(0, 80)})` : ''}`]);
+      await load.stop();
+      load = undefined;
+    }
+    for (const r of [ref, idle]) if (r.error) failed = true;
+    facts.push(['member heartbeats refused', String(members.failures)]);
+    await members.close();
+
+    process.stderr.write('  clean restart ...\n');
+    await broker.b.child.stop(60_000);
+    broker = await start(dataDir, brokerArgs);
+    const clean = procStats(broker.b.child.proc.pid);
+    facts.push(['clean restart: start to /ready', `${fmtFixed(broker.readyMs / 1000, 1)} s (RSS ${fmtFixed(clean.rssMiB, 0)} MiB, ${clean.fds} fds)`]);
+    process.stderr.write('  kill -9 restart ...\n');
+    broker.b.child.proc.kill('SIGKILL');
+    await broker.b.child.exited;
+    broker = await start(dataDir, brokerArgs);
+    const crash = procStats(broker.b.child.proc.pid);
+    facts.push(['kill -9 restart (recovery): start to /ready', `${fmtFixed(broker.readyMs / 1000, 1)} s (RSS ${fmtFixed(crash.rssMiB, 0)} MiB, ${crash.fds} fds)`]);
+  } catch (err) {
+    failed = true;
+    process.stderr.write(`scale failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  } finally {
+    await members.close().catch(() => {});
+    if (load) await load.stop();
+    if (broker) await broker.b.child.stop(60_000);
+    removeTempDir(dir);
+  }
+  process.stdout.write(`\n${table(['measure', 'value'], facts)}\n\n${table(['W2 latency (10k/s x 1 KiB, open loop)', 'p50 ms', 'p99 ms', 'p99.9 ms', 'p99 / reference', 'notes'], lat)}\n`);
+  return failed ? 1 : 0;
+}
