@@ -119,7 +119,7 @@ describe('the Grafana dashboard', () => {
     for (const file of fs.readdirSync(path.join(ROOT, 'packages', 'broker', 'src'), { recursive: true }) as string[]) {
       if (!file.endsWith('.ts')) continue;
       const src = fs.readFileSync(path.join(ROOT, 'packages', 'broker', 'src', file), 'utf8');
-      for (const m of src.matchAll(/name: '(tributary_[a-z_]+)'/g)) exported.add(m[1]!);
+      for (const m of src.matchAll(/'(tributary_[a-z_]+)'/g)) exported.add(m[1]!);
     }
     expect([...used].filter((n) => !exported.has(n))).toEqual([]);
     for (const n of [

@@ -85,6 +85,8 @@ export interface TopicDescription {
     leo: number;
     hwm: number;
     lso: number;
+    /** The answering broker's replica on disk (absent from older brokers). */
+    size_bytes?: number;
   }>;
 }
 

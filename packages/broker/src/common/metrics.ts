@@ -29,22 +29,17 @@ export class BrokerMetrics {
     registers: [this.registry],
   });
   /** docs/operations.md, "Metrics": queue, append (write), fsync, replication (acks=all in a cluster). */
-  readonly producePhase = new client.Histogram({
-    name: 'tributary_produce_phase_seconds',
-    help: 'Produce latency by phase: queue (received to handled), append (written to the log file), fsync (durable), replication (in-sync replicas have it)',
-    labelNames: ['phase'],
-    buckets: FAST_BUCKETS,
-    registers: [this.registry],
-  });
-  readonly fetchPhase = new client.Histogram({
-    name: 'tributary_fetch_phase_seconds',
-    help: 'CONSUME latency by phase: queue (received to handled), wait (long poll until records were readable), read (from the log or its cache)',
-    labelNames: ['phase'],
-    buckets: FAST_BUCKETS,
-    registers: [this.registry],
-  });
+  readonly producePhase = this.phases(
+    'tributary_produce_phase_seconds',
+    'Produce latency by phase: queue (received to handled), append (written to the log file), fsync (durable), replication (in-sync replicas have it)',
+  );
+  readonly fetchPhase = this.phases('tributary_fetch_phase_seconds', 'CONSUME latency by phase: queue (received to handled), wait (long poll until records were readable), read (from the log or its cache)');
   readonly isrShrinks = new client.Counter({ name: 'tributary_isr_shrinks_total', help: 'In-sync replica sets this broker shrank as leader', labelNames: ['topic'], registers: [this.registry] });
   readonly isrExpands = new client.Counter({ name: 'tributary_isr_expands_total', help: 'In-sync replica sets this broker expanded as leader', labelNames: ['topic'], registers: [this.registry] });
+
+  private phases(name: string, help: string): client.Histogram<'phase'> {
+    return new client.Histogram({ name, help, labelNames: ['phase'], buckets: FAST_BUCKETS, registers: [this.registry] });
+  }
 
   constructor() {
     // prom-client's default names already start with process_/nodejs_: prefix 'tributary_' gives

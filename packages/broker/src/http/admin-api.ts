@@ -5,7 +5,7 @@
  */
 import type http from 'node:http';
 import { isUtf8 } from 'node:buffer';
-import type { Admin, ReadRecord } from 'tributary-client/admin.js';
+import type { Admin, PartitionOffsets, ReadRecord } from 'tributary-client/admin.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
@@ -80,17 +80,35 @@ function recordJson(partition: number, r: ReadRecord) {
   };
 }
 
-async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out: R[] = new Array(items.length);
+/**
+ * `describe` of every name, at most LIST_CONCURRENCY at once, in order; a name gone between the list and
+ * its describe (`goneCode`) is left out.
+ */
+async function describeEach<R>(names: string[], goneCode: string, describe: (name: string) => Promise<R>): Promise<R[]> {
+  const out: Array<R | undefined> = new Array(names.length);
   let next = 0;
   const worker = async () => {
-    while (next < items.length) {
+    while (next < names.length) {
       const i = next++;
-      out[i] = await fn(items[i]!);
+      try {
+        out[i] = await describe(names[i]!);
+      } catch (err) {
+        if ((err as TributaryError).code !== goneCode) throw err;
+      }
     }
   };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  return out;
+  await Promise.all(Array.from({ length: Math.min(LIST_CONCURRENCY, names.length) }, worker));
+  return out.filter((x): x is R => x !== undefined);
+}
+
+/** Where a read of the isolation given stops: the HWM for read_uncommitted, else the last stable offset. */
+function readEnd(o: PartitionOffsets, isolation: 'read_committed' | 'read_uncommitted' | undefined): number {
+  return isolation === 'read_uncommitted' ? o.hwm : o.latest;
+}
+
+/** The offsets of the partitions a request names (`partition=`, else all): partition_not_found from the broker. */
+async function partitionOffsets(admin: Admin, topic: string, only: number | undefined): Promise<Map<number, PartitionOffsets>> {
+  return new Map((await admin.listOffsets(topic, only)).map((o) => [o.partition, o]));
 }
 
 function str(body: Record<string, unknown>, name: string, opts: { required?: boolean } = {}): string | undefined {
@@ -121,25 +139,19 @@ async function listTopics({ url, res, client }: RouteContext): Promise<void> {
   const q = new Query(url.searchParams, ['internal']);
   const internal = q.oneOf('internal', ['true', 'false'] as const) === 'true';
   const names = await client.admin.listTopics({ includeInternal: internal });
-  const topics = await mapLimit(names, LIST_CONCURRENCY, async (name) => {
-    try {
-      const d = await client.admin.describeTopic(name);
-      return {
-        name,
-        partitions: d.partitions.length,
-        replicationFactor: d.replication_factor,
-        underReplicated: d.partitions.filter((p) => p.isr.length < p.replicas.length).length,
-        leaderless: d.partitions.filter((p) => p.leader === null || p.leader === '-').length,
-        records: d.partitions.reduce((n, p) => n + Math.max(0, p.hwm - p.earliest), 0),
-        sizeBytes: d.partitions.reduce((n, p) => n + ((p as { size_bytes?: number }).size_bytes ?? 0), 0),
-      };
-    } catch (err) {
-      // Deleted between the list and the describe.
-      if ((err as TributaryError).code === 'topic_not_found') return undefined;
-      throw err;
-    }
+  const topics = await describeEach(names, 'topic_not_found', async (name) => {
+    const d = await client.admin.describeTopic(name);
+    return {
+      name,
+      partitions: d.partitions.length,
+      replicationFactor: d.replication_factor,
+      underReplicated: d.partitions.filter((p) => p.isr.length < p.replicas.length).length,
+      leaderless: d.partitions.filter((p) => p.leader === null || p.leader === '-').length,
+      records: d.partitions.reduce((n, p) => n + Math.max(0, p.hwm - p.earliest), 0),
+      sizeBytes: d.partitions.reduce((n, p) => n + (p.size_bytes ?? 0), 0),
+    };
   });
-  sendJson(res, 200, { topics: topics.filter((t) => t !== undefined) });
+  sendJson(res, 200, { topics });
 }
 
 async function describeTopic({ url, res, client, params }: RouteContext): Promise<void> {
@@ -170,7 +182,7 @@ async function describeTopic({ url, res, client, params }: RouteContext): Promis
         logEnd: o?.leo ?? p.leo,
         highWatermark: o?.hwm ?? p.hwm,
         lastStable: o?.latest ?? p.lso,
-        sizeBytes: (p as { size_bytes?: number }).size_bytes ?? null,
+        sizeBytes: p.size_bytes ?? null,
       };
     }),
   });
@@ -208,14 +220,6 @@ async function deleteTopic({ url, res, client, params }: RouteContext): Promise<
   res.writeHead(204).end();
 }
 
-/** The partitions a request names (`partition=`), checked against the topic. */
-async function partitionsOf(admin: Admin, topic: string, only: number | undefined): Promise<number[]> {
-  const d = await admin.describeTopic(topic);
-  if (only === undefined) return d.partitions.map((p) => p.id);
-  if (!d.partitions.some((p) => p.id === only)) throw new TributaryError('partition_not_found', { topic, partition: only });
-  return [only];
-}
-
 async function readMessages({ url, res, client, params }: RouteContext): Promise<void> {
   const q = new Query(url.searchParams, ['partition', 'offset', 'timestamp', 'limit', 'isolation']);
   const topic = segment(params[0]!);
@@ -234,8 +238,7 @@ async function readMessages({ url, res, client, params }: RouteContext): Promise
   let next = offset;
   // A read may return fewer than asked (max bytes, filtered markers): continue until `limit` or the end.
   while (records.length < limit) {
-    const end = isolation === 'read_uncommitted' ? o.hwm : o.latest;
-    if (next >= end) break;
+    if (next >= readEnd(o, isolation)) break;
     const r = await client.admin.readRecords({ topic, partition, offset: next, maxRecords: limit - records.length, isolation });
     for (const rec of r.records) records.push(recordJson(partition, rec));
     if (r.nextOffset <= next) break;
@@ -263,8 +266,8 @@ async function produceMessage({ req, url, res, client, params }: RouteContext): 
     }
   }
   const partition = optInt(body, 'partition', { max: 1_000_000 });
-  if (partition !== undefined) await partitionsOf(client.admin, topic, partition);
-  else await client.admin.describeTopic(topic); // a clear topic_not_found before the producer waits for metadata
+  // A clear topic_not_found / partition_not_found before the producer waits for metadata.
+  await partitionOffsets(client.admin, topic, partition);
   const [meta] = await client.producer().send({ topic, messages: [{ key: key ?? null, value, headers, partition }] });
   sendJson(res, 201, { topic, partition: meta!.partition, offset: meta!.offset });
 }
@@ -290,17 +293,17 @@ async function searchMessages({ url, res, client, params }: RouteContext): Promi
   const header = headerFilter(q.str('header'));
   if (key === undefined && value === undefined && header === undefined) throw invalidParam('key', 'give at least one of key, value, header');
   const from = q.int('from');
-  const partitions = await partitionsOf(client.admin, topic, q.int('partition', { max: 1_000_000 }));
+  const offsets = await partitionOffsets(client.admin, topic, q.int('partition', { max: 1_000_000 }));
+  const partitions = [...offsets.keys()];
   const keyBuf = key === undefined ? undefined : Buffer.from(key, 'utf8');
   const valueBuf = value === undefined ? undefined : Buffer.from(value, 'utf8');
   const matches = [];
   const next: Record<number, number> = {};
   let scanned = 0;
-  const offsets = new Map((await client.admin.listOffsets(topic)).map((o) => [o.partition, o]));
   outer: for (const p of partitions) {
     const o = offsets.get(p)!;
     let at = Math.max(from ?? o.earliest, o.earliest);
-    const end = isolation === 'read_uncommitted' ? o.hwm : o.latest;
+    const end = readEnd(o, isolation);
     while (at < end) {
       if (scanned >= scanLimit || matches.length >= limit) {
         next[p] = at;
@@ -318,10 +321,7 @@ async function searchMessages({ url, res, client, params }: RouteContext): Promi
     }
     next[p] = at;
   }
-  const complete = partitions.every((p) => {
-    const o = offsets.get(p)!;
-    return (next[p] ?? 0) >= (isolation === 'read_uncommitted' ? o.hwm : o.latest);
-  });
+  const complete = partitions.every((p) => (next[p] ?? 0) >= readEnd(offsets.get(p)!, isolation));
   sendJson(res, 200, { topic, scanned, complete, next, messages: matches });
 }
 
@@ -335,12 +335,12 @@ async function tail({ url, req, res, client, params }: RouteContext, clients: Ap
   const from = q.str('from') ?? 'latest';
   if (from !== 'latest' && from !== 'earliest' && !/^\d{1,16}$/.test(from)) throw invalidParam('from', 'expected latest, earliest or an offset');
   const isolation = q.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const);
-  const partitions = await partitionsOf(client.admin, topic, q.int('partition', { max: 1_000_000 }));
-  const offsets = new Map((await client.admin.listOffsets(topic)).map((o) => [o.partition, o]));
+  const offsets = await partitionOffsets(client.admin, topic, q.int('partition', { max: 1_000_000 }));
+  const partitions = [...offsets.keys()];
   const position = new Map<number, number>();
   for (const p of partitions) {
     const o = offsets.get(p)!;
-    position.set(p, from === 'latest' ? (isolation === 'read_uncommitted' ? o.hwm : o.latest) : from === 'earliest' ? o.earliest : Math.max(Number(from), o.earliest));
+    position.set(p, from === 'latest' ? readEnd(o, isolation) : from === 'earliest' ? o.earliest : Math.max(Number(from), o.earliest));
   }
   // Long polls would hold the shared connection other requests use: the stream gets a client of its own.
   const own = clients.dedicated(auth);
@@ -380,16 +380,11 @@ async function tail({ url, req, res, client, params }: RouteContext, clients: Ap
 async function listGroups({ url, res, client }: RouteContext): Promise<void> {
   new Query(url.searchParams, []);
   const names = await client.admin.listGroups();
-  const groups = await mapLimit(names, LIST_CONCURRENCY, async (name) => {
-    try {
-      const g = await client.admin.describeGroup(name);
-      return { group: name, topic: g.topic, state: g.state, generation: g.generation, members: g.members.length, totalLag: g.total_lag };
-    } catch (err) {
-      if ((err as TributaryError).code === 'group_not_found') return undefined;
-      throw err;
-    }
+  const groups = await describeEach(names, 'group_not_found', async (name) => {
+    const g = await client.admin.describeGroup(name);
+    return { group: name, topic: g.topic, state: g.state, generation: g.generation, members: g.members.length, totalLag: g.total_lag };
   });
-  sendJson(res, 200, { groups: groups.filter((g) => g !== undefined) });
+  sendJson(res, 200, { groups });
 }
 
 async function describeGroup({ url, res, client, params }: RouteContext): Promise<void> {

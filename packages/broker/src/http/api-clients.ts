@@ -50,9 +50,8 @@ export class ApiClients {
     const key = auth ? `${auth.principal}\u0000${createHash('sha256').update(auth.token).digest('hex')}` : '';
     let e = this.entries.get(key);
     if (!e) {
-      const tlsOpts = this.tlsOptions();
       e = {
-        admin: new Admin({ brokers: [this.bootstrap()], ...(auth ? { auth } : {}), ...(tlsOpts ? { tls: tlsOpts } : {}), bootstrapTimeoutMs: 5000, retry: { retries: 3 } }),
+        admin: this.dedicated(auth, { retry: { retries: 3 } }),
         lastUsed: Date.now(),
         inUse: 0,
       };
@@ -65,14 +64,10 @@ export class ApiClients {
       admin: entry.admin,
       producer: () => {
         if (!entry.producer) {
-          const tlsOpts = this.tlsOptions();
           entry.producer = new Producer({
-            brokers: [this.bootstrap()],
-            ...(auth ? { auth } : {}),
-            ...(tlsOpts ? { tls: tlsOpts } : {}),
+            ...this.connection(auth),
             acks: 'all',
             lingerMs: 0,
-            bootstrapTimeoutMs: 5000,
             requestTimeoutMs: 10_000,
           });
         }
@@ -91,10 +86,15 @@ export class ApiClients {
     }
   }
 
-  /** An Admin of its own (a long-lived stream); the caller closes it. */
-  dedicated(auth: AuthOptions | undefined): Admin {
+  /** How every client of the API reaches this broker, as `auth`. */
+  private connection(auth: AuthOptions | undefined) {
     const tlsOpts = this.tlsOptions();
-    return new Admin({ brokers: [this.bootstrap()], ...(auth ? { auth } : {}), ...(tlsOpts ? { tls: tlsOpts } : {}), bootstrapTimeoutMs: 5000 });
+    return { brokers: [this.bootstrap()], ...(auth ? { auth } : {}), ...(tlsOpts ? { tls: tlsOpts } : {}), bootstrapTimeoutMs: 5000 };
+  }
+
+  /** An Admin of its own (a long-lived stream); the caller closes it. */
+  dedicated(auth: AuthOptions | undefined, extra: { retry?: { retries: number } } = {}): Admin {
+    return new Admin({ ...this.connection(auth), ...extra });
   }
 
   private drop(key: string, e: Entry): void {
