@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer';
 import type net from 'node:net';
-import { isBatchBody } from 'tributary-protocol/batch.js';
+import { batchTxnKind, isBatchBody } from 'tributary-protocol/batch.js';
 import { type Params, formatError, formatLine, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
@@ -8,6 +8,7 @@ import type { BrokerContext, ConnectionContext, Reply } from './command-context.
 import { lookupCommand } from './commands.js';
 import { parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
 import { produceBatch } from './produce-commands.js';
+import { txnBatch } from './txn-commands.js';
 
 /** How many requests one connection may have in flight before the broker stops reading from it. */
 const MAX_IN_FLIGHT = 1024;
@@ -109,11 +110,13 @@ export class ClientConnection implements ConnectionContext {
     const run = (async (): Promise<Reply | 'stream'> => {
       await gate;
       if (isBatchBody(body)) {
-        label = 'BATCH';
+        // A transactional batch is TXN_PUBLISH (a producer's) or TXN_APPEND (a coordinator's), for the permission check too.
+        const txn = batchTxnKind(body);
+        label = txn === 'producer' ? 'TXN_PUBLISH' : txn === 'coordinator' ? 'TXN_APPEND' : 'BATCH';
         const refused = this.admission(label, this, body);
         if (refused) throw refused;
         release();
-        return produceBatch(this.broker, this, body, received);
+        return txn ? txnBatch(this.broker, this, body) : produceBatch(this.broker, this, body, received);
       }
       if (!isUtf8(body)) throw new TributaryError('invalid_encoding');
       const line = parseLine(body.toString('utf8'));

@@ -312,7 +312,9 @@ export class Security {
       }
       return new TributaryError('authentication_required', { command });
     }
-    const params: ReadonlyMap<string, string> = isBatch || req === undefined ? new Map() : req.params;
+    // A batch frame names its topic in the header: the same requirement as the text command with topic=.
+    const batchTopicName = isBatch ? batchTopic(req) : undefined;
+    const params: ReadonlyMap<string, string> = isBatch ? new Map(batchTopicName === undefined ? [] : [['topic', batchTopicName]]) : req === undefined ? new Map() : req.params;
     const need = requirementOf(command, params);
     const isAdmin = perms.includes('admin');
     if (!isAdmin) {
@@ -324,7 +326,7 @@ export class Security {
       }
     }
     if (need.topic !== undefined) {
-      const topic = isBatch ? batchTopic(req) : params.get('topic');
+      const topic = params.get('topic');
       // No topic: the handler refuses the request as malformed.
       if (topic !== undefined && !this.topicAllowed(s.principal!, perms, topic, need.topic)) {
         return new TributaryError('NOT_AUTHORIZED_FOR_TOPIC', { topic, access: need.topic, principal: s.principal! });
