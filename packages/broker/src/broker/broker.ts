@@ -125,7 +125,7 @@ export class Broker implements BrokerContext {
         : new LocalTxnTargets(this.topics, this.coordinator),
       logger: logger.child({ component: 'txn-coordinator' }),
       registry: this.metrics.registry,
-      config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs },
+      config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs, idExpirationMs: config.transactionalIdExpirationMs },
     });
     this.security = new Security(config, logger.child({ component: 'security' }));
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
