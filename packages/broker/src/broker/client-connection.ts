@@ -140,7 +140,7 @@ export class ClientConnection implements ConnectionContext {
     });
     const reply = run.then(
       (r) => r,
-      (err: unknown) => this.errorReply(err, label),
+      async (err: unknown) => this.errorReply(await this.refineError(err), label),
     );
     this.replyChain = this.replyChain.then(async () => {
       const r = await reply;
@@ -152,6 +152,16 @@ export class ClientConnection implements ConnectionContext {
       }
       if (r !== 'stream') this.writeReply(r);
     });
+  }
+
+  /**
+   * In a cluster, a topic or partition this broker does not know may be one it has not opened yet: that is
+   * the retriable `topic_loading`, never the final `topic_not_found` (ClusterNode.refineNotFound).
+   */
+  private async refineError(err: unknown): Promise<unknown> {
+    const cluster = this.broker.cluster;
+    if (!cluster || !(err instanceof TributaryError) || (err.code !== 'topic_not_found' && err.code !== 'partition_not_found')) return err;
+    return cluster.refineNotFound(err);
   }
 
   private errorReply(err: unknown, label: string): string {
