@@ -371,6 +371,12 @@ export class Broker implements BrokerContext {
     setTimeout(() => socket.destroy(), 1000).unref();
   }
 
+  /** SIGHUP: new users and ACLs, and the open streams they no longer allow ended (`reason=unauthorized`). */
+  reloadSecurity(users: BrokerConfig['users'], acls: BrokerConfig['topicAcls']): void {
+    this.security.reload(users, acls);
+    for (const c of this.connections) c.revalidateStream((cmd, conn, req) => this.security.authorize(cmd, conn, req));
+  }
+
   /** Refuses requests that cannot be served in the current state; undefined when the request may run. */
   admission(command: string): TributaryError | undefined {
     if (this.state === 'ready') return undefined;

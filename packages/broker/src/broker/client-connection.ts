@@ -13,7 +13,7 @@ import { txnBatch } from './txn-commands.js';
 /** How many requests one connection may have in flight before the broker stops reading from it. */
 const MAX_IN_FLIGHT = 1024;
 
-export type StreamCloseReason = 'stopped' | 'removed' | 'timeout' | 'error' | 'offset_out_of_range';
+export type StreamCloseReason = 'stopped' | 'removed' | 'timeout' | 'error' | 'offset_out_of_range' | 'unauthorized';
 
 /**
  * One client connection: splits frames, runs requests, and writes replies in request order. It never
@@ -124,7 +124,10 @@ export class ClientConnection implements ConnectionContext {
       label = name;
       const refused = this.admission(name, this, line);
       if (refused) throw refused;
-      if (!spec) return this.startStream(params);
+      if (!spec) {
+        this.streamLine = line;
+        return this.startStream(params);
+      }
       if (spec.pipelined) release();
       else await this.replyRoom(earlierReplies);
       this.receivedAt = received;
@@ -246,6 +249,21 @@ export class ClientConnection implements ConnectionContext {
   }
 
   private streamOffset = 0;
+  private streamEnded = false;
+  /** The STREAM request, held to the security rules again when they change (revalidateStream). */
+  private streamLine: ReturnType<typeof parseLine> | undefined;
+
+  /**
+   * Users or ACLs changed (SIGHUP): a STREAM they no longer allow ends now with `reason=unauthorized`
+   * rather than serve a revoked principal until it disconnects (docs/security.md, "Revocation").
+   */
+  revalidateStream(authorize: (command: string, conn: ClientConnection, req: ReturnType<typeof parseLine>) => TributaryError | undefined): void {
+    if (!this.streaming || this.streaming.signal.aborted || !this.streamLine) return;
+    const refused = authorize('STREAM', this, this.streamLine);
+    if (!refused) return;
+    this.broker.logger.info({ remote: this.remote, code: refused.code }, 'stream ended: no longer authorized');
+    this.endStream('unauthorized', this.streamOffset);
+  }
 
   private async runStream(req: ReturnType<typeof parseReadRequest>, signal: AbortSignal, keepaliveMs: number | undefined): Promise<void> {
     let offset = req.offset;
@@ -320,7 +338,9 @@ export class ClientConnection implements ConnectionContext {
   }
 
   private endStream(reason: StreamCloseReason, offset: number): void {
-    if (this.socket.destroyed) return;
+    // Once: a stream ended from outside (shutdown, revocation) also ends its own loop, which would say so again.
+    if (this.socket.destroyed || this.streamEnded) return;
+    this.streamEnded = true;
     this.streaming?.abort();
     this.socket.end(encodeFrame(formatLine('STREAM_CONTROL', { type: 'CLOSE', reason, offset })));
   }
