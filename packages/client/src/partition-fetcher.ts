@@ -20,6 +20,11 @@ export type Sink = (worker: PartitionWorker, messages: ConsumedMessage[]) => Pro
 
 export class PartitionFetcher {
   sink: Sink | undefined;
+  /**
+   * Whether a sink call holds one of `partitionsConsumedConcurrently` slots. A windowed sink (run() with
+   * `concurrency`) returns once a batch is admitted and bounds its handlers itself, so it takes none.
+   */
+  private slotted = true;
   /** Batches being handled now, at most `partitionsConsumedConcurrently`. */
   private running = 0;
   /** Woken when a slot frees up, a sink is set or the consumer closes. */
@@ -28,8 +33,9 @@ export class PartitionFetcher {
   constructor(private readonly ctx: ConsumerContext) {}
 
   /** Starts reading: batches go to `sink` from now on. */
-  setSink(sink: Sink): void {
+  setSink(sink: Sink, opts: { slotted?: boolean } = {}): void {
     this.sink = sink;
+    this.slotted = opts.slotted ?? true;
     this.slots.wake();
   }
 
@@ -81,6 +87,8 @@ export class PartitionFetcher {
       w.signal.removeEventListener('abort', onAbort);
       if (w.conn) await cluster.release(w.conn).catch(() => {});
       w.conn = undefined;
+      // revocation and close wait for the partition's running handlers, as for the one-at-a-time sink
+      await w.window?.idle();
     }
   }
 
@@ -137,6 +145,10 @@ export class PartitionFetcher {
    */
   private passSkipped(w: PartitionWorker, batch: Batch, assignmentGeneration: number, start: number, next: number): void {
     if (w.signal.aborted || w.assignmentGeneration !== assignmentGeneration) return;
+    if (w.window) {
+      w.window.passedTo(next); // counted once every message before `next` is handled
+      return;
+    }
     let lastDelivered = start - 1;
     for (const r of batch.records) if ((r.attributes & RecordAttr.CONTROL) === 0) lastDelivered = r.offset;
     // Nothing processed yet on this assignment: everything before where this read started is done.
@@ -195,6 +207,7 @@ export class PartitionFetcher {
 
   /** Hands a batch to the sink, holding one of `partitionsConsumedConcurrently` slots. */
   private async deliver(w: PartitionWorker, messages: ConsumedMessage[]): Promise<void> {
+    if (!this.slotted) return this.sink!(w, messages);
     while (this.running >= this.ctx.options.partitionsConsumedConcurrently && !w.signal.aborted) await this.slots.wait(w.signal, 50);
     if (w.signal.aborted) return;
     this.running++;
@@ -246,6 +259,7 @@ export class PartitionFetcher {
       if (w) {
         w.paused = false;
         w.resumed.wake();
+        w.window?.wake();
       }
     }
   }
@@ -270,6 +284,7 @@ export class PartitionFetcher {
     }
     w.seekTo = offset;
     w.processed = Math.min(w.processed, offset);
+    w.window?.seek(offset);
     w.resumed.wake();
   }
 }
