@@ -189,7 +189,14 @@ describe('run() with concurrency against a broker', () => {
       eachMessage: ({ message: m }) => {
         const id = `${m.partition}:${m.offset}`;
         // the first record of each partition blocks; the rest finish at once
-        if (m.offset === 0) return new Promise<void>((r) => release.set(id, () => (handled.add(id), r())));
+        if (m.offset === 0) {
+          return new Promise<void>((r) =>
+            release.set(id, () => {
+              handled.add(id);
+              r();
+            }),
+          );
+        }
         handled.add(id);
       },
     });
