@@ -8,12 +8,13 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
-import { Consumer, type ConcurrencyOptions, type ConsumedMessage } from 'tributary-client/consumer.js';
+import { type ConcurrencyOptions, type ConsumedMessage, Consumer, type ConsumerOptions } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { sleep, until } from '../../helpers/util.js';
 
 const PARTITIONS = 2;
+
 
 interface Run {
   /** Per partition: the most handlers that ran at once. */
@@ -72,7 +73,7 @@ describe('run() with concurrency against a broker', () => {
     return out;
   }
 
-  function consumer(topic: string, group: string): Consumer {
+  function consumer(topic: string, group: string, extra: Partial<ConsumerOptions> = {}): Consumer {
     const c = new Consumer({
       brokers: [broker.address],
       groupId: group,
@@ -83,15 +84,22 @@ describe('run() with concurrency against a broker', () => {
       maxWaitMs: 100,
       autoCommitIntervalMs: 50,
       retry: { initialDelayMs: 5, maxDelayMs: 100 },
+      ...extra,
     });
     consumers.push(c);
     return c;
   }
 
   /** Runs a consumer with a handler sleeping 0-20 ms until the group committed every partition's end. */
-  async function consumeAll(topic: string, ends: number[], concurrency: ConcurrencyOptions | undefined, failOnce?: (m: ConsumedMessage) => boolean): Promise<Run> {
-    const group = `g-${topic}-${concurrency?.perPartition ?? 0}-${concurrency?.ordering ?? ''}`;
-    const c = consumer(topic, group);
+  async function consumeAll(
+    topic: string,
+    ends: number[],
+    concurrency: ConcurrencyOptions | undefined,
+    failOnce?: (m: ConsumedMessage) => boolean,
+    extra: Partial<ConsumerOptions> = {},
+  ): Promise<Run> {
+    const group = `g-${topic}-${concurrency?.perPartition ?? 0}-${concurrency?.ordering ?? ''}-${extra.mode ?? ''}`;
+    const c = consumer(topic, group, extra);
     const r: Run = { maxRunning: new Map(), order: new Map(), overlaps: [], handled: [], commits: [], earlyCommits: [], crashes: 0 };
     c.on('crash', () => r.crashes++);
     const handledSet = new Set<string>();
@@ -176,6 +184,78 @@ describe('run() with concurrency against a broker', () => {
     expect(r.crashes).toBe(ends.reduce((n, end) => n + [...failAt].filter((o) => o < end).length, 0));
     expect(r.commits.length).toBeGreaterThan(0);
     expect(r.earlyCommits).toEqual([]);
+  });
+
+  it('stream mode: the same order, failure and commit guarantees', async () => {
+    const { topic, ends } = await keyedTopic(300, 30);
+    const failAt = new Set([3, 50]);
+    const r = await consumeAll(topic, ends, { perPartition: 8 }, (m) => failAt.has(m.offset), { mode: 'stream' });
+    expectKeyOrder(r);
+    expect(new Set(r.handled.map((h) => `${h.partition}:${h.offset}`)).size).toBe(300);
+    expect(r.crashes).toBe(ends.reduce((n, end) => n + [...failAt].filter((o) => o < end).length, 0));
+    expect(r.earlyCommits).toEqual([]);
+    for (let p = 0; p < PARTITIONS; p++) expect(r.maxRunning.get(p)).toBeGreaterThan(1);
+  });
+
+  it('a rebalance moves partitions: the new owner starts only after the old one\'s handlers ended, at its handled prefix', async () => {
+    const { topic, ends } = await keyedTopic(600, 60);
+    const group = `g-rebalance-${topic}`;
+    // one log for both members, in the order things happened
+    const log: Array<{ member: string; type: 'start' | 'end'; partition: number; offset: number; key: string }> = [];
+    const runOne = (member: string) => {
+      const c = consumer(topic, group, { clientId: member });
+      const run = c.run({
+        concurrency: { perPartition: 8 },
+        eachMessage: async ({ message: m, signal }) => {
+          const e = { member, partition: m.partition, offset: m.offset, key: m.key!.toString() };
+          log.push({ ...e, type: 'start' });
+          await sleep(Math.floor(Math.random() * 21));
+          // a handler that does not give up when its partition is revoked: the revocation must wait for it
+          if (signal.aborted) await sleep(300);
+          log.push({ ...e, type: 'end' });
+        },
+      });
+      return { c, run };
+    };
+    const a = runOne('a');
+    await until(() => log.filter((l) => l.type === 'end').length >= 150, 30_000, 'a handled 150');
+    const b = runOne('b');
+    await until(() => log.some((l) => l.member === 'b'), 30_000, 'b got partitions');
+    await until(async () => (await committed(topic, group)).every((o, p) => o === ends[p]), 60_000, 'the group committed the end', 50);
+    await Promise.all([a.c.close(), b.c.close()]);
+    await Promise.all([a.run, b.run]);
+
+    const moved = [...new Set(log.filter((l) => l.member === 'b').map((l) => l.partition))];
+    expect(moved.length).toBeGreaterThan(0);
+    for (const p of moved) {
+      const lp = log.filter((l) => l.partition === p);
+      const firstB = lp.findIndex((l) => l.member === 'b');
+      // a's handlers of the partition had all returned before b started any
+      const aRunning = new Set<number>();
+      for (const l of lp.slice(0, firstB)) {
+        if (l.member !== 'a') continue;
+        if (l.type === 'start') aRunning.add(l.offset);
+        else aRunning.delete(l.offset);
+      }
+      expect([...aRunning], `p${p}: a still running when b started`).toEqual([]);
+      expect(lp.slice(firstB).some((l) => l.member === 'a')).toBe(false);
+      // b starts where a's handled prefix ended: everything below was handled by a
+      const start = lp[firstB]!.offset;
+      const aDone = new Set(lp.filter((l) => l.member === 'a' && l.type === 'end').map((l) => l.offset));
+      for (let o = 0; o < start; o++) expect(aDone.has(o), `p${p}: ${o} below b's start ${start} never handled`).toBe(true);
+    }
+    // every record handled, each key in offset order within each member
+    const handled = new Set(log.filter((l) => l.type === 'end').map((l) => `${l.partition}:${l.offset}`));
+    expect(handled.size).toBe(600);
+    for (const member of ['a', 'b']) {
+      const last = new Map<string, number>();
+      for (const l of log) {
+        if (l.member !== member || l.type !== 'end') continue;
+        const k = `${l.partition}/${l.key}`;
+        expect(l.offset, `${member} ${k}`).toBeGreaterThan(last.get(k) ?? -1);
+        last.set(k, l.offset);
+      }
+    }
   });
 
   it('close() waits for running handlers and commits only the contiguous prefix', async () => {
