@@ -189,6 +189,7 @@ export class HandlerWindow {
       if (frontier !== undefined) {
         for (const o of this.sched.handledAhead()) this.handledAhead.add(o);
         w.seekTo = frontier;
+        w.interruptRead?.(); // an idle stream would otherwise deliver nothing to read again
       }
     }
     this.failed = false;

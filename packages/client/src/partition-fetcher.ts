@@ -160,11 +160,18 @@ export class PartitionFetcher {
   private async streamOnce(w: PartitionWorker): Promise<void> {
     const conn = w.conn!;
     w.conn = undefined; // a stream connection cannot be reused
+    if (w.seekTo !== undefined) this.applySeek(w); // set while no stream was open: start there
+    // A window reset after a handler failure (handler-window.ts) moves the position back while the
+    // stream may be idle with nothing more to deliver: it ends the stream, which reopens from there.
+    const interrupt = new AbortController();
+    const stop = () => interrupt.abort();
+    w.signal.addEventListener('abort', stop, { once: true });
+    w.interruptRead = stop;
     try {
       // Keepalives at the long-poll interval: a stream that stays silent past it plus the stall bound is
       // dropped and the partition re-routed, as a long poll would be (docs/sdk.md, "Routing").
       const keepaliveMs = Math.max(200, this.ctx.options.maxWaitMs);
-      const it = conn.stream({ ...this.fetchFields(w), keepalive_ms: keepaliveMs }, w.signal, { silenceMs: keepaliveMs + this.ctx.options.stallTimeoutMs });
+      const it = conn.stream({ ...this.fetchFields(w), keepalive_ms: keepaliveMs }, interrupt.signal, { silenceMs: keepaliveMs + this.ctx.options.stallTimeoutMs });
       for (;;) {
         const n = await it.next();
         if (n.done) {
@@ -196,6 +203,8 @@ export class PartitionFetcher {
         w.position = next;
       }
     } finally {
+      w.signal.removeEventListener('abort', stop);
+      w.interruptRead = undefined;
       await this.ctx.cluster.release(conn).catch(() => {});
     }
   }

@@ -22,6 +22,8 @@ export class PartitionWorker {
   readFailures = 0;
   /** run()'s handlers of this installation under `concurrency` (docs/sdk.md, "Concurrency"). */
   window: HandlerWindow | undefined;
+  /** Ends the open STREAM read, if any, so that a new `seekTo` takes effect without new records. */
+  interruptRead: (() => void) | undefined;
 
   constructor(
     readonly partition: number,

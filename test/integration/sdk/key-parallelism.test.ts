@@ -197,6 +197,15 @@ describe('run() with concurrency against a broker', () => {
     for (let p = 0; p < PARTITIONS; p++) expect(r.maxRunning.get(p)).toBeGreaterThan(1);
   });
 
+  it('stream mode: a failure on the last record is retried although no new record arrives', async () => {
+    const { topic, ends } = await keyedTopic(60, 12);
+    // the reader has delivered everything and waits on an idle stream when the last records fail
+    const r = await consumeAll(topic, ends, { perPartition: 4 }, (m) => m.offset === ends[m.partition]! - 1, { mode: 'stream' });
+    expect(r.crashes).toBe(ends.filter((e) => e > 0).length);
+    expect(new Set(r.handled.map((h) => `${h.partition}:${h.offset}`)).size).toBe(60);
+    expectKeyOrder(r);
+  });
+
   it('a rebalance moves partitions: the new owner starts only after the old one\'s handlers ended, at its handled prefix', async () => {
     const { topic, ends } = await keyedTopic(600, 60);
     const group = `g-rebalance-${topic}`;

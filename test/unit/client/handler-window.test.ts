@@ -144,6 +144,44 @@ describe('HandlerWindow', () => {
     }
   });
 
+  it('a failure settles the window, backs off, then sends the reader back to the first unhandled record and ends an idle stream', async () => {
+    let attempt = 0;
+    const release: Array<() => void> = [];
+    const { w, win, events, backoffs } = setup({ perPartition: 3, maxBuffered: 10, ordering: 'key' }, ({ message: m }) => {
+      if (m.offset === 1 && attempt++ === 0) return Promise.reject(new Error('boom'));
+      return new Promise<void>((r) => release.push(r));
+    });
+    let interrupted = 0;
+    w.interruptRead = () => interrupted++;
+    await win.admit([message(0, 'a'), message(1, 'b'), message(2, 'c'), message(3, 'b')]);
+    await until(() => events.some((e) => e.event === 'crash'), 5000, 'crash reported');
+    // 0 and 2 still run: nothing is reset before they return, and 3 (key b, after the failed 1) never starts
+    expect(release.length).toBe(2);
+    expect(w.seekTo).toBeUndefined();
+    release[1]!(); // offset 2
+    await tick(1);
+    expect(w.seekTo).toBeUndefined();
+    release[0]!(); // offset 0
+    await until(() => w.seekTo !== undefined, 5000, 'reader sent back');
+    expect(w.seekTo).toBe(1);
+    expect(interrupted).toBe(1);
+    expect(backoffs).toEqual([1]);
+    expect(w.processed).toBe(1); // 0 handled; 1 is not
+    expect(release.length).toBe(2);
+  });
+
+  it('what the reader passed over (markers, aborted records) counts once everything before it is handled', async () => {
+    const release = new Map<number, () => void>();
+    const { w, win } = setup({ perPartition: 2, maxBuffered: 10, ordering: 'none' }, ({ message: m }) => new Promise<void>((r) => release.set(m.offset, r)));
+    await win.admit([message(10, null), message(12, null)]); // 11 and 13-14 were markers
+    win.passedTo(15);
+    release.get(12)!();
+    await tick(1);
+    expect(w.processed).toBe(10); // the next offset to commit: 10 still runs
+    release.get(10)!();
+    await until(() => w.processed === 15, 5000, 'processed past the trailing markers');
+  });
+
   it('revocation: the signal aborts, running handlers are awaited, and nothing handled after it is marked', async () => {
     const release: Array<() => void> = [];
     const signals: AbortSignal[] = [];
