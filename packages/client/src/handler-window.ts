@@ -65,6 +65,7 @@ export class HandlerWindow {
   async admit(messages: ConsumedMessage[]): Promise<void> {
     const w = this.w;
     for (const m of messages) {
+      if (m.offset <= this.sched.lastAdmitted) continue; // read again, but still in the window
       for (;;) {
         if (w.signal.aborted || w.seekTo !== undefined) return;
         if (w.paused) {

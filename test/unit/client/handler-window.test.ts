@@ -182,6 +182,18 @@ describe('HandlerWindow', () => {
     await until(() => w.processed === 15, 5000, 'processed past the trailing markers');
   });
 
+  it('a record read again while it is still in the window is not admitted twice', async () => {
+    const started: number[] = [];
+    const { w, win } = setup({ perPartition: 4, maxBuffered: 10, ordering: 'none' }, async ({ message: m }) => {
+      started.push(m.offset);
+      await tick(1);
+    });
+    await win.admit([message(0, null), message(1, null)]);
+    await win.admit([message(1, null), message(2, null)]);
+    await until(() => w.processed === 3, 5000, 'all handled');
+    expect(started.sort()).toEqual([0, 1, 2]);
+  });
+
   it('revocation: the signal aborts, running handlers are awaited, and nothing handled after it is marked', async () => {
     const release: Array<() => void> = [];
     const signals: AbortSignal[] = [];
