@@ -111,7 +111,7 @@ export async function run(argv: string[]): Promise<number> {
   });
   process.stdout.write(
     `\nparallel: ${records} records in one partition per key count, handler sleeps ${sleepMs} ms, ordering 'key', default maxBuffered (10 × N)\n\n${table(
-      ['keys', 'N', 'records/s', 'ratio to N=1', 'max at once', 'order violations'],
+      ['keys', 'N', 'records/s', 'ratio to N=1', 'max at once', 'order/duplicate violations'],
       rows,
     )}\n`,
   );
