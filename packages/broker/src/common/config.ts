@@ -98,6 +98,13 @@ export const brokerConfigSchema = z
     /** An open transaction older than this is aborted (INIT_PRODUCER_ID may ask for another, up to the max). */
     transactionTimeoutMs: z.number().int().min(1).default(60_000),
     maxTransactionTimeoutMs: z.number().int().min(1).default(900_000),
+    /**
+     * Segment files held open at most, over every partition (an LRU; idle, fsynced segments close and reopen
+     * on their next use). Transient files and sockets come on top: set the process's fd limit above it.
+     */
+    maxOpenSegmentFiles: z.number().int().min(8).default(1000),
+    /** Partitions opened (recovered) or closed at once at start and shutdown. */
+    partitionOpenConcurrency: z.number().int().min(1).max(1024).default(32),
     /** A transactional id idle this long (no transaction open, no request) is forgotten; Kafka's default, 7 days. */
     transactionalIdExpirationMs: z.number().int().min(1).default(604_800_000),
     /** Where committed offsets live: the internal log, or a PostgreSQL table. */

@@ -1,3 +1,5 @@
+import { mapBounded } from '../common/bounded.js';
+import { FdBudget } from '../storage/fd-budget.js';
 import { failpointDelay } from '../common/failpoints.js';
 import fs from 'node:fs/promises';
 import client from 'prom-client';
@@ -64,6 +66,8 @@ export class TopicManager {
   private growing: Promise<unknown> = Promise.resolve();
   private readonly logsDir: string;
   private retentionTimer: NodeJS.Timeout | undefined;
+  /** The bound on open segment files that every partition's log shares. */
+  private readonly fdBudget: FdBudget;
 
   constructor(
     private readonly store: MetadataStore,
@@ -72,6 +76,15 @@ export class TopicManager {
     private readonly metrics: BrokerMetrics,
   ) {
     this.logsDir = path.join(config.dataDir, 'logs');
+    const budget = (this.fdBudget = new FdBudget(config.maxOpenSegmentFiles));
+    new client.Gauge({
+      name: 'tributary_open_segment_files',
+      help: 'Segment files held open (bounded by --max-open-segment-files, beyond it only while none can close)',
+      registers: [metrics.registry],
+      collect() {
+        this.set(budget.open);
+      },
+    });
     const topics = this.topics;
     new client.Gauge({
       name: 'tributary_log_size_bytes',
@@ -89,7 +102,14 @@ export class TopicManager {
   async open(): Promise<void> {
     await fs.mkdir(this.logsDir, { recursive: true });
     const defs = this.store.listTopics();
-    for (const def of defs) this.topics.set(def.name, await this.openTopic(def));
+    // Every partition of every topic, a bounded number at once: recovery is mostly waiting on the disk.
+    const all = defs.flatMap((def) => Array.from({ length: def.partitions }, (_, i) => ({ def, i })));
+    const opened = await mapBounded(all, this.config.partitionOpenConcurrency, ({ def, i }) => this.openPartition(def, i));
+    let at = 0;
+    for (const def of defs) {
+      this.topics.set(def.name, new Topic(def, opened.slice(at, at + def.partitions)));
+      at += def.partitions;
+    }
     await this.removeOrphans(defs);
     this.updateGauges();
     this.retentionTimer = setInterval(() => void this.applyRetention(), this.config.retentionCheckMs);
@@ -205,7 +225,8 @@ export class TopicManager {
   async close(): Promise<void> {
     clearInterval(this.retentionTimer);
     const all = [...this.topics.values()].flatMap((t) => t.partitions);
-    await Promise.all(all.map((p) => p.close()));
+    // Bounded: each close writes its index, checkpoints and marker, a few files open at once.
+    await mapBounded(all, this.config.partitionOpenConcurrency, (p) => p.close());
   }
 
   /** Opens a topic once, whether its definition came from a local CREATE or from the store's watch. */
@@ -260,6 +281,7 @@ export class TopicManager {
   private logOptions(def: TopicDefinition): Partial<LogOptions> {
     const internal = def.name.startsWith('__');
     return {
+      fdBudget: this.fdBudget,
       // Compaction only rewrites closed segments: internal (compacted, small) topics roll sooner.
       segmentBytes: internal ? Math.min(this.config.segmentBytes, INTERNAL_SEGMENT_BYTES) : this.config.segmentBytes,
       segmentMs: this.config.segmentMs,
@@ -274,8 +296,11 @@ export class TopicManager {
   }
 
   private async openTopic(def: TopicDefinition): Promise<Topic> {
-    const partitions: Partition[] = [];
-    for (let i = 0; i < def.partitions; i++) partitions.push(await this.openPartition(def, i));
+    const partitions = await mapBounded(
+      Array.from({ length: def.partitions }, (_, i) => i),
+      this.config.partitionOpenConcurrency,
+      (i) => this.openPartition(def, i),
+    );
     return new Topic(def, partitions);
   }
 

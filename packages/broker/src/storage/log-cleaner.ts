@@ -9,7 +9,7 @@ import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import type { GroupCommit } from './group-commit.js';
 import { fsyncDir, storageError, writeFileSynced } from './log-fs.js';
-import { type CompactOptions, type CompactResult, DEFAULT_TOMBSTONE_RETENTION_MS } from './log-options.js';
+import { type CompactOptions, type CompactResult, DEFAULT_TOMBSTONE_RETENTION_MS, segmentFdPolicy } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { type CompactionCrashPoint, type LogTestHooks, SimulatedCrash, takeCompactionCrash } from './log-test-hooks.js';
 import type { LogWriter } from './log-writer.js';
@@ -281,12 +281,18 @@ export class LogCleaner {
           await rename(p.tmpLog, old.logPath);
           await fsyncDir(this.st.dir);
           if (crashAt === 'log-renamed') throw new SimulatedCrash(crashAt);
-          const seg = new Segment(this.st.dir, old.baseOffset, p.index, {
-            size: p.size,
-            nextOffset: old.nextOffset,
-            maxTimestamp: p.maxTimestamp,
-            createdMs: old.createdMs,
-          });
+          const seg = new Segment(
+            this.st.dir,
+            old.baseOffset,
+            p.index,
+            {
+              size: p.size,
+              nextOffset: old.nextOffset,
+              maxTimestamp: p.maxTimestamp,
+              createdMs: old.createdMs,
+            },
+            segmentFdPolicy(this.st.options),
+          );
           seg.compacted = true;
           seg.indexState = 'synced';
           this.st.segments[i] = seg;

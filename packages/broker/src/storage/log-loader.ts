@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { readHwmCheckpoint } from './hwm-checkpoint.js';
 import { fsyncDir, storageError } from './log-fs.js';
-import type { LogOptions } from './log-options.js';
+import { type LogOptions, segmentFdPolicy } from './log-options.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, Segment, segmentFileName } from './segment.js';
 
 export const CLEAN_SHUTDOWN_FILE = 'clean-shutdown';
@@ -43,7 +43,7 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger): Promise<
   try {
     for (let i = 0; i < bases.length; i++) {
       const isLast = i === bases.length - 1;
-      const info = await Segment.recover(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast });
+      const info = await Segment.recover(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast, fds: segmentFdPolicy(o) });
       const seg = info.segment;
       if (info.truncatedBytes > 0) {
         log.warn(
@@ -81,7 +81,7 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger): Promise<
       segments.push(seg);
     }
     if (segments.length === 0) {
-      segments.push(await Segment.create(dir, 0, o.indexIntervalBytes, Date.now()));
+      segments.push(await Segment.create(dir, 0, o.indexIntervalBytes, Date.now(), segmentFdPolicy(o)));
     }
     // Release fds of old segments; reads reopen them on demand.
     for (let i = 0; i < segments.length - 2; i++) await segments[i].release();

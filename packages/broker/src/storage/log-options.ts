@@ -1,6 +1,7 @@
 /** The options and result types of PartitionLog (docs/architecture.md, "Storage"), and how options are checked. */
 import { invalidParam } from 'tributary-protocol/errors.js';
 import { DEFAULT_INDEX_INTERVAL_BYTES } from './offset-index.js';
+import type { FdBudget, SegmentFdPolicy } from './fd-budget.js';
 
 export type FlushMode = 'always' | 'interval' | 'os';
 
@@ -23,6 +24,13 @@ export interface LogOptions {
   tailCacheBytes?: number;
   /** Told how long each fsync pass of appends took, in seconds (the broker's fsync histogram). */
   onSync?: (seconds: number) => void;
+  /** The broker-wide bound on open segment files this log's segments share (none: each keeps its fd). */
+  fdBudget?: FdBudget;
+}
+
+/** How this log's segments take part in the fd budget: only fsynced writes let a segment close its fd. */
+export function segmentFdPolicy(o: LogOptions): SegmentFdPolicy | undefined {
+  return o.fdBudget ? { budget: o.fdBudget, syncTracked: o.flush !== 'os' } : undefined;
 }
 
 export const DEFAULT_LOG_OPTIONS: Readonly<LogOptions> = Object.freeze({

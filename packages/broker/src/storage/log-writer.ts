@@ -9,7 +9,7 @@ import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import type { GroupCommit, SyncWaiter } from './group-commit.js';
 import { fsyncDir, storageError } from './log-fs.js';
-import type { AppendResult } from './log-options.js';
+import { type AppendResult, segmentFdPolicy } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { Mutex } from './mutex.js';
 import {
@@ -380,7 +380,7 @@ export class LogWriter {
         this.st.logger.warn({ err, segment: old.baseOffset }, 'could not write segment index');
       }
     }
-    const seg = await Segment.create(this.st.dir, old.nextOffset, this.st.options.indexIntervalBytes, Date.now());
+    const seg = await Segment.create(this.st.dir, old.nextOffset, this.st.options.indexIntervalBytes, Date.now(), segmentFdPolicy(this.st.options));
     this.st.segments.push(seg);
     if (durable) await fsyncDir(this.st.dir);
     this.st.logger.debug({ segment: seg.baseOffset, previousBytes: old.size }, 'rolled segment');

@@ -32,6 +32,7 @@ import {
   type ReadOptions,
   resolveOptions,
   type SegmentInfo,
+  segmentFdPolicy,
 } from './log-options.js';
 import { LogReader } from './log-reader.js';
 import { LogState } from './log-state.js';
@@ -279,7 +280,7 @@ export class PartitionLog {
           await s.remove();
         }
         if (this.st.segments.length === 0) {
-          this.st.segments.push(await Segment.create(this.dir, offset, this.options.indexIntervalBytes, Date.now()));
+          this.st.segments.push(await Segment.create(this.dir, offset, this.options.indexIntervalBytes, Date.now(), segmentFdPolicy(this.options)));
         } else {
           await this.st.active.truncateTo(offset);
         }

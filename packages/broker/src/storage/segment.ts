@@ -3,6 +3,7 @@
  * metadata the log needs without reading the file (size, next offset, max timestamp, created time).
  * The file handle is opened lazily and can be released while idle, so old segments do not pin fds.
  */
+import type { FdHolder, SegmentFdPolicy } from './fd-budget.js';
 import { type FileHandle, open, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { LogRecord } from 'tributary-protocol/record.js';
@@ -82,7 +83,7 @@ export interface RecoveryInfo {
   rebuiltIndex: boolean;
 }
 
-export class Segment {
+export class Segment implements FdHolder {
   readonly baseOffset: number;
   readonly logPath: string;
   readonly indexPath: string;
@@ -108,7 +109,17 @@ export class Segment {
   private releaseWanted = false;
   private closed = false;
 
-  constructor(dir: string, baseOffset: number, index: OffsetIndex, meta: { size: number; nextOffset: number; maxTimestamp: number; createdMs: number }) {
+  /** Writes not yet covered by a completed datasync (counted only under an fd budget, FdBudget). */
+  private writesSinceSync = 0;
+
+  constructor(
+    dir: string,
+    baseOffset: number,
+    index: OffsetIndex,
+    meta: { size: number; nextOffset: number; maxTimestamp: number; createdMs: number },
+    /** The broker-wide bound on open segment files, when there is one. */
+    private readonly fds?: SegmentFdPolicy,
+  ) {
     this.baseOffset = baseOffset;
     this.logPath = join(dir, segmentFileName(baseOffset, LOG_SUFFIX));
     this.indexPath = join(dir, segmentFileName(baseOffset, INDEX_SUFFIX));
@@ -126,15 +137,22 @@ export class Segment {
   }
 
   /** Creates an empty segment (truncating a leftover file of the same name) and its index file. */
-  static async create(dir: string, baseOffset: number, intervalBytes: number, nowMs: number): Promise<Segment> {
-    const seg = new Segment(dir, baseOffset, new OffsetIndex(baseOffset, intervalBytes), {
-      size: 0,
-      nextOffset: baseOffset,
-      maxTimestamp: -1,
-      createdMs: nowMs,
-    });
+  static async create(dir: string, baseOffset: number, intervalBytes: number, nowMs: number, fds?: SegmentFdPolicy): Promise<Segment> {
+    const seg = new Segment(
+      dir,
+      baseOffset,
+      new OffsetIndex(baseOffset, intervalBytes),
+      {
+        size: 0,
+        nextOffset: baseOffset,
+        maxTimestamp: -1,
+        createdMs: nowMs,
+      },
+      fds,
+    );
     const fh = await open(seg.logPath, 'w+');
     seg.fh = Promise.resolve(fh);
+    fds?.budget.used(seg);
     // Written now so the created time survives a crash even before the first roll or close.
     await seg.writeIndex(false);
     return seg;
@@ -146,7 +164,7 @@ export class Segment {
    * entry decode to exactly its next offset. Otherwise every record is validated (length, CRC, offset
    * order), the file is cut after the last record that ends a complete append and the index is rebuilt.
    */
-  static async recover(dir: string, baseOffset: number, opts: { intervalBytes: number; fullScan: boolean }): Promise<RecoveryInfo> {
+  static async recover(dir: string, baseOffset: number, opts: { intervalBytes: number; fullScan: boolean; fds?: SegmentFdPolicy }): Promise<RecoveryInfo> {
     const logPath = join(dir, segmentFileName(baseOffset, LOG_SUFFIX));
     const indexPath = join(dir, segmentFileName(baseOffset, INDEX_SUFFIX));
     const st = await stat(logPath);
@@ -158,12 +176,18 @@ export class Segment {
     const compacted = metaOk && loaded.meta.compacted === true;
 
     if (!opts.fullScan && metaOk && loaded.meta.synced && loaded.meta.logSize === fileSize) {
-      const seg = new Segment(dir, baseOffset, loaded.index, {
-        size: fileSize,
-        nextOffset: loaded.meta.nextOffset,
-        maxTimestamp: loaded.meta.maxTimestamp,
-        createdMs,
-      });
+      const seg = new Segment(
+        dir,
+        baseOffset,
+        loaded.index,
+        {
+          size: fileSize,
+          nextOffset: loaded.meta.nextOffset,
+          maxTimestamp: loaded.meta.maxTimestamp,
+          createdMs,
+        },
+        opts.fds,
+      );
       seg.compacted = compacted;
       if (await seg.tailMatchesIndex()) {
         seg.indexState = 'synced';
@@ -172,12 +196,18 @@ export class Segment {
       await seg.close();
     }
 
-    const seg = new Segment(dir, baseOffset, new OffsetIndex(baseOffset, opts.intervalBytes), {
-      size: fileSize,
-      nextOffset: baseOffset,
-      maxTimestamp: -1,
-      createdMs,
-    });
+    const seg = new Segment(
+      dir,
+      baseOffset,
+      new OffsetIndex(baseOffset, opts.intervalBytes),
+      {
+        size: fileSize,
+        nextOffset: baseOffset,
+        maxTimestamp: -1,
+        createdMs,
+      },
+      opts.fds,
+    );
     seg.compacted = compacted;
     try {
       const order = new OrderCheck(baseOffset, false);
@@ -352,6 +382,7 @@ export class Segment {
     this.users++;
     try {
       this.fh ??= open(this.logPath, 'r+');
+      this.fds?.budget.used(this);
       let fh: FileHandle;
       try {
         fh = await this.fh;
@@ -365,7 +396,7 @@ export class Segment {
       if (this.users === 0 && this.releaseWanted) {
         this.releaseWanted = false;
         void this.closeHandle().catch(() => {});
-      }
+      } else if (this.users === 0) this.fds?.budget.settled();
     }
   }
 
@@ -382,10 +413,16 @@ export class Segment {
   async writeAt(buf: Buffer, position: number): Promise<void> {
     await this.withHandle(async (fh) => {
       let done = 0;
-      while (done < buf.length) {
-        const { bytesWritten } = await fh.write(buf, done, buf.length - done, position + done);
-        if (bytesWritten <= 0) throw new Error('short write');
-        done += bytesWritten;
+      try {
+        while (done < buf.length) {
+          const { bytesWritten } = await fh.write(buf, done, buf.length - done, position + done);
+          if (bytesWritten <= 0) throw new Error('short write');
+          done += bytesWritten;
+        }
+      } finally {
+        // Counted once written (the handle is held until then): only a datasync that starts after this
+        // covers it, and datasync captures the count when it starts.
+        if (done > 0) this.writesSinceSync++;
       }
     });
   }
@@ -405,7 +442,16 @@ export class Segment {
   }
 
   async datasync(): Promise<void> {
+    const covered = this.writesSinceSync;
     await this.withHandle((fh) => fh.datasync());
+    // Writes that started during the fsync are not covered by it.
+    this.writesSinceSync -= covered;
+    this.fds?.budget.settled();
+  }
+
+  /** FdHolder: the fd may be closed now (see FdBudget). */
+  canRelease(): boolean {
+    return this.users === 0 && !(this.fds?.syncTracked && this.writesSinceSync > 0);
   }
 
   /** Persists the index and metadata; `synced` promises the log bytes it covers were fsynced first. */
@@ -449,6 +495,7 @@ export class Segment {
   private async closeHandle(): Promise<void> {
     const p = this.fh;
     this.fh = null;
+    this.fds?.budget.closed(this);
     if (p) {
       try {
         await (await p).close();
