@@ -244,8 +244,11 @@ export class ClientConnection implements ConnectionContext {
     // A fenced stream (read-fence.ts) is refused like a CONSUME before it starts, and ends `removed` the
     // moment its member loses the partition: every change to the group wakes it to check again, and a
     // check whose answer is a lease (a group coordinated elsewhere) is made again before it runs out.
+    // Wakes the stream's wait: a change to the group, or the stream's end (one controller per wake rather
+    // than AbortSignal.any per wait, which a long quiet stream would call every keepalive).
     let changed = new AbortController();
     const unwatch = req.fence ? watchReadFence(this.broker, req.fence, () => changed.abort()) : undefined;
+    if (req.fence) signal.addEventListener('abort', () => changed.abort(), { once: true });
     try {
       let validForMs: number;
       try {
@@ -293,7 +296,7 @@ export class ClientConnection implements ConnectionContext {
         }
         offset = out.nextOffset;
         this.streamOffset = offset;
-        const wait = req.fence ? AbortSignal.any([signal, changed.signal]) : signal;
+        const wait = req.fence ? changed.signal : signal;
         const hasData = await req.partition.waitForData(offset, Math.max(1, Math.min(keepalive, validForMs)), wait, req.isolation);
         if (!hasData && !signal.aborted && !this.closed && !req.partition.isClosed) this.writeNow(frameHeader(0));
       }
