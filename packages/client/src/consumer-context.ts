@@ -42,8 +42,9 @@ export interface ConsumerEvents extends ConnectionEvents {
   /** Readers and handlers of these partitions have stopped (before the revocation is confirmed). */
   'partitions.revoked': { partitions: number[]; generation: number };
   /**
-   * The coordinator no longer knows this member (its session expired): these partitions are another
-   * member's now. Their readers and handlers were stopped and nothing of theirs is committed.
+   * The coordinator no longer knows this member (its session expired), or a read of a partition was
+   * refused as fenced: these partitions are another member's now. Their readers and handlers were
+   * stopped (their signals aborted with the reason) and nothing of theirs is committed.
    */
   'partitions.lost': { partitions: number[]; generation: number };
   /** Readers of these partitions have started. */
