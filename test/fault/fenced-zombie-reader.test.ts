@@ -39,7 +39,10 @@ class ZombieProcess {
   readonly exited: Promise<unknown>;
 
   constructor(options: Record<string, unknown>) {
-    this.proc = trackChild(spawn(process.execPath, [WORKER, JSON.stringify({ name: 'zombie', options })], { stdio: ['ignore', 'pipe', 'pipe'] }), 'consumer-worker');
+    this.proc = trackChild(
+      spawn(process.execPath, [WORKER, JSON.stringify({ name: 'zombie', options })], { stdio: ['ignore', 'pipe', 'pipe'] }),
+      'consumer-worker',
+    );
     this.exited = new Promise((resolve) => this.proc.once('exit', resolve));
     readline.createInterface({ input: this.proc.stdout! }).on('line', (l) => this.lines.push(JSON.parse(l) as Line));
     this.proc.stderr!.on('data', (d: Buffer) => {
@@ -138,10 +141,18 @@ async function zombieScenario(env: Env, mode: 'poll' | 'stream', cleanups: Array
   await sleep(500); // let it handle what its new assignment brings, if any
 
   for (const l of zombie.of('signal', contAt)) expect(l.code, JSON.stringify(l)).toBe('member_not_found');
-  expect(zombie.of('lost', contAt).flatMap((l) => l.partitions as number[]).sort()).toEqual([0, 1]);
+  expect(
+    zombie
+      .of('lost', contAt)
+      .flatMap((l) => l.partitions as number[])
+      .sort(),
+  ).toEqual([0, 1]);
   const after = zombie.of('msg', contAt);
   // Nothing handled between the resume and the rejoin: the lost partitions delivered nothing.
-  expect(after.filter((m) => m.at < rejoined.at), JSON.stringify(after.slice(0, 5))).toEqual([]);
+  expect(
+    after.filter((m) => m.at < rejoined.at),
+    JSON.stringify(after.slice(0, 5)),
+  ).toEqual([]);
   // Afterwards only what the rejoin assigned it, and never a record the new owner handled.
   const ownerHandled = new Set(handled.map((h) => `${h.partition}:${h.offset}`));
   const assigned = new Set(zombie.of('rebalance', contAt).flatMap((r) => r.owned as number[]));
@@ -151,7 +162,10 @@ async function zombieScenario(env: Env, mode: 'poll' | 'stream', cleanups: Array
   }
   expect(zombie.stderr).toBe('');
   console.log(
-    `${mode}: zombie frozen ${contAt - frozenAt} ms; after resume: signals at +${zombie.of('signal', contAt).map((l) => l.at - contAt).join('/')} ms, rejoined at +${rejoined.at - contAt} ms, ${after.length} records handled after the rejoin; owner handled ${handled.length}`,
+    `${mode}: zombie frozen ${contAt - frozenAt} ms; after resume: signals at +${zombie
+      .of('signal', contAt)
+      .map((l) => l.at - contAt)
+      .join('/')} ms, rejoined at +${rejoined.at - contAt} ms, ${after.length} records handled after the rejoin; owner handled ${handled.length}`,
   );
 }
 
@@ -172,57 +186,70 @@ describe('a SIGSTOPped consumer process gets no record of the partitions it lost
     }, 120_000);
   }
 
-  it('3-broker cluster, the group coordinated off the partitions’ leader', async () => {
-    const cluster = await TestCluster.start(3);
-    cleanups.push(() => cluster.dispose());
-    const admin = await cluster.connect(0);
-    cleanups.push(() => admin.close());
-    await admin.command('CREATE', { topic: TOPIC, partitions: 2, replication_factor: 3 });
-    const leader = await cluster.waitFor('partition 0 led with a full ISR', async () => {
-      const l = await cluster.leaderOf(TOPIC, 0);
-      return l.id >= 0 && l.isr.length === 3 ? l : false;
-    });
-    // A group whose coordinator is not partition 0's leader: its reads there are checked on MEMBER_LEASE copies.
-    let group = '';
-    let coordId = -1;
-    for (let i = 0; coordId < 0 || coordId === leader.id; i++) {
-      group = `g-cluster-${i}`;
-      coordId = Number(kv(await admin.command('FIND_COORDINATOR', { group })).get('coordinator_id'));
-    }
-    await zombieScenario(
-      {
-        brokers: cluster.addresses,
-        coordinator: () => cluster.connect(coordId),
-        group,
-        whileExpired: async (z, owner) => {
-          // At the leader, which does not coordinate the group: the expired member is refused, the owner served.
-          const conn = await cluster.connect(leader.id);
-          try {
-            const read = (member: string, generation: number) =>
-              conn.consume({ topic: TOPIC, partition: 0, offset: 0, group, member, generation, batch: 10, max_bytes: 1 << 16, isolation: 'read_uncommitted' });
-            // (a retriable answer, COORDINATOR_NOT_AVAILABLE while the coordinator moves, is asked again)
-            const refusal = await cluster.waitFor('the leader to answer for the expired member', async () =>
-              read(z.member, z.generation).then(
-                () => 'served',
-                (err: unknown) => (err instanceof TributaryError && err.retriable ? false : err instanceof TributaryError ? err.code : String(err)),
-              ),
-            );
-            expect(refusal).toBe('member_not_found');
-            await expectError(read(z.member, z.generation), 'member_not_found');
-            const batch = await cluster.waitFor('the leader to serve the owner', async (): Promise<Batch | false> =>
-              read(owner.memberId!, owner.generation).catch((e: unknown) => {
-                if (e instanceof TributaryError && e.retriable) return false;
-                throw e;
-              }),
-            );
-            expect(batch.records.length).toBeGreaterThan(0);
-          } finally {
-            await conn.close();
-          }
+  for (const mode of ['poll', 'stream'] as const)
+    it(`3-broker cluster, ${mode} mode, the group coordinated off the partitions’ leader`, async () => {
+      const cluster = await TestCluster.start(3);
+      cleanups.push(() => cluster.dispose());
+      const admin = await cluster.connect(0);
+      cleanups.push(() => admin.close());
+      await admin.command('CREATE', { topic: TOPIC, partitions: 2, replication_factor: 3 });
+      const leader = await cluster.waitFor('partition 0 led with a full ISR', async () => {
+        const l = await cluster.leaderOf(TOPIC, 0);
+        return l.id >= 0 && l.isr.length === 3 ? l : false;
+      });
+      // A group whose coordinator is not partition 0's leader: its reads there are checked on MEMBER_LEASE copies.
+      let group = '';
+      let coordId = -1;
+      for (let i = 0; coordId < 0 || coordId === leader.id; i++) {
+        group = `g-cluster-${i}`;
+        coordId = Number(kv(await admin.command('FIND_COORDINATOR', { group })).get('coordinator_id'));
+      }
+      await zombieScenario(
+        {
+          brokers: cluster.addresses,
+          coordinator: () => cluster.connect(coordId),
+          group,
+          whileExpired: async (z, owner) => {
+            // At the leader, which does not coordinate the group: the expired member is refused, the owner served.
+            const conn = await cluster.connect(leader.id);
+            try {
+              const read = (member: string, generation: number) =>
+                conn.consume({
+                  topic: TOPIC,
+                  partition: 0,
+                  offset: 0,
+                  group,
+                  member,
+                  generation,
+                  batch: 10,
+                  max_bytes: 1 << 16,
+                  isolation: 'read_uncommitted',
+                });
+              // (a retriable answer, COORDINATOR_NOT_AVAILABLE while the coordinator moves, is asked again)
+              const refusal = await cluster.waitFor('the leader to answer for the expired member', async () =>
+                read(z.member, z.generation).then(
+                  () => 'served',
+                  (err: unknown) => (err instanceof TributaryError && err.retriable ? false : err instanceof TributaryError ? err.code : String(err)),
+                ),
+              );
+              expect(refusal).toBe('member_not_found');
+              await expectError(read(z.member, z.generation), 'member_not_found');
+              const batch = await cluster.waitFor(
+                'the leader to serve the owner',
+                async (): Promise<Batch | false> =>
+                  read(owner.memberId!, owner.generation).catch((e: unknown) => {
+                    if (e instanceof TributaryError && e.retriable) return false;
+                    throw e;
+                  }),
+              );
+              expect(batch.records.length).toBeGreaterThan(0);
+            } finally {
+              await conn.close();
+            }
+          },
         },
-      },
-      'poll',
-      cleanups,
-    );
-  }, 180_000);
+        mode,
+        cleanups,
+      );
+    }, 180_000);
 });
