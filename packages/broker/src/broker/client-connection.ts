@@ -244,8 +244,8 @@ export class ClientConnection implements ConnectionContext {
     // A fenced stream (read-fence.ts) is refused like a CONSUME before it starts, and ends `removed` the
     // moment its member loses the partition: every change to the group wakes it to check again, and a
     // check whose answer is a lease (a group coordinated elsewhere) is made again before it runs out.
-    // Wakes the stream's wait: a change to the group, or the stream's end (one controller per wake rather
-    // than AbortSignal.any per wait, which a long quiet stream would call every keepalive).
+    // `changed` wakes its wait on either, or on the stream's end (one controller per wake rather than an
+    // AbortSignal.any per wait, which a quiet stream would make every keepalive).
     let changed = new AbortController();
     const unwatch = req.fence ? watchReadFence(this.broker, req.fence, () => changed.abort()) : undefined;
     if (req.fence) signal.addEventListener('abort', () => changed.abort(), { once: true });
