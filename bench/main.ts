@@ -10,6 +10,7 @@ interface BenchModule {
 const BENCHMARKS: Record<string, () => Promise<BenchModule>> = {
   failover: () => import('./failover.js'),
   latency: () => import('./latency.js'),
+  parallel: () => import('./parallel.js'),
   'produce-consume': () => import('./produce-consume.js'),
   rebalance: () => import('./rebalance.js'),
   scale: () => import('./scale.js'),

@@ -2,12 +2,15 @@
 //
 //   node consumer-worker.mjs '<json config>'
 //
-// config: { name, options: ConsumerOptions, handlerDelayMs? }
+// config: { name, options: ConsumerOptions, handlerDelayMs?, randomDelayMs?, concurrency? }
+//   randomDelayMs: each handler also sleeps a random 0..randomDelayMs ms
+//   concurrency: passed to run() (docs/sdk.md, "Concurrency"); then a 'done' line follows each 'msg'
 // It imports the compiled SDK (packages/client/dist/index.js), runs `run({ eachMessage })` and prints one JSON
 // line per event on stdout (writes to a pipe are synchronous on Linux, so a line printed before a
 // kill -9 is never lost):
 //   {type:'ready', memberId, generation, assignment}
 //   {type:'msg', id, partition, offset, at}            one per processed record (id: the value up to '|')
+//   {type:'done', partition, offset, key, at}          with concurrency: the handler of that record returned
 //   {type:'commit', offsets:[{partition, offset}], generation, at}   after the broker acknowledged it
 //   {type:'rebalance', generation, assigned, revoked, kept, owned, at}
 //   {type:'crash', code, message, fatal, at}
@@ -61,7 +64,10 @@ const running = consumer.run({
     const bar = value.indexOf('|');
     out({ type: 'msg', id: bar >= 0 ? value.slice(0, bar) : value, partition: message.partition, offset: message.offset, at: Date.now() });
     if (cfg.handlerDelayMs) await sleep(cfg.handlerDelayMs);
+    if (cfg.randomDelayMs) await sleep(Math.floor(Math.random() * (cfg.randomDelayMs + 1)));
+    if (cfg.concurrency) out({ type: 'done', partition: message.partition, offset: message.offset, key: message.key?.toString() ?? null, at: Date.now() });
   },
+  ...(cfg.concurrency ? { concurrency: cfg.concurrency } : {}),
 });
 running.catch((err) => {
   out({ type: 'error', code: err?.code, message: String(err), at: Date.now() });

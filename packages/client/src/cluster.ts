@@ -464,12 +464,17 @@ export class Cluster {
     fields: Record<string, FieldValue | undefined>,
     opts: { signal?: AbortSignal; positional?: string[]; retry?: RetryOptions } = {},
   ): Promise<string> {
+    return this.coordinatorRequest(key, (conn) => conn.command(name, fields, opts.positional), opts);
+  }
+
+  /** Any request to the coordinator (a text command, a transactional batch), with coordinatorCommand's redirects and retries. */
+  async coordinatorRequest<T>(key: { group: string } | { transactional_id: string }, send: (conn: Connection) => Promise<T>, opts: { signal?: AbortSignal; retry?: RetryOptions } = {}): Promise<T> {
     return retry(
       async () => {
         const addr = await this.coordinator(key, opts.signal);
         try {
           const conn = await this.connection(addr, opts.signal);
-          return await untilAborted(conn.command(name, fields, opts.positional), opts.signal);
+          return await untilAborted(send(conn), opts.signal);
         } catch (err) {
           await this.onCoordinatorError(key, err);
           throw err;

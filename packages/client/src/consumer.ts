@@ -8,12 +8,14 @@ import { setMaxListeners } from 'node:events';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { untilAborted } from './abort.js';
 import { clientCluster } from './cluster.js';
+import { resolveConcurrency, RUN_OPTION_NAMES } from './concurrency-options.js';
 import { type ConsumedMessage, ConsumerContext, type ConsumerEvents, type ConsumerState } from './consumer-context.js';
 import { configError, type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions, validateConsumerOptions } from './consumer-options.js';
 import { TypedEmitter } from './events.js';
 import { GroupMembership } from './group-membership.js';
-import { handlerSink, type RunOptions } from './message-handlers.js';
+import { handlerSink, type RunOptions, windowedSink } from './message-handlers.js';
 import { OffsetCommitter } from './offset-committer.js';
+import { refuseUnknownOptions } from './option-names.js';
 import { PartitionFetcher } from './partition-fetcher.js';
 import { sessionHeld } from './session-guard.js';
 import type { PartitionWorker } from './partition-worker.js';
@@ -22,6 +24,8 @@ import { Signal } from './wake-signal.js';
 export type { ConsumedMessage, ConsumerEvents, ConsumerState } from './consumer-context.js';
 export { type AutoOffsetReset, type ConsumerOptions, heartbeatStallMs, type Isolation, validateConsumerOptions } from './consumer-options.js';
 export { parseAssignments } from './group-membership.js';
+export type { ConcurrencyOptions } from './concurrency-options.js';
+export type { Ordering } from './key-scheduler.js';
 export type { EachBatchPayload, EachMessagePayload, RunOptions } from './message-handlers.js';
 
 /**
@@ -160,11 +164,15 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
 
   /** Runs handlers until the consumer closes (or `signal` aborts, which closes it). */
   async run(opts: RunOptions): Promise<void> {
+    if (!opts || typeof opts !== 'object') throw configError('run', 'expected { eachMessage | eachBatch, signal?, concurrency? }');
+    refuseUnknownOptions('run', opts, RUN_OPTION_NAMES);
     if (!opts.eachMessage === !opts.eachBatch) throw configError('run', 'give exactly one of eachMessage or eachBatch');
+    const concurrency = resolveConcurrency(opts.concurrency, opts.eachBatch !== undefined);
     if (this.fetcher.sink) throw configError('run', 'the consumer is already being consumed');
     const onAbort = () => void this.close();
     opts.signal?.addEventListener('abort', onAbort, { once: true });
-    this.fetcher.setSink(handlerSink(this.ctx, this.committer, opts));
+    if (concurrency) this.fetcher.setSink(windowedSink(this.ctx, this.committer, opts.eachMessage!, concurrency), { slotted: false });
+    else this.fetcher.setSink(handlerSink(this.ctx, this.committer, opts));
     const wasClosed = this.ctx.closing;
     try {
       // close() while starting ends run() like a close after the start; a failed start still rejects

@@ -15,6 +15,8 @@ export {
   type EachMessagePayload,
   type EachBatchPayload,
   type RunOptions,
+  type ConcurrencyOptions,
+  type Ordering,
 } from './consumer.js';
 export {
   Producer,

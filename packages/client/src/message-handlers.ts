@@ -3,8 +3,11 @@
  * throws leaves its message unprocessed: `crash` (fatal=false), a backoff, then it is delivered again
  * (docs/sdk.md, "Offsets").
  */
+import type { ConcurrencyOptions, ResolvedConcurrency, RUN_OPTION_NAMES } from './concurrency-options.js';
 import type { ConsumedMessage, ConsumerContext } from './consumer-context.js';
+import { HandlerWindow } from './handler-window.js';
 import type { OffsetCommitter } from './offset-committer.js';
+import type { Complete } from './option-names.js';
 import type { Sink } from './partition-fetcher.js';
 import type { PartitionWorker } from './partition-worker.js';
 import { backoffSleep } from './retry.js';
@@ -29,6 +32,21 @@ export interface RunOptions {
   eachMessage?: (p: EachMessagePayload) => Promise<void> | void;
   eachBatch?: (p: EachBatchPayload) => Promise<void> | void;
   signal?: AbortSignal;
+  /** Parallel eachMessage handlers inside each partition (docs/sdk.md, "Concurrency"); without it, one at a time. */
+  concurrency?: ConcurrencyOptions;
+}
+const runOptionsComplete: Complete<RunOptions, typeof RUN_OPTION_NAMES> = true;
+void runOptionsComplete;
+
+/**
+ * The sink of run({ eachMessage, concurrency }): each partition installation gets its own window, which
+ * runs the handlers; the sink returns once a batch is admitted, so the reader fetches on meanwhile.
+ */
+export function windowedSink(ctx: ConsumerContext, committer: OffsetCommitter, handler: NonNullable<RunOptions['eachMessage']>, limits: ResolvedConcurrency): Sink {
+  return (w, messages) => {
+    w.window ??= new HandlerWindow(ctx, committer, w, limits, handler);
+    return w.window.admit(messages);
+  };
 }
 
 /** The sink that hands each fetched batch to run()'s eachBatch, or message by message to its eachMessage. */

@@ -34,6 +34,11 @@ interface ReadAs {
 
 export class PartitionFetcher {
   sink: Sink | undefined;
+  /**
+   * Whether a sink call holds one of `partitionsConsumedConcurrently` slots. A windowed sink (run() with
+   * `concurrency`) returns once a batch is admitted and bounds its handlers itself, so it takes none.
+   */
+  private slotted = true;
   /** Batches being handled now, at most `partitionsConsumedConcurrently`. */
   private running = 0;
   /** Woken when a slot frees up, a sink is set or the consumer closes. */
@@ -45,8 +50,9 @@ export class PartitionFetcher {
   ) {}
 
   /** Starts reading: batches go to `sink` from now on. */
-  setSink(sink: Sink): void {
+  setSink(sink: Sink, opts: { slotted?: boolean } = {}): void {
     this.sink = sink;
+    this.slotted = opts.slotted ?? true;
     this.slots.wake();
   }
 
@@ -100,6 +106,8 @@ export class PartitionFetcher {
       w.signal.removeEventListener('abort', onAbort);
       if (w.conn) await cluster.release(w.conn).catch(() => {});
       w.conn = undefined;
+      // revocation and close wait for the partition's running handlers, as for the one-at-a-time sink
+      await w.window?.idle();
     }
   }
 
@@ -196,6 +204,10 @@ export class PartitionFetcher {
    */
   private passSkipped(w: PartitionWorker, batch: Batch, assignmentGeneration: number, start: number, next: number): void {
     if (w.signal.aborted || w.assignmentGeneration !== assignmentGeneration) return;
+    if (w.window) {
+      w.window.passedTo(next); // counted once every message before `next` is handled
+      return;
+    }
     let lastDelivered = start - 1;
     for (const r of batch.records) if ((r.attributes & RecordAttr.CONTROL) === 0) lastDelivered = r.offset;
     // Nothing processed yet on this assignment: everything before where this read started is done.
@@ -208,11 +220,18 @@ export class PartitionFetcher {
     if (as.member === undefined) return this.waitForMember(w);
     const conn = w.conn!;
     w.conn = undefined; // a stream connection cannot be reused
+    if (w.seekTo !== undefined) this.applySeek(w); // set while no stream was open: start there
+    // A window reset after a handler failure (handler-window.ts) moves the position back while the
+    // stream may be idle with nothing more to deliver: it ends the stream, which reopens from there.
+    const interrupt = new AbortController();
+    const stop = () => interrupt.abort();
+    w.signal.addEventListener('abort', stop, { once: true });
+    w.interruptRead = stop;
     try {
       // Keepalives at the long-poll interval: a stream that stays silent past it plus the stall bound is
       // dropped and the partition re-routed, as a long poll would be (docs/sdk.md, "Routing").
       const keepaliveMs = Math.max(200, this.ctx.options.maxWaitMs);
-      const it = conn.stream({ ...this.fetchFields(w, as), keepalive_ms: keepaliveMs }, w.signal, { silenceMs: keepaliveMs + this.ctx.options.stallTimeoutMs });
+      const it = conn.stream({ ...this.fetchFields(w, as), keepalive_ms: keepaliveMs }, interrupt.signal, { silenceMs: keepaliveMs + this.ctx.options.stallTimeoutMs });
       for (;;) {
         const n = await it.next();
         if (n.done) {
@@ -246,6 +265,8 @@ export class PartitionFetcher {
         w.position = next;
       }
     } finally {
+      w.signal.removeEventListener('abort', stop);
+      w.interruptRead = undefined;
       await this.ctx.cluster.release(conn).catch(() => {});
     }
   }
@@ -262,6 +283,7 @@ export class PartitionFetcher {
 
   /** Hands a batch to the sink, holding one of `partitionsConsumedConcurrently` slots. */
   private async deliver(w: PartitionWorker, messages: ConsumedMessage[]): Promise<void> {
+    if (!this.slotted) return this.sink!(w, messages);
     while (this.running >= this.ctx.options.partitionsConsumedConcurrently && !w.signal.aborted) await this.slots.wait(w.signal, 50);
     // Only within the member's proven session: a batch found in the socket after a long pause waits for
     // the heartbeat that says whether the partition is still ours (session-guard.ts).
@@ -315,6 +337,7 @@ export class PartitionFetcher {
       if (w) {
         w.paused = false;
         w.resumed.wake();
+        w.window?.wake();
       }
     }
   }
@@ -339,6 +362,7 @@ export class PartitionFetcher {
     }
     w.seekTo = offset;
     w.processed = Math.min(w.processed, offset);
+    w.window?.seek(offset);
     w.resumed.wake();
   }
 }

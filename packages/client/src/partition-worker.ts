@@ -1,4 +1,5 @@
 import type { Connection } from 'tributary-protocol/connection.js';
+import type { HandlerWindow } from './handler-window.js';
 import { Signal } from './wake-signal.js';
 
 /** One installed partition: its reader, its position and what has been processed. */
@@ -19,6 +20,10 @@ export class PartitionWorker {
   failures = 0;
   /** Consecutive failed reads, for the re-route backoff; reset by any read that delivers. */
   readFailures = 0;
+  /** run()'s handlers of this installation under `concurrency` (docs/sdk.md, "Concurrency"). */
+  window: HandlerWindow | undefined;
+  /** Ends the open STREAM read, if any, so that a new `seekTo` takes effect without new records. */
+  interruptRead: (() => void) | undefined;
 
   constructor(
     readonly partition: number,

@@ -1,8 +1,9 @@
-import { isUtf8 } from 'node:buffer';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { Cluster } from './cluster.js';
-import type { RecordMetadata } from './producer-messages.js';
+import type { Batch } from 'tributary-protocol/batch.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { type ProducerMessage, type RecordMetadata, badMessage, recordSize, toBatchRecord } from './producer-messages.js';
 import { isRetriable } from './retry.js';
 
 /** A newer producer of the transactional id exists (or the coordinator aborted a timed-out transaction): this producer can no longer write. */
@@ -28,12 +29,8 @@ export interface TransactionHost {
   fenced(err: ProducerFencedError): void;
 }
 
-export interface TransactionalMessage {
-  /** Text: TXN_PUBLISH carries UTF-8 keys and values. */
-  key?: string | Buffer | null;
-  value: string | Buffer;
-  partition?: number;
-}
+/** A message of a transaction: what a plain send takes (binary keys and values, headers, timestamps). */
+export type TransactionalMessage = ProducerMessage;
 
 /** Where an offset-consuming group stands: an SDK Consumer, or the same fields from elsewhere. */
 export interface GroupPosition {
@@ -44,9 +41,12 @@ export interface GroupPosition {
 
 export type TransactionState = 'open' | 'committing' | 'aborting' | 'committed' | 'aborted';
 
-interface PublishItem {
-  topic: string;
-  fields: Record<string, string | number | undefined>;
+/** Bytes of records in one transactional batch frame at most (a larger send() takes several frames). */
+const MAX_FRAME_RECORD_BYTES = 1024 * 1024;
+
+/** A transactional batch frame's acknowledgement (docs/protocol.md, section 5.3). */
+interface TxnBatchAck {
+  records: Array<{ partition: number; offset: number; duplicate?: boolean }>;
 }
 
 /**
@@ -96,49 +96,62 @@ export class Transaction {
     const { topic, messages } = record ?? {};
     if (typeof topic !== 'string' || topic.length === 0) throw new TributaryError('invalid_parameter', { param: 'topic', reason: 'required' });
     if (!Array.isArray(messages)) throw new TributaryError('invalid_parameter', { param: 'messages', reason: 'must be an array' });
-    const items: PublishItem[] = messages.map((m, i) => ({ topic, fields: this.publishFields(topic, m, i) }));
-    const run = this.chain.then(() => this.publish(items, opts.signal));
+    const frames = this.frames(topic, messages);
+    const run = this.chain.then(() => this.publish(frames, opts.signal));
     this.chain = run.catch(() => {});
     return run;
   }
 
-  private publishFields(topic: string, m: TransactionalMessage, i: number): Record<string, string | number | undefined> {
-    const bad = (reason: string) => new TributaryError('invalid_parameter', { param: `messages[${i}]`, reason });
-    if (!m || typeof m !== 'object') throw bad('must be an object');
-    const text = (v: unknown, what: string): string | undefined => {
-      if (v === undefined || v === null) return undefined;
-      if (typeof v === 'string') return v;
-      if (Buffer.isBuffer(v)) {
-        if (!isUtf8(v)) throw bad(`${what} must be UTF-8 text in a transaction`);
-        return v.toString('utf8');
+  /**
+   * The messages as transactional batch frames: runs of messages with the same explicit partition (or
+   * none), numbered with the transaction's seqNums. Every message is checked before any seqNum is taken.
+   */
+  private frames(topic: string, messages: TransactionalMessage[]): Batch[] {
+    const checked = messages.map((m, i) => {
+      const r = toBatchRecord(m, i);
+      if (m.partition !== undefined && (!Number.isSafeInteger(m.partition) || m.partition < 0)) throw badMessage(i, 'partition must be a non-negative integer');
+      return { partition: m.partition ?? -1, record: r, size: recordSize(r) };
+    });
+    const txn = { transactionalId: this.transactionalId, producerId: this.producerId, epoch: this.epoch, coordinatorPartition: -1, coordinatorEpoch: -1 };
+    const frames: Batch[] = [];
+    let bytes = 0;
+    for (const c of checked) {
+      let f = frames[frames.length - 1];
+      if (!f || f.partition !== c.partition || bytes + c.size > MAX_FRAME_RECORD_BYTES) {
+        f = { topic, partition: c.partition, acks: 'all', idempotent: false, firstSequence: this.seq + 1, lastSequence: this.seq, records: [], txn };
+        frames.push(f);
+        bytes = 0;
       }
-      throw bad(`${what} must be a string or Buffer`);
-    };
-    const value = text(m.value, 'value');
-    if (value === undefined) throw bad('value is required');
-    const key = text(m.key, 'key');
-    if (m.partition !== undefined && (!Number.isSafeInteger(m.partition) || m.partition < 0)) throw bad('partition must be a non-negative integer');
-    // The seqNum is taken when the message is accepted here, so send() calls keep their order.
-    return { ...this.ids(), topic, partition: m.partition, key: key || undefined, seqNum: ++this.seq, message: value };
+      f.records.push(c.record);
+      f.lastSequence = ++this.seq;
+      bytes += c.size;
+    }
+    return frames;
   }
 
-  private async publish(items: PublishItem[], signal: AbortSignal | undefined): Promise<RecordMetadata[]> {
-    if (items.length === 0) return [];
+  private async publish(frames: Batch[], signal: AbortSignal | undefined): Promise<RecordMetadata[]> {
+    if (frames.length === 0) return [];
     const cluster = this.host.cluster;
-    const out: RecordMetadata[] = new Array(items.length);
-    const settled: Array<PromiseSettledResult<string>> = [];
+    const send = (conn: Connection, f: Batch): Promise<TxnBatchAck> => {
+      if (!conn.extensions && f.records.some((r) => r.headers.length > 0 || r.timestamp > 0)) {
+        return Promise.reject(new TributaryError('UNSUPPORTED_FEATURE', { feature: 'record_extensions_v1', reason: 'the broker cannot carry record headers or timestamps' }));
+      }
+      return conn.produceBatch<TxnBatchAck>(f);
+    };
+    const settled: Array<PromiseSettledResult<TxnBatchAck>> = [];
     try {
       const conn = await cluster.connection(await cluster.coordinator(this.key, signal), signal);
       // All on one connection without waiting: the broker keeps a connection's pipelined requests in order.
-      settled.push(...(await Promise.allSettled(items.map((it) => conn.command('TXN_PUBLISH', it.fields)))));
+      settled.push(...(await Promise.allSettled(frames.map((f) => send(conn, f)))));
     } catch (err) {
-      while (settled.length < items.length) settled.push({ status: 'rejected', reason: err });
+      while (settled.length < frames.length) settled.push({ status: 'rejected', reason: err });
     }
+    const acks: TxnBatchAck[] = new Array(frames.length);
     let redo = -1;
-    for (let i = 0; i < items.length; i++) {
+    for (let i = 0; i < frames.length; i++) {
       const s = settled[i]!;
       if (s.status === 'fulfilled') {
-        if (redo < 0) out[i] = metadata(items[i]!.topic, s.value);
+        if (redo < 0) acks[i] = s.value;
         continue;
       }
       // Behind a lost request, the next ones may be out of order at the broker: redo them all from here.
@@ -149,15 +162,15 @@ export class Transaction {
       }
     }
     if (redo >= 0) {
-      for (let i = redo; i < items.length; i++) {
+      for (let i = redo; i < frames.length; i++) {
         try {
-          out[i] = metadata(items[i]!.topic, await cluster.coordinatorCommand(this.key, 'TXN_PUBLISH', items[i]!.fields, { signal }));
+          acks[i] = await cluster.coordinatorRequest(this.key, (conn) => send(conn, frames[i]!), { signal });
         } catch (err) {
           throw this.fail(err);
         }
       }
     }
-    return out;
+    return frames.flatMap((f, i) => acks[i]!.records.map((r) => ({ topic: f.topic, partition: r.partition, offset: r.offset })));
   }
 
   private fail(err: unknown): unknown {
@@ -242,9 +255,4 @@ export class Transaction {
   async [Symbol.asyncDispose](): Promise<void> {
     if (this.stateValue === 'open') await this.abort().catch(() => {});
   }
-}
-
-function metadata(topic: string, reply: string): RecordMetadata {
-  const p = parseLine(reply).params;
-  return { topic, partition: Number(p.get('partition')), offset: Number(p.get('offset')) };
 }

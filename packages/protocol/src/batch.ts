@@ -20,6 +20,19 @@ export interface BatchRecord {
   headers: RecordHeader[];
 }
 
+/**
+ * The transaction a batch belongs to (flags 2, docs/protocol.md section 5.3). A producer's frame goes to
+ * the transactional id's coordinator (`coordinatorPartition` -1); a coordinator's frame to a data leader
+ * names its `__transaction_state` partition and its leader epoch there (broker to broker, TXN_APPEND).
+ */
+export interface BatchTxn {
+  transactionalId: string;
+  producerId: string;
+  epoch: number;
+  coordinatorPartition: number;
+  coordinatorEpoch: number;
+}
+
 export interface Batch {
   topic: string;
   partition: number;
@@ -28,6 +41,8 @@ export interface Batch {
   firstSequence: number;
   lastSequence: number;
   records: BatchRecord[];
+  /** A transactional batch (then `idempotent` is false: the sequences are the transaction's). */
+  txn?: BatchTxn;
   /** Trailer of CONSUME replies under record_extensions_v1. */
   trailer?: BatchTrailer;
 }
@@ -41,6 +56,31 @@ export interface BatchTrailer {
 
 export function isBatchBody(body: Buffer): boolean {
   return body.length >= 2 && body[0] === 0xba && body[1] === 0x7c;
+}
+
+/** The header's flags byte: 0 plain, 1 idempotent, 2 transactional (a transaction section follows the count). */
+const FLAG_IDEMPOTENT = 1;
+const FLAG_TRANSACTIONAL = 2;
+
+/**
+ * The transaction section of a batch body that isBatchBody accepted, read from its header only: undefined
+ * for a plain or idempotent batch or a header too short to say (decodeBatch then refuses it).
+ */
+export function batchTxnKind(body: Buffer): 'producer' | 'coordinator' | undefined {
+  if (body.length < 4) return undefined;
+  const topicLen = (body[2]! << 8) | body[3]!;
+  const acksAt = 4 + topicLen + 4;
+  if (body.length <= acksAt) return undefined;
+  const flagsAt = acksAt + 1 + body[acksAt]!;
+  if (body.length <= flagsAt || body[flagsAt] !== FLAG_TRANSACTIONAL) return undefined;
+  // Transaction section after flags, sequences and count: id, producer id (u16 + UTF-8 each), epoch i32, coordinator partition i32.
+  let at = flagsAt + 1 + 16 + 4;
+  for (let i = 0; i < 2; i++) {
+    if (body.length < at + 2) return undefined;
+    at += 2 + ((body[at]! << 8) | body[at + 1]!);
+  }
+  if (body.length < at + 8) return undefined;
+  return r32s(body, at + 4) >= 0 ? 'coordinator' : 'producer';
 }
 
 function bad(reason: string): TributaryError {
@@ -133,6 +173,15 @@ export function encodeBatch(batch: Batch, opts: EncodeOptions = {}): Buffer {
   const acksLen = Buffer.byteLength(batch.acks, 'ascii');
   if (topicLen > 0xffff) throw bad('topic longer than 65535 bytes');
   let size = 2 + 2 + topicLen + 4 + 1 + acksLen + 1 + 8 + 8 + 4;
+  const txn = batch.txn;
+  let txnIdLen = 0;
+  let txnPidLen = 0;
+  if (txn) {
+    txnIdLen = Buffer.byteLength(txn.transactionalId, 'utf8');
+    txnPidLen = Buffer.byteLength(txn.producerId, 'utf8');
+    if (txnIdLen > 0xffff || txnPidLen > 0xffff) throw bad('transactional id or producer id longer than 65535 bytes');
+    size += 2 + txnIdLen + 2 + txnPidLen + 4 + 4 + 4;
+  }
   for (let i = 0; i < n; i++) {
     const r = records[i]!;
     const pidLen = r.producerId.length === 0 ? 0 : Buffer.byteLength(r.producerId, 'utf8');
@@ -159,11 +208,21 @@ export function encodeBatch(batch: Batch, opts: EncodeOptions = {}): Buffer {
   at = buf.writeInt32BE(batch.partition, at);
   at = buf.writeUInt8(acksLen, at);
   at += buf.write(batch.acks, at, 'ascii');
-  buf[at] = batch.idempotent ? 1 : 0;
+  buf[at] = txn ? FLAG_TRANSACTIONAL : batch.idempotent ? FLAG_IDEMPOTENT : 0;
   writeU64(buf, batch.firstSequence, at + 1);
   writeU64(buf, batch.lastSequence, at + 9);
   w32(buf, at + 17, n);
   at += 21;
+  if (txn) {
+    w16(buf, at, txnIdLen);
+    at += 2 + writeUtf8(buf, txn.transactionalId, at + 2);
+    w16(buf, at, txnPidLen);
+    at += 2 + writeUtf8(buf, txn.producerId, at + 2);
+    w32(buf, at, txn.epoch);
+    w32(buf, at + 4, txn.coordinatorPartition);
+    w32(buf, at + 8, txn.coordinatorEpoch);
+    at += 12;
+  }
   for (let i = 0; i < n; i++) {
     const r = records[i]!;
     writeU64(buf, r.offset, at);
@@ -227,8 +286,16 @@ interface BatchHeader {
   firstSequence: number;
   lastSequence: number;
   count: number;
+  txn: BatchTxn | undefined;
   /** Where the first record starts. */
   recordsAt: number;
+}
+
+function readString16(buf: Buffer, at: number): [string, number] {
+  if (at + 2 > buf.length) throw truncated();
+  const n = (buf[at]! << 8) | buf[at + 1]!;
+  if (at + 2 + n > buf.length) throw truncated();
+  return [buf.toString('utf8', at + 2, at + 2 + n), at + 2 + n];
 }
 
 /** The header checks decodeBatch and scanBatch share, in order: every length against the bytes left. */
@@ -253,25 +320,35 @@ function decodeHeader(buf: Buffer, opts: DecodeOptions): BatchHeader {
   at += acksLen;
   if (acks !== '0' && acks !== '1' && acks !== '-1' && acks !== 'all') throw bad('acks must be 0, 1, -1 or all');
   if (at + 1 + 16 + 4 > len) throw truncated();
-  const idempotent = buf[at] === 1;
+  const flags = buf[at]!;
+  if (flags > FLAG_TRANSACTIONAL) throw bad(`unknown flags ${flags}`);
+  const idempotent = flags === FLAG_IDEMPOTENT;
   at += 1;
   const firstSequence = readU64(buf, at);
   const lastSequence = readU64(buf, at + 8);
   at += 16;
   const count = r32s(buf, at);
   at += 4;
+  let txn: BatchTxn | undefined;
+  if (flags === FLAG_TRANSACTIONAL) {
+    const [transactionalId, afterId] = readString16(buf, at);
+    const [producerId, afterPid] = readString16(buf, afterId);
+    if (afterPid + 12 > len) throw truncated();
+    txn = { transactionalId, producerId, epoch: r32s(buf, afterPid), coordinatorPartition: r32s(buf, afterPid + 4), coordinatorEpoch: r32s(buf, afterPid + 8) };
+    at = afterPid + 12;
+  }
   if (count < 0) throw bad('negative record count');
   if (opts.maxRecords !== undefined && count > opts.maxRecords) throw bad(`more than ${opts.maxRecords} records`);
   // Each record takes at least 32 bytes: refuse counts the body cannot hold before allocating.
   if (count * 32 > len - at) throw bad('record count exceeds batch size');
-  return { topic, partition, acks: acks as Acks, idempotent, firstSequence, lastSequence, count, recordsAt: at };
+  return { topic, partition, acks: acks as Acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt: at };
 }
 
 /** Strict decoder: every length is checked against the bytes left; trailing garbage is refused. */
 export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
   const ext = opts.extensions === true;
   const len = buf.length;
-  const { topic, partition, acks, idempotent, firstSequence, lastSequence, count, recordsAt } = decodeHeader(buf, opts);
+  const { topic, partition, acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt } = decodeHeader(buf, opts);
   let at = recordsAt;
   const records: BatchRecord[] = new Array(count);
   for (let i = 0; i < count; i++) {
@@ -326,7 +403,9 @@ export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
     at += 24;
   }
   if (at !== len) throw bad('trailing bytes after records');
-  return { topic, partition, acks, idempotent, firstSequence, lastSequence, records, trailer };
+  const batch: Batch = { topic, partition, acks, idempotent, firstSequence, lastSequence, records, trailer };
+  if (txn) batch.txn = txn;
+  return batch;
 }
 
 /**
@@ -382,6 +461,8 @@ export interface ScannedBatch {
   partition: number;
   acks: Acks;
   idempotent: boolean;
+  /** A transactional batch: the produce path refuses it (it goes to the transaction commands). */
+  transactional: boolean;
   body: Buffer;
   extensions: boolean;
   count: number;
@@ -401,7 +482,7 @@ export interface ScannedBatch {
 export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
   const ext = opts.extensions === true;
   const len = buf.length;
-  const { topic, partition, acks, idempotent, count, recordsAt } = decodeHeader(buf, opts);
+  const { topic, partition, acks, idempotent, count, txn, recordsAt } = decodeHeader(buf, opts);
   let at = recordsAt;
   const starts: number[] = new Array(count + 1);
   let verbatim = true;
@@ -451,5 +532,5 @@ export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
     at += 24;
   }
   if (at !== len) throw bad('trailing bytes after records');
-  return { topic, partition, acks, idempotent, body: buf, extensions: ext, count, starts, verbatim };
+  return { topic, partition, acks, idempotent, transactional: txn !== undefined, body: buf, extensions: ext, count, starts, verbatim };
 }

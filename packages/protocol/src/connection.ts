@@ -327,7 +327,8 @@ export class Connection {
     return JSON.parse(text) as T;
   }
 
-  async produceBatch(batch: Batch): Promise<{ partition: number; base_offset: number; last_offset: number; count: number }> {
+  /** A batch frame; resolves with its JSON acknowledgement (a produce ack unless it is a transactional batch). */
+  async produceBatch<T = { partition: number; base_offset: number; last_offset: number; count: number }>(batch: Batch): Promise<T> {
     const reply = await this.request(encodeBatch(batch, { extensions: this.extensions }));
     if (reply.kind !== 'text') throw new TributaryError('internal_error', { reason: 'unexpected batch reply' });
     if (isErrorReply(reply.text)) throw parseError(reply.text);

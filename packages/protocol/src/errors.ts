@@ -49,6 +49,7 @@ export const ERROR_CODES = {
   // topics and data
   invalid_topic_name: { class: 'validation', retryable: false, description: 'topic name is empty, too long, has bad characters or is reserved' },
   topic_not_found: { class: 'not_found', retryable: false, description: 'no such topic' },
+  topic_loading: { class: 'availability', retryable: true, description: 'the topic (or partition) exists in the cluster but this broker has not opened it yet; retry' },
   topic_already_exists: { class: 'conflict', retryable: false, description: 'a topic of that name exists with a different definition' },
   partition_not_found: { class: 'not_found', retryable: false, description: 'no such partition of the topic' },
   OFFSET_OUT_OF_RANGE: { class: 'validation', retryable: false, description: 'offset below the earliest retained or above the end of the log' },

@@ -65,11 +65,14 @@ describe('transactions in a cluster', () => {
     await m.leave();
   });
 
-  it('the SDK producer finds the coordinator and commits through it', async () => {
+  it('the SDK producer finds the coordinator and commits through it, binary records and headers included', async () => {
     const producer = new Producer({ brokers: cluster.addresses, transactionalId: 'ctx-sdk' });
+    // Partitions led by three brokers: two of the records reach their leader as a coordinator's TXN_APPEND frame.
+    const binary = (i: number) => Buffer.from([0xff, 0xfe, i]);
     try {
       const txn = await producer.transaction();
       await txn.send({ topic: 'ctx-out', messages: [0, 1, 2].map((i) => ({ value: `sdk${i}`, partition: i })) });
+      await txn.send({ topic: 'ctx-out', messages: [0, 1, 2].map((i) => ({ key: binary(i), value: binary(i), partition: i, headers: { n: String(i), raw: binary(i) } })) });
       await txn.commit();
     } finally {
       await producer.close();
@@ -77,6 +80,17 @@ describe('transactions in a cluster', () => {
     const seen = [];
     for (let part = 0; part < 3; part++) seen.push(...(await readAll(await leaderConn('ctx-out', part), 'ctx-out', part, 'read_committed')).map((r) => r.value));
     expect(seen.filter((v) => v.startsWith('sdk')).sort()).toEqual(['sdk0', 'sdk1', 'sdk2']);
+    for (let part = 0; part < 3; part++) {
+      const conn = await leaderConn('ctx-out', part);
+      const records = (await conn.consume({ topic: 'ctx-out', partition: part, offset: 0, isolation: 'read_committed', batch: 1000 })).records;
+      const r = records.find((x) => x.value.equals(binary(part)));
+      expect(r, `partition ${part}`).toBeDefined();
+      expect(r!.key!.equals(binary(part))).toBe(true);
+      expect(r!.headers.map((h) => [h.key, h.value.toString('hex')])).toEqual([
+        ['n', Buffer.from(String(part)).toString('hex')],
+        ['raw', binary(part).toString('hex')],
+      ]);
+    }
   });
 
   it('kill -9 of the transaction coordinator mid-transaction: the new coordinator aborts it once loaded', async () => {

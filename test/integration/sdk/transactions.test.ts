@@ -95,6 +95,34 @@ describe('SDK transactions', () => {
     }
   });
 
+  it('binary keys and values, headers and timestamps travel in a transaction as in a plain send; bad messages are refused', async () => {
+    await admin.command('CREATE', { topic: 'sdk-tx-bin', partitions: 1 });
+    const p = producer({ transactionalId: 'sdk-bin' });
+    const t = await p.transaction();
+    const value = Buffer.from([0x00, 0xff, 0xc3, 0x28]);
+    await expect(t.send({ topic: 'sdk-tx-bin', messages: [{ value: 'ok' }, { value: 'x', parition: 0 } as never] })).rejects.toThrow(/unknown field parition \(did you mean partition\?\)/);
+    await expect(t.send({ topic: 'sdk-tx-bin', messages: [{ value: 42 } as never] })).rejects.toThrow(/value must be/);
+    await expect(t.send({ topic: 'sdk-tx-bin', messages: [{ value: 'x', partition: -1 }] })).rejects.toThrow(/partition must be/);
+    const meta = await t.send({
+      topic: 'sdk-tx-bin',
+      messages: [
+        { key: Buffer.from([0xfe]), value, headers: [{ key: 'h', value: Buffer.from([0x80]) }, { key: 'h', value: 'two' }], timestamp: new Date(1_700_000_000_000) },
+        { value: new Uint8Array([1, 2, 3]), partition: 0 },
+      ],
+    });
+    await t.commit();
+    expect(meta.map((m) => m.offset)).toEqual([0, 1]); // the refused sends took no seqNum and wrote nothing
+    const records = (await admin.consume({ topic: 'sdk-tx-bin', partition: 0, offset: 0, isolation: 'read_committed', batch: 10 })).records;
+    expect(records[0]!.value.equals(value)).toBe(true);
+    expect(records[0]!.key!.equals(Buffer.from([0xfe]))).toBe(true);
+    expect(records[0]!.timestamp).toBe(1_700_000_000_000);
+    expect(records[0]!.headers.map((h) => [h.key, h.value.toString('hex')])).toEqual([
+      ['h', '80'],
+      ['h', Buffer.from('two').toString('hex')],
+    ]);
+    expect([...records[1]!.value]).toEqual([1, 2, 3]);
+  });
+
   it('one transaction at a time; a transactional producer has no plain send', async () => {
     const p = producer({ transactionalId: 'sdk-one' });
     const t = await p.transaction();

@@ -177,6 +177,15 @@ describe('authentication and authorization (TLS + AUTH)', () => {
     expect(await send(txn, 'TXN_PUBLISH', `TXN_PUBLISH transactional_id=sec-tx producerId=${pid} epoch=0 topic=open seqNum=1 message=x`)).toMatch(
       /^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=topic.write/,
     );
+    // The same as a transactional batch frame: it names its topic in the header.
+    const txnBatch = (coordinatorPartition: number) =>
+      encodeBatch(
+        { ...batch('open'), txn: { transactionalId: 'sec-tx', producerId: pid, epoch: 0, coordinatorPartition, coordinatorEpoch: coordinatorPartition }, firstSequence: 1, lastSequence: 1 },
+        { extensions: txn.extensions },
+      );
+    const textOf = (r: Awaited<ReturnType<Connection['request']>>) => (r.kind === 'text' ? r.text : '(batch)');
+    expect(textOf(await txn.request(txnBatch(-1)))).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*command=TXN_PUBLISH .*permission=topic.write/);
+    expect(textOf(await txn.request(txnBatch(0)))).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*command=TXN_APPEND .*permission=admin/);
     expect(await send(txn, 'SEND_OFFSETS_TO_TXN', `SEND_OFFSETS_TO_TXN transactional_id=sec-tx producerId=${pid} epoch=0 topic=open group=g1 member=m generation=1 P0:0`)).toMatch(
       /^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=(group|topic.read)/,
     );

@@ -8,7 +8,26 @@ import type { Connection } from 'tributary-protocol/connection.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { GroupMember, fetchOffset } from '../groups/helpers.js';
 import { RawTxnProducer, kv, offsets, readAll } from './helpers.js';
-import { eventually, expectError, sleep } from '../../helpers/util.js';
+import { batchRec, eventually, expectError, sleep } from '../../helpers/util.js';
+import { type Batch, type BatchRecord, encodeBatch } from 'tributary-protocol/batch.js';
+
+interface TxnAck {
+  records: Array<{ partition: number; offset: number; duplicate?: true }>;
+}
+
+/** A producer's transactional batch frame (docs/protocol.md, section 5.3) for RawTxnProducer `p`. */
+function txnFrame(p: RawTxnProducer, o: { partition: number; firstSequence: number; lastSequence?: number; records: BatchRecord[]; epoch?: number }): Batch {
+  return {
+    topic: 'tx',
+    partition: o.partition,
+    acks: 'all',
+    idempotent: false,
+    firstSequence: o.firstSequence,
+    lastSequence: o.lastSequence ?? o.firstSequence + o.records.length - 1,
+    records: o.records,
+    txn: { transactionalId: p.id, producerId: p.producerId, epoch: o.epoch ?? p.epoch, coordinatorPartition: -1, coordinatorEpoch: -1 },
+  };
+}
 
 const ARGS = ['--offsets-topic-partitions', '2', '--transaction-state-partitions', '2', '--group-join-window-ms', '20'];
 
@@ -101,6 +120,71 @@ describe('transaction coordinator', () => {
     expect(await p.end('commit')).toBe('committed');
     const values = (await readAll(c, 'tx', 0, 'read_committed')).map((r) => r.value);
     expect(values.filter((v) => v.startsWith('s'))).toEqual(['s1', 's2']);
+  });
+
+  it('a transactional batch frame carries binary keys, values, headers and timestamps, numbered from firstSequence', async () => {
+    const p = new RawTxnProducer(c, 'bin-1');
+    await p.init();
+    await p.begin();
+    const key = Buffer.from([0xff, 0x00, 0xfe]);
+    const value = Buffer.from([0xc3, 0x28, 0x00, 0x01]);
+    const records = [
+      batchRec(value, { key, timestamp: 1_700_000_000_123, headers: [{ key: 'trace', value: Buffer.from([0x80, 0x81]) }] }),
+      batchRec('second', { headers: [{ key: 'a', value: Buffer.from('1') }, { key: 'a', value: Buffer.from('2') }] }),
+    ];
+    const frame = txnFrame(p, { partition: 1, firstSequence: 1, records });
+    const ack = await c.produceBatch<TxnAck>(frame);
+    expect(ack.records.map((r) => r.partition)).toEqual([1, 1]);
+    expect(ack.records[1]!.offset).toBe(ack.records[0]!.offset + 1);
+    // The same frame again is a retry: the original offsets, nothing appended.
+    const leo = (await offsets(c, 'tx', 1)).leo;
+    const again = await c.produceBatch<TxnAck>(frame);
+    expect(again.records).toEqual(ack.records.map((r) => ({ ...r, duplicate: true })));
+    expect((await offsets(c, 'tx', 1)).leo).toBe(leo);
+    // A text TXN_PUBLISH continues the same numbering.
+    await p.publish('tx', 'text', { partition: 1, seqNum: 3 });
+    const hidden = await c.consume({ topic: 'tx', partition: 1, offset: ack.records[0]!.offset, isolation: 'read_committed', batch: 10 });
+    expect(hidden.records).toEqual([]);
+    expect(await p.end('commit')).toBe('committed');
+    const got = (await c.consume({ topic: 'tx', partition: 1, offset: ack.records[0]!.offset, isolation: 'read_committed', batch: 10 })).records;
+    expect(got.slice(0, 3).map((r) => r.value.toString('hex'))).toEqual([value.toString('hex'), Buffer.from('second').toString('hex'), Buffer.from('text').toString('hex')]);
+    expect(got[0]!.key?.toString('hex')).toBe(key.toString('hex'));
+    expect(got[0]!.timestamp).toBe(1_700_000_000_123);
+    expect(got[0]!.headers.map((h) => [h.key, h.value.toString('hex')])).toEqual([['trace', '8081']]);
+    expect(got[1]!.headers.map((h) => [h.key, h.value.toString()])).toEqual([
+      ['a', '1'],
+      ['a', '2'],
+    ]);
+    expect(got[0]!.producerId).toBe(p.producerId);
+  });
+
+  it('bad transactional batch frames get clear errors and change nothing', async () => {
+    const p = new RawTxnProducer(c, 'bin-bad');
+    await p.init();
+    await p.begin();
+    await p.publish('tx', 'first', { partition: 0 });
+    const before = await p.status();
+    const leo = (await offsets(c, 'tx', 0)).leo;
+    const one = [batchRec('x')];
+    await expectError(c.produceBatch(txnFrame(p, { partition: 0, firstSequence: 0, records: one })), 'invalid_batch');
+    await expectError(c.produceBatch(txnFrame(p, { partition: 0, firstSequence: 2, lastSequence: 5, records: one })), 'invalid_batch');
+    await expectError(c.produceBatch(txnFrame(p, { partition: 0, firstSequence: 2, records: [] })), 'invalid_batch');
+    await expectError(c.produceBatch(txnFrame(p, { partition: 0, firstSequence: 4, records: one })), 'out_of_order_sequence');
+    await expectError(c.produceBatch({ ...txnFrame(p, { partition: 0, firstSequence: 2, records: one }), topic: '__consumer_offsets' }), 'invalid_topic_name');
+    await expectError(c.produceBatch(txnFrame(p, { partition: 9, firstSequence: 2, records: one })), 'partition_not_found');
+    await expectError(c.produceBatch({ ...txnFrame(p, { partition: 0, firstSequence: 2, records: one }), txn: { transactionalId: 'bin-bad', producerId: '', epoch: p.epoch, coordinatorPartition: -1, coordinatorEpoch: -1 } }), 'invalid_batch');
+    await expectError(c.produceBatch(txnFrame(p, { partition: 0, firstSequence: 2, records: one, epoch: p.epoch + 1 })), 'invalid_producer_epoch');
+    await expectError(c.produceBatch(txnFrame(p, { partition: 0, firstSequence: 2, records: [batchRec(Buffer.alloc(9 * 1024 * 1024))] })), 'record_too_large');
+    // A plain produce frame whose flags byte says 3 (unknown).
+    const plain = encodeBatch({ topic: 'tx', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: one }, { extensions: c.extensions });
+    plain[4 + 2 + 4 + 1 + 1] = 3;
+    const reply = await c.request(plain);
+    expect(reply.kind === 'text' && reply.text).toMatch(/^ERROR: invalid_batch .*unknown flags 3/);
+    expect(await p.status()).toEqual(before);
+    expect((await offsets(c, 'tx', 0)).leo).toBe(leo);
+    // The transaction goes on where it was.
+    await c.produceBatch(txnFrame(p, { partition: 0, firstSequence: 2, records: one }));
+    expect(await p.end('abort')).toBe('aborted');
   });
 
   it('bad END_TXN and TXN_PUBLISH get clear errors and change nothing', async () => {

@@ -25,7 +25,13 @@ function scriptedCluster() {
     command: (command: string, fields: Record<string, unknown>) => {
       sent.push({ broker, command, fields });
       if (broker === 1) return new Promise<string>(() => {});
-      return Promise.resolve(command === 'TXN_APPEND' ? 'OK offset=7' : 'OK');
+      return Promise.resolve('OK');
+    },
+    // TXN_APPEND goes as a transactional batch frame.
+    produceBatch: (batch: Record<string, unknown>) => {
+      sent.push({ broker, command: 'TXN_APPEND', fields: batch });
+      if (broker === 1) return new Promise<never>(() => {});
+      return Promise.resolve({ partition: 0, base_offset: 7, last_offset: 7, count: 1 });
     },
   });
   const cluster = {

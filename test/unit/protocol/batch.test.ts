@@ -6,6 +6,8 @@ import {
   type Batch,
   type BatchRecord,
   type BatchTrailer,
+  type BatchTxn,
+  batchTxnKind,
   decodeBatch,
   encodeBatch,
   isBatchBody,
@@ -38,6 +40,15 @@ function recordArb(ext: boolean): fc.Arbitrary<BatchRecord> {
   });
 }
 
+const int32 = fc.integer({ min: -0x80000000, max: 0x7fffffff });
+const txnArb: fc.Arbitrary<BatchTxn> = fc.record({
+  transactionalId: fc.string({ unit: 'binary', maxLength: 20 }),
+  producerId: fc.string({ unit: 'binary', maxLength: 20 }),
+  epoch: int32,
+  coordinatorPartition: int32,
+  coordinatorEpoch: int32,
+});
+
 const trailerArb: fc.Arbitrary<BatchTrailer> = fc.record({ nextOffset: safeNat, highWatermark: safeNat, logStartOffset: safeNat });
 
 function batchArb(opts: { ext: boolean; trailer: boolean; maxRecords?: number }): fc.Arbitrary<Batch> {
@@ -50,6 +61,7 @@ function batchArb(opts: { ext: boolean; trailer: boolean; maxRecords?: number })
     lastSequence: safeNat,
     records: fc.array(recordArb(opts.ext), { maxLength: opts.maxRecords ?? 6 }),
     trailer: opts.trailer ? trailerArb : fc.constant(undefined),
+    txn: fc.option(txnArb, { nil: undefined }),
   });
 }
 
@@ -57,6 +69,8 @@ function batchArb(opts: { ext: boolean; trailer: boolean; maxRecords?: number })
 function expected(b: Batch, ext: boolean): Batch {
   return {
     ...b,
+    // A transactional batch is not idempotent: its sequences are the transaction's.
+    idempotent: b.txn ? false : b.idempotent,
     records: b.records.map((r) => ({
       ...r,
       key: r.key && r.key.length > 0 ? r.key : null,
@@ -435,5 +449,42 @@ describe('decodeBatch refuses malformed input with invalid_batch (never a RangeE
       ),
       { numRuns: 1000 },
     );
+  });
+});
+
+describe('transactional batches (flags 2)', () => {
+  const txn: BatchTxn = { transactionalId: 'tx-1', producerId: 'txn-ab', epoch: 3, coordinatorPartition: -1, coordinatorEpoch: -1 };
+
+  it('writes flags 2 and the transaction section between the count and the first record', () => {
+    const b = sample({ idempotent: false, txn });
+    const buf = encodeBatch(b);
+    expect(buf[FIRST_SEQ_AT - 1]).toBe(2);
+    let at = FIRST_RECORD_AT;
+    expect(buf.readUInt16BE(at)).toBe(4);
+    expect(buf.toString('utf8', at + 2, at + 6)).toBe('tx-1');
+    at += 6;
+    expect(buf.readUInt16BE(at)).toBe(6);
+    expect(buf.toString('utf8', at + 2, at + 8)).toBe('txn-ab');
+    at += 8;
+    expect([buf.readInt32BE(at), buf.readInt32BE(at + 4), buf.readInt32BE(at + 8)]).toEqual([3, -1, -1]);
+    expect(buf.length).toBe(encodeBatch(sample({ idempotent: false })).length + 6 + 8 + 12);
+    expect(decodeBatch(buf).txn).toEqual(txn);
+  });
+
+  it('batchTxnKind tells a producer frame from a coordinator frame by the header alone', () => {
+    expect(batchTxnKind(encodeBatch(sample({ txn }), { extensions: true }))).toBe('producer');
+    expect(batchTxnKind(encodeBatch(sample({ txn: { ...txn, coordinatorPartition: 4, coordinatorEpoch: 7 } })))).toBe('coordinator');
+    expect(batchTxnKind(encodeBatch(sample()))).toBeUndefined();
+    expect(batchTxnKind(encodeBatch(sample({ idempotent: false })))).toBeUndefined();
+    // A header cut inside the transaction section says nothing (decodeBatch refuses it).
+    const cut = encodeBatch(sample({ txn })).subarray(0, FIRST_RECORD_AT + 10);
+    expect(batchTxnKind(cut)).toBeUndefined();
+    expectInvalidBatch(() => decodeBatch(cut), /truncated/);
+  });
+
+  it('unknown flags are refused', () => {
+    const buf = encodeBatch(sample());
+    buf[FIRST_SEQ_AT - 1] = 3;
+    expectInvalidBatch(() => decodeBatch(buf), /unknown flags 3/);
   });
 });

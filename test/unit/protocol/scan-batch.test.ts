@@ -26,6 +26,16 @@ const batchArb: fc.Arbitrary<Batch> = fc.record({
   firstSequence: safeNat,
   lastSequence: safeNat,
   records: fc.array(recordArb, { maxLength: 5 }),
+  txn: fc.option(
+    fc.record({
+      transactionalId: fc.string({ maxLength: 6 }),
+      producerId: fc.string({ maxLength: 6 }),
+      epoch: fc.integer({ min: -1, max: 100 }),
+      coordinatorPartition: fc.integer({ min: -1, max: 100 }),
+      coordinatorEpoch: fc.integer({ min: -1, max: 100 }),
+    }),
+    { nil: undefined },
+  ),
 });
 
 function outcome(f: () => unknown): unknown {
@@ -74,14 +84,11 @@ describe('scanBatch', () => {
         expect(s.starts.length).toBe(d.records.length + 1);
         for (let i = 0; i < s.count; i++) {
           // Each span decodes alone (as a one-record batch) to the same record.
-          const one = decodeBatch(
-            Buffer.concat([
-              encodeBatch({ ...d, records: [], trailer: undefined }).subarray(0, -4),
-              Buffer.from([0, 0, 0, 1]),
-              body.subarray(s.starts[i], s.starts[i + 1]),
-            ]),
-            { extensions: ext },
-          );
+          const head = encodeBatch({ ...d, records: [], trailer: undefined });
+          // The count is the header's last field, or the one before a transaction section.
+          const txnLen = d.txn ? 2 + Buffer.byteLength(d.txn.transactionalId) + 2 + Buffer.byteLength(d.txn.producerId) + 12 : 0;
+          head.writeInt32BE(1, head.length - txnLen - 4);
+          const one = decodeBatch(Buffer.concat([head, body.subarray(s.starts[i], s.starts[i + 1])]), { extensions: ext });
           expect(one.records[0]).toEqual(d.records[i]);
         }
         // Only header keys can be non-verbatim: without extensions there are none.

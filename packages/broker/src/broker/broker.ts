@@ -126,7 +126,7 @@ export class Broker implements BrokerContext {
         : new LocalTxnTargets(this.topics, this.coordinator),
       logger: logger.child({ component: 'txn-coordinator' }),
       registry: this.metrics.registry,
-      config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs },
+      config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs, idExpirationMs: config.transactionalIdExpirationMs },
     });
     this.security = new Security(config, logger.child({ component: 'security' }));
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
@@ -372,6 +372,12 @@ export class Broker implements BrokerContext {
     socket.on('error', () => {});
     socket.end(encodeFrame(formatError(err)));
     setTimeout(() => socket.destroy(), 1000).unref();
+  }
+
+  /** SIGHUP: new users and ACLs, and the open streams they no longer allow ended (`reason=unauthorized`). */
+  reloadSecurity(users: BrokerConfig['users'], acls: BrokerConfig['topicAcls']): void {
+    this.security.reload(users, acls);
+    for (const c of this.connections) c.revalidateStream((cmd, conn, req) => this.security.authorize(cmd, conn, req));
   }
 
   /** Refuses requests that cannot be served in the current state; undefined when the request may run. */

@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer';
 import type net from 'node:net';
-import { isBatchBody } from 'tributary-protocol/batch.js';
+import { batchTxnKind, isBatchBody } from 'tributary-protocol/batch.js';
 import { type Params, formatError, formatLine, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
@@ -9,11 +9,12 @@ import { lookupCommand } from './commands.js';
 import { checkFence, parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
 import { isFenced, watchReadFence } from './read-fence.js';
 import { produceBatch } from './produce-commands.js';
+import { txnBatch } from './txn-commands.js';
 
 /** How many requests one connection may have in flight before the broker stops reading from it. */
 const MAX_IN_FLIGHT = 1024;
 
-export type StreamCloseReason = 'stopped' | 'removed' | 'timeout' | 'error' | 'offset_out_of_range';
+export type StreamCloseReason = 'stopped' | 'removed' | 'timeout' | 'error' | 'offset_out_of_range' | 'unauthorized';
 
 /**
  * One client connection: splits frames, runs requests, and writes replies in request order. It never
@@ -110,11 +111,13 @@ export class ClientConnection implements ConnectionContext {
     const run = (async (): Promise<Reply | 'stream'> => {
       await gate;
       if (isBatchBody(body)) {
-        label = 'BATCH';
+        // A transactional batch is TXN_PUBLISH (a producer's) or TXN_APPEND (a coordinator's), for the permission check too.
+        const txn = batchTxnKind(body);
+        label = txn === 'producer' ? 'TXN_PUBLISH' : txn === 'coordinator' ? 'TXN_APPEND' : 'BATCH';
         const refused = this.admission(label, this, body);
         if (refused) throw refused;
         release();
-        return produceBatch(this.broker, this, body, received);
+        return txn ? txnBatch(this.broker, this, body) : produceBatch(this.broker, this, body, received);
       }
       if (!isUtf8(body)) throw new TributaryError('invalid_encoding');
       const line = parseLine(body.toString('utf8'));
@@ -122,7 +125,10 @@ export class ClientConnection implements ConnectionContext {
       label = name;
       const refused = this.admission(name, this, line);
       if (refused) throw refused;
-      if (!spec) return this.startStream(params);
+      if (!spec) {
+        this.streamLine = line;
+        return this.startStream(params);
+      }
       if (spec.pipelined) release();
       else await this.replyRoom(earlierReplies);
       this.receivedAt = received;
@@ -138,7 +144,7 @@ export class ClientConnection implements ConnectionContext {
     });
     const reply = run.then(
       (r) => r,
-      (err: unknown) => this.errorReply(err, label),
+      async (err: unknown) => this.errorReply(await this.refineError(err), label),
     );
     this.replyChain = this.replyChain.then(async () => {
       const r = await reply;
@@ -150,6 +156,16 @@ export class ClientConnection implements ConnectionContext {
       }
       if (r !== 'stream') this.writeReply(r);
     });
+  }
+
+  /**
+   * In a cluster, a topic or partition this broker does not know may be one it has not opened yet: that is
+   * the retriable `topic_loading`, never the final `topic_not_found` (ClusterNode.refineNotFound).
+   */
+  private async refineError(err: unknown): Promise<unknown> {
+    const cluster = this.broker.cluster;
+    if (!cluster || !(err instanceof TributaryError) || (err.code !== 'topic_not_found' && err.code !== 'partition_not_found')) return err;
+    return cluster.refineNotFound(err);
   }
 
   private errorReply(err: unknown, label: string): string {
@@ -234,6 +250,21 @@ export class ClientConnection implements ConnectionContext {
   }
 
   private streamOffset = 0;
+  private streamEnded = false;
+  /** The STREAM request, held to the security rules again when they change (revalidateStream). */
+  private streamLine: ReturnType<typeof parseLine> | undefined;
+
+  /**
+   * Users or ACLs changed (SIGHUP): a STREAM they no longer allow ends now with `reason=unauthorized`
+   * rather than serve a revoked principal until it disconnects (docs/security.md, "Revocation").
+   */
+  revalidateStream(authorize: (command: string, conn: ClientConnection, req: ReturnType<typeof parseLine>) => TributaryError | undefined): void {
+    if (!this.streaming || this.streaming.signal.aborted || !this.streamLine) return;
+    const refused = authorize('STREAM', this, this.streamLine);
+    if (!refused) return;
+    this.broker.logger.info({ remote: this.remote, code: refused.code }, 'stream ended: no longer authorized');
+    this.endStream('unauthorized', this.streamOffset);
+  }
 
   private async runStream(req: ReturnType<typeof parseReadRequest>, signal: AbortSignal, keepaliveMs: number | undefined): Promise<void> {
     let offset = req.offset;
@@ -346,7 +377,9 @@ export class ClientConnection implements ConnectionContext {
 
   /** `code`: why a fenced stream ended (the fence's refusal, docs/protocol.md "Fenced reads"). */
   private endStream(reason: StreamCloseReason, offset: number, code?: string): void {
-    if (this.socket.destroyed) return;
+    // Once: a stream ended from outside (shutdown, revocation) also ends its own loop, which would say so again.
+    if (this.socket.destroyed || this.streamEnded) return;
+    this.streamEnded = true;
     this.streaming?.abort();
     this.socket.end(encodeFrame(formatLine('STREAM_CONTROL', { type: 'CLOSE', reason, offset, code })));
   }

@@ -6,7 +6,7 @@ import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, leaderAddress } from './command-context.js';
 import type { Partition } from '../partition/partition.js';
 
-function checkRecordSize(b: BrokerContext, bytes: number): void {
+export function checkRecordSize(b: BrokerContext, bytes: number): void {
   if (bytes > b.config.maxRecordBytes) throw new TributaryError('record_too_large', { size: bytes, max: b.config.maxRecordBytes });
 }
 
@@ -100,7 +100,7 @@ async function acknowledged(b: BrokerContext, partition: Partition, lastOffset: 
   if (b.cluster && epoch !== undefined && !b.cluster.replicas.leadsAt(partition.topic, partition.id, epoch)) throw b.cluster.replicas.notLeader(partition.topic, partition.id);
 }
 
-function refuseInternal(topic: string): void {
+export function refuseInternal(topic: string): void {
   if (topic.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic, reason: 'internal topics are written by the broker only' });
 }
 
@@ -136,7 +136,7 @@ async function publish(b: BrokerContext, c: ConnectionContext, p: Params): Promi
   return JSON.stringify({ status: 'OK', partition: partition.id, offset: res.baseOffset, leader: leaderAddress(b) });
 }
 
-function countIn(b: BrokerContext, topic: string, records: number, bytes: number): void {
+export function countIn(b: BrokerContext, topic: string, records: number, bytes: number): void {
   b.metrics.recordsIn.inc({ topic }, records);
   b.metrics.bytesIn.inc({ topic }, bytes);
 }
@@ -168,6 +168,8 @@ function startAppend(
   // the wire bytes (the same stored bytes as the records below would give). Header keys that are not
   // valid UTF-8 take the decoding path, which stores them as decoded strings.
   const scan = scanBatch(body, { extensions: ext });
+  // The connection routes transactional batches to the transaction commands (txn-commands.ts).
+  if (scan.transactional) throw new TributaryError('invalid_batch', { reason: 'a transactional batch is not a produce request' });
   // Idempotent batches take the decoding path: their records keep producer id, epoch and sequence.
   if (scan.verbatim && !scan.idempotent) return startWireAppend(b, scan);
   const batch: Batch = decodeBatch(body, { extensions: ext });

@@ -1,6 +1,6 @@
 import { encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
 import { type Params, formatOk } from 'tributary-protocol/command.js';
-import { TributaryError } from 'tributary-protocol/errors.js';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
 
 /** Broker-to-broker commands of cluster mode: followers fetching from their leader. */
@@ -48,7 +48,20 @@ function leaderEpochs(b: BrokerContext, _c: ConnectionContext, p: Params): Reply
   return formatOk({ topic, partition, log_end: h.logEnd, epochs: h.epochs.map(([e, o]) => `${e}:${o}`).join(',') });
 }
 
+/** PARTITIONS_READY: which of the partitions this broker leads and serves now (a waiting CREATE asks). */
+function partitionsReady(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
+  const node = cluster(b);
+  const topic = p.reqStr('topic', { maxLength: 100_000 });
+  const list = p.reqStr('partitions', { maxLength: 100_000 }).split(',');
+  const partitions = list.map((x) => {
+    if (!/^[0-9]{1,7}$/.test(x)) throw invalidParam('partitions', 'a comma-separated list of partition numbers');
+    return Number(x);
+  });
+  return formatOk({ topic, ready: node.servingNow(topic, partitions).join(',') });
+}
+
 export const REPLICA_COMMANDS: Record<string, CommandSpec> = {
+  PARTITIONS_READY: { handler: partitionsReady, params: ['partitions', 'topic'] },
   REPLICA_FETCH: { handler: replicaFetch, params: ['leader_epoch', 'max_bytes', 'offset', 'partition', 'replica', 'topic', 'wait_ms'] },
   LEADER_EPOCHS: { handler: leaderEpochs, params: ['leader_epoch', 'partition', 'topic'] },
 };

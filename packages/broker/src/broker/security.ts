@@ -185,7 +185,10 @@ export class Security {
     return this.config.authentication;
   }
 
-  /** Replace users and ACLs (SIGHUP). Connections of a removed user are refused from their next request. */
+  /**
+   * Replace users and ACLs (SIGHUP). Connections of a removed user are refused from their next request;
+   * the broker then ends the open STREAMs that the new rules refuse (Broker.reloadSecurity).
+   */
   reload(users: Record<string, UserEntry>, acls: BrokerConfig['topicAcls']): void {
     this.users = users;
     this.acls = acls;
@@ -302,6 +305,16 @@ export class Security {
     if (isBatch && this.config.maxBatchBytes > 0 && req.length > this.config.maxBatchBytes) {
       return new TributaryError('record_too_large', { size: req.length, max: this.config.maxBatchBytes, reason: 'batch' });
     }
+    return this.authorize(command, conn, req);
+  }
+
+  /**
+   * Authentication, permissions and topic ACL of one request, with the users and ACLs in force now: the
+   * admission of every request, and the check an open STREAM is held to again after a reload.
+   */
+  authorize(command: string, conn: ConnectionContext, req: ParsedLine | Buffer | undefined): TributaryError | undefined {
+    const s = this.session(conn);
+    const isBatch = Buffer.isBuffer(req);
     if (!this.enabled || OPEN.has(command)) return undefined;
     const perms = this.permissionsOf(s);
     if (perms === undefined) {
@@ -312,7 +325,9 @@ export class Security {
       }
       return new TributaryError('authentication_required', { command });
     }
-    const params: ReadonlyMap<string, string> = isBatch || req === undefined ? new Map() : req.params;
+    // A batch frame names its topic in the header: the same requirement as the text command with topic=.
+    const batchTopicName = isBatch ? batchTopic(req) : undefined;
+    const params: ReadonlyMap<string, string> = isBatch ? new Map(batchTopicName === undefined ? [] : [['topic', batchTopicName]]) : req === undefined ? new Map() : req.params;
     const need = requirementOf(command, params);
     const isAdmin = perms.includes('admin');
     if (!isAdmin) {
@@ -324,7 +339,7 @@ export class Security {
       }
     }
     if (need.topic !== undefined) {
-      const topic = isBatch ? batchTopic(req) : params.get('topic');
+      const topic = params.get('topic');
       // No topic: the handler refuses the request as malformed.
       if (topic !== undefined && !this.topicAllowed(s.principal!, perms, topic, need.topic)) {
         return new TributaryError('NOT_AUTHORIZED_FOR_TOPIC', { topic, access: need.topic, principal: s.principal! });

@@ -6,6 +6,14 @@ import { type BrokerContext, type CommandSpec, type ConnectionContext, type Repl
 import type { Partition } from '../partition/partition.js';
 import type { TopicSpec } from '../partition/topic-manager.js';
 
+/**
+ * How long CREATE and ADD_PARTITIONS wait, in a cluster, for every new partition's leader to serve it; then
+ * a retriable request_timeout (CREATE is idempotent, so a retry waits again).
+ */
+const TOPIC_READY_TIMEOUT_MS = 30_000;
+
+const range = (from: number, to: number): number[] => Array.from({ length: Math.max(0, to - from) }, (_, i) => from + i);
+
 async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const spec: TopicSpec = {
     name: p.reqStr('topic', { maxLength: 100_000 }),
@@ -19,13 +27,17 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
     retentionBytes: p.int('retention_bytes', { min: -1 }) ?? b.config.retentionBytes,
     cleanupPolicy: p.oneOf('cleanup_policy', ['delete', 'compact'] as const) ?? 'delete',
   };
+  const wait = p.bool('wait') ?? true;
   if (spec.cleanupPolicy === 'compact') throw invalidParam('cleanup_policy', 'compaction is only available for internal topics in this version');
   if (b.cluster && spec.replicationFactor > b.cluster.liveBrokers().length) {
     throw new TributaryError('NOT_ENOUGH_REPLICAS', { replication_factor: spec.replicationFactor, live_brokers: b.cluster.liveBrokers().length });
   }
   const { topic, created } = await b.topics.create(spec);
   // Cluster mode: the definition first, then who replicates and leads each partition.
-  if (b.cluster) await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
+  if (b.cluster) {
+    await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
+    if (wait) await b.cluster.awaitServing(topic.name, range(0, topic.def.partitions), TOPIC_READY_TIMEOUT_MS);
+  }
   return formatOk({ topic: topic.name, partitions: topic.def.partitions, ...policyFields(topic.def), created });
 }
 
@@ -46,8 +58,13 @@ async function addPartitions(b: BrokerContext, _c: ConnectionContext, p: Params)
   const name = p.reqStr('topic', { maxLength: 100_000 });
   if (name.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic: name, reason: 'internal topics keep their partition count' });
   const partitions = p.reqInt('partitions', { min: 1, max: b.config.maxPartitions });
+  const wait = p.bool('wait') ?? true;
+  const before = b.topics.tryGet(name)?.partitions.length ?? 0;
   const topic = await b.topics.addPartitions(name, partitions);
-  if (b.cluster) await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
+  if (b.cluster) {
+    await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
+    if (wait) await b.cluster.awaitServing(topic.name, range(before, topic.def.partitions), TOPIC_READY_TIMEOUT_MS);
+  }
   return formatOk({ topic: topic.name, partitions: topic.def.partitions });
 }
 
@@ -171,9 +188,9 @@ function clusterStatus(b: BrokerContext): Reply {
 
 
 export const TOPIC_COMMANDS: Record<string, CommandSpec> = {
-  CREATE: { handler: create, params: ['cleanup_policy', 'idempotent', 'partitioner', 'partitions', 'replication_factor', 'retention_bytes', 'retention_hours', 'topic'] },
+  CREATE: { handler: create, params: ['cleanup_policy', 'idempotent', 'partitioner', 'partitions', 'replication_factor', 'retention_bytes', 'retention_hours', 'topic', 'wait'] },
   DELETE: { handler: del, params: ['topic'] },
-  ADD_PARTITIONS: { handler: addPartitions, params: ['partitions', 'topic'] },
+  ADD_PARTITIONS: { handler: addPartitions, params: ['partitions', 'topic', 'wait'] },
   LIST: { handler: list, params: [] },
   DESCRIBE: { handler: describe, params: ['topic'] },
   METADATA: { handler: metadata, params: ['topic'] },

@@ -1,10 +1,13 @@
+import { type BatchTxn, decodeBatch } from 'tributary-protocol/batch.js';
 import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import type { RecordHeader, RecordInput } from 'tributary-protocol/record.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
-import { leaderGate, replicated } from './produce-commands.js';
+import { checkRecordSize, countIn, leaderGate, refuseInternal, replicated } from './produce-commands.js';
 import { appendNext } from '../txn/txn-targets.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import { parseBatchEntries } from './group-commands.js';
+import type { TxnPublishResult } from '../txn/txn-entry.js';
 
 const MAX_ID = 100_000;
 const EPOCH = { min: 0, max: 2 ** 31 - 1 };
@@ -35,7 +38,7 @@ async function txnPublish(b: BrokerContext, _c: ConnectionContext, p: Params): P
   const id = txnId(p);
   const { producerId, epoch } = producer(p);
   const topic = p.reqStr('topic', { maxLength: MAX_ID });
-  if (topic.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic, reason: 'internal topics are written by the broker only' });
+  refuseInternal(topic);
   const explicit = p.int('partition', { min: 0, max: 1_000_000 });
   const keyStr = p.str('key', { maxLength: 65_535, allowEmpty: true });
   // Sequence numbers count a transaction's records from 1.
@@ -105,15 +108,96 @@ async function txnAppend(b: BrokerContext, _c: ConnectionContext, p: Params): Pr
   const { producerId, epoch } = producer(p);
   const keyStr = p.str('key', { maxLength: 65_535, allowEmpty: true });
   const message = p.str('message', { required: true, allowEmpty: true }) as string;
-  const coordinator = coordinatorOf(p);
+  const record = { key: keyStr ? Buffer.from(keyStr, 'utf8') : null, value: Buffer.from(message, 'utf8') };
+  const res = await leaderAppend(b, topic, partition, producerId, epoch, coordinatorOf(p), [record]);
+  return formatOk({ topic, partition, offset: res.offset });
+}
+
+/** A coordinator's records of one producer epoch at the partition's leader (TXN_APPEND, text or batch). */
+async function leaderAppend(
+  b: BrokerContext,
+  topic: string,
+  partition: number,
+  producerId: string,
+  epoch: number,
+  coordinator: { partition: number; epoch: number },
+  records: RecordInput[],
+): Promise<{ offset: number; lastOffset: number }> {
   const part = b.topics.get(topic).partition(partition);
   const leaderEpoch = leaderGate(b, part);
   b.cluster?.checkTxnCoordinator(coordinator.partition, coordinator.epoch);
   // No await before appendNext: pipelined appends of one producer take sequences in arrival order.
-  const appended = appendNext(b.topics, topic, partition, { key: keyStr ? Buffer.from(keyStr, 'utf8') : null, value: Buffer.from(message, 'utf8') }, producerId, epoch);
-  const res = await appended;
-  await replicated(b, part, res.offset, leaderEpoch);
-  return formatOk({ topic, partition, offset: res.offset });
+  const res = await appendNext(b.topics, topic, partition, records, producerId, epoch);
+  await replicated(b, part, res.lastOffset, leaderEpoch);
+  return res;
+}
+
+const NO_HEADERS: RecordHeader[] = [];
+
+/**
+ * A transactional batch frame (docs/protocol.md, section 5.3): binary keys, values, headers and timestamps
+ * inside a transaction. A producer's frame (coordinator partition -1) is TXN_PUBLISH for each record, with
+ * seqNums firstSequence.. in order; a coordinator's frame (broker to broker) is TXN_APPEND.
+ */
+export async function txnBatch(b: BrokerContext, c: ConnectionContext, body: Buffer): Promise<string> {
+  const batch = decodeBatch(body, { extensions: c.features.has('record_extensions_v1') });
+  const txn = batch.txn;
+  const n = batch.records.length;
+  if (!txn) throw new TributaryError('invalid_batch', { reason: 'not a transactional batch' });
+  if (n === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
+  checkTxnSection(txn);
+  // Only key, value, timestamp and headers come from the sender; producer fields are the transaction's.
+  const records: RecordInput[] = batch.records.map((r) => {
+    checkRecordSize(b, r.value.length + (r.key?.length ?? 0));
+    return { key: r.key, value: r.value, timestamp: Math.max(0, r.timestamp), headers: r.headers.length > 0 ? r.headers : NO_HEADERS };
+  });
+  if (txn.coordinatorPartition >= 0) {
+    if (batch.partition < 0) throw new TributaryError('invalid_batch', { reason: 'a coordinator append names its partition' });
+    const coordinator = { partition: txn.coordinatorPartition, epoch: txn.coordinatorEpoch };
+    const res = await leaderAppend(b, batch.topic, batch.partition, txn.producerId, txn.epoch, coordinator, records);
+    return JSON.stringify({ status: 'OK', partition: batch.partition, base_offset: res.offset, last_offset: res.lastOffset, count: n });
+  }
+  refuseInternal(batch.topic);
+  if (txn.transactionalId.length === 0) throw new TributaryError('invalid_batch', { reason: 'empty transactional id' });
+  // Sequence numbers count a transaction's records from 1, one per record of the frame.
+  if (batch.firstSequence < 1 || batch.lastSequence !== batch.firstSequence + n - 1) {
+    throw new TributaryError('invalid_batch', { reason: 'sequences must number the records from firstSequence >= 1' });
+  }
+  const explicit = batch.partition >= 0 ? batch.partition : undefined;
+  const { transactionalId: id, producerId, epoch } = txn;
+  // Every record is registered with the coordinator before the first await, so the frame keeps its order.
+  const results: Array<Promise<TxnPublishResult>> = [];
+  try {
+    for (let i = 0; i < n; i++) results.push(b.transactions.publish(id, producerId, epoch, batch.topic, explicit, records[i]!, batch.firstSequence + i));
+  } catch (err) {
+    // Records before the refused one are registered and go on; nobody waits for their results here.
+    for (const r of results) r.catch(() => {});
+    throw err;
+  }
+  const settled = await Promise.all(results);
+  let fresh = 0;
+  let bytes = 0;
+  settled.forEach((r, i) => {
+    if (r.duplicate) return;
+    fresh++;
+    bytes += records[i]!.value.length;
+  });
+  if (fresh > 0) countIn(b, batch.topic, fresh, bytes);
+  return JSON.stringify({
+    status: 'OK',
+    transactional_id: id,
+    topic: batch.topic,
+    records: settled.map((r) => (r.duplicate ? { partition: r.partition, offset: r.offset, duplicate: true } : { partition: r.partition, offset: r.offset })),
+  });
+}
+
+function checkTxnSection(txn: BatchTxn): void {
+  const idBytes = Buffer.byteLength(txn.transactionalId, 'utf8');
+  const pidBytes = Buffer.byteLength(txn.producerId, 'utf8');
+  if (idBytes > 255) throw new TributaryError('invalid_batch', { reason: 'transactional id longer than 255 bytes' });
+  if (pidBytes === 0 || pidBytes > 255) throw new TributaryError('invalid_batch', { reason: 'producer id must be 1-255 bytes' });
+  if (txn.epoch < 0) throw new TributaryError('invalid_batch', { reason: 'negative producer epoch' });
+  if (txn.coordinatorPartition < -1 || txn.coordinatorEpoch < -1) throw new TributaryError('invalid_batch', { reason: 'coordinator partition and epoch are -1 or more' });
 }
 
 /** TXN_MARKER: a commit or abort marker written by the partition's leader. */

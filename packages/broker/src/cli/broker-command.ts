@@ -97,7 +97,7 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
       logger.error({ errors: again.errors }, 'SIGHUP: config invalid; users and ACLs unchanged');
       return;
     }
-    broker.security.reload(again.config.users, again.config.topicAcls);
+    broker.reloadSecurity(again.config.users, again.config.topicAcls);
   });
   const host = config.host;
   process.stdout.write(

@@ -183,6 +183,63 @@ export class ClusterNode {
     await this.states.create(topic, assignReplicas(partitions - have, replicationFactor, live, have), have);
   }
 
+  /** Of `partitions` of `topic`, the ones this broker leads and serves now (PARTITIONS_READY). */
+  servingNow(topic: string, partitions: number[]): number[] {
+    return partitions.filter((p) => this.replicas.isLeader(topic, p));
+  }
+
+  /**
+   * Resolves once the leader of every partition in `partitions` serves it (CREATE and ADD_PARTITIONS answer
+   * only then, docs/protocol.md "Topics and metadata"): leaders are asked with PARTITIONS_READY, again as
+   * leadership or the topic's opening moves on, until `timeoutMs`, then a retriable request_timeout.
+   */
+  async awaitServing(topic: string, partitions: number[], timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    let pending = partitions;
+    for (;;) {
+      const byLeader = new Map<number, number[]>();
+      for (const p of pending) {
+        const leader = this.states.get(topic, p)?.value.leader ?? -1;
+        byLeader.set(leader, [...(byLeader.get(leader) ?? []), p]);
+      }
+      const ready = new Set<number>();
+      await Promise.all(
+        [...byLeader].map(async ([leader, parts]) => {
+          let served: number[] = [];
+          if (leader === this.config.brokerId) served = this.servingNow(topic, parts);
+          else if (leader >= 0) {
+            const address = this.registry.list().find((b) => b.id === leader)?.advertisedAddress;
+            // A peer that cannot say (gone, not started, partitioned) is asked again next round.
+            const reply = address ? await (await this.peer(address)).command('PARTITIONS_READY', { topic, partitions: parts.join(',') }).catch(() => '') : '';
+            served = (parseLine(reply || 'OK').params.get('ready') ?? '').split(',').filter(Boolean).map(Number);
+          }
+          for (const p of served) ready.add(p);
+        }),
+      );
+      pending = pending.filter((p) => !ready.has(p));
+      if (pending.length === 0) return;
+      if (Date.now() >= deadline) {
+        throw new TributaryError('request_timeout', { topic, reason: `partitions ${pending.join(',')} have no serving leader yet` });
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  /**
+   * A `topic_not_found` or `partition_not_found` about to be answered: the retriable `topic_loading` when
+   * etcd has the topic (with that partition) and only this broker has not opened it yet, as right after a
+   * CREATE that did not wait, or while a slow broker catches up with the watch.
+   */
+  async refineNotFound(err: TributaryError): Promise<TributaryError> {
+    const topic = err.fields.topic;
+    if (typeof topic !== 'string') return err;
+    const def = this.store.getTopic(topic) ?? (await this.store.readTopic(topic).catch(() => undefined));
+    if (!def) return err;
+    const partition = err.code === 'partition_not_found' ? Number(err.fields.partition) : undefined;
+    if (partition !== undefined && !(partition < def.partitions)) return err;
+    return new TributaryError('topic_loading', { topic, ...(partition !== undefined ? { partition } : {}) });
+  }
+
   /**
    * A connection to the broker leading a partition when that is another broker (NOT_LEADER while there is
    * none, or while the lead is on its way here).

@@ -3,9 +3,9 @@ import type { MarkerType } from '../partition/txn-index.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
-import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
+import type { BatchRecord } from 'tributary-protocol/batch.js';
 import { LocalTxnTargets, type StageRequest, type TxnTargets, appendNext } from '../txn/txn-targets.js';
 import type { ClusterNode } from './cluster-node.js';
 
@@ -48,23 +48,17 @@ export class ClusterTxnTargets implements TxnTargets {
     if (this.cluster.isLeader(topic, partition)) {
       this.cluster.checkTxnCoordinator(txnPartition, coordinatorEpoch);
       const leaderEpoch = this.cluster.requireLeader(topic, partition).leaderEpoch;
-      const res = await appendNext(this.topics, topic, partition, record, producerId, epoch);
+      const res = await appendNext(this.topics, topic, partition, [record], producerId, epoch);
       await this.replicated(topic, partition, res.offset, leaderEpoch);
       return res;
     }
     const leaderId = this.cluster.leaderAddress(topic, partition)?.id;
     const conn = await this.cluster.leaderPeer(topic, partition);
-    const reply = await this.whileLeading(topic, partition, leaderId, conn.command('TXN_APPEND', {
-      topic,
-      partition,
-      producerId,
-      epoch,
-      coordinator_partition: txnPartition,
-      coordinator_epoch: coordinatorEpoch,
-      key: record.key ? record.key.toString('utf8') : undefined,
-      message: record.value.toString('utf8'),
-    }));
-    return { offset: Number(parseLine(reply).params.get('offset')) };
+    // A transactional batch frame (TXN_APPEND): binary key, value, headers and timestamp as sent.
+    const frame: BatchRecord = { offset: 0, sequence: 0, producerId: '', key: record.key, epoch: -1, value: record.value, timestamp: record.timestamp ?? 0, attributes: 0, headers: record.headers ?? [] };
+    const txn = { transactionalId: '', producerId, epoch, coordinatorPartition: txnPartition, coordinatorEpoch };
+    const reply = await this.whileLeading(topic, partition, leaderId, conn.produceBatch({ topic, partition, acks: 'all', idempotent: false, firstSequence: 0, lastSequence: 0, records: [frame], txn }));
+    return { offset: reply.base_offset };
   }
 
   marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType, txnPartition: number): Promise<void> {

@@ -79,6 +79,12 @@ export class EtcdMetadataStore implements MetadataStore {
     return this.topics.get(name)?.value;
   }
 
+  /** The definition as etcd has it now, read past the watched copy (which may lag behind). */
+  async readTopic(name: string): Promise<TopicDefinition | undefined> {
+    const text = await withMetadataErrors('read_topic', () => this.client.get(this.key(name)).string());
+    return text === null ? undefined : parseTopic(text, name);
+  }
+
   async createTopic(def: Omit<TopicDefinition, 'topicId' | 'createdAt'>): Promise<{ topic: TopicDefinition; created: boolean }> {
     const key = this.key(def.name);
     const topic: TopicDefinition = { ...def, topicId: randomBytes(8).toString('hex'), createdAt: Date.now() };

@@ -98,6 +98,8 @@ export const brokerConfigSchema = z
     /** An open transaction older than this is aborted (INIT_PRODUCER_ID may ask for another, up to the max). */
     transactionTimeoutMs: z.number().int().min(1).default(60_000),
     maxTransactionTimeoutMs: z.number().int().min(1).default(900_000),
+    /** A transactional id idle this long (no transaction open, no request) is forgotten; Kafka's default, 7 days. */
+    transactionalIdExpirationMs: z.number().int().min(1).default(604_800_000),
     /** Where committed offsets live: the internal log, or a PostgreSQL table. */
     /** Where committed offsets live: the internal log, PostgreSQL, or memory (not durable: tests only). */
     offsetStore: z.enum(['log', 'postgres', 'memory']).default('log'),

@@ -1,3 +1,4 @@
+import { failpointDelay } from '../common/failpoints.js';
 import fs from 'node:fs/promises';
 import client from 'prom-client';
 import path from 'node:path';
@@ -231,7 +232,11 @@ export class TopicManager {
    */
   followStore(onOpened: (topic: Topic) => void): void {
     this.store.events.on('topic-created', (def: TopicDefinition) => {
-      this.ensureOpen(def).then(onOpened, (err: unknown) => this.logger.error({ err, topic: def.name }, 'opening a topic created elsewhere failed'));
+      // `topic.open:<name>@ms` holds the opening back, as a slow broker would (test/integration/cluster/create-ready.test.ts).
+      const held = failpointDelay(`topic.open:${def.name}`) ?? Promise.resolve();
+      held
+        .then(() => this.ensureOpen(def))
+        .then(onOpened, (err: unknown) => this.logger.error({ err, topic: def.name }, 'opening a topic created elsewhere failed'));
     });
     this.store.events.on('topic-updated', (def: TopicDefinition) => {
       this.grow(def).then(onOpened, (err: unknown) => this.logger.error({ err, topic: def.name }, 'opening partitions added elsewhere failed'));

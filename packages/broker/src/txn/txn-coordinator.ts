@@ -1,7 +1,7 @@
 import client from 'prom-client';
 import type { Logger } from '../common/logger.js';
 import type { TopicManager } from '../partition/topic-manager.js';
-import { type Clock, systemClock } from '../common/clock.js';
+import { type Clock, type ClockTimer, systemClock } from '../common/clock.js';
 import { KeyedLock } from '../common/keyed-lock.js';
 import { PartitionOwnership } from '../common/partition-ownership.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
@@ -34,6 +34,18 @@ export interface TxnCoordinatorConfig {
   /** Used when INIT_PRODUCER_ID names no timeout. */
   defaultTimeoutMs: number;
   maxTimeoutMs: number;
+  /** An id with no transaction open and no change for this long is forgotten (default 7 days). */
+  idExpirationMs?: number;
+}
+
+const DEFAULT_ID_EXPIRATION_MS = 7 * 24 * 60 * 60 * 1000;
+/** How often idle ids are looked for, at most (a shorter expiration looks more often). */
+const EXPIRY_SWEEP_MS = 60_000;
+
+/** Whether an id may be forgotten: nothing open or being decided, nothing in flight, idle long enough. */
+function expired(e: Entry, now: number, expirationMs: number): boolean {
+  const s = e.meta.state;
+  return (s === 'empty' || s === 'committed' || s === 'aborted') && e.inflight.size === 0 && now - e.meta.updatedMs >= expirationMs;
 }
 
 /**
@@ -60,6 +72,7 @@ export class TransactionCoordinator {
   private readonly publisher: TxnPublisher;
   /** Every time the coordinator reads and every timer it arms. */
   private readonly clock: Clock;
+  private sweepTimer: ClockTimer | undefined;
 
   constructor(
     private readonly deps: {
@@ -121,6 +134,48 @@ export class TransactionCoordinator {
     let finished = 0;
     for (let p = 0; p < this.deps.log.partitionCount; p++) finished += await this.loadEntries(p, { retry: false });
     this.deps.logger.info({ transactionalIds: this.txns.size, finished }, 'transaction coordinator loaded');
+    this.armExpiry();
+  }
+
+  private get idExpirationMs(): number {
+    return this.deps.config.idExpirationMs ?? DEFAULT_ID_EXPIRATION_MS;
+  }
+
+  /** The sweep that forgets idle transactional ids (Kafka's transactional.id.expiration.ms). */
+  private armExpiry(): void {
+    if (this.sweepTimer || this.stopped) return;
+    const every = Math.min(EXPIRY_SWEEP_MS, Math.max(10, Math.floor(this.idExpirationMs / 4)));
+    this.sweepTimer = this.clock.setTimeout(() => {
+      this.sweepTimer = undefined;
+      void this.expireIdle().finally(() => this.armExpiry());
+    }, every);
+    this.sweepTimer.unref();
+  }
+
+  /**
+   * Forgets the ids idle for idExpirationMs: a tombstone in `__transaction_state`, then out of memory. The
+   * producer id goes with it: a zombie of the id is refused (`transactional_id_not_found`, or
+   * `invalid_producer_epoch` once the id is initialized again with a new producer id). Returns how many.
+   */
+  async expireIdle(): Promise<number> {
+    // A coordinator that cannot vouch for its lease decides nothing (docs/architecture.md, "Cluster mode").
+    if (this.stopped || (this.ownership !== null && !this.ownership.canAct())) return 0;
+    const limit = this.idExpirationMs;
+    let n = 0;
+    for (const [id, e] of [...this.txns]) {
+      if (!expired(e, this.clock.now(), limit)) continue;
+      await this.withTxn(id, async () => {
+        this.checkOwner(id);
+        // Looked at again under the lock: a request may have come in while it waited.
+        if (this.txns.get(id) !== e || !expired(e, this.clock.now(), limit)) return;
+        await this.deps.log.remove(id);
+        this.txns.delete(id);
+        clearTimer(this.clock, e);
+        n++;
+      }).catch((err: unknown) => this.deps.logger.warn({ err, transactionalId: id }, 'could not expire an idle transactional id'));
+    }
+    if (n > 0) this.deps.logger.info({ expired: n, idleMs: limit }, 'forgot idle transactional ids');
+    return n;
   }
 
   /** One partition of the state log; resolves once its decided transactions are finished. */
@@ -159,6 +214,7 @@ export class TransactionCoordinator {
    * transactions before serving its ids (the same as a restart does).
    */
   async loadPartition(partition: number): Promise<void> {
+    this.armExpiry();
     await this.ownership?.load(partition, async () => {
       const finished = await this.loadEntries(partition, { retry: true });
       this.deps.logger.info({ partition, finished }, 'took over transaction coordinator partition');
@@ -178,6 +234,7 @@ export class TransactionCoordinator {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.clock.clearTimeout(this.sweepTimer);
     for (const e of this.txns.values()) clearTimer(this.clock, e);
     await this.locks.idle();
   }

@@ -92,6 +92,17 @@ export class TxnLog {
     }
   }
 
+  /** Forgets an id: a tombstone, durable when resolved (compaction drops it later). */
+  async remove(id: string): Promise<void> {
+    const part = this.partitionsOf()[this.partitionFor(id)]!;
+    try {
+      await this.appendTo(part, [{ key: encodeKey(id), value: Buffer.alloc(0) }]);
+    } catch (err) {
+      if (err instanceof TributaryError) throw err;
+      throw new TributaryError('storage_error', { reason: (err as Error).message });
+    }
+  }
+
   /**
    * The latest state of every id in one partition. A record that does not parse stops the replay: the
    * broker stays unready rather than forget a transaction it must finish.

@@ -44,17 +44,17 @@ export async function appendNext(
   topics: TopicManager,
   topic: string,
   partition: number,
-  record: RecordInput,
+  records: RecordInput[],
   producerId: string,
   epoch: number,
-): Promise<{ offset: number }> {
+): Promise<{ offset: number; lastOffset: number }> {
   const part = topics.get(topic).partition(partition);
   // Calls waiting here resume in call order, so the sequences below still follow it.
   if (!part.producerState() || !part.txnIndex()) await Promise.all([part.whenProducerStateReady(), part.whenTxnIndexReady()]);
   const d = part.producerState()?.describe(producerId);
   const seq = d && d.epoch === epoch ? d.lastSeq + 1 : 0;
-  const res = await part.appendTransactional([record], { producerId, epoch, firstSequence: seq, lastSequence: seq });
-  return { offset: res.baseOffset };
+  const res = await part.appendTransactional(records, { producerId, epoch, firstSequence: seq, lastSequence: seq + records.length - 1 });
+  return { offset: res.baseOffset, lastOffset: res.lastOffset };
 }
 
 /** Standalone: every partition and group is local. */
@@ -65,7 +65,7 @@ export class LocalTxnTargets implements TxnTargets {
   ) {}
 
   append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number, _txnPartition: number): Promise<{ offset: number }> {
-    return appendNext(this.topics, topic, partition, record, producerId, epoch);
+    return appendNext(this.topics, topic, partition, [record], producerId, epoch);
   }
 
   async marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType, _txnPartition: number): Promise<void> {
