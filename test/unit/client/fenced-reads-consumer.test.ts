@@ -6,7 +6,7 @@
  * unanswered for a session stops delivering until one is answered again.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { Consumer, type ConsumerOptions } from 'tributary-client/consumer.js';
+import { Consumer, type ConsumerOptions, type RunOptions } from 'tributary-client/consumer.js';
 import { type BatchRecord, encodeBatch } from 'tributary-protocol/batch.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
 import { ScriptedServer } from '../../helpers/scripted-server.js';
@@ -68,7 +68,7 @@ describe('Consumer: fenced reads (scripted broker)', () => {
     await Promise.all(servers.splice(0).map((s) => s.close()));
   });
 
-  async function setup(extra: Partial<ConsumerOptions> = {}) {
+  async function setup(extra: Partial<ConsumerOptions> = {}, run: Partial<RunOptions> = {}, handlerMs = 0) {
     const s = await ScriptedServer.start();
     servers.push(s);
     const g: Group = { member: '', generation: 0, assignments: [0, 1], hold: undefined };
@@ -92,8 +92,14 @@ describe('Consumer: fenced reads (scripted broker)', () => {
     const crashes: string[] = [];
     c.on('partitions.lost', (e) => lost.push(e.partitions));
     c.on('crash', (e) => crashes.push((e.error as TributaryError).code));
-    const run = c.run({ eachMessage: ({ message }) => void delivered.push({ partition: message.partition, offset: message.offset, at: Date.now(), signal: message.signal }) });
-    return { s, g, c, delivered, lost, crashes, run };
+    const running = c.run({
+      eachMessage: async ({ message }) => {
+        delivered.push({ partition: message.partition, offset: message.offset, at: Date.now(), signal: message.signal });
+        if (handlerMs > 0) await sleep(handlerMs);
+      },
+      ...run,
+    });
+    return { s, g, c, delivered, lost, crashes, run: running };
   }
 
   it('NOT_OWNER on a read loses that partition at once: its signal aborts with it, nothing more of it is delivered or committed, the member rejoins', async () => {
@@ -180,6 +186,28 @@ describe('Consumer: fenced reads (scripted broker)', () => {
     release();
     await until(() => delivered.length > before + 4, 10_000, 'delivering again');
     expect(delivered.filter((d) => d.at > heldAt + 1000 && d.at < stoppedAt)).toEqual([]);
+    await c.close();
+    await run;
+  });
+
+  it('with concurrency, handlers of messages already in the window do not start outside the session either', async () => {
+    // One partition's window holds far more work than a session (500 messages of 50 ms, one at a time).
+    const { s, g, c, delivered, run } = await setup({ maxBatchRecords: 500 }, { concurrency: { perPartition: 1, maxBuffered: 500 } }, 50);
+    s.on('CONSUME', async (l) => {
+      await sleep(5);
+      return batchFrom(Number(l.params.get('partition')), Number(l.params.get('offset')), 500);
+    });
+    await until(() => delivered.length > 0, 5000, 'delivering');
+    let release!: () => void;
+    g.hold = new Promise<void>((r) => {
+      release = r;
+    });
+    const heldAt = Date.now();
+    await until(() => Date.now() - heldAt > 1000 && delivered.every((d) => d.at < Date.now() - 300), 10_000, 'the handlers to stop starting');
+    const before = delivered.length;
+    g.hold = undefined;
+    release();
+    await until(() => delivered.length > before + 4, 10_000, 'handlers starting again');
     await c.close();
     await run;
   });
