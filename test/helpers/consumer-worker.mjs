@@ -14,6 +14,8 @@
 //   {type:'commit', offsets:[{partition, offset}], generation, at}   after the broker acknowledged it
 //   {type:'rebalance', generation, assigned, revoked, kept, owned, at}
 //   {type:'crash', code, message, fatal, at}
+//   {type:'signal', partition, code, at}              a partition assignment's signal fired (code: its reason's)
+//   {type:'lost', partitions, at}                     partitions.lost
 //   {type:'closed', at}                               after SIGTERM → close() finished
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -30,6 +32,7 @@ consumer.on('commit', (e) => out({ type: 'commit', offsets: e.offsets, generatio
 consumer.on('rebalance.end', (e) =>
   out({ type: 'rebalance', generation: e.generation, assigned: e.assigned, revoked: e.revoked, kept: e.kept, owned: consumer.assignment(), at: Date.now() }),
 );
+consumer.on('partitions.lost', (e) => out({ type: 'lost', partitions: e.partitions, at: Date.now() }));
 consumer.on('crash', (e) => out({ type: 'crash', code: e.error?.code, message: e.error?.message, fatal: e.fatal, at: Date.now() }));
 
 let closing = false;
@@ -48,8 +51,15 @@ process.on('SIGTERM', () => {
   );
 });
 
+// Every partition assignment's signal, reported once when it fires (fenced reads: docs/sdk.md).
+const watched = new WeakSet();
 const running = consumer.run({
-  eachMessage: async ({ message }) => {
+  eachMessage: async ({ message, signal }) => {
+    if (!watched.has(signal)) {
+      watched.add(signal);
+      const partition = message.partition;
+      signal.addEventListener('abort', () => out({ type: 'signal', partition, code: signal.reason?.code ?? null, at: Date.now() }), { once: true });
+    }
     const value = message.value.toString();
     const bar = value.indexOf('|');
     out({ type: 'msg', id: bar >= 0 ? value.slice(0, bar) : value, partition: message.partition, offset: message.offset, at: Date.now() });

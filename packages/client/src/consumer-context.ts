@@ -7,6 +7,7 @@ import type { RecordHeader } from 'tributary-protocol/record.js';
 import type { Cluster, ConnectionEvents } from './cluster.js';
 import type { ResolvedConsumerOptions } from './consumer-options.js';
 import type { PartitionWorker } from './partition-worker.js';
+import { Signal } from './wake-signal.js';
 
 export type ConsumerState = 'new' | 'running' | 'rebalancing' | 'closing' | 'closed';
 
@@ -20,6 +21,14 @@ export interface ConsumedMessage {
   headers: RecordHeader[];
   /** The local assignment generation of the partition when this message was fetched. */
   assignmentGeneration: number;
+  /**
+   * Aborted the moment this message's partition assignment ends: revoked by a rebalance, lost (the
+   * member expired, or the broker refused a read of it as fenced: the reason is that TributaryError),
+   * or the consumer closes. Side effects of the message should stop when it fires (docs/sdk.md, "Fenced reads").
+   */
+  signal: AbortSignal;
+  /** `signal.aborted`: the partition is no longer this consumer's, and its new owner may redo this message. */
+  readonly fenced: boolean;
 }
 
 export interface ConsumerEvents extends ConnectionEvents {
@@ -33,8 +42,9 @@ export interface ConsumerEvents extends ConnectionEvents {
   /** Readers and handlers of these partitions have stopped (before the revocation is confirmed). */
   'partitions.revoked': { partitions: number[]; generation: number };
   /**
-   * The coordinator no longer knows this member (its session expired): these partitions are another
-   * member's now. Their readers and handlers were stopped and nothing of theirs is committed.
+   * The coordinator no longer knows this member (its session expired), or a read of a partition was
+   * refused as fenced: these partitions are another member's now. Their readers and handlers were
+   * stopped (their signals aborted with the reason) and nothing of theirs is committed.
    */
   'partitions.lost': { partitions: number[]; generation: number };
   /** Readers of these partitions have started. */
@@ -55,6 +65,13 @@ export class ConsumerContext {
   assignmentGeneration = 0;
   readonly workers = new Map<number, PartitionWorker>();
   fatal: Error | undefined;
+  /**
+   * performance.now() when the last request the coordinator answered as this member's (a heartbeat, a
+   * SYNC_GROUP) was sent: the coordinator cannot expire the member before this + sessionTimeoutMs.
+   */
+  sessionProvenAt = Number.NEGATIVE_INFINITY;
+  /** Woken whenever the session is proven again (session-guard.ts). */
+  readonly sessionProven = new Signal();
 
   constructor(
     readonly options: ResolvedConsumerOptions,
@@ -69,6 +86,17 @@ export class ConsumerContext {
 
   get closing(): boolean {
     return this.state === 'closing' || this.state === 'closed';
+  }
+
+  /** The coordinator answered a request of this member sent at `sentAt` (performance.now()). */
+  proveSession(sentAt: number): void {
+    if (sentAt > this.sessionProvenAt) this.sessionProvenAt = sentAt;
+    this.sessionProven.wake();
+  }
+
+  /** Whether the coordinator can not have expired this member yet. */
+  get sessionLive(): boolean {
+    return performance.now() < this.sessionProvenAt + this.options.sessionTimeoutMs;
   }
 
   crash(error: Error, fatal: boolean): void {

@@ -17,6 +17,7 @@ import { handlerSink, type RunOptions, windowedSink } from './message-handlers.j
 import { OffsetCommitter } from './offset-committer.js';
 import { refuseUnknownOptions } from './option-names.js';
 import { PartitionFetcher } from './partition-fetcher.js';
+import { sessionHeld } from './session-guard.js';
 import type { PartitionWorker } from './partition-worker.js';
 import { Signal } from './wake-signal.js';
 
@@ -60,7 +61,12 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     );
     // Every partition reader and loop listens on the root signal: a large assignment is not a leak.
     setMaxListeners(0, this.ctx.root.signal);
-    this.fetcher = new PartitionFetcher(this.ctx);
+    // A read refused as fenced loses the partition or the member; the membership owns both.
+    this.fetcher = new PartitionFetcher(this.ctx, {
+      requestRebalance: (reason) => this.membership.requestRebalance(reason),
+      memberLost: (reason) => this.membership.memberLost(reason),
+      partitionLost: (w, reason) => this.membership.partitionLost(w, reason),
+    });
     // A refused commit can expire the member or ask for a rebalance; the membership commits revoked
     // partitions itself, so the committer reaches it through these two calls only.
     this.committer = new OffsetCommitter(this.ctx, {
@@ -232,6 +238,11 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
             // paused with messages of this batch left: they are read again after resume()
             current.w.seekTo ??= current.messages[current.i]!.offset;
             current.i = current.messages.length;
+          }
+          if (current && current.i < current.messages.length && !current.w.signal.aborted && !this.ctx.sessionLive) {
+            // a pause past the session: the next heartbeat says whether the partition is still ours
+            await sessionHeld(this.ctx, current.w.signal);
+            continue;
           }
           if (current && current.i < current.messages.length && !current.w.signal.aborted) {
             const m = current.messages[current.i++]!;

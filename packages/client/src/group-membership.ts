@@ -145,7 +145,9 @@ export class GroupMembership {
     for (const w of revoked) ctx.workers.delete(w.partition);
     revoked.push(...reset);
 
+    const syncSentAt = performance.now();
     const syncReply = await this.groupCall('SYNC_GROUP', { topic: o.topic, group: o.groupId, member: memberId, generation }, signal);
+    ctx.proveSession(syncSentAt);
     const owned = parseAssignments(parseLine(syncReply).params.get('assignments'));
     const ownedSet = new Set(owned);
     for (const w of [...ctx.workers.values()]) {
@@ -185,17 +187,36 @@ export class GroupMembership {
    * a commit; a reader left running would keep delivering a partition it lost, and a read carrying the
    * group starts at the new owner's committed offset, so it would skip records (docs/sdk.md, "Rebalancing").
    */
-  memberLost(): void {
+  memberLost(reason?: TributaryError): void {
     const ctx = this.ctx;
+    const member = ctx.memberId;
     ctx.memberId = undefined;
     if (ctx.workers.size === 0) return;
     const lost = [...ctx.workers.values()];
     ctx.workers.clear();
-    for (const w of lost) w.ac.abort(new TributaryError('consumer_rebalancing'));
+    // The partitions' signals carry why (docs/sdk.md, "Fenced reads"): handlers can tell a loss from a revocation.
+    const why = reason ?? new TributaryError('member_not_found', { member: member ?? '' }, 'the coordinator no longer knows this member: its partitions are other members’ now');
+    for (const w of lost) w.ac.abort(why);
     const stopped = Promise.allSettled(lost.map((w) => w.loop));
     const before = this.lostStopping;
     this.lostStopping = Promise.all([before, stopped]).then(() => {});
     ctx.emit('partitions.lost', { partitions: lost.map((w) => w.partition).sort((a, b) => a - b), generation: ctx.generation });
+  }
+
+  /**
+   * A read of one partition was refused as fenced (NOT_OWNER, or REBALANCE_IN_PROGRESS after an offset
+   * reset): the partition is not this member's any more, whatever the last SYNC said. Its reader and
+   * handler stop at once (its signal aborts with `reason`), what was fetched and not handled is dropped,
+   * nothing of it is committed, and the member rejoins (docs/sdk.md, "Fenced reads").
+   */
+  partitionLost(w: PartitionWorker, reason: TributaryError): void {
+    const ctx = this.ctx;
+    if (ctx.workers.get(w.partition) !== w) return;
+    ctx.workers.delete(w.partition);
+    w.ac.abort(reason);
+    this.lostStopping = Promise.all([this.lostStopping, w.loop.catch(() => {})]).then(() => {});
+    ctx.emit('partitions.lost', { partitions: [w.partition], generation: ctx.generation });
+    this.requestRebalance(`partition ${w.partition} fenced (${reason.code})`);
   }
 
   /** LEAVE_GROUP on close, within the close deadline `signal`; a static member does not leave. */
@@ -225,9 +246,11 @@ export class GroupMembership {
       while (!signal.aborted) {
         // The member this heartbeat speaks for: a reply about it is stale once the consumer rejoined.
         let member: string | undefined;
+        let sentAt = 0;
         try {
           if (!conn || conn.closed) conn = await ctx.cluster.dedicated(await ctx.cluster.coordinator(ctx.group, signal), signal, { stallTimeoutMs });
           member = ctx.memberId;
+          sentAt = performance.now();
           await conn.command('HEARTBEAT', {
             topic: o.topic,
             group: o.groupId,
@@ -236,13 +259,16 @@ export class GroupMembership {
             wait_ms: o.heartbeatIntervalMs,
           });
           failures = 0;
+          if (member === ctx.memberId) ctx.proveSession(sentAt);
           ctx.emit('heartbeat', { memberId: ctx.memberId ?? '', generation: ctx.generation });
         } catch (err) {
           if (signal.aborted) break;
           const e = err as TributaryError;
           if (e.code === 'member_not_found' && member !== ctx.memberId) continue; // about a member id given up since
           if (e.code === 'REBALANCE_IN_PROGRESS' || e.code === 'GEN_MISMATCH' || e.code === 'member_not_found') {
-            if (e.code === 'member_not_found') this.memberLost();
+            // The coordinator knows the member (it refreshed its session before answering this).
+            if (e.code !== 'member_not_found' && member === ctx.memberId) ctx.proveSession(sentAt);
+            if (e.code === 'member_not_found') this.memberLost(e);
             this.requestRebalance(e.code === 'member_not_found' ? 'member expired' : e.code === 'GEN_MISMATCH' ? 'generation mismatch' : 'rebalance in progress');
             // Keep heartbeating during a long rebalance (revocation waits for handlers), but do not spin.
             await Promise.race([this.rebalanceChain.catch(() => {}), abortableSleep(o.heartbeatIntervalMs, signal)]);

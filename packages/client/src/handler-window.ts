@@ -16,6 +16,7 @@ import type { EachMessagePayload } from './message-handlers.js';
 import type { OffsetCommitter } from './offset-committer.js';
 import type { PartitionWorker } from './partition-worker.js';
 import { backoffSleep } from './retry.js';
+import { sessionHeld } from './session-guard.js';
 
 /** The one-at-a-time sink's backoff after a handler failure (message-handlers.ts). */
 function failureBackoff(failures: number, signal: AbortSignal): Promise<void> {
@@ -113,6 +114,12 @@ export class HandlerWindow {
   private async run(e: WindowEntry<ConsumedMessage>): Promise<void> {
     const w = this.w;
     const message = e.message!;
+    // Only within the member's proven session (session-guard.ts; docs/sdk.md, "Fenced reads").
+    if (!(await sessionHeld(this.ctx, w.signal))) {
+      this.sched.fail(e); // aborted meanwhile: not run, as an aborted handler's message
+      this.notify();
+      return;
+    }
     const t0 = Date.now();
     const timer = setTimeout(
       () => this.ctx.emit('handler.slow', { partition: w.partition, offset: e.offset, elapsedMs: Date.now() - t0 }),

@@ -11,6 +11,7 @@ import type { Complete } from './option-names.js';
 import type { Sink } from './partition-fetcher.js';
 import type { PartitionWorker } from './partition-worker.js';
 import { backoffSleep } from './retry.js';
+import { sessionHeld } from './session-guard.js';
 
 export interface EachMessagePayload {
   message: ConsumedMessage;
@@ -69,6 +70,7 @@ export function handlerSink(ctx: ConsumerContext, committer: OffsetCommitter, op
         w.seekTo = message.offset; // paused mid-batch: the rest is read again after resume()
         return;
       }
+      if (!(await sessionHeld(ctx, w.signal))) return; // a pause past the session: docs/sdk.md, "Fenced reads"
       if (!(await timed(ctx, w, message.offset, () => opts.eachMessage!({ message, signal: w.signal })))) return;
       committer.markProcessed(w.partition, w.assignmentGeneration, message.offset);
     }

@@ -12,11 +12,25 @@ import type { ConsumedMessage, ConsumerContext } from './consumer-context.js';
 import { configError } from './consumer-options.js';
 import { channels, publish } from './events.js';
 import type { PartitionWorker } from './partition-worker.js';
-import { backoffSleep, isRetriable } from './retry.js';
+import { abortableSleep, backoffSleep, isRetriable } from './retry.js';
+import { sessionHeld } from './session-guard.js';
 import { Signal } from './wake-signal.js';
 
 /** Where fetched batches go: run()'s handlers or the async iterator. */
 export type Sink = (worker: PartitionWorker, messages: ConsumedMessage[]) => Promise<void>;
+
+/** What a read refused as fenced tells the group membership (passed in: the membership starts the readers). */
+export interface FencedReadOutcomes {
+  requestRebalance(reason: string): void;
+  memberLost(reason: TributaryError): void;
+  partitionLost(w: PartitionWorker, reason: TributaryError): void;
+}
+
+/** The member and generation a read was sent as (fenced reads, docs/protocol.md). */
+interface ReadAs {
+  member: string | undefined;
+  generation: number;
+}
 
 export class PartitionFetcher {
   sink: Sink | undefined;
@@ -30,7 +44,10 @@ export class PartitionFetcher {
   /** Woken when a slot frees up, a sink is set or the consumer closes. */
   readonly slots = new Signal();
 
-  constructor(private readonly ctx: ConsumerContext) {}
+  constructor(
+    private readonly ctx: ConsumerContext,
+    private readonly group: FencedReadOutcomes,
+  ) {}
 
   /** Starts reading: batches go to `sink` from now on. */
   setSink(sink: Sink, opts: { slotted?: boolean } = {}): void {
@@ -57,14 +74,16 @@ export class PartitionFetcher {
           await this.slots.wait(w.signal, 100);
           continue;
         }
+        const as: ReadAs = { member: this.ctx.memberId, generation: this.ctx.generation };
         try {
           if (!w.conn || w.conn.closed) w.conn = await cluster.dedicated(await cluster.leaderFor(o.topic, w.partition, w.signal), w.signal);
-          if (o.mode === 'stream') await this.streamOnce(w);
-          else await this.pollOnce(w);
+          if (o.mode === 'stream') await this.streamOnce(w, as);
+          else await this.pollOnce(w, as);
           w.readFailures = 0;
         } catch (err) {
           if (w.signal.aborted) break;
           const e = err as TributaryError;
+          if (await this.fenced(w, e, as)) continue;
           if (e.code === 'OFFSET_OUT_OF_RANGE') {
             if (o.autoOffsetReset === 'error') {
               this.ctx.crash(e, false);
@@ -92,15 +111,49 @@ export class PartitionFetcher {
     }
   }
 
-  private fetchFields(w: PartitionWorker): Record<string, string | number | undefined> {
+  /**
+   * A read the broker refused because of the fence (docs/sdk.md, "Fenced reads"): true when it was
+   * handled here and the loop goes on (or ends, its signal aborted). Answers about a member id or a
+   * generation this consumer has left behind since the read was sent are stale: the read is sent again.
+   */
+  private async fenced(w: PartitionWorker, e: TributaryError, as: ReadAs): Promise<boolean> {
+    if (!(e instanceof TributaryError) || e.errorClass !== 'fencing') return false;
+    if (as.member !== this.ctx.memberId) return true;
+    switch (e.code) {
+      case 'member_not_found':
+        this.group.memberLost(e);
+        this.group.requestRebalance('member expired');
+        return true;
+      case 'FENCED_INSTANCE_ID':
+        this.ctx.crash(e, true);
+        return true;
+      case 'NOT_OWNER':
+      case 'REBALANCE_IN_PROGRESS':
+        this.group.partitionLost(w, e);
+        return true;
+      case 'GEN_MISMATCH':
+        // The member rejoined at another generation than the read carried (this consumer's own rejoin
+        // racing the read): no partition moved for that; read again once the rejoin is through.
+        if (as.generation === this.ctx.generation) {
+          this.group.requestRebalance('generation mismatch on a read');
+          await abortableSleep(50, w.signal);
+        }
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  private fetchFields(w: PartitionWorker, as: ReadAs): Record<string, string | number | undefined> {
     const o = this.ctx.options;
     return {
       topic: o.topic,
       partition: w.partition,
       offset: w.position,
       group: o.groupId,
-      member: this.ctx.memberId,
-      generation: this.ctx.generation,
+      member: as.member,
+      // A member fences its reads; none (a member lost, rejoining fresh) would make the read unfenced.
+      generation: as.member === undefined ? undefined : as.generation,
       isolation: o.isolation,
       batch: o.maxBatchRecords,
       max_bytes: o.maxBatchBytes,
@@ -109,6 +162,7 @@ export class PartitionFetcher {
 
   /** The batch's user records: transaction markers (control records) are never delivered (docs/sdk.md, "Offsets"). */
   private toMessages(w: PartitionWorker, batch: Batch): ConsumedMessage[] {
+    const signal = w.signal;
     return batch.records.filter((r) => (r.attributes & RecordAttr.CONTROL) === 0).map((r) => ({
       topic: batch.topic,
       partition: w.partition,
@@ -118,11 +172,16 @@ export class PartitionFetcher {
       timestamp: r.timestamp,
       headers: r.headers,
       assignmentGeneration: w.assignmentGeneration,
+      signal,
+      get fenced() {
+        return signal.aborted;
+      },
     }));
   }
 
-  private async pollOnce(w: PartitionWorker): Promise<void> {
-    const batch = await w.conn!.consume({ ...this.fetchFields(w), wait_ms: this.ctx.options.maxWaitMs });
+  private async pollOnce(w: PartitionWorker, as: ReadAs): Promise<void> {
+    if (as.member === undefined) return this.waitForMember(w);
+    const batch = await w.conn!.consume({ ...this.fetchFields(w, as), wait_ms: this.ctx.options.maxWaitMs });
     if (w.signal.aborted) return;
     if (w.seekTo !== undefined) return this.applySeek(w);
     if (w.paused) return; // paused while the poll was in flight: the batch is read again after resume()
@@ -157,7 +216,8 @@ export class PartitionFetcher {
   }
 
   /** STREAM: a graceful CLOSE ends this round; a socket loss throws and the loop resumes from `position`. */
-  private async streamOnce(w: PartitionWorker): Promise<void> {
+  private async streamOnce(w: PartitionWorker, as: ReadAs): Promise<void> {
+    if (as.member === undefined) return this.waitForMember(w);
     const conn = w.conn!;
     w.conn = undefined; // a stream connection cannot be reused
     if (w.seekTo !== undefined) this.applySeek(w); // set while no stream was open: start there
@@ -171,11 +231,13 @@ export class PartitionFetcher {
       // Keepalives at the long-poll interval: a stream that stays silent past it plus the stall bound is
       // dropped and the partition re-routed, as a long poll would be (docs/sdk.md, "Routing").
       const keepaliveMs = Math.max(200, this.ctx.options.maxWaitMs);
-      const it = conn.stream({ ...this.fetchFields(w), keepalive_ms: keepaliveMs }, interrupt.signal, { silenceMs: keepaliveMs + this.ctx.options.stallTimeoutMs });
+      const it = conn.stream({ ...this.fetchFields(w, as), keepalive_ms: keepaliveMs }, interrupt.signal, { silenceMs: keepaliveMs + this.ctx.options.stallTimeoutMs });
       for (;;) {
         const n = await it.next();
         if (n.done) {
           if (n.value?.reason === 'offset_out_of_range') throw new TributaryError('OFFSET_OUT_OF_RANGE', { partition: w.partition });
+          // A fenced stream ended by the broker (docs/protocol.md, "Fenced reads"): as a refused read.
+          if (n.value?.code) throw new TributaryError(n.value.code, { partition: w.partition, reason: `stream closed: ${n.value.reason}` });
           return;
         }
         // seek() or pause() while the stream was open: drop this batch, it is read again from the new
@@ -214,11 +276,18 @@ export class PartitionFetcher {
     w.seekTo = undefined;
   }
 
+  /** No member id (lost, and not joined again yet): the rejoin stops or keeps this reader; nothing is read meanwhile. */
+  private async waitForMember(w: PartitionWorker): Promise<void> {
+    await this.ctx.sessionProven.wait(w.signal, 100);
+  }
+
   /** Hands a batch to the sink, holding one of `partitionsConsumedConcurrently` slots. */
   private async deliver(w: PartitionWorker, messages: ConsumedMessage[]): Promise<void> {
     if (!this.slotted) return this.sink!(w, messages);
     while (this.running >= this.ctx.options.partitionsConsumedConcurrently && !w.signal.aborted) await this.slots.wait(w.signal, 50);
-    if (w.signal.aborted) return;
+    // Only within the member's proven session: a batch found in the socket after a long pause waits for
+    // the heartbeat that says whether the partition is still ours (session-guard.ts).
+    if (!(await sessionHeld(this.ctx, w.signal))) return;
     this.running++;
     try {
       await this.sink!(w, messages);

@@ -401,8 +401,10 @@ export class Connection {
           this.socket.resume();
         }
         if (body.length === 0) {
-          if (this.closedError) throw this.closedError;
-          continue; // keepalive
+          // A keepalive, or the wake-up of a closed socket: frames queued behind it (a graceful CLOSE
+          // that came before the socket closed) are still read first.
+          if (this.closedError && queue.length === 0) throw this.closedError;
+          continue;
         }
         if (isBatchBody(body)) {
           yield decodeBatch(body, { extensions: this.extensions });

@@ -20,13 +20,14 @@ import { until } from '../../helpers/util.js';
 const tick = (ms: number): Promise<void> => new Promise((r) => (ms === 0 ? setImmediate(r) : setTimeout(r, ms)));
 
 function message(offset: number, key: string | null): ConsumedMessage {
-  return { topic: 't', partition: 0, offset, key: key === null ? null : Buffer.from(key), value: Buffer.from(String(offset)), timestamp: 0, headers: [], assignmentGeneration: 1 };
+  return { topic: 't', partition: 0, offset, key: key === null ? null : Buffer.from(key), value: Buffer.from(String(offset)), timestamp: 0, headers: [], assignmentGeneration: 1, signal: new AbortController().signal, fenced: false };
 }
 
 function setup(limits: ResolvedConcurrency, handler: (p: EachMessagePayload) => Promise<void> | void) {
   const options = resolveConsumerOptions({ brokers: ['127.0.0.1:1'], groupId: 'g', topic: 't' });
   const events: Array<{ event: keyof ConsumerEvents; payload: unknown }> = [];
   const ctx = new ConsumerContext(options, {} as Cluster, (event, payload) => void events.push({ event, payload }), async () => {});
+  ctx.sessionProvenAt = Number.POSITIVE_INFINITY; // no coordinator here: the session never lapses (session-guard.ts)
   const committer = new OffsetCommitter(ctx, { requestRebalance: () => {}, memberLost: () => {} });
   const w = new PartitionWorker(0, 1, 0, -1, ctx.root.signal);
   ctx.workers.set(0, w);

@@ -32,6 +32,7 @@ import { leaderGate, replicated } from './produce-commands.js';
 import { TXN_STATE_TOPIC, TxnLog } from '../txn/txn-log.js';
 import { LocalTxnTargets } from '../txn/txn-targets.js';
 import { ClusterTxnTargets } from '../cluster/cluster-txn-targets.js';
+import { MemberLeases } from '../cluster/member-leases.js';
 
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
 
@@ -258,6 +259,8 @@ export class Broker implements BrokerContext {
       () => this.topics.tryGet(TXN_STATE_TOPIC) !== undefined,
       leaseHeld,
     );
+    // Fenced reads of partitions led here, for groups another broker coordinates (docs/architecture.md).
+    cluster.memberLeases = new MemberLeases((group, topic, member) => cluster.askMemberLease(group, this.coordinator.partitionFor(group), topic, member));
     await this.coordinator.startOwned();
     await cluster.start(this.topics, this.advertised, () => this.ensureClusterTopics(cluster));
     // A coordinator is the leader of its internal partition: it loads the partition on leading and drops

@@ -6,7 +6,8 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
 import type { BrokerContext, ConnectionContext, Reply } from './command-context.js';
 import { lookupCommand } from './commands.js';
-import { parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
+import { checkFence, parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
+import { isFenced, watchReadFence } from './read-fence.js';
 import { produceBatch } from './produce-commands.js';
 import { txnBatch } from './txn-commands.js';
 
@@ -271,32 +272,69 @@ export class ClientConnection implements ConnectionContext {
     const keepalive = Math.min(this.broker.config.streamKeepaliveMs, keepaliveMs ?? Number.POSITIVE_INFINITY);
     // Wait until every reply before the STREAM went out, so frames never interleave with them.
     await this.replyChain;
-    await resolveRemoteStart(this.broker, this, req);
-    offset = req.offset;
-    this.streamOffset = offset;
-    while (!signal.aborted && !this.closed) {
-      if (req.partition.isClosed) {
-        const removed = !this.broker.topics.tryGet(req.topic);
-        return this.endStream(removed ? 'removed' : 'stopped', offset);
+    // A fenced stream (read-fence.ts) is refused like a CONSUME before it starts, and ends `removed` the
+    // moment its member loses the partition: every change to the group wakes it to check again, and a
+    // check whose answer is a lease (a group coordinated elsewhere) is made again before it runs out.
+    // `changed` wakes its wait on either, or on the stream's end (one controller per wake rather than an
+    // AbortSignal.any per wait, which a quiet stream would make every keepalive).
+    let changed = new AbortController();
+    const unwatch = req.fence ? watchReadFence(this.broker, req.fence, () => changed.abort()) : undefined;
+    if (req.fence) signal.addEventListener('abort', () => changed.abort(), { once: true });
+    try {
+      let validForMs: number;
+      try {
+        validForMs = await checkFence(this.broker, req);
+      } catch (err) {
+        if (!(err instanceof TributaryError)) throw err;
+        if (!this.socket.destroyed) this.socket.end(encodeFrame(formatError(err)));
+        return;
       }
-      if (offset < req.partition.earliest) return this.endStream('offset_out_of_range', offset);
-      const out = await readBatch(this.broker, this, req, offset);
-      if (out.count > 0) {
-        this.socket.cork();
-        this.socket.write(frameHeader(out.frame.length));
-        const ok = this.socket.write(out.frame);
-        this.socket.uncork();
+      await resolveRemoteStart(this.broker, this, req);
+      offset = req.offset;
+      this.streamOffset = offset;
+      /** The fence's check before serving; false once it ended the stream. */
+      const fenced = async (): Promise<boolean> => {
+        if (!req.fence) return false;
+        try {
+          validForMs = await checkFence(this.broker, req, true);
+          return false;
+        } catch (err) {
+          if (!(err instanceof TributaryError)) throw err;
+          this.endStream(isFenced(err) ? 'removed' : 'error', offset, err.code);
+          return true;
+        }
+      };
+      while (!signal.aborted && !this.closed) {
+        if (req.partition.isClosed) {
+          const removed = !this.broker.topics.tryGet(req.topic);
+          return this.endStream(removed ? 'removed' : 'stopped', offset);
+        }
+        if (offset < req.partition.earliest) return this.endStream('offset_out_of_range', offset);
+        if (changed.signal.aborted) changed = new AbortController();
+        if (await fenced()) return;
+        const out = await readBatch(this.broker, this, req, offset);
+        if (out.count > 0) {
+          // Checked again at the moment of serving: the read itself may have waited for the disk.
+          if (await fenced()) return;
+          this.socket.cork();
+          this.socket.write(frameHeader(out.frame.length));
+          const ok = this.socket.write(out.frame);
+          this.socket.uncork();
+          offset = out.nextOffset;
+          this.streamOffset = offset;
+          if (!ok) await this.waitDrain(signal);
+          continue;
+        }
         offset = out.nextOffset;
         this.streamOffset = offset;
-        if (!ok) await this.waitDrain(signal);
-        continue;
+        const wait = req.fence ? changed.signal : signal;
+        const hasData = await req.partition.waitForData(offset, Math.max(1, Math.min(keepalive, validForMs)), wait, req.isolation);
+        if (!hasData && !signal.aborted && !this.closed && !req.partition.isClosed) this.writeNow(frameHeader(0));
       }
-      offset = out.nextOffset;
-      this.streamOffset = offset;
-      const hasData = await req.partition.waitForData(offset, keepalive, signal, req.isolation);
-      if (!hasData && !signal.aborted && !this.closed && !req.partition.isClosed) this.writeNow(frameHeader(0));
+      if (!this.closed) this.endStream('stopped', offset);
+    } finally {
+      unwatch?.();
     }
-    if (!this.closed) this.endStream('stopped', offset);
   }
 
   /** Backpressure for push streams: wait for the client to read, close it if it never does. */
@@ -337,12 +375,13 @@ export class ClientConnection implements ConnectionContext {
     this.writeNow(encodeFrame(formatError(new TributaryError('invalid_parameter', { param: 'command', reason: 'only STREAM_CONTROL type=CLOSE is accepted on a stream' }))));
   }
 
-  private endStream(reason: StreamCloseReason, offset: number): void {
+  /** `code`: why a fenced stream ended (the fence's refusal, docs/protocol.md "Fenced reads"). */
+  private endStream(reason: StreamCloseReason, offset: number, code?: string): void {
     // Once: a stream ended from outside (shutdown, revocation) also ends its own loop, which would say so again.
     if (this.socket.destroyed || this.streamEnded) return;
     this.streamEnded = true;
     this.streaming?.abort();
-    this.socket.end(encodeFrame(formatLine('STREAM_CONTROL', { type: 'CLOSE', reason, offset })));
+    this.socket.end(encodeFrame(formatLine('STREAM_CONTROL', { type: 'CLOSE', reason, offset, code })));
   }
 
   /** Graceful broker shutdown: end streams with a CLOSE frame, let in-flight replies finish. */

@@ -1,9 +1,11 @@
 /** Reading: CONSUME, and the request parsing and batch reads STREAM shares (client-connection.ts). */
 import { encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
 import type { Params } from 'tributary-protocol/command.js';
+import { invalidParam } from 'tributary-protocol/errors.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
 import type { Isolation, Partition } from '../partition/partition.js';
 import { leaderGate } from './produce-commands.js';
+import { type ReadFence, checkReadFence } from './read-fence.js';
 const MAX_CONSUME_RECORDS = 10_000;
 const DEFAULT_CONSUME_RECORDS = 500;
 const DEFAULT_CONSUME_BYTES = 1024 * 1024;
@@ -15,6 +17,8 @@ export interface ReadRequest {
   offset: number;
   /** Cluster mode: the group whose committed offset another broker (its coordinator) holds. */
   remoteGroup?: string;
+  /** `member=` and `generation=` given: served only while the member owns the partition (read-fence.ts). */
+  fence?: ReadFence;
   reset?: 'earliest' | 'latest' | 'error';
   isolation: Isolation;
   maxRecords: number;
@@ -34,8 +38,12 @@ export function parseReadRequest(b: BrokerContext, p: Params): ReadRequest {
   leaderGate(b, partition);
   let offset = p.reqInt('offset', { min: 0 });
   const group = p.str('group', { maxLength: 255 });
-  p.str('member', { maxLength: 255 });
-  p.int('generation', { min: 0, max: 2 ** 31 - 1 });
+  const member = p.str('member', { maxLength: 255 });
+  const generation = p.int('generation', { min: 0, max: 2 ** 31 - 1 });
+  // A member fences the read; a group alone only starts it at the committed offset (docs/protocol.md).
+  if ((member === undefined) !== (generation === undefined)) throw invalidParam(member === undefined ? 'member' : 'generation', 'member and generation fence a read together: give both or neither');
+  if (member !== undefined && group === undefined) throw invalidParam('group', 'member and generation need the group they belong to');
+  const fence = member !== undefined && group !== undefined ? { group, member, generation: generation! } : undefined;
   // The broker-owned committed offset is authoritative: a lower requested offset starts there instead.
   let remoteGroup: string | undefined;
   if (group !== undefined) {
@@ -55,8 +63,18 @@ export function parseReadRequest(b: BrokerContext, p: Params): ReadRequest {
     else if (reset === 'latest') offset = partition.lastStableOffset;
     else partition.checkOffset(offset);
   }
-  if (remoteGroup !== undefined) return { topic: topic.name, partition, offset, isolation, maxRecords, maxBytes, remoteGroup, reset };
-  return { topic: topic.name, partition, offset, isolation, maxRecords, maxBytes };
+  const req: ReadRequest = { topic: topic.name, partition, offset, isolation, maxRecords, maxBytes };
+  if (fence) req.fence = fence;
+  if (remoteGroup !== undefined) Object.assign(req, { remoteGroup, reset });
+  return req;
+}
+
+/**
+ * A fenced read's check (read-fence.ts); nothing for an unfenced one. Returns how long its answer holds.
+ * `running`: a stream already admitted, which only its partition's ownership keeps going.
+ */
+export function checkFence(b: BrokerContext, req: ReadRequest, running = false): Promise<number> | number {
+  return req.fence ? checkReadFence(b, req.topic, req.partition.id, req.fence, running) : Number.POSITIVE_INFINITY;
 }
 
 /**
@@ -115,6 +133,7 @@ async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promi
   const phase = b.metrics.fetchPhase;
   if (receivedAt !== undefined) phase.observe({ phase: 'queue' }, (handled - receivedAt) / 1000);
   const req = parseReadRequest(b, p);
+  await checkFence(b, req);
   await resolveRemoteStart(b, c, req);
   const waitMs = Math.min(p.int('wait_ms', { min: 0 }) ?? 0, b.config.maxWaitMs);
   let readStarted = performance.now();
@@ -132,6 +151,8 @@ async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promi
       offset = out.nextOffset;
     }
   }
+  // Again once the records are in hand: the member may have lost the partition during the long poll.
+  await checkFence(b, req);
   const done = performance.now();
   phase.observe({ phase: 'wait' }, (readStarted - handled) / 1000);
   phase.observe({ phase: 'read' }, (done - readStarted) / 1000);

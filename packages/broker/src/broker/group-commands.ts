@@ -172,6 +172,28 @@ async function resetOffsets(b: BrokerContext, c: ConnectionContext, p: Params): 
   return formatOk({ group, topic, reset: dryRun ? 0 : entries.length, dry_run: dryRun, offsets: entries.map((e) => `P${e.partition}:${e.offset}`).join(',') });
 }
 
+/**
+ * Brokers only: a member's standing for fenced reads at a partition leader that does not coordinate the
+ * group (cluster/member-leases.ts). Refused as the member's commits would be; `session_left_ms` bounds how
+ * long the leader may trust the answer.
+ */
+function memberLease(b: BrokerContext, _c: ConnectionContext, p: Params): string {
+  const group = p.reqStr('group', { maxLength: MAX_ID });
+  const topic = p.reqStr('topic', { maxLength: MAX_ID });
+  const member = p.reqStr('member', { maxLength: MAX_ID });
+  const { standing: s, sessionLeftMs } = b.coordinator.memberStanding(group, topic, member);
+  const parts = b.topics.get(topic).partitions.map((x) => x.id);
+  return formatOk({
+    group,
+    member: s.memberId,
+    generation: s.generation,
+    group_generation: s.groupGeneration,
+    owned: assignments(parts.filter((x) => s.owns(x))),
+    reset: assignments(parts.filter((x) => s.isReset(x))),
+    session_left_ms: Math.floor(sessionLeftMs),
+  });
+}
+
 export const GROUP_COMMANDS: Record<string, CommandSpec> = {
   FIND_COORDINATOR: { handler: findCoordinator, params: ['group', 'transactional_id'] },
   JOIN_GROUP: { handler: joinGroup, params: ['assignor', 'generation', 'group', 'instance', 'member', 'protocol', 'rebalance_timeout_ms', 'session_timeout_ms', 'topic'], pipelined: true },
@@ -184,5 +206,6 @@ export const GROUP_COMMANDS: Record<string, CommandSpec> = {
   GROUP_STATUS: { handler: groupStatus, params: ['group'] },
   LIST_GROUPS: { handler: listGroups, params: [] },
   DELETE_GROUP: { handler: deleteGroup, params: ['group'] },
+  MEMBER_LEASE: { handler: memberLease, params: ['group', 'member', 'topic'] },
   RESET_OFFSETS: { handler: resetOffsets, params: ['dry_run', 'group', 'offset', 'partition', 'timestamp', 'to', 'topic'] },
 };

@@ -135,7 +135,7 @@ export function requirementOf(command: string, params: ReadonlyMap<string, strin
         // TXN_PUBLISH writes to a topic inside a transaction.
         return params.has('topic') ? { permissions: ['transaction', 'topic.write'], topic: 'write' } : { permissions: ['transaction'] };
       }
-      // TXN_APPEND, TXN_MARKER, TXN_GROUP_OFFSETS, REPLICA_FETCH, LEADER_EPOCHS: brokers only (admin).
+      // TXN_APPEND, TXN_MARKER, TXN_GROUP_OFFSETS, REPLICA_FETCH, LEADER_EPOCHS, MEMBER_LEASE: brokers only (admin).
       return { permissions: ['admin'] };
   }
 }

@@ -16,6 +16,7 @@ import { createEtcdClient } from './etcd-client.js';
 import { EtcdMetadataStore } from './etcd-metadata-store.js';
 import { PartitionStateStore } from './partition-state.js';
 import { type Replica, ReplicaManager } from './replica-manager.js';
+import type { MemberLeases } from './member-leases.js';
 
 /** Silence (past a request's own wait, with an unanswered ping) after which a peer connection is dropped. */
 const PEER_STALL_MS = 3000;
@@ -42,6 +43,11 @@ export class ClusterNode {
   private readonly connectingControl = new Map<string, Promise<Connection>>();
   /** Highest coordinator epoch per `__transaction_state` partition seen in markers written here. */
   private readonly txnCoordinatorEpochs = new Map<number, number>();
+  /**
+   * Standings of group members asked of their coordinators, for fenced reads of partitions led here
+   * (member-leases.ts). Set by the broker, which knows each group's `__consumer_offsets` partition.
+   */
+  memberLeases: MemberLeases | undefined;
 
   constructor(
     private readonly config: BrokerConfig,
@@ -264,6 +270,23 @@ export class ClusterNode {
     }
     const params = parseLine(reply).params;
     return params.get('committed') === 'true' ? Number(params.get('offset')) : undefined;
+  }
+
+  /**
+   * MEMBER_LEASE at the group's coordinator (the leader of `offsetsPartition`), for a fenced read. Fails
+   * closed: the coordinator's refusals of the member pass through; anything that leaves the answer
+   * unknown (no coordinator, a lost or stalled peer, a coordinator moving) is a retriable
+   * COORDINATOR_NOT_AVAILABLE, never a read served on a guess.
+   */
+  async askMemberLease(group: string, offsetsPartition: number, topic: string, member: string): Promise<string> {
+    try {
+      if (!this.leaderAddress(OFFSETS_TOPIC, offsetsPartition)) throw new TributaryError('COORDINATOR_LOADING', { reason: `${OFFSETS_TOPIC}[${offsetsPartition}] has no leader` });
+      return await (await this.leaderPeer(OFFSETS_TOPIC, offsetsPartition)).command('MEMBER_LEASE', { topic, group, member });
+    } catch (err) {
+      const e = err instanceof TributaryError ? err : undefined;
+      if (e && (e.errorClass === 'fencing' || e.errorClass === 'not_found' || e.errorClass === 'validation')) throw e;
+      throw new TributaryError('COORDINATOR_NOT_AVAILABLE', { group, reason: e ? `${e.code}: ${String(e.fields.reason ?? e.message)}` : String(err) });
+    }
   }
 
   /**

@@ -1,7 +1,7 @@
 import type client from 'prom-client';
 import type { Logger } from '../common/logger.js';
 import type { TopicManager } from '../partition/topic-manager.js';
-import { TributaryError } from 'tributary-protocol/errors.js';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { ConsumerGroup, type Member } from './group.js';
 import { type GroupLog, type GroupSnapshot, LogOffsetStore } from './group-log.js';
 import type { OffsetEntry, OffsetStore } from './offset-store.js';
@@ -9,14 +9,16 @@ import { KeyedLock } from '../common/keyed-lock.js';
 import { PartitionOwnership } from '../common/partition-ownership.js';
 import { type Clock, systemClock } from '../common/clock.js';
 import { Scheduler } from './scheduler.js';
-import type { CoordinatorConfig, GroupContext } from './group-context.js';
+import { type CoordinatorConfig, type GroupContext, requireGroup, requireMember } from './group-context.js';
 import { GroupMembership, type JoinRequest, type MemberView } from './group-membership.js';
 import { Rebalancer } from './rebalance.js';
 import { GroupOffsets } from './group-offsets.js';
 import { GroupAdmin, type ResetRequest } from './group-admin.js';
+import { type MemberStanding, checkGeneration, checkPartition, standingOf } from './member-fencing.js';
 import { abortableSleep, backoffDelay, isRetriable } from 'tributary-client/retry.js';
 
 export { type CoordinatorConfig, validateId } from './group-context.js';
+export type { MemberStanding } from './member-fencing.js';
 export type { JoinRequest, MemberView } from './group-membership.js';
 
 /**
@@ -46,6 +48,8 @@ export class GroupCoordinator {
   private readonly membership: GroupMembership;
   private readonly offsets: GroupOffsets;
   private readonly admin: GroupAdmin;
+  /** Fenced streams of each group, told of every change to it (docs/architecture.md, "Fenced reads"). */
+  private readonly watchers = new Map<string, Set<() => void>>();
   private stopped = false;
 
   constructor(
@@ -211,6 +215,7 @@ export class GroupCoordinator {
       }
       this.groups.delete(g.groupId);
       gone.add(g.groupId);
+      this.notifyWatchers(g.groupId);
     }
     for (const name of [...this.offsets.committed.keys()]) if (this.partitionFor(name) === partition) gone.add(name);
     for (const name of gone) this.offsets.forget(name);
@@ -297,6 +302,9 @@ export class GroupCoordinator {
    * exactly what was accepted (a write whose outcome is unknown included).
    */
   private async persist(g: ConsumerGroup): Promise<void> {
+    // Every change goes through here, before it is durable or answered: a fenced stream stops serving a
+    // partition its member lost before the new owner can hear that it may read it.
+    this.notifyWatchers(g.groupId);
     try {
       await this.deps.groupLog.writeGroup(this.snapshot(g));
     } catch (err) {
@@ -389,6 +397,52 @@ export class GroupCoordinator {
   /** A committed transaction's offsets, applied without fencing and never moving an offset back. */
   applyTxnOffsets(txn: string, group: string, topic: string, entries: OffsetEntry[]): Promise<void> {
     return this.offsets.applyTxnOffsets(txn, group, topic, entries);
+  }
+
+  // ---- fenced reads (member-fencing.ts; docs/protocol.md, "Fenced reads") ----
+
+  /**
+   * A member's standing for reads of `topic`, refused as its commits would be (unknown group or member,
+   * a fenced static id, another topic), and how long its session has left on this coordinator's clock:
+   * the bound of a cluster leader's cached copy (cluster/member-leases.ts).
+   */
+  memberStanding(group: string, topic: string, member: string): { standing: MemberStanding; sessionLeftMs: number } {
+    this.checkOwner(group);
+    const g = requireGroup(this.groups, group);
+    if (g.topic !== topic) throw invalidParam('topic', `group ${group} consumes topic ${g.topic}`);
+    const m = requireMember(g, member);
+    return { standing: standingOf(g, m), sessionLeftMs: m.lastHeartbeat + m.sessionTimeoutMs - this.clock.now() };
+  }
+
+  /**
+   * CONSUME/STREAM with a member: served only if a commit of the partition by it would pass the fence.
+   * Without a generation (a running stream, checked at its start) the member's rejoins do not matter,
+   * only whether it still owns the partition.
+   */
+  checkRead(req: { group: string; topic: string; member: string; generation?: number; partition: number }): void {
+    const { standing } = this.memberStanding(req.group, req.topic, req.member);
+    if (req.generation !== undefined) checkGeneration(standing, req.generation);
+    checkPartition(standing, req.partition);
+  }
+
+  /**
+   * Calls `fn` on every change to the group (membership, ownership, resets; its partition given up) until
+   * the returned function is called. A fenced STREAM checks its member again then, so it ends the moment
+   * its partition moves; `fn` runs synchronously inside the change, so it must only wake something.
+   */
+  watchGroup(group: string, fn: () => void): () => void {
+    let set = this.watchers.get(group);
+    if (!set) this.watchers.set(group, (set = new Set()));
+    set.add(fn);
+    return () => {
+      set.delete(fn);
+      if (set.size === 0 && this.watchers.get(group) === set) this.watchers.delete(group);
+    };
+  }
+
+  private notifyWatchers(group: string): void {
+    const set = this.watchers.get(group);
+    if (set) for (const fn of [...set]) fn();
   }
 
   // ---- commands: admin (group-admin.ts) ----

@@ -1,6 +1,7 @@
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { OffsetEntry } from './offset-store.js';
 import { type GroupContext, requireGroup, requireMember, validateId } from './group-context.js';
+import { checkGeneration, checkPartition, standingOf } from './member-fencing.js';
 
 /**
  * The offsets side of the group coordinator (docs/architecture.md, "Group coordinator"): committed and
@@ -129,16 +130,15 @@ export class GroupOffsets {
     const g = requireGroup(this.ctx.groups, req.group);
     if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
     const m = requireMember(g, req.member);
-    if (req.generation !== m.generation) throw new TributaryError('GEN_MISMATCH', { current: g.generation, requested: req.generation });
+    const standing = standingOf(g, m);
+    checkGeneration(standing, req.generation);
     const topic = this.ctx.topics.get(req.topic);
     const seen = new Set<number>();
     for (const e of req.entries) {
       if (seen.has(e.partition)) throw invalidParam('entries', `partition ${e.partition} given twice`);
       seen.add(e.partition);
       const part = topic.partition(e.partition);
-      // Its offset was reset by an admin: what this member read before must not overwrite it; it rejoins.
-      if (m.reset.has(e.partition)) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: g.groupId, generation: g.generation, reason: 'offsets_reset', partition: e.partition });
-      if (g.owners.get(e.partition) !== m.memberId) throw new TributaryError('NOT_OWNER', { partition: e.partition, member: m.memberId });
+      checkPartition(standing, e.partition);
       if (e.offset > part.logEndOffset) throw invalidParam('offset', `partition ${e.partition}: ${e.offset} is beyond the log end ${part.logEndOffset}`);
       const cur = getOffset(this.reserved, req.group, req.topic, e.partition);
       if (cur !== undefined && e.offset < cur) {
