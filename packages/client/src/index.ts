@@ -17,7 +17,11 @@ export {
   type RunOptions,
   type ConcurrencyOptions,
   type Ordering,
+  type RetryInfo,
+  type RetryTopicsOptions,
+  type ParkedEvent,
 } from './consumer.js';
+export { RETRY_HEADERS } from './retry-headers.js';
 export {
   Producer,
   RecordAccumulator,
