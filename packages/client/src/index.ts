@@ -22,6 +22,7 @@ export {
   type ParkedEvent,
 } from './consumer.js';
 export { RETRY_HEADERS } from './retry-headers.js';
+export type { ReplayDeadLettersOptions, ReplayDeadLettersResult } from './dead-letter-replay.js';
 export {
   Producer,
   RecordAccumulator,
