@@ -220,7 +220,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
           // A new retry group must not skip what was parked before it first joined.
           autoOffsetReset: 'earliest',
           // Waiting for a message to fall due is not a slow handler.
-          processingTimeoutMs: o.processingTimeoutMs + r.delaysMs[i]!,
+          processingTimeoutMs: Math.min(2 ** 31 - 1, o.processingTimeoutMs + r.delaysMs[i]!), // a timer's limit
         }),
     );
     for (const c of retryConsumers) {
