@@ -6,6 +6,7 @@ import { type RetryOptions, retry } from './retry.js';
 import { untilAborted } from './abort.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
 import { type Complete, refuseUnknownOptions } from './option-names.js';
+import type { ReplayConnection, ReplayDeadLettersOptions, ReplayDeadLettersResult } from './dead-letter-replay.js';
 
 export interface AdminOptions {
   /** Bootstrap brokers, `host:port`. */
@@ -255,6 +256,8 @@ function parsePartitionOffsets(csv: string): Array<{ partition: number; offset: 
 export class Admin extends TypedEmitter<ConnectionEvents> {
   private readonly cluster: Cluster;
   private readonly retryOptions: RetryOptions | undefined;
+  /** What replayDeadLetters() gives the consumer and producer it runs. */
+  private readonly connection: ReplayConnection;
   private closed = false;
   private closePromise: Promise<void> | undefined;
 
@@ -272,6 +275,8 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     if (bad) throw new TributaryError('invalid_config', { option: bad[0], reason: bad[1] }, `invalid admin option ${bad[0]}: ${bad[1]}`);
     this.cluster = clientCluster(options, (e) => this.emit(e.type, e));
     this.retryOptions = options.retry;
+    const { retry: _retry, ...connection } = options;
+    this.connection = connection;
   }
 
   private assertOpen(): void {
@@ -456,6 +461,21 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     }
     const reply = await this.group(group, 'RESET_OFFSETS', fields, o.signal);
     return parsePartitionOffsets(parseLine(reply).params.get('offsets') ?? '');
+  }
+
+  // ---- dead letters ----
+
+  /**
+   * Moves the messages a dead-letter topic of run({ retryTopics }) holds back to their source topics
+   * (original key, value and headers, without the retry ones), exactly once even if the replayer
+   * crashes: each batch and the dead-letter offsets commit in one transaction (docs/sdk.md, "Retry and
+   * dead-letter topics"). Replays what the topic held at the call and resolves with the counts.
+   */
+  async replayDeadLetters(opts: ReplayDeadLettersOptions, o: { signal?: AbortSignal } = {}): Promise<ReplayDeadLettersResult> {
+    this.assertOpen();
+    // Loaded when used: the replay runs a Consumer, which the Admin does not otherwise need.
+    const { replayDeadLetters } = await import('./dead-letter-replay.js');
+    return replayDeadLetters(this, this.connection, opts, o.signal);
   }
 
   // ---- lifecycle ----

@@ -25,7 +25,7 @@ export const CONCURRENCY_OPTION_NAMES = ['perPartition', 'ordering', 'maxBuffere
 const concurrencyComplete: Complete<ConcurrencyOptions, typeof CONCURRENCY_OPTION_NAMES> = true;
 void concurrencyComplete;
 
-export const RUN_OPTION_NAMES = ['eachMessage', 'eachBatch', 'signal', 'concurrency'] as const;
+export const RUN_OPTION_NAMES = ['eachMessage', 'eachBatch', 'signal', 'concurrency', 'retryTopics'] as const;
 
 export type ResolvedConcurrency = Required<ConcurrencyOptions>;
 

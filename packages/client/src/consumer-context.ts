@@ -39,6 +39,8 @@ export interface ConsumerEvents extends ConnectionEvents {
   heartbeat: { memberId: string; generation: number };
   crash: { error: Error; fatal: boolean };
   'handler.slow': { partition: number; offset: number; elapsedMs: number };
+  /** run({ retryTopics }): a failed message was parked (on a retry topic, or the dead-letter topic) and its offset committed. */
+  'retry.parked': import('./retry-topics.js').ParkedEvent;
   /** Readers and handlers of these partitions have stopped (before the revocation is confirmed). */
   'partitions.revoked': { partitions: number[]; generation: number };
   /**

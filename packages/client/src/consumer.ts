@@ -18,6 +18,9 @@ import { OffsetCommitter } from './offset-committer.js';
 import { refuseUnknownOptions } from './option-names.js';
 import { PartitionFetcher } from './partition-fetcher.js';
 import { sessionHeld } from './session-guard.js';
+import { systemRetryClock } from './retry-due.js';
+import { Parker, parkingHandler, prepareRetryTopics } from './retry-topics.js';
+import { type ResolvedRetryTopics, resolveRetryTopics } from './retry-topics-options.js';
 import type { PartitionWorker } from './partition-worker.js';
 import { Signal } from './wake-signal.js';
 
@@ -27,6 +30,9 @@ export { parseAssignments } from './group-membership.js';
 export type { ConcurrencyOptions } from './concurrency-options.js';
 export type { Ordering } from './key-scheduler.js';
 export type { EachBatchPayload, EachMessagePayload, RunOptions } from './message-handlers.js';
+export type { RetryInfo } from './retry-headers.js';
+export type { RetryTopicsOptions } from './retry-topics-options.js';
+export type { ParkedEvent } from './retry-topics.js';
 
 /**
  * A group member with the lifecycle of docs/sdk.md: `new → running ⇄ rebalancing → closing → closed`.
@@ -164,15 +170,23 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
 
   /** Runs handlers until the consumer closes (or `signal` aborts, which closes it). */
   async run(opts: RunOptions): Promise<void> {
-    if (!opts || typeof opts !== 'object') throw configError('run', 'expected { eachMessage | eachBatch, signal?, concurrency? }');
+    if (!opts || typeof opts !== 'object') throw configError('run', 'expected { eachMessage | eachBatch, signal?, concurrency?, retryTopics? }');
     refuseUnknownOptions('run', opts, RUN_OPTION_NAMES);
     if (!opts.eachMessage === !opts.eachBatch) throw configError('run', 'give exactly one of eachMessage or eachBatch');
     const concurrency = resolveConcurrency(opts.concurrency, opts.eachBatch !== undefined);
+    const o = this.options;
+    const retryTopics = resolveRetryTopics(opts.retryTopics, { topic: o.topic, groupId: o.groupId, eachBatch: opts.eachBatch !== undefined, concurrency: concurrency !== undefined });
     if (this.fetcher.sink) throw configError('run', 'the consumer is already being consumed');
-    const onAbort = () => void this.close();
-    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    if (retryTopics) return this.runWithRetryTopics(opts.eachMessage!, retryTopics, opts.signal);
     if (concurrency) this.fetcher.setSink(windowedSink(this.ctx, this.committer, opts.eachMessage!, concurrency), { slotted: false });
     else this.fetcher.setSink(handlerSink(this.ctx, this.committer, opts));
+    await this.runSink(opts.signal);
+  }
+
+  /** Starts with the sink set and runs until the consumer closes (or `signal` aborts, which closes it). */
+  private async runSink(signal: AbortSignal | undefined): Promise<void> {
+    const onAbort = () => void this.close();
+    signal?.addEventListener('abort', onAbort, { once: true });
     const wasClosed = this.ctx.closing;
     try {
       // close() while starting ends run() like a close after the start; a failed start still rejects
@@ -184,7 +198,76 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       await this.close();
       if (this.ctx.fatal) throw this.ctx.fatal;
     } finally {
-      opts.signal?.removeEventListener('abort', onAbort);
+      signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /**
+   * run({ retryTopics }): this consumer parks what fails; one internal consumer per retry topic (group
+   * `<groupId>.retry.<n>`) delivers it again when due and parks it further. They close with this one.
+   */
+  private async runWithRetryTopics(handler: NonNullable<RunOptions['eachMessage']>, r: ResolvedRetryTopics, signal: AbortSignal | undefined): Promise<void> {
+    // Claimed before the first await: a second run() meanwhile is refused.
+    this.fetcher.setSink(async () => {});
+    let counts: Map<string, number>;
+    try {
+      counts = await prepareRetryTopics(this.options, r, signal);
+    } catch (err) {
+      await this.close();
+      throw err;
+    }
+    const o = this.options;
+    const retryConsumers = r.retryTopics.map(
+      (topic, i) =>
+        new Consumer({
+          ...o,
+          groupId: `${o.groupId}.retry.${i + 1}`,
+          topic,
+          // A new retry group must not skip what was parked before it first joined.
+          autoOffsetReset: 'earliest',
+          // Waiting for a message to fall due is not a slow handler.
+          processingTimeoutMs: Math.min(2 ** 31 - 1, o.processingTimeoutMs + r.delaysMs[i]!), // a timer's limit
+        }),
+    );
+    for (const c of retryConsumers) {
+      c.on('retry.parked', (e) => this.emit('retry.parked', e));
+      c.on('crash', (e) => (e.fatal ? this.ctx.crash(e.error, true) : this.emit('crash', e)));
+    }
+    const runs = retryConsumers.map((c) =>
+      c.runParking(handler, r, counts, true).catch((err: unknown) => {
+        if (!this.ctx.closing) this.ctx.crash(err as Error, true);
+      }),
+    );
+    const closeRetries = () => void Promise.allSettled(retryConsumers.map((c) => c.close()));
+    this.ctx.root.signal.addEventListener('abort', closeRetries, { once: true });
+    try {
+      await this.runParking(handler, r, counts, false, signal);
+    } finally {
+      closeRetries();
+      await Promise.allSettled(runs);
+    }
+  }
+
+  /** Runs `handler` with failed messages parked (`onRetryTopic`: this consumer reads a retry topic). */
+  private async runParking(handler: NonNullable<RunOptions['eachMessage']>, r: ResolvedRetryTopics, counts: Map<string, number>, onRetryTopic: boolean, signal?: AbortSignal): Promise<void> {
+    const parker = new Parker(
+      {
+        position: this,
+        options: this.options,
+        exclusive: (fn) => this.committer.exclusive(fn),
+        committedByTransaction: (p, gen, offset) => this.committer.committedByTransaction(p, gen, offset),
+        parked: (e) => this.emit('retry.parked', e),
+        fatal: (err) => this.ctx.crash(err, true),
+      },
+      r,
+      counts,
+      systemRetryClock,
+    );
+    this.fetcher.setSink(handlerSink(this.ctx, this.committer, { eachMessage: parkingHandler(handler, parker, systemRetryClock, onRetryTopic) }));
+    try {
+      await this.runSink(signal);
+    } finally {
+      await parker.close();
     }
   }
 

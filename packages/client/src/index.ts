@@ -17,7 +17,12 @@ export {
   type RunOptions,
   type ConcurrencyOptions,
   type Ordering,
+  type RetryInfo,
+  type RetryTopicsOptions,
+  type ParkedEvent,
 } from './consumer.js';
+export { RETRY_HEADERS } from './retry-headers.js';
+export type { ReplayDeadLettersOptions, ReplayDeadLettersResult } from './dead-letter-replay.js';
 export {
   Producer,
   RecordAccumulator,

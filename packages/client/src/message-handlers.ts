@@ -12,11 +12,15 @@ import type { Sink } from './partition-fetcher.js';
 import type { PartitionWorker } from './partition-worker.js';
 import { backoffSleep } from './retry.js';
 import { sessionHeld } from './session-guard.js';
+import type { RetryInfo } from './retry-headers.js';
+import type { RetryTopicsOptions } from './retry-topics-options.js';
 
 export interface EachMessagePayload {
   message: ConsumedMessage;
   /** Aborted when the partition is revoked or the consumer closes. */
   signal: AbortSignal;
+  /** With run()'s `retryTopics`: this delivery's attempt and where the message was first read. */
+  retry?: RetryInfo;
 }
 
 export interface EachBatchPayload {
@@ -34,6 +38,8 @@ export interface RunOptions {
   signal?: AbortSignal;
   /** Parallel eachMessage handlers inside each partition (docs/sdk.md, "Concurrency"); without it, one at a time. */
   concurrency?: ConcurrencyOptions;
+  /** Park failed messages on retry topics, then a dead-letter topic (docs/sdk.md, "Retry and dead-letter topics"). */
+  retryTopics?: RetryTopicsOptions;
 }
 const runOptionsComplete: Complete<RunOptions, typeof RUN_OPTION_NAMES> = true;
 void runOptionsComplete;

@@ -17,6 +17,12 @@ export interface CommitOutcomes {
 
 export class OffsetCommitter {
   private readonly commitWake = new Signal();
+  /**
+   * Commits and park transactions (run()'s retryTopics) one at a time: a BATCH_COMMIT still in flight
+   * must not land after a park transaction moved the same partition's offset further (docs/sdk.md,
+   * "Retry and dead-letter topics").
+   */
+  private chain: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly ctx: ConsumerContext,
@@ -46,7 +52,29 @@ export class OffsetCommitter {
     if (offset + 1 > w.processed) w.processed = offset + 1;
   }
 
-  async commitProcessed(workers: PartitionWorker[], opts: { final?: boolean; signal?: AbortSignal } = {}): Promise<void> {
+  /** Runs `fn` when no commit or other exclusive work runs, and holds both off until it settles. */
+  exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.chain.then(fn);
+    this.chain = run.catch(() => {});
+    return run;
+  }
+
+  /**
+   * A transaction committed this partition's offset (a park): it is processed and committed up to there,
+   * so the next commit does not send it again. Ignored for a partition revoked meanwhile.
+   */
+  committedByTransaction(partition: number, assignmentGeneration: number, offset: number): void {
+    const w = this.ctx.workers.get(partition);
+    if (!w || w.assignmentGeneration !== assignmentGeneration) return;
+    if (offset > w.processed) w.processed = offset;
+    if (offset > w.committed) w.committed = offset;
+  }
+
+  commitProcessed(workers: PartitionWorker[], opts: { final?: boolean; signal?: AbortSignal } = {}): Promise<void> {
+    return this.exclusive(() => this.commitNow(workers, opts));
+  }
+
+  private async commitNow(workers: PartitionWorker[], opts: { final?: boolean; signal?: AbortSignal }): Promise<void> {
     const ctx = this.ctx;
     const dirty = workers.filter((w) => w.processed > w.committed);
     if (dirty.length === 0 || !ctx.memberId) return;

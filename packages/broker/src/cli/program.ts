@@ -7,6 +7,7 @@ import { registerBrokerCommand } from './broker-command.js';
 import { registerClusterCommands } from './cluster-command.js';
 import { registerConsumeCommand } from './consume-command.js';
 import { CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, formatBrokerError } from './errors.js';
+import { registerDlqCommand } from './dlq-command.js';
 import { registerGroupCommand } from './group-command.js';
 import { registerProduceCommand } from './produce-command.js';
 import { registerTopicCommand } from './topic-command.js';
@@ -41,6 +42,7 @@ export function buildProgram(): Command {
   registerProduceCommand(program);
   registerConsumeCommand(program);
   registerGroupCommand(program);
+  registerDlqCommand(program);
   registerUserCommand(program);
   registerClusterCommands(program);
   return program;
