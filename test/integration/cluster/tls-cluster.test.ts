@@ -7,6 +7,7 @@
  * cluster keeps serving; a kill -9 of a leader is noticed by the liveness probe over TLS and fails over.
  */
 import fs from 'node:fs';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
@@ -16,7 +17,7 @@ import { FAST_CLUSTER_ARGS, TestCluster } from '../../helpers/cluster.js';
 import type { EtcdTlsFiles } from '../../helpers/etcd.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
-import { makeCa, makeCert, type Pem } from '../security/pki.js';
+import { addUser, makeCa, makeCert, type Pem } from '../security/pki.js';
 
 const TOPIC = 'secure';
 const PARTITIONS = 3;
@@ -194,5 +195,80 @@ describe('a cluster with TLS to clients, between brokers and to etcd', () => {
     // The probe, not the lease, noticed: its connection closed and a new TLS connection was refused.
     expect(survivors.some((b) => b.stderr.includes('broker process is gone (connection refused)'))).toBe(true);
     await roundTrip('after-kill', 20);
+  });
+});
+
+/**
+ * The same with authentication on: brokers AUTH to each other as the inter-broker principal over TLS,
+ * clients authenticate with tokens or their certificate's CN, and a principal with `admin` but no broker
+ * certificate still cannot send broker-to-broker commands.
+ */
+describe('a TLS cluster with authentication on', () => {
+  let dir: string;
+  let ca: Pem;
+  let clientsCa: Pem;
+  let cluster: TestCluster;
+  let appToken: string;
+  let opsToken: string;
+  const clients: Array<{ close(): Promise<void> }> = [];
+
+  beforeAll(async () => {
+    dir = await tempDir('tributary-cluster-tls-auth-');
+    ca = makeCa(dir, 'broker-ca');
+    clientsCa = makeCa(dir, 'clients-ca');
+    const etcdCa = makeCa(dir, 'etcd-ca');
+    const etcdServer = makeCert(dir, etcdCa, 'etcd-server', 'etcd');
+    const etcdClient = makeCert(dir, etcdCa, 'etcd-client', 'tributary');
+    // The helpers' own connections authenticate by certificate: CN=ops, a user with admin.
+    const ops = makeCert(dir, clientsCa, 'ops', 'ops');
+    const config = path.join(dir, 'broker.json');
+    fs.writeFileSync(config, JSON.stringify({ authentication: true, interBrokerPrincipal: 'broker' }));
+    const brokerToken = addUser(config, 'broker', ['admin']);
+    opsToken = addUser(config, 'ops', ['admin']);
+    appToken = addUser(config, 'app', ['topic.read', 'topic.write', 'group']);
+    const certs = [0, 1, 2].map((id) => makeCert(dir, ca, `broker-${id}`, `broker-${id}`));
+    cluster = await TestCluster.start(3, ['--config', config, '--inter-broker-token', brokerToken, '--tls-ca', clientsCa.certFile], {}, {
+      etcd: { caFile: etcdCa.certFile, certFile: etcdServer.certFile, keyFile: etcdServer.keyFile, clientCertFile: etcdClient.certFile, clientKeyFile: etcdClient.keyFile },
+      argsFor: (id) => [
+        ...['--tls-cert', certs[id]!.certFile, '--tls-key', certs[id]!.keyFile, '--inter-broker-tls-ca', ca.certFile],
+        ...['--etcd-tls-ca', etcdCa.certFile, '--etcd-tls-cert', etcdClient.certFile, '--etcd-tls-key', etcdClient.keyFile],
+      ],
+      clientTls: { ca: ca.cert, cert: ops.cert, key: ops.key },
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    await Promise.allSettled(clients.map((c) => c.close()));
+    await cluster?.dispose();
+    if (dir) await removeDir(dir);
+  });
+
+  it('replicates the internal topics and a topic with acks=all between authenticated brokers; an app with a token produces and consumes', async () => {
+    const admin = await cluster.connect(0);
+    await admin.command('CREATE', { topic: TOPIC, partitions: PARTITIONS, replication_factor: 3 });
+    await cluster.waitFor('leaders and full ISRs', async () => {
+      const ps = (await cluster.status()).partitions.filter((p) => p.topic === TOPIC || p.topic === '__consumer_offsets');
+      return ps.length > PARTITIONS && ps.every((p) => p.leader >= 0 && p.isr.length === 3);
+    });
+    const auth = { principal: 'app', token: appToken };
+    const producer = new Producer({ brokers: cluster.addresses, tls: { ca: ca.cert }, auth });
+    clients.push(producer);
+    const acks = await producer.send({ topic: TOPIC, messages: Array.from({ length: 30 }, (_, i) => ({ key: `k${i}`, value: `v${i}` })) });
+    expect(acks).toHaveLength(30);
+    const consumer = new Consumer({ brokers: cluster.addresses, tls: { ca: ca.cert }, auth, groupId: 'g-auth', topic: TOPIC, autoOffsetReset: 'earliest' });
+    clients.push(consumer);
+    const seen = new Set<string>();
+    for await (const m of consumer) {
+      seen.add(m.value.toString());
+      if (seen.size === 30) break;
+    }
+    expect(seen.size).toBe(30);
+  });
+
+  it('an admin without a broker certificate cannot send broker-to-broker commands', async () => {
+    const c = await Connection.connect({ host: '127.0.0.1', port: cluster.broker(0).port, tls: { ca: ca.cert }, auth: { principal: 'ops', token: opsToken }, connectTimeoutMs: 3000 });
+    clients.push(c);
+    expect(await c.command('CLUSTER_STATUS')).toMatch(/"status":"OK"/); // admin otherwise
+    await expect(c.command('LEADER_EPOCHS', { topic: TOPIC, partition: 0, leader_epoch: 0 })).rejects.toMatchObject({ code: 'NOT_AUTHORIZED_FOR_OPERATION', fields: { permission: 'broker' } });
   });
 });

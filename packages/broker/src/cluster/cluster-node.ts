@@ -204,7 +204,8 @@ export class ClusterNode {
           else if (leader >= 0) {
             const address = this.registry.list().find((b) => b.id === leader)?.advertisedAddress;
             // A peer that cannot say (gone, not started, partitioned) is asked again next round.
-            const reply = address ? await (await this.peer(address)).command('PARTITIONS_READY', { topic, partitions: parts.join(',') }).catch(() => '') : '';
+            // Connecting can fail too (a TLS and AUTH handshake that outlasts its bound on a loaded peer).
+            const reply = address ? await this.peer(address).then((c) => c.command('PARTITIONS_READY', { topic, partitions: parts.join(',') })).catch(() => '') : '';
             served = (parseLine(reply || 'OK').params.get('ready') ?? '').split(',').filter(Boolean).map(Number);
           }
           for (const p of served) ready.add(p);
