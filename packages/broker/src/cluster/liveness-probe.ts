@@ -89,10 +89,12 @@ export class LivenessProbe {
     w.socket = socket;
     const timer = setTimeout(() => socket.destroy(new Error('connect timeout')), CONNECT_TIMEOUT_MS);
     let connected = false;
+    let connectedAt = 0;
     let secured = false;
     socket.on('connect', () => {
       // The TCP connection alone says the process is alive, handshake or not.
       connected = true;
+      connectedAt = Date.now();
       clearTimeout(timer);
       socket.setKeepAlive(true, 1000);
     });
@@ -112,8 +114,10 @@ export class LivenessProbe {
         w.tlsWarned = true;
         setTimeout(() => this.connect(id, w, false), 1000).unref();
       } else if (connected) {
-        // Closed under us: look again right away.
-        this.connect(id, w, true);
+        // Closed under us: look again right away, unless the peer closes every connection as soon as it
+        // is made (it refuses this broker's certificate, say): then once a second, not in a loop.
+        if (Date.now() - connectedAt >= 1000) this.connect(id, w, true);
+        else setTimeout(() => this.connect(id, w, true), 1000).unref();
       } else if (probing) {
         this.deps.onDead({ id, lease: w.lease });
         // Keep watching: a restart registers anew and sync() starts over.
