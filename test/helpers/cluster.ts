@@ -2,10 +2,11 @@
  * A real cluster for tests: one etcd and N broker processes on free loopback ports, each with its own data
  * directory, sharing a key prefix of their own. Brokers can be killed, paused and restarted.
  */
+import type tls from 'node:tls';
 import { afterAll, beforeAll } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
-import { type EtcdServer, startEtcd } from './etcd.js';
+import { type EtcdServer, type EtcdTlsFiles, startEtcd } from './etcd.js';
 import { BrokerProcess } from './launcher.js';
 import { eventuallyTolerant } from './util.js';
 
@@ -40,6 +41,15 @@ export interface ClusterStatus {
   leaderless: number;
 }
 
+export interface ClusterTlsOptions {
+  /** Start etcd with TLS only and client certificates required. */
+  etcd?: EtcdTlsFiles;
+  /** More `broker start` flags for broker `id` (its own certificate, say). */
+  argsFor?: (id: number) => string[];
+  /** TLS options of the helpers' connections to the brokers. */
+  clientTls?: tls.ConnectionOptions;
+}
+
 export class TestCluster {
   private constructor(
     readonly etcd: EtcdServer,
@@ -47,9 +57,13 @@ export class TestCluster {
     readonly prefix: string,
   ) {}
 
-  /** etcd, then `n` brokers (ids 0..n-1); resolves once every broker is ready and the internal topics exist. */
-  static async start(n = 3, extraArgs: string[] = [], env: Record<string, string> = {}): Promise<TestCluster> {
-    const etcd = await startEtcd();
+  /**
+   * etcd, then `n` brokers (ids 0..n-1); resolves once every broker is ready and the internal topics exist.
+   * `secure`: etcd with TLS and client certificates, per-broker flags (certificates) and the TLS options
+   * the helpers' own connections use.
+   */
+  static async start(n = 3, extraArgs: string[] = [], env: Record<string, string> = {}, secure: ClusterTlsOptions = {}): Promise<TestCluster> {
+    const etcd = await startEtcd({ tls: secure.etcd });
     const prefix = `/tributary-cluster-${process.pid}-${++clusters}/`;
     const brokers: BrokerProcess[] = [];
     const cluster = new TestCluster(etcd, brokers, prefix);
@@ -57,8 +71,14 @@ export class TestCluster {
       for (let id = 0; id < n; id++) {
         brokers.push(
           await BrokerProcess.start({
-            args: ['--cluster', '--etcd', etcd.endpoints.join(','), '--etcd-prefix', prefix, '--broker-id', String(id), '--internal-replication-factor', String(Math.min(3, n)), ...FAST_CLUSTER_ARGS, ...extraArgs],
+            args: [
+              ...['--cluster', '--etcd', etcd.endpoints.join(','), '--etcd-prefix', prefix, '--broker-id', String(id), '--internal-replication-factor', String(Math.min(3, n))],
+              ...FAST_CLUSTER_ARGS,
+              ...extraArgs,
+              ...(secure.argsFor?.(id) ?? []),
+            ],
             env,
+            clientTls: secure.clientTls,
           }),
         );
       }

@@ -8,12 +8,43 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
+import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
 import { trackChild } from './process-registry.js';
 import { removeDir, sleep, tempDir } from './util.js';
 
 const START_TIMEOUT_MS = 30_000;
+
+/** PEM files for an etcd that serves TLS only and requires client certificates from `caFile`. */
+export interface EtcdTlsFiles {
+  caFile: string;
+  certFile: string;
+  keyFile: string;
+  /** The client certificate the helper itself presents (health checks). */
+  clientCertFile: string;
+  clientKeyFile: string;
+}
+
+/** GET over https with a client certificate (fetch cannot present one). */
+function httpsGet(url: string, files: EtcdTlsFiles, timeoutMs: number): Promise<{ ok: boolean; status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = https.get(
+      url,
+      { ca: readFileSync(files.caFile), cert: readFileSync(files.clientCertFile), key: readFileSync(files.clientKeyFile), timeout: timeoutMs },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => {
+          body += d;
+        });
+        res.on('end', () => resolve({ ok: (res.statusCode ?? 0) < 300, status: res.statusCode ?? 0, body }));
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+  });
+}
 
 /** The process state letter of /proc/<pid>/stat (R, S, T, ...); undefined off Linux or once it is gone. */
 function processState(pid: number): string | undefined {
@@ -89,18 +120,20 @@ export class EtcdServer {
   private constructor(
     readonly binary: string,
     readonly dir: string,
+    /** TLS only, client certificates required (`--client-cert-auth`); plain HTTP when undefined. */
+    readonly tls?: EtcdTlsFiles,
   ) {}
 
   /** Client URLs for the etcd3 client (`hosts`) or for `--etcd` flags. */
   get endpoints(): string[] {
-    return [`http://127.0.0.1:${this.clientPort}`];
+    return [`${this.tls ? 'https' : 'http'}://127.0.0.1:${this.clientPort}`];
   }
 
   get pid(): number | undefined {
     return this.proc?.pid;
   }
 
-  static async start(): Promise<EtcdServer> {
+  static async start(opts: { tls?: EtcdTlsFiles } = {}): Promise<EtcdServer> {
     const binary = findEtcdBinary();
     if (!binary) {
       throw new Error(
@@ -108,7 +141,7 @@ export class EtcdServer {
       );
     }
     const dir = await tempDir('tributary-etcd-');
-    const server = new EtcdServer(binary, dir);
+    const server = new EtcdServer(binary, dir, opts.tls);
     live.set(server, { pid: undefined, dir });
     installExitHook();
     try {
@@ -132,7 +165,7 @@ export class EtcdServer {
   }
 
   private async launch(): Promise<void> {
-    const client = `http://127.0.0.1:${this.clientPort}`;
+    const client = this.endpoints[0]!;
     const peer = `http://127.0.0.1:${this.peerPort}`;
     const args = [
       '--name',
@@ -157,6 +190,9 @@ export class EtcdServer {
       'zap',
       '--log-level',
       'warn',
+      ...(this.tls
+        ? ['--cert-file', this.tls.certFile, '--key-file', this.tls.keyFile, '--client-cert-auth', '--trusted-ca-file', this.tls.caFile]
+        : []),
     ];
     // ETCD_* variables from the environment would override or clash with the flags.
     const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ETCD_')));
@@ -185,8 +221,11 @@ export class EtcdServer {
     while (Date.now() < deadline) {
       if (hasExited()) throw new Error(`etcd exited before it was healthy\n--- etcd output ---\n${this.output}`);
       try {
-        const res = await fetch(`${this.endpoints[0]}/health`, { signal: AbortSignal.timeout(1_000) });
-        const body = await res.text();
+        const url = `${this.endpoints[0]}/health`;
+        const res = this.tls
+          ? await httpsGet(url, this.tls, 1_000)
+          : await fetch(url, { signal: AbortSignal.timeout(1_000) }).then(async (r) => ({ ok: r.ok, status: r.status, body: await r.text() }));
+        const body = res.body;
         if (res.ok && /"health"\s*:\s*"true"/.test(body)) return;
         last = `${res.status} ${body}`;
       } catch (err) {
@@ -243,6 +282,6 @@ export class EtcdServer {
   }
 }
 
-export function startEtcd(): Promise<EtcdServer> {
-  return EtcdServer.start();
+export function startEtcd(opts: { tls?: EtcdTlsFiles } = {}): Promise<EtcdServer> {
+  return EtcdServer.start(opts);
 }

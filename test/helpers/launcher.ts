@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import path from 'node:path';
+import type tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 import { Connection } from 'tributary-protocol/connection.js';
 import { trackChild } from './process-registry.js';
@@ -18,6 +19,8 @@ export interface BrokerOptions {
   startTimeoutMs?: number;
   /** Also appends everything the broker writes to stderr (its log) to this file, restarts included. */
   stderrFile?: string;
+  /** TLS options of connect() (a broker with --tls-cert). */
+  clientTls?: tls.ConnectionOptions;
 }
 
 /**
@@ -93,7 +96,7 @@ export class BrokerProcess {
   }
 
   async connect(opts: { features?: string[] } = {}): Promise<Connection> {
-    const c = await Connection.connect({ host: '127.0.0.1', port: this.port, ...opts });
+    const c = await Connection.connect({ host: '127.0.0.1', port: this.port, ...(this.opts.clientTls ? { tls: this.opts.clientTls } : {}), ...opts });
     this.connections.add(c);
     return c;
   }

@@ -29,13 +29,16 @@ export function makeCa(dir: string, name: string): Pem {
   return read(certFile, keyFile);
 }
 
-/** A certificate for CN=`cn` signed by `ca` (server certificates get a SAN for 127.0.0.1 and localhost). */
-export function makeCert(dir: string, ca: Pem, name: string, cn: string): Pem {
+/**
+ * A certificate for CN=`cn` signed by `ca`, with subject alternative names `san` (default the loopback IP
+ * and localhost: a peer or client checks the host it connects to, an IP address against an IP SAN).
+ */
+export function makeCert(dir: string, ca: Pem, name: string, cn: string, san = 'IP:127.0.0.1,DNS:localhost'): Pem {
   const keyFile = path.join(dir, `${name}.key`);
   const csr = path.join(dir, `${name}.csr`);
   const certFile = path.join(dir, `${name}.crt`);
   const ext = path.join(dir, `${name}.ext`);
-  fs.writeFileSync(ext, 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  fs.writeFileSync(ext, `subjectAltName=${san}\n`);
   openssl(['req', ...EC, '-keyout', keyFile, '-out', csr, '-subj', `/CN=${cn}`]);
   openssl(['x509', '-req', '-in', csr, '-CA', ca.certFile, '-CAkey', ca.keyFile, '-CAcreateserial', '-out', certFile, '-days', '1', '-extfile', ext]);
   return read(certFile, keyFile);

@@ -26,6 +26,7 @@ import { MemoryOffsetStore } from '../coordinator/memory-offset-store.js';
 import { PgOffsetStore } from '../coordinator/pg-offset-store.js';
 import { TransactionCoordinator } from '../txn/txn-coordinator.js';
 import { ClusterNode } from '../cluster/cluster-node.js';
+import { peerTls } from '../cluster/cluster-tls.js';
 import { registerClusterMetrics } from '../cluster/cluster-metrics.js';
 import type { Replica } from '../cluster/replica-manager.js';
 import { leaderGate, replicated } from './produce-commands.js';
@@ -128,7 +129,7 @@ export class Broker implements BrokerContext {
       registry: this.metrics.registry,
       config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs, idExpirationMs: config.transactionalIdExpirationMs },
     });
-    this.security = new Security(config, logger.child({ component: 'security' }));
+    this.security = new Security(config, logger.child({ component: 'security' }), this.cluster?.tls);
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
     this.server = this.createServer();
     let self: ReturnType<typeof selfConnection> | undefined;
@@ -327,6 +328,8 @@ export class Broker implements BrokerContext {
     if (c.tlsRequireClientCert && (c.tlsCert === undefined || c.tlsCa === undefined)) {
       throw new Error('invalid config: tlsRequireClientCert needs tlsCert, tlsKey and tlsCa');
     }
+    // Cluster TLS (docs/operations.md "Securing a cluster"): peers connect to this listener too.
+    const peers = this.cluster ? this.cluster.tls : peerTls(c);
     if (c.tlsCert === undefined || c.tlsKey === undefined) {
       return net.createServer((socket) => {
         // Per-address limit before anything else: a refused client costs one short write.
@@ -340,13 +343,24 @@ export class Broker implements BrokerContext {
       {
         cert: readFileSync(c.tlsCert),
         key: readFileSync(c.tlsKey),
-        ca: c.tlsCa === undefined ? undefined : readFileSync(c.tlsCa),
+        // Client certificates may come from the clients' CA or, from peers, the inter-broker CA.
+        ca: c.tlsCa === undefined && peers === undefined ? undefined : [...(c.tlsCa === undefined ? [] : [readFileSync(c.tlsCa)]), ...(peers ? [peers.ca] : [])],
         minVersion: 'TLSv1.2',
-        requestCert: c.tlsCa !== undefined,
+        requestCert: c.tlsCa !== undefined || peers !== undefined,
         rejectUnauthorized: c.tlsRequireClientCert,
         handshakeTimeout: Math.min(c.frameTimeoutMs, 10_000),
       },
-      (socket) => this.onConnection(socket),
+      (socket) => {
+        // In a TLS cluster a certificate that does not verify is refused even where client certificates
+        // are optional: a broker from another CA must not get in as a plain client of this one.
+        if (peers && !socket.authorized && socket.getPeerX509Certificate() !== undefined) {
+          this.metrics.connectionsRejected.inc({ reason: 'tls_error' });
+          this.logger.warn({ remote: `${socket.remoteAddress}:${socket.remotePort}`, reason: String(socket.authorizationError) }, 'refused a client certificate that does not verify');
+          socket.destroy();
+          return;
+        }
+        this.onConnection(socket);
+      },
     );
     server.on('tlsClientError', (err, socket) => {
       this.metrics.connectionsRejected.inc({ reason: 'tls_error' });

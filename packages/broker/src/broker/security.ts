@@ -1,4 +1,4 @@
-import { randomBytes, scrypt, scryptSync, timingSafeEqual } from 'node:crypto';
+import { type X509Certificate, randomBytes, scrypt, scryptSync, timingSafeEqual } from 'node:crypto';
 import type tls from 'node:tls';
 import { formatOk, type ParsedLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
@@ -88,6 +88,12 @@ interface Requirement {
   topic?: TopicAccess;
 }
 
+/**
+ * Commands only brokers send each other. With inter-broker TLS they need a connection whose client
+ * certificate the inter-broker CA issued, whatever the principal (docs/operations.md "Securing a cluster").
+ */
+export const BROKER_COMMANDS = new Set(['REPLICA_FETCH', 'LEADER_EPOCHS', 'PARTITIONS_READY', 'TXN_APPEND', 'TXN_MARKER', 'TXN_GROUP_OFFSETS', 'MEMBER_LEASE']);
+
 /** Commands anyone may send, authenticated or not. */
 const OPEN = new Set(['PROTOCOL_INFO', 'NEGOTIATE', 'AUTH', 'HELP']);
 
@@ -154,6 +160,8 @@ interface Session {
   principal: string | undefined;
   authenticated: boolean;
   failures: number;
+  /** Its verified client certificate was issued by the inter-broker CA: a peer broker. */
+  peer: boolean;
   /** Token bucket for maxRequestsPerSecondPerConnection. */
   tokens: number;
   refilledAt: number;
@@ -176,6 +184,8 @@ export class Security {
   constructor(
     private readonly config: BrokerConfig,
     private readonly logger: Logger,
+    /** Inter-broker TLS: recognises peers' certificates; broker-to-broker commands then need one. */
+    private readonly peers?: { isPeer(cert: X509Certificate | undefined): boolean },
   ) {
     this.users = config.users;
     this.acls = config.topicAcls;
@@ -202,14 +212,16 @@ export class Security {
       principal: undefined,
       authenticated: false,
       failures: 0,
+      peer: false,
       tokens: rate,
       refilledAt: Date.now(),
       close: (reason) => conn.destroy(reason, 200),
     };
     this.sessions.set(conn, session);
+    const tlsSocket = socket as tls.TLSSocket;
+    if (this.peers && tlsSocket.encrypted && tlsSocket.authorized) session.peer = this.peers.isPeer(tlsSocket.getPeerX509Certificate());
     if (!this.enabled) return;
     // mTLS: a verified client certificate whose CN names a known user authenticates the connection.
-    const tlsSocket = socket as tls.TLSSocket;
     if (tlsSocket.encrypted && tlsSocket.authorized) {
       const cn = tlsSocket.getPeerCertificate()?.subject?.CN;
       const name = Array.isArray(cn) ? cn[0] : cn;
@@ -231,7 +243,7 @@ export class Security {
   private session(conn: ConnectionContext): Session {
     let s = this.sessions.get(conn);
     if (!s) {
-      s = { principal: undefined, authenticated: false, failures: 0, tokens: this.config.maxRequestsPerSecondPerConnection, refilledAt: Date.now(), close: () => {} };
+      s = { principal: undefined, authenticated: false, failures: 0, peer: false, tokens: this.config.maxRequestsPerSecondPerConnection, refilledAt: Date.now(), close: () => {} };
       this.sessions.set(conn, s);
     }
     return s;
@@ -315,6 +327,9 @@ export class Security {
   authorize(command: string, conn: ConnectionContext, req: ParsedLine | Buffer | undefined): TributaryError | undefined {
     const s = this.session(conn);
     const isBatch = Buffer.isBuffer(req);
+    if (this.peers && BROKER_COMMANDS.has(command) && !s.peer) {
+      return new TributaryError('NOT_AUTHORIZED_FOR_OPERATION', { command, permission: 'broker', ...(s.principal === undefined ? {} : { principal: s.principal }), reason: 'needs a client certificate from the inter-broker CA' });
+    }
     if (!this.enabled || OPEN.has(command)) return undefined;
     const perms = this.permissionsOf(s);
     if (perms === undefined) {

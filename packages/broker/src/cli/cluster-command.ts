@@ -110,6 +110,7 @@ interface DevClusterOptions {
   dataDir?: string;
   basePort?: number;
   brokerArgs?: string;
+  tls?: boolean;
 }
 
 /** Runs a local cluster in the foreground until SIGINT/SIGTERM, then stops it (brokers first, then etcd). */
@@ -140,6 +141,7 @@ async function devCluster(opts: DevClusterOptions): Promise<void> {
         brokers: opts.brokers,
         dataDir: opts.dataDir,
         basePort: opts.basePort,
+        tls: opts.tls === true,
         // Replicated by default: `topic create` has no replication flag, and a dev cluster is for failover.
         brokerArgs: ['--default-replication-factor', String(rf), ...(opts.brokerArgs ?? '').split(/\s+/).filter(Boolean)],
         onLog: (who, line) => {
@@ -184,19 +186,26 @@ export function compactLog(line: string): string {
 /** Ends with the `bootstrap:` line, written with the rest in one piece: a script can wait for that line. */
 function printUsage(cluster: LocalCluster, rf: number, keptDir: boolean): void {
   const first = cluster.brokers[0]!.address;
+  // With TLS, every client command needs the brokers' CA (plain TCP is refused).
+  const ca = cluster.pki?.ca;
+  const flags = ca === undefined ? '' : ` --ca ${ca}`;
   const out: string[] = [];
   out.push(
     `tributary dev-cluster: ${cluster.brokers.length} broker${cluster.brokers.length === 1 ? '' : 's'}, etcd ${cluster.etcdEndpoints.join(',')} (pid ${cluster.etcdPid})`,
   );
   out.push(`data: ${cluster.dataDir}${keptDir ? '' : ' (temporary, removed on exit)'}`);
+  if (cluster.pki) {
+    out.push(`TLS: clients, brokers and etcd; certificates in ${cluster.pki.dir}, clients trust ${cluster.pki.ca}`);
+  }
   const rows = cluster.brokers.map((b) => [String(b.id), b.address, `http://127.0.0.1:${b.healthPort}/ready`, String(b.pid ?? '-')]);
   for (const l of table(['BROKER', 'ADDRESS', 'HEALTH', 'PID'], rows)) out.push(`  ${l}`);
   out.push('');
   out.push('Try it (CLI commands take one broker as --bootstrap; SDK clients take the whole list):');
-  out.push(`  tributary cluster status --bootstrap ${first}`);
-  out.push(`  tributary topic create orders --partitions 6 --bootstrap ${first}     # replication factor ${rf} by default here`);
-  out.push(`  tributary topic describe orders --bootstrap ${first}`);
-  out.push(`  new Producer({ brokers: ${JSON.stringify(cluster.brokers.map((b) => b.address))} })`);
+  out.push(`  tributary cluster status --bootstrap ${first}${flags}`);
+  out.push(`  tributary topic create orders --partitions 6 --bootstrap ${first}${flags}     # replication factor ${rf} by default here`);
+  out.push(`  tributary topic describe orders --bootstrap ${first}${flags}`);
+  const tlsOption = ca === undefined ? '' : `, tls: { ca: fs.readFileSync(${JSON.stringify(ca)}) }`;
+  out.push(`  new Producer({ brokers: ${JSON.stringify(cluster.brokers.map((b) => b.address))}${tlsOption} })`);
   out.push('  kill -9 a broker pid above to watch its partitions fail over; Ctrl-C stops everything.');
   out.push('');
   out.push(`bootstrap: ${cluster.bootstrap}`);
@@ -215,6 +224,7 @@ export function registerClusterCommands(program: Command): void {
       intArg(1, 65535 - 91),
     )
     .option('--broker-args <flags>', 'extra `broker start` flags for every broker, e.g. "--broker-lease-ttl-seconds 2"')
+    .option('--tls', 'TLS to clients, between brokers and to etcd, with a CA and certificates made by openssl in <data>/tls (clients then need --ca)')
     .action(async (opts: DevClusterOptions) => {
       await devCluster(opts);
     });

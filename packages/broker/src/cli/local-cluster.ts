@@ -4,7 +4,8 @@
  * `broker start` a user would run), so what it shows is what a deployment does.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import https from 'node:https';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -12,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { Connection } from 'tributary-protocol/connection.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
+import { type DevPki, makeDevPki } from './dev-pki.js';
 
 const HOST = '127.0.0.1';
 /** Output kept per process for error messages: enough for the last few log lines. */
@@ -32,6 +34,11 @@ export interface LocalClusterOptions {
   onUnexpectedExit?: (id: number, code: number | null, signal: NodeJS.Signals | null) => void;
   /** How long start() and restart() may take; default 60 s. */
   timeoutMs?: number;
+  /**
+   * TLS everywhere (`dev-cluster --tls`): certificates made with openssl in `<dir>/tls` (dev-pki.ts), etcd
+   * over https with client certificates, every broker's listener and inter-broker traffic over TLS.
+   */
+  tls?: boolean;
 }
 
 export interface LocalBroker {
@@ -104,8 +111,10 @@ export class LocalCluster {
     readonly brokers: LocalBroker[],
     private readonly etcdPorts: { client: number; peer: number },
     private readonly opts: LocalClusterOptions & { brokers: number; timeoutMs: number },
+    /** The certificates of a TLS cluster; undefined for a plain one. */
+    readonly pki: DevPki | undefined,
   ) {
-    this.etcdEndpoints = [`http://${HOST}:${etcdPorts.client}`];
+    this.etcdEndpoints = [`${pki ? 'https' : 'http'}://${HOST}:${etcdPorts.client}`];
   }
 
   /** etcd, then every broker; resolves once each broker is ready and the internal topics have leaders. */
@@ -118,6 +127,13 @@ export class LocalCluster {
     const ownsDir = opts.dataDir === undefined;
     const dir = opts.dataDir === undefined ? mkdtempSync(path.join(os.tmpdir(), 'tributary-cluster-')) : path.resolve(opts.dataDir);
     mkdirSync(dir, { recursive: true });
+    let pki: DevPki | undefined;
+    try {
+      pki = opts.tls ? makeDevPki(path.join(dir, 'tls'), opts.brokers) : undefined;
+    } catch (err) {
+      if (ownsDir) rmSync(dir, { recursive: true, force: true });
+      throw err;
+    }
     // Fixed ports make addresses stable across runs; free ones let several clusters share a host. Ports
     // chosen now stay the broker's for its restarts, so a bootstrap list stays valid.
     const base = opts.basePort;
@@ -128,7 +144,7 @@ export class LocalCluster {
       brokers.push({ id, address: `${HOST}:${port}`, port, healthPort, pid: undefined, dataDir: path.join(dir, `broker-${id}`) });
     }
     const etcdPorts = base === undefined ? { client: await freePort(), peer: await freePort() } : { client: base + 90, peer: base + 91 };
-    const cluster = new LocalCluster(dir, ownsDir, brokers, etcdPorts, opts);
+    const cluster = new LocalCluster(dir, ownsDir, brokers, etcdPorts, opts, pki);
     try {
       await cluster.startEtcd(etcdBinary);
       await Promise.all(brokers.map((b) => cluster.launch(b)));
@@ -238,6 +254,9 @@ export class LocalCluster {
       ...['--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer, '--initial-cluster', `tributary-local=${peer}`],
       ...['--initial-cluster-state', 'new', '--initial-cluster-token', `tributary-local-${path.basename(this.dataDir)}`],
       ...['--logger', 'zap', '--log-level', 'warn'],
+      ...(this.pki
+        ? ['--cert-file', this.pki.etcdServer.cert, '--key-file', this.pki.etcdServer.key, '--client-cert-auth', '--trusted-ca-file', this.pki.etcdCa]
+        : []),
     ];
     // ETCD_* variables would override or contradict the flags.
     const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ETCD_')));
@@ -245,9 +264,44 @@ export class LocalCluster {
     this.etcd = p;
     await this.until('etcd to be healthy', async () => {
       if (!running(p)) throw new StartFailed(`etcd exited (${p.child.exitCode ?? p.child.signalCode}):\n${p.tail()}`);
-      const res = await fetch(`${client}/health`, { signal: AbortSignal.timeout(1000) }).catch(() => undefined);
-      return res?.ok === true && /"health"\s*:\s*"true"/.test(await res.text());
+      const body = await this.etcdHealth(`${client}/health`).catch(() => undefined);
+      return body !== undefined && /"health"\s*:\s*"true"/.test(body);
     });
+  }
+
+  /** The body of a 2xx answer of etcd's /health (with TLS: trusting its CA, presenting the brokers' client certificate). */
+  private etcdHealth(url: string): Promise<string | undefined> {
+    const pki = this.pki;
+    if (!pki) return fetch(url, { signal: AbortSignal.timeout(1000) }).then((res) => (res.ok ? res.text() : undefined));
+    return new Promise((resolve, reject) => {
+      const tlsFiles = { ca: readFileSync(pki.etcdCa), cert: readFileSync(pki.etcdClient.cert), key: readFileSync(pki.etcdClient.key) };
+      const req = https.get(url, { ...tlsFiles, timeout: 1000 }, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => {
+          body += d;
+        });
+        res.on('end', () => resolve((res.statusCode ?? 0) < 300 ? body : undefined));
+      });
+      req.on('timeout', () => req.destroy(new Error('timeout')));
+      req.on('error', reject);
+    });
+  }
+
+  /** `broker start` flags of a TLS cluster for broker `id`. */
+  private tlsArgs(id: number): string[] {
+    const pki = this.pki;
+    if (!pki) return [];
+    const own = pki.brokers[id]!;
+    return [
+      ...['--tls-cert', own.cert, '--tls-key', own.key, '--inter-broker-tls-ca', pki.ca],
+      ...['--etcd-tls-ca', pki.etcdCa, '--etcd-tls-cert', pki.etcdClient.cert, '--etcd-tls-key', pki.etcdClient.key],
+    ];
+  }
+
+  /** What a client passes to reach the brokers: the brokers' CA with TLS on. */
+  get clientTls(): { ca: Buffer } | undefined {
+    return this.pki ? { ca: readFileSync(this.pki.ca) } : undefined;
   }
 
   /** Starts one broker process and waits for its listening line and for /ready. */
@@ -259,6 +313,7 @@ export class LocalCluster {
       ...['--host', HOST, '--port', String(b.port), '--health-port', String(b.healthPort), '--data-dir', b.dataDir],
       // Below 3 brokers the internal topics could never be created with the default factor of 3.
       ...['--internal-replication-factor', String(internalRf), '--log-level', 'warn'],
+      ...this.tlsArgs(b.id),
       ...(this.opts.brokerArgs ?? []),
     ];
     this.expectingExit.delete(b.id);
@@ -311,7 +366,8 @@ export class LocalCluster {
     for (const b of this.brokers) {
       if (!this.isRunning(b.id)) continue;
       try {
-        const c = await Connection.connect({ host: HOST, port: b.port, connectTimeoutMs: 2000 });
+        const tls = this.clientTls;
+        const c = await Connection.connect({ host: HOST, port: b.port, connectTimeoutMs: 2000, ...(tls ? { tls } : {}) });
         try {
           return await c.json<LocalClusterStatus>('CLUSTER_STATUS');
         } finally {

@@ -12,6 +12,7 @@ import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
 import { BrokerRegistry, type BrokerRegistration } from './broker-registry.js';
 import { Controller, assignReplicas } from './controller.js';
 import { ControllerElection } from './controller-election.js';
+import { type PeerTls, etcdCredentials, etcdEndpoints, peerTls } from './cluster-tls.js';
 import { createEtcdClient } from './etcd-client.js';
 import { EtcdMetadataStore } from './etcd-metadata-store.js';
 import { PartitionStateStore } from './partition-state.js';
@@ -28,6 +29,8 @@ const PEER_STALL_MS = 3000;
  */
 export class ClusterNode {
   readonly client: Etcd3;
+  /** Inter-broker TLS (cluster-tls.ts); undefined when brokers talk plain TCP. */
+  readonly tls: PeerTls | undefined;
   readonly store: EtcdMetadataStore;
   readonly registry: BrokerRegistry;
   readonly election: ControllerElection;
@@ -54,17 +57,13 @@ export class ClusterNode {
     private readonly logger: Logger,
     private readonly metrics?: BrokerMetrics,
   ) {
-    const endpoints = (config.etcd ?? '')
-      .split(',')
-      .map((s) => s.trim())
-      .filter(Boolean)
-      .map((e) => (e.includes('://') ? e : `http://${e}`));
+    const endpoints = etcdEndpoints(config);
     if (endpoints.length === 0) throw new Error('invalid config: cluster mode needs --etcd <endpoints>');
-    if (config.tlsCert !== undefined) throw new Error('invalid config: TLS is not available in cluster mode yet (brokers connect to each other in plain TCP)');
     if (config.authentication && (config.interBrokerPrincipal === undefined || config.interBrokerToken === undefined)) {
       throw new Error('invalid config: cluster mode with authentication needs interBrokerPrincipal and interBrokerToken (a user with admin)');
     }
-    this.client = createEtcdClient({ endpoints, requestTimeoutMs: config.etcdRequestTimeoutMs });
+    this.tls = peerTls(config);
+    this.client = createEtcdClient({ endpoints, requestTimeoutMs: config.etcdRequestTimeoutMs, credentials: etcdCredentials(config) });
     const prefix = config.etcdPrefix;
     this.store = new EtcdMetadataStore({ etcd: this.client, prefix });
     this.registry = new BrokerRegistry({ etcd: this.client, prefix, leaseTtlSeconds: config.brokerLeaseTtlSeconds });
@@ -100,7 +99,7 @@ export class ClusterNode {
         fetchMaxBytes: 4 * 1024 * 1024,
         minInsyncReplicas: this.config.minInsyncReplicas,
       },
-      connect: (host, port, signal) => Connection.connect({ host, port, signal, connectTimeoutMs: 2000, auth: this.peerAuth }),
+      connect: (host, port, signal) => Connection.connect({ host, port, signal, connectTimeoutMs: 2000, auth: this.peerAuth, tls: this.tls?.client }),
       onIsrChange: (topic, kind) => (kind === 'shrink' ? this.metrics?.isrShrinks : this.metrics?.isrExpands)?.inc({ topic }),
     });
     await this.registry.register(
@@ -121,6 +120,7 @@ export class ClusterNode {
       logger: this.logger.child({ component: 'controller' }),
       uncleanLeaderElection: this.config.uncleanLeaderElection,
       preferredLeader: this.config.autoLeaderRebalance ? { delayMs: this.config.leaderRebalanceDelayMs } : undefined,
+      peerTls: this.tls?.client,
       onTick,
     });
     await this.election.start();
@@ -210,7 +210,8 @@ export class ClusterNode {
           else if (leader >= 0) {
             const address = this.registry.list().find((b) => b.id === leader)?.advertisedAddress;
             // A peer that cannot say (gone, not started, partitioned) is asked again next round.
-            const reply = address ? await (await this.peer(address)).command('PARTITIONS_READY', { topic, partitions: parts.join(',') }).catch(() => '') : '';
+            // Connecting can fail too (a TLS and AUTH handshake that outlasts its bound on a loaded peer).
+            const reply = address ? await this.peer(address).then((c) => c.command('PARTITIONS_READY', { topic, partitions: parts.join(',') })).catch(() => '') : '';
             served = (parseLine(reply || 'OK').params.get('ready') ?? '').split(',').filter(Boolean).map(Number);
           }
           for (const p of served) ready.add(p);
@@ -317,7 +318,7 @@ export class ClusterNode {
     let p = connecting.get(address);
     if (!p) {
       const { host, port } = parseAddress(address);
-      p = Connection.connect({ host, port, connectTimeoutMs: 2000, auth: this.peerAuth, stallTimeoutMs: PEER_STALL_MS, probe }).then(
+      p = Connection.connect({ host, port, connectTimeoutMs: 2000, auth: this.peerAuth, tls: this.tls?.client, stallTimeoutMs: PEER_STALL_MS, probe }).then(
         (c) => {
           pool.set(address, c);
           connecting.delete(address);

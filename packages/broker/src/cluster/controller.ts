@@ -1,3 +1,4 @@
+import type tls from 'node:tls';
 import type { Logger } from '../common/logger.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { BrokerRegistry } from './broker-registry.js';
@@ -85,6 +86,8 @@ export class Controller {
       uncleanLeaderElection: boolean;
       /** Preferred-leader election (see preferredLeadership); off when undefined. */
       preferredLeader?: { delayMs: number };
+      /** Inter-broker TLS: the liveness probe's connections complete a handshake, as peers' do. */
+      peerTls?: tls.ConnectionOptions;
       /** Extra work while controller (e.g. creating internal topics once enough brokers are up). */
       onTick?: () => Promise<void>;
     },
@@ -113,6 +116,7 @@ export class Controller {
       brokers: () => deps.registry.list(),
       logger: deps.logger,
       lease: (id) => deps.registry.leaseOf(id),
+      tls: deps.peerTls,
       onDead: (b) => {
         const lease = deps.registry.leaseOf(b.id);
         // Only the registration the probe looked at: a restarted broker's new lease is not touched.

@@ -12,6 +12,8 @@ export interface EtcdConnectionOptions {
    * metadata change waits before failing with metadata_unavailable while etcd is unreachable.
    */
   requestTimeoutMs?: number;
+  /** TLS to etcd (https endpoints): the CA of etcd's certificate, and a client certificate when etcd asks for one. */
+  credentials?: IOptions['credentials'];
 }
 
 /** Either a client shared with other cluster modules (not closed by them) or options to make a private one. */
@@ -54,6 +56,7 @@ export function createEtcdClient(opts: EtcdConnectionOptions): Etcd3 {
   const timeout = opts.requestTimeoutMs ?? 5_000;
   return new Etcd3({
     hosts: opts.endpoints,
+    ...(opts.credentials ? { credentials: opts.credentials } : {}),
     // Streams (watches, lease keep-alives) live as long as they are used; unary calls get a deadline.
     defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + timeout }),
     faultHandling: {

@@ -1,4 +1,5 @@
 import net from 'node:net';
+import tls from 'node:tls';
 import type { Logger } from '../common/logger.js';
 import { parseAddress } from 'tributary-protocol/address.js';
 import type { BrokerRegistration } from './broker-registry.js';
@@ -11,6 +12,8 @@ interface Watched {
   lease: string | undefined;
   socket: net.Socket | null;
   closed: boolean;
+  /** The TLS handshake failed and was logged (once per watch). */
+  tlsWarned?: boolean;
 }
 
 /**
@@ -33,6 +36,8 @@ export class LivenessProbe {
       logger: Logger;
       onDead: (b: { id: number; lease: string | undefined }) => void;
       lease?: (id: number) => string | undefined;
+      /** Inter-broker TLS: a watch connection is one that completed a handshake with the peer. */
+      tls?: tls.ConnectionOptions;
     },
   ) {
     this.timer = setInterval(() => this.sync(), 250);
@@ -76,14 +81,25 @@ export class LivenessProbe {
   /** `probing`: a reconnect after a close; its refusal means the process is gone. */
   private connect(id: number, w: Watched, probing: boolean): void {
     if (this.stopped || w.closed) return;
-    const socket = net.connect(parseAddress(w.address));
+    const { host, port } = parseAddress(w.address);
+    const peerTls = this.deps.tls;
+    // A TLS listener would close a connection that never handshakes (its handshake timeout), which would
+    // look like a death; over TLS the idle connection is a verified one, like the peers' own.
+    const socket = peerTls ? tls.connect({ ...(net.isIP(host) === 0 ? { servername: host } : {}), ...peerTls, host, port }) : net.connect({ host, port });
     w.socket = socket;
     const timer = setTimeout(() => socket.destroy(new Error('connect timeout')), CONNECT_TIMEOUT_MS);
     let connected = false;
+    let connectedAt = 0;
+    let secured = false;
     socket.on('connect', () => {
+      // The TCP connection alone says the process is alive, handshake or not.
       connected = true;
+      connectedAt = Date.now();
       clearTimeout(timer);
       socket.setKeepAlive(true, 1000);
+    });
+    socket.on('secureConnect', () => {
+      secured = true;
     });
     socket.on('data', () => {}); // the broker may answer; nothing to read
     socket.on('error', () => {});
@@ -91,9 +107,17 @@ export class LivenessProbe {
       clearTimeout(timer);
       if (w.closed || this.stopped || w.socket !== socket) return;
       w.socket = null;
-      if (connected) {
-        // Closed under us: look again right away.
-        this.connect(id, w, true);
+      if (connected && peerTls && !secured) {
+        // Alive, but the handshake failed (a certificate the inter-broker CA does not vouch for): not a
+        // death. Try again later rather than in a loop.
+        if (!w.tlsWarned) this.deps.logger.warn({ broker: id, address: w.address }, 'liveness probe: TLS handshake with broker failed');
+        w.tlsWarned = true;
+        setTimeout(() => this.connect(id, w, false), 1000).unref();
+      } else if (connected) {
+        // Closed under us: look again right away, unless the peer closes every connection as soon as it
+        // is made (it refuses this broker's certificate, say): then once a second, not in a loop.
+        if (Date.now() - connectedAt >= 1000) this.connect(id, w, true);
+        else setTimeout(() => this.connect(id, w, true), 1000).unref();
       } else if (probing) {
         this.deps.onDead({ id, lease: w.lease });
         // Keep watching: a restart registers anew and sync() starts over.

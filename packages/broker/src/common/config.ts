@@ -125,6 +125,20 @@ export const brokerConfigSchema = z
     tlsCa: z.string().min(1).optional(),
     /** Refuse TLS clients without a certificate signed by tlsCa. */
     tlsRequireClientCert: z.boolean().default(false),
+    /**
+     * Cluster mode with TLS (docs/operations.md "Securing a cluster"): the PEM CA bundle that brokers'
+     * certificates are issued by. Each broker checks its peers' listener certificates against it, and
+     * only a connection whose client certificate it issued may send broker-to-broker commands.
+     */
+    interBrokerTlsCa: z.string().min(1).optional(),
+    /** The client certificate and key this broker presents to its peers; default tlsCert and tlsKey. */
+    interBrokerTlsCert: z.string().min(1).optional(),
+    interBrokerTlsKey: z.string().min(1).optional(),
+    /** PEM CA bundle etcd's server certificate must chain to: the etcd endpoints are then https. */
+    etcdTlsCa: z.string().min(1).optional(),
+    /** Client certificate and key for etcd (`--client-cert-auth`); they need etcdTlsCa. */
+    etcdTlsCert: z.string().min(1).optional(),
+    etcdTlsKey: z.string().min(1).optional(),
     /** Every command but PROTOCOL_INFO, NEGOTIATE, HELP and AUTH needs `AUTH principal= token=` first. */
     authentication: z.boolean().default(false),
     /** principal → salted scrypt hash of its token and its permissions (`tributary user add` writes these). */
