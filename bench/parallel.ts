@@ -12,18 +12,49 @@
  * key's records in offset order, and prints the most handlers seen at once; a violation exits 1.
  */
 import { Admin } from 'tributary-client/admin.js';
+import { parseArgs } from 'node:util';
 import { Consumer } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
 import { fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, startBroker, table } from './lib.js';
 
 export const description = 'records/s of run() with concurrency against perPartition and distinct keys (handler sleeps ~5 ms)';
 
-function opt(argv: string[], name: string, fallback: string): string {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 && argv[i + 1] !== undefined ? argv[i + 1]! : fallback;
-}
+const USAGE = 'usage: npm run bench -- parallel [--records 2000] [--n 1,4,16,64] [--keys 1,16,1000] [--sleep-ms 5] [--with-serial]\n';
 
-const list = (s: string): number[] => s.split(',').filter(Boolean).map(Number);
+/** The options, or a message for a bad one (unknown options and non-numbers are refused, never ignored). */
+function parseOptions(argv: string[]): { records: number; ns: number[]; keyCounts: number[]; sleepMs: number; withSerial: boolean; help: boolean } | string {
+  let v: Record<string, string | boolean | undefined>;
+  try {
+    v = parseArgs({
+      args: argv,
+      options: {
+        records: { type: 'string', default: '2000' },
+        n: { type: 'string', default: '1,4,16,64' },
+        keys: { type: 'string', default: '1,16,1000' },
+        'sleep-ms': { type: 'string', default: '5' },
+        'with-serial': { type: 'boolean', default: false },
+        help: { type: 'boolean', default: false },
+      },
+      strict: true,
+    }).values as Record<string, string | boolean | undefined>;
+  } catch (err) {
+    return `${(err as Error).message}\n${USAGE}`;
+  }
+  const num = (name: string, min: number): number | string => {
+    const x = Number(v[name]);
+    return Number.isSafeInteger(x) && x >= min ? x : `--${name} must be an integer >= ${min}\n${USAGE}`;
+  };
+  const list = (name: string): number[] | string => {
+    const xs = String(v[name]).split(',').filter(Boolean).map(Number);
+    return xs.length > 0 && xs.every((x) => Number.isSafeInteger(x) && x >= 1) ? xs : `--${name} takes a comma-separated list of positive integers\n${USAGE}`;
+  };
+  const records = num('records', 1);
+  const sleepMs = num('sleep-ms', 0);
+  const ns = list('n');
+  const keyCounts = list('keys');
+  for (const x of [records, sleepMs, ns, keyCounts]) if (typeof x === 'string') return x;
+  return { records: records as number, ns: ns as number[], keyCounts: keyCounts as number[], sleepMs: sleepMs as number, withSerial: v['with-serial'] === true, help: v.help === true };
+}
 
 interface Result {
   keys: number;
@@ -71,16 +102,17 @@ async function consume(address: string, topic: string, records: number, n: numbe
 }
 
 export async function run(argv: string[]): Promise<number> {
-  if (argv.includes('--help')) {
-    process.stdout.write('npm run bench -- parallel [--records 2000] [--n 1,4,16,64] [--keys 1,16,1000] [--sleep-ms 5] [--with-serial]\n');
+  const o = parseOptions(argv);
+  if (typeof o === 'string') {
+    process.stderr.write(o);
+    return 2;
+  }
+  if (o.help) {
+    process.stdout.write(USAGE);
     return 0;
   }
   installCleanupHandlers();
-  const records = Number(opt(argv, 'records', '2000'));
-  const ns = list(opt(argv, 'n', '1,4,16,64'));
-  const keyCounts = list(opt(argv, 'keys', '1,16,1000'));
-  const sleepMs = Number(opt(argv, 'sleep-ms', '5'));
-  const withSerial = argv.includes('--with-serial');
+  const { records, ns, keyCounts, sleepMs, withSerial } = o;
   if (!ns.includes(1)) ns.unshift(1); // the reference of the ratios
   const broker = await startBroker(makeTempDir('tributary-bench-parallel-'));
   const address = `${broker.host}:${broker.port}`;
