@@ -1,5 +1,4 @@
 #!/usr/bin/env node
-import './threadpool.js';
 import { run } from './program.js';
 
 /** Resolves once everything written so far has been handed to the OS (or after a short grace period). */
