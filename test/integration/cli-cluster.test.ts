@@ -8,36 +8,11 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BrokerProcess, CLI } from '../helpers/launcher.js';
+import { type CliResult, envWithoutTributary, runCli } from '../helpers/cli.js';
 import { trackChild } from '../helpers/process-registry.js';
 import { sleep } from '../helpers/util.js';
 
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** No TRIBUTARY_* settings leak in from the environment: flags only. */
-function cleanEnv(): NodeJS.ProcessEnv {
-  return Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TRIBUTARY_')));
-}
-
-function cli(args: string[], stdin?: string): Promise<Result> {
-  return new Promise((resolve, reject) => {
-    const proc = trackChild(spawn(process.execPath, [CLI, ...args], { env: cleanEnv(), stdio: [stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] }), 'cli');
-    if (stdin !== undefined) proc.stdin!.end(stdin);
-    let stdout = '';
-    let stderr = '';
-    proc.stdout!.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    proc.stderr!.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    proc.once('error', reject);
-    proc.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const cli = (args: string[], stdin?: string): Promise<CliResult> => runCli(args, { env: envWithoutTributary(), stdin });
 
 function alive(pid: number): boolean {
   try {
@@ -68,7 +43,7 @@ describe('tributary dev-cluster and cluster status', () => {
   let dataDir = '';
 
   beforeAll(async () => {
-    const proc = trackChild(spawn(process.execPath, [CLI, 'dev-cluster', '--brokers', '3'], { env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] }), 'dev-cluster');
+    const proc = trackChild(spawn(process.execPath, [CLI, 'dev-cluster', '--brokers', '3'], { env: envWithoutTributary(), stdio: ['ignore', 'pipe', 'pipe'] }), 'dev-cluster');
     dev = proc;
     devExit = new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
     proc.stderr!.on('data', (d: Buffer) => {

@@ -8,36 +8,11 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLI } from '../helpers/launcher.js';
+import { type CliResult, envWithoutTributary, runCli } from '../helpers/cli.js';
 import { trackChild } from '../helpers/process-registry.js';
 import { sleep } from '../helpers/util.js';
 
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** No TRIBUTARY_* settings leak in from the environment: flags only. */
-function cleanEnv(): NodeJS.ProcessEnv {
-  return Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TRIBUTARY_')));
-}
-
-function cli(args: string[], stdin?: string): Promise<Result> {
-  return new Promise((resolve, reject) => {
-    const proc = trackChild(spawn(process.execPath, [CLI, ...args], { env: cleanEnv(), stdio: [stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] }), 'cli');
-    if (stdin !== undefined) proc.stdin!.end(stdin);
-    let stdout = '';
-    let stderr = '';
-    proc.stdout!.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    proc.stderr!.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    proc.once('error', reject);
-    proc.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const cli = (args: string[], stdin?: string): Promise<CliResult> => runCli(args, { env: envWithoutTributary(), stdin });
 
 /** The arguments of a command dev-cluster printed (`  tributary <args>     # comment`). */
 function printed(out: string, start: string): string[] {
@@ -54,7 +29,7 @@ describe('tributary dev-cluster --tls', () => {
   let dataDir = '';
 
   beforeAll(async () => {
-    const proc = trackChild(spawn(process.execPath, [CLI, 'dev-cluster', '--brokers', '3', '--tls'], { env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] }), 'dev-cluster');
+    const proc = trackChild(spawn(process.execPath, [CLI, 'dev-cluster', '--brokers', '3', '--tls'], { env: envWithoutTributary(), stdio: ['ignore', 'pipe', 'pipe'] }), 'dev-cluster');
     dev = proc;
     devExit = new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
     proc.stderr!.on('data', (d: Buffer) => {
@@ -106,7 +81,7 @@ describe('tributary dev-cluster --tls', () => {
     // The connection flags of the printed command (bootstrap and CA), for produce and consume.
     const conn = create.slice(create.indexOf('--bootstrap'));
     const input = `${Array.from({ length: 30 }, (_, i) => `rec-${i}`).join('\n')}\n`;
-    let produced: Result | undefined;
+    let produced: CliResult | undefined;
     for (let attempt = 0; attempt < 20; attempt++) {
       produced = await cli(['produce', 'orders', '--acks', 'all', ...conn], input);
       if (produced.code === 0) break;

@@ -3,35 +3,14 @@
  * dead-letter topic written the way run({ retryTopics }) writes it (retry headers naming the source).
  * Checks stdout, stderr and exit codes (0 ok, 1 broker/runtime failure, 2 usage).
  */
-import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Admin } from 'tributary-client/admin.js';
 import { Producer } from 'tributary-client/producer.js';
 import { parkHeaders } from 'tributary-client/retry-headers.js';
-import { BrokerProcess, CLI } from '../helpers/launcher.js';
-import { trackChild } from '../helpers/process-registry.js';
+import { BrokerProcess } from '../helpers/launcher.js';
+import { type CliResult, runCli } from '../helpers/cli.js';
 
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function cli(args: string[]): Promise<Result> {
-  return new Promise((resolve, reject) => {
-    const proc = trackChild(spawn(process.execPath, [CLI, ...args], { env: { ...process.env, TRIBUTARY_BOOTSTRAP: '' }, stdio: ['ignore', 'pipe', 'pipe'] }), 'cli');
-    let stdout = '';
-    let stderr = '';
-    proc.stdout.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    proc.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    proc.once('error', reject);
-    proc.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const cli = (args: string[]): Promise<CliResult> => runCli(args, { env: { ...process.env, TRIBUTARY_BOOTSTRAP: '' } });
 
 describe('tributary dlq replay', () => {
   let broker: BrokerProcess;

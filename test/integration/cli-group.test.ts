@@ -3,33 +3,12 @@
  * process against a real broker, with a group made by JOIN_GROUP / SYNC_GROUP / COMMIT_OFFSET over a raw
  * connection. Checks stdout, stderr and exit codes (0 ok, 1 broker/runtime failure, 2 usage).
  */
-import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
-import { BrokerProcess, CLI } from '../helpers/launcher.js';
-import { trackChild } from '../helpers/process-registry.js';
+import { BrokerProcess } from '../helpers/launcher.js';
+import { type CliResult, runCli } from '../helpers/cli.js';
 
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function cli(args: string[], env: Record<string, string> = {}): Promise<Result> {
-  return new Promise((resolve, reject) => {
-    const proc = trackChild(spawn(process.execPath, [CLI, ...args], { env: { ...process.env, TRIBUTARY_BOOTSTRAP: '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), 'cli');
-    let stdout = '';
-    let stderr = '';
-    proc.stdout.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    proc.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    proc.once('error', reject);
-    proc.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const cli = (args: string[], env: Record<string, string> = {}): Promise<CliResult> => runCli(args, { env: { ...process.env, TRIBUTARY_BOOTSTRAP: '', ...env } });
 
 describe('tributary group', () => {
   let broker: BrokerProcess;
