@@ -407,7 +407,9 @@ describe('Consumer routing (scripted brokers)', () => {
       await sleep(500); // start() is still installing the assignment
       return 'OK offset=0 committed=false';
     });
-    const c0 = consumer([a.address]);
+    // close() gives its final commit and LEAVE_GROUP min(session, 5 s): with the 1 s session of these tests
+    // a LEAVE queued behind the slow FETCH_OFFSET on a loaded machine could miss it.
+    const c0 = consumer([a.address], { sessionTimeoutMs: 10_000 });
     let handled = 0;
     const outcome = c0
       .run({
