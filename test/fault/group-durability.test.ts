@@ -192,9 +192,12 @@ describe('group durability across kill -9', () => {
     );
     const s = await groupStatus(admin, GROUP);
     // The generation C's expiry made (on a loaded machine a survivor may rejoin after it: look it up).
-    const change = s.history.find((h) => h.reasons.some((r) => r.cause === 'expired' && r.member === cId));
-    expect(change?.reasons.filter((r) => r.member === cId)).toMatchObject([{ cause: 'expired', member: cId }]);
-    expect(change!.reasons.find((r) => r.member === cId)!.missedByMs).toBeGreaterThanOrEqual(0);
+    // C is removed by a deadline of the broker's own: its session (`expired`), or, when a survivor's
+    // rejoin opened a generation first, the rebalance timeout it then missed (`rebalance_timeout`).
+    const change = s.history.find((h) => h.reasons.some((r) => r.member === cId && (r.cause === 'expired' || r.cause === 'rebalance_timeout')));
+    const why = change?.reasons.find((r) => r.member === cId);
+    expect(why, JSON.stringify(s.history)).toBeDefined();
+    if (why!.cause === 'expired') expect(why!.missedByMs).toBeGreaterThanOrEqual(0);
 
     // The survivors take over C's partitions.
     const settled = await settle(admin, [a, b]);
