@@ -206,6 +206,25 @@ describe('RecordBatchView validation', () => {
     );
   });
 
+  it('check() returns what validate() throws, without throwing', () => {
+    expect(new RecordBatchView(small).check()).toBeNull();
+    const err = new RecordBatchView(small.subarray(0, 70)).check();
+    expect(err).toBeInstanceOf(RecordBatchError);
+    expect(err?.reason).toBe('truncated');
+    expect(err?.fields).toMatchObject({ need: small.length, have: 70 });
+  });
+
+  it('lastSequence is baseSequence + lastOffsetDelta, wrapping past 2^31 - 1 as producer sequences do', () => {
+    const seq = (baseSequence: number, n: number) =>
+      new RecordBatchView(
+        encodeRecordBatch({ records: Array.from({ length: n }, () => ({ key: null, value: null })), baseSequence, producerId: 1, producerEpoch: 0 }),
+      ).lastSequence;
+    expect(seq(7, 3)).toBe(9);
+    expect(seq(0x7fffffff - 1, 3)).toBe(0);
+    expect(seq(0x7fffffff, 1)).toBe(0x7fffffff);
+    expect(seq(-1, 5)).toBe(-1);
+  });
+
   it('works on a batch at an offset inside a larger buffer', () => {
     const big = Buffer.concat([Buffer.alloc(37, 0xee), small, Buffer.alloc(5)]);
     const v = new RecordBatchView(big, 37).validate();

@@ -27,19 +27,17 @@ export function splitRecordBatches(buf: Buffer, opts: ValidateOptions & { start?
   let at = opts.start ?? 0;
   while (at < end) {
     const view = new RecordBatchView(region, at);
-    try {
-      if (end - at < LOG_OVERHEAD) {
-        throw new RecordBatchError('truncated', `${end - at} bytes, too few for a batch's length`, { at, need: LOG_OVERHEAD, have: end - at });
-      }
-      // A length field past the end of the buffer is a torn tail only when it is itself plausible.
+    let err: RecordBatchError | null;
+    if (end - at < LOG_OVERHEAD) {
+      err = new RecordBatchError('truncated', `${end - at} bytes, too few for a batch's length`, { at, need: LOG_OVERHEAD, have: end - at });
+    } else {
       const batchLength = r32s(region, at + BATCH_LENGTH);
-      if (batchLength < MIN_BATCH_LENGTH)
-        throw new RecordBatchError('bad_length', `batchLength ${batchLength} is below ${MIN_BATCH_LENGTH}`, { at, batchLength });
-      view.validate(opts);
-    } catch (err) {
-      if (!(err instanceof RecordBatchError)) throw err;
-      return { batches, validEnd: at, stop: { at, reason: err.reason, error: err } };
+      err =
+        batchLength < MIN_BATCH_LENGTH
+          ? new RecordBatchError('bad_length', `batchLength ${batchLength} is below ${MIN_BATCH_LENGTH}`, { at, batchLength })
+          : view.check(opts);
     }
+    if (err !== null) return { batches, validEnd: at, stop: { at, reason: err.reason, error: err } };
     batches.push(view);
     at = view.end;
   }

@@ -27,6 +27,7 @@ import {
   MAGIC_V2,
   MAX_TIMESTAMP,
   MIN_BATCH_LENGTH,
+  NO_SEQUENCE,
   PARTITION_LEADER_EPOCH,
   PRODUCER_EPOCH,
   PRODUCER_ID,
@@ -71,29 +72,36 @@ export class RecordBatchView {
    * and the CRC. Throws a RecordBatchError naming the first failure; returns the view.
    */
   validate(opts: ValidateOptions = {}): this {
+    const err = this.check(opts);
+    if (err !== null) throw err;
+    return this;
+  }
+
+  /** validate() without the throw: the error, or null for a valid batch (for loops that expect bad input). */
+  check(opts: ValidateOptions = {}): RecordBatchError | null {
     const b = this.buf;
     const s = this.start;
     const have = b.length - s;
-    if (have < RECORDS) throw new RecordBatchError('truncated', `${have} bytes, a batch header needs ${RECORDS}`, { at: s, need: RECORDS, have });
+    if (have < RECORDS) return new RecordBatchError('truncated', `${have} bytes, a batch header needs ${RECORDS}`, { at: s, need: RECORDS, have });
     const batchLength = r32s(b, s + BATCH_LENGTH);
     if (batchLength < MIN_BATCH_LENGTH)
-      throw new RecordBatchError('bad_length', `batchLength ${batchLength} is below ${MIN_BATCH_LENGTH}`, { at: s, batchLength });
+      return new RecordBatchError('bad_length', `batchLength ${batchLength} is below ${MIN_BATCH_LENGTH}`, { at: s, batchLength });
     const size = batchLength + LOG_OVERHEAD;
-    if (have < size) throw new RecordBatchError('truncated', `${have} bytes of a ${size}-byte batch`, { at: s, need: size, have });
+    if (have < size) return new RecordBatchError('truncated', `${have} bytes of a ${size}-byte batch`, { at: s, need: size, have });
     const magic = b[s + MAGIC]!;
-    if (magic !== MAGIC_V2) throw new RecordBatchError('bad_magic', `magic ${magic}, expected 2`, { at: s, magic });
+    if (magic !== MAGIC_V2) return new RecordBatchError('bad_magic', `magic ${magic}, expected 2`, { at: s, magic });
     const count = r32s(b, s + RECORD_COUNT);
-    if (count < 0) throw new RecordBatchError('bad_record_count', `negative record count ${count}`, { at: s, recordCount: count });
+    if (count < 0) return new RecordBatchError('bad_record_count', `negative record count ${count}`, { at: s, recordCount: count });
     if ((b[s + ATTRIBUTES + 1]! & COMPRESSION_MASK) === 0 && count > (size - RECORDS) / (MIN_RECORD_BODY + 1)) {
-      throw new RecordBatchError('bad_record_count', `${count} records cannot fit ${size - RECORDS} bytes`, { at: s, recordCount: count });
+      return new RecordBatchError('bad_record_count', `${count} records cannot fit ${size - RECORDS} bytes`, { at: s, recordCount: count });
     }
     if (opts.verifyCrc !== false) {
       const stored = r32u(b, s + CRC);
       const actual = crc32cRange(b, s + ATTRIBUTES, s + size);
       if (stored !== actual)
-        throw new RecordBatchError('crc_mismatch', `CRC-32C ${hex(actual)} over the batch, ${hex(stored)} stored`, { at: s, stored, actual });
+        return new RecordBatchError('crc_mismatch', `CRC-32C ${hex(actual)} over the batch, ${hex(stored)} stored`, { at: s, stored, actual });
     }
-    return this;
+    return null;
   }
 
   /** CRC-32C of attributes..end, as the crc field should hold it. */
@@ -164,6 +172,16 @@ export class RecordBatchView {
   }
   get lastOffsetDelta(): number {
     return r32s(this.buf, this.start + LAST_OFFSET_DELTA);
+  }
+  /**
+   * The last record's sequence: baseSequence + lastOffsetDelta, wrapping past 2^31 - 1 to 0 as producer
+   * sequences do; -1 when the batch has no sequence.
+   */
+  get lastSequence(): number {
+    const base = this.baseSequence;
+    if (base === NO_SEQUENCE) return NO_SEQUENCE;
+    const next = base + this.lastOffsetDelta;
+    return next > INT32_MAX ? next - INT32_MAX - 1 : next;
   }
   /** The offset after this batch: where the next batch's baseOffset starts. */
   get nextOffset(): number {
