@@ -280,6 +280,30 @@ describe('RecordBatchView validation', () => {
   });
 });
 
+describe('hostile input', () => {
+  it('random mutations under a recomputed CRC either decode or throw RecordBatchError, nothing else', () => {
+    fc.assert(
+      fc.property(
+        batchArb,
+        fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 6 }),
+        (input, edits) => {
+          const b = Buffer.from(encodeRecordBatch({ ...input, compression: 'none' }));
+          // Mutate the header after the CRC and the records, then make the CRC agree, so the walk sees it.
+          for (const [pos, byte] of edits) b[ATTRIBUTES + 2 + (pos % (b.length - ATTRIBUTES - 2))] = byte;
+          b.writeUInt32BE(crc32cPure(b.subarray(ATTRIBUTES)), CRC);
+          try {
+            const v = new RecordBatchView(b).validate();
+            v.decode();
+          } catch (err) {
+            if (!(err instanceof RecordBatchError)) throw err;
+          }
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+});
+
 describe('record walk', () => {
   const input: RecordBatchInput = {
     records: Array.from({ length: 10 }, (_, i) => ({ key: Buffer.from(`k${i}`), value: Buffer.alloc(i * 10, i), timestamp: 1000 + i })),
