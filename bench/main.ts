@@ -13,6 +13,7 @@ const BENCHMARKS: Record<string, () => Promise<BenchModule>> = {
   parallel: () => import('./parallel.js'),
   'produce-consume': () => import('./produce-consume.js'),
   rebalance: () => import('./rebalance.js'),
+  'record-batch': () => import('./record-batch.js'),
   scale: () => import('./scale.js'),
   transactions: () => import('./transactions.js'),
 };
