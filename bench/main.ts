@@ -15,6 +15,7 @@ const BENCHMARKS: Record<string, () => Promise<BenchModule>> = {
   rebalance: () => import('./rebalance.js'),
   'record-batch': () => import('./record-batch.js'),
   scale: () => import('./scale.js'),
+  'scale-cluster': () => import('./scale-cluster.js'),
   transactions: () => import('./transactions.js'),
 };
 
