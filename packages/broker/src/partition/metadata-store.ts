@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { randomBytes } from 'node:crypto';
-import { writeFileAtomic } from '../storage/atomic-file.js';
+import { readSmallFile, writeFileAtomic } from '../storage/atomic-file.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 
@@ -86,7 +86,7 @@ export class LocalMetadataStore implements MetadataStore {
     await fs.mkdir(path.dirname(this.file), { recursive: true });
     let text: string;
     try {
-      text = await fs.readFile(this.file, 'utf8');
+      text = await readSmallFile(this.file, 'utf8');
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
       throw err;

@@ -4,9 +4,8 @@
  * scans little (docs/architecture.md, "Idempotent producers", "Transactions on the log").
  */
 import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { writeFileAtomic } from '../storage/atomic-file.js';
+import { readSmallFile, writeFileAtomic } from '../storage/atomic-file.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import { type ProducerSnapshot, ProducerStateReplay, ProducerStateTable } from './producer-state.js';
 import { TxnIndex, type TxnSnapshot } from './txn-index.js';
@@ -77,7 +76,7 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
   let from: number;
   let loaded = false;
   try {
-    const snap = JSON.parse(await readFile(path, 'utf8')) as ProducerSnapshot;
+    const snap = JSON.parse(await readSmallFile(path, 'utf8')) as ProducerSnapshot;
     table = ProducerStateTable.fromSnapshot(snap);
     from = snap.offset;
     loaded = true;
@@ -148,7 +147,7 @@ export async function loadTxnIndex(log: PartitionLog): Promise<Rebuilt<TxnIndex>
   let loaded = false;
   let raw: string | null = null;
   try {
-    raw = await readFile(join(log.dir, TXN_SNAPSHOT_FILE), 'utf8');
+    raw = await readSmallFile(join(log.dir, TXN_SNAPSHOT_FILE), 'utf8');
   } catch {
     raw = null;
   }

@@ -17,9 +17,10 @@ export async function writeFileAtomic(file: string, data: string | Buffer, opts:
 }
 
 /**
- * At most this many atomic writes hold files open at once, broker-wide: checkpoints of thousands of
- * partitions fire together (a CREATE of many partitions makes each write its leader epochs), and their temp
- * files are outside the segment fd budget (docs/operations.md, "Limits"). Each holds at most two fds.
+ * At most this many small-file operations (atomic writes, checkpoint reads) hold files open at once,
+ * broker-wide: checkpoints of thousands of partitions are written together (a CREATE of many partitions
+ * makes each write its leader epochs) and read together (a restart), and they are outside the segment fd
+ * budget (docs/operations.md, "Limits"). Each holds at most two fds.
  */
 export const MAX_CONCURRENT_ATOMIC_WRITES = 16;
 
@@ -44,7 +45,19 @@ class Slots {
 
 const slots = new Slots();
 
-/** Atomic writes holding files open right now (for tests). */
+/** A small file's whole content (a checkpoint, a snapshot), within the same bound as the atomic writes. */
+export async function readSmallFile(file: string): Promise<Buffer>;
+export async function readSmallFile(file: string, encoding: 'utf8'): Promise<string>;
+export async function readSmallFile(file: string, encoding?: 'utf8'): Promise<Buffer | string> {
+  await slots.acquire();
+  try {
+    return encoding ? await fs.readFile(file, encoding) : await fs.readFile(file);
+  } finally {
+    slots.release();
+  }
+}
+
+/** Small-file operations holding files open right now (for tests). */
 export function atomicWritesInFlight(): number {
   return MAX_CONCURRENT_ATOMIC_WRITES - slots.free;
 }

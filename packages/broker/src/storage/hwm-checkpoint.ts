@@ -2,10 +2,9 @@
  * The high watermark checkpoint of a partition log (docs/architecture.md, "Storage"): one small file, written
  * atomically on the flush timer, on flush(), on close and after a truncation, read back on open.
  */
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { writeFileAtomic } from './atomic-file.js';
+import { readSmallFile, writeFileAtomic } from './atomic-file.js';
 
 export const HWM_CHECKPOINT_FILE = 'hwm.checkpoint';
 
@@ -14,7 +13,7 @@ const HWM_RE = /^tributary-hwm 1 (\d+)\n$/;
 /** The checkpointed HWM, or 0 when there is none (or it cannot be read). */
 export async function readHwmCheckpoint(dir: string, logger: Logger): Promise<number> {
   try {
-    const m = HWM_RE.exec(await readFile(join(dir, HWM_CHECKPOINT_FILE), 'utf8'));
+    const m = HWM_RE.exec(await readSmallFile(join(dir, HWM_CHECKPOINT_FILE), 'utf8'));
     if (m) return Number(m[1]);
     logger.warn('ignoring malformed HWM checkpoint');
   } catch (err) {

@@ -16,10 +16,9 @@
  * After opening a log that recovery may have cut, call truncateFromEnd(logEndOffset) and
  * truncateFromStart(logStartOffset).
  */
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
-import { writeFileAtomic } from './atomic-file.js';
+import { readSmallFile, writeFileAtomic } from './atomic-file.js';
 
 export const LEADER_EPOCH_CHECKPOINT_FILE = 'leader-epoch.checkpoint';
 /** "No epoch" and "no offset" in an EpochEndOffset, as Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET. */
@@ -200,7 +199,7 @@ export class LeaderEpochCache {
     const p = this.io.then(async () => {
       let text: string | null = null;
       try {
-        text = await readFile(this.file, 'utf8');
+        text = await readSmallFile(this.file, 'utf8');
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
           this.replay = null;
