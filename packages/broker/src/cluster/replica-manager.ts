@@ -8,6 +8,8 @@ import { parseError, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { LeaderEpochCache, followerTruncationOffset } from '../storage/leader-epoch-cache.js';
+import { encodedSize } from '../storage/record-codec.js';
+import { ReplicationThrottle } from './reassignment.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
 
@@ -54,6 +56,8 @@ export interface Replica {
   isrChange: Promise<void> | null;
   /** acks=all and coordinator appends waiting for the HWM to pass their record (see waitReplicated). */
   ackWaiters: Set<AckWaiter>;
+  /** Not a replica any more: its local data being dropped (a fetch loop starting again waits for it). */
+  dropping: Promise<void> | null;
 }
 
 /** An append acknowledged only once replicated, and only if this broker still leads at the append's epoch. */
@@ -94,6 +98,8 @@ export class ReplicaManager {
   private readonly pending = new Map<string, PartitionStateEntry>();
   private readonly lagTimer: NodeJS.Timeout;
   private closed = false;
+  /** The reassignment throttle's byte budget, shared by every replica this broker is adding. */
+  readonly throttle = new ReplicationThrottle({ now: () => Date.now() });
 
   constructor(
     private readonly deps: {
@@ -253,6 +259,7 @@ export class ReplicaManager {
         promoting: null,
         isrChange: null,
         ackWaiters: new Set(),
+        dropping: null,
       };
       this.replicas.set(key(e.topic, e.partition), r);
       r.epochsLoaded = r.epochs.load();
@@ -265,7 +272,10 @@ export class ReplicaManager {
     r.isr = s.isr;
     r.replicas = s.replicas;
     if (!changed) {
-      if (r.role === 'leader') this.updateHighWatermark(r);
+      if (r.role === 'leader') {
+        this.syncFollowers(r);
+        this.updateHighWatermark(r);
+      }
       return;
     }
     r.stop?.abort();
@@ -282,7 +292,49 @@ export class ReplicaManager {
     }
     r.role = wanted;
     if (wanted === 'follower') this.becomeFollower(r);
+    else this.dropLocalData(r);
     this.roleApplied(r);
+  }
+
+  /** A reassignment added or removed followers under the same leader epoch. */
+  private syncFollowers(r: Replica): void {
+    const now = Date.now();
+    for (const id of r.replicas) if (id !== this.deps.brokerId && !r.followers.has(id)) r.followers.set(id, { offset: -1, caughtUpMs: now });
+    for (const id of [...r.followers.keys()]) if (!r.replicas.includes(id)) r.followers.delete(id);
+  }
+
+  /**
+   * Not a replica (removed by a reassignment, or never one): whatever is left of the partition here goes,
+   * once the fetch loop has stopped. Safe: only replicas in the partition state can ever lead it, so no
+   * acknowledged record depends on this copy (docs/architecture.md, "Reassignment").
+   */
+  private dropLocalData(r: Replica): void {
+    const me = this.deps.brokerId;
+    const prior = r.dropping ?? Promise.resolve();
+    const fetcher = r.fetcher ?? Promise.resolve();
+    const run: Promise<void> = Promise.all([prior, fetcher])
+      .then(() => r.partition.quiesced())
+      .then(async () => {
+        if (this.closed || r.role !== 'none' || r.promoting !== null || r.replicas.includes(me)) return;
+        if (r.partition.logEndOffset === 0 && r.epochs.entries().length === 0) return;
+        const from = r.partition.logEndOffset;
+        await r.partition.truncateTo(0);
+        r.epochs.replaceWith([]);
+        await r.epochs.flush();
+        this.deps.logger.info({ topic: r.topic, partition: r.id, from }, 'not a replica: local data dropped');
+      })
+      .catch((err: unknown) => this.deps.logger.warn({ err, topic: r.topic, partition: r.id }, 'dropping the data of a removed replica failed'))
+      .finally(() => {
+        if (r.dropping === run) r.dropping = null;
+      });
+    r.dropping = run;
+  }
+
+  /** Bytes/s this broker may fetch for the partition now: its reassignment's throttle while it is being added and out of the ISR, else 0. */
+  private throttleRate(r: Replica): number {
+    const me = this.deps.brokerId;
+    const re = this.deps.states.get(r.topic, r.id)?.value.reassign;
+    return re && re.throttle > 0 && re.adding.includes(me) && !r.isr.includes(me) ? re.throttle : 0;
   }
 
   private roleApplied(r: Replica): void {
@@ -490,6 +542,8 @@ export class ReplicaManager {
     // A long poll parked at the old leader would hold a promotion up for its whole wait.
     const onAbort = () => conn?.close().catch(() => {});
     signal.addEventListener('abort', onAbort, { once: true });
+    // Removed and added back: the old copy is gone before fetching starts again.
+    if (r.dropping) await r.dropping;
     while (!signal.aborted && !this.closed) {
       try {
         if (!conn || conn.closed) {
@@ -505,14 +559,23 @@ export class ReplicaManager {
           if (signal.aborted) break;
           truncated = true;
         }
+        // A replica being added catches up within the reassignment throttle (docs/operations.md "Throttle").
+        let rate = this.throttleRate(r);
+        if (rate > 0 && this.throttle.pending() > 0) {
+          await sleep(this.throttle.pending(), signal);
+          if (signal.aborted) break;
+          rate = this.throttleRate(r);
+        }
+        const maxBytes = rate > 0 ? Math.max(1, Math.min(this.deps.config.fetchMaxBytes, rate)) : this.deps.config.fetchMaxBytes;
         const offset = r.partition.logEndOffset;
         const frame = await conn.request(
-          `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${this.deps.config.fetchMaxBytes} wait_ms=${this.deps.config.fetchWaitMs}`,
+          `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} wait_ms=${this.deps.config.fetchWaitMs}`,
         );
         if (signal.aborted) break;
         if (frame.kind === 'text') throw parseError(frame.text);
         const batch = frame.batch;
         const records = batch.records as unknown as LogRecord[];
+        if (rate > 0 && records.length > 0) this.throttle.consume(records.reduce((n, x) => n + encodedSize(x), 0), rate);
         if (records.length > 0) await r.partition.appendReplica(records);
         if (batch.trailer) r.partition.setReplicatedHighWatermark(Math.min(batch.trailer.highWatermark, r.partition.logEndOffset));
         failures = 0;
