@@ -5,6 +5,8 @@
  * factor 1→3 and 3→2; cancel restores the original replicas; a controller killed mid-way; the throttle;
  * bad requests refused with nothing changed.
  */
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
@@ -12,7 +14,8 @@ import { parseLine } from 'tributary-protocol/command.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type ClusterStatus, TestCluster } from '../../helpers/cluster.js';
-import { sleep } from '../../helpers/util.js';
+import { envWithoutTributary, runCli } from '../../helpers/cli.js';
+import { sleep, tempDir } from '../../helpers/util.js';
 
 interface Progress {
   topic: string;
@@ -308,6 +311,37 @@ describe('partition reassignment', () => {
     for (const x of samples) expect(x.offset * size, JSON.stringify(x)).toBeLessThanOrEqual(rate * ((x.t - t0) / 1000) + 2 * rate);
     expect(elapsed).toBeGreaterThanOrEqual(((n * size) / rate) * 1000 * 0.6);
     console.log(`throttle ${rate} B/s: ${n * size} bytes copied in ${elapsed} ms (${Math.round((n * size) / (elapsed / 1000))} B/s)`);
+  }, 90_000);
+
+  it('the CLI: partitions reassign from a plan, --status, topic alter --replication-factor, bad input', async () => {
+    await create('cli', 1, 2);
+    const s = partitionOf(await cluster.status(), 'cli', 0);
+    const spare = [0, 1, 2, 3].find((id) => !s.replicas.includes(id))!;
+    const dir = await tempDir();
+    const plan = path.join(dir, 'plan.json');
+    await writeFile(plan, JSON.stringify({ version: 1, partitions: [{ topic: 'cli', partition: 0, replicas: [spare, s.replicas[1]] }] }));
+    const env = envWithoutTributary();
+    const boot = ['--bootstrap', cluster.addresses.join(',')];
+    const run = async (...args: string[]) => runCli([...args, ...boot], { env });
+    const started = await run('partitions', 'reassign', '--plan', plan, '--wait');
+    expect(started.stderr).toBe('');
+    expect(started.code).toBe(0);
+    expect(started.stdout).toContain('reassignment started for cli[0]');
+    expect(started.stdout).toContain('done: no reassignment in progress');
+    expect(partitionOf(await cluster.status(), 'cli', 0).replicas).toEqual([spare, s.replicas[1]]);
+    expect((await run('partitions', 'reassign', '--status')).stdout.trim()).toBe('no reassignment in progress');
+    const altered = await run('topic', 'alter', 'cli', '--replication-factor', '3', '--wait');
+    expect(altered.code).toBe(0);
+    expect(partitionOf(await cluster.status(), 'cli', 0).replicas).toHaveLength(3);
+    // Bad input: the broker's refusal (exit 1) or a usage error (exit 2), and nothing started.
+    const dup = await run('partitions', 'reassign', '--topic', 'cli', '--partition', '0', '--replicas', '1,1');
+    expect(dup.code).toBe(1);
+    expect(dup.stderr).toMatch(/^error: invalid_parameter .*listed twice/);
+    await writeFile(plan, JSON.stringify({ partitions: [{ topic: 'cli', partition: 0, replicas: [1, 2], extra: true }] }));
+    expect((await run('partitions', 'reassign', '--plan', plan)).code).toBe(2);
+    expect((await run('broker', 'drain', 'x')).code).toBe(2);
+    expect((await run('topic', 'alter', 'cli', '--replication-factor', '9')).stderr).toMatch(/NOT_ENOUGH_REPLICAS/);
+    expect(await progress()).toEqual([]);
   }, 90_000);
 
   it('drain moves every replica and every leadership off a broker, onto the others', async () => {
