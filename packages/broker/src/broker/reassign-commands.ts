@@ -101,13 +101,14 @@ async function cancel(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
   const entries = selected(b, node, p);
   if (entries.length === 0) throw new TributaryError('no_reassignment', { ...(p.str('topic') ? { topic: p.str('topic')! } : {}) });
   const done: string[] = [];
-  for (const e of entries) {
-    if (e.value.cancel) {
-      done.push(`${e.topic}[${e.partition}]`);
-      continue;
+  for (const first of entries) {
+    // A lost race (the controller finishing it, a throttle change) is tried again on what is there now.
+    for (let e = node.reassignments.get(first.topic, first.partition), n = 0; e && n < 3; e = node.reassignments.get(first.topic, first.partition), n++) {
+      if (e.value.cancel || (await node.reassignments.update(e.topic, e.partition, e.modRevision, { ...e.value, cancel: true }))) {
+        done.push(`${e.topic}[${e.partition}]`);
+        break;
+      }
     }
-    // Lost a race with the controller finishing it (or a throttle change): read again once.
-    if (await node.reassignments.update(e.topic, e.partition, e.modRevision, { ...e.value, cancel: true })) done.push(`${e.topic}[${e.partition}]`);
   }
   return formatOk({ cancelled: done.join(','), count: done.length });
 }

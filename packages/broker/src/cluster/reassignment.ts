@@ -135,11 +135,17 @@ export class ReassignmentStore {
   async update(topic: string, partition: number, modRevision: number, next: ReassignmentRequest): Promise<boolean> {
     const key = this.absolute(topic, partition);
     const res = await withMetadataErrors('update_reassignment', () =>
-      this.client.if(key, 'Mod', '==', modRevision).then(this.client.put(key).value(JSON.stringify(next))).commit(),
+      this.client.if(key, 'Mod', '==', modRevision).then(this.client.put(key).value(JSON.stringify(next))).else(this.client.get(key)).commit(),
     );
+    const rel = `${topic}/${partition}`;
     if (res.succeeded) {
       const revision = Number(res.header.revision);
-      this.records.applyPut(`${topic}/${partition}`, next, revision, this.get(topic, partition)?.createRevision ?? revision);
+      this.records.applyPut(rel, next, revision, this.get(topic, partition)?.createRevision ?? revision);
+    } else {
+      // What is there now (or that it is gone), so a caller retrying reads the current version.
+      const kv = res.responses[0]?.response_range.kvs[0];
+      if (kv) this.records.applyKv(rel, kv);
+      else this.records.applyDelete(rel, Number(res.header.revision));
     }
     return res.succeeded;
   }

@@ -10,6 +10,7 @@ import type { LogRecord } from 'tributary-protocol/record.js';
 import { LeaderEpochCache, followerTruncationOffset } from '../storage/leader-epoch-cache.js';
 import { encodedSize } from '../storage/record-codec.js';
 import { ReplicationThrottle } from './reassignment.js';
+import { dropLocalData, syncFollowers, throttleRate } from './replica-moves.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
 
@@ -273,7 +274,7 @@ export class ReplicaManager {
     r.replicas = s.replicas;
     if (!changed) {
       if (r.role === 'leader') {
-        this.syncFollowers(r);
+        syncFollowers(r, this.deps.brokerId);
         this.updateHighWatermark(r);
       }
       return;
@@ -292,49 +293,8 @@ export class ReplicaManager {
     }
     r.role = wanted;
     if (wanted === 'follower') this.becomeFollower(r);
-    else this.dropLocalData(r);
+    else dropLocalData(r, this.deps.brokerId, () => this.closed, this.deps.logger);
     this.roleApplied(r);
-  }
-
-  /** A reassignment added or removed followers under the same leader epoch. */
-  private syncFollowers(r: Replica): void {
-    const now = Date.now();
-    for (const id of r.replicas) if (id !== this.deps.brokerId && !r.followers.has(id)) r.followers.set(id, { offset: -1, caughtUpMs: now });
-    for (const id of [...r.followers.keys()]) if (!r.replicas.includes(id)) r.followers.delete(id);
-  }
-
-  /**
-   * Not a replica (removed by a reassignment, or never one): whatever is left of the partition here goes,
-   * once the fetch loop has stopped. Safe: only replicas in the partition state can ever lead it, so no
-   * acknowledged record depends on this copy (docs/architecture.md, "Reassignment").
-   */
-  private dropLocalData(r: Replica): void {
-    const me = this.deps.brokerId;
-    const prior = r.dropping ?? Promise.resolve();
-    const fetcher = r.fetcher ?? Promise.resolve();
-    const run: Promise<void> = Promise.all([prior, fetcher])
-      .then(() => r.partition.quiesced())
-      .then(async () => {
-        if (this.closed || r.role !== 'none' || r.promoting !== null || r.replicas.includes(me)) return;
-        if (r.partition.logEndOffset === 0 && r.epochs.entries().length === 0) return;
-        const from = r.partition.logEndOffset;
-        await r.partition.truncateTo(0);
-        r.epochs.replaceWith([]);
-        await r.epochs.flush();
-        this.deps.logger.info({ topic: r.topic, partition: r.id, from }, 'not a replica: local data dropped');
-      })
-      .catch((err: unknown) => this.deps.logger.warn({ err, topic: r.topic, partition: r.id }, 'dropping the data of a removed replica failed'))
-      .finally(() => {
-        if (r.dropping === run) r.dropping = null;
-      });
-    r.dropping = run;
-  }
-
-  /** Bytes/s this broker may fetch for the partition now: its reassignment's throttle while it is being added and out of the ISR, else 0. */
-  private throttleRate(r: Replica): number {
-    const me = this.deps.brokerId;
-    const re = this.deps.states.get(r.topic, r.id)?.value.reassign;
-    return re && re.throttle > 0 && re.adding.includes(me) && !r.isr.includes(me) ? re.throttle : 0;
   }
 
   private roleApplied(r: Replica): void {
@@ -560,11 +520,11 @@ export class ReplicaManager {
           truncated = true;
         }
         // A replica being added catches up within the reassignment throttle (docs/operations.md "Throttle").
-        let rate = this.throttleRate(r);
+        let rate = throttleRate(this.deps.states.get(r.topic, r.id)?.value, this.deps.brokerId, r.isr);
         if (rate > 0 && this.throttle.pending() > 0) {
           await sleep(this.throttle.pending(), signal);
           if (signal.aborted) break;
-          rate = this.throttleRate(r);
+          rate = throttleRate(this.deps.states.get(r.topic, r.id)?.value, this.deps.brokerId, r.isr);
         }
         const maxBytes = rate > 0 ? Math.max(1, Math.min(this.deps.config.fetchMaxBytes, rate)) : this.deps.config.fetchMaxBytes;
         const offset = r.partition.logEndOffset;
