@@ -275,6 +275,10 @@ export async function run(argv: string[]): Promise<number> {
           ['copy rate, overall', `${fmtInt(overall)} B/s (${fmtFixed((overall / o.throttle) * 100, 1)} % of the throttle)`],
           ['copy rate, highest 2 s window', `${fmtInt(peak)} B/s (${fmtFixed((peak / o.throttle) * 100, 1)} % of the throttle)`],
           ['replicas after', `${after.replicas.join(',')} (leader ${after.leader})`],
+          ['slowest send during the move', (() => {
+            const w = producer!.sends.filter((x) => x.at >= startAt && x.at < doneAt).reduce((m, x) => (x.ms > m.ms ? x : m), { at: startAt, ms: 0 });
+            return `${fmtFixed(w.ms, 1)} ms, due at +${fmtInt(w.at - startAt)} ms`;
+          })()],
           ['acknowledged records lost', String(lost)],
           ['producer errors retried', String(producer.errors)],
         ],

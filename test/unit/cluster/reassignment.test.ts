@@ -121,5 +121,8 @@ describe('replication throttle', () => {
     expect(t.consume(1000, 1000)).toBe(1000);
     expect(t.consume(1000, 0)).toBe(0); // no throttle
     expect(t.throttledBytes).toBe(2000);
+    // A fetch's round trip counts against its own budget: one sent 600 ms ago for 1000 B at 1000 B/s waits 400 ms.
+    now += 10_000;
+    expect(t.consume(1000, 1000, now - 600)).toBe(400);
   });
 });

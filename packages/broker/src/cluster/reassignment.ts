@@ -339,12 +339,15 @@ export class ReplicationThrottle {
 
   constructor(private readonly clock: Pick<Clock, 'now'>) {}
 
-  /** Counts a fetch and returns how long to wait before the next one (0: none). */
-  consume(bytes: number, rate: number): number {
+  /**
+   * Counts a fetch of `bytes` that was sent at `startedAt` (its round trip is part of its time budget)
+   * and returns how long to wait before the next one (0: none).
+   */
+  consume(bytes: number, rate: number, startedAt = this.clock.now()): number {
     if (!(rate > 0)) return 0;
     this.throttledBytes += bytes;
     const now = this.clock.now();
-    this.nextFree = Math.max(this.nextFree, now) + (bytes * 1000) / rate;
+    this.nextFree = Math.max(this.nextFree, Math.min(startedAt, now)) + (bytes * 1000) / rate;
     return Math.max(0, this.nextFree - now);
   }
 

@@ -528,6 +528,7 @@ export class ReplicaManager {
         }
         const maxBytes = rate > 0 ? Math.max(1, Math.min(this.deps.config.fetchMaxBytes, rate)) : this.deps.config.fetchMaxBytes;
         const offset = r.partition.logEndOffset;
+        const sentAt = Date.now();
         const frame = await conn.request(
           `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} wait_ms=${this.deps.config.fetchWaitMs}`,
         );
@@ -535,7 +536,7 @@ export class ReplicaManager {
         if (frame.kind === 'text') throw parseError(frame.text);
         const batch = frame.batch;
         const records = batch.records as unknown as LogRecord[];
-        if (rate > 0 && records.length > 0) this.throttle.consume(records.reduce((n, x) => n + encodedSize(x), 0), rate);
+        if (rate > 0 && records.length > 0) this.throttle.consume(records.reduce((n, x) => n + encodedSize(x), 0), rate, sentAt);
         if (records.length > 0) await r.partition.appendReplica(records);
         if (batch.trailer) r.partition.setReplicatedHighWatermark(Math.min(batch.trailer.highWatermark, r.partition.logEndOffset));
         failures = 0;
