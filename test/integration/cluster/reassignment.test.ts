@@ -344,6 +344,28 @@ describe('partition reassignment', () => {
     expect(await progress()).toEqual([]);
   }, 90_000);
 
+  it('moving the __consumer_offsets partitions (their leaders replaced) while a group consumes: coordinators move, nothing is lost', async () => {
+    await create('coordinated', 2, 3);
+    const offsets = (await cluster.status()).partitions.filter((p) => p.topic === '__consumer_offsets');
+    expect(offsets.length).toBeGreaterThan(0);
+    const targets = offsets.map((p) => ({ partition: p.partition, target: [3, ...p.replicas.filter((id) => id !== p.leader)] }));
+    await underLoad('coordinated', 2, async () => {
+      await admin.command('REASSIGN', { topic: '__consumer_offsets', assignments: targets.map((t) => `${t.partition}:${t.target.join(',')}`).join(';') });
+      for (const t of targets) await settled('__consumer_offsets', t.partition, t.target);
+    });
+    const s = await cluster.status();
+    for (const t of targets) expect(partitionOf(s, '__consumer_offsets', t.partition).replicas).toEqual(t.target);
+    // The group's committed offsets survived the move of its coordinator's partition.
+    const coord = Number(parseLine(await admin.command('FIND_COORDINATOR', { group: 'g-coordinated' })).params.get('coordinator_id'));
+    const c = await cluster.connect(coord);
+    try {
+      const committed = await Promise.all([0, 1].map(async (p) => Number(parseLine(await c.command('FETCH_OFFSET', { topic: 'coordinated', group: 'g-coordinated', partition: p })).params.get('offset'))));
+      expect(committed.every((o) => o > 0)).toBe(true);
+    } finally {
+      await c.close().catch(() => {});
+    }
+  }, 120_000);
+
   it('drain moves every replica and every leadership off a broker, onto the others', async () => {
     // Broker 3 hosts replicas by now (moving[0], rf, throttled...) and leads some.
     const before = await cluster.status();
