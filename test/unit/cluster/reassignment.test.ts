@@ -126,3 +126,14 @@ describe('replication throttle', () => {
     expect(t.consume(1000, 1000, now - 600)).toBe(400);
   });
 });
+
+describe('permissions', () => {
+  it('every reassignment command needs admin; REPLICA_POSITIONS is broker-only', async () => {
+    const { BROKER_COMMANDS, requirementOf } = await import('tributary-broker/broker/security.js');
+    for (const cmd of ['REASSIGN', 'REASSIGN_CANCEL', 'REASSIGN_THROTTLE', 'REASSIGNMENTS', 'DRAIN_BROKER', 'ALTER_REPLICATION_FACTOR', 'REPLICA_POSITIONS']) {
+      expect(requirementOf(cmd, new Map([['topic', 't']])), cmd).toEqual({ permissions: ['admin'] });
+    }
+    expect(BROKER_COMMANDS.has('REPLICA_POSITIONS')).toBe(true);
+    expect(BROKER_COMMANDS.has('REASSIGN')).toBe(false);
+  });
+});
