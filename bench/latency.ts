@@ -34,6 +34,7 @@ interface Options {
   durationMs: number;
   warmupMs: number;
   brokerArgs: string[];
+  brokerNodeArgs: string[];
   verbose: boolean;
 }
 
@@ -55,7 +56,7 @@ export interface Result {
 }
 
 function usage(): string {
-  return 'usage: npm run bench -- latency [--rates 1000,10000,50000] [--partitions 12] [--partition-counts 1,100] [--size 1024] [--duration-ms 10000] [--warmup-ms 1000] [--broker-args "..."] [--only w2] [--verbose]\n';
+  return 'usage: npm run bench -- latency [--rates 1000,10000,50000] [--partitions 12] [--partition-counts 1,100] [--size 1024] [--duration-ms 10000] [--warmup-ms 1000] [--broker-args "..."] [--broker-node-args="--cpu-prof ..."] [--only w2] [--verbose]\n';
 }
 
 function parseOptions(argv: string[]): Options | string {
@@ -71,6 +72,7 @@ function parseOptions(argv: string[]): Options | string {
         'duration-ms': { type: 'string', default: '10000' },
         'warmup-ms': { type: 'string', default: '1000' },
         'broker-args': { type: 'string', default: '' },
+        'broker-node-args': { type: 'string', default: '' },
         only: { type: 'string' },
         verbose: { type: 'boolean', default: false },
         help: { type: 'boolean', default: false },
@@ -103,6 +105,7 @@ function parseOptions(argv: string[]): Options | string {
     durationMs: (duration as number[])[0]!,
     warmupMs: (warmup as number[])[0]!,
     brokerArgs: splitArgs(String(v['broker-args'])),
+    brokerNodeArgs: splitArgs(String(v['broker-node-args'])),
     verbose: v.verbose === true,
   };
 }
@@ -232,7 +235,7 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Pro
     let port: number;
     const host = '127.0.0.1';
     if (target === 'broker') {
-      const b = await startBroker(path.join(dir, 'data'), { args: o.brokerArgs, echoStderr: o.verbose });
+      const b = await startBroker(path.join(dir, 'data'), { args: o.brokerArgs, nodeArgs: o.brokerNodeArgs, echoStderr: o.verbose });
       server = b.child;
       port = b.port;
       await createTopic(host, port, TOPIC, w.partitions);

@@ -14,7 +14,9 @@ const BENCHMARKS: Record<string, () => Promise<BenchModule>> = {
   'produce-consume': () => import('./produce-consume.js'),
   reassign: () => import('./reassign.js'),
   rebalance: () => import('./rebalance.js'),
+  'record-batch': () => import('./record-batch.js'),
   scale: () => import('./scale.js'),
+  'scale-cluster': () => import('./scale-cluster.js'),
   transactions: () => import('./transactions.js'),
 };
 

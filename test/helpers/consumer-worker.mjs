@@ -2,7 +2,8 @@
 //
 //   node consumer-worker.mjs '<json config>'
 //
-// config: { name, options: ConsumerOptions, handlerDelayMs?, randomDelayMs?, concurrency? }
+// config: { name, options: ConsumerOptions, handlerDelayMs?, randomDelayMs?, concurrency?, trace? }
+//   trace: also print join, rebalance.start, assigned and heartbeat lines
 //   randomDelayMs: each handler also sleeps a random 0..randomDelayMs ms
 //   concurrency: passed to run() (docs/sdk.md, "Concurrency"); then a 'done' line follows each 'msg'
 // It imports the compiled SDK (packages/client/dist/index.js), runs `run({ eachMessage })` and prints one JSON
@@ -33,6 +34,13 @@ consumer.on('rebalance.end', (e) =>
   out({ type: 'rebalance', generation: e.generation, assigned: e.assigned, revoked: e.revoked, kept: e.kept, owned: consumer.assignment(), at: Date.now() }),
 );
 consumer.on('partitions.lost', (e) => out({ type: 'lost', partitions: e.partitions, at: Date.now() }));
+if (cfg.trace) {
+  // Diagnostics for fault tests: the membership steps behind the events above.
+  consumer.on('group.join', (e) => out({ type: 'join', memberId: e.memberId, generation: e.generation, assignments: e.assignments, at: Date.now() }));
+  consumer.on('rebalance.start', (e) => out({ type: 'rebalance.start', reason: e.reason, generation: e.generation, at: Date.now() }));
+  consumer.on('partitions.assigned', (e) => out({ type: 'assigned', partitions: e.partitions, generation: e.generation, ag: e.assignmentGeneration, at: Date.now() }));
+  consumer.on('heartbeat', (e) => out({ type: 'heartbeat', memberId: e.memberId, generation: e.generation, at: Date.now() }));
+}
 consumer.on('crash', (e) => out({ type: 'crash', code: e.error?.code, message: e.error?.message, fatal: e.fatal, at: Date.now() }));
 
 let closing = false;
@@ -62,7 +70,7 @@ const running = consumer.run({
     }
     const value = message.value.toString();
     const bar = value.indexOf('|');
-    out({ type: 'msg', id: bar >= 0 ? value.slice(0, bar) : value, partition: message.partition, offset: message.offset, at: Date.now() });
+    out({ type: 'msg', id: bar >= 0 ? value.slice(0, bar) : value, partition: message.partition, offset: message.offset, ag: message.assignmentGeneration, at: Date.now() });
     if (cfg.handlerDelayMs) await sleep(cfg.handlerDelayMs);
     if (cfg.randomDelayMs) await sleep(Math.floor(Math.random() * (cfg.randomDelayMs + 1)));
     if (cfg.concurrency) out({ type: 'done', partition: message.partition, offset: message.offset, key: message.key?.toString() ?? null, at: Date.now() });

@@ -76,7 +76,9 @@ export function handlerSink(ctx: ConsumerContext, committer: OffsetCommitter, op
         w.seekTo = message.offset; // paused mid-batch: the rest is read again after resume()
         return;
       }
-      if (!(await sessionHeld(ctx, w.signal))) return; // a pause past the session: docs/sdk.md, "Fenced reads"
+      // A pause past the session: docs/sdk.md, "Fenced reads". Checked in the same synchronous run as the
+      // handler's call when the session is live, so no turn of the event loop separates the two.
+      if (!ctx.sessionLive && !(await sessionHeld(ctx, w.signal))) return;
       if (!(await timed(ctx, w, message.offset, () => opts.eachMessage!({ message, signal: w.signal })))) return;
       committer.markProcessed(w.partition, w.assignmentGeneration, message.offset);
     }

@@ -5,7 +5,7 @@
  * after a failed read follows "Routing".
  */
 import type { Batch } from 'tributary-protocol/batch.js';
-import { RecordAttr } from 'tributary-protocol/record.js';
+import { RecordAttr, type RecordHeader } from 'tributary-protocol/record.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { ConsumedMessage, ConsumerContext } from './consumer-context.js';
@@ -162,21 +162,12 @@ export class PartitionFetcher {
 
   /** The batch's user records: transaction markers (control records) are never delivered (docs/sdk.md, "Offsets"). */
   private toMessages(w: PartitionWorker, batch: Batch): ConsumedMessage[] {
-    const signal = w.signal;
-    return batch.records.filter((r) => (r.attributes & RecordAttr.CONTROL) === 0).map((r) => ({
-      topic: batch.topic,
-      partition: w.partition,
-      offset: r.offset,
-      key: r.key,
-      value: r.value,
-      timestamp: r.timestamp,
-      headers: r.headers,
-      assignmentGeneration: w.assignmentGeneration,
-      signal,
-      get fenced() {
-        return signal.aborted;
-      },
-    }));
+    const out: ConsumedMessage[] = [];
+    for (const r of batch.records) {
+      if ((r.attributes & RecordAttr.CONTROL) !== 0) continue;
+      out.push(new FetchedMessage(batch.topic, w.partition, r.offset, r.key, r.value, r.timestamp, r.headers, w.assignmentGeneration, w.signal));
+    }
+    return out;
   }
 
   private async pollOnce(w: PartitionWorker, as: ReadAs): Promise<void> {
@@ -364,5 +355,27 @@ export class PartitionFetcher {
     w.processed = Math.min(w.processed, offset);
     w.window?.seek(offset);
     w.resumed.wake();
+  }
+}
+
+/**
+ * A delivered message: one shape for all (a class, so `fenced` is a prototype getter rather than a
+ * closure per message; at 100 B records the consumer's per-record cost is mostly these objects).
+ */
+class FetchedMessage implements ConsumedMessage {
+  constructor(
+    readonly topic: string,
+    readonly partition: number,
+    readonly offset: number,
+    readonly key: Buffer | null,
+    readonly value: Buffer,
+    readonly timestamp: number,
+    readonly headers: RecordHeader[],
+    readonly assignmentGeneration: number,
+    readonly signal: AbortSignal,
+  ) {}
+
+  get fenced(): boolean {
+    return this.signal.aborted;
   }
 }

@@ -90,6 +90,8 @@ export function badMessage(index: number, reason: string): TributaryError {
 }
 
 /** A message checked and converted to a wire record (offset and sequence are the broker's business). */
+const NO_HEADERS: RecordHeader[] = Object.freeze([]) as unknown as RecordHeader[];
+
 export function toBatchRecord(m: ProducerMessage, index: number): BatchRecord {
   if (!m || typeof m !== 'object') throw badMessage(index, 'must be an object');
   for (const k in m) {
@@ -112,8 +114,10 @@ export function toBatchRecord(m: ProducerMessage, index: number): BatchRecord {
     timestamp = m.timestamp instanceof Date ? m.timestamp.getTime() : m.timestamp;
     if (typeof timestamp !== 'number' || !Number.isSafeInteger(timestamp) || timestamp < 0) throw badMessage(index, 'timestamp must be a non-negative integer (ms) or a valid Date');
   }
-  const headers: RecordHeader[] = [];
+  // One shared empty list for the common case: nothing appends to a record's headers after this.
+  let headers: RecordHeader[] = NO_HEADERS;
   if (m.headers !== undefined) {
+    headers = [];
     if (m.headers === null || typeof m.headers !== 'object') throw badMessage(index, 'headers must be an object or an array');
     const entries: Array<[string, unknown]> = Array.isArray(m.headers) ? m.headers.map((h) => [h?.key, h?.value]) : Object.entries(m.headers);
     if (entries.length > 0xffff) throw badMessage(index, 'more than 65535 headers');

@@ -315,16 +315,13 @@ export class ProducerSender {
     // Its numbers may or may not have reached the log: the partition continues in a new epoch.
     if (err && b.firstSequence >= 0 && b.epoch === q.epoch) q.bumpEpoch = true;
     if (err) {
-      for (const s of b.sinks) s.sink.settle(s.index, err);
+      for (let i = 0; i < b.sinks.length; i++) b.sinks[i]!.settle(b.sinkIndexes[i]!, err);
       if (this.host.listenerCount('error') > 0) this.host.emit('error', { error: err, topic: b.topic, partition: b.partition, records: b.records.length });
       publish(channels.producerSend, { topic: b.topic, partition: b.partition, records: b.records.length, bytes: b.bytes, durationMs, error: err });
     } else {
       const partition = ack?.partition ?? b.partition;
       const base = ack?.base_offset ?? -1;
-      for (let i = 0; i < b.sinks.length; i++) {
-        const s = b.sinks[i]!;
-        s.sink.settle(s.index, null, { topic: b.topic, partition, offset: base < 0 ? -1 : base + i });
-      }
+      for (let i = 0; i < b.sinks.length; i++) b.sinks[i]!.settle(b.sinkIndexes[i]!, null, { topic: b.topic, partition, offset: base < 0 ? -1 : base + i });
       this.host.emit('send', { topic: b.topic, partition, records: b.records.length, durationMs, baseOffset: base });
       publish(channels.producerSend, { topic: b.topic, partition, records: b.records.length, bytes: b.bytes, durationMs, baseOffset: base });
     }

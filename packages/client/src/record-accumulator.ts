@@ -13,7 +13,9 @@ export interface RecordSink {
 
 export class ProducerBatch {
   readonly records: BatchRecord[] = [];
-  readonly sinks: Array<{ sink: RecordSink; index: number }> = [];
+  /** Who waits for each record (parallel to `records`): the send() it came from and its index there. */
+  readonly sinks: RecordSink[] = [];
+  readonly sinkIndexes: number[] = [];
   /** Estimated frame bytes (header + records). */
   bytes: number;
   /** Bytes held against maxBufferedBytes (records only). */
@@ -105,13 +107,20 @@ export interface AccumulatorLimits {
  * own), or when someone closes it (linger timer, flush, backpressure).
  */
 export class RecordAccumulator {
-  private readonly queues = new Map<string, PartitionQueue>();
+  private readonly byTopic = new Map<string, PartitionQueue[]>();
+  /** Every queue, in creation order. */
+  private readonly queues: PartitionQueue[] = [];
 
   constructor(private readonly limits: AccumulatorLimits) {}
 
   queue(topic: string, partition: number): PartitionQueue {
-    const k = `${partition}:${topic}`;
-    let q = this.queues.get(k);
+    // By topic, then partition: no key string built per record.
+    let byPartition = this.byTopic.get(topic);
+    if (!byPartition) {
+      byPartition = [];
+      this.byTopic.set(topic, byPartition);
+    }
+    let q = byPartition[partition];
     if (!q) {
       q = {
         topic,
@@ -127,13 +136,14 @@ export class RecordAccumulator {
         bumpEpoch: false,
         lost: new Map(),
       };
-      this.queues.set(k, q);
+      byPartition[partition] = q;
+      this.queues.push(q);
     }
     return q;
   }
 
   all(): PartitionQueue[] {
-    return [...this.queues.values()];
+    return [...this.queues];
   }
 
   /**
@@ -155,7 +165,8 @@ export class RecordAccumulator {
       created = true;
     }
     tail.records.push(record);
-    tail.sinks.push({ sink, index });
+    tail.sinks.push(sink);
+    tail.sinkIndexes.push(index);
     tail.bytes += size;
     tail.reserved += size;
     if (tail.bytes >= this.limits.maxBatchBytes || tail.records.length >= this.limits.maxBatchRecords) {
@@ -168,7 +179,7 @@ export class RecordAccumulator {
   /** Closes every open batch (flush, close, backpressure); returns the queues that have something to send. */
   closeAll(): PartitionQueue[] {
     const out: PartitionQueue[] = [];
-    for (const q of this.queues.values()) {
+    for (const q of this.queues) {
       for (const b of q.batches) b.closed = true;
       if (q.batches.length > 0) out.push(q);
     }
@@ -178,7 +189,7 @@ export class RecordAccumulator {
   /** Every batch not completed yet: queued, in flight or being retried. */
   pending(): ProducerBatch[] {
     const out: ProducerBatch[] = [];
-    for (const q of this.queues.values()) out.push(...q.inFlight, ...q.batches);
+    for (const q of this.queues) out.push(...q.inFlight, ...q.batches);
     return out;
   }
 

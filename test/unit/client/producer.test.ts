@@ -256,7 +256,7 @@ describe('record accumulator', () => {
     expect(next).toHaveLength(1);
     expect(next[0]).toBe(acc.pending().find((b) => b === next[0]));
     // order: the batches come out in the order they were appended
-    expect([first[0], first[1], next[0]].map((b) => b!.sinks[0]!.index)).toEqual([0, 1, 2]);
+    expect([first[0], first[1], next[0]].map((b) => b!.sinkIndexes[0])).toEqual([0, 1, 2]);
   });
 
   it('an open batch is not sent until closed (linger, flush, backpressure)', () => {

@@ -21,6 +21,7 @@ export type StreamCloseReason = 'stopped' | 'removed' | 'timeout' | 'error' | 'o
  * buffers without bound: a client that stops reading gets its socket paused, then closed.
  */
 export class ClientConnection implements ConnectionContext {
+  private corkedForTurn = false;
   features = new Set<string>();
   principal: string | undefined;
   readonly remote: string;
@@ -206,11 +207,25 @@ export class ClientConnection implements ConnectionContext {
 
   private writeReply(r: Reply): void {
     const buf = typeof r === 'string' ? Buffer.from(r, 'utf8') : r;
-    this.socket.cork();
+    this.corkForTurn();
     this.socket.write(frameHeader(buf.length));
     this.socket.write(buf);
-    this.socket.uncork();
     this.checkBackpressure();
+  }
+
+  /**
+   * Replies completed in one turn (a group commit's fsync answers every produce it covered at once) leave
+   * in one writev: the socket stays corked until the turn's microtasks have run (docs/architecture.md,
+   * "Broker").
+   */
+  private corkForTurn(): void {
+    if (this.corkedForTurn) return;
+    this.corkedForTurn = true;
+    this.socket.cork();
+    process.nextTick(() => {
+      this.corkedForTurn = false;
+      this.socket.uncork();
+    });
   }
 
   private writeNow(frame: Buffer): void {

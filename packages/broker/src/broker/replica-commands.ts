@@ -1,6 +1,7 @@
 import { encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
 import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import { formatMarked } from '../cluster/fetch-watch.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
 
 /** Broker-to-broker commands of cluster mode: followers fetching from their leader. */
@@ -24,6 +25,8 @@ async function replicaFetch(b: BrokerContext, _c: ConnectionContext, p: Params):
   const replica = p.reqInt('replica', { min: 0 });
   const maxBytes = Math.min(p.int('max_bytes', { min: 1 }) ?? 1024 * 1024, b.config.maxFrameBytes - 1024 * 1024);
   const waitMs = Math.min(p.int('wait_ms', { min: 0 }) ?? 0, b.config.maxWaitMs);
+  const park = p.bool('park') ?? false;
+  if (park && waitMs > 0) throw invalidParam('park', 'a parked fetch does not wait at the leader (REPLICA_WAIT does)');
   const r = node.replicas.followerFetch(topic, partition, replica, epoch, offset);
   const part = r.partition;
   if (part.localEnd <= offset && waitMs > 0) {
@@ -34,9 +37,24 @@ async function replicaFetch(b: BrokerContext, _c: ConnectionContext, p: Params):
   const end = part.localEnd;
   const records =
     offset < end ? await part.log.read(Math.max(offset, part.earliest), { maxRecords: 10_000, maxBytes, maxOffset: end, keepAppendMarker: true, wholeAppends: true }) : [];
+  // Nothing new: the follower parks the partition until REPLICA_WAIT reports news (cluster/fetch-watch.ts).
+  if (park && records.length === 0) node.replicas.parkFollower(r, replica, end, part.highWatermark);
   return encodeBatch(logRecordsToBatch(topic, partition, records, { nextOffset: records.length > 0 ? records[records.length - 1]!.offset + 1 : offset, highWatermark: part.highWatermark, logStartOffset: part.earliest }), {
     extensions: true,
   });
+}
+
+/**
+ * REPLICA_WAIT: the partitions this broker leads that a follower parked (`REPLICA_FETCH ... park=true`
+ * found nothing new) and that have news since (a longer log, a higher HWM); long-polls `wait_ms` while
+ * there are none. One per follower and leader replaces a long-polling connection per partition.
+ */
+async function replicaWait(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const node = cluster(b);
+  const replica = p.reqInt('replica', { min: 0 });
+  const waitMs = Math.min(p.int('wait_ms', { min: 0 }) ?? 0, b.config.maxWaitMs);
+  const marked = await node.replicas.waitMarked(replica, waitMs);
+  return formatOk({ replica, partitions: formatMarked(marked) });
 }
 
 /** LEADER_EPOCHS: the leader's epoch history (`epoch:start_offset,...`) and log end, for follower truncation. */
@@ -62,6 +80,7 @@ function partitionsReady(b: BrokerContext, _c: ConnectionContext, p: Params): Re
 
 export const REPLICA_COMMANDS: Record<string, CommandSpec> = {
   PARTITIONS_READY: { handler: partitionsReady, params: ['partitions', 'topic'] },
-  REPLICA_FETCH: { handler: replicaFetch, params: ['leader_epoch', 'max_bytes', 'offset', 'partition', 'replica', 'topic', 'wait_ms'] },
+  REPLICA_FETCH: { handler: replicaFetch, params: ['leader_epoch', 'max_bytes', 'offset', 'park', 'partition', 'replica', 'topic', 'wait_ms'] },
+  REPLICA_WAIT: { handler: replicaWait, params: ['replica', 'wait_ms'] },
   LEADER_EPOCHS: { handler: leaderEpochs, params: ['leader_epoch', 'partition', 'topic'] },
 };

@@ -1,8 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from '../common/logger.js';
-import type { Partition } from '../partition/partition.js';
 import type { TopicManager } from '../partition/topic-manager.js';
-import { parseAddress } from 'tributary-protocol/address.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseError, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
@@ -11,63 +9,14 @@ import { LeaderEpochCache, followerTruncationOffset } from '../storage/leader-ep
 import { encodedSize } from '../storage/record-codec.js';
 import { ReplicationThrottle } from './reassignment.js';
 import { dropLocalData, syncFollowers, throttleRate } from './replica-moves.js';
+import { abortable } from './abortable.js';
+import { FetchWatch, type MarkedPartition } from './fetch-watch.js';
+import { LeaderLinks } from './leader-links.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
+import type { AckWaiter, Replica, ReplicationConfig, Role } from './replica-types.js';
 
-export interface ReplicationConfig {
-  /** A follower that has not caught up with the leader's log end for this long leaves the ISR. */
-  replicaLagMaxMs: number;
-  /** How long a follower's fetch waits at the leader for new records. */
-  fetchWaitMs: number;
-  fetchMaxBytes: number;
-  /** acks=all needs at least this many in-sync replicas (the leader included). */
-  minInsyncReplicas: number;
-}
-
-export type Role = 'leader' | 'follower' | 'none';
-
-interface FollowerPosition {
-  /** The follower's log end as of its last fetch: it holds everything below. */
-  offset: number;
-  /** Last time its fetch reached the leader's log end. */
-  caughtUpMs: number;
-}
-
-/** This broker's view of one partition it replicates. */
-export interface Replica {
-  topic: string;
-  id: number;
-  partition: Partition;
-  role: Role;
-  leaderEpoch: number;
-  leaderId: number;
-  isr: number[];
-  replicas: number[];
-  epochs: LeaderEpochCache;
-  /** The epoch history read from disk: truncation must not decide before it is loaded. */
-  epochsLoaded: Promise<void>;
-  followers: Map<number, FollowerPosition>;
-  /** Follower: stops its fetch loop. */
-  stop: AbortController | null;
-  /** Follower: the fetch loop, until it has exited (a promotion waits for it). */
-  fetcher: Promise<void> | null;
-  /** The leader epoch this broker is about to lead at, once its last replica append has landed. */
-  promoting: number | null;
-  /** An ISR change being written to etcd (one at a time per partition). */
-  isrChange: Promise<void> | null;
-  /** acks=all and coordinator appends waiting for the HWM to pass their record (see waitReplicated). */
-  ackWaiters: Set<AckWaiter>;
-  /** Not a replica any more: its local data being dropped (a fetch loop starting again waits for it). */
-  dropping: Promise<void> | null;
-}
-
-/** An append acknowledged only once replicated, and only if this broker still leads at the append's epoch. */
-interface AckWaiter {
-  epoch: number;
-  offset: number;
-  resolve: () => void;
-  reject: (err: Error) => void;
-}
+export type { ReplicationConfig, Role, Replica } from './replica-types.js';
 
 function key(topic: string, partition: number): string {
   return `${topic}\u0000${partition}`;
@@ -101,6 +50,10 @@ export class ReplicaManager {
   private closed = false;
   /** The reassignment throttle's byte budget, shared by every replica this broker is adding. */
   readonly throttle = new ReplicationThrottle({ now: () => Date.now() });
+  /** Leader side: parked followers' marks (fetch-watch.ts). */
+  private readonly fetchWatch = new FetchWatch();
+  /** Follower side: shared connections and REPLICA_WAIT per leader (leader-links.ts). */
+  private readonly links: LeaderLinks;
 
   constructor(
     private readonly deps: {
@@ -116,6 +69,7 @@ export class ReplicaManager {
       onIsrChange?: (topic: string, kind: 'shrink' | 'expand') => void;
     },
   ) {
+    this.links = new LeaderLinks({ brokerId: deps.brokerId, registry: deps.registry, logger: deps.logger, waitMs: Math.max(deps.config.fetchWaitMs, 1000), connect: deps.connect });
     deps.states.events.on('changed', (e: PartitionStateEntry) => this.apply(e));
     this.lagTimer = setInterval(() => this.checkLag(), Math.max(100, Math.floor(deps.config.replicaLagMaxMs / 4)));
     this.lagTimer.unref();
@@ -148,6 +102,7 @@ export class ReplicaManager {
     clearInterval(this.lagTimer);
     for (const r of this.replicas.values()) this.failAckWaiters(r, () => new TributaryError('shutting_down'));
     for (const r of this.replicas.values()) r.stop?.abort();
+    this.links.closeAll();
     await Promise.all([...this.replicas.values()].map((r) => r.epochs.flush().catch(() => {})));
   }
 
@@ -334,7 +289,7 @@ export class ReplicaManager {
     r.epochs.assign(r.leaderEpoch, r.partition.logEndOffset);
     void r.epochs.flush().catch(() => {});
     const now = Date.now();
-    r.followers = new Map(r.replicas.filter((id) => id !== this.deps.brokerId).map((id) => [id, { offset: -1, caughtUpMs: now }]));
+    r.followers = new Map(r.replicas.filter((id) => id !== this.deps.brokerId).map((id) => [id, { offset: -1, caughtUpMs: now, parked: false, sentEnd: -1, sentHwm: -1 }]));
     this.updateHighWatermark(r);
   }
 
@@ -363,6 +318,37 @@ export class ReplicaManager {
     }
     if (hwm > r.partition.highWatermark) r.partition.setReplicatedHighWatermark(hwm);
     this.releaseAckWaiters(r);
+    this.markParked(r);
+  }
+
+  /** Parked followers with news (a longer log, a higher HWM) are told through their REPLICA_WAIT. */
+  private markParked(r: Replica): void {
+    const end = r.partition.localEnd;
+    const hwm = r.partition.highWatermark;
+    for (const [id, f] of r.followers) {
+      if (f.parked && (end > f.sentEnd || hwm > f.sentHwm)) {
+        f.parked = false;
+        this.fetchWatch.mark(id, r.topic, r.id);
+      }
+    }
+  }
+
+  /**
+   * A `park=true` fetch of `replicaId` found nothing past `end` (its HWM `hwm`): the follower waits for a
+   * mark. Anything already newer marks it at once.
+   */
+  parkFollower(r: Replica, replicaId: number, end: number, hwm: number): void {
+    const f = r.followers.get(replicaId);
+    if (!f || r.role !== 'leader') return;
+    f.parked = true;
+    f.sentEnd = end;
+    f.sentHwm = hwm;
+    this.markParked(r);
+  }
+
+  /** REPLICA_WAIT: the partitions marked for `replicaId` (fetch-watch.ts). */
+  waitMarked(replicaId: number, waitMs: number, signal?: AbortSignal): Promise<MarkedPartition[]> {
+    return this.fetchWatch.wait(replicaId, waitMs, signal);
   }
 
   /**
@@ -431,6 +417,7 @@ export class ReplicaManager {
       throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: r.partition.earliest, latest: r.partition.logEndOffset });
     }
     f.offset = offset;
+    f.parked = false;
     if (offset >= r.partition.logEndOffset) f.caughtUpMs = Date.now();
     this.updateHighWatermark(r);
     // Only a registered broker rejoins the ISR: the controller drops unregistered ones, and the two
@@ -494,64 +481,68 @@ export class ReplicaManager {
 
   // ---- follower side ----
 
+  /**
+   * Fetches over the leader's shared connections (leader-links.ts) without waiting at the leader: an empty
+   * answer parks the partition until the leader marks it (REPLICA_WAIT), so an idle partition costs no
+   * connection and no request.
+   */
   private async fetchLoop(r: Replica, signal: AbortSignal): Promise<void> {
-    let conn: Connection | null = null;
+    const link = this.links.acquire(r.leaderId);
     let failures = 0;
     let truncated = false;
     const epoch = r.leaderEpoch;
-    // A long poll parked at the old leader would hold a promotion up for its whole wait.
-    const onAbort = () => conn?.close().catch(() => {});
-    signal.addEventListener('abort', onAbort, { once: true });
-    // Removed and added back: the old copy is gone before fetching starts again.
-    if (r.dropping) await r.dropping;
-    while (!signal.aborted && !this.closed) {
-      try {
-        if (!conn || conn.closed) {
-          const leader = this.deps.registry.get(r.leaderId);
-          if (!leader) throw new TributaryError('NOT_LEADER', { reason: `leader ${r.leaderId} is not registered` });
-          const { host, port } = parseAddress(leader.advertisedAddress);
-          conn = await this.deps.connect(host, port, signal);
+    try {
+      // Removed and added back: the old copy is gone before fetching starts again.
+      if (r.dropping) await r.dropping;
+      while (!signal.aborted && !this.closed) {
+        let conn: Connection | null = null;
+        try {
+          // A promotion must not wait for a request on a shared connection: the answer is then ignored.
+          conn = await abortable(link.connection(), signal);
+          if (!truncated) {
+            await this.truncateToLeader(r, conn, epoch, signal);
+            if (signal.aborted) break;
+            truncated = true;
+          }
+          // A replica being added catches up within the reassignment throttle (docs/operations.md "Throttle").
+          let rate = throttleRate(this.deps.states.get(r.topic, r.id)?.value, this.deps.brokerId, r.isr);
+          if (rate > 0 && this.throttle.pending() > 0) {
+            await sleep(this.throttle.pending(), signal);
+            if (signal.aborted) break;
+            rate = throttleRate(this.deps.states.get(r.topic, r.id)?.value, this.deps.brokerId, r.isr);
+          }
+          const maxBytes = rate > 0 ? Math.max(1, Math.min(this.deps.config.fetchMaxBytes, rate)) : this.deps.config.fetchMaxBytes;
+          const offset = r.partition.logEndOffset;
+          const sentAt = Date.now();
+          const frame = await abortable(
+            conn.request(
+              `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} park=true`,
+            ),
+            signal,
+          );
+          if (signal.aborted) break;
+          if (frame.kind === 'text') throw parseError(frame.text);
+          const batch = frame.batch;
+          const records = batch.records as unknown as LogRecord[];
+          if (rate > 0 && records.length > 0) this.throttle.consume(records.reduce((n, x) => n + encodedSize(x), 0), rate, sentAt);
+          if (records.length > 0) await r.partition.appendReplica(records);
+          if (batch.trailer) r.partition.setReplicatedHighWatermark(Math.min(batch.trailer.highWatermark, r.partition.logEndOffset));
+          failures = 0;
+          if (records.length === 0) await link.park(r.topic, r.id, signal);
+        } catch (err) {
+          if (signal.aborted || this.closed) break;
+          failures++;
+          // A leader that moved answers NOT_LEADER on a healthy connection, which the other partitions keep.
+          if (conn && (conn.closed || !(err instanceof TributaryError) || err.code === 'connection_lost' || err.code === 'request_timeout')) link.failed(conn);
           truncated = false;
-          if (signal.aborted) break;
+          // A leader that just died or moved is routine: warn only when it keeps failing.
+          if (failures === 10 || failures % 100 === 0) this.deps.logger.warn({ err, topic: r.topic, partition: r.id, leader: r.leaderId }, 'replica fetch failed; retrying');
+          await sleep(Math.min(1000, 50 * failures), signal);
         }
-        if (!truncated) {
-          await this.truncateToLeader(r, conn, epoch, signal);
-          if (signal.aborted) break;
-          truncated = true;
-        }
-        // A replica being added catches up within the reassignment throttle (docs/operations.md "Throttle").
-        let rate = throttleRate(this.deps.states.get(r.topic, r.id)?.value, this.deps.brokerId, r.isr);
-        if (rate > 0 && this.throttle.pending() > 0) {
-          await sleep(this.throttle.pending(), signal);
-          if (signal.aborted) break;
-          rate = throttleRate(this.deps.states.get(r.topic, r.id)?.value, this.deps.brokerId, r.isr);
-        }
-        const maxBytes = rate > 0 ? Math.max(1, Math.min(this.deps.config.fetchMaxBytes, rate)) : this.deps.config.fetchMaxBytes;
-        const offset = r.partition.logEndOffset;
-        const sentAt = Date.now();
-        const frame = await conn.request(
-          `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} wait_ms=${this.deps.config.fetchWaitMs}`,
-        );
-        if (signal.aborted) break;
-        if (frame.kind === 'text') throw parseError(frame.text);
-        const batch = frame.batch;
-        const records = batch.records as unknown as LogRecord[];
-        if (rate > 0 && records.length > 0) this.throttle.consume(records.reduce((n, x) => n + encodedSize(x), 0), rate, sentAt);
-        if (records.length > 0) await r.partition.appendReplica(records);
-        if (batch.trailer) r.partition.setReplicatedHighWatermark(Math.min(batch.trailer.highWatermark, r.partition.logEndOffset));
-        failures = 0;
-      } catch (err) {
-        if (signal.aborted || this.closed) break;
-        failures++;
-        conn?.close().catch(() => {});
-        conn = null;
-        // A leader that just died or moved is routine: warn only when it keeps failing.
-        if (failures === 10 || failures % 100 === 0) this.deps.logger.warn({ err, topic: r.topic, partition: r.id, leader: r.leaderId }, 'replica fetch failed; retrying');
-        await sleep(Math.min(1000, 50 * failures), signal);
       }
+    } finally {
+      link.release();
     }
-    signal.removeEventListener('abort', onAbort);
-    conn?.close().catch(() => {});
   }
 
   /**

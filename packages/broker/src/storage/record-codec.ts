@@ -14,7 +14,7 @@
  *   header count u16, each: key (u16 length + utf8), value (u32 length + bytes)
  */
 import type { LogRecord, RecordHeader, RecordInput } from 'tributary-protocol/record.js';
-import { crc32c } from './crc32c.js';
+import { crc32cRange } from './crc32c.js';
 
 /** Size of a record with empty producer id, null key, empty value and no headers. */
 export const RECORD_OVERHEAD = 4 + 4 + 8 + 8 + 1 + 2 + 8 + 8 + 4 + 4 + 2;
@@ -98,51 +98,8 @@ export function validateEncodable(r: RecordInput): string | null {
   return null;
 }
 
-/** Slicing-by-8 tables of CRC-32C: table t at [t * 256, t * 256 + 256). */
-const CRC_TABLES: Uint32Array = (() => {
-  const t = new Uint32Array(256 * 8);
-  for (let n = 0; n < 256; n++) {
-    let c = n;
-    for (let k = 0; k < 8; k++) c = c & 1 ? (c >>> 1) ^ 0x82f63b78 : c >>> 1;
-    t[n] = c >>> 0;
-  }
-  for (let n = 0; n < 256; n++) {
-    for (let k = 1; k < 8; k++) {
-      const prev = t[(k - 1) * 256 + n];
-      t[k * 256 + n] = (prev >>> 8) ^ t[prev & 0xff];
-    }
-  }
-  return t;
-})();
-
-/** Up to this many bytes the JS CRC beats a call into the native one (whose fixed cost dominates small records). */
-const JS_CRC_MAX = 256;
-
-/**
- * CRC-32C of buf[s, e): the value crc32c gives for those bytes. Small ranges in JS (slicing-by-8, no view
- * allocation, no native call), larger ones with crc32c.
- */
-export function crc32cRange(buf: Buffer, s: number, e: number): number {
-  if (e - s > JS_CRC_MAX) return crc32c(new Uint8Array(buf.buffer, buf.byteOffset + s, e - s));
-  const T = CRC_TABLES;
-  let crc = -1;
-  let i = s;
-  const e8 = e - 7;
-  for (; i < e8; i += 8) {
-    const a = crc ^ (buf[i] | (buf[i + 1] << 8) | (buf[i + 2] << 16) | (buf[i + 3] << 24));
-    crc =
-      T[1792 + (a & 0xff)] ^
-      T[1536 + ((a >>> 8) & 0xff)] ^
-      T[1280 + ((a >>> 16) & 0xff)] ^
-      T[1024 + (a >>> 24)] ^
-      T[768 + buf[i + 4]] ^
-      T[512 + buf[i + 5]] ^
-      T[256 + buf[i + 6]] ^
-      T[buf[i + 7]];
-  }
-  for (; i < e; i++) crc = T[(crc ^ buf[i]) & 0xff] ^ (crc >>> 8);
-  return ~crc >>> 0;
-}
+// The CRC-32C range function moved to the protocol package with crc32c; re-exported for the existing callers.
+export { crc32cRange };
 
 // Byte-level writers: the buffer is pre-sized, so Buffer's per-call range checks are redundant.
 function w8(b: Buffer, p: number, v: number): void {

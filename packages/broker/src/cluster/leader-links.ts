@@ -1,0 +1,191 @@
+/**
+ * Follower side of replication's connections (docs/architecture.md, "Cluster mode"): per leader broker, a
+ * few connections shared by every partition this broker follows there, and one `REPLICA_WAIT` long poll
+ * that says which parked partitions have news (fetch-watch.ts is the leader's half). A partition's fetch
+ * loop asks with `park=true` and no wait; when the answer is empty it parks here until its leader marks it.
+ * One connection per followed partition, as before, put a broker with 10,000 partitions over 3 brokers at
+ * several thousand sockets (bench scale-cluster).
+ */
+import { parseAddress } from 'tributary-protocol/address.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { Logger } from '../common/logger.js';
+import type { BrokerRegistry } from './broker-registry.js';
+import { parseMarked } from './fetch-watch.js';
+
+/** Connections per leader shared by the fetches (the broker answers one connection's requests in order). */
+const FETCH_CONNECTIONS = 2;
+/**
+ * A parked partition fetches again after this long even without a mark: a safety net only (marks are not
+ * lost: a REPLICA_WAIT connection that fails wakes every parked partition of its leader).
+ */
+const PARK_FALLBACK_MS = 30_000;
+
+export interface LeaderLinkDeps {
+  brokerId: number;
+  registry: BrokerRegistry;
+  logger: Logger;
+  /** How long one REPLICA_WAIT may wait at the leader. */
+  waitMs: number;
+  connect: (host: string, port: number, signal: AbortSignal) => Promise<Connection>;
+}
+
+export class LeaderLinks {
+  private readonly links = new Map<number, LeaderLink>();
+
+  constructor(private readonly deps: LeaderLinkDeps) {}
+
+  /** The link to `leaderId`, held until release(). */
+  acquire(leaderId: number): LeaderLink {
+    let l = this.links.get(leaderId);
+    if (!l) {
+      l = new LeaderLink(leaderId, this.deps, () => this.links.delete(leaderId));
+      this.links.set(leaderId, l);
+    }
+    l.refs++;
+    return l;
+  }
+
+  closeAll(): void {
+    for (const l of [...this.links.values()]) l.close();
+  }
+}
+
+export class LeaderLink {
+  refs = 0;
+  private readonly ac = new AbortController();
+  /** The shared fetch connections: each a connection being made or made (`c` once it is). */
+  private readonly conns: Array<{ p: Promise<Connection>; c?: Connection } | null> = new Array(FETCH_CONNECTIONS).fill(null);
+  private next = 0;
+  private readonly parked = new Map<string, () => void>();
+  /** Marks that arrived while their partition was not parked (its fetch was on the way): honoured at park(). */
+  private readonly early = new Set<string>();
+  private watching = false;
+
+  constructor(
+    readonly leaderId: number,
+    private readonly deps: LeaderLinkDeps,
+    private readonly onClosed: () => void,
+  ) {}
+
+  /** One of the shared connections (round-robin), connected on first use or after a failure. */
+  connection(): Promise<Connection> {
+    const i = this.next;
+    this.next = (this.next + 1) % FETCH_CONNECTIONS;
+    const cur = this.conns[i];
+    if (cur && !cur.c?.closed) return cur.p;
+    const slot: { p: Promise<Connection>; c?: Connection } = { p: this.connect() };
+    this.conns[i] = slot;
+    slot.p.then(
+      (c) => {
+        slot.c = c;
+      },
+      () => {
+        if (this.conns[i] === slot) this.conns[i] = null;
+      },
+    );
+    return slot.p;
+  }
+
+  /** A request on `conn` failed: it is closed and replaced on next use (other partitions' requests on it fail too). */
+  failed(conn: Connection): void {
+    for (let i = 0; i < this.conns.length; i++) if (this.conns[i]?.c === conn) this.conns[i] = null;
+    conn.close().catch(() => {});
+  }
+
+  /**
+   * Waits until the leader marks the partition (REPLICA_WAIT), `signal` aborts or the fallback time
+   * passes. A mark that came while the partition's fetch was on its way ends the wait at once.
+   */
+  async park(topic: string, partition: number, signal: AbortSignal): Promise<void> {
+    const k = `${topic}\u0000${partition}`;
+    if (this.early.delete(k) || signal.aborted) return;
+    this.startWatch();
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        if (this.parked.get(k) === done) this.parked.delete(k);
+        resolve();
+      };
+      const timer = setTimeout(done, PARK_FALLBACK_MS);
+      signal.addEventListener('abort', done, { once: true });
+      this.parked.get(k)?.();
+      this.parked.set(k, done);
+    });
+  }
+
+  /** A partition loop stopped using this link. */
+  release(): void {
+    if (--this.refs <= 0) this.close();
+  }
+
+  close(): void {
+    if (this.ac.signal.aborted) return;
+    this.ac.abort();
+    this.onClosed();
+    for (const slot of this.conns) slot?.p.then((c) => c.close().catch(() => {}), () => {});
+    this.conns.fill(null);
+    for (const wake of [...this.parked.values()]) wake();
+  }
+
+  private async connect(): Promise<Connection> {
+    const leader = this.deps.registry.get(this.leaderId);
+    if (!leader) throw new TributaryError('NOT_LEADER', { reason: `leader ${this.leaderId} is not registered` });
+    const { host, port } = parseAddress(leader.advertisedAddress);
+    return this.deps.connect(host, port, this.ac.signal);
+  }
+
+  private wake(k: string): void {
+    const wake = this.parked.get(k);
+    if (wake) wake();
+    else this.early.add(k);
+  }
+
+  private wakeAll(): void {
+    for (const wake of [...this.parked.values()]) wake();
+  }
+
+  /** One REPLICA_WAIT at a time on a connection of its own, for as long as the link lives. */
+  private startWatch(): void {
+    if (this.watching || this.ac.signal.aborted) return;
+    this.watching = true;
+    void this.watch().finally(() => {
+      this.watching = false;
+    });
+  }
+
+  private async watch(): Promise<void> {
+    const signal = this.ac.signal;
+    let conn: Connection | null = null;
+    let failures = 0;
+    const onAbort = () => conn?.close().catch(() => {});
+    signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      while (!signal.aborted) {
+        try {
+          if (!conn || conn.closed) {
+            conn = await this.connect();
+            // Marks sent on a connection that failed may be lost: every parked partition asks once.
+            this.wakeAll();
+          }
+          const reply = await conn.command('REPLICA_WAIT', { replica: this.deps.brokerId, wait_ms: this.deps.waitMs });
+          failures = 0;
+          for (const m of parseMarked(parseLine(reply).params.get('partitions'))) this.wake(`${m.topic}\u0000${m.partition}`);
+        } catch (err) {
+          if (signal.aborted) break;
+          failures++;
+          conn?.close().catch(() => {});
+          conn = null;
+          this.wakeAll();
+          if (failures === 10 || failures % 100 === 0) this.deps.logger.warn({ err, leader: this.leaderId }, 'REPLICA_WAIT failed; retrying');
+          await new Promise((r) => setTimeout(r, Math.min(1000, 50 * failures)));
+        }
+      }
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+      conn?.close().catch(() => {});
+    }
+  }
+}
