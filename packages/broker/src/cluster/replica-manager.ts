@@ -552,6 +552,9 @@ export class ReplicaManager {
    */
   private async truncateToLeader(r: Replica, conn: Connection, epoch: number, signal: AbortSignal): Promise<void> {
     await r.epochsLoaded;
+    // A demoted leader's appends begun before the new state arrived must land first, or one landing after
+    // the decision stays as a divergent record at an offset the new leader gave to an acknowledged one.
+    await r.partition.quiesced();
     const reply = await conn.command('LEADER_EPOCHS', { topic: r.topic, partition: r.id, leader_epoch: epoch });
     // No longer this leader's follower (maybe the leader now): its history is not ours to take.
     if (signal.aborted) return;
