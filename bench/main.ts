@@ -12,6 +12,7 @@ const BENCHMARKS: Record<string, () => Promise<BenchModule>> = {
   latency: () => import('./latency.js'),
   parallel: () => import('./parallel.js'),
   'produce-consume': () => import('./produce-consume.js'),
+  reassign: () => import('./reassign.js'),
   rebalance: () => import('./rebalance.js'),
   'record-batch': () => import('./record-batch.js'),
   scale: () => import('./scale.js'),

@@ -113,7 +113,9 @@ export type FaultKind =
   | 'kill-consumer'
   | 'partition-broker'
   | 'stale-leader'
-  | 'etcd-and-follower';
+  | 'etcd-and-follower'
+  | 'reassign'
+  | 'reassign-cancel';
 
 /**
  * Faults that are two at once (a frozen follower set under its leader; etcd and a follower together).

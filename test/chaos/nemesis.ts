@@ -21,6 +21,8 @@ export const FAULT_KINDS: readonly FaultKind[] = [
   'partition-broker',
   'stale-leader',
   'etcd-and-follower',
+  'reassign',
+  'reassign-cancel',
 ];
 
 /** [min, max] duration per kind, ms. The broker lease is 2 s (FAST_CLUSTER_ARGS). */
@@ -35,10 +37,13 @@ const DURATIONS: Record<FaultKind, [number, number]> = {
   'partition-broker': [3000, 8000],
   'stale-leader': [3000, 6000], // the leader's pause, past the lease
   'etcd-and-follower': [3000, 6000], // etcd's pause
+  reassign: [2000, 6000], // time at two replicas before the third is added back
+  'reassign-cancel': [1000, 4000], // time at two replicas before the throttled way back
 };
 
 /** A second duration for the composite faults (0 for the others). */
 const EXTRA: Partial<Record<FaultKind, [number, number]>> = {
+  'reassign-cancel': [500, 2000], // the throttled way back runs this long before the cancel
   'stale-leader': [300, 800], // followers frozen alone first: the leader's tail stays unreplicated
   'etcd-and-follower': [500, 3000], // the follower stays frozen this long after etcd is back
 };
@@ -109,6 +114,10 @@ export function describePlan(f: PlannedFault): string {
         return `followers of p${f.partition} for ${f.extraMs} ms, then its leader`;
       case 'etcd-and-follower':
         return `etcd and a follower of p${f.partition} (the follower ${f.extraMs} ms longer)`;
+      case 'reassign':
+        return `p${f.partition}: ${f.role === 'leader' ? 'its leader' : `its replica #${f.broker}`} removed, then added back`;
+      case 'reassign-cancel':
+        return `p${f.partition}: ${f.role === 'leader' ? 'its leader' : `its replica #${f.broker}`} removed, added back throttled, cancelled, added back`;
       default:
         return 'etcd';
     }
@@ -311,10 +320,69 @@ export class Nemesis {
         };
         break;
       }
+      case 'reassign':
+      case 'reassign-cancel': {
+        // Replicas moved while everything runs: down to two (the removed one may be the leader, which
+        // then moves), and back to three, the returning replica catching up from an empty log. The
+        // cancel variant cancels the way back while it is throttled, then adds it again.
+        const leader = this.leaderOf(s, f.partition);
+        const replicas = this.replicasOf(s, f.partition);
+        const removed = f.role === 'leader' && leader !== undefined ? leader : (replicas[f.broker % replicas.length] ?? f.broker);
+        const two = replicas.filter((r) => r !== removed);
+        targets = [`p${f.partition}`];
+        partitions = f.role === 'leader' || removed === leader ? [f.partition] : [];
+        this.mark(f, targets, brokers, partitions, 'start', `replicas ${replicas.join(',')} -> ${two.join(',')} (leader ${leader ?? '?'})`);
+        await this.reassign(f.partition, two, 0);
+        await this.settled(f.partition, two, deadline);
+        heal = async () => {
+          if (f.kind === 'reassign-cancel') {
+            await this.reassign(f.partition, replicas, 2000);
+            await sleepUntil(deadline, f.extraMs);
+            const cancelled = await this.adminCommand('REASSIGN_CANCEL', { topic: this.d.topic, partition: f.partition }).catch((err: unknown) => String(err));
+            this.d.log(`nemesis #${f.id}: cancelled the way back to ${replicas.join(',')}: ${cancelled}`);
+            await this.settled(f.partition, two, deadline);
+          }
+          await this.reassign(f.partition, replicas, 0);
+          await this.settled(f.partition, replicas, deadline);
+        };
+        break;
+      }
     }
     await sleepUntil(deadline, f.durationMs);
     await heal();
     this.mark(f, targets, brokers, partitions, 'end');
+  }
+
+  /** An admin command on the first broker that answers it. */
+  private async adminCommand(name: string, params: Record<string, string | number>): Promise<string> {
+    let last: unknown;
+    for (const id of this.d.cluster.ids.filter((i) => this.d.cluster.state[i] === 'up')) {
+      try {
+        return await this.d.cluster.ask(id, (c) => c.command(name, params), 5000);
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last ?? new Error('no broker up');
+  }
+
+  private async reassign(partition: number, target: number[], throttle: number): Promise<void> {
+    await this.adminCommand('REASSIGN', { topic: this.d.topic, assignments: `${partition}:${target.join(',')}`, throttle });
+  }
+
+  /** Until the partition has exactly `replicas`, all in sync, with no reassignment left (bounded by `deadline` + 30 s). */
+  private async settled(partition: number, replicas: number[], deadline: number): Promise<void> {
+    const until = Math.max(deadline, Date.now()) + 30_000;
+    while (Date.now() < until) {
+      const s = await this.d.cluster.status();
+      const p = s?.partitions.find((x) => x.topic === this.d.topic && x.partition === partition);
+      if (p && p.replicas.join() === replicas.join() && p.isr.length === replicas.length && p.leader >= 0) {
+        const left = await this.adminCommand('REASSIGNMENTS', { topic: this.d.topic }).catch(() => '');
+        if (left.includes('"count":0')) return;
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    throw new Error(`p${partition} did not settle on replicas ${replicas.join(',')}`);
   }
 
   private mark(f: PlannedFault, targets: string[], brokers: number[], partitions: number[], phase: 'start' | 'end', detail?: string): void {

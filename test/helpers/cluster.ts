@@ -51,6 +51,10 @@ export interface ClusterTlsOptions {
 }
 
 export class TestCluster {
+  /** `broker start` flags of broker `id` (addBroker starts one more the same way). */
+  private argsOf: (id: number) => string[] = () => [];
+  private env: Record<string, string> = {};
+
   private constructor(
     readonly etcd: EtcdServer,
     readonly brokers: BrokerProcess[],
@@ -67,20 +71,16 @@ export class TestCluster {
     const prefix = `/tributary-cluster-${process.pid}-${++clusters}/`;
     const brokers: BrokerProcess[] = [];
     const cluster = new TestCluster(etcd, brokers, prefix);
+    cluster.env = env;
+    cluster.argsOf = (id) => [
+      ...['--cluster', '--etcd', etcd.endpoints.join(','), '--etcd-prefix', prefix, '--broker-id', String(id), '--internal-replication-factor', String(Math.min(3, n))],
+      ...FAST_CLUSTER_ARGS,
+      ...extraArgs,
+      ...(secure.argsFor?.(id) ?? []),
+    ];
     try {
       for (let id = 0; id < n; id++) {
-        brokers.push(
-          await BrokerProcess.start({
-            args: [
-              ...['--cluster', '--etcd', etcd.endpoints.join(','), '--etcd-prefix', prefix, '--broker-id', String(id), '--internal-replication-factor', String(Math.min(3, n))],
-              ...FAST_CLUSTER_ARGS,
-              ...extraArgs,
-              ...(secure.argsFor?.(id) ?? []),
-            ],
-            env,
-            clientTls: secure.clientTls,
-          }),
-        );
+        brokers.push(await BrokerProcess.start({ args: cluster.argsOf(id), env, clientTls: secure.clientTls }));
       }
       await cluster.waitFor('every broker ready and the internal topics led', async () => {
         for (const b of brokers) if ((await b.health('/ready').catch(() => ({ status: 0 }))).status !== 200) return false;
@@ -93,6 +93,18 @@ export class TestCluster {
       throw err;
     }
     return cluster;
+  }
+
+  /** One more broker (the next id), started like the others; resolves once it is ready and registered. */
+  async addBroker(): Promise<BrokerProcess> {
+    const id = this.brokers.length;
+    const b = await BrokerProcess.start({ args: this.argsOf(id), env: this.env });
+    this.brokers.push(b);
+    await this.waitFor(`broker ${id} ready and registered`, async () => {
+      if ((await b.health('/ready').catch(() => ({ status: 0 }))).status !== 200) return false;
+      return (await this.status()).brokers.some((x) => x.id === id);
+    });
+    return b;
   }
 
   /** A connection to a live broker (the first that answers, or broker `id`). */

@@ -83,6 +83,8 @@ export const ERROR_CODES = {
   request_timeout: { class: 'availability', retryable: true, description: 'the request did not complete in time' },
   throttled: { class: 'availability', retryable: true, description: 'a rate or in-flight limit is reached; retry later' },
   metadata_unavailable: { class: 'availability', retryable: true, description: 'metadata changes cannot be made now' },
+  reassignment_in_progress: { class: 'conflict', retryable: false, description: 'a partition named already has a reassignment in progress; wait for it or cancel it' },
+  no_reassignment: { class: 'not_found', retryable: false, description: 'no reassignment is in progress for the partitions named' },
   storage_error: { class: 'internal', retryable: true, description: 'the storage layer failed to complete the request' },
   internal_error: { class: 'internal', retryable: false, description: 'an unexpected broker failure' },
   // raised by the SDK, never sent by the broker

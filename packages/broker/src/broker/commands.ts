@@ -9,6 +9,7 @@ import { CONNECTION_COMMANDS } from './connection-commands.js';
 import { CONSUME_COMMANDS, STREAM_PARAMS } from './consume-commands.js';
 import { GROUP_COMMANDS } from './group-commands.js';
 import { PRODUCE_COMMANDS } from './produce-commands.js';
+import { REASSIGN_COMMANDS } from './reassign-commands.js';
 import { REPLICA_COMMANDS } from './replica-commands.js';
 import { TOPIC_COMMANDS } from './topic-commands.js';
 import { TXN_COMMANDS } from './txn-commands.js';
@@ -28,6 +29,7 @@ export const COMMANDS: Record<string, CommandSpec> = {
   ...GROUP_COMMANDS,
   ...TXN_COMMANDS,
   ...REPLICA_COMMANDS,
+  ...REASSIGN_COMMANDS,
 };
 
 /** Each command's declared parameters, as sets; STREAM's too (the connection serves it itself). */

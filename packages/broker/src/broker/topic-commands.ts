@@ -71,6 +71,8 @@ async function addPartitions(b: BrokerContext, _c: ConnectionContext, p: Params)
 async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const name = p.reqStr('topic', { maxLength: 100_000 });
   await b.topics.delete(name);
+  // Reassignments of a deleted topic have nothing left to move (best effort).
+  await b.cluster?.reassignments.deleteTopic(name).catch(() => {});
   return formatOk({ topic: name, deleted: true });
 }
 

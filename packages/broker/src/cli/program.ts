@@ -10,6 +10,7 @@ import { CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, formatBrokerError } from '
 import { registerDlqCommand } from './dlq-command.js';
 import { registerGroupCommand } from './group-command.js';
 import { registerProduceCommand } from './produce-command.js';
+import { registerReassignCommands } from './reassign-command.js';
 import { registerTopicCommand } from './topic-command.js';
 import { registerUserCommand } from './user-command.js';
 
@@ -45,6 +46,8 @@ export function buildProgram(): Command {
   registerDlqCommand(program);
   registerUserCommand(program);
   registerClusterCommands(program);
+  const sub = (name: string) => program.commands.find((c) => c.name() === name)!;
+  registerReassignCommands(program, sub('broker'), sub('topic'));
   return program;
 }
 

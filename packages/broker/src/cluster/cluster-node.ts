@@ -16,6 +16,7 @@ import { type PeerTls, etcdCredentials, etcdEndpoints, peerTls } from './cluster
 import { createEtcdClient } from './etcd-client.js';
 import { EtcdMetadataStore } from './etcd-metadata-store.js';
 import { PartitionStateStore } from './partition-state.js';
+import { ReassignmentStore } from './reassignment.js';
 import { type Replica, ReplicaManager } from './replica-manager.js';
 import type { MemberLeases } from './member-leases.js';
 
@@ -35,6 +36,8 @@ export class ClusterNode {
   readonly registry: BrokerRegistry;
   readonly election: ControllerElection;
   readonly states: PartitionStateStore;
+  /** Reassignment requests; the controller carries them out (reassignment.ts). */
+  readonly reassignments: ReassignmentStore;
   replicas!: ReplicaManager;
   private controller: Controller | undefined;
   private closed = false;
@@ -69,6 +72,7 @@ export class ClusterNode {
     this.registry = new BrokerRegistry({ etcd: this.client, prefix, leaseTtlSeconds: config.brokerLeaseTtlSeconds });
     this.election = new ControllerElection({ etcd: this.client, prefix, brokerId: config.brokerId, leaseTtlSeconds: config.brokerLeaseTtlSeconds });
     this.states = new PartitionStateStore({ etcd: this.client, prefix });
+    this.reassignments = new ReassignmentStore({ etcd: this.client, prefix });
   }
 
   private get peerAuth(): { principal: string; token: string } | undefined {
@@ -86,6 +90,7 @@ export class ClusterNode {
    */
   async start(topics: TopicManager, advertised: { host: string; port: number }, onTick: () => Promise<void>): Promise<void> {
     await this.states.open();
+    await this.reassignments.open();
     await this.registry.open();
     this.replicas = new ReplicaManager({
       brokerId: this.config.brokerId,
@@ -117,6 +122,7 @@ export class ClusterNode {
       election: this.election,
       registry: this.registry,
       states: this.states,
+      reassignments: this.reassignments,
       logger: this.logger.child({ component: 'controller' }),
       uncleanLeaderElection: this.config.uncleanLeaderElection,
       preferredLeader: this.config.autoLeaderRebalance ? { delayMs: this.config.leaderRebalanceDelayMs } : undefined,
@@ -170,6 +176,7 @@ export class ClusterNode {
     await this.election.close().catch(() => {});
     await this.registry.close().catch(() => {});
     await this.states.close().catch(() => {});
+    await this.reassignments.close().catch(() => {});
     await this.store.close().catch(() => {});
     this.client.close();
   }

@@ -5,6 +5,7 @@ import type { BrokerRegistry } from './broker-registry.js';
 import { LivenessProbe } from './liveness-probe.js';
 import type { ControllerElection } from './controller-election.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
+import { type ReassignmentEntry, type ReassignmentStore, nextReassignmentStep } from './reassignment.js';
 
 /**
  * Replicas for a new topic's partitions: partition i starts at the (i mod n)-th live broker and takes the
@@ -82,6 +83,8 @@ export class Controller {
       election: ControllerElection;
       registry: BrokerRegistry;
       states: PartitionStateStore;
+      /** Reassignment requests (reassignment.ts); the controller carries them out. */
+      reassignments?: ReassignmentStore;
       logger: Logger;
       uncleanLeaderElection: boolean;
       /** Preferred-leader election (see preferredLeadership); off when undefined. */
@@ -105,8 +108,10 @@ export class Controller {
     });
     deps.election.events.on('change', kick);
     deps.states.events.on('changed', (e: PartitionStateEntry) => {
-      if (e.value.leader < 0 || !deps.registry.get(e.value.leader)) kick();
+      // A reassignment moves on as its replicas join the ISR.
+      if (e.value.leader < 0 || !deps.registry.get(e.value.leader) || e.value.reassign) kick();
     });
+    deps.reassignments?.events.on('changed', kick);
     this.timer = setInterval(kick, 1000);
     this.timer.unref();
     // Every broker probes (a dead controller must be noticed too); revoking a lease twice is harmless.
@@ -194,6 +199,12 @@ export class Controller {
     for (const e of this.deps.states.list()) {
       if (!this.deps.election.isController) return;
       const failover = nextLeadership(e.value, live, this.deps.uncleanLeaderElection);
+      const request = this.deps.reassignments?.get(e.topic, e.partition);
+      // Failover first; a reassignment takes its next step on the following pass, from the new state.
+      if (!failover && (request || e.value.reassign)) {
+        await this.reassignStep(e, request, live);
+        continue;
+      }
       const next = failover ?? (preferred ? preferredLeadership(e.value, ready) : undefined);
       if (!next) continue;
       const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, next);
@@ -205,5 +216,26 @@ export class Controller {
       }
     }
     if (this.deps.election.isController) await this.deps.onTick?.();
+  }
+
+  /** One step of a partition's reassignment (reassignment.ts), by compare-and-set on its state. */
+  private async reassignStep(e: PartitionStateEntry, request: ReassignmentEntry | undefined, live: Set<number>): Promise<void> {
+    const store = this.deps.reassignments;
+    if (!store) return;
+    const step = nextReassignmentStep(e.value, request?.value, live);
+    const where = { topic: e.topic, partition: e.partition };
+    if (step.kind === 'wait') return;
+    if (step.kind === 'delete') {
+      if (request && (await store.remove(e.topic, e.partition, request.modRevision))) this.deps.logger.info({ ...where, reason: step.why }, 'reassignment request removed');
+      return;
+    }
+    const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, step.state);
+    if (!res.ok) return; // changed meanwhile (an ISR change): the next pass decides again
+    this.deps.logger.info(
+      { ...where, step: step.why, replicas: step.state.replicas, isr: step.state.isr, leader: step.state.leader, leaderEpoch: step.state.leaderEpoch, reassign: step.state.reassign },
+      'reassignment step',
+    );
+    // A cancel or throttle change written meanwhile keeps the request; the next pass finds it with nothing to do.
+    if (step.finished && request) await store.remove(e.topic, e.partition, request.modRevision);
   }
 }

@@ -160,6 +160,31 @@ export class EtcdMetadataStore implements MetadataStore {
     throw new TributaryError('metadata_unavailable', { operation: 'add_partitions', topic: name, reason: 'concurrent changes' });
   }
 
+  /**
+   * The replication factor new partitions of the topic get (ALTER_REPLICATION_FACTOR, after the
+   * reassignments of its existing partitions were requested), by compare-and-set on the definition.
+   */
+  async setReplicationFactor(name: string, replicationFactor: number): Promise<TopicDefinition> {
+    const key = this.key(name);
+    for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
+      const cur = this.topics.get(name);
+      if (!cur) throw new TributaryError('topic_not_found', { topic: name });
+      if (cur.value.replicationFactor === replicationFactor) return cur.value;
+      const topic: TopicDefinition = { ...cur.value, replicationFactor };
+      const res = await withMetadataErrors('alter_replication_factor', () =>
+        this.client.if(key, 'Mod', '==', cur.modRevision).then(this.client.put(key).value(JSON.stringify(topic))).else(this.client.get(key)).commit(),
+      );
+      if (res.succeeded) {
+        this.topics.applyPut(name, topic, Number(res.header.revision), cur.createRevision);
+        return topic;
+      }
+      const kv = res.responses[0]?.response_range.kvs[0];
+      if (!kv) throw new TributaryError('topic_not_found', { topic: name });
+      this.remember(name, kv);
+    }
+    throw new TributaryError('metadata_unavailable', { operation: 'alter_replication_factor', topic: name, reason: 'concurrent changes' });
+  }
+
   async close(): Promise<void> {
     await this.topics.close();
     if (this.ownsClient) this.client.close();

@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { Etcd3, IKeyValue } from 'etcd3';
 import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
+import type { ReassignmentProgress } from './reassignment.js';
 import { type Versioned, WatchedPrefix } from './watched-prefix.js';
 
 /** What every broker must agree on about one partition. */
@@ -15,6 +16,8 @@ export interface PartitionState {
   isr: number[];
   /** Committed high-water mark as last published by the leader. */
   hwm: number;
+  /** A reassignment in progress (reassignment.ts): written by the controller only. */
+  reassign?: ReassignmentProgress;
 }
 
 export interface PartitionStateEntry extends Versioned<PartitionState> {
@@ -52,7 +55,13 @@ function parseState(text: string): PartitionState | undefined {
       isIdList(s.isr) &&
       Number.isInteger(s.leader) &&
       Number.isSafeInteger(s.leaderEpoch) &&
-      Number.isSafeInteger(s.hwm);
+      Number.isSafeInteger(s.hwm) &&
+      (s.reassign === undefined ||
+        (s.reassign !== null &&
+          isIdList(s.reassign.target) &&
+          isIdList(s.reassign.adding) &&
+          isIdList(s.reassign.removing) &&
+          Number.isSafeInteger(s.reassign.throttle)));
     return ok ? s : undefined;
   } catch {
     return undefined;

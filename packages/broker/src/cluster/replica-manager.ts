@@ -1,95 +1,22 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from '../common/logger.js';
-import type { Partition } from '../partition/partition.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseError, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { LeaderEpochCache, followerTruncationOffset } from '../storage/leader-epoch-cache.js';
+import { encodedSize } from '../storage/record-codec.js';
+import { ReplicationThrottle } from './reassignment.js';
+import { dropLocalData, syncFollowers, throttleRate } from './replica-moves.js';
+import { abortable } from './abortable.js';
 import { FetchWatch, type MarkedPartition } from './fetch-watch.js';
 import { LeaderLinks } from './leader-links.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
+import type { AckWaiter, Replica, ReplicationConfig, Role } from './replica-types.js';
 
-export interface ReplicationConfig {
-  /** A follower that has not caught up with the leader's log end for this long leaves the ISR. */
-  replicaLagMaxMs: number;
-  /** How long a follower's fetch waits at the leader for new records. */
-  fetchWaitMs: number;
-  fetchMaxBytes: number;
-  /** acks=all needs at least this many in-sync replicas (the leader included). */
-  minInsyncReplicas: number;
-}
-
-export type Role = 'leader' | 'follower' | 'none';
-
-interface FollowerPosition {
-  /** The follower's log end as of its last fetch: it holds everything below. */
-  offset: number;
-  /** Last time its fetch reached the leader's log end. */
-  caughtUpMs: number;
-  /**
-   * Its last fetch (`park=true`) found nothing new, so it waits for this partition to be marked for it
-   * (fetch-watch.ts) instead of asking again; `sentEnd` and `sentHwm` are what that fetch told it.
-   */
-  parked: boolean;
-  sentEnd: number;
-  sentHwm: number;
-}
-
-/** This broker's view of one partition it replicates. */
-export interface Replica {
-  topic: string;
-  id: number;
-  partition: Partition;
-  role: Role;
-  leaderEpoch: number;
-  leaderId: number;
-  isr: number[];
-  replicas: number[];
-  epochs: LeaderEpochCache;
-  /** The epoch history read from disk: truncation must not decide before it is loaded. */
-  epochsLoaded: Promise<void>;
-  followers: Map<number, FollowerPosition>;
-  /** Follower: stops its fetch loop. */
-  stop: AbortController | null;
-  /** Follower: the fetch loop, until it has exited (a promotion waits for it). */
-  fetcher: Promise<void> | null;
-  /** The leader epoch this broker is about to lead at, once its last replica append has landed. */
-  promoting: number | null;
-  /** An ISR change being written to etcd (one at a time per partition). */
-  isrChange: Promise<void> | null;
-  /** acks=all and coordinator appends waiting for the HWM to pass their record (see waitReplicated). */
-  ackWaiters: Set<AckWaiter>;
-}
-
-/** An append acknowledged only once replicated, and only if this broker still leads at the append's epoch. */
-interface AckWaiter {
-  epoch: number;
-  offset: number;
-  resolve: () => void;
-  reject: (err: Error) => void;
-}
-
-/** `p`, or a rejection as soon as `signal` aborts (what `p` answers later is dropped). */
-function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(new TributaryError('shutting_down'));
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(new TributaryError('shutting_down'));
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
-}
+export type { ReplicationConfig, Role, Replica } from './replica-types.js';
 
 function key(topic: string, partition: number): string {
   return `${topic}\u0000${partition}`;
@@ -121,6 +48,8 @@ export class ReplicaManager {
   private readonly pending = new Map<string, PartitionStateEntry>();
   private readonly lagTimer: NodeJS.Timeout;
   private closed = false;
+  /** The reassignment throttle's byte budget, shared by every replica this broker is adding. */
+  readonly throttle = new ReplicationThrottle({ now: () => Date.now() });
   /** Leader side: parked followers' marks (fetch-watch.ts). */
   private readonly fetchWatch = new FetchWatch();
   /** Follower side: shared connections and REPLICA_WAIT per leader (leader-links.ts). */
@@ -286,6 +215,7 @@ export class ReplicaManager {
         promoting: null,
         isrChange: null,
         ackWaiters: new Set(),
+        dropping: null,
       };
       this.replicas.set(key(e.topic, e.partition), r);
       r.epochsLoaded = r.epochs.load();
@@ -298,7 +228,10 @@ export class ReplicaManager {
     r.isr = s.isr;
     r.replicas = s.replicas;
     if (!changed) {
-      if (r.role === 'leader') this.updateHighWatermark(r);
+      if (r.role === 'leader') {
+        syncFollowers(r, this.deps.brokerId);
+        this.updateHighWatermark(r);
+      }
       return;
     }
     r.stop?.abort();
@@ -315,6 +248,7 @@ export class ReplicaManager {
     }
     r.role = wanted;
     if (wanted === 'follower') this.becomeFollower(r);
+    else dropLocalData(r, this.deps.brokerId, () => this.closed, this.deps.logger);
     this.roleApplied(r);
   }
 
@@ -558,6 +492,8 @@ export class ReplicaManager {
     let truncated = false;
     const epoch = r.leaderEpoch;
     try {
+      // Removed and added back: the old copy is gone before fetching starts again.
+      if (r.dropping) await r.dropping;
       while (!signal.aborted && !this.closed) {
         let conn: Connection | null = null;
         try {
@@ -568,10 +504,19 @@ export class ReplicaManager {
             if (signal.aborted) break;
             truncated = true;
           }
+          // A replica being added catches up within the reassignment throttle (docs/operations.md "Throttle").
+          let rate = throttleRate(this.deps.states.get(r.topic, r.id)?.value, this.deps.brokerId, r.isr);
+          if (rate > 0 && this.throttle.pending() > 0) {
+            await sleep(this.throttle.pending(), signal);
+            if (signal.aborted) break;
+            rate = throttleRate(this.deps.states.get(r.topic, r.id)?.value, this.deps.brokerId, r.isr);
+          }
+          const maxBytes = rate > 0 ? Math.max(1, Math.min(this.deps.config.fetchMaxBytes, rate)) : this.deps.config.fetchMaxBytes;
           const offset = r.partition.logEndOffset;
+          const sentAt = Date.now();
           const frame = await abortable(
             conn.request(
-              `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${this.deps.config.fetchMaxBytes} park=true`,
+              `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} park=true`,
             ),
             signal,
           );
@@ -579,6 +524,7 @@ export class ReplicaManager {
           if (frame.kind === 'text') throw parseError(frame.text);
           const batch = frame.batch;
           const records = batch.records as unknown as LogRecord[];
+          if (rate > 0 && records.length > 0) this.throttle.consume(records.reduce((n, x) => n + encodedSize(x), 0), rate, sentAt);
           if (records.length > 0) await r.partition.appendReplica(records);
           if (batch.trailer) r.partition.setReplicatedHighWatermark(Math.min(batch.trailer.highWatermark, r.partition.logEndOffset));
           failures = 0;
@@ -606,6 +552,9 @@ export class ReplicaManager {
    */
   private async truncateToLeader(r: Replica, conn: Connection, epoch: number, signal: AbortSignal): Promise<void> {
     await r.epochsLoaded;
+    // A demoted leader's appends begun before the new state arrived must land first, or one landing after
+    // the decision stays as a divergent record at an offset the new leader gave to an acknowledged one.
+    await r.partition.quiesced();
     const reply = await conn.command('LEADER_EPOCHS', { topic: r.topic, partition: r.id, leader_epoch: epoch });
     // No longer this leader's follower (maybe the leader now): its history is not ours to take.
     if (signal.aborted) return;

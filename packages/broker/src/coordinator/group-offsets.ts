@@ -139,7 +139,9 @@ export class GroupOffsets {
       seen.add(e.partition);
       const part = topic.partition(e.partition);
       checkPartition(standing, e.partition);
-      if (e.offset > part.logEndOffset) throw invalidParam('offset', `partition ${e.partition}: ${e.offset} is beyond the log end ${part.logEndOffset}`);
+      // Only a standalone broker's copy is the log: in a cluster this one may be a lagging follower's, or
+      // none at all (the coordinator need not replicate the partition; docs/architecture.md "Reassignment").
+      if (!part.isReplicated && e.offset > part.logEndOffset) throw invalidParam('offset', `partition ${e.partition}: ${e.offset} is beyond the log end ${part.logEndOffset}`);
       const cur = getOffset(this.reserved, req.group, req.topic, e.partition);
       if (cur !== undefined && e.offset < cur) {
         throw new TributaryError('offset_regression', { partition: e.partition, current: cur, requested: e.offset });

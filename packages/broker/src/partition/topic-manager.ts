@@ -162,7 +162,8 @@ export class TopicManager {
       // the creation and the growth back to back), so the partitions it lacks are opened after it.
       if (!t || t.def.topicId !== def.topicId) t = await this.ensureOpen(def);
       for (let i = t.partitions.length; i < def.partitions; i++) t.partitions.push(await this.openPartition(def, i));
-      if (def.partitions > t.def.partitions) t.def = def;
+      // More partitions, or a new replication factor for the next ones (ALTER_REPLICATION_FACTOR).
+      if (def.partitions > t.def.partitions || (def.partitions === t.def.partitions && def.replicationFactor !== t.def.replicationFactor)) t.def = def;
       this.updateGauges();
       this.logger.info({ topic: def.name, partitions: def.partitions }, 'partitions added');
       return t;

@@ -1,0 +1,65 @@
+/** The replica manager's records of the partitions it replicates (replica-manager.ts). */
+import type { Partition } from '../partition/partition.js';
+import type { LeaderEpochCache } from '../storage/leader-epoch-cache.js';
+
+export interface ReplicationConfig {
+  /** A follower that has not caught up with the leader's log end for this long leaves the ISR. */
+  replicaLagMaxMs: number;
+  /** How long a follower's fetch waits at the leader for new records. */
+  fetchWaitMs: number;
+  fetchMaxBytes: number;
+  /** acks=all needs at least this many in-sync replicas (the leader included). */
+  minInsyncReplicas: number;
+}
+
+export type Role = 'leader' | 'follower' | 'none';
+
+export interface FollowerPosition {
+  /** The follower's log end as of its last fetch: it holds everything below. */
+  offset: number;
+  /** Last time its fetch reached the leader's log end. */
+  caughtUpMs: number;
+  /**
+   * Its last fetch (`park=true`) found nothing new, so it waits for this partition to be marked for it
+   * (fetch-watch.ts) instead of asking again; `sentEnd` and `sentHwm` are what that fetch told it.
+   */
+  parked: boolean;
+  sentEnd: number;
+  sentHwm: number;
+}
+
+/** This broker's view of one partition it replicates. */
+export interface Replica {
+  topic: string;
+  id: number;
+  partition: Partition;
+  role: Role;
+  leaderEpoch: number;
+  leaderId: number;
+  isr: number[];
+  replicas: number[];
+  epochs: LeaderEpochCache;
+  /** The epoch history read from disk: truncation must not decide before it is loaded. */
+  epochsLoaded: Promise<void>;
+  followers: Map<number, FollowerPosition>;
+  /** Follower: stops its fetch loop. */
+  stop: AbortController | null;
+  /** Follower: the fetch loop, until it has exited (a promotion waits for it). */
+  fetcher: Promise<void> | null;
+  /** The leader epoch this broker is about to lead at, once its last replica append has landed. */
+  promoting: number | null;
+  /** An ISR change being written to etcd (one at a time per partition). */
+  isrChange: Promise<void> | null;
+  /** acks=all and coordinator appends waiting for the HWM to pass their record (see waitReplicated). */
+  ackWaiters: Set<AckWaiter>;
+  /** Not a replica any more: its local data being dropped (a fetch loop starting again waits for it). */
+  dropping: Promise<void> | null;
+}
+
+/** An append acknowledged only once replicated, and only if this broker still leads at the append's epoch. */
+export interface AckWaiter {
+  epoch: number;
+  offset: number;
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
