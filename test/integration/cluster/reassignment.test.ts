@@ -14,22 +14,12 @@ import { parseLine } from 'tributary-protocol/command.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type ClusterStatus, TestCluster } from '../../helpers/cluster.js';
+import type { ReassignmentView } from 'tributary-broker/cli/reassign-command.js';
 import { envWithoutTributary, runCli } from '../../helpers/cli.js';
 import { sleep, tempDir } from '../../helpers/util.js';
 
-interface Progress {
-  topic: string;
-  partition: number;
-  phase: string;
-  target: number[];
-  replicas: number[];
-  adding: number[];
-  removing: number[];
-  isr: number[];
-  throttle: number;
-  leader_log_end: number | null;
-  behind: Array<{ id: number; offset: number | null; behind: number | null; in_sync: boolean }>;
-}
+/** A REASSIGNMENTS entry, as the CLI reads it. */
+type Progress = ReassignmentView;
 
 describe('partition reassignment', () => {
   let cluster: TestCluster;
