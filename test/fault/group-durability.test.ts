@@ -188,7 +188,7 @@ describe('group durability across kill -9', () => {
         for (const m of [a, b]) await m.heartbeat().catch((e: { code: string }) => expect(e.code).toBe('REBALANCE_IN_PROGRESS'));
         // Its removal enters the history with the generation it makes, once that generation's join window
         // closes: a moment after C left the member list (longer on a loaded machine).
-        return !present && st.history.some((h) => h.reasons.some((r) => r.member === cId));
+        return !present && st.history.some((h) => h.reasons.some((r) => r.member === cId && (r.cause === 'expired' || r.cause === 'rebalance_timeout')));
       },
       30_000,
       100,
