@@ -450,11 +450,13 @@ export class ReplicaManager {
   private changeIsr(r: Replica, isr: number[], reason: string): void {
     if (r.isrChange) return;
     const epoch = r.leaderEpoch;
+    let landed = false;
     r.isrChange = (async () => {
       const cur = this.deps.states.get(r.topic, r.id);
       if (!cur || cur.value.leader !== this.deps.brokerId || cur.value.leaderEpoch !== epoch) return;
       const next: PartitionState = { ...cur.value, isr: [...new Set(isr)].sort((a, b) => a - b), hwm: r.partition.highWatermark };
       const res = await this.deps.states.compareAndSet(r.topic, r.id, { modRevision: cur.modRevision }, next);
+      landed = res.ok;
       if (res.ok) {
         this.deps.logger.info({ topic: r.topic, partition: r.id, isr: next.isr, reason }, 'ISR changed');
         if (next.isr.length !== cur.value.isr.length) this.deps.onIsrChange?.(r.topic, next.isr.length < cur.value.isr.length ? 'shrink' : 'expand');
@@ -476,6 +478,13 @@ export class ReplicaManager {
       })
       .finally(() => {
         r.isrChange = null;
+        // An expansion that did not land (it lost a compare-and-set to another change, or etcd failed) is
+        // retried by the follower's next fetch; a parked follower is asked for one, shortly.
+        if (reason !== 'caught up' || landed) return;
+        const back = isr.filter((id) => !r.isr.includes(id) && id !== this.deps.brokerId);
+        setTimeout(() => {
+          if (r.role === 'leader' && r.leaderEpoch === epoch) for (const id of back) this.fetchWatch.mark(id, r.topic, r.id);
+        }, 100).unref();
       });
   }
 
