@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from '../common/logger.js';
+import { failpointRefuse } from '../common/failpoints.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseError, parseLine } from 'tributary-protocol/command.js';
@@ -455,6 +456,7 @@ export class ReplicaManager {
       const cur = this.deps.states.get(r.topic, r.id);
       if (!cur || cur.value.leader !== this.deps.brokerId || cur.value.leaderEpoch !== epoch) return;
       const next: PartitionState = { ...cur.value, isr: [...new Set(isr)].sort((a, b) => a - b), hwm: r.partition.highWatermark };
+      if (reason === 'caught up' && failpointRefuse(`isr.expand:${r.topic}`)) return;
       const res = await this.deps.states.compareAndSet(r.topic, r.id, { modRevision: cur.modRevision }, next);
       landed = res.ok;
       if (res.ok) {
@@ -478,23 +480,19 @@ export class ReplicaManager {
       })
       .finally(() => {
         r.isrChange = null;
-        // An expansion that did not land (it lost a compare-and-set to another change, or etcd failed) is
-        // retried by the follower's next fetch; a parked follower is asked for one, shortly.
+        // An expansion that did not land (a lost compare-and-set, etcd away) is retried by the follower's next fetch: ask a parked one for it.
         if (reason !== 'caught up' || landed) return;
         const back = isr.filter((id) => !r.isr.includes(id) && id !== this.deps.brokerId);
-        setTimeout(() => {
+        const ask = () => {
           if (r.role === 'leader' && r.leaderEpoch === epoch) for (const id of back) this.fetchWatch.mark(id, r.topic, r.id);
-        }, 100).unref();
+        };
+        setTimeout(ask, 100).unref();
       });
   }
 
   // ---- follower side ----
 
-  /**
-   * Fetches over the leader's shared connections (leader-links.ts) without waiting at the leader: an empty
-   * answer parks the partition until the leader marks it (REPLICA_WAIT), so an idle partition costs no
-   * connection and no request.
-   */
+  /** Fetches over the leader's shared connections without waiting there; an empty answer parks (leader-links.ts). */
   private async fetchLoop(r: Replica, signal: AbortSignal): Promise<void> {
     const link = this.links.acquire(r.leaderId);
     let failures = 0;

@@ -3,14 +3,23 @@
  * - a crash point (`txn.after_decision`) makes the broker kill itself with SIGKILL when it reaches it, so a
  *   test can crash it exactly between two durable steps;
  * - a delay point armed as `name@ms` (`replica.append:orders@3000`) makes failpointDelay(name) wait that
- *   long, as a slow disk would, so a test can act while the step is in flight. It says so on stderr.
+ *   long, as a slow disk would, so a test can act while the step is in flight. It says so on stderr;
+ * - a refusal point armed as `name!n` (`isr.expand:orders!1`) makes failpointRefuse(name) true its first n
+ *   times, as a lost compare-and-set would be, so a test can check what retries it. It says so on stderr.
  * Unset (always, outside tests), both are a map lookup that does nothing.
  */
 const crashes = new Set<string>();
 const delays = new Map<string, number>();
+const refusals = new Map<string, number>();
 for (const entry of (process.env.TRIBUTARY_FAILPOINTS ?? '').split(',')) {
   const s = entry.trim();
   if (!s) continue;
+  const bang = s.lastIndexOf('!');
+  const n = bang > 0 ? Number(s.slice(bang + 1)) : NaN;
+  if (Number.isSafeInteger(n) && n > 0) {
+    refusals.set(s.slice(0, bang), n);
+    continue;
+  }
   const at = s.lastIndexOf('@');
   const ms = at > 0 ? Number(s.slice(at + 1)) : NaN;
   if (Number.isSafeInteger(ms) && ms >= 0) delays.set(s.slice(0, at), ms);
@@ -26,4 +35,12 @@ export function failpointDelay(name: string): Promise<void> | undefined {
   if (ms === undefined) return undefined;
   process.stderr.write(`failpoint ${name}: delaying ${ms} ms\n`);
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+export function failpointRefuse(name: string): boolean {
+  const left = refusals.size > 0 ? refusals.get(name) : undefined;
+  if (!left) return false;
+  refusals.set(name, left - 1);
+  process.stderr.write(`failpoint ${name}: refusing (${left - 1} more)\n`);
+  return true;
 }

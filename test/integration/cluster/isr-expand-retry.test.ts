@@ -1,0 +1,49 @@
+/**
+ * A follower's way back into the ISR when the leader's first try does not land (docs/architecture.md,
+ * "Cluster mode", connections). The expansion is tried on a caught-up follower's fetch; a follower with
+ * nothing new is parked and does not fetch again by itself, so a leader whose expansion lost its
+ * compare-and-set (here: the failpoint `isr.expand:<topic>!3`, more than the fetches a restarted follower makes before it parks) asks the follower for one more fetch.
+ * Without that the follower stayed out of the ISR until the 30 s park fallback.
+ */
+import { describe, expect, it } from 'vitest';
+import { useCluster } from '../../helpers/cluster.js';
+
+const TOPIC = 'expand';
+
+describe('ISR expansion retry (cluster)', () => {
+  const cluster = useCluster(3, [], { TRIBUTARY_FAILPOINTS: `isr.expand:${TOPIC}!3` });
+
+  it('a restarted follower is back in the ISR although the leader’s first expansion was refused', async () => {
+    const c = cluster();
+    const admin = await c.connect(0);
+    try {
+      await admin.command('CREATE', { topic: TOPIC, partitions: 1, replication_factor: 3 });
+    } finally {
+      await admin.close();
+    }
+    const full = await c.waitFor('a leader and a full ISR', async () => {
+      const l = await c.leaderOf(TOPIC, 0);
+      return l.id >= 0 && l.isr.length === 3 ? l : false;
+    });
+    const leader = c.broker(full.id);
+    const conn = await leader.connect();
+    try {
+      for (let i = 0; i < 20; i++) await conn.command('PUBLISH', { topic: TOPIC, partition: 0, acks: 'all', message: `m${i}` });
+    } finally {
+      await conn.close();
+    }
+    const victimId = [0, 1, 2].find((id) => id !== full.id)!;
+    const victim = c.broker(victimId);
+    await victim.kill('SIGKILL');
+    await c.waitFor('the dead follower out of the ISR', async () => !(await c.leaderOf(TOPIC, 0)).isr.includes(victimId), 30_000);
+    await victim.relaunch();
+    // Its first expansion is refused at the leader; the follower, caught up and parked, is asked again.
+    // (Well inside the 30 s a parked follower waits before it fetches again on its own.)
+    const back = await c.waitFor('the restarted follower back in the ISR', async () => {
+      const l = await c.leaderOf(TOPIC, 0);
+      return l.isr.includes(victimId) && l.id === full.id ? l : false;
+    }, 15_000);
+    expect(back.isr).toHaveLength(3);
+    expect(leader.stderr).toContain(`failpoint isr.expand:${TOPIC}: refusing`);
+  }, 120_000);
+});
