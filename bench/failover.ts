@@ -27,7 +27,7 @@ import { LocalCluster } from 'tributary-broker/cli/local-cluster.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { compactLog } from 'tributary-broker/cli/cluster-command.js';
-import { fmtInt, installCleanupHandlers, makeTempDir, nowMs, removeTempDir, splitArgs, table } from './lib.js';
+import { fmtInt, installCleanupHandlers, makeTempDir, nowMs, removeTempDir, splitArgs, table, waitFor as waitUntil } from './lib.js';
 
 export const description =
   'kill -9 a partition leader / a group coordinator of a 3-broker cluster: time to the first produce and consumed record after it, lost records';
@@ -236,19 +236,8 @@ async function readerLoop(run: Run, route: Route, ledger: Ledger, group?: { grou
   }
 }
 
-async function waitFor<T>(what: string, fn: () => Promise<T | false | undefined> | T | false | undefined, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== false && v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${errCode(last)})` : ''}`);
-    await sleep(100);
-  }
+function waitFor<T>(what: string, fn: () => Promise<T | false | undefined> | T | false | undefined, timeoutMs: number): Promise<T> {
+  return waitUntil(what, fn, timeoutMs, errCode);
 }
 
 async function partitionState(cluster: LocalCluster) {

@@ -3,7 +3,7 @@
  * temp directories, percentiles and table formatting.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -310,4 +310,34 @@ export function splitArgs(s: string | undefined): string[] {
 /** Print one JSON line on stdout (worker → orchestrator reports). */
 export function report(obj: Record<string, unknown>): void {
   process.stdout.write(`${JSON.stringify(obj)}\n`);
+}
+
+// ---------------------------------------------------------------- process figures and waiting
+
+/** A process's resident memory and open file descriptors, from /proc (NaN when it is gone). */
+export function procStats(pid: number | undefined): { rssMiB: number; fds: number } {
+  if (pid === undefined) return { rssMiB: Number.NaN, fds: Number.NaN };
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const rss = Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) / 1024;
+    return { rssMiB: rss, fds: readdirSync(`/proc/${pid}/fd`).length };
+  } catch {
+    return { rssMiB: Number.NaN, fds: Number.NaN };
+  }
+}
+
+/** Polls `fn` every 100 ms until it returns a value (not false or undefined); errors count as not yet. */
+export async function waitFor<T>(what: string, fn: () => Promise<T | false | undefined> | T | false | undefined, timeoutMs: number, describe: (err: unknown) => string = String): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== false && v !== undefined) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${describe(last)})` : ''}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }

@@ -16,42 +16,17 @@ import fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { LocalCluster, type LocalClusterStatus } from 'tributary-broker/cli/local-cluster.js';
 import { Connection } from 'tributary-protocol/connection.js';
-import { fmtFixed, fmtInt, installCleanupHandlers, nowMs, splitArgs, table } from './lib.js';
+import { fmtFixed, fmtInt, installCleanupHandlers, nowMs, procStats, splitArgs, table, waitFor } from './lib.js';
 
 export const description = '10k partitions on a 3-broker cluster: create and restart times, RSS and open fds per broker';
 
 const USAGE =
   'usage: npm run bench -- scale-cluster [--brokers 3] [--topics 100] [--partitions-per-topic 100] [--replication-factor 3] [--broker-args="..."] [--verbose]\n';
 
-function procStats(pid: number | undefined): { rssMiB: number; fds: number } {
-  if (pid === undefined) return { rssMiB: Number.NaN, fds: Number.NaN };
-  try {
-    const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
-    const rss = Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) / 1024;
-    return { rssMiB: rss, fds: fs.readdirSync(`/proc/${pid}/fd`).length };
-  } catch {
-    return { rssMiB: Number.NaN, fds: Number.NaN };
-  }
-}
-
 function softFdLimit(): string {
   const limits = fs.readFileSync('/proc/self/limits', 'utf8');
   const m = /Max open files\s+(\S+)\s+(\S+)/.exec(limits);
   return m ? `${m[1]} (hard ${m[2]})` : 'unknown';
-}
-
-async function waitFor(what: string, timeoutMs: number, fn: () => Promise<boolean>): Promise<void> {
-  const deadline = nowMs() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      if (await fn()) return;
-    } catch (err) {
-      last = err;
-    }
-    if (nowMs() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${String(last)})` : ''}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
 }
 
 /** Every broker registered, every partition led, none under-replicated. */
@@ -143,14 +118,10 @@ export async function run(argv: string[]): Promise<number> {
       await conn.close();
     }
     facts.push([`create ${fmtInt(total)} partitions, RF ${rf} (${topics} CREATEs, each answered once the leaders serve)`, `${fmtFixed((nowMs() - t0) / 1000, 1)} s`]);
-    let s: LocalClusterStatus | false = false;
     const t1 = nowMs();
-    await waitFor('every replica in sync', 600_000, async () => {
-      s = await healthy(c, brokers, total);
-      return s !== false;
-    });
+    const s = await waitFor('every replica in sync', () => healthy(c, brokers, total), 600_000);
     facts.push(['then until no partition is under-replicated', `${fmtFixed((nowMs() - t1) / 1000, 1)} s`]);
-    stats('loaded', s || undefined);
+    stats('loaded', s);
 
     const restartOne = async (id: number, how: 'clean' | 'kill -9') => {
       process.stderr.write(`  ${how} restart of broker ${id} ...\n`);
@@ -158,13 +129,9 @@ export async function run(argv: string[]): Promise<number> {
       const t = nowMs();
       await c.restart(id);
       const up = nowMs() - t;
-      let after: LocalClusterStatus | false = false;
-      await waitFor('the cluster healthy again', 600_000, async () => {
-        after = await healthy(c, brokers, total);
-        return after !== false;
-      });
+      const after = await waitFor('the cluster healthy again', () => healthy(c, brokers, total), 600_000);
       facts.push([`${how} restart of broker ${id}: registered / fully in sync`, `${fmtFixed(up / 1000, 1)} s / ${fmtFixed((nowMs() - t) / 1000, 1)} s`]);
-      stats(`after ${how} restart`, after || undefined);
+      stats(`after ${how} restart`, after);
     };
     if (brokers > 1) {
       await restartOne(1, 'clean');

@@ -13,25 +13,17 @@
  * Options: --topics 100 --partitions-per-topic 100 --groups 1000 --busy 1000 --busy-rate 10
  *          --duration-ms 10000 --broker-args "..."
  */
-import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Connection } from 'tributary-protocol/connection.js';
 import { type Result, createTopic, measureLatency } from './latency.js';
-import { BENCH_DIR, type BrokerHandle, type Child, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, removeTempDir, spawnNode, splitArgs, startBroker, table } from './lib.js';
+import { BENCH_DIR, type BrokerHandle, type Child, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, procStats, removeTempDir, spawnNode, splitArgs, startBroker, table } from './lib.js';
 
 export const description = '10k partitions and 1,000 groups on one broker: create and restart times, RSS, fds, hot-partition latency';
 
 const HOT = 'hot';
 const HOT_PARTITIONS = 12;
 const SESSION_MS = 60_000;
-
-function procStats(pid: number | undefined): { rssMiB: number; fds: number } {
-  if (pid === undefined) return { rssMiB: Number.NaN, fds: Number.NaN };
-  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
-  const rss = Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) / 1024;
-  return { rssMiB: rss, fds: fs.readdirSync(`/proc/${pid}/fd`).length };
-}
 
 async function waitReady(b: BrokerHandle, healthPort: number, timeoutMs: number): Promise<void> {
   const deadline = nowMs() + timeoutMs;
