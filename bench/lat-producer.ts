@@ -2,7 +2,7 @@
  * Open-loop producer of the latency benchmark (a child process).
  *
  *   node dist/bench/lat-producer.js --target broker|relay --host H --port P --topic T --partitions N
- *        --rate R --size S --duration-ms D
+ *        --rate R --size S --duration-ms D [--linger-ms L]
  *
  * Every millisecond it sends the records that are due by the clock, R per second, whatever the acks
  * do: a slow broker cannot slow the schedule down, so coordinated omission cannot hide (docs of
@@ -15,11 +15,11 @@
 import net from 'node:net';
 import { Producer } from 'tributary-client/producer.js';
 import { FrameDecoder } from 'tributary-protocol/frame.js';
-import { nowMs, report } from './lib.js';
+import { nowMs, percentile, report } from './lib.js';
 import { BatchTemplate, PAYLOAD_HEADER_BYTES, writePayloadHeader } from './pc-payload.js';
 import { workerArgs } from './worker-args.js';
 
-const { a, int, fail } = workerArgs('lat-producer', { rate: { type: 'string' }, 'duration-ms': { type: 'string' } }, 1);
+const { a, int, fail } = workerArgs('lat-producer', { rate: { type: 'string' }, 'duration-ms': { type: 'string' }, 'linger-ms': { type: 'string' } }, 1);
 const target = a.target === 'relay' ? 'relay' : 'broker';
 const host = a.host!;
 const port = int('port', a.port);
@@ -28,6 +28,7 @@ const partitions = int('partitions', a.partitions);
 const rate = int('rate', a.rate);
 const size = int('size', a.size, PAYLOAD_HEADER_BYTES);
 const durationMs = int('duration-ms', a['duration-ms']);
+const lingerMs = a['linger-ms'] === undefined ? undefined : int('linger-ms', a['linger-ms'], 0);
 const total = Math.floor((rate * durationMs) / 1000);
 
 let sent = 0;
@@ -36,6 +37,8 @@ let errors = 0;
 let firstError = '';
 let ticks = 0;
 let maxTickGapMs = 0;
+/** Acknowledgement latency of each send() (ack time minus its first record's scheduled time), ms. */
+const ackLatencies: number[] = [];
 
 /** Sends records [from, to) scheduled at start + i / rate. */
 type Sender = (from: number, to: number, start: number) => void;
@@ -69,7 +72,7 @@ async function relaySender(): Promise<{ send: Sender; close: () => void }> {
 }
 
 async function brokerSender(): Promise<{ send: Sender; close: () => Promise<void> }> {
-  const producer = new Producer({ brokers: [`${host}:${port}`] });
+  const producer = new Producer({ brokers: [`${host}:${port}`], ...(lingerMs === undefined ? {} : { lingerMs }) });
   const filler = Buffer.alloc(size, 0x61);
   return {
     send: (from, to, start) => {
@@ -81,9 +84,11 @@ async function brokerSender(): Promise<{ send: Sender; close: () => Promise<void
         // Keyless and no partition: the SDK's default partitioning spreads them (sticky batches).
         messages.push({ value });
       }
+      const scheduled = start + (from * 1000) / rate;
       producer.send({ topic, messages }).then(
         () => {
           acked += messages.length;
+          ackLatencies.push(nowMs() - scheduled);
         },
         (err: Error) => {
           errors += messages.length;
@@ -119,7 +124,9 @@ async function main(): Promise<void> {
   const deadline = nowMs() + 15_000;
   while (acked + errors < sent && nowMs() < deadline) await new Promise((r) => setTimeout(r, 10));
   await sender.close();
-  report({ event: 'result', sent, acked, errors, firstError, ticks, maxTickGapMs: Math.round(maxTickGapMs * 10) / 10, elapsedMs: Math.round(nowMs() - start) });
+  const acks = Float64Array.from(ackLatencies).sort();
+  const ms = (x: number) => Math.round(x * 100) / 100;
+  report({ event: 'result', sent, acked, errors, firstError, ticks, maxTickGapMs: ms(maxTickGapMs), ackP50: ms(percentile(acks, 50)), ackP99: ms(percentile(acks, 99)), elapsedMs: Math.round(nowMs() - start) });
   process.exit(0);
 }
 

@@ -10,7 +10,8 @@
  * p99.9 with the broker/relay ratios.
  *
  * Options: --rates 1000,10000,50000 (at --partitions) --partitions 12 --partition-counts 1,100 (extra runs
- * at the W2 rate 10000) --size 1024 --duration-ms 10000 --warmup-ms 1000 --broker-args "..." --only w2
+ * at the W2 rate 10000) --size 1024 --duration-ms 10000 --warmup-ms 1000 --broker-args "..." --linger-ms 1,5
+ * (one broker row per SDK producer lingerMs) --only w2
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -35,6 +36,8 @@ interface Options {
   warmupMs: number;
   brokerArgs: string[];
   brokerNodeArgs: string[];
+  /** The SDK producer's lingerMs for each broker row (undefined: its default). */
+  lingers: Array<number | undefined>;
   verbose: boolean;
 }
 
@@ -50,13 +53,16 @@ export interface Result {
   p999: number;
   max: number;
   maxTickGapMs: number;
+  /** The producer's acknowledgement latency (send() to ack, from the first record's scheduled time), ms; NaN for the relay. */
+  ackP50: number;
+  ackP99: number;
   /** Rebalances (member reports) while the producer ran. */
   rebalances: number;
   error?: string;
 }
 
 function usage(): string {
-  return 'usage: npm run bench -- latency [--rates 1000,10000,50000] [--partitions 12] [--partition-counts 1,100] [--size 1024] [--duration-ms 10000] [--warmup-ms 1000] [--broker-args "..."] [--broker-node-args="--cpu-prof ..."] [--only w2] [--verbose]\n';
+  return 'usage: npm run bench -- latency [--rates 1000,10000,50000] [--partitions 12] [--partition-counts 1,100] [--size 1024] [--duration-ms 10000] [--warmup-ms 1000] [--broker-args "..."] [--broker-node-args="--cpu-prof ..."] [--linger-ms 1,5] [--only w2] [--verbose]\n';
 }
 
 function parseOptions(argv: string[]): Options | string {
@@ -73,6 +79,7 @@ function parseOptions(argv: string[]): Options | string {
         'warmup-ms': { type: 'string', default: '1000' },
         'broker-args': { type: 'string', default: '' },
         'broker-node-args': { type: 'string', default: '' },
+        'linger-ms': { type: 'string', default: '' },
         only: { type: 'string' },
         verbose: { type: 'boolean', default: false },
         help: { type: 'boolean', default: false },
@@ -94,7 +101,8 @@ function parseOptions(argv: string[]): Options | string {
   const size = ints('size', 12);
   const duration = ints('duration-ms', 1000);
   const warmup = ints('warmup-ms', 0);
-  for (const x of [rates, parts, counts, size, duration, warmup]) if (typeof x === 'string') return x;
+  const lingers = ints('linger-ms', 0);
+  for (const x of [rates, parts, counts, size, duration, warmup, lingers]) if (typeof x === 'string') return x;
   const base = (parts as number[])[0]!;
   let workloads: Workload[] = [...(rates as number[]).map((rate) => ({ rate, partitions: base })), ...(counts as number[]).map((partitions) => ({ rate: 10_000, partitions }))];
   if (v.only === 'w2') workloads = [{ rate: 10_000, partitions: base }];
@@ -106,6 +114,7 @@ function parseOptions(argv: string[]): Options | string {
     warmupMs: (warmup as number[])[0]!,
     brokerArgs: splitArgs(String(v['broker-args'])),
     brokerNodeArgs: splitArgs(String(v['broker-node-args'])),
+    lingers: (lingers as number[]).length > 0 ? (lingers as number[]) : [undefined],
     verbose: v.verbose === true,
   };
 }
@@ -121,7 +130,7 @@ export async function createTopic(host: string, port: number, topic: string, par
 
 function failedResult(target: 'relay' | 'broker', err: unknown): Result {
   const none = Number.NaN;
-  return { target, sent: 0, acked: 0, errors: 0, received: 0, measured: 0, p50: none, p99: none, p999: none, max: none, maxTickGapMs: none, rebalances: 0, error: err instanceof Error ? err.message : String(err) };
+  return { target, sent: 0, acked: 0, errors: 0, received: 0, measured: 0, p50: none, p99: none, p999: none, max: none, maxTickGapMs: none, ackP50: none, ackP99: none, rebalances: 0, error: err instanceof Error ? err.message : String(err) };
 }
 
 export interface MeasureOptions {
@@ -137,6 +146,8 @@ export interface MeasureOptions {
   /** Where the consumers write their samples. */
   dir: string;
   group?: string;
+  /** The SDK producer's lingerMs (broker only; undefined: its default). */
+  lingerMs?: number;
   /** How long the consumers get to settle before the producer's warm-up starts (default 3 s for a broker). */
   settleMs?: number;
   verbose?: boolean;
@@ -195,8 +206,8 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     else throw new Error(`the consumers took too long to settle (${Math.round(-wait)} ms past the planned start)`);
     producing = true;
-    producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(m.rate), '--duration-ms', String(m.warmupMs + m.durationMs)], { echoStderr: m.verbose });
-    const p = await producer.waitJson<{ sent: number; acked: number; errors: number; firstError: string; maxTickGapMs: number }>((x) => x.event === 'result', m.durationMs + m.warmupMs + 60_000);
+    producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(m.rate), '--duration-ms', String(m.warmupMs + m.durationMs), ...(m.lingerMs === undefined ? [] : ['--linger-ms', String(m.lingerMs)])], { echoStderr: m.verbose });
+    const p = await producer.waitJson<{ sent: number; acked: number; errors: number; firstError: string; maxTickGapMs: number; ackP50?: number; ackP99?: number }>((x) => x.event === 'result', m.durationMs + m.warmupMs + 60_000);
     for (const c of consumers) c.proc.stdin?.write('done\n');
     const reports = await Promise.all(results);
     const all: number[] = [];
@@ -218,6 +229,8 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
       p999: percentile(sorted, 99.9),
       max: sorted.length > 0 ? sorted[sorted.length - 1]! : Number.NaN,
       maxTickGapMs: p.maxTickGapMs,
+      ackP50: p.ackP50 ?? Number.NaN,
+      ackP99: p.ackP99 ?? Number.NaN,
       rebalances,
       error: p.errors > 0 ? `${p.errors} sends failed: ${p.firstError}` : undefined,
     };
@@ -228,7 +241,7 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
   }
 }
 
-async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Promise<Result> {
+async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options, lingerMs?: number): Promise<Result> {
   const dir = makeTempDir(`tributary-latency-${target}-`);
   let server: Child | undefined;
   try {
@@ -243,7 +256,7 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options): Pro
       server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log'), '--fsync', '--exit-with-stdin'], { stdin: true, echoStderr: o.verbose });
       port = Number((await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000))[2]);
     }
-    return await measureLatency({ target, host, port, topic: TOPIC, partitions: w.partitions, rate: w.rate, size: o.size, durationMs: o.durationMs, warmupMs: o.warmupMs, dir, verbose: o.verbose });
+    return await measureLatency({ target, host, port, topic: TOPIC, partitions: w.partitions, rate: w.rate, size: o.size, durationMs: o.durationMs, warmupMs: o.warmupMs, dir, lingerMs, verbose: o.verbose });
   } catch (err) {
     return failedResult(target, err);
   } finally {
@@ -263,30 +276,32 @@ export async function run(argv: string[]): Promise<number> {
   const rows: string[][] = [];
   let failed = false;
   for (const w of o.workloads) {
-    const results: Result[] = [];
-    for (const target of ['relay', 'broker'] as const) {
-      process.stderr.write(`  ${fmtInt(w.rate)}/s x ${w.partitions} partitions: ${target} ...\n`);
-      results.push(await runOnce(w, target, o));
+    process.stderr.write(`  ${fmtInt(w.rate)}/s x ${w.partitions} partitions: relay ...\n`);
+    const relay = await runOnce(w, 'relay', o);
+    const results: Array<{ r: Result; lingerMs?: number }> = [{ r: relay }];
+    for (const lingerMs of o.lingers) {
+      process.stderr.write(`  ${fmtInt(w.rate)}/s x ${w.partitions} partitions: broker${lingerMs === undefined ? '' : ` lingerMs ${lingerMs}`} ...\n`);
+      results.push({ r: await runOnce(w, 'broker', o, lingerMs), lingerMs });
     }
-    const [relay, broker] = results as [Result, Result];
-    for (const r of results) {
+    for (const { r, lingerMs } of results) {
       const lost = r.sent - r.received;
       if (r.error) failed = true;
       rows.push([
         `${fmtInt(w.rate)}/s x ${w.partitions}p`,
-        r.target === 'relay' ? 'fsync relay' : 'tributary',
+        r.target === 'relay' ? 'fsync relay' : lingerMs === undefined ? 'tributary' : `tributary linger ${lingerMs}`,
         fmtInt(r.sent),
         fmtInt(r.received),
         fmtFixed(r.p50, 2),
         fmtFixed(r.p99, 2),
         fmtFixed(r.p999, 2),
         fmtFixed(r.max, 1),
-        r.target === 'broker' ? `${fmtFixed(broker.p50 / relay.p50, 1)} / ${fmtFixed(broker.p99 / relay.p99, 1)}` : '',
+        r.target === 'broker' ? `${fmtFixed(r.p50 / relay.p50, 1)} / ${fmtFixed(r.p99 / relay.p99, 1)}` : '',
         [
           r.error ? `ERROR ${r.error.slice(0, 120)}` : '',
           lost > 0 ? `${lost} not received` : lost < 0 ? `${-lost} received twice` : '',
           r.rebalances > 0 ? `${r.rebalances} rebalance reports` : '',
           `tick gap ${fmtFixed(r.maxTickGapMs, 1)} ms`,
+          Number.isFinite(r.ackP50) ? `ack p50/p99 ${fmtFixed(r.ackP50, 1)}/${fmtFixed(r.ackP99, 1)} ms` : '',
         ]
           .filter(Boolean)
           .join('; '),
