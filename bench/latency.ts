@@ -11,7 +11,7 @@
  *
  * Options: --rates 1000,10000,50000 (at --partitions) --partitions 12 --partition-counts 1,100 (extra runs
  * at the W2 rate 10000) --size 1024 --duration-ms 10000 --warmup-ms 1000 --broker-args "..." --linger-ms 1,5
- * (one broker row per SDK producer lingerMs) --only w2
+ * (one broker row per SDK producer lingerMs) --client-node-args "..." (producer and consumers) --only w2
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -36,6 +36,8 @@ interface Options {
   warmupMs: number;
   brokerArgs: string[];
   brokerNodeArgs: string[];
+  /** Node flags of the producer and consumer processes (e.g. --cpu-prof). */
+  clientNodeArgs: string[];
   /** The SDK producer's lingerMs for each broker row (undefined: its default). */
   lingers: Array<number | undefined>;
   verbose: boolean;
@@ -62,7 +64,7 @@ export interface Result {
 }
 
 function usage(): string {
-  return 'usage: npm run bench -- latency [--rates 1000,10000,50000] [--partitions 12] [--partition-counts 1,100] [--size 1024] [--duration-ms 10000] [--warmup-ms 1000] [--broker-args "..."] [--broker-node-args="--cpu-prof ..."] [--linger-ms 1,5] [--only w2] [--verbose]\n';
+  return 'usage: npm run bench -- latency [--rates 1000,10000,50000] [--partitions 12] [--partition-counts 1,100] [--size 1024] [--duration-ms 10000] [--warmup-ms 1000] [--broker-args "..."] [--broker-node-args="--cpu-prof ..."] [--linger-ms 1,5] [--client-node-args="--cpu-prof ..."] [--only w2] [--verbose]\n';
 }
 
 function parseOptions(argv: string[]): Options | string {
@@ -80,6 +82,7 @@ function parseOptions(argv: string[]): Options | string {
         'broker-args': { type: 'string', default: '' },
         'broker-node-args': { type: 'string', default: '' },
         'linger-ms': { type: 'string', default: '' },
+        'client-node-args': { type: 'string', default: '' },
         only: { type: 'string' },
         verbose: { type: 'boolean', default: false },
         help: { type: 'boolean', default: false },
@@ -114,6 +117,7 @@ function parseOptions(argv: string[]): Options | string {
     warmupMs: (warmup as number[])[0]!,
     brokerArgs: splitArgs(String(v['broker-args'])),
     brokerNodeArgs: splitArgs(String(v['broker-node-args'])),
+    clientNodeArgs: splitArgs(String(v['client-node-args'])),
     lingers: (lingers as number[]).length > 0 ? (lingers as number[]) : [undefined],
     verbose: v.verbose === true,
   };
@@ -148,6 +152,8 @@ export interface MeasureOptions {
   group?: string;
   /** The SDK producer's lingerMs (broker only; undefined: its default). */
   lingerMs?: number;
+  /** Node flags of the producer and consumer processes. */
+  clientNodeArgs?: string[];
   /** How long the consumers get to settle before the producer's warm-up starts (default 3 s for a broker). */
   settleMs?: number;
   verbose?: boolean;
@@ -176,7 +182,7 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
     // One reader of each consumer's reports (a line skipped by one waitJson is gone for the next).
     const results: Array<Promise<{ received: number; measured: number }>> = [];
     for (let i = 0; i < CONSUMERS; i++) {
-      const c = spawnNode(`consumer-${i}`, path.join(BENCH_DIR, 'lat-consumer.js'), [...common, '--group', m.group ?? 'latency', '--measure-from', String(from), '--out', files[i]!], { stdin: true, echoStderr: m.verbose });
+      const c = spawnNode(`consumer-${i}`, path.join(BENCH_DIR, 'lat-consumer.js'), [...common, '--group', m.group ?? 'latency', '--measure-from', String(from), '--out', files[i]!], { stdin: true, echoStderr: m.verbose, nodeArgs: m.clientNodeArgs });
       consumers.push(c);
       const watch = async (): Promise<{ received: number; measured: number }> => {
         for (;;) {
@@ -206,7 +212,7 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     else throw new Error(`the consumers took too long to settle (${Math.round(-wait)} ms past the planned start)`);
     producing = true;
-    producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(m.rate), '--duration-ms', String(m.warmupMs + m.durationMs), ...(m.lingerMs === undefined ? [] : ['--linger-ms', String(m.lingerMs)])], { echoStderr: m.verbose });
+    producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(m.rate), '--duration-ms', String(m.warmupMs + m.durationMs), ...(m.lingerMs === undefined ? [] : ['--linger-ms', String(m.lingerMs)])], { echoStderr: m.verbose, nodeArgs: m.clientNodeArgs });
     const p = await producer.waitJson<{ sent: number; acked: number; errors: number; firstError: string; maxTickGapMs: number; ackP50?: number; ackP99?: number }>((x) => x.event === 'result', m.durationMs + m.warmupMs + 60_000);
     for (const c of consumers) c.proc.stdin?.write('done\n');
     const reports = await Promise.all(results);
@@ -256,7 +262,7 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options, ling
       server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log'), '--fsync', '--exit-with-stdin'], { stdin: true, echoStderr: o.verbose });
       port = Number((await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000))[2]);
     }
-    return await measureLatency({ target, host, port, topic: TOPIC, partitions: w.partitions, rate: w.rate, size: o.size, durationMs: o.durationMs, warmupMs: o.warmupMs, dir, lingerMs, verbose: o.verbose });
+    return await measureLatency({ target, host, port, topic: TOPIC, partitions: w.partitions, rate: w.rate, size: o.size, durationMs: o.durationMs, warmupMs: o.warmupMs, dir, lingerMs, clientNodeArgs: o.clientNodeArgs, verbose: o.verbose });
   } catch (err) {
     return failedResult(target, err);
   } finally {

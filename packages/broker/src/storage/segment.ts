@@ -4,6 +4,7 @@
  * The file handle is opened lazily and can be released while idle, so old segments do not pin fds.
  */
 import type { FdHolder, SegmentFdPolicy } from './fd-budget.js';
+import { writeSync } from 'node:fs';
 import { type FileHandle, open, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { LogRecord } from 'tributary-protocol/record.js';
@@ -409,13 +410,17 @@ export class Segment implements FdHolder {
     return this.withHandle(() => fn());
   }
 
-  /** Writes all of `buf` at `position` (loops on short writes). */
+  /**
+   * Writes all of `buf` at `position` (loops on short writes). Synchronously: an append is a copy into the
+   * page cache, far cheaper than a thread-pool round trip, which under flush=always would queue behind the
+   * fsyncs of every partition (docs/architecture.md, "Storage"). Durability is still the fsync's job.
+   */
   async writeAt(buf: Buffer, position: number): Promise<void> {
     await this.withHandle(async (fh) => {
       let done = 0;
       try {
         while (done < buf.length) {
-          const { bytesWritten } = await fh.write(buf, done, buf.length - done, position + done);
+          const bytesWritten = writeSync(fh.fd, buf, done, buf.length - done, position + done);
           if (bytesWritten <= 0) throw new Error('short write');
           done += bytesWritten;
         }
