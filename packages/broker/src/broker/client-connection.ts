@@ -214,15 +214,15 @@ export class ClientConnection implements ConnectionContext {
   }
 
   /**
-   * Replies completed in one turn (a group commit's fsync answers every produce it covered at once) leave
-   * in one writev: the socket stays corked until the turn's microtasks have run (docs/architecture.md,
-   * "Broker").
+   * Replies completed in one turn of the event loop leave in one writev: the socket stays corked until the
+   * loop's check phase, after every I/O callback of its poll phase has run, so the fsyncs of several
+   * partitions completing together answer in one system call, not one each (docs/architecture.md, "Broker").
    */
   private corkForTurn(): void {
     if (this.corkedForTurn) return;
     this.corkedForTurn = true;
     this.socket.cork();
-    process.nextTick(() => {
+    setImmediate(() => {
       this.corkedForTurn = false;
       this.socket.uncork();
     });
