@@ -8,6 +8,7 @@ import { resolveConfig } from 'tributary-broker/common/config.js';
 import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
 import { TopicManager, type TopicSpec } from 'tributary-broker/partition/topic-manager.js';
 import { LocalMetadataStore } from 'tributary-broker/partition/metadata-store.js';
+import { ProducerIdAllocator } from 'tributary-broker/partition/producer-ids.js';
 import type { Clock } from 'tributary-broker/common/clock.js';
 import { type CoordinatorConfig, GroupCoordinator } from 'tributary-broker/coordinator/group-coordinator.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from 'tributary-broker/coordinator/group-log.js';
@@ -86,6 +87,7 @@ export async function openCoordinators(
   });
   const txns = new TransactionCoordinator({
     topics,
+    producerIds: new ProducerIdAllocator(store),
     log: new TxnLog(() => topics.get(TXN_STATE_TOPIC).partitions),
     targets: (opts.targets ?? ((t) => t))(new LocalTxnTargets(topics, groups)),
     logger,

@@ -151,6 +151,19 @@ describe('EtcdMetadataStore', () => {
     await eventually('A to see the delete', () => a.getTopic('t') === undefined);
   });
 
+  it('reserves producer id ranges that never overlap, across stores racing and a reopen', async () => {
+    const prefix = uniquePrefix('pids');
+    const [a, b] = [await openStore(prefix), await openStore(prefix)];
+    // Interleaved compare-and-sets: some lose and retry, none may hand out a range twice.
+    const firsts = await Promise.all(Array.from({ length: 12 }, (_, i) => (i % 2 === 0 ? a : b).reserveProducerIds(100)));
+    expect([...firsts].sort((x, y) => x - y)).toEqual(Array.from({ length: 12 }, (_, i) => i * 100));
+    await a.close();
+    const c = await openStore(prefix);
+    expect(await c.reserveProducerIds(5)).toBe(1200);
+    // Another cluster (prefix) counts on its own.
+    expect(await (await openStore(uniquePrefix('pids-other'))).reserveProducerIds(5)).toBe(0);
+  });
+
   it('keeps topics under different prefixes apart', async () => {
     const [a, b] = await Promise.all([openStore(uniquePrefix('p1')), openStore(uniquePrefix('p2'))]);
     await a.createTopic(spec('shared-name', { partitions: 1 }));

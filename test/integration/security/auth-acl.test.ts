@@ -53,6 +53,7 @@ const PROTECTED: Array<[string, string]> = [
   ['DELETE_GROUP', 'DELETE_GROUP group=g1'],
   ['RESET_OFFSETS', 'RESET_OFFSETS group=g1 topic=open to=earliest'],
   ['INIT_PRODUCER_ID', 'INIT_PRODUCER_ID transactional_id=tx1'],
+  ['INIT_PRODUCER_ID(idempotent)', 'INIT_PRODUCER_ID'],
   ['BEGIN_TXN', 'BEGIN_TXN transactional_id=tx1 producerId=p epoch=0'],
   ['TXN_PUBLISH', 'TXN_PUBLISH transactional_id=tx1 producerId=p epoch=0 topic=open seqNum=1 message=x'],
   ['SEND_OFFSETS_TO_TXN', 'SEND_OFFSETS_TO_TXN transactional_id=tx1 producerId=p epoch=0 topic=open group=g1 member=m generation=1 P0:0'],
@@ -191,6 +192,8 @@ describe('authentication and authorization (TLS + AUTH)', () => {
     );
     expect(await txn.command('END_TXN', { transactional_id: 'sec-tx', producerId: pid, epoch: 0, result: 'abort' })).toMatch(/state=aborted/);
     expect(await send(reader, 'INIT_PRODUCER_ID', 'INIT_PRODUCER_ID transactional_id=sec-tx')).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=transaction/);
+    // An idempotent producer's id needs topic.write (it is only good for writing), not `transaction`.
+    expect(await send(reader, 'INIT_PRODUCER_ID', 'INIT_PRODUCER_ID')).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION .*permission=topic.write/);
     // The broker-to-broker commands need admin, whatever transaction and topic permissions a user has.
     const outsiderTxn = await connect('outsider');
     for (const line of [

@@ -302,6 +302,34 @@ describe('transaction coordinator', () => {
     expect(values).not.toContain('old-open');
   });
 
+  it('INIT_PRODUCER_ID without a transactional id gives idempotent producers ids no one else got, also after a kill -9', async () => {
+    const idempotent = async () => kv(await c.command('INIT_PRODUCER_ID', {}));
+    const first = await Promise.all(Array.from({ length: 5 }, idempotent));
+    for (const r of first) {
+      expect(r.get('epoch')).toBe('0');
+      expect(r.get('producerId')).toMatch(/^\d+$/);
+    }
+    const t = new RawTxnProducer(c, 'pid-numbers');
+    await t.init();
+    expect(t.producerId).toMatch(/^\d+$/);
+    const before = [...first.map((r) => r.get('producerId')!), t.producerId];
+    expect(new Set(before).size).toBe(6);
+    // A timeout belongs to a transactional id; nothing is allocated for a refused request.
+    await expectError(c.command('INIT_PRODUCER_ID', { transaction_timeout_ms: 1000 }), 'invalid_parameter', { param: 'transaction_timeout_ms' });
+    await broker.kill('SIGKILL');
+    await broker.relaunch();
+    c = await broker.connect();
+    // The block in memory at the kill is skipped, never handed out again.
+    const after = Number((await idempotent()).get('producerId'));
+    expect(after).toBeGreaterThan(Math.max(...before.map(Number)));
+    // The id is used as any producer id: an idempotent PUBLISH with it is deduplicated.
+    const pid = String(after);
+    const pub = { topic: 'tx', partition: 0, producerId: pid, epoch: 0, seqNum: 0, message: 'once' };
+    const a = JSON.parse(await c.command('PUBLISH', pub)) as { offset: number };
+    const b = JSON.parse(await c.command('PUBLISH', pub)) as { offset: number };
+    expect(b.offset).toBe(a.offset);
+  });
+
   it('state survives a restart; a transaction open across it is aborted by the coordinator', async () => {
     const done = new RawTxnProducer(c, 'restart-done');
     await done.init();

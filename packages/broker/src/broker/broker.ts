@@ -16,6 +16,7 @@ import { ApiClients, selfConnection } from '../http/api-clients.js';
 import type { Logger } from '../common/logger.js';
 import { BrokerMetrics } from '../common/metrics.js';
 import { TopicManager } from '../partition/topic-manager.js';
+import { ProducerIdAllocator } from '../partition/producer-ids.js';
 import { AddressLimiter } from './limits.js';
 import { Security } from './security.js';
 import { GroupCoordinator } from '../coordinator/group-coordinator.js';
@@ -55,6 +56,7 @@ export class Broker implements BrokerContext {
   readonly topics: TopicManager;
   readonly coordinator: GroupCoordinator;
   readonly transactions: TransactionCoordinator;
+  readonly producerIds: ProducerIdAllocator;
   private readonly groupLog: GroupLog;
   /** Why recovery failed; the broker then stays up but unready, never serving partial state. */
   recoveryError: Error | undefined;
@@ -119,8 +121,10 @@ export class Broker implements BrokerContext {
         defaultAssignor: config.groupAssignor,
       },
     });
+    this.producerIds = new ProducerIdAllocator(this.store);
     this.transactions = new TransactionCoordinator({
       topics: this.topics,
+      producerIds: this.producerIds,
       log: new TxnLog(() => this.topics.get(TXN_STATE_TOPIC).partitions, internalAppend),
       targets: this.cluster
         ? new ClusterTxnTargets(this.cluster, this.topics, this.coordinator, (topic, partition, last, epoch) => replicated(this, this.topics.get(topic).partition(partition), last, epoch))

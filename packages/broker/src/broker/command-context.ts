@@ -11,6 +11,7 @@ import type { Logger } from '../common/logger.js';
 import type { BrokerMetrics } from '../common/metrics.js';
 import type { Security } from './security.js';
 import type { TopicManager } from '../partition/topic-manager.js';
+import type { ProducerIdAllocator } from '../partition/producer-ids.js';
 
 /** What handlers may use of the broker. */
 export interface BrokerContext {
@@ -23,6 +24,8 @@ export interface BrokerContext {
   readonly advertised: { host: string; port: number };
   readonly coordinator: GroupCoordinator;
   readonly transactions: TransactionCoordinator;
+  /** Producer ids for idempotent producers (INIT_PRODUCER_ID without a transactional id) and transactions. */
+  readonly producerIds: ProducerIdAllocator;
   /** Cluster mode only: who leads what, replication, the controller. */
   readonly cluster?: ClusterNode;
   /** Authentication and authorization (src/broker/security.ts); absent in unit-test contexts. */

@@ -123,6 +123,8 @@ export function requirementOf(command: string, params: ReadonlyMap<string, strin
     case 'FIND_COORDINATOR':
       return { permissions: params.has('transactional_id') ? ['transaction'] : ['group'] };
     case 'INIT_PRODUCER_ID':
+      // Without a transactional id: an idempotent producer's id, for whoever may write topics.
+      return { permissions: params.has('transactional_id') ? ['transaction'] : ['topic.write'] };
     case 'BEGIN_TXN':
     case 'END_TXN':
       return { permissions: ['transaction'] };

@@ -21,6 +21,11 @@ function producer(p: Params): { producerId: string; epoch: number } {
 }
 
 async function initProducerId(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  if (!p.has('transactional_id')) {
+    // An idempotent producer: a fresh id at epoch 0, from any broker (no coordinator owns it).
+    if (p.has('transaction_timeout_ms')) throw invalidParam('transaction_timeout_ms', 'only with a transactional_id');
+    return formatOk({ producerId: await b.producerIds.allocate(), epoch: 0 });
+  }
   const id = txnId(p);
   const timeout = p.int('transaction_timeout_ms', { min: 1, max: 2 ** 31 - 1 });
   const r = await b.transactions.initProducerId(id, timeout);

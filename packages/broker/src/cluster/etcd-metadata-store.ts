@@ -3,7 +3,7 @@ import { EventEmitter } from 'node:events';
 import type { Etcd3, IKeyValue } from 'etcd3';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
-import { type MetadataStore, type TopicDefinition, checkGrowth, sameDefinition } from '../partition/metadata-store.js';
+import { type MetadataStore, type TopicDefinition, checkGrowth, checkReservation, sameDefinition } from '../partition/metadata-store.js';
 import { WatchedPrefix } from './watched-prefix.js';
 
 export interface EtcdMetadataStoreOptions {
@@ -15,6 +15,8 @@ export interface EtcdMetadataStoreOptions {
 
 /** Bounded retries for a delete that keeps losing its compare to concurrent rewrites of the same topic. */
 const DELETE_ATTEMPTS = 5;
+/** Brokers reserve producer id blocks rarely; a compare lost this often means something is wrong. */
+const RESERVE_ATTEMPTS = 20;
 
 function parseTopic(text: string, name: string): TopicDefinition | undefined {
   try {
@@ -183,6 +185,24 @@ export class EtcdMetadataStore implements MetadataStore {
       this.remember(name, kv);
     }
     throw new TributaryError('metadata_unavailable', { operation: 'alter_replication_factor', topic: name, reason: 'concurrent changes' });
+  }
+
+  /**
+   * `<prefix>producer-ids` holds the first id no broker has reserved; a reservation moves it by
+   * compare-and-set on its revision (created when absent), so two brokers never get the same range.
+   */
+  async reserveProducerIds(count: number): Promise<number> {
+    const key = `${this.prefix}producer-ids`;
+    for (let attempt = 0; attempt < RESERVE_ATTEMPTS; attempt++) {
+      const kv = await withMetadataErrors('reserve_producer_ids', async () => (await this.client.get(key).exec()).kvs[0]);
+      const first = kv ? Number(kv.value.toString('utf8')) : 0;
+      if (!Number.isSafeInteger(first) || first < 0) throw new TributaryError('metadata_unavailable', { operation: 'reserve_producer_ids', reason: `bad value at ${key}` });
+      checkReservation(first, count);
+      const guard = kv ? this.client.if(key, 'Mod', '==', Number(kv.mod_revision)) : this.client.if(key, 'Create', '==', 0);
+      const res = await withMetadataErrors('reserve_producer_ids', () => guard.then(this.client.put(key).value(String(first + count))).commit());
+      if (res.succeeded) return first;
+    }
+    throw new TributaryError('metadata_unavailable', { operation: 'reserve_producer_ids', reason: 'concurrent changes' });
   }
 
   async close(): Promise<void> {

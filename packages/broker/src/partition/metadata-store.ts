@@ -41,6 +41,12 @@ export interface MetadataStore {
    * the stored definition; topic_not_found, invalid_parameter for a count not above the current one.
    */
   addPartitions(name: string, partitions: number): Promise<TopicDefinition>;
+  /**
+   * Reserves `count` producer ids for this broker: resolves with the first of [first, first + count), a
+   * range no earlier call on any broker got, across restarts (ProducerIdAllocator, docs/architecture.md
+   * "Producer ids").
+   */
+  reserveProducerIds(count: number): Promise<number>;
   close(): Promise<void>;
   /** 'topic-created' / 'topic-deleted' / 'topic-updated' events, for watchers (cluster mode pushes remote changes here). */
   readonly events: EventEmitter;
@@ -68,12 +74,21 @@ export function checkGrowth(existing: TopicDefinition, partitions: number): void
 interface MetadataFile {
   version: 1;
   topics: TopicDefinition[];
+  /** The first producer id not yet reserved (absent: 0). */
+  nextProducerId?: number;
+}
+
+/** Checks a reservation: a positive count whose range stays within safe integers. */
+export function checkReservation(next: number, count: number): void {
+  if (!Number.isSafeInteger(count) || count < 1) throw new TributaryError('invalid_parameter', { param: 'count', reason: 'must be a positive integer' });
+  if (!Number.isSafeInteger(next + count)) throw new TributaryError('internal_error', { reason: 'producer ids exhausted', next });
 }
 
 /** Topic definitions in `<dataDir>/metadata.json`, replaced atomically on every change. */
 export class LocalMetadataStore implements MetadataStore {
   readonly events = new EventEmitter();
   private topics = new Map<string, TopicDefinition>();
+  private nextProducerId = 0;
   private readonly file: string;
   /** Serializes writes so two concurrent changes cannot interleave their renames. */
   private chain: Promise<unknown> = Promise.resolve();
@@ -95,6 +110,9 @@ export class LocalMetadataStore implements MetadataStore {
     const parsed = JSON.parse(text) as MetadataFile;
     if (parsed.version !== 1 || !Array.isArray(parsed.topics)) throw new Error(`unsupported metadata file ${this.file}`);
     for (const t of parsed.topics) this.topics.set(t.name, t);
+    const next = parsed.nextProducerId ?? 0;
+    if (!Number.isSafeInteger(next) || next < 0) throw new Error(`bad nextProducerId in ${this.file}`);
+    this.nextProducerId = next;
   }
 
   listTopics(): TopicDefinition[] {
@@ -145,6 +163,17 @@ export class LocalMetadataStore implements MetadataStore {
     });
   }
 
+  /** Durable before it resolves: a crash after it never hands the same range out again. */
+  reserveProducerIds(count: number): Promise<number> {
+    return this.serialize(async () => {
+      const first = this.nextProducerId;
+      checkReservation(first, count);
+      await this.persist(this.topics, first + count);
+      this.nextProducerId = first + count;
+      return first;
+    });
+  }
+
   async close(): Promise<void> {
     await this.chain.catch(() => {});
   }
@@ -155,8 +184,8 @@ export class LocalMetadataStore implements MetadataStore {
     return run;
   }
 
-  private async persist(topics: Map<string, TopicDefinition>): Promise<void> {
-    const body: MetadataFile = { version: 1, topics: [...topics.values()] };
+  private async persist(topics: Map<string, TopicDefinition>, nextProducerId = this.nextProducerId): Promise<void> {
+    const body: MetadataFile = { version: 1, topics: [...topics.values()], nextProducerId };
     await writeFileAtomic(this.file, `${JSON.stringify(body, null, 2)}\n`);
   }
 }

@@ -21,7 +21,7 @@ import {
   clearTimer,
   groupOffsets,
   newEntry,
-  newProducerId,
+  type ProducerIds,
   partKey,
   txnState,
 } from './txn-entry.js';
@@ -79,6 +79,8 @@ export class TransactionCoordinator {
       topics: TopicManager;
       log: TxnLog;
       targets: TxnTargets;
+      /** Producer ids for new transactional ids (ProducerIdAllocator: unique across brokers and restarts). */
+      producerIds: ProducerIds;
       config: TxnCoordinatorConfig;
       logger: Logger;
       registry: client.Registry;
@@ -91,6 +93,7 @@ export class TransactionCoordinator {
     this.finisher = new TxnFinisher({
       log: deps.log,
       targets: deps.targets,
+      producerIds: deps.producerIds,
       logger: deps.logger,
       registry: deps.registry,
       clock: this.clock,
@@ -255,7 +258,7 @@ export class TransactionCoordinator {
       if (!e) {
         const meta: TxnMetadata = {
           transactionalId: id,
-          producerId: newProducerId(),
+          producerId: await this.deps.producerIds.allocate(),
           epoch: 0,
           state: 'empty',
           timeoutMs: timeout,
@@ -277,7 +280,7 @@ export class TransactionCoordinator {
         // That abort was the old producer's: the new one has no transaction to end yet.
         e.endedEpoch = -1;
       } else {
-        bumpEpoch(e.meta);
+        await bumpEpoch(e.meta, this.deps.producerIds);
       }
       m.timeoutMs = timeout;
       m.updatedMs = now;

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import type { Clock, ClockTimer } from '../common/clock.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { TxnMetadata, TxnOffset, TxnState } from './txn-log.js';
@@ -78,14 +77,15 @@ export function newEntry(meta: TxnMetadata, recovered: boolean): Entry {
   };
 }
 
-export function newProducerId(): string {
-  return `txn-${randomBytes(8).toString('hex')}`;
+/** Where a transactional id's producer ids come from (ProducerIdAllocator). */
+export interface ProducerIds {
+  allocate(): Promise<string>;
 }
 
 /** The next epoch; at the end of the range, a new producer id starts over at 0. */
-export function bumpEpoch(m: TxnMetadata): void {
+export async function bumpEpoch(m: TxnMetadata, ids: ProducerIds): Promise<void> {
   if (m.epoch >= MAX_EPOCH) {
-    m.producerId = newProducerId();
+    m.producerId = await ids.allocate();
     m.epoch = 0;
   } else {
     m.epoch++;

@@ -5,7 +5,7 @@ import type { Clock } from '../common/clock.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { TxnLog, TxnMetadata, TxnState } from './txn-log.js';
 import type { TxnTargets } from './txn-targets.js';
-import { type Entry, RECOVERED, bumpEpoch, clearTimer, groupOffsets } from './txn-entry.js';
+import { type Entry, type ProducerIds, RECOVERED, bumpEpoch, clearTimer, groupOffsets } from './txn-entry.js';
 
 /** After a failed finish (storage error), how long until it is tried again. */
 const FINISH_RETRY_MS = 1000;
@@ -24,6 +24,7 @@ export class TxnFinisher {
     private readonly deps: {
       log: TxnLog;
       targets: TxnTargets;
+      producerIds: ProducerIds;
       logger: Logger;
       registry: client.Registry;
       /** Every time the coordinator reads and every timer it arms. */
@@ -56,7 +57,7 @@ export class TxnFinisher {
     if (cause === 'recovered') {
       m.abortReason = RECOVERED;
     } else if (cause !== 'client') {
-      bumpEpoch(e.meta);
+      await bumpEpoch(e.meta, this.deps.producerIds);
       m.abortReason = cause === 'timeout' ? `timed out after ${m.timeoutMs} ms` : 'fenced by a newer producer';
     }
     m.state = result === 'commit' ? 'prepare_commit' : 'prepare_abort';

@@ -1,0 +1,102 @@
+/**
+ * Producer ids (docs/architecture.md, "Producer ids"): the allocator hands out blocks reserved from the
+ * metadata store, and the local store never reserves a range twice, across reopen included.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { LocalMetadataStore } from 'tributary-broker/partition/metadata-store.js';
+import { ProducerIdAllocator } from 'tributary-broker/partition/producer-ids.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
+
+/** A store whose reservations are counted and can be made to fail or wait. */
+class FakeStore {
+  next = 0;
+  calls = 0;
+  failNext = false;
+  gate: Promise<void> = Promise.resolve();
+  async reserveProducerIds(count: number): Promise<number> {
+    this.calls++;
+    await this.gate;
+    if (this.failNext) {
+      this.failNext = false;
+      throw new Error('etcd unreachable');
+    }
+    const first = this.next;
+    this.next += count;
+    return first;
+  }
+}
+
+describe('ProducerIdAllocator', () => {
+  it('hands a block out id by id and reserves the next one only when it is used up', async () => {
+    const store = new FakeStore();
+    const ids = new ProducerIdAllocator(store, 3);
+    const got: string[] = [];
+    for (let i = 0; i < 7; i++) got.push(await ids.allocate());
+    expect(got).toEqual(['0', '1', '2', '3', '4', '5', '6']);
+    expect(store.calls).toBe(3);
+  });
+
+  it('concurrent callers share one reservation and get distinct ids', async () => {
+    const store = new FakeStore();
+    let open!: () => void;
+    store.gate = new Promise<void>((r) => {
+      open = r;
+    });
+    const ids = new ProducerIdAllocator(store, 10);
+    const pending = Array.from({ length: 25 }, () => ids.allocate());
+    open();
+    const got = await Promise.all(pending);
+    expect(new Set(got).size).toBe(25);
+    expect(store.calls).toBe(3);
+  });
+
+  it('a failed reservation fails its callers and the next call reserves again', async () => {
+    const store = new FakeStore();
+    store.failNext = true;
+    const ids = new ProducerIdAllocator(store, 5);
+    await expect(ids.allocate()).rejects.toThrow('etcd unreachable');
+    expect(await ids.allocate()).toBe('0');
+    expect(store.calls).toBe(2);
+  });
+});
+
+describe('LocalMetadataStore.reserveProducerIds', () => {
+  let dir: string;
+  beforeEach(async () => {
+    dir = await tempDir('trib-pids-');
+  });
+  afterEach(async () => {
+    await removeDir(dir);
+  });
+
+  it('never gives a range twice, also after a reopen, and keeps the topics', async () => {
+    const a = new LocalMetadataStore(dir);
+    await a.open();
+    await a.createTopic({ name: 't', partitions: 2, replicationFactor: 1, idempotent: false, partitioner: 'hash_key', retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' });
+    expect(await Promise.all([a.reserveProducerIds(1000), a.reserveProducerIds(1000)])).toEqual([0, 1000]);
+    await a.close();
+    const b = new LocalMetadataStore(dir);
+    await b.open();
+    expect(await b.reserveProducerIds(10)).toBe(2000);
+    expect(b.getTopic('t')?.partitions).toBe(2);
+    // A topic change after a reservation keeps the reservation.
+    await b.deleteTopic('t');
+    await b.close();
+    const c = new LocalMetadataStore(dir);
+    await c.open();
+    expect(await c.reserveProducerIds(1)).toBe(2010);
+    expect(c.listTopics()).toEqual([]);
+    await c.close();
+  });
+
+  it('refuses a bad count and a corrupt counter', async () => {
+    const a = new LocalMetadataStore(dir);
+    await a.open();
+    await expect(a.reserveProducerIds(0)).rejects.toMatchObject({ code: 'invalid_parameter' });
+    await a.close();
+    await fs.writeFile(path.join(dir, 'metadata.json'), JSON.stringify({ version: 1, topics: [], nextProducerId: -5 }));
+    await expect(new LocalMetadataStore(dir).open()).rejects.toThrow(/nextProducerId/);
+  });
+});
