@@ -548,7 +548,7 @@ export class ReplicaManager {
         }
       }
     } finally {
-      link.release();
+      link.release(r.topic, r.id);
     }
   }
 

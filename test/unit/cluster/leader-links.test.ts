@@ -1,0 +1,62 @@
+/**
+ * The follower side of parked replication (leader-links.ts): a mark for a partition that is not parked
+ * is kept until it parks, and dropped when its loop lets go of the link, so partitions no longer followed
+ * leave nothing behind.
+ */
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import type { BrokerRegistry } from 'tributary-broker/cluster/broker-registry.js';
+import { LeaderLinks } from 'tributary-broker/cluster/leader-links.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { eventually } from '../../helpers/util.js';
+
+/** A leader that marks the given partitions on the first REPLICA_WAIT, then holds every later one until closed. */
+function fakeLeader(marked: string) {
+  let waits = 0;
+  const conn = {
+    closed: false,
+    command: async (cmd: string) => {
+      if (cmd !== 'REPLICA_WAIT') throw new Error(`unexpected ${cmd}`);
+      if (waits++ === 0) return `OK partitions=${marked}`;
+      return new Promise<string>((_resolve, reject) => {
+        const t = setInterval(() => {
+          if (conn.closed) {
+            clearInterval(t);
+            reject(new Error('closed'));
+          }
+        }, 5);
+      });
+    },
+    close: async () => {
+      conn.closed = true;
+    },
+  };
+  return conn;
+}
+
+describe('LeaderLink', () => {
+  it('wakes a parked partition, keeps a mark for one on its way, and forgets it when that loop releases the link', async () => {
+    const conn = fakeLeader('t:0,t:1');
+    const links = new LeaderLinks({
+      brokerId: 2,
+      registry: { get: () => ({ advertisedAddress: '127.0.0.1:1' }) } as unknown as BrokerRegistry,
+      logger: pino({ level: 'silent' }),
+      waitMs: 1000,
+      connect: async () => conn as unknown as Connection,
+    });
+    const link = links.acquire(1);
+    links.acquire(1); // the loop of t:1, which never parks
+    // t:0 parks: that starts the link's REPLICA_WAIT connection, whose opening wakes every parked partition
+    // (marks on a lost connection may be gone); its answer then marks t:0 and t:1, neither parked now.
+    await link.park('t', 0, new AbortController().signal);
+    await eventually('the marks kept', () => link.pendingMarks === 2);
+    // The loop of t:1 lets go of the link: its mark goes with it.
+    link.release('t', 1);
+    expect(link.pendingMarks).toBe(1);
+    // t:0 parks again with its mark waiting: it goes on at once and takes the mark.
+    await link.park('t', 0, new AbortController().signal);
+    expect(link.pendingMarks).toBe(0);
+    link.release('t', 0);
+    expect(conn.closed).toBe(true);
+  });
+});
