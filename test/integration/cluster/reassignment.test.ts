@@ -377,6 +377,38 @@ describe('partition reassignment', () => {
     for (const p of hosted) await cluster.waitFor(`broker 3 to drop ${p.topic}[${p.partition}]`, async () => p.topic.startsWith('__') || (await localLeo(3, p.topic, p.partition)) === 0);
   }, 120_000);
 
+  it('drain of a dead broker: its replicas move to live brokers from the leaders, nothing is lost, and it drops its copies when it returns', async () => {
+    await create('dead', 2, 2);
+    // Both partitions get a replica on broker 3, one of them led there (the first replica is preferred).
+    for (const [partition, replicas] of [[0, '3,0'], [1, '1,3']] as const) {
+      await admin.command('REASSIGN', { topic: 'dead', assignments: `${partition}:${replicas}` });
+      await settled('dead', partition, replicas.split(',').map(Number));
+      await fill('dead', partition, 200, 100);
+    }
+    const victim = cluster.broker(3);
+    await victim.kill('SIGKILL');
+    try {
+      // The leaders stay on (or move to) live replicas; DRAIN names broker 3 even though it is gone.
+      const reply = parseLine(await admin.command('DRAIN_BROKER', { broker: 3 })).params;
+      expect(Number(reply.get('partitions'))).toBeGreaterThanOrEqual(2);
+      const after = await cluster.waitFor(
+        'dead[0] and dead[1] off broker 3, with full ISRs',
+        async () => {
+          if ((await progress('dead')).length > 0) return false;
+          const ps = (await cluster.status()).partitions.filter((p) => p.topic === 'dead');
+          return ps.every((p) => !p.replicas.includes(3) && p.replicas.length === 2 && p.isr.length === 2 && p.leader >= 0) ? ps : false;
+        },
+        90_000,
+      );
+      // The new replicas caught up from the surviving ones: every record is on both.
+      for (const p of after) for (const id of p.replicas) expect(await localLeo(id, 'dead', p.partition)).toBe(200);
+    } finally {
+      await victim.relaunch();
+    }
+    // Back, broker 3 is a replica of neither: it drops what it had.
+    for (const partition of [0, 1]) await cluster.waitFor(`broker 3 to drop dead[${partition}]`, async () => (await localLeo(3, 'dead', partition)) === 0);
+  }, 180_000);
+
   it('a controller killed mid-reassignment: the next one completes it from the state in etcd', async () => {
     await create('ctl', 1, 3);
     await fill('ctl', 0, 300, 1000);

@@ -44,13 +44,17 @@ describe('LeaderLink', () => {
       waitMs: 1000,
       connect: async () => conn as unknown as Connection,
     });
-    const link = links.acquire(1);
-    links.acquire(1); // the loop of t:1, which never parks
+    const link = links.acquire(1, 't', 0);
+    links.acquire(1, 't', 1); // the loop of t:1, which never parks
+    links.acquire(1, 't', 1); // and its successor, started before it ended
     // t:0 parks: that starts the link's REPLICA_WAIT connection, whose opening wakes every parked partition
     // (marks on a lost connection may be gone); its answer then marks t:0 and t:1, neither parked now.
     await link.park('t', 0, new AbortController().signal);
     await eventually('the marks kept', () => link.pendingMarks === 2);
-    // The loop of t:1 lets go of the link: its mark goes with it.
+    // The first loop of t:1 ends: its successor may still park on the mark, which stays.
+    link.release('t', 1);
+    expect(link.pendingMarks).toBe(2);
+    // The last loop of t:1 ends: the mark goes with it.
     link.release('t', 1);
     expect(link.pendingMarks).toBe(1);
     // t:0 parks again with its mark waiting: it goes on at once and takes the mark.

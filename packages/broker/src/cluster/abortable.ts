@@ -18,3 +18,16 @@ export function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
     );
   });
 }
+
+/** Resolves after `ms`, or as soon as `signal` aborts (never rejects). */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

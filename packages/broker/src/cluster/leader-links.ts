@@ -36,14 +36,14 @@ export class LeaderLinks {
 
   constructor(private readonly deps: LeaderLinkDeps) {}
 
-  /** The link to `leaderId`, held until release(). */
-  acquire(leaderId: number): LeaderLink {
+  /** The link to `leaderId` for the fetch loop of `topic`/`partition`, held until release(). */
+  acquire(leaderId: number, topic: string, partition: number): LeaderLink {
     let l = this.links.get(leaderId);
     if (!l) {
       l = new LeaderLink(leaderId, this.deps, () => this.links.delete(leaderId));
       this.links.set(leaderId, l);
     }
-    l.refs++;
+    l.hold(`${topic}\u0000${partition}`);
     return l;
   }
 
@@ -53,7 +53,9 @@ export class LeaderLinks {
 }
 
 export class LeaderLink {
-  refs = 0;
+  private refs = 0;
+  /** Fetch loops holding the link, per partition: a loop ending while its successor starts overlaps it. */
+  private readonly users = new Map<string, number>();
   private readonly ac = new AbortController();
   /** The shared fetch connections: each a connection being made or made (`c` once it is). */
   private readonly conns: Array<{ p: Promise<Connection>; c?: Connection } | null> = new Array(FETCH_CONNECTIONS).fill(null);
@@ -116,9 +118,23 @@ export class LeaderLink {
     });
   }
 
-  /** A partition loop stopped using this link: a mark left for it would never be taken. */
+  hold(k: string): void {
+    this.refs++;
+    this.users.set(k, (this.users.get(k) ?? 0) + 1);
+  }
+
+  /**
+   * A partition loop stopped using this link. Once no loop of the partition holds it, a mark left for the
+   * partition would never be taken: it goes (a successor loop still holding it may park on it).
+   */
   release(topic: string, partition: number): void {
-    this.early.delete(`${topic}\u0000${partition}`);
+    const k = `${topic}\u0000${partition}`;
+    const n = (this.users.get(k) ?? 1) - 1;
+    if (n > 0) this.users.set(k, n);
+    else {
+      this.users.delete(k);
+      this.early.delete(k);
+    }
     if (--this.refs <= 0) this.close();
   }
 

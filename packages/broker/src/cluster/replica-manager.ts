@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from '../common/logger.js';
-import { failpointRefuse } from '../common/failpoints.js';
+import { failpointDelay, failpointRefuse } from '../common/failpoints.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseError, parseLine } from 'tributary-protocol/command.js';
@@ -10,7 +10,7 @@ import { LeaderEpochCache, followerTruncationOffset } from '../storage/leader-ep
 import { encodedSize } from '../storage/record-codec.js';
 import { ReplicationThrottle } from './reassignment.js';
 import { dropLocalData, syncFollowers, throttleRate } from './replica-moves.js';
-import { abortable } from './abortable.js';
+import { abortable, sleep } from './abortable.js';
 import { FetchWatch, type MarkedPartition } from './fetch-watch.js';
 import { LeaderLinks } from './leader-links.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
@@ -22,17 +22,6 @@ export type { ReplicationConfig, Role, Replica } from './replica-types.js';
 function key(topic: string, partition: number): string {
   return `${topic}\u0000${partition}`;
 }
-
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const done = () => {
-      clearTimeout(t);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    };
-    const t = setTimeout(done, ms);
-    signal?.addEventListener('abort', done, { once: true });
-  });
 
 /**
  * Cluster mode: applies the partition states in etcd to this broker's partitions. A leader takes writes
@@ -449,13 +438,27 @@ export class ReplicaManager {
   }
 
   private changeIsr(r: Replica, isr: number[], reason: string): void {
-    if (r.isrChange) return;
     const epoch = r.leaderEpoch;
+    // One change at a time. An expansion dropped meanwhile (two followers catching up together) or one that
+    // did not land (a lost compare-and-set, etcd away) is retried by the follower's next fetch: ask for it.
+    const askBack = () => {
+      const back = isr.filter((id) => !r.isr.includes(id) && id !== this.deps.brokerId);
+      const ask = () => {
+        if (r.role === 'leader' && r.leaderEpoch === epoch) for (const id of back) this.fetchWatch.mark(id, r.topic, r.id);
+      };
+      setTimeout(ask, 100).unref();
+    };
+    if (r.isrChange) {
+      if (reason === 'caught up') void r.isrChange.finally(askBack);
+      return;
+    }
     let landed = false;
     r.isrChange = (async () => {
       const cur = this.deps.states.get(r.topic, r.id);
       if (!cur || cur.value.leader !== this.deps.brokerId || cur.value.leaderEpoch !== epoch) return;
       const next: PartitionState = { ...cur.value, isr: [...new Set(isr)].sort((a, b) => a - b), hwm: r.partition.highWatermark };
+      // Fault tests: a slow expansion (`isr.expand:<topic>@ms`), a refused one (`isr.expand:<topic>!n`).
+      if (reason === 'caught up') await failpointDelay(`isr.expand:${r.topic}`);
       if (reason === 'caught up' && failpointRefuse(`isr.expand:${r.topic}`)) return;
       const res = await this.deps.states.compareAndSet(r.topic, r.id, { modRevision: cur.modRevision }, next);
       landed = res.ok;
@@ -480,13 +483,7 @@ export class ReplicaManager {
       })
       .finally(() => {
         r.isrChange = null;
-        // An expansion that did not land (a lost compare-and-set, etcd away) is retried by the follower's next fetch: ask a parked one for it.
-        if (reason !== 'caught up' || landed) return;
-        const back = isr.filter((id) => !r.isr.includes(id) && id !== this.deps.brokerId);
-        const ask = () => {
-          if (r.role === 'leader' && r.leaderEpoch === epoch) for (const id of back) this.fetchWatch.mark(id, r.topic, r.id);
-        };
-        setTimeout(ask, 100).unref();
+        if (reason === 'caught up' && !landed) askBack();
       });
   }
 
@@ -494,7 +491,7 @@ export class ReplicaManager {
 
   /** Fetches over the leader's shared connections without waiting there; an empty answer parks (leader-links.ts). */
   private async fetchLoop(r: Replica, signal: AbortSignal): Promise<void> {
-    const link = this.links.acquire(r.leaderId);
+    const link = this.links.acquire(r.leaderId, r.topic, r.id);
     let failures = 0;
     let truncated = false;
     const epoch = r.leaderEpoch;
