@@ -27,6 +27,7 @@ function checkVersion(schema: MessageSchema, version: number, at: number): void 
 export function decodeMessage(schema: MessageSchema, version: number, buf: Buffer, start = 0, end = buf.length): KafkaStruct {
   const r = new KafkaReader(buf, start, end);
   const v = readMessage(schema, version, r);
+  r.field = schema.name;
   if (r.pos !== end) throw r.fail('trailing_bytes', `${end - r.pos} bytes left after ${schema.name} v${version}`);
   return v;
 }

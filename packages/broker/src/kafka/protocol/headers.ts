@@ -80,6 +80,7 @@ export function decodeRequest(frame: Buffer): DecodedRequest {
   const r = new KafkaReader(frame);
   const h = readMessage(RequestHeader, requestHeaderVersion(api, peek.apiVersion), r);
   const body = readMessage(api.schema.request, peek.apiVersion, r);
+  r.field = api.schema.request.name;
   if (r.pos !== frame.length) throw r.fail('trailing_bytes', `${frame.length - r.pos} bytes left after ${api.name} v${peek.apiVersion}`);
   const header: KafkaRequestHeader = { ...peek, clientId: (h.clientId as string | null) ?? null };
   if (h.unknownTaggedFields) header.unknownTaggedFields = h.unknownTaggedFields;
@@ -116,6 +117,7 @@ export function decodeResponse(api: KafkaApi, version: number, frame: Buffer): {
   const r = new KafkaReader(frame);
   const h = readMessage(ResponseHeader, responseHeaderVersion(api, version), r);
   const body = readMessage(api.schema.response, version, r);
+  r.field = api.schema.response.name;
   if (r.pos !== frame.length) throw r.fail('trailing_bytes', `${frame.length - r.pos} bytes left after ${api.name} v${version} response`);
   return { correlationId: h.correlationId as number, body };
 }
