@@ -3,9 +3,9 @@
  * make of the bytes, and a response of ours with what kafkajs's decoder must make of it. Fields differ in
  * name between the two sides; these tables are the mapping, written per version where the message changes.
  */
-import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { advertisedVersions } from 'tributary-broker/kafka/protocol/apis.js';
+import { FETCH_RECORDS } from './fixtures.js';
 import { Long } from './kafkajs.js';
 
 type Obj = Record<string, unknown>;
@@ -23,15 +23,6 @@ export interface KafkajsCase {
 const when = (cond: boolean, o: Obj): Obj => (cond ? o : {});
 const pid = () => Long.fromValue('123456789012');
 const b = (...bytes: number[]) => Buffer.from(bytes);
-
-export const FETCH_RECORDS = encodeRecordBatch({
-  baseOffset: 10,
-  records: [
-    { key: null, value: Buffer.from('a') },
-    { key: Buffer.from('k'), value: Buffer.from('b'), headers: [{ key: 'h', value: Buffer.from('x') }] },
-  ],
-  now: 1_700_000_000_000,
-});
 
 export const KAFKAJS_CASES: KafkajsCase[] = [
   {

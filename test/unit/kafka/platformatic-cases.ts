@@ -6,7 +6,7 @@
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { advertisedVersions } from 'tributary-broker/kafka/protocol/apis.js';
 import { ZERO_UUID } from 'tributary-broker/kafka/protocol/reader.js';
-import { FETCH_RECORDS } from './kafkajs-cases.js';
+import { FETCH_RECORDS } from './fixtures.js';
 
 type Obj = Record<string, unknown>;
 
