@@ -15,7 +15,7 @@ import {
   encodeAssignment,
   encodeSubscription,
 } from 'tributary-broker/kafka/protocol/consumer-protocol.js';
-import { decodeRequest, decodeResponse, encodeRequest, encodeResponse } from 'tributary-broker/kafka/protocol/headers.js';
+import { decodeRequest, decodeResponse, encodeRequest, encodeResponse, encodeResponseParts } from 'tributary-broker/kafka/protocol/headers.js';
 import { messageArb, schemaVersions } from './arbitrary.js';
 
 const RUNS = 40;
@@ -84,5 +84,35 @@ describe('defaults', () => {
       version: 5,
       value: { topics: ['a', 'b'], userData: null, ownedPartitions: [], generationId: 4, rackId: 'r1' },
     });
+  });
+});
+
+describe('record runs are written by reference', () => {
+  it('a Fetch response as parts keeps each large record run as the caller buffer, and concatenates to the same frame', () => {
+    const api = KAFKA_APIS.find((a) => a.name === 'Fetch')!;
+    const big = Buffer.alloc(5000, 7);
+    const small = Buffer.alloc(10, 1);
+    for (const version of [4, 11, 12]) {
+      const body = {
+        responses: [
+          {
+            topic: 't',
+            partitions: [
+              { partitionIndex: 0, highWatermark: 1, records: big },
+              { partitionIndex: 1, highWatermark: 1, records: small },
+              { partitionIndex: 2, highWatermark: 1, records: big },
+            ],
+          },
+        ],
+      };
+      const parts = encodeResponseParts(api, version, 9, body);
+      expect(parts.filter((p) => p === big)).toHaveLength(2);
+      expect(parts).not.toContain(small);
+      const frame = Buffer.concat(parts);
+      expect(frame).toEqual(encodeResponse(api, version, 9, body));
+      expect(frame.readInt32BE(0)).toBe(frame.length - 4);
+      const back = decodeResponse(api, version, frame.subarray(4)).body as { responses: { partitions: { records: Buffer }[] }[] };
+      expect(back.responses[0]!.partitions.map((p) => p.records.length)).toEqual([5000, 10, 5000]);
+    }
   });
 });

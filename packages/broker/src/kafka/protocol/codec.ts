@@ -304,7 +304,10 @@ function writeScalar(type: ScalarType, compact: boolean, nullable: boolean, v: K
       if (!(v instanceof Uint8Array)) throw invalid(path, 'expected a Buffer');
       if (compact) w.uvarint(v.length + 1);
       else w.int32(v.length);
-      w.raw(v);
+      // Record runs can be megabytes of stored batches: referenced, not copied.
+      const u8: Uint8Array = v;
+      if (type === 'records') w.ref(Buffer.isBuffer(u8) ? u8 : Buffer.from(u8.buffer, u8.byteOffset, u8.length));
+      else w.raw(v);
       return;
     }
   }

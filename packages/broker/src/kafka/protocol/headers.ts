@@ -87,13 +87,18 @@ export function decodeRequest(frame: Buffer): DecodedRequest {
   return { header, api, body };
 }
 
-function framed(write: (w: KafkaWriter) => void): Buffer {
+function framedParts(write: (w: KafkaWriter) => void): Buffer[] {
   const w = new KafkaWriter();
-  w.int32(0); // size, patched below
+  w.int32(0); // size, patched below (the first part always holds it: nothing is referenced before it)
   write(w);
-  const out = w.finish();
-  out.writeInt32BE(out.length - 4, 0);
-  return out;
+  const parts = w.finishParts();
+  parts[0]!.writeInt32BE(w.length - 4, 0);
+  return parts;
+}
+
+function framed(write: (w: KafkaWriter) => void): Buffer {
+  const parts = framedParts(write);
+  return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
 }
 
 /** A request frame, size prefix included (what a client sends; the tests' peer and future tooling). */
@@ -107,6 +112,17 @@ export function encodeRequest(api: KafkaApi, version: number, correlationId: num
 /** A response frame, size prefix included, with the header version the API and version call for. */
 export function encodeResponse(api: KafkaApi, version: number, correlationId: number, body: KafkaStruct): Buffer {
   return framed((w) => {
+    writeMessage(ResponseHeader, responseHeaderVersion(api, version), { correlationId }, w);
+    writeMessage(api.schema.response, version, body, w);
+  });
+}
+
+/**
+ * The same frame as parts for socket.writev / cork: record runs of 1 KiB and more are the caller's buffers,
+ * not copies (a Fetch response serves stored batches as they are).
+ */
+export function encodeResponseParts(api: KafkaApi, version: number, correlationId: number, body: KafkaStruct): Buffer[] {
+  return framedParts((w) => {
     writeMessage(ResponseHeader, responseHeaderVersion(api, version), { correlationId }, w);
     writeMessage(api.schema.response, version, body, w);
   });

@@ -1,10 +1,17 @@
+/** Below this a byte run is copied: a separate write costs more than the copy. */
+export const REF_MIN_BYTES = 1024;
+
 /**
  * A growing output buffer for the Kafka primitives. Range checks are the codec's job (it knows the field
- * for the error); this only writes.
+ * for the error); this only writes. Large record runs are kept by reference (`ref`), so a Fetch response can
+ * go to the socket as parts (`finishParts`) without copying the stored batches.
  */
 export class KafkaWriter {
   private buf: Buffer;
-  pos = 0;
+  private pos = 0;
+  /** Completed parts before `buf`: filled head slices and referenced record runs. */
+  private parts: Buffer[] = [];
+  private partsBytes = 0;
 
   constructor(initial = 256) {
     this.buf = Buffer.allocUnsafe(initial);
@@ -88,12 +95,39 @@ export class KafkaWriter {
     this.pos += b.length;
   }
 
+  /** Appends `b` by reference when it is large (no copy); the caller must not change it before the write. */
+  ref(b: Buffer): void {
+    if (b.length < REF_MIN_BYTES) {
+      this.raw(b);
+      return;
+    }
+    if (this.pos > 0) {
+      this.parts.push(this.buf.subarray(0, this.pos));
+      this.partsBytes += this.pos;
+      this.buf = Buffer.allocUnsafe(Math.max(256, this.buf.length - this.pos));
+      this.pos = 0;
+    }
+    this.parts.push(b);
+    this.partsBytes += b.length;
+  }
+
+  /** Bytes written so far. */
+  get length(): number {
+    return this.partsBytes + this.pos;
+  }
+
   uuid(v: string): void {
     this.raw(Buffer.from(v.replace(/-/g, ''), 'hex'));
   }
 
-  /** The bytes written so far (a view; the writer must not be reused after). */
+  /** The bytes written, in one buffer (copies referenced parts; the writer must not be reused after). */
   finish(): Buffer {
-    return this.buf.subarray(0, this.pos);
+    const tail = this.buf.subarray(0, this.pos);
+    return this.parts.length === 0 ? tail : Buffer.concat([...this.parts, tail], this.length);
+  }
+
+  /** The bytes written as parts for a vectored write: referenced record runs stay the caller's buffers. */
+  finishParts(): Buffer[] {
+    return this.pos > 0 || this.parts.length === 0 ? [...this.parts, this.buf.subarray(0, this.pos)] : [...this.parts];
   }
 }
