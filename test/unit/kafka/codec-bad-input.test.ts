@@ -9,7 +9,8 @@ import { apiByKey, KAFKA_APIS } from 'tributary-broker/kafka/protocol/apis.js';
 import { decodeMessage, encodeMessage } from 'tributary-broker/kafka/protocol/codec.js';
 import { KafkaCodecError, type KafkaCodecReason } from 'tributary-broker/kafka/protocol/errors.js';
 import { KafkaFrameSplitter } from 'tributary-broker/kafka/protocol/frame.js';
-import { decodeRequest, encodeRequest } from 'tributary-broker/kafka/protocol/headers.js';
+import { decodeRequest, decodeResponse, encodeApiVersionsUnsupported, encodeRequest } from 'tributary-broker/kafka/protocol/headers.js';
+import { KAFKA_ERRORS } from 'tributary-broker/kafka/protocol/error-codes.js';
 import type { MessageSchema } from 'tributary-broker/kafka/protocol/schema.js';
 import { messageArb, schemaVersions } from './arbitrary.js';
 
@@ -271,5 +272,21 @@ describe('request frames', () => {
         expect(s.pendingBytes).toBe(0);
       }),
     );
+  });
+});
+
+describe('ApiVersions of an unknown version', () => {
+  it('fails to decode with the correlation id, and the fallback reply is v0 with header v0 and the supported range', () => {
+    const api = apiByKey(18)!;
+    const frame = encodeRequest(api, 3, 42, 'c', { clientSoftwareName: 'x', clientSoftwareVersion: '1' }).subarray(4);
+    const v9 = Buffer.from(frame);
+    v9.writeInt16BE(9, 2);
+    expect(expectReason(() => decodeRequest(v9), 'unsupported_version').fields).toMatchObject({ apiKey: 18, apiVersion: 9, correlationId: 42 });
+    const reply = encodeApiVersionsUnsupported(42);
+    expect(reply.readInt32BE(4)).toBe(42);
+    expect(decodeResponse(api, 0, reply.subarray(4))).toEqual({
+      correlationId: 42,
+      body: { errorCode: KAFKA_ERRORS.UNSUPPORTED_VERSION!.code, apiKeys: [{ apiKey: 18, minVersion: api.minVersion, maxVersion: api.maxVersion }] },
+    });
   });
 });

@@ -7,6 +7,9 @@
 import { type KafkaApi, apiByKey, API_VERSIONS_KEY, isFlexible } from './apis.js';
 import { readMessage, writeMessage } from './codec.js';
 import { KafkaCodecError } from './errors.js';
+
+/** Kafka's UNSUPPORTED_VERSION (error-codes.ts has the table). */
+const UNSUPPORTED_VERSION_CODE = 35;
 import { KafkaReader } from './reader.js';
 import { f, type KafkaStruct, message } from './schema.js';
 import { KafkaWriter } from './writer.js';
@@ -125,6 +128,19 @@ export function encodeResponseParts(api: KafkaApi, version: number, correlationI
   return framedParts((w) => {
     writeMessage(ResponseHeader, responseHeaderVersion(api, version), { correlationId }, w);
     writeMessage(api.schema.response, version, body, w);
+  });
+}
+
+/**
+ * The reply to an ApiVersions request of a version the broker does not know (KIP-511): version 0 of the
+ * response, header v0, error UNSUPPORTED_VERSION, and the ApiVersions range the broker does support, so the
+ * client can retry with a version both know.
+ */
+export function encodeApiVersionsUnsupported(correlationId: number): Buffer {
+  const api = apiByKey(API_VERSIONS_KEY)!;
+  return encodeResponse(api, 0, correlationId, {
+    errorCode: UNSUPPORTED_VERSION_CODE,
+    apiKeys: [{ apiKey: api.key, minVersion: api.minVersion, maxVersion: api.maxVersion }],
   });
 }
 
