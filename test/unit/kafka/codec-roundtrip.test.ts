@@ -16,6 +16,8 @@ import {
   encodeSubscription,
 } from 'tributary-broker/kafka/protocol/consumer-protocol.js';
 import { decodeRequest, decodeResponse, encodeRequest, encodeResponse, encodeResponseParts } from 'tributary-broker/kafka/protocol/headers.js';
+import { Produce } from 'tributary-broker/kafka/protocol/messages/produce.js';
+import type { MessageOf } from 'tributary-broker/kafka/protocol/schema.js';
 import { messageArb, schemaVersions } from './arbitrary.js';
 
 const RUNS = 40;
@@ -114,5 +116,19 @@ describe('record runs are written by reference', () => {
       const back = decodeResponse(api, version, frame.subarray(4)).body as { responses: { partitions: { records: Buffer }[] }[] };
       expect(back.responses[0]!.partitions.map((p) => p.records.length)).toEqual([5000, 10, 5000]);
     }
+  });
+});
+
+describe('typed values', () => {
+  it('MessageOf gives a schema its value type: names and shapes are checked, the codec takes and returns it', () => {
+    type ProduceRequest = MessageOf<typeof Produce.request>;
+    const req: ProduceRequest = { transactionalId: null, acks: -1, timeoutMs: 1000, topicData: [{ name: 't', partitionData: [{ index: 0, records: null }] }] };
+    // @ts-expect-error a misspelt field is a type error
+    const typo: ProduceRequest = { ack: 1 };
+    // @ts-expect-error so is a value of the wrong type
+    const wrong: ProduceRequest = { topicData: [{ name: 3 }] };
+    expect([typo, wrong]).toHaveLength(2);
+    const back = decodeMessage(Produce.request, 7, encodeMessage(Produce.request, 7, req)) as ProduceRequest;
+    expect(back.topicData?.[0]?.partitionData?.[0]?.index).toBe(0);
   });
 });

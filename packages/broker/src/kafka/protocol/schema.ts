@@ -19,10 +19,13 @@ export const NO_VERSIONS: VersionRange = { min: 1, max: 0 };
  */
 export type ScalarType = 'bool' | 'int8' | 'int16' | 'int32' | 'int64' | 'bigint64' | 'uint16' | 'uint32' | 'float64' | 'string' | 'bytes' | 'records' | 'uuid';
 
-export interface FieldSpec {
+export type FieldType = ScalarType | readonly FieldShape[];
+
+/** A field of any name and type (what the codec walks). */
+export interface FieldShape {
   readonly name: string;
   /** A scalar, or the fields of a nested struct. */
-  readonly type: ScalarType | readonly FieldSpec[];
+  readonly type: FieldType;
   readonly array: boolean;
   readonly versions: VersionRange;
   readonly nullable: VersionRange;
@@ -34,13 +37,20 @@ export interface FieldSpec {
   readonly classic?: boolean;
 }
 
-export interface MessageSchema {
+/** A field whose name and type are kept as literal types, from which StructOf derives the value type. */
+export interface FieldSpec<N extends string = string, T extends FieldType = FieldType, A extends boolean = boolean> extends FieldShape {
+  readonly name: N;
+  readonly type: T;
+  readonly array: A;
+}
+
+export interface MessageSchema<F extends readonly FieldSpec[] = readonly FieldSpec[]> {
   readonly name: string;
   readonly apiKey: number;
   readonly kind: 'request' | 'response' | 'data';
   readonly versions: VersionRange;
   readonly flexible: VersionRange;
-  readonly fields: readonly FieldSpec[];
+  readonly fields: F;
 }
 
 export type KafkaValue = null | boolean | number | bigint | string | Buffer | KafkaValue[] | KafkaStruct;
@@ -55,6 +65,27 @@ export interface RawTaggedField extends KafkaStruct {
   tag: number;
   data: Buffer;
 }
+
+type ScalarValue<T> = T extends 'bool'
+  ? boolean
+  : T extends 'bigint64'
+    ? bigint
+    : T extends 'string' | 'uuid'
+      ? string
+      : T extends 'bytes' | 'records'
+        ? Buffer
+        : number;
+type ElementOf<T> = T extends readonly FieldSpec[] ? StructOf<T> : ScalarValue<T>;
+type ValueOf<F> = F extends FieldSpec<string, infer T, infer A> ? (A extends true ? ElementOf<T>[] : ElementOf<T>) | null : never;
+
+/**
+ * The value type a schema's fields describe, for typed access to decoded messages and typo-checked input.
+ * Every field is optional (which ones a version carries is a runtime fact) and may be null where nullable.
+ */
+export type StructOf<F extends readonly FieldSpec[]> = { [K in F[number] as K['name']]?: ValueOf<K> } & { unknownTaggedFields?: RawTaggedField[] };
+
+/** The request or response value type of a message schema: `MessageOf<typeof Produce.request>`. */
+export type MessageOf<S> = S extends MessageSchema<infer F> ? StructOf<F> : never;
 
 /** '3+', '3-5', '3' or 'none'. */
 export function versions(spec: string): VersionRange {
@@ -77,7 +108,7 @@ export interface FieldOptions {
   classic?: boolean;
 }
 
-function make(name: string, type: ScalarType | readonly FieldSpec[], array: boolean, v: string, o: FieldOptions): FieldSpec {
+function make<N extends string, T extends FieldType, A extends boolean>(name: N, type: T, array: A, v: string, o: FieldOptions): FieldSpec<N, T, A> {
   return {
     name,
     type,
@@ -91,43 +122,55 @@ function make(name: string, type: ScalarType | readonly FieldSpec[], array: bool
 }
 
 /** A scalar field. */
-export function f(name: string, type: ScalarType, v = '0+', o: FieldOptions = {}): FieldSpec {
+export function f<const N extends string, const T extends ScalarType>(name: N, type: T, v = '0+', o: FieldOptions = {}): FieldSpec<N, T, false> {
   return make(name, type, false, v, o);
 }
 
 /** An array of scalars or of structs. */
-export function arr(name: string, of: ScalarType | readonly FieldSpec[], v = '0+', o: FieldOptions = {}): FieldSpec {
+export function arr<const N extends string, const T extends FieldType>(name: N, of: T, v = '0+', o: FieldOptions = {}): FieldSpec<N, T, true> {
   return make(name, of, true, v, o);
 }
 
 /** A nested struct (not an array). */
-export function struct(name: string, fields: readonly FieldSpec[], v = '0+', o: FieldOptions = {}): FieldSpec {
+export function struct<const N extends string, const T extends readonly FieldSpec[]>(
+  name: N,
+  fields: T,
+  v = '0+',
+  o: FieldOptions = {},
+): FieldSpec<N, T, false> {
   return make(name, fields, false, v, o);
 }
 
-export interface MessageOptions {
+export interface MessageOptions<F extends readonly FieldSpec[]> {
   name: string;
   apiKey: number;
   kind: MessageSchema['kind'];
   versions: string;
   /** First flexible version ('none' when never flexible). */
   flexible: string;
-  fields: readonly FieldSpec[];
+  fields: F;
 }
 
-export function message(o: MessageOptions): MessageSchema {
+export function message<const F extends readonly FieldSpec[]>(o: MessageOptions<F>): MessageSchema<F> {
   return { name: o.name, apiKey: o.apiKey, kind: o.kind, versions: versions(o.versions), flexible: versions(o.flexible), fields: o.fields };
 }
 
 /** A request and its response, which share the API key, version range and flexible versions. */
-export interface ApiSchema {
+export interface ApiSchema<Req extends readonly FieldSpec[] = readonly FieldSpec[], Res extends readonly FieldSpec[] = readonly FieldSpec[]> {
   readonly apiKey: number;
   readonly name: string;
-  readonly request: MessageSchema;
-  readonly response: MessageSchema;
+  readonly request: MessageSchema<Req>;
+  readonly response: MessageSchema<Res>;
 }
 
-export function api(apiKey: number, name: string, range: string, flexible: string, request: readonly FieldSpec[], response: readonly FieldSpec[]): ApiSchema {
+export function api<const Req extends readonly FieldSpec[], const Res extends readonly FieldSpec[]>(
+  apiKey: number,
+  name: string,
+  range: string,
+  flexible: string,
+  request: Req,
+  response: Res,
+): ApiSchema<Req, Res> {
   return {
     apiKey,
     name,
