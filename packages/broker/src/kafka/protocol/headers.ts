@@ -7,12 +7,12 @@
 import { type KafkaApi, apiByKey, API_VERSIONS_KEY, isFlexible } from './apis.js';
 import { readMessage, writeMessage } from './codec.js';
 import { KafkaCodecError } from './errors.js';
-
-/** Kafka's UNSUPPORTED_VERSION (error-codes.ts has the table). */
-const UNSUPPORTED_VERSION_CODE = 35;
 import { KafkaReader } from './reader.js';
 import { f, type KafkaStruct, message } from './schema.js';
 import { KafkaWriter } from './writer.js';
+
+/** Kafka's UNSUPPORTED_VERSION (error-codes.ts has the table). */
+const UNSUPPORTED_VERSION_CODE = 35;
 
 export const RequestHeader = message({
   name: 'RequestHeader',
@@ -70,7 +70,8 @@ export function peekRequestHeader(frame: Buffer): { apiKey: number; apiVersion: 
 /**
  * Decodes one request frame (the bytes after the size prefix). An unknown API key or a version outside the
  * schema fails with unknown_api / unsupported_version carrying the correlation id, so the listener can still
- * reply (or close, for an unknown key, as Kafka does).
+ * reply (or close, for an unknown key, as Kafka does). A version the schema has but the API table does not
+ * advertise decodes: refusing it is the listener's call.
  */
 export function decodeRequest(frame: Buffer): DecodedRequest {
   const peek = peekRequestHeader(frame);
