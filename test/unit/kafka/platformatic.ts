@@ -15,9 +15,11 @@ P.withResolvers ??= <T>(): Resolvers<T> => {
   return { promise, resolve, reject };
 };
 
-interface PWriter {
+export interface PWriter {
   buffer: Buffer;
   appendInt16(v: number): PWriter;
+  appendArray(v: unknown[], entry: (w: PWriter, item: unknown) => void, compact?: boolean, trailingTags?: boolean): PWriter;
+  appendBytes(v: Buffer, compact?: boolean): PWriter;
   appendInt32(v: number): PWriter;
   appendString(v: string | null, compact?: boolean): PWriter;
   appendTaggedFields(): PWriter;
@@ -40,6 +42,11 @@ export const platformaticErrors = pk.protocolErrors;
 /** The module key of an API version, as the client itself looks it up ("produceV9"). */
 function modKey(name: string, version: number): string {
   return `${name[0]!.toLowerCase()}${name.slice(1)}V${version}`;
+}
+
+/** Its protocol Writer, to write what its clients write outside the apis/ folder. */
+export function platformaticWriter(): PWriter {
+  return pk.Writer.create();
 }
 
 export function platformaticVersions(name: string): number[] {

@@ -38,6 +38,24 @@ export function readMessage(schema: MessageSchema, version: number, r: KafkaRead
   return readStruct(schema.fields, { version, flexible: inRange(version, schema.flexible) }, r, schema.name);
 }
 
+/**
+ * Decodes the top-level fields while bytes remain: a payload that ends at a field boundary leaves the later
+ * fields absent instead of failing. Only for non-flexible payloads some peers cut short (the consumer
+ * protocol's subscription: @platformatic/kafka sends v1 without owned partitions); a field cut in the
+ * middle still fails.
+ */
+export function readMessagePrefix(schema: MessageSchema, version: number, r: KafkaReader): KafkaStruct {
+  checkVersion(schema, version, r.pos);
+  const ctx = { version, flexible: inRange(version, schema.flexible) };
+  if (ctx.flexible) throw new KafkaCodecError('invalid_value', `${schema.name} v${version} is flexible: no prefix decode`, { message: schema.name, version });
+  const out: KafkaStruct = {};
+  for (const field of schema.fields) {
+    if (r.remaining === 0) break;
+    if (inRange(version, field.versions)) out[field.name] = readField(field, ctx, r, `${schema.name}.${field.name}`);
+  }
+  return out;
+}
+
 function readStruct(fields: readonly FieldSpec[], ctx: Ctx, r: KafkaReader, path: string): KafkaStruct {
   const out: KafkaStruct = {};
   for (const field of fields) {
