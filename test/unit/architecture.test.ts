@@ -11,7 +11,7 @@ import { ROOT } from '../helpers/launcher.js';
 const PACKAGES = path.join(ROOT, 'packages');
 
 /** The broker's folders, lowest first: a folder may import only folders before it in this list. */
-const BROKER_LAYERS = ['common', 'storage', 'partition', 'coordinator', 'txn', 'cluster', 'http', 'broker', 'cli'];
+const BROKER_LAYERS = ['common', 'storage', 'partition', 'coordinator', 'txn', 'cluster', 'kafka', 'http', 'broker', 'cli'];
 /** What each package may import. */
 const PACKAGE_DEPS: Record<string, string[]> = {
   protocol: [],

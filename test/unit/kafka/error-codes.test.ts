@@ -1,0 +1,94 @@
+/** The Kafka error table and the first mapping from Tributary's errors. */
+import { describe, expect, it } from 'vitest';
+import { ERROR_CODES, TributaryError } from 'tributary-protocol/errors.js';
+import { RecordBatchError } from 'tributary-protocol/record-batch/errors.js';
+import { KafkaCodecError } from 'tributary-broker/kafka/protocol/errors.js';
+import { KAFKA_ERRORS, kafkaErrorCode, kafkaErrorFor, kafkaErrorName, TRIBUTARY_TO_KAFKA } from 'tributary-broker/kafka/protocol/error-codes.js';
+
+/** The codes the listener will need (issue 15's list). */
+const NEEDED = [
+  'NONE',
+  'UNKNOWN_SERVER_ERROR',
+  'OFFSET_OUT_OF_RANGE',
+  'CORRUPT_MESSAGE',
+  'UNKNOWN_TOPIC_OR_PARTITION',
+  'INVALID_FETCH_SIZE',
+  'LEADER_NOT_AVAILABLE',
+  'NOT_LEADER_OR_FOLLOWER',
+  'REQUEST_TIMED_OUT',
+  'MESSAGE_TOO_LARGE',
+  'COORDINATOR_LOAD_IN_PROGRESS',
+  'COORDINATOR_NOT_AVAILABLE',
+  'NOT_COORDINATOR',
+  'INVALID_TOPIC_EXCEPTION',
+  'RECORD_LIST_TOO_LARGE',
+  'NOT_ENOUGH_REPLICAS',
+  'NOT_ENOUGH_REPLICAS_AFTER_APPEND',
+  'INVALID_REQUIRED_ACKS',
+  'ILLEGAL_GENERATION',
+  'INCONSISTENT_GROUP_PROTOCOL',
+  'INVALID_GROUP_ID',
+  'UNKNOWN_MEMBER_ID',
+  'INVALID_SESSION_TIMEOUT',
+  'REBALANCE_IN_PROGRESS',
+  'INVALID_COMMIT_OFFSET_SIZE',
+  'TOPIC_AUTHORIZATION_FAILED',
+  'GROUP_AUTHORIZATION_FAILED',
+  'CLUSTER_AUTHORIZATION_FAILED',
+  'UNSUPPORTED_SASL_MECHANISM',
+  'ILLEGAL_SASL_STATE',
+  'UNSUPPORTED_VERSION',
+  'TOPIC_ALREADY_EXISTS',
+  'INVALID_PARTITIONS',
+  'INVALID_REPLICATION_FACTOR',
+  'INVALID_REQUEST',
+  'UNSUPPORTED_FOR_MESSAGE_FORMAT',
+  'OUT_OF_ORDER_SEQUENCE_NUMBER',
+  'DUPLICATE_SEQUENCE_NUMBER',
+  'INVALID_PRODUCER_EPOCH',
+  'INVALID_TXN_STATE',
+  'INVALID_PRODUCER_ID_MAPPING',
+  'INVALID_TRANSACTION_TIMEOUT',
+  'CONCURRENT_TRANSACTIONS',
+  'TRANSACTIONAL_ID_AUTHORIZATION_FAILED',
+  'SASL_AUTHENTICATION_FAILED',
+  'UNKNOWN_PRODUCER_ID',
+  'GROUP_ID_NOT_FOUND',
+  'MEMBER_ID_REQUIRED',
+  'FENCED_INSTANCE_ID',
+  'UNSUPPORTED_COMPRESSION_TYPE',
+  'PRODUCER_FENCED',
+  'UNSTABLE_OFFSET_COMMIT',
+];
+
+describe('Kafka error table', () => {
+  it('has every code the listener needs, each code once', () => {
+    expect(NEEDED.filter((n) => !KAFKA_ERRORS[n])).toEqual([]);
+    const codes = Object.values(KAFKA_ERRORS).map((e) => e.code);
+    expect(new Set(codes).size).toBe(codes.length);
+    for (const [name, spec] of Object.entries(KAFKA_ERRORS)) {
+      expect(kafkaErrorName(spec.code)).toBe(name);
+      expect(kafkaErrorCode(name)).toBe(spec.code);
+    }
+  });
+
+  it('maps Tributary codes onto known Kafka errors, and a retryable one never onto a fatal one', () => {
+    for (const [code, kafka] of Object.entries(TRIBUTARY_TO_KAFKA)) {
+      expect(Object.hasOwn(ERROR_CODES, code)).toBe(true);
+      expect(KAFKA_ERRORS[kafka!], `${code} -> ${kafka}`).toBeDefined();
+      if (ERROR_CODES[code as keyof typeof ERROR_CODES].retryable) expect(KAFKA_ERRORS[kafka!]!.retriable, `${code} -> ${kafka}`).toBe(true);
+    }
+  });
+
+  it('kafkaErrorFor: Tributary codes, RecordBatch reasons, codec errors, anything else', () => {
+    expect(kafkaErrorFor(new TributaryError('NOT_LEADER'))).toBe('NOT_LEADER_OR_FOLLOWER');
+    expect(kafkaErrorFor(new TributaryError('NOT_COORDINATOR'))).toBe('NOT_COORDINATOR');
+    expect(kafkaErrorFor(new TributaryError('GEN_MISMATCH'))).toBe('ILLEGAL_GENERATION');
+    expect(kafkaErrorFor(new RecordBatchError('crc_mismatch', 'x'))).toBe('CORRUPT_MESSAGE');
+    expect(kafkaErrorFor(new RecordBatchError('unsupported_compression', 'zstd'))).toBe('UNSUPPORTED_COMPRESSION_TYPE');
+    expect(kafkaErrorFor(new KafkaCodecError('unsupported_version', 'x'))).toBe('UNSUPPORTED_VERSION');
+    expect(kafkaErrorFor(new KafkaCodecError('truncated', 'x'))).toBe('INVALID_REQUEST');
+    expect(kafkaErrorFor(new TributaryError('offset_regression'))).toBe('UNKNOWN_SERVER_ERROR');
+    expect(kafkaErrorFor(new RangeError('boom'))).toBe('UNKNOWN_SERVER_ERROR');
+  });
+});
