@@ -54,6 +54,8 @@ ensureDebianPackages([
   { binary: 'etcd', package: 'etcd-server' },
   // The web console's browser tests (test/integration/console.test.ts).
   { binary: 'chromium', package: 'chromium' },
+  // librdkafka's command-line client, against the Kafka codecs (test/unit/kafka/librdkafka-capture.test.ts).
+  { binary: 'kcat', package: 'kcat' },
 ]);
 ensureDependencies();
 ensureBuilt({ force: true });
