@@ -559,7 +559,8 @@ export class ReplicaManager {
     // A demoted leader's appends begun before the new state arrived must land first, or one landing after
     // the decision stays as a divergent record at an offset the new leader gave to an acknowledged one.
     await r.partition.quiesced();
-    const reply = await conn.command('LEADER_EPOCHS', { topic: r.topic, partition: r.id, leader_epoch: epoch });
+    // Abortable: a promotion waits for this loop, and a frozen leader would hold it to the request timeout.
+    const reply = await abortable(conn.command('LEADER_EPOCHS', { topic: r.topic, partition: r.id, leader_epoch: epoch }), signal);
     // No longer this leader's follower (maybe the leader now): its history is not ours to take.
     if (signal.aborted) return;
     const p = parseLine(reply).params;
@@ -579,6 +580,8 @@ export class ReplicaManager {
     }
     r.epochs.replaceWith(entries);
     await r.epochs.flush();
+    // Fault tests (`replica.truncated:<topic>@ms`): a follower slow to fetch after deciding its truncation.
+    await abortable(failpointDelay(`replica.truncated:${r.topic}`) ?? Promise.resolve(), signal).catch(() => {});
   }
 
   /** LEADER_EPOCHS on the leader: its epoch history and log end. */

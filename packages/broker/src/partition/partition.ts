@@ -240,6 +240,7 @@ export class Partition {
   append(records: RecordInput[]): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
     return this.track(async () => {
       if (this.closed) throw new TributaryError('shutting_down');
+      await failpointDelay(`leader.append:${this.topic}`); // fault tests: an append begun, not yet written
       return this.appended(await this.log.append(records));
     });
   }
