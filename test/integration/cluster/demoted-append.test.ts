@@ -7,6 +7,9 @@
  * back as a follower it waits after deciding its truncation (`replica.truncated:<topic>@ms`), so without
  * the wait for the held append, that append lands between the decision and the first fetch, at the offset
  * the new leader gave to its first record.
+ *
+ * And a follower named leader while its fetch loop waits for the old leader's LEADER_EPOCHS answer (held
+ * by `leader.epochs:<topic>@ms`; the old leader then paused) must not wait for that answer to take the lead.
  */
 import { describe, expect, it } from 'vitest';
 import { Producer } from 'tributary-client/producer.js';
@@ -16,6 +19,7 @@ import { eventually } from '../../helpers/util.js';
 const TOPIC = 'demoted';
 const HELD_MS = 20_000;
 const TRUNCATED_MS = 15_000;
+const UNANSWERED = 'unanswered';
 
 describe('an append in flight on a demoted leader (cluster)', () => {
   const cluster = useCluster(3, ['--leader-rebalance-delay-ms', '1000'], {
@@ -84,4 +88,45 @@ describe('an append in flight on a demoted leader (cluster)', () => {
       await oldConn.close().catch(() => {});
     }
   }, 150_000);
+});
+
+describe('a follower named leader while its LEADER_EPOCHS is unanswered (cluster)', () => {
+  const cluster = useCluster(3, [], { TRIBUTARY_FAILPOINTS: `leader.epochs:${UNANSWERED}@600000` });
+
+  it('takes the lead at once, with its request to the paused leader still open', async () => {
+    const c = cluster();
+    const admin = await c.connect(0);
+    try {
+      await admin.command('CREATE', { topic: UNANSWERED, partitions: 1, replication_factor: 3 });
+    } finally {
+      await admin.close();
+    }
+    // The followers' fetch loops start by asking the leader for its epoch history, which it holds.
+    const first = await c.waitFor('a leader and a full ISR', async () => {
+      const l = await c.leaderOf(UNANSWERED, 0);
+      return l.id >= 0 && l.isr.length === 3 ? l : false;
+    });
+    const old = c.broker(first.id);
+    await eventually('the followers asking', () => old.stderr.split(`failpoint leader.epochs:${UNANSWERED}: delaying`).length === 3);
+    await old.kill('SIGSTOP');
+    try {
+      const next = await c.waitFor('a new leader named', async () => {
+        const l = await c.leaderOf(UNANSWERED, 0);
+        return l.id >= 0 && l.id !== first.id ? l : false;
+      });
+      // It serves while the old leader stays paused (its answer never comes): before, it answered
+      // NOT_LEADER taking_over until the old leader resumed.
+      const conn = await c.connect(next.id);
+      try {
+        const ok = await c.waitFor('a write through the new leader', async () =>
+          conn.json<{ offset: number }>('PUBLISH', { topic: UNANSWERED, partition: 0, acks: 1, message: 'x' }).catch(() => false as const),
+        );
+        expect(ok.offset).toBe(0);
+      } finally {
+        await conn.close();
+      }
+    } finally {
+      await old.kill('SIGCONT');
+    }
+  }, 120_000);
 });

@@ -2,6 +2,7 @@ import { encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
 import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { formatMarked } from '../cluster/fetch-watch.js';
+import { failpointDelay } from '../common/failpoints.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
 
 /** Broker-to-broker commands of cluster mode: followers fetching from their leader. */
@@ -58,10 +59,11 @@ async function replicaWait(b: BrokerContext, _c: ConnectionContext, p: Params): 
 }
 
 /** LEADER_EPOCHS: the leader's epoch history (`epoch:start_offset,...`) and log end, for follower truncation. */
-function leaderEpochs(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
+async function leaderEpochs(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const node = cluster(b);
   const topic = p.reqStr('topic', { maxLength: 100_000 });
   const partition = p.reqInt('partition', { min: 0, max: 1_000_000 });
+  await failpointDelay(`leader.epochs:${topic}`); // fault tests: a leader that does not answer for a while
   const h = node.replicas.epochHistory(topic, partition, p.reqInt('leader_epoch', { min: 0 }));
   return formatOk({ topic, partition, log_end: h.logEnd, epochs: h.epochs.map(([e, o]) => `${e}:${o}`).join(',') });
 }
