@@ -144,6 +144,20 @@ export class TestCluster {
     return { id: p?.leader ?? -1, epoch: p?.leader_epoch ?? -1, isr: p?.isr ?? [] };
   }
 
+  /** CREATE of a one-partition topic at replication factor 3, then partition 0 once led with a full ISR. */
+  async createInSync(topic: string): Promise<{ id: number; epoch: number; isr: number[] }> {
+    const admin = await this.connect(0);
+    try {
+      await admin.command('CREATE', { topic, partitions: 1, replication_factor: 3 });
+    } finally {
+      await admin.close();
+    }
+    return this.waitFor(`${topic}[0] led with a full ISR`, async () => {
+      const l = await this.leaderOf(topic, 0);
+      return l.id >= 0 && l.isr.length === 3 ? l : false;
+    });
+  }
+
   /** Broker index by id (ids are 0..n-1). */
   broker(id: number): BrokerProcess {
     return this.brokers[id]!;

@@ -28,16 +28,7 @@ describe('an append in flight on a demoted leader (cluster)', () => {
 
   it('lands before the truncation: the old leader ends with the new leader’s records only', async () => {
     const c = cluster();
-    const admin = await c.connect(0);
-    try {
-      await admin.command('CREATE', { topic: TOPIC, partitions: 1, replication_factor: 3 });
-    } finally {
-      await admin.close();
-    }
-    const first = await c.waitFor('a leader and a full ISR', async () => {
-      const l = await c.leaderOf(TOPIC, 0);
-      return l.id >= 0 && l.isr.length === 3 ? l : false;
-    });
+    const first = await c.createInSync(TOPIC);
     const old = c.broker(first.id);
     const oldConn = await old.connect();
     // Held at the leader for HELD_MS before it is written; never acknowledged (its leadership goes meanwhile).
@@ -95,17 +86,8 @@ describe('a follower named leader while its LEADER_EPOCHS is unanswered (cluster
 
   it('takes the lead at once, with its request to the paused leader still open', async () => {
     const c = cluster();
-    const admin = await c.connect(0);
-    try {
-      await admin.command('CREATE', { topic: UNANSWERED, partitions: 1, replication_factor: 3 });
-    } finally {
-      await admin.close();
-    }
     // The followers' fetch loops start by asking the leader for its epoch history, which it holds.
-    const first = await c.waitFor('a leader and a full ISR', async () => {
-      const l = await c.leaderOf(UNANSWERED, 0);
-      return l.id >= 0 && l.isr.length === 3 ? l : false;
-    });
+    const first = await c.createInSync(UNANSWERED);
     const old = c.broker(first.id);
     await eventually('the followers asking', () => old.stderr.split(`failpoint leader.epochs:${UNANSWERED}: delaying`).length === 3);
     await old.kill('SIGSTOP');

@@ -18,16 +18,7 @@ describe('ISR expansion retry (cluster)', () => {
 
   it('a restarted follower is back in the ISR although the leader’s first expansion was refused', async () => {
     const c = cluster();
-    const admin = await c.connect(0);
-    try {
-      await admin.command('CREATE', { topic: TOPIC, partitions: 1, replication_factor: 3 });
-    } finally {
-      await admin.close();
-    }
-    const full = await c.waitFor('a leader and a full ISR', async () => {
-      const l = await c.leaderOf(TOPIC, 0);
-      return l.id >= 0 && l.isr.length === 3 ? l : false;
-    });
+    const full = await c.createInSync(TOPIC);
     const leader = c.broker(full.id);
     const conn = await leader.connect();
     try {
@@ -56,16 +47,7 @@ describe('ISR expansion of two followers catching up together (cluster)', () => 
 
   it('both restarted followers are back in the ISR although the second came while the first expansion was in flight', async () => {
     const c = cluster();
-    const admin = await c.connect(0);
-    try {
-      await admin.command('CREATE', { topic: SLOW, partitions: 1, replication_factor: 3 });
-    } finally {
-      await admin.close();
-    }
-    const full = await c.waitFor('a leader and a full ISR', async () => {
-      const l = await c.leaderOf(SLOW, 0);
-      return l.id >= 0 && l.isr.length === 3 ? l : false;
-    }, 30_000);
+    const full = await c.createInSync(SLOW);
     const followers = [0, 1, 2].filter((id) => id !== full.id);
     const conn = await c.broker(full.id).connect();
     try {
