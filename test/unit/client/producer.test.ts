@@ -205,7 +205,7 @@ describe('record accumulator', () => {
     expect(acc.append('a', 0, r, s, sink, 1, 0).created).toBe(false);
     expect(acc.append('a', 1, r, s, sink, 2, 0).created).toBe(true);
     expect(acc.append('b', 0, r, s, sink, 3, 0).created).toBe(true);
-    expect(acc.all().map((q) => [q.topic, q.partition, q.batches.length, q.batches[0]!.records.length])).toEqual([
+    expect(acc.all().map((q) => [q.topic, q.partition, q.batches.length, q.batches[0]!.count])).toEqual([
       ['a', 0, 1, 2],
       ['a', 1, 1, 1],
       ['b', 0, 1, 1],
@@ -219,14 +219,14 @@ describe('record accumulator', () => {
     const results = [];
     for (let i = 0; i < 7; i++) results.push(acc.append('t', 0, r, s, sink, i, 0));
     const q = acc.queue('t', 0);
-    expect(q.batches.map((b) => b.records.length)).toEqual([3, 3, 1]);
+    expect(q.batches.map((b) => b.count)).toEqual([3, 3, 1]);
     expect(q.batches.map((b) => b.closed)).toEqual([true, true, false]);
     expect(results.map((x) => x.closed)).toEqual([false, false, false, true, false, false, true]);
     for (const b of q.batches) expect(b.bytes).toBeLessThanOrEqual(batchOverhead('t') + 3 * s + 10);
 
     const big = rec(5000);
     acc.append('t', 0, big, recordSize(big), sink, 7, 0);
-    expect(q.batches.map((b) => b.records.length)).toEqual([3, 3, 1, 1]);
+    expect(q.batches.map((b) => b.count)).toEqual([3, 3, 1, 1]);
     expect(q.batches[3]!.closed).toBe(true); // alone, over the limit, ready at once
   });
 
@@ -235,7 +235,7 @@ describe('record accumulator', () => {
     const r = rec(1);
     const closed = [];
     for (let i = 0; i < 10; i++) closed.push(acc.append('t', 0, r, recordSize(r), sink, i, 0).closed);
-    expect(acc.queue('t', 0).batches.map((b) => b.records.length)).toEqual([4, 4, 2]);
+    expect(acc.queue('t', 0).batches.map((b) => b.count)).toEqual([4, 4, 2]);
     expect(closed.filter(Boolean)).toHaveLength(2);
   });
 
@@ -256,7 +256,7 @@ describe('record accumulator', () => {
     expect(next).toHaveLength(1);
     expect(next[0]).toBe(acc.pending().find((b) => b === next[0]));
     // order: the batches come out in the order they were appended
-    expect([first[0], first[1], next[0]].map((b) => b!.sinkIndexes[0])).toEqual([0, 1, 2]);
+    expect([first[0], first[1], next[0]].map((b) => b!.runFirst[0])).toEqual([0, 1, 2]);
   });
 
   it('an open batch is not sent until closed (linger, flush, backpressure)', () => {
