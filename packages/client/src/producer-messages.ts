@@ -166,6 +166,20 @@ export function messageKey(key: ProducerMessage['key']): Uint8Array | null {
   return k.length === 0 ? null : k;
 }
 
+/**
+ * A checked message as send() queues it after a wait: its own object with the key, value, partition and
+ * timestamp it had and its headers as a list, so a caller changing the message after send() returned
+ * changes nothing that is queued.
+ */
+export function snapshotMessage(m: ProducerMessage, index: number): ProducerMessage {
+  const copy: ProducerMessage = { value: m.value };
+  if (m.key !== undefined) copy.key = m.key;
+  if (m.partition !== undefined) copy.partition = m.partition;
+  if (m.timestamp !== undefined) copy.timestamp = messageTimestamp(m.timestamp, index);
+  if (m.headers !== undefined) copy.headers = messageHeaders(m.headers, index);
+  return copy;
+}
+
 /** A message checked and converted to a wire record (offset and sequence are the broker's business). */
 const NO_HEADERS: RecordHeader[] = Object.freeze([]) as unknown as RecordHeader[];
 

@@ -6,7 +6,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import type { BatchRecord } from 'tributary-protocol/batch.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { untilAborted } from './abort.js';
@@ -23,7 +22,7 @@ import {
   type RecordMetadata,
   messageHeaders,
   messageKey,
-  toBatchRecord,
+  snapshotMessage,
 } from './producer-messages.js';
 import { configError, type ProducerOptions, type ResolvedProducerOptions, resolveProducerOptions, validateProducerOptions } from './producer-options.js';
 import { ProducerSender } from './producer-sender.js';
@@ -316,35 +315,35 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       // Fast path: nobody is queuing, the topic is known and there is room: encode everything into its batches now.
       this.checkPartitions(topic, messages, known);
       this.buffer.hold(total);
-      this.appendMessages(topic, known, messages, sizes, result);
+      this.appendMessages(topic, known, messages, sizes, result, 0, n);
       this.sizeScratch = sizes;
       return signal ? untilAborted(result.promise, signal) : result.promise;
     }
-    // Queued after waits: the records are taken now, so what is queued is what send() was given.
-    const records = messages.map(toBatchRecord);
-    const recordSizes = sizes.slice(0, n);
+    // Queued after waits: the messages are taken now, so what is queued is what send() was given.
+    const copies = messages.map(snapshotMessage);
+    const copySizes = sizes.slice(0, n);
     this.sizeScratch = sizes;
-    return this.enqueueSlowly(topic, messages, records, recordSizes, result, signal);
+    return this.enqueueSlowly(topic, copies, copySizes, total, result, signal);
   }
 
   /** send() when it must wait: for its turn behind other sends, for the topic's metadata or for buffer room. */
-  private async enqueueSlowly(
-    topic: string,
-    messages: ProducerMessage[],
-    records: BatchRecord[],
-    sizes: number[],
-    result: SendResult,
-    signal: AbortSignal | undefined,
-  ): Promise<RecordMetadata[]> {
+  private async enqueueSlowly(topic: string, messages: ProducerMessage[], sizes: number[], total: number, result: SendResult, signal: AbortSignal | undefined): Promise<RecordMetadata[]> {
     await this.buffer.enterAdmission(signal);
     try {
       const partitions = await this.partitionCount(topic, signal);
       this.checkPartitions(topic, messages, partitions);
-      for (let i = 0; i < records.length; i++) {
-        const wait = this.buffer.reserve(sizes[i]!, signal);
-        if (wait) await wait;
-        if (this.root.signal.aborted) throw new TributaryError('client_closed');
-        this.appendRecord(topic, partitions, messages[i]!.partition, records[i]!, sizes[i]!, result, i);
+      if (this.root.signal.aborted) throw new TributaryError('client_closed');
+      if (this.buffer.bytes + total <= this.options.maxBufferedBytes) {
+        // Room for all of it (the usual case once the metadata is in): as the fast path does.
+        this.buffer.hold(total);
+        this.appendMessages(topic, partitions, messages, sizes, result, 0, messages.length);
+      } else {
+        for (let i = 0; i < messages.length; i++) {
+          const wait = this.buffer.reserve(sizes[i]!, signal);
+          if (wait) await wait;
+          if (this.root.signal.aborted) throw new TributaryError('client_closed');
+          this.appendMessages(topic, partitions, messages, sizes, result, i, i + 1);
+        }
       }
     } catch (err) {
       // Messages queued before the failure may still be written; their outcome no longer matters here.
@@ -363,15 +362,15 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   }
 
   /**
-   * send()'s fast path: each checked message goes straight into its partition's batch frame (no record
+   * Messages `from` .. `to - 1`, checked, go straight into their partitions' batch frames (no record
    * object, no copy of the value besides the one into the frame); `sizes[i]` is message i's recordSize.
    */
-  private appendMessages(topic: string, partitions: number, messages: ProducerMessage[], sizes: number[], sink: RecordSink): void {
+  private appendMessages(topic: string, partitions: number, messages: ProducerMessage[], sizes: number[], sink: RecordSink, from: number, to: number): void {
     const acc = this.accumulator;
     const sticky = this.options.keylessPartitioning === 'sticky';
     // The previous record's queue: a run of records for one partition skips the lookup.
     let q: PartitionQueue | undefined;
-    for (let i = 0; i < messages.length; i++) {
+    for (let i = from; i < to; i++) {
       const m = messages[i]!;
       const key = messageKey(m.key);
       const explicit = m.partition;
@@ -384,16 +383,6 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       const outcome = acc.appendTo(q, key, v, typeof v === 'string' ? Buffer.byteLength(v, 'utf8') : v.length, ts, headers, sizes[i]!, sink, i);
       this.appended(q, outcome, keyless && sticky);
     }
-  }
-
-  /** The slow path's append: one record taken by toBatchRecord. */
-  private appendRecord(topic: string, partitions: number, explicit: number | undefined, rec: BatchRecord, size: number, sink: RecordSink, index: number): void {
-    const keyless = explicit === undefined && (rec.key === null || rec.key.length === 0);
-    const sticky = this.options.keylessPartitioning === 'sticky';
-    const partition = explicit !== undefined ? explicit : !keyless ? partitionForKey(rec.key!, partitions) : this.keylessPartition(topic, partitions, sticky);
-    const q = this.accumulator.queue(topic, partition);
-    const outcome = this.accumulator.appendTo(q, rec.key, rec.value, rec.value.length, rec.timestamp, rec.headers.length > 0 ? rec.headers : undefined, size, sink, index);
-    this.appended(q, outcome, keyless && sticky);
   }
 
   /**
