@@ -230,6 +230,45 @@ describe('record accumulator', () => {
     expect(q.batches[3]!.closed).toBe(true); // alone, over the limit, ready at once
   });
 
+  it('a record that takes the batch to maxBatchBytes closes it; the next starts a new one', () => {
+    const r = rec(100);
+    const s = recordSize(r);
+    const acc = new RecordAccumulator({ maxBatchBytes: batchOverhead('t') + 2 * s, maxBatchRecords: Number.POSITIVE_INFINITY });
+    expect(acc.append('t', 0, r, s, sink, 0, 0).closed).toBe(false);
+    const second = acc.append('t', 0, r, s, sink, 1, 0);
+    expect(second.closed).toBe(true); // exactly at the limit: full
+    const third = acc.append('t', 0, r, s, sink, 2, 0);
+    expect(third.created).toBe(true);
+    expect(third.batch).not.toBe(second.batch);
+    expect(acc.queue('t', 0).batches.map((b) => b.count)).toEqual([2, 1]);
+  });
+
+  it("remembers each record's send as runs and settles them with consecutive offsets", () => {
+    const acc = new RecordAccumulator({ maxBatchBytes: 1 << 20, maxBatchRecords: 100 });
+    const calls: Array<[string, number, number, number]> = [];
+    const sinkA: RecordSink = { settle: (first, count, _err, _t, _p, offset) => calls.push(['a', first, count, offset]) };
+    const sinkB: RecordSink = { settle: (first, count, _err, _t, _p, offset) => calls.push(['b', first, count, offset]) };
+    const r = rec(1);
+    // a0 a1 b0 a3 (a's record 2 went elsewhere) a4 b1
+    for (const [sinkX, i] of [[sinkA, 0], [sinkA, 1], [sinkB, 0], [sinkA, 3], [sinkA, 4], [sinkB, 1]] as const) acc.append('t', 0, r, recordSize(r), sinkX, i, 0);
+    const [b] = acc.queue('t', 0).batches;
+    expect([b!.runFirst, b!.runCount]).toEqual([
+      [0, 0, 3, 1],
+      [2, 1, 2, 1],
+    ]);
+    let offset = 100;
+    for (let k = 0; k < b!.sinks.length; k++) {
+      b!.sinks[k]!.settle(b!.runFirst[k]!, b!.runCount[k]!, null, 't', 0, offset);
+      offset += b!.runCount[k]!;
+    }
+    expect(calls).toEqual([
+      ['a', 0, 2, 100],
+      ['b', 0, 1, 102],
+      ['a', 3, 2, 103],
+      ['b', 1, 1, 105],
+    ]);
+  });
+
   it('closes a batch at maxBatchRecords', () => {
     const acc = new RecordAccumulator({ maxBatchBytes: 1 << 20, maxBatchRecords: 4 });
     const r = rec(1);
