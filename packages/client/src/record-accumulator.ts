@@ -108,7 +108,7 @@ export interface PartitionQueue {
   bumpEpoch: boolean;
   /** Idempotent: epoch → first sequence from which the broker reported a gap (nothing from there on was appended). */
   readonly lost: Map<number, number>;
-  /** Frame bytes of the partition's last batch sent: the buffer size a new batch starts with. */
+  /** A little more than the frame bytes of the partition's last batch sent (0: none yet): the buffer size a new batch starts with. */
   sizeHint: number;
 }
 
@@ -164,6 +164,8 @@ export class RecordAccumulator {
   private readonly frameLimit: number;
   private readonly spare: Buffer[] = [];
   private spareBytes = 0;
+  /** The latest batch size (sent, or grown to), for partitions that have sent none. */
+  private sizeHint = FIRST_BATCH_CAPACITY;
 
   constructor(private readonly limits: AccumulatorLimits) {
     this.acks = limits.acks ?? 'all';
@@ -193,7 +195,7 @@ export class RecordAccumulator {
         epoch: 0,
         bumpEpoch: false,
         lost: new Map(),
-        sizeHint: FIRST_BATCH_CAPACITY,
+        sizeHint: 0,
       };
       byPartition[partition] = q;
       this.queues.push(q);
@@ -243,13 +245,23 @@ export class RecordAccumulator {
     if (!tail || tail.closed) {
       // Sized for what the partition's last batch needed (a spare buffer if one is that large), so a
       // batch seldom grows: growing copies it into a fresh buffer.
-      const capacity = Math.max(64 + q.topic.length * 3 + size + this.producerId.length, Math.min(this.frameLimit, q.sizeHint));
-      const frame = new BatchFrameBuilder(q.topic, q.partition, this.acks, this.producerId, capacity, this.takeSpare(), this.frameLimit);
+      // A spare buffer (warm memory) is taken if it holds the first record; else a fresh one as large as
+      // the partition's last batch, or for a partition without one, the producer's latest batch size.
+      const need = 64 + q.topic.length * 3 + size + this.producerId.length;
+      const spare = this.takeSpare();
+      let hint = q.sizeHint > 0 ? q.sizeHint : this.sizeHint;
+      // Batches that reach a good part of frameLimit vary with timing: they all get the full size (the
+      // buffers circulate through the spares), so none grows and every spare fits every batch.
+      if (hint > this.frameLimit / 4) hint = this.frameLimit;
+      const capacity = spare !== undefined && spare.length >= need ? need : Math.max(need, hint);
+      const frame = new BatchFrameBuilder(q.topic, q.partition, this.acks, this.producerId, capacity, spare, this.frameLimit);
       tail = new ProducerBatch(q.topic, q.partition, now || Date.now(), frame);
       q.batches.push(tail);
       outcome |= APPENDED_NEW_BATCH;
     }
     tail.frame.append(key, value, valueLen, timestamp, headers);
+    // A batch that had to grow tells the batches created after it (of any partition) where to start.
+    if (tail.frame.capacity > this.sizeHint && tail.frame.capacity <= this.frameLimit) this.sizeHint = tail.frame.capacity;
     tail.addOwner(sink, index);
     tail.bytes += size;
     tail.reserved += size;
@@ -304,6 +316,7 @@ export class RecordAccumulator {
       b.closed = true; // taken: no more records
       // Room for a somewhat larger batch than this one: the next need not grow (and reaches frameLimit at most).
       q.sizeHint = b.frame.length + (b.frame.length >> 2);
+      this.sizeHint = q.sizeHint;
       q.inFlight.add(b);
       out.push(b);
     }

@@ -325,6 +325,11 @@ export class BatchFrameBuilder {
     this.end = this.recordsAt;
   }
 
+  /** Bytes the buffer holds before it must grow. */
+  get capacity(): number {
+    return this.buf.length;
+  }
+
   /** Frame bytes written so far (length prefix, header and records). */
   get length(): number {
     return this.end;
