@@ -167,7 +167,13 @@ export class RecordAccumulator {
   /** The latest batch size (sent, or grown to), for partitions that have sent none. */
   private sizeHint = FIRST_BATCH_CAPACITY;
 
+  private readonly maxBatchBytes: number;
+  /** maxBatchRecords, with "no limit" (Infinity) as a large small integer: compared per record. */
+  private readonly maxBatchRecords: number;
+
   constructor(private readonly limits: AccumulatorLimits) {
+    this.maxBatchBytes = limits.maxBatchBytes;
+    this.maxBatchRecords = Math.min(limits.maxBatchRecords, 0x3fffffff);
     this.acks = limits.acks ?? 'all';
     this.producerId = Buffer.from(limits.producerId ?? '', 'utf8');
     this.frameLimit = this.producerId.length === 0 ? 4 + limits.maxBatchBytes : Number.POSITIVE_INFINITY;
@@ -238,7 +244,7 @@ export class RecordAccumulator {
   ): number {
     let outcome = 0;
     let tail = q.batches[q.batches.length - 1];
-    if (tail && !tail.closed && tail.count > 0 && (tail.bytes + size > this.limits.maxBatchBytes || tail.count >= this.limits.maxBatchRecords)) {
+    if (tail && !tail.closed && tail.count > 0 && (tail.bytes + size > this.maxBatchBytes || tail.count >= this.maxBatchRecords)) {
       tail.closed = true;
       outcome |= APPENDED_CLOSED_BATCH;
     }
@@ -265,7 +271,7 @@ export class RecordAccumulator {
     tail.addOwner(sink, index);
     tail.bytes += size;
     tail.reserved += size;
-    if (tail.bytes >= this.limits.maxBatchBytes || tail.count >= this.limits.maxBatchRecords) {
+    if (tail.bytes >= this.maxBatchBytes || tail.count >= this.maxBatchRecords) {
       tail.closed = true;
       outcome |= APPENDED_CLOSED_BATCH;
     }
