@@ -81,7 +81,7 @@ export function recordSize(r: Pick<BatchRecord, 'key' | 'value' | 'headers'>): n
 }
 
 /** recordSize of a record without key, value and headers (a producer id, when there is one, comes on top). */
-const RECORD_BASE_BYTES = 8 + 8 + 2 + 2 + 8 + 4 + 8 + 1 + 2;
+export const RECORD_BASE_BYTES = 8 + 8 + 2 + 2 + 8 + 4 + 8 + 1 + 2;
 
 function toBuffer(v: HeaderValue): Buffer {
   if (typeof v === 'string') return Buffer.from(v, 'utf8');

@@ -7,7 +7,7 @@
  */
 import { type Acks, type BatchRecord, BatchFrameBuilder } from 'tributary-protocol/batch.js';
 import type { RecordHeader } from 'tributary-protocol/record.js';
-import { batchOverhead } from './producer-messages.js';
+import { batchOverhead, RECORD_BASE_BYTES } from './producer-messages.js';
 
 /** Where records' outcomes go: the send() they came from. */
 export interface RecordSink {
@@ -160,7 +160,10 @@ export class RecordAccumulator {
 
   private readonly acks: Acks;
   private readonly producerId: Buffer;
-  /** The largest frame a batch of plain records reaches (maxBatchBytes counts no producer ids): buffers grow up to it. */
+  /**
+   * The largest frame a batch reaches unless a single record is larger than maxBatchBytes: maxBatchBytes
+   * (which counts no producer ids) plus a producer id per record. Buffers grow up to it; size hints stay below it.
+   */
   private readonly frameLimit: number;
   private readonly spare: Buffer[] = [];
   private spareBytes = 0;
@@ -171,12 +174,12 @@ export class RecordAccumulator {
   /** maxBatchRecords, with "no limit" (Infinity) as a large small integer: compared per record. */
   private readonly maxBatchRecords: number;
 
-  constructor(private readonly limits: AccumulatorLimits) {
+  constructor(limits: AccumulatorLimits) {
     this.maxBatchBytes = limits.maxBatchBytes;
     this.maxBatchRecords = Math.min(limits.maxBatchRecords, 0x3fffffff);
     this.acks = limits.acks ?? 'all';
     this.producerId = Buffer.from(limits.producerId ?? '', 'utf8');
-    this.frameLimit = this.producerId.length === 0 ? 4 + limits.maxBatchBytes : Number.POSITIVE_INFINITY;
+    this.frameLimit = 4 + limits.maxBatchBytes + (Math.floor(limits.maxBatchBytes / RECORD_BASE_BYTES) + 1) * this.producerId.length;
   }
 
   queue(topic: string, partition: number): PartitionQueue {
@@ -285,7 +288,7 @@ export class RecordAccumulator {
   recycle(b: ProducerBatch): void {
     const buf = b.frame.detach();
     // Small buffers come from Node's shared pool anyway; a lone oversized record's buffer is not kept.
-    if (buf.length > 4096 && buf.length <= 2 * (4 + this.limits.maxBatchBytes) && this.spareBytes + buf.length <= MAX_SPARE_BYTES) {
+    if (buf.length > 4096 && buf.length <= this.frameLimit && this.spareBytes + buf.length <= MAX_SPARE_BYTES) {
       this.spare.push(buf);
       this.spareBytes += buf.length;
     }
@@ -321,7 +324,7 @@ export class RecordAccumulator {
       const b = q.batches.shift()!;
       b.closed = true; // taken: no more records
       // Room for a somewhat larger batch than this one: the next need not grow (and reaches frameLimit at most).
-      q.sizeHint = b.frame.length + (b.frame.length >> 2);
+      q.sizeHint = Math.min(this.frameLimit, b.frame.length + (b.frame.length >> 2));
       this.sizeHint = q.sizeHint;
       q.inFlight.add(b);
       out.push(b);

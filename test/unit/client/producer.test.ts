@@ -269,6 +269,19 @@ describe('record accumulator', () => {
     ]);
   });
 
+  it('a record larger than maxBatchBytes gets a batch of its own without making later batch buffers that large', () => {
+    for (const producerId of ['', 'f47ac10b-58cc-4372-a567-0e02b2c3d479']) {
+      const acc = new RecordAccumulator({ maxBatchBytes: 10_000, maxBatchRecords: Number.POSITIVE_INFINITY, producerId });
+      const big = rec(1_000_000);
+      acc.append('t', 0, big, recordSize(big), sink, 0, 0);
+      expect(acc.takeReady(acc.queue('t', 0), 5)).toHaveLength(1);
+      const small = rec(10);
+      acc.append('t', 0, small, recordSize(small), sink, 1, 0);
+      acc.append('t', 1, small, recordSize(small), sink, 2, 0);
+      for (const p of [0, 1]) expect(acc.queue('t', p).batches.at(-1)!.frame.capacity).toBeLessThan(40_000);
+    }
+  });
+
   it('closes a batch at maxBatchRecords', () => {
     const acc = new RecordAccumulator({ maxBatchBytes: 1 << 20, maxBatchRecords: 4 });
     const r = rec(1);
