@@ -89,9 +89,17 @@ class SendResult implements RecordSink {
   }
 
   private results(): RecordMetadata[] {
-    const out: RecordMetadata[] = new Array(this.count);
     const topic = this.topic;
     const runs = this.runs;
+    if (runs.length === 4) {
+      // One run (the whole send went to one batch): built in order, without holes.
+      const out: RecordMetadata[] = [];
+      const partition = runs[2]!;
+      const offset = runs[3]!;
+      for (let i = 0; i < this.count; i++) out.push({ topic, partition, offset: offset < 0 ? -1 : offset + i });
+      return out;
+    }
+    const out: RecordMetadata[] = new Array(this.count);
     for (let r = 0; r < runs.length; r += 4) {
       const first = runs[r]!;
       const partition = runs[r + 2]!;

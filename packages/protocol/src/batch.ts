@@ -376,7 +376,10 @@ export class BatchFrameBuilder {
     const buf = this.reserve(size);
     let at = this.end;
     // offset and sequence: 0 (setNumbers stamps sequences)
-    for (let i = at; i < at + 16; i++) buf[i] = 0;
+    w32(buf, at, 0);
+    w32(buf, at + 4, 0);
+    w32(buf, at + 8, 0);
+    w32(buf, at + 12, 0);
     w16(buf, at + 16, pid.length);
     at += 18;
     if (pid.length > 0) {
@@ -390,14 +393,18 @@ export class BatchFrameBuilder {
       at += keyLen;
     }
     // epoch -1 (setNumbers stamps the idempotent epoch)
-    for (let i = at; i < at + 8; i++) buf[i] = 0xff;
+    w32(buf, at, -1);
+    w32(buf, at + 4, -1);
     w32(buf, at + 8, valueLen);
     at += 12;
     if (typeof value === 'string') {
       if (valueLen > 0 && buf.write(value, at, valueLen, 'utf8') !== valueLen) throw new Error('record value: UTF-8 length mismatch');
     } else if (valueLen > 0) buf.set(value, at);
     at += valueLen;
-    writeI64(buf, timestamp, at);
+    if (timestamp === 0) {
+      w32(buf, at, 0);
+      w32(buf, at + 4, 0);
+    } else writeI64(buf, timestamp, at);
     buf[at + 8] = 0;
     w16(buf, at + 9, hc);
     at += 11;
