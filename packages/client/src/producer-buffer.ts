@@ -84,12 +84,19 @@ export class SendBuffer {
     else this.admittingValue = false;
   }
 
-  /** Holds `size` bytes of buffer, waiting for acknowledgements to free room when the buffer is full. */
-  async reserve(size: number, signal: AbortSignal | undefined): Promise<void> {
+  /**
+   * Holds `size` bytes of buffer, waiting for acknowledgements to free room when the buffer is full.
+   * Returns undefined when it held them at once (no promise, no await per record while there is room).
+   */
+  reserve(size: number, signal: AbortSignal | undefined): Promise<void> | undefined {
     if (this.buffered + size <= this.options.maxBufferedBytes) {
       this.buffered += size;
-      return;
+      return undefined;
     }
+    return this.waitForRoom(size, signal);
+  }
+
+  private async waitForRoom(size: number, signal: AbortSignal | undefined): Promise<void> {
     // Full: whatever is lingering goes out now, so acknowledgements can make room.
     this.sendLingering();
     const started = Date.now();

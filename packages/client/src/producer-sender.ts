@@ -4,7 +4,6 @@
  * at a time in send order, and numbers idempotent batches (docs/sdk.md, "Producer"; the broker's side is
  * docs/architecture.md, "Idempotent producers").
  */
-import { type Acks, encodeBatch } from 'tributary-protocol/batch.js';
 import { isErrorReply, parseError } from 'tributary-protocol/command.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
@@ -29,8 +28,6 @@ export interface SenderHost {
   readonly cluster: Cluster;
   readonly accumulator: RecordAccumulator;
   readonly options: SenderOptions;
-  /** Idempotent producers: the producer id stamped on every record; '' otherwise. */
-  readonly producerId: string;
   /** Aborted by a forced close: retries stop and everything pending fails with client_closed. */
   readonly signal: AbortSignal;
   emit<K extends keyof ProducerEvents & string>(event: K, payload: ProducerEvents[K]): void;
@@ -45,17 +42,15 @@ export class ProducerSender {
   private readonly cluster: Cluster;
   private readonly accumulator: RecordAccumulator;
   private readonly options: SenderOptions;
-  private readonly producerId: string;
   private readonly signal: AbortSignal;
-  private readonly wireAcks: Acks;
+  private readonly acksZero: boolean;
 
   constructor(private readonly host: SenderHost) {
     this.cluster = host.cluster;
     this.accumulator = host.accumulator;
     this.options = host.options;
-    this.producerId = host.producerId;
     this.signal = host.signal;
-    this.wireAcks = this.options.acks === 0 ? '0' : this.options.acks === 1 ? '1' : 'all';
+    this.acksZero = this.options.acks === 0;
   }
 
   /** Sends what the partition may send now. One pump per partition at a time keeps batches in order. */
@@ -122,13 +117,9 @@ export class ProducerSender {
   private number(q: PartitionQueue, b: ProducerBatch): void {
     b.firstSequence = q.nextSequence;
     b.epoch = q.epoch;
-    q.nextSequence += b.records.length;
-    for (let i = 0; i < b.records.length; i++) {
-      const r = b.records[i]!;
-      r.producerId = this.producerId;
-      r.epoch = b.epoch;
-      r.sequence = b.firstSequence + i;
-    }
+    q.nextSequence += b.count;
+    // The records already carry the producer id (the accumulator writes it); their numbers go in place.
+    b.frame.setNumbers(b.epoch, b.firstSequence);
   }
 
   /**
@@ -147,24 +138,12 @@ export class ProducerSender {
 
   /** One attempt: the batch frame on `conn`, its reply parsed (with a reply deadline). */
   private async transmit(conn: Connection, b: ProducerBatch): Promise<BatchAck> {
-    if (!conn.extensions && b.records.some((r) => r.headers.length > 0 || r.timestamp > 0)) {
+    if (!conn.extensions && b.frame.extended) {
       throw new TributaryError('UNSUPPORTED_FEATURE', { feature: 'record_extensions_v1', reason: 'the broker cannot carry record headers or timestamps' });
     }
-    const frame = encodeBatch(
-      b.firstSequence >= 0
-        ? {
-            topic: b.topic,
-            partition: b.partition,
-            acks: this.wireAcks,
-            idempotent: true,
-            firstSequence: b.firstSequence,
-            lastSequence: b.firstSequence + b.records.length - 1,
-            records: b.records,
-          }
-        : { topic: b.topic, partition: b.partition, acks: this.wireAcks, idempotent: false, firstSequence: 0, lastSequence: 0, records: b.records },
-      { extensions: conn.extensions },
-    );
-    const request = conn.request(frame);
+    const frame = b.firstSequence >= 0 ? b.frame.frame(true, b.firstSequence, b.firstSequence + b.count - 1, conn.extensions) : b.frame.frame(false, 0, 0, conn.extensions);
+    // Written without a copy: the batch's buffer is only reused once a reply shows the broker has it all.
+    const request = conn.requestFramed(frame);
     request.catch(() => {}); // settled below or abandoned on timeout
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
@@ -179,7 +158,7 @@ export class ProducerSender {
       const reply = await Promise.race([request, timeout]);
       if (reply.kind !== 'text') throw new TributaryError('internal_error', { reason: 'unexpected batch reply to a produce batch' });
       if (isErrorReply(reply.text)) throw parseError(reply.text);
-      if (this.wireAcks === '0') return { partition: b.partition, base_offset: -1 };
+      if (this.acksZero) return { partition: b.partition, base_offset: -1 };
       let ack: BatchAck;
       try {
         ack = JSON.parse(reply.text) as BatchAck;
@@ -314,18 +293,27 @@ export class ProducerSender {
     const durationMs = b.startedAt > 0 ? Date.now() - b.startedAt : 0;
     // Its numbers may or may not have reached the log: the partition continues in a new epoch.
     if (err && b.firstSequence >= 0 && b.epoch === q.epoch) q.bumpEpoch = true;
+    const records = b.count;
     if (err) {
-      for (let i = 0; i < b.sinks.length; i++) b.sinks[i]!.settle(b.sinkIndexes[i]!, err);
-      if (this.host.listenerCount('error') > 0) this.host.emit('error', { error: err, topic: b.topic, partition: b.partition, records: b.records.length });
-      publish(channels.producerSend, { topic: b.topic, partition: b.partition, records: b.records.length, bytes: b.bytes, durationMs, error: err });
+      for (let r = 0; r < b.sinks.length; r++) b.sinks[r]!.settle(b.runFirst[r]!, b.runCount[r]!, err, b.topic, b.partition, -1);
+      if (this.host.listenerCount('error') > 0) this.host.emit('error', { error: err, topic: b.topic, partition: b.partition, records });
+      publish(channels.producerSend, { topic: b.topic, partition: b.partition, records, bytes: b.bytes, durationMs, error: err });
     } else {
       const partition = ack?.partition ?? b.partition;
       const base = ack?.base_offset ?? -1;
-      for (let i = 0; i < b.sinks.length; i++) b.sinks[i]!.settle(b.sinkIndexes[i]!, null, { topic: b.topic, partition, offset: base < 0 ? -1 : base + i });
-      this.host.emit('send', { topic: b.topic, partition, records: b.records.length, durationMs, baseOffset: base });
-      publish(channels.producerSend, { topic: b.topic, partition, records: b.records.length, bytes: b.bytes, durationMs, baseOffset: base });
+      // One call per run of a send's messages: the records of a run sit at consecutive offsets.
+      let offset = base;
+      for (let r = 0; r < b.sinks.length; r++) {
+        const n = b.runCount[r]!;
+        b.sinks[r]!.settle(b.runFirst[r]!, n, null, b.topic, partition, base < 0 ? -1 : offset);
+        offset += n;
+      }
+      this.host.emit('send', { topic: b.topic, partition, records, durationMs, baseOffset: base });
+      publish(channels.producerSend, { topic: b.topic, partition, records, bytes: b.bytes, durationMs, baseOffset: base });
     }
     this.host.release(b.reserved);
+    // Only an acknowledged batch's buffer is reused: after a failure a write of it may still be queued on a closing socket.
+    if (!err) this.accumulator.recycle(b);
     b.markDone();
     // The next oldest batch may be waiting for its retry turn.
     if (q.retrying > 0) this.runRetries(q);

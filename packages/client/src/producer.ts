@@ -6,21 +6,32 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import type { BatchRecord } from 'tributary-protocol/batch.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { untilAborted } from './abort.js';
 import { type Cluster, clientCluster } from './cluster.js';
 import { TypedEmitter } from './events.js';
 import { SendBuffer } from './producer-buffer.js';
-import { badMessage, choosePartition, type ProducerEvents, type ProducerMessage, type ProducerRecord, type RecordMetadata, recordSize, toBatchRecord } from './producer-messages.js';
+import { partitionForKey } from 'tributary-protocol/partitioner.js';
+import {
+  badMessage,
+  checkMessage,
+  type ProducerEvents,
+  type ProducerMessage,
+  type ProducerRecord,
+  type RecordMetadata,
+  messageHeaders,
+  messageKey,
+  snapshotMessage,
+} from './producer-messages.js';
 import { configError, type ProducerOptions, type ResolvedProducerOptions, resolveProducerOptions, validateProducerOptions } from './producer-options.js';
 import { ProducerSender } from './producer-sender.js';
-import { type ProducerBatch, RecordAccumulator, type RecordSink } from './record-accumulator.js';
+import { APPENDED_CLOSED_BATCH, APPENDED_NEW_BATCH, type PartitionQueue, type ProducerBatch, RecordAccumulator, type RecordSink } from './record-accumulator.js';
 import { ProducerFencedError, Transaction, TransactionStateError, typedTxnError } from './transaction.js';
 
 export {
   batchOverhead,
+  checkMessage,
   choosePartition,
   type HeaderValue,
   type ProducerEvents,
@@ -36,17 +47,22 @@ export { type AccumulatorLimits, type PartitionQueue, ProducerBatch, RecordAccum
 
 export type ProducerState = 'open' | 'closing' | 'closed';
 
-/** One send(): collects the metadata of its records and settles once all are in. */
+/**
+ * One send(): collects where its records went and settles once all are in. The RecordMetadata objects are
+ * made only then, all at once: made as acknowledgements arrive they would outlive several young-generation
+ * collections and be promoted (or pretenured) one per record.
+ */
 class SendResult implements RecordSink {
-  readonly results: RecordMetadata[];
   private remaining: number;
   private settled = false;
+  /** Per settled run of records: its first message index, count, partition and first offset (-1: none). */
+  private readonly runs: number[] = [];
+  private topic = '';
   readonly promise: Promise<RecordMetadata[]>;
   private resolve!: (r: RecordMetadata[]) => void;
   private reject!: (e: Error) => void;
 
-  constructor(count: number) {
-    this.results = new Array(count);
+  constructor(private readonly count: number) {
     this.remaining = count;
     this.promise = new Promise<RecordMetadata[]>((resolve, reject) => {
       this.resolve = resolve;
@@ -56,18 +72,41 @@ class SendResult implements RecordSink {
     this.promise.catch(() => {});
   }
 
-  settle(index: number, err: Error | null, meta?: RecordMetadata): void {
+  settle(first: number, count: number, err: Error | null, topic: string, partition: number, offset: number): void {
     if (this.settled) return;
     if (err) {
       this.settled = true;
       this.reject(err);
       return;
     }
-    this.results[index] = meta!;
-    if (--this.remaining === 0) {
+    this.topic = topic;
+    this.runs.push(first, count, partition, offset);
+    this.remaining -= count;
+    if (this.remaining === 0) {
       this.settled = true;
-      this.resolve(this.results);
+      this.resolve(this.results());
     }
+  }
+
+  private results(): RecordMetadata[] {
+    const topic = this.topic;
+    const runs = this.runs;
+    if (runs.length === 4) {
+      // One run (the whole send went to one batch): built in order, without holes.
+      const out: RecordMetadata[] = [];
+      const partition = runs[2]!;
+      const offset = runs[3]!;
+      for (let i = 0; i < this.count; i++) out.push({ topic, partition, offset: offset < 0 ? -1 : offset + i });
+      return out;
+    }
+    const out: RecordMetadata[] = new Array(this.count);
+    for (let r = 0; r < runs.length; r += 4) {
+      const first = runs[r]!;
+      const partition = runs[r + 2]!;
+      const offset = runs[r + 3]!;
+      for (let i = 0, n = runs[r + 1]!; i < n; i++) out[first + i] = { topic, partition, offset: offset < 0 ? -1 : offset + i };
+    }
+    return out;
   }
 
   fail(err: Error): void {
@@ -110,6 +149,8 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   /** keylessPartitioning 'sticky': per topic, the batch keyless records go to until it closes. */
   private readonly sticky = new Map<string, ProducerBatch>();
   private readonly partitionCounts = new Map<string, number>();
+  /** send()'s record sizes, reused by the next send (taken while in use, so a nested send gets its own). */
+  private sizeScratch: number[] | undefined = [];
   private stateValue: ProducerState = 'open';
   /** Transactional producers: the producer id and epoch from INIT_PRODUCER_ID (once per producer). */
   private txnIds: Promise<{ producerId: string; epoch: number }> | undefined;
@@ -124,12 +165,16 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     this.options = resolveProducerOptions(options);
     this.producerId = this.options.idempotent ? randomUUID() : '';
     this.cluster = clientCluster({ ...options, stallTimeoutMs: this.options.stallTimeoutMs }, (e) => this.emit(e.type, e));
-    this.accumulator = new RecordAccumulator({ maxBatchBytes: this.options.maxBatchBytes, maxBatchRecords: this.options.maxBatchRecords });
+    this.accumulator = new RecordAccumulator({
+      maxBatchBytes: this.options.maxBatchBytes,
+      maxBatchRecords: this.options.maxBatchRecords,
+      acks: this.options.acks === 0 ? '0' : this.options.acks === 1 ? '1' : 'all',
+      producerId: this.producerId,
+    });
     this.sender = new ProducerSender({
       cluster: this.cluster,
       accumulator: this.accumulator,
       options: this.options,
-      producerId: this.producerId,
       signal: this.root.signal,
       emit: (event, payload) => this.emit(event, payload),
       listenerCount: (event) => this.listenerCount(event),
@@ -233,22 +278,38 @@ export class Producer extends TypedEmitter<ProducerEvents> {
    * `buffer_full` after `requestTimeoutMs`. Aborting `signal` stops the waiting: messages not queued
    * yet are dropped, messages already queued may still be written.
    */
-  async send(record: ProducerRecord, opts: { signal?: AbortSignal } = {}): Promise<RecordMetadata[]> {
+  send(record: ProducerRecord, opts: { signal?: AbortSignal } = {}): Promise<RecordMetadata[]> {
+    // Not an async function: the usual send queues its records synchronously and needs no async frame.
+    try {
+      return this.enqueue(record, opts.signal);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  private enqueue(record: ProducerRecord, signal: AbortSignal | undefined): Promise<RecordMetadata[]> {
     if (this.stateValue !== 'open') throw new TributaryError('client_closed');
     if (this.options.transactionalId !== undefined) {
       throw new TransactionStateError('invalid_txn_state', { reason: 'a transactional producer sends through producer.transaction()' });
     }
-    const signal = opts.signal;
     signal?.throwIfAborted();
     if (!record || typeof record !== 'object') throw new TributaryError('invalid_parameter', { param: 'record', reason: 'required' });
     const { topic, messages } = record;
     if (typeof topic !== 'string' || topic.length === 0) throw new TributaryError('invalid_parameter', { param: 'topic', reason: 'required' });
     if (!Array.isArray(messages)) throw new TributaryError('invalid_parameter', { param: 'messages', reason: 'must be an array' });
-    if (messages.length === 0) return [];
-    // Every message is checked before any is queued: a bad one fails the send as a whole.
-    const records = messages.map((m, i) => toBatchRecord(m, i));
-    const sizes = records.map(recordSize);
-    for (let i = 0; i < messages.length; i++) {
+    const n = messages.length;
+    if (n === 0) return Promise.resolve([]);
+    // Every message is checked (and measured) before any is queued: a bad one fails the send as a whole.
+    let sizes = this.sizeScratch;
+    this.sizeScratch = undefined;
+    sizes ??= [];
+    let total = 0;
+    for (let i = 0; i < n; i++) {
+      const size = checkMessage(messages[i]!, i);
+      sizes[i] = size;
+      total += size;
+    }
+    for (let i = 0; i < n; i++) {
       const p = messages[i]!.partition;
       if (p !== undefined && (typeof p !== 'number' || !Number.isSafeInteger(p) || p < 0)) throw badMessage(i, 'partition must be a non-negative integer');
       if (sizes[i]! > this.options.maxBufferedBytes) {
@@ -256,31 +317,48 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       }
     }
 
-    const result = new SendResult(messages.length);
+    const result = new SendResult(n);
     const known = this.partitionCounts.get(topic);
-    const total = sizes.reduce((a, b) => a + b, 0);
     if (!this.buffer.admitting && known !== undefined && this.buffer.bytes + total <= this.options.maxBufferedBytes) {
-      // Fast path: nobody is queuing, the topic is known and there is room: queue everything now.
+      // Fast path: nobody is queuing, the topic is known and there is room: encode everything into its batches now.
       this.checkPartitions(topic, messages, known);
       this.buffer.hold(total);
-      for (let i = 0; i < records.length; i++) this.appendRecord(topic, known, messages[i]!.partition, records[i]!, sizes[i]!, result, i);
-    } else {
-      await this.buffer.enterAdmission(signal);
-      try {
-        const partitions = await this.partitionCount(topic, signal);
-        this.checkPartitions(topic, messages, partitions);
-        for (let i = 0; i < records.length; i++) {
-          await this.buffer.reserve(sizes[i]!, signal);
+      this.appendMessages(topic, known, messages, sizes, result, 0, n);
+      this.sizeScratch = sizes;
+      return signal ? untilAborted(result.promise, signal) : result.promise;
+    }
+    // Queued after waits: the messages are taken now, so what is queued is what send() was given.
+    const copies = messages.map(snapshotMessage);
+    const copySizes = sizes.slice(0, n);
+    this.sizeScratch = sizes;
+    return this.enqueueSlowly(topic, copies, copySizes, total, result, signal);
+  }
+
+  /** send() when it must wait: for its turn behind other sends, for the topic's metadata or for buffer room. */
+  private async enqueueSlowly(topic: string, messages: ProducerMessage[], sizes: number[], total: number, result: SendResult, signal: AbortSignal | undefined): Promise<RecordMetadata[]> {
+    await this.buffer.enterAdmission(signal);
+    try {
+      const partitions = await this.partitionCount(topic, signal);
+      this.checkPartitions(topic, messages, partitions);
+      if (this.root.signal.aborted) throw new TributaryError('client_closed');
+      if (this.buffer.bytes + total <= this.options.maxBufferedBytes) {
+        // Room for all of it (the usual case once the metadata is in): as the fast path does.
+        this.buffer.hold(total);
+        this.appendMessages(topic, partitions, messages, sizes, result, 0, messages.length);
+      } else {
+        for (let i = 0; i < messages.length; i++) {
+          const wait = this.buffer.reserve(sizes[i]!, signal);
+          if (wait) await wait;
           if (this.root.signal.aborted) throw new TributaryError('client_closed');
-          this.appendRecord(topic, partitions, messages[i]!.partition, records[i]!, sizes[i]!, result, i);
+          this.appendMessages(topic, partitions, messages, sizes, result, i, i + 1);
         }
-      } catch (err) {
-        // Messages queued before the failure may still be written; their outcome no longer matters here.
-        result.fail(err as Error);
-        throw err;
-      } finally {
-        this.buffer.leaveAdmission();
       }
+    } catch (err) {
+      // Messages queued before the failure may still be written; their outcome no longer matters here.
+      result.fail(err as Error);
+      throw err;
+    } finally {
+      this.buffer.leaveAdmission();
     }
     return signal ? untilAborted(result.promise, signal) : result.promise;
   }
@@ -291,15 +369,49 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     }
   }
 
-  private appendRecord(topic: string, partitions: number, explicit: number | undefined, rec: BatchRecord, size: number, sink: RecordSink, index: number): void {
-    const keyless = explicit === undefined && (rec.key === null || rec.key.length === 0);
-    const stuck = keyless && this.options.keylessPartitioning === 'sticky' ? this.sticky.get(topic) : undefined;
-    // Sticky: the partition whose batch keyless records are filling, while that batch is still open.
-    const partition = stuck && !stuck.closed && stuck.partition < partitions ? stuck.partition : choosePartition(rec.key, explicit, partitions, () => this.nextRoundRobin(topic));
-    const { batch, created, closed } = this.accumulator.append(topic, partition, rec, size, sink, index, Date.now());
-    if (keyless && this.options.keylessPartitioning === 'sticky') this.sticky.set(topic, batch);
-    if (created) this.armLinger(batch);
-    if (closed) this.sender.pump(this.accumulator.queue(topic, partition));
+  /**
+   * Messages `from` .. `to - 1`, checked, go straight into their partitions' batch frames (no record
+   * object, no copy of the value besides the one into the frame); `sizes[i]` is message i's recordSize.
+   */
+  private appendMessages(topic: string, partitions: number, messages: ProducerMessage[], sizes: number[], sink: RecordSink, from: number, to: number): void {
+    const acc = this.accumulator;
+    const sticky = this.options.keylessPartitioning === 'sticky';
+    // The previous record's queue: a run of records for one partition skips the lookup.
+    let q: PartitionQueue | undefined;
+    for (let i = from; i < to; i++) {
+      const m = messages[i]!;
+      const key = messageKey(m.key);
+      const explicit = m.partition;
+      const keyless = explicit === undefined && key === null;
+      const partition = explicit !== undefined ? explicit : key !== null ? partitionForKey(key, partitions) : this.keylessPartition(topic, partitions, sticky);
+      if (q === undefined || q.partition !== partition) q = acc.queue(topic, partition);
+      const v = m.value;
+      const ts = m.timestamp === undefined ? 0 : m.timestamp instanceof Date ? m.timestamp.getTime() : m.timestamp;
+      const headers = m.headers === undefined ? undefined : messageHeaders(m.headers, i);
+      const outcome = acc.appendTo(q, key, v, typeof v === 'string' ? Buffer.byteLength(v, 'utf8') : v.length, ts, headers, sizes[i]!, sink, i);
+      this.appended(q, outcome, keyless && sticky);
+    }
+  }
+
+  /**
+   * A record without key or partition: sticky, the partition whose batch keyless records are filling while
+   * that batch is still open; else (or once it closed) the next one round-robin.
+   */
+  private keylessPartition(topic: string, partitions: number, sticky: boolean): number {
+    if (sticky) {
+      const stuck = this.sticky.get(topic);
+      if (stuck && !stuck.closed && stuck.partition < partitions) return stuck.partition;
+    }
+    return this.nextRoundRobin(topic) % partitions;
+  }
+
+  /** After an append to `q`: arm a new batch's linger timer, send a closed one, follow a sticky batch. */
+  private appended(q: PartitionQueue, outcome: number, stickyRecord: boolean): void {
+    if (outcome === 0 && !stickyRecord) return;
+    const batch = q.batches[q.batches.length - 1]!;
+    if (stickyRecord && this.sticky.get(q.topic) !== batch) this.sticky.set(q.topic, batch);
+    if ((outcome & APPENDED_NEW_BATCH) !== 0) this.armLinger(batch);
+    if ((outcome & APPENDED_CLOSED_BATCH) !== 0) this.sender.pump(q);
   }
 
   /** The topic's partition count from METADATA, cached (forgotten when the topic turns out to be gone). */

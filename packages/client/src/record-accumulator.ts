@@ -1,22 +1,32 @@
 /**
  * The record accumulator: per-partition queues of batches (no I/O; the producer drives it, the sender
  * takes its ready batches). Batches close on maxBatchBytes / maxBatchRecords, or when the producer
- * closes them (linger timer, flush, backpressure); see docs/sdk.md, "Producer".
+ * closes them (linger timer, flush, backpressure); see docs/sdk.md, "Producer". A batch holds its records
+ * already encoded in its frame (BatchFrameBuilder), not as objects, and remembers who waits for them as
+ * runs of consecutive messages of one send(), so the cost per record is a copy into the frame.
  */
-import type { BatchRecord } from 'tributary-protocol/batch.js';
-import { batchOverhead, type RecordMetadata } from './producer-messages.js';
+import { type Acks, type BatchRecord, BatchFrameBuilder } from 'tributary-protocol/batch.js';
+import type { RecordHeader } from 'tributary-protocol/record.js';
+import { batchOverhead, RECORD_BASE_BYTES } from './producer-messages.js';
 
-/** Where a record's outcome goes: the send() it came from and its position there. */
+/** Where records' outcomes go: the send() they came from. */
 export interface RecordSink {
-  settle(index: number, err: Error | null, meta?: RecordMetadata): void;
+  /**
+   * Messages `first` .. `first + count - 1` of the send are done: failed with `err`, or appended at
+   * consecutive offsets from `offset` of `partition` (-1: not known, acks 0).
+   */
+  settle(first: number, count: number, err: Error | null, topic: string, partition: number, offset: number): void;
 }
 
 export class ProducerBatch {
-  readonly records: BatchRecord[] = [];
-  /** Who waits for each record (parallel to `records`): the send() it came from and its index there. */
+  /**
+   * Who waits for the records, in record order: run r is messages runFirst[r] .. runFirst[r] +
+   * runCount[r] - 1 of the send sinks[r] (one run per send() whose messages came in a row).
+   */
   readonly sinks: RecordSink[] = [];
-  readonly sinkIndexes: number[] = [];
-  /** Estimated frame bytes (header + records). */
+  readonly runFirst: number[] = [];
+  readonly runCount: number[] = [];
+  /** Estimated frame bytes (header + records, as recordSize counts them). */
   bytes: number;
   /** Bytes held against maxBufferedBytes (records only). */
   reserved = 0;
@@ -51,11 +61,30 @@ export class ProducerBatch {
     readonly topic: string,
     readonly partition: number,
     readonly createdAt: number,
+    /** The records, encoded in the batch frame as they are appended. */
+    readonly frame: BatchFrameBuilder,
   ) {
     this.bytes = batchOverhead(topic);
     this.done = new Promise<void>((resolve) => {
       this.markDone = resolve;
     });
+  }
+
+  /** Records in the batch. */
+  get count(): number {
+    return this.frame.count;
+  }
+
+  /** Records message `index` of `sink` as the next record's owner (extends the last run when it follows it). */
+  addOwner(sink: RecordSink, index: number): void {
+    const last = this.sinks.length - 1;
+    if (last >= 0 && this.sinks[last] === sink && this.runFirst[last]! + this.runCount[last]! === index) {
+      this.runCount[last]!++;
+      return;
+    }
+    this.sinks.push(sink);
+    this.runFirst.push(index);
+    this.runCount.push(1);
   }
 }
 
@@ -79,6 +108,8 @@ export interface PartitionQueue {
   bumpEpoch: boolean;
   /** Idempotent: epoch → first sequence from which the broker reported a gap (nothing from there on was appended). */
   readonly lost: Map<number, number>;
+  /** A little more than the frame bytes of the partition's last batch sent (0: none yet): the buffer size a new batch starts with. */
+  sizeHint: number;
 }
 
 /** Idempotent: the batch's numbers are known unusable (a gap before them), so it gets new ones. */
@@ -99,7 +130,23 @@ function numberingUnsettled(q: PartitionQueue): boolean {
 export interface AccumulatorLimits {
   maxBatchBytes: number;
   maxBatchRecords: number;
+  /** The acks written in every batch header (default 'all'). */
+  acks?: Acks;
+  /** Idempotent producers: the producer id stamped on every record (default '': none). */
+  producerId?: string;
 }
+
+/** Outcome bits of RecordAccumulator.appendTo. */
+export const APPENDED_NEW_BATCH = 1;
+export const APPENDED_CLOSED_BATCH = 2;
+
+/** A new partition's first batch buffer: small (a lingering batch of a few records), grown by doubling. */
+const FIRST_BATCH_CAPACITY = 1024;
+/**
+ * Buffers of completed batches kept for new ones (at most this many bytes): a fresh large buffer costs a
+ * page fault per 4 KiB written, more than the records' encoding itself.
+ */
+const MAX_SPARE_BYTES = 4 * 1024 * 1024;
 
 /**
  * Records grouped by (topic, partition) into batches. A batch closes when the next record would take it
@@ -111,7 +158,29 @@ export class RecordAccumulator {
   /** Every queue, in creation order. */
   private readonly queues: PartitionQueue[] = [];
 
-  constructor(private readonly limits: AccumulatorLimits) {}
+  private readonly acks: Acks;
+  private readonly producerId: Buffer;
+  /**
+   * The largest frame a batch reaches unless a single record is larger than maxBatchBytes: maxBatchBytes
+   * (which counts no producer ids) plus a producer id per record. Buffers grow up to it; size hints stay below it.
+   */
+  private readonly frameLimit: number;
+  private readonly spare: Buffer[] = [];
+  private spareBytes = 0;
+  /** The latest batch size (sent, or grown to), for partitions that have sent none. */
+  private sizeHint = FIRST_BATCH_CAPACITY;
+
+  private readonly maxBatchBytes: number;
+  /** maxBatchRecords, with "no limit" (Infinity) as a large small integer: compared per record. */
+  private readonly maxBatchRecords: number;
+
+  constructor(limits: AccumulatorLimits) {
+    this.maxBatchBytes = limits.maxBatchBytes;
+    this.maxBatchRecords = Math.min(limits.maxBatchRecords, 0x3fffffff);
+    this.acks = limits.acks ?? 'all';
+    this.producerId = Buffer.from(limits.producerId ?? '', 'utf8');
+    this.frameLimit = 4 + limits.maxBatchBytes + (Math.floor(limits.maxBatchBytes / RECORD_BASE_BYTES) + 1) * this.producerId.length;
+  }
 
   queue(topic: string, partition: number): PartitionQueue {
     // By topic, then partition: no key string built per record.
@@ -135,6 +204,7 @@ export class RecordAccumulator {
         epoch: 0,
         bumpEpoch: false,
         lost: new Map(),
+        sizeHint: 0,
       };
       byPartition[partition] = q;
       this.queues.push(q);
@@ -147,33 +217,87 @@ export class RecordAccumulator {
   }
 
   /**
-   * Appends one record. Returns its batch, whether that batch is new (the caller arms its linger timer)
-   * and whether a batch got closed by this append (the caller sends it).
+   * Appends one record (a BatchRecord, as toBatchRecord makes it; `size` is its recordSize). Returns its
+   * batch, whether that batch is new (the caller arms its linger timer) and whether a batch got closed
+   * by this append (the caller sends it). The producer itself takes appendTo, which needs no record object.
    */
   append(topic: string, partition: number, record: BatchRecord, size: number, sink: RecordSink, index: number, now: number): { batch: ProducerBatch; created: boolean; closed: boolean } {
     const q = this.queue(topic, partition);
-    let closed = false;
+    const outcome = this.appendTo(q, record.key, record.value, record.value.length, record.timestamp, record.headers.length > 0 ? record.headers : undefined, size, sink, index, now);
+    return { batch: q.batches[q.batches.length - 1]!, created: (outcome & APPENDED_NEW_BATCH) !== 0, closed: (outcome & APPENDED_CLOSED_BATCH) !== 0 };
+  }
+
+  /**
+   * Appends one record to the queue's open batch, encoding it into the batch frame: `value` is bytes or
+   * a string of `valueLen` UTF-8 bytes, `size` its recordSize (checked by the caller, as are the key and
+   * header limits). The record's batch is then the queue's last. Returns APPENDED_* bits: a new batch
+   * was started (the caller arms its linger timer), a batch got closed (the caller sends it).
+   */
+  appendTo(
+    q: PartitionQueue,
+    key: Uint8Array | null,
+    value: Uint8Array | string,
+    valueLen: number,
+    timestamp: number,
+    headers: readonly RecordHeader[] | undefined,
+    size: number,
+    sink: RecordSink,
+    index: number,
+    now = 0,
+  ): number {
+    let outcome = 0;
     let tail = q.batches[q.batches.length - 1];
-    if (tail && !tail.closed && tail.records.length > 0 && (tail.bytes + size > this.limits.maxBatchBytes || tail.records.length >= this.limits.maxBatchRecords)) {
+    if (tail && !tail.closed && tail.count > 0 && (tail.bytes + size > this.maxBatchBytes || tail.count >= this.maxBatchRecords)) {
       tail.closed = true;
-      closed = true;
+      outcome |= APPENDED_CLOSED_BATCH;
     }
-    let created = false;
     if (!tail || tail.closed) {
-      tail = new ProducerBatch(topic, partition, now);
+      // Sized for what the partition's last batch needed (a spare buffer if one is that large), so a
+      // batch seldom grows: growing copies it into a fresh buffer.
+      // A spare buffer (warm memory) is taken if it holds the first record; else a fresh one as large as
+      // the partition's last batch, or for a partition without one, the producer's latest batch size.
+      const need = 64 + q.topic.length * 3 + size + this.producerId.length;
+      const spare = this.takeSpare();
+      let hint = q.sizeHint > 0 ? q.sizeHint : this.sizeHint;
+      // Batches that reach a good part of frameLimit vary with timing: they all get the full size (the
+      // buffers circulate through the spares), so none grows and every spare fits every batch.
+      if (hint > this.frameLimit / 4) hint = this.frameLimit;
+      const capacity = spare !== undefined && spare.length >= need ? need : Math.max(need, hint);
+      const frame = new BatchFrameBuilder(q.topic, q.partition, this.acks, this.producerId, capacity, spare, this.frameLimit);
+      tail = new ProducerBatch(q.topic, q.partition, now || Date.now(), frame);
       q.batches.push(tail);
-      created = true;
+      outcome |= APPENDED_NEW_BATCH;
     }
-    tail.records.push(record);
-    tail.sinks.push(sink);
-    tail.sinkIndexes.push(index);
+    tail.frame.append(key, value, valueLen, timestamp, headers);
+    // A batch that had to grow tells the batches created after it (of any partition) where to start.
+    if (tail.frame.capacity > this.sizeHint && tail.frame.capacity <= this.frameLimit) this.sizeHint = tail.frame.capacity;
+    tail.addOwner(sink, index);
     tail.bytes += size;
     tail.reserved += size;
-    if (tail.bytes >= this.limits.maxBatchBytes || tail.records.length >= this.limits.maxBatchRecords) {
+    if (tail.bytes >= this.maxBatchBytes || tail.count >= this.maxBatchRecords) {
       tail.closed = true;
-      closed = true;
+      outcome |= APPENDED_CLOSED_BATCH;
     }
-    return { batch: tail, created, closed };
+    return outcome;
+  }
+
+  /**
+   * An acknowledged batch: its frame buffer serves a later batch. Safe because the reply shows the broker
+   * received the whole frame (the socket holds none of it any more) and no attempt of the batch is pending.
+   */
+  recycle(b: ProducerBatch): void {
+    const buf = b.frame.detach();
+    // Small buffers come from Node's shared pool anyway; a lone oversized record's buffer is not kept.
+    if (buf.length > 4096 && buf.length <= this.frameLimit && this.spareBytes + buf.length <= MAX_SPARE_BYTES) {
+      this.spare.push(buf);
+      this.spareBytes += buf.length;
+    }
+  }
+
+  private takeSpare(): Buffer | undefined {
+    const buf = this.spare.pop();
+    if (buf) this.spareBytes -= buf.length;
+    return buf;
   }
 
   /** Closes every open batch (flush, close, backpressure); returns the queues that have something to send. */
@@ -199,6 +323,9 @@ export class RecordAccumulator {
     while (this.canSend(q, maxInFlight)) {
       const b = q.batches.shift()!;
       b.closed = true; // taken: no more records
+      // Room for a somewhat larger batch than this one: the next need not grow (and reaches frameLimit at most).
+      q.sizeHint = Math.min(this.frameLimit, b.frame.length + (b.frame.length >> 2));
+      this.sizeHint = q.sizeHint;
       q.inFlight.add(b);
       out.push(b);
     }

@@ -313,6 +313,20 @@ export class Connection {
     });
   }
 
+  /**
+   * request() for a body already framed: `frame` starts with its 4-byte length and is written as it is,
+   * without the copy request() makes (the SDK producer's batch frames, built in place). The caller must
+   * not change `frame` until the reply has come (the broker then has all of it) or the connection failed.
+   */
+  requestFramed(frame: Buffer, waitMs = 0): Promise<Reply> {
+    if (this.closedError) return Promise.reject(this.closedError);
+    return new Promise<Reply>((resolve, reject) => {
+      this.pending.push({ resolve, reject, sentAt: Date.now(), waitMs });
+      this.socket.write(frame);
+      if (this.stall && !this.stallTimer) this.armStall(waitMs + this.stall.ms / 2);
+    });
+  }
+
   /** Text command; resolves with the reply text, rejects with a TributaryError for `ERROR:` replies. */
   async command(name: string, fields: Record<string, FieldValue | undefined> = {}, positional: string[] = []): Promise<string> {
     const reply = await this.request(formatLine(name, fields, positional), ownWait(fields));

@@ -157,10 +157,11 @@ describe('Producer against a broker', () => {
     const p = producer({ lingerMs: 0, maxBatchRecords: 25, maxInFlightPerPartition: 5 });
     let inFlight = 0;
     let maxInFlight = 0;
-    const original = Connection.prototype.request;
-    const spy = vi.spyOn(Connection.prototype, 'request').mockImplementation(function (this: Connection, body: Buffer | string) {
-      const p = original.call(this, body);
-      if (Buffer.isBuffer(body) && body[0] === 0xba) {
+    // Batch frames go out through requestFramed (length prefix included, so the magic is at byte 4).
+    const original = Connection.prototype.requestFramed;
+    const spy = vi.spyOn(Connection.prototype, 'requestFramed').mockImplementation(function (this: Connection, frame: Buffer, waitMs?: number) {
+      const p = original.call(this, frame, waitMs);
+      if (frame[4] === 0xba) {
         inFlight++;
         maxInFlight = Math.max(maxInFlight, inFlight);
         p.finally(() => inFlight--).catch(() => {});

@@ -222,6 +222,53 @@ describe('Producer sender (scripted server)', () => {
     expect(b.values()).toEqual(['a', 'b', 'c']);
   });
 
+  it('keys, values, headers and timestamps arrive as given; changing a message after send() changes nothing queued', async () => {
+    const b = await broker(2);
+    const p = producer(b, { lingerMs: 50 });
+    const bytes = Buffer.from('bytes-value');
+    const m1 = { key: 'k1', value: 'ü-string', headers: { trace: 'abc', bin: Buffer.from([1, 2]) }, timestamp: 1234, partition: 1 };
+    // The first send waits for METADATA (it queues a snapshot), the second is queued at once (encoded).
+    const first = p.send({ topic: 't', messages: [m1] });
+    m1.value = 'changed';
+    m1.headers.trace = 'changed';
+    await first;
+    const m2 = { key: new Uint8Array([7, 8]), value: bytes, headers: [{ key: 'x', value: 'a' }, { key: 'x', value: 'b' }], partition: 1 };
+    const m3 = { value: new Uint8Array([9]), key: null, partition: 1 };
+    const m4 = { key: 'k4', value: 'second', partition: 0 };
+    const second = p.send({ topic: 't', messages: [m2, m3, m4] });
+    m2.value = Buffer.from('changed');
+    m2.headers[0]!.value = 'changed';
+    bytes.fill(0x21);
+    m4.partition = 1;
+    const meta = [...(await first), ...(await second)];
+    expect(meta.map((m) => [m.partition, m.offset])).toEqual([
+      [1, 0],
+      [1, 1],
+      [1, 2],
+      [0, 0],
+    ]);
+    const got = b.batches.flatMap((x) => x.batch.records.map((r) => ({ partition: x.batch.partition, key: r.key ? [...r.key] : null, value: r.value.toString(), ts: r.timestamp, headers: r.headers.map((h) => `${h.key}=${h.value.toString('hex')}`) })));
+    expect(got).toEqual([
+      { partition: 1, key: [...Buffer.from('k1')], value: 'ü-string', ts: 1234, headers: ['trace=616263', 'bin=0102'] },
+      { partition: 1, key: [7, 8], value: 'bytes-value', ts: 0, headers: ['x=61', 'x=62'] },
+      { partition: 1, key: null, value: '\t', ts: 0, headers: [] },
+      { partition: 0, key: [...Buffer.from('k4')], value: 'second', ts: 0, headers: [] },
+    ]);
+  });
+
+  it('a batch retried after a lost connection is resent byte for byte (records are encoded once, at send())', async () => {
+    const b = await broker(1);
+    let attempts = 0;
+    b.onBatch = (batch) => (++attempts === 1 ? 'close' : ack(batch, b.nextOffset(batch)));
+    const p = producer(b, { lingerMs: 20 });
+    const messages = [{ key: 'a', value: 'one', headers: { h: 'v' } }, { value: Buffer.alloc(300, 7), timestamp: 99 }, { key: 'c', value: '' }];
+    const meta = await within(5000, p.send({ topic: 't', messages: messages.map((m) => ({ ...m, partition: 0 })) }));
+    expect(meta.map((m) => m.offset)).toEqual([0, 1, 2]);
+    expect(b.batches).toHaveLength(2);
+    expect(b.batches[1]!.batch).toEqual(b.batches[0]!.batch);
+    expect(b.batches[1]!.batch.records.map((r) => r.value.length)).toEqual([3, 300, 0]);
+  });
+
   it('sends at most maxInFlightPerPartition batches of a partition before a reply', async () => {
     const b = await broker(1);
     const release = holdAcks(b);

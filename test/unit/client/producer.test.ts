@@ -205,7 +205,7 @@ describe('record accumulator', () => {
     expect(acc.append('a', 0, r, s, sink, 1, 0).created).toBe(false);
     expect(acc.append('a', 1, r, s, sink, 2, 0).created).toBe(true);
     expect(acc.append('b', 0, r, s, sink, 3, 0).created).toBe(true);
-    expect(acc.all().map((q) => [q.topic, q.partition, q.batches.length, q.batches[0]!.records.length])).toEqual([
+    expect(acc.all().map((q) => [q.topic, q.partition, q.batches.length, q.batches[0]!.count])).toEqual([
       ['a', 0, 1, 2],
       ['a', 1, 1, 1],
       ['b', 0, 1, 1],
@@ -219,15 +219,67 @@ describe('record accumulator', () => {
     const results = [];
     for (let i = 0; i < 7; i++) results.push(acc.append('t', 0, r, s, sink, i, 0));
     const q = acc.queue('t', 0);
-    expect(q.batches.map((b) => b.records.length)).toEqual([3, 3, 1]);
+    expect(q.batches.map((b) => b.count)).toEqual([3, 3, 1]);
     expect(q.batches.map((b) => b.closed)).toEqual([true, true, false]);
     expect(results.map((x) => x.closed)).toEqual([false, false, false, true, false, false, true]);
     for (const b of q.batches) expect(b.bytes).toBeLessThanOrEqual(batchOverhead('t') + 3 * s + 10);
 
     const big = rec(5000);
     acc.append('t', 0, big, recordSize(big), sink, 7, 0);
-    expect(q.batches.map((b) => b.records.length)).toEqual([3, 3, 1, 1]);
+    expect(q.batches.map((b) => b.count)).toEqual([3, 3, 1, 1]);
     expect(q.batches[3]!.closed).toBe(true); // alone, over the limit, ready at once
+  });
+
+  it('a record that takes the batch to maxBatchBytes closes it; the next starts a new one', () => {
+    const r = rec(100);
+    const s = recordSize(r);
+    const acc = new RecordAccumulator({ maxBatchBytes: batchOverhead('t') + 2 * s, maxBatchRecords: Number.POSITIVE_INFINITY });
+    expect(acc.append('t', 0, r, s, sink, 0, 0).closed).toBe(false);
+    const second = acc.append('t', 0, r, s, sink, 1, 0);
+    expect(second.closed).toBe(true); // exactly at the limit: full
+    const third = acc.append('t', 0, r, s, sink, 2, 0);
+    expect(third.created).toBe(true);
+    expect(third.batch).not.toBe(second.batch);
+    expect(acc.queue('t', 0).batches.map((b) => b.count)).toEqual([2, 1]);
+  });
+
+  it("remembers each record's send as runs and settles them with consecutive offsets", () => {
+    const acc = new RecordAccumulator({ maxBatchBytes: 1 << 20, maxBatchRecords: 100 });
+    const calls: Array<[string, number, number, number]> = [];
+    const sinkA: RecordSink = { settle: (first, count, _err, _t, _p, offset) => calls.push(['a', first, count, offset]) };
+    const sinkB: RecordSink = { settle: (first, count, _err, _t, _p, offset) => calls.push(['b', first, count, offset]) };
+    const r = rec(1);
+    // a0 a1 b0 a3 (a's record 2 went elsewhere) a4 b1
+    for (const [sinkX, i] of [[sinkA, 0], [sinkA, 1], [sinkB, 0], [sinkA, 3], [sinkA, 4], [sinkB, 1]] as const) acc.append('t', 0, r, recordSize(r), sinkX, i, 0);
+    const [b] = acc.queue('t', 0).batches;
+    expect([b!.runFirst, b!.runCount]).toEqual([
+      [0, 0, 3, 1],
+      [2, 1, 2, 1],
+    ]);
+    let offset = 100;
+    for (let k = 0; k < b!.sinks.length; k++) {
+      b!.sinks[k]!.settle(b!.runFirst[k]!, b!.runCount[k]!, null, 't', 0, offset);
+      offset += b!.runCount[k]!;
+    }
+    expect(calls).toEqual([
+      ['a', 0, 2, 100],
+      ['b', 0, 1, 102],
+      ['a', 3, 2, 103],
+      ['b', 1, 1, 105],
+    ]);
+  });
+
+  it('a record larger than maxBatchBytes gets a batch of its own without making later batch buffers that large', () => {
+    for (const producerId of ['', 'f47ac10b-58cc-4372-a567-0e02b2c3d479']) {
+      const acc = new RecordAccumulator({ maxBatchBytes: 10_000, maxBatchRecords: Number.POSITIVE_INFINITY, producerId });
+      const big = rec(1_000_000);
+      acc.append('t', 0, big, recordSize(big), sink, 0, 0);
+      expect(acc.takeReady(acc.queue('t', 0), 5)).toHaveLength(1);
+      const small = rec(10);
+      acc.append('t', 0, small, recordSize(small), sink, 1, 0);
+      acc.append('t', 1, small, recordSize(small), sink, 2, 0);
+      for (const p of [0, 1]) expect(acc.queue('t', p).batches.at(-1)!.frame.capacity).toBeLessThan(40_000);
+    }
   });
 
   it('closes a batch at maxBatchRecords', () => {
@@ -235,7 +287,7 @@ describe('record accumulator', () => {
     const r = rec(1);
     const closed = [];
     for (let i = 0; i < 10; i++) closed.push(acc.append('t', 0, r, recordSize(r), sink, i, 0).closed);
-    expect(acc.queue('t', 0).batches.map((b) => b.records.length)).toEqual([4, 4, 2]);
+    expect(acc.queue('t', 0).batches.map((b) => b.count)).toEqual([4, 4, 2]);
     expect(closed.filter(Boolean)).toHaveLength(2);
   });
 
@@ -256,7 +308,7 @@ describe('record accumulator', () => {
     expect(next).toHaveLength(1);
     expect(next[0]).toBe(acc.pending().find((b) => b === next[0]));
     // order: the batches come out in the order they were appended
-    expect([first[0], first[1], next[0]].map((b) => b!.sinkIndexes[0])).toEqual([0, 1, 2]);
+    expect([first[0], first[1], next[0]].map((b) => b!.runFirst[0])).toEqual([0, 1, 2]);
   });
 
   it('an open batch is not sent until closed (linger, flush, backpressure)', () => {
