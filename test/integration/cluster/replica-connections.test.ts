@@ -102,6 +102,17 @@ describe('replication connections (cluster)', () => {
     }
 
     // Idle: the parked partitions are not fetched again (before: 2 fetches a second per partition and follower).
+    // First the tail of the burst settles (the HWM each follower is told after the record, on a loaded
+    // machine a while later): until a half second passes with few fetches.
+    const total = async () => (await Promise.all(c.brokers.map((b) => fetchesAnswered(b)))).reduce((a, n) => a + n, 0);
+    let last = await total();
+    await c.waitFor('replication to settle', async () => {
+      await sleep(500);
+      const now = await total();
+      const quiet = now - last < 25;
+      last = now;
+      return quiet;
+    }, 60_000);
     const before = await Promise.all(c.brokers.map((b) => fetchesAnswered(b)));
     await sleep(2000);
     const after = await Promise.all(c.brokers.map((b) => fetchesAnswered(b)));
