@@ -5,7 +5,8 @@
  * already encoded in its frame (BatchFrameBuilder), not as objects, and remembers who waits for them as
  * runs of consecutive messages of one send(), so the cost per record is a copy into the frame.
  */
-import { type Acks, type BatchRecord, BatchFrameBuilder } from 'tributary-protocol/batch.js';
+import type { Acks, BatchRecord } from 'tributary-protocol/batch.js';
+import { BatchFrameBuilder } from 'tributary-protocol/batch-frame-builder.js';
 import type { RecordHeader } from 'tributary-protocol/record.js';
 import { batchOverhead, RECORD_BASE_BYTES } from './producer-messages.js';
 

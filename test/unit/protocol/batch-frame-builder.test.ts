@@ -5,7 +5,8 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type Acks, type BatchRecord, BatchFrameBuilder, decodeBatch, encodeBatch } from 'tributary-protocol/batch.js';
+import { type Acks, type BatchRecord, decodeBatch, encodeBatch } from 'tributary-protocol/batch.js';
+import { BatchFrameBuilder } from 'tributary-protocol/batch-frame-builder.js';
 import { encodeFrame } from 'tributary-protocol/frame.js';
 import type { RecordHeader } from 'tributary-protocol/record.js';
 
