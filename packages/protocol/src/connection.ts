@@ -306,11 +306,7 @@ export class Connection {
   /** Send a raw frame body and wait for its reply; `waitMs`: how long the broker may legitimately hold it. */
   request(body: Buffer | string, waitMs = 0): Promise<Reply> {
     if (this.closedError) return Promise.reject(this.closedError);
-    return new Promise<Reply>((resolve, reject) => {
-      this.pending.push({ resolve, reject, sentAt: Date.now(), waitMs });
-      this.socket.write(encodeFrame(body));
-      if (this.stall && !this.stallTimer) this.armStall(waitMs + this.stall.ms / 2);
-    });
+    return this.requestFramed(encodeFrame(body), waitMs);
   }
 
   /**
