@@ -3,6 +3,7 @@
  * (batch.ts) and the in-place frame builder of the SDK producer (batch-frame-builder.ts).
  */
 import { TributaryError } from './errors.js';
+import type { RecordHeader } from './record.js';
 
 /** The header's flags byte: 0 plain, 1 idempotent, 2 transactional (a transaction section follows the count). */
 export const FLAG_IDEMPOTENT = 1;
@@ -88,6 +89,20 @@ export function skipExtensions(buf: Buffer, at: number): number {
   for (let h = 0; h < hc; h++) {
     at += 2 + ((buf[at]! << 8) | buf[at + 1]!);
     at += 4 + r32u(buf, at);
+  }
+  return at;
+}
+
+/** Writes `count` headers (key: u16 length + UTF-8, value: u32 length + bytes) at `at`; returns the end. */
+export function writeHeaders(buf: Buffer, at: number, headers: readonly RecordHeader[], count: number): number {
+  for (let h = 0; h < count; h++) {
+    const hdr = headers[h]!;
+    const kl = writeUtf8(buf, hdr.key, at + 2);
+    w16(buf, at, kl);
+    at += 2 + kl;
+    w32(buf, at, hdr.value.length);
+    buf.set(hdr.value, at + 4);
+    at += 4 + hdr.value.length;
   }
   return at;
 }

@@ -4,7 +4,7 @@
  */
 import { type Acks, BATCH_MAGIC } from './batch.js';
 import type { RecordHeader } from './record.js';
-import { FLAG_IDEMPOTENT, bad, r32u, skipExtensions, w16, w32, writeI64, writeU64, writeUtf8 } from './batch-bytes.js';
+import { FLAG_IDEMPOTENT, bad, r32u, skipExtensions, w16, w32, writeHeaders, writeI64, writeU64, writeUtf8 } from './batch-bytes.js';
 
 const EMPTY = Buffer.alloc(0);
 
@@ -144,15 +144,7 @@ export class BatchFrameBuilder {
     w16(buf, at + 9, hc);
     at += 11;
     if (timestamp > 0 || hc > 0) this.extended = true;
-    for (let h = 0; h < hc; h++) {
-      const hdr = headers![h]!;
-      const kl = writeUtf8(buf, hdr.key, at + 2);
-      w16(buf, at, kl);
-      at += 2 + kl;
-      w32(buf, at, hdr.value.length);
-      buf.set(hdr.value, at + 4);
-      at += 4 + hdr.value.length;
-    }
+    if (hc > 0) at = writeHeaders(buf, at, headers!, hc);
     this.end = at;
     this.count++;
   }

@@ -1,5 +1,5 @@
 import { isUtf8 } from 'node:buffer';
-import { FLAG_IDEMPOTENT, FLAG_TRANSACTIONAL, bad, r32s, r32u, readI64, readU64, truncated, w16, w32, writeI64, writeU64, writeUtf8 } from './batch-bytes.js';
+import { FLAG_IDEMPOTENT, FLAG_TRANSACTIONAL, bad, r32s, r32u, readI64, readU64, truncated, w16, w32, writeHeaders, writeI64, writeU64, writeUtf8 } from './batch-bytes.js';
 import type { LogRecord, RecordHeader } from './record.js';
 
 /** First two bytes of a binary batch body. */
@@ -174,16 +174,7 @@ export function encodeBatch(batch: Batch, opts: EncodeOptions = {}): Buffer {
       buf[at + 8] = r.attributes & 0xff;
       const hs = r.headers;
       w16(buf, at + 9, hs.length);
-      at += 11;
-      for (let h = 0; h < hs.length; h++) {
-        const hdr = hs[h]!;
-        const kl = writeUtf8(buf, hdr.key, at + 2);
-        w16(buf, at, kl);
-        at += 2 + kl;
-        w32(buf, at, hdr.value.length);
-        buf.set(hdr.value, at + 4);
-        at += 4 + hdr.value.length;
-      }
+      at = writeHeaders(buf, at + 11, hs, hs.length);
     }
   }
   if (ext && batch.trailer) {
