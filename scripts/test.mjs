@@ -73,11 +73,14 @@ let ok = true;
 const failures = [];
 runs.forEach((tiers, i) => {
   const report = path.join('.test-results', `vitest-${i}.json`);
+  const suiteErrorsFile = path.join('.test-results', `suite-errors-${i}.json`);
   const res = spawnSync(
     'npx',
-    ['vitest', 'run', ...tiers, '--reporter=default', '--reporter=json', `--outputFile.json=${report}`],
-    { stdio: 'inherit', env: { ...process.env, TRIBUTARY_SKIP_BUILD: '1' } },
+    ['vitest', 'run', ...tiers, '--reporter=default', '--reporter=json', `--outputFile.json=${report}`, '--reporter=./scripts/suite-errors-reporter.mjs'],
+    { stdio: 'inherit', env: { ...process.env, TRIBUTARY_SKIP_BUILD: '1', TRIBUTARY_SUITE_ERRORS: suiteErrorsFile } },
   );
+  const suiteErrors = existsSync(suiteErrorsFile) ? JSON.parse(readFileSync(suiteErrorsFile, 'utf8')) : { files: {}, unhandled: [] };
+  for (const e of suiteErrors.unhandled) failures.push({ name: 'unhandled error', message: e });
   if (res.status !== 0) ok = false;
   if (existsSync(report)) {
     const r = JSON.parse(readFileSync(report, 'utf8'));
@@ -91,7 +94,7 @@ runs.forEach((tiers, i) => {
       }
       // A file that failed to load or crashed has no failed test of its own: report the file.
       if (file.status === 'failed' && !(file.assertionResults ?? []).some((t) => t.status === 'failed')) {
-        failures.push({ name: rel, message: file.message ?? '' });
+        failures.push({ name: rel, message: [file.message ?? '', ...(suiteErrors.files[file.name] ?? [])].join('\n') });
       }
     }
   } else {
@@ -101,7 +104,7 @@ runs.forEach((tiers, i) => {
 // The failures again, last, so that a log cut to its tail still names them.
 for (const f of failures) {
   console.log(`FAILED ${f.name}`);
-  const lines = f.message.split('\n').filter((l) => l.trim() !== '').slice(0, 12);
+  const lines = f.message.split('\n').filter((l) => l.trim() !== '').slice(0, 20);
   for (const l of lines) console.log(`    ${l.slice(0, 300)}`);
 }
 console.log(`tests: ${passed} passed, ${failed} failed, ${skipped} skipped`);
