@@ -39,6 +39,8 @@ export interface LocalClusterOptions {
    * over https with client certificates, every broker's listener and inter-broker traffic over TLS.
    */
   tls?: boolean;
+  /** Where free ports come from (without basePort); default: a port the kernel just handed out and took back. */
+  freePort?: () => Promise<number>;
 }
 
 export interface LocalBroker {
@@ -84,10 +86,22 @@ export function findEtcdBinary(): string | undefined {
 function defaultCli(): string {
   const here = path.dirname(fileURLToPath(import.meta.url));
   const sibling = path.join(here, '..', 'cli', 'main.js');
-  return existsSync(sibling) ? sibling : path.join(here, '..', '..', 'dist', 'src', 'cli', 'main.js');
+  return existsSync(sibling) ? sibling : path.join(here, '..', '..', 'dist', 'cli', 'main.js');
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Runs `start`; when it failed on a port in use, `newPorts` and again, at most `retries` more times. */
+async function retryOnPortClash(retries: number, start: () => Promise<void>, newPorts: () => Promise<void>): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await start();
+    } catch (err) {
+      if (attempt >= retries || !(err instanceof StartFailed) || !/EADDRINUSE|already in use/i.test(err.message)) throw err;
+      await newPorts();
+    }
+  }
+}
 
 /** A start that cannot succeed any more (the process exited): ends a wait at once instead of at its timeout. */
 class StartFailed extends Error {}
@@ -137,17 +151,34 @@ export class LocalCluster {
     // Fixed ports make addresses stable across runs; free ones let several clusters share a host. Ports
     // chosen now stay the broker's for its restarts, so a bootstrap list stays valid.
     const base = opts.basePort;
+    const nextPort = opts.freePort ?? freePort;
     const brokers: LocalBroker[] = [];
     for (let id = 0; id < opts.brokers; id++) {
-      const port = base === undefined ? await freePort() : base + id;
-      const healthPort = base === undefined ? await freePort() : base + 80 + id;
+      const port = base === undefined ? await nextPort() : base + id;
+      const healthPort = base === undefined ? await nextPort() : base + 80 + id;
       brokers.push({ id, address: `${HOST}:${port}`, port, healthPort, pid: undefined, dataDir: path.join(dir, `broker-${id}`) });
     }
-    const etcdPorts = base === undefined ? { client: await freePort(), peer: await freePort() } : { client: base + 90, peer: base + 91 };
+    const etcdPorts = base === undefined ? { client: await nextPort(), peer: await nextPort() } : { client: base + 90, peer: base + 91 };
     const cluster = new LocalCluster(dir, ownsDir, brokers, etcdPorts, opts, pki);
+    // A free port can be taken (by any process's outgoing connection) between freePort() and the
+    // child's bind: then the start is tried again on new free ports.
+    const again = base === undefined ? 3 : 0;
     try {
-      await cluster.startEtcd(etcdBinary);
-      await Promise.all(brokers.map((b) => cluster.launch(b)));
+      await retryOnPortClash(again, () => cluster.startEtcd(etcdBinary), async () => {
+        rmSync(path.join(dir, 'etcd'), { recursive: true, force: true }); // it may hold the old peer URL
+        etcdPorts.client = await nextPort();
+        etcdPorts.peer = await nextPort();
+        cluster.etcdEndpoints[0] = `${pki ? 'https' : 'http'}://${HOST}:${etcdPorts.client}`;
+      });
+      await Promise.all(
+        brokers.map((b) =>
+          retryOnPortClash(again, () => cluster.launch(b), async () => {
+            b.port = await nextPort();
+            b.healthPort = await nextPort();
+            b.address = `${HOST}:${b.port}`;
+          }),
+        ),
+      );
       await cluster.waitFormed();
     } catch (err) {
       await cluster.stop();
