@@ -36,6 +36,11 @@ function idemBatch(topic: string, partition: number, pid: string, epoch: number,
   };
 }
 
+/** A producer id from the broker (INIT_PRODUCER_ID without a transactional id). */
+async function newProducerId(c: Connection): Promise<string> {
+  return parseLine(await c.command('INIT_PRODUCER_ID')).params.get('producerId')!;
+}
+
 async function leo(c: Connection, topic: string, partition: number): Promise<number> {
   const csv = parseLine(await c.command('LIST_OFFSETS', { topic, partition })).params.get('offsets')!;
   return Number(/leo=(\d+)/.exec(csv)![1]);
@@ -56,8 +61,9 @@ describe('idempotent producers', () => {
   });
 
   it('PUBLISH: a duplicate gets the original offset and is not appended; gaps and stale epochs are refused', async () => {
+    const pid = await newProducerId(c);
     const pub = (seqNum: number, epoch = 0, message = `m${seqNum}`) =>
-      c.json<{ offset: number; partition: number }>('PUBLISH', { topic: 'idem', partition: 0, producerId: 'pub-1', epoch, seqNum, message });
+      c.json<{ offset: number; partition: number }>('PUBLISH', { topic: 'idem', partition: 0, producerId: pid, epoch, seqNum, message });
     await c.command('PUBLISH', { topic: 'idem', partition: 0, message: 'plain' });
     const first = await pub(0);
     expect(first).toMatchObject({ partition: 0, offset: 1 });
@@ -66,7 +72,7 @@ describe('idempotent producers', () => {
     expect((await pub(1)).offset).toBe(2);
     expect(await leo(c, 'idem', 0)).toBe(3);
     await expect(pub(3)).rejects.toMatchObject({ code: 'out_of_order_sequence' });
-    await expect(c.command('PUBLISH', { topic: 'idem', partition: 0, producerId: 'pub-1', epoch: 0, message: 'x' })).rejects.toMatchObject({
+    await expect(c.command('PUBLISH', { topic: 'idem', partition: 0, producerId: pid, epoch: 0, message: 'x' })).rejects.toMatchObject({
       code: 'invalid_parameter',
     });
     // a new epoch restarts at 0 and fences the old one
@@ -78,22 +84,23 @@ describe('idempotent producers', () => {
   });
 
   it('batch frames: a retried batch gets the original reply; overlaps, gaps and stale epochs change nothing', async () => {
-    const a = await c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 0, ['a', 'b', 'c']));
-    const b = await c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 3, ['d', 'e']));
+    const pid = await newProducerId(c);
+    const a = await c.produceBatch(idemBatch('idem', 1, pid, 0, 0, ['a', 'b', 'c']));
+    const b = await c.produceBatch(idemBatch('idem', 1, pid, 0, 3, ['d', 'e']));
     expect(a).toEqual({ status: 'OK', partition: 1, base_offset: 0, last_offset: 2, count: 3 });
-    expect(await c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 0, ['a', 'b', 'c']))).toEqual(a);
-    expect(await c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 3, ['d', 'e']))).toEqual(b);
+    expect(await c.produceBatch(idemBatch('idem', 1, pid, 0, 0, ['a', 'b', 'c']))).toEqual(a);
+    expect(await c.produceBatch(idemBatch('idem', 1, pid, 0, 3, ['d', 'e']))).toEqual(b);
     // pipelined duplicates of a new batch: one append, the same reply
-    const [x, y] = await Promise.all([c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 5, ['f'])), c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 5, ['f']))]);
+    const [x, y] = await Promise.all([c.produceBatch(idemBatch('idem', 1, pid, 0, 5, ['f'])), c.produceBatch(idemBatch('idem', 1, pid, 0, 5, ['f']))]);
     expect(y).toEqual(x);
     expect(x.base_offset).toBe(5);
-    await expect(c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 4, ['e', 'f']))).rejects.toMatchObject({ code: 'out_of_order_sequence' });
-    await expect(c.produceBatch(idemBatch('idem', 1, 'bat-1', 0, 9, ['z']))).rejects.toMatchObject({ code: 'out_of_order_sequence' });
-    const bad = idemBatch('idem', 1, 'bat-1', 0, 6, ['g', 'h']);
+    await expect(c.produceBatch(idemBatch('idem', 1, pid, 0, 4, ['e', 'f']))).rejects.toMatchObject({ code: 'out_of_order_sequence' });
+    await expect(c.produceBatch(idemBatch('idem', 1, pid, 0, 9, ['z']))).rejects.toMatchObject({ code: 'out_of_order_sequence' });
+    const bad = idemBatch('idem', 1, pid, 0, 6, ['g', 'h']);
     bad.lastSequence = 9;
     await expect(c.produceBatch(bad)).rejects.toMatchObject({ code: 'invalid_batch' });
-    await c.produceBatch(idemBatch('idem', 1, 'bat-1', 2, 0, ['new-epoch']));
-    await expect(c.produceBatch(idemBatch('idem', 1, 'bat-1', 1, 0, ['old']))).rejects.toMatchObject({ code: 'stale_producer_epoch' });
+    await c.produceBatch(idemBatch('idem', 1, pid, 2, 0, ['new-epoch']));
+    await expect(c.produceBatch(idemBatch('idem', 1, pid, 1, 0, ['old']))).rejects.toMatchObject({ code: 'stale_producer_epoch' });
     expect(await leo(c, 'idem', 1)).toBe(7);
     const recs = (await c.consume({ topic: 'idem', partition: 1, offset: 0, batch: 100 })).records;
     expect(recs.map((r) => r.value.toString())).toEqual(['a', 'b', 'c', 'd', 'e', 'f', 'new-epoch']);
@@ -101,13 +108,33 @@ describe('idempotent producers', () => {
 
   it('keeps the state across a graceful restart', async () => {
     await c.command('CREATE', { topic: 'idem-r', partitions: 1 });
-    const a = await c.produceBatch(idemBatch('idem-r', 0, 'rs-1', 0, 0, ['a', 'b']));
+    const pid = await newProducerId(c);
+    const a = await c.produceBatch(idemBatch('idem-r', 0, pid, 0, 0, ['a', 'b']));
     await broker.restart();
     c = await broker.connect();
-    expect(await c.produceBatch(idemBatch('idem-r', 0, 'rs-1', 0, 0, ['a', 'b']))).toEqual(a);
-    await expect(c.produceBatch(idemBatch('idem-r', 0, 'rs-1', 0, 5, ['x']))).rejects.toMatchObject({ code: 'out_of_order_sequence' });
-    expect((await c.produceBatch(idemBatch('idem-r', 0, 'rs-1', 0, 2, ['c']))).base_offset).toBe(2);
+    expect(await c.produceBatch(idemBatch('idem-r', 0, pid, 0, 0, ['a', 'b']))).toEqual(a);
+    await expect(c.produceBatch(idemBatch('idem-r', 0, pid, 0, 5, ['x']))).rejects.toMatchObject({ code: 'out_of_order_sequence' });
+    expect((await c.produceBatch(idemBatch('idem-r', 0, pid, 0, 2, ['c']))).base_offset).toBe(2);
     expect(await leo(c, 'idem-r', 0)).toBe(3);
+    // Ids are handed out past a restart, never again: the next one is new and accepted.
+    const after = await newProducerId(c);
+    expect(Number(after)).toBeGreaterThan(Number(pid));
+    expect((await c.produceBatch(idemBatch('idem-r', 0, after, 0, 0, ['d']))).base_offset).toBe(3);
+  });
+
+  it('a producer id no broker handed out is refused, on PUBLISH and in batch frames, and nothing is appended', async () => {
+    await c.command('CREATE', { topic: 'idem-forged', partitions: 1 });
+    const issued = await newProducerId(c);
+    // Made up: a UUID as older clients chose, a decimal far past what was reserved, non-canonical forms.
+    for (const forged of ['3f1c2a5e-0000-4000-8000-000000000001', String(Number(issued) + 1_000_000), `0${issued}`, '-1']) {
+      await expect(c.command('PUBLISH', { topic: 'idem-forged', partition: 0, producerId: forged, epoch: 0, seqNum: 0, message: 'x' })).rejects.toMatchObject({
+        code: 'unknown_producer_id',
+      });
+      await expect(c.produceBatch(idemBatch('idem-forged', 0, forged, 0, 0, ['y']))).rejects.toMatchObject({ code: 'unknown_producer_id' });
+    }
+    expect(await leo(c, 'idem-forged', 0)).toBe(0);
+    expect((await c.produceBatch(idemBatch('idem-forged', 0, issued, 0, 0, ['z']))).base_offset).toBe(0);
+    expect((await broker.health('/live')).status).toBe(200);
   });
 });
 

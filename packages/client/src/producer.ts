@@ -4,7 +4,6 @@
  * and their wire records: producer-messages.ts; batching: record-accumulator.ts; buffer memory and send
  * order: producer-buffer.ts; sending, retries and idempotent numbering: producer-sender.ts.
  */
-import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
@@ -137,8 +136,9 @@ class SendResult implements RecordSink {
  */
 export class Producer extends TypedEmitter<ProducerEvents> {
   readonly options: ResolvedProducerOptions;
-  /** Idempotent producers: this producer's id (a random UUID); '' otherwise. */
-  readonly producerId: string;
+  /** Idempotent producers: the id INIT_PRODUCER_ID gave, before the first record was queued. */
+  private idempotentId = '';
+  private idempotentInit: Promise<void> | undefined;
   private readonly cluster: Cluster;
   private readonly accumulator: RecordAccumulator;
   private readonly sender: ProducerSender;
@@ -163,13 +163,11 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     super();
     validateProducerOptions(options);
     this.options = resolveProducerOptions(options);
-    this.producerId = this.options.idempotent ? randomUUID() : '';
     this.cluster = clientCluster({ ...options, stallTimeoutMs: this.options.stallTimeoutMs }, (e) => this.emit(e.type, e));
     this.accumulator = new RecordAccumulator({
       maxBatchBytes: this.options.maxBatchBytes,
       maxBatchRecords: this.options.maxBatchRecords,
       acks: this.options.acks === 0 ? '0' : this.options.acks === 1 ? '1' : 'all',
-      producerId: this.producerId,
     });
     this.sender = new ProducerSender({
       cluster: this.cluster,
@@ -185,6 +183,29 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       for (const q of this.accumulator.closeAll()) this.sender.pump(q);
     });
     setMaxListeners(0, this.root.signal);
+  }
+
+  /** Idempotent producers: this producer's id, from a broker's INIT_PRODUCER_ID at the first send; '' until then and otherwise. */
+  get producerId(): string {
+    return this.idempotentId;
+  }
+
+  /** An idempotent producer's id, once: every send waits for it before its first record is queued. */
+  private initIdempotence(signal: AbortSignal | undefined): Promise<void> {
+    if (!this.idempotentInit) {
+      // Shared by concurrent sends: it stops only with the producer, and each send stops waiting on its own signal.
+      const init = this.cluster.lookup('INIT_PRODUCER_ID', {}, this.root.signal).then((reply) => {
+        const id = parseLine(reply).params.get('producerId');
+        if (!id) throw new TributaryError('internal_error', { reason: `INIT_PRODUCER_ID answered without a producer id: ${reply}` });
+        this.accumulator.setProducerId(id);
+        this.idempotentId = id;
+      });
+      this.idempotentInit = init;
+      init.catch(() => {
+        if (this.idempotentInit === init) this.idempotentInit = undefined;
+      });
+    }
+    return signal ? untilAborted(this.idempotentInit, signal) : this.idempotentInit;
   }
 
   get state(): ProducerState {
@@ -319,7 +340,8 @@ export class Producer extends TypedEmitter<ProducerEvents> {
 
     const result = new SendResult(n);
     const known = this.partitionCounts.get(topic);
-    if (!this.buffer.admitting && known !== undefined && this.buffer.bytes + total <= this.options.maxBufferedBytes) {
+    const ready = known !== undefined && (this.idempotentId !== '' || !this.options.idempotent);
+    if (!this.buffer.admitting && ready && this.buffer.bytes + total <= this.options.maxBufferedBytes) {
       // Fast path: nobody is queuing, the topic is known and there is room: encode everything into its batches now.
       this.checkPartitions(topic, messages, known);
       this.buffer.hold(total);
@@ -338,6 +360,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   private async enqueueSlowly(topic: string, messages: ProducerMessage[], sizes: number[], total: number, result: SendResult, signal: AbortSignal | undefined): Promise<RecordMetadata[]> {
     await this.buffer.enterAdmission(signal);
     try {
+      if (this.options.idempotent && this.idempotentId === '') await this.initIdempotence(signal);
       const partitions = await this.partitionCount(topic, signal);
       this.checkPartitions(topic, messages, partitions);
       if (this.root.signal.aborted) throw new TributaryError('client_closed');

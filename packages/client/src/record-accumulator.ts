@@ -160,12 +160,12 @@ export class RecordAccumulator {
   private readonly queues: PartitionQueue[] = [];
 
   private readonly acks: Acks;
-  private readonly producerId: Buffer;
+  private producerId: Buffer;
   /**
    * The largest frame a batch reaches unless a single record is larger than maxBatchBytes: maxBatchBytes
    * (which counts no producer ids) plus a producer id per record. Buffers grow up to it; size hints stay below it.
    */
-  private readonly frameLimit: number;
+  private frameLimit = 0;
   private readonly spare: Buffer[] = [];
   private spareBytes = 0;
   /** The latest batch size (sent, or grown to), for partitions that have sent none. */
@@ -179,8 +179,15 @@ export class RecordAccumulator {
     this.maxBatchBytes = limits.maxBatchBytes;
     this.maxBatchRecords = Math.min(limits.maxBatchRecords, 0x3fffffff);
     this.acks = limits.acks ?? 'all';
-    this.producerId = Buffer.from(limits.producerId ?? '', 'utf8');
-    this.frameLimit = 4 + limits.maxBatchBytes + (Math.floor(limits.maxBatchBytes / RECORD_BASE_BYTES) + 1) * this.producerId.length;
+    this.producerId = Buffer.alloc(0);
+    this.setProducerId(limits.producerId ?? '');
+  }
+
+  /** The producer id of every batch from now on (an idempotent producer learns it before its first record). */
+  setProducerId(id: string): void {
+    if (this.queues.some((q) => q.batches.length > 0)) throw new Error('the producer id is set before any record is queued');
+    this.producerId = Buffer.from(id, 'utf8');
+    this.frameLimit = 4 + this.maxBatchBytes + (Math.floor(this.maxBatchBytes / RECORD_BASE_BYTES) + 1) * this.producerId.length;
   }
 
   queue(topic: string, partition: number): PartitionQueue {

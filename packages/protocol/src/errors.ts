@@ -55,6 +55,7 @@ export const ERROR_CODES = {
   OFFSET_OUT_OF_RANGE: { class: 'validation', retryable: false, description: 'offset below the earliest retained or above the end of the log' },
   out_of_order_sequence: { class: 'conflict', retryable: false, description: 'idempotent producer skipped a sequence number' },
   stale_producer_epoch: { class: 'fencing', retryable: false, description: 'a newer epoch of this producer exists' },
+  unknown_producer_id: { class: 'validation', retryable: false, description: 'the producer id was not handed out by INIT_PRODUCER_ID' },
   NOT_LEADER: { class: 'routing', retryable: true, description: 'this broker does not lead the partition; LEADER_IS names the leader' },
   FENCED_LEADER_EPOCH: { class: 'routing', retryable: true, description: 'the request names another leader epoch than the partition leader has; refresh metadata' },
   NOT_ENOUGH_REPLICAS: { class: 'availability', retryable: true, description: 'fewer in-sync replicas than min_insync_replicas' },

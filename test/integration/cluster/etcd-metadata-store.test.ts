@@ -154,9 +154,12 @@ describe('EtcdMetadataStore', () => {
   it('reserves producer id ranges that never overlap, across stores racing and a reopen', async () => {
     const prefix = uniquePrefix('pids');
     const [a, b] = [await openStore(prefix), await openStore(prefix)];
+    expect(await b.reservedProducerIds()).toBe(0);
     // Interleaved compare-and-sets: some lose and retry, none may hand out a range twice.
     const firsts = await Promise.all(Array.from({ length: 12 }, (_, i) => (i % 2 === 0 ? a : b).reserveProducerIds(100)));
     expect([...firsts].sort((x, y) => x - y)).toEqual(Array.from({ length: 12 }, (_, i) => i * 100));
+    // What either reserved, the other sees as reserved (a broker checks a client's producer id against it).
+    expect(await b.reservedProducerIds()).toBe(1200);
     await a.close();
     const c = await openStore(prefix);
     expect(await c.reserveProducerIds(5)).toBe(1200);

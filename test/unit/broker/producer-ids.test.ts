@@ -26,6 +26,23 @@ class FakeStore {
     this.next += count;
     return first;
   }
+  reads = 0;
+  /** Holds a read's answer (the bound as it was when the read began) until opened. */
+  readGate: Promise<void> = Promise.resolve();
+  async reservedProducerIds(): Promise<number> {
+    this.reads++;
+    const bound = this.next;
+    await this.readGate;
+    return bound;
+  }
+}
+
+function gate(): { promise: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const promise = new Promise<void>((r) => {
+    open = r;
+  });
+  return { promise, open };
 }
 
 describe('ProducerIdAllocator', () => {
@@ -62,6 +79,67 @@ describe('ProducerIdAllocator', () => {
   });
 });
 
+describe('ProducerIdAllocator.issued', () => {
+  it('knows its own ids at once and refuses what is not a canonical decimal id', async () => {
+    const store = new FakeStore();
+    const ids = new ProducerIdAllocator(store, 10);
+    const mine = await ids.allocate();
+    expect(ids.issued(mine)).toBe(true);
+    expect(ids.issued('9')).toBe(true); // the rest of its block went to no one else, but it is reserved
+    for (const bad of ['', 'p-1', '01', '-1', '1.5', ' 1', '1e3', 'ffffffff-ffff', '12345678901234567']) expect(ids.issued(bad)).toBe(false);
+    expect(store.reads).toBe(0);
+  });
+
+  it("an id another broker reserved is looked up in the store once, then known", async () => {
+    const store = new FakeStore();
+    const other = new ProducerIdAllocator(store, 10);
+    const mine = new ProducerIdAllocator(store, 10);
+    await mine.allocate(); // 0..9
+    const theirs = await other.allocate(); // 10
+    const answer = mine.issued(theirs);
+    expect(answer).toBeInstanceOf(Promise);
+    expect(await answer).toBe(true);
+    expect(mine.issued('19')).toBe(true);
+    expect(store.reads).toBe(1);
+    expect(await mine.issued('20')).toBe(false);
+  });
+
+  it('a read that began before the question cannot refuse it: the id may have been reserved after it', async () => {
+    const store = new FakeStore();
+    const mine = new ProducerIdAllocator(store, 10);
+    await mine.allocate(); // 0..9
+    const first = gate();
+    store.readGate = first.promise;
+    const early = mine.issued('15'); // starts a read of the bound as it is now: 10
+    await Promise.resolve();
+    const other = new ProducerIdAllocator(store, 10);
+    expect(await other.allocate()).toBe('10'); // 10..19, reserved while that read is out
+    store.readGate = Promise.resolve();
+    const late = mine.issued('15'); // asked after the read began
+    first.open();
+    // The early question's read answered 10: it started after that question, so the "no" stands for it;
+    // the late question needs a read of its own, which sees 20.
+    expect(await early).toBe(false);
+    expect(await late).toBe(true);
+    expect(store.reads).toBe(2);
+  });
+
+  it('a failed read fails the question (the caller answers retriably) and the next one reads again', async () => {
+    const store = new FakeStore();
+    const mine = new ProducerIdAllocator(store, 10);
+    let fail = true;
+    store.reservedProducerIds = async () => {
+      store.reads++;
+      if (fail) throw new Error('etcd unreachable');
+      return 30;
+    };
+    await expect(mine.issued('25')).rejects.toThrow('etcd unreachable');
+    fail = false;
+    expect(await mine.issued('25')).toBe(true);
+    expect(store.reads).toBe(2);
+  });
+});
+
 describe('LocalMetadataStore.reserveProducerIds', () => {
   let dir: string;
   beforeEach(async () => {
@@ -79,6 +157,7 @@ describe('LocalMetadataStore.reserveProducerIds', () => {
     await a.close();
     const b = new LocalMetadataStore(dir);
     await b.open();
+    expect(await b.reservedProducerIds()).toBe(2000); // what was reserved before the reopen stays reserved
     expect(await b.reserveProducerIds(10)).toBe(2000);
     expect(b.getTopic('t')?.partitions).toBe(2);
     // A topic change after a reservation keeps the reservation.

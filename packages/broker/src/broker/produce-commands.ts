@@ -26,6 +26,23 @@ function idempotenceParams(p: Params): { producerId: string; epoch: number; seqN
   return { producerId, epoch, seqNum };
 }
 
+function unknownProducer(producerId: string): TributaryError {
+  return new TributaryError('unknown_producer_id', { producerId, reason: 'idempotent producers take their id from INIT_PRODUCER_ID' });
+}
+
+/**
+ * An idempotent producer's id must be one a broker handed out (ProducerIdAllocator.issued): undefined
+ * when it is, unknown_producer_id when it is not, and the answer to come when that takes a read of the
+ * store. Requests of one producer that wait wait on the same reads, in arrival order, so their appends
+ * keep their order.
+ */
+function checkIssued(b: BrokerContext, producerId: string): Promise<boolean> | undefined {
+  const known = b.producerIds.issued(producerId);
+  if (known === true) return undefined;
+  if (known === false) throw unknownProducer(producerId);
+  return known;
+}
+
 /** The idempotent fields of a decoded batch, validated (one producer id and epoch, lastSequence = first + count - 1). */
 function batchIdempotence(batch: Batch): { producerId: string; epoch: number; firstSequence: number; lastSequence: number } {
   const records = batch.records;
@@ -114,6 +131,8 @@ async function publish(b: BrokerContext, c: ConnectionContext, p: Params): Promi
   const acks = p.oneOf('acks', ['0', '1', 'all', '-1'] as const) ?? '1';
   const idem = idempotenceParams(p);
   const message = p.str('message', { required: true, allowEmpty: true }) as string;
+  const issued = idem && checkIssued(b, idem.producerId);
+  if (issued && !(await issued)) throw unknownProducer(idem.producerId);
   const key = keyStr ? Buffer.from(keyStr, 'utf8') : null;
   const value = Buffer.from(message, 'utf8');
   checkRecordSize(b, value.length + (key?.length ?? 0));
@@ -149,7 +168,14 @@ export async function produceBatch(b: BrokerContext, c: ConnectionContext, body:
   const handled = performance.now();
   // The synchronous part keeps the decoded batch in its own frame, so the records are not held here while
   // the append waits for the fsync (only the log holds them, and only until they are written).
-  const { partition, appended, count, acks, topic, epoch } = startAppend(b, c, body);
+  let started = startAppend(b, c, body, false);
+  if ('issued' in started) {
+    // A producer id this broker has not seen handed out: decided by a read of the store, then the append.
+    if (!(await started.issued)) throw unknownProducer(started.producerId);
+    started = startAppend(b, c, body, true);
+    if ('issued' in started) throw new TributaryError('internal_error', { reason: 'producer id checked twice' });
+  }
+  const { partition, appended, count, acks, topic, epoch } = started;
   if (acks === '0') {
     appended.catch((err) => b.logger.warn({ err, topic }, 'acks=0 append failed'));
     return 'OK';
@@ -158,11 +184,10 @@ export async function produceBatch(b: BrokerContext, c: ConnectionContext, body:
   return JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count });
 }
 
-function startAppend(
-  b: BrokerContext,
-  c: ConnectionContext,
-  body: Buffer,
-): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string; epoch: number | undefined } {
+type StartedAppend = { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string; epoch: number | undefined };
+
+/** `checked`: the batch's producer id is known to be issued. Else, when that takes a read of the store, nothing is appended and the read comes back. */
+function startAppend(b: BrokerContext, c: ConnectionContext, body: Buffer, checked: boolean): StartedAppend | { issued: Promise<boolean>; producerId: string } {
   const ext = c.features.has('record_extensions_v1');
   // Fast path: validate without a record object per record, and encode the log's records straight from
   // the wire bytes (the same stored bytes as the records below would give). Header keys that are not
@@ -179,6 +204,10 @@ function startAppend(
   const n = records.length;
   if (n === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
   const idem = batch.idempotent ? batchIdempotence(batch) : undefined;
+  if (idem && !checked) {
+    const issued = checkIssued(b, idem.producerId);
+    if (issued) return { issued, producerId: idem.producerId };
+  }
   // The decoded records go to the log as they are (a BatchRecord is a RecordInput), without copying:
   // - only key, value, timestamp and headers come from the producer; the other fields are reset to the
   //   log's defaults here (the same values the log uses when a RecordInput leaves them out);
@@ -216,10 +245,7 @@ function startAppend(
 }
 
 /** startAppend for a batch scanBatch validated: the same checks, in the same order, with the same errors. */
-function startWireAppend(
-  b: BrokerContext,
-  batch: ScannedBatch,
-): { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string; epoch: number | undefined } {
+function startWireAppend(b: BrokerContext, batch: ScannedBatch): StartedAppend {
   const topic = b.topics.get(batch.topic);
   refuseInternal(topic.name);
   const n = batch.count;

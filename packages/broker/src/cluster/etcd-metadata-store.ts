@@ -192,17 +192,27 @@ export class EtcdMetadataStore implements MetadataStore {
    * compare-and-set on its revision (created when absent), so two brokers never get the same range.
    */
   async reserveProducerIds(count: number): Promise<number> {
-    const key = `${this.prefix}producer-ids`;
     for (let attempt = 0; attempt < RESERVE_ATTEMPTS; attempt++) {
-      const kv = await withMetadataErrors('reserve_producer_ids', async () => (await this.client.get(key).exec()).kvs[0]);
-      const first = kv ? Number(kv.value.toString('utf8')) : 0;
-      if (!Number.isSafeInteger(first) || first < 0) throw new TributaryError('metadata_unavailable', { operation: 'reserve_producer_ids', reason: `bad value at ${key}` });
+      const { kv, first } = await this.producerIdsKv('reserve_producer_ids');
       checkReservation(first, count);
+      const key = `${this.prefix}producer-ids`;
       const guard = kv ? this.client.if(key, 'Mod', '==', Number(kv.mod_revision)) : this.client.if(key, 'Create', '==', 0);
       const res = await withMetadataErrors('reserve_producer_ids', () => guard.then(this.client.put(key).value(String(first + count))).commit());
       if (res.succeeded) return first;
     }
     throw new TributaryError('metadata_unavailable', { operation: 'reserve_producer_ids', reason: 'concurrent changes' });
+  }
+
+  async reservedProducerIds(): Promise<number> {
+    return (await this.producerIdsKv('reserved_producer_ids')).first;
+  }
+
+  private async producerIdsKv(operation: string): Promise<{ kv: IKeyValue | undefined; first: number }> {
+    const key = `${this.prefix}producer-ids`;
+    const kv = await withMetadataErrors(operation, async () => (await this.client.get(key).exec()).kvs[0]);
+    const first = kv ? Number(kv.value.toString('utf8')) : 0;
+    if (!Number.isSafeInteger(first) || first < 0) throw new TributaryError('metadata_unavailable', { operation, reason: `bad value at ${key}` });
+    return { kv, first };
   }
 
   async close(): Promise<void> {

@@ -47,6 +47,8 @@ export interface MetadataStore {
    * "Producer ids").
    */
   reserveProducerIds(count: number): Promise<number>;
+  /** The first producer id no broker has reserved yet: every id below it was handed to some broker. */
+  reservedProducerIds(): Promise<number>;
   close(): Promise<void>;
   /** 'topic-created' / 'topic-deleted' / 'topic-updated' events, for watchers (cluster mode pushes remote changes here). */
   readonly events: EventEmitter;
@@ -172,6 +174,10 @@ export class LocalMetadataStore implements MetadataStore {
       this.nextProducerId = first + count;
       return first;
     });
+  }
+
+  async reservedProducerIds(): Promise<number> {
+    return this.nextProducerId;
   }
 
   async close(): Promise<void> {

@@ -146,6 +146,7 @@ export const TRIBUTARY_TO_KAFKA: Partial<Record<ErrorCode, KafkaErrorName>> = {
   OFFSET_OUT_OF_RANGE: 'OFFSET_OUT_OF_RANGE',
   out_of_order_sequence: 'OUT_OF_ORDER_SEQUENCE_NUMBER',
   stale_producer_epoch: 'INVALID_PRODUCER_EPOCH',
+  unknown_producer_id: 'UNKNOWN_PRODUCER_ID',
   invalid_producer_epoch: 'INVALID_PRODUCER_EPOCH',
   producer_fenced: 'PRODUCER_FENCED',
   NOT_LEADER: 'NOT_LEADER_OR_FOLLOWER',
