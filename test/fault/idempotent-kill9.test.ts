@@ -10,6 +10,9 @@ import { BrokerProcess } from '../helpers/launcher.js';
 
 const BASE_ARGS = ['--offsets-topic-partitions', '1', '--flush', 'always'];
 
+/** The producer id INIT_PRODUCER_ID gave this file's producer (before its first batch). */
+let pid = '';
+
 function idemBatch(first: number, values: string[], epoch = 0): Batch {
   return {
     topic: 'k9i',
@@ -21,7 +24,7 @@ function idemBatch(first: number, values: string[], epoch = 0): Batch {
     records: values.map((v, i) => ({
       offset: 0,
       sequence: first + i,
-      producerId: 'k9-producer',
+      producerId: pid,
       key: null,
       epoch,
       value: Buffer.from(v),
@@ -43,6 +46,7 @@ describe('idempotent producer state across kill -9', () => {
     broker = await BrokerProcess.start({ args: BASE_ARGS });
     let c = await broker.connect();
     await c.command('CREATE', { topic: 'k9i', partitions: 1 });
+    pid = parseLine(await c.command('INIT_PRODUCER_ID')).params.get('producerId')!;
     await c.command('PUBLISH', { topic: 'k9i', partition: 0, message: 'plain' });
     const a = await c.produceBatch(idemBatch(0, ['a', 'b', 'c']));
     const b = await c.produceBatch(idemBatch(3, ['d']));

@@ -190,7 +190,9 @@ describe('SDK producer with idempotent: true', () => {
     let retries = 0;
     p.on('retry', () => retries++);
     try {
+      expect(p.producerId).toBe(''); // asked for at the first send
       await p.send({ topic: 'sdk-idem', messages: [{ value: 'warm-up' }] });
+      expect(p.producerId).toMatch(/^(0|[1-9][0-9]*)$/);
       dropNextBatch = 1;
       const meta = await p.send({ topic: 'sdk-idem', messages: [{ value: 'one' }, { value: 'two' }, { value: 'three' }] });
       expect(meta.map((m) => m.offset)).toEqual([1, 2, 3]);
