@@ -122,7 +122,7 @@ describe('idempotent producers', () => {
     expect((await c.produceBatch(idemBatch('idem-r', 0, after, 0, 0, ['d']))).base_offset).toBe(3);
   });
 
-  it('a producer id no broker handed out is refused, on PUBLISH and in batch frames, and nothing is appended', async () => {
+  it('a producer id no broker handed out, or an epoch past 16 bits, is refused on PUBLISH and in batch frames, and nothing is appended', async () => {
     await c.command('CREATE', { topic: 'idem-forged', partitions: 1 });
     const issued = await newProducerId(c);
     // Made up: a UUID as older clients chose, a decimal far past what was reserved, non-canonical forms.
@@ -132,6 +132,11 @@ describe('idempotent producers', () => {
       });
       await expect(c.produceBatch(idemBatch('idem-forged', 0, forged, 0, 0, ['y']))).rejects.toMatchObject({ code: 'unknown_producer_id' });
     }
+    // Epochs are 16-bit.
+    await expect(c.command('PUBLISH', { topic: 'idem-forged', partition: 0, producerId: issued, epoch: 32_768, seqNum: 0, message: 'x' })).rejects.toMatchObject({
+      code: 'invalid_parameter',
+    });
+    await expect(c.produceBatch(idemBatch('idem-forged', 0, issued, 32_768, 0, ['y']))).rejects.toMatchObject({ code: 'invalid_batch' });
     expect(await leo(c, 'idem-forged', 0)).toBe(0);
     expect((await c.produceBatch(idemBatch('idem-forged', 0, issued, 0, 0, ['z']))).base_offset).toBe(0);
     expect((await broker.health('/live')).status).toBe(200);

@@ -42,6 +42,12 @@ export interface LogRecord {
   attributes: number;
 }
 
+/**
+ * The largest producer epoch. Epochs are 16-bit, as in a Kafka RecordBatch v2 header: a transactional id
+ * whose epoch would pass it gets a new producer id at epoch 0 instead (docs/protocol.md, "Transactions").
+ */
+export const MAX_PRODUCER_EPOCH = 32_767;
+
 /** Control record (transaction marker) value: [version u8 = CONTROL_RECORD_VERSION, type u8 (ControlType)]. */
 export const CONTROL_RECORD_VERSION = 0;
 

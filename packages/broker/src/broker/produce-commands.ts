@@ -1,6 +1,6 @@
 /** Producing: PUBLISH and binary batch frames, and the leader and acknowledgement gates every append passes. */
 import { type Acks, type Batch, type ScannedBatch, decodeBatch, scanBatch } from 'tributary-protocol/batch.js';
-import type { RecordHeader } from 'tributary-protocol/record.js';
+import { MAX_PRODUCER_EPOCH, type RecordHeader } from 'tributary-protocol/record.js';
 import type { Params } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, leaderAddress } from './command-context.js';
@@ -21,7 +21,7 @@ function idempotenceParams(p: Params): { producerId: string; epoch: number; seqN
   }
   const producerId = p.reqStr('producerId', { maxLength: MAX_PRODUCER_ID_BYTES });
   if (Buffer.byteLength(producerId, 'utf8') > MAX_PRODUCER_ID_BYTES) throw invalidParam('producerId', `at most ${MAX_PRODUCER_ID_BYTES} bytes`);
-  const epoch = p.reqInt('epoch', { min: 0, max: 2 ** 31 - 1 });
+  const epoch = p.reqInt('epoch', { min: 0, max: MAX_PRODUCER_EPOCH });
   const seqNum = p.reqInt('seqNum', { min: 0 });
   return { producerId, epoch, seqNum };
 }
@@ -51,7 +51,7 @@ function batchIdempotence(batch: Batch): { producerId: string; epoch: number; fi
   const epoch = first.epoch;
   if (producerId === '') throw new TributaryError('invalid_batch', { reason: 'idempotent batch without a producer id' });
   if (Buffer.byteLength(producerId, 'utf8') > MAX_PRODUCER_ID_BYTES) throw new TributaryError('invalid_batch', { reason: `producer id longer than ${MAX_PRODUCER_ID_BYTES} bytes` });
-  if (!Number.isSafeInteger(epoch) || epoch < 0 || epoch > 2 ** 31 - 1) throw new TributaryError('invalid_batch', { reason: 'idempotent batch with an invalid epoch' });
+  if (!Number.isSafeInteger(epoch) || epoch < 0 || epoch > MAX_PRODUCER_EPOCH) throw new TributaryError('invalid_batch', { reason: `producer epoch must be 0..${MAX_PRODUCER_EPOCH}` });
   for (const r of records) {
     if (r.producerId !== producerId || r.epoch !== epoch) throw new TributaryError('invalid_batch', { reason: 'records of an idempotent batch must share one producer id and epoch' });
   }

@@ -1,7 +1,7 @@
 import { type BatchTxn, decodeBatch } from 'tributary-protocol/batch.js';
 import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
-import type { RecordHeader, RecordInput } from 'tributary-protocol/record.js';
+import { MAX_PRODUCER_EPOCH, type RecordHeader, type RecordInput } from 'tributary-protocol/record.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
 import { checkRecordSize, countIn, leaderGate, refuseInternal, replicated } from './produce-commands.js';
 import { appendNext } from '../txn/txn-targets.js';
@@ -10,7 +10,7 @@ import { parseBatchEntries } from './group-commands.js';
 import type { TxnPublishResult } from '../txn/txn-entry.js';
 
 const MAX_ID = 100_000;
-const EPOCH = { min: 0, max: 2 ** 31 - 1 };
+const EPOCH = { min: 0, max: MAX_PRODUCER_EPOCH };
 
 function txnId(p: Params): string {
   return p.reqStr('transactional_id', { maxLength: 255 });
@@ -201,7 +201,7 @@ function checkTxnSection(txn: BatchTxn): void {
   const pidBytes = Buffer.byteLength(txn.producerId, 'utf8');
   if (idBytes > 255) throw new TributaryError('invalid_batch', { reason: 'transactional id longer than 255 bytes' });
   if (pidBytes === 0 || pidBytes > 255) throw new TributaryError('invalid_batch', { reason: 'producer id must be 1-255 bytes' });
-  if (txn.epoch < 0) throw new TributaryError('invalid_batch', { reason: 'negative producer epoch' });
+  if (txn.epoch < 0 || txn.epoch > MAX_PRODUCER_EPOCH) throw new TributaryError('invalid_batch', { reason: `producer epoch must be 0..${MAX_PRODUCER_EPOCH}` });
   if (txn.coordinatorPartition < -1 || txn.coordinatorEpoch < -1) throw new TributaryError('invalid_batch', { reason: 'coordinator partition and epoch are -1 or more' });
 }
 

@@ -1,5 +1,6 @@
 import type { Clock, ClockTimer } from '../common/clock.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
+import { MAX_PRODUCER_EPOCH } from 'tributary-protocol/record.js';
 import type { TxnMetadata, TxnOffset, TxnState } from './txn-log.js';
 
 /**
@@ -21,7 +22,6 @@ export const STATUS: Record<TxnState, TxnStatusState> = {
   aborted: 'aborted',
 };
 
-const MAX_EPOCH = 2 ** 31 - 1;
 export const RECOVERED = 'the transaction was open when its coordinator restarted or moved: it can only be aborted, and is';
 
 export interface TxnPublishResult {
@@ -84,7 +84,7 @@ export interface ProducerIds {
 
 /** The next epoch; at the end of the range, a new producer id starts over at 0. */
 export async function bumpEpoch(m: TxnMetadata, ids: ProducerIds): Promise<void> {
-  if (m.epoch >= MAX_EPOCH) {
+  if (m.epoch >= MAX_PRODUCER_EPOCH) {
     m.producerId = await ids.allocate();
     m.epoch = 0;
   } else {
