@@ -31,6 +31,8 @@ export class BrokerProcess {
   proc: ChildProcess | undefined;
   port = 0;
   healthPort = 0;
+  /** The Kafka listener's port (`--kafka-port`), 0 when there is none. */
+  kafkaPort = 0;
   stderr = '';
   stdout = '';
   private exited: Promise<number | null> = Promise.resolve(null);
@@ -80,6 +82,7 @@ export class BrokerProcess {
         if (m) {
           this.port = Number(m[1]);
           this.healthPort = Number(m[2]);
+          this.kafkaPort = Number(/Kafka protocol on [^:\s]+:(\d+)/.exec(this.stdout)?.[1] ?? 0);
           clearTimeout(timer);
           resolve();
         }

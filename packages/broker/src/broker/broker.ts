@@ -28,6 +28,7 @@ import { PgOffsetStore } from '../coordinator/pg-offset-store.js';
 import { TransactionCoordinator } from '../txn/txn-coordinator.js';
 import { ClusterNode } from '../cluster/cluster-node.js';
 import { peerTls } from '../cluster/cluster-tls.js';
+import { KafkaListener } from '../kafka/listener.js';
 import { registerClusterMetrics } from '../cluster/cluster-metrics.js';
 import type { Replica } from '../cluster/replica-manager.js';
 import { leaderGate, replicated } from './produce-commands.js';
@@ -37,6 +38,18 @@ import { ClusterTxnTargets } from '../cluster/cluster-txn-targets.js';
 import { MemberLeases } from '../cluster/member-leases.js';
 
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
+
+/**
+ * The Kafka listener of a standalone broker without authentication or TLS: what it does not do yet is
+ * refused at startup rather than served insecurely (docs/kafka.md, "Not supported yet").
+ */
+function kafkaListener(b: Broker, c: BrokerConfig): KafkaListener {
+  const refuse = (why: string) => new Error(`invalid config: the Kafka listener (kafkaPort) ${why}`);
+  if (c.cluster) throw refuse('runs on a standalone broker only in this version');
+  if (c.authentication) throw refuse('has no SASL yet: it cannot be enabled with authentication');
+  if (c.tlsCert !== undefined) throw refuse('has no TLS yet: it cannot be enabled beside a TLS listener');
+  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port: c.kafkaPort!, advertisedHost: c.kafkaAdvertisedHost });
+}
 
 function listen(server: net.Server | http.Server, port: number, host: string): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -65,6 +78,8 @@ export class Broker implements BrokerContext {
   /** Aborts the recovery's waits (an unreachable offset store) at stop() or the startup timeout. */
   private readonly startAbort = new AbortController();
   private readonly server: net.Server;
+  /** The Kafka-protocol listener (--kafka-port), started once the broker is ready. */
+  readonly kafka: KafkaListener | undefined;
   readonly security: Security;
   private readonly perAddress: AddressLimiter;
   private readonly health: http.Server;
@@ -134,6 +149,7 @@ export class Broker implements BrokerContext {
       config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs, idExpirationMs: config.transactionalIdExpirationMs },
     });
     this.security = new Security(config, logger.child({ component: 'security' }), this.cluster?.tls);
+    this.kafka = config.kafkaPort === undefined ? undefined : kafkaListener(this, config);
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
     this.server = this.createServer();
     let self: ReturnType<typeof selfConnection> | undefined;
@@ -202,8 +218,9 @@ export class Broker implements BrokerContext {
     } finally {
       clearTimeout(timer);
     }
+    if (this.kafka) await this.kafka.start();
     this.state = 'ready';
-    this.logger.info({ port: this.boundPort, healthPort: this.boundHealthPort, dataDir: this.config.dataDir, recoveryMs: Date.now() - t0, topics: this.topics.list().length }, 'broker ready');
+    this.logger.info({ port: this.boundPort, healthPort: this.boundHealthPort, kafkaPort: this.kafka?.port, dataDir: this.config.dataDir, recoveryMs: Date.now() - t0, topics: this.topics.list().length }, 'broker ready');
   }
 
   /** Recovery, step by step; each step says what the broker is doing while it is not ready. */
@@ -432,6 +449,7 @@ export class Broker implements BrokerContext {
     this.state = 'stopping';
     this.logger.info({ reason }, 'broker stopping');
     await this.apiClients.close();
+    await this.kafka?.stop(this.config.shutdownTimeoutMs);
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.topics.beginClose();
     const drain = Promise.all([...this.connections].map((c) => c.shutdown()));

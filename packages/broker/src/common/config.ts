@@ -26,6 +26,12 @@ export const brokerConfigSchema = z
     /** Address clients are told to use (METADATA, FIND_COORDINATOR); defaults to host:port. */
     advertisedHost: z.string().min(1).optional(),
     advertisedPort: z.number().int().min(1).max(65535).optional(),
+    /** A second listener speaking the Kafka protocol (docs/kafka.md); off unless a port is given (0: any free port). */
+    kafkaPort: z.number().int().min(0).max(65535).optional(),
+    /** Where the Kafka listener binds; `host` when absent. */
+    kafkaHost: z.string().min(1).optional(),
+    /** The host Kafka clients are told to use (Metadata); the Kafka listener's host when absent. */
+    kafkaAdvertisedHost: z.string().min(1).optional(),
     brokerId: z.number().int().min(0).default(0),
     dataDir: z.string().min(1).default('./data'),
     logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),

@@ -1,0 +1,117 @@
+/**
+ * Fetch (v4+): records from the partition log re-encoded as one RecordBatch v2 per partition (stored
+ * records are not RecordBatch v2 yet; docs/kafka.md). read_committed reads up to the last stable offset
+ * without aborted records and markers, so no aborted-transaction list is needed; read_uncommitted reads up
+ * to the high watermark, markers left out (clients skip control batches anyway). Offsets keep their gaps
+ * (offset deltas), as compaction leaves them in Kafka. No fetch sessions: every response is a full one
+ * (session id 0), which clients accept. When nothing is ready the request waits up to maxWaitMs for any of
+ * its partitions.
+ */
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
+import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
+import type { Isolation } from '../../partition/partition-types.js';
+import type { Partition } from '../../partition/partition.js';
+import { apiByKey } from '../protocol/apis.js';
+import { Fetch } from '../protocol/messages/fetch.js';
+import type { KafkaStruct } from '../protocol/schema.js';
+import type { KafkaRequestContext } from '../context.js';
+import { errorCodeOf, handler } from './handler.js';
+import { isUserTopic } from './metadata.js';
+
+const EMPTY: Buffer = Buffer.alloc(0);
+/** Records per partition per response: a bound besides the byte limits. */
+const MAX_RECORDS = 10_000;
+
+interface Wanted {
+  topic: string;
+  partition: number;
+  offset: number;
+  maxBytes: number;
+  /** Undefined when the topic or partition does not exist here. */
+  log: Partition | undefined;
+}
+
+/** LogRecords (ascending offsets, maybe with gaps) as one batch; markers are left out. */
+export function asRecordBatch(records: readonly LogRecord[]): Buffer {
+  const data = records.filter((r) => (r.attributes & RecordAttr.CONTROL) === 0);
+  if (data.length === 0) return EMPTY;
+  const base = data[0]!.offset;
+  return encodeRecordBatch({
+    baseOffset: base,
+    partitionLeaderEpoch: 0,
+    records: data.map((r) => ({ key: r.key, value: r.value, headers: r.headers, timestamp: r.timestamp, offsetDelta: r.offset - base })),
+    lastOffsetDelta: records[records.length - 1]!.offset - base,
+  });
+}
+
+function partitionOf(ctx: KafkaRequestContext, topic: string, partition: number): Partition | undefined {
+  if (!isUserTopic(topic)) return undefined;
+  return ctx.broker.topics.tryGet(topic)?.partitions[partition];
+}
+
+async function readOne(w: Wanted, isolation: Isolation, budget: { bytes: number }): Promise<KafkaStruct> {
+  const base = { partitionIndex: w.partition, preferredReadReplica: -1, abortedTransactions: isolation === 'read_committed' ? [] : null };
+  try {
+    const p = w.log;
+    if (!p) throw new TributaryError('partition_not_found', { topic: w.topic, partition: w.partition });
+    let records: Buffer = EMPTY;
+    if (budget.bytes > 0) {
+      const read = await p.read(w.offset, { maxRecords: MAX_RECORDS, maxBytes: Math.max(1, Math.min(w.maxBytes, budget.bytes)), isolation });
+      records = asRecordBatch(read.records);
+      budget.bytes -= records.length;
+    }
+    return { ...base, errorCode: 0, highWatermark: p.highWatermark, lastStableOffset: p.lastStableOffset, logStartOffset: p.earliest, records };
+  } catch (err) {
+    return { ...base, errorCode: errorCodeOf(err), highWatermark: -1, lastStableOffset: -1, logStartOffset: -1, records: EMPTY };
+  }
+}
+
+/** Resolves once any partition has data past its offset, the wait ends or the connection closes. */
+async function waitForAny(ctx: KafkaRequestContext, wanted: Wanted[], isolation: Isolation, waitMs: number): Promise<void> {
+  const stop = new AbortController();
+  const onClose = () => stop.abort();
+  ctx.signal.addEventListener('abort', onClose, { once: true });
+  try {
+    const waits = wanted.filter((w) => w.log).map((w) => w.log!.waitForData(w.offset, waitMs, stop.signal, isolation));
+    if (waits.length > 0) await Promise.race(waits);
+  } finally {
+    stop.abort();
+    ctx.signal.removeEventListener('abort', onClose);
+  }
+}
+
+export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _version, body) => {
+  const isolation: Isolation = body.isolationLevel === 1 ? 'read_committed' : 'read_uncommitted';
+  const wanted: Wanted[] = [];
+  for (const t of body.topics as KafkaStruct[]) {
+    for (const p of t.partitions as KafkaStruct[]) {
+      const topic = t.topic as string;
+      const partition = p.partition as number;
+      wanted.push({ topic, partition, offset: Number(p.fetchOffset), maxBytes: p.partitionMaxBytes as number, log: partitionOf(ctx, topic, partition) });
+    }
+  }
+  const maxBytes = Math.max(1, body.maxBytes as number);
+  const readAll = () => Promise.all(wanted.map((w) => readOne(w, isolation, { bytes: maxBytes })));
+  let results = await readAll();
+  const waitMs = Math.min(Math.max(0, body.maxWaitMs as number), ctx.broker.config.maxWaitMs);
+  const anything = results.some((r) => r.errorCode !== 0 || (r.records as Buffer).length > 0);
+  if (!anything && waitMs > 0 && !ctx.signal.aborted) {
+    await waitForAny(ctx, wanted, isolation, waitMs);
+    results = await readAll();
+  }
+  // One byte budget over the response, in request order (a partition always gets its first batch).
+  let left = maxBytes;
+  for (const r of results) {
+    const n = (r.records as Buffer).length;
+    if (left <= 0 && n > 0) r.records = EMPTY;
+    left -= n;
+  }
+  const byTopic = new Map<string, KafkaStruct[]>();
+  wanted.forEach((w, i) => {
+    let list = byTopic.get(w.topic);
+    if (!list) byTopic.set(w.topic, (list = []));
+    list.push(results[i]!);
+  });
+  return { throttleTimeMs: 0, errorCode: 0, sessionId: 0, responses: [...byTopic].map(([topic, partitions]) => ({ topic, partitions })) };
+});

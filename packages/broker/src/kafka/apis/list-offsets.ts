@@ -1,0 +1,50 @@
+/**
+ * ListOffsets (v1+): -2 is the log start, -1 the end a consumer of the isolation level may read to (the
+ * high watermark, or the last stable offset under read_committed), any other timestamp the first record
+ * stamped at or after it (offset and timestamp -1 when there is none), as the main port's LIST_OFFSETS
+ * `timestamp` finds it.
+ */
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { apiByKey } from '../protocol/apis.js';
+import { ListOffsets } from '../protocol/messages/list-offsets.js';
+import type { KafkaStruct } from '../protocol/schema.js';
+import type { Partition } from '../../partition/partition.js';
+import type { KafkaRequestContext } from '../context.js';
+import { errorCodeOf, handler } from './handler.js';
+import { isUserTopic } from './metadata.js';
+
+const LATEST = -1;
+const EARLIEST = -2;
+
+async function lookup(p: Partition, timestamp: number, committed: boolean): Promise<{ offset: number; timestamp: number }> {
+  if (timestamp === EARLIEST) return { offset: p.earliest, timestamp: -1 };
+  if (timestamp === LATEST) return { offset: committed ? p.lastStableOffset : p.highWatermark, timestamp: -1 };
+  if (timestamp < 0) throw new TributaryError('invalid_parameter', { param: 'timestamp', reason: `${timestamp} is neither a time nor -1 or -2` });
+  const offset = await p.log.offsetForTimestamp(timestamp);
+  if (offset >= p.highWatermark) return { offset: -1, timestamp: -1 };
+  const found = await p.read(offset, { maxRecords: 1, maxBytes: 1, isolation: 'read_uncommitted' });
+  return { offset, timestamp: found.records[0]?.timestamp ?? -1 };
+}
+
+async function listPartition(ctx: KafkaRequestContext, topic: string, q: KafkaStruct, committed: boolean): Promise<KafkaStruct> {
+  const partitionIndex = q.partitionIndex as number;
+  try {
+    const t = isUserTopic(topic) ? ctx.broker.topics.get(topic) : undefined;
+    if (!t) throw new TributaryError('topic_not_found', { topic });
+    const found = await lookup(t.partition(partitionIndex), Number(q.timestamp), committed);
+    return { partitionIndex, errorCode: 0, ...found, leaderEpoch: 0 };
+  } catch (err) {
+    return { partitionIndex, errorCode: errorCodeOf(err), timestamp: -1, offset: -1, leaderEpoch: -1 };
+  }
+}
+
+export const listOffsetsHandler = handler(apiByKey(ListOffsets.apiKey)!, async (ctx, _version, body) => {
+  const committed = body.isolationLevel === 1;
+  const topics = await Promise.all(
+    (body.topics as KafkaStruct[]).map(async (t) => ({
+      name: t.name,
+      partitions: await Promise.all((t.partitions as KafkaStruct[]).map((q) => listPartition(ctx, t.name as string, q, committed))),
+    })),
+  );
+  return { throttleTimeMs: 0, topics };
+});

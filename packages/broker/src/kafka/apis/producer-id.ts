@@ -1,0 +1,22 @@
+/**
+ * InitProducerId for idempotent producers: a producer id from the same allocator as Tributary's own
+ * (docs/architecture.md, "Producer ids") at epoch 0. A producer that asks again with its id and epoch
+ * (v3+, KIP-360) gets a new id: its sequences start over either way. Transactional ids are not served on
+ * the Kafka port yet (docs/kafka.md).
+ */
+import { apiByKey } from '../protocol/apis.js';
+import { kafkaErrorCode } from '../protocol/error-codes.js';
+import { InitProducerId } from '../protocol/messages/transactions.js';
+import { errorCodeOf, handler } from './handler.js';
+
+export const initProducerIdHandler = handler(apiByKey(InitProducerId.apiKey)!, async (ctx, _version, body) => {
+  if (body.transactionalId !== null && body.transactionalId !== undefined) {
+    return { throttleTimeMs: 0, errorCode: kafkaErrorCode('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'), producerId: -1n, producerEpoch: -1 };
+  }
+  try {
+    const id = await ctx.broker.producerIds.allocate();
+    return { throttleTimeMs: 0, errorCode: 0, producerId: BigInt(id), producerEpoch: 0 };
+  } catch (err) {
+    return { throttleTimeMs: 0, errorCode: errorCodeOf(err), producerId: -1n, producerEpoch: -1 };
+  }
+});

@@ -1,0 +1,31 @@
+/**
+ * What the Kafka listener needs of the broker (docs/kafka.md): the same topics, producer ids and limits
+ * as the main port. The Broker implements it; the kafka layer sits below the broker layer and names only
+ * the layers under it.
+ */
+import type { BrokerConfig } from '../common/config.js';
+import type { Logger } from '../common/logger.js';
+import type { ProducerIdAllocator } from '../partition/producer-ids.js';
+import type { TopicManager } from '../partition/topic-manager.js';
+
+export interface KafkaBrokerContext {
+  readonly config: BrokerConfig;
+  readonly topics: TopicManager;
+  readonly producerIds: ProducerIdAllocator;
+  readonly logger: Logger;
+  readonly brokerId: number;
+}
+
+/** The listener's own address as clients are told it (Metadata). */
+export interface KafkaAdvertised {
+  host: string;
+  port: number;
+}
+
+/** What one request handler gets: the broker, the listener's address, and the connection's abort signal. */
+export interface KafkaRequestContext {
+  readonly broker: KafkaBrokerContext;
+  readonly advertised: KafkaAdvertised;
+  /** Aborted when the connection closes: long polls stop. */
+  readonly signal: AbortSignal;
+}

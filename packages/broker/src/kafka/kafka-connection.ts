@@ -1,0 +1,140 @@
+/**
+ * One client connection on the Kafka port. Requests may be pipelined: each starts when it is read, and
+ * responses go out in request order, as Kafka clients require. What cannot be answered (a frame that is
+ * not a request, an unknown API key, a version outside the advertised range of an API other than
+ * ApiVersions) closes the connection, as a Kafka broker does; an ApiVersions request of a newer version
+ * gets the KIP-511 downgrade reply (docs/kafka.md, "Bad input").
+ */
+import type net from 'node:net';
+import type { Logger } from '../common/logger.js';
+import type { KafkaHandler } from './apis/handler.js';
+import type { KafkaRequestContext } from './context.js';
+import { API_VERSIONS_KEY } from './protocol/apis.js';
+import { KafkaCodecError } from './protocol/errors.js';
+import { KafkaFrameSplitter } from './protocol/frame.js';
+import { decodeRequest, encodeApiVersionsUnsupported, encodeResponseParts, peekRequestHeader } from './protocol/headers.js';
+
+/** Past this many unanswered requests the connection stops reading until responses went out. */
+const MAX_IN_FLIGHT = 256;
+
+export interface KafkaConnectionOptions {
+  handlers: ReadonlyMap<number, KafkaHandler>;
+  context: Omit<KafkaRequestContext, 'signal'>;
+  logger: Logger;
+  maxFrameBytes: number;
+  idleTimeoutMs: number;
+  onClose: (c: KafkaConnection) => void;
+}
+
+export class KafkaConnection {
+  private readonly splitter: KafkaFrameSplitter;
+  private readonly abort = new AbortController();
+  private readonly ctx: KafkaRequestContext;
+  /** The response chain: each request's response is written after the previous one's. */
+  private tail: Promise<void> = Promise.resolve();
+  private inFlight = 0;
+  private closed = false;
+  readonly remote: string;
+
+  constructor(
+    private readonly socket: net.Socket,
+    private readonly o: KafkaConnectionOptions,
+  ) {
+    this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
+    this.splitter = new KafkaFrameSplitter({ maxFrameBytes: o.maxFrameBytes });
+    this.ctx = { ...o.context, signal: this.abort.signal };
+    socket.setNoDelay(true);
+    socket.setTimeout(o.idleTimeoutMs, () => this.close('idle'));
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    socket.on('error', () => this.close('socket error'));
+    socket.on('close', () => this.close('closed by the client'));
+  }
+
+  /** Ends the connection (responses not yet written are dropped). */
+  close(reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.abort.abort();
+    this.o.logger.debug({ remote: this.remote, reason }, 'Kafka connection closed');
+    this.socket.destroy();
+    this.o.onClose(this);
+  }
+
+  /** Lets the responses in progress go out, then closes; for shutdown. */
+  async drain(timeoutMs: number): Promise<void> {
+    this.socket.pause();
+    await Promise.race([this.tail, new Promise((r) => setTimeout(r, timeoutMs).unref())]);
+    this.close('broker stopping');
+  }
+
+  private onData(chunk: Buffer): void {
+    let frames: Buffer[];
+    try {
+      frames = this.splitter.push(chunk);
+    } catch (err) {
+      this.refuse(err, 'bad frame');
+      return;
+    }
+    for (const f of frames) {
+      if (this.closed) return;
+      this.request(f);
+    }
+  }
+
+  private refuse(err: unknown, what: string): void {
+    this.o.logger.info({ remote: this.remote, reason: err instanceof Error ? err.message : String(err) }, `Kafka ${what}: connection closed`);
+    this.close(what);
+  }
+
+  private request(frame: Buffer): void {
+    let decoded: ReturnType<typeof decodeRequest>;
+    try {
+      decoded = decodeRequest(frame);
+    } catch (err) {
+      if (err instanceof KafkaCodecError && err.reason === 'unsupported_version' && peekRequestHeader(frame).apiKey === API_VERSIONS_KEY) {
+        this.respond(Promise.resolve([encodeApiVersionsUnsupported(peekRequestHeader(frame).correlationId)]));
+        return;
+      }
+      this.refuse(err, 'request not understood');
+      return;
+    }
+    const { header, api, body } = decoded;
+    const h = this.o.handlers.get(api.key);
+    const version = header.apiVersion;
+    if (!h || version < api.minVersion || version > api.maxVersion) {
+      if (api.key === API_VERSIONS_KEY) {
+        this.respond(Promise.resolve([encodeApiVersionsUnsupported(header.correlationId)]));
+        return;
+      }
+      this.refuse(new Error(`${api.name} v${version} is not served (served: ${h ? `${api.minVersion}-${api.maxVersion}` : 'none'})`), 'request not served');
+      return;
+    }
+    const answer = Promise.resolve()
+      .then(() => h.handle(this.ctx, version, body))
+      .then((res) => (res === null ? null : encodeResponseParts(api, version, header.correlationId, res)));
+    this.respond(answer);
+  }
+
+  private respond(answer: Promise<Buffer[] | null>): void {
+    this.inFlight++;
+    if (this.inFlight >= MAX_IN_FLIGHT) this.socket.pause();
+    // A rejected answer is a bug in a handler (they turn errors into error codes): the connection ends.
+    answer.catch(() => {});
+    this.tail = this.tail.then(async () => {
+      try {
+        const parts = await answer;
+        if (parts && !this.closed) {
+          this.socket.cork();
+          for (const p of parts) this.socket.write(p);
+          process.nextTick(() => this.socket.uncork());
+        }
+      } catch (err) {
+        this.o.logger.error({ err, remote: this.remote }, 'Kafka request failed');
+        this.close('internal error');
+      } finally {
+        this.inFlight--;
+        if (this.inFlight < MAX_IN_FLIGHT && !this.closed) this.socket.resume();
+      }
+    });
+  }
+}

@@ -1,0 +1,253 @@
+/**
+ * The Kafka listener (docs/kafka.md) against unmodified clients: kcat (librdkafka) and kafkajs produce and
+ * read through it, Tributary's own clients read what they wrote and the other way round, and bad input on
+ * the Kafka port gets the proper error code or a closed connection, the broker healthy, nothing stored.
+ */
+import { execFile } from 'node:child_process';
+import net from 'node:net';
+import { Kafka, logLevel } from 'kafkajs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
+import { apiByKey } from 'tributary-broker/kafka/protocol/apis.js';
+import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
+import { decodeResponse, encodeRequest } from 'tributary-broker/kafka/protocol/headers.js';
+import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
+import { Producer } from 'tributary-client/producer.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
+
+function kcat(args: string[], input?: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = execFile('kcat', args, { timeout: 30_000 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`kcat ${args.join(' ')}: ${err.message}\n${stderr}`)) : resolve(stdout),
+    );
+    child.stdin!.end(input ?? '');
+  });
+}
+
+/** A bare Kafka connection: raw request bytes out, response frames in, and whether the broker hung up. */
+class RawKafka {
+  private buf = Buffer.alloc(0);
+  private waiting: ((f: Buffer) => void) | undefined;
+  private readonly frames: Buffer[] = [];
+  readonly closed: Promise<void>;
+
+  private constructor(readonly socket: net.Socket) {
+    socket.on('data', (d: Buffer) => {
+      this.buf = Buffer.concat([this.buf, d]);
+      while (this.buf.length >= 4 && this.buf.length >= 4 + this.buf.readInt32BE(0)) {
+        const frame = this.buf.subarray(4, 4 + this.buf.readInt32BE(0));
+        this.buf = this.buf.subarray(4 + frame.length);
+        if (this.waiting) {
+          const w = this.waiting;
+          this.waiting = undefined;
+          w(frame);
+        } else this.frames.push(frame);
+      }
+    });
+    socket.on('error', () => {});
+    this.closed = new Promise((resolve) => socket.once('close', () => resolve()));
+  }
+
+  static connect(port: number): Promise<RawKafka> {
+    return new Promise((resolve, reject) => {
+      const s = net.connect(port, '127.0.0.1', () => resolve(new RawKafka(s)));
+      s.once('error', reject);
+    });
+  }
+
+  next(): Promise<Buffer> {
+    const f = this.frames.shift();
+    if (f) return Promise.resolve(f);
+    return new Promise((resolve) => (this.waiting = resolve));
+  }
+
+  async call(key: number, version: number, body: KafkaStruct): Promise<KafkaStruct> {
+    const api = apiByKey(key)!;
+    this.socket.write(encodeRequest(api, version, 7, 'raw', body));
+    return decodeResponse(api, version, await this.next()).body;
+  }
+}
+
+describe('the Kafka listener', () => {
+  let broker: BrokerProcess;
+  let c: Connection;
+  let bootstrap: string;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1'] });
+    expect(broker.kafkaPort).toBeGreaterThan(0);
+    bootstrap = `127.0.0.1:${broker.kafkaPort}`;
+    c = await broker.connect();
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  it('kcat lists the broker and topics, produces plain and gzip records, and reads them back; Tributary reads them too', async () => {
+    await c.command('CREATE', { topic: 'kc', partitions: 2 });
+    const list = await kcat(['-b', bootstrap, '-L', '-J']);
+    const meta = JSON.parse(list) as { brokers: { id: number; name: string }[]; topics: { topic: string; partitions: unknown[] }[] };
+    expect(meta.brokers).toEqual([{ id: 0, name: bootstrap }]);
+    expect(meta.topics.map((t) => [t.topic, t.partitions.length])).toEqual([['kc', 2]]); // internal topics are not listed
+    await kcat(['-b', bootstrap, '-P', '-t', 'kc', '-p', '0', '-K', ':'], 'k1:one\nk2:two\n');
+    await kcat(['-b', bootstrap, '-P', '-t', 'kc', '-p', '0', '-z', 'gzip', '-H', 'h1=v1'], 'three\n');
+    const read = await kcat(['-b', bootstrap, '-C', '-t', 'kc', '-p', '0', '-o', 'beginning', '-e', '-f', '%o|%k|%s|%h\\n']);
+    expect(read.trim().split('\n')).toEqual(['0|k1|one|', '1|k2|two|', '2||three|h1=v1']);
+    const recs = (await c.consume({ topic: 'kc', partition: 0, offset: 0, batch: 10 })).records;
+    expect(recs.map((r) => [r.key?.toString() ?? null, r.value.toString(), r.headers.map((h) => `${h.key}=${h.value.toString()}`).join()])).toEqual([
+      ['k1', 'one', ''],
+      ['k2', 'two', ''],
+      [null, 'three', 'h1=v1'],
+    ]);
+  });
+
+  it("kcat reads what Tributary's SDK produced, keys, values and headers, from where it asks", async () => {
+    await c.command('CREATE', { topic: 'sdk-to-kafka', partitions: 1 });
+    const p = new Producer({ brokers: [broker.address], idempotent: true });
+    try {
+      await p.send({ topic: 'sdk-to-kafka', messages: Array.from({ length: 5 }, (_, i) => ({ key: `k${i}`, value: `v${i}`, headers: { n: String(i) } })) });
+    } finally {
+      await p.close();
+    }
+    const read = await kcat(['-b', bootstrap, '-C', '-t', 'sdk-to-kafka', '-p', '0', '-o', '2', '-e', '-f', '%o|%k|%s|%h\\n']);
+    expect(read.trim().split('\n')).toEqual(['2|k2|v2|n=2', '3|k3|v3|n=3', '4|k4|v4|n=4']);
+  });
+
+  it('kafkajs: admin creates a topic once, an idempotent producer writes with acks -1, offsets and timestamps are listed', async () => {
+    const kafka = new Kafka({ brokers: [bootstrap], clientId: 'listener-test', logLevel: logLevel.NOTHING, retry: { retries: 2 } });
+    const admin = kafka.admin();
+    const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await admin.connect();
+    try {
+      expect(await admin.createTopics({ topics: [{ topic: 'kj', numPartitions: 3 }] })).toBe(true);
+      expect(await admin.createTopics({ topics: [{ topic: 'kj', numPartitions: 3 }] })).toBe(false); // exists
+      // A config Tributary has no counterpart for is refused, not ignored.
+      const refused = await admin.createTopics({ topics: [{ topic: 'kj-bad', numPartitions: 1, configEntries: [{ name: 'segment.ms', value: '1000' }] }] }).catch((e: unknown) => e);
+      expect(refused).toMatchObject({ errors: [expect.objectContaining({ type: 'INVALID_CONFIG' })] });
+      expect((await admin.fetchTopicMetadata({ topics: [] })).topics.map((t) => t.name)).not.toContain('kj-bad');
+      await producer.connect();
+      const before = Date.now();
+      const sent = await producer.send({
+        topic: 'kj',
+        acks: -1,
+        messages: Array.from({ length: 30 }, (_, i) => ({ key: `key-${i % 5}`, value: `value-${i}`, headers: { i: String(i) } })),
+      });
+      expect(sent.every((s) => s.errorCode === 0)).toBe(true);
+      const offsets = await admin.fetchTopicOffsets('kj');
+      expect(offsets.reduce((n, o) => n + Number(o.high), 0)).toBe(30);
+      // Every record is in Tributary's log, keyed as kafkajs partitioned it, with its header.
+      const seen: string[] = [];
+      for (const o of offsets) {
+        const recs = (await c.consume({ topic: 'kj', partition: o.partition, offset: 0, batch: 100 })).records;
+        for (const r of recs) {
+          expect(r.headers.map((h) => `${h.key}=${h.value.toString()}`)).toEqual([`i=${r.value.toString().slice(6)}`]);
+          seen.push(`${r.key!.toString()}/${r.value.toString()}`);
+        }
+      }
+      expect(seen.sort()).toEqual(Array.from({ length: 30 }, (_, i) => `key-${i % 5}/value-${i}`).sort());
+      const byTime = await admin.fetchTopicOffsetsByTimestamp('kj', before - 60_000);
+      expect(byTime.every((o) => Number(o.offset) === 0)).toBe(true);
+    } finally {
+      await producer.disconnect();
+      await admin.disconnect();
+    }
+  });
+
+  it('answers every advertised version of every served API with a response that version decodes', async () => {
+    await c.command('CREATE', { topic: 'versions', partitions: 1 });
+    await c.command('PUBLISH', { topic: 'versions', partition: 0, message: 'r0' });
+    const raw = await RawKafka.connect(broker.kafkaPort);
+    const batch = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('v') }] });
+    const bodies: Record<number, (v: number) => KafkaStruct> = {
+      0: () => ({ transactionalId: null, acks: 1, timeoutMs: 1000, topicData: [{ name: 'versions', partitionData: [{ index: 0, records: batch }] }] }),
+      1: () => ({ maxWaitMs: 0, minBytes: 1, maxBytes: 1 << 20, isolationLevel: 1, topics: [{ topic: 'versions', partitions: [{ partition: 0, fetchOffset: 0, partitionMaxBytes: 1 << 20 }] }] }),
+      2: () => ({ isolationLevel: 0, topics: [{ name: 'versions', partitions: [{ partitionIndex: 0, timestamp: -2 }] }] }),
+      3: () => ({ topics: [{ name: 'versions' }] }),
+      18: () => ({ clientSoftwareName: 'raw', clientSoftwareVersion: '1' }),
+      19: (v) => ({ topics: [{ name: `created-v${v}`, numPartitions: 1, replicationFactor: -1, assignments: [], configs: [] }], timeoutMs: 1000, validateOnly: false }),
+      22: () => ({ transactionalId: null, transactionTimeoutMs: 1000 }),
+    };
+    const served = (await raw.call(18, 0, {})).apiKeys as KafkaStruct[];
+    let calls = 0;
+    for (const a of served) {
+      const key = a.apiKey as number;
+      for (let v = a.minVersion as number; v <= (a.maxVersion as number); v++) {
+        const res = await raw.call(key, v, bodies[key]!(v));
+        calls++;
+        const codes = JSON.stringify(res, (_k, x: unknown) => (typeof x === 'bigint' ? Number(x) : Buffer.isBuffer(x) ? x.length : x)).match(/"errorCode":\d+/g) ?? [];
+        expect(codes.every((e) => e === '"errorCode":0'), `${apiByKey(key)!.name} v${v}: ${codes.join()}`).toBe(true);
+      }
+    }
+    expect(calls).toBe(10 + 9 + 5 + 7 + 4 + 8 + 5); // Metadata 0-9, Fetch 4-12, ListOffsets 1-5, Produce 3-9, ApiVersions 0-3, CreateTopics 0-7, InitProducerId 0-4
+    raw.socket.destroy();
+  });
+
+  describe('bad input on the Kafka port', () => {
+    const leo = async (topic: string) => (await c.command('LIST_OFFSETS', { topic, partition: 0 })).match(/leo=(\d+)/)![1];
+
+    beforeAll(async () => {
+      await c.command('CREATE', { topic: 'bad', partitions: 1 });
+    });
+
+    it('a produce batch with a bad CRC, an unknown producer id or unsupported acks gets its error code, and nothing is stored', async () => {
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        const good = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('x') }] });
+        const corrupt = Buffer.from(good);
+        corrupt[corrupt.length - 1]! ^= 0xff; // the CRC covers the records
+        const forged = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('y') }], producerId: 9_000_000, producerEpoch: 0, baseSequence: 0 });
+        const produce = (records: Buffer, acks = -1) => raw.call(0, 7, { transactionalId: null, acks, timeoutMs: 1000, topicData: [{ name: 'bad', partitionData: [{ index: 0, records }] }] });
+        const codeOf = (r: KafkaStruct) => ((r.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!.errorCode;
+        expect(codeOf(await produce(corrupt))).toBe(kafkaErrorCode('CORRUPT_MESSAGE'));
+        expect(codeOf(await produce(forged))).toBe(kafkaErrorCode('UNKNOWN_PRODUCER_ID'));
+        expect(codeOf(await produce(good, 2))).toBe(kafkaErrorCode('INVALID_REQUIRED_ACKS'));
+        expect(codeOf(await produce(Buffer.concat([good, good])))).toBe(kafkaErrorCode('CORRUPT_MESSAGE')); // one batch per partition
+        const missing = await raw.call(0, 7, { transactionalId: null, acks: 1, timeoutMs: 1000, topicData: [{ name: 'nope', partitionData: [{ index: 0, records: good }] }] });
+        expect(codeOf(missing)).toBe(kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION'));
+        expect(await leo('bad')).toBe('0');
+        expect(codeOf(await produce(good))).toBe(0);
+        expect(await leo('bad')).toBe('1');
+      } finally {
+        raw.socket.destroy();
+      }
+    });
+
+    it('ApiVersions of a newer version gets the downgrade reply; an unknown API key, an unserved version and a truncated request close the connection', async () => {
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      const v4 = encodeRequest(apiByKey(18)!, 3, 11, 'raw', { clientSoftwareName: 'x', clientSoftwareVersion: '1' });
+      v4.writeInt16BE(4, 6); // api version
+      raw.socket.write(v4);
+      const reply = decodeResponse(apiByKey(18)!, 0, await raw.next()).body;
+      expect(reply.errorCode).toBe(kafkaErrorCode('UNSUPPORTED_VERSION'));
+      expect(reply.apiKeys).toEqual([{ apiKey: 18, minVersion: 0, maxVersion: 3 }]);
+      const served = (await raw.call(18, 3, { clientSoftwareName: 'x', clientSoftwareVersion: '1' })).apiKeys as KafkaStruct[];
+      expect(served.map((a) => a.apiKey)).toEqual([0, 1, 2, 3, 18, 19, 22]);
+      raw.socket.destroy();
+
+      const closes = async (bytes: Buffer) => {
+        const r = await RawKafka.connect(broker.kafkaPort);
+        r.socket.write(bytes);
+        await r.closed;
+      };
+      const frame = (body: Buffer) => {
+        const size = Buffer.alloc(4);
+        size.writeInt32BE(body.length);
+        return Buffer.concat([size, body]);
+      };
+      await closes(frame(Buffer.from([0x27, 0x10, 0, 0, 0, 0, 0, 1, 0xff, 0xff]))); // api key 10000
+      const joinGroup = encodeRequest(apiByKey(11)!, 5, 1, 'raw', { groupId: 'g', sessionTimeoutMs: 10_000, rebalanceTimeoutMs: 10_000, memberId: '', protocolType: 'consumer', protocols: [] });
+      await closes(joinGroup); // known to the codecs, not served
+      const metadata = encodeRequest(apiByKey(3)!, 9, 1, 'raw', { topics: null });
+      await closes(frame(metadata.subarray(4, metadata.length - 3))); // cut inside its body
+      await closes(Buffer.from([0x7f, 0xff, 0xff, 0xff])); // a 2 GiB frame is refused before it is buffered
+      // Still serving.
+      const after = await RawKafka.connect(broker.kafkaPort);
+      const md = await after.call(3, 9, { topics: [{ name: 'bad' }], allowAutoTopicCreation: false });
+      expect(((md.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[]).length).toBe(1);
+      after.socket.destroy();
+      expect((await broker.health('/live')).status).toBe(200);
+    });
+  });
+});
