@@ -26,7 +26,7 @@ describe('LocalCluster on free ports', () => {
   let taken: net.Server;
   let takenPort = 0;
   let cluster: LocalCluster | undefined;
-  let handedOut: number[] = [];
+  const handedOut: number[] = [];
 
   beforeAll(async () => {
     taken = await listen();

@@ -251,3 +251,81 @@ describe('the Kafka listener', () => {
     });
   });
 });
+
+describe('the Kafka listener with @platformatic/kafka', () => {
+  let broker: BrokerProcess;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1'] });
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  it('its admin creates a topic and its idempotent producer writes with acks -1; Tributary reads the records', async () => {
+    const pk = await importPlatformatic();
+    const bootstrapBrokers = [`127.0.0.1:${broker.kafkaPort}`];
+    const admin = new pk.Admin({ clientId: 'pk-admin', bootstrapBrokers });
+    try {
+      const created = await admin.createTopics({ topics: ['pk'], partitions: 2, replicas: 1 });
+      expect(created.map((t) => [t.name, t.partitions])).toEqual([['pk', 2]]);
+    } finally {
+      await admin.close();
+    }
+    const producer = new pk.Producer({ clientId: 'pk-producer', bootstrapBrokers, serializers: pk.stringSerializers, idempotent: true, acks: -1 });
+    try {
+      const res = await producer.send({
+        messages: Array.from({ length: 10 }, (_, i) => ({ topic: 'pk', key: `k${i}`, value: `v${i}`, partition: i % 2, headers: new Map([['n', String(i)]]) })),
+      });
+      expect(res.offsets?.map((o) => [o.partition, Number(o.offset)]).sort()).toEqual([
+        [0, 0],
+        [1, 0],
+      ]);
+    } finally {
+      await producer.close();
+    }
+    const c = await broker.connect();
+    const recs = (await c.consume({ topic: 'pk', partition: 1, offset: 0, batch: 100 })).records;
+    expect(recs.map((r) => `${r.key!.toString()}=${r.value.toString()};${r.headers.map((h) => `${h.key}:${h.value.toString()}`).join()}`)).toEqual(
+      [1, 3, 5, 7, 9].map((i) => `k${i}=v${i};n:${i}`),
+    );
+  });
+});
+
+describe('Kafka listener settings', () => {
+  it('is refused at startup with authentication or a TLS certificate, saying why', async () => {
+    for (const extra of [['--authentication', '--users', '{}'], ['--tls-cert', '/nonexistent/cert.pem', '--tls-key', '/nonexistent/key.pem']]) {
+      const started = BrokerProcess.start({ args: ['--kafka-port', '0', ...extra] });
+      await expect(started).rejects.toThrow(/Kafka listener \(kafkaPort\)/);
+    }
+  });
+});
+
+interface PlatformaticClients {
+  Admin: new (o: { clientId: string; bootstrapBrokers: string[] }) => {
+    createTopics(o: { topics: string[]; partitions: number; replicas: number }): Promise<{ name: string; partitions: number }[]>;
+    close(): Promise<void>;
+  };
+  Producer: new (o: Record<string, unknown>) => {
+    send(o: { messages: Record<string, unknown>[] }): Promise<{ offsets?: { topic: string; partition: number; offset: bigint }[] }>;
+    close(): Promise<void>;
+  };
+  stringSerializers: unknown;
+}
+
+/** @platformatic/kafka declares Node 22; on Node 20 it runs once Promise.withResolvers exists. */
+async function importPlatformatic(): Promise<PlatformaticClients> {
+  type Resolvers = { promise: Promise<unknown>; resolve: (v: unknown) => void; reject: (e: unknown) => void };
+  const P = Promise as unknown as { withResolvers?: () => Resolvers };
+  P.withResolvers ??= () => {
+    let resolve!: Resolvers['resolve'];
+    let reject!: Resolvers['reject'];
+    const promise = new Promise((a, b) => {
+      resolve = a;
+      reject = b;
+    });
+    return { promise, resolve, reject };
+  };
+  return (await import('@platformatic/kafka')) as unknown as PlatformaticClients;
+}

@@ -45,7 +45,7 @@ async function recordsOf(ctx: KafkaRequestContext, batch: RecordBatchView): Prom
     const value = r.value() ?? EMPTY;
     if (value.length + (key?.length ?? 0) > max) throw new TributaryError('record_too_large', { size: value.length + (key?.length ?? 0), max });
     const headers: RecordHeader[] = r.headers().map((h) => ({ key: h.key, value: h.value ?? EMPTY }));
-    records.push({ key, value, timestamp: r.timestamp > 0 ? r.timestamp : 0, headers });
+    records.push({ key, value, timestamp: Math.max(0, r.timestamp), headers });
   }, data);
   return records;
 }
