@@ -26,6 +26,8 @@ function kcat(args: string[], input?: string): Promise<string> {
 }
 
 /** A bare Kafka connection: raw request bytes out, response frames in, and whether the broker hung up. */
+const ZERO_UUID = '00000000-0000-0000-0000-000000000000';
+
 class RawKafka {
   private buf = Buffer.alloc(0);
   private waiting: ((f: Buffer) => void) | undefined;
@@ -149,6 +151,10 @@ describe('the Kafka listener', () => {
       expect(seen.sort()).toEqual(Array.from({ length: 30 }, (_, i) => `key-${i % 5}/value-${i}`).sort());
       const byTime = await admin.fetchTopicOffsetsByTimestamp('kj', before - 60_000);
       expect(byTime.every((o) => Number(o.offset) === 0)).toBe(true);
+      await admin.createPartitions({ topicPartitions: [{ topic: 'kj', count: 4 }] });
+      expect((await admin.fetchTopicOffsets('kj')).length).toBe(4);
+      await admin.deleteTopics({ topics: ['kj'] });
+      expect(await admin.listTopics()).not.toContain('kj');
     } finally {
       await producer.disconnect();
       await admin.disconnect();
@@ -168,7 +174,11 @@ describe('the Kafka listener', () => {
       18: () => ({ clientSoftwareName: 'raw', clientSoftwareVersion: '1' }),
       19: (v) => ({ topics: [{ name: `created-v${v}`, numPartitions: 1, replicationFactor: -1, assignments: [], configs: [] }], timeoutMs: 1000, validateOnly: false }),
       22: () => ({ transactionalId: null, transactionTimeoutMs: 1000 }),
+      20: (v) => (v >= 6 ? { topics: [{ name: `doomed-v${v}`, topicId: ZERO_UUID }], timeoutMs: 1000 } : { topicNames: [`doomed-v${v}`], timeoutMs: 1000 }),
+      37: (v) => ({ topics: [{ name: 'growing', count: 2 + v, assignments: null }], timeoutMs: 1000, validateOnly: false }),
     };
+    for (let v = 0; v <= 6; v++) await c.command('CREATE', { topic: `doomed-v${v}`, partitions: 1 });
+    await c.command('CREATE', { topic: 'growing', partitions: 1 });
     const served = (await raw.call(18, 0, {})).apiKeys as KafkaStruct[];
     let calls = 0;
     for (const a of served) {
@@ -180,7 +190,10 @@ describe('the Kafka listener', () => {
         expect(codes.every((e) => e === '"errorCode":0'), `${apiByKey(key)!.name} v${v}: ${codes.join()}`).toBe(true);
       }
     }
-    expect(calls).toBe(10 + 9 + 5 + 7 + 4 + 8 + 5); // Metadata 0-9, Fetch 4-12, ListOffsets 1-5, Produce 3-9, ApiVersions 0-3, CreateTopics 0-7, InitProducerId 0-4
+    // Metadata 0-9, Fetch 4-12, ListOffsets 1-5, Produce 3-9, ApiVersions 0-3, CreateTopics 0-7, DeleteTopics 0-6, InitProducerId 0-4, CreatePartitions 0-3
+    expect(calls).toBe(10 + 9 + 5 + 7 + 4 + 8 + 7 + 5 + 4);
+    expect((await c.command('LIST')).match(/doomed/g)).toBeNull();
+    expect((await c.json<{ partitions: unknown[] }>('DESCRIBE', { topic: 'growing' })).partitions).toHaveLength(5);
     raw.socket.destroy();
   });
 
@@ -223,7 +236,7 @@ describe('the Kafka listener', () => {
       expect(reply.errorCode).toBe(kafkaErrorCode('UNSUPPORTED_VERSION'));
       expect(reply.apiKeys).toEqual([{ apiKey: 18, minVersion: 0, maxVersion: 3 }]);
       const served = (await raw.call(18, 3, { clientSoftwareName: 'x', clientSoftwareVersion: '1' })).apiKeys as KafkaStruct[];
-      expect(served.map((a) => a.apiKey)).toEqual([0, 1, 2, 3, 18, 19, 22]);
+      expect(served.map((a) => a.apiKey)).toEqual([0, 1, 2, 3, 18, 19, 20, 22, 37]);
       raw.socket.destroy();
 
       const closes = async (bytes: Buffer) => {

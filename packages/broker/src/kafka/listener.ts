@@ -14,6 +14,7 @@ import { listOffsetsHandler } from './apis/list-offsets.js';
 import { metadataHandler } from './apis/metadata.js';
 import { produceHandler } from './apis/produce.js';
 import { initProducerIdHandler } from './apis/producer-id.js';
+import { createPartitionsHandler, deleteTopicsHandler } from './apis/topics-admin.js';
 
 export interface KafkaListenerOptions {
   host: string;
@@ -33,6 +34,8 @@ export function kafkaHandlers(): Map<number, KafkaHandler> {
     fetchHandler,
     listOffsetsHandler,
     createTopicsHandler,
+    deleteTopicsHandler,
+    createPartitionsHandler,
     initProducerIdHandler,
   );
   served.sort((a, b) => a.api.key - b.api.key);
