@@ -40,12 +40,11 @@ import { MemberLeases } from '../cluster/member-leases.js';
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
 
 /**
- * The Kafka listener of a standalone broker without authentication or TLS: what it does not do yet is
- * refused at startup rather than served insecurely (docs/kafka.md, "Not supported yet").
+ * The Kafka listener of a broker without authentication or TLS: what it does not do yet is refused at
+ * startup rather than served insecurely (docs/kafka.md, "Not supported yet").
  */
 function kafkaListener(b: Broker, c: BrokerConfig): KafkaListener {
   const refuse = (why: string) => new Error(`invalid config: the Kafka listener (kafkaPort) ${why}`);
-  if (c.cluster) throw refuse('runs on a standalone broker only in this version');
   if (c.authentication) throw refuse('has no SASL yet: it cannot be enabled with authentication');
   if (c.tlsCert !== undefined) throw refuse('has no TLS yet: it cannot be enabled beside a TLS listener');
   return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port: c.kafkaPort!, advertisedHost: c.kafkaAdvertisedHost });
@@ -198,6 +197,11 @@ export class Broker implements BrokerContext {
     }
     this.boundHealthPort = await listen(this.health, this.config.healthPort, this.config.host);
     this.boundPort = await listen(this.server, this.config.port, this.config.host);
+    // Bound now, so a cluster registration can name it; its requests wait for readiness (kafka-connection.ts).
+    if (this.kafka) {
+      await this.kafka.start();
+      if (this.cluster) this.cluster.kafkaAddress = `${this.kafka.advertised.host}:${this.kafka.port}`;
+    }
     const t0 = Date.now();
     const limit = this.config.startupTimeoutMs;
     const timer =
@@ -218,7 +222,6 @@ export class Broker implements BrokerContext {
     } finally {
       clearTimeout(timer);
     }
-    if (this.kafka) await this.kafka.start();
     this.state = 'ready';
     this.logger.info({ port: this.boundPort, healthPort: this.boundHealthPort, kafkaPort: this.kafka?.port, dataDir: this.config.dataDir, recoveryMs: Date.now() - t0, topics: this.topics.list().length }, 'broker ready');
   }

@@ -11,6 +11,8 @@ export interface BrokerRegistration {
   port: number;
   /** What clients and other brokers should dial, `host:port` (differs from host/port behind NAT or proxies). */
   advertisedAddress: string;
+  /** Its Kafka listener's `host:port` for Kafka clients (docs/kafka.md), when it has one. */
+  kafkaAddress?: string;
   startedAt: number;
 }
 

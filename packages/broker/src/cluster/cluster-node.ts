@@ -34,6 +34,8 @@ export class ClusterNode {
   readonly tls: PeerTls | undefined;
   readonly store: EtcdMetadataStore;
   readonly registry: BrokerRegistry;
+  /** The Kafka listener's `host:port` (docs/kafka.md), registered with this broker; set before start(). */
+  kafkaAddress: string | undefined;
   readonly election: ControllerElection;
   readonly states: PartitionStateStore;
   /** Reassignment requests; the controller carries them out (reassignment.ts). */
@@ -107,10 +109,7 @@ export class ClusterNode {
       connect: (host, port, signal) => Connection.connect({ host, port, signal, connectTimeoutMs: 2000, auth: this.peerAuth, tls: this.tls?.client }),
       onIsrChange: (topic, kind) => (kind === 'shrink' ? this.metrics?.isrShrinks : this.metrics?.isrExpands)?.inc({ topic }),
     });
-    await this.registry.register(
-      { id: this.config.brokerId, host: this.config.host, port: advertised.port, advertisedAddress: `${advertised.host}:${advertised.port}` },
-      { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 5000 },
-    );
+    await this.registry.register(this.registration(advertised), { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 5000 });
     this.registry.events.on('registration-lapsed', () => void this.renewRegistration(advertised));
     this.registry.events.on('registration-lost', (reason: string) => {
       // Writes are refused from now on (ReplicaManager checks the lease); rejoin under a new lease.
@@ -152,13 +151,15 @@ export class ClusterNode {
     }
   }
 
+  private registration(advertised: { host: string; port: number }): Omit<BrokerRegistration, 'startedAt'> {
+    const own = { id: this.config.brokerId, host: this.config.host, port: advertised.port, advertisedAddress: `${advertised.host}:${advertised.port}` };
+    return this.kafkaAddress === undefined ? own : { ...own, kafkaAddress: this.kafkaAddress };
+  }
+
   private async reregister(advertised: { host: string; port: number }): Promise<void> {
     for (let attempt = 0; ; attempt++) {
       try {
-        await this.registry.register(
-          { id: this.config.brokerId, host: this.config.host, port: advertised.port, advertisedAddress: `${advertised.host}:${advertised.port}` },
-          { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 2000 },
-        );
+        await this.registry.register(this.registration(advertised), { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 2000 });
         this.logger.info('broker registered again');
         return;
       } catch (err) {

@@ -3,6 +3,7 @@
  * as the main port. The Broker implements it; the kafka layer sits below the broker layer and names only
  * the layers under it.
  */
+import type { ClusterNode } from '../cluster/cluster-node.js';
 import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { ProducerIdAllocator } from '../partition/producer-ids.js';
@@ -14,6 +15,10 @@ export interface KafkaBrokerContext {
   readonly producerIds: ProducerIdAllocator;
   readonly logger: Logger;
   readonly brokerId: number;
+  /** Recovery done and not stopping: until then (and after) Kafka requests are not served. */
+  readonly ready: boolean;
+  /** Cluster mode: who leads what, replication. */
+  readonly cluster?: ClusterNode;
 }
 
 /** The listener's own address as clients are told it (Metadata). */

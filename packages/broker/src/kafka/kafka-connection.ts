@@ -99,6 +99,11 @@ export class KafkaConnection {
       return;
     }
     const { header, api, body } = decoded;
+    // Bound before recovery (a cluster registers its address): a client that came early reconnects later.
+    if (!this.ctx.broker.ready) {
+      this.refuse(new Error('the broker is not ready'), 'request before the broker is ready');
+      return;
+    }
     const h = this.o.handlers.get(api.key);
     const version = header.apiVersion;
     if (!h || version < api.minVersion || version > api.maxVersion) {

@@ -1,6 +1,6 @@
 /**
- * CreateTopics: the same topics CREATE makes (docs/kafka.md). Standalone, so a replication factor of 1
- * (or -1, the default); partition counts up to the broker's maximum (-1: the default); no manual replica
+ * CreateTopics: the same topics CREATE makes (docs/kafka.md): a replication factor up to the live brokers
+ * (-1: the default; 1 standalone); partition counts up to the broker's maximum (-1: the default); no manual replica
  * assignment. Topic configs map onto Tributary's policy: `retention.ms` (whole hours, or -1),
  * `retention.bytes`, `cleanup.policy=delete`; any other config is refused, never ignored. A topic that
  * exists is TOPIC_ALREADY_EXISTS, as Kafka answers.
@@ -14,6 +14,8 @@ import type { KafkaRequestContext } from '../context.js';
 import { errorCodeOf, handler } from './handler.js';
 
 const HOUR_MS = 3_600_000;
+/** The longest a CreateTopics waits for its leaders (CREATE's own bound). */
+const MAX_WAIT_MS = 30_000;
 
 class TopicRefused extends Error {
   constructor(
@@ -57,12 +59,17 @@ function specOf(ctx: KafkaRequestContext, t: KafkaStruct): TopicSpec {
   const partitions = t.numPartitions as number;
   if (partitions !== -1 && (partitions < 1 || partitions > c.maxPartitions)) throw new TopicRefused('INVALID_PARTITIONS', `numPartitions must be 1..${c.maxPartitions} or -1`);
   const rf = t.replicationFactor as number;
-  if (rf !== -1 && rf !== 1) throw new TopicRefused('INVALID_REPLICATION_FACTOR', 'a standalone broker has replication factor 1');
+  const cluster = ctx.broker.cluster;
+  const live = cluster ? cluster.liveBrokers().length : 1;
+  const replicationFactor = rf === -1 ? (cluster ? c.defaultReplicationFactor : 1) : rf;
+  if (replicationFactor < 1 || replicationFactor > live) {
+    throw new TopicRefused('INVALID_REPLICATION_FACTOR', cluster ? `replication factor ${replicationFactor} with ${live} live brokers` : 'a standalone broker has replication factor 1');
+  }
   if ((t.assignments as KafkaStruct[]).length > 0) throw new TopicRefused('INVALID_REQUEST', 'manual replica assignment is not supported');
   const spec: TopicSpec = {
     name,
     partitions: partitions === -1 ? c.defaultPartitions : partitions,
-    replicationFactor: 1,
+    replicationFactor,
     idempotent: false,
     partitioner: 'hash_key',
     retentionHours: c.retentionHours,
@@ -73,13 +80,23 @@ function specOf(ctx: KafkaRequestContext, t: KafkaStruct): TopicSpec {
   return spec;
 }
 
-async function createOne(ctx: KafkaRequestContext, t: KafkaStruct, validateOnly: boolean): Promise<KafkaStruct> {
+/** In a cluster, as CREATE: the partitions' replicas and leaders, then (within the request's timeout) every leader serving. */
+async function create(ctx: KafkaRequestContext, spec: TopicSpec, timeoutMs: number): Promise<void> {
+  const { topic } = await ctx.broker.topics.create(spec);
+  const cluster = ctx.broker.cluster;
+  if (!cluster) return;
+  await cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
+  // timeoutMs 0 or less: answer at once; the leaders answer retriably until they serve it.
+  if (timeoutMs > 0) await cluster.awaitServing(topic.name, topic.partitions.map((p) => p.id), Math.min(timeoutMs, MAX_WAIT_MS));
+}
+
+async function createOne(ctx: KafkaRequestContext, t: KafkaStruct, validateOnly: boolean, timeoutMs: number): Promise<KafkaStruct> {
   const name = t.name as string;
   try {
     const spec = specOf(ctx, t);
     if (ctx.broker.topics.tryGet(name)) throw new TopicRefused('TOPIC_ALREADY_EXISTS', `topic ${name} already exists`);
-    if (!validateOnly) await ctx.broker.topics.create(spec);
-    return { name, errorCode: 0, errorMessage: null, numPartitions: spec.partitions, replicationFactor: 1, configs: null };
+    if (!validateOnly) await create(ctx, spec, timeoutMs);
+    return { name, errorCode: 0, errorMessage: null, numPartitions: spec.partitions, replicationFactor: spec.replicationFactor, configs: null };
   } catch (err) {
     const errorCode = err instanceof TopicRefused ? kafkaErrorCode(err.kafkaError) : errorCodeOf(err);
     const errorMessage = err instanceof Error ? err.message : String(err);
@@ -90,6 +107,6 @@ async function createOne(ctx: KafkaRequestContext, t: KafkaStruct, validateOnly:
 export const createTopicsHandler = handler(apiByKey(CreateTopics.apiKey)!, async (ctx, _version, body) => {
   const topics: KafkaStruct[] = [];
   // One at a time: two entries of one request naming the same topic get one creation and one refusal.
-  for (const t of body.topics as KafkaStruct[]) topics.push(await createOne(ctx, t, body.validateOnly === true));
+  for (const t of body.topics as KafkaStruct[]) topics.push(await createOne(ctx, t, body.validateOnly === true, body.timeoutMs as number));
   return { throttleTimeMs: 0, topics };
 });

@@ -16,6 +16,7 @@ import { apiByKey } from '../protocol/apis.js';
 import { Fetch } from '../protocol/messages/fetch.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
+import { leaderGate } from './cluster-gate.js';
 import { errorCodeOf, handler } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
@@ -50,11 +51,12 @@ function partitionOf(ctx: KafkaRequestContext, topic: string, partition: number)
   return ctx.broker.topics.tryGet(topic)?.partitions[partition];
 }
 
-async function readOne(w: Wanted, isolation: Isolation, budget: { bytes: number }): Promise<KafkaStruct> {
+async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation, budget: { bytes: number }): Promise<KafkaStruct> {
   const base = { partitionIndex: w.partition, preferredReadReplica: -1, abortedTransactions: isolation === 'read_committed' ? [] : null };
   try {
     const p = w.log;
     if (!p) throw new TributaryError('partition_not_found', { topic: w.topic, partition: w.partition });
+    leaderGate(ctx, p);
     let records: Buffer = EMPTY;
     if (budget.bytes > 0) {
       const read = await p.read(w.offset, { maxRecords: MAX_RECORDS, maxBytes: Math.max(1, Math.min(w.maxBytes, budget.bytes)), isolation });
@@ -92,7 +94,7 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
     }
   }
   const maxBytes = Math.max(1, body.maxBytes as number);
-  const readAll = () => Promise.all(wanted.map((w) => readOne(w, isolation, { bytes: maxBytes })));
+  const readAll = () => Promise.all(wanted.map((w) => readOne(ctx, w, isolation, { bytes: maxBytes })));
   let results = await readAll();
   const waitMs = Math.min(Math.max(0, body.maxWaitMs as number), ctx.broker.config.maxWaitMs);
   const anything = results.some((r) => r.errorCode !== 0 || (r.records as Buffer).length > 0);

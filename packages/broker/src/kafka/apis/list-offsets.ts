@@ -10,6 +10,7 @@ import { ListOffsets } from '../protocol/messages/list-offsets.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { Partition } from '../../partition/partition.js';
 import type { KafkaRequestContext } from '../context.js';
+import { leaderGate } from './cluster-gate.js';
 import { errorCodeOf, handler } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
@@ -31,8 +32,10 @@ async function listPartition(ctx: KafkaRequestContext, topic: string, q: KafkaSt
   try {
     const t = isUserTopic(topic) ? ctx.broker.topics.get(topic) : undefined;
     if (!t) throw new TributaryError('topic_not_found', { topic });
-    const found = await lookup(t.partition(partitionIndex), Number(q.timestamp), committed);
-    return { partitionIndex, errorCode: 0, ...found, leaderEpoch: 0 };
+    const p = t.partition(partitionIndex);
+    const leaderEpoch = leaderGate(ctx, p) ?? 0;
+    const found = await lookup(p, Number(q.timestamp), committed);
+    return { partitionIndex, errorCode: 0, ...found, leaderEpoch };
   } catch (err) {
     return { partitionIndex, errorCode: errorCodeOf(err), timestamp: -1, offset: -1, leaderEpoch: -1 };
   }

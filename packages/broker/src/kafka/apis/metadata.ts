@@ -1,5 +1,6 @@
 /**
- * Metadata: this broker as the only node and every user topic it holds (standalone; docs/kafka.md). The
+ * Metadata: the nodes (this broker, or in a cluster every live broker with a Kafka listener) and every
+ * user topic with its partitions' leaders, replicas and in-sync replicas (docs/kafka.md). The
  * internal topics (`__consumer_offsets`, `__transaction_state`) hold Tributary's own records and are
  * neither listed nor served. No topic is created by asking for it.
  */
@@ -17,23 +18,49 @@ export function isUserTopic(name: string): boolean {
   return !name.startsWith('__');
 }
 
-function describeTopic(ctx: KafkaRequestContext, name: string): KafkaStruct {
+function parseHostPort(address: string): { host: string; port: number } {
+  const i = address.lastIndexOf(':');
+  return { host: address.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(address.slice(i + 1)) };
+}
+
+/** The nodes Kafka clients may dial: this broker alone, or every live broker of the cluster with a Kafka listener. */
+function nodes(ctx: KafkaRequestContext): KafkaStruct[] {
+  const cluster = ctx.broker.cluster;
+  if (!cluster) return [{ nodeId: ctx.broker.brokerId, host: ctx.advertised.host, port: ctx.advertised.port, rack: null }];
+  return cluster
+    .liveBrokers()
+    .filter((b) => b.kafkaAddress !== undefined)
+    .sort((a, b) => a.id - b.id)
+    .map((b) => ({ nodeId: b.id, ...parseHostPort(b.kafkaAddress!), rack: null }));
+}
+
+function describePartition(ctx: KafkaRequestContext, topic: string, id: number, live: Set<number>): KafkaStruct {
+  const cluster = ctx.broker.cluster;
+  const self = ctx.broker.brokerId;
+  if (!cluster) return { errorCode: 0, partitionIndex: id, leaderId: self, leaderEpoch: 0, replicaNodes: [self], isrNodes: [self], offlineReplicas: [] };
+  const s = cluster.states.get(topic, id)?.value;
+  const replicas = s?.replicas ?? [];
+  // A leader that is not a live node with a Kafka listener cannot be dialled: the client waits and asks again.
+  const leaderId = s && live.has(s.leader) ? s.leader : -1;
+  return {
+    errorCode: leaderId < 0 ? kafkaErrorCode('LEADER_NOT_AVAILABLE') : 0,
+    partitionIndex: id,
+    leaderId,
+    leaderEpoch: s?.leaderEpoch ?? -1,
+    replicaNodes: replicas,
+    isrNodes: s?.isr ?? [],
+    offlineReplicas: replicas.filter((r) => !live.has(r)),
+  };
+}
+
+function describeTopic(ctx: KafkaRequestContext, name: string, live: Set<number>): KafkaStruct {
   const topic = isUserTopic(name) ? ctx.broker.topics.tryGet(name) : undefined;
   if (!topic) return { errorCode: kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION'), name, isInternal: false, partitions: [], topicAuthorizedOperations: UNKNOWN_OPERATIONS };
-  const id = ctx.broker.brokerId;
   return {
     errorCode: 0,
     name,
     isInternal: false,
-    partitions: topic.partitions.map((p) => ({
-      errorCode: 0,
-      partitionIndex: p.id,
-      leaderId: id,
-      leaderEpoch: 0,
-      replicaNodes: [id],
-      isrNodes: [id],
-      offlineReplicas: [],
-    })),
+    partitions: topic.partitions.map((p) => describePartition(ctx, name, p.id, live)),
     topicAuthorizedOperations: UNKNOWN_OPERATIONS,
   };
 }
@@ -43,13 +70,15 @@ export const metadataHandler = handler(apiByKey(Metadata.apiKey)!, (ctx, version
   // v0: an empty list means every topic; v1+: null does, and an empty list means none.
   const all = asked === null || (version === 0 && asked.length === 0);
   const names = all ? ctx.broker.topics.list().map((t) => t.name).filter(isUserTopic) : asked.map((t) => t.name as string);
-  const id = ctx.broker.brokerId;
+  const brokers = nodes(ctx);
+  const live = new Set(brokers.map((b) => b.nodeId as number));
+  const controller = ctx.broker.cluster ? (ctx.broker.cluster.election.controllerId ?? -1) : ctx.broker.brokerId;
   return {
     throttleTimeMs: 0,
-    brokers: [{ nodeId: id, host: ctx.advertised.host, port: ctx.advertised.port, rack: null }],
+    brokers,
     clusterId: 'tributary',
-    controllerId: id,
-    topics: names.map((n) => describeTopic(ctx, n)),
+    controllerId: controller,
+    topics: names.map((n) => describeTopic(ctx, n, live)),
     clusterAuthorizedOperations: UNKNOWN_OPERATIONS,
   };
 });

@@ -15,6 +15,7 @@ import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { Produce } from '../protocol/messages/produce.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
+import { acknowledged, leaderGate } from './cluster-gate.js';
 import { errorCodeOf, handler } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
@@ -50,10 +51,11 @@ async function recordsOf(ctx: KafkaRequestContext, batch: RecordBatchView): Prom
   return records;
 }
 
-async function producePartition(ctx: KafkaRequestContext, topicName: string, index: number, bytes: Buffer | null): Promise<PartitionResult> {
+async function producePartition(ctx: KafkaRequestContext, topicName: string, index: number, bytes: Buffer | null, acks: number): Promise<PartitionResult> {
   try {
     if (!isUserTopic(topicName)) throw new TributaryError('topic_not_found', { topic: topicName });
     const partition = ctx.broker.topics.get(topicName).partition(index);
+    const leaderEpoch = leaderGate(ctx, partition, acks);
     if (!bytes || bytes.length === 0) throw new TributaryError('invalid_batch', { reason: 'no records' });
     const split = splitRecordBatches(bytes);
     if (split.stop) throw split.stop.error;
@@ -64,7 +66,7 @@ async function producePartition(ctx: KafkaRequestContext, topicName: string, ind
     if (batch.isTransactional) throw new TributaryError('transactional_id_not_found', { reason: 'transactions are not served on the Kafka port yet' });
     const records = await recordsOf(ctx, batch);
     if (records.length === 0 || records.length !== batch.recordCount) throw new TributaryError('invalid_batch', { reason: 'record count does not match the records' });
-    let baseOffset: number;
+    let appended: { baseOffset: number; lastOffset: number };
     if (batch.producerId >= 0) {
       const producerId = String(batch.producerId);
       const epoch = batch.producerEpoch;
@@ -74,12 +76,12 @@ async function producePartition(ctx: KafkaRequestContext, topicName: string, ind
       const first = batch.baseSequence;
       if (first < 0) throw new TributaryError('invalid_batch', { reason: 'an idempotent batch without a base sequence' });
       for (let i = 0; i < records.length; i++) Object.assign(records[i]!, { producerId, epoch, sequence: first + i });
-      const res = await partition.appendIdempotent(records, { producerId, epoch, firstSequence: first, lastSequence: first + records.length - 1 });
-      baseOffset = res.baseOffset;
+      appended = await partition.appendIdempotent(records, { producerId, epoch, firstSequence: first, lastSequence: first + records.length - 1 });
     } else {
-      baseOffset = (await partition.append(records)).baseOffset;
+      appended = await partition.append(records);
     }
-    return { index, errorCode: 0, baseOffset, logAppendTimeMs: -1, logStartOffset: partition.earliest, recordErrors: [], errorMessage: null };
+    await acknowledged(ctx, partition, appended.lastOffset, acks, leaderEpoch);
+    return { index, errorCode: 0, baseOffset: appended.baseOffset, logAppendTimeMs: -1, logStartOffset: partition.earliest, recordErrors: [], errorMessage: null };
   } catch (err) {
     return failed(index, err);
   }
@@ -110,7 +112,7 @@ export const produceHandler = handler(apiByKey(Produce.apiKey)!, async (ctx, _ve
   const responses = await Promise.all(
     topics.map(async (t) => ({
       name: t.name,
-      partitionResponses: await Promise.all((t.partitionData as KafkaStruct[]).map((p) => producePartition(ctx, t.name as string, p.index as number, p.records as Buffer | null))),
+      partitionResponses: await Promise.all((t.partitionData as KafkaStruct[]).map((p) => producePartition(ctx, t.name as string, p.index as number, p.records as Buffer | null, acks))),
     })),
   );
   if (acks === 0) {

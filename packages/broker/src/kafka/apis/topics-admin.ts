@@ -31,6 +31,8 @@ export const deleteTopicsHandler = handler(apiByKey(DeleteTopics.apiKey)!, async
     try {
       userTopic(ctx, w.name);
       await ctx.broker.topics.delete(w.name);
+      // As DELETE: reassignments of a deleted topic have nothing left to move (best effort).
+      await ctx.broker.cluster?.reassignments.deleteTopic(w.name).catch(() => {});
       responses.push({ name: w.name, topicId: w.topicId, errorCode: 0, errorMessage: null });
     } catch (err) {
       responses.push({ name: w.name, topicId: w.topicId, errorCode: errorCodeOf(err), errorMessage: message(err) });
@@ -50,7 +52,16 @@ export const createPartitionsHandler = handler(apiByKey(CreatePartitions.apiKey)
       if (count <= topic.partitions.length || count > ctx.broker.config.maxPartitions) {
         throw Object.assign(new Error(`count must be above the current ${topic.partitions.length} and at most ${ctx.broker.config.maxPartitions}`), { kafka: 'INVALID_PARTITIONS' });
       }
-      if (body.validateOnly !== true) await ctx.broker.topics.addPartitions(name, count);
+      if (body.validateOnly !== true) {
+        const before = topic.partitions.length;
+        const grown = await ctx.broker.topics.addPartitions(name, count);
+        const cluster = ctx.broker.cluster;
+        if (cluster) {
+          await cluster.createPartitionStates(name, grown.def.partitions, grown.def.replicationFactor);
+          const added = grown.partitions.slice(before).map((p) => p.id);
+          if ((body.timeoutMs as number) > 0) await cluster.awaitServing(name, added, Math.min(body.timeoutMs as number, 30_000));
+        }
+      }
       results.push({ name, errorCode: 0, errorMessage: null });
     } catch (err) {
       const kafka = (err as { kafka?: string }).kafka;

@@ -1,0 +1,28 @@
+/**
+ * Cluster mode on the Kafka port (docs/kafka.md, "In a cluster"): the same leader and acknowledgement
+ * gates as the main port's produce and consume. Only a partition's leader appends and serves reads
+ * (NOT_LEADER_OR_FOLLOWER otherwise, which sends Kafka clients back to Metadata); acks -1 is refused
+ * up front below min.insync.replicas and answered once every in-sync replica has the records.
+ */
+import type { Partition } from '../../partition/partition.js';
+import type { KafkaRequestContext } from '../context.js';
+
+/** The leader epoch the request is served under; undefined on a standalone broker. Throws NOT_LEADER. */
+export function leaderGate(ctx: KafkaRequestContext, partition: Partition, acks?: number): number | undefined {
+  const cluster = ctx.broker.cluster;
+  if (!cluster) return undefined;
+  const replica = cluster.requireLeader(partition.topic, partition.id);
+  if (acks === -1) cluster.replicas.checkMinIsr(replica);
+  return replica.leaderEpoch;
+}
+
+/**
+ * After the append: acks -1 waits until the high watermark passed `lastOffset` at `epoch`; acks 1 checks
+ * the broker still leads at `epoch` (a record written by a demoted leader may not survive).
+ */
+export async function acknowledged(ctx: KafkaRequestContext, partition: Partition, lastOffset: number, acks: number, epoch: number | undefined): Promise<void> {
+  const cluster = ctx.broker.cluster;
+  if (!cluster || epoch === undefined) return;
+  if (acks === -1) return cluster.replicas.waitReplicated(partition.topic, partition.id, epoch, lastOffset, ctx.broker.config.replicationTimeoutMs);
+  if (!cluster.replicas.leadsAt(partition.topic, partition.id, epoch)) throw cluster.replicas.notLeader(partition.topic, partition.id);
+}

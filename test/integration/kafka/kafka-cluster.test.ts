@@ -1,0 +1,110 @@
+/**
+ * The Kafka listener on a 3-broker cluster (docs/kafka.md, "In a cluster"): Metadata names every broker's
+ * Kafka address and each partition's leader, kafkajs creates a replicated topic, and an idempotent acks -1
+ * producer loses nothing acknowledged and stores nothing twice when a partition leader is killed: the
+ * client follows NOT_LEADER_OR_FOLLOWER and Metadata to the new leader on its own.
+ */
+import { execFile } from 'node:child_process';
+import { Kafka, logLevel } from 'kafkajs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TestCluster } from '../../helpers/cluster.js';
+
+const TOPIC = 'kafka-rf3';
+const PARTITIONS = 3;
+
+function kcat(args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = execFile('kcat', args, { timeout: 30_000 }, (err, stdout, stderr) => (err ? reject(new Error(`kcat ${args.join(' ')}: ${err.message}\n${stderr}`)) : resolve(stdout)));
+    child.stdin!.end();
+  });
+}
+
+interface KcatMetadata {
+  brokers: { id: number; name: string }[];
+  topics: { topic: string; partitions: { partition: number; leader: number; replicas: { id: number }[]; isrs: { id: number }[] }[] }[];
+}
+
+describe('the Kafka listener on a 3-broker cluster', () => {
+  let cluster: TestCluster;
+
+  beforeAll(async () => {
+    cluster = await TestCluster.start(3, ['--kafka-port', '0', '--min-insync-replicas', '2']);
+  }, 120_000);
+
+  afterAll(async () => {
+    await cluster?.dispose();
+  });
+
+  it('Metadata names every Kafka address and leader; an acks -1 producer loses nothing when a leader is killed', async () => {
+    const kafkaAddress = (id: number) => `127.0.0.1:${cluster.broker(id).kafkaPort}`;
+    const kafka = new Kafka({ brokers: [0, 1, 2].map(kafkaAddress), clientId: 'cluster-test', logLevel: logLevel.NOTHING });
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      expect(await admin.createTopics({ topics: [{ topic: TOPIC, numPartitions: PARTITIONS, replicationFactor: 3 }] })).toBe(true);
+    } finally {
+      await admin.disconnect();
+    }
+    const states = await cluster.waitFor(`${TOPIC} led with full ISRs`, async () => {
+      const ps = (await cluster.status()).partitions.filter((p) => p.topic === TOPIC);
+      return ps.length === PARTITIONS && ps.every((p) => p.leader >= 0 && p.isr.length === 3) ? ps : false;
+    });
+    // Every broker answers Metadata with the same nodes and leaders as the cluster's partition states.
+    for (const via of [0, 1, 2]) {
+      const meta = JSON.parse(await kcat(['-b', kafkaAddress(via), '-L', '-J', '-t', TOPIC])) as KcatMetadata;
+      expect(meta.brokers.sort((a, b) => a.id - b.id)).toEqual([0, 1, 2].map((id) => ({ id, name: kafkaAddress(id) })));
+      const parts = meta.topics[0]!.partitions.sort((a, b) => a.partition - b.partition);
+      expect(parts.map((p) => p.leader)).toEqual(states.sort((a, b) => a.partition - b.partition).map((s) => s.leader));
+      expect(parts.every((p) => p.replicas.length === 3 && p.isrs.length === 3)).toBe(true);
+    }
+
+    const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, retry: { retries: 20, initialRetryTime: 100, maxRetryTime: 1000 } });
+    await producer.connect();
+    const acked = new Map<string, { partition: number; offset: number }>();
+    const ackedPerPartition = [0, 0, 0];
+    let stop = false;
+    const lanes = Array.from({ length: PARTITIONS * 2 }, async (_, lane) => {
+      const partition = lane % PARTITIONS;
+      for (let n = 0; !stop; n++) {
+        const value = `${lane}-${n}`;
+        try {
+          const [meta] = await producer.send({ topic: TOPIC, acks: -1, messages: [{ value, partition }] });
+          acked.set(value, { partition, offset: Number(meta!.baseOffset) });
+          ackedPerPartition[partition]!++;
+        } catch {
+          // Not acknowledged: it may or may not be stored, but never twice (checked below).
+        }
+      }
+    });
+    await cluster.waitFor('100 acknowledged records', async () => acked.size >= 100);
+    const victim = (await cluster.leaderOf(TOPIC, 0)).id;
+    const before = ackedPerPartition[0]!;
+    await cluster.broker(victim).kill('SIGKILL');
+    // The producer carries on through the new leader of partition 0.
+    await cluster.waitFor('partition 0 written through its new leader', async () => ackedPerPartition[0]! >= before + 50, 60_000);
+    stop = true;
+    await Promise.all(lanes);
+    await producer.disconnect();
+
+    const stored = new Map<string, { partition: number; offset: number }>();
+    for (let p = 0; p < PARTITIONS; p++) {
+      const leader = await cluster.waitFor(`a live leader of ${TOPIC}[${p}]`, async () => {
+        const l = await cluster.leaderOf(TOPIC, p);
+        return l.id >= 0 && l.id !== victim ? l.id : false;
+      });
+      const conn = await cluster.connect(leader);
+      for (let offset = 0; ; ) {
+        const { records } = await conn.consume({ topic: TOPIC, partition: p, offset, batch: 1000 });
+        if (records.length === 0) break;
+        for (const r of records) {
+          const v = r.value.toString();
+          expect(stored.has(v), `${v} stored twice`).toBe(false);
+          stored.set(v, { partition: p, offset: r.offset });
+        }
+        offset = records[records.length - 1]!.offset + 1;
+      }
+    }
+    for (const [value, at] of acked) expect(stored.get(value), `acknowledged ${value}`).toEqual(at);
+    expect(acked.size).toBeGreaterThan(150);
+  }, 180_000);
+});
