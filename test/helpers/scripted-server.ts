@@ -180,12 +180,16 @@ export class ScriptedServer {
     socket.write(encodeFrame(reply));
   }
 
+  private nextProducerId = 1000;
+
   private defaultReply(command: string, line: ParsedLine | undefined): string {
     if (command === 'NEGOTIATE') {
       const asked = (line?.params.get('features') ?? '').split(',').filter(Boolean);
       const enabled = this.opts.features ?? asked.filter((f) => f !== 'record_extensions_v1');
       return `OK protocol_version=1 enabled=${enabled.join(',')} unsupported=`;
     }
+    // Idempotent producers ask for their id before their first batch: a broker hands out a new one each time.
+    if (command === 'INIT_PRODUCER_ID' && !line?.params.has('transactional_id')) return `OK producerId=${this.nextProducerId++} epoch=0`;
     return `ERROR: unknown_command command=${command} class=validation retryable=false`;
   }
 

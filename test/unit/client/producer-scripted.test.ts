@@ -114,6 +114,9 @@ class FakeBroker {
         const leaders = this.topicLeaders.get(topic) ?? this.leaders;
         return `OK topic=${topic} partitions=${this.topicLeaders.has(topic) ? leaders.length : this.partitions} leaders=${leaders.join(',')} epochs=${leaders.map(() => 0).join(',')}`;
       }
+      case 'INIT_PRODUCER_ID':
+        // An idempotent producer's id, asked for before its first batch.
+        return `OK producerId=${this.port} epoch=0`;
       default:
         return `ERROR: unknown_command command=${line.head} class=validation retryable=false`;
     }
