@@ -128,6 +128,8 @@ export class Cluster {
   private firstAttemptAt: number | undefined;
   /** Why each address failed, until one answered (for brokers_unreachable). */
   private readonly bootstrapFailures = new Map<string, Error>();
+  /** The signal of the caller that started a pooled dial (pooled()). */
+  private readonly dialSignals = new WeakMap<Promise<Connection>, AbortSignal>();
   /** Open connections per broker, for the connect / disconnect events. */
   private readonly openPerBroker = new Map<string, number>();
 
@@ -252,12 +254,20 @@ export class Cluster {
     this.assertOpen();
     const cached = pool.get(address);
     if (cached) {
-      const conn = await cached.catch(() => undefined);
-      if (conn && !conn.closed) return conn;
+      const got = await cached.then(
+        (conn) => ({ conn }),
+        (err: unknown) => ({ err }),
+      );
+      if ('conn' in got && !got.conn.closed) return got.conn;
       if (pool.get(address) === cached) pool.delete(address);
+      // The dial this caller waited for failed, so this attempt fails with it: the caller's retry looks
+      // the route up again (a lost connection drops the cached leaders) instead of dialling the same,
+      // maybe unreachable, broker for another handshake bound. Unless its own caller gave the dial up.
+      if ('err' in got && !this.dialSignals.get(cached)?.aborted) throw got.err;
     }
     const p = this.open(address, signal, pool === this.control);
     pool.set(address, p);
+    if (signal) this.dialSignals.set(p, signal);
     p.then(
       (conn) => {
         // Opened after close(): nobody else will close it.
