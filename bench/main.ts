@@ -9,6 +9,7 @@ interface BenchModule {
 
 const BENCHMARKS: Record<string, () => Promise<BenchModule>> = {
   failover: () => import('./failover.js'),
+  kafka: () => import('./kafka.js'),
   latency: () => import('./latency.js'),
   parallel: () => import('./parallel.js'),
   'produce-consume': () => import('./produce-consume.js'),

@@ -307,6 +307,29 @@ describe('the Kafka listener with @platformatic/kafka', () => {
 });
 
 describe('Kafka listener settings', () => {
+  it('keeps the per-address connection limit (shared with the main port) and closes a frame left unfinished', async () => {
+    const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-connections-per-address', '2', '--frame-timeout-ms', '300'] });
+    try {
+      const main = await broker.connect(); // one of the address's two
+      const first = await RawKafka.connect(broker.kafkaPort);
+      expect(((await first.call(18, 3, { clientSoftwareName: 'x', clientSoftwareVersion: '1' })).apiKeys as KafkaStruct[]).length).toBeGreaterThan(0);
+      const third = await RawKafka.connect(broker.kafkaPort);
+      await third.closed; // over the limit: closed at once
+      first.socket.destroy();
+      await first.closed;
+      await main.close();
+      // A frame that announces 100 bytes and sends 5 is closed after the frame timeout; nothing else changed.
+      const slow = await RawKafka.connect(broker.kafkaPort);
+      slow.socket.write(Buffer.from([0, 0, 0, 100, 0, 18, 0, 0, 0]));
+      await slow.closed;
+      const again = await RawKafka.connect(broker.kafkaPort);
+      expect((await again.call(3, 9, { topics: [], allowAutoTopicCreation: false })).brokers).toHaveLength(1);
+      again.socket.destroy();
+    } finally {
+      await broker.dispose();
+    }
+  });
+
   it('is refused at startup with authentication or a TLS certificate, saying why', async () => {
     for (const extra of [['--authentication', '--users', '{}'], ['--tls-cert', '/nonexistent/cert.pem', '--tls-key', '/nonexistent/key.pem']]) {
       const started = BrokerProcess.start({ args: ['--kafka-port', '0', ...extra] });

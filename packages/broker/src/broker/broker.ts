@@ -43,11 +43,11 @@ type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
  * The Kafka listener of a broker without authentication or TLS: what it does not do yet is refused at
  * startup rather than served insecurely (docs/kafka.md, "Not supported yet").
  */
-function kafkaListener(b: Broker, c: BrokerConfig): KafkaListener {
+function kafkaListener(b: Broker, c: BrokerConfig, perAddress: AddressLimiter): KafkaListener {
   const refuse = (why: string) => new Error(`invalid config: the Kafka listener (kafkaPort) ${why}`);
   if (c.authentication) throw refuse('has no SASL yet: it cannot be enabled with authentication');
   if (c.tlsCert !== undefined) throw refuse('has no TLS yet: it cannot be enabled beside a TLS listener');
-  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port: c.kafkaPort!, advertisedHost: c.kafkaAdvertisedHost });
+  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port: c.kafkaPort!, advertisedHost: c.kafkaAdvertisedHost, perAddress });
 }
 
 function listen(server: net.Server | http.Server, port: number, host: string): Promise<number> {
@@ -148,8 +148,8 @@ export class Broker implements BrokerContext {
       config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs, idExpirationMs: config.transactionalIdExpirationMs },
     });
     this.security = new Security(config, logger.child({ component: 'security' }), this.cluster?.tls);
-    this.kafka = config.kafkaPort === undefined ? undefined : kafkaListener(this, config);
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
+    this.kafka = config.kafkaPort === undefined ? undefined : kafkaListener(this, config, this.perAddress);
     this.server = this.createServer();
     let self: ReturnType<typeof selfConnection> | undefined;
     const selfConn = () => (self ??= selfConnection(config, this.boundPort));

@@ -23,6 +23,10 @@ export interface KafkaConnectionOptions {
   logger: Logger;
   maxFrameBytes: number;
   idleTimeoutMs: number;
+  /** A frame begun but not completed within this closes the connection (`--frame-timeout-ms`). */
+  frameTimeoutMs: number;
+  /** Responses queued past this (a client that does not read) stop the reading of its requests. */
+  maxPendingReplyBytes: number;
   onClose: (c: KafkaConnection) => void;
 }
 
@@ -34,6 +38,7 @@ export class KafkaConnection {
   private tail: Promise<void> = Promise.resolve();
   private inFlight = 0;
   private closed = false;
+  private frameTimer: NodeJS.Timeout | undefined;
   readonly remote: string;
 
   constructor(
@@ -46,6 +51,7 @@ export class KafkaConnection {
     socket.setNoDelay(true);
     socket.setTimeout(o.idleTimeoutMs, () => this.close('idle'));
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    socket.on('drain', () => this.flow());
     socket.on('error', () => this.close('socket error'));
     socket.on('close', () => this.close('closed by the client'));
   }
@@ -54,6 +60,7 @@ export class KafkaConnection {
   close(reason: string): void {
     if (this.closed) return;
     this.closed = true;
+    clearTimeout(this.frameTimer);
     this.abort.abort();
     this.o.logger.debug({ remote: this.remote, reason }, 'Kafka connection closed');
     this.socket.destroy();
@@ -79,6 +86,16 @@ export class KafkaConnection {
       if (this.closed) return;
       this.request(f);
     }
+    // A slow sender may not hold a half-read frame open past the frame timeout.
+    clearTimeout(this.frameTimer);
+    this.frameTimer = this.splitter.pendingBytes > 0 && !this.closed ? setTimeout(() => this.close('frame not completed in time'), this.o.frameTimeoutMs) : undefined;
+  }
+
+  /** Reads while fewer than MAX_IN_FLIGHT requests are unanswered and the client takes its responses. */
+  private flow(): void {
+    if (this.closed) return;
+    if (this.inFlight >= MAX_IN_FLIGHT || this.socket.writableLength > this.o.maxPendingReplyBytes) this.socket.pause();
+    else this.socket.resume();
   }
 
   private refuse(err: unknown, what: string): void {
@@ -122,7 +139,7 @@ export class KafkaConnection {
 
   private respond(answer: Promise<Buffer[] | null>): void {
     this.inFlight++;
-    if (this.inFlight >= MAX_IN_FLIGHT) this.socket.pause();
+    this.flow();
     // A rejected answer is a bug in a handler (they turn errors into error codes): the connection ends.
     answer.catch(() => {});
     this.tail = this.tail.then(async () => {
@@ -138,7 +155,7 @@ export class KafkaConnection {
         this.close('internal error');
       } finally {
         this.inFlight--;
-        if (this.inFlight < MAX_IN_FLIGHT && !this.closed) this.socket.resume();
+        this.flow();
       }
     });
   }

@@ -22,6 +22,11 @@ export interface KafkaListenerOptions {
   port: number;
   /** What Metadata tells clients to connect to; the bound host when absent. */
   advertisedHost?: string;
+  /**
+   * The broker's per-address connection limit (`--max-connections-per-address`), shared with the main
+   * port so a client cannot double its share through the second one.
+   */
+  perAddress?: { tryAcquire(address: string): boolean; release(address: string): void };
 }
 
 /** The APIs the listener serves, by key (ApiVersions lists exactly these). */
@@ -84,17 +89,21 @@ export class KafkaListener {
 
   private accept(socket: net.Socket): void {
     const c = this.broker.config;
-    if (this.connections.size >= c.maxConnections) {
+    const address = socket.remoteAddress ?? '';
+    if (this.connections.size >= c.maxConnections || (this.o.perAddress && !this.o.perAddress.tryAcquire(address))) {
       socket.on('error', () => {});
       socket.destroy();
       return;
     }
+    if (this.o.perAddress) socket.once('close', () => this.o.perAddress!.release(address));
     const conn = new KafkaConnection(socket, {
       handlers: this.handlers,
       context: { broker: this.broker, advertised: this.advertised },
       logger: this.broker.logger,
       maxFrameBytes: c.maxFrameBytes,
       idleTimeoutMs: c.idleTimeoutMs,
+      frameTimeoutMs: c.frameTimeoutMs,
+      maxPendingReplyBytes: c.maxPendingReplyBytes,
       onClose: (x) => this.connections.delete(x),
     });
     this.connections.add(conn);
