@@ -3,7 +3,9 @@
  * read through it, Tributary's own clients read what they wrote and the other way round, and bad input on
  * the Kafka port gets the proper error code or a closed connection, the broker healthy, nothing stored.
  */
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import net from 'node:net';
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,6 +17,7 @@ import { decodeResponse, encodeRequest } from 'tributary-broker/kafka/protocol/h
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
 
 function kcat(args: string[], input?: string): Promise<string> {
   return new Promise((resolve, reject) => {
@@ -330,10 +333,39 @@ describe('Kafka listener settings', () => {
     }
   });
 
-  it('is refused at startup with authentication or a TLS certificate, saying why', async () => {
-    for (const extra of [['--authentication', '--users', '{}'], ['--tls-cert', '/nonexistent/cert.pem', '--tls-key', '/nonexistent/key.pem']]) {
-      const started = BrokerProcess.start({ args: ['--kafka-port', '0', ...extra] });
-      await expect(started).rejects.toThrow(/Kafka listener \(kafkaPort\)/);
+  it('is refused at startup with authentication (no SASL on it yet), saying why', async () => {
+    const started = BrokerProcess.start({ args: ['--kafka-port', '0', '--authentication', '--users', '{}'] });
+    await expect(started).rejects.toThrow(/Kafka listener \(kafkaPort\) has no SASL/);
+  });
+
+  it("speaks TLS with the main port's certificate: kafkajs with the CA produces, a plain client gets nothing", async () => {
+    const dir = await tempDir('tributary-kafka-tls-');
+    const key = path.join(dir, 'broker.key');
+    const cert = path.join(dir, 'broker.crt');
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert, '-days', '1', '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost'], { stdio: 'ignore' });
+    const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--tls-cert', cert, '--tls-key', key], clientTls: { ca: readFileSync(cert) } });
+    try {
+      const kafka = new Kafka({ brokers: [`127.0.0.1:${broker.kafkaPort}`], clientId: 'tls', logLevel: logLevel.NOTHING, ssl: { ca: [readFileSync(cert, 'utf8')] } });
+      const admin = kafka.admin();
+      await admin.connect();
+      const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+      try {
+        expect(await admin.createTopics({ topics: [{ topic: 'over-tls', numPartitions: 1 }] })).toBe(true);
+        await producer.connect();
+        await producer.send({ topic: 'over-tls', acks: -1, messages: [{ value: 'secret' }] });
+      } finally {
+        await producer.disconnect();
+        await admin.disconnect();
+      }
+      const c = await broker.connect();
+      expect((await c.consume({ topic: 'over-tls', partition: 0, offset: 0, batch: 10 })).records.map((r) => r.value.toString())).toEqual(['secret']);
+      // A plain Kafka request is not a TLS handshake: the connection is closed unanswered.
+      const plain = await RawKafka.connect(broker.kafkaPort);
+      plain.socket.write(encodeRequest(apiByKey(18)!, 0, 1, 'plain', {}));
+      await plain.closed;
+    } finally {
+      await broker.dispose();
+      await removeDir(dir);
     }
   });
 });

@@ -40,14 +40,25 @@ import { MemberLeases } from '../cluster/member-leases.js';
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
 
 /**
- * The Kafka listener of a broker without authentication or TLS: what it does not do yet is refused at
- * startup rather than served insecurely (docs/kafka.md, "Not supported yet").
+ * The Kafka listener. Without SASL it cannot authenticate anyone, so with authentication on it is refused
+ * at startup rather than served insecurely (docs/kafka.md, "Not supported yet").
  */
 function kafkaListener(b: Broker, c: BrokerConfig, perAddress: AddressLimiter): KafkaListener {
   const refuse = (why: string) => new Error(`invalid config: the Kafka listener (kafkaPort) ${why}`);
   if (c.authentication) throw refuse('has no SASL yet: it cannot be enabled with authentication');
-  if (c.tlsCert !== undefined) throw refuse('has no TLS yet: it cannot be enabled beside a TLS listener');
-  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port: c.kafkaPort!, advertisedHost: c.kafkaAdvertisedHost, perAddress });
+  // TLS as on the main port: the same certificate, CA and client-certificate rule.
+  const tlsOptions =
+    c.tlsCert === undefined || c.tlsKey === undefined
+      ? undefined
+      : {
+          cert: readFileSync(c.tlsCert),
+          key: readFileSync(c.tlsKey),
+          ca: c.tlsCa === undefined ? undefined : readFileSync(c.tlsCa),
+          minVersion: 'TLSv1.2' as const,
+          requestCert: c.tlsCa !== undefined,
+          rejectUnauthorized: c.tlsRequireClientCert,
+        };
+  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port: c.kafkaPort!, advertisedHost: c.kafkaAdvertisedHost, perAddress, tls: tlsOptions });
 }
 
 function listen(server: net.Server | http.Server, port: number, host: string): Promise<number> {

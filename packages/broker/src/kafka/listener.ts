@@ -4,6 +4,7 @@
  * client never sees a half-recovered broker.
  */
 import net from 'node:net';
+import tls from 'node:tls';
 import type { KafkaBrokerContext } from './context.js';
 import { KafkaConnection } from './kafka-connection.js';
 import { apiVersionsHandler } from './apis/api-versions.js';
@@ -27,6 +28,8 @@ export interface KafkaListenerOptions {
    * port so a client cannot double its share through the second one.
    */
   perAddress?: { tryAcquire(address: string): boolean; release(address: string): void };
+  /** TLS as on the main port (the same certificate, CA and client-certificate rule); plain TCP when absent. */
+  tls?: tls.TlsOptions;
 }
 
 /** The APIs the listener serves, by key (ApiVersions lists exactly these). */
@@ -57,7 +60,19 @@ export class KafkaListener {
     private readonly broker: KafkaBrokerContext,
     private readonly o: KafkaListenerOptions,
   ) {
-    this.server = net.createServer((socket) => this.accept(socket));
+    this.server = o.tls ? this.tlsServer(o.tls) : net.createServer((socket) => this.accept(socket));
+  }
+
+  /**
+   * A plain TCP server in front of the TLS one, as on the main port: the connection limits are checked on
+   * the raw connection, before a handshake runs. A client that does not speak TLS fails the handshake.
+   */
+  private tlsServer(options: tls.TlsOptions): net.Server {
+    const secure = tls.createServer({ ...options, handshakeTimeout: Math.min(this.broker.config.frameTimeoutMs, 10_000) }, (socket) => this.serve(socket));
+    secure.on('tlsClientError', (err, socket) => this.broker.logger.debug({ remote: `${socket.remoteAddress}:${socket.remotePort}`, reason: err.message }, 'Kafka TLS handshake failed'));
+    return net.createServer((raw) => {
+      if (this.admit(raw)) secure.emit('connection', raw);
+    });
   }
 
   get port(): number {
@@ -88,14 +103,23 @@ export class KafkaListener {
   }
 
   private accept(socket: net.Socket): void {
-    const c = this.broker.config;
+    if (this.admit(socket)) this.serve(socket);
+  }
+
+  /** The connection limits, on the raw connection: false (and closed) when over one. */
+  private admit(socket: net.Socket): boolean {
     const address = socket.remoteAddress ?? '';
-    if (this.connections.size >= c.maxConnections || (this.o.perAddress && !this.o.perAddress.tryAcquire(address))) {
+    if (this.connections.size >= this.broker.config.maxConnections || (this.o.perAddress && !this.o.perAddress.tryAcquire(address))) {
       socket.on('error', () => {});
       socket.destroy();
-      return;
+      return false;
     }
     if (this.o.perAddress) socket.once('close', () => this.o.perAddress!.release(address));
+    return true;
+  }
+
+  private serve(socket: net.Socket): void {
+    const c = this.broker.config;
     const conn = new KafkaConnection(socket, {
       handlers: this.handlers,
       context: { broker: this.broker, advertised: this.advertised },
