@@ -7,7 +7,7 @@ import { execFile, execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import net from 'node:net';
-import { Kafka, logLevel } from 'kafkajs';
+import { ConfigResourceTypes, Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
@@ -154,6 +154,11 @@ describe('the Kafka listener', () => {
       expect(seen.sort()).toEqual(Array.from({ length: 30 }, (_, i) => `key-${i % 5}/value-${i}`).sort());
       const byTime = await admin.fetchTopicOffsetsByTimestamp('kj', before - 60_000);
       expect(byTime.every((o) => Number(o.offset) === 0)).toBe(true);
+      const configs = await admin.describeConfigs({ includeSynonyms: false, resources: [{ type: ConfigResourceTypes.TOPIC, name: 'kj', configNames: ['retention.ms', 'cleanup.policy'] }] });
+      expect(configs.resources[0]!.configEntries.map((e) => [e.configName, e.configValue]).sort()).toEqual([
+        ['cleanup.policy', 'delete'],
+        ['retention.ms', String(168 * 3_600_000)],
+      ]);
       await admin.createPartitions({ topicPartitions: [{ topic: 'kj', count: 4 }] });
       expect((await admin.fetchTopicOffsets('kj')).length).toBe(4);
       await admin.deleteTopics({ topics: ['kj'] });
@@ -179,6 +184,7 @@ describe('the Kafka listener', () => {
       22: () => ({ transactionalId: null, transactionTimeoutMs: 1000 }),
       20: (v) => (v >= 6 ? { topics: [{ name: `doomed-v${v}`, topicId: ZERO_UUID }], timeoutMs: 1000 } : { topicNames: [`doomed-v${v}`], timeoutMs: 1000 }),
       37: (v) => ({ topics: [{ name: 'growing', count: 2 + v, assignments: null }], timeoutMs: 1000, validateOnly: false }),
+      32: () => ({ resources: [{ resourceType: 2, resourceName: 'versions', configurationKeys: null }], includeSynonyms: false, includeDocumentation: false }),
     };
     for (let v = 0; v <= 6; v++) await c.command('CREATE', { topic: `doomed-v${v}`, partitions: 1 });
     await c.command('CREATE', { topic: 'growing', partitions: 1 });
@@ -193,8 +199,9 @@ describe('the Kafka listener', () => {
         expect(codes.every((e) => e === '"errorCode":0'), `${apiByKey(key)!.name} v${v}: ${codes.join()}`).toBe(true);
       }
     }
-    // Metadata 0-9, Fetch 4-12, ListOffsets 1-5, Produce 3-9, ApiVersions 0-3, CreateTopics 0-7, DeleteTopics 0-6, InitProducerId 0-4, CreatePartitions 0-3
-    expect(calls).toBe(10 + 9 + 5 + 7 + 4 + 8 + 7 + 5 + 4);
+    // Metadata 0-9, Fetch 4-12, ListOffsets 1-5, Produce 3-9, ApiVersions 0-3, CreateTopics 0-7, DeleteTopics 0-6, InitProducerId 0-4,
+    // DescribeConfigs 0-4, CreatePartitions 0-3
+    expect(calls).toBe(10 + 9 + 5 + 7 + 4 + 8 + 7 + 5 + 5 + 4);
     expect((await c.command('LIST')).match(/doomed/g)).toBeNull();
     expect((await c.json<{ partitions: unknown[] }>('DESCRIBE', { topic: 'growing' })).partitions).toHaveLength(5);
     raw.socket.destroy();
@@ -239,7 +246,7 @@ describe('the Kafka listener', () => {
       expect(reply.errorCode).toBe(kafkaErrorCode('UNSUPPORTED_VERSION'));
       expect(reply.apiKeys).toEqual([{ apiKey: 18, minVersion: 0, maxVersion: 3 }]);
       const served = (await raw.call(18, 3, { clientSoftwareName: 'x', clientSoftwareVersion: '1' })).apiKeys as KafkaStruct[];
-      expect(served.map((a) => a.apiKey)).toEqual([0, 1, 2, 3, 18, 19, 20, 22, 37]);
+      expect(served.map((a) => a.apiKey)).toEqual([0, 1, 2, 3, 18, 19, 20, 22, 32, 37]);
       raw.socket.destroy();
 
       const closes = async (bytes: Buffer) => {

@@ -9,6 +9,7 @@ import type { KafkaBrokerContext } from './context.js';
 import { KafkaConnection } from './kafka-connection.js';
 import { apiVersionsHandler } from './apis/api-versions.js';
 import { createTopicsHandler } from './apis/create-topics.js';
+import { describeConfigsHandler } from './apis/describe-configs.js';
 import { fetchHandler } from './apis/fetch.js';
 import type { KafkaHandler } from './apis/handler.js';
 import { listOffsetsHandler } from './apis/list-offsets.js';
@@ -44,6 +45,7 @@ export function kafkaHandlers(): Map<number, KafkaHandler> {
     createTopicsHandler,
     deleteTopicsHandler,
     createPartitionsHandler,
+    describeConfigsHandler,
     initProducerIdHandler,
   );
   served.sort((a, b) => a.api.key - b.api.key);

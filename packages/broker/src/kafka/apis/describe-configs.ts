@@ -1,0 +1,91 @@
+/**
+ * DescribeConfigs for topics and this broker (docs/kafka.md): Tributary's settings under the Kafka names
+ * clients and tools look for. A topic's `cleanup.policy`, `retention.ms` (its retention hours),
+ * `retention.bytes`, and the broker-wide `max.message.bytes` and `min.insync.replicas`; the broker's
+ * `num.partitions`, `default.replication.factor`, `min.insync.replicas`, `message.max.bytes`. Every
+ * value is read-only here (AlterConfigs is not served). Asking for other keys returns only the known ones,
+ * as Kafka does; other resource types are INVALID_REQUEST.
+ */
+import type { TopicDefinition } from '../../partition/metadata-store.js';
+import { apiByKey } from '../protocol/apis.js';
+import { kafkaErrorCode } from '../protocol/error-codes.js';
+import { DescribeConfigs } from '../protocol/messages/topics-admin.js';
+import type { KafkaStruct } from '../protocol/schema.js';
+import type { KafkaRequestContext } from '../context.js';
+import { handler } from './handler.js';
+import { isUserTopic } from './metadata.js';
+
+const TOPIC = 2;
+const BROKER = 4;
+/** Kafka's config sources and types (the ones used here). */
+const SOURCE = { topic: 1, staticBroker: 4 } as const;
+const TYPE = { string: 2, int: 3, long: 5, list: 7 } as const;
+
+interface Entry {
+  name: string;
+  value: string;
+  source: number;
+  type: number;
+}
+
+function topicConfigs(ctx: KafkaRequestContext, d: TopicDefinition): Entry[] {
+  const c = ctx.broker.config;
+  return [
+    { name: 'cleanup.policy', value: d.cleanupPolicy, source: SOURCE.topic, type: TYPE.list },
+    { name: 'retention.ms', value: String(d.retentionHours < 0 ? -1 : d.retentionHours * 3_600_000), source: SOURCE.topic, type: TYPE.long },
+    { name: 'retention.bytes', value: String(d.retentionBytes), source: SOURCE.topic, type: TYPE.long },
+    { name: 'max.message.bytes', value: String(c.maxRecordBytes), source: SOURCE.staticBroker, type: TYPE.int },
+    { name: 'min.insync.replicas', value: String(c.minInsyncReplicas), source: SOURCE.staticBroker, type: TYPE.int },
+  ];
+}
+
+function brokerConfigs(ctx: KafkaRequestContext): Entry[] {
+  const c = ctx.broker.config;
+  return [
+    { name: 'num.partitions', value: String(c.defaultPartitions), source: SOURCE.staticBroker, type: TYPE.int },
+    { name: 'default.replication.factor', value: String(ctx.broker.cluster ? c.defaultReplicationFactor : 1), source: SOURCE.staticBroker, type: TYPE.int },
+    { name: 'min.insync.replicas', value: String(c.minInsyncReplicas), source: SOURCE.staticBroker, type: TYPE.int },
+    { name: 'message.max.bytes', value: String(c.maxRecordBytes), source: SOURCE.staticBroker, type: TYPE.int },
+  ];
+}
+
+function describe(ctx: KafkaRequestContext, r: KafkaStruct): KafkaStruct {
+  const resourceType = r.resourceType as number;
+  const resourceName = r.resourceName as string;
+  const fail = (name: string, message: string) => ({ errorCode: kafkaErrorCode(name), errorMessage: message, resourceType, resourceName, configs: [] });
+  let entries: Entry[];
+  if (resourceType === TOPIC) {
+    const topic = isUserTopic(resourceName) ? ctx.broker.topics.tryGet(resourceName) : undefined;
+    if (!topic) return fail('UNKNOWN_TOPIC_OR_PARTITION', `no topic ${resourceName}`);
+    entries = topicConfigs(ctx, topic.def);
+  } else if (resourceType === BROKER) {
+    if (resourceName !== '' && resourceName !== String(ctx.broker.brokerId)) return fail('INVALID_REQUEST', `this is broker ${ctx.broker.brokerId}; ask broker ${resourceName} itself`);
+    entries = brokerConfigs(ctx);
+  } else {
+    return fail('INVALID_REQUEST', `resource type ${resourceType} is not described (topics: 2, brokers: 4)`);
+  }
+  const keys = r.configurationKeys as string[] | null;
+  if (keys !== null) entries = entries.filter((e) => keys.includes(e.name));
+  return {
+    errorCode: 0,
+    errorMessage: null,
+    resourceType,
+    resourceName,
+    configs: entries.map((e) => ({
+      name: e.name,
+      value: e.value,
+      readOnly: true,
+      isDefault: e.source !== SOURCE.topic,
+      configSource: e.source,
+      isSensitive: false,
+      synonyms: [],
+      configType: e.type,
+      documentation: null,
+    })),
+  };
+}
+
+export const describeConfigsHandler = handler(apiByKey(DescribeConfigs.apiKey)!, (ctx, _version, body) => ({
+  throttleTimeMs: 0,
+  results: (body.resources as KafkaStruct[]).map((r) => describe(ctx, r)),
+}));
