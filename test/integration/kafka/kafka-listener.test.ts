@@ -11,6 +11,7 @@ import { ConfigResourceTypes, Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
+import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
 import { apiByKey } from 'tributary-broker/kafka/protocol/apis.js';
 import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
 import { decodeResponse, encodeRequest } from 'tributary-broker/kafka/protocol/headers.js';
@@ -205,6 +206,83 @@ describe('the Kafka listener', () => {
     expect((await c.command('LIST')).match(/doomed/g)).toBeNull();
     expect((await c.json<{ partitions: unknown[] }>('DESCRIBE', { topic: 'growing' })).partitions).toHaveLength(5);
     raw.socket.destroy();
+  });
+
+  describe('reads', () => {
+    const fetchBody = (topic: string, offset: number, isolationLevel: number, maxWaitMs = 0) => ({
+      maxWaitMs,
+      minBytes: 1,
+      maxBytes: 1 << 20,
+      isolationLevel,
+      sessionId: 0,
+      sessionEpoch: -1,
+      topics: [{ topic, partitions: [{ partition: 0, fetchOffset: offset, partitionMaxBytes: 1 << 20 }] }],
+      forgottenTopicsData: [],
+      rackId: '',
+    });
+    const partitionOf = (res: KafkaStruct) => ((res.responses as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!;
+    const valuesOf = (res: KafkaStruct) => {
+      const records = partitionOf(res).records as Buffer;
+      return splitRecordBatches(records).batches.flatMap((b) => b.decode().records.map((r) => `${r.offset}:${r.value!.toString()}`));
+    };
+    const listOffset = async (raw: RawKafka, topic: string, timestamp: number, isolationLevel: number) =>
+      (((await raw.call(2, 5, { isolationLevel, topics: [{ name: topic, partitions: [{ partitionIndex: 0, timestamp }] }] })).topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!;
+
+    it('read_committed hides an open transaction and, once it ends, its aborted records; read_uncommitted shows them', async () => {
+      await c.command('CREATE', { topic: 'txn-read', partitions: 1 });
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      const p = new Producer({ brokers: [broker.address], transactionalId: 'kafka-read-txn' });
+      try {
+        await c.command('PUBLISH', { topic: 'txn-read', partition: 0, message: 'before' });
+        const aborted = await p.transaction();
+        await aborted.send({ topic: 'txn-read', messages: [{ value: 'aborted', partition: 0 }] });
+        await aborted.abort();
+        const open = await p.transaction();
+        await open.send({ topic: 'txn-read', messages: [{ value: 'pending', partition: 0 }] });
+        // Open: read_uncommitted sees it, read_committed stops at the last stable offset before it.
+        expect(valuesOf(await raw.call(1, 12, fetchBody('txn-read', 0, 0)))).toEqual(['0:before', '1:aborted', '3:pending']);
+        expect(valuesOf(await raw.call(1, 12, fetchBody('txn-read', 0, 1)))).toEqual(['0:before']);
+        const lso = Number((await listOffset(raw, 'txn-read', -1, 1)).offset);
+        const hwm = Number((await listOffset(raw, 'txn-read', -1, 0)).offset);
+        expect(lso).toBe(3);
+        expect(hwm).toBe(4);
+        expect(partitionOf(await raw.call(1, 12, fetchBody('txn-read', 0, 1))).lastStableOffset).toBe(3);
+        await open.commit();
+        expect(valuesOf(await raw.call(1, 12, fetchBody('txn-read', 0, 1)))).toEqual(['0:before', '3:pending']);
+      } finally {
+        await p.close();
+        raw.socket.destroy();
+      }
+    });
+
+    it('a Fetch with maxWaitMs is answered as soon as a record arrives; past the log end is OFFSET_OUT_OF_RANGE', async () => {
+      await c.command('CREATE', { topic: 'long-poll', partitions: 1 });
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        const waiting = raw.call(1, 12, fetchBody('long-poll', 0, 0, 60_000));
+        await c.command('PUBLISH', { topic: 'long-poll', partition: 0, message: 'woken' });
+        expect(valuesOf(await waiting)).toEqual(['0:woken']); // a 60 s wait would time the test out
+        const beyond = partitionOf(await raw.call(1, 12, fetchBody('long-poll', 5, 0)));
+        expect(beyond.errorCode).toBe(kafkaErrorCode('OFFSET_OUT_OF_RANGE'));
+      } finally {
+        raw.socket.destroy();
+      }
+    });
+
+    it('Produce with acks 0 gets no response and is stored; the next request on the connection is answered in order', async () => {
+      await c.command('CREATE', { topic: 'acks0', partitions: 1 });
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        const batch = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('fire-and-forget') }] });
+        raw.socket.write(encodeRequest(apiByKey(0)!, 7, 41, 'raw', { transactionalId: null, acks: 0, timeoutMs: 1000, topicData: [{ name: 'acks0', partitionData: [{ index: 0, records: batch }] }] }));
+        const api = apiByKey(18)!;
+        raw.socket.write(encodeRequest(api, 0, 42, 'raw', {}));
+        expect(decodeResponse(api, 0, await raw.next()).correlationId).toBe(42); // no response for 41
+        expect(valuesOf(await raw.call(1, 12, fetchBody('acks0', 0, 0)))).toEqual(['0:fire-and-forget']);
+      } finally {
+        raw.socket.destroy();
+      }
+    });
   });
 
   describe('bad input on the Kafka port', () => {
