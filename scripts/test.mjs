@@ -1,7 +1,7 @@
 // The full test suite, runnable on a fresh machine: installs what the tests need, builds, runs every
 // tier (unit, integration against real broker processes, fault), and prints one summary line.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { ensureBuilt, ensureDependencies } from './ensure-built.mjs';
 
@@ -74,6 +74,9 @@ const failures = [];
 runs.forEach((tiers, i) => {
   const report = path.join('.test-results', `vitest-${i}.json`);
   const suiteErrorsFile = path.join('.test-results', `suite-errors-${i}.json`);
+  // A run that dies before writing its reports must not be read as the previous run's results.
+  rmSync(report, { force: true });
+  rmSync(suiteErrorsFile, { force: true });
   const res = spawnSync(
     'npx',
     ['vitest', 'run', ...tiers, '--reporter=default', '--reporter=json', `--outputFile.json=${report}`, '--reporter=./scripts/suite-errors-reporter.mjs'],

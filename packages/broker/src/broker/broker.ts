@@ -58,7 +58,7 @@ function kafkaListener(b: Broker, c: BrokerConfig, perAddress: AddressLimiter): 
           requestCert: c.tlsCa !== undefined,
           rejectUnauthorized: c.tlsRequireClientCert,
         };
-  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port: c.kafkaPort!, advertisedHost: c.kafkaAdvertisedHost, perAddress, tls: tlsOptions });
+  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port: c.kafkaPort!, advertisedHost: c.kafkaAdvertisedHost ?? c.advertisedHost, perAddress, tls: tlsOptions });
 }
 
 function listen(server: net.Server | http.Server, port: number, host: string): Promise<number> {

@@ -27,10 +27,23 @@ export interface KafkaAdvertised {
   port: number;
 }
 
+/** A place in the connection's order of appends (produceTurn()). */
+export interface AppendTurn {
+  /** Resolves once every earlier Produce of the connection has started its appends. */
+  readonly ready: Promise<void>;
+  /** This Produce has started its appends (or will start none): the next one may start. Idempotent. */
+  release(): void;
+}
+
 /** What one request handler gets: the broker, the listener's address, and the connection's abort signal. */
 export interface KafkaRequestContext {
   readonly broker: KafkaBrokerContext;
   readonly advertised: KafkaAdvertised;
   /** Aborted when the connection closes: long polls stop. */
   readonly signal: AbortSignal;
+  /**
+   * Produce requests of one connection append in request order whatever their decoding takes (a gzip
+   * batch before a plain one must not land after it): taken when the handler starts, before any await.
+   */
+  produceTurn(): AppendTurn;
 }

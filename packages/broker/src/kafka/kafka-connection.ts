@@ -8,7 +8,7 @@
 import type net from 'node:net';
 import type { Logger } from '../common/logger.js';
 import type { KafkaHandler } from './apis/handler.js';
-import type { KafkaRequestContext } from './context.js';
+import type { AppendTurn, KafkaRequestContext } from './context.js';
 import { API_VERSIONS_KEY } from './protocol/apis.js';
 import { KafkaCodecError } from './protocol/errors.js';
 import { KafkaFrameSplitter } from './protocol/frame.js';
@@ -19,7 +19,7 @@ const MAX_IN_FLIGHT = 256;
 
 export interface KafkaConnectionOptions {
   handlers: ReadonlyMap<number, KafkaHandler>;
-  context: Omit<KafkaRequestContext, 'signal'>;
+  context: Omit<KafkaRequestContext, 'signal' | 'produceTurn'>;
   logger: Logger;
   maxFrameBytes: number;
   idleTimeoutMs: number;
@@ -39,6 +39,8 @@ export class KafkaConnection {
   private inFlight = 0;
   private closed = false;
   private frameTimer: NodeJS.Timeout | undefined;
+  /** Released by the latest Produce once its appends started (produceTurn()). */
+  private appendOrder: Promise<void> = Promise.resolve();
   readonly remote: string;
 
   constructor(
@@ -47,7 +49,7 @@ export class KafkaConnection {
   ) {
     this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
     this.splitter = new KafkaFrameSplitter({ maxFrameBytes: o.maxFrameBytes });
-    this.ctx = { ...o.context, signal: this.abort.signal };
+    this.ctx = { ...o.context, signal: this.abort.signal, produceTurn: () => this.produceTurn() };
     socket.setNoDelay(true);
     socket.setTimeout(o.idleTimeoutMs, () => this.close('idle'));
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
@@ -86,9 +88,25 @@ export class KafkaConnection {
       if (this.closed) return;
       this.request(f);
     }
-    // A slow sender may not hold a half-read frame open past the frame timeout.
-    clearTimeout(this.frameTimer);
-    this.frameTimer = this.splitter.pendingBytes > 0 && !this.closed ? setTimeout(() => this.close('frame not completed in time'), this.o.frameTimeoutMs) : undefined;
+    // A frame begun must complete within the frame timeout, however its bytes trickle in (armed once per
+    // frame, as on the main port: re-arming on every chunk would let a slow sender hold it forever).
+    // A completed frame ends its timer; the one now pending (if any) gets its own full timeout.
+    if (frames.length > 0 || this.splitter.pendingBytes === 0 || this.closed) {
+      clearTimeout(this.frameTimer);
+      this.frameTimer = undefined;
+    }
+    if (this.splitter.pendingBytes > 0 && !this.closed && !this.frameTimer) {
+      this.frameTimer = setTimeout(() => this.close('frame not completed in time'), this.o.frameTimeoutMs);
+      this.frameTimer.unref();
+    }
+  }
+
+  /** The next place in the order of appends: ready when the previous Produce released its own. */
+  private produceTurn(): AppendTurn {
+    const ready = this.appendOrder;
+    let release!: () => void;
+    this.appendOrder = new Promise<void>((r) => (release = r));
+    return { ready, release };
   }
 
   /** Reads while fewer than MAX_IN_FLIGHT requests are unanswered and the client takes its responses. */

@@ -82,7 +82,9 @@ function specOf(ctx: KafkaRequestContext, t: KafkaStruct): TopicSpec {
 
 /** In a cluster, as CREATE: the partitions' replicas and leaders, then (within the request's timeout) every leader serving. */
 async function create(ctx: KafkaRequestContext, spec: TopicSpec, timeoutMs: number): Promise<void> {
-  const { topic } = await ctx.broker.topics.create(spec);
+  const { topic, created } = await ctx.broker.topics.create(spec);
+  // Made meanwhile by someone else (another request, another broker): Kafka says it exists.
+  if (!created) throw new TopicRefused('TOPIC_ALREADY_EXISTS', `topic ${spec.name} already exists`);
   const cluster = ctx.broker.cluster;
   if (!cluster) return;
   await cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);

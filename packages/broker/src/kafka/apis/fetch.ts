@@ -23,6 +23,8 @@ import { isUserTopic } from './metadata.js';
 const EMPTY: Buffer = Buffer.alloc(0);
 /** Records per partition per response: a bound besides the byte limits. */
 const MAX_RECORDS = 10_000;
+/** Room left in a frame for the response's own fields (CONSUME keeps the same). */
+const RESPONSE_OVERHEAD = 1024 * 1024;
 
 interface Wanted {
   topic: string;
@@ -85,29 +87,30 @@ async function waitForAny(ctx: KafkaRequestContext, wanted: Wanted[], isolation:
 
 export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _version, body) => {
   const isolation: Isolation = body.isolationLevel === 1 ? 'read_committed' : 'read_uncommitted';
+  // The client's sizes are bounded as CONSUME's are: a response must fit a frame with room for its headers.
+  const cap = Math.max(1, ctx.broker.config.maxFrameBytes - RESPONSE_OVERHEAD);
   const wanted: Wanted[] = [];
   for (const t of body.topics as KafkaStruct[]) {
     for (const p of t.partitions as KafkaStruct[]) {
       const topic = t.topic as string;
       const partition = p.partition as number;
-      wanted.push({ topic, partition, offset: Number(p.fetchOffset), maxBytes: p.partitionMaxBytes as number, log: partitionOf(ctx, topic, partition) });
+      wanted.push({ topic, partition, offset: Number(p.fetchOffset), maxBytes: Math.min(p.partitionMaxBytes as number, cap), log: partitionOf(ctx, topic, partition) });
     }
   }
-  const maxBytes = Math.max(1, body.maxBytes as number);
-  const readAll = () => Promise.all(wanted.map((w) => readOne(ctx, w, isolation, { bytes: maxBytes })));
+  const maxBytes = Math.min(Math.max(1, body.maxBytes as number), cap);
+  // One budget over the response, partitions read one after another: once it is spent the rest read nothing.
+  const readAll = async () => {
+    const budget = { bytes: maxBytes };
+    const out: KafkaStruct[] = [];
+    for (const w of wanted) out.push(await readOne(ctx, w, isolation, budget));
+    return out;
+  };
   let results = await readAll();
   const waitMs = Math.min(Math.max(0, body.maxWaitMs as number), ctx.broker.config.maxWaitMs);
   const anything = results.some((r) => r.errorCode !== 0 || (r.records as Buffer).length > 0);
   if (!anything && waitMs > 0 && !ctx.signal.aborted) {
     await waitForAny(ctx, wanted, isolation, waitMs);
     results = await readAll();
-  }
-  // One byte budget over the response, in request order (a partition always gets its first batch).
-  let left = maxBytes;
-  for (const r of results) {
-    const n = (r.records as Buffer).length;
-    if (left <= 0 && n > 0) r.records = EMPTY;
-    left -= n;
   }
   const byTopic = new Map<string, KafkaStruct[]>();
   wanted.forEach((w, i) => {

@@ -19,7 +19,11 @@ const EARLIEST = -2;
 
 async function lookup(p: Partition, timestamp: number, committed: boolean): Promise<{ offset: number; timestamp: number }> {
   if (timestamp === EARLIEST) return { offset: p.earliest, timestamp: -1 };
-  if (timestamp === LATEST) return { offset: committed ? p.lastStableOffset : p.highWatermark, timestamp: -1 };
+  if (timestamp === LATEST) {
+    // Until the transaction index is rebuilt after open, the LSO is only a lower bound (as LIST_OFFSETS waits).
+    if (committed) await p.whenTxnIndexReady();
+    return { offset: committed ? p.lastStableOffset : p.highWatermark, timestamp: -1 };
+  }
   if (timestamp < 0) throw new TributaryError('invalid_parameter', { param: 'timestamp', reason: `${timestamp} is neither a time nor -1 or -2` });
   const offset = await p.log.offsetForTimestamp(timestamp);
   if (offset >= p.highWatermark) return { offset: -1, timestamp: -1 };

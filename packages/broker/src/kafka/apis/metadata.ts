@@ -72,7 +72,10 @@ export const metadataHandler = handler(apiByKey(Metadata.apiKey)!, (ctx, version
   const names = all ? ctx.broker.topics.list().map((t) => t.name).filter(isUserTopic) : asked.map((t) => t.name as string);
   const brokers = nodes(ctx);
   const live = new Set(brokers.map((b) => b.nodeId as number));
-  const controller = ctx.broker.cluster ? (ctx.broker.cluster.election.controllerId ?? -1) : ctx.broker.brokerId;
+  // Kafka admin clients send topic changes to the controller; any broker serves them here, so a controller
+  // without a Kafka listener (or none, during an election) is stood in for by this broker.
+  const elected = ctx.broker.cluster?.election.controllerId;
+  const controller = elected !== undefined && live.has(elected) ? elected : ctx.broker.brokerId;
   return {
     throttleTimeMs: 0,
     brokers,

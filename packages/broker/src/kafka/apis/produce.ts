@@ -8,6 +8,7 @@
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { MAX_PRODUCER_EPOCH, type RecordHeader, type RecordInput } from 'tributary-protocol/record.js';
+import type { IdempotentBatch } from '../../partition/partition-types.js';
 import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
 import type { RecordBatchView } from 'tributary-protocol/record-batch/view.js';
 import { apiByKey } from '../protocol/apis.js';
@@ -36,10 +37,16 @@ function failed(index: number, err: unknown): PartitionResult {
   return { index, errorCode: errorCodeOf(err), baseOffset: -1, logAppendTimeMs: -1, logStartOffset: -1, recordErrors: [], errorMessage: message };
 }
 
-/** The records of one producer batch, as the log takes them (null values and headers become empty). */
+/**
+ * The records of one producer batch, as the log takes them (null values and headers become empty). A
+ * compressed batch may inflate to at most the largest request the broker takes (--max-frame-bytes), or
+ * --max-batch-bytes when set: its header's record count is the client's word and bounds nothing.
+ */
 async function recordsOf(ctx: KafkaRequestContext, batch: RecordBatchView): Promise<RecordInput[]> {
-  const max = ctx.broker.config.maxRecordBytes;
-  const data = batch.compressionType === 0 ? undefined : await batch.recordsDataAsync(Math.max(max * batch.recordCount, 1 << 20));
+  const c = ctx.broker.config;
+  const max = c.maxRecordBytes;
+  const bound = c.maxBatchBytes > 0 ? Math.min(c.maxBatchBytes, c.maxFrameBytes) : c.maxFrameBytes;
+  const data = batch.compressionType === 0 ? undefined : await inflate(batch, bound);
   const records: RecordInput[] = [];
   batch.forEachRecord((r) => {
     const key = r.key();
@@ -51,12 +58,27 @@ async function recordsOf(ctx: KafkaRequestContext, batch: RecordBatchView): Prom
   return records;
 }
 
-async function producePartition(ctx: KafkaRequestContext, topicName: string, index: number, bytes: Buffer | null, acks: number): Promise<PartitionResult> {
+/** The batch's records decompressed, at most `bound` bytes: past it record_too_large (MESSAGE_TOO_LARGE), not a corrupt batch. */
+async function inflate(batch: RecordBatchView, bound: number): Promise<Buffer> {
+  try {
+    return await batch.recordsDataAsync(bound);
+  } catch (err) {
+    // The codecs report the bound as "larger than <bound> bytes" (zlib's ERR_BUFFER_TOO_LARGE, or the check after them).
+    if (err instanceof TributaryError && /larger than \d+ bytes/.test(err.message)) throw new TributaryError('record_too_large', { max: bound, reason: 'batch inflates past the limit' });
+    throw err;
+  }
+}
+
+/** A partition's batch, checked and decoded: what starts its append (in the connection's order), or its error. */
+type Prepared = { error: PartitionResult } | { start: () => Promise<PartitionResult> };
+
+async function prepare(ctx: KafkaRequestContext, topicName: string, index: number, bytes: Buffer | null, acks: number): Promise<Prepared> {
   try {
     if (!isUserTopic(topicName)) throw new TributaryError('topic_not_found', { topic: topicName });
     const partition = ctx.broker.topics.get(topicName).partition(index);
-    const leaderEpoch = leaderGate(ctx, partition, acks);
     if (!bytes || bytes.length === 0) throw new TributaryError('invalid_batch', { reason: 'no records' });
+    const c = ctx.broker.config;
+    if (c.maxBatchBytes > 0 && bytes.length > c.maxBatchBytes) throw new TributaryError('record_too_large', { size: bytes.length, max: c.maxBatchBytes, reason: 'batch' });
     const split = splitRecordBatches(bytes);
     if (split.stop) throw split.stop.error;
     // Kafka's rule from Produce v3 on: one batch per partition.
@@ -66,7 +88,7 @@ async function producePartition(ctx: KafkaRequestContext, topicName: string, ind
     if (batch.isTransactional) throw new TributaryError('transactional_id_not_found', { reason: 'transactions are not served on the Kafka port yet' });
     const records = await recordsOf(ctx, batch);
     if (records.length === 0 || records.length !== batch.recordCount) throw new TributaryError('invalid_batch', { reason: 'record count does not match the records' });
-    let appended: { baseOffset: number; lastOffset: number };
+    let idempotent: IdempotentBatch | undefined;
     if (batch.producerId >= 0) {
       const producerId = String(batch.producerId);
       const epoch = batch.producerEpoch;
@@ -76,14 +98,24 @@ async function producePartition(ctx: KafkaRequestContext, topicName: string, ind
       const first = batch.baseSequence;
       if (first < 0) throw new TributaryError('invalid_batch', { reason: 'an idempotent batch without a base sequence' });
       for (let i = 0; i < records.length; i++) Object.assign(records[i]!, { producerId, epoch, sequence: first + i });
-      appended = await partition.appendIdempotent(records, { producerId, epoch, firstSequence: first, lastSequence: first + records.length - 1 });
-    } else {
-      appended = await partition.append(records);
+      idempotent = { producerId, epoch, firstSequence: first, lastSequence: first + records.length - 1 };
     }
-    await acknowledged(ctx, partition, appended.lastOffset, acks, leaderEpoch);
-    return { index, errorCode: 0, baseOffset: appended.baseOffset, logAppendTimeMs: -1, logStartOffset: partition.earliest, recordErrors: [], errorMessage: null };
+    return {
+      start: async () => {
+        try {
+          // Synchronous up to the append call, so appends start in the order start() is called.
+          const leaderEpoch = leaderGate(ctx, partition, acks);
+          const appending = idempotent ? partition.appendIdempotent(records, idempotent) : partition.append(records);
+          const appended = await appending;
+          await acknowledged(ctx, partition, appended.lastOffset, acks, leaderEpoch);
+          return { index, errorCode: 0, baseOffset: appended.baseOffset, logAppendTimeMs: -1, logStartOffset: partition.earliest, recordErrors: [], errorMessage: null };
+        } catch (err) {
+          return failed(index, err);
+        }
+      },
+    };
   } catch (err) {
-    return failed(index, err);
+    return { error: failed(index, err) };
   }
 }
 
@@ -108,13 +140,22 @@ export const produceHandler = handler(apiByKey(Produce.apiKey)!, async (ctx, _ve
     }));
     return acks === 0 ? null : { responses, throttleTimeMs: 0 };
   }
-  // Partitions in request order; each appends as soon as it is decoded (their logs are independent).
-  const responses = await Promise.all(
-    topics.map(async (t) => ({
-      name: t.name,
-      partitionResponses: await Promise.all((t.partitionData as KafkaStruct[]).map((p) => producePartition(ctx, t.name as string, p.index as number, p.records as Buffer | null, acks))),
-    })),
-  );
+  // Decoded side by side; the appends then start in the connection's request order (kafka-connection.ts),
+  // so a batch that took longer to decode does not land behind one sent after it.
+  const turn = ctx.produceTurn();
+  let results: PartitionResult[][];
+  try {
+    const prepared = await Promise.all(
+      topics.map((t) => Promise.all((t.partitionData as KafkaStruct[]).map((p) => prepare(ctx, t.name as string, p.index as number, p.records as Buffer | null, acks)))),
+    );
+    await turn.ready;
+    const started = prepared.map((list) => list.map((x) => ('start' in x ? x.start() : Promise.resolve(x.error))));
+    turn.release();
+    results = await Promise.all(started.map((list) => Promise.all(list)));
+  } finally {
+    turn.release();
+  }
+  const responses = topics.map((t, i) => ({ name: t.name, partitionResponses: results[i]! }));
   if (acks === 0) {
     for (const t of responses) for (const p of t.partitionResponses) if (p.errorCode !== 0) ctx.broker.logger.warn({ topic: t.name, partition: p.index, error: p.errorMessage }, 'Kafka produce with acks 0 failed');
     return null;

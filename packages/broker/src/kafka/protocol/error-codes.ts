@@ -165,6 +165,10 @@ export const TRIBUTARY_TO_KAFKA: Partial<Record<ErrorCode, KafkaErrorName>> = {
   transactional_id_not_found: 'TRANSACTIONAL_ID_NOT_FOUND',
   invalid_txn_state: 'INVALID_TXN_STATE',
   request_timeout: 'REQUEST_TIMED_OUT',
+  // The metadata store (etcd) or the broker itself briefly unable: retriable, so a Kafka client waits it out.
+  metadata_unavailable: 'REQUEST_TIMED_OUT',
+  not_ready: 'LEADER_NOT_AVAILABLE',
+  shutting_down: 'LEADER_NOT_AVAILABLE',
   throttled: 'THROTTLING_QUOTA_EXCEEDED',
   reassignment_in_progress: 'REASSIGNMENT_IN_PROGRESS',
   no_reassignment: 'NO_REASSIGNMENT_IN_PROGRESS',
