@@ -72,8 +72,11 @@ export class ChaosCluster {
     this.state = brokers.map(() => 'up');
   }
 
-  /** `logLevel`: the brokers' log level (warn by default); each broker's whole log goes to `broker-<id>.log` in `dataRoot`. */
-  static async start(opts: { brokers: number; flush: 'always' | 'os'; dataRoot: string; logLevel?: string }): Promise<ChaosCluster> {
+  /**
+   * `logLevel`: the brokers' log level (warn by default); each broker's whole log goes to `broker-<id>.log` in
+   * `dataRoot`. `env`: the brokers' extra environment (failpoints).
+   */
+  static async start(opts: { brokers: number; flush: 'always' | 'os'; dataRoot: string; logLevel?: string; env?: Record<string, string> }): Promise<ChaosCluster> {
     const etcd = await startEtcd();
     const brokers: BrokerProcess[] = [];
     const inbound: TcpProxy[] = [];
@@ -96,7 +99,7 @@ export class ChaosCluster {
           ...brokerSettings(opts.flush),
           ...(opts.logLevel ? ['--log-level', opts.logLevel] : []),
         ];
-        const b = await BrokerProcess.start({ dataDir, args, stderrFile: path.join(opts.dataRoot, `broker-${id}.log`) });
+        const b = await BrokerProcess.start({ dataDir, args, env: opts.env, stderrFile: path.join(opts.dataRoot, `broker-${id}.log`) });
         brokers.push(b);
         cluster.state[id] = 'up';
         inbound[id]!.setUpstream(b.port);

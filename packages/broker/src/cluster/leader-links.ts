@@ -10,6 +10,7 @@ import { parseAddress } from 'tributary-protocol/address.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
+import { failpointMs } from '../common/failpoints.js';
 import type { Logger } from '../common/logger.js';
 import type { BrokerRegistry } from './broker-registry.js';
 import { parseMarked } from './fetch-watch.js';
@@ -18,9 +19,10 @@ import { parseMarked } from './fetch-watch.js';
 const FETCH_CONNECTIONS = 2;
 /**
  * A parked partition fetches again after this long even without a mark: a safety net only (marks are not
- * lost: a REPLICA_WAIT connection that fails wakes every parked partition of its leader).
+ * lost: a REPLICA_WAIT connection that fails wakes every parked partition of its leader). Fault tests raise
+ * it (`replica.park_fallback@ms`) to show that a fetch came from a mark.
  */
-const PARK_FALLBACK_MS = 30_000;
+const PARK_FALLBACK_MS = failpointMs('replica.park_fallback') ?? 30_000;
 
 export interface LeaderLinkDeps {
   brokerId: number;

@@ -13,6 +13,7 @@ import { dropLocalData, syncFollowers, throttleRate } from './replica-moves.js';
 import { abortable, sleep } from './abortable.js';
 import { FetchWatch, type MarkedPartition } from './fetch-watch.js';
 import { LeaderLinks } from './leader-links.js';
+import { askParkedFollowersBack } from './isr-rejoin.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
 import type { AckWaiter, Replica, ReplicationConfig, Role } from './replica-types.js';
@@ -61,6 +62,7 @@ export class ReplicaManager {
   ) {
     this.links = new LeaderLinks({ brokerId: deps.brokerId, registry: deps.registry, logger: deps.logger, waitMs: Math.max(deps.config.fetchWaitMs, 1000), connect: deps.connect });
     deps.states.events.on('changed', (e: PartitionStateEntry) => this.apply(e));
+    askParkedFollowersBack({ registry: deps.registry, states: deps.states, replicas: () => this.replicas.values(), get: (t, p) => this.get(t, p), mark: (id, t, p) => this.fetchWatch.mark(id, t, p) });
     this.lagTimer = setInterval(() => this.checkLag(), Math.max(100, Math.floor(deps.config.replicaLagMaxMs / 4)));
     this.lagTimer.unref();
   }

@@ -5,7 +5,9 @@
  * - a delay point armed as `name@ms` (`replica.append:orders@3000`) makes failpointDelay(name) wait that
  *   long, as a slow disk would, so a test can act while the step is in flight. It says so on stderr;
  * - a refusal point armed as `name!n` (`isr.expand:orders!1`) makes failpointRefuse(name) true its first n
- *   times, as a lost compare-and-set would be, so a test can check what retries it. It says so on stderr.
+ *   times, as a lost compare-and-set would be, so a test can check what retries it. It says so on stderr;
+ * - a delay point may also set a timer that is not a sleep (`replica.park_fallback@600000` raises the
+ *   parked-fetch fallback), so a test can show that something happened without that timer: failpointMs.
  * Unset (always, outside tests), both are a map lookup that does nothing.
  */
 const crashes = new Set<string>();
@@ -35,6 +37,13 @@ export function failpointDelay(name: string): Promise<void> | undefined {
   if (ms === undefined) return undefined;
   process.stderr.write(`failpoint ${name}: delaying ${ms} ms\n`);
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** The ms delay point `name` is armed with, without waiting (undefined when unarmed). It says so on stderr. */
+export function failpointMs(name: string): number | undefined {
+  const ms = delays.size > 0 ? delays.get(name) : undefined;
+  if (ms !== undefined) process.stderr.write(`failpoint ${name}: ${ms} ms\n`);
+  return ms;
 }
 
 export function failpointRefuse(name: string): boolean {
