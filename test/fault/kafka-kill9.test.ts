@@ -8,6 +8,7 @@
 import { Kafka, logLevel } from 'kafkajs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { type StoredAt, expectAcknowledgedStored, readValues } from '../helpers/acked-records.js';
 import { freePort } from '../helpers/scripted-server.js';
 import { until } from '../helpers/util.js';
 
@@ -37,7 +38,7 @@ describe('Kafka port: kill -9 under an acks -1 idempotent producer', () => {
     const kafka = new Kafka({ brokers: [`127.0.0.1:${kafkaPort}`], clientId: 'k9', logLevel: logLevel.NOTHING });
     const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, retry: { retries: 30, initialRetryTime: 100, maxRetryTime: 500 } });
     await producer.connect();
-    const acked = new Map<string, { partition: number; offset: number }>();
+    const acked = new Map<string, StoredAt>();
     let restarted = false;
     let afterRestart = 0;
     // Each lane sends one record at a time to its partition; a failed send is sent again (the same value)
@@ -66,20 +67,9 @@ describe('Kafka port: kill -9 under an acks -1 idempotent producer', () => {
     await producer.disconnect();
 
     const after = await broker.connect();
-    const stored = new Map<string, { partition: number; offset: number }>();
-    for (let p = 0; p < PARTITIONS; p++) {
-      for (let offset = 0; ; ) {
-        const { records } = await after.consume({ topic: TOPIC, partition: p, offset, batch: 1000 });
-        if (records.length === 0) break;
-        for (const r of records) {
-          const v = r.value.toString();
-          expect(stored.has(v), `${v} stored twice`).toBe(false);
-          stored.set(v, { partition: p, offset: r.offset });
-        }
-        offset = records[records.length - 1]!.offset + 1;
-      }
-    }
-    for (const [value, at] of acked) expect(stored.get(value), `acknowledged ${value}`).toEqual(at);
+    const stored = new Map<string, StoredAt>();
+    for (let p = 0; p < PARTITIONS; p++) await readValues(after, TOPIC, p, stored);
+    expectAcknowledgedStored(acked, stored);
     expect(afterRestart).toBeGreaterThanOrEqual(300);
   }, 180_000);
 });

@@ -7,6 +7,7 @@
 import { execFile } from 'node:child_process';
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type StoredAt, expectAcknowledgedStored, readValues } from '../../helpers/acked-records.js';
 import { TestCluster } from '../../helpers/cluster.js';
 
 const TOPIC = 'kafka-rf3';
@@ -60,7 +61,7 @@ describe('the Kafka listener on a 3-broker cluster', () => {
 
     const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, retry: { retries: 20, initialRetryTime: 100, maxRetryTime: 1000 } });
     await producer.connect();
-    const acked = new Map<string, { partition: number; offset: number }>();
+    const acked = new Map<string, StoredAt>();
     const ackedPerPartition = [0, 0, 0];
     let stop = false;
     // One sender per partition: kafkajs reuses a failed request's sequence numbers for the next send() to
@@ -88,25 +89,15 @@ describe('the Kafka listener on a 3-broker cluster', () => {
     await Promise.all(lanes);
     await producer.disconnect();
 
-    const stored = new Map<string, { partition: number; offset: number }>();
+    const stored = new Map<string, StoredAt>();
     for (let p = 0; p < PARTITIONS; p++) {
       const leader = await cluster.waitFor(`a live leader of ${TOPIC}[${p}]`, async () => {
         const l = await cluster.leaderOf(TOPIC, p);
         return l.id >= 0 && l.id !== victim ? l.id : false;
       });
-      const conn = await cluster.connect(leader);
-      for (let offset = 0; ; ) {
-        const { records } = await conn.consume({ topic: TOPIC, partition: p, offset, batch: 1000 });
-        if (records.length === 0) break;
-        for (const r of records) {
-          const v = r.value.toString();
-          expect(stored.has(v), `${v} stored twice`).toBe(false);
-          stored.set(v, { partition: p, offset: r.offset });
-        }
-        offset = records[records.length - 1]!.offset + 1;
-      }
+      await readValues(await cluster.connect(leader), TOPIC, p, stored);
     }
-    for (const [value, at] of acked) expect(stored.get(value), `acknowledged ${value}`).toEqual(at);
+    expectAcknowledgedStored(acked, stored);
     expect(acked.size).toBeGreaterThan(150);
   }, 180_000);
 });

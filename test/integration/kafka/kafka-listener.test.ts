@@ -509,18 +509,8 @@ interface PlatformaticClients {
   stringSerializers: unknown;
 }
 
-/** @platformatic/kafka declares Node 22; on Node 20 it runs once Promise.withResolvers exists. */
+/** @platformatic/kafka, after the Promise.withResolvers stand-in it needs on Node 20. */
 async function importPlatformatic(): Promise<PlatformaticClients> {
-  type Resolvers = { promise: Promise<unknown>; resolve: (v: unknown) => void; reject: (e: unknown) => void };
-  const P = Promise as unknown as { withResolvers?: () => Resolvers };
-  P.withResolvers ??= () => {
-    let resolve!: Resolvers['resolve'];
-    let reject!: Resolvers['reject'];
-    const promise = new Promise((a, b) => {
-      resolve = a;
-      reject = b;
-    });
-    return { promise, resolve, reject };
-  };
+  await import('../../helpers/with-resolvers.js');
   return (await import('@platformatic/kafka')) as unknown as PlatformaticClients;
 }

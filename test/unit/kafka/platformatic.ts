@@ -1,19 +1,9 @@
 /**
  * @platformatic/kafka as a test peer: its per-version request writers and response parsers (apis/), driven
  * through a stand-in connection that records what the client would send. The package declares Node 22;
- * on Node 20 it runs once Promise.withResolvers exists, so the stand-in is defined here, before the import.
+ * on Node 20 it runs once Promise.withResolvers exists (test/helpers/with-resolvers.ts, imported first).
  */
-type Resolvers<T> = { promise: Promise<T>; resolve: (v: T | PromiseLike<T>) => void; reject: (e: unknown) => void };
-const P = Promise as unknown as { withResolvers?: <T>() => Resolvers<T> };
-P.withResolvers ??= <T>(): Resolvers<T> => {
-  let resolve!: Resolvers<T>['resolve'];
-  let reject!: Resolvers<T>['reject'];
-  const promise = new Promise<T>((a, b) => {
-    resolve = a;
-    reject = b;
-  });
-  return { promise, resolve, reject };
-};
+import '../../helpers/with-resolvers.js';
 
 export interface PWriter {
   buffer: Buffer;
