@@ -91,7 +91,7 @@ describe('the Kafka listener', () => {
     await broker?.dispose();
   });
 
-  it('kcat lists the broker and topics, produces plain and gzip records, and reads them back; Tributary reads them too', async () => {
+  it('kcat lists the broker and topics, produces plain, gzip, snappy and lz4 records, and reads them back; Tributary reads them too', async () => {
     await c.command('CREATE', { topic: 'kc', partitions: 2 });
     const list = await kcat(['-b', bootstrap, '-L', '-J']);
     const meta = JSON.parse(list) as { brokers: { id: number; name: string }[]; topics: { topic: string; partitions: unknown[] }[] };
@@ -99,13 +99,17 @@ describe('the Kafka listener', () => {
     expect(meta.topics.map((t) => [t.topic, t.partitions.length])).toEqual([['kc', 2]]); // internal topics are not listed
     await kcat(['-b', bootstrap, '-P', '-t', 'kc', '-p', '0', '-K', ':'], 'k1:one\nk2:two\n');
     await kcat(['-b', bootstrap, '-P', '-t', 'kc', '-p', '0', '-z', 'gzip', '-H', 'h1=v1'], 'three\n');
+    await kcat(['-b', bootstrap, '-P', '-t', 'kc', '-p', '0', '-z', 'snappy'], 'four\n');
+    await kcat(['-b', bootstrap, '-P', '-t', 'kc', '-p', '0', '-z', 'lz4'], 'five\n');
     const read = await kcat(['-b', bootstrap, '-C', '-t', 'kc', '-p', '0', '-o', 'beginning', '-e', '-f', '%o|%k|%s|%h\\n']);
-    expect(read.trim().split('\n')).toEqual(['0|k1|one|', '1|k2|two|', '2||three|h1=v1']);
+    expect(read.trim().split('\n')).toEqual(['0|k1|one|', '1|k2|two|', '2||three|h1=v1', '3||four|', '4||five|']);
     const recs = (await c.consume({ topic: 'kc', partition: 0, offset: 0, batch: 10 })).records;
     expect(recs.map((r) => [r.key?.toString() ?? null, r.value.toString(), r.headers.map((h) => `${h.key}=${h.value.toString()}`).join()])).toEqual([
       ['k1', 'one', ''],
       ['k2', 'two', ''],
       [null, 'three', 'h1=v1'],
+      [null, 'four', ''],
+      [null, 'five', ''],
     ]);
   });
 

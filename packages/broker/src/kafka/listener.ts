@@ -5,6 +5,7 @@
  */
 import net from 'node:net';
 import tls from 'node:tls';
+import { registerKafkaCodecs } from './compression.js';
 import type { KafkaBrokerContext } from './context.js';
 import { KafkaConnection } from './kafka-connection.js';
 import { apiVersionsHandler } from './apis/api-versions.js';
@@ -62,6 +63,7 @@ export class KafkaListener {
     private readonly broker: KafkaBrokerContext,
     private readonly o: KafkaListenerOptions,
   ) {
+    registerKafkaCodecs();
     this.server = o.tls ? this.tlsServer(o.tls) : net.createServer((socket) => this.accept(socket));
   }
 
