@@ -152,6 +152,8 @@ export interface ReadRecordsResult {
 
 /** GROUP_STATUS's JSON, field names as on the wire (docs/protocol.md, "Consumer groups"). */
 export interface GroupDescription {
+  /** `kafka` for a group of Kafka clients (docs/kafka.md): `topic` lists its topics, `protocol` is its protocol type. */
+  kind?: 'kafka';
   group: string;
   topic: string;
   state: 'Empty' | 'PreparingRebalance' | 'CompletingRebalance' | 'Stable' | 'Dead' | string;
@@ -173,8 +175,10 @@ export interface GroupDescription {
     target: number[];
     pending: number[];
     needs_rejoin: boolean;
+    /** Kafka groups: the member's partitions as `topic:partition`. */
+    assigned?: string[];
   }>;
-  offsets: Array<{ partition: number; committed: number | null; log_end: number; lag: number | null; owner: string | null }>;
+  offsets: Array<{ topic?: string; partition: number; committed: number | null; log_end: number | null; lag: number | null; owner: string | null }>;
   total_lag: number;
   history: Array<{ generation: number; reasons: Array<{ cause: string; member: string; missedByMs?: number }>; at: number; rebalanceMs?: number; moved?: number[] }>;
 }

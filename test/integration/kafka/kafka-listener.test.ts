@@ -6,7 +6,6 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import net from 'node:net';
 import { ConfigResourceTypes, Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
@@ -18,6 +17,7 @@ import { decodeResponse, encodeRequest } from 'tributary-broker/kafka/protocol/h
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
+import { RawKafka, ZERO_UUID } from '../../helpers/raw-kafka.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 function kcat(args: string[], input?: string): Promise<string> {
@@ -27,52 +27,6 @@ function kcat(args: string[], input?: string): Promise<string> {
     );
     child.stdin!.end(input ?? '');
   });
-}
-
-/** A bare Kafka connection: raw request bytes out, response frames in, and whether the broker hung up. */
-const ZERO_UUID = '00000000-0000-0000-0000-000000000000';
-
-class RawKafka {
-  private buf = Buffer.alloc(0);
-  private waiting: ((f: Buffer) => void) | undefined;
-  private readonly frames: Buffer[] = [];
-  readonly closed: Promise<void>;
-
-  private constructor(readonly socket: net.Socket) {
-    socket.on('data', (d: Buffer) => {
-      this.buf = Buffer.concat([this.buf, d]);
-      while (this.buf.length >= 4 && this.buf.length >= 4 + this.buf.readInt32BE(0)) {
-        const frame = this.buf.subarray(4, 4 + this.buf.readInt32BE(0));
-        this.buf = this.buf.subarray(4 + frame.length);
-        if (this.waiting) {
-          const w = this.waiting;
-          this.waiting = undefined;
-          w(frame);
-        } else this.frames.push(frame);
-      }
-    });
-    socket.on('error', () => {});
-    this.closed = new Promise((resolve) => socket.once('close', () => resolve()));
-  }
-
-  static connect(port: number): Promise<RawKafka> {
-    return new Promise((resolve, reject) => {
-      const s = net.connect(port, '127.0.0.1', () => resolve(new RawKafka(s)));
-      s.once('error', reject);
-    });
-  }
-
-  next(): Promise<Buffer> {
-    const f = this.frames.shift();
-    if (f) return Promise.resolve(f);
-    return new Promise((resolve) => (this.waiting = resolve));
-  }
-
-  async call(key: number, version: number, body: KafkaStruct): Promise<KafkaStruct> {
-    const api = apiByKey(key)!;
-    this.socket.write(encodeRequest(api, version, 7, 'raw', body));
-    return decodeResponse(api, version, await this.next()).body;
-  }
 }
 
 describe('the Kafka listener', () => {
@@ -179,7 +133,36 @@ describe('the Kafka listener', () => {
     await c.command('PUBLISH', { topic: 'versions', partition: 0, message: 'r0' });
     const raw = await RawKafka.connect(broker.kafkaPort);
     const batch = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('v') }] });
+    // Group APIs: each version gets a group of its own with one member where it needs one (joined with v0,
+    // which needs no member id first; synced, so Stable, except for the SyncGroup calls themselves).
+    const protocols = [{ name: 'range', metadata: Buffer.from([0, 0, 0, 0, 0, 0, 0, 0, 0, 0]) }];
+    const joinBody = (groupId: string, memberId = '', groupInstanceId: string | null = null) => ({ groupId, sessionTimeoutMs: 30_000, rebalanceTimeoutMs: 30_000, memberId, groupInstanceId, protocolType: 'consumer', protocols, reason: null });
+    const solo = async (groupId: string, sync: boolean) => {
+      const joined = await raw.call(11, 0, joinBody(groupId));
+      expect(joined.errorCode).toBe(0);
+      const m = { memberId: joined.memberId as string, generationId: joined.generationId as number };
+      if (sync) expect((await raw.call(14, 0, { groupId, ...m, assignments: [{ memberId: m.memberId, assignment: Buffer.alloc(0) }] })).errorCode).toBe(0);
+      return m;
+    };
+    const members: Record<string, { memberId: string; generationId: number }> = {};
+    for (let v = 0; v <= 6; v++) {
+      for (const [api, sync] of [['sync', false], ['hb', true], ['leave', true]] as const) if (v <= 4) members[`${api}-${v}`] = await solo(`${api}-${v}`, sync);
+    }
+    // JoinGroup v4 (no static membership) asks for a member id first (KIP-394): this is the one it handed out.
+    const v4Id = (await raw.call(11, 4, joinBody('join-4'))).memberId as string;
+    const groupBodies: Record<number, (v: number) => KafkaStruct> = {
+      8: () => ({ groupId: 'committed', generationId: -1, memberId: '', groupInstanceId: null, retentionTimeMs: -1, topics: [{ name: 'versions', partitions: [{ partitionIndex: 0, committedOffset: 1, committedLeaderEpoch: -1, committedMetadata: null }] }] }),
+      9: () => ({ groupId: 'committed', topics: [{ name: 'versions', partitionIndexes: [0] }], groups: [{ groupId: 'committed', topics: null }], requireStable: true }),
+      10: () => ({ key: 'committed', keyType: 0, coordinatorKeys: ['committed'] }),
+      11: (v) => (v === 4 ? joinBody('join-4', v4Id) : joinBody(`join-${v}`, '', v >= 5 ? `static-${v}` : null)),
+      12: (v) => ({ groupId: `hb-${v}`, ...members[`hb-${v}`], groupInstanceId: null }),
+      13: (v) => ({ groupId: `leave-${v}`, memberId: members[`leave-${v}`]!.memberId, members: [{ memberId: members[`leave-${v}`]!.memberId, groupInstanceId: null, reason: null }] }),
+      14: (v) => ({ groupId: `sync-${v}`, ...members[`sync-${v}`], groupInstanceId: null, protocolType: null, protocolName: null, assignments: [{ memberId: members[`sync-${v}`]!.memberId, assignment: Buffer.alloc(0) }] }),
+      15: () => ({ groups: ['committed', 'hb-0'], includeAuthorizedOperations: false }),
+      16: () => ({ statesFilter: [], typesFilter: [] }),
+    };
     const bodies: Record<number, (v: number) => KafkaStruct> = {
+      ...groupBodies,
       0: () => ({ transactionalId: null, acks: 1, timeoutMs: 1000, topicData: [{ name: 'versions', partitionData: [{ index: 0, records: batch }] }] }),
       1: () => ({ maxWaitMs: 0, minBytes: 1, maxBytes: 1 << 20, isolationLevel: 1, topics: [{ topic: 'versions', partitions: [{ partition: 0, fetchOffset: 0, partitionMaxBytes: 1 << 20 }] }] }),
       2: () => ({ isolationLevel: 0, topics: [{ name: 'versions', partitions: [{ partitionIndex: 0, timestamp: -2 }] }] }),
@@ -205,8 +188,9 @@ describe('the Kafka listener', () => {
       }
     }
     // Metadata 0-9, Fetch 4-12, ListOffsets 1-5, Produce 3-9, ApiVersions 0-3, CreateTopics 0-7, DeleteTopics 0-6, InitProducerId 0-4,
-    // DescribeConfigs 0-4, CreatePartitions 0-3
-    expect(calls).toBe(10 + 9 + 5 + 7 + 4 + 8 + 7 + 5 + 5 + 4);
+    // DescribeConfigs 0-4, CreatePartitions 0-3; OffsetCommit 2-8, OffsetFetch 1-8, FindCoordinator 0-4, JoinGroup 0-6, Heartbeat 0-4,
+    // LeaveGroup 0-4, SyncGroup 0-4, DescribeGroups 0-5, ListGroups 0-4
+    expect(calls).toBe(10 + 9 + 5 + 7 + 4 + 8 + 7 + 5 + 5 + 4 + 7 + 8 + 5 + 7 + 5 + 5 + 5 + 6 + 5);
     expect((await c.command('LIST')).match(/doomed/g)).toBeNull();
     expect((await c.json<{ partitions: unknown[] }>('DESCRIBE', { topic: 'growing' })).partitions).toHaveLength(5);
     raw.socket.destroy();
@@ -352,7 +336,7 @@ describe('the Kafka listener', () => {
       expect(reply.errorCode).toBe(kafkaErrorCode('UNSUPPORTED_VERSION'));
       expect(reply.apiKeys).toEqual([{ apiKey: 18, minVersion: 0, maxVersion: 3 }]);
       const served = (await raw.call(18, 3, { clientSoftwareName: 'x', clientSoftwareVersion: '1' })).apiKeys as KafkaStruct[];
-      expect(served.map((a) => a.apiKey)).toEqual([0, 1, 2, 3, 18, 19, 20, 22, 32, 37]);
+      expect(served.map((a) => a.apiKey)).toEqual([0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 22, 32, 37]);
       raw.socket.destroy();
 
       const closes = async (bytes: Buffer) => {
@@ -366,8 +350,8 @@ describe('the Kafka listener', () => {
         return Buffer.concat([size, body]);
       };
       await closes(frame(Buffer.from([0x27, 0x10, 0, 0, 0, 0, 0, 1, 0xff, 0xff]))); // api key 10000
-      const joinGroup = encodeRequest(apiByKey(11)!, 5, 1, 'raw', { groupId: 'g', sessionTimeoutMs: 10_000, rebalanceTimeoutMs: 10_000, memberId: '', protocolType: 'consumer', protocols: [] });
-      await closes(joinGroup); // known to the codecs, not served
+      const deleteRecords = encodeRequest(apiByKey(21)!, 0, 1, 'raw', { topics: [{ name: 'bad', partitions: [{ partitionIndex: 0, offset: 0 }] }], timeoutMs: 1000 });
+      await closes(deleteRecords); // known to the codecs, not served
       const metadata = encodeRequest(apiByKey(3)!, 9, 1, 'raw', { topics: null });
       await closes(frame(metadata.subarray(4, metadata.length - 3))); // cut inside its body
       await closes(Buffer.from([0x7f, 0xff, 0xff, 0xff])); // a 2 GiB frame is refused before it is buffered

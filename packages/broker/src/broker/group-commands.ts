@@ -5,6 +5,8 @@ import { parseAddress } from 'tributary-protocol/address.js';
 import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
 import type { MemberView } from '../coordinator/group-coordinator.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
+import { decodeAssignment } from '../kafka/protocol/consumer-protocol.js';
+import type { KafkaStruct } from '../kafka/protocol/schema.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
 
 const MAX_ID = 100_000;
@@ -145,7 +147,26 @@ async function batchCommit(b: BrokerContext, _c: ConnectionContext, p: Params): 
 }
 
 function groupStatus(b: BrokerContext, _c: ConnectionContext, p: Params): string {
-  return JSON.stringify(b.coordinator.status(p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true })));
+  const status = b.coordinator.status(p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }));
+  if (status.kind === 'kafka') readKafkaAssignments(status, status.protocol === 'consumer');
+  return JSON.stringify(status);
+}
+
+/**
+ * A Kafka group's members' assignments as `topic:partition` (its GROUP_STATUS carries the raw bytes):
+ * readable when the group speaks the consumer protocol, left as bytes otherwise or when they do not parse.
+ */
+function readKafkaAssignments(status: Record<string, unknown>, consumerProtocol: boolean): void {
+  for (const m of status.members as Array<Record<string, unknown>>) {
+    if (!consumerProtocol) continue;
+    try {
+      const { value } = decodeAssignment(Buffer.from(m.assignment_bytes as string, 'base64'));
+      m.assigned = (value.assignedPartitions as KafkaStruct[]).flatMap((t) => (t.partitions as number[]).map((x) => `${t.topic as string}:${x}`));
+      delete m.assignment_bytes;
+    } catch {
+      // Not the consumer protocol's layout after all: the bytes stay as they are.
+    }
+  }
 }
 
 function listGroups(b: BrokerContext): string {

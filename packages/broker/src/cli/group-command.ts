@@ -71,7 +71,7 @@ export function formatGroup(g: GroupDescription): string[] {
   out.push(`topic:       ${g.topic || '-'}`);
   out.push(`state:       ${g.state}`);
   out.push(`generation:  ${g.generation}`);
-  out.push(`protocol:    ${g.protocol} (assignor ${g.assignor})`);
+  out.push(g.kind === 'kafka' ? `protocol:    Kafka ${g.protocol || '-'} (assignor ${g.assignor || '-'})` : `protocol:    ${g.protocol} (assignor ${g.assignor})`);
   out.push(`leader:      ${dash(g.leader)}`);
   out.push('');
   out.push(`members (${g.members.length}):`);
@@ -83,7 +83,7 @@ export function formatGroup(g: GroupDescription): string[] {
       dash(m.instance),
       dash(m.host),
       String(m.generation),
-      partitions(m.assignments),
+      m.assigned ? m.assigned.join(',') || '-' : partitions(m.assignments),
       partitions(m.pending),
       `${m.last_heartbeat_ms_ago} ms ago`,
       m.needs_rejoin ? 'yes' : 'no',
@@ -94,8 +94,14 @@ export function formatGroup(g: GroupDescription): string[] {
   out.push(`offsets (total lag ${g.total_lag}):`);
   if (g.offsets.length === 0) out.push('  (none)');
   else {
-    const rows = g.offsets.map((o) => [String(o.partition), dash(o.committed), String(o.log_end), dash(o.lag), dash(o.owner)]);
-    for (const l of table(['PARTITION', 'COMMITTED', 'LOG END', 'LAG', 'OWNER'], rows)) out.push(`  ${l}`);
+    if (g.kind === 'kafka') {
+      // A Kafka group spans topics; its coordinator does not know who owns what (members assign).
+      const rows = g.offsets.map((o) => [dash(o.topic), String(o.partition), dash(o.committed), dash(o.log_end), dash(o.lag)]);
+      for (const l of table(['TOPIC', 'PARTITION', 'COMMITTED', 'LOG END', 'LAG'], rows)) out.push(`  ${l}`);
+    } else {
+      const rows = g.offsets.map((o) => [String(o.partition), dash(o.committed), dash(o.log_end), dash(o.lag), dash(o.owner)]);
+      for (const l of table(['PARTITION', 'COMMITTED', 'LOG END', 'LAG', 'OWNER'], rows)) out.push(`  ${l}`);
+    }
   }
   out.push('');
   out.push(`generations (last ${g.history.length}):`);

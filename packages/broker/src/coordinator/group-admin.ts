@@ -4,6 +4,7 @@ import type { OffsetEntry } from './offset-store.js';
 import { type GroupContext, validateId } from './group-context.js';
 import { type GroupOffsets, getOffset } from './group-offsets.js';
 import type { Rebalancer } from './rebalance.js';
+import type { ClassicGroup } from './classic-group.js';
 
 export interface ResetRequest {
   group: string;
@@ -55,6 +56,7 @@ export class GroupAdmin {
   listGroups(): string[] {
     const names = new Set<string>();
     for (const g of this.ctx.groups.values()) if (!g.deleted) names.add(g.groupId);
+    for (const name of this.ctx.classicGroups.keys()) names.add(name);
     for (const name of this.offsets.committed.keys()) names.add(name);
     return [...names].sort();
   }
@@ -64,13 +66,16 @@ export class GroupAdmin {
     validateId('group', groupId);
     await this.ctx.withOwnedGroup(groupId, async () => {
       const g = this.ctx.groups.get(groupId);
-      if ((!g || g.deleted) && !this.offsets.committed.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });
+      const classic = this.ctx.classicGroups.get(groupId);
+      if ((!g || g.deleted) && !classic && !this.offsets.committed.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });
+      if (classic && classic.members.size > 0) throw new TributaryError('group_not_empty', { group: groupId, members: classic.members.size });
       // Pending causes without members are only departures waiting for the join window: nothing can use the
       // group's offsets any more, and GROUP_STATUS already says Empty.
       if (g && g.members.size > 0) throw new TributaryError('group_not_empty', { group: groupId, members: g.members.size });
       await this.ctx.offsetStore.deleteGroup(groupId);
       await this.ctx.groupLog.deleteGroup(groupId);
       this.offsets.forget(groupId);
+      this.ctx.classicGroups.delete(groupId);
       if (g) {
         g.deleted = true;
         this.ctx.groups.delete(groupId);
@@ -95,6 +100,9 @@ export class GroupAdmin {
     return this.ctx.withOwnedGroup(req.group, async () => {
       const g = this.ctx.groups.get(req.group);
       const live = g && !g.deleted && g.members.size > 0 ? g : undefined;
+      // A Kafka group's members keep their positions to themselves: only an empty one is reset (as Kafka's tools require).
+      const classic = this.ctx.classicGroups.get(req.group);
+      if (classic && classic.members.size > 0) throw new TributaryError('group_not_empty', { group: req.group, members: classic.members.size });
       if (live && live.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${live.topic}`);
       const entries: OffsetEntry[] = [];
       for (const p of parts) {
@@ -148,6 +156,8 @@ export class GroupAdmin {
     this.ctx.checkOwner(groupId);
     validateId('group', groupId);
     const committedOffsets = this.offsets.committed;
+    const classic = this.ctx.classicGroups.get(groupId);
+    if (classic) return this.classicStatus(classic);
     const g = this.ctx.groups.get(groupId);
     if ((!g || g.deleted) && !committedOffsets.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });
     const topicName = g?.topic ?? [...(committedOffsets.get(groupId)?.keys() ?? [])][0] ?? '';
@@ -190,6 +200,52 @@ export class GroupAdmin {
       offsets,
       total_lag: offsets.reduce((n, o) => n + (o.lag ?? 0), 0),
       history: g?.history ?? [],
+    };
+  }
+
+  /**
+   * GROUP_STATUS of a Kafka classic group: its members with their raw assignments (the broker layer reads
+   * the consumer protocol's), and the committed offsets of every topic it has any in, with their lag.
+   */
+  private classicStatus(g: ClassicGroup): Record<string, unknown> {
+    const now = this.ctx.clock.now();
+    const offsets = [];
+    for (const [topicName, byPart] of this.offsets.committed.get(g.groupId) ?? []) {
+      const topic = this.ctx.topics.tryGet(topicName);
+      for (const [p, committed] of [...byPart].sort((a, b) => a[0] - b[0])) {
+        const logEnd = topic?.partitions[p]?.lastStableOffset;
+        offsets.push({ topic: topicName, partition: p, committed, log_end: logEnd ?? null, lag: logEnd === undefined ? null : Math.max(0, logEnd - committed), owner: null });
+      }
+    }
+    return {
+      status: 'OK',
+      kind: 'kafka',
+      group: g.groupId,
+      topic: [...new Set(offsets.map((o) => o.topic))].join(','),
+      state: g.state,
+      generation: g.generation,
+      leader: g.leaderId,
+      assignor: g.protocolName ?? '',
+      protocol: g.protocolType ?? '',
+      coordinator_partition: this.ctx.partitionFor(g.groupId),
+      members: [...g.members.values()].map((m) => ({
+        member_id: m.memberId,
+        client_id: m.clientId,
+        instance: m.instanceId,
+        host: m.clientHost,
+        generation: g.generation,
+        last_heartbeat: new Date(m.lastHeartbeat).toISOString(),
+        last_heartbeat_ms_ago: now - m.lastHeartbeat,
+        session_timeout_ms: m.sessionTimeoutMs,
+        assignments: [],
+        assignment_bytes: m.assignment.toString('base64'),
+        target: [],
+        pending: [],
+        needs_rejoin: g.state === 'PreparingRebalance',
+      })),
+      offsets,
+      total_lag: offsets.reduce((n, o) => n + (o.lag ?? 0), 0),
+      history: [],
     };
   }
 }

@@ -3,6 +3,7 @@ import type { Clock } from '../common/clock.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { AssignorName } from 'tributary-protocol/assignors.js';
+import type { ClassicGroup } from './classic-group.js';
 import type { ConsumerGroup, Member } from './group.js';
 import type { GroupLog } from './group-log.js';
 import type { OffsetStore } from './offset-store.js';
@@ -43,6 +44,8 @@ export interface GroupContext {
   readonly scheduler: Scheduler;
   /** The groups this coordinator serves, by id. */
   readonly groups: Map<string, ConsumerGroup>;
+  /** The Kafka classic-protocol groups it serves (classic-group.ts); a group id names one kind or the other. */
+  readonly classicGroups: Map<string, ClassicGroup>;
   /** Whether the coordinator has been stopped. */
   stopped(): boolean;
   /** Runs `fn` under the group's lock; refused once stopped. */
@@ -60,7 +63,7 @@ export interface GroupContext {
   /** The partition of `__consumer_offsets` a group's state lives in. */
   partitionFor(group: string): number;
   /** Writes the group's snapshot; a refused write reloads its partition from the log, then rethrows. */
-  persist(g: ConsumerGroup): Promise<void>;
+  persist(g: ConsumerGroup | ClassicGroup): Promise<void>;
 }
 
 export function requireGroup(groups: Map<string, ConsumerGroup>, groupId: string): ConsumerGroup {

@@ -3,6 +3,8 @@ import type { Logger } from '../common/logger.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { ConsumerGroup, type Member } from './group.js';
+import { type ClassicGroup, type ClassicSnapshot, isClassicSnapshot } from './classic-group.js';
+import { ClassicGroups } from './classic-groups.js';
 import { type GroupLog, type GroupSnapshot, LogOffsetStore } from './group-log.js';
 import type { OffsetEntry, OffsetStore } from './offset-store.js';
 import { KeyedLock } from '../common/keyed-lock.js';
@@ -33,6 +35,9 @@ export type { JoinRequest, MemberView } from './group-membership.js';
  */
 export class GroupCoordinator {
   private readonly groups = new Map<string, ConsumerGroup>();
+  private readonly classicGroups = new Map<string, ClassicGroup>();
+  /** The Kafka classic-protocol groups (classic-groups.ts), served by the Kafka listener. */
+  readonly classic: ClassicGroups;
   private ownership: PartitionOwnership | null = null;
   /**
    * Cluster mode: whether this broker leads a `__consumer_offsets` partition (to reload it after a refused
@@ -77,6 +82,7 @@ export class GroupCoordinator {
       clock: this.clock,
       scheduler: this.scheduler,
       groups: this.groups,
+      classicGroups: this.classicGroups,
       stopped: () => this.stopped,
       withGroup: (groupId, fn) => this.withGroup(groupId, fn),
       withOwnedGroup: (groupId, fn) =>
@@ -94,6 +100,7 @@ export class GroupCoordinator {
     this.membership = new GroupMembership(ctx, this.rebalancer);
     this.offsets = new GroupOffsets(ctx);
     this.admin = new GroupAdmin(ctx, this.offsets, this.rebalancer, deps.registry);
+    this.classic = new ClassicGroups(ctx, this.offsets);
   }
 
   // ---- lifecycle ----
@@ -131,6 +138,7 @@ export class GroupCoordinator {
     this.scheduler.stop();
     const r = this.rebalancer;
     for (const set of [...r.wakers.sets(), ...r.windowWaiters.sets(), ...r.planWaiters.sets()]) for (const w of set) w();
+    for (const id of [...this.classicGroups.keys()]) this.classic.forget(id, new TributaryError('COORDINATOR_NOT_AVAILABLE', { reason: 'shutting down' }));
     await this.locks.idle();
     await this.deps.offsetStore.close();
   }
@@ -217,6 +225,11 @@ export class GroupCoordinator {
       gone.add(g.groupId);
       this.notifyWatchers(g.groupId);
     }
+    for (const id of [...this.classicGroups.keys()]) {
+      if (this.partitionFor(id) !== partition) continue;
+      this.classic.forget(id, new TributaryError('NOT_COORDINATOR', { partition }));
+      gone.add(id);
+    }
     for (const name of [...this.offsets.committed.keys()]) if (this.partitionFor(name) === partition) gone.add(name);
     for (const name of gone) this.offsets.forget(name);
     if (this.deps.offsetStore instanceof LogOffsetStore) this.deps.offsetStore.unloadGroups(gone);
@@ -228,7 +241,11 @@ export class GroupCoordinator {
   }
 
   /** A group as its snapshot in the log has it, its timers armed again. */
-  private restore(s: GroupSnapshot, now: number): void {
+  private restore(s: GroupSnapshot | ClassicSnapshot, now: number): void {
+    if (isClassicSnapshot(s)) {
+      this.classic.restore(s);
+      return;
+    }
     const g = new ConsumerGroup(s.group, s.topic, s.assignor, s.protocol);
     g.generation = s.generation;
     g.leaderId = s.leader ?? undefined;
@@ -301,12 +318,12 @@ export class GroupCoordinator {
    * one else has. The partition is dropped and, if still led here, replayed from the log, which holds
    * exactly what was accepted (a write whose outcome is unknown included).
    */
-  private async persist(g: ConsumerGroup): Promise<void> {
+  private async persist(g: ConsumerGroup | ClassicGroup): Promise<void> {
     // Every change goes through here, before it is durable or answered: a fenced stream stops serving a
     // partition its member lost before the new owner can hear that it may read it.
     this.notifyWatchers(g.groupId);
     try {
-      await this.deps.groupLog.writeGroup(this.snapshot(g));
+      await this.deps.groupLog.writeGroup(g instanceof ConsumerGroup ? this.snapshot(g) : g.snapshot());
     } catch (err) {
       this.resync(this.partitionFor(g.groupId), err);
       throw err;

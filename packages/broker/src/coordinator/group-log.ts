@@ -3,6 +3,7 @@ import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
 import type { Partition } from '../partition/partition.js';
 import { type InternalAppend, localAppend, replayJson } from '../partition/internal-log.js';
+import type { ClassicSnapshot } from './classic-group.js';
 import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
 import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkFetch, checkName, checkNoRegression } from './offset-store.js';
 
@@ -46,8 +47,8 @@ function encodeKey(k: Key): Buffer {
 }
 
 export interface ReplayResult {
-  /** Latest snapshot per group; null where the group was deleted. */
-  groups: Map<string, GroupSnapshot | null>;
+  /** Latest snapshot per group (a Tributary or a Kafka classic group); null where the group was deleted. */
+  groups: Map<string, GroupSnapshot | ClassicSnapshot | null>;
   offsets: Map<string, StoredOffset>;
 }
 
@@ -89,7 +90,7 @@ export class GroupLog {
     }
   }
 
-  writeGroup(snapshot: GroupSnapshot): Promise<void> {
+  writeGroup(snapshot: GroupSnapshot | ClassicSnapshot): Promise<void> {
     return this.append(snapshot.group, [{ key: encodeKey(['g', snapshot.group]), value: Buffer.from(JSON.stringify(snapshot), 'utf8') }]);
   }
 
@@ -121,12 +122,12 @@ export class GroupLog {
    */
   async replay(partitionIndex: number): Promise<ReplayResult> {
     const part = this.partitionsOf()[partitionIndex]!;
-    const groups = new Map<string, GroupSnapshot | null>();
+    const groups = new Map<string, GroupSnapshot | ClassicSnapshot | null>();
     const offsets = new Map<string, StoredOffset>();
     await replayJson(part, `${OFFSETS_TOPIC}[${partitionIndex}]`, (key, value, at) => {
       if (!Array.isArray(key)) throw new Error(`${at}: bad key`);
       if (key[0] === 'g' && typeof key[1] === 'string') {
-        groups.set(key[1], value as GroupSnapshot | null);
+        groups.set(key[1], value as GroupSnapshot | ClassicSnapshot | null);
       } else if (key[0] === 'o' && typeof key[1] === 'string' && typeof key[2] === 'string' && Number.isInteger(key[3])) {
         const k = offsetKey(key[1], key[2], key[3]);
         if (value === null) offsets.delete(k);

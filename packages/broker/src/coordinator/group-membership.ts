@@ -72,6 +72,8 @@ export class GroupMembership {
 
     let fresh: Member | undefined;
     const view = await this.ctx.withOwnedGroup(req.group, async (): Promise<MemberView | undefined> => {
+      const classic = this.ctx.classicGroups.get(req.group);
+      if (classic && classic.members.size > 0) throw invalidParam('group', 'a Kafka consumer group of this id has members');
       let g = this.ctx.groups.get(req.group);
       // Refuse an unknown member id before touching anything: a refused join must neither create the group
       // nor rewrite an empty group's topic, assignor or protocol.

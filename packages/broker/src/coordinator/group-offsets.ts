@@ -78,19 +78,37 @@ export class GroupOffsets {
 
   commit(req: CommitRequest): Promise<number> {
     this.ctx.checkOwner(req.group);
-    return this.commitEntries(req);
+    validateId('group', req.group);
+    validateId('member', req.member);
+    return this.commitEntries(req, () => this.checkCommit(req));
+  }
+
+  /**
+   * A commit whose member is checked by `checkMember` (a Kafka classic group's generation fence,
+   * classic-offsets.ts), under the group's lock; the entries are checked as every commit's are.
+   */
+  commitChecked(req: { group: string; topic: string; entries: OffsetEntry[] }, checkMember: () => void): Promise<number> {
+    this.ctx.checkOwner(req.group);
+    validateId('group', req.group);
+    return this.commitEntries(req, () => {
+      checkMember();
+      this.checkEntries(req);
+    });
+  }
+
+  /** Whether a transaction holds offsets of the partition that it has not ended (UNSTABLE_OFFSET_COMMIT). */
+  hasPending(group: string, topic: string, partition: number): boolean {
+    return (this.pending.get(pendingKey(group, topic, partition))?.size ?? 0) > 0;
   }
 
   /** All entries or none: every check runs before anything is written, and one append holds them all. */
-  private async commitEntries(req: CommitRequest): Promise<number> {
-    validateId('group', req.group);
-    validateId('member', req.member);
+  private async commitEntries(req: { group: string; topic: string; entries: OffsetEntry[] }, check: () => void): Promise<number> {
     if (req.entries.length === 0) throw invalidParam('entries', 'no offsets to commit');
     const store = this.ctx.offsetStore;
     let previous: Array<number | undefined> = [];
     let changed: OffsetEntry[] = [];
     const run = async () => {
-      this.checkCommit(req);
+      check();
       changed = req.entries.filter((e) => getOffset(this.reserved, req.group, req.topic, e.partition) !== e.offset);
       previous = changed.map((e) => getOffset(this.reserved, req.group, req.topic, e.partition));
       for (const e of changed) setOffset(this.reserved, req.group, req.topic, e.partition, e.offset);
@@ -132,13 +150,18 @@ export class GroupOffsets {
     const m = requireMember(g, req.member);
     const standing = standingOf(g, m);
     checkGeneration(standing, req.generation);
+    this.checkEntries(req, (p) => checkPartition(standing, p));
+  }
+
+  /** The entries of a commit: known partitions, each once, within the log, never behind the last commit. */
+  private checkEntries(req: { group: string; topic: string; entries: OffsetEntry[] }, member?: (partition: number) => void): void {
     const topic = this.ctx.topics.get(req.topic);
     const seen = new Set<number>();
     for (const e of req.entries) {
       if (seen.has(e.partition)) throw invalidParam('entries', `partition ${e.partition} given twice`);
       seen.add(e.partition);
       const part = topic.partition(e.partition);
-      checkPartition(standing, e.partition);
+      member?.(e.partition);
       // Only a standalone broker's copy is the log: in a cluster this one may be a lagging follower's, or
       // none at all (the coordinator need not replicate the partition; docs/architecture.md "Reassignment").
       if (!part.isReplicated && e.offset > part.logEndOffset) throw invalidParam('offset', `partition ${e.partition}: ${e.offset} is beyond the log end ${part.logEndOffset}`);

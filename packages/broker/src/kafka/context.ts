@@ -4,6 +4,7 @@
  * the layers under it.
  */
 import type { ClusterNode } from '../cluster/cluster-node.js';
+import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { ProducerIdAllocator } from '../partition/producer-ids.js';
@@ -13,6 +14,10 @@ export interface KafkaBrokerContext {
   readonly config: BrokerConfig;
   readonly topics: TopicManager;
   readonly producerIds: ProducerIdAllocator;
+  /** Groups and offsets: Kafka classic groups live beside Tributary's in the same coordinator. */
+  readonly coordinator: GroupCoordinator;
+  /** Where a transactional id's coordinator lives (its `__transaction_state` partition). */
+  readonly transactions: { partitionFor(transactionalId: string): number };
   readonly logger: Logger;
   readonly brokerId: number;
   /** Recovery done and not stopping: until then (and after) Kafka requests are not served. */
@@ -39,6 +44,8 @@ export interface AppendTurn {
 export interface KafkaRequestContext {
   readonly broker: KafkaBrokerContext;
   readonly advertised: KafkaAdvertised;
+  /** The client's address (`host:port`), as DescribeGroups shows a member's host. */
+  readonly remote: string;
   /** Aborted when the connection closes: long polls stop. */
   readonly signal: AbortSignal;
   /**

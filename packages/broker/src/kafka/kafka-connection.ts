@@ -19,7 +19,7 @@ const MAX_IN_FLIGHT = 256;
 
 export interface KafkaConnectionOptions {
   handlers: ReadonlyMap<number, KafkaHandler>;
-  context: Omit<KafkaRequestContext, 'signal' | 'produceTurn'>;
+  context: Omit<KafkaRequestContext, 'signal' | 'produceTurn' | 'remote'>;
   logger: Logger;
   maxFrameBytes: number;
   idleTimeoutMs: number;
@@ -49,7 +49,7 @@ export class KafkaConnection {
   ) {
     this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
     this.splitter = new KafkaFrameSplitter({ maxFrameBytes: o.maxFrameBytes });
-    this.ctx = { ...o.context, signal: this.abort.signal, produceTurn: () => this.produceTurn() };
+    this.ctx = { ...o.context, remote: this.remote, signal: this.abort.signal, produceTurn: () => this.produceTurn() };
     socket.setNoDelay(true);
     socket.setTimeout(o.idleTimeoutMs, () => this.close('idle'));
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
@@ -150,7 +150,7 @@ export class KafkaConnection {
       return;
     }
     const answer = Promise.resolve()
-      .then(() => h.handle(this.ctx, version, body))
+      .then(() => h.handle(this.ctx, version, body, header))
       .then((res) => (res === null ? null : encodeResponseParts(api, version, header.correlationId, res)));
     this.respond(answer);
   }

@@ -18,6 +18,16 @@ import { metadataHandler } from './apis/metadata.js';
 import { produceHandler } from './apis/produce.js';
 import { initProducerIdHandler } from './apis/producer-id.js';
 import { createPartitionsHandler, deleteTopicsHandler } from './apis/topics-admin.js';
+import { offsetCommitHandler, offsetFetchHandler } from './apis/group-offsets.js';
+import {
+  describeGroupsHandler,
+  findCoordinatorHandler,
+  heartbeatHandler,
+  joinGroupHandler,
+  leaveGroupHandler,
+  listGroupsHandler,
+  syncGroupHandler,
+} from './apis/groups.js';
 
 export interface KafkaListenerOptions {
   host: string;
@@ -48,6 +58,15 @@ export function kafkaHandlers(): Map<number, KafkaHandler> {
     createPartitionsHandler,
     describeConfigsHandler,
     initProducerIdHandler,
+    findCoordinatorHandler,
+    joinGroupHandler,
+    syncGroupHandler,
+    heartbeatHandler,
+    leaveGroupHandler,
+    describeGroupsHandler,
+    listGroupsHandler,
+    offsetCommitHandler,
+    offsetFetchHandler,
   );
   served.sort((a, b) => a.api.key - b.api.key);
   return new Map(served.map((h) => [h.api.key, h]));

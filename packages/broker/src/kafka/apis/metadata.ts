@@ -24,7 +24,7 @@ function parseHostPort(address: string): { host: string; port: number } {
 }
 
 /** The nodes Kafka clients may dial: this broker alone, or every live broker of the cluster with a Kafka listener. */
-function nodes(ctx: KafkaRequestContext): KafkaStruct[] {
+export function kafkaNodes(ctx: KafkaRequestContext): KafkaStruct[] {
   const cluster = ctx.broker.cluster;
   if (!cluster) return [{ nodeId: ctx.broker.brokerId, host: ctx.advertised.host, port: ctx.advertised.port, rack: null }];
   return cluster
@@ -70,7 +70,7 @@ export const metadataHandler = handler(apiByKey(Metadata.apiKey)!, (ctx, version
   // v0: an empty list means every topic; v1+: null does, and an empty list means none.
   const all = asked === null || (version === 0 && asked.length === 0);
   const names = all ? ctx.broker.topics.list().map((t) => t.name).filter(isUserTopic) : asked.map((t) => t.name as string);
-  const brokers = nodes(ctx);
+  const brokers = kafkaNodes(ctx);
   const live = new Set(brokers.map((b) => b.nodeId as number));
   // Kafka admin clients send topic changes to the controller; any broker serves them here, so a controller
   // without a Kafka listener (or none, during an election) is stood in for by this broker.

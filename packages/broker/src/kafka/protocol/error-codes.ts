@@ -5,6 +5,7 @@
  */
 import { ERROR_CODES, type ErrorCode, TributaryError } from 'tributary-protocol/errors.js';
 import type { RecordBatchErrorReason } from 'tributary-protocol/record-batch/errors.js';
+import { ClassicGroupError } from '../../coordinator/classic-group.js';
 import { KafkaCodecError } from './errors.js';
 
 export interface KafkaErrorSpec {
@@ -162,6 +163,8 @@ export const TRIBUTARY_TO_KAFKA: Partial<Record<ErrorCode, KafkaErrorName>> = {
   FENCED_INSTANCE_ID: 'FENCED_INSTANCE_ID',
   group_not_empty: 'NON_EMPTY_GROUP',
   UNSTABLE_OFFSET_COMMIT: 'UNSTABLE_OFFSET_COMMIT',
+  // Committed offsets never move back (docs/kafka.md): Kafka has no code of its own for the refusal.
+  offset_regression: 'INVALID_COMMIT_OFFSET_SIZE',
   transactional_id_not_found: 'TRANSACTIONAL_ID_NOT_FOUND',
   invalid_txn_state: 'INVALID_TXN_STATE',
   request_timeout: 'REQUEST_TIMED_OUT',
@@ -184,6 +187,7 @@ const BATCH_TO_KAFKA: Partial<Record<RecordBatchErrorReason, KafkaErrorName>> = 
 
 /** The Kafka error for a thrown error: a mapped Tributary code, a codec reason, else UNKNOWN_SERVER_ERROR. */
 export function kafkaErrorFor(err: unknown): KafkaErrorName {
+  if (err instanceof ClassicGroupError) return err.kafkaName;
   if (err instanceof KafkaCodecError) return err.reason === 'unsupported_version' ? 'UNSUPPORTED_VERSION' : 'INVALID_REQUEST';
   if (err instanceof TributaryError) {
     const reason = err.fields.reason;

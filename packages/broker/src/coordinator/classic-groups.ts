@@ -1,0 +1,173 @@
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { ClassicGroup, ClassicGroupError, type ClassicSnapshot } from './classic-group.js';
+import { type ClassicJoinAnswer, type ClassicJoinRequest, ClassicMembership, type ClassicMemberRef } from './classic-membership.js';
+import type { GroupContext } from './group-context.js';
+import { type GroupOffsets, getOffset } from './group-offsets.js';
+import type { OffsetEntry } from './offset-store.js';
+
+export type { ClassicJoinAnswer, ClassicJoinRequest, ClassicMemberRef } from './classic-membership.js';
+export { ClassicGroupError } from './classic-group.js';
+
+/** One member of a classic group as DescribeGroups and GROUP_STATUS show it. */
+export interface ClassicMemberDescription {
+  memberId: string;
+  instanceId: string | null;
+  clientId: string;
+  clientHost: string;
+  /** Its metadata for the group's protocol. */
+  metadata: Buffer;
+  assignment: Buffer;
+  lastHeartbeat: number;
+  sessionTimeoutMs: number;
+}
+
+export interface ClassicGroupDescription {
+  groupId: string;
+  state: string;
+  protocolType: string;
+  protocolName: string;
+  generation: number;
+  leader: string | null;
+  members: ClassicMemberDescription[];
+}
+
+/**
+ * The Kafka classic-protocol groups of the coordinator (docs/kafka.md, "Consumer groups"): membership
+ * (classic-membership.ts), generation-fenced commits into the same offsets as Tributary groups
+ * (group-offsets.ts), and what DescribeGroups, ListGroups and GROUP_STATUS show of them.
+ */
+export class ClassicGroups {
+  readonly membership: ClassicMembership;
+
+  constructor(
+    private readonly ctx: GroupContext,
+    private readonly offsets: GroupOffsets,
+  ) {
+    this.membership = new ClassicMembership(ctx);
+  }
+
+  join(req: ClassicJoinRequest): Promise<ClassicJoinAnswer> {
+    return this.membership.join(req);
+  }
+
+  sync(req: ClassicMemberRef & { assignments: Array<{ memberId: string; assignment: Buffer }>; protocolType: string | null; protocolName: string | null }): Promise<Buffer> {
+    return this.membership.sync(req);
+  }
+
+  heartbeat(ref: ClassicMemberRef): Promise<void> {
+    return this.membership.heartbeat(ref);
+  }
+
+  leave(group: string, members: Array<{ memberId: string; instanceId: string | null }>): Promise<Array<ClassicGroupError | null>> {
+    return this.membership.leave(group, members);
+  }
+
+  /**
+   * OffsetCommit: a member commits under the generation it joined (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
+   * ILLEGAL_GENERATION otherwise; REBALANCE_IN_PROGRESS while the leader's assignment is awaited); a
+   * client outside any group (generation -1, no member id) only into a group without members. The
+   * offsets are those of every group: durable, never moving back. Each topic is one all-or-nothing commit.
+   */
+  async commit(ref: ClassicMemberRef, topics: Array<{ topic: string; entries: OffsetEntry[] }>): Promise<Array<Error | null>> {
+    this.membership.validateGroupId(ref.group);
+    const checkMember = () => {
+      const t = this.ctx.groups.get(ref.group);
+      if (t && !t.deleted && t.members.size > 0) throw new ClassicGroupError('INCONSISTENT_GROUP_PROTOCOL', { reason: 'a Tributary group of this id has members' });
+      const g = this.ctx.classicGroups.get(ref.group);
+      if (ref.generation < 0 && ref.memberId === '' && ref.instanceId === null) {
+        if (g && g.members.size > 0) throw new ClassicGroupError('UNKNOWN_MEMBER_ID', { member: '' });
+        return;
+      }
+      const m = this.membership.check(g, ref);
+      if (g!.state === 'CompletingRebalance') throw new ClassicGroupError('REBALANCE_IN_PROGRESS');
+      m.lastHeartbeat = this.ctx.clock.now();
+    };
+    const out: Array<Error | null> = [];
+    for (const t of topics) {
+      try {
+        await this.offsets.commitChecked({ group: ref.group, topic: t.topic, entries: t.entries }, checkMember);
+        out.push(null);
+      } catch (err) {
+        if (!(err instanceof Error)) throw err;
+        out.push(err);
+      }
+    }
+    return out;
+  }
+
+  /**
+   * OffsetFetch: the committed next offset of each partition, -1 where none is. `requireStable` (v7+)
+   * answers UNSTABLE_OFFSET_COMMIT for a partition a transaction holds offsets of; without it the last
+   * committed offset is answered, as Kafka does for older clients. Null topics: every committed one.
+   */
+  fetch(group: string, topics: Array<{ topic: string; partitions: number[] }> | null, requireStable: boolean): Array<{ topic: string; partitions: Array<{ partition: number; offset: number; error: Error | null }> }> {
+    this.ctx.checkOwner(group);
+    this.membership.validateGroupId(group);
+    const asked =
+      topics ?? [...(this.offsets.committed.get(group)?.entries() ?? [])].map(([topic, byPart]) => ({ topic, partitions: [...byPart.keys()].sort((a, b) => a - b) }));
+    return asked.map((t) => ({
+      topic: t.topic,
+      partitions: t.partitions.map((p) => {
+        if (requireStable && this.offsets.hasPending(group, t.topic, p)) return { partition: p, offset: -1, error: new TributaryError('UNSTABLE_OFFSET_COMMIT', { partition: p }) };
+        return { partition: p, offset: getOffset(this.offsets.committed, group, t.topic, p) ?? -1, error: null };
+      }),
+    }));
+  }
+
+  /** DescribeGroups: a classic group, a Tributary group (protocol type `tributary`), or Dead when unknown. */
+  describe(groupId: string): ClassicGroupDescription {
+    this.ctx.checkOwner(groupId);
+    const g = this.ctx.classicGroups.get(groupId);
+    if (g) {
+      const protocol = g.protocolName ?? '';
+      return {
+        groupId,
+        state: g.state,
+        protocolType: g.protocolType ?? '',
+        protocolName: protocol,
+        generation: g.generation,
+        leader: g.leaderId,
+        members: [...g.members.values()].map((m) => ({
+          memberId: m.memberId,
+          instanceId: m.instanceId,
+          clientId: m.clientId,
+          clientHost: m.clientHost,
+          metadata: g.metadataFor(m, protocol),
+          assignment: m.assignment,
+          lastHeartbeat: m.lastHeartbeat,
+          sessionTimeoutMs: m.sessionTimeoutMs,
+        })),
+      };
+    }
+    const t = this.ctx.groups.get(groupId);
+    if (t && !t.deleted) return { groupId, state: t.state, protocolType: 'tributary', protocolName: t.assignor, generation: t.generation, leader: t.leaderId ?? null, members: [] };
+    const state = this.offsets.committed.has(groupId) ? 'Empty' : 'Dead';
+    return { groupId, state, protocolType: '', protocolName: '', generation: 0, leader: null, members: [] };
+  }
+
+  /** ListGroups: every group this coordinator serves, of either kind, and groups that only have offsets. */
+  list(): Array<{ groupId: string; protocolType: string; state: string }> {
+    const out = new Map<string, { groupId: string; protocolType: string; state: string }>();
+    for (const name of this.offsets.committed.keys()) out.set(name, { groupId: name, protocolType: '', state: 'Empty' });
+    for (const g of this.ctx.groups.values()) if (!g.deleted) out.set(g.groupId, { groupId: g.groupId, protocolType: 'tributary', state: g.state });
+    for (const g of this.ctx.classicGroups.values()) out.set(g.groupId, { groupId: g.groupId, protocolType: g.protocolType ?? '', state: g.state });
+    return [...out.values()].sort((a, b) => (a.groupId < b.groupId ? -1 : a.groupId > b.groupId ? 1 : 0));
+  }
+
+  /** A group loaded from its snapshot: sessions armed again, and a rebalance under way at the crash redone. */
+  restore(s: ClassicSnapshot): void {
+    const g = ClassicGroup.restore(s, this.ctx.clock.now());
+    this.ctx.classicGroups.set(g.groupId, g);
+    for (const m of g.members.values()) this.membership.scheduleExpiry(g, m);
+    // Its waiting requests died with the old coordinator: the members learn of the rebalance and join again.
+    if (g.state === 'PreparingRebalance' || g.state === 'CompletingRebalance') this.membership.prepareRebalance(g);
+  }
+
+  /** The group is no longer served here: its waiting requests hear `why`, its timers stop. */
+  forget(groupId: string, why: TributaryError): void {
+    const g = this.ctx.classicGroups.get(groupId);
+    if (!g) return;
+    this.ctx.classicGroups.delete(groupId);
+    this.membership.forgetGroup(g, why);
+  }
+}

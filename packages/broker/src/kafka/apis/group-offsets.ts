@@ -1,0 +1,110 @@
+/**
+ * OffsetCommit and OffsetFetch (docs/kafka.md, "Consumer groups"): the same committed next offsets as
+ * Tributary's COMMIT_OFFSET and FETCH_OFFSET, so a group committed through either port is seen by both.
+ * Commits are fenced by the Kafka group's generation and never move an offset back
+ * (coordinator/classic-groups.ts). Metadata strings and leader epochs are not kept: they read back as
+ * empty and -1.
+ */
+import { apiByKey } from '../protocol/apis.js';
+import { kafkaErrorCode } from '../protocol/error-codes.js';
+import { OffsetCommit, OffsetFetch } from '../protocol/messages/offsets.js';
+import type { KafkaStruct } from '../protocol/schema.js';
+import { errorCodeOf, handler } from './handler.js';
+import { isUserTopic } from './metadata.js';
+
+/** Kafka's limit on a commit's metadata string (offset.metadata.max.bytes). */
+const MAX_METADATA = 4096;
+
+export const offsetCommitHandler = handler(apiByKey(OffsetCommit.apiKey)!, async (ctx, version, body) => {
+  const topics = body.topics as KafkaStruct[];
+  // Per partition, before anything is committed: what Kafka refuses partition by partition (0: fine).
+  const codes: number[][] = topics.map((t) =>
+    (t.partitions as KafkaStruct[]).map((p) => {
+      if (!isUserTopic(t.name as string) || !ctx.broker.topics.tryGet(t.name as string)) return kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION');
+      const metadata = p.committedMetadata as string | null;
+      if (metadata !== null && Buffer.byteLength(metadata) > MAX_METADATA) return kafkaErrorCode('OFFSET_METADATA_TOO_LARGE');
+      if ((p.committedOffset as number) < 0) return kafkaErrorCode('INVALID_REQUEST');
+      return 0;
+    }),
+  );
+  // A topic is one all-or-nothing commit: a refused partition keeps the topic's others from committing.
+  const committing = topics.flatMap((t, i) => {
+    const refused = codes[i]!.find((c) => c !== 0);
+    if (refused !== undefined) {
+      codes[i] = codes[i]!.map((c) => c || refused);
+      return [];
+    }
+    const entries = (t.partitions as KafkaStruct[]).map((p) => ({ partition: p.partitionIndex as number, offset: p.committedOffset as number }));
+    return [{ index: i, topic: t.name as string, entries }];
+  });
+  const setTopic = (i: number, code: number) => {
+    codes[i] = codes[i]!.map(() => code);
+  };
+  try {
+    const errors = await ctx.broker.coordinator.classic.commit(
+      {
+        group: body.groupId as string,
+        memberId: version >= 1 ? (body.memberId as string) : '',
+        instanceId: (body.groupInstanceId as string | null) ?? null,
+        generation: version >= 1 ? (body.generationId as number) : -1,
+      },
+      committing.map((c) => ({ topic: c.topic, entries: c.entries })),
+    );
+    committing.forEach((c, j) => {
+      const err = errors[j];
+      if (err) setTopic(c.index, errorCodeOf(err));
+    });
+  } catch (err) {
+    const code = errorCodeOf(err);
+    for (let i = 0; i < topics.length; i++) setTopic(i, code);
+  }
+  return {
+    throttleTimeMs: 0,
+    topics: topics.map((t, i) => ({
+      name: t.name,
+      partitions: (t.partitions as KafkaStruct[]).map((p, k) => ({ partitionIndex: p.partitionIndex, errorCode: codes[i]![k] })),
+    })),
+  };
+});
+
+export const offsetFetchHandler = handler(apiByKey(OffsetFetch.apiKey)!, (ctx, version, body) => {
+  const requireStable = version >= 7 && body.requireStable === true;
+  const fetchGroup = (groupId: string, topics: KafkaStruct[] | null) => {
+    const asked = topics === null ? null : topics.map((t) => ({ topic: t.name as string, partitions: t.partitionIndexes as number[] }));
+    const rows = ctx.broker.coordinator.classic.fetch(groupId, asked, requireStable);
+    return rows.map((t) => ({
+      name: t.topic,
+      partitions: t.partitions.map((p) => ({
+        partitionIndex: p.partition,
+        committedOffset: p.offset,
+        committedLeaderEpoch: -1,
+        metadata: '',
+        errorCode: p.error ? errorCodeOf(p.error) : 0,
+      })),
+    }));
+  };
+  if (version >= 8) {
+    return {
+      throttleTimeMs: 0,
+      groups: (body.groups as KafkaStruct[]).map((g) => {
+        try {
+          return { groupId: g.groupId, topics: fetchGroup(g.groupId as string, g.topics as KafkaStruct[] | null), errorCode: 0 };
+        } catch (err) {
+          return { groupId: g.groupId, topics: [], errorCode: errorCodeOf(err) };
+        }
+      }),
+    };
+  }
+  try {
+    return { throttleTimeMs: 0, topics: fetchGroup(body.groupId as string, body.topics as KafkaStruct[] | null), errorCode: 0 };
+  } catch (err) {
+    const code = errorCodeOf(err);
+    // Before v2 there is no group-level error: every asked partition carries it.
+    const topics = ((body.topics as KafkaStruct[] | null) ?? []).map((t) => ({
+      name: t.name,
+      partitions: (t.partitionIndexes as number[]).map((p) => ({ partitionIndex: p, committedOffset: -1, committedLeaderEpoch: -1, metadata: '', errorCode: code })),
+    }));
+    return { throttleTimeMs: 0, topics, errorCode: code };
+  }
+});
+
