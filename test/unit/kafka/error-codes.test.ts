@@ -1,4 +1,5 @@
 /** The Kafka error table and the first mapping from Tributary's errors. */
+import { ClassicGroupError } from 'tributary-broker/coordinator/classic-group.js';
 import { describe, expect, it } from 'vitest';
 import { ERROR_CODES, TributaryError } from 'tributary-protocol/errors.js';
 import { RecordBatchError } from 'tributary-protocol/record-batch/errors.js';
@@ -88,7 +89,9 @@ describe('Kafka error table', () => {
     expect(kafkaErrorFor(new RecordBatchError('unsupported_compression', 'zstd'))).toBe('UNSUPPORTED_COMPRESSION_TYPE');
     expect(kafkaErrorFor(new KafkaCodecError('unsupported_version', 'x'))).toBe('UNSUPPORTED_VERSION');
     expect(kafkaErrorFor(new KafkaCodecError('truncated', 'x'))).toBe('INVALID_REQUEST');
-    expect(kafkaErrorFor(new TributaryError('offset_regression'))).toBe('UNKNOWN_SERVER_ERROR');
+    expect(kafkaErrorFor(new TributaryError('offset_regression'))).toBe('INVALID_COMMIT_OFFSET_SIZE');
+    expect(kafkaErrorFor(new ClassicGroupError('FENCED_INSTANCE_ID'))).toBe('FENCED_INSTANCE_ID');
+    expect(kafkaErrorFor(new TributaryError('invalid_encoding'))).toBe('UNKNOWN_SERVER_ERROR');
     expect(kafkaErrorFor(new RangeError('boom'))).toBe('UNKNOWN_SERVER_ERROR');
   });
 });

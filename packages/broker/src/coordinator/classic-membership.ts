@@ -235,7 +235,8 @@ export class ClassicMembership {
     g.generation++;
     const parked = [...g.members.values()];
     if (parked.length === 0) {
-      Object.assign(g, { state: 'Empty', protocolName: null, protocolType: null, leaderId: null });
+      // The protocol type stays (Kafka's describe shows an empty consumer group as one); the protocol goes.
+      Object.assign(g, { state: 'Empty', protocolName: null, leaderId: null });
     } else {
       g.protocolName = g.selectProtocol();
       if (g.leaderId === null || !g.members.has(g.leaderId)) g.leaderId = parked[0]!.memberId;
