@@ -2,13 +2,15 @@
  * The Kafka listener on a 3-broker cluster (docs/kafka.md, "In a cluster"): Metadata names every broker's
  * Kafka address and each partition's leader, kafkajs creates a replicated topic, and an idempotent acks -1
  * producer loses nothing acknowledged and stores nothing twice when a partition leader is killed: the
- * client follows NOT_LEADER_OR_FOLLOWER and Metadata to the new leader on its own.
+ * client follows NOT_LEADER_OR_FOLLOWER and Metadata to the new leader on its own. A kafkajs consumer
+ * group whose coordinator is killed carries on at the new one without a committed offset going back.
  */
 import { execFile } from 'node:child_process';
-import { Kafka, logLevel } from 'kafkajs';
+import { type Consumer, Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StoredAt, expectAcknowledgedStored, readValues } from '../../helpers/acked-records.js';
 import { TestCluster } from '../../helpers/cluster.js';
+import { RawKafka } from '../../helpers/raw-kafka.js';
 
 const TOPIC = 'kafka-rf3';
 const PARTITIONS = 3;
@@ -35,6 +37,75 @@ describe('the Kafka listener on a 3-broker cluster', () => {
   afterAll(async () => {
     await cluster?.dispose();
   });
+
+  it("a kafkajs group's coordinator is killed: the group goes on at its new coordinator, every record is received, no committed offset goes back", async () => {
+    const kafka = new Kafka({ brokers: [0, 1, 2].map((id) => `127.0.0.1:${cluster.broker(id).kafkaPort}`), clientId: 'group-failover', logLevel: logLevel.NOTHING, retry: { retries: 30, initialRetryTime: 100, maxRetryTime: 1000 } });
+    const admin = kafka.admin();
+    await admin.connect();
+    const consumers: Consumer[] = [];
+    const received = new Map<string, number>();
+    const history: number[][] = [];
+    let sampling = true;
+    let victim = -1;
+    try {
+      expect(await admin.createTopics({ topics: [{ topic: 'kg-rf3', numPartitions: 4, replicationFactor: 3 }], waitForLeaders: true })).toBe(true);
+      const produce = async (from: number, n: number) => {
+        const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+        await producer.connect();
+        try {
+          await producer.send({ topic: 'kg-rf3', acks: -1, messages: Array.from({ length: n }, (_, i) => ({ key: `k${(from + i) % 8}`, value: `v${from + i}` })) });
+        } finally {
+          await producer.disconnect();
+        }
+      };
+      await produce(0, 200);
+      for (let m = 0; m < 2; m++) {
+        const c = kafka.consumer({ groupId: 'failover', sessionTimeout: 10_000, heartbeatInterval: 300 });
+        consumers.push(c);
+        await c.connect();
+        await c.subscribe({ topic: 'kg-rf3', fromBeginning: true });
+        await c.run({ eachMessage: async ({ message }) => void received.set(message.value!.toString(), (received.get(message.value!.toString()) ?? 0) + 1) });
+      }
+      await cluster.waitFor('the first 200 records', async () => received.size >= 200, 60_000);
+      // Committed offsets sampled all along: none may ever go back.
+      const sampler = (async () => {
+        while (sampling) {
+          try {
+            const [t] = await admin.fetchOffsets({ groupId: 'failover', topics: ['kg-rf3'] });
+            history.push(t!.partitions.sort((a, b) => a.partition - b.partition).map((p) => Number(p.offset)));
+          } catch {
+            // the coordinator moving: sampled again next time
+          }
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      })();
+      const raw = await RawKafka.connect(cluster.broker(0).kafkaPort);
+      victim = (await raw.call(10, 3, { key: 'failover', keyType: 0 })).nodeId as number;
+      raw.socket.destroy();
+      await cluster.broker(victim).kill('SIGKILL');
+      await produce(200, 200);
+      await cluster.waitFor('all 400 records after the coordinator died', async () => received.size >= 400, 90_000);
+      // The members commit what they processed at their new coordinator: every partition at its end.
+      // (-1: nothing committed there; keyed records need not reach every partition.)
+      const committed = (sample: number[] | undefined) => sample?.reduce((a, b) => a + Math.max(0, b), 0);
+      await cluster.waitFor('every record committed', async () => committed(history.at(-1)) === 400, 60_000);
+      sampling = false;
+      await sampler;
+      expect(history.length).toBeGreaterThan(3);
+      for (let i = 1; i < history.length; i++) {
+        history[i]!.forEach((o, p) => expect(o, `partition ${p} sample ${i}`).toBeGreaterThanOrEqual(history[i - 1]![p]!));
+      }
+      expect([...received.keys()].sort()).toEqual(Array.from({ length: 400 }, (_, i) => `v${i}`).sort());
+    } finally {
+      sampling = false;
+      await Promise.all(consumers.map((c) => c.disconnect().catch(() => {})));
+      await admin.disconnect();
+      if (victim >= 0) {
+        await cluster.broker(victim).relaunch();
+        await cluster.waitFor('the killed broker back', async () => (await cluster.status()).brokers.length === 3);
+      }
+    }
+  }, 240_000);
 
   it('Metadata names every Kafka address and leader; an acks -1 producer loses nothing when a leader is killed', async () => {
     const kafkaAddress = (id: number) => `127.0.0.1:${cluster.broker(id).kafkaPort}`;
