@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseDocument } from 'yaml';
 import { Connection } from 'tributary-protocol/connection.js';
 import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
 import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
@@ -21,6 +22,7 @@ import { kcat, RawKafka } from './raw-kafka.js';
 
 const plainToken = (user: string, password: string, authzid = '') => Buffer.from(`${authzid}\0${user}\0${password}`);
 const code = (name: string) => kafkaErrorCode(name);
+const MECHANISMS = ['PLAIN', 'SCRAM-SHA-256'];
 /** The first element of a response's list field. */
 const first = (s: KafkaStruct, field: string) => (s[field] as KafkaStruct[])[0]!;
 
@@ -33,20 +35,20 @@ describe('SASL and ACLs on the Kafka port', () => {
   const raws: RawKafka[] = [];
 
   /** A kafkajs client; it does not retry unless `retries` (an idempotent producer needs them). */
-  const kafka = (user: string, password = tokens[user]!, retries = 0) =>
+  const kafka = (user: string, password = tokens[user]!, retries = 0, mechanism: 'plain' | 'scram-sha-256' = 'plain') =>
     new Kafka({
       brokers: [bootstrap],
       clientId: `sasl-${user}`,
       logLevel: logLevel.NOTHING,
       retry: { retries },
-      sasl: { mechanism: 'plain', username: user, password },
+      sasl: mechanism === 'plain' ? { mechanism, username: user, password } : { mechanism, username: user, password },
     });
 
   /** A bare connection that authenticated as `user` with SaslHandshake v1 and SaslAuthenticate `version`. */
   async function rawAs(user: string, version = 2): Promise<RawKafka> {
     const raw = await RawKafka.connect(broker.kafkaPort);
     raws.push(raw);
-    expect(await raw.call(17, 1, { mechanism: 'PLAIN' })).toEqual({ errorCode: 0, mechanisms: ['PLAIN'] });
+    expect(await raw.call(17, 1, { mechanism: 'PLAIN' })).toEqual({ errorCode: 0, mechanisms: MECHANISMS });
     const res = await raw.call(36, version, { authBytes: plainToken(user, tokens[user]!) });
     expect(res).toMatchObject({ errorCode: 0, errorMessage: null });
     return raw;
@@ -67,6 +69,12 @@ describe('SASL and ACLs on the Kafka port', () => {
     tokens.reader = addUser(config, 'reader', ['topic.read']);
     tokens.insider = addUser(config, 'insider', ['topic.read', 'topic.write']);
     tokens.nobody = addUser(config, 'nobody', []);
+    // A user from before SCRAM keys were stored: its entry has the scrypt hash only.
+    tokens.legacy = addUser(config, 'legacy', ['topic.read', 'topic.write']);
+    const doc = parseDocument(fs.readFileSync(config, 'utf8'));
+    expect(doc.hasIn(['users', 'legacy', 'scram'])).toBe(true);
+    doc.deleteIn(['users', 'legacy', 'scram']);
+    fs.writeFileSync(config, doc.toString());
     broker = await BrokerProcess.start({ args: ['--config', config, '--kafka-port', '0', '--offsets-topic-partitions', '1'] });
     bootstrap = `127.0.0.1:${broker.kafkaPort}`;
     admin = await Connection.connect({ host: '127.0.0.1', port: broker.port, auth: { principal: 'admin', token: tokens.admin } });
@@ -161,7 +169,7 @@ describe('SASL and ACLs on the Kafka port', () => {
   it('an unknown mechanism gets UNSUPPORTED_SASL_MECHANISM with the enabled ones, then the connection closes', async () => {
     const raw = await RawKafka.connect(broker.kafkaPort);
     raws.push(raw);
-    expect(await raw.call(17, 1, { mechanism: 'SCRAM-SHA-512' })).toEqual({ errorCode: code('UNSUPPORTED_SASL_MECHANISM'), mechanisms: ['PLAIN'] });
+    expect(await raw.call(17, 1, { mechanism: 'SCRAM-SHA-512' })).toEqual({ errorCode: code('UNSUPPORTED_SASL_MECHANISM'), mechanisms: MECHANISMS });
     await raw.closed;
   });
 
@@ -196,7 +204,7 @@ describe('SASL and ACLs on the Kafka port', () => {
   it('after a SaslHandshake v0 the token goes bare and is answered bare; a wrong one closes the connection unanswered', async () => {
     const raw = await RawKafka.connect(broker.kafkaPort);
     raws.push(raw);
-    expect(await raw.call(17, 0, { mechanism: 'PLAIN' })).toEqual({ errorCode: 0, mechanisms: ['PLAIN'] });
+    expect(await raw.call(17, 0, { mechanism: 'PLAIN' })).toEqual({ errorCode: 0, mechanisms: MECHANISMS });
     const token = plainToken('app', tokens.app!);
     const sizeOf = (b: Buffer) => Buffer.from([0, 0, 0, b.length]);
     raw.socket.write(Buffer.concat([sizeOf(token), token]));
@@ -325,6 +333,71 @@ describe('SASL and ACLs on the Kafka port', () => {
     expect((await app.call(22, 4, { transactionalId: null, transactionTimeoutMs: 1000, producerId: -1n, producerEpoch: -1 })).errorCode).toBe(0);
   });
 
+  it('kafkajs with SCRAM-SHA-256 produces and lists; a wrong password fails and stores nothing; the token never crosses the wire', async () => {
+    const client = kafka('app', tokens.app, 2, 'scram-sha-256');
+    const producer = client.producer({ idempotent: true, maxInFlightRequests: 1 });
+    const before = await highWatermark('orders');
+    try {
+      await producer.connect();
+      await producer.send({ topic: 'orders', acks: -1, messages: [{ value: 'scram-1' }] });
+    } finally {
+      await producer.disconnect();
+    }
+    expect(await highWatermark('orders')).toBe(before + 1);
+    const kadmin = client.admin();
+    try {
+      await kadmin.connect();
+      expect(await kadmin.listTopics()).not.toContain('secret');
+    } finally {
+      await kadmin.disconnect();
+    }
+    for (const [user, password] of [
+      ['app', 'not-the-token'],
+      ['ghost', 'whatever'],
+      ['legacy', tokens.legacy!], // right token, but no SCRAM keys stored for it
+    ] as const) {
+      const p = kafka(user, password, 0, 'scram-sha-256').producer();
+      try {
+        await expect(p.connect(), user).rejects.toMatchObject({ name: 'KafkaJSSASLAuthenticationError' });
+      } finally {
+        await p.disconnect();
+      }
+    }
+    expect(await highWatermark('orders')).toBe(before + 1);
+    // The failure is logged with its reason (for the legacy user: add it again), never with a token.
+    expect(broker.stderr).toMatch(/"principal":"legacy".*no SCRAM keys for this principal/);
+    for (const t of Object.values(tokens)) expect(broker.stderr).not.toContain(t);
+    // PLAIN still works for the legacy user: its scrypt hash is all AUTH needs.
+    const legacy = kafka('legacy').producer();
+    try {
+      await legacy.connect();
+      await legacy.send({ topic: 'orders', messages: [{ value: 'legacy-plain' }] });
+    } finally {
+      await legacy.disconnect();
+    }
+  });
+
+  it("SCRAM's first answer does not tell whether a user exists: an unknown one gets a stable salt and the same iterations", async () => {
+    const serverFirst = async (user: string) => {
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      raws.push(raw);
+      await raw.call(17, 1, { mechanism: 'SCRAM-SHA-256' });
+      const res = await raw.call(36, 2, { authBytes: Buffer.from(`n,,n=${user},r=abcdefgh`) });
+      expect(res.errorCode).toBe(0);
+      raw.socket.destroy();
+      const m = /^r=abcdefgh[^,]+,s=([^,]+),i=(\d+)$/.exec((res.authBytes as Buffer).toString());
+      expect(m, (res.authBytes as Buffer).toString()).not.toBeNull();
+      return { salt: m![1]!, iterations: Number(m![2]) };
+    };
+    const ghost = await serverFirst('ghost');
+    expect(await serverFirst('ghost')).toEqual(ghost);
+    expect(Buffer.from(ghost.salt, 'base64')).toHaveLength(16);
+    const app = await serverFirst('app');
+    expect(app.iterations).toBe(ghost.iterations);
+    expect(app.salt).not.toBe(ghost.salt);
+    expect(Buffer.from(app.salt, 'base64')).toHaveLength(16);
+  });
+
   it('kcat (librdkafka) with SASL_PLAINTEXT lists, produces and reads; with a wrong password it fails', async () => {
     const sasl = (user: string, password: string) => [
       '-b',
@@ -346,7 +419,13 @@ describe('SASL and ACLs on the Kafka port', () => {
     expect(await highWatermark('orders')).toBe(before + 1);
     const read = await kcat([...sasl('app', tokens.app!), '-C', '-t', 'orders', '-p', '0', '-o', String(before), '-e', '-f', '%s\\n']);
     expect(read.trim()).toBe('from-kcat');
-    await expect(kcat([...sasl('app', 'wrong-password'), '-L', '-m', '2'])).rejects.toThrow(/SASL authentication error: Authentication failed: Invalid username or password/);
+    await expect(kcat([...sasl('app', 'wrong-password'), '-L', '-m', '2'])).rejects.toThrow(
+      /SASL authentication error: Authentication failed: Invalid username or password/,
+    );
+    const scram = ['-b', bootstrap, '-X', 'security.protocol=SASL_PLAINTEXT', '-X', 'sasl.mechanisms=SCRAM-SHA-256', '-X', 'sasl.username=app'];
+    const viaScram = JSON.parse(await kcat([...scram, '-X', `sasl.password=${tokens.app}`, '-L', '-J'])) as { topics: { topic: string }[] };
+    expect(viaScram.topics.map((t) => t.topic)).toContain('orders');
+    await expect(kcat([...scram, '-X', 'sasl.password=wrong-password', '-L', '-m', '2'])).rejects.toThrow(/SASL authentication error/);
   });
 
   it('a connection that does not authenticate within authTimeoutMs is closed', async () => {
