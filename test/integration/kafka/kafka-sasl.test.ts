@@ -17,7 +17,7 @@ import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
-import { addUser } from '../security/pki.js';
+import { addUser, makeCa, makeCert, removeUser } from '../security/pki.js';
 import { kcat, RawKafka } from './raw-kafka.js';
 
 const plainToken = (user: string, password: string, authzid = '') => Buffer.from(`${authzid}\0${user}\0${password}`);
@@ -28,6 +28,7 @@ const first = (s: KafkaStruct, field: string) => (s[field] as KafkaStruct[])[0]!
 
 describe('SASL and ACLs on the Kafka port', () => {
   let dir: string;
+  let config: string;
   let broker: BrokerProcess;
   let admin: Connection;
   let bootstrap: string;
@@ -58,7 +59,7 @@ describe('SASL and ACLs on the Kafka port', () => {
 
   beforeAll(async () => {
     dir = await tempDir('tributary-kafka-sasl-');
-    const config = path.join(dir, 'broker.yaml');
+    config = path.join(dir, 'broker.yaml');
     // `secret` is readable and writable by `insider` only; `orders` by whoever has the permission.
     fs.writeFileSync(
       config,
@@ -69,6 +70,7 @@ describe('SASL and ACLs on the Kafka port', () => {
     tokens.reader = addUser(config, 'reader', ['topic.read']);
     tokens.insider = addUser(config, 'insider', ['topic.read', 'topic.write']);
     tokens.nobody = addUser(config, 'nobody', []);
+    tokens.revokee = addUser(config, 'revokee', ['topic.read', 'topic.write']);
     // A user from before SCRAM keys were stored: its entry has the scrypt hash only.
     tokens.legacy = addUser(config, 'legacy', ['topic.read', 'topic.write']);
     const doc = parseDocument(fs.readFileSync(config, 'utf8'));
@@ -428,6 +430,40 @@ describe('SASL and ACLs on the Kafka port', () => {
     await expect(kcat([...scram, '-X', 'sasl.password=wrong-password', '-L', '-m', '2'])).rejects.toThrow(/SASL authentication error/);
   });
 
+  it("a user removed by SIGHUP is refused from its open connection's next request, and cannot authenticate again", async () => {
+    const raw = await rawAs('revokee');
+    const metadataCode = async () =>
+      first(
+        await raw.call(3, 9, {
+          topics: [{ name: 'orders' }],
+          allowAutoTopicCreation: false,
+          includeClusterAuthorizedOperations: false,
+          includeTopicAuthorizedOperations: false,
+        }),
+        'topics',
+      ).errorCode;
+    expect(await metadataCode()).toBe(0);
+    removeUser(config, 'revokee');
+    broker.proc!.kill('SIGHUP');
+    await expect.poll(metadataCode, { timeout: 10_000 }).toBe(code('TOPIC_AUTHORIZATION_FAILED'));
+    const before = await highWatermark('orders');
+    const records = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('revoked') }] });
+    const res = await raw.call(0, 9, {
+      transactionalId: null,
+      acks: 1,
+      timeoutMs: 1000,
+      topicData: [{ name: 'orders', partitionData: [{ index: 0, records }] }],
+    });
+    expect(first(first(res, 'responses'), 'partitionResponses').errorCode).toBe(code('TOPIC_AUTHORIZATION_FAILED'));
+    expect(await highWatermark('orders')).toBe(before);
+    const again = kafka('revokee').producer();
+    try {
+      await expect(again.connect()).rejects.toMatchObject({ name: 'KafkaJSSASLAuthenticationError' });
+    } finally {
+      await again.disconnect();
+    }
+  });
+
   it('a connection that does not authenticate within authTimeoutMs is closed', async () => {
     const raw = await RawKafka.connect(broker.kafkaPort);
     raws.push(raw);
@@ -435,5 +471,86 @@ describe('SASL and ACLs on the Kafka port', () => {
     await raw.closed;
     // authTimeoutMs is 3 s here; the other tests' connections authenticate long before.
     expect(Date.now() - t0).toBeGreaterThanOrEqual(2_500);
+  });
+});
+
+describe('client certificates on the Kafka port', () => {
+  it('a verified certificate whose CN is a user authenticates without SASL; without one, SASL is required', async () => {
+    const dir = await tempDir('tributary-kafka-mtls-');
+    let broker: BrokerProcess | undefined;
+    try {
+      const ca = makeCa(dir, 'ca');
+      const server = makeCert(dir, ca, 'server', 'localhost');
+      const client = makeCert(dir, ca, 'client-app', 'app');
+      const stranger = makeCert(dir, ca, 'client-stranger', 'stranger');
+      const config = path.join(dir, 'broker.yaml');
+      fs.writeFileSync(config, 'authentication: true\n');
+      const token = addUser(config, 'app', ['topic.read', 'topic.write']);
+      const adminToken = addUser(config, 'admin', ['admin']);
+      broker = await BrokerProcess.start({
+        args: [
+          '--config',
+          config,
+          '--kafka-port',
+          '0',
+          '--offsets-topic-partitions',
+          '1',
+          '--tls-cert',
+          server.certFile,
+          '--tls-key',
+          server.keyFile,
+          '--tls-ca',
+          ca.certFile,
+        ],
+      });
+      const admin = await Connection.connect({
+        host: '127.0.0.1',
+        port: broker.port,
+        tls: { ca: ca.cert, servername: 'localhost' },
+        auth: { principal: 'admin', token: adminToken },
+      });
+      await admin.command('CREATE', { topic: 'mtls', partitions: 1 });
+      await admin.close();
+      const kafkaWith = (o: { cert?: { cert: string; key: string }; sasl?: boolean }) =>
+        new Kafka({
+          brokers: [`127.0.0.1:${broker!.kafkaPort}`],
+          clientId: 'mtls',
+          logLevel: logLevel.NOTHING,
+          retry: { retries: 0 },
+          ssl: { ca: [ca.cert], ...(o.cert ? { cert: o.cert.cert, key: o.cert.key } : {}) },
+          ...(o.sasl ? { sasl: { mechanism: 'scram-sha-256' as const, username: 'app', password: token } } : {}),
+        });
+      const send = async (k: Kafka, value: string) => {
+        const p = k.producer();
+        try {
+          await p.connect();
+          await p.send({ topic: 'mtls', acks: 1, messages: [{ value }] });
+        } finally {
+          await p.disconnect();
+        }
+      };
+      await send(kafkaWith({ cert: client }), 'by-certificate');
+      // A certificate naming no user, or none at all: nothing is served until SASL (the connection closes).
+      await expect(send(kafkaWith({ cert: stranger }), 'stranger')).rejects.toThrow();
+      await expect(send(kafkaWith({}), 'anonymous')).rejects.toThrow();
+      await send(kafkaWith({ sasl: true }), 'by-scram-over-tls');
+      const c = await Connection.connect({
+        host: '127.0.0.1',
+        port: broker.port,
+        tls: { ca: ca.cert, servername: 'localhost' },
+        auth: { principal: 'app', token },
+      });
+      try {
+        expect((await c.consume({ topic: 'mtls', partition: 0, offset: 0, batch: 10 })).records.map((r) => r.value.toString())).toEqual([
+          'by-certificate',
+          'by-scram-over-tls',
+        ]);
+      } finally {
+        await c.close();
+      }
+    } finally {
+      await broker?.dispose();
+      await removeDir(dir);
+    }
   });
 });
