@@ -5,6 +5,7 @@
  * ApiVersions and SASL is served before authentication; after it each API applies the main port's
  * permissions and topic ACLs.
  */
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
@@ -15,7 +16,7 @@ import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
 import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
 import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
-import { BrokerProcess } from '../../helpers/launcher.js';
+import { BrokerProcess, CLI } from '../../helpers/launcher.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 import { addUser, makeCa, makeCert, removeUser } from '../security/pki.js';
 import { kcat, RawKafka } from './raw-kafka.js';
@@ -77,6 +78,9 @@ describe('SASL and ACLs on the Kafka port', () => {
     expect(doc.hasIn(['users', 'legacy', 'scram'])).toBe(true);
     doc.deleteIn(['users', 'legacy', 'scram']);
     fs.writeFileSync(config, doc.toString());
+    const listed = execFileSync(process.execPath, [CLI, 'user', 'list', '--config', config], { encoding: 'utf8' });
+    expect(listed).toMatch(/^legacy permissions=topic\.read,topic\.write scram=no$/m);
+    expect(listed).toMatch(/^app permissions=topic\.read,topic\.write scram=yes$/m);
     broker = await BrokerProcess.start({ args: ['--config', config, '--kafka-port', '0', '--offsets-topic-partitions', '1'] });
     bootstrap = `127.0.0.1:${broker.kafkaPort}`;
     admin = await Connection.connect({ host: '127.0.0.1', port: broker.port, auth: { principal: 'admin', token: tokens.admin } });

@@ -99,7 +99,8 @@ export function registerUserCommand(program: Command): void {
     .requiredOption('--config <file>', 'broker config file to read')
     .action((opts: { config: string }) => {
       editUsers(opts.config, (users) => {
-        for (const [name, u] of Object.entries(users)) process.stdout.write(`${name} permissions=${(u.permissions ?? []).join(',')}\n`);
+        // scram=no: added before SCRAM keys were stored; SCRAM on the Kafka port needs it added again (docs/kafka.md).
+        for (const [name, u] of Object.entries(users)) process.stdout.write(`${name} permissions=${(u.permissions ?? []).join(',')} scram=${u.scram ? 'yes' : 'no'}\n`);
       });
     });
 }
