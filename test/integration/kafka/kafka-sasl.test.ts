@@ -371,7 +371,8 @@ describe('SASL and ACLs on the Kafka port', () => {
     }
     expect(await highWatermark('orders')).toBe(before + 1);
     // The failure is logged with its reason (for the legacy user: add it again), never with a token.
-    expect(broker.stderr).toMatch(/"principal":"legacy".*no SCRAM keys for this principal/);
+    // (The log line is written before the answer, but reaches this process through a pipe of its own.)
+    await expect.poll(() => broker.stderr, { timeout: 5000 }).toMatch(/"principal":"legacy".*no SCRAM keys for this principal/);
     for (const t of Object.values(tokens)) expect(broker.stderr).not.toContain(t);
     // PLAIN still works for the legacy user: its scrypt hash is all AUTH needs.
     const legacy = kafka('legacy').producer();
