@@ -5,22 +5,15 @@
  * client follows NOT_LEADER_OR_FOLLOWER and Metadata to the new leader on its own. A kafkajs consumer
  * group whose coordinator is killed carries on at the new one without a committed offset going back.
  */
-import { execFile } from 'node:child_process';
 import { type Consumer, Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StoredAt, expectAcknowledgedStored, readValues } from '../../helpers/acked-records.js';
 import { TestCluster } from '../../helpers/cluster.js';
-import { RawKafka } from '../../helpers/raw-kafka.js';
+import { kcat, RawKafka } from '../../helpers/raw-kafka.js';
 
 const TOPIC = 'kafka-rf3';
 const PARTITIONS = 3;
 
-function kcat(args: string[]): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = execFile('kcat', args, { timeout: 30_000 }, (err, stdout, stderr) => (err ? reject(new Error(`kcat ${args.join(' ')}: ${err.message}\n${stderr}`)) : resolve(stdout)));
-    child.stdin!.end();
-  });
-}
 
 interface KcatMetadata {
   brokers: { id: number; name: string }[];

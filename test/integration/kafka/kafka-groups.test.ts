@@ -5,7 +5,6 @@
  * classic protocol (generations, static members, monotonic commits) on raw requests. What a Kafka group
  * commits is the same offsets Tributary's GROUP_STATUS and FETCH_OFFSET show.
  */
-import { execFile } from 'node:child_process';
 import { type Consumer, Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
@@ -14,7 +13,7 @@ import { encodeAssignment, encodeSubscription } from 'tributary-broker/kafka/pro
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { runCli } from '../../helpers/cli.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
-import { RawKafka } from '../../helpers/raw-kafka.js';
+import { kcat, RawKafka } from '../../helpers/raw-kafka.js';
 import { freePort } from '../../helpers/scripted-server.js';
 import { until } from '../../helpers/util.js';
 
@@ -60,11 +59,6 @@ class KafkajsGroup {
   }
 }
 
-function kcat(args: string[]): Promise<string> {
-  return new Promise((resolve, reject) => {
-    execFile('kcat', args, { timeout: 60_000 }, (err, stdout, stderr) => (err ? reject(new Error(`kcat ${args.join(' ')}: ${err.message}\n${stderr}`)) : resolve(stdout)));
-  });
-}
 
 /** Every value received exactly once, and each key's values in the order they were produced. */
 function expectOnceInOrder(received: Received[], produced: string[]): void {

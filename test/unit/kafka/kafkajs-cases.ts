@@ -392,6 +392,13 @@ export const KAFKAJS_CASES: KafkajsCase[] = [
     }),
   },
   {
+    dir: 'saslHandshake',
+    api: 'SaslHandshake',
+    throttleFrom: Number.POSITIVE_INFINITY,
+    request: () => ({ args: { mechanism: 'PLAIN' }, expected: { mechanism: 'PLAIN' } }),
+    response: () => ({ ours: { errorCode: 0, mechanisms: ['PLAIN', 'SCRAM-SHA-256'] }, expected: { errorCode: 0, enabledMechanisms: ['PLAIN', 'SCRAM-SHA-256'] } }),
+  },
+  {
     dir: 'apiVersions',
     api: 'ApiVersions',
     throttleFrom: 1,
@@ -578,6 +585,18 @@ export const KAFKAJS_CASES: KafkajsCase[] = [
           },
         ],
       },
+    }),
+  },
+  {
+    dir: 'saslAuthenticate',
+    api: 'SaslAuthenticate',
+    throttleFrom: Number.POSITIVE_INFINITY,
+    // kafkajs's mechanisms hand it the token with its int32 length already written (it writes it as is).
+    request: () => ({ args: { authBytes: Buffer.concat([b(0, 0, 0, 9), Buffer.from('\0app\0pass')]) }, expected: { authBytes: Buffer.from('\0app\0pass') } }),
+    response: (v) => ({
+      ours: { errorCode: 0, errorMessage: null, authBytes: Buffer.from('v=abc'), sessionLifetimeMs: 0 },
+      // It hands the server's token back to the mechanism with its int32 length, as it was on the wire.
+      expected: { errorCode: 0, errorMessage: null, authBytes: Buffer.concat([b(0, 0, 0, 5), Buffer.from('v=abc')]), ...when(v >= 1, { sessionLifetimeMs: '0' }) },
     }),
   },
   {

@@ -265,6 +265,12 @@ export const PLATFORMATIC_CASES: PlatformaticCase[] = [
     response: () => ({ throttleTimeMs: 0, errorCode: 0, groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable', groupType: 'classic' }] }),
   },
   {
+    api: 'SaslHandshake',
+    args: () => ['PLAIN'],
+    request: () => ({ mechanism: 'PLAIN' }),
+    response: () => ({ errorCode: 0, mechanisms: ['PLAIN', 'SCRAM-SHA-256'] }),
+  },
+  {
     api: 'ApiVersions',
     args: () => ['@platformatic/kafka', '1.35.0'],
     request: () => ({ clientSoftwareName: '@platformatic/kafka', clientSoftwareVersion: '1.35.0' }),
@@ -393,6 +399,12 @@ export const PLATFORMATIC_CASES: PlatformaticCase[] = [
         },
       ],
     }),
+  },
+  {
+    api: 'SaslAuthenticate',
+    args: () => [Buffer.from('\0app\0pass')],
+    request: () => ({ authBytes: Buffer.from('\0app\0pass') }),
+    response: () => ({ errorCode: 0, errorMessage: null, authBytes: Buffer.from('v=abc'), sessionLifetimeMs: 0 }),
   },
   {
     api: 'CreatePartitions',

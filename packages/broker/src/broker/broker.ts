@@ -40,12 +40,10 @@ import { MemberLeases } from '../cluster/member-leases.js';
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
 
 /**
- * The Kafka listener. Without SASL it cannot authenticate anyone, so with authentication on it is refused
- * at startup rather than served insecurely (docs/kafka.md, "Not supported yet").
+ * The Kafka listener: TLS, authentication (SASL) and authorization as on the main port (docs/kafka.md,
+ * "Authentication"), through the same Security (this.security, its KafkaBrokerContext.security).
  */
 function kafkaListener(b: Broker, c: BrokerConfig, perAddress: AddressLimiter): KafkaListener {
-  const refuse = (why: string) => new Error(`invalid config: the Kafka listener (kafkaPort) ${why}`);
-  if (c.authentication) throw refuse('has no SASL yet: it cannot be enabled with authentication');
   // TLS as on the main port: the same certificate, CA and client-certificate rule.
   const tlsOptions =
     c.tlsCert === undefined || c.tlsKey === undefined

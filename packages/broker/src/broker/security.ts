@@ -1,4 +1,4 @@
-import { type X509Certificate, randomBytes, scrypt, scryptSync, timingSafeEqual } from 'node:crypto';
+import { type X509Certificate, createHash, createHmac, pbkdf2Sync, randomBytes, scrypt, scryptSync, timingSafeEqual } from 'node:crypto';
 import type tls from 'node:tls';
 import { formatOk, type ParsedLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
@@ -25,6 +25,46 @@ export interface UserEntry {
   hash: string;
   salt: string;
   permissions: Permission[];
+  /** SCRAM-SHA-256 keys of the same token (Kafka port, docs/kafka.md); users added before they existed have none. */
+  scram?: ScramEntry;
+}
+
+/** SCRAM-SHA-256 (RFC 5802, 7677) keys as stored: base64, never the token or the salted password. */
+export interface ScramEntry {
+  salt: string;
+  iterations: number;
+  storedKey: string;
+  serverKey: string;
+}
+
+/** SCRAM's salted-password iterations: twice the minimum RFC 7677 and Kafka ask for; the client pays them per connection. */
+export const SCRAM_ITERATIONS = 8192;
+
+/** The SCRAM-SHA-256 keys of `token` for the config file (`tributary user add`, next to its scrypt hash). */
+export function scramEntry(token: string, salt: Buffer = randomBytes(16), iterations = SCRAM_ITERATIONS): ScramEntry {
+  const salted = pbkdf2Sync(token, salt, iterations, 32, 'sha256');
+  const clientKey = createHmac('sha256', salted).update('Client Key').digest();
+  return {
+    salt: salt.toString('base64'),
+    iterations,
+    storedKey: createHash('sha256').update(clientKey).digest('base64'),
+    serverKey: createHmac('sha256', salted).update('Server Key').digest('base64'),
+  };
+}
+
+/** SCRAM keys as the exchange uses them. */
+export interface ScramKeys {
+  salt: Buffer;
+  iterations: number;
+  storedKey: Buffer;
+  serverKey: Buffer;
+}
+
+/** Stand-in keys, so an unknown user (or one without SCRAM keys) gets a plausible, stable salt and never matches. */
+const scramSecret = randomBytes(32);
+function standInScramKeys(principal: string): ScramKeys {
+  const salt = createHmac('sha256', scramSecret).update(`salt\0${principal}`).digest().subarray(0, 16);
+  return { salt, iterations: SCRAM_ITERATIONS, storedKey: randomBytes(32), serverKey: randomBytes(32) };
 }
 
 /** A new salted hash of `token` for the config file (`tributary user add`). */
@@ -251,16 +291,28 @@ export class Security {
     return s;
   }
 
-  /** The AUTH command when authentication is on. The token is never echoed, logged or kept. */
+  /** The AUTH command when authentication is on (and SASL/PLAIN on the Kafka port). The token is never echoed, logged or kept. */
   async authenticate(conn: ConnectionContext, principal: string, token: string): Promise<Reply> {
     const s = this.session(conn);
     s.authenticated = false;
     s.principal = undefined;
     const user = Object.hasOwn(this.users, principal) ? this.users[principal] : undefined;
     const ok = await this.verifier.run(() => verifyToken(token, user));
+    this.settle(conn, principal, ok);
+    return formatOk({ principal, authenticated: true });
+  }
+
+  /**
+   * The outcome of a check made elsewhere with this store's keys (SCRAM on the Kafka port): the same
+   * session state, failure counting (closed after three) and logs as AUTH. Throws authentication_failed.
+   */
+  settle(conn: ConnectionContext, principal: string, ok: boolean, reason?: string): void {
+    const s = this.session(conn);
+    s.authenticated = false;
+    s.principal = undefined;
     if (!ok) {
       s.failures++;
-      this.logger.warn({ principal, remote: conn.remote, failures: s.failures }, 'authentication failed');
+      this.logger.warn({ principal, remote: conn.remote, failures: s.failures, ...(reason ? { reason } : {}) }, 'authentication failed');
       if (s.failures >= MAX_AUTH_FAILURES) setImmediate(() => s.close('too many authentication failures'));
       throw new TributaryError('authentication_failed', { principal });
     }
@@ -268,7 +320,17 @@ export class Security {
     s.principal = principal;
     conn.principal = principal;
     this.logger.debug({ principal, remote: conn.remote }, 'authenticated');
-    return formatOk({ principal, authenticated: true });
+  }
+
+  /**
+   * A user's SCRAM-SHA-256 keys; for an unknown user, or one added before SCRAM keys were stored, stand-ins
+   * with a stable salt that never verify (so the exchange does not tell whether the user exists).
+   */
+  scramKeys(principal: string): { keys: ScramKeys; known: boolean } {
+    const entry = Object.hasOwn(this.users, principal) ? this.users[principal]!.scram : undefined;
+    if (!entry) return { keys: standInScramKeys(principal), known: false };
+    const b = (x: string) => Buffer.from(x, 'base64');
+    return { keys: { salt: b(entry.salt), iterations: entry.iterations, storedKey: b(entry.storedKey), serverKey: b(entry.serverKey) }, known: true };
   }
 
   /** The current permissions of the connection's principal; undefined when not (or no longer) authenticated. */

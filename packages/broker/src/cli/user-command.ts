@@ -4,7 +4,7 @@ import { extname } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
 import { parseDocument } from 'yaml';
 import { PERMISSIONS, type Permission } from '../common/config.js';
-import { hashToken } from '../broker/security.js';
+import { hashToken, scramEntry, type UserEntry } from '../broker/security.js';
 import { CliError, EXIT_USAGE } from './errors.js';
 
 /**
@@ -12,7 +12,7 @@ import { CliError, EXIT_USAGE } from './errors.js';
  * Only a salted scrypt hash of each token is stored. A running broker picks changes up on SIGHUP.
  */
 
-type Users = Record<string, { hash: string; salt: string; permissions: Permission[] }>;
+type Users = Record<string, UserEntry>;
 
 function permissionsArg(value: string): Permission[] {
   const list = value.split(',').map((p) => p.trim()).filter(Boolean);
@@ -73,7 +73,7 @@ export function registerUserCommand(program: Command): void {
       const token = opts.token ?? randomBytes(24).toString('base64url');
       const { hash, salt } = hashToken(token);
       editUsers(opts.config, (users) => {
-        users[principal] = { hash, salt, permissions: opts.permissions };
+        users[principal] = { hash, salt, permissions: opts.permissions, scram: scramEntry(token) };
       });
       process.stdout.write(`user ${principal} added to ${opts.config} permissions=${opts.permissions.join(',')}\n`);
       if (opts.token === undefined) process.stdout.write(`token: ${token}\n`);
@@ -99,7 +99,8 @@ export function registerUserCommand(program: Command): void {
     .requiredOption('--config <file>', 'broker config file to read')
     .action((opts: { config: string }) => {
       editUsers(opts.config, (users) => {
-        for (const [name, u] of Object.entries(users)) process.stdout.write(`${name} permissions=${(u.permissions ?? []).join(',')}\n`);
+        // scram=no: added before SCRAM keys were stored; SCRAM on the Kafka port needs it added again (docs/kafka.md).
+        for (const [name, u] of Object.entries(users)) process.stdout.write(`${name} permissions=${(u.permissions ?? []).join(',')} scram=${u.scram ? 'yes' : 'no'}\n`);
       });
     });
 }

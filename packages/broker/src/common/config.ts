@@ -12,6 +12,11 @@ const usersEntry = z
     /** base64, random per user */
     salt: z.string().min(1),
     permissions: z.array(z.enum(PERMISSIONS)).default([]),
+    /** SCRAM-SHA-256 keys of the same token (the Kafka port's SCRAM), base64; absent for users added before them. */
+    scram: z
+      .object({ salt: z.string().min(1), iterations: z.number().int().min(4096), storedKey: z.string().min(1), serverKey: z.string().min(1) })
+      .strict()
+      .optional(),
   })
   .strict();
 

@@ -3,6 +3,9 @@
  * as the main port. The Broker implements it; the kafka layer sits below the broker layer and names only
  * the layers under it.
  */
+import type net from 'node:net';
+import type { ParsedLine } from 'tributary-protocol/command.js';
+import type { TributaryError } from 'tributary-protocol/errors.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { BrokerConfig } from '../common/config.js';
@@ -24,6 +27,37 @@ export interface KafkaBrokerContext {
   readonly ready: boolean;
   /** Cluster mode: who leads what, replication. */
   readonly cluster?: ClusterNode;
+  /** The main port's authentication and authorization (broker/security.ts), shared by this port. */
+  readonly security: KafkaSecurity;
+}
+
+/**
+ * A Kafka connection as the security layer sees it: the main port's connection shape, so the same
+ * sessions, failure counting and revocation apply to both ports.
+ */
+export interface KafkaIdentity {
+  features: Set<string>;
+  /** Set once the connection authenticated (SASL, or a client certificate naming a user). */
+  principal: string | undefined;
+  readonly remote: string;
+  /** Closes the connection (the authentication timeout, too many failures). */
+  destroy(reason: string, graceMs?: number): void;
+}
+
+/** What the Kafka port uses of broker/security.ts's Security (the layer above; the Broker passes it in). */
+export interface KafkaSecurity {
+  /** `--authentication`: SASL is required and every request is authorized. */
+  readonly enabled: boolean;
+  /** The authentication timeout, and a verified client certificate naming a user as the principal. */
+  attach(conn: KafkaIdentity, socket: net.Socket): void;
+  /** The AUTH command's check (scrypt, bounded concurrency, failure counting). Throws authentication_failed or throttled. */
+  authenticate(conn: KafkaIdentity, principal: string, token: string): Promise<unknown>;
+  /** The main port's permission and topic-ACL check of one command; undefined when allowed. */
+  authorize(command: string, conn: KafkaIdentity, req: ParsedLine | undefined): TributaryError | undefined;
+  /** A user's SCRAM-SHA-256 keys, or stand-ins that never verify (unknown user, or none stored). */
+  scramKeys(principal: string): { keys: { salt: Buffer; iterations: number; storedKey: Buffer; serverKey: Buffer }; known: boolean };
+  /** The outcome of a check made with those keys: the same session state, failure counting and logs as AUTH. Throws when !ok. */
+  settle(conn: KafkaIdentity, principal: string, ok: boolean, reason?: string): void;
 }
 
 /** The listener's own address as clients are told it (Metadata). */
@@ -40,14 +74,48 @@ export interface AppendTurn {
   release(): void;
 }
 
+/** Where a connection is in its SASL exchange (apis/sasl.ts). */
+export interface SaslState {
+  step: 'start' | 'handshaken' | 'done' | 'failed';
+  /** The mechanism the handshake chose. */
+  mechanism?: string;
+  /** Handshake v0: the next frame is a bare SASL token, not a SaslAuthenticate request. */
+  raw?: boolean;
+}
+
 /** What one request handler gets: the broker, the listener's address, and the connection's abort signal. */
 export interface KafkaRequestContext {
   readonly broker: KafkaBrokerContext;
   readonly advertised: KafkaAdvertised;
-  /** The client's address (`host:port`), as DescribeGroups shows a member's host. */
-  readonly remote: string;
   /** Aborted when the connection closes: long polls stop. */
   readonly signal: AbortSignal;
+  /** This connection as the security layer knows it. */
+  readonly identity: KafkaIdentity;
+  /** This connection's SASL exchange; `failed` closes the connection once the response went out. */
+  readonly sasl: SaslState;
+  /**
+   * The one authorization hook: may this connection's principal run `command` (the main port's command
+   * this Kafka API stands for) on `topic`? Undefined when allowed (always, with authentication off); else
+   * the main port's refusal, which a handler turns into its Kafka code with `refusal()` (apis/handler.ts).
+   * `params` are further main-port parameters the requirement depends on (`transactional_id`, `group`).
+   *
+   * The Kafka APIs and the commands they stand for (security.ts `requirementOf`, docs/kafka.md):
+   * - Produce: PUBLISH per topic (topic.write, write ACL) → TOPIC_AUTHORIZATION_FAILED
+   * - Fetch: CONSUME per topic (topic.read, read ACL) → TOPIC_AUTHORIZATION_FAILED
+   * - ListOffsets: LIST_OFFSETS per topic (topic.read or topic.write, describe) → TOPIC_AUTHORIZATION_FAILED
+   * - Metadata: METADATA per topic (describe); all topics: only those allowed are listed
+   * - DescribeConfigs: DESCRIBE per topic (describe) → TOPIC_; the broker resource: CLUSTER_STATUS (admin) → CLUSTER_
+   * - CreateTopics CREATE, DeleteTopics DELETE, CreatePartitions ADD_PARTITIONS (admin), per topic → TOPIC_
+   * - InitProducerId without a transactional id: INIT_PRODUCER_ID (topic.write) → CLUSTER_AUTHORIZATION_FAILED
+   * - FindCoordinator: FIND_COORDINATOR with `group` (group) → GROUP_, or with `transactional_id`
+   *   (transaction) → TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+   * - JoinGroup, SyncGroup, Heartbeat, LeaveGroup: JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP (group,
+   *   and topic.read + read ACL on each subscribed topic) → GROUP_ (TOPIC_ for a refused topic)
+   * - OffsetCommit: COMMIT_OFFSET per topic, OffsetFetch: FETCH_OFFSET per topic (group, topic.read) → TOPIC_
+   *   or GROUP_; DescribeGroups GROUP_STATUS, ListGroups LIST_GROUPS (group) → GROUP_
+   * - ApiVersions, SaslHandshake, SaslAuthenticate: open (the only APIs served before authentication)
+   */
+  authorize(command: string, topic?: string, params?: Readonly<Record<string, string>>): TributaryError | undefined;
   /**
    * Produce requests of one connection append in request order whatever their decoding takes (a gzip
    * batch before a plain one must not land after it): taken when the handler starts, before any await.

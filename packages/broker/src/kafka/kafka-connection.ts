@@ -3,23 +3,32 @@
  * responses go out in request order, as Kafka clients require. What cannot be answered (a frame that is
  * not a request, an unknown API key, a version outside the advertised range of an API other than
  * ApiVersions) closes the connection, as a Kafka broker does; an ApiVersions request of a newer version
- * gets the KIP-511 downgrade reply (docs/kafka.md, "Bad input").
+ * gets the KIP-511 downgrade reply (docs/kafka.md, "Bad input"). With authentication on, nothing but
+ * ApiVersions, SaslHandshake and SaslAuthenticate is served until the connection has authenticated: any
+ * other request closes it, as a Kafka broker closes a SASL listener's connection (docs/kafka.md,
+ * "Authentication").
  */
 import type net from 'node:net';
 import type { Logger } from '../common/logger.js';
 import type { KafkaHandler } from './apis/handler.js';
-import type { AppendTurn, KafkaRequestContext } from './context.js';
+import type { AppendTurn, KafkaIdentity, KafkaRequestContext, SaslState } from './context.js';
 import { API_VERSIONS_KEY } from './protocol/apis.js';
+import { SaslAuthenticate, SaslHandshake } from './protocol/messages/sasl.js';
 import { KafkaCodecError } from './protocol/errors.js';
-import { KafkaFrameSplitter } from './protocol/frame.js';
+import { KafkaFrameSplitter, MIN_REQUEST_FRAME } from './protocol/frame.js';
+import { authenticateBareToken } from './apis/sasl.js';
 import { decodeRequest, encodeApiVersionsUnsupported, encodeResponseParts, peekRequestHeader } from './protocol/headers.js';
 
 /** Past this many unanswered requests the connection stops reading until responses went out. */
 const MAX_IN_FLIGHT = 256;
+/** The APIs served before a connection authenticated (authentication on). */
+const BEFORE_AUTHENTICATION = new Set([API_VERSIONS_KEY, SaslHandshake.apiKey, SaslAuthenticate.apiKey]);
+/** How long a connection that is being ended gets to take its last response. */
+const END_GRACE_MS = 1000;
 
 export interface KafkaConnectionOptions {
   handlers: ReadonlyMap<number, KafkaHandler>;
-  context: Omit<KafkaRequestContext, 'signal' | 'produceTurn' | 'remote'>;
+  context: Pick<KafkaRequestContext, 'broker' | 'advertised'>;
   logger: Logger;
   maxFrameBytes: number;
   idleTimeoutMs: number;
@@ -38,6 +47,8 @@ export class KafkaConnection {
   private tail: Promise<void> = Promise.resolve();
   private inFlight = 0;
   private closed = false;
+  /** The last response is going out, then the connection closes (a failed SASL exchange). */
+  private ending = false;
   private frameTimer: NodeJS.Timeout | undefined;
   /** Released by the latest Produce once its appends started (produceTurn()). */
   private appendOrder: Promise<void> = Promise.resolve();
@@ -48,8 +59,26 @@ export class KafkaConnection {
     private readonly o: KafkaConnectionOptions,
   ) {
     this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
-    this.splitter = new KafkaFrameSplitter({ maxFrameBytes: o.maxFrameBytes });
-    this.ctx = { ...o.context, remote: this.remote, signal: this.abort.signal, produceTurn: () => this.produceTurn() };
+    // The minimum request size is checked per frame (request()): a bare SASL token may be shorter.
+    this.splitter = new KafkaFrameSplitter({ maxFrameBytes: o.maxFrameBytes, minFrameBytes: 0 });
+    const identity: KafkaIdentity = { features: new Set(), principal: undefined, remote: this.remote, destroy: (reason) => this.close(reason) };
+    const sasl: SaslState = { step: 'start' };
+    const security = o.context.broker.security;
+    this.ctx = {
+      ...o.context,
+      signal: this.abort.signal,
+      identity,
+      sasl,
+      produceTurn: () => this.produceTurn(),
+      authorize: (command, topic, params) => {
+        if (!security.enabled) return undefined;
+        const map = new Map(params === undefined ? [] : Object.entries(params));
+        if (topic !== undefined) map.set('topic', topic);
+        return security.authorize(command, identity, { head: command, params: map, positional: [] });
+      },
+    };
+    // The authentication timeout, and a client certificate naming a user authenticates (as on the main port).
+    security.attach(identity, socket);
     socket.setNoDelay(true);
     socket.setTimeout(o.idleTimeoutMs, () => this.close('idle'));
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
@@ -111,7 +140,7 @@ export class KafkaConnection {
 
   /** Reads while fewer than MAX_IN_FLIGHT requests are unanswered and the client takes its responses. */
   private flow(): void {
-    if (this.closed) return;
+    if (this.closed || this.ending) return;
     if (this.inFlight >= MAX_IN_FLIGHT || this.socket.writableLength > this.o.maxPendingReplyBytes) this.socket.pause();
     else this.socket.resume();
   }
@@ -122,6 +151,15 @@ export class KafkaConnection {
   }
 
   private request(frame: Buffer): void {
+    if (this.ctx.sasl.step === 'handshaken' && this.ctx.sasl.raw) {
+      // After a SaslHandshake v0 the token comes bare; a refused one closes the connection unanswered.
+      this.respond(authenticateBareToken(this.ctx, frame), () => this.ctx.sasl.step === 'failed');
+      return;
+    }
+    if (frame.length < MIN_REQUEST_FRAME) {
+      this.refuse(new KafkaCodecError('frame_too_small', `frame of ${frame.length} bytes, below ${MIN_REQUEST_FRAME}`, { size: frame.length, at: 0 }), 'bad frame');
+      return;
+    }
     let decoded: ReturnType<typeof decodeRequest>;
     try {
       decoded = decodeRequest(frame);
@@ -139,6 +177,10 @@ export class KafkaConnection {
       this.refuse(new Error('the broker is not ready'), 'request before the broker is ready');
       return;
     }
+    if (this.ctx.broker.security.enabled && this.ctx.identity.principal === undefined && !BEFORE_AUTHENTICATION.has(api.key)) {
+      this.refuse(new Error(`${api.name} before SASL authentication`), 'request before authentication');
+      return;
+    }
     const h = this.o.handlers.get(api.key);
     const version = header.apiVersion;
     if (!h || version < api.minVersion || version > api.maxVersion) {
@@ -152,10 +194,21 @@ export class KafkaConnection {
     const answer = Promise.resolve()
       .then(() => h.handle(this.ctx, version, body, header))
       .then((res) => (res === null ? null : encodeResponseParts(api, version, header.correlationId, res)));
-    this.respond(answer);
+    // A failed SASL exchange gets its answer, then the connection ends.
+    const isSasl = api.key === SaslHandshake.apiKey || api.key === SaslAuthenticate.apiKey;
+    this.respond(answer, isSasl ? () => this.ctx.sasl.step === 'failed' : undefined);
   }
 
-  private respond(answer: Promise<Buffer[] | null>): void {
+  /** Stops reading, lets what was written go out (bounded), then closes. */
+  private end(reason: string): void {
+    if (this.closed || this.ending) return;
+    this.ending = true;
+    this.socket.pause();
+    this.socket.end(() => this.close(reason));
+    setTimeout(() => this.close(reason), END_GRACE_MS).unref();
+  }
+
+  private respond(answer: Promise<Buffer[] | null>, endAfter?: () => boolean): void {
     this.inFlight++;
     this.flow();
     // A rejected answer is a bug in a handler (they turn errors into error codes): the connection ends.
@@ -163,11 +216,12 @@ export class KafkaConnection {
     this.tail = this.tail.then(async () => {
       try {
         const parts = await answer;
-        if (parts && !this.closed) {
+        if (parts && !this.closed && !this.ending) {
           this.socket.cork();
           for (const p of parts) this.socket.write(p);
           process.nextTick(() => this.socket.uncork());
         }
+        if (endAfter?.()) this.end('SASL authentication failed');
       } catch (err) {
         this.o.logger.error({ err, remote: this.remote }, 'Kafka request failed');
         this.close('internal error');

@@ -17,6 +17,7 @@ import { listOffsetsHandler } from './apis/list-offsets.js';
 import { metadataHandler } from './apis/metadata.js';
 import { produceHandler } from './apis/produce.js';
 import { initProducerIdHandler } from './apis/producer-id.js';
+import { saslAuthenticateHandler, saslHandshakeHandler } from './apis/sasl.js';
 import { createPartitionsHandler, deleteTopicsHandler } from './apis/topics-admin.js';
 import { offsetCommitHandler, offsetFetchHandler } from './apis/group-offsets.js';
 import {
@@ -67,6 +68,8 @@ export function kafkaHandlers(): Map<number, KafkaHandler> {
     listGroupsHandler,
     offsetCommitHandler,
     offsetFetchHandler,
+    saslHandshakeHandler,
+    saslAuthenticateHandler,
   );
   served.sort((a, b) => a.api.key - b.api.key);
   return new Map(served.map((h) => [h.api.key, h]));

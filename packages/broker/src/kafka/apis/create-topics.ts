@@ -11,7 +11,7 @@ import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { CreateTopics } from '../protocol/messages/topics-admin.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
-import { errorCodeOf, handler } from './handler.js';
+import { errorCodeOf, handler, refusal } from './handler.js';
 
 const HOUR_MS = 3_600_000;
 /** The longest a CreateTopics waits for its leaders (CREATE's own bound). */
@@ -95,6 +95,8 @@ async function create(ctx: KafkaRequestContext, spec: TopicSpec, timeoutMs: numb
 async function createOne(ctx: KafkaRequestContext, t: KafkaStruct, validateOnly: boolean, timeoutMs: number): Promise<KafkaStruct> {
   const name = t.name as string;
   try {
+    const denied = ctx.authorize('CREATE', name);
+    if (denied) throw refusal(denied, 'topic');
     const spec = specOf(ctx, t);
     if (ctx.broker.topics.tryGet(name)) throw new TopicRefused('TOPIC_ALREADY_EXISTS', `topic ${name} already exists`);
     if (!validateOnly) await create(ctx, spec, timeoutMs);

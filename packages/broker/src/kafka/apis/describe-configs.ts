@@ -55,10 +55,16 @@ function describe(ctx: KafkaRequestContext, r: KafkaStruct): KafkaStruct {
   const fail = (name: string, message: string) => ({ errorCode: kafkaErrorCode(name), errorMessage: message, resourceType, resourceName, configs: [] });
   let entries: Entry[];
   if (resourceType === TOPIC) {
+    // As the main port's DESCRIBE, which reports the same policy; refused before the topic is looked up.
+    const denied = ctx.authorize('DESCRIBE', resourceName);
+    if (denied) return fail('TOPIC_AUTHORIZATION_FAILED', denied.message);
     const topic = isUserTopic(resourceName) ? ctx.broker.topics.tryGet(resourceName) : undefined;
     if (!topic) return fail('UNKNOWN_TOPIC_OR_PARTITION', `no topic ${resourceName}`);
     entries = topicConfigs(ctx, topic.def);
   } else if (resourceType === BROKER) {
+    // The broker's settings: for admins, as the main port's CLUSTER_STATUS.
+    const denied = ctx.authorize('CLUSTER_STATUS');
+    if (denied) return fail('CLUSTER_AUTHORIZATION_FAILED', denied.message);
     if (resourceName !== '' && resourceName !== String(ctx.broker.brokerId)) return fail('INVALID_REQUEST', `this is broker ${ctx.broker.brokerId}; ask broker ${resourceName} itself`);
     entries = brokerConfigs(ctx);
   } else {

@@ -17,7 +17,7 @@ import { Fetch } from '../protocol/messages/fetch.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
 import { leaderGate } from './cluster-gate.js';
-import { errorCodeOf, handler } from './handler.js';
+import { errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 const EMPTY: Buffer = Buffer.alloc(0);
@@ -31,8 +31,10 @@ interface Wanted {
   partition: number;
   offset: number;
   maxBytes: number;
-  /** Undefined when the topic or partition does not exist here. */
+  /** Undefined when the topic or partition does not exist here, or may not be read. */
   log: Partition | undefined;
+  /** The principal may not read the topic (TOPIC_AUTHORIZATION_FAILED). */
+  refused?: Error;
 }
 
 /** LogRecords (ascending offsets, maybe with gaps) as one batch; markers are left out. */
@@ -56,6 +58,7 @@ function partitionOf(ctx: KafkaRequestContext, topic: string, partition: number)
 async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation, budget: { bytes: number }): Promise<KafkaStruct> {
   const base = { partitionIndex: w.partition, preferredReadReplica: -1, abortedTransactions: isolation === 'read_committed' ? [] : null };
   try {
+    if (w.refused) throw w.refused;
     const p = w.log;
     if (!p) throw new TributaryError('partition_not_found', { topic: w.topic, partition: w.partition });
     leaderGate(ctx, p);
@@ -91,10 +94,13 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
   const cap = Math.max(1, ctx.broker.config.maxFrameBytes - RESPONSE_OVERHEAD);
   const wanted: Wanted[] = [];
   for (const t of body.topics as KafkaStruct[]) {
+    const topic = t.topic as string;
+    const denied = ctx.authorize('CONSUME', topic);
+    const refused = denied ? refusal(denied, 'topic') : undefined;
     for (const p of t.partitions as KafkaStruct[]) {
-      const topic = t.topic as string;
       const partition = p.partition as number;
-      wanted.push({ topic, partition, offset: Number(p.fetchOffset), maxBytes: Math.min(p.partitionMaxBytes as number, cap), log: partitionOf(ctx, topic, partition) });
+      const log = refused ? undefined : partitionOf(ctx, topic, partition);
+      wanted.push({ topic, partition, offset: Number(p.fetchOffset), maxBytes: Math.min(p.partitionMaxBytes as number, cap), log, ...(refused ? { refused } : {}) });
     }
   }
   const maxBytes = Math.min(Math.max(1, body.maxBytes as number), cap);

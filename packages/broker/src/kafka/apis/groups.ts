@@ -62,7 +62,8 @@ export const findCoordinatorHandler = handler(apiByKey(FindCoordinator.apiKey)!,
 });
 
 function clientHost(ctx: KafkaRequestContext): string {
-  return `/${ctx.remote.slice(0, ctx.remote.lastIndexOf(':'))}`;
+  const remote = ctx.identity.remote;
+  return `/${remote.slice(0, remote.lastIndexOf(':'))}`;
 }
 
 export const joinGroupHandler = handler(apiByKey(JoinGroup.apiKey)!, async (ctx, version, body, header) => {

@@ -11,7 +11,7 @@ import type { KafkaStruct } from '../protocol/schema.js';
 import type { Partition } from '../../partition/partition.js';
 import type { KafkaRequestContext } from '../context.js';
 import { leaderGate } from './cluster-gate.js';
-import { errorCodeOf, handler } from './handler.js';
+import { errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 const LATEST = -1;
@@ -34,6 +34,8 @@ async function lookup(p: Partition, timestamp: number, committed: boolean): Prom
 async function listPartition(ctx: KafkaRequestContext, topic: string, q: KafkaStruct, committed: boolean): Promise<KafkaStruct> {
   const partitionIndex = q.partitionIndex as number;
   try {
+    const denied = ctx.authorize('LIST_OFFSETS', topic);
+    if (denied) throw refusal(denied, 'topic');
     const t = isUserTopic(topic) ? ctx.broker.topics.get(topic) : undefined;
     if (!t) throw new TributaryError('topic_not_found', { topic });
     const p = t.partition(partitionIndex);

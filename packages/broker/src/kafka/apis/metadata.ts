@@ -54,6 +54,8 @@ function describePartition(ctx: KafkaRequestContext, topic: string, id: number, 
 }
 
 function describeTopic(ctx: KafkaRequestContext, name: string, live: Set<number>): KafkaStruct {
+  // Refused before it is looked up, so a principal learns nothing of topics it may not describe, not even whether they exist.
+  if (ctx.authorize('METADATA', name)) return { errorCode: kafkaErrorCode('TOPIC_AUTHORIZATION_FAILED'), name, isInternal: false, partitions: [], topicAuthorizedOperations: UNKNOWN_OPERATIONS };
   const topic = isUserTopic(name) ? ctx.broker.topics.tryGet(name) : undefined;
   if (!topic) return { errorCode: kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION'), name, isInternal: false, partitions: [], topicAuthorizedOperations: UNKNOWN_OPERATIONS };
   return {
@@ -69,7 +71,13 @@ export const metadataHandler = handler(apiByKey(Metadata.apiKey)!, (ctx, version
   const asked = body.topics as KafkaStruct[] | null;
   // v0: an empty list means every topic; v1+: null does, and an empty list means none.
   const all = asked === null || (version === 0 && asked.length === 0);
-  const names = all ? ctx.broker.topics.list().map((t) => t.name).filter(isUserTopic) : asked.map((t) => t.name as string);
+  // Every topic: those the principal may describe (as the main port's LIST lists them).
+  const names = all
+    ? ctx.broker.topics
+        .list()
+        .map((t) => t.name)
+        .filter((n) => isUserTopic(n) && ctx.authorize('METADATA', n) === undefined)
+    : asked.map((t) => t.name as string);
   const brokers = kafkaNodes(ctx);
   const live = new Set(brokers.map((b) => b.nodeId as number));
   // Kafka admin clients send topic changes to the controller; any broker serves them here, so a controller

@@ -17,7 +17,7 @@ import { Produce } from '../protocol/messages/produce.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
 import { acknowledged, leaderGate } from './cluster-gate.js';
-import { errorCodeOf, handler } from './handler.js';
+import { errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 const EMPTY: Buffer = Buffer.alloc(0);
@@ -74,6 +74,8 @@ type Prepared = { error: PartitionResult } | { start: () => Promise<PartitionRes
 
 async function prepare(ctx: KafkaRequestContext, topicName: string, index: number, bytes: Buffer | null, acks: number): Promise<Prepared> {
   try {
+    const denied = ctx.authorize('PUBLISH', topicName);
+    if (denied) throw refusal(denied, 'topic');
     if (!isUserTopic(topicName)) throw new TributaryError('topic_not_found', { topic: topicName });
     const partition = ctx.broker.topics.get(topicName).partition(index);
     if (!bytes || bytes.length === 0) throw new TributaryError('invalid_batch', { reason: 'no records' });

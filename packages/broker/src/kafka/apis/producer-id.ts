@@ -7,13 +7,16 @@
 import { apiByKey } from '../protocol/apis.js';
 import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { InitProducerId } from '../protocol/messages/transactions.js';
-import { errorCodeOf, handler } from './handler.js';
+import { errorCodeOf, handler, refusal } from './handler.js';
 
 export const initProducerIdHandler = handler(apiByKey(InitProducerId.apiKey)!, async (ctx, _version, body) => {
   if (body.transactionalId !== null && body.transactionalId !== undefined) {
     return { throttleTimeMs: 0, errorCode: kafkaErrorCode('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'), producerId: -1n, producerEpoch: -1 };
   }
   try {
+    // As the main port's INIT_PRODUCER_ID without a transactional id: whoever may write topics.
+    const denied = ctx.authorize('INIT_PRODUCER_ID');
+    if (denied) throw refusal(denied, 'cluster');
     const id = await ctx.broker.producerIds.allocate();
     return { throttleTimeMs: 0, errorCode: 0, producerId: BigInt(id), producerEpoch: 0 };
   } catch (err) {

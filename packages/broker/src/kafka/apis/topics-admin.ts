@@ -9,7 +9,7 @@ import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { CreatePartitions, DeleteTopics } from '../protocol/messages/topics-admin.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
-import { errorCodeOf, handler } from './handler.js';
+import { errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
@@ -24,6 +24,11 @@ export const deleteTopicsHandler = handler(apiByKey(DeleteTopics.apiKey)!, async
     version >= 6 ? (body.topics as KafkaStruct[]).map((t) => ({ name: t.name as string | null, topicId: t.topicId as string })) : (body.topicNames as string[]).map((name) => ({ name }));
   const responses: KafkaStruct[] = [];
   for (const w of wanted) {
+    const denied = ctx.authorize('DELETE', w.name ?? undefined);
+    if (denied) {
+      responses.push({ name: w.name, topicId: w.topicId, errorCode: errorCodeOf(refusal(denied, 'topic')), errorMessage: denied.message });
+      continue;
+    }
     if (w.name === null) {
       responses.push({ name: null, topicId: w.topicId, errorCode: kafkaErrorCode('UNKNOWN_TOPIC_ID'), errorMessage: 'topics are deleted by name' });
       continue;
@@ -47,6 +52,8 @@ export const createPartitionsHandler = handler(apiByKey(CreatePartitions.apiKey)
     const name = t.name as string;
     const count = t.count as number;
     try {
+      const denied = ctx.authorize('ADD_PARTITIONS', name);
+      if (denied) throw refusal(denied, 'topic');
       const topic = userTopic(ctx, name);
       if (t.assignments !== null) throw Object.assign(new Error('manual replica assignment is not supported'), { kafka: 'INVALID_REQUEST' });
       if (count <= topic.partitions.length || count > ctx.broker.config.maxPartitions) {

@@ -11,6 +11,7 @@ import { ListOffsets } from './messages/list-offsets.js';
 import { Metadata } from './messages/metadata.js';
 import { OffsetCommit, OffsetFetch, TxnOffsetCommit } from './messages/offsets.js';
 import { Produce } from './messages/produce.js';
+import { SaslAuthenticate, SaslHandshake } from './messages/sasl.js';
 import { CreatePartitions, CreateTopics, DeleteRecords, DeleteTopics, DescribeConfigs } from './messages/topics-admin.js';
 import { AddOffsetsToTxn, AddPartitionsToTxn, EndTxn, InitProducerId } from './messages/transactions.js';
 import type { ApiSchema } from './schema.js';
@@ -50,6 +51,7 @@ export const KAFKA_APIS: readonly KafkaApi[] = [
   entry(SyncGroup, 0, 4),
   entry(DescribeGroups, 0, 5),
   entry(ListGroups, 0, 4),
+  entry(SaslHandshake, 0, 1),
   entry(ApiVersions, 0, 3),
   entry(CreateTopics, 0, 7),
   entry(DeleteTopics, 0, 6),
@@ -60,6 +62,7 @@ export const KAFKA_APIS: readonly KafkaApi[] = [
   entry(EndTxn, 0, 3),
   entry(TxnOffsetCommit, 0, 3),
   entry(DescribeConfigs, 0, 4),
+  entry(SaslAuthenticate, 0, 2),
   entry(CreatePartitions, 0, 3),
 ];
 
