@@ -70,18 +70,7 @@ export class ClassicGroups {
    */
   async commit(ref: ClassicMemberRef, topics: Array<{ topic: string; entries: OffsetEntry[] }>): Promise<Array<Error | null>> {
     this.membership.validateGroupId(ref.group);
-    const checkMember = () => {
-      const t = this.ctx.groups.get(ref.group);
-      if (t && !t.deleted && t.members.size > 0) throw new ClassicGroupError('INCONSISTENT_GROUP_PROTOCOL', { reason: 'a Tributary group of this id has members' });
-      const g = this.ctx.classicGroups.get(ref.group);
-      if (ref.generation < 0 && ref.memberId === '' && ref.instanceId === null) {
-        if (g && g.members.size > 0) throw new ClassicGroupError('UNKNOWN_MEMBER_ID', { member: '' });
-        return;
-      }
-      const m = this.membership.check(g, ref);
-      if (g!.state === 'CompletingRebalance') throw new ClassicGroupError('REBALANCE_IN_PROGRESS');
-      m.lastHeartbeat = this.ctx.clock.now();
-    };
+    const checkMember = this.memberCheck(ref);
     const out: Array<Error | null> = [];
     for (const t of topics) {
       try {
@@ -93,6 +82,25 @@ export class ClassicGroups {
       }
     }
     return out;
+  }
+
+  /**
+   * The check of a commit's member, to run under the group's lock (GroupOffsets.commitChecked; a
+   * transaction's TxnOffsetCommit stages offsets under the same check).
+   */
+  memberCheck(ref: ClassicMemberRef): () => void {
+    return () => {
+      const t = this.ctx.groups.get(ref.group);
+      if (t && !t.deleted && t.members.size > 0) throw new ClassicGroupError('INCONSISTENT_GROUP_PROTOCOL', { reason: 'a Tributary group of this id has members' });
+      const g = this.ctx.classicGroups.get(ref.group);
+      if (ref.generation < 0 && ref.memberId === '' && ref.instanceId === null) {
+        if (g && g.members.size > 0) throw new ClassicGroupError('UNKNOWN_MEMBER_ID', { member: '' });
+        return;
+      }
+      const m = this.membership.check(g, ref);
+      if (g!.state === 'CompletingRebalance') throw new ClassicGroupError('REBALANCE_IN_PROGRESS');
+      m.lastHeartbeat = this.ctx.clock.now();
+    };
   }
 
   /**
