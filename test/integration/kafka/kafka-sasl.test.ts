@@ -17,7 +17,7 @@ import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
 import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { BrokerProcess, CLI } from '../../helpers/launcher.js';
-import { removeDir, tempDir } from '../../helpers/util.js';
+import { removeDir, tempDir, until } from '../../helpers/util.js';
 import { addUser, makeCa, makeCert, removeUser } from '../security/pki.js';
 import { kcat, RawKafka } from '../../helpers/raw-kafka.js';
 
@@ -71,6 +71,7 @@ describe('SASL and ACLs on the Kafka port', () => {
     tokens.reader = addUser(config, 'reader', ['topic.read']);
     tokens.insider = addUser(config, 'insider', ['topic.read', 'topic.write']);
     tokens.nobody = addUser(config, 'nobody', []);
+    tokens.grouper = addUser(config, 'grouper', ['topic.read', 'topic.write', 'group']);
     tokens.revokee = addUser(config, 'revokee', ['topic.read', 'topic.write']);
     // A user from before SCRAM keys were stored: its entry has the scrypt hash only.
     tokens.legacy = addUser(config, 'legacy', ['topic.read', 'topic.write']);
@@ -467,6 +468,40 @@ describe('SASL and ACLs on the Kafka port', () => {
     } finally {
       await again.disconnect();
     }
+  });
+
+  it("consumer groups: the group permission and the topics' read ACLs, as the main port's group commands", async () => {
+    // No `group` permission: FindCoordinator, JoinGroup and ListGroups are refused as the group's.
+    const app = await rawAs('app');
+    expect(first(await app.call(10, 4, { keyType: 0, coordinatorKeys: ['g-app'] }), 'coordinators').errorCode).toBe(code('GROUP_AUTHORIZATION_FAILED'));
+    const joinBody = { groupId: 'g-app', sessionTimeoutMs: 10_000, rebalanceTimeoutMs: 10_000, memberId: '', groupInstanceId: 'i', protocolType: 'consumer', protocols: [{ name: 'range', metadata: Buffer.alloc(0) }] };
+    expect((await app.call(11, 5, joinBody)).errorCode).toBe(code('GROUP_AUTHORIZATION_FAILED'));
+    expect((await app.call(16, 3, {})).errorCode).toBe(code('GROUP_AUTHORIZATION_FAILED'));
+
+    // With it, a kafkajs group consumes `orders` and commits.
+    await admin.command('PUBLISH', { topic: 'orders', partition: 0, message: 'for-the-group' });
+    const consumer = kafka('grouper', tokens.grouper, 5).consumer({ groupId: 'g-ok', heartbeatInterval: 300 });
+    const seen: string[] = [];
+    try {
+      await consumer.connect();
+      await consumer.subscribe({ topic: 'orders', fromBeginning: true });
+      await consumer.run({ eachMessage: async ({ message }) => void seen.push(message.value!.toString()) });
+      await until(() => seen.includes('for-the-group'), 20_000, 'the group to read orders');
+    } finally {
+      await consumer.disconnect();
+    }
+    expect(Number(/offset=(\d+)/.exec(await admin.command('FETCH_OFFSET', { group: 'g-ok', topic: 'orders', partition: 0 }))![1])).toBeGreaterThan(0);
+
+    // `secret`'s ACL does not list grouper: its commits there are refused, its offsets not shown.
+    const adminRaw = await rawAs('admin');
+    const commitBody = (topic: string) => ({ groupId: 'g-mixed', generationId: -1, memberId: '', groupInstanceId: null, topics: [{ name: topic, partitions: [{ partitionIndex: 0, committedOffset: 0, committedLeaderEpoch: -1, committedMetadata: null }] }] });
+    for (const topic of ['orders', 'secret']) expect(first(first(await adminRaw.call(8, 7, commitBody(topic)), 'topics'), 'partitions').errorCode).toBe(0);
+    const grouper = await rawAs('grouper');
+    expect(first(first(await grouper.call(8, 7, commitBody('secret')), 'topics'), 'partitions').errorCode).toBe(code('TOPIC_AUTHORIZATION_FAILED'));
+    const all = first(await grouper.call(9, 8, { groups: [{ groupId: 'g-mixed', topics: null }], requireStable: false }), 'groups');
+    expect((all.topics as KafkaStruct[]).map((t) => t.name)).toEqual(['orders']);
+    const named = await grouper.call(9, 4, { groupId: 'g-mixed', topics: [{ name: 'secret', partitionIndexes: [0] }] });
+    expect(first(first(named, 'topics'), 'partitions')).toMatchObject({ committedOffset: -1, errorCode: code('TOPIC_AUTHORIZATION_FAILED') });
   });
 
   it('a connection that does not authenticate within authTimeoutMs is closed', async () => {

@@ -9,7 +9,7 @@ import { apiByKey } from '../protocol/apis.js';
 import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { OffsetCommit, OffsetFetch } from '../protocol/messages/offsets.js';
 import type { KafkaStruct } from '../protocol/schema.js';
-import { errorCodeOf, handler } from './handler.js';
+import { errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 /** Kafka's limit on a commit's metadata string (offset.metadata.max.bytes). */
@@ -17,9 +17,16 @@ const MAX_METADATA = 4096;
 
 export const offsetCommitHandler = handler(apiByKey(OffsetCommit.apiKey)!, async (ctx, version, body) => {
   const topics = body.topics as KafkaStruct[];
+  const group = body.groupId as string;
+  // The group permission first (GROUP_AUTHORIZATION_FAILED for all), then each topic's read ACL.
+  const groupDenied = ctx.authorize('COMMIT_OFFSET', undefined, { group });
+  const groupCode = groupDenied ? errorCodeOf(refusal(groupDenied, 'group')) : 0;
   // Per partition, before anything is committed: what Kafka refuses partition by partition (0: fine).
   const codes: number[][] = topics.map((t) =>
     (t.partitions as KafkaStruct[]).map((p) => {
+      if (groupCode) return groupCode;
+      const topicDenied = ctx.authorize('COMMIT_OFFSET', t.name as string, { group });
+      if (topicDenied) return errorCodeOf(refusal(topicDenied, 'topic'));
       if (!isUserTopic(t.name as string) || !ctx.broker.topics.tryGet(t.name as string)) return kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION');
       const metadata = p.committedMetadata as string | null;
       if (metadata !== null && Buffer.byteLength(metadata) > MAX_METADATA) return kafkaErrorCode('OFFSET_METADATA_TOO_LARGE');
@@ -70,18 +77,28 @@ export const offsetCommitHandler = handler(apiByKey(OffsetCommit.apiKey)!, async
 export const offsetFetchHandler = handler(apiByKey(OffsetFetch.apiKey)!, (ctx, version, body) => {
   const requireStable = version >= 7 && body.requireStable === true;
   const fetchGroup = (groupId: string, topics: KafkaStruct[] | null) => {
+    const denied = ctx.authorize('FETCH_OFFSET', undefined, { group: groupId });
+    if (denied) throw refusal(denied, 'group');
     const asked = topics === null ? null : topics.map((t) => ({ topic: t.name as string, partitions: t.partitionIndexes as number[] }));
     const rows = ctx.broker.coordinator.classic.fetch(groupId, asked, requireStable);
-    return rows.map((t) => ({
-      name: t.topic,
-      partitions: t.partitions.map((p) => ({
-        partitionIndex: p.partition,
-        committedOffset: p.offset,
-        committedLeaderEpoch: -1,
-        metadata: '',
-        errorCode: p.error ? errorCodeOf(p.error) : 0,
-      })),
-    }));
+    // All topics asked for: only those the principal may read are shown; named ones are refused.
+    const readable = (topic: string) => ctx.authorize('FETCH_OFFSET', topic, { group: groupId });
+    return rows
+      .filter((t) => asked !== null || readable(t.topic) === undefined)
+      .map((t) => {
+        const topicDenied = readable(t.topic);
+        const topicCode = topicDenied ? errorCodeOf(refusal(topicDenied, 'topic')) : 0;
+        return {
+          name: t.topic,
+          partitions: t.partitions.map((p) => ({
+            partitionIndex: p.partition,
+            committedOffset: topicCode ? -1 : p.offset,
+            committedLeaderEpoch: -1,
+            metadata: '',
+            errorCode: topicCode || (p.error ? errorCodeOf(p.error) : 0),
+          })),
+        };
+      });
   };
   if (version >= 8) {
     return {

@@ -14,7 +14,7 @@ import { DescribeGroups, FindCoordinator, ListGroups } from '../protocol/message
 import { Heartbeat, JoinGroup, LeaveGroup, SyncGroup } from '../protocol/messages/group-membership.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
-import { errorCodeOf, handler } from './handler.js';
+import { errorCodeOf, handler, refusal } from './handler.js';
 import { kafkaNodes } from './metadata.js';
 
 const UNKNOWN_OPERATIONS = -2147483648;
@@ -25,6 +25,8 @@ const TRANSACTION_KEY = 1;
 function locate(ctx: KafkaRequestContext, key: string, keyType: number): { nodeId: number; host: string; port: number } {
   const b = ctx.broker;
   if (keyType !== GROUP_KEY && keyType !== TRANSACTION_KEY) throw Object.assign(new Error('bad key type'), { kafka: 'INVALID_REQUEST' });
+  const denied = ctx.authorize('FIND_COORDINATOR', undefined, keyType === GROUP_KEY ? { group: key } : { transactional_id: key });
+  if (denied) throw refusal(denied, keyType === GROUP_KEY ? 'group' : 'transactional_id');
   if (!b.cluster) return { nodeId: b.brokerId, host: ctx.advertised.host, port: ctx.advertised.port };
   const topic = keyType === GROUP_KEY ? OFFSETS_TOPIC : TXN_STATE_TOPIC;
   const partition = keyType === GROUP_KEY ? b.coordinator.partitionFor(key) : b.transactions.partitionFor(key);
@@ -40,6 +42,8 @@ function locateCode(err: unknown): number {
   return named ? kafkaErrorCode(named) : errorCodeOf(err);
 }
 
+const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
 export const findCoordinatorHandler = handler(apiByKey(FindCoordinator.apiKey)!, (ctx, version, body) => {
   const keyType = version >= 1 ? (body.keyType as number) : GROUP_KEY;
   if (version >= 4) {
@@ -49,7 +53,7 @@ export const findCoordinatorHandler = handler(apiByKey(FindCoordinator.apiKey)!,
         try {
           return { key, ...locate(ctx, key, keyType), errorCode: 0, errorMessage: null };
         } catch (err) {
-          return { key, nodeId: -1, host: '', port: -1, errorCode: locateCode(err), errorMessage: (err as Error).message };
+          return { key, nodeId: -1, host: '', port: -1, errorCode: locateCode(err), errorMessage: message(err) };
         }
       }),
     };
@@ -57,9 +61,15 @@ export const findCoordinatorHandler = handler(apiByKey(FindCoordinator.apiKey)!,
   try {
     return { throttleTimeMs: 0, errorCode: 0, errorMessage: null, ...locate(ctx, body.key as string, keyType) };
   } catch (err) {
-    return { throttleTimeMs: 0, errorCode: locateCode(err), errorMessage: (err as Error).message, nodeId: -1, host: '', port: -1 };
+    return { throttleTimeMs: 0, errorCode: locateCode(err), errorMessage: message(err), nodeId: -1, host: '', port: -1 };
   }
 });
+
+/** The main port's permission check of a group command (group permission and topic.read, docs/kafka.md). */
+function authorizeGroup(ctx: KafkaRequestContext, command: string, group: string): void {
+  const denied = ctx.authorize(command, undefined, { group });
+  if (denied) throw refusal(denied, 'group');
+}
 
 function clientHost(ctx: KafkaRequestContext): string {
   const remote = ctx.identity.remote;
@@ -83,6 +93,7 @@ export const joinGroupHandler = handler(apiByKey(JoinGroup.apiKey)!, async (ctx,
   };
   const empty = { throttleTimeMs: 0, generationId: -1, protocolType: null, protocolName: version >= 7 ? null : '', leader: '', skipAssignment: false, members: [] };
   try {
+    authorizeGroup(ctx, 'JOIN_GROUP', req.group);
     const r = await ctx.broker.coordinator.classic.join(req);
     if ('memberIdRequired' in r) return { ...empty, errorCode: kafkaErrorCode('MEMBER_ID_REQUIRED'), memberId: r.memberIdRequired };
     return {
@@ -103,6 +114,7 @@ export const joinGroupHandler = handler(apiByKey(JoinGroup.apiKey)!, async (ctx,
 
 export const syncGroupHandler = handler(apiByKey(SyncGroup.apiKey)!, async (ctx, _version, body) => {
   try {
+    authorizeGroup(ctx, 'SYNC_GROUP', body.groupId as string);
     const assignment = await ctx.broker.coordinator.classic.sync({
       group: body.groupId as string,
       memberId: body.memberId as string,
@@ -120,6 +132,7 @@ export const syncGroupHandler = handler(apiByKey(SyncGroup.apiKey)!, async (ctx,
 
 export const heartbeatHandler = handler(apiByKey(Heartbeat.apiKey)!, async (ctx, _version, body) => {
   try {
+    authorizeGroup(ctx, 'HEARTBEAT', body.groupId as string);
     await ctx.broker.coordinator.classic.heartbeat({
       group: body.groupId as string,
       memberId: body.memberId as string,
@@ -138,6 +151,7 @@ export const leaveGroupHandler = handler(apiByKey(LeaveGroup.apiKey)!, async (ct
       ? (body.members as KafkaStruct[]).map((m) => ({ memberId: m.memberId as string, instanceId: (m.groupInstanceId as string | null) ?? null }))
       : [{ memberId: body.memberId as string, instanceId: null }];
   try {
+    authorizeGroup(ctx, 'LEAVE_GROUP', body.groupId as string);
     const errors = await ctx.broker.coordinator.classic.leave(body.groupId as string, leaving);
     const members = leaving.map((m, i) => ({ memberId: m.memberId, groupInstanceId: m.instanceId, errorCode: errors[i] ? errorCodeOf(errors[i]) : 0 }));
     // Before v3 the one member's error is the request's.
@@ -151,6 +165,7 @@ export const describeGroupsHandler = handler(apiByKey(DescribeGroups.apiKey)!, (
   throttleTimeMs: 0,
   groups: (body.groups as string[]).map((groupId) => {
     try {
+      authorizeGroup(ctx, 'GROUP_STATUS', groupId);
       const d = ctx.broker.coordinator.classic.describe(groupId);
       return {
         errorCode: 0,
@@ -175,6 +190,8 @@ export const describeGroupsHandler = handler(apiByKey(DescribeGroups.apiKey)!, (
 }));
 
 export const listGroupsHandler = handler(apiByKey(ListGroups.apiKey)!, (ctx, _version, body) => {
+  const denied = ctx.authorize('LIST_GROUPS');
+  if (denied) return { throttleTimeMs: 0, errorCode: errorCodeOf(refusal(denied, 'group')), groups: [] };
   const states = new Set(((body.statesFilter as string[] | undefined) ?? []).map((s) => s.toLowerCase()));
   // A broker lists the groups it coordinates (as Kafka's do); admin clients ask every broker.
   const groups = ctx.broker.coordinator.classic
