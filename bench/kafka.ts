@@ -9,10 +9,12 @@
  * Then every topic is read back from offset 0 with a bare fetch loop in this process, so the broker's side
  * is what differs: CONSUME frames on the main port for the SDK's topic, Fetch requests (records re-encoded
  * as RecordBatch v2, the listener's conversion) on the Kafka port for the others.
+ * Then each client's own consumer reads its topic from the start in a consumer group of one member (the
+ * SDK's Consumer on the main port; kafkajs' and @platformatic/kafka's consumers, which join a Kafka group
+ * and commit, on the Kafka port): what a user of each client gets end to end.
  * Printed per client: records/s and per-send p50/p99 ms for the writes, records/s for the reads, and the
  * broker's CPU per record (from /proc) for each, with ratios to the SDK's row. The clients run in this
- * process one after another; consumer groups are not served on the Kafka port yet, so the Kafka clients'
- * own consumers cannot be measured.
+ * process one after another.
  */
 import net from 'node:net';
 import { parseArgs } from 'node:util';
@@ -24,7 +26,7 @@ import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
 import { CLI, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, percentile, procCpuMs, spawnNode, table } from './lib.js';
 
-export const description = 'kafkajs and @platformatic/kafka through the Kafka listener beside the SDK on the main port: writes, reads, broker CPU per record';
+export const description = 'kafkajs and @platformatic/kafka through the Kafka listener beside the SDK on the main port: writes, reads, group consumers, broker CPU per record';
 
 const USAGE = 'usage: npm run bench -- kafka [--count 200000] [--size 100] [--chunk 200] [--in-flight 8] [--partitions 12] [--clients sdk,kafkajs,platformatic]\n';
 const CLIENTS = ['sdk', 'kafkajs', 'platformatic'] as const;
@@ -243,6 +245,46 @@ async function readKafka(kafkaPort: number, topic: string, o: Options): Promise<
   }
 }
 
+/** Reads `topic` from its start with the client's own consumer in a group of one; resolves with the records read. */
+async function groupRead(name: ClientName, port: number, kafkaPort: number, topic: string, o: Options): Promise<number> {
+  let got = 0;
+  let done: () => void = () => {};
+  const all = new Promise<void>((r) => (done = r));
+  const count = (n: number) => {
+    got += n;
+    if (got >= o.count) done();
+  };
+  if (name === 'sdk') {
+    const { Consumer } = await import('tributary-client/consumer.js');
+    const c = new Consumer({ brokers: [`127.0.0.1:${port}`], groupId: `bench-group-${name}`, topic, autoOffsetReset: 'earliest' });
+    const running = c.run({ eachBatch: ({ messages }) => count(messages.length) });
+    await all;
+    await c.close();
+    await running;
+  } else if (name === 'kafkajs') {
+    const { Kafka, logLevel } = await import('kafkajs');
+    const c = new Kafka({ brokers: [`127.0.0.1:${kafkaPort}`], clientId: 'bench-kafka', logLevel: logLevel.NOTHING }).consumer({ groupId: `bench-group-${name}`, maxBytes: 64 * 1024 * 1024 });
+    await c.connect();
+    await c.subscribe({ topic, fromBeginning: true });
+    await c.run({ eachBatch: async ({ batch }) => count(batch.messages.length) });
+    await all;
+    await c.disconnect();
+  } else {
+    const pk = (await import('@platformatic/kafka')) as unknown as {
+      Consumer: new (o: Record<string, unknown>) => { consume(o: Record<string, unknown>): Promise<AsyncIterable<unknown> & { close(): Promise<void> }>; close(force?: boolean): Promise<void> };
+    };
+    const c = new pk.Consumer({ clientId: 'bench-kafka', groupId: `bench-group-${name}`, bootstrapBrokers: [`127.0.0.1:${kafkaPort}`] });
+    const stream = await c.consume({ topics: [topic], mode: 'earliest', autocommit: true });
+    for await (const _ of stream) {
+      count(1);
+      if (got >= o.count) break;
+    }
+    await stream.close();
+    await c.close();
+  }
+  return got;
+}
+
 export async function run(argv: string[]): Promise<number> {
   const o = parseOptions(argv);
   if (typeof o === 'string') {
@@ -258,7 +300,7 @@ export async function run(argv: string[]): Promise<number> {
   const pid = broker.proc.pid;
   const admin = await Connection.connect({ host: '127.0.0.1', port });
   process.stdout.write(`kafka bench: ${fmtInt(o.count)} records x ${o.size} B per client, sends of ${o.chunk} records, ${o.inFlight} in flight, ${o.partitions} partitions, acks all; broker flush always\n\n`);
-  const rows: { name: ClientName; w: WriteResult; readSeconds: number; readCpuMs: number }[] = [];
+  const rows: { name: ClientName; w: WriteResult; readSeconds: number; readCpuMs: number; groupSeconds: number; groupCpuMs: number }[] = [];
   try {
     for (const name of o.clients) {
       await admin.command('CREATE', { topic: `bench-${name}`, partitions: o.partitions });
@@ -275,7 +317,13 @@ export async function run(argv: string[]): Promise<number> {
       const readSeconds = (nowMs() - t0) / 1000;
       const readCpuMs = (procCpuMs(pid) ?? 0) - cpu0;
       if (read !== o.count) throw new Error(`${name}: read ${read} records back, wrote ${o.count}`);
-      rows.push({ name, w, readSeconds, readCpuMs });
+      const gcpu0 = procCpuMs(pid) ?? 0;
+      const g0 = nowMs();
+      const grouped = await groupRead(name, port, kafkaPort, `bench-${name}`, o);
+      const groupSeconds = (nowMs() - g0) / 1000;
+      const groupCpuMs = (procCpuMs(pid) ?? 0) - gcpu0;
+      if (grouped < o.count) throw new Error(`${name}: its consumer read ${grouped} records, wrote ${o.count}`);
+      rows.push({ name, w, readSeconds, readCpuMs, groupSeconds, groupCpuMs });
     }
   } finally {
     await admin.close();
@@ -286,7 +334,21 @@ export async function run(argv: string[]): Promise<number> {
   const us = (ms: number) => (ms * 1000) / o.count;
   process.stdout.write(
     `${table(
-      ['client', 'write rec/s', 'send p50 ms', 'send p99 ms', 'broker us/rec (write)', 'read rec/s', 'broker us/rec (read)', 'write rec/s vs sdk', 'broker write CPU vs sdk', 'broker read CPU vs sdk'],
+      [
+        'client',
+        'write rec/s',
+        'send p50 ms',
+        'send p99 ms',
+        'broker us/rec (write)',
+        'read rec/s',
+        'broker us/rec (read)',
+        'group read rec/s',
+        'broker us/rec (group)',
+        'write rec/s vs sdk',
+        'broker write CPU vs sdk',
+        'broker read CPU vs sdk',
+        'group read rec/s vs sdk',
+      ],
       rows.map((r) => [
         r.name,
         fmtInt(o.count / r.w.seconds),
@@ -295,9 +357,12 @@ export async function run(argv: string[]): Promise<number> {
         fmtFixed(us(r.w.brokerCpuMs), 2),
         fmtInt(o.count / r.readSeconds),
         fmtFixed(us(r.readCpuMs), 2),
+        fmtInt(o.count / r.groupSeconds),
+        fmtFixed(us(r.groupCpuMs), 2),
         ratio(o.count / r.w.seconds, ref ? o.count / ref.w.seconds : undefined),
         ratio(r.w.brokerCpuMs, ref?.w.brokerCpuMs),
         ratio(r.readCpuMs, ref?.readCpuMs),
+        ratio(o.count / r.groupSeconds, ref ? o.count / ref.groupSeconds : undefined),
       ]),
     )}\n`,
   );

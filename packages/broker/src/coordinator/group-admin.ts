@@ -49,6 +49,7 @@ export class GroupAdmin {
       collect() {
         this.reset();
         for (const g of self.ctx.groups.values()) if (!g.deleted) this.set({ group: g.groupId }, g.members.size);
+        for (const g of self.ctx.classicGroups.values()) this.set({ group: g.groupId }, g.members.size);
       },
     });
   }
