@@ -18,7 +18,7 @@ import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { kcat, RawKafka, ZERO_UUID } from '../../helpers/raw-kafka.js';
-import { removeDir, tempDir } from '../../helpers/util.js';
+import { removeDir, tempDir, until } from '../../helpers/util.js';
 
 describe('the Kafka listener', () => {
   let broker: BrokerProcess;
@@ -421,6 +421,51 @@ describe('Kafka listener settings', () => {
       const again = await RawKafka.connect(broker.kafkaPort);
       expect((await again.call(3, 9, { topics: [], allowAutoTopicCreation: false })).brokers).toHaveLength(1);
       again.socket.destroy();
+    } finally {
+      await broker.dispose();
+    }
+  });
+
+  it('counts its connections with the main port\'s in --max-connections', async () => {
+    const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-connections', '2'] });
+    try {
+      const main = await broker.connect();
+      const kafka = await RawKafka.connect(broker.kafkaPort);
+      expect((await kafka.call(18, 3, { clientSoftwareName: 'x', clientSoftwareVersion: '1' })).errorCode).toBe(0);
+      // Both slots taken, one per port: a third connection on either port is turned away.
+      const third = await RawKafka.connect(broker.kafkaPort);
+      await third.closed;
+      await expect(broker.connect()).rejects.toThrow(/too_many_connections/);
+      kafka.socket.destroy();
+      await kafka.closed;
+      // A slot freed on the Kafka port admits a main-port client.
+      await until(async () => (await broker.connect().then((c) => c.close().then(() => true), () => false)), 5000, 'a freed slot');
+      await main.close();
+    } finally {
+      await broker.dispose();
+    }
+  });
+
+  it('throttles a connection past --max-requests-per-second-per-connection as Kafka quotas do: answered, with a throttle time, reading paused', async () => {
+    const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-requests-per-second-per-connection', '2'] });
+    try {
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      const api = apiByKey(18)!;
+      const body = { clientSoftwareName: 'x', clientSoftwareVersion: '1' };
+      // Six pipelined requests: the budget (2) answers the first two unthrottled, the rest with rising throttle times.
+      raw.socket.write(Buffer.concat(Array.from({ length: 6 }, (_, i) => encodeRequest(api, 3, 100 + i, 'raw', body))));
+      const replies = [];
+      for (let i = 0; i < 6; i++) replies.push(decodeResponse(api, 3, await raw.next()));
+      expect(replies.map((r) => r.correlationId)).toEqual([100, 101, 102, 103, 104, 105]);
+      expect(replies.every((r) => r.body.errorCode === 0)).toBe(true);
+      const throttles = replies.map((r) => r.body.throttleTimeMs as number);
+      expect(throttles.slice(0, 2)).toEqual([0, 0]);
+      expect(throttles.slice(2).every((t, i, all) => t > 0 && (i === 0 || t > all[i - 1]!))).toBe(true);
+      // Another connection has its own budget.
+      const other = await RawKafka.connect(broker.kafkaPort);
+      expect((await other.call(18, 3, body)).throttleTimeMs).toBe(0);
+      other.socket.destroy();
+      raw.socket.destroy();
     } finally {
       await broker.dispose();
     }

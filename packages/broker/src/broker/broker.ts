@@ -43,7 +43,7 @@ type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
  * The Kafka listener: TLS, authentication (SASL) and authorization as on the main port (docs/kafka.md,
  * "Authentication"), through the same Security (this.security, its KafkaBrokerContext.security).
  */
-function kafkaListener(b: Broker, c: BrokerConfig, perAddress: AddressLimiter): KafkaListener {
+function kafkaListener(b: Broker, c: BrokerConfig, perAddress: AddressLimiter, mainConnections: () => number): KafkaListener {
   // TLS as on the main port: the same certificate, CA and client-certificate rule.
   const tlsOptions =
     c.tlsCert === undefined || c.tlsKey === undefined
@@ -56,7 +56,7 @@ function kafkaListener(b: Broker, c: BrokerConfig, perAddress: AddressLimiter): 
           requestCert: c.tlsCa !== undefined,
           rejectUnauthorized: c.tlsRequireClientCert,
         };
-  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port: c.kafkaPort!, advertisedHost: c.kafkaAdvertisedHost ?? c.advertisedHost, perAddress, tls: tlsOptions });
+  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port: c.kafkaPort!, advertisedHost: c.kafkaAdvertisedHost ?? c.advertisedHost, perAddress, otherConnections: mainConnections, tls: tlsOptions });
 }
 
 function listen(server: net.Server | http.Server, port: number, host: string): Promise<number> {
@@ -158,7 +158,7 @@ export class Broker implements BrokerContext {
     });
     this.security = new Security(config, logger.child({ component: 'security' }), this.cluster?.tls);
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
-    this.kafka = config.kafkaPort === undefined ? undefined : kafkaListener(this, config, this.perAddress);
+    this.kafka = config.kafkaPort === undefined ? undefined : kafkaListener(this, config, this.perAddress, () => this.connections.size);
     this.server = this.createServer();
     let self: ReturnType<typeof selfConnection> | undefined;
     const selfConn = () => (self ??= selfConnection(config, this.boundPort));
@@ -435,7 +435,8 @@ export class Broker implements BrokerContext {
   }
 
   private onConnection(socket: net.Socket): void {
-    if (this.connections.size >= this.config.maxConnections || this.state === 'stopping' || this.state === 'stopped') {
+    // One limit for both ports (docs/kafka.md): the Kafka listener's connections count here too.
+    if (this.connections.size + (this.kafka?.connectionCount ?? 0) >= this.config.maxConnections || this.state === 'stopping' || this.state === 'stopped') {
       const err = this.state === 'stopping' || this.state === 'stopped' ? new TributaryError('shutting_down') : new TributaryError('too_many_connections', { max: this.config.maxConnections });
       this.refuse(socket, err);
       return;

@@ -36,6 +36,8 @@ export interface KafkaConnectionOptions {
   frameTimeoutMs: number;
   /** Responses queued past this (a client that does not read) stop the reading of its requests. */
   maxPendingReplyBytes: number;
+  /** `--max-requests-per-second-per-connection` (0: no limit): past it responses carry a throttle time and reading pauses for it. */
+  maxRequestsPerSecond: number;
   onClose: (c: KafkaConnection) => void;
 }
 
@@ -49,6 +51,11 @@ export class KafkaConnection {
   private closed = false;
   /** The last response is going out, then the connection closes (a failed SASL exchange). */
   private ending = false;
+  /** The request budget (a token bucket that may go into debt) and the time reading resumes after a throttle. */
+  private tokens: number;
+  private refilledAt = Date.now();
+  private mutedUntil = 0;
+  private muteTimer: NodeJS.Timeout | undefined;
   private frameTimer: NodeJS.Timeout | undefined;
   /** Released by the latest Produce once its appends started (produceTurn()). */
   private appendOrder: Promise<void> = Promise.resolve();
@@ -61,6 +68,7 @@ export class KafkaConnection {
     this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
     // The minimum request size is checked per frame (request()): a bare SASL token may be shorter.
     this.splitter = new KafkaFrameSplitter({ maxFrameBytes: o.maxFrameBytes, minFrameBytes: 0 });
+    this.tokens = o.maxRequestsPerSecond;
     const identity: KafkaIdentity = { features: new Set(), principal: undefined, remote: this.remote, destroy: (reason) => this.close(reason) };
     const sasl: SaslState = { step: 'start' };
     const security = o.context.broker.security;
@@ -92,6 +100,7 @@ export class KafkaConnection {
     if (this.closed) return;
     this.closed = true;
     clearTimeout(this.frameTimer);
+    clearTimeout(this.muteTimer);
     this.abort.abort();
     this.o.logger.debug({ remote: this.remote, reason }, 'Kafka connection closed');
     this.socket.destroy();
@@ -141,8 +150,31 @@ export class KafkaConnection {
   /** Reads while fewer than MAX_IN_FLIGHT requests are unanswered and the client takes its responses. */
   private flow(): void {
     if (this.closed || this.ending) return;
-    if (this.inFlight >= MAX_IN_FLIGHT || this.socket.writableLength > this.o.maxPendingReplyBytes) this.socket.pause();
+    const muted = Date.now() < this.mutedUntil;
+    if (muted || this.inFlight >= MAX_IN_FLIGHT || this.socket.writableLength > this.o.maxPendingReplyBytes) this.socket.pause();
     else this.socket.resume();
+  }
+
+  /**
+   * The request rate limit, as Kafka's quotas (KIP-219): a request over the budget is still answered, with
+   * the time the client must wait in its throttle time, and the connection reads nothing more until then.
+   * Returns that time in ms (0 within the budget).
+   */
+  private throttle(): number {
+    const rate = this.o.maxRequestsPerSecond;
+    if (rate <= 0) return 0;
+    const now = Date.now();
+    this.tokens = Math.min(rate, this.tokens + ((now - this.refilledAt) * rate) / 1000);
+    this.refilledAt = now;
+    this.tokens -= 1;
+    if (this.tokens >= 0) return 0;
+    const waitMs = Math.ceil((-this.tokens * 1000) / rate);
+    this.mutedUntil = now + waitMs;
+    this.socket.pause();
+    clearTimeout(this.muteTimer);
+    this.muteTimer = setTimeout(() => this.flow(), waitMs);
+    this.muteTimer.unref();
+    return waitMs;
   }
 
   private refuse(err: unknown, what: string): void {
@@ -191,9 +223,14 @@ export class KafkaConnection {
       this.refuse(new Error(`${api.name} v${version} is not served (served: ${h ? `${api.minVersion}-${api.maxVersion}` : 'none'})`), 'request not served');
       return;
     }
+    const throttleMs = this.throttle();
     const answer = Promise.resolve()
       .then(() => h.handle(this.ctx, version, body, header))
-      .then((res) => (res === null ? null : encodeResponseParts(api, version, header.correlationId, res)));
+      .then((res) => {
+        if (res === null) return null;
+        if (throttleMs > 0) res.throttleTimeMs = Math.max(throttleMs, (res.throttleTimeMs as number | undefined) ?? 0);
+        return encodeResponseParts(api, version, header.correlationId, res);
+      });
     // A failed SASL exchange gets its answer, then the connection ends.
     const isSasl = api.key === SaslHandshake.apiKey || api.key === SaslAuthenticate.apiKey;
     this.respond(answer, isSasl ? () => this.ctx.sasl.step === 'failed' : undefined);

@@ -41,6 +41,8 @@ export interface KafkaListenerOptions {
    * port so a client cannot double its share through the second one.
    */
   perAddress?: { tryAcquire(address: string): boolean; release(address: string): void };
+  /** The main port's open connections: `--max-connections` counts both ports together. */
+  otherConnections?: () => number;
   /** TLS as on the main port (the same certificate, CA and client-certificate rule); plain TCP when absent. */
   tls?: tls.TlsOptions;
 }
@@ -101,6 +103,11 @@ export class KafkaListener {
     });
   }
 
+  /** Open Kafka connections, for the broker's shared `--max-connections`. */
+  get connectionCount(): number {
+    return this.connections.size;
+  }
+
   get port(): number {
     return this.boundPort;
   }
@@ -135,7 +142,8 @@ export class KafkaListener {
   /** The connection limits, on the raw connection: false (and closed) when over one. */
   private admit(socket: net.Socket): boolean {
     const address = socket.remoteAddress ?? '';
-    if (this.connections.size >= this.broker.config.maxConnections || (this.o.perAddress && !this.o.perAddress.tryAcquire(address))) {
+    const open = this.connections.size + (this.o.otherConnections?.() ?? 0);
+    if (open >= this.broker.config.maxConnections || (this.o.perAddress && !this.o.perAddress.tryAcquire(address))) {
       socket.on('error', () => {});
       socket.destroy();
       return false;
@@ -154,6 +162,7 @@ export class KafkaListener {
       idleTimeoutMs: c.idleTimeoutMs,
       frameTimeoutMs: c.frameTimeoutMs,
       maxPendingReplyBytes: c.maxPendingReplyBytes,
+      maxRequestsPerSecond: c.maxRequestsPerSecondPerConnection,
       onClose: (x) => this.connections.delete(x),
     });
     this.connections.add(conn);
