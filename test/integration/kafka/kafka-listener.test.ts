@@ -446,6 +446,43 @@ describe('Kafka listener settings', () => {
     }
   });
 
+  it('closes a client that pipelines Fetches and never reads its responses (--write-stall-timeout-ms); others are served', async () => {
+    const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-pending-reply-bytes', '65536', '--write-stall-timeout-ms', '1000'] });
+    try {
+      const c = await broker.connect();
+      await c.command('CREATE', { topic: 'big', partitions: 1 });
+      const producer = new Producer({ brokers: [broker.address] });
+      try {
+        await producer.send({ topic: 'big', messages: Array.from({ length: 1000 }, (_, i) => ({ value: `${i} ${'v'.repeat(1000)}`, partition: 0 })) });
+      } finally {
+        await producer.close();
+      }
+      const stalled = await RawKafka.connect(broker.kafkaPort);
+      stalled.socket.pause(); // never reads a response
+      const fetch = encodeRequest(apiByKey(1)!, 12, 1, 'raw', {
+        maxWaitMs: 0,
+        minBytes: 1,
+        maxBytes: 4 << 20,
+        isolationLevel: 0,
+        sessionId: 0,
+        sessionEpoch: -1,
+        topics: [{ topic: 'big', partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 4 << 20 }] }],
+        forgottenTopicsData: [],
+        rackId: '',
+      });
+      stalled.socket.write(Buffer.concat(Array.from({ length: 100 }, () => fetch)));
+      await until(() => broker.stderr.includes('the client does not read its responses'), 15_000, 'the stalled client closed');
+      // Everyone else is served meanwhile and after.
+      const other = await RawKafka.connect(broker.kafkaPort);
+      expect((await other.call(3, 9, { topics: [{ name: 'big' }], allowAutoTopicCreation: false, includeTopicAuthorizedOperations: false })).brokers).toHaveLength(1);
+      other.socket.destroy();
+      stalled.socket.resume();
+      await stalled.closed;
+    } finally {
+      await broker.dispose();
+    }
+  });
+
   it('throttles a connection past --max-requests-per-second-per-connection as Kafka quotas do: answered, with a throttle time, reading paused', async () => {
     const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-requests-per-second-per-connection', '2'] });
     try {

@@ -36,6 +36,8 @@ export interface KafkaConnectionOptions {
   frameTimeoutMs: number;
   /** Responses queued past this (a client that does not read) stop the reading of its requests. */
   maxPendingReplyBytes: number;
+  /** A client that leaves more than maxPendingReplyBytes unread this long is closed (`--write-stall-timeout-ms`). */
+  writeStallTimeoutMs: number;
   /** `--max-requests-per-second-per-connection` (0: no limit): past it responses carry a throttle time and reading pauses for it. */
   maxRequestsPerSecond: number;
   onClose: (c: KafkaConnection) => void;
@@ -56,6 +58,7 @@ export class KafkaConnection {
   private refilledAt = Date.now();
   private mutedUntil = 0;
   private muteTimer: NodeJS.Timeout | undefined;
+  private stallTimer: NodeJS.Timeout | undefined;
   private frameTimer: NodeJS.Timeout | undefined;
   /** Released by the latest Produce once its appends started (produceTurn()). */
   private appendOrder: Promise<void> = Promise.resolve();
@@ -101,6 +104,7 @@ export class KafkaConnection {
     this.closed = true;
     clearTimeout(this.frameTimer);
     clearTimeout(this.muteTimer);
+    clearTimeout(this.stallTimer);
     this.abort.abort();
     this.o.logger.debug({ remote: this.remote, reason }, 'Kafka connection closed');
     this.socket.destroy();
@@ -151,8 +155,20 @@ export class KafkaConnection {
   private flow(): void {
     if (this.closed || this.ending) return;
     const muted = Date.now() < this.mutedUntil;
-    if (muted || this.inFlight >= MAX_IN_FLIGHT || this.socket.writableLength > this.o.maxPendingReplyBytes) this.socket.pause();
+    const backlogged = this.socket.writableLength > this.o.maxPendingReplyBytes;
+    if (muted || this.inFlight >= MAX_IN_FLIGHT || backlogged) this.socket.pause();
     else this.socket.resume();
+    // A client that does not read its responses is closed once that lasts (as on the main port).
+    if (backlogged && !this.stallTimer) {
+      this.stallTimer = setTimeout(() => {
+        this.o.logger.warn({ remote: this.remote }, 'Kafka connection closed: the client does not read its responses');
+        this.close('client does not read its responses');
+      }, this.o.writeStallTimeoutMs);
+      this.stallTimer.unref();
+    } else if (!backlogged && this.stallTimer) {
+      clearTimeout(this.stallTimer);
+      this.stallTimer = undefined;
+    }
   }
 
   /**

@@ -163,6 +163,7 @@ export class KafkaListener {
       frameTimeoutMs: c.frameTimeoutMs,
       maxPendingReplyBytes: c.maxPendingReplyBytes,
       maxRequestsPerSecond: c.maxRequestsPerSecondPerConnection,
+      writeStallTimeoutMs: c.writeStallTimeoutMs,
       onClose: (x) => this.connections.delete(x),
     });
     this.connections.add(conn);
