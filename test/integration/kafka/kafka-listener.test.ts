@@ -18,6 +18,7 @@ import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { kcat, RawKafka, ZERO_UUID } from '../../helpers/raw-kafka.js';
+import { freePort } from '../../helpers/scripted-server.js';
 import { removeDir, tempDir, until } from '../../helpers/util.js';
 
 describe('the Kafka listener', () => {
@@ -423,6 +424,28 @@ describe('Kafka listener settings', () => {
       again.socket.destroy();
     } finally {
       await broker.dispose();
+    }
+  });
+
+  it('--kafka-port-if-free (npm start\'s 9092): on that port when free; when taken the broker starts without it and says so', async () => {
+    const port = await freePort();
+    const first = await BrokerProcess.start({ args: ['--kafka-port-if-free', String(port), '--offsets-topic-partitions', '1'] });
+    try {
+      expect(first.kafkaPort).toBe(port);
+      const second = await BrokerProcess.start({ args: ['--kafka-port-if-free', String(port), '--offsets-topic-partitions', '1'] });
+      try {
+        expect(second.stdout).toMatch(new RegExp(`Kafka protocol off: port ${port} in use\\)`));
+        expect(second.kafkaPort).toBe(0);
+        expect(await (await second.connect()).command('LIST')).toMatch(/^OK /);
+      } finally {
+        await second.dispose();
+      }
+      // Still the first broker's.
+      const raw = await RawKafka.connect(port);
+      expect(((await raw.call(3, 9, { topics: null, allowAutoTopicCreation: false, includeTopicAuthorizedOperations: false })).brokers as KafkaStruct[])[0]!.port).toBe(port);
+      raw.socket.destroy();
+    } finally {
+      await first.dispose();
     }
   });
 

@@ -43,7 +43,7 @@ type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
  * The Kafka listener: TLS, authentication (SASL) and authorization as on the main port (docs/kafka.md,
  * "Authentication"), through the same Security (this.security, its KafkaBrokerContext.security).
  */
-function kafkaListener(b: Broker, c: BrokerConfig, perAddress: AddressLimiter, mainConnections: () => number): KafkaListener {
+function kafkaListener(b: Broker, c: BrokerConfig, port: number, perAddress: AddressLimiter, mainConnections: () => number): KafkaListener {
   // TLS as on the main port: the same certificate, CA and client-certificate rule.
   const tlsOptions =
     c.tlsCert === undefined || c.tlsKey === undefined
@@ -56,7 +56,7 @@ function kafkaListener(b: Broker, c: BrokerConfig, perAddress: AddressLimiter, m
           requestCert: c.tlsCa !== undefined,
           rejectUnauthorized: c.tlsRequireClientCert,
         };
-  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port: c.kafkaPort!, advertisedHost: c.kafkaAdvertisedHost ?? c.advertisedHost, perAddress, otherConnections: mainConnections, tls: tlsOptions });
+  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port, advertisedHost: c.kafkaAdvertisedHost ?? c.advertisedHost, perAddress, otherConnections: mainConnections, tls: tlsOptions });
 }
 
 function listen(server: net.Server | http.Server, port: number, host: string): Promise<number> {
@@ -87,7 +87,9 @@ export class Broker implements BrokerContext {
   private readonly startAbort = new AbortController();
   private readonly server: net.Server;
   /** The Kafka-protocol listener (--kafka-port), started once the broker is ready. */
-  readonly kafka: KafkaListener | undefined;
+  kafka: KafkaListener | undefined;
+  /** Why there is no Kafka listener though `--kafka-port-if-free` asked for one (its port was taken). */
+  kafkaSkipped: string | undefined;
   readonly security: Security;
   private readonly perAddress: AddressLimiter;
   private readonly health: http.Server;
@@ -158,7 +160,9 @@ export class Broker implements BrokerContext {
     });
     this.security = new Security(config, logger.child({ component: 'security' }), this.cluster?.tls);
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
-    this.kafka = config.kafkaPort === undefined ? undefined : kafkaListener(this, config, this.perAddress, () => this.connections.size);
+    // kafkaPortIfFree is a default (npm start's): an explicit kafkaPort replaces it.
+    const kafkaPort = config.kafkaPort ?? config.kafkaPortIfFree;
+    this.kafka = kafkaPort === undefined ? undefined : kafkaListener(this, config, kafkaPort, this.perAddress, () => this.connections.size);
     this.server = this.createServer();
     let self: ReturnType<typeof selfConnection> | undefined;
     const selfConn = () => (self ??= selfConnection(config, this.boundPort));
@@ -208,8 +212,15 @@ export class Broker implements BrokerContext {
     this.boundPort = await listen(this.server, this.config.port, this.config.host);
     // Bound now, so a cluster registration can name it; its requests wait for readiness (kafka-connection.ts).
     if (this.kafka) {
-      await this.kafka.start();
-      if (this.cluster) this.cluster.kafkaAddress = `${this.kafka.advertised.host}:${this.kafka.port}`;
+      try {
+        await this.kafka.start();
+      } catch (err) {
+        if (this.config.kafkaPort !== undefined || this.config.kafkaPortIfFree === undefined || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
+        this.kafkaSkipped = `port ${this.config.kafkaPortIfFree} in use`;
+        this.kafka = undefined;
+        this.logger.warn({ port: this.config.kafkaPortIfFree }, 'Kafka listener not started: its port is in use (kafkaPortIfFree)');
+      }
+      if (this.kafka && this.cluster) this.cluster.kafkaAddress = `${this.kafka.advertised.host}:${this.kafka.port}`;
     }
     const t0 = Date.now();
     const limit = this.config.startupTimeoutMs;

@@ -33,6 +33,12 @@ export const brokerConfigSchema = z
     advertisedPort: z.number().int().min(1).max(65535).optional(),
     /** A second listener speaking the Kafka protocol (docs/kafka.md); off unless a port is given (0: any free port). */
     kafkaPort: z.number().int().min(0).max(65535).optional(),
+    /**
+     * Without kafkaPort: the Kafka listener on this port if it is free, else none (the listening line says
+     * which). `npm start` gives 9092, so a first broker speaks Kafka without failing where something else
+     * has that port; an explicit kafkaPort replaces it.
+     */
+    kafkaPortIfFree: z.number().int().min(1).max(65535).optional(),
     /** Where the Kafka listener binds; `host` when absent. */
     kafkaHost: z.string().min(1).optional(),
     /** The host Kafka clients are told to use (Metadata); the Kafka listener's host when absent. */
