@@ -353,9 +353,18 @@ export class LocalCluster {
     const p = this.spawnProc(`broker ${b.id}`, process.execPath, args, env);
     this.procs.set(b.id, p);
     b.pid = p.child.pid;
+    // An exit while starting is this launch's failure (StartFailed, perhaps retried on new ports), not an
+    // unexpected exit of a running broker.
+    let started = false;
+    let reported = false;
+    const reportExit = () => {
+      if (reported || !started || running(p) || this.stopping || this.expectingExit.has(b.id)) return;
+      reported = true;
+      this.opts.onUnexpectedExit?.(b.id, p.child.exitCode, p.child.signalCode);
+    };
     void p.exited.then(() => {
       if (this.procs.get(b.id) === p) b.pid = undefined;
-      if (!this.stopping && !this.expectingExit.has(b.id)) this.opts.onUnexpectedExit?.(b.id, p.child.exitCode, p.child.signalCode);
+      reportExit();
     });
     let stdout = '';
     p.child.stdout!.setEncoding('utf8');
@@ -378,6 +387,9 @@ export class LocalCluster {
       const res = await fetch(`http://${HOST}:${b.healthPort}/ready`, { signal: AbortSignal.timeout(1000) }).catch(() => undefined);
       return res?.status === 200;
     });
+    started = true;
+    // It may have exited between the last check and here: reported as any later exit would be.
+    reportExit();
   }
 
   /** Every broker registered and every internal partition led: groups and transactions work from here on. */
