@@ -182,4 +182,112 @@ describe('Kafka classic groups on a fake clock', () => {
     const late = kafkaName(classic().join(req((first as { memberIdRequired: string }).memberIdRequired)));
     expect(await late).toBe('UNKNOWN_MEMBER_ID');
   });
+
+  it('the rebalance timeout still forces completion when a timer fired while the lease was unconfirmed', async () => {
+    // Cluster-style ownership: the lease can be in doubt (canAct false), and timers must then wait, each its own.
+    let lease = true;
+    c.groups.enableOwnership(
+      (partition) => new TributaryError('NOT_COORDINATOR', { partition }),
+      () => true,
+      () => lease,
+      () => true,
+    );
+    for (let p = 0; p < 2; p++) await c.groups.loadPartition(p);
+    const [leader, follower] = await twoMembers(60_000);
+    const third = classic().join(req('', { sessionTimeoutMs: 60_000 }));
+    await until(() => classic().describe('g').state === 'PreparingRebalance', 5000, 'the rebalance');
+    const rejoined = classic().join(req(leader.memberId, { sessionTimeoutMs: 60_000 }));
+    // Let the rejoin take the group's lock and park before the lease goes into doubt.
+    for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+    lease = false;
+    await clock.advance(WINDOW + 1); // the join window's timer fires in doubt
+    lease = true;
+    // The follower heartbeats but never joins again: only the rebalance timeout (3 s) can end this.
+    for (let t = 0; t < 4; t++) {
+      await clock.advance(1000);
+      await kafkaName(hb(follower));
+    }
+    const [l2, t2] = [joined(await rejoined), joined(await third)];
+    expect([l2.generation, t2.generation]).toEqual([2, 2]);
+    expect(await kafkaName(hb(follower))).toBe('UNKNOWN_MEMBER_ID');
+  });
+
+  it('a static member that misses a rebalance stays (KIP-345) and comes back to its assignment without another one', async () => {
+    const s1 = classic().join(req('', { instanceId: 'static-1', sessionTimeoutMs: 60_000 }));
+    const d1 = classic().join(req('', { sessionTimeoutMs: 60_000 }));
+    await clock.advance(WINDOW);
+    const [a, b] = [joined(await s1), joined(await d1)];
+    const ids = { static: classic().describe('g').members.find((m) => m.instanceId === 'static-1')!.memberId };
+    const dynamic = a.memberId === ids.static ? b : a;
+    const sync = (m: JoinResult, assignments: Array<{ memberId: string; assignment: Buffer }> = []) =>
+      classic().sync({ group: 'g', memberId: m.memberId, instanceId: m.memberId === ids.static ? 'static-1' : null, generation: m.generation, assignments, protocolType: null, protocolName: null });
+    const lead = a.leader === a.memberId ? a : b;
+    const other = lead === a ? b : a;
+    const otherSync = sync(other);
+    await sync(lead, [
+      { memberId: ids.static, assignment: Buffer.from('S') },
+      { memberId: dynamic.memberId, assignment: Buffer.from('D') },
+    ]);
+    await otherSync;
+    // A new member: the dynamic one rejoins, the static one is away (its process restarting).
+    const newcomer = classic().join(req('', { sessionTimeoutMs: 60_000 }));
+    await until(() => classic().describe('g').state === 'PreparingRebalance', 5000, 'the rebalance');
+    const dynAgain = classic().join(req(dynamic.memberId, { sessionTimeoutMs: 60_000 }));
+    await clock.advance(3000);
+    const [n2, d2] = [joined(await newcomer), joined(await dynAgain)];
+    expect(n2.generation).toBe(2);
+    // Still a member, and the leader (one that joined) was told of it.
+    expect(classic().describe('g').members.map((m) => m.instanceId)).toContain('static-1');
+    const newLeader = [n2, d2].find((m) => m.leader === m.memberId)!;
+    expect(newLeader.members.map((m) => m.instanceId)).toContain('static-1');
+    await sync(newLeader, [{ memberId: ids.static, assignment: Buffer.from('S2') }]);
+    // It comes back under a new id: its assignment, no rebalance.
+    const back = joined(await classic().join(req('', { instanceId: 'static-1', sessionTimeoutMs: 60_000 })));
+    expect(back.generation).toBe(2);
+    expect(classic().describe('g').state).toBe('Stable');
+    expect(await classic().sync({ group: 'g', memberId: back.memberId, instanceId: 'static-1', generation: 2, assignments: [], protocolType: null, protocolName: null })).toEqual(Buffer.from('S2'));
+  });
+
+  it('a member id handed out (KIP-394) that leaves instead of joining does not hold the rebalance', async () => {
+    const [leader, follower] = await twoMembers(60_000);
+    const pending = await classic().join(req('', { requireKnownMemberId: true }));
+    const id = (pending as { memberIdRequired: string }).memberIdRequired;
+    const newcomer = classic().join(req(''));
+    await until(() => classic().describe('g').state === 'PreparingRebalance', 5000, 'the rebalance');
+    const rejoins = [leader, follower].map((m) => classic().join(req(m.memberId, { sessionTimeoutMs: 60_000 })));
+    await clock.advance(WINDOW);
+    // Everyone joined but the id handed out: the rebalance waits for it...
+    expect(classic().describe('g').state).toBe('PreparingRebalance');
+    expect(await classic().leave('g', [{ memberId: id, instanceId: null }])).toEqual([null]);
+    // ...and completes once it left, well before the rebalance timeout.
+    expect(joined(await newcomer).generation).toBe(2);
+    expect((await Promise.all(rejoins)).map((r) => joined(r).generation)).toEqual([2, 2]);
+  });
+
+  it('one id, one kind: an idle Tributary group of the id is replaced by a Kafka group, and the other way round', async () => {
+    const join = (member: string) => c.groups.join({ topic: 't', group: 'g', member, host: '127.0.0.1' });
+    const members = () => (c.groups.status('g') as { members: unknown[] }).members.length;
+    const tj = join('native-1');
+    await until(() => {
+      try {
+        return members() === 1;
+      } catch {
+        return false;
+      }
+    }, 5000, 'the Tributary member registered');
+    await clock.advance(WINDOW);
+    const view = await tj;
+    await c.groups.leave({ topic: 't', group: 'g', member: view.memberId });
+    // The leave's join window is open: the id is still in use.
+    expect(await kafkaName(classic().join(req('')))).toBe('INCONSISTENT_GROUP_PROTOCOL');
+    await clock.advance(WINDOW);
+    await until(() => (c.groups.status('g') as { state: string }).state === 'Empty', 5000, 'the Tributary group empty');
+    const k = classic().join(req(''));
+    await until(() => classic().describe('g').state === 'PreparingRebalance', 5000, 'the Kafka join parked');
+    await clock.advance(WINDOW);
+    joined(await k);
+    expect((c.groups.status('g') as { kind?: string }).kind).toBe('kafka');
+    // In use by Kafka members: refused on the main port.
+    await expect(join('native-2')).rejects.toThrow(/Kafka consumer group of this id is in use/);
+  });
 });

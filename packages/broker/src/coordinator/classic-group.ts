@@ -22,6 +22,7 @@ export type ClassicErrorName =
   | 'INVALID_SESSION_TIMEOUT'
   | 'INVALID_GROUP_ID'
   | 'GROUP_MAX_SIZE_REACHED'
+  | 'NOT_COORDINATOR'
   | 'COORDINATOR_NOT_AVAILABLE';
 
 export class ClassicGroupError extends TributaryError {

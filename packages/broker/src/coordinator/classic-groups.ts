@@ -93,10 +93,8 @@ export class ClassicGroups {
       const t = this.ctx.groups.get(ref.group);
       if (t && !t.deleted && t.members.size > 0) throw new ClassicGroupError('INCONSISTENT_GROUP_PROTOCOL', { reason: 'a Tributary group of this id has members' });
       const g = this.ctx.classicGroups.get(ref.group);
-      if (ref.generation < 0 && ref.memberId === '' && ref.instanceId === null) {
-        if (g && g.members.size > 0) throw new ClassicGroupError('UNKNOWN_MEMBER_ID', { member: '' });
-        return;
-      }
+      // A client outside any group (generation -1): only while the group has no members, as Kafka allows.
+      if (ref.generation < 0 && (!g || g.members.size === 0)) return;
       const m = this.membership.check(g, ref);
       if (g!.state === 'CompletingRebalance') throw new ClassicGroupError('REBALANCE_IN_PROGRESS');
       m.lastHeartbeat = this.ctx.clock.now();
@@ -164,6 +162,8 @@ export class ClassicGroups {
 
   /** A group loaded from its snapshot: sessions armed again, and a rebalance under way at the crash redone. */
   restore(s: ClassicSnapshot): void {
+    // Whatever is in memory under the id is older than the log: its timers and waiting requests end first.
+    this.forget(s.group, new TributaryError('NOT_COORDINATOR', { reason: 'the group was reloaded' }));
     const g = ClassicGroup.restore(s, this.ctx.clock.now());
     this.ctx.classicGroups.set(g.groupId, g);
     for (const m of g.members.values()) this.membership.scheduleExpiry(g, m);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { TributaryError } from 'tributary-protocol/errors.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { ClassicGroup, ClassicGroupError, type ClassicMember, type ClassicProtocol, type JoinResult } from './classic-group.js';
 import { type GroupContext, validateId } from './group-context.js';
 
@@ -41,6 +41,24 @@ type Parked<T> = { wait: Promise<T> };
 
 const fail = (name: ConstructorParameters<typeof ClassicGroupError>[0], fields: Record<string, string | number> = {}) => new ClassicGroupError(name, fields);
 
+/** A write of the group that failed or was refused (its partition moved, the disk, the replicas). */
+const WRITE_FAILURES = new Set(['storage_error', 'NOT_LEADER', 'FENCED_LEADER_EPOCH', 'NOT_ENOUGH_REPLICAS', 'metadata_unavailable', 'request_timeout']);
+
+/**
+ * What a Kafka member hears when the coordinator could not act on its request: Kafka's clients treat
+ * other codes from the group APIs as fatal, these as "find the coordinator again".
+ */
+function asCoordinatorError(err: unknown): unknown {
+  if (!(err instanceof TributaryError) || err instanceof ClassicGroupError) return err;
+  if (err.code === 'shutting_down') return new ClassicGroupError('COORDINATOR_NOT_AVAILABLE', { reason: 'shutting down' });
+  if (WRITE_FAILURES.has(err.code)) return new ClassicGroupError('NOT_COORDINATOR', { reason: err.code });
+  return err;
+}
+
+const rethrow = (err: unknown): never => {
+  throw asCoordinatorError(err);
+};
+
 export class ClassicMembership {
   constructor(private readonly ctx: GroupContext) {}
 
@@ -64,18 +82,31 @@ export class ClassicMembership {
     }
   }
 
-  /** A Tributary group of that id is live: the two protocols cannot share a group. */
-  private refuseTributaryGroup(group: string): void {
+  /**
+   * One id, one kind of group: a Tributary group of the id with members (or a membership change still in
+   * its join window) refuses the Kafka join; an idle one is replaced (its snapshot in the log is overwritten
+   * by this group's, and its committed offsets stay the id's).
+   */
+  private takeOverTributaryGroup(group: string): void {
     const t = this.ctx.groups.get(group);
-    if (t && !t.deleted && t.members.size > 0) throw fail('INCONSISTENT_GROUP_PROTOCOL', { reason: 'a Tributary group of this id has members' });
+    if (!t || t.deleted) return;
+    if (t.members.size > 0 || t.pendingCauses.length > 0) throw fail('INCONSISTENT_GROUP_PROTOCOL', { reason: 'a Tributary group of this id is in use' });
+    this.ctx.groups.delete(group);
+    this.ctx.scheduler.cancel(`window:${group}`);
   }
 
-  async join(req: ClassicJoinRequest): Promise<ClassicJoinAnswer> {
+  join(req: ClassicJoinRequest): Promise<ClassicJoinAnswer> {
+    return this.joinOnce(req).catch(rethrow);
+  }
+
+  private async joinOnce(req: ClassicJoinRequest): Promise<ClassicJoinAnswer> {
     this.validate(req);
     const answer = await this.ctx.withOwnedGroup(req.group, async (): Promise<ClassicJoinAnswer | Parked<JoinResult>> => {
-      this.refuseTributaryGroup(req.group);
+      const t = this.ctx.groups.get(req.group);
+      if (t && !t.deleted && (t.members.size > 0 || t.pendingCauses.length > 0)) throw fail('INCONSISTENT_GROUP_PROTOCOL', { reason: 'a Tributary group of this id is in use' });
       const g = this.groups.get(req.group) ?? new ClassicGroup(req.group);
       if (!g.supports(req.protocolType, req.protocols)) throw fail('INCONSISTENT_GROUP_PROTOCOL');
+      this.takeOverTributaryGroup(req.group);
       const now = this.ctx.clock.now();
       if (req.memberId === '') {
         const memberId = `${req.clientId || 'member'}-${randomUUID()}`;
@@ -203,20 +234,25 @@ export class ClassicMembership {
     // Joins arriving within the window share the generation (an empty group's first members, mostly).
     g.joinNotBefore = now + this.ctx.config.joinWindowMs;
     const deadline = now + g.rebalanceTimeoutMs(this.ctx.config.defaultRebalanceTimeoutMs);
-    this.ctx.scheduler.schedule(`cjoin:${g.groupId}`, deadline, () => this.onTimer(g, true));
-    if (this.ctx.config.joinWindowMs > 0) this.ctx.scheduler.schedule(`cwin:${g.groupId}`, g.joinNotBefore, () => this.onTimer(g, false));
+    this.ctx.scheduler.schedule(`cjoin:${g.groupId}`, deadline, () => this.onTimer(g, `cjoin:${g.groupId}`, true));
+    if (this.ctx.config.joinWindowMs > 0) this.ctx.scheduler.schedule(`cwin:${g.groupId}`, g.joinNotBefore, () => this.onTimer(g, `cwin:${g.groupId}`, false));
   }
 
-  private onTimer(g: ClassicGroup, force: boolean): void {
-    if (!this.ctx.canAct()) {
-      // Not sure this broker still coordinates the group: decide later.
-      this.ctx.scheduler.schedule(`cjoin:${g.groupId}`, this.ctx.clock.now() + 250, () => this.onTimer(g, force));
-      return;
-    }
-    this.ctx
-      .withGroup(g.groupId, () => (this.groups.get(g.groupId) === g ? this.tryCompleteJoin(g, force) : undefined))
-      .catch((err: unknown) => this.ctx.logger.warn({ err, group: g.groupId }, 'completing a Kafka group rebalance failed'));
+  /** Runs `fn` now if this broker may take decisions, else tries again later under the same timer `key`. */
+  private whenCanAct(key: string, fn: () => void): void {
+    if (this.ctx.canAct()) fn();
+    // Not sure this broker still coordinates the group: decide later (the key keeps each timer its own).
+    else this.ctx.scheduler.schedule(key, this.ctx.clock.now() + 250, () => this.whenCanAct(key, fn));
   }
+
+  private onTimer(g: ClassicGroup, key: string, force: boolean): void {
+    this.whenCanAct(key, () =>
+      this.ctx
+        .withGroup(g.groupId, () => (this.groups.get(g.groupId) === g ? this.tryCompleteJoin(g, force) : undefined))
+        .catch((err: unknown) => this.ctx.logger.warn({ err, group: g.groupId }, 'completing a Kafka group rebalance failed')),
+    );
+  }
+
 
   /**
    * Completes the rebalance once everyone joined and the window closed, or when `force`d by the rebalance
@@ -229,26 +265,28 @@ export class ClassicMembership {
     if (!force && g.members.size > 0 && !(g.allJoined() && now >= g.joinNotBefore)) return;
     this.ctx.scheduler.cancel(`cjoin:${g.groupId}`);
     this.ctx.scheduler.cancel(`cwin:${g.groupId}`);
-    for (const m of [...g.members.values()]) if (!m.awaitingJoin) this.removeMember(g, m, 'UNKNOWN_MEMBER_ID');
+    // Members that did not join again are removed; static ones stay until their session ends (KIP-345):
+    // they come back under their instance id and keep their assignment.
+    for (const m of [...g.members.values()]) if (!m.awaitingJoin && m.instanceId === null) this.removeMember(g, m, 'UNKNOWN_MEMBER_ID');
     for (const id of g.pendingMembers) this.ctx.scheduler.cancel(`cpend:${g.groupId}:${id}`);
     g.pendingMembers.clear();
     g.generation++;
-    const parked = [...g.members.values()];
+    const parked = [...g.members.values()].filter((m) => m.awaitingJoin);
     if (parked.length === 0) {
+      for (const m of [...g.members.values()]) this.removeMember(g, m, 'UNKNOWN_MEMBER_ID');
       // The protocol type stays (Kafka's describe shows an empty consumer group as one); the protocol goes.
       Object.assign(g, { state: 'Empty', protocolName: null, leaderId: null });
     } else {
       g.protocolName = g.selectProtocol();
-      if (g.leaderId === null || !g.members.has(g.leaderId)) g.leaderId = parked[0]!.memberId;
+      // The leader assigns: it must be one that joined.
+      if (!parked.some((m) => m.memberId === g.leaderId)) g.leaderId = parked[0]!.memberId;
       g.state = 'CompletingRebalance';
       for (const m of parked) m.assignment = Buffer.alloc(0);
     }
-    try {
-      await this.ctx.persist(g);
-    } catch (err) {
-      for (const m of parked) this.answerJoin(m, fail('COORDINATOR_NOT_AVAILABLE'));
-      throw err;
-    }
+    // A refused write drops the group (its waiting requests hear NOT_COORDINATOR) and reloads it from the log.
+    await this.ctx.persist(g);
+    // Dropped while writing (its partition moved): the new coordinator has it; nothing more to do here.
+    if (this.groups.get(g.groupId) !== g) return;
     this.ctx.logger.info({ group: g.groupId, generation: g.generation, members: parked.length, protocol: g.protocolName, ms: now - g.rebalanceStartedAt }, 'Kafka group rebalanced');
     for (const m of parked) {
       m.lastHeartbeat = now;
@@ -258,10 +296,13 @@ export class ClassicMembership {
     if (parked.length > 0) {
       // Members that never send SyncGroup (the leader above all) must not hold the group forever.
       const generation = g.generation;
-      this.ctx.scheduler.schedule(`csync:${g.groupId}`, now + g.rebalanceTimeoutMs(this.ctx.config.defaultRebalanceTimeoutMs), () =>
-        this.ctx
-          .withGroup(g.groupId, () => this.syncExpired(g, generation))
-          .catch((err: unknown) => this.ctx.logger.warn({ err, group: g.groupId }, 'ending a stalled Kafka group sync failed')),
+      const key = `csync:${g.groupId}`;
+      this.ctx.scheduler.schedule(key, now + g.rebalanceTimeoutMs(this.ctx.config.defaultRebalanceTimeoutMs), () =>
+        this.whenCanAct(key, () =>
+          this.ctx
+            .withGroup(g.groupId, () => this.syncExpired(g, generation))
+            .catch((err: unknown) => this.ctx.logger.warn({ err, group: g.groupId }, 'ending a stalled Kafka group sync failed')),
+        ),
       );
     }
   }
@@ -279,7 +320,11 @@ export class ClassicMembership {
     await this.tryCompleteJoin(g, false);
   }
 
-  async sync(req: ClassicMemberRef & { assignments: Array<{ memberId: string; assignment: Buffer }>; protocolType: string | null; protocolName: string | null }): Promise<Buffer> {
+  sync(req: ClassicMemberRef & { assignments: Array<{ memberId: string; assignment: Buffer }>; protocolType: string | null; protocolName: string | null }): Promise<Buffer> {
+    return this.syncOnce(req).catch(rethrow);
+  }
+
+  private async syncOnce(req: ClassicMemberRef & { assignments: Array<{ memberId: string; assignment: Buffer }>; protocolType: string | null; protocolName: string | null }): Promise<Buffer> {
     this.ctx.checkOwner(req.group);
     this.validateGroupId(req.group);
     const answer = await this.ctx.withOwnedGroup(req.group, async (): Promise<Buffer | Parked<Buffer>> => {
@@ -311,12 +356,8 @@ export class ClassicMembership {
     g.state = 'Stable';
     this.ctx.scheduler.cancel(`csync:${g.groupId}`);
     const waiting = [...g.members.values()].filter((m) => m.awaitingSync);
-    try {
-      await this.ctx.persist(g);
-    } catch (err) {
-      for (const m of waiting) this.answerSync(m, fail('COORDINATOR_NOT_AVAILABLE'));
-      throw err;
-    }
+    await this.ctx.persist(g);
+    if (this.groups.get(g.groupId) !== g) return;
     for (const m of waiting) this.answerSync(m, m.assignment);
   }
 
@@ -342,20 +383,32 @@ export class ClassicMembership {
       const m = this.check(g, ref);
       m.lastHeartbeat = this.ctx.clock.now();
       if (g!.state === 'PreparingRebalance') throw fail('REBALANCE_IN_PROGRESS');
-    });
+    }).catch(rethrow);
   }
 
   /** LeaveGroup: the error of each member that asked to leave (null where it left). */
   async leave(group: string, members: Array<{ memberId: string; instanceId: string | null }>): Promise<Array<ClassicGroupError | null>> {
     this.ctx.checkOwner(group);
     this.validateGroupId(group);
+    return this.leaveLocked(group, members).catch(rethrow);
+  }
+
+  private leaveLocked(group: string, members: Array<{ memberId: string; instanceId: string | null }>): Promise<Array<ClassicGroupError | null>> {
     return this.ctx.withOwnedGroup(group, async () => {
       const g = this.groups.get(group);
       const out: Array<ClassicGroupError | null> = [];
       let removed = 0;
+      let pendingLeft = 0;
       for (const who of members) {
         try {
           if (!g) throw fail('UNKNOWN_MEMBER_ID', { member: who.memberId });
+          // A member id handed out (KIP-394) that never joined: forgotten, so the rebalance does not wait for it.
+          if (g.pendingMembers.delete(who.memberId)) {
+            this.ctx.scheduler.cancel(`cpend:${g.groupId}:${who.memberId}`);
+            pendingLeft++;
+            out.push(null);
+            continue;
+          }
           // v3+: a static member may leave by its instance id alone.
           const id = who.memberId === '' && who.instanceId !== null ? (g.instances.get(who.instanceId) ?? '') : who.memberId;
           const m = this.member(g, id, who.instanceId);
@@ -368,6 +421,7 @@ export class ClassicMembership {
         }
       }
       if (g && removed > 0) await this.membersChanged(g);
+      else if (g && pendingLeft > 0) await this.tryCompleteJoin(g, false);
       return out;
     });
   }
@@ -393,7 +447,7 @@ export class ClassicMembership {
 
   private onExpiry(g: ClassicGroup, m: ClassicMember): void {
     if (!this.ctx.canAct()) {
-      this.ctx.scheduler.schedule(`cexp:${g.groupId}:${m.memberId}`, this.ctx.clock.now() + 250, () => this.onExpiry(g, m));
+      this.whenCanAct(`cexp:${g.groupId}:${m.memberId}`, () => this.onExpiry(g, m));
       return;
     }
     this.ctx
@@ -414,11 +468,13 @@ export class ClassicMembership {
   }
 
   private expirePending(g: ClassicGroup, memberId: string): void {
-    this.ctx
-      .withGroup(g.groupId, async () => {
-        if (g.pendingMembers.delete(memberId) && this.groups.get(g.groupId) === g) await this.tryCompleteJoin(g, false);
-      })
-      .catch((err: unknown) => this.ctx.logger.warn({ err, group: g.groupId }, 'dropping a pending Kafka group member failed'));
+    this.whenCanAct(`cpend:${g.groupId}:${memberId}`, () =>
+      this.ctx
+        .withGroup(g.groupId, async () => {
+          if (g.pendingMembers.delete(memberId) && this.groups.get(g.groupId) === g) await this.tryCompleteJoin(g, false);
+        })
+        .catch((err: unknown) => this.ctx.logger.warn({ err, group: g.groupId }, 'dropping a pending Kafka group member failed')),
+    );
   }
 
   /** The group is no longer served here (partition moved, coordinator stopping): its waiting requests end. */

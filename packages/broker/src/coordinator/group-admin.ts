@@ -76,6 +76,7 @@ export class GroupAdmin {
       await this.ctx.offsetStore.deleteGroup(groupId);
       await this.ctx.groupLog.deleteGroup(groupId);
       this.offsets.forget(groupId);
+      // Empty (checked above): no member timers; a pending id handed out is simply forgotten.
       this.ctx.classicGroups.delete(groupId);
       if (g) {
         g.deleted = true;

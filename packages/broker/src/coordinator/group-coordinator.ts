@@ -45,6 +45,11 @@ export class GroupCoordinator {
    */
   private leads: ((partition: number) => boolean | undefined) | undefined;
   private readonly locks = new KeyedLock();
+  /**
+   * Standalone: `__consumer_offsets` partitions being reloaded after a refused write. Their groups answer
+   * COORDINATOR_LOADING meanwhile: a request must not create a group the replay is about to restore.
+   */
+  private readonly reloading = new Set<number>();
   /** Session expiry, join windows and rebalance timeouts. */
   readonly scheduler: Scheduler;
   /** Every time the coordinator reads and every timer it arms. */
@@ -176,6 +181,7 @@ export class GroupCoordinator {
   }
 
   private checkOwner(group: string): void {
+    if (this.reloading.size > 0 && this.reloading.has(this.partitionFor(group))) throw new TributaryError('COORDINATOR_LOADING', { partition: this.partitionFor(group) });
     this.ownership?.check(() => this.partitionFor(group));
   }
 
@@ -347,9 +353,12 @@ export class GroupCoordinator {
       reload();
       return;
     }
-    // Standalone: the same, without an ownership to hold requests meanwhile (they see group_not_found).
+    // Standalone: the same, requests for its groups held off (COORDINATOR_LOADING) until the replay is done.
+    this.reloading.add(partition);
     this.dropPartition(partition);
-    this.replayPartition(partition).catch((err: unknown) => this.deps.logger.error({ err, partition }, 'reloading a coordinator partition failed'));
+    this.replayPartition(partition)
+      .catch((err: unknown) => this.deps.logger.error({ err, partition }, 'reloading a coordinator partition failed'))
+      .finally(() => this.reloading.delete(partition));
   }
 
   // ---- locking ----

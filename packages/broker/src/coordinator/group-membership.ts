@@ -72,8 +72,11 @@ export class GroupMembership {
 
     let fresh: Member | undefined;
     const view = await this.ctx.withOwnedGroup(req.group, async (): Promise<MemberView | undefined> => {
+      // One id, one kind of group: a Kafka group of the id in use refuses the join; an empty one is replaced
+      // (this group's snapshot overwrites its own in the log; the id's committed offsets stay).
       const classic = this.ctx.classicGroups.get(req.group);
-      if (classic && classic.members.size > 0) throw invalidParam('group', 'a Kafka consumer group of this id has members');
+      if (classic && (classic.members.size > 0 || classic.pendingMembers.size > 0)) throw invalidParam('group', 'a Kafka consumer group of this id is in use');
+      if (classic) this.ctx.classicGroups.delete(req.group);
       let g = this.ctx.groups.get(req.group);
       // Refuse an unknown member id before touching anything: a refused join must neither create the group
       // nor rewrite an empty group's topic, assignor or protocol.
