@@ -50,7 +50,8 @@ export interface JoinResult {
   members: Array<{ memberId: string; instanceId: string | null; metadata: Buffer }>;
 }
 
-export interface ClassicMember {
+/** Who a member is and what it offers, as its JoinGroup says. */
+export interface ClassicMemberSpec {
   memberId: string;
   instanceId: string | null;
   clientId: string;
@@ -59,6 +60,9 @@ export interface ClassicMember {
   rebalanceTimeoutMs: number;
   protocolType: string;
   protocols: ClassicProtocol[];
+}
+
+export interface ClassicMember extends ClassicMemberSpec {
   /** The leader's assignment for this member at the current generation (empty until it synced). */
   assignment: Buffer;
   lastHeartbeat: number;

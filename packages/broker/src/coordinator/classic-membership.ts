@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { ClassicGroup, ClassicGroupError, type ClassicMember, type ClassicProtocol, type JoinResult } from './classic-group.js';
+import { ClassicGroup, ClassicGroupError, type ClassicMember, type ClassicMemberSpec, type ClassicProtocol, type JoinResult } from './classic-group.js';
 import { type GroupContext, validateId } from './group-context.js';
 
 /**
@@ -12,16 +12,8 @@ import { type GroupContext, validateId } from './group-context.js';
  * the group's lock; JoinGroup and SyncGroup wait outside it for the others.
  */
 
-export interface ClassicJoinRequest {
+export interface ClassicJoinRequest extends ClassicMemberSpec {
   group: string;
-  memberId: string;
-  instanceId: string | null;
-  clientId: string;
-  clientHost: string;
-  sessionTimeoutMs: number;
-  rebalanceTimeoutMs: number;
-  protocolType: string;
-  protocols: ClassicProtocol[];
   /** JoinGroup v4+: a member without an id first gets one (MEMBER_ID_REQUIRED) and joins again with it (KIP-394). */
   requireKnownMemberId: boolean;
 }
@@ -151,18 +143,8 @@ export class ClassicMembership {
   }
 
   private newMember(memberId: string, req: ClassicJoinRequest): ClassicMember {
-    return {
-      memberId,
-      instanceId: req.instanceId,
-      clientId: req.clientId,
-      clientHost: req.clientHost,
-      sessionTimeoutMs: req.sessionTimeoutMs,
-      rebalanceTimeoutMs: req.rebalanceTimeoutMs,
-      protocolType: req.protocolType,
-      protocols: req.protocols,
-      assignment: Buffer.alloc(0),
-      lastHeartbeat: this.ctx.clock.now(),
-    };
+    const { group: _group, requireKnownMemberId: _v4, ...spec } = req;
+    return { ...spec, memberId, assignment: Buffer.alloc(0), lastHeartbeat: this.ctx.clock.now() };
   }
 
   private async addAndRebalance(g: ClassicGroup, memberId: string, req: ClassicJoinRequest): Promise<Parked<JoinResult>> {
