@@ -61,7 +61,12 @@ export async function initTransactional(ctx: KafkaRequestContext, version: numbe
     // v3+ (KIP-360): a producer that names its id and epoch must hold them, or it is a zombie.
     const given = version >= 3 ? (body.producerId as bigint) : -1n;
     if (given >= 0n) {
-      const current = txns.list().includes(id) ? txns.status(id) : undefined;
+      let current: { producerId: string; epoch: number } | undefined;
+      try {
+        current = txns.status(id);
+      } catch {
+        current = undefined; // an unknown id
+      }
       if (!current || current.producerId !== String(given)) return fail(code('INVALID_PRODUCER_ID_MAPPING'));
       if (current.epoch !== body.producerEpoch) return fail(code(version >= 4 ? 'PRODUCER_FENCED' : 'INVALID_PRODUCER_EPOCH'));
     }
