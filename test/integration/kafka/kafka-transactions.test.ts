@@ -1,7 +1,7 @@
 /**
  * Kafka transactions on the Kafka port (docs/kafka.md, "Transactions"), on Tributary's transaction
  * coordinator: kafkajs 2.2.4's transactional producer (commit, abort, fencing by a second producer of the
- * id), an exactly-once consume-process-produce pipeline whose member is killed with SIGKILL mid-stream,
+ * id), kcat's (librdkafka), an exactly-once consume-process-produce pipeline whose member is killed with SIGKILL mid-stream,
  * and raw requests for what a client must not get away with.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -15,7 +15,7 @@ import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { BrokerProcess, ROOT } from '../../helpers/launcher.js';
 import { trackChild } from '../../helpers/process-registry.js';
-import { RawKafka } from '../../helpers/raw-kafka.js';
+import { kcat, RawKafka } from '../../helpers/raw-kafka.js';
 import { until } from '../../helpers/util.js';
 
 const WORKER = path.join(ROOT, 'test', 'helpers', 'kafka-eos-worker.mjs');
@@ -139,11 +139,22 @@ describe('Kafka transactions', () => {
       const want = Array.from({ length: 30 }, (_, i) => `committed-${i}`).sort();
       expect((await committedValues('ktx-basic', 3)).sort()).toEqual(want);
       expect((await kafkajsCommitted('ktx-basic', 'ktx-basic-reader')).sort()).toEqual(want);
+      // librdkafka reads the same and reaches the end (past the markers) without waiting for more.
+      const kc = await kcat(['-b', bootstrap, '-C', '-t', 'ktx-basic', '-e', '-q', '-X', 'isolation.level=read_committed', '-o', 'beginning', '-f', '%s\n']);
+      expect(kc.trim().split('\n').sort()).toEqual(want);
       expect(uncommitted.records.length).toBeGreaterThan(0);
       expect(uncommitted.records.every((r) => r.value.toString().startsWith('committed-'))).toBe(true);
     } finally {
       await producer.disconnect();
     }
+  });
+
+  it('kcat (librdkafka) produces in a transaction; its records are read once it committed', async () => {
+    await c.command('CREATE', { topic: 'ktx-kcat', partitions: 2 });
+    const out = await kcat(['-b', bootstrap, '-P', '-t', 'ktx-kcat', '-X', 'transactional.id=ktx-kcat-1', '-K', ':'], 'a:one\nb:two\nc:three\n');
+    expect(out).toBe('');
+    expect((await committedValues('ktx-kcat', 2)).sort()).toEqual(['one', 'three', 'two']);
+    expect(await c.command('TXN_STATUS', { transactional_id: 'ktx-kcat-1' })).toMatch(/\bstate=committed\b/);
   });
 
   it('a second producer of the id fences the first, whose open transaction is aborted', async () => {
@@ -191,17 +202,16 @@ describe('Kafka transactions', () => {
       expected.push(...messages.map((m) => `out:${m.value}`));
     }
     await input.disconnect();
-    const cfg = { bootstrap, groupId: 'eos-group', input: 'eos-in', output: 'eos-out', transactionalId: 'eos-worker', holdMs: 30, maxBytesPerPartition: 1024 };
+    const cfg = { bootstrap, groupId: 'eos-group', input: 'eos-in', output: 'eos-out', transactionalId: 'eos-worker', holdMs: 5, maxBytesPerPartition: 1024 };
     const workers: EosWorker[] = [];
     try {
-      const a = new EosWorker({ ...cfg, name: 'worker-a' });
+      // a commits 6 transactions, then stops inside the 7th, its records sent: killed there.
+      const a = new EosWorker({ ...cfg, name: 'worker-a', freezeAfter: 6 });
       workers.push(a);
-      await until(() => a.of('committed').length >= 6, 30_000, 'worker a committing transactions');
-      // Killed inside a transaction (it holds each open for holdMs): its records are in eos-out, not committed.
-      const status = () => c.command('TXN_STATUS', { transactional_id: 'eos-worker' });
-      await until(async () => /\bstate=open\b/.test(await status()), 10_000, 'worker a inside a transaction');
+      await until(() => a.of('frozen').length > 0, 30_000, `worker a inside its 7th transaction (${a.stderr})`);
       await a.kill();
-      expect(await status()).toMatch(/\bstate=open\b/);
+      expect(a.of('committed')).toHaveLength(6);
+      expect(await c.command('TXN_STATUS', { transactional_id: 'eos-worker' })).toMatch(/\bstate=open\b/);
       const doneByA = a.of('committed').reduce((n, l) => n + l.count!, 0);
       expect(doneByA).toBeLessThan(N); // killed mid-stream
       let written = 0;
@@ -209,7 +219,7 @@ describe('Kafka transactions', () => {
         const all = await c.consume({ topic: 'eos-out', partition: p, offset: 0, batch: 10_000, isolation: 'read_uncommitted' });
         written += all.records.filter((r) => r.value.toString().startsWith('out:')).length;
       }
-      expect(written, 'the open transaction wrote records that must never be read').toBeGreaterThan(doneByA);
+      expect(written, 'the open transaction wrote records that must never be read').toBe(doneByA + a.of('frozen')[0]!.count!);
       const b = new EosWorker({ ...cfg, name: 'worker-b' });
       workers.push(b);
       // b's committed offsets reach the end of every input partition.
