@@ -108,7 +108,9 @@ describe('the Kafka listener on a 3-broker cluster', () => {
       await sampler;
       expect(history.length).toBeGreaterThan(3);
       for (let i = 1; i < history.length; i++) {
-        history[i]!.forEach((o, p) => expect(o, `partition ${p} sample ${i}`).toBeGreaterThanOrEqual(history[i - 1]![p]!));
+        history[i]!.forEach((o, p) => {
+          expect(o, `partition ${p} sample ${i}`).toBeGreaterThanOrEqual(history[i - 1]![p]!);
+        });
       }
       expect([...received.keys()].sort()).toEqual(Array.from({ length: 400 }, (_, i) => `v${i}`).sort());
     } finally {
