@@ -142,6 +142,32 @@ describe('the Kafka listener', () => {
     }
     // JoinGroup v4 (no static membership) asks for a member id first (KIP-394): this is the one it handed out.
     const v4Id = (await raw.call(11, 4, joinBody('join-4'))).memberId as string;
+    // Transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v<n> act on transactional id versions-txn-<n>
+    // (called in that order, they open, join and commit its transaction); TxnOffsetCommit v<n> sends offsets
+    // to versions-offsets-<n>, whose transaction is opened here (an EndTxn before it would have closed it).
+    const producers: Record<string, { producerId: bigint; producerEpoch: number }> = {};
+    for (let v = 0; v <= 3; v++) {
+      for (const id of [`versions-txn-${v}`, `versions-offsets-${v}`]) {
+        const init = await raw.call(22, 1, { transactionalId: id, transactionTimeoutMs: 60_000 });
+        expect(init.errorCode).toBe(0);
+        producers[id] = { producerId: init.producerId as bigint, producerEpoch: init.producerEpoch as number };
+      }
+      expect((await raw.call(25, 1, { transactionalId: `versions-offsets-${v}`, ...producers[`versions-offsets-${v}`], groupId: `txn-group-${v}` })).errorCode).toBe(0);
+    }
+    const txnBodies: Record<number, (v: number) => KafkaStruct> = {
+      24: (v) => ({ transactionalId: `versions-txn-${v}`, ...producers[`versions-txn-${v}`], topics: [{ name: 'versions', partitions: [0] }] }),
+      25: (v) => ({ transactionalId: `versions-txn-${v}`, ...producers[`versions-txn-${v}`], groupId: `txn-group-${v}` }),
+      26: (v) => ({ transactionalId: `versions-txn-${v}`, ...producers[`versions-txn-${v}`], committed: true }),
+      28: (v) => ({
+        transactionalId: `versions-offsets-${v}`,
+        groupId: `txn-group-${v}`,
+        ...producers[`versions-offsets-${v}`],
+        generationId: -1,
+        memberId: '',
+        groupInstanceId: null,
+        topics: [{ name: 'versions', partitions: [{ partitionIndex: 0, committedOffset: 1, committedLeaderEpoch: -1, committedMetadata: null }] }],
+      }),
+    };
     const groupBodies: Record<number, (v: number) => KafkaStruct> = {
       8: () => ({ groupId: 'committed', generationId: -1, memberId: '', groupInstanceId: null, retentionTimeMs: -1, topics: [{ name: 'versions', partitions: [{ partitionIndex: 0, committedOffset: 1, committedLeaderEpoch: -1, committedMetadata: null }] }] }),
       9: () => ({ groupId: 'committed', topics: [{ name: 'versions', partitionIndexes: [0] }], groups: [{ groupId: 'committed', topics: null }], requireStable: true }),
@@ -155,6 +181,7 @@ describe('the Kafka listener', () => {
     };
     const bodies: Record<number, (v: number) => KafkaStruct> = {
       ...groupBodies,
+      ...txnBodies,
       0: () => ({ transactionalId: null, acks: 1, timeoutMs: 1000, topicData: [{ name: 'versions', partitionData: [{ index: 0, records: batch }] }] }),
       1: () => ({ maxWaitMs: 0, minBytes: 1, maxBytes: 1 << 20, isolationLevel: 1, topics: [{ topic: 'versions', partitions: [{ partition: 0, fetchOffset: 0, partitionMaxBytes: 1 << 20 }] }] }),
       2: () => ({ isolationLevel: 0, topics: [{ name: 'versions', partitions: [{ partitionIndex: 0, timestamp: -2 }] }] }),
@@ -186,8 +213,9 @@ describe('the Kafka listener', () => {
     }
     // Metadata 0-9, Fetch 4-12, ListOffsets 1-5, Produce 3-9, ApiVersions 0-3, CreateTopics 0-7, DeleteTopics 0-6, InitProducerId 0-4,
     // DescribeConfigs 0-4, CreatePartitions 0-3, SaslHandshake 0-1, SaslAuthenticate 0-2; OffsetCommit 2-8, OffsetFetch 1-8,
-    // FindCoordinator 0-4, JoinGroup 0-6, Heartbeat 0-4, LeaveGroup 0-4, SyncGroup 0-4, DescribeGroups 0-5, ListGroups 0-4
-    expect(calls).toBe(10 + 9 + 5 + 7 + 4 + 8 + 7 + 5 + 5 + 4 + 2 + 3 + 7 + 8 + 5 + 7 + 5 + 5 + 5 + 6 + 5);
+    // FindCoordinator 0-4, JoinGroup 0-6, Heartbeat 0-4, LeaveGroup 0-4, SyncGroup 0-4, DescribeGroups 0-5, ListGroups 0-4;
+    // AddPartitionsToTxn 0-3, AddOffsetsToTxn 0-3, EndTxn 0-3, TxnOffsetCommit 0-3
+    expect(calls).toBe(10 + 9 + 5 + 7 + 4 + 8 + 7 + 5 + 5 + 4 + 2 + 3 + 7 + 8 + 5 + 7 + 5 + 5 + 5 + 6 + 5 + 4 + 4 + 4 + 4);
     expect((await c.command('LIST')).match(/doomed/g)).toBeNull();
     expect((await c.json<{ partitions: unknown[] }>('DESCRIBE', { topic: 'growing' })).partitions).toHaveLength(5);
     raw.socket.destroy();
@@ -333,7 +361,7 @@ describe('the Kafka listener', () => {
       expect(reply.errorCode).toBe(kafkaErrorCode('UNSUPPORTED_VERSION'));
       expect(reply.apiKeys).toEqual([{ apiKey: 18, minVersion: 0, maxVersion: 3 }]);
       const served = (await raw.call(18, 3, { clientSoftwareName: 'x', clientSoftwareVersion: '1' })).apiKeys as KafkaStruct[];
-      expect(served.map((a) => a.apiKey)).toEqual([0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 32, 36, 37]);
+      expect(served.map((a) => a.apiKey)).toEqual([0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 24, 25, 26, 28, 32, 36, 37]);
       raw.socket.destroy();
 
       const closes = async (bytes: Buffer) => {

@@ -75,6 +75,8 @@ describe('SASL and ACLs on the Kafka port', () => {
     tokens.revokee = addUser(config, 'revokee', ['topic.read', 'topic.write']);
     // A user from before SCRAM keys were stored: its entry has the scrypt hash only.
     tokens.legacy = addUser(config, 'legacy', ['topic.read', 'topic.write']);
+    tokens.txn = addUser(config, 'txn', ['transaction', 'topic.write']);
+    tokens.txnall = addUser(config, 'txnall', ['transaction', 'topic.write', 'topic.read', 'group']);
     const doc = parseDocument(fs.readFileSync(config, 'utf8'));
     expect(doc.hasIn(['users', 'legacy', 'scram'])).toBe(true);
     doc.deleteIn(['users', 'legacy', 'scram']);
@@ -338,6 +340,44 @@ describe('SASL and ACLs on the Kafka port', () => {
       code('CLUSTER_AUTHORIZATION_FAILED'),
     );
     expect((await app.call(22, 4, { transactionalId: null, transactionTimeoutMs: 1000, producerId: -1n, producerEpoch: -1 })).errorCode).toBe(0);
+  });
+
+  it('the transaction APIs apply INIT_PRODUCER_ID, TXN_PUBLISH, SEND_OFFSETS_TO_TXN and END_TXN: refused with TRANSACTIONAL_ID_, TOPIC_ or GROUP_AUTHORIZATION_FAILED', async () => {
+    const app = await rawAs('app');
+    const txn = await rawAs('txn');
+    const txnall = await rawAs('txnall');
+    const init = { transactionalId: 'sasl-tx', transactionTimeoutMs: 60_000 };
+    // Without the transaction permission: no producer id for a transactional id.
+    expect((await app.call(22, 1, init)).errorCode).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
+    const got = await txn.call(22, 1, init);
+    expect(got.errorCode).toBe(0);
+    const p = { transactionalId: 'sasl-tx', producerId: got.producerId as bigint, producerEpoch: got.producerEpoch as number };
+    const addCodes = async (raw: RawKafka, topics: string[]) =>
+      ((await raw.call(24, 1, { ...p, topics: topics.map((name) => ({ name, partitions: [0] })) })).results as KafkaStruct[]).map((t) => first(t, 'results').errorCode);
+    expect(await addCodes(app, ['orders'])).toEqual([code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED')]);
+    // secret's write ACL lists insider only; the request is refused as a whole.
+    expect(await addCodes(txn, ['secret', 'orders'])).toEqual([code('TOPIC_AUTHORIZATION_FAILED'), code('OPERATION_NOT_ATTEMPTED')]);
+    expect(await addCodes(txn, ['orders'])).toEqual([0]);
+    const records = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('in-txn') }], producerId: Number(p.producerId), producerEpoch: p.producerEpoch, baseSequence: 0, transactional: true });
+    const produceCode = async (raw: RawKafka) =>
+      first(first(await raw.call(0, 7, { transactionalId: 'sasl-tx', acks: -1, timeoutMs: 1000, topicData: [{ name: 'orders', partitionData: [{ index: 0, records }] }] }), 'responses'), 'partitionResponses').errorCode;
+    const before = await highWatermark('orders');
+    expect(await produceCode(app)).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
+    expect(await highWatermark('orders')).toBe(before);
+    expect(await produceCode(txn)).toBe(0);
+    // Offsets: the group permission, then the topic's read ACL.
+    const addOffsets = { ...p, groupId: 'sasl-tx-group' };
+    expect((await app.call(25, 1, addOffsets)).errorCode).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
+    expect((await txn.call(25, 1, addOffsets)).errorCode).toBe(code('GROUP_AUTHORIZATION_FAILED'));
+    expect((await txnall.call(25, 1, addOffsets)).errorCode).toBe(0);
+    const offsets = (topic: string) => ({ ...p, groupId: 'sasl-tx-group', topics: [{ name: topic, partitions: [{ partitionIndex: 0, committedOffset: 0, committedMetadata: null }] }] });
+    const offsetCode = async (raw: RawKafka, topic: string) => first(first(await raw.call(28, 1, offsets(topic)), 'topics'), 'partitions').errorCode;
+    expect(await offsetCode(app, 'orders')).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
+    expect(await offsetCode(txn, 'orders')).toBe(code('GROUP_AUTHORIZATION_FAILED'));
+    expect(await offsetCode(txnall, 'secret')).toBe(code('TOPIC_AUTHORIZATION_FAILED'));
+    expect(await offsetCode(txnall, 'orders')).toBe(0);
+    expect((await app.call(26, 1, { ...p, committed: false })).errorCode).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
+    expect((await txn.call(26, 1, { ...p, committed: false })).errorCode).toBe(0);
   });
 
   it('kafkajs with SCRAM-SHA-256 produces and lists; a wrong password fails and stores nothing; the token never crosses the wire', async () => {

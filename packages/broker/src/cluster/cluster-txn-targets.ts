@@ -81,8 +81,11 @@ export class ClusterTxnTargets implements TxnTargets {
     });
   }
 
-  stageOffsets(txn: string, req: StageRequest): Promise<void> {
-    if (this.groups.coordinates(req.group)) return this.local.stageOffsets(txn, req);
+  stageOffsets(txn: string, req: StageRequest, checkMember?: () => void): Promise<void> {
+    if (this.groups.coordinates(req.group)) return this.local.stageOffsets(txn, req, checkMember);
+    // A Kafka classic group's member check runs only where the group lives (the Kafka port refuses
+    // transactions in a cluster: docs/kafka.md).
+    if (checkMember) return Promise.reject(new TributaryError('NOT_COORDINATOR', { group: req.group, reason: 'offsets of a Kafka group are staged at its coordinator' }));
     // Staging is fenced (generation, ownership): not repeated blindly, a failure fails the request.
     return this.remoteOffsets(req.group, {
       op: 'stage',

@@ -86,17 +86,22 @@ export class ClassicGroups {
 
   /**
    * The check of a commit's member, to run under the group's lock (GroupOffsets.commitChecked; a
-   * transaction's TxnOffsetCommit stages offsets under the same check).
+   * transaction's TxnOffsetCommit stages offsets under the same check, with `transactional`). As in Kafka,
+   * a transactional commit without a member (TxnOffsetCommit v0-2 carries none) is not checked against
+   * the members, and one with a member is not refused while the group completes a rebalance: the
+   * transaction's producer fencing guards it.
    */
-  memberCheck(ref: ClassicMemberRef): () => void {
+  memberCheck(ref: ClassicMemberRef, opts: { transactional?: boolean } = {}): () => void {
     return () => {
       const t = this.ctx.groups.get(ref.group);
       if (t && !t.deleted && t.members.size > 0) throw new ClassicGroupError('INCONSISTENT_GROUP_PROTOCOL', { reason: 'a Tributary group of this id has members' });
       const g = this.ctx.classicGroups.get(ref.group);
-      // A client outside any group (generation -1): only while the group has no members, as Kafka allows.
-      if (ref.generation < 0 && (!g || g.members.size === 0)) return;
+      // A client outside any group (generation -1): only while the group has no members, as Kafka allows;
+      // a transactional commit that names no member, whatever the members.
+      const memberless = ref.memberId === '' && ref.instanceId === null;
+      if (ref.generation < 0 && (!g || g.members.size === 0 || (opts.transactional && memberless))) return;
       const m = this.membership.check(g, ref);
-      if (g!.state === 'CompletingRebalance') throw new ClassicGroupError('REBALANCE_IN_PROGRESS');
+      if (g!.state === 'CompletingRebalance' && !opts.transactional) throw new ClassicGroupError('REBALANCE_IN_PROGRESS');
       m.lastHeartbeat = this.ctx.clock.now();
     };
   }

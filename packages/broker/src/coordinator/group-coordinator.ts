@@ -410,6 +410,11 @@ export class GroupCoordinator {
     return this.offsets.stageTxnOffsets(txn, req);
   }
 
+  /** TxnOffsetCommit: as stageTxnOffsets, the member checked by `checkMember` (a Kafka classic group's check). */
+  stageTxnOffsetsChecked(txn: string, req: { topic: string; group: string; entries: OffsetEntry[] }, checkMember: () => void): Promise<void> {
+    return this.offsets.stageChecked(txn, req, checkMember);
+  }
+
   /** Pending transaction offsets restored at start (the transaction was open before a restart). */
   markPending(txn: string, group: string, topic: string, partitions: number[]): void {
     this.offsets.markPending(txn, group, topic, partitions);

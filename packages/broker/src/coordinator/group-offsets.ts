@@ -191,6 +191,22 @@ export class GroupOffsets {
     });
   }
 
+  /**
+   * TxnOffsetCommit (the Kafka port): offsets a transaction sends for a Kafka classic group, whose member
+   * `checkMember` checks (ClassicGroups.memberCheck, the same check as that group's commits), under the
+   * group's lock; the entries are checked as a commit's are, then held as pending under the transaction.
+   */
+  async stageChecked(txn: string, req: { group: string; topic: string; entries: OffsetEntry[] }, checkMember: () => void): Promise<void> {
+    this.ctx.checkOwner(req.group);
+    validateId('group', req.group);
+    if (req.entries.length === 0) throw invalidParam('entries', 'no offsets to send');
+    await this.ctx.withOwnedGroup(req.group, () => {
+      checkMember();
+      this.checkEntries(req);
+      this.markPending(txn, req.group, req.topic, req.entries.map((e) => e.partition));
+    });
+  }
+
   /** Pending transaction offsets restored at start (the transaction was open before a restart). */
   markPending(txn: string, group: string, topic: string, partitions: number[]): void {
     for (const p of partitions) {

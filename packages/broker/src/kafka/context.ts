@@ -12,6 +12,7 @@ import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { ProducerIdAllocator } from '../partition/producer-ids.js';
 import type { TopicManager } from '../partition/topic-manager.js';
+import type { TransactionCoordinator } from '../txn/txn-coordinator.js';
 
 export interface KafkaBrokerContext {
   readonly config: BrokerConfig;
@@ -19,8 +20,8 @@ export interface KafkaBrokerContext {
   readonly producerIds: ProducerIdAllocator;
   /** Groups and offsets: Kafka classic groups live beside Tributary's in the same coordinator. */
   readonly coordinator: GroupCoordinator;
-  /** Where a transactional id's coordinator lives (its `__transaction_state` partition). */
-  readonly transactions: { partitionFor(transactionalId: string): number };
+  /** The transaction coordinator: where a transactional id's coordinator lives, and Kafka's transactions on it. */
+  readonly transactions: TransactionCoordinator;
   readonly logger: Logger;
   readonly brokerId: number;
   /** Recovery done and not stopping: until then (and after) Kafka requests are not served. */

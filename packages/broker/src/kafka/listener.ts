@@ -20,6 +20,7 @@ import { initProducerIdHandler } from './apis/producer-id.js';
 import { saslAuthenticateHandler, saslHandshakeHandler } from './apis/sasl.js';
 import { createPartitionsHandler, deleteTopicsHandler } from './apis/topics-admin.js';
 import { offsetCommitHandler, offsetFetchHandler } from './apis/group-offsets.js';
+import { addOffsetsToTxnHandler, addPartitionsToTxnHandler, endTxnHandler, txnOffsetCommitHandler } from './apis/transactions.js';
 import {
   describeGroupsHandler,
   findCoordinatorHandler,
@@ -61,6 +62,10 @@ export function kafkaHandlers(): Map<number, KafkaHandler> {
     createPartitionsHandler,
     describeConfigsHandler,
     initProducerIdHandler,
+    addPartitionsToTxnHandler,
+    addOffsetsToTxnHandler,
+    endTxnHandler,
+    txnOffsetCommitHandler,
     findCoordinatorHandler,
     joinGroupHandler,
     syncGroupHandler,

@@ -26,6 +26,7 @@ import {
   txnState,
 } from './txn-entry.js';
 import { TxnFinisher } from './txn-finisher.js';
+import { KafkaTransactions } from './txn-kafka.js';
 import { TxnPublisher } from './txn-publish.js';
 
 export type { TxnPublishResult, TxnStatusState } from './txn-entry.js';
@@ -73,6 +74,8 @@ export class TransactionCoordinator {
   /** Every time the coordinator reads and every timer it arms. */
   private readonly clock: Clock;
   private sweepTimer: ClockTimer | undefined;
+  /** The Kafka port's AddPartitionsToTxn, AddOffsetsToTxn and transactional Produce (txn-kafka.ts). */
+  readonly kafka: KafkaTransactions;
 
   constructor(
     private readonly deps: {
@@ -109,6 +112,15 @@ export class TransactionCoordinator {
       targets: deps.targets,
       clock: this.clock,
       partitionFor: (id) => this.partitionFor(id),
+    });
+    this.kafka = new KafkaTransactions({
+      log: deps.log,
+      clock: this.clock,
+      entry: (id) => this.entry(id),
+      checkOwner: (id) => this.checkOwner(id),
+      withTxn: (id, fn) => this.withTxn(id, fn),
+      open: (e) => this.open(e),
+      endTxn: (id, producerId, epoch, result) => this.endTxn(id, producerId, epoch, result),
     });
     const self = this;
     new client.Gauge({
@@ -301,26 +313,32 @@ export class TransactionCoordinator {
         return;
       }
       if (m.state === 'prepare_commit' || m.state === 'prepare_abort') await this.finisher.awaitFinish(e);
-      const before = { ...m };
-      m.state = 'open';
-      m.startedMs = this.clock.now();
-      m.updatedMs = m.startedMs;
-      m.partitions = [];
-      m.offsets = [];
-      m.abortReason = undefined;
-      e.adds.clear();
-      e.results.clear();
-      e.lastSeq = 0;
-      e.spoiled = undefined;
-      e.recovered = false;
-      try {
-        await this.deps.log.write(m);
-      } catch (err) {
-        Object.assign(m, before);
-        throw err;
-      }
-      this.finisher.scheduleTimeout(e);
+      await this.open(e);
     });
+  }
+
+  /** Opens a new transaction of the entry (not open, not being decided), durably; under the id's lock. */
+  private async open(e: Entry): Promise<void> {
+    const m = e.meta;
+    const before = { ...m };
+    m.state = 'open';
+    m.startedMs = this.clock.now();
+    m.updatedMs = m.startedMs;
+    m.partitions = [];
+    m.offsets = [];
+    m.abortReason = undefined;
+    e.adds.clear();
+    e.results.clear();
+    e.lastSeq = 0;
+    e.spoiled = undefined;
+    e.recovered = false;
+    try {
+      await this.deps.log.write(m);
+    } catch (err) {
+      Object.assign(m, before);
+      throw err;
+    }
+    this.finisher.scheduleTimeout(e);
   }
 
   /**
@@ -336,18 +354,22 @@ export class TransactionCoordinator {
     return this.publisher.publish(e, id, producerId, epoch, topicName, explicit, record, seqNum);
   }
 
-  /** SEND_OFFSETS_TO_TXN: fenced as a commit is, then held until the transaction ends. */
+  /**
+   * SEND_OFFSETS_TO_TXN: fenced as a commit is, then held until the transaction ends. `checkMember`: the
+   * member check of a Kafka classic group (TxnOffsetCommit) in place of req.member and req.generation.
+   */
   sendOffsets(
     id: string,
     producerId: string,
     epoch: number,
     req: { group: string; topic: string; member: string; generation: number; entries: OffsetEntry[] },
+    checkMember?: () => void,
   ): Promise<number> {
     this.checkOwner(id);
     return this.withTxn(id, async () => {
       const e = this.entry(id);
       checkOpen(e, producerId, epoch);
-      await this.deps.targets.stageOffsets(id, req);
+      await this.deps.targets.stageOffsets(id, req, checkMember);
       const m = e.meta;
       for (const o of req.entries) {
         const i = m.offsets.findIndex((x) => x.group === req.group && x.topic === req.topic && x.partition === o.partition);

@@ -28,7 +28,12 @@ export interface TxnTargets {
   append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number, txnPartition: number): Promise<{ offset: number }>;
   /** A commit or abort marker (durable, and replicated in a cluster, when resolved). */
   marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType, txnPartition: number): Promise<void>;
-  stageOffsets(txn: string, req: StageRequest): Promise<void>;
+  /**
+   * Stages the offsets under the transaction. `checkMember`, when given, replaces the Tributary member and
+   * generation check (req.member and req.generation are then unused): a Kafka classic group's check, which
+   * only a local group coordinator can run.
+   */
+  stageOffsets(txn: string, req: StageRequest, checkMember?: () => void): Promise<void>;
   applyOffsets(txn: string, group: string, topic: string, entries: OffsetEntry[]): Promise<void>;
   clearOffsets(txn: string, group: string, topic: string, partitions: number[]): Promise<void>;
   /** After a restart: offsets of a transaction still open are pending again. */
@@ -74,7 +79,8 @@ export class LocalTxnTargets implements TxnTargets {
     if (part) await part.writeMarker(producerId, epoch, type);
   }
 
-  stageOffsets(txn: string, req: StageRequest): Promise<void> {
+  stageOffsets(txn: string, req: StageRequest, checkMember?: () => void): Promise<void> {
+    if (checkMember) return this.groups.stageTxnOffsetsChecked(txn, { group: req.group, topic: req.topic, entries: req.entries }, checkMember);
     return this.groups.stageTxnOffsets(txn, req);
   }
 

@@ -37,16 +37,23 @@ interface Wanted {
   refused?: Error;
 }
 
-/** LogRecords (ascending offsets, maybe with gaps) as one batch; markers are left out. */
-export function asRecordBatch(records: readonly LogRecord[]): Buffer {
+/**
+ * LogRecords (ascending offsets, maybe with gaps) as one batch; markers are left out. The batch ends at
+ * `nextOffset` - 1, past the records the read left out after the last one returned (a transaction's
+ * marker, which read_committed reads together with its records), so a client that goes by the batch's last
+ * offset (librdkafka) continues at the end. A read that found only markers or aborted records returns no
+ * batch (docs/kafka.md, "Not supported yet").
+ */
+export function asRecordBatch(records: readonly LogRecord[], nextOffset: number): Buffer {
   const data = records.filter((r) => (r.attributes & RecordAttr.CONTROL) === 0);
   if (data.length === 0) return EMPTY;
+  const last = Math.max(nextOffset - 1, records[records.length - 1]!.offset);
   const base = data[0]!.offset;
   return encodeRecordBatch({
     baseOffset: base,
     partitionLeaderEpoch: 0,
     records: data.map((r) => ({ key: r.key, value: r.value, headers: r.headers, timestamp: r.timestamp, offsetDelta: r.offset - base })),
-    lastOffsetDelta: records[records.length - 1]!.offset - base,
+    lastOffsetDelta: last - base,
   });
 }
 
@@ -65,7 +72,7 @@ async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation
     let records: Buffer = EMPTY;
     if (budget.bytes > 0) {
       const read = await p.read(w.offset, { maxRecords: MAX_RECORDS, maxBytes: Math.max(1, Math.min(w.maxBytes, budget.bytes)), isolation });
-      records = asRecordBatch(read.records);
+      records = asRecordBatch(read.records, read.nextOffset);
       budget.bytes -= records.length;
     }
     return { ...base, errorCode: 0, highWatermark: p.highWatermark, lastStableOffset: p.lastStableOffset, logStartOffset: p.earliest, records };

@@ -5,10 +5,13 @@
  * this is a conversion, measured by `npm run bench -- kafka`. An idempotent batch (producer id >= 0)
  * goes through the partition's producer state like Tributary's own: a retried batch is answered with its
  * original offsets, a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, and only ids a broker handed out are taken.
+ * A transactional batch (a request with a transactional id) is appended into its id's open transaction,
+ * only to a partition AddPartitionsToTxn added at the batch's epoch (txn/txn-kafka.ts), INVALID_TXN_STATE
+ * otherwise with nothing stored.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { MAX_PRODUCER_EPOCH, type RecordHeader, type RecordInput } from 'tributary-protocol/record.js';
-import type { IdempotentBatch } from '../../partition/partition-types.js';
+import type { IdempotentBatch, TransactionalBatch } from '../../partition/partition-types.js';
 import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
 import type { RecordBatchView } from 'tributary-protocol/record-batch/view.js';
 import { apiByKey } from '../protocol/apis.js';
@@ -17,8 +20,9 @@ import { Produce } from '../protocol/messages/produce.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
 import { acknowledged, leaderGate } from './cluster-gate.js';
-import { errorCodeOf, handler, refusal } from './handler.js';
+import { handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
+import { CLUSTER_REFUSAL, txnErrorCode, unserved } from './transactions.js';
 
 const EMPTY: Buffer = Buffer.alloc(0);
 
@@ -34,7 +38,8 @@ interface PartitionResult {
 
 function failed(index: number, err: unknown): PartitionResult {
   const message = err instanceof Error ? err.message : String(err);
-  return { index, errorCode: errorCodeOf(err), baseOffset: -1, logAppendTimeMs: -1, logStartOffset: -1, recordErrors: [], errorMessage: message };
+  // A fenced transactional producer gets INVALID_PRODUCER_EPOCH here, as from Kafka (no Produce version has PRODUCER_FENCED).
+  return { index, errorCode: txnErrorCode(err), baseOffset: -1, logAppendTimeMs: -1, logStartOffset: -1, recordErrors: [], errorMessage: message };
 }
 
 /**
@@ -72,9 +77,34 @@ async function inflate(batch: RecordBatchView, bound: number): Promise<Buffer> {
 /** A partition's batch, checked and decoded: what starts its append (in the connection's order), or its error. */
 type Prepared = { error: PartitionResult } | { start: () => Promise<PartitionResult> };
 
-async function prepare(ctx: KafkaRequestContext, topicName: string, index: number, bytes: Buffer | null, acks: number): Promise<Prepared> {
+/**
+ * The producer fields of a batch: idempotent (producer id 0 or more), and transactional when the request
+ * has a transactional id. Throws what Kafka answers for a batch that does not fit its request.
+ */
+async function producerOf(ctx: KafkaRequestContext, batch: RecordBatchView, txnId: string | null): Promise<IdempotentBatch | undefined> {
+  if (txnId === null && batch.isTransactional) throw new TributaryError('invalid_txn_state', { reason: 'a transactional batch in a request without a transactional id' });
+  if (txnId !== null && !batch.isTransactional) throw new TributaryError('invalid_txn_state', { reason: 'a request with a transactional id carries transactional batches only' });
+  if (batch.producerId < 0) {
+    if (txnId !== null) throw new TributaryError('invalid_batch', { reason: 'a transactional batch without a producer id' });
+    return undefined;
+  }
+  const producerId = String(batch.producerId);
+  const epoch = batch.producerEpoch;
+  if (epoch < 0 || epoch > MAX_PRODUCER_EPOCH) throw new TributaryError('invalid_batch', { reason: `producer epoch ${epoch}` });
+  // A transactional batch's producer id is checked against its transactional id's when it appends.
+  if (txnId === null) {
+    const issued = ctx.broker.producerIds.issued(producerId);
+    if (issued !== true && !(await issued)) throw new TributaryError('unknown_producer_id', { producerId });
+  }
+  const first = batch.baseSequence;
+  if (first < 0) throw new TributaryError('invalid_batch', { reason: 'an idempotent batch without a base sequence' });
+  return { producerId, epoch, firstSequence: first, lastSequence: first + batch.recordCount - 1 };
+}
+
+async function prepare(ctx: KafkaRequestContext, topicName: string, index: number, bytes: Buffer | null, acks: number, txnId: string | null): Promise<Prepared> {
   try {
-    const denied = ctx.authorize('PUBLISH', topicName);
+    // A transaction's write needs the transaction permission too (TXN_PUBLISH, checked for the request first).
+    const denied = txnId === null ? ctx.authorize('PUBLISH', topicName) : ctx.authorize('TXN_PUBLISH', topicName, { transactional_id: txnId });
     if (denied) throw refusal(denied, 'topic');
     if (!isUserTopic(topicName)) throw new TributaryError('topic_not_found', { topic: topicName });
     const partition = ctx.broker.topics.get(topicName).partition(index);
@@ -87,27 +117,26 @@ async function prepare(ctx: KafkaRequestContext, topicName: string, index: numbe
     if (split.batches.length !== 1) throw new TributaryError('invalid_batch', { reason: `${split.batches.length} batches for one partition; one is allowed` });
     const batch = split.batches[0]!;
     if (batch.isControl) throw new TributaryError('invalid_batch', { reason: 'control batches are written by the broker' });
-    if (batch.isTransactional) throw new TributaryError('transactional_id_not_found', { reason: 'transactions are not served on the Kafka port yet' });
+    const idempotent = await producerOf(ctx, batch, txnId);
     const records = await recordsOf(ctx, batch);
     if (records.length === 0 || records.length !== batch.recordCount) throw new TributaryError('invalid_batch', { reason: 'record count does not match the records' });
-    let idempotent: IdempotentBatch | undefined;
-    if (batch.producerId >= 0) {
-      const producerId = String(batch.producerId);
-      const epoch = batch.producerEpoch;
-      if (epoch < 0 || epoch > MAX_PRODUCER_EPOCH) throw new TributaryError('invalid_batch', { reason: `producer epoch ${epoch}` });
-      const issued = ctx.broker.producerIds.issued(producerId);
-      if (issued !== true && !(await issued)) throw new TributaryError('unknown_producer_id', { producerId });
-      const first = batch.baseSequence;
-      if (first < 0) throw new TributaryError('invalid_batch', { reason: 'an idempotent batch without a base sequence' });
-      for (let i = 0; i < records.length; i++) Object.assign(records[i]!, { producerId, epoch, sequence: first + i });
-      idempotent = { producerId, epoch, firstSequence: first, lastSequence: first + records.length - 1 };
+    if (idempotent && txnId === null) {
+      for (let i = 0; i < records.length; i++) Object.assign(records[i]!, { producerId: idempotent.producerId, epoch: idempotent.epoch, sequence: idempotent.firstSequence + i });
     }
     return {
       start: async () => {
         try {
           // Synchronous up to the append call, so appends start in the order start() is called.
           const leaderEpoch = leaderGate(ctx, partition, acks);
-          const appending = idempotent ? partition.appendIdempotent(records, idempotent) : partition.append(records);
+          const appending =
+            txnId !== null && idempotent
+              ? // Only into the id's open transaction at the batch's epoch, once the partition is durably added to it.
+                ctx.broker.transactions.kafka.append(txnId, idempotent.producerId, idempotent.epoch, topicName, index, () =>
+                  partition.appendTransactional(records, idempotent satisfies TransactionalBatch),
+                )
+              : idempotent
+                ? partition.appendIdempotent(records, idempotent)
+                : partition.append(records);
           const appended = await appending;
           await acknowledged(ctx, partition, appended.lastOffset, acks, leaderEpoch);
           return { index, errorCode: 0, baseOffset: appended.baseOffset, logAppendTimeMs: -1, logStartOffset: partition.earliest, recordErrors: [], errorMessage: null };
@@ -134,13 +163,19 @@ export const produceHandler = handler(apiByKey(Produce.apiKey)!, async (ctx, _ve
       throttleTimeMs: 0,
     };
   }
-  if (body.transactionalId !== null && body.transactionalId !== undefined) {
-    const code = kafkaErrorCode('TRANSACTIONAL_ID_AUTHORIZATION_FAILED');
-    const responses = topics.map((t) => ({
-      name: t.name,
-      partitionResponses: (t.partitionData as KafkaStruct[]).map((p) => ({ ...failed(p.index as number, new Error('transactions are not served on the Kafka port yet')), errorCode: code })),
-    }));
-    return acks === 0 ? null : { responses, throttleTimeMs: 0 };
+  const txnId = (body.transactionalId as string | null | undefined) ?? null;
+  if (txnId !== null) {
+    // The transaction permission on the id first (then each topic's write), as TXN_PUBLISH.
+    const denied = ctx.authorize('TXN_PUBLISH', undefined, { transactional_id: txnId });
+    const code = unserved(ctx) ?? (denied ? kafkaErrorCode('TRANSACTIONAL_ID_AUTHORIZATION_FAILED') : undefined);
+    if (code !== undefined) {
+      const reason = new Error(denied ? denied.message : CLUSTER_REFUSAL);
+      const responses = topics.map((t) => ({
+        name: t.name,
+        partitionResponses: (t.partitionData as KafkaStruct[]).map((p) => ({ ...failed(p.index as number, reason), errorCode: code })),
+      }));
+      return acks === 0 ? null : { responses, throttleTimeMs: 0 };
+    }
   }
   // Decoded side by side; the appends then start in the connection's request order (kafka-connection.ts),
   // so a batch that took longer to decode does not land behind one sent after it.
@@ -148,7 +183,7 @@ export const produceHandler = handler(apiByKey(Produce.apiKey)!, async (ctx, _ve
   let results: PartitionResult[][];
   try {
     const prepared = await Promise.all(
-      topics.map((t) => Promise.all((t.partitionData as KafkaStruct[]).map((p) => prepare(ctx, t.name as string, p.index as number, p.records as Buffer | null, acks)))),
+      topics.map((t) => Promise.all((t.partitionData as KafkaStruct[]).map((p) => prepare(ctx, t.name as string, p.index as number, p.records as Buffer | null, acks, txnId)))),
     );
     await turn.ready;
     const started = prepared.map((list) => list.map((x) => ('start' in x ? x.start() : Promise.resolve(x.error))));

@@ -1,18 +1,17 @@
 /**
- * InitProducerId for idempotent producers: a producer id from the same allocator as Tributary's own
- * (docs/architecture.md, "Producer ids") at epoch 0. A producer that asks again with its id and epoch
- * (v3+, KIP-360) gets a new id: its sequences start over either way. Transactional ids are not served on
- * the Kafka port yet (docs/kafka.md).
+ * InitProducerId. Without a transactional id (idempotent producers): a producer id from the same
+ * allocator as Tributary's own (docs/architecture.md, "Producer ids") at epoch 0; a producer that asks
+ * again with its id and epoch (v3+, KIP-360) gets a new id: its sequences start over either way. With a
+ * transactional id: the transaction coordinator's INIT_PRODUCER_ID (apis/transactions.ts,
+ * docs/kafka.md "Transactions"), standalone only.
  */
 import { apiByKey } from '../protocol/apis.js';
-import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { InitProducerId } from '../protocol/messages/transactions.js';
 import { errorCodeOf, handler, refusal } from './handler.js';
+import { initTransactional } from './transactions.js';
 
-export const initProducerIdHandler = handler(apiByKey(InitProducerId.apiKey)!, async (ctx, _version, body) => {
-  if (body.transactionalId !== null && body.transactionalId !== undefined) {
-    return { throttleTimeMs: 0, errorCode: kafkaErrorCode('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'), producerId: -1n, producerEpoch: -1 };
-  }
+export const initProducerIdHandler = handler(apiByKey(InitProducerId.apiKey)!, async (ctx, version, body) => {
+  if (body.transactionalId !== null && body.transactionalId !== undefined) return initTransactional(ctx, version, body);
   try {
     // As the main port's INIT_PRODUCER_ID without a transactional id: whoever may write topics.
     const denied = ctx.authorize('INIT_PRODUCER_ID');

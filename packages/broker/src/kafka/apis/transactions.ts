@@ -1,0 +1,212 @@
+/**
+ * Kafka transactions (docs/kafka.md, "Transactions") on Tributary's transaction coordinator
+ * (txn/txn-coordinator.ts, txn/txn-kafka.ts): InitProducerId with a transactional id, AddPartitionsToTxn,
+ * AddOffsetsToTxn, TxnOffsetCommit and EndTxn (transactional Produce: apis/produce.ts). Standalone only:
+ * in a cluster a partition's leader on another broker would have to know the transaction, so every
+ * transactional request there is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as before.
+ */
+import { ConcurrentTransactionsError } from '../../txn/txn-kafka.js';
+import { apiByKey } from '../protocol/apis.js';
+import { type KafkaErrorName, kafkaErrorCode } from '../protocol/error-codes.js';
+import { TxnOffsetCommit } from '../protocol/messages/offsets.js';
+import { AddOffsetsToTxn, AddPartitionsToTxn, EndTxn } from '../protocol/messages/transactions.js';
+import type { KafkaStruct } from '../protocol/schema.js';
+import type { KafkaRequestContext } from '../context.js';
+import { errorCodeOf, handler, refusal } from './handler.js';
+import { isUserTopic } from './metadata.js';
+
+/** Kafka's limit on a commit's metadata string (offset.metadata.max.bytes). */
+const MAX_METADATA = 4096;
+
+/** Why a cluster refuses transactional ids on the Kafka port (docs/kafka.md). */
+export const CLUSTER_REFUSAL = 'transactions are served on the Kafka port of a standalone broker only';
+
+/**
+ * The Kafka code of a transactional request's failure. PRODUCER_FENCED exists from InitProducerId v4,
+ * AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2 on (KIP-588); older versions, TxnOffsetCommit and
+ * Produce get INVALID_PRODUCER_EPOCH, as from a Kafka broker (kafkajs 2.2.4 does not know the newer code).
+ */
+export function txnErrorCode(err: unknown, fencedKnown = false): number {
+  if (err instanceof ConcurrentTransactionsError) return kafkaErrorCode('CONCURRENT_TRANSACTIONS');
+  const c = errorCodeOf(err);
+  return !fencedKnown && c === kafkaErrorCode('PRODUCER_FENCED') ? kafkaErrorCode('INVALID_PRODUCER_EPOCH') : c;
+}
+
+/** Undefined when the broker serves Kafka transactions; else the code every transactional request gets. */
+export function unserved(ctx: KafkaRequestContext): number | undefined {
+  return ctx.broker.cluster ? kafkaErrorCode('TRANSACTIONAL_ID_AUTHORIZATION_FAILED') : undefined;
+}
+
+/** The transaction permission on the id (main port: BEGIN_TXN / END_TXN need `transaction`). */
+function txnRefusal(ctx: KafkaRequestContext, command: string, id: string): ReturnType<typeof refusal> | undefined {
+  const denied = ctx.authorize(command, undefined, { transactional_id: id });
+  return denied ? refusal(denied, 'transactional_id') : undefined;
+}
+
+const code = (name: KafkaErrorName) => kafkaErrorCode(name);
+
+/** InitProducerId with a transactional id: the coordinator's INIT_PRODUCER_ID (fences older epochs). */
+export async function initTransactional(ctx: KafkaRequestContext, version: number, body: KafkaStruct): Promise<KafkaStruct> {
+  const fail = (errorCode: number) => ({ throttleTimeMs: 0, errorCode, producerId: -1n, producerEpoch: -1 });
+  const refused = unserved(ctx);
+  if (refused !== undefined) return fail(refused);
+  const id = body.transactionalId as string;
+  try {
+    const denied = txnRefusal(ctx, 'INIT_PRODUCER_ID', id);
+    if (denied) throw denied;
+    if (id === '') return fail(code('INVALID_REQUEST'));
+    const timeout = body.transactionTimeoutMs as number;
+    if (!(timeout > 0) || timeout > ctx.broker.config.maxTransactionTimeoutMs) return fail(code('INVALID_TRANSACTION_TIMEOUT'));
+    const txns = ctx.broker.transactions;
+    // v3+ (KIP-360): a producer that names its id and epoch must hold them, or it is a zombie.
+    const given = version >= 3 ? (body.producerId as bigint) : -1n;
+    if (given >= 0n) {
+      let current: { producerId: string; epoch: number } | undefined;
+      try {
+        current = txns.status(id);
+      } catch {
+        current = undefined; // an unknown id
+      }
+      if (!current || current.producerId !== String(given)) return fail(code('INVALID_PRODUCER_ID_MAPPING'));
+      if (current.epoch !== body.producerEpoch) return fail(code(version >= 4 ? 'PRODUCER_FENCED' : 'INVALID_PRODUCER_EPOCH'));
+    }
+    const r = await txns.initProducerId(id, timeout);
+    return { throttleTimeMs: 0, errorCode: 0, producerId: BigInt(r.producerId), producerEpoch: r.epoch };
+  } catch (err) {
+    return fail(txnErrorCode(err, version >= 4));
+  }
+}
+
+/** Whether the topic's partition exists (and is a user topic). */
+function exists(ctx: KafkaRequestContext, topic: string, partition: number): boolean {
+  const t = isUserTopic(topic) ? ctx.broker.topics.tryGet(topic) : undefined;
+  return t !== undefined && partition >= 0 && partition < t.partitions.length;
+}
+
+/**
+ * AddPartitionsToTxn v0-3: the partitions join the id's open transaction (begun if none is), durably.
+ * A partition refused (authorization, unknown) refuses the request: the others get OPERATION_NOT_ATTEMPTED.
+ */
+export const addPartitionsToTxnHandler = handler(apiByKey(AddPartitionsToTxn.apiKey)!, async (ctx, version, body) => {
+  const topics = body.topics as KafkaStruct[];
+  const id = body.transactionalId as string;
+  const answer = (codeOf: (t: number, p: number) => number) => ({
+    throttleTimeMs: 0,
+    results: topics.map((t, i) => ({ name: t.name, results: (t.partitions as number[]).map((p, k) => ({ partitionIndex: p, errorCode: codeOf(i, k) })) })),
+  });
+  const refused = unserved(ctx);
+  if (refused !== undefined) return answer(() => refused);
+  const denied = txnRefusal(ctx, 'TXN_PUBLISH', id);
+  if (denied) return answer(() => errorCodeOf(denied));
+  const codes = topics.map((t) => {
+    const name = t.name as string;
+    // Refused before it is looked up, so a principal cannot tell whether a topic it may not write exists.
+    const topicDenied = ctx.authorize('TXN_PUBLISH', name, { transactional_id: id });
+    return (t.partitions as number[]).map((p) => {
+      if (topicDenied) return code('TOPIC_AUTHORIZATION_FAILED');
+      return exists(ctx, name, p) ? 0 : code('UNKNOWN_TOPIC_OR_PARTITION');
+    });
+  });
+  if (codes.some((list) => list.some((c) => c !== 0))) return answer((i, k) => codes[i]![k] || code('OPERATION_NOT_ATTEMPTED'));
+  const partitions = topics.flatMap((t) => (t.partitions as number[]).map((partition) => ({ topic: t.name as string, partition })));
+  try {
+    await ctx.broker.transactions.kafka.addPartitions(id, String(body.producerId as bigint), body.producerEpoch as number, partitions);
+    return answer(() => 0);
+  } catch (err) {
+    const c = txnErrorCode(err, version >= 2);
+    return answer(() => c);
+  }
+});
+
+/** AddOffsetsToTxn v0-3: the group's offsets may join the open transaction (begun if none is). */
+export const addOffsetsToTxnHandler = handler(apiByKey(AddOffsetsToTxn.apiKey)!, async (ctx, version, body) => {
+  const refused = unserved(ctx);
+  if (refused !== undefined) return { throttleTimeMs: 0, errorCode: refused };
+  const id = body.transactionalId as string;
+  try {
+    const denied = txnRefusal(ctx, 'BEGIN_TXN', id);
+    if (denied) throw denied;
+    const groupDenied = ctx.authorize('SEND_OFFSETS_TO_TXN', undefined, { transactional_id: id, group: body.groupId as string });
+    if (groupDenied) throw refusal(groupDenied, 'group');
+    await ctx.broker.transactions.kafka.addOffsets(id, String(body.producerId as bigint), body.producerEpoch as number);
+    return { throttleTimeMs: 0, errorCode: 0 };
+  } catch (err) {
+    return { throttleTimeMs: 0, errorCode: txnErrorCode(err, version >= 2) };
+  }
+});
+
+/** EndTxn v0-3: the coordinator's END_TXN (markers on every added partition, offsets applied on commit). */
+export const endTxnHandler = handler(apiByKey(EndTxn.apiKey)!, async (ctx, version, body) => {
+  const refused = unserved(ctx);
+  if (refused !== undefined) return { throttleTimeMs: 0, errorCode: refused };
+  const id = body.transactionalId as string;
+  try {
+    const denied = txnRefusal(ctx, 'END_TXN', id);
+    if (denied) throw denied;
+    await ctx.broker.transactions.kafka.endTxn(id, String(body.producerId as bigint), body.producerEpoch as number, body.committed === true ? 'commit' : 'abort');
+    return { throttleTimeMs: 0, errorCode: 0 };
+  } catch (err) {
+    return { throttleTimeMs: 0, errorCode: txnErrorCode(err, version >= 2) };
+  }
+});
+
+/**
+ * TxnOffsetCommit v0-3 (to the group coordinator): the offsets are staged under the transaction with the
+ * Kafka classic group's member check (v3 carries the member and generation; v0-2 none, which Kafka does
+ * not check against the members) and recorded in the transaction, as SEND_OFFSETS_TO_TXN does. Each topic
+ * is staged all or nothing.
+ */
+export const txnOffsetCommitHandler = handler(apiByKey(TxnOffsetCommit.apiKey)!, async (ctx, version, body) => {
+  const topics = body.topics as KafkaStruct[];
+  const id = body.transactionalId as string;
+  const group = body.groupId as string;
+  const answer = (codes: number[][]) => ({
+    throttleTimeMs: 0,
+    topics: topics.map((t, i) => ({ name: t.name, partitions: (t.partitions as KafkaStruct[]).map((p, k) => ({ partitionIndex: p.partitionIndex, errorCode: codes[i]![k] })) })),
+  });
+  const all = (c: number) => answer(topics.map((t) => (t.partitions as KafkaStruct[]).map(() => c)));
+  const refused = unserved(ctx);
+  if (refused !== undefined) return all(refused);
+  const denied = txnRefusal(ctx, 'BEGIN_TXN', id);
+  if (denied) return all(errorCodeOf(denied));
+  const groupDenied = ctx.authorize('SEND_OFFSETS_TO_TXN', undefined, { transactional_id: id, group });
+  if (groupDenied) return all(errorCodeOf(refusal(groupDenied, 'group')));
+  const codes: number[][] = topics.map((t) => {
+    const name = t.name as string;
+    const topicDenied = ctx.authorize('SEND_OFFSETS_TO_TXN', name, { transactional_id: id, group });
+    const list = (t.partitions as KafkaStruct[]).map((p) => {
+      if (topicDenied) return code('TOPIC_AUTHORIZATION_FAILED');
+      if (!exists(ctx, name, p.partitionIndex as number)) return code('UNKNOWN_TOPIC_OR_PARTITION');
+      const metadata = p.committedMetadata as string | null;
+      if (metadata !== null && Buffer.byteLength(metadata) > MAX_METADATA) return code('OFFSET_METADATA_TOO_LARGE');
+      if ((p.committedOffset as number) < 0) return code('INVALID_REQUEST');
+      return 0;
+    });
+    // A topic is staged all or nothing: a refused partition refuses the topic's others.
+    const first = list.find((c) => c !== 0);
+    return first === undefined ? list : list.map((c) => c || first);
+  });
+  const check = ctx.broker.coordinator.classic.memberCheck(
+    {
+      group,
+      memberId: version >= 3 ? (body.memberId as string) : '',
+      instanceId: version >= 3 ? ((body.groupInstanceId as string | null) ?? null) : null,
+      generation: version >= 3 ? (body.generationId as number) : -1,
+    },
+    { transactional: true },
+  );
+  const producerId = String(body.producerId as bigint);
+  for (let i = 0; i < topics.length; i++) {
+    if (codes[i]!.some((c) => c !== 0)) continue;
+    const t = topics[i]!;
+    const entries = (t.partitions as KafkaStruct[]).map((p) => ({ partition: p.partitionIndex as number, offset: p.committedOffset as number }));
+    if (entries.length === 0) continue;
+    try {
+      await ctx.broker.transactions.sendOffsets(id, producerId, body.producerEpoch as number, { group, topic: t.name as string, member: '', generation: -1, entries }, check);
+    } catch (err) {
+      const c = txnErrorCode(err);
+      codes[i] = codes[i]!.map(() => c);
+    }
+  }
+  return answer(codes);
+});

@@ -1,0 +1,160 @@
+/**
+ * The Kafka port's transactions on the transaction coordinator (txn/txn-kafka.ts), without a server: the
+ * implicit begin, the durable registration a transactional append needs, the producer's own sequences
+ * deduplicated by the partition, CONCURRENT_TRANSACTIONS while a transaction is being finished, and an end
+ * that waits for an append it let start. Real partitions in a temporary directory, a fake clock.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { Isolation } from 'tributary-broker/partition/partition.js';
+import type { TransactionCoordinator } from 'tributary-broker/txn/txn-coordinator.js';
+import { ConcurrentTransactionsError } from 'tributary-broker/txn/txn-kafka.js';
+import type { TxnTargets } from 'tributary-broker/txn/txn-targets.js';
+import { type Coordinators, openCoordinators } from '../../helpers/coordinators.js';
+import { FakeClock } from '../../helpers/fake-clock.js';
+import { expectError, rec, removeDir, tempDir, until } from '../../helpers/util.js';
+
+const TOPIC = 'data';
+const RC = { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_committed' as Isolation };
+const RU = { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_uncommitted' as Isolation };
+
+let dir: string;
+let c: Coordinators;
+let txns: TransactionCoordinator;
+
+beforeEach(async () => {
+  dir = await tempDir('trib-txn-kafka-');
+  c = await openCoordinators(dir, new FakeClock(), { topics: { [TOPIC]: 2 } });
+  txns = c.txns;
+});
+
+afterEach(async () => {
+  await c.close();
+  await removeDir(dir);
+});
+
+const part = (p: number) => c.topics.get(TOPIC).partition(p);
+const values = (rs: Array<{ value: Buffer }>) => rs.map((r) => r.value.toString());
+
+/** A Kafka producer's batch on partition `p`, through the Kafka path, with its own sequences. */
+function produce(id: string, producerId: string, epoch: number, p: number, value: string, firstSequence: number) {
+  return txns.kafka.append(id, producerId, epoch, TOPIC, p, () =>
+    part(p).appendTransactional([rec(value)], { producerId, epoch, firstSequence, lastSequence: firstSequence }),
+  );
+}
+
+describe('Kafka transactions on the coordinator', () => {
+  it('AddPartitionsToTxn begins the transaction and registers the partitions; only those take records, retries deduplicated', async () => {
+    const { producerId, epoch } = await txns.initProducerId('k-1', 60_000);
+    // Nothing open: refused, nothing written.
+    await expectError(produce('k-1', producerId, epoch, 0, 'early', 0), 'invalid_txn_state');
+    expect(part(0).highWatermark).toBe(0);
+    await txns.kafka.addPartitions('k-1', producerId, epoch, [{ topic: TOPIC, partition: 0 }]);
+    expect(txns.status('k-1')).toMatchObject({ state: 'open', partitions: 1 });
+    await expectError(produce('k-1', producerId, epoch, 1, 'not-added', 0), 'invalid_txn_state');
+    expect(part(1).highWatermark).toBe(0);
+    const first = await produce('k-1', producerId, epoch, 0, 'one', 0);
+    const retry = await produce('k-1', producerId, epoch, 0, 'one', 0);
+    expect(retry).toMatchObject({ baseOffset: first.baseOffset, duplicate: true });
+    await expectError(produce('k-1', producerId, epoch, 0, 'gap', 5), 'out_of_order_sequence');
+    await expectError(produce('k-1', producerId, epoch + 1, 0, 'other-epoch', 1), 'invalid_producer_epoch');
+    // Adding a partition again is answered again and registers nothing twice.
+    await txns.kafka.addPartitions('k-1', producerId, epoch, [
+      { topic: TOPIC, partition: 0 },
+      { topic: TOPIC, partition: 1 },
+      { topic: TOPIC, partition: 1 },
+    ]);
+    expect(txns.status('k-1').partitions).toBe(2);
+    await produce('k-1', producerId, epoch, 1, 'two', 0);
+    expect(values((await part(0).read(0, RC)).records)).toEqual([]);
+    await txns.kafka.endTxn('k-1', producerId, epoch, 'commit');
+    expect(values((await part(0).read(0, RC)).records)).toEqual(['one']);
+    expect(values((await part(1).read(0, RC)).records)).toEqual(['two']);
+    // Ended: the partitions are no longer in a transaction.
+    await expectError(produce('k-1', producerId, epoch, 0, 'late', 1), 'invalid_txn_state');
+    expect(part(0).lastStableOffset).toBe(part(0).highWatermark);
+  });
+
+  it('EndTxn waits for an append it let start; a batch after the decision is refused; no record lands after its marker', async () => {
+    const { producerId, epoch } = await txns.initProducerId('k-2', 60_000);
+    await txns.kafka.addPartitions('k-2', producerId, epoch, [{ topic: TOPIC, partition: 0 }]);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const appended = txns.kafka.append('k-2', producerId, epoch, TOPIC, 0, async () => {
+      await gate; // an append still in flight (a slow disk)
+      return part(0).appendTransactional([rec('slow')], { producerId, epoch, firstSequence: 0, lastSequence: 0 });
+    });
+    // Let the append pass its checks and start.
+    await new Promise((r) => setImmediate(r));
+    let ended = false;
+    const ending = txns.kafka.endTxn('k-2', producerId, epoch, 'commit').then(() => (ended = true));
+    await new Promise((r) => setImmediate(r));
+    expect(txns.status('k-2').state).toBe('committing');
+    // A batch arriving now is refused: its transaction is being decided.
+    await expectError(produce('k-2', producerId, epoch, 0, 'too-late', 1), 'invalid_txn_state');
+    // The next transaction's AddPartitionsToTxn waits for the end (the id's lock).
+    let added = false;
+    const adding = txns.kafka.addPartitions('k-2', producerId, epoch, [{ topic: TOPIC, partition: 1 }]).then(() => (added = true));
+    await new Promise((r) => setImmediate(r));
+    expect([ended, added]).toEqual([false, false]);
+    release();
+    await appended;
+    await ending;
+    await adding;
+    const all = (await part(0).read(0, RU)).records;
+    // The record, then the commit marker: nothing after it.
+    expect(all.map((r) => r.value.toString())[0]).toBe('slow');
+    expect(all).toHaveLength(2);
+    expect(values((await part(0).read(0, RC)).records)).toEqual(['slow']);
+    expect(txns.status('k-2')).toMatchObject({ state: 'open', partitions: 1 });
+  });
+
+  it('while a decided transaction waits to be finished again, AddPartitionsToTxn and AddOffsetsToTxn are CONCURRENT_TRANSACTIONS', async () => {
+    await c.close();
+    await removeDir(dir);
+    dir = await tempDir('trib-txn-kafka-');
+    const clock = new FakeClock();
+    let failMarkers = 1;
+    c = await openCoordinators(dir, clock, {
+      topics: { [TOPIC]: 2 },
+      targets: (local) =>
+        Object.assign(Object.create(local) as TxnTargets, {
+          marker: (...args: Parameters<TxnTargets['marker']>) => (failMarkers-- > 0 ? Promise.reject(new Error('disk full')) : local.marker(...args)),
+        }),
+    });
+    txns = c.txns;
+    const { producerId, epoch } = await txns.initProducerId('k-4', 60_000);
+    await txns.kafka.addPartitions('k-4', producerId, epoch, [{ topic: TOPIC, partition: 0 }]);
+    await produce('k-4', producerId, epoch, 0, 'r', 0);
+    await expect(txns.kafka.endTxn('k-4', producerId, epoch, 'commit')).rejects.toThrow('disk full');
+    expect(txns.status('k-4').state).toBe('committing');
+    for (const attempt of [txns.kafka.addPartitions('k-4', producerId, epoch, [{ topic: TOPIC, partition: 1 }]), txns.kafka.addOffsets('k-4', producerId, epoch)]) {
+      expect(await attempt.catch((e: unknown) => e)).toBeInstanceOf(ConcurrentTransactionsError);
+    }
+    // The retry finishes it; the client's retry then begins the next transaction.
+    await clock.advance(1000);
+    await until(() => txns.status('k-4').state === 'committed', 5000, 'the retried finish');
+    await txns.kafka.addPartitions('k-4', producerId, epoch, [{ topic: TOPIC, partition: 1 }]);
+    expect(txns.status('k-4')).toMatchObject({ state: 'open', partitions: 1 });
+    expect(values((await part(0).read(0, RC)).records)).toEqual(['r']);
+  });
+
+  it('AddOffsetsToTxn begins the transaction; TxnOffsetCommit stages with the given member check and applies on commit', async () => {
+    const { producerId, epoch } = await txns.initProducerId('k-3', 60_000);
+    await txns.kafka.addOffsets('k-3', producerId, epoch);
+    expect(txns.status('k-3').state).toBe('open');
+    let checked = 0;
+    const refuse = () => {
+      checked++;
+      throw new Error('stale member');
+    };
+    await expect(txns.sendOffsets('k-3', producerId, epoch, { group: 'g', topic: TOPIC, member: '', generation: -1, entries: [{ partition: 0, offset: 0 }] }, refuse)).rejects.toThrow('stale member');
+    expect(checked).toBe(1);
+    expect(txns.status('k-3').offsets).toBe(0);
+    await c.topics.get(TOPIC).partition(0).append([rec('x'), rec('y')]);
+    await txns.sendOffsets('k-3', producerId, epoch, { group: 'g', topic: TOPIC, member: '', generation: -1, entries: [{ partition: 0, offset: 2 }] }, () => checked++);
+    expect(checked).toBe(2);
+    await expectError(Promise.resolve().then(() => c.groups.fetchOffset('g', TOPIC, 0)), 'UNSTABLE_OFFSET_COMMIT');
+    await txns.kafka.endTxn('k-3', producerId, epoch, 'commit');
+    expect(c.groups.fetchOffset('g', TOPIC, 0)).toEqual({ offset: 2, committed: true });
+  });
+});
