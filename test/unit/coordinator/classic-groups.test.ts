@@ -290,4 +290,32 @@ describe('Kafka classic groups on a fake clock', () => {
     // In use by Kafka members: refused on the main port.
     await expect(join('native-2')).rejects.toThrow(/Kafka consumer group of this id is in use/);
   });
+
+  it('its partition moving away mid-rebalance answers the waiting joins NOT_COORDINATOR; taken back, the group rebalances from its log', async () => {
+    c.groups.enableOwnership(
+      (partition) => new TributaryError('NOT_COORDINATOR', { partition }),
+      () => true,
+      () => true,
+      () => true,
+    );
+    for (let p = 0; p < 2; p++) await c.groups.loadPartition(p);
+    const [leader, follower] = await twoMembers(60_000);
+    const newcomer = kafkaName(classic().join(req('', { sessionTimeoutMs: 60_000 })));
+    await until(() => classic().describe('g').state === 'PreparingRebalance', 5000, 'the rebalance');
+    const partition = c.groups.partitionFor('g');
+    c.groups.unloadPartition(partition);
+    expect(await newcomer).toBe('NOT_COORDINATOR');
+    expect(await kafkaName(hb(leader))).toBe('NOT_COORDINATOR');
+    // No timer of the dropped group acts: past its rebalance timeout nothing is written for it.
+    await clock.advance(5000);
+    await c.groups.loadPartition(partition);
+    // From the log: generation 1, both members (the newcomer never got an answer, so it never joined).
+    const d = classic().describe('g');
+    expect(d.generation).toBe(1);
+    expect(d.members.map((m) => m.memberId).sort()).toEqual([leader.memberId, follower.memberId].sort());
+    const rejoins = [leader, follower].map((m) => classic().join(req(m.memberId, { sessionTimeoutMs: 60_000 })));
+    await until(() => classic().describe('g').state === 'PreparingRebalance', 5000, 'a rebalance after the reload');
+    await clock.advance(WINDOW);
+    expect((await Promise.all(rejoins)).map((r) => joined(r).generation)).toEqual([2, 2]);
+  });
 });
