@@ -318,4 +318,12 @@ describe('Kafka classic groups on a fake clock', () => {
     await clock.advance(WINDOW);
     expect((await Promise.all(rejoins)).map((r) => joined(r).generation)).toEqual([2, 2]);
   });
+
+  it('a group that only handed out member ids is forgotten with them', async () => {
+    const first = await classic().join(req('', { group: 'probe', requireKnownMemberId: true }));
+    expect('memberIdRequired' in first).toBe(true);
+    await clock.advance(1000);
+    await until(() => classic().describe('probe').state === 'Dead', 5000, 'the probe group forgotten');
+    expect(classic().list().map((x) => x.groupId)).not.toContain('probe');
+  });
 });

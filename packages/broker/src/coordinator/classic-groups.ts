@@ -143,8 +143,9 @@ export class ClassicGroups {
           instanceId: m.instanceId,
           clientId: m.clientId,
           clientHost: m.clientHost,
-          metadata: g.metadataFor(m, protocol),
-          assignment: m.assignment,
+          // As Kafka: a member's metadata and assignment are shown once the group is Stable.
+          metadata: g.state === 'Stable' ? g.metadataFor(m, protocol) : Buffer.alloc(0),
+          assignment: g.state === 'Stable' ? m.assignment : Buffer.alloc(0),
           lastHeartbeat: m.lastHeartbeat,
           sessionTimeoutMs: m.sessionTimeoutMs,
         })),

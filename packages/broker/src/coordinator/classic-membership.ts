@@ -453,7 +453,14 @@ export class ClassicMembership {
     this.whenCanAct(`cpend:${g.groupId}:${memberId}`, () =>
       this.ctx
         .withGroup(g.groupId, async () => {
-          if (g.pendingMembers.delete(memberId) && this.groups.get(g.groupId) === g) await this.tryCompleteJoin(g, false);
+          if (!g.pendingMembers.delete(memberId) || this.groups.get(g.groupId) !== g) return;
+          // A group that only ever handed out member ids (never joined, never written) is not kept: ids
+          // asked for and never used must not pile up groups in memory.
+          if (g.generation === 0 && g.members.size === 0 && g.pendingMembers.size === 0) {
+            this.groups.delete(g.groupId);
+            return;
+          }
+          await this.tryCompleteJoin(g, false);
         })
         .catch((err: unknown) => this.ctx.logger.warn({ err, group: g.groupId }, 'dropping a pending Kafka group member failed')),
     );
