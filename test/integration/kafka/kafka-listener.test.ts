@@ -241,6 +241,21 @@ describe('the Kafka listener', () => {
     const listOffset = async (raw: RawKafka, topic: string, timestamp: number, isolationLevel: number) =>
       (((await raw.call(2, 5, { isolationLevel, topics: [{ name: topic, partitions: [{ partitionIndex: 0, timestamp }] }] })).topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!;
 
+    it('waits for minBytes (within maxWaitMs): one record below it is not answered until a second one comes', async () => {
+      await c.command('CREATE', { topic: 'min-bytes', partitions: 1 });
+      await c.command('PUBLISH', { topic: 'min-bytes', partition: 0, message: 'one' });
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        const single = (partitionOf(await raw.call(1, 12, fetchBody('min-bytes', 0, 0))).records as Buffer).length;
+        // Asks for one byte more than the record there: answered only once the second one is in.
+        const fetching = raw.call(1, 12, { ...fetchBody('min-bytes', 0, 0, 10_000), minBytes: single + 1 });
+        await c.command('PUBLISH', { topic: 'min-bytes', partition: 0, message: 'two' });
+        expect(valuesOf(await fetching)).toEqual(['0:one', '1:two']);
+      } finally {
+        raw.socket.destroy();
+      }
+    });
+
     it('read_committed hides an open transaction and, once it ends, its aborted records; read_uncommitted shows them', async () => {
       await c.command('CREATE', { topic: 'txn-read', partitions: 1 });
       const raw = await RawKafka.connect(broker.kafkaPort);

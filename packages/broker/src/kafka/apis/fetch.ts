@@ -4,8 +4,8 @@
  * without aborted records and markers, so no aborted-transaction list is needed; read_uncommitted reads up
  * to the high watermark, markers left out (clients skip control batches anyway). Offsets keep their gaps
  * (offset deltas), as compaction leaves them in Kafka. No fetch sessions: every response is a full one
- * (session id 0), which clients accept. When nothing is ready the request waits up to maxWaitMs for any of
- * its partitions.
+ * (session id 0), which clients accept. Until `minBytes` are ready the request waits, up to maxWaitMs, for
+ * more data in any of its partitions.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
@@ -81,13 +81,16 @@ async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation
   }
 }
 
-/** Resolves once any partition has data past its offset, the wait ends or the connection closes. */
-async function waitForAny(ctx: KafkaRequestContext, wanted: Wanted[], isolation: Isolation, waitMs: number): Promise<void> {
+/**
+ * Resolves once any partition has data past `from` (its offset at first, then the end of what was read),
+ * the wait ends or the connection closes.
+ */
+async function waitForAny(ctx: KafkaRequestContext, wanted: Wanted[], from: number[], isolation: Isolation, waitMs: number): Promise<void> {
   const stop = new AbortController();
   const onClose = () => stop.abort();
   ctx.signal.addEventListener('abort', onClose, { once: true });
   try {
-    const waits = wanted.filter((w) => w.log).map((w) => w.log!.waitForData(w.offset, waitMs, stop.signal, isolation));
+    const waits = wanted.flatMap((w, i) => (w.log ? [w.log.waitForData(from[i]!, waitMs, stop.signal, isolation)] : []));
     if (waits.length > 0) await Promise.race(waits);
   } finally {
     stop.abort();
@@ -120,9 +123,16 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
   };
   let results = await readAll();
   const waitMs = Math.min(Math.max(0, body.maxWaitMs as number), ctx.broker.config.maxWaitMs);
-  const anything = results.some((r) => r.errorCode !== 0 || (r.records as Buffer).length > 0);
-  if (!anything && waitMs > 0 && !ctx.signal.aborted) {
-    await waitForAny(ctx, wanted, isolation, waitMs);
+  // Answered once there are `minBytes` (at least 1, at most the response's budget), an error, or the wait is over.
+  const minBytes = Math.min(Math.max(1, body.minBytes as number), maxBytes);
+  const enough = () => results.some((r) => r.errorCode !== 0) || results.reduce((n, r) => n + (r.records as Buffer).length, 0) >= minBytes;
+  const deadline = Date.now() + waitMs;
+  while (!enough() && !ctx.signal.aborted) {
+    const left = deadline - Date.now();
+    if (left <= 0) break;
+    // Wait for data past what was read: the end each partition's read reached (its HWM, or its LSO).
+    const from = results.map((r, i) => Math.max(wanted[i]!.offset, Number(isolation === 'read_committed' ? r.lastStableOffset : r.highWatermark)));
+    await waitForAny(ctx, wanted, from, isolation, left);
     results = await readAll();
   }
   const byTopic = new Map<string, KafkaStruct[]>();
