@@ -4,15 +4,13 @@
  * producer loses nothing acknowledged and stores nothing twice when a partition leader is killed: the
  * client follows NOT_LEADER_OR_FOLLOWER and Metadata to the new leader on its own. A kafkajs consumer
  * group whose coordinator is killed carries on at the new one without a committed offset going back.
- * Transactional ids are refused (transactions are served on a standalone broker's Kafka port only).
+ * Transactions on a cluster: kafka-cluster-transactions.test.ts.
  */
 import { type Consumer, Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StoredAt, expectAcknowledgedStored, readValues } from '../../helpers/acked-records.js';
 import { TestCluster } from '../../helpers/cluster.js';
 import { kcat, RawKafka } from '../../helpers/raw-kafka.js';
-import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
-import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
 
 const TOPIC = 'kafka-rf3';
 const PARTITIONS = 3;
@@ -32,25 +30,6 @@ describe('the Kafka listener on a 3-broker cluster', () => {
 
   afterAll(async () => {
     await cluster?.dispose();
-  });
-
-  it('transactional ids are refused on every broker (transactions are served standalone only)', async () => {
-    const refused = kafkaErrorCode('TRANSACTIONAL_ID_AUTHORIZATION_FAILED');
-    const txn = { transactionalId: 'cluster-tx', producerId: 1n, producerEpoch: 0 };
-    for (const id of [0, 1, 2]) {
-      const raw = await RawKafka.connect(cluster.broker(id).kafkaPort);
-      try {
-        expect((await raw.call(22, 1, { transactionalId: 'cluster-tx', transactionTimeoutMs: 60_000 })).errorCode).toBe(refused);
-        expect((await raw.call(24, 1, { ...txn, topics: [{ name: TOPIC, partitions: [0] }] })).results).toEqual([{ name: TOPIC, results: [{ partitionIndex: 0, errorCode: refused }] }]);
-        expect((await raw.call(25, 1, { ...txn, groupId: 'g' })).errorCode).toBe(refused);
-        expect((await raw.call(26, 1, { ...txn, committed: true })).errorCode).toBe(refused);
-        const batch = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('t') }], producerId: 1, producerEpoch: 0, baseSequence: 0, transactional: true });
-        const produced = await raw.call(0, 7, { transactionalId: 'cluster-tx', acks: -1, timeoutMs: 1000, topicData: [{ name: TOPIC, partitionData: [{ index: 0, records: batch }] }] });
-        expect(produced.responses).toMatchObject([{ name: TOPIC, partitionResponses: [{ index: 0, errorCode: refused }] }]);
-      } finally {
-        raw.socket.destroy();
-      }
-    }
   });
 
   it("a kafkajs group's coordinator is killed: the group goes on at its new coordinator, every record is received, no committed offset goes back", async () => {

@@ -4,61 +4,16 @@
  * id), kcat's (librdkafka), an exactly-once consume-process-produce pipeline whose member is killed with SIGKILL mid-stream,
  * and raw requests for what a client must not get away with.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import path from 'node:path';
-import readline from 'node:readline';
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
 import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
-import { BrokerProcess, ROOT } from '../../helpers/launcher.js';
-import { trackChild } from '../../helpers/process-registry.js';
+import { EosWorker } from '../../helpers/eos-worker.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
 import { kcat, RawKafka } from '../../helpers/raw-kafka.js';
 import { until } from '../../helpers/util.js';
-
-const WORKER = path.join(ROOT, 'test', 'helpers', 'kafka-eos-worker.mjs');
-
-interface Line {
-  type: string;
-  partition?: number;
-  offset?: number;
-  count?: number;
-  message?: string;
-}
-
-/** A kafka-eos-worker.mjs process and the lines it printed; kill() is also what the test's finally calls. */
-class EosWorker {
-  readonly lines: Line[] = [];
-  readonly proc: ChildProcess;
-  stderr = '';
-  readonly exited: Promise<void>;
-
-  constructor(cfg: Record<string, unknown>) {
-    this.proc = trackChild(spawn(process.execPath, [WORKER, JSON.stringify(cfg)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] }), 'kafka-eos-worker');
-    this.exited = new Promise((resolve) => this.proc.once('exit', () => resolve()));
-    readline.createInterface({ input: this.proc.stdout! }).on('line', (l) => {
-      try {
-        this.lines.push(JSON.parse(l) as Line);
-      } catch {
-        this.lines.push({ type: 'garbled', message: l });
-      }
-    });
-    this.proc.stderr!.on('data', (d: Buffer) => {
-      this.stderr += d.toString();
-    });
-  }
-
-  of(type: string): Line[] {
-    return this.lines.filter((l) => l.type === type);
-  }
-
-  async kill(): Promise<void> {
-    if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill('SIGKILL');
-    await this.exited;
-  }
-}
 
 describe('Kafka transactions', () => {
   let broker: BrokerProcess;

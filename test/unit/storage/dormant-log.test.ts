@@ -110,7 +110,7 @@ describe('a dormant partition', () => {
   it('writes no snapshot while it has no records, and forgets its producers when released', async () => {
     let p = await partition();
     await p.close();
-    expect(await exists(root + '/topic~id')).toBe(false);
+    expect(await exists(join(root, 'topic~id'))).toBe(false);
 
     p = await partition();
     await p.appendIdempotent([idem('a', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 });

@@ -132,7 +132,7 @@ interface Requirement {
  * Commands only brokers send each other. With inter-broker TLS they need a connection whose client
  * certificate the inter-broker CA issued, whatever the principal (docs/operations.md "Securing a cluster").
  */
-export const BROKER_COMMANDS = new Set(['REPLICA_FETCH', 'REPLICA_WAIT', 'LEADER_EPOCHS', 'PARTITIONS_READY', 'TXN_APPEND', 'TXN_MARKER', 'TXN_GROUP_OFFSETS', 'MEMBER_LEASE', 'REPLICA_POSITIONS']);
+export const BROKER_COMMANDS = new Set(['REPLICA_FETCH', 'REPLICA_WAIT', 'LEADER_EPOCHS', 'PARTITIONS_READY', 'TXN_APPEND', 'TXN_MARKER', 'TXN_GROUP_OFFSETS', 'TXN_VERIFY', 'TXN_OFFSETS', 'MEMBER_LEASE', 'REPLICA_POSITIONS']);
 
 /** Commands anyone may send, authenticated or not. */
 const OPEN = new Set(['PROTOCOL_INFO', 'NEGOTIATE', 'AUTH', 'HELP']);
@@ -183,7 +183,7 @@ export function requirementOf(command: string, params: ReadonlyMap<string, strin
         // TXN_PUBLISH writes to a topic inside a transaction.
         return params.has('topic') ? { permissions: ['transaction', 'topic.write'], topic: 'write' } : { permissions: ['transaction'] };
       }
-      // TXN_APPEND, TXN_MARKER, TXN_GROUP_OFFSETS, REPLICA_FETCH, REPLICA_WAIT, LEADER_EPOCHS, MEMBER_LEASE, REPLICA_POSITIONS: brokers only (admin); the reassignment commands: admin.
+      // TXN_APPEND, TXN_MARKER, TXN_GROUP_OFFSETS, TXN_VERIFY, TXN_OFFSETS, REPLICA_FETCH, REPLICA_WAIT, LEADER_EPOCHS, MEMBER_LEASE, REPLICA_POSITIONS: brokers only (admin); the reassignment commands: admin.
       return { permissions: ['admin'] };
   }
 }

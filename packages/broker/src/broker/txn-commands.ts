@@ -4,7 +4,7 @@ import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { MAX_PRODUCER_EPOCH, type RecordHeader, type RecordInput } from 'tributary-protocol/record.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
 import { checkRecordSize, countIn, leaderGate, refuseInternal, replicated } from './produce-commands.js';
-import { appendNext } from '../txn/txn-targets.js';
+import { appendNext, stageLocally } from '../txn/txn-targets.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import { parseBatchEntries } from './group-commands.js';
 import type { TxnPublishResult } from '../txn/txn-entry.js';
@@ -238,7 +238,14 @@ async function txnGroupOffsets(b: BrokerContext, _c: ConnectionContext, p: Param
   }
   const parts = entries.map((e) => e.partition);
   if (op === 'stage') {
-    await b.coordinator.stageTxnOffsets(id, { group, topic, member: p.reqStr('member', { maxLength: MAX_ID }), generation: p.reqInt('generation', EPOCH), entries });
+    const kind = p.oneOf('kind', ['tributary', 'classic'] as const) ?? 'tributary';
+    if (kind === 'classic') {
+      // A Kafka group's TxnOffsetCommit (v0-2 name no member: generation -1, as Kafka leaves them unchecked).
+      const classic = { memberId: p.str('member', { maxLength: MAX_ID, allowEmpty: true }) ?? '', instanceId: p.str('instance', { maxLength: MAX_ID }) ?? null, generation: p.reqInt('generation', { min: -1, max: 2 ** 31 - 1 }) };
+      await stageLocally(b.coordinator, id, { group, topic, member: '', generation: -1, entries, classic });
+    } else {
+      await b.coordinator.stageTxnOffsets(id, { group, topic, member: p.reqStr('member', { maxLength: MAX_ID }), generation: p.reqInt('generation', EPOCH), entries });
+    }
   } else if (op === 'apply') {
     await b.coordinator.applyTxnOffsets(id, group, topic, entries);
   } else if (op === 'clear') {
@@ -247,6 +254,36 @@ async function txnGroupOffsets(b: BrokerContext, _c: ConnectionContext, p: Param
     b.coordinator.markPending(id, group, topic, parts);
   }
   return formatOk({ transactional_id: id, group, op, entries: entries.length });
+}
+
+/**
+ * TXN_VERIFY: a partition's leader asks the transactional id's coordinator whether a Kafka transactional
+ * batch may be appended (kafka/apis/txn-produce.ts): OK once the partition is durably in the id's open
+ * transaction at this producer epoch.
+ */
+async function txnVerify(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const id = txnId(p);
+  const topic = p.reqStr('topic', { maxLength: MAX_ID });
+  const partition = p.reqInt('partition', { min: 0, max: 1_000_000 });
+  const { producerId, epoch } = producer(p);
+  await b.transactions.kafka.verify(id, producerId, epoch, topic, partition);
+  return formatOk({ transactional_id: id, topic, partition });
+}
+
+/**
+ * TXN_OFFSETS: a Kafka group's coordinator passes a TxnOffsetCommit on to the transactional id's
+ * coordinator, which records the offsets in the transaction and stages them back at the group's
+ * coordinator with the group's member check (kafka/apis/transactions.ts).
+ */
+async function txnOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const id = txnId(p);
+  const { producerId, epoch } = producer(p);
+  const group = p.reqStr('group', { maxLength: MAX_ID });
+  const topic = p.reqStr('topic', { maxLength: MAX_ID });
+  const entries = parseBatchEntries(p.line.positional);
+  const classic = { memberId: p.str('member', { maxLength: MAX_ID, allowEmpty: true }) ?? '', instanceId: p.str('instance', { maxLength: MAX_ID }) ?? null, generation: p.reqInt('generation', { min: -1, max: 2 ** 31 - 1 }) };
+  const n = await b.transactions.sendOffsets(id, producerId, epoch, { group, topic, member: '', generation: -1, entries, classic });
+  return formatOk({ transactional_id: id, group, entries: n });
 }
 
 export const TXN_COMMANDS: Record<string, CommandSpec> = {
@@ -259,5 +296,7 @@ export const TXN_COMMANDS: Record<string, CommandSpec> = {
   TXN_STATUS: { handler: txnStatus, params: ['transactional_id'] },
   TXN_APPEND: { handler: txnAppend, params: ['producerId', 'epoch', 'coordinator_epoch', 'coordinator_partition', 'key', 'message', 'partition', 'topic'], pipelined: true },
   TXN_MARKER: { handler: txnMarker, params: ['producerId', 'epoch', 'coordinator_epoch', 'coordinator_partition', 'partition', 'result', 'topic'], pipelined: true },
-  TXN_GROUP_OFFSETS: { handler: txnGroupOffsets, params: ['transactional_id', 'generation', 'group', 'member', 'op', 'topic'], positional: true },
+  TXN_GROUP_OFFSETS: { handler: txnGroupOffsets, params: ['transactional_id', 'generation', 'group', 'instance', 'kind', 'member', 'op', 'topic'], positional: true },
+  TXN_VERIFY: { handler: txnVerify, params: ['transactional_id', 'producerId', 'epoch', 'partition', 'topic'] },
+  TXN_OFFSETS: { handler: txnOffsets, params: ['transactional_id', 'producerId', 'epoch', 'generation', 'group', 'instance', 'member', 'topic'], positional: true },
 };

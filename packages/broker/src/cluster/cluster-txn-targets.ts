@@ -81,19 +81,17 @@ export class ClusterTxnTargets implements TxnTargets {
     });
   }
 
-  stageOffsets(txn: string, req: StageRequest, checkMember?: () => void): Promise<void> {
-    if (this.groups.coordinates(req.group)) return this.local.stageOffsets(txn, req, checkMember);
-    // A Kafka classic group's member check runs only where the group lives (the Kafka port refuses
-    // transactions in a cluster: docs/kafka.md).
-    if (checkMember) return Promise.reject(new TributaryError('NOT_COORDINATOR', { group: req.group, reason: 'offsets of a Kafka group are staged at its coordinator' }));
-    // Staging is fenced (generation, ownership): not repeated blindly, a failure fails the request.
+  stageOffsets(txn: string, req: StageRequest): Promise<void> {
+    if (this.groups.coordinates(req.group)) return this.local.stageOffsets(txn, req);
+    // Staging is fenced (generation, ownership): not repeated blindly, a failure fails the request. A
+    // Kafka group's member is checked at the group's coordinator as its commits are (kind=classic).
+    const c = req.classic;
     return this.remoteOffsets(req.group, {
       op: 'stage',
       transactional_id: txn,
       group: req.group,
       topic: req.topic,
-      member: req.member,
-      generation: req.generation,
+      ...(c ? { kind: 'classic', member: c.memberId, generation: c.generation, ...(c.instanceId !== null ? { instance: c.instanceId } : {}) } : { member: req.member, generation: req.generation }),
       entries: req.entries,
     });
   }
@@ -160,7 +158,7 @@ export class ClusterTxnTargets implements TxnTargets {
 
   private async remoteOffsets(
     group: string,
-    f: { op: string; transactional_id: string; group: string; topic: string; member?: string; generation?: number; entries: OffsetEntry[] },
+    f: { op: string; transactional_id: string; group: string; topic: string; kind?: string; member?: string; instance?: string; generation?: number; entries: OffsetEntry[] },
   ): Promise<void> {
     if (!this.topics.tryGet(OFFSETS_TOPIC)) throw new TributaryError('COORDINATOR_LOADING', { reason: `no ${OFFSETS_TOPIC} yet` });
     const conn = await this.cluster.leaderPeer(OFFSETS_TOPIC, this.groups.partitionFor(group));

@@ -76,6 +76,11 @@ export class TxnIndex {
   private maxSpan = 0;
   /** Bumped on every change (snapshots are written only when it moved). */
   version = 0;
+  /**
+   * Bumped by every marker begun, whether it closes a transaction or not: a leader that verified a
+   * transactional append with a remote coordinator appends only if none came meanwhile (kafka/apis/txn-produce.ts).
+   */
+  markersBegun = 0;
 
   /** The first offset of the earliest open transaction, or Infinity. */
   firstUnstableOffset(): number {
@@ -145,6 +150,7 @@ export class TxnIndex {
    * stale_producer_epoch for an epoch below the open transaction's.
    */
   beginMarker(producerId: string, epoch: number): OpenTxn | null {
+    this.markersBegun++;
     const t = this.open.get(producerId);
     if (!t) return null;
     if (epoch < t.epoch) throw new TributaryError('stale_producer_epoch', { producerId, epoch, current: t.epoch });

@@ -4,11 +4,10 @@ import type { TopicManager } from '../partition/topic-manager.js';
 import { type Clock, type ClockTimer, systemClock } from '../common/clock.js';
 import { KeyedLock } from '../common/keyed-lock.js';
 import { PartitionOwnership } from '../common/partition-ownership.js';
-import type { OffsetEntry } from '../coordinator/offset-store.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
 import type { TxnLog, TxnMetadata, TxnOffset } from './txn-log.js';
-import type { TxnTargets } from './txn-targets.js';
+import type { StageRequest, TxnTargets } from './txn-targets.js';
 import {
   type Entry,
   RECOVERED,
@@ -355,21 +354,15 @@ export class TransactionCoordinator {
   }
 
   /**
-   * SEND_OFFSETS_TO_TXN: fenced as a commit is, then held until the transaction ends. `checkMember`: the
-   * member check of a Kafka classic group (TxnOffsetCommit) in place of req.member and req.generation.
+   * SEND_OFFSETS_TO_TXN: fenced as a commit is, then held until the transaction ends. `req.classic`: a
+   * Kafka classic group's member (TxnOffsetCommit), checked in place of req.member and req.generation.
    */
-  sendOffsets(
-    id: string,
-    producerId: string,
-    epoch: number,
-    req: { group: string; topic: string; member: string; generation: number; entries: OffsetEntry[] },
-    checkMember?: () => void,
-  ): Promise<number> {
+  sendOffsets(id: string, producerId: string, epoch: number, req: StageRequest): Promise<number> {
     this.checkOwner(id);
     return this.withTxn(id, async () => {
       const e = this.entry(id);
       checkOpen(e, producerId, epoch);
-      await this.deps.targets.stageOffsets(id, req, checkMember);
+      await this.deps.targets.stageOffsets(id, req);
       const m = e.meta;
       for (const o of req.entries) {
         const i = m.offsets.findIndex((x) => x.group === req.group && x.topic === req.topic && x.partition === o.partition);

@@ -111,6 +111,28 @@ export class KafkaTransactions {
   }
 
   /**
+   * Cluster mode, asked by a partition's leader on another broker before it appends a transactional
+   * Produce batch (TXN_VERIFY, docs/kafka.md "Transactions"): resolves once the partition is durably
+   * registered in the id's open transaction at this producer epoch, else invalid_txn_state (or the
+   * producer's fencing error). The leader appends only if no marker reached the partition meanwhile
+   * (cluster/txn-verify.ts), so the append cannot land after the transaction ended there.
+   */
+  async verify(id: string, producerId: string, epoch: number, topic: string, partition: number): Promise<void> {
+    this.deps.checkOwner(id);
+    const e = this.deps.entry(id);
+    const k = partKey(topic, partition);
+    const check = (): Promise<void> => {
+      checkOpen(e, producerId, epoch);
+      const add = e.adds.get(k);
+      if (!add) throw txnState(id, e.meta.state, `${topic}[${partition}] was not added to the transaction (AddPartitionsToTxn first)`);
+      return add;
+    };
+    const add = check();
+    await add;
+    if (check() !== add) throw txnState(id, e.meta.state, `${topic}[${partition}] was registered again meanwhile`);
+  }
+
+  /**
    * A transactional Produce batch: `start` appends it (with the producer's sequences) once the partition
    * is durably registered in the open transaction at this epoch; otherwise invalid_txn_state (or the
    * producer's fencing error) and nothing is appended. Not under the id's lock (produces pipeline); the

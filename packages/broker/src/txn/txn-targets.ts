@@ -2,6 +2,7 @@ import type { MarkerType } from '../partition/txn-index.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
+import type { ClassicMemberRef } from '../coordinator/classic-groups.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
 
 /** Offsets a transaction sends for a group, as SEND_OFFSETS_TO_TXN checks them. */
@@ -11,6 +12,11 @@ export interface StageRequest {
   member: string;
   generation: number;
   entries: OffsetEntry[];
+  /**
+   * A Kafka classic group's member (TxnOffsetCommit): checked as that group's commits are, in place of
+   * `member` and `generation`, by the group's coordinator when the offsets are staged.
+   */
+  classic?: Omit<ClassicMemberRef, 'group'>;
 }
 
 /**
@@ -28,12 +34,8 @@ export interface TxnTargets {
   append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number, txnPartition: number): Promise<{ offset: number }>;
   /** A commit or abort marker (durable, and replicated in a cluster, when resolved). */
   marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType, txnPartition: number): Promise<void>;
-  /**
-   * Stages the offsets under the transaction. `checkMember`, when given, replaces the Tributary member and
-   * generation check (req.member and req.generation are then unused): a Kafka classic group's check, which
-   * only a local group coordinator can run.
-   */
-  stageOffsets(txn: string, req: StageRequest, checkMember?: () => void): Promise<void>;
+  /** Stages the offsets under the transaction, checked by the group's coordinator (req.classic: a Kafka group's check). */
+  stageOffsets(txn: string, req: StageRequest): Promise<void>;
   applyOffsets(txn: string, group: string, topic: string, entries: OffsetEntry[]): Promise<void>;
   clearOffsets(txn: string, group: string, topic: string, partitions: number[]): Promise<void>;
   /** After a restart: offsets of a transaction still open are pending again. */
@@ -62,6 +64,13 @@ export async function appendNext(
   return { offset: res.baseOffset, lastOffset: res.lastOffset };
 }
 
+/** Stages at this broker's group coordinator: a Kafka group's member with its own check, else Tributary's. */
+export function stageLocally(groups: GroupCoordinator, txn: string, req: StageRequest): Promise<void> {
+  if (!req.classic) return groups.stageTxnOffsets(txn, req);
+  const check = groups.classic.memberCheck({ group: req.group, ...req.classic }, { transactional: true });
+  return groups.stageTxnOffsetsChecked(txn, { group: req.group, topic: req.topic, entries: req.entries }, check);
+}
+
 /** Standalone: every partition and group is local. */
 export class LocalTxnTargets implements TxnTargets {
   constructor(
@@ -79,9 +88,8 @@ export class LocalTxnTargets implements TxnTargets {
     if (part) await part.writeMarker(producerId, epoch, type);
   }
 
-  stageOffsets(txn: string, req: StageRequest, checkMember?: () => void): Promise<void> {
-    if (checkMember) return this.groups.stageTxnOffsetsChecked(txn, { group: req.group, topic: req.topic, entries: req.entries }, checkMember);
-    return this.groups.stageTxnOffsets(txn, req);
+  stageOffsets(txn: string, req: StageRequest): Promise<void> {
+    return stageLocally(this.groups, txn, req);
   }
 
   applyOffsets(txn: string, group: string, topic: string, entries: OffsetEntry[]): Promise<void> {

@@ -6,8 +6,8 @@
  * goes through the partition's producer state like Tributary's own: a retried batch is answered with its
  * original offsets, a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, and only ids a broker handed out are taken.
  * A transactional batch (a request with a transactional id) is appended into its id's open transaction,
- * only to a partition AddPartitionsToTxn added at the batch's epoch (txn/txn-kafka.ts), INVALID_TXN_STATE
- * otherwise with nothing stored.
+ * only to a partition AddPartitionsToTxn added at the batch's epoch (txn/txn-kafka.ts; in a cluster
+ * verified with the id's coordinator, txn-produce.ts), INVALID_TXN_STATE otherwise with nothing stored.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { MAX_PRODUCER_EPOCH, type RecordHeader, type RecordInput } from 'tributary-protocol/record.js';
@@ -22,7 +22,8 @@ import type { KafkaRequestContext } from '../context.js';
 import { acknowledged, leaderGate } from './cluster-gate.js';
 import { handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
-import { CLUSTER_REFUSAL, txnErrorCode, unserved } from './transactions.js';
+import { txnErrorCode } from './transactions.js';
+import { transactionalAppend } from './txn-produce.js';
 
 const EMPTY: Buffer = Buffer.alloc(0);
 
@@ -131,9 +132,7 @@ async function prepare(ctx: KafkaRequestContext, topicName: string, index: numbe
           const appending =
             txnId !== null && idempotent
               ? // Only into the id's open transaction at the batch's epoch, once the partition is durably added to it.
-                ctx.broker.transactions.kafka.append(txnId, idempotent.producerId, idempotent.epoch, topicName, index, () =>
-                  partition.appendTransactional(records, idempotent satisfies TransactionalBatch),
-                )
+                transactionalAppend(ctx, txnId, idempotent satisfies TransactionalBatch, partition, records, leaderEpoch)
               : idempotent
                 ? partition.appendIdempotent(records, idempotent)
                 : partition.append(records);
@@ -167,12 +166,11 @@ export const produceHandler = handler(apiByKey(Produce.apiKey)!, async (ctx, _ve
   if (txnId !== null) {
     // The transaction permission on the id first (then each topic's write), as TXN_PUBLISH.
     const denied = ctx.authorize('TXN_PUBLISH', undefined, { transactional_id: txnId });
-    const code = unserved(ctx) ?? (denied ? kafkaErrorCode('TRANSACTIONAL_ID_AUTHORIZATION_FAILED') : undefined);
-    if (code !== undefined) {
-      const reason = new Error(denied ? denied.message : CLUSTER_REFUSAL);
+    if (denied) {
+      const code = kafkaErrorCode('TRANSACTIONAL_ID_AUTHORIZATION_FAILED');
       const responses = topics.map((t) => ({
         name: t.name,
-        partitionResponses: (t.partitionData as KafkaStruct[]).map((p) => ({ ...failed(p.index as number, reason), errorCode: code })),
+        partitionResponses: (t.partitionData as KafkaStruct[]).map((p) => ({ ...failed(p.index as number, new Error(denied.message)), errorCode: code })),
       }));
       return acks === 0 ? null : { responses, throttleTimeMs: 0 };
     }

@@ -1,11 +1,14 @@
 /**
  * Kafka transactions (docs/kafka.md, "Transactions") on Tributary's transaction coordinator
  * (txn/txn-coordinator.ts, txn/txn-kafka.ts): InitProducerId with a transactional id, AddPartitionsToTxn,
- * AddOffsetsToTxn, TxnOffsetCommit and EndTxn (transactional Produce: apis/produce.ts). Standalone only:
- * in a cluster a partition's leader on another broker would have to know the transaction, so every
- * transactional request there is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as before.
+ * AddOffsetsToTxn, TxnOffsetCommit and EndTxn (transactional Produce: apis/produce.ts, txn-produce.ts).
+ * In a cluster the id's coordinator serves all but TxnOffsetCommit, which goes to the group's coordinator
+ * and from there (TXN_OFFSETS) to the id's.
  */
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { ConcurrentTransactionsError } from '../../txn/txn-kafka.js';
+import { TXN_STATE_TOPIC } from '../../txn/txn-log.js';
+import type { StageRequest } from '../../txn/txn-targets.js';
 import { apiByKey } from '../protocol/apis.js';
 import { type KafkaErrorName, kafkaErrorCode } from '../protocol/error-codes.js';
 import { TxnOffsetCommit } from '../protocol/messages/offsets.js';
@@ -18,9 +21,6 @@ import { isUserTopic } from './metadata.js';
 /** Kafka's limit on a commit's metadata string (offset.metadata.max.bytes). */
 const MAX_METADATA = 4096;
 
-/** Why a cluster refuses transactional ids on the Kafka port (docs/kafka.md). */
-export const CLUSTER_REFUSAL = 'transactions are served on the Kafka port of a standalone broker only';
-
 /**
  * The Kafka code of a transactional request's failure. PRODUCER_FENCED exists from InitProducerId v4,
  * AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2 on (KIP-588); older versions, TxnOffsetCommit and
@@ -30,11 +30,6 @@ export function txnErrorCode(err: unknown, fencedKnown = false): number {
   if (err instanceof ConcurrentTransactionsError) return kafkaErrorCode('CONCURRENT_TRANSACTIONS');
   const c = errorCodeOf(err);
   return !fencedKnown && c === kafkaErrorCode('PRODUCER_FENCED') ? kafkaErrorCode('INVALID_PRODUCER_EPOCH') : c;
-}
-
-/** Undefined when the broker serves Kafka transactions; else the code every transactional request gets. */
-export function unserved(ctx: KafkaRequestContext): number | undefined {
-  return ctx.broker.cluster ? kafkaErrorCode('TRANSACTIONAL_ID_AUTHORIZATION_FAILED') : undefined;
 }
 
 /** The transaction permission on the id (main port: BEGIN_TXN / END_TXN need `transaction`). */
@@ -48,8 +43,6 @@ const code = (name: KafkaErrorName) => kafkaErrorCode(name);
 /** InitProducerId with a transactional id: the coordinator's INIT_PRODUCER_ID (fences older epochs). */
 export async function initTransactional(ctx: KafkaRequestContext, version: number, body: KafkaStruct): Promise<KafkaStruct> {
   const fail = (errorCode: number) => ({ throttleTimeMs: 0, errorCode, producerId: -1n, producerEpoch: -1 });
-  const refused = unserved(ctx);
-  if (refused !== undefined) return fail(refused);
   const id = body.transactionalId as string;
   try {
     const denied = txnRefusal(ctx, 'INIT_PRODUCER_ID', id);
@@ -94,8 +87,6 @@ export const addPartitionsToTxnHandler = handler(apiByKey(AddPartitionsToTxn.api
     throttleTimeMs: 0,
     results: topics.map((t, i) => ({ name: t.name, results: (t.partitions as number[]).map((p, k) => ({ partitionIndex: p, errorCode: codeOf(i, k) })) })),
   });
-  const refused = unserved(ctx);
-  if (refused !== undefined) return answer(() => refused);
   const denied = txnRefusal(ctx, 'TXN_PUBLISH', id);
   if (denied) return answer(() => errorCodeOf(denied));
   const codes = topics.map((t) => {
@@ -120,8 +111,6 @@ export const addPartitionsToTxnHandler = handler(apiByKey(AddPartitionsToTxn.api
 
 /** AddOffsetsToTxn v0-3: the group's offsets may join the open transaction (begun if none is). */
 export const addOffsetsToTxnHandler = handler(apiByKey(AddOffsetsToTxn.apiKey)!, async (ctx, version, body) => {
-  const refused = unserved(ctx);
-  if (refused !== undefined) return { throttleTimeMs: 0, errorCode: refused };
   const id = body.transactionalId as string;
   try {
     const denied = txnRefusal(ctx, 'BEGIN_TXN', id);
@@ -137,8 +126,6 @@ export const addOffsetsToTxnHandler = handler(apiByKey(AddOffsetsToTxn.apiKey)!,
 
 /** EndTxn v0-3: the coordinator's END_TXN (markers on every added partition, offsets applied on commit). */
 export const endTxnHandler = handler(apiByKey(EndTxn.apiKey)!, async (ctx, version, body) => {
-  const refused = unserved(ctx);
-  if (refused !== undefined) return { throttleTimeMs: 0, errorCode: refused };
   const id = body.transactionalId as string;
   try {
     const denied = txnRefusal(ctx, 'END_TXN', id);
@@ -165,8 +152,6 @@ export const txnOffsetCommitHandler = handler(apiByKey(TxnOffsetCommit.apiKey)!,
     topics: topics.map((t, i) => ({ name: t.name, partitions: (t.partitions as KafkaStruct[]).map((p, k) => ({ partitionIndex: p.partitionIndex, errorCode: codes[i]![k] })) })),
   });
   const all = (c: number) => answer(topics.map((t) => (t.partitions as KafkaStruct[]).map(() => c)));
-  const refused = unserved(ctx);
-  if (refused !== undefined) return all(refused);
   const denied = txnRefusal(ctx, 'BEGIN_TXN', id);
   if (denied) return all(errorCodeOf(denied));
   const groupDenied = ctx.authorize('SEND_OFFSETS_TO_TXN', undefined, { transactional_id: id, group });
@@ -186,23 +171,20 @@ export const txnOffsetCommitHandler = handler(apiByKey(TxnOffsetCommit.apiKey)!,
     const first = list.find((c) => c !== 0);
     return first === undefined ? list : list.map((c) => c || first);
   });
-  const check = ctx.broker.coordinator.classic.memberCheck(
-    {
-      group,
-      memberId: version >= 3 ? (body.memberId as string) : '',
-      instanceId: version >= 3 ? ((body.groupInstanceId as string | null) ?? null) : null,
-      generation: version >= 3 ? (body.generationId as number) : -1,
-    },
-    { transactional: true },
-  );
+  const classic = {
+    memberId: version >= 3 ? (body.memberId as string) : '',
+    instanceId: version >= 3 ? ((body.groupInstanceId as string | null) ?? null) : null,
+    generation: version >= 3 ? (body.generationId as number) : -1,
+  };
   const producerId = String(body.producerId as bigint);
+  const epoch = body.producerEpoch as number;
   for (let i = 0; i < topics.length; i++) {
     if (codes[i]!.some((c) => c !== 0)) continue;
     const t = topics[i]!;
     const entries = (t.partitions as KafkaStruct[]).map((p) => ({ partition: p.partitionIndex as number, offset: p.committedOffset as number }));
     if (entries.length === 0) continue;
     try {
-      await ctx.broker.transactions.sendOffsets(id, producerId, body.producerEpoch as number, { group, topic: t.name as string, member: '', generation: -1, entries }, check);
+      await sendOffsets(ctx, id, producerId, epoch, { group, topic: t.name as string, member: '', generation: -1, entries, classic });
     } catch (err) {
       const c = txnErrorCode(err);
       codes[i] = codes[i]!.map(() => c);
@@ -210,3 +192,39 @@ export const txnOffsetCommitHandler = handler(apiByKey(TxnOffsetCommit.apiKey)!,
   }
   return answer(codes);
 });
+
+/**
+ * The offsets into the id's transaction at its coordinator: this broker's, or (cluster) the one leading
+ * the id's `__transaction_state` partition, reached with TXN_OFFSETS. Only this broker coordinates the group
+ * (Kafka clients send TxnOffsetCommit to the group's coordinator): elsewhere NOT_COORDINATOR, and the
+ * client looks the group's coordinator up again.
+ */
+async function sendOffsets(ctx: KafkaRequestContext, id: string, producerId: string, epoch: number, req: StageRequest): Promise<void> {
+  const { cluster, transactions, coordinator } = ctx.broker;
+  if (!coordinator.coordinates(req.group)) throw new TributaryError('NOT_COORDINATOR', { group: req.group });
+  const txnPartition = transactions.partitionFor(id);
+  if (!cluster || cluster.isLeader(TXN_STATE_TOPIC, txnPartition)) {
+    await transactions.sendOffsets(id, producerId, epoch, req);
+    return;
+  }
+  const c = req.classic!;
+  const fields = {
+    transactional_id: id,
+    producerId,
+    epoch,
+    group: req.group,
+    topic: req.topic,
+    member: c.memberId,
+    generation: c.generation,
+    ...(c.instanceId !== null ? { instance: c.instanceId } : {}),
+  };
+  try {
+    await (await cluster.leaderPeer(TXN_STATE_TOPIC, txnPartition)).command('TXN_OFFSETS', fields, [req.entries.map((e) => `P${e.partition}:${e.offset}`).join(',')]);
+  } catch (err) {
+    // The id's coordinator moving (or not reachable) is not the group's: retriable for the client.
+    if (err instanceof TributaryError && ['NOT_COORDINATOR', 'NOT_LEADER', 'connection_lost', 'request_timeout'].includes(err.code)) {
+      throw new TributaryError('COORDINATOR_NOT_AVAILABLE', { transactional_id: id, reason: err.code });
+    }
+    throw err;
+  }
+}
