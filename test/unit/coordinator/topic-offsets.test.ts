@@ -84,7 +84,7 @@ describe('the committed offsets of a deleted topic', () => {
     expect(gc.committedOffset('g', TOPIC, 0)).toBeUndefined();
     expect(gc.committedOffset('g', TOPIC, 1)).toBeUndefined();
     expect(classicOffsets('k')).toEqual([{ topic: 'u', offsets: [[0, 3]] }]);
-    // A Kafka group left with no offsets and no members is forgotten; the Tributary group keeps its members.
+    // A group known only by its offsets of the topic is no longer listed; the Tributary group keeps its members.
     expect(gc.listGroups()).toEqual(['g', 'k']);
     expect(gc.classic.describe('only-t').state).toBe('Dead');
 

@@ -70,7 +70,7 @@ export class GroupOffsets {
     for (const m of [this.committed, this.reserved]) {
       const byTopic = m.get(group);
       byTopic?.delete(topic);
-      // A group left with no offsets and no members is forgotten, as Kafka forgets an empty group.
+      // A group known only by its offsets is no longer listed (LIST_GROUPS, ListGroups) once they are gone.
       if (byTopic?.size === 0) m.delete(group);
     }
     for (const w of this.writing) if (w.group === group && w.topic === topic) w.voided = true;
