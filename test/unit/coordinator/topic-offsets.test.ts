@@ -144,6 +144,26 @@ describe('the committed offsets of a deleted topic', () => {
     expect(await commit('g2', again, [[0, 1]])).toBe(1);
   });
 
+  it('offsets a transaction sent for the topic go with it: stable at once, not applied by its commit', async () => {
+    await open({ topics: { [TOPIC]: 2 } });
+    await c.topics.get(TOPIC).partition(0).append([rec('x'), rec('y')]);
+    const { producerId, epoch } = await c.txns.initProducerId('tx', 60_000);
+    await c.txns.kafka.addOffsets('tx', producerId, epoch);
+    const entries = [{ partition: 0, offset: 2 }];
+    await c.txns.sendOffsets('tx', producerId, epoch, { group: 'k', topic: TOPIC, member: '', generation: -1, entries }, () => {});
+    await expectError(Promise.resolve().then(() => gc.fetchOffset('k', TOPIC, 0)), 'UNSTABLE_OFFSET_COMMIT');
+
+    await deleteTopic(TOPIC);
+    await createTopic(TOPIC, 2, 1);
+    expect(gc.fetchOffset('k', TOPIC, 0)).toEqual({ offset: 0, committed: false });
+    await c.txns.kafka.endTxn('tx', producerId, epoch, 'commit');
+    expect(gc.fetchOffset('k', TOPIC, 0)).toEqual({ offset: 0, committed: false });
+    expect(await classicCommit('k', [{ topic: TOPIC, entries: [{ partition: 0, offset: 1 }] }])).toEqual([null]);
+    await c.close();
+    await open();
+    expect(gc.fetchOffset('k', TOPIC, 0)).toEqual({ offset: 1, committed: true });
+  });
+
   it('offsets of a topic deleted without the coordinator are deleted when it loads them', async () => {
     await open({ topics: { [TOPIC]: 2 } });
     for (const p of c.topics.get(TOPIC).partitions) await p.append(Array.from({ length: 10 }, (_, i) => rec(`r${i}`)));

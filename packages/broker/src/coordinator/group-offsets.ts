@@ -24,7 +24,7 @@ export function setOffset(m: OffsetMap, group: string, topic: string, partition:
   byPart.set(partition, offset);
 }
 
-function pendingKey(group: string, topic: string, partition: number): string {
+function pendingKey(group: string, topic: string, partition: number | string): string {
   return `${group}\u0000${topic}\u0000${partition}`;
 }
 
@@ -37,6 +37,11 @@ export class GroupOffsets {
   readonly reserved: OffsetMap = new Map();
   /** Partitions (pendingKey) with offsets sent to transactions that have not ended: the transactional ids. */
   private readonly pending = new Map<string, Set<string>>();
+  /**
+   * Transactions (pendingKey of txn, group, topic) whose pending offsets of a topic were dropped with the
+   * topic (forgetTopic): their commit does not apply them, as Kafka drops a deleted partition's pending ones.
+   */
+  private readonly droppedTxnOffsets = new Set<string>();
   /** Commits being made durable outside the group's lock: a topic deleted meanwhile voids them (forgetTopic). */
   private readonly writing = new Set<{ group: string; topic: string; voided: boolean }>();
 
@@ -54,11 +59,15 @@ export class GroupOffsets {
     this.reserved.delete(group);
   }
 
-  /** The groups holding offsets of `topic`: committed, reserved, or being written. */
+  /** The groups holding offsets of `topic`: committed, reserved, being written, or sent to a transaction. */
   groupsWithTopic(topic: string): Set<string> {
     const out = new Set<string>();
     for (const m of [this.committed, this.reserved]) for (const [group, byTopic] of m) if (byTopic.has(topic)) out.add(group);
     for (const w of this.writing) if (w.topic === topic) out.add(w.group);
+    for (const k of this.pending.keys()) {
+      const [group, t] = k.split('\u0000');
+      if (t === topic) out.add(group!);
+    }
     return out;
   }
 
@@ -74,6 +83,13 @@ export class GroupOffsets {
       if (byTopic?.size === 0) m.delete(group);
     }
     for (const w of this.writing) if (w.group === group && w.topic === topic) w.voided = true;
+    // Offsets transactions sent for the topic: stable at once (the re-created topic has none), not applied.
+    const prefix = pendingKey(group, topic, '');
+    for (const [k, txns] of [...this.pending]) {
+      if (!k.startsWith(prefix)) continue;
+      for (const txn of txns) this.droppedTxnOffsets.add(pendingKey(txn, group, topic));
+      this.pending.delete(k);
+    }
   }
 
   /**
@@ -250,6 +266,7 @@ export class GroupOffsets {
 
   /** The transaction ended (aborted, or its offsets applied): the partitions are stable again. */
   clearPending(txn: string, group: string, topic: string, partitions: number[]): void {
+    this.droppedTxnOffsets.delete(pendingKey(txn, group, topic));
     for (const p of partitions) {
       const k = pendingKey(group, topic, p);
       const set = this.pending.get(k);
@@ -266,7 +283,10 @@ export class GroupOffsets {
    */
   async applyTxnOffsets(txn: string, group: string, topic: string, entries: OffsetEntry[]): Promise<void> {
     await this.ctx.withGroup(group, async () => {
+      // The topic was deleted after they were sent: they went with its offsets.
+      const dropped = this.droppedTxnOffsets.has(pendingKey(txn, group, topic));
       const forward = entries.filter((e) => {
+        if (dropped) return false;
         const cur = getOffset(this.reserved, group, topic, e.partition);
         return cur === undefined || e.offset > cur;
       });
