@@ -5,6 +5,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { GroupCoordinator, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
+import { LogOffsetStore } from 'tributary-broker/coordinator/group-log.js';
 import { MemoryOffsetStore } from 'tributary-broker/coordinator/memory-offset-store.js';
 import type { OffsetEntry } from 'tributary-broker/coordinator/offset-store.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
@@ -178,6 +179,32 @@ describe('the committed offsets of a deleted topic', () => {
     await open();
     expect(classicOffsets('k')).toEqual([]);
     expect(await classicCommit('k', [{ topic: TOPIC, entries: [{ partition: 0, offset: 1 }] }])).toEqual([null]);
+  });
+});
+
+describe('catching up on a deletion at load', () => {
+  it('is best effort: a store that fails to delete does not stop the start, and the next load deletes them', async () => {
+    await open({ topics: { [TOPIC]: 2 } });
+    await c.topics.get(TOPIC).partition(0).append([rec('x')]);
+    expect(await classicCommit('k', [{ topic: TOPIC, entries: [{ partition: 0, offset: 1 }] }])).toEqual([null]);
+    await c.topics.delete(TOPIC);
+    await c.close();
+    let refused = 0;
+    await open({
+      offsetStore: (log) =>
+        Object.assign(new LogOffsetStore(log), {
+          async deleteTopic(): Promise<void> {
+            refused++;
+            throw new TributaryError('storage_error', { op: 'deleteTopic', reason: 'disk full' });
+          },
+        }),
+    });
+    expect(refused).toBe(1);
+    // Kept, as the store still has them.
+    expect(classicOffsets('k')).toEqual([{ topic: TOPIC, offsets: [[0, 1]] }]);
+    await c.close();
+    await open();
+    expect(classicOffsets('k')).toEqual([]);
   });
 });
 

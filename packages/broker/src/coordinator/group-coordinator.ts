@@ -217,19 +217,28 @@ export class GroupCoordinator {
 
   /**
    * Loaded offsets of topics that no longer exist are a deletion this coordinator did not carry out (the
-   * group's partition was led elsewhere, or loading, or the store failed): deleted now, as then.
+   * group's partition was led elsewhere, or loading, or the store failed): deleted now, as then. Best
+   * effort: offsets the store fails to delete stay loaded, as the store still has them, for the next load.
    */
   private async withoutDeletedTopics(offsets: StoredOffset[]): Promise<StoredOffset[]> {
     const exists = this.deps.topicExists ?? ((t: string) => this.deps.topics.tryGet(t) !== undefined);
-    const gone = new Map<string, Set<string>>();
+    const orphans = new Map<string, Set<string>>();
     for (const o of offsets) {
       if (exists(o.topic)) continue;
-      let groups = gone.get(o.topic);
-      if (!groups) gone.set(o.topic, (groups = new Set()));
+      let groups = orphans.get(o.topic);
+      if (!groups) orphans.set(o.topic, (groups = new Set()));
       groups.add(o.group);
     }
-    for (const [topic, groups] of gone) await this.deps.offsetStore.deleteTopic(topic, [...groups]);
-    if (gone.size > 0) this.deps.logger.info({ topics: [...gone.keys()] }, 'deleted the committed offsets of topics deleted meanwhile');
+    const gone = new Set<string>();
+    for (const [topic, groups] of orphans) {
+      try {
+        await this.deps.offsetStore.deleteTopic(topic, [...groups]);
+        gone.add(topic);
+      } catch (err) {
+        this.deps.logger.warn({ err, topic }, 'deleting the committed offsets of a deleted topic failed; kept until the next load');
+      }
+    }
+    if (gone.size > 0) this.deps.logger.info({ topics: [...gone] }, 'deleted the committed offsets of topics deleted meanwhile');
     return offsets.filter((o) => !gone.has(o.topic));
   }
 
