@@ -33,11 +33,24 @@ afterAll(async () => {
 
 const committedColumn = async (c: Connection, group: string) => (await groupStatus(c, group)).offsets.map((o) => o.committed);
 
-const STORES: Array<{ name: string; args: () => string[]; rows?: (topic: string) => Promise<number> }> = [
-  { name: 'log (default)', args: () => [] },
+/** DELETE on Tributary's port, or the admin HTTP API's DELETE /api/v1/topics/{topic} (docs/http-api.md). */
+const byCommand = async (_b: BrokerProcess, c: Connection, topic: string) => void (await c.command('DELETE', { topic }));
+async function byHttp(b: BrokerProcess, _c: Connection, topic: string): Promise<void> {
+  const res = await fetch(`http://127.0.0.1:${b.healthPort}/api/v1/topics/${topic}`, { method: 'DELETE' });
+  expect(res.status).toBe(204);
+}
+
+const STORES: Array<{
+  name: string;
+  args: () => string[];
+  del: (b: BrokerProcess, c: Connection, topic: string) => Promise<void>;
+  rows?: (topic: string) => Promise<number>;
+}> = [
+  { name: 'log (default), deleted with DELETE', args: () => [], del: byCommand },
   {
-    name: 'postgres',
+    name: 'postgres, deleted over HTTP',
     args: () => ['--offset-store', 'postgres', '--offset-store-postgres-url', pgServer!.connectionString],
+    del: byHttp,
     rows: async (topic) => (await db!.query('SELECT count(*)::int AS n FROM tributary_offsets WHERE topic = $1', [topic])).rows[0].n as number,
   },
 ];
@@ -62,7 +75,7 @@ describe.each(STORES)('deleting a topic, offset store $name', (store) => {
     expect(await committedColumn(admin, 'tdg')).toEqual([15, 12]);
     if (store.rows) expect(await store.rows('td')).toBe(2);
 
-    await admin.command('DELETE', { topic: 'td' });
+    await store.del(broker, admin, 'td');
     if (store.rows) expect(await store.rows('td')).toBe(0);
     // A commit for the deleted topic is refused and changes nothing.
     await expectError(m.commit(0, 16), 'topic_not_found', { topic: 'td' });
