@@ -12,6 +12,7 @@ import { ProducerIdAllocator } from 'tributary-broker/partition/producer-ids.js'
 import type { Clock } from 'tributary-broker/common/clock.js';
 import { type CoordinatorConfig, GroupCoordinator } from 'tributary-broker/coordinator/group-coordinator.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from 'tributary-broker/coordinator/group-log.js';
+import type { OffsetStore } from 'tributary-broker/coordinator/offset-store.js';
 import { TransactionCoordinator, type TxnCoordinatorConfig } from 'tributary-broker/txn/txn-coordinator.js';
 import { TXN_STATE_TOPIC, TxnLog } from 'tributary-broker/txn/txn-log.js';
 import { LocalTxnTargets, type TxnTargets } from 'tributary-broker/txn/txn-targets.js';
@@ -37,7 +38,7 @@ export interface Coordinators {
   close(): Promise<void>;
 }
 
-function topicSpec(name: string, partitions: number, internal: boolean): TopicSpec {
+export function topicSpec(name: string, partitions: number, internal: boolean): TopicSpec {
   return {
     name,
     partitions,
@@ -63,6 +64,8 @@ export async function openCoordinators(
     txn?: Partial<TxnCoordinatorConfig>;
     /** Wraps the transaction coordinator's targets (to inject their failures). */
     targets?: (local: TxnTargets) => TxnTargets;
+    /** The offset store (default: the log store on the group log). */
+    offsetStore?: (log: GroupLog) => OffsetStore;
   } = {},
 ): Promise<Coordinators> {
   const config = resolveConfig({ dataDir, flush: 'os', offsetsTopicPartitions: 2, transactionStatePartitions: 2 });
@@ -79,7 +82,7 @@ export async function openCoordinators(
   const groups = new GroupCoordinator({
     topics,
     groupLog,
-    offsetStore: new LogOffsetStore(groupLog),
+    offsetStore: opts.offsetStore?.(groupLog) ?? new LogOffsetStore(groupLog),
     logger,
     registry: new client.Registry(),
     config: { ...GROUP_CONFIG, ...opts.group },

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
-import { LocalMetadataStore, type MetadataStore } from '../partition/metadata-store.js';
+import { LocalMetadataStore, type MetadataStore, type TopicDefinition } from '../partition/metadata-store.js';
 import { encodeFrame } from 'tributary-protocol/frame.js';
 import { formatError } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
@@ -145,6 +145,7 @@ export class Broker implements BrokerContext {
         defaultRebalanceTimeoutMs: config.groupRebalanceTimeoutMs,
         defaultAssignor: config.groupAssignor,
       },
+      topicExists: (name) => this.store.getTopic(name) !== undefined,
     });
     this.producerIds = new ProducerIdAllocator(this.store);
     this.transactions = new TransactionCoordinator({
@@ -290,6 +291,13 @@ export class Broker implements BrokerContext {
    */
   private async startCluster(cluster: ClusterNode): Promise<void> {
     this.topics.followStore(() => {});
+    // Every coordinator deletes a deleted topic's offsets of the groups it coordinates (the only writer of
+    // their partition); after followStore's listener, so commits already find no topic.
+    this.store.events.on('topic-deleted', (def: TopicDefinition) => {
+      this.coordinator
+        .deleteTopicOffsets(def.name)
+        .catch((err: unknown) => this.logger.error({ err, topic: def.name }, 'deleting the committed offsets of a deleted topic failed'));
+    });
     // A coordinator that has just noticed a pause of its own process answers NOT_COORDINATOR, and takes no
     // decision, until etcd confirms its lease: its partitions may have moved while it was frozen.
     const leaseHeld = () => cluster.registry.alive;

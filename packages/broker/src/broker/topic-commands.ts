@@ -71,6 +71,10 @@ async function addPartitions(b: BrokerContext, _c: ConnectionContext, p: Params)
 async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const name = p.reqStr('topic', { maxLength: 100_000 });
   await b.topics.delete(name);
+  // Standalone, its committed offsets are gone (durably) before the reply; a cluster's coordinators each
+  // delete their groups' on the metadata store's event (broker.ts). A failure is logged: the coordinator
+  // deletes them when it next loads them, if the topic is not back by then (docs/operations.md).
+  if (!b.cluster) await b.coordinator.deleteTopicOffsets(name).catch((err: unknown) => b.logger.error({ err, topic: name }, 'deleting the committed offsets of a deleted topic failed'));
   // Reassignments of a deleted topic have nothing left to move (best effort).
   await b.cluster?.reassignments.deleteTopic(name).catch(() => {});
   return formatOk({ topic: name, deleted: true });

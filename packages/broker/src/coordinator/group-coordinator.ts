@@ -6,7 +6,7 @@ import { ConsumerGroup, type Member } from './group.js';
 import { type ClassicGroup, type ClassicSnapshot, isClassicSnapshot } from './classic-group.js';
 import { ClassicGroups } from './classic-groups.js';
 import { type GroupLog, type GroupSnapshot, LogOffsetStore } from './group-log.js';
-import type { OffsetEntry, OffsetStore } from './offset-store.js';
+import type { OffsetEntry, OffsetStore, StoredOffset } from './offset-store.js';
 import { KeyedLock } from '../common/keyed-lock.js';
 import { PartitionOwnership } from '../common/partition-ownership.js';
 import { type Clock, systemClock } from '../common/clock.js';
@@ -72,6 +72,11 @@ export class GroupCoordinator {
       registry: client.Registry;
       /** Defaults to the real clock; tests pass a fake one. */
       clock?: Clock;
+      /**
+       * Whether a topic is defined (default: open in `topics`). A cluster broker asks the metadata store,
+       * which knows of a topic created elsewhere before its partitions are open here.
+       */
+      topicExists?: (topic: string) => boolean;
     },
   ) {
     this.clock = deps.clock ?? systemClock;
@@ -125,7 +130,7 @@ export class GroupCoordinator {
     for (let attempt = 1; ; attempt++) {
       try {
         await this.deps.offsetStore.open();
-        for (const o of await this.deps.offsetStore.loadAll()) this.offsets.setDurable(o.group, o.topic, o.partition, o.offset);
+        for (const o of await this.withoutDeletedTopics(await this.deps.offsetStore.loadAll())) this.offsets.setDurable(o.group, o.topic, o.partition, o.offset);
         break;
       } catch (err) {
         if (!isRetriable(err) || opts.signal?.aborted) throw err;
@@ -203,10 +208,38 @@ export class GroupCoordinator {
     const { groups } = await this.deps.groupLog.replay(partition);
     for (const snap of groups.values()) if (snap) this.restore(snap, now);
     const store = this.deps.offsetStore;
-    const offsets =
+    const loaded =
       store instanceof LogOffsetStore ? await store.loadPartition(partition) : (await store.loadAll()).filter((x) => this.partitionFor(x.group) === partition);
+    const offsets = await this.withoutDeletedTopics(loaded);
     for (const x of offsets) this.offsets.setDurable(x.group, x.topic, x.partition, x.offset);
     return groups.size;
+  }
+
+  /**
+   * Loaded offsets of topics that no longer exist are a deletion this coordinator did not carry out (the
+   * group's partition was led elsewhere, or loading, or the store failed): deleted now, as then. Best
+   * effort: offsets the store fails to delete stay loaded, as the store still has them, for the next load.
+   */
+  private async withoutDeletedTopics(offsets: StoredOffset[]): Promise<StoredOffset[]> {
+    const exists = this.deps.topicExists ?? ((t: string) => this.deps.topics.tryGet(t) !== undefined);
+    const orphans = new Map<string, Set<string>>();
+    for (const o of offsets) {
+      if (exists(o.topic)) continue;
+      let groups = orphans.get(o.topic);
+      if (!groups) orphans.set(o.topic, (groups = new Set()));
+      groups.add(o.group);
+    }
+    const gone = new Set<string>();
+    for (const [topic, groups] of orphans) {
+      try {
+        await this.deps.offsetStore.deleteTopic(topic, [...groups]);
+        gone.add(topic);
+      } catch (err) {
+        this.deps.logger.warn({ err, topic }, 'deleting the committed offsets of a deleted topic failed; kept until the next load');
+      }
+    }
+    if (gone.size > 0) this.deps.logger.info({ topics: [...gone] }, 'deleted the committed offsets of topics deleted meanwhile');
+    return offsets.filter((o) => !gone.has(o.topic));
   }
 
   /** Leadership of the partition moved away: forget its groups (their new coordinator replays them). */
@@ -401,6 +434,30 @@ export class GroupCoordinator {
 
   commit(req: { topic: string; group: string; member: string; generation: number; entries: OffsetEntry[] }): Promise<number> {
     return this.offsets.commit(req);
+  }
+
+  /**
+   * A topic was deleted: the groups coordinated here forget their committed offsets of it, in the offset
+   * store and then in memory, as Kafka does (docs/operations.md, "Deleting a topic"). Each group under its
+   * lock: a commit accepted before is deleted with the rest; one checked after finds no topic
+   * (topic_not_found) or a re-created one, and commits to that. Rejects with the first group's failure,
+   * after trying every group (a group that failed keeps its offsets, in memory as in the store).
+   */
+  async deleteTopicOffsets(topic: string): Promise<void> {
+    const groups = [...this.offsets.groupsWithTopic(topic)].filter((g) => this.coordinates(g));
+    const results = await Promise.allSettled(
+      groups.map((group) =>
+        this.withGroup(group, async () => {
+          // Its partition may have moved while the lock was awaited: the new coordinator deletes them.
+          if (!this.coordinates(group)) return;
+          await this.deps.offsetStore.deleteTopic(topic, [group]);
+          this.offsets.forgetTopic(group, topic);
+        }),
+      ),
+    );
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    if (groups.length > 0) this.deps.logger.info({ topic, groups: groups.length }, 'deleted the committed offsets of a deleted topic');
   }
 
   // ---- offsets of transactions (src/txn) ----

@@ -5,7 +5,7 @@ import type { Partition } from '../partition/partition.js';
 import { type InternalAppend, localAppend, replayJson } from '../partition/internal-log.js';
 import type { ClassicSnapshot } from './classic-group.js';
 import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
-import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkFetch, checkName, checkNoRegression } from './offset-store.js';
+import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkDeleteTopic, checkFetch, checkName, checkNoRegression } from './offset-store.js';
 
 export const OFFSETS_TOPIC = '__consumer_offsets';
 
@@ -148,6 +148,11 @@ export class GroupLog {
 export class LogOffsetStore implements OffsetStore {
   readonly kind = 'log';
   private readonly cache = new Map<string, StoredOffset>();
+  /**
+   * Commits appended but not yet durable. A topic deleted meanwhile tombstones their keys too (the log
+   * keeps the tombstones after them) and voids them, so they do not come back into the cache.
+   */
+  private readonly writing = new Set<{ group: string; topic: string; partitions: number[]; voided: boolean }>();
 
   constructor(private readonly log: GroupLog) {}
 
@@ -179,7 +184,14 @@ export class LogOffsetStore implements OffsetStore {
     if (entries.length === 0) return;
     if (!opts.force) checkNoRegression(entries, (p) => this.cache.get(offsetKey(group, topic, p))?.offset);
     const ts = Date.now();
-    await this.log.writeOffsets(group, topic, entries, ts);
+    const write = { group, topic, partitions: entries.map((e) => e.partition), voided: false };
+    this.writing.add(write);
+    try {
+      await this.log.writeOffsets(group, topic, entries, ts);
+    } finally {
+      this.writing.delete(write);
+    }
+    if (write.voided) return;
     for (const e of entries) this.cache.set(offsetKey(group, topic, e.partition), { group, topic, partition: e.partition, offset: e.offset, commitTimestamp: ts });
   }
 
@@ -193,6 +205,25 @@ export class LogOffsetStore implements OffsetStore {
     const mine = [...this.cache.values()].filter((o) => o.group === group);
     await this.log.deleteOffsets(group, mine);
     for (const o of mine) this.cache.delete(offsetKey(group, o.topic, o.partition));
+  }
+
+  /** Tombstones, one append per group (its partition), for the cached offsets and those being written. */
+  async deleteTopic(topic: string, groups?: readonly string[]): Promise<void> {
+    checkDeleteTopic(topic, groups);
+    const only = groups && new Set(groups);
+    const picked = (group: string, t: string) => t === topic && (!only || only.has(group));
+    const keys = new Map<string, Map<string, { topic: string; partition: number }>>();
+    const add = (group: string, partition: number) => {
+      let mine = keys.get(group);
+      if (!mine) keys.set(group, (mine = new Map()));
+      mine.set(offsetKey(group, topic, partition), { topic, partition });
+    };
+    for (const o of this.cache.values()) if (picked(o.group, o.topic)) add(o.group, o.partition);
+    const voided = [...this.writing].filter((w) => picked(w.group, w.topic));
+    for (const w of voided) for (const p of w.partitions) add(w.group, p);
+    await Promise.all([...keys].map(([group, mine]) => this.log.deleteOffsets(group, [...mine.values()])));
+    for (const w of voided) w.voided = true;
+    for (const mine of keys.values()) for (const k of mine.keys()) this.cache.delete(k);
   }
 
   async close(): Promise<void> {}

@@ -24,7 +24,7 @@ export function setOffset(m: OffsetMap, group: string, topic: string, partition:
   byPart.set(partition, offset);
 }
 
-function pendingKey(group: string, topic: string, partition: number): string {
+function pendingKey(group: string, topic: string, partition: number | string): string {
   return `${group}\u0000${topic}\u0000${partition}`;
 }
 
@@ -37,6 +37,13 @@ export class GroupOffsets {
   readonly reserved: OffsetMap = new Map();
   /** Partitions (pendingKey) with offsets sent to transactions that have not ended: the transactional ids. */
   private readonly pending = new Map<string, Set<string>>();
+  /**
+   * Transactions (pendingKey of txn, group, topic) whose pending offsets of a topic were dropped with the
+   * topic (forgetTopic): their commit does not apply them, as Kafka drops a deleted partition's pending ones.
+   */
+  private readonly droppedTxnOffsets = new Set<string>();
+  /** Commits being made durable outside the group's lock: a topic deleted meanwhile voids them (forgetTopic). */
+  private readonly writing = new Set<{ group: string; topic: string; voided: boolean }>();
 
   constructor(private readonly ctx: GroupContext) {}
 
@@ -50,6 +57,39 @@ export class GroupOffsets {
   forget(group: string): void {
     this.committed.delete(group);
     this.reserved.delete(group);
+  }
+
+  /** The groups holding offsets of `topic`: committed, reserved, being written, or sent to a transaction. */
+  groupsWithTopic(topic: string): Set<string> {
+    const out = new Set<string>();
+    for (const m of [this.committed, this.reserved]) for (const [group, byTopic] of m) if (byTopic.has(topic)) out.add(group);
+    for (const w of this.writing) if (w.topic === topic) out.add(w.group);
+    for (const k of this.pending.keys()) {
+      const [group, t] = k.split('\u0000');
+      if (t === topic) out.add(group!);
+    }
+    return out;
+  }
+
+  /**
+   * Forgets a group's offsets of a deleted topic (the store's are deleted first): a commit still being
+   * written then neither sets its offsets nor, if it fails, gives its reservation back.
+   */
+  forgetTopic(group: string, topic: string): void {
+    for (const m of [this.committed, this.reserved]) {
+      const byTopic = m.get(group);
+      byTopic?.delete(topic);
+      // A group known only by its offsets is no longer listed (LIST_GROUPS, ListGroups) once they are gone.
+      if (byTopic?.size === 0) m.delete(group);
+    }
+    for (const w of this.writing) if (w.group === group && w.topic === topic) w.voided = true;
+    // Offsets transactions sent for the topic: stable at once (the re-created topic has none), not applied.
+    const prefix = pendingKey(group, topic, '');
+    for (const [k, txns] of [...this.pending]) {
+      if (!k.startsWith(prefix)) continue;
+      for (const txn of txns) this.droppedTxnOffsets.add(pendingKey(txn, group, topic));
+      this.pending.delete(k);
+    }
   }
 
   /**
@@ -107,25 +147,30 @@ export class GroupOffsets {
     const store = this.ctx.offsetStore;
     let previous: Array<number | undefined> = [];
     let changed: OffsetEntry[] = [];
+    const token = { group: req.group, topic: req.topic, voided: false };
     const run = async () => {
       check();
       changed = req.entries.filter((e) => getOffset(this.reserved, req.group, req.topic, e.partition) !== e.offset);
       previous = changed.map((e) => getOffset(this.reserved, req.group, req.topic, e.partition));
       for (const e of changed) setOffset(this.reserved, req.group, req.topic, e.partition, e.offset);
       if (changed.length === 0) return { write: undefined };
+      this.writing.add(token);
       // Wrapped so the lock is released before durability: the log keeps appends in order, so the next
       // commit may start while this one is being fsynced (and share its fsync).
       return { write: store.commit(req.group, req.topic, changed) };
     };
-    const { write } = await this.ctx.withOwnedGroup(req.group, async () => {
-      const out = await run();
-      // Other stores (PostgreSQL) may finish transactions out of order: keep them serialized per group.
-      if (store.kind !== 'log') await out.write;
-      return out;
-    });
     try {
+      const { write } = await this.ctx.withOwnedGroup(req.group, async () => {
+        const out = await run();
+        // Other stores (PostgreSQL) may finish transactions out of order: keep them serialized per group.
+        if (store.kind !== 'log') await out.write;
+        return out;
+      });
       await write;
     } catch (err) {
+      this.writing.delete(token);
+      // The topic was deleted meanwhile: its offsets, this reservation's included, are gone already.
+      if (token.voided) throw err;
       // Not durable: give the reservation back so a retry writes again.
       changed.forEach((e, i) => {
         if (getOffset(this.reserved, req.group, req.topic, e.partition) === e.offset) {
@@ -136,6 +181,8 @@ export class GroupOffsets {
       });
       throw err;
     }
+    this.writing.delete(token);
+    if (token.voided) return req.entries.length;
     for (const e of changed) {
       const cur = getOffset(this.committed, req.group, req.topic, e.partition);
       if (cur === undefined || e.offset > cur) setOffset(this.committed, req.group, req.topic, e.partition, e.offset);
@@ -219,6 +266,7 @@ export class GroupOffsets {
 
   /** The transaction ended (aborted, or its offsets applied): the partitions are stable again. */
   clearPending(txn: string, group: string, topic: string, partitions: number[]): void {
+    this.droppedTxnOffsets.delete(pendingKey(txn, group, topic));
     for (const p of partitions) {
       const k = pendingKey(group, topic, p);
       const set = this.pending.get(k);
@@ -235,7 +283,10 @@ export class GroupOffsets {
    */
   async applyTxnOffsets(txn: string, group: string, topic: string, entries: OffsetEntry[]): Promise<void> {
     await this.ctx.withGroup(group, async () => {
+      // The topic was deleted after they were sent: they went with its offsets.
+      const dropped = this.droppedTxnOffsets.has(pendingKey(txn, group, topic));
       const forward = entries.filter((e) => {
+        if (dropped) return false;
         const cur = getOffset(this.reserved, group, topic, e.partition);
         return cur === undefined || e.offset > cur;
       });

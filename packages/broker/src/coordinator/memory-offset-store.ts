@@ -6,7 +6,7 @@
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type Clock, systemClock } from '../common/clock.js';
-import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkFetch, checkName, checkNoRegression } from './offset-store.js';
+import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkDeleteTopic, checkFetch, checkName, checkNoRegression } from './offset-store.js';
 
 export class MemoryOffsetStore implements OffsetStore {
   readonly kind = 'memory';
@@ -47,6 +47,12 @@ export class MemoryOffsetStore implements OffsetStore {
   async deleteGroup(group: string): Promise<void> {
     checkName('group', group);
     for (const [k, o] of this.offsets) if (o.group === group) this.offsets.delete(k);
+  }
+
+  async deleteTopic(topic: string, groups?: readonly string[]): Promise<void> {
+    checkDeleteTopic(topic, groups);
+    const only = groups && new Set(groups);
+    for (const [k, o] of this.offsets) if (o.topic === topic && (!only || only.has(o.group))) this.offsets.delete(k);
   }
 
   async close(): Promise<void> {

@@ -32,6 +32,13 @@ export interface OffsetStore {
   commit(group: string, topic: string, entries: OffsetEntry[], opts?: { force?: boolean }): Promise<void>;
   fetch(group: string, topic: string, partition: number): Promise<number | undefined>;
   deleteGroup(group: string): Promise<void>;
+  /**
+   * Forgets every committed offset of a deleted topic, of `groups` only when given (a cluster's coordinator
+   * deletes those of the groups it coordinates), as Kafka does (docs/operations.md, "Deleting a topic").
+   * Durable when resolved: a reloaded store does not bring them back, and a commit of a topic re-created
+   * under the same name starts over (no offset_regression against the forgotten offsets).
+   */
+  deleteTopic(topic: string, groups?: readonly string[]): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -72,6 +79,14 @@ export function checkNoRegression(entries: OffsetEntry[], current: (partition: n
     const cur = current(e.partition);
     if (cur !== undefined && e.offset < cur) throw new TributaryError('offset_regression', { partition: e.partition, current: cur, requested: e.offset });
   }
+}
+
+/** What every store refuses of a topic deletion: an empty topic name or group name. */
+export function checkDeleteTopic(topic: unknown, groups: unknown): void {
+  checkName('topic', topic);
+  if (groups === undefined) return;
+  if (!Array.isArray(groups)) throw invalidParam('groups', 'must be an array');
+  for (const g of groups) checkName('group', g);
 }
 
 export function checkName(param: string, value: unknown): asserts value is string {

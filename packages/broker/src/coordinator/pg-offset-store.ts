@@ -9,7 +9,7 @@
  */
 import pg from 'pg';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
-import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkFetch, checkName } from './offset-store.js';
+import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkDeleteTopic, checkFetch, checkName } from './offset-store.js';
 
 export interface PgOffsetStoreOptions {
   /** Used to create a pool the store owns (and ends on close). Ignored when `pool` is given. */
@@ -67,6 +67,7 @@ export class PgOffsetStore implements OffsetStore {
     upsert: string;
     current: string;
     deleteGroup: string;
+    deleteTopic: string;
     create: string;
   };
 
@@ -117,6 +118,8 @@ export class PgOffsetStore implements OffsetStore {
       current: `SELECT partition, next_offset::text AS next_offset FROM ${t}
         WHERE group_id = $1 AND topic = $2 AND partition = ANY($3::int[])`,
       deleteGroup: `DELETE FROM ${t} WHERE group_id = $1`,
+      // A null group list: every group's offsets of the topic.
+      deleteTopic: `DELETE FROM ${t} WHERE topic = $1 AND ($2::text[] IS NULL OR group_id = ANY($2::text[]))`,
     };
   }
 
@@ -206,6 +209,11 @@ export class PgOffsetStore implements OffsetStore {
   async deleteGroup(group: string): Promise<void> {
     checkName('group', group);
     await this.query('deleteGroup', this.sql.deleteGroup, [group]);
+  }
+
+  async deleteTopic(topic: string, groups?: readonly string[]): Promise<void> {
+    checkDeleteTopic(topic, groups);
+    await this.query('deleteTopic', this.sql.deleteTopic, [topic, groups === undefined ? null : [...groups]]);
   }
 
   async close(): Promise<void> {

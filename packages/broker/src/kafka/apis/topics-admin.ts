@@ -36,6 +36,10 @@ export const deleteTopicsHandler = handler(apiByKey(DeleteTopics.apiKey)!, async
     try {
       userTopic(ctx, w.name);
       await ctx.broker.topics.delete(w.name);
+      // As DELETE: standalone, the topic's committed offsets go before the reply (a cluster's on the event).
+      if (!ctx.broker.cluster) {
+        await ctx.broker.coordinator.deleteTopicOffsets(w.name).catch((err: unknown) => ctx.broker.logger.error({ err, topic: w.name }, 'deleting the committed offsets of a deleted topic failed'));
+      }
       // As DELETE: reassignments of a deleted topic have nothing left to move (best effort).
       await ctx.broker.cluster?.reassignments.deleteTopic(w.name).catch(() => {});
       responses.push({ name: w.name, topicId: w.topicId, errorCode: 0, errorMessage: null });

@@ -1,0 +1,107 @@
+/**
+ * A deleted topic's committed offsets go with it in a 3-broker cluster (docs/operations.md, "Deleting a
+ * topic"): the topic is deleted through a broker that does not coordinate the group; the group's
+ * coordinator hears of it from etcd, refuses commits for the old topic, deletes the group's offsets of it,
+ * and the coordinator that takes the group over after a restart replays the log without them.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { partitionForKey } from 'tributary-protocol/partitioner.js';
+import { TestCluster } from '../../helpers/cluster.js';
+import { GroupMember, groupStatus } from '../groups/helpers.js';
+
+const TOPIC = 'ctd';
+/** FAST_CLUSTER_ARGS: four `__consumer_offsets` partitions. */
+const OFFSETS_PARTITIONS = 4;
+
+describe('deleting a topic in a cluster', () => {
+  let cluster: TestCluster;
+  const conns: Connection[] = [];
+
+  beforeAll(async () => {
+    cluster = await TestCluster.start(3);
+  }, 90_000);
+
+  afterAll(async () => {
+    await Promise.all(conns.map((c) => c.close().catch(() => {})));
+    await cluster?.dispose();
+  });
+
+  async function connect(id: number): Promise<Connection> {
+    const c = await cluster.connect(id);
+    conns.push(c);
+    return c;
+  }
+
+  /** The broker leading the group's `__consumer_offsets` partition: its coordinator. */
+  async function coordinatorOf(group: string): Promise<number> {
+    const p = partitionForKey(Buffer.from(group, 'utf8'), OFFSETS_PARTITIONS);
+    return cluster.waitFor(`a leader of __consumer_offsets[${p}]`, async () => {
+      const l = await cluster.leaderOf('__consumer_offsets', p);
+      return l.id >= 0 ? l.id : false;
+    });
+  }
+
+  /** The committed column of GROUP_STATUS, asked of every live broker until the coordinator answers. */
+  async function committedColumn(group: string): Promise<Array<number | null>> {
+    return cluster.waitFor(`GROUP_STATUS of ${group} from its coordinator`, async () => {
+      for (let id = 0; id < cluster.brokers.length; id++) {
+        const c = await cluster.connect(id).catch(() => undefined);
+        if (!c) continue;
+        try {
+          return (await groupStatus(c, group)).offsets.map((o) => o.committed);
+        } catch {
+          // NOT_COORDINATOR / COORDINATOR_LOADING: another broker
+        } finally {
+          await c.close().catch(() => {});
+        }
+      }
+      return false;
+    });
+  }
+
+  it("deleted through another broker, the group's coordinator deletes its offsets, durably", async () => {
+    // A group coordinated by a broker other than 0, through which the topic is deleted.
+    let group = '';
+    let coordinator = 0;
+    for (let i = 0; coordinator === 0; i++) {
+      group = `ctd-group-${i}`;
+      coordinator = await coordinatorOf(group);
+    }
+    const admin = await connect(0);
+    await admin.command('CREATE', { topic: TOPIC, partitions: 2, replication_factor: 3 });
+    const m = new GroupMember(await connect(coordinator), TOPIC, group, 'w');
+    await m.join();
+    expect(await m.sync()).toEqual([0, 1]);
+    await m.batchCommit('P0:15,P1:12');
+    expect(await committedColumn(group)).toEqual([15, 12]);
+
+    await admin.command('DELETE', { topic: TOPIC });
+    // Once the coordinator has heard of the deletion, a commit for the old topic is refused. The same offset
+    // as committed, so an attempt that lands before is a no-op (and deleted with the rest anyway).
+    await cluster.waitFor('the coordinator to refuse commits for the deleted topic', () =>
+      m.commit(0, 15).then(
+        () => false,
+        (err: unknown) => {
+          if (err instanceof TributaryError && err.code === 'topic_not_found') return true;
+          throw err;
+        },
+      ),
+    );
+
+    await admin.command('CREATE', { topic: TOPIC, partitions: 2, replication_factor: 3 });
+    await cluster.waitFor('the re-created topic open on the coordinator, without the old offsets', async () => {
+      const col = await committedColumn(group);
+      return col.length === 2 ? col : false;
+    });
+    expect(await committedColumn(group)).toEqual([null, null]);
+    // A lower offset into the re-created (empty) topic is no regression.
+    await m.commit(0, 0);
+    expect(await committedColumn(group)).toEqual([0, null]);
+
+    // The coordinator restarts: another broker takes the group over from the replicated log.
+    await cluster.broker(coordinator).restart();
+    expect(await committedColumn(group)).toEqual([0, null]);
+  });
+});
