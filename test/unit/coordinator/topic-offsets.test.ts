@@ -151,7 +151,7 @@ describe('the committed offsets of a deleted topic', () => {
     const { producerId, epoch } = await c.txns.initProducerId('tx', 60_000);
     await c.txns.kafka.addOffsets('tx', producerId, epoch);
     const entries = [{ partition: 0, offset: 2 }];
-    await c.txns.sendOffsets('tx', producerId, epoch, { group: 'k', topic: TOPIC, member: '', generation: -1, entries }, () => {});
+    await c.txns.sendOffsets('tx', producerId, epoch, { group: 'k', topic: TOPIC, member: '', generation: -1, entries, classic: { memberId: '', instanceId: null, generation: -1 } });
     await expectError(Promise.resolve().then(() => gc.fetchOffset('k', TOPIC, 0)), 'UNSTABLE_OFFSET_COMMIT');
 
     await deleteTopic(TOPIC);
