@@ -297,6 +297,7 @@ export const TXN_COMMANDS: Record<string, CommandSpec> = {
   TXN_APPEND: { handler: txnAppend, params: ['producerId', 'epoch', 'coordinator_epoch', 'coordinator_partition', 'key', 'message', 'partition', 'topic'], pipelined: true },
   TXN_MARKER: { handler: txnMarker, params: ['producerId', 'epoch', 'coordinator_epoch', 'coordinator_partition', 'partition', 'result', 'topic'], pipelined: true },
   TXN_GROUP_OFFSETS: { handler: txnGroupOffsets, params: ['transactional_id', 'generation', 'group', 'instance', 'kind', 'member', 'op', 'topic'], positional: true },
-  TXN_VERIFY: { handler: txnVerify, params: ['transactional_id', 'producerId', 'epoch', 'partition', 'topic'] },
-  TXN_OFFSETS: { handler: txnOffsets, params: ['transactional_id', 'producerId', 'epoch', 'generation', 'group', 'instance', 'member', 'topic'], positional: true },
+  // Pipelined: brokers share one connection per peer, and a request held there would hold every later one.
+  TXN_VERIFY: { handler: txnVerify, params: ['transactional_id', 'producerId', 'epoch', 'partition', 'topic'], pipelined: true },
+  TXN_OFFSETS: { handler: txnOffsets, params: ['transactional_id', 'producerId', 'epoch', 'generation', 'group', 'instance', 'member', 'topic'], positional: true, pipelined: true },
 };

@@ -77,10 +77,15 @@ export class TxnIndex {
   /** Bumped on every change (snapshots are written only when it moved). */
   version = 0;
   /**
-   * Bumped by every marker begun, whether it closes a transaction or not: a leader that verified a
-   * transactional append with a remote coordinator appends only if none came meanwhile (kafka/apis/txn-produce.ts).
+   * Markers begun per producer id, whether they close a transaction or not: a leader that verified a
+   * transactional append with a remote coordinator refuses it if one of its producer's came meanwhile
+   * (kafka/apis/txn-produce.ts).
    */
-  markersBegun = 0;
+  private readonly markerCounts = new Map<string, number>();
+
+  markersOf(producerId: string): number {
+    return this.markerCounts.get(producerId) ?? 0;
+  }
 
   /** The first offset of the earliest open transaction, or Infinity. */
   firstUnstableOffset(): number {
@@ -150,7 +155,7 @@ export class TxnIndex {
    * stale_producer_epoch for an epoch below the open transaction's.
    */
   beginMarker(producerId: string, epoch: number): OpenTxn | null {
-    this.markersBegun++;
+    this.markerCounts.set(producerId, this.markersOf(producerId) + 1);
     const t = this.open.get(producerId);
     if (!t) return null;
     if (epoch < t.epoch) throw new TributaryError('stale_producer_epoch', { producerId, epoch, current: t.epoch });

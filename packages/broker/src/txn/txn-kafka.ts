@@ -114,8 +114,8 @@ export class KafkaTransactions {
    * Cluster mode, asked by a partition's leader on another broker before it appends a transactional
    * Produce batch (TXN_VERIFY, docs/kafka.md "Transactions"): resolves once the partition is durably
    * registered in the id's open transaction at this producer epoch, else invalid_txn_state (or the
-   * producer's fencing error). The leader appends only if no marker reached the partition meanwhile
-   * (cluster/txn-verify.ts), so the append cannot land after the transaction ended there.
+   * producer's fencing error). The leader appends only if no marker of the producer reached the partition
+   * meanwhile (kafka/apis/txn-produce.ts), so the append cannot land after the transaction ended there.
    */
   async verify(id: string, producerId: string, epoch: number, topic: string, partition: number): Promise<void> {
     this.deps.checkOwner(id);

@@ -3,11 +3,11 @@
  * broker coordinates the transactional id, the coordinator's own check and in-flight tracking hold the
  * append (KafkaTransactions.append: EndTxn waits for it). In a cluster where another broker coordinates
  * the id, this leader asks that coordinator (TXN_VERIFY) whether the partition is durably in the id's
- * open transaction at the batch's epoch, and appends only if no marker began on the partition meanwhile:
- * once the coordinator has answered, the transaction may end and its marker reach this partition before
- * the append, which would then open a transaction nobody ends (Kafka's "hanging transaction", KIP-890).
- * If a marker did come, it asks again. One producer's batches to one partition are verified and appended
- * in the order they arrived, so their sequences stay in order.
+ * open transaction at the batch's epoch, and appends only if no marker of the producer began on the
+ * partition since the batch arrived: the transaction may end and its marker reach this partition before
+ * the append, which would then open a transaction nobody ends (Kafka's "hanging transaction", KIP-890) or
+ * join the producer's next transaction of the same epoch. Such a batch is INVALID_TXN_STATE. One
+ * producer's batches to one partition are verified and appended in the order they arrived.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
@@ -17,8 +17,6 @@ import { TXN_STATE_TOPIC } from '../../txn/txn-log.js';
 import type { KafkaRequestContext } from '../context.js';
 import { leaderGate } from './cluster-gate.js';
 
-/** Verifications a marker may overtake before the batch is refused (retriable) rather than asked again. */
-const VERIFY_ATTEMPTS = 5;
 /** How long a leader keeps looking for a transaction coordinator that is moving or loading. */
 const COORDINATOR_WAIT_MS = 5_000;
 const MOVING = new Set(['NOT_COORDINATOR', 'COORDINATOR_LOADING', 'COORDINATOR_NOT_AVAILABLE', 'NOT_LEADER', 'connection_lost', 'request_timeout', 'not_ready']);
@@ -53,7 +51,11 @@ export function transactionalAppend(
   let byProducer = queues.get(partition);
   if (!byProducer) queues.set(partition, (byProducer = new Map()));
   const queue = byProducer;
-  const run = () => verifiedAppend(ctx, txnId, b, partition, append);
+  // The baseline is taken when the batch arrives: a marker of this producer after it ended the
+  // transaction the batch belongs to (a later one of the same epoch must not take it).
+  const ready = partition.txnIndex() ? Promise.resolve() : partition.whenTxnIndexReady();
+  const baseline = ready.then(() => ({ index: partition.txnIndex(), seen: partition.txnIndex()?.markersOf(b.producerId) }));
+  const run = () => baseline.then((base) => verifiedAppend(ctx, txnId, b, partition, append, base));
   const prior = queue.get(b.producerId);
   const p = prior ? prior.then(run, run) : run();
   queue.set(b.producerId, p);
@@ -70,18 +72,12 @@ async function verifiedAppend(
   b: TransactionalBatch,
   partition: Partition,
   append: () => Promise<IdempotentAppend>,
+  base: { index: ReturnType<Partition['txnIndex']>; seen: number | undefined },
 ): Promise<IdempotentAppend> {
-  if (!partition.txnIndex()) await partition.whenTxnIndexReady();
-  for (let attempt = 1; ; attempt++) {
-    const index = partition.txnIndex();
-    const seen = index?.markersBegun;
-    await askCoordinator(ctx, txnId, b, partition);
-    // Synchronous from the check to the append call: a marker begun later is written after the append.
-    if (partition.txnIndex() === index && index?.markersBegun === seen) return append();
-    if (attempt >= VERIFY_ATTEMPTS) {
-      throw new TributaryError('NOT_ENOUGH_REPLICAS', { topic: partition.topic, partition: partition.id, reason: 'transaction markers kept arriving while the append was verified; retry' });
-    }
-  }
+  await askCoordinator(ctx, txnId, b, partition);
+  // Synchronous from the check to the append call: a marker begun later is written after the append.
+  if (partition.txnIndex() === base.index && base.index?.markersOf(b.producerId) === base.seen) return append();
+  throw new TributaryError('invalid_txn_state', { topic: partition.topic, partition: partition.id, reason: "the producer's transaction ended on this partition while the batch waited" });
 }
 
 /** TXN_VERIFY at the id's coordinator, following it while it moves or loads. */
