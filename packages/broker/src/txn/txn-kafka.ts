@@ -111,13 +111,10 @@ export class KafkaTransactions {
   }
 
   /**
-   * Cluster mode, asked by a partition's leader on another broker before it appends a transactional
-   * Produce batch (TXN_VERIFY, docs/kafka.md "Transactions"): resolves once the partition is durably
-   * registered in the id's open transaction at this producer epoch, else invalid_txn_state (or the
-   * producer's fencing error). The leader appends only if no marker of the producer reached the partition
-   * meanwhile (kafka/apis/txn-produce.ts), so the append cannot land after the transaction ended there.
+   * The id's entry and a check, run again after every wait (synchronously with what follows it), that the
+   * partition's registration in the open transaction at this epoch is the one to wait for.
    */
-  async verify(id: string, producerId: string, epoch: number, topic: string, partition: number): Promise<void> {
+  private registration(id: string, producerId: string, epoch: number, topic: string, partition: number): { e: Entry; check: () => Promise<void> } {
     this.deps.checkOwner(id);
     const e = this.deps.entry(id);
     const k = partKey(topic, partition);
@@ -127,6 +124,18 @@ export class KafkaTransactions {
       if (!add) throw txnState(id, e.meta.state, `${topic}[${partition}] was not added to the transaction (AddPartitionsToTxn first)`);
       return add;
     };
+    return { e, check };
+  }
+
+  /**
+   * Cluster mode, asked by a partition's leader on another broker before it appends a transactional
+   * Produce batch (TXN_VERIFY, docs/kafka.md "Transactions"): resolves once the partition is durably
+   * registered in the id's open transaction at this producer epoch, else invalid_txn_state (or the
+   * producer's fencing error). The leader appends only if no marker of the producer reached the partition
+   * meanwhile (kafka/apis/txn-produce.ts), so the append cannot land after the transaction ended there.
+   */
+  async verify(id: string, producerId: string, epoch: number, topic: string, partition: number): Promise<void> {
+    const { e, check } = this.registration(id, producerId, epoch, topic, partition);
     const add = check();
     await add;
     if (check() !== add) throw txnState(id, e.meta.state, `${topic}[${partition}] was registered again meanwhile`);
@@ -140,15 +149,7 @@ export class KafkaTransactions {
    * or a new epoch waits for the appends started (Entry.inflight) before writing markers.
    */
   async append<T>(id: string, producerId: string, epoch: number, topic: string, partition: number, start: () => Promise<T>): Promise<T> {
-    this.deps.checkOwner(id);
-    const e = this.deps.entry(id);
-    const k = partKey(topic, partition);
-    const check = (): Promise<void> => {
-      checkOpen(e, producerId, epoch);
-      const add = e.adds.get(k);
-      if (!add) throw txnState(id, e.meta.state, `${topic}[${partition}] was not added to the transaction (AddPartitionsToTxn first)`);
-      return add;
-    };
+    const { e, check } = this.registration(id, producerId, epoch, topic, partition);
     const add = check();
     await add;
     // END_TXN, a timeout, a new epoch or a failed registration may have come in meanwhile.
