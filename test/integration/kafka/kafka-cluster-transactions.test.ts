@@ -4,7 +4,8 @@
  * A kafkajs transaction over partitions led everywhere commits or aborts as one; a leader that is not the
  * coordinator refuses a batch for a partition the transaction never added, storing nothing; an
  * exactly-once kafkajs pipeline whose member is killed with SIGKILL mid-stream writes every input once,
- * with its offsets staged through the group's coordinator on another broker.
+ * with its offsets staged through the group's coordinator on another broker; a zombie's TxnOffsetCommit
+ * relayed between the two coordinators keeps its Kafka error.
  */
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -136,6 +137,58 @@ describe('Kafka transactions on a 3-broker cluster', () => {
     } finally {
       raw.socket.destroy();
       atLeader.socket.destroy();
+    }
+  });
+
+  it("a zombie's TxnOffsetCommit gets the group's own Kafka error although the id's coordinator is another broker", async () => {
+    await createTopic('ctx-zombie', 1);
+    let groupId = '';
+    let transactionalId = '';
+    let at = { group: -1, txn: -1 };
+    for (let i = 0; !groupId; i++) {
+      const g = await coordinatorOf(`ctx-zombie-group-${i}`, 0);
+      const t = await coordinatorOf(`ctx-zombie-id-${i}`, 1);
+      if (g !== t) [groupId, transactionalId, at] = [`ctx-zombie-group-${i}`, `ctx-zombie-id-${i}`, { group: g, txn: t }];
+    }
+    const atGroup = await RawKafka.connect(cluster.broker(at.group).kafkaPort);
+    const atTxn = await RawKafka.connect(cluster.broker(at.txn).kafkaPort);
+    try {
+      const protocols = [{ name: 'range', metadata: Buffer.from([0, 0, 0, 0, 0, 0, 0, 0, 0, 0]) }];
+      const joined = await atGroup.call(11, 0, { groupId, sessionTimeoutMs: 30_000, memberId: '', protocolType: 'consumer', protocols });
+      expect(joined.errorCode).toBe(0);
+      const member = { memberId: joined.memberId as string, generationId: joined.generationId as number };
+      expect((await atGroup.call(14, 0, { groupId, ...member, assignments: [{ memberId: member.memberId, assignment: Buffer.alloc(0) }] })).errorCode).toBe(0);
+      const init = await atTxn.call(22, 1, { transactionalId, transactionTimeoutMs: 60_000 });
+      expect(init.errorCode).toBe(0);
+      const p = { producerId: init.producerId as bigint, producerEpoch: init.producerEpoch as number };
+      expect((await atTxn.call(25, 1, { transactionalId, ...p, groupId })).errorCode).toBe(0);
+      const commit = async (generationId: number, memberId: string, offset: number) => {
+        const res = await atGroup.call(28, 3, {
+          transactionalId,
+          groupId,
+          ...p,
+          generationId,
+          memberId,
+          groupInstanceId: null,
+          topics: [{ name: 'ctx-zombie', partitions: [{ partitionIndex: 0, committedOffset: offset, committedLeaderEpoch: -1, committedMetadata: null }] }],
+        });
+        return ((res.topics as Array<{ partitions: Array<{ errorCode: number }> }>)[0]!.partitions[0]!).errorCode;
+      };
+      // Refused by the group's coordinator, relayed through the id's coordinator and back: Kafka's own codes
+      // (a client treats UNKNOWN_SERVER_ERROR as fatal, these as a fenced member).
+      expect(await commit(member.generationId - 1, member.memberId, 3)).toBe(kafkaErrorCode('ILLEGAL_GENERATION'));
+      expect(await commit(member.generationId, 'no-such-member', 3)).toBe(kafkaErrorCode('UNKNOWN_MEMBER_ID'));
+      expect(await commit(member.generationId, member.memberId, 3)).toBe(0);
+      expect((await atTxn.call(26, 1, { transactionalId, ...p, committed: true })).errorCode).toBe(0);
+      const committed = await cluster.waitFor('the offset committed', async () => {
+        const res = await atGroup.call(9, 7, { groupId, topics: [{ name: 'ctx-zombie', partitionIndexes: [0] }], requireStable: true });
+        const part = (res.topics as Array<{ partitions: Array<{ errorCode: number; committedOffset: bigint | number }> }>)[0]!.partitions[0]!;
+        return part.errorCode === 0 ? Number(part.committedOffset) : false;
+      });
+      expect(committed).toBe(3);
+    } finally {
+      atGroup.socket.destroy();
+      atTxn.socket.destroy();
     }
   });
 

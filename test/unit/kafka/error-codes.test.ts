@@ -1,7 +1,10 @@
 /** The Kafka error table and the first mapping from Tributary's errors. */
-import { ClassicGroupError } from 'tributary-broker/coordinator/classic-group.js';
+import { CLASSIC_ERROR_NAMES, ClassicGroupError } from 'tributary-broker/coordinator/classic-group.js';
 import { describe, expect, it } from 'vitest';
+import { formatError, parseError } from 'tributary-protocol/command.js';
 import { ERROR_CODES, TributaryError } from 'tributary-protocol/errors.js';
+import { txnErrorCode } from 'tributary-broker/kafka/apis/transactions.js';
+import { ConcurrentTransactionsError } from 'tributary-broker/txn/txn-kafka.js';
 import { RecordBatchError } from 'tributary-protocol/record-batch/errors.js';
 import { KafkaCodecError } from 'tributary-broker/kafka/protocol/errors.js';
 import { KAFKA_ERRORS, kafkaErrorCode, kafkaErrorFor, kafkaErrorName, TRIBUTARY_TO_KAFKA } from 'tributary-broker/kafka/protocol/error-codes.js';
@@ -93,5 +96,21 @@ describe('Kafka error table', () => {
     expect(kafkaErrorFor(new ClassicGroupError('FENCED_INSTANCE_ID'))).toBe('FENCED_INSTANCE_ID');
     expect(kafkaErrorFor(new TributaryError('invalid_encoding'))).toBe('UNKNOWN_SERVER_ERROR');
     expect(kafkaErrorFor(new RangeError('boom'))).toBe('UNKNOWN_SERVER_ERROR');
+  });
+
+  // A broker that relays another broker's refusal (TXN_OFFSETS, TXN_GROUP_OFFSETS, TXN_VERIFY) has only its
+  // `ERROR:` text: the Kafka error must be the one the first broker would have answered itself.
+  it('an error relayed through a peer\'s ERROR: reply keeps its Kafka error', () => {
+    const relayed = (err: TributaryError) => parseError(formatError(err));
+    for (const name of CLASSIC_ERROR_NAMES) expect(kafkaErrorFor(relayed(new ClassicGroupError(name, { group: 'g' }))), name).toBe(name);
+    // Relayed twice (group coordinator -> id's coordinator -> group coordinator) too.
+    expect(kafkaErrorFor(relayed(relayed(new ClassicGroupError('ILLEGAL_GENERATION'))))).toBe('ILLEGAL_GENERATION');
+    const concurrent = new ConcurrentTransactionsError('t', 'prepare_commit');
+    expect(txnErrorCode(concurrent)).toBe(kafkaErrorCode('CONCURRENT_TRANSACTIONS'));
+    expect(txnErrorCode(relayed(concurrent))).toBe(kafkaErrorCode('CONCURRENT_TRANSACTIONS'));
+    expect(ConcurrentTransactionsError.matches(relayed(concurrent))).toBe(true);
+    // Any other invalid_txn_state stays fatal, relayed or not.
+    expect(txnErrorCode(relayed(new TributaryError('invalid_txn_state', { state: 'open' })))).toBe(kafkaErrorCode('INVALID_TXN_STATE'));
+    expect(ConcurrentTransactionsError.matches(new TributaryError('invalid_txn_state', { concurrent: 'false' }))).toBe(false);
   });
 });

@@ -13,17 +13,24 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 export type ClassicState = 'Empty' | 'PreparingRebalance' | 'CompletingRebalance' | 'Stable' | 'Dead';
 
 /** The classic protocol's own errors, by their Kafka names (the Kafka listener maps them to codes). */
-export type ClassicErrorName =
-  | 'UNKNOWN_MEMBER_ID'
-  | 'ILLEGAL_GENERATION'
-  | 'REBALANCE_IN_PROGRESS'
-  | 'FENCED_INSTANCE_ID'
-  | 'INCONSISTENT_GROUP_PROTOCOL'
-  | 'INVALID_SESSION_TIMEOUT'
-  | 'INVALID_GROUP_ID'
-  | 'GROUP_MAX_SIZE_REACHED'
-  | 'NOT_COORDINATOR'
-  | 'COORDINATOR_NOT_AVAILABLE';
+export const CLASSIC_ERROR_NAMES = [
+  'UNKNOWN_MEMBER_ID',
+  'ILLEGAL_GENERATION',
+  'REBALANCE_IN_PROGRESS',
+  'FENCED_INSTANCE_ID',
+  'INCONSISTENT_GROUP_PROTOCOL',
+  'INVALID_SESSION_TIMEOUT',
+  'INVALID_GROUP_ID',
+  'GROUP_MAX_SIZE_REACHED',
+  'NOT_COORDINATOR',
+  'COORDINATOR_NOT_AVAILABLE',
+] as const;
+export type ClassicErrorName = (typeof CLASSIC_ERROR_NAMES)[number];
+
+/** A classic group error's code, also after a broker-to-broker reply turned it into a plain TributaryError. */
+export function isClassicErrorName(code: string): code is ClassicErrorName {
+  return (CLASSIC_ERROR_NAMES as readonly string[]).includes(code);
+}
 
 export class ClassicGroupError extends TributaryError {
   constructor(

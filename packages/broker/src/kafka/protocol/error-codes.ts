@@ -5,7 +5,7 @@
  */
 import { ERROR_CODES, type ErrorCode, TributaryError } from 'tributary-protocol/errors.js';
 import type { RecordBatchErrorReason } from 'tributary-protocol/record-batch/errors.js';
-import { ClassicGroupError } from '../../coordinator/classic-group.js';
+import { ClassicGroupError, isClassicErrorName } from '../../coordinator/classic-group.js';
 import { KafkaCodecError } from './errors.js';
 
 export interface KafkaErrorSpec {
@@ -185,7 +185,10 @@ const BATCH_TO_KAFKA: Partial<Record<RecordBatchErrorReason, KafkaErrorName>> = 
   bad_magic: 'UNSUPPORTED_FOR_MESSAGE_FORMAT',
 };
 
-/** The Kafka error for a thrown error: a mapped Tributary code, a codec reason, else UNKNOWN_SERVER_ERROR. */
+/**
+ * The Kafka error for a thrown error: a mapped Tributary code, a classic group error (also one relayed by a
+ * peer), a codec reason, else UNKNOWN_SERVER_ERROR.
+ */
 export function kafkaErrorFor(err: unknown): KafkaErrorName {
   if (err instanceof ClassicGroupError) return err.kafkaName;
   if (err instanceof KafkaCodecError) return err.reason === 'unsupported_version' ? 'UNSUPPORTED_VERSION' : 'INVALID_REQUEST';
@@ -193,6 +196,8 @@ export function kafkaErrorFor(err: unknown): KafkaErrorName {
     const reason = err.fields.reason;
     if (err.code === 'invalid_batch' && typeof reason === 'string') return BATCH_TO_KAFKA[reason as RecordBatchErrorReason] ?? 'CORRUPT_MESSAGE';
     if (Object.hasOwn(ERROR_CODES, err.code)) return TRIBUTARY_TO_KAFKA[err.code as ErrorCode] ?? 'UNKNOWN_SERVER_ERROR';
+    // A classic group error relayed by another broker (TXN_OFFSETS, TXN_GROUP_OFFSETS) keeps its Kafka name as its code.
+    if (isClassicErrorName(err.code)) return err.code;
   }
   return 'UNKNOWN_SERVER_ERROR';
 }
