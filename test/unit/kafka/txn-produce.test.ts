@@ -28,11 +28,20 @@ async function partition(): Promise<Partition> {
   return p;
 }
 
-/** A leader's context whose coordinator (another broker) answers TXN_VERIFY with `answer`. */
-function leaderContext(answer: (fields: Record<string, unknown>) => Promise<void>): { ctx: KafkaRequestContext; asked: Array<Record<string, unknown>> } {
+/**
+ * A leader's context whose coordinator (another broker) answers TXN_VERIFY with `answer`; once `here.now`
+ * is set, the id's coordinator is this broker, whose own check lets every batch through (counted in
+ * `here.appends`).
+ */
+function leaderContext(answer: (fields: Record<string, unknown>) => Promise<void>): {
+  ctx: KafkaRequestContext;
+  asked: Array<Record<string, unknown>>;
+  here: { now: boolean; appends: number };
+} {
   const asked: Array<Record<string, unknown>> = [];
+  const here = { now: false, appends: 0 };
   const cluster = {
-    isLeader: () => false,
+    isLeader: () => here.now,
     requireLeader: () => ({ leaderEpoch: 4 }),
     leaderPeer: async () => ({
       command: async (name: string, fields: Record<string, unknown>) => {
@@ -43,8 +52,15 @@ function leaderContext(answer: (fields: Record<string, unknown>) => Promise<void
       },
     }),
   };
-  const transactions = { partitionFor: () => 0, kafka: {} };
-  return { ctx: { broker: { cluster, transactions } } as unknown as KafkaRequestContext, asked };
+  const kafka = {
+    verify: async () => {},
+    append: async (_id: string, _p: string, _e: number, _t: string, _n: number, start: () => Promise<unknown>) => {
+      here.appends++;
+      return start();
+    },
+  };
+  const transactions = { partitionFor: () => 0, kafka };
+  return { ctx: { broker: { cluster, transactions } } as unknown as KafkaRequestContext, asked, here };
 }
 
 const batch = (firstSequence: number, n = 1) => ({ producerId: '7', epoch: 0, firstSequence, lastSequence: firstSequence + n - 1 });
@@ -113,5 +129,40 @@ describe('a transactional batch verified with a remote coordinator', () => {
     const { ctx } = leaderContext(async () => {});
     await expect(transactionalAppend(ctx, 'tx', batch(0), p, [rec('a')], 3)).rejects.toMatchObject({ code: 'NOT_LEADER' });
     expect(p.logEndOffset).toBe(0);
+  });
+
+  it("a coordinator that never answers refuses the batch as retriable after the wait, nothing appended, and the producer's next batch is not held", async () => {
+    const p = await partition();
+    let calls = 0;
+    const { ctx } = leaderContext(() => (++calls === 1 ? new Promise<void>(() => {}) : Promise.resolve()));
+    const silent = transactionalAppend(ctx, 'tx', batch(0), p, [rec('held')], 4, 50);
+    const next = transactionalAppend(ctx, 'tx', batch(0), p, [rec('again')], 4, 50);
+    const err = await silent.catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'NOT_ENOUGH_REPLICAS', retriable: true });
+    expect((await next).baseOffset).toBe(0);
+    expect(await values(p)).toEqual(['again']);
+  });
+
+  it("a batch retrying while the id's coordinator moves to this broker is not overtaken by the producer's next batch", async () => {
+    const p = await partition();
+    let tries = 0;
+    let moved!: () => void;
+    const movedHere = new Promise<void>((resolve) => (moved = resolve));
+    const { ctx, here } = leaderContext(async () => {
+      // The coordinator is moving: the first batch keeps retrying; it lands here meanwhile.
+      if (++tries === 1) {
+        here.now = true;
+        moved();
+      }
+      throw new TributaryError('NOT_COORDINATOR', { reason: 'moving' });
+    });
+    const first = transactionalAppend(ctx, 'tx', batch(0), p, [rec('one')], 4);
+    await movedHere;
+    // The next batch arrives while this broker coordinates the id: it waits for the first one's turn.
+    const second = transactionalAppend(ctx, 'tx', batch(1), p, [rec('two')], 4);
+    expect((await first).baseOffset).toBe(0);
+    expect((await second).baseOffset).toBe(1);
+    expect(here.appends).toBe(1);
+    expect(await values(p)).toEqual(['one', 'two']);
   });
 });
