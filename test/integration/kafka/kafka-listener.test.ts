@@ -492,6 +492,22 @@ describe('Kafka listener settings', () => {
     }
   });
 
+  it('tells clients --kafka-advertised-port (a proxy in front of the listener) instead of the bound port, in Metadata and FindCoordinator', async () => {
+    const advertised = await freePort();
+    const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--kafka-advertised-port', String(advertised), '--offsets-topic-partitions', '1'] });
+    const raw = await RawKafka.connect(broker.kafkaPort);
+    try {
+      expect(broker.kafkaPort).not.toBe(advertised);
+      const meta = await raw.call(3, 9, { topics: null, allowAutoTopicCreation: false, includeTopicAuthorizedOperations: false });
+      expect((meta.brokers as KafkaStruct[]).map((b) => b.port)).toEqual([advertised]);
+      const found = await raw.call(10, 3, { key: 'g', keyType: 0 });
+      expect([found.errorCode, found.port]).toEqual([0, advertised]);
+    } finally {
+      raw.socket.destroy();
+      await broker.dispose();
+    }
+  });
+
   it('counts its connections with the main port\'s in --max-connections', async () => {
     const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-connections', '2'] });
     try {

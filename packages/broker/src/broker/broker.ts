@@ -56,7 +56,7 @@ function kafkaListener(b: Broker, c: BrokerConfig, port: number, perAddress: Add
           requestCert: c.tlsCa !== undefined,
           rejectUnauthorized: c.tlsRequireClientCert,
         };
-  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port, advertisedHost: c.kafkaAdvertisedHost ?? c.advertisedHost, perAddress, otherConnections: mainConnections, tls: tlsOptions });
+  return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port, advertisedHost: c.kafkaAdvertisedHost ?? c.advertisedHost, advertisedPort: c.kafkaAdvertisedPort, perAddress, otherConnections: mainConnections, tls: tlsOptions });
 }
 
 function listen(server: net.Server | http.Server, port: number, host: string): Promise<number> {
@@ -221,7 +221,7 @@ export class Broker implements BrokerContext {
         this.kafka = undefined;
         this.logger.warn({ port: this.config.kafkaPortIfFree }, 'Kafka listener not started: its port is in use (kafkaPortIfFree)');
       }
-      if (this.kafka && this.cluster) this.cluster.kafkaAddress = `${this.kafka.advertised.host}:${this.kafka.port}`;
+      if (this.kafka && this.cluster) this.cluster.kafkaAddress = `${this.kafka.advertised.host}:${this.kafka.advertised.port}`;
     }
     const t0 = Date.now();
     const limit = this.config.startupTimeoutMs;

@@ -43,6 +43,8 @@ export const brokerConfigSchema = z
     kafkaHost: z.string().min(1).optional(),
     /** The host Kafka clients are told to use (Metadata); the Kafka listener's host when absent. */
     kafkaAdvertisedHost: z.string().min(1).optional(),
+    /** The port Kafka clients are told to use (a proxy or NAT in front of the listener); the bound port when absent. */
+    kafkaAdvertisedPort: z.number().int().min(1).max(65535).optional(),
     brokerId: z.number().int().min(0).default(0),
     dataDir: z.string().min(1).default('./data'),
     logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),

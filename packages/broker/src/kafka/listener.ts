@@ -37,6 +37,8 @@ export interface KafkaListenerOptions {
   port: number;
   /** What Metadata tells clients to connect to; the bound host when absent. */
   advertisedHost?: string;
+  /** The port Kafka clients are told to use; the bound port when absent. */
+  advertisedPort?: number;
   /**
    * The broker's per-address connection limit (`--max-connections-per-address`), shared with the main
    * port so a client cannot double its share through the second one.
@@ -118,7 +120,7 @@ export class KafkaListener {
   }
 
   get advertised(): { host: string; port: number } {
-    return { host: this.o.advertisedHost ?? this.o.host, port: this.boundPort };
+    return { host: this.o.advertisedHost ?? this.o.host, port: this.o.advertisedPort ?? this.boundPort };
   }
 
   start(): Promise<number> {
