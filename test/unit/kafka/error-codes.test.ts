@@ -3,7 +3,9 @@ import { CLASSIC_ERROR_NAMES, ClassicGroupError } from 'tributary-broker/coordin
 import { describe, expect, it } from 'vitest';
 import { formatError, parseError } from 'tributary-protocol/command.js';
 import { ERROR_CODES, TributaryError } from 'tributary-protocol/errors.js';
-import { txnErrorCode } from 'tributary-broker/kafka/apis/transactions.js';
+import { endTxnHandler, txnErrorCode } from 'tributary-broker/kafka/apis/transactions.js';
+import { coordinatorErrorCodeOf } from 'tributary-broker/kafka/apis/handler.js';
+import type { KafkaRequestContext } from 'tributary-broker/kafka/context.js';
 import { ConcurrentTransactionsError } from 'tributary-broker/txn/txn-kafka.js';
 import { RecordBatchError } from 'tributary-protocol/record-batch/errors.js';
 import { KafkaCodecError } from 'tributary-broker/kafka/protocol/errors.js';
@@ -112,5 +114,31 @@ describe('Kafka error table', () => {
     // Any other invalid_txn_state stays fatal, relayed or not.
     expect(txnErrorCode(relayed(new TributaryError('invalid_txn_state', { state: 'open' })))).toBe(kafkaErrorCode('INVALID_TXN_STATE'));
     expect(ConcurrentTransactionsError.matches(new TributaryError('invalid_txn_state', { concurrent: 'false' }))).toBe(false);
+  });
+
+  // Kafka's coordinators answer their own storage trouble with coordinator codes; a Java client treats
+  // NOT_ENOUGH_REPLICAS or REQUEST_TIMED_OUT on EndTxn, JoinGroup or OffsetCommit as fatal.
+  it('a coordinator API answers storage trouble with COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR, its own refusals unchanged', async () => {
+    const cases: Array<[TributaryError, string]> = [
+      [new TributaryError('NOT_ENOUGH_REPLICAS'), 'COORDINATOR_NOT_AVAILABLE'],
+      [new TributaryError('request_timeout'), 'COORDINATOR_NOT_AVAILABLE'],
+      [new TributaryError('not_ready'), 'COORDINATOR_NOT_AVAILABLE'],
+      [new TributaryError('NOT_LEADER'), 'NOT_COORDINATOR'],
+      [new TributaryError('FENCED_LEADER_EPOCH'), 'NOT_COORDINATOR'],
+      [new TributaryError('storage_error'), 'NOT_COORDINATOR'],
+      [new ClassicGroupError('ILLEGAL_GENERATION'), 'ILLEGAL_GENERATION'],
+      [new TributaryError('COORDINATOR_LOADING'), 'COORDINATOR_LOAD_IN_PROGRESS'],
+    ];
+    for (const [err, name] of cases) {
+      expect(coordinatorErrorCodeOf(err), err.code).toBe(kafkaErrorCode(name));
+      if (err.retriable) expect(KAFKA_ERRORS[name]!.retriable, `${err.code} stays retriable`).toBe(true);
+    }
+    // EndTxn whose __transaction_state write could not reach its in-sync replicas.
+    const ctx = {
+      authorize: () => undefined,
+      broker: { transactions: { kafka: { endTxn: async () => Promise.reject(new TributaryError('NOT_ENOUGH_REPLICAS', { topic: '__transaction_state' })) } } },
+    } as unknown as KafkaRequestContext;
+    const res = await endTxnHandler.handle(ctx, 1, { transactionalId: 't', producerId: 1n, producerEpoch: 0, committed: true }, {} as never);
+    expect(res).toEqual({ throttleTimeMs: 0, errorCode: kafkaErrorCode('COORDINATOR_NOT_AVAILABLE') });
   });
 });

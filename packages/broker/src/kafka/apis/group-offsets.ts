@@ -9,7 +9,7 @@ import { apiByKey } from '../protocol/apis.js';
 import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { OffsetCommit, OffsetFetch } from '../protocol/messages/offsets.js';
 import type { KafkaStruct } from '../protocol/schema.js';
-import { errorCodeOf, handler, refusal } from './handler.js';
+import { coordinatorErrorCodeOf, errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 /** Kafka's limit on a commit's metadata string (offset.metadata.max.bytes). */
@@ -59,10 +59,10 @@ export const offsetCommitHandler = handler(apiByKey(OffsetCommit.apiKey)!, async
     );
     committing.forEach((c, j) => {
       const err = errors[j];
-      if (err) setTopic(c.index, errorCodeOf(err));
+      if (err) setTopic(c.index, coordinatorErrorCodeOf(err));
     });
   } catch (err) {
-    const code = errorCodeOf(err);
+    const code = coordinatorErrorCodeOf(err);
     for (let i = 0; i < topics.length; i++) setTopic(i, code);
   }
   return {

@@ -14,7 +14,7 @@ import { DescribeGroups, FindCoordinator, ListGroups } from '../protocol/message
 import { Heartbeat, JoinGroup, LeaveGroup, SyncGroup } from '../protocol/messages/group-membership.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
-import { errorCodeOf, handler, refusal } from './handler.js';
+import { coordinatorErrorCodeOf, errorCodeOf, handler, refusal } from './handler.js';
 import { kafkaNodes } from './metadata.js';
 
 const UNKNOWN_OPERATIONS = -2147483648;
@@ -108,7 +108,7 @@ export const joinGroupHandler = handler(apiByKey(JoinGroup.apiKey)!, async (ctx,
       members: r.members.map((m) => ({ memberId: m.memberId, groupInstanceId: m.instanceId, metadata: m.metadata })),
     };
   } catch (err) {
-    return { ...empty, errorCode: errorCodeOf(err), memberId: req.memberId };
+    return { ...empty, errorCode: coordinatorErrorCodeOf(err), memberId: req.memberId };
   }
 });
 
@@ -126,7 +126,7 @@ export const syncGroupHandler = handler(apiByKey(SyncGroup.apiKey)!, async (ctx,
     });
     return { throttleTimeMs: 0, errorCode: 0, protocolType: body.protocolType ?? null, protocolName: body.protocolName ?? null, assignment };
   } catch (err) {
-    return { throttleTimeMs: 0, errorCode: errorCodeOf(err), protocolType: null, protocolName: null, assignment: Buffer.alloc(0) };
+    return { throttleTimeMs: 0, errorCode: coordinatorErrorCodeOf(err), protocolType: null, protocolName: null, assignment: Buffer.alloc(0) };
   }
 });
 
@@ -141,7 +141,7 @@ export const heartbeatHandler = handler(apiByKey(Heartbeat.apiKey)!, async (ctx,
     });
     return { throttleTimeMs: 0, errorCode: 0 };
   } catch (err) {
-    return { throttleTimeMs: 0, errorCode: errorCodeOf(err) };
+    return { throttleTimeMs: 0, errorCode: coordinatorErrorCodeOf(err) };
   }
 });
 
@@ -153,11 +153,11 @@ export const leaveGroupHandler = handler(apiByKey(LeaveGroup.apiKey)!, async (ct
   try {
     authorizeGroup(ctx, 'LEAVE_GROUP', body.groupId as string);
     const errors = await ctx.broker.coordinator.classic.leave(body.groupId as string, leaving);
-    const members = leaving.map((m, i) => ({ memberId: m.memberId, groupInstanceId: m.instanceId, errorCode: errors[i] ? errorCodeOf(errors[i]) : 0 }));
+    const members = leaving.map((m, i) => ({ memberId: m.memberId, groupInstanceId: m.instanceId, errorCode: errors[i] ? coordinatorErrorCodeOf(errors[i]) : 0 }));
     // Before v3 the one member's error is the request's.
     return { throttleTimeMs: 0, errorCode: version >= 3 ? 0 : (members[0]?.errorCode ?? 0), members };
   } catch (err) {
-    return { throttleTimeMs: 0, errorCode: errorCodeOf(err), members: [] };
+    return { throttleTimeMs: 0, errorCode: coordinatorErrorCodeOf(err), members: [] };
   }
 });
 

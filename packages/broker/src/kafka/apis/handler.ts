@@ -22,6 +22,27 @@ export function errorCodeOf(err: unknown): number {
   return kafkaErrorCode(err instanceof KafkaRefusal ? err.kafkaError : kafkaErrorFor(err));
 }
 
+/**
+ * Storage trouble under a coordinator (its `__consumer_offsets` or `__transaction_state` write failing or
+ * its partition moving) as Kafka's group and transaction coordinators answer it: COORDINATOR_NOT_AVAILABLE
+ * or NOT_COORDINATOR, which clients answer by looking the coordinator up again. A Java client treats the
+ * partition-level codes (NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, ...) on EndTxn or OffsetCommit as fatal.
+ */
+const AS_COORDINATOR = new Map<number, number>([
+  ...(['NOT_ENOUGH_REPLICAS', 'NOT_ENOUGH_REPLICAS_AFTER_APPEND', 'REQUEST_TIMED_OUT', 'LEADER_NOT_AVAILABLE'] as const).map((n) => [kafkaErrorCode(n), kafkaErrorCode('COORDINATOR_NOT_AVAILABLE')] as const),
+  ...(['NOT_LEADER_OR_FOLLOWER', 'FENCED_LEADER_EPOCH', 'KAFKA_STORAGE_ERROR'] as const).map((n) => [kafkaErrorCode(n), kafkaErrorCode('NOT_COORDINATOR')] as const),
+]);
+
+/** A coordinator API's code (group and transaction APIs): storage trouble as a coordinator's. */
+export function coordinatorCode(code: number): number {
+  return AS_COORDINATOR.get(code) ?? code;
+}
+
+/** errorCodeOf for the group and transaction coordinators' APIs (see coordinatorCode). */
+export function coordinatorErrorCodeOf(err: unknown): number {
+  return coordinatorCode(errorCodeOf(err));
+}
+
 /** What a refused request was about: each has its Kafka authorization error. */
 export type RefusedResource = 'topic' | 'cluster' | 'group' | 'transactional_id';
 

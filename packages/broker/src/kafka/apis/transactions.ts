@@ -15,7 +15,7 @@ import { TxnOffsetCommit } from '../protocol/messages/offsets.js';
 import { AddOffsetsToTxn, AddPartitionsToTxn, EndTxn } from '../protocol/messages/transactions.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
-import { errorCodeOf, handler, refusal } from './handler.js';
+import { coordinatorCode, errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 /** Kafka's limit on a commit's metadata string (offset.metadata.max.bytes). */
@@ -39,6 +39,9 @@ function txnRefusal(ctx: KafkaRequestContext, command: string, id: string): Retu
 }
 
 const code = (name: KafkaErrorName) => kafkaErrorCode(name);
+
+/** A coordinator request's failure (not Produce's): storage trouble as the coordinator's (handler.ts). */
+const coordinatorTxnCode = (err: unknown, fencedKnown = false) => coordinatorCode(txnErrorCode(err, fencedKnown));
 
 /** InitProducerId with a transactional id: the coordinator's INIT_PRODUCER_ID (fences older epochs). */
 export async function initTransactional(ctx: KafkaRequestContext, version: number, body: KafkaStruct): Promise<KafkaStruct> {
@@ -66,7 +69,7 @@ export async function initTransactional(ctx: KafkaRequestContext, version: numbe
     const r = await txns.initProducerId(id, timeout);
     return { throttleTimeMs: 0, errorCode: 0, producerId: BigInt(r.producerId), producerEpoch: r.epoch };
   } catch (err) {
-    return fail(txnErrorCode(err, version >= 4));
+    return fail(coordinatorTxnCode(err, version >= 4));
   }
 }
 
@@ -104,7 +107,7 @@ export const addPartitionsToTxnHandler = handler(apiByKey(AddPartitionsToTxn.api
     await ctx.broker.transactions.kafka.addPartitions(id, String(body.producerId as bigint), body.producerEpoch as number, partitions);
     return answer(() => 0);
   } catch (err) {
-    const c = txnErrorCode(err, version >= 2);
+    const c = coordinatorTxnCode(err, version >= 2);
     return answer(() => c);
   }
 });
@@ -120,7 +123,7 @@ export const addOffsetsToTxnHandler = handler(apiByKey(AddOffsetsToTxn.apiKey)!,
     await ctx.broker.transactions.kafka.addOffsets(id, String(body.producerId as bigint), body.producerEpoch as number);
     return { throttleTimeMs: 0, errorCode: 0 };
   } catch (err) {
-    return { throttleTimeMs: 0, errorCode: txnErrorCode(err, version >= 2) };
+    return { throttleTimeMs: 0, errorCode: coordinatorTxnCode(err, version >= 2) };
   }
 });
 
@@ -133,7 +136,7 @@ export const endTxnHandler = handler(apiByKey(EndTxn.apiKey)!, async (ctx, versi
     await ctx.broker.transactions.kafka.endTxn(id, String(body.producerId as bigint), body.producerEpoch as number, body.committed === true ? 'commit' : 'abort');
     return { throttleTimeMs: 0, errorCode: 0 };
   } catch (err) {
-    return { throttleTimeMs: 0, errorCode: txnErrorCode(err, version >= 2) };
+    return { throttleTimeMs: 0, errorCode: coordinatorTxnCode(err, version >= 2) };
   }
 });
 
@@ -186,7 +189,7 @@ export const txnOffsetCommitHandler = handler(apiByKey(TxnOffsetCommit.apiKey)!,
     try {
       await sendOffsets(ctx, id, producerId, epoch, { group, topic: t.name as string, member: '', generation: -1, entries, classic });
     } catch (err) {
-      const c = txnErrorCode(err);
+      const c = coordinatorTxnCode(err);
       codes[i] = codes[i]!.map(() => c);
     }
   }
