@@ -1,6 +1,7 @@
 /**
  * The chaos suite (a Jepsen-style fault test): 3 brokers and etcd under a seeded nemesis, SDK producers
- * (plain, idempotent, transactional) and a consumer group of worker processes, every operation in one
+ * (plain, idempotent, transactional), a kafkajs transactional producer on the Kafka ports and a consumer
+ * group of worker processes, every operation in one
  * history, checked at the end against the logs read back from offset 0 (test/chaos/checker.ts).
  *
  *   CHAOS_MS     how long faults are injected (default 60000 here; `npm run chaos` runs 180000)

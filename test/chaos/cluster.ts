@@ -65,6 +65,8 @@ export class ChaosCluster {
     readonly etcd: EtcdServer,
     readonly brokers: BrokerProcess[],
     readonly inbound: TcpProxy[],
+    /** In front of each broker's Kafka port (advertised with --kafka-advertised-port), faulted with `inbound`. */
+    readonly kafkaInbound: TcpProxy[],
     readonly etcdProxies: TcpProxy[],
     readonly prefix: string,
     readonly dataRoot: string,
@@ -80,12 +82,14 @@ export class ChaosCluster {
     const etcd = await startEtcd();
     const brokers: BrokerProcess[] = [];
     const inbound: TcpProxy[] = [];
+    const kafkaInbound: TcpProxy[] = [];
     const etcdProxies: TcpProxy[] = [];
     const prefix = `/tributary-chaos-${process.pid}-${Date.now()}/`;
-    const cluster = new ChaosCluster(etcd, brokers, inbound, etcdProxies, prefix, opts.dataRoot);
+    const cluster = new ChaosCluster(etcd, brokers, inbound, kafkaInbound, etcdProxies, prefix, opts.dataRoot);
     try {
       for (let id = 0; id < opts.brokers; id++) {
         inbound.push(await TcpProxy.start({ name: `broker-${id}`, classify: (remote, local) => socketOwner(remote, local, cluster.brokerPids()) }));
+        kafkaInbound.push(await TcpProxy.start({ name: `kafka-${id}` }));
         const ep = await TcpProxy.start({ name: `etcd-for-${id}` });
         ep.setUpstream(etcd.clientPort);
         etcdProxies.push(ep);
@@ -96,6 +100,7 @@ export class ChaosCluster {
         const args = [
           ...['--cluster', '--etcd', `http://127.0.0.1:${etcdProxies[id]!.port}`, '--etcd-prefix', prefix, '--broker-id', String(id)],
           ...['--internal-replication-factor', String(Math.min(3, opts.brokers)), '--advertised-port', String(inbound[id]!.port)],
+          ...['--kafka-port', '0', '--kafka-advertised-port', String(kafkaInbound[id]!.port)],
           ...brokerSettings(opts.flush),
           ...(opts.logLevel ? ['--log-level', opts.logLevel] : []),
         ];
@@ -103,6 +108,7 @@ export class ChaosCluster {
         brokers.push(b);
         cluster.state[id] = 'up';
         inbound[id]!.setUpstream(b.port);
+        kafkaInbound[id]!.setUpstream(b.kafkaPort);
       }
       await cluster.waitFor('every broker ready and the internal topics led', 60_000, async () => {
         for (const b of brokers) if ((await b.health('/ready').catch(() => ({ status: 0 }))).status !== 200) return false;
@@ -120,6 +126,11 @@ export class ChaosCluster {
   /** What SDK clients bootstrap from: the inbound proxies. */
   get bootstrap(): string[] {
     return this.inbound.map((p) => `127.0.0.1:${p.port}`);
+  }
+
+  /** What Kafka clients bootstrap from: the Kafka ports' proxies. */
+  get kafkaBootstrap(): string[] {
+    return this.kafkaInbound.map((p) => `127.0.0.1:${p.port}`);
   }
 
   get ids(): number[] {
@@ -204,13 +215,16 @@ export class ChaosCluster {
     await this.brokers[id]!.kill('SIGKILL');
     this.state[id] = 'killed';
     await this.inbound[id]!.down();
+    await this.kafkaInbound[id]!.down();
   }
 
   async restart(id: number): Promise<void> {
     if (this.state[id] !== 'killed') return;
     await this.inbound[id]!.up();
+    await this.kafkaInbound[id]!.up();
     await this.brokers[id]!.relaunch();
     this.inbound[id]!.setUpstream(this.brokers[id]!.port);
+    this.kafkaInbound[id]!.setUpstream(this.brokers[id]!.kafkaPort);
     this.state[id] = 'up';
   }
 
@@ -230,11 +244,13 @@ export class ChaosCluster {
     const label = `broker ${id}`;
     this.etcdProxies[id]!.blackhole();
     for (const j of this.ids) this.inbound[j]!.blackhole(j === id ? () => true : (origin) => origin === label);
+    // Brokers never dial Kafka ports: only clients reach them, and the cut-off broker's are cut.
+    this.kafkaInbound[id]!.blackhole();
     this.state[id] = 'partitioned';
   }
 
   reconnect(id: number): void {
-    for (const p of [...this.inbound, ...this.etcdProxies]) p.heal();
+    for (const p of [...this.inbound, ...this.kafkaInbound, ...this.etcdProxies]) p.heal();
     if (this.state[id] === 'partitioned') this.state[id] = 'up';
   }
 
@@ -252,7 +268,7 @@ export class ChaosCluster {
     for (const id of this.ids) {
       if (this.state[id] === 'paused') await this.resume(id).catch(() => {});
     }
-    for (const p of [...this.inbound, ...this.etcdProxies]) p.heal();
+    for (const p of [...this.inbound, ...this.kafkaInbound, ...this.etcdProxies]) p.heal();
     for (const id of this.ids) {
       if (this.state[id] === 'partitioned') this.state[id] = 'up';
       if (this.state[id] === 'killed') await this.restart(id);
@@ -355,7 +371,7 @@ export class ChaosCluster {
   }
 
   async dispose(): Promise<void> {
-    for (const p of [...this.inbound, ...this.etcdProxies]) await p.close().catch(() => {});
+    for (const p of [...this.inbound, ...this.kafkaInbound, ...this.etcdProxies]) await p.close().catch(() => {});
     // SIGKILL ends stopped processes too
     await Promise.all(this.brokers.map((b) => b.dispose().catch(() => {})));
     await this.etcd.dispose().catch(() => {});

@@ -15,8 +15,9 @@ import path from 'node:path';
 import { type CheckReport, check, SAFETY_KINDS, safetyAnomalyCount } from './checker.js';
 import { sleep } from '../helpers/util.js';
 import { ChaosCluster, type ClusterStatus } from './cluster.js';
-import { History, type Op, type ProcessOp, type StatusOp } from './history.js';
+import { History, type Op, type ProcessOp, type StatusOp, type TxnOp } from './history.js';
 import { describePlan, Nemesis, type PlannedFault, planSchedule } from './nemesis.js';
+import { KafkaTransactions } from './kafka-workload.js';
 import { ConsumerGroup, Producers } from './workload.js';
 
 export interface ChaosOptions {
@@ -85,6 +86,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
 
   let cluster: ChaosCluster | undefined;
   let producers: Producers | undefined;
+  let kafkaTxns: KafkaTransactions | undefined;
   let consumers: ConsumerGroup | undefined;
   let sampling = false;
   let sampler: Promise<void> = Promise.resolve();
@@ -125,6 +127,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
     if (!(await consumers.waitReady(30_000))) log(`not every consumer became ready in 30 s\n${consumers.stderrTails(2000)}`);
     producers = new Producers({ history, bootstrap: c.bootstrap, topic: TOPIC, partitions, seed: o.seed });
     producers.start();
+    kafkaTxns = new KafkaTransactions({ history, bootstrap: c.kafkaBootstrap, topic: TOPIC, partitions, seed: o.seed });
+    kafkaTxns.start();
     log('workload running');
 
     const nemesis = new Nemesis({ cluster: c, consumers, history, topic: TOPIC, partitions, groupId: GROUP, log, lastStatus: () => lastStatus }, plan);
@@ -138,8 +142,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
       s.held = false;
       if (!s.alive) s.spawn();
     }
-    const stopped = await producers.stop(20_000);
-    log(`producers stopped (${stopped.abandoned} operation(s) still in flight recorded as unknown)`);
+    const [stopped, kafkaStopped] = await Promise.all([producers.stop(20_000), kafkaTxns.stop(20_000)]);
+    log(`producers stopped (${stopped.abandoned + kafkaStopped.abandoned} operation(s) still in flight recorded as unknown)`);
     const settled = await c
       .waitFor('the cluster to settle (full ISRs)', 60_000, () => c.healthy(TOPIC))
       .then(
@@ -180,7 +184,9 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
     await fs.writeFile(path.join(dir, 'final.json'), JSON.stringify(final));
     const endTime = Date.now();
     report = check(history.ops, final, { partitions, endTime, t0 });
-    summary = formatSummary({ seed: o.seed, durationMs: o.durationMs, flush, dir, report, t0, nemesis, errors, plan });
+    const kafkaEnds = history.ops.filter((op): op is TxnOp => op.f === 'txn' && op.outcome === 'ok' && op.process.startsWith('ktx'));
+    const kafka = { committed: kafkaEnds.filter((op) => op.action === 'commit').length, aborted: kafkaEnds.filter((op) => op.action === 'abort').length };
+    summary = formatSummary({ seed: o.seed, durationMs: o.durationMs, flush, dir, report, t0, nemesis, errors, plan, kafka });
     if (safetyAnomalyCount(report) > 0) failures.push(`${safetyAnomalyCount(report)} safety anomaly(ies)`);
     failures.push(...workloadFailures(report, history.ops));
     if (report.unverifiedPartitions.length > 0)
@@ -195,6 +201,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
     sampling = false;
     await consumers?.killAll().catch(() => {});
     await producers?.stop(1000).catch(() => {});
+    await kafkaTxns?.stop(1000).catch(() => {});
     await sampler.catch(() => {});
     if (cluster) {
       await fs.writeFile(path.join(dir, 'brokers.log'), cluster.stderrTails(200_000)).catch(() => {});
@@ -219,6 +226,8 @@ function formatSummary(a: {
   nemesis: Nemesis;
   errors: string[];
   plan: PlannedFault[];
+  /** The kafkajs producer's transactions ended as asked (its part of `report.stats`). */
+  kafka: { committed: number; aborted: number };
 }): string {
   const r = a.report;
   const rel = (t: number) => `+${((t - a.t0) / 1000).toFixed(1)}s`;
@@ -237,6 +246,7 @@ function formatSummary(a: {
   );
   row('acked writes', `${r.stats.ackedWrites} (unknown ${r.stats.unknownWrites}, failed ${r.stats.failedWrites})`);
   row('transactions', `committed ${r.stats.txnCommitted}, aborted ${r.stats.txnAborted}, unknown ${r.stats.txnUnknown}`);
+  row('  of them kafkajs (Kafka port)', `committed ${a.kafka.committed}, aborted ${a.kafka.aborted}`);
   row('deliveries / acknowledged commits', `${r.stats.deliveries} / ${r.stats.commits}`);
   row('plain-producer duplicates (allowed)', String(r.stats.plainDuplicates));
   for (const k of SAFETY_KINDS) row(`anomaly: ${k}`, String(r.counts[k]));

@@ -27,7 +27,7 @@ function errCode(err: unknown): string {
 }
 
 /** Resolves with `p`'s outcome or undefined after `ms`. */
-async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+export async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
   try {
     return await Promise.race([p, new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), ms)))]);
@@ -48,7 +48,7 @@ export interface WorkloadOptions {
 }
 
 /** Sends in flight, so a stop can record them as unknown. */
-class Pending {
+export class Pending {
   private readonly ops = new Set<{ op: SendOp | TxnOp; done: boolean }>();
 
   track(op: SendOp | TxnOp): { finish: (outcome: Outcome, extra?: { offset?: number; partition?: number; error?: string }) => void } {
