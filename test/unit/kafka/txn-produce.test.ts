@@ -131,16 +131,27 @@ describe('a transactional batch verified with a remote coordinator', () => {
     expect(p.logEndOffset).toBe(0);
   });
 
-  it("a coordinator that never answers refuses the batch as retriable after the wait, nothing appended, and the producer's next batch is not held", async () => {
+  it("a coordinator that never answers refuses the batch as retriable after the wait, nothing appended; the producer's retry goes through", async () => {
     const p = await partition();
     let calls = 0;
     const { ctx } = leaderContext(() => (++calls === 1 ? new Promise<void>(() => {}) : Promise.resolve()));
-    const silent = transactionalAppend(ctx, 'tx', batch(0), p, [rec('held')], 4, 50);
-    const next = transactionalAppend(ctx, 'tx', batch(0), p, [rec('again')], 4, 50);
-    const err = await silent.catch((e: unknown) => e);
+    const err = await transactionalAppend(ctx, 'tx', batch(0), p, [rec('held')], 4, 50).catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'NOT_ENOUGH_REPLICAS', retriable: true });
-    expect((await next).baseOffset).toBe(0);
+    expect(p.logEndOffset).toBe(0);
+    expect((await transactionalAppend(ctx, 'tx', batch(0), p, [rec('again')], 4, 50)).baseOffset).toBe(0);
     expect(await values(p)).toEqual(['again']);
+  });
+
+  it("a batch queued behind one the coordinator never answers gets no longer than its own wait, counted from its arrival", async () => {
+    const p = await partition();
+    const { ctx, asked } = leaderContext((f) => (f.epoch === 0 && asked.length === 1 ? new Promise<void>(() => {}) : Promise.resolve()));
+    const first = transactionalAppend(ctx, 'tx', batch(0), p, [rec('held')], 4, 50);
+    const queued = transactionalAppend(ctx, 'tx', batch(1), p, [rec('behind')], 4, 10);
+    expect(await first.catch((e: unknown) => e)).toMatchObject({ code: 'NOT_ENOUGH_REPLICAS' });
+    // Its 10 ms went by while the first one waited: refused at its turn, without a wait of its own.
+    expect(await queued.catch((e: unknown) => e)).toMatchObject({ code: 'NOT_ENOUGH_REPLICAS', retriable: true });
+    expect(asked).toHaveLength(1);
+    expect(p.logEndOffset).toBe(0);
   });
 
   it("a batch retrying while the id's coordinator moves to this broker is not overtaken by the producer's next batch", async () => {

@@ -3,10 +3,10 @@
  * broker coordinates the transactional id, the coordinator's own check and in-flight tracking hold the
  * append (KafkaTransactions.append: EndTxn waits for it). In a cluster where another broker coordinates
  * the id, this leader asks that coordinator (TXN_VERIFY) whether the partition is durably in the id's
- * open transaction at the batch's epoch, and appends only if no marker of the producer began on the
- * partition since the batch arrived: the transaction may end and its marker reach this partition before
- * the append, which would then open a transaction nobody ends (Kafka's "hanging transaction", KIP-890) or
- * join the producer's next transaction of the same epoch. Such a batch is INVALID_TXN_STATE. One
+ * open transaction at the batch's epoch. Either way it appends only if no marker of the producer began on
+ * the partition since the batch arrived: the transaction may end and its marker reach this partition
+ * before the append, which would then open a transaction nobody ends (Kafka's "hanging transaction",
+ * KIP-890) or join the producer's next transaction of the same epoch. Such a batch is INVALID_TXN_STATE. One
  * producer's batches to one partition are verified and appended in the order they arrived, whichever
  * broker coordinates the id when each one's turn comes.
  */
@@ -30,7 +30,8 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 /**
  * Appends `records` of transactional batch `b` to `partition` (this broker leads it at `leaderEpoch`) if
  * the transaction holds it; invalid_txn_state or the producer's fencing error otherwise, nothing appended.
- * `waitMs` bounds the wait for a remote coordinator (moving, loading or silent).
+ * `waitMs`, counted from the batch's arrival (also while it waits behind the producer's earlier batches),
+ * bounds its wait for a remote coordinator that is moving, loading or silent.
  */
 export function transactionalAppend(
   ctx: KafkaRequestContext,
@@ -43,6 +44,7 @@ export function transactionalAppend(
 ): Promise<IdempotentAppend> {
   const txns = ctx.broker.transactions;
   const cluster = ctx.broker.cluster;
+  const deadline = Date.now() + waitMs;
   // The baseline is taken when the batch arrives: a marker of this producer after it ended the
   // transaction the batch belongs to (a later one of the same epoch must not take it).
   const ready = partition.txnIndex() ? Promise.resolve() : partition.whenTxnIndexReady();
@@ -65,7 +67,7 @@ export function transactionalAppend(
       // The coordinator's own check and in-flight tracking (EndTxn waits for the append).
       return txns.kafka.append(txnId, b.producerId, b.epoch, partition.topic, partition.id, append);
     }
-    await askCoordinator(ctx, txnId, b, partition, waitMs);
+    await askCoordinator(ctx, txnId, b, partition, deadline);
     return append();
   });
 }
@@ -91,22 +93,24 @@ function enqueue(partition: Partition, producerId: string, step: (issued: () => 
   return result;
 }
 
-/** TXN_VERIFY at the id's coordinator, following it while it moves or loads, for at most `waitMs`. */
-async function askCoordinator(ctx: KafkaRequestContext, txnId: string, b: TransactionalBatch, partition: Partition, waitMs: number): Promise<void> {
+/** TXN_VERIFY at the id's coordinator, following it while it moves or loads, until `deadline`. */
+async function askCoordinator(ctx: KafkaRequestContext, txnId: string, b: TransactionalBatch, partition: Partition, deadline: number): Promise<void> {
   const cluster = ctx.broker.cluster!;
-  const deadline = Date.now() + waitMs;
   const fields = { transactional_id: txnId, producerId: b.producerId, epoch: b.epoch, topic: partition.topic, partition: partition.id };
   // Retriable for the producer, which sends the batch again (Kafka answers NOT_ENOUGH_REPLICAS here too).
   const gaveUp = (why: string) => new TributaryError('NOT_ENOUGH_REPLICAS', { reason: `the transaction coordinator of ${txnId} did not answer: ${why}` });
   for (let attempt = 1; ; attempt++) {
+    // Its time ran out while earlier batches of the producer had their turn.
+    if (Date.now() >= deadline) throw gaveUp('no time left after the earlier batches');
     try {
       const txnPartition = ctx.broker.transactions.partitionFor(txnId);
       // Moved here meanwhile: this broker's own coordinator answers.
       if (cluster.isLeader(TXN_STATE_TOPIC, txnPartition)) return await ctx.broker.transactions.kafka.verify(txnId, b.producerId, b.epoch, partition.topic, partition.id);
-      const peer = await cluster.leaderPeer(TXN_STATE_TOPIC, txnPartition);
       // A coordinator that is alive but holds the request (its probe answers, so the peer stall bound
-      // never fires) must not hold the batch, nor the producer's later batches queued behind it.
-      await withDeadline(peer.command('TXN_VERIFY', fields), deadline, () => gaveUp('no reply'));
+      // never fires), or a dial that takes long, must not hold the batch, nor the producer's later batches
+      // queued behind it.
+      const ask = cluster.leaderPeer(TXN_STATE_TOPIC, txnPartition).then((peer) => peer.command('TXN_VERIFY', fields));
+      await withDeadline(ask, deadline, () => gaveUp('no reply'));
       return;
     } catch (err) {
       const moving = err instanceof TributaryError && MOVING.has(err.code);
