@@ -5,20 +5,13 @@ import { type Entry, RECOVERED, STATUS, checkOpen, checkProducer, partKey, txnSt
 
 /**
  * A previous transaction of the id is still being finished (its markers and offsets): Kafka's
- * CONCURRENT_TRANSACTIONS, on which a client retries. Its code stays Tributary's invalid_txn_state; the
- * `concurrent` field says which kind it is once the error has crossed a broker-to-broker reply (TXN_VERIFY,
- * TXN_OFFSETS), where only the text survives.
+ * CONCURRENT_TRANSACTIONS, on which a client retries. Its code stays Tributary's invalid_txn_state. Only
+ * AddPartitionsToTxn and AddOffsetsToTxn raise it, at the id's coordinator itself, so it never has to
+ * survive a broker-to-broker reply.
  */
 export class ConcurrentTransactionsError extends TributaryError {
   constructor(id: string, state: string) {
-    super('invalid_txn_state', { transactional_id: id, state, concurrent: true, reason: 'the previous transaction is still being finished; retry' });
-  }
-
-  /** This error, thrown here or parsed from a peer's `ERROR:` reply. */
-  static matches(err: unknown): boolean {
-    if (err instanceof ConcurrentTransactionsError) return true;
-    const flag = err instanceof TributaryError && err.code === 'invalid_txn_state' ? err.fields.concurrent : undefined;
-    return flag === true || flag === 'true';
+    super('invalid_txn_state', { transactional_id: id, state, reason: 'the previous transaction is still being finished; retry' });
   }
 }
 

@@ -27,7 +27,7 @@ const MAX_METADATA = 4096;
  * Produce get INVALID_PRODUCER_EPOCH, as from a Kafka broker (kafkajs 2.2.4 does not know the newer code).
  */
 export function txnErrorCode(err: unknown, fencedKnown = false): number {
-  if (ConcurrentTransactionsError.matches(err)) return kafkaErrorCode('CONCURRENT_TRANSACTIONS');
+  if (err instanceof ConcurrentTransactionsError) return kafkaErrorCode('CONCURRENT_TRANSACTIONS');
   const c = errorCodeOf(err);
   return !fencedKnown && c === kafkaErrorCode('PRODUCER_FENCED') ? kafkaErrorCode('INVALID_PRODUCER_EPOCH') : c;
 }
