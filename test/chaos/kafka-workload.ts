@@ -57,7 +57,7 @@ export class KafkaTransactions {
     for (let i = 0; i < (this.o.producers ?? 1); i++) this.loops.push(this.loop(`ktx${i}`));
   }
 
-  /** A connected producer of `name`'s transactional id (fencing the previous one), or undefined. */
+  /** A connected producer of `name`'s transactional id, or undefined (its first transaction() fences the previous one). */
   private async producer(name: string): Promise<KafkaProducer | undefined> {
     const p = this.kafka.producer({ transactionalId: `chaos-${name}`, idempotent: true, maxInFlightRequests: 1, transactionTimeout: 10_000 });
     this.live.add(p);
@@ -103,8 +103,13 @@ export class KafkaTransactions {
         this.sent++;
         const sent = txn.send({ topic: this.o.topic, acks: -1, timeout: 5000, messages: [{ value, partition }] }).then(
           (meta) => {
-            const m = meta.find((r) => r.partition === partition);
-            t.finish('ok', { offset: Number(m?.baseOffset), partition });
+            const offset = Number(meta.find((r) => r.partition === partition)?.baseOffset);
+            // Acknowledged without an offset for the partition: nothing the checker could hold it to.
+            if (!Number.isSafeInteger(offset)) {
+              t.finish('info', { error: 'acknowledged without an offset' });
+              return false;
+            }
+            t.finish('ok', { offset, partition });
             return true;
           },
           (err: unknown) => {

@@ -43,14 +43,20 @@ export interface ChaosResult {
 
 const TOPIC = 'chaos';
 const GROUP = 'chaos-group';
+/** The kafkajs producers' process names (kafka-workload.ts). */
+const KAFKA_PROCESS = 'ktx';
 
 /**
  * What makes a run fail besides anomalies: consumers that never read (nothing of the read side was
- * checked) and worker processes that exited with an error of their own (not killed by the nemesis).
+ * checked), a kafkajs producer that never committed (the Kafka port's transactions went unchecked) and
+ * worker processes that exited with an error of their own (not killed by the nemesis).
  */
 export function workloadFailures(report: Pick<CheckReport, 'stats'>, ops: readonly Op[]): string[] {
   const out: string[] = [];
   if (report.stats.deliveries === 0) out.push('the consumers delivered nothing: no read-side property was checked');
+  if (!ops.some((op) => op.f === 'txn' && op.action === 'commit' && op.outcome === 'ok' && op.process.startsWith(KAFKA_PROCESS))) {
+    out.push('the kafkajs producer committed no transaction: the Kafka port was not checked');
+  }
   const crashed = ops.filter((op): op is ProcessOp => op.f === 'process' && op.event === 'exit' && /^code [1-9]\d* signal null$/.test(op.detail ?? ''));
   if (crashed.length > 0) out.push(`${crashed.length} worker process(es) exited with an error (${[...new Set(crashed.map((op) => op.process))].join(', ')}); see consumers.log`);
   return out;
@@ -184,7 +190,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
     await fs.writeFile(path.join(dir, 'final.json'), JSON.stringify(final));
     const endTime = Date.now();
     report = check(history.ops, final, { partitions, endTime, t0 });
-    const kafkaEnds = history.ops.filter((op): op is TxnOp => op.f === 'txn' && op.outcome === 'ok' && op.process.startsWith('ktx'));
+    const kafkaEnds = history.ops.filter((op): op is TxnOp => op.f === 'txn' && op.outcome === 'ok' && op.process.startsWith(KAFKA_PROCESS));
     const kafka = { committed: kafkaEnds.filter((op) => op.action === 'commit').length, aborted: kafkaEnds.filter((op) => op.action === 'abort').length };
     summary = formatSummary({ seed: o.seed, durationMs: o.durationMs, flush, dir, report, t0, nemesis, errors, plan, kafka });
     if (safetyAnomalyCount(report) > 0) failures.push(`${safetyAnomalyCount(report)} safety anomaly(ies)`);
