@@ -93,7 +93,7 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
   } catch {
     table = new ProducerStateTable();
     const segs = log.segmentInfos();
-    from = segs[segs.length - 1]!.baseOffset;
+    from = segs.length > 0 ? segs[segs.length - 1]!.baseOffset : log.logStartOffset;
   }
   from = Math.max(from, log.logStartOffset);
   const end = log.logEndOffset;
@@ -245,6 +245,11 @@ export class PartitionSnapshots {
   /** Writes the producer state snapshot; writes are serialized. */
   writeProducers(table: ProducerStateTable, offset: number): Promise<void> {
     const version = table.version;
+    // A dormant log has no records and no directory: nothing to keep (docs/architecture.md, "Hosted partitions").
+    if (this.log.dormant) {
+      this.producerVersion = version;
+      return Promise.resolve();
+    }
     return this.producerFile.write(JSON.stringify(table.snapshot(offset)), () => {
       this.producerVersion = version;
     });
@@ -253,6 +258,11 @@ export class PartitionSnapshots {
   /** Writes the transaction snapshot; writes are serialized. */
   writeTxns(index: TxnIndex, offset: number): Promise<void> {
     const version = index.version;
+    if (this.log.dormant) {
+      this.txnVersion = version;
+      this.txnOffset = offset;
+      return Promise.resolve();
+    }
     const snap = index.snapshot(offset);
     return this.txnFile.write(JSON.stringify(snap), () => {
       this.txnVersion = version;

@@ -451,6 +451,26 @@ export class Partition {
     });
   }
 
+  /**
+   * This broker stopped being a replica: the log and its directory go (it becomes dormant, see
+   * PartitionLog.release) and the producer state and transaction index start again from the empty log.
+   */
+  release(): Promise<void> {
+    return this.appends.exclusive(async () => {
+      await Promise.all([this.txnReady, this.producersReady]);
+      await this.appends.drained();
+      this.snapshots.stop();
+      await this.snapshots.settled();
+      await this.log.release();
+      this.durableEnd = 0;
+      const txns = await this.snapshots.loadTxns();
+      const producers = await this.snapshots.loadProducers();
+      this.txns = txns;
+      this.producers = producers;
+      this.notify();
+    });
+  }
+
   private track<T>(start: () => Promise<T>): Promise<T> {
     return this.appends.track(start);
   }

@@ -16,9 +16,10 @@
  * After opening a log that recovery may have cut, call truncateFromEnd(logEndOffset) and
  * truncateFromStart(logStartOffset).
  */
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import { readSmallFile, writeFileAtomic } from './atomic-file.js';
+import { makeDir } from './log-fs.js';
 
 export const LEADER_EPOCH_CHECKPOINT_FILE = 'leader-epoch.checkpoint';
 /** "No epoch" and "no offset" in an EpochEndOffset, as Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET. */
@@ -113,6 +114,17 @@ export class LeaderEpochCache {
 
   constructor(readonly dir: string) {
     this.file = join(dir, LEADER_EPOCH_CHECKPOINT_FILE);
+  }
+
+  /**
+   * The file went with its directory (PartitionLog.release): the history is empty, and so is what is on
+   * disk, so flush() writes nothing until the next change.
+   */
+  removed(): void {
+    this.replay?.push(() => this.removed());
+    this.list = [];
+    this.version++;
+    this.writtenVersion = this.version;
   }
 
   /** A copy of the entries, oldest first. */
@@ -214,7 +226,9 @@ export class LeaderEpochCache {
       for (const op of ops) op();
       this.version++;
       // With changes replayed on top, the file is behind.
-      if (ops.length === 0 && text !== null) this.writtenVersion = this.version;
+      // No file is an empty history: nothing to write back unless it changes (a replica never led here
+      // has no directory, docs/architecture.md "Hosted partitions").
+      if (ops.length === 0) this.writtenVersion = this.version;
     });
     this.io = p.catch(() => {});
     return p;
@@ -225,6 +239,8 @@ export class LeaderEpochCache {
     const p = this.io.then(async () => {
       const v = this.version;
       if (v === this.writtenVersion) return;
+      // A dormant partition has no directory yet (PartitionLog.open, `lazy`).
+      await makeDir(dirname(this.file), true);
       await writeFileAtomic(this.file, serialize(this.list));
       this.writtenVersion = v;
     });

@@ -1,5 +1,6 @@
 /** Small file-system helpers of the partition log, and the storage_error every part of it raises. */
-import { open } from 'node:fs/promises';
+import { mkdir, open } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { TributaryError } from 'tributary-protocol/errors.js';
 
 export function storageError(dir: string, reason: string, cause?: unknown): TributaryError {
@@ -19,6 +20,20 @@ export async function fsyncDir(dir: string): Promise<void> {
   } finally {
     await fh?.close().catch(() => {});
   }
+}
+
+/**
+ * `mkdir -p`; with `sync`, the entries of the directories it created are fsynced in their parents, so
+ * files written into `dir` afterwards are found again after a power loss.
+ */
+export async function makeDir(dir: string, sync: boolean): Promise<void> {
+  const created = await mkdir(dir, { recursive: true });
+  if (!sync || created === undefined) return;
+  for (let d = dir; d !== created; ) {
+    d = dirname(d);
+    await fsyncDir(d);
+  }
+  await fsyncDir(dirname(created));
 }
 
 /** Writes a new file and fsyncs it. */

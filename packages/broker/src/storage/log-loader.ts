@@ -22,8 +22,18 @@ export interface LoadedLog {
   checkpointedHwm: number;
 }
 
-/** Opens (creating if needed) the segments in `dir` and runs recovery. */
-export async function loadLog(dir: string, o: LogOptions, log: Logger): Promise<LoadedLog> {
+/**
+ * Opens (creating if needed) the segments in `dir` and runs recovery. `lazy`: a directory without segment
+ * files is left as it is (or absent) and gives no segments, a dormant log (log-state.ts).
+ */
+export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { lazy?: boolean } = {}): Promise<LoadedLog> {
+  if (opts.lazy) {
+    const names = await readdir(dir).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return [];
+      throw storageError(dir, 'recovery failed', err);
+    });
+    if (!names.some((n) => parseSegmentFileName(n)?.kind === 'log')) return { segments: [], clean: false, checkpointedHwm: 0 };
+  }
   await mkdir(dir, { recursive: true });
   const names = await readdir(dir);
   const clean = names.includes(CLEAN_SHUTDOWN_FILE);

@@ -33,12 +33,20 @@ export class LogState {
     return this.segments[this.segments.length - 1];
   }
 
+  /**
+   * No segment files (docs/architecture.md, "Hosted partitions"): a log never written, or released when
+   * this broker stopped being a replica. It reads as an empty log at 0; the first append creates its files.
+   */
+  get dormant(): boolean {
+    return this.segments.length === 0;
+  }
+
   get logStartOffset(): number {
-    return this.segments[0].baseOffset;
+    return this.segments.length === 0 ? 0 : this.segments[0].baseOffset;
   }
 
   get logEndOffset(): number {
-    return this.active.nextOffset;
+    return this.segments.length === 0 ? 0 : this.active.nextOffset;
   }
 
   clampHwm(v: number): number {

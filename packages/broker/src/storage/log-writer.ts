@@ -8,7 +8,7 @@ import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import type { GroupCommit, SyncWaiter } from './group-commit.js';
-import { fsyncDir, storageError } from './log-fs.js';
+import { fsyncDir, makeDir, storageError } from './log-fs.js';
 import { type AppendResult, segmentFdPolicy } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { Mutex } from './mutex.js';
@@ -193,6 +193,7 @@ export class LogWriter {
       const { segmentBytes, segmentMs } = this.st.options;
       let group: PendingAppend[] = [];
       try {
+        if (this.st.dormant) await this.createFiles();
         const now = Date.now();
         const first = this.pending[0];
         if (first.replica) {
@@ -341,6 +342,20 @@ export class LogWriter {
     } else {
       b.resolve(b.result);
     }
+  }
+
+  /**
+   * The first append to a dormant log (log-state.ts) creates its directory and first segment, at 0 as an
+   * empty log has it; with a durable flush mode the new directory entries are synced, so the segment is
+   * found again after a crash.
+   */
+  private async createFiles(): Promise<void> {
+    const { dir, options } = this.st;
+    const durable = options.flush !== 'os';
+    await makeDir(dir, durable);
+    const seg = await Segment.create(dir, 0, options.indexIntervalBytes, Date.now(), segmentFdPolicy(options));
+    this.st.segments.push(seg);
+    if (durable) await fsyncDir(dir);
   }
 
   /**

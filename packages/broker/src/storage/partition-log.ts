@@ -99,11 +99,15 @@ export class PartitionLog {
     this.checkpoint = new HwmCheckpoint(dir, () => st.hwm);
   }
 
-  /** Opens (creating if needed) the log in `dir` and runs recovery. */
-  static async open(dir: string, opts: Partial<LogOptions> = {}, logger?: Logger): Promise<PartitionLog> {
+  /**
+   * Opens (creating if needed) the log in `dir` and runs recovery. `lazy`: a log with no segment files
+   * stays without them (dormant) until its first append; a broker keeps files only for the partitions it
+   * hosts (docs/architecture.md, "Hosted partitions").
+   */
+  static async open(dir: string, opts: Partial<LogOptions> = {}, logger?: Logger, how: { lazy?: boolean } = {}): Promise<PartitionLog> {
     const o = resolveOptions(opts);
     const log = (logger ?? silentLogger()).child({ component: 'partition-log', dir });
-    const { segments, clean, checkpointedHwm } = await loadLog(dir, o, log);
+    const { segments, clean, checkpointedHwm } = await loadLog(dir, o, log, how);
     const pl = new PartitionLog(dir, o, log, segments);
     pl.st.hwm = pl.st.clampHwm(checkpointedHwm);
     pl.checkpoint.checkpointed = pl.st.hwm;
@@ -123,6 +127,11 @@ export class PartitionLog {
 
   get highWatermark(): number {
     return this.st.hwm;
+  }
+
+  /** No files on disk: never written, or released (see open). Reads as an empty log at 0. */
+  get dormant(): boolean {
+    return this.st.dormant;
   }
 
   get sizeBytes(): number {
@@ -188,7 +197,7 @@ export class PartitionLog {
   // ---------------------------------------------------------------- durability (group-commit.ts, hwm-checkpoint.ts)
 
   private onTimer(): void {
-    if (this.st.state !== 'open') return;
+    if (this.st.state !== 'open' || this.st.dormant) return;
     if (this.options.flush === 'interval' && this.sync.dirty.size > 0 && !this.writer.exclusiveActive) this.sync.kick();
     this.checkpoint.write().catch((err: unknown) => this.st.logger.warn({ err }, 'could not write HWM checkpoint'));
   }
@@ -201,6 +210,7 @@ export class PartitionLog {
       this.sync.kick();
       await this.sync.idle();
       if (this.st.failed) throw storageError(this.dir, 'log failed', this.st.failed);
+      if (this.st.dormant) return;
       // Closed segments rolled without fsync ('os' mode) are synced now, so their index can say so.
       for (let i = 0; i < this.st.segments.length - 1; i++) {
         const s = this.st.segments[i];
@@ -321,6 +331,41 @@ export class PartitionLog {
     return this.closePromise;
   }
 
+  /**
+   * Drops every record and the directory with whatever else is in it (this broker stopped being a
+   * replica): the log becomes dormant, an empty log at 0 that an append brings back. Appends must not be
+   * in flight (Partition.release waits for them); a compaction under way gives up first.
+   */
+  async release(): Promise<void> {
+    if (this.st.state !== 'open') throw storageError(this.dir, 'log is closed');
+    if (this.cleaner.compacting) await this.cleaner.idle();
+    await this.writer.exclusive(async () => {
+      if (this.st.state === 'closed') throw storageError(this.dir, 'log is closed');
+      await this.sync.idle();
+      this.st.truncations++;
+      const doomed = this.st.segments.splice(0);
+      this.sync.dirty.clear();
+      for (const s of doomed) {
+        this.fds.forget(s);
+        // Marked deleted, so a read under way retries and finds the empty log.
+        await s.remove().catch(() => {});
+      }
+      this.st.totalBytes = 0;
+      this.st.hwm = 0;
+      this.st.cache.truncateFrom(0);
+      while (this.checkpoint.inFlight) await this.checkpoint.inFlight;
+      this.checkpoint.checkpointed = -1;
+      try {
+        await rm(this.dir, { recursive: true, force: true });
+      } catch (err) {
+        throw storageError(this.dir, 'could not remove the log directory', err);
+      }
+      // What failed was the files, and they are gone.
+      this.st.failed = null;
+      this.st.logger.info({ segments: doomed.length }, 'log released');
+    });
+  }
+
   /** Closes and removes the directory. */
   async destroy(): Promise<void> {
     this.closePromise ??= this.shutdown(false);
@@ -340,7 +385,7 @@ export class PartitionLog {
       await this.writer.drain(true);
       await this.sync.idle();
       let error: unknown = null;
-      if (clean && !this.st.failed) {
+      if (clean && !this.st.failed && !this.st.dormant) {
         try {
           for (const s of this.st.segments) if (this.sync.dirty.has(s) || s.indexState !== 'synced') await s.datasync();
           this.sync.dirty.clear();

@@ -1,0 +1,141 @@
+/**
+ * A broker keeps files only for the partitions it hosts (docs/architecture.md, "Hosted partitions"): a log
+ * opened lazily without segment files stays without them until its first append, reads as an empty log at
+ * 0, and release() takes a hosted log back to that state with its directory gone.
+ */
+import { access, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Partition } from 'tributary-broker/partition/partition.js';
+import { LeaderEpochCache } from 'tributary-broker/storage/leader-epoch-cache.js';
+import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { ATTR_END_OF_APPEND } from 'tributary-broker/storage/record-codec.js';
+import { rec, removeDir, tempDir } from '../../helpers/util.js';
+
+let root: string;
+let dir: string;
+const open: Array<{ close(): Promise<void> }> = [];
+
+beforeEach(async () => {
+  root = await tempDir('trib-dormant-');
+  dir = join(root, 'topic~id', '0');
+});
+afterEach(async () => {
+  for (const l of open.splice(0)) await l.close().catch(() => {});
+  await removeDir(root);
+});
+
+async function lazyLog(opts: Partial<LogOptions> = {}): Promise<PartitionLog> {
+  const l = await PartitionLog.open(dir, { flush: 'always', ...opts }, undefined, { lazy: true });
+  open.push(l);
+  return l;
+}
+
+const exists = (p: string) => access(p).then(
+  () => true,
+  () => false,
+);
+const values = async (l: PartitionLog, from = 0) => (await l.read(from, { maxRecords: 100, maxBytes: 1 << 20 })).map((r) => `${r.offset}:${r.value}`);
+
+describe('a lazily opened log', () => {
+  it('creates nothing until its first append and reads as an empty log at 0', async () => {
+    const l = await lazyLog({ retentionMs: 1, retentionBytes: 1 });
+    expect(l.dormant).toBe(true);
+    expect([l.logStartOffset, l.logEndOffset, l.highWatermark, l.sizeBytes]).toEqual([0, 0, 0, 0]);
+    expect(await values(l)).toEqual([]);
+    await expect(l.read(1, { maxRecords: 1, maxBytes: 100 })).rejects.toMatchObject({ code: 'OFFSET_OUT_OF_RANGE' });
+    expect(await l.offsetForTimestamp(0)).toBe(0);
+    l.setHighWatermark(5);
+    await l.flush();
+    await l.truncateTo(0);
+    expect(await l.applyRetention(Date.now() + 1e9)).toEqual({ deletedSegments: 0, deletedBytes: 0 });
+    expect((await l.compact()).segmentsCompacted).toBe(0);
+    await l.close();
+    expect(await exists(join(root, 'topic~id'))).toBe(false);
+
+    const again = await lazyLog();
+    expect(again.dormant).toBe(true);
+    expect(await exists(join(root, 'topic~id'))).toBe(false);
+  });
+
+  it('keeps the order of appends queued before its files exist, and is an ordinary log afterwards', async () => {
+    const l = await lazyLog();
+    const results = await Promise.all(['a', 'b', 'c'].map((v) => l.append([rec(v), rec(`${v}2`)])));
+    expect(results.map((r) => r.baseOffset)).toEqual([0, 2, 4]);
+    expect(l.dormant).toBe(false);
+    expect((await readdir(dir)).filter((n) => n.endsWith('.log'))).toHaveLength(1);
+    await l.close();
+
+    const reopened = await lazyLog();
+    expect(reopened.dormant).toBe(false);
+    expect(await values(reopened)).toEqual(['0:a', '1:a2', '2:b', '3:b2', '4:c', '5:c2']);
+  });
+
+  it('takes a replica append past 0 as an empty log would', async () => {
+    const l = await lazyLog();
+    await l.appendReplica([{ ...rec('x'), offset: 7, timestamp: 1, attributes: ATTR_END_OF_APPEND }] as never);
+    expect(l.logEndOffset).toBe(8);
+    expect(await values(l, 7)).toEqual(['7:x']);
+  });
+
+  it('release() drops the records and the directory; the next append starts again at 0', async () => {
+    const l = await lazyLog();
+    await l.append([rec('a'), rec('b')]);
+    l.setHighWatermark(2);
+    await l.flush();
+    await l.release();
+    expect(l.dormant).toBe(true);
+    expect([l.logEndOffset, l.highWatermark, l.sizeBytes]).toEqual([0, 0, 0]);
+    expect(await exists(dir)).toBe(false);
+    expect(await values(l)).toEqual([]);
+    await l.close();
+    expect(await exists(dir)).toBe(false);
+
+    const back = await lazyLog();
+    expect(back.dormant).toBe(true);
+    expect((await back.append([rec('c')])).baseOffset).toBe(0);
+    expect(await values(back)).toEqual(['0:c']);
+  });
+});
+
+describe('a dormant partition', () => {
+  async function partition(): Promise<Partition> {
+    const p = new Partition('t', 0, await PartitionLog.open(dir, { flush: 'always' }, undefined, { lazy: true }));
+    open.push(p);
+    await Promise.all([p.whenProducerStateReady(), p.whenTxnIndexReady()]);
+    return p;
+  }
+  const idem = (v: string, sequence: number) => rec(v, { producerId: '7', epoch: 0, sequence });
+
+  it('writes no snapshot while it has no records, and forgets its producers when released', async () => {
+    let p = await partition();
+    await p.close();
+    expect(await exists(join(root, 'topic~id'))).toBe(false);
+
+    p = await partition();
+    await p.appendIdempotent([idem('a', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 });
+    expect(await p.appendIdempotent([idem('a', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 })).toMatchObject({ duplicate: true });
+    await p.release();
+    expect(await exists(dir)).toBe(false);
+    expect(p.logEndOffset).toBe(0);
+    // The same batch is new to the empty log: no stale producer state answers it as a duplicate.
+    expect(await p.appendIdempotent([idem('a', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 })).toMatchObject({
+      baseOffset: 0,
+      duplicate: false,
+    });
+    await p.close();
+    p = await partition();
+    expect(p.logEndOffset).toBe(1);
+    expect(await p.appendIdempotent([idem('a', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 })).toMatchObject({ duplicate: true });
+  });
+
+  it('a leader epoch checkpoint creates the directory it needs', async () => {
+    const cache = new LeaderEpochCache(dir);
+    await cache.load();
+    cache.assign(3, 0);
+    await cache.flush();
+    const reread = new LeaderEpochCache(dir);
+    await reread.load();
+    expect(reread.entries()).toEqual(cache.entries());
+  });
+});
