@@ -3,7 +3,7 @@
  * opened lazily without segment files stays without them until its first append, reads as an empty log at
  * 0, and release() takes a hosted log back to that state with its directory gone.
  */
-import { access, readdir } from 'node:fs/promises';
+import { access, cp, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Partition } from 'tributary-broker/partition/partition.js';
@@ -127,6 +127,35 @@ describe('a dormant partition', () => {
     p = await partition();
     expect(p.logEndOffset).toBe(1);
     expect(await p.appendIdempotent([idem('a', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 })).toMatchObject({ duplicate: true });
+  });
+
+  it('is recovered whole after a crash soon after its first append: empty snapshots are its baseline, written before that append', async () => {
+    // Every append rolls a segment, so a rebuild that only scans the last segment (what recovery does
+    // without a snapshot) misses the transactions and the idempotent batch of the earlier ones.
+    const p = new Partition('t', 0, await PartitionLog.open(dir, { flush: 'always', segmentBytes: 1 }, undefined, { lazy: true }));
+    open.push(p);
+    await Promise.all([p.whenProducerStateReady(), p.whenTxnIndexReady()]);
+    const t1 = await p.appendTransactional([rec('t1')], { producerId: '9', epoch: 0 });
+    await p.appendIdempotent([idem('i', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 });
+    await p.writeMarker('9', 0, 'abort');
+    const t2 = await p.appendTransactional([rec('t2')], { producerId: '10', epoch: 0 });
+    await p.append([rec('plain')]);
+    expect(p.log.segmentInfos().length).toBeGreaterThan(3);
+    expect(p.lastStableOffset).toBe(t2.baseOffset);
+
+    // kill -9 within the snapshot interval: the files as they are now, no clean shutdown.
+    const crashed = join(root, 'crashed');
+    await cp(dir, crashed, { recursive: true });
+    const q = new Partition('t', 0, await PartitionLog.open(crashed, { flush: 'always', segmentBytes: 1 }, undefined, { lazy: true }));
+    open.push(q);
+    // Before the rebuild, read_committed must not reach past the open transaction.
+    expect(q.lastStableOffset).toBeLessThanOrEqual(t2.baseOffset);
+    await Promise.all([q.whenProducerStateReady(), q.whenTxnIndexReady()]);
+    expect(q.lastStableOffset).toBe(t2.baseOffset);
+    expect(q.txnIndex()!.abortedTxns()).toMatchObject([{ producerId: '9', firstOffset: t1.baseOffset }]);
+    const read = await q.read(0, { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_committed' });
+    expect(read.records.map((r) => r.value.toString())).toEqual(['i']);
+    expect(await q.appendIdempotent([idem('i', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 })).toMatchObject({ duplicate: true });
   });
 
   it('a leader epoch checkpoint creates the directory it needs', async () => {

@@ -270,6 +270,20 @@ export class PartitionSnapshots {
     });
   }
 
+  /**
+   * A dormant log's files are being created (PartitionLog.onFilesCreated): both snapshots, empty as of 0,
+   * are written before its first append, so recovery after a crash at any point afterwards finds a
+   * baseline (read_committed waits for the rebuild, readTxnFloor) and rebuilds from the whole log beyond
+   * it, not from its last segment as without a snapshot. The versions stay: the states are written again
+   * on the timer once they changed.
+   */
+  async writeEmpty(): Promise<void> {
+    await Promise.all([
+      this.producerFile.write(JSON.stringify(new ProducerStateTable().snapshot(0)), () => {}),
+      this.txnFile.write(JSON.stringify(new TxnIndex().snapshot(0)), () => {}),
+    ]);
+  }
+
   /** Stops the timers (a truncation reloads both states; close writes them once more). */
   stop(): void {
     this.producerFile.stop();

@@ -5,6 +5,7 @@ import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import { failpointDelay } from '../common/failpoints.js';
 import { AppendTracker } from './append-tracker.js';
+import { park } from './park.js';
 import { type CheckResult, ProducerStateReplay, type ProducerStateTable } from './producer-state.js';
 import { encodeMarkerValue, type MarkerType, type OpenTxn, type TxnIndex } from './txn-index.js';
 import type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
@@ -61,6 +62,7 @@ export class Partition {
       txns: () => this.txns,
       closed: () => this.closed,
     });
+    log.onFilesCreated(() => this.snapshots.writeEmpty());
     this.txnFloor = readTxnFloor(log);
     this.txnReady = this.snapshots.loadTxns().then(
       (t) => {
@@ -376,28 +378,7 @@ export class Partition {
 
   /** Resolves once this replica holds offset `offset` durably (a follower's fetch long-polls on it). */
   waitForLogEnd(offset: number, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
-    return this.park(this.endWaiters, (wake) => ({ offset, wake }), () => this.durableEnd > offset, timeoutMs, signal);
-  }
-
-  /**
-   * Resolves with ready() once it holds (its waiter in `set` is woken by whoever moves what it waits on),
-   * the wait ends, the signal aborts or the partition closes.
-   */
-  private park<W extends { wake: () => void }>(set: Set<W>, make: (wake: () => void) => W, ready: () => boolean, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
-    if (ready() || this.closed) return Promise.resolve(ready());
-    if (timeoutMs <= 0 || signal?.aborted) return Promise.resolve(false);
-    return new Promise<boolean>((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', done);
-        set.delete(waiter);
-        resolve(ready());
-      };
-      const waiter = make(done);
-      const timer = setTimeout(done, timeoutMs);
-      signal?.addEventListener('abort', done, { once: true });
-      set.add(waiter);
-    });
+    return park(this.endWaiters, (wake) => ({ offset, wake }), () => this.durableEnd > offset, this.closed, timeoutMs, signal);
   }
 
   /**
@@ -551,7 +532,7 @@ export class Partition {
   waitForData(offset: number, timeoutMs: number, signal?: AbortSignal, isolation: Isolation = 'read_committed'): Promise<boolean> {
     const committed = isolation === 'read_committed';
     const ready = () => (committed ? this.lastStableOffset : this.highWatermark) > offset;
-    return this.park<Waiter>(this.waiters, (wake) => ({ offset, committed, wake }), ready, timeoutMs, signal);
+    return park<Waiter>(this.waiters, (wake) => ({ offset, committed, wake }), ready, this.closed, timeoutMs, signal);
   }
 
   private notify(): void {

@@ -17,6 +17,11 @@ export class LogState {
   state: 'open' | 'closing' | 'closed' = 'open';
   /** Bumped by truncateTo: a compaction planned before it may drop what became the latest record. */
   truncations = 0;
+  /**
+   * Writes the files the log's owner keeps beside the segments (a Partition: its empty snapshots) when a
+   * dormant log's files are created, before its first segment (PartitionLog.onFilesCreated).
+   */
+  onCreate: (() => Promise<void>) | null = null;
 
   constructor(
     readonly dir: string,

@@ -129,6 +129,16 @@ export class PartitionLog {
     return this.st.hwm;
   }
 
+  /**
+   * `write` runs whenever the log's files are created (the first append of a dormant log), before its
+   * first segment and before that append is written: the owner's files beside the segments (a
+   * Partition's empty snapshots) are then part of the baseline a crash recovers from. Synced with the
+   * segment's directory entry; an error fails that append and leaves the log dormant.
+   */
+  onFilesCreated(write: () => Promise<void>): void {
+    this.st.onCreate = write;
+  }
+
   /** No files on disk: never written, or released (see open). Reads as an empty log at 0. */
   get dormant(): boolean {
     return this.st.dormant;
