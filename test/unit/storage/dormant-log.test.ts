@@ -3,7 +3,7 @@
  * opened lazily without segment files stays without them until its first append, reads as an empty log at
  * 0, and release() takes a hosted log back to that state with its directory gone.
  */
-import { access, cp, readdir } from 'node:fs/promises';
+import { access, cp, readdir, rename } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Partition } from 'tributary-broker/partition/partition.js';
@@ -95,6 +95,41 @@ describe('a lazily opened log', () => {
     expect(back.dormant).toBe(true);
     expect((await back.append([rec('c')])).baseOffset).toBe(0);
     expect(await values(back)).toEqual(['0:c']);
+  });
+
+  it('release() renames the directory away before deleting it; a leftover of that is removed at open, never loaded', async () => {
+    const l = await lazyLog();
+    await l.append([rec('a'), rec('b')]);
+    await l.release();
+    expect(await readdir(join(root, 'topic~id'))).toEqual([]);
+    await l.append([rec('c')]);
+    await l.close();
+
+    // A crash between the rename and the removal: the renamed copy is there beside a new directory.
+    await cp(dir, `${dir}.deleting`, { recursive: true });
+    const back = await lazyLog();
+    expect(await values(back)).toEqual(['0:c']);
+    expect(await exists(`${dir}.deleting`)).toBe(false);
+    await back.close();
+
+    // ... or alone: the log is dormant, not the renamed one adopted.
+    await rename(dir, `${dir}.deleting`);
+    const none = await lazyLog();
+    expect(none.dormant).toBe(true);
+    expect(await values(none)).toEqual([]);
+    expect(await readdir(join(root, 'topic~id'))).toEqual([]);
+  });
+
+  it('a release racing an append is refused cleanly: nothing goes, and the append lands where the log ends', async () => {
+    const l = await lazyLog();
+    await l.append([rec('a')]);
+    const released = l.release();
+    const late = l.append([rec('b')]);
+    await expect(released).rejects.toMatchObject({ code: 'storage_error' });
+    expect((await late).baseOffset).toBe(1);
+    expect(l.dormant).toBe(false);
+    await l.close();
+    expect(await values(await lazyLog())).toEqual(['0:a', '1:b']);
   });
 });
 

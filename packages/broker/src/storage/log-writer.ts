@@ -173,6 +173,11 @@ export class LogWriter {
     });
   }
 
+  /** Appends accepted and not yet written. */
+  get queued(): number {
+    return this.pending.length;
+  }
+
   private scheduleDrain(): void {
     if (this.drainScheduled) return;
     this.drainScheduled = true;

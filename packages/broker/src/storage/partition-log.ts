@@ -22,7 +22,7 @@ import { writeFileAtomic } from './atomic-file.js';
 import { GroupCommit } from './group-commit.js';
 import { HwmCheckpoint } from './hwm-checkpoint.js';
 import { LogCleaner } from './log-cleaner.js';
-import { fsyncDir, storageError } from './log-fs.js';
+import { fsyncDir, renameAway, storageError } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE, loadLog } from './log-loader.js';
 import {
   type AppendResult,
@@ -343,36 +343,43 @@ export class PartitionLog {
 
   /**
    * Drops every record and the directory with whatever else is in it (this broker stopped being a
-   * replica): the log becomes dormant, an empty log at 0 that an append brings back. Appends must not be
-   * in flight (Partition.release waits for them); a compaction under way gives up first.
+   * replica), in one step a crash cannot split: the directory is renamed away and the rename synced
+   * before anything in it is deleted (log-fs.ts renameAway; the loader removes a leftover and never
+   * adopts it). The log becomes dormant, an empty log at 0 that an append brings back. Refused with
+   * storage_error, changing nothing, while appends are queued (they were accepted for this log:
+   * Partition.release lets them land first). A compaction under way gives up first.
    */
   async release(): Promise<void> {
     if (this.st.state !== 'open') throw storageError(this.dir, 'log is closed');
     if (this.cleaner.compacting) await this.cleaner.idle();
     await this.writer.exclusive(async () => {
       if (this.st.state === 'closed') throw storageError(this.dir, 'log is closed');
+      if (this.writer.queued > 0) throw storageError(this.dir, 'not released: appends are queued');
       await this.sync.idle();
+      while (this.checkpoint.inFlight) await this.checkpoint.inFlight;
+      let doomed: string | null;
+      try {
+        doomed = await renameAway(this.dir);
+      } catch (err) {
+        throw storageError(this.dir, 'could not release the log directory', err);
+      }
+      // The files are gone (durably, as far as the flush mode syncs anything): the log is empty at 0.
       this.st.truncations++;
-      const doomed = this.st.segments.splice(0);
+      const segments = this.st.segments.splice(0);
       this.sync.dirty.clear();
-      for (const s of doomed) {
+      for (const s of segments) {
         this.fds.forget(s);
         // Marked deleted, so a read under way retries and finds the empty log.
-        await s.remove().catch(() => {});
+        await s.discard();
       }
       this.st.totalBytes = 0;
       this.st.hwm = 0;
       this.st.cache.truncateFrom(0);
-      while (this.checkpoint.inFlight) await this.checkpoint.inFlight;
       this.checkpoint.checkpointed = -1;
-      try {
-        await rm(this.dir, { recursive: true, force: true });
-      } catch (err) {
-        throw storageError(this.dir, 'could not remove the log directory', err);
-      }
       // What failed was the files, and they are gone.
       this.st.failed = null;
-      this.st.logger.info({ segments: doomed.length }, 'log released');
+      if (doomed) await rm(doomed, { recursive: true, force: true }).catch((err: unknown) => this.st.logger.warn({ err }, 'could not remove a released log directory; its next open will'));
+      this.st.logger.info({ segments: segments.length }, 'log released');
     });
   }
 
