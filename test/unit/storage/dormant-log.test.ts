@@ -6,6 +6,9 @@
 import { access, cp, readdir, rename } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import pino from 'pino';
+import { dropLocalData } from 'tributary-broker/cluster/replica-moves.js';
+import type { Replica } from 'tributary-broker/cluster/replica-types.js';
 import { Partition } from 'tributary-broker/partition/partition.js';
 import { LeaderEpochCache } from 'tributary-broker/storage/leader-epoch-cache.js';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
@@ -150,7 +153,7 @@ describe('a dormant partition', () => {
     p = await partition();
     await p.appendIdempotent([idem('a', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 });
     expect(await p.appendIdempotent([idem('a', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 })).toMatchObject({ duplicate: true });
-    await p.release();
+    expect(await p.release(() => true)).toBe(true);
     expect(await exists(dir)).toBe(false);
     expect(p.logEndOffset).toBe(0);
     // The same batch is new to the empty log: no stale producer state answers it as a duplicate.
@@ -191,6 +194,97 @@ describe('a dormant partition', () => {
     const read = await q.read(0, { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_committed' });
     expect(read.records.map((r) => r.value.toString())).toEqual(['i']);
     expect(await q.appendIdempotent([idem('i', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 })).toMatchObject({ duplicate: true });
+  });
+
+  it('release() decides once the appends begun have landed, and keeps everything when the partition is hosted again by then', async () => {
+    const p = await partition();
+    const epochs = new LeaderEpochCache(dir);
+    await epochs.load();
+    await p.append([rec('a')]);
+    epochs.assign(1, 0);
+    await epochs.flush();
+    let hosted = false;
+    let decidedAt = -1;
+    const late = p.append([rec('b')]);
+    const released = p.release(() => {
+      decidedAt = p.logEndOffset;
+      return !hosted;
+    }, epochs);
+    // The broker leads the partition again while the release waits for the append.
+    hosted = true;
+    epochs.assign(2, 1);
+    expect(await released).toBe(false);
+    expect((await late).baseOffset).toBe(1);
+    expect(decidedAt).toBe(2);
+    expect(p.log.dormant).toBe(false);
+    await epochs.flush();
+    const onDisk = new LeaderEpochCache(dir);
+    await onDisk.load();
+    expect(onDisk.entries()).toEqual([
+      [1, 0],
+      [2, 1],
+    ]);
+    await p.close();
+    expect(await values(await lazyLog())).toEqual(['0:a', '1:b']);
+  });
+
+  it('release() clears the epoch history in the same step as the directory, with no checkpoint write in flight meanwhile', async () => {
+    const p = await partition();
+    const epochs = new LeaderEpochCache(dir);
+    await epochs.load();
+    await p.append([rec('a')]);
+    epochs.assign(1, 0);
+    const writing = epochs.flush();
+    expect(await p.release(() => true, epochs)).toBe(true);
+    await writing;
+    expect(epochs.entries()).toEqual([]);
+    expect(await exists(dir)).toBe(false);
+    await epochs.flush();
+    expect(await exists(dir)).toBe(false);
+
+    // A change made while the directory goes is kept, and written by the next flush.
+    await p.append([rec('b')]);
+    expect(
+      await p.release(() => {
+        epochs.assign(4, 0);
+        return true;
+      }, epochs),
+    ).toBe(true);
+    expect(epochs.entries()).toEqual([[4, 0]]);
+    await epochs.flush();
+    const onDisk = new LeaderEpochCache(dir);
+    await onDisk.load();
+    expect(onDisk.entries()).toEqual([[4, 0]]);
+  });
+
+  it('a broker that stops being a replica keeps its data when it becomes one again while the drop waits (dropLocalData)', async () => {
+    const p = await partition();
+    const epochs = new LeaderEpochCache(dir);
+    await epochs.load();
+    await p.append([rec('a')]);
+    epochs.assign(1, 0);
+    await epochs.flush();
+    const r = { topic: 't', id: 0, partition: p, epochs, role: 'none', promoting: null, replicas: [2], fetcher: null, dropping: null } as unknown as Replica;
+    // The role flips back (this broker leads again, assigning its epoch) just after the drop begins.
+    const release = p.release.bind(p);
+    p.release = (unhosted, e) => {
+      const done = release(unhosted, e);
+      r.role = 'leader';
+      r.replicas = [1, 2];
+      epochs.assign(2, p.logEndOffset);
+      return done;
+    };
+    dropLocalData(r, 1, () => false, pino({ level: 'silent' }));
+    await r.dropping;
+    expect(p.logEndOffset).toBe(1);
+    expect(epochs.entries()).toEqual([
+      [1, 0],
+      [2, 1],
+    ]);
+    await epochs.flush();
+    const onDisk = new LeaderEpochCache(dir);
+    await onDisk.load();
+    expect(onDisk.entries()).toEqual(epochs.entries());
   });
 
   it('a leader epoch checkpoint creates the directory it needs', async () => {

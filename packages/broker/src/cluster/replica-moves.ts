@@ -32,13 +32,14 @@ export function dropLocalData(r: Replica, me: number, closed: () => boolean, log
   const run: Promise<void> = Promise.all([prior, fetcher])
     .then(() => r.partition.quiesced())
     .then(async () => {
-      if (closed() || r.role !== 'none' || r.promoting !== null || r.replicas.includes(me)) return;
+      const unhosted = () => !closed() && r.role === 'none' && r.promoting === null && !r.replicas.includes(me);
+      if (!unhosted()) return;
       if (r.partition.log.dormant && r.epochs.entries().length === 0) return;
       const from = r.partition.logEndOffset;
-      // The directory goes with the log, the leader epoch checkpoint included.
-      await r.partition.release();
-      r.epochs.removed();
-      logger.info({ topic: r.topic, partition: r.id, from }, 'not a replica: local data dropped');
+      // The directory goes with the log, the leader epoch checkpoint included. Checked again inside the
+      // partition's exclusive section: this broker may have become a replica while the release waited.
+      if (await r.partition.release(unhosted, r.epochs)) logger.info({ topic: r.topic, partition: r.id, from }, 'not a replica: local data dropped');
+      else logger.info({ topic: r.topic, partition: r.id }, 'a replica again: local data kept');
     })
     .catch((err: unknown) => logger.warn({ err, topic: r.topic, partition: r.id }, 'dropping the data of a removed replica failed'))
     .finally(() => {

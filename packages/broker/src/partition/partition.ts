@@ -10,6 +10,7 @@ import { type CheckResult, ProducerStateReplay, type ProducerStateTable } from '
 import { encodeMarkerValue, type MarkerType, type OpenTxn, type TxnIndex } from './txn-index.js';
 import type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
 import { PartitionSnapshots, readTxnFloor } from './partition-snapshots.js';
+import { type ReleasedEpochs, releaseFiles } from './partition-release.js';
 
 export type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
 export { PRODUCER_ID_EXPIRATION_MS, PRODUCER_SNAPSHOT_FILE, TXN_SNAPSHOT_FILE } from './partition-snapshots.js';
@@ -421,35 +422,41 @@ export class Partition {
       await this.appends.drained();
       if (offset >= this.log.logEndOffset) return;
       await this.log.truncateTo(offset);
-      this.durableEnd = Math.min(this.durableEnd, this.log.logEndOffset);
-      this.snapshots.stop();
-      await this.snapshots.settled();
-      const txns = await this.snapshots.loadTxns();
-      const producers = await this.snapshots.loadProducers();
-      this.txns = txns;
-      this.producers = producers;
-      this.notify();
+      await this.reload();
     });
   }
 
   /**
-   * This broker stopped being a replica: the log and its directory go (it becomes dormant, see
-   * PartitionLog.release) and the producer state and transaction index start again from the empty log.
+   * This broker stopped being a replica (cluster/replica-moves.ts): once the appends begun have landed,
+   * and only if `unhosted()` still holds then (the role may have flipped back meanwhile), the log and its
+   * directory go with `epochs`' history (partition-release.ts) and the producer state and transaction
+   * index start again from the empty log. False: refused, nothing changed.
    */
-  release(): Promise<void> {
+  release(unhosted: () => boolean, epochs?: ReleasedEpochs): Promise<boolean> {
     return this.appends.exclusive(async () => {
       await Promise.all([this.txnReady, this.producersReady]);
       await this.appends.drained();
-      this.snapshots.stop();
-      await this.snapshots.settled();
-      await this.log.release();
-      this.durableEnd = 0;
-      const txns = await this.snapshots.loadTxns();
-      const producers = await this.snapshots.loadProducers();
-      this.txns = txns;
-      this.producers = producers;
-      this.notify();
+      let stopped = false;
+      try {
+        return await releaseFiles(this.log, this.snapshots, unhosted, epochs, () => {
+          stopped = true;
+        });
+      } finally {
+        if (stopped) await this.reload();
+      }
     });
+  }
+
+  /** The log was cut or released: both states are rebuilt from what is left. */
+  private async reload(): Promise<void> {
+    this.durableEnd = Math.min(this.durableEnd, this.log.logEndOffset);
+    this.snapshots.stop();
+    await this.snapshots.settled();
+    const txns = await this.snapshots.loadTxns();
+    const producers = await this.snapshots.loadProducers();
+    this.txns = txns;
+    this.producers = producers;
+    this.notify();
   }
 
   private track<T>(start: () => Promise<T>): Promise<T> {

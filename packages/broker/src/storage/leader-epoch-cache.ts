@@ -111,20 +111,40 @@ export class LeaderEpochCache {
   private io: Promise<void> = Promise.resolve();
   /** While a load runs: the changes made meanwhile, applied again on top of what it reads. */
   private replay: Array<() => void> | null = null;
+  /** While removeWith's `drop` runs: the changes made meanwhile, applied again on the empty history. */
+  private removing: Array<() => void> | null = null;
 
   constructor(readonly dir: string) {
     this.file = join(dir, LEADER_EPOCH_CHECKPOINT_FILE);
   }
 
   /**
-   * The file went with its directory (PartitionLog.release): the history is empty, and so is what is on
-   * disk, so flush() writes nothing until the next change.
+   * The checkpoint goes with the partition directory (Partition.release): `drop` runs once no load or
+   * flush is in flight, and later ones wait for it, so none writes into the directory as it goes. When
+   * `drop` resolves true the history is empty and so is the disk (flush() writes nothing until the next
+   * change; changes made while `drop` ran are applied again on top and written by the next flush). False
+   * or an error: nothing changes.
    */
-  removed(): void {
-    this.replay?.push(() => this.removed());
-    this.list = [];
-    this.version++;
-    this.writtenVersion = this.version;
+  removeWith(drop: () => Promise<boolean>): Promise<boolean> {
+    const p = this.io.then(async () => {
+      const ops: Array<() => void> = [];
+      this.removing = ops;
+      try {
+        if (!(await drop())) return false;
+      } finally {
+        this.removing = null;
+      }
+      this.list = [];
+      for (const op of ops) op();
+      this.version++;
+      this.writtenVersion = ops.length === 0 ? this.version : -1;
+      return true;
+    });
+    this.io = p.then(
+      () => {},
+      () => {},
+    );
+    return p;
   }
 
   /** A copy of the entries, oldest first. */
@@ -250,6 +270,7 @@ export class LeaderEpochCache {
 
   private mutate(fn: () => boolean): boolean {
     this.replay?.push(fn);
+    this.removing?.push(fn);
     const changed = fn();
     if (changed) this.version++;
     return changed;
