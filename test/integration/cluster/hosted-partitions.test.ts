@@ -24,12 +24,16 @@ describe('hosted partitions', () => {
     await cluster?.dispose();
   });
 
-  /** The partitions of `topic` that have a directory in broker `id`'s data dir. */
-  async function dirsOn(id: number, topic: string): Promise<number[]> {
+  /** The entries of `topic`'s directory in broker `id`'s data dir. */
+  async function entriesOn(id: number, topic: string): Promise<string[]> {
     const logs = path.join(cluster.broker(id).dataDir, 'logs');
     const topicDir = (await readdir(logs)).find((d) => d.startsWith(`${topic}~`));
-    if (!topicDir) return [];
-    return (await readdir(path.join(logs, topicDir))).map(Number).sort((a, b) => a - b);
+    return topicDir ? readdir(path.join(logs, topicDir)) : [];
+  }
+
+  /** The partitions of `topic` that have a directory there; anything else (a `.deleting` leftover) as its name. */
+  async function dirsOn(id: number, topic: string): Promise<Array<number | string>> {
+    return (await entriesOn(id, topic)).map((n) => (/^\d+$/.test(n) ? Number(n) : n)).sort((a, b) => String(a).localeCompare(String(b), 'en', { numeric: true }));
   }
 
   async function replicasOf(topic: string): Promise<Map<number, number[]>> {
@@ -80,7 +84,8 @@ describe('hosted partitions', () => {
       const p = (await cluster.status()).partitions.find((x) => x.topic === 'spread' && x.partition === 0)!;
       return p.replicas.join() === String(to) && p.leader === to;
     });
-    await cluster.waitFor(`broker ${from} to drop spread[0]`, async () => !(await dirsOn(from, 'spread')).includes(0));
+    // Renamed away first, then deleted: both names gone.
+    await cluster.waitFor(`broker ${from} to drop spread[0]`, async () => !(await entriesOn(from, 'spread')).some((n) => n === '0' || n === '0.deleting'));
     expect(await readAll(to, 'spread', 0)).toEqual(['r0']);
     const after = await replicasOf('spread');
     for (const id of [0, 1, 2]) expect(await dirsOn(id, 'spread')).toEqual(after.get(id));
