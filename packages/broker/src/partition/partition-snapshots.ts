@@ -115,8 +115,9 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
 /**
  * Synchronously, at open: an offset below which no transaction is open, from the snapshot (its offset
  * and open transactions). No snapshot at all: Infinity, the log has no transactions (the index is
- * rebuilt, and its snapshot written, before the first transactional append or marker is accepted, so a
- * log that ever had one has a snapshot). An unreadable snapshot: the log start.
+ * rebuilt, and its snapshot written, before the first transactional append or marker is accepted, and
+ * a log created by its first append gets an empty one before that append, writeEmpty: a log that ever
+ * had one has a snapshot). An unreadable snapshot: the log start.
  */
 export function readTxnFloor(log: PartitionLog): number {
   let raw: string;
