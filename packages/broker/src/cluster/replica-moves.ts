@@ -22,7 +22,8 @@ export function throttleRate(s: PartitionState | undefined, me: number, isr: num
 
 /**
  * Not a replica (removed by a reassignment, or never one): whatever is left of the partition here goes,
- * once the fetch loop has stopped. Safe: only replicas in the partition state can ever lead it, so no
+ * files and directory, once the fetch loop has stopped; the log is dormant until this broker hosts the
+ * partition again (docs/architecture.md, "Hosted partitions"). Safe: only replicas in the partition state can ever lead it, so no
  * acknowledged record depends on this copy. A fetch loop starting again waits for it (`r.dropping`).
  */
 export function dropLocalData(r: Replica, me: number, closed: () => boolean, logger: Logger): void {
@@ -31,13 +32,14 @@ export function dropLocalData(r: Replica, me: number, closed: () => boolean, log
   const run: Promise<void> = Promise.all([prior, fetcher])
     .then(() => r.partition.quiesced())
     .then(async () => {
-      if (closed() || r.role !== 'none' || r.promoting !== null || r.replicas.includes(me)) return;
-      if (r.partition.logEndOffset === 0 && r.epochs.entries().length === 0) return;
+      const unhosted = () => !closed() && r.role === 'none' && r.promoting === null && !r.replicas.includes(me);
+      if (!unhosted()) return;
+      if (r.partition.log.dormant && r.epochs.entries().length === 0) return;
       const from = r.partition.logEndOffset;
-      await r.partition.truncateTo(0);
-      r.epochs.replaceWith([]);
-      await r.epochs.flush();
-      logger.info({ topic: r.topic, partition: r.id, from }, 'not a replica: local data dropped');
+      // The directory goes with the log, the leader epoch checkpoint included. Checked again inside the
+      // partition's exclusive section: this broker may have become a replica while the release waited.
+      if (await r.partition.release(unhosted, r.epochs)) logger.info({ topic: r.topic, partition: r.id, from }, 'not a replica: local data dropped');
+      else logger.info({ topic: r.topic, partition: r.id }, 'a replica again: local data kept');
     })
     .catch((err: unknown) => logger.warn({ err, topic: r.topic, partition: r.id }, 'dropping the data of a removed replica failed'))
     .finally(() => {

@@ -20,7 +20,7 @@ export class AppendTracker {
   }
 
   /** Runs `run` with no append begun meanwhile (those begun before may still land: see drained()). One at a time. */
-  exclusive(run: () => Promise<void>): Promise<void> {
+  exclusive<T>(run: () => Promise<T>): Promise<T> {
     if (this.rebuild) return this.rebuild.then(() => this.exclusive(run));
     let release!: () => void;
     this.rebuild = new Promise<void>((r) => {

@@ -93,7 +93,7 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
   } catch {
     table = new ProducerStateTable();
     const segs = log.segmentInfos();
-    from = segs[segs.length - 1]!.baseOffset;
+    from = segs.length > 0 ? segs[segs.length - 1]!.baseOffset : log.logStartOffset;
   }
   from = Math.max(from, log.logStartOffset);
   const end = log.logEndOffset;
@@ -115,8 +115,9 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
 /**
  * Synchronously, at open: an offset below which no transaction is open, from the snapshot (its offset
  * and open transactions). No snapshot at all: Infinity, the log has no transactions (the index is
- * rebuilt, and its snapshot written, before the first transactional append or marker is accepted, so a
- * log that ever had one has a snapshot). An unreadable snapshot: the log start.
+ * rebuilt, and its snapshot written, before the first transactional append or marker is accepted, and
+ * a log created by its first append gets an empty one before that append, writeEmpty: a log that ever
+ * had one has a snapshot). An unreadable snapshot: the log start.
  */
 export function readTxnFloor(log: PartitionLog): number {
   let raw: string;
@@ -245,6 +246,11 @@ export class PartitionSnapshots {
   /** Writes the producer state snapshot; writes are serialized. */
   writeProducers(table: ProducerStateTable, offset: number): Promise<void> {
     const version = table.version;
+    // A dormant log has no records and no directory: nothing to keep (docs/architecture.md, "Hosted partitions").
+    if (this.log.dormant) {
+      this.producerVersion = version;
+      return Promise.resolve();
+    }
     return this.producerFile.write(JSON.stringify(table.snapshot(offset)), () => {
       this.producerVersion = version;
     });
@@ -253,11 +259,30 @@ export class PartitionSnapshots {
   /** Writes the transaction snapshot; writes are serialized. */
   writeTxns(index: TxnIndex, offset: number): Promise<void> {
     const version = index.version;
+    if (this.log.dormant) {
+      this.txnVersion = version;
+      this.txnOffset = offset;
+      return Promise.resolve();
+    }
     const snap = index.snapshot(offset);
     return this.txnFile.write(JSON.stringify(snap), () => {
       this.txnVersion = version;
       this.txnOffset = snap.offset;
     });
+  }
+
+  /**
+   * A dormant log's files are being created (PartitionLog.onFilesCreated): both snapshots, empty as of 0,
+   * are written before its first append, so recovery after a crash at any point afterwards finds a
+   * baseline (read_committed waits for the rebuild, readTxnFloor) and rebuilds from the whole log beyond
+   * it, not from its last segment as without a snapshot. The versions stay: the states are written again
+   * on the timer once they changed.
+   */
+  async writeEmpty(): Promise<void> {
+    await Promise.all([
+      this.producerFile.write(JSON.stringify(new ProducerStateTable().snapshot(0)), () => {}),
+      this.txnFile.write(JSON.stringify(new TxnIndex().snapshot(0)), () => {}),
+    ]);
   }
 
   /** Stops the timers (a truncation reloads both states; close writes them once more). */

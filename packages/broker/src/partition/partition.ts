@@ -5,10 +5,12 @@ import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import { failpointDelay } from '../common/failpoints.js';
 import { AppendTracker } from './append-tracker.js';
+import { park } from './park.js';
 import { type CheckResult, ProducerStateReplay, type ProducerStateTable } from './producer-state.js';
 import { encodeMarkerValue, type MarkerType, type OpenTxn, type TxnIndex } from './txn-index.js';
 import type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
 import { PartitionSnapshots, readTxnFloor } from './partition-snapshots.js';
+import { type ReleasedEpochs, releaseFiles } from './partition-release.js';
 
 export type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
 export { PRODUCER_ID_EXPIRATION_MS, PRODUCER_SNAPSHOT_FILE, TXN_SNAPSHOT_FILE } from './partition-snapshots.js';
@@ -61,6 +63,7 @@ export class Partition {
       txns: () => this.txns,
       closed: () => this.closed,
     });
+    log.onFilesCreated(() => this.snapshots.writeEmpty());
     this.txnFloor = readTxnFloor(log);
     this.txnReady = this.snapshots.loadTxns().then(
       (t) => {
@@ -376,28 +379,7 @@ export class Partition {
 
   /** Resolves once this replica holds offset `offset` durably (a follower's fetch long-polls on it). */
   waitForLogEnd(offset: number, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
-    return this.park(this.endWaiters, (wake) => ({ offset, wake }), () => this.durableEnd > offset, timeoutMs, signal);
-  }
-
-  /**
-   * Resolves with ready() once it holds (its waiter in `set` is woken by whoever moves what it waits on),
-   * the wait ends, the signal aborts or the partition closes.
-   */
-  private park<W extends { wake: () => void }>(set: Set<W>, make: (wake: () => void) => W, ready: () => boolean, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
-    if (ready() || this.closed) return Promise.resolve(ready());
-    if (timeoutMs <= 0 || signal?.aborted) return Promise.resolve(false);
-    return new Promise<boolean>((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', done);
-        set.delete(waiter);
-        resolve(ready());
-      };
-      const waiter = make(done);
-      const timer = setTimeout(done, timeoutMs);
-      signal?.addEventListener('abort', done, { once: true });
-      set.add(waiter);
-    });
+    return park(this.endWaiters, (wake) => ({ offset, wake }), () => this.durableEnd > offset, this.closed, timeoutMs, signal);
   }
 
   /**
@@ -440,15 +422,41 @@ export class Partition {
       await this.appends.drained();
       if (offset >= this.log.logEndOffset) return;
       await this.log.truncateTo(offset);
-      this.durableEnd = Math.min(this.durableEnd, this.log.logEndOffset);
-      this.snapshots.stop();
-      await this.snapshots.settled();
-      const txns = await this.snapshots.loadTxns();
-      const producers = await this.snapshots.loadProducers();
-      this.txns = txns;
-      this.producers = producers;
-      this.notify();
+      await this.reload();
     });
+  }
+
+  /**
+   * This broker stopped being a replica (cluster/replica-moves.ts): once the appends begun have landed,
+   * and only if `unhosted()` still holds then (the role may have flipped back meanwhile), the log and its
+   * directory go with `epochs`' history (partition-release.ts) and the producer state and transaction
+   * index start again from the empty log. False: refused, nothing changed.
+   */
+  release(unhosted: () => boolean, epochs?: ReleasedEpochs): Promise<boolean> {
+    return this.appends.exclusive(async () => {
+      await Promise.all([this.txnReady, this.producersReady]);
+      await this.appends.drained();
+      let stopped = false;
+      try {
+        return await releaseFiles(this.log, this.snapshots, unhosted, epochs, () => {
+          stopped = true;
+        });
+      } finally {
+        if (stopped) await this.reload();
+      }
+    });
+  }
+
+  /** The log was cut or released: both states are rebuilt from what is left. */
+  private async reload(): Promise<void> {
+    this.durableEnd = Math.min(this.durableEnd, this.log.logEndOffset);
+    this.snapshots.stop();
+    await this.snapshots.settled();
+    const txns = await this.snapshots.loadTxns();
+    const producers = await this.snapshots.loadProducers();
+    this.txns = txns;
+    this.producers = producers;
+    this.notify();
   }
 
   private track<T>(start: () => Promise<T>): Promise<T> {
@@ -531,7 +539,7 @@ export class Partition {
   waitForData(offset: number, timeoutMs: number, signal?: AbortSignal, isolation: Isolation = 'read_committed'): Promise<boolean> {
     const committed = isolation === 'read_committed';
     const ready = () => (committed ? this.lastStableOffset : this.highWatermark) > offset;
-    return this.park<Waiter>(this.waiters, (wake) => ({ offset, committed, wake }), ready, timeoutMs, signal);
+    return park<Waiter>(this.waiters, (wake) => ({ offset, committed, wake }), ready, this.closed, timeoutMs, signal);
   }
 
   private notify(): void {

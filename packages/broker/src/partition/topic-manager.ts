@@ -306,7 +306,10 @@ export class TopicManager {
   }
 
   private async openPartition(def: TopicDefinition, i: number): Promise<Partition> {
-    const log = await PartitionLog.open(path.join(this.topicDir(def), String(i)), this.logOptions(def), this.logger.child({ topic: def.name, partition: i }));
+    // Lazy: a partition never written here, or not hosted here, has no files (docs/architecture.md, "Hosted partitions").
+    const log = await PartitionLog.open(path.join(this.topicDir(def), String(i)), this.logOptions(def), this.logger.child({ topic: def.name, partition: i }), {
+      lazy: true,
+    });
     return new Partition(def.name, i, log, { replicated: this.config.cluster });
   }
 

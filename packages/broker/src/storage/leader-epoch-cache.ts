@@ -16,9 +16,10 @@
  * After opening a log that recovery may have cut, call truncateFromEnd(logEndOffset) and
  * truncateFromStart(logStartOffset).
  */
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import { readSmallFile, writeFileAtomic } from './atomic-file.js';
+import { makeDir } from './log-fs.js';
 
 export const LEADER_EPOCH_CHECKPOINT_FILE = 'leader-epoch.checkpoint';
 /** "No epoch" and "no offset" in an EpochEndOffset, as Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET. */
@@ -110,9 +111,40 @@ export class LeaderEpochCache {
   private io: Promise<void> = Promise.resolve();
   /** While a load runs: the changes made meanwhile, applied again on top of what it reads. */
   private replay: Array<() => void> | null = null;
+  /** While removeWith's `drop` runs: the changes made meanwhile, applied again on the empty history. */
+  private removing: Array<() => void> | null = null;
 
   constructor(readonly dir: string) {
     this.file = join(dir, LEADER_EPOCH_CHECKPOINT_FILE);
+  }
+
+  /**
+   * The checkpoint goes with the partition directory (Partition.release): `drop` runs once no load or
+   * flush is in flight, and later ones wait for it, so none writes into the directory as it goes. When
+   * `drop` resolves true the history is empty and so is the disk (flush() writes nothing until the next
+   * change; changes made while `drop` ran are applied again on top and written by the next flush). False
+   * or an error: nothing changes.
+   */
+  removeWith(drop: () => Promise<boolean>): Promise<boolean> {
+    const p = this.io.then(async () => {
+      const ops: Array<() => void> = [];
+      this.removing = ops;
+      try {
+        if (!(await drop())) return false;
+      } finally {
+        this.removing = null;
+      }
+      this.list = [];
+      for (const op of ops) op();
+      this.version++;
+      this.writtenVersion = ops.length === 0 ? this.version : -1;
+      return true;
+    });
+    this.io = p.then(
+      () => {},
+      () => {},
+    );
+    return p;
   }
 
   /** A copy of the entries, oldest first. */
@@ -214,7 +246,9 @@ export class LeaderEpochCache {
       for (const op of ops) op();
       this.version++;
       // With changes replayed on top, the file is behind.
-      if (ops.length === 0 && text !== null) this.writtenVersion = this.version;
+      // No file is an empty history: nothing to write back unless it changes (a replica never led here
+      // has no directory, docs/architecture.md "Hosted partitions").
+      if (ops.length === 0) this.writtenVersion = this.version;
     });
     this.io = p.catch(() => {});
     return p;
@@ -225,6 +259,8 @@ export class LeaderEpochCache {
     const p = this.io.then(async () => {
       const v = this.version;
       if (v === this.writtenVersion) return;
+      // A dormant partition has no directory yet (PartitionLog.open, `lazy`).
+      await makeDir(dirname(this.file), true);
       await writeFileAtomic(this.file, serialize(this.list));
       this.writtenVersion = v;
     });
@@ -234,6 +270,7 @@ export class LeaderEpochCache {
 
   private mutate(fn: () => boolean): boolean {
     this.replay?.push(fn);
+    this.removing?.push(fn);
     const changed = fn();
     if (changed) this.version++;
     return changed;

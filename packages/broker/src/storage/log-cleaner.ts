@@ -59,6 +59,7 @@ export class LogCleaner {
     return this.writer.exclusive(async () => {
       if (this.st.state === 'closed') throw storageError(this.st.dir, 'log is closed');
       if (this.st.failed) throw storageError(this.st.dir, 'log failed', this.st.failed);
+      if (this.st.dormant) return { deletedSegments: 0, deletedBytes: 0 };
       if (this.st.active.size > 0 && now - this.st.active.createdMs >= segmentMs) await this.writer.roll();
       let total = this.st.totalBytes;
       let n = 0;
@@ -101,12 +102,12 @@ export class LogCleaner {
 
   private async runCompaction(now: number, tombstoneMs: number, crashAt: CompactionCrashPoint | undefined): Promise<CompactResult> {
     const none: CompactResult = { segmentsCompacted: 0, recordsRemoved: 0, bytesBefore: 0, bytesAfter: 0 };
-    if (this.st.state !== 'open') return none;
+    if (this.st.state !== 'open' || this.st.dormant) return none;
     if (this.st.failed) throw storageError(this.st.dir, 'log failed', this.st.failed);
     // Only closed segments are compacted: an old active segment is rolled first, as retention does.
     if (this.st.active.size > 0 && now - this.st.active.createdMs >= this.st.options.segmentMs) {
       await this.writer.exclusive(async () => {
-        if (this.st.state === 'open' && !this.st.failed && this.st.active.size > 0 && now - this.st.active.createdMs >= this.st.options.segmentMs)
+        if (this.st.state === 'open' && !this.st.failed && !this.st.dormant && this.st.active.size > 0 && now - this.st.active.createdMs >= this.st.options.segmentMs)
           await this.writer.roll();
       });
     }

@@ -1,5 +1,6 @@
 /** Small file-system helpers of the partition log, and the storage_error every part of it raises. */
-import { open } from 'node:fs/promises';
+import { mkdir, open, rename, rm } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { TributaryError } from 'tributary-protocol/errors.js';
 
 export function storageError(dir: string, reason: string, cause?: unknown): TributaryError {
@@ -19,6 +20,44 @@ export async function fsyncDir(dir: string): Promise<void> {
   } finally {
     await fh?.close().catch(() => {});
   }
+}
+
+/**
+ * `mkdir -p`; with `sync`, the entries of the directories it created are fsynced in their parents, so
+ * files written into `dir` afterwards are found again after a power loss.
+ */
+export async function makeDir(dir: string, sync: boolean): Promise<void> {
+  const created = await mkdir(dir, { recursive: true });
+  if (!sync || created === undefined) return;
+  for (let d = dir; d !== created; ) {
+    d = dirname(d);
+    await fsyncDir(d);
+  }
+  await fsyncDir(dirname(created));
+}
+
+/**
+ * Suffix of a log directory being deleted (PartitionLog.release). The loader removes `<dir>.deleting`
+ * before it opens `<dir>` and never adopts it.
+ */
+export const RELEASED_SUFFIX = '.deleting';
+
+/**
+ * Takes `dir` away in one step: renamed to `<dir>.deleting` (a leftover of that name removed first) and
+ * the rename synced in the parent, before anything in it is deleted, so a crash leaves `dir` whole or
+ * absent, never part of it. Returns the renamed path for the caller to remove, or null without a `dir`.
+ */
+export async function renameAway(dir: string): Promise<string | null> {
+  const doomed = dir + RELEASED_SUFFIX;
+  await rm(doomed, { recursive: true, force: true });
+  try {
+    await rename(dir, doomed);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+  await fsyncDir(dirname(dir));
+  return doomed;
 }
 
 /** Writes a new file and fsyncs it. */

@@ -4,11 +4,11 @@
  * clean), a non-contiguous tail of segments is dropped, and the clean-shutdown marker is removed before the
  * log takes any append.
  */
-import { mkdir, readdir, unlink } from 'node:fs/promises';
+import { mkdir, readdir, rm, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { readHwmCheckpoint } from './hwm-checkpoint.js';
-import { fsyncDir, storageError } from './log-fs.js';
+import { fsyncDir, RELEASED_SUFFIX, storageError } from './log-fs.js';
 import { type LogOptions, segmentFdPolicy } from './log-options.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, Segment, segmentFileName } from './segment.js';
 
@@ -22,8 +22,21 @@ export interface LoadedLog {
   checkpointedHwm: number;
 }
 
-/** Opens (creating if needed) the segments in `dir` and runs recovery. */
-export async function loadLog(dir: string, o: LogOptions, log: Logger): Promise<LoadedLog> {
+/**
+ * Opens (creating if needed) the segments in `dir` and runs recovery, after removing a `<dir>.deleting`
+ * leftover. `lazy`: a directory without segment files is left as it is (or absent) and gives no segments,
+ * a dormant log (log-state.ts).
+ */
+export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { lazy?: boolean } = {}): Promise<LoadedLog> {
+  // A release cut short by a crash (PartitionLog.release): what was renamed away is never adopted.
+  await rm(dir + RELEASED_SUFFIX, { recursive: true, force: true }).catch((err: unknown) => log.warn({ err }, 'could not remove a released log directory'));
+  if (opts.lazy) {
+    const names = await readdir(dir).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return [];
+      throw storageError(dir, 'recovery failed', err);
+    });
+    if (!names.some((n) => parseSegmentFileName(n)?.kind === 'log')) return { segments: [], clean: false, checkpointedHwm: 0 };
+  }
   await mkdir(dir, { recursive: true });
   const names = await readdir(dir);
   const clean = names.includes(CLEAN_SHUTDOWN_FILE);

@@ -17,6 +17,11 @@ export class LogState {
   state: 'open' | 'closing' | 'closed' = 'open';
   /** Bumped by truncateTo: a compaction planned before it may drop what became the latest record. */
   truncations = 0;
+  /**
+   * Writes the files the log's owner keeps beside the segments (a Partition: its empty snapshots) when a
+   * dormant log's files are created, before its first segment (PartitionLog.onFilesCreated).
+   */
+  onCreate: (() => Promise<void>) | null = null;
 
   constructor(
     readonly dir: string,
@@ -33,12 +38,20 @@ export class LogState {
     return this.segments[this.segments.length - 1];
   }
 
+  /**
+   * No segment files (docs/architecture.md, "Hosted partitions"): a log never written, or released when
+   * this broker stopped being a replica. It reads as an empty log at 0; the first append creates its files.
+   */
+  get dormant(): boolean {
+    return this.segments.length === 0;
+  }
+
   get logStartOffset(): number {
-    return this.segments[0].baseOffset;
+    return this.segments.length === 0 ? 0 : this.segments[0].baseOffset;
   }
 
   get logEndOffset(): number {
-    return this.active.nextOffset;
+    return this.segments.length === 0 ? 0 : this.active.nextOffset;
   }
 
   clampHwm(v: number): number {

@@ -4,11 +4,15 @@
  * coalesce into one write call; the last record of every append carries ATTR_END_OF_APPEND, so recovery
  * keeps whole appends only (docs/architecture.md, "Storage"). Durability is left to GroupCommit.
  */
+import { unlink } from 'node:fs/promises';
+import { join } from 'node:path';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import type { GroupCommit, SyncWaiter } from './group-commit.js';
-import { fsyncDir, storageError } from './log-fs.js';
+import { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
+import { fsyncDir, makeDir, storageError } from './log-fs.js';
+import { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
 import { type AppendResult, segmentFdPolicy } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { Mutex } from './mutex.js';
@@ -169,6 +173,11 @@ export class LogWriter {
     });
   }
 
+  /** Appends accepted and not yet written. */
+  get queued(): number {
+    return this.pending.length;
+  }
+
   private scheduleDrain(): void {
     if (this.drainScheduled) return;
     this.drainScheduled = true;
@@ -193,6 +202,7 @@ export class LogWriter {
       const { segmentBytes, segmentMs } = this.st.options;
       let group: PendingAppend[] = [];
       try {
+        if (this.st.dormant) await this.createFiles();
         const now = Date.now();
         const first = this.pending[0];
         if (first.replica) {
@@ -341,6 +351,24 @@ export class LogWriter {
     } else {
       b.resolve(b.result);
     }
+  }
+
+  /**
+   * The first append to a dormant log (log-state.ts) creates its directory and first segment, at 0 as an
+   * empty log has it. Everything recovery would read in the directory is fresh before the segment exists:
+   * a stale HWM checkpoint or clean-shutdown marker goes, and the owner's files (LogState.onCreate, the
+   * partition's empty snapshots) are written. With a durable flush mode the new directory entries are
+   * synced before the first append is written, so a crash finds the segment with that baseline.
+   */
+  private async createFiles(): Promise<void> {
+    const { dir, options } = this.st;
+    const durable = options.flush !== 'os';
+    await makeDir(dir, durable);
+    for (const f of [HWM_CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE]) await unlink(join(dir, f)).catch(() => {});
+    await this.st.onCreate?.();
+    const seg = await Segment.create(dir, 0, options.indexIntervalBytes, Date.now(), segmentFdPolicy(options));
+    this.st.segments.push(seg);
+    if (durable) await fsyncDir(dir);
   }
 
   /**

@@ -22,7 +22,7 @@ import { writeFileAtomic } from './atomic-file.js';
 import { GroupCommit } from './group-commit.js';
 import { HwmCheckpoint } from './hwm-checkpoint.js';
 import { LogCleaner } from './log-cleaner.js';
-import { fsyncDir, storageError } from './log-fs.js';
+import { fsyncDir, renameAway, storageError } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE, loadLog } from './log-loader.js';
 import {
   type AppendResult,
@@ -99,11 +99,15 @@ export class PartitionLog {
     this.checkpoint = new HwmCheckpoint(dir, () => st.hwm);
   }
 
-  /** Opens (creating if needed) the log in `dir` and runs recovery. */
-  static async open(dir: string, opts: Partial<LogOptions> = {}, logger?: Logger): Promise<PartitionLog> {
+  /**
+   * Opens (creating if needed) the log in `dir` and runs recovery. `lazy`: a log with no segment files
+   * stays without them (dormant) until its first append; a broker keeps files only for the partitions it
+   * hosts (docs/architecture.md, "Hosted partitions").
+   */
+  static async open(dir: string, opts: Partial<LogOptions> = {}, logger?: Logger, how: { lazy?: boolean } = {}): Promise<PartitionLog> {
     const o = resolveOptions(opts);
     const log = (logger ?? silentLogger()).child({ component: 'partition-log', dir });
-    const { segments, clean, checkpointedHwm } = await loadLog(dir, o, log);
+    const { segments, clean, checkpointedHwm } = await loadLog(dir, o, log, how);
     const pl = new PartitionLog(dir, o, log, segments);
     pl.st.hwm = pl.st.clampHwm(checkpointedHwm);
     pl.checkpoint.checkpointed = pl.st.hwm;
@@ -123,6 +127,21 @@ export class PartitionLog {
 
   get highWatermark(): number {
     return this.st.hwm;
+  }
+
+  /**
+   * `write` runs whenever the log's files are created (the first append of a dormant log), before its
+   * first segment and before that append is written: the owner's files beside the segments (a
+   * Partition's empty snapshots) are then part of the baseline a crash recovers from. Synced with the
+   * segment's directory entry; an error fails that append and leaves the log dormant.
+   */
+  onFilesCreated(write: () => Promise<void>): void {
+    this.st.onCreate = write;
+  }
+
+  /** No files on disk: never written, or released (see open). Reads as an empty log at 0. */
+  get dormant(): boolean {
+    return this.st.dormant;
   }
 
   get sizeBytes(): number {
@@ -188,7 +207,7 @@ export class PartitionLog {
   // ---------------------------------------------------------------- durability (group-commit.ts, hwm-checkpoint.ts)
 
   private onTimer(): void {
-    if (this.st.state !== 'open') return;
+    if (this.st.state !== 'open' || this.st.dormant) return;
     if (this.options.flush === 'interval' && this.sync.dirty.size > 0 && !this.writer.exclusiveActive) this.sync.kick();
     this.checkpoint.write().catch((err: unknown) => this.st.logger.warn({ err }, 'could not write HWM checkpoint'));
   }
@@ -201,6 +220,7 @@ export class PartitionLog {
       this.sync.kick();
       await this.sync.idle();
       if (this.st.failed) throw storageError(this.dir, 'log failed', this.st.failed);
+      if (this.st.dormant) return;
       // Closed segments rolled without fsync ('os' mode) are synced now, so their index can say so.
       for (let i = 0; i < this.st.segments.length - 1; i++) {
         const s = this.st.segments[i];
@@ -321,6 +341,48 @@ export class PartitionLog {
     return this.closePromise;
   }
 
+  /**
+   * Drops every record and the directory with whatever else is in it (this broker stopped being a
+   * replica), in one step a crash cannot split: the directory is renamed away and the rename synced
+   * before anything in it is deleted (log-fs.ts renameAway; the loader removes a leftover and never
+   * adopts it). The log becomes dormant, an empty log at 0 that an append brings back. Refused with
+   * storage_error, changing nothing, while appends are queued (they were accepted for this log:
+   * Partition.release lets them land first). A compaction under way gives up first.
+   */
+  async release(): Promise<void> {
+    if (this.st.state !== 'open') throw storageError(this.dir, 'log is closed');
+    if (this.cleaner.compacting) await this.cleaner.idle();
+    await this.writer.exclusive(async () => {
+      if (this.st.state === 'closed') throw storageError(this.dir, 'log is closed');
+      if (this.writer.queued > 0) throw storageError(this.dir, 'not released: appends are queued');
+      await this.sync.idle();
+      while (this.checkpoint.inFlight) await this.checkpoint.inFlight;
+      let doomed: string | null;
+      try {
+        doomed = await renameAway(this.dir);
+      } catch (err) {
+        throw storageError(this.dir, 'could not release the log directory', err);
+      }
+      // The files are gone (durably, as far as the flush mode syncs anything): the log is empty at 0.
+      this.st.truncations++;
+      const segments = this.st.segments.splice(0);
+      this.sync.dirty.clear();
+      for (const s of segments) {
+        this.fds.forget(s);
+        // Marked deleted, so a read under way retries and finds the empty log.
+        await s.discard();
+      }
+      this.st.totalBytes = 0;
+      this.st.hwm = 0;
+      this.st.cache.truncateFrom(0);
+      this.checkpoint.checkpointed = -1;
+      // What failed was the files, and they are gone.
+      this.st.failed = null;
+      if (doomed) await rm(doomed, { recursive: true, force: true }).catch((err: unknown) => this.st.logger.warn({ err }, 'could not remove a released log directory; its next open will'));
+      this.st.logger.info({ segments: segments.length }, 'log released');
+    });
+  }
+
   /** Closes and removes the directory. */
   async destroy(): Promise<void> {
     this.closePromise ??= this.shutdown(false);
@@ -340,7 +402,7 @@ export class PartitionLog {
       await this.writer.drain(true);
       await this.sync.idle();
       let error: unknown = null;
-      if (clean && !this.st.failed) {
+      if (clean && !this.st.failed && !this.st.dormant) {
         try {
           for (const s of this.st.segments) if (this.sync.dirty.has(s) || s.indexState !== 'synced') await s.datasync();
           this.sync.dirty.clear();

@@ -524,11 +524,16 @@ export class Segment implements FdHolder {
     await this.close();
   }
 
-  /** Closes and deletes the log and index files. */
-  async remove(): Promise<void> {
+  /** Its files went with the log directory (PartitionLog.release): closes for good, as deleted to readers. */
+  async discard(): Promise<void> {
     this.deleted = true;
     this.version++;
     await this.close();
+  }
+
+  /** Closes and deletes the log and index files. */
+  async remove(): Promise<void> {
+    await this.discard();
     await unlink(this.logPath).catch(ignoreEnoent);
     await unlink(this.indexPath).catch(ignoreEnoent);
   }
