@@ -5,7 +5,7 @@
  *   1. each broker's RSS and open file descriptors, empty;
  *   2. --topics x --partitions-per-topic partitions with --replication-factor created (time; CREATE
  *      answers once every new partition's leader serves it);
- *   3. each broker's RSS, open fds, replicas hosted and partitions led;
+ *   3. each broker's RSS, open fds, replicas hosted, partitions led and partition directories on disk;
  *   4. a clean restart and a kill -9 restart of one broker: time until it is registered again and no
  *      partition is under-replicated, and its RSS and fds after.
  * The limit on open files this process runs under (inherited by the brokers) is printed: run it as
@@ -27,6 +27,17 @@ function softFdLimit(): string {
   const limits = fs.readFileSync('/proc/self/limits', 'utf8');
   const m = /Max open files\s+(\S+)\s+(\S+)/.exec(limits);
   return m ? `${m[1]} (hard ${m[2]})` : 'unknown';
+}
+
+/** Partition directories a broker holds (`<data-dir>/logs/<topic>~<id>/<partition>`): what it opened and kept. */
+function partitionDirs(dataDir: string): number {
+  const logs = `${dataDir}/logs`;
+  let n = 0;
+  for (const topic of fs.existsSync(logs) ? fs.readdirSync(logs, { withFileTypes: true }) : []) {
+    if (!topic.isDirectory()) continue;
+    for (const p of fs.readdirSync(`${logs}/${topic.name}`, { withFileTypes: true })) if (p.isDirectory() && /^\d+$/.test(p.name)) n++;
+  }
+  return n;
 }
 
 /** Every broker registered, every partition led, none under-replicated. */
@@ -104,7 +115,7 @@ export async function run(argv: string[]): Promise<number> {
         const p = procStats(b.pid);
         const hosted = s ? s.partitions.filter((x) => x.replicas.includes(b.id)).length : 0;
         const led = s ? s.partitions.filter((x) => x.leader === b.id).length : 0;
-        perBroker.push([label, String(b.id), fmtFixed(p.rssMiB, 0), fmtInt(p.fds), s ? fmtInt(hosted) : '', s ? fmtInt(led) : '']);
+        perBroker.push([label, String(b.id), fmtFixed(p.rssMiB, 0), fmtInt(p.fds), s ? fmtInt(hosted) : '', s ? fmtInt(led) : '', fmtInt(partitionDirs(b.dataDir))]);
       }
     };
     stats('empty');
@@ -143,6 +154,6 @@ export async function run(argv: string[]): Promise<number> {
   } finally {
     if (cluster) await cluster.stop().catch(() => {});
   }
-  process.stdout.write(`\n${table(['measure', 'value'], facts)}\n\n${table(['when', 'broker', 'RSS MiB', 'open fds', 'replicas hosted', 'partitions led'], perBroker)}\n`);
+  process.stdout.write(`\n${table(['measure', 'value'], facts)}\n\n${table(['when', 'broker', 'RSS MiB', 'open fds', 'replicas hosted', 'partitions led', 'partition dirs'], perBroker)}\n`);
   return failed ? 1 : 0;
 }
