@@ -347,7 +347,7 @@ export class PartitionLog {
    * before anything in it is deleted (log-fs.ts renameAway; the loader removes a leftover and never
    * adopts it). The log becomes dormant, an empty log at 0 that an append brings back. Refused with
    * storage_error, changing nothing, while appends are queued (they were accepted for this log:
-   * Partition.release lets them land first). A compaction under way gives up first.
+   * Partition.release lets them land first). A compaction under way is waited for first.
    */
   async release(): Promise<void> {
     if (this.st.state !== 'open') throw storageError(this.dir, 'log is closed');
