@@ -9,7 +9,7 @@
 import { Kafka, logLevel, type Producer as KafkaProducer, type Transaction } from 'kafkajs';
 import type { History, SendOp, TxnOp } from './history.js';
 import { Rng } from './prng.js';
-import { Pending, within } from './workload.js';
+import { Pending, stopLoops, within } from './workload.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 /** A kafkajs call that takes longer is abandoned (its outcome unknown) and its producer dropped. */
@@ -152,11 +152,8 @@ export class KafkaTransactions {
   }
 
   /** Stops the loops (bounded), records what is still in flight as unknown, disconnects the producers. */
-  async stop(waitMs: number): Promise<{ abandoned: number }> {
+  stop(waitMs: number): Promise<{ abandoned: number }> {
     this.stopping = true;
-    await within(Promise.all(this.loops), waitMs);
-    const abandoned = this.pending.abandon();
-    await within(Promise.all([...this.live].map((p) => p.disconnect().catch(() => {}))), 5000);
-    return { abandoned };
+    return stopLoops(this.loops, this.pending, () => [...this.live].map((p) => p.disconnect().catch(() => {})), waitMs);
   }
 }

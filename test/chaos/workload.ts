@@ -48,6 +48,17 @@ export interface WorkloadOptions {
 }
 
 /** Sends in flight, so a stop can record them as unknown. */
+/**
+ * Stops a workload's producer loops: waits for them (bounded by `waitMs`), records what is still in flight
+ * as unknown, then closes every producer (bounded).
+ */
+export async function stopLoops(loops: Promise<void>[], pending: Pending, close: () => Promise<unknown>[], waitMs: number): Promise<{ abandoned: number }> {
+  await within(Promise.all(loops), waitMs);
+  const abandoned = pending.abandon();
+  await within(Promise.all(close()), 5000);
+  return { abandoned };
+}
+
 export class Pending {
   private readonly ops = new Set<{ op: SendOp | TxnOp; done: boolean }>();
 
@@ -222,12 +233,9 @@ export class Producers {
   }
 
   /** Stops the loops (bounded), records what is still in flight as unknown, closes the producers. */
-  async stop(waitMs: number): Promise<{ abandoned: number }> {
+  stop(waitMs: number): Promise<{ abandoned: number }> {
     this.stopping = true;
-    await within(Promise.all(this.loops), waitMs);
-    const abandoned = this.pending.abandon();
-    await within(Promise.all([...this.producers].map((p) => p.close().catch(() => {}))), 5000);
-    return { abandoned };
+    return stopLoops(this.loops, this.pending, () => [...this.producers].map((p) => p.close().catch(() => {})), waitMs);
   }
 }
 
