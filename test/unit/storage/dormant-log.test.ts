@@ -3,15 +3,18 @@
  * opened lazily without segment files stays without them until its first append, reads as an empty log at
  * 0, and release() takes a hosted log back to that state with its directory gone.
  */
-import { access, cp, readdir, rename } from 'node:fs/promises';
+import { access, cp, mkdir, readdir, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import pino from 'pino';
 import { dropLocalData } from 'tributary-broker/cluster/replica-moves.js';
 import type { Replica } from 'tributary-broker/cluster/replica-types.js';
 import { Partition } from 'tributary-broker/partition/partition.js';
+import { PRODUCER_SNAPSHOT_FILE, TXN_SNAPSHOT_FILE } from 'tributary-broker/partition/partition-snapshots.js';
+import { readHwmCheckpoint } from 'tributary-broker/storage/hwm-checkpoint.js';
 import { LeaderEpochCache } from 'tributary-broker/storage/leader-epoch-cache.js';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { Segment } from 'tributary-broker/storage/segment.js';
 import { ATTR_END_OF_APPEND } from 'tributary-broker/storage/record-codec.js';
 import { rec, removeDir, tempDir } from '../../helpers/util.js';
 
@@ -121,6 +124,56 @@ describe('a lazily opened log', () => {
     expect(none.dormant).toBe(true);
     expect(await values(none)).toEqual([]);
     expect(await readdir(join(root, 'topic~id'))).toEqual([]);
+  });
+
+  it('release() completes even when a segment fails to close once its directory is gone: never half released', async () => {
+    const l = await lazyLog({ segmentBytes: 1 });
+    await l.append([rec('a')]);
+    await l.append([rec('b')]);
+    l.setHighWatermark(2);
+    const discard = vi.spyOn(Segment.prototype, 'discard').mockRejectedValueOnce(new Error('EIO'));
+    try {
+      await l.release();
+    } finally {
+      discard.mockRestore();
+    }
+    expect(l.dormant).toBe(true);
+    expect([l.logEndOffset, l.highWatermark, l.segmentInfos().length]).toEqual([0, 0, 0]);
+    expect(await exists(dir)).toBe(false);
+    expect((await l.append([rec('c')])).baseOffset).toBe(0);
+    expect(await values(l)).toEqual(['0:c']);
+  });
+
+  it('the HWM checkpoint timer writes nothing while a release moves the directory away', async () => {
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    try {
+      const warnings: string[] = [];
+      const logger = pino({ level: 'warn' }, { write: (line: string) => void warnings.push(line) });
+      const l = await PartitionLog.open(dir, { flush: 'always', flushIntervalMs: 10 }, logger, { lazy: true });
+      open.push(l);
+      await l.append(Array.from({ length: 1000 }, (_, i) => rec(`r${i}`)));
+      let done = false;
+      const released = l.release().finally(() => {
+        done = true;
+      });
+      // The HWM moves on before every tick, so each tick has a value to checkpoint, at every step of the release.
+      for (let hwm = 1; !done; hwm++) {
+        l.setHighWatermark(hwm);
+        vi.advanceTimersByTime(10);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      await released;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(await exists(dir)).toBe(false);
+      // Back to the same HWM: its checkpoint is written, not taken as already on disk.
+      await l.append([rec('c'), rec('d')]);
+      l.setHighWatermark(2);
+      await l.flush();
+      expect(await readHwmCheckpoint(dir, logger)).toBe(2);
+      expect(warnings.filter((w) => w.includes('checkpoint'))).toEqual([]);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('a release racing an append is refused cleanly: nothing goes, and the append lands where the log ends', async () => {
@@ -264,7 +317,7 @@ describe('a dormant partition', () => {
     await p.append([rec('a')]);
     epochs.assign(1, 0);
     await epochs.flush();
-    const r = { topic: 't', id: 0, partition: p, epochs, role: 'none', promoting: null, replicas: [2], fetcher: null, dropping: null } as unknown as Replica;
+    const r = { topic: 't', id: 0, partition: p, epochs, epochsLoaded: Promise.resolve(), role: 'none', promoting: null, replicas: [2], fetcher: null, dropping: null } as unknown as Replica;
     // The role flips back (this broker leads again, assigning its epoch) just after the drop begins.
     const release = p.release.bind(p);
     p.release = (unhosted, e) => {
@@ -285,6 +338,42 @@ describe('a dormant partition', () => {
     const onDisk = new LeaderEpochCache(dir);
     await onDisk.load();
     expect(onDisk.entries()).toEqual(epochs.entries());
+  });
+
+  it('after a restart, an unhosted partition whose directory holds only an epoch checkpoint loses it (dropLocalData waits for the history)', async () => {
+    const before = new LeaderEpochCache(dir);
+    await before.load();
+    before.assign(3, 0);
+    await before.flush();
+    // The restart: a dormant log, its epoch history still being read when the drop is decided.
+    const p = await partition();
+    expect(p.log.dormant).toBe(true);
+    const epochs = new LeaderEpochCache(dir);
+    const r = { topic: 't', id: 0, partition: p, epochs, epochsLoaded: epochs.load(), role: 'none', promoting: null, replicas: [2], fetcher: null, dropping: null } as unknown as Replica;
+    dropLocalData(r, 1, () => false, pino({ level: 'silent' }));
+    await r.dropping;
+    expect(await exists(dir)).toBe(false);
+    expect(epochs.entries()).toEqual([]);
+  });
+
+  it('release() clears a producer state or transaction index that failed to load: both are rebuilt from the empty log', async () => {
+    let p = await partition();
+    await p.append([rec('a')]);
+    await p.close();
+    // Unreadable snapshots: each state fails to load, and the partition refuses what needs it.
+    for (const f of [PRODUCER_SNAPSHOT_FILE, TXN_SNAPSHOT_FILE]) {
+      await rm(join(dir, f), { force: true });
+      await mkdir(join(dir, f, 'x'), { recursive: true });
+    }
+    p = new Partition('t', 0, await PartitionLog.open(dir, { flush: 'always' }, undefined, { lazy: true }));
+    open.push(p);
+    await Promise.all([p.whenProducerStateReady().catch(() => {}), p.whenTxnIndexReady().catch(() => {})]);
+    await expect(p.appendTransactional([rec('t')], { producerId: '9', epoch: 0 })).rejects.toMatchObject({ code: 'storage_error' });
+    await expect(p.appendIdempotent([idem('i', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 })).rejects.toMatchObject({ code: 'storage_error' });
+
+    expect(await p.release(() => true)).toBe(true);
+    expect((await p.appendTransactional([rec('t')], { producerId: '9', epoch: 0 })).baseOffset).toBe(0);
+    expect(await p.appendIdempotent([idem('i', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 })).toMatchObject({ baseOffset: 1, duplicate: false });
   });
 
   it('a leader epoch checkpoint creates the directory it needs', async () => {

@@ -31,6 +31,8 @@ export function dropLocalData(r: Replica, me: number, closed: () => boolean, log
   const fetcher = r.fetcher ?? Promise.resolve();
   const run: Promise<void> = Promise.all([prior, fetcher])
     .then(() => r.partition.quiesced())
+    // The shortcut below reads the epoch history: after a restart it is still being read from its checkpoint.
+    .then(() => r.epochsLoaded.catch(() => {}))
     .then(async () => {
       const unhosted = () => !closed() && r.role === 'none' && r.promoting === null && !r.replicas.includes(me);
       if (!unhosted()) return;

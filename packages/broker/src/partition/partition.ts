@@ -454,8 +454,11 @@ export class Partition {
     await this.snapshots.settled();
     const txns = await this.snapshots.loadTxns();
     const producers = await this.snapshots.loadProducers();
+    // Rebuilt from what is left, so an earlier failure to load them no longer holds.
     this.txns = txns;
+    this.txnError = null;
     this.producers = producers;
+    this.producersError = null;
     this.notify();
   }
 

@@ -207,8 +207,10 @@ export class PartitionLog {
   // ---------------------------------------------------------------- durability (group-commit.ts, hwm-checkpoint.ts)
 
   private onTimer(): void {
-    if (this.st.state !== 'open' || this.st.dormant) return;
-    if (this.options.flush === 'interval' && this.sync.dirty.size > 0 && !this.writer.exclusiveActive) this.sync.kick();
+    // An exclusive section (a truncation, a compaction's swap, a release) may be moving the files the
+    // checkpoint would land beside; the next tick writes it.
+    if (this.st.state !== 'open' || this.st.dormant || this.writer.exclusiveActive) return;
+    if (this.options.flush === 'interval' && this.sync.dirty.size > 0) this.sync.kick();
     this.checkpoint.write().catch((err: unknown) => this.st.logger.warn({ err }, 'could not write HWM checkpoint'));
   }
 
@@ -364,13 +366,14 @@ export class PartitionLog {
         throw storageError(this.dir, 'could not release the log directory', err);
       }
       // The files are gone (durably, as far as the flush mode syncs anything): the log is empty at 0.
+      // Nothing below throws, so the log is never left half released.
       this.st.truncations++;
       const segments = this.st.segments.splice(0);
       this.sync.dirty.clear();
       for (const s of segments) {
         this.fds.forget(s);
         // Marked deleted, so a read under way retries and finds the empty log.
-        await s.discard();
+        await s.discard().catch((err: unknown) => this.st.logger.warn({ err, segment: s.baseOffset }, 'could not close a released segment'));
       }
       this.st.totalBytes = 0;
       this.st.hwm = 0;
