@@ -2,6 +2,7 @@ import type tls from 'node:tls';
 import type { Logger } from '../common/logger.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { BrokerRegistry } from './broker-registry.js';
+import { leadershipPass } from './leadership-pass.js';
 import { LivenessProbe } from './liveness-probe.js';
 import type { ControllerElection } from './controller-election.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
@@ -187,7 +188,6 @@ export class Controller {
 
   private async pass(): Promise<void> {
     const now = Date.now();
-    const live = this.liveBrokers(now);
     const preferred = this.deps.preferredLeader;
     // Registered (not merely in the outage grace) for the delay: a broker that just came back is not
     // handed leadership while it may still flap.
@@ -196,25 +196,30 @@ export class Controller {
       const at = this.joined.get(id);
       return at === undefined || now - at >= preferred.delayMs;
     };
-    for (const e of this.deps.states.list()) {
-      if (!this.deps.election.isController) return;
-      const failover = nextLeadership(e.value, live, this.deps.uncleanLeaderElection);
-      const request = this.deps.reassignments?.get(e.topic, e.partition);
-      // Failover first; a reassignment takes its next step on the following pass, from the new state.
-      if (!failover && (request || e.value.reassign)) {
-        await this.reassignStep(e, request, live);
-        continue;
-      }
-      const next = failover ?? (preferred ? preferredLeadership(e.value, ready) : undefined);
-      if (!next) continue;
-      const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, next);
-      if (res.ok) {
-        this.deps.logger.info(
-          { topic: e.topic, partition: e.partition, from: e.value.leader, to: next.leader, leaderEpoch: next.leaderEpoch, isr: next.isr, reason: failover ? 'failover' : 'preferred leader' },
-          'leader moved',
-        );
-      }
-    }
+    await leadershipPass({
+      entries: this.deps.states.list(),
+      live: () => this.liveBrokers(Date.now()),
+      active: () => this.deps.election.isController,
+      decide: (e, live) => {
+        const failover = nextLeadership(e.value, live, this.deps.uncleanLeaderElection);
+        // Failover first; a reassignment takes its next step on the following pass, from the new state.
+        if (!failover && (e.value.reassign || this.deps.reassignments?.get(e.topic, e.partition))) return 'reassign';
+        if (failover) return { next: failover, reason: 'failover' };
+        const next = preferred ? preferredLeadership(e.value, ready) : undefined;
+        return next && { next, reason: 'preferred leader' };
+      },
+      reassign: (e, live) => this.reassignStep(e, this.deps.reassignments?.get(e.topic, e.partition), live),
+      move: async (e, { next, reason }) => {
+        const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, next);
+        if (res.ok) {
+          this.deps.logger.info(
+            { topic: e.topic, partition: e.partition, from: e.value.leader, to: next.leader, leaderEpoch: next.leaderEpoch, isr: next.isr, reason },
+            'leader moved',
+          );
+        }
+        return res.ok;
+      },
+    });
     if (this.deps.election.isController) await this.deps.onTick?.();
   }
 
