@@ -348,7 +348,10 @@ export class Broker implements BrokerContext {
       }
     }
     // A topic whose creator died between its definition and its partition states gets them here.
-    for (const t of this.topics.list()) await cluster.createPartitionStates(t.name, t.def.partitions, t.def.replicationFactor);
+    const have = cluster.states.countsByTopic();
+    for (const t of this.topics.list()) {
+      if ((have.get(t.name) ?? 0) < t.def.partitions) await cluster.createPartitionStates(t.name, t.def.partitions, t.def.replicationFactor);
+    }
   }
 
   private async ensureInternalTopics(): Promise<void> {
