@@ -7,7 +7,8 @@
  *      answers once every new partition's leader serves it);
  *   3. each broker's RSS, open fds, replicas hosted, partitions led and partition directories on disk;
  *   4. a clean restart and a kill -9 restart of one broker: time until it is registered again and no
- *      partition is under-replicated, and its RSS and fds after.
+ *      partition is under-replicated, and its RSS and fds after;
+ * with each broker's longest event-loop stall since the row before.
  * The limit on open files this process runs under (inherited by the brokers) is printed: run it as
  * `(ulimit -n 1024; npm run bench -- scale-cluster --broker-args="--max-open-segment-files 800")` to check
  * that 10k partitions fit under 1,024 (the hard limit: Node raises its soft limit to the hard one).
@@ -38,6 +39,21 @@ function partitionDirs(dataDir: string): number {
     for (const p of fs.readdirSync(`${logs}/${topic.name}`, { withFileTypes: true })) if (p.isDirectory() && /^\d+$/.test(p.name)) n++;
   }
   return n;
+}
+
+/**
+ * The longest event-loop stall of a broker since the previous call (prom-client's
+ * `nodejs_eventloop_lag_max_seconds` resets on every scrape), in ms: a stall past a second makes the
+ * broker treat its own lease as unconfirmed (cluster/lease-keeper.ts).
+ */
+async function loopStallMs(healthPort: number): Promise<number | undefined> {
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${healthPort}/metrics`)).text();
+    const m = /^tributary_nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? (\S+)$/m.exec(text);
+    return m ? Number(m[1]) * 1000 : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Every broker registered, every partition led, none under-replicated. */
@@ -110,15 +126,25 @@ export async function run(argv: string[]): Promise<number> {
       onLog: verbose ? (who, line) => process.stderr.write(`[${who}] ${line}\n`) : undefined,
     });
     const c = cluster;
-    const stats = (label: string, s?: LocalClusterStatus) => {
+    const stats = async (label: string, s?: LocalClusterStatus) => {
       for (const b of c.brokers) {
         const p = procStats(b.pid);
         const hosted = s ? s.partitions.filter((x) => x.replicas.includes(b.id)).length : 0;
         const led = s ? s.partitions.filter((x) => x.leader === b.id).length : 0;
-        perBroker.push([label, String(b.id), fmtFixed(p.rssMiB, 0), fmtInt(p.fds), s ? fmtInt(hosted) : '', s ? fmtInt(led) : '', fmtInt(partitionDirs(b.dataDir))]);
+        const stall = await loopStallMs(b.healthPort);
+        perBroker.push([
+          label,
+          String(b.id),
+          fmtFixed(p.rssMiB, 0),
+          fmtInt(p.fds),
+          s ? fmtInt(hosted) : '',
+          s ? fmtInt(led) : '',
+          fmtInt(partitionDirs(b.dataDir)),
+          stall === undefined ? '?' : fmtInt(stall),
+        ]);
       }
     };
-    stats('empty');
+    await stats('empty');
 
     process.stderr.write(`  creating ${fmtInt(total)} partitions ...\n`);
     const conn = await Connection.connect({ host: '127.0.0.1', port: c.brokers[0]!.port });
@@ -132,7 +158,7 @@ export async function run(argv: string[]): Promise<number> {
     const t1 = nowMs();
     const s = await waitFor('every replica in sync', () => healthy(c, brokers, total), 600_000);
     facts.push(['then until no partition is under-replicated', `${fmtFixed((nowMs() - t1) / 1000, 1)} s`]);
-    stats('loaded', s);
+    await stats('loaded', s);
 
     const restartOne = async (id: number, how: 'clean' | 'kill -9') => {
       process.stderr.write(`  ${how} restart of broker ${id} ...\n`);
@@ -142,7 +168,7 @@ export async function run(argv: string[]): Promise<number> {
       const up = nowMs() - t;
       const after = await waitFor('the cluster healthy again', () => healthy(c, brokers, total), 600_000);
       facts.push([`${how} restart of broker ${id}: registered / fully in sync`, `${fmtFixed(up / 1000, 1)} s / ${fmtFixed((nowMs() - t) / 1000, 1)} s`]);
-      stats(`after ${how} restart`, after);
+      await stats(`after ${how} restart`, after);
     };
     if (brokers > 1) {
       await restartOne(1, 'clean');
@@ -154,6 +180,6 @@ export async function run(argv: string[]): Promise<number> {
   } finally {
     if (cluster) await cluster.stop().catch(() => {});
   }
-  process.stdout.write(`\n${table(['measure', 'value'], facts)}\n\n${table(['when', 'broker', 'RSS MiB', 'open fds', 'replicas hosted', 'partitions led', 'partition dirs'], perBroker)}\n`);
+  process.stdout.write(`\n${table(['measure', 'value'], facts)}\n\n${table(['when', 'broker', 'RSS MiB', 'open fds', 'replicas hosted', 'partitions led', 'partition dirs', 'longest stall ms'], perBroker)}\n`);
   return failed ? 1 : 0;
 }
