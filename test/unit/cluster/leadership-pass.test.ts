@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { nextLeadership } from 'tributary-broker/cluster/controller.js';
-import { type LeaderMove, leadershipPass } from 'tributary-broker/cluster/leadership-pass.js';
+import { type LeaderMove, type LeadershipPassDeps, leadershipPass } from 'tributary-broker/cluster/leadership-pass.js';
 import type { PartitionStateEntry } from 'tributary-broker/cluster/partition-state.js';
 
 /** `n` partitions at replication factor 1, each led by `leader`. */
@@ -24,16 +24,16 @@ const failover = (e: PartitionStateEntry, live: Set<number>): LeaderMove | undef
   return next && { next, reason: 'failover' };
 };
 
+/** A pass over `entries` with broker 0 alone live, failover decisions and moves that apply: `over` changes any of it. */
+const pass = (entries: PartitionStateEntry[], over: Partial<LeadershipPassDeps>) =>
+  leadershipPass({ entries, live: () => new Set([0]), active: () => true, decide: failover, reassign: async () => {}, move: async () => true, ...over });
+
 describe('leadershipPass', () => {
   it('reads the live brokers for every partition: a broker back mid-pass keeps leading the partitions not yet moved', async () => {
     let live = new Set([0, 2]);
     const moved: number[] = [];
-    await leadershipPass({
-      entries: entries(100, 1),
+    await pass(entries(100, 1), {
       live: () => live,
-      active: () => true,
-      decide: failover,
-      reassign: async () => {},
       move: async (e, m) => {
         expect(m.next.leader).toBe(-1);
         moved.push(e.partition);
@@ -49,12 +49,7 @@ describe('leadershipPass', () => {
     let inFlight = 0;
     let most = 0;
     let done = 0;
-    await leadershipPass({
-      entries: entries(50, 1),
-      live: () => new Set([0]),
-      active: () => true,
-      decide: failover,
-      reassign: async () => {},
+    await pass(entries(50, 1), {
       concurrency: 8,
       move: async () => {
         inFlight++;
@@ -71,10 +66,7 @@ describe('leadershipPass', () => {
   it('runs reassignment steps one at a time, in partition order, between moves', async () => {
     const steps: number[] = [];
     let stepping = false;
-    await leadershipPass({
-      entries: entries(6, 0),
-      live: () => new Set([0]),
-      active: () => true,
+    await pass(entries(6, 0), {
       decide: (e) => (e.partition % 2 === 0 ? 'reassign' : undefined),
       reassign: async (e) => {
         expect(stepping).toBe(false);
@@ -83,7 +75,6 @@ describe('leadershipPass', () => {
         steps.push(e.partition);
         stepping = false;
       },
-      move: async () => true,
     });
     expect(steps).toEqual([0, 2, 4]);
   });
@@ -91,12 +82,7 @@ describe('leadershipPass', () => {
   it('a failed move ends the pass: no move begins after it, the others settle, and the error is thrown', async () => {
     const begun: number[] = [];
     let settled = 0;
-    const pass = leadershipPass({
-      entries: entries(40, 1),
-      live: () => new Set([0]),
-      active: () => true,
-      decide: failover,
-      reassign: async () => {},
+    const pass = pass(entries(40, 1), {
       concurrency: 4,
       move: async (e) => {
         begun.push(e.partition);
@@ -114,12 +100,8 @@ describe('leadershipPass', () => {
   it('stops deciding once this broker is no longer the controller', async () => {
     let controller = true;
     const moved: number[] = [];
-    await leadershipPass({
-      entries: entries(20, 1),
-      live: () => new Set([0]),
+    await pass(entries(20, 1), {
       active: () => controller,
-      decide: failover,
-      reassign: async () => {},
       move: async (e) => {
         moved.push(e.partition);
         if (moved.length === 3) controller = false;
