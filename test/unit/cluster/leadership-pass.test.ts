@@ -82,7 +82,7 @@ describe('leadershipPass', () => {
   it('a failed move ends the pass: no move begins after it, the others settle, and the error is thrown', async () => {
     const begun: number[] = [];
     let settled = 0;
-    const pass = pass(entries(40, 1), {
+    const running = pass(entries(40, 1), {
       concurrency: 4,
       move: async (e) => {
         begun.push(e.partition);
@@ -92,7 +92,7 @@ describe('leadershipPass', () => {
         return true;
       },
     });
-    await expect(pass).rejects.toThrow('etcd unavailable');
+    await expect(running).rejects.toThrow('etcd unavailable');
     expect(settled).toBe(begun.length);
     expect(begun.length).toBeLessThan(12);
   });
