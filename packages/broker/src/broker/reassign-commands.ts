@@ -7,6 +7,7 @@
 import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
+import { byTopicPartition } from '../cluster/partition-keys.js';
 import type { PartitionStateEntry } from '../cluster/partition-state.js';
 import { type ReassignmentRequest, checkTarget, drainPlan, replicationFactorPlan } from '../cluster/reassignment.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, json } from './command-context.js';
@@ -229,7 +230,7 @@ async function reassignments(b: BrokerContext, _c: ConnectionContext, p: Params)
   const entries = [...keys.values()]
     .map((k) => node.states.get(k.topic, k.partition))
     .filter((e): e is PartitionStateEntry => e !== undefined)
-    .sort((a, c) => a.topic.localeCompare(c.topic) || a.partition - c.partition);
+    .sort(byTopicPartition);
   const positions = await positionsOf(b, node, entries.filter((e) => e.value.reassign));
   const list = entries.map((e) => {
     const s = e.value;

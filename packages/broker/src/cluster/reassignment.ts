@@ -19,6 +19,7 @@ import type { Etcd3 } from 'etcd3';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { Clock } from '../common/clock.js';
 import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
+import { listPartitionRecords, splitKey } from './partition-keys.js';
 import type { PartitionState } from './partition-state.js';
 import { type Versioned, WatchedPrefix } from './watched-prefix.js';
 
@@ -62,11 +63,6 @@ function parseRequest(text: string): ReassignmentRequest | undefined {
   }
 }
 
-function splitKey(key: string): { topic: string; partition: number } {
-  const slash = key.lastIndexOf('/');
-  return { topic: key.slice(0, slash), partition: Number(key.slice(slash + 1)) };
-}
-
 /**
  * The reassignment requests in etcd, cached by a watch. Written by admin commands (create, cancel,
  * throttle) and deleted by the controller when a partition's reassignment completes or is cancelled.
@@ -100,11 +96,7 @@ export class ReassignmentStore {
   }
 
   list(topic?: string): ReassignmentEntry[] {
-    return this.records
-      .values()
-      .map(([key, e]) => ({ ...splitKey(key), ...e }))
-      .filter((e) => topic === undefined || e.topic === topic)
-      .sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
+    return listPartitionRecords(this.records, topic);
   }
 
   /**

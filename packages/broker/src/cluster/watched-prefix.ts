@@ -62,6 +62,16 @@ export class WatchedPrefix<T> {
     return [...this.entries.entries()];
   }
 
+  /** The entries without a copy: for a loop that does not await (the cache may change between turns). */
+  each(): IterableIterator<[string, Versioned<T>]> {
+    return this.entries.entries();
+  }
+
+  /** The keys without a copy (see each). */
+  eachKey(): IterableIterator<string> {
+    return this.entries.keys();
+  }
+
   /** Applies a value the owner wrote or read itself (read-your-writes without waiting for the watch). */
   applyKv(key: string, kv: IKeyValue, emit = true): void {
     const value = this.parse(kv.value.toString('utf8'), key);
