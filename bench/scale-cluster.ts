@@ -8,7 +8,7 @@
  *   3. each broker's RSS, open fds, replicas hosted, partitions led and partition directories on disk;
  *   4. a clean restart and a kill -9 restart of one broker: time until it is registered again and no
  *      partition is under-replicated, and its RSS and fds after;
- * with each broker's longest event-loop stall since the row before.
+ * with each broker's longest event-loop stall since the row before (the first row: since it started).
  * The limit on open files this process runs under (inherited by the brokers) is printed: run it as
  * `(ulimit -n 1024; npm run bench -- scale-cluster --broker-args="--max-open-segment-files 800")` to check
  * that 10k partitions fit under 1,024 (the hard limit: Node raises its soft limit to the hard one).
@@ -48,7 +48,7 @@ function partitionDirs(dataDir: string): number {
  */
 async function loopStallMs(healthPort: number): Promise<number | undefined> {
   try {
-    const text = await (await fetch(`http://127.0.0.1:${healthPort}/metrics`)).text();
+    const text = await (await fetch(`http://127.0.0.1:${healthPort}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
     const m = /^tributary_nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? (\S+)$/m.exec(text);
     return m ? Number(m[1]) * 1000 : undefined;
   } catch {

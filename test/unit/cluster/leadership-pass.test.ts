@@ -26,7 +26,7 @@ const failover = (e: PartitionStateEntry, live: Set<number>): LeaderMove | undef
 
 /** A pass over `entries` with broker 0 alone live, failover decisions and moves that apply: `over` changes any of it. */
 const pass = (entries: PartitionStateEntry[], over: Partial<LeadershipPassDeps>) =>
-  leadershipPass({ entries, live: () => new Set([0]), active: () => true, decide: failover, reassign: async () => {}, move: async () => true, ...over });
+  leadershipPass({ entries, live: () => new Set([0]), active: () => true, decide: failover, reassign: async () => {}, move: async () => {}, ...over });
 
 describe('leadershipPass', () => {
   it('reads the live brokers for every partition: a broker back mid-pass keeps leading the partitions not yet moved', async () => {
@@ -39,7 +39,6 @@ describe('leadershipPass', () => {
         moved.push(e.partition);
         // Broker 1 registers again while the 10th move is under way.
         if (moved.length === 10) live = new Set([0, 1, 2]);
-        return true;
       },
     });
     expect(moved).toEqual(Array.from({ length: 10 }, (_, i) => i));
@@ -57,7 +56,6 @@ describe('leadershipPass', () => {
         await new Promise((resolve) => setImmediate(resolve));
         inFlight--;
         done++;
-        return true;
       },
     });
     expect([most, done, inFlight]).toEqual([8, 50, 0]);
@@ -89,12 +87,33 @@ describe('leadershipPass', () => {
         await new Promise((resolve) => setImmediate(resolve));
         settled++;
         if (e.partition === 5) throw new Error('etcd unavailable');
-        return true;
       },
     });
     await expect(running).rejects.toThrow('etcd unavailable');
     expect(settled).toBe(begun.length);
     expect(begun.length).toBeLessThan(12);
+  });
+
+  it('reports every failure: moves failing together, and a reassignment step failing beside a move', async () => {
+    const together = pass(entries(4, 1), {
+      move: async (e) => {
+        await new Promise((resolve) => setImmediate(resolve));
+        throw new Error(`move ${e.partition}`);
+      },
+    });
+    await expect(together).rejects.toMatchObject({ errors: [new Error('move 0'), new Error('move 1'), new Error('move 2'), new Error('move 3')] });
+
+    const beside = pass(entries(2, 1), {
+      decide: (e, live) => (e.partition === 1 ? 'reassign' : failover(e, live)),
+      reassign: async () => {
+        throw new Error('step');
+      },
+      move: async () => {
+        await new Promise((resolve) => setImmediate(resolve));
+        throw new Error('move');
+      },
+    });
+    await expect(beside).rejects.toMatchObject({ errors: [new Error('step'), new Error('move')] });
   });
 
   it('stops deciding once this broker is no longer the controller', async () => {
@@ -105,7 +124,6 @@ describe('leadershipPass', () => {
       move: async (e) => {
         moved.push(e.partition);
         if (moved.length === 3) controller = false;
-        return true;
       },
     });
     expect(moved).toEqual([0, 1, 2]);

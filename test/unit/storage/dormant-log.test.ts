@@ -3,7 +3,7 @@
  * opened lazily without segment files stays without them until its first append, reads as an empty log at
  * 0, and release() takes a hosted log back to that state with its directory gone.
  */
-import { access, cp, mkdir, readdir, rename, rm } from 'node:fs/promises';
+import { access, cp, mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import pino from 'pino';
@@ -12,7 +12,7 @@ import type { Replica } from 'tributary-broker/cluster/replica-types.js';
 import { Partition } from 'tributary-broker/partition/partition.js';
 import { PRODUCER_SNAPSHOT_FILE, TXN_SNAPSHOT_FILE } from 'tributary-broker/partition/partition-snapshots.js';
 import { readHwmCheckpoint } from 'tributary-broker/storage/hwm-checkpoint.js';
-import { LeaderEpochCache } from 'tributary-broker/storage/leader-epoch-cache.js';
+import { LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache } from 'tributary-broker/storage/leader-epoch-cache.js';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
 import { ATTR_END_OF_APPEND } from 'tributary-broker/storage/record-codec.js';
@@ -354,6 +354,18 @@ describe('a dormant partition', () => {
     await r.dropping;
     expect(await exists(dir)).toBe(false);
     expect(epochs.entries()).toEqual([]);
+  });
+
+  it('an unhosted partition whose directory holds only an unreadable epoch checkpoint loses it too', async () => {
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, LEADER_EPOCH_CHECKPOINT_FILE), 'not a checkpoint\n');
+    const p = await partition();
+    const epochs = new LeaderEpochCache(dir);
+    const r = { topic: 't', id: 0, partition: p, epochs, epochsLoaded: epochs.load(), role: 'none', promoting: null, replicas: [2], fetcher: null, dropping: null } as unknown as Replica;
+    r.epochsLoaded.catch(() => {});
+    dropLocalData(r, 1, () => false, pino({ level: 'silent' }));
+    await r.dropping;
+    expect(await exists(dir)).toBe(false);
   });
 
   it('release() clears a producer state or transaction index that failed to load: both are rebuilt from the empty log', async () => {

@@ -217,7 +217,6 @@ export class Controller {
             'leader moved',
           );
         }
-        return res.ok;
       },
     });
     if (this.deps.election.isController) await this.deps.onTick?.();

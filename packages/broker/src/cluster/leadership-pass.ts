@@ -27,19 +27,22 @@ export interface LeadershipPassDeps {
   decide(e: PartitionStateEntry, live: Set<number>): LeaderMove | 'reassign' | undefined;
   /** A reassignment step (sequential: it may read and remove its request). */
   reassign(e: PartitionStateEntry, live: Set<number>): Promise<void>;
-  /** The compare-and-set of a move; true when it was applied. */
-  move(e: PartitionStateEntry, m: LeaderMove): Promise<boolean>;
+  /** The compare-and-set of a move (one that lost the compare is for the next pass to decide again). */
+  move(e: PartitionStateEntry, m: LeaderMove): Promise<void>;
   concurrency?: number;
 }
 
-/** Runs the pass; rejects with the first failed move's error once every move begun has settled. */
+/**
+ * Runs the pass. A failed move (or reassignment step) ends it: no move begins after it, those in flight
+ * settle, and it rejects with the error, or an AggregateError of all of them.
+ */
 export async function leadershipPass(d: LeadershipPassDeps): Promise<void> {
   const limit = Math.max(1, d.concurrency ?? LEADER_MOVES_IN_FLIGHT);
   const inFlight = new Set<Promise<void>>();
-  const failed: { err?: unknown; any: boolean } = { any: false };
+  const errors: unknown[] = [];
   try {
     for (const e of d.entries) {
-      if (!d.active() || failed.any) break;
+      if (!d.active() || errors.length > 0) break;
       const live = d.live();
       const what = d.decide(e, live);
       if (what === undefined) continue;
@@ -53,14 +56,17 @@ export async function leadershipPass(d: LeadershipPassDeps): Promise<void> {
         },
         (err: unknown) => {
           inFlight.delete(p);
-          if (!failed.any) Object.assign(failed, { err, any: true });
+          errors.push(err);
         },
       );
       inFlight.add(p);
       if (inFlight.size >= limit) await Promise.race(inFlight);
     }
+  } catch (err) {
+    errors.push(err);
   } finally {
     await Promise.all(inFlight);
   }
-  if (failed.any) throw failed.err;
+  if (errors.length === 1) throw errors[0];
+  if (errors.length > 1) throw new AggregateError(errors, `${errors.length} steps of the controller pass failed`);
 }

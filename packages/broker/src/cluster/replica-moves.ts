@@ -31,12 +31,13 @@ export function dropLocalData(r: Replica, me: number, closed: () => boolean, log
   const fetcher = r.fetcher ?? Promise.resolve();
   const run: Promise<void> = Promise.all([prior, fetcher])
     .then(() => r.partition.quiesced())
-    // The shortcut below reads the epoch history: after a restart it is still being read from its checkpoint.
-    .then(() => r.epochsLoaded.catch(() => {}))
-    .then(async () => {
+    // The shortcut below reads the epoch history: after a restart it is still being read from its
+    // checkpoint. An unreadable checkpoint is a file to drop too, so no shortcut then.
+    .then(() => r.epochsLoaded.then(() => true, () => false))
+    .then(async (epochsRead) => {
       const unhosted = () => !closed() && r.role === 'none' && r.promoting === null && !r.replicas.includes(me);
       if (!unhosted()) return;
-      if (r.partition.log.dormant && r.epochs.entries().length === 0) return;
+      if (r.partition.log.dormant && epochsRead && r.epochs.entries().length === 0) return;
       const from = r.partition.logEndOffset;
       // The directory goes with the log, the leader epoch checkpoint included. Checked again inside the
       // partition's exclusive section: this broker may have become a replica while the release waited.
