@@ -1,7 +1,8 @@
 /**
  * The broker connection's frame timer on a fake clock: a frame that starts but does not complete within
  * frameTimeoutMs is answered with request_timeout and the connection closed, counted from its first bytes
- * (steady progress does not reset it); a frame completed in time disarms it. bad-input.test.ts checks the
+ * (steady progress on one frame does not reset it; the next frame's first bytes start its own time); a
+ * frame completed in time disarms it. bad-input.test.ts checks the
  * same against a broker process, without timing it.
  */
 import { EventEmitter } from 'node:events';
@@ -139,5 +140,20 @@ describe('frame timer', () => {
     expect(s.written).toEqual([]);
     expect(s.ended).toBe(false);
     expect(s.destroyed).toBe(false);
+  });
+
+  it('times each frame from its own first bytes: a pipelining client whose reads always end mid-frame is not cut off', async () => {
+    // What a broker behind on a busy connection reads: every chunk completes frames and starts the next.
+    const s = open();
+    s.emit('data', Buffer.from([0, 0]));
+    for (let t = 0; t < 10 * FRAME_TIMEOUT_MS; t += 100) {
+      await vi.advanceTimersByTimeAsync(100);
+      s.emit('data', Buffer.alloc(8));
+    }
+    expect(s.written).toEqual([]);
+    expect([s.ended, s.destroyed]).toEqual([false, false]);
+    // A frame that then stalls is still cut off frameTimeoutMs after its first bytes.
+    await vi.advanceTimersByTimeAsync(FRAME_TIMEOUT_MS);
+    expect(s.replies()).toEqual([expect.stringMatching(/^ERROR: request_timeout /)]);
   });
 });

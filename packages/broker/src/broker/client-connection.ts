@@ -74,16 +74,21 @@ export class ClientConnection implements ConnectionContext {
       this.socket.pause();
       return;
     }
-    this.armFrameTimer();
+    this.armFrameTimer(frames.length > 0);
     for (const body of frames) this.onFrame(body);
   }
 
-  /** A frame that starts but never completes (one byte a second) must not hold the connection forever. */
-  private armFrameTimer(): void {
-    if (this.decoder.pendingBytes === 0) {
+  /**
+   * A frame that starts but never completes (one byte a second) must not hold the connection forever.
+   * Each frame is timed from its own first bytes (`completed`: the pending bytes, if any, begin a new one):
+   * a pipelining client whose reads end mid-frame one after another is not a stalled frame.
+   */
+  private armFrameTimer(completed: boolean): void {
+    if (this.decoder.pendingBytes === 0 || completed) {
       clearTimeout(this.frameTimer);
       this.frameTimer = undefined;
-    } else if (!this.frameTimer) {
+    }
+    if (this.decoder.pendingBytes > 0 && !this.frameTimer) {
       this.frameTimer = setTimeout(() => {
         this.writeNow(encodeFrame(formatError(new TributaryError('request_timeout', { reason: 'incomplete frame' }))));
         this.destroy('incomplete frame timeout', 200);
