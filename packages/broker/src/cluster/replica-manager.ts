@@ -9,6 +9,7 @@ import type { LogRecord } from 'tributary-protocol/record.js';
 import { LeaderEpochCache, followerTruncationOffset } from '../storage/leader-epoch-cache.js';
 import { encodedSize } from '../storage/record-codec.js';
 import { ReplicationThrottle } from './reassignment.js';
+import { eachInChunks } from './chunked.js';
 import { dropLocalData, syncFollowers, throttleRate } from './replica-moves.js';
 import { abortable, sleep } from './abortable.js';
 import { FetchWatch, type MarkedPartition } from './fetch-watch.js';
@@ -84,9 +85,9 @@ export class ReplicaManager {
     return out;
   }
 
-  /** Applies every known state (call once the topics are open); later changes arrive by the watch. */
+  /** Applies every known state, as it is when its turn comes (call once the topics are open; chunked.ts); later changes arrive by the watch. */
   async start(): Promise<void> {
-    for (const e of this.deps.states.list()) this.apply(e);
+    await eachInChunks(this.deps.states.list(), (e) => this.apply(this.deps.states.get(e.topic, e.partition) ?? e), () => this.closed);
   }
 
   async close(): Promise<void> {
@@ -412,8 +413,7 @@ export class ReplicaManager {
     f.parked = false;
     if (offset >= r.partition.logEndOffset) f.caughtUpMs = Date.now();
     this.updateHighWatermark(r);
-    // Only a registered broker rejoins the ISR: the controller drops unregistered ones, and the two
-    // would otherwise undo each other for as long as the follower fetches without a registration.
+    // Only a registered broker rejoins the ISR: else it and the controller (which drops it) undo each other.
     if (!r.isr.includes(replicaId) && offset >= r.partition.highWatermark && this.deps.registry.get(replicaId)) {
       this.changeIsr(r, [...r.isr, replicaId], 'caught up');
     }
