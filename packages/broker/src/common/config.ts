@@ -66,6 +66,12 @@ export const brokerConfigSchema = z
     flush: z.enum(flushModes).default('always'),
     flushIntervalMs: z.number().int().min(1).default(1000),
     segmentBytes: z.number().int().min(1024).default(128 * 1024 * 1024),
+    /**
+     * Memory for recently appended records kept for tail readers, over every partition together (each also
+     * keeps at most 4 MiB); past it the oldest records of the least recently written partitions are read from
+     * their segments instead. 0 turns the cache off.
+     */
+    tailCacheBytes: z.number().int().min(0).default(128 * 1024 * 1024),
     segmentMs: z.number().int().min(1000).default(7 * 24 * 3600 * 1000),
     retentionHours: z.number().int().min(-1).default(168),
     retentionBytes: z.number().int().min(-1).default(-1),

@@ -1,5 +1,6 @@
 import { mapBounded } from '../common/bounded.js';
 import { FdBudget } from '../storage/fd-budget.js';
+import { TailCacheBudget } from '../storage/tail-cache-budget.js';
 import { failpointDelay } from '../common/failpoints.js';
 import fs from 'node:fs/promises';
 import client from 'prom-client';
@@ -68,6 +69,8 @@ export class TopicManager {
   private retentionTimer: NodeJS.Timeout | undefined;
   /** The bound on open segment files that every partition's log shares. */
   private readonly fdBudget: FdBudget;
+  /** The bound on tail cache memory that every partition's log shares. */
+  private readonly tailCacheBudget: TailCacheBudget;
 
   constructor(
     private readonly store: MetadataStore,
@@ -83,6 +86,15 @@ export class TopicManager {
       registers: [metrics.registry],
       collect() {
         this.set(budget.open);
+      },
+    });
+    const tailCache = (this.tailCacheBudget = new TailCacheBudget(config.tailCacheBytes));
+    new client.Gauge({
+      name: 'tributary_tail_cache_bytes',
+      help: "Memory charged to the partitions' tail caches: record bytes plus a fixed cost per cached write (at most --tail-cache-bytes)",
+      registers: [metrics.registry],
+      collect() {
+        this.set(tailCache.bytes);
       },
     });
     const topics = this.topics;
@@ -283,6 +295,9 @@ export class TopicManager {
     const internal = def.name.startsWith('__');
     return {
       fdBudget: this.fdBudget,
+      tailCacheBudget: this.tailCacheBudget,
+      // --tail-cache-bytes 0 turns every cache off, rather than caching each write only to evict it at once.
+      tailCacheBytes: this.config.tailCacheBytes === 0 ? 0 : undefined,
       // Compaction only rewrites closed segments: internal (compacted, small) topics roll sooner.
       segmentBytes: internal ? Math.min(this.config.segmentBytes, INTERNAL_SEGMENT_BYTES) : this.config.segmentBytes,
       segmentMs: this.config.segmentMs,

@@ -2,6 +2,7 @@
 import { invalidParam } from 'tributary-protocol/errors.js';
 import { DEFAULT_INDEX_INTERVAL_BYTES } from './offset-index.js';
 import type { FdBudget, SegmentFdPolicy } from './fd-budget.js';
+import type { TailCacheBudget } from './tail-cache-budget.js';
 
 export type FlushMode = 'always' | 'interval' | 'os';
 
@@ -22,6 +23,8 @@ export interface LogOptions {
   maxRecordBytes?: number;
   /** Bytes of recently appended records kept in memory for tail readers (default 4 MiB; 0 disables). */
   tailCacheBytes?: number;
+  /** The broker-wide bound every partition's tail cache shares (none: only tailCacheBytes bounds this one). */
+  tailCacheBudget?: TailCacheBudget;
   /** Told how long each fsync pass of appends took, in seconds (the broker's fsync histogram). */
   onSync?: (seconds: number) => void;
   /** The broker-wide bound on open segment files this log's segments share (none: each keeps its fd). */

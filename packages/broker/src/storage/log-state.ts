@@ -30,7 +30,7 @@ export class LogState {
     segments: Segment[],
   ) {
     this.segments = segments;
-    this.cache = new TailCache(options.tailCacheBytes ?? 0);
+    this.cache = new TailCache(options.tailCacheBytes ?? 0, options.tailCacheBudget);
     for (const s of segments) this.totalBytes += s.size;
   }
 

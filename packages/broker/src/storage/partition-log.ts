@@ -421,6 +421,8 @@ export class PartitionLog {
       while (this.checkpoint.inFlight) await this.checkpoint.inFlight;
       for (const s of this.st.segments) await s.close().catch(() => {});
       this.st.state = 'closed';
+      // A closed log's records no longer count against the broker's tail cache budget.
+      this.st.cache.clear();
       this.writer.rejectQueued();
       if (error) throw storageError(this.dir, 'close failed', error);
     });

@@ -5,6 +5,13 @@
 import { replyHeaderSize, setReplyCount, writeReplyHeader } from 'tributary-protocol/batch.js';
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
 import { decodeOwnRecord, USER_ATTR_MASK, writeWireRecord } from './record-codec.js';
+import type { BudgetedCache, TailCacheBudget } from './tail-cache-budget.js';
+
+/**
+ * What a cached write costs besides its record bytes, as charged to the broker-wide budget: its chunk, its
+ * `starts` array and its Buffer object (a one-record write's overhead is about the size of a small record).
+ */
+export const CHUNK_COST = 128;
 
 /** One write's worth of cached records: `buf` as written, record i at starts[i] .. starts[i + 1]. */
 interface CacheChunk {
@@ -54,13 +61,47 @@ function wireValueLength(buf: Buffer, at: number): number {
  * several per record, so a full cache costs the garbage collector next to nothing. Records are decoded
  * when read, as views into those bytes. A write's buffer stays alive while any of its records is cached.
  */
-export class TailCache {
+export class TailCache implements BudgetedCache {
   private chunks: CacheChunk[] = [];
   /** First live chunk, and first live record in it. */
   private head = 0;
   private first = 0;
   private bytes = 0;
-  constructor(private readonly maxBytes: number) {}
+  /** What the budget was last told this cache holds. */
+  private charged = 0;
+  /** `maxBytes` bounds this cache's record bytes; `budget`, shared by every partition's cache, bounds them all. */
+  constructor(
+    private readonly maxBytes: number,
+    private readonly budget?: TailCacheBudget,
+  ) {}
+
+  /** Record bytes cached plus CHUNK_COST per write: what the broker-wide budget is charged. */
+  get cost(): number {
+    return this.empty ? 0 : this.bytes + CHUNK_COST * (this.chunks.length - this.head);
+  }
+
+  /** Tells the budget what this cache holds now; after an append it also enforces the budget's bound. */
+  private report(appended: boolean): void {
+    if (!this.budget) return;
+    const cost = this.cost;
+    if (cost === this.charged && !appended) return;
+    this.charged = cost;
+    this.budget.charge(this, cost, appended);
+  }
+
+  /** The budget's eviction: the oldest cached write (what is left of it) goes. */
+  evictOldest(): void {
+    if (this.empty) {
+      this.report(false);
+      return;
+    }
+    const c = this.chunks[this.head];
+    this.bytes -= c.starts[c.count] - c.starts[this.first];
+    this.head++;
+    this.first = 0;
+    this.compact();
+    this.report(false);
+  }
 
   private get empty(): boolean {
     return this.head >= this.chunks.length;
@@ -82,6 +123,7 @@ export class TailCache {
     this.bytes += starts[count] - starts[0];
     while (this.bytes > this.maxBytes && !this.empty) this.evictOne();
     this.compact();
+    this.report(true);
   }
 
   /** Drops the oldest cached record (a whole chunk when that is all it has left). */
@@ -222,6 +264,8 @@ export class TailCache {
         if (last === this.head) this.first = 0;
       }
     }
+    this.compact();
+    this.report(false);
   }
 
   dropBefore(offset: number): void {
@@ -237,6 +281,7 @@ export class TailCache {
       }
     }
     this.compact();
+    this.report(false);
   }
 
   clear(): void {
@@ -244,6 +289,7 @@ export class TailCache {
     this.head = 0;
     this.first = 0;
     this.bytes = 0;
+    this.report(false);
   }
 
   private compact(): void {
