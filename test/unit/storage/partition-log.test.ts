@@ -6,7 +6,7 @@ import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import { type FlushMode, HWM_CHECKPOINT_FILE, type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
-import { removeDir, sleep, tempDir } from '../../helpers/util.js';
+import { removeDir, sleep, tempDir, until } from '../../helpers/util.js';
 
 let dir: string;
 const open: PartitionLog[] = [];
@@ -296,6 +296,27 @@ describe('PartitionLog', () => {
     await log.close();
     log = await openLog();
     expect(log.highWatermark).toBe(10);
+  });
+
+  it('checkpointHwmOnTimer false: the flush timer leaves the HWM checkpoint alone; close still writes it', async () => {
+    const quiet = await PartitionLog.open(join(dir, 'quiet'), { flush: 'os', flushIntervalMs: 20, checkpointHwmOnTimer: false });
+    open.push(quiet);
+    const ticking = await PartitionLog.open(join(dir, 'ticking'), { flush: 'os', flushIntervalMs: 20 });
+    open.push(ticking);
+    for (const log of [quiet, ticking]) {
+      await appendN(log, 0, 10);
+      log.setHighWatermark(7);
+    }
+    const checkpointOf = (log: PartitionLog) => readFile(join(log.dir, HWM_CHECKPOINT_FILE), 'utf8').catch(() => '');
+    // Three values written by three ticks of the other log, each at least a period after the one before:
+    // the quiet log, on the same period, has had a tick since its HWM became 7.
+    for (const hwm of [7, 8, 9]) {
+      ticking.setHighWatermark(hwm);
+      await until(async () => (await checkpointOf(ticking)).includes(` ${hwm}\n`), 10_000, `the timer checkpoint of ${hwm}`);
+    }
+    expect(await checkpointOf(quiet)).not.toContain(' 7\n');
+    await quiet.close();
+    expect(await checkpointOf(quiet)).toContain(' 7\n');
   });
 
   for (const flush of ['always', 'interval', 'os'] as FlushMode[]) {

@@ -306,6 +306,8 @@ export class TopicManager {
       // Group state and commits are acknowledged only once durable, whatever the data flush policy.
       flush: internal ? 'always' : this.config.flush,
       flushIntervalMs: this.config.flushIntervalMs,
+      // Standalone, a partition's HWM is its log end on open (Partition): only a replica needs the checkpoint.
+      checkpointHwmOnTimer: this.config.cluster,
       maxRecordBytes: this.config.maxRecordBytes,
       onSync: (seconds) => this.metrics.fsyncDuration.observe(seconds),
     };

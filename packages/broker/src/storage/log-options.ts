@@ -23,6 +23,12 @@ export interface LogOptions {
   maxRecordBytes?: number;
   /** Bytes of recently appended records kept in memory for tail readers (default 4 MiB; 0 disables). */
   tailCacheBytes?: number;
+  /**
+   * Whether the flush timer checkpoints the HWM (default true). A standalone broker sets its HWM to the log
+   * end on open and never reads the checkpoint, so a periodic write per partition is work for nothing: with
+   * 1,000 partitions written to, 1,000 atomic file writes a second. Close, flush and truncation still write it.
+   */
+  checkpointHwmOnTimer?: boolean;
   /** The broker-wide bound every partition's tail cache shares (none: only tailCacheBytes bounds this one). */
   tailCacheBudget?: TailCacheBudget;
   /** Told how long each fsync pass of appends took, in seconds (the broker's fsync histogram). */

@@ -211,6 +211,7 @@ export class PartitionLog {
     // checkpoint would land beside; the next tick writes it.
     if (this.st.state !== 'open' || this.st.dormant || this.writer.exclusiveActive) return;
     if (this.options.flush === 'interval' && this.sync.dirty.size > 0) this.sync.kick();
+    if (this.options.checkpointHwmOnTimer === false) return;
     this.checkpoint.write().catch((err: unknown) => this.st.logger.warn({ err }, 'could not write HWM checkpoint'));
   }
 
