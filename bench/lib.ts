@@ -278,6 +278,21 @@ export async function startBroker(dataDir: string, opts: { nodeArgs?: string[]; 
   return { child, host: '127.0.0.1', port: Number(m[2]), healthPort: Number(m[3]), dataDir };
 }
 
+/**
+ * Unlabelled samples of a broker's /metrics by name (`tributary_` prefix included), or undefined when it
+ * does not answer within 5 s.
+ */
+export async function scrapeMetrics(healthPort: number): Promise<Map<string, number> | undefined> {
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${healthPort}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
+    const out = new Map<string, number>();
+    for (const m of text.matchAll(/^(\w+) (\S+)$/gm)) out.set(m[1]!, Number(m[2]));
+    return out;
+  } catch {
+    return undefined;
+  }
+}
+
 // ---------------------------------------------------------------- statistics and formatting
 
 /** Nearest-rank percentile of an ascending-sorted array (p in 0..100). */

@@ -17,7 +17,7 @@ import fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { LocalCluster, type LocalClusterStatus } from 'tributary-broker/cli/local-cluster.js';
 import { Connection } from 'tributary-protocol/connection.js';
-import { fmtFixed, fmtInt, installCleanupHandlers, nowMs, procStats, splitArgs, table, waitFor } from './lib.js';
+import { fmtFixed, fmtInt, installCleanupHandlers, nowMs, procStats, scrapeMetrics, splitArgs, table, waitFor } from './lib.js';
 
 export const description = '10k partitions on a 3-broker cluster: create and restart times, RSS and open fds per broker';
 
@@ -47,13 +47,8 @@ function partitionDirs(dataDir: string): number {
  * broker treat its own lease as unconfirmed (cluster/lease-keeper.ts).
  */
 async function loopStallMs(healthPort: number): Promise<number | undefined> {
-  try {
-    const text = await (await fetch(`http://127.0.0.1:${healthPort}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
-    const m = /^tributary_nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? (\S+)$/m.exec(text);
-    return m ? Number(m[1]) * 1000 : undefined;
-  } catch {
-    return undefined;
-  }
+  const lag = (await scrapeMetrics(healthPort))?.get('tributary_nodejs_eventloop_lag_max_seconds');
+  return lag === undefined ? undefined : lag * 1000;
 }
 
 /** Every broker registered, every partition led, none under-replicated. */

@@ -17,7 +17,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Connection } from 'tributary-protocol/connection.js';
 import { type Result, createTopic, measureLatency } from './latency.js';
-import { BENCH_DIR, type BrokerHandle, type Child, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, procStats, removeTempDir, spawnNode, splitArgs, startBroker, table } from './lib.js';
+import { BENCH_DIR, type BrokerHandle, type Child, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, procStats, removeTempDir, scrapeMetrics, spawnNode, splitArgs, startBroker, table } from './lib.js';
 
 export const description = '10k partitions and 1,000 groups on one broker: create and restart times, RSS, fds, hot-partition latency';
 
@@ -182,6 +182,12 @@ export async function run(argv: string[]): Promise<number> {
       lat.push(latencyRow(`12 hot partitions, ${fmtInt(busy)} more at ${busyRate}/s each`, loaded, ref));
       const busyStats = procStats(broker.b.child.proc.pid);
       facts.push([`busy broker (${fmtInt(busy * busyRate)} records/s in the background): RSS / open fds`, `${fmtFixed(busyStats.rssMiB, 0)} MiB / ${busyStats.fds}`]);
+      const m = await scrapeMetrics(broker.healthPort);
+      const mib = (name: string) => {
+        const v = m?.get(name);
+        return v === undefined ? '-' : `${fmtFixed(v / 1048576, 0)} MiB`;
+      };
+      facts.push(['busy broker: JS heap used / heap total / tail caches', `${mib('tributary_nodejs_heap_size_used_bytes')} / ${mib('tributary_nodejs_heap_size_total_bytes')} / ${mib('tributary_tail_cache_bytes')}`]);
       load.proc.stdin?.end();
       const r = await load.waitJson<{ sent: number; errors: number; firstError: string }>((x) => x.event === 'result', 30_000).catch(() => undefined);
       if (r) facts.push(['background load: records sent / failed', `${fmtInt(r.sent)} / ${fmtInt(r.errors)}${r.firstError ? ` (first: ${r.firstError.slice(0, 80)})` : ''}`]);
