@@ -17,7 +17,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Connection } from 'tributary-protocol/connection.js';
-import { BENCH_DIR, type Child, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, percentile, removeTempDir, spawnNode, splitArgs, startBroker, table } from './lib.js';
+import { BENCH_DIR, type Child, cpuTicks, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, percentile, removeTempDir, spawnNode, stealPercent, splitArgs, startBroker, table } from './lib.js';
 
 export const description = 'open-loop end-to-end latency (p50/p99/p99.9) at fixed rates, against the fsync relay';
 
@@ -60,6 +60,11 @@ export interface Result {
   ackP99: number;
   /** Rebalances (member reports) while the producer ran. */
   rebalances: number;
+  /**
+   * Per cent of the machine's CPU time the hypervisor took while the producer ran: on a shared virtual
+   * machine it is why the same run varies several times over, relay included.
+   */
+  stealPct: number;
   error?: string;
 }
 
@@ -134,7 +139,7 @@ export async function createTopic(host: string, port: number, topic: string, par
 
 function failedResult(target: 'relay' | 'broker', err: unknown): Result {
   const none = Number.NaN;
-  return { target, sent: 0, acked: 0, errors: 0, received: 0, measured: 0, p50: none, p99: none, p999: none, max: none, maxTickGapMs: none, ackP50: none, ackP99: none, rebalances: 0, error: err instanceof Error ? err.message : String(err) };
+  return { target, sent: 0, acked: 0, errors: 0, received: 0, measured: 0, p50: none, p99: none, p999: none, max: none, maxTickGapMs: none, ackP50: none, ackP99: none, rebalances: 0, stealPct: none, error: err instanceof Error ? err.message : String(err) };
 }
 
 export interface MeasureOptions {
@@ -212,8 +217,10 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     else throw new Error(`the consumers took too long to settle (${Math.round(-wait)} ms past the planned start)`);
     producing = true;
+    const ticksFrom = cpuTicks();
     producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(m.rate), '--duration-ms', String(m.warmupMs + m.durationMs), ...(m.lingerMs === undefined ? [] : ['--linger-ms', String(m.lingerMs)])], { echoStderr: m.verbose, nodeArgs: m.clientNodeArgs });
     const p = await producer.waitJson<{ sent: number; acked: number; errors: number; firstError: string; maxTickGapMs: number; ackP50?: number; ackP99?: number }>((x) => x.event === 'result', m.durationMs + m.warmupMs + 60_000);
+    const stealPct = stealPercent(ticksFrom, cpuTicks());
     for (const c of consumers) c.proc.stdin?.write('done\n');
     const reports = await Promise.all(results);
     const all: number[] = [];
@@ -238,6 +245,7 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
       ackP50: p.ackP50 ?? Number.NaN,
       ackP99: p.ackP99 ?? Number.NaN,
       rebalances,
+      stealPct,
       error: p.errors > 0 ? `${p.errors} sends failed: ${p.firstError}` : undefined,
     };
   } catch (err) {
@@ -307,6 +315,7 @@ export async function run(argv: string[]): Promise<number> {
           lost > 0 ? `${lost} not received` : lost < 0 ? `${-lost} received twice` : '',
           r.rebalances > 0 ? `${r.rebalances} rebalance reports` : '',
           `tick gap ${fmtFixed(r.maxTickGapMs, 1)} ms`,
+          Number.isFinite(r.stealPct) ? `steal ${fmtFixed(r.stealPct, 0)}%` : '',
           Number.isFinite(r.ackP50) ? `ack p50/p99 ${fmtFixed(r.ackP50, 1)}/${fmtFixed(r.ackP99, 1)} ms` : '',
         ]
           .filter(Boolean)

@@ -341,6 +341,23 @@ export function procStats(pid: number | undefined): { rssMiB: number; fds: numbe
   }
 }
 
+/** The machine's CPU time so far, all CPUs, in clock ticks: in total and stolen by the hypervisor (/proc/stat). */
+export function cpuTicks(): { total: number; steal: number } | undefined {
+  try {
+    const f = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal (guest time is counted in user already).
+    return { total: f.slice(0, 8).reduce((a, b) => a + b, 0), steal: f[7] ?? 0 };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Per cent of the CPU time between two cpuTicks() readings that the hypervisor stole (NaN without /proc). */
+export function stealPercent(from: ReturnType<typeof cpuTicks>, to: ReturnType<typeof cpuTicks>): number {
+  if (!from || !to || to.total <= from.total) return Number.NaN;
+  return (100 * (to.steal - from.steal)) / (to.total - from.total);
+}
+
 /** Polls `fn` every 100 ms until it returns a value (not false or undefined); errors count as not yet. */
 export async function waitFor<T>(what: string, fn: () => Promise<T | false | undefined> | T | false | undefined, timeoutMs: number, describe: (err: unknown) => string = String): Promise<T> {
   const deadline = Date.now() + timeoutMs;

@@ -89,7 +89,9 @@ class Members {
 }
 
 function latencyRow(name: string, r: Result, ref?: Result): string[] {
-  const note = r.error ? `ERROR ${r.error.slice(0, 100)}` : r.received !== r.sent ? `received ${fmtInt(r.received)} of ${fmtInt(r.sent)}` : '';
+  const steal = Number.isFinite(r.stealPct) ? `steal ${fmtFixed(r.stealPct, 0)}%` : '';
+  const problem = r.error ? `ERROR ${r.error.slice(0, 100)}` : r.received !== r.sent ? `received ${fmtInt(r.received)} of ${fmtInt(r.sent)}` : '';
+  const note = [steal, problem].filter(Boolean).join('; ');
   return [name, fmtFixed(r.p50, 2), fmtFixed(r.p99, 2), fmtFixed(r.p999, 2), ref ? fmtFixed(r.p99 / ref.p99, 2) : '', note];
 }
 
