@@ -1,8 +1,8 @@
 /**
- * The broker-wide tail cache budget (TailCacheBudget): every partition's tail cache is charged its record
- * bytes plus CHUNK_COST per cached write, the total never stays above the bound after an append, the least
- * recently appended caches lose their oldest writes first, and real partition logs sharing a small budget
- * still read every record back (from their segments once evicted).
+ * The broker-wide tail cache budget (TailCacheBudget): every partition's tail cache is charged the buffers
+ * its cached writes keep alive plus CHUNK_COST and their offsets per write; the total never stays above the
+ * bound after an append; the least recently appended caches lose their oldest writes first; and real
+ * partition logs sharing a small budget still read every record back (from their segments once evicted).
  */
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -44,7 +44,8 @@ class Tracked {
 
 describe('TailCacheBudget', () => {
   it('charges record bytes plus a cost per write, and evicts the least recently appended cache first', () => {
-    const one = write(0, 1, 100).bytes + CHUNK_COST;
+    // A one-record write: its buffer, the fixed cost and its two `starts` entries.
+    const one = write(0, 1, 100).bytes + CHUNK_COST + 16;
     const budget = new TailCacheBudget(4 * one);
     const a = new Tracked(1 << 20, budget);
     const b = new Tracked(1 << 20, budget);
@@ -79,6 +80,18 @@ describe('TailCacheBudget', () => {
     expect(a.cache.cost).toBe(0); // a was the least recent: evicted first, before b's own write went
     expect(budget.bytes).toBe(0);
     expect(small).toBeGreaterThan(0);
+  });
+
+  it('a write partly evicted by its own cap is still charged whole: its buffer stays alive', () => {
+    const budget = new TailCacheBudget(1 << 20);
+    const w = write(0, 4, 100);
+    const cache = new TailCache(w.bytes - 10, budget);
+    cache.append(w.buf, 0, w.starts);
+    // The cache's own cap dropped the first record, but the other three keep the whole buffer.
+    expect(cache.read(0, 4, 10, 1 << 20)).toBeNull();
+    expect(cache.read(1, 4, 10, 1 << 20)?.length).toBe(3);
+    expect(cache.cost).toBe(w.bytes + CHUNK_COST + 8 * 5);
+    expect(budget.bytes).toBe(cache.cost);
   });
 
   it('clear, truncateFrom and dropBefore give their bytes back; a cleared cache leaves the budget', () => {

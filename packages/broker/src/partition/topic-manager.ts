@@ -9,6 +9,7 @@ import { type MetadataStore, type TopicDefinition, sameDefinition } from './meta
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { type LogOptions, PartitionLog } from '../storage/partition-log.js';
+import { DEFAULT_LOG_OPTIONS } from '../storage/log-options.js';
 import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { BrokerMetrics } from '../common/metrics.js';
@@ -91,7 +92,7 @@ export class TopicManager {
     const tailCache = (this.tailCacheBudget = new TailCacheBudget(config.tailCacheBytes));
     new client.Gauge({
       name: 'tributary_tail_cache_bytes',
-      help: "Memory charged to the partitions' tail caches: record bytes plus a fixed cost per cached write (at most --tail-cache-bytes)",
+      help: "Memory the partitions' tail caches keep alive: each cached write's buffer plus a fixed cost (at most --tail-cache-bytes)",
       registers: [metrics.registry],
       collect() {
         this.set(tailCache.bytes);
@@ -296,8 +297,9 @@ export class TopicManager {
     return {
       fdBudget: this.fdBudget,
       tailCacheBudget: this.tailCacheBudget,
-      // --tail-cache-bytes 0 turns every cache off, rather than caching each write only to evict it at once.
-      tailCacheBytes: this.config.tailCacheBytes === 0 ? 0 : undefined,
+      // No cache may hold more than the budget (one large write would otherwise empty every other cache
+      // before its own cap dropped it); --tail-cache-bytes 0 turns every cache off.
+      tailCacheBytes: Math.min(DEFAULT_LOG_OPTIONS.tailCacheBytes ?? 0, this.config.tailCacheBytes),
       // Compaction only rewrites closed segments: internal (compacted, small) topics roll sooner.
       segmentBytes: internal ? Math.min(this.config.segmentBytes, INTERNAL_SEGMENT_BYTES) : this.config.segmentBytes,
       segmentMs: this.config.segmentMs,

@@ -1,6 +1,7 @@
 /**
  * The high watermark checkpoint of a partition log (docs/architecture.md, "Storage"): one small file, written
- * atomically on the flush timer, on flush(), on close and after a truncation, read back on open.
+ * atomically on the flush timer (unless checkpointHwmOnTimer is false), on flush(), on close and after a
+ * truncation, read back on open.
  */
 import { join } from 'node:path';
 import type { Logger } from 'pino';

@@ -17,7 +17,7 @@ export interface LogOptions {
   retentionBytes: number;
   /** 'always': append resolves after fsync (group commit); 'interval': fsync on a timer; 'os': only on close. */
   flush: FlushMode;
-  /** fsync period for 'interval'; also the HWM checkpoint period in every mode. */
+  /** fsync period for 'interval'; also the HWM checkpoint period in every mode (unless checkpointHwmOnTimer is false). */
   flushIntervalMs: number;
   indexIntervalBytes: number;
   maxRecordBytes?: number;

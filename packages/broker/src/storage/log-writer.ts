@@ -153,7 +153,8 @@ export class LogWriter {
       return Promise.reject(invalidParam('records', `first offset ${first} is below the log end offset ${this.st.logEndOffset}`));
     if (last - first > MAX_RELATIVE_OFFSET) return Promise.reject(invalidParam('records', 'offsets span more than 2^32: split the call at an append boundary'));
     if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
-    const buf = Buffer.allocUnsafe(bytes);
+    // Unpooled: the tail cache keeps this buffer, and a slice of Node's shared pool would keep the whole slab.
+    const buf = Buffer.allocUnsafeSlow(bytes);
     const starts = new Array<number>(n + 1);
     let maxTimestamp = -1;
     let p = 0;
@@ -237,7 +238,8 @@ export class LogWriter {
   }
 
   private async writeGroup(seg: Segment, group: PendingAppend[], bytes: number, now: number): Promise<void> {
-    const buf = Buffer.allocUnsafe(bytes);
+    // Unpooled: the tail cache keeps this buffer, and a slice of Node's shared pool would keep the whole slab.
+    const buf = Buffer.allocUnsafeSlow(bytes);
     // Where each record starts in `buf`, then the end: for the index and the tail cache.
     const recStarts: number[] = [];
     const firstOffset = seg.nextOffset;

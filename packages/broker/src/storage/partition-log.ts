@@ -148,7 +148,7 @@ export class PartitionLog {
     return this.st.totalBytes;
   }
 
-  /** Monotonic; clamped to the LEO. Checkpointed on the flush timer and on close. */
+  /** Monotonic; clamped to the LEO. Checkpointed on the flush timer (see checkpointHwmOnTimer) and on close. */
   setHighWatermark(o: number): void {
     if (!Number.isSafeInteger(o)) throw invalidParam('highWatermark', 'must be a safe integer');
     const v = this.st.clampHwm(o);

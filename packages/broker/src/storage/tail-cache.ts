@@ -8,10 +8,16 @@ import { decodeOwnRecord, USER_ATTR_MASK, writeWireRecord } from './record-codec
 import type { BudgetedCache, TailCacheBudget } from './tail-cache-budget.js';
 
 /**
- * What a cached write costs besides its record bytes, as charged to the broker-wide budget: its chunk, its
- * `starts` array and its Buffer object (a one-record write's overhead is about the size of a small record).
+ * What a cached write costs besides its buffer, as charged to the broker-wide budget: its chunk and Buffer
+ * objects (a one-record write's overhead is about the size of a small record); its `starts` array is
+ * charged 8 bytes per entry on top.
  */
 export const CHUNK_COST = 128;
+
+/** Memory a cached write holds while any of its records is cached: the whole buffer, whatever is evicted of it. */
+function chunkCost(c: CacheChunk): number {
+  return c.buf.length + CHUNK_COST + 8 * c.starts.length;
+}
 
 /** One write's worth of cached records: `buf` as written, record i at starts[i] .. starts[i + 1]. */
 interface CacheChunk {
@@ -67,6 +73,8 @@ export class TailCache implements BudgetedCache {
   private head = 0;
   private first = 0;
   private bytes = 0;
+  /** chunkCost of every live chunk: the memory this cache keeps alive. */
+  private held = 0;
   /** What the budget was last told this cache holds. */
   private charged = 0;
   /** `maxBytes` bounds this cache's record bytes; `budget`, shared by every partition's cache, bounds them all. */
@@ -75,9 +83,12 @@ export class TailCache implements BudgetedCache {
     private readonly budget?: TailCacheBudget,
   ) {}
 
-  /** Record bytes cached plus CHUNK_COST per write: what the broker-wide budget is charged. */
+  /**
+   * What the broker-wide budget is charged: every buffer a cached record keeps alive, whole (the writer
+   * allocates them unpooled, so a buffer is all it pins), plus chunkCost's overhead per write.
+   */
   get cost(): number {
-    return this.empty ? 0 : this.bytes + CHUNK_COST * (this.chunks.length - this.head);
+    return this.empty ? 0 : this.held;
   }
 
   /** Tells the budget what this cache holds now; after an append it also enforces the budget's bound. */
@@ -97,6 +108,7 @@ export class TailCache implements BudgetedCache {
     }
     const c = this.chunks[this.head];
     this.bytes -= c.starts[c.count] - c.starts[this.first];
+    this.held -= chunkCost(c);
     this.head++;
     this.first = 0;
     this.compact();
@@ -119,8 +131,10 @@ export class TailCache implements BudgetedCache {
     const count = starts.length - 1;
     if (this.maxBytes <= 0 || count <= 0) return;
     if (!this.empty && base !== this.end) this.clear();
-    this.chunks.push({ buf, base, count, starts });
+    const chunk = { buf, base, count, starts };
+    this.chunks.push(chunk);
     this.bytes += starts[count] - starts[0];
+    this.held += chunkCost(chunk);
     while (this.bytes > this.maxBytes && !this.empty) this.evictOne();
     this.compact();
     this.report(true);
@@ -134,12 +148,14 @@ export class TailCache implements BudgetedCache {
     const rest = s[c.count] - s[this.first];
     if (this.bytes - rest + (s[c.count] - s[c.count - 1]) > this.maxBytes) {
       this.bytes -= rest;
+      this.held -= chunkCost(c);
       this.head++;
       this.first = 0;
       return;
     }
     this.bytes -= s[this.first + 1] - s[this.first];
     if (++this.first >= c.count) {
+      this.held -= chunkCost(c);
       this.head++;
       this.first = 0;
     }
@@ -261,6 +277,7 @@ export class TailCache implements BudgetedCache {
       c.count = keep;
       if (keep === from) {
         this.chunks.pop();
+        this.held -= chunkCost(c);
         if (last === this.head) this.first = 0;
       }
     }
@@ -274,6 +291,7 @@ export class TailCache implements BudgetedCache {
       const to = Math.min(c.count, offset - c.base);
       this.bytes -= c.starts[to] - c.starts[this.first];
       if (to >= c.count) {
+        this.held -= chunkCost(c);
         this.head++;
         this.first = 0;
       } else {
@@ -289,6 +307,7 @@ export class TailCache implements BudgetedCache {
     this.head = 0;
     this.first = 0;
     this.bytes = 0;
+    this.held = 0;
     this.report(false);
   }
 
