@@ -17,7 +17,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Connection } from 'tributary-protocol/connection.js';
-import { BENCH_DIR, type Child, cpuTicks, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, percentile, removeTempDir, spawnNode, stealPercent, splitArgs, startBroker, table } from './lib.js';
+import { BENCH_DIR, busyPercent, type Child, cpuTicks, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, percentile, procCpuMs, removeTempDir, spawnNode, stealPercent, splitArgs, startBroker, table } from './lib.js';
 
 export const description = 'open-loop end-to-end latency (p50/p99/p99.9) at fixed rates, against the fsync relay';
 
@@ -65,6 +65,10 @@ export interface Result {
    * machine it is why the same run varies several times over, relay included.
    */
   stealPct: number;
+  /** Per cent of the machine's CPU time its processes used while the producer ran (busyPercent). */
+  busyPct: number;
+  /** CPU time of the broker or relay process while the producer ran, per record received, µs. */
+  serverCpuUsPerRecord: number;
   error?: string;
 }
 
@@ -139,7 +143,7 @@ export async function createTopic(host: string, port: number, topic: string, par
 
 function failedResult(target: 'relay' | 'broker', err: unknown): Result {
   const none = Number.NaN;
-  return { target, sent: 0, acked: 0, errors: 0, received: 0, measured: 0, p50: none, p99: none, p999: none, max: none, maxTickGapMs: none, ackP50: none, ackP99: none, rebalances: 0, stealPct: none, error: err instanceof Error ? err.message : String(err) };
+  return { target, sent: 0, acked: 0, errors: 0, received: 0, measured: 0, p50: none, p99: none, p999: none, max: none, maxTickGapMs: none, ackP50: none, ackP99: none, rebalances: 0, stealPct: none, busyPct: none, serverCpuUsPerRecord: none, error: err instanceof Error ? err.message : String(err) };
 }
 
 export interface MeasureOptions {
@@ -159,6 +163,8 @@ export interface MeasureOptions {
   lingerMs?: number;
   /** Node flags of the producer and consumer processes. */
   clientNodeArgs?: string[];
+  /** The broker's or relay's process, for its CPU time per record. */
+  serverPid?: number;
   /** How long the consumers get to settle before the producer's warm-up starts (default 3 s for a broker). */
   settleMs?: number;
   verbose?: boolean;
@@ -218,9 +224,11 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
     else throw new Error(`the consumers took too long to settle (${Math.round(-wait)} ms past the planned start)`);
     producing = true;
     const ticksFrom = cpuTicks();
+    const serverCpuFrom = procCpuMs(m.serverPid);
     producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(m.rate), '--duration-ms', String(m.warmupMs + m.durationMs), ...(m.lingerMs === undefined ? [] : ['--linger-ms', String(m.lingerMs)])], { echoStderr: m.verbose, nodeArgs: m.clientNodeArgs });
     const p = await producer.waitJson<{ sent: number; acked: number; errors: number; firstError: string; maxTickGapMs: number; ackP50?: number; ackP99?: number }>((x) => x.event === 'result', m.durationMs + m.warmupMs + 60_000);
-    const stealPct = stealPercent(ticksFrom, cpuTicks());
+    const ticksTo = cpuTicks();
+    const serverCpuTo = procCpuMs(m.serverPid);
     for (const c of consumers) c.proc.stdin?.write('done\n');
     const reports = await Promise.all(results);
     const all: number[] = [];
@@ -245,7 +253,9 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
       ackP50: p.ackP50 ?? Number.NaN,
       ackP99: p.ackP99 ?? Number.NaN,
       rebalances,
-      stealPct,
+      stealPct: stealPercent(ticksFrom, ticksTo),
+      busyPct: busyPercent(ticksFrom, ticksTo),
+      serverCpuUsPerRecord: serverCpuFrom === undefined || serverCpuTo === undefined ? Number.NaN : ((serverCpuTo - serverCpuFrom) * 1000) / Math.max(1, reports.reduce((n, r) => n + r.received, 0)),
       error: p.errors > 0 ? `${p.errors} sends failed: ${p.firstError}` : undefined,
     };
   } catch (err) {
@@ -270,7 +280,7 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options, ling
       server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log'), '--fsync', '--exit-with-stdin'], { stdin: true, echoStderr: o.verbose });
       port = Number((await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000))[2]);
     }
-    return await measureLatency({ target, host, port, topic: TOPIC, partitions: w.partitions, rate: w.rate, size: o.size, durationMs: o.durationMs, warmupMs: o.warmupMs, dir, lingerMs, clientNodeArgs: o.clientNodeArgs, verbose: o.verbose });
+    return await measureLatency({ target, host, port, topic: TOPIC, partitions: w.partitions, rate: w.rate, size: o.size, durationMs: o.durationMs, warmupMs: o.warmupMs, dir, lingerMs, clientNodeArgs: o.clientNodeArgs, serverPid: server.proc.pid, verbose: o.verbose });
   } catch (err) {
     return failedResult(target, err);
   } finally {
@@ -316,6 +326,8 @@ export async function run(argv: string[]): Promise<number> {
           r.rebalances > 0 ? `${r.rebalances} rebalance reports` : '',
           `tick gap ${fmtFixed(r.maxTickGapMs, 1)} ms`,
           Number.isFinite(r.stealPct) ? `steal ${fmtFixed(r.stealPct, 0)}%` : '',
+          Number.isFinite(r.busyPct) ? `cpu busy ${fmtFixed(r.busyPct, 0)}%` : '',
+          Number.isFinite(r.serverCpuUsPerRecord) ? `server cpu ${fmtFixed(r.serverCpuUsPerRecord, 1)} µs/rec` : '',
           Number.isFinite(r.ackP50) ? `ack p50/p99 ${fmtFixed(r.ackP50, 1)}/${fmtFixed(r.ackP99, 1)} ms` : '',
         ]
           .filter(Boolean)

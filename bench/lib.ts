@@ -341,12 +341,15 @@ export function procStats(pid: number | undefined): { rssMiB: number; fds: numbe
   }
 }
 
-/** The machine's CPU time so far, all CPUs, in clock ticks: in total and stolen by the hypervisor (/proc/stat). */
-export function cpuTicks(): { total: number; steal: number } | undefined {
+/**
+ * The machine's CPU time so far, all CPUs, in clock ticks (/proc/stat): in total, stolen by the hypervisor,
+ * and idle (waiting for I/O included).
+ */
+export function cpuTicks(): { total: number; steal: number; idle: number } | undefined {
   try {
     const f = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
     // user nice system idle iowait irq softirq steal (guest time is counted in user already).
-    return { total: f.slice(0, 8).reduce((a, b) => a + b, 0), steal: f[7] ?? 0 };
+    return { total: f.slice(0, 8).reduce((a, b) => a + b, 0), steal: f[7] ?? 0, idle: (f[3] ?? 0) + (f[4] ?? 0) };
   } catch {
     return undefined;
   }
@@ -356,6 +359,16 @@ export function cpuTicks(): { total: number; steal: number } | undefined {
 export function stealPercent(from: ReturnType<typeof cpuTicks>, to: ReturnType<typeof cpuTicks>): number {
   if (!from || !to || to.total <= from.total) return Number.NaN;
   return (100 * (to.steal - from.steal)) / (to.total - from.total);
+}
+
+/**
+ * Per cent of the CPU time between two cpuTicks() readings that this machine's processes and kernel used
+ * (neither idle nor stolen). Near 100 the processes of a run wait for a CPU, and their latencies show it.
+ */
+export function busyPercent(from: ReturnType<typeof cpuTicks>, to: ReturnType<typeof cpuTicks>): number {
+  if (!from || !to || to.total <= from.total) return Number.NaN;
+  const total = to.total - from.total;
+  return (100 * (total - (to.steal - from.steal) - (to.idle - from.idle))) / total;
 }
 
 /** Polls `fn` every 100 ms until it returns a value (not false or undefined); errors count as not yet. */
