@@ -371,8 +371,14 @@ export function busyPercent(from: ReturnType<typeof cpuTicks>, to: ReturnType<ty
   return (100 * (total - (to.steal - from.steal) - (to.idle - from.idle))) / total;
 }
 
-/** Polls `fn` every 100 ms until it returns a value (not false or undefined); errors count as not yet. */
-export async function waitFor<T>(what: string, fn: () => Promise<T | false | undefined> | T | false | undefined, timeoutMs: number, describe: (err: unknown) => string = String): Promise<T> {
+/** Polls `fn` every `intervalMs` (100) until it returns a value (not false or undefined); errors count as not yet. */
+export async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T | false | undefined> | T | false | undefined,
+  timeoutMs: number,
+  describe: (err: unknown) => string = String,
+  intervalMs = 100,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -383,6 +389,6 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | false | und
       last = err;
     }
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${describe(last)})` : ''}`);
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
