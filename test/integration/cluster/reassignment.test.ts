@@ -85,9 +85,20 @@ describe('partition reassignment', () => {
     const c = await cluster.connect(leader);
     try {
       const body = 'x'.repeat(size);
-      for (let i = 0; i < n; i += 100) {
-        await Promise.all(Array.from({ length: Math.min(100, n - i) }, () => c.command('PUBLISH', { topic, partition, acks, message: body })));
-      }
+      // A replica named leader answers NOT_LEADER reason=taking_over, before any append, until it has
+      // taken the lead: sent again, so exactly `n` records are written.
+      const publish = async (): Promise<void> => {
+        for (;;) {
+          try {
+            await c.command('PUBLISH', { topic, partition, acks, message: body });
+            return;
+          } catch (err) {
+            if (!(err instanceof TributaryError && err.code === 'NOT_LEADER' && err.fields.reason === 'taking_over')) throw err;
+            await sleep(50);
+          }
+        }
+      };
+      for (let i = 0; i < n; i += 100) await Promise.all(Array.from({ length: Math.min(100, n - i) }, publish));
     } finally {
       await c.close().catch(() => {});
     }
@@ -382,7 +393,11 @@ describe('partition reassignment', () => {
     // Both partitions get a replica on broker 3, one of them led there (the first replica is preferred).
     for (const [partition, replicas] of [[0, '3,0'], [1, '1,3']] as const) {
       await admin.command('REASSIGN', { topic: 'dead', assignments: `${partition}:${replicas}` });
+      const [preferred] = replicas.split(',').map(Number);
       await settled('dead', partition, replicas.split(',').map(Number));
+      // The controller then moves the lead to the first replica (--leader-rebalance-delay-ms): fill once it
+      // has, so that no PUBLISH meets the move (a refused one could not be told from one the old leader took).
+      await cluster.waitFor(`dead[${partition}] led by broker ${preferred}`, async () => partitionOf(await cluster.status(), 'dead', partition).leader === preferred);
       await fill('dead', partition, 200, 100);
     }
     const victim = cluster.broker(3);
