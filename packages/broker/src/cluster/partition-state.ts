@@ -115,7 +115,7 @@ export class PartitionStateStore {
 
   /** How many partitions of each topic have a state: one pass over the cache, for the controller's every tick. */
   countsByTopic(): Map<string, number> {
-    return countByTopic(this.records.eachKey());
+    return countByTopic(this.records);
   }
 
   /** Reads the record from etcd itself (not the cache). */

@@ -36,6 +36,8 @@ export class WatchedPrefix<T> {
   private closed = false;
   private stale = false;
   private readonly timers = new Set<NodeJS.Timeout>();
+  /** Bumped whenever a key is added or removed (not when a value changes): see keyVersion. */
+  private keyChanges = 0;
 
   constructor(
     private readonly client: Etcd3,
@@ -67,6 +69,11 @@ export class WatchedPrefix<T> {
     return this.entries.entries();
   }
 
+  /** Changes whenever the set of keys changes, and only then: a cache of the keys is current while it holds. */
+  get keyVersion(): number {
+    return this.keyChanges;
+  }
+
   /** The keys without a copy (see each). */
   eachKey(): IterableIterator<string> {
     return this.entries.keys();
@@ -83,6 +90,7 @@ export class WatchedPrefix<T> {
     if (modRevision <= this.revisionOf(key)) return;
     const previous = this.entries.get(key);
     const entry: Versioned<T> = { value, modRevision, createRevision: Number(kv.create_revision), lease: String(kv.lease) };
+    if (previous === undefined) this.keyChanges++;
     this.entries.set(key, entry);
     this.tombstones.delete(key);
     if (emit) this.events.emit('put', key, entry, previous);
@@ -92,6 +100,7 @@ export class WatchedPrefix<T> {
     if (modRevision <= this.revisionOf(key)) return;
     const previous = this.entries.get(key);
     const entry: Versioned<T> = { value, modRevision, createRevision, lease };
+    if (previous === undefined) this.keyChanges++;
     this.entries.set(key, entry);
     this.tombstones.delete(key);
     this.events.emit('put', key, entry, previous);
@@ -100,6 +109,7 @@ export class WatchedPrefix<T> {
   applyDelete(key: string, revision: number, emit = true): void {
     if (revision <= this.revisionOf(key)) return;
     const previous = this.entries.get(key);
+    if (previous !== undefined) this.keyChanges++;
     this.entries.delete(key);
     this.tombstones.set(key, revision);
     if (previous && emit) this.events.emit('delete', key, previous);
