@@ -16,17 +16,25 @@ export function byTopicPartition(a: { topic: string; partition: number }, b: { t
 
 type Listed<T> = { topic: string; partition: number } & Versioned<T>;
 
-/** A store's keys in byTopicPartition order, split once, for as long as its set of keys stays the same. */
-const sortedKeys = new WeakMap<WatchedPrefix<unknown>, { version: number; keys: Array<{ key: string; topic: string; partition: number }> }>();
-/** The listed form of each cached entry: an entry is replaced, never changed, when its key is written. */
-const listedEntries = new WeakMap<Versioned<unknown>, Listed<unknown>>();
+/** One kept key: split once, with the entry it last listed and that entry's listed form. */
+interface KeptKey {
+  key: string;
+  topic: string;
+  partition: number;
+  entry?: Versioned<unknown>;
+  listed?: Listed<unknown>;
+}
+
+/** Each store's keys in byTopicPartition order, for as long as its set of keys stays the same. */
+const sortedKeys = new WeakMap<WatchedPrefix<unknown>, { version: number; keys: KeptKey[] }>();
 
 /**
  * The records of one topic (or all), sorted by byTopicPartition. A controller lists every partition state
  * on each pass: with 10,000 partitions, splitting, building and sorting them every time (here and for
  * CLUSTER_STATUS) was about 30 % of a controller's longest stretch without an idle sample while a
- * restarted broker's partitions moved (bench scale-cluster). So the sorted keys are kept until a key comes or goes, and each entry's listed form
- * until the entry is replaced; only the array is new on each call. Callers must not change the entries.
+ * restarted broker's partitions moved (bench scale-cluster). So the sorted keys are kept until a key comes
+ * or goes, and each entry's listed form until the entry is replaced (an entry is replaced, never changed,
+ * when its key is written); only the array is new on each call. Callers must not change the entries.
  */
 export function listPartitionRecords<T>(records: WatchedPrefix<T>, topic?: string): Array<Listed<T>> {
   const out: Array<Listed<T>> = [];
@@ -34,12 +42,11 @@ export function listPartitionRecords<T>(records: WatchedPrefix<T>, topic?: strin
     if (topic !== undefined && k.topic !== topic) continue;
     const entry = records.get(k.key);
     if (entry === undefined) continue;
-    let listed = listedEntries.get(entry) as Listed<T> | undefined;
-    if (listed === undefined) {
-      listed = { topic: k.topic, partition: k.partition, ...entry };
-      listedEntries.set(entry, listed as Listed<unknown>);
+    if (k.entry !== entry) {
+      k.entry = entry;
+      k.listed = { topic: k.topic, partition: k.partition, ...entry };
     }
-    out.push(listed);
+    out.push(k.listed as Listed<T>);
   }
   return out;
 }
@@ -52,11 +59,11 @@ export function countByTopic<T>(records: WatchedPrefix<T>): Map<string, number> 
 }
 
 /** The store's keys, split and sorted: rebuilt only when its set of keys changed. */
-function keysOf<T>(records: WatchedPrefix<T>): Array<{ key: string; topic: string; partition: number }> {
+function keysOf<T>(records: WatchedPrefix<T>): KeptKey[] {
   const store = records as WatchedPrefix<unknown>;
   let sorted = sortedKeys.get(store);
   if (sorted?.version !== records.keyVersion) {
-    const keys = [];
+    const keys: KeptKey[] = [];
     for (const key of records.eachKey()) keys.push({ key, ...splitKey(key) });
     sorted = { version: records.keyVersion, keys: keys.sort(byTopicPartition) };
     sortedKeys.set(store, sorted);
