@@ -64,3 +64,47 @@ describe('LeaderLink', () => {
     expect(conn.closed).toBe(true);
   });
 });
+
+describe('LeaderLink.fetchFailed', () => {
+  it('warns once per leader every 10 s, only for partitions that keep failing, counting the failures between', () => {
+    const warnings: Array<Record<string, unknown>> = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => warnings.push(JSON.parse(line) as Record<string, unknown>) });
+    let now = 1_000_000;
+    const links = new LeaderLinks({
+      brokerId: 2,
+      registry: { get: () => undefined } as unknown as BrokerRegistry,
+      logger,
+      waitMs: 1000,
+      connect: async () => {
+        throw new Error('not used');
+      },
+      now: () => now,
+    });
+    const partitions = 3000;
+    const link = links.acquire(1, 't', 0);
+    const other = links.acquire(3, 't', 1);
+    const refused = new Error('connect ECONNREFUSED');
+    // Every partition following leader 1 fails nine times: routine, nothing said.
+    for (let f = 1; f <= 9; f++) for (let p = 0; p < partitions; p++) link.fetchFailed(refused, 't', p, f);
+    expect(warnings).toEqual([]);
+    // All of them reach the tenth failure together: one warning, with the count.
+    for (let p = 0; p < partitions; p++) link.fetchFailed(refused, 't', p, 10);
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatchObject({ msg: 'replica fetch failed; retrying', leader: 1, topic: 't', partition: 0, failures: 10, fetch_failures: 9 * partitions + 1 });
+    // Still failing 9.9 s later: nothing more.
+    now += 9_900;
+    for (let p = 0; p < partitions; p++) link.fetchFailed(refused, 't', p, 11);
+    expect(warnings).toHaveLength(1);
+    // Another leader's link warns on its own.
+    other.fetchFailed(refused, 't', 1, 10);
+    expect(warnings).toHaveLength(2);
+    expect(warnings[1]).toMatchObject({ leader: 3, fetch_failures: 1 });
+    // 10 s after its last warning, leader 1's link warns again, counting every failure since.
+    now += 100;
+    link.fetchFailed(refused, 't', 7, 12);
+    expect(warnings).toHaveLength(3);
+    expect(warnings[2]).toMatchObject({ leader: 1, partition: 7, failures: 12, fetch_failures: 2 * partitions - 1 + 1 });
+    link.release('t', 0);
+    other.release('t', 1);
+  });
+});

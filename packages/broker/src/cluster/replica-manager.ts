@@ -541,8 +541,8 @@ export class ReplicaManager {
           // A leader that moved answers NOT_LEADER on a healthy connection, which the other partitions keep.
           if (conn && (conn.closed || !(err instanceof TributaryError) || err.code === 'connection_lost' || err.code === 'request_timeout')) link.failed(conn);
           truncated = false;
-          // A leader that just died or moved is routine: warn only when it keeps failing.
-          if (failures === 10 || failures % 100 === 0) this.deps.logger.warn({ err, topic: r.topic, partition: r.id, leader: r.leaderId }, 'replica fetch failed; retrying');
+          // A leader that just died or moved is routine: warned about once per leader, when fetches keep failing.
+          link.fetchFailed(err, r.topic, r.id, failures);
           await sleep(Math.min(1000, 50 * failures), signal);
         }
       }
