@@ -6,7 +6,7 @@
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { BrokerRegistry } from 'tributary-broker/cluster/broker-registry.js';
-import { LeaderLinks } from 'tributary-broker/cluster/leader-links.js';
+import { CONNECT_RETRY_MS, LeaderLinks } from 'tributary-broker/cluster/leader-links.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { eventually } from '../../helpers/util.js';
 
@@ -106,5 +106,59 @@ describe('LeaderLink.fetchFailed', () => {
     expect(warnings[2]).toMatchObject({ leader: 1, partition: 7, failures: 12, fetch_failures: 2 * partitions - 1 + 1 });
     link.release('t', 0);
     other.release('t', 1);
+  });
+});
+
+describe('LeaderLink.connection', () => {
+  it('answers every fetch loop with the last failed connect for CONNECT_RETRY_MS, then tries again, and forgets the failure once connected', async () => {
+    let now = 5_000_000;
+    let registered = false;
+    let connects = 0;
+    let refuse = true;
+    const lookups: number[] = [];
+    const conn = { closed: false, close: async () => {}, command: async () => new Promise<string>(() => {}) };
+    const links = new LeaderLinks({
+      brokerId: 2,
+      registry: {
+        get: (id: number) => {
+          lookups.push(id);
+          return registered ? { advertisedAddress: '127.0.0.1:1' } : undefined;
+        },
+      } as unknown as BrokerRegistry,
+      logger: pino({ level: 'silent' }),
+      waitMs: 1000,
+      connect: async () => {
+        connects++;
+        if (refuse) throw new Error('connect ECONNREFUSED');
+        return conn as unknown as Connection;
+      },
+      now: () => now,
+    });
+    const link = links.acquire(1, 't', 0);
+    const settle = (p: Promise<Connection>) => p.then(() => 'ok' as const, (err: Error) => err);
+    // The leader is not registered: the first loop's attempt fails with NOT_LEADER...
+    const first = await settle(link.connection());
+    expect(first).toMatchObject({ code: 'NOT_LEADER' });
+    expect(lookups).toHaveLength(1);
+    // ...and 3,000 loops asking within CONNECT_RETRY_MS get that same error, with no new attempt.
+    const again = await Promise.all(Array.from({ length: 3000 }, () => settle(link.connection())));
+    expect(new Set(again)).toEqual(new Set([first]));
+    expect(lookups).toHaveLength(1);
+    // Past the window: one new attempt; registered now, but the connect is refused, which is shared in turn.
+    registered = true;
+    now += CONNECT_RETRY_MS;
+    const refused = await settle(link.connection());
+    expect(refused).toMatchObject({ message: 'connect ECONNREFUSED' });
+    expect(await settle(link.connection())).toBe(refused);
+    expect(connects).toBe(1);
+    // The leader is back: the next attempt after the window connects, and later calls use that connection.
+    refuse = false;
+    now += CONNECT_RETRY_MS;
+    expect(await settle(link.connection())).toBe('ok');
+    expect(await settle(link.connection())).toBe('ok');
+    expect(await settle(link.connection())).toBe('ok');
+    // Two shared connections, each connected once.
+    expect(connects).toBe(3);
+    link.release('t', 0);
   });
 });

@@ -25,6 +25,11 @@ const FETCH_CONNECTIONS = 2;
 const PARK_FALLBACK_MS = failpointMs('replica.park_fallback') ?? 30_000;
 /** At most one warning per leader this often about the fetches that keep failing (LeaderLink.fetchFailed). */
 const FETCH_WARN_EVERY_MS = 10_000;
+/**
+ * A failed connect is every fetch loop's answer for this long (LeaderLink.connection): while a leader is
+ * down or unregistered, thousands of loops retrying each made a connect attempt and an error of their own.
+ */
+export const CONNECT_RETRY_MS = 250;
 
 export interface LeaderLinkDeps {
   brokerId: number;
@@ -33,7 +38,7 @@ export interface LeaderLinkDeps {
   /** How long one REPLICA_WAIT may wait at the leader. */
   waitMs: number;
   connect: (host: string, port: number, signal: AbortSignal) => Promise<Connection>;
-  /** The clock of the warnings' pacing (Date.now unless a test drives it). */
+  /** The clock of the warnings' pacing and of the connect retry (Date.now unless a test drives it). */
   now?: () => number;
 }
 
@@ -73,6 +78,8 @@ export class LeaderLink {
   /** Fetch failures since the last warning, and when that was. */
   private fetchFailures = 0;
   private fetchWarnedAt = Number.NEGATIVE_INFINITY;
+  /** The last connect that failed, shared by the connection() calls of the next CONNECT_RETRY_MS. */
+  private connectFailed: { p: Promise<Connection>; at: number } | null = null;
 
   constructor(
     readonly leaderId: number,
@@ -80,8 +87,15 @@ export class LeaderLink {
     private readonly onClosed: () => void,
   ) {}
 
-  /** One of the shared connections (round-robin), connected on first use or after a failure. */
+  /**
+   * One of the shared connections (round-robin), connected on first use or after a failure. A connect that
+   * failed less than CONNECT_RETRY_MS ago is the answer without a new attempt: a broker that followed
+   * 3,300 partitions on a restarting leader spent half of a 1.5 s stall making their connect errors
+   * (bench scale-cluster, docs/operations.md).
+   */
   connection(): Promise<Connection> {
+    const failed = this.connectFailed;
+    if (failed && this.now() - failed.at < CONNECT_RETRY_MS) return failed.p;
     const i = this.next;
     this.next = (this.next + 1) % FETCH_CONNECTIONS;
     const cur = this.conns[i];
@@ -91,12 +105,18 @@ export class LeaderLink {
     slot.p.then(
       (c) => {
         slot.c = c;
+        this.connectFailed = null;
       },
       () => {
         if (this.conns[i] === slot) this.conns[i] = null;
+        this.connectFailed = { p: slot.p, at: this.now() };
       },
     );
     return slot.p;
+  }
+
+  private now(): number {
+    return this.deps.now?.() ?? Date.now();
   }
 
   /**
@@ -108,7 +128,7 @@ export class LeaderLink {
    */
   fetchFailed(err: unknown, topic: string, partition: number, failures: number): void {
     this.fetchFailures++;
-    const now = this.deps.now?.() ?? Date.now();
+    const now = this.now();
     if (failures < 10 || now - this.fetchWarnedAt < FETCH_WARN_EVERY_MS) return;
     this.fetchWarnedAt = now;
     this.deps.logger.warn({ err, leader: this.leaderId, topic, partition, failures, fetch_failures: this.fetchFailures }, 'replica fetch failed; retrying');
