@@ -47,6 +47,8 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
     // Loaded here, not at the top: client commands then start without loading storage, metrics and pino.
     const { Broker: BrokerClass } = await import('../broker/broker.js');
     const { createLogger } = await import('../common/logger.js');
+    const { keepHeapHeadroom } = await import('../common/heap-headroom.js');
+    keepHeapHeadroom(config.heapHeadroomMb);
     logger = createLogger(config.logLevel, 'tributary', config.logFormat);
     broker = new BrokerClass(config, logger);
     started = broker.start();

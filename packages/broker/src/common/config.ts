@@ -72,6 +72,12 @@ export const brokerConfigSchema = z
      * their segments instead. 0 turns the cache off.
      */
     tailCacheBytes: z.number().int().min(0).default(128 * 1024 * 1024),
+    /**
+     * MiB the old generation of the broker process may grow by between full garbage collections while its
+     * live heap is smaller than that (common/heap-headroom.ts); 0 leaves V8's own sizing. Set by the CLI's
+     * `broker start`: the factor is process-wide.
+     */
+    heapHeadroomMb: z.number().int().min(0).max(65_536).default(128),
     segmentMs: z.number().int().min(1000).default(7 * 24 * 3600 * 1000),
     retentionHours: z.number().int().min(-1).default(168),
     retentionBytes: z.number().int().min(-1).default(-1),
