@@ -154,7 +154,7 @@ export class ClientConnection implements ConnectionContext {
     );
     this.replyChain = this.replyChain.then(async () => {
       const r = await reply;
-      this.broker.metrics.requestDuration.observe({ command: label }, (Date.now() - started) / 1000);
+      this.broker.metrics.requestDuration.child(label).observe((Date.now() - started) / 1000);
       this.inFlight--;
       if (this.pausedForInFlight && this.inFlight < MAX_IN_FLIGHT / 2) {
         this.pausedForInFlight = false;

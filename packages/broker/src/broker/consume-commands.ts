@@ -131,7 +131,7 @@ async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promi
   const receivedAt = c.receivedAt;
   const handled = performance.now();
   const phase = b.metrics.fetchPhase;
-  if (receivedAt !== undefined) phase.observe({ phase: 'queue' }, (handled - receivedAt) / 1000);
+  if (receivedAt !== undefined) phase.child('queue').observe((handled - receivedAt) / 1000);
   const req = parseReadRequest(b, p);
   await checkFence(b, req);
   await resolveRemoteStart(b, c, req);
@@ -154,8 +154,8 @@ async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promi
   // Again once the records are in hand: the member may have lost the partition during the long poll.
   await checkFence(b, req);
   const done = performance.now();
-  phase.observe({ phase: 'wait' }, (readStarted - handled) / 1000);
-  phase.observe({ phase: 'read' }, (done - readStarted) / 1000);
+  phase.child('wait').observe((readStarted - handled) / 1000);
+  phase.child('read').observe((done - readStarted) / 1000);
   return out.frame;
 }
 

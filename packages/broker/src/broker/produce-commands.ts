@@ -101,14 +101,14 @@ async function timedAck<T extends { lastOffset: number; writtenAt?: number }>(
   ack: (lastOffset: number) => Promise<void>,
 ): Promise<T> {
   const phase = b.metrics.producePhase;
-  if (receivedAt !== undefined) phase.observe({ phase: 'queue' }, (handled - receivedAt) / 1000);
+  if (receivedAt !== undefined) phase.child('queue').observe((handled - receivedAt) / 1000);
   const res = await appended;
   const durable = performance.now();
   const written = res.writtenAt ?? durable;
-  phase.observe({ phase: 'append' }, (written - handled) / 1000);
-  phase.observe({ phase: 'fsync' }, (durable - written) / 1000);
+  phase.child('append').observe((written - handled) / 1000);
+  phase.child('fsync').observe((durable - written) / 1000);
   await ack(res.lastOffset);
-  if (b.cluster) phase.observe({ phase: 'replication' }, (performance.now() - durable) / 1000);
+  if (b.cluster) phase.child('replication').observe((performance.now() - durable) / 1000);
   return res;
 }
 

@@ -1,4 +1,5 @@
 import client from 'prom-client';
+import { BoundHistogram } from './bound-histogram.js';
 
 /** From 100 µs (an fsync on a fast disk, a cached read) to 5 s. */
 const FAST_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
@@ -10,24 +11,21 @@ export class BrokerMetrics {
   readonly recordsOut = new client.Counter({ name: 'tributary_records_out_total', help: 'Records sent to consumers', labelNames: ['topic'], registers: [this.registry] });
   readonly bytesIn = new client.Counter({ name: 'tributary_bytes_in_total', help: 'Record payload bytes appended', labelNames: ['topic'], registers: [this.registry] });
   readonly bytesOut = new client.Counter({ name: 'tributary_bytes_out_total', help: 'Record payload bytes sent to consumers', labelNames: ['topic'], registers: [this.registry] });
-  readonly requestDuration = new client.Histogram({
-    name: 'tributary_request_duration_seconds',
-    help: 'Request latency by command',
-    labelNames: ['command'],
+  readonly requestDuration = new BoundHistogram('tributary_request_duration_seconds', 'Request latency by command', {
+    labelName: 'command',
     buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
-    registers: [this.registry],
+    registry: this.registry,
   });
   readonly errors = new client.Counter({ name: 'tributary_request_errors_total', help: 'Error replies by code', labelNames: ['code'], registers: [this.registry] });
   readonly connections = new client.Gauge({ name: 'tributary_connections', help: 'Open client connections', registers: [this.registry] });
   readonly connectionsRejected = new client.Counter({ name: 'tributary_connections_rejected_total', help: 'Connections refused or closed by a limit', labelNames: ['reason'], registers: [this.registry] });
   readonly partitions = new client.Gauge({ name: 'tributary_partitions', help: 'Partitions hosted by this broker', registers: [this.registry] });
   readonly topics = new client.Gauge({ name: 'tributary_topics', help: 'Topics known to this broker', registers: [this.registry] });
-  readonly fsyncDuration = new client.Histogram({
-    name: 'tributary_fsync_duration_seconds',
-    help: 'One fsync pass of a partition log (group commit: one pass covers every append written before it)',
-    buckets: FAST_BUCKETS,
-    registers: [this.registry],
-  });
+  readonly fsyncDuration = new BoundHistogram(
+    'tributary_fsync_duration_seconds',
+    'One fsync pass of a partition log (group commit: one pass covers every append written before it)',
+    { buckets: FAST_BUCKETS, registry: this.registry },
+  ).child();
   /** docs/operations.md, "Metrics": queue, append (write), fsync, replication (acks=all in a cluster). */
   readonly producePhase = this.phases(
     'tributary_produce_phase_seconds',
@@ -37,8 +35,8 @@ export class BrokerMetrics {
   readonly isrShrinks = new client.Counter({ name: 'tributary_isr_shrinks_total', help: 'In-sync replica sets this broker shrank as leader', labelNames: ['topic'], registers: [this.registry] });
   readonly isrExpands = new client.Counter({ name: 'tributary_isr_expands_total', help: 'In-sync replica sets this broker expanded as leader', labelNames: ['topic'], registers: [this.registry] });
 
-  private phases(name: string, help: string): client.Histogram<'phase'> {
-    return new client.Histogram({ name, help, labelNames: ['phase'], buckets: FAST_BUCKETS, registers: [this.registry] });
+  private phases(name: string, help: string): BoundHistogram {
+    return new BoundHistogram(name, help, { labelName: 'phase', buckets: FAST_BUCKETS, registry: this.registry });
   }
 
   constructor() {
