@@ -2,13 +2,13 @@
  * Room for the broker process's old generation between full garbage collections (`--heap-headroom-mb`,
  * docs/operations.md "Memory").
  *
- * V8 places the next full collection at a multiple of the live heap, 2x or less when it judges the
- * collections cheap. A broker's live heap is small (20-30 MB with a few partitions) and it allocates fast
- * (about 30 MB/s at 10,000 records/s of 1 KiB): it ran a mark-compact every 300 ms, each a 10-26 ms pause
- * of every request on the broker, and its GC threads took 30-40 % of the broker's CPU. Setting V8's
- * growing factor so the old generation may grow by about the headroom before the next full collection
- * cut that to 3 in 18 s (bench latency, W2). A heap already larger than the headroom keeps V8's own
- * factor, so the setting costs at most the headroom in memory.
+ * V8 sizes the old generation from the live heap. A broker's live heap is small (20-30 MB with a few
+ * partitions) and it allocates fast (about 30 MB/s at 10,000 records/s of 1 KiB): V8 started a full
+ * collection every 300 ms (`--trace-incremental-marking`: 24 MB used of a 47 MB limit at each start), each
+ * an 8-26 ms pause of every request on the broker, and its GC threads took about a third of the broker's
+ * CPU. With the growing factor set so that the old generation may grow by about the headroom, the same
+ * run (bench latency, W2) had 3 full collections in 18 s instead of 23-28. A heap already larger than the
+ * headroom keeps V8's own factor, so the setting costs at most the headroom in memory.
  */
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import v8 from 'node:v8';
