@@ -1,6 +1,6 @@
 /**
  * Room for the broker process's old generation between full garbage collections (`--heap-headroom-mb`,
- * docs/operations.md "Memory").
+ * docs/operations.md "Limits").
  *
  * V8 sizes the old generation from the live heap. A broker's live heap is small (20-30 MB with a few
  * partitions) and it allocates fast (about 30 MB/s at 10,000 records/s of 1 KiB): V8 started a full
