@@ -11,7 +11,7 @@ import type { Cluster } from './cluster.js';
 import { channels, publish } from './events.js';
 import type { ProducerEvents } from './producer-messages.js';
 import type { ResolvedProducerOptions } from './producer-options.js';
-import { needsNewNumbers, type PartitionQueue, type ProducerBatch, type RecordAccumulator } from './record-accumulator.js';
+import { cancelLinger, needsNewNumbers, type PartitionQueue, type ProducerBatch, type RecordAccumulator } from './record-accumulator.js';
 import { isRetriable, retry } from './retry.js';
 
 interface BatchAck {
@@ -108,10 +108,7 @@ export class ProducerSender {
     }
     b.dispatched = true;
     b.startedAt = Date.now();
-    if (b.timer) {
-      clearTimeout(b.timer);
-      b.timer = undefined;
-    }
+    cancelLinger(b);
   }
 
   private number(q: PartitionQueue, b: ProducerBatch): void {
@@ -287,7 +284,7 @@ export class ProducerSender {
   private complete(q: PartitionQueue, b: ProducerBatch, err: Error | null, ack?: BatchAck): void {
     if (b.completed) return;
     b.completed = true;
-    if (b.timer) clearTimeout(b.timer);
+    cancelLinger(b);
     q.inFlight.delete(b);
     if (q.inFlight.size === 0) q.lost.clear();
     const durationMs = b.startedAt > 0 ? Date.now() - b.startedAt : 0;

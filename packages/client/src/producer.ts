@@ -453,13 +453,20 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     return n;
   }
 
+  /**
+   * `lingerMs` 0 waits for the end of the event-loop turn, not a timer (Node runs a 0 ms timer after 1 ms
+   * at the soonest): the records of one synchronous burst share a batch, sent in the same turn of the loop.
+   */
   private armLinger(batch: ProducerBatch): void {
-    batch.timer = setTimeout(() => {
+    const due = () => {
       batch.timer = undefined;
+      batch.immediate = undefined;
       if (batch.closed) return;
       batch.ready = true; // sendable now; it keeps filling until the sender takes it
       this.sender.pump(this.accumulator.queue(batch.topic, batch.partition));
-    }, this.options.lingerMs);
+    };
+    if (this.options.lingerMs === 0) batch.immediate = setImmediate(due);
+    else batch.timer = setTimeout(due, this.options.lingerMs);
   }
 
   // ---- flush and close ----

@@ -41,7 +41,9 @@ export class ProducerBatch {
   ready = false;
   dispatched = false;
   completed = false;
+  /** Its linger wait: a timer, or with `lingerMs` 0 the end of the event-loop turn (`immediate`). */
   timer: NodeJS.Timeout | undefined;
+  immediate: NodeJS.Immediate | undefined;
   startedAt = 0;
   /**
    * Idempotent producers: the sequence of the first record and the epoch, assigned at first send (-1:
@@ -345,4 +347,12 @@ export class RecordAccumulator {
     const head = q.batches[0];
     return q.retrying === 0 && q.inFlight.size < maxInFlight && head !== undefined && (head.closed || head.ready) && !numberingUnsettled(q);
   }
+}
+
+/** Cancels a batch's linger wait, whichever kind it is. */
+export function cancelLinger(b: ProducerBatch): void {
+  if (b.timer) clearTimeout(b.timer);
+  if (b.immediate) clearImmediate(b.immediate);
+  b.timer = undefined;
+  b.immediate = undefined;
 }

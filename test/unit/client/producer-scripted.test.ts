@@ -225,6 +225,33 @@ describe('Producer sender (scripted server)', () => {
     expect(b.values()).toEqual(['a', 'b', 'c']);
   });
 
+  it('lingerMs 0 sends at the end of the event-loop turn, without a timer: one burst is one batch', async () => {
+    const b = await broker(2);
+    const p = producer(b, { lingerMs: 0 });
+    await p.send({ topic: 't', messages: [{ value: 'warm', partition: 0 }] }); // METADATA is cached
+    // With every timer stopped, only the end of the loop's turn can send.
+    useFakeTimersForIo();
+    const burst = [
+      p.send({ topic: 't', messages: [{ value: 'a', partition: 1 }] }),
+      p.send({ topic: 't', messages: [{ value: 'b', partition: 1 }, { value: 'x', partition: 0 }] }),
+      p.send({ topic: 't', messages: [{ value: 'c', partition: 1 }] }),
+    ];
+    await untilReal(() => b.batches.length === 3, 'the burst sent with the clock stopped');
+    const meta = (await Promise.all(burst)).flat();
+    expect(meta.map((m) => [m.partition, m.offset])).toEqual([
+      [1, 0],
+      [1, 1],
+      [0, 1],
+      [1, 2],
+    ]);
+    expect(b.batches.slice(1).map((x) => [x.batch.partition, x.batch.records.map((r) => r.value.toString())])).toEqual(
+      expect.arrayContaining([
+        [1, ['a', 'b', 'c']],
+        [0, ['x']],
+      ]),
+    );
+  });
+
   it('keys, values, headers and timestamps arrive as given; changing a message after send() changes nothing queued', async () => {
     const b = await broker(2);
     const p = producer(b, { lingerMs: 50 });
