@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { readSmallFile, writeFileAtomic } from '../storage/atomic-file.js';
+import { LogTicker, type Tickable } from '../storage/log-ticker.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import { type ProducerSnapshot, ProducerStateReplay, ProducerStateTable } from './producer-state.js';
 import { TxnIndex, type TxnSnapshot } from './txn-index.js';
@@ -29,10 +30,11 @@ export interface Rebuilt<T> {
   fresh: boolean;
 }
 
-/** A snapshot file written atomically (tmp + fsync + rename), one write at a time, and on a timer of its own. */
-export class SnapshotFile {
+/** A snapshot file written atomically (tmp + fsync + rename), one write at a time, and checked on a timer. */
+export class SnapshotFile implements Tickable {
   private writing: Promise<void> = Promise.resolve();
-  private timer: NodeJS.Timeout | null = null;
+  private ticker: LogTicker | null = null;
+  private tick: (() => void) | null = null;
 
   constructor(readonly path: string) {}
 
@@ -52,16 +54,26 @@ export class SnapshotFile {
     return this.writing;
   }
 
-  /** Calls `tick` every `ms` (replacing an earlier timer); the timer does not keep the process alive. */
-  every(ms: number, tick: () => void): void {
+  /**
+   * Calls `tick` on every tick of `ticker` (replacing an earlier `tick`) until stop(); the ticker does not
+   * keep the process alive.
+   */
+  every(ticker: LogTicker, tick: () => void): void {
     this.stop();
-    this.timer = setInterval(tick, ms);
-    this.timer.unref();
+    this.ticker = ticker;
+    this.tick = tick;
+    ticker.want(this);
+  }
+
+  onTick(): void {
+    this.tick?.();
+    if (this.tick) this.ticker?.want(this);
   }
 
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+    this.ticker?.forget(this);
+    this.ticker = null;
+    this.tick = null;
   }
 }
 
@@ -201,6 +213,8 @@ export class PartitionSnapshots {
     private readonly log: PartitionLog,
     /** The partition's current states (null while rebuilding) and whether it is closed. */
     private readonly current: { producers: () => ProducerStateTable | null; txns: () => TxnIndex | null; closed: () => boolean },
+    /** The timer of the snapshot checks, shared by every partition of a broker (period SNAPSHOT_INTERVAL_MS). */
+    private readonly ticker: LogTicker = new LogTicker(SNAPSHOT_INTERVAL_MS),
   ) {
     this.producerFile = new SnapshotFile(join(log.dir, PRODUCER_SNAPSHOT_FILE));
     this.txnFile = new SnapshotFile(join(log.dir, TXN_SNAPSHOT_FILE));
@@ -211,7 +225,7 @@ export class PartitionSnapshots {
     if (!this.current.closed()) {
       if (fresh) await this.writeProducers(table, end);
       else this.producerVersion = table.version;
-      this.producerFile.every(SNAPSHOT_INTERVAL_MS, () => {
+      this.producerFile.every(this.ticker, () => {
         const producers = this.current.producers();
         if (producers && producers.version !== this.producerVersion) {
           producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
@@ -230,7 +244,7 @@ export class PartitionSnapshots {
         this.txnVersion = index.version;
         this.txnOffset = from;
       }
-      this.txnFile.every(SNAPSHOT_INTERVAL_MS, () => {
+      this.txnFile.every(this.ticker, () => {
         const txns = this.current.txns();
         // Also when only the HWM moved: the snapshot's offset bounds the scan after a crash.
         if (txns && (txns.version !== this.txnVersion || this.log.highWatermark !== this.txnOffset)) {

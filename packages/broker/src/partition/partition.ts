@@ -2,6 +2,7 @@ import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
+import type { LogTicker } from '../storage/log-ticker.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import { failpointDelay } from '../common/failpoints.js';
 import { AppendTracker } from './append-tracker.js';
@@ -52,7 +53,7 @@ export class Partition {
     readonly topic: string,
     readonly id: number,
     readonly log: PartitionLog,
-    opts: { replicated?: boolean } = {},
+    opts: { replicated?: boolean; snapshotTicker?: LogTicker } = {},
   ) {
     // Standalone, everything that survived recovery is on disk, hence durable as far as a restart can
     // tell. Replicated, the tail past the checkpointed HWM may be a dead leader's that no one else has:
@@ -62,7 +63,7 @@ export class Partition {
       producers: () => this.producers,
       txns: () => this.txns,
       closed: () => this.closed,
-    });
+    }, opts.snapshotTicker);
     log.onFilesCreated(() => this.snapshots.writeEmpty());
     this.txnFloor = readTxnFloor(log);
     this.txnReady = this.snapshots.loadTxns().then(

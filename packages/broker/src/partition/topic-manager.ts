@@ -1,5 +1,6 @@
 import { mapBounded } from '../common/bounded.js';
 import { FdBudget } from '../storage/fd-budget.js';
+import { LogTicker } from '../storage/log-ticker.js';
 import { TailCacheBudget } from '../storage/tail-cache-budget.js';
 import { failpointDelay } from '../common/failpoints.js';
 import fs from 'node:fs/promises';
@@ -14,6 +15,7 @@ import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { BrokerMetrics } from '../common/metrics.js';
 import { Partition } from './partition.js';
+import { SNAPSHOT_INTERVAL_MS } from './partition-snapshots.js';
 
 const TOPIC_NAME_RE = /^[A-Za-z0-9._-]{1,249}$/;
 const INTERNAL_SEGMENT_BYTES = 16 * 1024 * 1024;
@@ -72,6 +74,10 @@ export class TopicManager {
   private readonly fdBudget: FdBudget;
   /** The bound on tail cache memory that every partition's log shares. */
   private readonly tailCacheBudget: TailCacheBudget;
+  /** The flush timer every partition's log shares (only logs with timed work wait on it). */
+  private readonly ticker: LogTicker;
+  /** The timer of every partition's snapshot checks (producer state, transactions). */
+  private readonly snapshotTicker = new LogTicker(SNAPSHOT_INTERVAL_MS);
 
   constructor(
     private readonly store: MetadataStore,
@@ -80,6 +86,7 @@ export class TopicManager {
     private readonly metrics: BrokerMetrics,
   ) {
     this.logsDir = path.join(config.dataDir, 'logs');
+    this.ticker = new LogTicker(config.flushIntervalMs);
     const budget = (this.fdBudget = new FdBudget(config.maxOpenSegmentFiles));
     new client.Gauge({
       name: 'tributary_open_segment_files',
@@ -296,6 +303,7 @@ export class TopicManager {
     const internal = def.name.startsWith('__');
     return {
       fdBudget: this.fdBudget,
+      ticker: this.ticker,
       tailCacheBudget: this.tailCacheBudget,
       // No cache may hold more than the budget (one large write would otherwise empty every other cache
       // before its own cap dropped it); --tail-cache-bytes 0 turns every cache off.
@@ -329,7 +337,7 @@ export class TopicManager {
     const log = await PartitionLog.open(path.join(this.topicDir(def), String(i)), this.logOptions(def), this.logger.child({ topic: def.name, partition: i }), {
       lazy: true,
     });
-    return new Partition(def.name, i, log, { replicated: this.config.cluster });
+    return new Partition(def.name, i, log, { replicated: this.config.cluster, snapshotTicker: this.snapshotTicker });
   }
 
   private async removeOrphans(defs: TopicDefinition[]): Promise<void> {

@@ -23,7 +23,17 @@ export class GroupCommit {
   private syncing = false;
   private done: Promise<void> = Promise.resolve();
 
-  constructor(private readonly st: LogState) {}
+  constructor(
+    private readonly st: LogState,
+    /** Told each time a write leaves a segment to be synced (the flush=interval timer, LogTicker). */
+    private readonly onDirty: () => void = () => {},
+  ) {}
+
+  /** `seg` was written and needs a datasync. */
+  markDirty(seg: Segment): void {
+    this.dirty.add(seg);
+    this.onDirty();
+  }
 
   /** Resolves `w` (or rejects it) after the next fsync pass; call kick() to start it. */
   wait(w: SyncWaiter): void {

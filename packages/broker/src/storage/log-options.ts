@@ -2,6 +2,7 @@
 import { invalidParam } from 'tributary-protocol/errors.js';
 import { DEFAULT_INDEX_INTERVAL_BYTES } from './offset-index.js';
 import type { FdBudget, SegmentFdPolicy } from './fd-budget.js';
+import type { LogTicker } from './log-ticker.js';
 import type { TailCacheBudget } from './tail-cache-budget.js';
 
 export type FlushMode = 'always' | 'interval' | 'os';
@@ -35,6 +36,11 @@ export interface LogOptions {
   onSync?: (seconds: number) => void;
   /** The broker-wide bound on open segment files this log's segments share (none: each keeps its fd). */
   fdBudget?: FdBudget;
+  /**
+   * The flush timer every log of the broker shares (none: the log gets its own, of flushIntervalMs). Its
+   * period is then the one flushIntervalMs means.
+   */
+  ticker?: LogTicker;
 }
 
 /** How this log's segments take part in the fd budget: only fsynced writes let a segment close its fd. */

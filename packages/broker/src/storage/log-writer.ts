@@ -297,7 +297,7 @@ export class LogWriter {
     seg.maxTimestamp = maxTs;
     seg.markModified();
     this.st.totalBytes += bytes;
-    this.sync.dirty.add(seg);
+    this.sync.markDirty(seg);
     this.st.cache.append(buf, firstOffset, recStarts);
     const writtenAt = performance.now();
     for (const b of group) (b.result as AppendResult).writtenAt = writtenAt;
@@ -340,7 +340,7 @@ export class LogWriter {
     if (rw.maxTimestamp > seg.maxTimestamp) seg.maxTimestamp = rw.maxTimestamp;
     seg.markModified();
     this.st.totalBytes += b.bytes;
-    this.sync.dirty.add(seg);
+    this.sync.markDirty(seg);
     // The tail cache holds consecutive offsets ending at the LEO: cache the last run without a gap (a gap before
     // it, from the LEO or inside the call, empties the cache first).
     let run = offsets.length - 1;

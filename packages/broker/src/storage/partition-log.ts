@@ -20,6 +20,7 @@ import { invalidParam } from 'tributary-protocol/errors.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import { writeFileAtomic } from './atomic-file.js';
 import { GroupCommit } from './group-commit.js';
+import { LogTicker } from './log-ticker.js';
 import { HwmCheckpoint } from './hwm-checkpoint.js';
 import { LogCleaner } from './log-cleaner.js';
 import { fsyncDir, renameAway, storageError } from './log-fs.js';
@@ -77,14 +78,17 @@ export class PartitionLog {
   private readonly cleaner: LogCleaner;
   private readonly checkpoint: HwmCheckpoint;
   private closePromise: Promise<void> | null = null;
-  private timer: NodeJS.Timeout | null = null;
+  private readonly ticker: LogTicker;
 
   private constructor(dir: string, opts: LogOptions, logger: Logger, segments: Segment[]) {
     this.dir = dir;
     this.options = Object.freeze(opts);
     const st = new LogState(dir, this.options, logger, segments);
     this.st = st;
-    this.sync = new GroupCommit(st);
+    this.ticker = opts.ticker ?? new LogTicker(opts.flushIntervalMs);
+    this.sync = new GroupCommit(st, () => {
+      if (this.options.flush === 'interval') this.ticker.want(this);
+    });
     this.fds = new SegmentFds(st);
     this.writer = new LogWriter(st, this.sync, this.fds);
     this.reader = new LogReader(st, this.fds);
@@ -111,8 +115,6 @@ export class PartitionLog {
     const pl = new PartitionLog(dir, o, log, segments);
     pl.st.hwm = pl.st.clampHwm(checkpointedHwm);
     pl.checkpoint.checkpointed = pl.st.hwm;
-    pl.timer = setInterval(() => pl.onTimer(), o.flushIntervalMs);
-    pl.timer.unref();
     log.debug({ logStartOffset: pl.logStartOffset, logEndOffset: pl.logEndOffset, segments: segments.length, clean }, 'partition log opened');
     return pl;
   }
@@ -152,7 +154,15 @@ export class PartitionLog {
   setHighWatermark(o: number): void {
     if (!Number.isSafeInteger(o)) throw invalidParam('highWatermark', 'must be a safe integer');
     const v = this.st.clampHwm(o);
-    if (v > this.st.hwm) this.st.hwm = v;
+    if (v > this.st.hwm) {
+      this.st.hwm = v;
+      this.wantCheckpoint();
+    }
+  }
+
+  /** The HWM checkpoint is behind: the next tick writes it (unless checkpointHwmOnTimer is false). */
+  private wantCheckpoint(): void {
+    if (this.options.checkpointHwmOnTimer !== false && this.st.state === 'open' && this.st.hwm !== this.checkpoint.checkpointed) this.ticker.want(this);
   }
 
   segmentInfos(): SegmentInfo[] {
@@ -206,13 +216,24 @@ export class PartitionLog {
 
   // ---------------------------------------------------------------- durability (group-commit.ts, hwm-checkpoint.ts)
 
-  private onTimer(): void {
+  /** The flush timer (LogTicker): the fsync of flush=interval and the HWM checkpoint this log asked for. */
+  onTick(): void {
+    if (this.st.state !== 'open' || this.st.dormant) return;
     // An exclusive section (a truncation, a compaction's swap, a release) may be moving the files the
     // checkpoint would land beside; the next tick writes it.
-    if (this.st.state !== 'open' || this.st.dormant || this.writer.exclusiveActive) return;
+    if (this.writer.exclusiveActive) {
+      this.ticker.want(this);
+      return;
+    }
     if (this.options.flush === 'interval' && this.sync.dirty.size > 0) this.sync.kick();
     if (this.options.checkpointHwmOnTimer === false) return;
-    this.checkpoint.write().catch((err: unknown) => this.st.logger.warn({ err }, 'could not write HWM checkpoint'));
+    this.checkpoint.write().then(
+      () => this.wantCheckpoint(),
+      (err: unknown) => {
+        this.st.logger.warn({ err }, 'could not write HWM checkpoint');
+        this.wantCheckpoint();
+      },
+    );
   }
 
   /** fsyncs every dirty segment and writes the HWM checkpoint. */
@@ -262,7 +283,11 @@ export class PartitionLog {
 
   /** Deletes whole closed segments by time and size retention. Never deletes the active segment. */
   applyRetention(now: number = Date.now()): Promise<{ deletedSegments: number; deletedBytes: number }> {
-    return this.cleaner.applyRetention(now);
+    return this.cleaner.applyRetention(now).then((r) => {
+      // Retention may have raised the HWM to the new log start.
+      this.wantCheckpoint();
+      return r;
+    });
   }
 
   /**
@@ -311,7 +336,7 @@ export class PartitionLog {
           await this.st.active.datasync();
           await fsyncDir(this.dir);
         } else {
-          this.sync.dirty.add(this.st.active);
+          this.sync.markDirty(this.st.active);
         }
       } catch (err) {
         this.st.fail(err);
@@ -397,8 +422,7 @@ export class PartitionLog {
   private async shutdown(clean: boolean): Promise<void> {
     if (this.st.state !== 'open') return;
     this.st.state = 'closing';
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+    this.ticker.forget(this);
     // A running compaction sees the state and gives up at its next record; let it clean up first.
     if (this.cleaner.compacting) await this.cleaner.idle();
     await this.writer.run(async () => {
