@@ -110,7 +110,11 @@ cluster.dedicated = async (address, signal, opts) => {
   conn.consume = async (fields) => {
     const r0 = Date.now();
     try {
-      return await consume(fields);
+      const batch = await consume(fields);
+      // A reply that starts before the offset asked for would be redelivered as new: say so, with both.
+      const first = batch?.records?.[0]?.offset;
+      if (first !== undefined && first < Number(fields.offset)) reader(Number(fields.partition), 'behind', `${address}: asked ${fields.offset}, got ${first}..${batch.records.at(-1).offset}`);
+      return batch;
     } finally {
       const ms = Date.now() - r0;
       if (ms > Number(fields.wait_ms ?? 0) + SLOW_MS) reader(Number(fields.partition), 'read', address, ms);

@@ -77,14 +77,15 @@ export interface FetchOffsetOp {
 }
 
 /**
- * A consumer's partition reader: a failed read (it re-routes on it), a dial, or a lookup or read that
- * took longer than 200 ms. Diagnostics of how a reader spent a fault, not checked.
+ * A consumer's partition reader: a failed read (it re-routes on it), a dial, a lookup or read that took
+ * longer than 200 ms, or a reply that started before the offset asked for (`behind`). Diagnostics of how
+ * a reader spent a fault, not checked.
  */
 export interface ReaderOp {
   f: 'reader';
   process: string;
   partition: number;
-  step: 'error' | 'lookup' | 'dial' | 'read';
+  step: 'error' | 'lookup' | 'dial' | 'read' | 'behind';
   detail: string;
   ms?: number;
   time: number;
