@@ -115,6 +115,10 @@ cluster.dedicated = async (address, signal, opts) => {
       const first = batch?.records?.[0]?.offset;
       if (first !== undefined && first < Number(fields.offset)) reader(Number(fields.partition), 'behind', `${address}: asked ${fields.offset}, got ${first}..${batch.records.at(-1).offset}`);
       return batch;
+    } catch (err) {
+      // The reader resets its position on this one (autoOffsetReset), without re-routing: say who said it.
+      if (err?.code === 'OFFSET_OUT_OF_RANGE') reader(Number(fields.partition), 'range', `${address}: asked ${fields.offset}, range ${err.fields?.earliest}..${err.fields?.latest}`);
+      throw err;
     } finally {
       const ms = Date.now() - r0;
       if (ms > Number(fields.wait_ms ?? 0) + SLOW_MS) reader(Number(fields.partition), 'read', address, ms);

@@ -78,14 +78,15 @@ export interface FetchOffsetOp {
 
 /**
  * A consumer's partition reader: a failed read (it re-routes on it), a dial, a lookup or read that took
- * longer than 200 ms, or a reply that started before the offset asked for (`behind`). Diagnostics of how
- * a reader spent a fault, not checked.
+ * longer than 200 ms, a reply that started before the offset asked for (`behind`), or an
+ * OFFSET_OUT_OF_RANGE answer (`range`, on which the reader resets its position). Diagnostics of how a
+ * reader spent a fault, not checked.
  */
 export interface ReaderOp {
   f: 'reader';
   process: string;
   partition: number;
-  step: 'error' | 'lookup' | 'dial' | 'read' | 'behind';
+  step: 'error' | 'lookup' | 'dial' | 'read' | 'behind' | 'range';
   detail: string;
   ms?: number;
   time: number;
