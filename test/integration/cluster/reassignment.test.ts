@@ -199,6 +199,30 @@ describe('partition reassignment', () => {
     console.log(`reassign under load: ${acked} acknowledged, ${retried} producer retries, moved in ${Date.now() - requestedAt} ms`);
   }, 120_000);
 
+  it('a long poll on the leader that is moved off and drops its copy ends NOT_LEADER, never OFFSET_OUT_OF_RANGE', async () => {
+    await create('polled', 1, 3);
+    await fill('polled', 0, 50, 50);
+    const before = partitionOf(await cluster.status(), 'polled', 0);
+    const removed = before.leader;
+    const leo = await localLeo(removed, 'polled', 0);
+    const target = [3, ...before.replicas.filter((id) => id !== removed)];
+    const reader = await cluster.connect(removed);
+    try {
+      // Waits at the end of the log, past the move and the drop of the old leader's copy.
+      const poll = reader.consume({ topic: 'polled', partition: 0, offset: leo, wait_ms: 15_000 }).then(
+        (b) => ({ records: b.records.length }),
+        (e: unknown) => ({ code: (e as TributaryError).code }),
+      );
+      await admin.command('REASSIGN', { topic: 'polled', assignments: `0:${target.join(',')}` });
+      await settled('polled', 0, target);
+      await cluster.waitFor('the removed replica to drop its data', async () => (await localLeo(removed, 'polled', 0)) === 0);
+      // A consumer resets its position on OFFSET_OUT_OF_RANGE; NOT_LEADER sends it to the new leader.
+      expect(await poll).toEqual({ code: 'NOT_LEADER' });
+    } finally {
+      await reader.close().catch(() => {});
+    }
+  }, 120_000);
+
   it('refuses bad requests with an ERROR and changes nothing', async () => {
     const s = partitionOf(await cluster.status(), 'moving', 1);
     const bad: Array<[Record<string, string | number>, string, RegExp]> = [

@@ -146,6 +146,9 @@ async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promi
       const left = deadline - Date.now();
       if (left <= 0) break;
       await req.partition.waitForData(offset, left, undefined, req.isolation);
+      // Leadership may have moved during the wait, and a broker that is no longer a replica drops its
+      // copy: reading it would answer OFFSET_OUT_OF_RANGE (0..0), on which a consumer resets its position.
+      leaderGate(b, req.partition);
       readStarted = performance.now();
       out = await readBatch(b, c, req, offset);
       offset = out.nextOffset;
