@@ -223,6 +223,36 @@ describe('partition reassignment', () => {
     }
   }, 120_000);
 
+  it('a STREAM on the leader that is moved off ends with NOT_LEADER, and serves nothing from the dropped copy', async () => {
+    await create('streamed', 1, 3);
+    await fill('streamed', 0, 50, 50);
+    const before = partitionOf(await cluster.status(), 'streamed', 0);
+    const removed = before.leader;
+    const leo = await localLeo(removed, 'streamed', 0);
+    const target = [3, ...before.replicas.filter((id) => id !== removed)];
+    const reader = await cluster.connect(removed);
+    const stop = new AbortController();
+    try {
+      const it = reader.stream({ topic: 'streamed', partition: 0, offset: leo, keepalive_ms: 200 }, stop.signal);
+      const ended = (async () => {
+        let batches = 0;
+        for (;;) {
+          const n = await it.next();
+          if (n.done) return { batches, reason: n.value?.reason, code: n.value?.code };
+          batches++;
+        }
+      })();
+      await admin.command('REASSIGN', { topic: 'streamed', assignments: `0:${target.join(',')}` });
+      await settled('streamed', 0, target);
+      await cluster.waitFor('the removed replica to drop its data', async () => (await localLeo(removed, 'streamed', 0)) === 0);
+      // A consumer re-routes on NOT_LEADER; a stream left open on a broker with no copy would wait forever.
+      expect(await ended).toEqual({ batches: 0, reason: 'error', code: 'NOT_LEADER' });
+    } finally {
+      stop.abort();
+      await reader.close().catch(() => {});
+    }
+  }, 120_000);
+
   it('refuses bad requests with an ERROR and changes nothing', async () => {
     const s = partitionOf(await cluster.status(), 'moving', 1);
     const bad: Array<[Record<string, string | number>, string, RegExp]> = [

@@ -332,6 +332,10 @@ export class ClientConnection implements ConnectionContext {
         if (offset < req.partition.earliest) return this.endStream('offset_out_of_range', offset);
         if (changed.signal.aborted) changed = new AbortController();
         if (await fenced()) return;
+        // A STREAM is served by the partition's leader. One that lost the lead (a follower's copy lags; a
+        // broker moved off the partition drops its copy, and reading that would fail) ends so that its
+        // reader finds the new leader (docs/protocol.md, "STREAM").
+        if (this.broker.cluster && !this.broker.cluster.isLeader(req.topic, req.partition.id)) return this.endStream('error', offset, 'NOT_LEADER');
         const out = await readBatch(this.broker, this, req, offset);
         if (out.count > 0) {
           // Checked again at the moment of serving: the read itself may have waited for the disk.
