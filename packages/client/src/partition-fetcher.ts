@@ -85,12 +85,25 @@ export class PartitionFetcher {
           const e = err as TributaryError;
           if (await this.fenced(w, e, as)) continue;
           if (e.code === 'OFFSET_OUT_OF_RANGE') {
+            const range = await this.offsetRange(w.partition, w.signal).catch(() => undefined);
+            if (!range || (w.position >= range.earliest && w.position <= range.end)) {
+              // The partition's leader can serve this position (or could not be asked): the answer came
+              // from a broker whose copy is gone or behind (a leader being moved off drops its copy).
+              // Resetting would skip or redeliver records; the read is routed again instead (docs/sdk.md,
+              // "Routing").
+              cluster.invalidateMetadata(o.topic);
+              if (w.conn) await cluster.release(w.conn).catch(() => {});
+              w.conn = undefined;
+              w.readFailures++;
+              await backoffSleep(Math.min(w.readFailures, 6), { initialDelayMs: 50, maxDelayMs: 2000 }, w.signal);
+              continue;
+            }
             if (o.autoOffsetReset === 'error') {
               this.ctx.crash(e, false);
               await w.resumed.wait(w.signal);
               continue;
             }
-            w.position = await this.resetOffset(w.partition, w.signal).catch(() => w.position);
+            w.position = o.autoOffsetReset === 'earliest' ? range.earliest : range.latest;
             continue;
           }
           if (e.code === 'consumer_rebalancing' || e.code === 'client_closed') break;
@@ -306,11 +319,22 @@ export class PartitionFetcher {
   }
 
   private async resetOffset(partition: number, signal: AbortSignal): Promise<number> {
+    const range = await this.offsetRange(partition, signal);
+    return this.ctx.options.autoOffsetReset === 'earliest' ? range.earliest : range.latest;
+  }
+
+  /**
+   * The partition's offsets as its leader sees them (any broker asks the leader): `latest` is where
+   * `latest` resets to, `end` the highest position a read may start at (the log end).
+   */
+  private async offsetRange(partition: number, signal: AbortSignal): Promise<{ earliest: number; latest: number; end: number }> {
     const reply = await this.ctx.cluster.anyCommand('LIST_OFFSETS', { topic: this.ctx.options.topic, partition }, signal);
     const offsets = parseLine(reply).params.get('offsets') ?? '';
     const m = /earliest=(\d+):latest=(\d+)/.exec(offsets);
     if (!m) throw new TributaryError('internal_error', { reason: `unexpected LIST_OFFSETS reply ${reply}` });
-    return this.ctx.options.autoOffsetReset === 'earliest' ? Number(m[1]) : Number(m[2]);
+    const leo = /:leo=(\d+)/.exec(offsets);
+    const latest = Number(m[2]);
+    return { earliest: Number(m[1]), latest, end: leo ? Number(leo[1]) : latest };
   }
 
   // ---- flow control ----

@@ -217,6 +217,48 @@ describe('Consumer routing (scripted brokers)', () => {
     expect(c0.state).toBe('closed');
   });
 
+  it('OFFSET_OUT_OF_RANGE for a position the leader can serve re-routes the read and keeps the position; one outside the range resets', async () => {
+    const a = await server(); // coordinator; led partition 0 until it was moved off and dropped its copy
+    const b = await server(); // the new leader of partition 0
+    const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
+    scriptCoordinator(a, g);
+    a.on('FETCH_OFFSET', () => 'OK offset=0 committed=true'); // both readers start at 0
+    let moved = false;
+    a.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${a.port} partition=0`);
+    a.on('METADATA', () => `OK topic=${TOPIC} partitions=2 leaders=${moved ? b.address : a.address},${a.address} epochs=${moved ? 1 : 0},0`);
+    // Asked of any broker, answered by the leader: partition 0 holds 0..4; partition 1 was cut back to
+    // 2..4 (retention), so its reader's position 0 is really out of range.
+    a.on('LIST_OFFSETS', (l) => {
+      const p = Number(l.params.get('partition'));
+      return `OK topic=${TOPIC} partitions=2 offsets=P${p}:earliest=${p === 0 ? 0 : 2}:latest=${PER_PARTITION}:leo=${PER_PARTITION}:hwm=${PER_PARTITION}`;
+    });
+    a.on('CONSUME', (l, conn, req) => {
+      const p = Number(l.params.get('partition'));
+      const offset = Number(l.params.get('offset'));
+      if (p === 1) {
+        if (offset < 2) return `ERROR: OFFSET_OUT_OF_RANGE class=validation retryable=false requested=${offset} earliest=2 latest=${PER_PARTITION}`;
+        return consumeScript(l, conn, req);
+      }
+      if (offset < 2) return batchReply(0, offset, 2 - offset);
+      // The move: this copy is gone, so the old leader answers from an empty log.
+      moved = true;
+      return `ERROR: OFFSET_OUT_OF_RANGE class=validation retryable=false requested=${offset} earliest=0 latest=0`;
+    });
+    b.on('CONSUME', consumeScript);
+    const c0 = consumer([a.address], { autoOffsetReset: 'latest' });
+    const seen: string[] = [];
+    const run = c0.run({ eachMessage: ({ message }) => void seen.push(`${message.partition}:${message.offset}`) });
+    const readAtEnd = () => commandsOf(a, 'CONSUME', 1).some((l) => l.params.get('offset') === String(PER_PARTITION));
+    await until(() => g.commits.some((x) => x.includes(`P0:${PER_PARTITION}`)) && readAtEnd(), 5000, 'partition 0 committed, partition 1 reset');
+    await c0.close();
+    await run;
+    // Partition 0: every record once, 2..4 from the new leader (a reset to `latest` would have skipped them).
+    expect(seen.filter((s) => s.startsWith('0:'))).toEqual(['0:0', '0:1', '0:2', '0:3', '0:4']);
+    expect(commandsOf(b, 'CONSUME', 0)[0]!.params.get('offset')).toBe('2');
+    // Partition 1: the leader itself said the position is gone, so autoOffsetReset (latest) applies.
+    expect(seen.filter((s) => s.startsWith('1:'))).toEqual([]);
+  });
+
   it('REBALANCE_IN_PROGRESS on a heartbeat rejoins as the same member; member_not_found joins fresh', async () => {
     const a = await server();
     const g: GroupState = { member: '', generation: 0, commits: [], heartbeatErrors: [] };
