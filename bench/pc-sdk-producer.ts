@@ -3,7 +3,7 @@
  * pc-producer.ts, through the SDK's `Producer` instead of raw frames.
  *
  *   node dist/bench/pc-sdk-producer.js --host H --port P --topic T --partitions 12 --count N --size S
- *        --chunk C --in-flight W [--linger-ms 5] [--max-batch-bytes 262144]
+ *        --chunk C --in-flight W [--linger-ms 0] [--max-batch-bytes 262144]
  *        [--max-in-flight-per-partition 16] [--partitioning chunk|record]
  *
  * Sends N records as `send({ topic, messages })` calls of C messages each, keeping up to W sends
@@ -22,7 +22,7 @@ import { PAYLOAD_HEADER_BYTES, writePayloadHeader } from './pc-payload.js';
 const args = workerArgs('pc-sdk-producer', {
   chunk: { type: 'string', default: '500' },
   'in-flight': { type: 'string', default: '64' },
-  'linger-ms': { type: 'string', default: '5' },
+  'linger-ms': { type: 'string', default: '0' },
   'max-batch-bytes': { type: 'string', default: String(256 * 1024) },
   'max-in-flight-per-partition': { type: 'string', default: '16' },
   partitioning: { type: 'string', default: 'chunk' },

@@ -143,7 +143,7 @@ const USAGE = `usage: bench produce-consume [options]
   --client <c>             broker client: raw, sdk or both (the relay is always raw)  [both]
   --sdk-mode <m>           SDK consumer: poll (CONSUME long polls) or stream (STREAM push)  [poll]
   --sdk-in-flight <n>      SDK producer: send() calls of one batch each in flight   [64]
-  --sdk-linger-ms <n>      SDK producer lingerMs                                    [5]
+  --sdk-linger-ms <n>      SDK producer lingerMs (the SDK's default)                [0]
   --sdk-max-batch-bytes <n>  SDK producer maxBatchBytes                         [262144]
   --sdk-max-in-flight-per-partition <n>  SDK producer                             [16]
   --sdk-partitioning <p>   chunk: each send() to one partition, round-robin by send (as raw);
@@ -190,7 +190,7 @@ function parseOptions(argv: string[]): Options | string {
       client: { type: 'string', default: 'both' },
       'sdk-mode': { type: 'string', default: 'poll' },
       'sdk-in-flight': { type: 'string', default: '64' },
-      'sdk-linger-ms': { type: 'string', default: '5' },
+      'sdk-linger-ms': { type: 'string', default: '0' },
       'sdk-max-batch-bytes': { type: 'string', default: String(256 * 1024) },
       'sdk-max-in-flight-per-partition': { type: 'string', default: '16' },
       'sdk-partitioning': { type: 'string', default: 'chunk' },

@@ -16,7 +16,7 @@ export interface ProducerOptions {
   clientId?: string;
   /** 0: fire and forget; 1 / 'all': wait until the record is durable (the same on a standalone broker). */
   acks?: ProducerAcks;
-  /** How long a partition's batch waits for more records before it is sent. */
+  /** How long a partition's batch waits for more records before it is sent (default 0: until the end of the event-loop turn). */
   lingerMs?: number;
   /** A batch is sent once adding the next record would pass this many bytes (a larger record goes alone). */
   maxBatchBytes?: number;
@@ -75,7 +75,7 @@ void producerOptionsComplete;
 
 const DEFAULTS = {
   acks: 'all' as ProducerAcks,
-  lingerMs: 5,
+  lingerMs: 0,
   maxBatchBytes: 256 * 1024,
   maxBatchRecords: Number.POSITIVE_INFINITY,
   maxBufferedBytes: 32 * 1024 * 1024,

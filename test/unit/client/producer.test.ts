@@ -35,7 +35,7 @@ describe('producer options', () => {
     const p = new Producer({ brokers: BROKERS });
     expect(p.options).toMatchObject({
       acks: 'all',
-      lingerMs: 5,
+      lingerMs: 0,
       maxBatchBytes: 256 * 1024,
       maxBufferedBytes: 32 * 1024 * 1024,
       maxInFlightPerPartition: 5,
