@@ -4,6 +4,8 @@
  * bound after an append; the least recently appended caches lose their oldest writes first; and real
  * partition logs sharing a small budget still read every record back (from their segments once evicted).
  */
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
@@ -92,6 +94,39 @@ describe('TailCacheBudget', () => {
     expect(cache.read(1, 4, 10, 1 << 20)?.length).toBe(3);
     expect(cache.cost).toBe(w.bytes + CHUNK_COST + 8 * 5);
     expect(budget.bytes).toBe(cache.cost);
+  });
+
+  it('a write the budget or the cap evicts is no longer held: its buffer can be collected', async () => {
+    v8.setFlagsFromString('--expose-gc');
+    const gc = vm.runInNewContext('gc') as () => void;
+    const one = write(0, 1, 1000).bytes + CHUNK_COST + 16;
+    const budget = new TailCacheBudget(10 * one);
+    const byBudget = new TailCache(1 << 30, budget);
+    const byCap = new TailCache(5 * 1000, budget);
+    // Each cache's first writes, known only through weak references from here on.
+    const firsts = (cache: TailCache, base: number): WeakRef<Buffer>[] =>
+      Array.from({ length: 3 }, (_, i) => {
+        const w = write(base + i, 1, 1000);
+        cache.append(w.buf, base + i, w.starts);
+        return new WeakRef(w.buf);
+      });
+    const evictedByBudget = firsts(byBudget, 0);
+    const evictedByCap = firsts(byCap, 0);
+    for (let i = 3; i < 20; i++) {
+      for (const cache of [byBudget, byCap]) {
+        const w = write(i, 1, 1000);
+        cache.append(w.buf, i, w.starts);
+      }
+    }
+    expect(budget.bytes).toBeLessThanOrEqual(10 * one);
+    expect(byBudget.read(0, 20, 1, 1 << 20)).toBeNull();
+    expect(byCap.read(0, 20, 1, 1 << 20)).toBeNull();
+    // Collected once nothing but the evicted slots pointed at them (a slot kept them alive until up to
+    // 1,024 writes later, far past the budget).
+    await new Promise((r) => setImmediate(r));
+    gc();
+    expect([...evictedByBudget, ...evictedByCap].map((r) => r.deref() === undefined)).toEqual(Array(6).fill(true));
+    expect(byCap.read(19, 20, 1, 1 << 20)?.[0]?.offset).toBe(19);
   });
 
   it('clear, truncateFrom and dropBefore give their bytes back; a cleared cache leaves the budget', () => {

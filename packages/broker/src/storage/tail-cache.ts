@@ -20,6 +20,9 @@ function chunkCost(c: CacheChunk): number {
   return c.buf.length + CHUNK_COST + 8 * c.starts.length;
 }
 
+/** What an evicted chunk's slot holds until `compact` drops it. */
+const EVICTED: CacheChunk = { buf: Buffer.alloc(0), base: -1, count: 0, starts: [0] };
+
 /** One write's worth of cached records: `buf` as written, record i at starts[i] .. starts[i + 1]. */
 interface CacheChunk {
   buf: Buffer;
@@ -109,9 +112,7 @@ export class TailCache implements BudgetedCache {
     }
     const c = this.chunks[this.head];
     this.bytes -= c.starts[c.count] - c.starts[this.first];
-    this.held -= chunkCost(c);
-    this.head++;
-    this.first = 0;
+    this.dropHead();
     this.compact();
     this.report(false);
   }
@@ -149,17 +150,23 @@ export class TailCache implements BudgetedCache {
     const rest = s[c.count] - s[this.first];
     if (this.bytes - rest + (s[c.count] - s[c.count - 1]) > this.maxBytes) {
       this.bytes -= rest;
-      this.held -= chunkCost(c);
-      this.head++;
-      this.first = 0;
+      this.dropHead();
       return;
     }
     this.bytes -= s[this.first + 1] - s[this.first];
-    if (++this.first >= c.count) {
-      this.held -= chunkCost(c);
-      this.head++;
-      this.first = 0;
-    }
+    if (++this.first >= c.count) this.dropHead();
+  }
+
+  /**
+   * The head chunk leaves the cache. Its slot is emptied at once: `chunks` is only sliced now and then
+   * (compact), and a slot left holding its chunk kept the buffer alive after it was no longer counted, so
+   * a cache held far more than the budget allowed (1,024 evicted writes per partition).
+   */
+  private dropHead(): void {
+    this.held -= chunkCost(this.chunks[this.head]);
+    this.chunks[this.head] = EVICTED;
+    this.head++;
+    this.first = 0;
   }
 
   /** Index of the live chunk holding `offset` (which lies in [start, end)). */
@@ -292,9 +299,7 @@ export class TailCache implements BudgetedCache {
       const to = Math.min(c.count, offset - c.base);
       this.bytes -= c.starts[to] - c.starts[this.first];
       if (to >= c.count) {
-        this.held -= chunkCost(c);
-        this.head++;
-        this.first = 0;
+        this.dropHead();
       } else {
         this.first = to;
       }
