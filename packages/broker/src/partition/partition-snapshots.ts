@@ -10,6 +10,7 @@ import { LogTicker, type Tickable } from '../storage/log-ticker.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import { type ProducerSnapshot, ProducerStateReplay, ProducerStateTable } from './producer-state.js';
 import { TxnIndex, type TxnSnapshot } from './txn-index.js';
+import { SETTLED } from '../common/settled.js';
 
 /** Idempotent producer state of a partition, as of an offset (see loadProducerState). */
 export const PRODUCER_SNAPSHOT_FILE = 'producer.snapshot';
@@ -32,11 +33,22 @@ export interface Rebuilt<T> {
 
 /** A snapshot file written atomically (tmp + fsync + rename), one write at a time, and checked on a timer. */
 export class SnapshotFile implements Tickable {
-  private writing: Promise<void> = Promise.resolve();
+  private writing: Promise<void> = SETTLED;
   private ticker: LogTicker | null = null;
   private tick: (() => void) | null = null;
 
-  constructor(readonly path: string) {}
+  /**
+   * The directory and the file name, joined when written: a path joined up front is a tree of string
+   * pieces that two files per partition kept alive on a broker with thousands of idle partitions.
+   */
+  constructor(
+    private readonly dir: string,
+    private readonly name: string,
+  ) {}
+
+  get path(): string {
+    return join(this.dir, this.name);
+  }
 
   /** Writes `data` after the writes before it; `done` runs once it is on disk. */
   write(data: string, done: () => void): Promise<void> {
@@ -216,8 +228,8 @@ export class PartitionSnapshots {
     /** The timer of the snapshot checks, shared by every partition of a broker (period SNAPSHOT_INTERVAL_MS). */
     private readonly ticker: LogTicker = new LogTicker(SNAPSHOT_INTERVAL_MS),
   ) {
-    this.producerFile = new SnapshotFile(join(log.dir, PRODUCER_SNAPSHOT_FILE));
-    this.txnFile = new SnapshotFile(join(log.dir, TXN_SNAPSHOT_FILE));
+    this.producerFile = new SnapshotFile(log.dir, PRODUCER_SNAPSHOT_FILE);
+    this.txnFile = new SnapshotFile(log.dir, TXN_SNAPSHOT_FILE);
   }
 
   async loadProducers(): Promise<ProducerStateTable> {

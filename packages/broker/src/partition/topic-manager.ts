@@ -12,7 +12,7 @@ import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { type LogOptions, PartitionLog } from '../storage/partition-log.js';
 import { DEFAULT_LOG_OPTIONS } from '../storage/log-options.js';
 import type { BrokerConfig } from '../common/config.js';
-import type { Logger } from '../common/logger.js';
+import { type Logger, lazyChild } from '../common/logger.js';
 import type { BrokerMetrics } from '../common/metrics.js';
 import { Partition } from './partition.js';
 import { SNAPSHOT_INTERVAL_MS } from './partition-snapshots.js';
@@ -334,7 +334,7 @@ export class TopicManager {
 
   private async openPartition(def: TopicDefinition, i: number): Promise<Partition> {
     // Lazy: a partition never written here, or not hosted here, has no files (docs/architecture.md, "Hosted partitions").
-    const log = await PartitionLog.open(path.join(this.topicDir(def), String(i)), this.logOptions(def), this.logger.child({ topic: def.name, partition: i }), {
+    const log = await PartitionLog.open(path.join(this.topicDir(def), String(i)), this.logOptions(def), lazyChild(this.logger, { topic: def.name, partition: i }), {
       lazy: true,
     });
     return new Partition(def.name, i, log, { replicated: this.config.cluster, snapshotTicker: this.snapshotTicker });

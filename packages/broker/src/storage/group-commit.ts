@@ -3,6 +3,7 @@
  * last fsync, and group commit for flush=always, where one datasync covers every append written before it
  * started.
  */
+import { SETTLED } from '../common/settled.js';
 import type { AppendResult } from './log-options.js';
 import { storageError } from './log-fs.js';
 import type { LogState } from './log-state.js';
@@ -21,7 +22,7 @@ export class GroupCommit {
   private waiters: SyncWaiter[] = [];
   private requested = false;
   private syncing = false;
-  private done: Promise<void> = Promise.resolve();
+  private done: Promise<void> = SETTLED;
 
   constructor(
     private readonly st: LogState,

@@ -20,6 +20,7 @@ import { dirname, join } from 'node:path';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import { readSmallFile, writeFileAtomic } from './atomic-file.js';
 import { makeDir } from './log-fs.js';
+import { SETTLED } from '../common/settled.js';
 
 export const LEADER_EPOCH_CHECKPOINT_FILE = 'leader-epoch.checkpoint';
 /** "No epoch" and "no offset" in an EpochEndOffset, as Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET. */
@@ -108,7 +109,7 @@ export class LeaderEpochCache {
   private version = 0;
   private writtenVersion = -1;
   /** Loads and flushes, in call order. */
-  private io: Promise<void> = Promise.resolve();
+  private io: Promise<void> = SETTLED;
   /** While a load runs: the changes made meanwhile, applied again on top of what it reads. */
   private replay: Array<() => void> | null = null;
   /** While removeWith's `drop` runs: the changes made meanwhile, applied again on the empty history. */
