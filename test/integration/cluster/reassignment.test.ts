@@ -209,15 +209,23 @@ describe('partition reassignment', () => {
     const reader = await cluster.connect(removed);
     try {
       // Waits at the end of the log, past the move and the drop of the old leader's copy.
-      const poll = reader.consume({ topic: 'polled', partition: 0, offset: leo, wait_ms: 15_000 }).then(
+      const waitMs = 30_000;
+      const sentAt = Date.now();
+      let endedAt = 0;
+      const poll = reader.consume({ topic: 'polled', partition: 0, offset: leo, wait_ms: waitMs }).then(
         (b) => ({ records: b.records.length }),
         (e: unknown) => ({ code: (e as TributaryError).code }),
       );
+      void poll.then(() => {
+        endedAt = Date.now();
+      });
       await admin.command('REASSIGN', { topic: 'polled', assignments: `0:${target.join(',')}` });
       await settled('polled', 0, target);
       await cluster.waitFor('the removed replica to drop its data', async () => (await localLeo(removed, 'polled', 0)) === 0);
       // A consumer resets its position on OFFSET_OUT_OF_RANGE; NOT_LEADER sends it to the new leader.
       expect(await poll).toEqual({ code: 'NOT_LEADER' });
+      // Ended by the move (the leadership change wakes parked reads), not by its wait running out.
+      expect(endedAt - sentAt).toBeLessThan(waitMs);
     } finally {
       await reader.close().catch(() => {});
     }

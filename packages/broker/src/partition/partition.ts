@@ -557,6 +557,15 @@ export class Partition {
     for (const w of [...this.waiters, ...this.endWaiters]) w.wake();
   }
 
+  /**
+   * The partition's leadership changed (cluster mode): every parked read wakes and checks it again, so a
+   * long poll or a STREAM on a broker that no longer leads ends NOT_LEADER now rather than when its wait
+   * runs out (docs/protocol.md, "Reading").
+   */
+  leadershipChanged(): void {
+    this.wakeAll();
+  }
+
   /** Wake every waiter and refuse new waits: shutdown must not sit out long polls. */
   beginClose(): void {
     this.closed = true;
