@@ -90,7 +90,7 @@ export class PartitionFetcher {
               // The partition's leader can serve this position (or could not be asked): the answer came
               // from a broker whose copy is gone or behind (a leader being moved off drops its copy).
               // Resetting would skip or redeliver records; the read is routed again instead (docs/sdk.md,
-              // "Routing").
+              // "Offsets").
               cluster.invalidateMetadata(o.topic);
               if (w.conn) await cluster.release(w.conn).catch(() => {});
               w.conn = undefined;
