@@ -2,7 +2,7 @@
  * Consumer of the latency benchmark (a child process): one member of a group of consumers.
  *
  *   node dist/bench/lat-consumer.js --target broker|relay --host H --port P --topic T --partitions N
- *        --size S --group G --measure-from MS --out FILE
+ *        --size S --group G --measure-from MS --out FILE [--mode poll|stream]
  *
  * Broker: the SDK Consumer with its default settings, in group G. Relay: one STREAM connection (the
  * relay spreads frames over its consumers). For every record: latency = receive time − scheduled send
@@ -22,13 +22,14 @@ import { nowMs, report } from './lib.js';
 import { PAYLOAD_HEADER_BYTES } from './pc-payload.js';
 import { workerArgs } from './worker-args.js';
 
-const { a, int, fail } = workerArgs('lat-consumer', { group: { type: 'string' }, 'measure-from': { type: 'string' }, out: { type: 'string' } }, 0);
+const { a, int, fail } = workerArgs('lat-consumer', { group: { type: 'string' }, 'measure-from': { type: 'string' }, out: { type: 'string' }, mode: { type: 'string' } }, 0);
 const target = a.target === 'relay' ? 'relay' : 'broker';
 const host = a.host!;
 const port = int('port', a.port, 1);
 const topic = a.topic!;
 const measureFrom = int('measure-from', a['measure-from']);
 const out = a.out ?? fail('--out is required');
+const mode = a.mode === undefined ? undefined : a.mode === 'poll' || a.mode === 'stream' ? a.mode : fail('--mode takes poll or stream');
 
 let samples = new Float64Array(1 << 16);
 let measured = 0;
@@ -71,7 +72,7 @@ async function relay(): Promise<() => Promise<void>> {
 }
 
 async function broker(): Promise<() => Promise<void>> {
-  const consumer = new Consumer({ brokers: [`${host}:${port}`], groupId: a.group ?? fail('--group is required'), topic, autoOffsetReset: 'earliest' });
+  const consumer = new Consumer({ brokers: [`${host}:${port}`], groupId: a.group ?? fail('--group is required'), topic, autoOffsetReset: 'earliest', ...(mode ? { mode } : {}) });
   consumer.on('rebalance.end', () => report({ event: 'assigned', partitions: consumer.assignment().length }));
   const run = consumer.run({
     eachBatch: async ({ messages, resolveOffset }) => {

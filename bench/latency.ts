@@ -40,6 +40,8 @@ interface Options {
   clientNodeArgs: string[];
   /** The SDK producer's lingerMs for each broker row (undefined: its default). */
   lingers: Array<number | undefined>;
+  /** The SDK consumers' `mode` (undefined: its default, poll). */
+  consumerMode?: 'poll' | 'stream';
   verbose: boolean;
 }
 
@@ -73,7 +75,7 @@ export interface Result {
 }
 
 function usage(): string {
-  return 'usage: npm run bench -- latency [--rates 1000,10000,50000] [--partitions 12] [--partition-counts 1,100] [--size 1024] [--duration-ms 10000] [--warmup-ms 1000] [--broker-args "..."] [--broker-node-args="--cpu-prof ..."] [--linger-ms 1,5] [--client-node-args="--cpu-prof ..."] [--only w2] [--verbose]\n';
+  return 'usage: npm run bench -- latency [--rates 1000,10000,50000] [--partitions 12] [--partition-counts 1,100] [--size 1024] [--duration-ms 10000] [--warmup-ms 1000] [--broker-args "..."] [--broker-node-args="--cpu-prof ..."] [--linger-ms 1,5] [--client-node-args="--cpu-prof ..."] [--consumer-mode poll|stream] [--only w2] [--verbose]\n';
 }
 
 function parseOptions(argv: string[]): Options | string {
@@ -92,6 +94,7 @@ function parseOptions(argv: string[]): Options | string {
         'broker-node-args': { type: 'string', default: '' },
         'linger-ms': { type: 'string', default: '' },
         'client-node-args': { type: 'string', default: '' },
+        'consumer-mode': { type: 'string' },
         only: { type: 'string' },
         verbose: { type: 'boolean', default: false },
         help: { type: 'boolean', default: false },
@@ -119,6 +122,8 @@ function parseOptions(argv: string[]): Options | string {
   let workloads: Workload[] = [...(rates as number[]).map((rate) => ({ rate, partitions: base })), ...(counts as number[]).map((partitions) => ({ rate: 10_000, partitions }))];
   if (v.only === 'w2') workloads = [{ rate: 10_000, partitions: base }];
   else if (v.only !== undefined) return `--only takes w2\n${usage()}`;
+  const mode = v['consumer-mode'];
+  if (mode !== undefined && mode !== 'poll' && mode !== 'stream') return `--consumer-mode takes poll or stream\n${usage()}`;
   return {
     workloads,
     size: (size as number[])[0]!,
@@ -128,6 +133,7 @@ function parseOptions(argv: string[]): Options | string {
     brokerNodeArgs: splitArgs(String(v['broker-node-args'])),
     clientNodeArgs: splitArgs(String(v['client-node-args'])),
     lingers: (lingers as number[]).length > 0 ? (lingers as number[]) : [undefined],
+    consumerMode: mode,
     verbose: v.verbose === true,
   };
 }
@@ -161,6 +167,8 @@ export interface MeasureOptions {
   group?: string;
   /** The SDK producer's lingerMs (broker only; undefined: its default). */
   lingerMs?: number;
+  /** The SDK consumers' mode (broker only; undefined: its default). */
+  consumerMode?: 'poll' | 'stream';
   /** Node flags of the producer and consumer processes. */
   clientNodeArgs?: string[];
   /** The broker's or relay's process, for its CPU time per record. */
@@ -193,7 +201,7 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
     // One reader of each consumer's reports (a line skipped by one waitJson is gone for the next).
     const results: Array<Promise<{ received: number; measured: number }>> = [];
     for (let i = 0; i < CONSUMERS; i++) {
-      const c = spawnNode(`consumer-${i}`, path.join(BENCH_DIR, 'lat-consumer.js'), [...common, '--group', m.group ?? 'latency', '--measure-from', String(from), '--out', files[i]!], { stdin: true, echoStderr: m.verbose, nodeArgs: m.clientNodeArgs });
+      const c = spawnNode(`consumer-${i}`, path.join(BENCH_DIR, 'lat-consumer.js'), [...common, '--group', m.group ?? 'latency', '--measure-from', String(from), '--out', files[i]!, ...(m.consumerMode ? ['--mode', m.consumerMode] : [])], { stdin: true, echoStderr: m.verbose, nodeArgs: m.clientNodeArgs });
       consumers.push(c);
       const watch = async (): Promise<{ received: number; measured: number }> => {
         for (;;) {
@@ -280,7 +288,7 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options, ling
       server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log'), '--fsync', '--exit-with-stdin'], { stdin: true, echoStderr: o.verbose });
       port = Number((await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000))[2]);
     }
-    return await measureLatency({ target, host, port, topic: TOPIC, partitions: w.partitions, rate: w.rate, size: o.size, durationMs: o.durationMs, warmupMs: o.warmupMs, dir, lingerMs, clientNodeArgs: o.clientNodeArgs, serverPid: server.proc.pid, verbose: o.verbose });
+    return await measureLatency({ target, host, port, topic: TOPIC, partitions: w.partitions, rate: w.rate, size: o.size, durationMs: o.durationMs, warmupMs: o.warmupMs, dir, lingerMs, consumerMode: o.consumerMode, clientNodeArgs: o.clientNodeArgs, serverPid: server.proc.pid, verbose: o.verbose });
   } catch (err) {
     return failedResult(target, err);
   } finally {
@@ -296,7 +304,7 @@ export async function run(argv: string[]): Promise<number> {
     return o === usage() ? 0 : 2;
   }
   installCleanupHandlers();
-  process.stdout.write(`latency (node ${process.version}; open loop, ${o.size} B records, ${o.durationMs} ms measured after ${o.warmupMs} ms warm-up, ${CONSUMERS} consumers; broker args: ${o.brokerArgs.join(' ') || '(defaults: flush=always)'})\n`);
+  process.stdout.write(`latency (node ${process.version}; open loop, ${o.size} B records, ${o.durationMs} ms measured after ${o.warmupMs} ms warm-up, ${CONSUMERS} consumers${o.consumerMode ? ` in ${o.consumerMode} mode` : ''}; broker args: ${o.brokerArgs.join(' ') || '(defaults: flush=always)'})\n`);
   const rows: string[][] = [];
   let failed = false;
   for (const w of o.workloads) {
