@@ -327,6 +327,11 @@ export class Broker implements BrokerContext {
       cluster.replicas.events.on('role', apply);
       for (const r of cluster.replicas.all()) apply(r);
     };
+    // A broker that stops leading a partition wakes its parked reads: a long poll or a STREAM there ends
+    // NOT_LEADER now rather than when its wait runs out (docs/protocol.md, "Reading").
+    cluster.replicas.events.on('role', (r: Replica) => {
+      if (r.role !== 'leader') r.partition.wakeAll();
+    });
     follow(OFFSETS_TOPIC, (p) => this.coordinator.loadPartition(p), (p) => this.coordinator.unloadPartition(p));
     follow(TXN_STATE_TOPIC, (p) => this.transactions.loadPartition(p), (p) => this.transactions.unloadPartition(p));
   }

@@ -235,7 +235,6 @@ export class ReplicaManager {
     r.leaderEpoch = s.leaderEpoch;
     r.leaderId = s.leader;
     r.promoting = null;
-    r.partition.leadershipChanged();
     if (wanted === 'leader') {
       this.promote(r);
       return;

@@ -553,17 +553,9 @@ export class Partition {
     for (const w of this.waiters) if ((w.committed ? lso : hwm) > w.offset) w.wake();
   }
 
-  private wakeAll(): void {
+  /** Every parked read wakes and checks again: at close, and when this broker stops leading the partition. */
+  wakeAll(): void {
     for (const w of [...this.waiters, ...this.endWaiters]) w.wake();
-  }
-
-  /**
-   * The partition's leadership changed (cluster mode): every parked read wakes and checks it again, so a
-   * long poll or a STREAM on a broker that no longer leads ends NOT_LEADER now rather than when its wait
-   * runs out (docs/protocol.md, "Reading").
-   */
-  leadershipChanged(): void {
-    this.wakeAll();
   }
 
   /** Wake every waiter and refuse new waits: shutdown must not sit out long polls. */
