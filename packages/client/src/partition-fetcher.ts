@@ -82,29 +82,23 @@ export class PartitionFetcher {
           w.readFailures = 0;
         } catch (err) {
           if (w.signal.aborted) break;
-          const e = err as TributaryError;
+          let e = err as TributaryError;
           if (await this.fenced(w, e, as)) continue;
           if (e.code === 'OFFSET_OUT_OF_RANGE') {
             const range = await this.offsetRange(w.partition, w.signal).catch(() => undefined);
-            if (!range || (w.position >= range.earliest && w.position <= range.end)) {
-              // The partition's leader can serve this position (or could not be asked): the answer came
-              // from a broker whose copy is gone or behind (a leader being moved off drops its copy).
-              // Resetting would skip or redeliver records; the read is routed again instead (docs/sdk.md,
-              // "Offsets").
-              cluster.invalidateMetadata(o.topic);
-              if (w.conn) await cluster.release(w.conn).catch(() => {});
-              w.conn = undefined;
-              w.readFailures++;
-              await backoffSleep(Math.min(w.readFailures, 6), { initialDelayMs: 50, maxDelayMs: 2000 }, w.signal);
+            if (range && (w.position < range.earliest || w.position > range.end)) {
+              if (o.autoOffsetReset === 'error') {
+                this.ctx.crash(e, false);
+                await w.resumed.wait(w.signal);
+                continue;
+              }
+              w.position = o.autoOffsetReset === 'earliest' ? range.earliest : range.latest;
               continue;
             }
-            if (o.autoOffsetReset === 'error') {
-              this.ctx.crash(e, false);
-              await w.resumed.wait(w.signal);
-              continue;
-            }
-            w.position = o.autoOffsetReset === 'earliest' ? range.earliest : range.latest;
-            continue;
+            // The partition's leader can serve this position (or could not be asked): the answer came from
+            // a broker whose copy is gone or behind (a leader being moved off drops its copy). Resetting
+            // would skip or redeliver records; the read is routed again instead (docs/sdk.md, "Offsets").
+            e = new TributaryError('NOT_LEADER', { topic: o.topic, partition: w.partition, reason: `out of range at this broker, not at the leader (${e.message})` });
           }
           if (e.code === 'consumer_rebalancing' || e.code === 'client_closed') break;
           cluster.onLeaderError(o.topic, w.partition, e);

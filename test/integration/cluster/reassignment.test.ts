@@ -199,13 +199,27 @@ describe('partition reassignment', () => {
     console.log(`reassign under load: ${acked} acknowledged, ${retried} producer retries, moved in ${Date.now() - requestedAt} ms`);
   }, 120_000);
 
-  it('a long poll on the leader that is moved off and drops its copy ends NOT_LEADER, never OFFSET_OUT_OF_RANGE', async () => {
-    await create('polled', 1, 3);
-    await fill('polled', 0, 50, 50);
-    const before = partitionOf(await cluster.status(), 'polled', 0);
+  /**
+   * A one-partition topic of 50 records whose leader is about to be moved off: the leader, its log end and
+   * the replicas to move to (broker 3 in its place); `moveOff` then moves it and waits until the old
+   * leader dropped its copy.
+   */
+  async function leaderToMoveOff(topic: string) {
+    await create(topic, 1, 3);
+    await fill(topic, 0, 50, 50);
+    const before = partitionOf(await cluster.status(), topic, 0);
     const removed = before.leader;
-    const leo = await localLeo(removed, 'polled', 0);
     const target = [3, ...before.replicas.filter((id) => id !== removed)];
+    const moveOff = async () => {
+      await admin.command('REASSIGN', { topic, assignments: `0:${target.join(',')}` });
+      await settled(topic, 0, target);
+      await cluster.waitFor('the removed replica to drop its data', async () => (await localLeo(removed, topic, 0)) === 0);
+    };
+    return { removed, leo: await localLeo(removed, topic, 0), moveOff };
+  }
+
+  it('a long poll on the leader that is moved off and drops its copy ends NOT_LEADER, never OFFSET_OUT_OF_RANGE', async () => {
+    const { removed, leo, moveOff } = await leaderToMoveOff('polled');
     const reader = await cluster.connect(removed);
     try {
       // Waits at the end of the log, past the move and the drop of the old leader's copy.
@@ -219,9 +233,7 @@ describe('partition reassignment', () => {
       void poll.then(() => {
         endedAt = Date.now();
       });
-      await admin.command('REASSIGN', { topic: 'polled', assignments: `0:${target.join(',')}` });
-      await settled('polled', 0, target);
-      await cluster.waitFor('the removed replica to drop its data', async () => (await localLeo(removed, 'polled', 0)) === 0);
+      await moveOff();
       // A consumer resets its position on OFFSET_OUT_OF_RANGE; NOT_LEADER sends it to the new leader.
       expect(await poll).toEqual({ code: 'NOT_LEADER' });
       // Ended by the move (the leadership change wakes parked reads), not by its wait running out.
@@ -232,12 +244,7 @@ describe('partition reassignment', () => {
   }, 120_000);
 
   it('a STREAM on the leader that is moved off ends with NOT_LEADER, and serves nothing from the dropped copy', async () => {
-    await create('streamed', 1, 3);
-    await fill('streamed', 0, 50, 50);
-    const before = partitionOf(await cluster.status(), 'streamed', 0);
-    const removed = before.leader;
-    const leo = await localLeo(removed, 'streamed', 0);
-    const target = [3, ...before.replicas.filter((id) => id !== removed)];
+    const { removed, leo, moveOff } = await leaderToMoveOff('streamed');
     const reader = await cluster.connect(removed);
     const stop = new AbortController();
     try {
@@ -250,9 +257,7 @@ describe('partition reassignment', () => {
           batches++;
         }
       })();
-      await admin.command('REASSIGN', { topic: 'streamed', assignments: `0:${target.join(',')}` });
-      await settled('streamed', 0, target);
-      await cluster.waitFor('the removed replica to drop its data', async () => (await localLeo(removed, 'streamed', 0)) === 0);
+      await moveOff();
       // A consumer re-routes on NOT_LEADER; a stream left open on a broker with no copy would wait forever.
       expect(await ended).toEqual({ batches: 0, reason: 'error', code: 'NOT_LEADER' });
     } finally {

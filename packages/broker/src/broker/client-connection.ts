@@ -263,8 +263,11 @@ export class ClientConnection implements ConnectionContext {
     this.streaming = ac;
     this.socket.setTimeout(0);
     this.streamDone = this.runStream(req, ac.signal, keepaliveMs).catch((err) => {
-      this.broker.logger.warn({ err, remote: this.remote }, 'stream failed');
-      this.endStream('error', req.offset);
+      // A routing error (readBatch: this broker no longer leads the partition) is passed on as the close's
+      // code, on which the reader looks the leader up again (docs/protocol.md, "STREAM"); others are failures.
+      const routing = err instanceof TributaryError && err.errorClass === 'routing';
+      if (!routing) this.broker.logger.warn({ err, remote: this.remote }, 'stream failed');
+      this.endStream('error', this.streamOffset, routing ? err.code : undefined);
     });
     return 'stream';
   }
@@ -332,10 +335,6 @@ export class ClientConnection implements ConnectionContext {
         if (offset < req.partition.earliest) return this.endStream('offset_out_of_range', offset);
         if (changed.signal.aborted) changed = new AbortController();
         if (await fenced()) return;
-        // A STREAM is served by the partition's leader. One that lost the lead (a follower's copy lags; a
-        // broker moved off the partition drops its copy, and reading that would fail) ends so that its
-        // reader finds the new leader (docs/protocol.md, "STREAM").
-        if (this.broker.cluster && !this.broker.cluster.isLeader(req.topic, req.partition.id)) return this.endStream('error', offset, 'NOT_LEADER');
         const out = await readBatch(this.broker, this, req, offset);
         if (out.count > 0) {
           // Checked again at the moment of serving: the read itself may have waited for the disk.

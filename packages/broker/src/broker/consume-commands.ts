@@ -103,6 +103,10 @@ export async function resolveRemoteStart(b: BrokerContext, c: ConnectionContext,
 }
 
 export async function readBatch(b: BrokerContext, c: ConnectionContext, req: ReadRequest, offset: number): Promise<{ frame: Buffer; nextOffset: number; count: number }> {
+  // Only the partition's leader serves reads, checked at every read: a long poll or a STREAM outlives a
+  // leadership move, and a broker moved off a partition drops its copy, whose answer (OFFSET_OUT_OF_RANGE
+  // 0..0) would make a consumer reset its position (docs/protocol.md, "Reading").
+  leaderGate(b, req.partition);
   const ext = c.features.has('record_extensions_v1');
   const opts = { maxRecords: req.maxRecords, maxBytes: req.maxBytes, isolation: req.isolation };
   // Fast path: the tail cache writes the reply batch directly (the same bytes as below).
@@ -146,9 +150,6 @@ async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promi
       const left = deadline - Date.now();
       if (left <= 0) break;
       await req.partition.waitForData(offset, left, undefined, req.isolation);
-      // Leadership may have moved during the wait, and a broker that is no longer a replica drops its
-      // copy: reading it would answer OFFSET_OUT_OF_RANGE (0..0), on which a consumer resets its position.
-      leaderGate(b, req.partition);
       readStarted = performance.now();
       out = await readBatch(b, c, req, offset);
       offset = out.nextOffset;

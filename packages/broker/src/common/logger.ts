@@ -81,7 +81,8 @@ class LazyChild {
   }
 
   private emit(level: LevelName, args: unknown[]): void {
-    if (!this.parent.isLevelEnabled(level)) return;
+    // Once made, the child filters by itself (pino makes a disabled level a no-op).
+    if (this.made === undefined && !this.parent.isLevelEnabled(level)) return;
     (this.logger[level] as (...a: unknown[]) => void)(...args);
   }
 
