@@ -4,13 +4,18 @@
  *
  *   node dist/bench/pc-sdk-producer.js --host H --port P --topic T --partitions 12 --count N --size S
  *        --chunk C --in-flight W [--linger-ms 0] [--max-batch-bytes 262144]
- *        [--max-in-flight-per-partition 16] [--partitioning chunk|record]
+ *        [--max-in-flight-per-partition 16] [--partitioning chunk|record] [--messages fresh|reused]
  *
  * Sends N records as `send({ topic, messages })` calls of C messages each, keeping up to W sends
  * unresolved (pipelined); acks=1. `--partitioning chunk` (default) gives every message of a send the
  * same explicit partition, round-robin by send, as the raw producer does by batch; `record` leaves the
  * partition to the SDK (round-robin per record). Every payload carries its record id and the time its
  * send() was called (see pc-payload), so the end-to-end latency includes the SDK's lingering.
+ * `--messages fresh` (default) builds new value Buffers and message objects for every send(), as an
+ * application does; `reused` prebuilds one chunk of them per send() in flight before the clock starts and
+ * stamps ids and time into one whose previous send() settled (the SDK's contract: a Buffer may change once
+ * its send's promise settles), the way the raw producer patches its pre-encoded frame, so the two
+ * producers' CPU per record compare the clients alone.
  * Reports one JSON line on stdout: {"event":"result", records, elapsedMs, recordsPerSec, ackP50Ms, ...},
  * where ack latency is per send() (call to resolve).
  */
@@ -26,6 +31,7 @@ const args = workerArgs('pc-sdk-producer', {
   'max-batch-bytes': { type: 'string', default: String(256 * 1024) },
   'max-in-flight-per-partition': { type: 'string', default: '16' },
   partitioning: { type: 'string', default: 'chunk' },
+  messages: { type: 'string', default: 'fresh' },
 }, 1);
 const { a, int } = args;
 // Annotated: a call through it then ends control flow, as the function it replaces did.
@@ -46,6 +52,8 @@ const maxBatchBytes = int('max-batch-bytes', a['max-batch-bytes']);
 const maxInFlightPerPartition = int('max-in-flight-per-partition', a['max-in-flight-per-partition']);
 const partitioning = a.partitioning;
 if (partitioning !== 'chunk' && partitioning !== 'record') fail(`--partitioning must be chunk or record (got ${partitioning})`);
+const reuse = a.messages === 'reused';
+if (!reuse && a.messages !== 'fresh') fail(`--messages must be fresh or reused (got ${a.messages})`);
 
 const chunks = Math.ceil(total / chunk);
 // Room for every send in flight (plus slack) so send() never waits on the buffer.
@@ -81,6 +89,33 @@ function buildMessages(k: number, sentAt: number): ProducerMessage[] {
   return messages;
 }
 
+/** `--messages reused`: one prebuilt chunk per send() in flight; a slot is free once its send settled. */
+interface Slot {
+  block: Buffer;
+  messages: ProducerMessage[];
+}
+const freeSlots: Slot[] = [];
+if (reuse) {
+  for (let s = 0; s < window; s++) {
+    const block = Buffer.from(filler);
+    const messages: ProducerMessage[] = [];
+    for (let i = 0; i < chunk; i++) messages.push({ value: block.subarray(i * size, (i + 1) * size) });
+    freeSlots.push({ block, messages });
+  }
+}
+
+function stampMessages(slot: Slot, k: number, sentAt: number): ProducerMessage[] {
+  const first = k * chunk;
+  const n = Math.min(chunk, total - first);
+  const partition = partitioning === 'chunk' ? k % partitions : undefined;
+  const messages = n === chunk ? slot.messages : slot.messages.slice(0, n);
+  for (let i = 0; i < n; i++) {
+    writePayloadHeader(slot.block, i * size, first + i, sentAt);
+    messages[i]!.partition = partition;
+  }
+  return messages;
+}
+
 let nextChunk = 0;
 let pending = 0;
 let ackedRecords = 0;
@@ -93,11 +128,13 @@ function pump(): void {
   while (pending < window && nextChunk < chunks) {
     const k = nextChunk++;
     const sentAt = nowMs();
-    const messages = buildMessages(k, sentAt);
+    const slot = reuse ? freeSlots.pop()! : undefined;
+    const messages = slot ? stampMessages(slot, k, sentAt) : buildMessages(k, sentAt);
     pending++;
     producer.send({ topic, messages }).then(
       (meta) => {
         pending--;
+        if (slot) freeSlots.push(slot);
         ackLatency[ackedSends++] = nowMs() - sentAt;
         ackedRecords += meta.length;
         if (ackedRecords >= total) void done();

@@ -73,6 +73,7 @@ interface Options {
   sdkMaxBatchBytes: number;
   sdkMaxInFlightPerPartition: number;
   sdkPartitioning: 'chunk' | 'record';
+  sdkMessages: 'fresh' | 'reused';
   sdkConcurrency: number;
   brokerArgs: string[];
   brokerNodeArgs: string[];
@@ -148,6 +149,10 @@ const USAGE = `usage: bench produce-consume [options]
   --sdk-max-in-flight-per-partition <n>  SDK producer                             [16]
   --sdk-partitioning <p>   chunk: each send() to one partition, round-robin by send (as raw);
                            record: no explicit partition (SDK round-robin per record)  [chunk]
+  --sdk-messages <m>       SDK producer: fresh (new Buffers and message objects per send()) or
+                           reused (a pool prebuilt before the clock, stamped per send() once
+                           the send that last used it settled, as the raw client patches its
+                           pre-encoded frame)                                       [fresh]
   --sdk-concurrency <n>    SDK consumer partitionsConsumedConcurrently               [12]
   --broker-args "<args>"   extra 'broker start' flags, e.g. "--flush os"
   --broker-node-args "<a>" node flags for the broker, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
@@ -194,6 +199,7 @@ function parseOptions(argv: string[]): Options | string {
       'sdk-max-batch-bytes': { type: 'string', default: String(256 * 1024) },
       'sdk-max-in-flight-per-partition': { type: 'string', default: '16' },
       'sdk-partitioning': { type: 'string', default: 'chunk' },
+      'sdk-messages': { type: 'string', default: 'fresh' },
       'sdk-concurrency': { type: 'string', default: '12' },
       'broker-args': { type: 'string' },
       'broker-node-args': { type: 'string' },
@@ -232,6 +238,8 @@ function parseOptions(argv: string[]): Options | string {
   if (sdkMode !== 'stream' && sdkMode !== 'poll') throw new Error(`--sdk-mode must be stream or poll (got ${sdkMode})`);
   const sdkPartitioning = v['sdk-partitioning'];
   if (sdkPartitioning !== 'chunk' && sdkPartitioning !== 'record') throw new Error(`--sdk-partitioning must be chunk or record (got ${sdkPartitioning})`);
+  const sdkMessages = v['sdk-messages'];
+  if (sdkMessages !== 'fresh' && sdkMessages !== 'reused') throw new Error(`--sdk-messages must be fresh or reused (got ${sdkMessages})`);
   const variants: Variant[] = [];
   for (const t of targets) {
     if (t === 'relay') variants.push('relay');
@@ -248,6 +256,7 @@ function parseOptions(argv: string[]): Options | string {
     sdkMaxBatchBytes: int('sdk-max-batch-bytes', v['sdk-max-batch-bytes'], 1),
     sdkMaxInFlightPerPartition: int('sdk-max-in-flight-per-partition', v['sdk-max-in-flight-per-partition'], 1),
     sdkPartitioning,
+    sdkMessages,
     sdkConcurrency: int('sdk-concurrency', v['sdk-concurrency'], 1),
     partitions: int('partitions', v.partitions, 1),
     connections: int('connections', v.connections, 1),
@@ -351,6 +360,8 @@ async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunRe
             String(o.sdkMaxInFlightPerPartition),
             '--partitioning',
             o.sdkPartitioning,
+            '--messages',
+            o.sdkMessages,
           ],
           { nodeArgs: o.workerNodeArgs, echoStderr: o.verbose },
         )
@@ -467,7 +478,7 @@ function printResults(w: Workload, o: Options, results: RunResult[]): void {
 
 function describeWorkload(w: Workload, o: Options): string {
   const raw = `raw: ${o.connections} producer connections x ${o.inFlight} batches in flight`;
-  const sdk = `sdk: ${o.sdkInFlight} send() calls in flight, lingerMs ${o.sdkLingerMs}, maxBatchBytes ${o.sdkMaxBatchBytes}, partitioning ${o.sdkPartitioning}; consumer ${o.sdkMode}, concurrency ${o.sdkConcurrency}`;
+  const sdk = `sdk: ${o.sdkInFlight} send() calls in flight, lingerMs ${o.sdkLingerMs}, maxBatchBytes ${o.sdkMaxBatchBytes}, partitioning ${o.sdkPartitioning}, messages ${o.sdkMessages}; consumer ${o.sdkMode}, concurrency ${o.sdkConcurrency}`;
   const clients = o.targets.includes('broker') ? o.clients.map((c) => (c === 'raw' ? raw : sdk)) : [raw];
   return `workload: ${fmtInt(w.count)} records x ${w.size} B, ${o.partitions} partitions, batches of ${w.batch}, acks=1\n  ${clients.join('\n  ')}`;
 }
