@@ -4,7 +4,7 @@
  * control (pause, resume, seek) that steers them. Positions follow docs/sdk.md, "Offsets"; re-routing
  * after a failed read follows "Routing".
  */
-import type { Batch } from 'tributary-protocol/batch.js';
+import type { Batch, RecordMaker } from 'tributary-protocol/batch.js';
 import { RecordAttr, type RecordHeader } from 'tributary-protocol/record.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
@@ -168,18 +168,24 @@ export class PartitionFetcher {
   }
 
   /** The batch's user records: transaction markers (control records) are never delivered (docs/sdk.md, "Offsets"). */
-  private toMessages(w: PartitionWorker, batch: Batch): ConsumedMessage[] {
+  private toMessages(w: PartitionWorker, batch: Batch<FetchedMessage>): ConsumedMessage[] {
     const out: ConsumedMessage[] = [];
-    for (const r of batch.records) {
-      if ((r.attributes & RecordAttr.CONTROL) !== 0) continue;
-      out.push(new FetchedMessage(batch.topic, w.partition, r.offset, r.key, r.value, r.timestamp, r.headers, w.assignmentGeneration, w.signal));
+    const topic = batch.topic;
+    const gen = w.assignmentGeneration;
+    for (const m of batch.records) {
+      if ((m.attributes & RecordAttr.CONTROL) !== 0) continue;
+      m.topic = topic;
+      m.partition = w.partition;
+      m.assignmentGeneration = gen;
+      m.signal = w.signal;
+      out.push(m);
     }
     return out;
   }
 
   private async pollOnce(w: PartitionWorker, as: ReadAs): Promise<void> {
     if (as.member === undefined) return this.waitForMember(w);
-    const batch = await w.conn!.consume({ ...this.fetchFields(w, as), wait_ms: this.ctx.options.maxWaitMs });
+    const batch = await w.conn!.consume({ ...this.fetchFields(w, as), wait_ms: this.ctx.options.maxWaitMs }, makeMessage);
     if (w.signal.aborted) return;
     if (w.seekTo !== undefined) return this.applySeek(w);
     if (w.paused) return; // paused while the poll was in flight: the batch is read again after resume()
@@ -200,7 +206,7 @@ export class PartitionFetcher {
    * the committed offset then reaches the end of a partition whose last record is a marker instead of
    * stopping one short of it (docs/sdk.md, "Offsets").
    */
-  private passSkipped(w: PartitionWorker, batch: Batch, assignmentGeneration: number, start: number, next: number): void {
+  private passSkipped(w: PartitionWorker, batch: Batch<FetchedMessage>, assignmentGeneration: number, start: number, next: number): void {
     if (w.signal.aborted || w.assignmentGeneration !== assignmentGeneration) return;
     if (w.window) {
       w.window.passedTo(next); // counted once every message before `next` is handled
@@ -229,7 +235,10 @@ export class PartitionFetcher {
       // Keepalives at the long-poll interval: a stream that stays silent past it plus the stall bound is
       // dropped and the partition re-routed, as a long poll would be (docs/sdk.md, "Routing").
       const keepaliveMs = Math.max(200, this.ctx.options.maxWaitMs);
-      const it = conn.stream({ ...this.fetchFields(w, as), keepalive_ms: keepaliveMs }, interrupt.signal, { silenceMs: keepaliveMs + this.ctx.options.stallTimeoutMs });
+      const it = conn.stream({ ...this.fetchFields(w, as), keepalive_ms: keepaliveMs }, interrupt.signal, {
+        silenceMs: keepaliveMs + this.ctx.options.stallTimeoutMs,
+        makeRecord: makeMessage,
+      });
       for (;;) {
         const n = await it.next();
         if (n.done) {
@@ -378,22 +387,30 @@ export class PartitionFetcher {
 
 /**
  * A delivered message: one shape for all (a class, so `fenced` is a prototype getter rather than a
- * closure per message; at 100 B records the consumer's per-record cost is mostly these objects).
+ * closure per message). decodeBatch makes it as it decodes a read's reply (makeMessage), so a record
+ * costs one object besides its value's view, not a BatchRecord and a copy of it; the fields of the read
+ * (topic, partition, assignment generation, signal) are set once the reply is in (toMessages).
  */
 class FetchedMessage implements ConsumedMessage {
+  topic = '';
+  partition = -1;
+  assignmentGeneration = -1;
+  signal!: AbortSignal;
+
   constructor(
-    readonly topic: string,
-    readonly partition: number,
     readonly offset: number,
     readonly key: Buffer | null,
     readonly value: Buffer,
     readonly timestamp: number,
+    /** The record's attribute bits: transaction markers (control records) are never delivered. */
+    readonly attributes: number,
     readonly headers: RecordHeader[],
-    readonly assignmentGeneration: number,
-    readonly signal: AbortSignal,
   ) {}
 
   get fenced(): boolean {
     return this.signal.aborted;
   }
 }
+
+const makeMessage: RecordMaker<FetchedMessage> = (offset, key, value, timestamp, attributes, headers) =>
+  new FetchedMessage(offset, key, value, timestamp, attributes, headers);

@@ -33,14 +33,14 @@ export interface BatchTxn {
   coordinatorEpoch: number;
 }
 
-export interface Batch {
+export interface Batch<R = BatchRecord> {
   topic: string;
   partition: number;
   acks: Acks;
   idempotent: boolean;
   firstSequence: number;
   lastSequence: number;
-  records: BatchRecord[];
+  records: R[];
   /** A transactional batch (then `idempotent` is false: the sequences are the transaction's). */
   txn?: BatchTxn;
   /** Trailer of CONSUME replies under record_extensions_v1. */
@@ -194,6 +194,23 @@ export interface DecodeOptions extends EncodeOptions {
   maxRecords?: number;
 }
 
+/**
+ * Makes the object decodeBatch stores for one record, in place of a BatchRecord: a reader that hands
+ * records on in its own shape (the SDK consumer's messages) builds one object per record, not two.
+ * Called in record order, with each record's fields as decoded (key and value are views of the frame).
+ */
+export type RecordMaker<R> = (
+  offset: number,
+  key: Buffer | null,
+  value: Buffer,
+  timestamp: number,
+  attributes: number,
+  headers: RecordHeader[],
+  sequence: number,
+  producerId: string,
+  epoch: number,
+) => R;
+
 interface BatchHeader {
   topic: string;
   partition: number;
@@ -260,13 +277,18 @@ function decodeHeader(buf: Buffer, opts: DecodeOptions): BatchHeader {
   return { topic, partition, acks: acks as Acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt: at };
 }
 
-/** Strict decoder: every length is checked against the bytes left; trailing garbage is refused. */
-export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
+/**
+ * Strict decoder: every length is checked against the bytes left; trailing garbage is refused. With
+ * `makeRecord`, each record is what it returns instead of a BatchRecord.
+ */
+export function decodeBatch(buf: Buffer, opts?: DecodeOptions): Batch;
+export function decodeBatch<R>(buf: Buffer, opts: DecodeOptions, makeRecord: RecordMaker<R>): Batch<R>;
+export function decodeBatch<R>(buf: Buffer, opts: DecodeOptions = {}, makeRecord?: RecordMaker<R>): Batch<R | BatchRecord> {
   const ext = opts.extensions === true;
   const len = buf.length;
   const { topic, partition, acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt } = decodeHeader(buf, opts);
   let at = recordsAt;
-  const records: BatchRecord[] = new Array(count);
+  const records: Array<R | BatchRecord> = new Array(count);
   for (let i = 0; i < count; i++) {
     if (at + 16 + 2 > len) throw truncated();
     const offset = readU64(buf, at);
@@ -311,7 +333,9 @@ export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
         at += vl;
       }
     }
-    records[i] = { offset, sequence, producerId, key, epoch, value, timestamp, attributes, headers };
+    records[i] = makeRecord
+      ? makeRecord(offset, key, value, timestamp, attributes, headers, sequence, producerId, epoch)
+      : { offset, sequence, producerId, key, epoch, value, timestamp, attributes, headers };
   }
   let trailer: BatchTrailer | undefined;
   if (ext && at + 24 === len) {
@@ -319,7 +343,7 @@ export function decodeBatch(buf: Buffer, opts: DecodeOptions = {}): Batch {
     at += 24;
   }
   if (at !== len) throw bad('trailing bytes after records');
-  const batch: Batch = { topic, partition, acks, idempotent, firstSequence, lastSequence, records, trailer };
+  const batch: Batch<R | BatchRecord> = { topic, partition, acks, idempotent, firstSequence, lastSequence, records, trailer };
   if (txn) batch.txn = txn;
   return batch;
 }

@@ -1,6 +1,6 @@
 import net from 'node:net';
 import tls from 'node:tls';
-import { type Batch, decodeBatch, encodeBatch, isBatchBody } from './batch.js';
+import { type Batch, type BatchRecord, decodeBatch, encodeBatch, isBatchBody, type RecordMaker } from './batch.js';
 import { type FieldValue, formatLine, isErrorReply, parseError, parseLine } from './command.js';
 import { causeFromFirstBytes, connectCause, connectFailure, speaksTls } from './connect-errors.js';
 import { TributaryError } from './errors.js';
@@ -51,6 +51,8 @@ interface Pending {
   sentAt: number;
   /** How long the reply may legitimately take (a long poll's wait_ms); 0 for an immediate answer. */
   waitMs: number;
+  /** A batch reply's records are what this makes (consume() with a RecordMaker), not BatchRecords. */
+  makeRecord?: RecordMaker<unknown>;
 }
 
 /** The own wait of a command: its `wait_ms` (CONSUME, HEARTBEAT long polls), else 0. */
@@ -281,7 +283,8 @@ export class Connection {
       const p = this.pending.shift();
       if (!p) continue;
       try {
-        if (isBatchBody(body)) p.resolve({ kind: 'batch', batch: decodeBatch(body, { extensions: this.extensions }), raw: body });
+        // BatchRecords, unless the request brought its own maker (consume(), which returns its kind).
+        if (isBatchBody(body)) p.resolve({ kind: 'batch', batch: this.decode(body, p.makeRecord) as Batch, raw: body });
         else p.resolve({ kind: 'text', text: body.toString('utf8') });
       } catch (err) {
         p.reject(err as Error);
@@ -314,10 +317,10 @@ export class Connection {
    * without the copy request() makes (the SDK producer's batch frames, built in place). The caller must
    * not change `frame` until the reply has come (the broker then has all of it) or the connection failed.
    */
-  requestFramed(frame: Buffer, waitMs = 0): Promise<Reply> {
+  requestFramed(frame: Buffer, waitMs = 0, makeRecord?: RecordMaker<unknown>): Promise<Reply> {
     if (this.closedError) return Promise.reject(this.closedError);
     return new Promise<Reply>((resolve, reject) => {
-      this.pending.push({ resolve, reject, sentAt: Date.now(), waitMs });
+      this.pending.push({ resolve, reject, sentAt: Date.now(), waitMs, makeRecord });
       this.socket.write(frame);
       if (this.stall && !this.stallTimer) this.armStall(waitMs + this.stall.ms / 2);
     });
@@ -345,24 +348,44 @@ export class Connection {
     return JSON.parse(reply.text);
   }
 
-  async consume(fields: Record<string, FieldValue | undefined>): Promise<Batch> {
-    const reply = await this.request(formatLine('CONSUME', fields), ownWait(fields));
+  /** A CONSUME; with `makeRecord` the reply's records are what it makes (decodeBatch). */
+  consume(fields: Record<string, FieldValue | undefined>): Promise<Batch>;
+  consume<R>(fields: Record<string, FieldValue | undefined>, makeRecord: RecordMaker<R>): Promise<Batch<R>>;
+  async consume<R>(fields: Record<string, FieldValue | undefined>, makeRecord?: RecordMaker<R>): Promise<Batch<R | BatchRecord>> {
+    const reply = await this.requestFramed(encodeFrame(formatLine('CONSUME', fields)), ownWait(fields), makeRecord);
     if (reply.kind === 'text') {
       if (isErrorReply(reply.text)) throw parseError(reply.text);
       throw new TributaryError('internal_error', { reason: `unexpected reply ${reply.text.slice(0, 80)}` });
     }
-    return reply.batch;
+    // Records of the kind asked for: BatchRecords, or what makeRecord made.
+    return reply.batch as Batch<R | BatchRecord>;
+  }
+
+  private decode(body: Buffer, makeRecord: RecordMaker<unknown> | undefined): Batch<unknown> {
+    const opts = { extensions: this.extensions };
+    return makeRecord ? decodeBatch(body, opts, makeRecord) : decodeBatch(body, opts);
   }
 
   /**
    * Switch to push mode. Yields batches until the broker sends STREAM_CONTROL type=CLOSE (returned as
-   * the final value) or the socket is lost (throws a retriable error).
+   * the final value) or the socket is lost (throws a retriable error). With `makeRecord` the batches'
+   * records are what it makes (decodeBatch).
    */
-  async *stream(
+  stream(
     fields: Record<string, FieldValue | undefined>,
     signal?: AbortSignal,
-    opts: { silenceMs?: number } = {},
-  ): AsyncGenerator<Batch, Record<string, string>> {
+    opts?: { silenceMs?: number },
+  ): AsyncGenerator<Batch, Record<string, string>>;
+  stream<R>(
+    fields: Record<string, FieldValue | undefined>,
+    signal: AbortSignal | undefined,
+    opts: { silenceMs?: number; makeRecord: RecordMaker<R> },
+  ): AsyncGenerator<Batch<R>, Record<string, string>>;
+  async *stream<R>(
+    fields: Record<string, FieldValue | undefined>,
+    signal?: AbortSignal,
+    opts: { silenceMs?: number; makeRecord?: RecordMaker<R> } = {},
+  ): AsyncGenerator<Batch<R | BatchRecord>, Record<string, string>> {
     const queue: Buffer[] = [];
     let wake: (() => void) | undefined;
     let paused = false;
@@ -417,7 +440,7 @@ export class Connection {
           continue;
         }
         if (isBatchBody(body)) {
-          yield decodeBatch(body, { extensions: this.extensions });
+          yield this.decode(body, opts.makeRecord) as Batch<R | BatchRecord>;
           continue;
         }
         const text = body.toString('utf8');

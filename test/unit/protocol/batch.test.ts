@@ -246,6 +246,24 @@ describe('round trips', () => {
     );
   });
 
+  it('property: with a RecordMaker, each record is what it made from the fields a BatchRecord would hold, in order', () => {
+    fc.assert(
+      fc.property(batchArb({ ext: true, trailer: false }), fc.boolean(), (b, ext) => {
+        const buf = encodeBatch(b, { extensions: ext });
+        const plain = decodeBatch(buf, { extensions: ext });
+        let calls = 0;
+        const made = decodeBatch(buf, { extensions: ext }, (offset, key, value, timestamp, attributes, headers, sequence, producerId, epoch) => ({
+          n: calls++,
+          r: { offset, sequence, producerId, key, epoch, value, timestamp, attributes, headers },
+        }));
+        expect(made.records.map((m) => m.n)).toEqual(plain.records.map((_, i) => i));
+        expect(made.records.map((m) => m.r)).toEqual(plain.records);
+        expect({ ...made, records: [] }).toEqual({ ...plain, records: [] });
+      }),
+      { numRuns: 200 },
+    );
+  });
+
   it('a batch encoded with extensions is refused by a decoder without them, and vice versa', () => {
     const b = sample();
     expectInvalidBatch(() => decodeBatch(encodeBatch(b, { extensions: true })));
