@@ -5,7 +5,8 @@
  *
  *   node dist/bench/scale-load.js --host H --port P --topics T --partitions-per-topic N --busy B --rate R
  *
- * Prints {"event":"running"} once sending, and {"event":"result", sent, errors} when stdin closes.
+ * Prints {"event":"running"} once sending, and {"event":"result", sent, acked, unanswered, errors} when
+ * stdin closes: `unanswered` were still in flight then (the broker's backlog), `errors` failed before.
  */
 import { parseArgs } from 'node:util';
 import type { Batch } from 'tributary-protocol/batch.js';
@@ -36,6 +37,9 @@ for (const [k, n] of Object.entries({ port, topics, perTopic, busy, rate })) {
 
 const value = Buffer.alloc(100, 0x62);
 let sent = 0;
+let acked = 0;
+let inFlight = 0;
+let stopping = false;
 let errors = 0;
 let firstError = '';
 
@@ -62,18 +66,30 @@ async function main(): Promise<void> {
           records: [{ offset: 0, sequence: 0, producerId: '', key: null, epoch: 0, value, timestamp: 0, attributes: 0, headers: [] }],
         };
         sent++;
-        conns[i % conns.length]!.produceBatch(batch).catch((err: Error) => {
-          errors++;
-          firstError ||= err.message;
-        });
+        inFlight++;
+        conns[i % conns.length]!.produceBatch(batch).then(
+          () => {
+            inFlight--;
+            acked++;
+          },
+          (err: Error) => {
+            inFlight--;
+            if (stopping) return; // unanswered when the load stopped: counted apart
+            errors++;
+            firstError ||= err.message;
+          },
+        );
       });
     }
   }, tickMs);
   report({ event: 'running' });
   process.stdin.on('end', async () => {
     clearInterval(timer);
+    // Requests still unanswered now are the broker's backlog, not failures: closing fails them.
+    stopping = true;
+    const unanswered = inFlight;
     await Promise.allSettled(conns.map((c) => c.close()));
-    report({ event: 'result', sent, errors, firstError });
+    report({ event: 'result', sent, acked, unanswered, errors, firstError });
     process.exit(0);
   });
   process.stdin.resume();

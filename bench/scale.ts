@@ -191,8 +191,13 @@ export async function run(argv: string[]): Promise<number> {
       };
       facts.push(['busy broker: JS heap used / heap total / tail caches', `${mib('tributary_nodejs_heap_size_used_bytes')} / ${mib('tributary_nodejs_heap_size_total_bytes')} / ${mib('tributary_tail_cache_bytes')}`]);
       load.proc.stdin?.end();
-      const r = await load.waitJson<{ sent: number; errors: number; firstError: string }>((x) => x.event === 'result', 30_000).catch(() => undefined);
-      if (r) facts.push(['background load: records sent / failed', `${fmtInt(r.sent)} / ${fmtInt(r.errors)}${r.firstError ? ` (first: ${r.firstError.slice(0, 80)})` : ''}`]);
+      const r = await load.waitJson<{ sent: number; acked: number; unanswered: number; errors: number; firstError: string }>((x) => x.event === 'result', 30_000).catch(() => undefined);
+      if (r) {
+        facts.push([
+          'background load: records sent / acked / unanswered at the stop / failed',
+          `${fmtInt(r.sent)} / ${fmtInt(r.acked)} / ${fmtInt(r.unanswered)} / ${fmtInt(r.errors)}${r.firstError ? ` (first: ${r.firstError.slice(0, 80)})` : ''}`,
+        ]);
+      }
       await load.stop();
       load = undefined;
     }
