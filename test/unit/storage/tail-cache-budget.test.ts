@@ -17,7 +17,10 @@ import { removeDir, tempDir } from '../../helpers/util.js';
 /** One write of `n` records of `size` value bytes at `base`, as the log writer hands it to its cache. */
 function write(base: number, n: number, size: number): { buf: Buffer; starts: number[]; bytes: number } {
   const records = Array.from({ length: n }, (_, i) => ({ offset: base + i, timestamp: 1, key: null, value: Buffer.alloc(size, (base + i) & 0xff) }));
-  const buf = encodeRecords(records);
+  // Unpooled, as the log writer's buffers are: a slice of Node's pool would pin (and be charged) its slab.
+  const encoded = encodeRecords(records);
+  const buf = Buffer.allocUnsafeSlow(encoded.length);
+  encoded.copy(buf);
   const starts = [0];
   for (const r of records) starts.push(starts[starts.length - 1]! + encodedSize(r));
   return { buf, starts, bytes: buf.length };

@@ -99,7 +99,7 @@ export class TopicManager {
     const tailCache = (this.tailCacheBudget = new TailCacheBudget(config.tailCacheBytes));
     new client.Gauge({
       name: 'tributary_tail_cache_bytes',
-      help: "Memory the partitions' tail caches keep alive: each cached write's buffer plus a fixed cost (at most --tail-cache-bytes)",
+      help: "Memory the partitions' tail caches keep alive: the blocks and buffers of their cached writes plus a fixed cost per chunk (at most --tail-cache-bytes)",
       registers: [metrics.registry],
       collect() {
         this.set(tailCache.bytes);

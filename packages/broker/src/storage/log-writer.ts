@@ -28,6 +28,7 @@ import {
 } from './record-codec.js';
 import type { SegmentFds } from './segment-fds.js';
 import { Segment } from './segment.js';
+import { MAX_BLOCK_BYTES, WriteArena } from './write-arena.js';
 
 /** Upper bound of one append batch and of one coalesced write. */
 const MAX_BATCH_BYTES = 1024 * 1024 * 1024;
@@ -64,12 +65,18 @@ export class LogWriter {
   private exclusiveWaiting = 0;
   /** An exclusive operation is running (the 'interval' flush timer leaves the fsync to it). */
   exclusiveActive = false;
+  /** Where the bytes of each write are encoded: shared blocks for small writes (write-arena.ts). */
+  private readonly arena: WriteArena;
 
   constructor(
     private readonly st: LogState,
     private readonly sync: GroupCommit,
     private readonly fds: SegmentFds,
-  ) {}
+  ) {
+    // Blocks at most a sixteenth of the broker-wide tail cache budget and a quarter of this log's cache.
+    const { tailCacheBudget, tailCacheBytes } = st.options;
+    this.arena = new WriteArena(Date.now, Math.min(MAX_BLOCK_BYTES, (tailCacheBudget?.max ?? Infinity) / 16, (tailCacheBytes ?? Infinity) / 4));
+  }
 
   /** See PartitionLog.append. */
   append(records: RecordInput[]): Promise<AppendResult> {
@@ -153,8 +160,8 @@ export class LogWriter {
       return Promise.reject(invalidParam('records', `first offset ${first} is below the log end offset ${this.st.logEndOffset}`));
     if (last - first > MAX_RELATIVE_OFFSET) return Promise.reject(invalidParam('records', 'offsets span more than 2^32: split the call at an append boundary'));
     if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
-    // Unpooled: the tail cache keeps this buffer, and a slice of Node's shared pool would keep the whole slab.
-    const buf = Buffer.allocUnsafeSlow(bytes);
+    // The tail cache keeps these bytes: unpooled memory, shared with neighbouring writes (write-arena.ts).
+    const buf = this.arena.take(bytes);
     const starts = new Array<number>(n + 1);
     let maxTimestamp = -1;
     let p = 0;
@@ -238,8 +245,8 @@ export class LogWriter {
   }
 
   private async writeGroup(seg: Segment, group: PendingAppend[], bytes: number, now: number): Promise<void> {
-    // Unpooled: the tail cache keeps this buffer, and a slice of Node's shared pool would keep the whole slab.
-    const buf = Buffer.allocUnsafeSlow(bytes);
+    // The tail cache keeps these bytes: unpooled memory, shared with neighbouring writes (write-arena.ts).
+    const buf = this.arena.take(bytes);
     // Where each record starts in `buf`, then the end: for the index and the tail cache.
     const recStarts: number[] = [];
     const firstOffset = seg.nextOffset;

@@ -8,22 +8,29 @@ import { decodeOwnRecord, USER_ATTR_MASK, writeWireRecord } from './record-codec
 import type { BudgetedCache, TailCacheBudget } from './tail-cache-budget.js';
 
 /**
- * What a cached write costs besides its buffer's bytes, as charged to the broker-wide budget: its Buffer
- * and ArrayBuffer objects, its chunk and its `starts` array (measured in a heap snapshot of 330,000 cached
- * one-record writes: 96 + 88 + 56 + 32 bytes, about 270 in all, more than a 100-byte record itself); the
- * `starts` entries are charged 8 bytes each on top.
+ * What a chunk costs besides the memory its buffer pins, as charged to the broker-wide budget: its Buffer
+ * and ArrayBuffer objects, the chunk and its `starts` array (measured in a heap snapshot of 330,000 cached
+ * one-record writes, a chunk each: 96 + 88 + 56 + 32 bytes, about 270 in all, more than a 100-byte record
+ * itself); the `starts` entries are charged 8 bytes each on top.
  */
 export const CHUNK_COST = 288;
 
-/** Memory a cached write holds while any of its records is cached: the whole buffer, whatever is evicted of it. */
+/**
+ * Memory a chunk holds while any of its records is cached: the whole ArrayBuffer under its buffer (a
+ * write's own buffer, or the write-arena block its writes share, whatever is evicted or not yet written
+ * of it; two chunks of one block are both charged the block), plus its objects.
+ */
 function chunkCost(c: CacheChunk): number {
-  return c.buf.length + CHUNK_COST + 8 * c.starts.length;
+  return c.buf.buffer.byteLength + CHUNK_COST + 8 * c.starts.length;
 }
 
 /** What an evicted chunk's slot holds until `compact` drops it. */
 const EVICTED: CacheChunk = { buf: Buffer.alloc(0), base: -1, count: 0, starts: [0] };
 
-/** One write's worth of cached records: `buf` as written, record i at starts[i] .. starts[i + 1]. */
+/**
+ * A run of cached writes: `buf` as written, record i at starts[i] .. starts[i + 1]. Writes that follow
+ * each other in one write-arena block (and in offsets) share a chunk, `buf` then a view over all of them.
+ */
 interface CacheChunk {
   buf: Buffer;
   /** Offset of record 0. */
@@ -133,10 +140,21 @@ export class TailCache implements BudgetedCache {
     const count = starts.length - 1;
     if (this.maxBytes <= 0 || count <= 0) return;
     if (!this.empty && base !== this.end) this.clear();
-    const chunk = { buf, base, count, starts };
-    this.chunks.push(chunk);
+    const last = this.empty ? undefined : this.chunks[this.chunks.length - 1];
+    if (last !== undefined && last.buf.buffer === buf.buffer && last.buf.byteOffset + last.starts[last.count] === buf.byteOffset + starts[0]) {
+      // The write follows the last chunk's in the same block: it joins that chunk (no objects of its own).
+      this.held -= chunkCost(last);
+      const shift = buf.byteOffset - last.buf.byteOffset;
+      for (let i = 1; i <= count; i++) last.starts.push(starts[i] + shift);
+      last.count += count;
+      last.buf = Buffer.from(buf.buffer, last.buf.byteOffset, last.starts[last.count]);
+      this.held += chunkCost(last);
+    } else {
+      const chunk = { buf, base, count, starts };
+      this.chunks.push(chunk);
+      this.held += chunkCost(chunk);
+    }
     this.bytes += starts[count] - starts[0];
-    this.held += chunkCost(chunk);
     while (this.bytes > this.maxBytes && !this.empty) this.evictOne();
     this.compact();
     this.report(true);
@@ -282,11 +300,16 @@ export class TailCache implements BudgetedCache {
       const from = last === this.head ? this.first : 0;
       const keep = Math.max(from, offset - c.base);
       this.bytes -= c.starts[c.count] - c.starts[keep];
-      c.count = keep;
       if (keep === from) {
         this.chunks.pop();
         this.held -= chunkCost(c);
         if (last === this.head) this.first = 0;
+      } else {
+        // starts keeps count + 1 entries: a later write joining this chunk appends after its new end.
+        this.held -= chunkCost(c);
+        c.count = keep;
+        c.starts.length = keep + 1;
+        this.held += chunkCost(c);
       }
     }
     this.compact();
