@@ -245,6 +245,10 @@ describe('a SIGSTOPped consumer process gets no record of the partitions it lost
                   batch: 10,
                   max_bytes: 1 << 16,
                   isolation: 'read_uncommitted',
+                  // A read naming the group starts at max(offset, committed) (docs/protocol.md, CONSUME
+                  // `group=`): an owner that has caught up and committed gets records only once the
+                  // producer has sent more, so the read waits for them instead of racing it.
+                  wait_ms: 5_000,
                 });
               // (a retriable answer, COORDINATOR_NOT_AVAILABLE while the coordinator moves, is asked again)
               const refusal = await cluster.waitFor('the leader to answer for the expired member', async () =>
