@@ -317,7 +317,12 @@ export class Connection {
    * without the copy request() makes (the SDK producer's batch frames, built in place). The caller must
    * not change `frame` until the reply has come (the broker then has all of it) or the connection failed.
    */
-  requestFramed(frame: Buffer, waitMs = 0, makeRecord?: RecordMaker<unknown>): Promise<Reply> {
+  requestFramed(frame: Buffer, waitMs = 0): Promise<Reply> {
+    return this.send(frame, waitMs, undefined);
+  }
+
+  /** requestFramed(), with the maker of a batch reply's records (consume()'s, which returns their type). */
+  private send(frame: Buffer, waitMs: number, makeRecord: RecordMaker<unknown> | undefined): Promise<Reply> {
     if (this.closedError) return Promise.reject(this.closedError);
     return new Promise<Reply>((resolve, reject) => {
       this.pending.push({ resolve, reject, sentAt: Date.now(), waitMs, makeRecord });
@@ -352,7 +357,7 @@ export class Connection {
   consume(fields: Record<string, FieldValue | undefined>): Promise<Batch>;
   consume<R>(fields: Record<string, FieldValue | undefined>, makeRecord: RecordMaker<R>): Promise<Batch<R>>;
   async consume<R>(fields: Record<string, FieldValue | undefined>, makeRecord?: RecordMaker<R>): Promise<Batch<R | BatchRecord>> {
-    const reply = await this.requestFramed(encodeFrame(formatLine('CONSUME', fields)), ownWait(fields), makeRecord);
+    const reply = await this.send(encodeFrame(formatLine('CONSUME', fields)), ownWait(fields), makeRecord);
     if (reply.kind === 'text') {
       if (isErrorReply(reply.text)) throw parseError(reply.text);
       throw new TributaryError('internal_error', { reason: `unexpected reply ${reply.text.slice(0, 80)}` });
