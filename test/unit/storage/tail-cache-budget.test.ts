@@ -9,21 +9,14 @@ import vm from 'node:vm';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
-import { encodedSize, encodeRecords } from 'tributary-broker/storage/record-codec.js';
 import { CHUNK_COST, TailCache } from 'tributary-broker/storage/tail-cache.js';
 import { TailCacheBudget } from 'tributary-broker/storage/tail-cache-budget.js';
+import { encodedWrite, firstCached } from '../../helpers/tail-cache.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 /** One write of `n` records of `size` value bytes at `base`, as the log writer hands it to its cache. */
 function write(base: number, n: number, size: number): { buf: Buffer; starts: number[]; bytes: number } {
-  const records = Array.from({ length: n }, (_, i) => ({ offset: base + i, timestamp: 1, key: null, value: Buffer.alloc(size, (base + i) & 0xff) }));
-  // Unpooled, as the log writer's buffers are: a slice of Node's pool would pin (and be charged) its slab.
-  const encoded = encodeRecords(records);
-  const buf = Buffer.allocUnsafeSlow(encoded.length);
-  encoded.copy(buf);
-  const starts = [0];
-  for (const r of records) starts.push(starts[starts.length - 1]! + encodedSize(r));
-  return { buf, starts, bytes: buf.length };
+  return encodedWrite(base, new Array<number>(n).fill(size));
 }
 
 /** A cache under test with the offsets it was given, to check what it still serves. */
@@ -41,9 +34,7 @@ class Tracked {
   }
   /** The first offset the cache serves (it serves a suffix of what was appended), or `end` when none. */
   firstCached(): number {
-    let lo = 0;
-    while (lo < this.end && this.cache.read(lo, this.end, 1, 1 << 30) === null) lo++;
-    return lo;
+    return firstCached(this.cache, this.end);
   }
 }
 

@@ -7,30 +7,19 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { encodedSize, encodeRecords } from 'tributary-broker/storage/record-codec.js';
 import { CHUNK_COST, TailCache } from 'tributary-broker/storage/tail-cache.js';
 import { MAX_BLOCK_BYTES, MAX_SHARED_BYTES, MIN_BLOCK_BYTES, WriteArena } from 'tributary-broker/storage/write-arena.js';
-
-/** A fake clock for the arena's sizing. */
-function clock(): { now: () => number; advance: (ms: number) => void } {
-  let t = 1_000_000;
-  return { now: () => t, advance: (ms) => (t += ms) };
-}
+import { FakeClock } from '../../helpers/fake-clock.js';
+import { encodedWrite, firstCached } from '../../helpers/tail-cache.js';
 
 /** `n` records at `base` with values of `sizes[i]` bytes, encoded into arena memory as the log writer does. */
 function writeThrough(arena: WriteArena, base: number, sizes: number[]): { buf: Buffer; starts: number[] } {
-  const records = sizes.map((size, i) => ({ offset: base + i, timestamp: 1, key: null, value: Buffer.alloc(size, (base + i) & 0xff) }));
-  const encoded = encodeRecords(records);
-  const buf = arena.take(encoded.length);
-  encoded.copy(buf);
-  const starts = [0];
-  for (const r of records) starts.push(starts[starts.length - 1]! + encodedSize(r));
-  return { buf, starts };
+  return encodedWrite(base, sizes, (bytes) => arena.take(bytes));
 }
 
 describe('WriteArena', () => {
   it('carves consecutive small writes out of one unpooled block, and gives a large write a buffer of its own', () => {
-    const arena = new WriteArena(clock().now);
+    const arena = new WriteArena(new FakeClock());
     const a = arena.take(100);
     const b = arena.take(200);
     expect(a.buffer).toBe(b.buffer);
@@ -44,7 +33,7 @@ describe('WriteArena', () => {
   });
 
   it('starts a new block when the rest of this one is too small; never hands out the same bytes twice', () => {
-    const arena = new WriteArena(clock().now);
+    const arena = new WriteArena(new FakeClock());
     const first = arena.take(MIN_BLOCK_BYTES - 10);
     const next = arena.take(20);
     expect(next.buffer).not.toBe(first.buffer);
@@ -54,9 +43,9 @@ describe('WriteArena', () => {
     expect(large.buffer.byteLength).toBeGreaterThanOrEqual(MAX_SHARED_BYTES);
   });
 
-  it('grows the blocks of a partition that fills them within a second, up to the maximum, and shrinks them after slow ones', () => {
-    const c = clock();
-    const arena = new WriteArena(c.now);
+  it('grows the blocks of a partition that fills them within a second, up to the maximum, and shrinks them after slow ones', async () => {
+    const c = new FakeClock();
+    const arena = new WriteArena(c);
     // Writes of 1,000 bytes until one lands in a new block: the block before it is full.
     const fillBlock = () => {
       const block = arena.take(1000).buffer;
@@ -73,7 +62,7 @@ describe('WriteArena', () => {
     // Blocks that took more than 10 s to fill: each halves the next, down to the minimum.
     for (let i = 0; i < 6; i++) {
       const before = arena.nextBlockBytes;
-      c.advance(11_000);
+      await c.advance(11_000);
       fillBlock();
       expect(arena.nextBlockBytes).toBe(Math.max(MIN_BLOCK_BYTES, before / 2));
     }
@@ -83,7 +72,7 @@ describe('WriteArena', () => {
 
 describe('TailCache over arena writes', () => {
   it('keeps writes that follow each other in a block as one chunk: the block and one set of objects are charged once', () => {
-    const arena = new WriteArena(clock().now);
+    const arena = new WriteArena(new FakeClock());
     const cache = new TailCache(1 << 20);
     let offset = 0;
     let starts = 0;
@@ -102,22 +91,22 @@ describe('TailCache over arena writes', () => {
     expect(all.every((r) => r.value.length === 100 && r.value[0] === (r.offset & 0xff))).toBe(true);
   });
 
-  it('property: through appends, truncations and drops, it serves exactly a suffix of what it was given', () => {
+  it('property: through appends, truncations and drops, it serves exactly a suffix of what it was given', async () => {
     type Op = { kind: 'append'; sizes: number[] } | { kind: 'truncate'; back: number } | { kind: 'drop'; ahead: number };
     const op: fc.Arbitrary<Op> = fc.oneof(
       { weight: 6, arbitrary: fc.record({ kind: fc.constant('append' as const), sizes: fc.array(fc.integer({ min: 0, max: 3000 }), { minLength: 1, maxLength: 4 }) }) },
       { weight: 1, arbitrary: fc.record({ kind: fc.constant('truncate' as const), back: fc.integer({ min: 0, max: 6 }) }) },
       { weight: 1, arbitrary: fc.record({ kind: fc.constant('drop' as const), ahead: fc.integer({ min: 0, max: 6 }) }) },
     );
-    fc.assert(
-      fc.property(fc.array(op, { maxLength: 60 }), fc.integer({ min: 2_000, max: 40_000 }), (ops, maxBytes) => {
-        const c = clock();
-        const arena = new WriteArena(c.now);
+    await fc.assert(
+      fc.asyncProperty(fc.array(op, { maxLength: 60 }), fc.integer({ min: 2_000, max: 40_000 }), async (ops, maxBytes) => {
+        const c = new FakeClock();
+        const arena = new WriteArena(c);
         const cache = new TailCache(maxBytes);
         // The model: value length of every offset appended since the last truncation below it.
         const sizes: number[] = [];
         for (const o of ops) {
-          c.advance(100);
+          await c.advance(100);
           if (o.kind === 'append') {
             const w = writeThrough(arena, sizes.length, o.sizes);
             cache.append(w.buf, sizes.length, w.starts);
@@ -145,10 +134,3 @@ describe('TailCache over arena writes', () => {
     );
   });
 });
-
-/** The first offset the cache serves below `end` (it serves a suffix), or `end` when it serves none. */
-function firstCached(cache: TailCache, end: number): number {
-  let lo = 0;
-  while (lo < end && cache.read(lo, end, 1, 1 << 30) === null) lo++;
-  return lo;
-}

@@ -7,6 +7,7 @@
 import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
+import { systemClock } from '../common/clock.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import type { GroupCommit, SyncWaiter } from './group-commit.js';
@@ -75,7 +76,7 @@ export class LogWriter {
   ) {
     // Blocks at most a sixteenth of the broker-wide tail cache budget and a quarter of this log's cache.
     const { tailCacheBudget, tailCacheBytes } = st.options;
-    this.arena = new WriteArena(Date.now, Math.min(MAX_BLOCK_BYTES, (tailCacheBudget?.max ?? Infinity) / 16, (tailCacheBytes ?? Infinity) / 4));
+    this.arena = new WriteArena(systemClock, Math.min(MAX_BLOCK_BYTES, (tailCacheBudget?.max ?? Infinity) / 16, (tailCacheBytes ?? Infinity) / 4));
   }
 
   /** See PartitionLog.append. */

@@ -8,6 +8,8 @@
  * the cache's eviction of its records.
  */
 
+import { type Clock, systemClock } from '../common/clock.js';
+
 export const MIN_BLOCK_BYTES = 4 * 1024;
 export const MAX_BLOCK_BYTES = 64 * 1024;
 /** Larger writes get buffers of their own. */
@@ -30,7 +32,7 @@ export class WriteArena {
    * chunk is charged its whole block, so blocks as large as the budget would leave nothing cached.
    */
   constructor(
-    private readonly now: () => number = Date.now,
+    private readonly clock: Pick<Clock, 'now'> = systemClock,
     private readonly maxBlockBytes = MAX_BLOCK_BYTES,
   ) {}
 
@@ -53,7 +55,7 @@ export class WriteArena {
   }
 
   private nextBlock(bytes: number): void {
-    const now = this.now();
+    const now = this.clock.now();
     if (this.block !== NO_BLOCK) {
       const took = now - this.startedAt;
       if (took < GROW_WITHIN_MS) this.blockBytes = Math.max(MIN_BLOCK_BYTES, Math.min(this.maxBlockBytes, this.blockBytes * 2));
