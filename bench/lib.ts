@@ -279,14 +279,14 @@ export async function startBroker(dataDir: string, opts: { nodeArgs?: string[]; 
 }
 
 /**
- * Unlabelled samples of a broker's /metrics by name (`tributary_` prefix included), or undefined when it
- * does not answer within 5 s.
+ * A broker's /metrics samples by name (`tributary_` prefix included; a labelled sample under its name and
+ * labels as printed, `name{kind="major"}`), or undefined when it does not answer within 5 s.
  */
 export async function scrapeMetrics(healthPort: number): Promise<Map<string, number> | undefined> {
   try {
     const text = await (await fetch(`http://127.0.0.1:${healthPort}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
     const out = new Map<string, number>();
-    for (const m of text.matchAll(/^(\w+) (\S+)$/gm)) out.set(m[1]!, Number(m[2]));
+    for (const m of text.matchAll(/^(\w+(?:\{[^}]*\})?) (\S+)$/gm)) out.set(m[1]!, Number(m[2]));
     return out;
   } catch {
     return undefined;

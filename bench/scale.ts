@@ -1,29 +1,33 @@
 /**
  * `npm run bench -- scale`: many partitions and groups on one broker (bench/README.md, "scale").
  *
- * One broker with its defaults. In one run:
- *   1. W2-shaped latency (latency.ts: open loop, 10k/s x 1 KiB) on a 12-partition topic of an otherwise
- *      empty broker: the reference;
- *   2. --topics x --partitions-per-topic idle partitions created (time), --groups groups with one member
- *      each (joined, synced, heartbeating), the broker's RSS and open file descriptors;
- *   3. the same latency measurement on the 12 hot partitions while the rest are idle;
- *   4. again while --busy partitions receive --busy-rate records/s each (a load worker);
- *   5. a clean restart and a kill -9 restart: time until /ready, RSS and fds after.
+ * Two brokers with their defaults: the loaded one, and an empty one for the reference. In one run:
+ *   1. --topics x --partitions-per-topic idle partitions created on the loaded broker (time), --groups
+ *      groups with one member each (joined, synced, heartbeating), its RSS and open file descriptors;
+ *   2. W2-shaped latency (latency.ts: open loop, 10k/s x 1 KiB) on 12 partitions, --repeat times
+ *      alternately on the empty broker (the reference) and on 12 hot partitions of the loaded one while
+ *      the rest are idle; medians, so that one slow window of a shared machine does not decide the ratio;
+ *   3. once more on the loaded broker while --busy partitions receive --busy-rate records/s each (a load
+ *      worker);
+ *   4. a clean restart and a kill -9 restart: time until /ready, RSS and fds after.
  *
  * Options: --topics 100 --partitions-per-topic 100 --groups 1000 --busy 1000 --busy-rate 10
- *          --duration-ms 10000 --broker-args "..."
+ *          --duration-ms 10000 --repeat 3 --broker-args "..." --broker-node-args "..."
  */
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Connection } from 'tributary-protocol/connection.js';
 import { type Result, createTopic, measureLatency } from './latency.js';
-import { BENCH_DIR, type BrokerHandle, type Child, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, nowMs, procStats, removeTempDir, scrapeMetrics, spawnNode, splitArgs, startBroker, table } from './lib.js';
+import { BENCH_DIR, type BrokerHandle, type Child, fmtFixed, fmtInt, installCleanupHandlers, makeTempDir, median, nowMs, procStats, removeTempDir, scrapeMetrics, spawnNode, splitArgs, startBroker, table } from './lib.js';
 
 export const description = '10k partitions and 1,000 groups on one broker: create and restart times, RSS, fds, hot-partition latency';
 
 const HOT = 'hot';
 const HOT_PARTITIONS = 12;
 const SESSION_MS = 60_000;
+const HEARTBEAT_MS = 5_000;
+/** Heartbeats go out in this many slices of HEARTBEAT_MS. */
+const HEARTBEAT_SLOTS = 50;
 
 async function waitReady(b: BrokerHandle, healthPort: number, timeoutMs: number): Promise<void> {
   const deadline = nowMs() + timeoutMs;
@@ -38,14 +42,14 @@ async function waitReady(b: BrokerHandle, healthPort: number, timeoutMs: number)
   }
 }
 
-async function start(dataDir: string, args: string[]): Promise<{ b: BrokerHandle; healthPort: number; readyMs: number }> {
+async function start(dataDir: string, args: string[], nodeArgs: string[]): Promise<{ b: BrokerHandle; healthPort: number; readyMs: number }> {
   const t0 = nowMs();
-  const b = await startBroker(dataDir, { args, startTimeoutMs: 300_000 });
+  const b = await startBroker(dataDir, { args, nodeArgs, startTimeoutMs: 300_000 });
   await waitReady(b, b.healthPort, 300_000);
   return { b, healthPort: b.healthPort, readyMs: nowMs() - t0 };
 }
 
-/** One member per group, heartbeating every 5 s over a few pipelined connections. */
+/** One member per group, each heartbeating every 5 s, over a few pipelined connections. */
 class Members {
   private readonly conns: Connection[] = [];
   private readonly members: Array<{ conn: Connection; group: string; topic: string; member: string; generation: number }> = [];
@@ -71,11 +75,16 @@ class Members {
         }),
       );
     }
+    // Each member heartbeats every 5 s at its own phase, as members that joined at different times do:
+    // 1,000 heartbeats in one burst would stall the broker for tens of milliseconds every 5 s.
+    let tick = 0;
     this.timer = setInterval(() => {
-      for (const m of this.members) {
+      const slot = tick++ % HEARTBEAT_SLOTS;
+      for (let i = slot; i < this.members.length; i += HEARTBEAT_SLOTS) {
+        const m = this.members[i]!;
         m.conn.command('HEARTBEAT', { topic: m.topic, group: m.group, member: m.member, generation: m.generation }).catch(() => this.failures++);
       }
-    }, 5_000);
+    }, HEARTBEAT_MS / HEARTBEAT_SLOTS);
   }
 
   get size(): number {
@@ -88,11 +97,55 @@ class Members {
   }
 }
 
-function latencyRow(name: string, r: Result, ref?: Result): string[] {
+/** What a broker went through while a measurement ran: its GC from /metrics, read before and after. */
+interface GcWindow {
+  majorCount: number;
+  majorMs: number;
+  allMs: number;
+}
+
+async function gcTotals(healthPort: number): Promise<{ majorCount: number; majorS: number; allS: number } | undefined> {
+  const m = await scrapeMetrics(healthPort);
+  if (!m) return undefined;
+  let allS = 0;
+  for (const [k, v] of m) if (k.startsWith('tributary_nodejs_gc_duration_seconds_sum{')) allS += v;
+  return {
+    majorCount: m.get('tributary_nodejs_gc_duration_seconds_count{kind="major"}') ?? 0,
+    majorS: m.get('tributary_nodejs_gc_duration_seconds_sum{kind="major"}') ?? 0,
+    allS,
+  };
+}
+
+async function withGc<T>(healthPort: number, fn: () => Promise<T>): Promise<{ r: T; gc: GcWindow | undefined }> {
+  const before = await gcTotals(healthPort);
+  const r = await fn();
+  const after = await gcTotals(healthPort);
+  const gc = before && after ? { majorCount: after.majorCount - before.majorCount, majorMs: 1000 * (after.majorS - before.majorS), allMs: 1000 * (after.allS - before.allS) } : undefined;
+  return { r, gc };
+}
+
+function latencyRow(name: string, r: Result, gc: GcWindow | undefined, refP99?: number): string[] {
   const steal = Number.isFinite(r.stealPct) ? `steal ${fmtFixed(r.stealPct, 0)}%` : '';
+  const gcNote = gc ? `broker GC ${fmtFixed(gc.allMs, 0)} ms (${gc.majorCount} major, ${fmtFixed(gc.majorMs, 0)} ms)` : '';
   const problem = r.error ? `ERROR ${r.error.slice(0, 100)}` : r.received !== r.sent ? `received ${fmtInt(r.received)} of ${fmtInt(r.sent)}` : '';
-  const note = [steal, problem].filter(Boolean).join('; ');
-  return [name, fmtFixed(r.p50, 2), fmtFixed(r.p99, 2), fmtFixed(r.p999, 2), ref ? fmtFixed(r.p99 / ref.p99, 2) : '', note];
+  const note = [steal, gcNote, problem].filter(Boolean).join('; ');
+  return [name, fmtFixed(r.p50, 2), fmtFixed(r.p99, 2), fmtFixed(r.p999, 2), refP99 === undefined ? '' : fmtFixed(r.p99 / refP99, 2), note];
+}
+
+/** The medians of several measurements' percentiles, as one row (ratio: of the medians). */
+function medianRow(name: string, rs: Result[], ref?: Result[]): string[] {
+  const ok = rs.filter((r) => !r.error);
+  const p = (k: 'p50' | 'p99' | 'p999') => median(ok.map((r) => r[k]));
+  const p99 = p('p99');
+  let ratio = '';
+  let note = `median of ${ok.length}`;
+  if (ref) {
+    const refOk = ref.filter((r) => !r.error);
+    ratio = fmtFixed(p99 / median(refOk.map((r) => r.p99)), 2);
+    const pairs = rs.flatMap((r, i) => (r.error || ref[i]?.error ? [] : [r.p99 / ref[i]!.p99])).sort((a, b) => a - b);
+    if (pairs.length > 0) note += `; each run / the reference run before it: ${pairs.map((x) => fmtFixed(x, 2)).join(', ')}`;
+  }
+  return [name, fmtFixed(p('p50'), 2), fmtFixed(p99, 2), fmtFixed(p('p999'), 2), ratio, note];
 }
 
 export async function run(argv: string[]): Promise<number> {
@@ -107,7 +160,9 @@ export async function run(argv: string[]): Promise<number> {
         busy: { type: 'string', default: '1000' },
         'busy-rate': { type: 'string', default: '10' },
         'duration-ms': { type: 'string', default: '10000' },
+        repeat: { type: 'string', default: '3' },
         'broker-args': { type: 'string', default: '' },
+        'broker-node-args': { type: 'string', default: '' },
         verbose: { type: 'boolean', default: false },
         help: { type: 'boolean', default: false },
       },
@@ -118,7 +173,7 @@ export async function run(argv: string[]): Promise<number> {
     return 2;
   }
   if (v.help) {
-    process.stdout.write('usage: npm run bench -- scale [--topics 100] [--partitions-per-topic 100] [--groups 1000] [--busy 1000] [--busy-rate 10] [--duration-ms 10000] [--broker-args "..."]\n');
+    process.stdout.write('usage: npm run bench -- scale [--topics 100] [--partitions-per-topic 100] [--groups 1000] [--busy 1000] [--busy-rate 10] [--duration-ms 10000] [--repeat 3] [--broker-args "..."] [--broker-node-args "..."]\n');
     return 0;
   }
   const num = (k: string) => {
@@ -132,12 +187,16 @@ export async function run(argv: string[]): Promise<number> {
   const busy = Math.min(num('busy'), topics * perTopic);
   const busyRate = num('busy-rate');
   const durationMs = num('duration-ms');
+  const repeat = num('repeat');
+  if (repeat < 1) throw new Error('--repeat must be at least 1');
   const brokerArgs = splitArgs(String(v['broker-args']));
+  const brokerNodeArgs = splitArgs(String(v['broker-node-args']));
   const verbose = v.verbose === true;
   installCleanupHandlers();
   const dir = makeTempDir('tributary-scale-');
   const dataDir = path.join(dir, 'data');
   let broker: { b: BrokerHandle; healthPort: number; readyMs: number } | undefined;
+  let empty: { b: BrokerHandle; healthPort: number; readyMs: number } | undefined;
   let load: Child | undefined;
   const members = new Members();
   const facts: string[][] = [];
@@ -146,19 +205,18 @@ export async function run(argv: string[]): Promise<number> {
   const host = '127.0.0.1';
   let hotTopics = 0;
   // A fresh hot topic each time: a new group reading from the earliest offset would read the last run's too.
-  const measure = async () => {
+  const measure = async (on: { b: BrokerHandle; healthPort: number }) => {
     const topic = `${HOT}-${++hotTopics}`;
-    await createTopic(host, broker!.b.port, topic, HOT_PARTITIONS);
-    return measureLatency({ target: 'broker', host, port: broker!.b.port, topic, partitions: HOT_PARTITIONS, rate: 10_000, size: 1024, durationMs, warmupMs: 1000, dir, group: `lat-${topic}`, settleMs: 15_000, verbose });
+    await createTopic(host, on.b.port, topic, HOT_PARTITIONS);
+    return withGc(on.healthPort, () =>
+      measureLatency({ target: 'broker', host, port: on.b.port, topic, partitions: HOT_PARTITIONS, rate: 10_000, size: 1024, durationMs, warmupMs: 1000, dir, group: `lat-${topic}`, settleMs: 15_000, verbose }),
+    );
   };
   try {
     process.stdout.write(`scale (node ${process.version}): ${fmtInt(topics * perTopic)} partitions in ${topics} topics, ${fmtInt(groups)} groups; hot: ${HOT_PARTITIONS} partitions at 10k/s x 1 KiB\n`);
-    broker = await start(dataDir, brokerArgs);
-    const empty = procStats(broker.b.child.proc.pid);
-    facts.push(['empty broker: RSS / open fds', `${fmtFixed(empty.rssMiB, 0)} MiB / ${empty.fds}`]);
-    process.stderr.write('  reference latency (12 partitions, nothing else) ...\n');
-    const ref = await measure();
-    lat.push(latencyRow('12 partitions, empty broker (reference)', ref));
+    broker = await start(dataDir, brokerArgs, brokerNodeArgs);
+    const fresh = procStats(broker.b.child.proc.pid);
+    facts.push(['empty broker: RSS / open fds', `${fmtFixed(fresh.rssMiB, 0)} MiB / ${fresh.fds}`]);
 
     process.stderr.write(`  creating ${fmtInt(topics * perTopic)} partitions ...\n`);
     const names = Array.from({ length: topics }, (_, i) => `s-${i}`);
@@ -172,16 +230,35 @@ export async function run(argv: string[]): Promise<number> {
     const full = procStats(broker.b.child.proc.pid);
     facts.push(['loaded broker: RSS / open fds', `${fmtFixed(full.rssMiB, 0)} MiB / ${full.fds}`]);
 
-    process.stderr.write('  latency with the rest idle ...\n');
-    const idle = await measure();
-    lat.push(latencyRow(`12 hot partitions, ${fmtInt(topics * perTopic)} idle`, idle, ref));
+    // The reference broker runs beside the loaded one, idle while the other measures; taking turns, both
+    // see the same machine (a shared VM's slow minutes move the tail more than anything the broker does).
+    empty = await start(path.join(dir, 'reference'), brokerArgs, brokerNodeArgs);
+    const refs: Result[] = [];
+    const idles: Result[] = [];
+    for (let i = 1; i <= repeat; i++) {
+      process.stderr.write(`  [${i}/${repeat}] reference latency (12 partitions, empty broker) ...\n`);
+      const ref = await measure(empty);
+      refs.push(ref.r);
+      lat.push(latencyRow(`12 partitions, empty broker (reference) #${i}`, ref.r, ref.gc));
+      process.stderr.write(`  [${i}/${repeat}] latency with the rest idle ...\n`);
+      const idle = await measure(broker);
+      idles.push(idle.r);
+      lat.push(latencyRow(`12 hot partitions, ${fmtInt(topics * perTopic)} idle #${i}`, idle.r, idle.gc, ref.r.p99));
+    }
+    await empty.b.child.stop(60_000);
+    empty = undefined;
+    if (repeat > 1) {
+      lat.push(medianRow('12 partitions, empty broker (reference)', refs));
+      lat.push(medianRow(`12 hot partitions, ${fmtInt(topics * perTopic)} idle`, idles, refs));
+    }
+    const refP99 = median(refs.filter((r) => !r.error).map((r) => r.p99));
 
     if (busy > 0 && busyRate > 0) {
       load = spawnNode('load', path.join(BENCH_DIR, 'scale-load.js'), ['--host', host, '--port', String(broker.b.port), '--topics', String(topics), '--partitions-per-topic', String(perTopic), '--busy', String(busy), '--rate', String(busyRate)], { echoStderr: verbose, stdin: true });
       await load.waitJson((x) => x.event === 'running', 60_000);
       process.stderr.write(`  latency with ${fmtInt(busy)} partitions at ${busyRate} records/s each ...\n`);
-      const loaded = await measure();
-      lat.push(latencyRow(`12 hot partitions, ${fmtInt(busy)} more at ${busyRate}/s each`, loaded, ref));
+      const loaded = await measure(broker);
+      lat.push(latencyRow(`12 hot partitions, ${fmtInt(busy)} more at ${busyRate}/s each`, loaded.r, loaded.gc, refP99));
       const busyStats = procStats(broker.b.child.proc.pid);
       facts.push([`busy broker (${fmtInt(busy * busyRate)} records/s in the background): RSS / open fds`, `${fmtFixed(busyStats.rssMiB, 0)} MiB / ${busyStats.fds}`]);
       const m = await scrapeMetrics(broker.healthPort);
@@ -201,19 +278,19 @@ export async function run(argv: string[]): Promise<number> {
       await load.stop();
       load = undefined;
     }
-    for (const r of [ref, idle]) if (r.error) failed = true;
+    for (const r of [...refs, ...idles]) if (r.error) failed = true;
     facts.push(['member heartbeats refused', String(members.failures)]);
     await members.close();
 
     process.stderr.write('  clean restart ...\n');
     await broker.b.child.stop(60_000);
-    broker = await start(dataDir, brokerArgs);
+    broker = await start(dataDir, brokerArgs, brokerNodeArgs);
     const clean = procStats(broker.b.child.proc.pid);
     facts.push(['clean restart: start to /ready', `${fmtFixed(broker.readyMs / 1000, 1)} s (RSS ${fmtFixed(clean.rssMiB, 0)} MiB, ${clean.fds} fds)`]);
     process.stderr.write('  kill -9 restart ...\n');
     broker.b.child.proc.kill('SIGKILL');
     await broker.b.child.exited;
-    broker = await start(dataDir, brokerArgs);
+    broker = await start(dataDir, brokerArgs, brokerNodeArgs);
     const crash = procStats(broker.b.child.proc.pid);
     facts.push(['kill -9 restart (recovery): start to /ready', `${fmtFixed(broker.readyMs / 1000, 1)} s (RSS ${fmtFixed(crash.rssMiB, 0)} MiB, ${crash.fds} fds)`]);
   } catch (err) {
@@ -222,6 +299,7 @@ export async function run(argv: string[]): Promise<number> {
   } finally {
     await members.close().catch(() => {});
     if (load) await load.stop();
+    if (empty) await empty.b.child.stop(60_000);
     if (broker) await broker.b.child.stop(60_000);
     removeTempDir(dir);
   }
