@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { LogTicker, type Tickable } from 'tributary-broker/storage/log-ticker.js';
 import { HWM_CHECKPOINT_FILE, type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
-import { Partition } from 'tributary-broker/partition/partition.js';
+import { PRODUCER_SNAPSHOT_FILE, Partition } from 'tributary-broker/partition/partition.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { removeDir, tempDir, until } from '../../helpers/util.js';
 
@@ -151,7 +151,7 @@ describe('partition logs and partitions on a shared ticker', () => {
     expect(clock.pending).toBe(0);
   });
 
-  it('the snapshot checks of many partitions share one timer, gone once they are closed', async () => {
+  it('the snapshot checks of many partitions share one timer, which idle partitions leave alone', async () => {
     const clock = new FakeClock();
     const snapshotTicker = new LogTicker(10_000, clock);
     const parts: Partition[] = [];
@@ -161,9 +161,21 @@ describe('partition logs and partitions on a shared ticker', () => {
       open.push(p);
     }
     // Both snapshot files of every partition check on the one timer, once loaded.
-    await until(() => clock.pending === 1, 5000, 'the snapshot checks waiting on the ticker');
-    await clock.advance(10_000);
+    await Promise.all(parts.flatMap((p) => [p.whenTxnIndexReady(), p.whenProducerStateReady()]));
     expect(clock.pending).toBe(1);
+    await clock.advance(10_000);
+    // Nothing changed: no partition asks again, so no timer (it held 20,000 checks every 10 s at scale).
+    expect(clock.pending).toBe(0);
+    // An append moves one partition's HWM: its checks come back, and write its producer snapshot.
+    const p3 = parts[3]!;
+    const snapshot = () => readFile(join(dir, 'p3', PRODUCER_SNAPSHOT_FILE), 'utf8').then((t) => JSON.parse(t) as { offset: number }, () => undefined);
+    await p3.appendIdempotent([{ key: null, value: Buffer.from('x'), producerId: '7', epoch: 0, sequence: 0 }], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 });
+    expect(clock.pending).toBe(1);
+    const before = await snapshot();
+    await clock.advance(10_000);
+    await until(async () => (await snapshot())?.offset === 1, 5000, 'the producer snapshot written as of offset 1');
+    expect(before?.offset ?? 0).toBe(0);
+    expect(clock.pending).toBe(0);
     for (const p of parts) await p.close();
     open.splice(0);
     expect(clock.pending).toBe(0);

@@ -67,8 +67,9 @@ export class SnapshotFile implements Tickable {
   }
 
   /**
-   * Calls `tick` on every tick of `ticker` (replacing an earlier `tick`) until stop(); the ticker does not
-   * keep the process alive.
+   * Calls `tick` on the next tick of `ticker`, then again on the tick after each poke(), until stop(); the
+   * ticker does not keep the process alive. An idle partition is not checked: with 10,000 partitions,
+   * checking all of them every period held the event loop for 15-24 ms.
    */
   every(ticker: LogTicker, tick: () => void): void {
     this.stop();
@@ -77,9 +78,13 @@ export class SnapshotFile implements Tickable {
     ticker.want(this);
   }
 
+  /** The state may have changed: check it on the next tick. */
+  poke(): void {
+    if (this.tick) this.ticker?.want(this);
+  }
+
   onTick(): void {
     this.tick?.();
-    if (this.tick) this.ticker?.want(this);
   }
 
   stop(): void {
@@ -309,6 +314,15 @@ export class PartitionSnapshots {
       this.producerFile.write(JSON.stringify(new ProducerStateTable().snapshot(0)), () => {}),
       this.txnFile.write(JSON.stringify(new TxnIndex().snapshot(0)), () => {}),
     ]);
+  }
+
+  /**
+   * The partition's states or its HWM may have moved (Partition.notify): both checks run on the next
+   * tick, at most SNAPSHOT_INTERVAL_MS away.
+   */
+  changed(): void {
+    this.producerFile.poke();
+    this.txnFile.poke();
   }
 
   /** Stops the timers (a truncation reloads both states; close writes them once more). */

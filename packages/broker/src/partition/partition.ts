@@ -547,6 +547,8 @@ export class Partition {
   }
 
   private notify(): void {
+    // Whatever moved the HWM or the LSO changed what the snapshots hold.
+    this.snapshots.changed();
     if (this.waiters.size === 0) return;
     const hwm = this.highWatermark;
     const lso = this.lastStableOffset;
