@@ -97,38 +97,50 @@ class Members {
   }
 }
 
-/** What a broker went through while a measurement ran: its GC from /metrics, read before and after. */
-interface GcWindow {
+/** What a broker went through while a measurement ran: its GC and fsyncs from /metrics, read before and after. */
+interface BrokerWindow {
   majorCount: number;
   majorMs: number;
   allMs: number;
+  fsyncs: number;
+  fsyncMs: number;
+  /** fsync passes that took 25 ms or more (the tail of the W2 latency sits there). */
+  fsyncsSlow: number;
 }
 
-async function gcTotals(healthPort: number): Promise<{ majorCount: number; majorS: number; allS: number } | undefined> {
+async function brokerTotals(healthPort: number): Promise<BrokerWindow | undefined> {
   const m = await scrapeMetrics(healthPort);
   if (!m) return undefined;
   let allS = 0;
   for (const [k, v] of m) if (k.startsWith('tributary_nodejs_gc_duration_seconds_sum{')) allS += v;
   return {
     majorCount: m.get('tributary_nodejs_gc_duration_seconds_count{kind="major"}') ?? 0,
-    majorS: m.get('tributary_nodejs_gc_duration_seconds_sum{kind="major"}') ?? 0,
-    allS,
+    majorMs: 1000 * (m.get('tributary_nodejs_gc_duration_seconds_sum{kind="major"}') ?? 0),
+    allMs: 1000 * allS,
+    fsyncs: m.get('tributary_fsync_duration_seconds_count') ?? 0,
+    fsyncMs: 1000 * (m.get('tributary_fsync_duration_seconds_sum') ?? 0),
+    fsyncsSlow: (m.get('tributary_fsync_duration_seconds_count') ?? 0) - (m.get('tributary_fsync_duration_seconds_bucket{le="0.025"}') ?? 0),
   };
 }
 
-async function withGc<T>(healthPort: number, fn: () => Promise<T>): Promise<{ r: T; gc: GcWindow | undefined }> {
-  const before = await gcTotals(healthPort);
+async function withBrokerWindow<T>(healthPort: number, fn: () => Promise<T>): Promise<{ r: T; w: BrokerWindow | undefined }> {
+  const before = await brokerTotals(healthPort);
   const r = await fn();
-  const after = await gcTotals(healthPort);
-  const gc = before && after ? { majorCount: after.majorCount - before.majorCount, majorMs: 1000 * (after.majorS - before.majorS), allMs: 1000 * (after.allS - before.allS) } : undefined;
-  return { r, gc };
+  const after = await brokerTotals(healthPort);
+  if (!before || !after) return { r, w: undefined };
+  const d = (k: keyof BrokerWindow) => after[k] - before[k];
+  return { r, w: { majorCount: d('majorCount'), majorMs: d('majorMs'), allMs: d('allMs'), fsyncs: d('fsyncs'), fsyncMs: d('fsyncMs'), fsyncsSlow: d('fsyncsSlow') } };
 }
 
-function latencyRow(name: string, r: Result, gc: GcWindow | undefined, refP99?: number): string[] {
+function latencyRow(name: string, r: Result, w: BrokerWindow | undefined, refP99?: number): string[] {
   const steal = Number.isFinite(r.stealPct) ? `steal ${fmtFixed(r.stealPct, 0)}%` : '';
-  const gcNote = gc ? `broker GC ${fmtFixed(gc.allMs, 0)} ms (${gc.majorCount} major, ${fmtFixed(gc.majorMs, 0)} ms)` : '';
+  const gcNote = w
+    ? `broker GC ${fmtFixed(w.allMs, 0)} ms (${w.majorCount} major, ${fmtFixed(w.majorMs, 0)} ms); ${fmtInt(w.fsyncs)} fsync passes, mean ${fmtFixed(w.fsyncs > 0 ? w.fsyncMs / w.fsyncs : Number.NaN, 2)} ms, ${fmtInt(w.fsyncsSlow)} over 25 ms`
+    : '';
   const problem = r.error ? `ERROR ${r.error.slice(0, 100)}` : r.received !== r.sent ? `received ${fmtInt(r.received)} of ${fmtInt(r.sent)}` : '';
-  const note = [steal, gcNote, problem].filter(Boolean).join('; ');
+  const tick = Number.isFinite(r.maxTickGapMs) ? `producer tick gap ${fmtFixed(r.maxTickGapMs, 1)} ms` : '';
+  const rebalances = r.rebalances > 0 ? `${r.rebalances} rebalances` : '';
+  const note = [steal, tick, rebalances, gcNote, problem].filter(Boolean).join('; ');
   return [name, fmtFixed(r.p50, 2), fmtFixed(r.p99, 2), fmtFixed(r.p999, 2), refP99 === undefined ? '' : fmtFixed(r.p99 / refP99, 2), note];
 }
 
@@ -208,7 +220,7 @@ export async function run(argv: string[]): Promise<number> {
   const measure = async (on: { b: BrokerHandle; healthPort: number }) => {
     const topic = `${HOT}-${++hotTopics}`;
     await createTopic(host, on.b.port, topic, HOT_PARTITIONS);
-    return withGc(on.healthPort, () =>
+    return withBrokerWindow(on.healthPort, () =>
       measureLatency({ target: 'broker', host, port: on.b.port, topic, partitions: HOT_PARTITIONS, rate: 10_000, size: 1024, durationMs, warmupMs: 1000, dir, group: `lat-${topic}`, settleMs: 15_000, verbose }),
     );
   };
@@ -239,11 +251,11 @@ export async function run(argv: string[]): Promise<number> {
       process.stderr.write(`  [${i}/${repeat}] reference latency (12 partitions, empty broker) ...\n`);
       const ref = await measure(empty);
       refs.push(ref.r);
-      lat.push(latencyRow(`12 partitions, empty broker (reference) #${i}`, ref.r, ref.gc));
+      lat.push(latencyRow(`12 partitions, empty broker (reference) #${i}`, ref.r, ref.w));
       process.stderr.write(`  [${i}/${repeat}] latency with the rest idle ...\n`);
       const idle = await measure(broker);
       idles.push(idle.r);
-      lat.push(latencyRow(`12 hot partitions, ${fmtInt(topics * perTopic)} idle #${i}`, idle.r, idle.gc, ref.r.p99));
+      lat.push(latencyRow(`12 hot partitions, ${fmtInt(topics * perTopic)} idle #${i}`, idle.r, idle.w, ref.r.p99));
     }
     await empty.b.child.stop(60_000);
     empty = undefined;
@@ -258,7 +270,7 @@ export async function run(argv: string[]): Promise<number> {
       await load.waitJson((x) => x.event === 'running', 60_000);
       process.stderr.write(`  latency with ${fmtInt(busy)} partitions at ${busyRate} records/s each ...\n`);
       const loaded = await measure(broker);
-      lat.push(latencyRow(`12 hot partitions, ${fmtInt(busy)} more at ${busyRate}/s each`, loaded.r, loaded.gc, refP99));
+      lat.push(latencyRow(`12 hot partitions, ${fmtInt(busy)} more at ${busyRate}/s each`, loaded.r, loaded.w, refP99));
       const busyStats = procStats(broker.b.child.proc.pid);
       facts.push([`busy broker (${fmtInt(busy * busyRate)} records/s in the background): RSS / open fds`, `${fmtFixed(busyStats.rssMiB, 0)} MiB / ${busyStats.fds}`]);
       const m = await scrapeMetrics(broker.healthPort);
