@@ -62,7 +62,6 @@ export class Topic {
   }
 }
 
-/** Owns topic definitions (through the MetadataStore) and the partition logs on disk. */
 /**
  * `tributary_log_size_bytes`, one sample per partition, made straight from the partitions at each scrape:
  * set() per labelled sample hashes its labels, and with 10,000 partitions a scrape held the event loop
@@ -84,6 +83,7 @@ class LogSizeGauge extends client.Gauge<'topic' | 'partition'> {
   }
 }
 
+/** Owns topic definitions (through the MetadataStore) and the partition logs on disk. */
 export class TopicManager {
   private readonly topics = new Map<string, Topic>();
   /** Topics being opened, by topic id: a second open of the same directories must not start. */
