@@ -128,36 +128,39 @@ async function withBrokerWindow<T>(healthPort: number, fn: () => Promise<T>): Pr
   const r = await fn();
   const after = await brokerTotals(healthPort);
   if (!before || !after) return { r, w: undefined };
-  const d = (k: keyof BrokerWindow) => after[k] - before[k];
-  return { r, w: { majorCount: d('majorCount'), majorMs: d('majorMs'), allMs: d('allMs'), fsyncs: d('fsyncs'), fsyncMs: d('fsyncMs'), fsyncsSlow: d('fsyncsSlow') } };
+  const w = { ...after };
+  for (const k of Object.keys(w) as Array<keyof BrokerWindow>) w[k] -= before[k];
+  return { r, w };
 }
 
 function latencyRow(name: string, r: Result, w: BrokerWindow | undefined, refP99?: number): string[] {
   const steal = Number.isFinite(r.stealPct) ? `steal ${fmtFixed(r.stealPct, 0)}%` : '';
-  const gcNote = w
+  const brokerNote = w
     ? `broker GC ${fmtFixed(w.allMs, 0)} ms (${w.majorCount} major, ${fmtFixed(w.majorMs, 0)} ms); ${fmtInt(w.fsyncs)} fsync passes, mean ${fmtFixed(w.fsyncs > 0 ? w.fsyncMs / w.fsyncs : Number.NaN, 2)} ms, ${fmtInt(w.fsyncsSlow)} over 25 ms`
     : '';
   const problem = r.error ? `ERROR ${r.error.slice(0, 100)}` : r.received !== r.sent ? `received ${fmtInt(r.received)} of ${fmtInt(r.sent)}` : '';
   const tick = Number.isFinite(r.maxTickGapMs) ? `producer tick gap ${fmtFixed(r.maxTickGapMs, 1)} ms` : '';
   const rebalances = r.rebalances > 0 ? `${r.rebalances} rebalances` : '';
-  const note = [steal, tick, rebalances, gcNote, problem].filter(Boolean).join('; ');
+  const note = [steal, tick, rebalances, brokerNote, problem].filter(Boolean).join('; ');
   return [name, fmtFixed(r.p50, 2), fmtFixed(r.p99, 2), fmtFixed(r.p999, 2), refP99 === undefined ? '' : fmtFixed(r.p99 / refP99, 2), note];
+}
+
+/** The median of a percentile over the measurements that did not fail. */
+function medianOf(rs: Result[], k: 'p50' | 'p99' | 'p999'): number {
+  return median(rs.filter((r) => !r.error).map((r) => r[k]));
 }
 
 /** The medians of several measurements' percentiles, as one row (ratio: of the medians). */
 function medianRow(name: string, rs: Result[], ref?: Result[]): string[] {
-  const ok = rs.filter((r) => !r.error);
-  const p = (k: 'p50' | 'p99' | 'p999') => median(ok.map((r) => r[k]));
-  const p99 = p('p99');
+  const p99 = medianOf(rs, 'p99');
   let ratio = '';
-  let note = `median of ${ok.length}`;
+  let note = `median of ${rs.filter((r) => !r.error).length}`;
   if (ref) {
-    const refOk = ref.filter((r) => !r.error);
-    ratio = fmtFixed(p99 / median(refOk.map((r) => r.p99)), 2);
+    ratio = fmtFixed(p99 / medianOf(ref, 'p99'), 2);
     const pairs = rs.flatMap((r, i) => (r.error || ref[i]?.error ? [] : [r.p99 / ref[i]!.p99])).sort((a, b) => a - b);
     if (pairs.length > 0) note += `; each run / the reference run before it: ${pairs.map((x) => fmtFixed(x, 2)).join(', ')}`;
   }
-  return [name, fmtFixed(p('p50'), 2), fmtFixed(p99, 2), fmtFixed(p('p999'), 2), ratio, note];
+  return [name, fmtFixed(medianOf(rs, 'p50'), 2), fmtFixed(p99, 2), fmtFixed(medianOf(rs, 'p999'), 2), ratio, note];
 }
 
 export async function run(argv: string[]): Promise<number> {
@@ -263,7 +266,7 @@ export async function run(argv: string[]): Promise<number> {
       lat.push(medianRow('12 partitions, empty broker (reference)', refs));
       lat.push(medianRow(`12 hot partitions, ${fmtInt(topics * perTopic)} idle`, idles, refs));
     }
-    const refP99 = median(refs.filter((r) => !r.error).map((r) => r.p99));
+    const refP99 = medianOf(refs, 'p99');
 
     if (busy > 0 && busyRate > 0) {
       load = spawnNode('load', path.join(BENCH_DIR, 'scale-load.js'), ['--host', host, '--port', String(broker.b.port), '--topics', String(topics), '--partitions-per-topic', String(perTopic), '--busy', String(busy), '--rate', String(busyRate)], { echoStderr: verbose, stdin: true });
