@@ -117,7 +117,7 @@ describe('partition logs and partitions on a shared ticker', () => {
   }
 
   const record = (i: number) => ({ key: null, value: Buffer.from(`v${i}`), timestamp: 0 });
-  const dirtyCount = (l: PartitionLog) => (l as unknown as { sync: { dirty: Set<unknown> } }).sync.dirty.size;
+  const dirtyCount = (l: PartitionLog) => (l as unknown as { sync: { dirtyCount: number } }).sync.dirtyCount;
 
   it('logs as a standalone broker opens them (flush=always, no timed checkpoint) never arm it', async () => {
     const clock = new FakeClock();

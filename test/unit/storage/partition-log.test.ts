@@ -356,7 +356,7 @@ describe('PartitionLog', () => {
 
   it("'interval' fsyncs on the timer, 'os' only on flush/close", async () => {
     // The dirty-segment set lives in the log's group-commit part (group-commit.ts).
-    const dirtyCount = (l: PartitionLog) => (l as unknown as { sync: { dirty: Set<unknown> } }).sync.dirty.size;
+    const dirtyCount = (l: PartitionLog) => (l as unknown as { sync: { dirtyCount: number } }).sync.dirtyCount;
     const a = await openLog({ flush: 'interval', flushIntervalMs: 10 });
     await a.append([rec(0)]);
     expect(dirtyCount(a)).toBe(1);

@@ -57,10 +57,16 @@ class LazyChild {
   constructor(
     private readonly parent: Logger | LazyChild,
     private readonly childBindings: pino.Bindings,
+    /** A child's bindings, given before this one was made (see child()). */
+    private readonly grandchildBindings: pino.Bindings | null = null,
   ) {}
 
   private get logger(): Logger {
-    this.made ??= (this.parent instanceof LazyChild ? this.parent.logger : this.parent).child(this.childBindings);
+    if (this.made === undefined) {
+      const parent = this.parent instanceof LazyChild ? this.parent.logger : this.parent;
+      const child = parent.child(this.childBindings);
+      this.made = this.grandchildBindings ? child.child(this.grandchildBindings) : child;
+    }
     return this.made;
   }
 
@@ -73,6 +79,9 @@ class LazyChild {
   }
 
   child(bindings: pino.Bindings): LazyChild {
+    // Not made yet: one lazy child for both (a partition's logger, passed to its log, is not kept alive
+    // beside the log's). Bindings objects stay as given: a merged copy got a hidden class of its own.
+    if (this.made === undefined && this.grandchildBindings === null) return new LazyChild(this.parent, this.childBindings, bindings);
     return new LazyChild(this, bindings);
   }
 

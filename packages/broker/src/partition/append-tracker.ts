@@ -9,13 +9,16 @@ export class AppendTracker {
   private rebuild: Promise<void> | null = null;
   /** Append-like operations begun and not settled. */
   private active = 0;
-  private onDrained: Array<() => void> = [];
+  private onDrained: Array<() => void> | null = null;
+  /** settled() bound once, on the first append: a partition never written keeps no closure for it. */
+  private settle: (() => void) | null = null;
 
   track<T>(start: () => Promise<T>): Promise<T> {
     if (this.rebuild) return this.rebuild.then(() => this.track(start));
     this.active++;
     const p = start();
-    p.then(this.settle, this.settle);
+    const settle = (this.settle ??= () => this.settled());
+    p.then(settle, settle);
     return p;
   }
 
@@ -32,19 +35,19 @@ export class AppendTracker {
     });
   }
 
-  private readonly settle = (): void => {
-    if (--this.active === 0 && this.onDrained.length > 0) {
+  private settled(): void {
+    if (--this.active === 0 && this.onDrained !== null) {
       const wake = this.onDrained;
-      this.onDrained = [];
+      this.onDrained = null;
       for (const w of wake) w();
     }
-  };
+  }
 
   /** Resolves once every operation begun so far has settled. */
   drained(): Promise<void> {
     if (this.active === 0) return Promise.resolve();
     return new Promise<void>((resolve) => {
-      this.onDrained.push(resolve);
+      (this.onDrained ??= []).push(resolve);
     });
   }
 

@@ -31,11 +31,9 @@ export interface Rebuilt<T> {
   fresh: boolean;
 }
 
-/** A snapshot file written atomically (tmp + fsync + rename), one write at a time, and checked on a timer. */
-export class SnapshotFile implements Tickable {
+/** A snapshot file written atomically (tmp + fsync + rename), one write at a time. */
+export class SnapshotFile {
   private writing: Promise<void> = SETTLED;
-  private ticker: LogTicker | null = null;
-  private tick: (() => void) | null = null;
 
   /**
    * The directory and the file name, joined when written: a path joined up front is a tree of string
@@ -65,33 +63,15 @@ export class SnapshotFile implements Tickable {
   get settled(): Promise<void> {
     return this.writing;
   }
+}
 
-  /**
-   * Calls `tick` on the next tick of `ticker`, then again on the tick after each poke(), until stop(); the
-   * ticker does not keep the process alive. An idle partition is not checked: with 10,000 partitions,
-   * checking all of them every period held the event loop for 15-24 ms.
-   */
-  every(ticker: LogTicker, tick: () => void): void {
-    this.stop();
-    this.ticker = ticker;
-    this.tick = tick;
-    ticker.want(this);
-  }
-
-  /** The state may have changed: check it on the next tick. */
-  poke(): void {
-    if (this.tick) this.ticker?.want(this);
-  }
-
-  onTick(): void {
-    this.tick?.();
-  }
-
-  stop(): void {
-    this.ticker?.forget(this);
-    this.ticker = null;
-    this.tick = null;
-  }
+/** What PartitionSnapshots reads of its partition (a Partition: no closures per partition). */
+export interface SnapshotOwner {
+  /** The idempotent producer state, undefined while it is being rebuilt. */
+  producerState(): ProducerStateTable | undefined;
+  /** The transaction index, undefined while it is being rebuilt. */
+  txnIndex(): TxnIndex | undefined;
+  readonly isClosed: boolean;
 }
 
 /**
@@ -145,8 +125,8 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
  * Synchronously, at open: an offset below which no transaction is open, from the snapshot (its offset
  * and open transactions). No snapshot at all: Infinity, the log has no transactions (the index is
  * rebuilt, and its snapshot written, before the first transactional append or marker is accepted, and
- * a log created by its first append gets an empty one before that append, writeEmpty: a log that ever
- * had one has a snapshot). An unreadable snapshot: the log start.
+ * a log created by its first append gets an empty one before that append, onFilesCreated: a log that
+ * ever had one has a snapshot). An unreadable snapshot: the log start.
  */
 export function readTxnFloor(log: PartitionLog): number {
   let raw: string;
@@ -217,8 +197,14 @@ export async function loadTxnIndex(log: PartitionLog): Promise<Rebuilt<TxnIndex>
 /**
  * A partition's two snapshot files: each state is rebuilt at open (and after a truncation), snapshotted
  * right away when the rebuild scanned the log or had no snapshot, then on a timer whenever it changed.
+ * The checks run on the tick after a load and then on the tick after each changed(), until stop(); the
+ * ticker does not keep the process alive. An idle partition is not checked: with 10,000 partitions,
+ * checking all of them every period held the event loop for 15-24 ms.
  */
-export class PartitionSnapshots {
+export class PartitionSnapshots implements Tickable {
+  /** Which states are loaded and checked on the timer (until stop()). */
+  private checkProducers = false;
+  private checkTxns = false;
   private producerVersion = -1;
   private txnVersion = -1;
   /** The offset of the last transaction snapshot written (the rebuild scan after a crash starts there). */
@@ -228,8 +214,8 @@ export class PartitionSnapshots {
 
   constructor(
     private readonly log: PartitionLog,
-    /** The partition's current states (null while rebuilding) and whether it is closed. */
-    private readonly current: { producers: () => ProducerStateTable | null; txns: () => TxnIndex | null; closed: () => boolean },
+    /** The partition: its current states (null while rebuilding) and whether it is closed. */
+    private readonly owner: SnapshotOwner,
     /** The timer of the snapshot checks, shared by every partition of a broker (period SNAPSHOT_INTERVAL_MS). */
     private readonly ticker: LogTicker = new LogTicker(SNAPSHOT_INTERVAL_MS),
   ) {
@@ -239,39 +225,43 @@ export class PartitionSnapshots {
 
   async loadProducers(): Promise<ProducerStateTable> {
     const { state: table, end, fresh } = await loadProducerState(this.log);
-    if (!this.current.closed()) {
+    if (!this.owner.isClosed) {
       if (fresh) await this.writeProducers(table, end);
       else this.producerVersion = table.version;
-      this.producerFile.every(this.ticker, () => {
-        const producers = this.current.producers();
-        if (producers && producers.version !== this.producerVersion) {
-          producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
-          void this.writeProducers(producers, this.log.highWatermark).catch(() => {});
-        }
-      });
+      this.checkProducers = true;
+      this.ticker.want(this);
     }
     return table;
   }
 
   async loadTxns(): Promise<TxnIndex> {
     const { state: index, end, from, fresh } = await loadTxnIndex(this.log);
-    if (!this.current.closed()) {
+    if (!this.owner.isClosed) {
       if (fresh) await this.writeTxns(index, end);
       else {
         this.txnVersion = index.version;
         this.txnOffset = from;
       }
-      this.txnFile.every(this.ticker, () => {
-        const txns = this.current.txns();
-        // Also when only the HWM moved: the snapshot's offset bounds the scan after a crash.
-        if (txns && (txns.version !== this.txnVersion || this.log.highWatermark !== this.txnOffset)) {
-          txns.prune(this.log.logStartOffset);
-          txns.pruneClosed(this.log.highWatermark);
-          void this.writeTxns(txns, this.log.highWatermark).catch(() => {});
-        }
-      });
+      this.checkTxns = true;
+      this.ticker.want(this);
     }
     return index;
+  }
+
+  /** The timer: writes each checked state that changed since its last snapshot. */
+  onTick(): void {
+    const producers = this.checkProducers ? this.owner.producerState() : undefined;
+    if (producers && producers.version !== this.producerVersion) {
+      producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
+      void this.writeProducers(producers, this.log.highWatermark).catch(() => {});
+    }
+    const txns = this.checkTxns ? this.owner.txnIndex() : undefined;
+    // Also when only the HWM moved: the snapshot's offset bounds the scan after a crash.
+    if (txns && (txns.version !== this.txnVersion || this.log.highWatermark !== this.txnOffset)) {
+      txns.prune(this.log.logStartOffset);
+      txns.pruneClosed(this.log.highWatermark);
+      void this.writeTxns(txns, this.log.highWatermark).catch(() => {});
+    }
   }
 
   /** Writes the producer state snapshot; writes are serialized. */
@@ -309,7 +299,7 @@ export class PartitionSnapshots {
    * it, not from its last segment as without a snapshot. The versions stay: the states are written again
    * on the timer once they changed.
    */
-  async writeEmpty(): Promise<void> {
+  async onFilesCreated(): Promise<void> {
     await Promise.all([
       this.producerFile.write(JSON.stringify(new ProducerStateTable().snapshot(0)), () => {}),
       this.txnFile.write(JSON.stringify(new TxnIndex().snapshot(0)), () => {}),
@@ -321,14 +311,14 @@ export class PartitionSnapshots {
    * tick, at most SNAPSHOT_INTERVAL_MS away.
    */
   changed(): void {
-    this.producerFile.poke();
-    this.txnFile.poke();
+    if (this.checkProducers || this.checkTxns) this.ticker.want(this);
   }
 
-  /** Stops the timers (a truncation reloads both states; close writes them once more). */
+  /** Stops the checks (a truncation reloads both states; close writes them once more). */
   stop(): void {
-    this.producerFile.stop();
-    this.txnFile.stop();
+    this.checkProducers = false;
+    this.checkTxns = false;
+    this.ticker.forget(this);
   }
 
   /** Settles once every snapshot write begun so far has. */

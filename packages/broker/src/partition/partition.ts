@@ -5,12 +5,13 @@ import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogTicker } from '../storage/log-ticker.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import { failpointDelay } from '../common/failpoints.js';
+import { SETTLED } from '../common/settled.js';
 import { AppendTracker } from './append-tracker.js';
 import { park } from './park.js';
 import { type CheckResult, ProducerStateReplay, type ProducerStateTable } from './producer-state.js';
 import { encodeMarkerValue, type MarkerType, type OpenTxn, type TxnIndex } from './txn-index.js';
 import type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
-import { PartitionSnapshots, readTxnFloor } from './partition-snapshots.js';
+import { PartitionSnapshots, readTxnFloor, type SnapshotOwner } from './partition-snapshots.js';
 import { type ReleasedEpochs, releaseFiles } from './partition-release.js';
 
 export type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
@@ -28,17 +29,19 @@ interface Waiter {
  * decides durability; this layer moves the HWM only once an append is durable, so a consumer never sees
  * a record that a crash could take back.
  */
-export class Partition {
-  private waiters = new Set<Waiter>();
+export class Partition implements SnapshotOwner {
+  /** Parked reads; null until the first (this and endWaiters: most partitions of a big broker are never read). */
+  private waiters: Set<Waiter> | null = null;
   private closed = false;
   /** Idempotent producer state; null until loaded (PartitionSnapshots.loadProducers, from the constructor). */
   private producers: ProducerStateTable | null = null;
   private producersError: Error | null = null;
-  private readonly producersReady: Promise<void>;
+  /** SETTLED once loaded, so a loaded partition keeps no promise of its own. */
+  private producersReady: Promise<void>;
   /** Transactions; null until rebuilt (PartitionSnapshots.loadTxns, from the constructor). */
   private txns: TxnIndex | null = null;
   private txnError: Error | null = null;
-  private readonly txnReady: Promise<void>;
+  private txnReady: Promise<void>;
   /** Until the index is rebuilt: an offset below which the log has no open transaction (from the snapshot). */
   private readonly txnFloor: number;
   /** The offset of the last transaction snapshot written (the rebuild scan after a crash starts there). */
@@ -46,7 +49,7 @@ export class Partition {
   private replicated = false;
   private durableEnd = 0;
   private onDurable: (() => void) | null = null;
-  private readonly endWaiters = new Set<{ offset: number; wake: () => void }>();
+  private endWaiters: Set<{ offset: number; wake: () => void }> | null = null;
   private readonly appends = new AppendTracker();
 
   constructor(
@@ -59,16 +62,13 @@ export class Partition {
     // tell. Replicated, the tail past the checkpointed HWM may be a dead leader's that no one else has:
     // only the leader's HWM can move it.
     if (!opts.replicated && log.highWatermark < log.logEndOffset) log.setHighWatermark(log.logEndOffset);
-    this.snapshots = new PartitionSnapshots(log, {
-      producers: () => this.producers,
-      txns: () => this.txns,
-      closed: () => this.closed,
-    }, opts.snapshotTicker);
-    log.onFilesCreated(() => this.snapshots.writeEmpty());
+    this.snapshots = new PartitionSnapshots(log, this, opts.snapshotTicker);
+    log.onFilesCreated(this.snapshots);
     this.txnFloor = readTxnFloor(log);
     this.txnReady = this.snapshots.loadTxns().then(
       (t) => {
         this.txns = t;
+        this.txnReady = SETTLED;
         this.notify();
       },
       (err: unknown) => {
@@ -78,6 +78,7 @@ export class Partition {
     this.producersReady = this.snapshots.loadProducers().then(
       (t) => {
         this.producers = t;
+        this.producersReady = SETTLED;
       },
       (err: unknown) => {
         this.producersError = err instanceof Error ? err : new Error(String(err));
@@ -366,7 +367,7 @@ export class Partition {
 
   private localDurable(end: number): void {
     if (end > this.durableEnd) this.durableEnd = end;
-    for (const w of this.endWaiters) if (this.durableEnd > w.offset) w.wake();
+    if (this.endWaiters) for (const w of this.endWaiters) if (this.durableEnd > w.offset) w.wake();
     this.onDurable?.();
   }
 
@@ -380,7 +381,7 @@ export class Partition {
 
   /** Resolves once this replica holds offset `offset` durably (a follower's fetch long-polls on it). */
   waitForLogEnd(offset: number, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
-    return park(this.endWaiters, (wake) => ({ offset, wake }), () => this.durableEnd > offset, this.closed, timeoutMs, signal);
+    return park((this.endWaiters ??= new Set()), (wake) => ({ offset, wake }), () => this.durableEnd > offset, this.closed, timeoutMs, signal);
   }
 
   /**
@@ -543,13 +544,13 @@ export class Partition {
   waitForData(offset: number, timeoutMs: number, signal?: AbortSignal, isolation: Isolation = 'read_committed'): Promise<boolean> {
     const committed = isolation === 'read_committed';
     const ready = () => (committed ? this.lastStableOffset : this.highWatermark) > offset;
-    return park<Waiter>(this.waiters, (wake) => ({ offset, committed, wake }), ready, this.closed, timeoutMs, signal);
+    return park<Waiter>((this.waiters ??= new Set()), (wake) => ({ offset, committed, wake }), ready, this.closed, timeoutMs, signal);
   }
 
   private notify(): void {
     // Whatever moved the HWM or the LSO changed what the snapshots hold.
     this.snapshots.changed();
-    if (this.waiters.size === 0) return;
+    if (this.waiters === null || this.waiters.size === 0) return;
     const hwm = this.highWatermark;
     const lso = this.lastStableOffset;
     for (const w of this.waiters) if ((w.committed ? lso : hwm) > w.offset) w.wake();
@@ -557,7 +558,7 @@ export class Partition {
 
   /** Every parked read wakes and checks again: at close, and when this broker stops leading the partition. */
   wakeAll(): void {
-    for (const w of [...this.waiters, ...this.endWaiters]) w.wake();
+    for (const w of [...(this.waiters ?? []), ...(this.endWaiters ?? [])]) w.wake();
   }
 
   /** Wake every waiter and refuse new waits: shutdown must not sit out long polls. */

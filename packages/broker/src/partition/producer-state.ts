@@ -1,6 +1,7 @@
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
 import { ATTR_END_OF_APPEND } from '../storage/record-codec.js';
+import { emptyMap, writableMap } from '../common/empty.js';
 
 /**
  * Idempotent producer state of one partition: per producer id, the epoch and the last few appended
@@ -46,7 +47,8 @@ export interface ProducerSnapshot {
 }
 
 export class ProducerStateTable {
-  private readonly producers = new Map<string, ProducerEntry>();
+  /** The shared empty map until the first producer (common/empty.ts). */
+  private producers = emptyMap<string, ProducerEntry>();
   /** Bumped on every change, so a snapshot is written only when something changed. */
   version = 0;
 
@@ -83,7 +85,7 @@ export class ProducerStateTable {
     let p = this.producers.get(id);
     if (!p || epoch > p.epoch) {
       p = { epoch, batches: [], lastSeenMs: nowMs };
-      this.producers.set(id, p);
+      this.writable().set(id, p);
     }
     const entry: BatchEntry = { firstSeq, lastSeq, baseOffset: -1, lastOffset: -1, timestamp: 0 };
     p.batches.push(entry);
@@ -117,7 +119,7 @@ export class ProducerStateTable {
     if (p && epoch < p.epoch) return;
     if (!p || epoch > p.epoch) {
       p = { epoch, batches: [], lastSeenMs: timestamp };
-      this.producers.set(id, p);
+      this.writable().set(id, p);
     }
     const last = p.batches[p.batches.length - 1];
     if (last && (last.lastOffset >= baseOffset || last.lastSeq >= firstSeq)) return;
@@ -136,7 +138,7 @@ export class ProducerStateTable {
   fence(id: string, epoch: number, nowMs: number): void {
     const p = this.producers.get(id);
     if (p && epoch <= p.epoch) return;
-    this.producers.set(id, { epoch, batches: [], lastSeenMs: nowMs });
+    this.writable().set(id, { epoch, batches: [], lastSeenMs: nowMs });
     this.version++;
   }
 
@@ -185,7 +187,7 @@ export class ProducerStateTable {
     const t = new ProducerStateTable();
     if (s.version !== 1 || !Array.isArray(s.producers)) throw new Error('unknown producer snapshot version');
     for (const p of s.producers) {
-      t.producers.set(p.id, {
+      t.writable().set(p.id, {
         epoch: p.epoch,
         lastSeenMs: p.lastSeenMs,
         batches: p.batches
@@ -194,6 +196,11 @@ export class ProducerStateTable {
       });
     }
     return t;
+  }
+
+  private writable(): Map<string, ProducerEntry> {
+    this.producers = writableMap(this.producers);
+    return this.producers;
   }
 
   /** Test/inspection helper: the producer's epoch and last appended sequence. */

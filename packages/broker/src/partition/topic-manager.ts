@@ -10,6 +10,7 @@ import { type MetadataStore, type TopicDefinition, sameDefinition } from './meta
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { type LogOptions, PartitionLog } from '../storage/partition-log.js';
+import { resolveOptions } from '../storage/log-options.js';
 import { DEFAULT_LOG_OPTIONS } from '../storage/log-options.js';
 import type { BrokerConfig } from '../common/config.js';
 import { type Logger, lazyChild } from '../common/logger.js';
@@ -99,6 +100,7 @@ export class TopicManager {
   private readonly ticker: LogTicker;
   /** The timer of every partition's snapshot checks (producer state, transactions). */
   private readonly snapshotTicker = new LogTicker(SNAPSHOT_INTERVAL_MS);
+  private readonly optionsByTopic = new WeakMap<TopicDefinition, Readonly<LogOptions>>();
 
   constructor(
     private readonly store: MetadataStore,
@@ -310,7 +312,17 @@ export class TopicManager {
     return path.join(this.logsDir, `${def.name}~${def.topicId}`);
   }
 
-  private logOptions(def: TopicDefinition): Partial<LogOptions> {
+  /** One resolved object per topic definition, shared by its partitions' logs (resolveOptions). */
+  private logOptions(def: TopicDefinition): Readonly<LogOptions> {
+    let opts = this.optionsByTopic.get(def);
+    if (!opts) {
+      opts = resolveOptions(this.unresolvedLogOptions(def));
+      this.optionsByTopic.set(def, opts);
+    }
+    return opts;
+  }
+
+  private unresolvedLogOptions(def: TopicDefinition): Partial<LogOptions> {
     const internal = def.name.startsWith('__');
     return {
       fdBudget: this.fdBudget,

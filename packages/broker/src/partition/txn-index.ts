@@ -1,5 +1,6 @@
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { CONTROL_RECORD_VERSION, ControlType, RecordAttr } from 'tributary-protocol/record.js';
+import { emptyMap, emptySet, writableMap, writableSet } from '../common/empty.js';
 
 /** How a transaction ends on a partition: the type of its marker (control record). */
 export type MarkerType = 'commit' | 'abort';
@@ -61,9 +62,10 @@ export interface TxnRecordView {
  * In memory; Partition rebuilds it at open from a snapshot plus a scan of the log after it.
  */
 export class TxnIndex {
-  private readonly open = new Map<string, OpenTxn>();
+  /** This and the next two start as shared empty collections (common/empty.ts): most partitions never see a transaction. */
+  private open = emptyMap<string, OpenTxn>();
   /** Transactions whose marker is being written: still open until it lands. */
-  private readonly closing = new Set<OpenTxn>();
+  private closing = emptySet<OpenTxn>();
   /** Sorted by lastOffset (marker offsets grow with the log). */
   private aborted: AbortedTxn[] = [];
   /**
@@ -81,7 +83,17 @@ export class TxnIndex {
    * transactional append with a remote coordinator refuses it if one of its producer's came meanwhile
    * (kafka/apis/txn-produce.ts).
    */
-  private readonly markerCounts = new Map<string, number>();
+  private markerCounts = emptyMap<string, number>();
+
+  private openWritable(): Map<string, OpenTxn> {
+    this.open = writableMap(this.open);
+    return this.open;
+  }
+
+  private closingWritable(): Set<OpenTxn> {
+    this.closing = writableSet(this.closing);
+    return this.closing;
+  }
 
   markersOf(producerId: string): number {
     return this.markerCounts.get(producerId) ?? 0;
@@ -122,7 +134,7 @@ export class TxnIndex {
       t.epoch = epoch;
     } else {
       t = { producerId, epoch, firstOffset: logEnd, confirmed: false, pending: 0 };
-      this.open.set(producerId, t);
+      this.openWritable().set(producerId, t);
     }
     t.pending++;
     this.version++;
@@ -155,12 +167,12 @@ export class TxnIndex {
    * stale_producer_epoch for an epoch below the open transaction's.
    */
   beginMarker(producerId: string, epoch: number): OpenTxn | null {
-    this.markerCounts.set(producerId, this.markersOf(producerId) + 1);
+    (this.markerCounts = writableMap(this.markerCounts)).set(producerId, this.markersOf(producerId) + 1);
     const t = this.open.get(producerId);
     if (!t) return null;
     if (epoch < t.epoch) throw new TributaryError('stale_producer_epoch', { producerId, epoch, current: t.epoch });
     this.open.delete(producerId);
-    this.closing.add(t);
+    this.closingWritable().add(t);
     this.version++;
     return t;
   }
@@ -180,7 +192,7 @@ export class TxnIndex {
     if (!t) return;
     if (!this.open.has(t.producerId)) {
       this.closing.delete(t);
-      this.open.set(t.producerId, t);
+      this.openWritable().set(t.producerId, t);
     }
     this.version++;
   }
@@ -198,7 +210,7 @@ export class TxnIndex {
       return;
     }
     if (!this.open.has(r.producerId)) {
-      this.open.set(r.producerId, { producerId: r.producerId, epoch: r.epoch, firstOffset: r.offset, confirmed: true, pending: 0 });
+      this.openWritable().set(r.producerId, { producerId: r.producerId, epoch: r.epoch, firstOffset: r.offset, confirmed: true, pending: 0 });
       this.version++;
     }
   }
@@ -295,7 +307,7 @@ export class TxnIndex {
     const t = new TxnIndex();
     for (const o of s.open) {
       if (typeof o.producerId !== 'string' || !Number.isSafeInteger(o.firstOffset) || !Number.isSafeInteger(o.epoch)) throw new Error('bad transaction snapshot');
-      t.open.set(o.producerId, { producerId: o.producerId, epoch: o.epoch, firstOffset: o.firstOffset, confirmed: true, pending: 0 });
+      t.openWritable().set(o.producerId, { producerId: o.producerId, epoch: o.epoch, firstOffset: o.firstOffset, confirmed: true, pending: 0 });
     }
     for (const a of s.aborted) {
       if (typeof a.producerId !== 'string' || !Number.isSafeInteger(a.firstOffset) || !Number.isSafeInteger(a.lastOffset)) throw new Error('bad transaction snapshot');

@@ -17,8 +17,8 @@ export interface SyncWaiter {
 }
 
 export class GroupCommit {
-  /** Segments written since their last fsync. */
-  readonly dirty = new Set<Segment>();
+  /** Segments written since their last fsync; null until the first write (most partitions of a big broker are idle). */
+  private dirty: Set<Segment> | null = null;
   private waiters: SyncWaiter[] = [];
   private requested = false;
   private syncing = false;
@@ -27,13 +27,32 @@ export class GroupCommit {
   constructor(
     private readonly st: LogState,
     /** Told each time a write leaves a segment to be synced (the flush=interval timer, LogTicker). */
-    private readonly onDirty: () => void = () => {},
+    private readonly onDirty: (() => void) | null = null,
   ) {}
 
   /** `seg` was written and needs a datasync. */
   markDirty(seg: Segment): void {
-    this.dirty.add(seg);
-    this.onDirty();
+    (this.dirty ??= new Set()).add(seg);
+    this.onDirty?.();
+  }
+
+  /** Written since its last fsync. */
+  isDirty(seg: Segment): boolean {
+    return this.dirty?.has(seg) === true;
+  }
+
+  get dirtyCount(): number {
+    return this.dirty?.size ?? 0;
+  }
+
+  /** `seg` is gone (deleted, replaced) or was synced outside a pass: no pass syncs it. */
+  forget(seg: Segment): void {
+    this.dirty?.delete(seg);
+  }
+
+  /** Every segment was synced outside a pass, or is gone. */
+  forgetAll(): void {
+    this.dirty?.clear();
   }
 
   /** Resolves `w` (or rejects it) after the next fsync pass; call kick() to start it. */
@@ -58,8 +77,8 @@ export class GroupCommit {
         this.requested = false;
         const waiters = this.waiters;
         this.waiters = [];
-        const segs = [...this.dirty];
-        this.dirty.clear();
+        const segs = this.dirty === null ? [] : [...this.dirty];
+        this.dirty?.clear();
         let error: Error | null = null;
         const started = performance.now();
         try {

@@ -23,22 +23,19 @@ export async function readHwmCheckpoint(dir: string, logger: Logger): Promise<nu
   return 0;
 }
 
-/** Writes the checkpoint of `current()`, one write at a time, skipping a value already on disk. */
+/** Writes the checkpoint of the log's HWM, one write at a time, skipping a value already on disk. */
 export class HwmCheckpoint {
   /** The value last written (or read on open). */
   checkpointed = -1;
   private checkpointing: Promise<void> | null = null;
 
-  constructor(
-    private readonly dir: string,
-    private readonly current: () => number,
-  ) {}
+  constructor(private readonly log: { readonly dir: string; readonly hwm: number }) {}
 
   async write(): Promise<void> {
     while (this.checkpointing) await this.checkpointing;
-    const v = this.current();
+    const v = this.log.hwm;
     if (v === this.checkpointed) return;
-    const p = writeFileAtomic(join(this.dir, HWM_CHECKPOINT_FILE), `tributary-hwm 1 ${v}\n`, { syncDir: false }).then(() => {
+    const p = writeFileAtomic(join(this.log.dir, HWM_CHECKPOINT_FILE), `tributary-hwm 1 ${v}\n`, { syncDir: false }).then(() => {
       this.checkpointed = v;
     });
     this.checkpointing = p.then(

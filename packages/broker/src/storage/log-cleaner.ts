@@ -11,7 +11,7 @@ import type { GroupCommit } from './group-commit.js';
 import { fsyncDir, storageError, writeFileSynced } from './log-fs.js';
 import { type CompactOptions, type CompactResult, DEFAULT_TOMBSTONE_RETENTION_MS, segmentFdPolicy } from './log-options.js';
 import type { LogState } from './log-state.js';
-import { type CompactionCrashPoint, type LogTestHooks, SimulatedCrash, takeCompactionCrash } from './log-test-hooks.js';
+import { type CompactionCrashPoint, SimulatedCrash, takeCompactionCrash } from './log-test-hooks.js';
 import type { LogWriter } from './log-writer.js';
 import { Mutex } from './mutex.js';
 import { OffsetIndex, serializeIndex } from './offset-index.js';
@@ -48,7 +48,8 @@ export class LogCleaner {
     private readonly writer: LogWriter,
     private readonly sync: GroupCommit,
     private readonly fds: SegmentFds,
-    private readonly hooks: LogTestHooks,
+    /** The PartitionLog, as armCompactionCrash knows it. */
+    private readonly owner: object,
   ) {}
 
   /** See PartitionLog.applyRetention. */
@@ -80,7 +81,7 @@ export class LogCleaner {
       this.st.cache.dropBefore(this.st.logStartOffset);
       if (this.st.hwm < this.st.logStartOffset) this.st.hwm = this.st.logStartOffset;
       for (const s of doomed) {
-        this.sync.dirty.delete(s);
+        this.sync.forget(s);
         this.fds.forget(s);
         await s.remove();
       }
@@ -95,7 +96,7 @@ export class LogCleaner {
     if (!Number.isSafeInteger(tombstoneMs) || tombstoneMs < 0) return Promise.reject(invalidParam('tombstoneRetentionMs', 'must be a non-negative integer'));
     if (opts.now !== undefined && !Number.isSafeInteger(opts.now)) return Promise.reject(invalidParam('now', 'must be a safe integer'));
     if (this.st.state !== 'open') return Promise.reject(storageError(this.st.dir, 'log is closed'));
-    const crashAt = takeCompactionCrash(this.hooks);
+    const crashAt = takeCompactionCrash(this.owner);
     this.compactions++;
     return this.compactMutex.run(() => this.runCompaction(opts.now ?? Date.now(), tombstoneMs, crashAt)).finally(() => this.compactions--);
   }
@@ -297,7 +298,7 @@ export class LogCleaner {
           seg.compacted = true;
           seg.indexState = 'synced';
           this.st.segments[i] = seg;
-          this.sync.dirty.delete(old);
+          this.sync.forget(old);
           this.fds.forget(old);
           // Readers still on `old` fail their next read and retry in `seg` (Segment.superseded).
           await old.retire();

@@ -118,8 +118,15 @@ export const DEFAULT_TOMBSTONE_RETENTION_MS = 24 * 60 * 60 * 1000;
 /** Segment positions are u32 in the index; keep segments well inside that. */
 const MAX_SEGMENT_BYTES = 0x7fffffff;
 
-/** The defaults completed with `o` (undefined values ignored), or invalid_parameter naming the first bad option. */
-export function resolveOptions(o: Partial<LogOptions>): LogOptions {
+const resolved = new WeakSet<object>();
+
+/**
+ * The defaults completed with `o` (undefined values ignored), checked and frozen, or invalid_parameter
+ * naming the first bad option. Resolved options come back as they are, so the partitions of a topic can
+ * share one object (TopicManager) rather than keep a copy each.
+ */
+export function resolveOptions(o: Partial<LogOptions>): Readonly<LogOptions> {
+  if (resolved.has(o)) return o as LogOptions;
   const opts: LogOptions = { ...DEFAULT_LOG_OPTIONS };
   for (const [k, v] of Object.entries(o)) if (v !== undefined) (opts as unknown as Record<string, unknown>)[k] = v;
   const posInt = (name: keyof LogOptions, min: number, max = Number.MAX_SAFE_INTEGER) => {
@@ -135,5 +142,6 @@ export function resolveOptions(o: Partial<LogOptions>): LogOptions {
   if (opts.maxRecordBytes !== undefined) posInt('maxRecordBytes', 1);
   if (opts.tailCacheBytes !== undefined) posInt('tailCacheBytes', 0);
   if (opts.flush !== 'always' && opts.flush !== 'interval' && opts.flush !== 'os') throw invalidParam('flush', "must be 'always', 'interval' or 'os'");
+  resolved.add(Object.freeze(opts));
   return opts;
 }

@@ -8,6 +8,11 @@ import type { LogOptions } from './log-options.js';
 import type { Segment } from './segment.js';
 import { TailCache } from './tail-cache.js';
 
+/** The owner of a dormant log's files beside the segments (PartitionLog.onFilesCreated). */
+export interface FilesCreatedListener {
+  onFilesCreated(): Promise<void>;
+}
+
 export class LogState {
   segments: Segment[];
   hwm = 0;
@@ -21,7 +26,7 @@ export class LogState {
    * Writes the files the log's owner keeps beside the segments (a Partition: its empty snapshots) when a
    * dormant log's files are created, before its first segment (PartitionLog.onFilesCreated).
    */
-  onCreate: (() => Promise<void>) | null = null;
+  onCreate: FilesCreatedListener | null = null;
 
   constructor(
     readonly dir: string,

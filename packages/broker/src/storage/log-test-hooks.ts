@@ -1,7 +1,7 @@
 /**
  * Test hooks of PartitionLog, kept out of its API the way common/failpoints.ts keeps fault points out of the
- * broker's: each log registers a small hooks object when it opens, tests reach it through the functions
- * here, and the log only reads it (a field that stays unset outside tests).
+ * broker's: PartitionLog registers how a log crashes once (its class), tests reach it through the functions
+ * here, and a log keeps nothing for them unless a test armed one.
  */
 
 /** Where armCompactionCrash stops a compaction: after writing the temp files, or after each rename of the swap. */
@@ -14,25 +14,19 @@ export class SimulatedCrash extends Error {
   }
 }
 
-/** What one log exposes to its tests. */
-export interface LogTestHooks {
-  /** Stops the log without a clean shutdown (see simulateCrash). */
-  readonly crash: () => Promise<void>;
-  /** Armed by armCompactionCrash; taken (and cleared) by the next compact() call. */
-  compactionCrashAt?: CompactionCrashPoint;
+let isLog: (log: object) => boolean = () => false;
+let crash: (log: object) => Promise<void> = () => Promise.reject(new Error('not a PartitionLog'));
+/** Compaction crash points armed by armCompactionCrash, per log; taken by its next compact() call. */
+const armed = new WeakMap<object, CompactionCrashPoint>();
+
+/** Called once by PartitionLog: which objects are logs, and how one stops without a clean shutdown. */
+export function registerCrash(test: (log: object) => boolean, stop: (log: object) => Promise<void>): void {
+  isLog = test;
+  crash = stop;
 }
 
-const registered = new WeakMap<object, LogTestHooks>();
-
-/** Called by the log when it opens. */
-export function registerTestHooks(log: object, hooks: LogTestHooks): void {
-  registered.set(log, hooks);
-}
-
-function hooksOf(log: object): LogTestHooks {
-  const h = registered.get(log);
-  if (!h) throw new Error('not a PartitionLog');
-  return h;
+function checkLog(log: object): void {
+  if (!isLog(log)) throw new Error('not a PartitionLog');
 }
 
 /**
@@ -40,7 +34,8 @@ function hooksOf(log: object): LogTestHooks {
  * so the next open runs recovery. Queued appends are written first (as if the process died after).
  */
 export function simulateCrash(log: object): Promise<void> {
-  return hooksOf(log).crash();
+  checkLog(log);
+  return crash(log);
 }
 
 /**
@@ -48,12 +43,13 @@ export function simulateCrash(log: object): Promise<void> {
  * files as they are; that call rejects with SimulatedCrash.
  */
 export function armCompactionCrash(log: object, at: CompactionCrashPoint): void {
-  hooksOf(log).compactionCrashAt = at;
+  checkLog(log);
+  armed.set(log, at);
 }
 
-/** The crash point armed for this compact() call, if any; disarms it. */
-export function takeCompactionCrash(hooks: LogTestHooks): CompactionCrashPoint | undefined {
-  const at = hooks.compactionCrashAt;
-  if (at !== undefined) hooks.compactionCrashAt = undefined;
+/** The crash point armed on `log` for this compact() call, if any; disarms it. */
+export function takeCompactionCrash(log: object): CompactionCrashPoint | undefined {
+  const at = armed.get(log);
+  if (at !== undefined) armed.delete(log);
   return at;
 }

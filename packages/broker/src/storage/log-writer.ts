@@ -375,7 +375,7 @@ export class LogWriter {
     const durable = options.flush !== 'os';
     await makeDir(dir, durable);
     for (const f of [HWM_CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE]) await unlink(join(dir, f)).catch(() => {});
-    await this.st.onCreate?.();
+    await this.st.onCreate?.onFilesCreated();
     const seg = await Segment.create(dir, 0, options.indexIntervalBytes, Date.now(), segmentFdPolicy(options));
     this.st.segments.push(seg);
     if (durable) await fsyncDir(dir);

@@ -36,8 +36,8 @@ import {
   segmentFdPolicy,
 } from './log-options.js';
 import { LogReader } from './log-reader.js';
-import { LogState } from './log-state.js';
-import { type LogTestHooks, registerTestHooks } from './log-test-hooks.js';
+import { type FilesCreatedListener, LogState } from './log-state.js';
+import { registerCrash } from './log-test-hooks.js';
 import { LogWriter } from './log-writer.js';
 import { Segment } from './segment.js';
 import { SegmentFds } from './segment-fds.js';
@@ -71,36 +71,61 @@ export class PartitionLog {
   readonly dir: string;
   readonly options: Readonly<LogOptions>;
   private readonly st: LogState;
-  private readonly sync: GroupCommit;
-  private readonly fds: SegmentFds;
-  private readonly writer: LogWriter;
-  private readonly reader: LogReader;
-  private readonly cleaner: LogCleaner;
   private readonly checkpoint: HwmCheckpoint;
   private closePromise: Promise<void> | null = null;
   private readonly ticker: LogTicker;
+  // The parts below are made on first use (the getters after the constructor): a broker with 10,000
+  // partitions keeps most of them idle, and their retained heap lengthens every garbage collection
+  // (bench/README.md, "Scale").
+  private syncPart: GroupCommit | null = null;
+  private fdsPart: SegmentFds | null = null;
+  private writerPart: LogWriter | null = null;
+  private readerPart: LogReader | null = null;
+  private cleanerPart: LogCleaner | null = null;
 
-  private constructor(dir: string, opts: LogOptions, logger: Logger, segments: Segment[]) {
-    this.dir = dir;
-    this.options = Object.freeze(opts);
-    const st = new LogState(dir, this.options, logger, segments);
-    this.st = st;
-    this.ticker = opts.ticker ?? new LogTicker(opts.flushIntervalMs);
-    this.sync = new GroupCommit(st, () => {
-      if (this.options.flush === 'interval') this.ticker.want(this);
-    });
-    this.fds = new SegmentFds(st);
-    this.writer = new LogWriter(st, this.sync, this.fds);
-    this.reader = new LogReader(st, this.fds);
-    const hooks: LogTestHooks = {
-      crash: () => {
-        this.closePromise ??= this.shutdown(false);
-        return this.closePromise;
+  static {
+    registerCrash(
+      (log) => log instanceof PartitionLog,
+      (log) => {
+        const pl = log as PartitionLog;
+        pl.closePromise ??= pl.shutdown(false);
+        return pl.closePromise;
       },
-    };
-    registerTestHooks(this, hooks);
-    this.cleaner = new LogCleaner(st, this.writer, this.sync, this.fds, hooks);
-    this.checkpoint = new HwmCheckpoint(dir, () => st.hwm);
+    );
+  }
+
+  private constructor(dir: string, opts: Readonly<LogOptions>, logger: Logger, segments: Segment[]) {
+    this.dir = dir;
+    this.options = opts;
+    this.st = new LogState(dir, this.options, logger, segments);
+    this.ticker = opts.ticker ?? new LogTicker(opts.flushIntervalMs);
+    this.checkpoint = new HwmCheckpoint(this.st);
+  }
+
+  private get sync(): GroupCommit {
+    // flush=interval: each write asks the flush timer for the fsync.
+    this.syncPart ??= new GroupCommit(this.st, this.options.flush === 'interval' ? () => this.ticker.want(this) : null);
+    return this.syncPart;
+  }
+
+  private get fds(): SegmentFds {
+    this.fdsPart ??= new SegmentFds(this.st);
+    return this.fdsPart;
+  }
+
+  private get writer(): LogWriter {
+    this.writerPart ??= new LogWriter(this.st, this.sync, this.fds);
+    return this.writerPart;
+  }
+
+  private get reader(): LogReader {
+    this.readerPart ??= new LogReader(this.st, this.fds);
+    return this.readerPart;
+  }
+
+  private get cleaner(): LogCleaner {
+    this.cleanerPart ??= new LogCleaner(this.st, this.writer, this.sync, this.fds, this);
+    return this.cleanerPart;
   }
 
   /**
@@ -132,13 +157,13 @@ export class PartitionLog {
   }
 
   /**
-   * `write` runs whenever the log's files are created (the first append of a dormant log), before its
-   * first segment and before that append is written: the owner's files beside the segments (a
-   * Partition's empty snapshots) are then part of the baseline a crash recovers from. Synced with the
-   * segment's directory entry; an error fails that append and leaves the log dormant.
+   * `listener.onFilesCreated` runs whenever the log's files are created (the first append of a dormant
+   * log), before its first segment and before that append is written: the owner's files beside the
+   * segments (a Partition's empty snapshots) are then part of the baseline a crash recovers from. Synced
+   * with the segment's directory entry; an error fails that append and leaves the log dormant.
    */
-  onFilesCreated(write: () => Promise<void>): void {
-    this.st.onCreate = write;
+  onFilesCreated(listener: FilesCreatedListener): void {
+    this.st.onCreate = listener;
   }
 
   /** No files on disk: never written, or released (see open). Reads as an empty log at 0. */
@@ -225,7 +250,7 @@ export class PartitionLog {
       this.ticker.want(this);
       return;
     }
-    if (this.options.flush === 'interval' && this.sync.dirty.size > 0) this.sync.kick();
+    if (this.options.flush === 'interval' && this.sync.dirtyCount > 0) this.sync.kick();
     if (this.options.checkpointHwmOnTimer === false) return;
     this.checkpoint.write().then(
       () => this.wantCheckpoint(),
@@ -323,7 +348,7 @@ export class PartitionLog {
         }
         const doomed = this.st.segments.splice(keep);
         for (const s of doomed) {
-          this.sync.dirty.delete(s);
+          this.sync.forget(s);
           this.fds.forget(s);
           await s.remove();
         }
@@ -379,7 +404,7 @@ export class PartitionLog {
    */
   async release(): Promise<void> {
     if (this.st.state !== 'open') throw storageError(this.dir, 'log is closed');
-    if (this.cleaner.compacting) await this.cleaner.idle();
+    if (this.cleanerPart?.compacting) await this.cleanerPart.idle();
     await this.writer.exclusive(async () => {
       if (this.st.state === 'closed') throw storageError(this.dir, 'log is closed');
       if (this.writer.queued > 0) throw storageError(this.dir, 'not released: appends are queued');
@@ -395,7 +420,7 @@ export class PartitionLog {
       // Nothing below throws, so the log is never left half released.
       this.st.truncations++;
       const segments = this.st.segments.splice(0);
-      this.sync.dirty.clear();
+      this.sync.forgetAll();
       for (const s of segments) {
         this.fds.forget(s);
         // Marked deleted, so a read under way retries and finds the empty log.
@@ -424,7 +449,7 @@ export class PartitionLog {
     this.st.state = 'closing';
     this.ticker.forget(this);
     // A running compaction sees the state and gives up at its next record; let it clean up first.
-    if (this.cleaner.compacting) await this.cleaner.idle();
+    if (this.cleanerPart?.compacting) await this.cleanerPart.idle();
     await this.writer.run(async () => {
       // Appends accepted before close still get written.
       await this.writer.drain(true);
@@ -432,8 +457,8 @@ export class PartitionLog {
       let error: unknown = null;
       if (clean && !this.st.failed && !this.st.dormant) {
         try {
-          for (const s of this.st.segments) if (this.sync.dirty.has(s) || s.indexState !== 'synced') await s.datasync();
-          this.sync.dirty.clear();
+          for (const s of this.st.segments) if (this.sync.isDirty(s) || s.indexState !== 'synced') await s.datasync();
+          this.sync.forgetAll();
           for (const s of this.st.segments) if (s.indexState !== 'synced') await s.writeIndex(true);
           await this.checkpoint.write();
           await writeFileAtomic(join(this.dir, CLEAN_SHUTDOWN_FILE), `${Date.now()}\n`, { syncDir: false });
