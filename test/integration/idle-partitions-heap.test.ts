@@ -1,7 +1,7 @@
 /**
  * What an idle partition keeps alive on a standalone broker (docs/architecture.md, "Hosted partitions"):
  * a broker with 10,000 partitions holds them all in memory, and their retained heap lengthened its
- * garbage collections enough to triple the p99 of the partitions in use (bench/README.md, "Scale").
+ * garbage collections enough to triple the p99 of the partitions in use (bench/README.md, "scale").
  * Heap used after full collections, before and after creating 2,000 partitions, from a probe preloaded
  * into the broker process (test/helpers/heap-probe.cjs); then the idle partitions still take writes.
  */

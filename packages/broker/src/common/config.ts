@@ -138,7 +138,6 @@ export const brokerConfigSchema = z
     partitionOpenConcurrency: z.number().int().min(1).max(1024).default(32),
     /** A transactional id idle this long (no transaction open, no request) is forgotten; Kafka's default, 7 days. */
     transactionalIdExpirationMs: z.number().int().min(1).default(604_800_000),
-    /** Where committed offsets live: the internal log, or a PostgreSQL table. */
     /** Where committed offsets live: the internal log, PostgreSQL, or memory (not durable: tests only). */
     offsetStore: z.enum(['log', 'postgres', 'memory']).default('log'),
     offsetStorePostgresUrl: z.string().min(1).optional(),

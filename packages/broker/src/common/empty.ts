@@ -2,7 +2,7 @@
  * Shared empty collections for state that most partitions of a big broker never fill (producer state,
  * open transactions): an empty Map or Set costs about 150 bytes, and a broker with 10,000 idle
  * partitions kept seven of them each, enough retained heap to lengthen its garbage collections
- * (bench/README.md, "Scale"). A field starts as the shared one and is replaced on its first write; the
+ * (bench/README.md, "scale"). A field starts as the shared one and is replaced on its first write; the
  * shared one refuses writes, so a missed replacement fails loudly instead of leaking state between owners.
  */
 class EmptyMap<K, V> extends Map<K, V> {

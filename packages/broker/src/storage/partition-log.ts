@@ -76,7 +76,7 @@ export class PartitionLog {
   private readonly ticker: LogTicker;
   // The parts below are made on first use (the getters after the constructor): a broker with 10,000
   // partitions keeps most of them idle, and their retained heap lengthens every garbage collection
-  // (bench/README.md, "Scale").
+  // (bench/README.md, "scale").
   private syncPart: GroupCommit | null = null;
   private fdsPart: SegmentFds | null = null;
   private writerPart: LogWriter | null = null;
