@@ -36,6 +36,7 @@ import { TXN_STATE_TOPIC, TxnLog } from '../txn/txn-log.js';
 import { LocalTxnTargets } from '../txn/txn-targets.js';
 import { ClusterTxnTargets } from '../cluster/cluster-txn-targets.js';
 import { MemberLeases } from '../cluster/member-leases.js';
+import { ReplyBuffers, registerReplyBufferMetrics } from './reply-buffers.js';
 
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
 
@@ -71,6 +72,7 @@ function listen(server: net.Server | http.Server, port: number, host: string): P
 
 export class Broker implements BrokerContext {
   readonly metrics = new BrokerMetrics();
+  readonly replyBuffers = new ReplyBuffers();
   readonly store: MetadataStore;
   /** Cluster mode only: etcd membership, partition roles, replication. */
   readonly cluster: ClusterNode | undefined;
@@ -107,6 +109,7 @@ export class Broker implements BrokerContext {
   ) {
     this.cluster = config.cluster ? new ClusterNode(config, logger.child({ component: 'cluster' }), this.metrics) : undefined;
     if (this.cluster) registerClusterMetrics(this.metrics, this.cluster);
+    registerReplyBufferMetrics(this.metrics.registry, this.replyBuffers);
     this.store = this.cluster ? this.cluster.store : new LocalMetadataStore(config.dataDir);
     this.topics = new TopicManager(this.store, config, logger, this.metrics);
     // Cluster mode: coordinators append only as the partition's leader and answer once it is replicated.

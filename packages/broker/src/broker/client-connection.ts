@@ -214,8 +214,15 @@ export class ClientConnection implements ConnectionContext {
     const buf = typeof r === 'string' ? Buffer.from(r, 'utf8') : r;
     this.corkForTurn();
     this.socket.write(frameHeader(buf.length));
-    this.socket.write(buf);
+    this.writeBody(buf);
     this.checkBackpressure();
+  }
+
+  /** Writes a reply body; one from the broker's ReplyBuffers goes back to them once the socket wrote it. */
+  private writeBody(buf: Buffer): boolean {
+    const pool = this.broker.replyBuffers;
+    if (pool === undefined || !pool.owns(buf)) return this.socket.write(buf);
+    return this.socket.write(buf, () => pool.give(buf));
   }
 
   /**
@@ -341,7 +348,7 @@ export class ClientConnection implements ConnectionContext {
           if (await fenced()) return;
           this.socket.cork();
           this.socket.write(frameHeader(out.frame.length));
-          const ok = this.socket.write(out.frame);
+          const ok = this.writeBody(out.frame);
           this.socket.uncork();
           offset = out.nextOffset;
           this.streamOffset = offset;

@@ -12,6 +12,7 @@ import type { BrokerMetrics } from '../common/metrics.js';
 import type { Security } from './security.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import type { ProducerIdAllocator } from '../partition/producer-ids.js';
+import type { ReplyBuffers } from './reply-buffers.js';
 
 /** What handlers may use of the broker. */
 export interface BrokerContext {
@@ -30,6 +31,8 @@ export interface BrokerContext {
   readonly cluster?: ClusterNode;
   /** Authentication and authorization (src/broker/security.ts); absent in unit-test contexts. */
   readonly security?: Security;
+  /** Reused memory for the replies the tail cache writes (src/broker/reply-buffers.ts); absent in unit-test contexts. */
+  readonly replyBuffers?: ReplyBuffers;
 }
 
 /** What handlers may use of the connection a request came on. */

@@ -110,7 +110,7 @@ export async function readBatch(b: BrokerContext, c: ConnectionContext, req: Rea
   const ext = c.features.has('record_extensions_v1');
   const opts = { maxRecords: req.maxRecords, maxBytes: req.maxBytes, isolation: req.isolation };
   // Fast path: the tail cache writes the reply batch directly (the same bytes as below).
-  const wire = req.partition.readWire(offset, opts, { topic: req.topic, extensions: ext });
+  const wire = req.partition.readWire(offset, opts, { topic: req.topic, extensions: ext, alloc: b.replyBuffers?.take });
   if (wire) {
     if (wire.count > 0) {
       b.metrics.recordsOut.inc({ topic: req.topic }, wire.count);

@@ -518,7 +518,7 @@ export class Partition implements SnapshotOwner {
   readWire(
     offset: number,
     opts: { maxRecords: number; maxBytes: number; isolation: Isolation },
-    wire: { topic: string; extensions: boolean },
+    wire: { topic: string; extensions: boolean; alloc?: (bytes: number) => Buffer },
   ): { frame: Buffer; count: number; valueBytes: number; nextOffset: number } | null {
     if (offset < this.earliest || offset > this.logEndOffset) return null;
     const committed = opts.isolation === 'read_committed';
@@ -532,7 +532,7 @@ export class Partition implements SnapshotOwner {
     return this.log.readWire(
       offset,
       { maxRecords: opts.maxRecords, maxBytes: opts.maxBytes, maxOffset: end },
-      { topic: wire.topic, partition: this.id, extensions: wire.extensions, skipControl: committed, skipAborted },
+      { topic: wire.topic, partition: this.id, extensions: wire.extensions, skipControl: committed, skipAborted, alloc: wire.alloc },
     );
   }
 

@@ -53,6 +53,8 @@ export interface WireReadRequest {
    * (read_committed; the producer id is decoded only for transactional records).
    */
   skipAborted?: ((offset: number, producerId: string, attributes: number) => boolean) | null;
+  /** Where the reply's memory comes from (the broker's ReplyBuffers); Buffer.allocUnsafe without it. */
+  alloc?: (bytes: number) => Buffer;
 }
 
 export interface WireRead {
@@ -256,7 +258,8 @@ export class TailCache implements BudgetedCache {
     const topicLen = Buffer.byteLength(w.topic, 'utf8');
     if (topicLen > 0xffff) return null;
     // A wire record is never larger than its stored form, so this bounds the frame.
-    const buf = Buffer.allocUnsafe(replyHeaderSize(topicLen) + bytes + (w.extensions ? 24 : 0));
+    const size = replyHeaderSize(topicLen) + bytes + (w.extensions ? 24 : 0);
+    const buf = w.alloc ? w.alloc(size) : Buffer.allocUnsafe(size);
     const recordsAt = writeReplyHeader(buf, w.topic, topicLen, w.partition, 0);
     let at = recordsAt;
     let count = 0;
