@@ -2,7 +2,7 @@
  * Open-loop producer of the latency benchmark (a child process).
  *
  *   node dist/bench/lat-producer.js --target broker|relay --host H --port P --topic T --partitions N
- *        --rate R --size S --duration-ms D [--linger-ms L]
+ *        --rate R --size S --duration-ms D --start-at MS [--linger-ms L]
  *
  * Every millisecond it sends the records that are due by the clock, R per second, whatever the acks
  * do: a slow broker cannot slow the schedule down, so coordinated omission cannot hide (docs of
@@ -10,7 +10,13 @@
  * so a delay anywhere, the producer's own included, counts. Broker: the SDK Producer with its default
  * settings (keyless records, so its default partitioning spreads them). Relay: one binary batch frame per tick.
  *
- * Prints {"event":"result", sent, acked, errors, ...} once everything sent was acknowledged (or 15 s after the end).
+ * The schedule starts at the absolute time MS, once the sender is ready: the relay's socket connected, the
+ * SDK producer connected and its metadata fetched by one small record sent and acknowledged first (counted in
+ * `sent`; consumers skip it). A producer that would start behind its schedule would spend the warm-up
+ * catching up (at 50k/s its first second's records waited up to a second), so it fails instead.
+ *
+ * Prints {"event":"started"} when the schedule starts and {"event":"result", sent, acked, errors, ...} once
+ * everything sent was acknowledged (or 15 s after the end).
  */
 import net from 'node:net';
 import { Producer } from 'tributary-client/producer.js';
@@ -19,7 +25,7 @@ import { nowMs, percentile, report } from './lib.js';
 import { BatchTemplate, PAYLOAD_HEADER_BYTES, writePayloadHeader } from './pc-payload.js';
 import { workerArgs } from './worker-args.js';
 
-const { a, int, fail } = workerArgs('lat-producer', { rate: { type: 'string' }, 'duration-ms': { type: 'string' }, 'linger-ms': { type: 'string' } }, 1);
+const { a, int, fail } = workerArgs('lat-producer', { rate: { type: 'string' }, 'duration-ms': { type: 'string' }, 'start-at': { type: 'string' }, 'linger-ms': { type: 'string' } }, 1);
 const target = a.target === 'relay' ? 'relay' : 'broker';
 const host = a.host!;
 const port = int('port', a.port);
@@ -28,11 +34,14 @@ const partitions = int('partitions', a.partitions);
 const rate = int('rate', a.rate);
 const size = int('size', a.size, PAYLOAD_HEADER_BYTES);
 const durationMs = int('duration-ms', a['duration-ms']);
+const startAt = int('start-at', a['start-at']);
 const lingerMs = a['linger-ms'] === undefined ? undefined : int('linger-ms', a['linger-ms'], 0);
 const total = Math.floor((rate * durationMs) / 1000);
 
 let sent = 0;
 let acked = 0;
+/** Records sent before the schedule to make the sender ready (not in the schedule's numbering). */
+let primers = 0;
 let errors = 0;
 let firstError = '';
 let ticks = 0;
@@ -73,6 +82,9 @@ async function relaySender(): Promise<{ send: Sender; close: () => void }> {
 
 async function brokerSender(): Promise<{ send: Sender; close: () => Promise<void> }> {
   const producer = new Producer({ brokers: [`${host}:${port}`], ...(lingerMs === undefined ? {} : { lingerMs }) });
+  // Shorter than a payload header: consumers count it received and measure nothing.
+  await producer.send({ topic, messages: [{ value: Buffer.alloc(1) }] });
+  primers = 1;
   const filler = Buffer.alloc(size, 0x61);
   return {
     send: (from, to, start) => {
@@ -102,7 +114,11 @@ async function brokerSender(): Promise<{ send: Sender; close: () => Promise<void
 
 async function main(): Promise<void> {
   const sender = target === 'relay' ? await relaySender() : await brokerSender();
-  const start = nowMs();
+  const wait = startAt - nowMs();
+  if (wait < 0) fail(`not ready at the planned start (${Math.round(-wait)} ms late)`);
+  await new Promise((r) => setTimeout(r, wait));
+  const start = startAt;
+  report({ event: 'started' });
   let last = start;
   await new Promise<void>((resolve) => {
     const tick = () => {
@@ -126,7 +142,7 @@ async function main(): Promise<void> {
   await sender.close();
   const acks = Float64Array.from(ackLatencies).sort();
   const ms = (x: number) => Math.round(x * 100) / 100;
-  report({ event: 'result', sent, acked, errors, firstError, ticks, maxTickGapMs: ms(maxTickGapMs), ackP50: ms(percentile(acks, 50)), ackP99: ms(percentile(acks, 99)), elapsedMs: Math.round(nowMs() - start) });
+  report({ event: 'result', sent: sent + primers, acked: acked + primers, errors, firstError, ticks, maxTickGapMs: ms(maxTickGapMs), ackP50: ms(percentile(acks, 50)), ackP99: ms(percentile(acks, 99)), elapsedMs: Math.round(nowMs() - start) });
   process.exit(0);
 }
 

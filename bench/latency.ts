@@ -178,6 +178,9 @@ export interface MeasureOptions {
   verbose?: boolean;
 }
 
+/** How long before its schedule starts the producer is spawned (Node's start, connecting, metadata). */
+const PRODUCER_READY_MS = 1000;
+
 /**
  * One open-loop measurement against a running broker or relay: 3 consumers (a group, for the broker), then
  * the producer; latencies merged from the consumers' sample files.
@@ -226,14 +229,16 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
       if (nowMs() > deadline) throw new Error(`the consumers did not settle (assigned ${JSON.stringify(assigned)})`);
       await new Promise((r) => setTimeout(r, 50));
     }
-    // Start the producer so that `from` falls warmupMs into its run.
-    const wait = from - m.warmupMs - nowMs();
-    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-    else throw new Error(`the consumers took too long to settle (${Math.round(-wait)} ms past the planned start)`);
+    // The producer's schedule starts warmupMs before `from`; it needs up to a second before that to start,
+    // connect and (SDK) fetch metadata, which would otherwise eat into the warm-up.
+    const startAt = from - m.warmupMs;
+    const spare = startAt - PRODUCER_READY_MS - nowMs();
+    if (spare < 0) throw new Error(`the consumers took too long to settle (${Math.round(-spare)} ms past the producer's planned start)`);
     producing = true;
+    producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(m.rate), '--duration-ms', String(m.warmupMs + m.durationMs), '--start-at', String(startAt), ...(m.lingerMs === undefined ? [] : ['--linger-ms', String(m.lingerMs)])], { echoStderr: m.verbose, nodeArgs: m.clientNodeArgs });
+    await producer.waitJson<{ event: string }>((x) => x.event === 'started', startAt - nowMs() + 30_000);
     const ticksFrom = cpuTicks();
     const serverCpuFrom = procCpuMs(m.serverPid);
-    producer = spawnNode('producer', path.join(BENCH_DIR, 'lat-producer.js'), [...common, '--rate', String(m.rate), '--duration-ms', String(m.warmupMs + m.durationMs), ...(m.lingerMs === undefined ? [] : ['--linger-ms', String(m.lingerMs)])], { echoStderr: m.verbose, nodeArgs: m.clientNodeArgs });
     const p = await producer.waitJson<{ sent: number; acked: number; errors: number; firstError: string; maxTickGapMs: number; ackP50?: number; ackP99?: number }>((x) => x.event === 'result', m.durationMs + m.warmupMs + 60_000);
     const ticksTo = cpuTicks();
     const serverCpuTo = procCpuMs(m.serverPid);
