@@ -32,6 +32,12 @@ export class BrokerMetrics {
     'Produce latency by phase: queue (received to handled), append (written to the log file), fsync (durable), replication (in-sync replicas have it)',
   );
   readonly fetchPhase = this.phases('tributary_fetch_phase_seconds', 'CONSUME latency by phase: queue (received to handled), wait (long poll until records were readable), read (from the log or its cache)');
+  readonly retentionPass = new client.Histogram({
+    name: 'tributary_retention_pass_seconds',
+    help: 'One pass of the retention timer: retention (delete topics) or compaction (compact topics) over every partition',
+    buckets: [0.001, 0.01, 0.1, 1, 10, 60],
+    registers: [this.registry],
+  });
   readonly isrShrinks = new client.Counter({ name: 'tributary_isr_shrinks_total', help: 'In-sync replica sets this broker shrank as leader', labelNames: ['topic'], registers: [this.registry] });
   readonly isrExpands = new client.Counter({ name: 'tributary_isr_expands_total', help: 'In-sync replica sets this broker expanded as leader', labelNames: ['topic'], registers: [this.registry] });
 

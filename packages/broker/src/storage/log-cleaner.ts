@@ -36,6 +36,42 @@ interface PreparedCompaction {
   removed: number;
 }
 
+/** Whether the log's topic limits its records by age or size at all. */
+function hasRetention(st: LogState): boolean {
+  return st.options.retentionMs >= 0 || st.options.retentionBytes >= 0;
+}
+
+/** Whether a retention pass rolls the active segment now (it is older than segmentMs and not empty). */
+function rollDue(st: LogState, now: number): boolean {
+  return st.active.size > 0 && now - st.active.createdMs >= st.options.segmentMs;
+}
+
+/** How many of the oldest closed segments are past the age or size limit, and the log's bytes without them. */
+function pastRetention(st: LogState, now: number): { count: number; keptBytes: number } {
+  const { retentionMs, retentionBytes } = st.options;
+  let total = st.totalBytes;
+  let n = 0;
+  for (let i = 0; i < st.segments.length - 1; i++) {
+    const s = st.segments[i];
+    const expired = retentionMs >= 0 && s.maxTimestamp < now - retentionMs;
+    const oversized = retentionBytes >= 0 && total > retentionBytes;
+    if (!expired && !oversized) break;
+    total -= s.size;
+    n++;
+  }
+  return { count: n, keptBytes: total };
+}
+
+/**
+ * Whether a retention pass would change the open log `st` now, decided from its state alone: a log with
+ * nothing to do is passed over without making its writer and cleaner (docs/architecture.md, "What an idle
+ * partition keeps").
+ */
+export function retentionDue(st: LogState, now: number): boolean {
+  if (!hasRetention(st) || st.dormant) return false;
+  return rollDue(st, now) || pastRetention(st, now).count > 0;
+}
+
 /** The log closed, was truncated or lost a segment while compacting: give up quietly, the next run retries. */
 class CompactionAborted extends Error {}
 
@@ -54,24 +90,14 @@ export class LogCleaner {
 
   /** See PartitionLog.applyRetention. */
   async applyRetention(now: number): Promise<{ deletedSegments: number; deletedBytes: number }> {
-    const { retentionMs, retentionBytes, segmentMs } = this.st.options;
-    if (retentionMs < 0 && retentionBytes < 0) return { deletedSegments: 0, deletedBytes: 0 };
+    if (!hasRetention(this.st)) return { deletedSegments: 0, deletedBytes: 0 };
     if (this.st.state !== 'open') throw storageError(this.st.dir, 'log is closed');
     return this.writer.exclusive(async () => {
       if (this.st.state === 'closed') throw storageError(this.st.dir, 'log is closed');
       if (this.st.failed) throw storageError(this.st.dir, 'log failed', this.st.failed);
       if (this.st.dormant) return { deletedSegments: 0, deletedBytes: 0 };
-      if (this.st.active.size > 0 && now - this.st.active.createdMs >= segmentMs) await this.writer.roll();
-      let total = this.st.totalBytes;
-      let n = 0;
-      for (let i = 0; i < this.st.segments.length - 1; i++) {
-        const s = this.st.segments[i];
-        const expired = retentionMs >= 0 && s.maxTimestamp < now - retentionMs;
-        const oversized = retentionBytes >= 0 && total > retentionBytes;
-        if (!expired && !oversized) break;
-        total -= s.size;
-        n++;
-      }
+      if (rollDue(this.st, now)) await this.writer.roll();
+      const { count: n, keptBytes: total } = pastRetention(this.st, now);
       if (n === 0) return { deletedSegments: 0, deletedBytes: 0 };
       // No fsync may be in flight on a segment being deleted.
       await this.sync.idle();

@@ -22,7 +22,7 @@ import { writeFileAtomic } from './atomic-file.js';
 import { GroupCommit } from './group-commit.js';
 import { LogTicker } from './log-ticker.js';
 import { HwmCheckpoint } from './hwm-checkpoint.js';
-import { LogCleaner } from './log-cleaner.js';
+import { LogCleaner, retentionDue } from './log-cleaner.js';
 import { fsyncDir, renameAway, storageError } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE, loadLog } from './log-loader.js';
 import {
@@ -246,7 +246,7 @@ export class PartitionLog {
     if (this.st.state !== 'open' || this.st.dormant) return;
     // An exclusive section (a truncation, a compaction's swap, a release) may be moving the files the
     // checkpoint would land beside; the next tick writes it.
-    if (this.writer.exclusiveActive) {
+    if (this.writerPart?.exclusiveActive) {
       this.ticker.want(this);
       return;
     }
@@ -308,6 +308,10 @@ export class PartitionLog {
 
   /** Deletes whole closed segments by time and size retention. Never deletes the active segment. */
   applyRetention(now: number = Date.now()): Promise<{ deletedSegments: number; deletedBytes: number }> {
+    // The retention timer asks every partition: an idle one with nothing to delete stays without its parts.
+    if (this.cleanerPart === null && this.st.state === 'open' && !this.st.failed && !retentionDue(this.st, now)) {
+      return Promise.resolve({ deletedSegments: 0, deletedBytes: 0 });
+    }
     return this.cleaner.applyRetention(now).then((r) => {
       // Retention may have raised the HWM to the new log start.
       this.wantCheckpoint();
@@ -324,6 +328,10 @@ export class PartitionLog {
    * Calls run one at a time.
    */
   compact(opts: CompactOptions = {}): Promise<CompactResult> {
+    // A dormant log has nothing to compact (the retention timer asks every partition of a compacted topic).
+    if (this.cleanerPart === null && this.st.state === 'open' && this.st.dormant) {
+      return Promise.resolve({ segmentsCompacted: 0, recordsRemoved: 0, bytesBefore: 0, bytesAfter: 0 });
+    }
     return this.cleaner.compact(opts);
   }
 
