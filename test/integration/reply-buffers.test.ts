@@ -13,7 +13,7 @@ import { BrokerProcess } from '../helpers/launcher.js';
 import { until } from '../helpers/util.js';
 
 const RECORDS = 3000; // about 3.2 MB stored: all of it in the partition's tail cache, which writes the replies
-const PER_REPLY = 500; // about 520 KB a reply, in a pooled 1 MiB buffer
+const PER_REPLY = 500; // about 520 KB a reply, in a pooled 768 KiB buffer
 const SLOW_REPLIES = 40; // about 20 MB: more than the socket buffers and the broker's 16 MiB of pending replies
 
 function valueFor(offset: number): Buffer {

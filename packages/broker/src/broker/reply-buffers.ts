@@ -12,7 +12,11 @@ import client from 'prom-client';
 export const MIN_POOLED_BYTES = 2 * 1024;
 export const MAX_POOLED_BYTES = 1024 * 1024;
 const MIN_SHIFT = 11;
-const CLASSES = 10; // 2 KiB .. 1 MiB
+/**
+ * Sizes 2^k and 1.5 x 2^k from 2 KiB to 1 MiB: a reply holds at most a third more than it needs (powers of
+ * two alone let a client that does not read keep twice the pending reply bytes its limit counts).
+ */
+const CLASSES = 19;
 
 export class ReplyBuffers {
   /** Free buffers per size class (class k holds 2^(11 + k) bytes). */
@@ -35,7 +39,7 @@ export class ReplyBuffers {
       this.freeBytes -= ab.byteLength;
       this.reused++;
     }
-    const buf = ab ?? new ArrayBuffer(1 << (MIN_SHIFT + k));
+    const buf = ab ?? new ArrayBuffer(classBytes(k));
     this.lent.add(buf);
     return Buffer.from(buf, 0, bytes);
   };
@@ -64,9 +68,16 @@ export class ReplyBuffers {
   }
 }
 
+/** The smallest class that holds `bytes` (at most MAX_POOLED_BYTES). */
 function sizeClass(bytes: number): number {
   if (bytes <= MIN_POOLED_BYTES) return 0;
-  return 32 - Math.clz32(bytes - 1) - MIN_SHIFT;
+  const e = 32 - Math.clz32(bytes - 1); // 2^(e-1) < bytes <= 2^e
+  const k = 2 * (e - MIN_SHIFT);
+  return bytes <= 3 << (e - 2) ? k - 1 : k;
+}
+
+function classBytes(k: number): number {
+  return k % 2 === 0 ? 1 << (MIN_SHIFT + k / 2) : 3 << (MIN_SHIFT + (k - 1) / 2 - 1);
 }
 
 /** What the pool holds and how often it saves an allocation (docs/operations.md, "Storage and latency"). */
