@@ -19,7 +19,7 @@ const MIN_SHIFT = 11;
 const CLASSES = 19;
 
 export class ReplyBuffers {
-  /** Free buffers per size class (class k holds 2^(11 + k) bytes). */
+  /** Free buffers per size class (class k holds classBytes(k) bytes). */
   private readonly free: ArrayBuffer[][] = Array.from({ length: CLASSES }, () => []);
   /** Buffers handed out and not yet given back: only these may come back, and only once. */
   private readonly lent = new WeakSet<ArrayBuffer>();
