@@ -13,7 +13,7 @@
  * The schedule starts at the absolute time MS, once the sender is ready: the relay's socket connected, the
  * SDK producer connected and its metadata fetched by one small record sent and acknowledged first (counted in
  * `sent`; consumers skip it). A producer that would start behind its schedule would spend the warm-up
- * catching up (at 50k/s its first second's records waited up to a second), so it fails instead.
+ * catching up, so it fails instead.
  *
  * Prints {"event":"started"} when the schedule starts and {"event":"result", sent, acked, errors, ...} once
  * everything sent was acknowledged (or 15 s after the end).

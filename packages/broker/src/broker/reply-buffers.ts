@@ -8,7 +8,7 @@
  */
 import client from 'prom-client';
 
-/** Smallest and largest pooled sizes (powers of two); a larger reply gets a buffer of its own. */
+/** Smallest and largest pooled sizes; a larger reply gets a buffer of its own. */
 export const MIN_POOLED_BYTES = 2 * 1024;
 export const MAX_POOLED_BYTES = 1024 * 1024;
 const MIN_SHIFT = 11;

@@ -4,6 +4,7 @@ import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogTicker } from '../storage/log-ticker.js';
 import type { PartitionLog } from '../storage/partition-log.js';
+import type { WireReadRequest } from '../storage/tail-cache.js';
 import { failpointDelay } from '../common/failpoints.js';
 import { SETTLED } from '../common/settled.js';
 import { AppendTracker } from './append-tracker.js';
@@ -518,7 +519,7 @@ export class Partition implements SnapshotOwner {
   readWire(
     offset: number,
     opts: { maxRecords: number; maxBytes: number; isolation: Isolation },
-    wire: { topic: string; extensions: boolean; alloc?: (bytes: number) => Buffer },
+    wire: Pick<WireReadRequest, 'topic' | 'extensions' | 'alloc'>,
   ): { frame: Buffer; count: number; valueBytes: number; nextOffset: number } | null {
     if (offset < this.earliest || offset > this.logEndOffset) return null;
     const committed = opts.isolation === 'read_committed';
