@@ -44,8 +44,21 @@ describe('the Kafka listener on a 3-broker cluster', () => {
     try {
       expect(await admin.createTopics({ topics: [{ topic: 'kg-rf3', numPartitions: 4, replicationFactor: 3 }], waitForLeaders: true })).toBe(true);
       const produce = async (from: number, n: number) => {
-        const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
-        await producer.connect();
+        let producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+        // Just after the kill the metadata may still name the dead broker, and kafkajs can give up its idempotent
+        // producer's connect (InitProducerId) on that broker's refused connection instead of retrying: connect
+        // again, as an application would. Nothing is sent before connect succeeds, so no record is doubled.
+        for (let attempt = 1; ; attempt++) {
+          try {
+            await producer.connect();
+            break;
+          } catch (err) {
+            await producer.disconnect().catch(() => {});
+            if (attempt >= 10 || (err as Error).name !== 'KafkaJSConnectionError') throw err;
+            await new Promise((r) => setTimeout(r, 500));
+            producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+          }
+        }
         try {
           await producer.send({ topic: 'kg-rf3', acks: -1, messages: Array.from({ length: n }, (_, i) => ({ key: `k${(from + i) % 8}`, value: `v${from + i}` })) });
         } finally {
