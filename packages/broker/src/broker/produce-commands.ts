@@ -103,13 +103,20 @@ async function timedAck<T extends { lastOffset: number; writtenAt?: number }>(
   const phase = b.metrics.producePhase;
   if (receivedAt !== undefined) phase.child('queue').observe((handled - receivedAt) / 1000);
   const res = await appended;
-  const durable = performance.now();
-  const written = res.writtenAt ?? durable;
-  phase.child('append').observe((written - handled) / 1000);
-  phase.child('fsync').observe((durable - written) / 1000);
+  const durable = observeAppend(b, handled, res.writtenAt);
   await ack(res.lastOffset);
   if (b.cluster) phase.child('replication').observe((performance.now() - durable) / 1000);
   return res;
+}
+
+/** The append and fsync phases of an append that has settled; returns the time it became durable. */
+function observeAppend(b: BrokerContext, handled: number, writtenAt: number | undefined): number {
+  const phase = b.metrics.producePhase;
+  const durable = performance.now();
+  const written = writtenAt ?? durable;
+  phase.child('append').observe((written - handled) / 1000);
+  phase.child('fsync').observe((durable - written) / 1000);
+  return durable;
 }
 
 async function acknowledged(b: BrokerContext, partition: Partition, lastOffset: number, acks: string, epoch: number | undefined): Promise<void> {
@@ -163,25 +170,46 @@ export function countIn(b: BrokerContext, topic: string, records: number, bytes:
 /** No headers: shared by the records handed to the log (it only reads them), so none keeps an array alive. */
 const NO_HEADERS: RecordHeader[] = Object.freeze([]) as unknown as RecordHeader[];
 
-/** A binary batch frame: one append of all its records to one partition. */
-export async function produceBatch(b: BrokerContext, c: ConnectionContext, body: Buffer, receivedAt?: number): Promise<Reply> {
+/**
+ * A binary batch frame: one append of all its records to one partition. Not an async function: the usual
+ * batch (an issued or no producer id, a standalone broker) takes one promise reaction from the append to
+ * its reply, and errors of the synchronous part are thrown to the caller.
+ */
+export function produceBatch(b: BrokerContext, c: ConnectionContext, body: Buffer, receivedAt?: number): Promise<Reply> | Reply {
   const handled = performance.now();
   // The synchronous part keeps the decoded batch in its own frame, so the records are not held here while
   // the append waits for the fsync (only the log holds them, and only until they are written).
-  let started = startAppend(b, c, body, false);
-  if ('issued' in started) {
-    // A producer id this broker has not seen handed out: decided by a read of the store, then the append.
-    if (!(await started.issued)) throw unknownProducer(started.producerId);
-    started = startAppend(b, c, body, true);
-    if ('issued' in started) throw new TributaryError('internal_error', { reason: 'producer id checked twice' });
-  }
+  const started = startAppend(b, c, body, false);
+  if ('issued' in started) return produceChecked(b, c, body, receivedAt, handled, started);
+  return batchReply(b, receivedAt, handled, started);
+}
+
+/** A producer id this broker has not seen handed out: decided by a read of the store, then the append. */
+async function produceChecked(b: BrokerContext, c: ConnectionContext, body: Buffer, receivedAt: number | undefined, handled: number, check: { issued: Promise<boolean>; producerId: string }): Promise<Reply> {
+  if (!(await check.issued)) throw unknownProducer(check.producerId);
+  const started = startAppend(b, c, body, true);
+  if ('issued' in started) throw new TributaryError('internal_error', { reason: 'producer id checked twice' });
+  return batchReply(b, receivedAt, handled, started);
+}
+
+function batchReply(b: BrokerContext, receivedAt: number | undefined, handled: number, started: StartedAppend): Promise<Reply> | Reply {
   const { partition, appended, count, acks, topic, epoch } = started;
   if (acks === '0') {
     appended.catch((err) => b.logger.warn({ err, topic }, 'acks=0 append failed'));
     return 'OK';
   }
-  const res = await timedAck(b, receivedAt, handled, appended, (last) => acknowledged(b, partition, last, acks, epoch));
-  return JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count });
+  const reply = (res: { baseOffset: number; lastOffset: number }): Reply =>
+    JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count });
+  // Standalone, no acks setting waits for more than the append (acknowledged() has nothing to do).
+  if (!b.cluster) {
+    const phase = b.metrics.producePhase;
+    if (receivedAt !== undefined) phase.child('queue').observe((handled - receivedAt) / 1000);
+    return appended.then((res: { baseOffset: number; lastOffset: number; writtenAt?: number }) => {
+      observeAppend(b, handled, res.writtenAt);
+      return reply(res);
+    });
+  }
+  return timedAck(b, receivedAt, handled, appended, (last) => acknowledged(b, partition, last, acks, epoch)).then(reply);
 }
 
 type StartedAppend = { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string; epoch: number | undefined };

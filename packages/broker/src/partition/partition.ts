@@ -243,21 +243,24 @@ export class Partition implements SnapshotOwner {
     );
   }
 
+  /** The log is called synchronously (no fault-test delay armed): pipelined appends land in request order. */
   append(records: RecordInput[]): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
-    return this.track(async () => {
-      if (this.closed) throw new TributaryError('shutting_down');
-      await failpointDelay(`leader.append:${this.topic}`); // fault tests: an append begun, not yet written
-      return this.appended(await this.log.append(records));
+    return this.track(() => {
+      if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
+      const delay = failpointDelay(`leader.append:${this.topic}`); // fault tests: an append begun, not yet written
+      const appended = delay ? delay.then(() => this.log.append(records)) : this.log.append(records);
+      return appended.then((res) => this.appended(res));
     });
   }
 
   /** append() of the records of a produce batch, encoded straight from its wire bytes (PartitionLog.appendWire). */
   appendWire(batch: ScannedBatch): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
-    return this.track(async () => {
-      if (this.closed) throw new TributaryError('shutting_down');
-      return this.appended(await this.log.appendWire(batch));
+    return this.track(() => {
+      if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
+      return this.log.appendWire(batch).then((res) => this.appended(res));
     });
   }
+
 
   /**
    * An idempotent append: the state check and the append happen in one synchronous step (appends of a
