@@ -116,7 +116,8 @@ describe('atomic appends', () => {
   it('appends coalesced into one write each carry their own marker', async () => {
     const log = await PartitionLog.open(dir, OPTS);
     await log.append([rec(0)]);
-    const writes = vi.spyOn(Segment.prototype, 'writeAt');
+    // Every write of a segment, at once (writeNow) or after opening the file (writeAt), goes through writeAll.
+    const writes = vi.spyOn(Segment.prototype as unknown as { writeAll: () => void }, 'writeAll');
     const before = log.sizeBytes;
     // Queued together, these three appends go out in one write call.
     const res = await Promise.all([log.append([rec(1), rec(2)]), log.append([rec(3), rec(4), rec(5)]), log.append([rec(6), rec(7)])]);

@@ -235,7 +235,7 @@ export class ClientConnection implements ConnectionContext {
   /** Writes the replies that are ready, in request order, up to the first that is not. */
   private writeReplies(): void {
     const metrics = this.broker.metrics.requestDuration;
-    for (let slot = this.pending[0]; slot !== undefined && slot.done; slot = this.pending[0]) {
+    for (let slot = this.pending[0]; slot?.done; slot = this.pending[0]) {
       this.pending.shift();
       this.writtenSeq = slot.seq + 1;
       metrics.child(slot.label).observe((Date.now() - slot.started) / 1000);

@@ -198,8 +198,9 @@ function batchReply(b: BrokerContext, receivedAt: number | undefined, handled: n
     appended.catch((err) => b.logger.warn({ err, topic }, 'acks=0 append failed'));
     return 'OK';
   }
+  // JSON.stringify({ status, partition, base_offset, last_offset, count }), numbers only, without the object.
   const reply = (res: { baseOffset: number; lastOffset: number }): Reply =>
-    JSON.stringify({ status: 'OK', partition: partition.id, base_offset: res.baseOffset, last_offset: res.lastOffset, count });
+    `{"status":"OK","partition":${partition.id},"base_offset":${res.baseOffset},"last_offset":${res.lastOffset},"count":${count}}`;
   // Standalone, no acks setting waits for more than the append (acknowledged() has nothing to do).
   if (!b.cluster) {
     const phase = b.metrics.producePhase;

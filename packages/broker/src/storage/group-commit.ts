@@ -16,13 +16,16 @@ export interface SyncWaiter {
   result?: AppendResult;
 }
 
+const NO_SEGMENTS: readonly Segment[] = [];
+
 export class GroupCommit {
   /** Segments written since their last fsync; null until the first write (most partitions of a big broker are idle). */
   private dirty: Set<Segment> | null = null;
   private waiters: SyncWaiter[] = [];
   private requested = false;
   private syncing = false;
-  private done: Promise<void> = SETTLED;
+  /** idle() callers, woken when a pass ends with nothing more requested. */
+  private idleWaiters: Array<() => void> | null = null;
 
   constructor(
     private readonly st: LogState,
@@ -64,42 +67,58 @@ export class GroupCommit {
     this.requested = true;
     if (this.syncing) return;
     this.syncing = true;
-    this.done = this.loop();
+    this.pass();
   }
 
   /**
    * Group commit: every waiter taken at the start of a pass had its write completed before the fsync
    * starts, so one datasync covers all of them; appends finishing meanwhile wait for the next pass.
+   * Callbacks rather than an async loop: a partition written one record at a time runs a pass per append.
    */
-  private async loop(): Promise<void> {
-    try {
-      while (this.requested) {
-        this.requested = false;
-        const waiters = this.waiters;
-        this.waiters = [];
-        const segs = this.dirty === null ? [] : [...this.dirty];
-        this.dirty?.clear();
-        let error: Error | null = null;
-        const started = performance.now();
-        try {
-          for (const s of segs) if (!s.deleted) await s.datasync();
-          if (segs.length > 0) this.st.options.onSync?.((performance.now() - started) / 1000);
-        } catch (err) {
-          this.st.fail(err);
-          error = storageError(this.st.dir, 'fsync failed', err);
-        }
-        for (const w of waiters) {
-          if (error) w.reject(error);
-          else w.resolve(w.result as AppendResult);
-        }
-      }
-    } finally {
+  private pass(): void {
+    if (!this.requested) {
       this.syncing = false;
+      const idle = this.idleWaiters;
+      this.idleWaiters = null;
+      if (idle !== null) for (const wake of idle) wake();
+      return;
     }
+    this.requested = false;
+    const waiters = this.waiters;
+    this.waiters = [];
+    const segs = this.dirty === null || this.dirty.size === 0 ? NO_SEGMENTS : [...this.dirty];
+    this.dirty?.clear();
+    this.syncFrom(segs, 0, waiters, performance.now());
+  }
+
+  /** Datasyncs segs[i..] one after another, then settles the pass's waiters. */
+  private syncFrom(segs: readonly Segment[], i: number, waiters: SyncWaiter[], started: number): void {
+    while (i < segs.length && segs[i].deleted) i++;
+    if (i < segs.length) {
+      segs[i].datasync().then(
+        () => this.syncFrom(segs, i + 1, waiters, started),
+        (err: unknown) => {
+          this.st.fail(err);
+          this.settle(waiters, storageError(this.st.dir, 'fsync failed', err));
+        },
+      );
+      return;
+    }
+    if (segs.length > 0) this.st.options.onSync?.((performance.now() - started) / 1000);
+    this.settle(waiters, null);
+  }
+
+  private settle(waiters: SyncWaiter[], error: Error | null): void {
+    for (const w of waiters) {
+      if (error) w.reject(error);
+      else w.resolve(w.result as AppendResult);
+    }
+    this.pass();
   }
 
   /** Resolves once no fsync pass is running. */
-  async idle(): Promise<void> {
-    while (this.syncing) await this.done;
+  idle(): Promise<void> {
+    if (!this.syncing) return SETTLED;
+    return new Promise<void>((resolve) => (this.idleWaiters ??= []).push(resolve));
   }
 }

@@ -10,7 +10,8 @@ import type { Logger } from 'pino';
 import { readHwmCheckpoint } from './hwm-checkpoint.js';
 import { fsyncDir, RELEASED_SUFFIX, storageError } from './log-fs.js';
 import { type LogOptions, segmentFdPolicy } from './log-options.js';
-import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, Segment, segmentFileName } from './segment.js';
+import { Segment } from './segment.js';
+import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, segmentFileName } from './segment-names.js';
 
 export const CLEAN_SHUTDOWN_FILE = 'clean-shutdown';
 

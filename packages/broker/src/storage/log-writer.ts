@@ -190,62 +190,81 @@ export class LogWriter {
   private scheduleDrain(): void {
     if (this.drainScheduled) return;
     this.drainScheduled = true;
-    void this.mutex.run(async () => {
-      this.drainScheduled = false;
-      await this.drain();
-    });
+    void this.mutex.run(this.drainTask);
   }
 
-  /** Writes queued appends; must run inside the mutex. Yields to queued exclusive operations unless `force`. */
-  async drain(force = false): Promise<void> {
+  private readonly drainTask = (): Promise<void> | undefined => {
+    this.drainScheduled = false;
+    return this.drain();
+  };
+
+  /**
+   * Writes queued appends; must run inside the mutex. Yields to queued exclusive operations unless `force`.
+   * Synchronous while its writes are (the active segment's file open, no roll due): a promise only once a
+   * step has to wait, after which it goes on. Never rejects: a failure rejects the appends it concerns.
+   */
+  drain(force = false): Promise<void> | undefined {
     while (this.pending.length > 0) {
       if (this.exclusiveWaiting > 0 && !force) {
         this.scheduleDrain();
-        return;
+        return undefined;
       }
       if (this.st.failed || this.st.state === 'closed') {
         const err = this.st.failed ? storageError(this.st.dir, 'log failed', this.st.failed) : storageError(this.st.dir, 'log is closed');
         for (const p of this.pending.splice(0)) p.reject(err);
-        return;
+        return undefined;
+      }
+      const waiting = this.writeNext();
+      if (waiting !== undefined) return waiting.then(() => this.drain(force));
+    }
+    return undefined;
+  }
+
+  /** Writes the next group of queued appends, or begins what must come first; a promise when that waits. */
+  private writeNext(): Promise<void> | undefined {
+    let group: PendingAppend[] = [];
+    try {
+      if (this.st.dormant) return this.createFiles().then(undefined, (err: unknown) => this.failGroup([], err));
+      const now = Date.now();
+      const first = this.pending[0];
+      if (first.replica) {
+        // A replica append is a write of its own: it carries its offsets, checked against the log end it lands on.
+        group = this.pending.splice(0, 1);
+        const taken = group;
+        return this.writeReplica(first, first.replica, now).then(undefined, (err: unknown) => this.failGroup(taken, err));
       }
       const { segmentBytes, segmentMs } = this.st.options;
-      let group: PendingAppend[] = [];
-      try {
-        if (this.st.dormant) await this.createFiles();
-        const now = Date.now();
-        const first = this.pending[0];
-        if (first.replica) {
-          // A replica append is a write of its own: it carries its offsets, checked against the log end it lands on.
-          group = this.pending.splice(0, 1);
-          await this.writeReplica(first, first.replica, now);
-          continue;
-        }
-        let seg = this.st.active;
-        if (seg.size > 0 && (seg.size + first.bytes > segmentBytes || now - seg.createdMs >= segmentMs)) {
-          await this.roll();
-          seg = this.st.active;
-        }
-        // A batch never spans segments; several batches share one write while they fit.
-        let n = 1;
-        let bytes = first.bytes;
-        while (n < this.pending.length && !this.pending[n].replica) {
-          const b = this.pending[n].bytes;
-          if (bytes + b > MAX_GROUP_BYTES || seg.size + bytes + b > segmentBytes) break;
-          bytes += b;
-          n++;
-        }
-        group = this.pending.splice(0, n);
-        await this.writeGroup(seg, group, bytes, now);
-      } catch (err) {
-        // roll() failed before the group was taken: fail the first append rather than retry forever.
-        if (group.length === 0) group = this.pending.splice(0, 1);
-        const e = err instanceof TributaryError ? err : storageError(this.st.dir, 'append failed', err);
-        for (const p of group) p.reject(e);
+      const seg = this.st.active;
+      if (seg.size > 0 && (seg.size + first.bytes > segmentBytes || now - seg.createdMs >= segmentMs)) {
+        return this.roll().then(undefined, (err: unknown) => this.failGroup([], err));
       }
+      // A batch never spans segments; several batches share one write while they fit.
+      let n = 1;
+      let bytes = first.bytes;
+      while (n < this.pending.length && !this.pending[n].replica) {
+        const b = this.pending[n].bytes;
+        if (bytes + b > MAX_GROUP_BYTES || seg.size + bytes + b > segmentBytes) break;
+        bytes += b;
+        n++;
+      }
+      group = this.pending.splice(0, n);
+      const taken = group;
+      return this.writeGroup(seg, group, bytes, now)?.then(undefined, (err: unknown) => this.failGroup(taken, err));
+    } catch (err) {
+      this.failGroup(group, err);
+      return undefined;
     }
   }
 
-  private async writeGroup(seg: Segment, group: PendingAppend[], bytes: number, now: number): Promise<void> {
+  private failGroup(group: PendingAppend[], err: unknown): void {
+    // Nothing was taken yet (creating the files or rolling failed): fail the first append rather than retry forever.
+    if (group.length === 0) group = this.pending.splice(0, 1);
+    const e = err instanceof TributaryError ? err : storageError(this.st.dir, 'append failed', err);
+    for (const p of group) p.reject(e);
+  }
+
+  /** Encodes and writes a group; a promise only when the write has to wait for the file to open. */
+  private writeGroup(seg: Segment, group: PendingAppend[], bytes: number, now: number): Promise<void> | undefined {
     // The tail cache keeps these bytes: unpooled memory, shared with neighbouring writes (write-arena.ts).
     const buf = this.arena.take(bytes);
     // Where each record starts in `buf`, then the end: for the index and the tail cache.
@@ -297,16 +316,29 @@ export class LogWriter {
     }
     recStarts.push(p);
     const startSize = seg.size;
-    await this.writeAtEnd(seg, buf, startSize);
-    // Publish only after the bytes are in the file: readers never see a partial record.
+    let wrote: boolean;
+    try {
+      wrote = seg.writeNow(buf, startSize);
+    } catch (err) {
+      return this.rollBack(seg, startSize, err);
+    }
+    const written = { seg, group, buf, bytes, startSize, firstOffset, nextOffset: offset, maxTs, recStarts };
+    if (!wrote) return this.writeAtEnd(seg, buf, startSize).then(() => this.groupWritten(written));
+    this.groupWritten(written);
+    return undefined;
+  }
+
+  /** A group's bytes are in the file: publishes them (readers never see a partial record) and awaits durability. */
+  private groupWritten(w: { seg: Segment; group: PendingAppend[]; buf: Buffer; bytes: number; startSize: number; firstOffset: number; nextOffset: number; maxTs: number; recStarts: number[] }): void {
+    const { seg, group, bytes, startSize, firstOffset, recStarts } = w;
     for (let i = 0; i < recStarts.length - 1; i++) seg.index.onRecord(firstOffset + i, startSize + recStarts[i]);
     seg.size = startSize + bytes;
-    seg.nextOffset = offset;
-    seg.maxTimestamp = maxTs;
+    seg.nextOffset = w.nextOffset;
+    seg.maxTimestamp = w.maxTs;
     seg.markModified();
     this.st.totalBytes += bytes;
     this.sync.markDirty(seg);
-    this.st.cache.append(buf, firstOffset, recStarts);
+    this.st.cache.append(w.buf, firstOffset, recStarts);
     const writtenAt = performance.now();
     for (const b of group) (b.result as AppendResult).writtenAt = writtenAt;
     if (this.st.options.flush === 'always') {
@@ -322,9 +354,14 @@ export class LogWriter {
     try {
       await seg.writeAt(buf, startSize);
     } catch (err) {
-      await seg.withHandle((fh) => fh.truncate(startSize)).catch((e: unknown) => this.st.fail(e));
-      throw storageError(this.st.dir, 'write failed', err);
+      await this.rollBack(seg, startSize, err);
     }
+  }
+
+  /** After a failed write: cuts what it left, and rejects with the write's error. */
+  private async rollBack(seg: Segment, startSize: number, err: unknown): Promise<never> {
+    await seg.withHandle((fh) => fh.truncate(startSize)).catch((e: unknown) => this.st.fail(e));
+    throw storageError(this.st.dir, 'write failed', err);
   }
 
   /** Writes one appendReplica call (inside the mutex): rolls as for append(), then writes it as encoded. */

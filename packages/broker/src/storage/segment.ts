@@ -4,30 +4,15 @@
  * The file handle is opened lazily and can be released while idle, so old segments do not pin fds.
  */
 import type { FdHolder, SegmentFdPolicy } from './fd-budget.js';
-import { writeSync } from 'node:fs';
+import { fdatasync, writeSync } from 'node:fs';
 import { type FileHandle, open, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { type IndexEntry, OffsetIndex, readIndexFile, writeIndexFile } from './offset-index.js';
 import { ATTR_END_OF_APPEND, type DecodeFailure, decodeRecord, inspectRecord } from './record-codec.js';
+import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
 
-export const LOG_SUFFIX = '.log';
-export const INDEX_SUFFIX = '.index';
-const NAME_RE = /^(\d{20})\.(log|index)$/;
 const SCAN_CHUNK = 1024 * 1024;
-
-export function segmentFileName(baseOffset: number, suffix: string = LOG_SUFFIX): string {
-  return String(baseOffset).padStart(20, '0') + suffix;
-}
-
-/** Base offset and kind of a segment file name, or null for any other file. */
-export function parseSegmentFileName(name: string): { baseOffset: number; kind: 'log' | 'index' } | null {
-  const m = NAME_RE.exec(name);
-  if (!m) return null;
-  const baseOffset = Number(m[1]);
-  if (!Number.isSafeInteger(baseOffset)) return null;
-  return { baseOffset, kind: m[2] as 'log' | 'index' };
-}
 
 export interface RecordInfo {
   offset: number;
@@ -106,6 +91,11 @@ export class Segment implements FdHolder {
   superseded = false;
 
   private fh: Promise<FileHandle> | null = null;
+  /** The handle `fh` resolved to, while it is the open one: writes and fsyncs use it without waiting. */
+  private openFh: FileHandle | null = null;
+  /** datasyncs in flight on openFh's fd, and who waits for them to end. */
+  private rawSyncs = 0;
+  private rawSyncsDone: Array<() => void> | null = null;
   private users = 0;
   private releaseWanted = false;
   private closed = false;
@@ -153,6 +143,7 @@ export class Segment implements FdHolder {
     );
     const fh = await open(seg.logPath, 'w+');
     seg.fh = Promise.resolve(fh);
+    seg.openFh = fh;
     fds?.budget.used(seg);
     // Written now so the created time survives a crash even before the first roll or close.
     await seg.writeIndex(false);
@@ -382,7 +373,17 @@ export class Segment implements FdHolder {
     if (this.closed) throw segmentClosedError(this);
     this.users++;
     try {
-      this.fh ??= open(this.logPath, 'r+');
+      if (this.fh === null) {
+        const opening = open(this.logPath, 'r+');
+        this.fh = opening;
+        // Only while it is still this segment's handle: closeHandle may have let it go meanwhile.
+        opening.then(
+          (fh) => {
+            if (this.fh === opening) this.openFh = fh;
+          },
+          () => {},
+        );
+      }
       this.fds?.budget.used(this);
       let fh: FileHandle;
       try {
@@ -393,12 +394,16 @@ export class Segment implements FdHolder {
       }
       return await fn(fh);
     } finally {
-      this.users--;
-      if (this.users === 0 && this.releaseWanted) {
-        this.releaseWanted = false;
-        void this.closeHandle().catch(() => {});
-      } else if (this.users === 0) this.fds?.budget.settled();
+      this.doneUsing();
     }
+  }
+
+  private doneUsing(): void {
+    this.users--;
+    if (this.users === 0 && this.releaseWanted) {
+      this.releaseWanted = false;
+      void this.closeHandle().catch(() => {});
+    } else if (this.users === 0) this.fds?.budget.settled();
   }
 
   /**
@@ -416,20 +421,36 @@ export class Segment implements FdHolder {
    * fsyncs of every partition (docs/architecture.md, "Storage"). Durability is still the fsync's job.
    */
   async writeAt(buf: Buffer, position: number): Promise<void> {
-    await this.withHandle(async (fh) => {
-      let done = 0;
-      try {
-        while (done < buf.length) {
-          const bytesWritten = writeSync(fh.fd, buf, done, buf.length - done, position + done);
-          if (bytesWritten <= 0) throw new Error('short write');
-          done += bytesWritten;
-        }
-      } finally {
-        // Counted once written (the handle is held until then): only a datasync that starts after this
-        // covers it, and datasync captures the count when it starts.
-        if (done > 0) this.writesSinceSync++;
+    await this.withHandle(async (fh) => this.writeAll(fh, buf, position));
+  }
+
+  /** writeAt at once if the file is open (the active segment's usually is); false, writing nothing, if not. */
+  writeNow(buf: Buffer, position: number): boolean {
+    const fh = this.openFh;
+    if (fh === null || this.closed) return false;
+    this.users++;
+    this.fds?.budget.used(this);
+    try {
+      this.writeAll(fh, buf, position);
+    } finally {
+      this.doneUsing();
+    }
+    return true;
+  }
+
+  private writeAll(fh: FileHandle, buf: Buffer, position: number): void {
+    let done = 0;
+    try {
+      while (done < buf.length) {
+        const bytesWritten = writeSync(fh.fd, buf, done, buf.length - done, position + done);
+        if (bytesWritten <= 0) throw new Error('short write');
+        done += bytesWritten;
       }
-    });
+    } finally {
+      // Counted once written (the handle is held until then): only a datasync that starts after this
+      // covers it, and datasync captures the count when it starts.
+      if (done > 0) this.writesSinceSync++;
+    }
   }
 
   /** Reads up to `length` bytes at `position`; shorter only if the file is shorter. */
@@ -446,12 +467,30 @@ export class Segment implements FdHolder {
     });
   }
 
-  async datasync(): Promise<void> {
+  datasync(): Promise<void> {
     const covered = this.writesSinceSync;
-    await this.withHandle((fh) => fh.datasync());
-    // Writes that started during the fsync are not covered by it.
-    this.writesSinceSync -= covered;
-    this.fds?.budget.settled();
+    const after = () => {
+      // Writes that started during the fsync are not covered by it.
+      this.writesSinceSync -= covered;
+      this.fds?.budget.settled();
+    };
+    const fh = this.openFh;
+    if (fh === null || this.closed) return this.withHandle((h) => h.datasync()).then(after);
+    // Open: through its fd, held until done (closeHandle waits for it), without the promise API's garbage.
+    this.users++;
+    this.rawSyncs++;
+    this.fds?.budget.used(this);
+    return new Promise<void>((resolve, reject) => {
+      fdatasync(fh.fd, (err) => {
+        if (--this.rawSyncs === 0 && this.rawSyncsDone !== null) for (const wake of this.rawSyncsDone.splice(0)) wake();
+        this.doneUsing();
+        if (err) reject(err);
+        else {
+          after();
+          resolve();
+        }
+      });
+    });
   }
 
   /** FdHolder: the fd may be closed now (see FdBudget). */
@@ -500,6 +539,9 @@ export class Segment implements FdHolder {
   private async closeHandle(): Promise<void> {
     const p = this.fh;
     this.fh = null;
+    this.openFh = null;
+    // An fsync through the bare fd must end before the fd is closed (and its number reused).
+    if (this.rawSyncs > 0) await new Promise<void>((resolve) => (this.rawSyncsDone ??= []).push(resolve));
     this.fds?.budget.closed(this);
     if (p) {
       try {
