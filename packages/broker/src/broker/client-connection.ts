@@ -19,7 +19,8 @@ interface PendingReply {
   seq: number;
   /** The command, for the metrics. */
   label: string;
-  started: number;
+  /** When its frame arrived (performance.now()): the request's duration includes a wait behind a held one. */
+  received: number;
   done: boolean;
   reply: Reply | 'stream';
 }
@@ -136,7 +137,7 @@ export class ClientConnection implements ConnectionContext {
    * second, the promises of a per-request async frame were a large share of the broker's garbage.
    */
   private start(body: Buffer, received: number): void {
-    const slot: PendingReply = { seq: this.seq++, label: 'unknown', started: Date.now(), done: false, reply: '' };
+    const slot: PendingReply = { seq: this.seq++, label: 'unknown', received, done: false, reply: '' };
     this.pending.push(slot);
     let result: Reply | 'stream' | Promise<Reply | 'stream'>;
     try {
@@ -238,7 +239,7 @@ export class ClientConnection implements ConnectionContext {
     for (let slot = this.pending[0]; slot?.done; slot = this.pending[0]) {
       this.pending.shift();
       this.writtenSeq = slot.seq + 1;
-      metrics.child(slot.label).observe((Date.now() - slot.started) / 1000);
+      metrics.child(slot.label).observe((performance.now() - slot.received) / 1000);
       this.inFlight--;
       if (this.pausedForInFlight && this.inFlight < MAX_IN_FLIGHT / 2) {
         this.pausedForInFlight = false;
