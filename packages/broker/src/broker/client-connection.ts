@@ -506,9 +506,9 @@ export class ClientConnection implements ConnectionContext {
       await this.streamDone;
       return;
     }
-    // Requests waiting behind a held one start once it finishes: their replies are waited for too.
-    do await this.written(this.seq);
-    while (this.waiting.length > 0 && !this.streaming);
+    // Requests waiting behind a held one start (and take a place in `pending`) before it completes, so
+    // this also waits for their replies.
+    while (this.writtenSeq < this.seq && !this.streaming) await this.written(this.seq);
     this.socket.end();
   }
 

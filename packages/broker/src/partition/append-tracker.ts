@@ -16,7 +16,13 @@ export class AppendTracker {
   track<T>(start: () => Promise<T>): Promise<T> {
     if (this.rebuild) return this.rebuild.then(() => this.track(start));
     this.active++;
-    const p = start();
+    let p: Promise<T>;
+    try {
+      p = start();
+    } catch (err) {
+      // Counted as settled like any failed append: a truncation waiting for drained() must not hang on it.
+      p = Promise.reject(err);
+    }
     const settle = (this.settle ??= () => this.settled());
     p.then(settle, settle);
     return p;

@@ -243,7 +243,7 @@ export class Partition implements SnapshotOwner {
     );
   }
 
-  /** The log is called synchronously (no fault-test delay armed): pipelined appends land in request order. */
+  /** Calls the log synchronously (no fault-test delay armed): plain appends land in the order they start. */
   append(records: RecordInput[]): Promise<{ baseOffset: number; lastOffset: number; timestamp: number }> {
     return this.track(() => {
       if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
@@ -260,7 +260,6 @@ export class Partition implements SnapshotOwner {
       return this.log.appendWire(batch).then((res) => this.appended(res));
     });
   }
-
 
   /**
    * An idempotent append: the state check and the append happen in one synchronous step (appends of a

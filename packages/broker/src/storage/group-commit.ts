@@ -86,6 +86,12 @@ export class GroupCommit {
     this.requested = false;
     const waiters = this.waiters;
     this.waiters = [];
+    if (this.st.failed) {
+      // After a failed fsync no later one proves anything: Linux may have dropped the pages it could not
+      // write, and report the next fsync as a success without them.
+      this.settle(waiters, storageError(this.st.dir, 'log failed', this.st.failed));
+      return;
+    }
     const segs = this.dirty === null || this.dirty.size === 0 ? NO_SEGMENTS : [...this.dirty];
     this.dirty?.clear();
     this.syncFrom(segs, 0, waiters, performance.now());
