@@ -4,10 +4,17 @@ export const DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024;
 
 /** Length-prefix a body: 4-byte big-endian length, then the body. */
 export function encodeFrame(body: Buffer | string): Buffer {
-  const payload = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
-  const out = Buffer.allocUnsafe(4 + payload.length);
-  out.writeUInt32BE(payload.length, 0);
-  payload.copy(out, 4);
+  if (typeof body === 'string') {
+    // Written straight into the frame: no intermediate buffer for the text.
+    const len = Buffer.byteLength(body, 'utf8');
+    const out = Buffer.allocUnsafe(4 + len);
+    out.writeUInt32BE(len, 0);
+    out.write(body, 4, 'utf8');
+    return out;
+  }
+  const out = Buffer.allocUnsafe(4 + body.length);
+  out.writeUInt32BE(body.length, 0);
+  body.copy(out, 4);
   return out;
 }
 

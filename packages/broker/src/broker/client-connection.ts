@@ -40,9 +40,8 @@ export class ClientConnection implements ConnectionContext {
   private readonly decoder: FrameDecoder;
   /** Requests started and not yet answered, in request order: each reply is written after every earlier one. */
   private readonly pending: PendingReply[] = [];
-  /** Sequence number of the next request started, and of the first whose reply is not written yet. */
+  /** Sequence number of the next request started. */
   private seq = 0;
-  private writtenSeq = 0;
   private writtenWaiters: Array<{ seq: number; resolve: () => void }> = [];
   /** A request that is not pipelined is running: later requests wait in `waiting` until it has finished. */
   private holding = false;
@@ -220,10 +219,8 @@ export class ClientConnection implements ConnectionContext {
   }
 
   private failed(slot: PendingReply, err: unknown): void {
-    this.refineError(err).then(
-      (e) => this.completed(slot, this.errorReply(e, slot.label)),
-      (e: unknown) => this.completed(slot, this.errorReply(e, slot.label)),
-    );
+    const answer = (e: unknown) => this.completed(slot, this.errorReply(e, slot.label));
+    this.refineError(err).then(answer, answer);
   }
 
   /** A request has its reply: written now if every earlier reply was, else once they are. */
@@ -238,7 +235,6 @@ export class ClientConnection implements ConnectionContext {
     const metrics = this.broker.metrics.requestDuration;
     for (let slot = this.pending[0]; slot?.done; slot = this.pending[0]) {
       this.pending.shift();
-      this.writtenSeq = slot.seq + 1;
       metrics.child(slot.label).observe((performance.now() - slot.received) / 1000);
       this.inFlight--;
       if (this.pausedForInFlight && this.inFlight < MAX_IN_FLIGHT / 2) {
@@ -248,12 +244,18 @@ export class ClientConnection implements ConnectionContext {
       if (slot.reply !== 'stream') this.writeReply(slot.reply);
     }
     if (this.writtenWaiters.length > 0) {
-      const ready = this.writtenWaiters.filter((w) => w.seq <= this.writtenSeq);
+      const written = this.writtenSeq;
+      const ready = this.writtenWaiters.filter((w) => w.seq <= written);
       if (ready.length > 0) {
-        this.writtenWaiters = this.writtenWaiters.filter((w) => w.seq > this.writtenSeq);
+        this.writtenWaiters = this.writtenWaiters.filter((w) => w.seq > written);
         for (const w of ready) w.resolve();
       }
     }
+  }
+
+  /** Sequence number of the first request whose reply is not written yet (the next one when none is pending). */
+  private get writtenSeq(): number {
+    return this.pending.length > 0 ? this.pending[0]!.seq : this.seq;
   }
 
   /** Resolves once every request before sequence number `seq` has its reply written. */
@@ -289,14 +291,9 @@ export class ClientConnection implements ConnectionContext {
 
   private writeReply(r: Reply): void {
     this.corkForTurn();
-    if (typeof r === 'string') {
-      // A text reply and its frame header in one buffer: one write rather than two.
-      const len = Buffer.byteLength(r, 'utf8');
-      const frame = Buffer.allocUnsafe(4 + len);
-      frame.writeUInt32BE(len, 0);
-      frame.write(r, 4, 'utf8');
-      this.socket.write(frame);
-    } else {
+    // A text reply and its frame header in one buffer: one write rather than two.
+    if (typeof r === 'string') this.socket.write(encodeFrame(r));
+    else {
       this.socket.write(frameHeader(r.length));
       this.writeBody(r);
     }

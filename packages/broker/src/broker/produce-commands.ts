@@ -93,7 +93,7 @@ export async function replicated(b: BrokerContext, partition: Partition, lastOff
  * The produce phases (docs/operations.md, "Metrics"): queue until the handler ran, append until the
  * records were in the file, fsync until durable (0 unless flush=always), replication until acknowledged.
  */
-async function timedAck<T extends { lastOffset: number; writtenAt?: number }>(
+function timedAck<T extends { lastOffset: number; writtenAt?: number }>(
   b: BrokerContext,
   receivedAt: number | undefined,
   handled: number,
@@ -102,21 +102,19 @@ async function timedAck<T extends { lastOffset: number; writtenAt?: number }>(
 ): Promise<T> {
   const phase = b.metrics.producePhase;
   if (receivedAt !== undefined) phase.child('queue').observe((handled - receivedAt) / 1000);
-  const res = await appended;
-  const durable = observeAppend(b, handled, res.writtenAt);
-  await ack(res.lastOffset);
-  if (b.cluster) phase.child('replication').observe((performance.now() - durable) / 1000);
-  return res;
-}
-
-/** The append and fsync phases of an append that has settled; returns the time it became durable. */
-function observeAppend(b: BrokerContext, handled: number, writtenAt: number | undefined): number {
-  const phase = b.metrics.producePhase;
-  const durable = performance.now();
-  const written = writtenAt ?? durable;
-  phase.child('append').observe((written - handled) / 1000);
-  phase.child('fsync').observe((durable - written) / 1000);
-  return durable;
+  // Plain reactions, not an async frame: this runs for every produce request.
+  return appended.then((res) => {
+    const durable = performance.now();
+    const written = res.writtenAt ?? durable;
+    phase.child('append').observe((written - handled) / 1000);
+    phase.child('fsync').observe((durable - written) / 1000);
+    // Standalone, no acks setting waits for more than the append (acknowledged() has nothing to do).
+    if (!b.cluster) return res;
+    return ack(res.lastOffset).then(() => {
+      phase.child('replication').observe((performance.now() - durable) / 1000);
+      return res;
+    });
+  });
 }
 
 async function acknowledged(b: BrokerContext, partition: Partition, lastOffset: number, acks: string, epoch: number | undefined): Promise<void> {
@@ -199,18 +197,9 @@ function batchReply(b: BrokerContext, receivedAt: number | undefined, handled: n
     return 'OK';
   }
   // JSON.stringify({ status, partition, base_offset, last_offset, count }), numbers only, without the object.
-  const reply = (res: { baseOffset: number; lastOffset: number }): Reply =>
-    `{"status":"OK","partition":${partition.id},"base_offset":${res.baseOffset},"last_offset":${res.lastOffset},"count":${count}}`;
-  // Standalone, no acks setting waits for more than the append (acknowledged() has nothing to do).
-  if (!b.cluster) {
-    const phase = b.metrics.producePhase;
-    if (receivedAt !== undefined) phase.child('queue').observe((handled - receivedAt) / 1000);
-    return appended.then((res: { baseOffset: number; lastOffset: number; writtenAt?: number }) => {
-      observeAppend(b, handled, res.writtenAt);
-      return reply(res);
-    });
-  }
-  return timedAck(b, receivedAt, handled, appended, (last) => acknowledged(b, partition, last, acks, epoch)).then(reply);
+  return timedAck(b, receivedAt, handled, appended, (last) => acknowledged(b, partition, last, acks, epoch)).then(
+    (res) => `{"status":"OK","partition":${partition.id},"base_offset":${res.baseOffset},"last_offset":${res.lastOffset},"count":${count}}`,
+  );
 }
 
 type StartedAppend = { partition: Partition; appended: Promise<{ baseOffset: number; lastOffset: number }>; count: number; acks: Acks; topic: string; epoch: number | undefined };

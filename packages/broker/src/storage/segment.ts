@@ -371,7 +371,7 @@ export class Segment implements FdHolder {
   /** Runs `fn` with the open handle; the handle is not released while any caller uses it. */
   async withHandle<T>(fn: (fh: FileHandle) => Promise<T>): Promise<T> {
     if (this.closed) throw segmentClosedError(this);
-    this.users++;
+    this.beginUse();
     try {
       if (this.fh === null) {
         const opening = open(this.logPath, 'r+');
@@ -384,7 +384,6 @@ export class Segment implements FdHolder {
           () => {},
         );
       }
-      this.fds?.budget.used(this);
       let fh: FileHandle;
       try {
         fh = await this.fh;
@@ -396,6 +395,12 @@ export class Segment implements FdHolder {
     } finally {
       this.doneUsing();
     }
+  }
+
+  /** An operation holds the handle until doneUsing(): the fd budget does not release it meanwhile. */
+  private beginUse(): void {
+    this.users++;
+    this.fds?.budget.used(this);
   }
 
   private doneUsing(): void {
@@ -428,8 +433,7 @@ export class Segment implements FdHolder {
   writeNow(buf: Buffer, position: number): boolean {
     const fh = this.openFh;
     if (fh === null || this.closed) return false;
-    this.users++;
-    this.fds?.budget.used(this);
+    this.beginUse();
     try {
       this.writeAll(fh, buf, position);
     } finally {
@@ -477,9 +481,8 @@ export class Segment implements FdHolder {
     const fh = this.openFh;
     if (fh === null || this.closed) return this.withHandle((h) => h.datasync()).then(after);
     // Open: through its fd, held until done (closeHandle waits for it), without the promise API's garbage.
-    this.users++;
+    this.beginUse();
     this.rawSyncs++;
-    this.fds?.budget.used(this);
     return new Promise<void>((resolve, reject) => {
       fdatasync(fh.fd, (err) => {
         if (--this.rawSyncs === 0 && this.rawSyncsDone !== null) for (const wake of this.rawSyncsDone.splice(0)) wake();
