@@ -281,6 +281,7 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
 async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options, lingerMs?: number): Promise<Result> {
   const dir = makeTempDir(`tributary-latency-${target}-`);
   let server: Child | undefined;
+  let hp = 0;
   try {
     let port: number;
     const host = '127.0.0.1';
@@ -288,12 +289,18 @@ async function runOnce(w: Workload, target: 'relay' | 'broker', o: Options, ling
       const b = await startBroker(path.join(dir, 'data'), { args: o.brokerArgs, nodeArgs: o.brokerNodeArgs, echoStderr: o.verbose });
       server = b.child;
       port = b.port;
+      hp = b.healthPort;
       await createTopic(host, port, TOPIC, w.partitions);
     } else {
       server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log'), '--fsync', '--exit-with-stdin'], { stdin: true, echoStderr: o.verbose });
       port = Number((await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000))[2]);
     }
-    return await measureLatency({ target, host, port, topic: TOPIC, partitions: w.partitions, rate: w.rate, size: o.size, durationMs: o.durationMs, warmupMs: o.warmupMs, dir, lingerMs, consumerMode: o.consumerMode, clientNodeArgs: o.clientNodeArgs, serverPid: server.proc.pid, verbose: o.verbose });
+    const res = await measureLatency({ target, host, port, topic: TOPIC, partitions: w.partitions, rate: w.rate, size: o.size, durationMs: o.durationMs, warmupMs: o.warmupMs, dir, lingerMs, consumerMode: o.consumerMode, clientNodeArgs: o.clientNodeArgs, serverPid: server.proc.pid, verbose: o.verbose });
+    if (target === 'broker' && process.env.DUMP_METRICS) {
+      const t = await (await fetch(`http://127.0.0.1:${hp}/metrics`)).text();
+      (await import('node:fs')).writeFileSync(process.env.DUMP_METRICS, t);
+    }
+    return res;
   } catch (err) {
     return failedResult(target, err);
   } finally {
