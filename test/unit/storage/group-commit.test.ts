@@ -5,6 +5,9 @@
  * fsync ran must not be answered OK by the pass after it.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { GroupCommit } from 'tributary-broker/storage/group-commit.js';
+import type { LogState } from 'tributary-broker/storage/log-state.js';
+import { LogWriter } from 'tributary-broker/storage/log-writer.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
@@ -49,5 +52,77 @@ describe('group commit', () => {
     await expect(log.append([rec(3)])).rejects.toThrow(/log failed/);
     spy.mockImplementation(real);
     await log.close().catch(() => {});
+  });
+});
+
+describe('group commit beside another fsync of the log', () => {
+  // Linux reports a write-back error to only one of two fsyncs of one open file: the other may return
+  // success although the pages it was to make durable were dropped.
+  it("does not run a roll's fsync of the old segment beside a pass", async () => {
+    const log = await PartitionLog.open(dir, { flush: 'always', segmentBytes: 200 });
+    await log.append([rec(0)]);
+    const real = Segment.prototype.datasync;
+    let passDone!: () => void;
+    const pass = new Promise<void>((resolve) => {
+      passDone = resolve;
+    });
+    const spy = vi
+      .spyOn(Segment.prototype, 'datasync')
+      .mockImplementationOnce(() => pass) // the pass of append a: held until told
+      .mockImplementationOnce(() => Promise.reject(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' }))); // the next one: the roll's
+    const roll = vi.spyOn(LogWriter.prototype, 'roll');
+    const settle = (p: Promise<unknown>) =>
+      p.then(
+        () => 'acknowledged',
+        (e: Error) => `rejected: ${e.message}`,
+      );
+    const a = settle(log.append([{ key: null, value: Buffer.alloc(60) }]));
+    await vi.waitFor(() => expect(spy).toHaveBeenCalledTimes(1));
+    // Does not fit the active segment: the drain rolls, and the roll fsyncs the old segment.
+    const b = settle(log.append([{ key: null, value: Buffer.alloc(150) }]));
+    await vi.waitFor(() => expect(roll).toHaveBeenCalledTimes(1));
+    await new Promise((r) => setImmediate(r));
+    // The roll waits for the pass: its fsync has not started.
+    expect(spy).toHaveBeenCalledTimes(1);
+    passDone();
+    // The pass ran alone and succeeded: a is durable. The roll's fsync then failed: b is not, nor anything later.
+    expect(await a).toBe('acknowledged');
+    expect(await b).toMatch(/^rejected: .*fsync failed/);
+    expect(spy).toHaveBeenCalledTimes(2);
+    await expect(log.append([rec(3)])).rejects.toThrow(/log failed/);
+    spy.mockImplementation(real);
+    await log.close().catch(() => {});
+  });
+
+  it('acknowledges none of a pass during which the log failed, though its own fsync succeeded', async () => {
+    let st!: { failed: Error | null; dir: string; options: object; fail(e: unknown): void };
+    st = {
+      failed: null,
+      dir,
+      options: {},
+      fail(e: unknown) {
+        st.failed = e as Error;
+      },
+    };
+    let passDone!: () => void;
+    const seg = {
+      deleted: false,
+      datasync: vi.fn(
+        () =>
+          new Promise<void>((resolve) => {
+            passDone = resolve;
+          }),
+      ),
+    };
+    const commit = new GroupCommit(st as unknown as LogState);
+    commit.markDirty(seg as unknown as Segment);
+    const outcome = new Promise<string>((resolve) => {
+      commit.wait({ resolve: () => resolve('acknowledged'), reject: (e) => resolve(`rejected: ${e.message}`), result: { baseOffset: 0, lastOffset: 0, timestamp: 0 } });
+    });
+    commit.kick();
+    expect(seg.datasync).toHaveBeenCalledTimes(1);
+    st.fail(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' })); // another fsync of the log
+    passDone();
+    expect(await outcome).toMatch(/^rejected: .*log failed/);
   });
 });

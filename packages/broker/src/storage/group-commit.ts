@@ -111,7 +111,9 @@ export class GroupCommit {
       return;
     }
     if (segs.length > 0) this.st.options.onSync?.((performance.now() - started) / 1000);
-    this.settle(waiters, null);
+    // Another fsync of this log failed while the pass ran: Linux reports a write-back error to one fsync of
+    // an open file only, so this pass's success does not show that its appends' pages reached the disk.
+    this.settle(waiters, this.st.failed ? storageError(this.st.dir, 'log failed', this.st.failed) : null);
   }
 
   private settle(waiters: SyncWaiter[], error: Error | null): void {

@@ -426,6 +426,9 @@ export class LogWriter {
     const old = this.st.active;
     const durable = this.st.options.flush !== 'os';
     if (durable) {
+      // Not beside a pass of the group commit: of two fsyncs of one file, only one may hear of a write-back
+      // error, and the other's success would acknowledge appends whose pages were dropped.
+      await this.sync.idle();
       try {
         await old.datasync();
       } catch (err) {
