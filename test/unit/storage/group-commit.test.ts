@@ -117,7 +117,11 @@ describe('group commit beside another fsync of the log', () => {
     const commit = new GroupCommit(st as unknown as LogState);
     commit.markDirty(seg as unknown as Segment);
     const outcome = new Promise<string>((resolve) => {
-      commit.wait({ resolve: () => resolve('acknowledged'), reject: (e) => resolve(`rejected: ${e.message}`), result: { baseOffset: 0, lastOffset: 0, timestamp: 0 } });
+      commit.wait({
+        resolve: () => resolve('acknowledged'),
+        reject: (e) => resolve(`rejected: ${e.message}`),
+        result: { baseOffset: 0, lastOffset: 0, timestamp: 0 },
+      });
     });
     commit.kick();
     expect(seg.datasync).toHaveBeenCalledTimes(1);

@@ -518,7 +518,9 @@ export class ReplicaManager {
             rate = throttleRate(this.deps.states.get(r.topic, r.id)?.value, this.deps.brokerId, r.isr);
           }
           const maxBytes = rate > 0 ? Math.max(1, Math.min(this.deps.config.fetchMaxBytes, rate)) : this.deps.config.fetchMaxBytes;
-          const offset = r.partition.logEndOffset;
+          // What the local log has acknowledged, not its end: the leader counts the offset as held here, and
+          // records whose fsync failed stay in the file until a restart cuts them (docs/architecture.md, "Cluster mode").
+          const offset = r.partition.localEnd;
           const sentAt = Date.now();
           const frame = await abortable(
             conn.request(
@@ -532,7 +534,7 @@ export class ReplicaManager {
           const records = batch.records as unknown as LogRecord[];
           if (rate > 0 && records.length > 0) this.throttle.consume(records.reduce((n, x) => n + encodedSize(x), 0), rate, sentAt);
           if (records.length > 0) await r.partition.appendReplica(records);
-          if (batch.trailer) r.partition.setReplicatedHighWatermark(Math.min(batch.trailer.highWatermark, r.partition.logEndOffset));
+          if (batch.trailer) r.partition.setReplicatedHighWatermark(Math.min(batch.trailer.highWatermark, r.partition.localEnd));
           failures = 0;
           if (records.length === 0) await link.park(r.topic, r.id, signal);
         } catch (err) {
