@@ -4,6 +4,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import { type CompactOptions, type LogOptions, PartitionLog, type SegmentInfo, SimulatedCrash } from 'tributary-broker/storage/partition-log.js';
 import { armCompactionCrash, simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
+import { GroupCommit } from 'tributary-broker/storage/group-commit.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
@@ -38,8 +39,23 @@ const T0 = 1_700_000_000_000;
 const HOUR = 3600 * 1000;
 
 async function openLog(opts: Partial<LogOptions> = {}): Promise<PartitionLog> {
-  const l = await PartitionLog.open(dir, { ...OPTS, ...opts });
+  const l = followEnd(await PartitionLog.open(dir, { ...OPTS, ...opts }));
   opened.push(l);
+  return l;
+}
+
+/**
+ * The HWM as a standalone broker's partition layer moves it: to the log end on open and past each append
+ * once it is acknowledged. Compaction stops at the HWM (its first uncleanable offset).
+ */
+function followEnd(l: PartitionLog): PartitionLog {
+  l.setHighWatermark(l.logEndOffset);
+  const append = l.append.bind(l);
+  l.append = async (records) => {
+    const res = await append(records);
+    l.setHighWatermark(res.lastOffset + 1);
+    return res;
+  };
   return l;
 }
 
@@ -128,7 +144,12 @@ describe('log compaction', () => {
     expect(log.logStartOffset).toBe(0);
     expect(log.logEndOffset).toBe(300);
     expectSegmentsContiguous(log);
-    expect(log.segmentInfos().slice(0, -1).some((s) => s.compacted)).toBe(true);
+    expect(
+      log
+        .segmentInfos()
+        .slice(0, -1)
+        .some((s) => s.compacted),
+    ).toBe(true);
     expect(log.segmentInfos().at(-1)?.compacted).toBe(false);
 
     for (const max of [1, 3, 1000]) expect(await readAll(log, max)).toEqual(expected);
@@ -461,7 +482,10 @@ describe('log compaction', () => {
     expected = expected.filter((r) => r.offset < cut);
     expect(await readAll(log)).toEqual(expected);
     model.recs = expected;
-    await model.append(log, [{ key: 'after', value: 'cut' }, { key: null, value: 'x' }]);
+    await model.append(log, [
+      { key: 'after', value: 'cut' },
+      { key: null, value: 'x' },
+    ]);
     expect(model.recs.at(-1)?.offset).toBe(cut + 1);
     await simulateCrash(log);
     log = await openLog();
@@ -485,7 +509,11 @@ describe('log compaction', () => {
     await simulateCrash(log);
     await appendFile(join(dir, `${String(seg.baseOffset).padStart(20, '0')}.log`), Buffer.from('torn tail garbage'));
     log = await openLog();
-    expect(log.segmentInfos().find((s) => s.baseOffset === seg.baseOffset)).toMatchObject({ nextOffset: seg.nextOffset, sizeBytes: seg.sizeBytes, compacted: true });
+    expect(log.segmentInfos().find((s) => s.baseOffset === seg.baseOffset)).toMatchObject({
+      nextOffset: seg.nextOffset,
+      sizeBytes: seg.sizeBytes,
+      compacted: true,
+    });
     expectSegmentsContiguous(log);
     expect(log.logEndOffset).toBe(200);
     expect(await readAll(log)).toEqual(expected);
@@ -538,5 +566,66 @@ describe('log compaction', () => {
     expect(sizesAfter).toEqual(after.map((s) => s.sizeBytes));
     expect(sizesAfter.reduce((a, b) => a + b, 0)).toBeLessThan(sizes.reduce((a, b) => a + b, 0));
     expect(await tmpFiles()).toEqual([]);
+  });
+
+  it('stops at the HWM: a record at or past it neither drops an older record of its key nor is dropped', async () => {
+    // No followEnd: the HWM moves only where the test says, as on a leader whose followers lag.
+    const log = await PartitionLog.open(dir, { ...OPTS, segmentBytes: 300 });
+    opened.push(log);
+    const put = (key: string, value: string) => log.append([{ key: Buffer.from(key), value: Buffer.from(value), timestamp: T0 }]);
+    await put('K', 'acknowledged');
+    await put('L', 'l1');
+    let i = 0;
+    while (log.segmentInfos().length < 2) await put(`k${i++}`, 'x'.repeat(30));
+    log.setHighWatermark(log.logEndOffset);
+    const hwm = log.highWatermark;
+    // Past the HWM: a newer K, and two of L that would drop each other, then enough to close their segment.
+    await put('K', 'not yet acknowledged');
+    await put('L', 'l2');
+    await put('L', 'l3');
+    while (log.segmentInfos().length < 3) await put(`m${i++}`, 'y'.repeat(30));
+    const before = await readAll(log);
+    const res = await log.compact({ now: T0 });
+    expect(res.recordsRemoved).toBe(0);
+    expect(await readAll(log)).toEqual(before);
+    // The leader dies before its followers have them; as a follower it cuts back to the HWM: K's value survives.
+    await log.truncateTo(hwm);
+    const k = (await readAll(log)).filter((r) => r.key === 'K').map((r) => r.value);
+    expect(k).toEqual(['acknowledged']);
+    // Once everything is acknowledged, the older records go.
+    await put('K', 'latest');
+    while (log.segmentInfos().length < 4) await put(`n${i++}`, 'z'.repeat(30));
+    log.setHighWatermark(log.logEndOffset);
+    expect((await log.compact({ now: T0 })).recordsRemoved).toBeGreaterThan(0);
+    expect((await readAll(log)).filter((r) => r.key === 'K').map((r) => r.value)).toEqual(['latest']);
+  });
+
+  it('a compaction whose swap waited for an fsync that failed swaps nothing in', async () => {
+    const log = await openLog({ flush: 'always', segmentBytes: 300 });
+    const model = new Model();
+    await model.append(log, [{ key: 'K', value: 'old' }]);
+    let i = 0;
+    while (log.segmentInfos().length < 2) await model.append(log, [{ key: `k${i++}`, value: 'x'.repeat(30) }]);
+    await model.append(log, [{ key: 'K', value: 'new' }]);
+    while (log.segmentInfos().length < 3) await model.append(log, [{ key: `m${i++}`, value: 'y'.repeat(30) }]);
+    // The next fsync pass is held, then fails.
+    let fail!: () => void;
+    vi.spyOn(Segment.prototype, 'datasync').mockImplementationOnce(
+      () =>
+        new Promise<void>((_, reject) => {
+          fail = () => reject(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' }));
+        }),
+    );
+    const idle = vi.spyOn(GroupCommit.prototype, 'idle');
+    const late = log.append([{ key: Buffer.from('z'), value: Buffer.from('z') }]).catch((e: Error) => e);
+    await vi.waitFor(() => expect(fail).toBeDefined());
+    const compaction = log.compact({ now: T0 });
+    // The swap waits for the pass (no fsync may run on a segment being replaced): fail it then.
+    await vi.waitFor(() => expect(idle).toHaveBeenCalled());
+    fail();
+    expect(await late).toMatchObject({ code: 'storage_error' });
+    expect((await compaction).segmentsCompacted).toBe(0);
+    expect(await tmpFiles()).toEqual([]);
+    expect((await readAll(log)).filter((r) => r.key === 'K').map((r) => r.value)).toEqual(['old', 'new']);
   });
 });

@@ -142,12 +142,17 @@ export class LogCleaner {
     const closed = this.st.segments.slice(0, -1).map((seg) => ({ seg, version: seg.version }));
     const active = this.st.active;
     const activeEnd = active.size;
+    // Kafka's first uncleanable offset: a record at or past the HWM is not acknowledged (its fsync or its
+    // replication may still fail, a truncation may take it), so it neither drops an older record of its key
+    // nor is dropped itself.
+    const cleanableEnd = Math.min(this.st.hwm, this.st.logEndOffset);
     const truncations = this.st.truncations;
     const prepared: PreparedCompaction[] = [];
     try {
       // Pass 1: the newest offset of every key. Records appended later only make us keep more.
       const latest = new Map<string, number>();
       const noteKeys = (r: RecordInfo, rec: LogRecord) => {
+        if (r.offset >= cleanableEnd) return false;
         if (rec.key) latest.set(rec.key.toString('latin1'), r.offset);
         return true;
       };
@@ -155,7 +160,7 @@ export class LogCleaner {
       await this.scanForCompaction(active, 0, activeEnd, noteKeys);
 
       const keep = (r: RecordInfo, rec: LogRecord): boolean => {
-        if (!rec.key) return true;
+        if (!rec.key || r.offset >= cleanableEnd) return true;
         if (latest.get(rec.key.toString('latin1')) !== r.offset) return false;
         return rec.value.length > 0 || now - rec.timestamp <= tombstoneMs;
       };
@@ -288,6 +293,8 @@ export class LogCleaner {
     if (this.st.state !== 'open' || this.st.failed || this.st.truncations !== truncations) throw new CompactionAborted();
     // No fsync may be in flight on a segment being replaced.
     await this.sync.idle();
+    // The pass waited for may have failed the log: its pages, and whatever pass 1 read, are in doubt.
+    if (this.st.failed) throw new CompactionAborted();
     try {
       for (let k = 0; k < prepared.length; k++) {
         const p = prepared[k];
