@@ -130,3 +130,46 @@ describe('group commit beside another fsync of the log', () => {
     expect(await outcome).toMatch(/^rejected: .*log failed/);
   });
 });
+
+describe('flush=interval: the timer beside a segment roll', () => {
+  it("does not fsync the old segment beside the roll's fsync of it", async () => {
+    const log = await PartitionLog.open(dir, { flush: 'interval', flushIntervalMs: 20, segmentBytes: 200 });
+    await log.append([{ key: null, value: Buffer.alloc(60) }]); // dirty: the flush timer is armed
+    const real = Segment.prototype.datasync;
+    const inFlight = new Map<Segment, number>();
+    let overlapping = 0;
+    let releaseRoll!: () => void;
+    let ticksAtRoll = 0;
+    const tick = vi.spyOn(PartitionLog.prototype, 'onTick');
+    const spy = vi.spyOn(Segment.prototype, 'datasync').mockImplementation(function (this: Segment) {
+      const n = (inFlight.get(this) ?? 0) + 1;
+      inFlight.set(this, n);
+      if (n > 1) overlapping++;
+      const done = () => inFlight.set(this, inFlight.get(this)! - 1);
+      if (releaseRoll === undefined) {
+        // The roll's: held until told.
+        ticksAtRoll = tick.mock.calls.length;
+        return new Promise<void>((resolve) => {
+          releaseRoll = () => {
+            done();
+            resolve();
+          };
+        });
+      }
+      done();
+      return real.call(this);
+    });
+    // Does not fit: the drain rolls, and the roll fsyncs the old segment.
+    const b = log.append([{ key: null, value: Buffer.alloc(150) }]);
+    await vi.waitFor(() => expect(releaseRoll).toBeDefined());
+    // The timer, armed by the first append's write, fires while the roll's fsync runs.
+    await vi.waitFor(() => expect(tick.mock.calls.length).toBeGreaterThan(ticksAtRoll));
+    await new Promise((r) => setImmediate(r));
+    expect(overlapping).toBe(0);
+    expect(spy).toHaveBeenCalledTimes(1);
+    releaseRoll();
+    await b;
+    spy.mockImplementation(real);
+    await log.close();
+  });
+});

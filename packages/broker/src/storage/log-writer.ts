@@ -429,6 +429,8 @@ export class LogWriter {
       // Not beside a pass of the group commit: of two fsyncs of one file, only one may hear of a write-back
       // error, and the other's success would acknowledge appends whose pages were dropped.
       await this.sync.idle();
+      // Synced here, so no later pass (flush=interval's timer may start one meanwhile) fsyncs it beside this.
+      this.sync.forget(old);
       try {
         await old.datasync();
       } catch (err) {
