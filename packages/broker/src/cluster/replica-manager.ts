@@ -518,9 +518,7 @@ export class ReplicaManager {
             rate = throttleRate(this.deps.states.get(r.topic, r.id)?.value, this.deps.brokerId, r.isr);
           }
           const maxBytes = rate > 0 ? Math.max(1, Math.min(this.deps.config.fetchMaxBytes, rate)) : this.deps.config.fetchMaxBytes;
-          // What the local log has acknowledged, not its end: the leader counts the offset as held here, and
-          // records whose fsync failed stay in the file until a restart cuts them (docs/architecture.md, "Cluster mode").
-          const offset = r.partition.localEnd;
+          const offset = r.partition.localEnd; // not the log end: the leader counts it as held here ("Cluster mode")
           const sentAt = Date.now();
           const frame = await abortable(
             conn.request(
