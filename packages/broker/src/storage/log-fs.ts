@@ -10,13 +10,20 @@ export function storageError(dir: string, reason: string, cause?: unknown): Trib
   return err;
 }
 
+/** Errors that say a directory cannot be fsynced here (the platform or filesystem), not that an fsync failed. */
+const DIR_SYNC_UNSUPPORTED = new Set(['EINVAL', 'ENOTSUP', 'EOPNOTSUPP', 'EISDIR', 'EPERM', 'EACCES', 'EBADF']);
+
+/**
+ * fsyncs a directory, so entries created or renamed in it survive a power loss. Where the platform cannot
+ * (DIR_SYNC_UNSUPPORTED) it does nothing; any other error, an EIO above all, is thrown.
+ */
 export async function fsyncDir(dir: string): Promise<void> {
   let fh: Awaited<ReturnType<typeof open>> | null = null;
   try {
     fh = await open(dir, 'r');
     await fh.sync();
-  } catch {
-    // Not every platform/filesystem can fsync a directory; the data files are synced regardless.
+  } catch (err) {
+    if (!DIR_SYNC_UNSUPPORTED.has((err as NodeJS.ErrnoException).code ?? '')) throw err;
   } finally {
     await fh?.close().catch(() => {});
   }

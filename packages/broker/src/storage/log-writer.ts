@@ -415,7 +415,17 @@ export class LogWriter {
     await this.st.onCreate?.onFilesCreated();
     const seg = await Segment.create(dir, 0, options.indexIntervalBytes, Date.now(), segmentFdPolicy(options));
     this.st.segments.push(seg);
-    if (durable) await fsyncDir(dir);
+    if (durable) await this.syncDirOrFail();
+  }
+
+  /** A failed directory fsync leaves the new segment's entry in doubt: the log takes no more appends. */
+  private async syncDirOrFail(): Promise<void> {
+    try {
+      await fsyncDir(this.st.dir);
+    } catch (err) {
+      this.st.fail(err);
+      throw storageError(this.st.dir, 'directory fsync failed', err);
+    }
   }
 
   /**
@@ -462,7 +472,7 @@ export class LogWriter {
     }
     const seg = await Segment.create(this.st.dir, old.nextOffset, this.st.options.indexIntervalBytes, Date.now(), segmentFdPolicy(this.st.options));
     this.st.segments.push(seg);
-    if (durable) await fsyncDir(this.st.dir);
+    if (durable) await this.syncDirOrFail();
     this.st.logger.debug({ segment: seg.baseOffset, previousBytes: old.size }, 'rolled segment');
     // Keep fds for the active and previous segment only.
     const older = this.st.segments[this.st.segments.length - 3];
