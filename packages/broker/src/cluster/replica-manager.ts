@@ -251,39 +251,37 @@ export class ReplicaManager {
   }
 
   /**
-   * A follower (or a replica just opened) takes the lead only once its fetch loop has exited and every
-   * append it began has landed: a replica append still being written would otherwise be missing from
-   * the producer state the first produce requests are checked against (an idempotent retry of that very
-   * batch would be appended twice), and the new epoch would start below records of the old one. Until
-   * then it answers NOT_LEADER (docs/architecture.md, "Taking the lead").
+   * A replica takes the lead once its fetch loop has exited, every append it began has landed (else the
+   * producer state would miss it, and the new epoch start below records of the old one) and the new epoch
+   * is on disk; until then it answers NOT_LEADER (docs/architecture.md, "Taking the lead").
    */
   private promote(r: Replica): void {
     const epoch = r.leaderEpoch;
-    const lead = () => {
-      if (this.closed || r.promoting !== epoch || r.leaderEpoch !== epoch) return;
-      r.promoting = null;
-      r.role = 'leader';
-      this.becomeLeader(r);
-      this.roleApplied(r);
-    };
+    const current = () => !this.closed && r.promoting === epoch && r.leaderEpoch === epoch;
     r.promoting = epoch;
-    if (!r.fetcher && r.partition.idle) {
-      lead();
-      return;
-    }
     r.role = 'none';
     const fetcher = r.fetcher ?? Promise.resolve();
     void fetcher
       .then(() => r.partition.quiesced())
-      .then(lead, (err: unknown) => this.deps.logger.error({ err, topic: r.topic, partition: r.id }, 'taking the lead failed'));
+      .then(() => r.epochsLoaded)
+      .then(() => {
+        if (!current()) return;
+        r.epochs.assign(epoch, r.partition.logEndOffset); // on disk first: see leader-epoch-cache.ts
+        return r.epochs.flush();
+      })
+      .then(
+        () => current() && this.becomeLeader(r),
+        (err: unknown) => this.deps.logger.error({ err, topic: r.topic, partition: r.id }, 'taking the lead failed'),
+      );
   }
 
   private becomeLeader(r: Replica): void {
-    r.epochs.assign(r.leaderEpoch, r.partition.logEndOffset);
-    void r.epochs.flush().catch(() => {});
+    r.promoting = null;
+    r.role = 'leader';
     const now = Date.now();
     r.followers = new Map(r.replicas.filter((id) => id !== this.deps.brokerId).map((id) => [id, { offset: -1, caughtUpMs: now, parked: false, sentEnd: -1, sentHwm: -1 }]));
     this.updateHighWatermark(r);
+    this.roleApplied(r);
   }
 
   private becomeFollower(r: Replica): void {
@@ -414,7 +412,8 @@ export class ReplicaManager {
     if (offset >= r.partition.logEndOffset) f.caughtUpMs = Date.now();
     this.updateHighWatermark(r);
     // Only a registered broker rejoins the ISR: else it and the controller (which drops it) undo each other.
-    if (!r.isr.includes(replicaId) && offset >= r.partition.highWatermark && this.deps.registry.get(replicaId)) {
+    const caughtUp = offset >= r.partition.highWatermark && offset >= (r.epochs.latestEntry?.[1] ?? 0); // epoch start: KAFKA-7128
+    if (!r.isr.includes(replicaId) && caughtUp && this.deps.registry.get(replicaId)) {
       this.changeIsr(r, [...r.isr, replicaId], 'caught up');
     }
     return r;
