@@ -4,19 +4,14 @@
  * counted them as held by the follower would move the HWM past them and acknowledge acks=all produces of
  * records no follower holds durably.
  */
-import { EventEmitter } from 'node:events';
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it, vi } from 'vitest';
 import { formatOk } from 'tributary-protocol/command.js';
-import type { LogRecord } from 'tributary-protocol/record.js';
-import { ReplicaManager } from 'tributary-broker/cluster/replica-manager.js';
 import type { Replica } from 'tributary-broker/cluster/replica-types.js';
 import { Partition } from 'tributary-broker/partition/partition.js';
-import { LeaderEpochCache } from 'tributary-broker/storage/leader-epoch-cache.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
-import { ATTR_END_OF_APPEND } from 'tributary-broker/storage/record-codec.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
-import { pino } from 'pino';
+import { replicaAppend, testReplica, testReplicaManager } from '../../helpers/replica-harness.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
@@ -28,67 +23,16 @@ afterEach(async () => {
   await removeDir(dir);
 }, 15_000);
 
-const rec = (offset: number, end: boolean): LogRecord =>
-  ({
-    offset,
-    timestamp: 1,
-    key: null,
-    value: Buffer.from(`v${offset}`),
-    headers: [],
-    producerId: '',
-    epoch: 0,
-    sequence: 0,
-    attributes: end ? ATTR_END_OF_APPEND : 0,
-  }) as LogRecord;
-
-let currentConn: unknown = null;
-function manager(brokerId: number): ReplicaManager {
-  const registry = { get: (id: number) => ({ id, host: '127.0.0.1', port: 1, advertisedAddress: '127.0.0.1:1' }), events: new EventEmitter(), alive: true };
-  const states = { events: new EventEmitter(), get: () => undefined, list: () => [] };
-  return new ReplicaManager({
-    brokerId,
-    topics: {} as never,
-    states: states as never,
-    registry: registry as never,
-    config: { replicaLagMaxMs: 60_000, fetchWaitMs: 500, fetchMaxBytes: 1 << 20, minInsyncReplicas: 2 },
-    logger: pino({ level: 'silent' }) as never,
-    connect: async () => currentConn as never,
-  });
-}
-
-function replica(part: Partition, role: 'leader' | 'follower', rdir: string): Replica {
-  return {
-    topic: 't',
-    id: 0,
-    partition: part,
-    role,
-    leaderEpoch: 1,
-    leaderId: 0,
-    isr: [0, 1],
-    replicas: [0, 1],
-    epochs: new LeaderEpochCache(rdir),
-    epochsLoaded: Promise.resolve(),
-    followers: new Map(),
-    stop: null,
-    fetcher: null,
-    promoting: null,
-    isrChange: null,
-    ackWaiters: new Set(),
-    dropping: null,
-  };
-}
-
 it('reports only what its log acknowledged: the leader does not count records whose fsync failed there', async () => {
   // Leader (broker 0): 10 records, durable on the leader.
   const leaderLog = await PartitionLog.open(join(dir, 'leader'), { flush: 'always' });
   const leaderPart = new Partition('t', 0, leaderLog, { replicated: true });
-  const leaderRm = manager(0);
-  const lr = replica(leaderPart, 'leader', join(dir, 'leader'));
+  const leader = testReplicaManager(0);
+  const lr = testReplica(leaderPart, join(dir, 'leader'), { role: 'leader' });
   lr.followers.set(1, { offset: 0, caughtUpMs: Date.now(), parked: false, sentEnd: 0, sentHwm: 0 });
-  (leaderRm as unknown as { replicas: Map<string, Replica> }).replicas.set('t\u00000', lr);
-  leaderPart.enableReplication(() => (leaderRm as unknown as { updateHighWatermark(r: Replica): void }).updateHighWatermark(lr));
-  const records = Array.from({ length: 10 }, (_, i) => rec(i, i === 9));
-  await leaderPart.appendReplica(records);
+  leader.host(lr);
+  leaderPart.enableReplication(() => (leader.rm as unknown as { updateHighWatermark(r: Replica): void }).updateHighWatermark(lr));
+  await leaderPart.appendReplica(replicaAppend(10));
   expect(leaderPart.localEnd).toBe(10);
   expect(leaderPart.highWatermark).toBe(0); // the follower has nothing yet
 
@@ -96,8 +40,7 @@ it('reports only what its log acknowledged: the leader does not count records wh
   const followerLog = await PartitionLog.open(join(dir, 'follower'), { flush: 'always' });
   const followerPart = new Partition('t', 0, followerLog, { replicated: true });
   followerPart.enableReplication(() => {});
-  const followerRm = manager(1);
-  const fr = replica(followerPart, 'follower', join(dir, 'follower'));
+  const fr = testReplica(followerPart, join(dir, 'follower'));
   const eio = Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
   vi.spyOn(Segment.prototype, 'datasync').mockImplementationOnce(() => Promise.reject(eio));
 
@@ -118,19 +61,19 @@ it('reports only what its log acknowledged: the leader does not count records wh
       const offset = Number(/ offset=(\d+)/.exec(line)![1]);
       reported.push(offset);
       // The leader's REPLICA_FETCH handler: records the follower's position, moves the HWM.
-      leaderRm.followerFetch('t', 0, 1, 1, offset);
+      leader.rm.followerFetch('t', 0, 1, 1, offset);
       if (reported.length >= 2) ac.abort();
       const out = offset < 10 ? await leaderLog.read(offset, { maxRecords: 100, maxBytes: 1 << 20, keepAppendMarker: true } as never) : [];
       return { kind: 'batch', batch: { records: out, trailer: { highWatermark: leaderPart.highWatermark, logStartOffset: 0 } } };
     },
   };
-  currentConn = conn;
+  const follower = testReplicaManager(1, undefined, () => conn);
   // An acks=all produce of offsets 0..9 waits for the in-sync follower.
-  const ack = leaderRm.waitReplicated('t', 0, 1, 9, 60_000).then(
+  const ack = leader.rm.waitReplicated('t', 0, 1, 9, 60_000).then(
     () => 'acknowledged',
     (e: Error) => `refused: ${e.message}`,
   );
-  await (followerRm as unknown as { fetchLoop(r: Replica, signal: AbortSignal): Promise<void> }).fetchLoop(fr, ac.signal);
+  await (follower.rm as unknown as { fetchLoop(r: Replica, signal: AbortSignal): Promise<void> }).fetchLoop(fr, ac.signal);
 
   expect(String((appendError as Error)?.message)).toMatch(/fsync failed/); // the follower's append was refused
   expect(followerPart.localEnd).toBe(0); // the follower itself knows none of it is durable
@@ -140,8 +83,8 @@ it('reports only what its log acknowledged: the leader does not count records wh
   expect(leaderPart.highWatermark).toBe(0);
   expect(followerPart.highWatermark).toBe(0);
   expect(await Promise.race([ack, new Promise((r) => setImmediate(() => r('waiting')))])).toBe('waiting');
-  await followerRm.close();
-  await leaderRm.close();
+  await follower.rm.close();
+  await leader.rm.close();
   await followerLog.close().catch(() => {});
   await leaderLog.close().catch(() => {});
 }, 15_000);

@@ -4,19 +4,15 @@
  * would keep records a later leader overwrote), and a follower rejoins the ISR only once it reached the start
  * of the leader's epoch as well as the HWM, which a new leader may only have heard lagging (KAFKA-7128).
  */
-import { EventEmitter } from 'node:events';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { LogRecord } from 'tributary-protocol/record.js';
 import type { PartitionState } from 'tributary-broker/cluster/partition-state.js';
-import { ReplicaManager } from 'tributary-broker/cluster/replica-manager.js';
 import type { Replica } from 'tributary-broker/cluster/replica-types.js';
 import { Partition } from 'tributary-broker/partition/partition.js';
 import { LeaderEpochCache } from 'tributary-broker/storage/leader-epoch-cache.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
-import { ATTR_END_OF_APPEND } from 'tributary-broker/storage/record-codec.js';
+import { replicaAppend, testReplica, testReplicaManager } from '../../helpers/replica-harness.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
@@ -29,71 +25,15 @@ afterEach(async () => {
   await removeDir(dir);
 });
 
-const rec = (offset: number, end: boolean): LogRecord =>
-  ({
-    offset,
-    timestamp: 1,
-    key: null,
-    value: Buffer.from(`v${offset}`),
-    headers: [],
-    producerId: '',
-    epoch: 0,
-    sequence: 0,
-    attributes: end ? ATTR_END_OF_APPEND : 0,
-  }) as LogRecord;
-
-/** A replica manager of broker 0 over one partition whose state is `state()`; ISR changes land in `cas`; error logs in `errors`. */
+/** Broker 0 and its replica of t[0] in state `s`, not leading yet; `promote()` takes the lead as a state change would. */
 async function setup(s: PartitionState) {
-  const cas: PartitionState[] = [];
-  const errors: string[] = [];
-  const registry = {
-    get: (id: number) => ({ id, host: '127.0.0.1', port: 1, advertisedAddress: '127.0.0.1:1' }),
-    events: new EventEmitter(),
-    alive: true,
-    list: () => [],
-  };
-  const states = {
-    events: new EventEmitter(),
-    get: () => ({ topic: 't', partition: 0, value: s, modRevision: 1 }),
-    list: () => [],
-    compareAndSet: async (_t: string, _p: number, _e: unknown, next: PartitionState) => {
-      cas.push(next);
-      return { ok: true };
-    },
-  };
-  const rm = new ReplicaManager({
-    brokerId: 0,
-    topics: {} as never,
-    states: states as never,
-    registry: registry as never,
-    config: { replicaLagMaxMs: 60_000, fetchWaitMs: 500, fetchMaxBytes: 1 << 20, minInsyncReplicas: 2 },
-    logger: pino({ level: 'error' }, { write: (line: string) => errors.push(line) }) as never,
-    connect: async () => null as never,
-  });
+  const { rm, cas, errors, host } = testReplicaManager(0, () => s);
   const rdir = join(dir, 'replica');
   const log = await PartitionLog.open(rdir, { flush: 'always' });
   const partition = new Partition('t', 0, log, { replicated: true });
   partition.enableReplication(() => {});
-  const r: Replica = {
-    topic: 't',
-    id: 0,
-    partition,
-    role: 'follower',
-    leaderEpoch: s.leaderEpoch,
-    leaderId: s.leader,
-    isr: s.isr,
-    replicas: s.replicas,
-    epochs: new LeaderEpochCache(rdir),
-    epochsLoaded: Promise.resolve(),
-    followers: new Map(),
-    stop: null,
-    fetcher: null,
-    promoting: null,
-    isrChange: null,
-    ackWaiters: new Set(),
-    dropping: null,
-  };
-  (rm as unknown as { replicas: Map<string, Replica> }).replicas.set('t\u00000', r);
+  const r = testReplica(partition, rdir, { leaderEpoch: s.leaderEpoch, leaderId: s.leader, isr: s.isr, replicas: s.replicas });
+  host(r);
   cleanup.push(
     () => rm.close(),
     () => log.close(),
@@ -108,7 +48,7 @@ describe('taking the lead', () => {
     // As a follower under epoch 1 it took the leader's history and 10 records.
     r.epochs.replaceWith([[1, 0]]);
     await r.epochs.flush();
-    await partition.appendReplica(Array.from({ length: 10 }, (_, i) => rec(i, i === 9)));
+    await partition.appendReplica(replicaAppend(10));
     // The epoch file cannot be written (its temp path is a directory: EISDIR).
     await mkdir(join(rdir, 'leader-epoch.checkpoint.tmp'));
     promote();
@@ -124,7 +64,7 @@ describe('taking the lead', () => {
     const { rm, r, partition, rdir, promote } = await setup({ replicas: [1, 0, 2], leader: 0, leaderEpoch: 2, isr: [0, 1, 2], hwm: 0 });
     r.epochs.replaceWith([[1, 0]]);
     await r.epochs.flush();
-    await partition.appendReplica(Array.from({ length: 10 }, (_, i) => rec(i, i === 9)));
+    await partition.appendReplica(replicaAppend(10));
     const roles = vi.fn();
     rm.events.on('role', roles);
     promote();
@@ -145,7 +85,7 @@ describe('ISR expansion', () => {
     const { rm, r, partition, cas, promote } = await setup({ replicas: [0, 2, 1], leader: 0, leaderEpoch: 2, isr: [0, 1], hwm: 7 });
     r.epochs.replaceWith([[1, 0]]);
     await r.epochs.flush();
-    await partition.appendReplica(Array.from({ length: 10 }, (_, i) => rec(i, i === 9)));
+    await partition.appendReplica(replicaAppend(10));
     partition.setReplicatedHighWatermark(7);
     const roles = vi.fn();
     rm.events.on('role', roles);
