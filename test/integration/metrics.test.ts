@@ -85,6 +85,9 @@ describe('metrics, cluster', () => {
     expect(samples(await scrape(), 'tributary_offline_partitions')).toHaveLength(1);
 
     const producer = new Producer({ brokers: c.brokers.map((b) => b.address), acks: 1, lingerMs: 0 });
+    // The leader leads once the new epoch is on disk: one acknowledged record first, so the producer knows
+    // it and no lookup of the paused broker's stalls the loop below.
+    await producer.send({ topic: 'r', messages: [{ value: 'first', partition: 0 }] });
     await c.broker(follower).kill('SIGSTOP');
     try {
       let i = 0;

@@ -251,33 +251,33 @@ export class ReplicaManager {
   }
 
   /**
-   * A follower (or a replica just opened) takes the lead only once its fetch loop has exited and every
-   * append it began has landed (else the producer state would miss it, and the new epoch would start below
-   * records of the old one); until then it answers NOT_LEADER (docs/architecture.md, "Taking the lead").
+   * A replica takes the lead once its fetch loop has exited, every append it began has landed (else the
+   * producer state would miss it, and the new epoch start below records of the old one) and the new epoch
+   * is on disk; until then it answers NOT_LEADER (docs/architecture.md, "Taking the lead").
    */
   private promote(r: Replica): void {
     const epoch = r.leaderEpoch;
-    const lead = () => {
-      if (this.closed || r.promoting !== epoch || r.leaderEpoch !== epoch) return;
-      this.becomeLeader(r);
-    };
+    const current = () => !this.closed && r.promoting === epoch && r.leaderEpoch === epoch;
     r.promoting = epoch;
-    if (!r.fetcher && r.partition.idle) {
-      lead();
-      return;
-    }
     r.role = 'none';
     const fetcher = r.fetcher ?? Promise.resolve();
     void fetcher
       .then(() => r.partition.quiesced())
-      .then(lead, (err: unknown) => this.deps.logger.error({ err, topic: r.topic, partition: r.id }, 'taking the lead failed'));
+      .then(() => r.epochsLoaded)
+      .then(() => {
+        if (!current()) return;
+        r.epochs.assign(epoch, r.partition.logEndOffset); // on disk first: see leader-epoch-cache.ts
+        return r.epochs.flush();
+      })
+      .then(
+        () => current() && this.becomeLeader(r),
+        (err: unknown) => this.deps.logger.error({ err, topic: r.topic, partition: r.id }, 'taking the lead failed'),
+      );
   }
 
   private becomeLeader(r: Replica): void {
     r.promoting = null;
     r.role = 'leader';
-    r.epochs.assign(r.leaderEpoch, r.partition.logEndOffset);
-    void r.epochs.flush().catch(() => {});
     const now = Date.now();
     r.followers = new Map(r.replicas.filter((id) => id !== this.deps.brokerId).map((id) => [id, { offset: -1, caughtUpMs: now, parked: false, sentEnd: -1, sentHwm: -1 }]));
     this.updateHighWatermark(r);
