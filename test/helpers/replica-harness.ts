@@ -8,9 +8,8 @@ import { pino } from 'pino';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import type { PartitionState } from 'tributary-broker/cluster/partition-state.js';
 import { ReplicaManager } from 'tributary-broker/cluster/replica-manager.js';
-import type { Replica } from 'tributary-broker/cluster/replica-types.js';
+import { type Replica, newReplica } from 'tributary-broker/cluster/replica-types.js';
 import type { Partition } from 'tributary-broker/partition/partition.js';
-import { LeaderEpochCache } from 'tributary-broker/storage/leader-epoch-cache.js';
 import { ATTR_END_OF_APPEND } from 'tributary-broker/storage/record-codec.js';
 
 /** A record as a leader serves it to a follower; `end` marks the last record of an append. */
@@ -33,28 +32,9 @@ export function replicaAppend(count: number): LogRecord[] {
   return Array.from({ length: count }, (_, i) => replicaRecord(i, i === count - 1));
 }
 
-/** A Replica entry for partition t[0], its epoch file in `dir`. */
-export function testReplica(partition: Partition, dir: string, fields: Partial<Replica> = {}): Replica {
-  return {
-    topic: 't',
-    id: 0,
-    partition,
-    role: 'follower',
-    leaderEpoch: 1,
-    leaderId: 0,
-    isr: [0, 1],
-    replicas: [0, 1],
-    epochs: new LeaderEpochCache(dir),
-    epochsLoaded: Promise.resolve(),
-    followers: new Map(),
-    stop: null,
-    fetcher: null,
-    promoting: null,
-    isrChange: null,
-    ackWaiters: new Set(),
-    dropping: null,
-    ...fields,
-  };
+/** A Replica entry for partition t[0] (its log in `partition`), a follower of broker 0 at epoch 1 unless `fields` say otherwise. */
+export function testReplica(partition: Partition, fields: Partial<Replica> = {}): Replica {
+  return { ...newReplica('t', 0, partition), role: 'follower', leaderEpoch: 1, leaderId: 0, isr: [0, 1], replicas: [0, 1], ...fields };
 }
 
 export interface TestReplicaManager {

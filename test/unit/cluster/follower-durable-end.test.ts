@@ -28,7 +28,7 @@ it('reports only what its log acknowledged: the leader does not count records wh
   const leaderLog = await PartitionLog.open(join(dir, 'leader'), { flush: 'always' });
   const leaderPart = new Partition('t', 0, leaderLog, { replicated: true });
   const leader = testReplicaManager(0);
-  const lr = testReplica(leaderPart, join(dir, 'leader'), { role: 'leader' });
+  const lr = testReplica(leaderPart, { role: 'leader' });
   lr.followers.set(1, { offset: 0, caughtUpMs: Date.now(), parked: false, sentEnd: 0, sentHwm: 0 });
   leader.host(lr);
   leaderPart.enableReplication(() => (leader.rm as unknown as { updateHighWatermark(r: Replica): void }).updateHighWatermark(lr));
@@ -40,7 +40,7 @@ it('reports only what its log acknowledged: the leader does not count records wh
   const followerLog = await PartitionLog.open(join(dir, 'follower'), { flush: 'always' });
   const followerPart = new Partition('t', 0, followerLog, { replicated: true });
   followerPart.enableReplication(() => {});
-  const fr = testReplica(followerPart, join(dir, 'follower'));
+  const fr = testReplica(followerPart);
   const eio = Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
   vi.spyOn(Segment.prototype, 'datasync').mockImplementationOnce(() => Promise.reject(eio));
 

@@ -32,7 +32,7 @@ async function setup(s: PartitionState) {
   const log = await PartitionLog.open(rdir, { flush: 'always' });
   const partition = new Partition('t', 0, log, { replicated: true });
   partition.enableReplication(() => {});
-  const r = testReplica(partition, rdir, { leaderEpoch: s.leaderEpoch, leaderId: s.leader, isr: s.isr, replicas: s.replicas });
+  const r = testReplica(partition, { leaderEpoch: s.leaderEpoch, leaderId: s.leader, isr: s.isr, replicas: s.replicas });
   host(r);
   cleanup.push(
     () => rm.close(),

@@ -6,7 +6,7 @@ import type { Connection } from 'tributary-protocol/connection.js';
 import { parseError, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
-import { LeaderEpochCache, followerTruncationOffset } from '../storage/leader-epoch-cache.js';
+import { followerTruncationOffset } from '../storage/leader-epoch-cache.js';
 import { encodedSize } from '../storage/record-codec.js';
 import { ReplicationThrottle } from './reassignment.js';
 import { eachInChunks } from './chunked.js';
@@ -17,7 +17,7 @@ import { LeaderLinks } from './leader-links.js';
 import { askParkedFollowersBack } from './isr-rejoin.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
-import type { AckWaiter, Replica, ReplicationConfig, Role } from './replica-types.js';
+import { type AckWaiter, type Replica, type ReplicationConfig, type Role, newReplica } from './replica-types.js';
 
 export type { ReplicationConfig, Role, Replica } from './replica-types.js';
 
@@ -191,25 +191,7 @@ export class ReplicaManager {
     let r = this.replicas.get(key(e.topic, e.partition));
     if (!r) {
       part.enableReplication(() => this.onLocalDurable(r!));
-      r = {
-        topic: e.topic,
-        id: e.partition,
-        partition: part,
-        role: 'none',
-        leaderEpoch: -1,
-        leaderId: -1,
-        isr: [],
-        replicas: [],
-        epochs: new LeaderEpochCache(part.log.dir),
-        epochsLoaded: Promise.resolve(),
-        followers: new Map(),
-        stop: null,
-        fetcher: null,
-        promoting: null,
-        isrChange: null,
-        ackWaiters: new Set(),
-        dropping: null,
-      };
+      r = newReplica(e.topic, e.partition, part);
       this.replicas.set(key(e.topic, e.partition), r);
       r.epochsLoaded = r.epochs.load();
       r.epochsLoaded.catch((err: unknown) => this.deps.logger.error({ err, topic: e.topic, partition: e.partition }, 'leader epoch cache unreadable'));

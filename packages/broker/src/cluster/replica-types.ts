@@ -1,6 +1,6 @@
 /** The replica manager's records of the partitions it replicates (replica-manager.ts). */
 import type { Partition } from '../partition/partition.js';
-import type { LeaderEpochCache } from '../storage/leader-epoch-cache.js';
+import { LeaderEpochCache } from '../storage/leader-epoch-cache.js';
 
 export interface ReplicationConfig {
   /** A follower that has not caught up with the leader's log end for this long leaves the ISR. */
@@ -54,6 +54,29 @@ export interface Replica {
   ackWaiters: Set<AckWaiter>;
   /** Not a replica any more: its local data being dropped (a fetch loop starting again waits for it). */
   dropping: Promise<void> | null;
+}
+
+/** A replica of `topic`[`id`] that has no role yet; its epoch history (not loaded yet) is in `partition`'s directory. */
+export function newReplica(topic: string, id: number, partition: Partition): Replica {
+  return {
+    topic,
+    id,
+    partition,
+    role: 'none',
+    leaderEpoch: -1,
+    leaderId: -1,
+    isr: [],
+    replicas: [],
+    epochs: new LeaderEpochCache(partition.log.dir),
+    epochsLoaded: Promise.resolve(),
+    followers: new Map(),
+    stop: null,
+    fetcher: null,
+    promoting: null,
+    isrChange: null,
+    ackWaiters: new Set(),
+    dropping: null,
+  };
 }
 
 /** An append acknowledged only once replicated, and only if this broker still leads at the append's epoch. */

@@ -89,7 +89,7 @@ export class GroupCommit {
     if (this.st.failed) {
       // After a failed fsync no later one proves anything: Linux may have dropped the pages it could not
       // write, and report the next fsync as a success without them.
-      this.settle(waiters, storageError(this.st.dir, 'log failed', this.st.failed));
+      this.settle(waiters, this.logFailed());
       return;
     }
     const segs = this.dirty === null || this.dirty.size === 0 ? NO_SEGMENTS : [...this.dirty];
@@ -113,7 +113,11 @@ export class GroupCommit {
     if (segs.length > 0) this.st.options.onSync?.((performance.now() - started) / 1000);
     // Another fsync of this log failed while the pass ran: Linux reports a write-back error to one fsync of
     // an open file only, so this pass's success does not show that its appends' pages reached the disk.
-    this.settle(waiters, this.st.failed ? storageError(this.st.dir, 'log failed', this.st.failed) : null);
+    this.settle(waiters, this.st.failed ? this.logFailed() : null);
+  }
+
+  private logFailed(): Error {
+    return storageError(this.st.dir, 'log failed', this.st.failed);
   }
 
   private settle(waiters: SyncWaiter[], error: Error | null): void {
