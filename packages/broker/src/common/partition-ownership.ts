@@ -8,7 +8,8 @@ import { TributaryError } from 'tributary-protocol/errors.js';
  */
 export class PartitionOwnership {
   private readonly owned = new Set<number>();
-  private readonly loading = new Set<number>();
+  /** Partitions being replayed, each with its load's token: a load overtaken by an unload and a newer load is not current. */
+  private readonly loading = new Map<number, object>();
 
   constructor(
     private readonly topic: string,
@@ -44,15 +45,21 @@ export class PartitionOwnership {
     throw this.notCoordinator(p);
   }
 
-  /** Runs `replay` for a partition just led, once; it is owned from then on unless it was lost meanwhile. */
-  async load(partition: number, replay: () => Promise<void>): Promise<void> {
+  /**
+   * Runs `replay` for a partition just led, once; it is owned from then on unless it was lost meanwhile.
+   * `replay` applies what it read only while `current()` holds: an unload (and perhaps a newer load)
+   * overtook a replay still reading, whose state would bring back what it read before newer commits.
+   */
+  async load(partition: number, replay: (current: () => boolean) => Promise<void>): Promise<void> {
     if (this.owned.has(partition) || this.loading.has(partition)) return;
-    this.loading.add(partition);
+    const token = {};
+    const current = () => this.loading.get(partition) === token;
+    this.loading.set(partition, token);
     try {
-      await replay();
-      if (this.loading.has(partition)) this.owned.add(partition);
+      await replay(current);
+      if (current()) this.owned.add(partition);
     } finally {
-      this.loading.delete(partition);
+      if (current()) this.loading.delete(partition);
     }
   }
 

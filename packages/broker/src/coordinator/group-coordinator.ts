@@ -49,7 +49,7 @@ export class GroupCoordinator {
    * Standalone: `__consumer_offsets` partitions being reloaded after a refused write. Their groups answer
    * COORDINATOR_LOADING meanwhile: a request must not create a group the replay is about to restore.
    */
-  private readonly reloading = new Set<number>();
+  private readonly reloading = new Map<number, object>();
   /** Session expiry, join windows and rebalance timeouts. */
   readonly scheduler: Scheduler;
   /** Every time the coordinator reads and every timer it arms. */
@@ -196,21 +196,26 @@ export class GroupCoordinator {
    * rediscover the coordinator and resume with their member ids and generations.
    */
   async loadPartition(partition: number): Promise<void> {
-    await this.ownership?.load(partition, async () => {
-      const groups = await this.replayPartition(partition);
-      this.deps.logger.info({ partition, groups }, 'took over coordinator partition');
+    await this.ownership?.load(partition, async (current) => {
+      const groups = await this.replayPartition(partition, current);
+      if (current()) this.deps.logger.info({ partition, groups }, 'took over coordinator partition');
     });
   }
 
-  /** Groups and offsets of one `__consumer_offsets` partition from the log (and the offset store). */
-  private async replayPartition(partition: number): Promise<number> {
-    const now = this.clock.now();
+  /**
+   * Groups and offsets of one `__consumer_offsets` partition from the log (and the offset store), applied
+   * at once after every read and only if `current()` still holds then: a replay overtaken by a newer one
+   * (two reloads, or leadership lost and back) read state older than commits acknowledged since.
+   */
+  private async replayPartition(partition: number, current: () => boolean): Promise<number> {
     const { groups } = await this.deps.groupLog.replay(partition);
-    for (const snap of groups.values()) if (snap) this.restore(snap, now);
     const store = this.deps.offsetStore;
     const loaded =
       store instanceof LogOffsetStore ? await store.loadPartition(partition) : (await store.loadAll()).filter((x) => this.partitionFor(x.group) === partition);
     const offsets = await this.withoutDeletedTopics(loaded);
+    if (!current()) return 0;
+    const now = this.clock.now();
+    for (const snap of groups.values()) if (snap) this.restore(snap, now);
     for (const x of offsets) this.offsets.setDurable(x.group, x.topic, x.partition, x.offset);
     return groups.size;
   }
@@ -387,11 +392,24 @@ export class GroupCoordinator {
       return;
     }
     // Standalone: the same, requests for its groups held off (COORDINATOR_LOADING) until the replay is done.
-    this.reloading.add(partition);
+    // Two refused writes reload twice: only the last replay applies, and the groups wait for it.
+    const token = {};
+    const current = () => this.reloading.get(partition) === token;
+    this.reloading.set(partition, token);
     this.dropPartition(partition);
-    this.replayPartition(partition)
-      .catch((err: unknown) => this.deps.logger.error({ err, partition }, 'reloading a coordinator partition failed'))
-      .finally(() => this.reloading.delete(partition));
+    // A replay that fails is tried again: serving the groups without their offsets would reset consumers.
+    const attempt = (): void => {
+      this.replayPartition(partition, current).then(
+        () => {
+          if (current()) this.reloading.delete(partition);
+        },
+        (err: unknown) => {
+          this.deps.logger.error({ err, partition }, 'reloading a coordinator partition failed; trying again');
+          if (current() && !this.stopped) this.clock.setTimeout(attempt, 1000).unref();
+        },
+      );
+    };
+    attempt();
   }
 
   // ---- locking ----

@@ -44,6 +44,13 @@ export class GroupOffsets {
   private readonly droppedTxnOffsets = new Set<string>();
   /** Commits being made durable outside the group's lock: a topic deleted meanwhile voids them (forgetTopic). */
   private readonly writing = new Set<{ group: string; topic: string; voided: boolean }>();
+  /**
+   * Per partition (pendingKey), the last commit that reserved an offset and is not settled yet: settles
+   * once its offsets are committed or its reservation given back. A commit of an offset only reserved
+   * waits for it, as do a transaction's offsets: answered OK at once, a repeat would stay acknowledged
+   * after the write it counted on failed.
+   */
+  private readonly unsettled = new Map<string, Promise<void>>();
 
   constructor(private readonly ctx: GroupContext) {}
 
@@ -141,19 +148,44 @@ export class GroupOffsets {
     return (this.pending.get(pendingKey(group, topic, partition))?.size ?? 0) > 0;
   }
 
+  /** The unsettled commits of these partitions (see `unsettled`). */
+  private unsettledOf(group: string, topic: string, partitions: readonly number[]): Promise<void>[] {
+    const out: Promise<void>[] = [];
+    for (const p of partitions) {
+      const u = this.unsettled.get(pendingKey(group, topic, p));
+      if (u) out.push(u);
+    }
+    return out;
+  }
+
   /** All entries or none: every check runs before anything is written, and one append holds them all. */
-  private async commitEntries(req: { group: string; topic: string; entries: OffsetEntry[] }, check: () => void): Promise<number> {
+  private async commitEntries(req: { group: string; topic: string; entries: OffsetEntry[] }, check: () => void, again = false): Promise<number> {
     if (req.entries.length === 0) throw invalidParam('entries', 'no offsets to commit');
     const store = this.ctx.offsetStore;
     let previous: Array<number | undefined> = [];
     let changed: OffsetEntry[] = [];
+    let waits: Promise<void>[] = [];
     const token = { group: req.group, topic: req.topic, voided: false };
+    let settle = () => {};
     const run = async () => {
       check();
       changed = req.entries.filter((e) => getOffset(this.reserved, req.group, req.topic, e.partition) !== e.offset);
+      // Reserved, not committed: a commit of the same offset is still being written.
+      const repeated = req.entries.filter(
+        (e) => getOffset(this.reserved, req.group, req.topic, e.partition) === e.offset && getOffset(this.committed, req.group, req.topic, e.partition) !== e.offset,
+      );
+      waits = this.unsettledOf(req.group, req.topic, repeated.map((e) => e.partition));
       previous = changed.map((e) => getOffset(this.reserved, req.group, req.topic, e.partition));
       for (const e of changed) setOffset(this.reserved, req.group, req.topic, e.partition, e.offset);
       if (changed.length === 0) return { write: undefined };
+      const settled = new Promise<void>((resolve) => {
+        settle = resolve;
+      });
+      const keys = changed.map((e) => pendingKey(req.group, req.topic, e.partition));
+      for (const k of keys) this.unsettled.set(k, settled);
+      void settled.then(() => {
+        for (const k of keys) if (this.unsettled.get(k) === settled) this.unsettled.delete(k);
+      });
       this.writing.add(token);
       // Wrapped so the lock is released before durability: the log keeps appends in order, so the next
       // commit may start while this one is being fsynced (and share its fsync).
@@ -168,27 +200,52 @@ export class GroupOffsets {
       });
       await write;
     } catch (err) {
-      this.writing.delete(token);
-      // The topic was deleted meanwhile: its offsets, this reservation's included, are gone already.
-      if (token.voided) throw err;
-      // Not durable: give the reservation back so a retry writes again.
-      changed.forEach((e, i) => {
-        if (getOffset(this.reserved, req.group, req.topic, e.partition) === e.offset) {
-          const prev = previous[i];
-          if (prev === undefined) this.reserved.get(req.group)?.get(req.topic)?.delete(e.partition);
-          else setOffset(this.reserved, req.group, req.topic, e.partition, prev);
-        }
-      });
+      this.settleFailed(req, token, changed, previous);
+      settle();
       throw err;
     }
     this.writing.delete(token);
-    if (token.voided) return req.entries.length;
-    for (const e of changed) {
-      const cur = getOffset(this.committed, req.group, req.topic, e.partition);
-      if (cur === undefined || e.offset > cur) setOffset(this.committed, req.group, req.topic, e.partition, e.offset);
+    if (!token.voided) {
+      for (const e of changed) {
+        const cur = getOffset(this.committed, req.group, req.topic, e.partition);
+        if (cur === undefined || e.offset > cur) setOffset(this.committed, req.group, req.topic, e.partition, e.offset);
+        // Durable now, so never reserved below it (a reload may have set the reservation back meanwhile).
+        const res = getOffset(this.reserved, req.group, req.topic, e.partition);
+        if (res === undefined || e.offset > res) setOffset(this.reserved, req.group, req.topic, e.partition, e.offset);
+      }
+    }
+    settle();
+    if (waits.length > 0) {
+      await Promise.all(waits);
+      // The write this commit's repeated offsets counted on failed: write them itself (once).
+      const lost = req.entries.some((e) => (getOffset(this.committed, req.group, req.topic, e.partition) ?? -1) < e.offset);
+      if (lost && !token.voided) {
+        if (again) throw new TributaryError('storage_error', { reason: 'an earlier commit of these offsets was not made durable; try again' });
+        return this.commitEntries(req, check, true);
+      }
     }
     return req.entries.length;
   }
+
+  /** A commit that failed: not durable, so its reservations go back and a retry writes again. */
+  private settleFailed(
+    req: { group: string; topic: string },
+    token: { group: string; topic: string; voided: boolean },
+    changed: OffsetEntry[],
+    previous: Array<number | undefined>,
+  ): void {
+    this.writing.delete(token);
+    // The topic was deleted meanwhile: its offsets, this reservation's included, are gone already.
+    if (token.voided) return;
+    changed.forEach((e, i) => {
+      if (getOffset(this.reserved, req.group, req.topic, e.partition) === e.offset) {
+        const prev = previous[i];
+        if (prev === undefined) this.reserved.get(req.group)?.get(req.topic)?.delete(e.partition);
+        else setOffset(this.reserved, req.group, req.topic, e.partition, prev);
+      }
+    });
+  }
+
 
   /** Fencing, ownership and monotonicity of a commit (or of offsets sent to a transaction); throws. */
   private checkCommit(req: CommitRequest): void {
@@ -283,17 +340,19 @@ export class GroupOffsets {
    */
   async applyTxnOffsets(txn: string, group: string, topic: string, entries: OffsetEntry[]): Promise<void> {
     await this.ctx.withGroup(group, async () => {
+      // A plain commit still being written may fail: compare with what is durable once it settled.
+      await Promise.all(this.unsettledOf(group, topic, entries.map((e) => e.partition)));
       // The topic was deleted after they were sent: they went with its offsets.
       const dropped = this.droppedTxnOffsets.has(pendingKey(txn, group, topic));
       const forward = entries.filter((e) => {
         if (dropped) return false;
-        const cur = getOffset(this.reserved, group, topic, e.partition);
+        const cur = getOffset(this.committed, group, topic, e.partition);
         return cur === undefined || e.offset > cur;
       });
       if (forward.length > 0) {
         await this.ctx.offsetStore.commit(group, topic, forward);
         for (const e of forward) {
-          setOffset(this.reserved, group, topic, e.partition, e.offset);
+          if ((getOffset(this.reserved, group, topic, e.partition) ?? -1) < e.offset) setOffset(this.reserved, group, topic, e.partition, e.offset);
           setOffset(this.committed, group, topic, e.partition, e.offset);
         }
       }

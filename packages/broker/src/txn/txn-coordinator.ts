@@ -193,10 +193,13 @@ export class TransactionCoordinator {
   }
 
   /** One partition of the state log; resolves once its decided transactions are finished. */
-  private async loadEntries(partition: number, opts: { retry: boolean }): Promise<number> {
+  private async loadEntries(partition: number, opts: { retry: boolean }, current: () => boolean = () => true): Promise<number> {
     const finishing: Promise<void>[] = [];
     const recovered: Entry[] = [];
-    for (const meta of (await this.deps.log.replay(partition)).values()) {
+    const replayed = await this.deps.log.replay(partition);
+    // Overtaken by an unload (and perhaps a newer load): what it read may be older than decisions since.
+    if (!current()) return 0;
+    for (const meta of replayed.values()) {
       const e = newEntry(meta, meta.state === 'open');
       this.txns.set(meta.transactionalId, e);
       if (meta.state === 'committed' || meta.state === 'aborted') e.endedEpoch = meta.epoch;
@@ -229,8 +232,8 @@ export class TransactionCoordinator {
    */
   async loadPartition(partition: number): Promise<void> {
     this.armExpiry();
-    await this.ownership?.load(partition, async () => {
-      const finished = await this.loadEntries(partition, { retry: true });
+    await this.ownership?.load(partition, async (current) => {
+      const finished = await this.loadEntries(partition, { retry: true }, current);
       this.deps.logger.info({ partition, finished }, 'took over transaction coordinator partition');
     });
   }
