@@ -105,16 +105,28 @@ describe('ProducerStateTable', () => {
   });
 });
 
-describe('ProducerStateTable.truncate', () => {
-  it('forgets batches past a log end cut by recovery', () => {
+describe('ProducerStateTable.dropBatchesFrom', () => {
+  it('forgets batches past a log end cut by recovery, and keeps every epoch', () => {
     const t = new ProducerStateTable();
     append(t, 'p', 0, 0, 1, 0);
     append(t, 'p', 0, 2, 3, 2);
-    append(t, 'q', 0, 0, 0, 4);
-    t.truncate(2);
+    append(t, 'q', 1, 0, 0, 4);
+    t.dropBatchesFrom(2);
     expect(t.describe('p')).toEqual({ epoch: 0, lastSeq: 1 });
-    expect(t.describe('q')).toBeUndefined();
     expect(t.check('p', 0, 2, 3).kind).toBe('append');
+    // q's only batch is gone, not its epoch: the batch again is a new append, an older epoch is fenced.
+    expect(t.describe('q')).toEqual({ epoch: 1, lastSeq: -1 });
+    expect(t.check('q', 1, 0, 0).kind).toBe('append');
+    expect(() => t.check('q', 0, 0, 0)).toThrow(/stale_producer_epoch/);
+  });
+
+  it('an aborted append leaves a fenced epoch in force', () => {
+    const t = new ProducerStateTable();
+    t.fence('z', 2, 0);
+    const e = t.begin('z', 2, 0, 0, 0);
+    t.abort('z', e);
+    expect(() => t.check('z', 1, 0, 0)).toThrow(/stale_producer_epoch/);
+    expect(t.check('z', 2, 0, 0).kind).toBe('append');
   });
 });
 

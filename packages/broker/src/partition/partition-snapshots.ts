@@ -89,9 +89,11 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
     table = ProducerStateTable.fromSnapshot(snap);
     from = snap.offset;
     loaded = true;
-    // The log ends before the snapshot (a torn tail cut by recovery): those batches are not in it.
+    // The log ends before the snapshot (a torn tail cut by recovery, a follower's truncation): those
+    // batches are not in it. Every producer stays with its epoch: a fence (marker) below the cut is in
+    // the snapshot only as an epoch with no batches, and the scan below starts past it.
     if (from > log.logEndOffset) {
-      table.truncate(log.logEndOffset);
+      table.dropBatchesFrom(log.logEndOffset);
       loaded = false;
     } else {
       // The snapshot is taken at the HWM but holds every batch appended by then, above it too; those
@@ -259,7 +261,6 @@ export class PartitionSnapshots implements Tickable {
     // Also when only the HWM moved: the snapshot's offset bounds the scan after a crash.
     if (txns && (txns.version !== this.txnVersion || this.log.highWatermark !== this.txnOffset)) {
       txns.prune(this.log.logStartOffset);
-      txns.pruneClosed(this.log.highWatermark);
       void this.writeTxns(txns, this.log.highWatermark).catch(() => {});
     }
   }
@@ -286,6 +287,10 @@ export class PartitionSnapshots implements Tickable {
       return Promise.resolve();
     }
     const snap = index.snapshot(offset);
+    // Below the snapshot's own offset, which an append not landed yet may have lowered below `offset`: a
+    // transaction closed at or past it is still open as of it, and the rebuild after a crash replays its
+    // marker from there (pruned, its abort would be in neither the snapshot nor the replay).
+    index.pruneClosed(snap.offset);
     return this.txnFile.write(JSON.stringify(snap), () => {
       this.txnVersion = version;
       this.txnOffset = snap.offset;

@@ -109,7 +109,7 @@ export class ProducerStateTable {
     if (!p) return;
     const i = p.batches.indexOf(entry);
     if (i >= 0) p.batches.splice(i, 1);
-    if (p.batches.length === 0) this.producers.delete(id);
+    // The producer stays, with no batches, as a fence leaves it: its epoch still refuses older ones.
     this.version++;
   }
 
@@ -139,15 +139,6 @@ export class ProducerStateTable {
     const p = this.producers.get(id);
     if (p && epoch <= p.epoch) return;
     this.writable().set(id, { epoch, batches: [], lastSeenMs: nowMs });
-    this.version++;
-  }
-
-  /** The log lost its tail from `end` on (recovery after a crash): forget batches that were in it. */
-  truncate(end: number): void {
-    for (const [id, p] of this.producers) {
-      p.batches = p.batches.filter((b) => b.lastOffset < end);
-      if (p.batches.length === 0) this.producers.delete(id);
-    }
     this.version++;
   }
 

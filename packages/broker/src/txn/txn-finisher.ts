@@ -53,16 +53,25 @@ export class TxnFinisher {
    */
   async end(e: Entry, result: 'commit' | 'abort', cause: 'client' | 'timeout' | 'fenced' | 'recovered'): Promise<void> {
     const m = e.meta;
+    const before = { ...m };
     clearTimer(this.deps.clock, e);
-    if (cause === 'recovered') {
-      m.abortReason = RECOVERED;
-    } else if (cause !== 'client') {
-      await bumpEpoch(e.meta, this.deps.producerIds);
-      m.abortReason = cause === 'timeout' ? `timed out after ${m.timeoutMs} ms` : 'fenced by a newer producer';
+    try {
+      if (cause === 'recovered') {
+        m.abortReason = RECOVERED;
+      } else if (cause !== 'client') {
+        await bumpEpoch(e.meta, this.deps.producerIds);
+        m.abortReason = cause === 'timeout' ? `timed out after ${m.timeoutMs} ms` : 'fenced by a newer producer';
+      }
+      m.state = result === 'commit' ? 'prepare_commit' : 'prepare_abort';
+      m.updatedMs = this.deps.clock.now();
+      await this.deps.log.write(m);
+    } catch (err) {
+      // Not decided until the log has it: a retry that found the decision in memory would write markers
+      // of a decision a crash then forgets (recovery aborts what it replays as open).
+      Object.assign(m, before);
+      if (m.state === 'open') this.scheduleTimeout(e);
+      throw err;
     }
-    m.state = result === 'commit' ? 'prepare_commit' : 'prepare_abort';
-    m.updatedMs = this.deps.clock.now();
-    await this.deps.log.write(m);
     failpoint('txn.after_decision');
     await Promise.allSettled([...e.inflight]);
     this.ended.inc({ result, cause });
