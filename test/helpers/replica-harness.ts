@@ -47,11 +47,15 @@ export interface TestReplicaManager {
   host(r: Replica): void;
 }
 
-/** A ReplicaManager of `brokerId`; t[0]'s stored state is `state()`, connections come from `connect()`. */
+/**
+ * A ReplicaManager of `brokerId`; t[0]'s stored state is `state()`, connections come from `connect()`,
+ * ISR writes are answered by `compareAndSet` (default: at once, landed).
+ */
 export function testReplicaManager(
   brokerId: number,
   state: () => PartitionState | undefined = () => undefined,
   connect: () => unknown = () => null,
+  compareAndSet?: (next: PartitionState) => Promise<{ ok: boolean; modRevision?: number }>,
 ): TestReplicaManager {
   const cas: PartitionState[] = [];
   const errors: string[] = [];
@@ -70,18 +74,22 @@ export function testReplicaManager(
     list: () => [],
     compareAndSet: async (_t: string, _p: number, _e: unknown, next: PartitionState) => {
       cas.push(next);
-      return { ok: true };
+      return compareAndSet ? compareAndSet(next) : { ok: true };
     },
   };
+  let hosted: Replica | undefined;
   const rm = new ReplicaManager({
     brokerId,
-    topics: {} as never,
+    topics: { tryGet: (name: string) => (name === 't' && hosted ? { partitions: [hosted.partition] } : undefined) } as never,
     states: states as never,
     registry: registry as never,
     config: { replicaLagMaxMs: 60_000, fetchWaitMs: 500, fetchMaxBytes: 1 << 20, minInsyncReplicas: 2 },
     logger: pino({ level: 'error' }, { write: (line: string) => errors.push(line) }) as never,
     connect: async () => connect() as never,
   });
-  const host = (r: Replica) => (rm as unknown as { replicas: Map<string, Replica> }).replicas.set('t\u00000', r);
+  const host = (r: Replica) => {
+    hosted = r;
+    (rm as unknown as { replicas: Map<string, Replica> }).replicas.set('t\u00000', r);
+  };
   return { rm, cas, errors, host };
 }

@@ -17,7 +17,7 @@ import { LeaderLinks } from './leader-links.js';
 import { askParkedFollowersBack } from './isr-rejoin.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
-import { type AckWaiter, type Replica, type ReplicationConfig, type Role, newReplica } from './replica-types.js';
+import { type AckWaiter, type Replica, type ReplicationConfig, type Role, newReplica, notEnoughReplicas } from './replica-types.js';
 
 export type { ReplicationConfig, Role, Replica } from './replica-types.js';
 
@@ -165,9 +165,8 @@ export class ReplicaManager {
 
   /** acks=all: refused before the append when the ISR is below min_insync_replicas. */
   checkMinIsr(r: Replica): void {
-    if (r.isr.length < this.deps.config.minInsyncReplicas) {
-      throw new TributaryError('NOT_ENOUGH_REPLICAS', { topic: r.topic, partition: r.id, isr: r.isr.length, min_insync_replicas: this.deps.config.minInsyncReplicas });
-    }
+    const few = notEnoughReplicas(r, this.deps.config.minInsyncReplicas);
+    if (few) throw few;
   }
 
   // ---- applying states ----
@@ -202,6 +201,7 @@ export class ReplicaManager {
     const changed = wanted !== role || s.leaderEpoch !== r.leaderEpoch || s.leader !== r.leaderId;
     r.isr = s.isr;
     r.replicas = s.replicas;
+    if (r.isrAdding && (changed || e.modRevision > r.isrAdding.afterRevision)) r.isrAdding = null;
     if (!changed) {
       if (r.role === 'leader') {
         syncFollowers(r, this.deps.brokerId);
@@ -284,10 +284,13 @@ export class ReplicaManager {
   private updateHighWatermark(r: Replica): void {
     if (r.role !== 'leader') return;
     let hwm = r.partition.localEnd;
-    for (const id of r.isr) {
-      if (id === this.deps.brokerId) continue;
-      const f = r.followers.get(id);
-      hwm = Math.min(hwm, f ? Math.max(f.offset, 0) : 0);
+    const adding = r.isrAdding?.ids;
+    for (const ids of adding ? [r.isr, adding] : [r.isr]) {
+      for (const id of ids) {
+        if (id === this.deps.brokerId) continue;
+        const f = r.followers.get(id);
+        hwm = Math.min(hwm, f ? Math.max(f.offset, 0) : 0);
+      }
     }
     if (hwm > r.partition.highWatermark) r.partition.setReplicatedHighWatermark(hwm);
     this.releaseAckWaiters(r);
@@ -333,7 +336,8 @@ export class ReplicaManager {
   waitReplicated(topic: string, partition: number, epoch: number, lastOffset: number, timeoutMs: number): Promise<void> {
     const r = this.replicas.get(key(topic, partition));
     if (r?.role !== 'leader' || r.leaderEpoch !== epoch) return Promise.reject(this.notLeader(topic, partition));
-    if (r.partition.highWatermark > lastOffset) return Promise.resolve();
+    const few = r.partition.highWatermark > lastOffset ? notEnoughReplicas(r, this.deps.config.minInsyncReplicas) : undefined;
+    if (few !== undefined) return few ? Promise.reject(few) : Promise.resolve();
     return new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         r.ackWaiters.delete(w);
@@ -362,7 +366,9 @@ export class ReplicaManager {
       if (w.epoch !== r.leaderEpoch || r.role !== 'leader') continue;
       if (hwm > w.offset) {
         r.ackWaiters.delete(w);
-        w.resolve();
+        const few = notEnoughReplicas(r, this.deps.config.minInsyncReplicas);
+        if (few) w.reject(few);
+        else w.resolve();
       }
     }
   }
@@ -443,7 +449,11 @@ export class ReplicaManager {
       // Fault tests: a slow expansion (`isr.expand:<topic>@ms`), a refused one (`isr.expand:<topic>!n`).
       if (reason === 'caught up') await failpointDelay(`isr.expand:${r.topic}`);
       if (reason === 'caught up' && failpointRefuse(`isr.expand:${r.topic}`)) return;
+      const added = next.isr.filter((id) => !cur.value.isr.includes(id));
+      if (added.length > 0 && r.leaderEpoch === epoch) r.isrAdding = { ids: added, afterRevision: cur.modRevision };
       const res = await this.deps.states.compareAndSet(r.topic, r.id, { modRevision: cur.modRevision }, next);
+      // A refused compare-and-set wrote nothing; a failed request (thrown) may have: the watch will tell.
+      if (!res.ok && r.isrAdding?.afterRevision === cur.modRevision) r.isrAdding = null;
       landed = res.ok;
       if (res.ok) {
         this.deps.logger.info({ topic: r.topic, partition: r.id, isr: next.isr, reason }, 'ISR changed');
@@ -451,6 +461,7 @@ export class ReplicaManager {
         // The watch brings it too; applying now lets the HWM move without waiting for it.
         if (r.leaderEpoch === epoch) {
           r.isr = next.isr;
+          if (r.isrAdding?.afterRevision === cur.modRevision) r.isrAdding = null;
           this.updateHighWatermark(r);
         }
       }

@@ -1,5 +1,6 @@
 /** The replica manager's records of the partitions it replicates (replica-manager.ts). */
 import type { Partition } from '../partition/partition.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { LeaderEpochCache } from '../storage/leader-epoch-cache.js';
 
 export interface ReplicationConfig {
@@ -50,6 +51,12 @@ export interface Replica {
   promoting: number | null;
   /** An ISR change being written to etcd (one at a time per partition). */
   isrChange: Promise<void> | null;
+  /**
+   * Leader: followers an expansion is adding, counted in the HWM from the moment it is sent (a maximal
+   * ISR, KIP-497) until a state newer than `afterRevision` shows whether it landed: etcd may list them,
+   * and the controller elect one, before the compare-and-set's answer arrives.
+   */
+  isrAdding: { ids: number[]; afterRevision: number } | null;
   /** acks=all and coordinator appends waiting for the HWM to pass their record (see waitReplicated). */
   ackWaiters: Set<AckWaiter>;
   /** Not a replica any more: its local data being dropped (a fetch loop starting again waits for it). */
@@ -74,9 +81,19 @@ export function newReplica(topic: string, id: number, partition: Partition): Rep
     fetcher: null,
     promoting: null,
     isrChange: null,
+    isrAdding: null,
     ackWaiters: new Set(),
     dropping: null,
   };
+}
+
+/**
+ * The refusal when `r`'s ISR is below min_insync_replicas, else null: before an acks=all append, and again
+ * once the HWM passed it (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), since a shrink meanwhile leaves the
+ * record on fewer brokers than an acknowledgement promises.
+ */
+export function notEnoughReplicas(r: Replica, min: number): TributaryError | null {
+  return r.isr.length < min ? new TributaryError('NOT_ENOUGH_REPLICAS', { topic: r.topic, partition: r.id, isr: r.isr.length, min_insync_replicas: min }) : null;
 }
 
 /** An append acknowledged only once replicated, and only if this broker still leads at the append's epoch. */

@@ -1,0 +1,103 @@
+/**
+ * When a leader may answer acks=all (docs/architecture.md, "Cluster mode"): only while the ISR holds at
+ * least min_insync_replicas once the HWM passed the record (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), and
+ * with a follower being added to the ISR counted in the HWM from the moment the expansion is sent, since etcd
+ * may list it (and the controller elect it) before the compare-and-set's answer arrives (KIP-497).
+ */
+import { join } from 'node:path';
+import { afterEach, beforeEach, expect, it, vi } from 'vitest';
+import { nextLeadership } from 'tributary-broker/cluster/controller.js';
+import type { PartitionState } from 'tributary-broker/cluster/partition-state.js';
+import type { Replica } from 'tributary-broker/cluster/replica-types.js';
+import { Partition } from 'tributary-broker/partition/partition.js';
+import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { testReplica, testReplicaManager } from '../../helpers/replica-harness.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
+
+let dir: string;
+const cleanup: Array<() => Promise<unknown>> = [];
+beforeEach(async () => {
+  dir = await tempDir('trib-ack-rules-');
+});
+afterEach(async () => {
+  for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
+  await removeDir(dir);
+});
+
+const rec = (i: number) => ({ key: null, value: Buffer.from(`v${i}`) });
+
+/** Broker 0 leading t[0] at epoch 2 in `etcd()`'s state (min_insync_replicas 2). */
+async function leader(etcd: () => PartitionState, compareAndSet?: (next: PartitionState) => Promise<{ ok: boolean; modRevision?: number }>) {
+  const s = etcd();
+  const { rm, host } = testReplicaManager(0, etcd, undefined, compareAndSet);
+  const log = await PartitionLog.open(join(dir, 'p'), { flush: 'always' });
+  const partition = new Partition('t', 0, log, { replicated: true });
+  partition.enableReplication(() => {});
+  const r = testReplica(partition, { role: 'none', leaderEpoch: s.leaderEpoch, leaderId: 0, isr: s.isr, replicas: s.replicas });
+  host(r);
+  cleanup.push(
+    () => rm.close(),
+    () => log.close(),
+  );
+  (rm as unknown as { promote(r: Replica): void }).promote(r);
+  await vi.waitFor(() => expect(rm.isLeader('t', 0)).toBe(true));
+  const apply = (value: PartitionState, modRevision: number) =>
+    (rm as unknown as { apply(e: unknown): void }).apply({ topic: 't', partition: 0, value, modRevision });
+  return { rm, r, partition, apply };
+}
+
+it('an acks=all record the ISR shrank below min_insync_replicas under is refused, not acknowledged', async () => {
+  let s: PartitionState = { replicas: [0, 1, 2], leader: 0, leaderEpoch: 2, isr: [0, 1], hwm: 0 };
+  const { rm, r, partition, apply } = await leader(() => s);
+  rm.checkMinIsr(r);
+  const { lastOffset } = await partition.append([rec(0)]);
+  const acked = rm.waitReplicated('t', 0, 2, lastOffset, 5_000);
+  // Broker 1 stops fetching and leaves the ISR: the HWM is the leader's own end, the record on one broker.
+  s = { ...s, isr: [0] };
+  apply(s, 2);
+  expect(partition.highWatermark).toBe(1);
+  await expect(acked).rejects.toMatchObject({ code: 'NOT_ENOUGH_REPLICAS' });
+  // So is one whose HWM had passed already when it asked.
+  await expect(rm.waitReplicated('t', 0, 2, lastOffset, 5_000)).rejects.toMatchObject({ code: 'NOT_ENOUGH_REPLICAS' });
+});
+
+it('counts a follower being added to the ISR in the HWM before the expansion is answered', async () => {
+  // Broker 1 in sync, broker 2 (second in replica order) out of the ISR.
+  let etcd: PartitionState = { replicas: [0, 2, 1], leader: 0, leaderEpoch: 2, isr: [0, 1], hwm: 0 };
+  let answer!: () => void;
+  // The compare-and-set commits in etcd at once; its answer reaches the leader only on `answer()`.
+  const { rm, partition, apply } = await leader(
+    () => etcd,
+    async (next) => {
+      etcd = next;
+      await new Promise<void>((res) => {
+        answer = res;
+      });
+      return { ok: true, modRevision: 2 };
+    },
+  );
+  await partition.append(Array.from({ length: 10 }, (_, i) => rec(i)));
+  rm.followerFetch('t', 0, 1, 2, 10);
+  expect(partition.highWatermark).toBe(10);
+  // Broker 2 reaches the HWM: the leader sends ISR [0,1,2], which etcd has at once.
+  rm.followerFetch('t', 0, 2, 2, 10);
+  await vi.waitFor(() => expect(etcd.isr).toEqual([0, 1, 2]));
+
+  const { lastOffset } = await partition.append(Array.from({ length: 5 }, (_, i) => rec(10 + i)));
+  let acked = false;
+  const waiting = rm.waitReplicated('t', 0, 2, lastOffset, 5_000).then(() => {
+    acked = true;
+  });
+  rm.followerFetch('t', 0, 1, 2, 15);
+  // Broker 2 lacks 10..14 and the controller could elect it from etcd's ISR: not acknowledged.
+  expect(nextLeadership(etcd, new Set([1, 2]), false)?.leader).toBe(2);
+  expect(partition.highWatermark).toBe(10);
+  await new Promise((res) => setImmediate(res));
+  expect(acked).toBe(false);
+  rm.followerFetch('t', 0, 2, 2, 15);
+  await waiting;
+  expect(partition.highWatermark).toBe(15);
+  answer();
+  // The watch brings the state the expansion wrote: the ISR is [0,1,2] from then on.
+  apply(etcd, 2);
+});
