@@ -104,4 +104,29 @@ describe('deleting a topic in a cluster', () => {
     await cluster.broker(coordinator).restart();
     expect(await committedColumn(group)).toEqual([0, null]);
   });
+  it('a topic re-created under the same name replicates its own records: its acks=all writes survive the loss of its leader', async () => {
+    const admin = await connect(0);
+    const l1 = await cluster.createInSync('rc');
+    const c1 = await connect(l1.id);
+    for (let i = 0; i < 5; i++) await c1.json('PUBLISH', { topic: 'rc', partition: 0, acks: 'all', message: `old-${i}` });
+    await admin.command('DELETE', { topic: 'rc' });
+    await admin.command('CREATE', { topic: 'rc', partitions: 1, replication_factor: 3 });
+    const l2 = await cluster.waitFor('the new rc[0] led with a full ISR', async () => {
+      const l = await cluster.leaderOf('rc', 0);
+      return l.id >= 0 && l.isr.length === 3 ? l : false;
+    });
+    const c2 = await connect(l2.id);
+    for (let i = 0; i < 3; i++) expect(await c2.json('PUBLISH', { topic: 'rc', partition: 0, acks: 'all', message: `new-${i}` })).toMatchObject({ offset: i });
+    // Its leader dies: the next one holds the acknowledged records (the old incarnation's replicas held none).
+    await cluster.broker(l2.id).kill();
+    const l3 = await cluster.waitFor('rc[0] led by another broker', async () => {
+      const l = await cluster.leaderOf('rc', 0);
+      return l.id >= 0 && l.id !== l2.id ? l : false;
+    });
+    const c3 = await connect(l3.id);
+    const read = await cluster.waitFor('a read from the new leader', async () =>
+      c3.consume({ topic: 'rc', partition: 0, offset: 0, batch: 10 }).catch(() => undefined),
+    );
+    expect(read.records.map((r) => r.value.toString())).toEqual(['new-0', 'new-1', 'new-2']);
+  }, 120_000);
 });

@@ -27,13 +27,13 @@ afterEach(async () => {
 const rec = (i: number) => ({ key: null, value: Buffer.from(`v${i}`) });
 
 /** Broker 0 leading t[0] at epoch 2 in `etcd()`'s state (min_insync_replicas 2). */
-async function leader(etcd: () => PartitionState, compareAndSet?: (next: PartitionState) => Promise<{ ok: boolean; modRevision?: number }>) {
+async function leader(etcd: () => PartitionState, compareAndSet?: (next: PartitionState) => Promise<{ ok: boolean; modRevision?: number }>, topicId?: string) {
   const s = etcd();
   const { rm, host } = testReplicaManager(0, etcd, undefined, compareAndSet);
   const log = await PartitionLog.open(join(dir, 'p'), { flush: 'always' });
   const partition = new Partition('t', 0, log, { replicated: true });
   partition.enableReplication(() => {});
-  const r = testReplica(partition, { role: 'none', leaderEpoch: s.leaderEpoch, leaderId: 0, isr: s.isr, replicas: s.replicas });
+  const r = testReplica(partition, { role: 'none', leaderEpoch: s.leaderEpoch, leaderId: 0, isr: s.isr, replicas: s.replicas, topicId });
   host(r);
   cleanup.push(
     () => rm.close(),
@@ -100,4 +100,15 @@ it('counts a follower being added to the ISR in the HWM before the expansion is 
   answer();
   // The watch brings the state the expansion wrote: the ISR is [0,1,2] from then on.
   apply(etcd, 2);
+});
+
+it("a follower's fetch of a deleted topic of the same name (another topic id) moves nothing", async () => {
+  const s: PartitionState = { replicas: [0, 1], leader: 0, leaderEpoch: 0, isr: [0, 1], hwm: 0 };
+  const { rm, partition } = await leader(() => s, undefined, 'new-topic-id');
+  await partition.append(Array.from({ length: 3 }, (_, i) => rec(i)));
+  // Broker 1 still fetches for the old incarnation, whose epochs also started at 0 and whose log was longer.
+  expect(() => rm.followerFetch('t', 0, 1, 0, 3, 'old-topic-id')).toThrow(/topic_id_mismatch/);
+  expect(partition.highWatermark).toBe(0);
+  rm.followerFetch('t', 0, 1, 0, 3, 'new-topic-id');
+  expect(partition.highWatermark).toBe(3);
 });

@@ -355,11 +355,9 @@ export class Broker implements BrokerContext {
         }
       }
     }
-    // A topic whose creator died between its definition and its partition states gets them here.
-    const have = cluster.states.countsByTopic();
-    for (const t of this.topics.list()) {
-      if ((have.get(t.name) ?? 0) < t.def.partitions) await cluster.createPartitionStates(t.name, t.def.partitions, t.def.replicationFactor);
-    }
+    // A topic whose creator died between its definition and its partition states gets them here (and a
+    // re-created one loses states its deleted namesake left).
+    for (const t of this.topics.list()) await cluster.createPartitionStates(t.name, t.def.partitions, t.def.replicationFactor, t.def.topicId);
   }
 
   private async ensureInternalTopics(): Promise<void> {

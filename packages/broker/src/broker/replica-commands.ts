@@ -27,13 +27,14 @@ async function replicaFetch(b: BrokerContext, _c: ConnectionContext, p: Params):
   const maxBytes = Math.min(p.int('max_bytes', { min: 1 }) ?? 1024 * 1024, b.config.maxFrameBytes - 1024 * 1024);
   const waitMs = Math.min(p.int('wait_ms', { min: 0 }) ?? 0, b.config.maxWaitMs);
   const park = p.bool('park') ?? false;
+  const topicId = p.str('topic_id', { maxLength: 100 });
   if (park && waitMs > 0) throw invalidParam('park', 'a parked fetch does not wait at the leader (REPLICA_WAIT does)');
-  const r = node.replicas.followerFetch(topic, partition, replica, epoch, offset);
+  const r = node.replicas.followerFetch(topic, partition, replica, epoch, offset, topicId);
   const part = r.partition;
   if (part.localEnd <= offset && waitMs > 0) {
     await part.waitForLogEnd(offset, waitMs);
     // The wait may have outlived the leadership.
-    node.replicas.followerFetch(topic, partition, replica, epoch, offset);
+    node.replicas.followerFetch(topic, partition, replica, epoch, offset, topicId);
   }
   const end = part.localEnd;
   const records =
@@ -82,7 +83,7 @@ function partitionsReady(b: BrokerContext, _c: ConnectionContext, p: Params): Re
 
 export const REPLICA_COMMANDS: Record<string, CommandSpec> = {
   PARTITIONS_READY: { handler: partitionsReady, params: ['partitions', 'topic'] },
-  REPLICA_FETCH: { handler: replicaFetch, params: ['leader_epoch', 'max_bytes', 'offset', 'park', 'partition', 'replica', 'topic', 'wait_ms'] },
+  REPLICA_FETCH: { handler: replicaFetch, params: ['leader_epoch', 'max_bytes', 'offset', 'park', 'partition', 'replica', 'topic', 'topic_id', 'wait_ms'] },
   REPLICA_WAIT: { handler: replicaWait, params: ['replica', 'wait_ms'] },
   LEADER_EPOCHS: { handler: leaderEpochs, params: ['leader_epoch', 'partition', 'topic'] },
 };

@@ -35,7 +35,7 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
   const { topic, created } = await b.topics.create(spec);
   // Cluster mode: the definition first, then who replicates and leads each partition.
   if (b.cluster) {
-    await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
+    await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor, topic.def.topicId);
     if (wait) await b.cluster.awaitServing(topic.name, range(0, topic.def.partitions), TOPIC_READY_TIMEOUT_MS);
   }
   return formatOk({ topic: topic.name, partitions: topic.def.partitions, ...policyFields(topic.def), created });
@@ -62,7 +62,7 @@ async function addPartitions(b: BrokerContext, _c: ConnectionContext, p: Params)
   const before = b.topics.tryGet(name)?.partitions.length ?? 0;
   const topic = await b.topics.addPartitions(name, partitions);
   if (b.cluster) {
-    await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
+    await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor, topic.def.topicId);
     if (wait) await b.cluster.awaitServing(topic.name, range(before, topic.def.partitions), TOPIC_READY_TIMEOUT_MS);
   }
   return formatOk({ topic: topic.name, partitions: topic.def.partitions });
@@ -77,6 +77,8 @@ async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<
   if (!b.cluster) await b.coordinator.deleteTopicOffsets(name).catch((err: unknown) => b.logger.error({ err, topic: name }, 'deleting the committed offsets of a deleted topic failed'));
   // Reassignments of a deleted topic have nothing left to move (best effort).
   await b.cluster?.reassignments.deleteTopic(name).catch(() => {});
+  // Nor its partition states (a re-created topic deletes any left behind: ClusterNode.createPartitionStates).
+  await b.cluster?.states.deleteTopic(name).catch((err: unknown) => b.logger.warn({ err, topic: name }, 'deleting the partition states of a deleted topic failed'));
   return formatOk({ topic: name, deleted: true });
 }
 

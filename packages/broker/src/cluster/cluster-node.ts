@@ -182,13 +182,18 @@ export class ClusterNode {
     this.client.close();
   }
 
-  /** Replica assignment and initial states of a topic's partitions, written after its definition. */
-  async createPartitionStates(topic: string, partitions: number, replicationFactor: number): Promise<void> {
+  /**
+   * Replica assignment and initial states of a topic's partitions, written after its definition. States a
+   * deleted topic of the same name left behind (another topic id: their deletion failed or was cut short)
+   * are deleted first: the new topic must not inherit their leaders, ISR and epochs.
+   */
+  async createPartitionStates(topic: string, partitions: number, replicationFactor: number, topicId: string): Promise<void> {
+    if (this.states.list(topic).some((e) => e.value.topicId !== undefined && e.value.topicId !== topicId)) await this.states.deleteTopic(topic);
     const have = this.states.list(topic).length;
     if (have >= partitions) return;
     // Partitions added to a topic get replicas the same way, continuing the spread of leaders.
     const live = this.registry.list().map((b) => b.id);
-    await this.states.create(topic, assignReplicas(partitions - have, replicationFactor, live, have), have);
+    await this.states.create(topic, assignReplicas(partitions - have, replicationFactor, live, have).map((s) => ({ ...s, topicId })), have);
   }
 
   /** Of `partitions` of `topic`, the ones this broker leads and serves now (PARTITIONS_READY). */

@@ -19,6 +19,11 @@ export interface PartitionState {
   hwm: number;
   /** A reassignment in progress (reassignment.ts): written by the controller only. */
   reassign?: ReassignmentProgress;
+  /**
+   * The topic id (TopicDefinition.topicId) the state belongs to: a state left by a deleted topic of the same
+   * name is not the re-created topic's (states written before topic ids were recorded have none).
+   */
+  topicId?: string;
 }
 
 export interface PartitionStateEntry extends Versioned<PartitionState> {
@@ -57,6 +62,7 @@ function parseState(text: string): PartitionState | undefined {
       Number.isInteger(s.leader) &&
       Number.isSafeInteger(s.leaderEpoch) &&
       Number.isSafeInteger(s.hwm) &&
+      (s.topicId === undefined || typeof s.topicId === 'string') &&
       (s.reassign === undefined ||
         (s.reassign !== null &&
           isIdList(s.reassign.target) &&

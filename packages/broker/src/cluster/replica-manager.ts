@@ -17,7 +17,8 @@ import { LeaderLinks } from './leader-links.js';
 import { askParkedFollowersBack } from './isr-rejoin.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
-import { type AckWaiter, type Replica, type ReplicationConfig, type Role, newReplica, notEnoughReplicas } from './replica-types.js';
+import { failAckWaiters, releaseAckWaiters, waitReplicated } from './ack-waiters.js';
+import { type Replica, type ReplicationConfig, type Role, newReplica, notEnoughReplicas } from './replica-types.js';
 
 export type { ReplicationConfig, Role, Replica } from './replica-types.js';
 
@@ -63,6 +64,12 @@ export class ReplicaManager {
   ) {
     this.links = new LeaderLinks({ brokerId: deps.brokerId, registry: deps.registry, logger: deps.logger, waitMs: Math.max(deps.config.fetchWaitMs, 1000), connect: deps.connect });
     deps.states.events.on('changed', (e: PartitionStateEntry) => this.apply(e));
+    // The topic was deleted: its replicas stop (a re-created topic of the name gets new ones).
+    deps.states.events.on('deleted', (e: PartitionStateEntry) => {
+      this.pending.delete(key(e.topic, e.partition));
+      const r = this.replicas.get(key(e.topic, e.partition));
+      if (r) this.retire(r);
+    });
     askParkedFollowersBack({ registry: deps.registry, states: deps.states, replicas: () => this.replicas.values(), get: (t, p) => this.get(t, p), mark: (id, t, p) => this.fetchWatch.mark(id, t, p) });
     this.lagTimer = setInterval(() => this.checkLag(), Math.max(100, Math.floor(deps.config.replicaLagMaxMs / 4)));
     this.lagTimer.unref();
@@ -93,7 +100,7 @@ export class ReplicaManager {
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.lagTimer);
-    for (const r of this.replicas.values()) this.failAckWaiters(r, () => new TributaryError('shutting_down'));
+    for (const r of this.replicas.values()) failAckWaiters(r, () => new TributaryError('shutting_down'));
     for (const r of this.replicas.values()) r.stop?.abort();
     this.links.closeAll();
     await Promise.all([...this.replicas.values()].map((r) => r.epochs.flush().catch(() => {})));
@@ -173,24 +180,32 @@ export class ReplicaManager {
 
   private apply(e: PartitionStateEntry): void {
     if (this.closed) return;
-    const part = this.deps.topics.tryGet(e.topic)?.partitions[e.partition];
-    if (!part) {
-      // The topic is not open here yet (its definition arrives by another watch): try again shortly.
+    const topic = this.deps.topics.tryGet(e.topic);
+    const part = topic?.partitions[e.partition];
+    // The topic is not open here yet (its definition arrives by another watch), or the one open is a
+    // deleted namesake of the state's: try again shortly, unless the state is gone by then.
+    if (!part || (e.value.topicId !== undefined && topic!.def.topicId !== e.value.topicId)) {
       this.pending.set(key(e.topic, e.partition), e);
       setTimeout(() => {
         const p = this.pending.get(key(e.topic, e.partition));
         if (p === e) {
           this.pending.delete(key(e.topic, e.partition));
-          this.apply(this.deps.states.get(e.topic, e.partition) ?? e);
+          const now = this.deps.states.get(e.topic, e.partition);
+          if (now) this.apply(now);
         }
       }, 100).unref();
       return;
     }
     const s = e.value;
     let r = this.replicas.get(key(e.topic, e.partition));
+    // Another incarnation of the topic: its replica (and its fetch loop, its waiters) must not serve this one.
+    if (r && r.partition !== part) {
+      this.retire(r);
+      r = undefined;
+    }
     if (!r) {
       part.enableReplication(() => this.onLocalDurable(r!));
-      r = newReplica(e.topic, e.partition, part);
+      r = newReplica(e.topic, e.partition, part, topic!.def.topicId);
       this.replicas.set(key(e.topic, e.partition), r);
       r.epochsLoaded = r.epochs.load();
       r.epochsLoaded.catch((err: unknown) => this.deps.logger.error({ err, topic: e.topic, partition: e.partition }, 'leader epoch cache unreadable'));
@@ -213,7 +228,7 @@ export class ReplicaManager {
     r.stop = null;
     // Before anything else moves (a follower truncates, takes the new leader's HWM): a record appended
     // under the old epoch may be truncated, so no waiter of that epoch may ever be answered OK.
-    this.failAckWaiters(r, () => this.notLeader(r!.topic, r!.id));
+    failAckWaiters(r, () => this.notLeader(r!.topic, r!.id));
     r.leaderEpoch = s.leaderEpoch;
     r.leaderId = s.leader;
     r.promoting = null;
@@ -225,6 +240,16 @@ export class ReplicaManager {
     if (wanted === 'follower') this.becomeFollower(r);
     else dropLocalData(r, this.deps.brokerId, () => this.closed, this.deps.logger);
     this.roleApplied(r);
+  }
+
+  /** Stops a replica whose topic was deleted (or re-created): no fetching, no waiter answered OK. */
+  private retire(r: Replica): void {
+    r.stop?.abort();
+    r.stop = null;
+    r.promoting = null;
+    r.role = 'none';
+    failAckWaiters(r, () => new TributaryError('NOT_LEADER', { topic: r.topic, partition: r.id, reason: 'topic_deleted' }));
+    if (this.replicas.get(key(r.topic, r.id)) === r) this.replicas.delete(key(r.topic, r.id));
   }
 
   private roleApplied(r: Replica): void {
@@ -293,7 +318,7 @@ export class ReplicaManager {
       }
     }
     if (hwm > r.partition.highWatermark) r.partition.setReplicatedHighWatermark(hwm);
-    this.releaseAckWaiters(r);
+    releaseAckWaiters(r, this.deps.config.minInsyncReplicas);
     this.markParked(r);
   }
 
@@ -327,58 +352,11 @@ export class ReplicaManager {
     return this.fetchWatch.wait(replicaId, waitMs, signal);
   }
 
-  /**
-   * Resolves once the HWM passed `lastOffset`, appended while this broker led the partition at `epoch`.
-   * It is answered OK only while the broker still leads at that epoch (a leader never truncates, so the
-   * record at that offset is the one appended); a change of epoch or role fails it at once with a
-   * retriable NOT_LEADER, never a wait for the timeout (docs/architecture.md, "acks=all").
-   */
+  /** Resolves once the HWM passed `lastOffset`, appended while this broker led at `epoch` (ack-waiters.ts). */
   waitReplicated(topic: string, partition: number, epoch: number, lastOffset: number, timeoutMs: number): Promise<void> {
-    const r = this.replicas.get(key(topic, partition));
-    if (r?.role !== 'leader' || r.leaderEpoch !== epoch) return Promise.reject(this.notLeader(topic, partition));
-    const few = r.partition.highWatermark > lastOffset ? notEnoughReplicas(r, this.deps.config.minInsyncReplicas) : undefined;
-    if (few !== undefined) return few ? Promise.reject(few) : Promise.resolve();
-    return new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        r.ackWaiters.delete(w);
-        reject(new TributaryError('request_timeout', { reason: 'the in-sync replicas did not confirm the record in time', topic, partition }));
-      }, timeoutMs);
-      const w: AckWaiter = {
-        epoch,
-        offset: lastOffset,
-        resolve: () => {
-          clearTimeout(timer);
-          resolve();
-        },
-        reject: (err) => {
-          clearTimeout(timer);
-          reject(err);
-        },
-      };
-      r.ackWaiters.add(w);
-    });
+    return waitReplicated(this.replicas.get(key(topic, partition)), epoch, lastOffset, timeoutMs, this.deps.config.minInsyncReplicas, () => this.notLeader(topic, partition));
   }
 
-  private releaseAckWaiters(r: Replica): void {
-    if (r.ackWaiters.size === 0) return;
-    const hwm = r.partition.highWatermark;
-    for (const w of r.ackWaiters) {
-      if (w.epoch !== r.leaderEpoch || r.role !== 'leader') continue;
-      if (hwm > w.offset) {
-        r.ackWaiters.delete(w);
-        const few = notEnoughReplicas(r, this.deps.config.minInsyncReplicas);
-        if (few) w.reject(few);
-        else w.resolve();
-      }
-    }
-  }
-
-  private failAckWaiters(r: Replica, error: () => Error): void {
-    if (r.ackWaiters.size === 0) return;
-    const waiters = [...r.ackWaiters];
-    r.ackWaiters.clear();
-    for (const w of waiters) w.reject(error());
-  }
 
   private onLocalDurable(r: Replica): void {
     if (r.role === 'leader') this.updateHighWatermark(r);
@@ -388,8 +366,10 @@ export class ReplicaManager {
    * A follower's REPLICA_FETCH at `offset` (its log end): checks the epoch, records its position, moves the
    * HWM and, on catch-up, brings it back into the ISR.
    */
-  followerFetch(topic: string, partition: number, replicaId: number, leaderEpoch: number, offset: number): Replica {
+  followerFetch(topic: string, partition: number, replicaId: number, leaderEpoch: number, offset: number, topicId?: string): Replica {
     const r = this.requireLeaderAt(topic, partition, leaderEpoch);
+    // A follower still on a deleted namesake's partition (same name, epochs starting again at 0).
+    if (topicId !== undefined && r.topicId !== undefined && topicId !== r.topicId) throw new TributaryError('NOT_LEADER', { topic, partition, reason: 'topic_id_mismatch' });
     const f = r.followers.get(replicaId);
     if (!f) throw new TributaryError('invalid_parameter', { param: 'replica', reason: `broker ${replicaId} is not a replica of ${topic}[${partition}]` });
     if (offset > r.partition.logEndOffset) {
@@ -472,7 +452,7 @@ export class ReplicaManager {
         // them (retriably) now rather than at the replication timeout, so a producer's pipeline on this
         // broker does not stall behind them (this broker may be cut off, its followers gone to a new leader).
         if (reason === 'lagging' && r.leaderEpoch === epoch) {
-          this.failAckWaiters(r, () => new TributaryError('NOT_ENOUGH_REPLICAS', { topic: r.topic, partition: r.id, reason: 'a lagging replica cannot leave the ISR while etcd is unreachable' }));
+          failAckWaiters(r, () => new TributaryError('NOT_ENOUGH_REPLICAS', { topic: r.topic, partition: r.id, reason: 'a lagging replica cannot leave the ISR while etcd is unreachable' }));
         }
       })
       .finally(() => {
@@ -514,7 +494,7 @@ export class ReplicaManager {
           const sentAt = Date.now();
           const frame = await abortable(
             conn.request(
-              `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} park=true`,
+              `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} park=true${r.topicId ? ` topic_id=${r.topicId}` : ''}`,
             ),
             signal,
           );

@@ -33,6 +33,8 @@ export interface FollowerPosition {
 export interface Replica {
   topic: string;
   id: number;
+  /** The id of the topic `partition` belongs to: fetches of another incarnation of the name are refused. */
+  topicId: string | undefined;
   partition: Partition;
   role: Role;
   leaderEpoch: number;
@@ -64,10 +66,11 @@ export interface Replica {
 }
 
 /** A replica of `topic`[`id`] that has no role yet; its epoch history (not loaded yet) is in `partition`'s directory. */
-export function newReplica(topic: string, id: number, partition: Partition): Replica {
+export function newReplica(topic: string, id: number, partition: Partition, topicId?: string): Replica {
   return {
     topic,
     id,
+    topicId,
     partition,
     role: 'none',
     leaderEpoch: -1,

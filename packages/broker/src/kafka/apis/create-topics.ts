@@ -87,7 +87,7 @@ async function create(ctx: KafkaRequestContext, spec: TopicSpec, timeoutMs: numb
   if (!created) throw new TopicRefused('TOPIC_ALREADY_EXISTS', `topic ${spec.name} already exists`);
   const cluster = ctx.broker.cluster;
   if (!cluster) return;
-  await cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor);
+  await cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor, topic.def.topicId);
   // timeoutMs 0 or less: answer at once; the leaders answer retriably until they serve it.
   if (timeoutMs > 0) await cluster.awaitServing(topic.name, topic.partitions.map((p) => p.id), Math.min(timeoutMs, MAX_WAIT_MS));
 }

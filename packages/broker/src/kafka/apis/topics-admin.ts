@@ -42,6 +42,7 @@ export const deleteTopicsHandler = handler(apiByKey(DeleteTopics.apiKey)!, async
       }
       // As DELETE: reassignments of a deleted topic have nothing left to move (best effort).
       await ctx.broker.cluster?.reassignments.deleteTopic(w.name).catch(() => {});
+      await ctx.broker.cluster?.states.deleteTopic(w.name).catch((err: unknown) => ctx.broker.logger.warn({ err, topic: w.name }, 'deleting the partition states of a deleted topic failed'));
       responses.push({ name: w.name, topicId: w.topicId, errorCode: 0, errorMessage: null });
     } catch (err) {
       responses.push({ name: w.name, topicId: w.topicId, errorCode: errorCodeOf(err), errorMessage: message(err) });
@@ -68,7 +69,7 @@ export const createPartitionsHandler = handler(apiByKey(CreatePartitions.apiKey)
         const grown = await ctx.broker.topics.addPartitions(name, count);
         const cluster = ctx.broker.cluster;
         if (cluster) {
-          await cluster.createPartitionStates(name, grown.def.partitions, grown.def.replicationFactor);
+          await cluster.createPartitionStates(name, grown.def.partitions, grown.def.replicationFactor, grown.def.topicId);
           const added = grown.partitions.slice(before).map((p) => p.id);
           if ((body.timeoutMs as number) > 0) await cluster.awaitServing(name, added, Math.min(body.timeoutMs as number, 30_000));
         }
