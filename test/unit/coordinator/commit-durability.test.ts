@@ -7,7 +7,8 @@
 import { afterEach, expect, it } from 'vitest';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type GroupLog, LogOffsetStore, type ReplayResult } from 'tributary-broker/coordinator/group-log.js';
-import type { OffsetEntry } from 'tributary-broker/coordinator/offset-store.js';
+import type { OffsetEntry, OffsetStore } from 'tributary-broker/coordinator/offset-store.js';
+import { MemoryOffsetStore } from 'tributary-broker/coordinator/memory-offset-store.js';
 import { type Coordinators, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { rec, removeDir, tempDir, until } from '../../helpers/util.js';
@@ -49,7 +50,7 @@ async function member(cs: Coordinators, clock: FakeClock, group: string, id: str
   return v;
 }
 
-async function open(offsetStore?: (log: GroupLog) => LogOffsetStore) {
+async function open(offsetStore?: (log: GroupLog) => OffsetStore) {
   dir = await tempDir('trib-commit-durability-');
   const clock = new FakeClock();
   const cs = await openCoordinators(dir, clock, { topics: { t: 1 }, ...(offsetStore ? { offsetStore } : {}) });
@@ -160,4 +161,27 @@ it('of two reloads of one coordinator partition only the last applies, and its g
   // The overtaken reload applied nothing: offset 8 stays, and 6 is behind it.
   expect(gc.fetchOffset('g1', 't', 0)).toEqual({ offset: 8, committed: true });
   expect(await outcome(commit(6))).toMatch(/offset_regression|regression/);
+});
+
+it("a commit to an offset store outside the log (PostgreSQL) is refused while etcd has not confirmed the broker's lease", async () => {
+  const { cs, clock } = await open(() => new MemoryOffsetStore());
+  const gc = cs.groups;
+  let confirmed = true;
+  gc.enableOwnership(
+    (p) => new TributaryError('NOT_COORDINATOR', { partition: p }),
+    () => true,
+    () => true,
+    () => true,
+    () => confirmed,
+  );
+  for (let p = 0; p < 2; p++) await gc.loadPartition(p);
+  const v = await member(cs, clock, 'g', 'a');
+  const commit = (offset: number) => gc.commit({ topic: 't', group: 'g', member: v.memberId, generation: v.generation, entries: [{ partition: 0, offset }] });
+  await commit(3);
+  // Cut off from etcd (not paused): its lease may expire and the group move, and no leader fences the write.
+  confirmed = false;
+  expect(await outcome(commit(5))).toMatch(/COORDINATOR_NOT_AVAILABLE/);
+  expect(gc.fetchOffset('g', 't', 0)).toEqual({ offset: 3, committed: true });
+  confirmed = true;
+  expect(await outcome(commit(5))).toBe('ok');
 });

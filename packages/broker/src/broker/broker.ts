@@ -309,6 +309,9 @@ export class Broker implements BrokerContext {
       () => this.topics.tryGet(OFFSETS_TOPIC) !== undefined,
       leaseHeld,
       (p) => (cluster.replicas.get(OFFSETS_TOPIC, p)?.role !== 'leader' ? false : leaseHeld() ? true : undefined),
+      // A PostgreSQL commit is fenced by nothing else: a broker cut off from etcd (not paused) would keep
+      // taking commits after its groups moved; once its lease may have expired, it takes none.
+      () => cluster.registry.confirmed,
     );
     this.transactions.enableOwnership(
       (p) => cluster.notCoordinator(TXN_STATE_TOPIC, p),

@@ -226,6 +226,11 @@ export class BrokerRegistry {
     await withMetadataErrors('revoke_lease', () => this.client.leaseClient.leaseRevoke({ ID: lease }));
   }
 
+  /** Whether etcd confirmed this broker's lease within its TTL (it cannot have expired meanwhile). */
+  get confirmed(): boolean {
+    return this.lease?.confirmed ?? false;
+  }
+
   /** True while this broker's registration lease certainly holds: only then may it act as a leader. */
   get alive(): boolean {
     return this.lease?.alive ?? false;

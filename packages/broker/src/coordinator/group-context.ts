@@ -60,6 +60,11 @@ export interface GroupContext {
   checkOwner(group: string): void;
   /** Whether timers may take decisions now (false while a cluster broker's lease is unconfirmed). */
   canAct(): boolean;
+  /**
+   * Before a write to an offset store outside the log (PostgreSQL), which no partition leader fences: in a
+   * cluster, throws unless etcd confirmed this broker's lease within its TTL (docs/architecture.md).
+   */
+  checkStoreWrite(): void;
   /** The partition of `__consumer_offsets` a group's state lives in. */
   partitionFor(group: string): number;
   /** Writes the group's snapshot; a refused write reloads its partition from the log, then rethrows. */

@@ -44,6 +44,8 @@ export class GroupCoordinator {
    * write); undefined while it cannot tell yet (its lease unconfirmed after a pause).
    */
   private leads: ((partition: number) => boolean | undefined) | undefined;
+  /** Cluster mode: whether etcd confirmed this broker's lease within its TTL (fences non-log offset stores). */
+  private leaseConfirmed?: () => boolean;
   private readonly locks = new KeyedLock();
   /**
    * Standalone: `__consumer_offsets` partitions being reloaded after a refused write. Their groups answer
@@ -102,6 +104,11 @@ export class GroupCoordinator {
         }),
       checkOwner: (group) => this.checkOwner(group),
       canAct: () => this.canAct(),
+      checkStoreWrite: () => {
+        if (this.leaseConfirmed && !this.leaseConfirmed()) {
+          throw new TributaryError('COORDINATOR_NOT_AVAILABLE', { reason: "this broker's lease is not confirmed by etcd: a commit to the offset store is not fenced" });
+        }
+      },
       partitionFor: (group) => this.partitionFor(group),
       persist: (g) => this.persist(g),
     };
@@ -170,9 +177,11 @@ export class GroupCoordinator {
     offsetsTopicExists: () => boolean,
     leaseHeld?: () => boolean,
     leads?: (partition: number) => boolean | undefined,
+    leaseConfirmed?: () => boolean,
   ): void {
     this.ownership = new PartitionOwnership('__consumer_offsets', notCoordinator, offsetsTopicExists, leaseHeld);
     this.leads = leads;
+    this.leaseConfirmed = leaseConfirmed;
   }
 
   /** Whether timers may take decisions now (false while a cluster broker's lease is unconfirmed). */

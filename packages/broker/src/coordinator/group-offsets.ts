@@ -178,6 +178,7 @@ export class GroupOffsets {
       previous = changed.map((e) => getOffset(this.reserved, req.group, req.topic, e.partition));
       for (const e of changed) setOffset(this.reserved, req.group, req.topic, e.partition, e.offset);
       if (changed.length === 0) return { write: undefined };
+      if (store.kind !== 'log') this.ctx.checkStoreWrite();
       const settled = new Promise<void>((resolve) => {
         settle = resolve;
       });
@@ -350,6 +351,7 @@ export class GroupOffsets {
         return cur === undefined || e.offset > cur;
       });
       if (forward.length > 0) {
+        if (this.ctx.offsetStore.kind !== 'log') this.ctx.checkStoreWrite();
         await this.ctx.offsetStore.commit(group, topic, forward);
         for (const e of forward) {
           if ((getOffset(this.reserved, group, topic, e.partition) ?? -1) < e.offset) setOffset(this.reserved, group, topic, e.partition, e.offset);
