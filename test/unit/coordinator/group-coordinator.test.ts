@@ -127,6 +127,16 @@ describe('GroupCoordinator on a fake clock', () => {
     expect(await heartbeat('g', sa)).toEqual({ generation: 1, memberId: va.memberId });
   });
 
+  it("heartbeat and leave name the group's own topic (the one the request was authorized for), else invalid_parameter", async () => {
+    const [v] = await joinTogether('g', [joinReq('g', 'alpha')]);
+    const sv = await sync('g', v!);
+    // A principal allowed on another topic only: it may neither keep the member alive nor evict it.
+    await expectError(gc.heartbeat({ topic: 'other', group: 'g', member: sv.memberId, generation: sv.generation }), 'invalid_parameter');
+    await expectError(gc.leave({ topic: 'other', group: 'g', member: sv.memberId }), 'invalid_parameter');
+    expect(memberIds('g')).toEqual([sv.memberId]);
+    await heartbeat('g', sv);
+  });
+
   it('heartbeat expiry: a member that stops heartbeating is removed exactly when its session passes, not before', async () => {
     const [live, quiet] = await joinTogether('g', [joinReq('g', 'live'), joinReq('g', 'quiet', { sessionTimeoutMs: 1000 })]);
     const sl = await sync('g', live!);
@@ -332,7 +342,7 @@ describe('GroupCoordinator on a fake clock', () => {
     for (const p of sa2.assignments) expect(gc.fetchOffset('g', TOPIC, p)).toEqual({ offset: 6, committed: true });
   });
 
-  it('a __consumer_offsets partition given up and led again holds none of its groups\' pending transaction offsets from before', async () => {
+  it("a __consumer_offsets partition given up and led again holds none of its groups' pending transaction offsets from before", async () => {
     gc.enableOwnership(
       (p) => new TributaryError('NOT_COORDINATOR', { partition: p }),
       () => true,
@@ -389,7 +399,10 @@ describe('GroupCoordinator on a fake clock', () => {
     // Queued on the group's lock behind the held write; the ownership check before the lock has passed.
     const leaveRefused = expectError(leave, 'NOT_LEADER');
     const queued = expectError(commit('g', sa, [[sa.assignments[0]!, 3]]), 'COORDINATOR_LOADING');
-    const heartbeatWaiting = expectError(gc.heartbeat({ topic: TOPIC, group: 'g', member: sa.memberId, generation: sa.generation, waitMs: 1000 }), 'COORDINATOR_LOADING');
+    const heartbeatWaiting = expectError(
+      gc.heartbeat({ topic: TOPIC, group: 'g', member: sa.memberId, generation: sa.generation, waitMs: 1000 }),
+      'COORDINATOR_LOADING',
+    );
     refuse();
     await leaveRefused;
     await queued;
@@ -407,8 +420,16 @@ describe('GroupCoordinator on a fake clock', () => {
     const sa = await sync('g', va!);
     const sb = await sync('g', vb!);
     const all = [...sa.assignments, ...sb.assignments].map((p): [number, number] => [p, 6]);
-    await commit('g', sa, all.filter(([p]) => sa.assignments.includes(p)));
-    await commit('g', sb, all.filter(([p]) => sb.assignments.includes(p)));
+    await commit(
+      'g',
+      sa,
+      all.filter(([p]) => sa.assignments.includes(p)),
+    );
+    await commit(
+      'g',
+      sb,
+      all.filter(([p]) => sb.assignments.includes(p)),
+    );
     const pa = sa.assignments[0]!;
 
     expect(await gc.resetOffsets({ group: 'g', topic: TOPIC, partition: pa, to: 'offset', value: 2, dryRun: true })).toEqual([{ partition: pa, offset: 2 }]);

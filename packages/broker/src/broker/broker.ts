@@ -174,7 +174,7 @@ export class Broker implements BrokerContext {
       () => selfConn().address,
       () => selfConn().tls,
     );
-    const api = new AdminApi({ config, clients: this.apiClients, logger: logger.child({ component: 'admin-api' }) });
+    const api = new AdminApi({ config, clients: this.apiClients, logger: logger.child({ component: 'admin-api' }), security: () => this.security.snapshot() });
     this.health = createHealthServer(this.metrics, () => (this.state === 'ready' ? { ready: true } : { ready: false, reason: this.unreadyReason() }), api);
   }
 

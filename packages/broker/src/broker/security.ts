@@ -201,6 +201,8 @@ export function batchTopic(body: Buffer): string | undefined {
 interface Session {
   principal: string | undefined;
   authenticated: boolean;
+  /** The user's token hash it logged in with (undefined for a certificate): a rotated token ends it. */
+  credential: string | undefined;
   failures: number;
   /** Its verified client certificate was issued by the inter-broker CA: a peer broker. */
   peer: boolean;
@@ -253,6 +255,7 @@ export class Security {
     const session: Session = {
       principal: undefined,
       authenticated: false,
+      credential: undefined,
       failures: 0,
       peer: false,
       tokens: rate,
@@ -285,7 +288,7 @@ export class Security {
   private session(conn: ConnectionContext): Session {
     let s = this.sessions.get(conn);
     if (!s) {
-      s = { principal: undefined, authenticated: false, failures: 0, peer: false, tokens: this.config.maxRequestsPerSecondPerConnection, refilledAt: Date.now(), close: () => {} };
+      s = { principal: undefined, authenticated: false, credential: undefined, failures: 0, peer: false, tokens: this.config.maxRequestsPerSecondPerConnection, refilledAt: Date.now(), close: () => {} };
       this.sessions.set(conn, s);
     }
     return s;
@@ -318,6 +321,7 @@ export class Security {
     }
     s.authenticated = true;
     s.principal = principal;
+    s.credential = Object.hasOwn(this.users, principal) ? this.users[principal]!.hash : undefined;
     conn.principal = principal;
     this.logger.debug({ principal, remote: conn.remote }, 'authenticated');
   }
@@ -333,10 +337,20 @@ export class Security {
     return { keys: { salt: b(entry.salt), iterations: entry.iterations, storedKey: b(entry.storedKey), serverKey: b(entry.serverKey) }, known: true };
   }
 
-  /** The current permissions of the connection's principal; undefined when not (or no longer) authenticated. */
+  /**
+   * The current permissions of the connection's principal; undefined when not (or no longer) authenticated:
+   * the user was removed, or its token changed since this connection logged in with the old one.
+   */
   private permissionsOf(s: Session): Permission[] | undefined {
-    if (!s.authenticated || s.principal === undefined) return undefined;
-    return Object.hasOwn(this.users, s.principal) ? this.users[s.principal]!.permissions : undefined;
+    if (!s.authenticated || s.principal === undefined || !Object.hasOwn(this.users, s.principal)) return undefined;
+    const user = this.users[s.principal]!;
+    if (s.credential !== undefined && user.hash !== s.credential) return undefined;
+    return user.permissions;
+  }
+
+  /** Users (principal and permissions, never a secret) and topic ACLs as in force now (SIGHUP reloads them). */
+  snapshot(): { users: Array<{ principal: string; permissions: Permission[] }>; acls: BrokerConfig['topicAcls'] } {
+    return { users: Object.entries(this.users).map(([principal, u]) => ({ principal, permissions: u.permissions })), acls: this.acls };
   }
 
   private listed(list: string[] | undefined, principal: string): boolean {

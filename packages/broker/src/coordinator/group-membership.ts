@@ -258,6 +258,8 @@ export class GroupMembership {
       // Again after the wait: the group's partition may have been given up or dropped meanwhile.
       this.ctx.checkOwner(req.group);
       const g = requireGroup(this.ctx.groups, req.group);
+      // The topic the request was authorized for (docs/security.md) must be the group's.
+      if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
       const m = requireMember(g, req.member);
       m.lastHeartbeat = this.ctx.clock.now();
       if (m.needsRejoin || req.generation < m.generation) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: g.groupId, generation: g.generation });
@@ -279,6 +281,7 @@ export class GroupMembership {
     validateId('member', req.member);
     await this.ctx.withOwnedGroup(req.group, async () => {
       const g = requireGroup(this.ctx.groups, req.group);
+      if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
       const m = requireMember(g, req.member);
       await this.rebalancer.removeMember(g, m, 'leave');
     });

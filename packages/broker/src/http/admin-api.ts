@@ -41,6 +41,8 @@ export interface AdminApiDeps {
   config: BrokerConfig;
   clients: ApiClients;
   logger: Logger;
+  /** Users and ACLs in force now (Security.snapshot): the configuration's are those of the start. */
+  security?: () => { users: Array<{ principal: string; permissions: string[] }>; acls: BrokerConfig['topicAcls'] };
 }
 
 /** A path segment: a topic or group name, percent-decoded. */
@@ -498,14 +500,14 @@ export class AdminApi {
   private async users(ctx: RouteContext): Promise<void> {
     new Query(ctx.url.searchParams, []);
     if (this.deps.config.authentication) await ctx.client.admin.clusterStatus();
-    const users = Object.entries(this.deps.config.users).map(([principal, u]) => ({ principal, permissions: u.permissions }));
+    const users = this.deps.security?.().users ?? Object.entries(this.deps.config.users).map(([principal, u]) => ({ principal, permissions: u.permissions }));
     sendJson(ctx.res, 200, { authentication: this.deps.config.authentication, users });
   }
 
   private async acls(ctx: RouteContext): Promise<void> {
     new Query(ctx.url.searchParams, []);
     if (this.deps.config.authentication) await ctx.client.admin.clusterStatus();
-    const acls = Object.entries(this.deps.config.topicAcls).map(([topic, a]) => ({ topic, read: a.read ?? null, write: a.write ?? null }));
+    const acls = Object.entries(this.deps.security?.().acls ?? this.deps.config.topicAcls).map(([topic, a]) => ({ topic, read: a.read ?? null, write: a.write ?? null }));
     sendJson(ctx.res, 200, { authentication: this.deps.config.authentication, acls });
   }
 

@@ -110,8 +110,8 @@ export interface KafkaRequestContext {
    * - InitProducerId without a transactional id: INIT_PRODUCER_ID (topic.write) → CLUSTER_AUTHORIZATION_FAILED
    * - FindCoordinator: FIND_COORDINATOR with `group` (group) → GROUP_, or with `transactional_id`
    *   (transaction) → TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-   * - JoinGroup, SyncGroup, Heartbeat, LeaveGroup: JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP (group,
-   *   and topic.read + read ACL on each subscribed topic) → GROUP_ (TOPIC_ for a refused topic)
+   * - JoinGroup, SyncGroup, Heartbeat, LeaveGroup: JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP (group and
+   *   topic.read; the subscribed topics' ACLs are checked when they are read) → GROUP_
    * - OffsetCommit: COMMIT_OFFSET per topic, OffsetFetch: FETCH_OFFSET per topic (group, topic.read) → TOPIC_
    *   or GROUP_; DescribeGroups GROUP_STATUS, ListGroups LIST_GROUPS (group) → GROUP_
    * - ApiVersions, SaslHandshake, SaslAuthenticate: open (the only APIs served before authentication)
