@@ -66,6 +66,9 @@ export class HandlerWindow {
   async admit(messages: ConsumedMessage[]): Promise<void> {
     const w = this.w;
     for (const m of messages) {
+      // A seek settling the window resets it: a record the reader re-reads from the sought offset
+      // meanwhile is judged against the window after the reset, not the one being dropped.
+      while (this.halting && !w.signal.aborted && w.seekTo === undefined) await this.changed(w.signal);
       if (m.offset <= this.sched.lastAdmitted) continue; // read again, but still in the window
       for (;;) {
         if (w.signal.aborted || w.seekTo !== undefined) return;
@@ -157,11 +160,13 @@ export class HandlerWindow {
     const w = this.w;
     if (w.signal.aborted) return;
     const frontier = this.sched.frontier();
-    const next = frontier ?? Math.max(this.sched.lastAdmitted + 1, this.readThrough);
+    let next = frontier ?? Math.max(this.sched.lastAdmitted + 1, this.readThrough);
     if (next > this.failedAt && this.failedAt >= 0) {
       w.failures = 0;
       this.failedAt = -1;
     }
+    // A pending seek reads from the sought offset again: an auto-commit meanwhile must not pass it.
+    if (this.sought !== undefined && next > this.sought) next = this.sought;
     if (next <= 0 || next <= w.processed) return;
     try {
       this.committer.markProcessed(w.partition, w.assignmentGeneration, next - 1);

@@ -259,4 +259,57 @@ describe('HandlerWindow', () => {
     ctx.root.abort();
     for (const r of release.values()) r();
   });
+
+  it('seek while handlers run: what the reader reads again from the sought offset before the window settles is handled, not passed over', async () => {
+    const started: number[] = [];
+    const release = new Map<number, () => void>();
+    let processedWhen2Started: number | undefined;
+    const { w, win } = setup({ perPartition: 2, maxBuffered: 4, ordering: 'none' }, ({ message: m }) => {
+      started.push(m.offset);
+      if (m.offset === 2) processedWhen2Started = w.processed;
+      if (m.offset > 1) return;
+      return new Promise<void>((r) => release.set(m.offset, r));
+    });
+    const log = Array.from({ length: 10 }, (_, i) => message(i, null));
+    const reading = read(w, win, log, 10, () => w.processed === 10);
+    await until(() => release.size === 2, 5000, '0 and 1 running, 2 and 3 queued');
+    // as PartitionFetcher.seek(): the reader takes the new position, the window settles
+    w.seekTo = 2;
+    w.processed = Math.min(w.processed, 2);
+    win.seek(2);
+    release.get(1)!();
+    await until(() => w.seekTo === undefined, 5000, 'the reader reads from 2 again while 0 still runs');
+    await tick(1);
+    release.get(0)!();
+    await reading;
+    expect(started.slice(0, 2)).toEqual([0, 1]);
+    expect(started.slice(2).sort((a, b) => a - b)).toEqual([2, 3, 4, 5, 6, 7, 8, 9]);
+    expect(processedWhen2Started).toBeLessThanOrEqual(2);
+  });
+
+  it('while a seek settles, the processed offset never passes the sought offset (an auto-commit meanwhile would skip what is read again)', async () => {
+    const release = new Map<number, () => void>();
+    const { w, win } = setup({ perPartition: 3, maxBuffered: 10, ordering: 'none' }, ({ message: m }) => {
+      if (m.offset === 0) return new Promise<void>((r) => release.set(m.offset, r));
+    });
+    await win.admit([0, 1, 2, 3, 4].map((o) => message(o, null)));
+    await until(() => win.running === 1, 5000, '1-4 handled, 0 still runs');
+    w.seekTo = 1;
+    w.processed = Math.min(w.processed, 1);
+    win.seek(1);
+    // every value the processed offset takes from here on (what the commit worker could send)
+    const values: number[] = [];
+    let processed = w.processed;
+    Object.defineProperty(w, 'processed', {
+      get: () => processed,
+      set: (v: number) => {
+        processed = v;
+        values.push(v);
+      },
+    });
+    release.get(0)!();
+    await until(() => win.buffered === 0, 5000, 'window settled and cleared');
+    expect(values.length).toBeGreaterThan(0);
+    expect(Math.max(...values)).toBeLessThanOrEqual(1);
+  });
 });
