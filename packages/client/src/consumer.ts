@@ -53,6 +53,11 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
   private startRebalance: Promise<void> | undefined;
   private closePromise: Promise<void> | undefined;
   private loops: Promise<void>[] = [];
+  /**
+   * Who consumes this consumer (claimed before run() first awaits): the partition readers hold their
+   * batches until the sink is set, so a claim must not be a sink that would take them.
+   */
+  private consumedBy: 'run' | 'iterator' | undefined;
 
   constructor(options: ConsumerOptions) {
     super();
@@ -176,7 +181,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     const concurrency = resolveConcurrency(opts.concurrency, opts.eachBatch !== undefined);
     const o = this.options;
     const retryTopics = resolveRetryTopics(opts.retryTopics, { topic: o.topic, groupId: o.groupId, eachBatch: opts.eachBatch !== undefined, concurrency: concurrency !== undefined });
-    if (this.fetcher.sink) throw configError('run', 'the consumer is already being consumed');
+    if (this.consumedBy) throw configError('run', 'the consumer is already being consumed');
+    this.consumedBy = 'run';
     if (retryTopics) return this.runWithRetryTopics(opts.eachMessage!, retryTopics, opts.signal);
     if (concurrency) this.fetcher.setSink(windowedSink(this.ctx, this.committer, opts.eachMessage!, concurrency), { slotted: false });
     else this.fetcher.setSink(handlerSink(this.ctx, this.committer, opts));
@@ -207,8 +213,6 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
    * `<groupId>.retry.<n>`) delivers it again when due and parks it further. They close with this one.
    */
   private async runWithRetryTopics(handler: NonNullable<RunOptions['eachMessage']>, r: ResolvedRetryTopics, signal: AbortSignal | undefined): Promise<void> {
-    // Claimed before the first await: a second run() meanwhile is refused.
-    this.fetcher.setSink(async () => {});
     let counts: Map<string, number>;
     try {
       counts = await prepareRetryTopics(this.options, r, signal);
@@ -276,7 +280,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
    * next one; `break` counts the last one as processed and closes the consumer.
    */
   [Symbol.asyncIterator](): AsyncIterator<ConsumedMessage> {
-    if (this.fetcher.sink) throw configError('iterator', 'the consumer is already being consumed');
+    if (this.consumedBy) throw configError('iterator', 'the consumer is already being consumed');
+    this.consumedBy = 'iterator';
     const queue: Array<{ w: PartitionWorker; messages: ConsumedMessage[]; done: () => void }> = [];
     const avail = new Signal();
     let last: ConsumedMessage | undefined;

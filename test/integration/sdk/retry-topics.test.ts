@@ -113,6 +113,22 @@ describe('SDK retry and dead-letter topics', () => {
     await running;
   });
 
+  it('start(), then run({ retryTopics }): what the readers fetch while run() sets up its topics is handled', { timeout: 60_000 }, async () => {
+    await admin.createTopic({ topic: 'rt-start', partitions: PARTITIONS });
+    const values = Array.from({ length: 20 }, (_, i) => `v-${i}`);
+    await produce('rt-start', values.slice(0, 10));
+    const c = consumer({ topic: 'rt-start', groupId: 'rt-start-g', maxWaitMs: 100 });
+    await c.start(); // its readers are running before run() has a handler to give them
+    const handled: string[] = [];
+    const running = c.run({ retryTopics: { delays: DELAYS }, eachMessage: async ({ message }) => void handled.push(message.value.toString()) });
+    await produce('rt-start', values.slice(10));
+    const ends = (await admin.listOffsets('rt-start')).map((o) => o.latest);
+    await until(async () => JSON.stringify(await committed('rt-start-g', 'rt-start')) === JSON.stringify(ends), 20_000, 'source offsets committed to the end');
+    expect([...handled].sort()).toEqual([...values].sort());
+    await c.close();
+    await running;
+  });
+
   it('a message that always fails ends in the dead-letter topic with attempt = maxAttempts, never early; replay brings it back', { timeout: 120_000 }, async () => {
     await admin.createTopic({ topic: 'rt-dead', partitions: PARTITIONS });
     const values = Array.from({ length: 12 }, (_, i) => (i % 3 === 0 ? `dead-${i}` : `ok-${i}`));
