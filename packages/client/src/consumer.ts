@@ -277,7 +277,9 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
 
   /**
    * `for await (const message of consumer)`: a message counts as processed when the loop asks for the
-   * next one; `break` counts the last one as processed and closes the consumer.
+   * next one. Leaving the loop (`break`, `return`, a throw) closes the consumer and counts nothing more:
+   * return() cannot tell a break from a throw, and a failed message must not be committed. A loop that
+   * stops after handling a message counts it with `commit({ message })` first.
    */
   [Symbol.asyncIterator](): AsyncIterator<ConsumedMessage> {
     if (this.consumedBy) throw configError('iterator', 'the consumer is already being consumed');
@@ -350,7 +352,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
         }
       },
       return: async (): Promise<IteratorResult<ConsumedMessage>> => {
-        markLast();
+        last = undefined; // not counted: the loop may have left because its handling failed
         current?.done();
         for (const q of queue.splice(0)) q.done();
         await this.close();
@@ -359,10 +361,24 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     };
   }
 
-  /** Commits everything processed so far (manual commit). */
-  async commit(opts: { signal?: AbortSignal } = {}): Promise<void> {
+  /**
+   * Commits everything processed so far (manual commit). `message`, a message the async iterator handed
+   * out, is counted as processed first: how a loop that stops after handling it gets it committed.
+   */
+  async commit(opts: { signal?: AbortSignal; message?: ConsumedMessage } = {}): Promise<void> {
     if (this.ctx.closing) throw new TributaryError('client_closed');
+    if (opts.message) this.countIterated(opts.message);
     await this.committer.commitProcessed([...this.ctx.workers.values()], { signal: opts.signal });
+  }
+
+  private countIterated(m: ConsumedMessage): void {
+    // run()'s handlers are counted when they return; under `concurrency` a message marked out of turn
+    // would move the processed offset past records still running.
+    if (this.consumedBy !== 'iterator') throw configError('commit.message', 'commit({ message }) is for messages of the async iterator');
+    const w = this.ctx.workers.get(m.partition);
+    const foreign = w && w.assignmentGeneration === m.assignmentGeneration && w.signal !== m.signal;
+    if (foreign) throw configError('commit.message', 'not a message this consumer handed out');
+    this.committer.markProcessed(m.partition, m.assignmentGeneration, m.offset);
   }
 
   // ---- flow control ----

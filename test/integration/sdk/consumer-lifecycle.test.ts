@@ -158,7 +158,7 @@ describe('Consumer against a broker', () => {
     expect(c.state).toBe('closed');
   });
 
-  it('for await: per-partition order, and break closes, leaves the group and commits the last message counted', async () => {
+  it('for await: per-partition order; break closes and leaves, and the message it broke on is not counted', async () => {
     const t = await topic(3);
     const N = 30;
     for (let p = 0; p < 3; p++) await produce(t, p, Array.from({ length: N }, (_, i) => `p${p}-${i}`));
@@ -177,24 +177,66 @@ describe('Consumer against a broker', () => {
     // the group has no members afterwards: the consumer left
     const s = await groupStatus(admin, 'g-iter');
     expect(s.members).toEqual([]);
-    // every partition is committed up to the last message the loop saw, including the one it broke on
+    // every partition is committed up to the messages the loop asked past; the one it broke on is not
+    // counted (leaving the loop cannot tell a break from a throw)
     const last = seen.at(-1)!;
     for (let p = 0; p < 3; p++) {
-      const mine = seen.filter((x) => x.partition === p);
-      expect(await fetchOffset(t, 'g-iter', p), `partition ${p}`).toEqual(mine.length ? { offset: mine.at(-1)!.offset + 1, committed: true } : { offset: 0, committed: false });
+      const counted = seen.filter((x) => x.partition === p && x !== last);
+      expect(await fetchOffset(t, 'g-iter', p), `partition ${p}`).toEqual(
+        counted.length ? { offset: counted.at(-1)!.offset + 1, committed: true } : { offset: 0, committed: false },
+      );
     }
-    expect((await fetchOffset(t, 'g-iter', last.partition)).offset).toBe(last.offset + 1);
-    // a new consumer of the group continues exactly after what was seen
+    // a new consumer of the group continues with the message broken on, then exactly after what was seen
     const c2 = consumer(t, 'g-iter');
     const rest: Seen[] = [];
     const run = c2.run({ eachMessage: record(rest) });
-    await until(() => rest.length >= 3 * N - stopAfter, 10_000, 'the rest');
+    await until(() => rest.length >= 3 * N - stopAfter + 1, 10_000, 'the rest');
     await sleep(200);
     await c2.close();
     await run;
-    expect(rest).toHaveLength(3 * N - stopAfter);
+    expect(rest).toHaveLength(3 * N - stopAfter + 1);
+    expect(rest.filter((x) => x.partition === last.partition)[0]!.offset).toBe(last.offset);
     const all = [...seen, ...rest].map((x) => `${x.partition}:${x.offset}`);
     expect(new Set(all).size).toBe(3 * N);
+  });
+
+  it('for await: a body that throws leaves its message uncounted; commit({ message }) counts the one a loop stops on', async () => {
+    const t = await topic(1);
+    await produce(t, 0, ['0', '1', '2', '3', '4', '5']);
+    const c = consumer(t, 'g-iter-throw');
+    const seen: number[] = [];
+    const loop = async () => {
+      for await (const m of c) {
+        seen.push(m.offset);
+        if (m.offset === 3) throw new Error('handler failed on 3');
+      }
+    };
+    await expect(loop()).rejects.toThrow('handler failed on 3');
+    expect(seen).toEqual([0, 1, 2, 3]);
+    expect(c.state).toBe('closed');
+    expect(await fetchOffset(t, 'g-iter-throw', 0)).toEqual({ offset: 3, committed: true });
+    // the group's next member gets 3 again; it stops after handling 4 and counts it first
+    const c2 = consumer(t, 'g-iter-throw');
+    const again: number[] = [];
+    for await (const m of c2) {
+      again.push(m.offset);
+      if (m.offset === 4) {
+        await c2.commit({ message: m });
+        break;
+      }
+    }
+    expect(again).toEqual([3, 4]);
+    expect(await fetchOffset(t, 'g-iter-throw', 0)).toEqual({ offset: 5, committed: true });
+    // run() counts a handler's message when it returns: commit({ message }) is refused there
+    const c3 = consumer(t, 'g-iter-throw');
+    const got: Array<{ offset: number; commit: unknown }> = [];
+    const run = c3.run({
+      eachMessage: async ({ message }) => void got.push({ offset: message.offset, commit: await c3.commit({ message }).catch((e: unknown) => e) }),
+    });
+    await until(() => got.length === 1, 10_000, 'offset 5 handled');
+    await c3.close();
+    await run;
+    expect(got).toEqual([{ offset: 5, commit: expect.objectContaining({ code: 'invalid_config' }) }]);
   });
 
   it('run({ eachBatch }) with resolveOffset: batches in order, only resolved offsets are committed', async () => {

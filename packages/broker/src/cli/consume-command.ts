@@ -130,7 +130,12 @@ async function consumeInGroup(topic: string, group: string, opts: ConsumeOptions
     for await (const m of consumer) {
       const buf = formatRecord(topic, m.partition, { ...m, sequence: 0, producerId: '', epoch: -1, attributes: 0 }, opts.format);
       if (!process.stdout.write(buf)) await once(process.stdout, 'drain');
-      if (--remaining <= 0) break;
+      if (--remaining <= 0) {
+        // Leaving the loop counts nothing (a throw leaves it too): the last record printed is counted
+        // here. A failure is dropped as close()'s own final commit drops it: the group reads it again.
+        await consumer.commit({ message: m }).catch(() => {});
+        break;
+      }
     }
   } catch (err) {
     throw toCliError(err, list[0]);
