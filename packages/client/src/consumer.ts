@@ -267,7 +267,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       counts,
       systemRetryClock,
     );
-    this.fetcher.setSink(handlerSink(this.ctx, this.committer, { eachMessage: parkingHandler(handler, parker, systemRetryClock, onRetryTopic) }));
+    const eachMessage = parkingHandler(handler, parker, systemRetryClock, onRetryTopic, (s) => sessionHeld(this.ctx, s));
+    this.fetcher.setSink(handlerSink(this.ctx, this.committer, { eachMessage }));
     try {
       await this.runSink(signal);
     } finally {

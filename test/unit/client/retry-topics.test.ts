@@ -4,8 +4,15 @@
  * The brokers listed are never contacted.
  */
 import { describe, expect, it } from 'vitest';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { Cluster } from 'tributary-client/cluster.js';
 import { Consumer } from 'tributary-client/consumer.js';
-import type { ConsumedMessage } from 'tributary-client/consumer-context.js';
+import { type ConsumedMessage, ConsumerContext } from 'tributary-client/consumer-context.js';
+import { resolveConsumerOptions } from 'tributary-client/consumer-options.js';
+import { handlerSink } from 'tributary-client/message-handlers.js';
+import { OffsetCommitter } from 'tributary-client/offset-committer.js';
+import { PartitionWorker } from 'tributary-client/partition-worker.js';
+import { sessionHeld } from 'tributary-client/session-guard.js';
 import { waitUntilDue } from 'tributary-client/retry-due.js';
 import { decodeRetryInfo, parkHeaders, RETRY_HEADERS, type RetryInfo, withoutRetryHeaders } from 'tributary-client/retry-headers.js';
 import { parkingHandler, type Parker } from 'tributary-client/retry-topics.js';
@@ -176,6 +183,7 @@ describe('due time', () => {
       parker,
       clock,
       true,
+      async () => true,
     );
     const headers = parkHeaders(message(), { attempt: 1, topic: 'orders', partition: 2, offset: 41 }, new Error('boom'), 900, 1400);
     const signal = new AbortController().signal;
@@ -191,7 +199,13 @@ describe('due time', () => {
     await handler({ message: message({ topic: 'orders.billing.retry.1', offset: 1, value: Buffer.from('bad'), headers }), signal });
     expect(parked).toEqual([{ offset: 1, attempt: 2, error: 'still bad' }]);
     // on the source topic the headers are not read: a message produced with retry headers is attempt 1
-    const main = parkingHandler(async ({ retry }) => void seen.push({ at: clock.now(), retry }), parker, clock, false);
+    const main = parkingHandler(
+      async ({ retry }) => void seen.push({ at: clock.now(), retry }),
+      parker,
+      clock,
+      false,
+      async () => true,
+    );
     await main({ message: message({ headers }), signal });
     expect(seen.at(-1)!.retry).toEqual({ attempt: 1, topic: 'orders', partition: 2, offset: 41 });
   });
@@ -209,8 +223,61 @@ describe('due time', () => {
       parker,
       clock,
       false,
+      async () => true,
     );
     await expect(handler({ message: message(), signal: ac.signal })).rejects.toThrow('revoked');
     expect(parks).toBe(0);
+  });
+
+  it('a retry message that falls due after the session lapsed waits for the session to be proven again; a loss meanwhile drops it', async () => {
+    const clock = new FakeClock(1000);
+    const options = resolveConsumerOptions({ brokers: ['127.0.0.1:1'], groupId: 'billing.retry.1', topic: 'orders.billing.retry.1', sessionTimeoutMs: 6000 });
+    const ctx = new ConsumerContext(
+      options,
+      {} as Cluster,
+      () => {},
+      async () => {},
+    );
+    ctx.sessionProvenAt = performance.now(); // a heartbeat was just answered
+    const lapse = () => (ctx.sessionProvenAt = performance.now() - options.sessionTimeoutMs - 1); // then none for a whole session
+    const committer = new OffsetCommitter(ctx, { requestRebalance: () => {}, memberLost: () => {} });
+    const w = new PartitionWorker(0, 1, 0, -1, ctx.root.signal);
+    ctx.workers.set(0, w);
+    let parks = 0;
+    const parker = { park: async () => void parks++ } as unknown as Parker;
+    const calls: Array<{ offset: number; sessionLive: boolean }> = [];
+    const user = ({ message: m }: { message: ConsumedMessage }) => void calls.push({ offset: m.offset, sessionLive: ctx.sessionLive });
+    const sink = handlerSink(ctx, committer, { eachMessage: parkingHandler(user, parker, clock, true, (signal) => sessionHeld(ctx, signal)) });
+    const retry = (offset: number, dueAt: number) =>
+      message({
+        topic: 'orders.billing.retry.1',
+        partition: 0,
+        offset,
+        signal: w.signal,
+        headers: parkHeaders(message(), { attempt: 1, topic: 'orders', partition: 2, offset: 41 }, new Error('boom'), 900, dueAt),
+      });
+
+    const first = sink(w, [retry(0, 1400)]);
+    await turn();
+    lapse();
+    await clock.advance(400);
+    await turn();
+    expect(calls).toEqual([]); // due, but the partition may be another member's by now
+    ctx.proveSession(performance.now()); // the next heartbeat: still a member
+    await first;
+    expect(calls).toEqual([{ offset: 0, sessionLive: true }]);
+    expect(w.processed).toBe(1);
+
+    const second = sink(w, [retry(1, 1800)]);
+    await turn();
+    lapse();
+    await clock.advance(400);
+    await turn();
+    w.ac.abort(new TributaryError('member_not_found')); // the heartbeat says the member was lost
+    await second;
+    expect(calls).toHaveLength(1); // dropped: neither handled nor parked
+    expect(parks).toBe(0);
+    expect(w.processed).toBe(1);
+    ctx.root.abort();
   });
 });
