@@ -183,6 +183,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     const retryTopics = resolveRetryTopics(opts.retryTopics, { topic: o.topic, groupId: o.groupId, eachBatch: opts.eachBatch !== undefined, concurrency: concurrency !== undefined });
     if (this.consumedBy) throw configError('run', 'the consumer is already being consumed');
     this.consumedBy = 'run';
+    // An abort closes the consumer and run() resolves; one that came before run() did too.
+    if (opts.signal?.aborted) return this.close();
     if (retryTopics) return this.runWithRetryTopics(opts.eachMessage!, retryTopics, opts.signal);
     if (concurrency) this.fetcher.setSink(windowedSink(this.ctx, this.committer, opts.eachMessage!, concurrency), { slotted: false });
     else this.fetcher.setSink(handlerSink(this.ctx, this.committer, opts));
@@ -194,6 +196,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     const onAbort = () => void this.close();
     signal?.addEventListener('abort', onAbort, { once: true });
     const wasClosed = this.ctx.closing;
+    if (signal?.aborted) void this.close(); // aborted while run() set up (the listener came too late)
     try {
       // close() while starting ends run() like a close after the start; a failed start still rejects
       await this.start().catch((err: unknown) => {
@@ -218,6 +221,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       counts = await prepareRetryTopics(this.options, r, signal);
     } catch (err) {
       await this.close();
+      if (signal?.aborted) return; // stopped by its signal, not failed
       throw err;
     }
     const o = this.options;

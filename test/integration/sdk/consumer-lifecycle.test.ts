@@ -158,6 +158,28 @@ describe('Consumer against a broker', () => {
     expect(c.state).toBe('closed');
   });
 
+  it('run() with a signal that is already aborted closes the consumer at once: run() resolves, nothing is read', { timeout: 20_000 }, async () => {
+    const t = await topic(1);
+    await produce(t, 0, ['0', '1', '2']);
+    const seen: Seen[] = [];
+    const c = consumer(t, 'g-pre-aborted');
+    await c.run({ signal: AbortSignal.abort(), eachMessage: record(seen) });
+    expect(c.state).toBe('closed');
+    // with retryTopics too, before it looks at any topic
+    const c2 = consumer(t, 'g-pre-aborted-rt');
+    await c2.run({ signal: AbortSignal.abort(), retryTopics: { delays: ['1s'] }, eachMessage: record(seen) });
+    expect(c2.state).toBe('closed');
+    // an abort while run() sets up its retry topics stops it the same way: it resolves, it does not fail
+    const ac = new AbortController();
+    const c3 = consumer(t, 'g-pre-aborted-rt2');
+    const running = c3.run({ signal: ac.signal, retryTopics: { delays: ['1s'] }, eachMessage: record(seen) });
+    ac.abort();
+    await running;
+    expect(c3.state).toBe('closed');
+    expect(seen).toEqual([]);
+    expect((await fetchOffset(t, 'g-pre-aborted', 0)).committed).toBe(false);
+  });
+
   it('for await: per-partition order; break closes and leaves, and the message it broke on is not counted', async () => {
     const t = await topic(3);
     const N = 30;
