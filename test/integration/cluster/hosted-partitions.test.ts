@@ -33,7 +33,9 @@ describe('hosted partitions', () => {
 
   /** The partitions of `topic` that have a directory there; anything else (a `.deleting` leftover) as its name. */
   async function dirsOn(id: number, topic: string): Promise<Array<number | string>> {
-    return (await entriesOn(id, topic)).map((n) => (/^\d+$/.test(n) ? Number(n) : n)).sort((a, b) => String(a).localeCompare(String(b), 'en', { numeric: true }));
+    return (await entriesOn(id, topic))
+      .map((n) => (/^\d+$/.test(n) ? Number(n) : n))
+      .sort((a, b) => String(a).localeCompare(String(b), 'en', { numeric: true }));
   }
 
   async function replicasOf(topic: string): Promise<Map<number, number[]>> {
@@ -56,11 +58,14 @@ describe('hosted partitions', () => {
     }
   }
 
+  /** The partition's records, read from broker `id` once it serves them (a new leader takes the lead once its epoch is on disk). */
   async function readAll(id: number, topic: string, partition: number): Promise<string[]> {
     const c = await cluster.connect(id);
     try {
-      const r = await c.consume({ topic, partition, offset: 0, batch: 100 });
-      return r.records.map((x) => x.value.toString());
+      // An error counts as not yet (the last one is reported).
+      return await cluster.waitFor(`${topic}[${partition}] served by broker ${id}`, async () =>
+        (await c.consume({ topic, partition, offset: 0, batch: 100 })).records.map((x) => x.value.toString()),
+      );
     } finally {
       await c.close().catch(() => {});
     }

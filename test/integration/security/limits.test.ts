@@ -37,8 +37,9 @@ describe('connection and request limits', () => {
         '50',
         '--max-batch-bytes',
         '2048',
+        // Long enough for three AUTHs' scrypt checks on a loaded machine (500 ms once closed one of them).
         '--auth-timeout-ms',
-        '500',
+        '1500',
         '--offsets-topic-partitions',
         '2',
       ],

@@ -207,7 +207,10 @@ describe('data directory lock', () => {
       await writeHolder(lockFile, { pid: await deadPid(), token: `dead-${round}` });
       const at = Date.now() + 2000;
       const procs = Array.from({ length: 5 }, () => {
-        const c = trackChild(spawn(process.execPath, ['--input-type=module', '-e', script, mod, dir, String(at)], { stdio: ['pipe', 'pipe', 'inherit'] }), 'lock-test contender');
+        const c = trackChild(
+          spawn(process.execPath, ['--input-type=module', '-e', script, mod, dir, String(at)], { stdio: ['pipe', 'pipe', 'inherit'] }),
+          'lock-test contender',
+        );
         children.push(c);
         return c;
       });
@@ -219,7 +222,8 @@ describe('data directory lock', () => {
                 const r = JSON.parse(line) as { won: boolean; name?: string; pid?: number };
                 resolve({ pid: c.pid!, won: r.won, name: r.name, holder: r.pid });
               });
-              c.once('exit', (code) => reject(new Error(`contender exited with ${code} without a result`)));
+              // 'close', not 'exit': a contender that printed and exited at once may exit before its line is read.
+              c.once('close', (code) => reject(new Error(`contender exited with ${code} without a result`)));
             }),
         ),
       );
