@@ -135,7 +135,17 @@ function batchOf(topic: string, partition: number, values: string[]): Batch {
     idempotent: false,
     firstSequence: 0,
     lastSequence: 0,
-    records: values.map((v) => ({ offset: 0, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(v), timestamp: 0, attributes: 0, headers: [] })),
+    records: values.map((v) => ({
+      offset: 0,
+      sequence: 0,
+      producerId: '',
+      key: null,
+      epoch: -1,
+      value: Buffer.from(v),
+      timestamp: 0,
+      attributes: 0,
+      headers: [],
+    })),
   };
 }
 
@@ -329,6 +339,22 @@ describe('bad input', () => {
     await assertHealthy();
   });
 
+  it('refuses the broker-to-broker transaction commands on a standalone broker: no client writes markers or records for a transaction', async () => {
+    const r = await raw();
+    for (const line of [
+      'TXN_MARKER topic=seed partition=0 producerId=1 epoch=0 result=commit coordinator_partition=0 coordinator_epoch=0',
+      'TXN_APPEND topic=seed partition=0 producerId=999999 epoch=0 coordinator_partition=0 coordinator_epoch=0 message=evil',
+      'TXN_GROUP_OFFSETS op=restore transactional_id=ghost group=gg topic=seed P0:1',
+      'TXN_VERIFY transactional_id=ghost producerId=1 epoch=0 topic=seed partition=0',
+      'TXN_OFFSETS transactional_id=ghost producerId=1 epoch=0 group=gg topic=seed generation=0 member=m P0:1',
+    ]) {
+      r.request(line);
+      const reply = await r.text();
+      expect(errCode(reply), line).toBe('unknown_command');
+    }
+    await assertHealthy();
+  });
+
   it('rejects missing parameters with invalid_parameter param=<name>', async () => {
     const r = await raw();
     r.request('PUBLISH partition=0 message=orphan');
@@ -394,7 +420,9 @@ describe('bad input', () => {
     expect(reply.length).toBeLessThan(500);
     // Every command, STREAM included, refuses a parameter it does not take, before it runs.
     const c = await broker.connect();
-    const commands = parseLine(await c.command('HELP')).params.get('commands')!.split(',');
+    const commands = parseLine(await c.command('HELP'))
+      .params.get('commands')!
+      .split(',');
     await c.close();
     expect(commands).toContain('STREAM');
     for (const cmd of commands.filter((x) => x !== 'STREAM_CONTROL')) {

@@ -101,6 +101,15 @@ function txnStatus(b: BrokerContext, _c: ConnectionContext, p: Params): string {
 
 // ---- broker to broker (cluster mode): a transaction coordinator reaching other brokers ----
 
+/**
+ * The broker-to-broker commands exist only between the brokers of a cluster: on a standalone broker they
+ * would let any client write markers or records for transactions it does not own (the coordinator is
+ * local there and uses none of them).
+ */
+function clusterOnly(b: BrokerContext, command: string): void {
+  if (!b.cluster) throw new TributaryError('unknown_command', { command, reason: 'a broker-to-broker command; this broker is not in cluster mode' });
+}
+
 /** The sending coordinator: its `__transaction_state` partition and its leader epoch there. */
 function coordinatorOf(p: Params): { partition: number; epoch: number } {
   return { partition: p.reqInt('coordinator_partition', { min: 0, max: 1_000_000 }), epoch: p.reqInt('coordinator_epoch', { min: -1, max: 2 ** 31 - 1 }) };
@@ -108,6 +117,7 @@ function coordinatorOf(p: Params): { partition: number; epoch: number } {
 
 /** TXN_APPEND: one record of a transaction, appended by the partition's leader with its next sequence. */
 async function txnAppend(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  clusterOnly(b, 'TXN_APPEND');
   const topic = p.reqStr('topic', { maxLength: MAX_ID });
   const partition = p.reqInt('partition', { min: 0, max: 1_000_000 });
   const { producerId, epoch } = producer(p);
@@ -157,6 +167,7 @@ export async function txnBatch(b: BrokerContext, c: ConnectionContext, body: Buf
     return { key: r.key, value: r.value, timestamp: Math.max(0, r.timestamp), headers: r.headers.length > 0 ? r.headers : NO_HEADERS };
   });
   if (txn.coordinatorPartition >= 0) {
+    clusterOnly(b, 'TXN_APPEND');
     if (batch.partition < 0) throw new TributaryError('invalid_batch', { reason: 'a coordinator append names its partition' });
     const coordinator = { partition: txn.coordinatorPartition, epoch: txn.coordinatorEpoch };
     const res = await leaderAppend(b, batch.topic, batch.partition, txn.producerId, txn.epoch, coordinator, records);
@@ -207,6 +218,7 @@ function checkTxnSection(txn: BatchTxn): void {
 
 /** TXN_MARKER: a commit or abort marker written by the partition's leader. */
 async function txnMarker(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  clusterOnly(b, 'TXN_MARKER');
   const topic = p.reqStr('topic', { maxLength: MAX_ID });
   const partition = p.reqInt('partition', { min: 0, max: 1_000_000 });
   const { producerId, epoch } = producer(p);
@@ -226,6 +238,7 @@ async function txnMarker(b: BrokerContext, _c: ConnectionContext, p: Params): Pr
 
 /** TXN_GROUP_OFFSETS op=stage|apply|clear|restore: a transaction's offsets at the group's coordinator. */
 async function txnGroupOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  clusterOnly(b, 'TXN_GROUP_OFFSETS');
   const op = p.oneOf('op', ['stage', 'apply', 'clear', 'restore'] as const);
   if (!op) throw invalidParam('op', 'required: stage, apply, clear or restore');
   const id = txnId(p);
@@ -237,8 +250,11 @@ async function txnGroupOffsets(b: BrokerContext, _c: ConnectionContext, p: Param
     throw b.cluster.notCoordinator(OFFSETS_TOPIC, b.coordinator.partitionFor(group));
   }
   const parts = entries.map((e) => e.partition);
+  // Only staging checks a member: the other operations refuse its parameters rather than ignore them.
+  if (op !== 'stage') for (const k of ['kind', 'member', 'instance', 'generation']) if (p.has(k)) throw invalidParam(k, `not a parameter of op=${op}`);
   if (op === 'stage') {
     const kind = p.oneOf('kind', ['tributary', 'classic'] as const) ?? 'tributary';
+    if (kind === 'tributary' && p.has('instance')) throw invalidParam('instance', 'only with kind=classic');
     if (kind === 'classic') {
       // A Kafka group's TxnOffsetCommit (v0-2 name no member: generation -1, as Kafka leaves them unchecked).
       const classic = { memberId: p.str('member', { maxLength: MAX_ID, allowEmpty: true }) ?? '', instanceId: p.str('instance', { maxLength: MAX_ID }) ?? null, generation: p.reqInt('generation', { min: -1, max: 2 ** 31 - 1 }) };
@@ -262,6 +278,7 @@ async function txnGroupOffsets(b: BrokerContext, _c: ConnectionContext, p: Param
  * transaction at this producer epoch.
  */
 async function txnVerify(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  clusterOnly(b, 'TXN_VERIFY');
   const id = txnId(p);
   const topic = p.reqStr('topic', { maxLength: MAX_ID });
   const partition = p.reqInt('partition', { min: 0, max: 1_000_000 });
@@ -276,6 +293,7 @@ async function txnVerify(b: BrokerContext, _c: ConnectionContext, p: Params): Pr
  * coordinator with the group's member check (kafka/apis/transactions.ts).
  */
 async function txnOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  clusterOnly(b, 'TXN_OFFSETS');
   const id = txnId(p);
   const { producerId, epoch } = producer(p);
   const group = p.reqStr('group', { maxLength: MAX_ID });
