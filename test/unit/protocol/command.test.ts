@@ -1,16 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import {
-  Params,
-  formatError,
-  formatLine,
-  formatOk,
-  formatValue,
-  isErrorReply,
-  parseError,
-  parseIntStrict,
-  parseLine,
-} from 'tributary-protocol/command.js';
+import { Params, formatError, formatLine, formatOk, formatValue, isErrorReply, parseError, parseIntStrict, parseLine } from 'tributary-protocol/command.js';
 import { ERROR_CODES, type ErrorCode, TributaryError } from 'tributary-protocol/errors.js';
 
 function catchErr(fn: () => unknown): TributaryError {
@@ -90,6 +80,24 @@ describe('parseLine basics', () => {
   });
 });
 
+describe('parseLine bounds', () => {
+  it('reads a long quoted value with escapes anywhere in it', () => {
+    const body = `${'a'.repeat(1 << 20)}\\"${'b'.repeat(1 << 20)}\\\\`;
+    const v = parseLine(`CREATE topic="${body}" partitions=1`).params.get('topic')!;
+    expect(v.length).toBe((2 << 20) + 2);
+    expect(v.slice((1 << 20) - 1, (1 << 20) + 2)).toBe('a"b');
+    expect(v.endsWith('b\\')).toBe(true);
+    expect(() => parseLine(`CREATE topic="${'a'.repeat(1 << 20)}`)).toThrow(/unterminated quoted value/);
+    expect(() => parseLine('CREATE topic="a\\x"')).toThrow(/bad escape/);
+  });
+
+  it('refuses more than 10,000 parameters and positional tokens', () => {
+    const tokens = (n: number) => Array.from({ length: n }, (_, i) => (i % 2 ? `k${i}=1` : `p${i}`)).join(' ');
+    expect(parseLine(`X ${tokens(10_000)}`).params.size).toBe(5_000);
+    expect(() => parseLine(`X ${tokens(10_001)}`)).toThrow(/more than 10000 parameters/);
+  });
+});
+
 describe('message=', () => {
   it('is the verbatim rest of the body: spaces, =, quotes, backslashes, newlines', () => {
     const payload = ' hello  "world" a=b \\n\n\r\ttrailing  ';
@@ -124,12 +132,16 @@ describe('message=', () => {
 
   it('property: any payload survives formatLine → parseLine', () => {
     fc.assert(
-      fc.property(fc.string({ unit: 'binary', maxLength: 200 }), fc.string({ unit: fc.constantFrom(' ', '"', '=', '\n', 'x', '\\'), maxLength: 50 }), (a, b) => {
-        const payload = a + b;
-        const p = parseLine(formatLine('PUBLISH', { topic: 'orders', message: payload }));
-        expect(p.params.get('message')).toBe(payload);
-        expect(p.params.get('topic')).toBe('orders');
-      }),
+      fc.property(
+        fc.string({ unit: 'binary', maxLength: 200 }),
+        fc.string({ unit: fc.constantFrom(' ', '"', '=', '\n', 'x', '\\'), maxLength: 50 }),
+        (a, b) => {
+          const payload = a + b;
+          const p = parseLine(formatLine('PUBLISH', { topic: 'orders', message: payload }));
+          expect(p.params.get('message')).toBe(payload);
+          expect(p.params.get('topic')).toBe('orders');
+        },
+      ),
       { numRuns: 300 },
     );
   });
@@ -242,12 +254,25 @@ describe('parseIntStrict', () => {
   const lo = Number.MIN_SAFE_INTEGER;
   const hi = Number.MAX_SAFE_INTEGER;
 
-  it.each(['1e12', '1.5', '0x10', 'NaN', '', '99999999999999999999', ' 1', '1 ', '+1', '--1', '1_000', 'Infinity', '-', '9007199254740992', '9999999999999999'])(
-    'rejects %j',
-    (v) => {
-      expectInvalidParam(() => parseIntStrict('offset', v, lo, hi), 'offset');
-    },
-  );
+  it.each([
+    '1e12',
+    '1.5',
+    '0x10',
+    'NaN',
+    '',
+    '99999999999999999999',
+    ' 1',
+    '1 ',
+    '+1',
+    '--1',
+    '1_000',
+    'Infinity',
+    '-',
+    '9007199254740992',
+    '9999999999999999',
+  ])('rejects %j', (v) => {
+    expectInvalidParam(() => parseIntStrict('offset', v, lo, hi), 'offset');
+  });
 
   it('accepts -1, 0 and 9007199254740991 when in range', () => {
     expect(parseIntStrict('n', '-1', -1, hi)).toBe(-1);
@@ -342,9 +367,7 @@ describe('formatError / parseError', () => {
   });
 
   it('class= and retryable= come right after the code (and any positional tokens)', () => {
-    expect(formatError(new TributaryError('frame_too_large', { max: 67108864 }))).toBe(
-      'ERROR: frame_too_large class=validation retryable=false max=67108864',
-    );
+    expect(formatError(new TributaryError('frame_too_large', { max: 67108864 }))).toBe('ERROR: frame_too_large class=validation retryable=false max=67108864');
     expect(formatError(new TributaryError('GEN_MISMATCH', { current: 5, requested: 4 }))).toBe(
       'ERROR: GEN_MISMATCH class=fencing retryable=false current=5 requested=4',
     );
