@@ -84,7 +84,7 @@ describe('SASL and ACLs on the Kafka port', () => {
     const listed = execFileSync(process.execPath, [CLI, 'user', 'list', '--config', config], { encoding: 'utf8' });
     expect(listed).toMatch(/^legacy permissions=topic\.read,topic\.write scram=no$/m);
     expect(listed).toMatch(/^app permissions=topic\.read,topic\.write scram=yes$/m);
-    broker = await BrokerProcess.start({ args: ['--config', config, '--kafka-port', '0', '--offsets-topic-partitions', '1'] });
+    broker = await BrokerProcess.start({ args: ['--config', config, '--kafka-port', '0', '--offsets-topic-partitions', '1', '--log-level', 'info'] });
     bootstrap = `127.0.0.1:${broker.kafkaPort}`;
     admin = await Connection.connect({ host: '127.0.0.1', port: broker.port, auth: { principal: 'admin', token: tokens.admin } });
     for (const topic of ['orders', 'secret']) await admin.command('CREATE', { topic, partitions: 1 });
@@ -196,6 +196,25 @@ describe('SASL and ACLs on the Kafka port', () => {
       includeClusterAuthorizedOperations: false,
       includeTopicAuthorizedOperations: false,
     });
+    // Refused by its header alone, its body never decoded: a Metadata v1 declaring 1,000,000 topic names
+    // (and holding none, which the codec would refuse) is "before authentication", not "not understood".
+    const mark = broker.stderr.length;
+    const big = await RawKafka.connect(broker.kafkaPort);
+    raws.push(big);
+    const names = 1_000_000;
+    const body = Buffer.alloc(2 + 2 + 4 + 2 + 3 + 4);
+    let at = body.writeInt16BE(3, 0); // Metadata
+    at = body.writeInt16BE(1, at); // v1
+    at = body.writeInt32BE(7, at); // correlation id
+    at = body.writeInt16BE(3, at); // client id "raw"
+    at += body.write('raw', at);
+    body.writeInt32BE(names, at); // the topic array's count, and no names
+    const frame = Buffer.alloc(4);
+    frame.writeInt32BE(body.length);
+    big.socket.write(Buffer.concat([frame, body]));
+    await big.closed;
+    await expect.poll(() => broker.stderr.slice(mark)).toMatch(/request before authentication/);
+    expect(broker.stderr.slice(mark)).not.toMatch(/request not understood/);
     // SaslAuthenticate without a handshake is out of order: answered, then closed.
     const early = await RawKafka.connect(broker.kafkaPort);
     raws.push(early);
@@ -353,14 +372,33 @@ describe('SASL and ACLs on the Kafka port', () => {
     expect(got.errorCode).toBe(0);
     const p = { transactionalId: 'sasl-tx', producerId: got.producerId as bigint, producerEpoch: got.producerEpoch as number };
     const addCodes = async (raw: RawKafka, topics: string[]) =>
-      ((await raw.call(24, 1, { ...p, topics: topics.map((name) => ({ name, partitions: [0] })) })).results as KafkaStruct[]).map((t) => first(t, 'results').errorCode);
+      ((await raw.call(24, 1, { ...p, topics: topics.map((name) => ({ name, partitions: [0] })) })).results as KafkaStruct[]).map(
+        (t) => first(t, 'results').errorCode,
+      );
     expect(await addCodes(app, ['orders'])).toEqual([code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED')]);
     // secret's write ACL lists insider only; the request is refused as a whole.
     expect(await addCodes(txn, ['secret', 'orders'])).toEqual([code('TOPIC_AUTHORIZATION_FAILED'), code('OPERATION_NOT_ATTEMPTED')]);
     expect(await addCodes(txn, ['orders'])).toEqual([0]);
-    const records = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('in-txn') }], producerId: Number(p.producerId), producerEpoch: p.producerEpoch, baseSequence: 0, transactional: true });
+    const records = encodeRecordBatch({
+      records: [{ key: null, value: Buffer.from('in-txn') }],
+      producerId: Number(p.producerId),
+      producerEpoch: p.producerEpoch,
+      baseSequence: 0,
+      transactional: true,
+    });
     const produceCode = async (raw: RawKafka) =>
-      first(first(await raw.call(0, 7, { transactionalId: 'sasl-tx', acks: -1, timeoutMs: 1000, topicData: [{ name: 'orders', partitionData: [{ index: 0, records }] }] }), 'responses'), 'partitionResponses').errorCode;
+      first(
+        first(
+          await raw.call(0, 7, {
+            transactionalId: 'sasl-tx',
+            acks: -1,
+            timeoutMs: 1000,
+            topicData: [{ name: 'orders', partitionData: [{ index: 0, records }] }],
+          }),
+          'responses',
+        ),
+        'partitionResponses',
+      ).errorCode;
     const before = await highWatermark('orders');
     expect(await produceCode(app)).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
     expect(await highWatermark('orders')).toBe(before);
@@ -370,7 +408,11 @@ describe('SASL and ACLs on the Kafka port', () => {
     expect((await app.call(25, 1, addOffsets)).errorCode).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
     expect((await txn.call(25, 1, addOffsets)).errorCode).toBe(code('GROUP_AUTHORIZATION_FAILED'));
     expect((await txnall.call(25, 1, addOffsets)).errorCode).toBe(0);
-    const offsets = (topic: string) => ({ ...p, groupId: 'sasl-tx-group', topics: [{ name: topic, partitions: [{ partitionIndex: 0, committedOffset: 0, committedMetadata: null }] }] });
+    const offsets = (topic: string) => ({
+      ...p,
+      groupId: 'sasl-tx-group',
+      topics: [{ name: topic, partitions: [{ partitionIndex: 0, committedOffset: 0, committedMetadata: null }] }],
+    });
     const offsetCode = async (raw: RawKafka, topic: string) => first(first(await raw.call(28, 1, offsets(topic)), 'topics'), 'partitions').errorCode;
     expect(await offsetCode(app, 'orders')).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
     expect(await offsetCode(txn, 'orders')).toBe(code('GROUP_AUTHORIZATION_FAILED'));
@@ -514,7 +556,15 @@ describe('SASL and ACLs on the Kafka port', () => {
     // No `group` permission: FindCoordinator, JoinGroup and ListGroups are refused as the group's.
     const app = await rawAs('app');
     expect(first(await app.call(10, 4, { keyType: 0, coordinatorKeys: ['g-app'] }), 'coordinators').errorCode).toBe(code('GROUP_AUTHORIZATION_FAILED'));
-    const joinBody = { groupId: 'g-app', sessionTimeoutMs: 10_000, rebalanceTimeoutMs: 10_000, memberId: '', groupInstanceId: 'i', protocolType: 'consumer', protocols: [{ name: 'range', metadata: Buffer.alloc(0) }] };
+    const joinBody = {
+      groupId: 'g-app',
+      sessionTimeoutMs: 10_000,
+      rebalanceTimeoutMs: 10_000,
+      memberId: '',
+      groupInstanceId: 'i',
+      protocolType: 'consumer',
+      protocols: [{ name: 'range', metadata: Buffer.alloc(0) }],
+    };
     expect((await app.call(11, 5, joinBody)).errorCode).toBe(code('GROUP_AUTHORIZATION_FAILED'));
     expect((await app.call(16, 3, {})).errorCode).toBe(code('GROUP_AUTHORIZATION_FAILED'));
 
@@ -534,7 +584,13 @@ describe('SASL and ACLs on the Kafka port', () => {
 
     // `secret`'s ACL does not list grouper: its commits there are refused, its offsets not shown.
     const adminRaw = await rawAs('admin');
-    const commitBody = (topic: string) => ({ groupId: 'g-mixed', generationId: -1, memberId: '', groupInstanceId: null, topics: [{ name: topic, partitions: [{ partitionIndex: 0, committedOffset: 0, committedLeaderEpoch: -1, committedMetadata: null }] }] });
+    const commitBody = (topic: string) => ({
+      groupId: 'g-mixed',
+      generationId: -1,
+      memberId: '',
+      groupInstanceId: null,
+      topics: [{ name: topic, partitions: [{ partitionIndex: 0, committedOffset: 0, committedLeaderEpoch: -1, committedMetadata: null }] }],
+    });
     for (const topic of ['orders', 'secret']) expect(first(first(await adminRaw.call(8, 7, commitBody(topic)), 'topics'), 'partitions').errorCode).toBe(0);
     const grouper = await rawAs('grouper');
     expect(first(first(await grouper.call(8, 7, commitBody('secret')), 'topics'), 'partitions').errorCode).toBe(code('TOPIC_AUTHORIZATION_FAILED'));

@@ -208,6 +208,13 @@ export class KafkaConnection {
       this.refuse(new KafkaCodecError('frame_too_small', `frame of ${frame.length} bytes, below ${MIN_REQUEST_FRAME}`, { size: frame.length, at: 0 }), 'bad frame');
       return;
     }
+    // Refused by the header alone: a request body is decoded only for an authenticated connection (a
+    // Metadata request of 8 million topic names held the event loop for seconds before its refusal).
+    const early = peekRequestHeader(frame).apiKey;
+    if (this.ctx.broker.security.enabled && this.ctx.identity.principal === undefined && !BEFORE_AUTHENTICATION.has(early)) {
+      this.refuse(new Error(`API key ${early} before SASL authentication`), 'request before authentication');
+      return;
+    }
     let decoded: ReturnType<typeof decodeRequest>;
     try {
       decoded = decodeRequest(frame);
