@@ -80,7 +80,9 @@ describe('the Kafka listener', () => {
       expect(await admin.createTopics({ topics: [{ topic: 'kj', numPartitions: 3 }] })).toBe(true);
       expect(await admin.createTopics({ topics: [{ topic: 'kj', numPartitions: 3 }] })).toBe(false); // exists
       // A config Tributary has no counterpart for is refused, not ignored.
-      const refused = await admin.createTopics({ topics: [{ topic: 'kj-bad', numPartitions: 1, configEntries: [{ name: 'segment.ms', value: '1000' }] }] }).catch((e: unknown) => e);
+      const refused = await admin
+        .createTopics({ topics: [{ topic: 'kj-bad', numPartitions: 1, configEntries: [{ name: 'segment.ms', value: '1000' }] }] })
+        .catch((e: unknown) => e);
       expect(refused).toMatchObject({ errors: [expect.objectContaining({ type: 'INVALID_CONFIG' })] });
       expect((await admin.fetchTopicMetadata({ topics: [] })).topics.map((t) => t.name)).not.toContain('kj-bad');
       await producer.connect();
@@ -105,7 +107,10 @@ describe('the Kafka listener', () => {
       expect(seen.sort()).toEqual(Array.from({ length: 30 }, (_, i) => `key-${i % 5}/value-${i}`).sort());
       const byTime = await admin.fetchTopicOffsetsByTimestamp('kj', before - 60_000);
       expect(byTime.every((o) => Number(o.offset) === 0)).toBe(true);
-      const configs = await admin.describeConfigs({ includeSynonyms: false, resources: [{ type: ConfigResourceTypes.TOPIC, name: 'kj', configNames: ['retention.ms', 'cleanup.policy'] }] });
+      const configs = await admin.describeConfigs({
+        includeSynonyms: false,
+        resources: [{ type: ConfigResourceTypes.TOPIC, name: 'kj', configNames: ['retention.ms', 'cleanup.policy'] }],
+      });
       expect(configs.resources[0]!.configEntries.map((e) => [e.configName, e.configValue]).sort()).toEqual([
         ['cleanup.policy', 'delete'],
         ['retention.ms', String(168 * 3_600_000)],
@@ -128,7 +133,16 @@ describe('the Kafka listener', () => {
     // Group APIs: each version gets a group of its own with one member where it needs one (joined with v0,
     // which needs no member id first; synced, so Stable, except for the SyncGroup calls themselves).
     const protocols = [{ name: 'range', metadata: Buffer.from([0, 0, 0, 0, 0, 0, 0, 0, 0, 0]) }];
-    const joinBody = (groupId: string, memberId = '', groupInstanceId: string | null = null) => ({ groupId, sessionTimeoutMs: 30_000, rebalanceTimeoutMs: 30_000, memberId, groupInstanceId, protocolType: 'consumer', protocols, reason: null });
+    const joinBody = (groupId: string, memberId = '', groupInstanceId: string | null = null) => ({
+      groupId,
+      sessionTimeoutMs: 30_000,
+      rebalanceTimeoutMs: 30_000,
+      memberId,
+      groupInstanceId,
+      protocolType: 'consumer',
+      protocols,
+      reason: null,
+    });
     const solo = async (groupId: string, sync: boolean) => {
       const joined = await raw.call(11, 0, joinBody(groupId));
       expect(joined.errorCode).toBe(0);
@@ -138,7 +152,12 @@ describe('the Kafka listener', () => {
     };
     const members: Record<string, { memberId: string; generationId: number }> = {};
     for (let v = 0; v <= 6; v++) {
-      for (const [api, sync] of [['sync', false], ['hb', true], ['leave', true]] as const) if (v <= 4) members[`${api}-${v}`] = await solo(`${api}-${v}`, sync);
+      for (const [api, sync] of [
+        ['sync', false],
+        ['hb', true],
+        ['leave', true],
+      ] as const)
+        if (v <= 4) members[`${api}-${v}`] = await solo(`${api}-${v}`, sync);
     }
     // JoinGroup v4 (no static membership) asks for a member id first (KIP-394): this is the one it handed out.
     const v4Id = (await raw.call(11, 4, joinBody('join-4'))).memberId as string;
@@ -152,7 +171,9 @@ describe('the Kafka listener', () => {
         expect(init.errorCode).toBe(0);
         producers[id] = { producerId: init.producerId as bigint, producerEpoch: init.producerEpoch as number };
       }
-      expect((await raw.call(25, 1, { transactionalId: `versions-offsets-${v}`, ...producers[`versions-offsets-${v}`], groupId: `txn-group-${v}` })).errorCode).toBe(0);
+      expect(
+        (await raw.call(25, 1, { transactionalId: `versions-offsets-${v}`, ...producers[`versions-offsets-${v}`], groupId: `txn-group-${v}` })).errorCode,
+      ).toBe(0);
     }
     const txnBodies: Record<number, (v: number) => KafkaStruct> = {
       24: (v) => ({ transactionalId: `versions-txn-${v}`, ...producers[`versions-txn-${v}`], topics: [{ name: 'versions', partitions: [0] }] }),
@@ -169,13 +190,36 @@ describe('the Kafka listener', () => {
       }),
     };
     const groupBodies: Record<number, (v: number) => KafkaStruct> = {
-      8: () => ({ groupId: 'committed', generationId: -1, memberId: '', groupInstanceId: null, retentionTimeMs: -1, topics: [{ name: 'versions', partitions: [{ partitionIndex: 0, committedOffset: 1, committedLeaderEpoch: -1, committedMetadata: null }] }] }),
-      9: () => ({ groupId: 'committed', topics: [{ name: 'versions', partitionIndexes: [0] }], groups: [{ groupId: 'committed', topics: null }], requireStable: true }),
+      8: () => ({
+        groupId: 'committed',
+        generationId: -1,
+        memberId: '',
+        groupInstanceId: null,
+        retentionTimeMs: -1,
+        topics: [{ name: 'versions', partitions: [{ partitionIndex: 0, committedOffset: 1, committedLeaderEpoch: -1, committedMetadata: null }] }],
+      }),
+      9: () => ({
+        groupId: 'committed',
+        topics: [{ name: 'versions', partitionIndexes: [0] }],
+        groups: [{ groupId: 'committed', topics: null }],
+        requireStable: true,
+      }),
       10: () => ({ key: 'committed', keyType: 0, coordinatorKeys: ['committed'] }),
       11: (v) => (v === 4 ? joinBody('join-4', v4Id) : joinBody(`join-${v}`, '', v >= 5 ? `static-${v}` : null)),
       12: (v) => ({ groupId: `hb-${v}`, ...members[`hb-${v}`], groupInstanceId: null }),
-      13: (v) => ({ groupId: `leave-${v}`, memberId: members[`leave-${v}`]!.memberId, members: [{ memberId: members[`leave-${v}`]!.memberId, groupInstanceId: null, reason: null }] }),
-      14: (v) => ({ groupId: `sync-${v}`, ...members[`sync-${v}`], groupInstanceId: null, protocolType: null, protocolName: null, assignments: [{ memberId: members[`sync-${v}`]!.memberId, assignment: Buffer.alloc(0) }] }),
+      13: (v) => ({
+        groupId: `leave-${v}`,
+        memberId: members[`leave-${v}`]!.memberId,
+        members: [{ memberId: members[`leave-${v}`]!.memberId, groupInstanceId: null, reason: null }],
+      }),
+      14: (v) => ({
+        groupId: `sync-${v}`,
+        ...members[`sync-${v}`],
+        groupInstanceId: null,
+        protocolType: null,
+        protocolName: null,
+        assignments: [{ memberId: members[`sync-${v}`]!.memberId, assignment: Buffer.alloc(0) }],
+      }),
       15: () => ({ groups: ['committed', 'hb-0'], includeAuthorizedOperations: false }),
       16: () => ({ statesFilter: [], typesFilter: [] }),
     };
@@ -183,11 +227,21 @@ describe('the Kafka listener', () => {
       ...groupBodies,
       ...txnBodies,
       0: () => ({ transactionalId: null, acks: 1, timeoutMs: 1000, topicData: [{ name: 'versions', partitionData: [{ index: 0, records: batch }] }] }),
-      1: () => ({ maxWaitMs: 0, minBytes: 1, maxBytes: 1 << 20, isolationLevel: 1, topics: [{ topic: 'versions', partitions: [{ partition: 0, fetchOffset: 0, partitionMaxBytes: 1 << 20 }] }] }),
+      1: () => ({
+        maxWaitMs: 0,
+        minBytes: 1,
+        maxBytes: 1 << 20,
+        isolationLevel: 1,
+        topics: [{ topic: 'versions', partitions: [{ partition: 0, fetchOffset: 0, partitionMaxBytes: 1 << 20 }] }],
+      }),
       2: () => ({ isolationLevel: 0, topics: [{ name: 'versions', partitions: [{ partitionIndex: 0, timestamp: -2 }] }] }),
       3: () => ({ topics: [{ name: 'versions' }] }),
       18: () => ({ clientSoftwareName: 'raw', clientSoftwareVersion: '1' }),
-      19: (v) => ({ topics: [{ name: `created-v${v}`, numPartitions: 1, replicationFactor: -1, assignments: [], configs: [] }], timeoutMs: 1000, validateOnly: false }),
+      19: (v) => ({
+        topics: [{ name: `created-v${v}`, numPartitions: 1, replicationFactor: -1, assignments: [], configs: [] }],
+        timeoutMs: 1000,
+        validateOnly: false,
+      }),
       22: () => ({ transactionalId: null, transactionTimeoutMs: 1000 }),
       20: (v) => (v >= 6 ? { topics: [{ name: `doomed-v${v}`, topicId: ZERO_UUID }], timeoutMs: 1000 } : { topicNames: [`doomed-v${v}`], timeoutMs: 1000 }),
       37: (v) => ({ topics: [{ name: 'growing', count: 2 + v, assignments: null }], timeoutMs: 1000, validateOnly: false }),
@@ -206,9 +260,13 @@ describe('the Kafka listener', () => {
       for (let v = a.minVersion as number; v <= (a.maxVersion as number); v++) {
         const res = await raw.call(key, v, bodies[key]!(v));
         calls++;
-        const codes = JSON.stringify(res, (_k, x: unknown) => (typeof x === 'bigint' ? Number(x) : Buffer.isBuffer(x) ? x.length : x)).match(/"errorCode":-?\d+/g) ?? [];
+        const codes =
+          JSON.stringify(res, (_k, x: unknown) => (typeof x === 'bigint' ? Number(x) : Buffer.isBuffer(x) ? x.length : x)).match(/"errorCode":-?\d+/g) ?? [];
         expect(codes.length, `${apiByKey(key)!.name} v${v}`).toBeGreaterThan(0);
-        expect(codes.every((e) => e === `"errorCode":${expectedCode(key)}`), `${apiByKey(key)!.name} v${v}: ${codes.join()}`).toBe(true);
+        expect(
+          codes.every((e) => e === `"errorCode":${expectedCode(key)}`),
+          `${apiByKey(key)!.name} v${v}: ${codes.join()}`,
+        ).toBe(true);
       }
     }
     // Metadata 0-9, Fetch 4-12, ListOffsets 1-5, Produce 3-9, ApiVersions 0-3, CreateTopics 0-7, DeleteTopics 0-6, InitProducerId 0-4,
@@ -239,7 +297,10 @@ describe('the Kafka listener', () => {
       return splitRecordBatches(records).batches.flatMap((b) => b.decode().records.map((r) => `${r.offset}:${r.value!.toString()}`));
     };
     const listOffset = async (raw: RawKafka, topic: string, timestamp: number, isolationLevel: number) =>
-      (((await raw.call(2, 5, { isolationLevel, topics: [{ name: topic, partitions: [{ partitionIndex: 0, timestamp }] }] })).topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!;
+      (
+        ((await raw.call(2, 5, { isolationLevel, topics: [{ name: topic, partitions: [{ partitionIndex: 0, timestamp }] }] })).topics as KafkaStruct[])[0]!
+          .partitions as KafkaStruct[]
+      )[0]!;
 
     it('waits for minBytes (within maxWaitMs): one record below it is not answered until a second one comes', async () => {
       await c.command('CREATE', { topic: 'min-bytes', partitions: 1 });
@@ -303,12 +364,28 @@ describe('the Kafka listener', () => {
       try {
         const api = apiByKey(0)!;
         const produce = (id: number, records: Buffer) =>
-          encodeRequest(api, 7, id, 'raw', { transactionalId: null, acks: 1, timeoutMs: 1000, topicData: [{ name: 'pipelined', partitionData: [{ index: 0, records }] }] });
+          encodeRequest(api, 7, id, 'raw', {
+            transactionalId: null,
+            acks: 1,
+            timeoutMs: 1000,
+            topicData: [{ name: 'pipelined', partitionData: [{ index: 0, records }] }],
+          });
         const frames: Buffer[] = [];
         for (let i = 0; i < 10; i++) {
           // The gzip batch takes the thread pool to inflate; the plain one could overtake it if appends did not wait their turn.
           const big = Buffer.alloc(256 * 1024, i);
-          frames.push(produce(2 * i, encodeRecordBatch({ records: [{ key: null, value: big }, { key: null, value: Buffer.from(`gz-${i}`) }], compression: 'gzip' })));
+          frames.push(
+            produce(
+              2 * i,
+              encodeRecordBatch({
+                records: [
+                  { key: null, value: big },
+                  { key: null, value: Buffer.from(`gz-${i}`) },
+                ],
+                compression: 'gzip',
+              }),
+            ),
+          );
           frames.push(produce(2 * i + 1, encodeRecordBatch({ records: [{ key: null, value: Buffer.from(`plain-${i}`) }] })));
         }
         raw.socket.write(Buffer.concat(frames)); // one write: every request is read before any is answered
@@ -326,7 +403,14 @@ describe('the Kafka listener', () => {
       const raw = await RawKafka.connect(broker.kafkaPort);
       try {
         const batch = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('fire-and-forget') }] });
-        raw.socket.write(encodeRequest(apiByKey(0)!, 7, 41, 'raw', { transactionalId: null, acks: 0, timeoutMs: 1000, topicData: [{ name: 'acks0', partitionData: [{ index: 0, records: batch }] }] }));
+        raw.socket.write(
+          encodeRequest(apiByKey(0)!, 7, 41, 'raw', {
+            transactionalId: null,
+            acks: 0,
+            timeoutMs: 1000,
+            topicData: [{ name: 'acks0', partitionData: [{ index: 0, records: batch }] }],
+          }),
+        );
         const api = apiByKey(18)!;
         raw.socket.write(encodeRequest(api, 0, 42, 'raw', {}));
         expect(decodeResponse(api, 0, await raw.next()).correlationId).toBe(42); // no response for 41
@@ -351,13 +435,19 @@ describe('the Kafka listener', () => {
         const corrupt = Buffer.from(good);
         corrupt[corrupt.length - 1]! ^= 0xff; // the CRC covers the records
         const forged = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('y') }], producerId: 9_000_000, producerEpoch: 0, baseSequence: 0 });
-        const produce = (records: Buffer, acks = -1) => raw.call(0, 7, { transactionalId: null, acks, timeoutMs: 1000, topicData: [{ name: 'bad', partitionData: [{ index: 0, records }] }] });
+        const produce = (records: Buffer, acks = -1) =>
+          raw.call(0, 7, { transactionalId: null, acks, timeoutMs: 1000, topicData: [{ name: 'bad', partitionData: [{ index: 0, records }] }] });
         const codeOf = (r: KafkaStruct) => ((r.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!.errorCode;
         expect(codeOf(await produce(corrupt))).toBe(kafkaErrorCode('CORRUPT_MESSAGE'));
         expect(codeOf(await produce(forged))).toBe(kafkaErrorCode('UNKNOWN_PRODUCER_ID'));
         expect(codeOf(await produce(good, 2))).toBe(kafkaErrorCode('INVALID_REQUIRED_ACKS'));
         expect(codeOf(await produce(Buffer.concat([good, good])))).toBe(kafkaErrorCode('CORRUPT_MESSAGE')); // one batch per partition
-        const missing = await raw.call(0, 7, { transactionalId: null, acks: 1, timeoutMs: 1000, topicData: [{ name: 'nope', partitionData: [{ index: 0, records: good }] }] });
+        const missing = await raw.call(0, 7, {
+          transactionalId: null,
+          acks: 1,
+          timeoutMs: 1000,
+          topicData: [{ name: 'nope', partitionData: [{ index: 0, records: good }] }],
+        });
         expect(codeOf(missing)).toBe(kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION'));
         expect(await leo('bad')).toBe('0');
         expect(codeOf(await produce(good))).toBe(0);
@@ -390,7 +480,10 @@ describe('the Kafka listener', () => {
         return Buffer.concat([size, body]);
       };
       await closes(frame(Buffer.from([0x27, 0x10, 0, 0, 0, 0, 0, 1, 0xff, 0xff]))); // api key 10000
-      const deleteRecords = encodeRequest(apiByKey(21)!, 0, 1, 'raw', { topics: [{ name: 'bad', partitions: [{ partitionIndex: 0, offset: 0 }] }], timeoutMs: 1000 });
+      const deleteRecords = encodeRequest(apiByKey(21)!, 0, 1, 'raw', {
+        topics: [{ name: 'bad', partitions: [{ partitionIndex: 0, offset: 0 }] }],
+        timeoutMs: 1000,
+      });
       await closes(deleteRecords); // known to the codecs, not served
       const metadata = encodeRequest(apiByKey(3)!, 9, 1, 'raw', { topics: null });
       await closes(frame(metadata.subarray(4, metadata.length - 3))); // cut inside its body
@@ -448,7 +541,9 @@ describe('the Kafka listener with @platformatic/kafka', () => {
 
 describe('Kafka listener settings', () => {
   it('keeps the per-address connection limit (shared with the main port) and closes a frame left unfinished', async () => {
-    const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-connections-per-address', '2', '--frame-timeout-ms', '300'] });
+    const broker = await BrokerProcess.start({
+      args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-connections-per-address', '2', '--frame-timeout-ms', '300'],
+    });
     try {
       const main = await broker.connect(); // one of the address's two
       const first = await RawKafka.connect(broker.kafkaPort);
@@ -470,7 +565,7 @@ describe('Kafka listener settings', () => {
     }
   });
 
-  it('--kafka-port-if-free (npm start\'s 9092): on that port when free; when taken the broker starts without it and says so', async () => {
+  it("--kafka-port-if-free (npm start's 9092): on that port when free; when taken the broker starts without it and says so", async () => {
     const port = await freePort();
     const first = await BrokerProcess.start({ args: ['--kafka-port-if-free', String(port), '--offsets-topic-partitions', '1'] });
     try {
@@ -485,7 +580,9 @@ describe('Kafka listener settings', () => {
       }
       // Still the first broker's.
       const raw = await RawKafka.connect(port);
-      expect(((await raw.call(3, 9, { topics: null, allowAutoTopicCreation: false, includeTopicAuthorizedOperations: false })).brokers as KafkaStruct[])[0]!.port).toBe(port);
+      expect(
+        ((await raw.call(3, 9, { topics: null, allowAutoTopicCreation: false, includeTopicAuthorizedOperations: false })).brokers as KafkaStruct[])[0]!.port,
+      ).toBe(port);
       raw.socket.destroy();
     } finally {
       await first.dispose();
@@ -508,7 +605,7 @@ describe('Kafka listener settings', () => {
     }
   });
 
-  it('counts its connections with the main port\'s in --max-connections', async () => {
+  it("counts its connections with the main port's in --max-connections", async () => {
     const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-connections', '2'] });
     try {
       const main = await broker.connect();
@@ -521,7 +618,15 @@ describe('Kafka listener settings', () => {
       kafka.socket.destroy();
       await kafka.closed;
       // A slot freed on the Kafka port admits a main-port client.
-      await until(async () => (await broker.connect().then((c) => c.close().then(() => true), () => false)), 5000, 'a freed slot');
+      await until(
+        async () =>
+          await broker.connect().then(
+            (c) => c.close().then(() => true),
+            () => false,
+          ),
+        5000,
+        'a freed slot',
+      );
       await main.close();
     } finally {
       await broker.dispose();
@@ -529,7 +634,9 @@ describe('Kafka listener settings', () => {
   });
 
   it('closes a client that pipelines Fetches and never reads its responses (--write-stall-timeout-ms); others are served', async () => {
-    const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-pending-reply-bytes', '65536', '--write-stall-timeout-ms', '1000'] });
+    const broker = await BrokerProcess.start({
+      args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-pending-reply-bytes', '65536', '--write-stall-timeout-ms', '1000'],
+    });
     try {
       const c = await broker.connect();
       await c.command('CREATE', { topic: 'big', partitions: 1 });
@@ -548,7 +655,12 @@ describe('Kafka listener settings', () => {
         isolationLevel: 0,
         sessionId: 0,
         sessionEpoch: -1,
-        topics: [{ topic: 'big', partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 4 << 20 }] }],
+        topics: [
+          {
+            topic: 'big',
+            partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 4 << 20 }],
+          },
+        ],
         forgottenTopicsData: [],
         rackId: '',
       });
@@ -556,7 +668,9 @@ describe('Kafka listener settings', () => {
       await until(() => broker.stderr.includes('the client does not read its responses'), 15_000, 'the stalled client closed');
       // Everyone else is served meanwhile and after.
       const other = await RawKafka.connect(broker.kafkaPort);
-      expect((await other.call(3, 9, { topics: [{ name: 'big' }], allowAutoTopicCreation: false, includeTopicAuthorizedOperations: false })).brokers).toHaveLength(1);
+      expect(
+        (await other.call(3, 9, { topics: [{ name: 'big' }], allowAutoTopicCreation: false, includeTopicAuthorizedOperations: false })).brokers,
+      ).toHaveLength(1);
       other.socket.destroy();
       stalled.socket.resume();
       await stalled.closed;
@@ -566,7 +680,9 @@ describe('Kafka listener settings', () => {
   });
 
   it('throttles a connection past --max-requests-per-second-per-connection as Kafka quotas do: answered, with a throttle time, reading paused', async () => {
-    const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-requests-per-second-per-connection', '2'] });
+    const broker = await BrokerProcess.start({
+      args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-requests-per-second-per-connection', '2'],
+    });
     try {
       const raw = await RawKafka.connect(broker.kafkaPort);
       const api = apiByKey(18)!;
@@ -590,7 +706,7 @@ describe('Kafka listener settings', () => {
     }
   });
 
-  it('bounds what a compressed batch may inflate to by --max-batch-bytes, not by the record count it claims', async () => {
+  it('bounds what the compressed batches of a request may inflate to by --max-batch-bytes, not by the record counts they claim', async () => {
     const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--max-batch-bytes', '65536'] });
     try {
       const c = await broker.connect();
@@ -599,9 +715,25 @@ describe('Kafka listener settings', () => {
       // 10 records of 20 KB zeros: a few KB on the wire, 200 KB inflated.
       const bomb = encodeRecordBatch({ records: Array.from({ length: 10 }, () => ({ key: null, value: Buffer.alloc(20_000) })), compression: 'gzip' });
       expect(bomb.length).toBeLessThan(65536);
-      const res = await raw.call(0, 7, { transactionalId: null, acks: 1, timeoutMs: 1000, topicData: [{ name: 'inflate', partitionData: [{ index: 0, records: bomb }] }] });
+      const res = await raw.call(0, 7, {
+        transactionalId: null,
+        acks: 1,
+        timeoutMs: 1000,
+        topicData: [{ name: 'inflate', partitionData: [{ index: 0, records: bomb }] }],
+      });
       expect(((res.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!.errorCode).toBe(kafkaErrorCode('MESSAGE_TOO_LARGE'));
       expect((await c.command('LIST_OFFSETS', { topic: 'inflate', partition: 0 })).match(/leo=(\d+)/)![1]).toBe('0');
+      // The bound is per request, not per batch: four batches of 20 KB inflated each fit, together they do not.
+      await c.command('CREATE', { topic: 'inflate4', partitions: 4 });
+      const small = encodeRecordBatch({ records: [{ key: null, value: Buffer.alloc(20_000) }], compression: 'gzip' });
+      const res4 = await raw.call(0, 7, {
+        transactionalId: null,
+        acks: 1,
+        timeoutMs: 1000,
+        topicData: [{ name: 'inflate4', partitionData: [0, 1, 2, 3].map((index) => ({ index, records: small })) }],
+      });
+      const codes = ((res4.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[]).map((p) => p.errorCode);
+      expect(codes).toEqual([0, 0, 0, kafkaErrorCode('MESSAGE_TOO_LARGE')]);
       raw.socket.destroy();
     } finally {
       await broker.dispose();
@@ -612,10 +744,38 @@ describe('Kafka listener settings', () => {
     const dir = await tempDir('tributary-kafka-tls-');
     const key = path.join(dir, 'broker.key');
     const cert = path.join(dir, 'broker.crt');
-    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert, '-days', '1', '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost'], { stdio: 'ignore' });
-    const broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--tls-cert', cert, '--tls-key', key], clientTls: { ca: readFileSync(cert) } });
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-keyout',
+        key,
+        '-out',
+        cert,
+        '-days',
+        '1',
+        '-subj',
+        '/CN=localhost',
+        '-addext',
+        'subjectAltName=IP:127.0.0.1,DNS:localhost',
+      ],
+      { stdio: 'ignore' },
+    );
+    const broker = await BrokerProcess.start({
+      args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--tls-cert', cert, '--tls-key', key],
+      clientTls: { ca: readFileSync(cert) },
+    });
     try {
-      const kafka = new Kafka({ brokers: [`127.0.0.1:${broker.kafkaPort}`], clientId: 'tls', logLevel: logLevel.NOTHING, ssl: { ca: [readFileSync(cert, 'utf8')] } });
+      const kafka = new Kafka({
+        brokers: [`127.0.0.1:${broker.kafkaPort}`],
+        clientId: 'tls',
+        logLevel: logLevel.NOTHING,
+        ssl: { ca: [readFileSync(cert, 'utf8')] },
+      });
       const admin = kafka.admin();
       await admin.connect();
       const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
@@ -641,11 +801,16 @@ describe('Kafka listener settings', () => {
 });
 
 interface PlatformaticClients {
-  Admin: new (o: { clientId: string; bootstrapBrokers: string[] }) => {
+  Admin: new (o: {
+    clientId: string;
+    bootstrapBrokers: string[];
+  }) => {
     createTopics(o: { topics: string[]; partitions: number; replicas: number }): Promise<{ name: string; partitions: number }[]>;
     close(): Promise<void>;
   };
-  Producer: new (o: Record<string, unknown>) => {
+  Producer: new (
+    o: Record<string, unknown>,
+  ) => {
     send(o: { messages: Record<string, unknown>[] }): Promise<{ offsets?: { topic: string; partition: number; offset: bigint }[] }>;
     close(): Promise<void>;
   };
