@@ -22,13 +22,20 @@ interface Reply {
   body: Json;
 }
 
-function request(port: number, method: string, pathname: string, opts: { body?: unknown; raw?: string; auth?: [string, string]; headers?: Record<string, string> } = {}): Promise<Reply> {
+function request(
+  port: number,
+  method: string,
+  pathname: string,
+  opts: { body?: unknown; raw?: string; auth?: [string, string]; headers?: Record<string, string> } = {},
+): Promise<Reply> {
   return new Promise((resolve, reject) => {
     const headers: Record<string, string> = { ...opts.headers };
     let payload: string | undefined;
     if (opts.body !== undefined || opts.raw !== undefined) {
       payload = opts.raw ?? JSON.stringify(opts.body);
       headers['content-type'] ??= 'application/json';
+      // Node sends a DELETE's body unframed unless told its length.
+      headers['content-length'] ??= String(Buffer.byteLength(payload));
     }
     if (opts.auth) headers.authorization = `Basic ${Buffer.from(`${opts.auth[0]}:${opts.auth[1]}`).toString('base64')}`;
     const req = http.request({ host: '127.0.0.1', port, method, path: pathname, headers }, (res) => {
@@ -97,14 +104,25 @@ describe('admin API, authentication off', () => {
     for (let i = 0; i < 4; i++) expect((await api('POST', '/api/v1/topics/orders/messages', { body: { value: `v${i}`, partition: 1 } })).status).toBe(201);
     const list = await api('GET', '/api/v1/topics');
     expect(list.status).toBe(200);
-    expect(list.body.topics).toEqual([expect.objectContaining({ name: 'orders', partitions: 3, replicationFactor: 1, underReplicated: 0, leaderless: 0, records: 4 })]);
+    expect(list.body.topics).toEqual([
+      expect.objectContaining({ name: 'orders', partitions: 3, replicationFactor: 1, underReplicated: 0, leaderless: 0, records: 4 }),
+    ]);
     expect(list.body.topics[0].sizeBytes).toBeGreaterThan(0);
     expect((await api('GET', '/api/v1/topics?internal=true')).body.topics.map((t: { name: string }) => t.name)).toContain('__consumer_offsets');
 
     const d = await api('GET', '/api/v1/topics/orders');
     expect(d.status).toBe(200);
     expect(d.body.partitions).toHaveLength(3);
-    expect(d.body.partitions[1]).toMatchObject({ partition: 1, earliest: 0, logEnd: 4, highWatermark: 4, lastStable: 4, replicas: [0], isr: [0], leaderEpoch: 0 });
+    expect(d.body.partitions[1]).toMatchObject({
+      partition: 1,
+      earliest: 0,
+      logEnd: 4,
+      highWatermark: 4,
+      lastStable: 4,
+      replicas: [0],
+      isr: [0],
+      leaderEpoch: 0,
+    });
     expect(d.body.partitions[1].sizeBytes).toBeGreaterThan(d.body.partitions[0].sizeBytes);
 
     // More partitions, never fewer.
@@ -116,6 +134,10 @@ describe('admin API, authentication off', () => {
     expect((await api('GET', '/api/v1/topics/orders')).body.partitions).toHaveLength(4);
 
     expect((await api('POST', '/api/v1/topics', { body: { name: 'doomed' } })).status).toBe(201);
+    // A body where the route takes none is refused, not ignored: the topic stays.
+    const withBody = await api('DELETE', '/api/v1/topics/doomed', { body: { ifEmpty: true, dryRun: true } });
+    expect([withBody.status, withBody.body.error.code]).toEqual([400, 'invalid_parameter']);
+    expect((await api('GET', '/api/v1/topics/doomed')).status).toBe(200);
     expect((await api('DELETE', '/api/v1/topics/doomed')).status).toBe(204);
     expect((await api('GET', '/api/v1/topics/doomed')).status).toBe(404);
   });
@@ -126,14 +148,22 @@ describe('admin API, authentication off', () => {
     const p = await api('POST', '/api/v1/topics/browse/messages', { body: { key: 'k1', value: '{"n":1}', headers: { trace: 't-1' }, partition: 0 } });
     expect(p.status).toBe(201);
     expect(p.body).toEqual({ topic: 'browse', partition: 0, offset: 0 });
-    const bin = await api('POST', '/api/v1/topics/browse/messages', { body: { value: Buffer.from([0xff, 0x00, 0xfe]).toString('base64'), encoding: 'base64', partition: 0 } });
+    const bin = await api('POST', '/api/v1/topics/browse/messages', {
+      body: { value: Buffer.from([0xff, 0x00, 0xfe]).toString('base64'), encoding: 'base64', partition: 0 },
+    });
     expect(bin.body.offset).toBe(1);
 
     const r = await api('GET', '/api/v1/topics/browse/messages?partition=0&offset=0&limit=10');
     expect(r.status).toBe(200);
     expect(r.body).toMatchObject({ topic: 'browse', partition: 0, offset: 0, nextOffset: 2, highWatermark: 2 });
     expect(r.body.messages).toHaveLength(2);
-    expect(r.body.messages[0]).toMatchObject({ offset: 0, key: 'k1', value: '{"n":1}', valueEncoding: 'utf8', headers: [{ key: 'trace', value: 't-1', encoding: 'utf8' }] });
+    expect(r.body.messages[0]).toMatchObject({
+      offset: 0,
+      key: 'k1',
+      value: '{"n":1}',
+      valueEncoding: 'utf8',
+      headers: [{ key: 'trace', value: 't-1', encoding: 'utf8' }],
+    });
     expect(r.body.messages[0].timestamp).toBeGreaterThanOrEqual(before - 1000);
     expect(r.body.messages[1]).toMatchObject({ offset: 1, key: null, value: '/wD+', valueEncoding: 'base64' });
     // From a timestamp after both: nothing (the log end).
@@ -146,7 +176,9 @@ describe('admin API, authentication off', () => {
   it('search: by key, by value substring and by header, within a bounded scan that says where it stopped', async () => {
     await api('POST', '/api/v1/topics', { body: { name: 'haystack', partitions: 2 } });
     for (let i = 0; i < 30; i++) {
-      await api('POST', '/api/v1/topics/haystack/messages', { body: { key: `k${i % 3}`, value: `item-${i}${i === 17 ? '-needle' : ''}`, partition: i % 2, headers: i === 22 ? { flag: 'red' } : {} } });
+      await api('POST', '/api/v1/topics/haystack/messages', {
+        body: { key: `k${i % 3}`, value: `item-${i}${i === 17 ? '-needle' : ''}`, partition: i % 2, headers: i === 22 ? { flag: 'red' } : {} },
+      });
     }
     const byValue = await api('GET', '/api/v1/topics/haystack/search?value=needle');
     expect(byValue.status).toBe(200);
@@ -205,12 +237,21 @@ describe('admin API, authentication off', () => {
       };
       await until(lagZero, 15_000, 'the consumer to commit everything');
       const g = (await api('GET', '/api/v1/groups/workers')).body;
-      expect(g).toMatchObject({ group: 'workers', topic: 'work', state: 'Stable', members: [expect.objectContaining({ clientId: expect.any(String), assignments: [0, 1] })] });
+      expect(g).toMatchObject({
+        group: 'workers',
+        topic: 'work',
+        state: 'Stable',
+        members: [expect.objectContaining({ clientId: expect.any(String), assignments: [0, 1] })],
+      });
       for (const o of g.offsets) expect(o.lag).toBe(o.logEnd - o.committed);
-      expect((await api('GET', '/api/v1/groups')).body.groups).toEqual([expect.objectContaining({ group: 'workers', state: 'Stable', members: 1, totalLag: 0 })]);
+      expect((await api('GET', '/api/v1/groups')).body.groups).toEqual([
+        expect.objectContaining({ group: 'workers', state: 'Stable', members: 1, totalLag: 0 }),
+      ]);
 
       // A preview changes nothing and gives the lag the reset would leave.
-      const preview = await api('POST', '/api/v1/groups/workers/reset-offsets', { body: { topic: 'work', partition: 0, to: 'offset', offset: 2, dryRun: true } });
+      const preview = await api('POST', '/api/v1/groups/workers/reset-offsets', {
+        body: { topic: 'work', partition: 0, to: 'offset', offset: 2, dryRun: true },
+      });
       expect(preview.status).toBe(200);
       expect(preview.body).toEqual({ group: 'workers', topic: 'work', dryRun: true, offsets: [{ partition: 0, offset: 2, lag: 3 }] });
       expect((await api('GET', '/api/v1/groups/workers')).body.offsets[0].committed).toBe(5);
@@ -220,7 +261,13 @@ describe('admin API, authentication off', () => {
       expect(reset.body).toEqual({ group: 'workers', topic: 'work', dryRun: false, offsets: [{ partition: 0, offset: 2, lag: 3 }] });
       // The member is fenced for partition 0, rejoins, reads 2..4 again and commits up to 5 again.
       await until(() => seen.slice(before).filter(([p]) => p === 0).length >= 3, 15_000, 'partition 0 read again from 2');
-      expect(seen.slice(before).filter(([p]) => p === 0).map(([, o]) => o).slice(0, 3)).toEqual([2, 3, 4]);
+      expect(
+        seen
+          .slice(before)
+          .filter(([p]) => p === 0)
+          .map(([, o]) => o)
+          .slice(0, 3),
+      ).toEqual([2, 3, 4]);
       expect(seen.slice(before).filter(([p]) => p === 1)).toEqual([]);
       await until(lagZero, 15_000, 'the consumer to commit partition 0 again');
       const after = (await api('GET', '/api/v1/groups/workers')).body;
@@ -310,7 +357,9 @@ describe('admin API, TLS and authentication on', () => {
     fs.writeFileSync(config, ['authentication: true', 'topicAcls:', '  locked:', '    read: [admin]', ''].join('\n'));
     tokens.admin = addUser(config, 'admin', ['admin']);
     tokens.reader = addUser(config, 'reader', ['topic.read', 'group']);
-    broker = await BrokerProcess.start({ args: ['--config', config, '--tls-cert', server.certFile, '--tls-key', server.keyFile, '--log-level', 'debug', '--offsets-topic-partitions', '2'] });
+    broker = await BrokerProcess.start({
+      args: ['--config', config, '--tls-cert', server.certFile, '--tls-key', server.keyFile, '--log-level', 'debug', '--offsets-topic-partitions', '2'],
+    });
   });
 
   afterAll(async () => {

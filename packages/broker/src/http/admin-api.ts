@@ -559,6 +559,10 @@ export class AdminApi {
         sendJson(res, 405, { error: { code: 'method_not_allowed', message: `${req.method} is not allowed on ${url.pathname}; allowed: ${allow}`, retriable: false, fields: {} } }, { allow });
         return;
       }
+      // A body where the route reads none (DELETE /topics/x with {"dryRun":true}) is refused, not ignored.
+      if (route.method !== 'POST' && (Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined)) {
+        throw invalidParam('body', `${method} ${url.pathname} takes no body`);
+      }
       const params = route.pattern.exec(url.pathname)!.slice(1);
       const auth = credentialsOf(req);
       if (this.deps.config.authentication && !auth) throw new TributaryError('authentication_required', { reason: 'send Authorization: Basic base64(principal:token)' });
