@@ -192,6 +192,8 @@ export function encodeBatch(batch: Batch, opts: EncodeOptions = {}): Buffer {
 export interface DecodeOptions extends EncodeOptions {
   /** Upper bound on the record count, checked before any per-record work. */
   maxRecords?: number;
+  /** A produce request: no consume trailer may follow the records (24 bytes more are trailing bytes). */
+  request?: boolean;
 }
 
 /**
@@ -245,6 +247,7 @@ function decodeHeader(buf: Buffer, opts: DecodeOptions): BatchHeader {
   at += topicLen;
   if (at + 4 + 1 > len) throw truncated();
   const partition = r32s(buf, at);
+  if (partition < -1) throw bad('partition must be -1 (the broker chooses) or a partition number');
   at += 4;
   const acksLen = buf[at]!;
   at += 1;
@@ -338,7 +341,7 @@ export function decodeBatch<R>(buf: Buffer, opts: DecodeOptions = {}, makeRecord
       : { offset, sequence, producerId, key, epoch, value, timestamp, attributes, headers };
   }
   let trailer: BatchTrailer | undefined;
-  if (ext && at + 24 === len) {
+  if (ext && !opts.request && at + 24 === len) {
     trailer = { nextOffset: readU64(buf, at), highWatermark: readU64(buf, at + 8), logStartOffset: readU64(buf, at + 16) };
     at += 24;
   }
@@ -465,7 +468,7 @@ export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
     }
   }
   starts[count] = at;
-  if (ext && at + 24 === len) {
+  if (ext && !opts.request && at + 24 === len) {
     readU64(buf, at);
     readU64(buf, at + 8);
     readU64(buf, at + 16);

@@ -93,7 +93,14 @@ describe('consumer group bad input', () => {
       await expectError(admin.command('DELETE_GROUP', { group }), 'invalid_parameter', { param: 'group' });
       await expectError(admin.command('RESET_OFFSETS', { group, topic: TOPIC, to: 'earliest' }), 'invalid_parameter', { param: 'group' });
     }
-    await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: 'fresh', member: 'x', instance: 'i'.repeat(10_000) }), 'invalid_parameter', { param: 'instance' });
+    // A value the chosen `to` does not use is refused, not ignored.
+    await expectError(admin.command('RESET_OFFSETS', { group: 'fresh', topic: TOPIC, to: 'latest', offset: 5 }), 'invalid_parameter', { param: 'offset' });
+    await expectError(admin.command('RESET_OFFSETS', { group: 'fresh', topic: TOPIC, to: 'offset', offset: 1, timestamp: 5 }), 'invalid_parameter', {
+      param: 'timestamp',
+    });
+    await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: 'fresh', member: 'x', instance: 'i'.repeat(10_000) }), 'invalid_parameter', {
+      param: 'instance',
+    });
     await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: 'fresh', member: 'x', instance: '' }), 'invalid_parameter', { param: 'instance' });
     await expectError(groupStatus(admin, 'fresh'), 'group_not_found');
     await unchanged();
@@ -104,7 +111,9 @@ describe('consumer group bad input', () => {
       for (const cmd of ['HEARTBEAT', 'SYNC_GROUP']) {
         await expectError(admin.command(cmd, { ...base(), generation }), 'invalid_parameter', { param: 'generation' });
       }
-      await expectError(admin.command('COMMIT_OFFSET', { ...base(), generation, partition: a.owned[0]!, offset: 9 }), 'invalid_parameter', { param: 'generation' });
+      await expectError(admin.command('COMMIT_OFFSET', { ...base(), generation, partition: a.owned[0]!, offset: 9 }), 'invalid_parameter', {
+        param: 'generation',
+      });
       await expectError(admin.command('BATCH_COMMIT', { ...base(), generation }, [`P${a.owned[0]}:9`]), 'invalid_parameter', { param: 'generation' });
       await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: a.id, generation }), 'invalid_parameter', { param: 'generation' });
     }
@@ -153,11 +162,19 @@ describe('consumer group bad input', () => {
     await expectError(admin.command('COMMIT_OFFSET', { ...base(), topic: 'bad-other', partition: 0, offset: 1 }), 'invalid_parameter', { param: 'topic' });
     await expectError(admin.command('SYNC_GROUP', { ...base(), topic: 'bad-other' }), 'invalid_parameter', { param: 'topic' });
     for (const ms of ['0', '50', '99', '300001', '3600001', '-5', 'soon']) {
-      await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: 'c', session_timeout_ms: ms }), 'invalid_parameter', { param: 'session_timeout_ms' });
-      await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: 'brand-new', member: 'c', session_timeout_ms: ms }), 'invalid_parameter', { param: 'session_timeout_ms' });
+      await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: 'c', session_timeout_ms: ms }), 'invalid_parameter', {
+        param: 'session_timeout_ms',
+      });
+      await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: 'brand-new', member: 'c', session_timeout_ms: ms }), 'invalid_parameter', {
+        param: 'session_timeout_ms',
+      });
     }
-    await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: 'c', rebalance_timeout_ms: 0 }), 'invalid_parameter', { param: 'rebalance_timeout_ms' });
-    await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: 'c', protocol: 'telepathy' }), 'invalid_parameter', { param: 'protocol' });
+    await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: 'c', rebalance_timeout_ms: 0 }), 'invalid_parameter', {
+      param: 'rebalance_timeout_ms',
+    });
+    await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: 'c', protocol: 'telepathy' }), 'invalid_parameter', {
+      param: 'protocol',
+    });
     await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: 'c', assignor: 'bogus' }), 'invalid_parameter', { param: 'assignor' });
     await expectError(admin.command('HEARTBEAT', { ...base(), wait_ms: -1 }), 'invalid_parameter', { param: 'wait_ms' });
     await expectError(groupStatus(admin, 'brand-new'), 'group_not_found');
@@ -174,7 +191,11 @@ describe('consumer group bad input', () => {
     // a brand-new group is not created by a refused join
     await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: 'phantom', member: ghost, generation: 3 }), 'member_not_found');
     await expectError(groupStatus(admin, 'phantom'), 'group_not_found');
-    expect(kv(await admin.command('LIST_GROUPS')).get('groups')!.split(',')).not.toContain('phantom');
+    expect(
+      kv(await admin.command('LIST_GROUPS'))
+        .get('groups')!
+        .split(','),
+    ).not.toContain('phantom');
     await unchanged();
   });
 
@@ -187,7 +208,10 @@ describe('consumer group bad input', () => {
     await eventually('generation 2', async () => (await groupStatus(admin, 'bad-empty')).generation === 2); // the leave's window closed
     const before = await stableStatus(admin, 'bad-empty');
     expect(before).toMatchObject({ topic: TOPIC, assignor: 'range', state: 'Empty' });
-    await expectError(admin.command('JOIN_GROUP', { topic: 'bad-other', group: 'bad-empty', member: 'ghost-1', generation: 4, assignor: 'roundrobin' }), 'member_not_found');
+    await expectError(
+      admin.command('JOIN_GROUP', { topic: 'bad-other', group: 'bad-empty', member: 'ghost-1', generation: 4, assignor: 'roundrobin' }),
+      'member_not_found',
+    );
     expect(await stableStatus(admin, 'bad-empty')).toEqual(before);
     await unchanged();
   });
@@ -201,9 +225,20 @@ describe('consumer group bad input', () => {
         c.command('FETCH_OFFSET', { topic: TOPIC, group: GROUP, partition: a.owned[0]! }),
         c.command('BATCH_COMMIT', base(), ['P0:zz']),
         c.command('GROUP_STATUS', { group: GROUP }),
-      ].map((p) => p.then((r) => r.slice(0, 20), (e: { code: string }) => `ERR ${e.code}`)),
+      ].map((p) =>
+        p.then(
+          (r) => r.slice(0, 20),
+          (e: { code: string }) => `ERR ${e.code}`,
+        ),
+      ),
     );
-    expect(replies).toEqual([`OK member=${a.id}`.slice(0, 20), 'ERR invalid_parameter', 'OK offset=3 committe', 'ERR invalid_parameter', '{"status":"OK","grou']);
+    expect(replies).toEqual([
+      `OK member=${a.id}`.slice(0, 20),
+      'ERR invalid_parameter',
+      'OK offset=3 committe',
+      'ERR invalid_parameter',
+      '{"status":"OK","grou',
+    ]);
     await unchanged();
   });
 });

@@ -12,6 +12,7 @@ import {
   encodeBatch,
   isBatchBody,
   logRecordsToBatch,
+  scanBatch,
 } from 'tributary-protocol/batch.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
@@ -34,9 +35,7 @@ function recordArb(ext: boolean): fc.Arbitrary<BatchRecord> {
     value: bytes(100),
     timestamp: ext ? safeInt : fc.constant(0),
     attributes: ext ? fc.integer({ min: 0, max: 255 }) : fc.constant(0),
-    headers: ext
-      ? fc.array(fc.record({ key: fc.string({ unit: 'binary', maxLength: 16 }), value: bytes(24) }), { maxLength: 4 })
-      : fc.constant([]),
+    headers: ext ? fc.array(fc.record({ key: fc.string({ unit: 'binary', maxLength: 16 }), value: bytes(24) }), { maxLength: 4 }) : fc.constant([]),
   });
 }
 
@@ -84,9 +83,7 @@ function expected(b: Batch, ext: boolean): Batch {
 
 /** Buffers compared by content (decoded buffers are views into the input). */
 function norm(b: Batch): unknown {
-  return JSON.parse(
-    JSON.stringify(b, (_k, v) => (v && typeof v === 'object' && v.type === 'Buffer' && Array.isArray(v.data) ? { buf: v.data } : v)),
-  );
+  return JSON.parse(JSON.stringify(b, (_k, v) => (v && typeof v === 'object' && v.type === 'Buffer' && Array.isArray(v.data) ? { buf: v.data } : v)));
 }
 
 function catchErr(fn: () => unknown): unknown {
@@ -307,7 +304,14 @@ describe('decodeBatch refuses malformed input with invalid_batch (never a RangeE
       'extensions with headers',
       sample({
         records: [
-          batchRec('v', { timestamp: 5, attributes: 1, headers: [{ key: 'a', value: Buffer.from('1') }, { key: '', value: Buffer.alloc(0) }] }),
+          batchRec('v', {
+            timestamp: 5,
+            attributes: 1,
+            headers: [
+              { key: 'a', value: Buffer.from('1') },
+              { key: '', value: Buffer.alloc(0) },
+            ],
+          }),
           batchRec('v', { key: Buffer.from('k') }),
         ],
       }),
@@ -467,6 +471,18 @@ describe('decodeBatch refuses malformed input with invalid_batch (never a RangeE
       ),
       { numRuns: 1000 },
     );
+  });
+});
+
+describe('produce requests', () => {
+  it('refuse a partition below -1 (-1: the broker chooses) and, as requests, the 24 bytes of a consume trailer', () => {
+    const b = sample({ records: [batchRec('v')] });
+    for (const partition of [-2, -2147483648]) expect(() => decodeBatch(encodeBatch({ ...b, partition }))).toThrow(/partition must be -1/);
+    expect(decodeBatch(encodeBatch({ ...b, partition: -1 })).partition).toBe(-1);
+    const withTrailer = Buffer.concat([encodeBatch(b, { extensions: true }), Buffer.alloc(24)]);
+    expect(decodeBatch(withTrailer, { extensions: true }).trailer).toEqual({ nextOffset: 0, highWatermark: 0, logStartOffset: 0 });
+    expect(() => decodeBatch(withTrailer, { extensions: true, request: true })).toThrow(/trailing bytes/);
+    expect(() => scanBatch(withTrailer, { extensions: true, request: true })).toThrow(/trailing bytes/);
   });
 });
 

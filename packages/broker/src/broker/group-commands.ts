@@ -186,6 +186,8 @@ async function resetOffsets(b: BrokerContext, c: ConnectionContext, p: Params): 
   let value: number | undefined;
   if (to === 'offset') value = p.reqInt('offset', { min: 0 });
   if (to === 'timestamp') value = p.reqInt('timestamp', { min: 0 });
+  // Refused rather than ignored, as the HTTP API refuses them.
+  for (const k of ['offset', 'timestamp'] as const) if (k !== to && p.has(k)) throw invalidParam(k, `only with to=${k}`);
   const group = p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true });
   const topic = p.reqStr('topic', { maxLength: MAX_ID });
   const dryRun = p.bool('dry_run') ?? false;

@@ -210,12 +210,12 @@ function startAppend(b: BrokerContext, c: ConnectionContext, body: Buffer, check
   // Fast path: validate without a record object per record, and encode the log's records straight from
   // the wire bytes (the same stored bytes as the records below would give). Header keys that are not
   // valid UTF-8 take the decoding path, which stores them as decoded strings.
-  const scan = scanBatch(body, { extensions: ext });
+  const scan = scanBatch(body, { extensions: ext, request: true });
   // The connection routes transactional batches to the transaction commands (txn-commands.ts).
   if (scan.transactional) throw new TributaryError('invalid_batch', { reason: 'a transactional batch is not a produce request' });
   // Idempotent batches take the decoding path: their records keep producer id, epoch and sequence.
   if (scan.verbatim && !scan.idempotent) return startWireAppend(b, scan);
-  const batch: Batch = decodeBatch(body, { extensions: ext });
+  const batch: Batch = decodeBatch(body, { extensions: ext, request: true });
   const topic = b.topics.get(batch.topic);
   refuseInternal(topic.name);
   const records = batch.records;

@@ -155,7 +155,7 @@ const NO_HEADERS: RecordHeader[] = [];
  * seqNums firstSequence.. in order; a coordinator's frame (broker to broker) is TXN_APPEND.
  */
 export async function txnBatch(b: BrokerContext, c: ConnectionContext, body: Buffer): Promise<string> {
-  const batch = decodeBatch(body, { extensions: c.features.has('record_extensions_v1') });
+  const batch = decodeBatch(body, { extensions: c.features.has('record_extensions_v1'), request: true });
   const txn = batch.txn;
   const n = batch.records.length;
   if (!txn) throw new TributaryError('invalid_batch', { reason: 'not a transactional batch' });
