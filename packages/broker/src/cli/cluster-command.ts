@@ -1,4 +1,4 @@
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 import type { LocalCluster } from './local-cluster.js';
 import { type ClientOptions, formatAddress, intArg, parseAddress, withBootstrap, withConnection } from './client-util.js';
 import { BrokerUnreachableError, CliError, usageError } from './errors.js';
@@ -217,7 +217,11 @@ export function registerClusterCommands(program: Command): void {
     .command('dev-cluster')
     .description('run etcd and a few cluster brokers on this machine in the foreground, for trying cluster mode (Ctrl-C stops all)')
     .option('--brokers <n>', 'number of brokers', intArg(1, 16), 3)
-    .option('--data-dir <dir>', 'keep etcd and broker data here (<dir>/etcd, <dir>/broker-<id>) and reuse it next time (default: a temp dir, removed on exit)')
+    .option('--data-dir <dir>', 'keep etcd and broker data here (<dir>/etcd, <dir>/broker-<id>) and reuse it next time (default: a temp dir, removed on exit)', (v: string) => {
+      // Empty would resolve to the current directory and leave etcd and broker data there.
+      if (v.trim() === '') throw new InvalidArgumentError('must not be empty.');
+      return v;
+    })
     .option(
       '--base-port <port>',
       'fixed ports: broker i on port+i, its health port on port+80+i, etcd on port+90 and port+91 (default: free ports)',
@@ -237,7 +241,7 @@ export function registerClusterCommands(program: Command): void {
       .option('--topic <name>', 'only the partitions of this topic')
       .option('--internal', 'also the partitions of internal topics (__consumer_offsets, __transaction_state)')
       .addOption(formatOption())
-      .option('--json', 'the same as --format json (the broker CLUSTER_STATUS JSON)'),
+      .addOption(new Option('--json', 'the same as --format json (the broker CLUSTER_STATUS JSON)').conflicts('format')),
   ).action(async (opts: StatusOptions & { internal?: boolean; format: 'table' | 'json' }) => {
     const s = await fetchStatus(opts);
     if (opts.json || opts.format === 'json') print(JSON.stringify(s, null, 2));

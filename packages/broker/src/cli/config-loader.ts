@@ -1,9 +1,14 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { extname } from 'node:path';
 import { nearestName } from 'tributary-protocol/names.js';
 import { type Document, isMap, LineCounter, parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { type BrokerConfig, brokerConfigSchema, envKey } from '../common/config.js';
+
+/** A config file larger than this is refused unread. */
+const MAX_CONFIG_BYTES = 1024 * 1024;
+/** Unknown keys listed before the rest are summed up in one line. */
+const MAX_REPORTED = 20;
 
 /**
  * Broker settings from four layers: flags > TRIBUTARY_* env > config file > schema defaults.
@@ -188,6 +193,8 @@ function readConfigFile(path: string): { data: Record<string, unknown>; lines: K
   }
   let text: string;
   try {
+    // Read with a bound: a config file is small, and a huge one took the YAML parser minutes.
+    if (statSync(path).size > MAX_CONFIG_BYTES) return { error: `invalid config: ${path}: larger than ${MAX_CONFIG_BYTES} bytes` };
     text = readFileSync(path, 'utf8');
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
@@ -267,6 +274,11 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
         const line = file.lines.get(name);
         const source: ConfigSource = line ? { kind: 'file', path, line } : { kind: 'file', path };
         if (!byKey.has(name)) {
+          // A file of thousands of unknown keys gets a bounded answer (each suggestion compares every key).
+          if (errors.length >= MAX_REPORTED) {
+            errors.push(`invalid config: ${path}: more unknown keys not listed`);
+            break;
+          }
           const near = CONFIG_KEYS.find((k) => normalize(k) === normalize(name)) ?? nearestName(name, CONFIG_KEYS);
           errors.push(problem(name, near ? `unknown key (did you mean ${near}?)` : 'unknown key', source));
           continue;
@@ -303,7 +315,9 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
     for (const issue of result.error.issues) {
       const key = issue.path.length > 0 ? String(issue.path[0]) : '';
       if (issue.code === 'unrecognized_keys') {
-        for (const k of issue.keys) errors.push(problem(k, 'unknown key', sources[k as ConfigKey] ?? { kind: 'default' }));
+        // Nested in a setting (users.a.extra): named by its full path, from that setting's source.
+        const at = issue.path.map(String);
+        for (const k of issue.keys) errors.push(problem([...at, k].join('.'), 'unknown key', sources[(at[0] ?? k) as ConfigKey] ?? { kind: 'default' }));
         continue;
       }
       // Never echo mappings (users holds token hashes and salts) in an error.

@@ -138,7 +138,7 @@ export function registerGroupCommand(program: Command): void {
       .command('list')
       .description('consumer groups known to the broker, one per line')
       .addOption(formatOption())
-      .option('--json', 'the same as --format json'),
+      .addOption(new Option('--json', 'the same as --format json').conflicts('format')),
   ).action(async (opts: JsonOptions & { format: 'table' | 'json' }) => {
     const groups = await withAdmin(opts, (admin) => admin.listGroups());
     if (opts.json || opts.format === 'json') print(JSON.stringify(groups));
@@ -151,7 +151,7 @@ export function registerGroupCommand(program: Command): void {
       .command('describe <group>')
       .description('state, generation, members and assignments, committed offsets and lag, recent generations')
       .addOption(formatOption())
-      .option('--json', 'the same as --format json (the broker GROUP_STATUS JSON)'),
+      .addOption(new Option('--json', 'the same as --format json (the broker GROUP_STATUS JSON)').conflicts('format')),
   ).action(async (name: string, opts: JsonOptions & { format: 'table' | 'json' }) => {
     const g = await withAdmin(opts, (admin) => admin.describeGroup(name));
     if (opts.json || opts.format === 'json') print(JSON.stringify(g, null, 2));

@@ -29,23 +29,35 @@ function isJson(file: string): boolean {
   throw new CliError('error: --config must be a .yaml, .yml or .json file', EXIT_USAGE);
 }
 
-/** Read, change and write back the config file, keeping the other settings (and YAML comments). */
-function editUsers(file: string, change: (users: Users) => void): void {
+const isMapping = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * Read, change and write back the config file, keeping the other settings (and YAML comments). `change`
+ * returns whether it changed anything: nothing is written otherwise. Only `add` may create the file.
+ */
+function editUsers(file: string, change: (users: Users) => boolean, opts: { create: boolean }): void {
   const json = isJson(file);
+  if (!opts.create && !existsSync(file)) throw new CliError(`error: ${file} does not exist`, EXIT_USAGE);
   const text = existsSync(file) ? readFileSync(file, 'utf8') : '';
   let out: string;
   try {
+    // A top level or a users: that is not a mapping would take the user nowhere while saying it was added.
     if (json) {
-      const data = text.trim() === '' ? {} : (JSON.parse(text) as Record<string, unknown>);
-      const users = (data.users ?? {}) as Users;
-      change(users);
+      const data: unknown = text.trim() === '' ? {} : JSON.parse(text);
+      if (!isMapping(data)) throw new Error('the file is not a JSON object');
+      const users = data.users ?? {};
+      if (!isMapping(users)) throw new Error('users: is not an object');
+      if (!change(users as Users)) return;
       data.users = users;
       out = `${JSON.stringify(data, null, 2)}\n`;
     } else {
       const doc = parseDocument(text);
       if (doc.errors.length > 0) throw new Error(doc.errors[0]!.message.split('\n')[0]);
-      const users = ((doc.toJS() as Record<string, unknown> | null)?.users ?? {}) as Users;
-      change(users);
+      const data: unknown = doc.toJS() ?? {};
+      if (!isMapping(data)) throw new Error('the file is not a YAML mapping');
+      const users = data.users ?? {};
+      if (!isMapping(users)) throw new Error('users: is not a mapping');
+      if (!change(users as Users)) return;
       doc.set('users', doc.createNode(users));
       out = doc.toString();
     }
@@ -70,11 +82,17 @@ export function registerUserCommand(program: Command): void {
     .option('--token <token>', 'use this token instead of generating one')
     .action((principal: string, opts: { config: string; permissions: Permission[]; token?: string }) => {
       if (!/^[A-Za-z0-9._@-]{1,256}$/.test(principal)) throw new CliError('error: principal must be 1-256 of letters, digits, ".", "_", "@", "-"', EXIT_USAGE);
+      if (opts.token === '') throw new CliError('error: --token must not be empty', EXIT_USAGE);
       const token = opts.token ?? randomBytes(24).toString('base64url');
       const { hash, salt } = hashToken(token);
-      editUsers(opts.config, (users) => {
-        users[principal] = { hash, salt, permissions: opts.permissions, scram: scramEntry(token) };
-      });
+      editUsers(
+        opts.config,
+        (users) => {
+          users[principal] = { hash, salt, permissions: opts.permissions, scram: scramEntry(token) };
+          return true;
+        },
+        { create: true },
+      );
       process.stdout.write(`user ${principal} added to ${opts.config} permissions=${opts.permissions.join(',')}\n`);
       if (opts.token === undefined) process.stdout.write(`token: ${token}\n`);
     });
@@ -85,10 +103,15 @@ export function registerUserCommand(program: Command): void {
     .requiredOption('--config <file>', 'broker config file to write')
     .action((principal: string, opts: { config: string }) => {
       let found = false;
-      editUsers(opts.config, (users) => {
-        found = Object.hasOwn(users, principal);
-        delete users[principal];
-      });
+      editUsers(
+        opts.config,
+        (users) => {
+          found = Object.hasOwn(users, principal);
+          delete users[principal];
+          return found;
+        },
+        { create: false },
+      );
       if (!found) throw new CliError(`error: no user ${principal} in ${opts.config}`);
       process.stdout.write(`user ${principal} removed from ${opts.config}\n`);
     });
@@ -98,9 +121,15 @@ export function registerUserCommand(program: Command): void {
     .description('users and their permissions (never the hashes)')
     .requiredOption('--config <file>', 'broker config file to read')
     .action((opts: { config: string }) => {
-      editUsers(opts.config, (users) => {
-        // scram=no: added before SCRAM keys were stored; SCRAM on the Kafka port needs it added again (docs/kafka.md).
-        for (const [name, u] of Object.entries(users)) process.stdout.write(`${name} permissions=${(u.permissions ?? []).join(',')} scram=${u.scram ? 'yes' : 'no'}\n`);
-      });
+      // Read only: listing never writes the file.
+      editUsers(
+        opts.config,
+        (users) => {
+          // scram=no: added before SCRAM keys were stored; SCRAM on the Kafka port needs it added again (docs/kafka.md).
+          for (const [name, u] of Object.entries(users)) process.stdout.write(`${name} permissions=${(u.permissions ?? []).join(',')} scram=${u.scram ? 'yes' : 'no'}\n`);
+          return false;
+        },
+        { create: false },
+      );
     });
 }

@@ -1,0 +1,96 @@
+/**
+ * Bad input to the CLI changes nothing and is refused, not ignored (docs/operations.md, "CLI"): `user`
+ * commands on a missing or malformed config file, an empty token, conflicting output options,
+ * an empty `--data-dir`, and config files too large or full of unknown keys. In-process, no broker.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, expect, it, vi } from 'vitest';
+import { run } from 'tributary-broker/cli/program.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
+
+async function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  let stdout = '';
+  let stderr = '';
+  vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
+    stdout += String(chunk);
+    return true;
+  });
+  vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
+    stderr += String(chunk);
+    return true;
+  });
+  try {
+    return { code: await run(['node', 'tributary', ...args]), stdout, stderr };
+  } finally {
+    vi.restoreAllMocks();
+  }
+}
+
+let dir: string;
+beforeEach(async () => {
+  dir = await tempDir('trib-cli-refusals-');
+});
+afterEach(async () => {
+  await removeDir(dir);
+});
+
+it('user list and user remove neither create a missing file nor rewrite one they do not change', async () => {
+  const missing = path.join(dir, 'missing.yaml');
+  expect((await cli('user', 'list', '--config', missing)).code).toBe(2);
+  expect((await cli('user', 'remove', 'nobody', '--config', missing)).code).toBe(2);
+  expect(fs.existsSync(missing)).toBe(false);
+  const file = path.join(dir, 'broker.yaml');
+  fs.writeFileSync(file, 'port:   9001\n', { mode: 0o644 });
+  expect((await cli('user', 'remove', 'nobody', '--config', file)).code).toBe(1);
+  expect((await cli('user', 'list', '--config', file)).code).toBe(0);
+  expect(fs.readFileSync(file, 'utf8')).toBe('port:   9001\n');
+  expect(fs.statSync(file).mode & 0o777).toBe(0o644);
+});
+
+it('user add refuses a file whose top level or users is not a mapping, and an empty token', async () => {
+  for (const [name, text] of [
+    ['arr.json', '[1,2]'],
+    ['users.json', '{"users":[1]}'],
+    ['list.yaml', '- 1\n'],
+  ] as const) {
+    const f = path.join(dir, name);
+    fs.writeFileSync(f, text);
+    const r = await cli('user', 'add', 'bob', '--permissions', 'admin', '--config', f);
+    expect(r.code, name).toBe(1);
+    expect(r.stderr, name).toMatch(/cannot update/);
+    expect(fs.readFileSync(f, 'utf8')).toBe(text);
+  }
+  const f = path.join(dir, 'broker.yaml');
+  expect((await cli('user', 'add', 'bob', '--permissions', 'admin', '--token', '', '--config', f)).code).toBe(2);
+  expect(fs.existsSync(f)).toBe(false);
+});
+
+it('refuses --json beside --format, and an empty dev-cluster --data-dir', async () => {
+  for (const args of [
+    ['group', 'list', '--format', 'table', '--json'],
+    ['group', 'describe', 'g', '--format', 'json', '--json'],
+    ['cluster', 'status', '--format', 'table', '--json'],
+  ]) {
+    const r = await cli(...args, '--bootstrap', '127.0.0.1:1');
+    expect(r.code, args.join(' ')).toBe(2);
+    expect(r.stderr).toMatch(/'--json' cannot be used with option '--format/);
+  }
+  const r = await cli('dev-cluster', '--data-dir', '');
+  expect([r.code, r.stderr]).toEqual([2, "error: option '--data-dir <dir>' argument '' is invalid. must not be empty.\n"]);
+});
+
+it('refuses a config file over 1 MiB unread, lists at most 20 unknown keys, and names a nested unknown key by its path', async () => {
+  const big = path.join(dir, 'big.yaml');
+  fs.writeFileSync(big, `# ${'x'.repeat(1 << 20)}\nport: 1\n`);
+  const r1 = await cli('broker', 'start', '--config', big);
+  expect([r1.code, r1.stderr]).toEqual([2, `invalid config: ${big}: larger than 1048576 bytes\n`]);
+  const many = path.join(dir, 'many.yaml');
+  fs.writeFileSync(many, Array.from({ length: 500 }, (_, i) => `bogus${i}: 1`).join('\n'));
+  const r2 = await cli('broker', 'start', '--config', many);
+  expect(r2.code).toBe(2);
+  expect(r2.stderr.trimEnd().split('\n')).toHaveLength(21);
+  const r3 = await cli('broker', 'start', '--users', '{"a":{"hash":"x","salt":"y","permissions":[],"extra":1}}');
+  expect(r3.code).toBe(2);
+  expect(r3.stderr).toMatch(/users\.a\.extra: unknown key \(flag --users\)/);
+});
