@@ -1,25 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { run } from 'tributary-broker/cli/program.js';
-
-/** Runs the CLI in-process and captures what it writes; no broker is started by these cases. */
-async function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stdout = '';
-  let stderr = '';
-  vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
-    stdout += String(chunk);
-    return true;
-  });
-  vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
-    stderr += String(chunk);
-    return true;
-  });
-  try {
-    const code = await run(['node', 'tributary', ...args]);
-    return { code, stdout, stderr };
-  } finally {
-    vi.restoreAllMocks();
-  }
-}
+import { cliInProcess as cli } from '../../helpers/cli-in-process.js';
 
 describe('tributary CLI exit codes', () => {
   afterEach(() => vi.unstubAllEnvs());

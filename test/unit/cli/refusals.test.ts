@@ -5,27 +5,9 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { afterEach, beforeEach, expect, it, vi } from 'vitest';
-import { run } from 'tributary-broker/cli/program.js';
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { cliInProcess as cli } from '../../helpers/cli-in-process.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
-
-async function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stdout = '';
-  let stderr = '';
-  vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
-    stdout += String(chunk);
-    return true;
-  });
-  vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
-    stderr += String(chunk);
-    return true;
-  });
-  try {
-    return { code: await run(['node', 'tributary', ...args]), stdout, stderr };
-  } finally {
-    vi.restoreAllMocks();
-  }
-}
 
 let dir: string;
 beforeEach(async () => {
