@@ -360,7 +360,7 @@ export class Broker implements BrokerContext {
     }
     // A topic whose creator died between its definition and its partition states gets them here (and a
     // re-created one loses states its deleted namesake left).
-    for (const t of this.topics.list()) await cluster.createPartitionStates(t.name, t.def.partitions, t.def.replicationFactor, t.def.topicId);
+    await cluster.repairPartitionStates(this.topics.list());
   }
 
   private async ensureInternalTopics(): Promise<void> {
