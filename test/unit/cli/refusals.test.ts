@@ -1,7 +1,8 @@
 /**
  * Bad input to the CLI changes nothing and is refused, not ignored (docs/operations.md, "CLI"): `user`
  * commands on a missing or malformed config file, an empty token, conflicting output options,
- * an empty `--data-dir`, and config files too large or full of unknown keys. In-process, no broker.
+ * an empty `--data-dir`, config files too large, full of unknown keys or with a key twice, TRIBUTARY_TLS
+ * values other than yes or no, and reassign options and plan fields it would not use. In-process, no broker.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -75,4 +76,49 @@ it('refuses a config file over 1 MiB unread, lists at most 20 unknown keys, and 
   const r3 = await cli('broker', 'start', '--users', '{"a":{"hash":"x","salt":"y","permissions":[],"extra":1}}');
   expect(r3.code).toBe(2);
   expect(r3.stderr).toMatch(/users\.a\.extra: unknown key \(flag --users\)/);
+});
+
+it('TRIBUTARY_TLS=false means no TLS, true means TLS, and any other value is refused', async () => {
+  const { clientSecurity } = await import('tributary-broker/cli/client-util.js');
+  expect(clientSecurity({}, { TRIBUTARY_TLS: 'false' }).tls).toBeUndefined();
+  expect(clientSecurity({}, { TRIBUTARY_TLS: '0' }).tls).toBeUndefined();
+  expect(clientSecurity({}, { TRIBUTARY_TLS: '' }).tls).toBeUndefined();
+  expect(clientSecurity({}, { TRIBUTARY_TLS: 'true' }).tls).toEqual({});
+  expect(clientSecurity({ tls: true }, { TRIBUTARY_TLS: 'false' }).tls).toEqual({});
+  expect(() => clientSecurity({}, { TRIBUTARY_TLS: 'maybe' })).toThrow(/TRIBUTARY_TLS must be true or false/);
+  process.env.TRIBUTARY_TLS = 'maybe';
+  try {
+    const r = await cli('topic', 'list', '--bootstrap', '127.0.0.1:1');
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/TRIBUTARY_TLS must be true or false/);
+  } finally {
+    delete process.env.TRIBUTARY_TLS;
+  }
+});
+
+it('refuses an empty or invalid --group, --throttle with --cancel, --partition with --status, unknown plan fields and duplicate JSON keys', async () => {
+  for (const group of ['', 'a b']) {
+    const r = await cli('consume', 'x', '--group', group, '--bootstrap', '127.0.0.1:1');
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/groupId/);
+  }
+  expect((await cli('partitions', 'reassign', '--cancel', '--throttle', '5', '--bootstrap', '127.0.0.1:1')).stderr).toMatch(
+    /--throttle cannot be combined with --cancel/,
+  );
+  const status = await cli('partitions', 'reassign', '--status', '--partition', '3', '--bootstrap', '127.0.0.1:1');
+  expect(status.code).toBe(2);
+  expect(status.stderr).toMatch(/--partition narrows/);
+
+  const { readPlan } = await import('tributary-broker/cli/reassign-command.js');
+  const plan = path.join(dir, 'plan.json');
+  fs.writeFileSync(plan, JSON.stringify({ version: 1, partitions: [{ topic: 't', partition: 0, replicas: [1] }], throttle: 5 }));
+  expect(() => readPlan(plan)).toThrow(/unknown field\(s\) throttle/);
+  fs.writeFileSync(plan, JSON.stringify({ version: 1, partitions: [{ topic: 't', partition: 0, replicas: [1] }] }));
+  expect(readPlan(plan)).toEqual([{ topic: 't', partition: 0, replicas: [1] }]);
+
+  const config = path.join(dir, 'dup.json');
+  fs.writeFileSync(config, '{"port": 9001, "port": 9002}');
+  const dup = await cli('broker', 'start', '--config', config);
+  expect(dup.code).toBe(2);
+  expect(dup.stderr).toMatch(/Map keys must be unique/);
 });

@@ -81,7 +81,8 @@ export interface ClientOptions extends ClientSecurityOptions {
 export function withBootstrap(cmd: Command): Command {
   return cmd
     .addOption(new Option('--bootstrap <host:port,...>', 'brokers to connect to, tried in turn').env('TRIBUTARY_BOOTSTRAP').default(DEFAULT_BOOTSTRAP))
-    .addOption(new Option('--tls', 'connect with TLS (implied by --ca, --cert, --cert-key)').env('TRIBUTARY_TLS'))
+    // Not .env(): commander turns a flag on when its variable is set at all, so TRIBUTARY_TLS=false meant TLS.
+    .addOption(new Option('--tls', 'connect with TLS (implied by --ca, --cert, --cert-key; env: TRIBUTARY_TLS=true|false)'))
     .addOption(new Option('--ca <file>', 'PEM CA bundle to verify the broker certificate').env('TRIBUTARY_CA'))
     .addOption(new Option('--cert <file>', 'PEM client certificate (mTLS)').env('TRIBUTARY_CERT'))
     // Not `--key`: produce uses that for the record key.
@@ -100,9 +101,9 @@ function readPem(what: string, file: string): Buffer {
 }
 
 /** The SDK's `tls` and `auth` options from the CLI flags. */
-export function clientSecurity(opts: ClientSecurityOptions): { tls?: tls.ConnectionOptions; auth?: AuthOptions } {
+export function clientSecurity(opts: ClientSecurityOptions, env: NodeJS.ProcessEnv = process.env): { tls?: tls.ConnectionOptions; auth?: AuthOptions } {
   const out: { tls?: tls.ConnectionOptions; auth?: AuthOptions } = {};
-  if (opts.tls || opts.ca !== undefined || opts.cert !== undefined || opts.certKey !== undefined) {
+  if (opts.tls || tlsFromEnv(env.TRIBUTARY_TLS) || opts.ca !== undefined || opts.cert !== undefined || opts.certKey !== undefined) {
     if ((opts.cert === undefined) !== (opts.certKey === undefined)) throw usageError('--cert and --cert-key must be given together');
     out.tls = {
       ...(opts.ca !== undefined ? { ca: readPem('CA file', opts.ca) } : {}),
@@ -115,6 +116,15 @@ export function clientSecurity(opts: ClientSecurityOptions): { tls?: tls.Connect
     out.auth = { principal: opts.principal, token: opts.token ?? '' };
   }
   return out;
+}
+
+/** TRIBUTARY_TLS: unset or empty is off; anything but a yes or a no is refused, not guessed at. */
+function tlsFromEnv(value: string | undefined): boolean {
+  if (value === undefined || value === '') return false;
+  const v = value.toLowerCase();
+  if (v === 'true' || v === '1' || v === 'yes' || v === 'on') return true;
+  if (v === 'false' || v === '0' || v === 'no' || v === 'off') return false;
+  throw usageError(`TRIBUTARY_TLS must be true or false (1/0, yes/no, on/off), got ${JSON.stringify(value)}`);
 }
 
 /** Commander argument parser for a decimal integer in [min, max]; rejects `1e3`, `0x10`, `12abc`. */

@@ -209,6 +209,9 @@ function readConfigFile(path: string): { data: Record<string, unknown>; lines: K
     } catch (err) {
       return { error: `invalid config: cannot parse config file ${path}: ${(err as Error).message}` };
     }
+    // JSON.parse keeps the last of two equal keys without a word; read as YAML (JSON is YAML), they are an error.
+    const dup = parseDocument(text, { prettyErrors: true }).errors.find((e) => e.code === 'DUPLICATE_KEY');
+    if (dup) return { error: `invalid config: cannot parse config file ${path}: ${dup.message.trimEnd()}` };
   } else {
     const counter = new LineCounter();
     const doc = parseDocument(text, { lineCounter: counter, prettyErrors: true });

@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import { type Command, Option } from 'commander';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import type { BatchRecord } from 'tributary-protocol/batch.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
 import { type Address, type ClientOptions, clientSecurity, connect, connectAny, formatAddress, intArg, parseAddress, parseBootstrap, parseBootstrapList, toCliError, withBootstrap } from './client-util.js';
@@ -109,15 +110,22 @@ async function consumeInGroup(topic: string, group: string, opts: ConsumeOptions
   }
   const list = parseBootstrapList(opts.bootstrap);
   const { Consumer } = await import('tributary-client/consumer.js');
-  const consumer = new Consumer({
-    brokers: list.map(formatAddress),
-    groupId: group,
-    topic,
-    clientId: 'tributary-cli',
-    autoOffsetReset: opts.fromBeginning ? 'earliest' : 'latest',
-    isolation: opts.isolation,
-    ...clientSecurity(opts),
-  });
+  let consumer: InstanceType<typeof Consumer>;
+  try {
+    consumer = new Consumer({
+      brokers: list.map(formatAddress),
+      groupId: group,
+      topic,
+      clientId: 'tributary-cli',
+      autoOffsetReset: opts.fromBeginning ? 'earliest' : 'latest',
+      isolation: opts.isolation,
+      ...clientSecurity(opts),
+    });
+  } catch (err) {
+    // The SDK's option check: here the options are command-line input (a bad --group, say), a usage error.
+    if (err instanceof TributaryError && err.code === 'invalid_config') throw usageError(err.message);
+    throw err;
+  }
   const stop = () => void consumer.close();
   const onStdoutError = (err: NodeJS.ErrnoException) => {
     if (err.code === 'EPIPE') stop();

@@ -103,6 +103,8 @@ export function readPlan(file: string): PlanEntry[] {
   }
   const parts = (doc as { partitions?: unknown })?.partitions;
   if (!Array.isArray(parts) || parts.length === 0) throw usageError(`plan ${file}: expected {"partitions":[{"topic","partition","replicas"}, ...]}`);
+  const extra = Object.keys(doc as object).filter((k) => k !== 'partitions' && k !== 'version');
+  if (extra.length > 0) throw usageError(`plan ${file} has unknown field(s) ${extra.join(', ')}`);
   return parts.map((x: unknown, i) => {
     const e = x as Partial<PlanEntry>;
     const ok =
@@ -127,6 +129,9 @@ function replicasArg(text: string): number[] {
 async function reassign(opts: ReassignOptions): Promise<void> {
   const modes = [opts.plan !== undefined || opts.replicas !== undefined, opts.status === true, opts.cancel === true].filter(Boolean).length;
   if (modes > 1) throw usageError('give one of --plan / --replicas (start), --status or --cancel');
+  if (opts.cancel && opts.throttle !== undefined) throw usageError('--throttle cannot be combined with --cancel');
+  const listing = opts.status === true || (opts.plan === undefined && opts.replicas === undefined && !opts.cancel);
+  if (listing && opts.throttle === undefined && opts.partition !== undefined) throw usageError('--partition narrows --cancel and --throttle only (--status lists by --topic)');
   await withConnection(opts, async (conn) => {
     if (opts.cancel) {
       if (opts.partition !== undefined && opts.topic === undefined) throw usageError('--partition needs --topic');
