@@ -205,16 +205,19 @@ describe('tagged fields', () => {
     const tagged = (size: number, data: number[]) => Buffer.concat([base, Buffer.from([1, 1, size, ...data])]);
     expect(decodeMessage(av, 3, tagged(8, [0, 0, 0, 0, 0, 0, 0, 7])).finalizedFeaturesEpoch).toBe(7);
     // Too short: the value's read stops at the tag's end.
-    expectReason(() => decodeMessage(av, 3, tagged(4, [0, 0, 0, 7])), 'truncated');
+    expect(expectReason(() => decodeMessage(av, 3, tagged(4, [0, 0, 0, 7])), 'truncated').fields.field).toBe('ApiVersionsResponse.finalizedFeaturesEpoch');
     // Too long: the value leaves bytes of the tag unread.
-    expectReason(() => decodeMessage(av, 3, tagged(9, [0, 0, 0, 0, 0, 0, 0, 7, 0])), 'bad_tagged_field');
+    expect(expectReason(() => decodeMessage(av, 3, tagged(9, [0, 0, 0, 0, 0, 0, 0, 7, 0])), 'bad_tagged_field').fields.field).toBe(
+      'ApiVersionsResponse.finalizedFeaturesEpoch',
+    );
   });
 
   it('a tagged field count or size beyond the frame is length_beyond_frame', () => {
     const av = api('ApiVersions').schema.response;
     const base = encodeMessage(av, 3, { errorCode: 0, apiKeys: [], throttleTimeMs: 0 });
     expectReason(() => decodeMessage(av, 3, Buffer.concat([base.subarray(0, base.length - 1), Buffer.from([50])])), 'length_beyond_frame');
-    expectReason(() => decodeMessage(av, 3, Buffer.concat([base.subarray(0, base.length - 1), Buffer.from([1, 9, 100, 1])])), 'length_beyond_frame');
+    const e = expectReason(() => decodeMessage(av, 3, Buffer.concat([base.subarray(0, base.length - 1), Buffer.from([1, 9, 100, 1])])), 'length_beyond_frame');
+    expect(e.fields.field).toBe('ApiVersionsResponse.<tagged fields>');
   });
 });
 
@@ -224,7 +227,9 @@ describe('encoder input', () => {
     expect(expectReason(() => encodeMessage(s, 7, { acks: 70000 }), 'invalid_value').fields.field).toBe('ProduceRequest.acks');
     expectReason(() => encodeMessage(s, 7, { acks: 1.5 }), 'invalid_value');
     expectReason(() => encodeMessage(s, 7, { acks: 1, topicData: 'x' }), 'invalid_value');
-    expectReason(() => encodeMessage(s, 2, { acks: 1, topicData: [{ name: null }] }), 'invalid_value');
+    expect(expectReason(() => encodeMessage(s, 2, { acks: 1, topicData: [{ name: 'a' }, { name: null }] }), 'invalid_value').fields.field).toBe(
+      'ProduceRequest.topicData[1].name',
+    );
     expectReason(() => encodeMessage(s, 7, { acks: 1, topicData: [{ name: 'x'.repeat(40000) }] }), 'invalid_value');
     expectReason(() => encodeMessage(api('InitProducerId').schema.response, 1, { producerId: 2n ** 63n }), 'invalid_value');
     expectReason(() => encodeMessage(api('Metadata').schema.response, 10, { topics: [{ topicId: 'not-a-uuid' }] }), 'invalid_value');
