@@ -104,7 +104,7 @@ export class GroupCommit {
       segs[i].datasync().then(
         () => this.syncFrom(segs, i + 1, waiters, started),
         (err: unknown) => {
-          this.st.fail(err);
+          this.st.failSync(err);
           this.settle(waiters, storageError(this.st.dir, 'fsync failed', err));
         },
       );

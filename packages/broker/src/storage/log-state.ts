@@ -87,4 +87,23 @@ export class LogState {
     this.failed = err instanceof Error ? err : new Error(String(err));
     this.logger.error({ err: this.failed }, 'partition log failed; appends are refused until reopen');
   }
+
+  /** A datasync failed: fail() and cut every segment back to what a datasync covered (Segment.cutToDurable); `cutting` ends with it. */
+  failSync(err: unknown): void {
+    this.fail(err);
+    const segments = [...this.segments];
+    const previous = this.cutting;
+    this.cutting = previous
+      .then(() => Promise.all(segments.map((s) => s.cutToDurable())))
+      .then(
+        (cut) => {
+          const n = cut.filter(Boolean).length;
+          if (n > 0) this.logger.warn({ segments: n }, 'cut segments back to their last fsync');
+        },
+        (e: unknown) => this.logger.error({ err: e }, 'could not cut the log back to its last fsync; a reopen before a restart of the machine may read records the disk lacks'),
+      );
+  }
+
+  /** The cut of failSync, while it runs (close waits for it). */
+  cutting: Promise<void> = Promise.resolve();
 }

@@ -444,7 +444,7 @@ export class LogWriter {
       try {
         await old.datasync();
       } catch (err) {
-        this.st.fail(err);
+        this.st.failSync(err);
         throw storageError(this.st.dir, 'fsync failed', err);
       }
     }

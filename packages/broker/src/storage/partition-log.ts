@@ -462,6 +462,7 @@ export class PartitionLog {
       // Appends accepted before close still get written.
       await this.writer.drain(true);
       await this.sync.idle();
+      await this.st.cutting;
       let error: unknown = null;
       if (clean && !this.st.failed && !this.st.dormant) {
         try {

@@ -11,6 +11,7 @@ import type { LogRecord } from 'tributary-protocol/record.js';
 import { type IndexEntry, OffsetIndex, readIndexFile, writeIndexFile } from './offset-index.js';
 import { ATTR_END_OF_APPEND, type DecodeFailure, decodeRecord, inspectRecord } from './record-codec.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
+import { OrderCheck } from './offset-order.js';
 
 const SCAN_CHUNK = 1024 * 1024;
 
@@ -21,30 +22,6 @@ export interface RecordInfo {
   attributes: number;
   position: number;
   size: number;
-}
-
-/**
- * Offset order within a segment: offsets increase, the records of one append are consecutive, and
- * between appends there may be gaps (left by compaction). `exact` pins the first record's offset.
- */
-class OrderCheck {
-  /** Lowest offset the next record may have. */
-  next: number;
-  /** The last accepted record did not end its append. */
-  inAppend = false;
-  constructor(
-    from: number,
-    private exact: boolean,
-  ) {
-    this.next = from;
-  }
-  accept(offset: number, attributes: number): boolean {
-    if (offset < this.next || (offset !== this.next && (this.inAppend || this.exact))) return false;
-    this.exact = false;
-    this.next = offset + 1;
-    this.inAppend = (attributes & ATTR_END_OF_APPEND) === 0;
-    return true;
-  }
 }
 
 export interface ScanOutcome {
@@ -102,6 +79,8 @@ export class Segment implements FdHolder {
 
   /** Writes not yet covered by a completed datasync (counted only under an fd budget, FdBudget). */
   private writesSinceSync = 0;
+  /** Bytes a completed datasync covered (or that were on disk at open): what cutToDurable keeps. */
+  private durableSize: number;
 
   constructor(
     dir: string,
@@ -116,6 +95,7 @@ export class Segment implements FdHolder {
     this.indexPath = join(dir, segmentFileName(baseOffset, INDEX_SUFFIX));
     this.index = index;
     this.size = meta.size;
+    this.durableSize = meta.size;
     this.nextOffset = meta.nextOffset;
     this.maxTimestamp = meta.maxTimestamp;
     this.createdMs = meta.createdMs;
@@ -232,6 +212,7 @@ export class Segment implements FdHolder {
       index.truncateToOffset(next);
       if (valid < fileSize) await seg.withHandle((fh) => fh.truncate(valid));
       seg.size = valid;
+      seg.durableSize = Math.min(seg.durableSize, valid);
       seg.nextOffset = next;
       seg.maxTimestamp = validMaxTs;
       // Make the cut (and whatever the scan accepted) durable before the index vouches for it.
@@ -358,6 +339,7 @@ export class Segment implements FdHolder {
     await unlink(this.indexPath).catch(ignoreEnoent);
     await this.withHandle((fh) => fh.truncate(pos));
     this.size = pos;
+    this.durableSize = Math.min(this.durableSize, pos);
     this.nextOffset = offset;
     this.index.truncateToOffset(offset);
     let maxTs = -1;
@@ -473,9 +455,11 @@ export class Segment implements FdHolder {
 
   datasync(): Promise<void> {
     const covered = this.writesSinceSync;
+    const size = this.size;
     const after = () => {
       // Writes that started during the fsync are not covered by it.
       this.writesSinceSync -= covered;
+      if (size > this.durableSize && size <= this.size) this.durableSize = size;
       this.fds?.budget.settled();
     };
     const fh = this.openFh;
@@ -494,6 +478,18 @@ export class Segment implements FdHolder {
         }
       });
     });
+  }
+
+  /**
+   * After a failed fsync of the log: cuts the file back to what a datasync covered (docs/architecture.md
+   * "Storage", Durability). In-memory state stays: the log is failed and its next open recovers the files.
+   */
+  async cutToDurable(): Promise<boolean> {
+    if (this.closed || this.size <= this.durableSize) return false;
+    this.indexState = 'stale';
+    await unlink(this.indexPath).catch(ignoreEnoent);
+    await this.withHandle((fh) => fh.truncate(this.durableSize));
+    return true;
   }
 
   /** FdHolder: the fd may be closed now (see FdBudget). */
