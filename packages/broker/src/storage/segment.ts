@@ -9,7 +9,7 @@ import { type FileHandle, open, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { type IndexEntry, OffsetIndex, readIndexFile, writeIndexFile } from './offset-index.js';
-import { ATTR_END_OF_APPEND, type DecodeFailure, decodeRecord, inspectRecord } from './record-codec.js';
+import { type DecodeFailure, decodeRecord, inspectRecord } from './record-codec.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
 import { OrderCheck } from './offset-order.js';
 
