@@ -251,6 +251,8 @@ export class PartitionFetcher {
           if (n.value?.reason === 'offset_out_of_range') throw new TributaryError('OFFSET_OUT_OF_RANGE', { partition: w.partition });
           // A fenced stream ended by the broker (docs/protocol.md, "Fenced reads"): as a refused read.
           if (n.value?.code) throw new TributaryError(n.value.code, { partition: w.partition, reason: `stream closed: ${n.value.reason}` });
+          // A failure without a code (an older broker's): a failed read, backed off, not a clean end.
+          if (n.value?.reason === 'error') throw new TributaryError('connection_lost', { partition: w.partition, reason: 'stream closed: error' });
           return;
         }
         // seek() or pause() while the stream was open: drop this batch, it is read again from the new
@@ -388,6 +390,8 @@ export class PartitionFetcher {
     w.processed = Math.min(w.processed, offset);
     w.window?.seek(offset);
     w.resumed.wake();
+    // An idle stream delivers nothing that would make the reader look at seekTo: end it, it reopens there.
+    w.interruptRead?.();
   }
 }
 

@@ -354,9 +354,11 @@ export class ClientConnection implements ConnectionContext {
     this.streamDone = this.runStream(req, ac.signal, keepaliveMs).catch((err) => {
       // A routing error (readBatch: this broker no longer leads the partition) is passed on as the close's
       // code, on which the reader looks the leader up again (docs/protocol.md, "STREAM"); others are failures.
+      // Any other failure carries its code too (internal_error when it has none): a reader that took a
+      // codeless close for a clean end opened the stream again at once, in a loop while the failure lasted.
       const routing = err instanceof TributaryError && err.errorClass === 'routing';
       if (!routing) this.broker.logger.warn({ err, remote: this.remote }, 'stream failed');
-      this.endStream('error', this.streamOffset, routing ? err.code : undefined);
+      this.endStream('error', this.streamOffset, err instanceof TributaryError ? err.code : 'internal_error');
     });
     return 'stream';
   }
@@ -425,7 +427,10 @@ export class ClientConnection implements ConnectionContext {
         if (changed.signal.aborted) changed = new AbortController();
         if (await fenced()) return;
         const out = await readBatch(this.broker, this, req, offset);
-        if (out.count > 0) {
+        // A read that passed only markers or aborted records is pushed too (its trailer's nextOffset), as
+        // CONSUME answers it: else the client never learns its position moved, and its committed offset
+        // stops short of a partition that ends in a marker (docs/sdk.md, "Offsets").
+        if (out.count > 0 || (out.nextOffset > offset && this.features.has('record_extensions_v1'))) {
           // Checked again at the moment of serving: the read itself may have waited for the disk.
           if (await fenced()) return;
           this.socket.cork();
