@@ -86,11 +86,16 @@ export function configError(option: string, reason: string): TributaryError {
 
 const ID_RE = /^[A-Za-z0-9._-]{1,200}$/;
 
-function positiveInt(opts: Record<string, unknown>, key: string, min = 1): void {
+function positiveInt(opts: Record<string, unknown>, key: string, min = 1, max = Number.MAX_SAFE_INTEGER): void {
   const v = opts[key];
   if (v === undefined) return;
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min) throw configError(key, `must be an integer >= ${min}`);
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min || v > max) {
+    throw configError(key, max === Number.MAX_SAFE_INTEGER ? `must be an integer >= ${min}` : `must be an integer ${min}..${max}`);
+  }
 }
+
+/** Options that become timers: setTimeout fires a longer delay after 1 ms. */
+const TIMER_OPTIONS = new Set(['sessionTimeoutMs', 'heartbeatIntervalMs', 'rebalanceTimeoutMs', 'autoCommitIntervalMs', 'processingTimeoutMs', 'maxWaitMs']);
 
 /**
  * The stall bound of the heartbeat connection. A coordinator that moves gives each member one session
@@ -114,9 +119,9 @@ export function validateConsumerOptions(o: ConsumerOptions): void {
   if (o.clientId !== undefined && !ID_RE.test(o.clientId)) throw configError('clientId', '1-200 characters of letters, digits, ".", "_", "-"');
   if (o.instanceId !== undefined && !ID_RE.test(o.instanceId)) throw configError('instanceId', '1-200 characters of letters, digits, ".", "_", "-"');
   for (const k of ['sessionTimeoutMs', 'heartbeatIntervalMs', 'rebalanceTimeoutMs', 'maxBatchRecords', 'maxBatchBytes', 'autoCommitIntervalMs', 'partitionsConsumedConcurrently', 'processingTimeoutMs']) {
-    positiveInt(o as unknown as Record<string, unknown>, k);
+    positiveInt(o as unknown as Record<string, unknown>, k, 1, TIMER_OPTIONS.has(k) ? 2 ** 31 - 1 : Number.MAX_SAFE_INTEGER);
   }
-  positiveInt(o as unknown as Record<string, unknown>, 'maxWaitMs', 0);
+  positiveInt(o as unknown as Record<string, unknown>, 'maxWaitMs', 0, 2 ** 31 - 1);
   // CONSUME refuses batch= above 10000 (docs/protocol.md): such a consumer could never read a record.
   if (o.maxBatchRecords !== undefined && o.maxBatchRecords > 10_000) throw configError('maxBatchRecords', 'at most 10000 (the protocol maximum)');
   if (o.assignor !== undefined && !isAssignorName(o.assignor)) throw configError('assignor', 'expected range, roundrobin, sticky or cooperative-sticky');

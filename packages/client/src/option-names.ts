@@ -19,7 +19,8 @@ export const AUTH_OPTION_NAMES = ['principal', 'token'] as const;
 
 /**
  * Throws invalid_config for the first own key of `given` that is not in `known` (`prefix` names the
- * nested object, e.g. `retry.`). Also checks the nested retry and auth objects the clients share.
+ * nested object, e.g. `retry.`). Also checks the nested retry (its values too) and auth objects the
+ * clients share.
  */
 export function refuseUnknownOptions(kind: string, given: object, known: readonly string[], prefix = ''): void {
   for (const k of Object.keys(given)) {
@@ -31,6 +32,34 @@ export function refuseUnknownOptions(kind: string, given: object, known: readonl
   }
   if (prefix !== '') return;
   const o = given as { retry?: unknown; auth?: unknown };
-  if (o.retry !== undefined && o.retry !== null && typeof o.retry === 'object') refuseUnknownOptions(kind, o.retry, RETRY_OPTION_NAMES, 'retry.');
+  if (o.retry !== undefined && o.retry !== null && typeof o.retry === 'object') {
+    refuseUnknownOptions(kind, o.retry, RETRY_OPTION_NAMES, 'retry.');
+    checkRetryValues(kind, o.retry as Record<string, unknown>);
+  }
   if (o.auth !== undefined && o.auth !== null && typeof o.auth === 'object') refuseUnknownOptions(kind, o.auth, AUTH_OPTION_NAMES, 'auth.');
+}
+
+/** Largest delay setTimeout takes: a longer one fires after 1 ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * The values of a client's `retry` option: each is used as given, so NaN retries never stop, a delay
+ * past MAX_TIMER_MS fires at once, and a `signal` would be replaced by the client's own (each call's
+ * `{ signal }` and close() end its retries).
+ */
+function checkRetryValues(kind: string, r: Record<string, unknown>): void {
+  const refuse = (k: string, reason: string): never => {
+    throw new TributaryError('invalid_config', { option: `retry.${k}`, reason }, `invalid ${kind} option retry.${k}: ${reason}`);
+  };
+  const int = (k: string, min: number, max: number) => {
+    const v = r[k];
+    if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min || v > max)) refuse(k, `must be an integer ${min}..${max}`);
+  };
+  int('retries', 0, Number.MAX_SAFE_INTEGER);
+  int('initialDelayMs', 0, MAX_TIMER_MS);
+  int('maxDelayMs', 0, MAX_TIMER_MS);
+  int('maxElapsedMs', 1, Number.MAX_SAFE_INTEGER);
+  if (r.factor !== undefined && (typeof r.factor !== 'number' || !Number.isFinite(r.factor) || r.factor < 1)) refuse('factor', 'must be a finite number >= 1');
+  if (r.onRetry !== undefined && typeof r.onRetry !== 'function') refuse('onRetry', 'must be a function');
+  if (r.signal !== undefined) refuse('signal', "not a client option: pass { signal } to each call, or close() the client");
 }

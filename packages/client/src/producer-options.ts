@@ -63,12 +63,18 @@ export interface ProducerOptions {
    * batches (Kafka's KIP-480); `round-robin` spreads them one record at a time.
    */
   keylessPartitioning?: 'sticky' | 'round-robin';
+  /**
+   * How long a topic's partition count is used before METADATA is asked again (default 300000, as
+   * Kafka's metadata.max.age.ms): keyed and keyless records reach partitions added meanwhile. A send to
+   * an explicit partition beyond the count asks at once.
+   */
+  metadataMaxAgeMs?: number;
 }
 
 export const PRODUCER_OPTION_NAMES = [
   'brokers', 'clientId', 'acks', 'lingerMs', 'maxBatchBytes', 'maxBatchRecords', 'maxBufferedBytes', 'maxInFlightPerPartition',
   'requestTimeoutMs', 'retry', 'tls', 'auth', 'stallTimeoutMs', 'connectTimeoutMs', 'bootstrapTimeoutMs', 'idempotent', 'transactionalId',
-  'transactionTimeoutMs', 'keylessPartitioning',
+  'transactionTimeoutMs', 'keylessPartitioning', 'metadataMaxAgeMs',
 ] as const;
 const producerOptionsComplete: Complete<ProducerOptions, typeof PRODUCER_OPTION_NAMES> = true;
 void producerOptionsComplete;
@@ -81,6 +87,7 @@ const DEFAULTS = {
   maxBufferedBytes: 32 * 1024 * 1024,
   maxInFlightPerPartition: 5,
   requestTimeoutMs: 30_000,
+  metadataMaxAgeMs: 300_000,
 };
 /** The broker remembers this many batches per producer and partition for duplicate detection. */
 export const MAX_IDEMPOTENT_IN_FLIGHT = 5;
@@ -115,7 +122,8 @@ export function validateProducerOptions(o: ProducerOptions): void {
   checkInt(r, 'maxBatchRecords', 1);
   checkInt(r, 'maxBufferedBytes', 1);
   checkInt(r, 'maxInFlightPerPartition', 1, 1000);
-  checkInt(r, 'requestTimeoutMs', 1);
+  // A longer timer fires after 1 ms: every request would time out at once.
+  checkInt(r, 'requestTimeoutMs', 1, 2 ** 31 - 1);
   const badConnection = checkConnectionOptions(o);
   if (badConnection) throw configError(...badConnection);
   if (o.retry !== undefined && (o.retry === null || typeof o.retry !== 'object')) throw configError('retry', 'must be an object');
@@ -124,6 +132,7 @@ export function validateProducerOptions(o: ProducerOptions): void {
     throw configError('transactionalId', '1-255 bytes without spaces, quotes or "="');
   }
   checkInt(r, 'transactionTimeoutMs', 1, 2 ** 31 - 1);
+  checkInt(r, 'metadataMaxAgeMs', 1, 2 ** 31 - 1);
   if (o.keylessPartitioning !== undefined && o.keylessPartitioning !== 'sticky' && o.keylessPartitioning !== 'round-robin') {
     throw configError('keylessPartitioning', 'expected "sticky" or "round-robin"');
   }
@@ -153,6 +162,7 @@ export interface ResolvedProducerOptions {
   transactionalId: string | undefined;
   transactionTimeoutMs: number | undefined;
   keylessPartitioning: 'sticky' | 'round-robin';
+  metadataMaxAgeMs: number;
 }
 
 /** Fills in the defaults; `options` has passed validateProducerOptions. */
@@ -173,5 +183,6 @@ export function resolveProducerOptions(options: ProducerOptions): ResolvedProduc
     transactionalId: options.transactionalId,
     transactionTimeoutMs: options.transactionTimeoutMs,
     keylessPartitioning: options.keylessPartitioning ?? 'sticky',
+    metadataMaxAgeMs: options.metadataMaxAgeMs ?? DEFAULTS.metadataMaxAgeMs,
   };
 }

@@ -148,7 +148,8 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   private readonly roundRobin = new Map<string, number>();
   /** keylessPartitioning 'sticky': per topic, the batch keyless records go to until it closes. */
   private readonly sticky = new Map<string, ProducerBatch>();
-  private readonly partitionCounts = new Map<string, number>();
+  /** Per topic: its partition count from METADATA and when it came (metadataMaxAgeMs). */
+  private readonly partitionCounts = new Map<string, { n: number; at: number }>();
   /** send()'s record sizes, reused by the next send (taken while in use, so a nested send gets its own). */
   private sizeScratch: number[] | undefined = [];
   private stateValue: ProducerState = 'open';
@@ -330,16 +331,18 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       sizes[i] = size;
       total += size;
     }
+    let highest = -1;
     for (let i = 0; i < n; i++) {
       const p = messages[i]!.partition;
       if (p !== undefined && (typeof p !== 'number' || !Number.isSafeInteger(p) || p < 0)) throw badMessage(i, 'partition must be a non-negative integer');
+      if (p !== undefined && p > highest) highest = p;
       if (sizes[i]! > this.options.maxBufferedBytes) {
         throw new TributaryError('record_too_large', { index: i, size: sizes[i]!, max: this.options.maxBufferedBytes, option: 'maxBufferedBytes' });
       }
     }
 
     const result = new SendResult(n);
-    const known = this.partitionCounts.get(topic);
+    const known = this.knownPartitions(topic, highest);
     const ready = known !== undefined && (this.idempotentId !== '' || !this.options.idempotent);
     if (!this.buffer.admitting && ready && this.buffer.bytes + total <= this.options.maxBufferedBytes) {
       // Fast path: nobody is queuing, the topic is known and there is room: encode everything into its batches now.
@@ -437,13 +440,27 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     if ((outcome & APPENDED_CLOSED_BATCH) !== 0) this.sender.pump(q);
   }
 
+  /**
+   * The cached partition count while it is younger than metadataMaxAgeMs and above `highest` (the highest
+   * explicit partition of a send); else forgotten, with the cluster's metadata, so the send asks again:
+   * partitions added to the topic are found (a count kept for good refused them as partition_not_found).
+   */
+  private knownPartitions(topic: string, highest: number): number | undefined {
+    const c = this.partitionCounts.get(topic);
+    if (c === undefined) return undefined;
+    if (highest < c.n && performance.now() - c.at < this.options.metadataMaxAgeMs) return c.n;
+    this.partitionCounts.delete(topic);
+    this.cluster.invalidateMetadata(topic);
+    return undefined;
+  }
+
   /** The topic's partition count from METADATA, cached (forgotten when the topic turns out to be gone). */
   private async partitionCount(topic: string, signal: AbortSignal | undefined): Promise<number> {
     const known = this.partitionCounts.get(topic);
-    if (known !== undefined) return known;
+    if (known !== undefined) return known.n;
     const md = await this.cluster.metadata(topic, signal);
     if (!Number.isSafeInteger(md.partitions) || md.partitions < 1) throw new TributaryError('metadata_unavailable', { topic, reason: 'no partitions in METADATA' });
-    this.partitionCounts.set(topic, md.partitions);
+    this.partitionCounts.set(topic, { n: md.partitions, at: performance.now() });
     return md.partitions;
   }
 

@@ -89,7 +89,13 @@ describe('Producer against a broker', () => {
       topic: t,
       messages: [
         { key: 'k1', value: 'v1', headers: { trace: 'abc', bin: Buffer.from([0, 255]) }, timestamp: 1_700_000_000_000 },
-        { value: Buffer.from('v2'), headers: [{ key: 'dup', value: '1' }, { key: 'dup', value: '2' }] },
+        {
+          value: Buffer.from('v2'),
+          headers: [
+            { key: 'dup', value: '1' },
+            { key: 'dup', value: '2' },
+          ],
+        },
       ],
     });
     const [r1, r2] = await readAll(t, 0);
@@ -148,8 +154,32 @@ describe('Producer against a broker', () => {
     for (let i = 0; i < 40; i += 10) expect(new Set(runs.slice(i, i + 10)).size).toBe(1);
     expect(new Set(runs).size).toBe(4);
     // Keys and explicit partitions are not affected.
-    const keyed = await q.send({ topic: t, messages: [{ key: 'k1', value: 'x' }, { value: 'y', partition: 2 }] });
+    const keyed = await q.send({
+      topic: t,
+      messages: [
+        { key: 'k1', value: 'x' },
+        { value: 'y', partition: 2 },
+      ],
+    });
     expect(keyed.map((m) => m.partition)).toEqual([partitionForKey(Buffer.from('k1'), 4), 2]);
+  });
+
+  it('partitions added to the topic are found: at once for an explicit partition, after metadataMaxAgeMs for the others', async () => {
+    const t = await topic('p-grow', 2);
+    const p = producer({ keylessPartitioning: 'round-robin' });
+    await p.send({ topic: t, messages: [{ value: 'a', partition: 1 }] });
+    await admin.command('ADD_PARTITIONS', { topic: t, partitions: 4 });
+    // A count kept for good refused partition 3 on the client, without asking the broker again.
+    const [m] = await p.send({ topic: t, messages: [{ value: 'b', partition: 3 }] });
+    expect(m!.partition).toBe(3);
+
+    const t2 = await topic('p-grow-age', 2);
+    const aged = producer({ keylessPartitioning: 'round-robin', metadataMaxAgeMs: 1 });
+    await aged.send({ topic: t2, messages: [{ value: 'a' }] });
+    await admin.command('ADD_PARTITIONS', { topic: t2, partitions: 4 });
+    await sleep(5); // the count's 1 ms age passes (an answer on loopback can come sooner)
+    const metas = await aged.send({ topic: t2, messages: Array.from({ length: 8 }, () => ({ value: 'x' })) });
+    expect(new Set(metas.map((x) => x.partition))).toEqual(new Set([0, 1, 2, 3]));
   });
 
   it('keeps per-partition order with several batches in flight on one pipelined connection', async () => {
@@ -265,7 +295,12 @@ describe('Producer against a broker', () => {
 
   it('backpressure: a send rejects with buffer_full when the buffer stays full past requestTimeoutMs, and honours its signal', async () => {
     const t = await topic('p-full', 1);
-    const p = producer({ maxBufferedBytes: 1000, lingerMs: 0, requestTimeoutMs: 400, retry: { retries: 50, maxElapsedMs: 60_000, initialDelayMs: 20, maxDelayMs: 100 } });
+    const p = producer({
+      maxBufferedBytes: 1000,
+      lingerMs: 0,
+      requestTimeoutMs: 400,
+      retry: { retries: 50, maxElapsedMs: 60_000, initialDelayMs: 20, maxDelayMs: 100 },
+    });
     await p.send({ topic: t, messages: [{ value: 'warm-up' }] }); // metadata and connection ready
     broker.proc!.kill('SIGSTOP'); // the broker stops answering: nothing is acknowledged
     try {
@@ -328,7 +363,14 @@ describe('Producer against a broker', () => {
     diagnostics.subscribe(channels.producerSend.name, onDiag);
     p.on('send', (e) => events.push(e));
     try {
-      await p.send({ topic: t, messages: [{ value: 'a', partition: 0 }, { value: 'b', partition: 0 }, { value: 'c', partition: 1 }] });
+      await p.send({
+        topic: t,
+        messages: [
+          { value: 'a', partition: 0 },
+          { value: 'b', partition: 0 },
+          { value: 'c', partition: 1 },
+        ],
+      });
     } finally {
       diagnostics.unsubscribe(channels.producerSend.name, onDiag);
     }
