@@ -192,7 +192,9 @@ describe('Kafka transactions', () => {
       await admin.connect();
       try {
         const offsets = await admin.fetchOffsets({ groupId: 'eos-group', topics: ['eos-in'] });
-        expect(offsets[0]!.partitions.map((p) => [p.partition, Number(p.offset)]).sort()).toEqual([...Array(partitions).keys()].map((p) => [p, N / partitions]));
+        expect(offsets[0]!.partitions.map((p) => [p.partition, Number(p.offset)]).sort()).toEqual(
+          [...Array(partitions).keys()].map((p) => [p, N / partitions]),
+        );
       } finally {
         await admin.disconnect();
       }
@@ -214,10 +216,16 @@ describe('Kafka transactions', () => {
       return { producerId: init.producerId as bigint, producerEpoch: init.producerEpoch as number };
     };
     const txnBatch = (p: { producerId: bigint; producerEpoch: number }, value: string, baseSequence = 0) =>
-      encodeRecordBatch({ records: [{ key: null, value: Buffer.from(value) }], producerId: Number(p.producerId), producerEpoch: p.producerEpoch, baseSequence, transactional: true });
+      encodeRecordBatch({
+        records: [{ key: null, value: Buffer.from(value) }],
+        producerId: Number(p.producerId),
+        producerEpoch: p.producerEpoch,
+        baseSequence,
+        transactional: true,
+      });
     const produce = (raw: RawKafka, transactionalId: string, topic: string, partition: number, records: Buffer) =>
       raw.call(0, 7, { transactionalId, acks: -1, timeoutMs: 1000, topicData: [{ name: topic, partitionData: [{ index: partition, records }] }] });
-    const produceCode = (res: KafkaStruct) => (((res.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!.errorCode as number);
+    const produceCode = (res: KafkaStruct) => ((res.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!.errorCode as number;
 
     it('a transactional batch for a partition not added to the transaction is INVALID_TXN_STATE and stores nothing', async () => {
       await c.command('CREATE', { topic: 'ktx-raw', partitions: 2 });
@@ -232,9 +240,18 @@ describe('Kafka transactions', () => {
         expect(produceCode(await produce(raw, 'ktx-raw-1', 'ktx-raw', 1, txnBatch(p, 'not-added')))).toBe(kafkaErrorCode('INVALID_TXN_STATE'));
         expect(produceCode(await produce(raw, 'ktx-raw-1', 'ktx-raw', 0, txnBatch(p, 'added')))).toBe(0);
         // An older epoch of the id is fenced, and a batch of another producer id refused.
-        expect(produceCode(await produce(raw, 'ktx-raw-1', 'ktx-raw', 0, txnBatch({ ...p, producerId: p.producerId + 1000n }, 'stranger', 1)))).toBe(kafkaErrorCode('INVALID_PRODUCER_EPOCH'));
-        const unknown = await raw.call(24, 1, { transactionalId: 'ktx-raw-1', ...p, topics: [{ name: 'ktx-raw-none', partitions: [0] }, { name: 'ktx-raw', partitions: [1] }] });
-        expect((unknown.results as KafkaStruct[]).map((t) => ((t.results as KafkaStruct[])[0]!.errorCode as number))).toEqual([
+        expect(produceCode(await produce(raw, 'ktx-raw-1', 'ktx-raw', 0, txnBatch({ ...p, producerId: p.producerId + 1000n }, 'stranger', 1)))).toBe(
+          kafkaErrorCode('INVALID_PRODUCER_EPOCH'),
+        );
+        const unknown = await raw.call(24, 1, {
+          transactionalId: 'ktx-raw-1',
+          ...p,
+          topics: [
+            { name: 'ktx-raw-none', partitions: [0] },
+            { name: 'ktx-raw', partitions: [1] },
+          ],
+        });
+        expect((unknown.results as KafkaStruct[]).map((t) => (t.results as KafkaStruct[])[0]!.errorCode as number)).toEqual([
           kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION'),
           kafkaErrorCode('OPERATION_NOT_ATTEMPTED'),
         ]);
@@ -263,7 +280,10 @@ describe('Kafka transactions', () => {
         const newer = await producerOf(raw, 'ktx-end-1');
         expect(newer.producerEpoch).toBe(p.producerEpoch + 1);
         // PRODUCER_FENCED from the versions that know it (KIP-588), INVALID_PRODUCER_EPOCH before them.
-        for (const [v, fenced] of [[1, 'INVALID_PRODUCER_EPOCH'], [3, 'PRODUCER_FENCED']] as const) {
+        for (const [v, fenced] of [
+          [1, 'INVALID_PRODUCER_EPOCH'],
+          [3, 'PRODUCER_FENCED'],
+        ] as const) {
           expect((await raw.call(24, v, { transactionalId: 'ktx-end-1', ...p, topics: [{ name: 'ktx-end', partitions: [0] }] })).results).toEqual([
             { name: 'ktx-end', results: [{ partitionIndex: 0, errorCode: kafkaErrorCode(fenced) }] },
           ]);
@@ -284,7 +304,9 @@ describe('Kafka transactions', () => {
         const joined = await raw.call(11, 0, { groupId: 'ktx-group', sessionTimeoutMs: 30_000, memberId: '', protocolType: 'consumer', protocols });
         expect(joined.errorCode).toBe(0);
         const member = { memberId: joined.memberId as string, generationId: joined.generationId as number };
-        expect((await raw.call(14, 0, { groupId: 'ktx-group', ...member, assignments: [{ memberId: member.memberId, assignment: Buffer.alloc(0) }] })).errorCode).toBe(0);
+        expect(
+          (await raw.call(14, 0, { groupId: 'ktx-group', ...member, assignments: [{ memberId: member.memberId, assignment: Buffer.alloc(0) }] })).errorCode,
+        ).toBe(0);
         const p = await producerOf(raw, 'ktx-offsets-1');
         expect((await raw.call(25, 1, { transactionalId: 'ktx-offsets-1', ...p, groupId: 'ktx-group' })).errorCode).toBe(0);
         const commit = (generationId: number, offset: number) =>
@@ -297,7 +319,7 @@ describe('Kafka transactions', () => {
             groupInstanceId: null,
             topics: [{ name: 'ktx-offsets', partitions: [{ partitionIndex: 0, committedOffset: offset, committedLeaderEpoch: -1, committedMetadata: null }] }],
           });
-        const codeOf = (res: KafkaStruct) => (((res.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!.errorCode as number);
+        const codeOf = (res: KafkaStruct) => ((res.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!.errorCode as number;
         expect(codeOf(await commit(member.generationId - 1, 3))).toBe(kafkaErrorCode('ILLEGAL_GENERATION'));
         expect(codeOf(await commit(member.generationId + 1, 3))).toBe(kafkaErrorCode('ILLEGAL_GENERATION'));
         expect(codeOf(await commit(member.generationId, 3))).toBe(0);
@@ -320,6 +342,77 @@ describe('Kafka transactions', () => {
       }
     });
   });
+
+  describe('past aborted transactions, and producers the partition forgot', () => {
+    it('a read_committed kafkajs consumer reaches a committed record behind an aborted transaction longer than one read', async () => {
+      await c.command('CREATE', { topic: 'ktx-long-abort', partitions: 1 });
+      const producer = kafka.producer({ transactionalId: 'ktx-long-abort', idempotent: true, maxInFlightRequests: 1 });
+      await producer.connect();
+      try {
+        const big = await producer.transaction();
+        // One record more than a Fetch reads of a partition (10,000): all of the first read is aborted.
+        await big.send({ topic: 'ktx-long-abort', messages: Array.from({ length: 10_001 }, (_, i) => ({ partition: 0, value: `a${i}` })) });
+        await big.abort();
+        const ok = await producer.transaction();
+        await ok.send({ topic: 'ktx-long-abort', messages: [{ partition: 0, value: 'committed' }] });
+        await ok.commit();
+      } finally {
+        await producer.disconnect();
+      }
+      expect(await kafkajsCommitted('ktx-long-abort', 'ktx-long-abort-g')).toEqual(['committed']);
+    }, 60_000);
+
+    it('an idempotent kafkajs producer goes on writing to a topic deleted and created again (its sequences do not restart)', async () => {
+      const admin = kafka.admin();
+      await admin.connect();
+      const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+      await producer.connect();
+      try {
+        await admin.createTopics({ topics: [{ topic: 'ktx-recreated', numPartitions: 1 }], waitForLeaders: true });
+        for (let i = 0; i < 3; i++) await producer.send({ topic: 'ktx-recreated', acks: -1, messages: [{ partition: 0, value: `old${i}` }] });
+        await admin.deleteTopics({ topics: ['ktx-recreated'] });
+        await until(async () => (await admin.listTopics()).includes('ktx-recreated') === false, 10_000, 'the topic gone');
+        await admin.createTopics({ topics: [{ topic: 'ktx-recreated', numPartitions: 1 }], waitForLeaders: true });
+        await producer.send({ topic: 'ktx-recreated', acks: -1, messages: [{ partition: 0, value: 'new' }] });
+        const read = await c.consume({ topic: 'ktx-recreated', partition: 0, offset: 0, batch: 10 });
+        expect(read.records.map((r) => r.value.toString())).toEqual(['new']);
+      } finally {
+        await producer.disconnect();
+        await admin.disconnect();
+      }
+    });
+
+    it('ListOffsets by timestamp under read_committed answers nothing inside an open transaction', async () => {
+      await c.command('CREATE', { topic: 'ktx-lo', partitions: 1 });
+      const plain = kafka.producer();
+      const producer = kafka.producer({ transactionalId: 'ktx-lo', idempotent: true, maxInFlightRequests: 1 });
+      await plain.connect();
+      await producer.connect();
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        await plain.send({ topic: 'ktx-lo', messages: [{ partition: 0, value: 'before', timestamp: '1000' }] });
+        const t = await producer.transaction();
+        await t.send({ topic: 'ktx-lo', messages: [{ partition: 0, value: 'open', timestamp: '5000' }] });
+        const at = async (timestamp: number, isolationLevel: number) => {
+          const r = await raw.call(2, 5, {
+            replicaId: -1,
+            isolationLevel,
+            topics: [{ name: 'ktx-lo', partitions: [{ partitionIndex: 0, currentLeaderEpoch: -1, timestamp }] }],
+          });
+          const partitions = (r.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[];
+          return Number(partitions[0]!.offset);
+        };
+        expect(await at(2000, 0)).toBe(1);
+        expect(await at(2000, 1)).toBe(-1);
+        expect(await at(500, 1)).toBe(0);
+        await t.abort();
+      } finally {
+        raw.socket.destroy();
+        await producer.disconnect();
+        await plain.disconnect();
+      }
+    });
+  });
 });
 
 describe('a Kafka transaction open when its broker is killed with SIGKILL', () => {
@@ -337,9 +430,20 @@ describe('a Kafka transaction open when its broker is killed with SIGKILL', () =
     const c = await broker.connect();
     await c.command('CREATE', { topic: 'ktx-crash', partitions: 2 });
     const batch = (p: { producerId: bigint; producerEpoch: number }, value: string, baseSequence: number) =>
-      encodeRecordBatch({ records: [{ key: null, value: Buffer.from(value) }], producerId: Number(p.producerId), producerEpoch: p.producerEpoch, baseSequence, transactional: true });
+      encodeRecordBatch({
+        records: [{ key: null, value: Buffer.from(value) }],
+        producerId: Number(p.producerId),
+        producerEpoch: p.producerEpoch,
+        baseSequence,
+        transactional: true,
+      });
     const produceCode = async (raw: RawKafka, partition: number, records: Buffer) => {
-      const res = await raw.call(0, 7, { transactionalId: 'ktx-crash-1', acks: -1, timeoutMs: 1000, topicData: [{ name: 'ktx-crash', partitionData: [{ index: partition, records }] }] });
+      const res = await raw.call(0, 7, {
+        transactionalId: 'ktx-crash-1',
+        acks: -1,
+        timeoutMs: 1000,
+        topicData: [{ name: 'ktx-crash', partitionData: [{ index: partition, records }] }],
+      });
       return ((res.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!.errorCode as number;
     };
     const add = async (raw: RawKafka, p: { producerId: bigint; producerEpoch: number }, partition: number) => {
@@ -369,7 +473,8 @@ describe('a Kafka transaction open when its broker is killed with SIGKILL', () =
       expect(await produceCode(raw, 1, batch(p, 'next', 0))).toBe(0);
       expect(await end(raw, p, true)).toBe(0);
       const c2 = await broker.connect();
-      const read = async (partition: number) => (await c2.consume({ topic: 'ktx-crash', partition, offset: 0, batch: 100, isolation: 'read_committed' })).records.map((r) => r.value.toString());
+      const read = async (partition: number) =>
+        (await c2.consume({ topic: 'ktx-crash', partition, offset: 0, batch: 100, isolation: 'read_committed' })).records.map((r) => r.value.toString());
       expect(await read(0)).toEqual([]);
       expect(await read(1)).toEqual(['next']);
     } finally {

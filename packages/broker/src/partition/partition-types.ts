@@ -24,6 +24,8 @@ export interface IdempotentBatch {
   epoch: number;
   firstSequence: number;
   lastSequence: number;
+  /** A producer the partition has no state of may start at any sequence (the Kafka listener's, KIP-360). */
+  anyFirstSequence?: boolean;
 }
 
 export interface IdempotentAppend extends AppendOffsets {

@@ -291,7 +291,7 @@ export class Partition implements SnapshotOwner {
     const table = this.producers!;
     let check: CheckResult;
     try {
-      check = table.check(b.producerId, b.epoch, b.firstSequence, b.lastSequence);
+      check = table.check(b.producerId, b.epoch, b.firstSequence, b.lastSequence, b.anyFirstSequence === true);
     } catch (err) {
       return Promise.reject(err);
     }

@@ -58,12 +58,13 @@ export class ProducerStateTable {
 
   /**
    * Classifies a batch (firstSeq..lastSeq of producer `id` at `epoch`): a new append, a duplicate of a
-   * remembered batch, or an error (stale_producer_epoch, out_of_order_sequence).
+   * remembered batch, or an error (stale_producer_epoch, out_of_order_sequence). `anyFirst`: a producer
+   * without state may start at any sequence (Kafka's rule since KIP-360); else it starts at 0.
    */
-  check(id: string, epoch: number, firstSeq: number, lastSeq: number): CheckResult {
+  check(id: string, epoch: number, firstSeq: number, lastSeq: number, anyFirst = false): CheckResult {
     const p = this.producers.get(id);
     if (!p) {
-      if (firstSeq !== 0) throw outOfOrder(id, epoch, firstSeq, 0);
+      if (firstSeq !== 0 && !anyFirst) throw outOfOrder(id, epoch, firstSeq, 0);
       return { kind: 'append' };
     }
     if (epoch < p.epoch) throw new TributaryError('stale_producer_epoch', { producer_id: id, epoch, current_epoch: p.epoch });

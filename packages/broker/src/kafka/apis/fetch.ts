@@ -2,13 +2,15 @@
  * Fetch (v4+): records from the partition log re-encoded as one RecordBatch v2 per partition (stored
  * records are not RecordBatch v2 yet; docs/kafka.md). read_committed reads up to the last stable offset
  * without aborted records and markers, so no aborted-transaction list is needed; read_uncommitted reads up
- * to the high watermark, markers left out (clients skip control batches anyway). Offsets keep their gaps
+ * to the high watermark, markers left out (clients skip control batches anyway; a read of nothing else
+ * answers one, asRecordBatch). Offsets keep their gaps
  * (offset deltas), as compaction leaves them in Kafka. No fetch sessions: every response is a full one
  * (session id 0), which clients accept. Until `minBytes` are ready the request waits, up to maxWaitMs, for
  * more data in any of its partitions.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
+import { encodeControlBatch } from 'tributary-protocol/record-batch/control.js';
 import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
 import type { Isolation } from '../../partition/partition-types.js';
 import type { Partition } from '../../partition/partition.js';
@@ -41,12 +43,17 @@ interface Wanted {
  * LogRecords (ascending offsets, maybe with gaps) as one batch; markers are left out. The batch ends at
  * `nextOffset` - 1, past the records the read left out after the last one returned (a transaction's
  * marker, which read_committed reads together with its records), so a client that goes by the batch's last
- * offset (librdkafka) continues at the end. A read that found only markers or aborted records returns no
- * batch (docs/kafka.md, "Not supported yet").
+ * offset (librdkafka) continues at the end. A read from `from` that passed only markers or aborted records
+ * answers a control batch at `nextOffset` - 1, which every client skips and continues after: with no batch
+ * a read_committed reader stayed for good before an aborted transaction longer than one read.
  */
-export function asRecordBatch(records: readonly LogRecord[], nextOffset: number): Buffer {
+export function asRecordBatch(records: readonly LogRecord[], nextOffset: number, from: number): Buffer {
   const data = records.filter((r) => (r.attributes & RecordAttr.CONTROL) === 0);
-  if (data.length === 0) return EMPTY;
+  if (data.length === 0) {
+    if (nextOffset <= from) return EMPTY;
+    const timestamp = records.length > 0 ? records[records.length - 1]!.timestamp : Date.now();
+    return encodeControlBatch({ type: 'COMMIT', coordinatorEpoch: 0, producerId: -1, producerEpoch: -1, baseOffset: nextOffset - 1, partitionLeaderEpoch: 0, timestamp });
+  }
   const last = Math.max(nextOffset - 1, records[records.length - 1]!.offset);
   const base = data[0]!.offset;
   return encodeRecordBatch({
@@ -72,7 +79,7 @@ async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation
     let records: Buffer = EMPTY;
     if (budget.bytes > 0) {
       const read = await p.read(w.offset, { maxRecords: MAX_RECORDS, maxBytes: Math.max(1, Math.min(w.maxBytes, budget.bytes)), isolation });
-      records = asRecordBatch(read.records, read.nextOffset);
+      records = asRecordBatch(read.records, read.nextOffset, w.offset);
       budget.bytes -= records.length;
     }
     return { ...base, errorCode: 0, highWatermark: p.highWatermark, lastStableOffset: p.lastStableOffset, logStartOffset: p.earliest, records };

@@ -1,8 +1,8 @@
 /**
  * ListOffsets (v1+): -2 is the log start, -1 the end a consumer of the isolation level may read to (the
  * high watermark, or the last stable offset under read_committed), any other timestamp the first record
- * stamped at or after it (offset and timestamp -1 when there is none), as the main port's LIST_OFFSETS
- * `timestamp` finds it.
+ * stamped at or after it (offset and timestamp -1 when there is none below that end), as the main port's
+ * LIST_OFFSETS `timestamp` finds it.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { apiByKey } from '../protocol/apis.js';
@@ -26,7 +26,9 @@ async function lookup(p: Partition, timestamp: number, committed: boolean): Prom
   }
   if (timestamp < 0) throw new TributaryError('invalid_parameter', { param: 'timestamp', reason: `${timestamp} is neither a time nor -1 or -2` });
   const offset = await p.log.offsetForTimestamp(timestamp);
-  if (offset >= p.highWatermark) return { offset: -1, timestamp: -1 };
+  // Under read_committed only below the last stable offset, as Kafka answers: not into an open transaction.
+  if (committed) await p.whenTxnIndexReady();
+  if (offset >= (committed ? p.lastStableOffset : p.highWatermark)) return { offset: -1, timestamp: -1 };
   const found = await p.read(offset, { maxRecords: 1, maxBytes: 1, isolation: 'read_uncommitted' });
   return { offset, timestamp: found.records[0]?.timestamp ?? -1 };
 }

@@ -121,7 +121,9 @@ async function producerOf(ctx: KafkaRequestContext, batch: RecordBatchView, txnI
   }
   const first = batch.baseSequence;
   if (first < 0) throw new TributaryError('invalid_batch', { reason: 'an idempotent batch without a base sequence' });
-  return { producerId, epoch, firstSequence: first, lastSequence: first + batch.recordCount - 1 };
+  // A producer the partition has no state of may start anywhere, as in Kafka since 2.5 (KIP-360): its state
+  // went with a topic deleted and created again, or expired, and its clients never start again from 0.
+  return { producerId, epoch, firstSequence: first, lastSequence: first + batch.recordCount - 1, anyFirstSequence: true };
 }
 
 async function prepare(ctx: KafkaRequestContext, topicName: string, index: number, bytes: Buffer | null, acks: number, txnId: string | null, budget: InflateBudget): Promise<Prepared> {
