@@ -138,6 +138,7 @@ describe('PartitionLog', () => {
     await appendN(log, 0, 30);
     expect(await log.read(30, { maxRecords: 1, maxBytes: 100 })).toEqual([]);
     await expectOutOfRange(log.read(31, { maxRecords: 1, maxBytes: 100 }), 31, 0, 30);
+    log.setHighWatermark(log.logEndOffset); // all committed: retention deletes only below the HWM
     await log.applyRetention();
     const start = log.logStartOffset;
     expect(start).toBeGreaterThan(0);
@@ -158,7 +159,7 @@ describe('PartitionLog', () => {
     expect((await readdir(dir)).includes('clean-shutdown')).toBe(false);
     expect(log.logEndOffset).toBe(100);
     expect(log.highWatermark).toBe(60);
-    expectRecords((await readAll(log, 0)));
+    expectRecords(await readAll(log, 0));
     const res = await log.append([rec(100)]);
     expect(res.baseOffset).toBe(100);
     await log.close();
@@ -180,7 +181,7 @@ describe('PartitionLog', () => {
     await writeFile(join(dir, indexes[1]), raw);
     log = await openLog({ segmentBytes: 2000, indexIntervalBytes: 100, tailCacheBytes: 0 });
     expect(log.logEndOffset).toBe(120);
-    expectRecords((await readAll(log, 0, 3)));
+    expectRecords(await readAll(log, 0, 3));
     expect((await readdir(dir)).filter((n) => n.endsWith('.index')).length).toBe(indexes.length);
   });
 
@@ -189,6 +190,7 @@ describe('PartitionLog', () => {
     await appendN(log, 0, 200, 2);
     const before = log.segmentInfos();
     const total = log.sizeBytes;
+    log.setHighWatermark(log.logEndOffset); // all committed: retention deletes only below the HWM
     const res = await log.applyRetention();
     expect(res.deletedSegments).toBeGreaterThan(0);
     const after = log.segmentInfos();
@@ -208,6 +210,22 @@ describe('PartitionLog', () => {
     expect(all[all.length - 1].offset).toBe(199);
   });
 
+  it('retention deletes only segments wholly below the high-water mark, and leaves the HWM where it is', async () => {
+    const log = await openLog({ segmentBytes: 1000, retentionBytes: 0, tailCacheBytes: 0 });
+    await appendN(log, 0, 200, 2);
+    // A leader whose followers confirmed only the first 30 records.
+    log.setHighWatermark(30);
+    await log.applyRetention();
+    expect(log.logStartOffset).toBeLessThanOrEqual(30);
+    expect(log.highWatermark).toBe(30);
+    const first = log.segmentInfos()[0]!;
+    expect(first.nextOffset).toBeGreaterThan(30);
+    // Once the rest is confirmed, the rest may go.
+    log.setHighWatermark(log.logEndOffset);
+    await log.applyRetention();
+    expect(log.segmentInfos()).toHaveLength(1);
+  });
+
   it('retention by time deletes expired closed segments, rolling an old active segment first', async () => {
     const log = await openLog({ segmentBytes: 1000, retentionMs: 60_000, segmentMs: 3_600_000 });
     const t0 = 1_700_000_000_000;
@@ -216,12 +234,14 @@ describe('PartitionLog', () => {
     expect(infos.length).toBeGreaterThan(3);
     // Cut-off just above the max timestamp of the second segment.
     const cut = infos[1].maxTimestamp + 1;
+    log.setHighWatermark(log.logEndOffset); // all committed: retention deletes only below the HWM
     const res = await log.applyRetention(cut + 60_000);
     expect(res.deletedSegments).toBe(2);
     expect(log.logStartOffset).toBe(infos[2].baseOffset);
     expect((await readAll(log, log.logStartOffset)).length).toBe(60 - infos[2].baseOffset);
     // Far in the future: everything but the active segment goes; the old active one is rolled first.
     const leo = log.logEndOffset;
+    log.setHighWatermark(log.logEndOffset); // all committed: retention deletes only below the HWM
     const res2 = await log.applyRetention(Date.now() + 10 * 3_600_000);
     expect(res2.deletedSegments).toBe(infos.length - 2);
     expect(log.logStartOffset).toBe(leo);
@@ -328,12 +348,12 @@ describe('PartitionLog', () => {
         expect(r.lastOffset).toBe(2 * i + 1);
       });
       await log.flush();
-      expectRecords((await readAll(log, 0, 50)));
+      expectRecords(await readAll(log, 0, 50));
       await sleep(30);
       await log.close();
       log = await openLog({ flush });
       expect(log.logEndOffset).toBe(400);
-      expectRecords((await readAll(log, 0, 50)));
+      expectRecords(await readAll(log, 0, 50));
     });
   }
 

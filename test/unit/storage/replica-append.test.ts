@@ -198,6 +198,7 @@ describe('PartitionLog.appendReplica', () => {
       await log.appendReplica(appends([[1001, 1002], [1500]]).flat());
       expect(log.logEndOffset).toBe(1501);
       // Retention drops whole closed segments; reads start at the new log start.
+      log.setHighWatermark(log.logEndOffset); // all committed: retention deletes only below the HWM
       const res = await log.applyRetention(Date.now() + 10_000);
       expect(res.deletedSegments).toBeGreaterThan(0);
       const start = log.logStartOffset;
@@ -491,6 +492,7 @@ describe('truncateTo for a follower', () => {
     ]);
     for (const g of more) await log.appendReplica(g);
     expect(log.segmentInfos().length).toBeGreaterThan(2);
+    log.setHighWatermark(log.logEndOffset); // all committed: retention deletes only below the HWM
     await log.applyRetention(Date.now() + 10_000);
     const start = log.logStartOffset;
     expect(start).toBeGreaterThan(0);

@@ -46,13 +46,19 @@ function rollDue(st: LogState, now: number): boolean {
   return st.active.size > 0 && now - st.active.createdMs >= st.options.segmentMs;
 }
 
-/** How many of the oldest closed segments are past the age or size limit, and the log's bytes without them. */
+/**
+ * How many of the oldest closed segments are past the age or size limit, and the log's bytes without them.
+ * Only segments wholly below the high-water mark go (as in Kafka): a leader's records its followers have
+ * not confirmed are not deleted, and the log start never passes the HWM (it raised the HWM, which then
+ * answered acks=all for records no follower had).
+ */
 function pastRetention(st: LogState, now: number): { count: number; keptBytes: number } {
   const { retentionMs, retentionBytes } = st.options;
   let total = st.totalBytes;
   let n = 0;
   for (let i = 0; i < st.segments.length - 1; i++) {
     const s = st.segments[i];
+    if (s.nextOffset > st.hwm) break;
     const expired = retentionMs >= 0 && s.maxTimestamp < now - retentionMs;
     const oversized = retentionBytes >= 0 && total > retentionBytes;
     if (!expired && !oversized) break;
@@ -105,7 +111,6 @@ export class LogCleaner {
       const deletedBytes = this.st.totalBytes - total;
       this.st.totalBytes = total;
       this.st.cache.dropBefore(this.st.logStartOffset);
-      if (this.st.hwm < this.st.logStartOffset) this.st.hwm = this.st.logStartOffset;
       for (const s of doomed) {
         this.sync.forget(s);
         this.fds.forget(s);
