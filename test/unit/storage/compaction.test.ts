@@ -629,3 +629,36 @@ describe('log compaction', () => {
     expect((await readAll(log)).filter((r) => r.key === 'K').map((r) => r.value)).toEqual(['old', 'new']);
   });
 });
+
+describe('truncating into the gap a compaction left at the end of a segment', () => {
+  const rec = (i: number, key: string | null) => ({
+    key: key === null ? null : Buffer.from(key),
+    value: Buffer.from(`value-${i}-${'x'.repeat(40)}`),
+    timestamp: T0 + i,
+  });
+
+  it('recovers the same log end after a crash as after a clean close', async () => {
+    const ends: number[] = [];
+    for (const crash of [false, true]) {
+      const d = join(dir, crash ? 'crash' : 'clean');
+      let log = await PartitionLog.open(d, { flush: 'os', segmentBytes: 600, tailCacheBytes: 0 });
+      let i = 0;
+      while (log.segmentInfos().length < 2) await log.append([rec(i, `k${i++ % 10}`)]);
+      const seg1 = log.segmentInfos()[1]!.baseOffset;
+      // The last records of the first segment repeat keys: compacted, it ends before its next offset.
+      for (let j = seg1 - 3; j < seg1; j++) await log.append([rec(i++, `k${j % 10}`)]);
+      while (log.segmentInfos().length < 3) await log.append([rec(i++, null)]);
+      log.setHighWatermark(log.logEndOffset);
+      expect((await log.compact({ now: T0 })).segmentsCompacted).toBeGreaterThan(0);
+      await log.truncateTo(seg1);
+      expect(log.logEndOffset).toBe(seg1);
+      if (crash) await simulateCrash(log);
+      else await log.close();
+      log = await PartitionLog.open(d, { flush: 'os', segmentBytes: 600, tailCacheBytes: 0 });
+      ends.push(log.logEndOffset);
+      await log.close();
+    }
+    expect(ends).toEqual([ends[0], ends[0]]);
+    expect(ends[0]).toBeGreaterThan(0);
+  });
+});

@@ -364,6 +364,10 @@ export class PartitionLog {
           this.st.segments.push(await Segment.create(this.dir, offset, this.options.indexIntervalBytes, Date.now(), segmentFdPolicy(this.options)));
         } else {
           await this.st.active.truncateTo(offset);
+          // A compacted segment may end in a gap (its last record below `offset`): a crash's full scan of the
+          // last segment would put the log end after that record, below `offset`, and hand those offsets out
+          // again. An empty segment based at `offset` carries the end across a crash.
+          if (this.st.active.compacted && this.st.active.size > 0) await this.writer.roll();
         }
         if (this.options.flush !== 'os') {
           await this.st.active.datasync();
