@@ -15,6 +15,17 @@ import { BrokerProcess } from '../../helpers/launcher.js';
 import { kcat, RawKafka } from '../../helpers/raw-kafka.js';
 import { until } from '../../helpers/util.js';
 
+/** A transactional RecordBatch v2 of one record, as a producer with id `p` sends it. */
+function txnBatch(p: { producerId: bigint; producerEpoch: number }, value: string, baseSequence = 0): Buffer {
+  return encodeRecordBatch({
+    records: [{ key: null, value: Buffer.from(value) }],
+    producerId: Number(p.producerId),
+    producerEpoch: p.producerEpoch,
+    baseSequence,
+    transactional: true,
+  });
+}
+
 describe('Kafka transactions', () => {
   let broker: BrokerProcess;
   let c: Connection;
@@ -215,14 +226,6 @@ describe('Kafka transactions', () => {
       expect(init.errorCode).toBe(0);
       return { producerId: init.producerId as bigint, producerEpoch: init.producerEpoch as number };
     };
-    const txnBatch = (p: { producerId: bigint; producerEpoch: number }, value: string, baseSequence = 0) =>
-      encodeRecordBatch({
-        records: [{ key: null, value: Buffer.from(value) }],
-        producerId: Number(p.producerId),
-        producerEpoch: p.producerEpoch,
-        baseSequence,
-        transactional: true,
-      });
     const produce = (raw: RawKafka, transactionalId: string, topic: string, partition: number, records: Buffer) =>
       raw.call(0, 7, { transactionalId, acks: -1, timeoutMs: 1000, topicData: [{ name: topic, partitionData: [{ index: partition, records }] }] });
     const produceCode = (res: KafkaStruct) => ((res.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!.errorCode as number;
@@ -429,14 +432,6 @@ describe('a Kafka transaction open when its broker is killed with SIGKILL', () =
   it('is aborted on restart, and its producer must abort it before its next transaction begins', async () => {
     const c = await broker.connect();
     await c.command('CREATE', { topic: 'ktx-crash', partitions: 2 });
-    const batch = (p: { producerId: bigint; producerEpoch: number }, value: string, baseSequence: number) =>
-      encodeRecordBatch({
-        records: [{ key: null, value: Buffer.from(value) }],
-        producerId: Number(p.producerId),
-        producerEpoch: p.producerEpoch,
-        baseSequence,
-        transactional: true,
-      });
     const produceCode = async (raw: RawKafka, partition: number, records: Buffer) => {
       const res = await raw.call(0, 7, {
         transactionalId: 'ktx-crash-1',
@@ -457,20 +452,20 @@ describe('a Kafka transaction open when its broker is killed with SIGKILL', () =
       const init = await raw.call(22, 1, { transactionalId: 'ktx-crash-1', transactionTimeoutMs: 600_000 });
       const p = { producerId: init.producerId as bigint, producerEpoch: init.producerEpoch as number };
       expect(await add(raw, p, 0)).toBe(0);
-      expect(await produceCode(raw, 0, batch(p, 'before-kill', 0))).toBe(0);
+      expect(await produceCode(raw, 0, txnBatch(p, 'before-kill', 0))).toBe(0);
       raw.socket.destroy();
       await broker.kill();
       await broker.relaunch();
       raw = await RawKafka.connect(broker.kafkaPort);
       const invalid = kafkaErrorCode('INVALID_TXN_STATE');
       // The producer goes on as if its transaction were still open: nothing of it may commit.
-      expect(await produceCode(raw, 0, batch(p, 'after-kill', 1))).toBe(invalid);
+      expect(await produceCode(raw, 0, txnBatch(p, 'after-kill', 1))).toBe(invalid);
       expect(await add(raw, p, 1)).toBe(invalid);
       expect(await end(raw, p, true)).toBe(invalid);
       expect(await end(raw, p, false)).toBe(0);
       // Aborted and acknowledged: the next transaction begins.
       expect(await add(raw, p, 1)).toBe(0);
-      expect(await produceCode(raw, 1, batch(p, 'next', 0))).toBe(0);
+      expect(await produceCode(raw, 1, txnBatch(p, 'next', 0))).toBe(0);
       expect(await end(raw, p, true)).toBe(0);
       const c2 = await broker.connect();
       const read = async (partition: number) =>

@@ -56,15 +56,12 @@ describe('stream mode against a broker', () => {
     const p = new Producer({ brokers: [broker.address], transactionalId: 'sm-abort' });
     const c = new Consumer({ brokers: [broker.address], groupId: group, topic, mode: 'stream', autoOffsetReset: 'earliest', autoCommitIntervalMs: 50 });
     try {
-      const t1 = await p.transaction();
-      await t1.send({
-        topic,
-        messages: [
-          { value: 'c0', partition: 0 },
-          { value: 'c1', partition: 0 },
-        ],
-      });
-      await t1.commit(); // 0, 1 and the commit marker at 2
+      const inTransaction = async (values: string[]) => {
+        const t = await p.transaction();
+        await t.send({ topic, messages: values.map((value) => ({ value, partition: 0 })) });
+        return t;
+      };
+      await (await inTransaction(['c0', 'c1'])).commit(); // 0, 1 and the commit marker at 2
       const committed = async () => {
         const r = parseLine(await admin.command('FETCH_OFFSET', { topic, group, partition: 0 })).params;
         return r.get('committed') === 'true' ? Number(r.get('offset')) : -1;
@@ -72,15 +69,7 @@ describe('stream mode against a broker', () => {
       const seen: string[] = [];
       void c.run({ eachMessage: async ({ message }) => void seen.push(message.value.toString()) });
       await until(async () => (await committed()) === 3, 15_000, 'committed 3');
-      const t2 = await p.transaction();
-      await t2.send({
-        topic,
-        messages: [
-          { value: 'a0', partition: 0 },
-          { value: 'a1', partition: 0 },
-        ],
-      });
-      await t2.abort(); // 3, 4 and the abort marker at 5
+      await (await inTransaction(['a0', 'a1'])).abort(); // 3, 4 and the abort marker at 5
       await until(async () => (await committed()) === 6, 15_000, 'committed 6');
       expect(seen).toEqual(['c0', 'c1']);
     } finally {
