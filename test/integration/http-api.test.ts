@@ -203,8 +203,13 @@ describe('admin API, authentication off', () => {
       await until(() => s.got.some((e) => e.event === 'ready'), 10_000, 'the ready event');
       expect(s.got[0]!.data.positions).toEqual({ 0: 1, 1: 0 });
       await api('POST', '/api/v1/topics/live/messages', { body: { value: 'fresh', partition: 1 } });
-      await until(() => s.got.some((e) => e.event === 'message'), 10_000, 'the new message');
-      expect(s.got.filter((e) => e.event === 'message').map((e) => [e.data.partition, e.data.offset, e.data.value])).toEqual([[1, 0, 'fresh']]);
+      // U+2028 ends a line for JavaScript's line-based parsing (this test's as well as the console's): escaped.
+      await api('POST', '/api/v1/topics/live/messages', { body: { value: 'line\u2028sep', partition: 1 } });
+      await until(() => s.got.filter((e) => e.event === 'message').length === 2, 10_000, 'the new messages');
+      expect(s.got.filter((e) => e.event === 'message').map((e) => [e.data.partition, e.data.offset, e.data.value])).toEqual([
+        [1, 0, 'fresh'],
+        [1, 1, 'line\u2028sep'],
+      ]);
     } finally {
       s.close();
     }
@@ -280,6 +285,20 @@ describe('admin API, authentication off', () => {
     }
     expect((await api('DELETE', '/api/v1/groups/workers')).status).toBe(204);
     expect((await api('GET', '/api/v1/groups/workers')).status).toBe(404);
+  });
+
+  it('the API and console answer to IP addresses, localhost and the configured names only (DNS rebinding)', async () => {
+    const as = (host: string, method: string, p: string, body?: unknown) =>
+      request(port, method, p, { headers: { host }, ...(body === undefined ? {} : { body }) });
+    const refused = await as('attacker.example', 'POST', '/api/v1/topics', { name: 'rebound', partitions: 1 });
+    expect(refused.status).toBe(421);
+    expect(refused.body.error.code).toBe('misdirected_request');
+    expect((await as('attacker.example:9080', 'GET', '/ui/')).status).toBe(421);
+    expect((await api('GET', '/api/v1/topics')).body.topics.map((t: Json) => t.name)).not.toContain('rebound');
+    for (const host of ['127.0.0.1', `127.0.0.1:${port}`, `localhost:${port}`, '[::1]:9080'])
+      expect((await as(host, 'GET', '/api/v1/topics')).status).toBe(200);
+    // Health and metrics stay open to any name (scrapers address brokers by name).
+    expect((await as('attacker.example', 'GET', '/live')).status).toBe(200);
   });
 
   it('session: open to anyone, says whether authentication is on', async () => {

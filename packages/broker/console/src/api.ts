@@ -80,9 +80,20 @@ export async function events(path: string, onEvent: (event: string, data: unknow
       for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
         const block = buf.slice(0, i);
         buf = buf.slice(i + 2);
-        const ev = /^event: (.*)$/m.exec(block)?.[1];
-        const data = /^data: (.*)$/m.exec(block)?.[1];
-        if (ev && data) onEvent(ev, JSON.parse(data));
+        // Lines split at \n only: a regex's `.` and `$` also stop at U+2028, inside a record's value.
+        const lines = block.split('\n');
+        const ev = lines.find((l) => l.startsWith('event: '))?.slice(7);
+        const data = lines.find((l) => l.startsWith('data: '))?.slice(6);
+        if (!ev || data === undefined) continue;
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(data);
+        } catch {
+          // One event the console cannot read is skipped; the tail goes on.
+          console.warn(`skipped an unreadable ${ev} event`);
+          continue;
+        }
+        onEvent(ev, parsed);
       }
     }
   } catch (err) {

@@ -10,7 +10,7 @@ import { ClientConnection } from './client-connection.js';
 import type { BrokerContext } from './command-context.js';
 import type { BrokerConfig } from '../common/config.js';
 import { type DataDirLock, lockDataDir } from './data-dir-lock.js';
-import { createHealthServer } from './http-server.js';
+import { allowedHostNames, createHealthServer } from './http-server.js';
 import { AdminApi } from '../http/admin-api.js';
 import { ApiClients, selfConnection } from '../http/api-clients.js';
 import type { Logger } from '../common/logger.js';
@@ -175,7 +175,7 @@ export class Broker implements BrokerContext {
       () => selfConn().tls,
     );
     const api = new AdminApi({ config, clients: this.apiClients, logger: logger.child({ component: 'admin-api' }), security: () => this.security.snapshot() });
-    this.health = createHealthServer(this.metrics, () => (this.state === 'ready' ? { ready: true } : { ready: false, reason: this.unreadyReason() }), api);
+    this.health = createHealthServer(this.metrics, () => (this.state === 'ready' ? { ready: true } : { ready: false, reason: this.unreadyReason() }), api, allowedHostNames(config));
   }
 
   get brokerId(): number {

@@ -1,4 +1,5 @@
 import http from 'node:http';
+import { isIP } from 'node:net';
 import type { BrokerMetrics } from '../common/metrics.js';
 import type { AdminApi } from '../http/admin-api.js';
 import { serveConsole } from '../http/console-static.js';
@@ -8,13 +9,24 @@ import { serveConsole } from '../http/console-static.js';
  * otherwise), /metrics (Prometheus), the JSON admin API under /api/v1/ and the web console under /ui/
  * (docs/http-api.md).
  */
-export function createHealthServer(metrics: BrokerMetrics, readiness: () => { ready: boolean; reason?: string }, api?: AdminApi): http.Server {
+export function createHealthServer(
+  metrics: BrokerMetrics,
+  readiness: () => { ready: boolean; reason?: string },
+  api?: AdminApi,
+  allowedHosts: ReadonlySet<string> = new Set(),
+): http.Server {
   return http.createServer((req, res) => {
     let url: URL;
     try {
       url = new URL(req.url ?? '/', 'http://broker');
     } catch {
       res.writeHead(400).end();
+      return;
+    }
+    const apiOrConsole = url.pathname === '/api/v1' || url.pathname.startsWith('/api/v1/') || url.pathname === '/ui' || url.pathname.startsWith('/ui/');
+    if (apiOrConsole && !hostAllowed(req.headers.host, allowedHosts)) {
+      // A page whose name was re-pointed at this address (DNS rebinding) would otherwise be same-origin.
+      res.writeHead(421, { 'content-type': 'application/json' }).end(`${JSON.stringify({ error: { code: 'misdirected_request', message: 'this host name is not served here (httpAllowedHosts)' } })}\n`);
       return;
     }
     if (api && (url.pathname === '/api/v1' || url.pathname.startsWith('/api/v1/'))) {
@@ -41,4 +53,27 @@ export function createHealthServer(metrics: BrokerMetrics, readiness: () => { re
       res.writeHead(404).end();
     }
   });
+}
+
+/**
+ * The admin API and console answer to IP addresses, localhost and the names in `allowed` only: a name
+ * an attacker controls could be re-pointed at the broker, and the operator's browser would then treat
+ * the attacker's page as the console's origin. A request without Host (HTTP/1.0) is no browser's.
+ */
+export function hostAllowed(header: string | undefined, allowed: ReadonlySet<string>): boolean {
+  if (header === undefined) return true;
+  let name = header.trim().toLowerCase();
+  if (name.startsWith('[')) name = name.slice(1, name.indexOf(']') < 0 ? undefined : name.indexOf(']'));
+  else {
+    const colon = name.lastIndexOf(':');
+    if (colon >= 0) name = name.slice(0, colon);
+  }
+  if (name.endsWith('.')) name = name.slice(0, -1);
+  return isIP(name) !== 0 || name === 'localhost' || allowed.has(name);
+}
+
+/** The names of httpAllowedHosts plus the broker's own host and advertised host. */
+export function allowedHostNames(config: { host: string; advertisedHost?: string; httpAllowedHosts?: string }): Set<string> {
+  const names = [config.host, config.advertisedHost ?? '', ...(config.httpAllowedHosts ?? '').split(',')];
+  return new Set(names.map((n) => n.trim().toLowerCase()).filter((n) => n !== ''));
 }

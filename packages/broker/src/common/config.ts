@@ -30,6 +30,11 @@ export const brokerConfigSchema = z
     healthPort: z.number().int().min(0).max(65535).default(9080),
     /** Address clients are told to use (METADATA, FIND_COORDINATOR); defaults to host:port. */
     advertisedHost: z.string().min(1).optional(),
+    /**
+     * Host names, comma-separated, the admin API and console answer to besides IP addresses, localhost,
+     * `host` and `advertisedHost`: any other Host header is refused (DNS rebinding; docs/http-api.md).
+     */
+    httpAllowedHosts: z.string().min(1).optional(),
     advertisedPort: z.number().int().min(1).max(65535).optional(),
     /** A second listener speaking the Kafka protocol (docs/kafka.md); off unless a port is given (0: any free port). */
     kafkaPort: z.number().int().min(0).max(65535).optional(),

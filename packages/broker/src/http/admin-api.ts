@@ -104,6 +104,15 @@ async function describeEach<R>(names: string[], goneCode: string, describe: (nam
 }
 
 /** Where a read of the isolation given stops: the HWM for read_uncommitted, else the last stable offset. */
+/**
+ * JSON for one SSE `data:` line. JSON.stringify leaves U+2028 and U+2029 as they are, and JavaScript's
+ * line-based parsing of the event stream split a record value there: one produced record ended the
+ * console's live tail for everyone watching it.
+ */
+function sseJson(v: unknown): string {
+  return JSON.stringify(v).replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029');
+}
+
 function readEnd(o: PartitionOffsets, isolation: 'read_committed' | 'read_uncommitted' | undefined): number {
   return isolation === 'read_uncommitted' ? o.hwm : o.latest;
 }
@@ -351,14 +360,14 @@ async function tail({ url, req, res, client, params }: RouteContext, clients: Ap
   req.on('close', stop);
   res.on('close', stop);
   res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
-  res.write(`event: ready\ndata: ${JSON.stringify({ topic, positions: Object.fromEntries(position) })}\n\n`);
+  res.write(`event: ready\ndata: ${sseJson({ topic, positions: Object.fromEntries(position) })}\n\n`);
   const keepalive = setInterval(() => res.write(': keepalive\n\n'), 15_000);
   try {
     while (!ac.signal.aborted) {
       let got = 0;
       for (const p of partitions) {
         const r = await own.readRecords({ topic, partition: p, offset: position.get(p)!, maxRecords: 500, isolation, waitMs: partitions.length === 1 ? 1000 : 0 }, { signal: ac.signal });
-        for (const rec of r.records) res.write(`event: message\ndata: ${JSON.stringify(recordJson(p, rec))}\n\n`);
+        for (const rec of r.records) res.write(`event: message\ndata: ${sseJson(recordJson(p, rec))}\n\n`);
         got += r.records.length;
         if (r.nextOffset > position.get(p)!) position.set(p, r.nextOffset);
       }
@@ -367,7 +376,7 @@ async function tail({ url, req, res, client, params }: RouteContext, clients: Ap
   } catch (err) {
     if (!ac.signal.aborted) {
       const e = err instanceof TributaryError ? err : new TributaryError('internal_error', { reason: (err as Error).message });
-      res.write(`event: error\ndata: ${JSON.stringify({ code: e.code, message: e.message, retriable: e.retriable })}\n\n`);
+      res.write(`event: error\ndata: ${sseJson({ code: e.code, message: e.message, retriable: e.retriable })}\n\n`);
     }
   } finally {
     clearInterval(keepalive);
