@@ -101,6 +101,16 @@ describe('web console', () => {
     expect(problems).toEqual([]);
   });
 
+  it('a route with a malformed escape shows its page, not a blank one', async () => {
+    const { page, problems, done } = await open(`${base}#/groups/%zz`);
+    try {
+      await until(async () => (await page.$('main')) !== null && (await text(page, 'main')).includes('%zz'), 10_000, 'the group page of %zz');
+    } finally {
+      await done('malformed-route');
+    }
+    expect(problems.filter((p) => p.startsWith('exception'))).toEqual([]);
+  });
+
   it('a topic page shows a message that was just produced, in the JSON view', async () => {
     const sent = await api(broker.healthPort, 'POST', '/topics/web-topic/messages', { key: 'o-42', value: '{"order":42,"item":"tea"}', partition: 0 });
     const { page, problems, done } = await open(`${base}#/topics/web-topic`);

@@ -50,8 +50,17 @@ function SignIn({ onDone }: { onDone: () => void }) {
     </form>`;
 }
 
+/** A route segment decoded; a malformed escape (`%zz`) leaves it as typed rather than blank the page. */
+function decodeSegment(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
 function page(route: string) {
-  const parts = route.split('/').filter(Boolean).map(decodeURIComponent);
+  const parts = route.split('/').filter(Boolean).map(decodeSegment);
   if (parts.length === 0) return html`<${Overview} />`;
   if (parts[0] === 'topics' && parts.length === 1) return html`<${Topics} />`;
   if (parts[0] === 'topics' && parts.length === 2) return html`<${Topic} key=${parts[1]} topic=${parts[1]!} />`;
