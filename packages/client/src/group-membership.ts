@@ -141,7 +141,8 @@ export class GroupMembership {
     for (const w of revoked) w.ac.abort(new TributaryError('consumer_rebalancing'));
     await Promise.allSettled(revoked.map((w) => w.loop));
     if (revoked.length > 0) ctx.emit('partitions.revoked', { partitions: revoked.map((w) => w.partition), generation });
-    await this.committer.commitProcessed(revoked).catch(() => {});
+    // Under the consumer's signal: a close() meanwhile does not wait out a frozen coordinator's retries.
+    await this.committer.commitProcessed(revoked, { signal }).catch(() => {});
     for (const w of revoked) ctx.workers.delete(w.partition);
     revoked.push(...reset);
 

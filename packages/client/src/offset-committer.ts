@@ -37,7 +37,8 @@ export class OffsetCommitter {
       await this.commitWake.wait(signal, o.autoCommit ? o.autoCommitIntervalMs : undefined);
       if (signal.aborted) break;
       if (!o.autoCommit) continue;
-      await this.commitProcessed([...this.ctx.workers.values()]).catch((err) => {
+      // With the consumer's signal: close() must not wait out the retries of a commit to a frozen coordinator.
+      await this.commitProcessed([...this.ctx.workers.values()], { signal }).catch((err) => {
         if (!signal.aborted) this.ctx.emit('crash', { error: err as Error, fatal: false });
       });
     }
