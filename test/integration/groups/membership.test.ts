@@ -40,15 +40,27 @@ describe('consumer group membership', () => {
     expect(j.get('leader')).toBe(a.id);
     expect(a.joinAssignments).toEqual([0, 1, 2, 3]);
     expect(await a.sync()).toEqual([0, 1, 2, 3]);
-    expect(kv(await a.heartbeat())).toEqual(new Map([['member', a.id], ['generation', '1']]));
+    expect(kv(await a.heartbeat())).toEqual(
+      new Map([
+        ['member', a.id],
+        ['generation', '1'],
+      ]),
+    );
     const s = await groupStatus(admin, 'g-basic');
     expect(s).toMatchObject({ state: 'Stable', generation: 1, leader: a.id, topic: 'm-basic' });
     expect(s.members.map((m) => [m.member_id, m.client_id, m.assignments, m.pending])).toEqual([[a.id, 'alpha', [0, 1, 2, 3], []]]);
     expect(s.history.at(-1)).toMatchObject({ generation: 1, reasons: [{ cause: 'join', member: a.id }] });
     expect(s.history.at(-1)!.rebalanceMs).toBeGreaterThanOrEqual(0);
     // a heartbeat with a generation the member never had
-    await expectError(admin.command('HEARTBEAT', { topic: 'm-basic', group: 'g-basic', member: a.id, generation: 7 }), 'GEN_MISMATCH', { current: '1', requested: '7' });
-    expect(kv(await admin.command('LIST_GROUPS')).get('groups')!.split(',')).toContain('g-basic');
+    await expectError(admin.command('HEARTBEAT', { topic: 'm-basic', group: 'g-basic', member: a.id, generation: 7 }), 'GEN_MISMATCH', {
+      current: '1',
+      requested: '7',
+    });
+    expect(
+      kv(await admin.command('LIST_GROUPS'))
+        .get('groups')!
+        .split(','),
+    ).toContain('g-basic');
   });
 
   it('a second member wakes the first one’s long-poll heartbeat and the split never double-assigns', async () => {
@@ -108,7 +120,13 @@ describe('consumer group membership', () => {
     expect(kv(await b.heartbeat()).get('generation')).toBe('2');
 
     // B leaves: A gets everything after its rejoin.
-    expect(kv(await b.leave())).toEqual(new Map([['group', 'g-rebal'], ['member', b.id], ['left', 'true']]));
+    expect(kv(await b.leave())).toEqual(
+      new Map([
+        ['group', 'g-rebal'],
+        ['member', b.id],
+        ['left', 'true'],
+      ]),
+    );
     b.owned = [];
     await expectError(a.heartbeat(2000), 'REBALANCE_IN_PROGRESS');
     await a.rejoin();
@@ -173,9 +191,13 @@ describe('consumer group membership', () => {
     expect(await stableStatus(admin, 'g-resume')).toEqual(before); // as above: no change pending
 
     // an unknown member id with a generation must join fresh
-    await expectError(admin.command('JOIN_GROUP', { topic: 'm-resume', group: 'g-resume', member: 'res-00000000-0000-0000-0000-000000000000', generation: gen }), 'member_not_found', {
-      member: 'res-00000000-0000-0000-0000-000000000000',
-    });
+    await expectError(
+      admin.command('JOIN_GROUP', { topic: 'm-resume', group: 'g-resume', member: 'res-00000000-0000-0000-0000-000000000000', generation: gen }),
+      'member_not_found',
+      {
+        member: 'res-00000000-0000-0000-0000-000000000000',
+      },
+    );
     expect(await stableStatus(admin, 'g-resume')).toEqual(before); // the refused JOIN changed nothing
   });
 
@@ -352,9 +374,15 @@ describe('consumer group membership', () => {
       expect(s.assignor).toBe(assignor);
       expect(s.members.map((m) => m.assignments.length)).toEqual([2, 2]);
     }
-    await expectError(admin.command('JOIN_GROUP', { topic: 'm-assignors', group: 'g-assign-bogus', member: 'p', assignor: 'bogus' }), 'invalid_parameter', { param: 'assignor' });
+    await expectError(admin.command('JOIN_GROUP', { topic: 'm-assignors', group: 'g-assign-bogus', member: 'p', assignor: 'bogus' }), 'invalid_parameter', {
+      param: 'assignor',
+    });
     await expectError(groupStatus(admin, 'g-assign-bogus'), 'group_not_found');
-    expect(kv(await admin.command('LIST_GROUPS')).get('groups')!.split(',')).not.toContain('g-assign-bogus');
+    expect(
+      kv(await admin.command('LIST_GROUPS'))
+        .get('groups')!
+        .split(','),
+    ).not.toContain('g-assign-bogus');
   });
 
   it('keeps the last 20 generations in history', async () => {
@@ -374,5 +402,34 @@ describe('consumer group membership', () => {
     expect(s.history).toHaveLength(20);
     expect(s.history.map((h) => h.generation)).toEqual(Array.from({ length: 20 }, (_, i) => i + 3));
     expect(s.history.at(-1)!.reasons[0]!.cause).toBe('leave');
+  });
+});
+
+describe('a JOIN whose connection closes before its reply', () => {
+  let broker: BrokerProcess;
+  let admin: Connection;
+
+  beforeAll(async () => {
+    // A join window long enough for the connection to close while the new member's reply waits.
+    broker = await startBroker(['--group-join-window-ms', '3000']);
+    admin = await broker.connect();
+    await admin.command('CREATE', { topic: 'm-ghost', partitions: 4 });
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  it('leaves no member behind: nobody could sync, heartbeat or leave for it', async () => {
+    const a = await GroupMember.connect(broker, 'm-ghost', 'g-ghost', 'alpha');
+    await a.join();
+    await a.sync();
+    const ghostConn = await broker.connect();
+    const reply = ghostConn.command('JOIN_GROUP', { topic: 'm-ghost', group: 'g-ghost', member: 'ghost', session_timeout_ms: 60_000 }).catch(() => 'closed');
+    await eventually('the new member in the group', async () => (await groupStatus(admin, 'g-ghost')).members.some((m) => m.member_id.startsWith('ghost-')));
+    await ghostConn.close();
+    expect(await reply).toBe('closed');
+    // Its session (60 s) would otherwise have kept it, and a share of the partitions, for a minute.
+    await eventually('the member gone', async () => (await groupStatus(admin, 'g-ghost')).members.every((m) => !m.member_id.startsWith('ghost-')), 10_000);
   });
 });

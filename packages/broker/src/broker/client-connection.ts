@@ -526,9 +526,15 @@ export class ClientConnection implements ConnectionContext {
     }
   }
 
+  private readonly closedAc = new AbortController();
+  get closedSignal(): AbortSignal {
+    return this.closedAc.signal;
+  }
+
   private onClose(): void {
     if (this.closed) return;
     this.closed = true;
+    this.closedAc.abort();
     clearTimeout(this.frameTimer);
     clearTimeout(this.stallTimer);
     this.streaming?.abort();

@@ -50,6 +50,8 @@ export interface ConnectionContext {
    * coordinators) for, once per (group, topic, partition) for the connection's life.
    */
   remoteCommitted?: Map<string, number | undefined>;
+  /** Aborted once the connection closed (a JOIN's new member is removed when its reply cannot be sent). */
+  readonly closedSignal?: AbortSignal;
 }
 
 export type Reply = string | Buffer;

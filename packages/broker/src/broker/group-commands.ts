@@ -68,6 +68,7 @@ async function joinGroup(b: BrokerContext, c: ConnectionContext, p: Params): Pro
     instance: p.str('instance', { maxLength: MAX_ID, allowEmpty: true }),
     protocol: p.oneOf('protocol', ['server', 'client'] as const),
     host: c.remote,
+    signal: c.closedSignal,
   });
   return memberReply(view);
 }

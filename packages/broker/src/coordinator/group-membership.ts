@@ -16,6 +16,12 @@ export interface JoinRequest {
   instance?: string;
   protocol?: AssignmentProtocol;
   host: string;
+  /**
+   * The requester's connection: closed while a new member's reply waits for its generation, the member is
+   * removed, since nobody can learn its id to sync, heartbeat or leave (a consumer closed or killed during
+   * its first JOIN held a share of the partitions for a whole session).
+   */
+  signal?: AbortSignal;
 }
 
 export interface MemberView {
@@ -149,9 +155,21 @@ export class GroupMembership {
       const g = this.ctx.groups.get(req.group);
       if (!g || g.members.get(m.memberId) !== m) throw new TributaryError('member_not_found', { member: m.memberId });
       if (!g.pendingCauses.some((r) => r.member === m.memberId)) return this.view(g, m, false);
+      if (req.signal?.aborted) {
+        await this.abandon(req.group, m);
+        throw new TributaryError('request_timeout', { reason: 'connection closed before the join reply' });
+      }
       if (this.ctx.clock.now() >= deadline || this.ctx.stopped()) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: req.group });
-      await this.rebalancer.windowWaiters.wait(req.group, deadline - this.ctx.clock.now());
+      await this.rebalancer.windowWaiters.wait(req.group, deadline - this.ctx.clock.now(), req.signal);
     }
+  }
+
+  /** A new member whose JOIN reply can no longer reach anyone leaves (JoinRequest.signal). */
+  private async abandon(group: string, m: Member): Promise<void> {
+    await this.ctx.withOwnedGroup(group, async () => {
+      const g = this.ctx.groups.get(group);
+      if (g && g.members.get(m.memberId) === m) await this.rebalancer.removeMember(g, m, 'leave');
+    });
   }
 
   /** A static member back under a new member id: it takes the old id's place, assignment and generation. */
