@@ -23,14 +23,13 @@ export function createHealthServer(
       res.writeHead(400).end();
       return;
     }
-    const isApi = url.pathname === '/api/v1' || url.pathname.startsWith('/api/v1/');
-    const isConsole = url.pathname === '/ui' || url.pathname.startsWith('/ui/');
-    if ((isApi || isConsole) && !hostAllowed(req.headers.host, allowedHosts)) {
+    const apiOrConsole = url.pathname === '/api/v1' || url.pathname.startsWith('/api/v1/') || url.pathname === '/ui' || url.pathname.startsWith('/ui/');
+    if (apiOrConsole && !hostAllowed(req.headers.host, allowedHosts)) {
       // A page whose name was re-pointed at this address (DNS rebinding) would otherwise be same-origin.
       res.writeHead(421, { 'content-type': 'application/json' }).end(`${JSON.stringify({ error: { code: 'misdirected_request', message: 'this host name is not served here (httpAllowedHosts)' } })}\n`);
       return;
     }
-    if (api && isApi) {
+    if (api && (url.pathname === '/api/v1' || url.pathname.startsWith('/api/v1/'))) {
       void api.handle(req, res, url);
       return;
     }
@@ -38,7 +37,7 @@ export function createHealthServer(
       res.writeHead(405).end();
       return;
     }
-    if (isConsole) {
+    if (url.pathname === '/ui' || url.pathname.startsWith('/ui/')) {
       void serveConsole(req, res, url.pathname);
     } else if (url.pathname === '/live') {
       res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
@@ -64,10 +63,8 @@ export function createHealthServer(
 export function hostAllowed(header: string | undefined, allowed: ReadonlySet<string>): boolean {
   if (header === undefined) return true;
   let name = header.trim().toLowerCase();
-  if (name.startsWith('[')) {
-    const end = name.indexOf(']');
-    name = name.slice(1, end < 0 ? undefined : end);
-  } else {
+  if (name.startsWith('[')) name = name.slice(1, name.indexOf(']') < 0 ? undefined : name.indexOf(']'));
+  else {
     const colon = name.lastIndexOf(':');
     if (colon >= 0) name = name.slice(0, colon);
   }

@@ -15,7 +15,7 @@ import { ControllerElection } from './controller-election.js';
 import { type PeerTls, etcdCredentials, etcdEndpoints, peerTls } from './cluster-tls.js';
 import { createEtcdClient } from './etcd-client.js';
 import { EtcdMetadataStore } from './etcd-metadata-store.js';
-import { type PartitionStateEntry, PartitionStateStore } from './partition-state.js';
+import { PartitionStateStore } from './partition-state.js';
 import { ReassignmentStore } from './reassignment.js';
 import { type Replica, ReplicaManager } from './replica-manager.js';
 import type { MemberLeases } from './member-leases.js';
@@ -185,15 +185,11 @@ export class ClusterNode {
   /**
    * Replica assignment and initial states of a topic's partitions, written after its definition. States a
    * deleted topic of the same name left behind (another topic id: their deletion failed or was cut short)
-   * are deleted first: the new topic must not inherit their leaders, ISR and epochs. `existing`: the
-   * topic's states, when the caller listed them already.
+   * are deleted first: the new topic must not inherit their leaders, ISR and epochs.
    */
-  async createPartitionStates(topic: string, partitions: number, replicationFactor: number, topicId: string, existing = this.states.list(topic)): Promise<void> {
-    let have = existing.length;
-    if (existing.some((e) => e.value.topicId !== undefined && e.value.topicId !== topicId)) {
-      await this.states.deleteTopic(topic);
-      have = 0;
-    }
+  async createPartitionStates(topic: string, partitions: number, replicationFactor: number, topicId: string): Promise<void> {
+    if (this.states.list(topic).some((e) => e.value.topicId !== undefined && e.value.topicId !== topicId)) await this.states.deleteTopic(topic);
+    const have = this.states.list(topic).length;
     if (have >= partitions) return;
     // Partitions added to a topic get replicas the same way, continuing the spread of leaders.
     const live = this.registry.list().map((b) => b.id);
@@ -201,17 +197,25 @@ export class ClusterNode {
   }
 
   /**
-   * createPartitionStates for every topic from one pass over the states: at startup, listing each of 100
-   * topics' states walked all 10,000 states twice per topic.
+   * createPartitionStates for the topics that need it (fewer states than partitions, or states of another
+   * topic id), found in one pass over the states: at startup, calling it for each of 100 topics walked all
+   * 10,000 states twice per topic.
    */
   async repairPartitionStates(topics: Array<{ name: string; def: { partitions: number; replicationFactor: number; topicId: string } }>): Promise<void> {
-    const byTopic = new Map<string, PartitionStateEntry[]>();
+    const seen = new Map<string, { count: number; ids: Set<string | undefined> }>();
     for (const e of this.states.list()) {
-      const list = byTopic.get(e.topic);
-      if (list) list.push(e);
-      else byTopic.set(e.topic, [e]);
+      const s = seen.get(e.topic) ?? { count: 0, ids: new Set() };
+      s.count++;
+      s.ids.add(e.value.topicId);
+      seen.set(e.topic, s);
     }
-    for (const t of topics) await this.createPartitionStates(t.name, t.def.partitions, t.def.replicationFactor, t.def.topicId, byTopic.get(t.name) ?? []);
+    for (const t of topics) {
+      const s = seen.get(t.name);
+      const foreign = s !== undefined && [...s.ids].some((id) => id !== undefined && id !== t.def.topicId);
+      if (s === undefined || s.count < t.def.partitions || foreign) {
+        await this.createPartitionStates(t.name, t.def.partitions, t.def.replicationFactor, t.def.topicId);
+      }
+    }
   }
 
   /** Of `partitions` of `topic`, the ones this broker leads and serves now (PARTITIONS_READY). */

@@ -19,15 +19,16 @@ const EARLIEST = -2;
 
 async function lookup(p: Partition, timestamp: number, committed: boolean): Promise<{ offset: number; timestamp: number }> {
   if (timestamp === EARLIEST) return { offset: p.earliest, timestamp: -1 };
-  if (timestamp !== LATEST && timestamp < 0) throw new TributaryError('invalid_parameter', { param: 'timestamp', reason: `${timestamp} is neither a time nor -1 or -2` });
-  // The end a reader of the isolation level may read to; under read_committed never into an open
-  // transaction. Until the transaction index is rebuilt after open, the LSO is only a lower bound (as
-  // LIST_OFFSETS waits).
-  if (committed) await p.whenTxnIndexReady();
-  const end = () => (committed ? p.lastStableOffset : p.highWatermark);
-  if (timestamp === LATEST) return { offset: end(), timestamp: -1 };
+  if (timestamp === LATEST) {
+    // Until the transaction index is rebuilt after open, the LSO is only a lower bound (as LIST_OFFSETS waits).
+    if (committed) await p.whenTxnIndexReady();
+    return { offset: committed ? p.lastStableOffset : p.highWatermark, timestamp: -1 };
+  }
+  if (timestamp < 0) throw new TributaryError('invalid_parameter', { param: 'timestamp', reason: `${timestamp} is neither a time nor -1 or -2` });
   const offset = await p.log.offsetForTimestamp(timestamp);
-  if (offset >= end()) return { offset: -1, timestamp: -1 };
+  // Under read_committed only below the last stable offset, as Kafka answers: not into an open transaction.
+  if (committed) await p.whenTxnIndexReady();
+  if (offset >= (committed ? p.lastStableOffset : p.highWatermark)) return { offset: -1, timestamp: -1 };
   const found = await p.read(offset, { maxRecords: 1, maxBytes: 1, isolation: 'read_uncommitted' });
   return { offset, timestamp: found.records[0]?.timestamp ?? -1 };
 }
