@@ -21,6 +21,12 @@ export class GroupMembership {
   lostStopping: Promise<void> = Promise.resolve();
   rebalanceChain: Promise<void> = Promise.resolve();
   private rebalancePending = false;
+  /**
+   * This member's JOIN_GROUP is on its way: whatever the coordinator refused meanwhile (a read, commit or
+   * heartbeat of the generation being replaced) is what that JOIN answers, so it asks for no other. A change
+   * after the JOIN shows on a later heartbeat.
+   */
+  private joinInFlight = false;
 
   constructor(
     private readonly ctx: ConsumerContext,
@@ -31,7 +37,7 @@ export class GroupMembership {
   // ---- rebalancing ----
 
   requestRebalance(reason: string): void {
-    if (this.ctx.closing || this.rebalancePending) return;
+    if (this.ctx.closing || this.rebalancePending || this.joinInFlight) return;
     this.rebalancePending = true;
     this.rebalanceChain = this.rebalanceChain.then(() => {
       this.rebalancePending = false;
@@ -104,6 +110,7 @@ export class GroupMembership {
     const o = ctx.options;
     // A lost partition may come back in this generation: its old handler must not run beside the new one.
     await this.lostStopping;
+    this.joinInFlight = true;
     const joinReply = await this.groupCall(
       'JOIN_GROUP',
       {
@@ -117,7 +124,9 @@ export class GroupMembership {
         instance: o.instanceId,
       },
       signal,
-    );
+    ).finally(() => {
+      this.joinInFlight = false;
+    });
     const j = parseLine(joinReply).params;
     const memberId = j.get('member')!;
     const generation = Number(j.get('generation'));
@@ -245,18 +254,20 @@ export class GroupMembership {
     signal.addEventListener('abort', onAbort, { once: true });
     try {
       while (!signal.aborted) {
-        // The member this heartbeat speaks for: a reply about it is stale once the consumer rejoined.
+        // The member and generation this heartbeat speaks for: a reply about them is stale once the consumer rejoined.
         let member: string | undefined;
+        let generation = -1;
         let sentAt = 0;
         try {
           if (!conn || conn.closed) conn = await ctx.cluster.dedicated(await ctx.cluster.coordinator(ctx.group, signal), signal, { stallTimeoutMs });
           member = ctx.memberId;
+          generation = ctx.generation;
           sentAt = performance.now();
           await conn.command('HEARTBEAT', {
             topic: o.topic,
             group: o.groupId,
             member,
-            generation: ctx.generation,
+            generation,
             wait_ms: o.heartbeatIntervalMs,
           });
           failures = 0;
@@ -266,6 +277,8 @@ export class GroupMembership {
           if (signal.aborted) break;
           const e = err as TributaryError;
           if (e.code === 'member_not_found' && member !== ctx.memberId) continue; // about a member id given up since
+          // About the generation a JOIN since replaced: that JOIN answered it.
+          if ((e.code === 'REBALANCE_IN_PROGRESS' || e.code === 'GEN_MISMATCH') && (member !== ctx.memberId || generation !== ctx.generation)) continue;
           if (e.code === 'REBALANCE_IN_PROGRESS' || e.code === 'GEN_MISMATCH' || e.code === 'member_not_found') {
             // The coordinator knows the member (it refreshed its session before answering this).
             if (e.code !== 'member_not_found' && member === ctx.memberId) ctx.proveSession(sentAt);

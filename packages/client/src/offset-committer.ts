@@ -82,11 +82,12 @@ export class OffsetCommitter {
     const entries = dirty.map((w) => ({ w, offset: w.processed, gen: w.assignmentGeneration }));
     const o = ctx.options;
     const member = ctx.memberId;
+    const generation = ctx.generation;
     const send = () =>
       ctx.cluster.coordinatorCommand(
         ctx.group,
         'BATCH_COMMIT',
-        { topic: o.topic, group: o.groupId, member, generation: ctx.generation },
+        { topic: o.topic, group: o.groupId, member, generation },
         { positional: [entries.map((e) => `P${e.w.partition}:${e.offset}`).join(',')], signal: opts.signal, retry: opts.final ? { retries: 2 } : undefined },
       );
     try {
@@ -95,11 +96,13 @@ export class OffsetCommitter {
       const e = err as TributaryError;
       // The generation moved on while we sent: the commit fails and the member rejoins. Nothing is marked
       // committed, so a later commit sends these offsets again (for the partitions the member still owns).
+      // A refusal of a generation a JOIN since replaced asks for nothing: that JOIN answered it.
+      const current = member === ctx.memberId && generation === ctx.generation;
       if (e.code === 'GEN_MISMATCH' && !opts.final) {
-        this.group.requestRebalance('generation mismatch on commit');
+        if (current) this.group.requestRebalance('generation mismatch on commit');
         throw e;
       }
-      if (e.code === 'REBALANCE_IN_PROGRESS') this.group.requestRebalance('rebalance in progress');
+      if (e.code === 'REBALANCE_IN_PROGRESS' && current) this.group.requestRebalance('rebalance in progress');
       // Only about the member still current: a commit sent before a rejoin says nothing of the new one.
       if (e.code === 'member_not_found' && member === ctx.memberId) {
         this.group.memberLost();

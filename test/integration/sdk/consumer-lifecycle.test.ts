@@ -569,6 +569,45 @@ describe('Consumer against a broker', () => {
     await Promise.all([runA, runB]);
   });
 
+  it('a member joining costs a running member one JOIN, not two: refusals of what it sent before its JOIN returned queue no other', async () => {
+    const t = await topic(4);
+    const a = consumer(t, 'g-once', { clientId: 'a' });
+    const b = consumer(t, 'g-once', { clientId: 'b' });
+    const joinsA: number[] = [];
+    const joinsB: number[] = [];
+    a.on('group.join', (e) => joinsA.push(e.generation));
+    b.on('group.join', (e) => joinsB.push(e.generation));
+    const runA = a.run({ eachMessage: () => {} });
+    await until(() => a.state === 'running' && a.assignment().length === 4, 10_000, 'a running');
+    // Reads, commits and heartbeats of A are in flight all the time, so some are refused while A's JOIN waits.
+    let producing = true;
+    let sent = 0;
+    const producer = (async () => {
+      while (producing) {
+        await Promise.all([0, 1, 2, 3].map((p) => produce(t, p, [`${p}-${sent}`])));
+        sent++;
+        await sleep(10);
+      }
+    })();
+    await sleep(300);
+    const runB = b.run({ eachMessage: () => {} });
+    await until(() => a.assignment().length === 2 && b.assignment().length === 2 && a.state === 'running' && b.state === 'running', 10_000, 'split');
+    // Settled: a second JOIN of A would have been queued by now; several heartbeats of both pass at the generation B joined.
+    let beats = 0;
+    const onBeat = () => beats++;
+    a.on('heartbeat', onBeat);
+    b.on('heartbeat', onBeat);
+    await until(() => beats >= 10, 10_000, 'heartbeats after the split');
+    producing = false;
+    await producer;
+    // A: its first JOIN and one for B's arrival. B may JOIN again in the same generation: that is how it
+    // takes the partitions A released (docs/architecture.md, "Rebalancing without stopping the world").
+    expect(joinsA).toHaveLength(2);
+    expect(new Set(joinsB)).toEqual(new Set([joinsA[1]]));
+    await Promise.all([a.close(), b.close()]);
+    await Promise.all([runA, runB]);
+  });
+
   it('close() during a rebalance, during a slow handler and twice in a row ends closed with nothing leaked', async () => {
     const t = await topic(4);
     for (let p = 0; p < 4; p++) await produce(t, p, ['x']);
