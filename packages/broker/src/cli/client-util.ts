@@ -118,13 +118,12 @@ export function clientSecurity(opts: ClientSecurityOptions, env: NodeJS.ProcessE
   return out;
 }
 
-/** TRIBUTARY_TLS: unset or empty is off; anything but a yes or a no is refused, not guessed at. */
+/** TRIBUTARY_TLS: unset or empty is off; else `true` or `false`, as every TRIBUTARY_* boolean of the broker (config-loader.ts). */
 function tlsFromEnv(value: string | undefined): boolean {
   if (value === undefined || value === '') return false;
-  const v = value.toLowerCase();
-  if (v === 'true' || v === '1' || v === 'yes' || v === 'on') return true;
-  if (v === 'false' || v === '0' || v === 'no' || v === 'off') return false;
-  throw usageError(`TRIBUTARY_TLS must be true or false (1/0, yes/no, on/off), got ${JSON.stringify(value)}`);
+  if (value === 'true') return true;
+  if (value === 'false') return false;
+  throw usageError(`TRIBUTARY_TLS must be true or false, got ${JSON.stringify(value)}`);
 }
 
 /** Commander argument parser for a decimal integer in [min, max]; rejects `1e3`, `0x10`, `12abc`. */
