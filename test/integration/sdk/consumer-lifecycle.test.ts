@@ -102,6 +102,26 @@ describe('Consumer against a broker', () => {
     return { offset: Number(p.get('offset')), committed: p.get('committed') === 'true' };
   }
 
+  /** Records `<p>-<round>` to partitions 0..3 in rounds `pauseMs` apart until stop(), which resolves with the rounds sent. */
+  function keepProducing(t: string, pauseMs: number): { stop: () => Promise<number> } {
+    let producing = true;
+    let sent = 0;
+    const loop = (async () => {
+      while (producing) {
+        await Promise.all([0, 1, 2, 3].map((p) => produce(t, p, [`${p}-${sent}`])));
+        sent++;
+        await sleep(pauseMs);
+      }
+    })();
+    return {
+      stop: async () => {
+        producing = false;
+        await loop;
+        return sent;
+      },
+    };
+  }
+
   function record(into: Seen[]) {
     return ({ message }: { message: { partition: number; offset: number; value: Buffer } }) => {
       into.push({ partition: message.partition, offset: message.offset, value: message.value.toString(), at: Date.now() });
@@ -518,23 +538,14 @@ describe('Consumer against a broker', () => {
     a.on('rebalance.end', (e) => endsA.push(e));
     const runA = a.run({ eachMessage: record(seenA) });
     await until(() => a.state === 'running', 10_000, 'a running');
-    let producing = true;
-    let sent = 0;
-    const producer = (async () => {
-      while (producing) {
-        await Promise.all([0, 1, 2, 3].map((p) => produce(t, p, [`${p}-${sent}`])));
-        sent++;
-        await sleep(20);
-      }
-    })();
+    const producer = keepProducing(t, 20);
     await sleep(500);
     const joinAt = Date.now();
     const runB = b.run({ eachMessage: record(seenB) });
     await until(() => a.assignment().length === 2 && b.assignment().length === 2 && a.state === 'running' && b.state === 'running', 10_000, 'split');
     const splitAt = Date.now();
     await sleep(700);
-    producing = false;
-    await producer;
+    const sent = await producer.stop();
     await until(() => seenA.length + seenB.length >= 4 * sent, 10_000, 'everything delivered');
 
     expect([...a.assignment(), ...b.assignment()].sort()).toEqual([0, 1, 2, 3]);
@@ -580,15 +591,7 @@ describe('Consumer against a broker', () => {
     const runA = a.run({ eachMessage: () => {} });
     await until(() => a.state === 'running' && a.assignment().length === 4, 10_000, 'a running');
     // Reads, commits and heartbeats of A are in flight all the time, so some are refused while A's JOIN waits.
-    let producing = true;
-    let sent = 0;
-    const producer = (async () => {
-      while (producing) {
-        await Promise.all([0, 1, 2, 3].map((p) => produce(t, p, [`${p}-${sent}`])));
-        sent++;
-        await sleep(10);
-      }
-    })();
+    const producer = keepProducing(t, 10);
     await sleep(300);
     const runB = b.run({ eachMessage: () => {} });
     await until(() => a.assignment().length === 2 && b.assignment().length === 2 && a.state === 'running' && b.state === 'running', 10_000, 'split');
@@ -598,8 +601,7 @@ describe('Consumer against a broker', () => {
     a.on('heartbeat', onBeat);
     b.on('heartbeat', onBeat);
     await until(() => beats >= 10, 10_000, 'heartbeats after the split');
-    producing = false;
-    await producer;
+    await producer.stop();
     // A: its first JOIN and one for B's arrival. B may JOIN again in the same generation: that is how it
     // takes the partitions A released (docs/architecture.md, "Rebalancing without stopping the world").
     expect(joinsA).toHaveLength(2);
