@@ -79,6 +79,20 @@ describe('standalone broker commands', () => {
     }
   });
 
+  it('the longest topic name its directory can hold is taken and survives a restart; one character more is refused and stores nothing', async () => {
+    // A 249-character name was stored, then failed to open (ENAMETOOLONG): the broker never started again.
+    const longest = 'L'.repeat(238);
+    await expect(c.command('CREATE', { topic: `${longest}x` })).rejects.toMatchObject({ code: 'invalid_topic_name' });
+    await c.command('CREATE', { topic: longest, partitions: 1 });
+    await c.command('PUBLISH', { topic: longest, partition: 0, message: 'kept' });
+    await c.close();
+    await broker.restart();
+    c = await broker.connect();
+    expect((await c.consume({ topic: longest, partition: 0, offset: 0 })).records.map((r) => r.value.toString())).toEqual(['kept']);
+    expect(await c.command('LIST')).not.toContain(`${longest}x`);
+    await c.command('DELETE', { topic: longest });
+  });
+
   it('publishes with explicit partition, key hash and round-robin, and reads back in order', async () => {
     await c.command('CREATE', { topic: 'pub', partitions: 4 });
     const a = await c.json<{ partition: number; offset: number; leader: string }>('PUBLISH', { topic: 'pub', partition: 2, message: 'hello world = "quoted"' });

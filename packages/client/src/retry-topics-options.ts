@@ -43,8 +43,8 @@ const MAX_DELAYS = 20;
 const MAX_ATTEMPTS = 1000;
 /** The longest delay: a timer's limit (setTimeout caps at 2^31-1 ms, about 24.8 days). */
 const MAX_DELAY_MS = 2 ** 31 - 1;
-// Topic names as the broker checks them (docs/protocol.md): 1-249 of letters, digits, ".", "_", "-".
-const TOPIC_RE = /^[A-Za-z0-9._-]{1,249}$/;
+// Topic names as the broker checks them (docs/protocol.md): 1-238 of letters, digits, ".", "_", "-".
+const TOPIC_RE = /^[A-Za-z0-9._-]{1,238}$/;
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
 /** A delay as milliseconds: a non-negative integer, or `<integer><ms|s|m|h>`; undefined when it is neither. */

@@ -18,13 +18,19 @@ import type { BrokerMetrics } from '../common/metrics.js';
 import { Partition } from './partition.js';
 import { SNAPSHOT_INTERVAL_MS } from './partition-snapshots.js';
 
-const TOPIC_NAME_RE = /^[A-Za-z0-9._-]{1,249}$/;
+/**
+ * At most 238 characters: a topic's directory is `<name>~<16 hex of its id>` (topicDir), and a file name
+ * may have 255 bytes. A longer name was stored, then failed to open (ENAMETOOLONG), and every start after
+ * that failed on it.
+ */
+export const MAX_TOPIC_NAME_LENGTH = 238;
+const TOPIC_NAME_RE = new RegExp(`^[A-Za-z0-9._-]{1,${MAX_TOPIC_NAME_LENGTH}}$`);
 const INTERNAL_SEGMENT_BYTES = 16 * 1024 * 1024;
 
-/** Topic names: 1-249 of letters, digits, `.`, `_`, `-`; `.`/`..` reserved; `__` reserved for internal topics. */
+/** Topic names: 1-238 of letters, digits, `.`, `_`, `-`; `.`/`..` reserved; `__` reserved for internal topics. */
 export function validateTopicName(name: string, opts: { allowInternal?: boolean } = {}): void {
   const bad = (reason: string) => new TributaryError('invalid_topic_name', { topic: name.length > 256 ? `${name.slice(0, 256)}...` : name, reason });
-  if (!TOPIC_NAME_RE.test(name)) throw bad('1-249 characters of letters, digits, ".", "_" and "-"');
+  if (!TOPIC_NAME_RE.test(name)) throw bad(`1-${MAX_TOPIC_NAME_LENGTH} characters of letters, digits, ".", "_" and "-"`);
   if (name === '.' || name === '..') throw bad('reserved name');
   if (name.startsWith('__') && !opts.allowInternal) throw bad('the "__" prefix is reserved for internal topics');
 }
