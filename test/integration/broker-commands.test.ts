@@ -73,6 +73,46 @@ describe('standalone broker commands', () => {
     expect((await c.consume({ topic: 'grow', partition: 1, offset: 0 })).records.map((x) => x.value.toString())).toEqual(['old']);
   });
 
+  it('concurrent CREATEs of one name with different definitions: one is created, the other gets topic_already_exists', async () => {
+    const other = await broker.connect();
+    try {
+      for (let i = 0; i < 3; i++) {
+        const name = `cc${i}`;
+        const [x, y] = await Promise.allSettled([
+          c.command('CREATE', { topic: name, partitions: 2 }),
+          other.command('CREATE', { topic: name, partitions: 5, retention_hours: 1 }),
+        ]);
+        const outcomes = [x, y].map((r) => (r.status === 'fulfilled' ? params(r.value).get('created') : (r.reason as { code: string }).code)).sort();
+        expect(outcomes).toEqual(['topic_already_exists', 'true']);
+        await c.command('DELETE', { topic: name });
+      }
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('ADD_PARTITIONS racing DELETE never brings the deleted topic back: nothing is acknowledged for it, before or after a restart', async () => {
+    const other = await broker.connect();
+    try {
+      for (let i = 0; i < 5; i++) {
+        const name = `ad${i}`;
+        await c.command('CREATE', { topic: name, partitions: 2 });
+        const [add, del] = await Promise.allSettled([c.command('ADD_PARTITIONS', { topic: name, partitions: 4 }), other.command('DELETE', { topic: name })]);
+        expect(del.status).toBe('fulfilled');
+        if (add.status === 'rejected') expect(add.reason).toMatchObject({ code: 'topic_not_found' });
+        expect(params(await c.command('LIST')).get('topics')?.split(',')).not.toContain(name);
+        await expect(c.command('PUBLISH', { topic: name, partition: 3, acks: 'all', message: 'precious' })).rejects.toMatchObject({ code: 'topic_not_found' });
+      }
+    } finally {
+      await other.close();
+    }
+    await c.close();
+    await broker.restart();
+    c = await broker.connect();
+    const topics = params(await c.command('LIST')).get('topics')?.split(',') ?? [];
+    expect(topics.filter((t) => /^ad\d$/.test(t))).toEqual([]);
+  });
+
   it('rejects reserved and malformed topic names', async () => {
     for (const topic of ['__consumer_offsets', '.', '..', '../etc', 'a b', 'x'.repeat(250)]) {
       await expect(c.command('CREATE', { topic })).rejects.toMatchObject({ code: 'invalid_topic_name' });

@@ -128,7 +128,9 @@ export class LocalMetadataStore implements MetadataStore {
   createTopic(def: Omit<TopicDefinition, 'topicId' | 'createdAt'>): Promise<{ topic: TopicDefinition; created: boolean }> {
     return this.serialize(async () => {
       const existing = this.topics.get(def.name);
-      if (existing) return { topic: existing, created: false };
+      // Compared here, not only by the caller before: two CREATEs of one name wait for each other in here.
+      if (existing && sameDefinition(def, existing)) return { topic: existing, created: false };
+      if (existing) throw new TributaryError('topic_already_exists', { topic: def.name, partitions: existing.partitions });
       const topic: TopicDefinition = { ...def, topicId: randomBytes(8).toString('hex'), createdAt: Date.now() };
       const next = new Map(this.topics).set(def.name, topic);
       await this.persist(next);

@@ -95,6 +95,8 @@ export class TopicManager {
   private readonly topics = new Map<string, Topic>();
   /** Topics being opened, by topic id: a second open of the same directories must not start. */
   private readonly opening = new Map<string, Promise<Topic>>();
+  /** Topic ids whose DELETE is under way: a growth stored before it must not open them again. */
+  private readonly deleting = new Set<string>();
   private growing: Promise<unknown> = Promise.resolve();
   private readonly logsDir: string;
   private retentionTimer: NodeJS.Timeout | undefined;
@@ -198,9 +200,22 @@ export class TopicManager {
     const run = async () => {
       let t = this.topics.get(def.name);
       // Not open yet: the open under way may be of the definition before this growth (a watch delivers
-      // the creation and the growth back to back), so the partitions it lacks are opened after it.
-      if (!t || t.def.topicId !== def.topicId) t = await this.ensureOpen(def);
-      for (let i = t.partitions.length; i < def.partitions; i++) t.partitions.push(await this.openPartition(def, i));
+      // the creation and the growth back to back), so the partitions it lacks are opened after it. Unless
+      // the topic was deleted since the growth was stored: opening it would bring back a topic the store
+      // no longer has, whose acknowledged writes the next start removes as an orphan directory.
+      if (!t || t.def.topicId !== def.topicId) {
+        if (!this.stillStored(def)) throw new TributaryError('topic_not_found', { topic: def.name });
+        t = await this.ensureOpen(def);
+      }
+      for (let i = t.partitions.length; i < def.partitions; i++) {
+        const p = await this.openPartition(def, i);
+        // Deleted while it opened: the delete destroyed the partitions it saw, so this one goes too.
+        if (!this.stillStored(def) || this.topics.get(def.name) !== t) {
+          await p.destroy();
+          throw new TributaryError('topic_not_found', { topic: def.name });
+        }
+        t.partitions.push(p);
+      }
       // More partitions, or a new replication factor for the next ones (ALTER_REPLICATION_FACTOR).
       if (def.partitions > t.def.partitions || (def.partitions === t.def.partitions && def.replicationFactor !== t.def.replicationFactor)) t.def = def;
       this.updateGauges();
@@ -219,11 +234,14 @@ export class TopicManager {
     // Definition first: a crash between the two steps leaves an orphan dir that open() removes. Out of
     // the map before: the store's own delete event (cluster mode) must not destroy it a second time.
     this.topics.delete(name);
+    this.deleting.add(topic.def.topicId);
     try {
       await this.store.deleteTopic(name);
     } catch (err) {
       this.topics.set(name, topic);
       throw err;
+    } finally {
+      this.deleting.delete(topic.def.topicId);
     }
     await Promise.all(topic.partitions.map((p) => p.destroy()));
     await fs.rm(this.topicDir(topic.def), { recursive: true, force: true });
@@ -269,6 +287,11 @@ export class TopicManager {
     const all = [...this.topics.values()].flatMap((t) => t.partitions);
     // Bounded: each close writes its index, checkpoints and marker, a few files open at once.
     await mapBounded(all, this.config.partitionOpenConcurrency, (p) => p.close());
+  }
+
+  /** The store still holds this definition (by topic id) and no delete of it is under way. */
+  private stillStored(def: TopicDefinition): boolean {
+    return !this.deleting.has(def.topicId) && this.store.getTopic(def.name)?.topicId === def.topicId;
   }
 
   /** Opens a topic once, whether its definition came from a local CREATE or from the store's watch. */
