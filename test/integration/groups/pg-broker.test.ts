@@ -1,3 +1,4 @@
+import net from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BrokerProcess } from '../../helpers/launcher.js';
@@ -35,9 +36,15 @@ describe('broker with the PostgreSQL offset store', () => {
 
     await m.conn.command('COMMIT_OFFSET', { topic: 'pgt', group: 'pg-group', partition: 0, offset: 7, member: m.id, generation: m.generation });
     await m.conn.command('BATCH_COMMIT', { topic: 'pgt', group: 'pg-group', member: m.id, generation: m.generation }, ['P0:9,P1:4']);
-    await expectError(m.conn.command('COMMIT_OFFSET', { topic: 'pgt', group: 'pg-group', partition: 0, offset: 3, member: m.id, generation: m.generation }), 'offset_regression');
+    await expectError(
+      m.conn.command('COMMIT_OFFSET', { topic: 'pgt', group: 'pg-group', partition: 0, offset: 3, member: m.id, generation: m.generation }),
+      'offset_regression',
+    );
 
-    const rows = await db.query('select partition, next_offset from tributary_offsets where group_id = $1 and topic = $2 order by partition', ['pg-group', 'pgt']);
+    const rows = await db.query('select partition, next_offset from tributary_offsets where group_id = $1 and topic = $2 order by partition', [
+      'pg-group',
+      'pgt',
+    ]);
     expect(rows.rows.map((r) => [r.partition, Number(r.next_offset)])).toEqual([
       [0, 9],
       [1, 4],
@@ -52,4 +59,139 @@ describe('broker with the PostgreSQL offset store', () => {
     const resumed = await after.command('HEARTBEAT', { topic: 'pgt', group: 'pg-group', member: m.id, generation: m.generation });
     expect(resumed).toContain(`member=${m.id}`);
   });
+});
+
+/**
+ * PostgreSQL failures whose outcome the broker cannot see at once: a COMMIT whose answer is lost on the
+ * way back (the write happened), and a table locked by another session (a statement that would wait
+ * forever). Neither may make the coordinator's offsets and the table disagree, nor hold a commit unbounded.
+ */
+describe('the PostgreSQL offset store when answers are lost or never come', () => {
+  let pgServer: PostgresServer;
+  let broker: BrokerProcess;
+  let relay: net.Server;
+  /** COMMIT statements still to be cut off after they reach PostgreSQL, before its answer comes back. */
+  let cutCommits = 0;
+
+  beforeAll(async () => {
+    pgServer = await startPostgres();
+    // The broker reaches PostgreSQL through this relay, which can drop a connection right after a COMMIT.
+    relay = net.createServer((client) => {
+      const up = net.connect(pgServer.port, '127.0.0.1');
+      let cut = false;
+      client.on('error', () => {});
+      up.on('error', () => {});
+      up.on('data', (d) => {
+        if (!cut) client.write(d);
+      });
+      client.on('data', (d: Buffer) => {
+        if (cut) return;
+        up.write(d);
+        // A simple-query message ('Q') carrying COMMIT: it reaches the server, its answer never the broker.
+        if (cutCommits > 0 && d[0] === 0x51 && d.includes(Buffer.from('COMMIT\0'))) {
+          cutCommits--;
+          cut = true;
+          client.destroy();
+          setTimeout(() => up.destroy(), 500);
+        }
+      });
+      client.on('close', () => {
+        if (!cut) up.destroy();
+      });
+      up.on('close', () => client.destroy());
+    });
+    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
+    const relayPort = (relay.address() as net.AddressInfo).port;
+    const url = pgServer.connectionString.replace(`:${pgServer.port}/`, `:${relayPort}/`);
+    broker = await startBroker(['--offset-store', 'postgres', '--offset-store-postgres-url', url]);
+  }, 90_000);
+
+  afterAll(async () => {
+    await broker?.dispose();
+    relay?.close();
+    await pgServer?.stop();
+  });
+
+  async function stored(group: string): Promise<number[]> {
+    const db = new pg.Client({ connectionString: pgServer.connectionString });
+    await db.connect();
+    try {
+      const r = await db.query('select next_offset from tributary_offsets where group_id = $1 order by partition', [group]);
+      return r.rows.map((x) => Number(x.next_offset));
+    } finally {
+      await db.end();
+    }
+  }
+
+  it('a commit whose COMMIT answer was lost is known to be written: acknowledged, and what FETCH_OFFSET says', async () => {
+    const admin = await broker.connect();
+    await admin.command('CREATE', { topic: 'lost', partitions: 1 });
+    await fill(admin, 'lost', 1, 50);
+    const m = await GroupMember.connect(broker, 'lost', 'g-lost', 'w');
+    await m.join();
+    await m.sync();
+    const commit = (offset: number) =>
+      m.conn.command('COMMIT_OFFSET', { topic: 'lost', group: 'g-lost', partition: 0, offset, member: m.id, generation: m.generation });
+    await commit(10);
+    cutCommits = 1;
+    // Before: storage_error, with the table at 20 and the coordinator at 10; a commit of 15 then got offset_regression.
+    await commit(20);
+    expect(await stored('g-lost')).toEqual([20]);
+    expect(await fetchOffset(admin, 'lost', 'g-lost', 0)).toEqual({ offset: 20, committed: true });
+    await expectError(commit(15), 'offset_regression');
+  });
+
+  it('a reset whose COMMIT answer was lost: the next commit of the old offset is written, not answered from memory, and survives kill -9', async () => {
+    const admin = await broker.connect();
+    await admin.command('CREATE', { topic: 'reset', partitions: 1 });
+    await fill(admin, 'reset', 1, 50);
+    const m = await GroupMember.connect(broker, 'reset', 'g-reset', 'w');
+    await m.join();
+    await m.sync();
+    const commit = (offset: number) =>
+      m.conn.command('COMMIT_OFFSET', { topic: 'reset', group: 'g-reset', partition: 0, offset, member: m.id, generation: m.generation });
+    await commit(20);
+    cutCommits = 1;
+    await admin.command('RESET_OFFSETS', { group: 'g-reset', topic: 'reset', to: 'offset', offset: 0 }).catch(() => {});
+    expect(await stored('g-reset')).toEqual([0]);
+    await m.rejoin();
+    await m.sync();
+    // Before: OK without a write (the coordinator still held 20), so the table stayed at 0.
+    await commit(20);
+    expect(await stored('g-reset')).toEqual([20]);
+    await broker.kill('SIGKILL');
+    await broker.relaunch();
+    expect(await fetchOffset(await broker.connect(), 'reset', 'g-reset', 0)).toEqual({ offset: 20, committed: true });
+  });
+
+  it('a table locked by another session fails a commit after a bounded wait; the group goes on and a later commit lands', async () => {
+    const admin = await broker.connect();
+    await admin.command('CREATE', { topic: 'locked', partitions: 1 });
+    await fill(admin, 'locked', 1, 50);
+    const m = await GroupMember.connect(broker, 'locked', 'g-locked', 'w');
+    // A session longer than the wait: this member sends no heartbeat meanwhile.
+    await m.join({ session_timeout_ms: 30_000 });
+    await m.sync();
+    const commit = (offset: number) =>
+      m.conn.command('COMMIT_OFFSET', { topic: 'locked', group: 'g-locked', partition: 0, offset, member: m.id, generation: m.generation });
+    await commit(5);
+    const locker = new pg.Client({ connectionString: pgServer.connectionString });
+    await locker.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE tributary_offsets IN ACCESS EXCLUSIVE MODE');
+      // Before: the commit waited for the lock as long as it was held, and the group's JOINs behind it.
+      const err = await commit(6).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toMatchObject({ code: 'storage_error' });
+      await locker.query('ROLLBACK');
+    } finally {
+      await locker.end();
+    }
+    await commit(7);
+    expect(await stored('g-locked')).toEqual([7]);
+    expect(await fetchOffset(admin, 'locked', 'g-locked', 0)).toEqual({ offset: 7, committed: true });
+  }, 60_000);
 });

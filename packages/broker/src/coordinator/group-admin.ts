@@ -2,7 +2,7 @@ import client from 'prom-client';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { OffsetEntry } from './offset-store.js';
 import { type GroupContext, validateId } from './group-context.js';
-import { type GroupOffsets, getOffset } from './group-offsets.js';
+import { type GroupOffsets, getOffset, outcomeUnknown } from './group-offsets.js';
 import type { Rebalancer } from './rebalance.js';
 import type { ClassicGroup } from './classic-group.js';
 
@@ -132,7 +132,14 @@ export class GroupAdmin {
         // Fenced before the offsets move: a refused write here leaves the offsets as they were.
         await this.ctx.persist(live);
       }
-      await this.ctx.offsetStore.commit(req.group, req.topic, entries, { force: true });
+      try {
+        await this.ctx.offsetStore.commit(req.group, req.topic, entries, { force: true });
+      } catch (err) {
+        // Maybe written: a member's next commit of the offset it last committed must be written, not
+        // answered from memory (which still holds the offsets from before the reset).
+        if (outcomeUnknown(err)) this.offsets.forgetReservations(req.group, req.topic, entries.map((e) => e.partition));
+        throw err;
+      }
       for (const e of entries) this.offsets.setDurable(req.group, req.topic, e.partition, e.offset);
       return entries;
     });

@@ -30,6 +30,11 @@ function pendingKey(group: string, topic: string, partition: number | string): s
 
 type CommitRequest = { topic: string; group: string; member: string; generation: number; entries: OffsetEntry[] };
 
+/** A store failure after which the write may or may not have happened (a PostgreSQL COMMIT whose answer was lost). */
+export function outcomeUnknown(err: unknown): boolean {
+  return err instanceof TributaryError && err.code === 'storage_error' && err.fields.outcome === 'unknown';
+}
+
 export class GroupOffsets {
   /** Durable committed offsets: what FETCH_OFFSET and CONSUME see. */
   readonly committed: OffsetMap = new Map();
@@ -58,6 +63,16 @@ export class GroupOffsets {
   setDurable(group: string, topic: string, partition: number, offset: number): void {
     setOffset(this.committed, group, topic, partition, offset);
     setOffset(this.reserved, group, topic, partition, offset);
+  }
+
+  /**
+   * A write of these partitions' offsets may or may not have reached the store (outcomeUnknown): none of
+   * them is taken as reserved, so the next commit of each is written whatever offset it names, even one
+   * equal to what the coordinator last knew.
+   */
+  forgetReservations(group: string, topic: string, partitions: readonly number[]): void {
+    const byPart = this.reserved.get(group)?.get(topic);
+    if (byPart) for (const p of partitions) byPart.delete(p);
   }
 
   /** Forgets a group's offsets (deleted, or its partition given up). */
@@ -201,7 +216,7 @@ export class GroupOffsets {
       });
       await write;
     } catch (err) {
-      this.settleFailed(req, token, changed, previous);
+      this.settleFailed(req, token, changed, previous, outcomeUnknown(err));
       settle();
       throw err;
     }
@@ -228,16 +243,25 @@ export class GroupOffsets {
     return req.entries.length;
   }
 
-  /** A commit that failed: not durable, so its reservations go back and a retry writes again. */
+  /**
+   * A commit that failed: not durable, so its reservations go back and a retry writes again. When the store
+   * cannot tell whether the write happened (`unknown`), the partitions keep no reservation at all: the next
+   * commit of any offset is written, and the store itself refuses one below what it holds.
+   */
   private settleFailed(
     req: { group: string; topic: string },
     token: { group: string; topic: string; voided: boolean },
     changed: OffsetEntry[],
     previous: Array<number | undefined>,
+    unknown = false,
   ): void {
     this.writing.delete(token);
     // The topic was deleted meanwhile: its offsets, this reservation's included, are gone already.
     if (token.voided) return;
+    if (unknown) {
+      this.forgetReservations(req.group, req.topic, changed.map((e) => e.partition));
+      return;
+    }
     changed.forEach((e, i) => {
       if (getOffset(this.reserved, req.group, req.topic, e.partition) === e.offset) {
         const prev = previous[i];

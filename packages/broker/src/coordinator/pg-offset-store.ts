@@ -22,6 +22,9 @@ export interface PgOffsetStoreOptions {
   schema?: string;
 }
 
+/** The longest a connection attempt or a statement may take (server side; the client gives up 2 s later). */
+const QUERY_TIMEOUT_MS = 10_000;
+
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/;
 /** PostgreSQL silently truncates longer identifiers (NAMEDATALEN - 1). */
 const MAX_IDENTIFIER_LENGTH = 63;
@@ -85,7 +88,16 @@ export class PgOffsetStore implements OffsetStore {
         throw invalidParam('connectionString', 'must be a non-empty string');
       }
       // Without a connection string, pg falls back to the PG* environment variables.
-      this.pool = new pg.Pool({ connectionString: opts.connectionString, connectionTimeoutMillis: 10_000, max: 10 });
+      // Every wait is bounded: a database that froze, or a lock another session holds on the table, would
+      // otherwise hold a commit (and the group's lock behind it) and a shutdown for as long as it lasts.
+      this.pool = new pg.Pool({
+        connectionString: opts.connectionString,
+        connectionTimeoutMillis: QUERY_TIMEOUT_MS,
+        max: 10,
+        statement_timeout: QUERY_TIMEOUT_MS,
+        query_timeout: QUERY_TIMEOUT_MS + 2_000,
+        keepAlive: true,
+      });
       this.ownsPool = true;
       // An idle connection that dies (server restart, network) emits 'error' on the pool; unhandled it would
       // crash the process. The next query gets a fresh connection or fails with storage_error.
@@ -167,6 +179,35 @@ export class PgOffsetStore implements OffsetStore {
     const offsets = sorted.map((e) => String(e.offset));
     const force = opts.force === true;
 
+    try {
+      await this.write(group, topic, sorted, entries, partitions, offsets, force);
+    } catch (err) {
+      if (err instanceof TributaryError && err.code !== 'storage_error') throw err;
+      // The connection failed: before BEGIN, or after COMMIT was sent and before its answer came. The rows
+      // tell which (a commit writes all of them or none), so the caller never counts a write that happened
+      // as one that did not, nor the reverse.
+      let stored: Map<number, number>;
+      try {
+        stored = await this.current(group, topic, partitions);
+      } catch {
+        throw new TributaryError('storage_error', { ...(err as TributaryError).fields, outcome: 'unknown' });
+      }
+      if (sorted.every((e) => stored.get(e.partition) === e.offset)) return;
+      // Higher already (another coordinator's write): what this write would have been told.
+      const above = force ? undefined : entries.find((e) => (stored.get(e.partition) ?? -1) > e.offset);
+      if (above) throw new TributaryError('offset_regression', { current: stored.get(above.partition)!, requested: above.offset, partition: above.partition });
+      throw err;
+    }
+  }
+
+  /** What the table holds for these partitions of a group's topic. */
+  private async current(group: string, topic: string, partitions: number[]): Promise<Map<number, number>> {
+    const cur = await this.query<{ partition: number; next_offset: string }>('current', this.sql.current, [group, topic, partitions]);
+    return new Map(cur.rows.map((r) => [Number(r.partition), toSafeNumber(r.next_offset, 'next_offset')]));
+  }
+
+  /** One commit transaction (see commit). */
+  private async write(group: string, topic: string, sorted: OffsetEntry[], entries: OffsetEntry[], partitions: number[], offsets: string[], force: boolean): Promise<void> {
     await this.withClient('commit', async (client) => {
       await client.query('BEGIN');
       let done = false;
