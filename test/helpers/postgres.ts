@@ -26,6 +26,10 @@ export interface PostgresServer {
    * (no checkpoint; the restart runs WAL recovery).
    */
   restart(opts?: { mode?: 'fast' | 'immediate' }): Promise<void>;
+  /** Stops the server, keeping its port and data directory for up(). */
+  down(opts?: { mode?: 'fast' | 'immediate' }): Promise<void>;
+  /** Starts a server stopped by down() and waits until it takes connections. */
+  up(): Promise<void>;
 }
 
 const PG_USER = 'postgres';
@@ -151,13 +155,9 @@ export async function startPostgres(): Promise<PostgresServer> {
     await run(bins.initdb, ['-D', dataDir, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--locale=C', '--no-sync'], { asUser });
 
     const pgCtlStart = async () => {
-      const opts = [
-        '-c listen_addresses=127.0.0.1',
-        `-c port=${port}`,
-        `-c unix_socket_directories='${dir}'`,
-        '-c fsync=on',
-        '-c synchronous_commit=on',
-      ].join(' ');
+      const opts = ['-c listen_addresses=127.0.0.1', `-c port=${port}`, `-c unix_socket_directories='${dir}'`, '-c fsync=on', '-c synchronous_commit=on'].join(
+        ' ',
+      );
       // -w: pg_ctl returns once the postmaster is up, or fails if it exits during startup.
       await run(bins.pgCtl, ['start', '-D', dataDir, '-l', logFile, '-w', '-t', String(START_TIMEOUT_MS / 1000), '-o', opts], { asUser });
       // pg_ctl has detached the postmaster: its pid is only in postmaster.pid.
@@ -193,6 +193,8 @@ export async function startPostgres(): Promise<PostgresServer> {
     };
     running.set(dir, stopSync);
     installExitHook();
+    /** Between down() and up(): nothing to stop. */
+    let serving = true;
 
     return {
       connectionString,
@@ -202,20 +204,33 @@ export async function startPostgres(): Promise<PostgresServer> {
         stopped = true;
         running.delete(dir);
         try {
-          await pgCtlStop('fast');
+          if (serving) await pgCtlStop('fast');
         } finally {
           await removeDir(dir);
         }
       },
       async restart(opts = {}) {
+        await this.down(opts);
+        await this.up();
+      },
+      async down(opts = {}) {
         if (stopped) throw new Error('the PostgreSQL server was stopped');
         await pgCtlStop(opts.mode ?? 'fast');
+        serving = false;
+      },
+      async up() {
+        if (stopped) throw new Error('the PostgreSQL server was stopped');
         await pgCtlStart();
+        serving = true;
         await waitForConnections(connectionString, Date.now() + START_TIMEOUT_MS);
       },
     };
   } catch (err) {
-    if (started) await run(bins.pgCtl, ['stop', '-D', dataDir, '-m', 'immediate', '-w'], { asUser }).then(() => unregisterPid(postmasterPid), () => {});
+    if (started)
+      await run(bins.pgCtl, ['stop', '-D', dataDir, '-m', 'immediate', '-w'], { asUser }).then(
+        () => unregisterPid(postmasterPid),
+        () => {},
+      );
     await removeDir(dir);
     throw err;
   }

@@ -19,7 +19,7 @@ import { TopicManager } from '../partition/topic-manager.js';
 import { ProducerIdAllocator } from '../partition/producer-ids.js';
 import { AddressLimiter } from './limits.js';
 import { Security } from './security.js';
-import { GroupCoordinator } from '../coordinator/group-coordinator.js';
+import { GroupCoordinator, type StartOptions } from '../coordinator/group-coordinator.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import type { InternalAppend } from '../partition/internal-log.js';
 import type { OffsetStore } from '../coordinator/offset-store.js';
@@ -262,15 +262,8 @@ export class Broker implements BrokerContext {
       return;
     }
     await this.ensureInternalTopics();
-    const kind = this.config.offsetStore;
-    this.notReadyReason = `recovering: loading groups and offsets (offset store ${kind})`;
-    await this.coordinator.start({
-      signal: this.startAbort.signal,
-      onStoreUnavailable: (err, attempt, delayMs) => {
-        this.notReadyReason = `waiting for the offset store (${kind}): ${err.message}; attempt ${attempt}, next in ${delayMs} ms`;
-        this.logger.warn({ offsetStore: kind, attempt, delayMs, reason: err.message }, 'offset store unavailable; retrying');
-      },
-    });
+    this.notReadyReason = `recovering: loading groups and offsets (offset store ${this.config.offsetStore})`;
+    await this.coordinator.start(this.storeWait());
     this.notReadyReason = 'recovering: transactions';
     // After the groups: finishing a decided transaction applies its offsets to them.
     await this.transactions.start();
@@ -320,7 +313,9 @@ export class Broker implements BrokerContext {
     );
     // Fenced reads of partitions led here, for groups another broker coordinates (docs/architecture.md).
     cluster.memberLeases = new MemberLeases((group, topic, member) => cluster.askMemberLease(group, this.coordinator.partitionFor(group), topic, member));
-    await this.coordinator.startOwned();
+    this.notReadyReason = `recovering: opening the offset store (${this.config.offsetStore})`;
+    await this.coordinator.startOwned(this.storeWait());
+    this.notReadyReason = 'recovering: joining the cluster';
     await cluster.start(this.topics, this.advertised, () => this.ensureClusterTopics(cluster));
     // A coordinator is the leader of its internal partition: it loads the partition on leading and drops
     // it on losing the lead.
@@ -340,6 +335,18 @@ export class Broker implements BrokerContext {
     });
     follow(OFFSETS_TOPIC, (p) => this.coordinator.loadPartition(p), (p) => this.coordinator.unloadPartition(p));
     follow(TXN_STATE_TOPIC, (p) => this.transactions.loadPartition(p), (p) => this.transactions.unloadPartition(p));
+  }
+
+  /** How recovery waits for an unreachable offset store: retried until the start is given up, each failure on /ready and in the log. */
+  private storeWait(): StartOptions {
+    const kind = this.config.offsetStore;
+    return {
+      signal: this.startAbort.signal,
+      onStoreUnavailable: (err, attempt, delayMs) => {
+        this.notReadyReason = `waiting for the offset store (${kind}): ${err.message}; attempt ${attempt}, next in ${delayMs} ms`;
+        this.logger.warn({ offsetStore: kind, attempt, delayMs, reason: err.message }, 'offset store unavailable; retrying');
+      },
+    };
   }
 
   /** Controller: internal topics once `internalReplicationFactor` brokers are live; states of every topic. */

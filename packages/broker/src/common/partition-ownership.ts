@@ -1,4 +1,5 @@
 import { TributaryError } from 'tributary-protocol/errors.js';
+import { backoffDelay, isRetriable } from 'tributary-client/retry.js';
 
 /**
  * Cluster mode: which partitions of a coordinator's internal topic (`__consumer_offsets`,
@@ -20,7 +21,11 @@ export class PartitionOwnership {
      * etcd confirms its lease (docs/architecture.md, "Cluster mode"). Its partitions may have moved meanwhile.
      */
     private readonly leaseHeld: () => boolean = () => true,
+    /** Hears each failed replay that will be tried again (logged by the broker). */
+    private readonly onRetry: (partition: number, err: unknown, attempt: number, delayMs: number) => void = () => {},
   ) {}
+
+  private closed = false;
 
   owns(partition: () => number): boolean {
     return this.topicExists() && this.owned.has(partition()) && this.leaseHeld();
@@ -51,12 +56,26 @@ export class PartitionOwnership {
    * overtook a replay still reading, whose state would bring back what it read before newer commits.
    */
   async load(partition: number, replay: (current: () => boolean) => Promise<void>): Promise<void> {
-    if (this.owned.has(partition) || this.loading.has(partition)) return;
+    if (this.closed || this.owned.has(partition) || this.loading.has(partition)) return;
     const token = {};
-    const current = () => this.loading.get(partition) === token;
+    const current = () => !this.closed && this.loading.get(partition) === token;
     this.loading.set(partition, token);
     try {
-      await replay(current);
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await replay(current);
+          break;
+        } catch (err) {
+          // A store that cannot be reached (PostgreSQL down) is tried again while this broker still leads
+          // the partition; meanwhile its keys answer COORDINATOR_LOADING. Given up, they answered
+          // NOT_COORDINATOR naming this very broker until the next leadership change.
+          if (!current() || !isRetriable(err)) throw err;
+          const delayMs = backoffDelay(Math.min(attempt, 8), { initialDelayMs: 250, maxDelayMs: 10_000 });
+          this.onRetry(partition, err, attempt, delayMs);
+          await new Promise<void>((resolve) => setTimeout(resolve, delayMs).unref());
+          if (!current()) return;
+        }
+      }
       if (current()) this.owned.add(partition);
     } finally {
       if (current()) this.loading.delete(partition);
@@ -66,5 +85,10 @@ export class PartitionOwnership {
   unload(partition: number): void {
     this.owned.delete(partition);
     this.loading.delete(partition);
+  }
+
+  /** The coordinator stops: loads still retrying give up. */
+  close(): void {
+    this.closed = true;
   }
 }

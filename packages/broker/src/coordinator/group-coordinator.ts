@@ -33,6 +33,12 @@ export type { JoinRequest, MemberView } from './group-membership.js';
  * (group-context.ts): membership (group-membership.ts), timers and generations (rebalance.ts), offsets
  * (group-offsets.ts) and admin (group-admin.ts).
  */
+/** How start() and startOwned() wait for the offset store: until `signal` aborts, telling `onStoreUnavailable` of each failure. */
+export interface StartOptions {
+  signal?: AbortSignal;
+  onStoreUnavailable?: (err: Error, attempt: number, delayMs: number) => void;
+}
+
 export class GroupCoordinator {
   private readonly groups = new Map<string, ConsumerGroup>();
   private readonly classicGroups = new Map<string, ClassicGroup>();
@@ -128,30 +134,22 @@ export class GroupCoordinator {
    * backoff until it answers or `signal` aborts; `onStoreUnavailable` hears each failure (the broker
    * logs it and reports it on /ready).
    */
-  async start(opts: { signal?: AbortSignal; onStoreUnavailable?: (err: Error, attempt: number, delayMs: number) => void } = {}): Promise<void> {
+  async start(opts: StartOptions = {}): Promise<void> {
     const now = this.clock.now();
     for (let p = 0; p < this.deps.groupLog.partitionCount; p++) {
       const { groups } = await this.deps.groupLog.replay(p);
       for (const snap of groups.values()) if (snap) this.restore(snap, now);
     }
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await this.deps.offsetStore.open();
-        for (const o of await this.withoutDeletedTopics(await this.deps.offsetStore.loadAll())) this.offsets.setDurable(o.group, o.topic, o.partition, o.offset);
-        break;
-      } catch (err) {
-        if (!isRetriable(err) || opts.signal?.aborted) throw err;
-        const delayMs = backoffDelay(Math.min(attempt, 8), { initialDelayMs: 250, maxDelayMs: 10_000 });
-        opts.onStoreUnavailable?.(err as Error, attempt, delayMs);
-        await abortableSleep(delayMs, opts.signal);
-        if (opts.signal?.aborted) throw opts.signal.reason ?? err;
-      }
-    }
+    await this.retryStore(async () => {
+      await this.deps.offsetStore.open();
+      for (const o of await this.withoutDeletedTopics(await this.deps.offsetStore.loadAll())) this.offsets.setDurable(o.group, o.topic, o.partition, o.offset);
+    }, opts);
     this.deps.logger.info({ groups: this.groups.size, offsetStore: this.deps.offsetStore.kind }, 'group coordinator loaded');
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.ownership?.close();
     this.scheduler.stop();
     const r = this.rebalancer;
     for (const set of [...r.wakers.sets(), ...r.windowWaiters.sets(), ...r.planWaiters.sets()]) for (const w of set) w();
@@ -179,7 +177,9 @@ export class GroupCoordinator {
     leads?: (partition: number) => boolean | undefined,
     leaseConfirmed?: () => boolean,
   ): void {
-    this.ownership = new PartitionOwnership('__consumer_offsets', notCoordinator, offsetsTopicExists, leaseHeld);
+    this.ownership = new PartitionOwnership('__consumer_offsets', notCoordinator, offsetsTopicExists, leaseHeld, (partition, err, attempt, delayMs) =>
+      this.deps.logger.warn({ err, partition, attempt, delayMs }, 'loading a coordinator partition failed; trying again'),
+    );
     this.leads = leads;
     this.leaseConfirmed = leaseConfirmed;
   }
@@ -288,9 +288,25 @@ export class GroupCoordinator {
     if (this.deps.offsetStore instanceof LogOffsetStore) this.deps.offsetStore.unloadGroups(gone);
   }
 
-  /** Cluster mode: opens the offset store without loading anything (partitions load as they are led). */
-  async startOwned(): Promise<void> {
-    await this.deps.offsetStore.open();
+  /** Cluster mode: opens the offset store (retried as in start()), loading nothing: partitions load as they are led. */
+  async startOwned(opts: StartOptions = {}): Promise<void> {
+    await this.retryStore(() => this.deps.offsetStore.open(), opts);
+  }
+
+  /** Runs `fn` until it succeeds, retrying a retriable failure (the offset store unreachable) with backoff. */
+  private async retryStore(fn: () => Promise<void>, opts: StartOptions): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await fn();
+        return;
+      } catch (err) {
+        if (!isRetriable(err) || opts.signal?.aborted) throw err;
+        const delayMs = backoffDelay(Math.min(attempt, 8), { initialDelayMs: 250, maxDelayMs: 10_000 });
+        opts.onStoreUnavailable?.(err as Error, attempt, delayMs);
+        await abortableSleep(delayMs, opts.signal);
+        if (opts.signal?.aborted) throw opts.signal.reason ?? err;
+      }
+    }
   }
 
   /** A group as its snapshot in the log has it, its timers armed again. */
