@@ -67,6 +67,26 @@ describe('metrics, standalone', () => {
     expect(samples(text, 'tributary_group_rebalance_seconds_count')[0]).toBeGreaterThanOrEqual(1);
     expect(samples(text, 'tributary_group_lag', { group: 'mg', topic: 'm' })).toEqual([0, 0]);
   });
+  it('records and bytes in count what the log took, once: not an idempotent duplicate, not a refused append; a deleted topic and group take their series along', async () => {
+    const admin = await broker.connect();
+    await admin.command('CREATE', { topic: 'cnt', partitions: 1 });
+    const pid = /producerId=(\d+)/.exec(await admin.command('INIT_PRODUCER_ID'))![1]!;
+    const publish = (seqNum: number) => admin.command('PUBLISH', { topic: 'cnt', partition: 0, producerId: pid, epoch: 0, seqNum, message: 'abcdefg' });
+    await publish(0);
+    // Before: the duplicate and the refused one counted as 3 records and 21 bytes in, against 1 in the log.
+    expect(await publish(0)).toContain('"offset":0');
+    await expect(publish(5)).rejects.toMatchObject({ code: 'out_of_order_sequence' });
+    await until(async () => samples((await broker.health('/metrics')).body, 'tributary_records_in_total', { topic: 'cnt' })[0] === 1, 5000, 'one record counted');
+    const text = (await broker.health('/metrics')).body;
+    expect(samples(text, 'tributary_records_in_total', { topic: 'cnt' })).toEqual([1]);
+    expect(samples(text, 'tributary_bytes_in_total', { topic: 'cnt' })).toEqual([7]);
+    expect(samples(text, 'tributary_group_rebalances_total', { group: 'mg' }).length).toBe(1);
+
+    await admin.command('DELETE', { topic: 'cnt' });
+    await admin.command('DELETE_GROUP', { group: 'mg' });
+    const after = (await broker.health('/metrics')).body;
+    expect(after.split('\n').filter((l) => l.includes('topic="cnt"') || l.includes('group="mg"'))).toEqual([]);
+  });
 });
 
 describe('metrics, cluster', () => {

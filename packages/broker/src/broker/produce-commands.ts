@@ -151,7 +151,7 @@ async function publish(b: BrokerContext, c: ConnectionContext, p: Params): Promi
         lastSequence: idem.seqNum,
       })
     : partition.append([{ key, value }]);
-  countIn(b, topic.name, 1, value.length);
+  countAppended(b, topic.name, 1, value.length, appended);
   if (acks === '0') {
     appended.catch((err) => b.logger.warn({ err, topic: topic.name }, 'acks=0 append failed'));
     return 'OK';
@@ -163,6 +163,16 @@ async function publish(b: BrokerContext, c: ConnectionContext, p: Params): Promi
 export function countIn(b: BrokerContext, topic: string, records: number, bytes: number): void {
   b.metrics.recordsIn.inc({ topic }, records);
   b.metrics.bytesIn.inc({ topic }, bytes);
+}
+
+/** Counted once appended: a refused append, or an idempotent retry answered as a duplicate, adds nothing to the log. */
+function countAppended(b: BrokerContext, topic: string, records: number, bytes: number, appended: Promise<object>): void {
+  appended.then(
+    (r) => {
+      if (!(r as { duplicate?: boolean }).duplicate) countIn(b, topic, records, bytes);
+    },
+    () => {},
+  );
 }
 
 /** No headers: shared by the records handed to the log (it only reads them), so none keeps an array alive. */
@@ -258,7 +268,7 @@ function startAppend(b: BrokerContext, c: ConnectionContext, body: Buffer, check
   const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, records[0]!.key));
   const epoch = leaderGate(b, partition, batch.acks);
   const appended = idem ? partition.appendIdempotent(records, idem) : partition.append(records);
-  countIn(b, topic.name, n, bytes);
+  countAppended(b, topic.name, n, bytes, appended);
   return { partition, appended, count: n, acks: batch.acks, topic: topic.name, epoch };
 }
 
@@ -286,7 +296,7 @@ function startWireAppend(b: BrokerContext, batch: ScannedBatch): StartedAppend {
   const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, firstKey));
   const epoch = leaderGate(b, partition, batch.acks);
   const appended = partition.appendWire(batch);
-  countIn(b, topic.name, n, bytes);
+  countAppended(b, topic.name, n, bytes, appended);
   return { partition, appended, count: n, acks: batch.acks, topic: topic.name, epoch };
 }
 

@@ -41,6 +41,11 @@ export class BrokerMetrics {
   readonly isrShrinks = new client.Counter({ name: 'tributary_isr_shrinks_total', help: 'In-sync replica sets this broker shrank as leader', labelNames: ['topic'], registers: [this.registry] });
   readonly isrExpands = new client.Counter({ name: 'tributary_isr_expands_total', help: 'In-sync replica sets this broker expanded as leader', labelNames: ['topic'], registers: [this.registry] });
 
+  /** A deleted topic's series go: topic names are the clients' to choose, and the registry keeps each series forever. */
+  forgetTopic(topic: string): void {
+    for (const c of [this.recordsIn, this.recordsOut, this.bytesIn, this.bytesOut, this.isrShrinks, this.isrExpands]) c.remove({ topic });
+  }
+
   private phases(name: string, help: string): BoundHistogram {
     return new BoundHistogram(name, help, { labelName: 'phase', buckets: FAST_BUCKETS, registry: this.registry });
   }

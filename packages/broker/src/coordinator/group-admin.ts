@@ -83,6 +83,8 @@ export class GroupAdmin {
         this.ctx.groups.delete(groupId);
       }
       this.ctx.scheduler.cancel(`window:${groupId}`);
+      // Its series go with it: group ids are the clients' to choose, and the registry would keep each forever.
+      this.rebalancer.rebalances.remove({ group: groupId });
     });
   }
 

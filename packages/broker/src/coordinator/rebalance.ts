@@ -17,7 +17,7 @@ export class Rebalancer {
   readonly windowWaiters: Waiters;
   /** Members of a client-side group waiting for the leader's plan, by group. */
   readonly planWaiters: Waiters;
-  private readonly rebalances: client.Counter;
+  readonly rebalances: client.Counter;
   private readonly rebalanceSeconds: client.Histogram;
 
   constructor(

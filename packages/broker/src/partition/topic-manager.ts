@@ -245,6 +245,7 @@ export class TopicManager {
     }
     await Promise.all(topic.partitions.map((p) => p.destroy()));
     await fs.rm(this.topicDir(topic.def), { recursive: true, force: true });
+    this.metrics.forgetTopic(name);
     this.updateGauges();
     this.logger.info({ topic: name }, 'topic deleted');
   }
@@ -331,6 +332,7 @@ export class TopicManager {
       const t = this.topics.get(def.name);
       if (!t || t.def.topicId !== def.topicId) return;
       this.topics.delete(def.name);
+      this.metrics.forgetTopic(def.name);
       void Promise.all(t.partitions.map((p) => p.destroy()))
         .then(() => fs.rm(this.topicDir(t.def), { recursive: true, force: true }))
         .catch((err: unknown) => this.logger.error({ err, topic: def.name }, 'removing a topic deleted elsewhere failed'));
