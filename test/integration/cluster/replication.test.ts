@@ -262,4 +262,16 @@ describe('cluster replication and failover', () => {
     const csv = parseLine(await (await connectTo(first.id)).command('LIST_OFFSETS', { topic: 'pause', partition: 0 })).params.get('offsets')!;
     expect(Number(/leo=(\d+)/.exec(csv)![1])).toBe(15);
   }, 60_000);
+  it('ADD_PARTITIONS beyond the live brokers is refused before the count moves; a retry succeeds once they are back', async () => {
+    const c = await cluster.connect(0);
+    await c.command('CREATE', { topic: 'grow-down', partitions: 2, replication_factor: 3 });
+    await cluster.broker(2).kill();
+    await cluster.waitFor('broker 2 unregistered', async () => (await cluster.status()).brokers.every((b) => b.id !== 2));
+    // Before: refused after the count was stored, so the topic had a leaderless partition and the retry was refused as not above 3.
+    await expect(c.command('ADD_PARTITIONS', { topic: 'grow-down', partitions: 3 })).rejects.toMatchObject({ code: 'NOT_ENOUGH_REPLICAS' });
+    expect(parseLine(await c.command('METADATA', { topic: 'grow-down' })).params.get('partitions')).toBe('2');
+    await cluster.broker(2).relaunch();
+    await cluster.waitFor('broker 2 registered', async () => (await cluster.status()).brokers.some((b) => b.id === 2));
+    expect(await c.command('ADD_PARTITIONS', { topic: 'grow-down', partitions: 3 })).toBe('OK topic=grow-down partitions=3');
+  }, 60_000);
 });

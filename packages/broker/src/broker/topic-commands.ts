@@ -60,6 +60,12 @@ async function addPartitions(b: BrokerContext, _c: ConnectionContext, p: Params)
   const partitions = p.reqInt('partitions', { min: 1, max: b.config.maxPartitions });
   const wait = p.bool('wait') ?? true;
   const before = b.topics.tryGet(name)?.partitions.length ?? 0;
+  // Checked before the count is stored, as CREATE does: refused later, the count was raised all the same and
+  // a retry of the same request was refused as not above it.
+  const rf = b.topics.tryGet(name)?.def.replicationFactor ?? 1;
+  if (b.cluster && rf > b.cluster.liveBrokers().length) {
+    throw new TributaryError('NOT_ENOUGH_REPLICAS', { replication_factor: rf, live_brokers: b.cluster.liveBrokers().length });
+  }
   const topic = await b.topics.addPartitions(name, partitions);
   if (b.cluster) {
     await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor, topic.def.topicId);
