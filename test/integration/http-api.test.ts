@@ -332,6 +332,9 @@ describe('admin API, authentication off', () => {
       ['GET', '/api/v1/topics/stable/search', {}, 400, 'invalid_parameter'],
       ['POST', '/api/v1/topics', { raw: '{"name": "x",' }, 400, 'invalid_parameter'],
       ['POST', '/api/v1/topics', { raw: '[1,2]' }, 400, 'invalid_parameter'],
+      // A key given twice: JSON.parse kept the last one, so these created topic y and reset for real.
+      ['POST', '/api/v1/topics', { raw: '{"name":"x","name":"y"}' }, 400, 'invalid_parameter'],
+      ['POST', '/api/v1/groups/g/reset-offsets', { raw: '{"topic":"stable","to":"earliest","dryRun":true,"dryRun":false}' }, 400, 'invalid_parameter'],
       ['POST', '/api/v1/topics', { body: { name: 'x', color: 'red' } }, 400, 'invalid_parameter'],
       ['POST', '/api/v1/topics', { body: { name: 'x', partitions: 'three' } }, 400, 'invalid_parameter'],
       ['POST', '/api/v1/topics', { body: { name: 'bad name!' } }, 400, 'invalid_topic_name'],
@@ -356,6 +359,7 @@ describe('admin API, authentication off', () => {
     }
     // Nothing changed.
     expect((await api('GET', '/api/v1/topics')).body.topics.map((t: { name: string }) => t.name)).not.toContain('x');
+    expect((await api('GET', '/api/v1/topics')).body.topics.map((t: { name: string }) => t.name)).not.toContain('y');
     expect((await api('GET', '/api/v1/topics/stable')).body.partitions[0].logEnd).toBe(1);
     expect((await api('GET', '/api/v1/groups')).body.groups.map((g: { group: string }) => g.group)).not.toContain('g');
     // Still serving.

@@ -102,15 +102,49 @@ export async function readJsonBody(req: http.IncomingMessage, allowed: readonly 
     if (size > MAX_BODY_BYTES) throw new TributaryError('record_too_large', { size, max: MAX_BODY_BYTES, reason: 'request body' });
     chunks.push(chunk);
   }
+  const text = Buffer.concat(chunks).toString('utf8');
   let body: unknown;
   try {
-    body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    body = JSON.parse(text);
   } catch (err) {
     throw invalidParam('body', `malformed JSON: ${(err as Error).message}`);
   }
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw invalidParam('body', 'expected a JSON object');
+  // JSON.parse keeps the last of a repeated key: {"dryRun":true,"dryRun":false} reset offsets for real.
+  const dup = duplicateJsonKey(text);
+  if (dup !== undefined) throw invalidParam(dup, 'given twice');
   for (const k of Object.keys(body)) if (!allowed.includes(k)) throw invalidParam(k, `unknown field; this route takes ${allowed.join(', ')}`);
   return body as Record<string, unknown>;
+}
+
+/** The first key a valid JSON text gives twice in one object, or undefined. */
+export function duplicateJsonKey(text: string): string | undefined {
+  // One Set of keys per open object; null for an open array.
+  const open: Array<Set<string> | null> = [];
+  let expectKey = false;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i];
+    if (ch === '"') {
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      const keys = open[open.length - 1];
+      if (expectKey && keys) {
+        const key = JSON.parse(text.slice(i, j + 1)) as string;
+        if (keys.has(key)) return key;
+        keys.add(key);
+        expectKey = false;
+      }
+      i = j;
+    } else if (ch === '{') {
+      open.push(new Set());
+      expectKey = true;
+    } else if (ch === '[') open.push(null);
+    else if (ch === '}' || ch === ']') {
+      open.pop();
+      expectKey = false;
+    } else if (ch === ',') expectKey = open[open.length - 1] != null;
+  }
+  return undefined;
 }
 
 /** `Authorization: Basic base64(principal:token)`; undefined without the header. */
