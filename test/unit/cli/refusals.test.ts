@@ -122,3 +122,20 @@ it('refuses an empty or invalid --group, --throttle with --cancel, --partition w
   expect(dup.code).toBe(2);
   expect(dup.stderr).toMatch(/Map keys must be unique/);
 });
+
+it('the PostgreSQL offset store settings: each needs the other, and the URL must be one (never echoed: it may hold a password)', async () => {
+  const start = (...args: string[]) => cli('broker', 'start', '--data-dir', path.join(dir, 'pg'), '--port', '0', '--health-port', '0', ...args);
+  const cases: Array<[string[], RegExp]> = [
+    [['--offset-store', 'postgres'], /offsetStorePostgresUrl: required when offsetStore is postgres/],
+    // Before: the URL alone was ignored, and commits went to the log store without a word.
+    [['--offset-store-postgres-url', 'postgres://u@h/db'], /offsetStorePostgresUrl: given, but offsetStore is log/],
+    // Before: pg took this for a host named "base" and the broker retried it forever.
+    [['--offset-store', 'postgres', '--offset-store-postgres-url', 'this is not a url'], /expected a postgres:\/\/ or postgresql:\/\/ URL/],
+    [['--offset-store', 'postgres', '--offset-store-postgres-url', 'mysql://u:hunter2@h/db'], /expected a postgres:\/\/ or postgresql:\/\/ URL/],
+  ];
+  for (const [args, message] of cases) {
+    const r = await start(...args);
+    expect([r.code, r.stderr], args.join(' ')).toEqual([2, expect.stringMatching(message)]);
+    expect(r.stderr).not.toContain('hunter2');
+  }
+});

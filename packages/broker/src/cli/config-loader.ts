@@ -323,9 +323,18 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
         for (const k of issue.keys) errors.push(problem([...at, k].join('.'), 'unknown key', sources[(at[0] ?? k) as ConfigKey] ?? { kind: 'default' }));
         continue;
       }
-      // Never echo mappings (users holds token hashes and salts) in an error.
-      const shown = byKey.get(key)?.kind.type === 'json' ? undefined : merged[key];
+      // Never echo mappings (users holds token hashes and salts) or a database URL (it may hold a password) in an error.
+      const shown = byKey.get(key)?.kind.type === 'json' || key === 'offsetStorePostgresUrl' ? undefined : merged[key];
       errors.push(problem(issue.path.map(String).join('.') || key, issueText(issue, shown), sources[key as ConfigKey] ?? { kind: 'default' }));
+    }
+  }
+  if (result.success) {
+    // Settings that only make sense together: one given without the other is refused, never ignored.
+    const c = result.data;
+    const at = (key: ConfigKey): ConfigSource => sources[key] ?? { kind: 'default' };
+    if (c.offsetStore === 'postgres' && !c.offsetStorePostgresUrl) errors.push(problem('offsetStorePostgresUrl', 'required when offsetStore is postgres', at('offsetStore')));
+    if (c.offsetStorePostgresUrl !== undefined && c.offsetStore !== 'postgres') {
+      errors.push(problem('offsetStorePostgresUrl', `given, but offsetStore is ${c.offsetStore}, which would not use it (set offsetStore postgres, or leave the URL out)`, at('offsetStorePostgresUrl')));
     }
   }
   if (errors.length > 0 || !result.success) return { ok: false, errors };

@@ -145,7 +145,12 @@ export const brokerConfigSchema = z
     transactionalIdExpirationMs: z.number().int().min(1).default(604_800_000),
     /** Where committed offsets live: the internal log, PostgreSQL, or memory (not durable: tests only). */
     offsetStore: z.enum(['log', 'postgres', 'memory']).default('log'),
-    offsetStorePostgresUrl: z.string().min(1).optional(),
+    // A URL, checked here: pg read 'this is not a url' as a host named "base" and retried it forever.
+    offsetStorePostgresUrl: z
+      .string()
+      .min(1)
+      .refine((u) => /^postgres(ql)?:\/\//.test(u) && URL.canParse(u), 'expected a postgres:// or postgresql:// URL')
+      .optional(),
     groupJoinWindowMs: z.number().int().min(0).max(60_000).default(30),
     groupSessionTimeoutMs: z.number().int().min(1).default(10_000),
     groupMinSessionTimeoutMs: z.number().int().min(1).default(100),
