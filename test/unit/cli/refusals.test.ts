@@ -47,6 +47,10 @@ it('user add refuses a file whose top level or users is not a mapping, and an em
   const f = path.join(dir, 'broker.yaml');
   expect((await cli('user', 'add', 'bob', '--permissions', 'admin', '--token', '', '--config', f)).code).toBe(2);
   expect(fs.existsSync(f)).toBe(false);
+  // Before: "user __proto__ added" (exit 0), and nothing in the file.
+  const proto = await cli('user', 'add', '__proto__', '--permissions', 'admin', '--token', 't', '--config', f);
+  expect([proto.code, proto.stderr]).toEqual([2, 'error: principal __proto__ is reserved\n']);
+  expect(fs.existsSync(f)).toBe(false);
 });
 
 it('refuses --json beside --format, and an empty dev-cluster --data-dir', async () => {

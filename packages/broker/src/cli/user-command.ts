@@ -82,6 +82,8 @@ export function registerUserCommand(program: Command): void {
     .option('--token <token>', 'use this token instead of generating one')
     .action((principal: string, opts: { config: string; permissions: Permission[]; token?: string }) => {
       if (!/^[A-Za-z0-9._@-]{1,256}$/.test(principal)) throw new CliError('error: principal must be 1-256 of letters, digits, ".", "_", "@", "-"', EXIT_USAGE);
+      // Assigned to a plain object it would set the prototype: "added", and nothing written.
+      if (principal === '__proto__') throw new CliError('error: principal __proto__ is reserved', EXIT_USAGE);
       if (opts.token === '') throw new CliError('error: --token must not be empty', EXIT_USAGE);
       const token = opts.token ?? randomBytes(24).toString('base64url');
       const { hash, salt } = hashToken(token);
