@@ -78,7 +78,7 @@ describe('offset store unreachable at start', () => {
     } finally {
       await conn.close();
     }
-    expect(b.out.stderr).toMatch(/offset store unavailable; retrying/);
+    expect(b.out.stderr).toMatch(/the offset store \(postgres\) unavailable; retrying/);
     await openRelay(pgPort);
     await until(async () => (await b.ready())?.status === 200, 30_000, 'ready once PostgreSQL answers');
     await until(() => b.out.stdout.includes('tributary broker listening on'), 5000, 'the listening line');

@@ -62,7 +62,7 @@ describe('a cluster with the PostgreSQL offset store while the database is down'
     // A broker started while the database is down waits for it instead of failing its start for good.
     const restarted = cluster.broker(coord);
     const relaunched = restarted.relaunch();
-    await cluster.waitFor('the restarted broker waiting for the database', async () => restarted.stderr.includes('offset store unavailable; retrying'));
+    await cluster.waitFor('the restarted broker waiting for the database', async () => restarted.stderr.includes('the offset store (postgres) unavailable; retrying'));
     await pgServer.up();
     await relaunched;
     const offset = await cluster.waitFor('the group loaded from the database', async () =>

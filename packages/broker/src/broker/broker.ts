@@ -19,7 +19,8 @@ import { TopicManager } from '../partition/topic-manager.js';
 import { ProducerIdAllocator } from '../partition/producer-ids.js';
 import { AddressLimiter } from './limits.js';
 import { Security } from './security.js';
-import { GroupCoordinator, type StartOptions } from '../coordinator/group-coordinator.js';
+import { GroupCoordinator } from '../coordinator/group-coordinator.js';
+import { type StoreWait, waitForStore } from '../common/wait-for-store.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import type { InternalAppend } from '../partition/internal-log.js';
 import type { OffsetStore } from '../coordinator/offset-store.js';
@@ -253,7 +254,8 @@ export class Broker implements BrokerContext {
   /** Recovery, step by step; each step says what the broker is doing while it is not ready. */
   private async recover(): Promise<void> {
     this.notReadyReason = 'recovering: opening the metadata store';
-    await this.store.open();
+    // In a cluster, etcd may come up after the broker (a cold boot): waited for, not a failed start.
+    await waitForStore(() => this.store.open(), this.storeWait(this.cluster ? 'the metadata store (etcd)' : 'the metadata store'));
     this.notReadyReason = 'recovering: opening the topics';
     await this.topics.open();
     if (this.cluster) {
@@ -337,14 +339,13 @@ export class Broker implements BrokerContext {
     follow(TXN_STATE_TOPIC, (p) => this.transactions.loadPartition(p), (p) => this.transactions.unloadPartition(p));
   }
 
-  /** How recovery waits for an unreachable offset store: retried until the start is given up, each failure on /ready and in the log. */
-  private storeWait(): StartOptions {
-    const kind = this.config.offsetStore;
+  /** How recovery waits for an unreachable store: retried until the start is given up, each failure on /ready and in the log. */
+  private storeWait(what = `the offset store (${this.config.offsetStore})`): StoreWait {
     return {
       signal: this.startAbort.signal,
-      onStoreUnavailable: (err, attempt, delayMs) => {
-        this.notReadyReason = `waiting for the offset store (${kind}): ${err.message}; attempt ${attempt}, next in ${delayMs} ms`;
-        this.logger.warn({ offsetStore: kind, attempt, delayMs, reason: err.message }, 'offset store unavailable; retrying');
+      onRetry: (err, attempt, delayMs) => {
+        this.notReadyReason = `waiting for ${what}: ${err.message}; attempt ${attempt}, next in ${delayMs} ms`;
+        this.logger.warn({ store: what, attempt, delayMs, reason: err.message }, `${what} unavailable; retrying`);
       },
     };
   }

@@ -17,7 +17,7 @@ import { Rebalancer } from './rebalance.js';
 import { GroupOffsets } from './group-offsets.js';
 import { GroupAdmin, type ResetRequest } from './group-admin.js';
 import { type MemberStanding, checkGeneration, checkPartition, standingOf } from './member-fencing.js';
-import { abortableSleep, backoffDelay, isRetriable } from 'tributary-client/retry.js';
+import { type StoreWait, waitForStore } from '../common/wait-for-store.js';
 
 export { type CoordinatorConfig, validateId } from './group-context.js';
 export type { MemberStanding } from './member-fencing.js';
@@ -33,12 +33,6 @@ export type { JoinRequest, MemberView } from './group-membership.js';
  * (group-context.ts): membership (group-membership.ts), timers and generations (rebalance.ts), offsets
  * (group-offsets.ts) and admin (group-admin.ts).
  */
-/** How start() and startOwned() wait for the offset store: until `signal` aborts, telling `onStoreUnavailable` of each failure. */
-export interface StartOptions {
-  signal?: AbortSignal;
-  onStoreUnavailable?: (err: Error, attempt: number, delayMs: number) => void;
-}
-
 export class GroupCoordinator {
   private readonly groups = new Map<string, ConsumerGroup>();
   private readonly classicGroups = new Map<string, ClassicGroup>();
@@ -134,13 +128,13 @@ export class GroupCoordinator {
    * backoff until it answers or `signal` aborts; `onStoreUnavailable` hears each failure (the broker
    * logs it and reports it on /ready).
    */
-  async start(opts: StartOptions = {}): Promise<void> {
+  async start(opts: StoreWait = {}): Promise<void> {
     const now = this.clock.now();
     for (let p = 0; p < this.deps.groupLog.partitionCount; p++) {
       const { groups } = await this.deps.groupLog.replay(p);
       for (const snap of groups.values()) if (snap) this.restore(snap, now);
     }
-    await this.retryStore(async () => {
+    await waitForStore(async () => {
       await this.deps.offsetStore.open();
       for (const o of await this.withoutDeletedTopics(await this.deps.offsetStore.loadAll())) this.offsets.setDurable(o.group, o.topic, o.partition, o.offset);
     }, opts);
@@ -289,25 +283,11 @@ export class GroupCoordinator {
   }
 
   /** Cluster mode: opens the offset store (retried as in start()), loading nothing: partitions load as they are led. */
-  async startOwned(opts: StartOptions = {}): Promise<void> {
-    await this.retryStore(() => this.deps.offsetStore.open(), opts);
+  async startOwned(opts: StoreWait = {}): Promise<void> {
+    await waitForStore(() => this.deps.offsetStore.open(), opts);
   }
 
-  /** Runs `fn` until it succeeds, retrying a retriable failure (the offset store unreachable) with backoff. */
-  private async retryStore(fn: () => Promise<void>, opts: StartOptions): Promise<void> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await fn();
-        return;
-      } catch (err) {
-        if (!isRetriable(err) || opts.signal?.aborted) throw err;
-        const delayMs = backoffDelay(Math.min(attempt, 8), { initialDelayMs: 250, maxDelayMs: 10_000 });
-        opts.onStoreUnavailable?.(err as Error, attempt, delayMs);
-        await abortableSleep(delayMs, opts.signal);
-        if (opts.signal?.aborted) throw opts.signal.reason ?? err;
-      }
-    }
-  }
+
 
   /** A group as its snapshot in the log has it, its timers armed again. */
   private restore(s: GroupSnapshot | ClassicSnapshot, now: number): void {
