@@ -243,8 +243,14 @@ export class TopicManager {
     } finally {
       this.deleting.delete(topic.def.topicId);
     }
-    await Promise.all(topic.partitions.map((p) => p.destroy()));
-    await fs.rm(this.topicDir(topic.def), { recursive: true, force: true });
+    // Deleted from here on, whatever the files do: a failure to remove them is logged, not answered (the
+    // caller would skip the rest of the delete), and the next start removes them as an orphan directory.
+    try {
+      await Promise.all(topic.partitions.map((p) => p.destroy()));
+      await fs.rm(this.topicDir(topic.def), { recursive: true, force: true, maxRetries: 5, retryDelay: 20 });
+    } catch (err) {
+      this.logger.error({ err, topic: name }, 'removing the files of a deleted topic failed; the next start removes them');
+    }
     this.metrics.forgetTopic(name);
     this.updateGauges();
     this.logger.info({ topic: name }, 'topic deleted');

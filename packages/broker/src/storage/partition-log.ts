@@ -453,7 +453,9 @@ export class PartitionLog {
   async destroy(): Promise<void> {
     this.closePromise ??= this.shutdown(false);
     await this.closePromise.catch(() => {});
-    await rm(this.dir, { recursive: true, force: true });
+    // Retried: a file written into the directory meanwhile (a replica's leader epoch checkpoint, flushed as
+    // its role changes) fails the last rmdir with ENOTEMPTY.
+    await rm(this.dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 20 });
   }
 
   private async shutdown(clean: boolean): Promise<void> {
