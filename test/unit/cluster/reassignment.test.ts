@@ -107,6 +107,18 @@ describe('plans', () => {
     expect(replicationFactorPlan(states, 't', 3, [0, 1, 2])).toEqual([]);
     expect(() => replicationFactorPlan(states, 't', 5, [0, 1, 2, 3])).toThrow(/fewer live brokers/);
   });
+
+  it('a shrink keeps live in-sync replicas before the preferred one when that one is dead or out of sync', () => {
+    const states = [
+      { topic: 's', partition: 0, value: { ...base, replicas: [2, 0], leader: 0, isr: [0] } },
+      { topic: 's', partition: 1, value: { ...base, replicas: [1, 2, 0], leader: 0, isr: [0, 2] } },
+      { topic: 's', partition: 2, value: { ...base, replicas: [0, 1], leader: 0, isr: [0, 1] } },
+    ];
+    // Broker 2 is dead. Before: [2] for partition 0, keeping only the dead broker and dropping the live copy.
+    expect(replicationFactorPlan(states, 's', 1, [0, 1]).map((x) => x.target)).toEqual([[0], [0], [0]]);
+    // Broker 1 is live but out of sync for partition 1: the in-sync ones go first.
+    expect(replicationFactorPlan(states, 's', 2, [0, 1, 2]).map((x) => x.target)).toEqual([[2, 0]]);
+  });
 });
 
 describe('replication throttle', () => {

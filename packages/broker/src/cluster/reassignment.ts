@@ -310,7 +310,12 @@ export function replicationFactorPlan(states: Array<{ topic: string; partition: 
   for (const e of states.filter((x) => x.topic === topic)) {
     const current = e.value.replicas;
     if (current.length === rf) continue;
-    const target = current.slice(0, rf);
+    // Shrinking keeps live in-sync replicas first, then live ones, each in replica order (the preferred
+    // leader first when it qualifies): the first `rf` alone could keep a dead broker and drop the live copy.
+    const isr = new Set(e.value.isr);
+    const liveSet = new Set(live);
+    const rank = (id: number) => (liveSet.has(id) ? (isr.has(id) ? 0 : 1) : 2);
+    const target = [...current].sort((a, b) => rank(a) - rank(b)).slice(0, rf);
     while (target.length < rf) target.push(pickBroker(load, [...live].sort((a, b) => a - b), target)!);
     out.push({ topic, partition: e.partition, target });
   }
