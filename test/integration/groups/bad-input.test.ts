@@ -242,3 +242,25 @@ describe('consumer group bad input', () => {
     await unchanged();
   });
 });
+
+describe('a broker whose record limit is below a group snapshot', () => {
+  let broker: BrokerProcess;
+  beforeAll(async () => {
+    broker = await startBroker(['--max-record-bytes', '100']);
+  });
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  it('still runs groups: the limit is for what clients write, not for the coordinator own records', async () => {
+    const admin = await broker.connect();
+    await admin.command('CREATE', { topic: 'small', partitions: 2 });
+    await fill(admin, 'small', 2, 3);
+    // Before: the group's snapshot (hundreds of bytes) was refused as record_too_large and the JOIN never answered.
+    const m = await GroupMember.connect(broker, 'small', 'g-small', 'a-client-id-long-enough-to-make-a-snapshot-over-a-hundred-bytes');
+    await m.join();
+    expect((await m.sync()).sort()).toEqual([0, 1]);
+    await m.commit(0, 2);
+    await expect(admin.command('PUBLISH', { topic: 'small', partition: 0, message: 'x'.repeat(200) })).rejects.toMatchObject({ code: 'record_too_large' });
+  });
+});

@@ -380,7 +380,9 @@ export class TopicManager {
       flushIntervalMs: this.config.flushIntervalMs,
       // Standalone, a partition's HWM is its log end on open (Partition): only a replica needs the checkpoint.
       checkpointHwmOnTimer: this.config.cluster,
-      maxRecordBytes: this.config.maxRecordBytes,
+      // A limit for what clients write: the coordinators' own records (a group snapshot of a few hundred
+      // bytes and up) are never refused by it, or a small --max-record-bytes left every JOIN unanswered.
+      maxRecordBytes: internal ? undefined : this.config.maxRecordBytes,
       onSync: (seconds) => this.metrics.fsyncDuration.observe(seconds),
     };
   }
