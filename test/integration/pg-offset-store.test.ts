@@ -49,16 +49,35 @@ afterAll(async () => {
 // Commit, fetch, monotonicity, all-or-nothing, force, input checks and deleteGroup are the OffsetStore
 // contract, run against this store too by offset-store-contract.test.ts; here: what is PostgreSQL's own.
 describe('PgOffsetStore', () => {
+  it('refuses at open a table that exists in another shape: a configuration error, not an outage to retry', async () => {
+    // Before: a table without the primary key opened fine, and every commit then failed (retriable) forever.
+    const shapes: Array<[string, RegExp]> = [
+      [
+        'group_id text NOT NULL, topic text NOT NULL, partition int NOT NULL, next_offset bigint NOT NULL, committed_at timestamptz NOT NULL',
+        /primary key \(none\)/,
+      ],
+      [
+        'group_id text, topic text, partition int, next_offset int, committed_at timestamptz, PRIMARY KEY (group_id, topic, partition)',
+        /column next_offset is integer, not bigint/,
+      ],
+      ['id int PRIMARY KEY, payload text', /no column group_id/],
+    ];
+    for (const [columns, reason] of shapes) {
+      const table = nextTable();
+      await admin.query(`CREATE TABLE ${table} (${columns})`);
+      const err = await rejection(openStore({ table }));
+      expect(err).toMatchObject({ code: 'invalid_config', retriable: false });
+      expect(String((err as TributaryError).fields.reason)).toMatch(reason);
+    }
+  });
+
   it('creates the table with the documented columns, idempotently', async () => {
     const table = nextTable();
     const store = await openStore({ table });
     expect(store.kind).toBe('postgres');
     await store.open(); // again: no error
     await openStore({ table }); // a second store on an existing table
-    const cols = await admin.query(
-      `SELECT column_name, data_type FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position`,
-      [table],
-    );
+    const cols = await admin.query(`SELECT column_name, data_type FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position`, [table]);
     expect(cols.rows).toEqual([
       { column_name: 'group_id', data_type: 'text' },
       { column_name: 'topic', data_type: 'text' },
@@ -85,9 +104,7 @@ describe('PgOffsetStore', () => {
 
   it('validates and quotes the table and schema identifiers', async () => {
     for (const table of ['Offsets', 'offsets; drop table x', 'a"b', '1abc', '', 'x'.repeat(64)]) {
-      expect(() => new PgOffsetStore({ connectionString: server.connectionString, table })).toThrow(
-        expect.objectContaining({ code: 'invalid_parameter' }),
-      );
+      expect(() => new PgOffsetStore({ connectionString: server.connectionString, table })).toThrow(expect.objectContaining({ code: 'invalid_parameter' }));
     }
     expect(() => new PgOffsetStore({ connectionString: server.connectionString, schema: 'public.x' })).toThrow(
       expect.objectContaining({ code: 'invalid_parameter' }),

@@ -22,6 +22,15 @@ export interface PgOffsetStoreOptions {
   schema?: string;
 }
 
+/** The table's columns as CREATE makes them (format_type's names). */
+const EXPECTED_COLUMNS: Record<string, string> = {
+  group_id: 'text',
+  topic: 'text',
+  partition: 'integer',
+  next_offset: 'bigint',
+  committed_at: 'timestamp with time zone',
+};
+
 /** The longest a connection attempt or a statement may take (server side; the client gives up 2 s later). */
 const QUERY_TIMEOUT_MS = 10_000;
 
@@ -139,7 +148,10 @@ export class PgOffsetStore implements OffsetStore {
     await this.withClient('open', async (client) => {
       // Skip CREATE when the table exists, so a role without CREATE on the schema can still use it.
       const exists = await client.query<{ oid: string | null }>('SELECT to_regclass($1)::text AS oid', [this.qualified]);
-      if (exists.rows[0]?.oid) return;
+      if (exists.rows[0]?.oid) {
+        await this.checkShape(client);
+        return;
+      }
       await client.query('BEGIN');
       try {
         // Two coordinators opening at once could otherwise both try to create the table's row type.
@@ -151,6 +163,34 @@ export class PgOffsetStore implements OffsetStore {
         throw err;
       }
     });
+  }
+
+  /**
+   * A table that exists must be the one CREATE would make: the columns and types, and the primary key that
+   * ON CONFLICT needs. Without it the broker started, and then every commit failed; a wrong shape is a
+   * configuration error, refused at start (not retried as an outage).
+   */
+  private async checkShape(client: pg.PoolClient): Promise<void> {
+    const cols = await client.query<{ name: string; type: string }>(
+      'SELECT attname AS name, format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped',
+      [this.qualified],
+    );
+    const pk = await client.query<{ name: string }>(
+      'SELECT a.attname AS name FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = $1::regclass AND i.indisprimary',
+      [this.qualified],
+    );
+    const have = new Map(cols.rows.map((r) => [r.name, r.type]));
+    const problems: string[] = [];
+    for (const [name, type] of Object.entries(EXPECTED_COLUMNS)) {
+      const t = have.get(name);
+      if (t === undefined) problems.push(`no column ${name}`);
+      else if (t !== type) problems.push(`column ${name} is ${t}, not ${type}`);
+    }
+    const key = pk.rows.map((r) => r.name).sort();
+    if (key.join(',') !== 'group_id,partition,topic') problems.push(`primary key (${key.join(', ') || 'none'}), not (group_id, topic, partition)`);
+    if (problems.length > 0) {
+      throw new TributaryError('invalid_config', { option: 'offsetStorePostgresUrl', reason: `table ${this.qualified}: ${problems.join('; ')}` });
+    }
   }
 
   async loadAll(): Promise<StoredOffset[]> {
