@@ -65,6 +65,9 @@ it('refuses --json beside --format, and an empty dev-cluster --data-dir', async 
   }
   const r = await cli('dev-cluster', '--data-dir', '');
   expect([r.code, r.stderr]).toEqual([2, "error: option '--data-dir <dir>' argument '' is invalid. must not be empty.\n"]);
+  // Before: ten brokers started, then the eleventh failed on etcd's port (exit 1).
+  const crowded = await cli('dev-cluster', '--brokers', '11', '--base-port', '21000');
+  expect([crowded.code, crowded.stderr]).toEqual([2, 'error: --base-port lays out at most 10 brokers (health ports port+80..port+89, etcd on port+90 and port+91)\n']);
 });
 
 it('refuses a config file over 1 MiB unread, lists at most 20 unknown keys, and names a nested unknown key by its path', async () => {

@@ -224,12 +224,14 @@ export function registerClusterCommands(program: Command): void {
     })
     .option(
       '--base-port <port>',
-      'fixed ports: broker i on port+i, its health port on port+80+i, etcd on port+90 and port+91 (default: free ports)',
+      'fixed ports: broker i on port+i, its health port on port+80+i, etcd on port+90 and port+91, so at most 10 brokers (default: free ports)',
       intArg(1, 65535 - 91),
     )
     .option('--broker-args <flags>', 'extra `broker start` flags for every broker, e.g. "--broker-lease-ttl-seconds 2"')
     .option('--tls', 'TLS to clients, between brokers and to etcd, with a CA and certificates made by openssl in <data>/tls (clients then need --ca)')
     .action(async (opts: DevClusterOptions) => {
+      // Fixed ports: an eleventh broker's health port (port+90) would be etcd's client port.
+      if (opts.basePort !== undefined && opts.brokers > 10) throw usageError('--base-port lays out at most 10 brokers (health ports port+80..port+89, etcd on port+90 and port+91)');
       await devCluster(opts);
     });
 
