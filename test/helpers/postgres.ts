@@ -195,6 +195,17 @@ export async function startPostgres(): Promise<PostgresServer> {
     installExitHook();
     /** Between down() and up(): nothing to stop. */
     let serving = true;
+    const down = async (opts: { mode?: 'fast' | 'immediate' } = {}) => {
+      if (stopped) throw new Error('the PostgreSQL server was stopped');
+      await pgCtlStop(opts.mode ?? 'fast');
+      serving = false;
+    };
+    const up = async () => {
+      if (stopped) throw new Error('the PostgreSQL server was stopped');
+      await pgCtlStart();
+      serving = true;
+      await waitForConnections(connectionString, Date.now() + START_TIMEOUT_MS);
+    };
 
     return {
       connectionString,
@@ -210,20 +221,11 @@ export async function startPostgres(): Promise<PostgresServer> {
         }
       },
       async restart(opts = {}) {
-        await this.down(opts);
-        await this.up();
+        await down(opts);
+        await up();
       },
-      async down(opts = {}) {
-        if (stopped) throw new Error('the PostgreSQL server was stopped');
-        await pgCtlStop(opts.mode ?? 'fast');
-        serving = false;
-      },
-      async up() {
-        if (stopped) throw new Error('the PostgreSQL server was stopped');
-        await pgCtlStart();
-        serving = true;
-        await waitForConnections(connectionString, Date.now() + START_TIMEOUT_MS);
-      },
+      down,
+      up,
     };
   } catch (err) {
     if (started)

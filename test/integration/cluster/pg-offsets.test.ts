@@ -5,7 +5,7 @@
  * "PostgreSQL offsets").
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TributaryError } from 'tributary-protocol/errors.js';
+import type { TributaryError } from 'tributary-protocol/errors.js';
 import { TestCluster } from '../../helpers/cluster.js';
 import { type PostgresServer, startPostgres } from '../../helpers/postgres.js';
 import { kv } from '../groups/helpers.js';

@@ -123,15 +123,20 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
     }
   }
 
-  it('a commit whose COMMIT answer was lost is known to be written: acknowledged, and what FETCH_OFFSET says', async () => {
+  /** A one-partition topic of 50 records and the only member of `group`, with a commit of partition 0 by it. */
+  async function onlyMember(topic: string, group: string, join: Record<string, number> = {}) {
     const admin = await broker.connect();
-    await admin.command('CREATE', { topic: 'lost', partitions: 1 });
-    await fill(admin, 'lost', 1, 50);
-    const m = await GroupMember.connect(broker, 'lost', 'g-lost', 'w');
-    await m.join();
+    await admin.command('CREATE', { topic, partitions: 1 });
+    await fill(admin, topic, 1, 50);
+    const m = await GroupMember.connect(broker, topic, group, 'w');
+    await m.join(join);
     await m.sync();
-    const commit = (offset: number) =>
-      m.conn.command('COMMIT_OFFSET', { topic: 'lost', group: 'g-lost', partition: 0, offset, member: m.id, generation: m.generation });
+    const commit = (offset: number) => m.conn.command('COMMIT_OFFSET', { topic, group, partition: 0, offset, member: m.id, generation: m.generation });
+    return { admin, m, commit };
+  }
+
+  it('a commit whose COMMIT answer was lost is known to be written: acknowledged, and what FETCH_OFFSET says', async () => {
+    const { admin, m, commit } = await onlyMember('lost', 'g-lost');
     await commit(10);
     cutCommits = 1;
     // Before: storage_error, with the table at 20 and the coordinator at 10; a commit of 15 then got offset_regression.
@@ -142,14 +147,7 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
   });
 
   it('a reset whose COMMIT answer was lost: the next commit of the old offset is written, not answered from memory, and survives kill -9', async () => {
-    const admin = await broker.connect();
-    await admin.command('CREATE', { topic: 'reset', partitions: 1 });
-    await fill(admin, 'reset', 1, 50);
-    const m = await GroupMember.connect(broker, 'reset', 'g-reset', 'w');
-    await m.join();
-    await m.sync();
-    const commit = (offset: number) =>
-      m.conn.command('COMMIT_OFFSET', { topic: 'reset', group: 'g-reset', partition: 0, offset, member: m.id, generation: m.generation });
+    const { admin, m, commit } = await onlyMember('reset', 'g-reset');
     await commit(20);
     cutCommits = 1;
     await admin.command('RESET_OFFSETS', { group: 'g-reset', topic: 'reset', to: 'offset', offset: 0 }).catch(() => {});
@@ -165,15 +163,8 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
   });
 
   it('a table locked by another session fails a commit after a bounded wait; the group goes on and a later commit lands', async () => {
-    const admin = await broker.connect();
-    await admin.command('CREATE', { topic: 'locked', partitions: 1 });
-    await fill(admin, 'locked', 1, 50);
-    const m = await GroupMember.connect(broker, 'locked', 'g-locked', 'w');
     // A session longer than the wait: this member sends no heartbeat meanwhile.
-    await m.join({ session_timeout_ms: 30_000 });
-    await m.sync();
-    const commit = (offset: number) =>
-      m.conn.command('COMMIT_OFFSET', { topic: 'locked', group: 'g-locked', partition: 0, offset, member: m.id, generation: m.generation });
+    const { admin, commit } = await onlyMember('locked', 'g-locked', { session_timeout_ms: 30_000 });
     await commit(5);
     const locker = new pg.Client({ connectionString: pgServer.connectionString });
     await locker.connect();
