@@ -136,7 +136,7 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
   }
 
   it('a commit whose COMMIT answer was lost is known to be written: acknowledged, and what FETCH_OFFSET says', async () => {
-    const { admin, m, commit } = await onlyMember('lost', 'g-lost');
+    const { admin, commit } = await onlyMember('lost', 'g-lost');
     await commit(10);
     cutCommits = 1;
     // Before: storage_error, with the table at 20 and the coordinator at 10; a commit of 15 then got offset_regression.
