@@ -339,6 +339,7 @@ describe('admin API, authentication off', () => {
       ['POST', '/api/v1/topics', { body: { name: 'x', partitions: 'three' } }, 400, 'invalid_parameter'],
       ['POST', '/api/v1/topics', { body: { name: 'bad name!' } }, 400, 'invalid_topic_name'],
       ['POST', '/api/v1/topics', { body: { name: 'x' }, headers: { 'content-type': 'text/plain' } }, 400, 'invalid_parameter'],
+      ['POST', '/api/v1/topics', { body: { name: 'x' }, headers: { 'content-type': 'application/json-patch+json' } }, 400, 'invalid_parameter'],
       ['POST', '/api/v1/topics/stable/messages', { body: {} }, 400, 'invalid_parameter'],
       ['POST', '/api/v1/topics/stable/messages', { body: { value: '%%%', encoding: 'base64' } }, 400, 'invalid_parameter'],
       ['POST', '/api/v1/topics/stable/messages', { body: { value: 'v', partition: 3 } }, 404, 'partition_not_found'],
@@ -362,8 +363,9 @@ describe('admin API, authentication off', () => {
     expect((await api('GET', '/api/v1/topics')).body.topics.map((t: { name: string }) => t.name)).not.toContain('y');
     expect((await api('GET', '/api/v1/topics/stable')).body.partitions[0].logEnd).toBe(1);
     expect((await api('GET', '/api/v1/groups')).body.groups.map((g: { group: string }) => g.group)).not.toContain('g');
-    // Still serving.
+    // Still serving, and a JSON content type with parameters is JSON.
     expect((await api('GET', '/api/v1/cluster')).status).toBe(200);
+    expect((await api('POST', '/api/v1/topics', { body: { name: 'charset-ok' }, headers: { 'content-type': 'application/json; charset=utf-8' } })).status).toBe(201);
   });
 });
 

@@ -94,7 +94,8 @@ export function checkInt(name: string, v: unknown, opts: { min?: number; max?: n
 /** A JSON object body whose keys are all in `allowed`; malformed JSON, another type or an unknown key is refused. */
 export async function readJsonBody(req: http.IncomingMessage, allowed: readonly string[]): Promise<Record<string, unknown>> {
   const type = req.headers['content-type'] ?? '';
-  if (!/^application\/json\b/i.test(type)) throw invalidParam('content-type', 'expected application/json');
+  // The media type itself, parameters (charset) allowed: `\b` also let application/json-patch+json through.
+  if (!/^application\/json\s*(;|$)/i.test(type)) throw invalidParam('content-type', 'expected application/json');
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
