@@ -408,10 +408,37 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
 
   // ---- consumer groups ----
 
-  /** Group names known to the broker (live groups and groups with committed offsets), sorted. */
+  /**
+   * Group names (live groups and groups with committed offsets), sorted. A broker lists the groups it
+   * coordinates, so in a cluster every live broker is asked; CLUSTER_STATUS names them, which needs `admin`
+   * when authentication is on: without it, only the answering broker's groups are listed.
+   */
   async listGroups(o: { signal?: AbortSignal } = {}): Promise<string[]> {
-    const reply = await this.any('LIST_GROUPS', {}, o.signal);
-    return (parseLine(reply).params.get('groups') ?? '').split(',').filter(Boolean).sort();
+    const names = new Set<string>();
+    const add = (reply: string) => {
+      for (const g of (parseLine(reply).params.get('groups') ?? '').split(',')) if (g) names.add(g);
+    };
+    const brokers = await this.liveBrokers(o.signal);
+    if (brokers.length <= 1) add(await this.any('LIST_GROUPS', {}, o.signal));
+    else {
+      const ask = (address: string) =>
+        retry(async () => untilAborted((await this.cluster.connection(address, o.signal)).command('LIST_GROUPS'), o.signal), { ...this.retryOptions, signal: o.signal });
+      for (const reply of await Promise.all(brokers.map(ask))) add(reply);
+    }
+    return [...names].sort();
+  }
+
+  /** The addresses of a cluster's live brokers; none for a standalone broker or a principal without `admin`. */
+  private async liveBrokers(signal?: AbortSignal): Promise<string[]> {
+    let s: ClusterStatus;
+    try {
+      s = await this.clusterStatus({ signal });
+    } catch (err) {
+      if (err instanceof TributaryError && err.errorClass === 'authorization') return [];
+      throw err;
+    }
+    if (s.mode !== 'cluster') return [];
+    return s.brokers.filter((b) => b.alive !== false).map((b) => b.address ?? `${b.host}:${b.port}`);
   }
 
   async describeGroup(group: string, o: { signal?: AbortSignal } = {}): Promise<GroupDescription> {

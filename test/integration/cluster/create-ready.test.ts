@@ -88,4 +88,22 @@ describe('CREATE means ready (cluster)', () => {
       await admin.close();
     }
   });
+  it('Admin.listGroups lists the groups of every coordinator, whichever broker it asks first', async () => {
+    const admin = new Admin({ brokers: [cluster().addresses[0]!] });
+    try {
+      await admin.createTopic({ topic: 'ready-groups', partitions: 1, replicationFactor: 3 });
+      // Eight groups with committed offsets, spread over the coordinators.
+      const groups = Array.from({ length: 8 }, (_, i) => `lg-${i}`);
+      for (const group of groups) await admin.resetOffsets({ group, topic: 'ready-groups', to: 'earliest' });
+      const c = await cluster().connect(0);
+      const coordinators = new Set<string>();
+      for (const group of groups) coordinators.add(parseLine(await c.command('FIND_COORDINATOR', { group })).params.get('coordinator_id')!);
+      await c.close();
+      expect(coordinators.size).toBeGreaterThan(1);
+      // Before: only the groups the first broker coordinates.
+      expect(await admin.listGroups()).toEqual(groups);
+    } finally {
+      await admin.close();
+    }
+  });
 });
