@@ -3,6 +3,7 @@
  * (docs/sdk.md, "Retry and dead-letter topics"). Checked when run() is called; a bad value rejects run()
  * before anything connects.
  */
+import { TOPIC_NAME_RE } from 'tributary-protocol/topic-name.js';
 import { configError } from './consumer-options.js';
 import { type Complete, refuseUnknownOptions } from './option-names.js';
 
@@ -43,8 +44,6 @@ const MAX_DELAYS = 20;
 const MAX_ATTEMPTS = 1000;
 /** The longest delay: a timer's limit (setTimeout caps at 2^31-1 ms, about 24.8 days). */
 const MAX_DELAY_MS = 2 ** 31 - 1;
-// Topic names as the broker checks them (docs/protocol.md): 1-238 of letters, digits, ".", "_", "-".
-const TOPIC_RE = /^[A-Za-z0-9._-]{1,238}$/;
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
 /** A delay as milliseconds: a non-negative integer, or `<integer><ms|s|m|h>`; undefined when it is neither. */
@@ -94,7 +93,7 @@ export function resolveRetryTopics(
   const retryTopics = delaysMs.map((_, i) => `${base}.retry.${i + 1}`);
   const deadLetterTopic = c.deadLetterTopic ?? `${base}.dlq`;
   for (const [option, name] of [...retryTopics.map((t) => ['retryTopics', t] as const), ['retryTopics.deadLetterTopic', deadLetterTopic] as const]) {
-    if (typeof name !== 'string' || !TOPIC_RE.test(name) || name.startsWith('__')) {
+    if (typeof name !== 'string' || !TOPIC_NAME_RE.test(name) || name.startsWith('__')) {
       throw configError(option, `${JSON.stringify(name)} is not a valid topic name (1-249 of letters, digits, ".", "_", "-"; shorten the topic or group)`);
     }
   }

@@ -15,19 +15,16 @@ import { DEFAULT_LOG_OPTIONS } from '../storage/log-options.js';
 import type { BrokerConfig } from '../common/config.js';
 import { type Logger, lazyChild } from '../common/logger.js';
 import type { BrokerMetrics } from '../common/metrics.js';
+import { MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_RE } from 'tributary-protocol/topic-name.js';
 import { Partition } from './partition.js';
 import { SNAPSHOT_INTERVAL_MS } from './partition-snapshots.js';
 
-/**
- * At most 238 characters: a topic's directory is `<name>~<16 hex of its id>` (topicDir), and a file name
- * may have 255 bytes. A longer name was stored, then failed to open (ENAMETOOLONG), and every start after
- * that failed on it.
- */
-export const MAX_TOPIC_NAME_LENGTH = 238;
-const TOPIC_NAME_RE = new RegExp(`^[A-Za-z0-9._-]{1,${MAX_TOPIC_NAME_LENGTH}}$`);
 const INTERNAL_SEGMENT_BYTES = 16 * 1024 * 1024;
 
-/** Topic names: 1-238 of letters, digits, `.`, `_`, `-`; `.`/`..` reserved; `__` reserved for internal topics. */
+/**
+ * Topic names: 1-238 of letters, digits, `.`, `_`, `-` (tributary-protocol/topic-name.ts: a longer name
+ * failed to open with ENAMETOOLONG after it was stored); `.`/`..` reserved; `__` for internal topics.
+ */
 export function validateTopicName(name: string, opts: { allowInternal?: boolean } = {}): void {
   const bad = (reason: string) => new TributaryError('invalid_topic_name', { topic: name.length > 256 ? `${name.slice(0, 256)}...` : name, reason });
   if (!TOPIC_NAME_RE.test(name)) throw bad(`1-${MAX_TOPIC_NAME_LENGTH} characters of letters, digits, ".", "_" and "-"`);
