@@ -415,6 +415,39 @@ describe('GroupCoordinator on a fake clock', () => {
     expect(memberIds('g')).toHaveLength(2);
     await expect(commit('g', sa, [[sa.assignments[0]!, 3]])).resolves.toBe(1);
   });
+  it('joins waiting for a window whose group write is refused hear COORDINATOR_LOADING at once, not at their rebalance timeout', async () => {
+    const write = c.groupLog.writeGroup.bind(c.groupLog);
+    let refused = 0;
+    c.groupLog.writeGroup = (snapshot) => {
+      if (refused > 0) return write(snapshot);
+      refused++;
+      return Promise.reject(new TributaryError('storage_error', { reason: 'test: the write was refused' }));
+    };
+    // The reload is held, so the joins are answered while the partition is loading.
+    const replay = c.groupLog.replay.bind(c.groupLog);
+    let openReplay!: () => void;
+    const replayGate = new Promise<void>((resolve) => {
+      openReplay = resolve;
+    });
+    let replayed = false;
+    c.groupLog.replay = async (partition) => {
+      await replayGate;
+      const r = await replay(partition);
+      replayed = true;
+      return r;
+    };
+    const joins = [gc.join(joinReq('g', 'a')), gc.join(joinReq('g', 'b'))].map((j) => expectError(j, 'COORDINATOR_LOADING'));
+    await until(() => memberIds('g').length === 2, 5000, 'the joins to be registered');
+    // Only the window passes on the clock, far less than the rebalance timeout.
+    await clock.advance(WINDOW);
+    await Promise.all(joins);
+    expect(refused).toBe(1);
+    openReplay();
+    await until(() => replayed, 5000, 'the partition to be reloaded');
+    // The refused generation left no trace: a new join forms the group.
+    const [v] = await joinTogether('g', [joinReq('g', 'c')]);
+    expect(v!.generation).toBe(1);
+  });
   it('a reset on a live group: reset partitions leave their owners, old reads cannot overwrite them, a new generation names them until the member syncs', async () => {
     const [va, vb] = await joinTogether('g', [joinReq('g', 'a'), joinReq('g', 'b')]);
     const sa = await sync('g', va!);

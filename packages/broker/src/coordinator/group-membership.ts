@@ -153,7 +153,11 @@ export class GroupMembership {
     const deadline = this.ctx.clock.now() + m.rebalanceTimeoutMs;
     for (;;) {
       const g = this.ctx.groups.get(req.group);
-      if (!g || g.members.get(m.memberId) !== m) throw new TributaryError('member_not_found', { member: m.memberId });
+      if (!g || g.members.get(m.memberId) !== m) {
+        // A refused group write dropped the group for a reload (GroupCoordinator.resync): retriable.
+        this.ctx.checkOwner(req.group);
+        throw new TributaryError('member_not_found', { member: m.memberId });
+      }
       if (!g.pendingCauses.some((r) => r.member === m.memberId)) return this.view(g, m, false);
       if (req.signal?.aborted) {
         await this.abandon(req.group, m);

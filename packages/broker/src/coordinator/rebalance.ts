@@ -136,8 +136,13 @@ export class Rebalancer {
     this.rebalances.inc({ group: g.groupId });
     this.ctx.logger.info({ group: g.groupId, generation: g.generation, reasons, members: g.members.size }, 'new generation');
     this.checkSettled(g);
-    await this.ctx.persist(g);
-    this.windowWaiters.wake(g.groupId);
+    try {
+      await this.ctx.persist(g);
+    } finally {
+      // Also when the write was refused: the joins waiting for this window hear it now (their group was
+      // dropped for a reload), not at their rebalance timeout.
+      this.windowWaiters.wake(g.groupId);
+    }
   }
 
   assignmentInput(g: ConsumerGroup, partitions: number) {
