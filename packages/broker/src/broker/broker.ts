@@ -38,6 +38,7 @@ import { LocalTxnTargets } from '../txn/txn-targets.js';
 import { ClusterTxnTargets } from '../cluster/cluster-txn-targets.js';
 import { MemberLeases } from '../cluster/member-leases.js';
 import { ReplyBuffers, registerReplyBufferMetrics } from './reply-buffers.js';
+import { partitionOffsets } from './partition-offsets.js';
 
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
 
@@ -150,6 +151,7 @@ export class Broker implements BrokerContext {
         defaultAssignor: config.groupAssignor,
       },
       topicExists: (name) => this.store.getTopic(name) !== undefined,
+      logOffsets: (topic, partition, timestamp) => partitionOffsets(this, topic, partition, timestamp),
     });
     this.producerIds = new ProducerIdAllocator(this.store);
     this.transactions = new TransactionCoordinator({

@@ -147,8 +147,8 @@ async function batchCommit(b: BrokerContext, _c: ConnectionContext, p: Params): 
   return formatOk({ batched: n });
 }
 
-function groupStatus(b: BrokerContext, _c: ConnectionContext, p: Params): string {
-  const status = b.coordinator.status(p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }));
+async function groupStatus(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+  const status = await b.coordinator.statusWithLogEnds(p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }));
   if (status.kind === 'kafka') readKafkaAssignments(status, status.protocol === 'consumer');
   return JSON.stringify(status);
 }

@@ -1,9 +1,11 @@
 /** Topic administration and lookups: CREATE, DELETE, ADD_PARTITIONS, LIST, DESCRIBE, METADATA, LIST_OFFSETS, CLUSTER_STATUS. */
-import { type Params, formatOk, parseLine } from 'tributary-protocol/command.js';
+import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { TopicDefinition } from '../partition/metadata-store.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, json, leaderAddress } from './command-context.js';
+import { formatLogOffsets, localLogOffsets } from '../partition/log-offsets.js';
 import type { Partition } from '../partition/partition.js';
+import { partitionOffsets } from './partition-offsets.js';
 import type { TopicSpec } from '../partition/topic-manager.js';
 
 /**
@@ -163,24 +165,10 @@ async function listOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): 
   const only = p.int('partition', { min: 0, max: 1_000_000 });
   const timestamp = p.int('timestamp', { min: 0 });
   const parts = only === undefined ? topic.partitions : [topic.partition(only)];
-  // `latest` is the LSO: exact once the transaction index is rebuilt (just after open it is a lower bound).
-  await Promise.all(parts.map((x) => x.whenTxnIndexReady()));
-  // `at`: the first offset whose record is stamped at or after `timestamp` (the log end when none is).
-  const at = async (x: Partition) => (timestamp === undefined ? '' : `:at=${await x.log.offsetForTimestamp(timestamp)}`);
-  const local = async (x: Partition) => `P${x.id}:earliest=${x.earliest}:latest=${x.lastStableOffset}:leo=${x.logEndOffset}:hwm=${x.highWatermark}${await at(x)}`;
-  // Cluster mode: a follower's HWM and LSO trail its leader's, so partitions led elsewhere are asked of
-  // their leaders (a follower's own view only when the leader cannot be asked).
+  // Cluster mode: partitions led elsewhere are asked of their leaders; a follower's own view (its HWM and
+  // LSO trail the leader's) only when the leader cannot be asked.
   const offsets = await Promise.all(
-    parts.map(async (x) => {
-      const cluster = b.cluster;
-      if (!cluster || cluster.isLeader(topic.name, x.id)) return local(x);
-      try {
-        const reply = await (await cluster.leaderPeer(topic.name, x.id)).command('LIST_OFFSETS', { topic: topic.name, partition: x.id, timestamp });
-        return parseLine(reply).params.get('offsets') ?? local(x);
-      } catch {
-        return local(x);
-      }
-    }),
+    parts.map(async (x) => formatLogOffsets(x.id, await partitionOffsets(b, topic.name, x.id, timestamp).catch(() => localLogOffsets(x, timestamp)))),
   );
   return formatOk({ topic: topic.name, partitions: topic.partitions.length, offsets: offsets.join(',') });
 }

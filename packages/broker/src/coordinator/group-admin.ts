@@ -36,9 +36,10 @@ export class GroupAdmin {
       help: 'Records between the committed offset and the last stable offset, per group partition',
       labelNames: ['group', 'topic', 'partition'],
       registers: [registry],
-      collect() {
+      async collect() {
+        const rows = await self.lagRows();
         this.reset();
-        for (const row of self.lagRows()) this.set({ group: row.group, topic: row.topic, partition: String(row.partition) }, row.lag);
+        for (const row of rows) this.set({ group: row.group, topic: row.topic, partition: String(row.partition) }, row.lag);
       },
     });
     new client.Gauge({
@@ -101,6 +102,22 @@ export class GroupAdmin {
     validateId('group', req.group);
     const topic = this.ctx.topics.get(req.topic);
     const parts = req.partition === undefined ? topic.partitions : [topic.partition(req.partition)];
+    // From the partitions' leaders (in a cluster this broker's copy may trail, or not exist), before the
+    // group's lock is taken: no group request waits on another broker's answer.
+    const entries: OffsetEntry[] = await Promise.all(
+      parts.map(async (p) => {
+        const ends = await this.ctx.logOffsets(req.topic, p.id, req.to === 'timestamp' ? (req.value ?? 0) : undefined);
+        let offset: number;
+        if (req.to === 'earliest') offset = ends.earliest;
+        else if (req.to === 'latest') offset = ends.latest;
+        else if (req.to === 'timestamp') offset = ends.at!;
+        else {
+          offset = req.value ?? 0;
+          if (offset < ends.earliest || offset > ends.leo) throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: ends.earliest, latest: ends.leo, partition: p.id });
+        }
+        return { partition: p.id, offset };
+      }),
+    );
     return this.ctx.withOwnedGroup(req.group, async () => {
       const g = this.ctx.groups.get(req.group);
       const live = g && !g.deleted && g.members.size > 0 ? g : undefined;
@@ -108,18 +125,6 @@ export class GroupAdmin {
       const classic = this.ctx.classicGroups.get(req.group);
       if (classic && classic.members.size > 0) throw new TributaryError('group_not_empty', { group: req.group, members: classic.members.size });
       if (live && live.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${live.topic}`);
-      const entries: OffsetEntry[] = [];
-      for (const p of parts) {
-        let offset: number;
-        if (req.to === 'earliest') offset = p.earliest;
-        else if (req.to === 'latest') offset = p.lastStableOffset;
-        else if (req.to === 'timestamp') offset = await p.log.offsetForTimestamp(req.value ?? 0);
-        else {
-          offset = req.value ?? 0;
-          if (offset < p.earliest || offset > p.logEndOffset) throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: p.earliest, latest: p.logEndOffset, partition: p.id });
-        }
-        entries.push({ partition: p.id, offset });
-      }
       if (req.dryRun) return entries;
       if (live) {
         const reset = entries.map((e) => e.partition);
@@ -147,20 +152,42 @@ export class GroupAdmin {
     });
   }
 
-  private lagRows(): Array<{ group: string; topic: string; partition: number; committed: number; logEnd: number; lag: number }> {
+  /**
+   * Every committed offset's lag behind its partition's last stable offset, as the partition's leader
+   * sees it; a partition whose leader cannot be asked has no row rather than a wrong one.
+   */
+  private async lagRows(): Promise<Array<{ group: string; topic: string; partition: number; lag: number }>> {
+    const ends = new LogEnds(this.ctx);
     const rows = [];
     for (const [group, byTopic] of this.offsets.committed) {
       for (const [topicName, byPart] of byTopic) {
-        const topic = this.ctx.topics.tryGet(topicName);
-        if (!topic) continue;
-        for (const [p, committed] of byPart) {
-          const part = topic.partitions[p];
-          if (!part) continue;
-          rows.push({ group, topic: topicName, partition: p, committed, logEnd: part.lastStableOffset, lag: Math.max(0, part.lastStableOffset - committed) });
-        }
+        for (const [p, committed] of byPart) rows.push({ group, topic: topicName, partition: p, committed, end: ends.of(topicName, p) });
       }
     }
-    return rows;
+    const out = [];
+    for (const row of rows) {
+      const end = await row.end;
+      if (end !== undefined) out.push({ group: row.group, topic: row.topic, partition: row.partition, lag: Math.max(0, end - row.committed) });
+    }
+    return out;
+  }
+
+  /**
+   * GROUP_STATUS with each partition's log end and lag as its leader sees them (status() shows this
+   * broker's copies, which in a cluster may trail or not exist); `null` where the leader cannot be asked.
+   */
+  async statusWithLogEnds(groupId: string): Promise<Record<string, unknown>> {
+    const status = this.status(groupId);
+    const ends = new LogEnds(this.ctx);
+    const rows = status.offsets as Array<{ topic?: string; partition: number; committed: number | null; log_end: number | null; lag: number | null }>;
+    await Promise.all(
+      rows.map(async (row) => {
+        row.log_end = (await ends.of(row.topic ?? (status.topic as string), row.partition)) ?? null;
+        row.lag = row.committed === null || row.log_end === null ? null : Math.max(0, row.log_end - row.committed);
+      }),
+    );
+    status.total_lag = rows.reduce((n, o) => n + (o.lag ?? 0), 0);
+    return status;
   }
 
   status(groupId: string): Record<string, unknown> {
@@ -258,5 +285,23 @@ export class GroupAdmin {
       total_lag: offsets.reduce((n, o) => n + (o.lag ?? 0), 0),
       history: [],
     };
+  }
+}
+
+/** Last stable offsets asked once per partition; undefined for a topic or partition that is gone or a leader that cannot be asked. */
+class LogEnds {
+  private readonly asked = new Map<string, Promise<number | undefined>>();
+
+  constructor(private readonly ctx: GroupContext) {}
+
+  of(topic: string, partition: number): Promise<number | undefined> {
+    const key = `${topic}\0${partition}`;
+    let end = this.asked.get(key);
+    if (!end) {
+      const known = this.ctx.topics.tryGet(topic)?.partitions[partition] !== undefined;
+      end = known ? this.ctx.logOffsets(topic, partition).then((o) => o.latest, () => undefined) : Promise.resolve(undefined);
+      this.asked.set(key, end);
+    }
+    return end;
   }
 }

@@ -1,6 +1,7 @@
 import type { Logger } from '../common/logger.js';
 import type { Clock } from '../common/clock.js';
 import type { TopicManager } from '../partition/topic-manager.js';
+import type { LogOffsetsOf } from '../partition/log-offsets.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { AssignorName } from 'tributary-protocol/assignors.js';
 import type { ClassicGroup } from './classic-group.js';
@@ -38,6 +39,8 @@ export interface GroupContext {
   readonly offsetStore: OffsetStore;
   readonly config: CoordinatorConfig;
   readonly logger: Logger;
+  /** Log ends and starts as the partitions' leaders see them: lag and offset resets (partition/log-offsets.ts). */
+  readonly logOffsets: LogOffsetsOf;
   /** Every time the coordinator reads and every timer it arms: no part reads time any other way. */
   readonly clock: Clock;
   /** Session expiry, join windows and rebalance timeouts. */

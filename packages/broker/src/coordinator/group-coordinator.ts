@@ -1,6 +1,7 @@
 import type client from 'prom-client';
 import type { Logger } from '../common/logger.js';
 import type { TopicManager } from '../partition/topic-manager.js';
+import { type LogOffsetsOf, localLogOffsets } from '../partition/log-offsets.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { ConsumerGroup, type Member } from './group.js';
 import { type ClassicGroup, type ClassicSnapshot, isClassicSnapshot } from './classic-group.js';
@@ -79,6 +80,8 @@ export class GroupCoordinator {
        * which knows of a topic created elsewhere before its partitions are open here.
        */
       topicExists?: (topic: string) => boolean;
+      /** Default: this broker's copies. A cluster broker asks partitions' leaders (broker/partition-offsets.ts). */
+      logOffsets?: LogOffsetsOf;
     },
   ) {
     this.clock = deps.clock ?? systemClock;
@@ -91,6 +94,7 @@ export class GroupCoordinator {
         return deps.config;
       },
       logger: deps.logger,
+      logOffsets: deps.logOffsets ?? ((topic, partition, timestamp) => localLogOffsets(deps.topics.get(topic).partition(partition), timestamp)),
       clock: this.clock,
       scheduler: this.scheduler,
       groups: this.groups,
@@ -571,7 +575,12 @@ export class GroupCoordinator {
     return this.admin.resetOffsets(req);
   }
 
+  /** GROUP_STATUS with this broker's copies of the log ends (tests); statusWithLogEnds for clients. */
   status(groupId: string): Record<string, unknown> {
     return this.admin.status(groupId);
+  }
+
+  statusWithLogEnds(groupId: string): Promise<Record<string, unknown>> {
+    return this.admin.statusWithLogEnds(groupId);
   }
 }
