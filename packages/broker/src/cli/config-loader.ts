@@ -207,18 +207,17 @@ function readConfigFile(path: string): { data: Record<string, unknown>; lines: K
     try {
       data = JSON.parse(text);
     } catch (err) {
-      return { error: `invalid config: cannot parse config file ${path}: ${(err as Error).message}` };
+      // V8's message may quote the text (`"..." is not valid JSON`): only the place is told.
+      const at = /at position (\d+)/.exec((err as Error).message);
+      return { error: `invalid config: cannot parse config file ${path}: not valid JSON${at ? ` ${lineColumn(text, Number(at[1]))}` : ''}` };
     }
     // JSON.parse keeps the last of two equal keys without a word; read as YAML (JSON is YAML), they are an error.
     const dup = parseDocument(text, { prettyErrors: true }).errors.find((e) => e.code === 'DUPLICATE_KEY');
-    if (dup) return { error: `invalid config: cannot parse config file ${path}: ${dup.message.trimEnd()}` };
+    if (dup) return { error: `invalid config: cannot parse config file ${path}: ${withoutSource(dup.message)}` };
   } else {
     const counter = new LineCounter();
     const doc = parseDocument(text, { lineCounter: counter, prettyErrors: true });
-    if (doc.errors.length > 0) {
-      // yaml's message ends with the offending line and a caret under the spot.
-      return { error: `invalid config: cannot parse config file ${path}: ${doc.errors[0]!.message.trimEnd()}` };
-    }
+    if (doc.errors.length > 0) return { error: `invalid config: cannot parse config file ${path}: ${withoutSource(doc.errors[0]!.message)}` };
     data = doc.toJS();
     lines = yamlKeyLines(doc, counter, text);
   }
@@ -341,4 +340,18 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
 
   for (const key of CONFIG_KEYS) sources[key] ??= { kind: 'default' };
   return { ok: true, config: result.data, sources };
+}
+
+/**
+ * A yaml error message without the source lines it ends with: the file holds token hashes, SCRAM keys and
+ * the inter-broker token (docs/security.md), and errors go to stderr and the log. `... at line 3, column 1`.
+ */
+function withoutSource(message: string): string {
+  return message.split('\n')[0]!.replace(/:\s*$/, '');
+}
+
+/** `at line L, column C` of a character position, as yaml words it. */
+function lineColumn(text: string, position: number): string {
+  const before = text.slice(0, position).split('\n');
+  return `at line ${before.length}, column ${before[before.length - 1]!.length + 1}`;
 }
