@@ -6,6 +6,7 @@
  * permissions and topic ACLs.
  */
 import { execFileSync } from 'node:child_process';
+import { createHash, createHmac, pbkdf2Sync } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
@@ -73,6 +74,7 @@ describe('SASL and ACLs on the Kafka port', () => {
     tokens.nobody = addUser(config, 'nobody', []);
     tokens.grouper = addUser(config, 'grouper', ['topic.read', 'topic.write', 'group']);
     tokens.revokee = addUser(config, 'revokee', ['topic.read', 'topic.write']);
+    tokens.rotor = addUser(config, 'rotor', ['topic.read', 'topic.write']);
     // A user from before SCRAM keys were stored: its entry has the scrypt hash only.
     tokens.legacy = addUser(config, 'legacy', ['topic.read', 'topic.write']);
     tokens.txn = addUser(config, 'txn', ['transaction', 'topic.write']);
@@ -550,6 +552,32 @@ describe('SASL and ACLs on the Kafka port', () => {
     } finally {
       await again.disconnect();
     }
+  });
+
+  it('a SCRAM exchange that began before a SIGHUP rotated its token fails: the old token gets no session', async () => {
+    // The rotated file is made first, so that the exchange spans the reload alone (authTimeoutMs is short).
+    const rotated = path.join(dir, 'rotated.yaml');
+    fs.copyFileSync(config, rotated);
+    execFileSync(process.execPath, [CLI, 'user', 'add', 'rotor', '--permissions', 'topic.read,topic.write', '--token', 'rotor-new-token-0123456789', '--config', rotated]);
+    const raw = await RawKafka.connect(broker.kafkaPort);
+    raws.push(raw);
+    expect((await raw.call(17, 1, { mechanism: 'SCRAM-SHA-256' })).errorCode).toBe(0);
+    const clientFirstBare = 'n=rotor,r=rotationnonce';
+    const serverFirst = ((await raw.call(36, 2, { authBytes: Buffer.from(`n,,${clientFirstBare}`) })).authBytes as Buffer).toString();
+    const [, nonce, salt, iterations] = /^r=([^,]+),s=([^,]+),i=(\d+)$/.exec(serverFirst)!;
+    const mark = broker.stderr.length;
+    fs.renameSync(rotated, config);
+    broker.proc!.kill('SIGHUP');
+    await expect.poll(() => broker.stderr.slice(mark).includes('users and topic ACLs reloaded'), { timeout: 5000 }).toBe(true);
+    // The proof is right for the old token and the keys the exchange started with.
+    const hmac = (k: Buffer, d: string) => createHmac('sha256', k).update(d).digest();
+    const clientKey = hmac(pbkdf2Sync(tokens.rotor!, Buffer.from(salt!, 'base64'), Number(iterations), 32, 'sha256'), 'Client Key');
+    const withoutProof = `c=biws,r=${nonce}`;
+    const signature = hmac(createHash('sha256').update(clientKey).digest(), `${clientFirstBare},${serverFirst},${withoutProof}`);
+    const proof = Buffer.from(clientKey.map((b, i) => b ^ signature[i]!));
+    const final = await raw.call(36, 2, { authBytes: Buffer.from(`${withoutProof},p=${proof.toString('base64')}`) });
+    expect(final.errorCode).toBe(code('SASL_AUTHENTICATION_FAILED'));
+    await expect.poll(() => broker.stderr.slice(mark), { timeout: 5000 }).toMatch(/"principal":"rotor".*changed or removed during the login/);
   });
 
   it("consumer groups: the group permission and the topics' read ACLs, as the main port's group commands", async () => {

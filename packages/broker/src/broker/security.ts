@@ -301,19 +301,27 @@ export class Security {
     s.principal = undefined;
     const user = Object.hasOwn(this.users, principal) ? this.users[principal] : undefined;
     const ok = await this.verifier.run(() => verifyToken(token, user));
-    this.settle(conn, principal, ok);
+    this.settle(conn, principal, ok ? user!.hash : false);
     return formatOk({ principal, authenticated: true });
   }
 
   /**
-   * The outcome of a check made elsewhere with this store's keys (SCRAM on the Kafka port): the same
-   * session state, failure counting (closed after three) and logs as AUTH. Throws authentication_failed.
+   * The outcome of a token check, AUTH's or one made elsewhere with this store's keys (SCRAM on the Kafka
+   * port): the same session state, failure counting (closed after three) and logs. `verified` is the
+   * credential (the user's hash) the check passed against, or false. A user rotated or removed while the
+   * check ran (a SIGHUP between a SCRAM exchange's two messages, or during a queued scrypt) fails it: the
+   * session must not take the new entry's rights with the old token. Throws authentication_failed.
    */
-  settle(conn: ConnectionContext, principal: string, ok: boolean, reason?: string): void {
+  settle(conn: ConnectionContext, principal: string, verified: string | false, reason?: string): void {
     const s = this.session(conn);
     s.authenticated = false;
     s.principal = undefined;
-    if (!ok) {
+    const current = Object.hasOwn(this.users, principal) ? this.users[principal]!.hash : undefined;
+    if (verified !== false && verified !== current) {
+      verified = false;
+      reason = 'the user was changed or removed during the login';
+    }
+    if (verified === false) {
       s.failures++;
       this.logger.warn({ principal, remote: conn.remote, failures: s.failures, ...(reason ? { reason } : {}) }, 'authentication failed');
       if (s.failures >= MAX_AUTH_FAILURES) setImmediate(() => s.close('too many authentication failures'));
@@ -321,7 +329,7 @@ export class Security {
     }
     s.authenticated = true;
     s.principal = principal;
-    s.credential = Object.hasOwn(this.users, principal) ? this.users[principal]!.hash : undefined;
+    s.credential = verified;
     conn.principal = principal;
     this.logger.debug({ principal, remote: conn.remote }, 'authenticated');
   }
@@ -330,11 +338,12 @@ export class Security {
    * A user's SCRAM-SHA-256 keys; for an unknown user, or one added before SCRAM keys were stored, stand-ins
    * with a stable salt that never verify (so the exchange does not tell whether the user exists).
    */
-  scramKeys(principal: string): { keys: ScramKeys; known: boolean } {
-    const entry = Object.hasOwn(this.users, principal) ? this.users[principal]!.scram : undefined;
+  scramKeys(principal: string): { keys: ScramKeys; known: boolean; credential?: string } {
+    const user = Object.hasOwn(this.users, principal) ? this.users[principal]! : undefined;
+    const entry = user?.scram;
     if (!entry) return { keys: standInScramKeys(principal), known: false };
     const b = (x: string) => Buffer.from(x, 'base64');
-    return { keys: { salt: b(entry.salt), iterations: entry.iterations, storedKey: b(entry.storedKey), serverKey: b(entry.serverKey) }, known: true };
+    return { keys: { salt: b(entry.salt), iterations: entry.iterations, storedKey: b(entry.storedKey), serverKey: b(entry.serverKey) }, known: true, credential: user.hash };
   }
 
   /**

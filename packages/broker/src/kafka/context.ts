@@ -56,9 +56,12 @@ export interface KafkaSecurity {
   /** The main port's permission and topic-ACL check of one command; undefined when allowed. */
   authorize(command: string, conn: KafkaIdentity, req: ParsedLine | undefined): TributaryError | undefined;
   /** A user's SCRAM-SHA-256 keys, or stand-ins that never verify (unknown user, or none stored). */
-  scramKeys(principal: string): { keys: { salt: Buffer; iterations: number; storedKey: Buffer; serverKey: Buffer }; known: boolean };
-  /** The outcome of a check made with those keys: the same session state, failure counting and logs as AUTH. Throws when !ok. */
-  settle(conn: KafkaIdentity, principal: string, ok: boolean, reason?: string): void;
+  scramKeys(principal: string): { keys: { salt: Buffer; iterations: number; storedKey: Buffer; serverKey: Buffer }; known: boolean; credential?: string };
+  /**
+   * The outcome of a check made with those keys (`verified`: their `credential`, or false): the same session
+   * state, failure counting and logs as AUTH; fails if the user changed since the keys were read. Throws when it fails.
+   */
+  settle(conn: KafkaIdentity, principal: string, verified: string | false, reason?: string): void;
 }
 
 /** The listener's own address as clients are told it (Metadata). */

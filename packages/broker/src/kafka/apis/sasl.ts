@@ -33,7 +33,7 @@ const BAD_CREDENTIALS = 'Authentication failed: Invalid username or password';
 const BAD_SCRAM = 'Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256';
 
 /** A SCRAM exchange between its two messages, per connection; `known`: the user has SCRAM keys (for the log). */
-const scramExchanges = new WeakMap<SaslState, { server: ScramServer; known: boolean }>();
+const scramExchanges = new WeakMap<SaslState, { server: ScramServer; known: boolean; credential?: string }>();
 
 export const saslHandshakeHandler = handler(apiByKey(SaslHandshake.apiKey)!, (ctx, version, body) => {
   const mechanisms = ctx.broker.security.enabled ? [...SASL_MECHANISMS] : [];
@@ -85,10 +85,11 @@ function scram(ctx: KafkaRequestContext, token: Buffer): Step {
   let x = scramExchanges.get(ctx.sasl);
   try {
     if (!x) {
-      const started: { server: ScramServer; known: boolean } = {
+      const started: { server: ScramServer; known: boolean; credential?: string } = {
         server: new ScramServer((user) => {
           const found = security.scramKeys(user);
           started.known = found.known;
+          started.credential = found.credential;
           return found.keys;
         }),
         known: false,
@@ -104,7 +105,7 @@ function scram(ctx: KafkaRequestContext, token: Buffer): Step {
       security.settle(
         ctx.identity,
         user,
-        ok,
+        ok && x.credential !== undefined ? x.credential : false,
         ok || x.known ? undefined : 'no SCRAM keys for this principal (unknown, or added before they were stored: add it again)',
       );
     } catch {
