@@ -44,6 +44,7 @@ describe('revocation and group topic checks', () => {
     tokens.billing = addUser(config, 'billing', ['topic.read', 'topic.write', 'group']);
     tokens.mallory = addUser(config, 'mallory', ['topic.read', 'topic.write', 'group']);
     tokens.rotated = addUser(config, 'rotated', ['topic.read']);
+    tokens.grown = addUser(config, 'grown', ['topic.read']);
     broker = await BrokerProcess.start({ args: ['--config', config, '--offsets-topic-partitions', '1', '--log-level', 'info'] });
     const admin = await connect('admin');
     for (const t of ['payments', 'public']) await admin.command('CREATE', { topic: t, partitions: 1 });
@@ -76,7 +77,7 @@ describe('revocation and group topic checks', () => {
     broker.proc!.kill('SIGHUP');
     await expect.poll(() => broker.stderr.slice(mark).includes('users and topic ACLs reloaded'), { timeout: 5000 }).toBe(true);
     const users = JSON.parse((await http('/api/v1/users', 'admin', tokens.admin!)).body) as { users: Array<{ principal: string }> };
-    expect(users.users.map((u) => u.principal).sort()).toEqual(['admin', 'billing', 'rotated']);
+    expect(users.users.map((u) => u.principal).sort()).toEqual(['admin', 'billing', 'grown', 'rotated']);
     const acls = JSON.parse((await http('/api/v1/acls', 'admin', tokens.admin!)).body) as { acls: Array<{ topic: string }> };
     expect(acls.acls.map((a) => a.topic).sort()).toEqual(['audit', 'payments']);
   });
@@ -101,5 +102,20 @@ describe('revocation and group topic checks', () => {
     expect(await text(openConn, 'LIST')).toMatch(/^ERROR: authentication_required/);
     expect((await http('/api/v1/topics', 'rotated', oldToken)).status).toBe(401);
     expect((await http('/api/v1/topics', 'rotated', 'brand-new-token-123456')).status).toBe(200);
+  });
+
+  it("user add with the user's current token changes its permissions only: its open sessions go on under them", async () => {
+    const conn = await connect('grown');
+    expect(await text(conn, 'PUBLISH topic=public message=before')).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION/);
+    const entryOf = () => fs.readFileSync(config, 'utf8').match(/ {2}grown:\n {4}hash: (\S+)/)?.[1];
+    const hash = entryOf();
+    expect(hash).toBeDefined();
+    execFileSync(process.execPath, [CLI, 'user', 'add', 'grown', '--permissions', 'topic.read,topic.write', '--token', tokens.grown!, '--config', config]);
+    expect(entryOf()).toBe(hash);
+    const mark = broker.stderr.length;
+    broker.proc!.kill('SIGHUP');
+    await expect.poll(() => broker.stderr.slice(mark).includes('users and topic ACLs reloaded'), { timeout: 5000 }).toBe(true);
+    expect(JSON.parse(await text(conn, 'PUBLISH topic=public message=after'))).toMatchObject({ status: 'OK' });
+    expect(await text(conn, 'LIST')).toMatch(/^OK /);
   });
 });

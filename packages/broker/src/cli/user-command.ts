@@ -86,11 +86,17 @@ export function registerUserCommand(program: Command): void {
       if (principal === '__proto__') throw new CliError('error: principal __proto__ is reserved', EXIT_USAGE);
       if (opts.token === '') throw new CliError('error: --token must not be empty', EXIT_USAGE);
       const token = opts.token ?? randomBytes(24).toString('base64url');
-      const { hash, salt } = hashToken(token);
       editUsers(
         opts.config,
         (users) => {
-          users[principal] = { hash, salt, permissions: opts.permissions, scram: scramEntry(token) };
+          const prev = Object.hasOwn(users, principal) ? users[principal] : undefined;
+          // The same token again (a change of permissions): the entry keeps its hash, so the user's open
+          // sessions, which are tied to it, go on under the new permissions (docs/security.md, Revocation).
+          if (prev && typeof prev.salt === 'string' && hashToken(token, Buffer.from(prev.salt, 'base64')).hash === prev.hash) {
+            users[principal] = { ...prev, permissions: opts.permissions, scram: prev.scram ?? scramEntry(token) };
+          } else {
+            users[principal] = { ...hashToken(token), permissions: opts.permissions, scram: scramEntry(token) };
+          }
           return true;
         },
         { create: true },
