@@ -241,23 +241,23 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       c.on('retry.parked', (e) => this.emit('retry.parked', e));
       c.on('crash', (e) => (e.fatal ? this.ctx.crash(e.error, true) : this.emit('crash', e)));
     }
-    const runs = retryConsumers.map((c) =>
-      c.runParking(handler, r, counts, true).catch((err: unknown) => {
+    const runs = retryConsumers.map((c, i) =>
+      c.runParking(handler, r, counts, r.delaysMs[i]!).catch((err: unknown) => {
         if (!this.ctx.closing) this.ctx.crash(err as Error, true);
       }),
     );
     const closeRetries = () => void Promise.allSettled(retryConsumers.map((c) => c.close()));
     this.ctx.root.signal.addEventListener('abort', closeRetries, { once: true });
     try {
-      await this.runParking(handler, r, counts, false, signal);
+      await this.runParking(handler, r, counts, undefined, signal);
     } finally {
       closeRetries();
       await Promise.allSettled(runs);
     }
   }
 
-  /** Runs `handler` with failed messages parked (`onRetryTopic`: this consumer reads a retry topic). */
-  private async runParking(handler: NonNullable<RunOptions['eachMessage']>, r: ResolvedRetryTopics, counts: Map<string, number>, onRetryTopic: boolean, signal?: AbortSignal): Promise<void> {
+  /** Runs `handler` with failed messages parked (`retryDelayMs`: this consumer reads the retry topic of that delay). */
+  private async runParking(handler: NonNullable<RunOptions['eachMessage']>, r: ResolvedRetryTopics, counts: Map<string, number>, retryDelayMs: number | undefined, signal?: AbortSignal): Promise<void> {
     const parker = new Parker(
       {
         position: this,
@@ -271,7 +271,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       counts,
       systemRetryClock,
     );
-    const eachMessage = parkingHandler(handler, parker, systemRetryClock, onRetryTopic, (s) => sessionHeld(this.ctx, s));
+    const eachMessage = parkingHandler(handler, parker, systemRetryClock, retryDelayMs, (s) => sessionHeld(this.ctx, s));
     this.fetcher.setSink(handlerSink(this.ctx, this.committer, { eachMessage }));
     try {
       await this.runSink(signal);

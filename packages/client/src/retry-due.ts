@@ -13,6 +13,8 @@ export interface RetryClock {
   clearTimeout(timer: unknown): void;
 }
 
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export const systemRetryClock: RetryClock = {
   now: () => Date.now(),
   setTimeout: (fn, ms) => setTimeout(fn, ms),
@@ -34,10 +36,11 @@ export async function waitUntilDue(dueAt: number, clock: RetryClock, signal?: Ab
         clock.clearTimeout(timer);
         reject(signal!.reason ?? new TributaryError('client_closed'));
       };
+      // A timer's limit (longer ones fire at once): a longer wait takes several.
       const timer = clock.setTimeout(() => {
         signal?.removeEventListener('abort', onAbort);
         resolve();
-      }, left);
+      }, Math.min(left, MAX_TIMER_MS));
       signal?.addEventListener('abort', onAbort, { once: true });
     });
   }

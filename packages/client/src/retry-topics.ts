@@ -176,19 +176,22 @@ export class Parker {
  * The eachMessage of a consumer with retryTopics: on a retry topic, waits until the message is due; runs
  * the user's handler with `payload.retry`; parks the message when the handler throws (a handler that
  * stopped because its partition was revoked is not parked: it is delivered again to the new owner).
- * `sessionHeld` is the consumer's session guard (session-guard.ts).
+ * `retryDelayMs` is the delay of the retry topic read (undefined on the source topic): no message waits
+ * longer than that from now, whatever its due header says (a message produced to the retry topic by
+ * anyone else could otherwise hold the partition for ever). `sessionHeld` is the consumer's session guard
+ * (session-guard.ts).
  */
 export function parkingHandler(
   user: (p: EachMessagePayload) => Promise<void> | void,
   parker: Parker,
   clock: RetryClock,
-  onRetryTopic: boolean,
+  retryDelayMs: number | undefined,
   sessionHeld: (signal: AbortSignal) => Promise<boolean>,
 ): (p: EachMessagePayload) => Promise<void> {
   return async ({ message, signal }) => {
-    const info: RetryInfo = onRetryTopic ? decodeRetryInfo(message) : { attempt: 1, topic: message.topic, partition: message.partition, offset: message.offset };
-    if (info.dueAt !== undefined) {
-      await waitUntilDue(info.dueAt, clock, signal);
+    const info: RetryInfo = retryDelayMs !== undefined ? decodeRetryInfo(message) : { attempt: 1, topic: message.topic, partition: message.partition, offset: message.offset };
+    if (info.dueAt !== undefined && retryDelayMs !== undefined) {
+      await waitUntilDue(Math.min(info.dueAt, clock.now() + retryDelayMs), clock, signal);
       // The session was checked before the wait, which can outlast it: the partition may be another
       // member's by now (docs/sdk.md, "Fenced reads"). Aborted meanwhile: not handled, not parked.
       if (!(await sessionHeld(signal))) throw signal.reason ?? new TributaryError('client_closed');

@@ -182,7 +182,7 @@ describe('due time', () => {
       },
       parker,
       clock,
-      true,
+      500,
       async () => true,
     );
     const headers = parkHeaders(message(), { attempt: 1, topic: 'orders', partition: 2, offset: 41 }, new Error('boom'), 900, 1400);
@@ -203,11 +203,35 @@ describe('due time', () => {
       async ({ retry }) => void seen.push({ at: clock.now(), retry }),
       parker,
       clock,
-      false,
+      undefined,
       async () => true,
     );
     await main({ message: message({ headers }), signal });
     expect(seen.at(-1)!.retry).toEqual({ attempt: 1, topic: 'orders', partition: 2, offset: 41 });
+  });
+
+  it("a retry message waits at most its topic's delay from now, whatever its due header says (one produced by anyone else)", async () => {
+    const clock = new FakeClock(1000);
+    const parker = { park: async () => {} } as unknown as Parker;
+    const seen: number[] = [];
+    const handler = parkingHandler(async () => void seen.push(clock.now()), parker, clock, 500, async () => true);
+    const farFuture = parkHeaders(message(), { attempt: 1, topic: 'orders', partition: 2, offset: 41 }, new Error('boom'), 900, 9_999_999_999_999);
+    const run = handler({ message: message({ topic: 'orders.billing.retry.1', offset: 0, headers: farFuture }), signal: new AbortController().signal });
+    await clock.advance(499);
+    expect(seen).toEqual([]);
+    await clock.advance(1);
+    await run;
+    expect(seen).toEqual([1500]);
+    // The real clock's timers: a wait beyond a timer's limit takes several, none shorter than it should be.
+    const timers: number[] = [];
+    const recording = { now: () => 0, setTimeout: (fn: () => void, ms: number) => (timers.push(ms), clock.setTimeout(fn, 0)), clearTimeout: () => {} };
+    const ac = new AbortController();
+    const wait = waitUntilDue(2 ** 33, recording, ac.signal);
+    await turn();
+    ac.abort(new Error('stop'));
+    await expect(wait).rejects.toThrow('stop');
+    expect(timers.length).toBeGreaterThan(0);
+    expect(Math.max(...timers)).toBe(2 ** 31 - 1);
   });
 
   it('a handler that stopped because its partition was revoked is not parked', async () => {
@@ -222,7 +246,7 @@ describe('due time', () => {
       },
       parker,
       clock,
-      false,
+      undefined,
       async () => true,
     );
     await expect(handler({ message: message(), signal: ac.signal })).rejects.toThrow('revoked');
@@ -247,7 +271,7 @@ describe('due time', () => {
     const parker = { park: async () => void parks++ } as unknown as Parker;
     const calls: Array<{ offset: number; sessionLive: boolean }> = [];
     const user = ({ message: m }: { message: ConsumedMessage }) => void calls.push({ offset: m.offset, sessionLive: ctx.sessionLive });
-    const sink = handlerSink(ctx, committer, { eachMessage: parkingHandler(user, parker, clock, true, (signal) => sessionHeld(ctx, signal)) });
+    const sink = handlerSink(ctx, committer, { eachMessage: parkingHandler(user, parker, clock, 500, (signal) => sessionHeld(ctx, signal)) });
     const retry = (offset: number, dueAt: number) =>
       message({
         topic: 'orders.billing.retry.1',
