@@ -527,9 +527,9 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     if (this.stateValue !== 'open') return;
     this.stateValue = 'closing';
     try {
-      // A transaction left open is aborted rather than left to the broker's timeout.
-      const txn = this.openTxn;
-      if (txn && txn.state === 'open') await txn.abort().catch(() => {});
+      // A transaction left open is aborted rather than left to the broker's timeout; one being committed
+      // or aborted is let finish first.
+      await this.openTxn?.[Symbol.asyncDispose]();
       await this.flush();
     } finally {
       this.forceClose();

@@ -62,8 +62,10 @@ export class Transaction {
   private stateValue: TransactionState = 'open';
   /** Sends run one after another (each pipelined), so their seqNums reach the broker in order. */
   private chain: Promise<unknown> = Promise.resolve();
-  /** The first send that failed for good: the transaction can then only be aborted. */
+  /** The first send or sendOffsets that failed for good: the transaction can then only be aborted. */
   private failure: Error | undefined;
+  /** The commit or abort under way: one at a time (a second of the same kind shares it). */
+  private ending: { result: 'commit' | 'abort'; done: Promise<void> } | undefined;
 
   constructor(
     private readonly host: TransactionHost,
@@ -73,6 +75,7 @@ export class Transaction {
   ) {}
 
   get state(): TransactionState {
+    if (this.ending && this.stateValue === 'open') return this.ending.result === 'commit' ? 'committing' : 'aborting';
     return this.stateValue;
   }
 
@@ -85,7 +88,7 @@ export class Transaction {
   }
 
   private checkOpen(): void {
-    if (this.stateValue !== 'open') throw new TransactionStateError('invalid_txn_state', { state: this.stateValue, reason: 'the transaction is no longer open' });
+    if (this.state !== 'open') throw new TransactionStateError('invalid_txn_state', { state: this.state, reason: 'the transaction is no longer open' });
   }
 
   /** Appends the messages to the transaction; resolves with where each landed (not visible before commit). */
@@ -204,9 +207,10 @@ export class Transaction {
       );
       return Number(parseLine(reply).params.get('staged_offsets'));
     } catch (err) {
-      const e = typedTxnError(err);
-      if (e instanceof ProducerFencedError) this.host.fenced(e);
-      throw e;
+      // Staged or not, the offsets are not what the caller meant to commit with the output: as after a
+      // failed send, the transaction can only be aborted (committing its output alone would process the
+      // input twice).
+      throw this.fail(err);
     }
   }
 
@@ -215,20 +219,41 @@ export class Transaction {
    * commit that went through answers committed again). Once it resolves, read_committed readers see
    * every record and the offsets have moved.
    */
-  async commit(opts: { signal?: AbortSignal } = {}): Promise<void> {
-    if (this.stateValue === 'committed') return;
-    this.checkOpen();
-    await this.chain;
-    if (this.failure) throw new TransactionStateError('invalid_txn_state', { reason: `a send failed (${this.failure.message}); abort the transaction` });
-    await this.end('commit', opts.signal);
+  commit(opts: { signal?: AbortSignal } = {}): Promise<void> {
+    return this.finish('commit', opts.signal);
   }
 
   /** Aborts: nothing of the transaction becomes visible and its offsets do not move. */
-  async abort(opts: { signal?: AbortSignal } = {}): Promise<void> {
-    if (this.stateValue === 'aborted') return;
-    this.checkOpen();
-    await this.chain;
-    await this.end('abort', opts.signal);
+  abort(opts: { signal?: AbortSignal } = {}): Promise<void> {
+    return this.finish('abort', opts.signal);
+  }
+
+  /**
+   * One end at a time, taken at call time: a commit and an abort racing (or close() during a commit) must
+   * not both reach END_TXN, where the loser's refusal would reopen a decided transaction.
+   */
+  private finish(result: 'commit' | 'abort', signal: AbortSignal | undefined): Promise<void> {
+    if (this.stateValue === (result === 'commit' ? 'committed' : 'aborted')) return Promise.resolve();
+    if (this.ending) {
+      if (this.ending.result === result) return this.ending.done;
+      return Promise.reject(new TransactionStateError('invalid_txn_state', { state: this.state, reason: `the transaction is being ${this.ending.result === 'commit' ? 'committed' : 'aborted'}` }));
+    }
+    try {
+      this.checkOpen();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const done = (async () => {
+      try {
+        await this.chain;
+        if (result === 'commit' && this.failure) throw new TransactionStateError('invalid_txn_state', { reason: `a send or sendOffsets failed (${this.failure.message}); abort the transaction` });
+        await this.end(result, signal);
+      } finally {
+        this.ending = undefined;
+      }
+    })();
+    this.ending = { result, done };
+    return done;
   }
 
   private async end(result: 'commit' | 'abort', signal: AbortSignal | undefined): Promise<void> {
@@ -253,6 +278,8 @@ export class Transaction {
 
   /** `await using txn = await producer.transaction()`: a transaction neither committed nor aborted is aborted. */
   async [Symbol.asyncDispose](): Promise<void> {
-    if (this.stateValue === 'open') await this.abort().catch(() => {});
+    // A commit or abort under way decides it; only a transaction still open after that is aborted.
+    await this.ending?.done.catch(() => {});
+    if (this.state === 'open') await this.abort().catch(() => {});
   }
 }

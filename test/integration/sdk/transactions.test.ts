@@ -215,4 +215,53 @@ describe('SDK transactions', () => {
     expect(await fetchOffset(admin, 'sdk-in', 'sdk-eos-g', 0)).toEqual({ offset: 10, committed: true });
     expect(await fetchOffset(admin, 'sdk-in', 'sdk-eos-g', 1)).toEqual({ offset: 10, committed: true });
   });
+
+  it('a sendOffsets that failed leaves the transaction abortable only: its output never commits without the offsets', async () => {
+    await admin.command('CREATE', { topic: 'sdk-so-in', partitions: 1 });
+    await admin.command('PUBLISH', { topic: 'sdk-so-in', partition: 0, message: 'i0' });
+    const consumer = new Consumer({ brokers: [broker.address], groupId: 'sdk-so-g', topic: 'sdk-so-in', autoCommit: false, autoOffsetReset: 'earliest', sessionTimeoutMs: 3000 });
+    try {
+      let got = false;
+      void consumer.run({ eachMessage: async () => void (got = true) });
+      await until(() => got, 10_000, 'the consumer to read');
+      const p = producer({ transactionalId: 'sdk-so' });
+      const t = await p.transaction();
+      await t.send({ topic: 'sdk-tx', messages: [{ value: 'without-offsets', partition: 1 }] });
+      // A generation the consumer does not have: refused by the coordinator.
+      const stale = { memberId: consumer.memberId, generation: consumer.generation + 7, options: consumer.options };
+      await expect(t.sendOffsets({ consumer: stale, offsets: [{ partition: 0, offset: 1 }] })).rejects.toBeInstanceOf(TributaryError);
+      await expect(t.commit()).rejects.toBeInstanceOf(TransactionStateError);
+      await t.abort();
+      expect(t.state).toBe('aborted');
+      expect(await committedValues('sdk-tx', [1])).not.toContain('without-offsets');
+      expect(await fetchOffset(admin, 'sdk-so-in', 'sdk-so-g', 0)).toMatchObject({ committed: false });
+    } finally {
+      await consumer.close();
+    }
+  });
+
+  it('commit and abort called together: one END_TXN; the other is refused and the state stays the decided one, also when close() comes during a commit', async () => {
+    const p = producer({ transactionalId: 'sdk-race' });
+    const t = await p.transaction();
+    await t.send({ topic: 'sdk-tx', messages: [{ value: 'raced', partition: 0 }] });
+    const commit = t.commit();
+    const again = t.commit();
+    expect(t.state).toBe('committing');
+    await expect(t.abort()).rejects.toBeInstanceOf(TransactionStateError);
+    await expect(t.send({ topic: 'sdk-tx', messages: [{ value: 'late', partition: 0 }] })).rejects.toBeInstanceOf(TransactionStateError);
+    await commit;
+    await again;
+    expect(t.state).toBe('committed');
+    expect(await committedValues('sdk-tx', [0])).toContain('raced');
+    expect(await committedValues('sdk-tx', [0])).not.toContain('late');
+
+    const closing = producer({ transactionalId: 'sdk-race-close' });
+    const u = await closing.transaction();
+    await u.send({ topic: 'sdk-tx', messages: [{ value: 'closed-while-committing', partition: 0 }] });
+    const committing = u.commit();
+    await closing.close();
+    await committing;
+    expect(u.state).toBe('committed');
+    expect(await committedValues('sdk-tx', [0])).toContain('closed-while-committing');
+  });
 });
