@@ -124,7 +124,18 @@ export class Parker {
         transactionalId: this.transactionalId,
         transactionTimeoutMs: r.transactionTimeoutMs,
       }));
-      const txn = await producer.transaction({ signal });
+      let txn;
+      try {
+        txn = await producer.transaction({ signal });
+      } catch (e) {
+        // Refused for good (a transactionTimeoutMs above the broker's maximum, no transaction permission):
+        // no park can work, and redelivering the message would only fail it again, for ever.
+        if (!signal.aborted && e instanceof TributaryError && !e.retriable && !(e instanceof ProducerFencedError)) {
+          this.dropProducer();
+          this.host.fatal(e);
+        }
+        throw e;
+      }
       let written: RecordMetadata | undefined;
       try {
         [written] = await txn.send({ topic, messages: [record] }, { signal });

@@ -194,4 +194,22 @@ describe('SDK retry and dead-letter topics', () => {
     await expect(admin.replayDeadLetters({} as never)).rejects.toThrow(/deadLetterTopic: required/);
     await expect(admin.replayDeadLetters({ deadLetterTopic: 'nope-dlq' })).rejects.toMatchObject({ code: 'topic_not_found' });
   });
+
+  it('a park the broker refuses for good (transactionTimeoutMs above its maximum) stops run() instead of failing the message for ever', { timeout: 60_000 }, async () => {
+    await admin.createTopic({ topic: 'rt-refused', partitions: 1 });
+    await produce('rt-refused', ['x']);
+    const c = consumer({ topic: 'rt-refused', groupId: 'rt-refused' });
+    let calls = 0;
+    // The broker's default maximum is 900000 ms.
+    const running = c.run({
+      retryTopics: { delays: ['100ms'], transactionTimeoutMs: 1_000_000 },
+      eachMessage: async () => {
+        calls++;
+        throw new Error('handler failed');
+      },
+    });
+    await expect(running).rejects.toMatchObject({ code: 'invalid_parameter' });
+    expect(calls).toBe(1);
+    expect(await readTopic('rt-refused.rt-refused.retry.1')).toEqual([]);
+  });
 });
