@@ -291,6 +291,49 @@ describe('Kafka classic groups on a fake clock', () => {
     await expect(join('native-2')).rejects.toThrow(/Kafka consumer group of this id is in use/);
   });
 
+  it('a Kafka join that is refused, or only told its member id, leaves an idle Tributary group of the id as it was', async () => {
+    const tj = c.groups.join({ topic: 't', group: 'g', member: 'native-1', host: '127.0.0.1', assignor: 'sticky' });
+    await until(() => {
+      try {
+        return (c.groups.status('g') as { members: unknown[] }).members.length === 1;
+      } catch {
+        return false;
+      }
+    }, 5000, 'the Tributary member registered');
+    await clock.advance(WINDOW);
+    await c.groups.leave({ topic: 't', group: 'g', member: (await tj).memberId });
+    await clock.advance(WINDOW);
+    await until(() => (c.groups.status('g') as { state: string }).state === 'Empty', 5000, 'the Tributary group empty');
+    const before = c.groups.status('g') as { generation: number; assignor: string };
+    expect(before).toMatchObject({ generation: 2, assignor: 'sticky' });
+    // A join naming a member id nobody has: UNKNOWN_MEMBER_ID, and nothing else happens.
+    expect(await kafkaName(classic().join(req('bogus')))).toBe('UNKNOWN_MEMBER_ID');
+    // A v4 join told its member id, which never comes back.
+    expect(await classic().join(req('', { requireKnownMemberId: true }))).toHaveProperty('memberIdRequired');
+    await clock.advance(1000);
+    for (const status of [c.groups.status('g') as { kind?: string; generation: number; assignor: string }]) {
+      expect(status.kind).toBeUndefined();
+      expect(status).toMatchObject({ generation: 2, assignor: 'sticky' });
+    }
+    // The next Tributary join goes on from its generation.
+    const again = c.groups.join({ topic: 't', group: 'g', member: 'native-2', host: '127.0.0.1' });
+    await until(() => (c.groups.status('g') as { members: unknown[] }).members.length === 1, 5000, 'the second member registered');
+    await clock.advance(WINDOW);
+    expect((await again).generation).toBe(3);
+  });
+
+  it('a client id of any length makes a member id that stays short; an instance id that names no static member is UNKNOWN_MEMBER_ID', async () => {
+    const long = 'x'.repeat(32_000);
+    const j = classic().join(req('', { clientId: long }));
+    await clock.advance(WINDOW);
+    const m = joined(await j);
+    expect(m.memberId.length).toBeLessThanOrEqual(255 + 1 + 36);
+    expect(m.memberId.startsWith('x'.repeat(255) + '-')).toBe(true);
+    await classic().sync({ group: 'g', memberId: m.memberId, instanceId: null, generation: 1, assignments: [], protocolType: null, protocolName: null });
+    expect(await kafkaName(hb(m))).toBe('NONE');
+    expect(await kafkaName(classic().heartbeat({ group: 'g', memberId: m.memberId, instanceId: 'not-a-static-member', generation: 1 }))).toBe('UNKNOWN_MEMBER_ID');
+  });
+
   it('its partition moving away mid-rebalance answers the waiting joins NOT_COORDINATOR; taken back, the group rebalances from its log', async () => {
     c.groups.enableOwnership(
       (partition) => new TributaryError('NOT_COORDINATOR', { partition }),

@@ -35,6 +35,8 @@ const fail = (name: ConstructorParameters<typeof ClassicGroupError>[0], fields: 
 
 /** A write of the group that failed or was refused (its partition moved, the disk, the replicas). */
 const WRITE_FAILURES = new Set(['storage_error', 'NOT_LEADER', 'FENCED_LEADER_EPOCH', 'NOT_ENOUGH_REPLICAS', 'metadata_unavailable', 'request_timeout']);
+/** Characters of a client id kept in the member ids made from it (Kafka's are client id + '-' + UUID). */
+const MAX_CLIENT_ID_IN_MEMBER_ID = 255;
 
 /**
  * What a Kafka member hears when the coordinator could not act on its request: Kafka's clients treat
@@ -98,10 +100,11 @@ export class ClassicMembership {
       if (t && !t.deleted && (t.members.size > 0 || t.pendingCauses.length > 0)) throw fail('INCONSISTENT_GROUP_PROTOCOL', { reason: 'a Tributary group of this id is in use' });
       const g = this.groups.get(req.group) ?? new ClassicGroup(req.group);
       if (!g.supports(req.protocolType, req.protocols)) throw fail('INCONSISTENT_GROUP_PROTOCOL');
-      this.takeOverTributaryGroup(req.group);
       const now = this.ctx.clock.now();
       if (req.memberId === '') {
-        const memberId = `${req.clientId || 'member'}-${randomUUID()}`;
+        // The client id is the client's to choose, up to 32767 bytes: cut, so that the member id (and the
+        // leader's JoinGroup answer and DescribeGroups, which carry it) still encodes.
+        const memberId = `${[...(req.clientId || 'member')].slice(0, MAX_CLIENT_ID_IN_MEMBER_ID).join('')}-${randomUUID()}`;
         if (req.instanceId !== null && g.instances.has(req.instanceId)) return this.replaceStatic(g, g.instances.get(req.instanceId)!, memberId, req);
         if (req.instanceId === null && req.requireKnownMemberId) {
           this.groups.set(g.groupId, g);
@@ -148,6 +151,9 @@ export class ClassicMembership {
   }
 
   private async addAndRebalance(g: ClassicGroup, memberId: string, req: ClassicJoinRequest): Promise<Parked<JoinResult>> {
+    // Only now, with a member really added: a refused join, or one asked for its member id that never
+    // comes back, leaves an idle Tributary group of the id as it was.
+    this.takeOverTributaryGroup(g.groupId);
     this.groups.set(g.groupId, g);
     const m = this.newMember(memberId, req);
     g.add(m);
@@ -182,11 +188,16 @@ export class ClassicMembership {
     return this.park(g, m);
   }
 
-  /** The member, checked as every request of it is: known, and not fenced by a newer static member. */
+  /**
+   * The member, checked as every request of it is (as Kafka's validateMember): a static one by its instance
+   * id, which must name a member (UNKNOWN_MEMBER_ID) and this one (FENCED_INSTANCE_ID: a newer one took
+   * it); a dynamic one by its member id.
+   */
   private member(g: ClassicGroup, memberId: string, instanceId: string | null): ClassicMember {
     if (instanceId !== null) {
       const current = g.instances.get(instanceId);
-      if (current !== undefined && current !== memberId) throw fail('FENCED_INSTANCE_ID', { member: memberId });
+      if (current === undefined) throw fail('UNKNOWN_MEMBER_ID', { member: memberId, instance: instanceId });
+      if (current !== memberId) throw fail('FENCED_INSTANCE_ID', { member: memberId });
     }
     const m = g.members.get(memberId);
     if (!m) throw fail('UNKNOWN_MEMBER_ID', { member: memberId });
