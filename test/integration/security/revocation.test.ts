@@ -45,6 +45,7 @@ describe('revocation and group topic checks', () => {
     tokens.mallory = addUser(config, 'mallory', ['topic.read', 'topic.write', 'group']);
     tokens.rotated = addUser(config, 'rotated', ['topic.read']);
     tokens.grown = addUser(config, 'grown', ['topic.read']);
+    tokens.poller = addUser(config, 'poller', ['topic.read']);
     broker = await BrokerProcess.start({ args: ['--config', config, '--offsets-topic-partitions', '1', '--log-level', 'info'] });
     const admin = await connect('admin');
     for (const t of ['payments', 'public']) await admin.command('CREATE', { topic: t, partitions: 1 });
@@ -77,7 +78,7 @@ describe('revocation and group topic checks', () => {
     broker.proc!.kill('SIGHUP');
     await expect.poll(() => broker.stderr.slice(mark).includes('users and topic ACLs reloaded'), { timeout: 5000 }).toBe(true);
     const users = JSON.parse((await http('/api/v1/users', 'admin', tokens.admin!)).body) as { users: Array<{ principal: string }> };
-    expect(users.users.map((u) => u.principal).sort()).toEqual(['admin', 'billing', 'grown', 'rotated']);
+    expect(users.users.map((u) => u.principal).sort()).toEqual(['admin', 'billing', 'grown', 'poller', 'rotated']);
     const acls = JSON.parse((await http('/api/v1/acls', 'admin', tokens.admin!)).body) as { acls: Array<{ topic: string }> };
     expect(acls.acls.map((a) => a.topic).sort()).toEqual(['audit', 'payments']);
   });
@@ -117,5 +118,24 @@ describe('revocation and group topic checks', () => {
     await expect.poll(() => broker.stderr.slice(mark).includes('users and topic ACLs reloaded'), { timeout: 5000 }).toBe(true);
     expect(JSON.parse(await text(conn, 'PUBLISH topic=public message=after'))).toMatchObject({ status: 'OK' });
     expect(await text(conn, 'LIST')).toMatch(/^OK /);
+  });
+
+  it('a long-poll CONSUME admitted before a revocation does not answer with records written after it', async () => {
+    const admin = await connect('admin');
+    await admin.command('CREATE', { topic: 'polled', partitions: 1 });
+    const reader = await connect('poller');
+    // Admitted once its handler started: the fetch metrics count its queue phase then.
+    const admitted = async () => Number((await http('/metrics', 'admin', tokens.admin!)).body.match(/^tributary_fetch_phase_seconds_count\{phase="queue"\} (\d+)/m)?.[1] ?? 0);
+    const before = await admitted();
+    const poll = reader.request('CONSUME topic=polled partition=0 offset=0 wait_ms=20000', 25_000);
+    await expect.poll(admitted, { timeout: 10_000 }).toBeGreaterThan(before);
+    execFileSync(process.execPath, [CLI, 'user', 'remove', 'poller', '--config', config]);
+    const mark = broker.stderr.length;
+    broker.proc!.kill('SIGHUP');
+    await expect.poll(() => broker.stderr.slice(mark).includes('users and topic ACLs reloaded'), { timeout: 5000 }).toBe(true);
+    await admin.command('PUBLISH', { topic: 'polled', partition: 0, message: 'written-after-revocation' });
+    const r = await poll;
+    expect(r.kind).toBe('text');
+    expect(r.kind === 'text' ? r.text : '').toMatch(/^ERROR: authentication_required/);
   });
 });

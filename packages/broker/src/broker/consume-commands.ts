@@ -155,8 +155,13 @@ async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promi
       offset = out.nextOffset;
     }
   }
-  // Again once the records are in hand: the member may have lost the partition during the long poll.
+  // Again once the records are in hand: the member may have lost the partition during the long poll,
+  // and the principal its rights (a SIGHUP revoked or changed them): records written since are not theirs.
   await checkFence(b, req);
+  if (waitMs > 0) {
+    const refused = b.security?.authorize('CONSUME', c, p.line);
+    if (refused) throw refused;
+  }
   const done = performance.now();
   phase.child('wait').observe((readStarted - handled) / 1000);
   phase.child('read').observe((done - readStarted) / 1000);
