@@ -109,7 +109,7 @@ export class GroupMembership {
     const ctx = this.ctx;
     const o = ctx.options;
     // A lost partition may come back in this generation: its old handler must not run beside the new one.
-    await this.lostStopping;
+    await this.lostSettled();
     this.joinInFlight = true;
     const joinReply = await this.groupCall(
       'JOIN_GROUP',
@@ -169,6 +169,10 @@ export class GroupMembership {
         ctx.emit('partitions.revoked', { partitions: [w.partition], generation });
       }
     }
+    // A partition lost while the JOIN was out (a read refused meanwhile) may be ours again: its old
+    // handlers must have returned before a new reader delivers it (the wait before the JOIN missed them).
+    await this.lostSettled();
+    if (signal.aborted) return;
     const added = owned.filter((p) => !ctx.workers.has(p));
     ctx.assignmentGeneration++;
     // The committed offset of every new partition is fetched before reading it (docs/sdk.md, "Offsets").
@@ -189,6 +193,14 @@ export class GroupMembership {
       durationMs: Date.now() - started,
     });
     publish(channels.consumerRebalance, { phase: 'end', group: o.groupId, reason, generation, assigned: added, revoked: revoked.map((w) => w.partition) });
+  }
+
+  /** Every lost partition's readers and handlers stopped, also those lost while this waited. */
+  private async lostSettled(): Promise<void> {
+    for (let waited: Promise<void> | undefined; waited !== this.lostStopping; ) {
+      waited = this.lostStopping;
+      await waited;
+    }
   }
 
   /**

@@ -211,4 +211,86 @@ describe('Consumer: fenced reads (scripted broker)', () => {
     await c.close();
     await run;
   });
+
+  it('a partition lost while a JOIN is out and assigned again by it gets no new handler before its old ones returned', async () => {
+    const s = await ScriptedServer.start();
+    servers.push(s);
+    const g: Group = { member: '', generation: 0, assignments: [0, 1], hold: undefined };
+    script(s, g);
+    let joinGate: Promise<void> | undefined;
+    let openJoin!: () => void;
+    s.on('JOIN_GROUP', async (l) => {
+      if (joinGate) await joinGate;
+      if (!l.params.has('generation')) g.member = `${l.params.get('member')}-x`;
+      g.generation++;
+      return `OK generation=${g.generation} member=${g.member} leader=${g.member} assignments=[${g.assignments.join(',')}]`;
+    });
+    let askRejoin = false;
+    s.on('HEARTBEAT', async () => {
+      await sleep(10);
+      if (askRejoin) {
+        askRejoin = false;
+        return `ERROR: REBALANCE_IN_PROGRESS group=g class=coordination retryable=true`;
+      }
+      return `OK member=${g.member} generation=${g.generation}`;
+    });
+    let refuse1 = false;
+    s.on('CONSUME', async (l) => {
+      const p = Number(l.params.get('partition'));
+      if (p === 1 && refuse1) return `ERROR: NOT_OWNER partition=1 member=${g.member} class=fencing retryable=false`;
+      await sleep(5);
+      return batchFrom(p, Number(l.params.get('offset')), 2);
+    });
+    const c = new Consumer({ brokers: [s.address], groupId: 'g', topic: TOPIC, clientId: 'cli', sessionTimeoutMs: 1000, heartbeatIntervalMs: 50, maxWaitMs: 30, retry: { initialDelayMs: 1, maxDelayMs: 10 } });
+    consumers.push(c);
+    const lost: number[][] = [];
+    c.on('partitions.lost', (e) => lost.push(e.partitions));
+    // Partition 1's first handler runs until released; any partition-1 handler starting meanwhile overlaps it.
+    let releaseOld!: () => void;
+    const oldDone = new Promise<void>((r) => {
+      releaseOld = r;
+    });
+    let oldRunning = false;
+    const overlaps: number[] = [];
+    const started1: number[] = [];
+    const run = c.run({
+      concurrency: { perPartition: 4 },
+      eachMessage: async ({ message }) => {
+        if (message.partition !== 1) return;
+        if (oldRunning) {
+          overlaps.push(message.offset);
+          releaseOld();
+        }
+        started1.push(message.offset);
+        if (message.offset === 0 && started1.length === 1) {
+          oldRunning = true;
+          await oldDone;
+          oldRunning = false;
+        }
+      },
+    });
+    await until(() => oldRunning, 5000, "partition 1's first handler running");
+    const joins = s.count('JOIN_GROUP');
+    joinGate = new Promise<void>((r) => {
+      openJoin = r;
+    });
+    askRejoin = true;
+    await until(() => s.count('JOIN_GROUP') > joins, 5000, 'the rejoin sent');
+    // While the JOIN is out, a read of partition 1 is refused: the partition is lost.
+    refuse1 = true;
+    await until(() => lost.some((l) => l.includes(1)), 5000, 'partition 1 lost');
+    refuse1 = false;
+    const syncs = s.count('SYNC_GROUP');
+    joinGate = undefined;
+    openJoin();
+    await until(() => s.count('SYNC_GROUP') > syncs, 5000, 'the sync');
+    // A new reader of partition 1 would start handlers at once; give it that chance, then let the old one go.
+    const synced = Date.now();
+    await until(() => overlaps.length > 0 || Date.now() - synced > 500, 5000, 'a new handler, or none');
+    releaseOld();
+    await until(() => started1.length > 1, 5000, 'partition 1 delivered again');
+    expect(overlaps).toEqual([]);
+    await c.close();
+    await run;
+  });
 });
