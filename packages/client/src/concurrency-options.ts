@@ -49,7 +49,7 @@ export function resolveConcurrency(c: ConcurrencyOptions | undefined, withEachBa
   const r = c as unknown as Record<string, unknown>;
   intIn(r, 'perPartition', 1, MAX_PER_PARTITION);
   intIn(r, 'maxBuffered', 1, MAX_BUFFERED);
-  const ordering = c.ordering ?? 'key';
+  const ordering = c.ordering === undefined ? 'key' : c.ordering;
   if (!['key', 'partition', 'none'].includes(ordering)) throw configError('concurrency.ordering', 'expected key, partition or none');
   if (ordering === 'partition' && c.perPartition !== 1) throw configError('concurrency.perPartition', "must be 1 with ordering 'partition' (one message of a partition at a time)");
   const maxBuffered = c.maxBuffered ?? Math.min(MAX_BUFFERED, 10 * c.perPartition);

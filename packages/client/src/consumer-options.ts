@@ -128,6 +128,8 @@ export function validateConsumerOptions(o: ConsumerOptions): void {
   if (o.autoOffsetReset !== undefined && !['earliest', 'latest', 'error'].includes(o.autoOffsetReset)) throw configError('autoOffsetReset', 'expected earliest, latest or error');
   if (o.isolation !== undefined && !['read_committed', 'read_uncommitted'].includes(o.isolation)) throw configError('isolation', 'expected read_committed or read_uncommitted');
   if (o.mode !== undefined && !['poll', 'stream'].includes(o.mode)) throw configError('mode', 'expected poll or stream');
+  // `autoCommit: 'false'` would be truthy: auto-commit on while the caller meant it off.
+  if (o.autoCommit !== undefined && typeof o.autoCommit !== 'boolean') throw configError('autoCommit', 'must be true or false');
   const badConnection = checkConnectionOptions(o);
   if (badConnection) throw configError(...badConnection);
   const session = o.sessionTimeoutMs ?? DEFAULTS.sessionTimeoutMs;

@@ -177,7 +177,9 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
   async run(opts: RunOptions): Promise<void> {
     if (!opts || typeof opts !== 'object') throw configError('run', 'expected { eachMessage | eachBatch, signal?, concurrency?, retryTopics? }');
     refuseUnknownOptions('run', opts, RUN_OPTION_NAMES);
-    if (!opts.eachMessage === !opts.eachBatch) throw configError('run', 'give exactly one of eachMessage or eachBatch');
+    if ((opts.eachMessage === undefined) === (opts.eachBatch === undefined)) throw configError('run', 'give exactly one of eachMessage or eachBatch');
+    for (const k of ['eachMessage', 'eachBatch'] as const) if (opts[k] !== undefined && typeof opts[k] !== 'function') throw configError(k, 'must be a function');
+    if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) throw configError('signal', 'must be an AbortSignal');
     const concurrency = resolveConcurrency(opts.concurrency, opts.eachBatch !== undefined);
     const o = this.options;
     const retryTopics = resolveRetryTopics(opts.retryTopics, { topic: o.topic, groupId: o.groupId, eachBatch: opts.eachBatch !== undefined, concurrency: concurrency !== undefined });
@@ -313,6 +315,9 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       if (!last) return;
       const m = last;
       last = undefined;
+      // A seek() back to or below it while it was out: the processed offset stays at the sought one.
+      const seekTo = this.ctx.workers.get(m.partition)?.seekTo;
+      if (seekTo !== undefined && m.offset >= seekTo) return;
       try {
         this.committer.markProcessed(m.partition, m.assignmentGeneration, m.offset);
       } catch {
@@ -329,6 +334,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
         for (;;) {
           if (this.ctx.fatal) throw this.ctx.fatal;
           if (this.ctx.closing) return { done: true, value: undefined };
+          // seek() while this batch was being handed out: the rest of it is dropped (docs/sdk.md, seek()).
+          if (current && current.i < current.messages.length && current.w.seekTo !== undefined) current.i = current.messages.length;
           if (current && current.i < current.messages.length && !current.w.signal.aborted && current.w.paused) {
             // paused with messages of this batch left: they are read again after resume()
             current.w.seekTo ??= current.messages[current.i]!.offset;

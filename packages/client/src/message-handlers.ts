@@ -3,6 +3,7 @@
  * throws leaves its message unprocessed: `crash` (fatal=false), a backoff, then it is delivered again
  * (docs/sdk.md, "Offsets").
  */
+import { TributaryError } from 'tributary-protocol/errors.js';
 import type { ConcurrencyOptions, ResolvedConcurrency, RUN_OPTION_NAMES } from './concurrency-options.js';
 import type { ConsumedMessage, ConsumerContext } from './consumer-context.js';
 import { HandlerWindow } from './handler-window.js';
@@ -65,7 +66,15 @@ export function handlerSink(ctx: ConsumerContext, committer: OffsetCommitter, op
           partition: w.partition,
           messages,
           signal: w.signal,
-          resolveOffset: (offset) => committer.markProcessed(w.partition, w.assignmentGeneration, offset),
+          resolveOffset: (offset) => {
+            // Only an offset of this batch: one past it would commit records nobody handled.
+            const first = messages[0]!.offset;
+            const lastOffset = messages[messages.length - 1]!.offset;
+            if (!Number.isSafeInteger(offset) || offset < first || offset > lastOffset) {
+              throw new TributaryError('invalid_parameter', { param: 'offset', offset: String(offset), first, last: lastOffset, reason: "resolveOffset takes an offset of the batch's messages" });
+            }
+            committer.markProcessed(w.partition, w.assignmentGeneration, offset);
+          },
         }),
       );
       return;
@@ -96,7 +105,10 @@ async function timed(ctx: ConsumerContext, w: PartitionWorker, offset: number, f
   } catch (err) {
     if (w.signal.aborted) return false;
     ctx.crash(err as Error, false);
-    w.seekTo = w.processed >= 0 ? w.processed : offset;
+    // Read again from the first unhandled record: the failed one, or (eachBatch) the first the handler
+    // did not resolve. Never below `offset` (a forward seek() leaves `processed` behind it), and a seek()
+    // the handler made before it threw stands.
+    w.seekTo ??= Math.max(w.processed, offset);
     w.failures++;
     await backoffSleep(Math.min(w.failures, 8), { initialDelayMs: 100, maxDelayMs: 5000 }, w.signal);
     return false;

@@ -458,6 +458,70 @@ describe('Consumer against a broker', () => {
     await run;
   });
 
+  it('seek: for await drops the rest of a batch it holds; a failure after a forward seek reads again from the failed record, not below the seek', async () => {
+    const t = await topic(1);
+    await produce(t, 0, Array.from({ length: 20 }, (_, i) => `v${i}`));
+    const it1 = consumer(t, 'g-seek-iter', { autoCommit: false, sessionTimeoutMs: 15_000 });
+    const iterated: number[] = [];
+    for await (const m of it1) {
+      iterated.push(m.offset);
+      if (m.offset === 3) it1.seek(0, 15);
+      if (m.offset === 19) break;
+    }
+    expect(iterated).toEqual([0, 1, 2, 3, 15, 16, 17, 18, 19]);
+
+    const c = consumer(t, 'g-seek-fail', { autoCommit: false, sessionTimeoutMs: 15_000 });
+    c.on('crash', () => {});
+    const seen: number[] = [];
+    let failed = false;
+    const run = c.run({
+      eachMessage: ({ message: m }) => {
+        seen.push(m.offset);
+        if (m.offset === 3) c.seek(0, 15);
+        if (m.offset === 15 && !failed) {
+          failed = true;
+          throw new Error('transient');
+        }
+      },
+    });
+    await until(() => seen.includes(19), 15_000, 'offset 19');
+    expect(seen).toEqual([0, 1, 2, 3, 15, 15, 16, 17, 18, 19]);
+    await c.close();
+    await run;
+  });
+
+  it('eachBatch: resolveOffset refuses an offset outside its batch, so nothing unhandled can be committed', async () => {
+    const t = await topic(1);
+    await produce(t, 0, ['0', '1', '2']);
+    const c = consumer(t, 'g-resolve-bad', { autoCommit: false });
+    const refusals: string[] = [];
+    const run = c.run({
+      eachBatch: ({ messages, resolveOffset }) => {
+        const last = messages[messages.length - 1]!.offset;
+        for (const bad of [last + 1000, messages[0]!.offset - 1, 1.5]) {
+          try {
+            resolveOffset(bad);
+          } catch (err) {
+            refusals.push((err as { code: string }).code);
+          }
+        }
+        resolveOffset(last);
+      },
+    });
+    await until(
+      async () => {
+        await c.commit();
+        return (await fetchOffset(t, 'g-resolve-bad', 0)).offset === 3;
+      },
+      10_000,
+      'every batch handled and committed',
+    );
+    expect(refusals.length % 3).toBe(0);
+    expect(new Set(refusals)).toEqual(new Set(['invalid_parameter']));
+    await c.close();
+    await run;
+  });
+
   it('manual commit: autoCommit false commits nothing until commit()', async () => {
     const t = await topic(2);
     await produce(t, 0, ['a', 'b', 'c']);

@@ -100,6 +100,8 @@ describe('Consumer options', () => {
     ['mode', 'push'],
     ['autoOffsetReset', 'smallest'],
     ['autoOffsetReset', 'none'],
+    ['autoCommit', 'false'],
+    ['autoCommit', 0],
   ])('%s: %j is refused', (option, value) => {
     expect(configFailure({ ...BASE, [option]: value }).fields.option).toBe(option);
   });
@@ -144,6 +146,17 @@ describe('Consumer options', () => {
     const c = new Consumer(BASE);
     await expect(c.run({})).rejects.toMatchObject({ code: 'invalid_config' });
     await expect(c.run({ eachMessage: () => {}, eachBatch: () => {} })).rejects.toMatchObject({ code: 'invalid_config' });
+    // Checked before anything starts: a corrected run() is not refused as a second consumer of it.
+    await expect(c.run({ eachMessage: 42 as never })).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'eachMessage' } });
+    await expect(c.run({ eachBatch: 'x' as never })).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'eachBatch' } });
+    await expect(c.run({ eachMessage: () => {}, signal: {} as never })).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'signal' } });
+    await expect(c.run({ eachMessage: () => {}, concurrency: { perPartition: 2, ordering: null as never } })).rejects.toMatchObject({
+      code: 'invalid_config',
+      fields: { option: 'concurrency.ordering' },
+    });
+    const ac = new AbortController();
+    ac.abort();
+    await expect(c.run({ eachMessage: () => {}, signal: ac.signal })).resolves.toBeUndefined();
     await c.close();
   });
 
