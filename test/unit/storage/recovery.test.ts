@@ -1,4 +1,4 @@
-import { appendFile, readdir, readFile, stat, unlink, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, readdir, readFile, rmdir, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -6,6 +6,7 @@ import type { RecordInput } from 'tributary-protocol/record.js';
 import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { decodeRecords } from 'tributary-broker/storage/record-codec.js';
+import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from 'tributary-broker/storage/segment-names.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
@@ -185,6 +186,67 @@ describe('recovery', () => {
     log = await PartitionLog.open(dir, { ...OPTS, flush: 'always' });
     await checkLog(log, 60);
     await log.close();
+  });
+
+  it('a roll that fails after making its log file leaves no file: later appends, rolls and a reopen keep every acknowledged record', async () => {
+    const log = await PartitionLog.open(dir, { ...OPTS, flush: 'always' });
+    let n = 0;
+    while (log.segmentInfos().at(-1)!.sizeBytes < 450) await log.append([rec(n++)]);
+    // The roll's index file cannot be written (as on a full disk): a directory stands at its name.
+    const blocker = join(dir, segmentFileName(n, INDEX_SUFFIX));
+    await mkdir(blocker);
+    const big: RecordInput = { key: null, value: Buffer.alloc(400, 0x62) };
+    await expect(log.append([big])).rejects.toMatchObject({ code: 'storage_error' });
+    expect(await readdir(dir)).not.toContain(segmentFileName(n, LOG_SUFFIX));
+    await rmdir(blocker);
+    // Small records still fit the old segment (past the failed roll's base), then rolls go on.
+    const before = log.segmentInfos().length;
+    while (log.segmentInfos().length < before + 2) await log.append([rec(n++)]);
+    await simulateCrash(log);
+    const reopened = await PartitionLog.open(dir, OPTS);
+    try {
+      await checkLog(reopened, n);
+    } finally {
+      await reopened.close();
+    }
+  });
+
+  it('an empty segment a failed roll left below the log end is removed on open, and nothing after it is dropped', async () => {
+    const log = await PartitionLog.open(dir, OPTS);
+    const N = 30;
+    for (let i = 0; i < N; i++) await log.append([rec(i)]);
+    const segs = log.segmentInfos();
+    expect(segs.length).toBeGreaterThan(3);
+    await log.close();
+    // Inside the first segment's offsets: where an old segment went on past a roll that failed.
+    const stray = segs[0]!.baseOffset + 1;
+    await writeFile(join(dir, segmentFileName(stray, LOG_SUFFIX)), '');
+    const { logger, lines } = captureLogger();
+    const reopened = await PartitionLog.open(dir, OPTS, logger);
+    try {
+      await checkLog(reopened, N);
+      expect(lines.some((l) => String(l.msg).includes('empty segment left by a failed roll'))).toBe(true);
+      expect(await readdir(dir)).not.toContain(segmentFileName(stray, LOG_SUFFIX));
+    } finally {
+      await reopened.close();
+    }
+  });
+
+  it('retention deletes what is past it even when rolling the old active segment fails (a full disk)', async () => {
+    const log = await PartitionLog.open(dir, { ...OPTS, retentionBytes: 0, segmentMs: 3_600_000 });
+    try {
+      for (let i = 0; i < 30; i++) await log.append([rec(i)]);
+      log.setHighWatermark(log.logEndOffset);
+      const closed = log.segmentInfos().length - 1;
+      expect(closed).toBeGreaterThan(1);
+      // The roll that a pass far in the future wants cannot make its index file.
+      await mkdir(join(dir, segmentFileName(log.logEndOffset, INDEX_SUFFIX)));
+      const res = await log.applyRetention(Date.now() + 10 * 3_600_000);
+      expect(res.deletedSegments).toBe(closed);
+      expect(log.segmentInfos()).toHaveLength(1);
+    } finally {
+      await log.close();
+    }
   });
 
   it('recovers an empty trailing segment and an empty log', async () => {

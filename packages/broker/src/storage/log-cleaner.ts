@@ -102,7 +102,15 @@ export class LogCleaner {
       if (this.st.state === 'closed') throw storageError(this.st.dir, 'log is closed');
       if (this.st.failed) throw storageError(this.st.dir, 'log failed', this.st.failed);
       if (this.st.dormant) return { deletedSegments: 0, deletedBytes: 0 };
-      if (rollDue(this.st, now)) await this.writer.roll();
+      if (rollDue(this.st, now)) {
+        try {
+          await this.writer.roll();
+        } catch (err) {
+          // A full disk fails the roll; deleting what is past retention needs no space and may free it.
+          if (this.st.failed) throw err;
+          this.st.logger.warn({ err }, 'could not roll the active segment before retention; deleting the closed segments past it');
+        }
+      }
       const { count: n, keptBytes: total } = pastRetention(this.st, now);
       if (n === 0) return { deletedSegments: 0, deletedBytes: 0 };
       // No fsync may be in flight on a segment being deleted.

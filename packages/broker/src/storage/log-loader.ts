@@ -80,6 +80,13 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
         prev.nextOffset = seg.baseOffset;
         prev.markModified();
       }
+      if (prev && seg.size === 0 && seg.baseOffset < prev.nextOffset) {
+        // A roll that failed after creating the file (a crash between its two writes, or an unlink that
+        // failed too): the old segment went on past its base. It holds nothing; the rest of the log is whole.
+        log.warn({ segment: seg.baseOffset, previousEnds: prev.nextOffset }, 'removing an empty segment left by a failed roll');
+        await seg.remove();
+        continue;
+      }
       if (prev && seg.baseOffset !== prev.nextOffset) {
         // A gap (e.g. a closed segment lost its tail): only a contiguous prefix is a valid log.
         log.warn(

@@ -125,8 +125,16 @@ export class Segment implements FdHolder {
     seg.fh = Promise.resolve(fh);
     seg.openFh = fh;
     fds?.budget.used(seg);
-    // Written now so the created time survives a crash even before the first roll or close.
-    await seg.writeIndex(false);
+    try {
+      // Written now so the created time survives a crash even before the first roll or close.
+      await seg.writeIndex(false);
+    } catch (err) {
+      // A half-made segment must not stay: appends go on in the old one past its base, and a reopen would
+      // see an empty segment below the old one's end (log-loader.ts). Nor must its fd (a full disk fails
+      // every roll).
+      await seg.remove().catch(() => {});
+      throw err;
+    }
     return seg;
   }
 
