@@ -158,7 +158,28 @@ describe('the transaction index under concurrent appends, markers, replica appen
           await again.close();
         }
       }),
-      { numRuns: 400 },
+      {
+        numRuns: 400,
+        // A commit marker above the HWM cut by a truncation after a rebuild had snapshotted (and pruned) as of
+        // the log end: its transaction must be open again (it was lost, seed 236515144).
+        examples: [
+          [
+            [
+              { kind: 'txn', producer: 2, wait: false },
+              { kind: 'marker', producer: 2, abort: false, wait: false },
+              { kind: 'txn', producer: 0, wait: false },
+              { kind: 'marker', producer: 0, abort: false, wait: true },
+              { kind: 'hwm', back: 3 },
+              { kind: 'truncate', back: 1, wait: false },
+              { kind: 'txn', producer: 0, wait: false },
+              { kind: 'idem', wait: true },
+              { kind: 'snapshot' },
+              { kind: 'truncate', back: 4, wait: false },
+              { kind: 'idem', wait: false },
+            ],
+          ],
+        ],
+      },
     );
   }, 120_000);
 });

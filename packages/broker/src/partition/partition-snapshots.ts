@@ -239,7 +239,10 @@ export class PartitionSnapshots implements Tickable {
   async loadTxns(): Promise<TxnIndex> {
     const { state: index, end, from, fresh } = await loadTxnIndex(this.log);
     if (!this.owner.isClosed) {
-      if (fresh) await this.writeTxns(index, end);
+      // As of the high-water mark, as on the timer: writing it pruned the transactions closed below its
+      // offset, and a truncation may still cut down to the HWM (a marker above it, unacknowledged, going
+      // with the cut must leave its transaction open).
+      if (fresh) await this.writeTxns(index, Math.min(end, this.log.highWatermark));
       else {
         this.txnVersion = index.version;
         this.txnOffset = from;
