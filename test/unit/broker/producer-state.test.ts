@@ -5,6 +5,7 @@ import { Partition, PRODUCER_SNAPSHOT_FILE } from 'tributary-broker/partition/pa
 import { PRODUCER_WINDOW, ProducerStateTable } from 'tributary-broker/partition/producer-state.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
+import { INDEX_SUFFIX, segmentFileName } from 'tributary-broker/storage/segment-names.js';
 import { rec, removeDir, tempDir, thrownCode } from '../../helpers/util.js';
 
 /** check + begin + complete, as Partition does around an append at `base`. */
@@ -194,6 +195,29 @@ describe('Partition idempotent appends', () => {
       duplicate: true,
     });
     expect(p.producerState()?.describe('p1')).toEqual({ epoch: 0, lastSeq: 3 });
+    await p.close();
+  });
+
+  it('a batch checked while an earlier one of its producer was pending is not written once that one failed: the order holds, and the retries go in', async () => {
+    const dir = await tempDir('tributary-pstate-');
+    dirs.push(dir);
+    const p = new Partition('t', 0, await PartitionLog.open(dir, { flush: 'os', segmentBytes: 2000 }));
+    await p.whenProducerStateReady();
+    expect(await p.appendIdempotent([idem('a', 0)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 0 })).toMatchObject({ baseOffset: 0 });
+    // B needs a roll that fails (its index file cannot be made, as on a full disk); C would fit the old segment.
+    const blocker = path.join(dir, segmentFileName(1, INDEX_SUFFIX));
+    await fs.mkdir(blocker);
+    const big = rec('B'.repeat(1900), { producerId: 'p1', epoch: 0, sequence: 1 });
+    const b = p.appendIdempotent([big], { producerId: 'p1', epoch: 0, firstSequence: 1, lastSequence: 1 });
+    const c = p.appendIdempotent([idem('c', 2)], { producerId: 'p1', epoch: 0, firstSequence: 2, lastSequence: 2 });
+    await expect(b).rejects.toMatchObject({ code: 'storage_error' });
+    await expect(c).rejects.toMatchObject({ code: 'out_of_order_sequence', fields: { expected: 1 } });
+    expect(p.logEndOffset).toBe(1);
+    // Retried in order once the disk has room: both go in, in their order.
+    await fs.rmdir(blocker);
+    expect(await p.appendIdempotent([big], { producerId: 'p1', epoch: 0, firstSequence: 1, lastSequence: 1 })).toMatchObject({ baseOffset: 1, duplicate: false });
+    expect(await p.appendIdempotent([idem('c', 2)], { producerId: 'p1', epoch: 0, firstSequence: 2, lastSequence: 2 })).toMatchObject({ baseOffset: 2, duplicate: false });
+    expect((await p.log.read(0, { maxRecords: 10, maxBytes: 1 << 20 })).map((r) => r.sequence)).toEqual([0, 1, 2]);
     await p.close();
   });
 });

@@ -307,14 +307,15 @@ export class Partition implements SnapshotOwner {
       return Promise.reject(err);
     }
     const entry = table.begin(b.producerId, b.epoch, b.firstSequence, b.lastSequence, Date.now());
-    const result = this.log.append(records).then(
+    const guard = table.writeGuard(b.producerId, b.epoch, entry);
+    const result = this.log.append(records, guard).then(
       (res) => {
         table.complete(entry, res);
         hooks?.ok(res);
         return this.appended(res);
       },
       (err: unknown) => {
-        table.abort(b.producerId, entry);
+        guard.failed();
         hooks?.none();
         throw err;
       },

@@ -1,6 +1,7 @@
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
 import { ATTR_END_OF_APPEND } from '../storage/record-codec.js';
+import type { AppendGuard } from '../storage/log-options.js';
 import { emptyMap, writableMap } from '../common/empty.js';
 
 /**
@@ -28,6 +29,11 @@ export interface BatchEntry {
   timestamp: number;
   /** The append's outcome, for a duplicate that arrives while it is pending. */
   result?: Promise<AppendOffsets>;
+  /**
+   * Pending, and an earlier batch of the producer failed: it must not be written after the gap (the
+   * numbers would skip the failed one's); its write is refused as out_of_order_sequence (partition.ts).
+   */
+  refusedAfter?: number;
 }
 
 interface ProducerEntry {
@@ -104,14 +110,40 @@ export class ProducerStateTable {
     this.version++;
   }
 
-  /** The append failed: forget the batch, so a retry of it is appended. */
+  /**
+   * The append failed: forget the batch, so a retry of it is appended. The producer's batches checked
+   * after it and still pending are refused when their turn to be written comes (`refusedAfter`).
+   */
   abort(id: string, entry: BatchEntry): void {
     const p = this.producers.get(id);
     if (!p) return;
     const i = p.batches.indexOf(entry);
-    if (i >= 0) p.batches.splice(i, 1);
+    if (i >= 0) {
+      for (let j = i + 1; j < p.batches.length; j++) {
+        const later = p.batches[j];
+        if (later.baseOffset < 0) later.refusedAfter ??= entry.firstSeq;
+      }
+      p.batches.splice(i, 1);
+    }
     // The producer stays, with no batches, as a fence leaves it: its epoch still refuses older ones.
     this.version++;
+  }
+
+  /**
+   * The write-time check of a begun batch (storage AppendGuard): an earlier batch of the producer, pending
+   * when this one was checked, may fail first (a full disk), and this one must then not be written after
+   * the gap. `failed` aborts the batch, once.
+   */
+  writeGuard(id: string, epoch: number, entry: BatchEntry): AppendGuard {
+    let aborted = false;
+    return {
+      refused: () => (entry.refusedAfter === undefined ? undefined : outOfOrder(id, epoch, entry.firstSeq, entry.refusedAfter)),
+      failed: () => {
+        if (aborted) return;
+        aborted = true;
+        this.abort(id, entry);
+      },
+    };
   }
 
   /** Rebuild: an append found in the log (records in offset order). Batches already known are skipped. */

@@ -59,6 +59,17 @@ export const DEFAULT_LOG_OPTIONS: Readonly<LogOptions> = Object.freeze({
   tailCacheBytes: 4 * 1024 * 1024,
 });
 
+/**
+ * Conditions of an append decided at write time, not at call time (an idempotent producer's batch must not
+ * be written after an earlier batch of its failed: docs/architecture.md, "Idempotent producers").
+ */
+export interface AppendGuard {
+  /** Asked as the append is taken for a write: an error refuses it, unwritten. */
+  refused(): Error | undefined;
+  /** The append failed (or was refused): called before any later append is taken for a write. */
+  failed(): void;
+}
+
 export interface AppendResult {
   baseOffset: number;
   lastOffset: number;

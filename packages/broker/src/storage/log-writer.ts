@@ -14,7 +14,7 @@ import type { GroupCommit, SyncWaiter } from './group-commit.js';
 import { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
 import { fsyncDir, makeDir, storageError } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
-import { type AppendResult, segmentFdPolicy } from './log-options.js';
+import { type AppendGuard, type AppendResult, segmentFdPolicy } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { Mutex } from './mutex.js';
 import {
@@ -47,6 +47,7 @@ interface PendingAppend extends SyncWaiter {
   replica?: ReplicaWrite;
   sizes: number[];
   bytes: number;
+  guard?: AppendGuard;
 }
 
 /** The records of an appendReplica call, encoded when the call is accepted (the caller's objects may change later). */
@@ -80,7 +81,7 @@ export class LogWriter {
   }
 
   /** See PartitionLog.append. */
-  append(records: RecordInput[]): Promise<AppendResult> {
+  append(records: RecordInput[], guard?: AppendGuard): Promise<AppendResult> {
     if (this.st.state !== 'open') return Promise.reject(storageError(this.st.dir, 'log is closed'));
     if (this.st.failed) return Promise.reject(storageError(this.st.dir, 'log failed', this.st.failed));
     if (!Array.isArray(records) || records.length === 0) return Promise.reject(invalidParam('records', 'must be a non-empty array'));
@@ -97,7 +98,7 @@ export class LogWriter {
     }
     if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
     return new Promise<AppendResult>((resolve, reject) => {
-      this.pending.push({ records, sizes, bytes, resolve, reject });
+      this.pending.push(guard ? { records, sizes, bytes, resolve, reject, guard } : { records, sizes, bytes, resolve, reject });
       this.scheduleDrain();
     });
   }
@@ -211,8 +212,15 @@ export class LogWriter {
       }
       if (this.st.failed || this.st.state === 'closed') {
         const err = this.st.failed ? storageError(this.st.dir, 'log failed', this.st.failed) : storageError(this.st.dir, 'log is closed');
-        for (const p of this.pending.splice(0)) p.reject(err);
+        for (const p of this.pending.splice(0)) reject(p, err);
         return undefined;
+      }
+      const head = this.pending[0];
+      const refused = head.guard?.refused();
+      if (refused) {
+        this.pending.shift();
+        reject(head, refused);
+        continue;
       }
       const waiting = this.writeNext();
       if (waiting !== undefined) return waiting.then(() => this.drain(force));
@@ -241,7 +249,8 @@ export class LogWriter {
       // A batch never spans segments; several batches share one write while they fit.
       let n = 1;
       let bytes = first.bytes;
-      while (n < this.pending.length && !this.pending[n].replica) {
+      // A refused append is failed at the head of a group (drain()): the group ends before one.
+      while (n < this.pending.length && !this.pending[n].replica && this.pending[n].guard?.refused() === undefined) {
         const b = this.pending[n].bytes;
         if (bytes + b > MAX_GROUP_BYTES || seg.size + bytes + b > segmentBytes) break;
         bytes += b;
@@ -260,7 +269,7 @@ export class LogWriter {
     // Nothing was taken yet (creating the files or rolling failed): fail the first append rather than retry forever.
     if (group.length === 0) group = this.pending.splice(0, 1);
     const e = err instanceof TributaryError ? err : storageError(this.st.dir, 'append failed', err);
-    for (const p of group) p.reject(e);
+    for (const p of group) reject(p, e);
   }
 
   /** Encodes and writes a group; a promise only when the write has to wait for the file to open. */
@@ -502,4 +511,10 @@ export class LogWriter {
   rejectQueued(): void {
     for (const p of this.pending.splice(0)) p.reject(storageError(this.st.dir, 'log is closed'));
   }
+}
+
+/** Fails an append; its guard hears of it first, before any later append is taken. */
+function reject(p: PendingAppend, err: Error): void {
+  p.guard?.failed();
+  p.reject(err);
 }

@@ -26,6 +26,7 @@ import { LogCleaner, retentionDue } from './log-cleaner.js';
 import { fsyncDir, renameAway, storageError } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE, loadLog } from './log-loader.js';
 import {
+  type AppendGuard,
   type AppendResult,
   type CompactOptions,
   type CompactResult,
@@ -46,6 +47,7 @@ import type { WireReadRequest } from './tail-cache.js';
 export { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
 export { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
 export {
+  type AppendGuard,
   type AppendResult,
   type CompactOptions,
   type CompactResult,
@@ -203,8 +205,9 @@ export class PartitionLog {
 
   // ---------------------------------------------------------------- append (log-writer.ts)
 
-  append(records: RecordInput[]): Promise<AppendResult> {
-    return this.writer.append(records);
+  /** Appends records; `guard` (idempotent producers) is asked again when the append is written. */
+  append(records: RecordInput[], guard?: AppendGuard): Promise<AppendResult> {
+    return this.writer.append(records, guard);
   }
 
   /**
