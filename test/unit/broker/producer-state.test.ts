@@ -220,4 +220,23 @@ describe('Partition idempotent appends', () => {
     expect((await p.log.read(0, { maxRecords: 10, maxBytes: 1 << 20 })).map((r) => r.sequence)).toEqual([0, 1, 2]);
     await p.close();
   });
+
+  it('a snapshot that cannot be written after the rebuild at open leaves idempotent appends working (the timer writes it later)', async () => {
+    const dir = await tempDir('tributary-pstate-');
+    dirs.push(dir);
+    let p = await openPartition(dir);
+    expect(await p.appendIdempotent([idem('a', 0)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 0 })).toMatchObject({ baseOffset: 0 });
+    await simulateCrash(p.log);
+    // The reopen rebuilds from the log and snapshots at once; that write fails (as on a full disk).
+    const blocker = path.join(dir, `${PRODUCER_SNAPSHOT_FILE}.tmp`);
+    await fs.mkdir(blocker);
+    p = await openPartition(dir);
+    try {
+      expect(await p.appendIdempotent([idem('a', 0)], { producerId: 'p1', epoch: 0, firstSequence: 0, lastSequence: 0 })).toMatchObject({ baseOffset: 0, duplicate: true });
+      expect(await p.appendIdempotent([idem('b', 1)], { producerId: 'p1', epoch: 0, firstSequence: 1, lastSequence: 1 })).toMatchObject({ baseOffset: 1, duplicate: false });
+    } finally {
+      await fs.rmdir(blocker);
+      await p.close();
+    }
+  });
 });

@@ -228,7 +228,7 @@ export class PartitionSnapshots implements Tickable {
   async loadProducers(): Promise<ProducerStateTable> {
     const { state: table, end, fresh } = await loadProducerState(this.log);
     if (!this.owner.isClosed) {
-      if (fresh) await this.writeProducers(table, end);
+      if (fresh) await this.writeProducers(table, end).catch((err: unknown) => this.writeFailed(PRODUCER_SNAPSHOT_FILE, err));
       else this.producerVersion = table.version;
       this.checkProducers = true;
       this.ticker.want(this);
@@ -242,7 +242,7 @@ export class PartitionSnapshots implements Tickable {
       // As of the high-water mark, as on the timer: writing it pruned the transactions closed below its
       // offset, and a truncation may still cut down to the HWM (a marker above it, unacknowledged, going
       // with the cut must leave its transaction open).
-      if (fresh) await this.writeTxns(index, Math.min(end, this.log.highWatermark));
+      if (fresh) await this.writeTxns(index, Math.min(end, this.log.highWatermark)).catch((err: unknown) => this.writeFailed(TXN_SNAPSHOT_FILE, err));
       else {
         this.txnVersion = index.version;
         this.txnOffset = from;
@@ -251,6 +251,15 @@ export class PartitionSnapshots implements Tickable {
       this.ticker.want(this);
     }
     return index;
+  }
+
+  /**
+   * A snapshot after a rebuild could not be written (a full disk): the state is whole in memory and the
+   * timer writes it again; until then a crash only costs a longer rebuild. Failing the load instead left
+   * the partition without idempotent or transactional appends until a restart.
+   */
+  private writeFailed(file: string, err: unknown): void {
+    this.log.logger.warn({ err, file }, 'could not write a snapshot after the rebuild; the timer tries again');
   }
 
   /** The timer: writes each checked state that changed since its last snapshot. */

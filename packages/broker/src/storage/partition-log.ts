@@ -192,6 +192,11 @@ export class PartitionLog {
     if (this.options.checkpointHwmOnTimer !== false && this.st.state === 'open' && this.st.hwm !== this.checkpoint.checkpointed) this.ticker.want(this);
   }
 
+  /** The log's logger (its directory bound in): for the states kept beside it (partition-snapshots.ts). */
+  get logger(): Logger {
+    return this.st.logger;
+  }
+
   segmentInfos(): SegmentInfo[] {
     return this.st.segments.map((s) => ({
       baseOffset: s.baseOffset,
