@@ -62,6 +62,7 @@ describe('metrics, standalone', () => {
     for (const phase of ['queue', 'wait', 'read']) expect(samples(text, 'tributary_fetch_phase_seconds_count', { phase })[0], phase).toBeGreaterThan(0);
     // flush=always: every acknowledged append was fsynced (group commit may cover several with one pass).
     expect(samples(text, 'tributary_fsync_duration_seconds_count')[0]).toBeGreaterThan(0);
+    expect(samples(text, 'tributary_failed_logs')).toEqual([0]);
     expect(samples(text, 'tributary_fsync_duration_seconds_sum')[0]).toBeGreaterThan(0);
     for (const p of ['0', '1']) expect(samples(text, 'tributary_log_size_bytes', { topic: 'm', partition: p })[0]).toBeGreaterThan(0);
     expect(samples(text, 'tributary_group_rebalance_seconds_count')[0]).toBeGreaterThanOrEqual(1);

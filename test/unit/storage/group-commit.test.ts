@@ -45,11 +45,13 @@ describe('group commit', () => {
       (e: Error) => `rejected: ${e.message}`,
     );
     await vi.waitFor(() => expect(log.logEndOffset).toBe(3));
+    expect(log.failed).toBe(false);
     fail(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' }));
     expect(await a).toMatch(/^rejected: .*fsync failed/);
     expect(await b).toMatch(/^rejected: .*log failed/);
-    // Nothing later is accepted either.
+    // Nothing later is accepted either, and the log says so (tributary_failed_logs counts it).
     await expect(log.append([rec(3)])).rejects.toThrow(/log failed/);
+    expect(log.failed).toBe(true);
     spy.mockImplementation(real);
     await log.close().catch(() => {});
   });

@@ -1,3 +1,4 @@
+import client from 'prom-client';
 import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import net from 'node:net';
@@ -112,6 +113,17 @@ export class Broker implements BrokerContext {
     this.cluster = config.cluster ? new ClusterNode(config, logger.child({ component: 'cluster' }), this.metrics) : undefined;
     if (this.cluster) registerClusterMetrics(this.metrics, this.cluster);
     registerReplyBufferMetrics(this.metrics.registry, this.replyBuffers);
+    const topics = () => this.topics;
+    new client.Gauge({
+      name: 'tributary_failed_logs',
+      help: 'Partition logs refusing appends after a failed fsync or write-back, until the broker restarts (docs/operations.md, "A full disk")',
+      registers: [this.metrics.registry],
+      collect() {
+        let n = 0;
+        for (const t of topics().list()) for (const p of t.partitions) if (p.log.failed) n++;
+        this.set(n);
+      },
+    });
     this.store = this.cluster ? this.cluster.store : new LocalMetadataStore(config.dataDir);
     this.topics = new TopicManager(this.store, config, logger, this.metrics);
     // Cluster mode: coordinators append only as the partition's leader and answer once it is replicated.

@@ -86,21 +86,37 @@ export function checkReservation(next: number, count: number): void {
   if (!Number.isSafeInteger(next + count)) throw new TributaryError('internal_error', { reason: 'producer ids exhausted', next });
 }
 
-/** Topic definitions in `<dataDir>/metadata.json`, replaced atomically on every change. */
+/** The space held back for metadata.json's writes (docs/operations.md, "A full disk"). */
+export const METADATA_RESERVE_FILE = 'metadata.reserve';
+const RESERVE_BYTES = 1 << 20;
+
+/**
+ * Topic definitions in `<dataDir>/metadata.json`, replaced atomically on every change. A reserve file holds
+ * space back for those writes: a write that finds the disk full releases it and tries once more, so a
+ * topic can still be deleted to free space (the reserve is made again once a write succeeds).
+ */
 export class LocalMetadataStore implements MetadataStore {
   readonly events = new EventEmitter();
   private topics = new Map<string, TopicDefinition>();
   private nextProducerId = 0;
   private readonly file: string;
+  private readonly reserve: string;
+  private reserveMissing = true;
   /** Serializes writes so two concurrent changes cannot interleave their renames. */
   private chain: Promise<unknown> = Promise.resolve();
 
-  constructor(dataDir: string) {
+  constructor(
+    dataDir: string,
+    /** How the file is replaced (tests stand in a full disk). */
+    private readonly writeFile: (file: string, data: string) => Promise<void> = writeFileAtomic,
+  ) {
     this.file = path.join(dataDir, 'metadata.json');
+    this.reserve = path.join(dataDir, METADATA_RESERVE_FILE);
   }
 
   async open(): Promise<void> {
     await fs.mkdir(path.dirname(this.file), { recursive: true });
+    await this.makeReserve();
     let text: string;
     try {
       text = await readSmallFile(this.file, 'utf8');
@@ -194,6 +210,36 @@ export class LocalMetadataStore implements MetadataStore {
 
   private async persist(topics: Map<string, TopicDefinition>, nextProducerId = this.nextProducerId): Promise<void> {
     const body: MetadataFile = { version: 1, topics: [...topics.values()], nextProducerId };
-    await writeFileAtomic(this.file, `${JSON.stringify(body, null, 2)}\n`);
+    const text = `${JSON.stringify(body, null, 2)}\n`;
+    try {
+      await this.writeFile(this.file, text);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOSPC' || this.reserveMissing) throw writeFailed(err);
+      // The disk is full: the reserve makes room for this write.
+      await fs.rm(this.reserve, { force: true });
+      this.reserveMissing = true;
+      try {
+        await this.writeFile(this.file, text);
+      } catch (again) {
+        throw writeFailed(again);
+      }
+    }
+    if (this.reserveMissing) await this.makeReserve();
   }
+
+  /** Best effort: a disk too full for it leaves none, and the next successful write tries again. */
+  private async makeReserve(): Promise<void> {
+    try {
+      await fs.writeFile(this.reserve, Buffer.alloc(RESERVE_BYTES), { flag: 'wx' });
+      this.reserveMissing = false;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EEXIST') this.reserveMissing = false;
+      else await fs.rm(this.reserve, { force: true }).catch(() => {});
+    }
+  }
+}
+
+/** A write of metadata.json that failed: nothing changed, and a retry may succeed (space freed). */
+function writeFailed(err: unknown): TributaryError {
+  return new TributaryError('storage_error', { reason: `could not write metadata.json: ${err instanceof Error ? err.message : String(err)}` });
 }

@@ -192,6 +192,11 @@ export class PartitionLog {
     if (this.options.checkpointHwmOnTimer !== false && this.st.state === 'open' && this.st.hwm !== this.checkpoint.checkpointed) this.ticker.want(this);
   }
 
+  /** Appends are refused for good (a failed fsync or write-back) until the log is opened again. */
+  get failed(): boolean {
+    return this.st.failed !== null;
+  }
+
   /** The log's logger (its directory bound in): for the states kept beside it (partition-snapshots.ts). */
   get logger(): Logger {
     return this.st.logger;
