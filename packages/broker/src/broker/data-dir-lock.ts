@@ -152,6 +152,9 @@ async function createExclusive(file: string, holder: LockHolder): Promise<boolea
   try {
     await fh.writeFile(`${JSON.stringify(holder)}\n`);
     written = true;
+  } catch (err) {
+    // The path, so a full disk says where (docs/operations.md, "A full disk").
+    throw new Error(`cannot write the data directory's lock file ${file}: ${(err as Error).message}`, { cause: err });
   } finally {
     await fh.close().catch(() => {});
     if (!written) await fs.rm(file, { force: true }); // an empty lock would block starts for a while
