@@ -125,6 +125,33 @@ describe('the Kafka listener', () => {
     }
   });
 
+  it("counts its produced and fetched records in the broker's records and bytes counters", async () => {
+    const kafka = new Kafka({ brokers: [bootstrap], clientId: 'listener-metrics', logLevel: logLevel.NOTHING, retry: { retries: 2 } });
+    const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    const consumer = kafka.consumer({ groupId: 'kmetrics', maxWaitTimeInMs: 100 });
+    await c.command('CREATE', { topic: 'kmetrics', partitions: 1 });
+    const series = async (name: string) => {
+      const m = new RegExp(`^${name}\\{topic="kmetrics"\\} (\\d+)`, 'm').exec((await broker.health('/metrics')).body);
+      return m ? Number(m[1]) : 0;
+    };
+    try {
+      await producer.connect();
+      await producer.send({ topic: 'kmetrics', acks: -1, messages: Array.from({ length: 7 }, (_, i) => ({ value: `v${i}-xx` })) });
+      expect(await series('tributary_records_in_total')).toBe(7);
+      expect(await series('tributary_bytes_in_total')).toBe(7 * 5);
+      await consumer.connect();
+      await consumer.subscribe({ topic: 'kmetrics', fromBeginning: true });
+      let got = 0;
+      await consumer.run({ eachMessage: async () => void got++ });
+      await until(() => got === 7, 15_000, 'the 7 records consumed');
+      expect(await series('tributary_records_out_total')).toBeGreaterThanOrEqual(7);
+      expect(await series('tributary_bytes_out_total')).toBeGreaterThanOrEqual(7 * 5);
+    } finally {
+      await consumer.disconnect();
+      await producer.disconnect();
+    }
+  });
+
   it('answers every advertised version of every served API with a response that version decodes', async () => {
     await c.command('CREATE', { topic: 'versions', partitions: 1 });
     await c.command('PUBLISH', { topic: 'versions', partition: 0, message: 'r0' });

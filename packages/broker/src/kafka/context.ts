@@ -9,6 +9,7 @@ import type { TributaryError } from 'tributary-protocol/errors.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { BrokerConfig } from '../common/config.js';
+import type { BrokerMetrics } from '../common/metrics.js';
 import type { Logger } from '../common/logger.js';
 import type { ProducerIdAllocator } from '../partition/producer-ids.js';
 import type { TopicManager } from '../partition/topic-manager.js';
@@ -23,6 +24,8 @@ export interface KafkaBrokerContext {
   /** The transaction coordinator: where a transactional id's coordinator lives, and Kafka's transactions on it. */
   readonly transactions: TransactionCoordinator;
   readonly logger: Logger;
+  /** The records and bytes in and out counters count this port's traffic too (docs/operations.md). */
+  readonly metrics: BrokerMetrics;
   readonly brokerId: number;
   /** Recovery done and not stopping: until then (and after) Kafka requests are not served. */
   readonly ready: boolean;

@@ -69,7 +69,13 @@ function partitionOf(ctx: KafkaRequestContext, topic: string, partition: number)
   return ctx.broker.topics.tryGet(topic)?.partitions[partition];
 }
 
-async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation, budget: { bytes: number }): Promise<KafkaStruct> {
+/** What readOne read, for the records and bytes out counters (counted for the answer sent only). */
+interface ReadCount {
+  records: number;
+  bytes: number;
+}
+
+async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation, budget: { bytes: number }, count: ReadCount): Promise<KafkaStruct> {
   const base = { partitionIndex: w.partition, preferredReadReplica: -1, abortedTransactions: isolation === 'read_committed' ? [] : null };
   try {
     if (w.refused) throw w.refused;
@@ -81,6 +87,11 @@ async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation
       const read = await p.read(w.offset, { maxRecords: MAX_RECORDS, maxBytes: Math.max(1, Math.min(w.maxBytes, budget.bytes)), isolation });
       records = asRecordBatch(read.records, read.nextOffset, w.offset);
       budget.bytes -= records.length;
+      for (const r of read.records) {
+        if ((r.attributes & RecordAttr.CONTROL) !== 0) continue;
+        count.records++;
+        count.bytes += r.value.length;
+      }
     }
     return { ...base, errorCode: 0, highWatermark: p.highWatermark, lastStableOffset: p.lastStableOffset, logStartOffset: p.earliest, records };
   } catch (err) {
@@ -122,10 +133,12 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
   }
   const maxBytes = Math.min(Math.max(1, body.maxBytes as number), cap);
   // One budget over the response, partitions read one after another: once it is spent the rest read nothing.
+  let counts: ReadCount[] = [];
   const readAll = async () => {
     const budget = { bytes: maxBytes };
     const out: KafkaStruct[] = [];
-    for (const w of wanted) out.push(await readOne(ctx, w, isolation, budget));
+    counts = wanted.map(() => ({ records: 0, bytes: 0 }));
+    for (let i = 0; i < wanted.length; i++) out.push(await readOne(ctx, wanted[i]!, isolation, budget, counts[i]!));
     return out;
   };
   let results = await readAll();
@@ -142,6 +155,13 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
     await waitForAny(ctx, wanted, from, isolation, left);
     results = await readAll();
   }
+  const metrics = ctx.broker.metrics;
+  wanted.forEach((w, i) => {
+    const c = counts[i]!;
+    if (c.records === 0) return;
+    metrics.recordsOut.inc({ topic: w.topic }, c.records);
+    metrics.bytesOut.inc({ topic: w.topic }, c.bytes);
+  });
   const byTopic = new Map<string, KafkaStruct[]>();
   wanted.forEach((w, i) => {
     let list = byTopic.get(w.topic);

@@ -161,6 +161,8 @@ async function prepare(ctx: KafkaRequestContext, topicName: string, index: numbe
                 ? partition.appendIdempotent(records, idempotent)
                 : partition.append(records);
           const appended = await appending;
+          // Counted once appended, as on the main port: a retry answered as a duplicate adds nothing.
+          if (!(appended as { duplicate?: boolean }).duplicate) countIn(ctx, partition.topic, records);
           await acknowledged(ctx, partition, appended.lastOffset, acks, leaderEpoch);
           return { index, errorCode: 0, baseOffset: appended.baseOffset, logAppendTimeMs: -1, logStartOffset: partition.earliest, recordErrors: [], errorMessage: null };
         } catch (err) {
@@ -224,3 +226,10 @@ export const produceHandler = handler(apiByKey(Produce.apiKey)!, async (ctx, _ve
   }
   return { responses, throttleTimeMs: 0 };
 });
+
+function countIn(ctx: KafkaRequestContext, topic: string, records: RecordInput[]): void {
+  let bytes = 0;
+  for (const r of records) bytes += r.value.length;
+  ctx.broker.metrics.recordsIn.inc({ topic }, records.length);
+  ctx.broker.metrics.bytesIn.inc({ topic }, bytes);
+}
