@@ -7,6 +7,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { withOverrides } from 'tributary-broker/cli/flags.js';
 
 /** dist/bench → repository root. */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -272,7 +273,7 @@ export interface BrokerHandle {
  * `nodeArgs` go to node itself (e.g. --cpu-prof), `args` to `broker start` (e.g. --flush os).
  */
 export async function startBroker(dataDir: string, opts: { nodeArgs?: string[]; args?: string[]; echoStderr?: boolean; startTimeoutMs?: number } = {}): Promise<BrokerHandle> {
-  const args = ['broker', 'start', '--host', '127.0.0.1', '--port', '0', '--health-port', '0', '--data-dir', dataDir, '--log-level', 'warn', ...(opts.args ?? [])];
+  const args = ['broker', 'start', ...withOverrides(['--host', '127.0.0.1', '--port', '0', '--health-port', '0', '--data-dir', dataDir, '--log-level', 'warn'], opts.args ?? [])];
   const child = spawnNode('broker', CLI, args, { nodeArgs: opts.nodeArgs, echoStderr: opts.echoStderr });
   const m = await child.waitLine(/listening on ([^\s]+):(\d+) \(health [^\s,]*:(\d+)/, opts.startTimeoutMs ?? 30_000);
   return { child, host: '127.0.0.1', port: Number(m[2]), healthPort: Number(m[3]), dataDir };

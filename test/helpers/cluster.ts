@@ -8,6 +8,7 @@ import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { type EtcdServer, type EtcdTlsFiles, startEtcd } from './etcd.js';
 import { BrokerProcess } from './launcher.js';
+import { withOverrides } from 'tributary-broker/cli/flags.js';
 import { eventuallyTolerant } from './util.js';
 
 let clusters = 0;
@@ -72,12 +73,14 @@ export class TestCluster {
     const brokers: BrokerProcess[] = [];
     const cluster = new TestCluster(etcd, brokers, prefix);
     cluster.env = env;
-    cluster.argsOf = (id) => [
-      ...['--cluster', '--etcd', etcd.endpoints.join(','), '--etcd-prefix', prefix, '--broker-id', String(id), '--internal-replication-factor', String(Math.min(3, n))],
-      ...FAST_CLUSTER_ARGS,
-      ...extraArgs,
-      ...(secure.argsFor?.(id) ?? []),
-    ];
+    cluster.argsOf = (id) =>
+      withOverrides(
+        [
+          ...['--cluster', '--etcd', etcd.endpoints.join(','), '--etcd-prefix', prefix, '--broker-id', String(id), '--internal-replication-factor', String(Math.min(3, n))],
+          ...FAST_CLUSTER_ARGS,
+        ],
+        [...extraArgs, ...(secure.argsFor?.(id) ?? [])],
+      );
     try {
       for (let id = 0; id < n; id++) {
         brokers.push(await BrokerProcess.start({ args: cluster.argsOf(id), env, clientTls: secure.clientTls }));

@@ -4,6 +4,7 @@ import path from 'node:path';
 import type tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 import { Connection } from 'tributary-protocol/connection.js';
+import { withOverrides } from 'tributary-broker/cli/flags.js';
 import { trackChild } from './process-registry.js';
 import { removeDir, tempDir } from './util.js';
 
@@ -63,7 +64,7 @@ export class BrokerProcess {
   private async launch(): Promise<void> {
     // A second process on the same directory would be lost track of (and left running): stop or kill first.
     if (this.running) throw new Error(`broker pid ${this.proc!.pid} is still running: stop() or kill() it before starting again`);
-    const args = [CLI, 'broker', 'start', '--host', '127.0.0.1', '--port', '0', '--health-port', '0', '--data-dir', this.dataDir, '--log-level', 'warn', ...(this.opts.args ?? [])];
+    const args = [CLI, 'broker', 'start', ...withOverrides(['--host', '127.0.0.1', '--port', '0', '--health-port', '0', '--data-dir', this.dataDir, '--log-level', 'warn'], this.opts.args ?? [])];
     const proc = trackChild(spawn(process.execPath, args, { env: { ...process.env, ...this.opts.env }, stdio: ['ignore', 'pipe', 'pipe'] }), 'broker');
     this.proc = proc;
     this.stdout = '';

@@ -146,3 +146,33 @@ it('the PostgreSQL offset store settings: each needs the other, and the URL must
     expect(r.stderr).not.toContain('hunter2');
   }
 });
+
+it('an option given twice is refused (exit 2), not settled by the last one; nothing is written', async () => {
+  const f = path.join(dir, 'broker.yaml');
+  const r = await cli('user', 'add', 'bob', '--permissions', 'admin', '--permissions', 'topic.read', '--token', 'tok', '--config', f);
+  expect(r.code).toBe(2);
+  expect(r.stderr).toMatch(/option '--permissions <list>' given more than once/);
+  expect(fs.existsSync(f)).toBe(false);
+  const twiceBool = await cli('user', 'add', 'bob', '--permissions', 'admin', '--token', 'a', '--token', 'b', '--config', f);
+  expect(twiceBool.code).toBe(2);
+  expect(fs.existsSync(f)).toBe(false);
+  // Once each: fine.
+  expect((await cli('user', 'add', 'bob', '--permissions', 'admin', '--token', 'tok', '--config', f)).code).toBe(0);
+});
+
+it("launchers' defaults give way to the caller's flags, so a launched broker never gets an option twice", async () => {
+  const { withOverrides } = await import('tributary-broker/cli/flags.js');
+  expect(withOverrides(['--host', 'h', '--log-level', 'warn', '--cluster', '--port', '0'], ['--log-level', 'info', '--flush', 'os'])).toEqual([
+    '--host',
+    'h',
+    '--cluster',
+    '--port',
+    '0',
+    '--log-level',
+    'info',
+    '--flush',
+    'os',
+  ]);
+  expect(withOverrides(['--cluster', '--port', '0'], ['--cluster'])).toEqual(['--port', '0', '--cluster']);
+  expect(withOverrides(['--port', '0'], ['--port=9'])).toEqual(['--port=9']);
+});

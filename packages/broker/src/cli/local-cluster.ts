@@ -14,6 +14,7 @@ import { Connection } from 'tributary-protocol/connection.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
 import { type DevPki, makeDevPki } from './dev-pki.js';
+import { withOverrides } from './flags.js';
 
 const HOST = '127.0.0.1';
 /** Output kept per process for error messages: enough for the last few log lines. */
@@ -340,12 +341,18 @@ export class LocalCluster {
     const internalRf = Math.min(3, this.brokers.length);
     const args = [
       defaultCli(),
-      ...['broker', 'start', '--cluster', '--etcd', this.etcdEndpoints.join(','), '--broker-id', String(b.id)],
-      ...['--host', HOST, '--port', String(b.port), '--health-port', String(b.healthPort), '--data-dir', b.dataDir],
-      // Below 3 brokers the internal topics could never be created with the default factor of 3.
-      ...['--internal-replication-factor', String(internalRf), '--log-level', 'warn'],
-      ...this.tlsArgs(b.id),
-      ...(this.opts.brokerArgs ?? []),
+      'broker',
+      'start',
+      ...withOverrides(
+        [
+          ...['--cluster', '--etcd', this.etcdEndpoints.join(','), '--broker-id', String(b.id)],
+          ...['--host', HOST, '--port', String(b.port), '--health-port', String(b.healthPort), '--data-dir', b.dataDir],
+          // Below 3 brokers the internal topics could never be created with the default factor of 3.
+          ...['--internal-replication-factor', String(internalRf), '--log-level', 'warn'],
+          ...this.tlsArgs(b.id),
+        ],
+        this.opts.brokerArgs ?? [],
+      ),
     ];
     this.expectingExit.delete(b.id);
     const env = { ...process.env };

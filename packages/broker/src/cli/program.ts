@@ -48,7 +48,23 @@ export function buildProgram(): Command {
   registerClusterCommands(program);
   const sub = (name: string) => program.commands.find((c) => c.name() === name)!;
   registerReassignCommands(program, sub('broker'), sub('topic'));
+  refuseRepeatedOptions(program);
   return program;
+}
+
+/**
+ * An option given twice is refused (exit 2), not settled by the last one: `--partitions 3 --partitions 30`
+ * is a mistake either way. None of the CLI's options is meant to repeat.
+ */
+function refuseRepeatedOptions(cmd: Command): void {
+  for (const opt of cmd.options) {
+    let seen = false;
+    cmd.on(`option:${opt.name()}`, () => {
+      if (seen) cmd.error(`error: option '${opt.flags}' given more than once`, { exitCode: EXIT_USAGE, code: 'tributary.repeatedOption' });
+      seen = true;
+    });
+  }
+  for (const c of cmd.commands) refuseRepeatedOptions(c);
 }
 
 /** Runs the CLI and returns the exit code; messages for failures are already on stderr. */
