@@ -15,7 +15,7 @@ import { Producer, type RecordMetadata } from './producer.js';
 import { decodeRetryInfo, parkHeaders, type RetryInfo } from './retry-headers.js';
 import { type RetryClock, waitUntilDue } from './retry-due.js';
 import { type ResolvedRetryTopics, retryTopicIndex } from './retry-topics-options.js';
-import { ProducerFencedError, type GroupPosition } from './transaction.js';
+import { ProducerFencedError, type GroupPosition, type Transaction } from './transaction.js';
 
 /** Where a message was parked (`retry.parked` event). */
 export interface ParkedEvent {
@@ -124,7 +124,7 @@ export class Parker {
         transactionalId: this.transactionalId,
         transactionTimeoutMs: r.transactionTimeoutMs,
       }));
-      let txn;
+      let txn: Transaction;
       try {
         txn = await producer.transaction({ signal });
       } catch (e) {

@@ -224,7 +224,14 @@ describe('due time', () => {
     expect(seen).toEqual([1500]);
     // The real clock's timers: a wait beyond a timer's limit takes several, none shorter than it should be.
     const timers: number[] = [];
-    const recording = { now: () => 0, setTimeout: (fn: () => void, ms: number) => (timers.push(ms), clock.setTimeout(fn, 0)), clearTimeout: () => {} };
+    const recording = {
+      now: () => 0,
+      setTimeout: (fn: () => void, ms: number) => {
+        timers.push(ms);
+        return clock.setTimeout(fn, 0);
+      },
+      clearTimeout: () => {},
+    };
     const ac = new AbortController();
     const wait = waitUntilDue(2 ** 33, recording, ac.signal);
     await turn();

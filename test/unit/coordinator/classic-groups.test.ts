@@ -328,7 +328,7 @@ describe('Kafka classic groups on a fake clock', () => {
     await clock.advance(WINDOW);
     const m = joined(await j);
     expect(m.memberId.length).toBeLessThanOrEqual(255 + 1 + 36);
-    expect(m.memberId.startsWith('x'.repeat(255) + '-')).toBe(true);
+    expect(m.memberId.startsWith(`${'x'.repeat(255)}-`)).toBe(true);
     await classic().sync({ group: 'g', memberId: m.memberId, instanceId: null, generation: 1, assignments: [], protocolType: null, protocolName: null });
     expect(await kafkaName(hb(m))).toBe('NONE');
     expect(await kafkaName(classic().heartbeat({ group: 'g', memberId: m.memberId, instanceId: 'not-a-static-member', generation: 1 }))).toBe('UNKNOWN_MEMBER_ID');
