@@ -56,7 +56,9 @@ describe('group lag and offset resets across brokers', () => {
           offsets: Array<{ partition: number; committed: number; log_end: number; lag: number }>;
           total_lag: number;
         };
-        expect(status.offsets.map((o) => [o.partition, o.committed, o.log_end, o.lag])).toEqual(Array.from({ length: PARTITIONS }, (_, p) => [p, 2, 3 + p, 1 + p]));
+        expect(status.offsets.map((o) => [o.partition, o.committed, o.log_end, o.lag])).toEqual(
+          Array.from({ length: PARTITIONS }, (_, p) => [p, 2, 3 + p, 1 + p]),
+        );
         expect(status.total_lag).toBe(Array.from({ length: PARTITIONS }, (_, p) => 1 + p).reduce((a, b) => a + b, 0));
 
         const metrics = (await cluster.broker(coord).health('/metrics')).body;

@@ -19,7 +19,16 @@ afterEach(async () => {
 });
 
 const enospc = () => Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
-const def = (name: string) => ({ name, partitions: 1, replicationFactor: 1, idempotent: false, partitioner: 'hash_key' as const, retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' as const });
+const def = (name: string) => ({
+  name,
+  partitions: 1,
+  replicationFactor: 1,
+  idempotent: false,
+  partitioner: 'hash_key' as const,
+  retentionHours: -1,
+  retentionBytes: -1,
+  cleanupPolicy: 'delete' as const,
+});
 
 describe('metadata.json on a full disk', () => {
   it('a write that finds the disk full releases the reserve and goes through; the reserve comes back after a later write', async () => {
