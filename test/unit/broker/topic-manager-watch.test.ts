@@ -3,6 +3,8 @@
  * its partitions can arrive back to back, while the creation's open is still under way: the growth must
  * not be lost (a broker would otherwise never open the added partitions).
  */
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { resolveConfig } from 'tributary-broker/common/config.js';
@@ -13,10 +15,11 @@ import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
 let topics: TopicManager;
+let store: LocalMetadataStore;
 
 beforeEach(async () => {
   dir = await tempDir('trib-topics-watch-');
-  const store = new LocalMetadataStore(dir);
+  store = new LocalMetadataStore(dir);
   await store.open();
   topics = new TopicManager(store, resolveConfig({ dataDir: dir, flush: 'os' }), pino({ level: 'silent' }), new BrokerMetrics());
   await topics.open();
@@ -51,5 +54,22 @@ describe('TopicManager following the store', () => {
     await expect.poll(() => topics.tryGet('grow')?.partitions.length, { timeout: 5000 }).toBe(3);
     expect(topics.get('grow').partitions.map((p) => p.id)).toEqual([0, 1, 2]);
     await expect.poll(() => opened.length).toBe(2);
+  });
+});
+
+describe('a topic whose partitions cannot be opened', () => {
+  it('is not left defined: CREATE fails, nothing is stored, and a CREATE once the disk allows it works', async () => {
+    // The directory the partitions go in cannot be made: a file stands where the logs directory is.
+    const logs = path.join(dir, 'logs');
+    await fs.rm(logs, { recursive: true, force: true });
+    await fs.writeFile(logs, '');
+    const spec = { name: 'ghost', partitions: 2, replicationFactor: 1, idempotent: false, partitioner: 'hash_key' as const, retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' as const };
+    await expect(topics.create(spec)).rejects.toThrow();
+    expect(topics.tryGet('ghost')).toBeUndefined();
+    expect(store.getTopic('ghost')).toBeUndefined();
+    await fs.rm(logs);
+    const { topic, created } = await topics.create(spec);
+    expect(created).toBe(true);
+    expect(topic.partitions).toHaveLength(2);
   });
 });

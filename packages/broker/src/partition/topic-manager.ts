@@ -175,10 +175,18 @@ export class TopicManager {
       if (!sameDefinition(spec, existing)) {
         throw new TributaryError('topic_already_exists', { topic: spec.name, partitions: existing.partitions });
       }
-      return { topic: this.get(spec.name), created: false };
+      // Defined but not open here (an open that failed before it could be undone): opened now.
+      return { topic: this.topics.get(spec.name) ?? (await this.ensureOpen(existing)), created: false };
     }
     const { topic: def, created } = await this.store.createTopic(spec);
-    const topic = await this.ensureOpen(def);
+    let topic: Topic;
+    try {
+      topic = await this.ensureOpen(def);
+    } catch (err) {
+      // Not left defined and unopened: a topic nobody could use, nor delete (DELETE finds no open topic).
+      if (created) await this.store.deleteTopic(def.name).catch((e: unknown) => this.logger.error({ err: e, topic: def.name }, 'undoing a topic whose open failed failed'));
+      throw err;
+    }
     this.updateGauges();
     this.logger.info({ topic: def.name, partitions: def.partitions }, 'topic created');
     return { topic, created };
