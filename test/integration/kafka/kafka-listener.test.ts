@@ -344,6 +344,45 @@ describe('the Kafka listener', () => {
       }
     });
 
+    it('a backlog larger than one read is answered at once, whatever minBytes asks: no wait for data already there', { timeout: 20_000 }, async () => {
+      await c.command('CREATE', { topic: 'backlog', partitions: 1 });
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        for (let b = 0; b < 2; b++) {
+          const records = encodeRecordBatch({ records: Array.from({ length: 10_000 }, (_, i) => ({ key: null, value: Buffer.from(`v${b}-${i}`) })) });
+          await raw.call(0, 7, { transactionalId: null, acks: 1, timeoutMs: 1000, topicData: [{ name: 'backlog', partitionData: [{ index: 0, records }] }] });
+        }
+        // 10,000 small records (one read) are far below minBytes; the maxWaitMs (25 s, past this test's
+        // timeout) must not be waited while the rest of the backlog is there.
+        const res = await raw.call(1, 12, { ...fetchBody('backlog', 0, 0, 25_000), minBytes: 8 << 20, maxBytes: 50 << 20 });
+        const n = splitRecordBatches(partitionOf(res).records as Buffer).batches.reduce((k, b) => k + b.recordCount, 0);
+        expect(n).toBe(10_000);
+      } finally {
+        raw.socket.destroy();
+      }
+    });
+
+    it('only the first partition with records may exceed the response maxBytes; the next ones wait for another fetch', async () => {
+      await c.command('CREATE', { topic: 'big-records', partitions: 3 });
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        for (let p = 0; p < 3; p++) {
+          const records = encodeRecordBatch({ records: [{ key: null, value: Buffer.alloc(600_000, 0x61 + p) }] });
+          await raw.call(0, 7, { transactionalId: null, acks: 1, timeoutMs: 1000, topicData: [{ name: 'big-records', partitionData: [{ index: p, records }] }] });
+        }
+        const res = await raw.call(1, 12, {
+          ...fetchBody('big-records', 0, 0),
+          maxBytes: 700_000,
+          topics: [{ topic: 'big-records', partitions: [0, 1, 2].map((p) => ({ partition: p, fetchOffset: 0, partitionMaxBytes: 1 << 20 })) }],
+        });
+        const sizes = ((res.responses as KafkaStruct[])[0]!.partitions as KafkaStruct[]).map((x) => (x.records as Buffer).length);
+        expect(sizes[0]).toBeGreaterThan(600_000);
+        expect(sizes.slice(1)).toEqual([0, 0]);
+      } finally {
+        raw.socket.destroy();
+      }
+    });
+
     it('read_committed hides an open transaction and, once it ends, its aborted records; read_uncommitted shows them', async () => {
       await c.command('CREATE', { topic: 'txn-read', partitions: 1 });
       const raw = await RawKafka.connect(broker.kafkaPort);

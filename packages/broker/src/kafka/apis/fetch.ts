@@ -73,9 +73,17 @@ function partitionOf(ctx: KafkaRequestContext, topic: string, partition: number)
 interface ReadCount {
   records: number;
   bytes: number;
+  /** The read stopped at MAX_RECORDS with more there: the response does not wait for `minBytes`. */
+  capped: boolean;
 }
 
-async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation, budget: { bytes: number }, count: ReadCount): Promise<KafkaStruct> {
+/** The response's byte budget; `returned`: a partition already returned records (only the first may exceed it, KIP-74). */
+interface Budget {
+  bytes: number;
+  returned: boolean;
+}
+
+async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation, budget: Budget, count: ReadCount): Promise<KafkaStruct> {
   const base = { partitionIndex: w.partition, preferredReadReplica: -1, abortedTransactions: isolation === 'read_committed' ? [] : null };
   try {
     if (w.refused) throw w.refused;
@@ -86,7 +94,12 @@ async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation
     if (budget.bytes > 0) {
       const read = await p.read(w.offset, { maxRecords: MAX_RECORDS, maxBytes: Math.max(1, Math.min(w.maxBytes, budget.bytes)), isolation });
       records = asRecordBatch(read.records, read.nextOffset, w.offset);
+      // A read returns at least one record; past the first partition that returned some, one that does not
+      // fit what is left of the budget is left for the next fetch, as Kafka does.
+      if (budget.returned && records.length > budget.bytes) return { ...base, errorCode: 0, highWatermark: p.highWatermark, lastStableOffset: p.lastStableOffset, logStartOffset: p.earliest, records: EMPTY };
       budget.bytes -= records.length;
+      if (read.records.length > 0) budget.returned = true;
+      count.capped = read.nextOffset - w.offset >= MAX_RECORDS && read.nextOffset < (isolation === 'read_committed' ? p.lastStableOffset : p.highWatermark);
       for (const r of read.records) {
         if ((r.attributes & RecordAttr.CONTROL) !== 0) continue;
         count.records++;
@@ -135,9 +148,9 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
   // One budget over the response, partitions read one after another: once it is spent the rest read nothing.
   let counts: ReadCount[] = [];
   const readAll = async () => {
-    const budget = { bytes: maxBytes };
+    const budget: Budget = { bytes: maxBytes, returned: false };
     const out: KafkaStruct[] = [];
-    counts = wanted.map(() => ({ records: 0, bytes: 0 }));
+    counts = wanted.map(() => ({ records: 0, bytes: 0, capped: false }));
     for (let i = 0; i < wanted.length; i++) out.push(await readOne(ctx, wanted[i]!, isolation, budget, counts[i]!));
     return out;
   };
@@ -145,7 +158,8 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
   const waitMs = Math.min(Math.max(0, body.maxWaitMs as number), ctx.broker.config.maxWaitMs);
   // Answered once there are `minBytes` (at least 1, at most the response's budget), an error, or the wait is over.
   const minBytes = Math.min(Math.max(1, body.minBytes as number), maxBytes);
-  const enough = () => results.some((r) => r.errorCode !== 0) || results.reduce((n, r) => n + (r.records as Buffer).length, 0) >= minBytes;
+  // Also when a read stopped at its record cap with more there: waiting could not bring more into this response.
+  const enough = () => results.some((r) => r.errorCode !== 0) || counts.some((c) => c.capped) || results.reduce((n, r) => n + (r.records as Buffer).length, 0) >= minBytes;
   const deadline = Date.now() + waitMs;
   while (!enough() && !ctx.signal.aborted) {
     const left = deadline - Date.now();
