@@ -507,7 +507,7 @@ describe('the Kafka listener', () => {
         expect(codeOf(await produce(corrupt))).toBe(kafkaErrorCode('CORRUPT_MESSAGE'));
         expect(codeOf(await produce(forged))).toBe(kafkaErrorCode('UNKNOWN_PRODUCER_ID'));
         expect(codeOf(await produce(good, 2))).toBe(kafkaErrorCode('INVALID_REQUIRED_ACKS'));
-        expect(codeOf(await produce(Buffer.concat([good, good])))).toBe(kafkaErrorCode('CORRUPT_MESSAGE')); // one batch per partition
+        expect(codeOf(await produce(Buffer.concat([good, good])))).toBe(kafkaErrorCode('INVALID_RECORD')); // one batch per partition
         const missing = await raw.call(0, 7, {
           transactionalId: null,
           acks: 1,

@@ -92,6 +92,9 @@ describe('Kafka error table', () => {
     expect(kafkaErrorFor(new TributaryError('GEN_MISMATCH'))).toBe('ILLEGAL_GENERATION');
     expect(kafkaErrorFor(new RecordBatchError('crc_mismatch', 'x'))).toBe('CORRUPT_MESSAGE');
     expect(kafkaErrorFor(new RecordBatchError('unsupported_compression', 'zstd'))).toBe('UNSUPPORTED_COMPRESSION_TYPE');
+    // Well formed but not acceptable: INVALID_RECORD (not retriable), as from Kafka.
+    expect(kafkaErrorFor(new RecordBatchError('bad_magic', 'magic 1'))).toBe('INVALID_RECORD');
+    expect(kafkaErrorFor(new TributaryError('invalid_batch', { reason: '2 batches for one partition; one is allowed' }))).toBe('INVALID_RECORD');
     expect(kafkaErrorFor(new KafkaCodecError('unsupported_version', 'x'))).toBe('UNSUPPORTED_VERSION');
     expect(kafkaErrorFor(new KafkaCodecError('truncated', 'x'))).toBe('INVALID_REQUEST');
     expect(kafkaErrorFor(new TributaryError('offset_regression'))).toBe('INVALID_COMMIT_OFFSET_SIZE');

@@ -179,10 +179,25 @@ export const TRIBUTARY_TO_KAFKA: Partial<Record<ErrorCode, KafkaErrorName>> = {
   internal_error: 'UNKNOWN_SERVER_ERROR',
 };
 
-const BATCH_TO_KAFKA: Partial<Record<RecordBatchErrorReason, KafkaErrorName>> = {
-  unsupported_compression: 'UNSUPPORTED_COMPRESSION_TYPE',
+/**
+ * A refused batch, by its reason: damaged bytes are CORRUPT_MESSAGE (retriable: they may be the network's);
+ * a batch well formed but not acceptable (magic below 2 in Produce v3+, two batches for a partition, a
+ * control batch from a client, bad producer fields: produce.ts's own reasons) is INVALID_RECORD, as
+ * Kafka's LogValidator answers it (not retriable: the same batch fails again).
+ */
+const BATCH_TO_KAFKA: Record<RecordBatchErrorReason, KafkaErrorName> = {
+  truncated: 'CORRUPT_MESSAGE',
+  bad_length: 'CORRUPT_MESSAGE',
+  crc_mismatch: 'CORRUPT_MESSAGE',
+  bad_record_count: 'CORRUPT_MESSAGE',
+  bad_record: 'CORRUPT_MESSAGE',
+  int64_out_of_range: 'CORRUPT_MESSAGE',
+  decompression_failed: 'CORRUPT_MESSAGE',
+  bad_control_record: 'CORRUPT_MESSAGE',
+  invalid_input: 'CORRUPT_MESSAGE',
   unknown_compression: 'CORRUPT_MESSAGE',
-  bad_magic: 'UNSUPPORTED_FOR_MESSAGE_FORMAT',
+  unsupported_compression: 'UNSUPPORTED_COMPRESSION_TYPE',
+  bad_magic: 'INVALID_RECORD',
 };
 
 /**
@@ -194,7 +209,7 @@ export function kafkaErrorFor(err: unknown): KafkaErrorName {
   if (err instanceof KafkaCodecError) return err.reason === 'unsupported_version' ? 'UNSUPPORTED_VERSION' : 'INVALID_REQUEST';
   if (err instanceof TributaryError) {
     const reason = err.fields.reason;
-    if (err.code === 'invalid_batch' && typeof reason === 'string') return BATCH_TO_KAFKA[reason as RecordBatchErrorReason] ?? 'CORRUPT_MESSAGE';
+    if (err.code === 'invalid_batch' && typeof reason === 'string') return Object.hasOwn(BATCH_TO_KAFKA, reason) ? BATCH_TO_KAFKA[reason as RecordBatchErrorReason] : 'INVALID_RECORD';
     if (Object.hasOwn(ERROR_CODES, err.code)) return TRIBUTARY_TO_KAFKA[err.code as ErrorCode] ?? 'UNKNOWN_SERVER_ERROR';
     // A classic group error relayed by another broker (TXN_OFFSETS, TXN_GROUP_OFFSETS) keeps its Kafka name as its code.
     if (isClassicErrorName(err.code)) return err.code;
