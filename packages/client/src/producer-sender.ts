@@ -12,7 +12,7 @@ import { channels, publish } from './events.js';
 import type { ProducerEvents } from './producer-messages.js';
 import type { ResolvedProducerOptions } from './producer-options.js';
 import { cancelLinger, needsNewNumbers, type PartitionQueue, type ProducerBatch, type RecordAccumulator } from './record-accumulator.js';
-import { isRetriable, retry } from './retry.js';
+import { DEFAULT_RETRY, isRetriable, retry } from './retry.js';
 
 interface BatchAck {
   partition: number;
@@ -75,7 +75,10 @@ export class ProducerSender {
         } catch (err) {
           // No route to the leader: the head batch takes the failure (and its retries), the rest wait behind it.
           const [head] = this.accumulator.takeReady(q, Math.min(max, q.inFlight.size + 1));
-          if (head) {
+          if (head && this.expired(q, head)) {
+            this.complete(q, head, q.failure!);
+            q.again = true; // the next one's turn (complete() pumps only after a dispatched batch)
+          } else if (head) {
             this.startBatch(head, q);
             this.onAttemptFailure(q, head, err);
           }
@@ -83,6 +86,11 @@ export class ProducerSender {
         }
         // Written synchronously one after another: the connection keeps them in this order.
         for (const b of this.accumulator.takeReady(q, max)) {
+          if (this.expired(q, b)) {
+            this.complete(q, b, q.failure!);
+            q.again = true; // the next one's turn (complete() pumps only after a dispatched batch)
+            continue;
+          }
           this.startBatch(b, q);
           this.transmit(conn, b).then(
             (ack) => this.complete(q, b, null, ack),
@@ -94,6 +102,15 @@ export class ProducerSender {
       // Cleared in the same turn the loop ends: a pump() after this point starts a new loop, none is lost.
       q.pumping = false;
     }
+  }
+
+  /**
+   * Queued behind a failure of its partition (the leader gone, say) longer than the retry budget
+   * (retry.maxElapsedMs, counted from a batch's creation): failed unsent rather than given a budget of its
+   * own after the ones before it, so a queue fails within about one budget, not one budget per batch.
+   */
+  private expired(q: PartitionQueue, b: ProducerBatch): boolean {
+    return q.failure !== undefined && Date.now() - b.createdAt >= (this.options.retry.maxElapsedMs ?? DEFAULT_RETRY.maxElapsedMs);
   }
 
   private startBatch(b: ProducerBatch, q: PartitionQueue): void {
@@ -238,16 +255,24 @@ export class ProducerSender {
     const atOnce = b.resendAtOnce;
     let error: Error | null = null;
     let ack: BatchAck | undefined;
+    // The retry budget (retry.maxElapsedMs) counts from the batch's creation, not from its turn to be
+    // retried: the batches queued behind a failing one would each take a full budget after it, one after
+    // another (hours for a long queue when the broker is gone). An attempt's own lookups stop with it.
+    const left = (this.options.retry.maxElapsedMs ?? DEFAULT_RETRY.maxElapsedMs) - (Date.now() - b.createdAt);
+    const expired = new AbortController();
+    const timer = setTimeout(() => expired.abort(new TributaryError('request_timeout', { reason: 'the batch outlived retry.maxElapsedMs' })), Math.max(0, left));
     try {
+      if (left <= 0) throw first;
       ack = await retry(
         async (attempt) => {
           // The attempt that already failed: retry() backs off before the next (unless it is to be resent now).
           if (attempt === 0 && !atOnce) throw first;
-          return await this.resend(q, b);
+          return await this.resend(q, b, expired.signal);
         },
         {
           ...this.options.retry,
-          signal: this.signal,
+          maxElapsedMs: left,
+          signal: AbortSignal.any([this.signal, expired.signal]),
           onRetry: (e, attempt, delayMs) => {
             this.options.retry.onRetry?.(e, attempt, delayMs);
             this.host.emit('retry', { error: e as Error, topic: q.topic, partition: q.partition, attempt, delayMs });
@@ -255,8 +280,9 @@ export class ProducerSender {
         },
       );
     } catch (err) {
-      error = this.signal.aborted ? new TributaryError('client_closed') : (err as Error);
+      error = this.signal.aborted ? new TributaryError('client_closed') : expired.signal.aborted ? (expired.signal.reason as Error) : (err as Error);
     } finally {
+      clearTimeout(timer);
       b.awaitingRetry = false;
       b.retryError = undefined;
       q.retrying--;
@@ -265,11 +291,12 @@ export class ProducerSender {
   }
 
   /** One retry of the oldest unsettled batch, with new numbers when the broker showed the old ones unusable. */
-  private async resend(q: PartitionQueue, b: ProducerBatch): Promise<BatchAck> {
+  private async resend(q: PartitionQueue, b: ProducerBatch, expired: AbortSignal): Promise<BatchAck> {
+    const signal = AbortSignal.any([this.signal, expired]);
     for (let renumbered = 0; ; renumbered++) {
       if (needsNewNumbers(q, b)) this.renumber(q, b);
       try {
-        const conn = await this.cluster.connection(await this.cluster.leaderFor(q.topic, q.partition, this.signal), this.signal);
+        const conn = await this.cluster.connection(await this.cluster.leaderFor(q.topic, q.partition, signal), signal);
         return await this.transmit(conn, b);
       } catch (err) {
         this.cluster.onLeaderError(q.topic, q.partition, err);
@@ -286,6 +313,7 @@ export class ProducerSender {
     b.completed = true;
     cancelLinger(b);
     q.inFlight.delete(b);
+    q.failure = err ?? undefined;
     if (q.inFlight.size === 0) q.lost.clear();
     const durationMs = b.startedAt > 0 ? Date.now() - b.startedAt : 0;
     // Its numbers may or may not have reached the log: the partition continues in a new epoch.

@@ -113,6 +113,11 @@ export interface PartitionQueue {
   readonly lost: Map<number, number>;
   /** A little more than the frame bytes of the partition's last batch sent (0: none yet): the buffer size a new batch starts with. */
   sizeHint: number;
+  /**
+   * The partition's last batch failed for good with this (cleared by a success): a batch queued behind it
+   * that outlived the retry budget by then fails unsent (producer-sender.ts).
+   */
+  failure?: Error;
 }
 
 /** Idempotent: the batch's numbers are known unusable (a gap before them), so it gets new ones. */

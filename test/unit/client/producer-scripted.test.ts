@@ -431,6 +431,21 @@ describe('Producer sender (scripted server)', () => {
     expect(b.batches).toHaveLength(1 + 4); // first attempt + 3 retries
     expect(p.bufferedBytes).toBe(0);
   });
+  it('the retry budget counts from a batch’s creation: batches queued behind a failing one fail unsent once it is spent, not after a budget each', async () => {
+    const b = await broker(1);
+    b.onBatch = () => 'hang';
+    const p = producer(b, { maxInFlightPerPartition: 1, maxBatchRecords: 1, requestTimeoutMs: 300, retry: { ...FAST, retries: 1, maxElapsedMs: 1000 } });
+    p.on('error', () => {});
+    const sends = Array.from({ length: 8 }, (_, i) => p.send({ topic: 't', messages: [{ value: `v${i}`, partition: 0 }] }).then(() => 'acked', (e: { code: string }) => e.code));
+    const results = await Promise.all(sends);
+    expect(results.every((r) => r !== 'acked')).toBe(true);
+    // Attempts hang for requestTimeoutMs (300 ms): within the 1 s budget only the first batches get any;
+    // without the bound every batch was sent and retried, one full budget after another.
+    const sent = new Set(b.batches.map((r) => r.batch.records[0]!.value.toString()));
+    expect(sent.size).toBeLessThan(8);
+    expect(sent.has('v7')).toBe(false);
+  });
+
   describe('a stuck or frozen leader', () => {
     it('a batch the leader never answers holds back neither leader lookups nor acks from other brokers', async () => {
       const a = await broker(1);
