@@ -175,4 +175,6 @@ it("launchers' defaults give way to the caller's flags, so a launched broker nev
   ]);
   expect(withOverrides(['--cluster', '--port', '0'], ['--cluster'])).toEqual(['--port', '0', '--cluster']);
   expect(withOverrides(['--port', '0'], ['--port=9'])).toEqual(['--port=9']);
+  // A flag the caller gives twice: the last stands.
+  expect(withOverrides(['--host', 'h'], ['--flush', 'os', '--log-level', 'info', '--flush', 'always'])).toEqual(['--host', 'h', '--log-level', 'info', '--flush', 'always']);
 });

@@ -127,6 +127,39 @@ describe('GroupCoordinator on a fake clock', () => {
     expect(await heartbeat('g', sa)).toEqual({ generation: 1, memberId: va.memberId });
   });
 
+  it("partitions added to the group's topic start a new generation that gives them out, noticed on a heartbeat", async () => {
+    const [va, vb] = await joinTogether('g', [joinReq('g', 'a'), joinReq('g', 'b')]);
+    let sa = await sync('g', va!);
+    let sb = await sync('g', vb!);
+    expect([...sa.assignments, ...sb.assignments].sort((x, y) => x - y)).toEqual([0, 1, 2, 3]);
+    await c.topics.addPartitions(TOPIC, 6);
+    await heartbeat('g', sa);
+    await until(() => status('g').state === 'PreparingRebalance', 5000, 'a rebalance for the new partitions');
+    await clock.advance(WINDOW);
+    await until(() => status('g').generation === 2, 5000, 'generation 2');
+    await expectError(heartbeat('g', sa), 'REBALANCE_IN_PROGRESS');
+    sa = await rejoinAndSync('g', sa);
+    sb = await rejoinAndSync('g', sb);
+    // A partition moving from one to the other is handed over once released (incremental): its new owner
+    // is told to rejoin on its next heartbeat.
+    for (let round = 0; round < 3 && status('g').state !== 'Stable'; round++) {
+      for (const v of [sa, sb]) {
+        const rejoin = await heartbeat('g', v).then(
+          () => false,
+          (e: { code?: string }) => e.code === 'REBALANCE_IN_PROGRESS',
+        );
+        if (rejoin && v === sa) sa = await rejoinAndSync('g', sa);
+        if (rejoin && v === sb) sb = await rejoinAndSync('g', sb);
+      }
+    }
+    expect([...sa.assignments, ...sb.assignments].sort((x, y) => x - y)).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(status('g').history.at(-1)!.reasons).toEqual([{ cause: 'subscription', member: TOPIC }]);
+    // Settled on the new count: heartbeats start nothing more.
+    await heartbeat('g', sa);
+    await clock.advance(WINDOW);
+    expect(status('g')).toMatchObject({ state: 'Stable', generation: 2 });
+  });
+
   it("heartbeat and leave name the group's own topic (the one the request was authorized for), else invalid_parameter", async () => {
     const [v] = await joinTogether('g', [joinReq('g', 'alpha')]);
     const sv = await sync('g', v!);
@@ -256,8 +289,10 @@ describe('GroupCoordinator on a fake clock', () => {
 
     // The process restarts and joins fresh with the same instance id: answered without a window.
     await clock.advance(400);
-    const replaced = await gc.join(joinReq('g', 'static', { instance: 'inst-1', sessionTimeoutMs: 1000 }));
+    // The new process's own session timeout (3 s) applies, not the old one's (1 s).
+    const replaced = await gc.join(joinReq('g', 'static', { instance: 'inst-1', sessionTimeoutMs: 3000 }));
     expect(replaced.memberId).not.toBe(first!.memberId);
+    expect((gc.status('g') as { members: Array<{ instance: string | null; session_timeout_ms: number }> }).members.find((m) => m.instance === 'inst-1')!.session_timeout_ms).toBe(3000);
     expect(replaced).toMatchObject({ generation: 1, assignments: owned });
     expect(gc.scheduler.has('window:g')).toBe(false);
     const s2 = await sync('g', replaced);

@@ -14,7 +14,7 @@ import { type Clock, systemClock } from '../common/clock.js';
 import { Scheduler } from './scheduler.js';
 import { type CoordinatorConfig, type GroupContext, requireGroup, requireMember } from './group-context.js';
 import { GroupMembership, type JoinRequest, type MemberView } from './group-membership.js';
-import { Rebalancer } from './rebalance.js';
+import { Rebalancer, topicShape } from './rebalance.js';
 import { GroupOffsets } from './group-offsets.js';
 import { GroupAdmin, type ResetRequest } from './group-admin.js';
 import { type MemberStanding, checkGeneration, checkPartition, standingOf } from './member-fencing.js';
@@ -304,6 +304,7 @@ export class GroupCoordinator {
     g.leaderId = s.leader ?? undefined;
     g.planGeneration = s.planGeneration;
     g.history = s.history ?? [];
+    g.topicShape = s.topicShape ?? (s.generation > 0 ? topicShape(this.deps.topics.tryGet(s.topic)) : undefined);
     for (const ms of s.members) {
       // A coordinator that just loaded a group gives every member a full session before expiring it.
       const m: Member = {
@@ -361,6 +362,7 @@ export class GroupCoordinator {
       })),
       history: g.history,
       pendingCauses: g.pendingCauses,
+      ...(g.topicShape === undefined ? {} : { topicShape: g.topicShape }),
     };
   }
 

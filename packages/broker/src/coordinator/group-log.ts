@@ -33,6 +33,8 @@ export interface GroupSnapshot {
     reset?: number[];
   }>;
   history: GenerationChange[];
+  /** ConsumerGroup.topicShape (absent in older snapshots: taken from the topic as found at load). */
+  topicShape?: string;
   /**
    * Membership changes whose join window had not closed yet (absent in older snapshots): without them a
    * crash inside the window would lose the rebalance, e.g. leave a leaver's partitions unassigned.

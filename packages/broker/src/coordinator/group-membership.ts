@@ -119,7 +119,7 @@ export class GroupMembership {
       if (req.instance !== undefined) {
         const prevId = g.instances.get(req.instance);
         const prev = prevId ? g.members.get(prevId) : undefined;
-        if (prev) return this.replaceStatic(g, prev, req, now);
+        if (prev) return this.replaceStatic(g, prev, req, now, session, rebalanceTimeout);
       }
       const m: Member = {
         memberId: `${req.member}-${randomUUID()}`,
@@ -177,9 +177,12 @@ export class GroupMembership {
   }
 
   /** A static member back under a new member id: it takes the old id's place, assignment and generation. */
-  private async replaceStatic(g: ConsumerGroup, prev: Member, req: JoinRequest, now: number): Promise<MemberView> {
+  private async replaceStatic(g: ConsumerGroup, prev: Member, req: JoinRequest, now: number, sessionTimeoutMs: number, rebalanceTimeoutMs: number): Promise<MemberView> {
     const m: Member = {
       ...prev,
+      // The new process's own timeouts, as a fresh join's (the old process may have had others).
+      sessionTimeoutMs,
+      rebalanceTimeoutMs,
       memberId: `${req.member}-${randomUUID()}`,
       clientId: req.member,
       host: req.host,
@@ -284,6 +287,7 @@ export class GroupMembership {
       if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
       const m = requireMember(g, req.member);
       m.lastHeartbeat = this.ctx.clock.now();
+      this.rebalancer.checkTopic(g);
       if (m.needsRejoin || req.generation < m.generation) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: g.groupId, generation: g.generation });
       if (req.generation !== m.generation) throw new TributaryError('GEN_MISMATCH', { current: g.generation, requested: req.generation });
       return m;

@@ -80,6 +80,11 @@ export class ConsumerGroup {
   pendingCauses: ChangeReason[] = [];
   /** Client-side assignment: the generation whose plan the leader has submitted. */
   planGeneration = 0;
+  /**
+   * The topic the current generation was assigned over (its id and partition count, topicShape()): a
+   * change (partitions added, the topic deleted or re-created) starts a new generation (rebalance.ts).
+   */
+  topicShape: string | undefined;
   rebalanceStartedAt = 0;
   deleted = false;
 

@@ -3,6 +3,12 @@ import { type Assignment, type AssignorName, assign } from 'tributary-protocol/a
 import type { ChangeCause, ChangeReason, ConsumerGroup, Member } from './group.js';
 import type { GroupContext } from './group-context.js';
 import { Waiters } from './waiters.js';
+import type { Topic } from '../partition/topic-manager.js';
+
+/** What a group's assignment depends on of its topic: its id (a re-created topic is another) and partition count. */
+export function topicShape(topic: Topic | undefined): string {
+  return topic ? `${topic.def.topicId}/${topic.partitions.length}` : 'none';
+}
 
 /**
  * The timers of the group coordinator and what they decide (docs/architecture.md, "Group coordinator"):
@@ -97,6 +103,25 @@ export class Rebalancer {
 
   // ---- rebalancing ----
 
+  /**
+   * Called on each heartbeat (members heartbeat every few seconds): the group's topic changed since its
+   * generation was assigned (partitions added, the topic deleted or re-created), so a new generation gives
+   * out the new partitions and drops missing ones; without this nothing changed until a member came or went.
+   */
+  checkTopic(g: ConsumerGroup): void {
+    if (g.topicShape === undefined || g.pendingCauses.length > 0 || topicShape(this.ctx.topics.tryGet(g.topic)) === g.topicShape) return;
+    void this.ctx
+      .withGroup(g.groupId, async () => {
+        if (this.ctx.groups.get(g.groupId) !== g || g.pendingCauses.some((c) => c.cause === 'subscription')) return;
+        if (topicShape(this.ctx.topics.tryGet(g.topic)) === g.topicShape) return;
+        this.ctx.logger.info({ group: g.groupId, topic: g.topic }, "the group's topic changed: a new generation");
+        g.pendingCauses.push({ cause: 'subscription', member: g.topic });
+        this.scheduleWindow(g);
+        await this.ctx.persist(g);
+      })
+      .catch((err) => this.ctx.logger.error({ err, group: g.groupId }, 'starting a rebalance for a topic change failed'));
+  }
+
   notify(g: ConsumerGroup, m: Member, now: number): void {
     m.needsRejoin = true;
     m.notifiedAt = now;
@@ -114,6 +139,7 @@ export class Rebalancer {
     const joined = new Set(reasons.filter((r) => r.cause === 'join').map((r) => r.member));
     const topic = this.ctx.topics.tryGet(g.topic);
     const partitions = topic ? topic.partitions.length : 0;
+    g.topicShape = topicShape(topic);
     g.clampToPartitions(partitions);
     const before = new Map<number, string>();
     for (const m of g.members.values()) for (const p of m.target) before.set(p, m.memberId);
