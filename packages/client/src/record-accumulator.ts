@@ -150,6 +150,8 @@ export const APPENDED_CLOSED_BATCH = 2;
 
 /** A new partition's first batch buffer: small (a lingering batch of a few records), grown by doubling. */
 const FIRST_BATCH_CAPACITY = 1024;
+/** The most a partition's first batch starts with (it grows, copying, if it needs more). */
+const NEW_PARTITION_CAPACITY = 16 * 1024;
 /**
  * Buffers of completed batches kept for new ones (at most this many bytes): a fresh large buffer costs a
  * page fault per 4 KiB written, more than the records' encoding itself.
@@ -273,10 +275,14 @@ export class RecordAccumulator {
       // the partition's last batch, or for a partition without one, the producer's latest batch size.
       const need = 64 + q.topic.length * 3 + size + this.producerId.length;
       const spare = this.takeSpare();
-      let hint = q.sizeHint > 0 ? q.sizeHint : this.sizeHint;
+      let hint = q.sizeHint;
       // Batches that reach a good part of frameLimit vary with timing: they all get the full size (the
       // buffers circulate through the spares), so none grows and every spare fits every batch.
       if (hint > this.frameLimit / 4) hint = this.frameLimit;
+      // A partition without a batch of its own yet: at most NEW_PARTITION_CAPACITY of the producer's latest
+      // size, or records for many new partitions after one large batch each took a frame-sized buffer
+      // (500 MiB for 2,000 one-byte records), none of it counted in maxBufferedBytes.
+      if (q.sizeHint === 0) hint = Math.min(this.sizeHint, NEW_PARTITION_CAPACITY);
       const capacity = spare !== undefined && spare.length >= need ? need : Math.max(need, hint);
       const frame = new BatchFrameBuilder(q.topic, q.partition, this.acks, this.producerId, capacity, spare, this.frameLimit);
       tail = new ProducerBatch(q.topic, q.partition, now || Date.now(), frame);

@@ -212,6 +212,16 @@ describe('record accumulator', () => {
     ]);
   });
 
+  it("a partition without a batch of its own starts small, whatever size other partitions' batches grew to", () => {
+    const acc = new RecordAccumulator({ maxBatchBytes: 256 * 1024, maxBatchRecords: Number.POSITIVE_INFINITY });
+    const big = rec(1000);
+    for (let i = 0; i < 200; i++) acc.append('t', 0, big, recordSize(big), sink, i, 0);
+    expect(acc.queue('t', 0).batches[0]!.frame.capacity).toBeGreaterThan(150_000);
+    const small = rec(1);
+    for (let p = 1; p <= 50; p++) acc.append('t', p, small, recordSize(small), sink, 0, 0);
+    for (let p = 1; p <= 50; p++) expect(acc.queue('t', p).batches[0]!.frame.capacity).toBeLessThanOrEqual(16 * 1024);
+  });
+
   it('closes a batch before it would pass maxBatchBytes; a larger record goes alone', () => {
     const r = rec(100);
     const s = recordSize(r);
