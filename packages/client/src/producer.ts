@@ -317,6 +317,8 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     signal?.throwIfAborted();
     if (!record || typeof record !== 'object') throw new TributaryError('invalid_parameter', { param: 'record', reason: 'required' });
     const { topic, messages } = record;
+    // A record-level partition, key or acks (other clients' shapes) would otherwise be dropped silently.
+    for (const k of Object.keys(record)) if (k !== 'topic' && k !== 'messages') throw new TributaryError('invalid_parameter', { param: k, reason: 'unknown field of a send (topic, messages): partition, key and headers go on each message, acks on the producer' });
     if (typeof topic !== 'string' || topic.length === 0) throw new TributaryError('invalid_parameter', { param: 'topic', reason: 'required' });
     if (!Array.isArray(messages)) throw new TributaryError('invalid_parameter', { param: 'messages', reason: 'must be an array' });
     const n = messages.length;
@@ -465,7 +467,9 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   }
 
   private nextRoundRobin(topic: string): number {
-    const n = this.roundRobin.get(topic) ?? 0;
+    // A random start (as KIP-480's sticky partitioner picks one): short-lived producers that each send a
+    // few keyless records must not all start on partition 0.
+    const n = this.roundRobin.get(topic) ?? Math.floor(Math.random() * 0x7fffffff);
     this.roundRobin.set(topic, (n + 1) % Number.MAX_SAFE_INTEGER);
     return n;
   }

@@ -97,6 +97,7 @@ export class Transaction {
     this.checkOpen();
     if (this.failure) throw new TransactionStateError('invalid_txn_state', { reason: `an earlier send failed (${this.failure.message}); abort the transaction` });
     const { topic, messages } = record ?? {};
+    for (const k of Object.keys(record ?? {})) if (k !== 'topic' && k !== 'messages') throw new TributaryError('invalid_parameter', { param: k, reason: 'unknown field of a send (topic, messages)' });
     if (typeof topic !== 'string' || topic.length === 0) throw new TributaryError('invalid_parameter', { param: 'topic', reason: 'required' });
     if (!Array.isArray(messages)) throw new TributaryError('invalid_parameter', { param: 'messages', reason: 'must be an array' });
     const frames = this.frames(topic, messages);

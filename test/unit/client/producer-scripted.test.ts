@@ -446,6 +446,20 @@ describe('Producer sender (scripted server)', () => {
     expect(sent.has('v7')).toBe(false);
   });
 
+  it('keyless records of new producers start on a random partition; a send with fields beside topic and messages is refused', async () => {
+    const b = await broker(6);
+    const first = new Set<number>();
+    for (let i = 0; i < 12; i++) {
+      const p = producer(b, { lingerMs: 0 });
+      const [m] = await p.send({ topic: 't', messages: [{ value: `k${i}` }] });
+      first.add(m!.partition);
+    }
+    // All 12 on one partition: (1/6)^11 by chance.
+    expect(first.size).toBeGreaterThan(1);
+    const p = producer(b);
+    await expect(p.send({ topic: 't', messages: [{ value: 'x' }], partition: 1 } as never)).rejects.toMatchObject({ code: 'invalid_parameter', fields: { param: 'partition' } });
+  });
+
   describe('a stuck or frozen leader', () => {
     it('a batch the leader never answers holds back neither leader lookups nor acks from other brokers', async () => {
       const a = await broker(1);
