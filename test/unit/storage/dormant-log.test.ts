@@ -3,14 +3,14 @@
  * opened lazily without segment files stays without them until its first append, reads as an empty log at
  * 0, and release() takes a hosted log back to that state with its directory gone.
  */
-import { access, cp, mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { access, cp, mkdir, readdir, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import pino from 'pino';
 import { dropLocalData } from 'tributary-broker/cluster/replica-moves.js';
 import type { Replica } from 'tributary-broker/cluster/replica-types.js';
 import { Partition } from 'tributary-broker/partition/partition.js';
-import { PRODUCER_SNAPSHOT_FILE, TXN_SNAPSHOT_FILE } from 'tributary-broker/partition/partition-snapshots.js';
+import { PartitionSnapshots } from 'tributary-broker/partition/partition-snapshots.js';
 import { readHwmCheckpoint } from 'tributary-broker/storage/hwm-checkpoint.js';
 import { LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache } from 'tributary-broker/storage/leader-epoch-cache.js';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
@@ -372,14 +372,15 @@ describe('a dormant partition', () => {
     let p = await partition();
     await p.append([rec('a')]);
     await p.close();
-    // Unreadable snapshots: each state fails to load, and the partition refuses what needs it.
-    for (const f of [PRODUCER_SNAPSHOT_FILE, TXN_SNAPSHOT_FILE]) {
-      await rm(join(dir, f), { force: true });
-      await mkdir(join(dir, f, 'x'), { recursive: true });
-    }
+    // Each state fails to load (a read of the log failing, say), and the partition refuses what needs it.
+    const failLoad = () => Promise.reject(new Error('test: the load failed'));
+    const producers = vi.spyOn(PartitionSnapshots.prototype, 'loadProducers').mockImplementationOnce(failLoad);
+    const txns = vi.spyOn(PartitionSnapshots.prototype, 'loadTxns').mockImplementationOnce(failLoad);
     p = new Partition('t', 0, await PartitionLog.open(dir, { flush: 'always' }, undefined, { lazy: true }));
     open.push(p);
     await Promise.all([p.whenProducerStateReady().catch(() => {}), p.whenTxnIndexReady().catch(() => {})]);
+    producers.mockRestore();
+    txns.mockRestore();
     await expect(p.appendTransactional([rec('t')], { producerId: '9', epoch: 0 })).rejects.toMatchObject({ code: 'storage_error' });
     await expect(p.appendIdempotent([idem('i', 0)], { producerId: '7', epoch: 0, firstSequence: 0, lastSequence: 0 })).rejects.toMatchObject({ code: 'storage_error' });
 
