@@ -34,11 +34,12 @@ afterAll(async () => {
 });
 
 /** A broker process on fixed ports with its output collected; nothing waits for it to be ready. */
-async function spawnBroker(pgPort: number, extra: string[] = []) {
+async function spawnBroker(pgPort: number, extra: string[] = [], database?: string) {
   const dir = await tempDir('tributary-pgdown-');
   dirs.push(dir);
   const [port, healthPort] = [await freePort(), await freePort()];
-  const url = pgServer.connectionString.replace(/:(\d+)\//, `:${pgPort}/`);
+  let url = pgServer.connectionString.replace(/:(\d+)\//, `:${pgPort}/`);
+  if (database !== undefined) url = url.replace(/\/[^/?]*(\?|$)/, `/${database}$1`);
   const args = [CLI, 'broker', 'start', '--host', '127.0.0.1', '--port', String(port), '--health-port', String(healthPort), '--data-dir', dir, '--offsets-topic-partitions', '1'];
   const child = trackChild(spawn(process.execPath, [...args, '--offset-store', 'postgres', '--offset-store-postgres-url', url, '--log-level', 'warn', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] }), 'broker');
   children.push(child);
@@ -106,5 +107,13 @@ describe('offset store unreachable at start', () => {
     expect(await exits.exited).toBe(1);
     expect(exits.out.stderr).toMatch(/error: broker failed to start: not ready after startupTimeoutMs 1000: waiting for the offset store \(postgres\)/);
     expect(exits.out.stdout).not.toMatch(/listening on/);
+  });
+
+  it('a database that does not exist fails the start with the reason, not a wait for an outage to end', async () => {
+    const pgPort = Number(/:(\d+)\//.exec(pgServer.connectionString)![1]);
+    const b = await spawnBroker(pgPort, ['--exit-on-startup-failure'], 'no_such_database');
+    expect(await b.exited).toBe(1);
+    expect(b.out.stderr).toMatch(/invalid_config.*no_such_database.*SQLSTATE 3D000/);
+    expect(b.out.stderr).not.toMatch(/unavailable; retrying/);
   });
 });

@@ -46,6 +46,12 @@ function quoteIdentifier(param: string, name: string): string {
   return `"${name}"`;
 }
 
+/**
+ * SQLSTATEs that no wait fixes: invalid authorization (class 28: a wrong password or user), an unknown
+ * database (3D000) or schema (3F000), insufficient privilege (42501).
+ */
+const PERMANENT_AT_OPEN = /^(28...|3D000|3F000|42501)$/;
+
 function storageError(op: string, cause: unknown): TributaryError {
   const detail = cause instanceof Error ? cause.message : String(cause);
   const code = typeof cause === 'object' && cause !== null && 'code' in cause ? String((cause as { code: unknown }).code) : undefined;
@@ -162,6 +168,14 @@ export class PgOffsetStore implements OffsetStore {
         await client.query('ROLLBACK').catch(() => {});
         throw err;
       }
+    }).catch((err: unknown) => {
+      // A refused login or a database, schema or privilege that does not exist is the configuration's
+      // fault: the start fails saying so, instead of waiting for an outage to end (wait-for-store.ts).
+      const sqlstate = err instanceof TributaryError ? err.fields.sqlstate : undefined;
+      if (typeof sqlstate === 'string' && PERMANENT_AT_OPEN.test(sqlstate)) {
+        throw new TributaryError('invalid_config', { option: 'offsetStorePostgresUrl', reason: `PostgreSQL refused it: ${String(err instanceof TributaryError ? err.fields.reason : err)} (SQLSTATE ${sqlstate})` });
+      }
+      throw err;
     });
   }
 
