@@ -8,6 +8,7 @@ import { setMaxListeners } from 'node:events';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { untilAborted } from './abort.js';
+import { newTopicWait, settleTopicWait, type TopicWait, untilAbortedInOrder } from './topic-wait.js';
 import { type Cluster, clientCluster } from './cluster.js';
 import { TypedEmitter } from './events.js';
 import { SendBuffer } from './producer-buffer.js';
@@ -150,6 +151,12 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   private readonly sticky = new Map<string, ProducerBatch>();
   /** Per topic: its partition count from METADATA and when it came (metadataMaxAgeMs). */
   private readonly partitionCounts = new Map<string, { n: number; at: number }>();
+  /**
+   * Sends waiting for a topic's partition count, in call order: outside the admission queue, so sends to
+   * topics already known are not held behind them (waitForTopic). Until the last of them has taken its
+   * turn in that queue, sends to the topic take the slow path too: none may overtake them.
+   */
+  private readonly topicWaits = new Map<string, TopicWait>();
   /** send()'s record sizes, reused by the next send (taken while in use, so a nested send gets its own). */
   private sizeScratch: number[] | undefined = [];
   private stateValue: ProducerState = 'open';
@@ -346,7 +353,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     const result = new SendResult(n);
     const known = this.knownPartitions(topic, highest);
     const ready = known !== undefined && (this.idempotentId !== '' || !this.options.idempotent);
-    if (!this.buffer.admitting && ready && this.buffer.bytes + total <= this.options.maxBufferedBytes) {
+    if (!this.buffer.admitting && ready && !this.topicWaits.has(topic) && this.buffer.bytes + total <= this.options.maxBufferedBytes) {
       // Fast path: nobody is queuing, the topic is known and there is room: encode everything into its batches now.
       this.checkPartitions(topic, messages, known);
       this.buffer.hold(total);
@@ -363,6 +370,22 @@ export class Producer extends TypedEmitter<ProducerEvents> {
 
   /** send() when it must wait: for its turn behind other sends, for the topic's metadata or for buffer room. */
   private async enqueueSlowly(topic: string, messages: ProducerMessage[], sizes: number[], total: number, result: SendResult, signal: AbortSignal | undefined): Promise<RecordMetadata[]> {
+    const wait = this.topicWaits.get(topic) ?? (this.partitionCounts.has(topic) ? undefined : this.startTopicWait(topic));
+    if (wait) {
+      wait.pending++;
+      try {
+        await untilAbortedInOrder(wait, signal);
+      } catch (err) {
+        result.fail(err as Error);
+        throw err;
+      } finally {
+        // Synchronously before the admission queue is entered: a send arriving now cannot overtake it.
+        if (--wait.pending === 0) {
+          if (this.topicWaits.get(topic) === wait) this.topicWaits.delete(topic);
+          wait.markDrained();
+        }
+      }
+    }
     await this.buffer.enterAdmission(signal);
     try {
       if (this.options.idempotent && this.idempotentId === '') await this.initIdempotence(signal);
@@ -456,6 +479,17 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     return undefined;
   }
 
+  /** The first send of a topic not known: one METADATA for it and every send that waits with it. */
+  private startTopicWait(topic: string): TopicWait {
+    const wait = newTopicWait();
+    this.topicWaits.set(topic, wait);
+    this.partitionCount(topic, this.root.signal).then(
+      () => settleTopicWait(wait, null),
+      (err: unknown) => settleTopicWait(wait, err as Error),
+    );
+    return wait;
+  }
+
   /** The topic's partition count from METADATA, cached (forgotten when the topic turns out to be gone). */
   private async partitionCount(topic: string, signal: AbortSignal | undefined): Promise<number> {
     const known = this.partitionCounts.get(topic);
@@ -500,7 +534,9 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   async flush(opts: { signal?: AbortSignal } = {}): Promise<void> {
     opts.signal?.throwIfAborted();
     const wait = (async () => {
-      // Sends still queuing when flush is called are part of what it waits for: take a turn behind them.
+      // Sends still queuing when flush is called are part of what it waits for: take a turn behind them
+      // (those waiting for their topic's METADATA first take theirs).
+      await Promise.all([...this.topicWaits.values()].map((w) => w.drained));
       await this.buffer.enterAdmission(undefined, false);
       this.buffer.leaveAdmission();
       for (const q of this.accumulator.closeAll()) this.sender.pump(q);
@@ -555,3 +591,4 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     await this.close();
   }
 }
+

@@ -33,6 +33,8 @@ class FakeBroker {
   /** A SIGSTOPped broker: requests are received, nothing is answered (the handshake neither). */
   frozen = false;
   onBatch: (b: Batch, conn: number, n: number) => Reply = (b) => ack(b, this.nextOffset(b));
+  /** Topics whose METADATA is never answered. */
+  readonly metadataHangs = new Set<string>();
   /** Runs before each METADATA answer (e.g. to move leadership once a stale answer went out). */
   beforeMetadata: (() => void) | undefined;
   private readonly offsets = new Map<number, number>();
@@ -111,6 +113,7 @@ class FakeBroker {
       case 'METADATA': {
         this.beforeMetadata?.();
         const topic = line.params.get('topic')!;
+        if (this.metadataHangs.has(topic)) return 'hang';
         const leaders = this.topicLeaders.get(topic) ?? this.leaders;
         return `OK topic=${topic} partitions=${this.topicLeaders.has(topic) ? leaders.length : this.partitions} leaders=${leaders.join(',')} epochs=${leaders.map(() => 0).join(',')}`;
       }
@@ -458,6 +461,21 @@ describe('Producer sender (scripted server)', () => {
     expect(first.size).toBeGreaterThan(1);
     const p = producer(b);
     await expect(p.send({ topic: 't', messages: [{ value: 'x' }], partition: 1 } as never)).rejects.toMatchObject({ code: 'invalid_parameter', fields: { param: 'partition' } });
+  });
+
+  it("a send to a known topic is not held behind another topic's METADATA; sends to the waiting topic keep their order", async () => {
+    const b = await broker(1);
+    const p = producer(b, { lingerMs: 0, requestTimeoutMs: 1000 });
+    await p.send({ topic: 'fast', messages: [{ value: 'warm' }] });
+    b.metadataHangs.add('slow');
+    const slow = [p.send({ topic: 'slow', messages: [{ value: 's1' }] }), p.send({ topic: 'slow', messages: [{ value: 's2' }] })];
+    // Answered although the 'slow' sends wait (it waited for their turn, then failed buffer_full).
+    const [m] = await p.send({ topic: 'fast', messages: [{ value: 'x' }] });
+    expect(m).toMatchObject({ topic: 'fast', partition: 0 });
+    b.metadataHangs.delete('slow');
+    b.dropConnections(); // the hung METADATA is asked again, now answered
+    const [a1, a2] = await Promise.all(slow);
+    expect(a2![0]!.offset).toBeGreaterThan(a1![0]!.offset);
   });
 
   describe('a stuck or frozen leader', () => {
