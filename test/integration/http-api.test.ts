@@ -6,6 +6,7 @@
  */
 import fs from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
@@ -214,6 +215,32 @@ describe('admin API, authentication off', () => {
       s.close();
     }
     expect((await api('GET', '/api/v1/topics/live/tail?from=sideways')).status).toBe(400);
+  });
+
+  it('tail: a client gone before the stream started leaves nothing running (no client, no connections kept)', async () => {
+    await api('POST', '/api/v1/topics', { body: { name: 'abandoned', partitions: 1 } });
+    const connections = async () => Number(/^tributary_connections (\d+)/m.exec((await api('GET', '/metrics')).body as string)?.[1]);
+    const before = await connections();
+    for (let i = 0; i < 10; i++) {
+      await new Promise<void>((resolve) => {
+        const sock = net.connect(port, '127.0.0.1', () => {
+          sock.write('GET /api/v1/topics/abandoned/tail HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n');
+          sock.destroy();
+          resolve();
+        });
+        sock.on('error', () => resolve());
+      });
+    }
+    // A tail that stays: once its own client is connected, those of the abandoned ones (asked earlier) would be too.
+    const s = events(port, '/api/v1/topics/abandoned/tail');
+    try {
+      await until(() => s.got.some((e) => e.event === 'ready'), 10_000, 'the ready event');
+      await until(async () => (await connections()) > before, 10_000, "the staying tail's client");
+    } finally {
+      s.close();
+    }
+    // Each abandoned tail that started anyway would keep a client of its own, two connections, for ever.
+    await until(async () => (await connections()) <= before, 10_000, 'no connection kept by an abandoned tail');
   });
 
   it('groups: lag per partition is log end minus committed; a live reset moves it and the running consumer resumes there', async () => {

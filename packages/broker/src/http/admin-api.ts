@@ -346,7 +346,20 @@ async function tail({ url, req, res, client, params }: RouteContext, clients: Ap
   const from = q.str('from') ?? 'latest';
   if (from !== 'latest' && from !== 'earliest' && !/^\d{1,16}$/.test(from)) throw invalidParam('from', 'expected latest, earliest or an offset');
   const isolation = q.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const);
-  const offsets = await partitionOffsets(client.admin, topic, q.int('partition', { max: 1_000_000 }));
+  // Listened for before the first wait: a client gone during it has fired 'close' already, and the loop
+  // below would run (with a client and two broker connections of its own) for ever.
+  const ac = new AbortController();
+  const stop = () => ac.abort();
+  req.on('close', stop);
+  res.on('close', stop);
+  const offsets = await partitionOffsets(client.admin, topic, q.int('partition', { max: 1_000_000 })).finally(() => {
+    if (res.destroyed || req.socket.destroyed) stop();
+  });
+  if (ac.signal.aborted) {
+    req.off('close', stop);
+    res.off('close', stop);
+    return;
+  }
   const partitions = [...offsets.keys()];
   const position = new Map<number, number>();
   for (const p of partitions) {
@@ -355,10 +368,6 @@ async function tail({ url, req, res, client, params }: RouteContext, clients: Ap
   }
   // Long polls would hold the shared connection other requests use: the stream gets a client of its own.
   const own = clients.dedicated(auth);
-  const ac = new AbortController();
-  const stop = () => ac.abort();
-  req.on('close', stop);
-  res.on('close', stop);
   res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
   res.write(`event: ready\ndata: ${sseJson({ topic, positions: Object.fromEntries(position) })}\n\n`);
   const keepalive = setInterval(() => res.write(': keepalive\n\n'), 15_000);
@@ -381,6 +390,7 @@ async function tail({ url, req, res, client, params }: RouteContext, clients: Ap
   } finally {
     clearInterval(keepalive);
     req.off('close', stop);
+    res.off('close', stop);
     await own.close().catch(() => {});
     res.end();
   }
