@@ -82,10 +82,11 @@ export interface TopicDescription {
     leader_epoch: number;
     replicas: Array<number | string>;
     isr: Array<number | string>;
-    earliest: number;
-    leo: number;
-    hwm: number;
-    lso: number;
+    /** As the partition's leader has them (an in-sync replica's own when the leader cannot be asked); null when no broker that could say was reachable. */
+    earliest: number | null;
+    leo: number | null;
+    hwm: number | null;
+    lso: number | null;
     /** The answering broker's replica on disk (absent from older brokers). */
     size_bytes?: number;
   }>;

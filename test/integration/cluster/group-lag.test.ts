@@ -72,4 +72,35 @@ describe('group lag and offset resets across brokers', () => {
       await admin.close();
     }
   }, 120_000);
+
+  it("DESCRIBE gives each partition's offsets as its leader has them; LIST_OFFSETS of a partition whose leader is down is an error, not zeros", async () => {
+    const hwms = async (via: number) => {
+      const c = await cluster.connect(via);
+      try {
+        return (JSON.parse(await c.command('DESCRIBE', { topic: TOPIC })) as { partitions: Array<{ hwm: number | null }> }).partitions.map((x) => x.hwm);
+      } finally {
+        await c.close();
+      }
+    };
+    // The records the first test wrote: partition p holds 3 + p, whichever broker answers.
+    const expected = Array.from({ length: PARTITIONS }, (_, p) => 3 + p);
+    for (let via = 0; via < 3; via++) expect(await hwms(via)).toEqual(expected);
+    // Partition 0's only replica is killed: a broker without a copy must not answer that it is empty.
+    const leader = (await cluster.leaderOf(TOPIC, 0)).id;
+    const other = [0, 1, 2].find((id) => id !== leader)!;
+    await cluster.broker(leader).kill();
+    const c = await cluster.connect(other);
+    try {
+      const refused = await cluster.waitFor('LIST_OFFSETS refused for the partition without a leader', async () =>
+        c.command('LIST_OFFSETS', { topic: TOPIC, partition: 0 }).then(
+          () => false,
+          (err: { code?: string }) => err.code ?? 'error',
+        ),
+      );
+      expect(refused).toBeTruthy();
+      expect((JSON.parse(await c.command('DESCRIBE', { topic: TOPIC })) as { partitions: Array<{ hwm: number | null }> }).partitions[0]!.hwm).toBeNull();
+    } finally {
+      await c.close();
+    }
+  }, 120_000);
 });

@@ -95,9 +95,11 @@ function list(b: BrokerContext, c: ConnectionContext): Reply {
   return formatOk({ count: names.length, topics: names.join(',') });
 }
 
-function partitionState(b: BrokerContext, p: Partition) {
+async function partitionState(b: BrokerContext, p: Partition) {
   const s = b.cluster?.states.get(p.topic, p.id)?.value;
   if (b.cluster && s) {
+    // The offsets as the leader has them (this broker's copy trails, or holds nothing); null when it cannot be asked.
+    const o = await partitionOffsets(b, p.topic, p.id).catch(() => (inSyncHere(b, p) ? localLogOffsets(p) : null));
     return {
       id: p.id,
       leader: b.cluster.leaderAddress(p.topic, p.id)?.advertisedAddress ?? null,
@@ -105,10 +107,10 @@ function partitionState(b: BrokerContext, p: Partition) {
       leader_epoch: s.leaderEpoch,
       replicas: s.replicas,
       isr: s.isr,
-      earliest: p.earliest,
-      leo: p.logEndOffset,
-      hwm: p.highWatermark,
-      lso: p.lastStableOffset,
+      earliest: o?.earliest ?? null,
+      leo: o?.leo ?? null,
+      hwm: o?.hwm ?? null,
+      lso: o?.latest ?? null,
       size_bytes: p.log.sizeBytes,
     };
   }
@@ -127,15 +129,20 @@ function partitionState(b: BrokerContext, p: Partition) {
   };
 }
 
-function describe(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
+async function describe(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
   const d = topic.def;
   return json({
     topic: d.name,
     topic_id: d.topicId,
     ...policyFields(d),
-    partitions: topic.partitions.map((part) => partitionState(b, part)),
+    partitions: await Promise.all(topic.partitions.map((part) => partitionState(b, part))),
   });
+}
+
+/** Cluster mode: this broker is an in-sync replica of the partition, so its copy holds everything acknowledged. */
+function inSyncHere(b: BrokerContext, p: Partition): boolean {
+  return b.cluster?.states.get(p.topic, p.id)?.value.isr.includes(b.brokerId) ?? true;
 }
 
 function metadata(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
@@ -165,10 +172,19 @@ async function listOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): 
   const only = p.int('partition', { min: 0, max: 1_000_000 });
   const timestamp = p.int('timestamp', { min: 0 });
   const parts = only === undefined ? topic.partitions : [topic.partition(only)];
-  // Cluster mode: partitions led elsewhere are asked of their leaders; a follower's own view (its HWM and
-  // LSO trail the leader's) only when the leader cannot be asked.
+  // Cluster mode: partitions led elsewhere are asked of their leaders; when one cannot be asked, an
+  // in-sync replica's own view (its HWM and LSO trail the leader's), and from any other broker (whose copy
+  // may be empty) the leader's error: zeros there read as an empty partition.
   const offsets = await Promise.all(
-    parts.map(async (x) => formatLogOffsets(x.id, await partitionOffsets(b, topic.name, x.id, timestamp).catch(() => localLogOffsets(x, timestamp)))),
+    parts.map(async (x) =>
+      formatLogOffsets(
+        x.id,
+        await partitionOffsets(b, topic.name, x.id, timestamp).catch((err: unknown) => {
+          if (inSyncHere(b, x)) return localLogOffsets(x, timestamp);
+          throw err instanceof TributaryError && err.retriable ? err : new TributaryError('NOT_LEADER', { topic: topic.name, partition: x.id, reason: 'no leader could be asked' });
+        }),
+      ),
+    ),
   );
   return formatOk({ topic: topic.name, partitions: topic.partitions.length, offsets: offsets.join(',') });
 }

@@ -91,10 +91,11 @@ export function registerTopicCommand(program: Command): void {
         String(p.leader_epoch),
         p.replicas.join(','),
         p.isr.join(','),
-        String(p.earliest),
-        String(p.hwm),
-        String(p.leo),
-        String(p.lso),
+        // '-': no broker that could say (the leader) was reachable.
+        String(p.earliest ?? '-'),
+        String(p.hwm ?? '-'),
+        String(p.leo ?? '-'),
+        String(p.lso ?? '-'),
       ]);
       for (const l of table(['PARTITION', 'LEADER', 'EPOCH', 'REPLICAS', 'ISR', 'EARLIEST', 'HWM', 'LEO', 'LSO'], rows)) print(l);
     },
