@@ -1,11 +1,11 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BrokerProcess, CLI } from '../helpers/launcher.js';
 import { trackChild } from '../helpers/process-registry.js';
-import { removeDir, tempDir } from '../helpers/util.js';
+import { removeDir, tempDir, until } from '../helpers/util.js';
 
 const run = promisify(execFile);
 
@@ -132,3 +132,32 @@ describe('tributary CLI', () => {
     }
   });
 });
+
+describe('a broker that stops answering', () => {
+  it('a command waiting on it fails with exit 1 instead of hanging (the broker frozen by SIGSTOP)', { timeout: 60_000 }, async () => {
+    const broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1'] });
+    try {
+      const admin = await broker.connect();
+      await admin.command('CREATE', { topic: 'frozen', partitions: 1 });
+      await admin.command('PUBLISH', { topic: 'frozen', partition: 0, message: 'before' });
+      await admin.close();
+      const child = trackChild(spawn(process.execPath, [CLI, 'consume', 'frozen', '--from-beginning', '--follow', '--bootstrap', broker.address], { stdio: ['ignore', 'pipe', 'pipe'] }), 'cli');
+      let stdout = '';
+      let stderr = '';
+      child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+      child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+      const exited = new Promise<number>((resolve) => child.once('exit', (c) => resolve(c ?? -1)));
+      await until(() => stdout.includes('before'), 15_000, 'the record consumed');
+      broker.proc!.kill('SIGSTOP');
+      try {
+        expect(await exited).toBe(1);
+        expect(stderr).toMatch(/lost connection to broker/);
+      } finally {
+        broker.proc!.kill('SIGCONT');
+      }
+    } finally {
+      await broker.dispose();
+    }
+  });
+});
+

@@ -164,10 +164,25 @@ export function toCliError(err: unknown, addr?: Address): unknown {
   return err;
 }
 
+/**
+ * A broker that stops answering (SIGSTOPped, its host gone) must not hang a command: a connection silent
+ * this long past its request's own wait is lost, unless a ping on a second connection is answered (a slow
+ * reply, such as CREATE waiting for its leaders).
+ */
+const CLI_STALL_TIMEOUT_MS = 10_000;
+
 export async function connect(addr: Address, signal?: AbortSignal, security: ClientSecurityOptions = {}): Promise<Connection> {
   const sec = clientSecurity(security);
+  const probe = async () => {
+    const c = await Connection.connect({ host: addr.host, port: addr.port, connectTimeoutMs: CLI_STALL_TIMEOUT_MS / 4, ...sec });
+    try {
+      await c.request('PROTOCOL_INFO');
+    } finally {
+      await c.close().catch(() => {});
+    }
+  };
   try {
-    return await Connection.connect({ host: addr.host, port: addr.port, signal, ...sec });
+    return await Connection.connect({ host: addr.host, port: addr.port, signal, stallTimeoutMs: CLI_STALL_TIMEOUT_MS, probe, ...sec });
   } catch (err) {
     if (signal?.aborted) throw err;
     if (connectFailureLine(err) || (err instanceof TributaryError && !isConnectionLoss(err))) throw toCliError(err);
