@@ -355,11 +355,7 @@ async function tail({ url, req, res, client, params }: RouteContext, clients: Ap
   const offsets = await partitionOffsets(client.admin, topic, q.int('partition', { max: 1_000_000 })).finally(() => {
     if (res.destroyed || req.socket.destroyed) stop();
   });
-  if (ac.signal.aborted) {
-    req.off('close', stop);
-    res.off('close', stop);
-    return;
-  }
+  if (ac.signal.aborted) return; // the listeners go with the closed request
   const partitions = [...offsets.keys()];
   const position = new Map<number, number>();
   for (const p of partitions) {
