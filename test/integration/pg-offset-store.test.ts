@@ -118,10 +118,10 @@ describe('PgOffsetStore', () => {
     // Same table name in the default schema is a different table.
     const other = await openStore({ table });
     expect(await other.fetch('g', 't', 0)).toBeUndefined();
-    // A schema that does not exist is a storage error, not a crash.
+    // A schema that does not exist is the configuration's fault (a start fails, not waits), not a crash.
     const missing = new PgOffsetStore({ connectionString: server.connectionString, schema: 'no_such_schema' });
     stores.push(missing);
-    expect((await rejection(missing.open())).code).toBe('storage_error');
+    expect((await rejection(missing.open())).code).toBe('invalid_config');
   });
 
   it('two coordinators racing commits on the same partitions never regress', async () => {

@@ -82,11 +82,11 @@ export interface TopicDescription {
     leader_epoch: number;
     replicas: Array<number | string>;
     isr: Array<number | string>;
-    /** As the partition's leader has them (an in-sync replica's own when the leader cannot be asked); null when no broker that could say was reachable. */
-    earliest: number | null;
-    leo: number | null;
-    hwm: number | null;
-    lso: number | null;
+    /** The answering broker's own copy (in a cluster it may trail, or hold nothing): listOffsets asks the leaders. */
+    earliest: number;
+    leo: number;
+    hwm: number;
+    lso: number;
     /** The answering broker's replica on disk (absent from older brokers). */
     size_bytes?: number;
   }>;

@@ -95,11 +95,11 @@ function list(b: BrokerContext, c: ConnectionContext): Reply {
   return formatOk({ count: names.length, topics: names.join(',') });
 }
 
-async function partitionState(b: BrokerContext, p: Partition) {
+function partitionState(b: BrokerContext, p: Partition) {
   const s = b.cluster?.states.get(p.topic, p.id)?.value;
   if (b.cluster && s) {
-    // The offsets as the leader has them (this broker's copy trails, or holds nothing); null when it cannot be asked.
-    const o = await partitionOffsets(b, p.topic, p.id).catch(() => (inSyncHere(b, p) ? localLogOffsets(p) : null));
+    // The answering broker's own copy (what a replica holds: reassignment shows catch-up and drop with it);
+    // LIST_OFFSETS asks each partition's leader.
     return {
       id: p.id,
       leader: b.cluster.leaderAddress(p.topic, p.id)?.advertisedAddress ?? null,
@@ -107,10 +107,10 @@ async function partitionState(b: BrokerContext, p: Partition) {
       leader_epoch: s.leaderEpoch,
       replicas: s.replicas,
       isr: s.isr,
-      earliest: o?.earliest ?? null,
-      leo: o?.leo ?? null,
-      hwm: o?.hwm ?? null,
-      lso: o?.latest ?? null,
+      earliest: p.earliest,
+      leo: p.logEndOffset,
+      hwm: p.highWatermark,
+      lso: p.lastStableOffset,
       size_bytes: p.log.sizeBytes,
     };
   }
@@ -129,14 +129,14 @@ async function partitionState(b: BrokerContext, p: Partition) {
   };
 }
 
-async function describe(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+function describe(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
   const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
   const d = topic.def;
   return json({
     topic: d.name,
     topic_id: d.topicId,
     ...policyFields(d),
-    partitions: await Promise.all(topic.partitions.map((part) => partitionState(b, part))),
+    partitions: topic.partitions.map((part) => partitionState(b, part)),
   });
 }
 

@@ -3,6 +3,7 @@ import type { TopicDescription } from 'tributary-client/admin.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { type ClientOptions, intArg, withBootstrap, withConnection } from './client-util.js';
 import { formatOption, table } from './output.js';
+import { parseLogOffsets } from '../partition/log-offsets.js';
 
 interface CreateOptions extends ClientOptions {
   format: 'table' | 'json';
@@ -75,7 +76,19 @@ export function registerTopicCommand(program: Command): void {
 
   withBootstrap(topic.command('describe <name>').description('partitions, leaders, replicas and offsets of a topic').addOption(formatOption())).action(
     async (name: string, opts: ClientOptions & { format: 'table' | 'json' }) => {
-      const info = await withConnection(opts, (conn) => conn.json<TopicDescription>('DESCRIBE', { topic: name }));
+      const info = await withConnection(opts, async (conn) => {
+        const d = await conn.json<TopicDescription>('DESCRIBE', { topic: name });
+        // DESCRIBE answers with this broker's copies (in a cluster they trail, or are empty where it hosts
+        // no replica): each partition's offsets from its leader (LIST_OFFSETS), '-' where it cannot be asked.
+        for (const p of d.partitions) {
+          const entry = await conn.command('LIST_OFFSETS', { topic: name, partition: p.id }).then(
+            (r) => parseLogOffsets(p.id, parseLine(r).params.get('offsets') ?? ''),
+            () => undefined,
+          );
+          Object.assign(p, entry ? { earliest: entry.earliest, leo: entry.leo, hwm: entry.hwm, lso: entry.latest } : { earliest: null, leo: null, hwm: null, lso: null });
+        }
+        return d;
+      });
       if (opts.format === 'json') {
         print(JSON.stringify(info, null, 2));
         return;

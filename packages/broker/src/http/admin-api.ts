@@ -158,7 +158,7 @@ async function listTopics({ url, res, client }: RouteContext): Promise<void> {
       replicationFactor: d.replication_factor,
       underReplicated: d.partitions.filter((p) => p.isr.length < p.replicas.length).length,
       leaderless: d.partitions.filter((p) => p.leader === null || p.leader === '-').length,
-      records: d.partitions.reduce((n, p) => n + (p.hwm === null || p.earliest === null ? 0 : Math.max(0, p.hwm - p.earliest)), 0),
+      records: d.partitions.reduce((n, p) => n + Math.max(0, p.hwm - p.earliest), 0),
       sizeBytes: d.partitions.reduce((n, p) => n + (p.size_bytes ?? 0), 0),
     };
   });
@@ -169,7 +169,7 @@ async function describeTopic({ url, res, client, params }: RouteContext): Promis
   new Query(url.searchParams, []);
   const name = segment(params[0]!);
   const d = await client.admin.describeTopic(name);
-  // The offsets come from each partition's leader (DESCRIBE's too, null where none could be asked).
+  // DESCRIBE answers with the asked broker's copies; the offsets come from each partition's leader.
   const offsets = new Map((await client.admin.listOffsets(name).catch(() => [])).map((o) => [o.partition, o]));
   sendJson(res, 200, {
     name: d.topic,
