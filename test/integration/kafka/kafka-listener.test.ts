@@ -344,6 +344,19 @@ describe('the Kafka listener', () => {
       }
     });
 
+    it('minBytes 0 is answered at once, empty when there is nothing to read (not held for maxWaitMs)', { timeout: 20_000 }, async () => {
+      await c.command('CREATE', { topic: 'min-bytes-zero', partitions: 1 });
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        // maxWaitMs 25 s is past this test's timeout: only an answer that does not wait lets it pass.
+        const res = await raw.call(1, 12, { ...fetchBody('min-bytes-zero', 0, 0, 25_000), minBytes: 0 });
+        expect(partitionOf(res).errorCode).toBe(0);
+        expect((partitionOf(res).records as Buffer | null)?.length ?? 0).toBe(0);
+      } finally {
+        raw.socket.destroy();
+      }
+    });
+
     it('a backlog larger than one read is answered at once, whatever minBytes asks: no wait for data already there', { timeout: 20_000 }, async () => {
       await c.command('CREATE', { topic: 'backlog', partitions: 1 });
       const raw = await RawKafka.connect(broker.kafkaPort);

@@ -156,8 +156,9 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
   };
   let results = await readAll();
   const waitMs = Math.min(Math.max(0, body.maxWaitMs as number), ctx.broker.config.maxWaitMs);
-  // Answered once there are `minBytes` (at least 1, at most the response's budget), an error, or the wait is over.
-  const minBytes = Math.min(Math.max(1, body.minBytes as number), maxBytes);
+  // Answered once there are `minBytes` (at most the response's budget), an error, or the wait is over;
+  // minBytes 0 (or less) asks for an answer at once, as Kafka gives it, even an empty one.
+  const minBytes = (body.minBytes as number) <= 0 ? 0 : Math.min(body.minBytes as number, maxBytes);
   // Also when a read stopped at its record cap with more there: waiting could not bring more into this response.
   const enough = () => results.some((r) => r.errorCode !== 0) || counts.some((c) => c.capped) || results.reduce((n, r) => n + (r.records as Buffer).length, 0) >= minBytes;
   const deadline = Date.now() + waitMs;
