@@ -9,6 +9,9 @@ import { channels, publish } from './events.js';
 import type { PartitionWorker } from './partition-worker.js';
 import { Signal } from './wake-signal.js';
 
+/** Commit refusals that mean the group moved on (a rebalance), not a failure of the consumer. */
+const GROUP_MOVED: ReadonlySet<string> = new Set(['GEN_MISMATCH', 'REBALANCE_IN_PROGRESS', 'member_not_found']);
+
 /** What a refused commit tells the group membership (passed in: the membership itself commits). */
 export interface CommitOutcomes {
   requestRebalance(reason: string): void;
@@ -39,7 +42,9 @@ export class OffsetCommitter {
       if (!o.autoCommit) continue;
       // With the consumer's signal: close() must not wait out the retries of a commit to a frozen coordinator.
       await this.commitProcessed([...this.ctx.workers.values()], { signal }).catch((err) => {
-        if (!signal.aborted) this.ctx.emit('crash', { error: err as Error, fatal: false });
+        // A refusal because the group moved on is a rebalance, which commitNow already asked for and the
+        // rebalance events report; only other failures are the consumer's trouble (docs/sdk.md, "Offsets").
+        if (!signal.aborted && !GROUP_MOVED.has((err as TributaryError).code)) this.ctx.emit('crash', { error: err as Error, fatal: false });
       });
     }
   }
