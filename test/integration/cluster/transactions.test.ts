@@ -93,6 +93,15 @@ describe('transactions in a cluster', () => {
     }
   });
 
+  it('TXN_APPEND (broker to broker) refuses an internal topic: a coordinator epoch that passes the gate writes nothing into __consumer_offsets', async () => {
+    const leader = await leaderConn('__consumer_offsets', 0);
+    const before = (await readAll(leader, '__consumer_offsets', 0, 'read_uncommitted')).length;
+    const line = 'TXN_APPEND topic=__consumer_offsets partition=0 producerId=p-forged epoch=0 coordinator_partition=0 coordinator_epoch=2147483647 key=forged message={}';
+    const reply = await leader.request(line).then((r) => (r.kind === 'text' ? r.text : '(batch)'));
+    expect(reply).toMatch(/^ERROR: invalid_topic_name .*internal topics are written by the broker only/);
+    expect((await readAll(leader, '__consumer_offsets', 0, 'read_uncommitted')).length).toBe(before);
+  });
+
   it('kill -9 of the transaction coordinator mid-transaction: the new coordinator aborts it once loaded', async () => {
     const t = await coordinatorOf({ transactional_id: 'ctx-kill' });
     const p = new RawTxnProducer(t.conn, 'ctx-kill');

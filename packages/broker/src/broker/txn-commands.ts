@@ -138,6 +138,8 @@ async function leaderAppend(
   coordinator: { partition: number; epoch: number },
   records: RecordInput[],
 ): Promise<{ offset: number; lastOffset: number }> {
+  // Coordinators append only to user topics: a forged broker-to-broker append must not reach the internal ones.
+  refuseInternal(topic);
   const part = b.topics.get(topic).partition(partition);
   const leaderEpoch = leaderGate(b, part);
   b.cluster?.checkTxnCoordinator(coordinator.partition, coordinator.epoch);
