@@ -353,6 +353,7 @@ export class LogCleaner {
         res.recordsRemoved += p.removed;
         res.bytesBefore += old.size;
         res.bytesAfter += p.size;
+        if (p.size === 0) await this.dropEmptied(this.st.segments[i]!, crashAt);
       }
     } finally {
       this.st.totalBytes = this.st.segments.reduce((a, s) => a + s.size, 0);
@@ -363,6 +364,38 @@ export class LogCleaner {
       this.st.logger.debug({ ...res, logStartOffset: this.st.logStartOffset }, 'compacted segments');
     }
     return res;
+  }
+
+  /**
+   * A closed segment compaction emptied (every key it held was written again later) goes, or a compacted
+   * topic would keep one more file per segmentMs for ever: the segment before it is stretched over its
+   * offsets first, on disk (compacted, so open() lets it reach the next segment), then the empty files are
+   * removed, the log before the index. A crash in between leaves an empty segment inside its predecessor's
+   * range, which open() removes. The first segment stays: the log start offset does not move.
+   */
+  private async dropEmptied(seg: Segment, crashAt: CompactionCrashPoint | undefined): Promise<void> {
+    const i = this.st.segments.indexOf(seg);
+    if (i < 1 || i === this.st.segments.length - 1 || seg.size !== 0) return;
+    const prev = this.st.segments[i - 1]!;
+    const { nextOffset, compacted } = prev;
+    prev.nextOffset = seg.nextOffset;
+    prev.compacted = true;
+    try {
+      await prev.writeIndex(this.st.options.flush !== 'os');
+      await fsyncDir(this.st.dir);
+    } catch (err) {
+      // The empty segment stays (as it would have before): nothing is lost, only a file is not reclaimed.
+      prev.nextOffset = nextOffset;
+      prev.compacted = compacted;
+      prev.markModified();
+      this.st.logger.warn({ err, segment: seg.baseOffset }, 'could not stretch the segment before an emptied one; keeping it');
+      return;
+    }
+    if (crashAt === 'emptied-stretched') throw new SimulatedCrash(crashAt);
+    this.st.segments.splice(i, 1);
+    this.sync.forget(seg);
+    this.fds.forget(seg);
+    await seg.remove();
   }
 
   private async removeTemp(p: { tmpLog: string; tmpIndex: string }): Promise<void> {

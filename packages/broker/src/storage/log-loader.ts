@@ -82,8 +82,10 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
       }
       if (prev && seg.size === 0 && seg.baseOffset < prev.nextOffset) {
         // A roll that failed after creating the file (a crash between its two writes, or an unlink that
-        // failed too): the old segment went on past its base. It holds nothing; the rest of the log is whole.
-        log.warn({ segment: seg.baseOffset, previousEnds: prev.nextOffset }, 'removing an empty segment left by a failed roll');
+        // failed too): the old segment went on past its base. Or a segment compaction emptied, whose
+        // predecessor was stretched over it before a crash came between that and its removal. It holds
+        // nothing; the rest of the log is whole.
+        log.warn({ segment: seg.baseOffset, previousEnds: prev.nextOffset }, 'removing an empty segment left by a failed roll or by compaction');
         await seg.remove();
         continue;
       }

@@ -4,8 +4,11 @@
  * here, and a log keeps nothing for them unless a test armed one.
  */
 
-/** Where armCompactionCrash stops a compaction: after writing the temp files, or after each rename of the swap. */
-export type CompactionCrashPoint = 'temp-written' | 'index-renamed' | 'log-renamed';
+/**
+ * Where armCompactionCrash stops a compaction: after writing the temp files, after each rename of the swap,
+ * or once the segment before an emptied one was stretched over it (before the empty files are removed).
+ */
+export type CompactionCrashPoint = 'temp-written' | 'index-renamed' | 'log-renamed' | 'emptied-stretched';
 
 /** Thrown at an armed compaction crash point (armCompactionCrash). */
 export class SimulatedCrash extends Error {
@@ -39,8 +42,8 @@ export function simulateCrash(log: object): Promise<void> {
 }
 
 /**
- * Makes the next compact() call of `log` stop as if the process died at `at` of its first swap, leaving the
- * files as they are; that call rejects with SimulatedCrash.
+ * Makes the next compact() call of `log` stop as if the process died at `at` of its first swap (of its first
+ * emptied segment, for 'emptied-stretched'), leaving the files as they are; that call rejects with SimulatedCrash.
  */
 export function armCompactionCrash(log: object, at: CompactionCrashPoint): void {
   checkLog(log);
