@@ -254,9 +254,13 @@ export class Cluster {
     this.assertOpen();
     const cached = pool.get(address);
     if (cached) {
-      const got = await cached.then(
-        (conn) => ({ conn }),
-        (err: unknown) => ({ err }),
+      // Another caller's dial: this caller's own signal still ends its wait (with its abort reason).
+      const got = await untilAborted(
+        cached.then(
+          (conn) => ({ conn }),
+          (err: unknown) => ({ err }),
+        ),
+        signal,
       );
       if ('conn' in got && !got.conn.closed) return got.conn;
       if (pool.get(address) === cached) pool.delete(address);
@@ -325,6 +329,9 @@ export class Cluster {
         this.nextBootstrap = (this.nextBootstrap + i) % this.bootstrap.length;
         return { address: addr, conn };
       } catch (err) {
+        // The caller gave up (a dial is aborted with its reason): that is the answer, not a reason to
+        // try the next broker or to report the brokers unreachable.
+        if (signal?.aborted) throw signal.reason;
         last = err;
       }
     }
