@@ -1,32 +1,25 @@
 import { type FieldValue, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { type Cluster, clientCluster, type ConnectionEvents, checkConnectionOptions } from './cluster.js';
+import { type Cluster, clientCluster, type ConnectionEvents } from './cluster.js';
+import {
+  type AdminOptions,
+  type CallOptions,
+  callOptions,
+  LIST_OFFSETS_OPTION_NAMES,
+  LIST_TOPICS_OPTION_NAMES,
+  type ListOffsetsOptions,
+  type ListTopicsOptions,
+  validateAdminOptions,
+} from './admin-options.js';
 import { TypedEmitter } from './events.js';
 import { type RetryOptions, retry } from './retry.js';
 import { untilAborted } from './abort.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
+
+export type { AdminOptions, CallOptions, ListOffsetsOptions, ListTopicsOptions } from './admin-options.js';
 import { type Complete, refuseUnknownOptions } from './option-names.js';
 import type { ReplayConnection, ReplayDeadLettersOptions, ReplayDeadLettersResult } from './dead-letter-replay.js';
 
-export interface AdminOptions {
-  /** Bootstrap brokers, `host:port`. */
-  brokers: string[];
-  /** How long one connection attempt (TCP, TLS and handshake) may take; default 5000. */
-  connectTimeoutMs?: number;
-  /** Until a broker answered once, how long to keep trying before failing with brokers_unreachable; default 10000. */
-  bootstrapTimeoutMs?: number;
-  retry?: RetryOptions;
-  /** A broker that answers nothing for this long (past a request's own wait) is given up on and the request retried; default 3000. */
-  stallTimeoutMs?: number;
-  /** TLS for every broker connection (CA, client certificate and key, servername). */
-  tls?: import('node:tls').ConnectionOptions;
-  /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
-  auth?: import('tributary-protocol/connection.js').AuthOptions;
-}
-
-const ADMIN_OPTION_NAMES = ['brokers', 'connectTimeoutMs', 'bootstrapTimeoutMs', 'retry', 'stallTimeoutMs', 'tls', 'auth'] as const;
-const adminOptionsComplete: Complete<AdminOptions, typeof ADMIN_OPTION_NAMES> = true;
-void adminOptionsComplete;
 const CREATE_TOPIC_OPTION_NAMES = ['topic', 'partitions', 'retentionHours', 'retentionBytes', 'replicationFactor', 'partitioner'] as const;
 const createTopicComplete: Complete<CreateTopicOptions, typeof CREATE_TOPIC_OPTION_NAMES> = true;
 void createTopicComplete;
@@ -268,16 +261,7 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
 
   constructor(options: AdminOptions) {
     super();
-    if (!options || typeof options !== 'object') throw new TributaryError('invalid_config', { option: 'options', reason: 'required' });
-    refuseUnknownOptions('admin', options, ADMIN_OPTION_NAMES);
-    if (!Array.isArray(options.brokers) || options.brokers.length === 0) {
-      throw new TributaryError('invalid_config', { option: 'brokers', reason: 'at least one bootstrap broker is required' }, 'invalid admin option brokers: at least one bootstrap broker is required');
-    }
-    if (options.retry !== undefined && (options.retry === null || typeof options.retry !== 'object')) {
-      throw new TributaryError('invalid_config', { option: 'retry', reason: 'must be an object' }, 'invalid admin option retry: must be an object');
-    }
-    const bad = checkConnectionOptions(options);
-    if (bad) throw new TributaryError('invalid_config', { option: bad[0], reason: bad[1] }, `invalid admin option ${bad[0]}: ${bad[1]}`);
+    validateAdminOptions(options);
     this.cluster = clientCluster(options, (e) => this.emit(e.type, e));
     this.retryOptions = options.retry;
     const { retry: _retry, ...connection } = options;
@@ -300,7 +284,8 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
 
   // ---- topics ----
 
-  async createTopic(opts: CreateTopicOptions, o: { signal?: AbortSignal } = {}): Promise<CreateTopicResult> {
+  async createTopic(opts: CreateTopicOptions, o?: CallOptions): Promise<CreateTopicResult> {
+    const { signal } = callOptions('createTopic', o);
     const topic = requireString('topic', opts?.topic);
     refuseUnknownOptions('createTopic', opts, CREATE_TOPIC_OPTION_NAMES);
     const reply = await this.any(
@@ -313,7 +298,7 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
         retention_hours: optionalInt('retentionHours', opts.retentionHours, -1),
         retention_bytes: optionalInt('retentionBytes', opts.retentionBytes, -1),
       },
-      o.signal,
+      signal,
     );
     const p = parseLine(reply).params;
     return {
@@ -330,32 +315,37 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
   }
 
   /** Raises a topic's partition count to `partitions` (never lowers it); keys may map to other partitions from then on. */
-  async addPartitions(topic: string, partitions: number, o: { signal?: AbortSignal } = {}): Promise<{ topic: string; partitions: number }> {
-    const reply = await this.any('ADD_PARTITIONS', { topic: requireString('topic', topic), partitions: requireInt('partitions', partitions, 1) }, o.signal);
+  async addPartitions(topic: string, partitions: number, o?: CallOptions): Promise<{ topic: string; partitions: number }> {
+    const { signal } = callOptions('addPartitions', o);
+    const reply = await this.any('ADD_PARTITIONS', { topic: requireString('topic', topic), partitions: requireInt('partitions', partitions, 1) }, signal);
     return { topic, partitions: num(parseLine(reply).params.get('partitions')) };
   }
 
-  async deleteTopic(topic: string, o: { signal?: AbortSignal } = {}): Promise<void> {
-    await this.any('DELETE', { topic: requireString('topic', topic) }, o.signal);
+  async deleteTopic(topic: string, o?: CallOptions): Promise<void> {
+    const { signal } = callOptions('deleteTopic', o);
+    await this.any('DELETE', { topic: requireString('topic', topic) }, signal);
   }
 
   /** Topic names, sorted; internal topics (`__` prefix) only with `includeInternal`. */
-  async listTopics(o: { includeInternal?: boolean; signal?: AbortSignal } = {}): Promise<string[]> {
-    const reply = await this.any('LIST', {}, o.signal);
+  async listTopics(o?: ListTopicsOptions): Promise<string[]> {
+    const { signal, includeInternal } = callOptions('listTopics', o, LIST_TOPICS_OPTION_NAMES);
+    const reply = await this.any('LIST', {}, signal);
     const names = (parseLine(reply).params.get('topics') ?? '').split(',').filter(Boolean);
-    return names.filter((n) => o.includeInternal || !n.startsWith('__')).sort();
+    return names.filter((n) => includeInternal || !n.startsWith('__')).sort();
   }
 
-  async describeTopic(topic: string, o: { signal?: AbortSignal } = {}): Promise<TopicDescription> {
-    const reply = await this.any('DESCRIBE', { topic: requireString('topic', topic) }, o.signal);
+  async describeTopic(topic: string, o?: CallOptions): Promise<TopicDescription> {
+    const { signal } = callOptions('describeTopic', o);
+    const reply = await this.any('DESCRIBE', { topic: requireString('topic', topic) }, signal);
     const { status: _status, ...rest } = JSON.parse(reply) as TopicDescription & { status?: string };
     return rest;
   }
 
   /** Offsets of every partition (or one); with `timestamp` (ms), also the first offset stamped at or after it. */
-  async listOffsets(topic: string, partition?: number, o: { signal?: AbortSignal; timestamp?: number } = {}): Promise<PartitionOffsets[]> {
-    const fields = { topic: requireString('topic', topic), partition: optionalInt('partition', partition, 0), timestamp: optionalInt('timestamp', o.timestamp, 0) };
-    const reply = await this.any('LIST_OFFSETS', fields, o.signal);
+  async listOffsets(topic: string, partition?: number, o?: ListOffsetsOptions): Promise<PartitionOffsets[]> {
+    const { signal, timestamp } = callOptions('listOffsets', o, LIST_OFFSETS_OPTION_NAMES);
+    const fields = { topic: requireString('topic', topic), partition: optionalInt('partition', partition, 0), timestamp: optionalInt('timestamp', timestamp, 0) };
+    const reply = await this.any('LIST_OFFSETS', fields, signal);
     return parseOffsetsList(parseLine(reply).params.get('offsets') ?? '');
   }
 
@@ -364,7 +354,8 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
    * CONSUME, following NOT_LEADER and retrying what is retriable. Transaction markers are left out;
    * `nextOffset` says where to continue.
    */
-  async readRecords(opts: ReadRecordsOptions, o: { signal?: AbortSignal } = {}): Promise<ReadRecordsResult> {
+  async readRecords(opts: ReadRecordsOptions, o?: CallOptions): Promise<ReadRecordsResult> {
+    const { signal } = callOptions('readRecords', o);
     const topic = requireString('topic', opts?.topic);
     refuseUnknownOptions('readRecords', opts, READ_RECORDS_OPTION_NAMES);
     const partition = requireInt('partition', opts.partition, 0);
@@ -378,16 +369,16 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     const fields = { topic, partition, offset, batch: maxRecords, max_bytes: maxBytes, isolation: opts.isolation, wait_ms: waitMs || undefined };
     const batch = await retry(
       async () => {
-        const addr = await this.cluster.leaderFor(topic, partition, o.signal);
+        const addr = await this.cluster.leaderFor(topic, partition, signal);
         try {
-          const conn = await this.cluster.connection(addr, o.signal);
-          return await untilAborted(conn.consume(fields), o.signal);
+          const conn = await this.cluster.connection(addr, signal);
+          return await untilAborted(conn.consume(fields), signal);
         } catch (err) {
           this.cluster.onLeaderError(topic, partition, err);
           throw err;
         }
       },
-      { ...this.retryOptions, signal: o.signal },
+      { ...this.retryOptions, signal },
     );
     const records = batch.records
       .filter((r) => (r.attributes & RecordAttr.CONTROL) === 0)
@@ -402,8 +393,9 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
   }
 
   /** CLUSTER_STATUS's JSON (needs `admin` when authentication is on): brokers, controller, partition states. */
-  async clusterStatus(o: { signal?: AbortSignal } = {}): Promise<ClusterStatus> {
-    const { status: _status, ...rest } = JSON.parse(await this.any('CLUSTER_STATUS', {}, o.signal)) as ClusterStatus & { status?: string };
+  async clusterStatus(o?: CallOptions): Promise<ClusterStatus> {
+    const { signal } = callOptions('clusterStatus', o);
+    const { status: _status, ...rest } = JSON.parse(await this.any('CLUSTER_STATUS', {}, signal)) as ClusterStatus & { status?: string };
     return rest;
   }
 
@@ -414,16 +406,17 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
    * coordinates, so in a cluster every live broker is asked; CLUSTER_STATUS names them, which needs `admin`
    * when authentication is on: without it, only the answering broker's groups are listed.
    */
-  async listGroups(o: { signal?: AbortSignal } = {}): Promise<string[]> {
+  async listGroups(o?: CallOptions): Promise<string[]> {
+    const { signal } = callOptions('listGroups', o);
     const names = new Set<string>();
     const add = (reply: string) => {
       for (const g of (parseLine(reply).params.get('groups') ?? '').split(',')) if (g) names.add(g);
     };
-    const brokers = await this.liveBrokers(o.signal);
-    if (brokers.length <= 1) add(await this.any('LIST_GROUPS', {}, o.signal));
+    const brokers = await this.liveBrokers(signal);
+    if (brokers.length <= 1) add(await this.any('LIST_GROUPS', {}, signal));
     else {
       const ask = (address: string) =>
-        retry(async () => untilAborted((await this.cluster.connection(address, o.signal)).command('LIST_GROUPS'), o.signal), { ...this.retryOptions, signal: o.signal });
+        retry(async () => untilAborted((await this.cluster.connection(address, signal)).command('LIST_GROUPS'), signal), { ...this.retryOptions, signal });
       for (const reply of await Promise.all(brokers.map(ask))) add(reply);
     }
     return [...names].sort();
@@ -442,28 +435,31 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     return s.brokers.filter((b) => b.alive !== false).map((b) => b.address ?? `${b.host}:${b.port}`);
   }
 
-  async describeGroup(group: string, o: { signal?: AbortSignal } = {}): Promise<GroupDescription> {
-    const reply = await this.group(requireString('group', group), 'GROUP_STATUS', { group }, o.signal);
+  async describeGroup(group: string, o?: CallOptions): Promise<GroupDescription> {
+    const { signal } = callOptions('describeGroup', o);
+    const reply = await this.group(requireString('group', group), 'GROUP_STATUS', { group }, signal);
     const { status: _status, ...rest } = JSON.parse(reply) as GroupDescription & { status?: string };
     return rest;
   }
 
   /** The group's committed offset (the next offset to read); `committed: false` and 0 when none. */
-  async fetchOffset(group: string, topic: string, partition: number, o: { signal?: AbortSignal } = {}): Promise<{ offset: number; committed: boolean }> {
+  async fetchOffset(group: string, topic: string, partition: number, o?: CallOptions): Promise<{ offset: number; committed: boolean }> {
+    const { signal } = callOptions('fetchOffset', o);
     requireString('group', group);
     const reply = await this.group(
       group,
       'FETCH_OFFSET',
       { group, topic: requireString('topic', topic), partition: requireInt('partition', partition, 0) },
-      o.signal,
+      signal,
     );
     const p = parseLine(reply).params;
     return { offset: num(p.get('offset')), committed: p.get('committed') === 'true' };
   }
 
   /** Deletes a group without members and its committed offsets (`group_not_empty` while it has members). */
-  async deleteGroup(group: string, o: { signal?: AbortSignal } = {}): Promise<void> {
-    await this.group(requireString('group', group), 'DELETE_GROUP', { group }, o.signal);
+  async deleteGroup(group: string, o?: CallOptions): Promise<void> {
+    const { signal } = callOptions('deleteGroup', o);
+    await this.group(requireString('group', group), 'DELETE_GROUP', { group }, signal);
   }
 
   /**
@@ -472,7 +468,8 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
    * offsets (docs/sdk.md, "Offsets"). Returns the new offset of every partition it set (or, with
    * `dryRun`, would set).
    */
-  async resetOffsets(opts: ResetOffsetsOptions, o: { signal?: AbortSignal } = {}): Promise<Array<{ partition: number; offset: number }>> {
+  async resetOffsets(opts: ResetOffsetsOptions, o?: CallOptions): Promise<Array<{ partition: number; offset: number }>> {
+    const { signal } = callOptions('resetOffsets', o);
     const group = requireString('group', opts?.group);
     refuseUnknownOptions('resetOffsets', opts, RESET_OFFSETS_OPTION_NAMES);
     const topic = requireString('topic', opts.topic);
@@ -491,7 +488,7 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     } else {
       throw invalid('to', "expected 'earliest', 'latest', { offset } or { timestamp }");
     }
-    const reply = await this.group(group, 'RESET_OFFSETS', fields, o.signal);
+    const reply = await this.group(group, 'RESET_OFFSETS', fields, signal);
     return parsePartitionOffsets(parseLine(reply).params.get('offsets') ?? '');
   }
 
@@ -503,11 +500,12 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
    * crashes: each batch and the dead-letter offsets commit in one transaction (docs/sdk.md, "Retry and
    * dead-letter topics"). Replays what the topic held at the call and resolves with the counts.
    */
-  async replayDeadLetters(opts: ReplayDeadLettersOptions, o: { signal?: AbortSignal } = {}): Promise<ReplayDeadLettersResult> {
+  async replayDeadLetters(opts: ReplayDeadLettersOptions, o?: CallOptions): Promise<ReplayDeadLettersResult> {
+    const { signal } = callOptions('replayDeadLetters', o);
     this.assertOpen();
     // Loaded when used: the replay runs a Consumer, which the Admin does not otherwise need.
     const { replayDeadLetters } = await import('./dead-letter-replay.js');
-    return replayDeadLetters(this, this.connection, opts, o.signal);
+    return replayDeadLetters(this, this.connection, opts, signal);
   }
 
   // ---- lifecycle ----

@@ -40,6 +40,9 @@ export {
 export {
   Admin,
   type AdminOptions,
+  type CallOptions,
+  type ListTopicsOptions,
+  type ListOffsetsOptions,
   type CreateTopicOptions,
   type CreateTopicResult,
   type TopicConfig,

@@ -8,7 +8,7 @@ import { Admin } from 'tributary-client/admin.js';
 import { Consumer } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
 import { toBatchRecord } from 'tributary-client/producer-messages.js';
-import { thrown } from '../../helpers/util.js';
+import { rejection, thrown } from '../../helpers/util.js';
 
 const brokers = ['127.0.0.1:1'];
 
@@ -46,6 +46,38 @@ describe('unknown options', () => {
     try {
       await expect(admin.createTopic({ topic: 'x', partitons: 3 } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'partitons', did_you_mean: 'partitions' } });
       await expect(admin.resetOffsets({ group: 'g', topic: 't', to: 'earliest', partiton: 1 } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'partiton', did_you_mean: 'partition' } });
+    } finally {
+      await admin.close();
+    }
+  });
+
+  it('every Admin call refuses unknown names in its options argument ({ signal }, ...) before sending anything', async () => {
+    const admin = new Admin({ brokers });
+    const signal = new AbortController().signal;
+    try {
+      const listed = await rejection(admin.listTopics({ includeInteral: true } as never));
+      expect(listed).toMatchObject({ code: 'invalid_config', fields: { option: 'includeInteral', reason: 'unknown option', did_you_mean: 'includeInternal' } });
+      expect(listed.message).toBe('invalid listTopics option includeInteral: unknown option (did you mean includeInternal?)');
+      await expect(admin.listOffsets('t', undefined, { timestap: 5 } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'timestap', did_you_mean: 'timestamp' } });
+      await expect(admin.describeTopic('t', { sigal: signal } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'sigal', did_you_mean: 'signal' } });
+      await expect(admin.createTopic({ topic: 't' }, { signal, timeoutMs: 5 } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'timeoutMs' } });
+      await expect(admin.readRecords({ topic: 't', partition: 0, offset: 0 }, { signl: signal } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'signl' } });
+      await expect(admin.resetOffsets({ group: 'g', topic: 't', to: 'earliest' }, { dryRun: true } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'dryRun' } });
+      await expect(admin.replayDeadLetters({ deadLetterTopic: 'd' }, { singal: signal } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'singal' } });
+      for (const call of [
+        () => admin.addPartitions('t', 2, { x: 1 } as never),
+        () => admin.deleteTopic('t', { x: 1 } as never),
+        () => admin.clusterStatus({ x: 1 } as never),
+        () => admin.listGroups({ x: 1 } as never),
+        () => admin.describeGroup('g', { x: 1 } as never),
+        () => admin.fetchOffset('g', 't', 0, { x: 1 } as never),
+        () => admin.deleteGroup('g', { x: 1 } as never),
+      ]) {
+        await expect(call()).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'x', reason: 'unknown option' } });
+      }
+      // Not an object, or a signal that is not an AbortSignal.
+      await expect(admin.listTopics(5 as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'options' } });
+      await expect(admin.deleteGroup('g', { signal: new AbortController() } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'signal', reason: 'must be an AbortSignal' } });
     } finally {
       await admin.close();
     }
