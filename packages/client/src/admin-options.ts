@@ -22,11 +22,21 @@ export interface AdminOptions {
   tls?: import('node:tls').ConnectionOptions;
   /** Credentials (`AUTH principal= token=`) for brokers with authentication on. */
   auth?: import('tributary-protocol/connection.js').AuthOptions;
+  /**
+   * How long one call may take, its retries and connecting included (plus `readRecords`' `waitMs`): past
+   * it the call rejects with a retriable request_timeout, and a connection still owing it a reply is
+   * dropped. Default 30000, as the producer's. Not `replayDeadLetters`, which runs for as long as the
+   * topic needs (each of its own admin calls is bounded).
+   */
+  requestTimeoutMs?: number;
 }
 
-export const ADMIN_OPTION_NAMES = ['brokers', 'connectTimeoutMs', 'bootstrapTimeoutMs', 'retry', 'stallTimeoutMs', 'tls', 'auth'] as const;
+export const ADMIN_OPTION_NAMES = ['brokers', 'connectTimeoutMs', 'bootstrapTimeoutMs', 'retry', 'stallTimeoutMs', 'tls', 'auth', 'requestTimeoutMs'] as const;
 const adminOptionsComplete: Complete<AdminOptions, typeof ADMIN_OPTION_NAMES> = true;
 void adminOptionsComplete;
+
+/** The producer's default requestTimeoutMs too. */
+export const DEFAULT_ADMIN_REQUEST_TIMEOUT_MS = 30_000;
 
 function configError(option: string, reason: string): TributaryError {
   return new TributaryError('invalid_config', { option, reason }, `invalid admin option ${option}: ${reason}`);
@@ -40,6 +50,9 @@ export function validateAdminOptions(options: AdminOptions): void {
   if (options.retry !== undefined && (options.retry === null || typeof options.retry !== 'object')) throw configError('retry', 'must be an object');
   const bad = checkConnectionOptions(options);
   if (bad) throw configError(...bad);
+  const t = options.requestTimeoutMs;
+  // A longer timer fires after 1 ms: every call would time out at once.
+  if (t !== undefined && (typeof t !== 'number' || !Number.isSafeInteger(t) || t < 1 || t > 2 ** 31 - 1)) throw configError('requestTimeoutMs', 'must be an integer 1..2147483647');
 }
 
 /** What every Admin call takes last. */

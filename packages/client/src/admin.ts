@@ -10,10 +10,11 @@ import {
   type ListOffsetsOptions,
   type ListTopicsOptions,
   validateAdminOptions,
+  DEFAULT_ADMIN_REQUEST_TIMEOUT_MS,
 } from './admin-options.js';
+import { type Send, withDeadline } from './call-deadline.js';
 import { TypedEmitter } from './events.js';
 import { type RetryOptions, retry } from './retry.js';
-import { untilAborted } from './abort.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
 
 export type { AdminOptions, CallOptions, ListOffsetsOptions, ListTopicsOptions } from './admin-options.js';
@@ -254,6 +255,7 @@ function parsePartitionOffsets(csv: string): Array<{ partition: number; offset: 
 export class Admin extends TypedEmitter<ConnectionEvents> {
   private readonly cluster: Cluster;
   private readonly retryOptions: RetryOptions | undefined;
+  private readonly requestTimeoutMs: number;
   /** What replayDeadLetters() gives the consumer and producer it runs. */
   private readonly connection: ReplayConnection;
   private closed = false;
@@ -264,7 +266,9 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     validateAdminOptions(options);
     this.cluster = clientCluster(options, (e) => this.emit(e.type, e));
     this.retryOptions = options.retry;
-    const { retry: _retry, ...connection } = options;
+    this.requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_ADMIN_REQUEST_TIMEOUT_MS;
+    // The replay's consumer and producer take the connection options, not the Admin's own.
+    const { retry: _retry, requestTimeoutMs: _requestTimeoutMs, ...connection } = options;
     this.connection = connection;
   }
 
@@ -272,14 +276,26 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     if (this.closed) throw new TributaryError('client_closed');
   }
 
-  private any(name: string, fields: Record<string, FieldValue | undefined> = {}, signal?: AbortSignal): Promise<string> {
+  /**
+   * One call: bounded by requestTimeoutMs (plus `ownWaitMs`, a long poll's own wait), retries and
+   * dials included; `run` gets the call's signal and puts its requests on the wire with `send`.
+   */
+  private call<T>(what: string, signal: AbortSignal | undefined, run: (signal: AbortSignal, send: Send) => Promise<T>, ownWaitMs = 0): Promise<T> {
     this.assertOpen();
-    return this.cluster.anyCommand(name, fields, signal);
+    return withDeadline(this.requestTimeoutMs + ownWaitMs, `admin ${what}`, signal, run);
+  }
+
+  /** A command to any broker, within a call. */
+  private anyIn(signal: AbortSignal, send: Send, name: string, fields: Record<string, FieldValue | undefined> = {}): Promise<string> {
+    return this.cluster.anyRequest((conn) => send(conn, conn.command(name, fields)), signal);
+  }
+
+  private any(name: string, fields: Record<string, FieldValue | undefined> = {}, signal?: AbortSignal): Promise<string> {
+    return this.call(name, signal, (s, send) => this.anyIn(s, send, name, fields));
   }
 
   private group(group: string, name: string, fields: Record<string, FieldValue | undefined>, signal?: AbortSignal): Promise<string> {
-    this.assertOpen();
-    return this.cluster.coordinatorCommand({ group }, name, fields, { signal });
+    return this.call(name, signal, (s, send) => this.cluster.coordinatorRequest({ group }, (conn) => send(conn, conn.command(name, fields)), { signal: s }));
   }
 
   // ---- topics ----
@@ -365,21 +381,22 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     const maxBytes = optionalInt('maxBytes', opts.maxBytes, 1);
     const waitMs = optionalInt('waitMs', opts.waitMs, 0);
     if (opts.isolation !== undefined && opts.isolation !== 'read_committed' && opts.isolation !== 'read_uncommitted') throw invalid('isolation', 'expected read_committed or read_uncommitted');
-    this.assertOpen();
     const fields = { topic, partition, offset, batch: maxRecords, max_bytes: maxBytes, isolation: opts.isolation, wait_ms: waitMs || undefined };
-    const batch = await retry(
-      async () => {
-        const addr = await this.cluster.leaderFor(topic, partition, signal);
-        try {
-          const conn = await this.cluster.connection(addr, signal);
-          return await untilAborted(conn.consume(fields), signal);
-        } catch (err) {
-          this.cluster.onLeaderError(topic, partition, err);
-          throw err;
-        }
-      },
-      { ...this.retryOptions, signal },
-    );
+    const read = (s: AbortSignal, send: Send) =>
+      retry(
+        async () => {
+          const addr = await this.cluster.leaderFor(topic, partition, s);
+          try {
+            const conn = await this.cluster.connection(addr, s);
+            return await send(conn, conn.consume(fields));
+          } catch (err) {
+            this.cluster.onLeaderError(topic, partition, err);
+            throw err;
+          }
+        },
+        { ...this.retryOptions, signal: s },
+      );
+    const batch = await this.call('CONSUME', signal, read, waitMs ?? 0);
     const records = batch.records
       .filter((r) => (r.attributes & RecordAttr.CONTROL) === 0)
       .map((r) => ({ offset: r.offset, timestamp: r.timestamp, key: r.key, value: r.value, headers: r.headers, transactional: (r.attributes & RecordAttr.TRANSACTIONAL) !== 0 }));
@@ -412,21 +429,26 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     const add = (reply: string) => {
       for (const g of (parseLine(reply).params.get('groups') ?? '').split(',')) if (g) names.add(g);
     };
-    const brokers = await this.liveBrokers(signal);
-    if (brokers.length <= 1) add(await this.any('LIST_GROUPS', {}, signal));
-    else {
-      const ask = (address: string) =>
-        retry(async () => untilAborted((await this.cluster.connection(address, signal)).command('LIST_GROUPS'), signal), { ...this.retryOptions, signal });
-      for (const reply of await Promise.all(brokers.map(ask))) add(reply);
-    }
+    await this.call('LIST_GROUPS', signal, async (s, send) => {
+      const brokers = await this.liveBrokers(s, send);
+      if (brokers.length <= 1) add(await this.anyIn(s, send, 'LIST_GROUPS'));
+      else {
+        const ask = (address: string) =>
+          retry(async () => {
+            const conn = await this.cluster.connection(address, s);
+            return send(conn, conn.command('LIST_GROUPS'));
+          }, { ...this.retryOptions, signal: s });
+        for (const reply of await Promise.all(brokers.map(ask))) add(reply);
+      }
+    });
     return [...names].sort();
   }
 
   /** The addresses of a cluster's live brokers; none for a standalone broker or a principal without `admin`. */
-  private async liveBrokers(signal?: AbortSignal): Promise<string[]> {
+  private async liveBrokers(signal: AbortSignal, send: Send): Promise<string[]> {
     let s: ClusterStatus;
     try {
-      s = await this.clusterStatus({ signal });
+      s = JSON.parse(await this.anyIn(signal, send, 'CLUSTER_STATUS')) as ClusterStatus;
     } catch (err) {
       if (err instanceof TributaryError && err.errorClass === 'authorization') return [];
       throw err;

@@ -340,12 +340,17 @@ export class Cluster {
   }
 
   /** A command to any broker, retried over the bootstrap list. */
-  async anyCommand(name: string, fields: Record<string, FieldValue | undefined> = {}, signal?: AbortSignal): Promise<string> {
+  anyCommand(name: string, fields: Record<string, FieldValue | undefined> = {}, signal?: AbortSignal): Promise<string> {
+    return this.anyRequest((conn) => conn.command(name, fields), signal);
+  }
+
+  /** Any request to any broker (`send` puts it on the connection given), with anyCommand's failover and retries. */
+  async anyRequest<T>(send: (conn: Connection) => Promise<T>, signal?: AbortSignal): Promise<T> {
     return retry(
       async () => {
         const { address, conn } = await this.anyBroker(signal);
         try {
-          return await untilAborted(conn.command(name, fields), signal);
+          return await untilAborted(send(conn), signal);
         } catch (err) {
           // A broker whose connection failed is tried last next time.
           if (err instanceof TributaryError && (err.code === 'connection_lost' || err.code === 'request_timeout') && formatAddress(this.bootstrap[this.nextBootstrap]!) === address) {

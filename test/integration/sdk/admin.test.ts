@@ -205,3 +205,36 @@ describe('Admin against a broker', () => {
     await a.close();
   });
 });
+
+describe('Admin against a broker that stops answering', () => {
+  let broker: BrokerProcess | undefined;
+
+  afterAll(async () => {
+    await broker?.dispose(); // SIGKILL ends a stopped process too
+  });
+
+  it('a SIGSTOPped broker: every call rejects with a retriable request_timeout after requestTimeoutMs, whatever the retries', async () => {
+    broker = await BrokerProcess.start();
+    const a = new Admin({ brokers: [broker.address], requestTimeoutMs: 1500, stallTimeoutMs: 200, retry: { retries: 1_000_000, maxDelayMs: 50, maxElapsedMs: 600_000 } });
+    try {
+      await a.createTopic({ topic: 'frozen', partitions: 1 });
+      await broker.kill('SIGSTOP');
+      const started = Date.now();
+      const calls = [a.listTopics(), a.describeTopic('frozen'), a.describeGroup('g'), a.readRecords({ topic: 'frozen', partition: 0, offset: 0 })];
+      for (const call of calls) call.catch(() => {});
+      const outcomes = await Promise.race([
+        Promise.allSettled(calls),
+        new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), 8000)),
+      ]);
+      expect(outcomes).not.toBe('hung');
+      for (const o of outcomes as PromiseSettledResult<unknown>[]) {
+        expect(o.status).toBe('rejected');
+        expect((o as PromiseRejectedResult).reason).toMatchObject({ code: 'request_timeout', retriable: true });
+      }
+      expect(Date.now() - started).toBeLessThan(4000);
+    } finally {
+      await broker.kill('SIGCONT');
+      await a.close();
+    }
+  });
+});

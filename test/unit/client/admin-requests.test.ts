@@ -82,4 +82,73 @@ describe('Admin calls that cannot be answered', () => {
       expect(s.count('NEGOTIATE')).toBe(1);
     });
   });
+  describe('requestTimeoutMs', () => {
+    const LONG_RETRY = { retries: 1_000_000, initialDelayMs: 1, maxDelayMs: 20, maxElapsedMs: 600_000 };
+
+    it.each([[0], [2 ** 31], [1.5], ['100'], [null]])('%j is refused with invalid_config', (v) => {
+      expect(() => new Admin({ brokers: ['127.0.0.1:1'], requestTimeoutMs: v as number })).toThrow(
+        expect.objectContaining({ code: 'invalid_config', fields: expect.objectContaining({ option: 'requestTimeoutMs' }) }),
+      );
+    });
+
+    it('a reply a live broker never sends: the call rejects with a retriable request_timeout, and the next call is not stuck behind it', async () => {
+      const s = await server();
+      let hang = true;
+      s.on('LIST', () => (hang ? 'hang' : 'OK topics=a,b'));
+      s.on('PROTOCOL_INFO', () => 'OK protocol_version=1'); // alive: the stall watchdog leaves the connection alone
+      const a = admin({ brokers: [s.address], stallTimeoutMs: 100, requestTimeoutMs: 300 });
+      const started = Date.now();
+      const err = await rejectionWithin(3000, a.listTopics());
+      expect(err).toMatchObject({ code: 'request_timeout', retriable: true, fields: expect.objectContaining({ timeoutMs: 300 }) });
+      expect((err as Error).message).toBe('admin LIST: no answer within 300 ms (requestTimeoutMs)');
+      expect(Date.now() - started).toBeGreaterThanOrEqual(290);
+      // The connection that owed the reply was dropped: the next LIST goes out on a new one.
+      hang = false;
+      expect(await a.listTopics()).toEqual(['a', 'b']);
+      const lists = s.received('LIST');
+      expect(lists).toHaveLength(2);
+      expect(lists[1]!.conn).not.toBe(lists[0]!.conn);
+    });
+
+    it('a frozen broker (nothing answered, not even a handshake) bounds the call whatever the retry options', async () => {
+      const s = await server();
+      let frozen = false;
+      s.on('NEGOTIATE', () => (frozen ? 'hang' : undefined));
+      s.on('PROTOCOL_INFO', () => (frozen ? 'hang' : undefined));
+      s.on('DESCRIBE', () => (frozen ? 'hang' : '{"topic":"t","partitions":[]}'));
+      const a = admin({ brokers: [s.address], stallTimeoutMs: 100, requestTimeoutMs: 500, retry: LONG_RETRY });
+      expect((await a.describeTopic('t')).topic).toBe('t');
+      frozen = true; // as a SIGSTOPped process: TCP still accepted, nothing answered
+      const started = Date.now();
+      const err = await rejectionWithin(3000, a.describeTopic('t'));
+      expect(err).toMatchObject({ code: 'request_timeout', retriable: true });
+      expect(Date.now() - started).toBeGreaterThanOrEqual(490);
+    });
+
+    it('group commands (to the coordinator) and readRecords (from the leader, plus its waitMs) are bounded too', async () => {
+      const s = await server();
+      s.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${s.port} partition=0`);
+      s.on('METADATA', () => `OK topic=t partitions=1 leaders=${s.address} epochs=0`);
+      s.on('GROUP_STATUS', () => 'hang');
+      s.on('CONSUME', () => 'hang');
+      s.on('PROTOCOL_INFO', () => 'OK protocol_version=1');
+      const a = admin({ brokers: [s.address], stallTimeoutMs: 100, requestTimeoutMs: 200, retry: LONG_RETRY });
+      expect(await rejectionWithin(3000, a.describeGroup('g'))).toMatchObject({ code: 'request_timeout' });
+      const started = Date.now();
+      expect(await rejectionWithin(3000, a.readRecords({ topic: 't', partition: 0, offset: 0, waitMs: 400 }))).toMatchObject({ code: 'request_timeout', fields: expect.objectContaining({ timeoutMs: 600 }) });
+      expect(Date.now() - started).toBeGreaterThanOrEqual(590);
+    });
+
+    it('the caller aborting first still rejects with its reason', async () => {
+      const s = await server();
+      s.on('LIST', () => 'hang');
+      s.on('PROTOCOL_INFO', () => 'OK protocol_version=1');
+      const a = admin({ brokers: [s.address], requestTimeoutMs: 5000 });
+      const ac = new AbortController();
+      const call = a.listTopics({ signal: ac.signal });
+      await until(() => s.count('LIST') === 1, 3000, 'the LIST to arrive', 5);
+      ac.abort();
+      expect(await rejectionWithin(1000, call)).toBe(ac.signal.reason);
+    });
+  });
 });

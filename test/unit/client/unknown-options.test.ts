@@ -37,7 +37,7 @@ describe('unknown options', () => {
   it('every documented option is accepted', () => {
     expect(() => new Producer({ brokers, clientId: 'p', acks: 1, lingerMs: 1, maxBatchBytes: 1024, maxBatchRecords: 10, maxBufferedBytes: 1 << 20, maxInFlightPerPartition: 1, requestTimeoutMs: 1000, retry: { retries: 1, initialDelayMs: 1, maxDelayMs: 2, factor: 2, maxElapsedMs: 100 }, stallTimeoutMs: 1000, idempotent: true })).not.toThrow();
     expect(() => new Consumer({ brokers, groupId: 'g', topic: 't', clientId: 'c', instanceId: 'i', sessionTimeoutMs: 6000, heartbeatIntervalMs: 1000, rebalanceTimeoutMs: 1000, assignor: 'range', autoOffsetReset: 'earliest', isolation: 'read_uncommitted', mode: 'stream', maxBatchRecords: 10, maxBatchBytes: 1000, maxWaitMs: 10, autoCommit: false, autoCommitIntervalMs: 10, partitionsConsumedConcurrently: 2, processingTimeoutMs: 10, retry: {}, stallTimeoutMs: 1000, tls: undefined, auth: { principal: 'a', token: 'b' } })).not.toThrow();
-    expect(() => new Admin({ brokers, connectTimeoutMs: 10, retry: {}, stallTimeoutMs: 1000 })).not.toThrow();
+    expect(() => new Admin({ brokers, connectTimeoutMs: 10, bootstrapTimeoutMs: 10, retry: {}, stallTimeoutMs: 1000, requestTimeoutMs: 1000, auth: { principal: 'a', token: 'b' } })).not.toThrow();
     expect(() => new Consumer({ brokers: [], groupId: 'g', topic: 't' })).toThrow(expect.objectContaining({ code: 'invalid_config', fields: expect.objectContaining({ option: 'brokers' }) }));
   });
 
