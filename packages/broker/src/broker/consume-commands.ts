@@ -143,11 +143,12 @@ async function consume(b: BrokerContext, c: ConnectionContext, p: Params): Promi
   let readStarted = performance.now();
   let out = await readBatch(b, c, req, req.offset);
   if (out.count === 0 && waitMs > 0) {
-    const deadline = Date.now() + waitMs;
+    // Monotonic: a step of the wall clock must not stretch or cut the wait.
+    const deadline = performance.now() + waitMs;
     let offset = out.nextOffset;
     // Loop: data past the HWM may be filtered (control records), so keep waiting until the deadline.
     while (out.count === 0 && !req.partition.isClosed) {
-      const left = deadline - Date.now();
+      const left = deadline - performance.now();
       if (left <= 0) break;
       await req.partition.waitForData(offset, left, undefined, req.isolation);
       readStarted = performance.now();

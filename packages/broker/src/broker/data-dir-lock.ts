@@ -189,14 +189,14 @@ export async function lockDataDir(dataDir: string): Promise<DataDirLock> {
   const me: LockHolder = { pid: process.pid, token: randomUUID() };
   const started = processStartTime(process.pid);
   if (started) me.started = started;
-  const deadline = Date.now() + ACQUIRE_TIMEOUT_MS;
+  const deadline = performance.now() + ACQUIRE_TIMEOUT_MS;
   held.add(me.token); // before the file exists: another lock attempt in this process must see it live
   try {
     for (;;) {
       if (await createExclusive(file, me)) break;
       const seen = await inspect(file);
       if (seen.state === 'live') throw new DataDirInUseError(dataDir, seen.holder);
-      if (Date.now() > deadline) throw new Error(`could not lock data directory ${dataDir}: ${file} stayed ${seen.state}`);
+      if (performance.now() > deadline) throw new Error(`could not lock data directory ${dataDir}: ${file} stayed ${seen.state}`);
       if (seen.state === 'stale') await breakStale(file, seen.key, me);
       else if (seen.state === 'writing') await sleep(20);
     }

@@ -259,7 +259,7 @@ export class Security {
       failures: 0,
       peer: false,
       tokens: rate,
-      refilledAt: Date.now(),
+      refilledAt: performance.now(),
       close: (reason) => conn.destroy(reason, 200),
     };
     this.sessions.set(conn, session);
@@ -288,7 +288,7 @@ export class Security {
   private session(conn: ConnectionContext): Session {
     let s = this.sessions.get(conn);
     if (!s) {
-      s = { principal: undefined, authenticated: false, credential: undefined, failures: 0, peer: false, tokens: this.config.maxRequestsPerSecondPerConnection, refilledAt: Date.now(), close: () => {} };
+      s = { principal: undefined, authenticated: false, credential: undefined, failures: 0, peer: false, tokens: this.config.maxRequestsPerSecondPerConnection, refilledAt: performance.now(), close: () => {} };
       this.sessions.set(conn, s);
     }
     return s;
@@ -394,7 +394,8 @@ export class Security {
     const s = this.session(conn);
     const rate = this.config.maxRequestsPerSecondPerConnection;
     if (rate > 0) {
-      const now = Date.now();
+      // Monotonic: a step back of the wall clock would drain the bucket for the step's length.
+      const now = performance.now();
       s.tokens = Math.min(rate, s.tokens + ((now - s.refilledAt) * rate) / 1000);
       s.refilledAt = now;
       if (s.tokens < 1) return new TributaryError('throttled', { limit: rate, per: 'second' });

@@ -432,7 +432,7 @@ export class LocalCluster {
 
   /** Polls `fn` every 100 ms until it returns true or throws StartFailed; other errors are retried. */
   private async until(what: string, fn: () => Promise<boolean>): Promise<void> {
-    const deadline = Date.now() + this.opts.timeoutMs;
+    const deadline = performance.now() + this.opts.timeoutMs;
     let last: unknown;
     for (;;) {
       let ok = false;
@@ -443,7 +443,7 @@ export class LocalCluster {
         last = err;
       }
       if (ok) return;
-      if (Date.now() > deadline) {
+      if (performance.now() > deadline) {
         const tails = [...this.procs].map(([id, p]) => `--- broker ${id} stderr ---\n${p.tail().slice(-3000)}`).join('\n');
         throw new Error(`timed out after ${this.opts.timeoutMs} ms waiting for ${what}${last ? ` (${String(last)})` : ''}\n${tails}`);
       }

@@ -63,7 +63,8 @@ export class BrokerRegistry {
   /** Since when this broker's keep-alives go unanswered while its process runs (etcd unreachable). */
   private unreachableSince: number | undefined;
   /** When etcd answered again after such an outage (0: never). */
-  private recoveredAt = 0;
+  /** performance.now() of the end of the last etcd outage (none yet: long ago). */
+  private recoveredAt = Number.NEGATIVE_INFINITY;
 
   constructor(opts: BrokerRegistryOptions) {
     ({ client: this.client, owned: this.ownsClient } = resolveClient(opts.etcd));
@@ -108,7 +109,7 @@ export class BrokerRegistry {
     if (this.lease?.alive) throw new Error(`this registry already registered broker ${this.registration?.id}`);
     const registration: BrokerRegistration = { ...info, startedAt: info.startedAt ?? Date.now() };
     const key = `${this.brokers.prefix}${registration.id}`;
-    const deadline = Date.now() + (opts.waitMs ?? 0);
+    const deadline = performance.now() + (opts.waitMs ?? 0);
     const lease = await withMetadataErrors('register_broker', () => LeaseKeeper.grant(this.client, this.leaseTtlSeconds));
     try {
       for (;;) {
@@ -131,7 +132,7 @@ export class BrokerRegistry {
           return registration;
         }
         if (kv) this.brokers.applyKv(String(registration.id), kv);
-        if (Date.now() >= deadline)
+        if (performance.now() >= deadline)
           throw new BrokerIdInUseError(registration.id, kv ? parseBroker(kv.value.toString('utf8'), String(registration.id)) : undefined);
         await new Promise((r) => setTimeout(r, 200));
       }
@@ -152,12 +153,12 @@ export class BrokerRegistry {
   private etcdAnswered(): void {
     if (this.unreachableSince === undefined) return;
     this.unreachableSince = undefined;
-    this.recoveredAt = Date.now();
+    this.recoveredAt = performance.now();
   }
 
   private watchLease(lease: LeaseKeeper): void {
     lease.events.on('unconfirmed', (paused: boolean) => {
-      if (!paused && this.lease === lease && this.unreachableSince === undefined) this.unreachableSince = Date.now();
+      if (!paused && this.lease === lease && this.unreachableSince === undefined) this.unreachableSince = performance.now();
     });
     lease.events.on('reconfirmed', () => this.etcdAnswered());
     lease.events.once('lost', (reason: string) => {

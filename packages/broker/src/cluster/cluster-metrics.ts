@@ -43,7 +43,7 @@ export function registerClusterMetrics(metrics: BrokerMetrics, node: ClusterNode
     registers,
     collect() {
       this.reset();
-      const now = Date.now();
+      const now = performance.now();
       for (const p of led()) {
         for (const f of p.followers) this.set({ topic: p.topic, partition: String(p.partition), replica: String(f.id) }, f.offset >= p.logEnd ? 0 : Math.max(0, now - f.caughtUpMs) / 1000);
       }

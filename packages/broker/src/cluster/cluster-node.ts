@@ -229,7 +229,7 @@ export class ClusterNode {
    * leadership or the topic's opening moves on, until `timeoutMs`, then a retriable request_timeout.
    */
   async awaitServing(topic: string, partitions: number[], timeoutMs: number): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
+    const deadline = performance.now() + timeoutMs;
     let pending = partitions;
     for (;;) {
       const byLeader = new Map<number, number[]>();
@@ -254,7 +254,7 @@ export class ClusterNode {
       );
       pending = pending.filter((p) => !ready.has(p));
       if (pending.length === 0) return;
-      if (Date.now() >= deadline) {
+      if (performance.now() >= deadline) {
         throw new TributaryError('request_timeout', { topic, reason: `partitions ${pending.join(',')} have no serving leader yet` });
       }
       await new Promise((r) => setTimeout(r, 20));

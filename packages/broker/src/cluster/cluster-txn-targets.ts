@@ -145,12 +145,12 @@ export class ClusterTxnTargets implements TxnTargets {
   }
 
   private async following(fn: () => Promise<void>): Promise<void> {
-    const deadline = Date.now() + MOVE_WAIT_MS;
+    const deadline = performance.now() + MOVE_WAIT_MS;
     for (let attempt = 1; ; attempt++) {
       try {
         return await fn();
       } catch (err) {
-        if (!retriableMove(err) || Date.now() > deadline) throw err;
+        if (!retriableMove(err) || performance.now() > deadline) throw err;
         await sleep(Math.min(500, 50 * attempt));
       }
     }

@@ -98,13 +98,13 @@ export class Controller {
   ) {
     const kick = () => this.kick();
     deps.registry.events.on('broker-left', (b: { id: number }) => {
-      if (!deps.registry.get(b.id)) this.departed.set(b.id, Date.now());
+      if (!deps.registry.get(b.id)) this.departed.set(b.id, performance.now());
       kick();
     });
     deps.registry.events.on('broker-joined', (b: { id: number }) => {
       this.departed.delete(b.id);
       this.dead.delete(b.id);
-      this.joined.set(b.id, Date.now());
+      this.joined.set(b.id, performance.now());
       kick();
     });
     deps.election.events.on('change', kick);
@@ -187,7 +187,7 @@ export class Controller {
   }
 
   private async pass(): Promise<void> {
-    const now = Date.now();
+    const now = performance.now();
     const preferred = this.deps.preferredLeader;
     // Registered (not merely in the outage grace) for the delay: a broker that just came back is not
     // handed leadership while it may still flap.
@@ -198,7 +198,7 @@ export class Controller {
     };
     await leadershipPass({
       entries: this.deps.states.list(),
-      live: () => this.liveBrokers(Date.now()),
+      live: () => this.liveBrokers(performance.now()),
       active: () => this.deps.election.isController,
       decide: (e, live) => {
         const failover = nextLeadership(e.value, live, this.deps.uncleanLeaderElection);

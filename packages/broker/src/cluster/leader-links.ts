@@ -38,7 +38,7 @@ export interface LeaderLinkDeps {
   /** How long one REPLICA_WAIT may wait at the leader. */
   waitMs: number;
   connect: (host: string, port: number, signal: AbortSignal) => Promise<Connection>;
-  /** The clock of the warnings' pacing and of the connect retry (Date.now unless a test drives it). */
+  /** The clock of the warnings' pacing and of the connect retry (monotonic performance.now unless a test drives it). */
   now?: () => number;
 }
 
@@ -116,7 +116,7 @@ export class LeaderLink {
   }
 
   private now(): number {
-    return this.deps.now?.() ?? Date.now();
+    return this.deps.now?.() ?? performance.now();
   }
 
   /**

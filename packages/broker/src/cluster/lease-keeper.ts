@@ -1,7 +1,11 @@
 import { EventEmitter } from 'node:events';
 import type { Etcd3, ILeaseKeepAliveResponse, Lease } from 'etcd3';
 
-/** An event-loop gap this long means the process was paused (SIGSTOP, a long GC): not a slow etcd. */
+/**
+ * An event-loop gap this long means the process was paused (SIGSTOP, a long GC): not a slow etcd. Every
+ * time here is monotonic (performance.now(), which runs on while the process is stopped): a step of the
+ * wall clock is neither a pause nor a lease that stays valid past its TTL.
+ */
 const PAUSE_MS = 1000;
 const TICK_MS = 100;
 
@@ -29,7 +33,7 @@ export class LeaseKeeper {
   private timer: NodeJS.Timeout | undefined;
   private ended = false;
   private leaseId = '';
-  private lastTick = Date.now();
+  private lastTick = performance.now();
   /** When a pause of this process was noticed; cleared by a keep-alive sent after it and answered. */
   private pausedAt: number | undefined;
   private readonly ticker: NodeJS.Timeout;
@@ -47,12 +51,12 @@ export class LeaseKeeper {
       this.sent = [];
     });
     lease.on('keepaliveFired', () => {
-      this.sent.push(Date.now());
+      this.sent.push(performance.now());
     });
     lease.on('keepaliveSucceeded', (res: ILeaseKeepAliveResponse) => {
       const sentAt = this.sent.shift();
       if (sentAt === undefined) return;
-      const now = Date.now();
+      const now = performance.now();
       const wasConfirmed = now < this.validUntil;
       if (this.pausedAt !== undefined && sentAt >= this.pausedAt) this.pausedAt = undefined;
       const until = sentAt + Number(res.TTL) * 1000;
@@ -71,7 +75,7 @@ export class LeaseKeeper {
 
   /** Grants a lease (rejects when etcd cannot be reached) and starts keeping it alive. */
   static async grant(client: Etcd3, ttlSeconds: number): Promise<LeaseKeeper> {
-    const keeper = new LeaseKeeper(client.lease(ttlSeconds), ttlSeconds, Date.now());
+    const keeper = new LeaseKeeper(client.lease(ttlSeconds), ttlSeconds, performance.now());
     try {
       keeper.leaseId = await keeper.lease.grant();
     } catch (err) {
@@ -95,11 +99,11 @@ export class LeaseKeeper {
 
   /** Whether etcd confirmed the lease within its TTL (for status; `alive` is what decides). */
   get confirmed(): boolean {
-    return !this.ended && Date.now() < this.validUntil;
+    return !this.ended && performance.now() < this.validUntil;
   }
 
   private tick(): void {
-    const now = Date.now();
+    const now = performance.now();
     // Checked on every call too: after a pause, queued I/O may run before the ticker does.
     if (now - this.lastTick > PAUSE_MS) this.pausedAt = now;
     this.lastTick = now;
@@ -124,7 +128,7 @@ export class LeaseKeeper {
         this.tick();
         this.events.emit('unconfirmed', this.pausedAt !== undefined);
       },
-      Math.max(0, this.validUntil - Date.now()),
+      Math.max(0, this.validUntil - performance.now()),
     );
     this.timer.unref();
   }

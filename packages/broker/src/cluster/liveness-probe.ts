@@ -94,7 +94,7 @@ export class LivenessProbe {
     socket.on('connect', () => {
       // The TCP connection alone says the process is alive, handshake or not.
       connected = true;
-      connectedAt = Date.now();
+      connectedAt = performance.now();
       clearTimeout(timer);
       socket.setKeepAlive(true, 1000);
     });
@@ -116,7 +116,7 @@ export class LivenessProbe {
       } else if (connected) {
         // Closed under us: look again right away, unless the peer closes every connection as soon as it
         // is made (it refuses this broker's certificate, say): then once a second, not in a loop.
-        if (Date.now() - connectedAt >= 1000) this.connect(id, w, true);
+        if (performance.now() - connectedAt >= 1000) this.connect(id, w, true);
         else setTimeout(() => this.connect(id, w, true), 1000).unref();
       } else if (probing) {
         this.deps.onDead({ id, lease: w.lease });

@@ -42,7 +42,7 @@ export class ReplicaManager {
   private readonly lagTimer: NodeJS.Timeout;
   private closed = false;
   /** The reassignment throttle's byte budget, shared by every replica this broker is adding. */
-  readonly throttle = new ReplicationThrottle({ now: () => Date.now() });
+  readonly throttle = new ReplicationThrottle({ now: () => performance.now() });
   /** Leader side: parked followers' marks (fetch-watch.ts). */
   private readonly fetchWatch = new FetchWatch();
   /** Follower side: shared connections and REPLICA_WAIT per leader (leader-links.ts). */
@@ -285,7 +285,7 @@ export class ReplicaManager {
   private becomeLeader(r: Replica): void {
     r.promoting = null;
     r.role = 'leader';
-    const now = Date.now();
+    const now = performance.now();
     r.followers = new Map(r.replicas.filter((id) => id !== this.deps.brokerId).map((id) => [id, { offset: -1, caughtUpMs: now, parked: false, sentEnd: -1, sentHwm: -1 }]));
     this.updateHighWatermark(r);
     this.roleApplied(r);
@@ -377,7 +377,7 @@ export class ReplicaManager {
     }
     f.offset = offset;
     f.parked = false;
-    if (offset >= r.partition.logEndOffset) f.caughtUpMs = Date.now();
+    if (offset >= r.partition.logEndOffset) f.caughtUpMs = performance.now();
     this.updateHighWatermark(r);
     // Only a registered broker rejoins the ISR: else it and the controller (which drops it) undo each other.
     const caughtUp = offset >= r.partition.highWatermark && offset >= (r.epochs.latestEntry?.[1] ?? 0); // epoch start: KAFKA-7128
@@ -389,7 +389,7 @@ export class ReplicaManager {
 
   /** Followers that stayed behind longer than replicaLagMaxMs leave the ISR. */
   private checkLag(): void {
-    const now = Date.now();
+    const now = performance.now();
     for (const r of this.replicas.values()) {
       if (r.role !== 'leader' || r.isrChange) continue;
       const lagging = r.isr.filter((id) => {
@@ -491,7 +491,7 @@ export class ReplicaManager {
           }
           const maxBytes = rate > 0 ? Math.max(1, Math.min(this.deps.config.fetchMaxBytes, rate)) : this.deps.config.fetchMaxBytes;
           const offset = r.partition.localEnd; // not the log end: the leader counts it as held here ("Cluster mode")
-          const sentAt = Date.now();
+          const sentAt = performance.now();
           const frame = await abortable(
             conn.request(
               `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} park=true${r.topicId ? ` topic_id=${r.topicId}` : ''}`,

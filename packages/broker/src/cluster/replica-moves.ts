@@ -9,7 +9,7 @@ import type { Replica } from './replica-manager.js';
 
 /** A reassignment added or removed followers under the same leader epoch: the leader tracks exactly `replicas`. */
 export function syncFollowers(r: Replica, me: number): void {
-  const now = Date.now();
+  const now = performance.now();
   for (const id of r.replicas) if (id !== me && !r.followers.has(id)) r.followers.set(id, { offset: -1, caughtUpMs: now, parked: false, sentEnd: -1, sentHwm: -1 });
   for (const id of [...r.followers.keys()]) if (!r.replicas.includes(id)) r.followers.delete(id);
 }

@@ -52,14 +52,14 @@ export class ApiClients {
     if (!e) {
       e = {
         admin: this.dedicated(auth, { retry: { retries: 3 } }),
-        lastUsed: Date.now(),
+        lastUsed: performance.now(),
         inUse: 0,
       };
       this.entries.set(key, e);
     }
     const entry = e;
     entry.inUse++;
-    entry.lastUsed = Date.now();
+    entry.lastUsed = performance.now();
     const client: ApiClient = {
       admin: entry.admin,
       producer: () => {
@@ -82,7 +82,7 @@ export class ApiClients {
       throw err;
     } finally {
       entry.inUse--;
-      entry.lastUsed = Date.now();
+      entry.lastUsed = performance.now();
     }
   }
 
@@ -104,7 +104,7 @@ export class ApiClients {
   }
 
   private sweep(): void {
-    const now = Date.now();
+    const now = performance.now();
     for (const [key, e] of this.entries) if (e.inUse === 0 && now - e.lastUsed > IDLE_MS) this.drop(key, e);
   }
 

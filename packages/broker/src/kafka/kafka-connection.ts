@@ -55,7 +55,7 @@ export class KafkaConnection {
   private ending = false;
   /** The request budget (a token bucket that may go into debt) and the time reading resumes after a throttle. */
   private tokens: number;
-  private refilledAt = Date.now();
+  private refilledAt = performance.now();
   private mutedUntil = 0;
   private muteTimer: NodeJS.Timeout | undefined;
   private stallTimer: NodeJS.Timeout | undefined;
@@ -154,7 +154,7 @@ export class KafkaConnection {
   /** Reads while fewer than MAX_IN_FLIGHT requests are unanswered and the client takes its responses. */
   private flow(): void {
     if (this.closed || this.ending) return;
-    const muted = Date.now() < this.mutedUntil;
+    const muted = performance.now() < this.mutedUntil;
     const backlogged = this.socket.writableLength > this.o.maxPendingReplyBytes;
     if (muted || this.inFlight >= MAX_IN_FLIGHT || backlogged) this.socket.pause();
     else this.socket.resume();
@@ -179,7 +179,8 @@ export class KafkaConnection {
   private throttle(): number {
     const rate = this.o.maxRequestsPerSecond;
     if (rate <= 0) return 0;
-    const now = Date.now();
+    // Monotonic, as the main port's limit: a wall-clock step must not mute the connection.
+    const now = performance.now();
     this.tokens = Math.min(rate, this.tokens + ((now - this.refilledAt) * rate) / 1000);
     this.refilledAt = now;
     this.tokens -= 1;

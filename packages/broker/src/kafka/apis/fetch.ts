@@ -161,9 +161,10 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
   const minBytes = (body.minBytes as number) <= 0 ? 0 : Math.min(body.minBytes as number, maxBytes);
   // Also when a read stopped at its record cap with more there: waiting could not bring more into this response.
   const enough = () => results.some((r) => r.errorCode !== 0) || counts.some((c) => c.capped) || results.reduce((n, r) => n + (r.records as Buffer).length, 0) >= minBytes;
-  const deadline = Date.now() + waitMs;
+  // Monotonic: a step of the wall clock must not stretch or cut the wait.
+  const deadline = performance.now() + waitMs;
   while (!enough() && !ctx.signal.aborted) {
-    const left = deadline - Date.now();
+    const left = deadline - performance.now();
     if (left <= 0) break;
     // Wait for data past what was read: the end each partition's read reached (its HWM, or its LSO).
     const from = results.map((r, i) => Math.max(wanted[i]!.offset, Number(isolation === 'read_committed' ? r.lastStableOffset : r.highWatermark)));

@@ -44,7 +44,7 @@ export function transactionalAppend(
 ): Promise<IdempotentAppend> {
   const txns = ctx.broker.transactions;
   const cluster = ctx.broker.cluster;
-  const deadline = Date.now() + waitMs;
+  const deadline = performance.now() + waitMs;
   // The baseline is taken when the batch arrives: a marker of this producer after it ended the
   // transaction the batch belongs to (a later one of the same epoch must not take it).
   const ready = partition.txnIndex() ? Promise.resolve() : partition.whenTxnIndexReady();
@@ -101,7 +101,7 @@ async function askCoordinator(ctx: KafkaRequestContext, txnId: string, b: Transa
   const gaveUp = (why: string) => new TributaryError('NOT_ENOUGH_REPLICAS', { reason: `the transaction coordinator of ${txnId} did not answer: ${why}` });
   for (let attempt = 1; ; attempt++) {
     // Its time ran out while earlier batches of the producer had their turn.
-    if (Date.now() >= deadline) throw gaveUp('no time left after the earlier batches');
+    if (performance.now() >= deadline) throw gaveUp('no time left after the earlier batches');
     try {
       const txnPartition = ctx.broker.transactions.partitionFor(txnId);
       // Moved here meanwhile: this broker's own coordinator answers.
@@ -115,8 +115,8 @@ async function askCoordinator(ctx: KafkaRequestContext, txnId: string, b: Transa
     } catch (err) {
       const moving = err instanceof TributaryError && MOVING.has(err.code);
       if (!moving) throw err;
-      if (Date.now() > deadline) throw gaveUp(err.code);
-      await sleep(Math.min(500, 50 * attempt, Math.max(0, deadline - Date.now())));
+      if (performance.now() > deadline) throw gaveUp(err.code);
+      await sleep(Math.min(500, 50 * attempt, Math.max(0, deadline - performance.now())));
     }
   }
 }
@@ -126,7 +126,7 @@ function withDeadline<T>(work: Promise<T>, deadline: number, timedOut: () => Err
   work.catch(() => {});
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(timedOut()), Math.max(0, deadline - Date.now()));
+    timer = setTimeout(() => reject(timedOut()), Math.max(0, deadline - performance.now()));
   });
   return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }
