@@ -23,10 +23,14 @@ class FakeLease extends EventEmitter {
   }
 }
 
-async function keeper(ttlSeconds = 2): Promise<{ k: LeaseKeeper; lease: FakeLease }> {
+/**
+ * A keeper on the fake timers' clock: advanceTimersByTime moves it and runs the timers, setSystemTime
+ * moves it alone (a pause of the process). In the broker it is performance.now(); see the wall-clock test.
+ */
+async function keeper(ttlSeconds = 2, now: () => number = () => Date.now()): Promise<{ k: LeaseKeeper; lease: FakeLease }> {
   const lease = new FakeLease();
   const client = { lease: () => lease } as unknown as Etcd3;
-  const k = await LeaseKeeper.grant(client, ttlSeconds);
+  const k = await LeaseKeeper.grant(client, ttlSeconds, now);
   return { k, lease };
 }
 
@@ -122,5 +126,39 @@ describe('LeaseKeeper', () => {
     expect(lease.revoked).toBe(0);
     expect(k.alive).toBe(false);
     expect(k.confirmed).toBe(false);
+  });
+});
+
+describe('LeaseKeeper on its default (monotonic) clock: a step of the wall clock', () => {
+  beforeEach(() => {
+    vi.useRealTimers();
+  });
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+
+  async function realKeeper(ttlSeconds: number): Promise<{ k: LeaseKeeper; lease: FakeLease }> {
+    const lease = new FakeLease();
+    const k = await LeaseKeeper.grant({ lease: () => lease } as unknown as Etcd3, ttlSeconds);
+    return { k, lease };
+  }
+
+  it('forward by 2 h is not a pause: the holder stays alive', async () => {
+    const { k } = await realKeeper(10);
+    const real = Date.now.bind(Date);
+    vi.spyOn(Date, 'now').mockImplementation(() => real() + 2 * 3600_000);
+    expect(k.alive).toBe(true);
+    expect(k.confirmed).toBe(true);
+    await k.revoke();
+  });
+
+  it('back by 5 min does not keep the lease confirmed past its TTL', async () => {
+    const { k } = await realKeeper(1);
+    const real = Date.now.bind(Date);
+    vi.spyOn(Date, 'now').mockImplementation(() => real() - 5 * 60_000);
+    // No keep-alive is answered (etcd unreachable): the TTL runs out a second later, whatever Date says.
+    await new Promise((resolve) => k.events.once('unconfirmed', resolve));
+    expect(k.confirmed).toBe(false);
+    await k.revoke();
   });
 });

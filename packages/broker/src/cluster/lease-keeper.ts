@@ -33,7 +33,7 @@ export class LeaseKeeper {
   private timer: NodeJS.Timeout | undefined;
   private ended = false;
   private leaseId = '';
-  private lastTick = performance.now();
+  private lastTick: number;
   /** When a pause of this process was noticed; cleared by a keep-alive sent after it and answered. */
   private pausedAt: number | undefined;
   private readonly ticker: NodeJS.Timeout;
@@ -41,9 +41,11 @@ export class LeaseKeeper {
   private constructor(
     private readonly lease: Lease,
     readonly ttlSeconds: number,
-    requestedAt: number,
+    /** Monotonic milliseconds (performance.now unless a test drives it). */
+    private readonly now: () => number,
   ) {
-    this.validUntil = requestedAt + ttlSeconds * 1000;
+    this.lastTick = now();
+    this.validUntil = this.lastTick + ttlSeconds * 1000;
     this.ticker = setInterval(() => this.tick(), TICK_MS);
     this.ticker.unref();
     this.arm();
@@ -51,12 +53,12 @@ export class LeaseKeeper {
       this.sent = [];
     });
     lease.on('keepaliveFired', () => {
-      this.sent.push(performance.now());
+      this.sent.push(this.now());
     });
     lease.on('keepaliveSucceeded', (res: ILeaseKeepAliveResponse) => {
       const sentAt = this.sent.shift();
       if (sentAt === undefined) return;
-      const now = performance.now();
+      const now = this.now();
       const wasConfirmed = now < this.validUntil;
       if (this.pausedAt !== undefined && sentAt >= this.pausedAt) this.pausedAt = undefined;
       const until = sentAt + Number(res.TTL) * 1000;
@@ -74,8 +76,8 @@ export class LeaseKeeper {
   }
 
   /** Grants a lease (rejects when etcd cannot be reached) and starts keeping it alive. */
-  static async grant(client: Etcd3, ttlSeconds: number): Promise<LeaseKeeper> {
-    const keeper = new LeaseKeeper(client.lease(ttlSeconds), ttlSeconds, performance.now());
+  static async grant(client: Etcd3, ttlSeconds: number, now: () => number = () => performance.now()): Promise<LeaseKeeper> {
+    const keeper = new LeaseKeeper(client.lease(ttlSeconds), ttlSeconds, now);
     try {
       keeper.leaseId = await keeper.lease.grant();
     } catch (err) {
@@ -99,11 +101,11 @@ export class LeaseKeeper {
 
   /** Whether etcd confirmed the lease within its TTL (for status; `alive` is what decides). */
   get confirmed(): boolean {
-    return !this.ended && performance.now() < this.validUntil;
+    return !this.ended && this.now() < this.validUntil;
   }
 
   private tick(): void {
-    const now = performance.now();
+    const now = this.now();
     // Checked on every call too: after a pause, queued I/O may run before the ticker does.
     if (now - this.lastTick > PAUSE_MS) this.pausedAt = now;
     this.lastTick = now;
@@ -126,9 +128,12 @@ export class LeaseKeeper {
     this.timer = setTimeout(
       () => {
         this.tick();
+        // Timers run on the event loop's coarser clock and may fire a fraction of a ms early: confirmed
+        // must already read false when 'unconfirmed' is heard.
+        this.validUntil = Math.min(this.validUntil, this.now());
         this.events.emit('unconfirmed', this.pausedAt !== undefined);
       },
-      Math.max(0, this.validUntil - performance.now()),
+      Math.max(0, this.validUntil - this.now()),
     );
     this.timer.unref();
   }
