@@ -9,6 +9,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import type { Connection } from 'tributary-protocol/connection.js';
+import { TestCluster } from '../helpers/cluster.js';
 import { BrokerProcess, ROOT } from '../helpers/launcher.js';
 import { RawKafka } from '../helpers/raw-kafka.js';
 import { freePort } from '../helpers/scripted-server.js';
@@ -144,5 +145,49 @@ describe('a wall-clock step of the broker: request rate limits', () => {
     } finally {
       raw.socket.destroy();
     }
+  });
+});
+
+describe('a wall-clock step of every broker of a cluster', () => {
+  let cluster: TestCluster;
+  let dir: string;
+  let file: string;
+
+  beforeAll(async () => {
+    dir = await tempDir('trib-clock-');
+    file = path.join(dir, 'shift');
+    writeFileSync(file, '0');
+    cluster = await TestCluster.start(3, ['--min-insync-replicas', '3'], { NODE_OPTIONS: `--require ${PRELOAD}`, WALL_CLOCK_SHIFT_FILE: file });
+    const c = await cluster.connect();
+    await c.command('CREATE', { topic: 'steady', partitions: 1, replication_factor: 3 });
+    await cluster.waitFor('steady led with a full ISR', async () => {
+      const p = (await cluster.status()).partitions.find((x) => x.topic === 'steady');
+      return p !== undefined && p.leader >= 0 && p.isr.length === 3;
+    });
+  }, 90_000);
+
+  afterAll(async () => {
+    await cluster?.dispose();
+    if (dir) await removeDir(dir);
+  });
+
+  it('2 h forward under acks=all writes: no pause is seen, no follower leaves the ISR, every write is acknowledged', { timeout: 60_000 }, async () => {
+    const leader = await cluster.connect((await cluster.leaderOf('steady', 0)).id);
+    const write = (i: number) =>
+      leader.command('PUBLISH', { topic: 'steady', partition: 0, acks: 'all', message: `w${i}` }).then(
+        () => 'OK',
+        (e: { code?: string; message: string }) => e.code ?? e.message,
+      );
+    const before = await Promise.all(Array.from({ length: 50 }, (_, i) => write(i)));
+    expect(before.every((r) => r === 'OK')).toBe(true);
+    writeFileSync(file, String(2 * 3600_000));
+    // Writes for 3 s after the step (every broker sees it within 20 ms), 10 in flight at a time.
+    const results: string[] = [];
+    const end = performance.now() + 3000;
+    let n = 50;
+    while (performance.now() < end) results.push(...(await Promise.all(Array.from({ length: 10 }, () => write(n++)))));
+    expect(results.filter((r) => r !== 'OK')).toEqual([]);
+    const p = (await cluster.status()).partitions.find((x) => x.topic === 'steady')!;
+    expect(p.isr.length).toBe(3);
   });
 });
