@@ -1,7 +1,8 @@
 /**
- * A Clock (src/common/clock.ts) that moves only when the test moves it: `advance(ms)` fires the
- * timers that fall due on the way, each at its own time and in order, so coordinator state machines run
- * their session, window and transaction timeouts without real waiting.
+ * A Clock (src/common/clock.ts) that moves only when the test moves it: `advance(ms)` moves the wall and
+ * the monotonic time together and fires the timers that fall due on the way, each at its own time and in
+ * order, so coordinator state machines run their session, window and transaction timeouts without real
+ * waiting. `jumpWall(ms)` steps the wall time alone, as NTP may: timers and monotonic time ignore it.
  */
 import type { Clock, ClockTimer } from 'tributary-broker/common/clock.js';
 
@@ -13,7 +14,10 @@ interface FakeTimer extends ClockTimer {
 export const turn = (): Promise<void> => new Promise<void>((r) => setImmediate(r));
 
 export class FakeClock implements Clock {
+  /** Monotonic time; timers fall due on it. */
   private t: number;
+  /** How far the wall time is from the monotonic time (moved by jumpWall). */
+  private wallOffset = 0;
   private seq = 0;
   private readonly timers = new Map<number, { at: number; fn: () => void }>();
 
@@ -22,7 +26,16 @@ export class FakeClock implements Clock {
   }
 
   now(): number {
+    return this.t + this.wallOffset;
+  }
+
+  monotonic(): number {
     return this.t;
+  }
+
+  /** Steps the wall time by `ms` (negative: back), leaving the monotonic time and the timers as they are. */
+  jumpWall(ms: number): void {
+    this.wallOffset += ms;
   }
 
   setTimeout(fn: () => void, ms: number): ClockTimer {
@@ -41,7 +54,7 @@ export class FakeClock implements Clock {
     return this.timers.size;
   }
 
-  /** When the next timer falls due (undefined: none armed). */
+  /** When the next timer falls due, in monotonic time (undefined: none armed). */
   nextAt(): number | undefined {
     let at: number | undefined;
     for (const x of this.timers.values()) if (at === undefined || x.at < at) at = x.at;
@@ -69,7 +82,7 @@ export class FakeClock implements Clock {
     await turn();
   }
 
-  /** Moves the time to `at` (not backwards), as `advance`. */
+  /** Moves the monotonic time to `at` (not backwards), as `advance`: the same as the wall's until jumpWall. */
   advanceTo(at: number): Promise<void> {
     return this.advance(Math.max(0, at - this.t));
   }

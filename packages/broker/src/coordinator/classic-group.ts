@@ -72,6 +72,7 @@ export interface ClassicMemberSpec {
 export interface ClassicMember extends ClassicMemberSpec {
   /** The leader's assignment for this member at the current generation (empty until it synced). */
   assignment: Buffer;
+  /** A `clock.monotonic()` reading, as the group's other times here. */
   lastHeartbeat: number;
   /** A JoinGroup waiting for the rebalance to complete (not persisted). */
   awaitingJoin?: (r: JoinResult | Error) => void;

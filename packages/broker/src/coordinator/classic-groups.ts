@@ -1,4 +1,5 @@
 import { TributaryError } from 'tributary-protocol/errors.js';
+import { wallTimeOf } from '../common/clock.js';
 import { ClassicGroup, ClassicGroupError, type ClassicSnapshot } from './classic-group.js';
 import { type ClassicJoinAnswer, type ClassicJoinRequest, ClassicMembership, type ClassicMemberRef } from './classic-membership.js';
 import type { GroupContext } from './group-context.js';
@@ -17,6 +18,7 @@ export interface ClassicMemberDescription {
   /** Its metadata for the group's protocol. */
   metadata: Buffer;
   assignment: Buffer;
+  /** Wall time (epoch ms). */
   lastHeartbeat: number;
   sessionTimeoutMs: number;
 }
@@ -102,7 +104,7 @@ export class ClassicGroups {
       if (ref.generation < 0 && (!g || g.members.size === 0 || (opts.transactional && memberless))) return;
       const m = this.membership.check(g, ref);
       if (g!.state === 'CompletingRebalance' && !opts.transactional) throw new ClassicGroupError('REBALANCE_IN_PROGRESS');
-      m.lastHeartbeat = this.ctx.clock.now();
+      m.lastHeartbeat = this.ctx.clock.monotonic();
     };
   }
 
@@ -146,7 +148,7 @@ export class ClassicGroups {
           // As Kafka: a member's metadata and assignment are shown once the group is Stable.
           metadata: g.state === 'Stable' ? g.metadataFor(m, protocol) : Buffer.alloc(0),
           assignment: g.state === 'Stable' ? m.assignment : Buffer.alloc(0),
-          lastHeartbeat: m.lastHeartbeat,
+          lastHeartbeat: wallTimeOf(this.ctx.clock, m.lastHeartbeat),
           sessionTimeoutMs: m.sessionTimeoutMs,
         })),
       };
@@ -170,7 +172,7 @@ export class ClassicGroups {
   restore(s: ClassicSnapshot): void {
     // Whatever is in memory under the id is older than the log: its timers and waiting requests end first.
     this.forget(s.group, new TributaryError('NOT_COORDINATOR', { reason: 'the group was reloaded' }));
-    const g = ClassicGroup.restore(s, this.ctx.clock.now());
+    const g = ClassicGroup.restore(s, this.ctx.clock.monotonic());
     this.ctx.classicGroups.set(g.groupId, g);
     for (const m of g.members.values()) this.membership.scheduleExpiry(g, m);
     // Its waiting requests died with the old coordinator: the members learn of the rebalance and join again.

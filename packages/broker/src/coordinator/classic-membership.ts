@@ -100,7 +100,7 @@ export class ClassicMembership {
       if (t && !t.deleted && (t.members.size > 0 || t.pendingCauses.length > 0)) throw fail('INCONSISTENT_GROUP_PROTOCOL', { reason: 'a Tributary group of this id is in use' });
       const g = this.groups.get(req.group) ?? new ClassicGroup(req.group);
       if (!g.supports(req.protocolType, req.protocols)) throw fail('INCONSISTENT_GROUP_PROTOCOL');
-      const now = this.ctx.clock.now();
+      const now = this.ctx.clock.monotonic();
       if (req.memberId === '') {
         // The client id is the client's to choose, up to 32767 bytes: cut, so that the member id (and the
         // leader's JoinGroup answer and DescribeGroups, which carry it) still encodes.
@@ -147,7 +147,7 @@ export class ClassicMembership {
 
   private newMember(memberId: string, req: ClassicJoinRequest): ClassicMember {
     const { group: _group, requireKnownMemberId: _v4, ...spec } = req;
-    return { ...spec, memberId, assignment: Buffer.alloc(0), lastHeartbeat: this.ctx.clock.now() };
+    return { ...spec, memberId, assignment: Buffer.alloc(0), lastHeartbeat: this.ctx.clock.monotonic() };
   }
 
   private async addAndRebalance(g: ClassicGroup, memberId: string, req: ClassicJoinRequest): Promise<Parked<JoinResult>> {
@@ -217,7 +217,7 @@ export class ClassicMembership {
 
   /** A membership change: every member must join again (parked syncs hear REBALANCE_IN_PROGRESS). */
   prepareRebalance(g: ClassicGroup): void {
-    const now = this.ctx.clock.now();
+    const now = this.ctx.clock.monotonic();
     for (const m of g.members.values()) {
       m.awaitingSync?.(fail('REBALANCE_IN_PROGRESS'));
       m.awaitingSync = undefined;
@@ -235,7 +235,7 @@ export class ClassicMembership {
   private whenCanAct(key: string, fn: () => void): void {
     if (this.ctx.canAct()) fn();
     // Not sure this broker still coordinates the group: decide later (the key keeps each timer its own).
-    else this.ctx.scheduler.schedule(key, this.ctx.clock.now() + 250, () => this.whenCanAct(key, fn));
+    else this.ctx.scheduler.schedule(key, this.ctx.clock.monotonic() + 250, () => this.whenCanAct(key, fn));
   }
 
   private onTimer(g: ClassicGroup, key: string, force: boolean): void {
@@ -254,7 +254,7 @@ export class ClassicMembership {
    */
   async tryCompleteJoin(g: ClassicGroup, force: boolean): Promise<void> {
     if (g.state !== 'PreparingRebalance') return;
-    const now = this.ctx.clock.now();
+    const now = this.ctx.clock.monotonic();
     if (!force && g.members.size > 0 && !(g.allJoined() && now >= g.joinNotBefore)) return;
     this.ctx.scheduler.cancel(`cjoin:${g.groupId}`);
     this.ctx.scheduler.cancel(`cwin:${g.groupId}`);
@@ -328,7 +328,7 @@ export class ClassicMembership {
       if ((req.protocolType !== null && req.protocolType !== g.protocolType) || (req.protocolName !== null && req.protocolName !== g.protocolName)) {
         throw fail('INCONSISTENT_GROUP_PROTOCOL');
       }
-      m.lastHeartbeat = this.ctx.clock.now();
+      m.lastHeartbeat = this.ctx.clock.monotonic();
       if (g.state === 'PreparingRebalance') throw fail('REBALANCE_IN_PROGRESS');
       if (g.state === 'Stable') return m.assignment;
       const parked = new Promise<Buffer>((resolve, reject) => {
@@ -374,7 +374,7 @@ export class ClassicMembership {
     await this.ctx.withOwnedGroup(ref.group, () => {
       const g = this.groups.get(ref.group);
       const m = this.check(g, ref);
-      m.lastHeartbeat = this.ctx.clock.now();
+      m.lastHeartbeat = this.ctx.clock.monotonic();
       if (g!.state === 'PreparingRebalance') throw fail('REBALANCE_IN_PROGRESS');
     }).catch(rethrow);
   }
@@ -446,7 +446,7 @@ export class ClassicMembership {
     this.ctx
       .withGroup(g.groupId, async () => {
         if (this.groups.get(g.groupId) !== g || g.members.get(m.memberId) !== m) return;
-        const now = this.ctx.clock.now();
+        const now = this.ctx.clock.monotonic();
         // A member waiting in JoinGroup or SyncGroup is alive: its request is the heartbeat.
         if (m.awaitingJoin || m.awaitingSync || now < m.lastHeartbeat + m.sessionTimeoutMs) {
           const next = Math.max(now, m.lastHeartbeat) + m.sessionTimeoutMs;

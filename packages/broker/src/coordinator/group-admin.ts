@@ -200,7 +200,9 @@ export class GroupAdmin {
     if ((!g || g.deleted) && !committedOffsets.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });
     const topicName = g?.topic ?? [...(committedOffsets.get(groupId)?.keys() ?? [])][0] ?? '';
     const topic = this.ctx.topics.tryGet(topicName);
-    const now = this.ctx.clock.now();
+    // lastHeartbeat is monotonic: the age from it, the time shown from the age.
+    const now = this.ctx.clock.monotonic();
+    const wall = this.ctx.clock.now();
     const offsets = (topic?.partitions ?? []).map((p) => {
       const committed = getOffset(committedOffsets, groupId, topicName, p.id);
       return {
@@ -227,7 +229,7 @@ export class GroupAdmin {
         instance: m.instanceId ?? null,
         host: m.host,
         generation: m.generation,
-        last_heartbeat: new Date(m.lastHeartbeat).toISOString(),
+        last_heartbeat: new Date(wall - (now - m.lastHeartbeat)).toISOString(),
         last_heartbeat_ms_ago: now - m.lastHeartbeat,
         session_timeout_ms: m.sessionTimeoutMs,
         assignments: [...m.owned].sort((a, b) => a - b),
@@ -246,7 +248,9 @@ export class GroupAdmin {
    * the consumer protocol's), and the committed offsets of every topic it has any in, with their lag.
    */
   private classicStatus(g: ClassicGroup): Record<string, unknown> {
-    const now = this.ctx.clock.now();
+    // lastHeartbeat is monotonic: the age from it, the time shown from the age.
+    const now = this.ctx.clock.monotonic();
+    const wall = this.ctx.clock.now();
     const offsets = [];
     for (const [topicName, byPart] of this.offsets.committed.get(g.groupId) ?? []) {
       const topic = this.ctx.topics.tryGet(topicName);
@@ -272,7 +276,7 @@ export class GroupAdmin {
         instance: m.instanceId,
         host: m.clientHost,
         generation: g.generation,
-        last_heartbeat: new Date(m.lastHeartbeat).toISOString(),
+        last_heartbeat: new Date(wall - (now - m.lastHeartbeat)).toISOString(),
         last_heartbeat_ms_ago: now - m.lastHeartbeat,
         session_timeout_ms: m.sessionTimeoutMs,
         assignments: [],

@@ -41,7 +41,10 @@ export interface GroupContext {
   readonly logger: Logger;
   /** Log ends and starts as the partitions' leaders see them: lag and offset resets (partition/log-offsets.ts). */
   readonly logOffsets: LogOffsetsOf;
-  /** Every time the coordinator reads and every timer it arms: no part reads time any other way. */
+  /**
+   * Every time the coordinator reads and every timer it arms: no part reads time any other way. Deadlines
+   * and durations use `monotonic()`, shown or persisted timestamps `now()`.
+   */
   readonly clock: Clock;
   /** Session expiry, join windows and rebalance timeouts. */
   readonly scheduler: Scheduler;

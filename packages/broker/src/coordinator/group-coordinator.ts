@@ -133,7 +133,7 @@ export class GroupCoordinator {
    * logs it and reports it on /ready).
    */
   async start(opts: StoreWait = {}): Promise<void> {
-    const now = this.clock.now();
+    const now = this.clock.monotonic();
     for (let p = 0; p < this.deps.groupLog.partitionCount; p++) {
       const { groups } = await this.deps.groupLog.replay(p);
       for (const snap of groups.values()) if (snap) this.restore(snap, now);
@@ -221,7 +221,7 @@ export class GroupCoordinator {
       store instanceof LogOffsetStore ? await store.loadPartition(partition) : (await store.loadAll()).filter((x) => this.partitionFor(x.group) === partition);
     const offsets = await this.withoutDeletedTopics(loaded);
     if (!current()) return 0;
-    const now = this.clock.now();
+    const now = this.clock.monotonic();
     for (const snap of groups.values()) if (snap) this.restore(snap, now);
     for (const x of offsets) this.offsets.setDurable(x.group, x.topic, x.partition, x.offset);
     return groups.size;
@@ -528,7 +528,7 @@ export class GroupCoordinator {
     const g = requireGroup(this.groups, group);
     if (g.topic !== topic) throw invalidParam('topic', `group ${group} consumes topic ${g.topic}`);
     const m = requireMember(g, member);
-    return { standing: standingOf(g, m), sessionLeftMs: m.lastHeartbeat + m.sessionTimeoutMs - this.clock.now() };
+    return { standing: standingOf(g, m), sessionLeftMs: m.lastHeartbeat + m.sessionTimeoutMs - this.clock.monotonic() };
   }
 
   /**

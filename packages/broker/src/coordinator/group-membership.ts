@@ -102,7 +102,7 @@ export class GroupMembership {
         throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
       }
       if (g.fencedIds.has(req.member)) throw new TributaryError('FENCED_INSTANCE_ID', { member: req.member });
-      const now = this.ctx.clock.now();
+      const now = this.ctx.clock.monotonic();
       const existing = g.members.get(req.member);
       if (existing) {
         // Resume (same generation) or catch up (stale generation): same member id, no new generation.
@@ -150,7 +150,7 @@ export class GroupMembership {
     if (view) return view;
     // A new member's reply waits for its generation: the join window batches joins that arrive together.
     const m = fresh!;
-    const deadline = this.ctx.clock.now() + m.rebalanceTimeoutMs;
+    const deadline = this.ctx.clock.monotonic() + m.rebalanceTimeoutMs;
     for (;;) {
       const g = this.ctx.groups.get(req.group);
       if (!g || g.members.get(m.memberId) !== m) {
@@ -163,8 +163,8 @@ export class GroupMembership {
         await this.abandon(req.group, m);
         throw new TributaryError('request_timeout', { reason: 'connection closed before the join reply' });
       }
-      if (this.ctx.clock.now() >= deadline || this.ctx.stopped()) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: req.group });
-      await this.rebalancer.windowWaiters.wait(req.group, deadline - this.ctx.clock.now(), req.signal);
+      if (this.ctx.clock.monotonic() >= deadline || this.ctx.stopped()) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: req.group });
+      await this.rebalancer.windowWaiters.wait(req.group, deadline - this.ctx.clock.monotonic(), req.signal);
     }
   }
 
@@ -220,7 +220,7 @@ export class GroupMembership {
         const g = requireGroup(this.ctx.groups, req.group);
         if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
         const m = requireMember(g, req.member);
-        m.lastHeartbeat = this.ctx.clock.now();
+        m.lastHeartbeat = this.ctx.clock.monotonic();
         if (m.needsRejoin || req.generation < m.generation) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: g.groupId, generation: g.generation });
         if (req.generation !== m.generation) throw new TributaryError('GEN_MISMATCH', { current: g.generation, requested: req.generation });
         if (req.plan !== undefined) this.acceptPlan(g, m, req.plan);
@@ -228,7 +228,7 @@ export class GroupMembership {
         const freed = g.applySync(m);
         m.awaitingSync = false;
         this.ctx.scheduler.cancel(`rebalance:${g.groupId}:${m.memberId}`);
-        const now = this.ctx.clock.now();
+        const now = this.ctx.clock.monotonic();
         // A member that joined but has not synced yet takes the freed partitions at its SYNC (which may be
         // waiting for a client-side plan right now): telling it to rejoin would fail that SYNC for nothing.
         for (const w of g.waitingFor(freed)) if (w !== m && !w.awaitingSync) this.rebalancer.notify(g, w, now);
@@ -270,7 +270,7 @@ export class GroupMembership {
     if (problem) throw invalidParam('plan', problem);
     this.rebalancer.applyPlan(g, plan);
     g.planGeneration = g.generation;
-    const now = this.ctx.clock.now();
+    const now = this.ctx.clock.monotonic();
     for (const x of g.members.values()) if (x !== m && !x.needsRejoin && !x.awaitingSync) this.rebalancer.notify(g, x, now);
     this.rebalancer.planWaiters.wake(g.groupId);
   }
@@ -286,7 +286,7 @@ export class GroupMembership {
       // The topic the request was authorized for (docs/security.md) must be the group's.
       if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
       const m = requireMember(g, req.member);
-      m.lastHeartbeat = this.ctx.clock.now();
+      m.lastHeartbeat = this.ctx.clock.monotonic();
       this.rebalancer.checkTopic(g);
       if (m.needsRejoin || req.generation < m.generation) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: g.groupId, generation: g.generation });
       if (req.generation !== m.generation) throw new TributaryError('GEN_MISMATCH', { current: g.generation, requested: req.generation });

@@ -17,6 +17,7 @@ export interface Member {
   host: string;
   sessionTimeoutMs: number;
   rebalanceTimeoutMs: number;
+  /** Like every time of a member here, a `clock.monotonic()` reading: never shown or persisted as is. */
   lastHeartbeat: number;
   /** The generation this member last joined at: its commits are fenced against it. */
   generation: number;
@@ -52,7 +53,7 @@ export interface GenerationChange {
   generation: number;
   /** Every membership change batched into this generation by the join window. */
   reasons: ChangeReason[];
-  /** When the first of those changes happened. */
+  /** When the first of those changes happened (wall time, epoch ms). */
   at: number;
   /** Filled when every member has synced the generation and every transfer is done. */
   rebalanceMs?: number;
@@ -85,6 +86,7 @@ export class ConsumerGroup {
    * change (partitions added, the topic deleted or re-created) starts a new generation (rebalance.ts).
    */
   topicShape: string | undefined;
+  /** Monotonic; 0 while no rebalance is under way. */
   rebalanceStartedAt = 0;
   deleted = false;
 

@@ -2,6 +2,7 @@ import client from 'prom-client';
 import { type Assignment, type AssignorName, assign } from 'tributary-protocol/assignors.js';
 import type { ChangeCause, ChangeReason, ConsumerGroup, Member } from './group.js';
 import type { GroupContext } from './group-context.js';
+import { wallTimeOf } from '../common/clock.js';
 import { Waiters } from './waiters.js';
 import type { Topic } from '../partition/topic-manager.js';
 
@@ -51,14 +52,14 @@ export class Rebalancer {
       if (!this.ctx.canAct()) {
         // This coordinator was paused (its members could not reach it): once its lease is confirmed they
         // get a full session again, as after a failover.
-        m.lastHeartbeat = this.ctx.clock.now();
+        m.lastHeartbeat = this.ctx.clock.monotonic();
         this.scheduleExpiry(g, m);
         return;
       }
       void this.ctx.withGroup(g.groupId, async () => {
         const cur = g.members.get(m.memberId);
         if (cur !== m || this.ctx.groups.get(g.groupId) !== g) return;
-        const late = this.ctx.clock.now() - (m.lastHeartbeat + m.sessionTimeoutMs);
+        const late = this.ctx.clock.monotonic() - (m.lastHeartbeat + m.sessionTimeoutMs);
         if (late < 0) {
           this.scheduleExpiry(g, m);
           return;
@@ -74,7 +75,7 @@ export class Rebalancer {
     const notifiedAt = m.notifiedAt;
     this.ctx.scheduler.schedule(key, notifiedAt + m.rebalanceTimeoutMs, () => {
       if (!this.ctx.canAct()) {
-        m.notifiedAt = this.ctx.clock.now();
+        m.notifiedAt = this.ctx.clock.monotonic();
         this.scheduleRebalanceTimeout(g, m);
         return;
       }
@@ -89,9 +90,9 @@ export class Rebalancer {
 
   scheduleWindow(g: ConsumerGroup): void {
     const key = `window:${g.groupId}`;
-    if (g.rebalanceStartedAt === 0) g.rebalanceStartedAt = this.ctx.clock.now();
+    if (g.rebalanceStartedAt === 0) g.rebalanceStartedAt = this.ctx.clock.monotonic();
     if (this.ctx.scheduler.has(key)) return;
-    this.ctx.scheduler.schedule(key, this.ctx.clock.now() + this.ctx.config.joinWindowMs, () => {
+    this.ctx.scheduler.schedule(key, this.ctx.clock.monotonic() + this.ctx.config.joinWindowMs, () => {
       if (!this.ctx.canAct()) {
         this.ctx.scheduler.cancel(key);
         this.scheduleWindow(g);
@@ -134,7 +135,7 @@ export class Rebalancer {
     if (g.pendingCauses.length === 0 || this.ctx.groups.get(g.groupId) !== g) return;
     const reasons = g.pendingCauses;
     g.pendingCauses = [];
-    const now = this.ctx.clock.now();
+    const now = this.ctx.clock.monotonic();
     g.generation++;
     const joined = new Set(reasons.filter((r) => r.cause === 'join').map((r) => r.member));
     const topic = this.ctx.topics.tryGet(g.topic);
@@ -158,7 +159,7 @@ export class Rebalancer {
         this.notify(g, m, now);
       }
     }
-    g.recordChange({ generation: g.generation, reasons, at: g.rebalanceStartedAt || now, moved: moved.sort((a, b) => a - b) });
+    g.recordChange({ generation: g.generation, reasons, at: wallTimeOf(this.ctx.clock, g.rebalanceStartedAt || now), moved: moved.sort((a, b) => a - b) });
     this.rebalances.inc({ group: g.groupId });
     this.ctx.logger.info({ group: g.groupId, generation: g.generation, reasons, members: g.members.size }, 'new generation');
     this.checkSettled(g);
@@ -189,7 +190,7 @@ export class Rebalancer {
 
   checkSettled(g: ConsumerGroup): void {
     if (g.rebalanceStartedAt === 0 || g.pendingCauses.length > 0 || !g.isSettled()) return;
-    const ms = this.ctx.clock.now() - g.rebalanceStartedAt;
+    const ms = this.ctx.clock.monotonic() - g.rebalanceStartedAt;
     g.rebalanceStartedAt = 0;
     const last = g.history[g.history.length - 1];
     if (last && last.generation === g.generation) last.rebalanceMs = ms;

@@ -3,8 +3,8 @@ import { type Clock, type ClockTimer, systemClock } from '../common/clock.js';
 /**
  * One timer per coordinator: a min-heap of deadlines drives session expiry, join windows and rebalance
  * timeouts, instead of one Node timer per member. Entries are keyed; scheduling a key again replaces its
- * deadline (the stale heap entry is skipped when it surfaces). Deadlines are times of the clock
- * (`clock.now()` milliseconds), and its one timer is armed on that clock.
+ * deadline (the stale heap entry is skipped when it surfaces). Deadlines are `clock.monotonic()`
+ * readings, never wall times: a wall step must not make every entry due at once.
  */
 interface Entry {
   at: number;
@@ -55,14 +55,14 @@ export class Scheduler {
     if (top.at >= this.timerAt && this.timer) return;
     this.clock.clearTimeout(this.timer);
     this.timerAt = top.at;
-    this.timer = this.clock.setTimeout(() => this.fire(), Math.max(0, top.at - this.clock.now()));
+    this.timer = this.clock.setTimeout(() => this.fire(), Math.max(0, top.at - this.clock.monotonic()));
     this.timer.unref();
   }
 
   private fire(): void {
     this.timer = undefined;
     this.timerAt = Number.POSITIVE_INFINITY;
-    const now = this.clock.now();
+    const now = this.clock.monotonic();
     while (this.heap.length > 0 && this.heap[0]!.at <= now) {
       const e = this.pop()!;
       const cur = this.live.get(e.key);
