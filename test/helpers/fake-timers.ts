@@ -1,7 +1,7 @@
 /**
  * vitest fake timers for code under test that also does real I/O (loopback sockets to scripted servers,
- * files): only setTimeout, setInterval and Date are faked, so socket and fs callbacks keep running while
- * the fake clock stands still, and the clock moves only when the test moves it
+ * files): only setTimeout, setInterval, Date and performance are faked, so socket and fs callbacks keep
+ * running while the fake clock stands still, and the clock moves only when the test moves it
  * (`await vi.advanceTimersByTimeAsync(ms)`). A bound like "fails after stallTimeoutMs" is then checked
  * exactly (not settled 1 ms before it, settled at it), and "ends at once" is "ends with the clock not
  * moved at all": no timeout can have ended it.
@@ -23,9 +23,12 @@ import { vi } from 'vitest';
 const realSetTimeout = globalThis.setTimeout;
 const realNow = performance.now.bind(performance);
 
-/** Fakes setTimeout, setInterval and Date (from `now`, default the real time); see the module comment. */
+/**
+ * Fakes setTimeout, setInterval, Date (from `now`, default the real time) and performance.now (the SDK
+ * measures its bounds on it); see the module comment.
+ */
 export function useFakeTimersForIo(now?: number): void {
-  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date'], ...(now === undefined ? {} : { now }) });
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date', 'performance'], ...(now === undefined ? {} : { now }) });
 }
 
 /**

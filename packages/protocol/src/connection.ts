@@ -77,8 +77,11 @@ export class Connection {
   /** Stall watchdog (see ConnectionOptions.stallTimeoutMs): off until watch(). */
   private stall: { ms: number; probe: (() => Promise<unknown>) | undefined; onStall: (() => void) | undefined } | undefined;
   private stallTimer: NodeJS.Timeout | undefined;
-  /** Last time anything arrived on the socket, or a probe showed the broker alive. */
-  private lastHeardAt = Date.now();
+  /**
+   * Last time anything arrived on the socket, or a probe showed the broker alive. The watchdog's times
+   * are performance.now(): a wall-clock step (NTP) must not fake or hide a stall.
+   */
+  private lastHeardAt = performance.now();
   private suspectSince: number | undefined;
   private probing = false;
 
@@ -196,7 +199,7 @@ export class Connection {
       this.suspectSince = undefined;
       return;
     }
-    const now = Date.now();
+    const now = performance.now();
     const half = stall.ms / 2;
     const quiet = now - Math.max(head.sentAt + head.waitMs, this.lastHeardAt);
     if (quiet < half) {
@@ -215,8 +218,9 @@ export class Connection {
     const suspected = now - this.suspectSince;
     if (quiet >= stall.ms && suspected >= half) {
       stall.onStall?.();
+      const quietMs = Math.round(quiet);
       this.abandon(
-        new TributaryError('connection_lost', { reason: 'stalled', quietMs: quiet, stallTimeoutMs: stall.ms }, `connection stalled: no reply for ${quiet} ms past the expected wait (stallTimeoutMs ${stall.ms})`),
+        new TributaryError('connection_lost', { reason: 'stalled', quietMs, stallTimeoutMs: stall.ms }, `connection stalled: no reply for ${quietMs} ms past the expected wait (stallTimeoutMs ${stall.ms})`),
       );
       return;
     }
@@ -230,7 +234,7 @@ export class Connection {
     probe().then(
       () => {
         this.probing = false;
-        this.lastHeardAt = Math.max(this.lastHeardAt, Date.now());
+        this.lastHeardAt = Math.max(this.lastHeardAt, performance.now());
       },
       () => {
         this.probing = false;
@@ -253,7 +257,7 @@ export class Connection {
   }
 
   private onData(chunk: Buffer): void {
-    this.lastHeardAt = Date.now();
+    this.lastHeardAt = performance.now();
     if (!this.heard) {
       this.heard = true;
       const cause = causeFromFirstBytes(chunk);
@@ -325,7 +329,7 @@ export class Connection {
   private send(frame: Buffer, waitMs: number, makeRecord: RecordMaker<unknown> | undefined): Promise<Reply> {
     if (this.closedError) return Promise.reject(this.closedError);
     return new Promise<Reply>((resolve, reject) => {
-      this.pending.push({ resolve, reject, sentAt: Date.now(), waitMs, makeRecord });
+      this.pending.push({ resolve, reject, sentAt: performance.now(), waitMs, makeRecord });
       this.socket.write(frame);
       if (this.stall && !this.stallTimer) this.armStall(waitMs + this.stall.ms / 2);
     });
@@ -394,10 +398,10 @@ export class Connection {
     const queue: Buffer[] = [];
     let wake: (() => void) | undefined;
     let paused = false;
-    let lastFrameAt = Date.now();
+    let lastFrameAt = performance.now(); // monotonic, as the stall watchdog's times
     // Backpressure: stop reading the socket while the consumer of this generator is behind.
     this.streamHandler = (body) => {
-      lastFrameAt = Date.now();
+      lastFrameAt = performance.now();
       queue.push(body);
       if (queue.length >= 64 && !paused) {
         paused = true;
@@ -421,13 +425,13 @@ export class Connection {
             wake = r;
             if (opts.silenceMs !== undefined) {
               timer = setTimeout(() => {
-                if (queue.length === 0 && Date.now() - lastFrameAt >= opts.silenceMs!) {
+                if (queue.length === 0 && performance.now() - lastFrameAt >= opts.silenceMs!) {
                   // As for a stalled request: lookups ask this broker last until it answers again.
                   this.stall?.onStall?.();
                   this.abandon(new TributaryError('connection_lost', { reason: 'stalled', silenceMs: opts.silenceMs! }, `stream silent for ${opts.silenceMs} ms`));
                 }
                 r();
-              }, Math.max(1, lastFrameAt + opts.silenceMs - Date.now()));
+              }, Math.max(1, lastFrameAt + opts.silenceMs - performance.now()));
             }
           });
           clearTimeout(timer);
