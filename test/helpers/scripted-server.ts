@@ -57,6 +57,8 @@ export class ScriptedServer {
   readonly requests: RecordedRequest[] = [];
   readonly connections: ScriptedConn[] = [];
   script: Record<string, Script>;
+  /** Answers binary batch frames (which have no command line for `script`); default: unknown_command. */
+  onBatch: ((body: Buffer, conn: ScriptedConn, req: RecordedRequest) => ScriptReply | Promise<ScriptReply>) | undefined;
   private readonly server: net.Server;
   private readonly sockets = new Set<net.Socket>();
   port = 0;
@@ -151,6 +153,7 @@ export class ScriptedServer {
     const handler = this.script[command] ?? this.script['*'];
     let reply: ScriptReply;
     if (handler && line) reply = await handler(line, conn, req);
+    else if (isBatch && this.onBatch) reply = await this.onBatch(body, conn, req);
     if (reply === undefined) reply = this.defaultReply(command, line);
     const socket = conn.socket;
     if (socket.destroyed) return;

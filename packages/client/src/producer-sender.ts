@@ -110,7 +110,7 @@ export class ProducerSender {
    * own after the ones before it, so a queue fails within about one budget, not one budget per batch.
    */
   private expired(q: PartitionQueue, b: ProducerBatch): boolean {
-    return q.failure !== undefined && Date.now() - b.createdAt >= (this.options.retry.maxElapsedMs ?? DEFAULT_RETRY.maxElapsedMs);
+    return q.failure !== undefined && performance.now() - b.createdAt >= (this.options.retry.maxElapsedMs ?? DEFAULT_RETRY.maxElapsedMs);
   }
 
   private startBatch(b: ProducerBatch, q: PartitionQueue): void {
@@ -124,7 +124,7 @@ export class ProducerSender {
       this.number(q, b);
     }
     b.dispatched = true;
-    b.startedAt = Date.now();
+    b.startedAt = performance.now();
     cancelLinger(b);
   }
 
@@ -258,7 +258,7 @@ export class ProducerSender {
     // The retry budget (retry.maxElapsedMs) counts from the batch's creation, not from its turn to be
     // retried: the batches queued behind a failing one would each take a full budget after it, one after
     // another (hours for a long queue when the broker is gone). An attempt's own lookups stop with it.
-    const left = (this.options.retry.maxElapsedMs ?? DEFAULT_RETRY.maxElapsedMs) - (Date.now() - b.createdAt);
+    const left = (this.options.retry.maxElapsedMs ?? DEFAULT_RETRY.maxElapsedMs) - (performance.now() - b.createdAt);
     const expired = new AbortController();
     const timer = setTimeout(() => expired.abort(new TributaryError('request_timeout', { reason: 'the batch outlived retry.maxElapsedMs' })), Math.max(0, left));
     try {
@@ -315,7 +315,7 @@ export class ProducerSender {
     q.inFlight.delete(b);
     q.failure = err ?? undefined;
     if (q.inFlight.size === 0) q.lost.clear();
-    const durationMs = b.startedAt > 0 ? Date.now() - b.startedAt : 0;
+    const durationMs = b.dispatched ? Math.round(performance.now() - b.startedAt) : 0;
     // Its numbers may or may not have reached the log: the partition continues in a new epoch.
     if (err && b.firstSequence >= 0 && b.epoch === q.epoch) q.bumpEpoch = true;
     const records = b.count;

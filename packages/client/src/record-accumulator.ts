@@ -44,6 +44,7 @@ export class ProducerBatch {
   /** Its linger wait: a timer, or with `lingerMs` 0 the end of the event-loop turn (`immediate`). */
   timer: NodeJS.Timeout | undefined;
   immediate: NodeJS.Immediate | undefined;
+  /** performance.now() at its first send (the durationMs published). */
   startedAt = 0;
   /**
    * Idempotent producers: the sequence of the first record and the epoch, assigned at first send (-1:
@@ -63,6 +64,7 @@ export class ProducerBatch {
   constructor(
     readonly topic: string,
     readonly partition: number,
+    /** performance.now(), not the wall clock: the retry budget counts from it and an NTP step must not move it. */
     readonly createdAt: number,
     /** The records, encoded in the batch frame as they are appended. */
     readonly frame: BatchFrameBuilder,
@@ -285,7 +287,7 @@ export class RecordAccumulator {
       if (q.sizeHint === 0) hint = Math.min(this.sizeHint, NEW_PARTITION_CAPACITY);
       const capacity = spare !== undefined && spare.length >= need ? need : Math.max(need, hint);
       const frame = new BatchFrameBuilder(q.topic, q.partition, this.acks, this.producerId, capacity, spare, this.frameLimit);
-      tail = new ProducerBatch(q.topic, q.partition, now || Date.now(), frame);
+      tail = new ProducerBatch(q.topic, q.partition, now || performance.now(), frame);
       q.batches.push(tail);
       outcome |= APPENDED_NEW_BATCH;
     }

@@ -43,7 +43,7 @@ export function backoffDelay(attempt: number, opts: Pick<RetryOptions, 'initialD
 export async function retry<T>(fn: (attempt: number) => Promise<T>, opts: RetryOptions = {}): Promise<T> {
   const retries = opts.retries ?? DEFAULT_RETRY.retries;
   const maxElapsed = opts.maxElapsedMs ?? DEFAULT_RETRY.maxElapsedMs;
-  const started = Date.now();
+  const started = performance.now(); // monotonic: a wall-clock step must not stretch or cut the budget
   for (let attempt = 0; ; attempt++) {
     opts.signal?.throwIfAborted();
     try {
@@ -51,7 +51,7 @@ export async function retry<T>(fn: (attempt: number) => Promise<T>, opts: RetryO
     } catch (err) {
       if (!isRetriable(err) || attempt >= retries || opts.signal?.aborted) throw err;
       const delay = backoffDelay(attempt, opts);
-      if (Date.now() - started + delay > maxElapsed) throw err;
+      if (performance.now() - started + delay > maxElapsed) throw err;
       opts.onRetry?.(err, attempt + 1, delay);
       await sleep(delay, undefined, { signal: opts.signal });
     }

@@ -3,10 +3,15 @@
  * do not. Retry budgets, the bootstrap timeout and the stall watchdog must keep their real length.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { Producer } from 'tributary-client/producer.js';
+import { retry } from 'tributary-client/retry.js';
+import { decodeBatch } from 'tributary-protocol/batch.js';
 import { Connection } from 'tributary-protocol/connection.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { ScriptedServer } from '../../helpers/scripted-server.js';
 import { sleep } from '../../helpers/util.js';
 
+const HOUR = 3_600_000;
 const realDateNow = Date.now.bind(Date);
 let step = 0;
 
@@ -20,6 +25,9 @@ function within<T>(ms: number, p: Promise<T>): Promise<T> {
   p.catch(() => {});
   return Promise.race([p, sleep(ms).then(() => Promise.reject(new Error(`no result within ${ms} ms`)))]);
 }
+
+const notReady = () => new TributaryError('not_ready');
+const NOT_READY = 'ERROR: not_ready class=availability retryable=true';
 
 describe('wall-clock steps do not change the SDK’s bounds', () => {
   const cleanups: Array<() => Promise<unknown> | unknown> = [];
@@ -39,6 +47,73 @@ describe('wall-clock steps do not change the SDK’s bounds', () => {
     cleanups.push(() => s.close());
     return s;
   }
+
+  it('retry(): a forward step after a failed attempt does not spend the budget; a backward one does not stretch it', async () => {
+    spyOnDateNow();
+    let calls = 0;
+    const ok = await retry(
+      async () => {
+        if (calls++ > 0) return 'ok';
+        stepWallClock(2 * HOUR);
+        throw notReady();
+      },
+      { initialDelayMs: 1, maxDelayMs: 5, maxElapsedMs: 10_000 },
+    );
+    expect(ok).toBe('ok');
+
+    stepWallClock(0);
+    const stop = new AbortController();
+    cleanups.push(() => stop.abort());
+    let first = true;
+    const failing = retry(
+      async () => {
+        if (first) stepWallClock(-2 * HOUR);
+        first = false;
+        throw notReady();
+      },
+      { initialDelayMs: 1, maxDelayMs: 5, maxElapsedMs: 300, retries: 1e9, signal: stop.signal },
+    );
+    await expect(within(5000, failing)).rejects.toMatchObject({ code: 'not_ready' });
+  });
+
+  it('producer: a batch whose first attempt failed retriably is still retried and acknowledged after a +2 h step', async () => {
+    spyOnDateNow();
+    const s = await server();
+    s.on('METADATA', (line) => `OK topic=${line.params.get('topic')} partitions=1 leaders=${s.address} epochs=0`);
+    let attempts = 0;
+    s.onBatch = (body) => {
+      const b = decodeBatch(body);
+      if (attempts++ === 0) {
+        // The step lands between the failed attempt and the sender's look at the batch's budget.
+        stepWallClock(2 * HOUR);
+        return NOT_READY;
+      }
+      return JSON.stringify({ status: 'OK', partition: b.partition, base_offset: 0, last_offset: b.records.length - 1, count: b.records.length });
+    };
+    const p = new Producer({ brokers: [s.address], lingerMs: 0, retry: { initialDelayMs: 1, maxDelayMs: 5, maxElapsedMs: 10_000 } });
+    cleanups.push(() => p.close({ signal: AbortSignal.timeout(2000) }));
+    p.on('error', () => {});
+    const meta = await within(5000, p.send({ topic: 't', messages: [{ value: 'x' }] }));
+    expect(meta).toEqual([expect.objectContaining({ partition: 0, offset: 0 })]);
+    expect(attempts).toBe(2);
+  });
+
+  it('producer: after a -2 h step a batch failing retriably still fails within about retry.maxElapsedMs', async () => {
+    spyOnDateNow();
+    const s = await server();
+    s.on('METADATA', (line) => `OK topic=${line.params.get('topic')} partitions=1 leaders=${s.address} epochs=0`);
+    let attempts = 0;
+    s.onBatch = () => {
+      if (attempts++ === 0) stepWallClock(-2 * HOUR);
+      return NOT_READY;
+    };
+    const p = new Producer({ brokers: [s.address], lingerMs: 0, retry: { initialDelayMs: 1, maxDelayMs: 5, maxElapsedMs: 300, retries: 1e9 } });
+    cleanups.push(() => p.close({ signal: AbortSignal.timeout(2000) }));
+    p.on('error', () => {});
+    await expect(within(5000, p.send({ topic: 't', messages: [{ value: 'x' }] }))).rejects.toMatchObject({
+      code: expect.stringMatching(/^(not_ready|request_timeout)$/),
+    });
+  });
 
   it('connection: after a -5 min step a request the server never answers still fails with connection_lost after about stallTimeoutMs', async () => {
     spyOnDateNow();
