@@ -120,7 +120,10 @@ export class Cluster {
   private lookupBroker: string | undefined;
   /** When a partition's leader lookup last refused an unresponsive leader (leaderFor). */
   private readonly rechecked = new Map<string, number>();
-  /** Brokers that recently left a request unanswered, and since when: asked last until they answer again. */
+  /**
+   * Brokers that recently left a request unanswered, and since when: asked last until they answer again.
+   * This class's times are performance.now(): a wall-clock step (NTP) must not stretch or cut its bounds.
+   */
   private readonly unresponsiveSince = new Map<string, number>();
   private closed = false;
   /** Whether any broker ever completed a handshake: until then failures count against the bootstrap timeout. */
@@ -151,7 +154,7 @@ export class Cluster {
 
   private open(address: string, signal: AbortSignal | undefined, control: boolean, stallTimeoutMs = this.stallTimeoutMs): Promise<Connection> {
     const { host, port } = parseAddress(address);
-    this.firstAttemptAt ??= Date.now();
+    this.firstAttemptAt ??= performance.now();
     return this.connectTo(address, host, port, signal, control, stallTimeoutMs).then(
       (c) => {
         // It answered a handshake: responsive again.
@@ -174,7 +177,7 @@ export class Cluster {
   private connectError(address: string, err: unknown, signal: AbortSignal | undefined): unknown {
     if (this.reachedOnce || signal?.aborted || !isRetriable(err)) return err;
     this.bootstrapFailures.set(address, err as Error);
-    const elapsed = Date.now() - this.firstAttemptAt!;
+    const elapsed = Math.round(performance.now() - this.firstAttemptAt!);
     const limit = this.opts.bootstrapTimeoutMs ?? DEFAULT_BOOTSTRAP_TIMEOUT_MS;
     if (elapsed < limit) return err;
     const tried = [...this.bootstrapFailures.keys()];
@@ -228,7 +231,7 @@ export class Cluster {
 
   /** The broker left a request unanswered past the bound: lookups ask it last, its control connection is dropped. */
   private gaveUpOn(address: string): void {
-    this.unresponsiveSince.set(address, Date.now());
+    this.unresponsiveSince.set(address, performance.now());
     if (this.lookupBroker === address) this.lookupBroker = undefined;
     void this.control
       .get(address)
@@ -244,7 +247,7 @@ export class Cluster {
   private unresponsive(address: string): boolean {
     const since = this.unresponsiveSince.get(address);
     if (since === undefined) return false;
-    if (Date.now() - since <= 2 * this.stallTimeoutMs) return true;
+    if (performance.now() - since <= 2 * this.stallTimeoutMs) return true;
     this.unresponsiveSince.delete(address);
     return false;
   }
@@ -413,7 +416,7 @@ export class Cluster {
         const err = new TributaryError('request_timeout', { reason: 'lookup not answered', broker: address, timeoutMs: bound }, `${name} to ${address}: no answer within ${bound} ms`);
         reject(err);
         // Its late reply would hold back the next lookups on that connection: drop it.
-        this.unresponsiveSince.set(address, Date.now());
+        this.unresponsiveSince.set(address, performance.now());
         if (this.lookupBroker === address) this.lookupBroker = undefined;
         conn?.abandon(new TributaryError('connection_lost', { reason: 'lookup not answered', broker: address }));
       }, bound);
@@ -536,8 +539,8 @@ export class Cluster {
       // stall bound, so a leader that was only slow is dialled again.
       const k = `${topic}\u0000${partition}`;
       const at = this.rechecked.get(k);
-      if (at === undefined || Date.now() - at > this.stallTimeoutMs) {
-        this.rechecked.set(k, Date.now());
+      if (at === undefined || performance.now() - at > this.stallTimeoutMs) {
+        this.rechecked.set(k, performance.now());
         this.metadataCache.delete(topic);
         throw new TributaryError('NOT_LEADER', { topic, partition, reason: `the leader named (${leader}) is not answering; asking again` });
       }

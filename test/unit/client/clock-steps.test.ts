@@ -3,6 +3,7 @@
  * do not. Retry budgets, the bootstrap timeout and the stall watchdog must keep their real length.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { Cluster } from 'tributary-client/cluster.js';
 import { Producer } from 'tributary-client/producer.js';
 import { retry } from 'tributary-client/retry.js';
 import { decodeBatch } from 'tributary-protocol/batch.js';
@@ -135,5 +136,51 @@ describe('wall-clock steps do not change the SDK’s bounds', () => {
     await sleep(50);
     stepWallClock(-5 * 60_000);
     await expect(within(5000, next)).rejects.toMatchObject({ code: 'connection_lost', fields: expect.objectContaining({ reason: 'stalled' }) });
+  });
+
+  it('cluster: a +2 h step during bootstrap does not end it at once: connects are retried until bootstrapTimeoutMs', async () => {
+    spyOnDateNow();
+    const s = await server();
+    s.on('NEGOTIATE', () => {
+      if (s.count('NEGOTIATE') === 1) stepWallClock(2 * HOUR);
+      return 'close';
+    });
+    const c = new Cluster({ brokers: [s.address], bootstrapTimeoutMs: 1000, retry: { initialDelayMs: 10, maxDelayMs: 50, retries: 1e9 } });
+    cleanups.push(() => c.close());
+    const err = await within(10_000, c.anyCommand('PING')).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'brokers_unreachable' });
+    expect(s.count('NEGOTIATE')).toBeGreaterThan(1);
+    expect((err as TributaryError).fields.elapsedMs).toBeLessThan(HOUR);
+  });
+
+  /** b (the first bootstrap broker, named leader) leaves a lookup unanswered and is marked unresponsive; a answers. */
+  async function markedLeader(): Promise<{ c: Cluster; b: ScriptedServer; thaw: () => void }> {
+    const a = await server();
+    const b = await server();
+    let frozen = true;
+    const reply = () => `OK topic=t partitions=1 leaders=${b.address} epochs=1`;
+    a.on('METADATA', reply);
+    b.on('METADATA', () => (frozen ? 'hang' : reply()));
+    b.on('PROTOCOL_INFO', () => (frozen ? 'hang' : undefined));
+    const c = new Cluster({ brokers: [b.address, a.address], stallTimeoutMs: 100, connectTimeoutMs: 1000, retry: { initialDelayMs: 1, maxDelayMs: 5 } });
+    cleanups.push(() => c.close());
+    expect((await within(2000, c.fetchMetadata('t'))).leaders).toEqual([b.address]);
+    return { c, b, thaw: () => (frozen = false) };
+  }
+
+  it('cluster: a +2 h step does not lift an unresponsive mark at once: the leader named is asked about again first', async () => {
+    spyOnDateNow();
+    const { c } = await markedLeader();
+    stepWallClock(2 * HOUR);
+    await expect(within(2000, c.leaderFor('t', 0))).rejects.toMatchObject({ code: 'NOT_LEADER' });
+  });
+
+  it('cluster: after a -5 min step an unresponsive mark still lapses after two stall bounds', async () => {
+    spyOnDateNow();
+    const { c, b, thaw } = await markedLeader();
+    stepWallClock(-5 * 60_000);
+    thaw();
+    await sleep(250);
+    expect(await within(1000, c.leaderFor('t', 0))).toBe(b.address);
   });
 });
