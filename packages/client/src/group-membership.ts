@@ -48,7 +48,7 @@ export class GroupMembership {
   async rebalance(reason: string): Promise<void> {
     const ctx = this.ctx;
     if (ctx.closing) return;
-    const started = Date.now();
+    const started = performance.now();
     ctx.state = 'rebalancing';
     ctx.emit('rebalance.start', { reason, generation: ctx.generation });
     publish(channels.consumerRebalance, { phase: 'start', group: ctx.options.groupId, reason });
@@ -190,7 +190,7 @@ export class GroupMembership {
       assigned: added,
       revoked: revoked.map((w) => w.partition),
       kept,
-      durationMs: Date.now() - started,
+      durationMs: Math.round(performance.now() - started),
     });
     publish(channels.consumerRebalance, { phase: 'end', group: o.groupId, reason, generation, assigned: added, revoked: revoked.map((w) => w.partition) });
   }

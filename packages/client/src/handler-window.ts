@@ -123,9 +123,9 @@ export class HandlerWindow {
       this.notify();
       return;
     }
-    const t0 = Date.now();
+    const t0 = performance.now();
     const timer = setTimeout(
-      () => this.ctx.emit('handler.slow', { partition: w.partition, offset: e.offset, elapsedMs: Date.now() - t0 }),
+      () => this.ctx.emit('handler.slow', { partition: w.partition, offset: e.offset, elapsedMs: Math.round(performance.now() - t0) }),
       this.ctx.options.processingTimeoutMs,
     );
     let error: unknown;

@@ -96,8 +96,11 @@ export function handlerSink(ctx: ConsumerContext, committer: OffsetCommitter, op
 
 /** Runs a handler; false when it threw (its message is then read again after a pause). */
 async function timed(ctx: ConsumerContext, w: PartitionWorker, offset: number, fn: () => Promise<void> | void): Promise<boolean> {
-  const t0 = Date.now();
-  const timer = setTimeout(() => ctx.emit('handler.slow', { partition: w.partition, offset, elapsedMs: Date.now() - t0 }), ctx.options.processingTimeoutMs);
+  const t0 = performance.now();
+  const timer = setTimeout(
+    () => ctx.emit('handler.slow', { partition: w.partition, offset, elapsedMs: Math.round(performance.now() - t0) }),
+    ctx.options.processingTimeoutMs,
+  );
   try {
     await fn();
     w.failures = 0;

@@ -50,7 +50,7 @@ export class SendBuffer {
       this.admittingValue = true;
       return;
     }
-    const started = Date.now();
+    const started = performance.now();
     return new Promise<void>((resolve, reject) => {
       const turn = () => {
         cleanup();
@@ -67,14 +67,18 @@ export class SendBuffer {
         signal?.removeEventListener('abort', onAbort);
       };
       const onAbort = () => cancel(signal!.reason);
-      const timer = bounded
-        ? setTimeout(
-            () => cancel(new TributaryError('buffer_full', { waitedMs: Date.now() - started, buffered: this.buffered, max: this.options.maxBufferedBytes })),
-            this.options.requestTimeoutMs,
-          )
-        : undefined;
+      const timer = bounded ? setTimeout(() => cancel(this.full(started)), this.options.requestTimeoutMs) : undefined;
       signal?.addEventListener('abort', onAbort, { once: true });
       this.admissionQueue.push(turn);
+    });
+  }
+
+  /** buffer_full for a wait that began at `started` (performance.now(), immune to wall-clock steps). */
+  private full(started: number): TributaryError {
+    return new TributaryError('buffer_full', {
+      waitedMs: Math.round(performance.now() - started),
+      buffered: this.buffered,
+      max: this.options.maxBufferedBytes,
     });
   }
 
@@ -99,7 +103,7 @@ export class SendBuffer {
   private async waitForRoom(size: number, signal: AbortSignal | undefined): Promise<void> {
     // Full: whatever is lingering goes out now, so acknowledgements can make room.
     this.sendLingering();
-    const started = Date.now();
+    const started = performance.now();
     await new Promise<void>((resolve, reject) => {
       const finish = (err?: unknown) => {
         clearTimeout(timer);
@@ -111,10 +115,7 @@ export class SendBuffer {
       };
       const onAbort = () => finish(signal!.reason);
       const onClose = () => finish(new TributaryError('client_closed'));
-      const timer = setTimeout(
-        () => finish(new TributaryError('buffer_full', { waitedMs: Date.now() - started, buffered: this.buffered, max: this.options.maxBufferedBytes })),
-        this.options.requestTimeoutMs,
-      );
+      const timer = setTimeout(() => finish(this.full(started)), this.options.requestTimeoutMs);
       signal?.addEventListener('abort', onAbort, { once: true });
       this.closeSignal.addEventListener('abort', onClose, { once: true });
       this.roomWaiter = {
