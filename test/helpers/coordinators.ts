@@ -34,6 +34,8 @@ export interface Coordinators {
   txns: TransactionCoordinator;
   /** The group coordinator's log (a test may replace its writeGroup to refuse or hold a write). */
   groupLog: GroupLog;
+  /** The group coordinator's metrics. */
+  groupRegistry: client.Registry;
   /** Stops both coordinators and closes every partition. */
   close(): Promise<void>;
 }
@@ -79,12 +81,13 @@ export async function openCoordinators(
   for (const [name, partitions] of Object.entries(opts.topics ?? {})) if (!topics.tryGet(name)) await topics.create(topicSpec(name, partitions, false));
 
   const groupLog = new GroupLog(() => topics.get(OFFSETS_TOPIC).partitions);
+  const groupRegistry = new client.Registry();
   const groups = new GroupCoordinator({
     topics,
     groupLog,
     offsetStore: opts.offsetStore?.(groupLog) ?? new LogOffsetStore(groupLog),
     logger,
-    registry: new client.Registry(),
+    registry: groupRegistry,
     config: { ...GROUP_CONFIG, ...opts.group },
     clock,
   });
@@ -105,6 +108,7 @@ export async function openCoordinators(
     groups,
     txns,
     groupLog,
+    groupRegistry,
     async close() {
       await txns.stop();
       await groups.stop();

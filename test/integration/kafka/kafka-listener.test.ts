@@ -152,6 +152,18 @@ describe('the Kafka listener', () => {
     }
   });
 
+  it('counts its connections in tributary_connections, with the main port\'s (as --max-connections does)', async () => {
+    const open = async () => Number(/^tributary_connections (\d+)/m.exec((await broker.health('/metrics')).body)?.[1]);
+    const before = await open();
+    const raws = [await RawKafka.connect(broker.kafkaPort), await RawKafka.connect(broker.kafkaPort)];
+    try {
+      await until(async () => (await open()) === before + 2, 5000, 'two more connections counted');
+    } finally {
+      for (const r of raws) r.socket.destroy();
+    }
+    await until(async () => (await open()) === before, 5000, 'the closed connections no longer counted');
+  });
+
   it('answers every advertised version of every served API with a response that version decodes', async () => {
     await c.command('CREATE', { topic: 'versions', partitions: 1 });
     await c.command('PUBLISH', { topic: 'versions', partition: 0, message: 'r0' });

@@ -75,6 +75,17 @@ async function twoMembers(sessionTimeoutMs = 1000): Promise<[JoinResult, JoinRes
 const hb = (m: JoinResult, generation = m.generation) => classic().heartbeat({ group: 'g', memberId: m.memberId, instanceId: null, generation });
 
 describe('Kafka classic groups on a fake clock', () => {
+  it('each new generation counts in tributary_group_rebalances_total, as a Tributary group\'s does', async () => {
+    const rebalances = async () => (await c.groupRegistry.getSingleMetric('tributary_group_rebalances_total')!.get()).values.find((v) => v.labels.group === 'g')?.value ?? 0;
+    const [leader, follower] = await twoMembers();
+    expect(await rebalances()).toBe(1);
+    // Both rejoin: generation 2.
+    const again = [classic().join(req(leader.memberId)), classic().join(req(follower.memberId))];
+    await clock.advance(WINDOW);
+    expect((await Promise.all(again)).map((a) => joined(a).generation)).toEqual([2, 2]);
+    expect(await rebalances()).toBe(2);
+  });
+
   it('joins within the window share one generation; the leader alone gets every member', async () => {
     const [leader, follower] = await twoMembers();
     expect(leader.generation).toBe(1);

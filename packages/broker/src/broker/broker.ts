@@ -496,11 +496,16 @@ export class Broker implements BrokerContext {
     }
     const conn = new ClientConnection(socket, this, (cmd, c, req) => this.admission(cmd) ?? this.security.gate(cmd, c, req), (c) => {
       this.connections.delete(c);
-      this.metrics.connections.set(this.connections.size);
+      this.countConnections();
     });
     this.security.attach(conn, socket);
     this.connections.add(conn);
-    this.metrics.connections.set(this.connections.size);
+    this.countConnections();
+  }
+
+  /** `tributary_connections`: both ports, as `--max-connections` counts them. */
+  private countConnections(): void {
+    this.metrics.connections.set(this.connections.size + (this.kafka?.connectionCount ?? 0));
   }
 
   /** Graceful: stop accepting, answer what is in flight, end streams, fsync and close every log. */

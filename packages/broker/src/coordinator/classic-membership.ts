@@ -264,6 +264,7 @@ export class ClassicMembership {
     for (const id of g.pendingMembers) this.ctx.scheduler.cancel(`cpend:${g.groupId}:${id}`);
     g.pendingMembers.clear();
     g.generation++;
+    this.ctx.countRebalance(g.groupId);
     const parked = [...g.members.values()].filter((m) => m.awaitingJoin);
     if (parked.length === 0) {
       for (const m of [...g.members.values()]) this.removeMember(g, m, 'UNKNOWN_MEMBER_ID');

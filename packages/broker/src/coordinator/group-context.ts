@@ -75,6 +75,8 @@ export interface GroupContext {
   partitionFor(group: string): number;
   /** Writes the group's snapshot; a refused write reloads its partition from the log, then rethrows. */
   persist(g: ConsumerGroup | ClassicGroup): Promise<void>;
+  /** A new generation of the group, of either kind (`tributary_group_rebalances_total`). */
+  countRebalance(groupId: string): void;
 }
 
 export function requireGroup(groups: Map<string, ConsumerGroup>, groupId: string): ConsumerGroup {

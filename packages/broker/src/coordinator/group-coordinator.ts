@@ -115,6 +115,7 @@ export class GroupCoordinator {
       },
       partitionFor: (group) => this.partitionFor(group),
       persist: (g) => this.persist(g),
+      countRebalance: (groupId) => this.rebalancer.rebalances.inc({ group: groupId }),
     };
     // Metrics register in this order: the rebalance counter and histogram, then the lag and member gauges.
     this.rebalancer = new Rebalancer(ctx, deps.registry);

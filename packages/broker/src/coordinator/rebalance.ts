@@ -160,7 +160,7 @@ export class Rebalancer {
       }
     }
     g.recordChange({ generation: g.generation, reasons, at: wallTimeOf(this.ctx.clock, g.rebalanceStartedAt || now), moved: moved.sort((a, b) => a - b) });
-    this.rebalances.inc({ group: g.groupId });
+    this.ctx.countRebalance(g.groupId);
     this.ctx.logger.info({ group: g.groupId, generation: g.generation, reasons, members: g.members.size }, 'new generation');
     this.checkSettled(g);
     try {

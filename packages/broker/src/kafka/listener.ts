@@ -171,8 +171,17 @@ export class KafkaListener {
       maxPendingReplyBytes: c.maxPendingReplyBytes,
       maxRequestsPerSecond: c.maxRequestsPerSecondPerConnection,
       writeStallTimeoutMs: c.writeStallTimeoutMs,
-      onClose: (x) => this.connections.delete(x),
+      onClose: (x) => {
+        this.connections.delete(x);
+        this.countConnections();
+      },
     });
     this.connections.add(conn);
+    this.countConnections();
+  }
+
+  /** `tributary_connections` counts both ports, as `--max-connections` does. */
+  private countConnections(): void {
+    this.broker.metrics.connections.set(this.connections.size + (this.o.otherConnections?.() ?? 0));
   }
 }
