@@ -125,7 +125,7 @@ describe('the Kafka listener', () => {
     }
   });
 
-  it("counts its produced and fetched records in the broker's records and bytes counters", async () => {
+  it("counts its produced and fetched records in the broker's records and bytes counters, and its requests' durations", async () => {
     const kafka = new Kafka({ brokers: [bootstrap], clientId: 'listener-metrics', logLevel: logLevel.NOTHING, retry: { retries: 2 } });
     const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
     const consumer = kafka.consumer({ groupId: 'kmetrics', maxWaitTimeInMs: 100 });
@@ -139,6 +139,9 @@ describe('the Kafka listener', () => {
       await producer.send({ topic: 'kmetrics', acks: -1, messages: Array.from({ length: 7 }, (_, i) => ({ value: `v${i}-xx` })) });
       expect(await series('tributary_records_in_total')).toBe(7);
       expect(await series('tributary_bytes_in_total')).toBe(7 * 5);
+      // Request durations too, beside the main port's commands.
+      const count = /^tributary_request_duration_seconds_count\{command="kafka_Produce"\} (\d+)/m.exec((await broker.health('/metrics')).body);
+      expect(Number(count?.[1] ?? 0)).toBeGreaterThanOrEqual(1);
       await consumer.connect();
       await consumer.subscribe({ topic: 'kmetrics', fromBeginning: true });
       let got = 0;

@@ -248,9 +248,12 @@ export class KafkaConnection {
       return;
     }
     const throttleMs = this.throttle();
+    const started = performance.now();
     const answer = Promise.resolve()
       .then(() => h.handle(this.ctx, version, body, header))
       .then((res) => {
+        // Beside the main port's commands, under the API's name (docs/operations.md, "Metrics").
+        this.ctx.broker.metrics.requestDuration.child(`kafka_${api.name}`).observe((performance.now() - started) / 1000);
         if (res === null) return null;
         if (throttleMs > 0) res.throttleTimeMs = Math.max(throttleMs, (res.throttleTimeMs as number | undefined) ?? 0);
         return encodeResponseParts(api, version, header.correlationId, res);
