@@ -48,10 +48,10 @@ export class SnapshotFile {
     return join(this.dir, this.name);
   }
 
-  /** Writes `data` after the writes before it; `done` runs once it is on disk. */
-  write(data: string, done: () => void): Promise<void> {
+  /** Writes `data` after the writes before it; `done` runs once it is on disk (`syncDir`: its name too). */
+  write(data: string, done: () => void, syncDir = false): Promise<void> {
     const run = async () => {
-      await writeFileAtomic(this.path, data, { syncDir: false });
+      await writeFileAtomic(this.path, data, { syncDir });
       done();
     };
     const p = this.writing.then(run, run);
@@ -277,36 +277,67 @@ export class PartitionSnapshots implements Tickable {
     }
   }
 
+  /**
+   * Retention of a 'delete' topic (the retention timer). Segments go only below what both snapshots
+   * cover: after a crash, a state rebuilt from a snapshot older than the log start would miss the
+   * records between (an idempotent producer's sequences, a transaction's marker, so its LSO stays at
+   * the log start). Both are written as of the HWM first, their names fsynced; while a state is being
+   * rebuilt nothing goes (the next pass deletes it).
+   */
+  async applyRetention(now: number): Promise<{ deletedSegments: number; deletedBytes: number }> {
+    const none = { deletedSegments: 0, deletedBytes: 0 };
+    if (!this.log.retentionDue(now)) return none;
+    const producers = this.checkProducers ? this.owner.producerState() : undefined;
+    const txns = this.checkTxns ? this.owner.txnIndex() : undefined;
+    if (!producers || !txns) return none;
+    const hwm = this.log.highWatermark;
+    producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
+    await this.writeProducers(producers, hwm, true);
+    txns.prune(this.log.logStartOffset);
+    const covered = await this.writeTxns(txns, hwm, true);
+    return this.log.applyRetention(now, Math.min(hwm, covered));
+  }
+
   /** Writes the producer state snapshot; writes are serialized. */
-  writeProducers(table: ProducerStateTable, offset: number): Promise<void> {
+  writeProducers(table: ProducerStateTable, offset: number, syncDir = false): Promise<void> {
     const version = table.version;
     // A dormant log has no records and no directory: nothing to keep (docs/architecture.md, "Hosted partitions").
     if (this.log.dormant) {
       this.producerVersion = version;
       return Promise.resolve();
     }
-    return this.producerFile.write(JSON.stringify(table.snapshot(offset)), () => {
-      this.producerVersion = version;
-    });
+    return this.producerFile.write(
+      JSON.stringify(table.snapshot(offset)),
+      () => {
+        this.producerVersion = version;
+      },
+      syncDir,
+    );
   }
 
-  /** Writes the transaction snapshot; writes are serialized. */
-  writeTxns(index: TxnIndex, offset: number): Promise<void> {
+  /** Writes the transaction snapshot (writes are serialized); resolves with the offset it is as of. */
+  writeTxns(index: TxnIndex, offset: number, syncDir = false): Promise<number> {
     const version = index.version;
     if (this.log.dormant) {
       this.txnVersion = version;
       this.txnOffset = offset;
-      return Promise.resolve();
+      return Promise.resolve(offset);
     }
     const snap = index.snapshot(offset);
     // Below the snapshot's own offset, which an append not landed yet may have lowered below `offset`: a
     // transaction closed at or past it is still open as of it, and the rebuild after a crash replays its
     // marker from there (pruned, its abort would be in neither the snapshot nor the replay).
     index.pruneClosed(snap.offset);
-    return this.txnFile.write(JSON.stringify(snap), () => {
-      this.txnVersion = version;
-      this.txnOffset = snap.offset;
-    });
+    return this.txnFile
+      .write(
+        JSON.stringify(snap),
+        () => {
+          this.txnVersion = version;
+          this.txnOffset = snap.offset;
+        },
+        syncDir,
+      )
+      .then(() => snap.offset);
   }
 
   /**

@@ -100,9 +100,8 @@ export class Partition implements SnapshotOwner {
   }
 
   /**
-   * The last stable offset: the end of what read_committed may see, min(HWM, first offset of the earliest
-   * open transaction). Until the transaction index is rebuilt after open, a conservative bound from its
-   * snapshot.
+   * The last stable offset: what read_committed may see, min(HWM, first offset of the earliest open
+   * transaction); until the index is rebuilt after open, a conservative bound from its snapshot.
    */
   get lastStableOffset(): number {
     const hwm = this.log.highWatermark;
@@ -118,6 +117,11 @@ export class Partition implements SnapshotOwner {
   /** Resolves once the transaction index is rebuilt (or failed to). */
   whenTxnIndexReady(): Promise<void> {
     return this.txnReady;
+  }
+
+  /** Retention of a 'delete' topic, never past what the snapshots cover (PartitionSnapshots.applyRetention). */
+  applyRetention(now: number): Promise<{ deletedSegments: number; deletedBytes: number }> {
+    return this.snapshots.applyRetention(now);
   }
 
   private txnIndexOrThrow(): TxnIndex {
@@ -193,11 +197,10 @@ export class Partition implements SnapshotOwner {
   }
 
   /**
-   * Appends a commit or abort marker (a CONTROL|TRANSACTIONAL record) for the producer. Once it is durable
-   * it closes the producer's open transaction (an abort records the aborted range [first offset, marker
-   * offset)); the LSO then moves on and waiters wake. A marker without an open transaction (a retry after
-   * a crash) is still written and changes nothing else. Error: stale_producer_epoch (below the open
-   * transaction's epoch).
+   * Appends a commit or abort marker (a CONTROL|TRANSACTIONAL record). Once durable it closes the
+   * producer's open transaction (an abort records the range [first offset, marker offset)); the LSO moves
+   * on, waiters wake. A marker without an open transaction (a retry after a crash) changes nothing else.
+   * Error: stale_producer_epoch (below the open transaction's epoch).
    */
   writeMarker(producerId: string, epoch: number, type: MarkerType): Promise<MarkerResult> {
     return this.track(() => this.marker(producerId, epoch, type));
@@ -262,10 +265,9 @@ export class Partition implements SnapshotOwner {
   }
 
   /**
-   * An idempotent append: the state check and the append happen in one synchronous step (appends of a
-   * partition are queued in call order), so a duplicate of a pending batch waits for that append's result.
-   * A duplicate resolves with the original offsets and `duplicate: true`; errors: stale_producer_epoch,
-   * out_of_order_sequence.
+   * An idempotent append: the state check and the append are one synchronous step (appends are queued in
+   * call order), so a duplicate of a pending batch waits for that append's result and resolves with its
+   * offsets and `duplicate: true`. Errors: stale_producer_epoch, out_of_order_sequence.
    */
   appendIdempotent(records: RecordInput[], b: IdempotentBatch): Promise<IdempotentAppend> {
     return this.track(() => this.idempotentWhenLoaded(records, b));
@@ -388,10 +390,7 @@ export class Partition implements SnapshotOwner {
     return park((this.endWaiters ??= new Set()), (wake) => ({ offset, wake }), () => this.durableEnd > offset, this.closed, timeoutMs, signal);
   }
 
-  /**
-   * A follower stores records fetched from its leader, with the leader's offsets and fields, and keeps
-   * its producer state and transaction index as the leader's (so it can take over as leader).
-   */
+  /** A follower stores its leader's records as they are, and keeps producer state and transactions as the leader's. */
   appendReplica(records: LogRecord[]): Promise<void> {
     return this.track(() => this.replica(records));
   }
@@ -416,10 +415,7 @@ export class Partition implements SnapshotOwner {
     this.localDurable(res.lastOffset + 1);
   }
 
-  /**
-   * A follower drops a tail its new leader does not have (leader-epoch truncation); the producer state and
-   * transaction index are rebuilt from the log that is left.
-   */
+  /** A follower drops a tail its new leader lacks (leader-epoch truncation); both states are rebuilt from the rest. */
   truncateTo(offset: number): Promise<void> {
     return this.appends.exclusive(async () => {
       // Appends already begun have touched the indexes: let them land first, so the rebuild below

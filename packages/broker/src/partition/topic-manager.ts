@@ -275,7 +275,7 @@ export class TopicManager {
               this.logger.info({ topic: topic.name, partition: p.id, ...res }, 'compacted log');
             }
           } else {
-            const res = await p.log.applyRetention(now);
+            const res = await p.applyRetention(now);
             if (res.deletedSegments > 0) {
               this.logger.info({ topic: topic.name, partition: p.id, ...res, earliest: p.earliest }, 'retention deleted segments');
             }

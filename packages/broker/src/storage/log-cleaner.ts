@@ -52,13 +52,14 @@ function rollDue(st: LogState, now: number): boolean {
  * not confirmed are not deleted, and the log start never passes the HWM (it raised the HWM, which then
  * answered acks=all for records no follower had).
  */
-function pastRetention(st: LogState, now: number): { count: number; keptBytes: number } {
+function pastRetention(st: LogState, now: number, bound = Number.POSITIVE_INFINITY): { count: number; keptBytes: number } {
   const { retentionMs, retentionBytes } = st.options;
   let total = st.totalBytes;
   let n = 0;
+  const end = Math.min(st.hwm, bound);
   for (let i = 0; i < st.segments.length - 1; i++) {
     const s = st.segments[i];
-    if (s.nextOffset > st.hwm) break;
+    if (s.nextOffset > end) break;
     const expired = retentionMs >= 0 && s.maxTimestamp < now - retentionMs;
     const oversized = retentionBytes >= 0 && total > retentionBytes;
     if (!expired && !oversized) break;
@@ -95,7 +96,7 @@ export class LogCleaner {
   ) {}
 
   /** See PartitionLog.applyRetention. */
-  async applyRetention(now: number): Promise<{ deletedSegments: number; deletedBytes: number }> {
+  async applyRetention(now: number, bound = Number.POSITIVE_INFINITY): Promise<{ deletedSegments: number; deletedBytes: number }> {
     if (!hasRetention(this.st)) return { deletedSegments: 0, deletedBytes: 0 };
     if (this.st.state !== 'open') throw storageError(this.st.dir, 'log is closed');
     return this.writer.exclusive(async () => {
@@ -111,7 +112,7 @@ export class LogCleaner {
           this.st.logger.warn({ err }, 'could not roll the active segment before retention; deleting the closed segments past it');
         }
       }
-      const { count: n, keptBytes: total } = pastRetention(this.st, now);
+      const { count: n, keptBytes: total } = pastRetention(this.st, now, bound);
       if (n === 0) return { deletedSegments: 0, deletedBytes: 0 };
       // No fsync may be in flight on a segment being deleted.
       await this.sync.idle();

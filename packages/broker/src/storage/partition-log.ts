@@ -319,13 +319,21 @@ export class PartitionLog {
     return this.reader.offsetForTimestamp(ts);
   }
 
-  /** Deletes whole closed segments by time and size retention. Never deletes the active segment. */
-  applyRetention(now: number = Date.now()): Promise<{ deletedSegments: number; deletedBytes: number }> {
+  /** Whether applyRetention would change this open log now (decided from its state alone). */
+  retentionDue(now: number): boolean {
+    return this.st.state === 'open' && !this.st.failed && retentionDue(this.st, now);
+  }
+
+  /**
+   * Deletes whole closed segments by time and size retention, none reaching past `bound` (offsets the
+   * partition's snapshots do not cover yet). Never deletes the active segment.
+   */
+  applyRetention(now: number = Date.now(), bound = Number.POSITIVE_INFINITY): Promise<{ deletedSegments: number; deletedBytes: number }> {
     // The retention timer asks every partition: an idle one with nothing to delete stays without its parts.
     if (this.cleanerPart === null && this.st.state === 'open' && !this.st.failed && !retentionDue(this.st, now)) {
       return Promise.resolve({ deletedSegments: 0, deletedBytes: 0 });
     }
-    return this.cleaner.applyRetention(now).then((r) => {
+    return this.cleaner.applyRetention(now, bound).then((r) => {
       // Retention may have raised the HWM to the new log start.
       this.wantCheckpoint();
       return r;
