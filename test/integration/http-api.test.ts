@@ -10,6 +10,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
+import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { tempDir, until } from '../helpers/util.js';
 import { addUser, makeCa, makeCert } from './security/pki.js';
@@ -55,12 +56,12 @@ function request(
 }
 
 /** An SSE stream's events, parsed as they arrive; `close()` ends the request. */
-function events(port: number, pathname: string): { got: Array<{ event: string; data: Json }>; status: Promise<number>; close: () => void } {
+function events(port: number, pathname: string, headers: Record<string, string> = {}): { got: Array<{ event: string; data: Json }>; status: Promise<number>; close: () => void } {
   const got: Array<{ event: string; data: Json }> = [];
   let buf = '';
   let req: http.ClientRequest;
   const status = new Promise<number>((resolve, reject) => {
-    req = http.get({ host: '127.0.0.1', port, path: pathname }, (res) => {
+    req = http.get({ host: '127.0.0.1', port, path: pathname, headers }, (res) => {
       resolve(res.statusCode ?? 0);
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => {
@@ -215,6 +216,69 @@ describe('admin API, authentication off', () => {
       s.close();
     }
     expect((await api('GET', '/api/v1/topics/live/tail?from=sideways')).status).toBe(400);
+  });
+
+  it('tail: an offset past the end is refused (400) before any stream starts, as /messages refuses it', async () => {
+    await api('POST', '/api/v1/topics', { body: { name: 'short', partitions: 1 } });
+    const s = events(port, '/api/v1/topics/short/tail?from=999999');
+    try {
+      expect(await s.status).toBe(400);
+    } finally {
+      s.close();
+    }
+  });
+
+  it('tail: at most 8 at once from one address; the next is 429 until one closes', async () => {
+    await api('POST', '/api/v1/topics', { body: { name: 'watched', partitions: 1 } });
+    const open: Array<ReturnType<typeof events>> = [];
+    /** A tail that got its 200 (a slot an earlier test's closed tail held is freed once the broker sees the close). */
+    const openOne = async () => {
+      await until(
+        async () => {
+          const s = events(port, '/api/v1/topics/watched/tail');
+          if ((await s.status) === 200) {
+            open.push(s);
+            return true;
+          }
+          s.close();
+          return false;
+        },
+        10_000,
+        'a tail slot',
+      );
+    };
+    try {
+      for (let i = 0; i < 8; i++) await openOne();
+      const ninth = await api('GET', '/api/v1/topics/watched/tail');
+      expect([ninth.status, ninth.body.error.code]).toEqual([429, 'throttled']);
+      open.pop()!.close();
+      await openOne();
+      expect(open).toHaveLength(8);
+    } finally {
+      for (const s of open) s.close();
+    }
+  });
+
+  it('bad text: half a surrogate pair or bytes that are not UTF-8 are 400 and write nothing; a proxy\'s Bearer header is not a credential here', async () => {
+    await api('POST', '/api/v1/topics', { body: { name: 'texts', partitions: 1 } });
+    const lone = await api('POST', '/api/v1/topics/texts/messages', { raw: '{"value":"a\\ud800b"}' });
+    expect([lone.status, lone.body.error.code]).toEqual([400, 'invalid_parameter']);
+    const loneKey = await api('POST', '/api/v1/topics/texts/messages', { raw: '{"value":"v","key":"\\udc00"}' });
+    expect(loneKey.status).toBe(400);
+    const bytes = await new Promise<number>((resolve, reject) => {
+      const body = Buffer.concat([Buffer.from('{"value":"'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')]);
+      const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/api/v1/topics/texts/messages', headers: { 'content-type': 'application/json', 'content-length': String(body.length) } }, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+    expect(bytes).toBe(400);
+    expect((await api('GET', '/api/v1/topics/texts/messages?partition=0')).body.messages).toEqual([]);
+    // A pair is a character like any other.
+    expect((await api('POST', '/api/v1/topics/texts/messages', { raw: '{"value":"\\ud83d\\ude00"}' })).status).toBe(201);
+    expect((await api('GET', '/api/v1/topics', { headers: { authorization: 'Bearer from-the-proxy' } })).status).toBe(200);
   });
 
   it('tail: a client gone before the stream started leaves nothing running (no client, no connections kept)', async () => {
@@ -396,6 +460,49 @@ describe('admin API, authentication off', () => {
   });
 });
 
+describe('admin API, a tail whose client stops reading', () => {
+  let broker: BrokerProcess;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1', '--write-stall-timeout-ms', '1000'] });
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  it('is not buffered for: after --write-stall-timeout-ms without reading, the stream is dropped (far short of the topic)', { timeout: 60_000 }, async () => {
+    const c = await broker.connect();
+    await c.command('CREATE', { topic: 'big', partitions: 1 });
+    const producer = new Producer({ brokers: [`127.0.0.1:${broker.port}`] });
+    const value = Buffer.alloc(10_000, 0x61);
+    const total = 3000 * value.length;
+    try {
+      for (let i = 0; i < 30; i++) await producer.send({ topic: 'big', messages: Array.from({ length: 100 }, () => ({ value })) });
+    } finally {
+      await producer.close();
+    }
+    let received = 0;
+    const sock = net.connect(broker.healthPort, '127.0.0.1');
+    sock.pause();
+    const ended = new Promise<void>((resolve) => {
+      sock.on('close', () => resolve());
+      sock.on('error', () => resolve());
+    });
+    sock.write('GET /api/v1/topics/big/tail?from=earliest HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n');
+    // Not read for 3 s (the broker gives up after 1 s of a full buffer), then read to the end.
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    sock.on('data', (d: Buffer) => {
+      received += d.length;
+    });
+    sock.resume();
+    await ended;
+    // A stream still open would go on past the whole topic (and keep the connection for ever).
+    expect(received).toBeGreaterThan(0);
+    expect(received).toBeLessThan(total);
+  });
+});
+
 describe('admin API, TLS and authentication on', () => {
   let dir: string;
   let broker: BrokerProcess;
@@ -409,6 +516,7 @@ describe('admin API, TLS and authentication on', () => {
     fs.writeFileSync(config, ['authentication: true', 'topicAcls:', '  locked:', '    read: [admin]', ''].join('\n'));
     tokens.admin = addUser(config, 'admin', ['admin']);
     tokens.reader = addUser(config, 'reader', ['topic.read', 'group']);
+    tokens.writer = addUser(config, 'writer', ['topic.write']);
     broker = await BrokerProcess.start({
       args: ['--config', config, '--tls-cert', server.certFile, '--tls-key', server.keyFile, '--log-level', 'debug', '--offsets-topic-partitions', '2'],
     });
@@ -445,6 +553,17 @@ describe('admin API, TLS and authentication on', () => {
     // The topic ACL holds: reader may not read `locked`, and LIST does not show it to reader.
     const acl = await api('GET', '/api/v1/topics/locked/messages?partition=0', { auth: reader });
     expect([acl.status, acl.body.error.code]).toEqual([403, 'NOT_AUTHORIZED_FOR_TOPIC']);
+    // A tail is refused as a read is, with its status, not a 200 and an error event: writer may ask for
+    // the offsets (topic.write is enough for that) but not read.
+    const basic = (who: string) => ({ authorization: `Basic ${Buffer.from(`${who}:${tokens[who]}`).toString('base64')}` });
+    for (const [who, topic] of [['reader', 'locked'], ['writer', 'open']] as const) {
+      const tailed = events(broker.healthPort, `/api/v1/topics/${topic}/tail?from=earliest`, basic(who));
+      try {
+        expect(await tailed.status, `${who} tailing ${topic}`).toBe(403);
+      } finally {
+        tailed.close();
+      }
+    }
     expect((await api('GET', '/api/v1/topics', { auth: reader })).body.topics.map((t: { name: string }) => t.name)).toEqual(['open']);
     // Users and ACLs are admin-only and never show a hash.
     expect((await api('GET', '/api/v1/users', { auth: reader })).status).toBe(403);

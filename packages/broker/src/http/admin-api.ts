@@ -4,13 +4,14 @@
  * exactly those of the wire protocol. Bad input gets a 4xx with a JSON error body and changes nothing.
  */
 import type http from 'node:http';
-import { isUtf8 } from 'node:buffer';
-import type { Admin, PartitionOffsets, ReadRecord } from 'tributary-client/admin.js';
+import type { ReadRecord } from 'tributary-client/admin.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
-import type { ApiClient, ApiClients } from './api-clients.js';
+import type { ApiClients } from './api-clients.js';
+import { partitionOffsets, readEnd, recordJson, type RouteContext, segment } from './api-records.js';
 import { Query, checkInt, credentialsOf, readJsonBody, sendError, sendJson } from './api-request.js';
+import { TailCount, tail } from './tail-route.js';
 
 /** A search reads at most this many records per request (`scan_limit`). */
 export const MAX_SCAN = 100_000;
@@ -20,16 +21,6 @@ export const MAX_LIMIT = 1000;
 const LIST_CONCURRENCY = 8;
 
 type Handler = (ctx: RouteContext) => Promise<void>;
-
-interface RouteContext {
-  req: http.IncomingMessage;
-  res: http.ServerResponse;
-  url: URL;
-  params: string[];
-  client: ApiClient;
-  /** The caller's principal (authentication on), for the group history of a reset. */
-  principal: string | undefined;
-}
 
 interface Route {
   method: string;
@@ -43,43 +34,6 @@ export interface AdminApiDeps {
   logger: Logger;
   /** Users and ACLs in force now (Security.snapshot): the configuration's are those of the start. */
   security?: () => { users: Array<{ principal: string; permissions: string[] }>; acls: BrokerConfig['topicAcls'] };
-}
-
-/** A path segment: a topic or group name, percent-decoded. */
-function segment(raw: string): string {
-  let v: string;
-  try {
-    v = decodeURIComponent(raw);
-  } catch {
-    throw invalidParam('path', 'malformed percent-encoding');
-  }
-  if (v.length === 0) throw invalidParam('path', 'empty name');
-  return v;
-}
-
-/** Keys, values and header values as JSON: UTF-8 text when they are, base64 otherwise (with the encoding named). */
-function bytesJson(b: Buffer | null): { text: string | null; encoding: 'utf8' | 'base64' } {
-  if (b === null) return { text: null, encoding: 'utf8' };
-  return isUtf8(b) ? { text: b.toString('utf8'), encoding: 'utf8' } : { text: b.toString('base64'), encoding: 'base64' };
-}
-
-function recordJson(partition: number, r: ReadRecord) {
-  const key = bytesJson(r.key);
-  const value = bytesJson(r.value);
-  return {
-    partition,
-    offset: r.offset,
-    timestamp: r.timestamp,
-    key: key.text,
-    keyEncoding: key.encoding,
-    value: value.text,
-    valueEncoding: value.encoding,
-    headers: r.headers.map((h) => {
-      const v = bytesJson(h.value);
-      return { key: h.key, value: v.text, encoding: v.encoding };
-    }),
-    transactional: r.transactional,
-  };
 }
 
 /**
@@ -101,25 +55,6 @@ async function describeEach<R>(names: string[], goneCode: string, describe: (nam
   };
   await Promise.all(Array.from({ length: Math.min(LIST_CONCURRENCY, names.length) }, worker));
   return out.filter((x): x is R => x !== undefined);
-}
-
-/** Where a read of the isolation given stops: the HWM for read_uncommitted, else the last stable offset. */
-/**
- * JSON for one SSE `data:` line. JSON.stringify leaves U+2028 and U+2029 as they are, and JavaScript's
- * line-based parsing of the event stream split a record value there: one produced record ended the
- * console's live tail for everyone watching it.
- */
-function sseJson(v: unknown): string {
-  return JSON.stringify(v).replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029');
-}
-
-function readEnd(o: PartitionOffsets, isolation: 'read_committed' | 'read_uncommitted' | undefined): number {
-  return isolation === 'read_uncommitted' ? o.hwm : o.latest;
-}
-
-/** The offsets of the partitions a request names (`partition=`, else all): partition_not_found from the broker. */
-async function partitionOffsets(admin: Admin, topic: string, only: number | undefined): Promise<Map<number, PartitionOffsets>> {
-  return new Map((await admin.listOffsets(topic, only)).map((o) => [o.partition, o]));
 }
 
 function str(body: Record<string, unknown>, name: string, opts: { required?: boolean } = {}): string | undefined {
@@ -336,62 +271,6 @@ async function searchMessages({ url, res, client, params }: RouteContext): Promi
   sendJson(res, 200, { topic, scanned, complete, next, messages: matches });
 }
 
-/**
- * Server-Sent Events: every new message of the topic (or one partition) from `from` (default: the end),
- * as `event: message`; a comment line every 15 s keeps proxies from closing a quiet stream.
- */
-async function tail({ url, req, res, client, params }: RouteContext, clients: ApiClients, auth: ReturnType<typeof credentialsOf>): Promise<void> {
-  const q = new Query(url.searchParams, ['partition', 'from', 'isolation']);
-  const topic = segment(params[0]!);
-  const from = q.str('from') ?? 'latest';
-  if (from !== 'latest' && from !== 'earliest' && !/^\d{1,16}$/.test(from)) throw invalidParam('from', 'expected latest, earliest or an offset');
-  const isolation = q.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const);
-  // Listened for before the first wait: a client gone during it has fired 'close' already, and the loop
-  // below would run (with a client and two broker connections of its own) for ever.
-  const ac = new AbortController();
-  const stop = () => ac.abort();
-  req.on('close', stop);
-  res.on('close', stop);
-  const offsets = await partitionOffsets(client.admin, topic, q.int('partition', { max: 1_000_000 })).finally(() => {
-    if (res.destroyed || req.socket.destroyed) stop();
-  });
-  if (ac.signal.aborted) return; // the listeners go with the closed request
-  const partitions = [...offsets.keys()];
-  const position = new Map<number, number>();
-  for (const p of partitions) {
-    const o = offsets.get(p)!;
-    position.set(p, from === 'latest' ? readEnd(o, isolation) : from === 'earliest' ? o.earliest : Math.max(Number(from), o.earliest));
-  }
-  // Long polls would hold the shared connection other requests use: the stream gets a client of its own.
-  const own = clients.dedicated(auth);
-  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
-  res.write(`event: ready\ndata: ${sseJson({ topic, positions: Object.fromEntries(position) })}\n\n`);
-  const keepalive = setInterval(() => res.write(': keepalive\n\n'), 15_000);
-  try {
-    while (!ac.signal.aborted) {
-      let got = 0;
-      for (const p of partitions) {
-        const r = await own.readRecords({ topic, partition: p, offset: position.get(p)!, maxRecords: 500, isolation, waitMs: partitions.length === 1 ? 1000 : 0 }, { signal: ac.signal });
-        for (const rec of r.records) res.write(`event: message\ndata: ${sseJson(recordJson(p, rec))}\n\n`);
-        got += r.records.length;
-        if (r.nextOffset > position.get(p)!) position.set(p, r.nextOffset);
-      }
-      if (got === 0 && partitions.length > 1) await new Promise<void>((resolve) => setTimeout(resolve, 200).unref());
-    }
-  } catch (err) {
-    if (!ac.signal.aborted) {
-      const e = err instanceof TributaryError ? err : new TributaryError('internal_error', { reason: (err as Error).message });
-      res.write(`event: error\ndata: ${sseJson({ code: e.code, message: e.message, retriable: e.retriable })}\n\n`);
-    }
-  } finally {
-    clearInterval(keepalive);
-    req.off('close', stop);
-    res.off('close', stop);
-    await own.close().catch(() => {});
-    res.end();
-  }
-}
-
 // ---- groups ----
 
 async function listGroups({ url, res, client }: RouteContext): Promise<void> {
@@ -489,6 +368,7 @@ export class AdminApi {
   private readonly routes: Route[] = [];
 
   constructor(private readonly deps: AdminApiDeps) {
+    const tails = new TailCount();
     const r = (method: string, path: string, handler: Handler) => {
       const pattern = new RegExp(`^/api/v1${path.replace(/:[a-z]+/g, '([^/]+)')}$`);
       this.routes.push({ method, pattern, handler });
@@ -502,7 +382,7 @@ export class AdminApi {
     r('GET', '/topics/:topic/messages', readMessages);
     r('POST', '/topics/:topic/messages', produceMessage);
     r('GET', '/topics/:topic/search', searchMessages);
-    r('GET', '/topics/:topic/tail', (ctx) => tail(ctx, deps.clients, deps.config.authentication ? credentialsOf(ctx.req) : undefined));
+    r('GET', '/topics/:topic/tail', (ctx) => tail(ctx, { clients: deps.clients, tails, writeStallTimeoutMs: deps.config.writeStallTimeoutMs }, deps.config.authentication ? credentialsOf(ctx.req) : undefined));
     r('GET', '/groups', listGroups);
     r('GET', '/groups/:group', describeGroup);
     r('POST', '/groups/:group/reset-offsets', resetOffsets);
@@ -535,7 +415,7 @@ export class AdminApi {
     const authentication = this.deps.config.authentication;
     let auth: ReturnType<typeof credentialsOf>;
     try {
-      auth = credentialsOf(req);
+      auth = authentication ? credentialsOf(req) : undefined;
     } catch {
       sendJson(res, 200, { authentication, principal: null, authenticated: false });
       return;
@@ -579,7 +459,8 @@ export class AdminApi {
         throw invalidParam('body', `${method} ${url.pathname} takes no body`);
       }
       const params = route.pattern.exec(url.pathname)!.slice(1);
-      const auth = credentialsOf(req);
+      // Only with authentication on: a proxy's own Authorization header (Bearer ...) is none of ours otherwise.
+      const auth = this.deps.config.authentication ? credentialsOf(req) : undefined;
       if (this.deps.config.authentication && !auth) throw new TributaryError('authentication_required', { reason: 'send Authorization: Basic base64(principal:token)' });
       const principal = this.deps.config.authentication ? auth?.principal : undefined;
       await this.deps.clients.with(this.deps.config.authentication ? auth : undefined, (client) => route.handler({ req, res, url, params, client, principal }));

@@ -3,6 +3,7 @@
  * and JSON bodies checked against the names a route takes (any other is refused), and one table from the
  * error classes of the protocol's error registry to HTTP statuses.
  */
+import { isUtf8 } from 'node:buffer';
 import type http from 'node:http';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 
@@ -92,6 +93,9 @@ export function checkInt(name: string, v: unknown, opts: { min?: number; max?: n
 }
 
 /** A JSON object body whose keys are all in `allowed`; malformed JSON, another type or an unknown key is refused. */
+/** A UTF-16 surrogate without its other half: a string UTF-8 cannot carry. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
 export async function readJsonBody(req: http.IncomingMessage, allowed: readonly string[]): Promise<Record<string, unknown>> {
   const type = req.headers['content-type'] ?? '';
   // The media type itself, parameters (charset) allowed: `\b` also let application/json-patch+json through.
@@ -103,13 +107,22 @@ export async function readJsonBody(req: http.IncomingMessage, allowed: readonly 
     if (size > MAX_BODY_BYTES) throw new TributaryError('record_too_large', { size, max: MAX_BODY_BYTES, reason: 'request body' });
     chunks.push(chunk);
   }
-  const text = Buffer.concat(chunks).toString('utf8');
+  const raw = Buffer.concat(chunks);
+  // Decoded, bytes that are not UTF-8 (and escapes of half a surrogate pair) would be stored as U+FFFD:
+  // not what was sent, and no error said so.
+  if (!isUtf8(raw)) throw invalidParam('body', 'not valid UTF-8');
+  const text = raw.toString('utf8');
   let body: unknown;
+  let lone: string | undefined;
   try {
-    body = JSON.parse(text);
+    body = JSON.parse(text, (key: string, value: unknown) => {
+      if (lone === undefined && (LONE_SURROGATE.test(key) || (typeof value === 'string' && LONE_SURROGATE.test(value)))) lone = key;
+      return value;
+    });
   } catch (err) {
     throw invalidParam('body', `malformed JSON: ${(err as Error).message}`);
   }
+  if (lone !== undefined) throw invalidParam(lone || 'body', 'a string holds half of a UTF-16 surrogate pair (\\ud800-\\udfff alone): not encodable as UTF-8');
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw invalidParam('body', 'expected a JSON object');
   // JSON.parse keeps the last of a repeated key: {"dryRun":true,"dryRun":false} reset offsets for real.
   const dup = duplicateJsonKey(text);

@@ -1,0 +1,146 @@
+/**
+ * GET /api/v1/topics/:topic/tail (docs/http-api.md): Server-Sent Events, every new message of the topic
+ * (or one partition) from `from` (default: the end), as `event: message`; a comment line every 15 s keeps
+ * proxies from closing a quiet stream. Everything a read can refuse (authorization, an offset past the
+ * end) is refused with its status before the 200; a client that stops reading is not buffered for.
+ */
+import type { ReadRecord } from 'tributary-client/admin.js';
+import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
+import type { ApiClients } from './api-clients.js';
+import { partitionOffsets, readEnd, recordJson, type RouteContext, segment, sseJson } from './api-records.js';
+import { Query, type credentialsOf } from './api-request.js';
+
+/** Tails open at once: each holds a broker connection of its own (and, per address, the broker's per-address limit). */
+export const MAX_TAILS = 64;
+export const MAX_TAILS_PER_ADDRESS = 8;
+
+/** Open tails, overall and per client address. */
+export class TailCount {
+  total = 0;
+  readonly byAddress = new Map<string, number>();
+
+  /** Takes a slot for `address`, or throws throttled (429). Returns its release. */
+  take(address: string): () => void {
+    const mine = this.byAddress.get(address) ?? 0;
+    if (this.total >= MAX_TAILS) throw new TributaryError('throttled', { reason: 'too many open tails', max: MAX_TAILS });
+    if (mine >= MAX_TAILS_PER_ADDRESS) throw new TributaryError('throttled', { reason: 'too many open tails from this address', max: MAX_TAILS_PER_ADDRESS });
+    this.total++;
+    this.byAddress.set(address, mine + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.total--;
+      const n = (this.byAddress.get(address) ?? 1) - 1;
+      if (n > 0) this.byAddress.set(address, n);
+      else this.byAddress.delete(address);
+    };
+  }
+}
+
+export async function tail(
+  { url, req, res, client, params }: RouteContext,
+  deps: { clients: ApiClients; tails: TailCount; writeStallTimeoutMs: number },
+  auth: ReturnType<typeof credentialsOf>,
+): Promise<void> {
+  const q = new Query(url.searchParams, ['partition', 'from', 'isolation']);
+  const topic = segment(params[0]!);
+  const from = q.str('from') ?? 'latest';
+  if (from !== 'latest' && from !== 'earliest' && !/^\d{1,16}$/.test(from)) throw invalidParam('from', 'expected latest, earliest or an offset');
+  const isolation = q.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const);
+  const release = deps.tails.take(req.socket.remoteAddress ?? '');
+  // Listened for before the first wait: a client gone during it has fired 'close' already, and the loop
+  // below would run (with a client and two broker connections of its own) for ever.
+  const ac = new AbortController();
+  const stop = () => ac.abort();
+  req.on('close', stop);
+  res.on('close', stop);
+  let own: ReturnType<ApiClients['dedicated']> | undefined;
+  let keepalive: NodeJS.Timeout | undefined;
+  let stalled = false;
+  try {
+    const offsets = await partitionOffsets(client.admin, topic, q.int('partition', { max: 1_000_000 })).finally(() => {
+      if (res.destroyed || req.socket.destroyed) stop();
+    });
+    if (ac.signal.aborted) return;
+    const partitions = [...offsets.keys()];
+    const position = new Map<number, number>();
+    for (const p of partitions) {
+      const o = offsets.get(p)!;
+      if (from !== 'latest' && from !== 'earliest' && Number(from) > readEnd(o, isolation)) {
+        throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: Number(from), earliest: o.earliest, latest: readEnd(o, isolation), partition: p });
+      }
+      position.set(p, from === 'latest' ? readEnd(o, isolation) : from === 'earliest' ? o.earliest : Math.max(Number(from), o.earliest));
+    }
+    // Long polls would hold the shared connection other requests use: the stream gets a client of its own.
+    own = deps.clients.dedicated(auth);
+    const reader = own;
+    /** One read of every partition; what it returns is written once the stream is open. */
+    const round = async (waitMs: number): Promise<Array<{ p: number; records: ReadRecord[] }>> => {
+      const out = [];
+      for (const p of partitions) {
+        const r = await reader.readRecords({ topic, partition: p, offset: position.get(p)!, maxRecords: 500, isolation, waitMs }, { signal: ac.signal });
+        out.push({ p, records: r.records });
+        if (r.nextOffset > position.get(p)!) position.set(p, r.nextOffset);
+      }
+      return out;
+    };
+    const start = Object.fromEntries(position);
+    // The first read before the 200: a refusal (no topic.read, say) is the response's status, not an event.
+    let got = await round(0);
+    res.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-store',
+      connection: 'keep-alive',
+      'x-accel-buffering': 'no',
+    });
+    res.write(`event: ready\ndata: ${sseJson({ topic, positions: start })}\n\n`);
+    keepalive = setInterval(() => res.write(': keepalive\n\n'), 15_000);
+    while (!ac.signal.aborted) {
+      let n = 0;
+      for (const { p, records } of got) {
+        for (const rec of records) res.write(`event: message\ndata: ${sseJson(recordJson(p, rec))}\n\n`);
+        n += records.length;
+      }
+      // A client that does not read: wait for it (bounded) rather than buffer the topic in memory.
+      if (res.writableNeedDrain && !(await drained(res, ac.signal, deps.writeStallTimeoutMs))) {
+        stalled = true;
+        break;
+      }
+      if (n === 0 && partitions.length > 1) await new Promise<void>((resolve) => setTimeout(resolve, 200).unref());
+      if (ac.signal.aborted) break;
+      got = await round(partitions.length === 1 ? 1000 : 0);
+    }
+  } catch (err) {
+    if (!res.headersSent) throw err;
+    if (!ac.signal.aborted) {
+      const e = err instanceof TributaryError ? err : new TributaryError('internal_error', { reason: (err as Error).message });
+      res.write(`event: error\ndata: ${sseJson({ code: e.code, message: e.message, retriable: e.retriable })}\n\n`);
+    }
+  } finally {
+    clearInterval(keepalive);
+    req.off('close', stop);
+    res.off('close', stop);
+    release();
+    await own?.close().catch(() => {});
+    if (stalled) res.destroy();
+    else if (res.headersSent) res.end();
+  }
+}
+
+/** Resolves true once `res` drained, false after `stallMs` without (or when `signal` aborts). */
+function drained(res: RouteContext['res'], signal: AbortSignal, stallMs: number): Promise<boolean> {
+  return new Promise<boolean>((resolve) => {
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      res.off('drain', onDrain);
+      signal.removeEventListener('abort', onAbort);
+      resolve(ok);
+    };
+    const onDrain = () => done(true);
+    const onAbort = () => done(false);
+    const timer = setTimeout(() => done(false), stallMs);
+    res.once('drain', onDrain);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
