@@ -198,9 +198,18 @@ describe('web console', () => {
       expect(await text(page, '[data-test=reset-preview] tbody')).toBe(`0\t1\t${logEnd - 1}`);
       expect(await text(page, '[data-test=reset-preview] caption')).toContain('preview');
       expect((await api(broker.healthPort, 'GET', '/groups/web-group')).offsets[0].committed).toBe(4);
+      // A changed form takes the preview away: Apply cannot send something nobody previewed (all partitions).
+      await page.select('select[name=partition]', '');
+      await page.waitForFunction(() => document.querySelector('[data-test=reset-preview]') === null, { timeout: 10_000 });
+      expect(await page.$eval('[data-test=apply]', (b) => (b as HTMLButtonElement).disabled)).toBe(true);
+      await page.select('select[name=partition]', '0');
+      expect(await page.$eval('[data-test=apply]', (b) => (b as HTMLButtonElement).disabled)).toBe(true);
+      await page.click('[data-test=preview]');
+      await page.waitForSelector('[data-test=reset-preview]', { timeout: 10_000 });
       await page.click('[data-test=apply]');
       await until(async () => (await cell(0, 'committed')) === 1 && (await cell(0, 'lag')) === logEnd - 1, 10_000, 'the reset to show');
       expect((await api(broker.healthPort, 'GET', '/groups/web-group')).offsets[0]).toMatchObject({ committed: 1, lag: logEnd - 1 });
+      expect((await api(broker.healthPort, 'GET', '/groups/web-group')).offsets[1].committed).toBe(4);
     } finally {
       await done('group');
     }

@@ -31,18 +31,26 @@ function Reset({ group, topic, partitions, onDone }: { group: string; topic: str
   const [to, setTo] = useState('earliest');
   const [value, setValue] = useState('');
   const [preview, setPreview] = useState<Preview | undefined>(undefined);
+  // What the preview shown was asked with: Apply sends exactly that, never a form changed since.
+  const [previewed, setPreviewed] = useState<Record<string, unknown> | undefined>(undefined);
   const [error, setError] = useState<Error | undefined>(undefined);
-  const body = (dryRun: boolean) => ({
+  const body = () => ({
     topic,
     to,
-    dryRun,
     ...(partition === '' ? {} : { partition: Number(partition) }),
     ...(to === 'offset' ? { offset: Number(value) } : {}),
     ...(to === 'timestamp' ? { timestamp: Number.isNaN(Date.parse(value)) ? Number(value) : Date.parse(value) } : {}),
   });
-  const run = async (dryRun: boolean) => {
+  /** A change of the form: the preview on screen no longer says what Apply would do. */
+  const edited = (set: (v: string) => void) => (e: Event) => {
+    set((e.target as HTMLInputElement | HTMLSelectElement).value);
+    setPreview(undefined);
+    setPreviewed(undefined);
+  };
+  const run = async (request: Record<string, unknown>, dryRun: boolean) => {
     try {
-      setPreview(await api<Preview>('POST', `/groups/${enc(group)}/reset-offsets`, body(dryRun)));
+      setPreview(await api<Preview>('POST', `/groups/${enc(group)}/reset-offsets`, { ...request, dryRun }));
+      setPreviewed(dryRun ? request : undefined);
       setError(undefined);
       if (!dryRun) onDone();
     } catch (err) {
@@ -52,17 +60,17 @@ function Reset({ group, topic, partitions, onDone }: { group: string; topic: str
   return html`
     <h2>Reset offsets</h2>
     <p class="muted">Works on a running group: its members are fenced for these partitions, rejoin and resume at the new offsets.</p>
-    <form class="inline" onSubmit=${(e: Event) => (e.preventDefault(), void run(true))} data-test="reset">
-      <label>partition <select name="partition" value=${partition} onChange=${(e: Event) => setPartition((e.target as HTMLSelectElement).value)}>
+    <form class="inline" onSubmit=${(e: Event) => (e.preventDefault(), void run(body(), true))} data-test="reset">
+      <label>partition <select name="partition" value=${partition} onChange=${edited(setPartition)}>
         <option value="">all</option>
         ${Array.from({ length: partitions }, (_, p) => html`<option value=${p}>${p}</option>`)}
       </select></label>
-      <label>to <select name="to" value=${to} onChange=${(e: Event) => setTo((e.target as HTMLSelectElement).value)}>
+      <label>to <select name="to" value=${to} onChange=${edited(setTo)}>
         ${['earliest', 'latest', 'offset', 'timestamp'].map((t) => html`<option value=${t}>${t}</option>`)}
       </select></label>
-      ${(to === 'offset' || to === 'timestamp') && html`<input name="reset-value" placeholder=${to === 'offset' ? 'offset' : 'ms or ISO time'} value=${value} onInput=${(e: Event) => setValue((e.target as HTMLInputElement).value)} required />`}
+      ${(to === 'offset' || to === 'timestamp') && html`<input name="reset-value" placeholder=${to === 'offset' ? 'offset' : 'ms or ISO time'} value=${value} onInput=${edited(setValue)} required />`}
       <button data-test="preview">Preview</button>
-      <button type="button" data-test="apply" disabled=${!preview || !preview.dryRun} onClick=${() => void run(false)}>Apply</button>
+      <button type="button" data-test="apply" disabled=${!previewed} onClick=${() => previewed && void run(previewed, false)}>Apply</button>
     </form>
     ${error && html`<${ErrorBox} error=${error} />`}
     ${
