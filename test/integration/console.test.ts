@@ -200,10 +200,10 @@ describe('web console', () => {
       expect((await api(broker.healthPort, 'GET', '/groups/web-group')).offsets[0].committed).toBe(4);
       // A changed form takes the preview away: Apply cannot send something nobody previewed (all partitions).
       await page.select('select[name=partition]', '');
-      await page.waitForFunction(() => document.querySelector('[data-test=reset-preview]') === null, { timeout: 10_000 });
-      expect(await page.$eval('[data-test=apply]', (b) => (b as HTMLButtonElement).disabled)).toBe(true);
+      await page.waitForSelector('[data-test=reset-preview]', { hidden: true, timeout: 10_000 });
+      expect(await page.$eval('[data-test=apply]', (b) => (b as unknown as { disabled: boolean }).disabled)).toBe(true);
       await page.select('select[name=partition]', '0');
-      expect(await page.$eval('[data-test=apply]', (b) => (b as HTMLButtonElement).disabled)).toBe(true);
+      expect(await page.$eval('[data-test=apply]', (b) => (b as unknown as { disabled: boolean }).disabled)).toBe(true);
       await page.click('[data-test=preview]');
       await page.waitForSelector('[data-test=reset-preview]', { timeout: 10_000 });
       await page.click('[data-test=apply]');

@@ -581,4 +581,16 @@ describe('admin API, TLS and authentication on', () => {
     for (const t of Object.values(tokens)) expect(broker.stderr).not.toContain(t);
     expect(broker.stderr).not.toContain('not-the-token');
   });
+
+  it('failed logins: after 5 in a row the address is held off (429, Retry-After), the right token too, until the hold ends', async () => {
+    const api = (method: string, p: string, opts?: Parameters<typeof request>[3]) => request(broker.healthPort, method, p, opts);
+    for (let i = 0; i < 5; i++) expect((await api('GET', '/api/v1/topics', { auth: ['reader', `guess-${i}`] })).status).toBe(401);
+    const held = await api('GET', '/api/v1/topics', { auth: ['reader', tokens.reader!] });
+    expect([held.status, held.body.error.code]).toEqual([429, 'throttled']);
+    expect(Number(held.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect((await api('GET', '/api/v1/session', { auth: ['reader', tokens.reader!] })).status).toBe(429);
+    // Held for about a second after the fifth failure; then the right token works and clears the count.
+    await until(async () => (await api('GET', '/api/v1/topics', { auth: ['reader', tokens.reader!] })).status === 200, 10_000, 'the hold to end');
+    expect((await api('GET', '/api/v1/topics', { auth: ['reader', 'one-more-guess'] })).status).toBe(401);
+  });
 });

@@ -11,6 +11,7 @@ import type { Logger } from '../common/logger.js';
 import type { ApiClients } from './api-clients.js';
 import { partitionOffsets, readEnd, recordJson, type RouteContext, segment } from './api-records.js';
 import { Query, checkInt, credentialsOf, readJsonBody, sendError, sendJson } from './api-request.js';
+import { AuthBackoff } from './auth-backoff.js';
 import { TailCount, tail } from './tail-route.js';
 
 /** A search reads at most this many records per request (`scan_limit`). */
@@ -366,6 +367,7 @@ async function cluster({ url, res, client }: RouteContext): Promise<void> {
 
 export class AdminApi {
   private readonly routes: Route[] = [];
+  private readonly backoff = new AuthBackoff();
 
   constructor(private readonly deps: AdminApiDeps) {
     const tails = new TailCount();
@@ -407,6 +409,24 @@ export class AdminApi {
   }
 
   /**
+   * A request with credentials (authentication on), held off while its address failed too often
+   * (auth-backoff.ts); its outcome counts towards that.
+   */
+  private async authenticated<T>(req: http.IncomingMessage, run: () => Promise<T>): Promise<T> {
+    if (!this.deps.config.authentication) return run();
+    const address = req.socket.remoteAddress ?? '';
+    this.backoff.check(address);
+    try {
+      const out = await run();
+      this.backoff.succeeded(address);
+      return out;
+    } catch (err) {
+      if ((err as TributaryError).code === 'authentication_failed') this.backoff.failed(address);
+      throw err;
+    }
+  }
+
+  /**
    * GET /api/v1/session, open to anyone: whether authentication is on and whether the credentials sent
    * (if any) are valid. Always 200, so the console can ask before signing in without a failed request.
    */
@@ -426,7 +446,7 @@ export class AdminApi {
     }
     try {
       // LIST needs an authenticated connection and no permission: it checks the token only.
-      await this.deps.clients.with(auth, (c) => c.admin.listTopics());
+      await this.authenticated(req, () => this.deps.clients.with(auth, (c) => c.admin.listTopics()));
       sendJson(res, 200, { authentication, principal: auth.principal, authenticated: true });
     } catch (err) {
       const code = (err as TributaryError).code;
@@ -463,7 +483,7 @@ export class AdminApi {
       const auth = this.deps.config.authentication ? credentialsOf(req) : undefined;
       if (this.deps.config.authentication && !auth) throw new TributaryError('authentication_required', { reason: 'send Authorization: Basic base64(principal:token)' });
       const principal = this.deps.config.authentication ? auth?.principal : undefined;
-      await this.deps.clients.with(this.deps.config.authentication ? auth : undefined, (client) => route.handler({ req, res, url, params, client, principal }));
+      await this.authenticated(req, () => this.deps.clients.with(this.deps.config.authentication ? auth : undefined, (client) => route.handler({ req, res, url, params, client, principal })));
     } catch (err) {
       if (!(err instanceof TributaryError) || statusOf500(err)) this.deps.logger.error({ err, path: url.pathname, method: req.method }, 'admin API request failed');
       if (res.headersSent) res.end();

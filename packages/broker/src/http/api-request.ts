@@ -46,7 +46,10 @@ export function sendError(res: http.ServerResponse, err: unknown): void {
   const headers: http.OutgoingHttpHeaders = {};
   // Not `Basic`: a browser would pop up its own sign-in dialog instead of the console's form.
   if (statusOf(e) === 401) headers['www-authenticate'] = 'Tributary realm="tributary"';
-  if (e.retriable) headers['retry-after'] = '1';
+  if (e.retriable) {
+    const ms = Number(e.fields.retry_after_ms);
+    headers['retry-after'] = Number.isFinite(ms) && ms > 1000 ? String(Math.ceil(ms / 1000)) : '1';
+  }
   sendJson(res, statusOf(e), { error: { code: e.code, message: e.message, retriable: e.retriable, fields: e.fields } }, headers);
 }
 
