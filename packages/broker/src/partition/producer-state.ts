@@ -38,10 +38,22 @@ export interface BatchEntry {
 
 interface ProducerEntry {
   epoch: number;
-  /** Oldest first, at most PRODUCER_WINDOW. */
+  /** Oldest first, at most PRODUCER_WINDOW (one more just after a load, see snapshot()). */
   batches: BatchEntry[];
+  /**
+   * Batches pushed out of the window since the last snapshot, oldest first (at most MAX_EVICTED): when all
+   * of the window lies at or past a snapshot's offset, the newest of these below it is the producer's
+   * state as of that offset (see snapshot()).
+   */
+  evicted?: BatchEntry[];
   lastSeenMs: number;
 }
+
+/**
+ * Evicted batches kept per producer between snapshots: covers a follower holding up to this many (plus a
+ * window) of one producer's batches not yet below its HWM.
+ */
+const MAX_EVICTED = 16;
 
 export type CheckResult = { kind: 'append' } | { kind: 'duplicate'; entry: BatchEntry };
 
@@ -96,7 +108,7 @@ export class ProducerStateTable {
     }
     const entry: BatchEntry = { firstSeq, lastSeq, baseOffset: -1, lastOffset: -1, timestamp: 0 };
     p.batches.push(entry);
-    if (p.batches.length > PRODUCER_WINDOW) p.batches.shift();
+    trimWindow(p);
     p.lastSeenMs = nowMs;
     this.version++;
     return entry;
@@ -157,7 +169,7 @@ export class ProducerStateTable {
     const last = p.batches[p.batches.length - 1];
     if (last && (last.lastOffset >= baseOffset || last.lastSeq >= firstSeq)) return;
     p.batches.push({ firstSeq, lastSeq, baseOffset, lastOffset, timestamp });
-    if (p.batches.length > PRODUCER_WINDOW) p.batches.shift();
+    trimWindow(p);
     // Record timestamps may be the producer's: a replayed producer counts as seen now.
     p.lastSeenMs = Math.max(p.lastSeenMs, timestamp, Date.now());
     this.version++;
@@ -177,7 +189,10 @@ export class ProducerStateTable {
 
   /** Drops the batches that end at or above `offset`, keeping every producer's epoch. */
   dropBatchesFrom(offset: number): void {
-    for (const p of this.producers.values()) p.batches = p.batches.filter((b) => b.lastOffset < offset);
+    for (const p of this.producers.values()) {
+      p.batches = p.batches.filter((b) => b.lastOffset < offset);
+      if (p.evicted) p.evicted = p.evicted.filter((b) => b.lastOffset < offset);
+    }
     this.version++;
   }
 
@@ -198,9 +213,23 @@ export class ProducerStateTable {
   snapshot(offset: number): ProducerSnapshot {
     const producers: ProducerSnapshot['producers'] = [];
     for (const [id, p] of this.producers) {
-      const batches = p.batches
-        .filter((b) => b.baseOffset >= 0)
-        .map((b) => [b.firstSeq, b.lastSeq, b.baseOffset, b.lastOffset, b.timestamp] as [number, number, number, number, number]);
+      const done = p.batches.filter((b) => b.baseOffset >= 0);
+      // The state as of `offset` needs the producer's last batch below it. A load drops every batch from
+      // the offset on and replays the log from there: a window wholly at or past it (more than a window of
+      // batches not yet below the HWM, a follower's) would leave the producer with none, expecting
+      // sequence 0 after a truncation. So the newest evicted batch below the offset goes first.
+      if (p.evicted && !done.some((b) => b.lastOffset < offset)) {
+        let floor: BatchEntry | undefined;
+        for (const b of p.evicted) if (b.baseOffset >= 0 && b.lastOffset < offset) floor = b;
+        if (floor) {
+          done.unshift(floor);
+          // Older ones are never needed again (a later snapshot's offset is not lower).
+          p.evicted = p.evicted.filter((b) => b.lastOffset >= floor.lastOffset);
+        }
+      } else if (p.evicted) {
+        p.evicted = p.evicted.filter((b) => b.lastOffset >= offset);
+      }
+      const batches = done.map((b) => [b.firstSeq, b.lastSeq, b.baseOffset, b.lastOffset, b.timestamp] as [number, number, number, number, number]);
       // A producer without batches still carries its (fenced) epoch.
       producers.push({ id, epoch: p.epoch, lastSeenMs: p.lastSeenMs, batches });
     }
@@ -214,8 +243,10 @@ export class ProducerStateTable {
       t.writable().set(p.id, {
         epoch: p.epoch,
         lastSeenMs: p.lastSeenMs,
+        // The window and the batch below it a snapshot may hold (see snapshot()): a load drops what lies past
+        // its offset, and trimWindow keeps the rest to the window.
         batches: p.batches
-          .slice(-PRODUCER_WINDOW)
+          .slice(-(PRODUCER_WINDOW + 1))
           .map(([firstSeq, lastSeq, baseOffset, lastOffset, timestamp]) => ({ firstSeq, lastSeq, baseOffset, lastOffset, timestamp })),
       });
     }
@@ -233,6 +264,15 @@ export class ProducerStateTable {
     if (!p) return undefined;
     const last = p.batches[p.batches.length - 1];
     return { epoch: p.epoch, lastSeq: last ? last.lastSeq : -1 };
+  }
+}
+
+/** Keeps the producer's window to PRODUCER_WINDOW batches; what falls out is kept for the next snapshot. */
+function trimWindow(p: ProducerEntry): void {
+  while (p.batches.length > PRODUCER_WINDOW) {
+    // Pending ones too: complete() fills their offsets in; an aborted one keeps -1 and is never a floor.
+    (p.evicted ??= []).push(p.batches.shift()!);
+    if (p.evicted.length > MAX_EVICTED) p.evicted.shift();
   }
 }
 
