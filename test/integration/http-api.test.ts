@@ -281,6 +281,13 @@ describe('admin API, authentication off', () => {
     expect((await api('GET', '/api/v1/topics', { headers: { authorization: 'Bearer from-the-proxy' } })).status).toBe(200);
   });
 
+  it('session takes GET only (405 with Allow); a token in a URL is 400 whatever else the request lacks', async () => {
+    const post = await api('POST', '/api/v1/session', { body: {} });
+    expect([post.status, post.headers.allow]).toEqual([405, 'GET']);
+    const inUrl = await api('GET', '/api/v1/topics?token=abc');
+    expect([inUrl.status, inUrl.body.error.code, inUrl.body.error.fields.param]).toEqual([400, 'invalid_parameter', 'token']);
+  });
+
   it('tail: a client gone before the stream started leaves nothing running (no client, no connections kept)', async () => {
     await api('POST', '/api/v1/topics', { body: { name: 'abandoned', partitions: 1 } });
     const connections = async () => Number(/^tributary_connections (\d+)/m.exec((await api('GET', '/metrics')).body as string)?.[1]);
@@ -537,6 +544,8 @@ describe('admin API, TLS and authentication on', () => {
     const ghost = await api('GET', '/api/v1/topics', { auth: ['ghost', 'whatever'] });
     expect(ghost.status).toBe(401);
     expect((await api('GET', '/api/v1/topics', { headers: { authorization: 'Bearer abc' } })).status).toBe(401);
+    // A token in the URL is refused as such (400), before the missing Authorization header is (401).
+    expect((await api('GET', '/api/v1/topics?token=abc')).status).toBe(400);
 
     const admin: [string, string] = ['admin', tokens.admin!];
     const reader: [string, string] = ['reader', tokens.reader!];

@@ -458,10 +458,13 @@ export class AdminApi {
   /** Serves one request under `/api/v1/`. */
   async handle(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
     try {
-      if (url.pathname === '/api/v1/session' && (req.method === 'GET' || req.method === 'HEAD')) {
-        await this.session(req, res, url);
+      if (url.pathname === '/api/v1/session') {
+        if (req.method === 'GET' || req.method === 'HEAD') await this.session(req, res, url);
+        else sendJson(res, 405, { error: { code: 'method_not_allowed', message: `${req.method} is not allowed on ${url.pathname}; allowed: GET`, retriable: false, fields: {} } }, { allow: 'GET' });
         return;
       }
+      // Credentials in a URL end up in logs and histories: refused before anything reads them (400, not a 401).
+      for (const name of ['token', 'access_token']) if (url.searchParams.has(name)) throw invalidParam(name, 'credentials go in the Authorization header, never in a URL');
       const candidates = this.routes.filter((r) => r.pattern.test(url.pathname));
       if (candidates.length === 0) {
         sendJson(res, 404, { error: { code: 'not_found', message: `no route ${url.pathname}`, retriable: false, fields: {} } });
