@@ -529,7 +529,7 @@ export class GroupCoordinator {
     const g = requireGroup(this.groups, group);
     if (g.topic !== topic) throw invalidParam('topic', `group ${group} consumes topic ${g.topic}`);
     const m = requireMember(g, member);
-    return { standing: standingOf(g, m), sessionLeftMs: m.lastHeartbeat + m.sessionTimeoutMs - this.clock.monotonic() };
+    return { standing: standingOf(g, m, this.deps.topics.tryGet(topic)?.def.topicId), sessionLeftMs: m.lastHeartbeat + m.sessionTimeoutMs - this.clock.monotonic() };
   }
 
   /**

@@ -277,7 +277,7 @@ export class GroupOffsets {
     const g = requireGroup(this.ctx.groups, req.group);
     if (g.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
     const m = requireMember(g, req.member);
-    const standing = standingOf(g, m);
+    const standing = standingOf(g, m, this.ctx.topics.tryGet(req.topic)?.def.topicId);
     checkGeneration(standing, req.generation);
     this.checkEntries(req, (p) => checkPartition(standing, p));
   }

@@ -20,14 +20,22 @@ export interface MemberStanding {
   isReset(partition: number): boolean;
 }
 
-export function standingOf(g: ConsumerGroup, m: Member): MemberStanding {
+/**
+ * `topicId`: the id of the group's topic now. One other than the group's generation was assigned for (the
+ * topic deleted and created again under its name since) counts as a reset of every partition: a reader
+ * positioned in the old log must not read the new one from there nor commit that position into it; the
+ * member rejoins, and that generation has it read the partitions anew (rebalance.ts).
+ */
+export function standingOf(g: ConsumerGroup, m: Member, topicId?: string): MemberStanding {
+  const assignedFor = g.topicShape?.split('/')[0];
+  const renewed = topicId !== undefined && assignedFor !== undefined && assignedFor !== 'none' && assignedFor !== topicId;
   return {
     group: g.groupId,
     groupGeneration: g.generation,
     memberId: m.memberId,
     generation: m.generation,
     owns: (p) => g.owners.get(p) === m.memberId,
-    isReset: (p) => m.reset.has(p),
+    isReset: (p) => renewed || m.reset.has(p),
   };
 }
 

@@ -140,6 +140,18 @@ export class Rebalancer {
     const joined = new Set(reasons.filter((r) => r.cause === 'join').map((r) => r.member));
     const topic = this.ctx.topics.tryGet(g.topic);
     const partitions = topic ? topic.partitions.length : 0;
+    const idBefore = g.topicShape?.split('/')[0];
+    // Deleted and created again under the name since the last generation (a new topic id): its partitions
+    // are new logs. Every member gives up what it owns and is told to read it anew (reset=, as after an
+    // admin RESET_OFFSETS), and its commits there are refused until it has: readers positioned in the old
+    // log would skip the new one's records up to there, and commit the old one's offsets into it.
+    if (topic && idBefore !== undefined && idBefore !== 'none' && idBefore !== topic.def.topicId) {
+      for (const m of g.members.values()) {
+        for (const p of m.owned) m.reset.add(p);
+        m.owned.clear();
+      }
+      g.owners.clear();
+    }
     g.topicShape = topicShape(topic);
     g.clampToPartitions(partitions);
     const before = new Map<number, string>();
