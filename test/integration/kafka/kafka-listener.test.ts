@@ -9,6 +9,7 @@ import path from 'node:path';
 import { ConfigResourceTypes, Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
+import { crc32cRange } from 'tributary-protocol/record-batch/crc32c.js';
 import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
 import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
 import { apiByKey } from 'tributary-broker/kafka/protocol/apis.js';
@@ -156,15 +157,23 @@ describe('the Kafka listener', () => {
   });
 
   it('counts its connections in tributary_connections, with the main port\'s (as --max-connections does)', async () => {
-    const open = async () => Number(/^tributary_connections (\d+)/m.exec((await broker.health('/metrics')).body)?.[1]);
-    const before = await open();
-    const raws = [await RawKafka.connect(broker.kafkaPort), await RawKafka.connect(broker.kafkaPort)];
+    // A broker of its own: this file's other clients come and go on the shared one.
+    const own = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1', '--kafka-port', String(await freePort())] });
     try {
-      await until(async () => (await open()) === before + 2, 5000, 'two more connections counted');
+      const open = async () => Number(/^tributary_connections (\d+)/m.exec((await own.health('/metrics')).body)?.[1]);
+      expect(await open()).toBe(0);
+      const main = await own.connect();
+      const raws = [await RawKafka.connect(own.kafkaPort), await RawKafka.connect(own.kafkaPort)];
+      try {
+        await until(async () => (await open()) === 3, 5000, 'one main-port and two Kafka connections counted');
+      } finally {
+        for (const r of raws) r.socket.destroy();
+      }
+      await until(async () => (await open()) === 1, 5000, 'the closed Kafka connections no longer counted');
+      main.close();
     } finally {
-      for (const r of raws) r.socket.destroy();
+      await own.dispose();
     }
-    await until(async () => (await open()) === before, 5000, 'the closed connections no longer counted');
   });
 
   it('answers every advertised version of every served API with a response that version decodes', async () => {
@@ -546,6 +555,40 @@ describe('the Kafka listener', () => {
         expect(await leo('bad')).toBe('0');
         expect(codeOf(await produce(good))).toBe(0);
         expect(await leo('bad')).toBe('1');
+      } finally {
+        raw.socket.destroy();
+      }
+    });
+
+    it('a batch whose CRC holds but whose records do not (a bad record, a lastOffsetDelta that lies, an old magic) is INVALID_RECORD; more records than a request may take is MESSAGE_TOO_LARGE; nothing is stored', async () => {
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        const produce = (records: Buffer) => raw.call(0, 7, { transactionalId: null, acks: -1, timeoutMs: 1000, topicData: [{ name: 'bad', partitionData: [{ index: 0, records }] }] });
+        const codeOf = (r: KafkaStruct) => ((r.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!.errorCode;
+        /** A copy of `b` changed by `edit`, its CRC-32C (attributes..end) made right again. */
+        const resealed = (b: Buffer, edit: (x: Buffer) => void) => {
+          const x = Buffer.from(b);
+          edit(x);
+          x.writeUInt32BE(crc32cRange(x, 21, x.length), 17);
+          return x;
+        };
+        const two = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('a') }, { key: null, value: Buffer.from('b') }] });
+        const before = await leo('bad');
+        // The first record's length (a zigzag varint right after the 61-byte header) past the batch's end.
+        expect(codeOf(await produce(resealed(two, (x) => void (x[61] = 0x7e))))).toBe(kafkaErrorCode('INVALID_RECORD'));
+        expect(codeOf(await produce(resealed(two, (x) => x.writeInt32BE(5, 23))))).toBe(kafkaErrorCode('INVALID_RECORD'));
+        // A magic 0 message: offset, size 14, crc, magic 0, attributes, null key, null value.
+        const v0 = Buffer.alloc(26);
+        v0.writeInt32BE(14, 8);
+        v0.writeInt32BE(-1, 18);
+        v0.writeInt32BE(-1, 22);
+        expect(codeOf(await produce(v0))).toBe(kafkaErrorCode('INVALID_RECORD'));
+        // 300,000 empty records: 2 MB of records (0.4 MB gzipped), within the 64 MB a request may inflate
+        // to, but past what decoding one request may take in records.
+        const many = encodeRecordBatch({ records: Array.from({ length: 300_000 }, () => ({ key: null, value: Buffer.alloc(0) })), compression: 'gzip' });
+        expect(codeOf(await produce(many))).toBe(kafkaErrorCode('MESSAGE_TOO_LARGE'));
+        expect(await leo('bad')).toBe(before);
+        expect(codeOf(await produce(two))).toBe(0);
       } finally {
         raw.socket.destroy();
       }

@@ -4,7 +4,7 @@
  * with a partial batch by design.
  */
 import { RecordBatchError, type RecordBatchErrorReason } from './errors.js';
-import { BATCH_LENGTH, LOG_OVERHEAD, MIN_BATCH_LENGTH, r32s } from './layout.js';
+import { BATCH_LENGTH, LOG_OVERHEAD, MAGIC, MAGIC_V2, MIN_BATCH_LENGTH, r32s } from './layout.js';
 import { RecordBatchView, type ValidateOptions } from './view.js';
 
 export interface BatchSplit {
@@ -32,10 +32,15 @@ export function splitRecordBatches(buf: Buffer, opts: ValidateOptions & { start?
       err = new RecordBatchError('truncated', `${end - at} bytes, too few for a batch's length`, { at, need: LOG_OVERHEAD, have: end - at });
     } else {
       const batchLength = r32s(region, at + BATCH_LENGTH);
+      // An old message set (magic 0 or 1, same place) is shorter than a v2 header: named for its magic. A
+      // zero length (a preallocated region never written) stays bad_length.
+      const magic = end - at > MAGIC ? region[at + MAGIC]! : MAGIC_V2;
       err =
-        batchLength < MIN_BATCH_LENGTH
-          ? new RecordBatchError('bad_length', `batchLength ${batchLength} is below ${MIN_BATCH_LENGTH}`, { at, batchLength })
-          : view.check(opts);
+        magic < MAGIC_V2 && batchLength > 0
+          ? new RecordBatchError('bad_magic', `magic ${magic}, expected 2`, { at, magic })
+          : batchLength < MIN_BATCH_LENGTH
+            ? new RecordBatchError('bad_length', `batchLength ${batchLength} is below ${MIN_BATCH_LENGTH}`, { at, batchLength })
+            : view.check(opts);
     }
     if (err !== null) return { batches, validEnd: at, stop: { at, reason: err.reason, error: err } };
     batches.push(view);
