@@ -5,6 +5,8 @@
  * 10 s timer) and the new log start were lost to the rebuild: a producer's sequences (its next batch
  * refused, a retry written twice) and a transaction's marker (its LSO pinned at the log start).
  */
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Partition } from 'tributary-broker/partition/partition.js';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
@@ -89,6 +91,23 @@ describe('retention never runs ahead of the snapshots', () => {
     const leo = p.logEndOffset;
     expect((await p.appendIdempotent([rec('k1', 600)], batch(1))).duplicate).toBe(true);
     expect(p.logEndOffset).toBe(leo);
+    await p.close();
+  });
+
+  it('snapshots that cannot be written (a full disk) still let retention delete what the last ones cover', async () => {
+    const { dir, p } = await fresh();
+    const batch = (s: number) => ({ producerId: 'F', epoch: 0, firstSequence: s, lastSequence: s });
+    for (let i = 0; i < 4; i++) await p.appendIdempotent([rec(`a${i}`, 600)], batch(i));
+    await snapshotTick(p); // both snapshots as of the HWM, 4
+    const covered = p.highWatermark;
+    // The producer state changes past the snapshot: records from here are in no snapshot.
+    for (let i = 4; i < 8; i++) await p.appendIdempotent([rec(`b${i}`, 600)], batch(i));
+    // Every snapshot write from here fails (its temp file cannot be created), as on a full disk.
+    await mkdir(join(dir, 'producer.snapshot.tmp'));
+    const res = await p.applyRetention(Date.now());
+    expect(res.deletedSegments).toBeGreaterThan(0);
+    expect(p.earliest).toBeLessThanOrEqual(covered);
+    expect(p.earliest).toBeGreaterThan(0);
     await p.close();
   });
 });

@@ -211,6 +211,8 @@ export class PartitionSnapshots implements Tickable {
   private txnVersion = -1;
   /** The offset of the last transaction snapshot written (the rebuild scan after a crash starts there). */
   private txnOffset = -1;
+  /** The offset of the last producer snapshot written (or found at load), -1 before any. */
+  private producerOffset = -1;
   private readonly producerFile: SnapshotFile;
   private readonly txnFile: SnapshotFile;
 
@@ -226,10 +228,13 @@ export class PartitionSnapshots implements Tickable {
   }
 
   async loadProducers(): Promise<ProducerStateTable> {
-    const { state: table, end, fresh } = await loadProducerState(this.log);
+    const { state: table, end, from, fresh } = await loadProducerState(this.log);
     if (!this.owner.isClosed) {
       if (fresh) await this.writeProducers(table, end).catch((err: unknown) => this.writeFailed(PRODUCER_SNAPSHOT_FILE, err));
-      else this.producerVersion = table.version;
+      else {
+        this.producerVersion = table.version;
+        this.producerOffset = from;
+      }
       this.checkProducers = true;
       this.ticker.want(this);
     }
@@ -291,10 +296,20 @@ export class PartitionSnapshots implements Tickable {
     const txns = this.checkTxns ? this.owner.txnIndex() : undefined;
     if (!producers || !txns) return none;
     const hwm = this.log.highWatermark;
-    producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
-    await this.writeProducers(producers, hwm, true);
-    txns.prune(this.log.logStartOffset);
-    const covered = await this.writeTxns(txns, hwm, true);
+    try {
+      producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
+      await this.writeProducers(producers, hwm, true);
+      txns.prune(this.log.logStartOffset);
+      await this.writeTxns(txns, hwm, true);
+    } catch (err) {
+      // A full disk: retention may be what frees it, so it still deletes what the last snapshots cover.
+      this.log.logger.warn({ err }, 'could not write the snapshots before retention; deleting only below the last ones');
+    }
+    // A state unchanged since its last snapshot is that snapshot as of any offset: nothing of it was appended since.
+    const producersCovered = producers.version === this.producerVersion ? hwm : this.producerOffset;
+    const txnsCovered = txns.version === this.txnVersion ? hwm : this.txnOffset;
+    const covered = Math.min(producersCovered, txnsCovered);
+    if (covered < 0) return none;
     return this.log.applyRetention(now, Math.min(hwm, covered));
   }
 
@@ -304,12 +319,14 @@ export class PartitionSnapshots implements Tickable {
     // A dormant log has no records and no directory: nothing to keep (docs/architecture.md, "Hosted partitions").
     if (this.log.dormant) {
       this.producerVersion = version;
+      this.producerOffset = offset;
       return Promise.resolve();
     }
     return this.producerFile.write(
       JSON.stringify(table.snapshot(offset)),
       () => {
         this.producerVersion = version;
+        this.producerOffset = offset;
       },
       syncDir,
     );
@@ -349,8 +366,12 @@ export class PartitionSnapshots implements Tickable {
    */
   async onFilesCreated(): Promise<void> {
     await Promise.all([
-      this.producerFile.write(JSON.stringify(new ProducerStateTable().snapshot(0)), () => {}),
-      this.txnFile.write(JSON.stringify(new TxnIndex().snapshot(0)), () => {}),
+      this.producerFile.write(JSON.stringify(new ProducerStateTable().snapshot(0)), () => {
+        this.producerOffset = Math.max(this.producerOffset, 0);
+      }),
+      this.txnFile.write(JSON.stringify(new TxnIndex().snapshot(0)), () => {
+        this.txnOffset = Math.max(this.txnOffset, 0);
+      }),
     ]);
   }
 
