@@ -111,9 +111,14 @@ describe('deleting a topic in a cluster', () => {
     // A lower offset into the re-created (empty) topic is no regression, once the member rejoined (its
     // generation read the old topic: REBALANCE_IN_PROGRESS reason=offsets_reset until then).
     await expect(m.commit(0, 0)).rejects.toMatchObject({ code: 'REBALANCE_IN_PROGRESS' });
-    await m.join();
-    await m.sync();
-    await m.commit(0, 0);
+    await cluster.waitFor('a commit into the re-created topic after rejoining', async () => {
+      await m.join();
+      await m.sync();
+      return m.commit(0, 0).then(
+        () => true,
+        () => false,
+      );
+    });
     expect(await committedColumn(group)).toEqual([0, null]);
 
     // The coordinator restarts: another broker takes the group over from the replicated log.
