@@ -11,7 +11,7 @@ import { ClientConnection } from './client-connection.js';
 import type { BrokerContext } from './command-context.js';
 import type { BrokerConfig } from '../common/config.js';
 import { type DataDirLock, lockDataDir } from './data-dir-lock.js';
-import { allowedHostNames, createHealthServer } from './http-server.js';
+import { allowedHostNames, createHealthServer, limitConnections } from './http-server.js';
 import { AdminApi } from '../http/admin-api.js';
 import { ApiClients, selfConnection } from '../http/api-clients.js';
 import type { Logger } from '../common/logger.js';
@@ -98,6 +98,8 @@ export class Broker implements BrokerContext {
   readonly security: Security;
   private readonly perAddress: AddressLimiter;
   private readonly health: http.Server;
+  /** Accepts the HTTP port's connections for `health`, at most httpMaxConnections at once. */
+  private readonly healthListener: net.Server;
   /** The SDK clients the admin API acts through (src/http/api-clients.ts). */
   private readonly apiClients: ApiClients;
   private readonly connections = new Set<ClientConnection>();
@@ -190,7 +192,8 @@ export class Broker implements BrokerContext {
       () => selfConn().tls,
     );
     const api = new AdminApi({ config, clients: this.apiClients, logger: logger.child({ component: 'admin-api' }), security: () => this.security.snapshot() });
-    this.health = createHealthServer(this.metrics, () => (this.state === 'ready' ? { ready: true } : { ready: false, reason: this.unreadyReason() }), api, allowedHostNames(config));
+    this.health = createHealthServer(this.metrics, () => (this.state === 'ready' ? { ready: true } : { ready: false, reason: this.unreadyReason() }), api, allowedHostNames(config), config.frameTimeoutMs);
+    this.healthListener = limitConnections(this.health, config.httpMaxConnections);
   }
 
   get brokerId(): number {
@@ -227,7 +230,7 @@ export class Broker implements BrokerContext {
       this.state = 'stopped'; // nothing to stop
       throw err;
     }
-    this.boundHealthPort = await listen(this.health, this.config.healthPort, this.config.host);
+    this.boundHealthPort = await listen(this.healthListener, this.config.healthPort, this.config.host);
     this.boundPort = await listen(this.server, this.config.port, this.config.host);
     // Bound now, so a cluster registration can name it; its requests wait for readiness (kafka-connection.ts).
     if (this.kafka) {
@@ -533,9 +536,10 @@ export class Broker implements BrokerContext {
     await this.cluster?.close();
     await this.topics.close();
     if (!this.cluster) await this.store.close();
-    const healthClosed = new Promise<void>((resolve) => this.health.close(() => resolve()));
+    const healthClosed = new Promise<void>((resolve) => this.healthListener.close(() => resolve()));
     // Live tails (Server-Sent Events) never end by themselves.
     this.health.closeAllConnections();
+    this.health.close();
     await healthClosed;
     await this.dataDirLock?.release();
     this.state = 'stopped';

@@ -1,5 +1,5 @@
 import http from 'node:http';
-import { isIP } from 'node:net';
+import net, { isIP } from 'node:net';
 import type { BrokerMetrics } from '../common/metrics.js';
 import type { AdminApi } from '../http/admin-api.js';
 import { serveConsole } from '../http/console-static.js';
@@ -14,8 +14,12 @@ export function createHealthServer(
   readiness: () => { ready: boolean; reason?: string },
   api?: AdminApi,
   allowedHosts: ReadonlySet<string> = new Set(),
+  requestTimeoutMs = 30_000,
 ): http.Server {
-  return http.createServer((req, res) => {
+  // Node's defaults let a client take 300 s to send a request and check only every 30 s; a request is
+  // held to the main port's frame timeout instead (a tail's response may last; its request may not).
+  const timeouts = { requestTimeout: requestTimeoutMs, headersTimeout: requestTimeoutMs, connectionsCheckingInterval: Math.min(1000, requestTimeoutMs) };
+  return http.createServer(timeouts, (req, res) => {
     let url: URL;
     try {
       url = new URL(req.url ?? '/', 'http://broker');
@@ -53,6 +57,31 @@ export function createHealthServer(
       res.writeHead(404).end();
     }
   });
+}
+
+const TOO_MANY = 'HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: application/json\r\nRetry-After: 1\r\n';
+
+/**
+ * The listener of the HTTP port: hands `server` at most `max` connections at once (httpMaxConnections);
+ * one past it is answered 503 (`too_many_connections`) and closed, as the main port answers an ERROR
+ * line, rather than dropped without a word as `server.maxConnections` would.
+ */
+export function limitConnections(server: http.Server, max: number): net.Server {
+  let open = 0;
+  const listener = net.createServer((socket) => {
+    if (open >= max) {
+      const body = `${JSON.stringify({ error: { code: 'too_many_connections', message: `too_many_connections max=${max}`, retriable: true, fields: { max } } })}\n`;
+      socket.on('error', () => {});
+      socket.end(`${TOO_MANY}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      return;
+    }
+    open++;
+    socket.once('close', () => open--);
+    server.emit('connection', socket);
+  });
+  // `server` never listens itself, and Node starts its request and header timeouts on its 'listening'.
+  listener.on('listening', () => server.emit('listening'));
+  return listener;
 }
 
 /**

@@ -35,6 +35,11 @@ export const brokerConfigSchema = z
      * `host` and `advertisedHost`: any other Host header is refused (DNS rebinding; docs/http-api.md).
      */
     httpAllowedHosts: z.string().min(1).optional(),
+    /**
+     * Connections the HTTP port holds at once (API, console, tails, health, metrics); past it a new one gets
+     * 503 and is closed. Each held a socket without bound (docs/http-api.md, "Limits").
+     */
+    httpMaxConnections: z.number().int().min(1).default(1024),
     advertisedPort: z.number().int().min(1).max(65535).optional(),
     /** A second listener speaking the Kafka protocol (docs/kafka.md); off unless a port is given (0: any free port). */
     kafkaPort: z.number().int().min(0).max(65535).optional(),
