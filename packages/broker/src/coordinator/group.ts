@@ -7,6 +7,13 @@
  * only then can the member it is targeted to take it. Members whose partitions do not move are never
  * stopped: their commits stay valid under their own generation until they rejoin.
  */
+import type { Topic } from '../partition/topic-manager.js';
+
+/** What a group's assignment depends on of its topic: its id (a re-created topic is another) and partition count. */
+export function topicShape(topic: Topic | undefined): string {
+  return topic ? `${topic.def.topicId}/${topic.partitions.length}` : 'none';
+}
+
 export type GroupState = 'Empty' | 'PreparingRebalance' | 'CompletingRebalance' | 'Stable' | 'Dead';
 export type AssignmentProtocol = 'server' | 'client';
 
@@ -107,6 +114,16 @@ export class ConsumerGroup {
     if (this.pendingCauses.length > 0) return 'PreparingRebalance';
     if (!this.isSettled()) return 'CompletingRebalance';
     return 'Stable';
+  }
+
+  /**
+   * Whether `topicId`, the id of the group's topic now, is another than the one the current generation was
+   * assigned for: the topic was deleted and created again under its name since (a new log). False when
+   * either is unknown (no generation yet, no topic then or now).
+   */
+  assignedForOtherTopic(topicId: string | undefined): boolean {
+    const assignedFor = this.topicShape?.split('/')[0];
+    return topicId !== undefined && assignedFor !== undefined && assignedFor !== 'none' && assignedFor !== topicId;
   }
 
   /** Every member synced at the current generation and owns exactly its target. */

@@ -27,8 +27,7 @@ export interface MemberStanding {
  * member rejoins, and that generation has it read the partitions anew (rebalance.ts).
  */
 export function standingOf(g: ConsumerGroup, m: Member, topicId?: string): MemberStanding {
-  const assignedFor = g.topicShape?.split('/')[0];
-  const renewed = topicId !== undefined && assignedFor !== undefined && assignedFor !== 'none' && assignedFor !== topicId;
+  const renewed = g.assignedForOtherTopic(topicId);
   return {
     group: g.groupId,
     groupGeneration: g.generation,

@@ -1,15 +1,9 @@
 import client from 'prom-client';
 import { type Assignment, type AssignorName, assign } from 'tributary-protocol/assignors.js';
-import type { ChangeCause, ChangeReason, ConsumerGroup, Member } from './group.js';
+import { type ChangeCause, type ChangeReason, type ConsumerGroup, type Member, topicShape } from './group.js';
 import type { GroupContext } from './group-context.js';
 import { wallTimeOf } from '../common/clock.js';
 import { Waiters } from './waiters.js';
-import type { Topic } from '../partition/topic-manager.js';
-
-/** What a group's assignment depends on of its topic: its id (a re-created topic is another) and partition count. */
-export function topicShape(topic: Topic | undefined): string {
-  return topic ? `${topic.def.topicId}/${topic.partitions.length}` : 'none';
-}
 
 /**
  * The timers of the group coordinator and what they decide (docs/architecture.md, "Group coordinator"):
@@ -140,12 +134,11 @@ export class Rebalancer {
     const joined = new Set(reasons.filter((r) => r.cause === 'join').map((r) => r.member));
     const topic = this.ctx.topics.tryGet(g.topic);
     const partitions = topic ? topic.partitions.length : 0;
-    const idBefore = g.topicShape?.split('/')[0];
     // Deleted and created again under the name since the last generation (a new topic id): its partitions
     // are new logs. Every member gives up what it owns and is told to read it anew (reset=, as after an
     // admin RESET_OFFSETS), and its commits there are refused until it has: readers positioned in the old
     // log would skip the new one's records up to there, and commit the old one's offsets into it.
-    if (topic && idBefore !== undefined && idBefore !== 'none' && idBefore !== topic.def.topicId) {
+    if (g.assignedForOtherTopic(topic?.def.topicId)) {
       for (const m of g.members.values()) {
         for (const p of m.owned) m.reset.add(p);
         m.owned.clear();
