@@ -1,5 +1,5 @@
 /**
- * Retention and the partition's snapshots (partition-snapshots.ts, applyRetention): segments go only
+ * Retention and the partition's snapshots (partition-retention.ts, partition-snapshots.ts): segments go only
  * below what both snapshots cover, so a kill -9 right after retention rebuilds the idempotent producer
  * state and the transaction index as they were. Otherwise the records between the last snapshot (the
  * 10 s timer) and the new log start were lost to the rebuild: a producer's sequences (its next batch

@@ -283,34 +283,33 @@ export class PartitionSnapshots implements Tickable {
   }
 
   /**
-   * Retention of a 'delete' topic (the retention timer). Segments go only below what both snapshots
-   * cover: after a crash, a state rebuilt from a snapshot older than the log start would miss the
-   * records between (an idempotent producer's sequences, a transaction's marker, so its LSO stays at
-   * the log start). Both are written as of the HWM first, their names fsynced; while a state is being
-   * rebuilt nothing goes (the next pass deletes it).
+   * Writes both states as of `offset`, their names fsynced (retention, partition-retention.ts); false,
+   * writing nothing, while either is being rebuilt. Rejects when a write fails.
    */
-  async applyRetention(now: number): Promise<{ deletedSegments: number; deletedBytes: number }> {
-    const none = { deletedSegments: 0, deletedBytes: 0 };
-    if (!this.log.retentionDue(now)) return none;
+  async writeBoth(offset: number): Promise<boolean> {
     const producers = this.checkProducers ? this.owner.producerState() : undefined;
     const txns = this.checkTxns ? this.owner.txnIndex() : undefined;
-    if (!producers || !txns) return none;
-    const hwm = this.log.highWatermark;
-    try {
-      producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
-      await this.writeProducers(producers, hwm, true);
-      txns.prune(this.log.logStartOffset);
-      await this.writeTxns(txns, hwm, true);
-    } catch (err) {
-      // A full disk: retention may be what frees it, so it still deletes what the last snapshots cover.
-      this.log.logger.warn({ err }, 'could not write the snapshots before retention; deleting only below the last ones');
-    }
+    if (!producers || !txns) return false;
+    producers.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
+    await this.writeProducers(producers, offset, true);
+    txns.prune(this.log.logStartOffset);
+    await this.writeTxns(txns, offset, true);
+    return true;
+  }
+
+  /**
+   * The offset up to which both snapshots on disk cover the states, given the HWM `hwm`: a rebuild from
+   * them after a crash misses nothing below it. -1 while either state is being rebuilt or before any
+   * snapshot of it was written.
+   */
+  coveredUpTo(hwm: number): number {
+    const producers = this.checkProducers ? this.owner.producerState() : undefined;
+    const txns = this.checkTxns ? this.owner.txnIndex() : undefined;
+    if (!producers || !txns) return -1;
     // A state unchanged since its last snapshot is that snapshot as of any offset: nothing of it was appended since.
     const producersCovered = producers.version === this.producerVersion ? hwm : this.producerOffset;
     const txnsCovered = txns.version === this.txnVersion ? hwm : this.txnOffset;
-    const covered = Math.min(producersCovered, txnsCovered);
-    if (covered < 0) return none;
-    return this.log.applyRetention(now, Math.min(hwm, covered));
+    return Math.min(hwm, producersCovered, txnsCovered);
   }
 
   /** Writes the producer state snapshot; writes are serialized. */

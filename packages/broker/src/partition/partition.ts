@@ -13,6 +13,7 @@ import { type CheckResult, ProducerStateReplay, type ProducerStateTable } from '
 import { encodeMarkerValue, type MarkerType, type OpenTxn, type TxnIndex } from './txn-index.js';
 import type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
 import { PartitionSnapshots, readTxnFloor, type SnapshotOwner } from './partition-snapshots.js';
+import { applyPartitionRetention } from './partition-retention.js';
 import { type ReleasedEpochs, releaseFiles } from './partition-release.js';
 
 export type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
@@ -119,9 +120,9 @@ export class Partition implements SnapshotOwner {
     return this.txnReady;
   }
 
-  /** Retention of a 'delete' topic, never past what the snapshots cover (PartitionSnapshots.applyRetention). */
+  /** Retention of a 'delete' topic, never past what the snapshots cover (partition-retention.ts). */
   applyRetention(now: number): Promise<{ deletedSegments: number; deletedBytes: number }> {
-    return this.snapshots.applyRetention(now);
+    return applyPartitionRetention(this.log, this.snapshots, now);
   }
 
   private txnIndexOrThrow(): TxnIndex {

@@ -333,6 +333,11 @@ export class PartitionLog {
     if (this.cleanerPart === null && this.st.state === 'open' && !this.st.failed && !retentionDue(this.st, now)) {
       return Promise.resolve({ deletedSegments: 0, deletedBytes: 0 });
     }
+    return this.applyDueRetention(now, bound);
+  }
+
+  /** applyRetention once its caller found retentionDue(now) (a Partition, before writing its snapshots). */
+  applyDueRetention(now: number, bound: number): Promise<{ deletedSegments: number; deletedBytes: number }> {
     return this.cleaner.applyRetention(now, bound).then((r) => {
       // Retention may have raised the HWM to the new log start.
       this.wantCheckpoint();
