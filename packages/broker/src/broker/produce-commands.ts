@@ -160,16 +160,11 @@ async function publish(b: BrokerContext, c: ConnectionContext, p: Params): Promi
   return JSON.stringify({ status: 'OK', partition: partition.id, offset: res.baseOffset, leader: leaderAddress(b) });
 }
 
-export function countIn(b: BrokerContext, topic: string, records: number, bytes: number): void {
-  b.metrics.recordsIn.inc({ topic }, records);
-  b.metrics.bytesIn.inc({ topic }, bytes);
-}
-
 /** Counted once appended: a refused append, or an idempotent retry answered as a duplicate, adds nothing to the log. */
 function countAppended(b: BrokerContext, topic: string, records: number, bytes: number, appended: Promise<object>): void {
   appended.then(
     (r) => {
-      if (!(r as { duplicate?: boolean }).duplicate) countIn(b, topic, records, bytes);
+      if (!(r as { duplicate?: boolean }).duplicate) b.metrics.countIn(topic, records, bytes);
     },
     () => {},
   );

@@ -3,7 +3,7 @@ import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { MAX_PRODUCER_EPOCH, type RecordHeader, type RecordInput } from 'tributary-protocol/record.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
-import { checkRecordSize, countIn, leaderGate, refuseInternal, replicated } from './produce-commands.js';
+import { checkRecordSize, leaderGate, refuseInternal, replicated } from './produce-commands.js';
 import { appendNext, stageLocally } from '../txn/txn-targets.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import { parseBatchEntries } from './group-commands.js';
@@ -54,10 +54,7 @@ async function txnPublish(b: BrokerContext, _c: ConnectionContext, p: Params): P
   const size = value.length + (key?.length ?? 0);
   if (size > b.config.maxRecordBytes) throw new TributaryError('record_too_large', { size, max: b.config.maxRecordBytes });
   const r = await b.transactions.publish(id, producerId, epoch, topic, explicit, { key, value }, seqNum);
-  if (!r.duplicate) {
-    b.metrics.recordsIn.inc({ topic }, 1);
-    b.metrics.bytesIn.inc({ topic }, value.length);
-  }
+  if (!r.duplicate) b.metrics.countIn(topic, 1, value.length);
   return formatOk({ transactional_id: id, topic, partition: r.partition, offset: r.offset, ...(r.duplicate ? { duplicate: true } : {}) });
 }
 
@@ -200,7 +197,7 @@ export async function txnBatch(b: BrokerContext, c: ConnectionContext, body: Buf
     fresh++;
     bytes += records[i]!.value.length;
   });
-  if (fresh > 0) countIn(b, batch.topic, fresh, bytes);
+  if (fresh > 0) b.metrics.countIn(batch.topic, fresh, bytes);
   return JSON.stringify({
     status: 'OK',
     transactional_id: id,

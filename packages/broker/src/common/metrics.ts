@@ -41,6 +41,15 @@ export class BrokerMetrics {
   readonly isrShrinks = new client.Counter({ name: 'tributary_isr_shrinks_total', help: 'In-sync replica sets this broker shrank as leader', labelNames: ['topic'], registers: [this.registry] });
   readonly isrExpands = new client.Counter({ name: 'tributary_isr_expands_total', help: 'In-sync replica sets this broker expanded as leader', labelNames: ['topic'], registers: [this.registry] });
 
+  /**
+   * Records appended to a user topic and their value bytes, from every port (main-port produce, TXN publish
+   * and batches, Kafka Produce): counted once appended, a duplicate retry adding nothing.
+   */
+  countIn(topic: string, records: number, bytes: number): void {
+    this.recordsIn.inc({ topic }, records);
+    this.bytesIn.inc({ topic }, bytes);
+  }
+
   /** A deleted topic's series go: topic names are the clients' to choose, and the registry keeps each series forever. */
   forgetTopic(topic: string): void {
     for (const c of [this.recordsIn, this.recordsOut, this.bytesIn, this.bytesOut, this.isrShrinks, this.isrExpands]) c.remove({ topic });

@@ -251,6 +251,5 @@ export const produceHandler = handler(apiByKey(Produce.apiKey)!, async (ctx, _ve
 function countIn(ctx: KafkaRequestContext, topic: string, records: RecordInput[]): void {
   let bytes = 0;
   for (const r of records) bytes += r.value.length;
-  ctx.broker.metrics.recordsIn.inc({ topic }, records.length);
-  ctx.broker.metrics.bytesIn.inc({ topic }, bytes);
+  ctx.broker.metrics.countIn(topic, records.length, bytes);
 }
