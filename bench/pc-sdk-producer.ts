@@ -19,7 +19,7 @@
  * Reports one JSON line on stdout: {"event":"result", records, elapsedMs, recordsPerSec, ackP50Ms, ...},
  * where ack latency is per send() (call to resolve).
  */
-import { Producer, type ProducerMessage } from 'tributary-client/producer.js';
+import { MAX_IDEMPOTENT_IN_FLIGHT, Producer, type ProducerMessage } from 'tributary-client/producer.js';
 import { workerArgs } from './worker-args.js';
 import { nowMs, percentile, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES, writePayloadHeader } from './pc-payload.js';
@@ -32,6 +32,7 @@ const args = workerArgs('pc-sdk-producer', {
   'max-in-flight-per-partition': { type: 'string', default: '16' },
   partitioning: { type: 'string', default: 'chunk' },
   messages: { type: 'string', default: 'fresh' },
+  idempotent: { type: 'string', default: 'false' },
 }, 1);
 const { a, int } = args;
 // Annotated: a call through it then ends control flow, as the function it replaces did.
@@ -49,7 +50,10 @@ const chunk = Math.min(int('chunk', a.chunk), total);
 const window = int('in-flight', a['in-flight']);
 const lingerMs = int('linger-ms', a['linger-ms'], 0);
 const maxBatchBytes = int('max-batch-bytes', a['max-batch-bytes']);
-const maxInFlightPerPartition = int('max-in-flight-per-partition', a['max-in-flight-per-partition']);
+const idempotent = a.idempotent === 'true';
+if (!idempotent && a.idempotent !== 'false') fail(`--idempotent must be true or false (got ${a.idempotent})`);
+// An idempotent producer keeps at most MAX_IDEMPOTENT_IN_FLIGHT batches in flight per partition.
+const maxInFlightPerPartition = Math.min(int('max-in-flight-per-partition', a['max-in-flight-per-partition']), idempotent ? MAX_IDEMPOTENT_IN_FLIGHT : Infinity);
 const partitioning = a.partitioning;
 if (partitioning !== 'chunk' && partitioning !== 'record') fail(`--partitioning must be chunk or record (got ${partitioning})`);
 const reuse = a.messages === 'reused';
@@ -67,6 +71,7 @@ const producer = new Producer({
   maxBatchBytes,
   maxInFlightPerPartition,
   maxBufferedBytes,
+  idempotent,
 });
 producer.on('retry', (e) => process.stderr.write(`pc-sdk-producer: retry partition ${e.partition} attempt ${e.attempt}: ${e.error.message}\n`));
 

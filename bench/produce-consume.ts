@@ -74,6 +74,7 @@ interface Options {
   sdkMaxInFlightPerPartition: number;
   sdkPartitioning: 'chunk' | 'record';
   sdkMessages: 'fresh' | 'reused';
+  sdkIdempotent: boolean;
   sdkConcurrency: number;
   brokerArgs: string[];
   brokerNodeArgs: string[];
@@ -153,6 +154,7 @@ const USAGE = `usage: bench produce-consume [options]
                            reused (a pool prebuilt before the clock, stamped per send() once
                            the send that last used it settled, as the raw client patches its
                            pre-encoded frame)                                       [fresh]
+  --sdk-idempotent         SDK producer with idempotent: true (at most 5 batches in flight per partition)
   --sdk-concurrency <n>    SDK consumer partitionsConsumedConcurrently               [12]
   --broker-args "<args>"   extra 'broker start' flags, e.g. "--flush os"
   --broker-node-args "<a>" node flags for the broker, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
@@ -200,6 +202,7 @@ function parseOptions(argv: string[]): Options | string {
       'sdk-max-in-flight-per-partition': { type: 'string', default: '16' },
       'sdk-partitioning': { type: 'string', default: 'chunk' },
       'sdk-messages': { type: 'string', default: 'fresh' },
+      'sdk-idempotent': { type: 'boolean', default: false },
       'sdk-concurrency': { type: 'string', default: '12' },
       'broker-args': { type: 'string' },
       'broker-node-args': { type: 'string' },
@@ -257,6 +260,7 @@ function parseOptions(argv: string[]): Options | string {
     sdkMaxInFlightPerPartition: int('sdk-max-in-flight-per-partition', v['sdk-max-in-flight-per-partition'], 1),
     sdkPartitioning,
     sdkMessages,
+    sdkIdempotent: v['sdk-idempotent'] === true,
     sdkConcurrency: int('sdk-concurrency', v['sdk-concurrency'], 1),
     partitions: int('partitions', v.partitions, 1),
     connections: int('connections', v.connections, 1),
@@ -362,6 +366,8 @@ async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunRe
             o.sdkPartitioning,
             '--messages',
             o.sdkMessages,
+            '--idempotent',
+            String(o.sdkIdempotent),
           ],
           { nodeArgs: o.workerNodeArgs, echoStderr: o.verbose },
         )
@@ -478,7 +484,7 @@ function printResults(w: Workload, o: Options, results: RunResult[]): void {
 
 function describeWorkload(w: Workload, o: Options): string {
   const raw = `raw: ${o.connections} producer connections x ${o.inFlight} batches in flight`;
-  const sdk = `sdk: ${o.sdkInFlight} send() calls in flight, lingerMs ${o.sdkLingerMs}, maxBatchBytes ${o.sdkMaxBatchBytes}, partitioning ${o.sdkPartitioning}, messages ${o.sdkMessages}; consumer ${o.sdkMode}, concurrency ${o.sdkConcurrency}`;
+  const sdk = `sdk: ${o.sdkInFlight} send() calls in flight, lingerMs ${o.sdkLingerMs}, maxBatchBytes ${o.sdkMaxBatchBytes}, partitioning ${o.sdkPartitioning}, messages ${o.sdkMessages}${o.sdkIdempotent ? ', idempotent' : ''}; consumer ${o.sdkMode}, concurrency ${o.sdkConcurrency}`;
   const clients = o.targets.includes('broker') ? o.clients.map((c) => (c === 'raw' ? raw : sdk)) : [raw];
   return `workload: ${fmtInt(w.count)} records x ${w.size} B, ${o.partitions} partitions, batches of ${w.batch}, acks=1\n  ${clients.join('\n  ')}`;
 }

@@ -8,7 +8,7 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { Producer } from 'tributary-client/producer.js';
-import type { Batch } from 'tributary-protocol/batch.js';
+import { type Batch, encodeBatch } from 'tributary-protocol/batch.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 
@@ -104,6 +104,37 @@ describe('idempotent producers', () => {
     expect(await leo(c, 'idem', 1)).toBe(7);
     const recs = (await c.consume({ topic: 'idem', partition: 1, offset: 0, batch: 100 })).records;
     expect(recs.map((r) => r.value.toString())).toEqual(['a', 'b', 'c', 'd', 'e', 'f', 'new-epoch']);
+  });
+
+  it('batch frames: the records keep the producer id and epoch and are numbered from the header; a batch of mixed ids or epochs, or none, is refused', async () => {
+    await c.command('CREATE', { topic: 'idem-ids', partitions: 1 });
+    const pid = await newProducerId(c);
+    const other = await newProducerId(c);
+    await c.produceBatch(idemBatch('idem-ids', 0, pid, 3, 0, ['a', 'b']));
+    // The records' own sequence fields are not what counts: the header's first sequence is.
+    const second = idemBatch('idem-ids', 0, pid, 3, 2, ['c']);
+    second.records[0]!.sequence = 99;
+    await c.produceBatch(second);
+    const recs = (await c.consume({ topic: 'idem-ids', partition: 0, offset: 0, batch: 100 })).records;
+    expect(recs.map((r) => [r.offset, r.producerId, r.epoch, r.sequence, r.value.toString()])).toEqual([
+      [0, pid, 3, 0, 'a'],
+      [1, pid, 3, 1, 'b'],
+      [2, pid, 3, 2, 'c'],
+    ]);
+    const mixedIds = idemBatch('idem-ids', 0, pid, 3, 3, ['d', 'e']);
+    mixedIds.records[1]!.producerId = other;
+    const mixedEpochs = idemBatch('idem-ids', 0, pid, 3, 3, ['d', 'e']);
+    mixedEpochs.records[1]!.epoch = 4;
+    for (const refused of [mixedIds, mixedEpochs, idemBatch('idem-ids', 0, '', 0, 0, ['f'])]) {
+      await expect(c.produceBatch(refused)).rejects.toMatchObject({ code: 'invalid_batch' });
+    }
+    // Producer id bytes that are not UTF-8 are no issued id.
+    const body = encodeBatch(idemBatch('idem-ids', 0, 'Z', 3, 3, ['g']), { extensions: true });
+    body[body.indexOf(0x5a)] = 0xff;
+    const reply = await c.request(body);
+    expect(reply.kind === 'text' && reply.text).toMatch(/^ERROR: unknown_producer_id /);
+    expect(await leo(c, 'idem-ids', 0)).toBe(3);
+    expect((await c.produceBatch(idemBatch('idem-ids', 0, pid, 3, 3, ['h']))).base_offset).toBe(3);
   });
 
   it('keeps the state across a graceful restart', async () => {

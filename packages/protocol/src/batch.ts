@@ -406,6 +406,9 @@ export interface ScannedBatch {
   idempotent: boolean;
   /** A transactional batch: the produce path refuses it (it goes to the transaction commands). */
   transactional: boolean;
+  /** The header's sequences (an idempotent batch's: its records are numbered from firstSequence). */
+  firstSequence: number;
+  lastSequence: number;
   body: Buffer;
   extensions: boolean;
   count: number;
@@ -425,7 +428,7 @@ export interface ScannedBatch {
 export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
   const ext = opts.extensions === true;
   const len = buf.length;
-  const { topic, partition, acks, idempotent, count, txn, recordsAt } = decodeHeader(buf, opts);
+  const { topic, partition, acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt } = decodeHeader(buf, opts);
   let at = recordsAt;
   const starts: number[] = new Array(count + 1);
   let verbatim = true;
@@ -475,5 +478,5 @@ export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
     at += 24;
   }
   if (at !== len) throw bad('trailing bytes after records');
-  return { topic, partition, acks, idempotent, transactional: txn !== undefined, body: buf, extensions: ext, count, starts, verbatim };
+  return { topic, partition, acks, idempotent, transactional: txn !== undefined, firstSequence, lastSequence, body: buf, extensions: ext, count, starts, verbatim };
 }

@@ -131,4 +131,50 @@ describe('PartitionLog.appendWire', () => {
       await log.close();
     }
   });
+
+  it('an idempotent batch: stores the producer id and epoch as sent and sequences from the header, as append() of the decoded records does', async () => {
+    vi.spyOn(Date, 'now').mockReturnValue(1_700_000_000_000);
+    const idemArb = fc.record({
+      producerId: fc.string({ minLength: 1, maxLength: 12 }),
+      epoch: fc.integer({ min: 0, max: 32767 }),
+      firstSequence: fc.integer({ min: 0, max: 2 ** 40 }),
+      records: fc.array(recordArb, { minLength: 1, maxLength: 6 }),
+    });
+    await fc.assert(
+      fc.asyncProperty(fc.array(idemArb, { minLength: 1, maxLength: 4 }), fc.boolean(), async (batches, ext) => {
+        const a = await tempDir('a-', dir);
+        const w = await tempDir('w-', dir);
+        const la = await PartitionLog.open(a, { flush: 'os' });
+        const lw = await PartitionLog.open(w, { flush: 'os' });
+        try {
+          const ra: unknown[] = [];
+          const rw: unknown[] = [];
+          for (const { producerId, epoch, firstSequence, records } of batches) {
+            const own = records.map((r) => ({ ...r, producerId, epoch }));
+            const lastSequence = firstSequence + own.length - 1;
+            const body = encodeBatch({ topic: 't', partition: 0, acks: '1', idempotent: true, firstSequence, lastSequence, records: own }, { extensions: ext });
+            const scan = scanBatch(body, { extensions: ext });
+            expect([scan.idempotent, scan.firstSequence, scan.lastSequence]).toEqual([true, firstSequence, lastSequence]);
+            // What produceBatch's decoding path hands to the log for an idempotent batch.
+            const decoded = asProduced(decodeBatch(body, { extensions: ext })).map((r, i) => ({ ...r, producerId, epoch, sequence: firstSequence + i }));
+            ra.push(la.append(decoded));
+            rw.push(lw.appendWire(scan, undefined, firstSequence));
+          }
+          const results = async (xs: unknown[]) => (await Promise.all(xs)).map((r) => ({ ...(r as object), writtenAt: undefined }));
+          expect(await results(rw)).toEqual(await results(ra));
+          await la.flush();
+          await lw.flush();
+          expect(Buffer.compare(await logBytes(w), await logBytes(a))).toBe(0);
+          const opts = { maxRecords: 1000, maxBytes: 1 << 20 };
+          const read = await lw.read(0, opts);
+          expect(read).toEqual(await la.read(0, opts));
+          expect(read[0]).toMatchObject({ producerId: batches[0]!.producerId, epoch: batches[0]!.epoch, sequence: batches[0]!.firstSequence });
+        } finally {
+          await la.close();
+          await lw.close();
+        }
+      }),
+      { numRuns: 60 },
+    );
+  }, 60_000);
 });

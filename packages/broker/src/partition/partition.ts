@@ -268,13 +268,14 @@ export class Partition implements SnapshotOwner {
   /**
    * An idempotent append: the state check and the append are one synchronous step (appends are queued in
    * call order), so a duplicate of a pending batch waits for that append's result and resolves with its
-   * offsets and `duplicate: true`. Errors: stale_producer_epoch, out_of_order_sequence.
+   * offsets and `duplicate: true`. Errors: stale_producer_epoch, out_of_order_sequence. The records may be a
+   * scanned produce batch whose producer id and epoch the caller checked are `b`'s (PartitionLog.appendWire).
    */
-  appendIdempotent(records: RecordInput[], b: IdempotentBatch): Promise<IdempotentAppend> {
+  appendIdempotent(records: RecordInput[] | ScannedBatch, b: IdempotentBatch): Promise<IdempotentAppend> {
     return this.track(() => this.idempotentWhenLoaded(records, b));
   }
 
-  private idempotentWhenLoaded(records: RecordInput[], b: IdempotentBatch): Promise<IdempotentAppend> {
+  private idempotentWhenLoaded(records: RecordInput[] | ScannedBatch, b: IdempotentBatch): Promise<IdempotentAppend> {
     if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
     if (this.producers === null && this.producersError === null) {
       // Still rebuilding (just opened): queue behind it; then-callbacks run in call order, so order holds.
@@ -285,7 +286,7 @@ export class Partition implements SnapshotOwner {
 
   /** appendIdempotent() once the producer state is loaded; `hooks` let a transactional append track its offsets. */
   private idempotent(
-    records: RecordInput[],
+    records: RecordInput[] | ScannedBatch,
     b: IdempotentBatch,
     hooks?: { start: () => void; ok: (res: { baseOffset: number }) => void; none: () => void },
   ): Promise<IdempotentAppend> {
@@ -311,7 +312,8 @@ export class Partition implements SnapshotOwner {
     }
     const entry = table.begin(b.producerId, b.epoch, b.firstSequence, b.lastSequence, Date.now());
     const guard = table.writeGuard(b.producerId, b.epoch, entry);
-    const result = this.log.append(records, guard).then(
+    const appending = Array.isArray(records) ? this.log.append(records, guard) : this.log.appendWire(records, guard, b.firstSequence);
+    const result = appending.then(
       (res) => {
         table.complete(entry, res);
         hooks?.ok(res);

@@ -43,6 +43,8 @@ interface PendingAppend extends SyncWaiter {
   records: RecordInput[];
   /** Instead of `records`: the records of a produce batch, encoded straight from its wire bytes. */
   wire?: ScannedBatch;
+  /** With `wire`: the sequence of its first record, an idempotent batch's (-1: a plain batch). */
+  wireSequence?: number;
   /** Instead of `records`: an appendReplica call, already encoded with its own offsets. */
   replica?: ReplicaWrite;
   sizes: number[];
@@ -104,7 +106,7 @@ export class LogWriter {
   }
 
   /** See PartitionLog.appendWire. */
-  appendWire(batch: ScannedBatch): Promise<AppendResult> {
+  appendWire(batch: ScannedBatch, guard?: AppendGuard, firstSequence = -1): Promise<AppendResult> {
     if (this.st.state !== 'open') return Promise.reject(storageError(this.st.dir, 'log is closed'));
     if (this.st.failed) return Promise.reject(storageError(this.st.dir, 'log failed', this.st.failed));
     const n = batch.count;
@@ -114,14 +116,16 @@ export class LogWriter {
     const max = this.st.options.maxRecordBytes;
     const { body, starts, extensions } = batch;
     for (let i = 0; i < n; i++) {
-      const size = storedSizeOfWire(body, starts[i], starts[i + 1], extensions);
+      const size = storedSizeOfWire(body, starts[i], starts[i + 1], extensions, firstSequence >= 0);
       if (max !== undefined && size > max) return Promise.reject(new TributaryError('record_too_large', { size, max }));
       sizes[i] = size;
       bytes += size;
     }
     if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
     return new Promise<AppendResult>((resolve, reject) => {
-      this.pending.push({ records: NO_RECORDS, wire: batch, sizes, bytes, resolve, reject });
+      const p: PendingAppend = { records: NO_RECORDS, wire: batch, wireSequence: firstSequence, sizes, bytes, resolve, reject };
+      if (guard) p.guard = guard;
+      this.pending.push(p);
       this.scheduleDrain();
     });
   }
@@ -288,8 +292,9 @@ export class LogWriter {
       if (wire) {
         const { body, starts, extensions, count } = wire;
         const sizes = b.sizes;
+        const seq = b.wireSequence ?? -1;
         for (let i = 0; i < count; i++) {
-          const end = writeStoredFromWire(body, starts[i], starts[i + 1], extensions, buf, p, offset, now, i === count - 1 ? ATTR_END_OF_APPEND : 0);
+          const end = writeStoredFromWire(body, starts[i], starts[i + 1], extensions, buf, p, offset, now, i === count - 1 ? ATTR_END_OF_APPEND : 0, seq < 0 ? -1 : seq + i);
           if (end - p !== sizes[i]) throw storageError(this.st.dir, 'record encoding size mismatch');
           recStarts.push(p);
           if (lastWireTimestamp > maxTs) maxTs = lastWireTimestamp;

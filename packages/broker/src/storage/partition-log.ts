@@ -223,10 +223,12 @@ export class PartitionLog {
   /**
    * Appends the records of a produce batch validated by scanBatch (and `verbatim`), as append() would
    * append the records produceBatch makes of it (producer id, epoch, sequence and attributes reset), but
-   * encoded straight from the wire bytes. `body` must not change until the append settles.
+   * encoded straight from the wire bytes. `body` must not change until the append settles. With
+   * `firstSequence` (an idempotent batch, validated by the caller: one producer id and epoch) the records
+   * keep their producer id and epoch and are numbered from it, as append() of the decoded records would.
    */
-  appendWire(batch: ScannedBatch): Promise<AppendResult> {
-    return this.writer.appendWire(batch);
+  appendWire(batch: ScannedBatch, guard?: AppendGuard, firstSequence = -1): Promise<AppendResult> {
+    return this.writer.appendWire(batch, guard, firstSequence);
   }
 
   /**

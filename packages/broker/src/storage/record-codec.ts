@@ -436,14 +436,16 @@ export function writeWireRecord(src: Buffer, pos: number, dst: Buffer, at: numbe
 
 /**
  * Stored size (encodedSize) of the record a produce batch carries at `s` of `body` (validated by scanBatch;
- * `recEnd` is where it ends) once the broker resets its producer id, epoch, sequence and attributes.
+ * `recEnd` is where it ends) once the broker resets its attributes and, unless `idempotent` (its producer
+ * id, epoch and a sequence are then stored), its producer id, epoch and sequence.
  */
-export function storedSizeOfWire(body: Buffer, s: number, recEnd: number, ext: boolean): number {
-  const k = s + 18 + ((body[s + 16]! << 8) | body[s + 17]!);
+export function storedSizeOfWire(body: Buffer, s: number, recEnd: number, ext: boolean, idempotent = false): number {
+  const pidLen = (body[s + 16]! << 8) | body[s + 17]!;
+  const k = s + 18 + pidLen;
   const keyLen = (body[k]! << 8) | body[k + 1]!;
   const v = k + 10 + keyLen;
   const valueLen = body[v]! * 0x1000000 + ((body[v + 1]! << 16) | (body[v + 2]! << 8) | body[v + 3]!);
-  return RECORD_OVERHEAD + keyLen + valueLen + (ext ? recEnd - (v + 4 + valueLen + 11) : 0);
+  return RECORD_OVERHEAD + (idempotent ? pidLen : 0) + keyLen + valueLen + (ext ? recEnd - (v + 4 + valueLen + 11) : 0);
 }
 
 /** Timestamp the last writeStoredFromWire call stored. */
@@ -451,9 +453,10 @@ export let lastWireTimestamp = 0;
 
 /**
  * Encodes the wire record at `s` of a validated produce batch (scanBatch) at `pos` of `buf`, the bytes
- * encodeRecordInto writes for the record produceBatch hands to the log: empty producer id, epoch and
- * sequence -1, an empty key as null, the timestamp when positive (else `now`), the given attributes,
- * headers only with extensions (their bytes as on the wire). Returns the end position.
+ * encodeRecordInto writes for the record produceBatch hands to the log: an empty key as null, the
+ * timestamp when positive (else `now`), the given attributes, headers only with extensions (their bytes as
+ * on the wire); with `sequence` -1 an empty producer id and epoch and sequence -1, else (an idempotent
+ * batch) the record's producer id and epoch as sent, and `sequence`. Returns the end position.
  */
 export function writeStoredFromWire(
   body: Buffer,
@@ -465,8 +468,10 @@ export function writeStoredFromWire(
   offset: number,
   now: number,
   attributes: number,
+  sequence = -1,
 ): number {
-  const k = s + 18 + ((body[s + 16]! << 8) | body[s + 17]!);
+  const pidLen = (body[s + 16]! << 8) | body[s + 17]!;
+  const k = s + 18 + pidLen;
   const keyLen = (body[k]! << 8) | body[k + 1]!;
   const v = k + 10 + keyLen;
   const valueLen = body[v]! * 0x1000000 + ((body[v + 1]! << 16) | (body[v + 2]! << 8) | body[v + 3]!);
@@ -481,11 +486,21 @@ export function writeStoredFromWire(
   w64(buf, pos + 8, offset);
   w64(buf, pos + 16, timestamp);
   buf[pos + 24] = attributes;
-  buf[pos + 25] = 0;
-  buf[pos + 26] = 0;
-  // epoch and sequence -1.
-  for (let i = 27; i < 43; i++) buf[pos + i] = 0xff;
-  let p = pos + 43;
+  let p: number;
+  if (sequence < 0) {
+    buf[pos + 25] = 0;
+    buf[pos + 26] = 0;
+    // epoch and sequence -1.
+    for (let i = 27; i < 43; i++) buf[pos + i] = 0xff;
+    p = pos + 43;
+  } else {
+    // producer id (u16 length + utf8, the wire's bytes), epoch i64 (the wire's bytes), then the sequence.
+    copyRun(body, s + 16, k, buf, pos + 25);
+    p = pos + 27 + pidLen;
+    for (let i = 0; i < 8; i++) buf[p + i] = body[k + 2 + keyLen + i]!;
+    w64(buf, p + 8, sequence);
+    p += 16;
+  }
   if (keyLen === 0) {
     w32(buf, p, 0xffffffff);
     p += 4;
