@@ -380,7 +380,14 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
   async commit(opts: { signal?: AbortSignal; message?: ConsumedMessage } = {}): Promise<void> {
     if (this.ctx.closing) throw new TributaryError('client_closed');
     if (opts.message) this.countIterated(opts.message);
-    await this.committer.commitProcessed([...this.ctx.workers.values()], { signal: opts.signal });
+    // Under the consumer's signal too: commits run one at a time, so one retrying against a coordinator
+    // that stopped answering would hold close() (whose final commit queues behind it) for its whole retry
+    // budget. close() ends it (client_closed) and commits what was processed itself.
+    const root = this.ctx.root.signal;
+    const signal = opts.signal ? AbortSignal.any([root, opts.signal]) : root;
+    await this.committer.commitProcessed([...this.ctx.workers.values()], { signal }).catch((err: unknown) => {
+      throw root.aborted && !opts.signal?.aborted ? new TributaryError('client_closed') : err;
+    });
   }
 
   private countIterated(m: ConsumedMessage): void {
