@@ -95,6 +95,9 @@ export class OffsetCommitter {
         { topic: o.topic, group: o.groupId, member, generation },
         { positional: [entries.map((e) => `P${e.w.partition}:${e.offset}`).join(',')], signal: opts.signal, retry: opts.final ? { retries: 2 } : undefined },
       );
+    // Until it is answered, seek() treats the offset as committed: once it lands, the broker starts the
+    // partition's reads there whatever position they ask for.
+    for (const e of entries) e.w.committing = e.offset;
     try {
       await send();
     } catch (err) {
@@ -114,6 +117,8 @@ export class OffsetCommitter {
         this.group.requestRebalance('member expired');
       }
       throw e;
+    } finally {
+      for (const e of entries) e.w.committing = -1;
     }
     for (const e of entries) if (e.offset > e.w.committed) e.w.committed = e.offset;
     const offsets = entries.map((e) => ({ partition: e.w.partition, offset: e.offset }));

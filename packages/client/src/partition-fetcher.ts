@@ -378,12 +378,14 @@ export class PartitionFetcher {
     const w = this.ctx.workers.get(partition);
     if (!w) throw new TributaryError('NOT_OWNER', { partition }, `partition ${partition} is not assigned to this consumer`);
     // The broker starts a group's reads at max(requested, committed) (docs/sdk.md, "Offsets"): such a
-    // seek would silently do nothing. Rewinding a group is an explicit, fenced admin operation.
-    if (w.committed >= 0 && offset < w.committed) {
+    // seek would silently do nothing. Rewinding a group is an explicit, fenced admin operation. A commit
+    // still unanswered counts: the broker may have it already, or get it before the next read.
+    const committed = Math.max(w.committed, w.committing);
+    if (committed >= 0 && offset < committed) {
       throw new TributaryError(
         'seek_below_committed',
-        { partition, offset, committed: w.committed },
-        `seek(${partition}, ${offset}) is below the group's committed offset ${w.committed}: a group reads from its committed offset on; to rewind, stop the group's consumers and reset its offsets (admin.resetOffsets() or \`tributary group reset-offsets\`)`,
+        { partition, offset, committed },
+        `seek(${partition}, ${offset}) is below the group's committed offset ${committed}${committed > w.committed ? ' (being committed)' : ''}: a group reads from its committed offset on; to rewind, stop the group's consumers and reset its offsets (admin.resetOffsets() or \`tributary group reset-offsets\`)`,
       );
     }
     w.seekTo = offset;

@@ -10,6 +10,8 @@ export class PartitionWorker {
   /** Next offset to commit (last processed + 1); -1 until something is processed. */
   processed = -1;
   committed: number;
+  /** The offset of a commit sent and not answered yet (-1: none): the broker may hold it already. */
+  committing = -1;
   paused = false;
   readonly resumed = new Signal();
   loop: Promise<void> = Promise.resolve();
