@@ -397,6 +397,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     const w = this.ctx.workers.get(m.partition);
     const foreign = w && w.assignmentGeneration === m.assignmentGeneration && w.signal !== m.signal;
     if (foreign) throw configError('commit.message', 'not a message this consumer handed out');
+    // As the iterator counts it: handed out before a seek() back to or below it, it is to be read again.
+    if (w?.seekTo !== undefined && m.offset >= w.seekTo) return;
     this.committer.markProcessed(m.partition, m.assignmentGeneration, m.offset);
   }
 

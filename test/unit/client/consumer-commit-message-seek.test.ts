@@ -1,0 +1,82 @@
+/**
+ * commit({ message }) after a seek() back to or below that message (docs/sdk.md, seek()): the message is
+ * to be read again, so it does not count as processed, as the iterator itself does not count it. It was
+ * counted: the commit went past the sought offset and cut the re-read short at a restart.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { Consumer } from 'tributary-client/consumer.js';
+import { type BatchRecord, encodeBatch } from 'tributary-protocol/batch.js';
+import type { ConsumedMessage } from 'tributary-client/consumer.js';
+import { ScriptedServer } from '../../helpers/scripted-server.js';
+import { sleep } from '../../helpers/util.js';
+
+const TOPIC = 't';
+
+function batchFrom(offset: number, n: number): Buffer {
+  const records: BatchRecord[] = Array.from({ length: n }, (_, i) => ({
+    offset: offset + i,
+    sequence: 0,
+    producerId: '',
+    key: null,
+    epoch: -1,
+    value: Buffer.from(`v${offset + i}`),
+    timestamp: 0,
+    attributes: 0,
+    headers: [],
+  }));
+  return encodeBatch({ topic: TOPIC, partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
+}
+
+describe('Consumer: commit({ message }) after seek() (scripted broker)', () => {
+  const cleanup: Array<() => Promise<unknown> | unknown> = [];
+  afterEach(async () => {
+    for (const f of cleanup.splice(0).reverse()) await f();
+  });
+
+  it('a message at or above the sought offset is not counted; one below it is', async () => {
+    const s = await ScriptedServer.start();
+    cleanup.push(() => s.close());
+    const commits: number[] = [];
+    s.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${s.port} partition=0`);
+    s.on('METADATA', () => `OK topic=${TOPIC} partitions=1 leaders=${s.address} epochs=0`);
+    s.on('JOIN_GROUP', () => 'OK generation=1 member=m-1 leader=m-1 assignments=[0]');
+    s.on('SYNC_GROUP', () => 'OK generation=1 member=m-1 leader=m-1 assignments=[0]');
+    s.on('HEARTBEAT', async (l) => {
+      await sleep(Math.min(Number(l.params.get('wait_ms') ?? 0), 30));
+      return 'OK member=m-1 generation=1';
+    });
+    s.on('FETCH_OFFSET', () => 'OK offset=0 committed=true');
+    s.on('CONSUME', (l) => batchFrom(Number(l.params.get('offset')), 10));
+    s.on('BATCH_COMMIT', (l) => {
+      commits.push(Number(/P0:(\d+)/.exec(l.positional[0]!)![1]));
+      return 'OK batched=1';
+    });
+    s.on('LEAVE_GROUP', () => 'OK group=g member=m-1 left=true');
+
+    const c = new Consumer({
+      brokers: [s.address],
+      groupId: 'g',
+      topic: TOPIC,
+      autoCommit: false,
+      sessionTimeoutMs: 1000,
+      heartbeatIntervalMs: 50,
+      maxWaitMs: 30,
+      retry: { initialDelayMs: 1, maxDelayMs: 10 },
+    });
+    cleanup.push(() => c.close());
+    const it = c[Symbol.asyncIterator]();
+    const got: ConsumedMessage[] = [];
+    for (let i = 0; i < 10; i++) got.push((await it.next()).value as ConsumedMessage);
+    expect(got.map((m) => m.offset)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    // Offsets 0..8 processed (the iterator counts a message when the next is asked for); 9 in hand.
+    c.seek(0, 5);
+    await c.commit({ message: got[9]! });
+    expect(commits).toEqual([5]);
+    // A message below the sought offset still counts.
+    c.seek(0, 7);
+    await c.commit({ message: got[6]! });
+    expect(commits).toEqual([5, 7]);
+    expect(((await it.next()).value as ConsumedMessage).offset).toBe(7);
+    await it.return!();
+  });
+});
