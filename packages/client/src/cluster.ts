@@ -578,6 +578,12 @@ export class Cluster {
     this.metadataCache.delete(topic);
   }
 
+  /** Forgets all the cluster knows of `topic` (a producer's idle topic: idle-topics.ts). */
+  forgetTopic(topic: string): void {
+    this.metadataCache.delete(topic);
+    for (const k of this.rechecked.keys()) if (k.startsWith(`${topic}\u0000`)) this.rechecked.delete(k);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     const conns = await Promise.all([...this.shared.values(), ...this.control.values()].map((p) => p.catch(() => undefined)));

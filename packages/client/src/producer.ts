@@ -12,18 +12,9 @@ import { newTopicWait, settleTopicWait, type TopicWait, untilAbortedInOrder } fr
 import { type Cluster, clientCluster } from './cluster.js';
 import { TypedEmitter } from './events.js';
 import { SendBuffer } from './producer-buffer.js';
+import { type ProducerTopicState, forgetIdleTopics } from './idle-topics.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
-import {
-  badMessage,
-  checkMessage,
-  type ProducerEvents,
-  type ProducerMessage,
-  type ProducerRecord,
-  type RecordMetadata,
-  messageHeaders,
-  messageKey,
-  snapshotMessage,
-} from './producer-messages.js';
+import { badMessage, checkMessage, type ProducerEvents, type ProducerMessage, type ProducerRecord, type RecordMetadata, messageHeaders, messageKey, snapshotMessage } from './producer-messages.js';
 import { configError, type ProducerOptions, type ResolvedProducerOptions, resolveProducerOptions, validateProducerOptions } from './producer-options.js';
 import { ProducerSender } from './producer-sender.js';
 import { APPENDED_CLOSED_BATCH, APPENDED_NEW_BATCH, type PartitionQueue, type ProducerBatch, RecordAccumulator, type RecordSink } from './record-accumulator.js';
@@ -157,6 +148,9 @@ export class Producer extends TypedEmitter<ProducerEvents> {
    * turn in that queue, sends to the topic take the slow path too: none may overtake them.
    */
   private readonly topicWaits = new Map<string, TopicWait>();
+  /** The per-topic state above, for forgetIdleTopics (docs/sdk.md, "Producer"), and when that last ran. */
+  private readonly topicState: ProducerTopicState = { partitionCounts: this.partitionCounts, roundRobin: this.roundRobin, sticky: this.sticky, topicWaits: this.topicWaits };
+  private swept = performance.now();
   /** send()'s record sizes, reused by the next send (taken while in use, so a nested send gets its own). */
   private sizeScratch: number[] | undefined = [];
   private stateValue: ProducerState = 'open';
@@ -471,9 +465,12 @@ export class Producer extends TypedEmitter<ProducerEvents> {
    * partitions added to the topic are found (a count kept for good refused them as partition_not_found).
    */
   private knownPartitions(topic: string, highest: number): number | undefined {
+    const now = performance.now();
+    const maxAge = this.options.metadataMaxAgeMs;
+    if (now - this.swept > maxAge) forgetIdleTopics(this.topicState, this.accumulator, this.cluster, (this.swept = now), maxAge, this.options.idempotent);
     const c = this.partitionCounts.get(topic);
     if (c === undefined) return undefined;
-    if (highest < c.n && performance.now() - c.at < this.options.metadataMaxAgeMs) return c.n;
+    if (highest < c.n && now - c.at < maxAge) return c.n;
     this.partitionCounts.delete(topic);
     this.cluster.invalidateMetadata(topic);
     return undefined;

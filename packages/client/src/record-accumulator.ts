@@ -235,6 +235,23 @@ export class RecordAccumulator {
     return [...this.queues];
   }
 
+  /** Nothing of `topic` is queued, in flight, waiting for a retry or being sent. */
+  idle(topic: string): boolean {
+    const qs = this.byTopic.get(topic);
+    if (qs === undefined) return true;
+    for (const q of qs) if (q && (q.batches.length > 0 || q.inFlight.size > 0 || q.retrying > 0 || q.retryRunning || q.pumping)) return false;
+    return true;
+  }
+
+  /** Drops `topic`'s partition queues (idle: see idle()); a later record makes new ones. */
+  forget(topic: string): void {
+    const qs = this.byTopic.get(topic);
+    if (qs === undefined) return;
+    this.byTopic.delete(topic);
+    const gone = new Set(qs);
+    for (let i = this.queues.length - 1; i >= 0; i--) if (gone.has(this.queues[i]!)) this.queues.splice(i, 1);
+  }
+
   /**
    * Appends one record (a BatchRecord, as toBatchRecord makes it; `size` is its recordSize). Returns its
    * batch, whether that batch is new (the caller arms its linger timer) and whether a batch got closed
