@@ -151,8 +151,9 @@ describe('tributary group', () => {
   });
 
   it('group delete removes an empty group', async () => {
-    const d = await run('group', 'delete', GROUP);
-    expect(d).toEqual({ code: 0, stdout: `deleted group ${GROUP}\n`, stderr: '' });
+    expect(await run('group', 'delete', 'nobody', '--json')).toEqual({ code: 1, stdout: '', stderr: 'error: group_not_found group=nobody\n' });
+    const d = await run('group', 'delete', GROUP, '--json');
+    expect(d).toEqual({ code: 0, stdout: `${JSON.stringify({ group: GROUP, deleted: true })}\n`, stderr: '' });
     expect(await run('group', 'list')).toEqual({ code: 0, stdout: 'no consumer groups\n', stderr: '' });
     expect((await run('group', 'list', '--json')).stdout).toBe('[]\n');
     expect((await run('group', 'list', '--format', 'json')).stdout).toBe('[]\n');

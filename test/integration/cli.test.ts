@@ -81,11 +81,13 @@ describe('tributary CLI', () => {
     expect(fromFile.stdout).toContain('produced 1000 records to cli-p');
     const fromStdin = await cli(['produce', 'cli-p', '--key', 'k1', ...b], 'a\nb\nc\n');
     expect(fromStdin.stdout).toContain('produced 3 records to cli-p');
+    const asJson = await cli(['produce', 'cli-p', '--partition', '1', '--json', ...b], 'd\n');
+    expect(asJson).toMatchObject({ code: 0, stdout: '{"topic":"cli-p","records":1}\n' });
 
     const consumed = await cli(['consume', 'cli-p', '--from-beginning', '--format', 'json', ...b]);
     expect(consumed.code).toBe(0);
     const records = consumed.stdout.trim().split('\n').map((l) => JSON.parse(l) as { partition: number; offset: number; key: string | null; value: string });
-    expect(records).toHaveLength(1003);
+    expect(records).toHaveLength(1004);
     const p0 = records.filter((r) => r.partition === 0 && r.key === null);
     expect(p0.map((r) => r.value)).toEqual(Array.from({ length: 1000 }, (_, i) => `line-${i}`));
     expect(p0.map((r) => r.offset)).toEqual(p0.map((_, i) => i));

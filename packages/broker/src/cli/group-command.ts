@@ -183,10 +183,10 @@ export function registerGroupCommand(program: Command): void {
     for (const l of table(['PARTITION', 'OFFSET'], entries.map((e) => [String(e.partition), String(e.offset)]))) print(`  ${l}`);
   });
 
-  withBootstrap(group.command('delete <group>').description('delete a group without members and its committed offsets')).action(
-    async (name: string, opts: BootstrapOptions) => {
-      await withAdmin(opts, (admin) => admin.deleteGroup(name));
-      print(`deleted group ${name}`);
-    },
-  );
+  withBootstrap(
+    group.command('delete <group>').description('delete a group without members and its committed offsets').option('--json', 'print the outcome as JSON: {"group","deleted"}'),
+  ).action(async (name: string, opts: BootstrapOptions & { json?: boolean }) => {
+    await withAdmin(opts, (admin) => admin.deleteGroup(name));
+    print(opts.json ? JSON.stringify({ group: name, deleted: true }) : `deleted group ${name}`);
+  });
 }

@@ -191,9 +191,10 @@ export function registerProduceCommand(program: Command): void {
       .option('--partition <n>', 'partition to write to (default: by the key hash, else round-robin per batch)', intArg(0))
       .option('--file <path>', 'read lines from this file instead of stdin (shows progress on a terminal)')
       .addOption(new Option('--acks <acks>', 'acknowledgement level').choices(['0', '1', 'all']).default('1'))
-      .option('--batch-size <n>', 'records per batch', intArg(1, 1_000_000), 500),
-  ).action(async (topic: string, opts: ProduceOptions) => {
+      .option('--batch-size <n>', 'records per batch', intArg(1, 1_000_000), 500)
+      .option('--json', 'print the outcome as JSON: {"topic","records"}'),
+  ).action(async (topic: string, opts: ProduceOptions & { json?: boolean }) => {
     const count = await produce(topic, opts);
-    process.stdout.write(`produced ${count} records to ${topic}\n`);
+    process.stdout.write(opts.json ? `${JSON.stringify({ topic, records: count })}\n` : `produced ${count} records to ${topic}\n`);
   });
 }
