@@ -35,7 +35,7 @@ async function open(url: string): Promise<{ page: Page; problems: string[]; done
   const problems: string[] = [];
   let closing = false;
   page.on('console', (m) => {
-    if (m.type() === 'error') problems.push(`console: ${m.text()}`);
+    if (m.type() === 'error') problems.push(`console: ${m.text()} ${m.location().url ?? ''}`);
   });
   page.on('pageerror', (e) => problems.push(`exception: ${(e as Error).message}`));
   page.on('requestfailed', (r) => {
@@ -61,6 +61,26 @@ async function text(page: Page, selector: string): Promise<string> {
   // biome-ignore lint/performance/useDomNodeTextContent: the rendered text is what the test checks
   return page.$eval(selector, (el) => (el as unknown as { innerText: string }).innerText);
 }
+
+/**
+ * Makes the page's requests that `hit` matches fail while `on` (request interception): refused as by
+ * a broker that is down, or answered 502 with an HTML page as by a proxy in front of one.
+ */
+async function breakRequests(page: Page, hit: (method: string, url: URL) => boolean, how: 'refuse' | 'bad-gateway') {
+  const state = { on: true, failed: 0 };
+  await page.setRequestInterception(true);
+  page.on('request', (r) => {
+    if (r.isInterceptResolutionHandled()) return;
+    if (!state.on || !hit(r.method(), new URL(r.url()))) return void r.continue();
+    state.failed++;
+    if (how === 'refuse') void r.abort('connectionrefused');
+    else void r.respond({ status: 502, contentType: 'text/html', body: '<html><body><h1>502 Bad Gateway</h1></body></html>' });
+  });
+  return state;
+}
+
+/** What `open` recorded, less what a failure made on purpose caused (the requests to `path`). */
+const unexpected = (problems: string[], path: string) => problems.filter((p) => !p.includes(path));
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers of many shapes, asserted field by field
 async function api(port: number, method: string, p: string, body?: unknown): Promise<any> {
@@ -133,6 +153,30 @@ describe('web console', () => {
       await done('topic');
     }
     expect(problems).toEqual([]);
+  });
+
+  it('a topic page whose poll fails keeps what was typed and loaded, says it is stale, and clears that once a poll succeeds', async () => {
+    await api(broker.healthPort, 'POST', '/topics', { name: 'web-stale', partitions: 1 });
+    const sent = await api(broker.healthPort, 'POST', '/topics/web-stale/messages', { key: 'k-stale', value: 'loaded-before' });
+    const { page, problems, done } = await open(`${base}#/topics/web-stale`);
+    const poll = '/api/v1/topics/web-stale';
+    try {
+      await page.waitForSelector(`[data-test=messages] tr[data-offset="${sent.offset}"]`, { timeout: 15_000 });
+      await page.type('[data-test=produce] input[name=value]', 'typed-not-sent');
+      const broken = await breakRequests(page, (method, url) => method === 'GET' && url.pathname === poll, 'refuse');
+      await page.waitForSelector('[data-test=stale]', { timeout: 15_000 });
+      expect(broken.failed).toBeGreaterThan(0);
+      expect(await text(page, '[data-test=stale]')).toMatch(/^stale: could not refresh: the broker did not answer/);
+      expect(await page.$eval('[data-test=produce] input[name=value]', (i) => (i as unknown as { value: string }).value)).toBe('typed-not-sent');
+      expect(await text(page, `[data-test=messages] tr[data-offset="${sent.offset}"]`)).toContain('loaded-before');
+      expect(await text(page, '[data-test=partitions]')).toMatch(/^partition\tleader/);
+      broken.on = false;
+      await page.waitForSelector('[data-test=stale]', { hidden: true, timeout: 15_000 });
+      expect(await page.$eval('[data-test=produce] input[name=value]', (i) => (i as unknown as { value: string }).value)).toBe('typed-not-sent');
+    } finally {
+      await done('topic-stale');
+    }
+    expect(unexpected(problems, poll)).toEqual([]);
   });
 
   it('the live tail receives a message produced after it opened', async () => {

@@ -47,14 +47,25 @@ export function onUnauthorized(fn: () => void): () => void {
 export async function api<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
   const headers: Record<string, string> = { ...authHeader() };
   if (body !== undefined) headers['content-type'] = 'application/json';
-  const res = await fetch(`/api/v1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal });
+  const res = await reach(() => fetch(`/api/v1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal }), signal);
   if (res.status === 204) return undefined as T;
-  const json = (await res.json()) as T & { error?: { code: string; message: string } };
+  // A proxy in front of the broker may answer an error with a page that is not JSON.
+  const json = (await res.json().catch(() => (res.ok ? Promise.reject(new Error(`unreadable answer (HTTP ${res.status})`)) : {}))) as T & { error?: { code: string; message: string } };
   if (!res.ok) {
     if (res.status === 401) for (const fn of unauthorized) fn();
-    throw new ApiError(res.status, json.error?.code ?? 'error', json.error?.message ?? res.statusText);
+    throw new ApiError(res.status, json.error?.code ?? 'http_error', json.error?.message ?? (res.statusText || `HTTP ${res.status}`));
   }
   return json;
+}
+
+/** A fetch whose network failure ("Failed to fetch") says that the broker did not answer. */
+async function reach(send: () => Promise<Response>, signal: AbortSignal | undefined): Promise<Response> {
+  try {
+    return await send();
+  } catch (err) {
+    if (signal?.aborted) throw err;
+    throw new Error(`the broker did not answer (${(err as Error).message})`);
+  }
 }
 
 export const get = <T>(path: string, signal?: AbortSignal) => api<T>('GET', path, undefined, signal);
@@ -64,7 +75,7 @@ export const get = <T>(path: string, signal?: AbortSignal) => api<T>('GET', path
  * for each event until `signal` aborts or the stream ends.
  */
 export async function events(path: string, onEvent: (event: string, data: unknown) => void, signal: AbortSignal): Promise<void> {
-  const res = await fetch(`/api/v1${path}`, { headers: authHeader(), signal });
+  const res = await reach(() => fetch(`/api/v1${path}`, { headers: authHeader(), signal }), signal);
   if (!res.ok || !res.body) {
     const json = (await res.json().catch(() => ({}))) as { error?: { code: string; message: string } };
     if (res.status === 401) for (const fn of unauthorized) fn();

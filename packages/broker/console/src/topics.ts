@@ -3,7 +3,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { ApiError, type Message, type TopicDetail, type TopicSummary, api, events, get } from './api.js';
 import { type View, bytes, download, show, time, toCsv } from './format.js';
 import { usePoll } from './hooks.js';
-import { ErrorBox, enc } from './widgets.js';
+import { ErrorBox, Stale, enc } from './widgets.js';
 
 export function Topics() {
   const { data, error, reload } = usePoll((signal) => get<{ topics: TopicSummary[] }>('/topics', signal), []);
@@ -208,11 +208,13 @@ function AddPartitions({ topic, current, onDone }: { topic: string; current: num
 }
 
 export function Topic({ topic }: { topic: string }) {
-  const { data, error, reload } = usePoll((signal) => get<TopicDetail>(`/topics/${enc(topic)}`, signal), [topic], 5000);
-  if (error) return html`<h1>${topic}</h1><${ErrorBox} error=${error} />`;
+  const { data, error, updatedAt, reload } = usePoll((signal) => get<TopicDetail>(`/topics/${enc(topic)}`, signal), [topic], 5000);
+  if (error && !data) return html`<h1>${topic}</h1><${ErrorBox} error=${error} />`;
   if (!data) return html`<p class="muted">loading…</p>`;
+  // A failed poll keeps the page (typed input, loaded messages) and says that it may be out of date.
   return html`
     <h1>${topic}</h1>
+    <${Stale} error=${error} updatedAt=${updatedAt} />
     <p class="muted">replication ${data.replicationFactor} · retention ${data.retentionHours < 0 ? 'unlimited' : `${data.retentionHours} h`} · ${data.cleanupPolicy} · <a href=${`#/topics/${enc(topic)}/tail`}>live tail</a></p>
     <table data-test="partitions">
       <thead><tr><th>partition</th><th>leader</th><th>epoch</th><th>replicas</th><th>ISR</th><th>earliest</th><th>high watermark</th><th>last stable</th><th>size</th></tr></thead>

@@ -11,3 +11,14 @@ export function link(href: string, text: string) {
 }
 
 export const enc = encodeURIComponent;
+
+/**
+ * The notice of a page whose last poll failed: what it shows is kept (forms, loaded messages) and may
+ * be out of date. Gone once a poll succeeds again.
+ */
+export function Stale({ error, updatedAt }: { error: Error | undefined; updatedAt: number | undefined }) {
+  if (!error) return null;
+  const code = error instanceof ApiError ? `${error.status} ${error.code}: ` : '';
+  const since = updatedAt === undefined ? '' : ` · showing what was read at ${new Date(updatedAt).toLocaleTimeString()}`;
+  return html`<div class="stale" role="status" data-test="stale">stale: could not refresh: ${code}${error.message}${since}</div>`;
+}
