@@ -2,8 +2,10 @@
  * The web console at /ui/ in a real headless Chromium (Debian's `chromium`, driven by puppeteer-core)
  * against real brokers: the overview, a topic page showing a message just produced, the live tail
  * receiving a new message, a group page whose lag is log end minus committed and an offset reset that
- * moves it, and the sign-in flow on a broker with authentication on. On every page: no console error,
- * no uncaught exception, no failed request. Screenshots go to .test-results/screenshots/.
+ * moves it, and the sign-in flow on a broker with authentication on. A topic or group page whose poll
+ * fails (request interception) keeps what it shows and says it is stale. On every page: no console
+ * error, no uncaught exception, no failed request but those failed on purpose. Screenshots go to
+ * .test-results/screenshots/.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -64,17 +66,18 @@ async function text(page: Page, selector: string): Promise<string> {
 
 /**
  * Makes the page's requests that `hit` matches fail while `on` (request interception): refused as by
- * a broker that is down, or answered 502 with an HTML page as by a proxy in front of one.
+ * a broker that is down, answered 502 with an HTML page as by a proxy in front of one, or never
+ * answered as by a broker that is stopped. `how` may be changed between requests.
  */
-async function breakRequests(page: Page, hit: (method: string, url: URL) => boolean, how: 'refuse' | 'bad-gateway') {
-  const state = { on: true, failed: 0 };
+async function breakRequests(page: Page, hit: (method: string, url: URL) => boolean, how: 'refuse' | 'bad-gateway' | 'hang') {
+  const state = { on: true, how, failed: 0 };
   await page.setRequestInterception(true);
   page.on('request', (r) => {
     if (r.isInterceptResolutionHandled()) return;
     if (!state.on || !hit(r.method(), new URL(r.url()))) return void r.continue();
     state.failed++;
-    if (how === 'refuse') void r.abort('connectionrefused');
-    else void r.respond({ status: 502, contentType: 'text/html', body: '<html><body><h1>502 Bad Gateway</h1></body></html>' });
+    if (state.how === 'refuse') void r.abort('connectionrefused');
+    else if (state.how === 'bad-gateway') void r.respond({ status: 502, contentType: 'text/html', body: '<html><body><h1>502 Bad Gateway</h1></body></html>' });
   });
   return state;
 }
@@ -200,7 +203,7 @@ describe('web console', () => {
     expect(problems).toEqual([]);
   });
 
-  it('a group page: lag = log end - committed per partition; an offset reset (preview, then apply) moves it', async () => {
+  it('a group page: lag = log end - committed per partition; an offset reset (preview, then apply) moves it; failed polls keep the figures, marked stale', async () => {
     await api(broker.healthPort, 'POST', '/topics', { name: 'web-work', partitions: 2 });
     for (let i = 0; i < 8; i++) await api(broker.healthPort, 'POST', '/topics/web-work/messages', { value: `w${i}`, partition: i % 2 });
     const consumer = new Consumer({
@@ -254,10 +257,26 @@ describe('web console', () => {
       await until(async () => (await cell(0, 'committed')) === 1 && (await cell(0, 'lag')) === logEnd - 1, 10_000, 'the reset to show');
       expect((await api(broker.healthPort, 'GET', '/groups/web-group')).offsets[0]).toMatchObject({ committed: 1, lag: logEnd - 1 });
       expect((await api(broker.healthPort, 'GET', '/groups/web-group')).offsets[1].committed).toBe(4);
+
+      // Polls that fail (a proxy's 502, then no answer at all) keep the last figures, marked as stale.
+      const poll = '/api/v1/groups/web-group';
+      const broken = await breakRequests(page, (method, url) => method === 'GET' && url.pathname === poll, 'bad-gateway');
+      await page.waitForSelector('[data-test=stale]', { timeout: 10_000 });
+      expect(await text(page, '[data-test=stale]')).toMatch(/^stale: could not refresh: 502 /);
+      expect(await cell(0, 'lag')).toBe(logEnd - 1);
+      broken.on = false;
+      await page.waitForSelector('[data-test=stale]', { hidden: true, timeout: 10_000 });
+      broken.how = 'hang';
+      broken.on = true;
+      await until(async () => (await page.$('[data-test=stale]')) !== null && (await text(page, '[data-test=stale]')).includes('no answer within 10 s'), 20_000, 'the stale notice of an unanswered poll');
+      expect(await cell(0, 'lag')).toBe(logEnd - 1);
+      broken.on = false;
+      await page.waitForSelector('[data-test=stale]', { hidden: true, timeout: 10_000 });
+      expect(await cell(0, 'lag')).toBe(logEnd - 1);
     } finally {
       await done('group');
     }
-    expect(problems).toEqual([]);
+    expect(unexpected(problems, '/api/v1/groups/web-group')).toEqual([]);
   });
 });
 

@@ -4,7 +4,7 @@ import { type GroupDetail, type GroupSummary, api, get } from './api.js';
 import { time } from './format.js';
 import { usePoll } from './hooks.js';
 import { LagChart } from './lag-chart.js';
-import { ErrorBox, enc } from './widgets.js';
+import { ErrorBox, Stale, enc } from './widgets.js';
 
 export function Groups() {
   const { data, error } = usePoll((signal) => get<{ groups: GroupSummary[] }>('/groups', signal), []);
@@ -85,7 +85,7 @@ function Reset({ group, topic, partitions, onDone }: { group: string; topic: str
 
 export function Group({ group }: { group: string }) {
   const samples = useRef<Array<{ at: number; lags: number[] }>>([]);
-  const { data, error, reload } = usePoll(async (signal) => {
+  const { data, error, updatedAt, reload } = usePoll(async (signal) => {
     const g = await get<GroupDetail>(`/groups/${enc(group)}`, signal);
     samples.current = [...samples.current, { at: Date.now(), lags: g.offsets.map((o) => o.lag ?? 0) }].slice(-300);
     return g;
@@ -93,8 +93,10 @@ export function Group({ group }: { group: string }) {
   if (error && !data) return html`<h1>${group}</h1><${ErrorBox} error=${error} />`;
   if (!data) return html`<p class="muted">loading…</p>`;
   const g = data;
+  // A failed poll keeps the last figures on screen, marked as stale.
   return html`
     <h1>${g.group}</h1>
+    <${Stale} error=${error} updatedAt=${updatedAt} />
     <p class="muted">topic <a href=${`#/topics/${enc(g.topic)}`}>${g.topic}</a> · <span data-test="state">${g.state}</span> · generation <span data-test="generation">${g.generation}</span> · ${g.assignor} · total lag <span data-test="total-lag">${g.totalLag}</span></p>
     <h2>Lag by partition</h2>
     <table data-test="offsets">
