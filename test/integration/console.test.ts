@@ -31,8 +31,9 @@ afterAll(async () => {
 });
 
 /** A page that records every console error, uncaught exception, failed request and 4xx/5xx response. */
-async function open(url: string): Promise<{ page: Page; problems: string[]; done: (shot: string) => Promise<void> }> {
+async function open(url: string, before?: (page: Page) => Promise<void>): Promise<{ page: Page; problems: string[]; done: (shot: string) => Promise<void> }> {
   const page = await browser.newPage();
+  await before?.(page);
   await page.setViewport({ width: 1280, height: 900 });
   const problems: string[] = [];
   let closing = false;
@@ -318,5 +319,38 @@ describe('web console with authentication on', () => {
     expect(problems).toEqual([]);
     for (const u of urls) expect(u).not.toContain(token);
     expect(broker.stderr).not.toContain(token);
+  });
+
+  it('says so when the session cannot be asked for (a 502, then a network error at sign-in), and signs in once it can', async () => {
+    let broken = { on: false, how: 'bad-gateway' as 'refuse' | 'bad-gateway' | 'hang', failed: 0 };
+    const session = '/api/v1/session';
+    const { page, problems, done } = await open(`http://127.0.0.1:${broker.healthPort}/ui/`, async (p) => {
+      broken = await breakRequests(p, (method, url) => method === 'GET' && url.pathname === session, 'bad-gateway');
+    });
+    try {
+      await page.waitForSelector('[data-test=session-error]', { timeout: 15_000 });
+      expect(await text(page, '[data-test=session-error] .error')).toMatch(/^could not reach the console's API: 502 /);
+      broken.on = false;
+      await page.click('[data-test=session-error] button');
+      await page.waitForSelector('[data-test=signin]', { timeout: 10_000 });
+      expect(await page.$('[data-test=session-error]')).toBeNull();
+      await page.type('input[name=principal]', 'operator');
+      await page.type('input[name=token]', token);
+      broken.how = 'refuse';
+      broken.on = true;
+      await page.click('[data-test=signin] button');
+      await page.waitForSelector('[data-test=signin-failed]', { timeout: 10_000 });
+      expect(await text(page, '[data-test=signin-failed]')).toMatch(/^could not sign in: the broker did not answer/);
+      expect(await page.$('[data-test=signin-refused]')).toBeNull();
+      // Tried again as filled in, now answered.
+      broken.on = false;
+      await page.click('[data-test=signin] button');
+      await page.waitForSelector('[data-test=brokers]', { timeout: 15_000 });
+      expect(await text(page, 'header .user')).toContain('operator');
+    } finally {
+      await done('signin-unreachable');
+    }
+    expect(broken.failed).toBe(2);
+    expect(unexpected(problems, session)).toEqual([]);
   });
 });

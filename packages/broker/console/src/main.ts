@@ -6,6 +6,7 @@ import { get, onUnauthorized, signIn, signOut, signedInAs } from './api.js';
 import { Group, Groups } from './groups.js';
 import { Overview } from './overview.js';
 import { Tail, Topic, Topics } from './topics.js';
+import { ErrorBox } from './widgets.js';
 
 function useRoute(): string {
   const [route, setRoute] = useState(location.hash.slice(1) || '/');
@@ -27,15 +28,26 @@ function SignIn({ onDone }: { onDone: () => void }) {
   const [principal, setPrincipal] = useState('');
   const [token, setToken] = useState('');
   const [refused, setRefused] = useState(false);
+  const [failed, setFailed] = useState<Error | undefined>(undefined);
   const submit = async (e: Event) => {
     e.preventDefault();
     signIn(principal, token);
-    setToken('');
     // Checked before any page loads, so wrong credentials are told here, not as failed requests.
-    const s = await get<Session>('/session');
+    let s: Session;
+    try {
+      s = await get<Session>('/session');
+    } catch (err) {
+      // Not known to be right or wrong: nothing is kept, the form stays filled in to try again.
+      signOut();
+      setRefused(false);
+      setFailed(err as Error);
+      return;
+    }
+    setFailed(undefined);
     if (s.authenticated) onDone();
     else {
       signOut();
+      setToken('');
       setRefused(true);
     }
   };
@@ -47,6 +59,7 @@ function SignIn({ onDone }: { onDone: () => void }) {
       <label>token <input name="token" type="password" autocomplete="current-password" value=${token} onInput=${(e: Event) => setToken((e.target as HTMLInputElement).value)} required /></label>
       <button>Sign in</button>
       ${refused && html`<div class="error" role="alert" data-test="signin-refused">wrong principal or token</div>`}
+      ${failed && html`<div data-test="signin-failed"><${ErrorBox} error=${failed} prefix="could not sign in: " /></div>`}
     </form>`;
 }
 
@@ -74,13 +87,16 @@ function App() {
   const route = useRoute();
   const [needsAuth, setNeedsAuth] = useState<boolean | undefined>(undefined);
   const [epoch, setEpoch] = useState(0);
+  // Why the first question, whether to sign in, went unanswered (shown with a retry).
+  const [sessionError, setSessionError] = useState<Error | undefined>(undefined);
+  const [attempt, setAttempt] = useState(0);
   useEffect(() => onUnauthorized(() => setNeedsAuth(true)), []);
   useEffect(() => {
     get<Session>('/session').then(
-      (s) => setNeedsAuth(s.authentication && !s.authenticated),
-      () => setNeedsAuth(false),
+      (s) => (setSessionError(undefined), setNeedsAuth(s.authentication && !s.authenticated)),
+      (err: Error) => setSessionError(err),
     );
-  }, []);
+  }, [attempt]);
   const user = signedInAs();
   const nav = (href: string, label: string, prefix: string) =>
     html`<a href=${href} class=${(prefix === '/' ? route === '/' : route.startsWith(prefix)) ? 'on' : ''}>${label}</a>`;
@@ -91,6 +107,11 @@ function App() {
       <span class="user">${user ? html`${user} <button class="link" onClick=${() => (signOut(), setNeedsAuth(true))}>sign out</button>` : ''}</span>
     </header>
     <main key=${epoch}>
+      ${
+        needsAuth === undefined && sessionError
+          ? html`<div data-test="session-error"><${ErrorBox} error=${sessionError} prefix="could not reach the console's API: " /><button onClick=${() => setAttempt((a) => a + 1)}>Retry</button></div>`
+          : ''
+      }
       ${needsAuth === undefined ? '' : needsAuth ? html`<${SignIn} onDone=${() => (setNeedsAuth(false), setEpoch((e) => e + 1))} />` : page(route)}
     </main>`;
 }

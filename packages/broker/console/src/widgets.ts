@@ -1,9 +1,9 @@
 import { html } from 'htm/preact';
 import { ApiError } from './api.js';
 
-export function ErrorBox({ error }: { error: Error }) {
+export function ErrorBox({ error, prefix = '' }: { error: Error; prefix?: string }) {
   const code = error instanceof ApiError ? `${error.status} ${error.code}: ` : '';
-  return html`<div class="error" role="alert">${code}${error.message}</div>`;
+  return html`<div class="error" role="alert">${prefix}${code}${error.message}</div>`;
 }
 
 export function link(href: string, text: string) {
