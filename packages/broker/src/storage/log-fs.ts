@@ -10,6 +10,16 @@ export function storageError(dir: string, reason: string, cause?: unknown): Trib
   return err;
 }
 
+/**
+ * The process (EMFILE) or the system (ENFILE) is out of file descriptors: an open failed, so no write or
+ * fsync ran and nothing is in doubt. The request that needed the file is refused (storage_error is
+ * retriable); the log is not failed.
+ */
+export function isFdExhaustion(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | null)?.code;
+  return code === 'EMFILE' || code === 'ENFILE';
+}
+
 /** Errors that say a directory cannot be fsynced here (the platform or filesystem), not that an fsync failed. */
 const DIR_SYNC_UNSUPPORTED = new Set(['EINVAL', 'ENOTSUP', 'EOPNOTSUPP', 'EISDIR', 'EPERM', 'EACCES', 'EBADF']);
 

@@ -12,7 +12,7 @@ import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import type { GroupCommit, SyncWaiter } from './group-commit.js';
 import { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
-import { fsyncDir, makeDir, storageError } from './log-fs.js';
+import { fsyncDir, isFdExhaustion, makeDir, storageError } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
 import { type AppendGuard, type AppendResult, segmentFdPolicy } from './log-options.js';
 import type { LogState } from './log-state.js';
@@ -368,6 +368,9 @@ export class LogWriter {
     try {
       await seg.writeAt(buf, startSize);
     } catch (err) {
+      // Out of fds (a file the fd budget closed, under a low fd limit): the file did not open and nothing was
+      // written. The append is refused, not the log: a truncation would need the fd it could not get.
+      if (isFdExhaustion(err)) throw storageError(this.st.dir, 'out of file descriptors', err);
       await this.rollBack(seg, startSize, err);
     }
   }
@@ -429,14 +432,23 @@ export class LogWriter {
     await this.st.onCreate?.onFilesCreated();
     const seg = await Segment.create(dir, 0, options.indexIntervalBytes, Date.now(), segmentFdPolicy(options));
     this.st.segments.push(seg);
-    if (durable) await this.syncDirOrFail();
+    if (durable) await this.syncDirOrFail(seg);
   }
 
-  /** A failed directory fsync leaves the new segment's entry in doubt: the log takes no more appends. */
-  private async syncDirOrFail(): Promise<void> {
+  /**
+   * A failed directory fsync leaves the new segment's entry in doubt: the log takes no more appends. Out of
+   * fds, the directory did not open and no fsync ran: the new segment (still empty) goes again, as if it had
+   * not been created, and the append is refused; the next one creates it again.
+   */
+  private async syncDirOrFail(seg: Segment): Promise<void> {
     try {
       await fsyncDir(this.st.dir);
     } catch (err) {
+      if (isFdExhaustion(err) && this.st.active === seg) {
+        this.st.segments.pop();
+        await seg.remove().catch((e: unknown) => this.st.fail(e));
+        throw storageError(this.st.dir, 'out of file descriptors', err);
+      }
       this.st.fail(err);
       throw storageError(this.st.dir, 'directory fsync failed', err);
     }
@@ -454,10 +466,16 @@ export class LogWriter {
       // error, and the other's success would acknowledge appends whose pages were dropped.
       await this.sync.idle();
       // Synced here, so no later pass (flush=interval's timer may start one meanwhile) fsyncs it beside this.
+      const dirty = this.sync.isDirty(old);
       this.sync.forget(old);
       try {
         await old.datasync();
       } catch (err) {
+        // Out of fds (the fd budget closed the file, fsynced): the file did not open and no fsync ran.
+        if (isFdExhaustion(err)) {
+          if (dirty) this.sync.markDirty(old);
+          throw storageError(this.st.dir, 'out of file descriptors', err);
+        }
         this.st.failSync(err);
         throw storageError(this.st.dir, 'fsync failed', err);
       }
@@ -486,7 +504,7 @@ export class LogWriter {
     }
     const seg = await Segment.create(this.st.dir, old.nextOffset, this.st.options.indexIntervalBytes, Date.now(), segmentFdPolicy(this.st.options));
     this.st.segments.push(seg);
-    if (durable) await this.syncDirOrFail();
+    if (durable) await this.syncDirOrFail(seg);
     this.st.logger.debug({ segment: seg.baseOffset, previousBytes: old.size }, 'rolled segment');
     // Keep fds for the active and previous segment only.
     const older = this.st.segments[this.st.segments.length - 3];
