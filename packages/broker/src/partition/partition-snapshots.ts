@@ -77,7 +77,7 @@ export interface SnapshotOwner {
 /**
  * Rebuild: the snapshot (state as of an offset), then every append after it up to the current log end.
  * Without a snapshot (a log from before idempotent producers, or a crash before the first snapshot),
- * the scan starts at the last segment.
+ * the scan starts at the last segment; with one that is there but cannot be read, at the log start.
  */
 export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<ProducerStateTable>> {
   const path = join(log.dir, PRODUCER_SNAPSHOT_FILE);
@@ -101,10 +101,12 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
       // snapshot's offset below puts back the ones the log still has.
       table.dropBatchesFrom(from);
     }
-  } catch {
+  } catch (err) {
     table = new ProducerStateTable();
     const segs = log.segmentInfos();
-    from = segs.length > 0 ? segs[segs.length - 1]!.baseOffset : log.logStartOffset;
+    // A snapshot that is there but could not be read (EMFILE at a restart near the fd limit, EIO) may cover
+    // producers whose last batch is in an older segment: the whole log is replayed.
+    from = segs.length > 0 && !unreadable(err) ? segs[segs.length - 1]!.baseOffset : log.logStartOffset;
   }
   from = Math.max(from, log.logStartOffset);
   const end = log.logEndOffset;
@@ -121,6 +123,12 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
   }
   table.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
   return { state: table, end, from, fresh: scanned || !loaded };
+}
+
+/** A snapshot read failed for another reason than its absence (a parse error is not a read error). */
+function unreadable(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | null)?.code;
+  return typeof code === 'string' && code !== 'ENOENT';
 }
 
 /**
@@ -158,15 +166,17 @@ export async function loadTxnIndex(log: PartitionLog): Promise<Rebuilt<TxnIndex>
   let from: number;
   let loaded = false;
   let raw: string | null = null;
+  let readError: unknown = null;
   try {
     raw = await readSmallFile(join(log.dir, TXN_SNAPSHOT_FILE), 'utf8');
-  } catch {
-    raw = null;
+  } catch (err) {
+    readError = err;
   }
   if (raw === null) {
     index = new TxnIndex();
     const segs = log.segmentInfos();
-    from = segs.length > 0 ? segs[segs.length - 1]!.baseOffset : log.logStartOffset;
+    // Unreadable (not missing): a transaction open in an older segment must not be missed.
+    from = segs.length > 0 && !unreadable(readError) ? segs[segs.length - 1]!.baseOffset : log.logStartOffset;
   } else {
     try {
       const snap = JSON.parse(raw) as TxnSnapshot;
