@@ -63,7 +63,7 @@ describe('ClusterTxnTargets across a leader that froze', () => {
   it('fails an append in flight to the frozen leader with a retriable NOT_LEADER once the partition moves (it is not sent again)', async () => {
     const { cluster, sent, state } = scriptedCluster();
     const targets = new ClusterTxnTargets(cluster, topics, groups, async () => {});
-    const append = targets.append('t', 0, rec('v'), 'p-1', 0, 0);
+    const append = targets.append('t', 0, [rec('v')], 'p-1', 0, 0);
     append.catch(() => {});
     await until(() => sent.length === 1, 5000, 'the append sent to broker 1');
     state.leader = 2;

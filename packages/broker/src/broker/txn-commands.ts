@@ -180,16 +180,8 @@ export async function txnBatch(b: BrokerContext, c: ConnectionContext, body: Buf
   }
   const explicit = batch.partition >= 0 ? batch.partition : undefined;
   const { transactionalId: id, producerId, epoch } = txn;
-  // Every record is registered with the coordinator before the first await, so the frame keeps its order.
-  const results: Array<Promise<TxnPublishResult>> = [];
-  try {
-    for (let i = 0; i < n; i++) results.push(b.transactions.publish(id, producerId, epoch, batch.topic, explicit, records[i]!, batch.firstSequence + i));
-  } catch (err) {
-    // Records before the refused one are registered and go on; nobody waits for their results here.
-    for (const r of results) r.catch(() => {});
-    throw err;
-  }
-  const settled = await Promise.all(results);
+  // Registered with the coordinator before the first await, whole, so the frame keeps its order.
+  const settled = await b.transactions.publishRun(id, producerId, epoch, batch.topic, explicit, records, batch.firstSequence);
   let fresh = 0;
   let bytes = 0;
   settled.forEach((r, i) => {

@@ -40,7 +40,7 @@ export class ClusterTxnTargets implements TxnTargets {
     this.local = new LocalTxnTargets(topics, groups);
   }
 
-  async append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number, txnPartition: number): Promise<{ offset: number }> {
+  async append(topic: string, partition: number, records: RecordInput[], producerId: string, epoch: number, txnPartition: number): Promise<{ offset: number }> {
     // Our own epoch as the transaction's coordinator: the data leader refuses the append once a newer
     // coordinator of that partition is known, so an append held up in the network cannot land after the
     // new coordinator's marker ended the transaction.
@@ -48,16 +48,16 @@ export class ClusterTxnTargets implements TxnTargets {
     if (this.cluster.isLeader(topic, partition)) {
       this.cluster.checkTxnCoordinator(txnPartition, coordinatorEpoch);
       const leaderEpoch = this.cluster.requireLeader(topic, partition).leaderEpoch;
-      const res = await appendNext(this.topics, topic, partition, [record], producerId, epoch);
-      await this.replicated(topic, partition, res.offset, leaderEpoch);
+      const res = await appendNext(this.topics, topic, partition, records, producerId, epoch);
+      await this.replicated(topic, partition, res.lastOffset, leaderEpoch);
       return res;
     }
     const leaderId = this.cluster.leaderAddress(topic, partition)?.id;
     const conn = await this.cluster.leaderPeer(topic, partition);
     // A transactional batch frame (TXN_APPEND): binary key, value, headers and timestamp as sent.
-    const frame: BatchRecord = { offset: 0, sequence: 0, producerId: '', key: record.key, epoch: -1, value: record.value, timestamp: record.timestamp ?? 0, attributes: 0, headers: record.headers ?? [] };
+    const frames: BatchRecord[] = records.map((r) => ({ offset: 0, sequence: 0, producerId: '', key: r.key, epoch: -1, value: r.value, timestamp: r.timestamp ?? 0, attributes: 0, headers: r.headers ?? [] }));
     const txn = { transactionalId: '', producerId, epoch, coordinatorPartition: txnPartition, coordinatorEpoch };
-    const reply = await this.whileLeading(topic, partition, leaderId, conn.produceBatch({ topic, partition, acks: 'all', idempotent: false, firstSequence: 0, lastSequence: 0, records: [frame], txn }));
+    const reply = await this.whileLeading(topic, partition, leaderId, conn.produceBatch({ topic, partition, acks: 'all', idempotent: false, firstSequence: 0, lastSequence: 0, records: frames, txn }));
     return { offset: reply.base_offset };
   }
 

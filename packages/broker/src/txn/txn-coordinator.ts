@@ -332,7 +332,7 @@ export class TransactionCoordinator {
     m.offsets = [];
     m.abortReason = undefined;
     e.adds.clear();
-    e.results.clear();
+    e.runs = [];
     e.lastSeq = 0;
     e.spoiled = undefined;
     e.recovered = false;
@@ -356,6 +356,12 @@ export class TransactionCoordinator {
     this.checkOwner(id);
     const e = this.entry(id);
     return this.publisher.publish(e, id, producerId, epoch, topicName, explicit, record, seqNum);
+  }
+
+  /** publish() of records with seqNums `firstSeq`.. (a transactional batch frame), taken whole or refused whole. */
+  publishRun(id: string, producerId: string, epoch: number, topicName: string, explicit: number | undefined, records: RecordInput[], firstSeq: number): Promise<TxnPublishResult[]> {
+    this.checkOwner(id);
+    return this.publisher.publishRun(this.entry(id), id, producerId, epoch, topicName, explicit, records, firstSeq);
   }
 
   /**

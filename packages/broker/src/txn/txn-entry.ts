@@ -31,14 +31,27 @@ export interface TxnPublishResult {
   duplicate: boolean;
 }
 
+/** Where a run of published records went: record i of the run to partitions[i] at offsets[i]. */
+export interface PublishedRecords {
+  partitions: number[];
+  offsets: number[];
+}
+
+/** The seqNums `first`..`last` of the open transaction, published together (txn-publish.ts). */
+export interface PublishedRun {
+  first: number;
+  last: number;
+  result: Promise<PublishedRecords>;
+}
+
 export interface Entry {
   meta: TxnMetadata;
   /** Open before the broker restarted: its sequence state is gone, so it can only be aborted. */
   recovered: boolean;
   /** Last seqNum accepted in the open transaction (0: none). */
   lastSeq: number;
-  /** Results per seqNum of the open transaction, for retries. */
-  results: Map<number, Promise<TxnPublishResult>>;
+  /** The open transaction's runs of seqNums in order (contiguous from 1), with their results, for retries. */
+  runs: PublishedRun[];
   /** Set when a record of the open transaction failed: only an abort is allowed. */
   spoiled: string | undefined;
   /** The epoch whose transaction ended last: END_TXN retries of that epoch are answered again. */
@@ -66,7 +79,7 @@ export function newEntry(meta: TxnMetadata, recovered: boolean): Entry {
     meta,
     recovered,
     lastSeq: 0,
-    results: new Map(),
+    runs: [],
     spoiled: undefined,
     endedEpoch: -1,
     adds: new Map(),

@@ -4,7 +4,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
 import type { TxnLog } from './txn-log.js';
 import type { TxnTargets } from './txn-targets.js';
-import { type Entry, type TxnPublishResult, checkOpen, partKey, txnState } from './txn-entry.js';
+import { type Entry, type PublishedRecords, type TxnPublishResult, checkOpen, partKey, txnState } from './txn-entry.js';
 
 /**
  * TXN_PUBLISH for the transaction coordinator (txn-coordinator.ts): the one request that does not run
@@ -26,31 +26,64 @@ export class TxnPublisher {
 
   /** One record of the open transaction `e` (of id `id`, whose ownership the coordinator checked). */
   publish(e: Entry, id: string, producerId: string, epoch: number, topicName: string, explicit: number | undefined, record: RecordInput, seqNum: number): Promise<TxnPublishResult> {
+    return this.publishRun(e, id, producerId, epoch, topicName, explicit, [record], seqNum).then((rs) => rs[0]!);
+  }
+
+  /**
+   * Records with seqNums `firstSeq`.. of the open transaction `e`, as one publish each would take them
+   * (the same partitions, seqNums, errors and retries), but with one append per partition they go to
+   * rather than one per record (in a cluster, one TXN_APPEND each). A run is taken whole or refused whole.
+   */
+  publishRun(e: Entry, id: string, producerId: string, epoch: number, topicName: string, explicit: number | undefined, records: RecordInput[], firstSeq: number): Promise<TxnPublishResult[]> {
     checkOpen(e, producerId, epoch);
-    const prior = e.results.get(seqNum);
-    if (prior) return prior.then((r) => ({ ...r, duplicate: true }));
-    if (seqNum !== e.lastSeq + 1) {
-      throw new TributaryError('out_of_order_sequence', { transactional_id: id, sequence: seqNum, expected: e.lastSeq + 1 });
+    const n = records.length;
+    const last = firstSeq + n - 1;
+    if (firstSeq >= 1 && last <= e.lastSeq) return priorResults(e, firstSeq, last);
+    if (firstSeq !== e.lastSeq + 1) {
+      throw new TributaryError('out_of_order_sequence', { transactional_id: id, sequence: firstSeq, expected: e.lastSeq + 1 });
     }
     if (e.spoiled) throw txnState(id, e.meta.state, e.spoiled);
     const topic = this.deps.topics.get(topicName);
-    const partition = topic.choosePartition(explicit, record.key);
-    topic.partition(partition);
-    e.lastSeq = seqNum;
-    const result = this.append(e, topicName, partition, record, producerId, epoch).catch((err: unknown) => {
-      const reason = `record ${seqNum} of the transaction failed (${err instanceof TributaryError ? err.code : 'error'}); abort it`;
-      e.spoiled ??= reason;
-      // The append may have landed, so it is never tried again: a retriable error would only have the
-      // producer retry this seqNum (answered from this same result) until the transaction times out.
-      if (err instanceof TributaryError && !err.retriable) throw err;
-      throw txnState(id, e.meta.state, reason);
-    });
-    e.results.set(seqNum, result);
+    const partitions = new Array<number>(n);
+    // Each partition's records, in seqNum order, in the order the run first reaches the partition.
+    const groups = new Map<number, number[]>();
+    for (let i = 0; i < n; i++) {
+      const p = topic.choosePartition(explicit, records[i]!.key);
+      topic.partition(p);
+      partitions[i] = p;
+      const g = groups.get(p);
+      if (g) g.push(i);
+      else groups.set(p, [i]);
+    }
+    e.lastSeq = last;
+    const offsets = new Array<number>(n);
+    const appends: Array<Promise<void>> = [];
+    for (const [p, idx] of groups) {
+      const recs = idx.length === n ? records : idx.map((i) => records[i]!);
+      appends.push(
+        this.append(e, topicName, p, recs, producerId, epoch).then((base) => {
+          for (let j = 0; j < idx.length; j++) offsets[idx[j]!] = base + j;
+        }),
+      );
+    }
+    const result = Promise.all(appends).then(
+      (): PublishedRecords => ({ partitions, offsets }),
+      (err: unknown) => {
+        const reason = `record${n > 1 ? `s ${firstSeq}-${last}` : ` ${firstSeq}`} of the transaction failed (${err instanceof TributaryError ? err.code : 'error'}); abort it`;
+        e.spoiled ??= reason;
+        // The append may have landed, so it is never tried again: a retriable error would only have the
+        // producer retry these seqNums (answered from this same result) until the transaction times out.
+        if (err instanceof TributaryError && !err.retriable) throw err;
+        throw txnState(id, e.meta.state, reason);
+      },
+    );
+    e.runs.push({ first: firstSeq, last, result });
     result.catch(() => {});
-    return result;
+    return result.then((r) => resultsOf(r, 0, n, false));
   }
 
-  private async append(e: Entry, topicName: string, partition: number, record: RecordInput, producerId: string, epoch: number): Promise<TxnPublishResult> {
+  /** Appends `records` (one partition's, in seqNum order) once the partition is registered; the first offset. */
+  private async append(e: Entry, topicName: string, partition: number, records: RecordInput[], producerId: string, epoch: number): Promise<number> {
     const k = partKey(topicName, partition);
     let add = e.adds.get(k);
     if (!add) {
@@ -63,13 +96,39 @@ export class TxnPublisher {
     await add;
     // END_TXN, a timeout or a new epoch may have come in meanwhile.
     checkOpen(e, producerId, epoch);
-    const appended = this.deps.targets.append(topicName, partition, record, producerId, epoch, this.deps.partitionFor(e.meta.transactionalId));
+    const appended = this.deps.targets.append(topicName, partition, records, producerId, epoch, this.deps.partitionFor(e.meta.transactionalId));
     e.inflight.add(appended);
     try {
-      const res = await appended;
-      return { partition, offset: res.offset, duplicate: false };
+      return (await appended).offset;
     } finally {
       e.inflight.delete(appended);
     }
   }
+}
+
+function resultsOf(r: PublishedRecords, from: number, to: number, duplicate: boolean): TxnPublishResult[] {
+  const out = new Array<TxnPublishResult>(to - from);
+  for (let i = from; i < to; i++) out[i - from] = { partition: r.partitions[i]!, offset: r.offsets[i]!, duplicate };
+  return out;
+}
+
+/** A retry of seqNums `first`..`last`, all taken before: their original results, from the runs holding them. */
+function priorResults(e: Entry, first: number, last: number): Promise<TxnPublishResult[]> {
+  const runs = e.runs;
+  // Runs are contiguous and in seqNum order: the one holding `first` by binary search.
+  let lo = 0;
+  let hi = runs.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >>> 1;
+    if (runs[mid]!.first <= first) lo = mid;
+    else hi = mid - 1;
+  }
+  const parts: Array<Promise<TxnPublishResult[]>> = [];
+  for (let i = lo; i < runs.length && runs[i]!.first <= last; i++) {
+    const r = runs[i]!;
+    const from = Math.max(first, r.first) - r.first;
+    const to = Math.min(last, r.last) - r.first + 1;
+    parts.push(r.result.then((rec) => resultsOf(rec, from, to, true)));
+  }
+  return Promise.all(parts).then((xs) => xs.flat());
 }

@@ -26,12 +26,12 @@ export interface StageRequest {
  */
 export interface TxnTargets {
   /**
-   * Appends one record of the producer's transaction to the partition's leader. Calls for one partition
+   * Appends records of the producer's transaction to the partition's leader (their first offset). Calls for one partition
    * must reach it in call order: the partition numbers a producer epoch's records itself. `txnPartition`:
    * the `__transaction_state` partition of the transaction (in a cluster the leader fences appends from a
    * coordinator that has been replaced).
    */
-  append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number, txnPartition: number): Promise<{ offset: number }>;
+  append(topic: string, partition: number, records: RecordInput[], producerId: string, epoch: number, txnPartition: number): Promise<{ offset: number }>;
   /** A commit or abort marker (durable, and replicated in a cluster, when resolved). */
   marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType, txnPartition: number): Promise<void>;
   /** Stages the offsets under the transaction, checked by the group's coordinator (req.classic: a Kafka group's check). */
@@ -78,8 +78,8 @@ export class LocalTxnTargets implements TxnTargets {
     private readonly groups: GroupCoordinator,
   ) {}
 
-  append(topic: string, partition: number, record: RecordInput, producerId: string, epoch: number, _txnPartition: number): Promise<{ offset: number }> {
-    return appendNext(this.topics, topic, partition, [record], producerId, epoch);
+  append(topic: string, partition: number, records: RecordInput[], producerId: string, epoch: number, _txnPartition: number): Promise<{ offset: number }> {
+    return appendNext(this.topics, topic, partition, records, producerId, epoch);
   }
 
   async marker(topic: string, partition: number, producerId: string, epoch: number, type: MarkerType, _txnPartition: number): Promise<void> {
