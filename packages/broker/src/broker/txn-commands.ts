@@ -7,7 +7,6 @@ import { checkRecordSize, leaderGate, refuseInternal, replicated } from './produ
 import { appendNext, stageLocally } from '../txn/txn-targets.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
 import { parseBatchEntries } from './group-commands.js';
-import type { TxnPublishResult } from '../txn/txn-entry.js';
 
 const MAX_ID = 100_000;
 const EPOCH = { min: 0, max: MAX_PRODUCER_EPOCH };
