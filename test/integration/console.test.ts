@@ -2,8 +2,8 @@
  * The web console at /ui/ in a real headless Chromium (Debian's `chromium`, driven by puppeteer-core)
  * against real brokers: the overview, a topic page showing a message just produced, the live tail
  * receiving a new message, a group page whose lag is log end minus committed and an offset reset that
- * moves it, and the sign-in flow on a broker with authentication on. A topic or group page whose poll
- * fails (request interception) keeps what it shows and says it is stale; the CSV export parses back
+ * moves it, and the sign-in flow on a broker with authentication on. The overview, a topic or group
+ * page whose poll fails (request interception) keeps what it shows and says it is stale; the CSV export parses back
  * and has no cell a spreadsheet would run as a formula. On every page: no console
  * error, no uncaught exception, no failed request but those failed on purpose. Screenshots go to
  * .test-results/screenshots/.
@@ -150,6 +150,36 @@ describe('web console', () => {
       await done('overview');
     }
     expect(problems).toEqual([]);
+  });
+
+  it('an overview whose poll fails keeps its figures and says they are stale; an error shows only before the first answer', async () => {
+    const poll = '/api/v1/cluster';
+    let broken!: Awaited<ReturnType<typeof breakRequests>>;
+    const { page, problems, done } = await open(base, async (p) => {
+      broken = await breakRequests(p, (method, url) => method === 'GET' && url.pathname === poll, 'bad-gateway');
+    });
+    try {
+      // Nothing read yet: the error itself.
+      await page.waitForSelector('main .error', { timeout: 15_000 });
+      expect(await text(page, 'main .error')).toMatch(/^502 /);
+      expect(await page.$('[data-test=stale]')).toBeNull();
+      broken.on = false;
+      await page.waitForSelector('[data-test=brokers]', { timeout: 15_000 });
+      expect(await page.$('main .error')).toBeNull();
+      // Read once: the figures stay, under the stale notice, until a poll succeeds.
+      broken.how = 'refuse';
+      broken.on = true;
+      await page.waitForSelector('[data-test=stale]', { timeout: 15_000 });
+      expect(await text(page, '[data-test=stale]')).toMatch(/^stale: could not refresh: the broker did not answer/);
+      expect(await text(page, '[data-test=brokers]')).toMatch(/^1\s+broker \(standalone\)/);
+      expect(await page.$('main .error')).toBeNull();
+      broken.on = false;
+      await page.waitForSelector('[data-test=stale]', { hidden: true, timeout: 15_000 });
+      expect(await text(page, '[data-test=brokers]')).toMatch(/^1\s+broker \(standalone\)/);
+    } finally {
+      await done('overview-stale');
+    }
+    expect(unexpected(problems, poll)).toEqual([]);
   });
 
   it('a route with a malformed escape shows its page, not a blank one', async () => {

@@ -2,13 +2,13 @@ import { html } from 'htm/preact';
 import { useRef } from 'preact/hooks';
 import { type Cluster, type TopicSummary, get } from './api.js';
 import { usePoll } from './hooks.js';
-import { ErrorBox } from './widgets.js';
+import { ErrorBox, Stale } from './widgets.js';
 
 /** Brokers, controller, partition health and message rates (from the topics' record counts between polls). */
 export function Overview() {
   const last = useRef<{ at: number; records: number } | undefined>(undefined);
   const rate = useRef<number | undefined>(undefined);
-  const { data, error } = usePoll(async (signal) => {
+  const { data, error, updatedAt } = usePoll(async (signal) => {
     const [cluster, topics] = await Promise.all([get<Cluster>('/cluster', signal), get<{ topics: TopicSummary[] }>('/topics', signal)]);
     const records = topics.topics.reduce((n, t) => n + t.records, 0);
     const now = Date.now();
@@ -16,11 +16,13 @@ export function Overview() {
     last.current = { at: now, records };
     return { cluster, topics: topics.topics, records };
   }, []);
-  if (error) return html`<${ErrorBox} error=${error} />`;
+  if (error && !data) return html`<${ErrorBox} error=${error} />`;
   if (!data) return html`<p class="muted">loading…</p>`;
   const { cluster, topics, records } = data;
+  // A failed poll keeps the last figures on screen, marked as stale.
   return html`
     <h1>Overview</h1>
+    <${Stale} error=${error} updatedAt=${updatedAt} />
     <div class="cards">
       <div class="card" data-test="brokers"><div class="big">${cluster.brokers.length}</div>broker${cluster.brokers.length === 1 ? '' : 's'} (${cluster.mode})</div>
       <div class="card"><div class="big">${cluster.controller ?? '-'}</div>controller</div>
