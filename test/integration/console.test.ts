@@ -2,8 +2,9 @@
  * The web console at /ui/ in a real headless Chromium (Debian's `chromium`, driven by puppeteer-core)
  * against real brokers: the overview, a topic page showing a message just produced, the live tail
  * receiving a new message, a group page whose lag is log end minus committed and an offset reset that
- * moves it, and the sign-in flow on a broker with authentication on. The overview, a topic or group
- * page whose poll fails (request interception) keeps what it shows and says it is stale; the CSV export parses back
+ * moves it, and the sign-in flow on a broker with authentication on. The overview, the topics and
+ * groups lists, a topic or group page whose poll fails (request interception) keeps what it shows and
+ * says it is stale; the CSV export parses back
  * and has no cell a spreadsheet would run as a formula. On every page: no console
  * error, no uncaught exception, no failed request but those failed on purpose. Screenshots go to
  * .test-results/screenshots/.
@@ -180,6 +181,48 @@ describe('web console', () => {
       await done('overview-stale');
     }
     expect(unexpected(problems, poll)).toEqual([]);
+  });
+
+  it('the topics and groups lists keep their rows when a poll fails and say they are stale; an error shows only before the first answer', async () => {
+    await api(broker.healthPort, 'POST', '/topics', { name: 'web-listed', partitions: 1 });
+    await api(broker.healthPort, 'POST', '/topics/web-listed/messages', { value: 'one' });
+    const consumer = new Consumer({ brokers: [broker.address], groupId: 'web-listed-group', topic: 'web-listed', autoOffsetReset: 'earliest', heartbeatIntervalMs: 100, maxWaitMs: 100, autoCommitIntervalMs: 50 });
+    const run = consumer.run({ eachMessage: async () => {} });
+    await until(async () => (await api(broker.healthPort, 'GET', '/groups/web-listed-group')).offsets?.[0]?.committed === 1, 15_000, 'the group to commit');
+    await consumer.close();
+    await run.catch(() => {});
+    for (const list of [
+      { route: 'topics', row: '[data-test=topics] a[href="#/topics/web-listed"]' },
+      { route: 'groups', row: '[data-test=groups] a[href="#/groups/web-listed-group"]' },
+    ]) {
+      const poll = `/api/v1/${list.route}`;
+      let broken!: Awaited<ReturnType<typeof breakRequests>>;
+      const { page, problems, done } = await open(`${base}#/${list.route}`, async (p) => {
+        broken = await breakRequests(p, (method, url) => method === 'GET' && url.pathname === poll, 'bad-gateway');
+      });
+      try {
+        // Nothing read yet: the error itself.
+        await page.waitForSelector('main .error', { timeout: 15_000 });
+        expect(await text(page, 'main .error')).toMatch(/^502 /);
+        expect(await page.$('[data-test=stale]')).toBeNull();
+        broken.on = false;
+        await page.waitForSelector(list.row, { timeout: 15_000 });
+        expect(await page.$('main .error')).toBeNull();
+        // Read once: the rows stay, under the stale notice, until a poll succeeds.
+        broken.how = 'refuse';
+        broken.on = true;
+        await page.waitForSelector('[data-test=stale]', { timeout: 15_000 });
+        expect(await text(page, '[data-test=stale]')).toMatch(/^stale: could not refresh: the broker did not answer/);
+        expect(await page.$(list.row)).not.toBeNull();
+        expect(await page.$('main .error')).toBeNull();
+        broken.on = false;
+        await page.waitForSelector('[data-test=stale]', { hidden: true, timeout: 15_000 });
+        expect(await page.$(list.row)).not.toBeNull();
+      } finally {
+        await done(`${list.route}-stale`);
+      }
+      expect(unexpected(problems, poll)).toEqual([]);
+    }
   });
 
   it('a route with a malformed escape shows its page, not a blank one', async () => {

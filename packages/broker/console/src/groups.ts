@@ -4,13 +4,13 @@ import { type GroupDetail, type GroupSummary, api, get } from './api.js';
 import { time } from './format.js';
 import { usePoll } from './hooks.js';
 import { LagChart } from './lag-chart.js';
-import { ErrorBox, Stale, enc } from './widgets.js';
+import { ErrorBox, PollFailure, Stale, enc } from './widgets.js';
 
 export function Groups() {
-  const { data, error } = usePoll((signal) => get<{ groups: GroupSummary[] }>('/groups', signal), []);
+  const { data, error, updatedAt } = usePoll((signal) => get<{ groups: GroupSummary[] }>('/groups', signal), []);
   return html`
     <h1>Consumer groups</h1>
-    ${error && html`<${ErrorBox} error=${error} />`}
+    <${PollFailure} error=${error} updatedAt=${updatedAt} />
     <table data-test="groups">
       <thead><tr><th>group</th><th>topic</th><th>state</th><th>generation</th><th>members</th><th>lag</th></tr></thead>
       <tbody>

@@ -3,10 +3,10 @@ import { useEffect, useState } from 'preact/hooks';
 import { ApiError, type Message, type TopicDetail, type TopicSummary, api, events, get } from './api.js';
 import { type View, bytes, download, show, time, toCsv } from './format.js';
 import { usePoll } from './hooks.js';
-import { ErrorBox, Stale, enc } from './widgets.js';
+import { ErrorBox, PollFailure, Stale, enc } from './widgets.js';
 
 export function Topics() {
-  const { data, error, reload } = usePoll((signal) => get<{ topics: TopicSummary[] }>('/topics', signal), []);
+  const { data, error, updatedAt, reload } = usePoll((signal) => get<{ topics: TopicSummary[] }>('/topics', signal), []);
   const [name, setName] = useState('');
   const [partitions, setPartitions] = useState('3');
   const [createError, setCreateError] = useState<Error | undefined>(undefined);
@@ -23,7 +23,7 @@ export function Topics() {
   };
   return html`
     <h1>Topics</h1>
-    ${error && html`<${ErrorBox} error=${error} />`}
+    <${PollFailure} error=${error} updatedAt=${updatedAt} />
     <table data-test="topics">
       <thead><tr><th>topic</th><th>partitions</th><th>replication</th><th>under-replicated</th><th>messages</th><th>size</th></tr></thead>
       <tbody>

@@ -22,3 +22,13 @@ export function Stale({ error, updatedAt }: { error: Error | undefined; updatedA
   const since = updatedAt === undefined ? '' : ` · showing what was read at ${new Date(updatedAt).toLocaleTimeString()}`;
   return html`<div class="stale" role="status" data-test="stale">stale: could not refresh: ${code}${error.message}${since}</div>`;
 }
+
+/**
+ * Why a page's last poll failed, for a page that shows its frame (tables, forms) before any answer: the
+ * error while nothing has been read yet, then the stale notice above what is kept.
+ */
+export function PollFailure({ error, updatedAt }: { error: Error | undefined; updatedAt: number | undefined }) {
+  if (!error) return null;
+  if (updatedAt === undefined) return html`<${ErrorBox} error=${error} />`;
+  return html`<${Stale} error=${error} updatedAt=${updatedAt} />`;
+}
