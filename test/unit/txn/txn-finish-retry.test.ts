@@ -11,7 +11,7 @@ import type { TxnTargets } from 'tributary-broker/txn/txn-targets.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type Coordinators, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
-import { errorCode, rec, removeDir, tempDir } from '../../helpers/util.js';
+import { errorCode, rec, removeDir, tempDir, until } from '../../helpers/util.js';
 
 const TOPIC = 'data';
 const RC = { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_committed' as Isolation };
@@ -66,6 +66,23 @@ async function commitThatFails(id: string): Promise<string> {
 }
 
 describe('TransactionCoordinator: retrying a failed finish', () => {
+  it('the Kafka port\'s EndTxn succeeds once the decision is durable, though its finish failed (retried by the coordinator)', async () => {
+    const id = 'tx-kafka';
+    const { producerId } = await txns.initProducerId(id, 60_000);
+    await txns.begin(id, producerId, 0);
+    await txns.publish(id, producerId, 0, TOPIC, 0, rec('k'), 1);
+    failMarkers = 1;
+    // The main port's END_TXN reports the failure (a retry answers committed: above); Kafka's clients do not retry EndTxn.
+    await txns.kafka.endTxn(id, producerId, 0, 'commit');
+    expect(txns.status(id).state).toBe('committing');
+    await clock.advance(5_000);
+    await until(() => txns.status(id).state === 'committed', 5_000, 'the retried finish');
+    expect(await visible(0)).toEqual(['k']);
+    // A decision that was not made is still an error: an abort of the committed transaction.
+    expect(await errorCode(txns.kafka.endTxn(id, producerId, 0, 'abort'))).toBe('invalid_txn_state');
+  });
+
+
   it('does not end the next transaction of the producer once the failed one was finished by a retried END_TXN', async () => {
     const id = 'tx-next';
     const producerId = await commitThatFails(id);
