@@ -7,27 +7,10 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
-import { type BatchRecord, encodeBatch } from 'tributary-protocol/batch.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
-import { ScriptedServer } from '../../helpers/scripted-server.js';
-import { sleep, until } from '../../helpers/util.js';
+import { batchFrom, quickConsumer, scriptedGroup } from '../../helpers/scripted-group.js';
+import { until } from '../../helpers/util.js';
 
-const TOPIC = 't';
-
-function batchFrom(offset: number, n: number): Buffer {
-  const records: BatchRecord[] = Array.from({ length: n }, (_, i) => ({
-    offset: offset + i,
-    sequence: 0,
-    producerId: '',
-    key: null,
-    epoch: -1,
-    value: Buffer.from(`v${offset + i}`),
-    timestamp: 0,
-    attributes: 0,
-    headers: [],
-  }));
-  return encodeBatch({ topic: TOPIC, partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
-}
 
 describe('Consumer: seek() while a commit is in flight (scripted broker)', () => {
   const cleanup: Array<() => Promise<unknown> | unknown> = [];
@@ -36,19 +19,11 @@ describe('Consumer: seek() while a commit is in flight (scripted broker)', () =>
   });
 
   it('refuses a seek below the offset being committed; the seek it allows is read from', async () => {
-    const s = await ScriptedServer.start();
+    const s = await scriptedGroup();
     cleanup.push(() => s.close());
     let committed = 0;
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
-    s.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${s.port} partition=0`);
-    s.on('METADATA', () => `OK topic=${TOPIC} partitions=1 leaders=${s.address} epochs=0`);
-    s.on('JOIN_GROUP', () => 'OK generation=1 member=m-1 leader=m-1 assignments=[0]');
-    s.on('SYNC_GROUP', () => 'OK generation=1 member=m-1 leader=m-1 assignments=[0]');
-    s.on('HEARTBEAT', async (l) => {
-      await sleep(Math.min(Number(l.params.get('wait_ms') ?? 0), 30));
-      return 'OK member=m-1 generation=1';
-    });
     s.on('FETCH_OFFSET', () => `OK offset=${committed} committed=true`);
     // As the broker does: a group's read starts at max(requested, committed).
     s.on('CONSUME', (l) => batchFrom(Math.max(Number(l.params.get('offset')), committed), 5));
@@ -58,18 +33,8 @@ describe('Consumer: seek() while a commit is in flight (scripted broker)', () =>
       committed = Number(/P0:(\d+)/.exec(l.positional[0]!)![1]);
       return 'OK batched=1';
     });
-    s.on('LEAVE_GROUP', () => 'OK group=g member=m-1 left=true');
 
-    const c = new Consumer({
-      brokers: [s.address],
-      groupId: 'g',
-      topic: TOPIC,
-      autoCommit: false,
-      sessionTimeoutMs: 1000,
-      heartbeatIntervalMs: 50,
-      maxWaitMs: 30,
-      retry: { initialDelayMs: 1, maxDelayMs: 10 },
-    });
+    const c = new Consumer(quickConsumer(s));
     cleanup.push(() => c.close());
     cleanup.push(() => release()); // first, so that the close above is not held
     const it = c[Symbol.asyncIterator]();

@@ -1,0 +1,56 @@
+/**
+ * A scripted broker (scripted-server.ts) as one consumer group's coordinator and its topic's only
+ * partition leader: member m-1 of generation 1 owns partition 0 of topic `t`, reads are answered from
+ * `read` (default: 5 records from the requested offset), and the tests add what they are about
+ * (FETCH_OFFSET, BATCH_COMMIT, ...).
+ */
+import { type BatchRecord, encodeBatch } from 'tributary-protocol/batch.js';
+import { ScriptedServer } from './scripted-server.js';
+import { sleep } from './util.js';
+
+export const TOPIC = 't';
+
+/** A reply batch of `n` records of partition 0 from `offset`, valued `v<offset>`. */
+export function batchFrom(offset: number, n: number): Buffer {
+  const records: BatchRecord[] = Array.from({ length: n }, (_, i) => ({
+    offset: offset + i,
+    sequence: 0,
+    producerId: '',
+    key: null,
+    epoch: -1,
+    value: Buffer.from(`v${offset + i}`),
+    timestamp: 0,
+    attributes: 0,
+    headers: [],
+  }));
+  return encodeBatch({ topic: TOPIC, partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
+}
+
+/** The scripted broker with the group's membership and the topic's metadata answered. */
+export async function scriptedGroup(): Promise<ScriptedServer> {
+  const s = await ScriptedServer.start();
+  s.on('FIND_COORDINATOR', () => `OK coordinator_id=0 host=127.0.0.1 port=${s.port} partition=0`);
+  s.on('METADATA', () => `OK topic=${TOPIC} partitions=1 leaders=${s.address} epochs=0`);
+  s.on('JOIN_GROUP', () => 'OK generation=1 member=m-1 leader=m-1 assignments=[0]');
+  s.on('SYNC_GROUP', () => 'OK generation=1 member=m-1 leader=m-1 assignments=[0]');
+  s.on('HEARTBEAT', async (l) => {
+    await sleep(Math.min(Number(l.params.get('wait_ms') ?? 0), 30));
+    return 'OK member=m-1 generation=1';
+  });
+  s.on('LEAVE_GROUP', () => 'OK group=g member=m-1 left=true');
+  return s;
+}
+
+/** Consumer options for `s` that keep a test's rebalances and retries short. */
+export function quickConsumer(s: ScriptedServer) {
+  return {
+    brokers: [s.address],
+    groupId: 'g',
+    topic: TOPIC,
+    autoCommit: false,
+    sessionTimeoutMs: 1000,
+    heartbeatIntervalMs: 50,
+    maxWaitMs: 30,
+    retry: { initialDelayMs: 1, maxDelayMs: 10 },
+  };
+}
