@@ -71,15 +71,41 @@ async function reach(send: () => Promise<Response>, signal: AbortSignal | undefi
 export const get = <T>(path: string, signal?: AbortSignal) => api<T>('GET', path, undefined, signal);
 
 /**
- * Server-Sent Events over fetch (EventSource cannot send an Authorization header): calls `onEvent`
- * for each event until `signal` aborts or the stream ends.
+ * Server-Sent Events over fetch (EventSource cannot send an Authorization header, and reconnects by
+ * itself from where the server decides): calls `onEvent` for each event until `signal` aborts or the
+ * stream ends. Nothing received for `idleMs` (the server sends a comment every 15 s) ends it with an
+ * error, as a broker that is stopped, not gone, never closes the connection. It never reconnects.
  */
-export async function events(path: string, onEvent: (event: string, data: unknown) => void, signal: AbortSignal): Promise<void> {
+export async function events(path: string, onEvent: (event: string, data: unknown) => void, signal: AbortSignal, idleMs = 45_000): Promise<void> {
+  const call = new AbortController();
+  const stop = () => call.abort();
+  signal.addEventListener('abort', stop);
+  let idle = false;
+  let timer = setTimeout(() => ((idle = true), stop()), idleMs);
+  const heard = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => ((idle = true), stop()), idleMs);
+  };
+  const silent = () => new Error(`nothing received from the broker within ${idleMs / 1000} s`);
+  try {
+    await read(path, onEvent, call.signal, heard);
+    if (idle) throw silent();
+  } catch (err) {
+    if (idle && !signal.aborted) throw silent();
+    throw err;
+  } finally {
+    clearTimeout(timer);
+    signal.removeEventListener('abort', stop);
+  }
+}
+
+async function read(path: string, onEvent: (event: string, data: unknown) => void, signal: AbortSignal, heard: () => void): Promise<void> {
   const res = await reach(() => fetch(`/api/v1${path}`, { headers: authHeader(), signal }), signal);
+  heard();
   if (!res.ok || !res.body) {
     const json = (await res.json().catch(() => ({}))) as { error?: { code: string; message: string } };
     if (res.status === 401) for (const fn of unauthorized) fn();
-    throw new ApiError(res.status, json.error?.code ?? 'error', json.error?.message ?? res.statusText);
+    throw new ApiError(res.status, json.error?.code ?? 'error', json.error?.message ?? (res.statusText || `HTTP ${res.status}`));
   }
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
@@ -87,6 +113,7 @@ export async function events(path: string, onEvent: (event: string, data: unknow
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
+      heard();
       buf += value;
       for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
         const block = buf.slice(0, i);

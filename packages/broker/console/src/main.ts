@@ -5,7 +5,8 @@ import { useEffect, useState } from 'preact/hooks';
 import { get, onUnauthorized, signIn, signOut, signedInAs } from './api.js';
 import { Group, Groups } from './groups.js';
 import { Overview } from './overview.js';
-import { Tail, Topic, Topics } from './topics.js';
+import { Tail } from './tail.js';
+import { Topic, Topics } from './topics.js';
 import { ErrorBox } from './widgets.js';
 
 function useRoute(): string {

@@ -1,6 +1,6 @@
 import { html } from 'htm/preact';
 import { useEffect, useState } from 'preact/hooks';
-import { ApiError, type Message, type TopicDetail, type TopicSummary, api, events, get } from './api.js';
+import { type Message, type TopicDetail, type TopicSummary, api, get } from './api.js';
 import { type View, bytes, download, show, time, toCsv } from './format.js';
 import { usePoll } from './hooks.js';
 import { ErrorBox, PollFailure, Stale, enc } from './widgets.js';
@@ -46,7 +46,7 @@ export function Topics() {
   `;
 }
 
-function Messages({ messages, view }: { messages: Message[]; view: View }) {
+export function Messages({ messages, view }: { messages: Message[]; view: View }) {
   if (messages.length === 0) return html`<p class="muted" data-test="no-messages">no messages</p>`;
   return html`
     <table class="messages" data-test="messages">
@@ -158,32 +158,6 @@ function Produce({ topic, onSent }: { topic: string; onSent: () => void }) {
       <button>Send</button> <span class="muted" data-test="produce-result">${result}</span>
     </form>
     ${error && html`<${ErrorBox} error=${error} />`}`;
-}
-
-export function Tail({ topic }: { topic: string }) {
-  const [messages, setMessages] = useState<Message[]>([]);
-  const [state, setState] = useState<'connecting' | 'live' | 'ended'>('connecting');
-  const [error, setError] = useState<Error | undefined>(undefined);
-  useEffect(() => {
-    const ac = new AbortController();
-    events(
-      `/topics/${enc(topic)}/tail`,
-      (event, data) => {
-        if (event === 'ready') setState('live');
-        else if (event === 'message') setMessages((ms) => [data as Message, ...ms].slice(0, 500));
-        else if (event === 'error') setError(new ApiError(503, (data as { code: string }).code, (data as { message: string }).message));
-      },
-      ac.signal,
-    )
-      .then(() => setState('ended'))
-      .catch((err: Error) => setError(err));
-    return () => ac.abort();
-  }, [topic]);
-  return html`
-    <h1>Live tail: ${topic}</h1>
-    <p><a href=${`#/topics/${enc(topic)}`}>back to the topic</a> · <span data-test="tail-state">${state}</span> · newest first</p>
-    ${error && html`<${ErrorBox} error=${error} />`}
-    <${Messages} messages=${messages} view="text" />`;
 }
 
 function AddPartitions({ topic, current, onDone }: { topic: string; current: number; onDone: () => void }) {

@@ -1,8 +1,9 @@
 /**
  * GET /api/v1/topics/:topic/tail (docs/http-api.md): Server-Sent Events, every new message of the topic
- * (or one partition) from `from` (default: the end), as `event: message`; a comment line every 15 s keeps
- * proxies from closing a quiet stream. Everything a read can refuse (authorization, an offset past the
- * end) is refused with its status before the 200; a client that stops reading is not buffered for.
+ * (or one partition) from `from` (default: the end; `partition:offset` pairs resume each partition where
+ * an earlier tail stopped), as `event: message`; a comment line every 15 s keeps proxies from closing a
+ * quiet stream. Everything a read can refuse (authorization, an offset past the end) is refused with its
+ * status before the 200; a client that stops reading is not buffered for.
  */
 import type { ReadRecord } from 'tributary-client/admin.js';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
@@ -46,7 +47,10 @@ export async function tail(
   const q = new Query(url.searchParams, ['partition', 'from', 'isolation']);
   const topic = segment(params[0]!);
   const from = q.str('from') ?? 'latest';
-  if (from !== 'latest' && from !== 'earliest' && !/^\d{1,16}$/.test(from)) throw invalidParam('from', 'expected latest, earliest or an offset');
+  const resume = resumePositions(from);
+  if (!resume && from !== 'latest' && from !== 'earliest' && !/^\d{1,16}$/.test(from)) {
+    throw invalidParam('from', 'expected latest, earliest, an offset or partition:offset pairs');
+  }
   const isolation = q.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const);
   const release = deps.tails.take(req.socket.remoteAddress ?? '');
   // Listened for before the first wait: a client gone during it has fired 'close' already, and the loop
@@ -64,13 +68,16 @@ export async function tail(
     });
     if (ac.signal.aborted) return;
     const partitions = [...offsets.keys()];
+    for (const p of resume?.keys() ?? []) if (!offsets.has(p)) throw invalidParam('from', `names partition ${p}, which this tail does not read`);
     const position = new Map<number, number>();
     for (const p of partitions) {
       const o = offsets.get(p)!;
-      if (from !== 'latest' && from !== 'earliest' && Number(from) > readEnd(o, isolation)) {
-        throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: Number(from), earliest: o.earliest, latest: readEnd(o, isolation), partition: p });
+      // Resuming: each listed partition from its own offset, the others (added since) from the end.
+      const at = resume ? (resume.get(p) ?? 'latest') : from;
+      if (at !== 'latest' && at !== 'earliest' && Number(at) > readEnd(o, isolation)) {
+        throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: Number(at), earliest: o.earliest, latest: readEnd(o, isolation), partition: p });
       }
-      position.set(p, from === 'latest' ? readEnd(o, isolation) : from === 'earliest' ? o.earliest : Math.max(Number(from), o.earliest));
+      position.set(p, at === 'latest' ? readEnd(o, isolation) : at === 'earliest' ? o.earliest : Math.max(Number(at), o.earliest));
     }
     // Long polls would hold the shared connection other requests use: the stream gets a client of its own.
     own = deps.clients.dedicated(auth);
@@ -126,6 +133,21 @@ export async function tail(
     if (stalled) res.destroy();
     else if (res.headersSent) res.end();
   }
+}
+
+/**
+ * `from=0:12,1:40` (a tail resuming where an earlier one stopped: the next offset of each partition), as
+ * a map; undefined for any other `from`. A partition named twice is refused.
+ */
+function resumePositions(from: string): Map<number, number> | undefined {
+  if (!/^\d{1,7}:\d{1,16}(,\d{1,7}:\d{1,16})*$/.test(from)) return undefined;
+  const out = new Map<number, number>();
+  for (const pair of from.split(',')) {
+    const [p, offset] = pair.split(':').map(Number) as [number, number];
+    if (out.has(p)) throw invalidParam('from', `names partition ${p} twice`);
+    out.set(p, offset);
+  }
+  return out;
 }
 
 /** Resolves true once `res` drained, false after `stallMs` without (or when `signal` aborts). */
