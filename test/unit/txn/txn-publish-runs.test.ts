@@ -3,11 +3,12 @@
  * partition they go to, not one per record (in a cluster each was a TXN_APPEND of its own), with the same
  * partitions, seqNums and retry answers as one publish per record. Real partitions, a fake clock.
  */
+import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { TransactionCoordinator } from 'tributary-broker/txn/txn-coordinator.js';
 import type { TxnTargets } from 'tributary-broker/txn/txn-targets.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
-import { type Coordinators, openCoordinators } from '../../helpers/coordinators.js';
+import { type Coordinators, openCoordinators, topicSpec } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { rec, removeDir, tempDir } from '../../helpers/util.js';
 
@@ -67,13 +68,25 @@ describe('TransactionCoordinator.publishRun', () => {
     expect(spanning).toEqual([rs[10], rs[11], next].map((r) => ({ ...r!, duplicate: true })));
     expect(appends.length).toBe(used.size + 1);
 
-    // Part old, part new: refused whole, nothing appended.
-    await expect((async () => txns.publishRun(id, producerId, 0, TOPIC, 0, [rec('a'), rec('b')], 13))()).rejects.toMatchObject({
-      code: 'out_of_order_sequence',
-    });
-    await expect((async () => txns.publishRun(id, producerId, 0, TOPIC, 0, [rec('a')], 15))()).rejects.toMatchObject({ code: 'out_of_order_sequence' });
-    expect(appends.length).toBe(used.size + 1);
-    expect((await txns.publishRun(id, producerId, 0, TOPIC, 2, [rec('x'), rec('y')], 14)).map((r) => r.partition)).toEqual([2, 2]);
+    // Part old, part new: as one publish per record, the old seqNum is answered and the new ones are taken
+    // as a run of their own (docs/protocol.md, 5.3); a gap is refused and appends nothing.
+    const on2 = rs.filter((r) => r.partition === 2).length;
+    const mixed = await txns.publishRun(id, producerId, 0, TOPIC, 2, [rec('a'), rec('b'), rec('c')], 13);
+    expect(mixed).toEqual([
+      { ...next, duplicate: true },
+      { partition: 2, offset: on2, duplicate: false },
+      { partition: 2, offset: on2 + 1, duplicate: false },
+    ]);
+    expect(appends.length).toBe(used.size + 2);
+    expect(appends.at(-1)).toEqual({ partition: 2, count: 2 });
+    await expect((async () => txns.publishRun(id, producerId, 0, TOPIC, 0, [rec('d')], 17))()).rejects.toMatchObject({ code: 'out_of_order_sequence' });
+    // Its new part refused: the whole frame is, and nothing changes.
+    await expect((async () => txns.publishRun(id, producerId, 0, TOPIC, 7, [rec('c'), rec('d')], 15))()).rejects.toMatchObject({ code: 'partition_not_found' });
+    expect(appends.length).toBe(used.size + 2);
+    expect((await txns.publishRun(id, producerId, 0, TOPIC, 2, [rec('c'), rec('d')], 15)).map((r) => [r.partition, r.duplicate])).toEqual([
+      [2, true],
+      [2, false],
+    ]);
     expect(await txns.endTxn(id, producerId, 0, 'commit')).toBe('committed');
     const committed = await Promise.all(
       [0, 1, 2].map((p) =>
@@ -83,6 +96,69 @@ describe('TransactionCoordinator.publishRun', () => {
           .read(0, { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_committed' }),
       ),
     );
-    expect(committed.reduce((n, r) => n + r.records.length, 0)).toBe(15);
+    expect(committed.reduce((n, r) => n + r.records.length, 0)).toBe(16);
+  });
+
+  it('answers frames as one publish per record would: runs, retries of any seqNums, partly retried frames, gaps and bad partitions', async () => {
+    // The same frames to a second coordinator, one publish per record (as the frames were taken before runs).
+    const single = await openCoordinators(`${dir}/single`, new FakeClock(), { topics: {} });
+    const frameArb = fc.record({
+      // Where the frame starts: the next seqNum, `back` seqNums before it, or past it.
+      back: fc.oneof(
+        { weight: 3, arbitrary: fc.constant(0) },
+        { weight: 3, arbitrary: fc.integer({ min: 1, max: 6 }) },
+        { weight: 1, arbitrary: fc.constant(-1) },
+      ),
+      keys: fc.array(fc.option(fc.constantFrom('a', 'b', 'c', 'd'), { nil: null }), { minLength: 1, maxLength: 5 }),
+      explicit: fc.oneof(
+        { weight: 6, arbitrary: fc.constant(undefined) },
+        { weight: 3, arbitrary: fc.constantFrom(0, 1, 2) },
+        { weight: 1, arbitrary: fc.constant(9) },
+      ),
+    });
+    let run = 0;
+    const answer = (p: Promise<unknown>) =>
+      p.then(
+        (ok) => ({ ok }),
+        (err: { code?: string }) => ({ err: err.code }),
+      );
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.array(frameArb, { minLength: 1, maxLength: 8 }), async (frames) => {
+          const topic = `t${run}`;
+          const id = `tx-${run++}`;
+          const both = [c, single];
+          const pids: string[] = [];
+          for (const x of both) {
+            await x.topics.create(topicSpec(topic, 3, false));
+            pids.push((await x.txns.initProducerId(id, 60_000)).producerId);
+            await x.txns.begin(id, pids.at(-1)!, 0);
+          }
+          let last = 0;
+          for (const f of frames) {
+            const first = Math.max(1, last + 1 - f.back);
+            const records = f.keys.map((k, i) => ({ key: k === null ? null : Buffer.from(k), value: Buffer.from(`v${first + i}`) }));
+            const asRun = await answer((async () => c.txns.publishRun(id, pids[0]!, 0, topic, f.explicit, records, first))());
+            const asSingles = await answer(
+              (async () => {
+                const results: Array<Promise<unknown>> = [];
+                try {
+                  for (let i = 0; i < records.length; i++) results.push(single.txns.publish(id, pids[1]!, 0, topic, f.explicit, records[i]!, first + i));
+                } catch (err) {
+                  for (const r of results) r.catch(() => {});
+                  throw err;
+                }
+                return Promise.all(results);
+              })(),
+            );
+            expect(asRun).toEqual(asSingles);
+            if ('ok' in asRun) last = Math.max(last, first + records.length - 1);
+          }
+        }),
+        { numRuns: 40 },
+      );
+    } finally {
+      await single.close();
+    }
   });
 });

@@ -32,13 +32,21 @@ export class TxnPublisher {
   /**
    * Records with seqNums `firstSeq`.. of the open transaction `e`, as one publish each would take them
    * (the same partitions, seqNums, errors and retries), but with one append per partition they go to
-   * rather than one per record (in a cluster, one TXN_APPEND each). A run is taken whole or refused whole.
+   * rather than one per record (in a cluster, one TXN_APPEND each). The new records are taken whole or
+   * refused whole; seqNums taken before are answered with their results, also ahead of new ones.
    */
   publishRun(e: Entry, id: string, producerId: string, epoch: number, topicName: string, explicit: number | undefined, records: RecordInput[], firstSeq: number): Promise<TxnPublishResult[]> {
     checkOpen(e, producerId, epoch);
     const n = records.length;
     const last = firstSeq + n - 1;
-    if (firstSeq >= 1 && last <= e.lastSeq) return priorResults(e, firstSeq, last);
+    if (firstSeq >= 1 && firstSeq <= e.lastSeq) {
+      if (last <= e.lastSeq) return priorResults(e, firstSeq, last);
+      // Part retry, part new: as one publish per record, the retried seqNums are answered and the rest is
+      // taken (or refused, throwing before anything changed) as a run of its own.
+      const known = e.lastSeq - firstSeq + 1;
+      const fresh = this.publishRun(e, id, producerId, epoch, topicName, explicit, records.slice(known), e.lastSeq + 1);
+      return Promise.all([priorResults(e, firstSeq, firstSeq + known - 1), fresh]).then(([a, b]) => a.concat(b));
+    }
     if (firstSeq !== e.lastSeq + 1) {
       throw new TributaryError('out_of_order_sequence', { transactional_id: id, sequence: firstSeq, expected: e.lastSeq + 1 });
     }
