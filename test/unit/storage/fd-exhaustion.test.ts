@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { FdBudget } from 'tributary-broker/storage/fd-budget.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 /** Opens of these paths fail as if the process were out of fds (the code), while set. */
@@ -120,5 +121,35 @@ describe.each(['EMFILE', 'ENFILE'])('out of fds (%s)', (code) => {
     expect(await a.append([rec('z'.repeat(100))])).toMatchObject({ baseOffset: 1 });
     expect((await values(a)).map((v) => v[0])).toEqual(['x', 'z']);
     expect(a.segmentInfos().map((s) => s.baseOffset)).toEqual([0, 1]);
+  });
+});
+
+describe('a segment whose file could not be opened', () => {
+  it('is not counted in the fd budget, so the budget closes no real fd for it', async () => {
+    const budget = new FdBudget(2);
+    const fds = { budget, syncTracked: true };
+    const a = await Segment.create(dir, 0, 4096, Date.now(), fds);
+    const b = await Segment.create(dir, 100, 4096, Date.now(), fds);
+    const c = await Segment.create(dir, 200, 4096, Date.now(), fds);
+    try {
+      // c took b's place (the least recently used); a reads again: it is the most recent, b is closed.
+      await c.read(0, 1);
+      await a.read(0, 1);
+      expect([a.isOpen, b.isOpen, c.isOpen]).toEqual([true, false, true]);
+      await c.release();
+      expect(budget.open).toBe(1);
+      exhausted.code = 'EMFILE';
+      exhausted.paths.add(b.logPath);
+      await expect(b.read(0, 1)).rejects.toMatchObject({ code: 'EMFILE' });
+      exhausted.paths.clear();
+      // Only a holds an fd, and is counted alone.
+      expect(budget.open).toBe(1);
+      // c reopens: two files, within the bound of two, so a keeps its fd.
+      await c.read(0, 1);
+      expect(budget.open).toBe(2);
+      expect(a.isOpen).toBe(true);
+    } finally {
+      for (const s of [a, b, c]) await s.close();
+    }
   });
 });

@@ -9,27 +9,11 @@ import { type FileHandle, open, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { type IndexEntry, OffsetIndex, readIndexFile, writeIndexFile } from './offset-index.js';
-import { type DecodeFailure, decodeRecord, inspectRecord } from './record-codec.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
 import { OrderCheck } from './offset-order.js';
+import { type RecordInfo, type ScanOutcome, walkRecords } from './segment-scan.js';
 
-const SCAN_CHUNK = 1024 * 1024;
-
-export interface RecordInfo {
-  offset: number;
-  timestamp: number;
-  /** Raw stored attributes, storage-internal bits included. */
-  attributes: number;
-  position: number;
-  size: number;
-}
-
-export interface ScanOutcome {
-  /** End of the last record accepted (or the start of the record where the callback stopped). */
-  position: number;
-  /** Why the scan stopped before `end`; null when it reached `end` or the callback stopped it. */
-  failure: DecodeFailure['reason'] | null;
-}
+export type { RecordInfo, ScanOutcome } from './segment-scan.js';
 
 /** What Segment.recover found. */
 export interface RecoveryInfo {
@@ -265,49 +249,12 @@ export class Segment implements FdHolder {
    * or when the callback returns false. Reads in chunks, so a segment of any size scans in bounded memory.
    */
   async scan(from: number, end: number, onRecord: (r: RecordInfo) => boolean): Promise<ScanOutcome> {
-    return this.walk(from, end, onRecord, null);
+    return walkRecords((p, n) => this.read(p, n), from, end, onRecord, null);
   }
 
   /** Like scan, but also decodes each record (buffers are views into a chunk: copy what must outlive the call). */
   async scanRecords(from: number, end: number, onRecord: (r: RecordInfo, rec: LogRecord) => boolean): Promise<ScanOutcome> {
-    return this.walk(from, end, null, onRecord);
-  }
-
-  private async walk(
-    from: number,
-    end: number,
-    onInfo: ((r: RecordInfo) => boolean) | null,
-    onRecord: ((r: RecordInfo, rec: LogRecord) => boolean) | null,
-  ): Promise<ScanOutcome> {
-    let pos = from;
-    let need = 0;
-    while (pos < end) {
-      const want = Math.min(end - pos, Math.max(SCAN_CHUNK, need));
-      const buf = await this.read(pos, want);
-      if (buf.length === 0) return { position: pos, failure: 'incomplete' };
-      need = 0;
-      let p = 0;
-      while (p < buf.length) {
-        const d = onRecord ? decodeRecord(buf, p) : null;
-        const r = d ? (d.ok ? { ok: true as const, size: d.size, ...d.record } : d) : inspectRecord(buf, p);
-        if (!r.ok) {
-          const needed = r.needed ?? 4;
-          // Record continues past this chunk but within the file: re-read from its start
-          // (unless the file itself came up short, which would loop forever).
-          if (r.reason === 'incomplete' && buf.length === want && pos + p + needed <= end && needed > buf.length - p) {
-            need = needed;
-            break;
-          }
-          return { position: pos + p, failure: r.reason };
-        }
-        const info: RecordInfo = { offset: r.offset, timestamp: r.timestamp, attributes: r.attributes, position: pos + p, size: r.size };
-        const more = onRecord && d?.ok ? onRecord(info, d.record) : (onInfo as (r: RecordInfo) => boolean)(info);
-        if (!more) return { position: pos + p, failure: null };
-        p += r.size;
-      }
-      pos += p;
-    }
-    return { position: pos, failure: null };
+    return walkRecords((p, n) => this.read(p, n), from, end, null, onRecord);
   }
 
   /** File position of the first record at or after `offset`; size when there is none (nextOffset, or a compacted gap). */
@@ -374,11 +321,16 @@ export class Segment implements FdHolder {
           () => {},
         );
       }
+      const opening = this.fh;
       let fh: FileHandle;
       try {
-        fh = await this.fh;
+        fh = await opening;
       } catch (err) {
-        this.fh = null;
+        // The open failed: no fd is held, so none is counted (the budget would otherwise close real ones).
+        if (this.fh === opening) {
+          this.fh = null;
+          this.fds?.budget.closed(this);
+        }
         throw err;
       }
       return await fn(fh);
