@@ -5,57 +5,178 @@
  */
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { FdBudget, type FdHolder } from 'tributary-broker/storage/fd-budget.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
+/** Segment files (.log) open right now, and the most at once: counted at the file system, not by the budget. */
+const logFiles = vi.hoisted(() => ({ open: 0, peak: 0 }));
+vi.mock('node:fs/promises', async (importOriginal) => {
+  const fs = await importOriginal<typeof import('node:fs/promises')>();
+  return {
+    ...fs,
+    open: async (...args: Parameters<typeof fs.open>) => {
+      const fh = await fs.open(...args);
+      if (!String(args[0]).endsWith('.log')) return fh;
+      logFiles.open++;
+      logFiles.peak = Math.max(logFiles.peak, logFiles.open);
+      const close = fh.close.bind(fh);
+      let closed = false;
+      fh.close = async () => {
+        if (!closed) {
+          closed = true;
+          logFiles.open--;
+        }
+        return close();
+      };
+      return fh;
+    },
+  };
+});
+
 class FakeHolder implements FdHolder {
-  open = true;
+  open = false;
+  waiting = false;
   pinned = false;
-  constructor(readonly id: number) {}
+  constructor(
+    readonly id: number,
+    private readonly budget: FdBudget,
+  ) {}
   canRelease(): boolean {
     return !this.pinned;
   }
+  /** Opens once it has a slot (the budget's acquire), and uses the file: the budget hears when that use ends. */
+  take(owner?: object): Promise<void> {
+    const wait = this.budget.acquire(this, owner);
+    if (wait === undefined) {
+      this.open = true;
+      this.budget.settled(this);
+      return Promise.resolve();
+    }
+    this.waiting = true;
+    return wait.then(
+      () => {
+        this.waiting = false;
+        this.open = true;
+        this.budget.settled(this);
+      },
+      (err: unknown) => {
+        this.waiting = false;
+        throw err;
+      },
+    );
+  }
   async release(): Promise<void> {
+    await Promise.resolve();
     this.open = false;
+    this.budget.closed(this);
   }
 }
 
+/** Lets every settled promise run its callbacks. */
+const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
+
 describe('FdBudget', () => {
-  it('closes the least recently used holders past the bound, skipping those that may not close', () => {
+  it('past the bound an open waits, first come first served, while the least recent holders that may close give their slots back', async () => {
     const budget = new FdBudget(3);
-    const h = [0, 1, 2, 3, 4].map((i) => new FakeHolder(i));
-    for (const x of h.slice(0, 3)) budget.used(x);
+    const h = [0, 1, 2, 3, 4, 5].map((i) => new FakeHolder(i, budget));
+    for (const x of h.slice(0, 3)) await x.take();
     budget.used(h[0]!); // 0 is now the most recent: 1 is the least recent
     h[1]!.pinned = true; // in use: it must stay open
-    budget.used(h[3]!);
-    expect(h.map((x) => x.open)).toEqual([true, true, false, true, true]);
+    const t3 = h[3]!.take();
+    // Never more than the bound: 3 waits for 2 (the least recent that may close) to be closed.
+    expect(h[3]!.open).toBe(false);
     expect(budget.open).toBe(3);
-    budget.used(h[4]!);
-    expect(h[0]!.open).toBe(false); // next least recent that may close
-    expect(h[1]!.open).toBe(true);
+    await t3;
+    expect(h.map((x) => x.open)).toEqual([true, true, false, true, false, false]);
     expect(budget.open).toBe(3);
+    // None may close: 4 and 5 wait, in that order (each to use its file longer than the wait).
+    for (const i of [0, 3, 4, 5]) h[i]!.pinned = true;
+    const order: number[] = [];
+    const t4 = h[4]!.take().then(() => order.push(4));
+    const t5 = h[5]!.take().then(() => order.push(5));
+    await settle();
+    expect(budget.waiting).toBe(2);
+    expect(order).toEqual([]);
+    // 1's I/O ended: it is closed for the first waiting open.
+    h[1]!.pinned = false;
+    budget.settled(h[1]!);
+    await t4;
+    expect(h[1]!.open).toBe(false);
+    expect(budget.waiting).toBe(1);
+    // 4 closes its file itself: its slot goes to 5.
+    await h[4]!.release();
+    await t5;
+    expect(order).toEqual([4, 5]);
+    expect(budget.open).toBe(3);
+    expect(budget.waiting).toBe(0);
   });
 
-  it('property: never more open than the bound plus the holders that could not close; only releasable ones are closed', () => {
-    fc.assert(
-      fc.property(fc.integer({ min: 1, max: 6 }), fc.array(fc.tuple(fc.integer({ min: 0, max: 14 }), fc.boolean()), { maxLength: 80 }), (max, ops) => {
-        const budget = new FdBudget(max);
-        const hs = Array.from({ length: 15 }, (_, i) => new FakeHolder(i));
-        for (const x of hs) x.open = false; // none has opened its fd yet
-        for (const [i, pin] of ops) {
-          const x = hs[i]!;
-          if (!x.open) x.open = true; // a closed holder reopens on use
-          budget.used(x);
-          x.pinned = pin;
-          const open = hs.filter((y) => y.open);
-          const pinned = open.filter((y) => y.pinned).length;
-          expect(budget.open).toBe(open.length);
-          expect(open.length).toBeLessThanOrEqual(Math.max(max, pinned + 1));
-        }
-      }),
-      { numRuns: 300 },
+  it("ends a closing log's waits (and refuses new ones until admitted) and a closing holder's wait", async () => {
+    const budget = new FdBudget(1);
+    const [h0, h1, h2, h3] = [0, 1, 2, 3].map((i) => new FakeHolder(i, budget)) as [FakeHolder, FakeHolder, FakeHolder, FakeHolder];
+    const logA = {};
+    const logB = {};
+    h0.pinned = true;
+    await h0.take();
+    const t1 = h1.take(logA);
+    const t2 = h2.take(logB);
+    const closedA = new Error('log A is closed');
+    budget.refuseWaits(logA, closedA);
+    await expect(t1).rejects.toBe(closedA);
+    await expect(h3.take(logA)).rejects.toBe(closedA);
+    budget.admitWaits(logA);
+    const t3 = h3.take(logA);
+    const closedH2 = new Error('segment 2 is closed');
+    budget.cancel(h2, closedH2);
+    await expect(t2).rejects.toBe(closedH2);
+    expect(budget.waiting).toBe(1);
+    h0.pinned = false;
+    budget.settled(h0);
+    await t3;
+    expect([h0.open, h1.open, h2.open, h3.open]).toEqual([false, false, false, true]);
+  });
+
+  it('property: never more open than the bound, only holders that may close are closed, and every wait ends once the holders may close', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 5 }),
+        fc.array(fc.tuple(fc.constantFrom('open', 'close', 'pin', 'unpin'), fc.integer({ min: 0, max: 9 })), { maxLength: 60 }),
+        async (max, ops) => {
+          const budget = new FdBudget(max);
+          const hs = Array.from({ length: 10 }, (_, i) => new FakeHolder(i, budget));
+          const takes: Promise<void>[] = [];
+          const check = () => {
+            expect(hs.filter((x) => x.open).length).toBeLessThanOrEqual(max);
+            expect(budget.open).toBeLessThanOrEqual(max);
+          };
+          for (const [op, i] of ops) {
+            const x = hs[i]!;
+            const wasOpen = x.open;
+            if (op === 'open' && !x.open && !x.waiting) takes.push(x.take());
+            else if (op === 'close' && x.open) takes.push(x.release());
+            else if (op === 'pin') x.pinned = true;
+            else if (op === 'unpin') {
+              x.pinned = false;
+              budget.settled(x);
+            }
+            await settle();
+            // A pinned holder is never closed by the budget.
+            if (wasOpen && x.pinned && op !== 'close') expect(x.open).toBe(true);
+            check();
+          }
+          for (const x of hs) {
+            x.pinned = false;
+            budget.settled(x);
+          }
+          await Promise.all(takes);
+          check();
+          expect(budget.waiting).toBe(0);
+          expect(hs.some((x) => x.waiting)).toBe(false);
+        },
+      ),
+      { numRuns: 200 },
     );
   });
 
@@ -98,14 +219,71 @@ describe('partition logs sharing a budget', () => {
     });
   }
 
-  it('a segment written since its last fsync keeps its fd under a fsyncing log (flush=interval)', async () => {
+  it('a burst of appends, rolls and reads to 40 logs at once under a budget of 8 never has more than 8 segment files open', async () => {
+    const budget = new FdBudget(8);
+    for (let i = 0; i < 40; i++) logs.push(await PartitionLog.open(join(dir, String(i)), { flush: 'always', fdBudget: budget, segmentBytes: 120 }));
+    logFiles.peak = logFiles.open;
+    // Every append at once: each needs its log's file while it is written and until it is fsynced; a few roll.
+    for (let round = 0; round < 4; round++) {
+      await Promise.all(logs.map((l, i) => l.append([{ key: null, value: Buffer.from(`p${i}-r${round}-${'x'.repeat(40)}`) }])));
+    }
+    const all = await Promise.all(logs.map((l) => l.read(0, { maxRecords: 10, maxBytes: 1 << 20 })));
+    const head = (v: Buffer) => v.toString().split('-').slice(0, 2).join('-');
+    for (let i = 0; i < 40; i++) expect(all[i]!.map((r) => head(r.value))).toEqual([0, 1, 2, 3].map((r) => `p${i}-r${r}`));
+    expect(logs[0]!.segmentInfos().length).toBeGreaterThan(1);
+    expect(logFiles.peak).toBeLessThanOrEqual(8);
+    expect(budget.open).toBeLessThanOrEqual(8);
+    expect(budget.open).toBe(logFiles.open);
+  });
+
+  it('under a fsyncing log (flush=interval), a segment written since its last fsync keeps its fd and an open waits until an fsync lets one go', async () => {
     const budget = new FdBudget(2);
     for (let i = 0; i < 6; i++) logs.push(await PartitionLog.open(join(dir, String(i)), { flush: 'interval', flushIntervalMs: 3_600_000, fdBudget: budget }));
-    for (const l of logs) await l.append([{ key: null, value: Buffer.from('unsynced') }]);
-    // None of the six may close before its fsync: the bound is exceeded rather than an fd dropped.
-    expect(budget.open).toBe(6);
+    const written: number[] = [];
+    const appends = logs.map((l, i) => l.append([{ key: null, value: Buffer.from(`unsynced ${i}`) }]).then(() => written.push(i)));
+    const pending = new Set(appends);
+    for (const p of appends) void p.then(() => pending.delete(p));
+    logFiles.peak = logFiles.open;
+    let flushed = 0;
+    // Two files fit: two appends are written, the others wait for a slot; none may close before its fsync.
+    // Each flush lets written segments close, and as many waiting appends are written.
+    while (pending.size > 0) {
+      await Promise.race(pending);
+      expect(budget.open).toBeLessThanOrEqual(2);
+      expect(written.length).toBeLessThanOrEqual(flushed + 2);
+      const toFlush = written.slice(flushed);
+      flushed = written.length;
+      await Promise.all(toFlush.map((i) => logs[i]!.flush()));
+    }
+    expect(written.sort()).toEqual([0, 1, 2, 3, 4, 5]);
     for (const l of logs) await l.flush();
-    for (const l of logs) await l.read(0, { maxRecords: 1, maxBytes: 1024 });
-    expect(budget.open).toBeLessThanOrEqual(2);
+    for (let i = 0; i < 6; i++) expect((await logs[i]!.read(0, { maxRecords: 1, maxBytes: 1024 }))[0]!.value.toString()).toBe(`unsynced ${i}`);
+    expect(logFiles.peak).toBeLessThanOrEqual(2);
+  });
+
+  it('an append waiting for a slot is refused with the retriable storage_error when its log closes', async () => {
+    const budget = new FdBudget(1);
+    const a = await PartitionLog.open(join(dir, 'a'), { flush: 'interval', flushIntervalMs: 3_600_000, fdBudget: budget });
+    const b = await PartitionLog.open(join(dir, 'b'), { flush: 'interval', flushIntervalMs: 3_600_000, fdBudget: budget });
+    logs.push(a, b);
+    // a's segment holds the one slot until it is fsynced: b's append waits.
+    await a.append([{ key: null, value: Buffer.from('a0') }]);
+    let refused = false;
+    const waiting = b.append([{ key: null, value: Buffer.from('b0') }]).catch((err: unknown) => {
+      refused = true;
+      throw err;
+    });
+    while (budget.waiting === 0) await new Promise<void>((resolve) => setImmediate(resolve));
+    const closing = b.close();
+    await expect(waiting).rejects.toMatchObject({ code: 'storage_error', retriable: true });
+    expect(refused).toBe(true);
+    expect(b.failed).toBe(false);
+    // The close itself fsyncs b's segment: it gets the slot once a's fsync lets it go.
+    await a.flush();
+    await closing;
+    logs.splice(logs.indexOf(b), 1);
+    const again = await PartitionLog.open(join(dir, 'b'), { flush: 'interval', fdBudget: budget });
+    logs.push(again);
+    expect(again.logEndOffset).toBe(0);
   });
 });

@@ -118,7 +118,7 @@ export class TopicManager {
     const budget = (this.fdBudget = new FdBudget(config.maxOpenSegmentFiles));
     new client.Gauge({
       name: 'tributary_open_segment_files',
-      help: 'Segment files held open (bounded by --max-open-segment-files, beyond it only while none can close)',
+      help: 'Segment files held open, opening or closing (at most --max-open-segment-files: past it an open waits)',
       registers: [metrics.registry],
       collect() {
         this.set(budget.open);

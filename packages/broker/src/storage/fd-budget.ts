@@ -1,61 +1,136 @@
 /**
  * The broker-wide bound on open segment files (`--max-open-segment-files`, docs/architecture.md "Storage"):
- * one LRU over the segments of every partition. A segment that opens or uses its file becomes the most
- * recent; past the bound, the least recent ones that may let go give their fd back and reopen on their next
- * read or write. A segment may let go when no read or write is in progress and, unless the log leaves
- * durability to the OS (flush=os), its writes are fsynced: a write-back error is reported only to fds open
- * before it happened, so an fsync through a reopened fd could miss it.
+ * one LRU over the segments of every partition. A segment takes a slot before it opens its file
+ * (`acquire`) and gives it back once the file is closed (`closed`), so no more than the bound are ever
+ * open. Past the bound an open waits, first come first served, while the least recently used segments
+ * that may let go close their files; a segment that may let go only later (its read, write or fsync
+ * ends) is closed then (`settled`) if an open is waiting. A segment may let go when no read or write is in
+ * progress and, unless the log leaves durability to the OS (flush=os), its writes are fsynced: a write-back
+ * error is reported only to fds open before it happened, so an fsync through a reopened fd could miss it.
+ *
+ * No deadlock: a segment that holds its file (I/O in progress, unsynced writes) lets go without needing
+ * a slot itself: reads and writes end, and an fsync runs through the fd the segment already holds. A
+ * segment that reopens waits for its own previous close to end first (Segment), so it never waits for
+ * a slot it holds.
  */
 
 /** What the budget needs of a segment. */
 export interface FdHolder {
   /** No I/O in progress and nothing written since the last fsync that the log still has to fsync. */
   canRelease(): boolean;
-  /** Closes the fd (it reopens on the next use). */
+  /** Closes the fd (it reopens on the next use); `closed` is called once it is closed. */
   release(): Promise<void>;
 }
 
+interface Waiter {
+  holder: FdHolder;
+  /** Whose wait it is (a log's SegmentFdPolicy): `cancel` ends the waits of a log that closes. */
+  owner: object | undefined;
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
 export class FdBudget {
-  /** Segments holding an fd, least recently used first (a Map keeps insertion order). */
+  /** Segments holding a slot (their file opening or open), least recently used first (a Map keeps insertion order). */
   private readonly holders = new Map<FdHolder, true>();
+  /** Segments the budget is closing: their slot is taken until `closed`. */
+  private readonly closing = new Set<FdHolder>();
+  /** Opens waiting for a slot, first come first served. */
+  private waiters: Waiter[] = [];
+  /** Owners (logs) whose opens are refused rather than wait (refuseWaits), with the error they get. */
+  private readonly refusing = new Map<object, Error>();
 
   constructor(readonly max: number) {
     if (!Number.isSafeInteger(max) || max < 1) throw new RangeError(`max open segment files must be a positive integer, got ${max}`);
   }
 
-  /** Segments holding an fd now (it may exceed `max` while none of the oldest can let go). */
+  /** Segment files open (or opening, or closing) now: never more than `max`. */
   get open(): number {
-    return this.holders.size;
+    return this.holders.size + this.closing.size;
   }
 
-  /** A segment opened or used its fd. */
-  used(h: FdHolder): void {
-    if (this.holders.has(h)) this.holders.delete(h);
-    this.holders.set(h, true);
-    if (this.holders.size > this.max) this.evict(h);
+  /** Opens waiting for a slot now. */
+  get waiting(): number {
+    return this.waiters.length;
   }
 
-  /** A segment closed its fd. */
-  closed(h: FdHolder): void {
-    this.holders.delete(h);
-  }
-
-  /** A segment may close now (its I/O ended, its writes were fsynced): catch up on a bound that was exceeded. */
-  settled(): void {
-    if (this.holders.size > this.max) this.evict(undefined);
-  }
-
-  private evict(keep: FdHolder | undefined): void {
-    for (const h of this.holders.keys()) {
-      if (this.holders.size <= this.max) return;
-      if (h === keep || !h.canRelease()) continue;
-      this.holders.delete(h);
-      void h.release().catch(() => {});
+  /**
+   * Takes a slot for `h`, which is about to open its file: at once (undefined) while fewer than `max` are
+   * taken and nobody waits, otherwise once a slot frees. `h` must not hold one already. Rejects with the
+   * error given to `cancel` for `h`, or to `refuseWaits` for `owner`.
+   */
+  acquire(h: FdHolder, owner?: object): Promise<void> | undefined {
+    if (this.waiters.length === 0 && this.open < this.max) {
+      this.holders.set(h, true);
+      return undefined;
     }
+    const refused = owner === undefined ? undefined : this.refusing.get(owner);
+    if (refused !== undefined) return Promise.reject(refused);
+    return new Promise<void>((resolve, reject) => {
+      this.waiters.push({ holder: h, owner, resolve, reject });
+      this.evictLeastRecent();
+    });
+  }
+
+  /** A segment used its fd: it becomes the most recent. */
+  used(h: FdHolder): void {
+    if (!this.holders.delete(h)) return;
+    this.holders.set(h, true);
+  }
+
+  /** A segment's file is closed, or its open failed: its slot goes to the first waiting open. */
+  closed(h: FdHolder): void {
+    if (!this.holders.delete(h) && !this.closing.delete(h)) return;
+    while (this.waiters.length > 0 && this.open < this.max) {
+      const w = this.waiters.shift() as Waiter;
+      this.holders.set(w.holder, true);
+      w.resolve();
+    }
+  }
+
+  /** `h` may let go now (its I/O ended, its writes were fsynced): closed if an open is waiting for a slot. */
+  settled(h: FdHolder): void {
+    if (this.waiters.length > this.max - this.holders.size && this.holders.has(h) && h.canRelease()) this.evict(h);
+  }
+
+  /**
+   * The log `owner` closes: its opens waiting for a slot end with `err`, and so do the ones that would have
+   * to wait from now on, until `admitWaits` (the close's own opens wait again).
+   */
+  refuseWaits(owner: object, err: Error): void {
+    this.refusing.set(owner, err);
+    this.cancel(owner, err);
+  }
+
+  admitWaits(owner: object): void {
+    this.refusing.delete(owner);
+  }
+
+  /** Ends the waits of `key` (a log's SegmentFdPolicy, or a segment that closes) with `err`. */
+  cancel(key: object, err: Error): void {
+    if (this.waiters.length === 0) return;
+    const cancelled = this.waiters.filter((w) => w.owner === key || w.holder === key);
+    if (cancelled.length === 0) return;
+    this.waiters = this.waiters.filter((w) => w.owner !== key && w.holder !== key);
+    for (const w of cancelled) w.reject(err);
+  }
+
+  /** Closes the least recently used segments that may let go until the slots freed cover the waiting opens. */
+  private evictLeastRecent(): void {
+    for (const h of this.holders.keys()) {
+      if (this.waiters.length <= this.max - this.holders.size) return;
+      if (h.canRelease()) this.evict(h);
+    }
+  }
+
+  private evict(h: FdHolder): void {
+    this.holders.delete(h);
+    this.closing.add(h);
+    void h.release().catch(() => {});
   }
 }
 
-/** How a segment takes part: the budget, and whether its log fsyncs (flush always or interval). */
+/** How a segment takes part: the budget, and whether its log fsyncs (flush always or interval). One per log. */
 export interface SegmentFdPolicy {
   budget: FdBudget;
   syncTracked: boolean;

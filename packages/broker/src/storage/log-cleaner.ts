@@ -9,7 +9,7 @@ import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import type { GroupCommit } from './group-commit.js';
 import { fsyncDir, storageError, writeFileSynced } from './log-fs.js';
-import { type CompactOptions, type CompactResult, DEFAULT_TOMBSTONE_RETENTION_MS, segmentFdPolicy } from './log-options.js';
+import { type CompactOptions, type CompactResult, DEFAULT_TOMBSTONE_RETENTION_MS } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { type CompactionCrashPoint, SimulatedCrash, takeCompactionCrash } from './log-test-hooks.js';
 import type { LogWriter } from './log-writer.js';
@@ -340,7 +340,7 @@ export class LogCleaner {
               maxTimestamp: p.maxTimestamp,
               createdMs: old.createdMs,
             },
-            segmentFdPolicy(this.st.options),
+            this.st.fdPolicy,
           );
           seg.compacted = true;
           seg.indexState = 'synced';

@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { readHwmCheckpoint } from './hwm-checkpoint.js';
 import { fsyncDir, RELEASED_SUFFIX, storageError } from './log-fs.js';
-import { type LogOptions, segmentFdPolicy } from './log-options.js';
+import type { SegmentFdPolicy } from './fd-budget.js';
+import type { LogOptions } from './log-options.js';
 import { Segment } from './segment.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, segmentFileName } from './segment-names.js';
 
@@ -28,7 +29,7 @@ export interface LoadedLog {
  * leftover. `lazy`: a directory without segment files is left as it is (or absent) and gives no segments,
  * a dormant log (log-state.ts).
  */
-export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { lazy?: boolean } = {}): Promise<LoadedLog> {
+export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { lazy?: boolean } = {}, fds?: SegmentFdPolicy): Promise<LoadedLog> {
   // A release cut short by a crash (PartitionLog.release): what was renamed away is never adopted.
   await rm(dir + RELEASED_SUFFIX, { recursive: true, force: true }).catch((err: unknown) => log.warn({ err }, 'could not remove a released log directory'));
   if (opts.lazy) {
@@ -57,7 +58,7 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
   try {
     for (let i = 0; i < bases.length; i++) {
       const isLast = i === bases.length - 1;
-      const info = await Segment.recover(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast, fds: segmentFdPolicy(o) });
+      const info = await Segment.recover(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast, fds });
       const seg = info.segment;
       if (info.truncatedBytes > 0) {
         log.warn(
@@ -104,7 +105,7 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
       segments.push(seg);
     }
     if (segments.length === 0) {
-      segments.push(await Segment.create(dir, 0, o.indexIntervalBytes, Date.now(), segmentFdPolicy(o)));
+      segments.push(await Segment.create(dir, 0, o.indexIntervalBytes, Date.now(), fds));
     }
     // Release fds of old segments; reads reopen them on demand.
     for (let i = 0; i < segments.length - 2; i++) await segments[i].release();

@@ -43,7 +43,7 @@ export interface LogOptions {
   ticker?: LogTicker;
 }
 
-/** How this log's segments take part in the fd budget: only fsynced writes let a segment close its fd. */
+/** How a log's segments take part in the fd budget (one per log: it names the log's waits): only fsynced writes let a segment close its fd. */
 export function segmentFdPolicy(o: LogOptions): SegmentFdPolicy | undefined {
   return o.fdBudget ? { budget: o.fdBudget, syncTracked: o.flush !== 'os' } : undefined;
 }

@@ -4,6 +4,7 @@
  * owns it and hands it to the writer, the reader, the syncer and the cleaner.
  */
 import type { Logger } from 'pino';
+import type { SegmentFdPolicy } from './fd-budget.js';
 import type { LogOptions } from './log-options.js';
 import type { Segment } from './segment.js';
 import { TailCache } from './tail-cache.js';
@@ -33,6 +34,8 @@ export class LogState {
     readonly options: Readonly<LogOptions>,
     readonly logger: Logger,
     segments: Segment[],
+    /** How this log's segments take part in the broker's fd budget (log-options.ts segmentFdPolicy); its waits are this log's. */
+    readonly fdPolicy?: SegmentFdPolicy,
   ) {
     this.segments = segments;
     this.cache = new TailCache(options.tailCacheBytes ?? 0, options.tailCacheBudget);

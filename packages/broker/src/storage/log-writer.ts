@@ -14,7 +14,7 @@ import type { GroupCommit, SyncWaiter } from './group-commit.js';
 import { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
 import { fsyncDir, isFdExhaustion, makeDir, storageError } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
-import { type AppendGuard, type AppendResult, segmentFdPolicy } from './log-options.js';
+import type { AppendGuard, AppendResult } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { Mutex } from './mutex.js';
 import {
@@ -369,8 +369,10 @@ export class LogWriter {
       await seg.writeAt(buf, startSize);
     } catch (err) {
       // Out of fds (a file the fd budget closed, under a low fd limit): the file did not open and nothing was
-      // written. The append is refused, not the log: a truncation would need the fd it could not get.
+      // written. The append is refused, not the log: a truncation would need the fd it could not get. Nor was
+      // anything written when its wait for a slot of the fd budget ended because the log closes.
       if (isFdExhaustion(err)) throw storageError(this.st.dir, 'out of file descriptors', err);
+      if (err instanceof TributaryError) throw err;
       await this.rollBack(seg, startSize, err);
     }
   }
@@ -430,7 +432,7 @@ export class LogWriter {
     await makeDir(dir, durable);
     for (const f of [HWM_CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE]) await unlink(join(dir, f)).catch(() => {});
     await this.st.onCreate?.onFilesCreated();
-    const seg = await Segment.create(dir, 0, options.indexIntervalBytes, Date.now(), segmentFdPolicy(options));
+    const seg = await Segment.create(dir, 0, options.indexIntervalBytes, Date.now(), this.st.fdPolicy);
     this.st.segments.push(seg);
     if (durable) await this.syncDirOrFail(seg);
   }
@@ -471,10 +473,11 @@ export class LogWriter {
       try {
         await old.datasync();
       } catch (err) {
-        // Out of fds (the fd budget closed the file, fsynced): the file did not open and no fsync ran.
-        if (isFdExhaustion(err)) {
+        // Out of fds (the fd budget closed the file, fsynced): the file did not open and no fsync ran. Nor
+        // did one when the wait for a slot of the fd budget ended because the log closes (a TributaryError).
+        if (isFdExhaustion(err) || err instanceof TributaryError) {
           if (dirty) this.sync.markDirty(old);
-          throw storageError(this.st.dir, 'out of file descriptors', err);
+          throw err instanceof TributaryError ? err : storageError(this.st.dir, 'out of file descriptors', err);
         }
         this.st.failSync(err);
         throw storageError(this.st.dir, 'fsync failed', err);
@@ -502,7 +505,7 @@ export class LogWriter {
         this.st.logger.warn({ err, segment: old.baseOffset }, 'could not write segment index');
       }
     }
-    const seg = await Segment.create(this.st.dir, old.nextOffset, this.st.options.indexIntervalBytes, Date.now(), segmentFdPolicy(this.st.options));
+    const seg = await Segment.create(this.st.dir, old.nextOffset, this.st.options.indexIntervalBytes, Date.now(), this.st.fdPolicy);
     this.st.segments.push(seg);
     if (durable) await this.syncDirOrFail(seg);
     this.st.logger.debug({ segment: seg.baseOffset, previousBytes: old.size }, 'rolled segment');

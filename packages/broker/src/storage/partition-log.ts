@@ -36,6 +36,7 @@ import {
   type SegmentInfo,
   segmentFdPolicy,
 } from './log-options.js';
+import type { SegmentFdPolicy } from './fd-budget.js';
 import { LogReader } from './log-reader.js';
 import { type FilesCreatedListener, LogState } from './log-state.js';
 import { registerCrash } from './log-test-hooks.js';
@@ -96,10 +97,10 @@ export class PartitionLog {
     );
   }
 
-  private constructor(dir: string, opts: Readonly<LogOptions>, logger: Logger, segments: Segment[]) {
+  private constructor(dir: string, opts: Readonly<LogOptions>, logger: Logger, segments: Segment[], fds: SegmentFdPolicy | undefined) {
     this.dir = dir;
     this.options = opts;
-    this.st = new LogState(dir, this.options, logger, segments);
+    this.st = new LogState(dir, this.options, logger, segments, fds);
     this.ticker = opts.ticker ?? new LogTicker(opts.flushIntervalMs);
     this.checkpoint = new HwmCheckpoint(this.st);
   }
@@ -138,8 +139,9 @@ export class PartitionLog {
   static async open(dir: string, opts: Partial<LogOptions> = {}, logger?: Logger, how: { lazy?: boolean } = {}): Promise<PartitionLog> {
     const o = resolveOptions(opts);
     const log = (logger ?? silentLogger()).child({ component: 'partition-log', dir });
-    const { segments, clean, checkpointedHwm } = await loadLog(dir, o, log, how);
-    const pl = new PartitionLog(dir, o, log, segments);
+    const fds = segmentFdPolicy(o);
+    const { segments, clean, checkpointedHwm } = await loadLog(dir, o, log, how, fds);
+    const pl = new PartitionLog(dir, o, log, segments, fds);
     pl.st.hwm = pl.st.clampHwm(checkpointedHwm);
     pl.checkpoint.checkpointed = pl.st.hwm;
     log.debug({ logStartOffset: pl.logStartOffset, logEndOffset: pl.logEndOffset, segments: segments.length, clean }, 'partition log opened');
@@ -389,7 +391,7 @@ export class PartitionLog {
           await s.remove();
         }
         if (this.st.segments.length === 0) {
-          this.st.segments.push(await Segment.create(this.dir, offset, this.options.indexIntervalBytes, Date.now(), segmentFdPolicy(this.options)));
+          this.st.segments.push(await Segment.create(this.dir, offset, this.options.indexIntervalBytes, Date.now(), this.st.fdPolicy));
         } else {
           await this.st.active.truncateTo(offset);
           // A compacted segment may end in a gap (its last record below `offset`): a crash's full scan of the
@@ -490,17 +492,23 @@ export class PartitionLog {
     if (this.st.state !== 'open') return;
     this.st.state = 'closing';
     this.ticker.forget(this);
+    // An append or read waiting for a slot of the fd budget is refused (retriable) rather than holding up the
+    // close, until the queued appends are written; then the close's own opens wait for a slot.
+    const fds = this.st.fdPolicy;
+    fds?.budget.refuseWaits(fds, storageError(this.dir, 'log is closed'));
     // A running compaction sees the state and gives up at its next record; let it clean up first.
     if (this.cleanerPart?.compacting) await this.cleanerPart.idle();
     await this.writer.run(async () => {
-      // Appends accepted before close still get written.
+      // Appends accepted before close still get written (those that would wait for an fd are refused).
       await this.writer.drain(true);
+      if (fds) fds.budget.admitWaits(fds);
       await this.sync.idle();
       await this.st.cutting;
       let error: unknown = null;
       if (clean && !this.st.failed && !this.st.dormant) {
         try {
-          for (const s of this.st.segments) if (this.sync.isDirty(s) || s.indexState !== 'synced') await s.datasync();
+          // The active segment first: its unsynced writes keep its fd, which an older segment reopening may need.
+          for (const s of [...this.st.segments].reverse()) if (this.sync.isDirty(s) || s.indexState !== 'synced') await s.datasync();
           this.sync.forgetAll();
           for (const s of this.st.segments) if (s.indexState !== 'synced') await s.writeIndex(true);
           await this.checkpoint.write();

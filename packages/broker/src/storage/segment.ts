@@ -5,12 +5,13 @@
  */
 import type { FdHolder, SegmentFdPolicy } from './fd-budget.js';
 import { fdatasync, writeSync } from 'node:fs';
-import { type FileHandle, open, stat, unlink } from 'node:fs/promises';
+import { type FileHandle, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { type IndexEntry, OffsetIndex, readIndexFile, writeIndexFile } from './offset-index.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
 import { OrderCheck } from './offset-order.js';
+import { openWithinBudget } from './segment-open.js';
 import { type RecordInfo, type ScanOutcome, walkRecords } from './segment-scan.js';
 
 export type { RecordInfo, ScanOutcome } from './segment-scan.js';
@@ -52,6 +53,10 @@ export class Segment implements FdHolder {
   superseded = false;
 
   private fh: Promise<FileHandle> | null = null;
+  /** The close of the previous fd while it runs: a reopen waits for it (one budget slot per segment). */
+  private closingFh: Promise<void> | null = null;
+  /** How the next open opens the file: 'w+' only for the first of a new segment. */
+  private openFlags: 'r+' | 'w+' = 'r+';
   /** The handle `fh` resolved to, while it is the open one: writes and fsyncs use it without waiting. */
   private openFh: FileHandle | null = null;
   /** datasyncs in flight on openFh's fd, and who waits for them to end. */
@@ -105,10 +110,13 @@ export class Segment implements FdHolder {
       },
       fds,
     );
-    const fh = await open(seg.logPath, 'w+');
-    seg.fh = Promise.resolve(fh);
-    seg.openFh = fh;
-    fds?.budget.used(seg);
+    // The first open creates the file (or truncates a leftover one), within the fd budget like any other.
+    seg.openFlags = 'w+';
+    try {
+      await seg.withHandle(async () => {});
+    } finally {
+      seg.openFlags = 'r+';
+    }
     try {
       // Written now so the created time survives a crash even before the first roll or close.
       await seg.writeIndex(false);
@@ -311,7 +319,7 @@ export class Segment implements FdHolder {
     this.beginUse();
     try {
       if (this.fh === null) {
-        const opening = open(this.logPath, 'r+');
+        const opening = openWithinBudget(this.logPath, this.openFlags, this, this.fds, this.closingFh);
         this.fh = opening;
         // Only while it is still this segment's handle: closeHandle may have let it go meanwhile.
         opening.then(
@@ -326,11 +334,8 @@ export class Segment implements FdHolder {
       try {
         fh = await opening;
       } catch (err) {
-        // The open failed: no fd is held, so none is counted (the budget would otherwise close real ones).
-        if (this.fh === opening) {
-          this.fh = null;
-          this.fds?.budget.closed(this);
-        }
+        // The open failed (and gave its budget slot back) or its wait for a slot was cancelled.
+        if (this.fh === opening) this.fh = null;
         throw err;
       }
       return await fn(fh);
@@ -350,7 +355,7 @@ export class Segment implements FdHolder {
     if (this.users === 0 && this.releaseWanted) {
       this.releaseWanted = false;
       void this.closeHandle().catch(() => {});
-    } else if (this.users === 0) this.fds?.budget.settled();
+    } else if (this.users === 0) this.fds?.budget.settled(this);
   }
 
   /**
@@ -420,7 +425,7 @@ export class Segment implements FdHolder {
       // Writes that started during the fsync are not covered by it.
       this.writesSinceSync -= covered;
       if (size > this.durableSize && size <= this.size) this.durableSize = size;
-      this.fds?.budget.settled();
+      this.fds?.budget.settled(this);
     };
     const fh = this.openFh;
     if (fh === null || this.closed) return this.withHandle((h) => h.datasync()).then(after);
@@ -495,25 +500,38 @@ export class Segment implements FdHolder {
     return this.fh !== null;
   }
 
-  private async closeHandle(): Promise<void> {
+  private closeHandle(): Promise<void> {
     const p = this.fh;
     this.fh = null;
     this.openFh = null;
+    if (p === null) return this.closingFh ?? Promise.resolve();
+    const closing = this.finishClose(p);
+    this.closingFh = closing;
+    void closing.then(() => {
+      if (this.closingFh === closing) this.closingFh = null;
+    });
+    return closing;
+  }
+
+  /** Closes the fd `p` opens, after the fsyncs through it; its budget slot is free once it is closed. */
+  private async finishClose(p: Promise<FileHandle>): Promise<void> {
     // An fsync through the bare fd must end before the fd is closed (and its number reused).
     if (this.rawSyncs > 0) await new Promise<void>((resolve) => (this.rawSyncsDone ??= []).push(resolve));
-    this.fds?.budget.closed(this);
-    if (p) {
-      try {
-        await (await p).close();
-      } catch {
-        // The open failed or the handle is already closed: nothing to release.
-      }
+    let fh: FileHandle;
+    try {
+      fh = await p;
+    } catch {
+      return; // The open failed (it gave its slot back) or never had a slot.
     }
+    await fh.close().catch(() => {});
+    this.fds?.budget.closed(this);
   }
 
   /** Closes for good (FileHandle.close waits for in-flight operations). */
   async close(): Promise<void> {
     this.closed = true;
+    // An open still waiting for a budget slot gives up.
+    this.fds?.budget.cancel(this, segmentClosedError(this));
     await this.closeHandle();
   }
 
