@@ -22,6 +22,8 @@ export interface BrokerOptions {
   stderrFile?: string;
   /** TLS options of connect() (a broker with --tls-cert). */
   clientTls?: tls.ConnectionOptions;
+  /** Runs the broker under this process fd limit (`ulimit -n`, through bash, which execs node). */
+  fdLimit?: number;
 }
 
 /**
@@ -65,7 +67,9 @@ export class BrokerProcess {
     // A second process on the same directory would be lost track of (and left running): stop or kill first.
     if (this.running) throw new Error(`broker pid ${this.proc!.pid} is still running: stop() or kill() it before starting again`);
     const args = [CLI, 'broker', 'start', ...withOverrides(['--host', '127.0.0.1', '--port', '0', '--health-port', '0', '--data-dir', this.dataDir, '--log-level', 'warn'], this.opts.args ?? [])];
-    const proc = trackChild(spawn(process.execPath, args, { env: { ...process.env, ...this.opts.env }, stdio: ['ignore', 'pipe', 'pipe'] }), 'broker');
+    const limit = this.opts.fdLimit;
+    const [cmd, argv] = limit === undefined ? [process.execPath, args] : ['bash', ['-c', `ulimit -n ${limit} && exec "$0" "$@"`, process.execPath, ...args]];
+    const proc = trackChild(spawn(cmd, argv, { env: { ...process.env, ...this.opts.env }, stdio: ['ignore', 'pipe', 'pipe'] }), 'broker');
     this.proc = proc;
     this.stdout = '';
     this.stderr = '';

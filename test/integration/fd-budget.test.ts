@@ -88,3 +88,45 @@ describe('a bounded number of open segment files', () => {
     expect(r.stderr).toMatch(/max-open-segment-files|maxOpenSegmentFiles/);
   });
 });
+
+describe('a burst of appends to more partitions than the bound, under the fd limit docs/operations.md advises', () => {
+  const bound = 100;
+  const conns = 8;
+  const partitions = 600;
+  let broker: BrokerProcess;
+  const clients: Connection[] = [];
+
+  beforeAll(async () => {
+    // The bound, the connections and 200 more (docs/operations.md, "Limits").
+    const args = ['--max-open-segment-files', String(bound), '--offsets-topic-partitions', '2', '--transaction-state-partitions', '2'];
+    broker = await BrokerProcess.start({ fdLimit: bound + conns + 200, args });
+    for (let i = 0; i < conns; i++) clients.push(await broker.connect());
+  });
+
+  afterAll(async () => {
+    for (const c of clients) await c.close().catch(() => {});
+    await broker?.dispose();
+  });
+
+  it(`${partitions} partitions written all at once, 3 times over ${conns} connections: no append is refused for want of fds`, async () => {
+    await clients[0]!.command('CREATE', { topic: 'burst', partitions });
+    const refused: string[] = [];
+    for (let round = 0; round < 3; round++) {
+      await Promise.all(
+        Array.from({ length: partitions }, (_, p) =>
+          clients[p % conns]!.command('PUBLISH', { topic: 'burst', partition: p, acks: 1, message: `r${round}p${p}` }).catch((err: unknown) => {
+            refused.push(String((err as Error).message));
+          }),
+        ),
+      );
+    }
+    expect(refused.slice(0, 3)).toEqual([]);
+    expect(refused.length).toBe(0);
+    const metrics = (await broker.health('/metrics')).body;
+    expect(Number(/^tributary_open_segment_files (\d+)/m.exec(metrics)?.[1])).toBeLessThanOrEqual(bound);
+    for (const p of [0, 299, 599]) {
+      const b = await clients[0]!.consume({ topic: 'burst', partition: p, offset: 0, batch: 10 });
+      expect(b.records.map((r) => r.value.toString())).toEqual([0, 1, 2].map((r) => `r${r}p${p}`));
+    }
+  });
+});

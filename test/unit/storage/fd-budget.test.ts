@@ -6,27 +6,32 @@
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { MAX_CONCURRENT_ATOMIC_WRITES } from 'tributary-broker/storage/atomic-file.js';
 import { FdBudget, type FdHolder } from 'tributary-broker/storage/fd-budget.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
-/** Segment files (.log) open right now, and the most at once: counted at the file system, not by the budget. */
+/**
+ * Segment files (.log) open right now, and the most at once, and the same of the other files (directories
+ * for their fsync, indexes): counted at the file system, not by the budget.
+ */
 const logFiles = vi.hoisted(() => ({ open: 0, peak: 0 }));
+const otherFiles = vi.hoisted(() => ({ open: 0, peak: 0 }));
 vi.mock('node:fs/promises', async (importOriginal) => {
   const fs = await importOriginal<typeof import('node:fs/promises')>();
   return {
     ...fs,
     open: async (...args: Parameters<typeof fs.open>) => {
       const fh = await fs.open(...args);
-      if (!String(args[0]).endsWith('.log')) return fh;
-      logFiles.open++;
-      logFiles.peak = Math.max(logFiles.peak, logFiles.open);
+      const count = String(args[0]).endsWith('.log') ? logFiles : otherFiles;
+      count.open++;
+      count.peak = Math.max(count.peak, count.open);
       const close = fh.close.bind(fh);
       let closed = false;
       fh.close = async () => {
         if (!closed) {
           closed = true;
-          logFiles.open--;
+          count.open--;
         }
         return close();
       };
@@ -285,5 +290,19 @@ describe('partition logs sharing a budget', () => {
     const again = await PartitionLog.open(join(dir, 'b'), { flush: 'interval', fdBudget: budget });
     logs.push(again);
     expect(again.logEndOffset).toBe(0);
+  });
+  it('the directory fsyncs and index writes of many dormant logs written at once, and of many rolls at once, stay within the bound of small-file operations', async () => {
+    const budget = new FdBudget(8);
+    const opts = { flush: 'always' as const, fdBudget: budget, segmentBytes: 100 };
+    for (let i = 0; i < 60; i++) logs.push(await PartitionLog.open(join(dir, 'd', String(i)), opts, undefined, { lazy: true }));
+    otherFiles.peak = otherFiles.open;
+    // The first append of each creates its directory (synced in its parent), its segment and index, and syncs it.
+    await Promise.all(logs.map((l, i) => l.append([{ key: null, value: Buffer.from(`first ${i} ${'x'.repeat(60)}`) }])));
+    // Each rolls: the old segment's index is written and the new segment's directory entry synced.
+    await Promise.all(logs.map((l, i) => l.append([{ key: null, value: Buffer.from(`second ${i} ${'x'.repeat(60)}`) }])));
+    for (const l of logs) expect(l.segmentInfos().length).toBe(2);
+    expect(otherFiles.peak).toBeGreaterThan(0);
+    expect(otherFiles.peak).toBeLessThanOrEqual(2 * MAX_CONCURRENT_ATOMIC_WRITES);
+    expect(logFiles.peak).toBeLessThanOrEqual(8);
   });
 });

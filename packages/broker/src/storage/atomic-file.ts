@@ -17,10 +17,12 @@ export async function writeFileAtomic(file: string, data: string | Buffer, opts:
 }
 
 /**
- * At most this many small-file operations (atomic writes, checkpoint reads) hold files open at once,
- * broker-wide: checkpoints of thousands of partitions are written together (a CREATE of many partitions
- * makes each write its leader epochs) and read together (a restart), and they are outside the segment fd
- * budget (docs/operations.md, "Limits"). Each holds at most two fds.
+ * At most this many small-file operations hold files open at once, broker-wide: atomic writes and reads of
+ * checkpoints and snapshots, segment index writes and reads, and directory fsyncs (withFileSlot). They
+ * come by the thousand together: checkpoints when a CREATE of many partitions makes each write its leader
+ * epochs, reads at a restart, and the directory fsyncs and index writes of many dormant partitions' first
+ * appends or of many rolls at once. They are outside the segment fd budget (docs/operations.md, "Limits").
+ * Each holds at most two fds, and none waits for anything else while it holds its slot.
  */
 export const MAX_CONCURRENT_ATOMIC_WRITES = 16;
 
@@ -52,6 +54,16 @@ export async function readSmallFile(file: string, encoding?: 'utf8'): Promise<Bu
   await slots.acquire();
   try {
     return encoding ? await fs.readFile(file, encoding) : await fs.readFile(file);
+  } finally {
+    slots.release();
+  }
+}
+
+/** Runs `fn`, which opens at most two files and closes them before it ends, within the same bound. */
+export async function withFileSlot<T>(fn: () => Promise<T>): Promise<T> {
+  await slots.acquire();
+  try {
+    return await fn();
   } finally {
     slots.release();
   }

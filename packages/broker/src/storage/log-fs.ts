@@ -2,6 +2,7 @@
 import { mkdir, open, rename, rm } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { TributaryError } from 'tributary-protocol/errors.js';
+import { withFileSlot } from './atomic-file.js';
 
 export function storageError(dir: string, reason: string, cause?: unknown): TributaryError {
   const detail = cause instanceof Error ? `: ${cause.message}` : '';
@@ -25,9 +26,14 @@ const DIR_SYNC_UNSUPPORTED = new Set(['EINVAL', 'ENOTSUP', 'EOPNOTSUPP', 'EISDIR
 
 /**
  * fsyncs a directory, so entries created or renamed in it survive a power loss. Where the platform cannot
- * (DIR_SYNC_UNSUPPORTED) it does nothing; any other error, an EIO above all, is thrown.
+ * (DIR_SYNC_UNSUPPORTED) it does nothing; any other error, an EIO above all, is thrown. Within the bound of
+ * small-file operations (atomic-file.ts): many partitions sync their directories at once.
  */
-export async function fsyncDir(dir: string): Promise<void> {
+export function fsyncDir(dir: string): Promise<void> {
+  return withFileSlot(() => syncDir(dir));
+}
+
+async function syncDir(dir: string): Promise<void> {
   let fh: Awaited<ReturnType<typeof open>> | null = null;
   try {
     fh = await open(dir, 'r');
@@ -77,8 +83,12 @@ export async function renameAway(dir: string): Promise<string | null> {
   return doomed;
 }
 
-/** Writes a new file and fsyncs it. */
-export async function writeFileSynced(path: string, data: Buffer): Promise<void> {
+/** Writes a new file and fsyncs it (within the bound of small-file operations). */
+export function writeFileSynced(path: string, data: Buffer): Promise<void> {
+  return withFileSlot(() => writeSynced(path, data));
+}
+
+async function writeSynced(path: string, data: Buffer): Promise<void> {
   const fh = await open(path, 'w');
   try {
     await fh.writeFile(data);

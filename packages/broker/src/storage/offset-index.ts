@@ -8,7 +8,8 @@
  * maxTimestamp i64, logSize u64, createdMs i64, intervalBytes u32, entryCount u32, entries, crc32c u32
  * over everything before it.
  */
-import { open, readFile, rename } from 'node:fs/promises';
+import { open, rename } from 'node:fs/promises';
+import { readSmallFile, withFileSlot } from './atomic-file.js';
 import { crc32c } from './crc32c.js';
 
 export const DEFAULT_INDEX_INTERVAL_BYTES = 4096;
@@ -207,7 +208,12 @@ export function parseIndex(buf: Buffer, intervalBytes?: number): { meta: IndexFi
  * `atomicVia` it goes to that temp path, is fsynced and renamed over `path` (compacted segments: their
  * flag cannot be rebuilt from the log).
  */
-export async function writeIndexFile(path: string, meta: IndexFileMeta, index: OffsetIndex, atomicVia?: string): Promise<void> {
+export function writeIndexFile(path: string, meta: IndexFileMeta, index: OffsetIndex, atomicVia?: string): Promise<void> {
+  // Many partitions write their indexes at once (rolls, dormant partitions' first appends, a shutdown).
+  return withFileSlot(() => writeIndex(path, meta, index, atomicVia));
+}
+
+async function writeIndex(path: string, meta: IndexFileMeta, index: OffsetIndex, atomicVia?: string): Promise<void> {
   const fh = await open(atomicVia ?? path, 'w');
   try {
     const buf = serializeIndex(meta, index);
@@ -230,7 +236,7 @@ export async function readIndexFile(
 ): Promise<{ meta: IndexFileMeta; index: OffsetIndex } | null> {
   let buf: Buffer;
   try {
-    buf = await readFile(path);
+    buf = await readSmallFile(path);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw err;
