@@ -161,4 +161,24 @@ describe('TransactionCoordinator.publishRun', () => {
       await single.close();
     }
   });
+
+  it("splits a partition's records into appends of at most 4 MiB (a TXN_APPEND frame each in a cluster), each answered at its own offsets", async () => {
+    const id = 'tx-big';
+    const { producerId } = await txns.initProducerId(id, 60_000);
+    await txns.begin(id, producerId, 0);
+    const big = Array.from({ length: 5 }, (_, i) => ({ key: null, value: Buffer.alloc(1_500_000, 97 + i) }));
+    const rs = await txns.publishRun(id, producerId, 0, TOPIC, 1, big, 1);
+    expect(appends).toEqual([
+      { partition: 1, count: 2 },
+      { partition: 1, count: 2 },
+      { partition: 1, count: 1 },
+    ]);
+    expect(rs.map((r) => [r.partition, r.offset])).toEqual([0, 1, 2, 3, 4].map((o) => [1, o]));
+    expect(await txns.endTxn(id, producerId, 0, 'commit')).toBe('committed');
+    const read = await c.topics
+      .get(TOPIC)
+      .partition(1)
+      .read(0, { maxRecords: 10, maxBytes: 64 << 20, isolation: 'read_committed' });
+    expect(read.records.map((r) => [r.offset, r.value[0]])).toEqual([0, 1, 2, 3, 4].map((o) => [o, 97 + o]));
+  });
 });

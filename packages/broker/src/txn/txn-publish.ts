@@ -67,12 +67,21 @@ export class TxnPublisher {
     const offsets = new Array<number>(n);
     const appends: Array<Promise<void>> = [];
     for (const [p, idx] of groups) {
-      const recs = idx.length === n ? records : idx.map((i) => records[i]!);
-      appends.push(
-        this.append(e, topicName, p, recs, producerId, epoch).then((base) => {
-          for (let j = 0; j < idx.length; j++) offsets[idx[j]!] = base + j;
-        }),
-      );
+      // At most APPEND_CHUNK_BYTES an append: in a cluster each is a TXN_APPEND frame to the partition's
+      // leader, which must stay far below the frame limit whatever the producer's frame held.
+      for (let from = 0; from < idx.length; ) {
+        let to = from;
+        let bytes = 0;
+        while (to < idx.length && (to === from || bytes + recordBytes(records[idx[to]!]!) <= APPEND_CHUNK_BYTES)) bytes += recordBytes(records[idx[to++]!]!);
+        const chunk = idx.slice(from, to);
+        const recs = chunk.length === n ? records : chunk.map((i) => records[i]!);
+        appends.push(
+          this.append(e, topicName, p, recs, producerId, epoch).then((base) => {
+            for (let j = 0; j < chunk.length; j++) offsets[chunk[j]!] = base + j;
+          }),
+        );
+        from = to;
+      }
     }
     const result = Promise.all(appends).then(
       (): PublishedRecords => ({ partitions, offsets }),
@@ -112,6 +121,16 @@ export class TxnPublisher {
       e.inflight.delete(appended);
     }
   }
+}
+
+/** Bytes one TXN_APPEND frame may carry besides its records' fixed overhead. */
+const APPEND_CHUNK_BYTES = 4 * 1024 * 1024;
+
+/** A record's bytes in a batch frame, roughly: its key, value and headers, and 64 for the rest. */
+function recordBytes(r: RecordInput): number {
+  let n = 64 + r.value.length + (r.key?.length ?? 0);
+  if (r.headers) for (const h of r.headers) n += 6 + h.key.length * 3 + h.value.length;
+  return n;
 }
 
 function resultsOf(r: PublishedRecords, from: number, to: number, duplicate: boolean): TxnPublishResult[] {
