@@ -125,7 +125,8 @@ describe('Kafka transactions on the coordinator', () => {
     const { producerId, epoch } = await txns.initProducerId('k-4', 60_000);
     await txns.kafka.addPartitions('k-4', producerId, epoch, [{ topic: TOPIC, partition: 0 }]);
     await produce('k-4', producerId, epoch, 0, 'r', 0);
-    await expect(txns.kafka.endTxn('k-4', producerId, epoch, 'commit')).rejects.toThrow('disk full');
+    // The decision is durable: EndTxn succeeds, as Kafka answers it, and the finish is retried.
+    await txns.kafka.endTxn('k-4', producerId, epoch, 'commit');
     expect(txns.status('k-4').state).toBe('committing');
     for (const attempt of [txns.kafka.addPartitions('k-4', producerId, epoch, [{ topic: TOPIC, partition: 1 }]), txns.kafka.addOffsets('k-4', producerId, epoch)]) {
       expect(await attempt.catch((e: unknown) => e)).toBeInstanceOf(ConcurrentTransactionsError);
