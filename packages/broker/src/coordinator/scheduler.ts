@@ -6,6 +6,12 @@ import { type Clock, type ClockTimer, systemClock } from '../common/clock.js';
  * deadline (the stale heap entry is skipped when it surfaces). Deadlines are `clock.monotonic()`
  * readings, never wall times: a wall step must not make every entry due at once.
  */
+/**
+ * The longest delay a Node timer takes (2^31-1 ms, about 24.8 days): a longer one fires at once. A deadline
+ * further away (an offsets retention of 30 days) is reached in steps of at most this.
+ */
+const MAX_TIMER_MS = 0x7fffffff;
+
 interface Entry {
   at: number;
   key: string;
@@ -55,7 +61,7 @@ export class Scheduler {
     if (top.at >= this.timerAt && this.timer) return;
     this.clock.clearTimeout(this.timer);
     this.timerAt = top.at;
-    this.timer = this.clock.setTimeout(() => this.fire(), Math.max(0, top.at - this.clock.monotonic()));
+    this.timer = this.clock.setTimeout(() => this.fire(), Math.min(MAX_TIMER_MS, Math.max(0, top.at - this.clock.monotonic())));
     this.timer.unref();
   }
 
