@@ -24,6 +24,7 @@ export const GROUP_CONFIG: CoordinatorConfig = {
   maxSessionTimeoutMs: 60_000,
   defaultRebalanceTimeoutMs: 5_000,
   defaultAssignor: 'range',
+  offsetsRetentionMs: 604_800_000,
 };
 
 export const TXN_CONFIG: TxnCoordinatorConfig = { defaultTimeoutMs: 60_000, maxTimeoutMs: 900_000 };
@@ -85,7 +86,7 @@ export async function openCoordinators(
   const groups = new GroupCoordinator({
     topics,
     groupLog,
-    offsetStore: opts.offsetStore?.(groupLog) ?? new LogOffsetStore(groupLog),
+    offsetStore: opts.offsetStore?.(groupLog) ?? new LogOffsetStore(groupLog, clock),
     logger,
     registry: groupRegistry,
     config: { ...GROUP_CONFIG, ...opts.group },

@@ -163,6 +163,7 @@ export class Broker implements BrokerContext {
         maxSessionTimeoutMs: config.groupMaxSessionTimeoutMs,
         defaultRebalanceTimeoutMs: config.groupRebalanceTimeoutMs,
         defaultAssignor: config.groupAssignor,
+        offsetsRetentionMs: config.offsetsRetentionMs,
       },
       topicExists: (name) => this.store.getTopic(name) !== undefined,
       logOffsets: (topic, partition, timestamp) => partitionOffsets(this, topic, partition, timestamp),

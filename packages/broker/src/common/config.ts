@@ -162,6 +162,12 @@ export const brokerConfigSchema = z
     groupMaxSessionTimeoutMs: z.number().int().min(1).default(300_000),
     groupRebalanceTimeoutMs: z.number().int().min(1).default(60_000),
     groupAssignor: z.enum(['range', 'roundrobin', 'sticky', 'cooperative-sticky']).default('cooperative-sticky'),
+    /**
+     * A group without members (and its committed offsets) is deleted this long after it became empty or
+     * last had an offset committed, whichever is later (Kafka's offsets.retention.minutes, KIP-211: 7 days);
+     * 0 keeps every group for ever.
+     */
+    offsetsRetentionMs: z.number().int().min(0).default(604_800_000),
     // ---- security (docs/security.md) ----
     /** PEM certificate and key files: when both are set the client listener speaks TLS (1.2 or later) only. */
     tlsCert: z.string().min(1).optional(),

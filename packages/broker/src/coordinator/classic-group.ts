@@ -101,6 +101,8 @@ export interface ClassicSnapshot {
     protocols: Array<{ name: string; metadata: string }>;
     assignment: string;
   }>;
+  /** ClassicGroup.emptiedAt (absent while it has members and in older snapshots). */
+  emptiedAt?: number;
 }
 
 export class ClassicGroup {
@@ -117,6 +119,8 @@ export class ClassicGroup {
   /** While PreparingRebalance: the join completes no earlier than this (the initial delay of an empty group). */
   joinNotBefore = 0;
   rebalanceStartedAt = 0;
+  /** When the group last became empty (wall, epoch ms; undefined while it has members): group-expiry.ts. */
+  emptiedAt: number | undefined;
 
   constructor(readonly groupId: string) {}
 
@@ -216,6 +220,7 @@ export class ClassicGroup {
         protocols: m.protocols.map((p) => ({ name: p.name, metadata: p.metadata.toString('base64') })),
         assignment: m.assignment.toString('base64'),
       })),
+      ...(this.emptiedAt === undefined ? {} : { emptiedAt: this.emptiedAt }),
     };
   }
 
@@ -245,6 +250,7 @@ export class ClassicGroup {
       });
     }
     g.leaderId = s.leader;
+    g.emptiedAt = s.emptiedAt;
     if (g.members.size === 0) g.state = 'Empty';
     return g;
   }

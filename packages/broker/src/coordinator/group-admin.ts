@@ -74,19 +74,30 @@ export class GroupAdmin {
       // Pending causes without members are only departures waiting for the join window: nothing can use the
       // group's offsets any more, and GROUP_STATUS already says Empty.
       if (g && g.members.size > 0) throw new TributaryError('group_not_empty', { group: groupId, members: g.members.size });
-      await this.ctx.offsetStore.deleteGroup(groupId);
-      await this.ctx.groupLog.deleteGroup(groupId);
-      this.offsets.forget(groupId);
-      // Empty (checked above): no member timers; a pending id handed out is simply forgotten.
-      this.ctx.classicGroups.delete(groupId);
-      if (g) {
-        g.deleted = true;
-        this.ctx.groups.delete(groupId);
-      }
-      this.ctx.scheduler.cancel(`window:${groupId}`);
-      // Its series go with it: group ids are the clients' to choose, and the registry would keep each forever.
-      this.rebalancer.rebalances.remove({ group: groupId });
+      await this.removeEmpty(groupId);
     });
+  }
+
+  /**
+   * What DELETE_GROUP does once it found the group without members, under the group's lock: its offsets
+   * (the store first), its snapshot (a tombstone), its state in memory and its metric series. The offsets
+   * retention (group-expiry.ts) deletes an expired group with it.
+   */
+  async removeEmpty(groupId: string): Promise<void> {
+    const g = this.ctx.groups.get(groupId);
+    await this.ctx.offsetStore.deleteGroup(groupId);
+    await this.ctx.groupLog.deleteGroup(groupId);
+    this.offsets.forget(groupId);
+    // Empty (checked by the caller): no member timers; a pending id handed out is simply forgotten.
+    this.ctx.classicGroups.delete(groupId);
+    if (g) {
+      g.deleted = true;
+      this.ctx.groups.delete(groupId);
+    }
+    this.ctx.scheduler.cancel(`window:${groupId}`);
+    this.ctx.expiry.removed(groupId);
+    // Its series go with it: group ids are the clients' to choose, and the registry would keep each forever.
+    this.rebalancer.rebalances.remove({ group: groupId });
   }
 
   /**
@@ -148,6 +159,7 @@ export class GroupAdmin {
         throw err;
       }
       for (const e of entries) this.offsets.setDurable(req.group, req.topic, e.partition, e.offset);
+      this.ctx.expiry.committed(req.group);
       return entries;
     });
   }

@@ -24,6 +24,8 @@ export interface CoordinatorConfig {
   maxSessionTimeoutMs: number;
   defaultRebalanceTimeoutMs: number;
   defaultAssignor: AssignorName;
+  /** An empty group is deleted, offsets and all, this long after it emptied or last committed; 0: never (group-expiry.ts). */
+  offsetsRetentionMs: number;
 }
 
 /** `[a-zA-Z0-9._-]`, 1-255 characters: ids travel unquoted in replies and plans. */
@@ -75,6 +77,8 @@ export interface GroupContext {
   partitionFor(group: string): number;
   /** Writes the group's snapshot; a refused write reloads its partition from the log, then rethrows. */
   persist(g: ConsumerGroup | ClassicGroup): Promise<void>;
+  /** Offsets retention (group-expiry.ts): told of each commit or reset of a group's offsets, and of a group deleted. */
+  readonly expiry: { committed(group: string): void; removed(group: string): void };
   /** A new generation of the group, of either kind (`tributary_group_rebalances_total`). */
   countRebalance(groupId: string): void;
 }

@@ -17,6 +17,7 @@ import { GroupMembership, type JoinRequest, type MemberView } from './group-memb
 import { Rebalancer } from './rebalance.js';
 import { GroupOffsets } from './group-offsets.js';
 import { GroupAdmin, type ResetRequest } from './group-admin.js';
+import { GroupExpiry } from './group-expiry.js';
 import { type MemberStanding, checkGeneration, checkPartition, standingOf } from './member-fencing.js';
 import { type StoreWait, waitForStore } from '../common/wait-for-store.js';
 
@@ -61,6 +62,7 @@ export class GroupCoordinator {
   private readonly membership: GroupMembership;
   private readonly offsets: GroupOffsets;
   private readonly admin: GroupAdmin;
+  private readonly expiry: GroupExpiry;
   /** Fenced streams of each group, told of every change to it (docs/architecture.md, "Fenced reads"). */
   private readonly watchers = new Map<string, Set<() => void>>();
   private stopped = false;
@@ -116,6 +118,7 @@ export class GroupCoordinator {
       partitionFor: (group) => this.partitionFor(group),
       persist: (g) => this.persist(g),
       countRebalance: (groupId) => this.rebalancer.rebalances.inc({ group: groupId }),
+      expiry: { committed: (group) => this.expiry.committed(group), removed: (group) => this.expiry.forget(group) },
     };
     // Metrics register in this order: the rebalance counter and histogram, then the lag and member gauges.
     this.rebalancer = new Rebalancer(ctx, deps.registry);
@@ -123,6 +126,7 @@ export class GroupCoordinator {
     this.offsets = new GroupOffsets(ctx);
     this.admin = new GroupAdmin(ctx, this.offsets, this.rebalancer, deps.registry);
     this.classic = new ClassicGroups(ctx, this.offsets);
+    this.expiry = new GroupExpiry(ctx, this.offsets, (id) => this.admin.removeEmpty(id), deps.registry);
   }
 
   // ---- lifecycle ----
@@ -135,13 +139,14 @@ export class GroupCoordinator {
    */
   async start(opts: StoreWait = {}): Promise<void> {
     const now = this.clock.monotonic();
-    for (let p = 0; p < this.deps.groupLog.partitionCount; p++) {
-      const { groups } = await this.deps.groupLog.replay(p);
-      for (const snap of groups.values()) if (snap) this.restore(snap, now);
-    }
+    const snaps: Array<GroupSnapshot | ClassicSnapshot | null> = [];
+    for (let p = 0; p < this.deps.groupLog.partitionCount; p++) snaps.push(...(await this.deps.groupLog.replay(p)).groups.values());
+    for (const snap of snaps) if (snap) this.restore(snap, now);
     await waitForStore(async () => {
       await this.deps.offsetStore.open();
-      for (const o of await this.withoutDeletedTopics(await this.deps.offsetStore.loadAll())) this.offsets.setDurable(o.group, o.topic, o.partition, o.offset);
+      const offsets = await this.withoutDeletedTopics(await this.deps.offsetStore.loadAll());
+      for (const o of offsets) this.offsets.setDurable(o.group, o.topic, o.partition, o.offset);
+      this.expiry.load(snaps, offsets);
     }, opts);
     this.deps.logger.info({ groups: this.groups.size, offsetStore: this.deps.offsetStore.kind }, 'group coordinator loaded');
   }
@@ -225,6 +230,7 @@ export class GroupCoordinator {
     const now = this.clock.monotonic();
     for (const snap of groups.values()) if (snap) this.restore(snap, now);
     for (const x of offsets) this.offsets.setDurable(x.group, x.topic, x.partition, x.offset);
+    this.expiry.load(groups.values(), offsets);
     return groups.size;
   }
 
@@ -284,6 +290,7 @@ export class GroupCoordinator {
     }
     for (const name of [...this.offsets.committed.keys()]) if (this.partitionFor(name) === partition) gone.add(name);
     for (const name of gone) this.offsets.forget(name);
+    this.expiry.forgetWhere((group) => this.partitionFor(group) === partition);
     if (this.deps.offsetStore instanceof LogOffsetStore) this.deps.offsetStore.unloadGroups(gone);
   }
 
@@ -291,8 +298,6 @@ export class GroupCoordinator {
   async startOwned(opts: StoreWait = {}): Promise<void> {
     await waitForStore(() => this.deps.offsetStore.open(), opts);
   }
-
-
 
   /** A group as its snapshot in the log has it, its timers armed again. */
   private restore(s: GroupSnapshot | ClassicSnapshot, now: number): void {
@@ -306,6 +311,7 @@ export class GroupCoordinator {
     g.planGeneration = s.planGeneration;
     g.history = s.history ?? [];
     g.topicShape = s.topicShape ?? (s.generation > 0 ? topicShape(this.deps.topics.tryGet(s.topic)) : undefined);
+    g.emptiedAt = s.emptiedAt;
     for (const ms of s.members) {
       // A coordinator that just loaded a group gives every member a full session before expiring it.
       const m: Member = {
@@ -364,6 +370,7 @@ export class GroupCoordinator {
       history: g.history,
       pendingCauses: g.pendingCauses,
       ...(g.topicShape === undefined ? {} : { topicShape: g.topicShape }),
+      ...(g.emptiedAt === undefined ? {} : { emptiedAt: g.emptiedAt }),
     };
   }
 
@@ -378,6 +385,8 @@ export class GroupCoordinator {
     // Every change goes through here, before it is durable or answered: a fenced stream stops serving a
     // partition its member lost before the new owner can hear that it may read it.
     this.notifyWatchers(g.groupId);
+    // An emptied group's time goes into its snapshot; a failed write reloads the partition, waits and all.
+    this.expiry.persisting(g);
     try {
       await this.deps.groupLog.writeGroup(g instanceof ConsumerGroup ? this.snapshot(g) : g.snapshot());
     } catch (err) {

@@ -4,6 +4,7 @@ import type { RecordInput } from 'tributary-protocol/record.js';
 import type { Partition } from '../partition/partition.js';
 import { type InternalAppend, localAppend, replayJson } from '../partition/internal-log.js';
 import type { ClassicSnapshot } from './classic-group.js';
+import { type Clock, systemClock } from '../common/clock.js';
 import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
 import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkDeleteTopic, checkFetch, checkName, checkNoRegression } from './offset-store.js';
 
@@ -40,6 +41,8 @@ export interface GroupSnapshot {
    * crash inside the window would lose the rebalance, e.g. leave a leaver's partitions unassigned.
    */
   pendingCauses?: ChangeReason[];
+  /** ConsumerGroup.emptiedAt: when the group last became empty (wall, epoch ms; absent while it has members and in older snapshots). */
+  emptiedAt?: number;
 }
 
 type Key = ['g', string] | ['o', string, string, number];
@@ -156,7 +159,11 @@ export class LogOffsetStore implements OffsetStore {
    */
   private readonly writing = new Set<{ group: string; topic: string; partitions: number[]; voided: boolean }>();
 
-  constructor(private readonly log: GroupLog) {}
+  constructor(
+    private readonly log: GroupLog,
+    /** Stamps commits (their wall time counts down the offsets retention after a restart: group-expiry.ts). */
+    private readonly clock: Pick<Clock, 'now'> = systemClock,
+  ) {}
 
   async open(): Promise<void> {}
 
@@ -185,7 +192,7 @@ export class LogOffsetStore implements OffsetStore {
     checkCommit(group, topic, entries);
     if (entries.length === 0) return;
     if (!opts.force) checkNoRegression(entries, (p) => this.cache.get(offsetKey(group, topic, p))?.offset);
-    const ts = Date.now();
+    const ts = this.clock.now();
     const write = { group, topic, partitions: entries.map((e) => e.partition), voided: false };
     this.writing.add(write);
     try {

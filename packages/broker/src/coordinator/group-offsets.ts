@@ -158,6 +158,17 @@ export class GroupOffsets {
     });
   }
 
+  /**
+   * Whether a commit of the group's offsets is being written or a transaction holds some it has not
+   * ended: the offsets retention does not delete the group then (group-expiry.ts).
+   */
+  busy(group: string): boolean {
+    for (const w of this.writing) if (w.group === group) return true;
+    const prefix = `${group}\u0000`;
+    for (const k of this.pending.keys()) if (k.startsWith(prefix)) return true;
+    return false;
+  }
+
   /** Whether a transaction holds offsets of the partition that it has not ended (UNSTABLE_OFFSET_COMMIT). */
   hasPending(group: string, topic: string, partition: number): boolean {
     return (this.pending.get(pendingKey(group, topic, partition))?.size ?? 0) > 0;
@@ -184,6 +195,8 @@ export class GroupOffsets {
     let settle = () => {};
     const run = async () => {
       check();
+      // Activity of the group, written or not (an unchanged offset too): its offsets retention starts over.
+      this.ctx.expiry.committed(req.group);
       changed = req.entries.filter((e) => getOffset(this.reserved, req.group, req.topic, e.partition) !== e.offset);
       // Reserved, not committed: a commit of the same offset is still being written.
       const repeated = req.entries.filter(
@@ -365,6 +378,7 @@ export class GroupOffsets {
    */
   async applyTxnOffsets(txn: string, group: string, topic: string, entries: OffsetEntry[]): Promise<void> {
     await this.ctx.withGroup(group, async () => {
+      this.ctx.expiry.committed(group);
       // A plain commit still being written may fail: compare with what is durable once it settled.
       await Promise.all(this.unsettledOf(group, topic, entries.map((e) => e.partition)));
       // The topic was deleted after they were sent: they went with its offsets.

@@ -96,6 +96,11 @@ export class ConsumerGroup {
   /** Monotonic; 0 while no rebalance is under way. */
   rebalanceStartedAt = 0;
   deleted = false;
+  /**
+   * When the group last became empty (wall, epoch ms), persisted with its snapshot so that the offsets
+   * retention counts from it after a restart (group-expiry.ts); undefined while it has members.
+   */
+  emptiedAt: number | undefined;
 
   constructor(
     readonly groupId: string,
