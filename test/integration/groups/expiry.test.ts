@@ -1,0 +1,66 @@
+/**
+ * Offsets retention against a real broker (`--offsets-retention-ms`): a group whose last member left is
+ * deleted with its committed offsets once the retention has passed, so LIST_GROUPS and Admin.listGroups
+ * no longer list it, FETCH_OFFSET answers as for an unknown group, /metrics counts it, and a restart does
+ * not bring it back; a group with a member meanwhile keeps its offsets.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Admin } from 'tributary-client/admin.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import type { BrokerProcess } from '../../helpers/launcher.js';
+import { until } from '../../helpers/util.js';
+import { GroupMember, fetchOffset, fill, kv, startBroker } from './helpers.js';
+
+const TOPIC = 'exp';
+const RETENTION_MS = 1500;
+
+describe('offsets retention of empty groups', () => {
+  let broker: BrokerProcess;
+  let conn: Connection;
+  let admin: Admin;
+
+  beforeAll(async () => {
+    broker = await startBroker(['--offsets-retention-ms', String(RETENTION_MS)]);
+    conn = await broker.connect();
+    admin = new Admin({ brokers: [broker.address] });
+    await conn.command('CREATE', { topic: TOPIC, partitions: 2 });
+    await fill(conn, TOPIC, 2, 5);
+  });
+
+  afterAll(async () => {
+    await admin?.close();
+    await broker?.dispose();
+  });
+
+  const listed = async () => (kv(await conn.command('LIST_GROUPS')).get('groups') ?? '').split(',').filter((g) => g.length > 0);
+
+  it('an abandoned group disappears with its offsets; a group with a member stays', { timeout: 60_000 }, async () => {
+    // A member with a session far longer than the test: it needs no heartbeat to stay.
+    const kept = await GroupMember.connect(broker, TOPIC, 'exp-kept', 'kept');
+    await kept.join({ session_timeout_ms: 60_000 });
+    await kept.sync();
+    expect(await kept.commit(0, 2)).toBe('OK');
+
+    const gone = await GroupMember.connect(broker, TOPIC, 'exp-gone', 'gone');
+    await gone.join();
+    await gone.sync();
+    expect(await gone.commit(0, 3)).toBe('OK');
+    expect(await gone.commit(1, 4)).toBe('OK');
+    await gone.leave();
+    expect(await listed()).toEqual(['exp-gone', 'exp-kept']);
+    expect(await fetchOffset(conn, TOPIC, 'exp-gone', 0)).toEqual({ offset: 3, committed: true });
+
+    await until(async () => !(await admin.listGroups()).includes('exp-gone'), 30_000, 'the abandoned group to expire', 50);
+    expect(await listed()).toEqual(['exp-kept']);
+    expect(await fetchOffset(conn, TOPIC, 'exp-gone', 0)).toEqual({ offset: 0, committed: false });
+    expect(await fetchOffset(conn, TOPIC, 'exp-gone', 1)).toEqual({ offset: 0, committed: false });
+    expect(await fetchOffset(conn, TOPIC, 'exp-kept', 0)).toEqual({ offset: 2, committed: true });
+    expect((await broker.health('/metrics')).body).toMatch(/^tributary_groups_expired_total 1$/m);
+
+    // The tombstones are durable: a restart replays no offsets of the expired group.
+    await broker.restart();
+    conn = await broker.connect();
+    expect(await listed()).not.toContain('exp-gone');
+    expect(await fetchOffset(conn, TOPIC, 'exp-gone', 0)).toEqual({ offset: 0, committed: false });
+  });
+});
