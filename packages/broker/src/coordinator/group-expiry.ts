@@ -173,7 +173,10 @@ export class GroupExpiry {
         if (this.ctx.offsetStore.kind !== 'log') this.ctx.checkStoreWrite();
         await this.remove(group);
         this.expired.inc();
-        this.ctx.logger.info({ group, idleMs: now - since, retentionMs: this.retentionMs }, 'group expired: no members for the offsets retention; its offsets and state were deleted');
+        this.ctx.logger.info(
+          { group, idleMs: now - since, retentionMs: this.retentionMs },
+          'group expired: no members for the offsets retention; its offsets and state were deleted',
+        );
       })
       .catch((err: unknown) => {
         if (this.ctx.stopped()) return;
