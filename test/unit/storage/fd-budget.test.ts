@@ -305,4 +305,27 @@ describe('partition logs sharing a budget', () => {
     expect(otherFiles.peak).toBeLessThanOrEqual(2 * MAX_CONCURRENT_ATOMIC_WRITES);
     expect(logFiles.peak).toBeLessThanOrEqual(8);
   });
+
+  it('with overflowAfterMs, an open no holder can make room for goes past the bound once it has waited that long; past it, a holder that may close is closed', async () => {
+    const budget = new FdBudget(1, 20);
+    const [a, b, c] = [0, 1, 2].map((i) => new FakeHolder(i, budget)) as [FakeHolder, FakeHolder, FakeHolder];
+    await a.take();
+    // Written without pause: their writes always await an fsync, so neither may close.
+    a.pinned = true;
+    b.pinned = true;
+    await b.take();
+    expect([a.open, b.open, budget.open, budget.overflows]).toEqual([true, true, 2, 1]);
+    // Past the bound, the next open waits again (it may still get a slot), then goes past it too.
+    c.pinned = true;
+    const tc = c.take();
+    await settle();
+    expect(budget.waiting).toBe(1);
+    await tc;
+    expect([budget.open, budget.overflows]).toEqual([3, 2]);
+    // b's I/O ends: it is closed, back towards the bound.
+    b.pinned = false;
+    budget.settled(b);
+    await settle();
+    expect([b.open, budget.open]).toEqual([false, 2]);
+  });
 });

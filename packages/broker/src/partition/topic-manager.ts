@@ -115,7 +115,8 @@ export class TopicManager {
   ) {
     this.logsDir = path.join(config.dataDir, 'logs');
     this.ticker = new LogTicker(config.flushIntervalMs);
-    const budget = (this.fdBudget = new FdBudget(config.maxOpenSegmentFiles));
+    // An open waits at most 100 ms for a slot (FdBudget: partitions written without pause cannot let go).
+    const budget = (this.fdBudget = new FdBudget(config.maxOpenSegmentFiles, 100));
     new client.Gauge({
       name: 'tributary_open_segment_files',
       help: 'Segment files held open, opening or closing (at most --max-open-segment-files: past it an open waits)',

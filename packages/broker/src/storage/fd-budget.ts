@@ -1,8 +1,8 @@
 /**
  * The broker-wide bound on open segment files (`--max-open-segment-files`, docs/architecture.md "Storage"):
  * one LRU over the segments of every partition. A segment takes a slot before it opens its file
- * (`acquire`) and gives it back once the file is closed (`closed`), so no more than the bound are ever
- * open. Past the bound an open waits, first come first served, while the least recently used segments
+ * (`acquire`) and gives it back once the file is closed (`closed`), so no more than the bound are open
+ * unless a wait outlived `overflowAfterMs` (see the constructor). Past the bound an open waits, first come first served, while the least recently used segments
  * that may let go close their files; a segment that may let go only later (its read, write or fsync
  * ends) is closed then (`settled`) if an open is waiting. A segment may let go when no read or write is in
  * progress and, unless the log leaves durability to the OS (flush=os), its writes are fsynced: a write-back
@@ -24,6 +24,8 @@ export interface FdHolder {
 
 interface Waiter {
   holder: FdHolder;
+  /** When it began to wait (performance.now()). */
+  since: number;
   /** Whose wait it is (a log's SegmentFdPolicy): `cancel` ends the waits of a log that closes. */
   owner: object | undefined;
   resolve: () => void;
@@ -40,11 +42,25 @@ export class FdBudget {
   /** Owners (logs) whose opens are refused rather than wait (refuseWaits), with the error they get. */
   private readonly refusing = new Map<object, Error>();
 
-  constructor(readonly max: number) {
+  /** The one timer that lets waits older than overflowAfterMs past the bound; null when none is armed. */
+  private overflowTimer: NodeJS.Timeout | null = null;
+  /** Opens let past the bound so far (a wait outlived overflowAfterMs). */
+  overflows = 0;
+
+  /**
+   * `overflowAfterMs`: an open that has waited this long for a slot opens anyway, past the bound, until
+   * files close (Infinity: never). A segment written without pause under flush=always always has writes
+   * its next fsync must cover, so it can never let go: with more such partitions than the bound, every
+   * other open would wait as long as they are written (reads of older segments included).
+   */
+  constructor(
+    readonly max: number,
+    private readonly overflowAfterMs = Number.POSITIVE_INFINITY,
+  ) {
     if (!Number.isSafeInteger(max) || max < 1) throw new RangeError(`max open segment files must be a positive integer, got ${max}`);
   }
 
-  /** Segment files open (or opening, or closing) now: never more than `max`. */
+  /** Segment files open (or opening, or closing) now: more than `max` only after overflows. */
   get open(): number {
     return this.holders.size + this.closing.size;
   }
@@ -67,8 +83,9 @@ export class FdBudget {
     const refused = owner === undefined ? undefined : this.refusing.get(owner);
     if (refused !== undefined) return Promise.reject(refused);
     return new Promise<void>((resolve, reject) => {
-      this.waiters.push({ holder: h, owner, resolve, reject });
+      this.waiters.push({ holder: h, owner, since: performance.now(), resolve, reject });
       this.evictLeastRecent();
+      this.armOverflow();
     });
   }
 
@@ -113,6 +130,23 @@ export class FdBudget {
     if (cancelled.length === 0) return;
     this.waiters = this.waiters.filter((w) => w.owner !== key && w.holder !== key);
     for (const w of cancelled) w.reject(err);
+  }
+
+  private armOverflow(): void {
+    if (this.overflowTimer !== null || this.waiters.length === 0 || !Number.isFinite(this.overflowAfterMs)) return;
+    const due = this.waiters[0]!.since + this.overflowAfterMs - performance.now();
+    this.overflowTimer = setTimeout(() => {
+      this.overflowTimer = null;
+      const now = performance.now();
+      while (this.waiters.length > 0 && now - this.waiters[0]!.since >= this.overflowAfterMs) {
+        const w = this.waiters.shift() as Waiter;
+        this.holders.set(w.holder, true);
+        this.overflows++;
+        w.resolve();
+      }
+      this.armOverflow();
+    }, Math.max(0, due));
+    this.overflowTimer.unref();
   }
 
   /** Closes the least recently used segments that may let go until the slots freed cover the waiting opens. */

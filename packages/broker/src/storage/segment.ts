@@ -427,8 +427,15 @@ export class Segment implements FdHolder {
       if (size > this.durableSize && size <= this.size) this.durableSize = size;
       this.fds?.budget.settled(this);
     };
+    // Failed: the log fails with it and trusts no later fsync, so its unsynced writes no longer pin the fd
+    // (a slot of the budget each failed log would hold until a restart).
+    const failed = (err: unknown) => {
+      this.writesSinceSync = 0;
+      this.fds?.budget.settled(this);
+      throw err;
+    };
     const fh = this.openFh;
-    if (fh === null || this.closed) return this.withHandle((h) => h.datasync()).then(after);
+    if (fh === null || this.closed) return this.withHandle((h) => h.datasync()).then(after, failed);
     // Open: through its fd, held until done (closeHandle waits for it), without the promise API's garbage.
     this.beginUse();
     this.rawSyncs++;
@@ -436,8 +443,13 @@ export class Segment implements FdHolder {
       fdatasync(fh.fd, (err) => {
         if (--this.rawSyncs === 0 && this.rawSyncsDone !== null) for (const wake of this.rawSyncsDone.splice(0)) wake();
         this.doneUsing();
-        if (err) reject(err);
-        else {
+        if (err) {
+          try {
+            failed(err);
+          } catch (e) {
+            reject(e);
+          }
+        } else {
           after();
           resolve();
         }
