@@ -103,7 +103,7 @@ describe('HTTP port, a request held to --frame-timeout-ms', () => {
       expect(await silent.closed).toMatch(/^HTTP\/1\.1 408 /);
       expect(await partial.closed).toMatch(/^HTTP\/1\.1 408 /);
       // The tail's request arrived whole: its response goes on.
-      await c.command('PUBLISH', { topic: 'slow', partition: 0, value: 'after' });
+      await c.command('PUBLISH', { topic: 'slow', partition: 0, message: 'after' });
       await until(() => tailGot.join('').includes('"value":"after"'), 10_000, 'the tail still delivering');
     } finally {
       tail.destroy();
