@@ -32,3 +32,19 @@ it('a deadline beyond the longest Node timer is reached in steps no Node timer o
   expect(Math.max(...delays)).toBeLessThanOrEqual(0x7fffffff);
   scheduler.stop();
 });
+
+it('keeps cancelled far deadlines from piling up: the heap stays within twice the live entries (plus a margin), and live ones still fire', async () => {
+  const fake = new FakeClock();
+  const scheduler = new Scheduler(fake);
+  let fired = 0;
+  scheduler.schedule('kept', fake.monotonic() + 7 * DAY, () => fired++);
+  // A group that empties and comes back 20,000 times within the retention.
+  for (let i = 0; i < 20_000; i++) {
+    scheduler.schedule('expire:g', fake.monotonic() + 7 * DAY, () => fired++);
+    scheduler.cancel('expire:g');
+  }
+  const heap = (scheduler as unknown as { heap: unknown[] }).heap;
+  expect(heap.length).toBeLessThanOrEqual(2 * scheduler.size + 1025);
+  await fake.advance(7 * DAY);
+  expect(fired).toBe(1);
+});

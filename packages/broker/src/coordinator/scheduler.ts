@@ -84,6 +84,14 @@ export class Scheduler {
   }
 
   private push(e: Entry): void {
+    // Cancelled and replaced entries stay in the heap until they surface: fine for deadlines seconds away,
+    // not for a 7-day offsets retention cancelled each time its group comes back. Past twice the live
+    // entries, only the live ones are kept.
+    if (this.heap.length > 2 * this.live.size + 1024) {
+      const kept = this.heap.filter((x) => this.live.get(x.key)?.seq === x.seq);
+      this.heap = [];
+      for (const x of kept) this.push(x);
+    }
     const h = this.heap;
     h.push(e);
     let i = h.length - 1;
