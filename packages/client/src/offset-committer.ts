@@ -97,7 +97,7 @@ export class OffsetCommitter {
       );
     // Until it is answered, seek() treats the offset as committed: once it lands, the broker starts the
     // partition's reads there whatever position they ask for.
-    for (const e of entries) e.w.committing = e.offset;
+    for (const e of entries) if (e.offset > e.w.committing) e.w.committing = e.offset;
     try {
       await send();
     } catch (err) {
@@ -117,10 +117,13 @@ export class OffsetCommitter {
         this.group.requestRebalance('member expired');
       }
       throw e;
-    } finally {
-      for (const e of entries) e.w.committing = -1;
     }
-    for (const e of entries) if (e.offset > e.w.committed) e.w.committed = e.offset;
+    // A failed commit stays in `committing`: an attempt may have reached the broker (a lost connection, a
+    // timeout, an abort) and land later. Answered, it is committed; a later answered commit covers it.
+    for (const e of entries) {
+      if (e.offset > e.w.committed) e.w.committed = e.offset;
+      if (e.w.committing <= e.w.committed) e.w.committing = -1;
+    }
     const offsets = entries.map((e) => ({ partition: e.w.partition, offset: e.offset }));
     ctx.emit('commit', { offsets, generation: ctx.generation });
     publish(channels.consumerCommit, { group: o.groupId, offsets });

@@ -10,7 +10,10 @@ export class PartitionWorker {
   /** Next offset to commit (last processed + 1); -1 until something is processed. */
   processed = -1;
   committed: number;
-  /** The offset of a commit sent and not answered yet (-1: none): the broker may hold it already. */
+  /**
+   * The highest offset of a commit sent and not answered, or failed (-1: none): the broker may hold it
+   * already, or get it later; cleared once an answered commit reaches it.
+   */
   committing = -1;
   paused = false;
   readonly resumed = new Signal();

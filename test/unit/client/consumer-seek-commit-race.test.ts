@@ -58,4 +58,49 @@ describe('Consumer: seek() while a commit is in flight (scripted broker)', () =>
     expect(await next()).toBe(7);
     await it.return!();
   });
+
+  it('a commit given up unanswered (its signal aborted) still bounds seek(): it may land later; an answered commit reaching it lifts that', async () => {
+    const s = await scriptedGroup();
+    cleanup.push(() => s.close());
+    let committed = 0;
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    s.on('FETCH_OFFSET', () => `OK offset=${committed} committed=true`);
+    s.on('CONSUME', (l) => batchFrom(Math.max(Number(l.params.get('offset')), committed), 5));
+    s.on('BATCH_COMMIT', async (l) => {
+      if (s.count('BATCH_COMMIT') === 1) await held;
+      committed = Math.max(committed, Number(/P0:(\d+)/.exec(l.positional[0]!)![1]));
+      return 'OK batched=1';
+    });
+
+    const c = new Consumer(quickConsumer(s));
+    cleanup.push(() => c.close());
+    cleanup.push(() => release());
+    const it = c[Symbol.asyncIterator]();
+    const next = async () => ((await it.next()).value as { offset: number }).offset;
+    for (let i = 0; i < 8; i++) expect(await next()).toBe(i);
+    const ac = new AbortController();
+    const commit = c.commit({ signal: ac.signal }); // P0:7, not answered
+    commit.catch(() => {});
+    await until(() => s.count('BATCH_COMMIT') === 1, 5000, 'the commit sent');
+    ac.abort();
+    await expect(commit).rejects.toBeDefined();
+    const seekCode = (offset: number) => {
+      try {
+        c.seek(0, offset);
+        return 'ok';
+      } catch (err) {
+        return (err as TributaryError).code;
+      }
+    };
+    expect(seekCode(3)).toBe('seek_below_committed');
+    // The broker had it after all; an answered commit (offset 7 now processed: P0:8) reaches past it.
+    release();
+    expect(await next()).toBe(8);
+    await c.commit();
+    expect(committed).toBe(8);
+    expect(seekCode(8)).toBe('ok');
+    expect(await next()).toBe(8);
+    await it.return!();
+  });
 });
