@@ -11,34 +11,39 @@ import type { TributaryError } from 'tributary-protocol/errors.js';
 import { batchFrom, quickConsumer, scriptedGroup } from '../../helpers/scripted-group.js';
 import { until } from '../../helpers/util.js';
 
-
 describe('Consumer: seek() while a commit is in flight (scripted broker)', () => {
   const cleanup: Array<() => Promise<unknown> | unknown> = [];
   afterEach(async () => {
     for (const f of cleanup.splice(0).reverse()) await f();
   });
 
-  it('refuses a seek below the offset being committed; the seek it allows is read from', async () => {
+  /**
+   * The scripted group whose first commit is answered only once `release()` is called (a coordinator slow
+   * to answer); reads start at max(requested, committed), as the broker's do.
+   */
+  async function slowFirstCommit() {
     const s = await scriptedGroup();
     cleanup.push(() => s.close());
-    let committed = 0;
+    const state = { committed: 0 };
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
-    s.on('FETCH_OFFSET', () => `OK offset=${committed} committed=true`);
-    // As the broker does: a group's read starts at max(requested, committed).
-    s.on('CONSUME', (l) => batchFrom(Math.max(Number(l.params.get('offset')), committed), 5));
-    // The first commit is answered only when the test says so (a coordinator slow to answer).
+    s.on('FETCH_OFFSET', () => `OK offset=${state.committed} committed=true`);
+    s.on('CONSUME', (l) => batchFrom(Math.max(Number(l.params.get('offset')), state.committed), 5));
     s.on('BATCH_COMMIT', async (l) => {
       if (s.count('BATCH_COMMIT') === 1) await held;
-      committed = Number(/P0:(\d+)/.exec(l.positional[0]!)![1]);
+      state.committed = Math.max(state.committed, Number(/P0:(\d+)/.exec(l.positional[0]!)![1]));
       return 'OK batched=1';
     });
-
     const c = new Consumer(quickConsumer(s));
     cleanup.push(() => c.close());
     cleanup.push(() => release()); // first, so that the close above is not held
     const it = c[Symbol.asyncIterator]();
     const next = async () => ((await it.next()).value as { offset: number }).offset;
+    return { s, c, it, next, release, state };
+  }
+
+  it('refuses a seek below the offset being committed; the seek it allows is read from', async () => {
+    const { s, c, it, next, release, state } = await slowFirstCommit();
     for (let i = 0; i < 8; i++) expect(await next()).toBe(i);
     const commit = c.commit(); // offsets 0..6 processed: P0:7, unanswered for now
     commit.catch(() => {}); // awaited below; a failing assertion must not leave it unhandled
@@ -52,7 +57,7 @@ describe('Consumer: seek() while a commit is in flight (scripted broker)', () =>
     expect(refused).toBe('seek_below_committed');
     release();
     await commit;
-    expect(committed).toBe(7);
+    expect(state.committed).toBe(7);
     // At or above the committed offset a seek is taken, and read from.
     c.seek(0, 7);
     expect(await next()).toBe(7);
@@ -60,24 +65,7 @@ describe('Consumer: seek() while a commit is in flight (scripted broker)', () =>
   });
 
   it('a commit given up unanswered (its signal aborted) still bounds seek(): it may land later; an answered commit reaching it lifts that', async () => {
-    const s = await scriptedGroup();
-    cleanup.push(() => s.close());
-    let committed = 0;
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    s.on('FETCH_OFFSET', () => `OK offset=${committed} committed=true`);
-    s.on('CONSUME', (l) => batchFrom(Math.max(Number(l.params.get('offset')), committed), 5));
-    s.on('BATCH_COMMIT', async (l) => {
-      if (s.count('BATCH_COMMIT') === 1) await held;
-      committed = Math.max(committed, Number(/P0:(\d+)/.exec(l.positional[0]!)![1]));
-      return 'OK batched=1';
-    });
-
-    const c = new Consumer(quickConsumer(s));
-    cleanup.push(() => c.close());
-    cleanup.push(() => release());
-    const it = c[Symbol.asyncIterator]();
-    const next = async () => ((await it.next()).value as { offset: number }).offset;
+    const { s, c, it, next, release, state } = await slowFirstCommit();
     for (let i = 0; i < 8; i++) expect(await next()).toBe(i);
     const ac = new AbortController();
     const commit = c.commit({ signal: ac.signal }); // P0:7, not answered
@@ -98,7 +86,7 @@ describe('Consumer: seek() while a commit is in flight (scripted broker)', () =>
     release();
     expect(await next()).toBe(8);
     await c.commit();
-    expect(committed).toBe(8);
+    expect(state.committed).toBe(8);
     expect(seekCode(8)).toBe('ok');
     expect(await next()).toBe(8);
     await it.return!();

@@ -98,11 +98,14 @@ export class FdBudget {
   /** A segment's file is closed, or its open failed: its slot goes to the first waiting open. */
   closed(h: FdHolder): void {
     if (!this.holders.delete(h) && !this.closing.delete(h)) return;
-    while (this.waiters.length > 0 && this.open < this.max) {
-      const w = this.waiters.shift() as Waiter;
-      this.holders.set(w.holder, true);
-      w.resolve();
-    }
+    while (this.waiters.length > 0 && this.open < this.max) this.grantFirst();
+  }
+
+  /** The first waiting open gets its slot. */
+  private grantFirst(): void {
+    const w = this.waiters.shift() as Waiter;
+    this.holders.set(w.holder, true);
+    w.resolve();
   }
 
   /** `h` may let go now (its I/O ended, its writes were fsynced): closed if an open is waiting for a slot. */
@@ -139,10 +142,8 @@ export class FdBudget {
       this.overflowTimer = null;
       const now = performance.now();
       while (this.waiters.length > 0 && now - this.waiters[0]!.since >= this.overflowAfterMs) {
-        const w = this.waiters.shift() as Waiter;
-        this.holders.set(w.holder, true);
         this.overflows++;
-        w.resolve();
+        this.grantFirst();
       }
       this.armOverflow();
     }, Math.max(0, due));

@@ -70,9 +70,13 @@ export class TxnPublisher {
       // At most APPEND_CHUNK_BYTES an append: in a cluster each is a TXN_APPEND frame to the partition's
       // leader, which must stay far below the frame limit whatever the producer's frame held.
       for (let from = 0; from < idx.length; ) {
-        let to = from;
-        let bytes = 0;
-        while (to < idx.length && (to === from || bytes + recordBytes(records[idx[to]!]!) <= APPEND_CHUNK_BYTES)) bytes += recordBytes(records[idx[to++]!]!);
+        let to = from + 1;
+        let bytes = recordBytes(records[idx[from]!]!);
+        for (; to < idx.length; to++) {
+          const b = recordBytes(records[idx[to]!]!);
+          if (bytes + b > APPEND_CHUNK_BYTES) break;
+          bytes += b;
+        }
         const chunk = idx.slice(from, to);
         const recs = chunk.length === n ? records : chunk.map((i) => records[i]!);
         appends.push(
