@@ -30,9 +30,19 @@ describe('a cluster with the PostgreSQL offset store while the database is down'
     const admin = await cluster.connect(0);
     await admin.command('CREATE', { topic: TOPIC, partitions: 1, replication_factor: 2 });
     const group = 'g-pg';
-    const coord = Number(kv(await admin.command('FIND_COORDINATOR', { group })).get('coordinator_id'));
-    const c = await cluster.connect(coord);
-    const join = kv(await c.command('JOIN_GROUP', { topic: TOPIC, group, member: 'w' }));
+    // Right after the start the coordinator may still be loading the group's partition from the database
+    // (COORDINATOR_LOADING), or hand it over (NOT_COORDINATOR): both are retryable, so find it again and retry.
+    const { coord, c, join } = await cluster.waitFor('the group joined at its coordinator', async () => {
+      const coord = Number(kv(await admin.command('FIND_COORDINATOR', { group })).get('coordinator_id'));
+      const c = await cluster.connect(coord);
+      try {
+        return { coord, c, join: kv(await c.command('JOIN_GROUP', { topic: TOPIC, group, member: 'w' })) };
+      } catch (err) {
+        await c.close();
+        if ((err as TributaryError).code === 'COORDINATOR_LOADING' || (err as TributaryError).code === 'NOT_COORDINATOR') return false;
+        throw err;
+      }
+    });
     const member = join.get('member');
     const generation = join.get('generation');
     await c.command('SYNC_GROUP', { topic: TOPIC, group, member, generation });
