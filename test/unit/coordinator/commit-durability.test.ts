@@ -185,3 +185,28 @@ it("a commit to an offset store outside the log (PostgreSQL) is refused while et
   confirmed = true;
   expect(await outcome(commit(5))).toBe('ok');
 });
+
+it('DELETE_GROUP waits for a commit of the group still being written, so its offset does not come back (in memory or after a restart)', async () => {
+  let store!: HeldStore;
+  const { cs, clock } = await open((log) => (store = new HeldStore(log)));
+  const gc = cs.groups;
+  const v = await member(cs, clock, 'g', 'a');
+  const commit = outcome(gc.commit({ topic: 't', group: 'g', member: v.memberId, generation: v.generation, entries: [{ partition: 0, offset: 7 }] }));
+  await until(() => store.release !== undefined, 5000, 'commit in flight');
+  await gc.leave({ topic: 't', group: 'g', member: v.memberId });
+  let deleted = false;
+  const deletion = outcome(gc.deleteGroup('g')).finally(() => {
+    deleted = true;
+  });
+  // The group has no member, but a write of its offsets is in flight: the deletion waits for it.
+  await new Promise((r) => setImmediate(r));
+  expect(deleted).toBe(false);
+  store.release!(true);
+  expect(await commit).toBe('ok');
+  expect(await deletion).toBe('ok');
+  expect(gc.fetchOffset('g', 't', 0).committed).toBe(false);
+  expect(gc.listGroups()).not.toContain('g');
+  // What a restart loads: the offset written before the deletion is tombstoned after it.
+  const replay = await cs.groupLog.replay(gc.partitionFor('g'));
+  expect([...replay.offsets.values()].filter((o) => o.group === 'g')).toEqual([]);
+});

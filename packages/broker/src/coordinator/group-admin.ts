@@ -67,6 +67,9 @@ export class GroupAdmin {
     this.ctx.checkOwner(groupId);
     validateId('group', groupId);
     await this.ctx.withOwnedGroup(groupId, async () => {
+      // A commit of the group still being written (outside the lock) would land after the tombstones and
+      // bring its offset back: it settles first, so the deletion covers it.
+      await this.offsets.writesSettled(groupId);
       const g = this.ctx.groups.get(groupId);
       const classic = this.ctx.classicGroups.get(groupId);
       if ((!g || g.deleted) && !classic && !this.offsets.committed.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });

@@ -169,6 +169,12 @@ export class GroupOffsets {
     return false;
   }
 
+  /** Settles once every commit of the group being written now is settled (durable, or failed). */
+  async writesSettled(group: string): Promise<void> {
+    const prefix = `${group}\u0000`;
+    await Promise.all([...this.unsettled].filter(([k]) => k.startsWith(prefix)).map(([, settled]) => settled));
+  }
+
   /** Whether a transaction holds offsets of the partition that it has not ended (UNSTABLE_OFFSET_COMMIT). */
   hasPending(group: string, topic: string, partition: number): boolean {
     return (this.pending.get(pendingKey(group, topic, partition))?.size ?? 0) > 0;
