@@ -3,13 +3,15 @@
  * (or one partition) from `from` (default: the end; `partition:offset` pairs resume each partition where
  * an earlier tail stopped), as `event: message`; a comment line every 15 s keeps proxies from closing a
  * quiet stream. Everything a read can refuse (authorization, an offset past the end) is refused with its
- * status before the 200; a client that stops reading is not buffered for.
+ * status before the 200; a client that stops reading is not buffered for. A position gone from the log
+ * (`event: reset`) moves that partition on, the others read on.
  */
 import type { ReadRecord } from 'tributary-client/admin.js';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import type { ApiClients } from './api-clients.js';
 import { partitionOffsets, readEnd, recordJson, type RouteContext, segment, sseJson } from './api-records.js';
 import { Query, type credentialsOf } from './api-request.js';
+import { outOfRange, resumePositions, type TailReset } from './tail-positions.js';
 
 /** Tails open at once: each holds a broker connection of its own (and, per address, the broker's per-address limit). */
 export const MAX_TAILS = 64;
@@ -52,6 +54,7 @@ export async function tail(
     throw invalidParam('from', 'expected latest, earliest, an offset or partition:offset pairs');
   }
   const isolation = q.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const);
+  const only = q.int('partition', { max: 1_000_000 });
   const release = deps.tails.take(req.socket.remoteAddress ?? '');
   // Listened for before the first wait: a client gone during it has fired 'close' already, and the loop
   // below would run (with a client and two broker connections of its own) for ever.
@@ -63,17 +66,31 @@ export async function tail(
   let keepalive: NodeJS.Timeout | undefined;
   let stalled = false;
   try {
-    const offsets = await partitionOffsets(client.admin, topic, q.int('partition', { max: 1_000_000 })).finally(() => {
+    const offsets = await partitionOffsets(client.admin, topic, only).finally(() => {
       if (res.destroyed || req.socket.destroyed) stop();
     });
     if (ac.signal.aborted) return;
     const partitions = [...offsets.keys()];
     for (const p of resume?.keys() ?? []) if (!offsets.has(p)) throw invalidParam('from', `names partition ${p}, which this tail does not read`);
     const position = new Map<number, number>();
+    /** Events for the stream, in order, written with the next records. */
+    let pending: string[] = [];
+    const moved = (r: TailReset) => {
+      position.set(r.partition, r.position);
+      pending.push(`event: reset\ndata: ${sseJson(r)}\n\n`);
+    };
     for (const p of partitions) {
       const o = offsets.get(p)!;
-      // Resuming: each listed partition from its own offset, the others (added since) from the end.
-      const at = resume ? (resume.get(p) ?? 'latest') : from;
+      const named = resume?.get(p);
+      if (named !== undefined) {
+        // A resumed position that is gone is the tail's own, not the caller's mistake: it goes on (a reset).
+        position.set(p, named);
+        const r = outOfRange(p, named, o, isolation);
+        if (r) moved(r);
+        continue;
+      }
+      // Resuming: a partition not named (added since) from the end.
+      const at = resume ? 'latest' : from;
       if (at !== 'latest' && at !== 'earliest' && Number(at) > readEnd(o, isolation)) {
         throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: Number(at), earliest: o.earliest, latest: readEnd(o, isolation), partition: p });
       }
@@ -86,7 +103,19 @@ export async function tail(
     const round = async (waitMs: number): Promise<Array<{ p: number; records: ReadRecord[] }>> => {
       const out = [];
       for (const p of partitions) {
-        const r = await reader.readRecords({ topic, partition: p, offset: position.get(p)!, maxRecords: 500, isolation, waitMs }, { signal: ac.signal });
+        let r: Awaited<ReturnType<typeof reader.readRecords>>;
+        try {
+          r = await reader.readRecords({ topic, partition: p, offset: position.get(p)!, maxRecords: 500, isolation, waitMs }, { signal: ac.signal });
+        } catch (err) {
+          if (!(err instanceof TributaryError) || err.code !== 'OFFSET_OUT_OF_RANGE') throw err;
+          // The position is gone (retention, records lost): this partition starts over, the others read on.
+          const o = (await partitionOffsets(reader, topic, p)).get(p);
+          const reset = o && outOfRange(p, position.get(p)!, o, isolation);
+          if (reset) moved(reset);
+          // In range at the leader: a broker whose copy trails answered; read again a little later.
+          else await new Promise<void>((resolve) => setTimeout(resolve, 200).unref());
+          continue;
+        }
         out.push({ p, records: r.records });
         if (r.nextOffset > position.get(p)!) position.set(p, r.nextOffset);
       }
@@ -104,7 +133,10 @@ export async function tail(
     res.write(`event: ready\ndata: ${sseJson({ topic, positions: start })}\n\n`);
     keepalive = setInterval(() => res.write(': keepalive\n\n'), 15_000);
     while (!ac.signal.aborted) {
-      let n = 0;
+      // Resets first: they say where the records after them come from.
+      for (const e of pending) res.write(e);
+      let n = pending.length;
+      pending = [];
       for (const { p, records } of got) {
         for (const rec of records) res.write(`event: message\ndata: ${sseJson(recordJson(p, rec))}\n\n`);
         n += records.length;
@@ -133,21 +165,6 @@ export async function tail(
     if (stalled) res.destroy();
     else if (res.headersSent) res.end();
   }
-}
-
-/**
- * `from=0:12,1:40` (a tail resuming where an earlier one stopped: the next offset of each partition), as
- * a map; undefined for any other `from`. A partition named twice is refused.
- */
-function resumePositions(from: string): Map<number, number> | undefined {
-  if (!/^\d{1,7}:\d{1,16}(,\d{1,7}:\d{1,16})*$/.test(from)) return undefined;
-  const out = new Map<number, number>();
-  for (const pair of from.split(',')) {
-    const [p, offset] = pair.split(':').map(Number) as [number, number];
-    if (out.has(p)) throw invalidParam('from', `names partition ${p} twice`);
-    out.set(p, offset);
-  }
-  return out;
 }
 
 /** Resolves true once `res` drained, false after `stallMs` without (or when `signal` aborts). */
