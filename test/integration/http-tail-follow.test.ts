@@ -1,8 +1,8 @@
 /**
  * The live tail (GET /api/v1/topics/:topic/tail, docs/http-api.md "Live tail") against a real broker, as
- * the topic changes under it: a position gone from the log (records lost, or deleted by retention under
- * a tail that fell behind) moves that partition on with an `event: reset` while the others, and the
- * stream, go on.
+ * the topic changes under it: a partition added while it runs is read from its start, and a position
+ * gone from the log (records lost, or deleted by retention under a tail that fell behind) moves that
+ * partition on with an `event: reset` while the others, and the stream, go on.
  */
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -82,6 +82,38 @@ describe('live tail, a topic changing under it', () => {
 
   afterAll(async () => {
     await broker?.dispose();
+  });
+
+  it('a partition added while the tail runs is read from its start, announced by event: partitions', async () => {
+    expect((await api('POST', '/topics', { name: 'grows', partitions: 1 })).status).toBe(201);
+    await produce('grows', 'old', 0);
+    const s = events(port, '/api/v1/topics/grows/tail');
+    try {
+      expect(await s.status).toBe(200);
+      await until(() => s.of('ready').length === 1, 10_000, 'the ready event');
+      expect(s.of('ready')[0].positions).toEqual({ 0: 1 });
+      const c = await broker.connect();
+      await c.command('ADD_PARTITIONS', { topic: 'grows', partitions: 3 });
+      // Produced before the tail can have looked: from the new partition's start, nothing is skipped.
+      await produce('grows', 'first-in-2', 2);
+      await produce('grows', 'next-in-0', 0);
+      await until(() => s.of('message').some((m) => m.partition === 2) || s.ended(), 30_000, 'a message of the added partition');
+      expect(s.of('error')).toEqual([]);
+      expect(s.of('partitions')).toEqual([{ added: { 1: 0, 2: 0 } }]);
+      await produce('grows', 'later-in-1', 1);
+      await until(() => s.of('message').length >= 3 || s.ended(), 10_000, 'every message');
+      expect(
+        s
+          .of('message')
+          .map((m) => `${m.partition}:${m.offset}:${m.value}`)
+          .sort(),
+      ).toEqual(['0:1:next-in-0', '1:0:later-in-1', '2:0:first-in-2']);
+      // The announcement comes before the first message of the partitions it adds.
+      const order = s.got.map((e) => (e.event === 'message' ? `m${e.data.partition}` : e.event));
+      expect(order.indexOf('partitions')).toBeLessThan(order.indexOf('m2'));
+    } finally {
+      s.close();
+    }
   });
 
   it('resuming at offsets the broker no longer has (records lost) goes on at the end, with event: reset; bad input is still 400', async () => {

@@ -4,7 +4,7 @@
  * an earlier tail stopped), as `event: message`; a comment line every 15 s keeps proxies from closing a
  * quiet stream. Everything a read can refuse (authorization, an offset past the end) is refused with its
  * status before the 200; a client that stops reading is not buffered for. A position gone from the log
- * (`event: reset`) moves that partition on, the others read on.
+ * (`event: reset`) moves that partition on; partitions added to the topic are read too (`event: partitions`).
  */
 import type { ReadRecord } from 'tributary-client/admin.js';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
@@ -16,6 +16,8 @@ import { outOfRange, resumePositions, type TailReset } from './tail-positions.js
 /** Tails open at once: each holds a broker connection of its own (and, per address, the broker's per-address limit). */
 export const MAX_TAILS = 64;
 export const MAX_TAILS_PER_ADDRESS = 8;
+/** How often a tail of a whole topic looks for partitions added to it (docs/http-api.md, "Live tail"). */
+export const PARTITIONS_CHECK_MS = 2_000;
 
 /** Open tails, overall and per client address. */
 export class TailCount {
@@ -121,6 +123,21 @@ export async function tail(
       }
       return out;
     };
+    /** Partitions added to the topic since the last look, read from their start (all they hold is new). */
+    let lookedAt = Date.now();
+    const added = async () => {
+      if (only !== undefined || Date.now() - lookedAt < PARTITIONS_CHECK_MS) return;
+      lookedAt = Date.now();
+      const now = await partitionOffsets(reader, topic, undefined);
+      const fresh: Record<number, number> = {};
+      for (const [p, o] of now) {
+        if (position.has(p)) continue;
+        partitions.push(p);
+        position.set(p, o.earliest);
+        fresh[p] = o.earliest;
+      }
+      if (Object.keys(fresh).length > 0) pending.push(`event: partitions\ndata: ${sseJson({ added: fresh })}\n\n`);
+    };
     const start = Object.fromEntries(position);
     // The first read before the 200: a refusal (no topic.read, say) is the response's status, not an event.
     let got = await round(0);
@@ -133,7 +150,7 @@ export async function tail(
     res.write(`event: ready\ndata: ${sseJson({ topic, positions: start })}\n\n`);
     keepalive = setInterval(() => res.write(': keepalive\n\n'), 15_000);
     while (!ac.signal.aborted) {
-      // Resets first: they say where the records after them come from.
+      // Resets and added partitions first: they say where the records after them come from.
       for (const e of pending) res.write(e);
       let n = pending.length;
       pending = [];
@@ -148,6 +165,7 @@ export async function tail(
       }
       if (n === 0 && partitions.length > 1) await new Promise<void>((resolve) => setTimeout(resolve, 200).unref());
       if (ac.signal.aborted) break;
+      await added();
       got = await round(partitions.length === 1 ? 1000 : 0);
     }
   } catch (err) {
