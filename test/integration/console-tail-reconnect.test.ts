@@ -4,7 +4,7 @@
  * disconnected (not live) while the broker is away, the tail reconnects by itself and resumes after the
  * last message it showed of each partition, so that every message shows exactly once and in order.
  * Stopping the tail stops the reconnects; resuming it shows what was produced meanwhile. A topic deleted
- * under a tail stops it with the 404 shown.
+ * under a tail stops it with the 404 shown. A partition added, or a position gone, is said in a notice.
  */
 import net from 'node:net';
 import path from 'node:path';
@@ -200,6 +200,47 @@ describe('web console, live tail across a broker restart', () => {
     const past = new AbortController();
     expect((await tail('0:1,1:3', past.signal)).status).toBe(200);
     past.abort();
+  });
+
+  it('a partition added under the tail and a resumed position the broker no longer has: shown with a notice, the tail goes on', async () => {
+    const create = (partitions: number) =>
+      fetch(`http://127.0.0.1:${healthPort}/api/v1/topics`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ name: 'widened', partitions }),
+      });
+    expect((await create(1)).status).toBe(201);
+    const page = await browser.newPage();
+    const notices = () => page.$$eval('[data-test=tail-notice]', (els) => els.map((el) => el.textContent ?? ''));
+    try {
+      await page.goto(`http://127.0.0.1:${healthPort}/ui/#/topics/widened/tail`, { waitUntil: 'domcontentloaded' });
+      await until(async () => (await page.$('[data-test=tail-state]')) !== null && (await state(page)) === 'live', 15_000, 'the tail to be live');
+      for (const v of ['a0', 'a1']) await produce(healthPort, 'widened', v, 0);
+      const grown = await fetch(`http://127.0.0.1:${healthPort}/api/v1/topics/widened/partitions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ partitions: 2 }),
+      });
+      expect(grown.status).toBe(200);
+      await produce(healthPort, 'widened', 'in-the-new-one', 1);
+      await until(async () => (await rows(page)).some((r) => r.value === 'in-the-new-one'), 30_000, 'the message of the added partition');
+      expect(await notices()).toEqual([expect.stringContaining('partition 1 was added')]);
+
+      // The topic made again while the tail is stopped: what it showed of partition 0 is gone (as after a crash).
+      await page.click('[data-test=tail-stop]');
+      await until(async () => (await state(page)) === 'stopped', 5_000, 'the tail stopped');
+      expect((await fetch(`http://127.0.0.1:${healthPort}/api/v1/topics/widened`, { method: 'DELETE' })).status).toBe(204);
+      await until(async () => (await create(2)).status === 201, 15_000, 'the topic created again');
+      await page.click('[data-test=tail-resume]');
+      await until(async () => (await state(page)) === 'live', 15_000, 'the tail live again');
+      await produce(healthPort, 'widened', 'after-the-loss', 0);
+      await until(async () => (await rows(page)).some((r) => r.value === 'after-the-loss'), 10_000, 'the message at the offset reused');
+      expect((await rows(page))[0]).toEqual({ partition: 0, offset: 0, value: 'after-the-loss' });
+      expect(await notices()).toContainEqual(expect.stringMatching(/^partition 0: the broker no longer has offset 2 \(its log ends at 0/));
+    } finally {
+      await page.screenshot({ path: path.join(SHOTS, 'tail-notices.png'), fullPage: true });
+      await page.close();
+    }
   });
 
   it('a topic deleted under the tail: the reconnect is answered 404, which the page shows, and the tail stops', async () => {

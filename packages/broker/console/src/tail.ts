@@ -31,13 +31,34 @@ function pause(ms: number, signal: AbortSignal): Promise<boolean> {
   });
 }
 
+/** The broker's `event: reset` (docs/http-api.md, "Live tail"): `requested` is gone, the tail reads from `position`. */
+interface Reset {
+  partition: number;
+  requested: number;
+  position: number;
+  earliest: number;
+  latest: number;
+}
+
+/** What the page says of a reset: messages skipped (retention) or shown but gone (records lost). */
+export function resetNotice(r: Reset): string {
+  if (r.requested < r.earliest) return `partition ${r.partition}: offsets ${r.requested} to ${r.earliest - 1} were deleted (retention) before the tail showed them; it goes on from offset ${r.position}`;
+  return `partition ${r.partition}: the broker no longer has offset ${r.requested} (its log ends at ${r.latest}: records were lost); it goes on from offset ${r.position}, and messages shown from there on may be gone`;
+}
+
 /**
  * Follows the topic's tail until `signal` aborts: a stream that breaks (or that could not be opened) is
  * opened again after a back-off, resuming after the last message shown of each partition (`next`: the
  * next offset of each partition, kept by the caller across runs), so that none is shown twice or
- * skipped. A 4xx answer but 408 and 429 (the topic deleted, a permission taken away) stops it.
+ * skipped. A 4xx answer but 408 and 429 (the topic deleted, a permission taken away) stops it. A
+ * partition moved on by the broker (a reset) or added to the topic is followed from where it says.
  */
-export async function follow(topic: string, next: Map<number, number>, on: { status: (s: TailStatus) => void; message: (m: Message) => void }, signal: AbortSignal): Promise<void> {
+export async function follow(
+  topic: string,
+  next: Map<number, number>,
+  on: { status: (s: TailStatus) => void; message: (m: Message) => void; notice: (text: string) => void },
+  signal: AbortSignal,
+): Promise<void> {
   let delay = FIRST_RETRY_MS;
   let reason: Error | undefined;
   while (!signal.aborted) {
@@ -58,6 +79,16 @@ export async function follow(topic: string, next: Map<number, number>, on: { sta
             if (m.offset < (next.get(m.partition) ?? 0)) return;
             next.set(m.partition, m.offset + 1);
             on.message(m);
+          } else if (event === 'reset') {
+            // Below what was shown when the broker lost records: those offsets now hold new messages.
+            const r = data as Reset;
+            next.set(r.partition, r.position);
+            on.notice(resetNotice(r));
+          } else if (event === 'partitions') {
+            for (const [p, offset] of Object.entries((data as { added: Record<string, number> }).added)) {
+              if (!next.has(Number(p))) next.set(Number(p), offset);
+              on.notice(`partition ${p} was added to the topic: shown from its start`);
+            }
           } else if (event === 'error') {
             const e = data as { code: string; message: string };
             streamError = new ApiError(503, e.code, e.message);
@@ -85,12 +116,14 @@ export function Tail({ topic }: { topic: string }) {
   const [status, setStatus] = useState<TailStatus>({ state: 'connecting' });
   const [paused, setPaused] = useState(false);
   const [runs, setRuns] = useState(0);
+  const [notices, setNotices] = useState<string[]>([]);
   // The next offset of each partition, past the last message shown: where a reconnect or a resume starts.
   const next = useRef(new Map<number, number>()).current;
   useEffect(() => {
     if (paused) return setStatus({ state: 'stopped' });
     const ac = new AbortController();
-    void follow(topic, next, { status: setStatus, message: (m) => setMessages((ms) => [m, ...ms].slice(0, 500)) }, ac.signal);
+    const notice = (text: string) => setNotices((ns) => [...ns, text].slice(-5));
+    void follow(topic, next, { status: setStatus, message: (m) => setMessages((ms) => [m, ...ms].slice(0, 500)), notice }, ac.signal);
     return () => ac.abort();
   }, [topic, paused, runs]);
   const button =
@@ -106,6 +139,7 @@ export function Tail({ topic }: { topic: string }) {
         disconnected: ${describe(status.reason)} · ${status.retryInMs > 0 ? `reconnecting in ${status.retryInMs / 1000} s` : 'reconnecting…'} · the tail resumes after the messages shown
       </div>`
     }
+    ${notices.map((n) => html`<div class="stale" role="status" data-test="tail-notice">${n}</div>`)}
     ${status.state === 'stopped' && status.reason && html`<${ErrorBox} error=${status.reason} prefix="the tail stopped: " />`}
     <${Messages} messages=${messages} view="text" />`;
 }
