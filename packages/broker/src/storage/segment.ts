@@ -319,7 +319,7 @@ export class Segment implements FdHolder {
     this.beginUse();
     try {
       if (this.fh === null) {
-        const opening = openWithinBudget(this.logPath, this.openFlags, this, this.fds, this.closingFh);
+        const opening = openWithinBudget(this.logPath, this.openFlags, this, this.fds, this.closingFh, () => (this.closed ? segmentClosedError(this) : null));
         this.fh = opening;
         // Only while it is still this segment's handle: closeHandle may have let it go meanwhile.
         opening.then(
