@@ -40,8 +40,9 @@ import type { SegmentFdPolicy } from './fd-budget.js';
 import { LogReader } from './log-reader.js';
 import { type FilesCreatedListener, LogState } from './log-state.js';
 import { registerCrash } from './log-test-hooks.js';
+import { truncateSegments } from './log-truncate.js';
 import { LogWriter } from './log-writer.js';
-import { Segment } from './segment.js';
+import type { Segment } from './segment.js';
 import { SegmentFds } from './segment-fds.js';
 import type { WireReadRequest } from './tail-cache.js';
 
@@ -365,7 +366,7 @@ export class PartitionLog {
     return this.cleaner.compact(opts);
   }
 
-  /** Drops every record >= offset. Below the log start, the log becomes empty starting at `offset`. */
+  /** Drops every record >= offset. Below the log start, the log becomes empty starting at `offset` (log-truncate.ts). */
   async truncateTo(offset: number): Promise<void> {
     if (!Number.isSafeInteger(offset) || offset < 0) throw invalidParam('offset', 'must be a non-negative safe integer');
     if (this.st.state !== 'open') throw storageError(this.dir, 'log is closed');
@@ -373,41 +374,9 @@ export class PartitionLog {
       if (this.st.state === 'closed') throw storageError(this.dir, 'log is closed');
       if (offset >= this.st.logEndOffset) return;
       await this.sync.idle();
-      this.st.truncations++;
       const before = this.st.logEndOffset;
       try {
-        let keep: number;
-        if (offset < this.st.logStartOffset) {
-          keep = 0;
-        } else {
-          keep = this.st.segments.indexOf(this.st.segmentFor(offset) as Segment) + 1;
-          // An empty segment starting exactly at offset is dropped too, so the name can be reused.
-          if (this.st.segments[keep - 1].baseOffset === offset && keep > 1) keep--;
-        }
-        const doomed = this.st.segments.splice(keep);
-        for (const s of doomed) {
-          this.sync.forget(s);
-          this.fds.forget(s);
-          await s.remove();
-        }
-        if (this.st.segments.length === 0) {
-          this.st.segments.push(await Segment.create(this.dir, offset, this.options.indexIntervalBytes, Date.now(), this.st.fdPolicy));
-        } else {
-          await this.st.active.truncateTo(offset);
-          // A compacted segment may end in a gap (its last record below `offset`): a crash's full scan of the
-          // last segment would put the log end after that record, below `offset`, and hand those offsets out
-          // again. An empty segment based at `offset` carries the end across a crash.
-          if (this.st.active.compacted && this.st.active.size > 0) await this.writer.roll();
-        }
-        if (this.options.flush !== 'os') {
-          await this.st.active.datasync();
-          await fsyncDir(this.dir);
-        } else {
-          this.sync.markDirty(this.st.active);
-        }
-      } catch (err) {
-        this.st.fail(err);
-        throw storageError(this.dir, 'truncate failed', err);
+        await truncateSegments(this.st, this.sync, this.fds, this.writer, offset);
       } finally {
         this.st.totalBytes = this.st.segments.reduce((a, s) => a + s.size, 0);
       }
