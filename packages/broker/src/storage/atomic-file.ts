@@ -26,9 +26,11 @@ export async function writeFileAtomic(file: string, data: string | Buffer, opts:
  */
 export const MAX_CONCURRENT_ATOMIC_WRITES = 16;
 
-class Slots {
-  free = MAX_CONCURRENT_ATOMIC_WRITES;
+/** At most `free` holders at once; the others wait in order. */
+export class Slots {
   private readonly queue: Array<() => void> = [];
+
+  constructor(public free: number) {}
 
   acquire(): Promise<void> | void {
     if (this.free > 0) {
@@ -45,7 +47,7 @@ class Slots {
   }
 }
 
-const slots = new Slots();
+const slots = new Slots(MAX_CONCURRENT_ATOMIC_WRITES);
 
 /** A small file's whole content (a checkpoint, a snapshot), within the same bound as the atomic writes. */
 export async function readSmallFile(file: string): Promise<Buffer>;

@@ -2,7 +2,7 @@
 import { mkdir, open, rename, rm } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { withFileSlot } from './atomic-file.js';
+import { Slots, withFileSlot } from './atomic-file.js';
 
 export function storageError(dir: string, reason: string, cause?: unknown): TributaryError {
   const detail = cause instanceof Error ? `: ${cause.message}` : '';
@@ -42,6 +42,34 @@ async function syncDir(dir: string): Promise<void> {
     if (!DIR_SYNC_UNSUPPORTED.has((err as NodeJS.ErrnoException).code ?? '')) throw err;
   } finally {
     await fh?.close().catch(() => {});
+  }
+}
+
+/** Log truncations holding their directory open at once (withDirOpen), broker-wide. */
+export const MAX_DIRS_HELD_OPEN = 16;
+const dirsHeld = new Slots(MAX_DIRS_HELD_OPEN);
+
+/**
+ * Runs `fn` with `dir` open for the fsync it calls (`sync`, as fsyncDir syncs): a log truncation opens every
+ * file it needs before it changes anything (log-truncate.ts). The open is within the bound of small-file
+ * operations; at most MAX_DIRS_HELD_OPEN are held at once, and `fn` waits for no other of them.
+ */
+export async function withDirOpen<T>(dir: string, fn: (sync: () => Promise<void>) => Promise<T>): Promise<T> {
+  const unsupported = (err: unknown) => {
+    if (!DIR_SYNC_UNSUPPORTED.has((err as NodeJS.ErrnoException).code ?? '')) throw err;
+  };
+  await dirsHeld.acquire();
+  try {
+    const fh = await withFileSlot(() => open(dir, 'r')).catch(unsupported);
+    try {
+      return await fn(async () => {
+        await fh?.sync().catch(unsupported);
+      });
+    } finally {
+      await fh?.close().catch(() => {});
+    }
+  } finally {
+    dirsHeld.release();
   }
 }
 

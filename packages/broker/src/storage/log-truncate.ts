@@ -1,46 +1,117 @@
-/** The segments' part of PartitionLog.truncateTo (docs/architecture.md "Storage"), kept out of the facade. */
+/**
+ * The segments' part of PartitionLog.truncateTo (docs/architecture.md "Storage", Open files). Every file it
+ * needs is opened before it changes anything, so a wait for a slot of the fd budget that the log's close
+ * ends, or a process out of fds (EMFILE), refuses it with the log unchanged instead of failing the log.
+ */
+import { TributaryError } from 'tributary-protocol/errors.js';
 import type { GroupCommit } from './group-commit.js';
-import { fsyncDir, storageError } from './log-fs.js';
+import { isFdExhaustion, storageError, withDirOpen } from './log-fs.js';
 import type { LogState } from './log-state.js';
-import type { LogWriter } from './log-writer.js';
 import type { SegmentFds } from './segment-fds.js';
 import { Segment } from './segment.js';
 
-/** Drops every record >= offset (below the log end), inside the writer's mutex with the group commit idle. A failure fails the log. */
-export async function truncateSegments(st: LogState, sync: GroupCommit, fds: SegmentFds, writer: LogWriter, offset: number): Promise<void> {
-  st.truncations++;
+interface Truncation {
+  st: LogState;
+  sync: GroupCommit;
+  fds: SegmentFds;
+  offset: number;
+  /** Segments kept; `kept` is the last of them (none: the log is emptied and starts again at offset). */
+  keep: number;
+  kept: Segment | null;
+  /** A new empty active segment at offset (an emptied log, or after a compacted kept segment). */
+  created: Segment | null;
+  /** The files began to change: a failure from now on fails the log. */
+  changing: boolean;
+}
+
+/**
+ * Drops every record >= offset (below the log end), inside the writer's mutex with the group commit idle.
+ * Refused with the retriable storage_error, nothing changed, when a file could not be opened; a failure
+ * once the files began to change fails the log (its next open recovers them).
+ */
+export async function truncateSegments(st: LogState, sync: GroupCommit, fds: SegmentFds, offset: number): Promise<void> {
+  const segments = st.segments;
+  let keep = 0;
+  if (offset >= st.logStartOffset) {
+    keep = segments.indexOf(st.segmentFor(offset) as Segment) + 1;
+    // An empty segment starting exactly at offset is dropped too, so the name can be reused; not after a
+    // compacted segment with records, which would need a new one at offset (see below): it is that one.
+    const prev = segments[keep - 2];
+    if (segments[keep - 1].baseOffset === offset && keep > 1 && !(prev.compacted && prev.size > 0)) keep--;
+  }
+  const t: Truncation = { st, sync, fds, offset, keep, kept: keep > 0 ? segments[keep - 1] : null, created: null, changing: false };
   try {
-    let keep: number;
-    if (offset < st.logStartOffset) {
-      keep = 0;
-    } else {
-      keep = st.segments.indexOf(st.segmentFor(offset) as Segment) + 1;
-      // An empty segment starting exactly at offset is dropped too, so the name can be reused.
-      if (st.segments[keep - 1].baseOffset === offset && keep > 1) keep--;
+    const kept = t.kept;
+    if (kept === null) return await withNewSegment(t, () => apply(t));
+    // A compacted segment may end in a gap (its last record below offset): a crash's full scan of the last
+    // segment would put the log end after that record, below offset, and hand those offsets out again.
+    // An empty segment based at offset carries the end across a crash.
+    const keepsRecords = kept.compacted && offset > kept.baseOffset && (offset >= kept.nextOffset ? kept.size : await kept.positionOf(offset)) > 0;
+    // Held open to the end: its cut, scan and fsync then wait for no slot of the fd budget. The new
+    // segment is made first: holding no slot while it waits for one, no truncation waits for itself.
+    const run = () => kept.holdOpen(() => apply(t));
+    await (keepsRecords ? withNewSegment(t, run) : run());
+  } catch (err) {
+    // Nothing changed and no write or fsync ran: refused, as an append is (log-writer.ts writeAtEnd).
+    if (!t.changing && isFdExhaustion(err)) throw storageError(st.dir, 'out of file descriptors', err);
+    if (!t.changing && err instanceof TributaryError) throw err;
+    st.fail(err);
+    throw storageError(st.dir, 'truncate failed', err);
+  }
+}
+
+/**
+ * Runs `run` with an empty segment at offset created (its fd may close meanwhile: nothing writes it before
+ * it is in the log). No segment has that name: the kept one ends past it, or the log starts above it. A
+ * crash before it is in the log leaves it inside the kept one (the loader removes it as a failed roll's)
+ * or before the log (the loader keeps it alone: the truncation done).
+ */
+async function withNewSegment(t: Truncation, run: () => Promise<void>): Promise<void> {
+  const { st } = t;
+  const created = await Segment.create(st.dir, t.offset, st.options.indexIntervalBytes, Date.now(), st.fdPolicy);
+  t.created = created;
+  try {
+    await run();
+  } catch (err) {
+    if (!st.segments.includes(created)) {
+      // Refused: it goes again, as if never created (as log-writer.ts syncDirOrFail removes one). Past
+      // the first change, the log is failed and its next open recovers: only the fd goes.
+      await (t.changing ? created.close() : created.remove()).catch((e: unknown) => st.fail(e));
     }
+    throw err;
+  }
+}
+
+/** With the directory open for its fsync, changes the files: nothing here waits for a slot of the fd budget. */
+function apply(t: Truncation): Promise<void> {
+  const { st, sync, fds, offset, keep, kept, created } = t;
+  const durable = st.options.flush !== 'os';
+  const change = async (syncDir: (() => Promise<void>) | null): Promise<void> => {
+    t.changing = true;
+    st.truncations++;
     const doomed = st.segments.splice(keep);
+    // Readers of an emptied log find the new segment at once.
+    if (kept === null) st.segments.push(created as Segment);
     for (const s of doomed) {
       sync.forget(s);
       fds.forget(s);
       await s.remove();
     }
-    if (st.segments.length === 0) {
-      st.segments.push(await Segment.create(st.dir, offset, st.options.indexIntervalBytes, Date.now(), st.fdPolicy));
-    } else {
-      await st.active.truncateTo(offset);
-      // A compacted segment may end in a gap (its last record below `offset`): a crash's full scan of the
-      // last segment would put the log end after that record, below `offset`, and hand those offsets out
-      // again. An empty segment based at `offset` carries the end across a crash.
-      if (st.active.compacted && st.active.size > 0) await writer.roll();
+    if (kept !== null) {
+      await kept.truncateTo(offset);
+      // Synced through the fd it holds; before a new segment, closed like a roll's old one (log-writer.ts).
+      if (created !== null) sync.forget(kept);
+      if (durable) await kept.datasync();
+      if (created !== null) {
+        await kept.writeIndex(durable).catch((err: unknown) => st.logger.warn({ err, segment: kept.baseOffset }, 'could not write segment index'));
+        st.segments.push(created);
+        const older = st.segments[st.segments.length - 3];
+        if (older) fds.releaseLater(older);
+      }
     }
-    if (st.options.flush !== 'os') {
-      await st.active.datasync();
-      await fsyncDir(st.dir);
-    } else {
-      sync.markDirty(st.active);
-    }
-  } catch (err) {
-    st.fail(err);
-    throw storageError(st.dir, 'truncate failed', err);
-  }
+    // A new segment is empty: the directory's fsync makes it durable, as a roll's.
+    if (syncDir !== null) await syncDir();
+    else sync.markDirty(st.active);
+  };
+  return durable ? withDirOpen(st.dir, change) : change(null);
 }

@@ -366,7 +366,10 @@ export class PartitionLog {
     return this.cleaner.compact(opts);
   }
 
-  /** Drops every record >= offset. Below the log start, the log becomes empty starting at `offset` (log-truncate.ts). */
+  /**
+   * Drops every record >= offset. Below the log start, the log becomes empty starting at `offset`. Refused
+   * (the retriable storage_error, nothing changed) when a file it needs cannot be opened (log-truncate.ts).
+   */
   async truncateTo(offset: number): Promise<void> {
     if (!Number.isSafeInteger(offset) || offset < 0) throw invalidParam('offset', 'must be a non-negative safe integer');
     if (this.st.state !== 'open') throw storageError(this.dir, 'log is closed');
@@ -376,7 +379,7 @@ export class PartitionLog {
       await this.sync.idle();
       const before = this.st.logEndOffset;
       try {
-        await truncateSegments(this.st, this.sync, this.fds, this.writer, offset);
+        await truncateSegments(this.st, this.sync, this.fds, offset);
       } finally {
         this.st.totalBytes = this.st.segments.reduce((a, s) => a + s.size, 0);
       }
