@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { type SseEvent, sseReader } from '../helpers/sse.js';
 import { tempDir, until } from '../helpers/util.js';
 import { addUser, makeCa, makeCert } from './security/pki.js';
 
@@ -56,24 +57,14 @@ function request(
 }
 
 /** An SSE stream's events, parsed as they arrive; `close()` ends the request. */
-function events(port: number, pathname: string, headers: Record<string, string> = {}): { got: Array<{ event: string; data: Json }>; status: Promise<number>; close: () => void } {
-  const got: Array<{ event: string; data: Json }> = [];
-  let buf = '';
+function events(port: number, pathname: string, headers: Record<string, string> = {}): { got: SseEvent[]; status: Promise<number>; close: () => void } {
+  const got: SseEvent[] = [];
   let req: http.ClientRequest;
   const status = new Promise<number>((resolve, reject) => {
     req = http.get({ host: '127.0.0.1', port, path: pathname, headers }, (res) => {
       resolve(res.statusCode ?? 0);
       res.setEncoding('utf8');
-      res.on('data', (chunk: string) => {
-        buf += chunk;
-        for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
-          const block = buf.slice(0, i);
-          buf = buf.slice(i + 2);
-          const ev = /^event: (.*)$/m.exec(block)?.[1];
-          const data = /^data: (.*)$/m.exec(block)?.[1];
-          if (ev && data) got.push({ event: ev, data: JSON.parse(data) });
-        }
-      });
+      res.on('data', sseReader(got));
       res.on('error', () => {});
     });
     req.on('error', (err) => (got.length === 0 ? reject(err) : undefined));

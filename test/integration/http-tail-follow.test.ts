@@ -8,6 +8,7 @@ import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { type SseEvent, sseReader } from '../helpers/sse.js';
 import { until } from '../helpers/util.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: event data of many shapes, each asserted field by field
@@ -18,23 +19,13 @@ type Json = any;
  * read until `resume()`: the broker's writes back up as from a client that stopped reading.
  */
 function events(port: number, pathname: string, opts: { paused?: boolean } = {}) {
-  const got: Array<{ event: string; data: Json }> = [];
-  let buf = '';
+  const got: SseEvent[] = [];
   let req: http.ClientRequest;
   let res: http.IncomingMessage | undefined;
   let ended = false;
   const read = () => {
     res!.setEncoding('utf8');
-    res!.on('data', (chunk: string) => {
-      buf += chunk;
-      for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
-        const block = buf.slice(0, i);
-        buf = buf.slice(i + 2);
-        const ev = /^event: (.*)$/m.exec(block)?.[1];
-        const data = /^data: (.*)$/m.exec(block)?.[1];
-        if (ev && data) got.push({ event: ev, data: JSON.parse(data) });
-      }
-    });
+    res!.on('data', sseReader(got));
   };
   const status = new Promise<number>((resolve, reject) => {
     req = http.get({ host: '127.0.0.1', port, path: pathname, agent: false }, (r) => {
