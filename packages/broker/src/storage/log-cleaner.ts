@@ -174,7 +174,9 @@ export class LogCleaner {
       await this.scanForCompaction(active, 0, activeEnd, noteKeys);
 
       const keep = (r: RecordInfo, rec: LogRecord): boolean => {
-        if (!rec.key || r.offset >= cleanableEnd) return true;
+        // The record just below the cleanable end stays: dropped, it would leave the log ending in a gap,
+        // and a follower fetching from inside that gap gets no record that takes its log end to the leader's.
+        if (!rec.key || r.offset >= cleanableEnd - 1) return true;
         if (latest.get(rec.key.toString('latin1')) !== r.offset) return false;
         return rec.value.length > 0 || now - rec.timestamp <= tombstoneMs;
       };

@@ -78,6 +78,9 @@ export class LogReader {
     let retries = 0;
     // `whole`: the last record returned does not end its append, so the limits do not apply yet.
     let inAppend = false;
+    /** `whole`: where in `out` the append being read begins, and the bytes before it. */
+    let appendFrom = 0;
+    let appendBytes = 0;
     while (!done && next < limit && (out.length < maxRecords || inAppend)) {
       const seg = this.st.segmentFor(next);
       if (!seg || seg.deleted) return this.raced(out, offset);
@@ -135,7 +138,13 @@ export class LogReader {
             done = true;
             break;
           }
-          if (whole) inAppend = (rec.attributes & ATTR_END_OF_APPEND) === 0;
+          if (whole) {
+            if (!inAppend) {
+              appendFrom = out.length;
+              appendBytes = bytes;
+            }
+            inAppend = (rec.attributes & ATTR_END_OF_APPEND) === 0;
+          }
           if (!keepMarker) rec.attributes &= USER_ATTR_MASK;
           out.push(rec);
           bytes += r.size;
@@ -149,8 +158,18 @@ export class LogReader {
         pos += p;
       }
       if (stale) {
-        // Compaction swapped the file in: the replacement holds the same offsets, so carry on from `next`.
-        if (seg.superseded && retries++ < 8) continue;
+        // Compaction swapped the file in: the replacement holds the same offsets, so carry on from `next`;
+        // an append read in part starts over (its records may be gone from the replacement, each kept one
+        // an append of its own: the rest read on would leave a gap inside the append).
+        if (seg.superseded && retries++ < 8) {
+          if (inAppend) {
+            next = out[appendFrom]!.offset;
+            out.length = appendFrom;
+            bytes = appendBytes;
+            inAppend = false;
+          }
+          continue;
+        }
         return this.raced(out, offset);
       }
       // Past the segment's last record but not its end (a compacted tail): the rest is in later segments.
