@@ -9,6 +9,7 @@ import { isFdExhaustion, storageError, withDirOpen } from './log-fs.js';
 import type { LogState } from './log-state.js';
 import type { SegmentFds } from './segment-fds.js';
 import { Segment } from './segment.js';
+import { type SegmentCut, discardCut, prepareCut } from './segment-cut.js';
 
 interface Truncation {
   st: LogState;
@@ -20,6 +21,8 @@ interface Truncation {
   kept: Segment | null;
   /** A new empty active segment at offset (an emptied log, or after a compacted kept segment). */
   created: Segment | null;
+  /** Where `kept` is cut, read (and a compacted one's index written) before anything changes. */
+  cut: SegmentCut | null;
   /** The files began to change: a failure from now on fails the log. */
   changing: boolean;
 }
@@ -39,7 +42,7 @@ export async function truncateSegments(st: LogState, sync: GroupCommit, fds: Seg
     const prev = segments[keep - 2];
     if (segments[keep - 1].baseOffset === offset && keep > 1 && !(prev.compacted && prev.size > 0)) keep--;
   }
-  const t: Truncation = { st, sync, fds, offset, keep, kept: keep > 0 ? segments[keep - 1] : null, created: null, changing: false };
+  const t: Truncation = { st, sync, fds, offset, keep, kept: keep > 0 ? segments[keep - 1] : null, created: null, cut: null, changing: false };
   try {
     const kept = t.kept;
     if (kept === null) return await withNewSegment(t, () => apply(t));
@@ -49,9 +52,14 @@ export async function truncateSegments(st: LogState, sync: GroupCommit, fds: Seg
     const keepsRecords = kept.compacted && offset > kept.baseOffset && (offset >= kept.nextOffset ? kept.size : await kept.positionOf(offset)) > 0;
     // Held open to the end: its cut, scan and fsync then wait for no slot of the fd budget. The new
     // segment is made first: holding no slot while it waits for one, no truncation waits for itself.
-    const run = () => kept.holdOpen(() => apply(t));
+    const run = () =>
+      kept.holdOpen(async () => {
+        t.cut = await prepareCut(kept, offset);
+        await apply(t);
+      });
     await (keepsRecords ? withNewSegment(t, run) : run());
   } catch (err) {
+    if (!t.changing) await discardCut(t.cut);
     // Nothing changed and no write or fsync ran: refused, as an append is (log-writer.ts writeAtEnd).
     if (!t.changing && isFdExhaustion(err)) throw storageError(st.dir, 'out of file descriptors', err);
     if (!t.changing && err instanceof TributaryError) throw err;
@@ -84,7 +92,7 @@ async function withNewSegment(t: Truncation, run: () => Promise<void>): Promise<
 
 /** With the directory open for its fsync, changes the files: nothing here waits for a slot of the fd budget. */
 function apply(t: Truncation): Promise<void> {
-  const { st, sync, fds, offset, keep, kept, created } = t;
+  const { st, sync, fds, keep, kept, created, cut } = t;
   const durable = st.options.flush !== 'os';
   const change = async (syncDir: (() => Promise<void>) | null): Promise<void> => {
     t.changing = true;
@@ -98,11 +106,12 @@ function apply(t: Truncation): Promise<void> {
       await s.remove();
     }
     if (kept !== null) {
-      await kept.truncateTo(offset);
+      await kept.truncateTo(cut as SegmentCut);
       // Synced through the fd it holds; before a new segment, closed like a roll's old one (log-writer.ts).
       if (created !== null) sync.forget(kept);
       if (durable) await kept.datasync();
       if (created !== null) {
+        // Not fatal: the cut left it an index file, not synced, that keeps the flag (segment-cut.ts).
         await kept.writeIndex(durable).catch((err: unknown) => st.logger.warn({ err, segment: kept.baseOffset }, 'could not write segment index'));
         st.segments.push(created);
         const older = st.segments[st.segments.length - 3];

@@ -5,12 +5,13 @@
  */
 import type { FdHolder, SegmentFdPolicy } from './fd-budget.js';
 import { fdatasync, writeSync } from 'node:fs';
-import { type FileHandle, stat, unlink } from 'node:fs/promises';
+import { type FileHandle, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { type IndexEntry, OffsetIndex, readIndexFile, writeIndexFile } from './offset-index.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
 import { OrderCheck } from './offset-order.js';
+import type { SegmentCut } from './segment-cut.js';
 import { openWithinBudget } from './segment-open.js';
 import { type RecordInfo, type ScanOutcome, walkRecords } from './segment-scan.js';
 
@@ -292,25 +293,23 @@ export class Segment implements FdHolder {
     return found;
   }
 
-  /** Drops records >= offset (offset within [baseOffset, nextOffset]). */
-  async truncateTo(offset: number): Promise<void> {
+  /** Drops records >= cut.offset (within [baseOffset, nextOffset]), where prepareCut found them. */
+  async truncateTo(cut: SegmentCut): Promise<void> {
+    const { offset, position: pos } = cut;
     if (offset >= this.nextOffset) return;
-    const pos = offset <= this.baseOffset ? 0 : await this.positionOf(offset);
     this.version++;
     this.indexState = 'stale';
-    // A stale index file must not vouch for bytes that a later append could make the same length.
-    await unlink(this.indexPath).catch(ignoreEnoent);
+    // A stale index file must not vouch for bytes that a later append could make the same length. A
+    // compacted segment's is replaced instead: it alone keeps the flag (segment-cut.ts).
+    if (cut.tmpIndex !== null) await rename(cut.tmpIndex, this.indexPath);
+    else await unlink(this.indexPath).catch(ignoreEnoent);
     await this.withHandle((fh) => fh.truncate(pos));
     this.size = pos;
     this.durableSize = Math.min(this.durableSize, pos);
     this.nextOffset = offset;
     this.index.truncateToOffset(offset);
-    let maxTs = -1;
-    await this.scan(0, pos, (r) => {
-      if (r.timestamp > maxTs) maxTs = r.timestamp;
-      return true;
-    });
-    this.maxTimestamp = maxTs;
+    this.maxTimestamp = cut.maxTimestamp;
+    if (cut.tmpIndex !== null) this.indexState = 'written';
   }
 
   /** Runs `fn` with the open handle; the handle is not released while any caller uses it. */

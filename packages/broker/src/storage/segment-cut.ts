@@ -1,0 +1,64 @@
+/**
+ * A log truncation's cut of the segment it keeps, prepared before the log changes (log-truncate.ts). A
+ * compacted segment's index file is the only record of the flag (docs/architecture.md "Storage",
+ * Compaction): without it, recovery would scan the segment as not compacted, end it at its last record + 1
+ * below the cut, and drop every later segment as not contiguous. So its next index file is written to a
+ * temp file and fsynced here, and the cut renames it over the old one, which needs no file descriptor.
+ */
+import { unlink } from 'node:fs/promises';
+import { writeFileSynced } from './log-fs.js';
+import { OffsetIndex, serializeIndex } from './offset-index.js';
+import type { Segment } from './segment.js';
+
+/** Where a segment is cut (Segment.truncateTo). */
+export interface SegmentCut {
+  /** The first offset dropped. */
+  offset: number;
+  /** File position of the first record dropped. */
+  position: number;
+  /** Of the records kept; -1 when none. */
+  maxTimestamp: number;
+  /** A compacted segment's next index file (not synced: recovery scans the log, and keeps the flag). */
+  tmpIndex: string | null;
+}
+
+/** Reads where `seg` is cut at `offset` (at or above its base) and writes a compacted one's next index. */
+export async function prepareCut(seg: Segment, offset: number): Promise<SegmentCut> {
+  if (offset >= seg.nextOffset) return { offset, position: seg.size, maxTimestamp: seg.maxTimestamp, tmpIndex: null };
+  const position = offset <= seg.baseOffset ? 0 : await seg.positionOf(offset);
+  let maxTimestamp = -1;
+  await seg.scan(0, position, (r) => {
+    if (r.timestamp > maxTimestamp) maxTimestamp = r.timestamp;
+    return true;
+  });
+  const cut: SegmentCut = { offset, position, maxTimestamp, tmpIndex: null };
+  if (!seg.compacted) return cut;
+  const index = new OffsetIndex(seg.baseOffset, seg.index.intervalBytes);
+  for (let i = 0; i < seg.index.length && seg.index.entry(i).offset < offset; i++) {
+    const e = seg.index.entry(i);
+    index.append(e.offset, e.position);
+  }
+  const meta = {
+    baseOffset: seg.baseOffset,
+    nextOffset: offset,
+    maxTimestamp,
+    logSize: position,
+    createdMs: Math.floor(seg.createdMs),
+    synced: false,
+    compacted: true,
+  };
+  const tmp = `${seg.indexPath}.cut.tmp`;
+  try {
+    await writeFileSynced(tmp, serializeIndex(meta, index));
+  } catch (err) {
+    await discardCut({ ...cut, tmpIndex: tmp });
+    throw err;
+  }
+  cut.tmpIndex = tmp;
+  return cut;
+}
+
+/** A prepared cut that will not be made: its temp file goes (a reopen would remove it too). */
+export async function discardCut(cut: SegmentCut | null): Promise<void> {
+  if (cut?.tmpIndex) await unlink(cut.tmpIndex).catch(() => {});
+}

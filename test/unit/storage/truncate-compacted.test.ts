@@ -1,0 +1,118 @@
+/**
+ * A log truncation inside a compacted segment (docs/architecture.md "Storage", Compaction). The segment's
+ * index file is the only record that it is compacted, so that its end may lie past its last record; a
+ * recovery that finds the segment without the flag ends it at its last record + 1, below the cut, and
+ * drops every later segment as not contiguous: acknowledged records appended after the truncation are lost
+ * and their offsets handed out again.
+ */
+import { cp } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { LogRecord } from 'tributary-protocol/record.js';
+import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
+import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { Segment } from 'tributary-broker/storage/segment.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
+
+const T0 = 1_700_000_000_000;
+let dir: string;
+const opened: PartitionLog[] = [];
+beforeEach(async () => {
+  dir = await tempDir('trib-truncate-compacted-');
+});
+afterEach(async () => {
+  vi.restoreAllMocks();
+  for (const l of opened.splice(0)) await l.close().catch(() => {});
+  await removeDir(dir);
+});
+
+async function openLog(name: string): Promise<PartitionLog> {
+  const l = await PartitionLog.open(join(dir, name), { flush: 'always', segmentBytes: 600, indexIntervalBytes: 64, tailCacheBytes: 0 });
+  opened.push(l);
+  return l;
+}
+
+async function crashAndReopen(log: PartitionLog, name: string): Promise<PartitionLog> {
+  await simulateCrash(log);
+  opened.splice(opened.indexOf(log), 1);
+  return openLog(name);
+}
+
+async function readAll(log: PartitionLog): Promise<LogRecord[]> {
+  const out: LogRecord[] = [];
+  let next = log.logStartOffset;
+  while (next < log.logEndOffset) {
+    const got = await log.read(next, { maxRecords: 1000, maxBytes: 1 << 20 });
+    if (got.length === 0) break;
+    out.push(...got);
+    next = got[got.length - 1].offset + 1;
+  }
+  return out;
+}
+
+/** 200 records over 13 keys, compacted: the closed segments have gaps. */
+async function compactedLog(name: string): Promise<PartitionLog> {
+  const log = await openLog(name);
+  for (let i = 0; i < 200; i++) {
+    const key = i % 7 === 0 ? null : Buffer.from(`key-${i % 13}`);
+    const r = await log.append([{ key, value: Buffer.from(`v${i}-${'p'.repeat(i % 9)}`), timestamp: T0 + i }]);
+    log.setHighWatermark(r.lastOffset + 1);
+  }
+  await log.compact({ now: T0 });
+  return log;
+}
+
+/** A cut inside a closed compacted segment, two past a record followed by a gap of at least 3 offsets. */
+async function cutAfterRecord(log: PartitionLog): Promise<{ cut: number; base: number }> {
+  const all = await readAll(log);
+  for (const s of log.segmentInfos().slice(0, -1)) {
+    if (!s.compacted) continue;
+    const inSeg = all.filter((r) => r.offset >= s.baseOffset && r.offset < s.nextOffset);
+    for (let i = 0; i + 1 < inSeg.length; i++) {
+      if (inSeg[i + 1].offset - inSeg[i].offset >= 3) return { cut: inSeg[i].offset + 2, base: s.baseOffset };
+    }
+  }
+  throw new Error('no gap in a compacted segment');
+}
+
+describe('truncation inside a compacted segment that keeps records', () => {
+  it('records appended after it survive a crash when the kept segment index write fails (EMFILE)', async () => {
+    let log = await compactedLog('a');
+    const { cut, base } = await cutAfterRecord(log);
+    const write = Segment.prototype.writeIndex;
+    vi.spyOn(Segment.prototype, 'writeIndex').mockImplementation(function (this: Segment, synced: boolean) {
+      if (this.baseOffset === base) return Promise.reject(Object.assign(new Error('EMFILE'), { code: 'EMFILE' }));
+      return write.call(this, synced);
+    });
+    await log.truncateTo(cut);
+    vi.restoreAllMocks();
+    expect(log.failed).toBe(false);
+    const res = await log.append([{ key: Buffer.from('after'), value: Buffer.from('cut') }]);
+    expect(res.baseOffset).toBe(cut);
+    log = await crashAndReopen(log, 'a');
+    expect(log.logEndOffset).toBe(cut + 1);
+    expect((await readAll(log)).at(-1)?.offset).toBe(cut);
+  });
+
+  it('a crash while the kept segment is fsynced leaves the log end at the cut, not below it', async () => {
+    const log = await compactedLog('b');
+    const { cut, base } = await cutAfterRecord(log);
+    // The files as a crash at that point leaves them (a process crash keeps what was written).
+    const image = join(dir, 'image');
+    let copied = false;
+    const datasync = Segment.prototype.datasync;
+    vi.spyOn(Segment.prototype, 'datasync').mockImplementation(async function (this: Segment) {
+      if (this.baseOffset === base && !copied) {
+        copied = true;
+        await cp(join(dir, 'b'), image, { recursive: true });
+      }
+      return datasync.call(this);
+    });
+    await log.truncateTo(cut);
+    vi.restoreAllMocks();
+    expect(copied).toBe(true);
+    const recovered = await openLog('image');
+    expect(recovered.logEndOffset).toBe(cut);
+    expect((await recovered.append([{ key: null, value: Buffer.from('next') }])).baseOffset).toBe(cut);
+  });
+});
