@@ -116,3 +116,49 @@ describe('truncation inside a compacted segment that keeps records', () => {
     expect((await recovered.append([{ key: null, value: Buffer.from('next') }])).baseOffset).toBe(cut);
   });
 });
+
+describe('truncation that leaves a compacted segment without records but with offsets past its base', () => {
+  it('at or below the first record of a compacted segment that starts with a gap: the log end survives a crash', async () => {
+    let log = await compactedLog('c');
+    const all = await readAll(log);
+    let cut = -1;
+    for (const s of log.segmentInfos().slice(1, -1)) {
+      const first = all.find((r) => r.offset >= s.baseOffset && r.offset < s.nextOffset);
+      if (s.compacted && first && first.offset > s.baseOffset) {
+        cut = first.offset;
+        break;
+      }
+    }
+    expect(cut).toBeGreaterThan(0);
+    await log.truncateTo(cut);
+    expect(log.logEndOffset).toBe(cut);
+    log = await crashAndReopen(log, 'c');
+    expect(log.logEndOffset).toBe(cut);
+  });
+
+  it('at the end of a first segment compaction emptied: the log end survives a crash', async () => {
+    let log = await openLog('d');
+    const put = async (key: string | null, i: number) => {
+      const r = await log.append([{ key: key === null ? null : Buffer.from(key), value: Buffer.from(`v${i}-${'p'.repeat(30)}`), timestamp: T0 + i }]);
+      log.setHighWatermark(r.lastOffset + 1);
+    };
+    // Every key of the first segment is written again in the second; the third is the active one.
+    const keys: string[] = [];
+    for (let i = 0; log.segmentInfos().length < 2; i++) {
+      keys.push(`k${i}`);
+      await put(`k${i}`, i);
+    }
+    keys.pop(); // its record rolled into the second segment
+    for (const [i, k] of keys.entries()) await put(k, 100 + i);
+    while (log.segmentInfos().length < 3) await put(null, 200);
+    await log.compact({ now: T0 });
+    const [first, second] = log.segmentInfos();
+    expect(first).toMatchObject({ compacted: true, sizeBytes: 0 });
+    expect(first.nextOffset).toBe(second.baseOffset);
+    const cut = second.baseOffset;
+    await log.truncateTo(cut);
+    expect(log.logEndOffset).toBe(cut);
+    log = await crashAndReopen(log, 'd');
+    expect(log.logEndOffset).toBe(cut);
+  });
+});

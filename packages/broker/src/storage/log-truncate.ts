@@ -38,18 +38,18 @@ export async function truncateSegments(st: LogState, sync: GroupCommit, fds: Seg
   if (offset >= st.logStartOffset) {
     keep = segments.indexOf(st.segmentFor(offset) as Segment) + 1;
     // An empty segment starting exactly at offset is dropped too, so the name can be reused; not after a
-    // compacted segment with records, which would need a new one at offset (see below): it is that one.
+    // compacted segment (even one compaction emptied), which would need a new one at offset (see below).
     const prev = segments[keep - 2];
-    if (segments[keep - 1].baseOffset === offset && keep > 1 && !(prev.compacted && prev.size > 0)) keep--;
+    if (segments[keep - 1].baseOffset === offset && keep > 1 && !prev.compacted) keep--;
   }
   const t: Truncation = { st, sync, fds, offset, keep, kept: keep > 0 ? segments[keep - 1] : null, created: null, cut: null, changing: false };
   try {
     const kept = t.kept;
     if (kept === null) return await withNewSegment(t, () => apply(t));
-    // A compacted segment may end in a gap (its last record below offset): a crash's full scan of the last
-    // segment would put the log end after that record, below offset, and hand those offsets out again.
-    // An empty segment based at offset carries the end across a crash.
-    const keepsRecords = kept.compacted && offset > kept.baseOffset && (offset >= kept.nextOffset ? kept.size : await kept.positionOf(offset)) > 0;
+    // A compacted segment may end in a gap (its last record below offset, or none at all): a crash's full
+    // scan of the last segment would put the log end after that record, below offset, and hand those
+    // offsets out again. An empty segment based at offset carries the end across a crash.
+    const needsNext = kept.compacted && offset > kept.baseOffset;
     // Held open to the end: its cut, scan and fsync then wait for no slot of the fd budget. The new
     // segment is made first: holding no slot while it waits for one, no truncation waits for itself.
     const run = () =>
@@ -57,7 +57,7 @@ export async function truncateSegments(st: LogState, sync: GroupCommit, fds: Seg
         t.cut = await prepareCut(kept, offset);
         await apply(t);
       });
-    await (keepsRecords ? withNewSegment(t, run) : run());
+    await (needsNext ? withNewSegment(t, run) : run());
   } catch (err) {
     if (!t.changing) await discardCut(t.cut);
     // Nothing changed and no write or fsync ran: refused, as an append is (log-writer.ts writeAtEnd).
