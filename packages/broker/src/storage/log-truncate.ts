@@ -96,7 +96,16 @@ function apply(t: Truncation): Promise<void> {
   const durable = st.options.flush !== 'os';
   const change = async (syncDir: (() => Promise<void>) | null): Promise<void> => {
     t.changing = true;
+    // A compaction planned before this aborts its swap; so must one planned during it, which may read the
+    // kept segment before its cut (log-cleaner.ts reads the count outside the mutex).
     st.truncations++;
+    try {
+      await changeFiles(syncDir);
+    } finally {
+      st.truncations++;
+    }
+  };
+  const changeFiles = async (syncDir: (() => Promise<void>) | null): Promise<void> => {
     const doomed = st.segments.splice(keep);
     // Readers of an emptied log find the new segment at once.
     if (kept === null) st.segments.push(created as Segment);

@@ -1,0 +1,75 @@
+/**
+ * A compaction planned while a truncation changes the files (docs/architecture.md "Storage", Compaction).
+ * It may read segments the truncation has yet to cut, and count records the cut takes as the latest of
+ * their keys: its swap, which waits for the truncation, must then swap nothing in, or the older record of
+ * such a key goes and the key disappears.
+ */
+import { join } from 'node:path';
+import { afterEach, beforeEach, expect, it, vi } from 'vitest';
+import { LogWriter } from 'tributary-broker/storage/log-writer.js';
+import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { Segment } from 'tributary-broker/storage/segment.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
+
+const T0 = 1_700_000_000_000;
+let dir: string;
+let log: PartitionLog | undefined;
+beforeEach(async () => {
+  dir = await tempDir('trib-truncate-compaction-');
+});
+afterEach(async () => {
+  vi.restoreAllMocks();
+  await log?.close().catch(() => {});
+  await removeDir(dir);
+});
+
+it('a compaction planned while a truncation removes segments keeps the record of a key whose later record the cut takes', async () => {
+  const l = await PartitionLog.open(join(dir, 'l'), { flush: 'always', segmentBytes: 600, indexIntervalBytes: 64, tailCacheBytes: 0 });
+  log = l;
+  const put = (key: string | null, v: string) =>
+    l.append([{ key: key === null ? null : Buffer.from(key), value: Buffer.from(`${v}-${'x'.repeat(30)}`), timestamp: T0 }]);
+  await put('K', 'old');
+  while (l.segmentInfos().length < 3) await put(null, 'f');
+  const cut = l.logEndOffset + 1;
+  await put(null, 'f');
+  await put(null, 'f');
+  await put('K', 'new'); // in the segment the truncation keeps, past the cut
+  while (l.segmentInfos().length < 4) await put(null, 'f');
+  await put(null, 'f');
+  l.setHighWatermark(l.logEndOffset);
+  expect(cut).toBeGreaterThan(l.segmentInfos()[2].baseOffset);
+
+  // The truncation stops in its removal of the last segment, after it began to change the files.
+  let entered!: () => void;
+  const inRemove = new Promise<void>((r) => (entered = r));
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const remove = Segment.prototype.remove;
+  let first = true;
+  vi.spyOn(Segment.prototype, 'remove').mockImplementation(async function (this: Segment) {
+    if (first) {
+      first = false;
+      entered();
+      await gate;
+    }
+    return remove.call(this);
+  });
+  const truncation = l.truncateTo(cut);
+  await inRemove;
+  // The compaction plans and writes its temp files meanwhile; its swap then waits for the truncation.
+  let swapQueued!: () => void;
+  const queued = new Promise<void>((r) => (swapQueued = r));
+  const exclusive = LogWriter.prototype.exclusive;
+  vi.spyOn(LogWriter.prototype, 'exclusive').mockImplementation(function <T>(this: LogWriter, fn: () => Promise<T>) {
+    swapQueued();
+    return exclusive.call(this, fn) as Promise<T>;
+  });
+  const compaction = l.compact({ now: T0 });
+  await queued;
+  release();
+  await truncation;
+  await compaction;
+  const out = await l.read(l.logStartOffset, { maxRecords: 1000, maxBytes: 1 << 20 });
+  const k = out.filter((r) => r.key?.toString() === 'K').map((r) => r.value.toString().split('-')[0]);
+  expect(k).toEqual(['old']);
+});
