@@ -117,8 +117,11 @@ function apply(t: Truncation): Promise<void> {
     if (kept !== null) {
       await kept.truncateTo(cut as SegmentCut);
       // Synced through the fd it holds; before a new segment, closed like a roll's old one (log-writer.ts).
-      if (created !== null) sync.forget(kept);
-      if (durable) await kept.datasync();
+      // Under flush=os it stays dirty, for a flush to sync before it writes the index as synced.
+      if (durable) {
+        if (created !== null) sync.forget(kept);
+        await kept.datasync();
+      }
       if (created !== null) {
         // Not fatal: the cut left it an index file, not synced, that keeps the flag (segment-cut.ts).
         await kept.writeIndex(durable).catch((err: unknown) => st.logger.warn({ err, segment: kept.baseOffset }, 'could not write segment index'));
