@@ -137,4 +137,25 @@ describe('a truncation that cannot get a file', () => {
     expect(await log.append([rec(9)])).toMatchObject({ baseOffset: 1 });
     expect(await values(log)).toEqual(['r9']);
   });
+
+  it('out of fds writing the next index file of the compacted segment it keeps: refused, nothing changed, and the next truncation goes through', async () => {
+    const log = await open('c', { flush: 'always', segmentBytes: SEGMENT_BYTES });
+    for (const [i, key] of ['a', 'b', 'a', 'c', 'x'].entries()) await log.append([{ ...rec(i), key: Buffer.from(key) }]);
+    log.setHighWatermark(5);
+    await log.compact();
+    const compacted = log.segmentInfos().filter((s) => s.compacted);
+    expect(compacted.map((s) => s.baseOffset)).toEqual([0]);
+    const tmp = `${segmentFile(log, 0).replace(/\.log$/, '.index')}.cut.tmp`;
+    exhausted.paths.add(tmp);
+    await expect(log.truncateTo(1)).rejects.toMatchObject({ code: 'storage_error', retriable: true });
+    expect(exhausted.refused).toBeGreaterThan(0);
+    exhausted.paths.clear();
+    expect(log.failed).toBe(false);
+    expect(log.segmentInfos().map((s) => s.baseOffset)).toEqual([0, 2, 4]);
+    expect(await values(log)).toEqual(['r1', 'r2', 'r3', 'r4']);
+    await log.truncateTo(1);
+    expect(log.segmentInfos().map((s) => s.baseOffset)).toEqual([0, 1]);
+    expect(await log.append([rec(9)])).toMatchObject({ baseOffset: 1 });
+    expect(await values(log)).toEqual(['r9']);
+  });
 });
