@@ -82,7 +82,10 @@ describe('a compacted log replicated to a follower', () => {
     const gate = new Promise<void>((r) => (release = r));
     // The first chunk the reader gets ends after two records of the 3-record append; it then waits while compaction swaps the segment.
     const sizes: number[] = [];
-    await (leader as unknown as { st: { segments: Segment[] } }).st.segments[0].scan(0, 1 << 20, (r) => (sizes.push(r.size), sizes.length < 3));
+    await (leader as unknown as { st: { segments: Segment[] } }).st.segments[0].scan(0, 1 << 20, (r) => {
+      sizes.push(r.size);
+      return sizes.length < 3;
+    });
     const twoRecs = sizes[0] + sizes[1];
     let step = 0;
     vi.spyOn(Segment.prototype, 'read').mockImplementation(async function (this: Segment, pos: number, len: number) {
