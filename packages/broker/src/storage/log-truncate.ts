@@ -95,6 +95,9 @@ function apply(t: Truncation): Promise<void> {
   const { st, sync, fds, keep, kept, created, cut } = t;
   const durable = st.options.flush !== 'os';
   const change = async (syncDir: (() => Promise<void>) | null): Promise<void> => {
+    // The new segment's directory entry first: a power loss must not keep the cut without it (the cut
+    // segment, scanned as the last one, would end below offset).
+    if (created !== null && syncDir !== null) await syncDir();
     t.changing = true;
     // A compaction planned before this aborts its swap; so must one planned during it, which may read the
     // kept segment before its cut (log-cleaner.ts reads the count outside the mutex).
@@ -109,7 +112,9 @@ function apply(t: Truncation): Promise<void> {
     const doomed = st.segments.splice(keep);
     // Readers of an emptied log find the new segment at once.
     if (kept === null) st.segments.push(created as Segment);
-    for (const s of doomed) {
+    // Newest first: a crash part-way leaves a prefix of the old log, not a hole a compacted segment's
+    // stretch over the next one would bridge.
+    for (const s of doomed.reverse()) {
       sync.forget(s);
       fds.forget(s);
       await s.remove();

@@ -1,0 +1,135 @@
+/**
+ * The order of a log truncation's steps (docs/architecture.md "Storage", Compaction) as a crash or a power
+ * loss sees it: the segments past the cut go newest first, so a crash part-way leaves a prefix of the old
+ * log (never a hole that a compacted segment's stretch would bridge), and the new segment at the cut has
+ * its directory entry fsynced before anything changes, so a power loss cannot keep the cut without it.
+ */
+import { cp } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterEach, beforeEach, expect, it, vi } from 'vitest';
+import type { LogRecord } from 'tributary-protocol/record.js';
+import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { Segment } from 'tributary-broker/storage/segment.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
+
+/** Steps seen, in order: fsyncs of the log directory and segment cuts and removals. */
+const seen = vi.hoisted(() => ({ events: [] as string[], dir: '' }));
+vi.mock('node:fs/promises', async (importOriginal) => {
+  const fs = await importOriginal<typeof import('node:fs/promises')>();
+  return {
+    ...fs,
+    open: async (...args: Parameters<typeof fs.open>) => {
+      const fh = await fs.open(...args);
+      if (seen.dir !== '' && String(args[0]) === seen.dir) {
+        const sync = fh.sync.bind(fh);
+        fh.sync = async () => {
+          seen.events.push('dirsync');
+          return sync();
+        };
+      }
+      return fh;
+    },
+  };
+});
+
+const T0 = 1_700_000_000_000;
+let dir: string;
+const opened: PartitionLog[] = [];
+beforeEach(async () => {
+  dir = await tempDir('trib-truncate-order-');
+  seen.events = [];
+  seen.dir = '';
+});
+afterEach(async () => {
+  vi.restoreAllMocks();
+  for (const l of opened.splice(0)) await l.close().catch(() => {});
+  await removeDir(dir);
+});
+
+async function openLog(name: string): Promise<PartitionLog> {
+  const l = await PartitionLog.open(join(dir, name), { flush: 'always', segmentBytes: 600, indexIntervalBytes: 64, tailCacheBytes: 0 });
+  opened.push(l);
+  return l;
+}
+
+async function readAll(log: PartitionLog): Promise<LogRecord[]> {
+  const out: LogRecord[] = [];
+  let next = log.logStartOffset;
+  while (next < log.logEndOffset) {
+    const got = await log.read(next, { maxRecords: 1000, maxBytes: 1 << 20 });
+    if (got.length === 0) break;
+    out.push(...got);
+    next = got[got.length - 1]!.offset + 1;
+  }
+  return out;
+}
+
+/** A log of many small segments, compacted: gaps everywhere, every closed segment flagged. */
+async function compactedLog(name: string): Promise<PartitionLog> {
+  const log = await openLog(name);
+  for (let i = 0; i < 200; i++) {
+    const key = i % 7 === 0 ? null : Buffer.from(`key-${i % 13}`);
+    const r = await log.append([{ key, value: Buffer.from(`v${i}-${'p'.repeat(i % 9)}`), timestamp: T0 + i }]);
+    log.setHighWatermark(r.lastOffset + 1);
+  }
+  await log.compact({ now: T0 });
+  return log;
+}
+
+/** A cut in a compacted segment's gap after a record, with several segments after it. */
+function cutAfterRecord(all: LogRecord[], log: PartitionLog): number {
+  const segs = log.segmentInfos();
+  for (const s of segs.slice(0, -3)) {
+    if (!s.compacted) continue;
+    const inSeg = all.filter((r) => r.offset >= s.baseOffset && r.offset < s.nextOffset);
+    for (let i = 0; i + 1 < inSeg.length; i++) if (inSeg[i + 1]!.offset - inSeg[i]!.offset >= 3) return inSeg[i]!.offset + 2;
+  }
+  throw new Error('no compacted segment with a gap of 3 before three more segments');
+}
+
+const ids = (records: LogRecord[]) => records.map((r) => `${r.offset}:${r.value.toString()}`);
+
+it('a crash while the segments past the cut are removed leaves a prefix of the old log, never a hole', async () => {
+  const log = await compactedLog('l');
+  const all = await readAll(log);
+  const cut = cutAfterRecord(all, log);
+  const images: string[] = [];
+  const remove = Segment.prototype.remove;
+  vi.spyOn(Segment.prototype, 'remove').mockImplementation(async function (this: Segment) {
+    const image = join(dir, `image-${images.length}`);
+    await cp(join(dir, 'l'), image, { recursive: true });
+    images.push(image);
+    return remove.call(this);
+  });
+  await log.truncateTo(cut);
+  vi.restoreAllMocks();
+  expect(images.length).toBeGreaterThan(1);
+  for (const image of images) {
+    const got = await readAll(await openLog(image.slice(dir.length + 1)));
+    const above = ids(got.filter((r) => r.offset >= cut));
+    // What a crash keeps is the old log up to some offset: below the cut all of it, above it a prefix.
+    expect(ids(got.filter((r) => r.offset < cut))).toEqual(ids(all.filter((r) => r.offset < cut)));
+    expect(above).toEqual(ids(all.filter((r) => r.offset >= cut)).slice(0, above.length));
+  }
+});
+
+it("the new segment at a compacted segment's cut is fsynced into the directory before anything changes", async () => {
+  const log = await compactedLog('l');
+  const all = await readAll(log);
+  const cut = cutAfterRecord(all, log);
+  seen.dir = join(dir, 'l');
+  const truncate = Segment.prototype.truncateTo;
+  vi.spyOn(Segment.prototype, 'truncateTo').mockImplementation(async function (this: Segment, c) {
+    seen.events.push('cut');
+    return truncate.call(this, c);
+  });
+  const remove = Segment.prototype.remove;
+  vi.spyOn(Segment.prototype, 'remove').mockImplementation(async function (this: Segment) {
+    seen.events.push('remove');
+    return remove.call(this);
+  });
+  await log.truncateTo(cut);
+  expect(seen.events[0]).toBe('dirsync');
+  expect(seen.events).toContain('cut');
+  expect(log.logEndOffset).toBe(cut);
+});
