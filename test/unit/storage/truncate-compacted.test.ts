@@ -8,11 +8,11 @@
 import { cp } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { LogRecord } from 'tributary-protocol/record.js';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
+import { cutAfterRecord, fillCompacted, readAll } from './compacted-logs.js';
 
 const T0 = 1_700_000_000_000;
 let dir: string;
@@ -38,41 +38,9 @@ async function crashAndReopen(log: PartitionLog, name: string): Promise<Partitio
   return openLog(name);
 }
 
-async function readAll(log: PartitionLog): Promise<LogRecord[]> {
-  const out: LogRecord[] = [];
-  let next = log.logStartOffset;
-  while (next < log.logEndOffset) {
-    const got = await log.read(next, { maxRecords: 1000, maxBytes: 1 << 20 });
-    if (got.length === 0) break;
-    out.push(...got);
-    next = got[got.length - 1].offset + 1;
-  }
-  return out;
-}
-
 /** 200 records over 13 keys, compacted: the closed segments have gaps. */
 async function compactedLog(name: string): Promise<PartitionLog> {
-  const log = await openLog(name);
-  for (let i = 0; i < 200; i++) {
-    const key = i % 7 === 0 ? null : Buffer.from(`key-${i % 13}`);
-    const r = await log.append([{ key, value: Buffer.from(`v${i}-${'p'.repeat(i % 9)}`), timestamp: T0 + i }]);
-    log.setHighWatermark(r.lastOffset + 1);
-  }
-  await log.compact({ now: T0 });
-  return log;
-}
-
-/** A cut inside a closed compacted segment, two past a record followed by a gap of at least 3 offsets. */
-async function cutAfterRecord(log: PartitionLog): Promise<{ cut: number; base: number }> {
-  const all = await readAll(log);
-  for (const s of log.segmentInfos().slice(0, -1)) {
-    if (!s.compacted) continue;
-    const inSeg = all.filter((r) => r.offset >= s.baseOffset && r.offset < s.nextOffset);
-    for (let i = 0; i + 1 < inSeg.length; i++) {
-      if (inSeg[i + 1].offset - inSeg[i].offset >= 3) return { cut: inSeg[i].offset + 2, base: s.baseOffset };
-    }
-  }
-  throw new Error('no gap in a compacted segment');
+  return fillCompacted(await openLog(name));
 }
 
 describe('truncation inside a compacted segment that keeps records', () => {

@@ -11,6 +11,7 @@ import type { LogRecord } from 'tributary-protocol/record.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
+import { cutAfterRecord, fillCompacted, readAll } from './compacted-logs.js';
 
 /** Steps seen, in order: fsyncs of the log directory and segment cuts and removals. */
 const seen = vi.hoisted(() => ({ events: [] as string[], dir: '' }));
@@ -32,7 +33,6 @@ vi.mock('node:fs/promises', async (importOriginal) => {
   };
 });
 
-const T0 = 1_700_000_000_000;
 let dir: string;
 const opened: PartitionLog[] = [];
 beforeEach(async () => {
@@ -52,47 +52,12 @@ async function openLog(name: string): Promise<PartitionLog> {
   return l;
 }
 
-async function readAll(log: PartitionLog): Promise<LogRecord[]> {
-  const out: LogRecord[] = [];
-  let next = log.logStartOffset;
-  while (next < log.logEndOffset) {
-    const got = await log.read(next, { maxRecords: 1000, maxBytes: 1 << 20 });
-    if (got.length === 0) break;
-    out.push(...got);
-    next = got[got.length - 1]!.offset + 1;
-  }
-  return out;
-}
-
-/** A log of many small segments, compacted: gaps everywhere, every closed segment flagged. */
-async function compactedLog(name: string): Promise<PartitionLog> {
-  const log = await openLog(name);
-  for (let i = 0; i < 200; i++) {
-    const key = i % 7 === 0 ? null : Buffer.from(`key-${i % 13}`);
-    const r = await log.append([{ key, value: Buffer.from(`v${i}-${'p'.repeat(i % 9)}`), timestamp: T0 + i }]);
-    log.setHighWatermark(r.lastOffset + 1);
-  }
-  await log.compact({ now: T0 });
-  return log;
-}
-
-/** A cut in a compacted segment's gap after a record, with several segments after it. */
-function cutAfterRecord(all: LogRecord[], log: PartitionLog): number {
-  const segs = log.segmentInfos();
-  for (const s of segs.slice(0, -3)) {
-    if (!s.compacted) continue;
-    const inSeg = all.filter((r) => r.offset >= s.baseOffset && r.offset < s.nextOffset);
-    for (let i = 0; i + 1 < inSeg.length; i++) if (inSeg[i + 1]!.offset - inSeg[i]!.offset >= 3) return inSeg[i]!.offset + 2;
-  }
-  throw new Error('no compacted segment with a gap of 3 before three more segments');
-}
-
 const ids = (records: LogRecord[]) => records.map((r) => `${r.offset}:${r.value.toString()}`);
 
 it('a crash while the segments past the cut are removed leaves a prefix of the old log, never a hole', async () => {
-  const log = await compactedLog('l');
+  const log = await fillCompacted(await openLog('l'));
   const all = await readAll(log);
-  const cut = cutAfterRecord(all, log);
+  const { cut } = await cutAfterRecord(log, 3);
   const images: string[] = [];
   const remove = Segment.prototype.remove;
   vi.spyOn(Segment.prototype, 'remove').mockImplementation(async function (this: Segment) {
@@ -114,9 +79,8 @@ it('a crash while the segments past the cut are removed leaves a prefix of the o
 });
 
 it("the new segment at a compacted segment's cut is fsynced into the directory before anything changes", async () => {
-  const log = await compactedLog('l');
-  const all = await readAll(log);
-  const cut = cutAfterRecord(all, log);
+  const log = await fillCompacted(await openLog('l'));
+  const { cut } = await cutAfterRecord(log, 3);
   seen.dir = join(dir, 'l');
   const truncate = Segment.prototype.truncateTo;
   vi.spyOn(Segment.prototype, 'truncateTo').mockImplementation(async function (this: Segment, c) {
