@@ -10,6 +10,7 @@ import { TopicManager, type TopicSpec } from 'tributary-broker/partition/topic-m
 import { LocalMetadataStore } from 'tributary-broker/partition/metadata-store.js';
 import { ProducerIdAllocator } from 'tributary-broker/partition/producer-ids.js';
 import type { Clock } from 'tributary-broker/common/clock.js';
+import type { ClassicJoinRequest } from 'tributary-broker/coordinator/classic-groups.js';
 import { type CoordinatorConfig, GroupCoordinator } from 'tributary-broker/coordinator/group-coordinator.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from 'tributary-broker/coordinator/group-log.js';
 import type { OffsetStore } from 'tributary-broker/coordinator/offset-store.js';
@@ -115,5 +116,22 @@ export async function openCoordinators(
       await groups.stop();
       await topics.close();
     },
+  };
+}
+
+/** A Kafka classic group's JoinGroup (group `g`, one range protocol), with `extra` over the defaults. */
+export function classicJoinRequest(memberId: string, extra: Partial<ClassicJoinRequest> = {}): ClassicJoinRequest {
+  return {
+    group: 'g',
+    memberId,
+    instanceId: null,
+    clientId: 'cli',
+    clientHost: '/127.0.0.1',
+    sessionTimeoutMs: 1000,
+    rebalanceTimeoutMs: 3000,
+    protocolType: 'consumer',
+    protocols: [{ name: 'range', metadata: Buffer.from('m') }],
+    requireKnownMemberId: false,
+    ...extra,
   };
 }

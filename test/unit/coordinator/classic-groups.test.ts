@@ -5,10 +5,10 @@
  * refused log write answered with a retriable error. Real partitions hold the log; no timer runs on real time.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { ClassicJoinAnswer, ClassicJoinRequest } from 'tributary-broker/coordinator/classic-groups.js';
+import type { ClassicJoinAnswer } from 'tributary-broker/coordinator/classic-groups.js';
 import type { JoinResult } from 'tributary-broker/coordinator/classic-group.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { type Coordinators, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
+import { type Coordinators, classicJoinRequest, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { removeDir, tempDir, until } from '../../helpers/util.js';
 
@@ -31,21 +31,7 @@ afterEach(async () => {
 
 const classic = () => c.groups.classic;
 
-function req(memberId: string, extra: Partial<ClassicJoinRequest> = {}): ClassicJoinRequest {
-  return {
-    group: 'g',
-    memberId,
-    instanceId: null,
-    clientId: 'cli',
-    clientHost: '/127.0.0.1',
-    sessionTimeoutMs: 1000,
-    rebalanceTimeoutMs: 3000,
-    protocolType: 'consumer',
-    protocols: [{ name: 'range', metadata: Buffer.from('m') }],
-    requireKnownMemberId: false,
-    ...extra,
-  };
-}
+const req = classicJoinRequest;
 
 function joined(a: ClassicJoinAnswer): JoinResult {
   if ('memberIdRequired' in a) throw new Error('unexpected MEMBER_ID_REQUIRED');

@@ -5,9 +5,9 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { JoinRequest, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
-import type { ClassicJoinAnswer, ClassicJoinRequest } from 'tributary-broker/coordinator/classic-groups.js';
+import type { ClassicJoinAnswer } from 'tributary-broker/coordinator/classic-groups.js';
 import type { JoinResult } from 'tributary-broker/coordinator/classic-group.js';
-import { type Coordinators, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
+import { type Coordinators, classicJoinRequest, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { removeDir, tempDir, until } from '../../helpers/util.js';
 
@@ -116,18 +116,7 @@ describe('Tributary groups when the wall clock steps', () => {
 
 describe('Kafka classic groups when the wall clock steps', () => {
   const classic = () => c.groups.classic;
-  const req = (memberId: string): ClassicJoinRequest => ({
-    group: 'g',
-    memberId,
-    instanceId: null,
-    clientId: 'cli',
-    clientHost: '/127.0.0.1',
-    sessionTimeoutMs: SESSION,
-    rebalanceTimeoutMs: 3000,
-    protocolType: 'consumer',
-    protocols: [{ name: 'range', metadata: Buffer.from('m') }],
-    requireKnownMemberId: false,
-  });
+  const req = (memberId: string) => classicJoinRequest(memberId, { sessionTimeoutMs: SESSION });
   const joined = (a: ClassicJoinAnswer): JoinResult => {
     if ('memberIdRequired' in a) throw new Error('unexpected MEMBER_ID_REQUIRED');
     return a;

@@ -7,12 +7,11 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { JoinRequest, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
-import type { ClassicJoinRequest } from 'tributary-broker/coordinator/classic-groups.js';
 import type { JoinResult } from 'tributary-broker/coordinator/classic-group.js';
 import { MemoryOffsetStore } from 'tributary-broker/coordinator/memory-offset-store.js';
 import type { OffsetStore } from 'tributary-broker/coordinator/offset-store.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { type Coordinators, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
+import { type Coordinators, classicJoinRequest, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { rec, removeDir, tempDir, thrownCode, until } from '../../helpers/util.js';
 
@@ -241,20 +240,7 @@ describe('offsets retention of empty groups', () => {
 });
 
 describe('offsets retention of Kafka classic groups', () => {
-  function req(memberId: string): ClassicJoinRequest {
-    return {
-      group: 'k',
-      memberId,
-      instanceId: null,
-      clientId: 'cli',
-      clientHost: '/127.0.0.1',
-      sessionTimeoutMs: SESSION,
-      rebalanceTimeoutMs: 3000,
-      protocolType: 'consumer',
-      protocols: [{ name: 'range', metadata: Buffer.from('m') }],
-      requireKnownMemberId: false,
-    };
-  }
+  const req = (memberId: string) => classicJoinRequest(memberId, { group: 'k', sessionTimeoutMs: SESSION });
 
   /** One member joined, synced and committed offset 7 of partition 0 under its generation. */
   async function member(): Promise<JoinResult> {
