@@ -10,20 +10,20 @@ import { sleep } from './util.js';
 
 export const TOPIC = 't';
 
-/** A reply batch of `n` records of partition 0 from `offset`, valued `v<offset>`. */
-export function batchFrom(offset: number, n: number): Buffer {
+/** A reply batch of `n` records of `partition` (default 0) from `offset`, valued `value(offset)` (default `v<offset>`). */
+export function batchFrom(offset: number, n: number, partition = 0, value: (offset: number) => string = (o) => `v${o}`): Buffer {
   const records: BatchRecord[] = Array.from({ length: n }, (_, i) => ({
     offset: offset + i,
     sequence: 0,
     producerId: '',
     key: null,
     epoch: -1,
-    value: Buffer.from(`v${offset + i}`),
+    value: Buffer.from(value(offset + i)),
     timestamp: 0,
     attributes: 0,
     headers: [],
   }));
-  return encodeBatch({ topic: TOPIC, partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
+  return encodeBatch({ topic: TOPIC, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
 }
 
 /** The scripted broker with the group's membership and the topic's metadata answered. */

@@ -7,26 +7,16 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { Consumer, type ConsumerOptions, type RunOptions } from 'tributary-client/consumer.js';
-import { type BatchRecord, encodeBatch } from 'tributary-protocol/batch.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
+import { batchFrom as batchOf } from '../../helpers/scripted-group.js';
 import { ScriptedServer } from '../../helpers/scripted-server.js';
 import { sleep, until } from '../../helpers/util.js';
 
 const TOPIC = 't';
 
+/** A reply batch of partition `partition`, valued `p<partition>-<offset>`. */
 function batchFrom(partition: number, offset: number, n: number): Buffer {
-  const records: BatchRecord[] = Array.from({ length: n }, (_, i) => ({
-    offset: offset + i,
-    sequence: 0,
-    producerId: '',
-    key: null,
-    epoch: -1,
-    value: Buffer.from(`p${partition}-${offset + i}`),
-    timestamp: 0,
-    attributes: 0,
-    headers: [],
-  }));
-  return encodeBatch({ topic: TOPIC, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records });
+  return batchOf(offset, n, partition, (o) => `p${partition}-${o}`);
 }
 
 interface Group {
