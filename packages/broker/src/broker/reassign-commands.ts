@@ -9,7 +9,7 @@ import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
 import { byTopicPartition } from '../cluster/partition-keys.js';
 import type { PartitionStateEntry } from '../cluster/partition-state.js';
-import { type ReassignmentRequest, checkTarget, drainPlan, replicationFactorPlan } from '../cluster/reassignment.js';
+import { MAX_TXN_OPS, type ReassignmentRequest, checkTarget, drainPlan, replicationFactorPlan } from '../cluster/reassignment.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, json } from './command-context.js';
 
 function cluster(b: BrokerContext, command: string): ClusterNode {
@@ -35,11 +35,18 @@ function idList(text: string, param: string): number[] {
   return parts.map(Number);
 }
 
+/** One partition's new replicas, as asked. */
+interface Move {
+  topic: string;
+  partition: number;
+  target: number[];
+}
+
 /**
- * The checks every new reassignment passes: a state for each partition, none already moving, a replica
- * count acks=all can work with, then one request per partition stored all or nothing per topic.
+ * The checks every new reassignment passes, from this broker's copy of the cluster state: a state for
+ * each partition, none already moving, a replica count acks=all can work with.
  */
-async function request(b: BrokerContext, node: ClusterNode, plan: Array<{ topic: string; partition: number; target: number[] }>, throttle: number): Promise<void> {
+function checkRequests(b: BrokerContext, node: ClusterNode, plan: Move[]): void {
   const busy: string[] = [];
   for (const x of plan) {
     const s = node.states.get(x.topic, x.partition);
@@ -50,6 +57,11 @@ async function request(b: BrokerContext, node: ClusterNode, plan: Array<{ topic:
     }
   }
   if (busy.length > 0) throw new TributaryError('reassignment_in_progress', { partitions: busy.slice(0, 20).join(','), count: busy.length });
+}
+
+/** Drains and replication factor changes: checked whole, then stored per topic (all or nothing per 100 partitions). */
+async function request(b: BrokerContext, node: ClusterNode, plan: Move[], throttle: number): Promise<void> {
+  checkRequests(b, node, plan);
   const byTopic = new Map<string, Map<number, ReassignmentRequest>>();
   const now = Date.now();
   for (const x of plan) {
@@ -63,28 +75,73 @@ async function request(b: BrokerContext, node: ClusterNode, plan: Array<{ topic:
   }
 }
 
-/** REASSIGN topic=T assignments=0:1,2,3;1:2,3,4 [throttle=BYTES_PER_S]: new replicas for partitions of one topic. */
+/**
+ * A REASSIGN's entries, `<partition>:<ids>` of `topic` or `<topic>:<partition>:<ids>` of a plan, checked in
+ * order against the topics and live brokers this broker knows: the first bad one is named.
+ */
+function parseMoves(b: BrokerContext, node: ClusterNode, text: string, param: 'assignments' | 'plan', topic?: string): Move[] {
+  const live = liveIds(node);
+  const seen = new Set<string>();
+  const pattern = topic === undefined ? /^([^:]{1,300}):([0-9]{1,7}):(.+)$/ : /^()([0-9]{1,7}):(.+)$/;
+  const moves = text.split(';').map((entry) => {
+    const m = pattern.exec(entry);
+    if (!m) throw invalidParam(param, `"${entry.slice(0, 50)}": expected ${topic === undefined ? '<topic>:' : ''}<partition>:<broker>,<broker>...`);
+    return { topic: topic ?? m[1]!, partition: Number(m[2]), ids: m[3]! };
+  });
+  const topics = new Set(moves.map((x) => x.topic)).size;
+  if (moves.length + topics > MAX_TXN_OPS) {
+    throw invalidParam(param, `${moves.length} partition(s) of ${topics} topic(s): a reassignment is stored in one etcd transaction, so partitions plus topics may be at most ${MAX_TXN_OPS}; split it`);
+  }
+  return moves.map((x) => {
+    const where = `${x.topic}[${x.partition}]`;
+    if (x.partition >= b.topics.get(x.topic).partitions.length) throw new TributaryError('partition_not_found', { topic: x.topic, partition: x.partition });
+    if (seen.has(where)) throw invalidParam(param, `${where} given twice`);
+    seen.add(where);
+    const target = idList(x.ids, param);
+    checkTarget(target, live, where);
+    return { topic: x.topic, partition: x.partition, target };
+  });
+}
+
+/**
+ * REASSIGN topic=T assignments=0:1,2,3;1:2,3,4 [throttle=BYTES_PER_S], or REASSIGN plan=T:0:1,2,3;U:1:2,3,4
+ * [throttle=...] across topics: all or nothing. Everything is checked before anything is stored, and every
+ * request is stored in one etcd transaction that fails if any partition got a reassignment meanwhile or a
+ * topic named was deleted or re-created since the check, so the controller sees the whole plan or none of it.
+ */
 async function reassign(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const node = cluster(b, 'REASSIGN');
-  const name = p.reqStr('topic', { maxLength: 100_000 });
-  const text = p.reqStr('assignments', { maxLength: 1_000_000 });
+  const planText = p.str('plan', { maxLength: 1_000_000 });
+  let name: string | undefined;
+  let moves: Move[];
+  if (planText !== undefined) {
+    if (p.str('topic') !== undefined || p.str('assignments') !== undefined) throw invalidParam('plan', 'takes no topic or assignments');
+    moves = parseMoves(b, node, planText, 'plan');
+  } else {
+    name = p.reqStr('topic', { maxLength: 100_000 });
+    moves = parseMoves(b, node, p.reqStr('assignments', { maxLength: 1_000_000 }), 'assignments', name);
+  }
   const throttle = throttleParam(p);
-  const topic = b.topics.get(name);
-  const live = liveIds(node);
-  const seen = new Set<number>();
-  const plan = text.split(';').map((entry) => {
-    const m = /^([0-9]{1,7}):(.+)$/.exec(entry);
-    if (!m) throw invalidParam('assignments', `"${entry.slice(0, 50)}": expected <partition>:<broker>,<broker>...`);
-    const partition = Number(m[1]);
-    if (partition >= topic.partitions.length) throw new TributaryError('partition_not_found', { topic: name, partition });
-    if (seen.has(partition)) throw invalidParam('assignments', `partition ${partition} given twice`);
-    seen.add(partition);
-    const target = idList(m[2]!, 'assignments');
-    checkTarget(target, live, `${name}[${partition}]`);
-    return { topic: name, partition, target };
+  checkRequests(b, node, moves);
+  const guards = [...new Set(moves.map((x) => x.topic))].map((t) => {
+    const g = node.store.topicGuard(t);
+    if (!g) throw new TributaryError('topic_not_found', { topic: t });
+    return { topic: t, ...g };
   });
-  await request(b, node, plan, throttle);
-  return formatOk({ topic: name, partitions: plan.map((x) => x.partition).join(','), throttle });
+  const now = Date.now();
+  const conflict = await node.reassignments.createPlan(
+    moves.map((x) => ({ topic: x.topic, partition: x.partition, request: { target: x.target, throttle, requestedAt: now } })),
+    guards,
+  );
+  if (conflict && conflict.busy.length > 0) {
+    throw new TributaryError('reassignment_in_progress', { partitions: conflict.busy.slice(0, 20).map((x) => `${x.topic}[${x.partition}]`).join(','), count: conflict.busy.length });
+  }
+  if (conflict) {
+    const topics = guards.filter((g) => conflict.changed.includes(g.key)).map((g) => g.topic);
+    throw new TributaryError('metadata_unavailable', { operation: 'reassign', topic: topics.join(','), reason: 'deleted or re-created while the reassignment was checked; nothing was stored' });
+  }
+  if (name !== undefined) return formatOk({ topic: name, partitions: moves.map((x) => x.partition).join(','), throttle });
+  return formatOk({ partitions: moves.map((x) => `${x.topic}[${x.partition}]`).join(','), count: moves.length, throttle });
 }
 
 /** The requests a cancel or throttle change applies to: one topic, one partition of it, or all. */
@@ -262,7 +319,7 @@ async function reassignments(b: BrokerContext, _c: ConnectionContext, p: Params)
 }
 
 export const REASSIGN_COMMANDS: Record<string, CommandSpec> = {
-  REASSIGN: { handler: reassign, params: ['assignments', 'throttle', 'topic'] },
+  REASSIGN: { handler: reassign, params: ['assignments', 'plan', 'throttle', 'topic'] },
   REASSIGN_CANCEL: { handler: cancel, params: ['partition', 'topic'] },
   REASSIGN_THROTTLE: { handler: setThrottle, params: ['partition', 'throttle', 'topic'] },
   REASSIGNMENTS: { handler: reassignments, params: ['topic'] },

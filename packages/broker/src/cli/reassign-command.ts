@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
+import { TOPIC_NAME_RE } from 'tributary-protocol/topic-name.js';
 import { type ClientOptions, intArg, withBootstrap, withConnection } from './client-util.js';
 import { CliError, usageError } from './errors.js';
 import { formatOption, table } from './output.js';
@@ -109,12 +110,13 @@ export function readPlan(file: string): PlanEntry[] {
     const e = x as Partial<PlanEntry>;
     const ok =
       typeof e?.topic === 'string' &&
+      TOPIC_NAME_RE.test(e.topic) &&
       Number.isInteger(e.partition) &&
       (e.partition as number) >= 0 &&
       Array.isArray(e.replicas) &&
       e.replicas.length > 0 &&
       e.replicas.every((r) => Number.isInteger(r) && r >= 0);
-    if (!ok) throw usageError(`plan ${file}: entry ${i} needs "topic" (string), "partition" (integer >= 0) and "replicas" (broker ids)`);
+    if (!ok) throw usageError(`plan ${file}: entry ${i} needs "topic" (a topic name), "partition" (integer >= 0) and "replicas" (broker ids)`);
     const keys = Object.keys(e).filter((k) => !['topic', 'partition', 'replicas'].includes(k));
     if (keys.length > 0) throw usageError(`plan ${file}: entry ${i} has unknown field(s) ${keys.join(', ')}`);
     return e as PlanEntry;
@@ -155,21 +157,13 @@ async function reassign(opts: ReassignOptions): Promise<void> {
       entries = readPlan(opts.plan);
     } else {
       if (opts.topic === undefined || opts.partition === undefined) throw usageError('--replicas needs --topic and --partition');
+      if (!TOPIC_NAME_RE.test(opts.topic)) throw usageError(`--topic must be a topic name (letters, digits, '.', '_', '-'), got ${JSON.stringify(opts.topic)}`);
       entries = [{ topic: opts.topic, partition: opts.partition, replicas: replicasArg(opts.replicas!) }];
     }
-    // One REASSIGN per topic: each is all or nothing on the broker.
-    const byTopic = new Map<string, PlanEntry[]>();
-    for (const e of entries) byTopic.set(e.topic, [...(byTopic.get(e.topic) ?? []), e]);
-    const started: string[] = [];
-    for (const [topic, list] of byTopic) {
-      try {
-        await conn.command('REASSIGN', { topic, assignments: list.map((e) => `${e.partition}:${e.replicas.join(',')}`).join(';'), throttle: opts.throttle });
-      } catch (err) {
-        if (started.length > 0) process.stderr.write(`note: started before this error: ${started.join(', ')}\n`);
-        throw err;
-      }
-      started.push(...list.map((e) => `${topic}[${e.partition}]`));
-    }
+    // One REASSIGN for the whole plan: the broker checks all of it and stores it in one etcd transaction,
+    // so a refused entry (of any topic) leaves every partition as it was.
+    await conn.command('REASSIGN', { plan: entries.map((e) => `${e.topic}:${e.partition}:${e.replicas.join(',')}`).join(';'), throttle: opts.throttle });
+    const started = entries.map((e) => `${e.topic}[${e.partition}]`);
     print(opts.format === 'json' ? JSON.stringify({ started }) : `reassignment started for ${started.join(', ')}`);
     return follow(conn, opts);
   });

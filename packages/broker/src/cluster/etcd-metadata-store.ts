@@ -81,6 +81,15 @@ export class EtcdMetadataStore implements MetadataStore {
     return this.topics.get(name)?.value;
   }
 
+  /**
+   * The key of a topic's definition and the revision it was created at, as this broker knows it: a
+   * transaction comparing it fails if the topic was deleted (or deleted and re-created) meanwhile.
+   */
+  topicGuard(name: string): { key: string; createRevision: number } | undefined {
+    const e = this.topics.get(name);
+    return e && { key: this.key(name), createRevision: e.createRevision };
+  }
+
   /** The definition as etcd has it now, read past the watched copy (which may lag behind). */
   async readTopic(name: string): Promise<TopicDefinition | undefined> {
     const text = await withMetadataErrors('read_topic', () => this.client.get(this.key(name)).string());

@@ -48,6 +48,23 @@ export interface ReassignmentEntry extends Versioned<ReassignmentRequest> {
 }
 
 const TXN_CHUNK = 100;
+/**
+ * etcd's default --max-txn-ops: it refuses a transaction with more compares, or more operations in either
+ * branch, than this. createPlan needs one compare per partition and one per topic.
+ */
+export const MAX_TXN_OPS = 128;
+
+/** An etcd key a transaction requires to be the one checked: created at `createRevision` (so neither deleted nor re-created). */
+export interface KeyGuard {
+  key: string;
+  createRevision: number;
+}
+
+/** Why createPlan stored nothing: partitions that have a request now, guarded keys that changed. */
+export interface PlanConflict {
+  busy: Array<{ topic: string; partition: number }>;
+  changed: string[];
+}
 
 function isIdList(v: unknown): v is number[] {
   return Array.isArray(v) && v.every((x) => Number.isInteger(x) && x >= 0);
@@ -121,6 +138,43 @@ export class ReassignmentStore {
       for (const [p, r] of chunk) this.records.applyPut(`${topic}/${p}`, r, revision, revision);
     }
     return [];
+  }
+
+  /**
+   * Stores a request for every entry of a plan in one etcd transaction, if none of those partitions has
+   * one and every guard still holds: all of them or none, whatever else changes meanwhile. At most
+   * MAX_TXN_OPS partitions plus guards (the caller checks). Resolves undefined when stored, else what was
+   * in the way, read in the same transaction.
+   */
+  async createPlan(entries: Array<{ topic: string; partition: number; request: ReassignmentRequest }>, guards: KeyGuard[]): Promise<PlanConflict | undefined> {
+    if (entries.length === 0) return undefined;
+    const keys = entries.map((e) => this.absolute(e.topic, e.partition));
+    const topics = [...new Set(entries.map((e) => e.topic))];
+    const res = await withMetadataErrors('create_reassignment', () => {
+      let txn = this.client.if(keys[0]!, 'Create', '==', 0);
+      for (const k of keys.slice(1)) txn = txn.and(k, 'Create', '==', 0);
+      for (const g of guards) txn = txn.and(g.key, 'Create', '==', g.createRevision);
+      return txn
+        .then(...keys.map((k, i) => this.client.put(k).value(JSON.stringify(entries[i]!.request))))
+        .else(...topics.map((t) => this.client.getAll().prefix(this.absolute(t, ''))), ...guards.map((g) => this.client.get(g.key)))
+        .commit();
+    });
+    if (res.succeeded) {
+      const revision = Number(res.header.revision);
+      for (const e of entries) this.records.applyPut(`${e.topic}/${e.partition}`, e.request, revision, revision);
+      return undefined;
+    }
+    // The requests there now, folded into the cache; the guards whose key is gone or was created again.
+    const present = new Set<string>();
+    for (const r of res.responses.slice(0, topics.length)) {
+      for (const kv of r.response_range.kvs) {
+        const rel = kv.key.toString('utf8').slice(this.records.prefix.length);
+        this.records.applyKv(rel, kv);
+        present.add(rel);
+      }
+    }
+    const changed = guards.filter((g, i) => Number(res.responses[topics.length + i]?.response_range.kvs[0]?.create_revision ?? 0) !== g.createRevision).map((g) => g.key);
+    return { busy: entries.filter((e) => present.has(`${e.topic}/${e.partition}`)).map((e) => ({ topic: e.topic, partition: e.partition })), changed };
   }
 
   /** Replaces a request if it is still at `modRevision`; false when it changed or went away meanwhile. */

@@ -1,0 +1,177 @@
+/**
+ * A reassignment plan is all or nothing (docs/operations.md "Adding, draining and moving brokers'
+ * replicas"): `partitions reassign --plan` sends the whole plan in one REASSIGN, the broker checks every
+ * entry (of every topic) before storing anything, and stores every request in one etcd transaction that
+ * fails if a partition got a reassignment meanwhile or a topic was deleted or re-created since the check.
+ * Before, the CLI sent one REASSIGN per topic: a refused later topic left the earlier ones moving.
+ */
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { Producer } from 'tributary-client/producer.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { createEtcdClient } from 'tributary-broker/cluster/etcd-client.js';
+import { EtcdMetadataStore } from 'tributary-broker/cluster/etcd-metadata-store.js';
+import { MAX_TXN_OPS, type ReassignmentRequest, ReassignmentStore } from 'tributary-broker/cluster/reassignment.js';
+import { type ClusterStatus, useCluster } from '../../helpers/cluster.js';
+import { envWithoutTributary, runCli } from '../../helpers/cli.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
+import { REQUEST_TIMEOUT_MS, uniquePrefix } from './helpers.js';
+
+interface Progress {
+  topic: string;
+  partition: number;
+}
+
+describe('reassignment plans: all or nothing', () => {
+  const cluster = useCluster(3, ['--min-insync-replicas', '1']);
+
+  const partitionOf = (s: ClusterStatus, topic: string, partition: number) => s.partitions.find((p) => p.topic === topic && p.partition === partition)!;
+
+  async function progress(): Promise<Progress[]> {
+    const c = await cluster().connect();
+    try {
+      return (await c.json<{ reassignments: Progress[] }>('REASSIGNMENTS')).reassignments;
+    } finally {
+      await c.close().catch(() => {});
+    }
+  }
+
+  async function create(topic: string, partitions: number): Promise<void> {
+    const c = await cluster().connect();
+    try {
+      await c.command('CREATE', { topic, partitions, replication_factor: 2 });
+    } finally {
+      await c.close().catch(() => {});
+    }
+    await cluster().waitFor(`${topic} led with full ISRs`, async () => {
+      const ps = (await cluster().status()).partitions.filter((p) => p.topic === topic);
+      return ps.length === partitions && ps.every((p) => p.leader >= 0 && p.isr.length === 2);
+    });
+  }
+
+  /** The replicas of every partition of `topics`, as `topic[p]` -> replicas. */
+  async function placement(...topics: string[]): Promise<Record<string, number[]>> {
+    const s = await cluster().status();
+    return Object.fromEntries(s.partitions.filter((p) => topics.includes(p.topic)).map((p) => [`${p.topic}[${p.partition}]`, p.replicas]));
+  }
+
+  /** A target for partition `p` moving one replica to the broker that is not one of its replicas. */
+  const moved = (replicas: number[]) => [[0, 1, 2].find((id) => !replicas.includes(id))!, replicas[0]!];
+
+  it('a refused entry of a later topic starts nothing: unknown topic or broker, duplicate replicas, a partition out of range, one already moving', async () => {
+    await create('plan-a', 2);
+    await create('plan-b', 1);
+    const before = await placement('plan-a', 'plan-b');
+    const dir = await tempDir('trib-plan-');
+    try {
+      const file = path.join(dir, 'plan.json');
+      const run = async (last: { topic: string; partition: number; replicas: number[] }) => {
+        // plan-a's entries are fine and come first: before, they were moving by the time plan-b was refused.
+        const partitions = [0, 1].map((p) => ({ topic: 'plan-a', partition: p, replicas: moved(before[`plan-a[${p}]`]!) }));
+        await writeFile(file, JSON.stringify({ version: 1, partitions: [...partitions, last] }));
+        return runCli(['partitions', 'reassign', '--plan', file, '--bootstrap', cluster().addresses.join(',')], { env: envWithoutTributary() });
+      };
+      const b0 = before['plan-b[0]']!;
+      const cases: Array<[{ topic: string; partition: number; replicas: number[] }, RegExp]> = [
+        [{ topic: 'plan-b', partition: 0, replicas: [b0[0]!, 9] }, /^error: invalid_parameter .*plan-b\[0\]: broker\(s\) 9 not registered/],
+        [{ topic: 'plan-nope', partition: 0, replicas: [0, 1] }, /^error: topic_not_found .*topic=plan-nope/],
+        [{ topic: 'plan-b', partition: 5, replicas: [0, 1] }, /^error: partition_not_found .*topic=plan-b partition=5/],
+        [{ topic: 'plan-b', partition: 0, replicas: [1, 1] }, /^error: invalid_parameter .*plan-b\[0\]: broker 1 listed twice/],
+      ];
+      for (const [last, message] of cases) {
+        const r = await run(last);
+        expect(r.stderr, JSON.stringify(last)).toMatch(message);
+        expect([r.code, r.stdout], JSON.stringify(last)).toEqual([1, '']);
+        expect(await progress(), JSON.stringify(last)).toEqual([]);
+      }
+
+      // plan-b[0] already moving (held back by a tiny throttle on a partition with data).
+      const producer = new Producer({ brokers: cluster().addresses, acks: 'all' });
+      try {
+        await producer.send({ topic: 'plan-b', messages: Array.from({ length: 200 }, () => ({ value: 'x'.repeat(1000) })) });
+      } finally {
+        await producer.close();
+      }
+      const admin = await cluster().connect();
+      try {
+        await admin.command('REASSIGN', { topic: 'plan-b', assignments: `0:${moved(b0).join(',')}`, throttle: 1000 });
+        const busy = await run({ topic: 'plan-b', partition: 0, replicas: b0 });
+        expect(busy.stderr).toMatch(/^error: reassignment_in_progress .*partitions=plan-b\[0\]/);
+        expect([busy.code, busy.stdout]).toEqual([1, '']);
+        expect((await progress()).map((x) => `${x.topic}[${x.partition}]`)).toEqual(['plan-b[0]']);
+        await admin.command('REASSIGN_CANCEL', { topic: 'plan-b' });
+      } finally {
+        await admin.close().catch(() => {});
+      }
+      await cluster().waitFor('the cancel done', async () => (await progress()).length === 0);
+      expect(await placement('plan-a', 'plan-b')).toEqual(before);
+
+      // The same plan, every entry good: all of it moves (one transaction), across both topics.
+      const ok = await run({ topic: 'plan-b', partition: 0, replicas: moved(b0) });
+      expect(ok.stderr).toBe('');
+      expect(ok.stdout).toBe('reassignment started for plan-a[0], plan-a[1], plan-b[0]\n');
+      await cluster().waitFor('the plan done', async () => (await progress()).length === 0, 60_000);
+      expect(await placement('plan-a', 'plan-b')).toEqual({
+        'plan-a[0]': moved(before['plan-a[0]']!),
+        'plan-a[1]': moved(before['plan-a[1]']!),
+        'plan-b[0]': moved(b0),
+      });
+    } finally {
+      await removeDir(dir);
+    }
+  }, 120_000);
+
+  it('REASSIGN plan=: refuses a plan too large for one etcd transaction, and plan beside topic, storing nothing', async () => {
+    const admin = await cluster().connect();
+    try {
+      const s = await cluster().status();
+      const replicas = partitionOf(s, '__consumer_offsets', 0).replicas.join(',');
+      const entries = (n: number) => Array.from({ length: n }, (_, i) => `__consumer_offsets:${i % 4}:${replicas}`).join(';');
+      const big = await admin.command('REASSIGN', { plan: entries(MAX_TXN_OPS) }).catch((e: unknown) => e);
+      expect(big).toBeInstanceOf(TributaryError);
+      expect((big as TributaryError).message).toMatch(/invalid_parameter .*128 partition\(s\) of 1 topic\(s\).*at most 128; split it/);
+      await expect(admin.command('REASSIGN', { plan: entries(1), topic: '__consumer_offsets' })).rejects.toMatchObject({ code: 'invalid_parameter' });
+      await expect(admin.command('REASSIGN', { plan: 'nocolon' })).rejects.toMatchObject({ code: 'invalid_parameter' });
+      expect(await progress()).toEqual([]);
+    } finally {
+      await admin.close().catch(() => {});
+    }
+  });
+
+  it('the store: one transaction stores the whole plan or, if a partition got a request or a guarded topic changed meanwhile, none of it', async () => {
+    const prefix = uniquePrefix('plan-store');
+    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
+    const store = new ReassignmentStore({ etcd, prefix });
+    const topics = new EtcdMetadataStore({ etcd, prefix });
+    const raw = createEtcdClient(etcd);
+    try {
+      await store.open();
+      await topics.open();
+      await topics.createTopic({ name: 'x', partitions: 3, replicationFactor: 1, idempotent: false, partitioner: 'hash_key', retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' });
+      const guard = topics.topicGuard('x')!;
+      const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
+      const stored = async () => (await raw.getAll().prefix(`${prefix}reassignments/`).keys()).sort();
+      // Another broker's request for x/1, not yet seen here: the transaction, not the cache, refuses.
+      await raw.put(`${prefix}reassignments/x/1`).value(JSON.stringify(request));
+      const plan = [0, 1, 2].map((partition) => ({ topic: 'x', partition, request }));
+      expect(await store.createPlan(plan, [guard])).toEqual({ busy: [{ topic: 'x', partition: 1 }], changed: [] });
+      expect(await stored()).toEqual([`${prefix}reassignments/x/1`]);
+      await raw.delete().key(`${prefix}reassignments/x/1`);
+      // x deleted and re-created after the check: its guard no longer holds.
+      await topics.deleteTopic('x');
+      await topics.createTopic({ name: 'x', partitions: 3, replicationFactor: 1, idempotent: false, partitioner: 'hash_key', retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' });
+      expect(await store.createPlan(plan, [guard])).toEqual({ busy: [], changed: [guard.key] });
+      expect(await stored()).toEqual([]);
+      // Checked again: stored whole.
+      expect(await store.createPlan(plan, [topics.topicGuard('x')!])).toBeUndefined();
+      expect(await stored()).toEqual([0, 1, 2].map((p) => `${prefix}reassignments/x/${p}`));
+      expect(store.list('x').map((e) => e.partition)).toEqual([0, 1, 2]);
+    } finally {
+      await store.close().catch(() => {});
+      await topics.close().catch(() => {});
+      await raw.delete().prefix(prefix).catch(() => {});
+      raw.close();
+    }
+  });
+});
