@@ -10,7 +10,7 @@ import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TOPIC_NAME_RE } from 'tributary-protocol/topic-name.js';
 import { type ClientOptions, intArg, withBootstrap, withConnection } from './client-util.js';
-import { CliError, usageError } from './errors.js';
+import { usageError } from './errors.js';
 import { formatOption, table } from './output.js';
 
 function print(line: string): void {
@@ -88,13 +88,17 @@ interface PlanEntry {
   replicas: number[];
 }
 
-/** A plan file as Kafka's: `{"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3]}, ...]}` (`version` ignored). */
+/**
+ * A plan file as Kafka's: `{"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3]}, ...]}` (`version`
+ * ignored). Anything wrong with the file itself (unreadable, not JSON, a malformed or repeated entry) is a
+ * usage error, found before any connection.
+ */
 export function readPlan(file: string): PlanEntry[] {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    throw new CliError(`error: cannot read plan ${file}: ${(err as Error).message}`);
+    throw usageError(`cannot read plan ${file}: ${(err as Error).message}`);
   }
   let doc: unknown;
   try {
@@ -106,6 +110,7 @@ export function readPlan(file: string): PlanEntry[] {
   if (!Array.isArray(parts) || parts.length === 0) throw usageError(`plan ${file}: expected {"partitions":[{"topic","partition","replicas"}, ...]}`);
   const extra = Object.keys(doc as object).filter((k) => k !== 'partitions' && k !== 'version');
   if (extra.length > 0) throw usageError(`plan ${file} has unknown field(s) ${extra.join(', ')}`);
+  const seen = new Map<string, number>();
   return parts.map((x: unknown, i) => {
     const e = x as Partial<PlanEntry>;
     const ok =
@@ -119,6 +124,10 @@ export function readPlan(file: string): PlanEntry[] {
     if (!ok) throw usageError(`plan ${file}: entry ${i} needs "topic" (a topic name), "partition" (integer >= 0) and "replicas" (broker ids)`);
     const keys = Object.keys(e).filter((k) => !['topic', 'partition', 'replicas'].includes(k));
     if (keys.length > 0) throw usageError(`plan ${file}: entry ${i} has unknown field(s) ${keys.join(', ')}`);
+    const where = `${e.topic}[${e.partition}]`;
+    const first = seen.get(where);
+    if (first !== undefined) throw usageError(`plan ${file}: entry ${i} repeats ${where} (entry ${first})`);
+    seen.set(where, i);
     return e as PlanEntry;
   });
 }
@@ -128,20 +137,40 @@ function replicasArg(text: string): number[] {
   return text.split(',').map(Number);
 }
 
-async function reassign(opts: ReassignOptions): Promise<void> {
+/** What `partitions reassign` was asked to do, every option checked (before connecting). */
+type ReassignAction = { kind: 'cancel' } | { kind: 'status' } | { kind: 'start'; entries: PlanEntry[] };
+
+function reassignAction(opts: ReassignOptions): ReassignAction {
   const modes = [opts.plan !== undefined || opts.replicas !== undefined, opts.status === true, opts.cancel === true].filter(Boolean).length;
   if (modes > 1) throw usageError('give one of --plan / --replicas (start), --status or --cancel');
-  if (opts.cancel && opts.throttle !== undefined) throw usageError('--throttle cannot be combined with --cancel');
-  const listing = opts.status === true || (opts.plan === undefined && opts.replicas === undefined && !opts.cancel);
-  if (listing && opts.throttle === undefined && opts.partition !== undefined) throw usageError('--partition narrows --cancel and --throttle only (--status lists by --topic)');
+  if (opts.cancel) {
+    if (opts.throttle !== undefined) throw usageError('--throttle cannot be combined with --cancel');
+    if (opts.partition !== undefined && opts.topic === undefined) throw usageError('--partition needs --topic');
+    return { kind: 'cancel' };
+  }
+  if (opts.plan === undefined && opts.replicas === undefined) {
+    if (opts.throttle === undefined && opts.partition !== undefined) throw usageError('--partition narrows --cancel and --throttle only (--status lists by --topic)');
+    if (opts.partition !== undefined && opts.topic === undefined) throw usageError('--partition needs --topic');
+    return { kind: 'status' };
+  }
+  if (opts.plan !== undefined) {
+    if (opts.replicas !== undefined || opts.partition !== undefined || opts.topic !== undefined) throw usageError('--plan takes no --topic, --partition or --replicas');
+    return { kind: 'start', entries: readPlan(opts.plan) };
+  }
+  if (opts.topic === undefined || opts.partition === undefined) throw usageError('--replicas needs --topic and --partition');
+  if (!TOPIC_NAME_RE.test(opts.topic)) throw usageError(`--topic must be a topic name (letters, digits, '.', '_', '-'), got ${JSON.stringify(opts.topic)}`);
+  return { kind: 'start', entries: [{ topic: opts.topic, partition: opts.partition, replicas: replicasArg(opts.replicas!) }] };
+}
+
+async function reassign(opts: ReassignOptions): Promise<void> {
+  const action = reassignAction(opts);
   await withConnection(opts, async (conn) => {
-    if (opts.cancel) {
-      if (opts.partition !== undefined && opts.topic === undefined) throw usageError('--partition needs --topic');
+    if (action.kind === 'cancel') {
       const reply = Object.fromEntries(parseLine(await conn.command('REASSIGN_CANCEL', { topic: opts.topic, partition: opts.partition })).params);
       print(opts.format === 'json' ? JSON.stringify(reply) : `cancelling ${reply.count} reassignment(s): ${reply.cancelled}`);
       return follow(conn, opts, opts.topic);
     }
-    if (opts.status || (opts.plan === undefined && opts.replicas === undefined)) {
+    if (action.kind === 'status') {
       if (opts.throttle !== undefined) {
         // --throttle alone: a new throttle for the reassignments in progress.
         const reply = Object.fromEntries(parseLine(await conn.command('REASSIGN_THROTTLE', { throttle: opts.throttle, topic: opts.topic, partition: opts.partition })).params);
@@ -151,19 +180,11 @@ async function reassign(opts: ReassignOptions): Promise<void> {
       print(opts.format === 'json' ? JSON.stringify(list) : formatReassignments(list).join('\n'));
       return follow(conn, opts, opts.topic);
     }
-    let entries: PlanEntry[];
-    if (opts.plan !== undefined) {
-      if (opts.replicas !== undefined || opts.partition !== undefined || opts.topic !== undefined) throw usageError('--plan takes no --topic, --partition or --replicas');
-      entries = readPlan(opts.plan);
-    } else {
-      if (opts.topic === undefined || opts.partition === undefined) throw usageError('--replicas needs --topic and --partition');
-      if (!TOPIC_NAME_RE.test(opts.topic)) throw usageError(`--topic must be a topic name (letters, digits, '.', '_', '-'), got ${JSON.stringify(opts.topic)}`);
-      entries = [{ topic: opts.topic, partition: opts.partition, replicas: replicasArg(opts.replicas!) }];
-    }
     // One REASSIGN for the whole plan: the broker checks all of it and stores it in one etcd transaction,
     // so a refused entry (of any topic) leaves every partition as it was.
-    await conn.command('REASSIGN', { plan: entries.map((e) => `${e.topic}:${e.partition}:${e.replicas.join(',')}`).join(';'), throttle: opts.throttle });
-    const started = entries.map((e) => `${e.topic}[${e.partition}]`);
+    const plan = action.entries.map((e) => `${e.topic}:${e.partition}:${e.replicas.join(',')}`).join(';');
+    await conn.command('REASSIGN', { plan, throttle: opts.throttle });
+    const started = action.entries.map((e) => `${e.topic}[${e.partition}]`);
     print(opts.format === 'json' ? JSON.stringify({ started }) : `reassignment started for ${started.join(', ')}`);
     return follow(conn, opts);
   });
