@@ -122,22 +122,35 @@ describe('reassignment plans: all or nothing', () => {
     }
   }, 120_000);
 
-  it('REASSIGN plan=: refuses a plan too large for one etcd transaction, and plan beside topic, storing nothing', async () => {
+  it('REASSIGN: a reassignment larger than one etcd transaction is checked whole, then stored in several; plan beside topic is refused', async () => {
+    // 130 partitions plus the topic: more than etcd's --max-txn-ops (128) compares in one transaction.
+    const n = MAX_TXN_OPS + 2;
     const admin = await cluster().connect();
     try {
-      const s = await cluster().status();
-      const replicas = partitionOf(s, '__consumer_offsets', 0).replicas.join(',');
-      const entries = (n: number) => Array.from({ length: n }, (_, i) => `__consumer_offsets:${i % 4}:${replicas}`).join(';');
-      const big = await admin.command('REASSIGN', { plan: entries(MAX_TXN_OPS) }).catch((e: unknown) => e);
-      expect(big).toBeInstanceOf(TributaryError);
-      expect((big as TributaryError).message).toMatch(/invalid_parameter .*128 partition\(s\) of 1 topic\(s\).*at most 128; split it/);
-      await expect(admin.command('REASSIGN', { plan: entries(1), topic: '__consumer_offsets' })).rejects.toMatchObject({ code: 'invalid_parameter' });
+      await admin.command('CREATE', { topic: 'plan-big', partitions: n, replication_factor: 1 });
+      await cluster().waitFor('plan-big led', async () => (await cluster().status()).partitions.filter((p) => p.topic === 'plan-big' && p.leader >= 0).length === n);
+      const before = await placement('plan-big');
+      const target = (p: number) => [(before[`plan-big[${p}]`]![0]! + 1) % 3];
+      const assignments = (last: string) => [...Array.from({ length: n - 1 }, (_, p) => `${p}:${target(p).join(',')}`), last].join(';');
+      // The last entry is bad: nothing of the first transaction's worth was stored.
+      const bad = await admin.command('REASSIGN', { topic: 'plan-big', assignments: assignments(`${n - 1}:9`) }).catch((e: unknown) => e);
+      expect(bad).toBeInstanceOf(TributaryError);
+      expect((bad as TributaryError).message).toMatch(/invalid_parameter .*plan-big\[129\]: broker\(s\) 9 not registered/);
+      expect(await progress()).toEqual([]);
+      // All good: every partition is stored (two transactions) and moves.
+      const ok = await admin.command('REASSIGN', { topic: 'plan-big', assignments: assignments(`${n - 1}:${target(n - 1).join(',')}`) });
+      expect(ok).toContain(`partitions=${Array.from({ length: n }, (_, p) => p).join(',')}`);
+      await cluster().waitFor('plan-big moved', async () => (await progress()).length === 0, 90_000);
+      expect(await placement('plan-big')).toEqual(Object.fromEntries(Array.from({ length: n }, (_, p) => [`plan-big[${p}]`, target(p)])));
+
+      const replicas = target(0).join(',');
+      await expect(admin.command('REASSIGN', { plan: `plan-big:0:${replicas}`, topic: 'plan-big' })).rejects.toMatchObject({ code: 'invalid_parameter' });
       await expect(admin.command('REASSIGN', { plan: 'nocolon' })).rejects.toMatchObject({ code: 'invalid_parameter' });
       expect(await progress()).toEqual([]);
     } finally {
       await admin.close().catch(() => {});
     }
-  });
+  }, 150_000);
 
   it('the store: one transaction stores the whole plan or, if a partition got a request or a guarded topic changed meanwhile, none of it', async () => {
     const prefix = uniquePrefix('plan-store');

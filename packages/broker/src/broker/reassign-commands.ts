@@ -88,10 +88,6 @@ function parseMoves(b: BrokerContext, node: ClusterNode, text: string, param: 'a
     if (!m) throw invalidParam(param, `"${entry.slice(0, 50)}": expected ${topic === undefined ? '<topic>:' : ''}<partition>:<broker>,<broker>...`);
     return { topic: topic ?? m[1]!, partition: Number(m[2]), ids: m[3]! };
   });
-  const topics = new Set(moves.map((x) => x.topic)).size;
-  if (moves.length + topics > MAX_TXN_OPS) {
-    throw invalidParam(param, `${moves.length} partition(s) of ${topics} topic(s): a reassignment is stored in one etcd transaction, so partitions plus topics may be at most ${MAX_TXN_OPS}; split it`);
-  }
   return moves.map((x) => {
     const where = `${x.topic}[${x.partition}]`;
     if (x.partition >= b.topics.get(x.topic).partitions.length) throw new TributaryError('partition_not_found', { topic: x.topic, partition: x.partition });
@@ -103,11 +99,31 @@ function parseMoves(b: BrokerContext, node: ClusterNode, text: string, param: 'a
   });
 }
 
+/** Moves in order, cut into runs whose partitions plus topics fit one etcd transaction (MAX_TXN_OPS). */
+function txnChunks(moves: Move[]): Move[][] {
+  const chunks: Move[][] = [];
+  let chunk: Move[] = [];
+  let topics = new Set<string>();
+  for (const x of moves) {
+    const ops = chunk.length + 1 + topics.size + (topics.has(x.topic) ? 0 : 1);
+    if (chunk.length > 0 && ops > MAX_TXN_OPS) {
+      chunks.push(chunk);
+      chunk = [];
+      topics = new Set();
+    }
+    chunk.push(x);
+    topics.add(x.topic);
+  }
+  if (chunk.length > 0) chunks.push(chunk);
+  return chunks;
+}
+
 /**
  * REASSIGN topic=T assignments=0:1,2,3;1:2,3,4 [throttle=BYTES_PER_S], or REASSIGN plan=T:0:1,2,3;U:1:2,3,4
  * [throttle=...] across topics: all or nothing. Everything is checked before anything is stored, and every
  * request is stored in one etcd transaction that fails if any partition got a reassignment meanwhile or a
- * topic named was deleted or re-created since the check, so the controller sees the whole plan or none of it.
+ * topic named was deleted or re-created since the check, so the controller sees the whole plan or none of it
+ * (up to MAX_TXN_OPS partitions plus topics; a larger one is checked whole and stored in several).
  */
 async function reassign(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const node = cluster(b, 'REASSIGN');
@@ -129,16 +145,22 @@ async function reassign(b: BrokerContext, _c: ConnectionContext, p: Params): Pro
     return { topic: t, ...g };
   });
   const now = Date.now();
-  const conflict = await node.reassignments.createPlan(
-    moves.map((x) => ({ topic: x.topic, partition: x.partition, request: { target: x.target, throttle, requestedAt: now } })),
-    guards,
-  );
-  if (conflict && conflict.busy.length > 0) {
-    throw new TributaryError('reassignment_in_progress', { partitions: conflict.busy.slice(0, 20).map((x) => `${x.topic}[${x.partition}]`).join(','), count: conflict.busy.length });
-  }
-  if (conflict) {
-    const topics = guards.filter((g) => conflict.changed.includes(g.key)).map((g) => g.topic);
-    throw new TributaryError('metadata_unavailable', { operation: 'reassign', topic: topics.join(','), reason: 'deleted or re-created while the reassignment was checked; nothing was stored' });
+  const request = (x: Move) => ({ topic: x.topic, partition: x.partition, request: { target: x.target, throttle, requestedAt: now } });
+  // One transaction holds at most MAX_TXN_OPS partitions plus topics; a larger reassignment (checked whole
+  // above) is stored in several, each all or nothing, and a conflict after the first names what started.
+  const stored: Move[] = [];
+  for (const chunk of txnChunks(moves)) {
+    const chunkTopics = new Set(chunk.map((x) => x.topic));
+    const conflict = await node.reassignments.createPlan(chunk.map(request), guards.filter((g) => chunkTopics.has(g.topic)));
+    if (conflict) {
+      const started: Record<string, string | number> = stored.length > 0 ? { started: stored.map((x) => `${x.topic}[${x.partition}]`).slice(0, 20).join(','), started_count: stored.length } : {};
+      if (conflict.busy.length > 0) {
+        throw new TributaryError('reassignment_in_progress', { partitions: conflict.busy.slice(0, 20).map((x) => `${x.topic}[${x.partition}]`).join(','), count: conflict.busy.length, ...started });
+      }
+      const topics = guards.filter((g) => conflict.changed.includes(g.key)).map((g) => g.topic);
+      throw new TributaryError('metadata_unavailable', { operation: 'reassign', topic: topics.join(','), reason: `deleted or re-created while the reassignment was checked; ${stored.length > 0 ? 'the partitions in started were stored before' : 'nothing was stored'}`, ...started });
+    }
+    stored.push(...chunk);
   }
   if (name !== undefined) return formatOk({ topic: name, partitions: moves.map((x) => x.partition).join(','), throttle });
   return formatOk({ partitions: moves.map((x) => `${x.topic}[${x.partition}]`).join(','), count: moves.length, throttle });
