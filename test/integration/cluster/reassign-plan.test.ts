@@ -13,7 +13,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { createEtcdClient } from 'tributary-broker/cluster/etcd-client.js';
 import { EtcdMetadataStore } from 'tributary-broker/cluster/etcd-metadata-store.js';
 import { MAX_TXN_OPS, type ReassignmentRequest, ReassignmentStore } from 'tributary-broker/cluster/reassignment.js';
-import { type ClusterStatus, useCluster } from '../../helpers/cluster.js';
+import { useCluster } from '../../helpers/cluster.js';
 import { envWithoutTributary, runCli } from '../../helpers/cli.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 import { REQUEST_TIMEOUT_MS, uniquePrefix } from './helpers.js';
@@ -25,8 +25,6 @@ interface Progress {
 
 describe('reassignment plans: all or nothing', () => {
   const cluster = useCluster(3, ['--min-insync-replicas', '1']);
-
-  const partitionOf = (s: ClusterStatus, topic: string, partition: number) => s.partitions.find((p) => p.topic === topic && p.partition === partition)!;
 
   async function progress(): Promise<Progress[]> {
     const c = await cluster().connect();
