@@ -92,6 +92,8 @@ describe('Kafka error table', () => {
     expect(kafkaErrorFor(new TributaryError('GEN_MISMATCH'))).toBe('ILLEGAL_GENERATION');
     expect(kafkaErrorFor(new RecordBatchError('crc_mismatch', 'x'))).toBe('CORRUPT_MESSAGE');
     expect(kafkaErrorFor(new RecordBatchError('unsupported_compression', 'zstd'))).toBe('UNSUPPORTED_COMPRESSION_TYPE');
+    // Any int64 is a timestamp on the wire: one the log cannot hold is the producer's timestamp error.
+    expect(kafkaErrorFor(new RecordBatchError('timestamp_out_of_range', 'x'))).toBe('INVALID_TIMESTAMP');
     // Well formed but not acceptable: INVALID_RECORD (not retriable), as from Kafka.
     expect(kafkaErrorFor(new RecordBatchError('bad_magic', 'magic 1'))).toBe('INVALID_RECORD');
     expect(kafkaErrorFor(new TributaryError('invalid_batch', { reason: '2 batches for one partition; one is allowed' }))).toBe('INVALID_RECORD');

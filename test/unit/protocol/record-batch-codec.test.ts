@@ -247,6 +247,25 @@ describe('RecordBatchView validation', () => {
     expect((err as RecordBatchError).reason).toBe('int64_out_of_range');
   });
 
+  it('walks records under any int64 baseTimestamp, refusing only a record timestamp beyond 2^53 (timestamp_out_of_range)', () => {
+    const stamped = (b: Buffer, at: number, v: bigint) => recrc(b, (x) => x.writeBigInt64BE(v, at));
+    const one = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('x'), timestamp: 5 }] });
+    // The delta -(2^54 - 2) (a record at -(2^53 - 1) under a base of 2^53 - 1), under a base of 2^54: 2.
+    const far = encodeRecordBatch({ baseTimestamp: Number.MAX_SAFE_INTEGER, records: [{ key: null, value: null, timestamp: Number.MIN_SAFE_INTEGER }] });
+    const first = (b: Buffer) => {
+      let ts: number | undefined;
+      new RecordBatchView(b).forEachRecord((r) => void (ts ??= r.timestamp));
+      return ts;
+    };
+    expect(first(stamped(far, 27, 2n ** 54n))).toBe(2);
+    expect(reasonOf(() => new RecordBatchView(stamped(one, 27, 2n ** 60n)).forEachRecord(() => {}))).toBe('timestamp_out_of_range');
+    expect(reasonOf(() => new RecordBatchView(stamped(one, 27, -(2n ** 63n))).forEachRecord(() => {}))).toBe('timestamp_out_of_range');
+    // A log-append-time batch goes by its maxTimestamp alone.
+    const logAppend = encodeRecordBatch({ records: [{ key: null, value: null, timestamp: 1 }], timestampType: 1, maxTimestamp: 7 });
+    expect(first(stamped(logAppend, 27, 2n ** 62n))).toBe(7);
+    expect(reasonOf(() => new RecordBatchView(stamped(logAppend, 35, 2n ** 60n)).forEachRecord(() => {}))).toBe('timestamp_out_of_range');
+  });
+
   it('errors are TributaryErrors with the stable code invalid_batch and the reason in their fields', () => {
     const b = Buffer.from(small);
     b[b.length - 1]! ^= 1;

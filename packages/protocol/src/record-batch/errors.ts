@@ -19,6 +19,12 @@ export type RecordBatchErrorReason =
   | 'bad_record'
   /** An int64 field outside the safe integer range where a number is returned. */
   | 'int64_out_of_range'
+  /**
+   * A record's timestamp (baseTimestamp plus its delta, or a log-append-time batch's maxTimestamp) outside
+   * the safe integer range a timestamp is read as: a well-formed batch (any int64 is a legal timestamp on
+   * the wire) whose timestamps cannot be held as numbers.
+   */
+  | 'timestamp_out_of_range'
   /** zstd (refused on Node 20), or snappy/lz4 with no codec registered. */
   | 'unsupported_compression'
   /** Compression type 5-7, which no Kafka version defines. */

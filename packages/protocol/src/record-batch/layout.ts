@@ -1,7 +1,8 @@
 /**
  * The fixed layout of a RecordBatch v2 header (Kafka's message format, magic 2) and the big-endian
  * readers and writers the codec shares. Every int64 is read as a number and refused outside the safe
- * integer range, like the rest of Tributary's protocol (offsets and timestamps are numbers everywhere).
+ * integer range, like the rest of Tributary's protocol (offsets and timestamps are numbers everywhere);
+ * only the record walk takes any baseTimestamp (r64OrBig), since a record's timestamp is it plus a delta.
  */
 import { RecordBatchError } from './errors.js';
 
@@ -82,6 +83,14 @@ export function r64(b: Uint8Array, at: number, field: string): number {
   if (hi > 0x1fffff || hi < -0x200000 || (hi === -0x200000 && lo === 0)) {
     throw new RecordBatchError('int64_out_of_range', `${field} is beyond 2^53`, { field, at });
   }
+  return hi * TWO_32 + lo;
+}
+
+/** Signed int64 at `at`: a number when it is a safe integer, else the exact bigint. */
+export function r64OrBig(b: Uint8Array, at: number): number | bigint {
+  const hi = r32s(b, at);
+  const lo = r32u(b, at + 4);
+  if (hi > 0x1fffff || hi < -0x200000 || (hi === -0x200000 && lo === 0)) return r64Big(b, at);
   return hi * TWO_32 + lo;
 }
 

@@ -79,21 +79,22 @@ export type RecordVisitor = (r: RecordCursor) => unknown;
 
 export interface WalkContext {
   baseOffset: number;
-  baseTimestamp: number;
+  /** Any int64: a bigint when it is not a safe integer (only the records' sums must be). */
+  baseTimestamp: number | bigint;
   /** Set for a log-append-time batch: every record's timestamp. */
   logAppendTime: number | undefined;
   recordCount: number;
 }
 
-/** Timestamp of a record from the batch's base and the record's delta; refused past 2^53. */
-function timestampOf(base: number, delta: number | bigint, index: number, at: number): number {
-  if (typeof delta === 'number') {
+/** Timestamp of a record from the batch's base and the record's delta; refused (timestamp_out_of_range) past 2^53. */
+function timestampOf(base: number | bigint, delta: number | bigint, index: number, at: number): number {
+  if (typeof delta === 'number' && typeof base === 'number') {
     const t = base + delta;
     if (Number.isSafeInteger(t) && Math.abs(delta) <= 2 ** 52) return t;
   }
   const big = BigInt(base) + BigInt(delta);
   if (big < BigInt(Number.MIN_SAFE_INTEGER) || big > BigInt(Number.MAX_SAFE_INTEGER)) {
-    throw new RecordBatchError('int64_out_of_range', `record ${index} timestamp is beyond 2^53`, { record: index, at, field: 'timestamp' });
+    throw new RecordBatchError('timestamp_out_of_range', `record ${index} timestamp ${big} is beyond 2^53`, { record: index, at, field: 'timestamp' });
   }
   return Number(big);
 }

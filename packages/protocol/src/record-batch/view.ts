@@ -37,6 +37,7 @@ import {
   r32s,
   r32u,
   r64,
+  r64OrBig,
   SAFE_MAX,
   SAFE_MIN,
   TIMESTAMP_TYPE_BIT,
@@ -252,7 +253,8 @@ export class RecordBatchView {
   /**
    * Calls `fn` with one reused cursor per record, in order; `fn` returning false stops. `data` is what
    * recordsData(Async) returned, for a compressed batch decompressed ahead; by default recordsData().
-   * Validates each record's structure as it goes. Returns the number of records visited.
+   * Validates each record's structure as it goes. Returns the number of records visited. baseTimestamp may
+   * be any int64 (a record's is it plus its delta); a record timestamp beyond 2^53 is timestamp_out_of_range.
    */
   forEachRecord(fn: RecordVisitor, data?: Buffer, cursor: RecordCursor = new RecordCursor()): number {
     let d = data;
@@ -267,15 +269,15 @@ export class RecordBatchView {
       d ??= this.recordsData();
       to = d.length;
     }
-    const logAppend = this.timestampType === 1 ? this.maxTimestamp : undefined;
-    return walkRecords(
-      d,
-      from,
-      to,
-      { baseOffset: this.baseOffset, baseTimestamp: this.baseTimestamp, logAppendTime: logAppend, recordCount: this.recordCount },
-      cursor,
-      fn,
-    );
+    // Any int64 is a legal timestamp on the wire: only the records' own timestamps must fit a number.
+    let logAppend: number | undefined;
+    let baseTimestamp: number | bigint = 0;
+    if (this.timestampType === 1) {
+      const max = r64OrBig(this.buf, this.start + MAX_TIMESTAMP);
+      if (typeof max === 'bigint') throw new RecordBatchError('timestamp_out_of_range', `maxTimestamp ${max} is beyond 2^53`, { at: this.start, field: 'maxTimestamp' });
+      logAppend = max;
+    } else baseTimestamp = r64OrBig(this.buf, this.start + BASE_TIMESTAMP);
+    return walkRecords(d, from, to, { baseOffset: this.baseOffset, baseTimestamp, logAppendTime: logAppend, recordCount: this.recordCount }, cursor, fn);
   }
 
   /** Every record as an object (tests and tools; the hot paths use forEachRecord). */

@@ -159,10 +159,16 @@ async function prepare(ctx: KafkaRequestContext, topicName: string, index: numbe
     if (batch.lastOffsetDelta !== batch.recordCount - 1) throw new TributaryError('invalid_batch', { reason: `lastOffsetDelta ${batch.lastOffsetDelta} for ${batch.recordCount} records` });
     if (batch.isControl) throw new TributaryError('invalid_batch', { reason: 'control batches are written by the broker' });
     const idempotent = await producerOf(ctx, batch, txnId);
+    // The broker assigns the offsets: the client's baseOffset (any int64) is ignored, as Kafka overwrites it.
+    // It lies outside the CRC; stamped 0 here so the record walk never reads the client's value.
+    batch.setBaseOffset(0);
     // The batch's CRC-32C held (split checked it): records that do not decode are the client's, not the
-    // network's, so INVALID_RECORD (not retriable), as Kafka's record readers answer.
+    // network's, so INVALID_RECORD (not retriable), as Kafka's record readers answer. A timestamp beyond
+    // what the log holds (2^53) keeps its reason: INVALID_TIMESTAMP.
     const records = await recordsOf(ctx, batch, budget).catch((err: unknown) => {
-      if (err instanceof RecordBatchError && err.reason !== 'unsupported_compression') throw new TributaryError('invalid_batch', { reason: `records: ${err.message}` });
+      if (err instanceof RecordBatchError && err.reason !== 'unsupported_compression' && err.reason !== 'timestamp_out_of_range') {
+        throw new TributaryError('invalid_batch', { reason: `records: ${err.message}` });
+      }
       throw err;
     });
     if (records.length === 0 || records.length !== batch.recordCount) throw new TributaryError('invalid_batch', { reason: 'record count does not match the records' });

@@ -198,6 +198,8 @@ const BATCH_TO_KAFKA: Record<RecordBatchErrorReason, KafkaErrorName> = {
   unknown_compression: 'CORRUPT_MESSAGE',
   unsupported_compression: 'UNSUPPORTED_COMPRESSION_TYPE',
   bad_magic: 'INVALID_RECORD',
+  // Any int64 is a timestamp on the wire; one the log cannot hold (beyond 2^53) is refused as Kafka refuses a timestamp.
+  timestamp_out_of_range: 'INVALID_TIMESTAMP',
 };
 
 /**

@@ -1,0 +1,112 @@
+/**
+ * Record fields the Kafka listener must take as Kafka does: any int64 baseOffset (the broker assigns
+ * offsets) and baseTimestamp (only the records' own timestamps must fit what the log holds, else
+ * INVALID_TIMESTAMP).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { crc32cRange } from 'tributary-protocol/record-batch/crc32c.js';
+import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
+import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
+import { sizeOfVarint, sizeOfVarlong, writeVarint, writeVarlong } from 'tributary-protocol/record-batch/varint.js';
+import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
+import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
+import { RawKafka } from '../../helpers/raw-kafka.js';
+
+/**
+ * A one-record RecordBatch v2 with any int64 baseOffset and baseTimestamp and the record's timestamp delta
+ * (the listener's own encoder takes safe integers only): what a Kafka client may send.
+ */
+function rawBatch(baseOffset: bigint, baseTimestamp: bigint, delta: bigint, value: string): Buffer {
+  const v = Buffer.from(value);
+  const body = 1 + sizeOfVarlong(delta) + sizeOfVarint(0) + sizeOfVarint(-1) + sizeOfVarint(v.length) + v.length + sizeOfVarint(0);
+  const b = Buffer.alloc(61 + sizeOfVarint(body) + body);
+  b.writeBigInt64BE(baseOffset, 0);
+  b.writeInt32BE(b.length - 12, 8); // batchLength
+  b.writeInt32BE(-1, 12); // partitionLeaderEpoch
+  b[16] = 2; // magic
+  b.writeInt16BE(0, 21); // attributes: uncompressed, CreateTime
+  b.writeInt32BE(0, 23); // lastOffsetDelta
+  b.writeBigInt64BE(baseTimestamp, 27);
+  b.writeBigInt64BE(baseTimestamp, 35); // maxTimestamp: the broker does not go by it
+  b.writeBigInt64BE(-1n, 43); // producerId
+  b.writeInt16BE(-1, 51);
+  b.writeInt32BE(-1, 53);
+  b.writeInt32BE(1, 57); // recordCount
+  let at = writeVarint(b, 61, body);
+  b[at++] = 0;
+  at = writeVarlong(b, at, delta);
+  at = writeVarint(b, at, 0); // offsetDelta
+  at = writeVarint(b, at, -1); // null key
+  at = writeVarint(b, at, v.length);
+  v.copy(b, at);
+  writeVarint(b, at + v.length, 0); // no headers
+  b.writeUInt32BE(crc32cRange(b, 21, b.length), 17);
+  return b;
+}
+
+describe('the Kafka listener takes record fields as Kafka does', () => {
+  let broker: BrokerProcess;
+  let c: Connection;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1'] });
+    c = await broker.connect();
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  const fetchBody = (topic: string, offset: number, maxWaitMs: number, minBytes: number) => ({
+    maxWaitMs,
+    minBytes,
+    maxBytes: 1 << 20,
+    isolationLevel: 0,
+    sessionId: 0,
+    sessionEpoch: -1,
+    topics: [{ topic, partitions: [{ partition: 0, fetchOffset: offset, partitionMaxBytes: 1 << 20 }] }],
+    forgottenTopicsData: [],
+    rackId: '',
+  });
+  const fetched = (res: KafkaStruct) => ((res.responses as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!;
+  const recordsOf = (res: KafkaStruct) =>
+    splitRecordBatches(fetched(res).records as Buffer).batches.flatMap((b) => b.decode().records.map((r) => ({ offset: r.offset, timestamp: r.timestamp, value: r.value!.toString() })));
+  const produceTo = (raw: RawKafka, topic: string, records: Buffer) =>
+    raw.call(0, 7, { transactionalId: null, acks: -1, timeoutMs: 1000, topicData: [{ name: topic, partitionData: [{ index: 0, records }] }] });
+  const answerOf = (r: KafkaStruct) => ((r.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!;
+
+  it('a Produce with baseOffset 2^60 is taken (the broker assigns offsets); a baseTimestamp of 2^60 is taken when the records fit, else INVALID_TIMESTAMP', async () => {
+    await c.command('CREATE', { topic: 'int64s', partitions: 1 });
+    const raw = await RawKafka.connect(broker.kafkaPort);
+    try {
+      await c.command('PUBLISH', { topic: 'int64s', partition: 0, message: 'first' });
+      const bigOffset = Buffer.from(encodeRecordBatch({ records: [{ key: null, value: Buffer.from('big-offset'), timestamp: 1000 }] }));
+      bigOffset.writeBigInt64BE(2n ** 60n, 0); // outside the CRC
+      const taken = answerOf(await produceTo(raw, 'int64s', bigOffset));
+      expect([taken.errorCode, taken.baseOffset]).toEqual([0, 1]);
+      expect(answerOf(await produceTo(raw, 'int64s', rawBatch(-(2n ** 63n), 0n, 2000n, 'min-offset'))).errorCode).toBe(0);
+      // baseTimestamp 2^60, the record's delta bringing its timestamp back to 3000: stored as given.
+      expect(answerOf(await produceTo(raw, 'int64s', rawBatch(0n, 2n ** 60n, 3000n - 2n ** 60n, 'big-base'))).errorCode).toBe(0);
+      // A record timestamp the log cannot hold (beyond 2^53) is the producer's timestamp error, not a corrupt batch.
+      for (const [base, delta] of [
+        [2n ** 60n, 0n],
+        [2n ** 63n - 1n, 0n],
+        [0n, 2n ** 53n],
+        [-(2n ** 63n), 0n],
+      ] as const) {
+        const refused = answerOf(await produceTo(raw, 'int64s', rawBatch(0n, base, delta, 'refused')));
+        expect([refused.errorCode, refused.baseOffset], `baseTimestamp ${base} + ${delta}`).toEqual([kafkaErrorCode('INVALID_TIMESTAMP'), -1]);
+      }
+      const all = recordsOf(await raw.call(1, 12, fetchBody('int64s', 1, 0, 1)));
+      expect(all.map((r) => [r.offset, r.value, r.timestamp])).toEqual([
+        [1, 'big-offset', 1000],
+        [2, 'min-offset', 2000],
+        [3, 'big-base', 3000],
+      ]);
+    } finally {
+      raw.socket.destroy();
+    }
+  });
+});
