@@ -13,12 +13,17 @@ export const RecordAttr = {
   TRANSACTIONAL: 0x02,
 } as const;
 
-/** A record as a producer hands it over: the log assigns offset (and timestamp when 0). */
+/** A record as a producer hands it over: the log assigns offset (and timestamp when 0, unless keepTimestamp). */
 export interface RecordInput {
   key: Buffer | null;
   value: Buffer;
-  /** Milliseconds since the epoch; 0 means "stamp on append". */
+  /** Milliseconds since the epoch; 0 means "stamp on append" (unless keepTimestamp). */
   timestamp?: number;
+  /**
+   * Store `timestamp` as given, 0 and negative values included: a Kafka producer's CreateTime, -1 its "no
+   * timestamp" (docs/kafka.md, "Produce"). Without it 0 is stamped on append and a negative one refused.
+   */
+  keepTimestamp?: boolean;
   headers?: RecordHeader[];
   /** '' when the producer is not idempotent. */
   producerId?: string;

@@ -8,6 +8,8 @@
  */
 import { type Consumer, Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
+import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { type StoredAt, expectAcknowledgedStored, readValues } from '../../helpers/acked-records.js';
 import { TestCluster } from '../../helpers/cluster.js';
 import { kcat, RawKafka } from '../../helpers/raw-kafka.js';
@@ -113,6 +115,41 @@ describe('the Kafka listener on a 3-broker cluster', () => {
       }
     }
   }, 240_000);
+
+  it("a Kafka producer's timestamps 0 and -1 reach the followers as given: the next leader serves them after the old one is killed", async () => {
+    const topic = 'kafka-ts-rf3';
+    const leader = (await cluster.createInSync(topic)).id;
+    const raw = await RawKafka.connect(cluster.broker(leader).kafkaPort);
+    const normal = 1_700_000_000_000;
+    try {
+      const records = encodeRecordBatch({ records: [0, -1, normal].map((timestamp, i) => ({ key: null, value: Buffer.from(`t${i}`), timestamp })) });
+      // acks -1 under --min-insync-replicas 2: answered once a follower appended them too.
+      const res = await raw.call(0, 7, { transactionalId: null, acks: -1, timeoutMs: 5000, topicData: [{ name: topic, partitionData: [{ index: 0, records }] }] });
+      expect(((res.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!.errorCode).toBe(0);
+    } finally {
+      raw.socket.destroy();
+    }
+    await cluster.broker(leader).kill('SIGKILL');
+    try {
+      const next = await cluster.waitFor(`a new leader of ${topic}[0]`, async () => {
+        const l = await cluster.leaderOf(topic, 0);
+        return l.id >= 0 && l.id !== leader ? l.id : false;
+      });
+      const c = await cluster.connect(next);
+      try {
+        const got = await cluster.waitFor('the records at the new leader', async () => {
+          const recs = (await c.consume({ topic, partition: 0, offset: 0, batch: 10 }).catch(() => ({ records: [] }))).records;
+          return recs.length === 3 ? recs : false;
+        });
+        expect(got.map((r) => r.timestamp)).toEqual([0, -1, normal]);
+      } finally {
+        await c.close().catch(() => {});
+      }
+    } finally {
+      await cluster.broker(leader).relaunch();
+      await cluster.waitFor('the killed broker back', async () => (await cluster.status()).brokers.length === 3);
+    }
+  }, 120_000);
 
   it('Metadata names every Kafka address and leader; an acks -1 producer loses nothing when a leader is killed', async () => {
     const kafkaAddress = (id: number) => `127.0.0.1:${cluster.broker(id).kafkaPort}`;

@@ -1,8 +1,9 @@
 /**
- * Record fields the Kafka listener must take as Kafka does: any int64 baseOffset (the broker assigns
- * offsets) and baseTimestamp (only the records' own timestamps must fit what the log holds, else
- * INVALID_TIMESTAMP).
+ * Record fields the Kafka listener must take as Kafka does: a producer's timestamps as given (0 stays 0,
+ * -1 "no timestamp" stays -1), any int64 baseOffset (the broker assigns offsets) and baseTimestamp (only
+ * the records' own timestamps must fit what the log holds, else INVALID_TIMESTAMP).
  */
+import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { crc32cRange } from 'tributary-protocol/record-batch/crc32c.js';
@@ -13,6 +14,7 @@ import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { RawKafka } from '../../helpers/raw-kafka.js';
+import { until } from '../../helpers/util.js';
 
 /**
  * A one-record RecordBatch v2 with any int64 baseOffset and baseTimestamp and the record's timestamp delta
@@ -49,9 +51,11 @@ function rawBatch(baseOffset: bigint, baseTimestamp: bigint, delta: bigint, valu
 describe('the Kafka listener takes record fields as Kafka does', () => {
   let broker: BrokerProcess;
   let c: Connection;
+  let bootstrap: string;
 
   beforeAll(async () => {
     broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1'] });
+    bootstrap = `127.0.0.1:${broker.kafkaPort}`;
     c = await broker.connect();
   });
 
@@ -76,6 +80,42 @@ describe('the Kafka listener takes record fields as Kafka does', () => {
   const produceTo = (raw: RawKafka, topic: string, records: Buffer) =>
     raw.call(0, 7, { transactionalId: null, acks: -1, timeoutMs: 1000, topicData: [{ name: topic, partitionData: [{ index: 0, records }] }] });
   const answerOf = (r: KafkaStruct) => ((r.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!;
+
+  it("keeps a producer's timestamps as given (CreateTime): 0 stays 0 and -1 stays -1 for kafkajs and for native CONSUME", { timeout: 30_000 }, async () => {
+    await c.command('CREATE', { topic: 'ts-kept', partitions: 1 });
+    const kafka = new Kafka({ brokers: [bootstrap], clientId: 'ts-kept', logLevel: logLevel.NOTHING, retry: { retries: 2 } });
+    const producer = kafka.producer();
+    const consumer = kafka.consumer({ groupId: 'ts-kept', maxWaitTimeInMs: 100 });
+    const normal = 1_700_000_000_000;
+    try {
+      await producer.connect();
+      await producer.send({
+        topic: 'ts-kept',
+        acks: -1,
+        messages: [
+          { partition: 0, value: 'zero', timestamp: '0' },
+          { partition: 0, value: 'none', timestamp: '-1' },
+          { partition: 0, value: 'normal', timestamp: String(normal) },
+        ],
+      });
+      await consumer.connect();
+      await consumer.subscribe({ topic: 'ts-kept', fromBeginning: true });
+      const seen: string[] = [];
+      await consumer.run({ eachMessage: async ({ message }) => void seen.push(`${message.value!.toString()}@${message.timestamp}`) });
+      await until(() => seen.length === 3, 20_000, 'the three records consumed');
+      expect(seen).toEqual(['zero@0', 'none@-1', `normal@${normal}`]);
+    } finally {
+      await consumer.disconnect();
+      await producer.disconnect();
+    }
+    // The native port shows the stored timestamps: -1 is "no timestamp", as on the Kafka side.
+    const native = (await c.consume({ topic: 'ts-kept', partition: 0, offset: 0, batch: 10 })).records;
+    expect(native.map((r) => [r.value.toString(), r.timestamp])).toEqual([
+      ['zero', 0],
+      ['none', -1],
+      ['normal', normal],
+    ]);
+  });
 
   it('a Produce with baseOffset 2^60 is taken (the broker assigns offsets); a baseTimestamp of 2^60 is taken when the records fit, else INVALID_TIMESTAMP', async () => {
     await c.command('CREATE', { topic: 'int64s', partitions: 1 });

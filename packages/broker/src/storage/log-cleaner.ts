@@ -15,7 +15,7 @@ import { type CompactionCrashPoint, SimulatedCrash, takeCompactionCrash } from '
 import type { LogWriter } from './log-writer.js';
 import { Mutex } from './mutex.js';
 import { OffsetIndex, serializeIndex } from './offset-index.js';
-import { ATTR_END_OF_APPEND, encodedSize, encodeRecordInto, type EncodableRecord, USER_ATTR_MASK } from './record-codec.js';
+import { ageTimestamp, ATTR_END_OF_APPEND, encodedSize, encodeRecordInto, type EncodableRecord, USER_ATTR_MASK } from './record-codec.js';
 import type { SegmentFds } from './segment-fds.js';
 import { type RecordInfo, type ScanOutcome, Segment } from './segment.js';
 
@@ -259,7 +259,9 @@ export class LogCleaner {
           const b = Buffer.allocUnsafe(encodedSize(enc));
           encodeRecordInto(b, 0, enc);
           index.onRecord(r.offset, size + pending);
-          if (rec.timestamp > maxTs) maxTs = rec.timestamp;
+          // A record without a timestamp keeps the age it gave the old segment (at most its maxTimestamp).
+          const age = ageTimestamp(rec.timestamp, seg.maxTimestamp);
+          if (age > maxTs) maxTs = age;
           bufs.push(b);
           pending += b.length;
           return true;

@@ -18,6 +18,7 @@ import type { AppendGuard, AppendResult } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { Mutex } from './mutex.js';
 import {
+  ageTimestamp,
   ATTR_END_OF_APPEND,
   encodedSize,
   encodeRecordInto,
@@ -59,7 +60,10 @@ interface ReplicaWrite {
   starts: number[];
   /** Offset of record i (increasing, maybe with gaps). */
   offsets: number[];
+  /** Of the records with a timestamp (-1 when none has one). */
   maxTimestamp: number;
+  /** Some record has none (negative): the segment's age counts it as written when it is (ageTimestamp). */
+  untimed: boolean;
 }
 
 export class LogWriter {
@@ -143,8 +147,9 @@ export class LogWriter {
       const r = records[i];
       const offset = r?.offset;
       if (!Number.isSafeInteger(offset) || offset < 0) return Promise.reject(invalidParam('records', `record ${i}: bad offset ${offset}`));
-      if (typeof r.timestamp !== 'number') return Promise.reject(invalidParam('records', `record ${i}: timestamp must be a non-negative safe integer`));
-      const reason = validateEncodable(r);
+      if (typeof r.timestamp !== 'number') return Promise.reject(invalidParam('records', `record ${i}: timestamp must be a safe integer`));
+      // Timestamps as stored on the leader: a Kafka producer's 0 or -1 included.
+      const reason = validateEncodable(r, true);
       if (reason) return Promise.reject(invalidParam('records', `record ${i}: ${reason}`));
       if (i > 0) {
         const prev = offsets[i - 1];
@@ -170,6 +175,7 @@ export class LogWriter {
     const buf = this.arena.take(bytes);
     const starts = new Array<number>(n + 1);
     let maxTimestamp = -1;
+    let untimed = false;
     let p = 0;
     for (let i = 0; i < n; i++) {
       const r = records[i];
@@ -177,10 +183,11 @@ export class LogWriter {
       if (end - p !== sizes[i]) return Promise.reject(storageError(this.st.dir, 'record encoding size mismatch'));
       starts[i] = p;
       if (r.timestamp > maxTimestamp) maxTimestamp = r.timestamp;
+      if (r.timestamp < 0) untimed = true;
       p = end;
     }
     starts[n] = p;
-    const replica: ReplicaWrite = { buf, starts, offsets, maxTimestamp };
+    const replica: ReplicaWrite = { buf, starts, offsets, maxTimestamp, untimed };
     return new Promise<AppendResult>((resolve, reject) => {
       this.pending.push({ records: NO_RECORDS, replica, sizes, bytes, resolve, reject });
       this.scheduleDrain();
@@ -307,7 +314,8 @@ export class LogWriter {
       const lastIdx = b.records.length - 1;
       for (let i = 0; i < b.records.length; i++) {
         const r = b.records[i];
-        const timestamp = r.timestamp ? r.timestamp : now;
+        // 0 is "stamp on append", unless the timestamp is kept as given (a Kafka producer's CreateTime).
+        const timestamp = r.keepTimestamp === true && r.timestamp !== undefined ? r.timestamp : r.timestamp || now;
         const attributes = ((r.attributes ?? 0) & USER_ATTR_MASK) | (i === lastIdx ? ATTR_END_OF_APPEND : 0);
         const end = encodeRecordInto(buf, p, {
           offset,
@@ -322,7 +330,8 @@ export class LogWriter {
         });
         if (end - p !== b.sizes[i]) throw storageError(this.st.dir, 'record encoding size mismatch');
         recStarts.push(p);
-        if (timestamp > maxTs) maxTs = timestamp;
+        const age = ageTimestamp(timestamp, now);
+        if (age > maxTs) maxTs = age;
         p = end;
         offset++;
       }
@@ -401,7 +410,8 @@ export class LogWriter {
     for (let i = 0; i < offsets.length; i++) seg.index.onRecord(offsets[i], startSize + starts[i]);
     seg.size = startSize + b.bytes;
     seg.nextOffset = last + 1;
-    if (rw.maxTimestamp > seg.maxTimestamp) seg.maxTimestamp = rw.maxTimestamp;
+    const maxTs = rw.untimed ? Math.max(rw.maxTimestamp, now) : rw.maxTimestamp;
+    if (maxTs > seg.maxTimestamp) seg.maxTimestamp = maxTs;
     seg.markModified();
     this.st.totalBytes += b.bytes;
     this.sync.markDirty(seg);

@@ -56,6 +56,16 @@ export type DecodeFailure = {
 export type DecodeResult = { ok: true; record: LogRecord; size: number } | DecodeFailure;
 export type InspectResult = { ok: true; size: number; offset: number; timestamp: number; attributes: number } | DecodeFailure;
 
+/**
+ * The time a record counts as in its segment's age (retention by time, the segment's maxTimestamp): its
+ * timestamp, or `appendedAt` for one without (negative: a Kafka producer's -1, "no timestamp"), the time
+ * it was appended as near as the caller knows it. So such a record neither makes its segment look
+ * infinitely old (deleted at once) nor keeps it for ever (docs/architecture.md, "Retention").
+ */
+export function ageTimestamp(timestamp: number, appendedAt: number): number {
+  return timestamp < 0 ? appendedAt : timestamp;
+}
+
 /** Encoded size of one record (offset/timestamp do not affect it). */
 export function encodedSize(r: RecordInput | EncodableRecord): number {
   let n = RECORD_OVERHEAD + r.value.length;
@@ -73,12 +83,15 @@ export function encodedSize(r: RecordInput | EncodableRecord): number {
 
 /**
  * Checks limits the format imposes (u16 lengths, safe integers, attribute byte).
- * Returns a reason string, or null when the record can be encoded.
+ * Returns a reason string, or null when the record can be encoded. A timestamp may be negative only when
+ * kept as given (`keepTimestamp`, or `anyTimestamp` for a record as stored: a replica's).
  */
-export function validateEncodable(r: RecordInput): string | null {
+export function validateEncodable(r: RecordInput, anyTimestamp = r.keepTimestamp === true): string | null {
   if (!Buffer.isBuffer(r.value)) return 'value must be a Buffer';
   if (r.key !== null && !Buffer.isBuffer(r.key)) return 'key must be a Buffer or null';
-  if (r.timestamp !== undefined && !(Number.isSafeInteger(r.timestamp) && r.timestamp >= 0)) return 'timestamp must be a non-negative safe integer';
+  if (r.timestamp !== undefined && !(Number.isSafeInteger(r.timestamp) && (anyTimestamp || r.timestamp >= 0))) {
+    return anyTimestamp ? 'timestamp must be a safe integer' : 'timestamp must be a non-negative safe integer';
+  }
   if (r.epoch !== undefined && !(Number.isSafeInteger(r.epoch) && r.epoch >= -1)) return 'epoch must be a safe integer >= -1';
   if (r.sequence !== undefined && !(Number.isSafeInteger(r.sequence) && r.sequence >= -1)) return 'sequence must be a safe integer >= -1';
   if (r.attributes !== undefined && !(Number.isInteger(r.attributes) && r.attributes >= 0 && r.attributes <= 0xff)) return 'attributes must fit in a byte';

@@ -8,6 +8,7 @@
 import { unlink } from 'node:fs/promises';
 import { writeFileSynced } from './log-fs.js';
 import { OffsetIndex, serializeIndex } from './offset-index.js';
+import { ageTimestamp } from './record-codec.js';
 import type { Segment } from './segment.js';
 
 /** Where a segment is cut (Segment.truncateTo). */
@@ -28,7 +29,9 @@ export async function prepareCut(seg: Segment, offset: number): Promise<SegmentC
   const position = offset <= seg.baseOffset ? 0 : await seg.positionOf(offset);
   let maxTimestamp = -1;
   await seg.scan(0, position, (r) => {
-    if (r.timestamp > maxTimestamp) maxTimestamp = r.timestamp;
+    // A record without a timestamp counted as of its append in the segment's age, at most its maxTimestamp.
+    const age = ageTimestamp(r.timestamp, seg.maxTimestamp);
+    if (age > maxTimestamp) maxTimestamp = age;
     return true;
   });
   const cut: SegmentCut = { offset, position, maxTimestamp, tmpIndex: null };

@@ -9,6 +9,7 @@ import { type FileHandle, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { type IndexEntry, OffsetIndex, readIndexFile, writeIndexFile } from './offset-index.js';
+import { ageTimestamp } from './record-codec.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
 import { OrderCheck } from './offset-order.js';
 import type { SegmentCut } from './segment-cut.js';
@@ -198,7 +199,9 @@ export class Segment implements FdHolder {
           return false;
         }
         index.onRecord(r.offset, r.position);
-        if (r.timestamp > maxTs) maxTs = r.timestamp;
+        // A record without a timestamp counts as of the file's last write (Kafka's fallback, lastModified).
+        const age = ageTimestamp(r.timestamp, st.mtimeMs);
+        if (age > maxTs) maxTs = age;
         if (order.inAppend) {
           partial++;
         } else {

@@ -95,7 +95,8 @@ async function recordsOf(ctx: KafkaRequestContext, batch: RecordBatchView, budge
     const value = r.value() ?? EMPTY;
     if (value.length + (key?.length ?? 0) > max) throw new TributaryError('record_too_large', { size: value.length + (key?.length ?? 0), max });
     const headers: RecordHeader[] = r.headers().map((h) => ({ key: h.key, value: h.value ?? EMPTY }));
-    records.push({ key, value, timestamp: Math.max(0, r.timestamp), headers });
+    // The producer's timestamp as given (CreateTime): 0 stays 0, -1 (NO_TIMESTAMP) is stored and read back as -1.
+    records.push({ key, value, timestamp: r.timestamp, keepTimestamp: true, headers });
   }, data);
   return records;
 }
