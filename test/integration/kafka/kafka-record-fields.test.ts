@@ -1,7 +1,8 @@
 /**
  * Record fields the Kafka listener must take as Kafka does: a producer's timestamps as given (0 stays 0,
  * -1 "no timestamp" stays -1), any int64 baseOffset (the broker assigns offsets) and baseTimestamp (only
- * the records' own timestamps must fit what the log holds, else INVALID_TIMESTAMP).
+ * the records' own timestamps must fit what the log holds, else INVALID_TIMESTAMP); and a Fetch that asks
+ * for no bytes (minBytes 0) or no wait (maxWaitMs 0) is answered at once, even at the log end.
  */
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -147,6 +148,38 @@ describe('the Kafka listener takes record fields as Kafka does', () => {
       ]);
     } finally {
       raw.socket.destroy();
+    }
+  });
+
+  it('a Fetch at the log end with minBytes 0 (or maxWaitMs 0) is answered at once, before the record that comes next', { timeout: 15_000 }, async () => {
+    await c.command('CREATE', { topic: 'no-wait', partitions: 1 });
+    for (const m of ['a', 'b']) await c.command('PUBLISH', { topic: 'no-wait', partition: 0, message: m });
+    const raw = await RawKafka.connect(broker.kafkaPort);
+    try {
+      // maxWaitMs 30 s (the broker's cap) is past this test's timeout: the answer comes without it, empty,
+      // and only then is the next record produced.
+      const empty = fetched(await raw.call(1, 12, fetchBody('no-wait', 2, 30_000, 0)));
+      expect([empty.errorCode, empty.highWatermark, (empty.records as Buffer | null)?.length ?? 0]).toEqual([0, 2, 0]);
+      // maxWaitMs 0: answered with what there is, however many bytes minBytes asks for.
+      const now = fetched(await raw.call(1, 12, fetchBody('no-wait', 2, 0, 1 << 20)));
+      expect([now.errorCode, (now.records as Buffer | null)?.length ?? 0]).toEqual([0, 0]);
+      await c.command('PUBLISH', { topic: 'no-wait', partition: 0, message: 'c' });
+      expect(recordsOf(await raw.call(1, 12, fetchBody('no-wait', 2, 30_000, 0))).map((r) => r.value)).toEqual(['c']);
+    } finally {
+      raw.socket.destroy();
+    }
+    // kafkajs with minBytes 0: its fetches at the log end come back empty at once, one after another.
+    const kafka = new Kafka({ brokers: [bootstrap], clientId: 'no-wait', logLevel: logLevel.NOTHING, retry: { retries: 2 } });
+    const consumer = kafka.consumer({ groupId: 'no-wait', minBytes: 0, maxWaitTimeInMs: 30_000 });
+    let fetches = 0;
+    consumer.on(consumer.events.FETCH, () => void fetches++);
+    try {
+      await consumer.connect();
+      await consumer.subscribe({ topic: 'no-wait', fromBeginning: false });
+      await consumer.run({ eachMessage: async () => {} });
+      await until(() => fetches >= 3, 10_000, 'three fetches answered');
+    } finally {
+      await consumer.disconnect();
     }
   });
 });
