@@ -110,10 +110,11 @@ describe('the Kafka listener', () => {
       expect(byTime.every((o) => Number(o.offset) === 0)).toBe(true);
       const configs = await admin.describeConfigs({
         includeSynonyms: false,
-        resources: [{ type: ConfigResourceTypes.TOPIC, name: 'kj', configNames: ['retention.ms', 'cleanup.policy'] }],
+        resources: [{ type: ConfigResourceTypes.TOPIC, name: 'kj', configNames: ['retention.ms', 'cleanup.policy', 'message.timestamp.type'] }],
       });
       expect(configs.resources[0]!.configEntries.map((e) => [e.configName, e.configValue]).sort()).toEqual([
         ['cleanup.policy', 'delete'],
+        ['message.timestamp.type', 'CreateTime'],
         ['retention.ms', String(168 * 3_600_000)],
       ]);
       await admin.createPartitions({ topicPartitions: [{ topic: 'kj', count: 4 }] });

@@ -36,6 +36,8 @@ function topicConfigs(ctx: KafkaRequestContext, d: TopicDefinition): Entry[] {
     { name: 'retention.bytes', value: String(d.retentionBytes), source: SOURCE.topic, type: TYPE.long },
     { name: 'max.message.bytes', value: String(c.maxRecordBytes), source: SOURCE.staticBroker, type: TYPE.int },
     { name: 'min.insync.replicas', value: String(c.minInsyncReplicas), source: SOURCE.staticBroker, type: TYPE.int },
+    // Records keep the producer's timestamps (produce.ts), 0 and -1 included: Kafka's CreateTime.
+    { name: 'message.timestamp.type', value: 'CreateTime', source: SOURCE.staticBroker, type: TYPE.string },
   ];
 }
 
