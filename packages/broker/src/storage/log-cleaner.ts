@@ -18,6 +18,7 @@ import { OffsetIndex, serializeIndex } from './offset-index.js';
 import { ageTimestamp, ATTR_END_OF_APPEND, encodedSize, encodeRecordInto, type EncodableRecord, USER_ATTR_MASK } from './record-codec.js';
 import type { SegmentFds } from './segment-fds.js';
 import { type RecordInfo, type ScanOutcome, Segment } from './segment.js';
+import type { TombstoneHorizon } from './tombstone-horizon.js';
 
 /** Suffix of a compacted segment's files before they are swapped in; open() removes leftovers (*.tmp). */
 const COMPACT_TMP_SUFFIX = '.compact.tmp';
@@ -91,6 +92,7 @@ export class LogCleaner {
     private readonly writer: LogWriter,
     private readonly sync: GroupCommit,
     private readonly fds: SegmentFds,
+    private readonly horizon: TombstoneHorizon,
     /** The PartitionLog, as armCompactionCrash knows it. */
     private readonly owner: object,
   ) {}
@@ -181,10 +183,15 @@ export class LogCleaner {
         return rec.value.length > 0 || now - rec.timestamp <= tombstoneMs;
       };
       // Pass 2: rewrite each closed segment that loses records.
+      let horizon = 0;
       for (const { seg, version } of closed) {
         let removed = 0;
         await this.scanForCompaction(seg, 0, seg.size, (r, rec) => {
-          if (!keep(r, rec)) removed++;
+          if (keep(r, rec)) return true;
+          removed++;
+          // The latest record of its key, so an expired tombstone: a replica that never read it would keep
+          // the key's older value. Superseded records take nothing with them (the key's later one stays).
+          if (rec.value.length === 0 && latest.get(rec.key!.toString('latin1')) === r.offset) horizon = Math.max(horizon, r.offset + 1);
           return true;
         });
         if (removed === 0) continue;
@@ -193,6 +200,11 @@ export class LogCleaner {
         if (this.st.state !== 'open') throw new CompactionAborted();
       }
       if (prepared.length === 0) return none;
+      // On disk before a segment without the tombstones is swapped in, and read by replica fetches after
+      // their records (docs/architecture.md, "Compaction"): no follower gets a record past a dropped
+      // tombstone without hearing of it. A swap that does not happen leaves it higher than needed, which
+      // only makes a lagging replica rebuild.
+      if (horizon > 0) await this.horizon.raise(horizon);
       if (crashAt === 'temp-written') throw new SimulatedCrash(crashAt);
       return await this.writer.exclusive(() => this.swapCompacted(prepared, truncations, crashAt));
     } catch (err) {

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { readHwmCheckpoint } from './hwm-checkpoint.js';
 import { fsyncDir, RELEASED_SUFFIX, storageError } from './log-fs.js';
+import { readTombstoneHorizon, TOMBSTONE_HORIZON_FILE } from './tombstone-horizon.js';
 import type { SegmentFdPolicy } from './fd-budget.js';
 import type { LogOptions } from './log-options.js';
 import { Segment } from './segment.js';
@@ -22,6 +23,8 @@ export interface LoadedLog {
   clean: boolean;
   /** The HWM checkpoint (0 when there is none), not yet clamped to the segments. */
   checkpointedHwm: number;
+  /** The tombstone horizon (tombstone-horizon.ts): 0 without its file. */
+  tombstoneHorizon: number;
 }
 
 /**
@@ -33,11 +36,15 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
   // A release cut short by a crash (PartitionLog.release): what was renamed away is never adopted.
   await rm(dir + RELEASED_SUFFIX, { recursive: true, force: true }).catch((err: unknown) => log.warn({ err }, 'could not remove a released log directory'));
   if (opts.lazy) {
-    const names = await readdir(dir).catch((err: NodeJS.ErrnoException) => {
+    const names = await readdir(dir).catch((err: NodeJS.ErrnoException): string[] => {
       if (err.code === 'ENOENT') return [];
       throw storageError(dir, 'recovery failed', err);
     });
-    if (!names.some((n) => parseSegmentFileName(n)?.kind === 'log')) return { segments: [], clean: false, checkpointedHwm: 0 };
+    if (!names.some((n) => parseSegmentFileName(n)?.kind === 'log')) {
+      // A replica being added learns its leader's horizon before its first record (cluster/tombstone-horizon.ts).
+      const tombstoneHorizon = names.includes(TOMBSTONE_HORIZON_FILE) ? await readTombstoneHorizon(dir, log, 0) : 0;
+      return { segments: [], clean: false, checkpointedHwm: 0, tombstoneHorizon };
+    }
   }
   await mkdir(dir, { recursive: true });
   const names = await readdir(dir);
@@ -117,5 +124,6 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
   // The marker must be gone (durably) before any append, or a later crash would skip recovery.
   if (clean) await unlink(join(dir, CLEAN_SHUTDOWN_FILE)).catch(() => {});
   await fsyncDir(dir);
-  return { segments, clean, checkpointedHwm: await readHwmCheckpoint(dir, log) };
+  const end = segments[segments.length - 1].nextOffset;
+  return { segments, clean, checkpointedHwm: await readHwmCheckpoint(dir, log), tombstoneHorizon: await readTombstoneHorizon(dir, log, end) };
 }

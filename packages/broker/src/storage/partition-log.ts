@@ -23,7 +23,7 @@ import { GroupCommit } from './group-commit.js';
 import { LogTicker } from './log-ticker.js';
 import { HwmCheckpoint } from './hwm-checkpoint.js';
 import { LogCleaner, retentionDue } from './log-cleaner.js';
-import { fsyncDir, renameAway, storageError } from './log-fs.js';
+import { fsyncDir, makeDir, renameAway, storageError } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE, loadLog } from './log-loader.js';
 import {
   type AppendGuard,
@@ -44,10 +44,12 @@ import { truncateSegments } from './log-truncate.js';
 import { LogWriter } from './log-writer.js';
 import type { Segment } from './segment.js';
 import { SegmentFds } from './segment-fds.js';
+import { TombstoneHorizon } from './tombstone-horizon.js';
 import type { WireReadRequest } from './tail-cache.js';
 
 export { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
 export { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
+export { TOMBSTONE_HORIZON_FILE } from './tombstone-horizon.js';
 export {
   type AppendGuard,
   type AppendResult,
@@ -76,6 +78,7 @@ export class PartitionLog {
   readonly options: Readonly<LogOptions>;
   private readonly st: LogState;
   private readonly checkpoint: HwmCheckpoint;
+  private readonly horizon: TombstoneHorizon;
   private closePromise: Promise<void> | null = null;
   private readonly ticker: LogTicker;
   // The parts below are made on first use (the getters after the constructor): a broker with 10,000
@@ -98,8 +101,9 @@ export class PartitionLog {
     );
   }
 
-  private constructor(dir: string, opts: Readonly<LogOptions>, logger: Logger, segments: Segment[], fds: SegmentFdPolicy | undefined) {
+  private constructor(dir: string, opts: Readonly<LogOptions>, logger: Logger, segments: Segment[], fds: SegmentFdPolicy | undefined, horizon: number) {
     this.dir = dir;
+    this.horizon = new TombstoneHorizon(dir, horizon);
     this.options = opts;
     this.st = new LogState(dir, this.options, logger, segments, fds);
     this.ticker = opts.ticker ?? new LogTicker(opts.flushIntervalMs);
@@ -128,7 +132,7 @@ export class PartitionLog {
   }
 
   private get cleaner(): LogCleaner {
-    this.cleanerPart ??= new LogCleaner(this.st, this.writer, this.sync, this.fds, this);
+    this.cleanerPart ??= new LogCleaner(this.st, this.writer, this.sync, this.fds, this.horizon, this);
     return this.cleanerPart;
   }
 
@@ -141,8 +145,8 @@ export class PartitionLog {
     const o = resolveOptions(opts);
     const log = (logger ?? silentLogger()).child({ component: 'partition-log', dir });
     const fds = segmentFdPolicy(o);
-    const { segments, clean, checkpointedHwm } = await loadLog(dir, o, log, how, fds);
-    const pl = new PartitionLog(dir, o, log, segments, fds);
+    const { segments, clean, checkpointedHwm, tombstoneHorizon } = await loadLog(dir, o, log, how, fds);
+    const pl = new PartitionLog(dir, o, log, segments, fds, tombstoneHorizon);
     pl.st.hwm = pl.st.clampHwm(checkpointedHwm);
     pl.checkpoint.checkpointed = pl.st.hwm;
     log.debug({ logStartOffset: pl.logStartOffset, logEndOffset: pl.logEndOffset, segments: segments.length, clean }, 'partition log opened');
@@ -178,6 +182,27 @@ export class PartitionLog {
 
   get sizeBytes(): number {
     return this.st.totalBytes;
+  }
+
+  /**
+   * 1 + the highest offset of a tombstone compaction dropped from this log, or from a log this one copied
+   * (0: none). A replica whose log ends at or below it may still hold a value that tombstone deleted
+   * (docs/architecture.md, "Compaction"). Monotonic, and on disk before any segment without the tombstone.
+   */
+  get tombstoneHorizon(): number {
+    return this.horizon.value;
+  }
+
+  /**
+   * A follower takes its leader's horizon (never lowering its own) before it stores records the leader
+   * compacted: this log then holds what the leader's dropped tombstones leave, and if it leads later its
+   * followers must hear of them. Resolves once the horizon is on disk.
+   */
+  raiseTombstoneHorizon(h: number): Promise<void> {
+    if (!Number.isSafeInteger(h) || h < 0) return Promise.reject(invalidParam('tombstoneHorizon', 'must be a non-negative safe integer'));
+    if (this.st.state !== 'open') return Promise.reject(storageError(this.dir, 'log is closed'));
+    // A dormant log (a replica being added) has no directory yet.
+    return this.horizon.raise(h, () => (this.st.dormant ? makeDir(this.dir, this.options.flush !== 'os') : Promise.resolve()));
   }
 
   /** Monotonic; clamped to the LEO. Checkpointed on the flush timer (see checkpointHwmOnTimer) and on close. */
@@ -423,6 +448,8 @@ export class PartitionLog {
       if (this.st.state === 'closed') throw storageError(this.dir, 'log is closed');
       if (this.writer.queued > 0) throw storageError(this.dir, 'not released: appends are queued');
       await this.sync.idle();
+      // A raise landing after the rename would bring the directory back around its file.
+      await this.horizon.idle();
       while (this.checkpoint.inFlight) await this.checkpoint.inFlight;
       let doomed: string | null;
       try {
@@ -444,6 +471,7 @@ export class PartitionLog {
       this.st.hwm = 0;
       this.st.cache.truncateFrom(0);
       this.checkpoint.checkpointed = -1;
+      this.horizon.reset();
       // What failed was the files, and they are gone.
       this.st.failed = null;
       if (doomed) await rm(doomed, { recursive: true, force: true }).catch((err: unknown) => this.st.logger.warn({ err }, 'could not remove a released log directory; its next open will'));
@@ -470,6 +498,7 @@ export class PartitionLog {
     fds?.budget.refuseWaits(fds, storageError(this.dir, 'log is closed'));
     // A running compaction sees the state and gives up at its next record; let it clean up first.
     if (this.cleanerPart?.compacting) await this.cleanerPart.idle();
+    await this.horizon.idle();
     await this.writer.run(async () => {
       // Appends accepted before close still get written (those that would wait for an fd are refused).
       await this.writer.drain(true);
