@@ -19,6 +19,7 @@ import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
 import { failAckWaiters, releaseAckWaiters, waitReplicated } from './ack-waiters.js';
 import { type Replica, type ReplicationConfig, type Role, newReplica, notEnoughReplicas } from './replica-types.js';
+import { type HorizonWatch, followLeaderHorizon, horizonParam, newHorizonWatch, onFetchText, parseHorizon } from './tombstone-horizon.js';
 
 export type { ReplicationConfig, Role, Replica } from './replica-types.js';
 
@@ -469,6 +470,7 @@ export class ReplicaManager {
     let failures = 0;
     let truncated = false;
     const epoch = r.leaderEpoch;
+    const horizon = newHorizonWatch();
     try {
       // Removed and added back: the old copy is gone before fetching starts again.
       if (r.dropping) await r.dropping;
@@ -478,7 +480,7 @@ export class ReplicaManager {
           // A promotion must not wait for a request on a shared connection: the answer is then ignored.
           conn = await abortable(link.connection(), signal);
           if (!truncated) {
-            await this.truncateToLeader(r, conn, epoch, signal);
+            await this.truncateToLeader(r, conn, epoch, horizon, signal);
             if (signal.aborted) break;
             truncated = true;
           }
@@ -494,12 +496,15 @@ export class ReplicaManager {
           const sentAt = performance.now();
           const frame = await abortable(
             conn.request(
-              `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} park=true${r.topicId ? ` topic_id=${r.topicId}` : ''}`,
+              `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} park=true${r.topicId ? ` topic_id=${r.topicId}` : ''}${horizonParam(horizon)}`,
             ),
             signal,
           );
           if (signal.aborted) break;
-          if (frame.kind === 'text') throw parseError(frame.text);
+          if (frame.kind === 'text') {
+            await onFetchText(r, frame.text, horizon, this.deps.logger); // the leader's horizon, or an error
+            continue;
+          }
           const batch = frame.batch;
           const records = batch.records as unknown as LogRecord[];
           if (rate > 0 && records.length > 0) this.throttle.consume(records.reduce((n, x) => n + encodedSize(x), 0), rate, sentAt);
@@ -528,7 +533,7 @@ export class ReplicaManager {
    * the leader; anything past that here was never the leader's and goes. Then this replica takes the
    * leader's history as its own.
    */
-  private async truncateToLeader(r: Replica, conn: Connection, epoch: number, signal: AbortSignal): Promise<void> {
+  private async truncateToLeader(r: Replica, conn: Connection, epoch: number, horizon: HorizonWatch, signal: AbortSignal): Promise<void> {
     await r.epochsLoaded;
     // A demoted leader's appends begun before the new state arrived must land first, or one landing after
     // the decision stays as a divergent record at an offset the new leader gave to an acknowledged one.
@@ -552,16 +557,18 @@ export class ReplicaManager {
       await r.partition.truncateTo(end);
       if (r.partition.highWatermark > end) r.partition.setReplicatedHighWatermark(end);
     }
+    const h = parseHorizon(p.get('tombstone_horizon'));
+    if (h !== undefined) await followLeaderHorizon(r, h, horizon, this.deps.logger);
     r.epochs.replaceWith(entries);
     await r.epochs.flush();
     // Fault tests (`replica.truncated:<topic>@ms`): a follower slow to fetch after deciding its truncation.
     await abortable(failpointDelay(`replica.truncated:${r.topic}`) ?? Promise.resolve(), signal).catch(() => {});
   }
 
-  /** LEADER_EPOCHS on the leader: its epoch history and log end. */
-  epochHistory(topic: string, partition: number, leaderEpoch: number): { epochs: Array<[number, number]>; logEnd: number } {
+  /** LEADER_EPOCHS on the leader: its epoch history, log end and tombstone horizon. */
+  epochHistory(topic: string, partition: number, leaderEpoch: number): { epochs: Array<[number, number]>; logEnd: number; tombstoneHorizon: number } {
     const r = this.requireLeaderAt(topic, partition, leaderEpoch);
-    return { epochs: r.epochs.entries(), logEnd: r.partition.logEndOffset };
+    return { epochs: r.epochs.entries(), logEnd: r.partition.logEndOffset, tombstoneHorizon: r.partition.log.tombstoneHorizon };
   }
 
   /** Every replica of this broker (for CLUSTER_STATUS and metrics). */
