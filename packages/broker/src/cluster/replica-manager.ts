@@ -3,7 +3,7 @@ import type { Logger } from '../common/logger.js';
 import { failpointDelay, failpointRefuse } from '../common/failpoints.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import type { Connection } from 'tributary-protocol/connection.js';
-import { parseError, parseLine } from 'tributary-protocol/command.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { followerTruncationOffset } from '../storage/leader-epoch-cache.js';
