@@ -52,6 +52,8 @@ export interface TopicConfig {
   retentionHours: number;
   retentionBytes: number;
   cleanupPolicy: string;
+  /** Compacted topics: how long a tombstone stays, in ms (absent from a broker of an older version). */
+  deleteRetentionMs?: number;
 }
 
 export interface CreateTopicResult extends TopicConfig {
@@ -69,6 +71,8 @@ export interface TopicDescription {
   retention_hours: number;
   retention_bytes: number;
   cleanup_policy: string;
+  /** Compacted topics: how long a tombstone stays, in ms (absent from a broker of an older version). */
+  delete_retention_ms?: number;
   partitions: Array<{
     id: number;
     leader: string;
@@ -326,6 +330,7 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
       retentionHours: num(p.get('retention_hours')),
       retentionBytes: num(p.get('retention_bytes')),
       cleanupPolicy: p.get('cleanup_policy') ?? '',
+      ...(p.has('delete_retention_ms') ? { deleteRetentionMs: num(p.get('delete_retention_ms')) } : {}),
       created: p.get('created') !== 'false',
     };
   }

@@ -85,7 +85,14 @@ describe('the Kafka listener', () => {
         .createTopics({ topics: [{ topic: 'kj-bad', numPartitions: 1, configEntries: [{ name: 'segment.ms', value: '1000' }] }] })
         .catch((e: unknown) => e);
       expect(refused).toMatchObject({ errors: [expect.objectContaining({ type: 'INVALID_CONFIG' })] });
+      // delete.retention.ms is the topic's tombstone retention: 0 or more, stored with it.
+      const negative = await admin
+        .createTopics({ topics: [{ topic: 'kj-bad', numPartitions: 1, configEntries: [{ name: 'delete.retention.ms', value: '-1' }] }] })
+        .catch((e: unknown) => e);
+      expect(negative).toMatchObject({ errors: [expect.objectContaining({ type: 'INVALID_CONFIG' })] });
       expect((await admin.fetchTopicMetadata({ topics: [] })).topics.map((t) => t.name)).not.toContain('kj-bad');
+      expect(await admin.createTopics({ topics: [{ topic: 'kj-dr', numPartitions: 1, configEntries: [{ name: 'delete.retention.ms', value: '5000' }] }] })).toBe(true);
+      expect(await c.json('DESCRIBE', { topic: 'kj-dr' })).toMatchObject({ delete_retention_ms: 5000 });
       await producer.connect();
       const before = Date.now();
       const sent = await producer.send({
@@ -110,13 +117,19 @@ describe('the Kafka listener', () => {
       expect(byTime.every((o) => Number(o.offset) === 0)).toBe(true);
       const configs = await admin.describeConfigs({
         includeSynonyms: false,
-        resources: [{ type: ConfigResourceTypes.TOPIC, name: 'kj', configNames: ['retention.ms', 'cleanup.policy', 'message.timestamp.type'] }],
+        resources: [
+          { type: ConfigResourceTypes.TOPIC, name: 'kj', configNames: ['retention.ms', 'cleanup.policy', 'delete.retention.ms', 'message.timestamp.type'] },
+          { type: ConfigResourceTypes.TOPIC, name: 'kj-dr', configNames: ['delete.retention.ms'] },
+        ],
       });
-      expect(configs.resources[0]!.configEntries.map((e) => [e.configName, e.configValue]).sort()).toEqual([
+      const byTopic = new Map(configs.resources.map((r) => [r.resourceName, r.configEntries.map((e) => [e.configName, e.configValue]).sort()]));
+      expect(byTopic.get('kj')).toEqual([
         ['cleanup.policy', 'delete'],
+        ['delete.retention.ms', '86400000'], // the broker's default
         ['message.timestamp.type', 'CreateTime'],
         ['retention.ms', String(168 * 3_600_000)],
       ]);
+      expect(byTopic.get('kj-dr')).toEqual([['delete.retention.ms', '5000']]);
       await admin.createPartitions({ topicPartitions: [{ topic: 'kj', count: 4 }] });
       expect((await admin.fetchTopicOffsets('kj')).length).toBe(4);
       await admin.deleteTopics({ topics: ['kj'] });

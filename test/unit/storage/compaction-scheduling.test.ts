@@ -60,4 +60,32 @@ describe('TopicManager compaction scheduling', () => {
       await tm.close();
     }
   });
+
+  it("drops tombstones after the topic's delete_retention_ms, else after the broker's --delete-retention-ms", async () => {
+    const hour = 3600 * 1000;
+    const config = resolveConfig({ dataDir: dir, segmentMs: 1000, flush: 'os', deleteRetentionMs: 10 * hour });
+    const store = new LocalMetadataStore(dir);
+    await store.open();
+    const tm = new TopicManager(store, config, pino({ level: 'silent' }), new BrokerMetrics());
+    await tm.open();
+    try {
+      const own = (await tm.create({ ...spec('__own', 'compact'), deleteRetentionMs: hour }, { allowInternal: true })).topic.partition(0);
+      const byDefault = (await tm.create(spec('__default', 'compact'), { allowInternal: true })).topic.partition(0);
+      const now = Date.now();
+      for (const p of [own, byDefault]) {
+        await p.append([{ key: Buffer.from('k'), value: Buffer.from('v1'), timestamp: now - 6 * hour }]);
+        await p.append([{ key: Buffer.from('k'), value: Buffer.alloc(0), timestamp: now - 5 * hour }]);
+        for (let i = 0; i < 5; i++) await p.append([{ key: Buffer.from(`other-${i}`), value: Buffer.from('x'), timestamp: now - 5 * hour }]);
+      }
+      // The active segments roll by age (segmentMs 1 s) and are compacted: the tombstone is 5 h old.
+      await tm.applyRetention(now + 2000);
+      const keys = async (p: typeof own) => (await p.read(0, { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_uncommitted' })).records.map((r) => `${r.key?.toString()}=${r.value.toString()}`);
+      expect(await keys(own)).toEqual(['other-0=x', 'other-1=x', 'other-2=x', 'other-3=x', 'other-4=x']);
+      expect(own.log.tombstoneHorizon).toBe(2);
+      expect(await keys(byDefault)).toEqual(['k=', 'other-0=x', 'other-1=x', 'other-2=x', 'other-3=x', 'other-4=x']);
+      expect(byDefault.log.tombstoneHorizon).toBe(0);
+    } finally {
+      await tm.close();
+    }
+  });
 });

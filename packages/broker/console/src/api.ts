@@ -169,6 +169,8 @@ export interface TopicDetail {
   retentionHours: number;
   retentionBytes: number;
   cleanupPolicy: string;
+  /** Compacted topics: how long a tombstone stays (null from a broker of an older version). */
+  deleteRetentionMs: number | null;
   partitions: Array<{ partition: number; leader: string | null; leaderId: number | string; leaderEpoch: number; replicas: Array<number | string>; isr: Array<number | string>; earliest: number; logEnd: number; highWatermark: number; lastStable: number; sizeBytes: number | null }>;
 }
 

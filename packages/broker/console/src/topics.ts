@@ -189,7 +189,7 @@ export function Topic({ topic }: { topic: string }) {
   return html`
     <h1>${topic}</h1>
     <${Stale} error=${error} updatedAt=${updatedAt} />
-    <p class="muted">replication ${data.replicationFactor} · retention ${data.retentionHours < 0 ? 'unlimited' : `${data.retentionHours} h`} · ${data.cleanupPolicy} · <a href=${`#/topics/${enc(topic)}/tail`}>live tail</a></p>
+    <p class="muted">replication ${data.replicationFactor} · retention ${data.retentionHours < 0 ? 'unlimited' : `${data.retentionHours} h`} · ${data.cleanupPolicy}${data.cleanupPolicy === 'compact' && data.deleteRetentionMs !== null ? ` (tombstones ${data.deleteRetentionMs} ms)` : ''} · <a href=${`#/topics/${enc(topic)}/tail`}>live tail</a></p>
     <table data-test="partitions">
       <thead><tr><th>partition</th><th>leader</th><th>epoch</th><th>replicas</th><th>ISR</th><th>earliest</th><th>high watermark</th><th>last stable</th><th>size</th></tr></thead>
       <tbody>

@@ -1,7 +1,7 @@
 /** Topic administration and lookups: CREATE, DELETE, ADD_PARTITIONS, LIST, DESCRIBE, METADATA, LIST_OFFSETS, CLUSTER_STATUS. */
 import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
-import type { TopicDefinition } from '../partition/metadata-store.js';
+import { type TopicDefinition, deleteRetentionMs } from '../partition/metadata-store.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, json, leaderAddress } from './command-context.js';
 import { formatLogOffsets, localLogOffsets } from '../partition/log-offsets.js';
 import type { Partition } from '../partition/partition.js';
@@ -28,6 +28,8 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
     retentionHours: p.int('retention_hours', { min: -1, max: 1_000_000 }) ?? b.config.retentionHours,
     retentionBytes: p.int('retention_bytes', { min: -1 }) ?? b.config.retentionBytes,
     cleanupPolicy: p.oneOf('cleanup_policy', ['delete', 'compact'] as const) ?? 'delete',
+    // Stored only when given: without it the topic follows the broker's --delete-retention-ms.
+    deleteRetentionMs: p.int('delete_retention_ms', { min: 0 }),
   };
   const wait = p.bool('wait') ?? true;
   if (spec.cleanupPolicy === 'compact') throw invalidParam('cleanup_policy', 'compaction is only available for internal topics in this version');
@@ -40,11 +42,11 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
     await b.cluster.createPartitionStates(topic.name, topic.def.partitions, topic.def.replicationFactor, topic.def.topicId);
     if (wait) await b.cluster.awaitServing(topic.name, range(0, topic.def.partitions), TOPIC_READY_TIMEOUT_MS);
   }
-  return formatOk({ topic: topic.name, partitions: topic.def.partitions, ...policyFields(topic.def), created });
+  return formatOk({ topic: topic.name, partitions: topic.def.partitions, ...policyFields(b, topic.def), created });
 }
 
 /** A topic's policy as CREATE and DESCRIBE report it. */
-function policyFields(d: TopicDefinition) {
+function policyFields(b: BrokerContext, d: TopicDefinition) {
   return {
     replication_factor: d.replicationFactor,
     idempotent: d.idempotent,
@@ -52,6 +54,8 @@ function policyFields(d: TopicDefinition) {
     retention_hours: d.retentionHours,
     retention_bytes: d.retentionBytes,
     cleanup_policy: d.cleanupPolicy,
+    // In effect on this broker: the topic's own, else this broker's default.
+    delete_retention_ms: deleteRetentionMs(d, b.config.deleteRetentionMs),
   };
 }
 
@@ -135,7 +139,7 @@ function describe(b: BrokerContext, _c: ConnectionContext, p: Params): Reply {
   return json({
     topic: d.name,
     topic_id: d.topicId,
-    ...policyFields(d),
+    ...policyFields(b, d),
     partitions: topic.partitions.map((part) => partitionState(b, part)),
   });
 }
@@ -206,7 +210,10 @@ function clusterStatus(b: BrokerContext): Reply {
 
 
 export const TOPIC_COMMANDS: Record<string, CommandSpec> = {
-  CREATE: { handler: create, params: ['cleanup_policy', 'idempotent', 'partitioner', 'partitions', 'replication_factor', 'retention_bytes', 'retention_hours', 'topic', 'wait'] },
+  CREATE: {
+    handler: create,
+    params: ['cleanup_policy', 'delete_retention_ms', 'idempotent', 'partitioner', 'partitions', 'replication_factor', 'retention_bytes', 'retention_hours', 'topic', 'wait'],
+  },
   DELETE: { handler: del, params: ['topic'] },
   ADD_PARTITIONS: { handler: addPartitions, params: ['partitions', 'topic', 'wait'] },
   LIST: { handler: list, params: [] },

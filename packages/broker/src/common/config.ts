@@ -92,6 +92,13 @@ export const brokerConfigSchema = z
     retentionHours: z.number().int().min(-1).default(168),
     retentionBytes: z.number().int().min(-1).default(-1),
     retentionCheckMs: z.number().int().min(100).default(300_000),
+    /**
+     * How long a tombstone (an empty value) stays in a compacted topic once it is its key's latest record,
+     * for topics whose definition sets no `delete_retention_ms` (the internal topics): Kafka's
+     * log.cleaner.delete.retention.ms, 24 h. Replicas that fall behind further are rebuilt
+     * (docs/architecture.md, "Compaction").
+     */
+    deleteRetentionMs: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(86_400_000),
     /** Maximum wait_ms a CONSUME may ask for. */
     maxWaitMs: z.number().int().min(0).default(30_000),
     streamKeepaliveMs: z.number().int().min(50).default(5_000),

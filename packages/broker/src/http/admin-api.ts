@@ -116,6 +116,7 @@ async function describeTopic({ url, res, client, params }: RouteContext): Promis
     retentionHours: d.retention_hours,
     retentionBytes: d.retention_bytes,
     cleanupPolicy: d.cleanup_policy,
+    deleteRetentionMs: d.delete_retention_ms ?? null,
     partitions: d.partitions.map((p) => {
       const o = offsets.get(p.id);
       return {

@@ -20,6 +20,12 @@ export interface TopicDefinition {
   /** -1 = unlimited. */
   retentionBytes: number;
   cleanupPolicy: CleanupPolicy;
+  /**
+   * How long a tombstone stays once it is its key's latest record, when the topic is compacted (Kafka's
+   * delete.retention.ms). Absent: the broker's --delete-retention-ms (definitions written before it existed
+   * have none).
+   */
+  deleteRetentionMs?: number;
   /** Distinguishes a re-created topic from the one deleted before it (its data dirs are not reused). */
   topicId: string;
   createdAt: number;
@@ -62,8 +68,15 @@ export function sameDefinition(a: Omit<TopicDefinition, 'topicId' | 'createdAt'>
     a.partitioner === b.partitioner &&
     a.retentionHours === b.retentionHours &&
     a.retentionBytes === b.retentionBytes &&
-    a.cleanupPolicy === b.cleanupPolicy
+    a.cleanupPolicy === b.cleanupPolicy &&
+    a.deleteRetentionMs === b.deleteRetentionMs
   );
+}
+
+/** A topic's tombstone retention: its own delete_retention_ms, else the broker's --delete-retention-ms. */
+export function deleteRetentionMs(def: TopicDefinition, brokerDefault: number): number {
+  const own = def.deleteRetentionMs;
+  return typeof own === 'number' && Number.isSafeInteger(own) && own >= 0 ? own : brokerDefault;
 }
 
 /** A partition count may only go up. */

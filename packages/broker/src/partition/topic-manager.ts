@@ -6,7 +6,7 @@ import { failpointDelay } from '../common/failpoints.js';
 import fs from 'node:fs/promises';
 import client from 'prom-client';
 import path from 'node:path';
-import { type MetadataStore, type TopicDefinition, sameDefinition } from './metadata-store.js';
+import { type MetadataStore, type TopicDefinition, deleteRetentionMs, sameDefinition } from './metadata-store.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { type LogOptions, PartitionLog } from '../storage/partition-log.js';
@@ -271,7 +271,7 @@ export class TopicManager {
         if (p.isClosed) continue;
         try {
           if (compact) {
-            const res = await p.log.compact({ now });
+            const res = await p.log.compact({ now, tombstoneRetentionMs: deleteRetentionMs(topic.def, this.config.deleteRetentionMs) });
             if (res.recordsRemoved > 0) {
               this.logger.info({ topic: topic.name, partition: p.id, ...res }, 'compacted log');
             }

@@ -2,7 +2,8 @@
  * CreateTopics: the same topics CREATE makes (docs/kafka.md): a replication factor up to the live brokers
  * (-1: the default; 1 standalone); partition counts up to the broker's maximum (-1: the default); no manual replica
  * assignment. Topic configs map onto Tributary's policy: `retention.ms` (whole hours, or -1),
- * `retention.bytes`, `cleanup.policy=delete`; any other config is refused, never ignored. A topic that
+ * `retention.bytes`, `cleanup.policy=delete`, `delete.retention.ms` (0 or more; it applies once a topic is
+ * compacted); any other config is refused, never ignored. A topic that
  * exists is TOPIC_ALREADY_EXISTS, as Kafka answers.
  */
 import { validateTopicName, type TopicSpec } from '../../partition/topic-manager.js';
@@ -42,6 +43,12 @@ function applyConfig(spec: TopicSpec, name: string, value: string | null): void 
       const bytes = num();
       if (bytes < -1) throw new TopicRefused('INVALID_CONFIG', 'retention.bytes must be -1 or more');
       spec.retentionBytes = bytes;
+      return;
+    }
+    case 'delete.retention.ms': {
+      const ms = num();
+      if (!Number.isSafeInteger(ms) || ms < 0) throw new TopicRefused('INVALID_CONFIG', 'delete.retention.ms must be 0 or more');
+      spec.deleteRetentionMs = ms;
       return;
     }
     case 'cleanup.policy':

@@ -1,12 +1,12 @@
 /**
  * DescribeConfigs for topics and this broker (docs/kafka.md): Tributary's settings under the Kafka names
  * clients and tools look for. A topic's `cleanup.policy`, `retention.ms` (its retention hours),
- * `retention.bytes`, and the broker-wide `max.message.bytes` and `min.insync.replicas`; the broker's
+ * `retention.bytes`, `delete.retention.ms` (the topic's own, else the broker's default), and the broker-wide `max.message.bytes` and `min.insync.replicas`; the broker's
  * `num.partitions`, `default.replication.factor`, `min.insync.replicas`, `message.max.bytes`. Every
  * value is read-only here (AlterConfigs is not served). Asking for other keys returns only the known ones,
  * as Kafka does; other resource types are INVALID_REQUEST.
  */
-import type { TopicDefinition } from '../../partition/metadata-store.js';
+import { type TopicDefinition, deleteRetentionMs } from '../../partition/metadata-store.js';
 import { apiByKey } from '../protocol/apis.js';
 import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { DescribeConfigs } from '../protocol/messages/topics-admin.js';
@@ -34,6 +34,12 @@ function topicConfigs(ctx: KafkaRequestContext, d: TopicDefinition): Entry[] {
     { name: 'cleanup.policy', value: d.cleanupPolicy, source: SOURCE.topic, type: TYPE.list },
     { name: 'retention.ms', value: String(d.retentionHours < 0 ? -1 : d.retentionHours * 3_600_000), source: SOURCE.topic, type: TYPE.long },
     { name: 'retention.bytes', value: String(d.retentionBytes), source: SOURCE.topic, type: TYPE.long },
+    {
+      name: 'delete.retention.ms',
+      value: String(deleteRetentionMs(d, c.deleteRetentionMs)),
+      source: d.deleteRetentionMs === undefined ? SOURCE.staticBroker : SOURCE.topic,
+      type: TYPE.long,
+    },
     { name: 'max.message.bytes', value: String(c.maxRecordBytes), source: SOURCE.staticBroker, type: TYPE.int },
     { name: 'min.insync.replicas', value: String(c.minInsyncReplicas), source: SOURCE.staticBroker, type: TYPE.int },
     // Records keep the producer's timestamps (produce.ts), 0 and -1 included: Kafka's CreateTime.
