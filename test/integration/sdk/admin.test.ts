@@ -55,6 +55,7 @@ describe('Admin against a broker', () => {
       retentionHours: 24,
       retentionBytes: 1_000_000,
       cleanupPolicy: 'delete',
+      deleteRetentionMs: 86_400_000, // the broker's --delete-retention-ms (the topic sets none)
       created: true,
     });
     const again = await admin.createTopic({ topic: 'a-create', partitions: 3, retentionHours: 24, retentionBytes: 1_000_000 });
