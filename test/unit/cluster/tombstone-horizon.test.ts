@@ -48,7 +48,7 @@ async function replicatedPartition(name: string): Promise<Partition> {
  * `beforeFetch(n)` runs before the leader answers fetch n (from 0); an error it throws fails that fetch.
  * `maxBytes` caps each fetch's answer. fetchAll() runs one fetch loop until an answer has no records.
  */
-async function pair(opts: { beforeFetch?: (n: number) => Promise<void> | void; maxBytes?: number } = {}) {
+async function pair(opts: { beforeFetch?: (n: number) => Promise<void> | void; maxBytes?: number; oldLeader?: boolean } = {}) {
   const leaderPart = await replicatedPartition('leader');
   const leader = testReplicaManager(0);
   const lr = testReplica(leaderPart, { role: 'leader' });
@@ -72,7 +72,11 @@ async function pair(opts: { beforeFetch?: (n: number) => Promise<void> | void; m
   const conn = {
     closed: false,
     close: async () => {},
-    command: async (name: string, fields: Record<string, unknown>) => String(await run(name, fields)),
+    // An older leader's LEADER_EPOCHS has no tombstone_horizon.
+    command: async (name: string, fields: Record<string, unknown>) => {
+      const reply = String(await run(name, fields));
+      return opts.oldLeader ? reply.replace(/ tombstone_horizon=\d+/, '') : reply;
+    },
     request: async (line: string) => {
       const n = lines.push(line) - 1;
       await opts.beforeFetch?.(n);
@@ -211,5 +215,15 @@ it('a follower whose log already reaches the horizon keeps its records', async (
   expect(truncations()).toBe(0);
   expect((await readAll(followerPart.log)).map((r) => r.offset).slice(0, 2)).toEqual([0, 1]);
   expect(followerPart.log.tombstoneHorizon).toBe(2);
+  expect(followerPart.log.logEndOffset).toBe(leaderPart.logEndOffset);
+});
+
+it('a leader of an older version reports no horizon: the follower names none and fetches as before', async () => {
+  const { leaderPart, followerPart, fetchAll, lines, truncations } = await pair({ oldLeader: true });
+  await followerPart.appendReplica([rec(0, 'k', 'v1')]);
+  await leaderDroppedTombstone(leaderPart);
+  await fetchAll();
+  expect(lines.some((l) => l.includes('tombstone_horizon'))).toBe(false);
+  expect(truncations()).toBe(0);
   expect(followerPart.log.logEndOffset).toBe(leaderPart.logEndOffset);
 });
