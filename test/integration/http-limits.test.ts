@@ -1,8 +1,9 @@
 /**
  * The HTTP port's own limits (docs/http-api.md, "Limits") against a real broker: at most
  * --http-max-connections at once (one past it gets 503 too_many_connections and is closed, and the slot
- * comes back when a connection ends), and a request that does not arrive whole within --frame-timeout-ms
- * is cut off, while a live tail's response outlasts it.
+ * comes back when a connection ends); headers that do not arrive within --http-headers-timeout-ms, or a
+ * request within --http-request-timeout-ms, are cut off with 408, while a live tail's response outlasts
+ * both; a connection idle after a response is closed after --http-keep-alive-timeout-ms.
  */
 import http from 'node:http';
 import net from 'node:net';
@@ -72,18 +73,23 @@ describe('HTTP port, --http-max-connections', () => {
   });
 });
 
-describe('HTTP port, a request held to --frame-timeout-ms', () => {
+describe('HTTP port timeouts: --http-headers-timeout-ms, --http-request-timeout-ms, --http-keep-alive-timeout-ms', () => {
+  const headersMs = 300;
+  const requestMs = 1500;
+  const keepAliveMs = 300;
   let broker: BrokerProcess;
 
   beforeAll(async () => {
-    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1', '--frame-timeout-ms', '300'] });
+    broker = await BrokerProcess.start({
+      args: ['--offsets-topic-partitions', '1', '--http-headers-timeout-ms', String(headersMs), '--http-request-timeout-ms', String(requestMs), '--http-keep-alive-timeout-ms', String(keepAliveMs)],
+    });
   });
 
   afterAll(async () => {
     await broker?.dispose();
   });
 
-  it('a connection that sends nothing, or headers that never end, gets 408 and is closed; a tail opened before stays open', async () => {
+  it('a connection that sends nothing or headers that never end gets 408 at the headers timeout, a body that never ends at the request timeout; a tail opened before streams on past both', async () => {
     const c = await broker.connect();
     await c.command('CREATE', { topic: 'slow', partitions: 1 });
     const tailGot: string[] = [];
@@ -97,16 +103,37 @@ describe('HTTP port, a request held to --frame-timeout-ms', () => {
       await until(() => tailGot.join('').includes('event: ready'), 10_000, 'the tail ready');
       const silent = rawConnection(broker.healthPort);
       const partial = rawConnection(broker.healthPort);
-      await partial.connected;
+      const slowBody = rawConnection(broker.healthPort);
+      await Promise.all([partial.connected, slowBody.connected]);
       partial.sock.write('GET /live HTTP/1.1\r\nHost: 127.0.0.1\r\n');
-      // Node's defaults would hold both for 60 s (headers) to 300 s (request).
+      // Headers whole, then 1 byte of a 100-byte body.
+      slowBody.sock.write('POST /api/v1/topics/slow/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{');
+      let slowBodyClosed = false;
+      void slowBody.closed.then(() => (slowBodyClosed = true));
+      // Node's defaults would hold these for 60 s (headers) to 300 s (request).
       expect(await silent.closed).toMatch(/^HTTP\/1\.1 408 /);
       expect(await partial.closed).toMatch(/^HTTP\/1\.1 408 /);
-      // The tail's request arrived whole: its response goes on.
+      // Its headers arrived: only the request timeout, five times longer, ends it.
+      expect(slowBodyClosed).toBe(false);
+      expect(await slowBody.closed).toMatch(/^HTTP\/1\.1 408 /);
+      // The tail's request arrived whole and it has been open longer than the request timeout: its response goes on.
       await c.command('PUBLISH', { topic: 'slow', partition: 0, message: 'after' });
       await until(() => tailGot.join('').includes('"value":"after"'), 10_000, 'the tail still delivering');
+      expect((await get(broker.healthPort, '/live')).status).toBe(200);
     } finally {
       tail.destroy();
     }
+  });
+
+  it('a connection idle after a response is closed after the keep-alive timeout', async () => {
+    const idle = rawConnection(broker.healthPort);
+    await idle.connected;
+    const sent = performance.now();
+    idle.sock.write('GET /live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n');
+    const reply = await idle.closed;
+    expect(reply).toMatch(/^HTTP\/1\.1 200 /);
+    expect(reply).toContain('ok\n');
+    // 300 ms and the second Node adds; with Node's default, 5 s and that second.
+    expect(performance.now() - sent).toBeLessThan(3_000);
   });
 });

@@ -147,6 +147,25 @@ it('the PostgreSQL offset store settings: each needs the other, and the URL must
   }
 });
 
+it('the HTTP port timeouts are refused out of range, and headers allowed longer than the whole request', async () => {
+  const start = (...args: string[]) => cli('broker', 'start', '--data-dir', path.join(dir, 'http'), '--port', '0', '--health-port', '0', ...args);
+  const cases: Array<[string[], RegExp]> = [
+    [['--http-headers-timeout-ms', '2000', '--http-request-timeout-ms', '1000'], /httpHeadersTimeoutMs: must be <= httpRequestTimeoutMs \(1000\), got 2000 \(flag --http-headers-timeout-ms\)/],
+    // The default headers timeout (5 s) is longer than this request timeout: it must be lowered too.
+    [['--http-request-timeout-ms', '1000'], /httpHeadersTimeoutMs: must be <= httpRequestTimeoutMs \(1000\), got 5000 \(default\)/],
+    [['--http-keep-alive-timeout-ms', '0'], /httpKeepAliveTimeoutMs: must be >= 100, got 0/],
+    [['--http-headers-timeout-ms', '-1'], /httpHeadersTimeoutMs: must be >= 100, got -1/],
+    // Past the longest timer Node runs (a longer one fires at once).
+    [['--http-request-timeout-ms', '2147483648'], /httpRequestTimeoutMs: must be <= 2147483647/],
+    [['--http-keep-alive-timeout-ms', '5s'], /httpKeepAliveTimeoutMs: expected an integer, got "5s"/],
+  ];
+  for (const [args, message] of cases) {
+    const r = await start(...args);
+    expect([r.code, r.stderr], args.join(' ')).toEqual([2, expect.stringMatching(message)]);
+  }
+  expect(fs.existsSync(path.join(dir, 'http'))).toBe(false);
+});
+
 it('an option given twice is refused (exit 2), not settled by the last one; nothing is written', async () => {
   const f = path.join(dir, 'broker.yaml');
   const r = await cli('user', 'add', 'bob', '--permissions', 'admin', '--permissions', 'topic.read', '--token', 'tok', '--config', f);

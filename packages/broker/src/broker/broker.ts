@@ -193,7 +193,11 @@ export class Broker implements BrokerContext {
       () => selfConn().tls,
     );
     const api = new AdminApi({ config, clients: this.apiClients, logger: logger.child({ component: 'admin-api' }), security: () => this.security.snapshot() });
-    this.health = createHealthServer(this.metrics, () => (this.state === 'ready' ? { ready: true } : { ready: false, reason: this.unreadyReason() }), api, allowedHostNames(config), config.frameTimeoutMs);
+    this.health = createHealthServer(this.metrics, () => (this.state === 'ready' ? { ready: true } : { ready: false, reason: this.unreadyReason() }), api, allowedHostNames(config), {
+      headersMs: config.httpHeadersTimeoutMs,
+      requestMs: config.httpRequestTimeoutMs,
+      keepAliveMs: config.httpKeepAliveTimeoutMs,
+    });
     this.healthListener = limitConnections(this.health, config.httpMaxConnections);
   }
 

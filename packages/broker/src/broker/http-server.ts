@@ -14,12 +14,17 @@ export function createHealthServer(
   readiness: () => { ready: boolean; reason?: string },
   api?: AdminApi,
   allowedHosts: ReadonlySet<string> = new Set(),
-  requestTimeoutMs = 30_000,
+  timeouts: HttpTimeouts = { headersMs: 5_000, requestMs: 10_000, keepAliveMs: 5_000 },
 ): http.Server {
-  // Node's defaults let a client take 300 s to send a request and check only every 30 s; a request is
-  // held to the main port's frame timeout instead (a tail's response may last; its request may not).
-  const timeouts = { requestTimeout: requestTimeoutMs, headersTimeout: requestTimeoutMs, connectionsCheckingInterval: Math.min(1000, requestTimeoutMs) };
-  return http.createServer(timeouts, (req, res) => {
+  // Node's defaults let a client take 60 s to send its headers and 300 s its request, checked only every
+  // 30 s. Both bound receiving the request only (Node stops counting once it has arrived whole): a tail's
+  // response may last, its request may not.
+  const options = {
+    headersTimeout: timeouts.headersMs,
+    requestTimeout: timeouts.requestMs,
+    connectionsCheckingInterval: Math.min(1000, timeouts.headersMs),
+  };
+  const server = http.createServer(options, (req, res) => {
     let url: URL;
     try {
       url = new URL(req.url ?? '/', 'http://broker');
@@ -57,6 +62,16 @@ export function createHealthServer(
       res.writeHead(404).end();
     }
   });
+  // Started once a response has ended; a response still being written (a tail) has no idle time.
+  server.keepAliveTimeout = timeouts.keepAliveMs;
+  return server;
+}
+
+/** The HTTP port's httpHeadersTimeoutMs, httpRequestTimeoutMs and httpKeepAliveTimeoutMs. */
+export interface HttpTimeouts {
+  headersMs: number;
+  requestMs: number;
+  keepAliveMs: number;
 }
 
 const TOO_MANY = 'HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: application/json\r\nRetry-After: 1\r\n';

@@ -323,7 +323,8 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
         continue;
       }
       // Never echo mappings (users holds token hashes and salts) or a database URL (it may hold a password) in an error.
-      const shown = byKey.get(key)?.kind.type === 'json' || key === 'offsetStorePostgresUrl' ? undefined : merged[key];
+      // A default is shown too: one can fail a check across settings (httpHeadersTimeoutMs <= httpRequestTimeoutMs).
+      const shown = byKey.get(key)?.kind.type === 'json' || key === 'offsetStorePostgresUrl' ? undefined : (merged[key] ?? byKey.get(key)?.defaultValue);
       errors.push(problem(issue.path.map(String).join('.') || key, issueText(issue, shown), sources[key as ConfigKey] ?? { kind: 'default' }));
     }
   }

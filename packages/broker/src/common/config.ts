@@ -22,6 +22,9 @@ const usersEntry = z
 
 const topicAcl = z.object({ read: z.array(z.string()).optional(), write: z.array(z.string()).optional() }).strict();
 
+/** The longest delay a Node timer takes (a longer one fires after 1 ms). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Every broker setting with its default; the CLI merges flags > TRIBUTARY_* env > config file > these. */
 export const brokerConfigSchema = z
   .object({
@@ -40,6 +43,17 @@ export const brokerConfigSchema = z
      * 503 and is closed. Each held a socket without bound (docs/http-api.md, "Limits").
      */
     httpMaxConnections: z.number().int().min(1).default(1024),
+    /**
+     * The HTTP port's timeouts (docs/http-api.md, "Limits"): a request's line and headers must arrive within
+     * httpHeadersTimeoutMs and the whole request (its body too) within httpRequestTimeoutMs, both counted from
+     * its first byte (a new connection's: from its accept), or it gets 408 and is closed; a connection idle
+     * after a response is closed after httpKeepAliveTimeoutMs (and a second Node adds). They bound what a
+     * client sends, never a response: a live tail streams on. The main port's frameTimeoutMs (30 s) bounded
+     * both, and Node's keep-alive timeout was not a setting.
+     */
+    httpHeadersTimeoutMs: z.number().int().min(100).max(MAX_TIMER_MS).default(5_000),
+    httpRequestTimeoutMs: z.number().int().min(100).max(MAX_TIMER_MS).default(10_000),
+    httpKeepAliveTimeoutMs: z.number().int().min(100).max(MAX_TIMER_MS).default(5_000),
     advertisedPort: z.number().int().min(1).max(65535).optional(),
     /** A second listener speaking the Kafka protocol (docs/kafka.md); off unless a port is given (0: any free port). */
     kafkaPort: z.number().int().min(0).max(65535).optional(),
@@ -212,7 +226,13 @@ export const brokerConfigSchema = z
     /** Largest binary batch frame accepted (`ERROR: record_too_large`); 0 = up to maxFrameBytes. */
     maxBatchBytes: z.number().int().min(0).default(0),
   })
-  .strict();
+  .strict()
+  .superRefine((c, ctx) => {
+    // Node refuses a server whose headers may take longer than the whole request (ERR_OUT_OF_RANGE).
+    if (c.httpHeadersTimeoutMs > c.httpRequestTimeoutMs) {
+      ctx.addIssue({ code: 'custom', path: ['httpHeadersTimeoutMs'], message: `must be <= httpRequestTimeoutMs (${c.httpRequestTimeoutMs})` });
+    }
+  });
 
 export type BrokerConfig = z.infer<typeof brokerConfigSchema>;
 export type BrokerConfigInput = z.input<typeof brokerConfigSchema>;
