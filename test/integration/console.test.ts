@@ -14,6 +14,7 @@ import path from 'node:path';
 import puppeteer, { type Browser, type BrowserContext, type Page } from 'puppeteer-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
+import { parseCsv } from '../helpers/csv.js';
 import { BrokerProcess, ROOT } from '../helpers/launcher.js';
 import { tempDir, until } from '../helpers/util.js';
 import { addUser } from './security/pki.js';
@@ -83,32 +84,6 @@ async function breakRequests(page: Page, hit: (method: string, url: URL) => bool
     else if (state.how === 'bad-gateway') void r.respond({ status: 502, contentType: 'text/html', body: '<html><body><h1>502 Bad Gateway</h1></body></html>' });
   });
   return state;
-}
-
-/** CSV as RFC 4180 reads it: quoted cells may hold commas, quotes ("") and line ends; rows end with \n. */
-function parseCsv(csv: string): string[][] {
-  const rows: string[][] = [];
-  let row: string[] = [];
-  let cell = '';
-  let quoted = false;
-  for (let i = 0; i < csv.length; i++) {
-    const c = csv[i];
-    if (quoted && c === '"' && csv[i + 1] === '"') {
-      cell += '"';
-      i++;
-    } else if (c === '"') quoted = !quoted;
-    else if (quoted || (c !== ',' && c !== '\n')) cell += c;
-    else {
-      row.push(cell);
-      cell = '';
-      if (c === '\n') {
-        rows.push(row);
-        row = [];
-      }
-    }
-  }
-  expect(quoted || cell !== '' || row.length > 0).toBe(false);
-  return rows;
 }
 
 /** What `open` recorded, less what a failure made on purpose caused (the requests to `path`). */

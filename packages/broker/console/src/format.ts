@@ -44,28 +44,6 @@ export function time(ms: number): string {
   return new Date(ms).toISOString().replace('T', ' ').replace('Z', '');
 }
 
-/**
- * A cell a spreadsheet could take for a formula (it starts with = + - @, a tab or a carriage return:
- * OWASP's advice on CSV injection) is written with a ' before it, and so is one that starts with ', so
- * that a cell starting with ' always has exactly one added: remove it to get the value back.
- */
-function csvCell(v: string): string {
-  const cell = /^[=+\-@\t\r']/.test(v) ? `'${v}` : v;
-  return /[",\n\r]/.test(cell) ? `"${cell.replaceAll('"', '""')}"` : cell;
-}
-
-/** Messages as CSV, one row each; each key and value comes with its encoding (utf8 or base64), headers as JSON. */
-export function toCsv(messages: Message[]): string {
-  const rows = [['partition', 'offset', 'timestamp', 'key', 'keyEncoding', 'value', 'valueEncoding', 'headers'].join(',')];
-  for (const m of messages) {
-    const headers = JSON.stringify(m.headers.map((h) => ({ key: h.key, value: h.value, encoding: h.encoding })));
-    // A null key: empty key and encoding cells (an empty key has the encoding utf8).
-    const key = m.key === null ? ['', ''] : [m.key, m.keyEncoding];
-    rows.push([String(m.partition), String(m.offset), new Date(m.timestamp).toISOString(), ...key, m.value, m.valueEncoding, headers].map(csvCell).join(','));
-  }
-  return `${rows.join('\n')}\n`;
-}
-
 export function download(name: string, type: string, text: string): void {
   const url = URL.createObjectURL(new Blob([text], { type }));
   const a = document.createElement('a');

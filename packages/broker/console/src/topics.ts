@@ -1,7 +1,8 @@
 import { html } from 'htm/preact';
 import { useEffect, useState } from 'preact/hooks';
 import { type Message, type TopicDetail, type TopicSummary, api, get } from './api.js';
-import { type View, bytes, download, show, time, toCsv } from './format.js';
+import { toCsv } from './csv.js';
+import { type View, bytes, download, show, time } from './format.js';
 import { usePoll } from './hooks.js';
 import { ErrorBox, PollFailure, Stale, enc } from './widgets.js';
 
