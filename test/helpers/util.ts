@@ -2,7 +2,7 @@
  * Helpers every test tier shares: waiting for a condition with a deadline, pacing, error assertions,
  * temporary directories and record factories. Tests import these instead of keeping their own copies.
  */
-import type net from 'node:net';
+import net from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -184,4 +184,16 @@ export function relay(client: net.Socket, upstream: net.Socket): void {
   };
   client.on('error', done).on('close', done);
   upstream.on('error', done).on('close', done);
+}
+
+/** A TCP port free on 127.0.0.1 just now: for a broker restarted on the same ports. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
 }

@@ -6,26 +6,14 @@
  * Stopping the tail stops the reconnects; resuming it shows what was produced meanwhile. A topic deleted
  * under a tail stops it with the 404 shown. A partition added, or a position gone, is said in a notice.
  */
-import net from 'node:net';
 import path from 'node:path';
 import puppeteer, { type Browser, type Page } from 'puppeteer-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BrokerProcess, ROOT } from '../helpers/launcher.js';
-import { until } from '../helpers/util.js';
+import { freePort, until } from '../helpers/util.js';
 
 const CHROMIUM = process.env.TRIBUTARY_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = path.join(ROOT, '.test-results', 'screenshots');
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 async function produce(port: number, topic: string, value: string, partition: number): Promise<void> {
   const res = await fetch(`http://127.0.0.1:${port}/api/v1/topics/${topic}/messages`, {
