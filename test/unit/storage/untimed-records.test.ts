@@ -94,6 +94,23 @@ describe('timestamps kept as given', () => {
     expect((await log.applyRetention(reopened)).deletedSegments).toBe(0);
   });
 
+  it('a truncation that drops a record stamped in the future ages the records without a timestamp it keeps by now, not by it', async () => {
+    const log = await openLog();
+    const y2100 = Date.UTC(2100, 0, 1);
+    await log.append([kept(0, -1)]);
+    await log.append([kept(1, y2100)]);
+    expect(log.segmentInfos()[0]!.maxTimestamp).toBe(y2100);
+    await log.truncateTo(1);
+    const cutAt = Date.now();
+    expect(log.segmentInfos()[0]!.maxTimestamp).toBeLessThanOrEqual(cutAt);
+    // Rolled past, the segment goes once its -1 record is past the retention.
+    for (let i = 2; i < 12; i++) await log.append([kept(i, Date.now())]);
+    expect(log.segmentInfos().length).toBeGreaterThan(1);
+    log.setHighWatermark(log.logEndOffset);
+    expect((await log.applyRetention(Date.now() + 2 * HOUR)).deletedSegments).toBeGreaterThan(0);
+    expect(log.logStartOffset).toBeGreaterThan(0);
+  });
+
   it('a replica takes the leader records of -1 and 0 as stored and ages its segment from the append', async () => {
     const log = await openLog('replica', { segmentBytes: 1 << 20 });
     const leader: LogRecord[] = [-1, 0, -1].map((timestamp, offset) => ({

@@ -195,7 +195,7 @@ export class LogCleaner {
           return true;
         });
         if (removed === 0) continue;
-        const p = await this.writeCompacted(seg, version, keep);
+        const p = await this.writeCompacted(seg, version, keep, now);
         prepared.push({ ...p, removed });
         if (this.st.state !== 'open') throw new CompactionAborted();
       }
@@ -238,7 +238,7 @@ export class LogCleaner {
   }
 
   /** Writes the kept records of `seg` (and their index) to temp files, fsynced. */
-  private async writeCompacted(seg: Segment, version: number, keep: (r: RecordInfo, rec: LogRecord) => boolean): Promise<PreparedCompaction> {
+  private async writeCompacted(seg: Segment, version: number, keep: (r: RecordInfo, rec: LogRecord) => boolean, now: number): Promise<PreparedCompaction> {
     const tmpLog = seg.logPath + COMPACT_TMP_SUFFIX;
     const tmpIndex = seg.indexPath + COMPACT_TMP_SUFFIX;
     const index = new OffsetIndex(seg.baseOffset, this.st.options.indexIntervalBytes);
@@ -271,8 +271,9 @@ export class LogCleaner {
           const b = Buffer.allocUnsafe(encodedSize(enc));
           encodeRecordInto(b, 0, enc);
           index.onRecord(r.offset, size + pending);
-          // A record without a timestamp keeps the age it gave the old segment (at most its maxTimestamp).
-          const age = ageTimestamp(rec.timestamp, seg.maxTimestamp);
+          // A record without a timestamp was appended no later than now, nor than the old segment's age
+          // (which may come from a dropped record stamped in the future).
+          const age = ageTimestamp(rec.timestamp, Math.min(seg.maxTimestamp, now));
           if (age > maxTs) maxTs = age;
           bufs.push(b);
           pending += b.length;

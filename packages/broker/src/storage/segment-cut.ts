@@ -28,9 +28,11 @@ export async function prepareCut(seg: Segment, offset: number): Promise<SegmentC
   if (offset >= seg.nextOffset) return { offset, position: seg.size, maxTimestamp: seg.maxTimestamp, tmpIndex: null };
   const position = offset <= seg.baseOffset ? 0 : await seg.positionOf(offset);
   let maxTimestamp = -1;
+  // A record without a timestamp was appended no later than now, nor than the segment's age: the age may
+  // come from a record this cut drops (one stamped in the future would keep the segment for ever).
+  const appendedBy = Math.min(seg.maxTimestamp, Date.now());
   await seg.scan(0, position, (r) => {
-    // A record without a timestamp counted as of its append in the segment's age, at most its maxTimestamp.
-    const age = ageTimestamp(r.timestamp, seg.maxTimestamp);
+    const age = ageTimestamp(r.timestamp, appendedBy);
     if (age > maxTimestamp) maxTimestamp = age;
     return true;
   });
