@@ -7,7 +7,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { CSV_COLUMNS, type CsvMessage, csvCell, toCsv } from '../../../packages/broker/console/src/csv.js';
+import { CSV_COLUMNS, type CsvMessage, csvCell, isoTimestamp, toCsv } from '../../../packages/broker/console/src/csv.js';
 import { parseCsv } from '../../helpers/csv.js';
 
 const FORMULA_START = /^[=+\-@\t\r\0]/;
@@ -56,6 +56,11 @@ describe('toCsv', () => {
     ]);
     expect(toCsv([])).toBe(`${CSV_COLUMNS.join(',')}\n`);
     expect(toCsv([message({})]).split('\n')[1]).toBe('0,0,2026-01-02T03:04:05.006Z,,,,utf8,[]');
+  });
+
+  it('a record without a timestamp (-1) or with one no Date holds has an empty timestamp cell instead of a throw', () => {
+    expect(toCsv([message({ timestamp: -1 }), message({ timestamp: 9e15 })]).split('\n').slice(1, 3)).toEqual(['0,0,,,,,utf8,[]', '0,0,,,,,utf8,[]']);
+    expect([isoTimestamp(-1), isoTimestamp(9e15), isoTimestamp(0)]).toEqual([null, null, '1970-01-01T00:00:00.000Z']);
   });
 
   it('any messages: no cell starts with a formula character, and removing one leading quote gives each message back', () => {

@@ -29,7 +29,16 @@ export function csvCell(v: string): string {
 }
 
 /**
- * Messages as CSV: keyEncoding and valueEncoding say utf8 or base64 (bytes that are not UTF-8 come
+ * A record timestamp as ISO 8601, or null for none: a negative one (a Kafka producer's -1, "no timestamp",
+ * kept as given: docs/kafka.md) or one beyond what a Date holds (+-8.64e15 ms), which toISOString throws on.
+ */
+export function isoTimestamp(ms: number): string | null {
+  const d = new Date(ms);
+  return ms < 0 || Number.isNaN(d.getTime()) ? null : d.toISOString();
+}
+
+/**
+ * Messages as CSV (a timestamp cell is empty for a record without one): keyEncoding and valueEncoding say utf8 or base64 (bytes that are not UTF-8 come
  * base64-encoded; a null key has both cells empty, an empty key is utf8), headers are a JSON array of
  * { key, value, encoding }.
  */
@@ -38,7 +47,7 @@ export function toCsv(messages: readonly CsvMessage[]): string {
   for (const m of messages) {
     const headers = JSON.stringify(m.headers.map((h) => ({ key: h.key, value: h.value, encoding: h.encoding })));
     const key = m.key === null ? ['', ''] : [m.key, m.keyEncoding];
-    rows.push([String(m.partition), String(m.offset), new Date(m.timestamp).toISOString(), ...key, m.value, m.valueEncoding, headers].map(csvCell).join(','));
+    rows.push([String(m.partition), String(m.offset), isoTimestamp(m.timestamp) ?? '', ...key, m.value, m.valueEncoding, headers].map(csvCell).join(','));
   }
   return `${rows.join('\n')}\n`;
 }

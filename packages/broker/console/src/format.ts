@@ -1,5 +1,6 @@
 /** How the message browser shows and exports messages. */
 import type { Message } from './api.js';
+import { isoTimestamp } from './csv.js';
 
 export type View = 'json' | 'text' | 'hex';
 
@@ -41,7 +42,9 @@ export function bytes(n: number | null): string {
 }
 
 export function time(ms: number): string {
-  return new Date(ms).toISOString().replace('T', ' ').replace('Z', '');
+  const iso = isoTimestamp(ms);
+  if (iso === null) return ms < 0 ? 'no timestamp' : String(ms);
+  return iso.replace('T', ' ').replace('Z', '');
 }
 
 export function download(name: string, type: string, text: string): void {
