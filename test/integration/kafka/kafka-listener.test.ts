@@ -90,8 +90,13 @@ describe('the Kafka listener', () => {
         .createTopics({ topics: [{ topic: 'kj-bad', numPartitions: 1, configEntries: [{ name: 'delete.retention.ms', value: '-1' }] }] })
         .catch((e: unknown) => e);
       expect(negative).toMatchObject({ errors: [expect.objectContaining({ type: 'INVALID_CONFIG' })] });
+      // message.timestamp.type: CreateTime is what the broker does; LogAppendTime is not served.
+      const appendTime = await admin
+        .createTopics({ topics: [{ topic: 'kj-bad', numPartitions: 1, configEntries: [{ name: 'message.timestamp.type', value: 'LogAppendTime' }] }] })
+        .catch((e: unknown) => e);
+      expect(appendTime).toMatchObject({ errors: [expect.objectContaining({ type: 'INVALID_CONFIG' })] });
       expect((await admin.fetchTopicMetadata({ topics: [] })).topics.map((t) => t.name)).not.toContain('kj-bad');
-      expect(await admin.createTopics({ topics: [{ topic: 'kj-dr', numPartitions: 1, configEntries: [{ name: 'delete.retention.ms', value: '5000' }] }] })).toBe(true);
+      expect(await admin.createTopics({ topics: [{ topic: 'kj-dr', numPartitions: 1, configEntries: [{ name: 'delete.retention.ms', value: '5000' }, { name: 'message.timestamp.type', value: 'CreateTime' }] }] })).toBe(true);
       expect(await c.json('DESCRIBE', { topic: 'kj-dr' })).toMatchObject({ delete_retention_ms: 5000 });
       await producer.connect();
       const before = Date.now();

@@ -51,6 +51,10 @@ function applyConfig(spec: TopicSpec, name: string, value: string | null): void 
       spec.deleteRetentionMs = ms;
       return;
     }
+    case 'message.timestamp.type':
+      // Timestamps are kept as the producer gave them (produce.ts): the only type served, as DescribeConfigs says.
+      if (value !== 'CreateTime') throw new TopicRefused('INVALID_CONFIG', 'message.timestamp.type must be CreateTime (LogAppendTime is not supported)');
+      return;
     case 'cleanup.policy':
       if (value !== 'delete') throw new TopicRefused('INVALID_CONFIG', 'cleanup.policy must be delete (compaction is for internal topics)');
       return;
