@@ -7,21 +7,19 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import puppeteer, { type Browser, type Page } from 'puppeteer-core';
+import type { Browser, Page } from 'puppeteer-core';
+import { SHOTS, launchChromium } from '../helpers/browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
-import { BrokerProcess, ROOT } from '../helpers/launcher.js';
+import { BrokerProcess } from '../helpers/launcher.js';
 import { freePort, removeDir, tempDir, until } from '../helpers/util.js';
 import { addUser } from './security/pki.js';
 
-const CHROMIUM = process.env.TRIBUTARY_CHROMIUM ?? '/usr/bin/chromium';
-const SHOTS = path.join(ROOT, '.test-results', 'screenshots');
 
 let browser: Browser;
 
 beforeAll(async () => {
-  fs.mkdirSync(SHOTS, { recursive: true });
-  browser = await puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
+  browser = await launchChromium();
 }, 60_000);
 
 afterAll(async () => {

@@ -7,13 +7,12 @@
  * under a tail stops it with the 404 shown. A partition added, or a position gone, is said in a notice.
  */
 import path from 'node:path';
-import puppeteer, { type Browser, type Page } from 'puppeteer-core';
+import type { Browser, Page } from 'puppeteer-core';
+import { SHOTS, launchChromium } from '../helpers/browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BrokerProcess, ROOT } from '../helpers/launcher.js';
+import { BrokerProcess } from '../helpers/launcher.js';
 import { freePort, until } from '../helpers/util.js';
 
-const CHROMIUM = process.env.TRIBUTARY_CHROMIUM ?? '/usr/bin/chromium';
-const SHOTS = path.join(ROOT, '.test-results', 'screenshots');
 
 async function produce(port: number, topic: string, value: string, partition: number): Promise<void> {
   const res = await fetch(`http://127.0.0.1:${port}/api/v1/topics/${topic}/messages`, {
@@ -45,7 +44,7 @@ describe('web console, live tail across a broker restart', () => {
   beforeAll(async () => {
     healthPort = await freePort();
     broker = await BrokerProcess.start({ args: ['--port', String(await freePort()), '--health-port', String(healthPort), '--offsets-topic-partitions', '1'] });
-    browser = await puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
+    browser = await launchChromium();
   }, 60_000);
 
   afterAll(async () => {

@@ -3,7 +3,10 @@
  * One row per message, RFC 4180 quoting, rows ending in \n; every key and value says its encoding.
  */
 
-/** What the export reads of a message (api.ts's Message). */
+/**
+ * What the export reads of a message: api.ts's Message, restated so that this module compiles without the
+ * DOM types api.ts needs (the unit test compiles it for Node).
+ */
 export interface CsvMessage {
   partition: number;
   offset: number;
