@@ -4,23 +4,13 @@
  * `delete_retention_ms` store it with the topic, DESCRIBE shows the value in effect (else the broker's
  * --delete-retention-ms), and a bad value is refused with nothing created.
  */
-import { execFile } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseLine } from 'tributary-protocol/command.js';
 import type { Connection } from 'tributary-protocol/connection.js';
-import { BrokerProcess, CLI } from '../helpers/launcher.js';
-import { trackChild } from '../helpers/process-registry.js';
+import { runCli } from '../helpers/cli.js';
+import { BrokerProcess } from '../helpers/launcher.js';
 
-async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const child = trackChild(execFile(process.execPath, [CLI, ...args]), 'cli');
-  child.stdin!.end();
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (d) => (stdout += d));
-  child.stderr!.on('data', (d) => (stderr += d));
-  const code = await new Promise<number>((resolve) => child.once('exit', (c) => resolve(c ?? -1)));
-  return { code, stdout, stderr };
-}
+const cli = (args: string[]) => runCli(args);
 
 describe('delete_retention_ms', () => {
   let broker: BrokerProcess;
