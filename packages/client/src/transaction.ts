@@ -218,7 +218,8 @@ export class Transaction {
   /**
    * Commits: waits for the sends, then END_TXN commit, retried until the broker answers (a retry of a
    * commit that went through answers committed again). Once it resolves, read_committed readers see
-   * every record and the offsets have moved.
+   * every record and the offsets have moved, unless a marker failed after the decision: the broker then
+   * answers committed and writes the marker again until done (docs/protocol.md, END_TXN).
    */
   commit(opts: { signal?: AbortSignal } = {}): Promise<void> {
     return this.finish('commit', opts.signal);

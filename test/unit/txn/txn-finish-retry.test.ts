@@ -59,7 +59,8 @@ async function commitThatFails(id: string): Promise<string> {
   await txns.begin(id, producerId, 0);
   await txns.publish(id, producerId, 0, TOPIC, 0, rec('first'), 1);
   failMarkers = 1;
-  expect(await errorCode(txns.endTxn(id, producerId, 0, 'commit'))).toBe('NOT_ENOUGH_REPLICAS');
+  // Decided durably: answered so, though the finish failed (it is retried).
+  expect(await txns.endTxn(id, producerId, 0, 'commit')).toBe('committed');
   expect(txns.status(id).state).toBe('committing');
   expect(clock.pending).toBeGreaterThan(0); // the retry
   return producerId;
@@ -72,7 +73,7 @@ describe('TransactionCoordinator: retrying a failed finish', () => {
     await txns.begin(id, producerId, 0);
     await txns.publish(id, producerId, 0, TOPIC, 0, rec('k'), 1);
     failMarkers = 1;
-    // The main port's END_TXN reports the failure (a retry answers committed: above); Kafka's clients do not retry EndTxn.
+    // Kafka's clients do not retry EndTxn: an error here would have the application give up a commit.
     await txns.kafka.endTxn(id, producerId, 0, 'commit');
     expect(txns.status(id).state).toBe('committing');
     await clock.advance(5_000);
@@ -82,6 +83,40 @@ describe('TransactionCoordinator: retrying a failed finish', () => {
     expect(await errorCode(txns.kafka.endTxn(id, producerId, 0, 'abort'))).toBe('invalid_txn_state');
   });
 
+  it('END_TXN answers the durable decision though its markers failed; read_committed waits for the markers', async () => {
+    const id = 'tx-main';
+    const { producerId } = await txns.initProducerId(id, 60_000);
+    await txns.begin(id, producerId, 0);
+    await txns.publish(id, producerId, 0, TOPIC, 0, rec('m0'), 1);
+    await txns.publish(id, producerId, 0, TOPIC, 1, rec('m1'), 2);
+    // Partition 1's leader cannot replicate its marker, three times over.
+    failMarkers = 0;
+    const failing = new Set([1]);
+    let failuresLeft = 3;
+    const targets = (txns as unknown as { deps: { targets: TxnTargets } }).deps.targets;
+    const marker = targets.marker.bind(targets);
+    targets.marker = async (...args: Parameters<TxnTargets['marker']>) => {
+      if (failing.has(args[1]) && failuresLeft-- > 0) throw new TributaryError('NOT_ENOUGH_REPLICAS', { topic: args[0], partition: args[1] });
+      return marker(...args);
+    };
+    expect(await txns.endTxn(id, producerId, 0, 'commit')).toBe('committed');
+    expect(txns.status(id).state).toBe('committing');
+    // Partition 0 has its marker; partition 1's LSO stays below the transaction until its marker lands.
+    expect(await visible(0)).toEqual(['m0']);
+    expect(await visible(1)).toEqual([]);
+    // A retried END_TXN tries the finish again, fails again, and answers the decision again.
+    expect(await txns.endTxn(id, producerId, 0, 'commit')).toBe('committed');
+    expect(await errorCode(txns.endTxn(id, producerId, 0, 'abort'))).toBe('invalid_txn_state');
+    // The next transaction cannot begin while this one's markers may still be written.
+    expect(await errorCode(txns.begin(id, producerId, 0))).toBe('NOT_ENOUGH_REPLICAS');
+    expect(await visible(1)).toEqual([]);
+    // The coordinator's retry writes it.
+    await clock.advance(5_000);
+    await until(() => txns.status(id).state === 'committed', 5_000, 'the retried finish');
+    expect(await visible(1)).toEqual(['m1']);
+    await txns.begin(id, producerId, 0);
+    expect(txns.status(id).state).toBe('open');
+  });
 
   it('does not end the next transaction of the producer once the failed one was finished by a retried END_TXN', async () => {
     const id = 'tx-next';

@@ -65,31 +65,14 @@ export class KafkaTransactions {
    * another restart the producer is asked to abort once more.)
    */
   async endTxn(id: string, producerId: string, epoch: number, result: 'commit' | 'abort'): Promise<void> {
-    try {
-      await this.deps.endTxn(id, producerId, epoch, result);
-    } catch (err) {
-      // Decided (durably) and only its finish failed, which the coordinator retries: Kafka answers EndTxn
-      // once the decision is written, and its clients do not retry a failed EndTxn (kafkajs), so an error
-      // here would have the application give up a transaction that commits.
-      if (!this.decidedAs(id, producerId, epoch, result)) throw err;
-      return;
-    }
+    // Answered once the decision is durable, though its markers may still be retried (the coordinator's
+    // END_TXN): kafkajs does not retry a failed EndTxn, and would give up a transaction that commits.
+    await this.deps.endTxn(id, producerId, epoch, result);
     if (result !== 'abort') return;
     await this.deps.withTxn(id, async () => {
       const m = this.deps.entry(id).meta;
       if (m.state === 'aborted' && m.abortReason === RECOVERED && m.producerId === producerId && m.epoch === epoch) m.abortReason = undefined;
     });
-  }
-
-  private decidedAs(id: string, producerId: string, epoch: number, result: 'commit' | 'abort'): boolean {
-    let e: Entry;
-    try {
-      e = this.deps.entry(id);
-    } catch {
-      return false;
-    }
-    const m = e.meta;
-    return !e.unloaded && m.producerId === producerId && m.epoch === epoch && m.state === (result === 'commit' ? 'prepare_commit' : 'prepare_abort');
   }
 
   /**
