@@ -5,6 +5,7 @@ import { type GroupContext, validateId } from './group-context.js';
 import { type GroupOffsets, getOffset, outcomeUnknown } from './group-offsets.js';
 import type { Rebalancer } from './rebalance.js';
 import type { ClassicGroup } from './classic-group.js';
+import type { ChangeReason, ConsumerGroup } from './group.js';
 
 export interface ResetRequest {
   group: string;
@@ -140,31 +141,74 @@ export class GroupAdmin {
       if (classic && classic.members.size > 0) throw new TributaryError('group_not_empty', { group: req.group, members: classic.members.size });
       if (live && live.topic !== req.topic) throw invalidParam('topic', `group ${req.group} consumes topic ${live.topic}`);
       if (req.dryRun) return entries;
-      if (live) {
-        const reset = entries.map((e) => e.partition);
-        for (const m of live.members.values()) {
-          for (const p of reset) {
-            m.reset.add(p);
-            if (m.owned.delete(p) && live.owners.get(p) === m.memberId) live.owners.delete(p);
-          }
-        }
-        live.pendingCauses.push({ cause: 'offsets_reset', member: req.by ?? 'admin' });
-        this.rebalancer.scheduleWindow(live);
-        // Fenced before the offsets move: a refused write here leaves the offsets as they were.
-        await this.ctx.persist(live);
-      }
+      // A store that cannot answer now (PostgreSQL down) refuses the reset before the group is touched: a
+      // refused reset changes nothing, and fencing the members is what makes them rebalance.
+      await this.ctx.offsetStore.fetch(req.group, req.topic, entries[0]!.partition);
+      const undo = live ? this.fence(live, entries, req.by ?? 'admin') : undefined;
+      // Fenced before the offsets move: a crash between the two leaves the members fenced, never reading on
+      // over a reset they were not told of.
+      if (live) await this.ctx.persist(live);
       try {
         await this.ctx.offsetStore.commit(req.group, req.topic, entries, { force: true });
       } catch (err) {
-        // Maybe written: a member's next commit of the offset it last committed must be written, not
-        // answered from memory (which still holds the offsets from before the reset).
-        if (outcomeUnknown(err)) this.offsets.forgetReservations(req.group, req.topic, entries.map((e) => e.partition));
+        if (outcomeUnknown(err)) {
+          // Maybe written: the fence stays, and a member's next commit of the offset it last committed must
+          // be written, not answered from memory (which still holds the offsets from before the reset).
+          this.offsets.forgetReservations(req.group, req.topic, entries.map((e) => e.partition));
+        } else if (live && undo) {
+          // Refused, so nothing was reset: the members keep their partitions and generation.
+          await this.unfence(live, undo);
+        }
         throw err;
       }
       for (const e of entries) this.offsets.setDurable(req.group, req.topic, e.partition, e.offset);
       this.ctx.expiry.committed(req.group);
       return entries;
     });
+  }
+
+  /**
+   * Takes the reset partitions from their owners, marks them on every member and asks for a new generation
+   * (in memory; the caller persists). Returns what undoes it, for a reset the offset store refused.
+   */
+  private fence(live: ConsumerGroup, entries: OffsetEntry[], by: string): () => void {
+    const members = [...live.members.values()].map((m) => ({ m, owned: new Set(m.owned), reset: new Set(m.reset) }));
+    const owners = new Map(live.owners);
+    const cause: ChangeReason = { cause: 'offsets_reset', member: by };
+    const windowOpen = this.ctx.scheduler.has(`window:${live.groupId}`);
+    const startedAt = live.rebalanceStartedAt;
+    const reset = entries.map((e) => e.partition);
+    for (const m of live.members.values()) {
+      for (const p of reset) {
+        m.reset.add(p);
+        if (m.owned.delete(p) && live.owners.get(p) === m.memberId) live.owners.delete(p);
+      }
+    }
+    live.pendingCauses.push(cause);
+    this.rebalancer.scheduleWindow(live);
+    return () => {
+      for (const { m, owned, reset: r } of members) {
+        m.owned.clear();
+        for (const p of owned) m.owned.add(p);
+        m.reset.clear();
+        for (const p of r) m.reset.add(p);
+      }
+      live.owners.clear();
+      for (const [p, id] of owners) live.owners.set(p, id);
+      live.pendingCauses = live.pendingCauses.filter((c) => c !== cause);
+      if (!windowOpen) this.ctx.scheduler.cancel(`window:${live.groupId}`);
+      live.rebalanceStartedAt = startedAt;
+    };
+  }
+
+  /**
+   * Undoes a fence (under the group's lock, nothing else ran in between) and persists that. If the log
+   * refuses it, persist() reloads the group from the log, which holds the fence: a rebalance then follows,
+   * as it would have before.
+   */
+  private async unfence(live: ConsumerGroup, undo: () => void): Promise<void> {
+    undo();
+    await this.ctx.persist(live).catch((err: unknown) => this.ctx.logger.warn({ err, group: live.groupId }, 'undoing the fence of a refused reset failed'));
   }
 
   /**
