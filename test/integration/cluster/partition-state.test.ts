@@ -57,11 +57,39 @@ describe('PartitionStateStore', () => {
       ]),
     );
 
-    await store.deleteTopic('orders');
+    // Records without a topic id (written before ids) go with any id's delete.
+    await store.deleteTopic('orders', 'some-id');
     expect(store.list('orders')).toEqual([]);
     expect(store.list().map((e) => e.topic)).toEqual(['orders-eu']);
     await eventually('the other store to see the delete', () => other.list('orders').length === 0);
     expect(await other.read('orders', 0)).toBeUndefined();
+  });
+
+  it('a delete of a topic id leaves the records of the topic re-created under the name by another broker', async () => {
+    const prefix = uniquePrefix('delete-race');
+    const deleter = await openStore(prefix);
+    const creator = await openStore(prefix);
+    // The old topic, 150 partitions (two transactions' worth), seen by both brokers.
+    const old = Array.from({ length: 150 }, (_, i) => state(1 + (i % 3), 0, { topicId: 'old' }));
+    expect(await deleter.create('orders', old)).toBe(true);
+    await eventually('the creator to see the old topic', () => creator.list('orders').length === 150);
+    // The creator re-creates the name before the deleter's delete of the old states comes: it clears what
+    // the old topic left (its own delete of that id) and writes the new topic's states.
+    await creator.deleteTopic('orders', 'old');
+    expect(await creator.create('orders', [state(2, 0, { topicId: 'new' }), state(3, 0, { topicId: 'new' })])).toBe(true);
+    // The deleter's delete of the old topic id, late: the new topic's states stay, in etcd and in both caches.
+    await deleter.deleteTopic('orders', 'old');
+    const fresh = await openStore(prefix);
+    expect(fresh.list('orders').map((e) => [e.partition, e.value.topicId])).toEqual([
+      [0, 'new'],
+      [1, 'new'],
+    ]);
+    await eventually('the deleter to see the new topic', () => deleter.list('orders').length === 2);
+    expect(creator.list('orders').map((e) => e.value.topicId)).toEqual(['new', 'new']);
+    // A record of the old id left behind next to them (a cut-short delete) goes; the new ones stay.
+    expect(await deleter.create('orders', [state(1, 0, { topicId: 'old' })], 2)).toBe(true);
+    await deleter.deleteTopic('orders', 'old');
+    expect((await openStore(prefix)).list('orders').map((e) => e.value.topicId)).toEqual(['new', 'new']);
   });
 
   it('creates more than one transaction’s worth of partitions', async () => {

@@ -36,7 +36,7 @@ describe('partition states repaired at startup (cluster)', () => {
 
       await etcd.delete().key(`${store.prefix}partitions/st-missing/2`).exec();
       const foreign = store.list('st-foreign').map((e) => ({ ...e.value, topicId: 'a-deleted-namesake', leaderEpoch: 7 }));
-      await store.deleteTopic('st-foreign');
+      await store.deleteTopic('st-foreign', ownId!);
       expect(await store.create('st-foreign', foreign)).toBe(true);
 
       await c.broker(0).relaunch();

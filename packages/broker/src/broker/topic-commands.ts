@@ -82,15 +82,16 @@ async function addPartitions(b: BrokerContext, _c: ConnectionContext, p: Params)
 
 async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const name = p.reqStr('topic', { maxLength: 100_000 });
-  await b.topics.delete(name);
+  const deleted = await b.topics.delete(name);
   // Standalone, its committed offsets are gone (durably) before the reply; a cluster's coordinators each
   // delete their groups' on the metadata store's event (broker.ts). A failure is logged: the coordinator
   // deletes them when it next loads them, if the topic is not back by then (docs/operations.md).
   if (!b.cluster) await b.coordinator.deleteTopicOffsets(name).catch((err: unknown) => b.logger.error({ err, topic: name }, 'deleting the committed offsets of a deleted topic failed'));
   // Reassignments of a deleted topic have nothing left to move (best effort).
   await b.cluster?.reassignments.deleteTopic(name).catch(() => {});
-  // Nor its partition states (a re-created topic deletes any left behind: ClusterNode.createPartitionStates).
-  await b.cluster?.states.deleteTopic(name).catch((err: unknown) => b.logger.warn({ err, topic: name }, 'deleting the partition states of a deleted topic failed'));
+  // Nor its partition states, of its topic id only: a topic re-created meanwhile keeps its own (one left
+  // behind is deleted when the name is created again: ClusterNode.createPartitionStates).
+  await b.cluster?.states.deleteTopic(name, deleted.topicId).catch((err: unknown) => b.logger.warn({ err, topic: name }, 'deleting the partition states of a deleted topic failed'));
   return formatOk({ topic: name, deleted: true });
 }
 

@@ -188,7 +188,8 @@ export class ClusterNode {
    * are deleted first: the new topic must not inherit their leaders, ISR and epochs.
    */
   async createPartitionStates(topic: string, partitions: number, replicationFactor: number, topicId: string): Promise<void> {
-    if (this.states.list(topic).some((e) => e.value.topicId !== undefined && e.value.topicId !== topicId)) await this.states.deleteTopic(topic);
+    const foreign = new Set(this.states.list(topic).flatMap((e) => (e.value.topicId !== undefined && e.value.topicId !== topicId ? [e.value.topicId] : [])));
+    for (const id of foreign) await this.states.deleteTopic(topic, id);
     const have = this.states.list(topic).length;
     if (have >= partitions) return;
     // Partitions added to a topic get replicas the same way, continuing the spread of leaders.

@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import type { Etcd3, IKeyValue } from 'etcd3';
 import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
 import { countByTopic, listPartitionRecords, splitKey } from './partition-keys.js';
@@ -199,12 +200,34 @@ export class PartitionStateStore {
     return { ok: false, current: base };
   }
 
-  /** Deletes every partition record of a topic (after the topic itself was deleted). */
-  async deleteTopic(topic: string): Promise<void> {
-    const prefix = this.absolute(`${topic}/`);
-    const res = await withMetadataErrors('delete_partition_state', () => this.client.delete().prefix(prefix).exec());
-    const revision = Number(res.header.revision);
-    for (const e of this.list(topic)) this.records.applyDelete(this.relative(topic, e.partition), revision);
+  /**
+   * Deletes the partition records of the topic id `topicId` (after that topic was deleted), and those with
+   * no topic id (written before ids). Read from etcd and deleted only at the revision read, so a topic
+   * re-created under the name meanwhile, by another broker, keeps its records: a delete of the name's
+   * whole prefix wiped them until the controller wrote them again. A record changed in between (a leader
+   * election of the old topic) is read again.
+   */
+  async deleteTopic(topic: string, topicId: string): Promise<void> {
+    for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
+      const res = await withMetadataErrors('delete_partition_state', () => this.client.getAll().prefix(this.absolute(`${topic}/`)).exec());
+      const doomed = res.kvs.filter((kv) => {
+        const s = parseState(kv.value.toString('utf8'));
+        return s !== undefined && (s.topicId === undefined || s.topicId === topicId);
+      });
+      let lost = false;
+      for (let start = 0; start < doomed.length && !lost; start += TXN_CHUNK) {
+        const chunk = doomed.slice(start, start + TXN_CHUNK);
+        const del = await withMetadataErrors('delete_partition_state', () => {
+          let txn = this.client.if(chunk[0]!.key.toString('utf8'), 'Mod', '==', Number(chunk[0]!.mod_revision));
+          for (const kv of chunk.slice(1)) txn = txn.and(kv.key.toString('utf8'), 'Mod', '==', Number(kv.mod_revision));
+          return txn.then(...chunk.map((kv) => ({ request_delete_range: { key: kv.key } }))).commit();
+        });
+        if (!del.succeeded) lost = true;
+        else for (const kv of chunk) this.records.applyDelete(kv.key.toString('utf8').slice(this.records.prefix.length), Number(del.header.revision));
+      }
+      if (!lost) return;
+    }
+    throw new TributaryError('metadata_unavailable', { operation: 'delete_partition_state', topic, reason: 'concurrent changes' });
   }
 
   async close(): Promise<void> {

@@ -234,15 +234,17 @@ export class TopicManager {
     return p;
   }
 
-  async delete(name: string): Promise<void> {
+  /** Resolves with the definition deleted (the store's: the one it found, if it moved on meanwhile). */
+  async delete(name: string): Promise<TopicDefinition> {
     const topic = this.get(name);
     if (name.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic: name, reason: 'internal topics cannot be deleted' });
     // Definition first: a crash between the two steps leaves an orphan dir that open() removes. Out of
     // the map before: the store's own delete event (cluster mode) must not destroy it a second time.
     this.topics.delete(name);
     this.deleting.add(topic.def.topicId);
+    let deleted: TopicDefinition | undefined;
     try {
-      await this.store.deleteTopic(name);
+      deleted = await this.store.deleteTopic(name);
     } catch (err) {
       this.topics.set(name, topic);
       throw err;
@@ -260,6 +262,7 @@ export class TopicManager {
     this.metrics.forgetTopic(name);
     this.updateGauges();
     this.logger.info({ topic: name }, 'topic deleted');
+    return deleted ?? topic.def;
   }
 
   /** Time/size retention for 'delete' topics, compaction for 'compact' topics (run on the retention timer). */

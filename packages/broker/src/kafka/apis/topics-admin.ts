@@ -35,14 +35,14 @@ export const deleteTopicsHandler = handler(apiByKey(DeleteTopics.apiKey)!, async
     }
     try {
       userTopic(ctx, w.name);
-      await ctx.broker.topics.delete(w.name);
+      const deleted = await ctx.broker.topics.delete(w.name);
       // As DELETE: standalone, the topic's committed offsets go before the reply (a cluster's on the event).
       if (!ctx.broker.cluster) {
         await ctx.broker.coordinator.deleteTopicOffsets(w.name).catch((err: unknown) => ctx.broker.logger.error({ err, topic: w.name }, 'deleting the committed offsets of a deleted topic failed'));
       }
       // As DELETE: reassignments of a deleted topic have nothing left to move (best effort).
       await ctx.broker.cluster?.reassignments.deleteTopic(w.name).catch(() => {});
-      await ctx.broker.cluster?.states.deleteTopic(w.name).catch((err: unknown) => ctx.broker.logger.warn({ err, topic: w.name }, 'deleting the partition states of a deleted topic failed'));
+      await ctx.broker.cluster?.states.deleteTopic(w.name, deleted.topicId).catch((err: unknown) => ctx.broker.logger.warn({ err, topic: w.name }, 'deleting the partition states of a deleted topic failed'));
       responses.push({ name: w.name, topicId: w.topicId, errorCode: 0, errorMessage: null });
     } catch (err) {
       responses.push({ name: w.name, topicId: w.topicId, errorCode: errorCodeOf(err), errorMessage: message(err) });
