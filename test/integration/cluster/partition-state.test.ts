@@ -157,7 +157,7 @@ describe('PartitionStateStore', () => {
     b.events.on('deleted', (e: PartitionStateEntry) => seen.push(`deleted ${e.topic}/${e.partition}`));
     await a.create('w', [state(1, 0)]);
     await a.compareAndSet('w', 0, { leaderEpoch: 0 }, state(2, 1));
-    await a.deleteTopic('w');
+    await a.deleteTopic('w', 'w-id');
     await eventually('B to see all three changes', () => seen.length === 3);
     expect(seen).toEqual(['changed w/0 leader=1 epoch=0', 'changed w/0 leader=2 epoch=1', 'deleted w/0']);
   });
