@@ -259,6 +259,9 @@ describe('PgOffsetStore', () => {
       expect(err.code).toBe('storage_error');
       expect(err.retriable).toBe(true);
     }
+    // A commit that never got a connection was not written: refused, not of unknown outcome.
+    const refused = await rejection(store.commit('g', 't', [{ partition: 0, offset: 3 }]));
+    expect([refused.code, refused.fields.outcome]).toEqual(['storage_error', undefined]);
     // A store that never reached the server fails the same way.
     const never = new PgOffsetStore({ connectionString: other.connectionString });
     stores.push(never);

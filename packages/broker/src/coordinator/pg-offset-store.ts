@@ -52,6 +52,9 @@ function quoteIdentifier(param: string, name: string): string {
  */
 const PERMANENT_AT_OPEN = /^(28...|3D000|3F000|42501)$/;
 
+/** Errors of an operation that never got a connection: nothing of it reached the server. */
+const notSent = new WeakSet<Error>();
+
 function storageError(op: string, cause: unknown): TributaryError {
   const detail = cause instanceof Error ? cause.message : String(cause);
   const code = typeof cause === 'object' && cause !== null && 'code' in cause ? String((cause as { code: unknown }).code) : undefined;
@@ -237,6 +240,9 @@ export class PgOffsetStore implements OffsetStore {
       await this.write(group, topic, sorted, entries, partitions, offsets, force);
     } catch (err) {
       if (err instanceof TributaryError && err.code !== 'storage_error') throw err;
+      // No connection, so nothing was sent: refused for certain (a reset the store refuses changes nothing,
+      // coordinator/group-admin.ts), even when the rows cannot be read back either.
+      if (notSent.has(err as Error)) throw err;
       // The connection failed: before BEGIN, or after COMMIT was sent and before its answer came. The rows
       // tell which (a commit writes all of them or none), so the caller never counts a write that happened
       // as one that did not, nor the reverse.
@@ -341,7 +347,9 @@ export class PgOffsetStore implements OffsetStore {
     try {
       client = await this.pool.connect();
     } catch (err) {
-      throw storageError(op, err);
+      const e = storageError(op, err);
+      notSent.add(e);
+      throw e;
     }
     // A checked-out connection that breaks between queries emits 'error' on the client; without a listener
     // that would crash the process. The pending or next query fails instead.
