@@ -101,7 +101,7 @@ async function pair(opts: { beforeFetch?: (n: number) => Promise<void> | void; m
     ac = new AbortController();
     await (follower.rm as unknown as { fetchLoop(r: Replica, signal: AbortSignal): Promise<void> }).fetchLoop(fr, ac.signal);
   };
-  return { leaderPart, followerPart, fetchAll, lines, truncations: () => truncations };
+  return { leaderPart, followerPart, fetchAll, lines, truncations: () => truncations, abort: () => ac.abort() };
 }
 
 /** What a reader of the whole log sees per key: its latest record's value ('' for a tombstone). */
@@ -192,6 +192,41 @@ it('one rebuild per horizon: a fetch loop that reconnects while fetching again d
   expect(offsets[2]).toBeGreaterThan(0);
   expect(offsets[2]).toBeLessThan(31);
   expect(offsets[3]).toBe(offsets[2]);
+  expect((await latestByKey(followerPart.log)).get('k')).toBeUndefined();
+  expect(followerPart.log.logEndOffset).toBe(leaderPart.logEndOffset);
+});
+
+it('a fetch loop started again part-way through a refetch (a new leader epoch, a restart) goes on from there', async () => {
+  let abort: () => void = () => {};
+  let stopped = false;
+  const p = await pair({
+    maxBytes: 200,
+    // The first loop ends after two fetches of the refetch, below the horizon.
+    beforeFetch: (n) => {
+      if (n === 2 && !stopped) {
+        stopped = true;
+        abort();
+      }
+    },
+  });
+  abort = p.abort;
+  const { leaderPart, followerPart, fetchAll, truncations } = p;
+  await followerPart.appendReplica([rec(0, 'k', 'v1')]);
+  await leaderPart.appendReplica([rec(0, 'k', 'v1')]);
+  for (let i = 1; i < 30; i++) await leaderPart.appendReplica([rec(i, `other-${i}`, `x${i}`.padEnd(20, '.'))]);
+  await leaderPart.appendReplica([rec(30, 'k', '')]);
+  for (let i = 31; i < 60; i++) await leaderPart.appendReplica([rec(i, `other-${i}`, `x${i}`.padEnd(20, '.'))]);
+  leaderPart.setReplicatedHighWatermark(leaderPart.logEndOffset);
+  await leaderPart.log.compact({ now: T0 + 1000, tombstoneRetentionMs: 0 });
+  expect(leaderPart.log.tombstoneHorizon).toBe(31);
+  await fetchAll();
+  const mid = followerPart.log.logEndOffset;
+  expect(truncations()).toBe(1);
+  expect(mid).toBeGreaterThan(0);
+  expect(mid).toBeLessThan(31);
+  // A new loop hears the same horizon: what the log holds was fetched after it, so it is kept.
+  await fetchAll();
+  expect(truncations()).toBe(1);
   expect((await latestByKey(followerPart.log)).get('k')).toBeUndefined();
   expect(followerPart.log.logEndOffset).toBe(leaderPart.logEndOffset);
 });

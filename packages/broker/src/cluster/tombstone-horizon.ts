@@ -17,16 +17,10 @@ export interface HorizonWatch {
   supported: boolean;
   /** The leader's horizon as last heard: each REPLICA_FETCH names it. */
   known: number;
-  /**
-   * The horizon heard when this loop last emptied the log (0: it has not). The records fetched since
-   * then lack every tombstone below it together with the values they deleted, so only a higher one
-   * empties the log again; another leader's horizon (a new loop) always may.
-   */
-  rebuiltAt: number;
 }
 
 export function newHorizonWatch(): HorizonWatch {
-  return { supported: false, known: 0, rebuiltAt: 0 };
+  return { supported: false, known: 0 };
 }
 
 /** The REPLICA_FETCH parameter naming the horizon this follower knows ('' for a leader that reports none). */
@@ -37,8 +31,11 @@ export function horizonParam(w: HorizonWatch): string {
 /**
  * The leader's horizon `h` as LEADER_EPOCHS or REPLICA_FETCH reported it (after any epoch truncation, and
  * before any record fetched with it is stored): the log is emptied when it ends below `h`, holds records
- * and has not been emptied for `h` yet; then `h` becomes this log's own horizon (never lowered), on disk
+ * and has not taken `h` as its own yet; then `h` becomes this log's own horizon (never lowered), on disk
  * before a record the leader compacted is: should this replica lead, its followers hear of those tombstones.
+ * A log takes `h` only when it is safe for `h` (emptied for it, empty, or reaching it), and its own
+ * compaction never raises it past its own end: so a fetch loop started again part-way through a refetch
+ * (a new leader epoch, a restart) goes on from there instead of emptying the log once more.
  */
 export async function followLeaderHorizon(r: Replica, h: number, w: HorizonWatch, logger: Logger): Promise<void> {
   w.supported = true;
@@ -46,7 +43,7 @@ export async function followLeaderHorizon(r: Replica, h: number, w: HorizonWatch
   const log = r.partition.log;
   const start = log.logStartOffset;
   const end = log.logEndOffset;
-  if (h > end && start < end && h > w.rebuiltAt) {
+  if (h > end && start < end && h > log.tombstoneHorizon) {
     logger.warn(
       { topic: r.topic, partition: r.id, tombstoneHorizon: h, logStart: start, logEnd: end },
       "the leader dropped a tombstone this replica never read: dropping this replica's records and fetching them again",
@@ -54,7 +51,6 @@ export async function followLeaderHorizon(r: Replica, h: number, w: HorizonWatch
     // As a follower behind the leader's log start: empty at its own start, it fetches from there and the
     // leader answers from its log start on.
     await r.partition.truncateTo(start);
-    w.rebuiltAt = h;
   }
   await log.raiseTombstoneHorizon(h);
 }
