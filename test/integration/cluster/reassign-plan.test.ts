@@ -150,6 +150,40 @@ describe('reassignment plans: all or nothing', () => {
     }
   }, 150_000);
 
+  it('the store: a deleted topic takes only its own requests; one for the topic re-created under the name (another broker) stays', async () => {
+    const prefix = uniquePrefix('plan-delete');
+    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
+    const store = new ReassignmentStore({ etcd, prefix });
+    const topics = new EtcdMetadataStore({ etcd, prefix });
+    const raw = createEtcdClient(etcd);
+    const def = { name: 'x', partitions: 2, replicationFactor: 1, idempotent: false, partitioner: 'hash_key' as const, retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' as const };
+    try {
+      await store.open();
+      await topics.open();
+      const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
+      const stored = async () => (await raw.getAll().prefix(`${prefix}reassignments/`).keys()).sort();
+      await topics.createTopic(def);
+      expect(await store.createPlan([{ topic: 'x', partition: 0, request }], [topics.topicGuard('x')!])).toBeUndefined();
+      // x deleted; before this broker deletes its requests, x is created again and its partition 1 moved.
+      await topics.deleteTopic('x');
+      await topics.createTopic(def);
+      expect(await store.createPlan([{ topic: 'x', partition: 1, request }], [topics.topicGuard('x')!])).toBeUndefined();
+      await store.deleteTopic('x', topics.definitionKey('x'));
+      expect(await stored()).toEqual([`${prefix}reassignments/x/1`]);
+      expect(store.list('x').map((e) => e.partition)).toEqual([1]);
+      // Deleted for good: its requests go.
+      await topics.deleteTopic('x');
+      await store.deleteTopic('x', topics.definitionKey('x'));
+      expect(await stored()).toEqual([]);
+      expect(store.list('x')).toEqual([]);
+    } finally {
+      await store.close().catch(() => {});
+      await topics.close().catch(() => {});
+      await raw.delete().prefix(prefix).catch(() => {});
+      raw.close();
+    }
+  });
+
   it('the store: one transaction stores the whole plan or, if a partition got a request or a guarded topic changed meanwhile, none of it', async () => {
     const prefix = uniquePrefix('plan-store');
     const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };

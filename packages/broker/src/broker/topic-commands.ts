@@ -88,7 +88,7 @@ async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<
   // deletes them when it next loads them, if the topic is not back by then (docs/operations.md).
   if (!b.cluster) await b.coordinator.deleteTopicOffsets(name).catch((err: unknown) => b.logger.error({ err, topic: name }, 'deleting the committed offsets of a deleted topic failed'));
   // Reassignments of a deleted topic have nothing left to move (best effort).
-  await b.cluster?.reassignments.deleteTopic(name).catch(() => {});
+  await b.cluster?.reassignments.deleteTopic(name, b.cluster.store.definitionKey(name)).catch(() => {});
   // Nor its partition states, of its topic id only: a topic re-created meanwhile keeps its own (one left
   // behind is deleted when the name is created again: ClusterNode.createPartitionStates).
   await b.cluster?.states.deleteTopic(name, deleted.topicId).catch((err: unknown) => b.logger.warn({ err, topic: name }, 'deleting the partition states of a deleted topic failed'));

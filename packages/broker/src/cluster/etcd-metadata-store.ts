@@ -229,6 +229,11 @@ export class EtcdMetadataStore implements MetadataStore {
     if (this.ownsClient) this.client.close();
   }
 
+  /** The etcd key of a topic's definition (which other stores compare their records' revisions with). */
+  definitionKey(name: string): string {
+    return this.key(name);
+  }
+
   private key(name: string): string {
     return `${this.prefix}topics/${name}`;
   }

@@ -206,11 +206,35 @@ export class ReassignmentStore {
     return res.succeeded;
   }
 
-  /** Deletes every request of a topic (after the topic itself was deleted). */
-  async deleteTopic(topic: string): Promise<void> {
-    const res = await withMetadataErrors('delete_reassignment', () => this.client.delete().prefix(this.absolute(topic, '')).exec());
-    const revision = Number(res.header.revision);
-    for (const e of this.list(topic)) this.records.applyDelete(`${topic}/${e.partition}`, revision);
+  /**
+   * Deletes the requests of a deleted topic (after its definition went): those created before the name's
+   * definition at `definitionKey` now, all when there is none. A request for the topic re-created under the
+   * name meanwhile (maybe on another broker) is newer than that definition and stays. Each goes at the
+   * revision read; a request changed meanwhile makes it read again.
+   */
+  async deleteTopic(topic: string, definitionKey: string): Promise<void> {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      // One read (a transaction whose compare always holds) sees the requests and the definition at one revision.
+      const read = await withMetadataErrors('delete_reassignment', () =>
+        this.client.if(definitionKey, 'Version', '>', -1).then(this.client.getAll().prefix(this.absolute(topic, '')), this.client.get(definitionKey)).commit(),
+      );
+      const requests = read.responses[0]!.response_range.kvs;
+      const recreated = Number(read.responses[1]!.response_range.kvs[0]?.create_revision ?? 0);
+      const doomed = requests.filter((kv) => recreated === 0 || Number(kv.create_revision) < recreated);
+      let lost = false;
+      for (let start = 0; start < doomed.length && !lost; start += TXN_CHUNK) {
+        const chunk = doomed.slice(start, start + TXN_CHUNK);
+        const del = await withMetadataErrors('delete_reassignment', () => {
+          let txn = this.client.if(chunk[0]!.key.toString('utf8'), 'Mod', '==', Number(chunk[0]!.mod_revision));
+          for (const kv of chunk.slice(1)) txn = txn.and(kv.key.toString('utf8'), 'Mod', '==', Number(kv.mod_revision));
+          return txn.then(...chunk.map((kv) => ({ request_delete_range: { key: kv.key } }))).commit();
+        });
+        if (!del.succeeded) lost = true;
+        else for (const kv of chunk) this.records.applyDelete(kv.key.toString('utf8').slice(this.records.prefix.length), Number(del.header.revision));
+      }
+      if (!lost) return;
+    }
+    throw new TributaryError('metadata_unavailable', { operation: 'delete_reassignment', topic, reason: 'concurrent changes' });
   }
 
   private absolute(topic: string, partition: number | ''): string {

@@ -41,7 +41,7 @@ export const deleteTopicsHandler = handler(apiByKey(DeleteTopics.apiKey)!, async
         await ctx.broker.coordinator.deleteTopicOffsets(w.name).catch((err: unknown) => ctx.broker.logger.error({ err, topic: w.name }, 'deleting the committed offsets of a deleted topic failed'));
       }
       // As DELETE: reassignments of a deleted topic have nothing left to move (best effort).
-      await ctx.broker.cluster?.reassignments.deleteTopic(w.name).catch(() => {});
+      await ctx.broker.cluster?.reassignments.deleteTopic(w.name, ctx.broker.cluster.store.definitionKey(w.name)).catch(() => {});
       await ctx.broker.cluster?.states.deleteTopic(w.name, deleted.topicId).catch((err: unknown) => ctx.broker.logger.warn({ err, topic: w.name }, 'deleting the partition states of a deleted topic failed'));
       responses.push({ name: w.name, topicId: w.topicId, errorCode: 0, errorMessage: null });
     } catch (err) {
