@@ -168,6 +168,25 @@ describe('TransactionCoordinator: retrying a failed finish', () => {
     expect(await visible(0)).toEqual(['first', 'second']);
   });
 
+  it('END_TXN answers NOT_COORDINATOR when this coordinator gave the id up while its markers failed', async () => {
+    txns.enableOwnership(
+      (p) => new TributaryError('NOT_COORDINATOR', { partition: p }),
+      () => true,
+    );
+    await Promise.all([txns.loadPartition(0), txns.loadPartition(1)]);
+    const id = 'tx-given-up';
+    const { producerId } = await txns.initProducerId(id, 60_000);
+    await txns.begin(id, producerId, 0);
+    await txns.publish(id, producerId, 0, TOPIC, 0, rec('g'), 1);
+    // The marker fails after the id's partition moved to another coordinator.
+    const targets = (txns as unknown as { deps: { targets: TxnTargets } }).deps.targets;
+    targets.marker = async (...args: Parameters<TxnTargets['marker']>) => {
+      txns.unloadPartition(txns.partitionFor(id));
+      throw new TributaryError('NOT_ENOUGH_REPLICAS', { topic: args[0], partition: args[1] });
+    };
+    expect(await errorCode(txns.endTxn(id, producerId, 0, 'commit'))).toBe('NOT_COORDINATOR');
+  });
+
   it('finishes the failed transaction when nothing else did', async () => {
     const id = 'tx-alone';
     await commitThatFails(id);

@@ -400,13 +400,13 @@ export class TransactionCoordinator {
       const m = e.meta;
       if (m.state === 'open') {
         if (result === 'commit' && (e.recovered || e.spoiled)) throw txnState(id, m.state, e.spoiled ?? RECOVERED);
-        await this.decided(e, result, this.finisher.end(e, result, 'client'));
+        await this.decided(id, e, result, this.finisher.end(e, result, 'client'));
         return want;
       }
       if (m.state === 'prepare_commit' || m.state === 'prepare_abort') {
         const deciding = m.state === 'prepare_commit' ? 'committed' : 'aborted';
         if (deciding !== want) throw txnState(id, m.state, `the transaction is already ${deciding === 'committed' ? 'committing' : 'aborting'}`);
-        await this.decided(e, result, this.finisher.awaitFinish(e));
+        await this.decided(id, e, result, this.finisher.awaitFinish(e));
         return want;
       }
       if ((m.state === 'committed' || m.state === 'aborted') && e.endedEpoch === m.epoch) {
@@ -424,10 +424,12 @@ export class TransactionCoordinator {
    * Kafka does. read_committed readers still wait: each partition's LSO stays below the transaction
    * until its marker lands. A broker that gave the id up answers NOT_COORDINATOR: the new one answers.
    */
-  private async decided(e: Entry, result: 'commit' | 'abort', finishing: Promise<void>): Promise<void> {
+  private async decided(id: string, e: Entry, result: 'commit' | 'abort', finishing: Promise<void>): Promise<void> {
     try {
       await finishing;
     } catch (err) {
+      // Given up meanwhile: NOT_COORDINATOR, so the client asks the new coordinator (which finishes it).
+      if (e.unloaded) this.checkOwner(id);
       if (e.unloaded || e.meta.state !== (result === 'commit' ? 'prepare_commit' : 'prepare_abort')) throw err;
     }
   }
