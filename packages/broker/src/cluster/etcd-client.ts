@@ -1,4 +1,4 @@
-import { Etcd3, type IOptions, isRecoverableError } from 'etcd3';
+import { Etcd3, type IKeyValue, type IOptions, isRecoverableError } from 'etcd3';
 import { TributaryError } from 'tributary-protocol/errors.js';
 
 /** Where every cluster key lives unless configured otherwise. */
@@ -95,4 +95,26 @@ export async function withMetadataErrors<T>(operation: string, fn: () => Promise
   } catch (err) {
     throw toMetadataError(err, operation);
   }
+}
+
+/** Keys one compare-and-delete transaction takes (etcd's --max-txn-ops is 128 by default). */
+const DELETE_CHUNK = 100;
+
+/**
+ * Deletes `kvs`, each only at the revision it was read at, in transactions of up to 100 keys, calling
+ * `deleted` for each key gone. False when a key changed since it was read (that transaction deleted
+ * nothing, later ones were not tried): the caller reads again.
+ */
+export async function deleteAsRead(client: Etcd3, operation: string, kvs: IKeyValue[], deleted: (key: string, revision: number) => void): Promise<boolean> {
+  for (let start = 0; start < kvs.length; start += DELETE_CHUNK) {
+    const chunk = kvs.slice(start, start + DELETE_CHUNK);
+    const res = await withMetadataErrors(operation, () => {
+      let txn = client.if(chunk[0]!.key.toString('utf8'), 'Mod', '==', Number(chunk[0]!.mod_revision));
+      for (const kv of chunk.slice(1)) txn = txn.and(kv.key.toString('utf8'), 'Mod', '==', Number(kv.mod_revision));
+      return txn.then(...chunk.map((kv) => ({ request_delete_range: { key: kv.key } }))).commit();
+    });
+    if (!res.succeeded) return false;
+    for (const kv of chunk) deleted(kv.key.toString('utf8'), Number(res.header.revision));
+  }
+  return true;
 }

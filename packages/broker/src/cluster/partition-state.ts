@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { Etcd3, IKeyValue } from 'etcd3';
-import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
+import { type EtcdSource, deleteAsRead, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
 import { countByTopic, listPartitionRecords, splitKey } from './partition-keys.js';
 import type { ReassignmentProgress } from './reassignment.js';
 import { type Versioned, WatchedPrefix } from './watched-prefix.js';
@@ -214,18 +214,7 @@ export class PartitionStateStore {
         const s = parseState(kv.value.toString('utf8'));
         return s !== undefined && (s.topicId === undefined || s.topicId === topicId);
       });
-      let lost = false;
-      for (let start = 0; start < doomed.length && !lost; start += TXN_CHUNK) {
-        const chunk = doomed.slice(start, start + TXN_CHUNK);
-        const del = await withMetadataErrors('delete_partition_state', () => {
-          let txn = this.client.if(chunk[0]!.key.toString('utf8'), 'Mod', '==', Number(chunk[0]!.mod_revision));
-          for (const kv of chunk.slice(1)) txn = txn.and(kv.key.toString('utf8'), 'Mod', '==', Number(kv.mod_revision));
-          return txn.then(...chunk.map((kv) => ({ request_delete_range: { key: kv.key } }))).commit();
-        });
-        if (!del.succeeded) lost = true;
-        else for (const kv of chunk) this.records.applyDelete(kv.key.toString('utf8').slice(this.records.prefix.length), Number(del.header.revision));
-      }
-      if (!lost) return;
+      if (await deleteAsRead(this.client, 'delete_partition_state', doomed, (key, rev) => this.records.applyDelete(key.slice(this.records.prefix.length), rev))) return;
     }
     throw new TributaryError('metadata_unavailable', { operation: 'delete_partition_state', topic, reason: 'concurrent changes' });
   }

@@ -18,7 +18,7 @@ import { EventEmitter } from 'node:events';
 import type { Etcd3 } from 'etcd3';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { Clock } from '../common/clock.js';
-import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
+import { type EtcdSource, deleteAsRead, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
 import { listPartitionRecords, splitKey } from './partition-keys.js';
 import type { PartitionState } from './partition-state.js';
 import { type Versioned, WatchedPrefix } from './watched-prefix.js';
@@ -221,18 +221,7 @@ export class ReassignmentStore {
       const requests = read.responses[0]!.response_range.kvs;
       const recreated = Number(read.responses[1]!.response_range.kvs[0]?.create_revision ?? 0);
       const doomed = requests.filter((kv) => recreated === 0 || Number(kv.create_revision) < recreated);
-      let lost = false;
-      for (let start = 0; start < doomed.length && !lost; start += TXN_CHUNK) {
-        const chunk = doomed.slice(start, start + TXN_CHUNK);
-        const del = await withMetadataErrors('delete_reassignment', () => {
-          let txn = this.client.if(chunk[0]!.key.toString('utf8'), 'Mod', '==', Number(chunk[0]!.mod_revision));
-          for (const kv of chunk.slice(1)) txn = txn.and(kv.key.toString('utf8'), 'Mod', '==', Number(kv.mod_revision));
-          return txn.then(...chunk.map((kv) => ({ request_delete_range: { key: kv.key } }))).commit();
-        });
-        if (!del.succeeded) lost = true;
-        else for (const kv of chunk) this.records.applyDelete(kv.key.toString('utf8').slice(this.records.prefix.length), Number(del.header.revision));
-      }
-      if (!lost) return;
+      if (await deleteAsRead(this.client, 'delete_reassignment', doomed, (key, rev) => this.records.applyDelete(key.slice(this.records.prefix.length), rev))) return;
     }
     throw new TributaryError('metadata_unavailable', { operation: 'delete_reassignment', topic, reason: 'concurrent changes' });
   }
