@@ -127,6 +127,21 @@ async function appendDropped(leaderPart: Partition): Promise<void> {
   expect(leaderPart.log.tombstoneHorizon).toBe(2);
 }
 
+/**
+ * Both hold k=v1 at 0; the leader then has 59 more records, k's tombstone at 30 among them, acknowledged and
+ * compacted with the tombstone expired (horizon 31): a refetch of several fetches at a small max_bytes.
+ */
+async function longRefetch(leaderPart: Partition, followerPart: Partition): Promise<void> {
+  await followerPart.appendReplica([rec(0, 'k', 'v1')]);
+  await leaderPart.appendReplica([rec(0, 'k', 'v1')]);
+  for (let i = 1; i < 30; i++) await leaderPart.appendReplica([rec(i, `other-${i}`, `x${i}`.padEnd(20, '.'))]);
+  await leaderPart.appendReplica([rec(30, 'k', '')]);
+  for (let i = 31; i < 60; i++) await leaderPart.appendReplica([rec(i, `other-${i}`, `x${i}`.padEnd(20, '.'))]);
+  leaderPart.setReplicatedHighWatermark(leaderPart.logEndOffset);
+  await leaderPart.log.compact({ now: T0 + 1000, tombstoneRetentionMs: 0 });
+  expect(leaderPart.log.tombstoneHorizon).toBe(31);
+}
+
 it('a follower that holds a key whose tombstone the leader dropped unread empties its log and fetches it again', async () => {
   const { leaderPart, followerPart, fetchAll, lines, truncations } = await pair();
   // The follower had k=v1, then stopped (it never read the tombstone).
@@ -176,14 +191,7 @@ it('one rebuild per horizon: a fetch loop that reconnects while fetching again d
       }
     },
   });
-  await followerPart.appendReplica([rec(0, 'k', 'v1')]);
-  await leaderPart.appendReplica([rec(0, 'k', 'v1')]);
-  for (let i = 1; i < 30; i++) await leaderPart.appendReplica([rec(i, `other-${i}`, `x${i}`.padEnd(20, '.'))]);
-  await leaderPart.appendReplica([rec(30, 'k', '')]);
-  for (let i = 31; i < 60; i++) await leaderPart.appendReplica([rec(i, `other-${i}`, `x${i}`.padEnd(20, '.'))]);
-  leaderPart.setReplicatedHighWatermark(leaderPart.logEndOffset);
-  await leaderPart.log.compact({ now: T0 + 1000, tombstoneRetentionMs: 0 });
-  expect(leaderPart.log.tombstoneHorizon).toBe(31);
+  await longRefetch(leaderPart, followerPart);
   await fetchAll();
   expect(failed).toBe(true);
   const offsets = lines.map((l) => Number(/ offset=(\d+)/.exec(l)![1]));
@@ -211,14 +219,7 @@ it('a fetch loop started again part-way through a refetch (a new leader epoch, a
   });
   abort = p.abort;
   const { leaderPart, followerPart, fetchAll, truncations } = p;
-  await followerPart.appendReplica([rec(0, 'k', 'v1')]);
-  await leaderPart.appendReplica([rec(0, 'k', 'v1')]);
-  for (let i = 1; i < 30; i++) await leaderPart.appendReplica([rec(i, `other-${i}`, `x${i}`.padEnd(20, '.'))]);
-  await leaderPart.appendReplica([rec(30, 'k', '')]);
-  for (let i = 31; i < 60; i++) await leaderPart.appendReplica([rec(i, `other-${i}`, `x${i}`.padEnd(20, '.'))]);
-  leaderPart.setReplicatedHighWatermark(leaderPart.logEndOffset);
-  await leaderPart.log.compact({ now: T0 + 1000, tombstoneRetentionMs: 0 });
-  expect(leaderPart.log.tombstoneHorizon).toBe(31);
+  await longRefetch(leaderPart, followerPart);
   await fetchAll();
   const mid = followerPart.log.logEndOffset;
   expect(truncations()).toBe(1);
