@@ -7,34 +7,18 @@
  */
 import { cp } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
-import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import type { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
-import { removeDir, tempDir } from '../../helpers/util.js';
-import { cutAfterRecord, fillCompacted, readAll } from './compacted-logs.js';
+import { cutAfterRecord, fillCompacted, readAll, useLogDir } from './compacted-logs.js';
 
 const T0 = 1_700_000_000_000;
-let dir: string;
-const opened: PartitionLog[] = [];
-beforeEach(async () => {
-  dir = await tempDir('trib-truncate-compacted-');
-});
-afterEach(async () => {
-  vi.restoreAllMocks();
-  for (const l of opened.splice(0)) await l.close().catch(() => {});
-  await removeDir(dir);
-});
-
-async function openLog(name: string): Promise<PartitionLog> {
-  const l = await PartitionLog.open(join(dir, name), { flush: 'always', segmentBytes: 600, indexIntervalBytes: 64, tailCacheBytes: 0 });
-  opened.push(l);
-  return l;
-}
+const { dir: tmp, openLog, forget } = useLogDir('trib-truncate-compacted-');
 
 async function crashAndReopen(log: PartitionLog, name: string): Promise<PartitionLog> {
   await simulateCrash(log);
-  opened.splice(opened.indexOf(log), 1);
+  forget(log);
   return openLog(name);
 }
 
@@ -66,13 +50,13 @@ describe('truncation inside a compacted segment that keeps records', () => {
     const log = await compactedLog('b');
     const { cut, base } = await cutAfterRecord(log);
     // The files as a crash at that point leaves them (a process crash keeps what was written).
-    const image = join(dir, 'image');
+    const image = join(tmp(), 'image');
     let copied = false;
     const datasync = Segment.prototype.datasync;
     vi.spyOn(Segment.prototype, 'datasync').mockImplementation(async function (this: Segment) {
       if (this.baseOffset === base && !copied) {
         copied = true;
-        await cp(join(dir, 'b'), image, { recursive: true });
+        await cp(join(tmp(), 'b'), image, { recursive: true });
       }
       return datasync.call(this);
     });

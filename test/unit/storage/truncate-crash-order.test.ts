@@ -6,12 +6,10 @@
  */
 import { cp } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterEach, beforeEach, expect, it, vi } from 'vitest';
+import { beforeEach, expect, it, vi } from 'vitest';
 import type { LogRecord } from 'tributary-protocol/record.js';
-import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
-import { removeDir, tempDir } from '../../helpers/util.js';
-import { cutAfterRecord, fillCompacted, readAll } from './compacted-logs.js';
+import { cutAfterRecord, fillCompacted, readAll, useLogDir } from './compacted-logs.js';
 
 /** Steps seen, in order: fsyncs of the log directory and segment cuts and removals. */
 const seen = vi.hoisted(() => ({ events: [] as string[], dir: '' }));
@@ -33,24 +31,11 @@ vi.mock('node:fs/promises', async (importOriginal) => {
   };
 });
 
-let dir: string;
-const opened: PartitionLog[] = [];
-beforeEach(async () => {
-  dir = await tempDir('trib-truncate-order-');
+const { dir: tmp, openLog } = useLogDir('trib-truncate-order-');
+beforeEach(() => {
   seen.events = [];
   seen.dir = '';
 });
-afterEach(async () => {
-  vi.restoreAllMocks();
-  for (const l of opened.splice(0)) await l.close().catch(() => {});
-  await removeDir(dir);
-});
-
-async function openLog(name: string): Promise<PartitionLog> {
-  const l = await PartitionLog.open(join(dir, name), { flush: 'always', segmentBytes: 600, indexIntervalBytes: 64, tailCacheBytes: 0 });
-  opened.push(l);
-  return l;
-}
 
 const ids = (records: LogRecord[]) => records.map((r) => `${r.offset}:${r.value.toString()}`);
 
@@ -61,8 +46,8 @@ it('a crash while the segments past the cut are removed leaves a prefix of the o
   const images: string[] = [];
   const remove = Segment.prototype.remove;
   vi.spyOn(Segment.prototype, 'remove').mockImplementation(async function (this: Segment) {
-    const image = join(dir, `image-${images.length}`);
-    await cp(join(dir, 'l'), image, { recursive: true });
+    const image = join(tmp(), `image-${images.length}`);
+    await cp(join(tmp(), 'l'), image, { recursive: true });
     images.push(image);
     return remove.call(this);
   });
@@ -70,7 +55,7 @@ it('a crash while the segments past the cut are removed leaves a prefix of the o
   vi.restoreAllMocks();
   expect(images.length).toBeGreaterThan(1);
   for (const image of images) {
-    const got = await readAll(await openLog(image.slice(dir.length + 1)));
+    const got = await readAll(await openLog(image.slice(tmp().length + 1)));
     const above = ids(got.filter((r) => r.offset >= cut));
     // What a crash keeps is the old log up to some offset: below the cut all of it, above it a prefix.
     expect(ids(got.filter((r) => r.offset < cut))).toEqual(ids(all.filter((r) => r.offset < cut)));
@@ -81,7 +66,7 @@ it('a crash while the segments past the cut are removed leaves a prefix of the o
 it("the new segment at a compacted segment's cut is fsynced into the directory before anything changes", async () => {
   const log = await fillCompacted(await openLog('l'));
   const { cut } = await cutAfterRecord(log, 3);
-  seen.dir = join(dir, 'l');
+  seen.dir = join(tmp(), 'l');
   const truncate = Segment.prototype.truncateTo;
   vi.spyOn(Segment.prototype, 'truncateTo').mockImplementation(async function (this: Segment, c) {
     seen.events.push('cut');
