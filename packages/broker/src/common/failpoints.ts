@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+
 /**
  * Fault points for fault tests, armed by `TRIBUTARY_FAILPOINTS=name,...`:
  * - a crash point (`txn.after_decision`) makes the broker kill itself with SIGKILL when it reaches it, so a
@@ -6,6 +8,8 @@
  *   long, as a slow disk would, so a test can act while the step is in flight. It says so on stderr;
  * - a refusal point armed as `name!n` (`isr.expand:orders!1`) makes failpointRefuse(name) true its first n
  *   times, as a lost compare-and-set would be, so a test can check what retries it. It says so on stderr;
+ * - a refusal point armed as `name?path` (`partition.marker:orders?/tmp/full`) makes failpointRefuse(name)
+ *   true while that file exists, as a full disk until it is freed, so a test chooses when the fault ends;
  * - a delay point may also set a timer that is not a sleep (`replica.park_fallback@600000` raises the
  *   parked-fetch fallback), so a test can show that something happened without that timer: failpointMs.
  * Unset (always, outside tests), both are a map lookup that does nothing.
@@ -13,9 +17,15 @@
 const crashes = new Set<string>();
 const delays = new Map<string, number>();
 const refusals = new Map<string, number>();
+const refusedWhile = new Map<string, string>();
 for (const entry of (process.env.TRIBUTARY_FAILPOINTS ?? '').split(',')) {
   const s = entry.trim();
   if (!s) continue;
+  const q = s.indexOf('?');
+  if (q > 0) {
+    refusedWhile.set(s.slice(0, q), s.slice(q + 1));
+    continue;
+  }
   const bang = s.lastIndexOf('!');
   const n = bang > 0 ? Number(s.slice(bang + 1)) : NaN;
   if (Number.isSafeInteger(n) && n > 0) {
@@ -47,6 +57,11 @@ export function failpointMs(name: string): number | undefined {
 }
 
 export function failpointRefuse(name: string): boolean {
+  const file = refusedWhile.size > 0 ? refusedWhile.get(name) : undefined;
+  if (file !== undefined && existsSync(file)) {
+    process.stderr.write(`failpoint ${name}: refusing while ${file} exists\n`);
+    return true;
+  }
   const left = refusals.size > 0 ? refusals.get(name) : undefined;
   if (!left) return false;
   refusals.set(name, left - 1);

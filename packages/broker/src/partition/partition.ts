@@ -5,7 +5,7 @@ import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogTicker } from '../storage/log-ticker.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import type { WireReadRequest } from '../storage/tail-cache.js';
-import { failpointDelay } from '../common/failpoints.js';
+import { failpointDelay, failpointRefuse } from '../common/failpoints.js';
 import { SETTLED } from '../common/settled.js';
 import { AppendTracker } from './append-tracker.js';
 import { park } from './park.js';
@@ -211,6 +211,7 @@ export class Partition implements SnapshotOwner {
     if (this.closed) return Promise.reject(new TributaryError('shutting_down'));
     if (!producerId) return Promise.reject(invalidParam('producerId', 'a marker needs a producer id'));
     if (type !== 'commit' && type !== 'abort') return Promise.reject(invalidParam('type', 'commit or abort'));
+    if (failpointRefuse(`partition.marker:${this.topic}`)) return Promise.reject(new TributaryError('storage_error', { reason: 'failpoint: disk full' }));
     if ((this.txns === null && this.txnError === null) || (this.producers === null && this.producersError === null)) {
       return Promise.all([this.txnReady, this.producersReady]).then(() => this.marker(producerId, epoch, type));
     }
