@@ -2,7 +2,7 @@
  * The group and transaction coordinators over real partitions in a temporary directory, wired as the
  * standalone broker wires them (src/broker/broker.ts) but with no server and a clock the test chooses.
  */
-import { pino } from 'pino';
+import { type Logger, pino } from 'pino';
 import client from 'prom-client';
 import { resolveConfig } from 'tributary-broker/common/config.js';
 import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
@@ -70,10 +70,12 @@ export async function openCoordinators(
     targets?: (local: TxnTargets) => TxnTargets;
     /** The offset store (default: the log store on the group log). */
     offsetStore?: (log: GroupLog) => OffsetStore;
+    /** The coordinators' logger (default: silent), for a test that checks what they log. */
+    logger?: Logger;
   } = {},
 ): Promise<Coordinators> {
   const config = resolveConfig({ dataDir, flush: 'os', offsetsTopicPartitions: 2, transactionStatePartitions: 2 });
-  const logger = pino({ level: 'silent' });
+  const logger = opts.logger ?? pino({ level: 'silent' });
   const store = new LocalMetadataStore(dataDir);
   await store.open();
   const topics = new TopicManager(store, config, logger, new BrokerMetrics());

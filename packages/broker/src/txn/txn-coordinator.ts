@@ -53,7 +53,8 @@ function expired(e: Entry, now: number, expirationMs: number): boolean {
  * empty → open → prepare_commit|prepare_abort → committed|aborted, and the two-phase end of a
  * transaction: the decision is made durable in `__transaction_state` first, then offsets are applied and
  * markers written, then the end is recorded. A crash after the decision is finished by start() before the
- * broker serves. Requests of one transactional id run under its lock, except TXN_PUBLISH, which must
+ * broker serves, or, when its markers cannot be written yet, retried in the background while only its id
+ * waits. Requests of one transactional id run under its lock, except TXN_PUBLISH, which must
  * pipeline: it checks the state before and after registering its partition, and END_TXN waits for the
  * appends already started.
  *
@@ -141,13 +142,18 @@ export class TransactionCoordinator {
   // ---- lifecycle ----
 
   /**
-   * Replays `__transaction_state`. Decided transactions are finished before this resolves (so the broker
-   * serves only once they are); open ones get their pending offsets back and their timeout rescheduled.
+   * Replays `__transaction_state`. Decided transactions are tried once before this resolves (so the broker
+   * serves them finished when their markers can be written); one that fails is retried in the background
+   * and does not fail the start. Open ones get their pending offsets back and are aborted.
    */
   async start(): Promise<void> {
-    let finished = 0;
-    for (let p = 0; p < this.deps.log.partitionCount; p++) finished += await this.loadEntries(p, { retry: false });
-    this.deps.logger.info({ transactionalIds: this.txns.size, finished }, 'transaction coordinator loaded');
+    const n = { finished: 0, pending: 0 };
+    for (let p = 0; p < this.deps.log.partitionCount; p++) {
+      const r = await this.loadEntries(p);
+      n.finished += r.finished;
+      n.pending += r.pending;
+    }
+    this.deps.logger.info({ transactionalIds: this.txns.size, ...n }, 'transaction coordinator loaded');
     this.armExpiry();
   }
 
@@ -192,28 +198,37 @@ export class TransactionCoordinator {
     return n;
   }
 
-  /** One partition of the state log; resolves once its decided transactions are finished. */
-  private async loadEntries(partition: number, opts: { retry: boolean }, current: () => boolean = () => true): Promise<number> {
-    const finishing: Promise<void>[] = [];
+  /**
+   * One partition of the state log; resolves once each decided transaction had one attempt at its finish.
+   * One that failed (a full disk, a leader that cannot replicate) holds neither the load nor the other
+   * ids: the finisher retries it with backoff, and its id's requests wait for it meanwhile
+   * (docs/architecture.md, "Transaction coordinator"). Throws only if the replay or a restore failed.
+   */
+  private async loadEntries(partition: number, current: () => boolean = () => true): Promise<{ finished: number; pending: number }> {
+    const decided: Entry[] = [];
     const recovered: Entry[] = [];
     const replayed = await this.deps.log.replay(partition);
     // Overtaken by an unload (and perhaps a newer load): what it read may be older than decisions since.
-    if (!current()) return 0;
+    if (!current()) return { finished: 0, pending: 0 };
     for (const meta of replayed.values()) {
       const e = newEntry(meta, meta.state === 'open');
       this.txns.set(meta.transactionalId, e);
       if (meta.state === 'committed' || meta.state === 'aborted') e.endedEpoch = meta.epoch;
+      if (meta.state === 'committed' || meta.state === 'aborted' || meta.state === 'empty') continue;
       if (meta.state === 'open') {
         for (const tp of meta.partitions) e.adds.set(partKey(tp.topic, tp.partition), Promise.resolve());
-        for (const [k, list] of groupOffsets(meta.offsets)) await this.deps.targets.restorePending(meta.transactionalId, k.group, k.topic, list.map((o) => o.partition));
         recovered.push(e);
-      } else if (meta.state === 'prepare_commit' || meta.state === 'prepare_abort') {
-        finishing.push(this.finisher.finish(e, opts));
+      } else {
+        decided.push(e);
       }
+      // Pending until the transaction ends, decided ones too: the finish may fail before applying them,
+      // and a member taking a partition over must not start below a commit in flight meanwhile.
+      for (const [k, list] of groupOffsets(meta.offsets)) await this.deps.targets.restorePending(meta.transactionalId, k.group, k.topic, list.map((o) => o.partition));
     }
-    await Promise.all(finishing);
+    const settled = await Promise.allSettled(decided.map((e) => this.finisher.finish(e)));
+    const pending = settled.filter((r) => r.status === 'rejected').length;
     for (const e of recovered) this.finisher.abortRecovered(e);
-    return finishing.length;
+    return { finished: decided.length - pending, pending };
   }
 
   // ---- cluster mode: coordinating the __transaction_state partitions this broker leads ----
@@ -229,14 +244,15 @@ export class TransactionCoordinator {
   }
 
   /**
-   * This broker became leader of a `__transaction_state` partition: replay it and finish its decided
-   * transactions before serving its ids (the same as a restart does).
+   * This broker became leader of a `__transaction_state` partition: replay it and try to finish its decided
+   * transactions before serving its ids (the same as a restart does); one whose markers fail is retried in
+   * the background and holds only its own id.
    */
   async loadPartition(partition: number): Promise<void> {
     this.armExpiry();
     await this.ownership?.load(partition, async (current) => {
-      const finished = await this.loadEntries(partition, { retry: true }, current);
-      this.deps.logger.info({ partition, finished }, 'took over transaction coordinator partition');
+      const n = await this.loadEntries(partition, current);
+      this.deps.logger.info({ partition, ...n }, 'took over transaction coordinator partition');
     });
   }
 
@@ -253,6 +269,8 @@ export class TransactionCoordinator {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    // Loads still retrying their replay give up; the timers below are every other retry.
+    this.ownership?.close();
     this.clock.clearTimeout(this.sweepTimer);
     for (const e of this.txns.values()) clearTimer(this.clock, e);
     await this.locks.idle();

@@ -63,6 +63,10 @@ export interface Entry {
   timer: ClockTimer | null;
   /** The running finish (markers and offsets) of a decided transaction. */
   finishing: Promise<void> | null;
+  /** The decided transaction's next finish attempt after a failed one (txn-finisher.ts), if armed. */
+  retry: ClockTimer | null;
+  /** Failed finishes of the decided transaction in a row: the backoff of its next attempt. */
+  finishFailures: number;
   /**
    * Its partition was given up (cluster mode): this entry is dead, even if the partition comes back (a
    * new entry is replayed then). Nothing may act on it: its markers would carry the coordinator's new epoch.
@@ -86,6 +90,8 @@ export function newEntry(meta: TxnMetadata, recovered: boolean): Entry {
     inflight: new Set(),
     timer: null,
     finishing: null,
+    retry: null,
+    finishFailures: 0,
     unloaded: false,
   };
 }
@@ -135,8 +141,15 @@ export function checkOpen(e: Entry, producerId: string, epoch: number): void {
   if (e.recovered) throw txnState(e.meta.transactionalId, e.meta.state, RECOVERED);
 }
 
-/** Cancels the entry's transaction timeout, if armed. */
+/** Cancels the entry's timers, if armed: its transaction timeout and its decided transaction's next finish attempt. */
 export function clearTimer(clock: Clock, e: Entry): void {
   if (e.timer) clock.clearTimeout(e.timer);
   e.timer = null;
+  clearRetry(clock, e);
+}
+
+/** Cancels the decided transaction's next finish attempt, if armed. */
+export function clearRetry(clock: Clock, e: Entry): void {
+  if (e.retry) clock.clearTimeout(e.retry);
+  e.retry = null;
 }

@@ -1,19 +1,33 @@
 import client from 'prom-client';
+import { backoffDelay } from 'tributary-client/retry.js';
 import { failpoint } from '../common/failpoints.js';
 import type { Logger } from '../common/logger.js';
 import type { Clock } from '../common/clock.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { TxnLog, TxnMetadata, TxnState } from './txn-log.js';
 import type { TxnTargets } from './txn-targets.js';
-import { type Entry, type ProducerIds, RECOVERED, bumpEpoch, clearTimer, groupOffsets } from './txn-entry.js';
+import { type Entry, type ProducerIds, RECOVERED, bumpEpoch, clearRetry, clearTimer, groupOffsets } from './txn-entry.js';
 
-/** After a failed finish (storage error), how long until it is tried again. */
-const FINISH_RETRY_MS = 1000;
+/**
+ * After a failed finish (a marker a full disk or an unreplicated leader refused): the next attempt within
+ * 1 s, then within 2, 4, 8 and at most 10 s (full jitter, tributary-client/retry.js), until it lands.
+ */
+const FINISH_BACKOFF = { initialDelayMs: 500, maxDelayMs: 10_000 };
+/** The partitions a retry's log line names, at most (a transaction may span thousands). */
+const LOGGED_PARTITIONS = 20;
+
+/** What a finish is for: a retry of it finishes that decided transaction or nothing. */
+interface Decided {
+  producerId: string;
+  epoch: number;
+  state: TxnState;
+}
 
 /**
  * The two-phase end of a transaction (docs/architecture.md, "Transaction coordinator"): the decision is
  * made durable in `__transaction_state` first, then offsets are applied and markers written, then the end
- * is recorded; a finish that fails is retried later, for that transaction only. The coordinator
+ * is recorded; a finish that fails is retried in the background with backoff, for that transaction only
+ * (its id waits meanwhile; every other id is served). The coordinator
  * (txn-coordinator.ts) calls it under the transactional id's lock; the aborts it decides by itself (a
  * transaction timeout, a transaction recovered open) take that lock here.
  */
@@ -75,7 +89,7 @@ export class TxnFinisher {
     failpoint('txn.after_decision');
     await Promise.allSettled([...e.inflight]);
     this.ended.inc({ result, cause });
-    await this.finish(e, { retry: true });
+    await this.finish(e);
   }
 
   // ---- ends the coordinator decides by itself ----
@@ -122,23 +136,23 @@ export class TxnFinisher {
 
   // ---- the end of a transaction ----
 
+  /** The decided transaction's running finish, or a new attempt (a failed one is the caller's error too). */
   awaitFinish(e: Entry): Promise<void> {
-    return e.finishing ?? this.finish(e, { retry: true });
+    return e.finishing ?? this.finish(e);
   }
 
   /**
    * Carries out a decided transaction: offsets first on commit (so a member that takes a partition over
    * never starts below them), then a marker on every partition, then the end in the state log. Every
    * step may run again after a crash: offsets never move back, and a marker without an open transaction
-   * changes nothing.
+   * changes nothing. A failure arms the next attempt (retryLater).
    */
-  finish(e: Entry, opts: { retry: boolean }): Promise<void> {
+  finish(e: Entry): Promise<void> {
     if (e.finishing) return e.finishing;
     const m = e.meta;
     if (m.state !== 'prepare_commit' && m.state !== 'prepare_abort') return Promise.resolve();
     const commit = m.state === 'prepare_commit';
-    // What this finish is for: a retry of it finishes that transaction or nothing.
-    const decided = { producerId: m.producerId, epoch: m.epoch, state: m.state };
+    const decided: Decided = { producerId: m.producerId, epoch: m.epoch, state: m.state };
     const live = () => {
       if (e.unloaded) throw new TributaryError('NOT_COORDINATOR', { reason: 'this broker gave the transaction up', transactional_id: m.transactionalId });
     };
@@ -162,16 +176,47 @@ export class TxnFinisher {
       Object.assign(m, ended);
       e.endedEpoch = m.epoch;
       e.adds.clear();
+      // Done: an attempt armed by an earlier failure has nothing left to do.
+      if (e.finishFailures > 0) this.deps.logger.info({ transactionalId: m.transactionalId, result: ended.state, failedAttempts: e.finishFailures }, 'finished a decided transaction after retrying');
+      clearRetry(this.deps.clock, e);
+      e.finishFailures = 0;
     };
     const p = run().finally(() => {
       if (e.finishing === p) e.finishing = null;
     });
     e.finishing = p;
-    p.catch((err: unknown) => {
-      this.deps.logger.error({ err, transactionalId: m.transactionalId }, 'finishing a transaction failed');
-      if (opts.retry && !this.deps.stopped()) this.deps.clock.setTimeout(() => void this.retryFinish(e, decided).catch(() => {}), FINISH_RETRY_MS).unref();
-    });
+    p.catch((err: unknown) => this.retryLater(e, decided, err));
     return p;
+  }
+
+  /**
+   * Arms the next attempt at a finish that failed, with backoff, for that decided transaction only; none
+   * once the coordinator stops or gave the id's partition up (its next start, or the partition's new
+   * coordinator, finishes it from the log). Logged with what is retried.
+   */
+  private retryLater(e: Entry, decided: Decided, err: unknown): void {
+    const m = e.meta;
+    const what = {
+      transactionalId: m.transactionalId,
+      result: decided.state === 'prepare_commit' ? 'commit' : 'abort',
+      partitions: m.partitions.slice(0, LOGGED_PARTITIONS).map((tp) => `${tp.topic}[${tp.partition}]`),
+      partitionCount: m.partitions.length,
+      offsets: m.offsets.length,
+    };
+    if (e.unloaded || this.deps.stopped()) {
+      this.deps.logger.warn({ err, ...what }, 'finishing a decided transaction failed; left to the next coordinator of its id');
+      return;
+    }
+    e.finishFailures++;
+    const delayMs = backoffDelay(Math.min(e.finishFailures, 8), FINISH_BACKOFF);
+    this.deps.logger.warn({ err, ...what, attempt: e.finishFailures, delayMs }, 'finishing a decided transaction failed; retrying its offsets, markers and end');
+    clearRetry(this.deps.clock, e);
+    e.retry = this.deps.clock.setTimeout(() => {
+      e.retry = null;
+      // A failure of this attempt arms the next one (finish's catch); a refusal (stopped) ends it.
+      void this.retryFinish(e, decided).catch(() => {});
+    }, delayMs);
+    e.retry.unref();
   }
 
   /**
@@ -179,7 +224,7 @@ export class TxnFinisher {
    * (a retried END_TXN, a reload of its partition) or its partition is no longer this broker's: the entry
    * may hold the producer's next transaction by now, which this must not end.
    */
-  private retryFinish(e: Entry, decided: { producerId: string; epoch: number; state: TxnState }): Promise<void> {
+  private retryFinish(e: Entry, decided: Decided): Promise<void> {
     const m = e.meta;
     return this.deps.withTxn(m.transactionalId, async () => {
       if (e.unloaded || this.deps.txns.get(m.transactionalId) !== e) return;
