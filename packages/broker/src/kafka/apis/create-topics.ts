@@ -4,7 +4,8 @@
  * assignment. Topic configs map onto Tributary's policy: `retention.ms` (whole hours, or -1),
  * `retention.bytes`, `cleanup.policy=delete`, `delete.retention.ms` (0 or more; it applies once a topic is
  * compacted); any other config is refused, never ignored. A topic that
- * exists is TOPIC_ALREADY_EXISTS, as Kafka answers.
+ * exists is TOPIC_ALREADY_EXISTS, as Kafka answers. A name given twice in one request is INVALID_REQUEST
+ * (one result for it) and creates nothing, as Kafka's controller answers.
  */
 import { validateTopicName, type TopicSpec } from '../../partition/topic-manager.js';
 import { apiByKey } from '../protocol/apis.js';
@@ -12,7 +13,7 @@ import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { CreateTopics } from '../protocol/messages/topics-admin.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
-import { errorCodeOf, handler, refusal } from './handler.js';
+import { duplicated, errorCodeOf, handler, refusal } from './handler.js';
 
 const HOUR_MS = 3_600_000;
 /** The longest a CreateTopics waits for its leaders (CREATE's own bound). */
@@ -120,8 +121,18 @@ async function createOne(ctx: KafkaRequestContext, t: KafkaStruct, validateOnly:
 }
 
 export const createTopicsHandler = handler(apiByKey(CreateTopics.apiKey)!, async (ctx, _version, body) => {
+  const asked = body.topics as KafkaStruct[];
+  // As Kafka's controller: a name given twice is one INVALID_REQUEST result, before authorization, and none of its entries is created.
+  const twice = duplicated(asked.map((t) => t.name as string));
+  const answered = new Set<string>();
   const topics: KafkaStruct[] = [];
-  // One at a time: two entries of one request naming the same topic get one creation and one refusal.
-  for (const t of body.topics as KafkaStruct[]) topics.push(await createOne(ctx, t, body.validateOnly === true, body.timeoutMs as number));
+  for (const t of asked) {
+    const name = t.name as string;
+    if (!twice.has(name)) topics.push(await createOne(ctx, t, body.validateOnly === true, body.timeoutMs as number));
+    else if (!answered.has(name)) {
+      answered.add(name);
+      topics.push({ name, errorCode: kafkaErrorCode('INVALID_REQUEST'), errorMessage: 'Duplicate topic name.', numPartitions: -1, replicationFactor: -1, configs: null });
+    }
+  }
   return { throttleTimeMs: 0, topics };
 });

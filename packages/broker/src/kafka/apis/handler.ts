@@ -17,9 +17,30 @@ export function handler(api: KafkaApi, handle: KafkaHandler['handle']): KafkaHan
   return { api, handle };
 }
 
-/** The numeric Kafka error code for a thrown error (a refusal's own, Tributary codes mapped, else UNKNOWN_SERVER_ERROR). */
+/** The numeric Kafka error code for a thrown error (a refusal's or KafkaApiError's own, Tributary codes mapped, else UNKNOWN_SERVER_ERROR). */
 export function errorCodeOf(err: unknown): number {
-  return kafkaErrorCode(err instanceof KafkaRefusal ? err.kafkaError : kafkaErrorFor(err));
+  return kafkaErrorCode(err instanceof KafkaRefusal || err instanceof KafkaApiError ? err.kafkaError : kafkaErrorFor(err));
+}
+
+/** A Kafka error a handler answers by name, where no Tributary error code stands for it (UNKNOWN_LEADER_EPOCH). */
+export class KafkaApiError extends Error {
+  constructor(
+    readonly kafkaError: KafkaErrorName,
+    message: string = kafkaError,
+  ) {
+    super(message);
+  }
+}
+
+/** The keys that occur more than once: Kafka refuses every such entry of a request and applies none of them. */
+export function duplicated<T>(keys: Iterable<T>): Set<T> {
+  const seen = new Set<T>();
+  const twice = new Set<T>();
+  for (const k of keys) {
+    if (seen.has(k)) twice.add(k);
+    else seen.add(k);
+  }
+  return twice;
 }
 
 /**
