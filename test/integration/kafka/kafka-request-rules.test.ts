@@ -55,5 +55,65 @@ describe('Kafka request rules', () => {
       expect(await exists('dup-create')).toBe(false);
       expect(await exists('single-create')).toBe(true);
     });
+
+    it('CreatePartitions: INVALID_REQUEST once for the name, its partitions unchanged; the other topic of the request grows', async () => {
+      await c.command('CREATE', { topic: 'dup-grow', partitions: 1 });
+      await c.command('CREATE', { topic: 'single-grow', partitions: 1 });
+      const res = await raw.call(37, 1, {
+        topics: [
+          { name: 'dup-grow', count: 2, assignments: null },
+          { name: 'single-grow', count: 2, assignments: null },
+          { name: 'dup-grow', count: 4, assignments: null },
+        ],
+        timeoutMs: 5000,
+        validateOnly: false,
+      });
+      expect((res.results as KafkaStruct[]).map((x) => [x.name, x.errorCode, x.errorMessage])).toEqual([
+        ['dup-grow', INVALID_REQUEST, 'Duplicate topic name.'],
+        ['single-grow', 0, null],
+      ]);
+      expect(await partitionCount('dup-grow')).toBe(1);
+      expect(await partitionCount('single-grow')).toBe(2);
+    });
+
+    it('DeleteTopics v1: INVALID_REQUEST once for the name, the topic kept; the other topic of the request is deleted', async () => {
+      await c.command('CREATE', { topic: 'dup-delete', partitions: 1 });
+      await c.command('CREATE', { topic: 'single-delete', partitions: 1 });
+      const res = await raw.call(20, 1, { topicNames: ['dup-delete', 'single-delete', 'dup-delete'], timeoutMs: 5000 });
+      expect((res.responses as KafkaStruct[]).map((x) => [x.name, x.errorCode])).toEqual([
+        ['dup-delete', INVALID_REQUEST],
+        ['single-delete', 0],
+      ]);
+      expect(await exists('dup-delete')).toBe(true);
+      expect(await exists('single-delete')).toBe(false);
+    });
+  });
+
+  describe('DeleteTopics v6 entries KRaft refuses before deleting anything', () => {
+    const ID = '0123abcd-0000-0000-0000-000000000001';
+    const ZERO = '00000000-0000-0000-0000-000000000000';
+    const call = async (topics: KafkaStruct[]) =>
+      ((await raw.call(20, 6, { topics, timeoutMs: 5000 })).responses as KafkaStruct[]).map((x) => [x.name, x.topicId, x.errorCode, x.errorMessage]);
+
+    it('both a name and an id: INVALID_REQUEST, the topic kept', async () => {
+      await c.command('CREATE', { topic: 'both-named', partitions: 1 });
+      expect(await call([{ name: 'both-named', topicId: ID }])).toEqual([['both-named', ID, INVALID_REQUEST, 'You may not specify both topic name and topic id.']]);
+      expect(await exists('both-named')).toBe(true);
+    });
+
+    it('neither a name nor an id: INVALID_REQUEST', async () => {
+      expect(await call([{ name: null, topicId: ZERO }])).toEqual([[null, ZERO, INVALID_REQUEST, 'Neither topic name nor id were specified.']]);
+    });
+
+    it('a name twice, and an id twice: INVALID_REQUEST once each, the topic kept', async () => {
+      await c.command('CREATE', { topic: 'dup-delete-v6', partitions: 1 });
+      const name = { name: 'dup-delete-v6', topicId: ZERO };
+      const id = { name: null, topicId: ID };
+      expect(await call([name, id, name, id])).toEqual([
+        ['dup-delete-v6', ZERO, INVALID_REQUEST, 'Duplicate topic name.'],
+        [null, ID, INVALID_REQUEST, 'Duplicate topic id.'],
+      ]);
+      expect(await exists('dup-delete-v6')).toBe(true);
+    });
   });
 });

@@ -13,7 +13,7 @@ import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { CreateTopics } from '../protocol/messages/topics-admin.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
-import { duplicated, errorCodeOf, handler, refusal } from './handler.js';
+import { Duplicates, errorCodeOf, handler, refusal } from './handler.js';
 
 const HOUR_MS = 3_600_000;
 /** The longest a CreateTopics waits for its leaders (CREATE's own bound). */
@@ -122,17 +122,14 @@ async function createOne(ctx: KafkaRequestContext, t: KafkaStruct, validateOnly:
 
 export const createTopicsHandler = handler(apiByKey(CreateTopics.apiKey)!, async (ctx, _version, body) => {
   const asked = body.topics as KafkaStruct[];
-  // As Kafka's controller: a name given twice is one INVALID_REQUEST result, before authorization, and none of its entries is created.
-  const twice = duplicated(asked.map((t) => t.name as string));
-  const answered = new Set<string>();
+  // As Kafka's controller: a name given twice is refused before authorization, and none of its entries is created.
+  const dups = new Duplicates(asked.map((t) => t.name as string));
   const topics: KafkaStruct[] = [];
   for (const t of asked) {
     const name = t.name as string;
-    if (!twice.has(name)) topics.push(await createOne(ctx, t, body.validateOnly === true, body.timeoutMs as number));
-    else if (!answered.has(name)) {
-      answered.add(name);
-      topics.push({ name, errorCode: kafkaErrorCode('INVALID_REQUEST'), errorMessage: 'Duplicate topic name.', numPartitions: -1, replicationFactor: -1, configs: null });
-    }
+    const dup = dups.of(name);
+    if (dup === 'unique') topics.push(await createOne(ctx, t, body.validateOnly === true, body.timeoutMs as number));
+    else if (dup === 'first') topics.push({ name, errorCode: kafkaErrorCode('INVALID_REQUEST'), errorMessage: 'Duplicate topic name.', numPartitions: -1, replicationFactor: -1, configs: null });
   }
   return { throttleTimeMs: 0, topics };
 });

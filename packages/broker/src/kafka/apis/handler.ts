@@ -32,7 +32,7 @@ export class KafkaApiError extends Error {
   }
 }
 
-/** The keys that occur more than once: Kafka refuses every such entry of a request and applies none of them. */
+/** The keys that occur more than once in a request. */
 export function duplicated<T>(keys: Iterable<T>): Set<T> {
   const seen = new Set<T>();
   const twice = new Set<T>();
@@ -41,6 +41,26 @@ export function duplicated<T>(keys: Iterable<T>): Set<T> {
     else seen.add(k);
   }
   return twice;
+}
+
+/**
+ * Kafka's admin APIs on a topic named twice in one request: one INVALID_REQUEST result for the name (its
+ * first entry), none for its other entries, and none of them applied. `of` tells which an entry is.
+ */
+export class Duplicates<T> {
+  private readonly twice: Set<T>;
+  private readonly answered = new Set<T>();
+
+  constructor(keys: Iterable<T>) {
+    this.twice = duplicated(keys);
+  }
+
+  of(key: T): 'unique' | 'first' | 'again' {
+    if (!this.twice.has(key)) return 'unique';
+    if (this.answered.has(key)) return 'again';
+    this.answered.add(key);
+    return 'first';
+  }
 }
 
 /**
