@@ -116,4 +116,22 @@ describe('Kafka request rules', () => {
       expect(await exists('dup-delete-v6')).toBe(true);
     });
   });
+
+  describe('ListOffsets', () => {
+    it('a partition asked for twice (also under two entries of its topic): INVALID_REQUEST in each entry, the others answered', async () => {
+      await c.command('CREATE', { topic: 'dup-list', partitions: 2 });
+      await c.command('PUBLISH', { topic: 'dup-list', partition: 1, message: 'x' });
+      const q = (partitionIndex: number) => ({ partitionIndex, currentLeaderEpoch: -1, timestamp: -1 });
+      const res = await raw.call(2, 5, { replicaId: -1, isolationLevel: 0, topics: [{ name: 'dup-list', partitions: [q(0), q(1), q(0)] }, { name: 'dup-list', partitions: [q(0)] }] });
+      const answers = (res.topics as KafkaStruct[]).map((t) => (t.partitions as KafkaStruct[]).map((x) => [x.partitionIndex, x.errorCode, x.offset]));
+      expect(answers).toEqual([
+        [
+          [0, INVALID_REQUEST, -1],
+          [1, 0, 1],
+          [0, INVALID_REQUEST, -1],
+        ],
+        [[0, INVALID_REQUEST, -1]],
+      ]);
+    });
+  });
 });

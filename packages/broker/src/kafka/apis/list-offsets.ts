@@ -2,7 +2,8 @@
  * ListOffsets (v1+): -2 is the log start, -1 the end a consumer of the isolation level may read to (the
  * high watermark, or the last stable offset under read_committed), any other timestamp the first record
  * stamped at or after it (offset and timestamp -1 when there is none below that end), as the main port's
- * LIST_OFFSETS `timestamp` finds it.
+ * LIST_OFFSETS `timestamp` finds it. As Kafka answers: a partition asked for twice is INVALID_REQUEST in
+ * each entry.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { apiByKey } from '../protocol/apis.js';
@@ -11,7 +12,7 @@ import type { KafkaStruct } from '../protocol/schema.js';
 import type { Partition } from '../../partition/partition.js';
 import type { KafkaRequestContext } from '../context.js';
 import { leaderGate } from './cluster-gate.js';
-import { errorCodeOf, handler, refusal } from './handler.js';
+import { duplicated, errorCodeOf, handler, KafkaApiError, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 const LATEST = -1;
@@ -33,11 +34,13 @@ async function lookup(p: Partition, timestamp: number, committed: boolean): Prom
   return { offset, timestamp: found.records[0]?.timestamp ?? -1 };
 }
 
-async function listPartition(ctx: KafkaRequestContext, topic: string, q: KafkaStruct, committed: boolean): Promise<KafkaStruct> {
+async function listPartition(ctx: KafkaRequestContext, topic: string, q: KafkaStruct, committed: boolean, twice: boolean): Promise<KafkaStruct> {
   const partitionIndex = q.partitionIndex as number;
   try {
     const denied = ctx.authorize('LIST_OFFSETS', topic);
     if (denied) throw refusal(denied, 'topic');
+    // As Kafka: a partition asked for twice is INVALID_REQUEST in each of its entries (after authorization).
+    if (twice) throw new KafkaApiError('INVALID_REQUEST', `${topic}[${partitionIndex}] is asked for twice`);
     const t = isUserTopic(topic) ? ctx.broker.topics.get(topic) : undefined;
     if (!t) throw new TributaryError('topic_not_found', { topic });
     const p = t.partition(partitionIndex);
@@ -49,12 +52,19 @@ async function listPartition(ctx: KafkaRequestContext, topic: string, q: KafkaSt
   }
 }
 
+/** A topic-partition as one key: the index first, so no topic name can make two keys alike. */
+const partitionKey = (topic: string, partition: number) => `${partition}:${topic}`;
+
 export const listOffsetsHandler = handler(apiByKey(ListOffsets.apiKey)!, async (ctx, _version, body) => {
   const committed = body.isolationLevel === 1;
+  const asked = body.topics as KafkaStruct[];
+  const twice = duplicated(asked.flatMap((t) => (t.partitions as KafkaStruct[]).map((q) => partitionKey(t.name as string, q.partitionIndex as number))));
   const topics = await Promise.all(
-    (body.topics as KafkaStruct[]).map(async (t) => ({
+    asked.map(async (t) => ({
       name: t.name,
-      partitions: await Promise.all((t.partitions as KafkaStruct[]).map((q) => listPartition(ctx, t.name as string, q, committed))),
+      partitions: await Promise.all(
+        (t.partitions as KafkaStruct[]).map((q) => listPartition(ctx, t.name as string, q, committed, twice.has(partitionKey(t.name as string, q.partitionIndex as number)))),
+      ),
     })),
   );
   return { throttleTimeMs: 0, topics };
