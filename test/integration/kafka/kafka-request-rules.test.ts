@@ -133,5 +133,44 @@ describe('Kafka request rules', () => {
         [[0, INVALID_REQUEST, -1]],
       ]);
     });
+
+    it('v4+ checks currentLeaderEpoch against the epoch Metadata reports (0): -1 is not checked, above is UNKNOWN_LEADER_EPOCH, below FENCED_LEADER_EPOCH', async () => {
+      await c.command('CREATE', { topic: 'epoch-list', partitions: 1 });
+      const meta = await raw.call(3, 9, { topics: [{ name: 'epoch-list' }], allowAutoTopicCreation: false, includeTopicAuthorizedOperations: false });
+      expect(((meta.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!.leaderEpoch).toBe(0);
+      const codes: number[] = [];
+      for (const currentLeaderEpoch of [-1, 0, 7, -2]) {
+        const res = await raw.call(2, 5, { replicaId: -1, isolationLevel: 0, topics: [{ name: 'epoch-list', partitions: [{ partitionIndex: 0, currentLeaderEpoch, timestamp: -1 }] }] });
+        codes.push(((res.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!.errorCode as number);
+      }
+      expect(codes).toEqual([0, 0, kafkaErrorCode('UNKNOWN_LEADER_EPOCH'), kafkaErrorCode('FENCED_LEADER_EPOCH')]);
+    });
+  });
+
+  describe('Fetch', () => {
+    const fetchBody = (topic: string, p: Partial<KafkaStruct>, session: { sessionId: number; sessionEpoch: number } = { sessionId: 0, sessionEpoch: -1 }) => ({
+      replicaId: -1,
+      maxWaitMs: 0,
+      minBytes: 0,
+      maxBytes: 1 << 20,
+      isolationLevel: 0,
+      ...session,
+      topics: [{ topic, partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, logStartOffset: -1, partitionMaxBytes: 1 << 20, ...p }] }],
+      forgottenTopicsData: [],
+      rackId: '',
+    });
+    const partitionOf = (res: KafkaStruct) => ((res.responses as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!;
+
+    it('v9+ checks currentLeaderEpoch against the epoch Metadata reports (0): negative is not checked, above is UNKNOWN_LEADER_EPOCH with no records', async () => {
+      await c.command('CREATE', { topic: 'epoch-fetch', partitions: 1 });
+      await c.command('PUBLISH', { topic: 'epoch-fetch', partition: 0, message: 'x' });
+      const answers: [number, number][] = [];
+      for (const currentLeaderEpoch of [-1, -2, 0, 7]) {
+        const p = partitionOf(await raw.call(1, 11, fetchBody('epoch-fetch', { currentLeaderEpoch })));
+        answers.push([p.errorCode as number, (p.records as Buffer | null)?.length ?? 0]);
+      }
+      expect(answers.slice(0, 3).every(([code, bytes]) => code === 0 && bytes > 0)).toBe(true);
+      expect(answers[3]).toEqual([kafkaErrorCode('UNKNOWN_LEADER_EPOCH'), 0]);
+    });
   });
 });

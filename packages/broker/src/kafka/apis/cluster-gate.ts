@@ -6,6 +6,7 @@
  */
 import type { Partition } from '../../partition/partition.js';
 import type { KafkaRequestContext } from '../context.js';
+import { KafkaApiError } from './handler.js';
 
 /** The leader epoch the request is served under; undefined on a standalone broker. Throws NOT_LEADER. */
 export function leaderGate(ctx: KafkaRequestContext, partition: Partition, acks?: number): number | undefined {
@@ -14,6 +15,20 @@ export function leaderGate(ctx: KafkaRequestContext, partition: Partition, acks?
   const replica = cluster.requireLeader(partition.topic, partition.id);
   if (acks === -1) cluster.replicas.checkMinIsr(replica);
   return replica.leaderEpoch;
+}
+
+/**
+ * leaderGate, then Kafka's check of a request's currentLeaderEpoch (Partition.checkCurrentLeaderEpoch)
+ * against the epoch served, the one Metadata reports (the replica's in a cluster, 0 standalone): older is
+ * FENCED_LEADER_EPOCH (the client's metadata is stale: it refreshes it), newer UNKNOWN_LEADER_EPOCH (this
+ * broker has not caught up: the client retries). `requested` undefined: not checked (each API says which
+ * values Kafka leaves unchecked). Returns the epoch served.
+ */
+export function leaderEpochGate(ctx: KafkaRequestContext, partition: Partition, requested: number | undefined): number {
+  const served = leaderGate(ctx, partition) ?? 0;
+  if (requested === undefined || requested === served) return served;
+  const which = requested < served ? 'FENCED_LEADER_EPOCH' : 'UNKNOWN_LEADER_EPOCH';
+  throw new KafkaApiError(which, `leader epoch ${requested} where ${partition.topic}[${partition.id}] is led at epoch ${served}`);
 }
 
 /**

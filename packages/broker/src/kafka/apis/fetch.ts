@@ -5,8 +5,9 @@
  * to the high watermark, markers left out (clients skip control batches anyway; a read of nothing else
  * answers one, asRecordBatch). Offsets keep their gaps
  * (offset deltas), as compaction leaves them in Kafka. No fetch sessions: every response is a full one
- * (session id 0), which clients accept. Until `minBytes` are ready the request waits, up to maxWaitMs, for
- * more data in any of its partitions.
+ * (session id 0), which clients accept. A currentLeaderEpoch is checked as Kafka checks it
+ * (leaderEpochGate). Until `minBytes` are ready the request waits, up to maxWaitMs, for more data in any
+ * of its partitions.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
@@ -18,7 +19,7 @@ import { apiByKey } from '../protocol/apis.js';
 import { Fetch } from '../protocol/messages/fetch.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
-import { leaderGate } from './cluster-gate.js';
+import { leaderEpochGate } from './cluster-gate.js';
 import { errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
@@ -33,6 +34,8 @@ interface Wanted {
   partition: number;
   offset: number;
   maxBytes: number;
+  /** currentLeaderEpoch (v9+) when Kafka checks it: 0 or more. */
+  epoch: number | undefined;
   /** Undefined when the topic or partition does not exist here, or may not be read. */
   log: Partition | undefined;
   /** The principal may not read the topic (TOPIC_AUTHORIZATION_FAILED). */
@@ -89,7 +92,7 @@ async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation
     if (w.refused) throw w.refused;
     const p = w.log;
     if (!p) throw new TributaryError('partition_not_found', { topic: w.topic, partition: w.partition });
-    leaderGate(ctx, p);
+    leaderEpochGate(ctx, p, w.epoch);
     let records: Buffer = EMPTY;
     if (budget.bytes > 0) {
       const read = await p.read(w.offset, { maxRecords: MAX_RECORDS, maxBytes: Math.max(1, Math.min(w.maxBytes, budget.bytes)), isolation });
@@ -141,7 +144,10 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
     for (const p of t.partitions as KafkaStruct[]) {
       const partition = p.partition as number;
       const log = refused ? undefined : partitionOf(ctx, topic, partition);
-      wanted.push({ topic, partition, offset: Number(p.fetchOffset), maxBytes: Math.min(p.partitionMaxBytes as number, cap), log, ...(refused ? { refused } : {}) });
+      // Kafka checks a currentLeaderEpoch of 0 or more (FetchRequest.optionalEpoch).
+      const requested = p.currentLeaderEpoch as number | undefined;
+      const epoch = requested !== undefined && requested >= 0 ? requested : undefined;
+      wanted.push({ topic, partition, offset: Number(p.fetchOffset), maxBytes: Math.min(p.partitionMaxBytes as number, cap), epoch, log, ...(refused ? { refused } : {}) });
     }
   }
   const maxBytes = Math.min(Math.max(1, body.maxBytes as number), cap);

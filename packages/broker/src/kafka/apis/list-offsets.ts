@@ -3,7 +3,7 @@
  * high watermark, or the last stable offset under read_committed), any other timestamp the first record
  * stamped at or after it (offset and timestamp -1 when there is none below that end), as the main port's
  * LIST_OFFSETS `timestamp` finds it. As Kafka answers: a partition asked for twice is INVALID_REQUEST in
- * each entry.
+ * each entry, and a currentLeaderEpoch other than the partition's is FENCED_ or UNKNOWN_LEADER_EPOCH.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { apiByKey } from '../protocol/apis.js';
@@ -11,7 +11,7 @@ import { ListOffsets } from '../protocol/messages/list-offsets.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { Partition } from '../../partition/partition.js';
 import type { KafkaRequestContext } from '../context.js';
-import { leaderGate } from './cluster-gate.js';
+import { leaderEpochGate } from './cluster-gate.js';
 import { duplicated, errorCodeOf, handler, KafkaApiError, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
@@ -44,7 +44,9 @@ async function listPartition(ctx: KafkaRequestContext, topic: string, q: KafkaSt
     const t = isUserTopic(topic) ? ctx.broker.topics.get(topic) : undefined;
     if (!t) throw new TributaryError('topic_not_found', { topic });
     const p = t.partition(partitionIndex);
-    const leaderEpoch = leaderGate(ctx, p) ?? 0;
+    // v4+: Kafka checks every currentLeaderEpoch but -1 (absent before v4).
+    const requested = q.currentLeaderEpoch as number | undefined;
+    const leaderEpoch = leaderEpochGate(ctx, p, requested === undefined || requested === -1 ? undefined : requested);
     const found = await lookup(p, Number(q.timestamp), committed);
     return { partitionIndex, errorCode: 0, ...found, leaderEpoch };
   } catch (err) {
