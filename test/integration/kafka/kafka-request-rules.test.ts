@@ -172,5 +172,27 @@ describe('Kafka request rules', () => {
       expect(answers.slice(0, 3).every(([code, bytes]) => code === 0 && bytes > 0)).toBe(true);
       expect(answers[3]).toEqual([kafkaErrorCode('UNKNOWN_LEADER_EPOCH'), 0]);
     });
+
+    it('an incremental fetch (session epoch other than 0 and -1) is FETCH_SESSION_ID_NOT_FOUND at once: this broker hands out no sessions', async () => {
+      for (const session of [
+        { sessionId: 12345, sessionEpoch: 3 },
+        { sessionId: 0, sessionEpoch: 1 },
+        { sessionId: 12345, sessionEpoch: -2 },
+      ]) {
+        const started = performance.now();
+        const res = await raw.call(1, 11, { ...fetchBody('epoch-fetch', {}, session), maxWaitMs: 5000, minBytes: 1 << 20 });
+        expect([res.errorCode, res.sessionId, (res.responses as KafkaStruct[]).length], JSON.stringify(session)).toEqual([kafkaErrorCode('FETCH_SESSION_ID_NOT_FOUND'), 0, 0]);
+        expect(performance.now() - started).toBeLessThan(2500);
+      }
+      // Full fetches: epoch 0 (would open a session; none is handed out) and -1 (sessionless), any session id.
+      for (const session of [
+        { sessionId: 12345, sessionEpoch: 0 },
+        { sessionId: 12345, sessionEpoch: -1 },
+        { sessionId: 0, sessionEpoch: 0 },
+      ]) {
+        const res = await raw.call(1, 11, fetchBody('epoch-fetch', {}, session));
+        expect([res.errorCode, res.sessionId, partitionOf(res).errorCode], JSON.stringify(session)).toEqual([0, 0, 0]);
+      }
+    });
   });
 });

@@ -5,9 +5,9 @@
  * to the high watermark, markers left out (clients skip control batches anyway; a read of nothing else
  * answers one, asRecordBatch). Offsets keep their gaps
  * (offset deltas), as compaction leaves them in Kafka. No fetch sessions: every response is a full one
- * (session id 0), which clients accept. A currentLeaderEpoch is checked as Kafka checks it
- * (leaderEpochGate). Until `minBytes` are ready the request waits, up to maxWaitMs, for more data in any
- * of its partitions.
+ * (session id 0), which clients accept, and an incremental fetch is FETCH_SESSION_ID_NOT_FOUND. A
+ * currentLeaderEpoch is checked as Kafka checks it (leaderEpochGate). Until `minBytes` are ready the
+ * request waits, up to maxWaitMs, for more data in any of its partitions.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
@@ -16,6 +16,7 @@ import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
 import type { Isolation } from '../../partition/partition-types.js';
 import type { Partition } from '../../partition/partition.js';
 import { apiByKey } from '../protocol/apis.js';
+import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { Fetch } from '../protocol/messages/fetch.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
@@ -133,6 +134,13 @@ async function waitForAny(ctx: KafkaRequestContext, wanted: Wanted[], from: numb
 }
 
 export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _version, body) => {
+  // Kafka's full fetches have session epoch 0 (open a session) or -1 (none); any other continues a session,
+  // and this broker hands none out (session id 0 in every answer): FETCH_SESSION_ID_NOT_FOUND at once, as
+  // Kafka answers a session it does not have. The client then starts over with a full fetch.
+  const sessionEpoch = body.sessionEpoch as number | undefined;
+  if (sessionEpoch !== undefined && sessionEpoch !== 0 && sessionEpoch !== -1) {
+    return { throttleTimeMs: 0, errorCode: kafkaErrorCode('FETCH_SESSION_ID_NOT_FOUND'), sessionId: 0, responses: [] };
+  }
   const isolation: Isolation = body.isolationLevel === 1 ? 'read_committed' : 'read_uncommitted';
   // The client's sizes are bounded as CONSUME's are: a response must fit a frame with room for its headers.
   const cap = Math.max(1, ctx.broker.config.maxFrameBytes - RESPONSE_OVERHEAD);
