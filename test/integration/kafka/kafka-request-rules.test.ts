@@ -117,6 +117,37 @@ describe('Kafka request rules', () => {
     });
   });
 
+  describe('ApiVersions v3', () => {
+    it("a client software name or version Kafka's pattern refuses is INVALID_REQUEST with no API list; the connection stays open", async () => {
+      for (const [clientSoftwareName, clientSoftwareVersion] of [
+        ['', '1.0'],
+        ['raw', ''],
+        ['raw', '!!bad version!!'],
+        ['@platformatic/kafka', '1.35.0'],
+        ['-raw', '1'],
+        ['raw.', '1'],
+        ['a b', '1'],
+        ['raw', '1.0\n'],
+      ]) {
+        const res = await raw.call(18, 3, { clientSoftwareName, clientSoftwareVersion });
+        expect([res.errorCode, (res.apiKeys as KafkaStruct[]).length], `${clientSoftwareName} ${clientSoftwareVersion}`).toEqual([INVALID_REQUEST, 0]);
+      }
+      // What the clients the interop tests use send (@platformatic/kafka, librdkafka, the Java client), and one letter.
+      for (const [clientSoftwareName, clientSoftwareVersion] of [
+        ['platformatic-kafka', '1.35.0'],
+        ['librdkafka', '2.0.2'],
+        ['apache-kafka-java', '3.7.0'],
+        ['x', '1'],
+      ]) {
+        const res = await raw.call(18, 3, { clientSoftwareName, clientSoftwareVersion });
+        expect(res.errorCode, `${clientSoftwareName} ${clientSoftwareVersion}`).toBe(0);
+        expect((res.apiKeys as KafkaStruct[]).length).toBeGreaterThan(10);
+      }
+      // Before v3 there is no name to check.
+      expect((await raw.call(18, 2, {})).errorCode).toBe(0);
+    });
+  });
+
   describe('ListOffsets', () => {
     it('a partition asked for twice (also under two entries of its topic): INVALID_REQUEST in each entry, the others answered', async () => {
       await c.command('CREATE', { topic: 'dup-list', partitions: 2 });
