@@ -72,6 +72,10 @@ async function fetchCode(raw: RawKafka, currentLeaderEpoch: number): Promise<num
 }
 
 async function listCode(raw: RawKafka, currentLeaderEpoch: number): Promise<number> {
-  const res = await raw.call(2, 5, { replicaId: -1, isolationLevel: 0, topics: [{ name: TOPIC, partitions: [{ partitionIndex: 0, currentLeaderEpoch, timestamp: -1 }] }] });
+  const res = await raw.call(2, 5, {
+    replicaId: -1,
+    isolationLevel: 0,
+    topics: [{ name: TOPIC, partitions: [{ partitionIndex: 0, currentLeaderEpoch, timestamp: -1 }] }],
+  });
   return ((res.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!.errorCode as number;
 }

@@ -129,7 +129,9 @@ export const createTopicsHandler = handler(apiByKey(CreateTopics.apiKey)!, async
     const name = t.name as string;
     const dup = dups.of(name);
     if (dup === 'unique') topics.push(await createOne(ctx, t, body.validateOnly === true, body.timeoutMs as number));
-    else if (dup === 'first') topics.push({ name, errorCode: kafkaErrorCode('INVALID_REQUEST'), errorMessage: 'Duplicate topic name.', numPartitions: -1, replicationFactor: -1, configs: null });
+    else if (dup === 'first') {
+      topics.push({ name, errorCode: kafkaErrorCode('INVALID_REQUEST'), errorMessage: 'Duplicate topic name.', numPartitions: -1, replicationFactor: -1, configs: null });
+    }
   }
   return { throttleTimeMs: 0, topics };
 });
