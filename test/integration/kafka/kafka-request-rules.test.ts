@@ -9,12 +9,37 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
+import { apiByKey } from 'tributary-broker/kafka/protocol/apis.js';
 import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
+import { decodeResponse, encodeRequest } from 'tributary-broker/kafka/protocol/headers.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { RawKafka } from '../../helpers/raw-kafka.js';
 
 const INVALID_REQUEST = kafkaErrorCode('INVALID_REQUEST');
+const OFFSET_OUT_OF_RANGE = kafkaErrorCode('OFFSET_OUT_OF_RANGE');
+
+/** Stands for an int64 in an encoded request, to be replaced by any int64 (the encoder takes only safe numbers there). */
+const SENTINEL = 0x1234_5678_9abc;
+
+/** The request with every int64 SENTINEL replaced by `value`. */
+function patched(key: number, version: number, body: KafkaStruct, value: bigint): Buffer {
+  const frame = encodeRequest(apiByKey(key)!, version, 7, 'raw', body);
+  const needle = Buffer.alloc(8);
+  needle.writeBigInt64BE(BigInt(SENTINEL));
+  let at = frame.indexOf(needle);
+  if (at < 0) throw new Error('sentinel not found');
+  for (; at >= 0; at = frame.indexOf(needle, at + 8)) frame.writeBigInt64BE(value, at);
+  return frame;
+}
+
+/** Sends a raw request frame and decodes the answer; fails if the broker closed the connection instead. */
+async function answer(raw: RawKafka, key: number, version: number, frame: Buffer): Promise<KafkaStruct> {
+  raw.socket.write(frame);
+  const got = await Promise.race([raw.next(), raw.closed.then(() => null)]);
+  if (!got) throw new Error('the broker closed the connection');
+  return decodeResponse(apiByKey(key)!, version, got).body;
+}
 
 describe('Kafka request rules', () => {
   let broker: BrokerProcess;
@@ -97,7 +122,9 @@ describe('Kafka request rules', () => {
 
     it('both a name and an id: INVALID_REQUEST, the topic kept', async () => {
       await c.command('CREATE', { topic: 'both-named', partitions: 1 });
-      expect(await call([{ name: 'both-named', topicId: ID }])).toEqual([['both-named', ID, INVALID_REQUEST, 'You may not specify both topic name and topic id.']]);
+      expect(await call([{ name: 'both-named', topicId: ID }])).toEqual([
+        ['both-named', ID, INVALID_REQUEST, 'You may not specify both topic name and topic id.'],
+      ]);
       expect(await exists('both-named')).toBe(true);
     });
 
@@ -153,7 +180,14 @@ describe('Kafka request rules', () => {
       await c.command('CREATE', { topic: 'dup-list', partitions: 2 });
       await c.command('PUBLISH', { topic: 'dup-list', partition: 1, message: 'x' });
       const q = (partitionIndex: number) => ({ partitionIndex, currentLeaderEpoch: -1, timestamp: -1 });
-      const res = await raw.call(2, 5, { replicaId: -1, isolationLevel: 0, topics: [{ name: 'dup-list', partitions: [q(0), q(1), q(0)] }, { name: 'dup-list', partitions: [q(0)] }] });
+      const res = await raw.call(2, 5, {
+        replicaId: -1,
+        isolationLevel: 0,
+        topics: [
+          { name: 'dup-list', partitions: [q(0), q(1), q(0)] },
+          { name: 'dup-list', partitions: [q(0)] },
+        ],
+      });
       const answers = (res.topics as KafkaStruct[]).map((t) => (t.partitions as KafkaStruct[]).map((x) => [x.partitionIndex, x.errorCode, x.offset]));
       expect(answers).toEqual([
         [
@@ -171,7 +205,11 @@ describe('Kafka request rules', () => {
       expect(((meta.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!.leaderEpoch).toBe(0);
       const codes: number[] = [];
       for (const currentLeaderEpoch of [-1, 0, 7, -2]) {
-        const res = await raw.call(2, 5, { replicaId: -1, isolationLevel: 0, topics: [{ name: 'epoch-list', partitions: [{ partitionIndex: 0, currentLeaderEpoch, timestamp: -1 }] }] });
+        const res = await raw.call(2, 5, {
+          replicaId: -1,
+          isolationLevel: 0,
+          topics: [{ name: 'epoch-list', partitions: [{ partitionIndex: 0, currentLeaderEpoch, timestamp: -1 }] }],
+        });
         codes.push(((res.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!.errorCode as number);
       }
       expect(codes).toEqual([0, 0, kafkaErrorCode('UNKNOWN_LEADER_EPOCH'), kafkaErrorCode('FENCED_LEADER_EPOCH')]);
@@ -212,7 +250,11 @@ describe('Kafka request rules', () => {
       ]) {
         const started = performance.now();
         const res = await raw.call(1, 11, { ...fetchBody('epoch-fetch', {}, session), maxWaitMs: 5000, minBytes: 1 << 20 });
-        expect([res.errorCode, res.sessionId, (res.responses as KafkaStruct[]).length], JSON.stringify(session)).toEqual([kafkaErrorCode('FETCH_SESSION_ID_NOT_FOUND'), 0, 0]);
+        expect([res.errorCode, res.sessionId, (res.responses as KafkaStruct[]).length], JSON.stringify(session)).toEqual([
+          kafkaErrorCode('FETCH_SESSION_ID_NOT_FOUND'),
+          0,
+          0,
+        ]);
         expect(performance.now() - started).toBeLessThan(2500);
       }
       // Full fetches: epoch 0 (would open a session; none is handed out) and -1 (sessionless), any session id.
@@ -224,6 +266,66 @@ describe('Kafka request rules', () => {
         const res = await raw.call(1, 11, fetchBody('epoch-fetch', {}, session));
         expect([res.errorCode, res.sessionId, partitionOf(res).errorCode], JSON.stringify(session)).toEqual([0, 0, 0]);
       }
+    });
+  });
+
+  describe('an int64 offset or timestamp beyond 2^53', () => {
+    const fetchOf = (partitions: KafkaStruct[], maxBytes = 1 << 20) => ({
+      replicaId: -1,
+      maxWaitMs: 0,
+      minBytes: 0,
+      maxBytes,
+      isolationLevel: 0,
+      sessionId: 0,
+      sessionEpoch: -1,
+      topics: partitions,
+      forgottenTopicsData: [],
+      rackId: '',
+    });
+    const at = (topic: string, fetchOffset: number) => ({
+      topic,
+      partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset, logStartOffset: -1, partitionMaxBytes: 1 << 20 }],
+    });
+    const codes = (res: KafkaStruct) => (res.responses as KafkaStruct[]).map((t) => [t.topic, (t.partitions as KafkaStruct[])[0]!.errorCode as number]);
+
+    it('Fetch at offset 2^60 or -2^60 is OFFSET_OUT_OF_RANGE for that partition, the others of the request served, the connection kept', async () => {
+      await c.command('CREATE', { topic: 'big-fetch', partitions: 1 });
+      await c.command('PUBLISH', { topic: 'big-fetch', partition: 0, message: 'x' });
+      for (const value of [1n << 60n, -(1n << 60n), (1n << 63n) - 1n, 1n << 53n]) {
+        const res = await answer(raw, 1, 11, patched(1, 11, fetchOf([at('big-fetch', SENTINEL), { ...at('big-fetch', 0), topic: 'no-such-topic' }]), value));
+        expect(codes(res), String(value)).toEqual([
+          ['big-fetch', OFFSET_OUT_OF_RANGE],
+          ['no-such-topic', kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION')],
+        ]);
+      }
+      // Also once the response's byte budget is spent by an earlier partition, as Kafka's log read answers it.
+      await c.command('CREATE', { topic: 'big-fetch-2', partitions: 1 });
+      const res = await answer(raw, 1, 11, patched(1, 11, fetchOf([at('big-fetch', 0), at('big-fetch-2', SENTINEL)], 1), 1n << 60n));
+      expect(codes(res)).toEqual([
+        ['big-fetch', 0],
+        ['big-fetch-2', OFFSET_OUT_OF_RANGE],
+      ]);
+    });
+
+    it('ListOffsets for timestamp 2^62 finds no record (offset -1, error 0); -2^62 is answered as -1000 is', async () => {
+      await c.command('CREATE', { topic: 'big-list', partitions: 1 });
+      await c.command('PUBLISH', { topic: 'big-list', partition: 0, message: 'x' });
+      const body = {
+        replicaId: -1,
+        isolationLevel: 0,
+        topics: [{ name: 'big-list', partitions: [{ partitionIndex: 0, currentLeaderEpoch: -1, timestamp: SENTINEL }] }],
+      };
+      const partition = (res: KafkaStruct) => ((res.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!;
+      for (const isolationLevel of [0, 1]) {
+        const p = partition(await answer(raw, 2, 5, patched(2, 5, { ...body, isolationLevel }, 1n << 62n)));
+        expect([p.errorCode, p.offset, p.timestamp]).toEqual([0, -1, -1]);
+      }
+      const negative = partition(await answer(raw, 2, 5, patched(2, 5, body, -(1n << 62n))));
+      const small = partition(await answer(raw, 2, 5, patched(2, 5, body, -1000n)));
+      expect(negative.errorCode).toBe(small.errorCode);
+      // Timestamp 0 still finds the record (the patching itself changes nothing else).
+      const now = partition(await answer(raw, 2, 5, patched(2, 5, body, 0n)));
+      expect([now.errorCode, now.offset]).toEqual([0, 0]);
     });
   });
 });

@@ -11,7 +11,7 @@ import { KafkaCodecError, type KafkaCodecReason } from 'tributary-broker/kafka/p
 import { KafkaFrameSplitter } from 'tributary-broker/kafka/protocol/frame.js';
 import { decodeRequest, decodeResponse, encodeApiVersionsUnsupported, encodeRequest } from 'tributary-broker/kafka/protocol/headers.js';
 import { KAFKA_ERRORS } from 'tributary-broker/kafka/protocol/error-codes.js';
-import type { MessageSchema } from 'tributary-broker/kafka/protocol/schema.js';
+import type { KafkaStruct, MessageSchema } from 'tributary-broker/kafka/protocol/schema.js';
 import { messageArb, schemaVersions } from './arbitrary.js';
 
 const api = (name: string) => KAFKA_APIS.find((a) => a.name === name)!;
@@ -156,10 +156,16 @@ describe('lengths', () => {
   });
 
   it('an int64 decoded as a number must be a safe integer', () => {
-    const s = api('ListOffsets').schema.request;
-    const b = encodeMessage(s, 1, { replicaId: -1, topics: [{ name: 't', partitions: [{ partitionIndex: 0, timestamp: -1 }] }] });
-    b.writeBigInt64BE(2n ** 60n, b.length - 8);
-    expectReason(() => decodeMessage(s, 1, b), 'int64_out_of_range');
+    const s = api('ListOffsets').schema.response;
+    const b = encodeMessage(s, 1, { topics: [{ name: 't', partitions: [{ partitionIndex: 0, errorCode: 0, timestamp: -1, offset: 5 }] }] });
+    for (const v of [2n ** 53n, -(2n ** 53n), 2n ** 60n, 2n ** 63n - 1n, -(2n ** 63n)]) {
+      b.writeBigInt64BE(v, b.length - 8);
+      expectReason(() => decodeMessage(s, 1, b), 'int64_out_of_range');
+    }
+    for (const v of [2n ** 53n - 1n, -(2n ** 53n) + 1n, 0n, -1n, 2n ** 32n, 2n ** 32n - 1n, -(2n ** 32n)]) {
+      b.writeBigInt64BE(v, b.length - 8);
+      expect((decodeMessage(s, 1, b).topics as KafkaStruct[])[0]!.partitions).toEqual([{ partitionIndex: 0, errorCode: 0, timestamp: -1, offset: Number(v) }]);
+    }
   });
 
   it('random bytes against every schema: a decode or a KafkaCodecError, nothing else', () => {

@@ -99,7 +99,7 @@ export const KAFKAJS_CASES: KafkajsCase[] = [
           {
             topic: 'orders',
             partitions: [
-              { partition: 2, fetchOffset: 77, partitionMaxBytes: 65536, ...when(v >= 9, { currentLeaderEpoch: 4 }), ...when(v >= 5, { logStartOffset: -1 }) },
+              { partition: 2, fetchOffset: 77n, partitionMaxBytes: 65536, ...when(v >= 9, { currentLeaderEpoch: 4 }), ...when(v >= 5, { logStartOffset: -1 }) },
             ],
           },
         ],
@@ -166,7 +166,7 @@ export const KAFKAJS_CASES: KafkajsCase[] = [
       expected: {
         replicaId: -1,
         ...when(v >= 2, { isolationLevel: 1 }),
-        topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, timestamp: -2, ...when(v === 0, { maxNumOffsets: 1 }) }] }],
+        topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, timestamp: -2n, ...when(v === 0, { maxNumOffsets: 1 }) }] }],
       },
     }),
     response: (v) => ({

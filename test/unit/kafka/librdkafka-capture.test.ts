@@ -65,7 +65,7 @@ function responder(port: () => number, captured: Map<string, Captured>, payloads
               partitionIndex: p.partitionIndex,
               errorCode: 0,
               timestamp: -1,
-              offset: p.timestamp === -2 ? 0 : log.length,
+              offset: p.timestamp === -2n ? 0 : log.length,
               leaderEpoch: 0,
               oldStyleOffsets: [],
             })),
@@ -77,7 +77,7 @@ function responder(port: () => number, captured: Map<string, Captured>, payloads
           responses: (b.topics as S[]).map((t) => ({
             topic: t.topic,
             partitions: (t.partitions as S[]).map((p) => {
-              const from = p.fetchOffset as number;
+              const from = Number(p.fetchOffset);
               const batches = log.slice(from).map((batch, i) => {
                 const copy = Buffer.from(batch);
                 copy.writeBigInt64BE(BigInt(from + i), 0);

@@ -68,7 +68,7 @@ export const PLATFORMATIC_CASES: PlatformaticCase[] = [
       topics: [
         {
           topic: 'orders',
-          partitions: [{ partition: 0, currentLeaderEpoch: 3, fetchOffset: 10, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1000 }],
+          partitions: [{ partition: 0, currentLeaderEpoch: 3, fetchOffset: 10n, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1000 }],
         },
       ],
       forgottenTopicsData: [],
@@ -110,7 +110,7 @@ export const PLATFORMATIC_CASES: PlatformaticCase[] = [
     request: () => ({
       replicaId: -1,
       isolationLevel: 1,
-      topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, currentLeaderEpoch: -1, timestamp: -1 }] }],
+      topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, currentLeaderEpoch: -1, timestamp: -1n }] }],
     }),
     response: () => ({
       throttleTimeMs: 0,

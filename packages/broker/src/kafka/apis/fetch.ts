@@ -18,6 +18,7 @@ import type { Partition } from '../../partition/partition.js';
 import { apiByKey } from '../protocol/apis.js';
 import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { Fetch } from '../protocol/messages/fetch.js';
+import { saturatingInt64 } from '../protocol/reader.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
 import { leaderEpochGate } from './cluster-gate.js';
@@ -33,6 +34,7 @@ const RESPONSE_OVERHEAD = 1024 * 1024;
 interface Wanted {
   topic: string;
   partition: number;
+  /** +-Infinity for an int64 beyond the safe integers: out of range, as any offset past the log. */
   offset: number;
   maxBytes: number;
   /** currentLeaderEpoch (v9+) when Kafka checks it: 0 or more. */
@@ -94,6 +96,8 @@ async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation
     const p = w.log;
     if (!p) throw new TributaryError('partition_not_found', { topic: w.topic, partition: w.partition });
     leaderEpochGate(ctx, p, w.epoch);
+    // As Kafka's log read: an offset outside the log is OFFSET_OUT_OF_RANGE even when the budget is spent.
+    p.checkOffset(w.offset);
     let records: Buffer = EMPTY;
     if (budget.bytes > 0) {
       const read = await p.read(w.offset, { maxRecords: MAX_RECORDS, maxBytes: Math.max(1, Math.min(w.maxBytes, budget.bytes)), isolation });
@@ -155,7 +159,7 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
       // Kafka checks a currentLeaderEpoch of 0 or more (FetchRequest.optionalEpoch).
       const requested = p.currentLeaderEpoch as number | undefined;
       const epoch = requested !== undefined && requested >= 0 ? requested : undefined;
-      wanted.push({ topic, partition, offset: Number(p.fetchOffset), maxBytes: Math.min(p.partitionMaxBytes as number, cap), epoch, log, ...(refused ? { refused } : {}) });
+      wanted.push({ topic, partition, offset: saturatingInt64(p.fetchOffset as bigint), maxBytes: Math.min(p.partitionMaxBytes as number, cap), epoch, log, ...(refused ? { refused } : {}) });
     }
   }
   const maxBytes = Math.min(Math.max(1, body.maxBytes as number), cap);

@@ -8,6 +8,7 @@
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { apiByKey } from '../protocol/apis.js';
 import { ListOffsets } from '../protocol/messages/list-offsets.js';
+import { saturatingInt64 } from '../protocol/reader.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { Partition } from '../../partition/partition.js';
 import type { KafkaRequestContext } from '../context.js';
@@ -18,6 +19,7 @@ import { isUserTopic } from './metadata.js';
 const LATEST = -1;
 const EARLIEST = -2;
 
+/** `timestamp` +Infinity (an int64 beyond 2^53) finds no record, -Infinity is refused as any other negative one. */
 async function lookup(p: Partition, timestamp: number, committed: boolean): Promise<{ offset: number; timestamp: number }> {
   if (timestamp === EARLIEST) return { offset: p.earliest, timestamp: -1 };
   if (timestamp === LATEST) {
@@ -47,7 +49,7 @@ async function listPartition(ctx: KafkaRequestContext, topic: string, q: KafkaSt
     // v4+: Kafka checks every currentLeaderEpoch but -1 (absent before v4).
     const requested = q.currentLeaderEpoch as number | undefined;
     const leaderEpoch = leaderEpochGate(ctx, p, requested === undefined || requested === -1 ? undefined : requested);
-    const found = await lookup(p, Number(q.timestamp), committed);
+    const found = await lookup(p, saturatingInt64(q.timestamp as bigint), committed);
     return { partitionIndex, errorCode: 0, ...found, leaderEpoch };
   } catch (err) {
     return { partitionIndex, errorCode: errorCodeOf(err), timestamp: -1, offset: -1, leaderEpoch: -1 };
@@ -60,13 +62,12 @@ const partitionKey = (topic: string, partition: number) => `${partition}:${topic
 export const listOffsetsHandler = handler(apiByKey(ListOffsets.apiKey)!, async (ctx, _version, body) => {
   const committed = body.isolationLevel === 1;
   const asked = body.topics as KafkaStruct[];
-  const twice = duplicated(asked.flatMap((t) => (t.partitions as KafkaStruct[]).map((q) => partitionKey(t.name as string, q.partitionIndex as number))));
+  const keyOf = (t: KafkaStruct, q: KafkaStruct) => partitionKey(t.name as string, q.partitionIndex as number);
+  const twice = duplicated(asked.flatMap((t) => (t.partitions as KafkaStruct[]).map((q) => keyOf(t, q))));
   const topics = await Promise.all(
     asked.map(async (t) => ({
       name: t.name,
-      partitions: await Promise.all(
-        (t.partitions as KafkaStruct[]).map((q) => listPartition(ctx, t.name as string, q, committed, twice.has(partitionKey(t.name as string, q.partitionIndex as number)))),
-      ),
+      partitions: await Promise.all((t.partitions as KafkaStruct[]).map((q) => listPartition(ctx, t.name as string, q, committed, twice.has(keyOf(t, q))))),
     })),
   );
   return { throttleTimeMs: 0, topics };

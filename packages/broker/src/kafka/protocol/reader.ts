@@ -7,6 +7,20 @@ export function isUuid(v: unknown): v is string {
   return typeof v === 'string' && UUID_RE.test(v);
 }
 
+const SAFE_MAX = BigInt(Number.MAX_SAFE_INTEGER);
+
+/**
+ * A `bigint64` request field whose value beyond the safe integers means the same as any value past what a
+ * log holds (a Fetch offset, a ListOffsets timestamp: offsets and stored timestamps are safe integers) as
+ * a number: itself when safe, else +-Infinity, which the handler answers for its partition like any offset
+ * or timestamp out of reach. A number (an in-process caller's) is taken as it is.
+ */
+export function saturatingInt64(v: bigint | number): number {
+  if (typeof v === 'number') return v;
+  if (v > SAFE_MAX) return Number.POSITIVE_INFINITY;
+  return v < -SAFE_MAX ? Number.NEGATIVE_INFINITY : Number(v);
+}
+
 /**
  * Reads Kafka primitives from one frame, never past `end`. Every length is checked against the bytes left
  * before anything is sliced or allocated, so a hostile length fails here and not in Buffer or the heap.

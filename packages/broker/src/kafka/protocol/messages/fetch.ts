@@ -23,7 +23,8 @@ export const Fetch = api(
       arr('partitions', [
         f('partition', 'int32'),
         f('currentLeaderEpoch', 'int32', '9+', { default: -1 }),
-        f('fetchOffset', 'int64'),
+        // Any int64: one beyond 2^53 is answered for its partition (OFFSET_OUT_OF_RANGE), not refused as a request.
+        f('fetchOffset', 'bigint64'),
         f('lastFetchedEpoch', 'int32', '12+', { default: -1 }),
         f('logStartOffset', 'int64', '5+', { default: -1 }),
         f('partitionMaxBytes', 'int32'),

@@ -14,7 +14,8 @@ export const ListOffsets = api(
       arr('partitions', [
         f('partitionIndex', 'int32'),
         f('currentLeaderEpoch', 'int32', '4+', { default: -1 }),
-        f('timestamp', 'int64'),
+        // Any int64: one beyond 2^53 is answered for its partition (no record stamped so late), not refused as a request.
+        f('timestamp', 'bigint64'),
         f('maxNumOffsets', 'int32', '0', { default: 1 }),
       ]),
     ]),
