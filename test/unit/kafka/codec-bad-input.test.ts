@@ -166,6 +166,18 @@ describe('lengths', () => {
       b.writeBigInt64BE(v, b.length - 8);
       expect((decodeMessage(s, 1, b).topics as KafkaStruct[])[0]!.partitions).toEqual([{ partitionIndex: 0, errorCode: 0, timestamp: -1, offset: Number(v) }]);
     }
+    // Any int64, most near the edges of the safe range and of the halves: the number exactly, or refused.
+    const edge = fc.constantFrom(0n, 2n ** 32n, 2n ** 53n, 2n ** 63n).chain((e) => fc.bigInt({ min: -3n, max: 3n }).map((d) => e + d));
+    const int64 = fc.oneof(fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n }), edge, edge.map((v) => -v)).filter((v) => v >= -(2n ** 63n) && v < 2n ** 63n);
+    fc.assert(
+      fc.property(int64, (v) => {
+        b.writeBigInt64BE(v, b.length - 8);
+        const safe = v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= BigInt(Number.MIN_SAFE_INTEGER);
+        if (safe) expect(((decodeMessage(s, 1, b).topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!.offset).toBe(Number(v));
+        else expectReason(() => decodeMessage(s, 1, b), 'int64_out_of_range');
+      }),
+      { numRuns: 2000 },
+    );
   });
 
   it('random bytes against every schema: a decode or a KafkaCodecError, nothing else', () => {

@@ -96,14 +96,17 @@ export class KafkaReader {
     return v;
   }
 
-  /** An int64 returned as a number (offsets, timestamps): refused when a number cannot hold it exactly. */
+  /**
+   * An int64 returned as a number (offsets, timestamps): refused when a number cannot hold it exactly. Read
+   * as two halves, no BigInt: the sum is exact within the safe range, and rounds to an unsafe number beyond it.
+   */
   int64(): number {
+    this.need(8, 'int64');
     const at = this.pos;
-    const v = this.bigint64();
-    if (v > BigInt(Number.MAX_SAFE_INTEGER) || v < BigInt(Number.MIN_SAFE_INTEGER)) {
-      throw this.fail('int64_out_of_range', `int64 ${v} is not a safe integer`, at);
-    }
-    return Number(v);
+    const v = this.buf.readInt32BE(at) * 0x1_0000_0000 + this.buf.readUInt32BE(at + 4);
+    if (!Number.isSafeInteger(v)) throw this.fail('int64_out_of_range', `int64 ${this.buf.readBigInt64BE(at)} is not a safe integer`, at);
+    this.pos += 8;
+    return v;
   }
 
   float64(): number {
