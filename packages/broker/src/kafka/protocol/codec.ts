@@ -10,6 +10,17 @@ import { KafkaWriter } from './writer.js';
 interface Ctx {
   version: number;
   flexible: boolean;
+  /** Decoding only: DecodeOptions.unknownTags is 'skip'. */
+  skipUnknownTags?: boolean;
+}
+
+export interface DecodeOptions {
+  /**
+   * Tagged fields the schema does not know: kept raw in unknownTaggedFields (the default: a decode and
+   * re-encode is lossless), or skipped, as the broker does with requests (nothing reads them, and a section
+   * of many empty ones would cost an object and a copy each).
+   */
+  unknownTags?: 'keep' | 'skip';
 }
 
 function checkVersion(schema: MessageSchema, version: number, at: number): void {
@@ -24,18 +35,18 @@ function checkVersion(schema: MessageSchema, version: number, at: number): void 
  * Decodes one message body of `version` from `buf[start, end)`. Strict: every byte must be consumed, so a
  * schema that disagrees with the sender fails loudly instead of yielding shifted values.
  */
-export function decodeMessage(schema: MessageSchema, version: number, buf: Buffer, start = 0, end = buf.length): KafkaStruct {
+export function decodeMessage(schema: MessageSchema, version: number, buf: Buffer, start = 0, end = buf.length, o: DecodeOptions = {}): KafkaStruct {
   const r = new KafkaReader(buf, start, end);
-  const v = readMessage(schema, version, r);
+  const v = readMessage(schema, version, r, o);
   r.field = schema.name;
   if (r.pos !== end) throw r.fail('trailing_bytes', `${end - r.pos} bytes left after ${schema.name} v${version}`);
   return v;
 }
 
 /** Decodes from a reader, leaving it after the message (for headers followed by a body). */
-export function readMessage(schema: MessageSchema, version: number, r: KafkaReader): KafkaStruct {
+export function readMessage(schema: MessageSchema, version: number, r: KafkaReader, o: DecodeOptions = {}): KafkaStruct {
   checkVersion(schema, version, r.pos);
-  return readStruct(schema.fields, { version, flexible: inRange(version, schema.flexible) }, r, schema.name);
+  return readStruct(schema.fields, { version, flexible: inRange(version, schema.flexible), skipUnknownTags: o.unknownTags === 'skip' }, r, schema.name);
 }
 
 /**
@@ -69,8 +80,10 @@ function readStruct(fields: readonly FieldSpec[], ctx: Ctx, r: KafkaReader, path
 
 function readTaggedFields(fields: readonly FieldSpec[], ctx: Ctx, r: KafkaReader, path: string, out: KafkaStruct): void {
   r.field = `${path}.<tagged fields>`;
+  const at = r.pos;
   const count = r.uvarint();
   if (count > r.remaining) throw r.fail('length_beyond_frame', `${count} tagged fields with ${r.remaining} bytes left`);
+  r.charge(count, 'tagged fields', at);
   for (let i = 0; i < count; i++) {
     r.field = `${path}.<tagged fields>`;
     const tag = r.uvarint();
@@ -78,12 +91,13 @@ function readTaggedFields(fields: readonly FieldSpec[], ctx: Ctx, r: KafkaReader
     if (size > r.remaining) throw r.fail('length_beyond_frame', `tagged field ${tag} of ${size} bytes with ${r.remaining} left`);
     const known = fields.find((f) => f.tag === tag && inRange(ctx.version, f.versions));
     if (!known) {
-      // Kept raw: a newer peer's field survives a decode and re-encode untouched.
-      (out.unknownTaggedFields ??= []).push({ tag, data: Buffer.from(r.slice(size)) });
+      // Kept raw (unless skipped): a newer peer's field survives a decode and re-encode untouched.
+      if (ctx.skipUnknownTags) r.pos += size;
+      else (out.unknownTaggedFields ??= []).push({ tag, data: Buffer.from(r.slice(size)) });
       continue;
     }
     const end = r.pos + size;
-    const sub = new KafkaReader(r.buf, r.pos, end);
+    const sub = new KafkaReader(r.buf, r.pos, end, r.budget);
     out[known.name] = readField(known, ctx, sub, `${path}.${known.name}`);
     if (sub.pos !== end) throw sub.fail('bad_tagged_field', `tagged field ${tag} declared ${size} bytes, its value took ${sub.pos - r.pos}`);
     r.pos = end;
@@ -98,8 +112,10 @@ function readField(field: FieldSpec, ctx: Ctx, r: KafkaReader, path: string): Ka
   r.field = path;
   const nullable = inRange(ctx.version, field.nullable);
   if (field.array) {
+    const at = r.pos;
     const n = r.length(compactIn(field, ctx) ? 'compact' : 'int32', nullable, 'array');
     if (n === -1) return null;
+    r.charge(n, 'array', at);
     const items: KafkaValue[] = new Array(n);
     for (let i = 0; i < n; i++) items[i] = readOne(field, ctx, r, `${path}[${i}]`, false);
     return items;

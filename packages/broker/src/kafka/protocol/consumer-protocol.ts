@@ -5,7 +5,7 @@
  * partitions) reads with the missing fields absent; the broker only needs the topics.
  */
 import { readMessagePrefix, writeMessage } from './codec.js';
-import { KafkaReader } from './reader.js';
+import { type DecodeBudget, decodeBudget, KafkaReader } from './reader.js';
 import type { KafkaStruct, MessageSchema } from './schema.js';
 import { ConsumerProtocolAssignment, ConsumerProtocolSubscription } from './messages/consumer-protocol.js';
 import { KafkaCodecError } from './errors.js';
@@ -18,8 +18,8 @@ export interface VersionedPayload {
   value: KafkaStruct;
 }
 
-function decodePayload(schema: MessageSchema, buf: Buffer): VersionedPayload {
-  const r = new KafkaReader(buf);
+function decodePayload(schema: MessageSchema, buf: Buffer, budget: DecodeBudget): VersionedPayload {
+  const r = new KafkaReader(buf, 0, buf.length, budget);
   r.field = `${schema.name}.version`;
   const version = r.int16();
   if (version < schema.versions.min)
@@ -35,9 +35,12 @@ function encodePayload(schema: MessageSchema, version: number, value: KafkaStruc
   return w.finish();
 }
 
-export const decodeSubscription = (buf: Buffer) => decodePayload(ConsumerProtocolSubscription, buf);
+export const decodeSubscription = (buf: Buffer, budget = decodeBudget()) => decodePayload(ConsumerProtocolSubscription, buf, budget);
 export const encodeSubscription = (version: number, value: KafkaStruct) => encodePayload(ConsumerProtocolSubscription, version, value);
-/** An empty buffer is the assignment of a member the leader gave nothing (the coordinator fills those in). */
-export const decodeAssignment = (buf: Buffer): VersionedPayload =>
-  buf.length === 0 ? { version: 0, value: { assignedPartitions: [], userData: null } } : decodePayload(ConsumerProtocolAssignment, buf);
+/**
+ * An empty buffer is the assignment of a member the leader gave nothing (the coordinator fills those in).
+ * `budget`: shared by the decodes of one group's assignments, which a group leader wrote (GROUP_STATUS).
+ */
+export const decodeAssignment = (buf: Buffer, budget = decodeBudget()): VersionedPayload =>
+  buf.length === 0 ? { version: 0, value: { assignedPartitions: [], userData: null } } : decodePayload(ConsumerProtocolAssignment, buf, budget);
 export const encodeAssignment = (version: number, value: KafkaStruct) => encodePayload(ConsumerProtocolAssignment, version, value);

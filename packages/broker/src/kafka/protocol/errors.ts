@@ -11,6 +11,8 @@ export type KafkaCodecReason =
   | 'negative_length'
   /** A length or count larger than the bytes left in the frame: refused before anything is allocated. */
   | 'length_beyond_frame'
+  /** More array elements and tagged fields than one decode may declare (MAX_DECODED_ENTRIES in reader.ts). */
+  | 'too_many_entries'
   /** An unsigned varint longer than 5 bytes or above the int32 range. */
   | 'bad_varint'
   /** A null where the field is not nullable in this version (compact 0 length, or -1). */

@@ -5,7 +5,7 @@
  * (flexible responses) appends tagged fields, except that ApiVersions always answers with v0.
  */
 import { type KafkaApi, apiByKey, API_VERSIONS_KEY, isFlexible } from './apis.js';
-import { readMessage, writeMessage } from './codec.js';
+import { type DecodeOptions, readMessage, writeMessage } from './codec.js';
 import { KafkaCodecError } from './errors.js';
 import { KafkaReader } from './reader.js';
 import { f, type KafkaStruct, message } from './schema.js';
@@ -71,9 +71,12 @@ export function peekRequestHeader(frame: Buffer): { apiKey: number; apiVersion: 
  * Decodes one request frame (the bytes after the size prefix). An unknown API key or a version outside the
  * schema fails with unknown_api / unsupported_version carrying the correlation id, so the listener can still
  * reply (or close, for an unknown key, as Kafka does). A version the schema has but the API table does not
- * advertise decodes: refusing it is the listener's call.
+ * advertise decodes: refusing it is the listener's call. Header and body share one decode budget
+ * (MAX_DECODED_ENTRIES, `too_many_entries` past it); unknown tagged fields are skipped unless `unknownTags`
+ * is 'keep' (tests that round-trip them).
  */
-export function decodeRequest(frame: Buffer): DecodedRequest {
+export function decodeRequest(frame: Buffer, options: DecodeOptions = {}): DecodedRequest {
+  const o: DecodeOptions = { unknownTags: options.unknownTags ?? 'skip' };
   const peek = peekRequestHeader(frame);
   const api = apiByKey(peek.apiKey);
   if (!api) throw new KafkaCodecError('unknown_api', `api key ${peek.apiKey}`, { ...peek, at: 0 });
@@ -82,8 +85,8 @@ export function decodeRequest(frame: Buffer): DecodedRequest {
     throw new KafkaCodecError('unsupported_version', `${api.name} v${peek.apiVersion}`, { ...peek, at: 2 });
   }
   const r = new KafkaReader(frame);
-  const h = readMessage(RequestHeader, requestHeaderVersion(api, peek.apiVersion), r);
-  const body = readMessage(api.schema.request, peek.apiVersion, r);
+  const h = readMessage(RequestHeader, requestHeaderVersion(api, peek.apiVersion), r, o);
+  const body = readMessage(api.schema.request, peek.apiVersion, r, o);
   r.field = api.schema.request.name;
   if (r.pos !== frame.length) throw r.fail('trailing_bytes', `${frame.length - r.pos} bytes left after ${api.name} v${peek.apiVersion}`);
   const header: KafkaRequestHeader = { ...peek, clientId: (h.clientId as string | null) ?? null };

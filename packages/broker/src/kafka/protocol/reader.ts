@@ -22,6 +22,25 @@ export function saturatingInt64(v: bigint | number): number {
 }
 
 /**
+ * How many array elements and tagged fields one decode may declare, together: a request with its header, or
+ * the consumer-protocol assignments of one GROUP_STATUS (docs/kafka.md, "Bad input"). Each costs an object or
+ * an array slot, far more than its 1-2 bytes on the wire: 30M empty topic names in a 60 MB Metadata request
+ * took 8.5 s and 1.8 GB, then the broker aborted. No legitimate client comes near it: a topic has at most
+ * 100,000 partitions (--max-partitions' ceiling), and a request naming every partition of ten of them stays
+ * below. At the limit a decode takes about 0.3 s and 75 MB.
+ */
+export const MAX_DECODED_ENTRIES = 1_000_000;
+
+/** What is left of a decode's MAX_DECODED_ENTRIES, shared by every reader of that decode. */
+export interface DecodeBudget {
+  left: number;
+}
+
+export function decodeBudget(entries = MAX_DECODED_ENTRIES): DecodeBudget {
+  return { left: entries };
+}
+
+/**
  * Reads Kafka primitives from one frame, never past `end`. Every length is checked against the bytes left
  * before anything is sliced or allocated, so a hostile length fails here and not in Buffer or the heap.
  * `field` is the schema path being read, for the error.
@@ -34,6 +53,8 @@ export class KafkaReader {
     readonly buf: Buffer,
     pos = 0,
     readonly end = buf.length,
+    /** Shared with the readers of the same decode (a tagged field's value, the body after its header). */
+    readonly budget: DecodeBudget = decodeBudget(),
   ) {
     this.pos = pos;
   }
@@ -187,6 +208,17 @@ export class KafkaReader {
     if (n < 0) throw this.fail('negative_length', `${what} length ${n}`, at);
     if (n > this.end - this.pos) throw this.fail('length_beyond_frame', `${what} length ${n} with ${this.end - this.pos} bytes left`, at);
     return n;
+  }
+
+  /**
+   * Charges `n` declared entries (array elements or tagged fields) to the decode's budget, before anything
+   * is allocated for them: past the budget the decode fails, whatever bytes are left.
+   */
+  charge(n: number, what: string, at: number): void {
+    if (n > this.budget.left) {
+      throw this.fail('too_many_entries', `${what} of ${n} entries with ${this.budget.left} left of the ${MAX_DECODED_ENTRIES} one decode may declare`, at);
+    }
+    this.budget.left -= n;
   }
 
   /** A slice of the frame (no copy): records and bytes stay views of the received buffer. */

@@ -1,0 +1,106 @@
+/**
+ * What one request may cost the broker on the Kafka port (docs/kafka.md, "Bad input"): a request within the
+ * frame limit that declares tens of millions of array elements or tagged fields is refused by the decode
+ * budget, and the broker keeps serving with its memory where it was.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Connection } from 'tributary-protocol/connection.js';
+import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
+import { RawKafka } from '../../helpers/raw-kafka.js';
+
+/** A size-prefixed frame of `body`. */
+function framed(body: Buffer): Buffer {
+  const size = Buffer.alloc(4);
+  size.writeInt32BE(body.length);
+  return Buffer.concat([size, body]);
+}
+
+function uvarint(n: number): Buffer {
+  const out: number[] = [];
+  for (; n >= 0x80; n = Math.floor(n / 128)) out.push((n & 0x7f) | 0x80);
+  out.push(n);
+  return Buffer.from(out);
+}
+
+/** Metadata v1 whose topic array declares `count` empty names (2 bytes each), framed. */
+export function metadataV1(count: number): Buffer {
+  const body = Buffer.alloc(14 + count * 2);
+  let at = body.writeInt16BE(3, 0);
+  at = body.writeInt16BE(1, at);
+  at = body.writeInt32BE(9, at);
+  at = body.writeInt16BE(-1, at); // null client id
+  body.writeInt32BE(count, at); // the names are zero bytes: int16 length 0 each
+  return framed(body);
+}
+
+/** ApiVersions v3 (request header v2) whose header carries `count` empty unknown tagged fields, framed. */
+export function apiVersionsWithHeaderTags(count: number): Buffer {
+  const head = Buffer.alloc(10);
+  head.writeInt16BE(18, 0);
+  head.writeInt16BE(3, 2);
+  head.writeInt32BE(5, 4);
+  head.writeInt16BE(-1, 8); // null client id
+  const body = Buffer.from([0x01, 0x01, 0x00]); // two empty compact strings, no tagged fields
+  return framed(Buffer.concat([head, uvarint(count), Buffer.alloc(count * 2), body]));
+}
+
+export async function residentBytes(broker: BrokerProcess): Promise<number> {
+  const m = /^tributary_process_resident_memory_bytes (\d+)/m.exec((await broker.health('/metrics')).body);
+  if (!m) throw new Error('no tributary_process_resident_memory_bytes in /metrics');
+  return Number(m[1]);
+}
+
+/** Sends `bytes` on a new connection; resolves whether the broker answered or closed it. */
+export async function outcomeOf(port: number, bytes: Buffer): Promise<'answered' | 'closed'> {
+  const raw = await RawKafka.connect(port);
+  raw.socket.write(bytes);
+  const outcome = await Promise.race([raw.closed.then(() => 'closed' as const), raw.next().then(() => 'answered' as const)]);
+  raw.socket.destroy();
+  return outcome;
+}
+
+describe('the decode budget on the Kafka port', () => {
+  let broker: BrokerProcess;
+  let c: Connection;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--kafka-port', '0', '--offsets-topic-partitions', '1', '--log-level', 'info'] });
+    c = await broker.connect();
+    await c.command('CREATE', { topic: 'limits', partitions: 2 });
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  async function stillServing(): Promise<void> {
+    const raw = await RawKafka.connect(broker.kafkaPort);
+    try {
+      const md = await raw.call(3, 1, { topics: [{ name: 'limits' }] });
+      expect(((md.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[]).length).toBe(2);
+    } finally {
+      raw.socket.destroy();
+    }
+    expect((await broker.health('/live')).status).toBe(200);
+  }
+
+  it('a 60 MB Metadata request declaring 30M empty topic names closes its connection; the broker serves on, its memory where it was', async () => {
+    const before = await residentBytes(broker);
+    const mark = broker.stderr.length;
+    expect(await outcomeOf(broker.kafkaPort, metadataV1(30_000_000))).toBe('closed');
+    await expect.poll(() => broker.stderr.slice(mark)).toMatch(/too_many_entries.*request not understood|request not understood.*too_many_entries/);
+    await stillServing();
+    // The 60 MB frame itself was buffered; the 30M names were never built (1.8 GB and an abort before).
+    expect(await residentBytes(broker)).toBeLessThan(before + 256 * 1024 * 1024);
+  });
+
+  it('so does an ApiVersions request whose header declares 30M empty tagged fields', async () => {
+    const before = await residentBytes(broker);
+    const mark = broker.stderr.length;
+    expect(await outcomeOf(broker.kafkaPort, apiVersionsWithHeaderTags(30_000_000))).toBe('closed');
+    await expect.poll(() => broker.stderr.slice(mark)).toMatch(/too_many_entries/);
+    await stillServing();
+    expect(await residentBytes(broker)).toBeLessThan(before + 256 * 1024 * 1024);
+  });
+});
