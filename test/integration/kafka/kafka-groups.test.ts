@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
 import { encodeAssignment, encodeSubscription } from 'tributary-broker/kafka/protocol/consumer-protocol.js';
+import { MAX_DECODED_ENTRIES } from 'tributary-broker/kafka/protocol/reader.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { runCli } from '../../helpers/cli.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
@@ -216,15 +217,19 @@ describe('Kafka consumer groups: fencing on raw requests', () => {
   const code = (name: string) => kafkaErrorCode(name);
 
   /** A member joined and synced alone: [member id, generation]. */
-  async function soloMember(r: RawKafka, groupId: string, extra: KafkaStruct = {}): Promise<[string, number]> {
+  async function soloMember(
+    r: RawKafka,
+    groupId: string,
+    extra: KafkaStruct = {},
+    assignment = encodeAssignment(0, { assignedPartitions: [{ topic: 'f', partitions: [0, 1] }], userData: null }),
+  ): Promise<[string, number]> {
     let res = await join(r, groupId, '', extra);
     if (res.errorCode === code('MEMBER_ID_REQUIRED')) res = await join(r, groupId, res.memberId as string, extra);
     expect(res.errorCode).toBe(0);
     const memberId = res.memberId as string;
-    const assignment = encodeAssignment(0, { assignedPartitions: [{ topic: 'f', partitions: [0, 1] }], userData: null });
     const synced = await r.call(14, 3, { groupId, generationId: res.generationId, memberId, groupInstanceId: (extra.groupInstanceId as string | null) ?? null, assignments: [{ memberId, assignment }] });
     expect(synced.errorCode).toBe(0);
-    expect(synced.assignment).toEqual(assignment);
+    expect(Buffer.compare(synced.assignment as Buffer, assignment)).toBe(0); // not toEqual: a 4 MB one takes it seconds
     return [memberId, res.generationId as number];
   }
 
@@ -302,6 +307,24 @@ describe('Kafka consumer groups: fencing on raw requests', () => {
     expect(await commit('loose', '', -1, 4)).toBe(0);
     expect(await committed('loose')).toBe(4);
     expect((await broker.health('/live')).status).toBe(200);
+  });
+
+  it("GROUP_STATUS reads a group's assignments within one decode budget: one past it is shown as its raw bytes", async () => {
+    const members = async (group: string) => JSON.parse(await c.command('GROUP_STATUS', { group })).members as Array<Record<string, unknown>>;
+    const r = await RawKafka.connect(broker.kafkaPort);
+    try {
+      await soloMember(r, 'modest');
+      expect((await members('modest'))[0]!.assigned).toEqual(['f:0', 'f:1']);
+      // A leader's 4 MB assignment: with its topic entry, one entry past what one decode may declare.
+      const partitions = Array.from({ length: MAX_DECODED_ENTRIES }, (_, i) => i);
+      const huge = encodeAssignment(0, { assignedPartitions: [{ topic: 'f', partitions }], userData: null });
+      await soloMember(r, 'huge', {}, huge);
+      const [member] = await members('huge');
+      expect(member!.assigned).toBeUndefined();
+      expect(Buffer.from(member!.assignment_bytes as string, 'base64').equals(huge)).toBe(true);
+    } finally {
+      r.socket.destroy();
+    }
   });
 });
 

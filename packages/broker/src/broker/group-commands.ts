@@ -6,6 +6,7 @@ import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
 import type { MemberView } from '../coordinator/group-coordinator.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
 import { decodeAssignment } from '../kafka/protocol/consumer-protocol.js';
+import { decodeBudget } from '../kafka/protocol/reader.js';
 import type { KafkaStruct } from '../kafka/protocol/schema.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
 
@@ -158,10 +159,13 @@ async function groupStatus(b: BrokerContext, _c: ConnectionContext, p: Params): 
  * readable when the group speaks the consumer protocol, left as bytes otherwise or when they do not parse.
  */
 function readKafkaAssignments(status: Record<string, unknown>, consumerProtocol: boolean): void {
+  // One decode budget for the whole group: the leader wrote every member's bytes (up to a frame's worth),
+  // and a status that outgrows it keeps the rest as bytes (docs/kafka.md, "Bad input").
+  const budget = decodeBudget();
   for (const m of status.members as Array<Record<string, unknown>>) {
     if (!consumerProtocol) continue;
     try {
-      const { value } = decodeAssignment(Buffer.from(m.assignment_bytes as string, 'base64'));
+      const { value } = decodeAssignment(Buffer.from(m.assignment_bytes as string, 'base64'), budget);
       m.assigned = (value.assignedPartitions as KafkaStruct[]).flatMap((t) => (t.partitions as number[]).map((x) => `${t.topic as string}:${x}`));
       delete m.assignment_bytes;
     } catch {
