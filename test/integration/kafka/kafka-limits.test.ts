@@ -103,4 +103,18 @@ describe('the decode budget on the Kafka port', () => {
     await stillServing();
     expect(await residentBytes(broker)).toBeLessThan(before + 256 * 1024 * 1024);
   });
+
+  it('Metadata answers each topic it is asked for once, however often the request names it (as Kafka does)', async () => {
+    const raw = await RawKafka.connect(broker.kafkaPort);
+    try {
+      const names = Array.from({ length: 1000 }, (_, i) => ({ name: i % 2 === 0 ? 'limits' : 'nope' }));
+      const md = await raw.call(3, 1, { topics: names });
+      expect((md.topics as KafkaStruct[]).map((t) => [t.name, (t.partitions as KafkaStruct[]).length])).toEqual([
+        ['limits', 2],
+        ['nope', 0],
+      ]);
+    } finally {
+      raw.socket.destroy();
+    }
+  });
 });

@@ -77,7 +77,8 @@ export const metadataHandler = handler(apiByKey(Metadata.apiKey)!, (ctx, version
         .list()
         .map((t) => t.name)
         .filter((n) => isUserTopic(n) && ctx.authorize('METADATA', n) === undefined)
-    : asked.map((t) => t.name as string);
+    : // Each name once, as Kafka answers: a name repeated would repeat all its partitions in the response.
+      [...new Set(asked.map((t) => t.name as string))];
   const brokers = kafkaNodes(ctx);
   const live = new Set(brokers.map((b) => b.nodeId as number));
   // Kafka admin clients send topic changes to the controller; any broker serves them here, so a controller
