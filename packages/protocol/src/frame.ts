@@ -45,21 +45,33 @@ export class FrameDecoder {
    * a header announces more than the maximum; the caller must then close the connection.
    */
   push(chunk: Buffer): Buffer[] {
+    this.append(chunk);
+    const frames: Buffer[] = [];
+    for (let f = this.next(); f !== undefined; f = this.next()) frames.push(f);
+    return frames;
+  }
+
+  /** Buffers bytes without splitting them: next() then takes the frames one at a time. */
+  append(chunk: Buffer): void {
     if (chunk.length > 0) {
       this.chunks.push(chunk);
       this.buffered += chunk.length;
     }
-    const frames: Buffer[] = [];
-    while (this.buffered >= 4) {
-      const len = this.peekLength();
-      if (len > this.maxFrameBytes) {
-        throw new TributaryError('frame_too_large', { max: this.maxFrameBytes, declared: len });
-      }
-      if (this.buffered < 4 + len) break;
-      this.consume(4);
-      frames.push(this.consume(len));
-    }
-    return frames;
+  }
+
+  /**
+   * The next complete frame body, or undefined. `max` (at most the decoder's maximum) is what the next
+   * header is checked against, for a caller whose limit depends on what the frames before did (the Kafka
+   * port's, before authentication); frame_too_large as push().
+   */
+  next(max = this.maxFrameBytes): Buffer | undefined {
+    if (this.buffered < 4) return undefined;
+    const limit = Math.min(max, this.maxFrameBytes);
+    const len = this.peekLength();
+    if (len > limit) throw new TributaryError('frame_too_large', { max: limit, declared: len });
+    if (this.buffered < 4 + len) return undefined;
+    this.consume(4);
+    return this.consume(len);
   }
 
   private peekLength(): number {

@@ -1,13 +1,21 @@
 /**
  * What one request may cost the broker on the Kafka port (docs/kafka.md, "Bad input"): a request within the
  * frame limit that declares tens of millions of array elements or tagged fields is refused by the decode
- * budget, and the broker keeps serving with its memory where it was.
+ * budget, and the broker keeps serving with its memory where it was. Before authentication a frame is at
+ * most 512 KiB and requests are handled one at a time, so pipelined logins queue one password check.
  */
+import fs from 'node:fs';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
+import { apiByKey } from 'tributary-broker/kafka/protocol/apis.js';
+import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
+import { decodeResponse, encodeRequest } from 'tributary-broker/kafka/protocol/headers.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { RawKafka } from '../../helpers/raw-kafka.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
+import { addUser } from '../security/pki.js';
 
 /** A size-prefixed frame of `body`. */
 function framed(body: Buffer): Buffer {
@@ -116,5 +124,72 @@ describe('the decode budget on the Kafka port', () => {
     } finally {
       raw.socket.destroy();
     }
+  });
+});
+
+describe('before authentication on the Kafka port', () => {
+  let dir: string;
+  let broker: BrokerProcess;
+  let token: string;
+  const plain = (user: string, password: string) => Buffer.from(`\0${user}\0${password}`);
+
+  beforeAll(async () => {
+    dir = await tempDir('tributary-kafka-limits-');
+    const config = path.join(dir, 'broker.yaml');
+    fs.writeFileSync(config, ['authentication: true', 'authTimeoutMs: 60000', ''].join('\n'));
+    token = addUser(config, 'app', ['topic.read', 'topic.write', 'admin']);
+    broker = await BrokerProcess.start({ args: ['--config', config, '--kafka-port', '0', '--offsets-topic-partitions', '1', '--log-level', 'info'] });
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+    if (dir) await removeDir(dir);
+  });
+
+  /** A connection logged in as app with SaslHandshake v1 and SaslAuthenticate v2. */
+  async function login(): Promise<RawKafka> {
+    const raw = await RawKafka.connect(broker.kafkaPort);
+    expect((await raw.call(17, 1, { mechanism: 'PLAIN' })).errorCode).toBe(0);
+    expect((await raw.call(36, 2, { authBytes: plain('app', token) })).errorCode).toBe(0);
+    return raw;
+  }
+
+  const failuresOf = (principal: string, from: number) =>
+    broker.stderr
+      .slice(from)
+      .split('\n')
+      .filter((l) => l.includes('authentication failed') && l.includes(`"principal":"${principal}"`)).length;
+
+  it('a frame above 512 KiB closes the connection (60 MB of header tagged fields, or 600 KB); below it is answered; after the login the frame limit is the usual one', async () => {
+    const mark = broker.stderr.length;
+    expect(await outcomeOf(broker.kafkaPort, apiVersionsWithHeaderTags(30_000_000))).toBe('closed');
+    expect(await outcomeOf(broker.kafkaPort, apiVersionsWithHeaderTags(300_000))).toBe('closed'); // 600 KB, within the decode budget
+    expect(await outcomeOf(broker.kafkaPort, apiVersionsWithHeaderTags(200_000))).toBe('answered'); // 400 KB
+    await expect.poll(() => broker.stderr.slice(mark)).toMatch(/frame too large before authentication/);
+    const raw = await login();
+    try {
+      // 2.4 MB of names: one answer (the names are one topic's).
+      const md = await raw.call(3, 1, { topics: Array.from({ length: 300_000 }, () => ({ name: 'absent' })) });
+      expect((md.topics as KafkaStruct[]).map((t) => t.errorCode)).toEqual([kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION')]);
+    } finally {
+      raw.socket.destroy();
+    }
+    expect((await broker.health('/live')).status).toBe(200);
+  });
+
+  it('pipelined SaslAuthenticate requests are handled one at a time: one password check, one failure, the connection closed; a login elsewhere succeeds', async () => {
+    const mark = broker.stderr.length;
+    const attacker = await RawKafka.connect(broker.kafkaPort);
+    const frames = [encodeRequest(apiByKey(17)!, 1, 1, 'x', { mechanism: 'PLAIN' })];
+    for (let i = 0; i < 255; i++) frames.push(encodeRequest(apiByKey(36)!, 2, 2 + i, 'x', { authBytes: plain('guessed', `guess-${i}`) }));
+    attacker.socket.write(Buffer.concat(frames));
+    expect(decodeResponse(apiByKey(17)!, 1, await attacker.next()).body.errorCode).toBe(0);
+    const refused = decodeResponse(apiByKey(36)!, 2, await attacker.next());
+    expect(refused).toMatchObject({ correlationId: 2, body: { errorCode: kafkaErrorCode('SASL_AUTHENTICATION_FAILED') } });
+    await attacker.closed;
+    // Whatever the attacker queued would run before this login's check (first come, first served).
+    const raw = await login();
+    raw.socket.destroy();
+    expect(failuresOf('guessed', mark)).toBe(1);
   });
 });

@@ -242,5 +242,19 @@ describe('FrameDecoder', () => {
       expect(d.push(encodeFrame('')).map((b) => b.length)).toEqual([0]);
       expectTributary(() => d.push(encodeFrame('x')), 'frame_too_large');
     });
+
+    it('next(max) takes one frame at a time, each header checked against the max of the moment (never above the maximum)', () => {
+      const d = new FrameDecoder(100);
+      d.append(Buffer.concat([encodeFrame('small'), encodeFrame(Buffer.alloc(50)), frameHeader(101)]));
+      expect(d.next(10)?.toString()).toBe('small');
+      // The second frame is complete, but above this max: refused by its header, whatever follows it.
+      expect(expectTributary(() => d.next(10), 'frame_too_large').fields).toMatchObject({ max: 10, declared: 50 });
+      expect(d.next(1000)?.length).toBe(50);
+      expect(expectTributary(() => d.next(1000), 'frame_too_large').fields).toMatchObject({ max: 100, declared: 101 });
+      const partial = new FrameDecoder(100);
+      partial.append(frameHeader(20));
+      expect(partial.next()).toBeUndefined();
+      expect(partial.pendingBytes).toBe(4);
+    });
   });
 });

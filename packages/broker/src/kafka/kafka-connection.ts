@@ -6,7 +6,10 @@
  * gets the KIP-511 downgrade reply (docs/kafka.md, "Bad input"). With authentication on, nothing but
  * ApiVersions, SaslHandshake and SaslAuthenticate is served until the connection has authenticated: any
  * other request closes it, as a Kafka broker closes a SASL listener's connection (docs/kafka.md,
- * "Authentication").
+ * "Authentication"). Until then its requests are also handled one at a time, each after the previous answer
+ * went out, and a frame above 512 KiB closes it, as Kafka's SASL authenticator reads (the channel muted while
+ * it authenticates, sasl.server.max.receive.size): pipelined SaslAuthenticate requests would each queue a
+ * password check on the broker-wide queue, before the first one's failure ended the connection.
  */
 import type net from 'node:net';
 import type { Logger } from '../common/logger.js';
@@ -25,6 +28,8 @@ const MAX_IN_FLIGHT = 256;
 const BEFORE_AUTHENTICATION = new Set([API_VERSIONS_KEY, SaslHandshake.apiKey, SaslAuthenticate.apiKey]);
 /** How long a connection that is being ended gets to take its last response. */
 const END_GRACE_MS = 1000;
+/** The largest frame before authentication (authentication on): Kafka's sasl.server.max.receive.size default. */
+export const MAX_FRAME_BEFORE_AUTHENTICATION = 512 * 1024;
 
 export interface KafkaConnectionOptions {
   handlers: ReadonlyMap<number, KafkaHandler>;
@@ -53,6 +58,8 @@ export class KafkaConnection {
   private closed = false;
   /** The last response is going out, then the connection closes (a failed SASL exchange). */
   private ending = false;
+  /** A request before authentication is being answered: the next frame waits for it (pump()). */
+  private held = false;
   /** The request budget (a token bucket that may go into debt) and the time reading resumes after a throttle. */
   private tokens: number;
   private refilledAt = performance.now();
@@ -119,25 +126,43 @@ export class KafkaConnection {
   }
 
   private onData(chunk: Buffer): void {
-    let frames: Buffer[];
-    try {
-      frames = this.splitter.push(chunk);
-    } catch (err) {
-      this.refuse(err, 'bad frame');
-      return;
-    }
-    for (const f of frames) {
-      if (this.closed) return;
-      this.request(f);
+    this.splitter.append(chunk);
+    this.pump();
+  }
+
+  /** Authentication is on and this connection has not authenticated (yet). */
+  private get beforeAuthentication(): boolean {
+    return this.ctx.broker.security.enabled && this.ctx.identity.principal === undefined;
+  }
+
+  /** Handles the complete frames buffered: before authentication one at a time, each once the previous was answered. */
+  private pump(): void {
+    let took = false;
+    while (!this.closed && !this.ending && !this.held) {
+      // Checked per frame, with the state the answers before it left: a client's first request after its
+      // login may be large.
+      const early = this.beforeAuthentication;
+      let frame: Buffer | undefined;
+      try {
+        frame = this.splitter.next(early ? Math.min(MAX_FRAME_BEFORE_AUTHENTICATION, this.o.maxFrameBytes) : this.o.maxFrameBytes);
+      } catch (err) {
+        this.refuse(err, early ? 'frame too large before authentication' : 'bad frame');
+        return;
+      }
+      if (frame === undefined) break;
+      took = true;
+      this.held = early;
+      this.request(frame);
     }
     // A frame begun must complete within the frame timeout, however its bytes trickle in (armed once per
     // frame, as on the main port: re-arming on every chunk would let a slow sender hold it forever).
-    // A completed frame ends its timer; the one now pending (if any) gets its own full timeout.
-    if (frames.length > 0 || this.splitter.pendingBytes === 0 || this.closed) {
+    // A completed frame ends its timer; the one now pending (if any) gets its own full timeout, from when
+    // it may be read (a held connection is not reading).
+    if (took || this.splitter.pendingBytes === 0 || this.closed) {
       clearTimeout(this.frameTimer);
       this.frameTimer = undefined;
     }
-    if (this.splitter.pendingBytes > 0 && !this.closed && !this.frameTimer) {
+    if (this.splitter.pendingBytes > 0 && !this.closed && !this.held && !this.frameTimer) {
       this.frameTimer = setTimeout(() => this.close('frame not completed in time'), this.o.frameTimeoutMs);
       this.frameTimer.unref();
     }
@@ -154,7 +179,7 @@ export class KafkaConnection {
   /** Reads while fewer than MAX_IN_FLIGHT requests are unanswered and the client takes its responses. */
   private flow(): void {
     if (this.closed || this.ending) return;
-    const muted = performance.now() < this.mutedUntil;
+    const muted = performance.now() < this.mutedUntil || this.held;
     const backlogged = this.socket.writableLength > this.o.maxPendingReplyBytes;
     if (muted || this.inFlight >= MAX_IN_FLIGHT || backlogged) this.socket.pause();
     else this.socket.resume();
@@ -273,6 +298,8 @@ export class KafkaConnection {
   }
 
   private respond(answer: Promise<Buffer[] | null>, endAfter?: () => boolean): void {
+    // Before authentication this is the one request being handled (pump() holds the next frames).
+    const releases = this.held;
     this.inFlight++;
     this.flow();
     // A rejected answer is a bug in a handler (they turn errors into error codes): the connection ends.
@@ -291,6 +318,10 @@ export class KafkaConnection {
         this.close('internal error');
       } finally {
         this.inFlight--;
+        if (releases) {
+          this.held = false;
+          this.pump();
+        }
         this.flow();
       }
     });

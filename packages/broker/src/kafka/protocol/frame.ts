@@ -37,9 +37,23 @@ export class KafkaFrameSplitter {
    */
   push(chunk: Buffer): Buffer[] {
     const frames = this.inner.push(chunk);
-    for (const f of frames) {
-      if (f.length < this.min) throw new KafkaCodecError('frame_too_small', `frame of ${f.length} bytes, below ${this.min}`, { size: f.length, at: 0 });
-    }
+    for (const f of frames) this.checkMin(f);
     return frames;
+  }
+
+  /** Buffers bytes for next(). */
+  append(chunk: Buffer): void {
+    this.inner.append(chunk);
+  }
+
+  /** One complete frame body at a time, its size checked against `maxFrameBytes` (at most the splitter's maximum); undefined when none is complete. */
+  next(maxFrameBytes?: number): Buffer | undefined {
+    const f = this.inner.next(maxFrameBytes);
+    if (f) this.checkMin(f);
+    return f;
+  }
+
+  private checkMin(f: Buffer): void {
+    if (f.length < this.min) throw new KafkaCodecError('frame_too_small', `frame of ${f.length} bytes, below ${this.min}`, { size: f.length, at: 0 });
   }
 }
