@@ -86,19 +86,38 @@ function dummyUser(): UserEntry {
 
 /**
  * Verification runs on libuv's thread pool, which storage shares: at most two at once, a bounded queue,
- * and `throttled` beyond it, so an AUTH flood cannot starve fsyncs of other clients.
+ * and `throttled` beyond it, so an AUTH flood cannot starve fsyncs of other clients. A queued check whose
+ * `signal` aborts (its connection closed) leaves the queue without running: nobody waits for its answer.
  */
-class Limiter {
+export class Limiter {
   private running = 0;
   private readonly queue: Array<() => void> = [];
   constructor(
     private readonly max: number,
     private readonly maxQueue: number,
   ) {}
-  async run<T>(fn: () => Promise<T>): Promise<T> {
+  get queued(): number {
+    return this.queue.length;
+  }
+  async run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    const dropped = () => new TributaryError('throttled', { reason: 'the connection closed before its check started' });
+    if (signal?.aborted) throw dropped();
     if (this.running >= this.max) {
       if (this.queue.length >= this.maxQueue) throw new TributaryError('throttled', { reason: 'too many authentications in progress' });
-      await new Promise<void>((resolve) => this.queue.push(resolve));
+      await new Promise<void>((resolve, reject) => {
+        const onAbort = () => {
+          const i = this.queue.indexOf(start);
+          if (i >= 0) this.queue.splice(i, 1);
+          reject(dropped());
+        };
+        // Handed the slot of a finished check (which is then not released).
+        const start = () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        };
+        this.queue.push(start);
+        signal?.addEventListener('abort', onAbort, { once: true });
+      });
     } else this.running++;
     try {
       return await fn();
@@ -300,7 +319,7 @@ export class Security {
     s.authenticated = false;
     s.principal = undefined;
     const user = Object.hasOwn(this.users, principal) ? this.users[principal] : undefined;
-    const ok = await this.verifier.run(() => verifyToken(token, user));
+    const ok = await this.verifier.run(() => verifyToken(token, user), conn.closedSignal);
     this.settle(conn, principal, ok ? user!.hash : false);
     return formatOk({ principal, authenticated: true });
   }

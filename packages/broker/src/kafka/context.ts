@@ -44,6 +44,8 @@ export interface KafkaIdentity {
   /** Set once the connection authenticated (SASL, or a client certificate naming a user). */
   principal: string | undefined;
   readonly remote: string;
+  /** Aborted when the connection closes: a password check still queued for it is dropped. */
+  readonly closedSignal?: AbortSignal;
   /** Closes the connection (the authentication timeout, too many failures). */
   destroy(reason: string, graceMs?: number): void;
 }

@@ -79,7 +79,14 @@ export class KafkaConnection {
     // The minimum request size is checked per frame (request()): a bare SASL token may be shorter.
     this.splitter = new KafkaFrameSplitter({ maxFrameBytes: o.maxFrameBytes, minFrameBytes: 0 });
     this.tokens = o.maxRequestsPerSecond;
-    const identity: KafkaIdentity = { features: new Set(), principal: undefined, remote: this.remote, destroy: (reason) => this.close(reason) };
+    const identity: KafkaIdentity = {
+      features: new Set(),
+      principal: undefined,
+      remote: this.remote,
+      // A password check still queued when the connection closes is dropped (security.ts).
+      closedSignal: this.abort.signal,
+      destroy: (reason) => this.close(reason),
+    };
     const sasl: SaslState = { step: 'start' };
     const security = o.context.broker.security;
     this.ctx = {
