@@ -32,7 +32,7 @@ function uvarint(n: number): Buffer {
 }
 
 /** Metadata v1 whose topic array declares `count` empty names (2 bytes each), framed. */
-export function metadataV1(count: number): Buffer {
+function metadataV1(count: number): Buffer {
   const body = Buffer.alloc(14 + count * 2);
   let at = body.writeInt16BE(3, 0);
   at = body.writeInt16BE(1, at);
@@ -43,7 +43,7 @@ export function metadataV1(count: number): Buffer {
 }
 
 /** ApiVersions v3 (request header v2) whose header carries `count` empty unknown tagged fields, framed. */
-export function apiVersionsWithHeaderTags(count: number): Buffer {
+function apiVersionsWithHeaderTags(count: number): Buffer {
   const head = Buffer.alloc(10);
   head.writeInt16BE(18, 0);
   head.writeInt16BE(3, 2);
@@ -53,14 +53,14 @@ export function apiVersionsWithHeaderTags(count: number): Buffer {
   return framed(Buffer.concat([head, uvarint(count), Buffer.alloc(count * 2), body]));
 }
 
-export async function residentBytes(broker: BrokerProcess): Promise<number> {
+async function residentBytes(broker: BrokerProcess): Promise<number> {
   const m = /^tributary_process_resident_memory_bytes (\d+)/m.exec((await broker.health('/metrics')).body);
   if (!m) throw new Error('no tributary_process_resident_memory_bytes in /metrics');
   return Number(m[1]);
 }
 
 /** Sends `bytes` on a new connection; resolves whether the broker answered or closed it. */
-export async function outcomeOf(port: number, bytes: Buffer): Promise<'answered' | 'closed'> {
+async function outcomeOf(port: number, bytes: Buffer): Promise<'answered' | 'closed'> {
   const raw = await RawKafka.connect(port);
   raw.socket.write(bytes);
   const outcome = await Promise.race([raw.closed.then(() => 'closed' as const), raw.next().then(() => 'answered' as const)]);

@@ -29,7 +29,7 @@ const BEFORE_AUTHENTICATION = new Set([API_VERSIONS_KEY, SaslHandshake.apiKey, S
 /** How long a connection that is being ended gets to take its last response. */
 const END_GRACE_MS = 1000;
 /** The largest frame before authentication (authentication on): Kafka's sasl.server.max.receive.size default. */
-export const MAX_FRAME_BEFORE_AUTHENTICATION = 512 * 1024;
+const MAX_FRAME_BEFORE_AUTHENTICATION = 512 * 1024;
 
 export interface KafkaConnectionOptions {
   handlers: ReadonlyMap<number, KafkaHandler>;
