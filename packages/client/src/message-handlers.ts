@@ -73,7 +73,10 @@ export function handlerSink(ctx: ConsumerContext, committer: OffsetCommitter, op
             if (!Number.isSafeInteger(offset) || offset < first || offset > lastOffset) {
               throw new TributaryError('invalid_parameter', { param: 'offset', offset: String(offset), first, last: lastOffset, reason: "resolveOffset takes an offset of the batch's messages" });
             }
-            committer.markProcessed(w.partition, w.assignmentGeneration, offset);
+            // A seek() back into the batch while it ran: from the sought offset on the messages are read
+            // again, so they do not count (docs/sdk.md, "Offsets", seek()).
+            const upTo = w.seekTo !== undefined && offset >= w.seekTo ? w.seekTo - 1 : offset;
+            if (upTo >= first) committer.markProcessed(w.partition, w.assignmentGeneration, upTo);
           },
         }),
       );
@@ -89,6 +92,9 @@ export function handlerSink(ctx: ConsumerContext, committer: OffsetCommitter, op
       // handler's call when the session is live, so no turn of the event loop separates the two.
       if (!ctx.sessionLive && !(await sessionHeld(ctx, w.signal))) return;
       if (!(await timed(ctx, w, message.offset, () => opts.eachMessage!({ message, signal: w.signal })))) return;
+      // seek() back to or below its own message while it ran: it is read again, not counted (as the
+      // iterator does; docs/sdk.md, "Offsets"), else the commit would pass it and the re-read skip it.
+      if (w.seekTo !== undefined && message.offset >= w.seekTo) return;
       committer.markProcessed(w.partition, w.assignmentGeneration, message.offset);
     }
   };
