@@ -257,7 +257,13 @@ async function groupRead(name: ClientName, port: number, kafkaPort: number, topi
   if (name === 'sdk') {
     const { Consumer } = await import('tributary-client/consumer.js');
     const c = new Consumer({ brokers: [`127.0.0.1:${port}`], groupId: `bench-group-${name}`, topic, autoOffsetReset: 'earliest' });
-    const running = c.run({ eachBatch: ({ messages }) => count(messages.length) });
+    // resolved, or the SDK delivers the batch again (docs/sdk.md, eachBatch)
+    const running = c.run({
+      eachBatch: ({ messages, resolveOffset }) => {
+        count(messages.length);
+        resolveOffset(messages[messages.length - 1]!.offset);
+      },
+    });
     await all;
     await c.close();
     await running;

@@ -22,6 +22,7 @@ import { systemRetryClock } from './retry-due.js';
 import { Parker, parkingHandler, prepareRetryTopics } from './retry-topics.js';
 import { type ResolvedRetryTopics, resolveRetryTopics } from './retry-topics-options.js';
 import type { PartitionWorker } from './partition-worker.js';
+import { TRANSACTION_OFFSETS } from './transaction.js';
 import { Signal } from './wake-signal.js';
 
 export type { ConsumedMessage, ConsumerEvents, ConsumerState } from './consumer-context.js';
@@ -400,6 +401,17 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     // As the iterator counts it: handed out before a seek() back to or below it, it is to be read again.
     if (w?.seekTo !== undefined && m.offset >= w.seekTo) return;
     this.committer.markProcessed(m.partition, m.assignmentGeneration, m.offset);
+  }
+
+  /**
+   * Offsets a committed transaction moved for this consumer (`txn.sendOffsets`): the group's committed
+   * offset is there now, so they count as processed and committed, as a park's do (docs/sdk.md, "Transactions").
+   */
+  [TRANSACTION_OFFSETS](offsets: ReadonlyArray<{ partition: number; offset: number }>): void {
+    for (const { partition, offset } of offsets) {
+      const w = this.ctx.workers.get(partition);
+      if (w && !w.signal.aborted) this.committer.committedByTransaction(partition, w.assignmentGeneration, offset);
+    }
   }
 
   // ---- flow control ----

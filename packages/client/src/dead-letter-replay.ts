@@ -125,6 +125,9 @@ export async function replayDeadLetters(
 
   async function replayBatch({ partition, messages, resolveOffset }: EachBatchPayload): Promise<void> {
     const todo = messages.filter((m) => m.offset < ends[partition]!);
+    // What came after the start is the next replay's: left unresolved it would be delivered again at
+    // once (docs/sdk.md, eachBatch), and this replay needs nothing more of the partition.
+    if (todo.length < messages.length) consumer.pause([partition]);
     if (todo.length === 0) return;
     const txn = await producer.transaction();
     let skipped = 0;

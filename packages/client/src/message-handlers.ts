@@ -60,7 +60,9 @@ export function windowedSink(ctx: ConsumerContext, committer: OffsetCommitter, h
 export function handlerSink(ctx: ConsumerContext, committer: OffsetCommitter, opts: RunOptions): Sink {
   return async (w, messages) => {
     if (opts.eachBatch) {
-      await timed(ctx, w, messages[0]!.offset, () =>
+      const first = messages[0]!.offset;
+      const last = messages[messages.length - 1]!.offset;
+      const returned = await timed(ctx, w, first, () =>
         opts.eachBatch!({
           topic: ctx.options.topic,
           partition: w.partition,
@@ -68,10 +70,8 @@ export function handlerSink(ctx: ConsumerContext, committer: OffsetCommitter, op
           signal: w.signal,
           resolveOffset: (offset) => {
             // Only an offset of this batch: one past it would commit records nobody handled.
-            const first = messages[0]!.offset;
-            const lastOffset = messages[messages.length - 1]!.offset;
-            if (!Number.isSafeInteger(offset) || offset < first || offset > lastOffset) {
-              throw new TributaryError('invalid_parameter', { param: 'offset', offset: String(offset), first, last: lastOffset, reason: "resolveOffset takes an offset of the batch's messages" });
+            if (!Number.isSafeInteger(offset) || offset < first || offset > last) {
+              throw new TributaryError('invalid_parameter', { param: 'offset', offset: String(offset), first, last, reason: "resolveOffset takes an offset of the batch's messages" });
             }
             // A seek() back into the batch while it ran: from the sought offset on the messages are read
             // again, so they do not count (docs/sdk.md, "Offsets", seek()).
@@ -80,6 +80,10 @@ export function handlerSink(ctx: ConsumerContext, committer: OffsetCommitter, op
           },
         }),
       );
+      // Returned with messages it did not resolve: they are not processed, so they are read again from the
+      // first of them, as after a throw (docs/sdk.md, eachBatch); passing over them would let a later
+      // batch's resolveOffset commit past them. A seek() the handler made stands.
+      if (returned && !w.signal.aborted && w.seekTo === undefined && w.processed <= last) w.seekTo = Math.max(w.processed, first);
       return;
     }
     for (const message of messages) {

@@ -32,11 +32,19 @@ export interface TransactionHost {
 /** A message of a transaction: what a plain send takes (binary keys and values, headers, timestamps). */
 export type TransactionalMessage = ProducerMessage;
 
+/**
+ * The key of GroupPosition's optional method that a committed transaction calls with the offsets it
+ * moved. The SDK Consumer counts them as processed and committed, so a run({ eachBatch }) handler that
+ * commits its offsets in a transaction does not get its batch again (docs/sdk.md, "Transactions").
+ */
+export const TRANSACTION_OFFSETS = Symbol('tributary.transactionOffsets');
+
 /** Where an offset-consuming group stands: an SDK Consumer, or the same fields from elsewhere. */
 export interface GroupPosition {
   readonly memberId: string | undefined;
   readonly generation: number;
   readonly options: { readonly groupId: string; readonly topic: string };
+  readonly [TRANSACTION_OFFSETS]?: (offsets: ReadonlyArray<{ partition: number; offset: number }>) => void;
 }
 
 export type TransactionState = 'open' | 'committing' | 'aborting' | 'committed' | 'aborted';
@@ -66,6 +74,8 @@ export class Transaction {
   private failure: Error | undefined;
   /** The commit or abort under way: one at a time (a second of the same kind shares it). */
   private ending: { result: 'commit' | 'abort'; done: Promise<void> } | undefined;
+  /** What sendOffsets staged, told to its consumer once the transaction commits. */
+  private readonly staged: Array<{ consumer: GroupPosition; offsets: Array<{ partition: number; offset: number }> }> = [];
 
   constructor(
     private readonly host: TransactionHost,
@@ -206,6 +216,7 @@ export class Transaction {
         { ...this.ids(), topic: consumer.options.topic, group: consumer.options.groupId, member: consumer.memberId, generation: consumer.generation },
         { positional: [offsets.map((o) => `P${o.partition}:${o.offset}`).join(',')], signal: opts.signal },
       );
+      this.staged.push({ consumer, offsets: offsets.map((o) => ({ partition: o.partition, offset: o.offset })) });
       return Number(parseLine(reply).params.get('staged_offsets'));
     } catch (err) {
       // Staged or not, the offsets are not what the caller meant to commit with the output: as after a
@@ -276,6 +287,7 @@ export class Transaction {
     }
     this.stateValue = result === 'commit' ? 'committed' : 'aborted';
     this.host.ended(this);
+    if (result === 'commit') for (const s of this.staged) s.consumer[TRANSACTION_OFFSETS]?.(s.offsets);
   }
 
   /** `await using txn = await producer.transaction()`: a transaction neither committed nor aborted is aborted. */

@@ -143,4 +143,60 @@ describe('Consumer: what a handler did not process is not committed', () => {
     await c.close();
     await run;
   });
+  it('eachBatch: a handler that pauses and returns mid-batch gets the rest of the batch after resume()', async () => {
+    const t = await topic(1);
+    const g = 'g-batch-pause';
+    await produce(t, 0, ['0', '1', '2', '3', '4', '5']);
+    const c = consumer(t, g);
+    const resolved: number[] = [];
+    let paused = false;
+    const run = c.run({
+      eachBatch: ({ partition, messages, resolveOffset }) => {
+        for (const m of messages) {
+          if (m.offset === 3 && !paused) {
+            // back-pressure: stop here, go on with the partition later
+            paused = true;
+            c.pause([partition]);
+            return;
+          }
+          resolveOffset(m.offset);
+          resolved.push(m.offset);
+        }
+      },
+    });
+    await until(() => stopped.includes(`${g}:0`), 10_000, 'the paused reader stopped');
+    await c.commit();
+    expect(await fetchOffset(t, g, 0)).toEqual({ offset: 3, committed: true });
+    c.resume([0]);
+    await produce(t, 0, ['6']);
+    await until(() => resolved.includes(6), 10_000, 'offset 6');
+    expect(resolved).toEqual([0, 1, 2, 3, 4, 5, 6]);
+    await c.commit();
+    expect(await fetchOffset(t, g, 0)).toEqual({ offset: 7, committed: true });
+    await c.close();
+    await run;
+  });
+
+  it('eachBatch: a batch returned with nothing resolved is delivered again (there is no auto-resolve)', async () => {
+    const t = await topic(1);
+    const g = 'g-batch-none';
+    await produce(t, 0, ['0', '1', '2']);
+    const c = consumer(t, g);
+    const batches: number[][] = [];
+    const run = c.run({
+      eachBatch: ({ messages, resolveOffset }) => {
+        batches.push(messages.map((m) => m.offset));
+        if (batches.length > 1) resolveOffset(messages[messages.length - 1]!.offset);
+      },
+    });
+    await until(() => batches.length === 2, 10_000, 'the batch again');
+    expect(batches).toEqual([
+      [0, 1, 2],
+      [0, 1, 2],
+    ]);
+    await c.commit();
+    expect(await fetchOffset(t, g, 0)).toEqual({ offset: 3, committed: true });
+    await c.close();
+    await run;
+  });
 });
