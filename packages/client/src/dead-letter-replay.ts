@@ -89,8 +89,7 @@ export async function replayDeadLetters(
         if (done.has(p)) continue;
         try {
           const { offset } = await admin.fetchOffset(groupId, dlq, p, { signal });
-          const next = offset >= ends[p]! ? undefined : (await admin.readRecords({ topic: dlq, partition: p, offset, maxRecords: 1 }, { signal })).records[0];
-          if (next === undefined || next.offset >= ends[p]!) done.add(p);
+          if (!(await recordsLeft(p, offset))) done.add(p);
         } catch (err) {
           // a park or replay transaction holds the partition's offsets: look again later
           if (!(err instanceof TributaryError && err.code === 'UNSTABLE_OFFSET_COMMIT')) throw err;
@@ -122,6 +121,21 @@ export async function replayDeadLetters(
   }
   if (failure !== undefined) throw failure;
   return result;
+
+  /**
+   * Whether a record lies in [from, end) of partition `p`. Every park is a transaction, so a committed
+   * offset usually points at a marker, which a read passes over without a record: read on from where
+   * each read ended until a record or the end.
+   */
+  async function recordsLeft(p: number, from: number): Promise<boolean> {
+    for (let at = from; at < ends[p]!; ) {
+      const r = await admin.readRecords({ topic: dlq, partition: p, offset: at, maxRecords: 1 }, { signal });
+      if (r.records.length > 0) return r.records[0]!.offset < ends[p]!;
+      if (r.nextOffset <= at) return true; // nothing readable there yet: look again later
+      at = r.nextOffset;
+    }
+    return false;
+  }
 
   async function replayBatch({ partition, messages, resolveOffset }: EachBatchPayload): Promise<void> {
     const todo = messages.filter((m) => m.offset < ends[partition]!);

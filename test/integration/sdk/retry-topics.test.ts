@@ -189,6 +189,27 @@ describe('SDK retry and dead-letter topics', () => {
     await running;
   });
 
+  it('replayDeadLetters replays every dead letter of a partition that takes the replay consumer several batches', { timeout: 120_000 }, async () => {
+    await admin.createTopic({ topic: 'rt-many', partitions: 1 });
+    await admin.createTopic({ topic: 'rt-many.dlq', partitions: 1 });
+    // Parked as the SDK parks: one transaction per dead letter, so each record is followed by its
+    // transaction's marker, and wherever a batch of the replay consumer (500 records by default) ends,
+    // the replay group's committed offset points at a marker.
+    const n = 510;
+    {
+      await using p = new Producer({ brokers: [broker.address], transactionalId: 'rt-many-parker' });
+      for (let i = 0; i < n; i++) {
+        const txn = await p.transaction();
+        const retry = { topic: 'rt-many', partition: '0', offset: String(i), attempt: '3', error: 'Error: x', firstFailureAt: '1' };
+        const headers = Object.entries(retry).map(([k, value]) => ({ key: RETRY_HEADERS[k as keyof typeof retry], value }));
+        await txn.send({ topic: 'rt-many.dlq', messages: [{ value: `v${i}`, headers }] });
+        await txn.commit();
+      }
+    }
+    expect(await admin.replayDeadLetters({ deadLetterTopic: 'rt-many.dlq' })).toEqual({ replayed: { 'rt-many': n }, skipped: 0 });
+    expect((await readTopic('rt-many')).map((r) => r.value.toString())).toEqual(Array.from({ length: n }, (_, i) => `v${i}`));
+  });
+
   it('replayDeadLetters refuses bad input before it reads anything', async () => {
     await expect(admin.replayDeadLetters({ deadLetterTopic: 'rt-dead.dlq', grupId: 'x' } as never)).rejects.toThrow(/unknown option \(did you mean groupId\?\)/);
     await expect(admin.replayDeadLetters({} as never)).rejects.toThrow(/deadLetterTopic: required/);
