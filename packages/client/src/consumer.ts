@@ -123,7 +123,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
   private async doStart(): Promise<void> {
     this.ctx.state = 'rebalancing';
     try {
-      await (this.startRebalance = this.membership.rebalance('start'));
+      await (this.startRebalance = this.membership.rebalance('start', true));
     } catch (err) {
       await this.close();
       throw err;

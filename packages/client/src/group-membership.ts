@@ -45,7 +45,12 @@ export class GroupMembership {
     });
   }
 
-  async rebalance(reason: string): Promise<void> {
+  /**
+   * `initial`: start()'s rebalance, whose failure start() reports (it rejects). Any other rebalance,
+   * also a member's fresh rejoin after it was lost (no partitions, no member id, as at the start), is
+   * awaited by no caller: a failure there crashes the consumer.
+   */
+  async rebalance(reason: string, initial = false): Promise<void> {
     const ctx = this.ctx;
     if (ctx.closing) return;
     const started = performance.now();
@@ -53,7 +58,6 @@ export class GroupMembership {
     ctx.emit('rebalance.start', { reason, generation: ctx.generation });
     publish(channels.consumerRebalance, { phase: 'start', group: ctx.options.groupId, reason });
     const signal = ctx.root.signal;
-    const initial = ctx.workers.size === 0 && !ctx.memberId;
     try {
       for (let attempt = 0; ; attempt++) {
         try {
