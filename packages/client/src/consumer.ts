@@ -157,7 +157,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       const deadline = new AbortController();
       const timer = setTimeout(() => deadline.abort(new TributaryError('request_timeout', { reason: 'close' })), Math.min(this.options.sessionTimeoutMs, 5000));
       try {
-        await this.committer.commitProcessed(workers, { final: true, signal: deadline.signal }).catch(() => {});
+        // Also partitions a rebalance revoked while this close() cut its commit short: their handled records.
+        await this.committer.commitProcessed([...workers, ...this.membership.revokedAtClose], { final: true, signal: deadline.signal }).catch(() => {});
         await this.membership.leave(deadline.signal);
       } finally {
         clearTimeout(timer);

@@ -27,6 +27,11 @@ export class GroupMembership {
    * after the JOIN shows on a later heartbeat.
    */
   private joinInFlight = false;
+  /**
+   * Partitions revoked while close() aborted their commit (docs/sdk.md, "Lifecycle"): no longer
+   * installed, but close()'s final commit sends what their handlers processed.
+   */
+  readonly revokedAtClose: PartitionWorker[] = [];
 
   constructor(
     private readonly ctx: ConsumerContext,
@@ -157,6 +162,7 @@ export class GroupMembership {
     // Under the consumer's signal: a close() meanwhile does not wait out a frozen coordinator's retries.
     await this.committer.commitProcessed(revoked, { signal }).catch(() => {});
     for (const w of revoked) ctx.workers.delete(w.partition);
+    if (signal.aborted) this.revokedAtClose.push(...revoked);
     revoked.push(...reset);
 
     const syncSentAt = performance.now();

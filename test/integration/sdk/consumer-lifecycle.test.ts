@@ -727,6 +727,44 @@ describe('Consumer against a broker', () => {
     expect(grown(before, resources())).toEqual({});
   });
 
+  it('close() while a rebalance waits for a revoked partition\'s handler: close() commits what that partition handled', async () => {
+    const t = await topic(2);
+    for (const p of [0, 1]) await produce(t, p, ['a', 'b', 'c']);
+    const g = 'g-close-revoke';
+    const a = consumer(t, g, { clientId: 'a', autoCommit: false, partitionsConsumedConcurrently: 2 });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const handled: string[] = [];
+    const revoking: number[] = [];
+    const runA = a.run({
+      eachMessage: async ({ message, signal }) => {
+        if (message.offset < 2) {
+          handled.push(`${message.partition}:${message.offset}`);
+          return;
+        }
+        // a slow handler that does not watch its signal: a revocation waits for it to return
+        signal.addEventListener('abort', () => revoking.push(message.partition), { once: true });
+        await gate;
+      },
+    });
+    await until(() => handled.length === 4, 10_000, 'offsets 0 and 1 of both partitions handled');
+    // B joins: A gives one partition up and waits for its handler; A is closed meanwhile (a SIGTERM)
+    const b = consumer(t, g, { clientId: 'b', autoCommit: false });
+    const runB = b.run({ eachMessage: ({ signal }) => new Promise<void>((r) => signal.addEventListener('abort', () => r(), { once: true })) });
+    await until(() => revoking.length === 1, 10_000, 'A revoking a partition');
+    const closing = a.close();
+    release();
+    await closing;
+    await runA;
+    // A handled offsets 0 and 1 of both partitions (the handlers of 2 returned after the abort: not counted)
+    expect([await fetchOffset(t, g, 0), await fetchOffset(t, g, 1)]).toEqual([
+      { offset: 2, committed: true },
+      { offset: 2, committed: true },
+    ]);
+    await b.close();
+    await runB;
+  });
+
   it('await using closes the consumer on scope exit', async () => {
     const t = await topic(1);
     await produce(t, 0, ['x']);
