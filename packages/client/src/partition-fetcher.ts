@@ -353,7 +353,12 @@ export class PartitionFetcher {
   pause(partitions: number[]): void {
     for (const p of partitions) {
       const w = this.ctx.workers.get(p);
-      if (w) w.paused = true;
+      if (w && !w.paused) {
+        w.paused = true;
+        // An idle stream delivers nothing that would make the reader look at `paused`: end it, so the
+        // reader stops (and reports it, docs/sdk.md) now rather than at the next record.
+        w.interruptRead?.();
+      }
     }
   }
 

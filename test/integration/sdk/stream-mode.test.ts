@@ -1,14 +1,16 @@
 /**
  * The SDK consumer in stream mode (docs/sdk.md, "Stream mode"; docs/protocol.md, "STREAM"): a seek() on an
- * idle partition takes effect without new records; a read_committed stream that passes only an aborted
+ * idle partition takes effect without new records, and so does a pause(); a read_committed stream that passes only an aborted
  * transaction's records and marker moves the committed offset to the partition's end, as polls do; and a
  * stream the broker closes with `reason=error` but no code is a failed read (the leader looked up again,
  * backed off), not a clean end reopened at once.
  */
+import diagnostics from 'node:diagnostics_channel';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { Consumer } from 'tributary-client/consumer.js';
+import { channels } from 'tributary-client/events.js';
 import { Producer } from 'tributary-client/producer.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { ScriptedServer } from '../../helpers/scripted-server.js';
@@ -45,6 +47,35 @@ describe('stream mode against a broker', () => {
       await until(() => seen.length >= 8, 15_000, 'offsets 2..4 again');
       expect(seen).toEqual([0, 1, 2, 3, 4, 2, 3, 4]);
     } finally {
+      await c.close();
+    }
+  });
+
+  it('pause() on an idle partition stops its reader without new records; resume() reads on', async () => {
+    const topic = 'sm-pause';
+    await admin.command('CREATE', { topic, partitions: 1 });
+    await admin.command('PUBLISH', { topic, partition: 0, message: 'v0' });
+    // The reader of a paused partition reports when it has stopped (docs/sdk.md, tributary:consumer:paused).
+    const stopped: number[] = [];
+    const onPaused = (m: unknown) => {
+      const e = m as { group: string; partition: number };
+      if (e.group === 'sm-pause') stopped.push(e.partition);
+    };
+    diagnostics.subscribe(channels.consumerPaused.name, onPaused);
+    const c = new Consumer({ brokers: [broker.address], groupId: 'sm-pause', topic, mode: 'stream', autoCommit: false, autoOffsetReset: 'earliest' });
+    try {
+      const seen: string[] = [];
+      void c.run({ eachMessage: async ({ message }) => void seen.push(message.value.toString()) });
+      await until(() => seen.length === 1, 15_000, 'the record');
+      await settle(); // the stream is open and has nothing more to deliver
+      c.pause([0]);
+      await until(() => stopped.includes(0), 10_000, 'the paused reader to stop');
+      await admin.command('PUBLISH', { topic, partition: 0, message: 'v1' });
+      c.resume([0]);
+      await until(() => seen.length === 2, 15_000, 'the record after resume()');
+      expect(seen).toEqual(['v0', 'v1']);
+    } finally {
+      diagnostics.unsubscribe(channels.consumerPaused.name, onPaused);
       await c.close();
     }
   });
