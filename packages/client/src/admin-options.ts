@@ -81,19 +81,3 @@ export const LIST_OFFSETS_OPTION_NAMES = ['signal', 'timestamp'] as const;
 const listOffsetsComplete: Complete<ListOffsetsOptions, typeof LIST_OFFSETS_OPTION_NAMES> = true;
 void listOffsetsComplete;
 
-/**
- * A call's last argument (`{ signal }`, `{ includeInternal, signal }`, ...): undefined or an object
- * naming only what `method` takes (`admin.listTopics({ includeInternl: true })` would otherwise list
- * without the internal topics), with an AbortSignal as its signal. Returns it, `{}` for undefined.
- */
-export function callOptions<T extends CallOptions>(method: string, o: T | undefined, names: readonly string[] = CALL_OPTION_NAMES): T {
-  if (o === undefined) return {} as T;
-  if (o === null || typeof o !== 'object') {
-    throw new TributaryError('invalid_config', { option: 'options', reason: 'must be an object' }, `invalid ${method} option options: must be an object`);
-  }
-  refuseUnknownOptions(method, o, names);
-  if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) {
-    throw new TributaryError('invalid_config', { option: 'signal', reason: 'must be an AbortSignal' }, `invalid ${method} option signal: must be an AbortSignal`);
-  }
-  return o;
-}

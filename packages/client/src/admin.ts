@@ -4,7 +4,6 @@ import { type Cluster, clientCluster, type ConnectionEvents } from './cluster.js
 import {
   type AdminOptions,
   type CallOptions,
-  callOptions,
   LIST_OFFSETS_OPTION_NAMES,
   LIST_TOPICS_OPTION_NAMES,
   type ListOffsetsOptions,
@@ -18,7 +17,7 @@ import { type RetryOptions, retry } from './retry.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
 
 export type { AdminOptions, CallOptions, ListOffsetsOptions, ListTopicsOptions } from './admin-options.js';
-import { type Complete, refuseUnknownOptions } from './option-names.js';
+import { callOptions, type Complete, refuseUnknownOptions } from './option-names.js';
 import type { ReplayConnection, ReplayDeadLettersOptions, ReplayDeadLettersResult } from './dead-letter-replay.js';
 
 const CREATE_TOPIC_OPTION_NAMES = ['topic', 'partitions', 'retentionHours', 'retentionBytes', 'replicationFactor', 'partitioner'] as const;

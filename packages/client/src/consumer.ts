@@ -15,7 +15,7 @@ import { TypedEmitter } from './events.js';
 import { GroupMembership } from './group-membership.js';
 import { handlerSink, type RunOptions, windowedSink } from './message-handlers.js';
 import { OffsetCommitter } from './offset-committer.js';
-import { refuseUnknownOptions } from './option-names.js';
+import { callOptions, type Complete, refuseUnknownOptions } from './option-names.js';
 import { PartitionFetcher } from './partition-fetcher.js';
 import { sessionHeld } from './session-guard.js';
 import { systemRetryClock } from './retry-due.js';
@@ -34,6 +34,23 @@ export type { EachBatchPayload, EachMessagePayload, RunOptions } from './message
 export type { RetryInfo } from './retry-headers.js';
 export type { RetryTopicsOptions } from './retry-topics-options.js';
 export type { ParkedEvent } from './retry-topics.js';
+
+export interface StartOptions {
+  /** Aborting it rejects start() with the signal's reason (the consumer goes on starting). */
+  signal?: AbortSignal;
+}
+const START_OPTION_NAMES = ['signal'] as const;
+const startOptionsComplete: Complete<StartOptions, typeof START_OPTION_NAMES> = true;
+void startOptionsComplete;
+
+export interface CommitOptions {
+  signal?: AbortSignal;
+  /** An async-iterator message to count as processed before the commit. */
+  message?: ConsumedMessage;
+}
+const COMMIT_OPTION_NAMES = ['signal', 'message'] as const;
+const commitOptionsComplete: Complete<CommitOptions, typeof COMMIT_OPTION_NAMES> = true;
+void commitOptionsComplete;
 
 /**
  * A group member with the lifecycle of docs/sdk.md: `new → running ⇄ rebalancing → closing → closed`.
@@ -114,10 +131,17 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
   // ---- lifecycle ----
 
   /** Joins the group and starts reading. Resolves once the first assignment is installed. */
-  start(opts: { signal?: AbortSignal } = {}): Promise<void> {
+  start(opts?: StartOptions): Promise<void> {
+    let signal: AbortSignal | undefined;
+    try {
+      // A misspelt option would be ignored, a signal that is none would throw only later (docs/sdk.md, "Options").
+      ({ signal } = callOptions('start', opts, START_OPTION_NAMES));
+    } catch (err) {
+      return Promise.reject(err);
+    }
     if (this.ctx.closing) return Promise.reject(new TributaryError('client_closed'));
     this.startPromise ??= this.doStart();
-    return opts.signal ? untilAborted(this.startPromise, opts.signal) : this.startPromise;
+    return signal ? untilAborted(this.startPromise, signal) : this.startPromise;
   }
 
   private async doStart(): Promise<void> {
@@ -379,7 +403,9 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
    * Commits everything processed so far (manual commit). `message`, a message the async iterator handed
    * out, is counted as processed first: how a loop that stops after handling it gets it committed.
    */
-  async commit(opts: { signal?: AbortSignal; message?: ConsumedMessage } = {}): Promise<void> {
+  async commit(options?: CommitOptions): Promise<void> {
+    // `{ mesage: m }` would commit without m, silently (docs/sdk.md, "Options").
+    const opts = callOptions('commit', options, COMMIT_OPTION_NAMES);
     if (this.ctx.closing) throw new TributaryError('client_closed');
     if (opts.message) this.countIterated(opts.message);
     // Under the consumer's signal too: commits run one at a time, so one retrying against a coordinator

@@ -15,6 +15,8 @@ export {
   type EachMessagePayload,
   type EachBatchPayload,
   type RunOptions,
+  type StartOptions,
+  type CommitOptions,
   type ConcurrencyOptions,
   type Ordering,
   type RetryInfo,

@@ -63,3 +63,21 @@ function checkRetryValues(kind: string, r: Record<string, unknown>): void {
   if (r.onRetry !== undefined && typeof r.onRetry !== 'function') refuse('onRetry', 'must be a function');
   if (r.signal !== undefined) refuse('signal', "not a client option: pass { signal } to each call, or close() the client");
 }
+
+/**
+ * A call's last argument (`{ signal }`, `{ includeInternal, signal }`, ...; the Admin's calls and the
+ * Consumer's start() and commit()): undefined or an object naming only what `method` takes
+ * (`admin.listTopics({ includeInternl: true })` would otherwise list without the internal topics), with
+ * an AbortSignal as its signal. Returns it, `{}` for undefined.
+ */
+export function callOptions<T extends { signal?: AbortSignal }>(method: string, o: T | undefined, names: readonly string[] = ['signal']): T {
+  if (o === undefined) return {} as T;
+  if (o === null || typeof o !== 'object') {
+    throw new TributaryError('invalid_config', { option: 'options', reason: 'must be an object' }, `invalid ${method} option options: must be an object`);
+  }
+  refuseUnknownOptions(method, o, names);
+  if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) {
+    throw new TributaryError('invalid_config', { option: 'signal', reason: 'must be an AbortSignal' }, `invalid ${method} option signal: must be an AbortSignal`);
+  }
+  return o;
+}

@@ -83,6 +83,32 @@ describe('unknown options', () => {
     }
   });
 
+  it('Consumer start() and commit() refuse unknown names and a signal that is not an AbortSignal, before doing anything', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (r: unknown) => unhandled.push(r);
+    process.on('unhandledRejection', onUnhandled);
+    // Were a call to go ahead, it would fail against the unreachable broker within 200 ms instead.
+    const c = new Consumer({ brokers, groupId: 'g', topic: 't', bootstrapTimeoutMs: 200, connectTimeoutMs: 100 });
+    try {
+      const signal = new AbortController().signal;
+      // commit({ mesage: m }) would commit without m, silently
+      await expect(c.commit({ mesage: {} } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'mesage', did_you_mean: 'message' } });
+      const notASignal = { code: 'invalid_config', fields: { option: 'signal', reason: 'must be an AbortSignal' } };
+      await expect(c.commit({ signal: 'soon' } as never)).rejects.toMatchObject(notASignal);
+      await expect(c.commit(5 as never)).rejects.toMatchObject({ code: 'invalid_config', fields: { option: 'options' } });
+      const typo = await rejection(c.start({ sigal: signal } as never));
+      expect(typo).toMatchObject({ code: 'invalid_config', fields: { option: 'sigal', did_you_mean: 'signal' } });
+      expect(typo.message).toBe('invalid start option sigal: unknown option (did you mean signal?)');
+      await expect(c.start({ signal: 42 } as never)).rejects.toMatchObject(notASignal);
+      expect(c.state).toBe('new'); // nothing started
+    } finally {
+      await c.close();
+      await new Promise((r) => setTimeout(r, 20));
+      process.off('unhandledRejection', onUnhandled);
+    }
+    expect(unhandled).toEqual([]);
+  });
+
   it('a message with a misspelt field is refused, not sent to another partition', () => {
     const e = thrown(() => toBatchRecord({ value: 'v', parition: 2 } as never, 3));
     expect(e.code).toBe('invalid_parameter');
