@@ -20,7 +20,7 @@ import { PartitionFetcher } from './partition-fetcher.js';
 import { sessionHeld } from './session-guard.js';
 import { systemRetryClock } from './retry-due.js';
 import { Parker, parkingHandler, prepareRetryTopics } from './retry-topics.js';
-import { type ResolvedRetryTopics, resolveRetryTopics } from './retry-topics-options.js';
+import { type ResolvedRetryTopics, resolveRetryTopics, retryGroupId } from './retry-topics-options.js';
 import type { PartitionWorker } from './partition-worker.js';
 import { TRANSACTION_OFFSETS } from './transaction.js';
 import { Signal } from './wake-signal.js';
@@ -208,7 +208,8 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) throw configError('signal', 'must be an AbortSignal');
     const concurrency = resolveConcurrency(opts.concurrency, opts.eachBatch !== undefined);
     const o = this.options;
-    const retryTopics = resolveRetryTopics(opts.retryTopics, { topic: o.topic, groupId: o.groupId, eachBatch: opts.eachBatch !== undefined, concurrency: concurrency !== undefined });
+    const names = { topic: o.topic, groupId: o.groupId, instanceId: o.instanceId };
+    const retryTopics = resolveRetryTopics(opts.retryTopics, { ...names, eachBatch: opts.eachBatch !== undefined, concurrency: concurrency !== undefined });
     if (this.consumedBy) throw configError('run', 'the consumer is already being consumed');
     this.consumedBy = 'run';
     // An abort closes the consumer and run() resolves; one that came before run() did too.
@@ -257,7 +258,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       (topic, i) =>
         new Consumer({
           ...o,
-          groupId: `${o.groupId}.retry.${i + 1}`,
+          groupId: retryGroupId(o.groupId, i + 1),
           topic,
           // A new retry group must not skip what was parked before it first joined.
           autoOffsetReset: 'earliest',

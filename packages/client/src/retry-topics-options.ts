@@ -61,10 +61,51 @@ export function retryTopicIndex(r: Pick<ResolvedRetryTopics, 'delaysMs'>, attemp
   return Math.min(attempt - 2, r.delaysMs.length - 1);
 }
 
+/** The group of the internal consumer that reads retry topic `n` (1-based). */
+export function retryGroupId(groupId: string, n: number): string {
+  return `${groupId}.retry.${n}`;
+}
+
+/** The transactional id a consumer of `topic` in `groupId` parks through; `suffix`: its instanceId, else a random UUID. */
+export function parkTransactionalId(groupId: string, topic: string, suffix: string): string {
+  return `${groupId}.${topic}.park.${suffix}`;
+}
+
+/** A groupId's length limit (consumer-options.ts), which the retry consumers' groups must keep too. */
+const MAX_GROUP_ID = 200;
+const MAX_TRANSACTIONAL_ID_BYTES = 255;
+/** Characters of randomUUID(): the park id's suffix without static membership. */
+const UUID_LENGTH = 36;
+
+/**
+ * The names run() derives from the group and topic besides the topics: the retry consumers' groups and
+ * every consumer's park transactional id. Checked up front, as the topic names are: one too long fails
+ * only once the topics exist (a group), or at every park, for ever (a transactional id).
+ */
+function checkDerivedNames(ctx: { topic: string; groupId: string; instanceId?: string }, retryTopics: string[]): void {
+  const suffix = ctx.instanceId ?? 'x'.repeat(UUID_LENGTH);
+  const parkers: Array<[group: string, topic: string]> = [[ctx.groupId, ctx.topic]];
+  for (const [i, topic] of retryTopics.entries()) {
+    const group = retryGroupId(ctx.groupId, i + 1);
+    if (group.length > MAX_GROUP_ID) {
+      throw configError('retryTopics', `the retry consumers' group ${group} would be longer than ${MAX_GROUP_ID} characters: shorten the groupId`);
+    }
+    parkers.push([group, topic]);
+  }
+  for (const [group, topic] of parkers) {
+    const id = parkTransactionalId(group, topic, ctx.instanceId ?? '<uuid>');
+    const bytes = Buffer.byteLength(parkTransactionalId(group, topic, suffix));
+    if (bytes > MAX_TRANSACTIONAL_ID_BYTES) {
+      const reason = `the park transactional id ${id} would be ${bytes} bytes, more than ${MAX_TRANSACTIONAL_ID_BYTES}: shorten the topic or the groupId`;
+      throw configError('retryTopics', reason);
+    }
+  }
+}
+
 /** Validates run()'s `retryTopics` and fills in the defaults for a consumer of `topic` in `groupId`. */
 export function resolveRetryTopics(
   c: RetryTopicsOptions | undefined,
-  ctx: { topic: string; groupId: string; eachBatch: boolean; concurrency: boolean },
+  ctx: { topic: string; groupId: string; instanceId?: string; eachBatch: boolean; concurrency: boolean },
 ): ResolvedRetryTopics | undefined {
   if (c === undefined) return undefined;
   if (c === null || typeof c !== 'object') throw configError('retryTopics', "expected an object { delays: ['1s', '1m'], maxAttempts?, deadLetterTopic? }");
@@ -98,5 +139,6 @@ export function resolveRetryTopics(
     }
   }
   if (deadLetterTopic === ctx.topic || retryTopics.includes(deadLetterTopic)) throw configError('retryTopics.deadLetterTopic', 'must differ from the source topic and the retry topics');
+  checkDerivedNames(ctx, retryTopics);
   return { topic: ctx.topic, groupId: ctx.groupId, delaysMs, maxAttempts, retryTopics, deadLetterTopic, createTopics: c.createTopics ?? true, transactionTimeoutMs: timeout };
 }

@@ -14,7 +14,7 @@ import type { EachMessagePayload } from './message-handlers.js';
 import { Producer, type RecordMetadata } from './producer.js';
 import { decodeRetryInfo, parkHeaders, type RetryInfo } from './retry-headers.js';
 import { type RetryClock, waitUntilDue } from './retry-due.js';
-import { type ResolvedRetryTopics, retryTopicIndex } from './retry-topics-options.js';
+import { parkTransactionalId, type ResolvedRetryTopics, retryTopicIndex } from './retry-topics-options.js';
 import { ProducerFencedError, type GroupPosition, type Transaction } from './transaction.js';
 
 /** Where a message was parked (`retry.parked` event). */
@@ -101,7 +101,7 @@ export class Parker {
     private readonly clock: RetryClock,
   ) {
     const o = host.options;
-    this.transactionalId = `${o.groupId}.${o.topic}.park.${o.instanceId ?? randomUUID()}`;
+    this.transactionalId = parkTransactionalId(o.groupId, o.topic, o.instanceId ?? randomUUID());
   }
 
   /** Parks `m` after attempt `info.attempt` failed with `err`; resolves once the park transaction committed. */

@@ -87,6 +87,23 @@ describe('retryTopics options', () => {
     }
   });
 
+  it('refuses a groupId or topic too long for the other names it derives: the retry groups, the park transactional ids', () => {
+    const long = (over: Partial<typeof ctx> & { instanceId?: string }) => thrown(() => resolveRetryTopics({ delays: ['1s', '1m'] }, { ...ctx, ...over }));
+    // <groupId>.retry.<n>, a retry consumer's group, at most 200 characters (the retry topics themselves are valid)
+    const group = long({ groupId: 'g'.repeat(195) });
+    expect(group).toMatchObject({ code: 'invalid_config', fields: { option: 'retryTopics' } });
+    expect(group.message).toMatch(/the retry consumers' group g+\.retry\.1 would be longer than 200 characters: shorten the groupId/);
+    // <groupId>.<topic>.park.<uuid>, the source consumer's park transactional id, at most 255 bytes: 263
+    const source = long({ groupId: 'g'.repeat(120), topic: 't'.repeat(100) });
+    expect(source.message).toMatch(/the park transactional id g+\.t+\.park\.<uuid> would be 263 bytes, more than 255/);
+    // With a short instanceId the source's id fits (229 bytes), a retry consumer's does not:
+    // <groupId>.retry.1.<topic>.<groupId>.retry.1.park.<instanceId>
+    const retryConsumer = long({ groupId: 'g'.repeat(120), topic: 't'.repeat(100), instanceId: 'i1' });
+    expect(retryConsumer.message).toMatch(/park transactional id g+\.retry\.1\.t+\.g+\.retry\.1\.park\.i1 would be 366 bytes/);
+    // Long names that fit
+    expect(resolveRetryTopics({ delays: ['1s', '1m'] }, { ...ctx, groupId: 'g'.repeat(40), topic: 't'.repeat(40) })?.retryTopics).toHaveLength(2);
+  });
+
   it('run() rejects bad retryTopics before it connects, and the consumer can still be run', async () => {
     const c = new Consumer({ brokers: ['127.0.0.1:1'], groupId: 'g', topic: 't' });
     const eachMessage = async () => {};
@@ -96,6 +113,11 @@ describe('retryTopics options', () => {
     expect((await rejection(c.run({ eachMessage, retryTopic: {} } as never))).message).toMatch(/did you mean retryTopics\?/);
     expect(c.state).toBe('new');
     await c.close();
+    // Names derived from a long group: refused before anything connects (or creates a retry topic)
+    const g = new Consumer({ brokers: ['127.0.0.1:1'], groupId: 'g'.repeat(195), topic: 't', bootstrapTimeoutMs: 200, connectTimeoutMs: 100 });
+    expect((await rejection(g.run({ eachMessage, retryTopics: { delays: ['1s'] } }))).message).toMatch(/retry consumers' group/);
+    expect(g.state).toBe('new');
+    await g.close();
   });
 });
 
