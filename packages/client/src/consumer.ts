@@ -253,6 +253,9 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       if (signal?.aborted) return; // stopped by its signal, not failed
       throw err;
     }
+    // Closed while the topics were set up: run() ends as after a close once started (docs/sdk.md,
+    // "Lifecycle"), and no retry consumer starts after the close.
+    if (this.ctx.closing) return this.close();
     const o = this.options;
     const retryConsumers = r.retryTopics.map(
       (topic, i) =>
@@ -266,6 +269,9 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
           processingTimeoutMs: Math.min(2 ** 31 - 1, o.processingTimeoutMs + r.delaysMs[i]!), // a timer's limit
         }),
     );
+    // Before they start: any close() from here on closes them.
+    const closeRetries = () => void Promise.allSettled(retryConsumers.map((c) => c.close()));
+    this.ctx.root.signal.addEventListener('abort', closeRetries, { once: true });
     for (const c of retryConsumers) {
       c.on('retry.parked', (e) => this.emit('retry.parked', e));
       c.on('crash', (e) => (e.fatal ? this.ctx.crash(e.error, true) : this.emit('crash', e)));
@@ -275,8 +281,6 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
         if (!this.ctx.closing) this.ctx.crash(err as Error, true);
       }),
     );
-    const closeRetries = () => void Promise.allSettled(retryConsumers.map((c) => c.close()));
-    this.ctx.root.signal.addEventListener('abort', closeRetries, { once: true });
     try {
       await this.runParking(handler, r, counts, undefined, signal);
     } finally {

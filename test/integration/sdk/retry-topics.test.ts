@@ -210,6 +210,18 @@ describe('SDK retry and dead-letter topics', () => {
     expect((await readTopic('rt-many')).map((r) => r.value.toString())).toEqual(Array.from({ length: n }, (_, i) => `v${i}`));
   });
 
+  it('close() while run({ retryTopics }) sets its topics up: run() resolves, as without retryTopics, and no retry consumer starts', async () => {
+    await admin.createTopic({ topic: 'rt-close', partitions: 1 });
+    const c = consumer({ topic: 'rt-close', groupId: 'rt-close-g' });
+    const running = c.run({ retryTopics: { delays: ['1s'] }, eachMessage: () => {} });
+    // run() is checking (and creating) its topics now: close() lands in the middle of it
+    await c.close();
+    await expect(running).resolves.toBeUndefined();
+    expect(c.state).toBe('closed');
+    const groups = await admin.listGroups();
+    expect(groups.filter((g) => g.startsWith('rt-close-g'))).toEqual([]);
+  });
+
   it('replayDeadLetters refuses bad input before it reads anything', async () => {
     await expect(admin.replayDeadLetters({ deadLetterTopic: 'rt-dead.dlq', grupId: 'x' } as never)).rejects.toThrow(/unknown option \(did you mean groupId\?\)/);
     await expect(admin.replayDeadLetters({} as never)).rejects.toThrow(/deadLetterTopic: required/);
