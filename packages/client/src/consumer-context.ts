@@ -66,6 +66,11 @@ export class ConsumerContext {
   /** The local assignment generation: bumped by every rebalance. */
   assignmentGeneration = 0;
   readonly workers = new Map<number, PartitionWorker>();
+  /**
+   * The signal of every partition installation this consumer made, which each of its messages carries:
+   * how commit({ message }) tells its own messages (revoked since, or not) from any other.
+   */
+  readonly installations = new WeakSet<AbortSignal>();
   fatal: Error | undefined;
   /**
    * performance.now() when the last request the coordinator answered as this member's (a heartbeat, a

@@ -412,7 +412,7 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     // `{ mesage: m }` would commit without m, silently (docs/sdk.md, "Options").
     const opts = callOptions('commit', options, COMMIT_OPTION_NAMES);
     if (this.ctx.closing) throw new TributaryError('client_closed');
-    if (opts.message) this.countIterated(opts.message);
+    if (opts.message !== undefined) this.countIterated(opts.message);
     // Under the consumer's signal too: commits run one at a time, so one retrying against a coordinator
     // that stopped answering would hold close() (whose final commit queues behind it) for its whole retry
     // budget. close() ends it (client_closed) and commits what was processed itself.
@@ -427,11 +427,14 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     // run()'s handlers are counted when they return; under `concurrency` a message marked out of turn
     // would move the processed offset past records still running.
     if (this.consumedBy !== 'iterator') throw configError('commit.message', 'commit({ message }) is for messages of the async iterator');
+    // Another consumer's message (another topic, a partition this one does not hold) or a made-up one:
+    // refused as documented (docs/sdk.md, "Consumer"), not taken for one of a revoked partition.
+    const own = typeof m === 'object' && m !== null && m.topic === this.options.topic && this.ctx.installations.has(m.signal);
+    if (!own) throw configError('commit.message', 'not a message this consumer handed out');
     const w = this.ctx.workers.get(m.partition);
-    const foreign = w && w.assignmentGeneration === m.assignmentGeneration && w.signal !== m.signal;
-    if (foreign) throw configError('commit.message', 'not a message this consumer handed out');
     // As the iterator counts it: handed out before a seek() back to or below it, it is to be read again.
-    if (w?.seekTo !== undefined && m.offset >= w.seekTo) return;
+    if (w?.signal === m.signal && w.seekTo !== undefined && m.offset >= w.seekTo) return;
+    // A partition revoked since: consumer_rebalancing.
     this.committer.markProcessed(m.partition, m.assignmentGeneration, m.offset);
   }
 

@@ -189,7 +189,10 @@ export class GroupMembership {
     const starts = await Promise.all(added.map((p) => this.fetcher.startingOffset(p, signal)));
     if (signal.aborted) return;
     const fresh = added.map((p, i) => new PartitionWorker(p, ctx.assignmentGeneration, starts[i]!.position, starts[i]!.committed, ctx.root.signal));
-    for (const w of fresh) ctx.workers.set(w.partition, w);
+    for (const w of fresh) {
+      ctx.workers.set(w.partition, w);
+      ctx.installations.add(w.signal);
+    }
     if (added.length > 0) ctx.emit('partitions.assigned', { partitions: added, generation, assignmentGeneration: ctx.assignmentGeneration });
     for (const w of fresh) w.loop = this.fetcher.readLoop(w);
     const kept = owned.filter((p) => !added.includes(p));

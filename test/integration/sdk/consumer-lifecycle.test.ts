@@ -9,7 +9,7 @@ import diagnostics from 'node:diagnostics_channel';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { channels } from 'tributary-client/events.js';
-import { Consumer, type ConsumerOptions, type ConsumerState } from 'tributary-client/consumer.js';
+import { type ConsumedMessage, Consumer, type ConsumerOptions, type ConsumerState } from 'tributary-client/consumer.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
 import { GroupMember, groupStatus } from '../groups/helpers.js';
@@ -279,6 +279,32 @@ describe('Consumer against a broker', () => {
     await c3.close();
     await run;
     expect(got).toEqual([{ offset: 5, commit: expect.objectContaining({ code: 'invalid_config' }) }]);
+  });
+
+  it('commit({ message }) refuses a message this consumer did not hand out with invalid_config, and counts nothing of it', async () => {
+    const mine = await topic(1);
+    const other = await topic(3);
+    await produce(mine, 0, ['a', 'b']);
+    await produce(other, 2, ['x']);
+    // another consumer's message, of a partition (2) this consumer does not hold
+    const b = consumer(other, 'g-foreign-b', { autoCommit: false });
+    let foreign: ConsumedMessage | undefined;
+    for await (const m of b) {
+      foreign = m;
+      break;
+    }
+    const c = consumer(mine, 'g-foreign-a', { autoCommit: false });
+    const refusals: unknown[] = [];
+    for await (const m of c) {
+      for (const message of [foreign!, { ...foreign!, topic: mine, partition: 0 }, { topic: mine, partition: 0, offset: 1 }, 'm']) {
+        refusals.push(await c.commit({ message: message as ConsumedMessage }).catch((e: TributaryError) => e.code));
+      }
+      // its own message counts
+      await c.commit({ message: m });
+      break;
+    }
+    expect(refusals).toEqual(['invalid_config', 'invalid_config', 'invalid_config', 'invalid_config']);
+    expect(await fetchOffset(mine, 'g-foreign-a', 0)).toEqual({ offset: 1, committed: true });
   });
 
   it('run({ eachBatch }) with resolveOffset: batches in order; what a batch left unresolved is delivered again, never committed past', async () => {
