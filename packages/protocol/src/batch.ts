@@ -192,7 +192,10 @@ export function encodeBatch(batch: Batch, opts: EncodeOptions = {}): Buffer {
 export interface DecodeOptions extends EncodeOptions {
   /** Upper bound on the record count, checked before any per-record work. */
   maxRecords?: number;
-  /** A produce request: no consume trailer may follow the records (24 bytes more are trailing bytes). */
+  /**
+   * A produce request: no consume trailer may follow the records (24 bytes more are trailing bytes), and a
+   * header key must be valid UTF-8 (the protocol's header keys are text; decoded, other bytes would change).
+   */
   request?: boolean;
 }
 
@@ -288,6 +291,7 @@ export function decodeBatch(buf: Buffer, opts?: DecodeOptions): Batch;
 export function decodeBatch<R>(buf: Buffer, opts: DecodeOptions, makeRecord: RecordMaker<R>): Batch<R>;
 export function decodeBatch<R>(buf: Buffer, opts: DecodeOptions = {}, makeRecord?: RecordMaker<R>): Batch<R | BatchRecord> {
   const ext = opts.extensions === true;
+  const req = opts.request === true;
   const len = buf.length;
   const { topic, partition, acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt } = decodeHeader(buf, opts);
   let at = recordsAt;
@@ -327,6 +331,7 @@ export function decodeBatch<R>(buf: Buffer, opts: DecodeOptions = {}, makeRecord
         const kl = (buf[at]! << 8) | buf[at + 1]!;
         at += 2;
         if (at + kl + 4 > len) throw truncated();
+        if (req && kl > 0 && !isUtf8(buf.subarray(at, at + kl))) throw notUtf8Key();
         const hk = buf.toString('utf8', at, at + kl);
         at += kl;
         const vl = r32u(buf, at);
@@ -414,24 +419,26 @@ export interface ScannedBatch {
   count: number;
   /** count + 1 positions: record i spans starts[i] .. starts[i + 1]. */
   starts: number[];
-  /**
-   * False when a header key is not valid UTF-8: decoding it to a string (as decodeBatch does) would change
-   * its bytes, so the caller must take decodeBatch for the exact stored form.
-   */
-  verbatim: boolean;
+}
+
+/** A produce request's header key that is not valid UTF-8 (DecodeOptions.request). */
+function notUtf8Key(): Error {
+  return bad('header key is not valid UTF-8');
 }
 
 /**
  * Validates `buf` exactly as decodeBatch does (the same checks, in the same order, with the same errors) but
- * without creating a record object per record: it returns each record's start position instead.
+ * without creating a record object per record: it returns each record's start position instead. A caller
+ * that stores the records' bytes as they are passes `request`, so every header key is valid UTF-8 and its
+ * bytes are what decoding and encoding it would give.
  */
 export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
   const ext = opts.extensions === true;
+  const req = opts.request === true;
   const len = buf.length;
   const { topic, partition, acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt } = decodeHeader(buf, opts);
   let at = recordsAt;
   const starts: number[] = new Array(count + 1);
-  let verbatim = true;
   for (let i = 0; i < count; i++) {
     starts[i] = at;
     if (at + 16 + 2 > len) throw truncated();
@@ -461,7 +468,7 @@ export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
         const kl = (buf[at]! << 8) | buf[at + 1]!;
         at += 2;
         if (at + kl + 4 > len) throw truncated();
-        if (verbatim && kl > 0 && !isUtf8(buf.subarray(at, at + kl))) verbatim = false;
+        if (req && kl > 0 && !isUtf8(buf.subarray(at, at + kl))) throw notUtf8Key();
         at += kl;
         const vl = r32u(buf, at);
         at += 4;
@@ -478,5 +485,5 @@ export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
     at += 24;
   }
   if (at !== len) throw bad('trailing bytes after records');
-  return { topic, partition, acks, idempotent, transactional: txn !== undefined, firstSequence, lastSequence, body: buf, extensions: ext, count, starts, verbatim };
+  return { topic, partition, acks, idempotent, transactional: txn !== undefined, firstSequence, lastSequence, body: buf, extensions: ext, count, starts };
 }

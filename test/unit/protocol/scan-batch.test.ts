@@ -69,13 +69,13 @@ function mutate(buf: Buffer, ms: { kind: 'set' | 'cut' | 'add'; at: number; v: n
 describe('scanBatch', () => {
   it('accepts exactly what decodeBatch accepts, with the same errors, and finds every record', () => {
     fc.assert(
-      fc.property(batchArb, fc.boolean(), fc.boolean(), fc.array(mutationArb, { maxLength: 3 }), (batch, ext, encExt, ms) => {
+      fc.property(batchArb, fc.boolean(), fc.boolean(), fc.boolean(), fc.array(mutationArb, { maxLength: 3 }), (batch, ext, encExt, request, ms) => {
         const body = mutate(encodeBatch(batch, { extensions: encExt }), ms);
-        const expected = outcome(() => decodeBatch(body, { extensions: ext }));
-        expect(outcome(() => scanBatch(body, { extensions: ext }))).toEqual(expected);
+        const expected = outcome(() => decodeBatch(body, { extensions: ext, request }));
+        expect(outcome(() => scanBatch(body, { extensions: ext, request }))).toEqual(expected);
         if (expected !== 'ok') return;
-        const d = decodeBatch(body, { extensions: ext });
-        const s = scanBatch(body, { extensions: ext });
+        const d = decodeBatch(body, { extensions: ext, request });
+        const s = scanBatch(body, { extensions: ext, request });
         expect(s.topic).toBe(d.topic);
         expect(s.partition).toBe(d.partition);
         expect(s.acks).toBe(d.acks);
@@ -91,14 +91,12 @@ describe('scanBatch', () => {
           const one = decodeBatch(Buffer.concat([head, body.subarray(s.starts[i], s.starts[i + 1])]), { extensions: ext });
           expect(one.records[0]).toEqual(d.records[i]);
         }
-        // Only header keys can be non-verbatim: without extensions there are none.
-        if (!s.verbatim) expect(ext).toBe(true);
       }),
       { numRuns: 500 },
     );
   });
 
-  it('flags header keys that are not valid UTF-8', () => {
+  it('refuses a request whose header key is not valid UTF-8, as decodeBatch does (nothing to decode it for)', () => {
     const batch: Batch = {
       topic: 't',
       partition: 0,
@@ -121,9 +119,13 @@ describe('scanBatch', () => {
       ],
     };
     const body = encodeBatch(batch, { extensions: true });
-    expect(scanBatch(body, { extensions: true }).verbatim).toBe(true);
+    expect(scanBatch(body, { extensions: true, request: true }).count).toBe(1);
     const at = body.indexOf(Buffer.from('ab'));
     body[at] = 0xff;
-    expect(scanBatch(body, { extensions: true }).verbatim).toBe(false);
+    const refused = { code: 'invalid_batch', reason: 'header key is not valid UTF-8' };
+    expect(() => scanBatch(body, { extensions: true, request: true })).toThrow(expect.objectContaining({ code: refused.code, fields: { reason: refused.reason } }));
+    expect(() => decodeBatch(body, { extensions: true, request: true })).toThrow(expect.objectContaining({ code: refused.code, fields: { reason: refused.reason } }));
+    // A CONSUME reply is not a request: the client decodes what it is given.
+    expect(decodeBatch(body, { extensions: true }).records[0]!.headers[0]!.key).toBe('\ufffdb');
   });
 });

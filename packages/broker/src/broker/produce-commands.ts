@@ -1,6 +1,6 @@
 /** Producing: PUBLISH and binary batch frames, and the leader and acknowledgement gates every append passes. */
-import { type Acks, type Batch, type ScannedBatch, decodeBatch, scanBatch } from 'tributary-protocol/batch.js';
-import { MAX_PRODUCER_EPOCH, type RecordHeader } from 'tributary-protocol/record.js';
+import { type Acks, type ScannedBatch, scanBatch } from 'tributary-protocol/batch.js';
+import { MAX_PRODUCER_EPOCH } from 'tributary-protocol/record.js';
 import type { Params } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, leaderAddress } from './command-context.js';
@@ -41,24 +41,6 @@ function checkIssued(b: BrokerContext, producerId: string): Promise<boolean> | u
   if (known === true) return undefined;
   if (known === false) throw unknownProducer(producerId);
   return known;
-}
-
-/** The idempotent fields of a decoded batch, validated (one producer id and epoch, lastSequence = first + count - 1). */
-function batchIdempotence(batch: Batch): { producerId: string; epoch: number; firstSequence: number; lastSequence: number } {
-  const records = batch.records;
-  const first = records[0]!;
-  const producerId = first.producerId;
-  const epoch = first.epoch;
-  if (producerId === '') throw new TributaryError('invalid_batch', { reason: 'idempotent batch without a producer id' });
-  if (Buffer.byteLength(producerId, 'utf8') > MAX_PRODUCER_ID_BYTES) throw new TributaryError('invalid_batch', { reason: `producer id longer than ${MAX_PRODUCER_ID_BYTES} bytes` });
-  if (!Number.isSafeInteger(epoch) || epoch < 0 || epoch > MAX_PRODUCER_EPOCH) throw new TributaryError('invalid_batch', { reason: `producer epoch must be 0..${MAX_PRODUCER_EPOCH}` });
-  for (const r of records) {
-    if (r.producerId !== producerId || r.epoch !== epoch) throw new TributaryError('invalid_batch', { reason: 'records of an idempotent batch must share one producer id and epoch' });
-  }
-  if (!Number.isSafeInteger(batch.firstSequence) || !Number.isSafeInteger(batch.lastSequence) || batch.lastSequence !== batch.firstSequence + records.length - 1) {
-    throw new TributaryError('invalid_batch', { reason: 'last sequence must be first sequence + record count - 1' });
-  }
-  return { producerId, epoch, firstSequence: batch.firstSequence, lastSequence: batch.lastSequence };
 }
 
 /**
@@ -170,9 +152,6 @@ function countAppended(b: BrokerContext, topic: string, records: number, bytes: 
   );
 }
 
-/** No headers: shared by the records handed to the log (it only reads them), so none keeps an array alive. */
-const NO_HEADERS: RecordHeader[] = Object.freeze([]) as unknown as RecordHeader[];
-
 /**
  * A binary batch frame: one append of all its records to one partition. Not an async function: the usual
  * batch (an issued or no producer id, a standalone broker) takes one promise reaction from the append to
@@ -180,8 +159,6 @@ const NO_HEADERS: RecordHeader[] = Object.freeze([]) as unknown as RecordHeader[
  */
 export function produceBatch(b: BrokerContext, c: ConnectionContext, body: Buffer, receivedAt?: number): Promise<Reply> | Reply {
   const handled = performance.now();
-  // The synchronous part keeps the decoded batch in its own frame, so the records are not held here while
-  // the append waits for the fsync (only the log holds them, and only until they are written).
   const started = startAppend(b, c, body, false);
   if ('issued' in started) return produceChecked(b, c, body, receivedAt, handled, started);
   return batchReply(b, receivedAt, handled, started);
@@ -212,74 +189,23 @@ type StartedAppend = { partition: Partition; appended: Promise<{ baseOffset: num
 /** `checked`: the batch's producer id is known to be issued. Else, when that takes a read of the store, nothing is appended and the read comes back. */
 function startAppend(b: BrokerContext, c: ConnectionContext, body: Buffer, checked: boolean): StartedAppend | { issued: Promise<boolean>; producerId: string } {
   const ext = c.features.has('record_extensions_v1');
-  // Fast path: validate without a record object per record, and encode the log's records straight from
-  // the wire bytes (the same stored bytes as the records below would give). Header keys that are not
-  // valid UTF-8 take the decoding path, which stores them as decoded strings.
+  // Validated without a record object per record, and the log's records encoded straight from the wire
+  // bytes. Nothing the protocol accepts needs a decode: header keys must be valid UTF-8 (`request`, checked
+  // in the scan) and an idempotent batch's producer ids are compared as bytes. A decoding fallback built an
+  // object per record and header: a 64 MiB frame of empty headers took 2 GB.
   const scan = scanBatch(body, { extensions: ext, request: true });
   // The connection routes transactional batches to the transaction commands (txn-commands.ts).
   if (scan.transactional) throw new TributaryError('invalid_batch', { reason: 'a transactional batch is not a produce request' });
-  if (scan.verbatim) {
-    const wire = startWireAppend(b, scan, checked);
-    if (wire !== null) return wire;
-  }
-  const batch: Batch = decodeBatch(body, { extensions: ext, request: true });
-  const topic = b.topics.get(batch.topic);
-  refuseInternal(topic.name);
-  const records = batch.records;
-  const n = records.length;
-  if (n === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
-  const idem = batch.idempotent ? batchIdempotence(batch) : undefined;
-  if (idem && !checked) {
-    const issued = checkIssued(b, idem.producerId);
-    if (issued) return { issued, producerId: idem.producerId };
-  }
-  // The decoded records go to the log as they are (a BatchRecord is a RecordInput), without copying:
-  // - only key, value, timestamp and headers come from the producer; the other fields are reset to the
-  //   log's defaults here (the same values the log uses when a RecordInput leaves them out);
-  // - key/value/header buffers are views into the frame body. That is safe: the body is a Buffer of its
-  //   own (a socket read chunk or the frame decoder's allocation) that nothing writes to again, and Node
-  //   never reuses memory a live Buffer references; the log only reads these views while encoding the
-  //   append into its own write buffer, and its tail cache holds that write buffer, never the caller's
-  //   records (PartitionLog.writeGroup, TailCache). So the body lives until the append settles. Even a
-  //   cache that kept these views would be safe (it would only pin the body's memory). Should the frame
-  //   decoder ever reuse a read buffer (e.g. a socket `onread` buffer), copy the records here again.
-  let bytes = 0;
-  for (let i = 0; i < n; i++) {
-    const r = records[i]!;
-    const size = r.value.length;
-    checkRecordSize(b, size + (r.key === null ? 0 : r.key.length));
-    bytes += size;
-    if (r.timestamp < 0) r.timestamp = 0;
-    if (idem) {
-      // Stored as sent (producer id and epoch validated above); sequences numbered from the batch header.
-      r.sequence = idem.firstSequence + i;
-    } else {
-      r.producerId = '';
-      r.epoch = -1;
-      r.sequence = -1;
-    }
-    r.attributes = 0;
-    if (r.headers.length === 0) r.headers = NO_HEADERS;
-  }
-  // partition -1: the broker picks one partition for the whole batch (first record's key, else round-robin).
-  const partition = topic.partition(topic.choosePartition(batch.partition >= 0 ? batch.partition : undefined, records[0]!.key));
-  const epoch = leaderGate(b, partition, batch.acks);
-  const appended = idem ? partition.appendIdempotent(records, idem) : partition.append(records);
-  countAppended(b, topic.name, n, bytes, appended);
-  return { partition, appended, count: n, acks: batch.acks, topic: topic.name, epoch };
+  return startWireAppend(b, scan, checked);
 }
 
-/**
- * startAppend for a batch scanBatch validated: the same checks, in the same order, with the same errors.
- * Null: an idempotent batch whose producer ids the decoding path must compare as strings (not UTF-8).
- */
-function startWireAppend(b: BrokerContext, batch: ScannedBatch, checked: boolean): StartedAppend | { issued: Promise<boolean>; producerId: string } | null {
+/** startAppend's checks and append, from the scanned batch's bytes. */
+function startWireAppend(b: BrokerContext, batch: ScannedBatch, checked: boolean): StartedAppend | { issued: Promise<boolean>; producerId: string } {
   const topic = b.topics.get(batch.topic);
   refuseInternal(topic.name);
   const n = batch.count;
   if (n === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
   const idem = batch.idempotent ? wireIdempotence(batch) : undefined;
-  if (idem === null) return null;
   if (idem && !checked) {
     const issued = checkIssued(b, idem.producerId);
     if (issued) return { issued, producerId: idem.producerId };
@@ -309,18 +235,17 @@ function startWireAppend(b: BrokerContext, batch: ScannedBatch, checked: boolean
 }
 
 /**
- * batchIdempotence of a scanned batch, from its bytes: the same checks and errors. Null when a record's
- * producer id bytes differ from the first's or are not UTF-8 (decoded, different bytes may still be equal
- * strings, which the decoding path decides).
+ * The idempotent fields of a scanned batch, validated from its bytes: one non-empty producer id (the same
+ * bytes in every record) and epoch, lastSequence = first + count - 1. A producer id that is not valid UTF-8
+ * decodes to a string with U+FFFD, which no broker issues: checkIssued refuses it (unknown_producer_id).
  */
-function wireIdempotence(batch: ScannedBatch): { producerId: string; epoch: number; firstSequence: number; lastSequence: number } | null {
+function wireIdempotence(batch: ScannedBatch): { producerId: string; epoch: number; firstSequence: number; lastSequence: number } {
   const { body, starts, count } = batch;
   const s0 = starts[0]!;
   const pidLen = (body[s0 + 16]! << 8) | body[s0 + 17]!;
   const pidAt = s0 + 18;
   if (pidLen === 0) throw new TributaryError('invalid_batch', { reason: 'idempotent batch without a producer id' });
   const producerId = body.toString('utf8', pidAt, pidAt + pidLen);
-  if (Buffer.byteLength(producerId, 'utf8') !== pidLen || Buffer.compare(Buffer.from(producerId, 'utf8'), body.subarray(pidAt, pidAt + pidLen)) !== 0) return null;
   if (pidLen > MAX_PRODUCER_ID_BYTES) throw new TributaryError('invalid_batch', { reason: `producer id longer than ${MAX_PRODUCER_ID_BYTES} bytes` });
   const e0 = pidAt + pidLen + 2 + ((body[pidAt + pidLen]! << 8) | body[pidAt + pidLen + 1]!);
   const epoch = body.readInt32BE(e0) * 4294967296 + body.readUInt32BE(e0 + 4);
@@ -328,9 +253,10 @@ function wireIdempotence(batch: ScannedBatch): { producerId: string; epoch: numb
   for (let i = 1; i < count; i++) {
     const s = starts[i]!;
     const len = (body[s + 16]! << 8) | body[s + 17]!;
-    if (len !== pidLen || body.compare(body, pidAt, pidAt + pidLen, s + 18, s + 18 + len) !== 0) return null;
     const e = s + 20 + len + ((body[s + 18 + len]! << 8) | body[s + 19 + len]!);
-    if (body.compare(body, e0, e0 + 8, e, e + 8) !== 0) throw new TributaryError('invalid_batch', { reason: 'records of an idempotent batch must share one producer id and epoch' });
+    if (len !== pidLen || body.compare(body, pidAt, pidAt + pidLen, s + 18, s + 18 + len) !== 0 || body.compare(body, e0, e0 + 8, e, e + 8) !== 0) {
+      throw new TributaryError('invalid_batch', { reason: 'records of an idempotent batch must share one producer id and epoch' });
+    }
   }
   if (!Number.isSafeInteger(batch.firstSequence) || !Number.isSafeInteger(batch.lastSequence) || batch.lastSequence !== batch.firstSequence + count - 1) {
     throw new TributaryError('invalid_batch', { reason: 'last sequence must be first sequence + record count - 1' });

@@ -249,7 +249,7 @@ export class PartitionLog {
   }
 
   /**
-   * Appends the records of a produce batch validated by scanBatch (and `verbatim`), as append() would
+   * Appends the records of a produce batch validated by scanBatch (with `request`: header keys valid UTF-8), as append() would
    * append the records produceBatch makes of it (producer id, epoch, sequence and attributes reset), but
    * encoded straight from the wire bytes. `body` must not change until the append settles. With
    * `firstSequence` (an idempotent batch, validated by the caller: one producer id and epoch) the records
