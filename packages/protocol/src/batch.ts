@@ -193,6 +193,12 @@ export interface DecodeOptions extends EncodeOptions {
   /** Upper bound on the record count, checked before any per-record work. */
   maxRecords?: number;
   /**
+   * decodeBatch: upper bound on the objects built, records and headers together (a header is 6 bytes of a
+   * frame and about 190 as an object). The count is charged before any record is built, each record's
+   * headers when its header count is read, before they are built; past it the batch is invalid_batch.
+   */
+  maxObjects?: number;
+  /**
    * A produce request: no consume trailer may follow the records (24 bytes more are trailing bytes), and a
    * header key must be valid UTF-8 (the protocol's header keys are text; decoded, other bytes would change).
    */
@@ -216,7 +222,8 @@ export type RecordMaker<R> = (
   epoch: number,
 ) => R;
 
-interface BatchHeader {
+/** A batch body's header (decodeBatchHeader): the fields before the records, and where they start. */
+export interface BatchHeader {
   topic: string;
   partition: number;
   acks: Acks;
@@ -236,8 +243,11 @@ function readString16(buf: Buffer, at: number): [string, number] {
   return [buf.toString('utf8', at + 2, at + 2 + n), at + 2 + n];
 }
 
-/** The header checks decodeBatch and scanBatch share, in order: every length against the bytes left. */
-function decodeHeader(buf: Buffer, opts: DecodeOptions): BatchHeader {
+/**
+ * The header checks decodeBatch and scanBatch share, in order: every length against the bytes left. A
+ * batch whose records need not be read for a refusal is refused from this alone (txn-commands.ts).
+ */
+export function decodeBatchHeader(buf: Buffer, opts: DecodeOptions): BatchHeader {
   const len = buf.length;
   if (len < 2) throw truncated();
   if (((buf[0]! << 8) | buf[1]!) !== BATCH_MAGIC) throw bad('bad magic');
@@ -283,6 +293,10 @@ function decodeHeader(buf: Buffer, opts: DecodeOptions): BatchHeader {
   return { topic, partition, acks: acks as Acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt: at };
 }
 
+function tooManyObjects(max: number): Error {
+  return bad(`more than ${max} records and headers`);
+}
+
 /**
  * Strict decoder: every length is checked against the bytes left; trailing garbage is refused. With
  * `makeRecord`, each record is what it returns instead of a BatchRecord.
@@ -293,8 +307,10 @@ export function decodeBatch<R>(buf: Buffer, opts: DecodeOptions = {}, makeRecord
   const ext = opts.extensions === true;
   const req = opts.request === true;
   const len = buf.length;
-  const { topic, partition, acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt } = decodeHeader(buf, opts);
+  const { topic, partition, acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt } = decodeBatchHeader(buf, opts);
   let at = recordsAt;
+  let objectsLeft = (opts.maxObjects ?? Number.POSITIVE_INFINITY) - count;
+  if (objectsLeft < 0) throw tooManyObjects(opts.maxObjects!);
   const records: Array<R | BatchRecord> = new Array(count);
   for (let i = 0; i < count; i++) {
     if (at + 16 + 2 > len) throw truncated();
@@ -326,6 +342,7 @@ export function decodeBatch<R>(buf: Buffer, opts: DecodeOptions = {}, makeRecord
       attributes = buf[at + 8]!;
       const hc = (buf[at + 9]! << 8) | buf[at + 10]!;
       at += 11;
+      if ((objectsLeft -= hc) < 0) throw tooManyObjects(opts.maxObjects!);
       for (let h = 0; h < hc; h++) {
         if (at + 2 > len) throw truncated();
         const kl = (buf[at]! << 8) | buf[at + 1]!;
@@ -436,7 +453,7 @@ export function scanBatch(buf: Buffer, opts: DecodeOptions = {}): ScannedBatch {
   const ext = opts.extensions === true;
   const req = opts.request === true;
   const len = buf.length;
-  const { topic, partition, acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt } = decodeHeader(buf, opts);
+  const { topic, partition, acks, idempotent, firstSequence, lastSequence, count, txn, recordsAt } = decodeBatchHeader(buf, opts);
   let at = recordsAt;
   const starts: number[] = new Array(count + 1);
   for (let i = 0; i < count; i++) {

@@ -486,6 +486,34 @@ describe('produce requests', () => {
   });
 });
 
+describe('decodeBatch maxObjects', () => {
+  const headers = (n: number) => Array.from({ length: n }, () => ({ key: '', value: Buffer.alloc(0) }));
+  const body = encodeBatch(sample({ records: [batchRec('a', { headers: headers(3) }), batchRec('b'), batchRec('c', { headers: headers(2) })] }), { extensions: true });
+
+  it('takes a batch of exactly as many records and headers as it allows', () => {
+    expect(decodeBatch(body, { extensions: true, maxObjects: 8 }).records.map((r) => r.headers.length)).toEqual([3, 0, 2]);
+  });
+
+  it('refuses one more, as invalid_batch, whether the records or the headers go past it', () => {
+    expect(() => decodeBatch(body, { extensions: true, maxObjects: 7 })).toThrow(expect.objectContaining({ code: 'invalid_batch', fields: { reason: 'more than 7 records and headers' } }));
+    // The record count alone: refused before any record is built.
+    expect(() => decodeBatch(body, { extensions: true, maxObjects: 2 })).toThrow(/more than 2 records and headers/);
+  });
+
+  it('charges a record\'s headers before building them: a later record past the budget is refused at its header count', () => {
+    const made: number[] = [];
+    const maker = (offset: number, _k: Buffer | null, _v: Buffer, _t: number, _a: number, hs: unknown[]) => (made.push(hs.length), offset);
+    // 3 records + 3 headers fit in 6; the third record's 2 headers do not.
+    expect(() => decodeBatch(body, { extensions: true, maxObjects: 6 }, maker)).toThrow(/more than 6 records and headers/);
+    expect(made).toEqual([3, 0]);
+  });
+
+  it('without record_extensions_v1 there are no headers to charge', () => {
+    const plain = encodeBatch(sample({ records: [batchRec('a'), batchRec('b')] }));
+    expect(decodeBatch(plain, { maxObjects: 2 }).records).toHaveLength(2);
+  });
+});
+
 describe('transactional batches (flags 2)', () => {
   const txn: BatchTxn = { transactionalId: 'tx-1', producerId: 'txn-ab', epoch: 3, coordinatorPartition: -1, coordinatorEpoch: -1 };
 

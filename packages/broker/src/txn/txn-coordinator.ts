@@ -376,6 +376,12 @@ export class TransactionCoordinator {
     return this.publisher.publish(e, id, producerId, epoch, topicName, explicit, record, seqNum);
   }
 
+  /** What publishRun() of `count` records would refuse before it looks at them (TxnPublisher.checkRun). */
+  checkRun(id: string, producerId: string, epoch: number, topicName: string, explicit: number | undefined, count: number, firstSeq: number): void {
+    this.checkOwner(id);
+    this.publisher.checkRun(this.entry(id), id, producerId, epoch, topicName, explicit, count, firstSeq);
+  }
+
   /** publish() of records with seqNums `firstSeq`.. (a transactional batch frame), taken whole or refused whole. */
   publishRun(id: string, producerId: string, epoch: number, topicName: string, explicit: number | undefined, records: RecordInput[], firstSeq: number): Promise<TxnPublishResult[]> {
     this.checkOwner(id);

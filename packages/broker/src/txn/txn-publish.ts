@@ -30,6 +30,26 @@ export class TxnPublisher {
   }
 
   /**
+   * What publishRun of `count` records with seqNums `firstSeq`.. would refuse before it looks at a record
+   * (ownership aside): the producer and epoch, the seqNums, a spoiled transaction, the topic and an explicit
+   * partition. Changes nothing: a batch frame is checked so before its records are decoded.
+   */
+  checkRun(e: Entry, id: string, producerId: string, epoch: number, topicName: string, explicit: number | undefined, count: number, firstSeq: number): void {
+    checkOpen(e, producerId, epoch);
+    if (firstSeq >= 1 && firstSeq <= e.lastSeq) {
+      // All taken before: answered from the runs. Else the rest is a run of its own, from the next seqNum.
+      if (firstSeq + count - 1 <= e.lastSeq) return;
+      firstSeq = e.lastSeq + 1;
+    }
+    if (firstSeq !== e.lastSeq + 1) {
+      throw new TributaryError('out_of_order_sequence', { transactional_id: id, sequence: firstSeq, expected: e.lastSeq + 1 });
+    }
+    if (e.spoiled) throw txnState(id, e.meta.state, e.spoiled);
+    const topic = this.deps.topics.get(topicName);
+    if (explicit !== undefined) topic.partition(explicit);
+  }
+
+  /**
    * Records with seqNums `firstSeq`.. of the open transaction `e`, as one publish each would take them
    * (the same partitions, seqNums, errors and retries), but with one append per partition they go to
    * rather than one per record (in a cluster, one TXN_APPEND each). The new records are taken whole or
