@@ -9,7 +9,7 @@ import type { LogRecord } from 'tributary-protocol/record.js';
 import { storageError } from './log-fs.js';
 import type { ReadOptions } from './log-options.js';
 import type { LogState } from './log-state.js';
-import { ATTR_END_OF_APPEND, decodeRecord, USER_ATTR_MASK } from './record-codec.js';
+import { ATTR_END_OF_APPEND, decodeRecord, READ_HEADER_COST, USER_ATTR_MASK } from './record-codec.js';
 import type { SegmentFds } from './segment-fds.js';
 import type { WireReadRequest } from './tail-cache.js';
 
@@ -134,7 +134,9 @@ export class LogReader {
             p += r.size;
             continue;
           }
-          if (rec.offset >= limit || (out.length > 0 && bytes + r.size > maxBytes && !inAppend)) {
+          // Headers are charged as the objects they became (READ_HEADER_COST), not only their bytes.
+          const cost = r.size + rec.headers.length * READ_HEADER_COST;
+          if (rec.offset >= limit || (out.length > 0 && bytes + cost > maxBytes && !inAppend)) {
             done = true;
             break;
           }
@@ -147,7 +149,7 @@ export class LogReader {
           }
           if (!keepMarker) rec.attributes &= USER_ATTR_MASK;
           out.push(rec);
-          bytes += r.size;
+          bytes += cost;
           next = rec.offset + 1;
           p += r.size;
           if (out.length >= maxRecords && !inAppend) {

@@ -4,7 +4,7 @@
  */
 import { replyHeaderSize, setReplyCount, writeReplyHeader } from 'tributary-protocol/batch.js';
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
-import { decodeOwnRecord, USER_ATTR_MASK, writeWireRecord } from './record-codec.js';
+import { decodeOwnRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK, writeWireRecord } from './record-codec.js';
 import type { BudgetedCache, TailCacheBudget } from './tail-cache-budget.js';
 
 /**
@@ -72,6 +72,15 @@ function wireValueLength(buf: Buffer, at: number): number {
   p += 2 + ((buf[p] << 8) | buf[p + 1]);
   p += 2 + ((buf[p] << 8) | buf[p + 1]) + 8;
   return buf[p] * 0x1000000 + ((buf[p + 1] << 16) | (buf[p + 2] << 8) | buf[p + 3]);
+}
+
+/**
+ * What a read charges record i of `c` against its byte limit: its stored size, plus READ_HEADER_COST per
+ * header, as every read path does (LogReader), so each returns the same records.
+ */
+function readCost(c: CacheChunk, i: number): number {
+  const pos = c.starts[i];
+  return c.starts[i + 1] - pos + storedHeaderCount(c.buf, pos) * READ_HEADER_COST;
 }
 
 /**
@@ -216,7 +225,7 @@ export class TailCache implements BudgetedCache {
         i = 0;
       }
       if (c.base + i >= limit) break;
-      const size = c.starts[i + 1] - c.starts[i];
+      const size = readCost(c, i);
       if (out.length > 0 && bytes + size > maxBytes) break;
       const r = decodeOwnRecord(c.buf, c.starts[i]);
       r.attributes &= USER_ATTR_MASK;
@@ -241,6 +250,7 @@ export class TailCache implements BudgetedCache {
     let i = offset - c.base;
     let n = 0;
     let bytes = 0;
+    let stored = 0;
     while (n < maxRecords) {
       if (i >= c.count) {
         if (++k >= this.chunks.length) break;
@@ -248,9 +258,10 @@ export class TailCache implements BudgetedCache {
         i = 0;
       }
       if (c.base + i >= limit) break;
-      const size = c.starts[i + 1] - c.starts[i];
-      if (n > 0 && bytes + size > maxBytes) break;
-      bytes += size;
+      const cost = readCost(c, i);
+      if (n > 0 && bytes + cost > maxBytes) break;
+      bytes += cost;
+      stored += c.starts[i + 1] - c.starts[i];
       n++;
       i++;
     }
@@ -258,7 +269,7 @@ export class TailCache implements BudgetedCache {
     const topicLen = Buffer.byteLength(w.topic, 'utf8');
     if (topicLen > 0xffff) return null;
     // A wire record is never larger than its stored form, so this bounds the frame.
-    const size = replyHeaderSize(topicLen) + bytes + (w.extensions ? 24 : 0);
+    const size = replyHeaderSize(topicLen) + stored + (w.extensions ? 24 : 0);
     const buf = w.alloc ? w.alloc(size) : Buffer.allocUnsafe(size);
     const recordsAt = writeReplyHeader(buf, w.topic, topicLen, w.partition, 0);
     let at = recordsAt;
