@@ -48,6 +48,21 @@ function expectSamePaths(p: Partition, offset: number, opts: typeof RC, res: { r
   return true;
 }
 
+/** The segment files' wire path returns the same batch as the object path; it declines only when nothing is readable. */
+async function expectSameFromDisk(p: Partition, offset: number, opts: typeof RC, res: { records: LogRecord[]; nextOffset: number }): Promise<void> {
+  for (const extensions of [false, true]) {
+    const wire = await p.readWireFromDisk(offset, opts, { topic: 't', extensions });
+    if (!wire) {
+      expect(res.nextOffset).toBe(offset);
+      continue;
+    }
+    const trailer = extensions ? { nextOffset: res.nextOffset, highWatermark: p.highWatermark, logStartOffset: p.earliest } : undefined;
+    expect(Buffer.compare(wire.frame, encodeBatch(logRecordsToBatch('t', p.id, res.records, trailer), { extensions }))).toBe(0);
+    expect(wire.nextOffset).toBe(res.nextOffset);
+    expect(wire.count).toBe(res.records.length);
+  }
+}
+
 describe('Partition transactions (log side)', () => {
   it('a committed transaction becomes visible to read_committed all at once, after its marker', async () => {
     const p = await openPartition();
@@ -351,6 +366,7 @@ describe('Partition transactions (log side)', () => {
             const opts = { ...RC, maxRecords };
             const res = await p.read(o, opts);
             if (expectSamePaths(p, o, opts, res)) served++;
+            await expectSameFromDisk(p, o, opts, res);
             expect(res.nextOffset).toBeGreaterThan(o);
             got.push(...values(res.records));
             o = res.nextOffset;

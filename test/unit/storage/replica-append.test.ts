@@ -543,4 +543,28 @@ describe('readWire after replica appends with gaps', () => {
     expect(fellBack).toBeGreaterThan(0);
     expect(log.readWire(49, { maxRecords: 3, maxBytes: 1 << 20 }, { topic: 't', partition: 2, extensions: true, skipControl: false })).toBeNull();
   });
+
+  it('serves from the segment files exactly what read() + encodeBatch gives, over the gaps', async () => {
+    const log = await openLog('wire-disk', { tailCacheBytes: 0 });
+    const groups = appends([[0, 1, 2], [3, 4], [10, 11, 12, 13], [14], [50, 51], [52, 53, 54]]);
+    await log.appendReplica([...groups[0], ...groups[1]]);
+    await log.appendReplica([...groups[2], ...groups[3], ...groups[4]]);
+    await log.appendReplica(groups[5]);
+    log.setHighWatermark(55);
+    for (let o = 0; o < 55; o++) {
+      for (const extensions of [false, true]) {
+        for (const skipControl of [false, true]) {
+          const opts = { maxRecords: 3, maxBytes: 1 << 20 };
+          const w = await log.readWireFromDisk(o, opts, { topic: 't', partition: 2, extensions, skipControl });
+          const recs = await log.read(o, opts);
+          const kept = skipControl ? recs.filter((r) => (r.attributes & RecordAttr.CONTROL) === 0) : recs;
+          const nextOffset = recs[recs.length - 1].offset + 1;
+          const trailer = extensions ? { nextOffset, highWatermark: 55, logStartOffset: 0 } : undefined;
+          expect(w, `at ${o}`).not.toBeNull();
+          expect(Buffer.compare(w!.frame, encodeBatch(logRecordsToBatch('t', 2, kept, trailer), { extensions })), `at ${o}`).toBe(0);
+          expect([w!.nextOffset, w!.count]).toEqual([nextOffset, kept.length]);
+        }
+      }
+    }
+  });
 });

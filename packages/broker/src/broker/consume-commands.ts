@@ -109,8 +109,10 @@ export async function readBatch(b: BrokerContext, c: ConnectionContext, req: Rea
   leaderGate(b, req.partition);
   const ext = c.features.has('record_extensions_v1');
   const opts = { maxRecords: req.maxRecords, maxBytes: req.maxBytes, isolation: req.isolation };
-  // Fast path: the tail cache writes the reply batch directly (the same bytes as below).
-  const wire = req.partition.readWire(offset, opts, { topic: req.topic, extensions: ext, alloc: b.replyBuffers?.take });
+  // Fast paths: the tail cache, else the segment files, write the reply batch directly (the same bytes as
+  // below, with no object per record or header).
+  const to = { topic: req.topic, extensions: ext, alloc: b.replyBuffers?.take };
+  const wire = req.partition.readWire(offset, opts, to) ?? (await req.partition.readWireFromDisk(offset, opts, to));
   if (wire) {
     if (wire.count > 0) {
       b.metrics.recordsOut.inc({ topic: req.topic }, wire.count);

@@ -1,5 +1,6 @@
 /** What Partition's appends and reads take and return (partition.ts re-exports them). */
 import type { LogRecord } from 'tributary-protocol/record.js';
+import type { WireReadRequest } from '../storage/tail-cache.js';
 import type { AppendOffsets } from './producer-state.js';
 
 /** A transactional append: the records of one producer's open transaction on this partition. */
@@ -39,3 +40,21 @@ export interface ReadResult {
   /** Where the next read continues: past the returned records and any filtered ones. */
   nextOffset: number;
 }
+
+/** A read waiting for data (Partition.waitForData). */
+export interface Waiter {
+  offset: number;
+  /** Waits on the LSO (read_committed) rather than the HWM. */
+  committed: boolean;
+  wake: () => void;
+}
+
+/** A wire read's limits (Partition.readWire, readWireFromDisk), as read()'s. */
+export interface WireReadOptions {
+  maxRecords: number;
+  maxBytes: number;
+  isolation: Isolation;
+}
+
+/** What a wire read writes its reply batch for. */
+export type WireTarget = Pick<WireReadRequest, 'topic' | 'extensions' | 'alloc'>;

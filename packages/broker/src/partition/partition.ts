@@ -5,26 +5,21 @@ import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogTicker } from '../storage/log-ticker.js';
 import type { PartitionLog } from '../storage/partition-log.js';
 import type { WireReadRequest } from '../storage/tail-cache.js';
+import type { WireReply } from '../storage/log-reader.js';
+import type { ReadOptions } from '../storage/log-options.js';
 import { failpointDelay, failpointRefuse } from '../common/failpoints.js';
 import { SETTLED } from '../common/settled.js';
 import { AppendTracker } from './append-tracker.js';
 import { park } from './park.js';
 import { type CheckResult, ProducerStateReplay, type ProducerStateTable } from './producer-state.js';
 import { encodeMarkerValue, type MarkerType, type OpenTxn, type TxnIndex } from './txn-index.js';
-import type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
+import type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch, Waiter, WireReadOptions, WireTarget } from './partition-types.js';
 import { PartitionSnapshots, readTxnFloor, type SnapshotOwner } from './partition-snapshots.js';
 import { applyPartitionRetention } from './partition-retention.js';
 import { type ReleasedEpochs, releaseFiles } from './partition-release.js';
 
 export type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch } from './partition-types.js';
 export { PRODUCER_ID_EXPIRATION_MS, PRODUCER_SNAPSHOT_FILE, TXN_SNAPSHOT_FILE } from './partition-snapshots.js';
-
-interface Waiter {
-  offset: number;
-  /** Waits on the LSO (read_committed) rather than the HWM. */
-  committed: boolean;
-  wake: () => void;
-}
 
 /**
  * A partition as the broker serves it: the log plus the high-water mark that gates readers. The log
@@ -517,27 +512,32 @@ export class Partition implements SnapshotOwner {
 
   /**
    * The reply batch of read() + encodeBatch(logRecordsToBatch(...)) written straight from the log's tail
-   * cache, or null when the tail cache cannot serve it (or it is empty): the caller then takes read().
+   * cache (consecutive offsets: those in reach are known before the read), or null when the tail cache
+   * cannot serve it (or it is empty): the caller then takes readWireFromDisk() or read().
    */
-  readWire(
-    offset: number,
-    opts: { maxRecords: number; maxBytes: number; isolation: Isolation },
-    wire: Pick<WireReadRequest, 'topic' | 'extensions' | 'alloc'>,
-  ): { frame: Buffer; count: number; valueBytes: number; nextOffset: number } | null {
+  readWire(offset: number, opts: WireReadOptions, wire: WireTarget): WireReply | null {
+    const q = this.wireQuery(offset, opts, wire);
+    return q && this.log.readWire(offset, q.opts, { ...q.w, skipAborted: q.w.abortedFor?.(offset, Math.min(q.opts.maxOffset, offset + opts.maxRecords)) });
+  }
+
+  /** readWire from the segment files: no object per record or header (read(), after a restart, built 1.9 GB of them). */
+  async readWireFromDisk(offset: number, opts: WireReadOptions, wire: WireTarget): Promise<WireReply | null> {
+    if (opts.isolation === 'read_committed' && this.txnPending) await this.txnReady;
+    const q = this.wireQuery(offset, opts, wire);
+    return q && this.log.readWireFromDisk(offset, q.opts, q.w);
+  }
+
+  /** The log's side of a wire read; null when read() must answer (read_committed: no transaction index yet). */
+  private wireQuery(offset: number, opts: WireReadOptions, wire: WireTarget): { opts: ReadOptions & { maxOffset: number }; w: WireReadRequest } | null {
     if (offset < this.earliest || offset > this.logEndOffset) return null;
     const committed = opts.isolation === 'read_committed';
-    // read() waits for the transaction index; so does this fast path, by declining.
     if (committed && (this.txnPending || this.txnError)) return null;
     const end = committed ? this.lastStableOffset : this.highWatermark;
     if (offset >= end) return null;
-    // Records of aborted transactions in reach (at most maxRecords consecutive offsets of the tail cache)
-    // are left out by the same predicate read() applies.
-    const skipAborted = committed && this.txns && opts.maxRecords >= 1 ? this.txns.abortedFilter(offset, Math.min(end, offset + opts.maxRecords)) : null;
-    return this.log.readWire(
-      offset,
-      { maxRecords: opts.maxRecords, maxBytes: opts.maxBytes, maxOffset: end },
-      { topic: wire.topic, partition: this.id, extensions: wire.extensions, skipControl: committed, skipAborted, alloc: wire.alloc },
-    );
+    // Records of aborted transactions are left out by the predicate read() applies, over the offsets read.
+    const index = committed ? this.txns : null;
+    const abortedFor = index ? (from: number, to: number) => index.abortedFilter(from, to) : null;
+    return { opts: { maxRecords: opts.maxRecords, maxBytes: opts.maxBytes, maxOffset: end }, w: { ...wire, partition: this.id, skipControl: committed, abortedFor } };
   }
 
   /**

@@ -3,15 +3,23 @@
  * files, stepping over the gaps compaction leaves and retrying in the replacement when a compaction swap
  * races with the read; and the timestamp lookup.
  */
-import { writeTrailer } from 'tributary-protocol/batch.js';
+import { replyHeaderSize, setReplyCount, writeReplyHeader, writeTrailer } from 'tributary-protocol/batch.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { storageError } from './log-fs.js';
 import type { ReadOptions } from './log-options.js';
 import type { LogState } from './log-state.js';
-import { ATTR_END_OF_APPEND, decodeRecord, READ_HEADER_COST, USER_ATTR_MASK } from './record-codec.js';
+import { ATTR_END_OF_APPEND, decodeRecord, inspectRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK, writeWireRecord } from './record-codec.js';
 import type { SegmentFds } from './segment-fds.js';
-import type { WireReadRequest } from './tail-cache.js';
+import { leftOut, type WireReadRequest, wireValueLength } from './tail-cache.js';
+
+/** A CONSUME reply batch written from stored bytes (LogReader.readWire, readWireFromDisk). */
+export interface WireReply {
+  frame: Buffer;
+  count: number;
+  valueBytes: number;
+  nextOffset: number;
+}
 
 const READ_CHUNK_MIN = 16 * 1024;
 const READ_CHUNK_MAX = 8 * 1024 * 1024;
@@ -57,7 +65,7 @@ export class LogReader {
   }
 
   /** See PartitionLog.readWire. */
-  readWire(offset: number, opts: ReadOptions, w: WireReadRequest): { frame: Buffer; count: number; valueBytes: number; nextOffset: number } | null {
+  readWire(offset: number, opts: ReadOptions, w: WireReadRequest): WireReply | null {
     if (this.st.state === 'closed' || !Number.isSafeInteger(offset)) return null;
     const leo = this.st.logEndOffset;
     if (offset < this.st.logStartOffset || offset > leo) return null;
@@ -68,6 +76,121 @@ export class LogReader {
     let at = r.at;
     if (w.extensions) at = writeTrailer(r.buf, at, { nextOffset: r.nextOffset, highWatermark: this.st.hwm, logStartOffset: this.st.logStartOffset });
     return { frame: at === r.buf.length ? r.buf : r.buf.subarray(0, at), count: r.count, valueBytes: r.valueBytes, nextOffset: r.nextOffset };
+  }
+
+  /**
+   * readWire from the segment files: the records read() would return, validated (frame, CRC, structure) but
+   * not decoded, written straight into the reply batch, so a read builds no object per record or header.
+   * Null where read() has more to say (a race with retention, compaction or truncation, a corrupt record, a
+   * key too long for the wire, nothing to read): the caller then takes read().
+   */
+  async readWireFromDisk(offset: number, opts: ReadOptions, w: WireReadRequest): Promise<WireReply | null> {
+    if (this.st.state === 'closed' || !Number.isSafeInteger(offset)) return null;
+    const leo = this.st.logEndOffset;
+    if (offset < this.st.logStartOffset || offset > leo) return null;
+    const limit = opts.maxOffset === undefined ? leo : Math.min(leo, opts.maxOffset);
+    const { maxRecords, maxBytes } = opts;
+    if (offset >= limit || !(maxRecords >= 1)) return null;
+    // Pass 1, by readFromDisk's rules: which records, as runs of whole records in the chunks read.
+    const runs: Array<{ buf: Buffer; from: number; to: number }> = [];
+    let n = 0;
+    let bytes = 0;
+    let stored = 0;
+    let first = -1;
+    let next = offset;
+    let done = false;
+    while (!done && next < limit && n < maxRecords) {
+      const seg = this.st.segmentFor(next);
+      if (!seg || seg.deleted) return null;
+      const end = seg.size;
+      const segNext = seg.nextOffset;
+      let pos = seg.index.lookup(next).position;
+      const startNext = next;
+      let need = 0;
+      this.fds.touch(seg);
+      while (!done && pos < end) {
+        const avg = seg.recordCount > 0 ? Math.ceil(end / seg.recordCount) : READ_CHUNK_MIN;
+        const wanted = Math.min(maxBytes - bytes, (maxRecords - n) * avg, READ_CHUNK_MAX);
+        const chunk = Math.min(end - pos, Math.max(need, READ_CHUNK_MIN, wanted + seg.index.intervalBytes));
+        let buf: Buffer;
+        try {
+          buf = await seg.read(pos, chunk);
+        } catch {
+          return null;
+        }
+        if (buf.length === 0) return null;
+        need = 0;
+        let p = 0;
+        let from = -1;
+        while (p < buf.length) {
+          const r = inspectRecord(buf, p);
+          if (!r.ok) {
+            const needed = r.needed ?? 4;
+            if (r.reason === 'incomplete' && buf.length === chunk && pos + p + needed <= end) {
+              need = needed;
+              break;
+            }
+            return null;
+          }
+          if (r.offset < next) {
+            p += r.size;
+            continue;
+          }
+          const cost = r.size + storedHeaderCount(buf, p) * READ_HEADER_COST;
+          if (r.offset >= limit || (n > 0 && bytes + cost > maxBytes)) {
+            done = true;
+            break;
+          }
+          if (from < 0) from = p;
+          if (first < 0) first = r.offset;
+          n++;
+          bytes += cost;
+          stored += r.size;
+          next = r.offset + 1;
+          p += r.size;
+          if (n >= maxRecords) {
+            done = true;
+            break;
+          }
+        }
+        // The records taken are contiguous in the chunk: from the first taken to where the walk stopped.
+        if (from >= 0) runs.push({ buf, from, to: p });
+        pos += p;
+      }
+      if (!done && next < segNext) next = segNext;
+      if (next === startNext) break;
+    }
+    if (n === 0) return null;
+    return this.writeWireReply(runs, stored, first, next, w);
+  }
+
+  /** Pass 2 of readWireFromDisk: the reply batch of the records in `runs` (validated, `stored` bytes). */
+  private writeWireReply(runs: Array<{ buf: Buffer; from: number; to: number }>, stored: number, first: number, next: number, w: WireReadRequest): WireReply | null {
+    const topicLen = Buffer.byteLength(w.topic, 'utf8');
+    if (topicLen > 0xffff) return null;
+    const ext = w.extensions;
+    // A wire record is never larger than its stored form, so this bounds the frame.
+    const size = replyHeaderSize(topicLen) + stored + (ext ? 24 : 0);
+    const buf = w.alloc ? w.alloc(size) : Buffer.allocUnsafe(size);
+    const recordsAt = writeReplyHeader(buf, w.topic, topicLen, w.partition, 0);
+    const skipAborted = w.abortedFor ? w.abortedFor(first, next) : null;
+    let at = recordsAt;
+    let count = 0;
+    let valueBytes = 0;
+    for (const run of runs) {
+      const src = run.buf;
+      for (let p = run.from; p < run.to; p += 4 + src.readUInt32BE(p)) {
+        if (leftOut(src, p, src.readUInt32BE(p + 8) * 0x100000000 + src.readUInt32BE(p + 12), w.skipControl, skipAborted)) continue;
+        const end = writeWireRecord(src, p, buf, at, ext);
+        if (end < 0) return null;
+        valueBytes += wireValueLength(buf, at);
+        at = end;
+        count++;
+      }
+    }
+    setReplyCount(buf, recordsAt, count);
+    if (ext) at = writeTrailer(buf, at, { nextOffset: next, highWatermark: this.st.hwm, logStartOffset: this.st.logStartOffset });
+    return { frame: at === buf.length ? buf : buf.subarray(0, at), count, valueBytes, nextOffset: next };
   }
 
   private async readFromDisk(offset: number, limit: number, maxRecords: number, maxBytes: number, keepMarker = false, whole = false): Promise<LogRecord[]> {

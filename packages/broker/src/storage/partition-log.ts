@@ -37,7 +37,7 @@ import {
   segmentFdPolicy,
 } from './log-options.js';
 import type { SegmentFdPolicy } from './fd-budget.js';
-import { LogReader } from './log-reader.js';
+import { LogReader, type WireReply } from './log-reader.js';
 import { type FilesCreatedListener, LogState } from './log-state.js';
 import { registerCrash } from './log-test-hooks.js';
 import { truncateSegments } from './log-truncate.js';
@@ -338,8 +338,16 @@ export class PartitionLog {
    * trailer carries this log's high watermark and start offset. Null when the read is not served from the
    * tail cache or returns nothing: the caller then takes read() + encodeBatch.
    */
-  readWire(offset: number, opts: ReadOptions, w: WireReadRequest): { frame: Buffer; count: number; valueBytes: number; nextOffset: number } | null {
+  readWire(offset: number, opts: ReadOptions, w: WireReadRequest): WireReply | null {
     return this.reader.readWire(offset, opts, w);
+  }
+
+  /**
+   * readWire from the segment files, for a read the tail cache does not hold: no object per record or
+   * header. Null when read() must answer instead (see LogReader.readWireFromDisk).
+   */
+  readWireFromDisk(offset: number, opts: ReadOptions, w: WireReadRequest): Promise<WireReply | null> {
+    return this.reader.readWireFromDisk(offset, opts, w);
   }
 
   // ---------------------------------------------------------------- queries and maintenance (log-reader.ts, log-cleaner.ts)

@@ -53,6 +53,11 @@ export interface WireReadRequest {
    * (read_committed; the producer id is decoded only for transactional records).
    */
   skipAborted?: ((offset: number, producerId: string, attributes: number) => boolean) | null;
+  /**
+   * A read from the segment files (LogReader.readWireFromDisk) asks for skipAborted once it knows the
+   * offsets it read, [from, to): compaction may leave gaps.
+   */
+  abortedFor?: ((from: number, to: number) => WireReadRequest['skipAborted']) | null;
   /** Where the reply's memory comes from (the broker's ReplyBuffers); Buffer.allocUnsafe without it. */
   alloc?: (bytes: number) => Buffer;
 }
@@ -66,8 +71,21 @@ export interface WireRead {
   nextOffset: number;
 }
 
+/**
+ * Whether a CONSUME reply leaves out the stored record at `pos` of `src` (of offset `offset`): a control
+ * record under `skipControl`, a transactional one `skipAborted` says was aborted.
+ */
+export function leftOut(src: Buffer, pos: number, offset: number, skipControl: boolean, skipAborted: WireReadRequest['skipAborted']): boolean {
+  if (skipControl && (src[pos + 24] & USER_ATTR_MASK & RecordAttr.CONTROL) !== 0) return true;
+  if (skipAborted && (src[pos + 24] & RecordAttr.TRANSACTIONAL) !== 0) {
+    const producerId = src.toString('utf8', pos + 27, pos + 27 + ((src[pos + 25] << 8) | src[pos + 26]));
+    return skipAborted(offset, producerId, src[pos + 24] & USER_ATTR_MASK);
+  }
+  return false;
+}
+
 /** Value length of the wire record at `at` (producer id and key lengths walked from the start). */
-function wireValueLength(buf: Buffer, at: number): number {
+export function wireValueLength(buf: Buffer, at: number): number {
   let p = at + 16;
   p += 2 + ((buf[p] << 8) | buf[p + 1]);
   p += 2 + ((buf[p] << 8) | buf[p + 1]) + 8;
@@ -288,12 +306,7 @@ export class TailCache implements BudgetedCache {
       }
       const src = c.buf;
       const pos = c.starts[i];
-      if (skipControl && (src[pos + 24] & USER_ATTR_MASK & RecordAttr.CONTROL) !== 0) continue;
-      if (skipAborted !== null && (src[pos + 24] & RecordAttr.TRANSACTIONAL) !== 0) {
-        const attributes = src[pos + 24] & USER_ATTR_MASK;
-        const producerId = src.toString('utf8', pos + 27, pos + 27 + ((src[pos + 25] << 8) | src[pos + 26]));
-        if (skipAborted(c.base + i, producerId, attributes)) continue;
-      }
+      if (leftOut(src, pos, c.base + i, skipControl, skipAborted)) continue;
       const end = writeWireRecord(src, pos, buf, at, ext);
       if (end < 0) return null;
       // The value length field sits 4 bytes before the value, which ends the record (plus, with extensions,
