@@ -61,3 +61,33 @@ it('four CONSUMEs at once after a restart are served and the broker stays up', a
   expect(alive(broker)).toBe(true);
   await servesAnother(broker, 't');
 }, 180_000);
+
+it('the HTTP API shows 100 headers per message and says how many it left out', async () => {
+  const growth = peakGrowth(broker);
+  const r = await fetch(`http://127.0.0.1:${broker.healthPort}/api/v1/topics/t/messages?partition=0&offset=0&limit=100`);
+  expect(r.status).toBe(200);
+  const body = (await r.json()) as { nextOffset: number; truncated?: boolean; messages: Array<{ value: string; headers: unknown[]; headersOmitted?: number }> };
+  expect(body.messages).toHaveLength(100);
+  expect(body.messages[7]).toMatchObject({ value: 'v7', headersOmitted: MAX_HEADERS - 100 });
+  expect(body.messages.every((m) => m.headers.length === 100)).toBe(true);
+  expect([body.nextOffset, body.truncated]).toEqual([100, undefined]);
+  // Every header shown: 1.9 GB and 262 MB of JSON.
+  expect(growth()).toBeLessThan(512);
+  expect(alive(broker)).toBe(true);
+}, 180_000);
+
+it('the HTTP API ends a page of messages at 16 MiB of JSON and says where to go on', async () => {
+  const c = await RawFrames.connect(broker.port);
+  expect(await c.cmd('CREATE topic=big partitions=1')).toMatch(/^OK/);
+  const mib = 'x'.repeat(1024 * 1024);
+  for (let i = 0; i < 20; i++) expect(await c.cmd(`PUBLISH topic=big partition=0 message=${mib}`)).toMatch(/"status":"OK"/);
+  c.destroy();
+  const api = `http://127.0.0.1:${broker.healthPort}/api/v1/topics/big`;
+  const page = (await (await fetch(`${api}/messages?partition=0&offset=0&limit=100`)).json()) as { nextOffset: number; truncated?: boolean; messages: Array<{ offset: number }> };
+  // 15 values of 1 MiB and their fields fit in 16 MiB, a 16th does not.
+  expect([page.messages.length, page.nextOffset, page.truncated]).toEqual([15, 15, true]);
+  const rest = (await (await fetch(`${api}/messages?partition=0&offset=15&limit=100`)).json()) as { nextOffset: number; truncated?: boolean; messages: unknown[] };
+  expect([rest.messages.length, rest.nextOffset, rest.truncated]).toEqual([5, 20, undefined]);
+  const found = (await (await fetch(`${api}/search?partition=0&value=xxxx`)).json()) as { complete: boolean; next: Record<string, number>; messages: unknown[] };
+  expect([found.messages.length, found.complete, found.next]).toEqual([15, false, { 0: 15 }]);
+}, 180_000);

@@ -150,6 +150,8 @@ export interface Message {
   value: string;
   valueEncoding: 'utf8' | 'base64';
   headers: Array<{ key: string; value: string; encoding: 'utf8' | 'base64' }>;
+  /** Headers past the first 100, not shown. */
+  headersOmitted?: number;
   transactional: boolean;
 }
 

@@ -58,7 +58,10 @@ export function Messages({ messages, view }: { messages: Message[]; view: View }
             <td>${m.partition}</td><td>${m.offset}</td><td>${time(m.timestamp)}</td>
             <td><pre>${m.key === null ? '' : show(m.key, m.keyEncoding, view === 'json' ? 'text' : view)}</pre></td>
             <td><pre>${show(m.value, m.valueEncoding, view)}</pre></td>
-            <td>${m.headers.map((h) => html`<div>${h.key}=${show(h.value, h.encoding, view === 'json' ? 'text' : view)}</div>`)}</td>
+            <td>
+              ${m.headers.map((h) => html`<div>${h.key}=${show(h.value, h.encoding, view === 'json' ? 'text' : view)}</div>`)}
+              ${m.headersOmitted ? html`<div class="muted">and ${m.headersOmitted} more headers, not shown</div>` : null}
+            </td>
           </tr>`,
         )}
       </tbody>

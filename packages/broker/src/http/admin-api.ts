@@ -9,7 +9,7 @@ import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { ApiClients } from './api-clients.js';
-import { partitionOffsets, readEnd, recordJson, type RouteContext, segment } from './api-records.js';
+import { MessagesJson, partitionOffsets, readEnd, recordJson, type RouteContext, segment } from './api-records.js';
 import { Query, checkInt, credentialsOf, readJsonBody, sendError, sendJson } from './api-request.js';
 import { AuthBackoff } from './auth-backoff.js';
 import { TailCount, tail } from './tail-route.js';
@@ -182,17 +182,26 @@ async function readMessages({ url, res, client, params }: RouteContext): Promise
   if (!o) throw new TributaryError('partition_not_found', { topic, partition });
   const offset = offsetParam ?? o.at ?? o.earliest;
   if (offset < o.earliest || offset > o.leo) throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: o.earliest, latest: o.leo, partition });
-  const records = [];
+  const out = new MessagesJson();
   let next = offset;
+  let truncated = false;
   // A read may return fewer than asked (max bytes, filtered markers): continue until `limit` or the end.
-  while (records.length < limit) {
+  read: while (out.messages.length < limit) {
     if (next >= readEnd(o, isolation)) break;
-    const r = await client.admin.readRecords({ topic, partition, offset: next, maxRecords: limit - records.length, isolation });
-    for (const rec of r.records) records.push(recordJson(partition, rec));
+    const r = await client.admin.readRecords({ topic, partition, offset: next, maxRecords: limit - out.messages.length, isolation });
+    for (const rec of r.records) {
+      if (!out.add(recordJson(partition, rec))) {
+        // The reply is full: the next page starts at this message.
+        truncated = true;
+        next = rec.offset;
+        break read;
+      }
+    }
     if (r.nextOffset <= next) break;
     next = r.nextOffset;
   }
-  sendJson(res, 200, { topic, partition, offset, nextOffset: next, earliest: o.earliest, highWatermark: o.hwm, lastStable: o.latest, messages: records });
+  const page = { topic, partition, offset, nextOffset: next, earliest: o.earliest, highWatermark: o.hwm, lastStable: o.latest, messages: out.messages };
+  sendJson(res, 200, truncated ? { ...page, truncated } : page);
 }
 
 const PRODUCE_FIELDS = ['key', 'value', 'headers', 'partition', 'encoding'] as const;
@@ -245,7 +254,8 @@ async function searchMessages({ url, res, client, params }: RouteContext): Promi
   const partitions = [...offsets.keys()];
   const keyBuf = key === undefined ? undefined : Buffer.from(key, 'utf8');
   const valueBuf = value === undefined ? undefined : Buffer.from(value, 'utf8');
-  const matches = [];
+  const found = new MessagesJson();
+  const matches = found.messages;
   const next: Record<number, number> = {};
   let scanned = 0;
   outer: for (const p of partitions) {
@@ -259,10 +269,14 @@ async function searchMessages({ url, res, client, params }: RouteContext): Promi
       }
       const r = await client.admin.readRecords({ topic, partition: p, offset: at, maxRecords: Math.min(1000, scanLimit - scanned), isolation });
       for (const rec of r.records) {
-        scanned++;
         const ok =
           (keyBuf === undefined || rec.key?.equals(keyBuf) === true) && (valueBuf === undefined || rec.value.includes(valueBuf)) && (header === undefined || header(rec));
-        if (ok && matches.length < limit) matches.push(recordJson(p, rec));
+        if (ok && matches.length < limit && !found.add(recordJson(p, rec))) {
+          // The reply is full: the scan stops before this match, which the next one starts with.
+          next[p] = rec.offset;
+          break outer;
+        }
+        scanned++;
       }
       if (r.nextOffset <= at) break;
       at = r.nextOffset;
