@@ -502,7 +502,10 @@ describe('decodeBatch maxObjects', () => {
 
   it('charges a record\'s headers before building them: a later record past the budget is refused at its header count', () => {
     const made: number[] = [];
-    const maker = (offset: number, _k: Buffer | null, _v: Buffer, _t: number, _a: number, hs: unknown[]) => (made.push(hs.length), offset);
+    const maker = (offset: number, _k: Buffer | null, _v: Buffer, _t: number, _a: number, hs: unknown[]) => {
+      made.push(hs.length);
+      return offset;
+    };
     // 3 records + 3 headers fit in 6; the third record's 2 headers do not.
     expect(() => decodeBatch(body, { extensions: true, maxObjects: 6 }, maker)).toThrow(/more than 6 records and headers/);
     expect(made).toEqual([3, 0]);

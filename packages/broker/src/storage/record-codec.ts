@@ -389,7 +389,7 @@ export function storedHeaderCount(buf: Buffer, pos: number): number {
   // Past the producer id, epoch and sequence: the key (i32 length, -1 = null), the value (u32 length).
   let p = pos + 27 + ((buf[pos + 25]! << 8) | buf[pos + 26]!) + 16;
   const keyLen = (buf[p]! << 24) | (buf[p + 1]! << 16) | (buf[p + 2]! << 8) | buf[p + 3]!;
-  p += 4 + (keyLen > 0 ? keyLen : 0);
+  p += 4 + Math.max(keyLen, 0);
   p += 4 + (buf[p]! * 0x1000000 + ((buf[p + 1]! << 16) | (buf[p + 2]! << 8) | buf[p + 3]!));
   return (buf[p]! << 8) | buf[p + 1]!;
 }
