@@ -58,6 +58,9 @@ describe('PartitionLog.readWire', () => {
           try {
             for (const a of appends) await log.append(a);
             const part = new Partition(topic, 3, log);
+            // The index rebuild may lower the last stable offset (records flagged transactional, no snapshot):
+            // wait for it, so every read of a query sees the same one.
+            await part.whenTxnIndexReady();
             // A high watermark below the LEO bounds reads below the end too.
             log.setHighWatermark(Math.max(0, log.logEndOffset - hwmBack));
             for (const q of queries) {
