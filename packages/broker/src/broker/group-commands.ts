@@ -123,28 +123,55 @@ async function commitOffset(b: BrokerContext, _c: ConnectionContext, p: Params):
   return 'OK';
 }
 
-/** `P0:12,P3:40` (one or more positional tokens): partition and next offset per entry. */
-export function parseBatchEntries(tokens: string[]): OffsetEntry[] {
-  const items = tokens.flatMap((t) => t.split(',')).filter((t) => t.length > 0);
-  if (items.length === 0) throw invalidParam('entries', 'expected P<partition>:<offset>,...');
-  return items.map((item) => {
-    const m = /^P(\d{1,7}):(\d{1,16})$/.exec(item);
-    if (!m) throw invalidParam('entries', `malformed entry ${item.length > 40 ? `${item.slice(0, 40)}...` : item}`);
-    const offset = Number(m[2]);
-    if (!Number.isSafeInteger(offset)) throw invalidParam('entries', `offset beyond 2^53 in ${item}`);
-    return { partition: Number(m[1]), offset };
-  });
+/**
+ * The most entries one offset list may hold: a topic has at most 100,000 partitions (--max-partitions'
+ * ceiling), and a legal list names each partition once.
+ */
+export const MAX_OFFSET_ENTRIES = 100_000;
+
+/**
+ * `P0:12,P3:40` (one or more positional tokens): partition and next offset per entry. At most `max` entries
+ * (and as many empty items between commas): the tokens are scanned in place and refused at the first item
+ * past it, as one token may hold millions (13M entries in 64 MiB once took 9.7 s and 2 GB to split).
+ */
+export function parseBatchEntries(tokens: string[], max = MAX_OFFSET_ENTRIES): OffsetEntry[] {
+  const entries: OffsetEntry[] = [];
+  let empty = 0;
+  for (const token of tokens) {
+    for (let from = 0; from <= token.length; ) {
+      let to = token.indexOf(',', from);
+      if (to < 0) to = token.length;
+      if (to === from) {
+        if (++empty > max) throw invalidParam('entries', `more than ${max} empty entries`);
+      } else {
+        if (entries.length >= max) throw invalidParam('entries', `more than ${max} entries${max < MAX_OFFSET_ENTRIES ? ` (the topic has ${max} partitions)` : ''}`);
+        entries.push(parseEntry(token.slice(from, to)));
+      }
+      from = to + 1;
+    }
+  }
+  if (entries.length === 0) throw invalidParam('entries', 'expected P<partition>:<offset>,...');
+  return entries;
+}
+
+function parseEntry(item: string): OffsetEntry {
+  // 26 characters hold the longest well-formed entry: the pattern is not run over a long item.
+  const m = item.length <= 26 ? /^P(\d{1,7}):(\d{1,16})$/.exec(item) : null;
+  if (!m) throw invalidParam('entries', `malformed entry ${item.length > 40 ? `${item.slice(0, 40)}...` : item}`);
+  const offset = Number(m[2]);
+  if (!Number.isSafeInteger(offset)) throw invalidParam('entries', `offset beyond 2^53 in ${item}`);
+  return { partition: Number(m[1]), offset };
 }
 
 async function batchCommit(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
-  const entries = parseBatchEntries(p.line.positional);
-  const n = await b.coordinator.commit({
-    topic: p.reqStr('topic', { maxLength: MAX_ID }),
-    group: p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }),
-    member: p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true }),
-    generation: p.reqInt('generation', GENERATION),
-    entries,
-  });
+  // The named parameters first, then the entries: a legal list names each of the topic's partitions once.
+  const topic = p.reqStr('topic', { maxLength: MAX_ID });
+  const group = p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true });
+  const member = p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true });
+  const generation = p.reqInt('generation', GENERATION);
+  const partitions = b.topics.tryGet(topic)?.partitions.length;
+  const entries = parseBatchEntries(p.line.positional, partitions === undefined ? MAX_OFFSET_ENTRIES : Math.max(1, Math.min(partitions, MAX_OFFSET_ENTRIES)));
+  const n = await b.coordinator.commit({ topic, group, member, generation, entries });
   return formatOk({ batched: n });
 }
 
