@@ -9,6 +9,7 @@ import type { Connection } from 'tributary-protocol/connection.js';
 import type { BrokerProcess } from '../../helpers/launcher.js';
 import { RawClient, peakRssMb } from '../../helpers/raw-client.js';
 import { expectError } from '../../helpers/util.js';
+import { maxPlanLength } from 'tributary-broker/broker/group-commands.js';
 import { GroupMember, kv, stableStatus, startBroker } from './helpers.js';
 
 const TOPIC = 'bounds-t';
@@ -84,4 +85,23 @@ describe('group request bounds', () => {
       await unchanged();
     }
   }, 180_000);
+
+  it("SYNC_GROUP: a leader's plan names at most the topic's partitions, and is at most 299 characters a partition long", async () => {
+    const l = await GroupMember.connect(broker, TOPIC, 'bounds-client', 'lead');
+    await l.join({ protocol: 'client' });
+    const before = await stableStatus(admin, 'bounds-client');
+    const refused = async (plan: string, reason: RegExp) => {
+      const err = await expectError(l.sync({ plan }), 'invalid_parameter', { param: 'plan' });
+      expect(err.fields.reason).toMatch(reason);
+      expect(await stableStatus(admin, 'bounds-client')).toEqual(before);
+    };
+    await refused(`${l.id}:0,1,2,3,0`, /more than 4 partitions/);
+    // 40,000 parts naming the leader: each once copied the leader's whole list so far (quadratic).
+    await refused(`${l.id}:0;`.repeat(40_000), /more than 4 partitions/);
+    // A valid plan padded with empty parts past the longest legal one (--max-partitions 10000).
+    const valid = `${l.id}:0,1,2,3`;
+    await refused(valid + ';'.repeat(maxPlanLength(10_000) + 1 - valid.length), /longer than 2990000 characters/);
+    expect(await l.sync({ plan: valid })).toEqual([0, 1, 2, 3]);
+    await unchanged();
+  });
 });

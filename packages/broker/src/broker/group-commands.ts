@@ -74,13 +74,23 @@ async function joinGroup(b: BrokerContext, c: ConnectionContext, p: Params): Pro
   return memberReply(view);
 }
 
+/**
+ * The longest plan a legal SYNC_GROUP needs: each of the topic's partitions (at most --max-partitions) once,
+ * each in a part of its own, `<member id>:<p>;`, where a member id is a client id (at most 255 characters),
+ * `-` and a 36-character UUID, and a partition number below 100,000 has at most 5 digits: 299 characters a
+ * partition. A member given nothing need not be named (it gets nothing).
+ */
+export function maxPlanLength(maxPartitions: number): number {
+  return maxPartitions * (255 + 1 + 36 + 1 + 5 + 1);
+}
+
 async function syncGroup(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
   const view = await b.coordinator.sync({
     topic: p.reqStr('topic', { maxLength: MAX_ID }),
     group: p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }),
     member: p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true }),
     generation: p.reqInt('generation', GENERATION),
-    plan: p.str('plan', { maxLength: 10_000_000, allowEmpty: true }),
+    plan: p.str('plan', { maxLength: maxPlanLength(b.config.maxPartitions), allowEmpty: true }),
   });
   return memberReply(view);
 }

@@ -250,23 +250,39 @@ export class GroupMembership {
   private acceptPlan(g: ConsumerGroup, m: Member, text: string): void {
     if (g.protocol !== 'client') throw invalidParam('plan', 'this group uses server-side assignment');
     if (g.leaderId !== m.memberId) throw invalidParam('plan', 'only the group leader submits a plan');
+    const topic = this.ctx.topics.tryGet(g.topic);
+    const count = topic ? topic.partitions.length : 0;
     const plan: Assignment = new Map();
     for (const id of g.members.keys()) plan.set(id, []);
-    for (const part of text.split(';')) {
-      if (part.length === 0) continue;
-      const colon = part.lastIndexOf(':');
-      if (colon <= 0) throw invalidParam('plan', 'expected member:p,p;member:p');
-      const id = part.slice(0, colon);
-      const list = part.slice(colon + 1);
-      if (!plan.has(id)) throw invalidParam('plan', `unknown member ${id}`);
-      const ps = list.length === 0 ? [] : list.split(',').map((x) => {
-        if (!/^\d{1,9}$/.test(x)) throw invalidParam('plan', `bad partition ${x}`);
-        return { topic: g.topic, partition: Number(x) };
-      });
-      plan.set(id, [...plan.get(id)!, ...ps]);
+    // Read in place, each partition pushed onto its member's list: no array of the whole text, no copy per
+    // part (80,000 parts once took 42 s), and refused at the first partition past the topic's count.
+    let named = 0;
+    for (let from = 0; from <= text.length; ) {
+      let end = text.indexOf(';', from);
+      if (end < 0) end = text.length;
+      const colon = text.lastIndexOf(':', end - 1);
+      const start = from;
+      from = end + 1;
+      if (end === start) continue;
+      if (colon < start + 1) throw invalidParam('plan', 'expected member:p,p;member:p');
+      const id = text.slice(start, colon);
+      const list = plan.get(id);
+      if (!list) throw invalidParam('plan', `unknown member ${id.length > 300 ? `${id.slice(0, 300)}...` : id}`);
+      // Its own string (a slice, not a copy): a search for the next comma stops at the part's end.
+      const ps = text.slice(colon + 1, end);
+      if (ps.length === 0) continue; // a member given nothing
+      for (let at = 0; ; ) {
+        let comma = ps.indexOf(',', at);
+        if (comma < 0) comma = ps.length;
+        if (++named > count) throw invalidParam('plan', `more than ${count} partitions (topic ${g.topic} has ${count})`);
+        const x = ps.slice(at, comma);
+        if (!/^\d{1,9}$/.test(x)) throw invalidParam('plan', `bad partition ${x.length > 20 ? `${x.slice(0, 20)}...` : x}`);
+        list.push({ topic: g.topic, partition: Number(x) });
+        if (comma === ps.length) break;
+        at = comma + 1;
+      }
     }
-    const topic = this.ctx.topics.tryGet(g.topic);
-    const problem = validatePlan(this.rebalancer.assignmentInput(g, topic ? topic.partitions.length : 0), plan);
+    const problem = validatePlan(this.rebalancer.assignmentInput(g, count), plan);
     if (problem) throw invalidParam('plan', problem);
     this.rebalancer.applyPlan(g, plan);
     g.planGeneration = g.generation;
