@@ -175,6 +175,10 @@ export interface GroupDescription {
     needs_rejoin: boolean;
     /** Kafka groups: the member's partitions as `topic:partition`. */
     assigned?: string[];
+    /** Kafka groups: the member's assignment as sent (base64) when it is not shown as `assigned`. */
+    assignment_bytes?: string;
+    /** Kafka groups: the size of an assignment shown neither way (past the status's 8 MiB budget). */
+    assignment_size?: number;
   }>;
   offsets: Array<{ topic?: string; partition: number; committed: number | null; log_end: number | null; lag: number | null; owner: string | null }>;
   total_lag: number;

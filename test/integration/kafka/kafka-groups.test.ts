@@ -15,6 +15,7 @@ import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { runCli } from '../../helpers/cli.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { kcat, RawKafka } from '../../helpers/raw-kafka.js';
+import { peakRssMb } from '../../helpers/raw-client.js';
 import { freePort } from '../../helpers/scripted-server.js';
 import { until } from '../../helpers/util.js';
 
@@ -322,6 +323,44 @@ describe('Kafka consumer groups: fencing on raw requests', () => {
       const [member] = await members('huge');
       expect(member!.assigned).toBeUndefined();
       expect(Buffer.from(member!.assignment_bytes as string, 'base64').equals(huge)).toBe(true);
+    } finally {
+      r.socket.destroy();
+    }
+  });
+
+  it("GROUP_STATUS bounds what members' assignments add: a topic name no topic has, or more than its budget, is shown as the raw bytes; bytes past it by their size", async () => {
+    const r = await RawKafka.connect(broker.kafkaPort);
+    try {
+      const before = peakRssMb(broker);
+      // 15,000 partitions of a 32,000-character topic: 92 KB that were expanded into a 480 MB reply.
+      const long = encodeAssignment(0, { assignedPartitions: [{ topic: 'x'.repeat(32_000), partitions: new Array(15_000).fill(0) }], userData: null });
+      await soloMember(r, 'long-topic', {}, long);
+      // A legal topic name and 100,000 partitions: 25 MB of `topic:partition`, past the 8 MiB budget.
+      const wide = encodeAssignment(0, { assignedPartitions: [{ topic: 'w'.repeat(238), partitions: Array.from({ length: 100_000 }, (_, i) => i) }], userData: null });
+      await soloMember(r, 'wide', {}, wide);
+      // 9 MiB that are no assignment: their base64 alone is past the budget.
+      const opaque = Buffer.alloc(9 * 1024 * 1024, 0xff);
+      await soloMember(r, 'opaque', {}, opaque);
+      for (const [group, bytes] of [['long-topic', long], ['wide', wide]] as const) {
+        const reply = await c.command('GROUP_STATUS', { group });
+        expect(reply.length).toBeLessThan(1024 * 1024);
+        const [member] = JSON.parse(reply).members as Array<Record<string, unknown>>;
+        expect(member!.assigned).toBeUndefined();
+        expect(Buffer.from(member!.assignment_bytes as string, 'base64').equals(bytes)).toBe(true);
+      }
+      const reply = await c.command('GROUP_STATUS', { group: 'opaque' });
+      expect(reply.length).toBeLessThan(10_000);
+      const [member] = JSON.parse(reply).members as Array<Record<string, unknown>>;
+      expect(member).toMatchObject({ assignment_size: opaque.length });
+      expect(member!.assignment_bytes).toBeUndefined();
+      // The console's group list describes every group.
+      const res = await fetch(`http://127.0.0.1:${broker.healthPort}/api/v1/groups`);
+      expect(res.status).toBe(200);
+      const groups = ((await res.json()) as { groups: Array<{ group: string }> }).groups.map((g) => g.group);
+      expect(groups).toEqual(expect.arrayContaining(['long-topic', 'wide', 'opaque']));
+      // The assignments themselves are some 35 MB; the 480 MB reply took 2 GB.
+      expect(peakRssMb(broker) - before).toBeLessThan(600);
+      expect((await broker.health('/live')).status).toBe(200);
     } finally {
       r.socket.destroy();
     }

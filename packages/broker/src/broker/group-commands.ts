@@ -6,7 +6,7 @@ import { TXN_STATE_TOPIC } from '../txn/txn-log.js';
 import type { MemberView } from '../coordinator/group-coordinator.js';
 import type { OffsetEntry } from '../coordinator/offset-store.js';
 import { decodeAssignment } from '../kafka/protocol/consumer-protocol.js';
-import { decodeBudget } from '../kafka/protocol/reader.js';
+import { type DecodeBudget, decodeBudget } from '../kafka/protocol/reader.js';
 import type { KafkaStruct } from '../kafka/protocol/schema.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
 
@@ -192,23 +192,59 @@ async function groupStatus(b: BrokerContext, _c: ConnectionContext, p: Params): 
 }
 
 /**
+ * How much of a GROUP_STATUS a Kafka group's assignments may take, in characters: the `assigned` strings
+ * and the raw `assignment_bytes` together. Members' bytes are their leader's, and one partition's 4 bytes
+ * named a 32,000-character topic: 272 KB of them made a 2 GB reply the broker could not build.
+ */
+export const MAX_STATUS_ASSIGNMENT_CHARS = 8 * 1024 * 1024;
+/** Kafka's longest topic name (and more than a topic here may have): a longer one names no topic. */
+const MAX_KAFKA_TOPIC_NAME = 249;
+/** A topic has at most 100,000 partitions (--max-partitions' ceiling). */
+const MAX_TOPIC_PARTITIONS = 100_000;
+
+/**
  * A Kafka group's members' assignments as `topic:partition` (its GROUP_STATUS carries the raw bytes):
- * readable when the group speaks the consumer protocol, left as bytes otherwise or when they do not parse.
+ * readable when the group speaks the consumer protocol, within the bounds of a legal assignment and what is
+ * left of the status's budget; else the raw bytes when they fit, else only their size (docs/kafka.md, "Bad input").
  */
 function readKafkaAssignments(status: Record<string, unknown>, consumerProtocol: boolean): void {
-  // One decode budget for the whole group: the leader wrote every member's bytes (up to a frame's worth),
-  // and a status that outgrows it keeps the rest as bytes (docs/kafka.md, "Bad input").
+  // One decode budget for the whole group: the leader wrote every member's bytes (up to a frame's worth).
   const budget = decodeBudget();
+  let left = MAX_STATUS_ASSIGNMENT_CHARS;
   for (const m of status.members as Array<Record<string, unknown>>) {
-    if (!consumerProtocol) continue;
-    try {
-      const { value } = decodeAssignment(Buffer.from(m.assignment_bytes as string, 'base64'), budget);
-      m.assigned = (value.assignedPartitions as KafkaStruct[]).flatMap((t) => (t.partitions as number[]).map((x) => `${t.topic as string}:${x}`));
+    const base64 = m.assignment_bytes as string;
+    const readable = consumerProtocol ? readAssignment(Buffer.from(base64, 'base64'), budget, left) : undefined;
+    if (readable) {
+      m.assigned = readable.assigned;
       delete m.assignment_bytes;
-    } catch {
-      // Not the consumer protocol's layout after all: the bytes stay as they are.
+      left -= readable.chars;
+    } else if (base64.length + 3 <= left) {
+      left -= base64.length + 3;
+    } else {
+      delete m.assignment_bytes;
+      m.assignment_size = Buffer.byteLength(base64, 'base64');
     }
   }
+}
+
+/** The `topic:partition` strings of one consumer-protocol assignment and an upper bound of their characters in the reply; undefined when it does not parse, names what no topic can be, or does not fit `left`. */
+function readAssignment(bytes: Buffer, budget: DecodeBudget, left: number): { assigned: string[]; chars: number } | undefined {
+  let topics: KafkaStruct[];
+  try {
+    topics = decodeAssignment(bytes, budget).value.assignedPartitions as KafkaStruct[];
+  } catch {
+    return undefined; // not the consumer protocol's layout after all
+  }
+  let chars = 0;
+  for (const t of topics) {
+    const name = t.topic as string;
+    const ps = t.partitions as number[];
+    if (name.length > MAX_KAFKA_TOPIC_NAME || ps.length > MAX_TOPIC_PARTITIONS) return undefined;
+    // `"<topic>:<int32>",`: at most 11 characters of digits and sign, 4 of quotes, colon and comma.
+    chars += ps.length * (name.length + 15);
+    if (chars > left) return undefined;
+  }
+  return { assigned: topics.flatMap((t) => (t.partitions as number[]).map((x) => `${t.topic as string}:${x}`)), chars };
 }
 
 function listGroups(b: BrokerContext): string {
