@@ -6,6 +6,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
 import { lookupCommand } from './commands.js';
+import { MAX_FRAME_BEFORE_AUTHENTICATION } from './limits.js';
 import { checkFence, parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
 import { isFenced, watchReadFence } from './read-fence.js';
 import { produceBatch } from './produce-commands.js';
@@ -52,6 +53,10 @@ export class ClientConnection implements ConnectionContext {
   private frameTimer: NodeJS.Timeout | undefined;
   private stallTimer: NodeJS.Timeout | undefined;
   private pausedForInFlight = false;
+  /** A request before authentication (AUTH) is running: the frames after it wait, unread, for its outcome. */
+  private heldBeforeAuth = false;
+  /** A frame header was refused: nothing after it is read. */
+  private unframed = false;
   private closed = false;
 
   constructor(
@@ -79,18 +84,59 @@ export class ClientConnection implements ConnectionContext {
   }
 
   private onData(chunk: Buffer): void {
-    let frames: Buffer[];
-    try {
-      frames = this.decoder.push(chunk);
-    } catch (err) {
-      // The rest of the stream cannot be framed: answer once and close.
-      this.writeNow(encodeFrame(formatError(err as TributaryError)));
-      this.socket.end();
-      this.socket.pause();
-      return;
+    if (this.unframed) return;
+    this.decoder.append(chunk);
+    this.pump();
+  }
+
+  /**
+   * Splits and starts the complete frames. Before authentication each is held to the small limit, checked on
+   * its declared length before its body is buffered, and a request that holds the start (AUTH, whose check
+   * decides the limit of what follows) stops the splitting and the reading until it has finished.
+   */
+  private pump(): void {
+    let took = false;
+    while (!this.closed && !this.heldBeforeAuth && !this.unframed) {
+      const early = this.broker.security?.beforeAuthentication(this) === true;
+      let body: Buffer | undefined;
+      try {
+        body = this.decoder.next(early ? MAX_FRAME_BEFORE_AUTHENTICATION : undefined);
+      } catch (err) {
+        this.refuseFraming(err as TributaryError, early);
+        return;
+      }
+      if (body === undefined) break;
+      took = true;
+      this.onFrame(body);
+      if (early && this.holding) {
+        this.heldBeforeAuth = true;
+        this.socket.pause();
+      }
     }
-    this.armFrameTimer(frames.length > 0);
-    for (const body of frames) this.onFrame(body);
+    this.armFrameTimer(took);
+  }
+
+  /**
+   * The rest of the stream cannot be framed: answered once, after the replies to the requests before it, and
+   * closed (not left half-open while the client is still sending the frame).
+   */
+  private refuseFraming(e: TributaryError, early: boolean): void {
+    this.unframed = true;
+    this.socket.pause();
+    clearTimeout(this.frameTimer);
+    const refused = early && e.code === 'frame_too_large' ? new TributaryError('frame_too_large', { ...e.fields, reason: 'before authentication' }) : e;
+    void this.written(this.seq).then(() => {
+      this.writeNow(encodeFrame(formatError(refused)));
+      this.destroy(early ? 'frame too large before authentication' : 'bad frame', 1000);
+    });
+  }
+
+  /** A request that held the frames before authentication has finished: the next ones see its outcome. */
+  private releaseBeforeAuth(): void {
+    if (!this.heldBeforeAuth) return;
+    this.heldBeforeAuth = false;
+    if (!this.pausedForInFlight && !this.writeBlocked() && !this.closed) this.socket.resume();
+    this.pump();
   }
 
   /**
@@ -103,7 +149,8 @@ export class ClientConnection implements ConnectionContext {
       clearTimeout(this.frameTimer);
       this.frameTimer = undefined;
     }
-    if (this.decoder.pendingBytes > 0 && !this.frameTimer) {
+    // Not while the bytes are held unread (heldBeforeAuth): the timer starts once they may be read.
+    if (this.decoder.pendingBytes > 0 && !this.frameTimer && !this.heldBeforeAuth) {
       this.frameTimer = setTimeout(() => {
         this.writeNow(encodeFrame(formatError(new TributaryError('request_timeout', { reason: 'incomplete frame' }))));
         this.destroy('incomplete frame timeout', 200);
@@ -203,6 +250,7 @@ export class ClientConnection implements ConnectionContext {
     } finally {
       this.holding = false;
       this.startWaiting();
+      this.releaseBeforeAuth();
     }
   }
 
@@ -239,7 +287,7 @@ export class ClientConnection implements ConnectionContext {
       this.inFlight--;
       if (this.pausedForInFlight && this.inFlight < MAX_IN_FLIGHT / 2) {
         this.pausedForInFlight = false;
-        if (!this.writeBlocked()) this.socket.resume();
+        if (!this.writeBlocked() && !this.heldBeforeAuth) this.socket.resume();
       }
       if (slot.reply !== 'stream') this.writeReply(slot.reply);
     }
@@ -339,7 +387,7 @@ export class ClientConnection implements ConnectionContext {
   private onDrain(): void {
     clearTimeout(this.stallTimer);
     this.stallTimer = undefined;
-    if (!this.pausedForInFlight && !this.closed) this.socket.resume();
+    if (!this.pausedForInFlight && !this.heldBeforeAuth && !this.closed) this.socket.resume();
   }
 
   // ---- STREAM ----

@@ -1,3 +1,10 @@
+/**
+ * The largest frame on the main port before authentication (authentication on), as Kafka's
+ * sasl.server.max.receive.size bounds a SASL exchange: 30 connections that each sent 64 MiB and no login
+ * held 2 GB. Checked on the declared length, before the body is buffered (client-connection.ts).
+ */
+export const MAX_FRAME_BEFORE_AUTHENTICATION = 64 * 1024;
+
 /** Connections per client IP address (maxConnectionsPerAddress): one address cannot take every slot. */
 export class AddressLimiter {
   private readonly counts = new Map<string, number>();

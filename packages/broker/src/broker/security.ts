@@ -304,6 +304,11 @@ export class Security {
     }
   }
 
+  /** Authentication is on and `conn` has not authenticated (or its login was revoked or failed since). */
+  beforeAuthentication(conn: ConnectionContext): boolean {
+    return this.enabled && !this.session(conn).authenticated;
+  }
+
   private session(conn: ConnectionContext): Session {
     let s = this.sessions.get(conn);
     if (!s) {
