@@ -3,6 +3,7 @@ import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { RawClient } from '../helpers/raw-client.js';
 import { batchRec, sleep } from '../helpers/util.js';
 
 function params(reply: string): Map<string, string> {
@@ -216,6 +217,39 @@ describe('standalone broker commands', () => {
     const close = await consumer;
     expect(seen).toEqual(['s2', 's3', 's4', 's5', 's6']);
     expect(close).toMatchObject({ type: 'CLOSE', reason: 'stopped', offset: '7' });
+  });
+
+  it('STREAM_CONTROL: outside a stream no stream is open; on one only type=CLOSE, without other parameters, ends it', async () => {
+    await c.command('CREATE', { topic: 'control', partitions: 1 });
+    const r = await RawClient.connect(broker.port);
+    try {
+      const error = (reply: string) => parseLine(reply.slice('ERROR: '.length));
+      const outside = error(await r.command('STREAM_CONTROL type=CLOSE'));
+      expect(outside.head).toBe('invalid_parameter');
+      expect(outside.params.get('param')).toBe('command');
+      expect(outside.params.get('reason')).toMatch(/no stream is open/);
+      r.send('STREAM topic=control partition=0 offset=0');
+      /** The next frame that is not a keepalive. */
+      const next = async () => {
+        for (;;) {
+          const f = await r.next(10_000);
+          if (f.length > 0) return f;
+        }
+      };
+      r.send('STREAM_CONTROL type=CLOSE bogus=1');
+      const bogus = error(await next());
+      expect(Object.fromEntries(bogus.params)).toMatchObject({ param: 'bogus', reason: 'unknown parameter' });
+      r.send('STREAM_CONTROL type=OPEN');
+      expect(error(await next()).params.get('param')).toBe('command');
+      // The stream goes on: a record published now is pushed.
+      await c.command('PUBLISH', { topic: 'control', partition: 0, message: 'still streaming' });
+      expect(await next()).toContain('still streaming');
+      r.send('STREAM_CONTROL type=CLOSE');
+      expect(parseLine(await next()).params).toEqual(new Map([['type', 'CLOSE'], ['reason', 'stopped'], ['offset', '1']]));
+      await r.closedP;
+    } finally {
+      r.destroy();
+    }
   });
 
   it('ends a stream with reason=removed when its topic is deleted', async () => {

@@ -5,7 +5,7 @@ import { type Params, formatError, formatLine, parseLine } from 'tributary-proto
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
-import { lookupCommand } from './commands.js';
+import { checkStreamClose, lookupCommand } from './commands.js';
 import { MAX_FRAME_BEFORE_AUTHENTICATION } from './limits.js';
 import { checkFence, parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
 import { isFenced, watchReadFence } from './read-fence.js';
@@ -525,19 +525,13 @@ export class ClientConnection implements ConnectionContext {
 
   private onStreamFrame(body: Buffer): void {
     if (body.length === 0) return;
-    const text = isUtf8(body) ? body.toString('utf8') : '';
-    let ok = false;
     try {
-      const line = parseLine(text);
-      ok = line.head.toUpperCase() === 'STREAM_CONTROL' && line.params.get('type')?.toUpperCase() === 'CLOSE';
-    } catch {
-      ok = false;
-    }
-    if (ok) {
-      this.streaming?.abort();
+      checkStreamClose(isUtf8(body) ? body.toString('utf8') : '');
+    } catch (err) {
+      this.writeNow(encodeFrame(formatError(err as TributaryError)));
       return;
     }
-    this.writeNow(encodeFrame(formatError(new TributaryError('invalid_parameter', { param: 'command', reason: 'only STREAM_CONTROL type=CLOSE is accepted on a stream' }))));
+    this.streaming?.abort();
   }
 
   /** `code`: why a fenced stream ended (the fence's refusal, docs/protocol.md "Fenced reads"). */

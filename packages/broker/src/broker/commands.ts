@@ -2,8 +2,8 @@
  * The command table: every text command the broker serves, by name, from the handler modules of each
  * area. STREAM and STREAM_CONTROL are served by the connection itself (client-connection.ts).
  */
-import { Params, type ParsedLine, checkParams, formatOk } from 'tributary-protocol/command.js';
-import { TributaryError } from 'tributary-protocol/errors.js';
+import { Params, type ParsedLine, checkParams, formatOk, parseLine } from 'tributary-protocol/command.js';
+import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { CommandSpec, Reply } from './command-context.js';
 import { CONNECTION_COMMANDS } from './connection-commands.js';
 import { CONSUME_COMMANDS, STREAM_PARAMS } from './consume-commands.js';
@@ -43,8 +43,26 @@ const ALLOWED = new Map<string, ReadonlySet<string>>([...Object.entries(COMMANDS
 export function lookupCommand(line: ParsedLine): { name: string; spec: CommandSpec | undefined; params: Params } {
   const name = line.head.toUpperCase();
   const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
+  // HELP lists it, so it is no unknown command: it only has no stream to end here.
+  if (name === 'STREAM_CONTROL') throw invalidParam('command', 'no stream is open on this connection: STREAM_CONTROL type=CLOSE ends a STREAM');
   const allowed = ALLOWED.get(name);
   if (!allowed) throw new TributaryError('unknown_command', { command: line.head.length > 64 ? `${line.head.slice(0, 64)}...` : line.head });
   checkParams(line, allowed, { positional: spec?.positional });
   return { name, spec, params: new Params(line, allowed) };
+}
+
+const STREAM_CONTROL_PARAMS: ReadonlySet<string> = new Set(['type']);
+
+/** A request on an open stream: only `STREAM_CONTROL type=CLOSE` ends it; anything else (another parameter too) is refused. */
+export function checkStreamClose(text: string): void {
+  let line: ParsedLine | undefined;
+  try {
+    line = parseLine(text);
+  } catch {
+    line = undefined;
+  }
+  if (line?.head.toUpperCase() !== 'STREAM_CONTROL' || line.params.get('type')?.toUpperCase() !== 'CLOSE') {
+    throw invalidParam('command', 'only STREAM_CONTROL type=CLOSE is accepted on a stream');
+  }
+  checkParams(line, STREAM_CONTROL_PARAMS);
 }
