@@ -1,18 +1,22 @@
 /**
  * What one request may cost the broker on the Kafka port (docs/kafka.md, "Bad input"): a request within the
  * frame limit that declares tens of millions of array elements or tagged fields is refused by the decode
- * budget, and the broker keeps serving with its memory where it was. Before authentication a frame is at
+ * budget, and the broker keeps serving with its memory where it was; a Produce batch of millions of empty
+ * headers is refused by its request's budget before they are built. Before authentication a frame is at
  * most 512 KiB and requests are handled one at a time, so pipelined logins queue one password check.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
+import { crc32cRange } from 'tributary-protocol/record-batch/crc32c.js';
+import { sizeOfVarint, writeVarint } from 'tributary-protocol/record-batch/varint.js';
 import { apiByKey } from 'tributary-broker/kafka/protocol/apis.js';
 import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
 import { decodeResponse, encodeRequest } from 'tributary-broker/kafka/protocol/headers.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
+import { peakGrowth } from '../../helpers/raw-batch.js';
 import { RawKafka } from '../../helpers/raw-kafka.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 import { addUser } from '../security/pki.js';
@@ -51,6 +55,35 @@ function apiVersionsWithHeaderTags(count: number): Buffer {
   head.writeInt16BE(-1, 8); // null client id
   const body = Buffer.from([0x01, 0x01, 0x00]); // two empty compact strings, no tagged fields
   return framed(Buffer.concat([head, uvarint(count), Buffer.alloc(count * 2), body]));
+}
+
+/**
+ * An uncompressed RecordBatch v2 of `records` records, each with a null key, an empty value and `headers`
+ * headers of empty key and value: 2 bytes per header on the wire.
+ */
+function headerHeavyBatch(records: number, headers: number): Buffer {
+  const parts: Buffer[] = [Buffer.alloc(61)];
+  for (let i = 0; i < records; i++) {
+    const body = 1 + 1 + sizeOfVarint(i) + 1 + 1 + sizeOfVarint(headers) + headers * 2;
+    const r = Buffer.alloc(sizeOfVarint(body) + body); // zero-filled: attributes, timestampDelta and every header's lengths are 0
+    let at = writeVarint(r, 0, body) + 2;
+    at = writeVarint(r, at, i); // offsetDelta
+    at = writeVarint(r, at, -1); // null key
+    at = writeVarint(r, at, 0); // empty value
+    writeVarint(r, at, headers);
+    parts.push(r);
+  }
+  const b = Buffer.concat(parts);
+  b.writeInt32BE(b.length - 12, 8); // batchLength
+  b.writeInt32BE(-1, 12); // partitionLeaderEpoch
+  b[16] = 2; // magic
+  b.writeInt32BE(records - 1, 23); // lastOffsetDelta
+  b.writeBigInt64BE(-1n, 43); // producerId
+  b.writeInt16BE(-1, 51);
+  b.writeInt32BE(-1, 53);
+  b.writeInt32BE(records, 57);
+  b.writeUInt32BE(crc32cRange(b, 21, b.length), 17);
+  return b;
 }
 
 async function residentBytes(broker: BrokerProcess): Promise<number> {
@@ -110,6 +143,38 @@ describe('the decode budget on the Kafka port', () => {
     await expect.poll(() => broker.stderr.slice(mark)).toMatch(/too_many_entries/);
     await stillServing();
     expect(await residentBytes(broker)).toBeLessThan(before + 256 * 1024 * 1024);
+  });
+
+  it('a Produce batch of 8M empty headers (16 MB, within the frame limit) is MESSAGE_TOO_LARGE with nothing appended, its memory bounded; a few headers per record are taken', {
+    timeout: 120_000,
+  }, async () => {
+    await c.command('CREATE', { topic: 'headers', partitions: 1 });
+    const produce = (raw: RawKafka, records: Buffer) =>
+      raw.call(0, 7, { transactionalId: null, acks: -1, timeoutMs: 5000, topicData: [{ name: 'headers', partitionData: [{ index: 0, records }] }] });
+    const answerOf = (res: KafkaStruct) => ((res.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!;
+    const end = async (raw: RawKafka) =>
+      Number(
+        (
+          (
+            (await raw.call(2, 5, { isolationLevel: 0, topics: [{ name: 'headers', partitions: [{ partitionIndex: 0, timestamp: -1 }] }] }))
+              .topics as KafkaStruct[]
+          )[0]!.partitions as KafkaStruct[]
+        )[0]!.offset,
+      );
+    const raw = await RawKafka.connect(broker.kafkaPort);
+    try {
+      const batch = headerHeavyBatch(122, 65_535); // each record within the log's 65,535 headers
+      const growth = peakGrowth(broker);
+      expect(answerOf(await produce(raw, batch)).errorCode).toBe(kafkaErrorCode('MESSAGE_TOO_LARGE'));
+      // Built as objects, the 8M headers took 1.4 GB and were all appended.
+      expect(growth()).toBeLessThan(512);
+      expect(await end(raw)).toBe(0);
+      expect(answerOf(await produce(raw, headerHeavyBatch(1000, 3))).errorCode).toBe(0);
+      expect(await end(raw)).toBe(1000);
+    } finally {
+      raw.socket.destroy();
+    }
+    await stillServing();
   });
 
   it('Metadata answers each topic it is asked for once, however often the request names it (as Kafka does)', async () => {
