@@ -1,89 +1,11 @@
 /**
- * Hand-built batch frames (docs/protocol.md section 5, record_extensions_v1 fields) with many headers, a
- * bare TCP client for them, and a broker process's memory as /proc shows it: what the tests of the broker's
- * memory bounds for header-heavy batches share.
+ * Hand-built batch frames (docs/protocol.md section 5, record_extensions_v1 fields) with many headers, and a
+ * broker process's memory as /proc shows it: what the tests of the broker's memory bounds for header-heavy
+ * batches share (with RawClient, helpers/raw-client.ts, to send them).
  */
 import fs from 'node:fs';
-import net from 'node:net';
 import type { BrokerProcess } from './launcher.js';
-
-/** Bare TCP client: sends frames as given and splits the replies into frames. */
-export class RawFrames {
-  private pending: Buffer[] = [];
-  private pendingLen = 0;
-  private buf = Buffer.alloc(0);
-  private readonly frames: Buffer[] = [];
-  private waiter: (() => void) | undefined;
-  closed = false;
-
-  private constructor(readonly socket: net.Socket) {
-    socket.on('data', (d: Buffer) => {
-      // Joined only once a whole frame may be there: a 64 MiB reply arrives in thousands of chunks.
-      this.pending.push(d);
-      this.pendingLen += d.length;
-      const need = this.buf.length >= 4 ? 4 + this.buf.readUInt32BE(0) : 4;
-      if (this.buf.length + this.pendingLen < need) return;
-      this.buf = Buffer.concat([this.buf, ...this.pending]);
-      this.pending = [];
-      this.pendingLen = 0;
-      while (this.buf.length >= 4) {
-        const len = this.buf.readUInt32BE(0);
-        if (this.buf.length < 4 + len) break;
-        this.frames.push(this.buf.subarray(4, 4 + len));
-        this.buf = this.buf.subarray(4 + len);
-      }
-      this.waiter?.();
-    });
-    socket.on('error', () => {});
-    socket.on('close', () => {
-      this.closed = true;
-      this.waiter?.();
-    });
-  }
-
-  static connect(port: number): Promise<RawFrames> {
-    return new Promise((resolve, reject) => {
-      const s = net.connect({ host: '127.0.0.1', port });
-      s.once('connect', () => resolve(new RawFrames(s)));
-      s.once('error', reject);
-    });
-  }
-
-  send(body: Buffer | string): void {
-    const b = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
-    const h = Buffer.alloc(4);
-    h.writeUInt32BE(b.length, 0);
-    this.socket.write(Buffer.concat([h, b]));
-  }
-
-  /** The next reply frame, raw. */
-  async nextFrame(timeoutMs = 60_000): Promise<Buffer> {
-    const deadline = Date.now() + timeoutMs;
-    while (this.frames.length === 0) {
-      if (this.closed) throw new Error('connection closed');
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error('no reply in time');
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, left);
-        this.waiter = () => {
-          clearTimeout(t);
-          resolve();
-        };
-      });
-      this.waiter = undefined;
-    }
-    return this.frames.shift()!;
-  }
-
-  async cmd(body: Buffer | string, timeoutMs = 60_000): Promise<string> {
-    this.send(body);
-    return (await this.nextFrame(timeoutMs)).toString('utf8');
-  }
-
-  destroy(): void {
-    this.socket.destroy();
-  }
-}
+import { RawClient } from './raw-client.js';
 
 /**
  * Starts a fresh peak for the broker's memory (VmHWM back to the current RSS, /proc/pid/clear_refs "5"),
@@ -174,12 +96,12 @@ export const FULL_FRAME_RECORDS = 170;
 
 /** A second connection is served: it publishes a record to `topic` partition 0 and reads it back. */
 export async function servesAnother(b: BrokerProcess, topic: string): Promise<void> {
-  const c = await RawFrames.connect(b.port);
+  const c = await RawClient.connect(b.port);
   try {
-    const published = await c.cmd(`PUBLISH topic=${topic} partition=0 message=still-here`);
+    const published = await c.command(`PUBLISH topic=${topic} partition=0 message=still-here`);
     const offset = Number(/"offset":(\d+)/.exec(published)?.[1]);
     if (!Number.isSafeInteger(offset)) throw new Error(`PUBLISH answered ${published.slice(0, 200)}`);
-    const read = await c.cmd(`CONSUME topic=${topic} partition=0 offset=${offset} batch=1`);
+    const read = await c.command(`CONSUME topic=${topic} partition=0 offset=${offset} batch=1`);
     if (!read.includes('still-here')) throw new Error(`CONSUME answered ${read.slice(0, 200)}`);
   } finally {
     c.destroy();

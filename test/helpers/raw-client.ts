@@ -51,12 +51,14 @@ export class RawClient {
   private split(): void {
     for (;;) {
       if (this.pendingBytes < 4) return;
-      const buf = this.pending.length === 1 ? this.pending[0]! : Buffer.concat(this.pending);
-      const len = buf.readUInt32BE(0);
-      if (buf.length < 4 + len) {
-        this.pending = [buf];
+      const head = this.pending[0]!.length >= 4 ? this.pending[0]! : Buffer.concat(this.pending);
+      const len = head.readUInt32BE(0);
+      // Joined only once the whole frame is there: a 64 MiB reply arrives in thousands of chunks.
+      if (this.pendingBytes < 4 + len) {
+        if (head !== this.pending[0]) this.pending = [head];
         return;
       }
+      const buf = this.pending.length === 1 ? this.pending[0]! : Buffer.concat(this.pending);
       this.frames.push(buf.subarray(4, 4 + len));
       const rest = buf.subarray(4 + len);
       this.pending = rest.length > 0 ? [rest] : [];
@@ -69,8 +71,8 @@ export class RawClient {
     this.socket.write(frame(body));
   }
 
-  /** The next reply frame as text; throws when the connection closes first or nothing comes in time. */
-  async next(timeoutMs = 60_000): Promise<string> {
+  /** The next reply frame; throws when the connection closes first or nothing comes in time. */
+  async nextFrame(timeoutMs = 60_000): Promise<Buffer> {
     const deadline = Date.now() + timeoutMs;
     while (this.frames.length === 0) {
       if (this.closed) throw new Error('connection closed before a reply');
@@ -85,7 +87,12 @@ export class RawClient {
       });
       this.waiter = undefined;
     }
-    return this.frames.shift()!.toString('utf8');
+    return this.frames.shift()!;
+  }
+
+  /** The next reply frame as text. */
+  async next(timeoutMs = 60_000): Promise<string> {
+    return (await this.nextFrame(timeoutMs)).toString('utf8');
   }
 
   async command(line: string | Buffer, timeoutMs?: number): Promise<string> {

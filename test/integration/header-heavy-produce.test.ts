@@ -5,14 +5,15 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { BrokerProcess } from '../helpers/launcher.js';
-import { FULL_FRAME_RECORDS, MAX_HEADERS, RawFrames, alive, batchFrame, peakGrowth, recordWithHeaders, servesAnother } from '../helpers/raw-batch.js';
+import { FULL_FRAME_RECORDS, MAX_HEADERS, alive, batchFrame, peakGrowth, recordWithHeaders, servesAnother } from '../helpers/raw-batch.js';
+import { RawClient } from '../helpers/raw-client.js';
 
 let broker: BrokerProcess;
 
 beforeAll(async () => {
   broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1'] });
-  const c = await RawFrames.connect(broker.port);
-  expect(await c.cmd('CREATE topic=t partitions=1')).toMatch(/^OK/);
+  const c = await RawClient.connect(broker.port);
+  expect(await c.command('CREATE topic=t partitions=1')).toMatch(/^OK/);
   c.destroy();
 });
 
@@ -22,11 +23,11 @@ afterAll(async () => {
 
 /** Sends `body` on a record_extensions_v1 connection; the reply and the growth of the broker's peak RSS (MiB). */
 async function produce(body: Buffer): Promise<{ reply: string; growthMiB: number }> {
-  const c = await RawFrames.connect(broker.port);
+  const c = await RawClient.connect(broker.port);
   try {
-    expect(await c.cmd('NEGOTIATE version=1 features=record_extensions_v1')).toMatch(/^OK/);
+    expect(await c.command('NEGOTIATE version=1 features=record_extensions_v1')).toMatch(/^OK/);
     const growth = peakGrowth(broker);
-    const reply = await c.cmd(body, 120_000);
+    const reply = await c.command(body, 120_000);
     return { reply, growthMiB: growth() };
   } finally {
     c.destroy();

@@ -6,17 +6,18 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { BrokerProcess } from '../helpers/launcher.js';
-import { FULL_FRAME_RECORDS, MAX_HEADERS, RawFrames, alive, batchFrame, peakGrowth, recordWithHeaders, servesAnother } from '../helpers/raw-batch.js';
+import { FULL_FRAME_RECORDS, MAX_HEADERS, alive, batchFrame, peakGrowth, recordWithHeaders, servesAnother } from '../helpers/raw-batch.js';
+import { RawClient } from '../helpers/raw-client.js';
 
 let broker: BrokerProcess;
 
 beforeAll(async () => {
   broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1'] });
-  const c = await RawFrames.connect(broker.port);
-  expect(await c.cmd('CREATE topic=t partitions=1')).toMatch(/^OK/);
-  expect(await c.cmd('NEGOTIATE version=1 features=record_extensions_v1')).toMatch(/^OK/);
+  const c = await RawClient.connect(broker.port);
+  expect(await c.command('CREATE topic=t partitions=1')).toMatch(/^OK/);
+  expect(await c.command('NEGOTIATE version=1 features=record_extensions_v1')).toMatch(/^OK/);
   const records = Array.from({ length: FULL_FRAME_RECORDS }, (_, i) => recordWithHeaders(MAX_HEADERS, { value: Buffer.from(`v${i}`) }));
-  expect(await c.cmd(batchFrame('t', 0, records), 120_000)).toMatch(/"status":"OK"/);
+  expect(await c.command(batchFrame('t', 0, records), 120_000)).toMatch(/"status":"OK"/);
   c.destroy();
 }, 180_000);
 
@@ -32,9 +33,9 @@ function replyCount(frame: Buffer): number {
 
 /** CONSUMEs of up to 64 MiB on `n` record_extensions_v1 connections at once: each reply's record count. */
 async function consumeAtOnce(n: number): Promise<number[]> {
-  const conns = await Promise.all(Array.from({ length: n }, () => RawFrames.connect(broker.port)));
+  const conns = await Promise.all(Array.from({ length: n }, () => RawClient.connect(broker.port)));
   try {
-    for (const c of conns) expect(await c.cmd('NEGOTIATE version=1 features=record_extensions_v1')).toMatch(/^OK/);
+    for (const c of conns) expect(await c.command('NEGOTIATE version=1 features=record_extensions_v1')).toMatch(/^OK/);
     for (const c of conns) c.send('CONSUME topic=t partition=0 offset=0 batch=1000 max_bytes=67108864');
     return await Promise.all(conns.map(async (c) => replyCount(await c.nextFrame(120_000))));
   } finally {
@@ -77,10 +78,10 @@ it('the HTTP API shows 100 headers per message and says how many it left out', a
 }, 180_000);
 
 it('the HTTP API ends a page of messages at 16 MiB of JSON and says where to go on', async () => {
-  const c = await RawFrames.connect(broker.port);
-  expect(await c.cmd('CREATE topic=big partitions=1')).toMatch(/^OK/);
+  const c = await RawClient.connect(broker.port);
+  expect(await c.command('CREATE topic=big partitions=1')).toMatch(/^OK/);
   const mib = 'x'.repeat(1024 * 1024);
-  for (let i = 0; i < 20; i++) expect(await c.cmd(`PUBLISH topic=big partition=0 message=${mib}`)).toMatch(/"status":"OK"/);
+  for (let i = 0; i < 20; i++) expect(await c.command(`PUBLISH topic=big partition=0 message=${mib}`)).toMatch(/"status":"OK"/);
   c.destroy();
   const api = `http://127.0.0.1:${broker.healthPort}/api/v1/topics/big`;
   const page = (await (await fetch(`${api}/messages?partition=0&offset=0&limit=100`)).json()) as { nextOffset: number; truncated?: boolean; messages: Array<{ offset: number }> };

@@ -5,10 +5,11 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { BrokerProcess } from '../../helpers/launcher.js';
-import { FULL_FRAME_RECORDS, MAX_HEADERS, RawFrames, alive, batchFrame, peakGrowth, recordWithHeaders, servesAnother } from '../../helpers/raw-batch.js';
+import { FULL_FRAME_RECORDS, MAX_HEADERS, alive, batchFrame, peakGrowth, recordWithHeaders, servesAnother } from '../../helpers/raw-batch.js';
+import { RawClient } from '../../helpers/raw-client.js';
 
 let broker: BrokerProcess;
-let c: RawFrames;
+let c: RawClient;
 let producerId = '';
 let epoch = 0;
 /** The next seqNum of the open transaction. */
@@ -16,13 +17,13 @@ let seq = 1;
 
 beforeAll(async () => {
   broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1', '--transaction-state-partitions', '1'] });
-  c = await RawFrames.connect(broker.port);
-  expect(await c.cmd('NEGOTIATE version=1 features=record_extensions_v1')).toMatch(/^OK/);
-  expect(await c.cmd('CREATE topic=t partitions=1')).toMatch(/^OK/);
-  const init = await c.cmd('INIT_PRODUCER_ID transactional_id=heavy');
+  c = await RawClient.connect(broker.port);
+  expect(await c.command('NEGOTIATE version=1 features=record_extensions_v1')).toMatch(/^OK/);
+  expect(await c.command('CREATE topic=t partitions=1')).toMatch(/^OK/);
+  const init = await c.command('INIT_PRODUCER_ID transactional_id=heavy');
   producerId = /producerId=(\S+)/.exec(init)![1]!;
   epoch = Number(/epoch=(\d+)/.exec(init)![1]);
-  expect(await c.cmd(`BEGIN_TXN transactional_id=heavy producerId=${producerId} epoch=${epoch}`)).toMatch(/^OK/);
+  expect(await c.command(`BEGIN_TXN transactional_id=heavy producerId=${producerId} epoch=${epoch}`)).toMatch(/^OK/);
 });
 
 afterAll(async () => {
@@ -40,7 +41,7 @@ const fullFrame = (id: string) =>
 
 it('refuses a frame of an unknown transactional id from its header, before decoding its records', async () => {
   const growth = peakGrowth(broker);
-  const reply = await c.cmd(fullFrame('no-such-id'), 120_000);
+  const reply = await c.command(fullFrame('no-such-id'), 120_000);
   expect(reply).toMatch(/^ERROR: transactional_id_not_found/);
   expect(growth()).toBeLessThan(512);
   expect(alive(broker)).toBe(true);
@@ -49,7 +50,7 @@ it('refuses a frame of an unknown transactional id from its header, before decod
 
 it('refuses a frame of the open transaction past its object budget (671,088 records and headers at 64 MiB)', async () => {
   const growth = peakGrowth(broker);
-  const reply = await c.cmd(fullFrame('heavy'), 120_000);
+  const reply = await c.command(fullFrame('heavy'), 120_000);
   expect(reply).toMatch(/^ERROR: invalid_batch .*more than 671088 records and headers/);
   expect(growth()).toBeLessThan(512);
   expect(alive(broker)).toBe(true);
@@ -60,8 +61,8 @@ it('takes a frame within the budget, headers and all, and the transaction goes o
   // 10 records of 65,535 headers: 655,360 objects.
   const records = Array.from({ length: 10 }, () => recordWithHeaders(MAX_HEADERS));
   const frame = batchFrame('t', 0, records, { txn: { id: 'heavy', producerId, epoch }, firstSequence: seq, lastSequence: seq + 9 });
-  const reply = await c.cmd(frame, 120_000);
+  const reply = await c.command(frame, 120_000);
   expect(JSON.parse(reply)).toMatchObject({ status: 'OK', transactional_id: 'heavy', topic: 't' });
   seq += 10;
-  expect(await c.cmd(`END_TXN transactional_id=heavy producerId=${producerId} epoch=${epoch} result=commit`)).toMatch(/^OK/);
+  expect(await c.command(`END_TXN transactional_id=heavy producerId=${producerId} epoch=${epoch} result=commit`)).toMatch(/^OK/);
 }, 180_000);
