@@ -98,6 +98,8 @@ export class LogReader {
     let stored = 0;
     let first = -1;
     let next = offset;
+    // One past the last record taken: the reply's nextOffset, as read()'s (next may jump a compacted segment tail).
+    let taken = offset;
     let done = false;
     while (!done && next < limit && n < maxRecords) {
       const seg = this.st.segmentFor(next);
@@ -147,6 +149,7 @@ export class LogReader {
           bytes += cost;
           stored += r.size;
           next = r.offset + 1;
+          taken = next;
           p += r.size;
           if (n >= maxRecords) {
             done = true;
@@ -161,7 +164,7 @@ export class LogReader {
       if (next === startNext) break;
     }
     if (n === 0) return null;
-    return this.writeWireReply(runs, stored, first, next, w);
+    return this.writeWireReply(runs, stored, first, taken, w);
   }
 
   /** Pass 2 of readWireFromDisk: the reply batch of the records in `runs` (validated, `stored` bytes). */
