@@ -124,6 +124,19 @@ describe('before authentication', () => {
     await alive();
   });
 
+  it('a second AUTH on a logged-in connection holds the frames after it too: a large one sent during the check is answered', async () => {
+    const r = await raw();
+    expect(await r.command(`AUTH principal=app token=${token}`)).toMatch(/^OK principal=app authenticated=true/);
+    r.send(`AUTH principal=app token=${token}`);
+    // Written apart, so the large frame's header arrives while the password check runs.
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    r.send(negotiateOf(1024 * 1024));
+    expect(await r.next()).toMatch(/^OK principal=app authenticated=true/);
+    expect(errorOf(await r.next()).params.get('param')).toBe('features');
+    expect(await r.command('LIST')).toMatch(/^OK /);
+    await alive();
+  });
+
   it('30 connections that each send 64 MiB and no login are each closed at the header, with the memory where it was', async () => {
     const body = Buffer.alloc(64 * 1024 * 1024 + 3, 0x41);
     body.writeUInt32BE(64 * 1024 * 1024, 0);

@@ -108,7 +108,8 @@ export class ClientConnection implements ConnectionContext {
       if (body === undefined) break;
       took = true;
       this.onFrame(body);
-      if (early && this.holding) {
+      // An AUTH of a logged-in connection too: its session counts as logged out while the check runs.
+      if (this.holding && (early || this.pending[this.pending.length - 1]?.label === 'AUTH')) {
         this.heldBeforeAuth = true;
         this.socket.pause();
       }
