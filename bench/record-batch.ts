@@ -9,7 +9,11 @@
  *   record's offset, timestamp and value slice, against scanBatch (validates, no record objects) and
  *   decodeBatch (a record object each), reading the same fields;
  * - decode: RecordBatchView.decode() (objects, for tools) against decodeBatch;
- * - gzip encode and validate+iterate (no reference: the current codec has no compression).
+ * - gzip encode and validate+iterate (no reference: the current codec has no compression);
+ * - the storage conversions (packages/broker/src/storage/stored-batch.ts against record-codec.ts): a produce
+ *   frame's records stored as one batch (writeStoredBatchFromWire, one CRC-32C) against one stored record
+ *   each (writeStoredFromWire, a CRC-32C each), and stored records written out as a CONSUME reply's wire
+ *   records (writeWireFromStoredBatch against writeWireRecord).
  * Each figure is CPU time (process.cpuUsage, so other load on the machine disturbs it less than wall time), the
  * median of `--rounds` rounds of `--round-ms` of CPU after a warm-up; ratios are ours / the
  * reference (below 1 is faster).
@@ -20,6 +24,8 @@ import { crc32cImpl } from 'tributary-protocol/record-batch/crc32c.js';
 import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
 import type { RecordBatchInput } from 'tributary-protocol/record-batch/types.js';
 import { RecordBatchView } from 'tributary-protocol/record-batch/view.js';
+import { storedSizeOfWire, writeStoredFromWire, writeWireRecord } from 'tributary-broker/storage/record-codec.js';
+import { storedBatchBound, writeStoredBatchFromWire, writeWireFromStoredBatch } from 'tributary-broker/storage/stored-batch.js';
 import { fmtFixed, median, table } from './lib.js';
 
 export const description = 'CPU per record of the RecordBatch v2 codec (encode, validate+iterate) beside the current batch codec, at 100 B and 1 KiB';
@@ -107,7 +113,7 @@ function fixtures(size: number, count: number): { input: RecordBatchInput; ref: 
   const refRecords: BatchRecord[] = records.map((r, i) => ({
     offset: i,
     sequence: i,
-    producerId: 'p-1234',
+    producerId: '1234',
     key: r.key,
     epoch: 0,
     value: r.value,
@@ -179,6 +185,38 @@ export async function run(argv: string[]): Promise<number> {
         sink += r.offset + r.valueLength;
       });
     });
+    // Storage conversions, from the produce frame's records as the broker scanned them.
+    const scanned = scanBatch(old, { extensions: true, request: true });
+    const stamp = { baseOffset: 1000, now: 1_700_000_000_000, leaderEpoch: -1, producerId: 1234, producerEpoch: 0, firstSequence: 0, wireAttributes: 0 };
+    const v2Store = Buffer.alloc(storedBatchBound(scanned));
+    const v2End = writeStoredBatchFromWire(scanned, v2Store, 0, stamp);
+    let v1Size = 0;
+    for (let i = 0; i < scanned.count; i++) v1Size += storedSizeOfWire(scanned.body, scanned.starts[i]!, scanned.starts[i + 1]!, true, true);
+    const v1Store = Buffer.alloc(v1Size);
+    const v1Starts: number[] = [];
+    const storeV1 = (): void => {
+      let p = 0;
+      v1Starts.length = 0;
+      for (let i = 0; i < scanned.count; i++) {
+        v1Starts.push(p);
+        p = writeStoredFromWire(scanned.body, scanned.starts[i]!, scanned.starts[i + 1]!, true, v1Store, p, 1000 + i, stamp.now, 0, i);
+      }
+      sink += p;
+    };
+    storeV1();
+    const storeV2Ns = m(() => {
+      sink += writeStoredBatchFromWire(scanned, v2Store, 0, stamp);
+    });
+    const storeV1Ns = m(storeV1);
+    const wireBuf = Buffer.alloc(v1Size + v2End + 64 * o.batch);
+    const outV2 = m(() => {
+      sink += writeWireFromStoredBatch(v2Store, 0, 1000, wireBuf, 0, true);
+    });
+    const outV1 = m(() => {
+      let at = 0;
+      for (let i = 0; i < scanned.count; i++) at = writeWireRecord(v1Store, v1Starts[i]!, wireBuf, at, true);
+      sink += at;
+    });
     const label = size >= 1024 && size % 1024 === 0 ? `${size / 1024} KiB` : `${size} B`;
     const row = (op: string, ours: number, refName: string, refNs: number | undefined): string[] => [
       label,
@@ -193,9 +231,11 @@ export async function run(argv: string[]): Promise<number> {
     rows.push(row('validate+iterate', iterV2, 'decodeBatch', iterDecode));
     rows.push(row('  same, CRC not checked', iterNoCrc, 'scanBatch', iterScan));
     rows.push(row('decode (objects)', decV2, 'decodeBatch', decOld));
+    rows.push(row('store a produce frame', storeV2Ns, 'per record', storeV1Ns));
+    rows.push(row('stored -> CONSUME wire', outV2, 'per record', outV1));
     rows.push(row('gzip encode', encGz, '', undefined));
     rows.push(row('gzip validate+iterate', iterGz, '', undefined));
-    notes.push(`${label}: bytes per batch: v2 ${v2.length}, v2 gzip ${v2gz.length}, current ${old.length}`);
+    notes.push(`${label}: bytes per batch: v2 ${v2.length}, v2 gzip ${v2gz.length}, current ${old.length}; stored: v2 ${v2End}, current ${v1Size}`);
   }
   process.stdout.write(
     `record-batch: ${o.batch} records per batch, 16-byte key, one 16-byte header; CPU ns per record, median of ${o.rounds} x ${o.roundMs} ms; CRC-32C ${crc32cImpl}; node ${process.version}\n\n`,
