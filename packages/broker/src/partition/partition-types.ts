@@ -57,4 +57,4 @@ export interface WireReadOptions {
 }
 
 /** What a wire read writes its reply batch for. */
-export type WireTarget = Pick<WireReadRequest, 'topic' | 'extensions' | 'alloc'>;
+export type WireTarget = Pick<WireReadRequest, 'topic' | 'extensions' | 'alloc' | 'format'>;

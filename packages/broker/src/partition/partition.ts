@@ -511,9 +511,9 @@ export class Partition implements SnapshotOwner {
   }
 
   /**
-   * The reply batch of read() + encodeBatch(logRecordsToBatch(...)) written straight from the log's tail
-   * cache (consecutive offsets: those in reach are known before the read), or null when the tail cache
-   * cannot serve it (or it is empty): the caller then takes readWireFromDisk() or read().
+   * The reply batch of read() + encodeBatch(logRecordsToBatch(...)) (with `wire.format`: one RecordBatch v2)
+   * written straight from the log's tail cache (consecutive offsets: those in reach are known before the
+   * read), or null when the tail cache cannot serve it (or it is empty): then readWireFromDisk() or read().
    */
   readWire(offset: number, opts: WireReadOptions, wire: WireTarget): WireReply | null {
     const q = this.wireQuery(offset, opts, wire);
@@ -534,10 +534,10 @@ export class Partition implements SnapshotOwner {
     if (committed && (this.txnPending || this.txnError)) return null;
     const end = committed ? this.lastStableOffset : this.highWatermark;
     if (offset >= end) return null;
-    // Records of aborted transactions are left out by the predicate read() applies, over the offsets read.
+    // Aborted records are left out by read()'s predicate; markers also at either isolation in a RecordBatch v2 reply (Kafka's Fetch reads so).
     const index = committed ? this.txns : null;
     const abortedFor = index ? (from: number, to: number) => index.abortedFilter(from, to) : null;
-    return { opts: { maxRecords: opts.maxRecords, maxBytes: opts.maxBytes, maxOffset: end }, w: { ...wire, partition: this.id, skipControl: committed, abortedFor } };
+    return { opts: { maxRecords: opts.maxRecords, maxBytes: opts.maxBytes, maxOffset: end }, w: { ...wire, partition: this.id, skipControl: committed || wire.format === 'record_batch_v2', abortedFor } };
   }
 
   /**

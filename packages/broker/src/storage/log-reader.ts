@@ -3,15 +3,15 @@
  * files, stepping over the gaps compaction leaves and retrying in the replacement when a compaction swap
  * races with the read; and the timestamp lookup.
  */
-import { replyHeaderSize, setReplyCount, writeReplyHeader, writeTrailer } from 'tributary-protocol/batch.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { storageError } from './log-fs.js';
 import type { ReadOptions } from './log-options.js';
 import type { LogState } from './log-state.js';
-import { ATTR_END_OF_APPEND, decodeRecord, inspectRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK, writeWireRecord } from './record-codec.js';
+import { ATTR_END_OF_APPEND, decodeRecord, inspectRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } from './record-codec.js';
 import type { SegmentFds } from './segment-fds.js';
-import { leftOut, type WireReadRequest, wireValueLength } from './tail-cache.js';
+import { replyWriter } from './reply-writer.js';
+import { leftOut, type WireReadRequest } from './tail-cache.js';
 
 /** A CONSUME reply batch written from stored bytes (LogReader.readWire, readWireFromDisk). */
 export interface WireReply {
@@ -71,10 +71,11 @@ export class LogReader {
     if (offset < this.st.logStartOffset || offset > leo) return null;
     const limit = opts.maxOffset === undefined ? leo : Math.min(leo, opts.maxOffset);
     if (offset >= limit || !(opts.maxRecords >= 1)) return null;
-    const r = this.st.cache.readWire(offset, limit, opts.maxRecords, opts.maxBytes, w);
+    const writer = replyWriter(w.format, w.topic, w.partition, w.extensions);
+    if (!writer) return null;
+    const r = this.st.cache.readWire(offset, limit, opts.maxRecords, opts.maxBytes, w, writer);
     if (!r) return null;
-    let at = r.at;
-    if (w.extensions) at = writeTrailer(r.buf, at, { nextOffset: r.nextOffset, highWatermark: this.st.hwm, logStartOffset: this.st.logStartOffset });
+    const at = writer.finish(r.buf, r.at, r.count, { nextOffset: r.nextOffset, highWatermark: this.st.hwm, logStartOffset: this.st.logStartOffset });
     return { frame: at === r.buf.length ? r.buf : r.buf.subarray(0, at), count: r.count, valueBytes: r.valueBytes, nextOffset: r.nextOffset };
   }
 
@@ -164,35 +165,32 @@ export class LogReader {
       if (next === startNext) break;
     }
     if (n === 0) return null;
-    return this.writeWireReply(runs, stored, first, taken, w);
+    return this.writeWireReply(runs, stored, bytes, first, taken, w);
   }
 
-  /** Pass 2 of readWireFromDisk: the reply batch of the records in `runs` (validated, `stored` bytes). */
-  private writeWireReply(runs: Array<{ buf: Buffer; from: number; to: number }>, stored: number, first: number, next: number, w: WireReadRequest): WireReply | null {
-    const topicLen = Buffer.byteLength(w.topic, 'utf8');
-    if (topicLen > 0xffff) return null;
-    const ext = w.extensions;
-    // A wire record is never larger than its stored form, so this bounds the frame.
-    const size = replyHeaderSize(topicLen) + stored + (ext ? 24 : 0);
+  /** Pass 2 of readWireFromDisk: the reply of the records in `runs` (validated; `stored` bytes, charged `charged`). */
+  private writeWireReply(runs: Array<{ buf: Buffer; from: number; to: number }>, stored: number, charged: number, first: number, next: number, w: WireReadRequest): WireReply | null {
+    const writer = replyWriter(w.format, w.topic, w.partition, w.extensions);
+    if (!writer) return null;
+    const size = writer.bound(stored, charged);
     const buf = w.alloc ? w.alloc(size) : Buffer.allocUnsafe(size);
-    const recordsAt = writeReplyHeader(buf, w.topic, topicLen, w.partition, 0);
+    let at = writer.begin(buf);
     const skipAborted = w.abortedFor ? w.abortedFor(first, next) : null;
-    let at = recordsAt;
     let count = 0;
     let valueBytes = 0;
     for (const run of runs) {
       const src = run.buf;
       for (let p = run.from; p < run.to; p += 4 + src.readUInt32BE(p)) {
-        if (leftOut(src, p, src.readUInt32BE(p + 8) * 0x100000000 + src.readUInt32BE(p + 12), w.skipControl, skipAborted)) continue;
-        const end = writeWireRecord(src, p, buf, at, ext);
+        const offset = src.readUInt32BE(p + 8) * 0x100000000 + src.readUInt32BE(p + 12);
+        if (leftOut(src, p, offset, w.skipControl, skipAborted)) continue;
+        const end = writer.record(src, p, offset, buf, at);
         if (end < 0) return null;
-        valueBytes += wireValueLength(buf, at);
+        valueBytes += writer.valueLength;
         at = end;
         count++;
       }
     }
-    setReplyCount(buf, recordsAt, count);
-    if (ext) at = writeTrailer(buf, at, { nextOffset: next, highWatermark: this.st.hwm, logStartOffset: this.st.logStartOffset });
+    at = writer.finish(buf, at, count, { nextOffset: next, highWatermark: this.st.hwm, logStartOffset: this.st.logStartOffset });
     return { frame: at === buf.length ? buf : buf.subarray(0, at), count, valueBytes, nextOffset: next };
   }
 

@@ -325,3 +325,63 @@ export function writeWireFromStoredBatch(src: Buffer, pos: number, from: number,
   wireOut.nextOffset = base + r32s(src, pos + LAST_OFFSET_DELTA) + 1;
   return at;
 }
+
+/** After writeV2RecordFromStored: the value bytes of the record written. */
+export const v2Out = { valueLength: 0 };
+
+/**
+ * Writes the record stored at `pos` of `src` in the current layout (record-codec.ts; written by this
+ * process or validated) as a RecordBatch v2 record at `at` of `dst`, with the given deltas from its batch's
+ * base offset and base timestamp: the reading side of the migration (segments of the current layout
+ * served as RecordBatch v2). Attributes stay with the batch. A record takes at most its stored size plus 2
+ * bytes per header. Returns the end.
+ */
+export function writeV2RecordFromStored(src: Buffer, pos: number, dst: Buffer, at: number, offsetDelta: number, tsDelta: number): number {
+  const recEnd = pos + 4 + (src[pos]! * 0x1000000 + ((src[pos + 1]! << 16) | (src[pos + 2]! << 8) | src[pos + 3]!));
+  // Past the producer id, epoch and sequence: the key (i32 length, -1 = null), the value (u32 length).
+  const k = pos + 27 + ((src[pos + 25]! << 8) | src[pos + 26]!) + 16;
+  const keyLen = r32s(src, k);
+  const v = k + 4 + Math.max(keyLen, 0);
+  const valueLen = r32u(src, v);
+  const h0 = v + 4 + valueLen;
+  const hc = (src[h0]! << 8) | src[h0 + 1]!;
+  let headerBytes = 0;
+  for (let h = h0 + 2, j = 0; j < hc; j++) {
+    const hk = (src[h]! << 8) | src[h + 1]!;
+    h += 2 + hk;
+    const hv = r32u(src, h);
+    h += 4 + hv;
+    headerBytes += sizeOfLength(hk) + hk + sizeOfLength(hv) + hv;
+  }
+  const bodyLen =
+    1 + sizeOfVarlong(tsDelta) + sizeOfLength(offsetDelta) + (keyLen < 0 ? 1 : sizeOfLength(keyLen) + keyLen) + sizeOfLength(valueLen) + valueLen + sizeOfLength(hc) + headerBytes;
+  let p = writeVarint(dst, at, bodyLen);
+  dst[p++] = 0;
+  p = writeVarlong(dst, p, tsDelta);
+  p = writeVarint(dst, p, offsetDelta);
+  if (keyLen < 0) dst[p++] = 1; // zigzag -1: no key
+  else {
+    p = writeVarint(dst, p, keyLen);
+    copyRun(src, k + 4, k + 4 + keyLen, dst, p);
+    p += keyLen;
+  }
+  p = writeVarint(dst, p, valueLen);
+  copyRun(src, v + 4, h0, dst, p);
+  p += valueLen;
+  p = writeVarint(dst, p, hc);
+  for (let h = h0 + 2, j = 0; j < hc; j++) {
+    const hk = (src[h]! << 8) | src[h + 1]!;
+    p = writeVarint(dst, p, hk);
+    copyRun(src, h + 2, h + 2 + hk, dst, p);
+    p += hk;
+    h += 2 + hk;
+    const hv = r32u(src, h);
+    p = writeVarint(dst, p, hv);
+    copyRun(src, h + 4, h + 4 + hv, dst, p);
+    p += hv;
+    h += 4 + hv;
+    if (j === hc - 1 && h !== recEnd) throw new Error(`stored record at ${pos}: headers end at ${h}, the record at ${recEnd}`);
+  }
+  v2Out.valueLength = valueLen;
+  return p;
+}

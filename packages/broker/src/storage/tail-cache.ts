@@ -2,9 +2,9 @@
  * The tail cache of a partition log: recently appended records served to tail readers without a disk read,
  * and written straight into CONSUME reply batches (docs/protocol.md) by readWire.
  */
-import { replyHeaderSize, setReplyCount, writeReplyHeader } from 'tributary-protocol/batch.js';
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
-import { decodeOwnRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK, writeWireRecord } from './record-codec.js';
+import { decodeOwnRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } from './record-codec.js';
+import type { ReplyWriter, WireFormat } from './reply-writer.js';
 import type { BudgetedCache, TailCacheBudget } from './tail-cache-budget.js';
 
 /**
@@ -60,10 +60,12 @@ export interface WireReadRequest {
   abortedFor?: ((from: number, to: number) => WireReadRequest['skipAborted']) | null;
   /** Where the reply's memory comes from (the broker's ReplyBuffers); Buffer.allocUnsafe without it. */
   alloc?: (bytes: number) => Buffer;
+  /** What the reply is (reply-writer.ts): a CONSUME reply batch unless said otherwise. */
+  format?: WireFormat;
 }
 
 export interface WireRead {
-  /** The batch so far: header and records up to `at` (room for a trailer after it). */
+  /** The reply so far: what the writer's begin() wrote and the records, up to `at` (its finish() completes it). */
   buf: Buffer;
   at: number;
   count: number;
@@ -82,14 +84,6 @@ export function leftOut(src: Buffer, pos: number, offset: number, skipControl: b
     return skipAborted(offset, producerId, src[pos + 24] & USER_ATTR_MASK);
   }
   return false;
-}
-
-/** Value length of the wire record at `at` (producer id and key lengths walked from the start). */
-export function wireValueLength(buf: Buffer, at: number): number {
-  let p = at + 16;
-  p += 2 + ((buf[p] << 8) | buf[p + 1]);
-  p += 2 + ((buf[p] << 8) | buf[p + 1]) + 8;
-  return buf[p] * 0x1000000 + ((buf[p + 1] << 16) | (buf[p + 2] << 8) | buf[p + 3]);
 }
 
 /**
@@ -255,11 +249,12 @@ export class TailCache implements BudgetedCache {
   }
 
   /**
-   * Like read(), but writes the records straight into a CONSUME reply batch (wire layout, no LogRecord per
-   * record): the same records read() would return, minus control records when `w.skipControl`. Null when
-   * the cache does not hold `offset` or a record cannot go on the wire (the caller takes the slow path).
+   * Like read(), but writes the records straight into a reply with `writer` (reply-writer.ts: a CONSUME reply
+   * batch, or a RecordBatch v2; no LogRecord per record): the same records read() would return, minus control
+   * records when `w.skipControl`. Null when the cache does not hold `offset` or a record cannot go out (the
+   * caller takes the slow path).
    */
-  readWire(offset: number, limit: number, maxRecords: number, maxBytes: number, w: WireReadRequest): WireRead | null {
+  readWire(offset: number, limit: number, maxRecords: number, maxBytes: number, w: WireReadRequest, writer: ReplyWriter): WireRead | null {
     if (this.empty || offset < this.start || offset >= this.end) return null;
     // Pass 1: which records, by the same rules as read() (stored sizes only, no parsing).
     const k0 = this.chunkFor(offset);
@@ -284,16 +279,11 @@ export class TailCache implements BudgetedCache {
       i++;
     }
     if (n === 0) return null;
-    const topicLen = Buffer.byteLength(w.topic, 'utf8');
-    if (topicLen > 0xffff) return null;
-    // A wire record is never larger than its stored form, so this bounds the frame.
-    const size = replyHeaderSize(topicLen) + stored + (w.extensions ? 24 : 0);
+    const size = writer.bound(stored, bytes);
     const buf = w.alloc ? w.alloc(size) : Buffer.allocUnsafe(size);
-    const recordsAt = writeReplyHeader(buf, w.topic, topicLen, w.partition, 0);
-    let at = recordsAt;
+    let at = writer.begin(buf);
     let count = 0;
     let valueBytes = 0;
-    const ext = w.extensions;
     const skipControl = w.skipControl;
     const skipAborted = w.skipAborted ?? null;
     k = k0;
@@ -307,15 +297,12 @@ export class TailCache implements BudgetedCache {
       const src = c.buf;
       const pos = c.starts[i];
       if (leftOut(src, pos, c.base + i, skipControl, skipAborted)) continue;
-      const end = writeWireRecord(src, pos, buf, at, ext);
+      const end = writer.record(src, pos, c.base + i, buf, at);
       if (end < 0) return null;
-      // The value length field sits 4 bytes before the value, which ends the record (plus, with extensions,
-      // timestamp, attributes and headers): recover it from the wire bytes just written.
-      valueBytes += wireValueLength(buf, at);
+      valueBytes += writer.valueLength;
       at = end;
       count++;
     }
-    setReplyCount(buf, recordsAt, count);
     const nextOffset = offset + n;
     return { buf, at, count, valueBytes, nextOffset };
   }

@@ -1,6 +1,6 @@
 /**
- * Fetch (v4+): records from the partition log re-encoded as one RecordBatch v2 per partition (stored
- * records are not RecordBatch v2 yet; docs/kafka.md). read_committed reads up to the last stable offset
+ * Fetch (v4+): records from the partition log written as one RecordBatch v2 per partition straight from
+ * the stored bytes, no object per record (stored records are not RecordBatch v2 yet; docs/kafka.md). read_committed reads up to the last stable offset
  * without aborted records and markers, so no aborted-transaction list is needed; read_uncommitted reads up
  * to the high watermark, markers left out (clients skip control batches anyway; a read of nothing else
  * answers one, asRecordBatch). Offsets keep their gaps
@@ -26,6 +26,8 @@ import { errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 const EMPTY: Buffer = Buffer.alloc(0);
+/** A wire read's target for Fetch: one RecordBatch v2 (topic and extensions do not apply to it). */
+const V2_TARGET = { topic: '', extensions: true, format: 'record_batch_v2' } as const;
 /** Records per partition per response: a bound besides the byte limits. */
 const MAX_RECORDS = 10_000;
 /** Room left in a frame for the response's own fields (CONSUME keeps the same). */
@@ -100,19 +102,41 @@ async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation
     p.checkOffset(w.offset);
     let records: Buffer = EMPTY;
     if (budget.bytes > 0) {
-      const read = await p.read(w.offset, { maxRecords: MAX_RECORDS, maxBytes: Math.max(1, Math.min(w.maxBytes, budget.bytes)), isolation });
-      records = asRecordBatch(read.records, read.nextOffset, w.offset);
+      const opts = { maxRecords: MAX_RECORDS, maxBytes: Math.max(1, Math.min(w.maxBytes, budget.bytes)), isolation };
+      // The stored records written straight into the batch (no object per record or header), from the tail
+      // cache or the segment files; a read of nothing but markers or aborted records (it answers a control
+      // batch) and what the wire paths decline (a race with retention or compaction) take read().
+      let wire = p.readWire(w.offset, opts, V2_TARGET) ?? (await p.readWireFromDisk(w.offset, opts, V2_TARGET));
+      if (wire && wire.count === 0) wire = null;
+      let nextOffset: number;
+      let returned: boolean;
+      if (wire) {
+        records = wire.frame;
+        nextOffset = wire.nextOffset;
+        returned = true;
+        count.records = wire.count;
+        count.bytes = wire.valueBytes;
+      } else {
+        const read = await p.read(w.offset, opts);
+        records = asRecordBatch(read.records, read.nextOffset, w.offset);
+        nextOffset = read.nextOffset;
+        returned = read.records.length > 0;
+        for (const r of read.records) {
+          if ((r.attributes & RecordAttr.CONTROL) !== 0) continue;
+          count.records++;
+          count.bytes += r.value.length;
+        }
+      }
       // A read returns at least one record; past the first partition that returned some, one that does not
       // fit what is left of the budget is left for the next fetch, as Kafka does.
-      if (budget.returned && records.length > budget.bytes) return { ...base, errorCode: 0, highWatermark: p.highWatermark, lastStableOffset: p.lastStableOffset, logStartOffset: p.earliest, records: EMPTY };
-      budget.bytes -= records.length;
-      if (read.records.length > 0) budget.returned = true;
-      count.capped = read.nextOffset - w.offset >= MAX_RECORDS && read.nextOffset < (isolation === 'read_committed' ? p.lastStableOffset : p.highWatermark);
-      for (const r of read.records) {
-        if ((r.attributes & RecordAttr.CONTROL) !== 0) continue;
-        count.records++;
-        count.bytes += r.value.length;
+      if (budget.returned && records.length > budget.bytes) {
+        count.records = 0;
+        count.bytes = 0;
+        return { ...base, errorCode: 0, highWatermark: p.highWatermark, lastStableOffset: p.lastStableOffset, logStartOffset: p.earliest, records: EMPTY };
       }
+      budget.bytes -= records.length;
+      if (returned) budget.returned = true;
+      count.capped = nextOffset - w.offset >= MAX_RECORDS && nextOffset < (isolation === 'read_committed' ? p.lastStableOffset : p.highWatermark);
     }
     return { ...base, errorCode: 0, highWatermark: p.highWatermark, lastStableOffset: p.lastStableOffset, logStartOffset: p.earliest, records };
   } catch (err) {
