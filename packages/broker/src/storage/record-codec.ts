@@ -395,7 +395,7 @@ export function storedHeaderCount(buf: Buffer, pos: number): number {
 }
 
 /** Copies src[s, e) to dst at `at`: short runs byte by byte (cheaper than a view), longer ones with set. */
-function copyRun(src: Buffer, s: number, e: number, dst: Buffer, at: number): void {
+export function copyRun(src: Buffer, s: number, e: number, dst: Buffer, at: number): void {
   const n = e - s;
   if (n <= 32) {
     for (let i = 0; i < n; i++) dst[at + i] = src[s + i]!;

@@ -43,6 +43,7 @@ import {
   w64,
 } from 'tributary-protocol/record-batch/layout.js';
 import { readVarint, readVarlong, sizeOfVarlong, varEnd, writeVarint, writeVarlong } from 'tributary-protocol/record-batch/varint.js';
+import { copyRun } from './record-codec.js';
 
 const TWO_32 = 4294967296;
 
@@ -94,22 +95,74 @@ function sizeOfLength(v: number): number {
   return v < 64 ? 1 : v < 8192 ? 2 : v < 1048576 ? 3 : v < 134217728 ? 4 : 5;
 }
 
-/** Copies src[s, e) to dst at `at`: short runs byte by byte (cheaper than a view), longer ones with set. */
-function copyRun(src: Uint8Array, s: number, e: number, dst: Uint8Array, at: number): void {
-  const n = e - s;
-  if (n <= 32) {
-    for (let i = 0; i < n; i++) dst[at + i] = src[s + i]!;
-  } else {
-    dst.set(new Uint8Array(src.buffer, src.byteOffset + s, n), at);
-  }
-}
-
 /** The record's timestamp as stored: the wire's when positive, else `now`. */
 function wireTimestamp(body: Buffer, ve: number, ext: boolean, now: number): number {
   if (!ext) return now;
   const hi = (body[ve]! << 24) | (body[ve + 1]! << 16) | (body[ve + 2]! << 8) | body[ve + 3]!;
   const ts = hi * TWO_32 + (body[ve + 4]! * 0x1000000 + ((body[ve + 5]! << 16) | (body[ve + 6]! << 8) | body[ve + 7]!));
   return ts > 0 ? ts : now;
+}
+
+/** Where the headers writeV2Record read ended in its source. */
+let headersEnd = 0;
+
+/**
+ * Writes one RecordBatch v2 record at `p` of `dst` from bytes of `src`: the key at `keyAt` (`keyLen`, -1 for
+ * none), the value at `valueAt`, and `hc` headers in Tributary's layout (key u16 length + UTF-8, value u32
+ * length + bytes, as both the wire and the stored records carry them) from `headersAt`. Returns the end.
+ */
+function writeV2Record(
+  src: Buffer,
+  keyAt: number,
+  keyLen: number,
+  valueAt: number,
+  valueLen: number,
+  headersAt: number,
+  hc: number,
+  tsDelta: number,
+  offsetDelta: number,
+  dst: Buffer,
+  p: number,
+): number {
+  let headerBytes = 0;
+  let h = headersAt;
+  for (let j = 0; j < hc; j++) {
+    const hk = (src[h]! << 8) | src[h + 1]!;
+    const hv = r32u(src, h + 2 + hk);
+    h += 6 + hk + hv;
+    headerBytes += sizeOfLength(hk) + hk + sizeOfLength(hv) + hv;
+  }
+  const bodyLen =
+    1 + sizeOfVarlong(tsDelta) + sizeOfLength(offsetDelta) + (keyLen < 0 ? 1 : sizeOfLength(keyLen) + keyLen) + sizeOfLength(valueLen) + valueLen + sizeOfLength(hc) + headerBytes;
+  p = writeVarint(dst, p, bodyLen);
+  dst[p++] = 0;
+  p = writeVarlong(dst, p, tsDelta);
+  p = writeVarint(dst, p, offsetDelta);
+  if (keyLen < 0) dst[p++] = 1; // zigzag -1: no key
+  else {
+    p = writeVarint(dst, p, keyLen);
+    copyRun(src, keyAt, keyAt + keyLen, dst, p);
+    p += keyLen;
+  }
+  p = writeVarint(dst, p, valueLen);
+  copyRun(src, valueAt, valueAt + valueLen, dst, p);
+  p += valueLen;
+  p = writeVarint(dst, p, hc);
+  h = headersAt;
+  for (let j = 0; j < hc; j++) {
+    const hk = (src[h]! << 8) | src[h + 1]!;
+    p = writeVarint(dst, p, hk);
+    copyRun(src, h + 2, h + 2 + hk, dst, p);
+    p += hk;
+    h += 2 + hk;
+    const hv = r32u(src, h);
+    p = writeVarint(dst, p, hv);
+    copyRun(src, h + 4, h + 4 + hv, dst, p);
+    p += hv;
+    h += 4 + hv;
+  }
+  headersEnd = h;
+  return p;
 }
 
 /**
@@ -133,52 +186,9 @@ export function writeStoredBatchFromWire(batch: ScannedBatch, buf: Buffer, pos: 
     if (i === 0) baseTs = ts;
     if (ts > maxTs) maxTs = ts;
     const tsDelta = ts - baseTs;
-    // Headers as on the wire: count u16, each key u16 + bytes, value u32 + bytes.
-    const he = ext ? starts[i + 1]! : ve;
     const hc = ext ? (body[ve + 9]! << 8) | body[ve + 10]! : 0;
-    let headerBytes = 0;
-    if (hc > 0) {
-      let h = ve + 11;
-      for (let j = 0; j < hc; j++) {
-        const hk = (body[h]! << 8) | body[h + 1]!;
-        h += 2 + hk;
-        const hv = body[h]! * 0x1000000 + ((body[h + 1]! << 16) | (body[h + 2]! << 8) | body[h + 3]!);
-        h += 4 + hv;
-        headerBytes += sizeOfLength(hk) + hk + sizeOfLength(hv) + hv;
-      }
-    }
-    const bodyLen =
-      1 + sizeOfVarlong(tsDelta) + sizeOfLength(i) + (keyLen === 0 ? 1 : sizeOfLength(keyLen) + keyLen) + sizeOfLength(valueLen) + valueLen + sizeOfLength(hc) + headerBytes;
-    p = writeVarint(buf, p, bodyLen);
-    buf[p++] = 0;
-    p = writeVarlong(buf, p, tsDelta);
-    p = writeVarint(buf, p, i);
-    if (keyLen === 0) buf[p++] = 1; // zigzag -1: no key
-    else {
-      p = writeVarint(buf, p, keyLen);
-      copyRun(body, k + 2, k + 2 + keyLen, buf, p);
-      p += keyLen;
-    }
-    p = writeVarint(buf, p, valueLen);
-    copyRun(body, v + 4, ve, buf, p);
-    p += valueLen;
-    p = writeVarint(buf, p, hc);
-    if (hc > 0) {
-      let h = ve + 11;
-      for (let j = 0; j < hc; j++) {
-        const hk = (body[h]! << 8) | body[h + 1]!;
-        p = writeVarint(buf, p, hk);
-        copyRun(body, h + 2, h + 2 + hk, buf, p);
-        p += hk;
-        h += 2 + hk;
-        const hv = body[h]! * 0x1000000 + ((body[h + 1]! << 16) | (body[h + 2]! << 8) | body[h + 3]!);
-        p = writeVarint(buf, p, hv);
-        copyRun(body, h + 4, h + 4 + hv, buf, p);
-        p += hv;
-        h += 4 + hv;
-      }
-      if (h !== he) throw new Error('stored batch: wire headers do not end their record');
-    }
+    p = writeV2Record(body, k + 2, keyLen === 0 ? -1 : keyLen, v + 4, valueLen, ve + 11, hc, tsDelta, i, buf, p);
+    if (ext && headersEnd !== starts[i + 1]!) throw new Error('stored batch: wire headers do not end their record');
   }
   w64(buf, pos, stamp.baseOffset);
   w32(buf, pos + BATCH_LENGTH, p - pos - LOG_OVERHEAD);
@@ -345,43 +355,8 @@ export function writeV2RecordFromStored(src: Buffer, pos: number, dst: Buffer, a
   const valueLen = r32u(src, v);
   const h0 = v + 4 + valueLen;
   const hc = (src[h0]! << 8) | src[h0 + 1]!;
-  let headerBytes = 0;
-  for (let h = h0 + 2, j = 0; j < hc; j++) {
-    const hk = (src[h]! << 8) | src[h + 1]!;
-    h += 2 + hk;
-    const hv = r32u(src, h);
-    h += 4 + hv;
-    headerBytes += sizeOfLength(hk) + hk + sizeOfLength(hv) + hv;
-  }
-  const bodyLen =
-    1 + sizeOfVarlong(tsDelta) + sizeOfLength(offsetDelta) + (keyLen < 0 ? 1 : sizeOfLength(keyLen) + keyLen) + sizeOfLength(valueLen) + valueLen + sizeOfLength(hc) + headerBytes;
-  let p = writeVarint(dst, at, bodyLen);
-  dst[p++] = 0;
-  p = writeVarlong(dst, p, tsDelta);
-  p = writeVarint(dst, p, offsetDelta);
-  if (keyLen < 0) dst[p++] = 1; // zigzag -1: no key
-  else {
-    p = writeVarint(dst, p, keyLen);
-    copyRun(src, k + 4, k + 4 + keyLen, dst, p);
-    p += keyLen;
-  }
-  p = writeVarint(dst, p, valueLen);
-  copyRun(src, v + 4, h0, dst, p);
-  p += valueLen;
-  p = writeVarint(dst, p, hc);
-  for (let h = h0 + 2, j = 0; j < hc; j++) {
-    const hk = (src[h]! << 8) | src[h + 1]!;
-    p = writeVarint(dst, p, hk);
-    copyRun(src, h + 2, h + 2 + hk, dst, p);
-    p += hk;
-    h += 2 + hk;
-    const hv = r32u(src, h);
-    p = writeVarint(dst, p, hv);
-    copyRun(src, h + 4, h + 4 + hv, dst, p);
-    p += hv;
-    h += 4 + hv;
-    if (j === hc - 1 && h !== recEnd) throw new Error(`stored record at ${pos}: headers end at ${h}, the record at ${recEnd}`);
-  }
+  const p = writeV2Record(src, k + 4, keyLen, v + 4, valueLen, h0 + 2, hc, tsDelta, offsetDelta, dst, at);
+  if (headersEnd !== recEnd) throw new Error(`stored record at ${pos}: headers end at ${headersEnd}, the record at ${recEnd}`);
   v2Out.valueLength = valueLen;
   return p;
 }
