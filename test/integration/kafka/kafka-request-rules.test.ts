@@ -5,7 +5,8 @@
  * INVALID_REQUEST; a partition twice in ListOffsets is INVALID_REQUEST for each entry; ApiVersions v3 checks
  * the client software name and version; Fetch and ListOffsets check `currentLeaderEpoch`; an incremental
  * fetch of a session this broker never handed out is FETCH_SESSION_ID_NOT_FOUND; an offset or timestamp
- * beyond 2^53 is answered for its partition instead of closing the connection.
+ * beyond 2^53 is answered for its partition instead of closing the connection, and a Fetch's logStartOffset
+ * beyond it (a follower's field, which a consumer's Fetch carries as -1) is read and the request served.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
@@ -305,6 +306,17 @@ describe('Kafka request rules', () => {
         ['big-fetch', 0],
         ['big-fetch-2', OFFSET_OUT_OF_RANGE],
       ]);
+    });
+
+    it('Fetch with a logStartOffset (a follower field) beyond 2^53 is answered as any other, the connection kept', async () => {
+      await c.command('CREATE', { topic: 'big-log-start', partitions: 1 });
+      await c.command('PUBLISH', { topic: 'big-log-start', partition: 0, message: 'x' });
+      const withLogStart = { topic: 'big-log-start', partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, logStartOffset: SENTINEL, partitionMaxBytes: 1 << 20 }] };
+      for (const value of [1n << 60n, -(1n << 60n), (1n << 63n) - 1n, -(1n << 63n), 1n << 53n]) {
+        const res = await answer(raw, 1, 11, patched(1, 11, fetchOf([withLogStart]), value));
+        const p = (res.responses as KafkaStruct[])[0]!.partitions as KafkaStruct[];
+        expect([p[0]!.errorCode, p[0]!.highWatermark, (p[0]!.records as Buffer).length > 0], String(value)).toEqual([0, 1, true]);
+      }
     });
 
     it('ListOffsets for timestamp 2^62 finds no record (offset -1, error 0); -2^62 is answered as -1000 is', async () => {

@@ -99,7 +99,7 @@ export const KAFKAJS_CASES: KafkajsCase[] = [
           {
             topic: 'orders',
             partitions: [
-              { partition: 2, fetchOffset: 77n, partitionMaxBytes: 65536, ...when(v >= 9, { currentLeaderEpoch: 4 }), ...when(v >= 5, { logStartOffset: -1 }) },
+              { partition: 2, fetchOffset: 77n, partitionMaxBytes: 65536, ...when(v >= 9, { currentLeaderEpoch: 4 }), ...when(v >= 5, { logStartOffset: -1n }) },
             ],
           },
         ],

@@ -68,7 +68,7 @@ export const PLATFORMATIC_CASES: PlatformaticCase[] = [
       topics: [
         {
           topic: 'orders',
-          partitions: [{ partition: 0, currentLeaderEpoch: 3, fetchOffset: 10n, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1000 }],
+          partitions: [{ partition: 0, currentLeaderEpoch: 3, fetchOffset: 10n, lastFetchedEpoch: -1, logStartOffset: -1n, partitionMaxBytes: 1000 }],
         },
       ],
       forgottenTopicsData: [],

@@ -26,7 +26,8 @@ export const Fetch = api(
         // Any int64: one beyond 2^53 is answered for its partition (OFFSET_OUT_OF_RANGE), not refused as a request.
         f('fetchOffset', 'bigint64'),
         f('lastFetchedEpoch', 'int32', '12+', { default: -1 }),
-        f('logStartOffset', 'int64', '5+', { default: -1 }),
+        // A follower's log start (consumers send -1), not used here: any int64 is read, never refused.
+        f('logStartOffset', 'bigint64', '5+', { default: -1n }),
         f('partitionMaxBytes', 'int32'),
       ]),
     ]),
