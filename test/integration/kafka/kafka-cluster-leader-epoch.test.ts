@@ -2,7 +2,8 @@
  * Fetch and ListOffsets check `currentLeaderEpoch` in a cluster against the epoch the partition's leader
  * serves, the one Metadata reports (docs/kafka.md, "In a cluster"): once a killed leader was replaced, a
  * client still at the old epoch is FENCED_LEADER_EPOCH (it refreshes its metadata), one ahead of the leader
- * UNKNOWN_LEADER_EPOCH, and one at Metadata's epoch is served.
+ * UNKNOWN_LEADER_EPOCH, and one at Metadata's epoch is served. A follower checks the epoch before it says
+ * it does not lead, as Kafka's does: FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH, else NOT_LEADER_OR_FOLLOWER.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
@@ -48,6 +49,21 @@ describe('currentLeaderEpoch on a cluster', () => {
       expect([await fetchCode(raw, epoch + 1), await listCode(raw, epoch + 1)]).toEqual([UNKNOWN, UNKNOWN]);
       // Not checked: -1.
       expect([await fetchCode(raw, -1), await listCode(raw, -1)]).toEqual([0, 0]);
+
+      // A follower checks the epoch first, as Kafka's Partition.getLocalLog: only a request at the epoch it
+      // knows learns that it does not lead.
+      const followerId = [0, 1, 2].find((id) => id !== first.id && id !== next.id)!;
+      const follower = await RawKafka.connect(cluster.broker(followerId).kafkaPort);
+      try {
+        const NOT_LEADER = kafkaErrorCode('NOT_LEADER_OR_FOLLOWER');
+        await cluster.waitFor('the follower at the new epoch', async () => (await fetchCode(follower, epoch)) === NOT_LEADER);
+        expect([await fetchCode(follower, epoch), await listCode(follower, epoch)]).toEqual([NOT_LEADER, NOT_LEADER]);
+        expect([await fetchCode(follower, -1), await listCode(follower, -1)]).toEqual([NOT_LEADER, NOT_LEADER]);
+        expect([await fetchCode(follower, first.epoch), await listCode(follower, first.epoch)]).toEqual([FENCED, FENCED]);
+        expect([await fetchCode(follower, epoch + 1), await listCode(follower, epoch + 1)]).toEqual([UNKNOWN, UNKNOWN]);
+      } finally {
+        follower.socket.destroy();
+      }
     } finally {
       raw.socket.destroy();
       await cluster.broker(first.id).relaunch();

@@ -18,17 +18,28 @@ export function leaderGate(ctx: KafkaRequestContext, partition: Partition, acks?
 }
 
 /**
- * leaderGate, then Kafka's check of a request's currentLeaderEpoch (Partition.checkCurrentLeaderEpoch)
- * against the epoch served, the one Metadata reports (the replica's in a cluster, 0 standalone): older is
- * FENCED_LEADER_EPOCH (the client's metadata is stale: it refreshes it), newer UNKNOWN_LEADER_EPOCH (this
- * broker has not caught up: the client retries). `requested` undefined: not checked (each API says which
- * values Kafka leaves unchecked). Returns the epoch served.
+ * Kafka's check of a request's currentLeaderEpoch (Partition.checkCurrentLeaderEpoch), then leaderGate, in
+ * the order of Kafka's Partition.getLocalLog: a replica of the partition (a follower too) compares the
+ * epoch with the one it knows first, so a client behind it is FENCED_LEADER_EPOCH (its metadata is stale:
+ * it refreshes it) and one ahead UNKNOWN_LEADER_EPOCH (this broker has not caught up: the client retries),
+ * and only a request at that epoch learns that this broker does not lead (NOT_LEADER_OR_FOLLOWER). A
+ * broker that holds no replica of the partition answers NOT_LEADER_OR_FOLLOWER whatever the epoch, as
+ * Kafka's answers for a partition it does not host. The leader serves the epoch Metadata reports (the
+ * replica's in a cluster, 0 standalone). `requested` undefined: not checked (each API says which values
+ * Kafka leaves unchecked). Returns the epoch served.
  */
 export function leaderEpochGate(ctx: KafkaRequestContext, partition: Partition, requested: number | undefined): number {
+  const replica = ctx.broker.cluster?.replicas.get(partition.topic, partition.id);
+  if (replica && replica.role !== 'none') checkEpoch(partition, requested, replica.leaderEpoch);
   const served = leaderGate(ctx, partition) ?? 0;
-  if (requested === undefined || requested === served) return served;
-  const which = requested < served ? 'FENCED_LEADER_EPOCH' : 'UNKNOWN_LEADER_EPOCH';
-  throw new KafkaApiError(which, `leader epoch ${requested} where ${partition.topic}[${partition.id}] is led at epoch ${served}`);
+  checkEpoch(partition, requested, served);
+  return served;
+}
+
+function checkEpoch(partition: Partition, requested: number | undefined, known: number): void {
+  if (requested === undefined || requested === known) return;
+  const which = requested < known ? 'FENCED_LEADER_EPOCH' : 'UNKNOWN_LEADER_EPOCH';
+  throw new KafkaApiError(which, `leader epoch ${requested} where ${partition.topic}[${partition.id}] is at epoch ${known} on this broker`);
 }
 
 /**
