@@ -69,7 +69,22 @@ export async function initTransactional(ctx: KafkaRequestContext, version: numbe
     const r = await txns.initProducerId(id, timeout);
     return { throttleTimeMs: 0, errorCode: 0, producerId: BigInt(r.producerId), producerEpoch: r.epoch };
   } catch (err) {
+    // The id's previous transaction is decided but not finished (its markers or offsets failed; the
+    // coordinator retries them): Kafka's coordinator answers an id in PrepareCommit or PrepareAbort
+    // CONCURRENT_TRANSACTIONS, on which clients back off and retry. The storage failure under it would
+    // map to NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, sending them to look for another coordinator.
+    if (finishPending(ctx, id)) return fail(code('CONCURRENT_TRANSACTIONS'));
     return fail(coordinatorTxnCode(err, version >= 4));
+  }
+}
+
+/** Whether this broker coordinates the id and its transaction is decided but not finished yet. */
+function finishPending(ctx: KafkaRequestContext, id: string): boolean {
+  try {
+    const state = ctx.broker.transactions.status(id).state;
+    return state === 'committing' || state === 'aborting';
+  } catch {
+    return false; // not this broker's id (any more), or an unknown one
   }
 }
 
