@@ -18,6 +18,12 @@ export class BrokerMetrics {
   });
   readonly errors = new client.Counter({ name: 'tributary_request_errors_total', help: 'Error replies by code', labelNames: ['code'], registers: [this.registry] });
   readonly connections = new client.Gauge({ name: 'tributary_connections', help: 'Open client connections', registers: [this.registry] });
+  /** docs/kafka.md, "Requests in flight": each Kafka connection stops being read past MAX_PENDING_REQUEST_BYTES of them. */
+  readonly kafkaPendingRequestBytes = new client.Gauge({
+    name: 'tributary_kafka_pending_request_bytes',
+    help: 'Bytes of Kafka requests read from open connections and not yet answered, every connection together',
+    registers: [this.registry],
+  });
   readonly connectionsRejected = new client.Counter({ name: 'tributary_connections_rejected_total', help: 'Connections refused or closed by a limit', labelNames: ['reason'], registers: [this.registry] });
   readonly partitions = new client.Gauge({ name: 'tributary_partitions', help: 'Partitions hosted by this broker', registers: [this.registry] });
   readonly topics = new client.Gauge({ name: 'tributary_topics', help: 'Topics known to this broker', registers: [this.registry] });

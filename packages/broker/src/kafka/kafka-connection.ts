@@ -1,6 +1,7 @@
 /**
  * One client connection on the Kafka port. Requests may be pipelined: each starts when it is read, and
- * responses go out in request order, as Kafka clients require. What cannot be answered (a frame that is
+ * responses go out in request order, as Kafka clients require; past 256 of them, or 16 MiB, unanswered the
+ * connection is not read until responses went out (MAX_PENDING_REQUEST_BYTES). What cannot be answered (a frame that is
  * not a request, an unknown API key, a version outside the advertised range of an API other than
  * ApiVersions) closes the connection, as a Kafka broker does; an ApiVersions request of a newer version
  * gets the KIP-511 downgrade reply (docs/kafka.md, "Bad input"). With authentication on, nothing but
@@ -24,6 +25,16 @@ import { decodeRequest, encodeApiVersionsUnsupported, encodeResponseParts, peekR
 
 /** Past this many unanswered requests the connection stops reading until responses went out. */
 const MAX_IN_FLIGHT = 256;
+/**
+ * Past this many bytes of requests read and not yet answered (the requests in flight and what is buffered
+ * of the next ones) a connection stops reading until responses went out, as a Kafka broker reads one
+ * request per connection at a time: 256 pipelined requests of up to `--max-frame-bytes` each would be
+ * 16 GiB. One request alone is always read whole (up to `--max-frame-bytes`), so a connection holds at
+ * most this, or one larger request, plus a socket read (docs/kafka.md, "Requests in flight").
+ */
+export const MAX_PENDING_REQUEST_BYTES = 16 * 1024 * 1024;
+/** A frame's size prefix, counted with its request. */
+const FRAME_PREFIX = 4;
 /** The APIs served before a connection authenticated (authentication on). */
 const BEFORE_AUTHENTICATION = new Set([API_VERSIONS_KEY, SaslHandshake.apiKey, SaslAuthenticate.apiKey]);
 /** How long a connection that is being ended gets to take its last response. */
@@ -55,11 +66,15 @@ export class KafkaConnection {
   /** The response chain: each request's response is written after the previous one's. */
   private tail: Promise<void> = Promise.resolve();
   private inFlight = 0;
+  /** Bytes read from the socket whose requests are not answered yet (MAX_PENDING_REQUEST_BYTES). */
+  private unanswered = 0;
   private closed = false;
   /** The last response is going out, then the connection closes (a failed SASL exchange). */
   private ending = false;
   /** A request before authentication is being answered: the next frame waits for it (pump()). */
   private held = false;
+  /** Shutting down (drain()): the responses in progress go out, no further frame is taken. */
+  private draining = false;
   /** The request budget (a token bucket that may go into debt) and the time reading resumes after a throttle. */
   private tokens: number;
   private refilledAt = performance.now();
@@ -119,6 +134,8 @@ export class KafkaConnection {
     clearTimeout(this.frameTimer);
     clearTimeout(this.muteTimer);
     clearTimeout(this.stallTimer);
+    this.o.context.broker.metrics.kafkaPendingRequestBytes.dec(this.unanswered);
+    this.unanswered = 0;
     this.abort.abort();
     this.o.logger.debug({ remote: this.remote, reason }, 'Kafka connection closed');
     this.socket.destroy();
@@ -127,14 +144,34 @@ export class KafkaConnection {
 
   /** Lets the responses in progress go out, then closes; for shutdown. */
   async drain(timeoutMs: number): Promise<void> {
+    this.draining = true;
     this.socket.pause();
     await Promise.race([this.tail, new Promise((r) => setTimeout(r, timeoutMs).unref())]);
     this.close('broker stopping');
   }
 
   private onData(chunk: Buffer): void {
+    this.unanswered += chunk.length;
+    this.o.context.broker.metrics.kafkaPendingRequestBytes.inc(chunk.length);
     this.splitter.append(chunk);
     this.pump();
+    // A frame still arriving counts too: its bytes may be what reaches the limit.
+    this.flow();
+  }
+
+  /** A request was answered (or needs no answer): its bytes are no longer pending. */
+  private answered(bytes: number): void {
+    if (this.closed) return;
+    this.unanswered -= bytes;
+    this.o.context.broker.metrics.kafkaPendingRequestBytes.dec(bytes);
+  }
+
+  /**
+   * The requests not yet answered are at a limit (MAX_IN_FLIGHT, or MAX_PENDING_REQUEST_BYTES while one
+   * is in flight): no frame is taken and nothing read until responses went out.
+   */
+  private get full(): boolean {
+    return this.inFlight >= MAX_IN_FLIGHT || (this.inFlight > 0 && this.unanswered >= MAX_PENDING_REQUEST_BYTES);
   }
 
   /** Authentication is on and this connection has not authenticated (yet). */
@@ -142,10 +179,13 @@ export class KafkaConnection {
     return this.ctx.broker.security.enabled && this.ctx.identity.principal === undefined;
   }
 
-  /** Handles the complete frames buffered: before authentication one at a time, each once the previous was answered. */
+  /**
+   * Handles the complete frames buffered: before authentication one at a time, each once the previous was
+   * answered; after it, while the requests unanswered are within their limits (full).
+   */
   private pump(): void {
     let took = false;
-    while (!this.closed && !this.ending && !this.held) {
+    while (!this.closed && !this.ending && !this.draining && !this.held && !this.full) {
       // Checked per frame, with the state the answers before it left: a client's first request after its
       // login may be large.
       const early = this.beforeAuthentication;
@@ -164,12 +204,12 @@ export class KafkaConnection {
     // A frame begun must complete within the frame timeout, however its bytes trickle in (armed once per
     // frame, as on the main port: re-arming on every chunk would let a slow sender hold it forever).
     // A completed frame ends its timer; the one now pending (if any) gets its own full timeout, from when
-    // it may be read (a held connection is not reading).
+    // it may be read (a held or full connection is not reading).
     if (took || this.splitter.pendingBytes === 0 || this.closed) {
       clearTimeout(this.frameTimer);
       this.frameTimer = undefined;
     }
-    if (this.splitter.pendingBytes > 0 && !this.closed && !this.held && !this.frameTimer) {
+    if (this.splitter.pendingBytes > 0 && !this.closed && !this.held && !this.full && !this.frameTimer) {
       this.frameTimer = setTimeout(() => this.close('frame not completed in time'), this.o.frameTimeoutMs);
       this.frameTimer.unref();
     }
@@ -183,13 +223,19 @@ export class KafkaConnection {
     return { ready, release };
   }
 
-  /** Reads while fewer than MAX_IN_FLIGHT requests are unanswered and the client takes its responses. */
+  /** Reads while the requests unanswered are within their limits (full) and the client takes its responses. */
   private flow(): void {
-    if (this.closed || this.ending) return;
+    if (this.closed || this.ending || this.draining) return;
     const muted = performance.now() < this.mutedUntil || this.held;
     const backlogged = this.socket.writableLength > this.o.maxPendingReplyBytes;
-    if (muted || this.inFlight >= MAX_IN_FLIGHT || backlogged) this.socket.pause();
+    const full = this.full;
+    if (muted || full || backlogged) this.socket.pause();
     else this.socket.resume();
+    // Not reading by the broker's choice: a frame begun gets its full timeout once reading resumes (pump()).
+    if (full && this.frameTimer) {
+      clearTimeout(this.frameTimer);
+      this.frameTimer = undefined;
+    }
     // A client that does not read its responses is closed once that lasts (as on the main port).
     if (backlogged && !this.stallTimer) {
       this.stallTimer = setTimeout(() => {
@@ -232,9 +278,10 @@ export class KafkaConnection {
   }
 
   private request(frame: Buffer): void {
+    const bytes = frame.length + FRAME_PREFIX;
     if (this.ctx.sasl.step === 'handshaken' && this.ctx.sasl.raw) {
       // After a SaslHandshake v0 the token comes bare; a refused one closes the connection unanswered.
-      this.respond(authenticateBareToken(this.ctx, frame), () => this.ctx.sasl.step === 'failed');
+      this.respond(bytes, authenticateBareToken(this.ctx, frame), () => this.ctx.sasl.step === 'failed');
       return;
     }
     if (frame.length < MIN_REQUEST_FRAME) {
@@ -253,7 +300,7 @@ export class KafkaConnection {
       decoded = decodeRequest(frame);
     } catch (err) {
       if (err instanceof KafkaCodecError && err.reason === 'unsupported_version' && peekRequestHeader(frame).apiKey === API_VERSIONS_KEY) {
-        this.respond(Promise.resolve([encodeApiVersionsUnsupported(peekRequestHeader(frame).correlationId)]));
+        this.respond(bytes, Promise.resolve([encodeApiVersionsUnsupported(peekRequestHeader(frame).correlationId)]));
         return;
       }
       this.refuse(err, 'request not understood');
@@ -273,7 +320,7 @@ export class KafkaConnection {
     const version = header.apiVersion;
     if (!h || version < api.minVersion || version > api.maxVersion) {
       if (api.key === API_VERSIONS_KEY) {
-        this.respond(Promise.resolve([encodeApiVersionsUnsupported(header.correlationId)]));
+        this.respond(bytes, Promise.resolve([encodeApiVersionsUnsupported(header.correlationId)]));
         return;
       }
       this.refuse(new Error(`${api.name} v${version} is not served (served: ${h ? `${api.minVersion}-${api.maxVersion}` : 'none'})`), 'request not served');
@@ -292,7 +339,7 @@ export class KafkaConnection {
       });
     // A failed SASL exchange gets its answer, then the connection ends.
     const isSasl = api.key === SaslHandshake.apiKey || api.key === SaslAuthenticate.apiKey;
-    this.respond(answer, isSasl ? () => this.ctx.sasl.step === 'failed' : undefined);
+    this.respond(bytes, answer, isSasl ? () => this.ctx.sasl.step === 'failed' : undefined);
   }
 
   /** Stops reading, lets what was written go out (bounded), then closes. */
@@ -304,7 +351,8 @@ export class KafkaConnection {
     setTimeout(() => this.close(reason), END_GRACE_MS).unref();
   }
 
-  private respond(answer: Promise<Buffer[] | null>, endAfter?: () => boolean): void {
+  /** `bytes`: the request's, pending until its response was written (or it needs none). */
+  private respond(bytes: number, answer: Promise<Buffer[] | null>, endAfter?: () => boolean): void {
     // Before authentication this is the one request being handled (pump() holds the next frames).
     const releases = this.held;
     this.inFlight++;
@@ -325,10 +373,10 @@ export class KafkaConnection {
         this.close('internal error');
       } finally {
         this.inFlight--;
-        if (releases) {
-          this.held = false;
-          this.pump();
-        }
+        this.answered(bytes);
+        if (releases) this.held = false;
+        // Frames left buffered while the connection was held or full.
+        this.pump();
         this.flow();
       }
     });
