@@ -70,7 +70,7 @@ function open(): FakeSocket {
       writeStallTimeoutMs: 60_000,
     },
     logger: { debug() {}, info() {}, warn() {}, error() {} },
-    metrics: { connectionsRejected: { inc() {} } },
+    metrics: { connectionsRejected: { inc() {} }, pendingRequestBytes: { inc() {}, dec() {} } },
   } as unknown as BrokerContext;
   new ClientConnection(
     socket as unknown as net.Socket,

@@ -10,10 +10,8 @@ import { MAX_FRAME_BEFORE_AUTHENTICATION } from './limits.js';
 import { checkFence, parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
 import { isFenced, watchReadFence } from './read-fence.js';
 import { produceBatch } from './produce-commands.js';
+import { FRAME_PREFIX, RequestBudget } from './request-budget.js';
 import { txnBatch } from './txn-commands.js';
-
-/** How many requests one connection may have in flight before the broker stops reading from it. */
-const MAX_IN_FLIGHT = 1024;
 
 /** A request's place in the reply order. */
 interface PendingReply {
@@ -22,6 +20,8 @@ interface PendingReply {
   label: string;
   /** When its frame arrived (performance.now()): the request's duration includes a wait behind a held one. */
   received: number;
+  /** Its frame's bytes, pending (RequestBudget) until the reply was written. */
+  bytes: number;
   done: boolean;
   reply: Reply | 'stream';
 }
@@ -30,7 +30,8 @@ export type StreamCloseReason = 'stopped' | 'removed' | 'timeout' | 'error' | 'o
 
 /**
  * One client connection: splits frames, runs requests, and writes replies in request order. It never
- * buffers without bound: a client that stops reading gets its socket paused, then closed.
+ * buffers without bound: a client that stops reading gets its socket paused, then closed; one past the
+ * limits of its unanswered requests (RequestBudget) is not read until replies went out.
  */
 export class ClientConnection implements ConnectionContext {
   private corkedForTurn = false;
@@ -46,13 +47,14 @@ export class ClientConnection implements ConnectionContext {
   private writtenWaiters: Array<{ seq: number; resolve: () => void }> = [];
   /** A request that is not pipelined is running: later requests wait in `waiting` until it has finished. */
   private holding = false;
-  private readonly waiting: Array<{ body: Buffer; received: number }> = [];
-  private inFlight = 0;
+  private readonly waiting: Array<{ body: Buffer; received: number; bytes: number }> = [];
+  /** The requests read and not answered, their count and bytes: past a limit the connection is not read. */
+  private readonly budget: RequestBudget;
+  private pumping = false;
   private streaming: AbortController | undefined;
   private streamDone: Promise<void> | undefined;
   private frameTimer: NodeJS.Timeout | undefined;
   private stallTimer: NodeJS.Timeout | undefined;
-  private pausedForInFlight = false;
   /** A request before authentication (AUTH) is running: the frames after it wait, unread, for its outcome. */
   private heldBeforeAuth = false;
   /** A frame header was refused: nothing after it is read. */
@@ -68,6 +70,7 @@ export class ClientConnection implements ConnectionContext {
   ) {
     this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
     this.decoder = new FrameDecoder(broker.config.maxFrameBytes);
+    this.budget = new RequestBudget(broker.metrics.pendingRequestBytes);
     socket.setNoDelay(true);
     socket.setTimeout(broker.config.idleTimeoutMs, () => {
       if (!this.streaming) this.destroy('idle timeout');
@@ -78,30 +81,30 @@ export class ClientConnection implements ConnectionContext {
     socket.on('close', () => this.onClose());
   }
 
-  /** In-flight requests plus an active stream; the broker waits for these on shutdown. */
-  get busy(): boolean {
-    return this.inFlight > 0;
-  }
-
   private onData(chunk: Buffer): void {
     if (this.unframed) return;
+    this.budget.read(chunk.length);
     this.decoder.append(chunk);
     this.pump();
   }
 
   /**
-   * Splits and starts the complete frames. Before authentication each is held to the small limit, checked on
-   * its declared length before its body is buffered, and a request that holds the start (AUTH, whose check
-   * decides the limit of what follows) stops the splitting and the reading until it has finished.
+   * Splits and starts the complete frames, then reads on unless held (flow()). Before authentication each is
+   * held to the small limit, checked on its declared length before its body is buffered, and a request that
+   * holds the start (AUTH, whose check decides the limit of what follows) stops the splitting and the
+   * reading until it has finished. At the limits of the requests unanswered (budget) no frame is taken.
    */
   private pump(): void {
+    if (this.pumping) return; // a reply written from within the loop (writeReplies): the loop goes on
+    this.pumping = true;
     let took = false;
-    while (!this.closed && !this.heldBeforeAuth && !this.unframed) {
+    while (!this.closed && !this.heldBeforeAuth && !this.unframed && !this.budget.full) {
       const early = this.broker.security?.beforeAuthentication(this) === true;
       let body: Buffer | undefined;
       try {
         body = this.decoder.next(early ? MAX_FRAME_BEFORE_AUTHENTICATION : undefined);
       } catch (err) {
+        this.pumping = false;
         this.refuseFraming(err as TributaryError, early);
         return;
       }
@@ -109,12 +112,18 @@ export class ClientConnection implements ConnectionContext {
       took = true;
       this.onFrame(body);
       // An AUTH of a logged-in connection too: its session counts as logged out while the check runs.
-      if (this.holding && (early || this.pending[this.pending.length - 1]?.label === 'AUTH')) {
-        this.heldBeforeAuth = true;
-        this.socket.pause();
-      }
+      if (this.holding && (early || this.pending[this.pending.length - 1]?.label === 'AUTH')) this.heldBeforeAuth = true;
     }
+    this.pumping = false;
     this.armFrameTimer(took);
+    this.flow();
+  }
+
+  /** Reads unless held: an AUTH running, a refused frame, replies not read, the requests unanswered (budget). */
+  private flow(): void {
+    if (this.closed) return;
+    if (this.budget.full || this.heldBeforeAuth || this.unframed || this.writeBlocked()) this.socket.pause();
+    else this.socket.resume();
   }
 
   /**
@@ -136,7 +145,6 @@ export class ClientConnection implements ConnectionContext {
   private releaseBeforeAuth(): void {
     if (!this.heldBeforeAuth) return;
     this.heldBeforeAuth = false;
-    if (!this.pausedForInFlight && !this.writeBlocked() && !this.closed) this.socket.resume();
     this.pump();
   }
 
@@ -146,12 +154,13 @@ export class ClientConnection implements ConnectionContext {
    * a pipelining client whose reads end mid-frame one after another is not a stalled frame.
    */
   private armFrameTimer(completed: boolean): void {
-    if (this.decoder.pendingBytes === 0 || completed) {
+    // Neither armed nor kept while the bytes are held unread (heldBeforeAuth; budget full, reached only in
+    // pump()): the frame gets its full time once they may be read.
+    if (this.decoder.pendingBytes === 0 || completed || this.budget.full) {
       clearTimeout(this.frameTimer);
       this.frameTimer = undefined;
     }
-    // Not while the bytes are held unread (heldBeforeAuth): the timer starts once they may be read.
-    if (this.decoder.pendingBytes > 0 && !this.frameTimer && !this.heldBeforeAuth) {
+    if (this.decoder.pendingBytes > 0 && !this.frameTimer && !this.heldBeforeAuth && !this.budget.full && !this.closed) {
       this.frameTimer = setTimeout(() => {
         this.writeNow(encodeFrame(formatError(new TributaryError('request_timeout', { reason: 'incomplete frame' }))));
         this.destroy('incomplete frame timeout', 200);
@@ -161,20 +170,18 @@ export class ClientConnection implements ConnectionContext {
   }
 
   private onFrame(body: Buffer): void {
-    if (this.streaming) {
-      this.onStreamFrame(body);
+    const bytes = body.length + FRAME_PREFIX;
+    if (this.streaming || body.length === 0) {
+      // A frame on an open stream is answered at once (if at all), a keepalive from a client never.
+      this.budget.answered(bytes, false);
+      if (this.streaming) this.onStreamFrame(body);
       return;
     }
-    if (body.length === 0) return; // keepalive from a client
-    this.inFlight++;
-    if (this.inFlight >= MAX_IN_FLIGHT && !this.pausedForInFlight) {
-      this.pausedForInFlight = true;
-      this.socket.pause();
-    }
+    this.budget.taken();
     const received = performance.now();
     // A request that holds the start (or requests queued behind one) keeps this one waiting its turn.
-    if (this.holding || this.waiting.length > 0) this.waiting.push({ body, received });
-    else this.start(body, received);
+    if (this.holding || this.waiting.length > 0) this.waiting.push({ body, received, bytes });
+    else this.start(body, received, bytes);
   }
 
   /**
@@ -183,8 +190,8 @@ export class ClientConnection implements ConnectionContext {
    * has finished. Plain callbacks rather than an async function per request: at thousands of requests a
    * second, the promises of a per-request async frame were a large share of the broker's garbage.
    */
-  private start(body: Buffer, received: number): void {
-    const slot: PendingReply = { seq: this.seq++, label: 'unknown', received, done: false, reply: '' };
+  private start(body: Buffer, received: number, bytes: number): void {
+    const slot: PendingReply = { seq: this.seq++, label: 'unknown', received, bytes, done: false, reply: '' };
     this.pending.push(slot);
     let result: Reply | 'stream' | Promise<Reply | 'stream'>;
     try {
@@ -261,9 +268,9 @@ export class ClientConnection implements ConnectionContext {
       const next = this.waiting.shift()!;
       if (this.streaming) {
         // A STREAM started meanwhile: what the client sent after it is stream control, as onFrame treats it.
-        this.inFlight--;
+        this.budget.answered(next.bytes);
         this.onStreamFrame(next.body);
-      } else this.start(next.body, next.received);
+      } else this.start(next.body, next.received, next.bytes);
     }
   }
 
@@ -279,19 +286,22 @@ export class ClientConnection implements ConnectionContext {
     if (this.pending[0] === slot) this.writeReplies();
   }
 
-  /** Writes the replies that are ready, in request order, up to the first that is not. */
+  /**
+   * Writes the replies that are ready, in request order, up to the first that is not (a STREAM's place too:
+   * its frames go out apart), then takes the frames left buffered at the limits of the budget, reads on.
+   */
   private writeReplies(): void {
     const metrics = this.broker.metrics.requestDuration;
+    let answered = false;
     for (let slot = this.pending[0]; slot?.done; slot = this.pending[0]) {
       this.pending.shift();
       metrics.child(slot.label).observe((performance.now() - slot.received) / 1000);
-      this.inFlight--;
-      if (this.pausedForInFlight && this.inFlight < MAX_IN_FLIGHT / 2) {
-        this.pausedForInFlight = false;
-        if (!this.writeBlocked() && !this.heldBeforeAuth) this.socket.resume();
-      }
+      this.budget.answered(slot.bytes);
+      answered = true;
       if (slot.reply !== 'stream') this.writeReply(slot.reply);
     }
+    if (answered && this.decoder.pendingBytes > 0) this.pump();
+    else if (answered) this.flow();
     if (this.writtenWaiters.length > 0) {
       const written = this.writtenSeq;
       const ready = this.writtenWaiters.filter((w) => w.seq <= written);
@@ -388,7 +398,7 @@ export class ClientConnection implements ConnectionContext {
   private onDrain(): void {
     clearTimeout(this.stallTimer);
     this.stallTimer = undefined;
-    if (!this.pausedForInFlight && !this.heldBeforeAuth && !this.closed) this.socket.resume();
+    this.flow();
   }
 
   // ---- STREAM ----
@@ -580,6 +590,7 @@ export class ClientConnection implements ConnectionContext {
     this.closedAc.abort();
     clearTimeout(this.frameTimer);
     clearTimeout(this.stallTimer);
+    this.budget.release();
     this.streaming?.abort();
     this.onClosed(this);
   }

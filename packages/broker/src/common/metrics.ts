@@ -18,6 +18,12 @@ export class BrokerMetrics {
   });
   readonly errors = new client.Counter({ name: 'tributary_request_errors_total', help: 'Error replies by code', labelNames: ['code'], registers: [this.registry] });
   readonly connections = new client.Gauge({ name: 'tributary_connections', help: 'Open client connections', registers: [this.registry] });
+  /** docs/protocol.md, "Connection limits": each main-port connection stops being read past MAX_PENDING_REQUEST_BYTES of them. */
+  readonly pendingRequestBytes = new client.Gauge({
+    name: 'tributary_pending_request_bytes',
+    help: 'Bytes of main-port requests read from open connections and not yet answered, every connection together',
+    registers: [this.registry],
+  });
   /** docs/kafka.md, "Requests in flight": each Kafka connection stops being read past MAX_PENDING_REQUEST_BYTES of them. */
   readonly kafkaPendingRequestBytes = new client.Gauge({
     name: 'tributary_kafka_pending_request_bytes',
