@@ -5,8 +5,9 @@
  * INVALID_REQUEST; a partition twice in ListOffsets is INVALID_REQUEST for each entry; ApiVersions v3 checks
  * the client software name and version; Fetch and ListOffsets check `currentLeaderEpoch`; an incremental
  * fetch of a session this broker never handed out is FETCH_SESSION_ID_NOT_FOUND; an offset or timestamp
- * beyond 2^53 is answered for its partition instead of closing the connection, and a Fetch's logStartOffset
- * beyond it (a follower's field, which a consumer's Fetch carries as -1) is read and the request served.
+ * beyond 2^53 is answered for its partition instead of closing the connection (a committed offset there, of
+ * OffsetCommit or TxnOffsetCommit, with INVALID_COMMIT_OFFSET_SIZE), and a Fetch's logStartOffset or an
+ * OffsetCommit's retentionTimeMs beyond it (fields the listener does not use) is read and the request served.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
@@ -317,6 +318,92 @@ describe('Kafka request rules', () => {
         const p = (res.responses as KafkaStruct[])[0]!.partitions as KafkaStruct[];
         expect([p[0]!.errorCode, p[0]!.highWatermark, (p[0]!.records as Buffer).length > 0], String(value)).toEqual([0, 1, true]);
       }
+    });
+
+    /** The committed offsets of `group` in `topics` (partition 0 each), -1 where none is. */
+    const committedOf = async (group: string, topics: string[]) => {
+      const res = await raw.call(9, 4, { groupId: group, topics: topics.map((name) => ({ name, partitionIndexes: [0] })) });
+      return (res.topics as KafkaStruct[]).map((t) => [t.name, Number((t.partitions as KafkaStruct[])[0]!.committedOffset)]);
+    };
+    const commitCodes = (res: KafkaStruct) => (res.topics as KafkaStruct[]).map((t) => [t.name, (t.partitions as KafkaStruct[])[0]!.errorCode as number]);
+    /** 2^53 and past it: no offset Tributary can hold (INVALID_COMMIT_OFFSET_SIZE); below -2^53: negative, as -1 is (INVALID_REQUEST). */
+    const BIG_OFFSETS: Array<[bigint, number]> = [
+      [1n << 60n, kafkaErrorCode('INVALID_COMMIT_OFFSET_SIZE')],
+      [(1n << 63n) - 1n, kafkaErrorCode('INVALID_COMMIT_OFFSET_SIZE')],
+      [1n << 53n, kafkaErrorCode('INVALID_COMMIT_OFFSET_SIZE')],
+      [-(1n << 60n), INVALID_REQUEST],
+      [-(1n << 63n), INVALID_REQUEST],
+      [-(1n << 53n), INVALID_REQUEST],
+    ];
+
+    it('OffsetCommit of offset 2^53 or more is INVALID_COMMIT_OFFSET_SIZE for its partition, of -2^60 INVALID_REQUEST; the request\'s other topic is committed, the connection kept', async () => {
+      await c.command('CREATE', { topic: 'big-commit', partitions: 1 });
+      await c.command('CREATE', { topic: 'big-commit-ok', partitions: 1 });
+      await c.command('PUBLISH', { topic: 'big-commit', partition: 0, message: 'x' });
+      await c.command('PUBLISH', { topic: 'big-commit-ok', partition: 0, message: 'x' });
+      const at = (name: string, committedOffset: number) => ({ name, partitions: [{ partitionIndex: 0, committedOffset, committedLeaderEpoch: -1, committedMetadata: null }] });
+      const topics = [at('big-commit', SENTINEL), at('big-commit-ok', 1)];
+      for (const [version, body] of [
+        [8, { groupId: 'big-commit-group', generationId: -1, memberId: '', groupInstanceId: null, topics }],
+        [2, { groupId: 'big-commit-group', generationId: -1, memberId: '', retentionTimeMs: -1, topics }],
+      ] as const) {
+        for (const [value, code] of BIG_OFFSETS) {
+          const res = await answer(raw, 8, version, patched(8, version, body, value));
+          expect(commitCodes(res), `v${version} ${value}`).toEqual([
+            ['big-commit', code],
+            ['big-commit-ok', 0],
+          ]);
+        }
+      }
+      expect(await committedOf('big-commit-group', ['big-commit', 'big-commit-ok'])).toEqual([
+        ['big-commit', -1],
+        ['big-commit-ok', 1],
+      ]);
+    });
+
+    it('OffsetCommit v2-4 with a retentionTimeMs (not used) beyond 2^53 commits as any other, the connection kept', async () => {
+      await c.command('CREATE', { topic: 'big-retention', partitions: 1 });
+      for (let i = 0; i < 4; i++) await c.command('PUBLISH', { topic: 'big-retention', partition: 0, message: 'x' });
+      let offset = 0;
+      for (const version of [2, 4]) {
+        for (const value of [1n << 60n, -(1n << 60n), (1n << 63n) - 1n, -(1n << 63n)]) {
+          offset = Math.min(offset + 1, 4);
+          const body = {
+            groupId: 'big-retention-group',
+            generationId: -1,
+            memberId: '',
+            retentionTimeMs: SENTINEL,
+            topics: [{ name: 'big-retention', partitions: [{ partitionIndex: 0, committedOffset: offset, committedMetadata: null }] }],
+          };
+          expect(commitCodes(await answer(raw, 8, version, patched(8, version, body, value))), `v${version} ${value}`).toEqual([['big-retention', 0]]);
+          expect(await committedOf('big-retention-group', ['big-retention'])).toEqual([['big-retention', offset]]);
+        }
+      }
+    });
+
+    it('TxnOffsetCommit of offset 2^53 or more is INVALID_COMMIT_OFFSET_SIZE for its partition, of -2^60 INVALID_REQUEST; the other topic is staged and committed with the transaction', async () => {
+      await c.command('CREATE', { topic: 'big-txn', partitions: 1 });
+      await c.command('CREATE', { topic: 'big-txn-ok', partitions: 1 });
+      await c.command('PUBLISH', { topic: 'big-txn-ok', partition: 0, message: 'x' });
+      const init = await raw.call(22, 1, { transactionalId: 'big-txn-1', transactionTimeoutMs: 60_000 });
+      expect(init.errorCode).toBe(0);
+      const p = { producerId: init.producerId as bigint, producerEpoch: init.producerEpoch as number };
+      expect((await raw.call(25, 1, { transactionalId: 'big-txn-1', ...p, groupId: 'big-txn-group' })).errorCode).toBe(0);
+      const at = (name: string, committedOffset: number) => ({ name, partitions: [{ partitionIndex: 0, committedOffset, committedLeaderEpoch: -1, committedMetadata: null }] });
+      const body = { transactionalId: 'big-txn-1', groupId: 'big-txn-group', ...p, generationId: -1, memberId: '', groupInstanceId: null, topics: [at('big-txn', SENTINEL), at('big-txn-ok', 1)] };
+      for (const version of [0, 3]) {
+        for (const [value, code] of BIG_OFFSETS) {
+          expect(commitCodes(await answer(raw, 28, version, patched(28, version, body, value))), `v${version} ${value}`).toEqual([
+            ['big-txn', code],
+            ['big-txn-ok', 0],
+          ]);
+        }
+      }
+      expect((await raw.call(26, 1, { transactionalId: 'big-txn-1', ...p, committed: true })).errorCode).toBe(0);
+      expect(await committedOf('big-txn-group', ['big-txn', 'big-txn-ok'])).toEqual([
+        ['big-txn', -1],
+        ['big-txn-ok', 1],
+      ]);
     });
 
     it('ListOffsets for timestamp 2^62 finds no record (offset -1, error 0); -2^62 is answered as -1000 is', async () => {

@@ -11,7 +11,7 @@ import { KafkaCodecError, type KafkaCodecReason } from 'tributary-broker/kafka/p
 import { KafkaFrameSplitter } from 'tributary-broker/kafka/protocol/frame.js';
 import { decodeRequest, decodeResponse, encodeApiVersionsUnsupported, encodeRequest } from 'tributary-broker/kafka/protocol/headers.js';
 import { KAFKA_ERRORS } from 'tributary-broker/kafka/protocol/error-codes.js';
-import type { KafkaStruct, MessageSchema } from 'tributary-broker/kafka/protocol/schema.js';
+import type { FieldSpec, KafkaStruct, MessageSchema } from 'tributary-broker/kafka/protocol/schema.js';
 import { messageArb, schemaVersions } from './arbitrary.js';
 
 const api = (name: string) => KAFKA_APIS.find((a) => a.name === name)!;
@@ -178,6 +178,48 @@ describe('lengths', () => {
       }),
       { numRuns: 2000 },
     );
+  });
+
+  it('no request field is an int64 checked safe: a request may carry any int64, answered for its partition or not used, never refused', () => {
+    const checked: string[] = [];
+    const walk = (fields: readonly FieldSpec[], path: string) => {
+      for (const f of fields) {
+        if (f.type === 'int64') checked.push(`${path}.${f.name}`);
+        if (typeof f.type !== 'string') walk(f.type, `${path}.${f.name}`);
+      }
+    };
+    for (const a of KAFKA_APIS) walk(a.schema.request.fields, a.name);
+    expect(checked).toEqual([]);
+  });
+
+  it('OffsetCommit, TxnOffsetCommit and DeleteRecords read any int64 offset, retention time and commit timestamp whole', () => {
+    const edges = [2n ** 63n - 1n, -(2n ** 63n), 2n ** 60n, -(2n ** 60n), 2n ** 53n, -(2n ** 53n), 2n ** 53n - 1n, 0n, -1n];
+    const partitionOf = (body: KafkaStruct) => ((body.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!;
+    for (const v of edges) {
+      const commit = (version: number) =>
+        decodeMessage(
+          api('OffsetCommit').schema.request,
+          version,
+          encodeMessage(api('OffsetCommit').schema.request, version, {
+            groupId: 'g',
+            generationId: -1,
+            memberId: '',
+            retentionTimeMs: v,
+            topics: [{ name: 't', partitions: [{ partitionIndex: 0, committedOffset: v, commitTimestamp: v, committedMetadata: null }] }],
+          }),
+        );
+      const v1 = commit(1);
+      expect([partitionOf(v1).committedOffset, partitionOf(v1).commitTimestamp]).toEqual([v, v]);
+      const v2 = commit(2);
+      expect([v2.retentionTimeMs, partitionOf(v2).committedOffset]).toEqual([v, v]);
+      expect(partitionOf(commit(8)).committedOffset).toBe(v);
+      const txn = api('TxnOffsetCommit').schema.request;
+      const staged = { transactionalId: 'x', groupId: 'g', producerId: 1n, producerEpoch: 0, topics: [{ name: 't', partitions: [{ partitionIndex: 0, committedOffset: v, committedMetadata: null }] }] };
+      for (const version of [0, 3]) expect(partitionOf(decodeMessage(txn, version, encodeMessage(txn, version, { ...staged, memberId: '' }))).committedOffset).toBe(v);
+      const del = api('DeleteRecords').schema.request;
+      const body = { topics: [{ name: 't', partitions: [{ partitionIndex: 0, offset: v }] }], timeoutMs: 1 };
+      for (const version of [0, 2]) expect(partitionOf(decodeMessage(del, version, encodeMessage(del, version, body))).offset).toBe(v);
+    }
   });
 
   it('random bytes against every schema: a decode or a KafkaCodecError, nothing else', () => {

@@ -232,11 +232,11 @@ export const KAFKAJS_CASES: KafkajsCase[] = [
       expected: {
         groupId: 'g',
         ...when(v >= 1, { generationId: 3, memberId: 'm' }),
-        ...when(v >= 2 && v <= 4, { retentionTimeMs: -1 }),
+        ...when(v >= 2 && v <= 4, { retentionTimeMs: -1n }),
         topics: [
           {
             name: 'orders',
-            partitions: [{ partitionIndex: 0, committedOffset: 15, committedMetadata: 'md', ...when(v === 1, { commitTimestamp: 1_700_000_000_000 }) }],
+            partitions: [{ partitionIndex: 0, committedOffset: 15n, committedMetadata: 'md', ...when(v === 1, { commitTimestamp: 1_700_000_000_000n }) }],
           },
         ],
       },
@@ -458,7 +458,7 @@ export const KAFKAJS_CASES: KafkajsCase[] = [
     throttleFrom: 0,
     request: () => ({
       args: { topics: [{ topic: 't1', partitions: [{ partition: 0, offset: '20' }] }], timeout: 5000 },
-      expected: { topics: [{ name: 't1', partitions: [{ partitionIndex: 0, offset: 20 }] }], timeoutMs: 5000 },
+      expected: { topics: [{ name: 't1', partitions: [{ partitionIndex: 0, offset: 20n }] }], timeoutMs: 5000 },
     }),
     response: () => ({
       ours: { throttleTimeMs: 25, topics: [{ name: 't1', partitions: [{ partitionIndex: 0, lowWatermark: 20, errorCode: 0 }] }] },
@@ -525,7 +525,7 @@ export const KAFKAJS_CASES: KafkajsCase[] = [
         groupId: 'g',
         producerId: 123_456_789_012n,
         producerEpoch: 3,
-        topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, committedOffset: 15, committedMetadata: null }] }],
+        topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, committedOffset: 15n, committedMetadata: null }] }],
       },
     }),
     response: () => ({

@@ -163,7 +163,7 @@ export const PLATFORMATIC_CASES: PlatformaticCase[] = [
       generationId: 3,
       memberId: 'm1',
       groupInstanceId: null,
-      topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, committedOffset: 15, committedLeaderEpoch: -1, committedMetadata: null }] }],
+      topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, committedOffset: 15n, committedLeaderEpoch: -1, committedMetadata: null }] }],
     }),
     response: () => ({ throttleTimeMs: 0, topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, errorCode: 0 }] }] }),
   },
@@ -312,7 +312,7 @@ export const PLATFORMATIC_CASES: PlatformaticCase[] = [
   {
     api: 'DeleteRecords',
     args: () => [[{ name: 't1', partitions: [{ partitionIndex: 0, offset: 20n }] }], 5000],
-    request: () => ({ topics: [{ name: 't1', partitions: [{ partitionIndex: 0, offset: 20 }] }], timeoutMs: 5000 }),
+    request: () => ({ topics: [{ name: 't1', partitions: [{ partitionIndex: 0, offset: 20n }] }], timeoutMs: 5000 }),
     response: () => ({ throttleTimeMs: 0, topics: [{ name: 't1', partitions: [{ partitionIndex: 0, lowWatermark: 20, errorCode: 0 }] }] }),
   },
   {
@@ -364,7 +364,7 @@ export const PLATFORMATIC_CASES: PlatformaticCase[] = [
       generationId: 3,
       memberId: 'm1',
       groupInstanceId: null,
-      topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, committedOffset: 15, committedLeaderEpoch: -1, committedMetadata: null }] }],
+      topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, committedOffset: 15n, committedLeaderEpoch: -1, committedMetadata: null }] }],
     }),
     response: () => ({ throttleTimeMs: 0, topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, errorCode: 0 }] }] }),
   },

@@ -8,6 +8,7 @@
 import { apiByKey } from '../protocol/apis.js';
 import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { OffsetCommit, OffsetFetch } from '../protocol/messages/offsets.js';
+import { saturatingInt64 } from '../protocol/reader.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import { coordinatorErrorCodeOf, errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
@@ -30,8 +31,7 @@ export const offsetCommitHandler = handler(apiByKey(OffsetCommit.apiKey)!, async
       if (!isUserTopic(t.name as string) || !ctx.broker.topics.tryGet(t.name as string)) return kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION');
       const metadata = p.committedMetadata as string | null;
       if (metadata !== null && Buffer.byteLength(metadata) > MAX_METADATA) return kafkaErrorCode('OFFSET_METADATA_TOO_LARGE');
-      if ((p.committedOffset as number) < 0) return kafkaErrorCode('INVALID_REQUEST');
-      return 0;
+      return committedOffsetCode(p.committedOffset as bigint);
     }),
   );
   // A topic is one all-or-nothing commit: a refused partition keeps the topic's others from committing.
@@ -41,7 +41,7 @@ export const offsetCommitHandler = handler(apiByKey(OffsetCommit.apiKey)!, async
       codes[i] = codes[i]!.map((c) => c || refused);
       return [];
     }
-    const entries = (t.partitions as KafkaStruct[]).map((p) => ({ partition: p.partitionIndex as number, offset: p.committedOffset as number }));
+    const entries = (t.partitions as KafkaStruct[]).map((p) => ({ partition: p.partitionIndex as number, offset: saturatingInt64(p.committedOffset as bigint) }));
     return [{ index: i, topic: t.name as string, entries }];
   });
   const setTopic = (i: number, code: number) => {
@@ -73,6 +73,18 @@ export const offsetCommitHandler = handler(apiByKey(OffsetCommit.apiKey)!, async
     })),
   };
 });
+
+/**
+ * A committed offset (any int64) Tributary cannot take, for its partition: negative is INVALID_REQUEST;
+ * 2^53 or more INVALID_COMMIT_OFFSET_SIZE, since offsets here are safe integers and no log reaches it
+ * (Kafka would store it; rounding it would commit an offset the client did not send). 0: none.
+ * OffsetCommit and TxnOffsetCommit alike.
+ */
+export function committedOffsetCode(committed: bigint | number): number {
+  const offset = saturatingInt64(committed);
+  if (offset < 0) return kafkaErrorCode('INVALID_REQUEST');
+  return Number.isSafeInteger(offset) ? 0 : kafkaErrorCode('INVALID_COMMIT_OFFSET_SIZE');
+}
 
 export const offsetFetchHandler = handler(apiByKey(OffsetFetch.apiKey)!, (ctx, version, body) => {
   const requireStable = version >= 7 && body.requireStable === true;

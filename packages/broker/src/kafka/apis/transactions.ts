@@ -13,8 +13,10 @@ import { apiByKey } from '../protocol/apis.js';
 import { type KafkaErrorName, kafkaErrorCode } from '../protocol/error-codes.js';
 import { TxnOffsetCommit } from '../protocol/messages/offsets.js';
 import { AddOffsetsToTxn, AddPartitionsToTxn, EndTxn } from '../protocol/messages/transactions.js';
+import { saturatingInt64 } from '../protocol/reader.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
+import { committedOffsetCode } from './group-offsets.js';
 import { coordinatorCode, errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
@@ -182,8 +184,7 @@ export const txnOffsetCommitHandler = handler(apiByKey(TxnOffsetCommit.apiKey)!,
       if (!exists(ctx, name, p.partitionIndex as number)) return code('UNKNOWN_TOPIC_OR_PARTITION');
       const metadata = p.committedMetadata as string | null;
       if (metadata !== null && Buffer.byteLength(metadata) > MAX_METADATA) return code('OFFSET_METADATA_TOO_LARGE');
-      if ((p.committedOffset as number) < 0) return code('INVALID_REQUEST');
-      return 0;
+      return committedOffsetCode(p.committedOffset as bigint);
     });
     // A topic is staged all or nothing: a refused partition refuses the topic's others.
     const first = list.find((c) => c !== 0);
@@ -199,7 +200,7 @@ export const txnOffsetCommitHandler = handler(apiByKey(TxnOffsetCommit.apiKey)!,
   for (let i = 0; i < topics.length; i++) {
     if (codes[i]!.some((c) => c !== 0)) continue;
     const t = topics[i]!;
-    const entries = (t.partitions as KafkaStruct[]).map((p) => ({ partition: p.partitionIndex as number, offset: p.committedOffset as number }));
+    const entries = (t.partitions as KafkaStruct[]).map((p) => ({ partition: p.partitionIndex as number, offset: saturatingInt64(p.committedOffset as bigint) }));
     if (entries.length === 0) continue;
     try {
       await sendOffsets(ctx, id, producerId, epoch, { group, topic: t.name as string, member: '', generation: -1, entries, classic });

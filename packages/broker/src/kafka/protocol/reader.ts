@@ -11,9 +11,9 @@ const SAFE_MAX = BigInt(Number.MAX_SAFE_INTEGER);
 
 /**
  * A `bigint64` request field whose value beyond the safe integers means the same as any value past what a
- * log holds (a Fetch offset, a ListOffsets timestamp: offsets and stored timestamps are safe integers) as
- * a number: itself when safe, else +-Infinity, which the handler answers for its partition like any offset
- * or timestamp out of reach. A number (an in-process caller's) is taken as it is.
+ * log holds (a Fetch offset, a ListOffsets timestamp, a committed offset: offsets and stored timestamps are
+ * safe integers) as a number: itself when safe, else +-Infinity, which the handler answers for its
+ * partition like any offset or timestamp out of reach. A number (an in-process caller's) is taken as it is.
  */
 export function saturatingInt64(v: bigint | number): number {
   if (typeof v === 'number') return v;

@@ -14,14 +14,16 @@ export const OffsetCommit = api(
     f('generationId', 'int32', '1+', { default: -1 }),
     f('memberId', 'string', '1+'),
     f('groupInstanceId', 'string', '7+', { nullable: '7+', default: null }),
-    f('retentionTimeMs', 'int64', '2-4', { default: -1 }),
+    // Any int64 in these three (docs/kafka.md, "Consumer groups"): an offset beyond 2^53 is answered for its
+    // partition, the retention time and commit timestamp are not used.
+    f('retentionTimeMs', 'bigint64', '2-4', { default: -1n }),
     arr('topics', [
       f('name', 'string'),
       arr('partitions', [
         f('partitionIndex', 'int32'),
-        f('committedOffset', 'int64'),
+        f('committedOffset', 'bigint64'),
         f('committedLeaderEpoch', 'int32', '6+', { default: -1 }),
-        f('commitTimestamp', 'int64', '1', { default: -1 }),
+        f('commitTimestamp', 'bigint64', '1', { default: -1n }),
         f('committedMetadata', 'string', '0+', { nullable: '0+' }),
       ]),
     ]),
@@ -90,7 +92,8 @@ export const TxnOffsetCommit = api(
       f('name', 'string'),
       arr('partitions', [
         f('partitionIndex', 'int32'),
-        f('committedOffset', 'int64'),
+        // Any int64: one beyond 2^53 is answered for its partition (docs/kafka.md, "Transactions").
+        f('committedOffset', 'bigint64'),
         f('committedLeaderEpoch', 'int32', '2+', { default: -1 }),
         f('committedMetadata', 'string', '0+', { nullable: '0+' }),
       ]),

@@ -82,13 +82,17 @@ export const CreatePartitions = api(
   ],
 );
 
-/** DeleteRecords (key 21). v2 flexible. */
+/**
+ * DeleteRecords (key 21). v2 flexible. Described, not served (docs/kafka.md, "Not supported yet"). `offset`
+ * is any int64 (-1 the high watermark), as in every request: Kafka answers one out of reach for its
+ * partition (OFFSET_OUT_OF_RANGE), it does not refuse the request.
+ */
 export const DeleteRecords = api(
   21,
   'DeleteRecords',
   '0-2',
   '2+',
-  [arr('topics', [f('name', 'string'), arr('partitions', [f('partitionIndex', 'int32'), f('offset', 'int64')])]), f('timeoutMs', 'int32')],
+  [arr('topics', [f('name', 'string'), arr('partitions', [f('partitionIndex', 'int32'), f('offset', 'bigint64')])]), f('timeoutMs', 'int32')],
   [
     f('throttleTimeMs', 'int32'),
     arr('topics', [f('name', 'string'), arr('partitions', [f('partitionIndex', 'int32'), f('lowWatermark', 'int64'), f('errorCode', 'int16')])]),
