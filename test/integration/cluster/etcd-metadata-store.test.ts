@@ -151,6 +151,24 @@ describe('EtcdMetadataStore', () => {
     await eventually('A to see the delete', () => a.getTopic('t') === undefined);
   });
 
+  it('leaves a tombstone of each deleted version, which a store opened later lists (a broker down during the delete removes its directory)', async () => {
+    const prefix = uniquePrefix('tombstones');
+    const [a, b] = await Promise.all([openStore(prefix), openStore(prefix)]);
+    const { topic: first } = await a.createTopic(spec('t'));
+    await a.deleteTopic('t');
+    const { topic: second } = await a.createTopic(spec('t', { partitions: 9 }));
+    // A delete through a stale cache tombstones the version it deleted, not the one it knew.
+    await b.deleteTopic('t');
+    await a.createTopic(spec('kept'));
+    expect(await b.deleteTopic('never')).toBeUndefined();
+    const c = await openStore(prefix);
+    const listed = c.deletedTopics().map((d) => `${d.name}~${d.topicId}`);
+    expect(listed.sort()).toEqual([`t~${first.topicId}`, `t~${second.topicId}`].sort());
+    // Kept for every broker: forgetting is a no-op.
+    await c.forgetDeletedTopics(c.deletedTopics());
+    expect((await openStore(prefix)).deletedTopics()).toHaveLength(2);
+  });
+
   it('reserves producer id ranges that never overlap, across stores racing and a reopen', async () => {
     const prefix = uniquePrefix('pids');
     const [a, b] = [await openStore(prefix), await openStore(prefix)];

@@ -3,7 +3,7 @@ import { EventEmitter } from 'node:events';
 import type { Etcd3, IKeyValue } from 'etcd3';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
-import { type MetadataStore, type TopicDefinition, checkGrowth, checkReservation, sameDefinition } from '../partition/metadata-store.js';
+import { type DeletedTopic, type MetadataStore, type TopicDefinition, checkGrowth, checkReservation, sameDefinition } from '../partition/metadata-store.js';
 import { WatchedPrefix } from './watched-prefix.js';
 
 export interface EtcdMetadataStoreOptions {
@@ -47,6 +47,8 @@ export class EtcdMetadataStore implements MetadataStore {
   private readonly client: Etcd3;
   private readonly ownsClient: boolean;
   private readonly topics: WatchedPrefix<TopicDefinition>;
+  /** Deleted topics as of open (their tombstones under `<prefix>deleted-topics/`). */
+  private deleted: DeletedTopic[] = [];
 
   constructor(opts: EtcdMetadataStoreOptions) {
     ({ client: this.client, owned: this.ownsClient } = resolveClient(opts.etcd));
@@ -68,7 +70,26 @@ export class EtcdMetadataStore implements MetadataStore {
 
   async open(): Promise<void> {
     await withMetadataErrors('open', () => this.topics.start());
+    const tombstones = `${this.prefix}deleted-topics/`;
+    const res = await withMetadataErrors('open', () => this.client.getAll().prefix(tombstones).exec());
+    this.deleted = [];
+    for (const kv of res.kvs) {
+      const dir = kv.key.toString('utf8').slice(tombstones.length);
+      const at = dir.lastIndexOf('~');
+      if (at > 0) this.deleted.push({ name: dir.slice(0, at), topicId: dir.slice(at + 1) });
+    }
   }
+
+  /**
+   * Topics deleted, by any broker, as of open: each delete leaves a tombstone (`<prefix>deleted-topics/
+   * <name>~<topicId>`, in the same transaction), so a broker that was down meanwhile removes the
+   * directory at its next start. Tombstones stay: any broker may still hold such a directory.
+   */
+  deletedTopics(): DeletedTopic[] {
+    return [...this.deleted];
+  }
+
+  async forgetDeletedTopics(_topics: DeletedTopic[]): Promise<void> {}
 
   listTopics(): TopicDefinition[] {
     return this.topics
@@ -123,11 +144,15 @@ export class EtcdMetadataStore implements MetadataStore {
     const key = this.key(name);
     // Delete exactly the version we know (modRevision; 0 = absent), never one re-created meanwhile unseen.
     let expected = this.topics.get(name)?.modRevision ?? 0;
+    let topicId = this.topics.get(name)?.value.topicId;
     for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
+      const ops: Parameters<ReturnType<Etcd3['if']>['then']> = [{ request_delete_range: { key: Buffer.from(key), prev_kv: true } }];
+      // The tombstone of exactly the version deleted: a start removes only directories a tombstone names.
+      if (topicId !== undefined) ops.push(this.client.put(`${this.prefix}deleted-topics/${name}~${topicId}`).value(''));
       const res = await withMetadataErrors('delete_topic', () =>
         this.client
           .if(key, 'Mod', '==', expected)
-          .then({ request_delete_range: { key: Buffer.from(key), prev_kv: true } })
+          .then(...ops)
           .else(this.client.get(key))
           .commit(),
       );
@@ -142,7 +167,7 @@ export class EtcdMetadataStore implements MetadataStore {
         this.topics.applyDelete(name, revision);
         return undefined;
       }
-      this.remember(name, kv);
+      topicId = this.remember(name, kv)?.topicId;
       expected = Number(kv.mod_revision);
     }
     throw new TributaryError('metadata_unavailable', { operation: 'delete_topic', topic: name, reason: 'concurrent changes' });

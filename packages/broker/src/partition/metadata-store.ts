@@ -4,6 +4,9 @@ import { randomBytes } from 'node:crypto';
 import { readSmallFile, writeFileAtomic } from '../storage/atomic-file.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { type DeletedTopic, LOGS_DIR, type MetadataFile, MetadataFileError, parseMetadataFile, topicDirName } from './metadata-file.js';
+
+export type { DeletedTopic } from './metadata-file.js';
 
 export type CleanupPolicy = 'delete' | 'compact';
 export type Partitioner = 'hash_key' | 'round_robin';
@@ -55,6 +58,15 @@ export interface MetadataStore {
   reserveProducerIds(count: number): Promise<number>;
   /** The first producer id no broker has reserved yet: every id below it was handed to some broker. */
   reservedProducerIds(): Promise<number>;
+  /**
+   * Topics the store says were deleted and whose directories may still be on disk (a crash or a failed
+   * removal after the delete): the start removes those. A directory of a topic neither defined nor listed
+   * here is never deleted (TopicManager moves it aside), so a lost or wrong metadata store cannot make a
+   * start delete topic data.
+   */
+  deletedTopics(): DeletedTopic[];
+  /** The directories of these deleted topics are gone: the store may forget them. */
+  forgetDeletedTopics(topics: DeletedTopic[]): Promise<void>;
   close(): Promise<void>;
   /** 'topic-created' / 'topic-deleted' / 'topic-updated' events, for watchers (cluster mode pushes remote changes here). */
   readonly events: EventEmitter;
@@ -86,13 +98,6 @@ export function checkGrowth(existing: TopicDefinition, partitions: number): void
   }
 }
 
-interface MetadataFile {
-  version: 1;
-  topics: TopicDefinition[];
-  /** The first producer id not yet reserved (absent: 0). */
-  nextProducerId?: number;
-}
-
 /** Checks a reservation: a positive count whose range stays within safe integers. */
 export function checkReservation(next: number, count: number): void {
   if (!Number.isSafeInteger(count) || count < 1) throw new TributaryError('invalid_parameter', { param: 'count', reason: 'must be a positive integer' });
@@ -112,6 +117,8 @@ export class LocalMetadataStore implements MetadataStore {
   readonly events = new EventEmitter();
   private topics = new Map<string, TopicDefinition>();
   private nextProducerId = 0;
+  /** Deleted topics whose directories may remain (MetadataFile.deleting). */
+  private deleting: DeletedTopic[] = [];
   private readonly file: string;
   private readonly reserve: string;
   private reserveMissing = true;
@@ -119,7 +126,7 @@ export class LocalMetadataStore implements MetadataStore {
   private chain: Promise<unknown> = Promise.resolve();
 
   constructor(
-    dataDir: string,
+    private readonly dataDir: string,
     /** How the file is replaced (tests stand in a full disk). */
     private readonly writeFile: (file: string, data: string) => Promise<void> = writeFileAtomic,
   ) {
@@ -128,22 +135,43 @@ export class LocalMetadataStore implements MetadataStore {
   }
 
   async open(): Promise<void> {
-    await fs.mkdir(path.dirname(this.file), { recursive: true });
+    await fs.mkdir(this.dataDir, { recursive: true });
     await this.makeReserve();
     let text: string;
     try {
       text = await readSmallFile(this.file, 'utf8');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-      throw err;
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return this.checkNew();
+      throw new MetadataFileError(this.file, `cannot be read (${(err as Error).message})`);
     }
-    // A corrupt metadata file must stop the broker, never silently start empty over existing data.
-    const parsed = JSON.parse(text) as MetadataFile;
-    if (parsed.version !== 1 || !Array.isArray(parsed.topics)) throw new Error(`unsupported metadata file ${this.file}`);
+    // A file that cannot be taken whole stops the broker: never start empty, or half, over existing data.
+    const parsed = parseMetadataFile(this.file, text);
     for (const t of parsed.topics) this.topics.set(t.name, t);
-    const next = parsed.nextProducerId ?? 0;
-    if (!Number.isSafeInteger(next) || next < 0) throw new Error(`bad nextProducerId in ${this.file}`);
-    this.nextProducerId = next;
+    this.nextProducerId = parsed.nextProducerId ?? 0;
+    this.deleting = parsed.deleting ?? [];
+  }
+
+  /**
+   * No metadata.json: a new broker, unless `logs/` holds topic directories. Then the file was lost (moved,
+   * a restore without it), and starting as new would know none of those topics: their data, the
+   * committed offsets in `__consumer_offsets` among it, would be written over or moved aside.
+   */
+  private async checkNew(): Promise<void> {
+    const logs = path.join(this.dataDir, LOGS_DIR);
+    let entries: string[];
+    try {
+      entries = await fs.readdir(logs);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      throw new MetadataFileError(this.file, `is missing and ${logs} cannot be listed (${(err as Error).message})`);
+    }
+    if (entries.length === 0) return;
+    entries.sort();
+    const shown = entries.length > 10 ? `${entries.slice(0, 10).join(', ')}, and ${entries.length - 10} more` : entries.join(', ');
+    throw new MetadataFileError(
+      this.file,
+      `is missing, but ${logs} holds ${entries.length} ${entries.length === 1 ? 'entry' : 'entries'} (${shown}): topic data the broker would not know. Restore the file from a backup; to start with no topics instead, move ${logs} away first`,
+    );
   }
 
   listTopics(): TopicDefinition[] {
@@ -175,8 +203,12 @@ export class LocalMetadataStore implements MetadataStore {
       if (!existing) return undefined;
       const next = new Map(this.topics);
       next.delete(name);
-      await this.persist(next);
+      // In the same write as the removal: a crash before its directory is gone leaves it listed, and the
+      // next start removes it (TopicManager), where an unlisted one would only be moved aside.
+      const deleting = [...this.deleting, { name, topicId: existing.topicId }];
+      await this.persist(next, this.nextProducerId, deleting);
       this.topics = next;
+      this.deleting = deleting;
       this.events.emit('topic-deleted', existing);
       return existing;
     });
@@ -211,6 +243,20 @@ export class LocalMetadataStore implements MetadataStore {
     return this.nextProducerId;
   }
 
+  deletedTopics(): DeletedTopic[] {
+    return [...this.deleting];
+  }
+
+  forgetDeletedTopics(topics: DeletedTopic[]): Promise<void> {
+    return this.serialize(async () => {
+      const gone = new Set(topics.map(topicDirName));
+      const deleting = this.deleting.filter((d) => !gone.has(topicDirName(d)));
+      if (deleting.length === this.deleting.length) return;
+      await this.persist(this.topics, this.nextProducerId, deleting);
+      this.deleting = deleting;
+    });
+  }
+
   async close(): Promise<void> {
     await this.chain.catch(() => {});
   }
@@ -221,8 +267,8 @@ export class LocalMetadataStore implements MetadataStore {
     return run;
   }
 
-  private async persist(topics: Map<string, TopicDefinition>, nextProducerId = this.nextProducerId): Promise<void> {
-    const body: MetadataFile = { version: 1, topics: [...topics.values()], nextProducerId };
+  private async persist(topics: Map<string, TopicDefinition>, nextProducerId = this.nextProducerId, deleting = this.deleting): Promise<void> {
+    const body: MetadataFile = { version: 1, topics: [...topics.values()], nextProducerId, deleting };
     const text = `${JSON.stringify(body, null, 2)}\n`;
     try {
       await this.writeFile(this.file, text);

@@ -18,6 +18,11 @@ import type { BrokerMetrics } from '../common/metrics.js';
 import { MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_RE } from 'tributary-protocol/topic-name.js';
 import { Partition } from './partition.js';
 import { SNAPSHOT_INTERVAL_MS } from './partition-snapshots.js';
+import { LOGS_DIR, topicDirName } from './metadata-file.js';
+import { fsyncDir } from '../storage/log-fs.js';
+
+/** Where a start moves log directories of no known topic (`<dataDir>/orphaned/<time>/<dir>`). */
+export const ORPHANED_DIR = 'orphaned';
 
 const INTERNAL_SEGMENT_BYTES = 16 * 1024 * 1024;
 
@@ -113,7 +118,7 @@ export class TopicManager {
     private readonly logger: Logger,
     private readonly metrics: BrokerMetrics,
   ) {
-    this.logsDir = path.join(config.dataDir, 'logs');
+    this.logsDir = path.join(config.dataDir, LOGS_DIR);
     this.ticker = new LogTicker(config.flushIntervalMs);
     // An open waits at most 100 ms for a slot (FdBudget: partitions written without pause cannot let go).
     const budget = (this.fdBudget = new FdBudget(config.maxOpenSegmentFiles, 100));
@@ -149,7 +154,7 @@ export class TopicManager {
       this.topics.set(def.name, new Topic(def, opened.slice(at, at + def.partitions)));
       at += def.partitions;
     }
-    await this.removeOrphans(defs);
+    await this.tidyLogsDir(defs);
     this.updateGauges();
     this.retentionTimer = setInterval(() => void this.applyRetention(), this.config.retentionCheckMs);
     this.retentionTimer.unref();
@@ -238,8 +243,9 @@ export class TopicManager {
   async delete(name: string): Promise<TopicDefinition> {
     const topic = this.get(name);
     if (name.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic: name, reason: 'internal topics cannot be deleted' });
-    // Definition first: a crash between the two steps leaves an orphan dir that open() removes. Out of
-    // the map before: the store's own delete event (cluster mode) must not destroy it a second time.
+    // Definition first, which lists the topic as deleted: a crash between the two steps leaves its
+    // directory listed, and the next open() removes it. Out of the map before: the store's own delete
+    // event (cluster mode) must not destroy it a second time.
     this.topics.delete(name);
     this.deleting.add(topic.def.topicId);
     let deleted: TopicDefinition | undefined;
@@ -252,10 +258,13 @@ export class TopicManager {
       this.deleting.delete(topic.def.topicId);
     }
     // Deleted from here on, whatever the files do: a failure to remove them is logged, not answered (the
-    // caller would skip the rest of the delete), and the next start removes them as an orphan directory.
+    // caller would skip the rest of the delete), and the next start removes them (the store lists them).
     try {
       await Promise.all(topic.partitions.map((p) => p.destroy()));
       await fs.rm(this.topicDir(topic.def), { recursive: true, force: true, maxRetries: 5, retryDelay: 20 });
+      await this.store
+        .forgetDeletedTopics([{ name, topicId: topic.def.topicId }])
+        .catch((err: unknown) => this.logger.warn({ err, topic: name }, 'could not drop a deleted topic from the metadata; the next start does'));
     } catch (err) {
       this.logger.error({ err, topic: name }, 'removing the files of a deleted topic failed; the next start removes them');
     }
@@ -357,7 +366,7 @@ export class TopicManager {
 
   private topicDir(def: TopicDefinition): string {
     // The topic id keeps a re-created topic from ever picking up a deleted one's files.
-    return path.join(this.logsDir, `${def.name}~${def.topicId}`);
+    return path.join(this.logsDir, topicDirName(def));
   }
 
   /** One resolved object per topic definition, shared by its partitions' logs (resolveOptions). */
@@ -413,14 +422,45 @@ export class TopicManager {
     return new Partition(def.name, i, log, { replicated: this.config.cluster, snapshotTicker: this.snapshotTicker });
   }
 
-  private async removeOrphans(defs: TopicDefinition[]): Promise<void> {
-    const known = new Set(defs.map((d) => `${d.name}~${d.topicId}`));
-    for (const entry of await fs.readdir(this.logsDir)) {
-      if (!known.has(entry)) {
+  /**
+   * Tidies `logs/` at open. The directory of a topic the store lists as deleted is removed (a crash or a
+   * failed removal after its delete left it). Any other directory no topic defines is moved aside into
+   * `<dataDir>/orphaned/`, never deleted: a metadata file restored from an older backup, or one edited
+   * by hand, must not cost the data of the topics it lacks (docs/operations.md, "The metadata file").
+   */
+  private async tidyLogsDir(defs: TopicDefinition[]): Promise<void> {
+    const known = new Set(defs.map(topicDirName));
+    const deleted = this.store.deletedTopics();
+    const deletedDirs = new Set(deleted.map(topicDirName));
+    let aside: string | undefined;
+    for (const entry of (await fs.readdir(this.logsDir)).sort()) {
+      if (known.has(entry)) continue;
+      if (deletedDirs.has(entry)) {
         this.logger.warn({ dir: entry }, 'removing log directory of a deleted topic');
         await fs.rm(path.join(this.logsDir, entry), { recursive: true, force: true });
+        continue;
       }
+      aside ??= await this.orphanedDir();
+      const to = path.join(aside, entry);
+      await fs.rename(path.join(this.logsDir, entry), to);
+      this.logger.warn(
+        { dir: path.join(this.logsDir, entry), movedTo: to },
+        'moved aside a log directory of no known topic (not in the metadata, nor listed there as deleted); nothing was deleted: restore its topic or remove it',
+      );
     }
+    if (aside) {
+      await fsyncDir(aside);
+      await fsyncDir(this.logsDir);
+    }
+    // Each listed directory is gone now (removed here, or never made): the list may drop them.
+    if (deleted.length > 0) await this.store.forgetDeletedTopics(deleted);
+  }
+
+  /** A new directory under `<dataDir>/orphaned/` for this start's unknown log directories. */
+  private async orphanedDir(): Promise<string> {
+    const dir = path.join(this.config.dataDir, ORPHANED_DIR, new Date().toISOString().replace(/[:.]/g, '-'));
+    await fs.mkdir(dir, { recursive: true });
+    return dir;
   }
 
   private updateGauges(): void {
