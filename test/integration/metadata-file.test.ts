@@ -2,8 +2,9 @@
  * A broker process on a data directory whose metadata.json is missing or damaged does not start as a new
  * or smaller broker: it stays unready with a reason naming the file, and every topic directory (the
  * committed offsets in __consumer_offsets among them) is still there, so putting the file back brings
- * every record back (docs/operations.md, "The metadata file").
+ * every record back (docs/operations.md, "The metadata file"). A broker.lock that is not a file is named too.
  */
+import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -84,5 +85,20 @@ describe('a damaged metadata.json at start', () => {
     await fs.writeFile(file, 'null');
     await broker!.relaunch();
     expect(broker!.stdout).toContain(`NOT READY: metadata file ${file} does not hold a JSON object (found null)`);
+  });
+
+  it('a broker.lock that is a directory: the start fails naming the lock file', async () => {
+    broker = await BrokerProcess.start({ args: FAST });
+    await broker.kill('SIGKILL');
+    const lock = path.join(broker.dataDir, 'broker.lock');
+    await fs.rm(lock, { force: true });
+    await fs.mkdir(lock);
+    const err = await broker.relaunch().then(
+      () => null,
+      (e: Error) => e.message,
+    );
+    expect(err).toMatch(/exited with [1-9]\d* before listening/);
+    expect(err).toContain(`${lock} is not a regular file (a directory)`);
+    expect(existsSync(lock)).toBe(true);
   });
 });

@@ -123,13 +123,16 @@ async function inspect(file: string): Promise<Seen> {
     const fh = await fs.open(file, 'r');
     try {
       st = await fh.stat();
+      if (!st.isFile()) throw new LockFileError(file, `${file} is not a regular file (${kindOf(st)}): remove it if no broker runs on ${path.dirname(file)}`);
       text = await fh.readFile('utf8');
     } finally {
       await fh.close();
     }
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { state: 'gone' };
-    throw err;
+    if (err instanceof LockFileError) throw err;
+    // The path and what failed: a bare "EISDIR: illegal operation on a directory, read" named neither.
+    throw new Error(`cannot read the data directory's lock file ${file}: ${(err as Error).message}`, { cause: err });
   }
   const holder = parseHolder(text);
   if (!holder) {
@@ -137,6 +140,25 @@ async function inspect(file: string): Promise<Seen> {
     return Date.now() - st.mtimeMs < WRITE_GRACE_MS ? { state: 'writing' } : { state: 'stale', key: `i${st.ino}-${Math.floor(st.mtimeMs)}` };
   }
   return isRunning(holder) ? { state: 'live', holder } : { state: 'stale', key: holder.token };
+}
+
+/** A lock file the broker cannot use as one (a directory, say); the message names it. */
+class LockFileError extends Error {
+  constructor(
+    readonly file: string,
+    message: string,
+  ) {
+    super(`cannot lock the data directory: ${message}`);
+    this.name = 'LockFileError';
+  }
+}
+
+function kindOf(st: Stats): string {
+  if (st.isDirectory()) return 'a directory';
+  if (st.isSymbolicLink()) return 'a symbolic link';
+  if (st.isFIFO()) return 'a FIFO';
+  if (st.isSocket()) return 'a socket';
+  return 'a device';
 }
 
 /** O_EXCL create with the holder's JSON; false if the file exists. */
