@@ -1,8 +1,8 @@
 /**
  * A partition's producer and transaction snapshots that are there but cannot be read at open (EMFILE at a
- * restart near the fd limit, EIO) are not taken for absent ones: absent, the rebuild scans only the last
- * segment (a log from before the snapshots); unreadable, the snapshot may have covered a producer whose
- * last batch, or a transaction whose first record, is in an older segment, so the whole log is replayed.
+ * restart near the fd limit, EIO): the snapshot may have covered a producer whose last batch, or a
+ * transaction whose first record, is in an older segment, so the whole log is replayed (as for a missing
+ * or damaged one: snapshot-damaged.test.ts).
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';

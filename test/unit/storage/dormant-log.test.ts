@@ -221,7 +221,7 @@ describe('a dormant partition', () => {
   });
 
   it('is recovered whole after a crash soon after its first append: empty snapshots are its baseline, written before that append', async () => {
-    // Every append rolls a segment, so a rebuild that only scans the last segment (what recovery does
+    // Every append rolls a segment, so a rebuild that only scans the last segment (what recovery once did
     // without a snapshot) misses the transactions and the idempotent batch of the earlier ones.
     const p = new Partition('t', 0, await PartitionLog.open(dir, { flush: 'always', segmentBytes: 1 }, undefined, { lazy: true }));
     open.push(p);

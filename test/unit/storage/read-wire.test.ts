@@ -139,6 +139,8 @@ describe('PartitionLog.readWire', () => {
     try {
       for (let i = 0; i < 20; i++) await log.append([{ key: null, value: Buffer.alloc(50, i) }]);
       const part = new Partition('t', 0, log);
+      // Records without a txn.snapshot: read_committed waits for the index rebuilt from the whole log.
+      await part.whenTxnIndexReady();
       const opts = { maxRecords: 10, maxBytes: 1 << 20, isolation: 'read_committed' as const };
       expect(part.readWire(0, opts, { topic: 't', extensions: false })).toBeNull();
       expect(part.readWire(20, opts, { topic: 't', extensions: false })).toBeNull();

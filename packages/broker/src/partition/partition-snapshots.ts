@@ -76,8 +76,11 @@ export interface SnapshotOwner {
 
 /**
  * Rebuild: the snapshot (state as of an offset), then every append after it up to the current log end.
- * Without a snapshot (a log from before idempotent producers, or a crash before the first snapshot),
- * the scan starts at the last segment; with one that is there but cannot be read, at the log start.
+ * A log with segments but no usable snapshot (missing, empty, not JSON, not a snapshot, unreadable) is
+ * replayed from its start, with a warning naming the file: every log this broker creates gets a snapshot
+ * before its first append (onFilesCreated), so that is damage, and the producers whose last batches lie
+ * in older segments would otherwise be forgotten (a resend of an acknowledged batch answered
+ * out_of_order_sequence instead of as a duplicate, which the SDK renumbers and writes a second time).
  */
 export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<ProducerStateTable>> {
   const path = join(log.dir, PRODUCER_SNAPSHOT_FILE);
@@ -85,7 +88,7 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
   let from: number;
   let loaded = false;
   try {
-    const snap = JSON.parse(await readSmallFile(path, 'utf8')) as ProducerSnapshot;
+    const snap = parseJson(await readSmallFile(path, 'utf8')) as ProducerSnapshot;
     table = ProducerStateTable.fromSnapshot(snap);
     from = snap.offset;
     loaded = true;
@@ -103,10 +106,8 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
     }
   } catch (err) {
     table = new ProducerStateTable();
-    const segs = log.segmentInfos();
-    // A snapshot that is there but could not be read (EMFILE at a restart near the fd limit, EIO) may cover
-    // producers whose last batch is in an older segment: the whole log is replayed.
-    from = segs.length > 0 && !unreadable(err) ? segs[segs.length - 1]!.baseOffset : log.logStartOffset;
+    from = log.logStartOffset;
+    damaged(log, path, err, 'producer state');
   }
   from = Math.max(from, log.logStartOffset);
   const end = log.logEndOffset;
@@ -125,25 +126,40 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
   return { state: table, end, from, fresh: scanned || !loaded };
 }
 
-/** A snapshot read failed for another reason than its absence (a parse error is not a read error). */
-function unreadable(err: unknown): boolean {
-  const code = (err as NodeJS.ErrnoException | null)?.code;
-  return typeof code === 'string' && code !== 'ENOENT';
+/** JSON.parse, with an empty file said as such (a torn or truncated copy). */
+function parseJson(text: string): unknown {
+  if (text.trim() === '') throw new Error(`empty (${text.length} bytes)`);
+  return JSON.parse(text);
+}
+
+/**
+ * A snapshot that could not be used for a log that has segments: logged, naming the file and why (the
+ * caller replays the whole log). A dormant log has no files, and no snapshot is then expected.
+ */
+function damaged(log: PartitionLog, file: string, err: unknown, what: string): void {
+  if (log.dormant) return;
+  const missing = (err as NodeJS.ErrnoException | null)?.code === 'ENOENT';
+  // Missing beside a log that holds nothing: nothing was lost (a log emptied, or made before its first append).
+  if (missing && log.logEndOffset <= log.logStartOffset) return;
+  log.logger.warn(
+    { file, reason: missing ? 'missing' : err instanceof Error ? err.message : String(err), from: log.logStartOffset, to: log.logEndOffset },
+    `${what} snapshot ${missing ? 'missing' : 'unusable'}; rebuilding it from the whole log`,
+  );
 }
 
 /**
  * Synchronously, at open: an offset below which no transaction is open, from the snapshot (its offset
- * and open transactions). No snapshot at all: Infinity, the log has no transactions (the index is
- * rebuilt, and its snapshot written, before the first transactional append or marker is accepted, and
- * a log created by its first append gets an empty one before that append, onFilesCreated: a log that
- * ever had one has a snapshot). An unreadable snapshot: the log start.
+ * and open transactions). A dormant log (no files): Infinity, it has no transactions (a log created by
+ * its first append gets an empty snapshot before that append, onFilesCreated). A log with segments and
+ * no usable snapshot (missing, unreadable, not a snapshot): the log start, so read_committed waits for the
+ * rebuild, which scans the whole log.
  */
 export function readTxnFloor(log: PartitionLog): number {
   let raw: string;
   try {
     raw = readFileSync(join(log.dir, TXN_SNAPSHOT_FILE), 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException)?.code === 'ENOENT') return Infinity;
+    if ((err as NodeJS.ErrnoException)?.code === 'ENOENT' && log.dormant) return Infinity;
     return log.logStartOffset;
   }
   try {
@@ -158,37 +174,26 @@ export function readTxnFloor(log: PartitionLog): number {
 
 /**
  * Rebuild the transaction index: the snapshot (state as of an offset), then every record after it up to
- * the log end. Without a snapshot (a log from before transactions), the scan starts at the last segment;
- * with an unreadable one or one past the log end, at the log start.
+ * the log end. A log with segments but no usable snapshot (missing, empty, not JSON, not a snapshot,
+ * unreadable) is scanned from its start, with a warning naming the file: scanning only its last segment
+ * missed aborts in older ones, and read_committed readers got the aborted records. A snapshot past the
+ * log end (a torn tail cut, a truncation) is scanned from the start too.
  */
 export async function loadTxnIndex(log: PartitionLog): Promise<Rebuilt<TxnIndex>> {
-  let index: TxnIndex;
-  let from: number;
+  const path = join(log.dir, TXN_SNAPSHOT_FILE);
+  let index = new TxnIndex();
+  let from = log.logStartOffset;
   let loaded = false;
-  let raw: string | null = null;
-  let readError: unknown = null;
   try {
-    raw = await readSmallFile(join(log.dir, TXN_SNAPSHOT_FILE), 'utf8');
-  } catch (err) {
-    readError = err;
-  }
-  if (raw === null) {
-    index = new TxnIndex();
-    const segs = log.segmentInfos();
-    // Unreadable (not missing): a transaction open in an older segment must not be missed.
-    from = segs.length > 0 && !unreadable(readError) ? segs[segs.length - 1]!.baseOffset : log.logStartOffset;
-  } else {
-    try {
-      const snap = JSON.parse(raw) as TxnSnapshot;
-      index = TxnIndex.fromSnapshot(snap);
+    const snap = parseJson(await readSmallFile(path, 'utf8')) as TxnSnapshot;
+    const read = TxnIndex.fromSnapshot(snap);
+    if (snap.offset <= log.logEndOffset) {
+      index = read;
       from = snap.offset;
       loaded = true;
-      if (from > log.logEndOffset) throw new Error('snapshot past the log end');
-    } catch {
-      index = new TxnIndex();
-      from = log.logStartOffset;
-      loaded = false;
     }
+  } catch (err) {
+    damaged(log, path, err, 'transaction index');
   }
   from = Math.max(from, log.logStartOffset);
   const end = log.logEndOffset;

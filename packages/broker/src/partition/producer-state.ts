@@ -236,9 +236,10 @@ export class ProducerStateTable {
     return { version: 1, offset, producers };
   }
 
+  /** Throws, saying what is wrong, for anything but a whole snapshot (the caller then replays the log). */
   static fromSnapshot(s: ProducerSnapshot): ProducerStateTable {
     const t = new ProducerStateTable();
-    if (s.version !== 1 || !Array.isArray(s.producers)) throw new Error('unknown producer snapshot version');
+    checkSnapshot(s);
     for (const p of s.producers) {
       t.writable().set(p.id, {
         epoch: p.epoch,
@@ -264,6 +265,26 @@ export class ProducerStateTable {
     if (!p) return undefined;
     const last = p.batches[p.batches.length - 1];
     return { epoch: p.epoch, lastSeq: last ? last.lastSeq : -1 };
+  }
+}
+
+/** A producer snapshot's structure, checked before anything of it is taken (a `{}` used to pass as an empty state). */
+function checkSnapshot(s: ProducerSnapshot): void {
+  const bad = (what: string) => new Error(`not a producer snapshot: ${what}`);
+  if (typeof s !== 'object' || s === null) throw bad(`found ${JSON.stringify(s)}`);
+  if (s.version !== 1) throw bad(`version ${JSON.stringify(s.version)}`);
+  if (!Number.isSafeInteger(s.offset) || s.offset < 0) throw bad(`offset ${JSON.stringify(s.offset)}`);
+  if (!Array.isArray(s.producers)) throw bad('no producers array');
+  for (const p of s.producers) {
+    const ok =
+      typeof p === 'object' &&
+      p !== null &&
+      typeof p.id === 'string' &&
+      Number.isSafeInteger(p.epoch) &&
+      typeof p.lastSeenMs === 'number' &&
+      Array.isArray(p.batches) &&
+      p.batches.every((b) => Array.isArray(b) && b.length === 5 && b.every((n) => Number.isSafeInteger(n)));
+    if (!ok) throw bad(`producer entry ${JSON.stringify(p)?.slice(0, 200)}`);
   }
 }
 
