@@ -2,12 +2,14 @@
  * A broker process on a data directory whose metadata.json is missing or damaged does not start as a new
  * or smaller broker: it stays unready with a reason naming the file, and every topic directory (the
  * committed offsets in __consumer_offsets among them) is still there, so putting the file back brings
- * every record back (docs/operations.md, "The metadata file"). A broker.lock that is not a file is named too.
+ * every record back (docs/operations.md, "The metadata file"); an older copy put back does not make
+ * producer ids be handed out twice. A broker.lock that is not a file is named too.
  */
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { parseLine } from 'tributary-protocol/command.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 
 const FAST = ['--offsets-topic-partitions', '1', '--transaction-state-partitions', '1'];
@@ -100,5 +102,28 @@ describe('a damaged metadata.json at start', () => {
     expect(err).toMatch(/exited with [1-9]\d* before listening/);
     expect(err).toContain(`${lock} is not a regular file (a directory)`);
     expect(existsSync(lock)).toBe(true);
+  });
+});
+
+describe('an older metadata.json put back', () => {
+  it('INIT_PRODUCER_ID does not hand out an id already used: a new producer is not taken for a duplicate of an old one', async () => {
+    broker = await BrokerProcess.start({ args: FAST });
+    let c = await broker.connect();
+    await c.command('CREATE', { topic: 't1', partitions: 1 });
+    const file = path.join(broker.dataDir, 'metadata.json');
+    const older = await fs.readFile(file, 'utf8');
+    const pid = async () => parseLine(await c.command('INIT_PRODUCER_ID')).params.get('producerId')!;
+    const first = await pid();
+    expect(await c.json('PUBLISH', { topic: 't1', partition: 0, producerId: first, epoch: 0, seqNum: 0, message: 'first' })).toMatchObject({ offset: 0 });
+    await broker.kill('SIGKILL');
+    // The copy from before the producer id was reserved (a restore, a file put back by hand).
+    await fs.writeFile(file, older);
+    await broker.relaunch();
+    c = await broker.connect();
+    const second = await pid();
+    expect(Number(second)).toBeGreaterThan(Number(first));
+    expect(await c.json('PUBLISH', { topic: 't1', partition: 0, producerId: second, epoch: 0, seqNum: 0, message: 'second' })).toMatchObject({ offset: 1 });
+    const batch = await c.consume({ topic: 't1', partition: 0, offset: 0 });
+    expect(batch.records.map((r) => r.value.toString())).toEqual(['first', 'second']);
   });
 });

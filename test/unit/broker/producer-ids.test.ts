@@ -7,6 +7,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { LocalMetadataStore } from 'tributary-broker/partition/metadata-store.js';
 import { ProducerIdAllocator } from 'tributary-broker/partition/producer-ids.js';
+import { PRODUCER_IDS_FILE } from 'tributary-broker/partition/metadata-file.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 /** A store whose reservations are counted and can be made to fail or wait. */
@@ -168,6 +169,32 @@ describe('LocalMetadataStore.reserveProducerIds', () => {
     expect(await c.reserveProducerIds(1)).toBe(2010);
     expect(c.listTopics()).toEqual([]);
     await c.close();
+  });
+
+  it('an older metadata.json put back does not hand out a range again: the counter has a file of its own', async () => {
+    const a = new LocalMetadataStore(dir);
+    await a.open();
+    await a.createTopic({ name: 't', partitions: 1, replicationFactor: 1, idempotent: false, partitioner: 'hash_key', retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' });
+    const older = await fs.readFile(path.join(dir, 'metadata.json'), 'utf8');
+    expect(JSON.parse(older).nextProducerId).toBe(0);
+    expect(await a.reserveProducerIds(1000)).toBe(0);
+    expect(await a.reserveProducerIds(1000)).toBe(1000);
+    await a.close();
+    await fs.writeFile(path.join(dir, 'metadata.json'), older);
+    const b = new LocalMetadataStore(dir);
+    await b.open();
+    expect(b.getTopic('t')).toBeDefined();
+    expect(await b.reservedProducerIds()).toBe(2000);
+    expect(await b.reserveProducerIds(1000)).toBe(2000);
+    await b.close();
+    // A data directory from before the counter's own file: metadata.json's counter is taken.
+    await fs.rm(path.join(dir, PRODUCER_IDS_FILE));
+    const c = new LocalMetadataStore(dir);
+    await c.open();
+    expect(await c.reserveProducerIds(1)).toBe(3000);
+    // A damaged counter file stops the start, naming it.
+    await fs.writeFile(path.join(dir, PRODUCER_IDS_FILE), '{"nextProducerId":"x"}');
+    await expect(new LocalMetadataStore(dir).open()).rejects.toThrow(`metadata file ${path.join(dir, PRODUCER_IDS_FILE)} is not a producer id counter`);
   });
 
   it('refuses a bad count and a corrupt counter', async () => {

@@ -45,6 +45,31 @@ export class MetadataFileError extends Error {
   }
 }
 
+/**
+ * `<dataDir>/producer-ids.json`: the first producer id not yet reserved, kept apart from metadata.json
+ * and written before it on each reservation. A start takes the higher of the two, so a metadata.json put
+ * back from an older copy cannot hand out ids already used (docs/architecture.md, "Producer ids").
+ */
+export const PRODUCER_IDS_FILE = 'producer-ids.json';
+
+export function producerIdsText(next: number): string {
+  return `${JSON.stringify({ version: 1, nextProducerId: next })}\n`;
+}
+
+/** The counter in `text`, the content of `file`; throws MetadataFileError naming what is wrong. */
+export function parseProducerIdsFile(file: string, text: string): number {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (err) {
+    throw new MetadataFileError(file, `is not valid JSON (${(err as Error).message}, ${text.length} bytes): put back a copy, or remove it only if metadata.json is current`);
+  }
+  if (!isObject(v) || v.version !== 1 || !Number.isSafeInteger(v.nextProducerId) || (v.nextProducerId as number) < 0) {
+    throw new MetadataFileError(file, `is not a producer id counter (found ${describe(v)}; {"version":1,"nextProducerId":<n>})`);
+  }
+  return v.nextProducerId as number;
+}
+
 /** Parses and checks `text`, the content of `file`; throws MetadataFileError naming what is wrong. */
 export function parseMetadataFile(file: string, text: string): MetadataFile {
   if (text.trim() === '') throw new MetadataFileError(file, `is empty (${text.length} bytes): a truncated copy or a torn write; restore it from a backup`);

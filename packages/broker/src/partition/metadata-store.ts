@@ -4,7 +4,17 @@ import { randomBytes } from 'node:crypto';
 import { readSmallFile, writeFileAtomic } from '../storage/atomic-file.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { type DeletedTopic, LOGS_DIR, type MetadataFile, MetadataFileError, parseMetadataFile, topicDirName } from './metadata-file.js';
+import {
+  type DeletedTopic,
+  LOGS_DIR,
+  type MetadataFile,
+  MetadataFileError,
+  PRODUCER_IDS_FILE,
+  parseMetadataFile,
+  parseProducerIdsFile,
+  producerIdsText,
+  topicDirName,
+} from './metadata-file.js';
 
 export type { DeletedTopic } from './metadata-file.js';
 
@@ -120,6 +130,8 @@ export class LocalMetadataStore implements MetadataStore {
   /** Deleted topics whose directories may remain (MetadataFile.deleting). */
   private deleting: DeletedTopic[] = [];
   private readonly file: string;
+  /** The producer id counter's own file (PRODUCER_IDS_FILE). */
+  private readonly idsFile: string;
   private readonly reserve: string;
   private reserveMissing = true;
   /** Serializes writes so two concurrent changes cannot interleave their renames. */
@@ -131,24 +143,41 @@ export class LocalMetadataStore implements MetadataStore {
     private readonly writeFile: (file: string, data: string) => Promise<void> = writeFileAtomic,
   ) {
     this.file = path.join(dataDir, 'metadata.json');
+    this.idsFile = path.join(dataDir, PRODUCER_IDS_FILE);
     this.reserve = path.join(dataDir, METADATA_RESERVE_FILE);
   }
 
   async open(): Promise<void> {
     await fs.mkdir(this.dataDir, { recursive: true });
     await this.makeReserve();
-    let text: string;
+    let text: string | undefined;
     try {
       text = await readSmallFile(this.file, 'utf8');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return this.checkNew();
-      throw new MetadataFileError(this.file, `cannot be read (${(err as Error).message})`);
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new MetadataFileError(this.file, `cannot be read (${(err as Error).message})`);
     }
-    // A file that cannot be taken whole stops the broker: never start empty, or half, over existing data.
-    const parsed = parseMetadataFile(this.file, text);
-    for (const t of parsed.topics) this.topics.set(t.name, t);
-    this.nextProducerId = parsed.nextProducerId ?? 0;
-    this.deleting = parsed.deleting ?? [];
+    if (text === undefined) await this.checkNew();
+    else {
+      // A file that cannot be taken whole stops the broker: never start empty, or half, over existing data.
+      const parsed = parseMetadataFile(this.file, text);
+      for (const t of parsed.topics) this.topics.set(t.name, t);
+      this.nextProducerId = parsed.nextProducerId ?? 0;
+      this.deleting = parsed.deleting ?? [];
+    }
+    // The higher of the two counters: metadata.json may be an older copy put back (absent: a data
+    // directory from before the counter had its own file).
+    this.nextProducerId = Math.max(this.nextProducerId, await this.readIdsFile());
+  }
+
+  private async readIdsFile(): Promise<number> {
+    let text: string;
+    try {
+      text = await readSmallFile(this.idsFile, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+      throw new MetadataFileError(this.idsFile, `cannot be read (${(err as Error).message})`);
+    }
+    return parseProducerIdsFile(this.idsFile, text);
   }
 
   /**
@@ -233,6 +262,9 @@ export class LocalMetadataStore implements MetadataStore {
     return this.serialize(async () => {
       const first = this.nextProducerId;
       checkReservation(first, count);
+      // Its own file first, then metadata.json: a start takes the higher, so neither a crash between the
+      // two writes nor an older metadata.json put back later hands out an id of this range again.
+      await this.writeReserved(this.idsFile, producerIdsText(first + count));
       await this.persist(this.topics, first + count);
       this.nextProducerId = first + count;
       return first;
@@ -269,18 +301,22 @@ export class LocalMetadataStore implements MetadataStore {
 
   private async persist(topics: Map<string, TopicDefinition>, nextProducerId = this.nextProducerId, deleting = this.deleting): Promise<void> {
     const body: MetadataFile = { version: 1, topics: [...topics.values()], nextProducerId, deleting };
-    const text = `${JSON.stringify(body, null, 2)}\n`;
+    await this.writeReserved(this.file, `${JSON.stringify(body, null, 2)}\n`);
+  }
+
+  /** Replaces `file` with `text`; a disk found full releases the reserve and tries once more. */
+  private async writeReserved(file: string, text: string): Promise<void> {
     try {
-      await this.writeFile(this.file, text);
+      await this.writeFile(file, text);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOSPC' || this.reserveMissing) throw writeFailed(err);
+      if ((err as NodeJS.ErrnoException).code !== 'ENOSPC' || this.reserveMissing) throw writeFailed(file, err);
       // The disk is full: the reserve makes room for this write.
       await fs.rm(this.reserve, { force: true });
       this.reserveMissing = true;
       try {
-        await this.writeFile(this.file, text);
+        await this.writeFile(file, text);
       } catch (again) {
-        throw writeFailed(again);
+        throw writeFailed(file, again);
       }
     }
     if (this.reserveMissing) await this.makeReserve();
@@ -298,7 +334,7 @@ export class LocalMetadataStore implements MetadataStore {
   }
 }
 
-/** A write of metadata.json that failed: nothing changed, and a retry may succeed (space freed). */
-function writeFailed(err: unknown): TributaryError {
-  return new TributaryError('storage_error', { reason: `could not write metadata.json: ${err instanceof Error ? err.message : String(err)}` });
+/** A write of metadata.json (or the producer id counter) that failed: nothing changed, and a retry may succeed (space freed). */
+function writeFailed(file: string, err: unknown): TributaryError {
+  return new TributaryError('storage_error', { reason: `could not write ${path.basename(file)}: ${err instanceof Error ? err.message : String(err)}` });
 }
