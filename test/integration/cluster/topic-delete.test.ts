@@ -4,6 +4,8 @@
  * coordinator hears of it from etcd, refuses commits for the old topic, deletes the group's offsets of it,
  * and the coordinator that takes the group over after a restart replays the log without them.
  */
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
@@ -125,6 +127,22 @@ describe('deleting a topic in a cluster', () => {
     await cluster.broker(coordinator).restart();
     expect(await committedColumn(group)).toEqual([0, null]);
   });
+  it('a broker down while a topic is deleted removes its copy at its next start (the tombstone), and moves nothing aside', async () => {
+    const l = await cluster.createInSync('downdel');
+    const c = await connect(l.id);
+    for (let i = 0; i < 3; i++) await c.json('PUBLISH', { topic: 'downdel', partition: 0, acks: 'all', message: `m${i}` });
+    const down = [0, 1, 2].find((id) => id !== l.id && id !== 0)!;
+    const b = cluster.broker(down);
+    const copies = async () => (await fs.readdir(path.join(b.dataDir, 'logs'))).filter((d) => d.startsWith('downdel~'));
+    await cluster.waitFor(`broker ${down}'s copy of downdel on disk`, async () => (await copies()).length === 1);
+    await b.kill();
+    expect(await (await connect(0)).command('DELETE', { topic: 'downdel' })).toBe('OK topic=downdel deleted=true');
+    await b.relaunch();
+    await cluster.waitFor(`broker ${down} ready`, async () => (await b.health('/ready').catch(() => ({ status: 0 }))).status === 200);
+    expect(await copies()).toEqual([]);
+    await expect(fs.readdir(path.join(b.dataDir, 'orphaned'))).rejects.toMatchObject({ code: 'ENOENT' });
+  }, 120_000);
+
   it('a topic re-created under the same name replicates its own records: its acks=all writes survive the loss of its leader', async () => {
     const admin = await connect(0);
     const l1 = await cluster.createInSync('rc');
