@@ -452,8 +452,13 @@ export class TopicManager {
       await fsyncDir(aside);
       await fsyncDir(this.logsDir);
     }
-    // Each listed directory is gone now (removed here, or never made): the list may drop them.
-    if (deleted.length > 0) await this.store.forgetDeletedTopics(deleted);
+    // Each listed directory is gone now (removed here, or never made): the list may drop them. Best
+    // effort (a full disk must not stop the start): still listed, they are looked for at the next one.
+    if (deleted.length > 0) {
+      await this.store
+        .forgetDeletedTopics(deleted)
+        .catch((err: unknown) => this.logger.warn({ err }, 'could not drop the removed directories of deleted topics from the metadata; the next start does'));
+    }
   }
 
   /** A new directory under `<dataDir>/orphaned/` for this start's unknown log directories. */
