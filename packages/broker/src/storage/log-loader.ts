@@ -13,6 +13,7 @@ import { readTombstoneHorizon, TOMBSTONE_HORIZON_FILE } from './tombstone-horizo
 import type { SegmentFdPolicy } from './fd-budget.js';
 import type { LogOptions } from './log-options.js';
 import { Segment } from './segment.js';
+import { recoverSegment } from './segment-recovery.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, segmentFileName } from './segment-names.js';
 
 export const CLEAN_SHUTDOWN_FILE = 'clean-shutdown';
@@ -65,7 +66,7 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
   try {
     for (let i = 0; i < bases.length; i++) {
       const isLast = i === bases.length - 1;
-      const info = await Segment.recover(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast, fds });
+      const info = await recoverSegment(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast, fds });
       const seg = info.segment;
       if (info.truncatedBytes > 0) {
         log.warn(

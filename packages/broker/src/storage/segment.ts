@@ -5,33 +5,16 @@
  */
 import type { FdHolder, SegmentFdPolicy } from './fd-budget.js';
 import { fdatasync, writeSync } from 'node:fs';
-import { type FileHandle, rename, stat, unlink } from 'node:fs/promises';
+import { type FileHandle, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { LogRecord } from 'tributary-protocol/record.js';
-import { type IndexEntry, OffsetIndex, readIndexFile, writeIndexFile } from './offset-index.js';
-import { ageTimestamp } from './record-codec.js';
+import { OffsetIndex, writeIndexFile } from './offset-index.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
-import { OrderCheck } from './offset-order.js';
 import type { SegmentCut } from './segment-cut.js';
 import { openWithinBudget } from './segment-open.js';
 import { type RecordInfo, type ScanOutcome, walkRecords } from './segment-scan.js';
 
 export type { RecordInfo, ScanOutcome } from './segment-scan.js';
-
-/** What Segment.recover found. */
-export interface RecoveryInfo {
-  segment: Segment;
-  /** Bytes cut from the end of the file (torn or corrupt tail). */
-  truncatedBytes: number;
-  /** The offset the cut happened at (the new next offset). */
-  truncatedAtOffset: number;
-  /** Why the tail was cut: 'incomplete' | 'corrupt' | 'offset_gap' | 'incomplete_append'. */
-  reason: string | null;
-  /** Valid records cut because the append they belonged to was not complete. */
-  droppedRecords: number;
-  /** The index file was missing, stale or inconsistent and was rebuilt from the log. */
-  rebuiltIndex: boolean;
-}
 
 export class Segment implements FdHolder {
   readonly baseOffset: number;
@@ -133,130 +116,6 @@ export class Segment implements FdHolder {
   }
 
   /**
-   * Loads an existing segment. The index file is trusted only when `fullScan` is false, its CRC and
-   * metadata match the file, the log was fsynced before it was written, and the records after its last
-   * entry decode to exactly its next offset. Otherwise every record is validated (length, CRC, offset
-   * order), the file is cut after the last record that ends a complete append and the index is rebuilt.
-   */
-  static async recover(dir: string, baseOffset: number, opts: { intervalBytes: number; fullScan: boolean; fds?: SegmentFdPolicy }): Promise<RecoveryInfo> {
-    const logPath = join(dir, segmentFileName(baseOffset, LOG_SUFFIX));
-    const indexPath = join(dir, segmentFileName(baseOffset, INDEX_SUFFIX));
-    const st = await stat(logPath);
-    const fileSize = st.size;
-    const loaded = await readIndexFile(indexPath, opts.intervalBytes);
-    const metaOk = loaded !== null && loaded.meta.baseOffset === baseOffset;
-    const createdMs = metaOk ? loaded.meta.createdMs : st.birthtimeMs > 0 ? st.birthtimeMs : st.mtimeMs;
-    // Only the index knows a segment was compacted (its nextOffset may lie past its last record).
-    const compacted = metaOk && loaded.meta.compacted === true;
-
-    if (!opts.fullScan && metaOk && loaded.meta.synced && loaded.meta.logSize === fileSize) {
-      const seg = new Segment(
-        dir,
-        baseOffset,
-        loaded.index,
-        {
-          size: fileSize,
-          nextOffset: loaded.meta.nextOffset,
-          maxTimestamp: loaded.meta.maxTimestamp,
-          createdMs,
-        },
-        opts.fds,
-      );
-      seg.compacted = compacted;
-      if (await seg.tailMatchesIndex()) {
-        seg.indexState = 'synced';
-        return { segment: seg, truncatedBytes: 0, truncatedAtOffset: seg.nextOffset, reason: null, droppedRecords: 0, rebuiltIndex: false };
-      }
-      await seg.close();
-    }
-
-    const seg = new Segment(
-      dir,
-      baseOffset,
-      new OffsetIndex(baseOffset, opts.intervalBytes),
-      {
-        size: fileSize,
-        nextOffset: baseOffset,
-        maxTimestamp: -1,
-        createdMs,
-      },
-      opts.fds,
-    );
-    seg.compacted = compacted;
-    try {
-      const order = new OrderCheck(baseOffset, false);
-      let maxTs = -1;
-      // End of the last complete append: a torn append is cut as a whole.
-      let valid = 0;
-      let next = baseOffset;
-      let validMaxTs = -1;
-      let partial = 0;
-      const index = seg.index;
-      let reason: string | null = null;
-      const out = await seg.scan(0, fileSize, (r) => {
-        if (!order.accept(r.offset, r.attributes)) {
-          reason = 'offset_gap';
-          return false;
-        }
-        index.onRecord(r.offset, r.position);
-        // A record without a timestamp counts as of the file's last write (Kafka's fallback, lastModified).
-        const age = ageTimestamp(r.timestamp, st.mtimeMs);
-        if (age > maxTs) maxTs = age;
-        if (order.inAppend) {
-          partial++;
-        } else {
-          valid = r.position + r.size;
-          next = r.offset + 1;
-          validMaxTs = maxTs;
-          partial = 0;
-        }
-        return true;
-      });
-      reason ??= out.failure ?? (partial > 0 ? 'incomplete_append' : null);
-      index.truncateToOffset(next);
-      if (valid < fileSize) await seg.withHandle((fh) => fh.truncate(valid));
-      seg.size = valid;
-      seg.durableSize = Math.min(seg.durableSize, valid);
-      seg.nextOffset = next;
-      seg.maxTimestamp = validMaxTs;
-      // Make the cut (and whatever the scan accepted) durable before the index vouches for it.
-      await seg.datasync();
-      await seg.writeIndex(true);
-      return {
-        segment: seg,
-        truncatedBytes: fileSize - valid,
-        truncatedAtOffset: next,
-        reason: valid < fileSize ? reason : null,
-        droppedRecords: partial,
-        rebuiltIndex: true,
-      };
-    } catch (err) {
-      await seg.close().catch(() => {});
-      throw err;
-    }
-  }
-
-  /**
-   * Cheap consistency check of a loaded index: the records after its last entry are in order, end with a
-   * complete append exactly at size, and at nextOffset (before it, once compacted).
-   */
-  private async tailMatchesIndex(): Promise<boolean> {
-    const last = this.index.last();
-    const start: IndexEntry = last ?? { offset: this.baseOffset, position: 0 };
-    if (start.position > this.size || this.nextOffset < start.offset) return false;
-    if (this.size === 0) return (this.compacted || this.nextOffset === this.baseOffset) && this.index.length === 0;
-    const order = new OrderCheck(start.offset, last !== null);
-    let tsOk = true;
-    const out = await this.scan(start.position, this.size, (r) => {
-      if (!order.accept(r.offset, r.attributes)) return false;
-      if (r.timestamp > this.maxTimestamp) tsOk = false;
-      return true;
-    });
-    const endOk = this.compacted ? order.next <= this.nextOffset : order.next === this.nextOffset;
-    return out.failure === null && out.position === this.size && !order.inAppend && endOk && tsOk;
-  }
-
-  /**
    * Validates records in [from, end) in order, calling `onRecord` for each; stops at the first invalid one
    * or when the callback returns false. Reads in chunks, so a segment of any size scans in bounded memory.
    */
@@ -294,6 +153,17 @@ export class Segment implements FdHolder {
       return true;
     });
     return found;
+  }
+
+  /**
+   * What recovery found the file to hold (segment-recovery.ts): records up to `size` (the file was cut there
+   * if it was longer), ending at `nextOffset`, the newest counting as of `maxTimestamp`.
+   */
+  setRecovered(size: number, nextOffset: number, maxTimestamp: number): void {
+    this.size = size;
+    this.durableSize = Math.min(this.durableSize, size);
+    this.nextOffset = nextOffset;
+    this.maxTimestamp = maxTimestamp;
   }
 
   /** Drops records >= cut.offset (within [baseOffset, nextOffset]), where prepareCut found them. */
