@@ -154,27 +154,6 @@ describe('recovery', () => {
     await log.close();
   });
 
-  it('a damaged closed segment keeps only the contiguous prefix', async () => {
-    let log = await PartitionLog.open(dir, OPTS);
-    for (let i = 0; i < 40; i++) await log.append([rec(i)]);
-    const segs = log.segmentInfos();
-    await simulateCrash(log);
-    const mid = segs[1];
-    const name = `${String(mid.baseOffset).padStart(20, '0')}`;
-    const bytes = await readFile(join(dir, `${name}.log`));
-    const first = bytes.readUInt32BE(0) + 4;
-    bytes[first + 10] ^= 0x55; // second record of the segment
-    await writeFile(join(dir, `${name}.log`), bytes);
-    await unlink(join(dir, `${name}.index`)); // force a full scan of this closed segment
-    const { logger, lines } = captureLogger();
-    log = await PartitionLog.open(dir, OPTS, logger);
-    await checkLog(log, mid.baseOffset + 1);
-    expect(lines.some((l) => String(l.msg).includes('not contiguous'))).toBe(true);
-    expect(log.segmentInfos()).toHaveLength(2);
-    expect((await log.append([rec(mid.baseOffset + 1)])).baseOffset).toBe(mid.baseOffset + 1);
-    await log.close();
-  });
-
   it("acknowledged appends survive a crash in 'always' mode and the marker is removed on open", async () => {
     let log = await PartitionLog.open(dir, { ...OPTS, flush: 'always' });
     await Promise.all(Array.from({ length: 50 }, (_, i) => log.append([rec(i)])));

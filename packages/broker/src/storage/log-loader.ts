@@ -1,8 +1,8 @@
 /**
  * Recovery of a partition log on open (docs/architecture.md, "Storage"): leftovers of interrupted writes are
  * removed, every segment is recovered (the last one scanned record by record unless the previous shutdown was
- * clean), a non-contiguous tail of segments is dropped, and the clean-shutdown marker is removed before the
- * log takes any append.
+ * clean; only it may lose a torn tail), segments that are not contiguous refuse the open (SegmentDamage), and
+ * the clean-shutdown marker is removed before the log takes any append.
  */
 import { mkdir, readdir, rm, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -13,8 +13,8 @@ import { readTombstoneHorizon, TOMBSTONE_HORIZON_FILE } from './tombstone-horizo
 import type { SegmentFdPolicy } from './fd-budget.js';
 import type { LogOptions } from './log-options.js';
 import { Segment } from './segment.js';
-import { recoverSegment } from './segment-recovery.js';
-import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, segmentFileName } from './segment-names.js';
+import { recoverSegment, SegmentDamage } from './segment-recovery.js';
+import { parseSegmentFileName } from './segment-names.js';
 
 export const CLEAN_SHUTDOWN_FILE = 'clean-shutdown';
 
@@ -66,7 +66,7 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
   try {
     for (let i = 0; i < bases.length; i++) {
       const isLast = i === bases.length - 1;
-      const info = await recoverSegment(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast, fds });
+      const info = await recoverSegment(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast, last: isLast, fds });
       const seg = info.segment;
       if (info.truncatedBytes > 0) {
         log.warn(
@@ -99,16 +99,16 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
         continue;
       }
       if (prev && seg.baseOffset !== prev.nextOffset) {
-        // A gap (e.g. a closed segment lost its tail): only a contiguous prefix is a valid log.
-        log.warn(
-          { expected: prev.nextOffset, found: seg.baseOffset, droppedSegments: bases.length - i },
-          `offsets not contiguous at segment ${seg.baseOffset}; dropping it and all later segments`,
+        // A segment file gone or cut short, or one that overlaps the one before: dropping the later
+        // segments (as this once did) lost acknowledged records and let their offsets be given out again.
+        await seg.close();
+        throw new SegmentDamage(
+          seg.logPath,
+          null,
+          seg.baseOffset > prev.nextOffset
+            ? `starts at offset ${seg.baseOffset}, but ${prev.logPath} ends at ${prev.nextOffset}: offsets ${prev.nextOffset}..${seg.baseOffset - 1} are missing (a segment file gone or cut short)`
+            : `starts at offset ${seg.baseOffset}, inside ${prev.logPath}, which ends at ${prev.nextOffset}`,
         );
-        await seg.remove();
-        for (let j = i + 1; j < bases.length; j++) {
-          for (const suffix of [LOG_SUFFIX, INDEX_SUFFIX]) await unlink(join(dir, segmentFileName(bases[j], suffix))).catch(() => {});
-        }
-        break;
       }
       segments.push(seg);
     }

@@ -28,12 +28,36 @@ export interface RecoveryInfo {
 }
 
 /**
+ * Damage recovery may not repair: the partition is not opened (docs/operations.md, "A partition that does
+ * not open"). The message names the file and the byte position (or the offsets) at fault.
+ */
+export class SegmentDamage extends Error {
+  constructor(
+    readonly file: string,
+    readonly position: number | null,
+    detail: string,
+  ) {
+    super(`${file}${position === null ? '' : ` at byte ${position}`}: ${detail}; the partition is not opened, nothing was cut or removed (restore or remove the file: docs/operations.md)`);
+    this.name = 'SegmentDamage';
+  }
+}
+
+/** What a scan failure is, for SegmentDamage; `expected`: the lowest offset the failed record could have had. */
+function describeFailure(reason: string, expected: number): string {
+  if (reason === 'offset_gap') return `a record out of offset order (offset ${expected} or above expected)`;
+  if (reason === 'incomplete') return 'a record that runs past the end of the file';
+  return `a corrupt record (bad length, CRC or layout) where offset ${expected} or above was expected`;
+}
+
+/**
  * Loads an existing segment. The index file is trusted only when `fullScan` is false, its CRC and
  * metadata match the file, the log was fsynced before it was written, and the records after its last
  * entry decode to exactly its next offset. Otherwise every record is validated (length, CRC, offset
- * order), the file is cut after the last record that ends a complete append and the index is rebuilt.
+ * order) and the index is rebuilt. Only the `last` segment may be cut (after the last record that ends a
+ * complete append): a closed one was fsynced at its roll before the next segment took an append, so it
+ * never has a torn tail, and a bad record in it is damage: SegmentDamage, the file unchanged.
  */
-export async function recoverSegment(dir: string, baseOffset: number, opts: { intervalBytes: number; fullScan: boolean; fds?: SegmentFdPolicy }): Promise<RecoveryInfo> {
+export async function recoverSegment(dir: string, baseOffset: number, opts: { intervalBytes: number; fullScan: boolean; last: boolean; fds?: SegmentFdPolicy }): Promise<RecoveryInfo> {
   const logPath = join(dir, segmentFileName(baseOffset, LOG_SUFFIX));
   const indexPath = join(dir, segmentFileName(baseOffset, INDEX_SUFFIX));
   const st = await stat(logPath);
@@ -107,6 +131,16 @@ export async function recoverSegment(dir: string, baseOffset: number, opts: { in
       }
       return true;
     });
+    if (!opts.last) {
+      const failure = reason ?? out.failure;
+      if (failure !== null) throw new SegmentDamage(logPath, out.position, `${describeFailure(failure, order.next)} in a closed segment`);
+      // Its last append may lack its end mark only where a truncation cut inside an append and a roll
+      // followed: its records are whole and fsynced, and the next segment starts after them.
+      valid = out.position;
+      next = order.next;
+      validMaxTs = maxTs;
+      partial = 0;
+    }
     reason ??= out.failure ?? (partial > 0 ? 'incomplete_append' : null);
     index.truncateToOffset(next);
     if (valid < fileSize) await seg.withHandle((fh) => fh.truncate(valid));
