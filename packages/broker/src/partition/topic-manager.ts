@@ -402,6 +402,8 @@ export class TopicManager {
       // bytes and up) are never refused by it, or a small --max-record-bytes left every JOIN unanswered.
       maxRecordBytes: internal ? undefined : this.config.maxRecordBytes,
       onSync: (seconds) => this.metrics.fsyncDuration.observe(seconds),
+      // Recovery takes a gap after a segment whose index was lost as compaction's only on a compacted topic.
+      cleanupPolicy: def.cleanupPolicy,
     };
   }
 

@@ -63,6 +63,8 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
   const bases = [...logBases].sort((a, b) => a - b);
 
   const segments: Segment[] = [];
+  // The last segment kept had its index rebuilt from the log (its file was missing, stale or unreadable).
+  let prevRebuilt = false;
   try {
     for (let i = 0; i < bases.length; i++) {
       const isLast = i === bases.length - 1;
@@ -84,6 +86,17 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
         log.info({ segment: seg.baseOffset }, 'rebuilt segment index');
       }
       const prev = segments[segments.length - 1];
+      if (prev && !prev.compacted && prevRebuilt && o.cleanupPolicy === 'compact' && seg.baseOffset > prev.nextOffset) {
+        // Its index file, the only record of the compacted flag, was lost or unreadable: on a compacted
+        // topic a gap after its last record is what compaction leaves (superseded records, an emptied
+        // segment removed after it was stretched over). Taking it for missing data refused the open (it
+        // once deleted every later segment, the committed offsets of __consumer_offsets with them).
+        log.warn({ segment: prev.baseOffset, lastRecordEnds: prev.nextOffset, nextSegment: seg.baseOffset }, 'segment index lost on a compacted topic: the segment is taken as compacted and reaches the next one');
+        prev.compacted = true;
+        prev.nextOffset = seg.baseOffset;
+        // The log was fsynced by its scan: the flag is on disk before anything else happens.
+        await prev.writeIndex(true);
+      }
       // A compacted segment may end in a gap (its newest records were superseded): it reaches the next one.
       if (prev?.compacted && seg.baseOffset > prev.nextOffset) {
         prev.nextOffset = seg.baseOffset;
@@ -106,11 +119,12 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
           seg.logPath,
           null,
           seg.baseOffset > prev.nextOffset
-            ? `starts at offset ${seg.baseOffset}, but ${prev.logPath} ends at ${prev.nextOffset}: offsets ${prev.nextOffset}..${seg.baseOffset - 1} are missing (a segment file gone or cut short)`
+            ? `starts at offset ${seg.baseOffset}, but ${prev.logPath} ends at ${prev.nextOffset}: offsets ${prev.nextOffset}..${seg.baseOffset - 1} are missing (a segment file gone or cut short${o.cleanupPolicy === 'compact' ? '' : '; the topic is not compacted'})`
             : `starts at offset ${seg.baseOffset}, inside ${prev.logPath}, which ends at ${prev.nextOffset}`,
         );
       }
       segments.push(seg);
+      prevRebuilt = info.rebuiltIndex;
     }
     if (segments.length === 0) {
       segments.push(await Segment.create(dir, 0, o.indexIntervalBytes, Date.now(), fds));

@@ -34,6 +34,12 @@ export interface LogOptions {
   tailCacheBudget?: TailCacheBudget;
   /** Told how long each fsync pass of appends took, in seconds (the broker's fsync histogram). */
   onSync?: (seconds: number) => void;
+  /**
+   * The topic's cleanup policy (default 'delete'). Only recovery reads it: on a compacted topic a gap
+   * between a segment whose index file was lost and the next segment is what compaction leaves, so that
+   * segment is taken as compacted; on any other topic the gap is missing data and refuses the open.
+   */
+  cleanupPolicy?: 'delete' | 'compact';
   /** The broker-wide bound on open segment files this log's segments share (none: each keeps its fd). */
   fdBudget?: FdBudget;
   /**
@@ -153,6 +159,7 @@ export function resolveOptions(o: Partial<LogOptions>): Readonly<LogOptions> {
   if (opts.maxRecordBytes !== undefined) posInt('maxRecordBytes', 1);
   if (opts.tailCacheBytes !== undefined) posInt('tailCacheBytes', 0);
   if (opts.flush !== 'always' && opts.flush !== 'interval' && opts.flush !== 'os') throw invalidParam('flush', "must be 'always', 'interval' or 'os'");
+  if (opts.cleanupPolicy !== undefined && opts.cleanupPolicy !== 'delete' && opts.cleanupPolicy !== 'compact') throw invalidParam('cleanupPolicy', "must be 'delete' or 'compact'");
   resolved.add(Object.freeze(opts));
   return opts;
 }
