@@ -1,6 +1,8 @@
 /**
- * Tail corruption after kill -9: the broker must come up, serve exactly the valid prefix of the damaged
- * partition (and everything of the others), warn on stderr about what it cut, and append at the next offset.
+ * Tail corruption after kill -9: a torn tail (nothing valid after the bad bytes) is cut, and the broker must
+ * come up, serve exactly the valid prefix of the damaged partition (and everything of the others), warn on
+ * stderr about what it cut, and append at the next offset. A bad record with valid ones after it is no torn
+ * tail: the broker stays unready naming the file and byte, and changes nothing.
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
@@ -137,16 +139,31 @@ describe('recovery from a corrupt log tail', () => {
     await expectRecovered(broker, N - 1, buf.length - last);
   });
 
-  it('cuts from a corrupt record in the middle of the segment onwards', async () => {
+  it('refuses a corrupt record in the middle of the last segment (valid records follow: no torn tail), changing nothing', async () => {
     broker = await writeThenKill();
     const { file, base } = await lastSegment(broker.dataDir, 0);
-    const buf = await fs.readFile(file);
+    const original = await fs.readFile(file);
+    const buf = Buffer.from(original);
     const pos = recordPositions(buf);
     expect(pos.length).toBeGreaterThanOrEqual(3);
     const victim = Math.floor(pos.length / 2); // neither the first nor the last record of the segment
     const mid = pos[victim]! + Math.floor((pos[victim + 1]! - pos[victim]!) / 2);
     buf[mid] = buf[mid]! ^ 0x01;
     await fs.writeFile(file, buf);
-    await expectRecovered(broker, base + victim, buf.length - pos[victim]!);
+    await broker.relaunch();
+    const ready = await broker.health('/ready');
+    expect(ready.status).toBe(503);
+    expect(ready.body).toContain(`${file} at byte ${pos[victim]}`);
+    expect(ready.body).toContain(`followed by a valid record at byte ${pos[victim + 1]} (offset ${base + victim + 1})`);
+    expect(broker.stderr).not.toMatch(/recovery cut/);
+    expect(await fs.readFile(file)).toEqual(buf);
+    // Restored, the broker serves every record of both partitions again.
+    await broker.kill('SIGKILL');
+    await fs.writeFile(file, original);
+    await broker.relaunch();
+    expect((await broker.health('/ready')).status).toBe(200);
+    const c = await broker.connect();
+    expect((await readAll(c, 0)).map((r) => r.value)).toEqual(Array.from({ length: N }, (_, i) => value(0, i)));
+    expect((await readAll(c, 1)).map((r) => r.value)).toEqual(Array.from({ length: N }, (_, i) => value(1, i)));
   });
 });

@@ -104,11 +104,17 @@ describe('atomic appends', () => {
       cases++;
     }
     expect(cases).toBe(original.length - before);
-    // Any flipped byte inside the append also drops all of it.
+    // A flipped byte in the append's last record drops all of it. In an earlier record, valid records of
+    // the append follow it: no torn tail (a torn write keeps a prefix), so the open is refused.
     for (let pos = before; pos < original.length; pos += 7) {
       const flipped = Buffer.from(original);
       flipped[pos] ^= 0x5a;
-      await reopen(flipped, `flip at ${pos}`, 6);
+      if (pos >= recordEnds.at(-1)!) {
+        await reopen(flipped, `flip at ${pos}`, 6);
+      } else {
+        await writeFile(logPath, flipped);
+        await expect(PartitionLog.open(dir, OPTS), `flip at ${pos}`).rejects.toMatchObject({ code: 'storage_error' });
+      }
     }
     await reopen(original, 'intact', 11);
   }, 120_000);

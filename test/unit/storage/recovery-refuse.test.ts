@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { TributaryError } from 'tributary-protocol/errors.js';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from 'tributary-broker/storage/segment-names.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
@@ -55,8 +56,12 @@ function recordStarts(buf: Buffer): number[] {
 
 /** The open is refused with a storage_error whose message has every one of `names`, and no file changed. */
 async function expectRefused(...names: string[]): Promise<TributaryError> {
+  return expectRefusedWith(OPTS, ...names);
+}
+
+async function expectRefusedWith(opts: Partial<LogOptions>, ...names: string[]): Promise<TributaryError> {
   const before = await logFiles();
-  const err = (await PartitionLog.open(dir, OPTS).then(
+  const err = (await PartitionLog.open(dir, opts).then(
     async (l) => {
       await l.close();
       throw new Error('the damaged log opened');
@@ -147,5 +152,87 @@ describe('recovery refuses damage it may not cut', () => {
     await expectRefused(file, `at byte ${last}`, 'runs past the end of the file');
     await writeFile(file, original);
     await expectWhole();
+  });
+});
+
+/** Deterministic bytes that are no record. */
+function noise(n: number, seed: number): Buffer {
+  const b = Buffer.alloc(n);
+  for (let i = 0, x = seed; i < n; i++) {
+    x = (x * 1103515245 + 12345) >>> 0;
+    b[i] = x >>> 24;
+  }
+  return b;
+}
+
+describe('the last segment: a torn tail is cut, damage followed by valid records refuses', () => {
+  const ONE_SEGMENT: Partial<LogOptions> = { ...OPTS, flush: 'os', segmentBytes: 1 << 20 };
+  const APPENDS = 6;
+  const PER = 3;
+
+  it('appends of 3 records: any cut in the last two appends and a flip in the last record are cut to whole appends; a flip before refuses', async () => {
+    const log = await PartitionLog.open(dir, ONE_SEGMENT);
+    for (let a = 0; a < APPENDS; a++) await log.append(Array.from({ length: PER }, (_, j) => ({ key: null, value: value(a * PER + j) })));
+    await simulateCrash(log);
+    const file = logFile(0);
+    const original = await readFile(file);
+    const starts = recordStarts(original);
+    expect(starts).toHaveLength(APPENDS * PER);
+    // End of the last whole append at or before `pos`, and how many records that keeps.
+    const appendEnds = Array.from({ length: APPENDS }, (_, a) => starts[(a + 1) * PER] ?? original.length);
+    const keptAt = (pos: number) => appendEnds.filter((e) => e <= pos).length;
+    const expectCut = async (bytes: Buffer, appends: number, what: string) => {
+      await writeFile(file, bytes);
+      await unlink(indexFile(0)).catch(() => {});
+      const l = await PartitionLog.open(dir, ONE_SEGMENT);
+      try {
+        expect(l.logEndOffset, what).toBe(appends * PER);
+        expect((await readFile(file)).length, what).toBe(appends ? appendEnds[appends - 1]! : 0);
+      } finally {
+        await simulateCrash(l);
+      }
+    };
+    for (let pos = appendEnds[APPENDS - 3]!; pos < original.length; pos++) {
+      await expectCut(original.subarray(0, pos), keptAt(pos), `cut at ${pos}`);
+      const flipped = Buffer.from(original);
+      flipped[pos] ^= 0xff;
+      if (pos < starts.at(-1)!) {
+        await writeFile(file, flipped);
+        const victim = starts.filter((s) => s <= pos).at(-1)!;
+        await expectRefusedWith(ONE_SEGMENT, file, `at byte ${victim}`, 'followed by a valid record', 'not a torn tail');
+      } else {
+        await expectCut(flipped, APPENDS - 1, `flip at ${pos}`);
+      }
+    }
+  }, 120_000);
+
+  it('a torn tail of zeros, garbage lengths or a stale record below the log end is cut, not refused', async () => {
+    const log = await PartitionLog.open(dir, ONE_SEGMENT);
+    for (let i = 0; i < 20; i++) await log.append([{ key: null, value: value(i) }]);
+    await simulateCrash(log);
+    const file = logFile(0);
+    const original = await readFile(file);
+    const firstRecord = original.subarray(0, recordStarts(original)[1]);
+    const header = (len: number) => Buffer.from([len >>> 24, (len >>> 16) & 0xff, (len >>> 8) & 0xff, len & 0xff]);
+    const tails: Array<[string, Buffer]> = [
+      ['a hole of zeros', Buffer.alloc(4096)],
+      ['a length past the end of the file', Buffer.concat([header(0x0fff_fff0), noise(300, 1)])],
+      ['a length below any record', Buffer.concat([header(10), noise(300, 2)])],
+      ['a plausible length over noise', Buffer.concat([header(120), noise(300, 3)])],
+      ['noise', noise(5000, 4)],
+      ['a stale record (offset 0) after a hole', Buffer.concat([Buffer.alloc(64), firstRecord, Buffer.alloc(64)])],
+    ];
+    for (const [what, tail] of tails) {
+      await writeFile(file, Buffer.concat([original, tail]));
+      const l = await PartitionLog.open(dir, ONE_SEGMENT);
+      try {
+        expect(l.logEndOffset, what).toBe(20);
+        expect(await readFile(file), what).toEqual(original);
+        expect((await l.append([{ key: null, value: Buffer.from('next') }])).baseOffset, what).toBe(20);
+      } finally {
+        await simulateCrash(l);
+      }
+      await writeFile(file, original);
+    }
   });
 });

@@ -50,7 +50,7 @@ function captureLogger() {
 }
 
 describe('recovery', () => {
-  it('restores exactly the valid prefix for every flipped byte and every cut in the last two records', async () => {
+  it('restores exactly the valid prefix for every cut in the last two records and every flip in the last; a flip in the one before refuses', async () => {
     const N = 40;
     const log = await PartitionLog.open(dir, OPTS);
     for (let i = 0; i < N; i++) await log.append([rec(i)]);
@@ -103,14 +103,25 @@ describe('recovery', () => {
       }
     };
     const validBefore = (pos: number) => ends.filter((e) => e <= pos).length;
+    // A valid record follows the damaged one: no torn tail, so the open is refused and the file kept.
+    const refused = async (bytes: Buffer, what: string) => {
+      const err = await PartitionLog.open(dir, OPTS).then(
+        (l) => simulateCrash(l).then(() => null),
+        (e: Error & { code?: string }) => e,
+      );
+      expect(err?.code, what).toBe('storage_error');
+      expect(err?.message, what).toContain(`${logPath} at byte ${secondLastStart}`);
+      expect(await readFile(logPath)).toEqual(bytes);
+    };
 
     let cases = 0;
     for (let pos = secondLastStart; pos < original.length; pos++) {
-      // Flip one byte: the damaged record and everything after it are cut.
+      // Flip one byte: in the last record it is cut with everything after it; before it, refused.
       const flipped = Buffer.from(original);
       flipped[pos] ^= 0xff;
       await restore(flipped);
-      await verify(validBefore(pos), `flip at ${pos}`);
+      if (pos < ends[k - 2]) await refused(flipped, `flip at ${pos}`);
+      else await verify(validBefore(pos), `flip at ${pos}`);
       // Cut the file at pos: only records ending at or before pos survive.
       await restore(original.subarray(0, pos));
       await verify(validBefore(pos), `truncate at ${pos}`);

@@ -303,10 +303,16 @@ describe('PartitionLog.appendReplica', () => {
     for (let pos = before; pos < original.length; pos += 5) {
       const flipped = Buffer.from(original);
       flipped[pos] ^= 0x5a;
-      // The damaged record and everything after it go; whole appends before it stay.
+      // In the last record: it and its append go, whole appends before it stay. Before it: a valid record
+      // follows the damaged one (no torn tail), so the open is refused (docs/architecture.md "Recovery").
       const rec = ends.findIndex((e) => e > pos);
       const startOfDamaged = rec === 0 ? 0 : ends[rec - 1];
-      await reopen(flipped, `flip at ${pos}`, expectedEnd(startOfDamaged));
+      if (startOfDamaged < ends[ends.length - 2]) {
+        await writeFile(logPath, flipped);
+        await expect(PartitionLog.open(join(dir, 'torn'), { ...OPTS, ...opts }), `flip at ${pos}`).rejects.toMatchObject({ code: 'storage_error' });
+      } else {
+        await reopen(flipped, `flip at ${pos}`, expectedEnd(startOfDamaged));
+      }
     }
     await reopen(original, 'intact', 23);
     log = await PartitionLog.open(join(dir, 'torn'), { ...OPTS, ...opts });

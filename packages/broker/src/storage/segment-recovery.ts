@@ -11,6 +11,7 @@ import { OrderCheck } from './offset-order.js';
 import { ageTimestamp } from './record-codec.js';
 import { Segment } from './segment.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
+import { findValidRecord } from './segment-scan.js';
 
 /** What recoverSegment found. */
 export interface RecoveryInfo {
@@ -54,8 +55,10 @@ function describeFailure(reason: string, expected: number): string {
  * metadata match the file, the log was fsynced before it was written, and the records after its last
  * entry decode to exactly its next offset. Otherwise every record is validated (length, CRC, offset
  * order) and the index is rebuilt. Only the `last` segment may be cut (after the last record that ends a
- * complete append): a closed one was fsynced at its roll before the next segment took an append, so it
- * never has a torn tail, and a bad record in it is damage: SegmentDamage, the file unchanged.
+ * complete append), and only where no valid record follows the bad one (a torn tail). A closed segment was
+ * fsynced at its roll before the next segment took an append, so it never has a torn tail: a bad record
+ * in it is damage, as is one in the last segment with a valid record after it: SegmentDamage, the file
+ * unchanged.
  */
 export async function recoverSegment(dir: string, baseOffset: number, opts: { intervalBytes: number; fullScan: boolean; last: boolean; fds?: SegmentFdPolicy }): Promise<RecoveryInfo> {
   const logPath = join(dir, segmentFileName(baseOffset, LOG_SUFFIX));
@@ -140,6 +143,19 @@ export async function recoverSegment(dir: string, baseOffset: number, opts: { in
       next = order.next;
       validMaxTs = maxTs;
       partial = 0;
+    } else if ((reason ?? out.failure) !== null) {
+      // A torn tail is the bytes of appends never acknowledged, at the end of the file: nothing valid
+      // follows them. A valid record after the bad one (a flipped byte, not a crash) means acknowledged
+      // appends would go with the cut: cutting there, as recovery once did, lost them without a word.
+      const after = await findValidRecord((p, n) => seg.read(p, n), out.position, fileSize, order.next);
+      if (after !== null) {
+        const failure = (reason ?? out.failure) as string;
+        throw new SegmentDamage(
+          logPath,
+          out.position,
+          `${describeFailure(failure, order.next)} in the last segment, followed by a valid record at byte ${after.position} (offset ${after.offset}): not a torn tail`,
+        );
+      }
     }
     reason ??= out.failure ?? (partial > 0 ? 'incomplete_append' : null);
     index.truncateToOffset(next);

@@ -1,6 +1,6 @@
 /** Reading a segment's records in order, in bounded chunks (Segment.scan, Segment.scanRecords). */
 import type { LogRecord } from 'tributary-protocol/record.js';
-import { type DecodeFailure, decodeRecord, inspectRecord } from './record-codec.js';
+import { type DecodeFailure, decodeRecord, inspectRecord, MIN_RECORD_BODY } from './record-codec.js';
 
 /** Bytes read at a time (more when one record is larger). */
 const SCAN_CHUNK = 1024 * 1024;
@@ -61,4 +61,44 @@ export async function walkRecords(
     pos += p;
   }
   return { position: pos, failure: null };
+}
+
+/** Bytes of a record's start read before its CRC is checked: length, CRC, offset. */
+const PEEK = 16;
+const TWO_32 = 4294967296;
+
+/**
+ * The first position in [from, end) where a whole record starts, valid in length, CRC and layout, whose
+ * offset is at least `minOffset`, tried at every byte: whether anything valid follows a bad record, which
+ * then is no torn tail (segment-recovery.ts). Null when there is none. Only a candidate whose length fits
+ * and whose offset is in range is CRC-checked, so garbage and zeros cost about one comparison per byte.
+ */
+export async function findValidRecord(
+  read: (position: number, length: number) => Promise<Buffer>,
+  from: number,
+  end: number,
+  minOffset: number,
+): Promise<{ position: number; offset: number } | null> {
+  let base = from;
+  while (end - base >= PEEK) {
+    const buf = await read(base, Math.min(end - base, SCAN_CHUNK));
+    if (buf.length < PEEK) return null;
+    // A candidate whose first PEEK bytes run past this chunk is tried again at the start of the next.
+    const stop = buf.length - PEEK + 1;
+    for (let p = 0; p < stop; p++) {
+      const len = buf.readUInt32BE(p);
+      if (len < MIN_RECORD_BODY || base + p + 4 + len > end) continue;
+      const hi = buf.readUInt32BE(p + 8);
+      // Past 2^53 (a record's offset is a safe integer) or below minOffset.
+      if (hi >= 0x200000) continue;
+      const offset = hi * TWO_32 + buf.readUInt32BE(p + 12);
+      if (offset < minOffset) continue;
+      const bytes = p + 4 + len <= buf.length ? buf.subarray(p, p + 4 + len) : await read(base + p, 4 + len);
+      const r = inspectRecord(bytes, 0);
+      if (r.ok) return { position: base + p, offset: r.offset };
+    }
+    if (base + buf.length >= end) return null;
+    base += stop;
+  }
+  return null;
 }
