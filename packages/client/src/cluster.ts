@@ -4,7 +4,7 @@ import { type BrokerAddress, formatAddress, parseAddress } from 'tributary-proto
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { untilAborted } from './abort.js';
 import { type AuthOptions, Connection } from 'tributary-protocol/connection.js';
-import { isRetriable, type RetryOptions, retry } from './retry.js';
+import { isRetriable, notCountedByRetry, type RetryOptions, retry } from './retry.js';
 
 export { type BrokerAddress, formatAddress, parseAddress } from 'tributary-protocol/address.js';
 
@@ -172,14 +172,14 @@ export class Cluster {
   /**
    * A failed connect before any broker ever answered counts against the bootstrap timeout; past it the
    * failure becomes brokers_unreachable, which no retry loop repeats (a consumer pointed at the wrong
-   * address must fail, not hang).
+   * address must fail, not hang); until then no retry loop counts it (notCountedByRetry).
    */
   private connectError(address: string, err: unknown, signal: AbortSignal | undefined): unknown {
     if (this.reachedOnce || signal?.aborted || !isRetriable(err)) return err;
     this.bootstrapFailures.set(address, err as Error);
     const elapsed = Math.round(performance.now() - this.firstAttemptAt!);
     const limit = this.opts.bootstrapTimeoutMs ?? DEFAULT_BOOTSTRAP_TIMEOUT_MS;
-    if (elapsed < limit) return err;
+    if (elapsed < limit) return notCountedByRetry(err as Error);
     const tried = [...this.bootstrapFailures.keys()];
     return new TributaryError(
       'brokers_unreachable',

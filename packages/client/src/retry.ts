@@ -22,6 +22,20 @@ export const DEFAULT_RETRY: Required<Omit<RetryOptions, 'signal' | 'onRetry'>> =
   maxElapsedMs: 30_000,
 };
 
+/**
+ * Failures the retry bounds (`retries`, `maxElapsedMs`) do not count: a client's failed connects before
+ * it ever reached a broker, which its bootstrapTimeoutMs bounds instead (cluster.ts turns the one past
+ * it into brokers_unreachable, which is not retriable). Without this a Producer or Admin pointed at dead
+ * addresses gave up after its retries with a retriable connection_lost, not as docs/sdk.md says.
+ */
+const uncounted = new WeakSet<object>();
+
+/** Marks `err` as a failure the retry bounds do not count (see `uncounted`). */
+export function notCountedByRetry<E extends object>(err: E): E {
+  uncounted.add(err);
+  return err;
+}
+
 /** Only errors the registry marks retriable (routing, availability) are retried. */
 export function isRetriable(err: unknown): boolean {
   return err instanceof TributaryError && err.retriable;
@@ -38,20 +52,25 @@ export function backoffDelay(attempt: number, opts: Pick<RetryOptions, 'initialD
 
 /**
  * Runs `fn` until it succeeds, throws something not retriable, or the bounds run out; the last error is
- * rethrown. `fn` gets the attempt number so a caller can refresh routing between attempts.
+ * rethrown. `fn` gets the attempt number so a caller can refresh routing between attempts. Failures
+ * marked notCountedByRetry are retried without counting: the bounds start after the last of them.
  */
 export async function retry<T>(fn: (attempt: number) => Promise<T>, opts: RetryOptions = {}): Promise<T> {
   const retries = opts.retries ?? DEFAULT_RETRY.retries;
   const maxElapsed = opts.maxElapsedMs ?? DEFAULT_RETRY.maxElapsedMs;
-  const started = performance.now(); // monotonic: a wall-clock step must not stretch or cut the budget
+  let started = performance.now(); // monotonic: a wall-clock step must not stretch or cut the budget
+  let failures = 0; // counted ones
   for (let attempt = 0; ; attempt++) {
     opts.signal?.throwIfAborted();
     try {
       return await fn(attempt);
     } catch (err) {
-      if (!isRetriable(err) || attempt >= retries || opts.signal?.aborted) throw err;
+      if (!isRetriable(err) || opts.signal?.aborted) throw err;
       const delay = backoffDelay(attempt, opts);
-      if (performance.now() - started + delay > maxElapsed) throw err;
+      if (uncounted.has(err as object)) {
+        failures = 0;
+        started = performance.now() + delay;
+      } else if (++failures > retries || performance.now() - started + delay > maxElapsed) throw err;
       opts.onRetry?.(err, attempt + 1, delay);
       await sleep(delay, undefined, { signal: opts.signal });
     }

@@ -199,10 +199,10 @@ describe('Admin against a broker', () => {
     expect((await rejection(ref.listGroups())).code).toBe('client_closed');
   });
 
-  it('an unreachable broker surfaces as connection_lost after the retries', async () => {
-    const a = new Admin({ brokers: ['127.0.0.1:1'], retry: { retries: 1, initialDelayMs: 1, maxDelayMs: 2 } });
+  it('a broker never reached surfaces as brokers_unreachable after bootstrapTimeoutMs, however few the retries', async () => {
+    const a = new Admin({ brokers: ['127.0.0.1:1'], bootstrapTimeoutMs: 200, retry: { retries: 1, initialDelayMs: 1, maxDelayMs: 2 } });
     const err = await rejection(a.listTopics());
-    expect(err.code).toBe('connection_lost');
+    expect(err.code).toBe('brokers_unreachable');
     await a.close();
   });
 });

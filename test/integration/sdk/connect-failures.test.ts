@@ -18,10 +18,19 @@ import { makeCa, makeCert, type Pem } from '../security/pki.js';
 /** Nothing listens on port 1 of the loopback address. */
 const REFUSED = '127.0.0.1:1';
 
+/**
+ * The failed connect of an Admin that never reaches a broker: the connection_lost its retry loop sees
+ * (onRetry), once its short bootstrap timeout made the call fail with brokers_unreachable saying the same.
+ */
 async function listTopicsError(opts: ConstructorParameters<typeof Admin>[0]): Promise<TributaryError> {
-  const admin = new Admin({ retry: { retries: 0 }, ...opts });
+  let first: TributaryError | undefined;
+  const admin = new Admin({ bootstrapTimeoutMs: 200, ...opts, retry: { initialDelayMs: 20, maxDelayMs: 50, onRetry: (err) => void (first ??= err as TributaryError) } });
   try {
-    return await rejection(admin.listTopics());
+    const e = await rejection(admin.listTopics());
+    expect(e.code).toBe('brokers_unreachable');
+    expect(first).toBeDefined();
+    expect(e.message).toContain(first!.message);
+    return first!;
   } finally {
     await admin.close();
   }
@@ -73,8 +82,12 @@ describe('connect failures', () => {
     } finally {
       await p.close();
     }
-    const a = await listTopicsError({ brokers: [REFUSED], bootstrapTimeoutMs: 200, retry: { retries: 50, initialDelayMs: 20, maxDelayMs: 50 } });
-    expect(a.code).toBe('brokers_unreachable');
+    const admin = new Admin({ brokers: [REFUSED], bootstrapTimeoutMs: 200, retry: { retries: 50, initialDelayMs: 20, maxDelayMs: 50 } });
+    try {
+      expect((await rejection(admin.listTopics())).code).toBe('brokers_unreachable');
+    } finally {
+      await admin.close();
+    }
   });
 
   it('says why a connect failed: refused, unknown host, the HTTP port, plain TCP to TLS, TLS to plain, an untrusted CA', async () => {

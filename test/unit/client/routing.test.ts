@@ -188,11 +188,12 @@ describe('Cluster routing', () => {
       expect(await c.anyCommand('LIST')).toContain(`from=${b.port}`);
     });
 
-    it('no bootstrap broker reachable: a retriable connection_lost after the retries', async () => {
-      const c = cluster([`127.0.0.1:${await deadPort()}`, `127.0.0.1:${await deadPort()}`], { ...FAST, retries: 2 });
+    it('no bootstrap broker ever reachable: brokers_unreachable (not retriable) after bootstrapTimeoutMs, however few the retries', async () => {
+      const c = new Cluster({ brokers: [`127.0.0.1:${await deadPort()}`, `127.0.0.1:${await deadPort()}`], retry: { ...FAST, retries: 2 }, connectTimeoutMs: 1000, bootstrapTimeoutMs: 200 });
+      clusters.push(c);
       const err = await rejection(c.anyCommand('LIST'));
-      expect(err.code).toBe('connection_lost');
-      expect(err.retriable).toBe(true);
+      expect(err.code).toBe('brokers_unreachable');
+      expect(err.retriable).toBe(false);
     });
   });
 

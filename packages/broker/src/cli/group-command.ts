@@ -1,6 +1,6 @@
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { Admin, type GroupDescription, type ResetTarget } from 'tributary-client/admin.js';
-import { type Address, type ClientOptions, clientSecurity, formatAddress, intArg, parseBootstrapList, toCliError, withBootstrap } from './client-util.js';
+import { type Address, type ClientOptions, clientSecurity, connectAny, formatAddress, intArg, parseBootstrapList, toCliError, withBootstrap } from './client-util.js';
 import { usageError } from './errors.js';
 import { formatOption, table } from './output.js';
 
@@ -32,6 +32,9 @@ export async function withAdmin<T>(target: string | ClientOptions, fn: (admin: A
   const opts = typeof target === 'string' ? { bootstrap: target } : target;
   const list = parseBootstrapList(opts.bootstrap);
   const addr: Address = list[0]!;
+  // A CLI fails fast, saying why for each address, when no broker answers (as the commands on one
+  // connection do): an Admin would keep dialling a broker it never reached for its bootstrapTimeoutMs.
+  await (await connectAny(opts.bootstrap, undefined, opts)).conn.close();
   // Few quick retries: a CLI should fail fast when the broker is down, but still follow a redirect.
   const admin = new Admin({ brokers: list.map(formatAddress), retry: { retries: 2, initialDelayMs: 50, maxDelayMs: 200, maxElapsedMs: 2000 }, ...clientSecurity(opts) });
   try {
