@@ -12,6 +12,7 @@ import type { ApiClients } from './api-clients.js';
 import { MessagesJson, partitionOffsets, readEnd, recordJson, type RouteContext, segment } from './api-records.js';
 import { Query, checkInt, credentialsOf, readJsonBody, sendError, sendJson } from './api-request.js';
 import { AuthBackoff } from './auth-backoff.js';
+import { resumePositions } from './tail-positions.js';
 import { TailCount, tail } from './tail-route.js';
 
 /** A search reads at most this many records per request (`scan_limit`). */
@@ -239,6 +240,18 @@ function headerFilter(spec: string | undefined): ((r: ReadRecord) => boolean) | 
   return (r) => r.headers.some((h) => h.key === name && (value === undefined || h.value.equals(value)));
 }
 
+/**
+ * A search's `from`: one offset for every partition, or `partition:offset` pairs (an earlier answer's
+ * `next`, to go on where it stopped; a partition not named starts at its earliest).
+ */
+function searchFrom(from: string | undefined): number | Map<number, number> | undefined {
+  if (from === undefined) return undefined;
+  if (/^\d{1,16}$/.test(from)) return checkInt('from', Number(from));
+  const pairs = resumePositions(from);
+  if (!pairs) throw invalidParam('from', 'expected an offset or partition:offset pairs (an earlier answer\'s next, e.g. 0:12,1:40)');
+  return pairs;
+}
+
 async function searchMessages({ url, res, client, params }: RouteContext): Promise<void> {
   const q = new Query(url.searchParams, ['partition', 'key', 'value', 'header', 'from', 'scan_limit', 'limit', 'isolation']);
   const topic = segment(params[0]!);
@@ -249,41 +262,41 @@ async function searchMessages({ url, res, client, params }: RouteContext): Promi
   const value = q.str('value');
   const header = headerFilter(q.str('header'));
   if (key === undefined && value === undefined && header === undefined) throw invalidParam('key', 'give at least one of key, value, header');
-  const from = q.int('from');
+  const from = searchFrom(q.str('from'));
   const offsets = await partitionOffsets(client.admin, topic, q.int('partition', { max: 1_000_000 }));
   const partitions = [...offsets.keys()];
+  if (from instanceof Map) for (const p of from.keys()) if (!offsets.has(p)) throw invalidParam('from', `names partition ${p}, which this search does not read`);
   const keyBuf = key === undefined ? undefined : Buffer.from(key, 'utf8');
   const valueBuf = value === undefined ? undefined : Buffer.from(value, 'utf8');
   const found = new MessagesJson();
   const matches = found.messages;
+  // Where each partition's scan stands: every record before it was looked at and its matches returned.
   const next: Record<number, number> = {};
+  for (const p of partitions) next[p] = Math.max((from instanceof Map ? from.get(p) : from) ?? 0, offsets.get(p)!.earliest);
   let scanned = 0;
   outer: for (const p of partitions) {
-    const o = offsets.get(p)!;
-    let at = Math.max(from ?? o.earliest, o.earliest);
-    const end = readEnd(o, isolation);
+    let at = next[p]!;
+    const end = readEnd(offsets.get(p)!, isolation);
     while (at < end) {
-      if (scanned >= scanLimit || matches.length >= limit) {
-        next[p] = at;
-        break outer;
-      }
+      if (scanned >= scanLimit || matches.length >= limit) break outer;
       const r = await client.admin.readRecords({ topic, partition: p, offset: at, maxRecords: Math.min(1000, scanLimit - scanned), isolation });
       for (const rec of r.records) {
         const ok =
           (keyBuf === undefined || rec.key?.equals(keyBuf) === true) && (valueBuf === undefined || rec.value.includes(valueBuf)) && (header === undefined || header(rec));
-        if (ok && matches.length < limit && !found.add(recordJson(p, rec))) {
-          // The reply is full: the scan stops before this match, which the next one starts with.
+        // A match past `limit`, or one the full reply has no room for: the next search starts with it.
+        if (ok && (matches.length >= limit || !found.add(recordJson(p, rec)))) {
           next[p] = rec.offset;
           break outer;
         }
         scanned++;
+        next[p] = rec.offset + 1;
       }
       if (r.nextOffset <= at) break;
       at = r.nextOffset;
+      next[p] = at;
     }
-    next[p] = at;
   }
-  const complete = partitions.every((p) => (next[p] ?? 0) >= readEnd(offsets.get(p)!, isolation));
+  const complete = partitions.every((p) => next[p]! >= readEnd(offsets.get(p)!, isolation));
   sendJson(res, 200, { topic, scanned, complete, next, messages: matches });
 }
 
