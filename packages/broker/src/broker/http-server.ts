@@ -35,7 +35,8 @@ export function createHealthServer(
     const apiOrConsole = url.pathname === '/api/v1' || url.pathname.startsWith('/api/v1/') || url.pathname === '/ui' || url.pathname.startsWith('/ui/');
     if (apiOrConsole && !hostAllowed(req.headers.host, allowedHosts)) {
       // A page whose name was re-pointed at this address (DNS rebinding) would otherwise be same-origin.
-      res.writeHead(421, { 'content-type': 'application/json' }).end(`${JSON.stringify({ error: { code: 'misdirected_request', message: 'this host name is not served here (httpAllowedHosts)' } })}\n`);
+      const error = { code: 'misdirected_request', message: 'this host name is not served here (httpAllowedHosts)', retriable: false, fields: {} };
+      res.writeHead(421, { 'content-type': 'application/json' }).end(`${JSON.stringify({ error })}\n`);
       return;
     }
     if (api && (url.pathname === '/api/v1' || url.pathname.startsWith('/api/v1/'))) {

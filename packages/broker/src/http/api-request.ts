@@ -5,7 +5,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import type http from 'node:http';
-import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import { type ErrorFields, TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 
 /** Request bodies are small (a topic definition, one message, a reset): anything larger is refused. */
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -40,7 +40,33 @@ export function sendJson(res: http.ServerResponse, status: number, body: unknown
   res.end(text);
 }
 
-/** `{ error: { code, message, retriable, fields } }`, the same fields an `ERROR:` line carries. */
+/** Fields naming things: text even when it looks like a number (a topic called `123`). */
+const NAME_FIELDS = new Set(['topic', 'group', 'member', 'member_id', 'principal', 'transactional_id', 'client_id', 'instance', 'user', 'name', 'param', 'option', 'reason', 'message']);
+
+export interface ErrorJson {
+  code: string;
+  message: string;
+  retriable: boolean;
+  fields: ErrorFields;
+}
+
+/**
+ * An error as the API gives it, the same for every error. A broker's comes parsed from its `ERROR:` line,
+ * its message that line and its fields text: it gets the form of one raised here, the message its code
+ * (and positional words) and fields, with neither `ERROR:` nor class and retryable (`retriable` says
+ * that), and a field holding a decimal integer a number.
+ */
+export function errorJson(e: TributaryError): ErrorJson {
+  if (!e.message.startsWith('ERROR:')) return { code: e.code, message: e.message, retriable: e.retriable, fields: e.fields };
+  const fields: ErrorFields = {};
+  for (const [k, v] of Object.entries(e.fields)) {
+    fields[k] = typeof v === 'string' && !NAME_FIELDS.has(k) && /^(0|-?[1-9]\d{0,15})$/.test(v) && Number.isSafeInteger(Number(v)) ? Number(v) : v;
+  }
+  const message = [e.code, ...e.extra, ...Object.entries(fields).map(([k, v]) => `${k}=${String(v)}`)].join(' ');
+  return { code: e.code, message, retriable: e.retriable, fields };
+}
+
+/** `{ error: { code, message, retriable, fields } }`, the same fields an `ERROR:` line carries (errorJson). */
 export function sendError(res: http.ServerResponse, err: unknown): void {
   const e = err instanceof TributaryError ? err : new TributaryError('internal_error', { reason: (err as Error)?.message ?? String(err) });
   const headers: http.OutgoingHttpHeaders = {};
@@ -50,7 +76,7 @@ export function sendError(res: http.ServerResponse, err: unknown): void {
     const ms = Number(e.fields.retry_after_ms);
     headers['retry-after'] = Number.isFinite(ms) && ms > 1000 ? String(Math.ceil(ms / 1000)) : '1';
   }
-  sendJson(res, statusOf(e), { error: { code: e.code, message: e.message, retriable: e.retriable, fields: e.fields } }, headers);
+  sendJson(res, statusOf(e), { error: errorJson(e) }, headers);
 }
 
 /** The query string, every name checked against `allowed`; a name given twice is refused. */

@@ -10,7 +10,7 @@ import type { ReadRecord } from 'tributary-client/admin.js';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import type { ApiClients } from './api-clients.js';
 import { partitionOffsets, readEnd, recordJson, type RouteContext, segment, sseJson } from './api-records.js';
-import { Query, type credentialsOf } from './api-request.js';
+import { errorJson, Query, type credentialsOf } from './api-request.js';
 import { outOfRange, resumePositions, type TailReset } from './tail-positions.js';
 
 /** Tails open at once: each holds a broker connection of its own (and, per address, the broker's per-address limit). */
@@ -172,7 +172,8 @@ export async function tail(
     if (!res.headersSent) throw err;
     if (!ac.signal.aborted) {
       const e = err instanceof TributaryError ? err : new TributaryError('internal_error', { reason: (err as Error).message });
-      res.write(`event: error\ndata: ${sseJson({ code: e.code, message: e.message, retriable: e.retriable })}\n\n`);
+      const { code, message, retriable } = errorJson(e);
+      res.write(`event: error\ndata: ${sseJson({ code, message, retriable })}\n\n`);
     }
   } finally {
     clearInterval(keepalive);
