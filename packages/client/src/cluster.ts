@@ -25,13 +25,13 @@ export interface ClusterOptions {
   onConnectionEvent?: (e: ConnectionEvent) => void;
 }
 
-/** `connect`: the client has its first connection to a broker; `disconnect`: its last one to it closed. */
-export type ConnectionEvent = { type: 'connect'; broker: string } | { type: 'disconnect'; broker: string; error: Error };
+/** `connect`: the first connection to a broker; `disconnect`: the last one closed, `error` why (none when the client closed it). */
+export type ConnectionEvent = { type: 'connect'; broker: string } | { type: 'disconnect'; broker: string; error?: Error };
 
 /** The connection events every client emits (Consumer, Producer, Admin). */
 export interface ConnectionEvents {
-  connect: { broker: string };
-  disconnect: { broker: string; error: Error };
+  connect: Extract<ConnectionEvent, { type: 'connect' }>;
+  disconnect: Extract<ConnectionEvent, { type: 'disconnect' }>;
 }
 
 /** What every client passes on to its Cluster, and where its connect / disconnect events go. */
@@ -194,12 +194,12 @@ export class Cluster {
     if (n === 0) this.opts.onConnectionEvent?.({ type: 'connect', broker: address });
   }
 
-  private disconnected(address: string, error: Error): void {
+  private disconnected(address: string, error: Error | undefined): void {
     const n = (this.openPerBroker.get(address) ?? 1) - 1;
     if (n > 0) this.openPerBroker.set(address, n);
     else {
       this.openPerBroker.delete(address);
-      this.opts.onConnectionEvent?.({ type: 'disconnect', broker: address, error });
+      this.opts.onConnectionEvent?.(error ? { type: 'disconnect', broker: address, error } : { type: 'disconnect', broker: address });
     }
   }
 

@@ -33,8 +33,11 @@ export interface ConnectionOptions {
   probe?: () => Promise<unknown>;
   /** Called when the watchdog gives up on the connection (before its requests fail). */
   onStall?: () => void;
-  /** Called once when the connection is gone (closed, failed or abandoned), with why. */
-  onClose?: (err: Error) => void;
+  /**
+   * Called once when the connection is gone, with why it failed or was abandoned; with no error when this
+   * side ended it (close(), or the end of a stream() its caller stopped): a clean close is no failure.
+   */
+  onClose?: (err: Error | undefined) => void;
 }
 
 export interface AuthOptions {
@@ -88,11 +91,14 @@ export class Connection {
   /** Whether any byte came back yet: the first ones tell a TLS listener or an HTTP port from a broker. */
   private heard = false;
 
+  /** This side ended the connection (close(), a stream stopped): its end is reported to onClose as clean. */
+  private endedHere = false;
+
   private constructor(
     socket: net.Socket,
     maxFrameBytes: number,
     private readonly peer: { host: string; port: number },
-    private readonly onClose?: (err: Error) => void,
+    private readonly onClose?: (err: Error | undefined) => void,
   ) {
     this.socket = socket;
     this.decoder = new FrameDecoder(maxFrameBytes);
@@ -304,7 +310,7 @@ export class Connection {
     for (const p of this.pending.splice(0)) p.reject(err);
     this.streamHandler?.(Buffer.alloc(0, 0)); // wake a stream reader so it sees the close
     try {
-      this.onClose?.(err);
+      this.onClose?.(this.endedHere ? undefined : err);
     } catch {
       // an observer's failure is not the connection's
     }
@@ -460,11 +466,15 @@ export class Connection {
     } finally {
       signal?.removeEventListener('abort', onAbort);
       this.streamHandler = undefined;
-      if (!this.closedError) this.socket.destroy();
+      if (!this.closedError) {
+        this.endedHere = true;
+        this.socket.destroy();
+      }
     }
   }
 
   close(): Promise<void> {
+    if (!this.closedError) this.endedHere = true;
     if (this.stallTimer) clearTimeout(this.stallTimer);
     this.stallTimer = undefined;
     this.stall = undefined;

@@ -114,6 +114,27 @@ describe('connect failures', () => {
     }
   });
 
+  it('a clean close() emits disconnect with no error (Producer, Consumer, Admin); the events carry their type', async () => {
+    const admin = new Admin({ brokers: [broker.address] });
+    const producer = new Producer({ brokers: [broker.address] });
+    const consumer = new Consumer({ brokers: [broker.address], groupId: 'g-clean', topic: 'clean-close', autoOffsetReset: 'earliest' });
+    const events: Array<{ client: string; e: object }> = [];
+    for (const [client, c] of [['admin', admin], ['producer', producer], ['consumer', consumer]] as const) {
+      c.on('connect', (e) => events.push({ client, e }));
+      c.on('disconnect', (e) => events.push({ client, e }));
+    }
+    await admin.createTopic({ topic: 'clean-close', partitions: 1 });
+    await producer.send({ topic: 'clean-close', messages: [{ value: 'x' }] });
+    for await (const _ of consumer) break;
+    await admin.listTopics();
+    await Promise.all([admin.close(), producer.close(), consumer.close()]);
+    for (const client of ['admin', 'producer', 'consumer']) {
+      const mine = events.filter((x) => x.client === client).map((x) => x.e);
+      expect(mine, client).toContainEqual({ type: 'connect', broker: broker.address });
+      expect(mine.at(-1), client).toEqual({ type: 'disconnect', broker: broker.address });
+    }
+  });
+
   it('emits connect and disconnect; once connected a consumer keeps retrying past the bootstrap timeout', async () => {
     // Its own broker on a fixed port, so that it comes back where the consumer looks for it.
     const port = await freePort();
@@ -121,7 +142,7 @@ describe('connect failures', () => {
     const c = new Consumer({ brokers: [own.address], groupId: 'g-reconnect', topic: 'reconnect', autoOffsetReset: 'earliest', bootstrapTimeoutMs: 100, sessionTimeoutMs: 6000, heartbeatIntervalMs: 500 });
     const events: string[] = [];
     c.on('connect', (e) => events.push(`connect ${e.broker}`));
-    c.on('disconnect', (e) => events.push(`disconnect ${e.broker} ${e.error.message}`));
+    c.on('disconnect', (e) => events.push(`disconnect ${e.broker} ${e.error?.message}`));
     c.on('crash', (e) => events.push(`crash ${e.fatal} ${e.error.message}`));
     const seen: string[] = [];
     let run: Promise<void> | undefined;
@@ -133,7 +154,8 @@ describe('connect failures', () => {
       await until(() => c.state === 'running', 10_000, 'running');
       expect(events).toContain(`connect ${own.address}`);
       await own.kill();
-      await until(() => events.some((e) => e.startsWith(`disconnect ${own.address}`)), 10_000, 'disconnect event');
+      // A broker lost is a disconnect with an error (a clean close() has none).
+      await until(() => events.some((e) => e.startsWith(`disconnect ${own.address}`) && !e.endsWith(' undefined')), 10_000, 'disconnect event with an error');
       await own.relaunch(); // the same port, longer than bootstrapTimeoutMs after the loss
       expect(own.port).toBe(port);
       const p = new Producer({ brokers: [own.address] });
