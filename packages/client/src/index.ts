@@ -3,8 +3,8 @@ export { TributaryError, ERROR_CODES, type ErrorClass, type ErrorCode } from 'tr
 export type { RecordHeader } from 'tributary-protocol/record.js';
 export { ASSIGNORS, assign, validatePlan, type AssignorName, type Assignment, type AssignmentInput } from 'tributary-protocol/assignors.js';
 export { type AuthOptions, Connection, type ConnectionOptions } from 'tributary-protocol/connection.js';
-export { Cluster, type ClusterOptions, type TopicMetadata } from './cluster.js';
-export { retry, backoffDelay, isRetriable, type RetryOptions } from './retry.js';
+export { Cluster, type ClusterOptions, type TopicMetadata, DEFAULT_BOOTSTRAP_TIMEOUT_MS, DEFAULT_STALL_TIMEOUT_MS } from './cluster.js';
+export { retry, backoffDelay, isRetriable, DEFAULT_RETRY, type RetryOptions } from './retry.js';
 export { channels } from './events.js';
 export {
   Consumer,

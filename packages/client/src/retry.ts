@@ -14,13 +14,14 @@ export interface RetryOptions {
   onRetry?: (err: unknown, attempt: number, delayMs: number) => void;
 }
 
-export const DEFAULT_RETRY: Required<Omit<RetryOptions, 'signal' | 'onRetry'>> = {
+/** The bounds a client's `retry` option leaves out (exported from the package root; frozen: every client reads it). */
+export const DEFAULT_RETRY: Readonly<Required<Omit<RetryOptions, 'signal' | 'onRetry'>>> = Object.freeze({
   retries: 8,
   initialDelayMs: 50,
   maxDelayMs: 3000,
   factor: 2,
   maxElapsedMs: 30_000,
-};
+});
 
 /**
  * Failures the retry bounds (`retries`, `maxElapsedMs`) do not count: a client's failed connects before
