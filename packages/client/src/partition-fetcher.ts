@@ -390,7 +390,7 @@ export class PartitionFetcher {
       throw new TributaryError(
         'seek_below_committed',
         { partition, offset, committed },
-        `seek(${partition}, ${offset}) is below the group's committed offset ${committed}${committed > w.committed ? ' (being committed)' : ''}: a group reads from its committed offset on; to rewind, stop the group's consumers and reset its offsets (admin.resetOffsets() or \`tributary group reset-offsets\`)`,
+        `seek(${partition}, ${offset}) is below the group's committed offset ${committed}${committed > w.committed ? ' (being committed)' : ''}: a group reads from its committed offset on; to rewind, reset the group's offsets (admin.resetOffsets() or \`tributary group reset-offsets\`), which works while its consumers run`,
       );
     }
     w.seekTo = offset;
