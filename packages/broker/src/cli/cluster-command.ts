@@ -200,7 +200,7 @@ function printUsage(cluster: LocalCluster, rf: number, keptDir: boolean): void {
   const rows = cluster.brokers.map((b) => [String(b.id), b.address, `http://127.0.0.1:${b.healthPort}/ready`, String(b.pid ?? '-')]);
   for (const l of table(['BROKER', 'ADDRESS', 'HEALTH', 'PID'], rows)) out.push(`  ${l}`);
   out.push('');
-  out.push('Try it (CLI commands take one broker as --bootstrap; SDK clients take the whole list):');
+  out.push("Try it (--bootstrap takes one address or a comma-separated list, as SDK clients' brokers do; the whole list is on the bootstrap line below):");
   out.push(`  tributary cluster status --bootstrap ${first}${flags}`);
   out.push(`  tributary topic create orders --partitions 6 --bootstrap ${first}${flags}     # replication factor ${rf} by default here`);
   out.push(`  tributary topic describe orders --bootstrap ${first}${flags}`);

@@ -111,6 +111,15 @@ function running(p: Proc | undefined): boolean {
   return p !== undefined && p.child.exitCode === null && p.child.signalCode === null;
 }
 
+/**
+ * etcd's client URL. With TLS by the name `localhost` (its certificate has it besides 127.0.0.1): the
+ * brokers' etcd client (grpc-js) sends the URL's host as the TLS server name whatever it is, and for an
+ * IP address Node prints a DEP0123 warning in every broker (SNI takes host names only, RFC 6066).
+ */
+function etcdUrl(pki: DevPki | undefined, port: number): string {
+  return pki ? `https://localhost:${port}` : `http://${HOST}:${port}`;
+}
+
 export class LocalCluster {
   /** Client URLs of etcd, the value of the brokers' `--etcd`. */
   readonly etcdEndpoints: string[];
@@ -129,7 +138,7 @@ export class LocalCluster {
     /** The certificates of a TLS cluster; undefined for a plain one. */
     readonly pki: DevPki | undefined,
   ) {
-    this.etcdEndpoints = [`${pki ? 'https' : 'http'}://${HOST}:${etcdPorts.client}`];
+    this.etcdEndpoints = [etcdUrl(pki, etcdPorts.client)];
   }
 
   /** etcd, then every broker; resolves once each broker is ready and the internal topics have leaders. */
@@ -169,7 +178,7 @@ export class LocalCluster {
         rmSync(path.join(dir, 'etcd'), { recursive: true, force: true }); // it may hold the old peer URL
         etcdPorts.client = await nextPort();
         etcdPorts.peer = await nextPort();
-        cluster.etcdEndpoints[0] = `${pki ? 'https' : 'http'}://${HOST}:${etcdPorts.client}`;
+        cluster.etcdEndpoints[0] = etcdUrl(pki, etcdPorts.client);
       });
       await Promise.all(
         brokers.map((b) =>
@@ -282,7 +291,7 @@ export class LocalCluster {
     const peer = `http://${HOST}:${this.etcdPorts.peer}`;
     const args = [
       ...['--name', 'tributary-local', '--data-dir', path.join(this.dataDir, 'etcd')],
-      ...['--listen-client-urls', client, '--advertise-client-urls', client],
+      ...['--listen-client-urls', `${this.pki ? 'https' : 'http'}://${HOST}:${this.etcdPorts.client}`, '--advertise-client-urls', client],
       ...['--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer, '--initial-cluster', `tributary-local=${peer}`],
       ...['--initial-cluster-state', 'new', '--initial-cluster-token', `tributary-local-${path.basename(this.dataDir)}`],
       ...['--logger', 'zap', '--log-level', 'warn'],
