@@ -24,10 +24,17 @@ export function ensureDependencies() {
   }
 }
 
+// tsc -b rewrites only the outputs that change: a stamp, not main.js, says when the build last ran.
+const stamp = path.join(root, 'dist', '.build-stamp');
+
+/** Records that a whole build (tsc -b and the console) just ran: `npm run build` ends with it too. */
+export function writeStamp() {
+  mkdirSync(path.dirname(stamp), { recursive: true });
+  writeFileSync(stamp, `${new Date().toISOString()}\n`);
+}
+
 export function ensureBuilt({ force = false } = {}) {
   const out = path.join(root, 'packages', 'broker', 'dist', 'cli', 'main.js');
-  // tsc -b rewrites only the outputs that change: a stamp, not main.js, says when the build last ran.
-  const stamp = path.join(root, 'dist', '.build-stamp');
   const sources = Math.max(
     ...['protocol', 'client', 'broker'].map((p) => Math.max(newest(path.join(root, 'packages', p, 'src')), statSync(path.join(root, 'packages', p, 'package.json')).mtimeMs)),
     newest(path.join(root, 'packages', 'broker', 'console')),
@@ -38,12 +45,15 @@ export function ensureBuilt({ force = false } = {}) {
     console.error('compiling TypeScript...');
     run('npx tsc -b');
     run('node scripts/build-console.mjs');
-    mkdirSync(path.dirname(stamp), { recursive: true });
-    writeFileSync(stamp, `${new Date().toISOString()}\n`);
+    writeStamp();
   }
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  ensureDependencies();
-  ensureBuilt();
+  // `--stamp`: the last step of `npm run build`, which has just compiled everything.
+  if (process.argv.includes('--stamp')) writeStamp();
+  else {
+    ensureDependencies();
+    ensureBuilt();
+  }
 }
