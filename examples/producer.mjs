@@ -6,7 +6,7 @@
 //
 // Records with the same key always land on the same partition (FNV-1a 64 of the key, the broker's own
 // partitioner), so per-key order is kept. Delivery is at least once: a batch retried after a lost reply
-// may be written twice (idempotent producers arrive with transactions).
+// may be written twice (unless the producer is idempotent: new Producer({ idempotent: true, ... })).
 import { Admin, Producer } from 'tributary-client';
 
 const bootstrap = process.env.TRIBUTARY_BOOTSTRAP || '127.0.0.1:9000';
