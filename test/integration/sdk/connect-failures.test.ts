@@ -119,10 +119,10 @@ describe('connect failures', () => {
     const producer = new Producer({ brokers: [broker.address] });
     const consumer = new Consumer({ brokers: [broker.address], groupId: 'g-clean', topic: 'clean-close', autoOffsetReset: 'earliest' });
     const events: Array<{ client: string; e: object }> = [];
-    for (const [client, c] of [['admin', admin], ['producer', producer], ['consumer', consumer]] as const) {
-      c.on('connect', (e) => events.push({ client, e }));
-      c.on('disconnect', (e) => events.push({ client, e }));
-    }
+    const record = (client: string) => (e: object) => void events.push({ client, e });
+    admin.on('connect', record('admin')).on('disconnect', record('admin'));
+    producer.on('connect', record('producer')).on('disconnect', record('producer'));
+    consumer.on('connect', record('consumer')).on('disconnect', record('consumer'));
     await admin.createTopic({ topic: 'clean-close', partitions: 1 });
     await producer.send({ topic: 'clean-close', messages: [{ value: 'x' }] });
     for await (const _ of consumer) break;
