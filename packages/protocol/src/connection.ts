@@ -56,6 +56,8 @@ interface Pending {
   waitMs: number;
   /** A batch reply's records are what this makes (consume() with a RecordMaker), not BatchRecords. */
   makeRecord?: RecordMaker<unknown>;
+  /** Instead of `resolve`: the reply's body as it came, nothing decoded (requestBytes). */
+  bytes?: (body: Buffer) => void;
 }
 
 /** The own wait of a command: its `wait_ms` (CONSUME, HEARTBEAT long polls), else 0. */
@@ -294,7 +296,8 @@ export class Connection {
       if (!p) continue;
       try {
         // BatchRecords, unless the request brought its own maker (consume(), which returns its kind).
-        if (isBatchBody(body)) p.resolve({ kind: 'batch', batch: this.decode(body, p.makeRecord) as Batch, raw: body });
+        if (p.bytes) p.bytes(body);
+        else if (isBatchBody(body)) p.resolve({ kind: 'batch', batch: this.decode(body, p.makeRecord) as Batch, raw: body });
         else p.resolve({ kind: 'text', text: body.toString('utf8') });
       } catch (err) {
         p.reject(err as Error);
@@ -331,14 +334,29 @@ export class Connection {
     return this.send(frame, waitMs, undefined);
   }
 
+  /**
+   * request(), resolving with the reply frame's body as it came, text or binary: a batch is not decoded
+   * (broker to broker: a follower stores the records its REPLICA_FETCH brings as bytes).
+   */
+  requestBytes(body: Buffer | string, waitMs = 0): Promise<Buffer> {
+    if (this.closedError) return Promise.reject(this.closedError);
+    return new Promise<Buffer>((resolve, reject) => {
+      this.enqueue({ resolve: () => {}, bytes: resolve, reject, sentAt: performance.now(), waitMs }, encodeFrame(body));
+    });
+  }
+
   /** requestFramed(), with the maker of a batch reply's records (consume()'s, which returns their type). */
   private send(frame: Buffer, waitMs: number, makeRecord: RecordMaker<unknown> | undefined): Promise<Reply> {
     if (this.closedError) return Promise.reject(this.closedError);
     return new Promise<Reply>((resolve, reject) => {
-      this.pending.push({ resolve, reject, sentAt: performance.now(), waitMs, makeRecord });
-      this.socket.write(frame);
-      if (this.stall && !this.stallTimer) this.armStall(waitMs + this.stall.ms / 2);
+      this.enqueue({ resolve, reject, sentAt: performance.now(), waitMs, makeRecord }, frame);
     });
+  }
+
+  private enqueue(p: Pending, frame: Buffer): void {
+    this.pending.push(p);
+    this.socket.write(frame);
+    if (this.stall && !this.stallTimer) this.armStall(p.waitMs + this.stall.ms / 2);
   }
 
   /** Text command; resolves with the reply text, rejects with a TributaryError for `ERROR:` replies. */
