@@ -7,11 +7,13 @@ import type { PartitionLog } from '../storage/partition-log.js';
 import type { WireReadRequest } from '../storage/tail-cache.js';
 import type { WireReply } from '../storage/log-reader.js';
 import type { ReadOptions } from '../storage/log-options.js';
+import type { StoredAppends } from '../storage/stored-appends.js';
 import { failpointDelay, failpointRefuse } from '../common/failpoints.js';
 import { SETTLED } from '../common/settled.js';
 import { AppendTracker } from './append-tracker.js';
 import { park } from './park.js';
-import { type CheckResult, ProducerStateReplay, type ProducerStateTable } from './producer-state.js';
+import type { CheckResult, ProducerStateTable } from './producer-state.js';
+import { replayReplica, replicaCount } from './replica-replay.js';
 import { encodeMarkerValue, type MarkerType, type OpenTxn, type TxnIndex } from './txn-index.js';
 import type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch, Waiter, WireReadOptions, WireTarget } from './partition-types.js';
 import { PartitionSnapshots, readTxnFloor, type SnapshotOwner } from './partition-snapshots.js';
@@ -390,13 +392,13 @@ export class Partition implements SnapshotOwner {
   }
 
   /** A follower stores its leader's records as they are, and keeps producer state and transactions as the leader's. */
-  appendReplica(records: LogRecord[]): Promise<void> {
+  appendReplica(records: LogRecord[] | StoredAppends): Promise<void> {
     return this.track(() => this.replica(records));
   }
 
-  private async replica(records: LogRecord[]): Promise<void> {
+  private async replica(records: LogRecord[] | StoredAppends): Promise<void> {
     if (this.closed) throw new TributaryError('shutting_down');
-    if (records.length === 0) return;
+    if (replicaCount(records) === 0) return;
     await Promise.all([this.txnReady, this.producersReady]);
     const write = this.log.appendReplica(records);
     const slow = failpointDelay(`replica.append:${this.topic}`);
@@ -405,12 +407,7 @@ export class Partition implements SnapshotOwner {
       await slow;
     }
     const res = await write;
-    // One call holds whole leader appends, so a batch never spans two calls.
-    const replay = this.producers ? new ProducerStateReplay(this.producers) : null;
-    for (const r of records) {
-      this.txns?.replay(r);
-      replay?.record(r);
-    }
+    replayReplica(records, this.producers, this.txns);
     this.localDurable(res.lastOffset + 1);
   }
 

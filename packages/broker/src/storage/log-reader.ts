@@ -9,6 +9,7 @@ import { storageError } from './log-fs.js';
 import type { ReadOptions } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { ATTR_END_OF_APPEND, decodeRecord, inspectRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } from './record-codec.js';
+import { type StoredRead, type StoredReadOptions, readStoredAppends } from './replica-read.js';
 import type { SegmentFds } from './segment-fds.js';
 import { replyWriter } from './reply-writer.js';
 import { leftOut, type WireReadRequest } from './tail-cache.js';
@@ -166,6 +167,11 @@ export class LogReader {
     }
     if (n === 0) return null;
     return this.writeWireReply(runs, stored, bytes, first, taken, w);
+  }
+
+  /** See PartitionLog.readStoredAppends. */
+  readStoredAppends(offset: number, opts: StoredReadOptions): Promise<StoredRead> {
+    return readStoredAppends(this.st, this.fds, offset, opts);
   }
 
   /** Pass 2 of readWireFromDisk: the reply of the records in `runs` (validated; `stored` bytes, charged `charged`). */

@@ -30,12 +30,14 @@ import {
 } from './record-codec.js';
 import type { SegmentFds } from './segment-fds.js';
 import { Segment } from './segment.js';
+import { StoredAppends } from './stored-appends.js';
 import { MAX_BLOCK_BYTES, WriteArena } from './write-arena.js';
 
 /** Upper bound of one append batch and of one coalesced write. */
 const MAX_BATCH_BYTES = 1024 * 1024 * 1024;
 const MAX_GROUP_BYTES = 4 * 1024 * 1024;
 const NO_RECORDS: RecordInput[] = [];
+const NO_SIZES: number[] = [];
 
 /** Largest offset distance from a segment's base that its index can hold (u32 relative offsets). */
 const MAX_RELATIVE_OFFSET = 0xffffffff;
@@ -134,10 +136,23 @@ export class LogWriter {
     });
   }
 
-  /** See PartitionLog.appendReplica: checks the call and encodes the records with their own offsets. */
-  appendReplica(records: LogRecord[]): Promise<AppendResult> {
+  /**
+   * See PartitionLog.appendReplica: checks the call and encodes the records with their own offsets, or
+   * copies the bytes of appends in the stored layout (checked by StoredAppends.parse).
+   */
+  appendReplica(records: LogRecord[] | StoredAppends): Promise<AppendResult> {
     if (this.st.state !== 'open') return Promise.reject(storageError(this.st.dir, 'log is closed'));
     if (this.st.failed) return Promise.reject(storageError(this.st.dir, 'log failed', this.st.failed));
+    if (records instanceof StoredAppends) {
+      if (records.count === 0) return Promise.reject(invalidParam('records', 'must be a non-empty array'));
+      const bytes = records.buf.length;
+      return this.queueReplica(records.offsets, bytes, () => {
+        // The tail cache keeps these bytes: unpooled memory, not the frame they came in (write-arena.ts).
+        const buf = this.arena.take(bytes);
+        records.buf.copy(buf);
+        return { buf, starts: records.starts, offsets: records.offsets, maxTimestamp: records.maxTimestamp, untimed: records.untimed };
+      });
+    }
     if (!Array.isArray(records) || records.length === 0) return Promise.reject(invalidParam('records', 'must be a non-empty array'));
     const n = records.length;
     const sizes = new Array<number>(n);
@@ -165,31 +180,43 @@ export class LogWriter {
     if (((records[n - 1].attributes ?? 0) & ATTR_END_OF_APPEND) === 0) {
       return Promise.reject(invalidParam('records', 'the last record does not end an append (ATTR_END_OF_APPEND): pass whole appends only'));
     }
+    return this.queueReplica(offsets, bytes, () => {
+      // The tail cache keeps these bytes: unpooled memory, shared with neighbouring writes (write-arena.ts).
+      const buf = this.arena.take(bytes);
+      const starts = new Array<number>(n + 1);
+      let maxTimestamp = -1;
+      let untimed = false;
+      let p = 0;
+      for (let i = 0; i < n; i++) {
+        const r = records[i];
+        const end = encodeRecordInto(buf, p, r);
+        if (end - p !== sizes[i]) throw storageError(this.st.dir, 'record encoding size mismatch');
+        starts[i] = p;
+        if (r.timestamp > maxTimestamp) maxTimestamp = r.timestamp;
+        if (r.timestamp < 0) untimed = true;
+        p = end;
+      }
+      starts[n] = p;
+      return { buf, starts, offsets, maxTimestamp, untimed };
+    });
+  }
+
+  /** appendReplica's checks of the offsets against the log and of the size, then `encode` and the queue. */
+  private queueReplica(offsets: number[], bytes: number, encode: () => ReplicaWrite): Promise<AppendResult> {
     const first = offsets[0];
-    const last = offsets[n - 1];
+    const last = offsets[offsets.length - 1];
     if (first < this.st.logEndOffset)
       return Promise.reject(invalidParam('records', `first offset ${first} is below the log end offset ${this.st.logEndOffset}`));
     if (last - first > MAX_RELATIVE_OFFSET) return Promise.reject(invalidParam('records', 'offsets span more than 2^32: split the call at an append boundary'));
     if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
-    // The tail cache keeps these bytes: unpooled memory, shared with neighbouring writes (write-arena.ts).
-    const buf = this.arena.take(bytes);
-    const starts = new Array<number>(n + 1);
-    let maxTimestamp = -1;
-    let untimed = false;
-    let p = 0;
-    for (let i = 0; i < n; i++) {
-      const r = records[i];
-      const end = encodeRecordInto(buf, p, r);
-      if (end - p !== sizes[i]) return Promise.reject(storageError(this.st.dir, 'record encoding size mismatch'));
-      starts[i] = p;
-      if (r.timestamp > maxTimestamp) maxTimestamp = r.timestamp;
-      if (r.timestamp < 0) untimed = true;
-      p = end;
+    let replica: ReplicaWrite;
+    try {
+      replica = encode();
+    } catch (err) {
+      return Promise.reject(err);
     }
-    starts[n] = p;
-    const replica: ReplicaWrite = { buf, starts, offsets, maxTimestamp, untimed };
     return new Promise<AppendResult>((resolve, reject) => {
-      this.pending.push({ records: NO_RECORDS, replica, sizes, bytes, resolve, reject });
+      this.pending.push({ records: NO_RECORDS, replica, sizes: NO_SIZES, bytes, resolve, reject });
       this.scheduleDrain();
     });
   }

@@ -44,6 +44,8 @@ import { truncateSegments } from './log-truncate.js';
 import { LogWriter } from './log-writer.js';
 import type { Segment } from './segment.js';
 import { SegmentFds } from './segment-fds.js';
+import type { StoredRead, StoredReadOptions } from './replica-read.js';
+import type { StoredAppends } from './stored-appends.js';
 import { TombstoneHorizon } from './tombstone-horizon.js';
 import type { WireReadRequest } from './tail-cache.js';
 
@@ -277,8 +279,12 @@ export class PartitionLog {
    * once the call has resolved with flush=always, a crash keeps all of it.
    *
    * maxRecordBytes is not applied: the leader accepted the records already.
+   *
+   * `records` may also be the leader's appends as bytes (StoredAppends, from readStoredAppends on the
+   * leader): checked as above without an object per record or header, and written as they are, so this log
+   * then holds the leader's bytes exactly.
    */
-  appendReplica(records: LogRecord[]): Promise<AppendResult> {
+  appendReplica(records: LogRecord[] | StoredAppends): Promise<AppendResult> {
     return this.writer.appendReplica(records);
   }
 
@@ -348,6 +354,14 @@ export class PartitionLog {
    */
   readWireFromDisk(offset: number, opts: ReadOptions, w: WireReadRequest): Promise<WireReply | null> {
     return this.reader.readWireFromDisk(offset, opts, w);
+  }
+
+  /**
+   * The records read(offset, { ...opts, keepAppendMarker: true, wholeAppends: true }) returns, as their
+   * stored bytes: what a leader answers a follower's fetch with (replica-read.ts).
+   */
+  readStoredAppends(offset: number, opts: StoredReadOptions): Promise<StoredRead> {
+    return this.reader.readStoredAppends(offset, opts);
   }
 
   // ---------------------------------------------------------------- queries and maintenance (log-reader.ts, log-cleaner.ts)

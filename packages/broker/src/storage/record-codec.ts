@@ -410,9 +410,10 @@ export function copyRun(src: Buffer, s: number, e: number, dst: Buffer, at: numb
  * encodeBatch writes for the LogRecord decodeOwnRecord would return (attributes masked to the user bits).
  * `dst` needs room for the stored size of the record (the wire record is never larger). Returns the end
  * position, or -1 when the record cannot go on the wire (a key longer than 65535 bytes), writing nothing
- * the caller may use.
+ * the caller may use. `attrMask` 0xff keeps ATTR_END_OF_APPEND (a REPLICA_FETCH batch frame, whose records
+ * are read with keepAppendMarker).
  */
-export function writeWireRecord(src: Buffer, pos: number, dst: Buffer, at: number, ext: boolean): number {
+export function writeWireRecord(src: Buffer, pos: number, dst: Buffer, at: number, ext: boolean, attrMask = USER_ATTR_MASK): number {
   const recEnd = pos + 4 + (src[pos]! * 0x1000000 + ((src[pos + 1]! << 16) | (src[pos + 2]! << 8) | src[pos + 3]!));
   // offset u64: stored as a non-negative 64-bit big-endian value, the same bytes.
   for (let i = 0; i < 8; i++) dst[at + i] = src[pos + 8 + i]!;
@@ -456,7 +457,7 @@ export function writeWireRecord(src: Buffer, pos: number, dst: Buffer, at: numbe
   if (ext) {
     // timestamp i64, attributes u8 (user bits), then header count and headers exactly as stored.
     for (let i = 0; i < 8; i++) dst[at + i] = src[pos + 16 + i]!;
-    dst[at + 8] = src[pos + 24]! & USER_ATTR_MASK;
+    dst[at + 8] = src[pos + 24]! & attrMask;
     at += 9;
     copyRun(src, valueEnd, recEnd, dst, at);
     at += recEnd - valueEnd;

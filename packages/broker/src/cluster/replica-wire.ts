@@ -1,0 +1,113 @@
+/**
+ * The two answers a leader gives a follower's REPLICA_FETCH (docs/protocol.md, "Cluster mode (broker to
+ * broker)"), both written from the stored bytes of whole appends (storage/replica-read.ts), never from
+ * record objects:
+ *
+ * - `format=stored` (a follower of this version, to a leader that offered it in LEADER_EPOCHS): the records
+ *   in the stored layout, as the segment files hold them, which the follower checks and stores as they are
+ *   (StoredAppends): no object per record or header on either side, and the follower's log holds the
+ *   leader's bytes exactly;
+ * - otherwise the batch frame followers of older versions read (record_extensions_v1 fields, attribute bit 7
+ *   ending an append, a trailer with the HWM), the bytes encodeBatch wrote for the records read as objects.
+ */
+import { type BatchTrailer, replyHeaderSize, writeReplyHeader, writeTrailer } from 'tributary-protocol/batch.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import type { LogRecord } from 'tributary-protocol/record.js';
+import { encodedSize, writeWireRecord } from '../storage/record-codec.js';
+import type { StoredRead } from '../storage/replica-read.js';
+import { StoredAppends } from '../storage/stored-appends.js';
+
+/** First two bytes of a `format=stored` answer (a batch frame's are 0xba7c; a text reply's are ASCII). */
+export const STORED_REPLY_MAGIC = 0xba7d;
+/** magic u16, nextOffset u64, highWatermark u64, logStartOffset u64, record count u32. */
+const STORED_HEADER_BYTES = 2 + 8 + 8 + 8 + 4;
+/** What LEADER_EPOCHS offers (`formats=`) and a follower then asks for (`format=`). */
+export const STORED_FORMAT = 'stored';
+
+/**
+ * The largest frame a follower's connections to its leader take. An answer holds the appends that began
+ * within the fetch's `maxBytes` and the last of them whole, however large: up to a produce frame's records
+ * (--max-frame-bytes), whose stored form is larger than their wire form (53 bytes for a record of 32
+ * without record_extensions_v1, 43 with), so at most 53/32 of the frame. The connections' default, 64 MiB
+ * whatever --max-frame-bytes said, refused a fetch of a large append of small records for ever.
+ */
+export function replicaFrameBytes(maxFrameBytes: number, fetchMaxBytes: number): number {
+  return 2 * maxFrameBytes + fetchMaxBytes;
+}
+
+function writeU64(buf: Buffer, v: number, at: number): void {
+  buf.writeUInt32BE(Math.floor(v / 0x100000000), at);
+  buf.writeUInt32BE(v % 0x100000000, at + 4);
+}
+
+function readU64(buf: Buffer, at: number): number {
+  const v = buf.readUInt32BE(at) * 0x100000000 + buf.readUInt32BE(at + 4);
+  if (!Number.isSafeInteger(v)) throw badReply('an offset beyond 2^53');
+  return v;
+}
+
+function badReply(reason: string): TributaryError {
+  return new TributaryError('invalid_batch', { reason: `REPLICA_FETCH answer: ${reason}` });
+}
+
+/** The `format=stored` answer: its header, then the records' stored bytes. */
+export function encodeStoredReply(read: StoredRead, trailer: BatchTrailer): Buffer {
+  const buf = Buffer.allocUnsafe(STORED_HEADER_BYTES + read.bytes);
+  buf.writeUInt16BE(STORED_REPLY_MAGIC, 0);
+  writeU64(buf, trailer.nextOffset, 2);
+  writeU64(buf, trailer.highWatermark, 10);
+  writeU64(buf, trailer.logStartOffset, 18);
+  buf.writeUInt32BE(read.count, 26);
+  let at = STORED_HEADER_BYTES;
+  for (const r of read.runs) at += r.buf.copy(buf, at, r.from, r.to);
+  if (at !== buf.length) throw new Error(`stored reply size mismatch: ${at} != ${buf.length}`);
+  return buf;
+}
+
+/**
+ * The batch frame of followers of older versions: encodeBatch(logRecordsToBatch(topic, partition, records,
+ * trailer), { extensions: true }) of the records read as objects with keepAppendMarker, byte for byte.
+ */
+export function encodeBatchReply(topic: string, partition: number, read: StoredRead, trailer: BatchTrailer): Buffer {
+  const topicLen = Buffer.byteLength(topic, 'utf8');
+  if (topicLen > 0xffff) throw new TributaryError('invalid_batch', { reason: 'topic longer than 65535 bytes' });
+  // A wire record is never larger than its stored form, so this bounds the frame.
+  const buf = Buffer.allocUnsafe(replyHeaderSize(topicLen) + read.bytes + 24);
+  const recordsAt = writeReplyHeader(buf, topic, topicLen, partition, read.count);
+  let at = recordsAt;
+  for (const r of read.runs) {
+    for (let p = r.from; p < r.to; p += 4 + r.buf.readUInt32BE(p)) {
+      at = writeWireRecord(r.buf, p, buf, at, true, 0xff);
+      if (at < 0) throw new TributaryError('invalid_batch', { reason: 'key longer than 65535 bytes' });
+    }
+  }
+  at = writeTrailer(buf, at, trailer);
+  return at === buf.length ? buf : buf.subarray(0, at);
+}
+
+/** What one REPLICA_FETCH brought: a text line (an error, the leader's tombstone horizon), or records to store. */
+export type FetchAnswer =
+  | { kind: 'text'; text: string }
+  | { kind: 'records'; records: LogRecord[] | StoredAppends; count: number; bytes: number; highWatermark: number | undefined };
+
+/**
+ * Sends a REPLICA_FETCH line and reads the answer: with `stored` (the line asks for format=stored) the
+ * records arrive and stay as bytes, checked (StoredAppends.parse); else as the batch frame, decoded.
+ */
+export async function fetchFromLeader(conn: Connection, line: string, stored: boolean): Promise<FetchAnswer> {
+  if (!stored) {
+    const reply = await conn.request(line);
+    if (reply.kind === 'text') return { kind: 'text', text: reply.text };
+    const records = reply.batch.records as unknown as LogRecord[];
+    return { kind: 'records', records, count: records.length, bytes: records.reduce((n, x) => n + encodedSize(x), 0), highWatermark: reply.batch.trailer?.highWatermark };
+  }
+  const body = await conn.requestBytes(line);
+  if (body.length < 2 || body.readUInt16BE(0) !== STORED_REPLY_MAGIC) return { kind: 'text', text: body.toString('utf8') };
+  if (body.length < STORED_HEADER_BYTES) throw badReply('truncated header');
+  const highWatermark = readU64(body, 10);
+  const count = body.readUInt32BE(26);
+  const records = StoredAppends.parse(body, STORED_HEADER_BYTES, body.length, count);
+  if (typeof records === 'string') throw badReply(records);
+  return { kind: 'records', records, count, bytes: records.buf.length, highWatermark };
+}

@@ -1,0 +1,121 @@
+/**
+ * Whole appends of another log in the stored record layout (record-codec.ts), as a follower receives them
+ * from its leader (REPLICA_FETCH format=stored), validated without building an object per record or
+ * header: PartitionLog.appendReplica stores the bytes as they are, and the partition replays its producer
+ * state and transaction index from them (forEachRecord). docs/architecture.md, "Cluster mode".
+ */
+import { RecordAttr } from 'tributary-protocol/record.js';
+import { ATTR_END_OF_APPEND, inspectRecord } from './record-codec.js';
+
+/** The fields producer-state and transaction replay read (ProducerStateReplay, TxnIndex.replay). */
+export interface StoredRecordView {
+  offset: number;
+  timestamp: number;
+  attributes: number;
+  producerId: string;
+  epoch: number;
+  sequence: number;
+  /** A control record's value (its marker); empty for other records. */
+  value: Buffer;
+}
+
+const TWO_32 = 4294967296;
+const EMPTY = Buffer.alloc(0);
+
+function i64(b: Buffer, p: number): number {
+  return b.readInt32BE(p) * TWO_32 + b.readUInt32BE(p + 4);
+}
+
+export class StoredAppends {
+  private constructor(
+    /** The records, back to back (the stored layout). */
+    readonly buf: Buffer,
+    /** count + 1 positions in `buf`: record i spans starts[i] .. starts[i + 1]. */
+    readonly starts: number[],
+    /** Offset of record i (increasing, with gaps only after a record that ends an append). */
+    readonly offsets: number[],
+    /** Of the records with a timestamp (-1 when none has one). */
+    readonly maxTimestamp: number,
+    /** Some record has none (negative). */
+    readonly untimed: boolean,
+  ) {}
+
+  get count(): number {
+    return this.offsets.length;
+  }
+
+  /**
+   * The records in buf[from, to) (exactly `count` of them), checked as PartitionLog.appendReplica checks
+   * record objects: every record's frame, CRC and structure (the header loop included), safe integers,
+   * epoch and sequence at least -1, offsets increasing with gaps only after an append's end, the last
+   * record ending an append. A reason string when any of this fails.
+   */
+  static parse(buf: Buffer, from: number, to: number, count: number): StoredAppends | string {
+    const starts: number[] = [];
+    const offsets: number[] = [];
+    let maxTimestamp = -1;
+    let untimed = false;
+    let ended = true;
+    let p = from;
+    while (p < to) {
+      const i = offsets.length;
+      if (i >= count) return `more records than the ${count} announced`;
+      const r = inspectRecord(buf, p, to);
+      if (!r.ok) return `record ${i}: ${r.reason === 'incomplete' ? 'truncated' : 'corrupt (length, CRC or structure)'}`;
+      const pidLen = buf.readUInt16BE(p + 25);
+      const epoch = i64(buf, p + 27 + pidLen);
+      const sequence = i64(buf, p + 35 + pidLen);
+      if (epoch < -1 || sequence < -1) return `record ${i}: epoch and sequence must be >= -1`;
+      if (i > 0) {
+        const prev = offsets[i - 1]!;
+        if (r.offset <= prev) return `record ${i}: offsets must be strictly increasing (${r.offset} after ${prev})`;
+        if (r.offset !== prev + 1 && !ended) return `record ${i}: offset gap (${prev} to ${r.offset}) inside an append`;
+      }
+      ended = (r.attributes & ATTR_END_OF_APPEND) !== 0;
+      if (r.timestamp > maxTimestamp) maxTimestamp = r.timestamp;
+      if (r.timestamp < 0) untimed = true;
+      starts.push(p - from);
+      offsets.push(r.offset);
+      p += r.size;
+    }
+    if (offsets.length !== count) return `${offsets.length} records, ${count} announced`;
+    if (count > 0 && !ended) return 'the last record does not end an append (ATTR_END_OF_APPEND): whole appends only';
+    starts.push(p - from);
+    return new StoredAppends(buf.subarray(from, to), starts, offsets, maxTimestamp, untimed);
+  }
+
+  /**
+   * Calls `fn` for each record in order with one reused view (copy what outlives the call). A producer id
+   * is decoded only where it differs from the previous record's, so a batch of one producer makes one string.
+   */
+  forEachRecord(fn: (r: StoredRecordView) => void): void {
+    const b = this.buf;
+    const v: StoredRecordView = { offset: 0, timestamp: 0, attributes: 0, producerId: '', epoch: -1, sequence: -1, value: EMPTY };
+    let pidAt = -1;
+    let pidLen = 0;
+    for (let i = 0; i < this.offsets.length; i++) {
+      const p = this.starts[i]!;
+      const len = b.readUInt16BE(p + 25);
+      if (len === 0) {
+        v.producerId = '';
+      } else if (len !== pidLen || pidAt < 0 || b.compare(b, p + 27, p + 27 + len, pidAt, pidAt + len) !== 0) {
+        v.producerId = b.toString('utf8', p + 27, p + 27 + len);
+      }
+      if (len > 0) pidAt = p + 27;
+      pidLen = len;
+      const e = p + 27 + len;
+      v.offset = this.offsets[i]!;
+      v.timestamp = i64(b, p + 16);
+      v.attributes = b[p + 24]!;
+      v.epoch = i64(b, e);
+      v.sequence = i64(b, e + 8);
+      v.value = EMPTY;
+      if ((v.attributes & RecordAttr.CONTROL) !== 0) {
+        const keyLen = b.readInt32BE(e + 16);
+        const valueAt = e + 20 + Math.max(keyLen, 0);
+        v.value = b.subarray(valueAt + 4, valueAt + 4 + b.readUInt32BE(valueAt));
+      }
+      fn(v);
+    }
+  }
+}
