@@ -69,24 +69,35 @@ async function pair(opts: { beforeFetch?: (n: number) => Promise<void> | void; m
   };
   const lines: string[] = [];
   let ac = new AbortController();
+  const fetch = async (line: string) => {
+    const n = lines.push(line) - 1;
+    await opts.beforeFetch?.(n);
+    const fields = Object.fromEntries(parseLine(line).params);
+    if (opts.maxBytes !== undefined) fields.max_bytes = String(opts.maxBytes);
+    return run('REPLICA_FETCH', fields);
+  };
   const conn = {
     closed: false,
     close: async () => {},
-    // An older leader's LEADER_EPOCHS has no tombstone_horizon.
+    // An older leader's LEADER_EPOCHS has no tombstone_horizon and offers no REPLICA_FETCH format.
     command: async (name: string, fields: Record<string, unknown>) => {
       const reply = String(await run(name, fields));
-      return opts.oldLeader ? reply.replace(/ tombstone_horizon=\d+/, '') : reply;
+      return opts.oldLeader ? reply.replace(/ tombstone_horizon=\d+/, '').replace(/ formats=\S+/, '') : reply;
     },
+    // The batch frame: a follower of a leader that offers no other format.
     request: async (line: string) => {
-      const n = lines.push(line) - 1;
-      await opts.beforeFetch?.(n);
-      const fields = Object.fromEntries(parseLine(line).params);
-      if (opts.maxBytes !== undefined) fields.max_bytes = String(opts.maxBytes);
-      const reply = await run('REPLICA_FETCH', fields);
+      const reply = await fetch(line);
       if (typeof reply === 'string') return { kind: 'text', text: reply };
       const batch = decodeBatch(reply, { extensions: true });
       if (batch.records.length === 0) queueMicrotask(() => ac.abort());
       return { kind: 'batch', batch };
+    },
+    // format=stored: the records' count is the answer header's last field (cluster/replica-wire.ts).
+    requestBytes: async (line: string) => {
+      const reply = await fetch(line);
+      if (typeof reply === 'string') return Buffer.from(reply);
+      if (reply.readUInt32BE(26) === 0) queueMicrotask(() => ac.abort());
+      return reply;
     },
   };
   const follower = testReplicaManager(1, undefined, () => conn);
@@ -260,6 +271,8 @@ it('a leader of an older version reports no horizon: the follower names none and
   await leaderDroppedTombstone(leaderPart);
   await fetchAll();
   expect(lines.some((l) => l.includes('tombstone_horizon'))).toBe(false);
+  // Nor a format it does not offer: the batch frame, decoded.
+  expect(lines.some((l) => l.includes('format='))).toBe(false);
   expect(truncations()).toBe(0);
   expect(followerPart.log.logEndOffset).toBe(leaderPart.logEndOffset);
 });

@@ -18,10 +18,13 @@ import { EtcdMetadataStore } from './etcd-metadata-store.js';
 import { PartitionStateStore } from './partition-state.js';
 import { ReassignmentStore } from './reassignment.js';
 import { type Replica, ReplicaManager } from './replica-manager.js';
+import { replicaFrameBytes } from './replica-wire.js';
 import type { MemberLeases } from './member-leases.js';
 
 /** Silence (past a request's own wait, with an unanswered ping) after which a peer connection is dropped. */
 const PEER_STALL_MS = 3000;
+/** What a follower asks a REPLICA_FETCH for (the leader then adds one whole append however large). */
+const FETCH_MAX_BYTES = 4 * 1024 * 1024;
 
 /**
  * One broker's membership of a cluster: the etcd client and everything kept there (topic definitions,
@@ -103,10 +106,11 @@ export class ClusterNode {
       config: {
         replicaLagMaxMs: this.config.replicaLagMaxMs,
         fetchWaitMs: this.config.replicaFetchWaitMs,
-        fetchMaxBytes: 4 * 1024 * 1024,
+        fetchMaxBytes: FETCH_MAX_BYTES,
         minInsyncReplicas: this.config.minInsyncReplicas,
       },
-      connect: (host, port, signal) => Connection.connect({ host, port, signal, connectTimeoutMs: 2000, auth: this.peerAuth, tls: this.tls?.client }),
+      connect: (host, port, signal) =>
+        Connection.connect({ host, port, signal, connectTimeoutMs: 2000, auth: this.peerAuth, tls: this.tls?.client, maxFrameBytes: replicaFrameBytes(this.config.maxFrameBytes, FETCH_MAX_BYTES) }),
       onIsrChange: (topic, kind) => (kind === 'shrink' ? this.metrics?.isrShrinks : this.metrics?.isrExpands)?.inc({ topic }),
     });
     await this.registry.register(this.registration(advertised), { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 5000 });

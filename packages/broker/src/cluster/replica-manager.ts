@@ -5,14 +5,13 @@ import type { TopicManager } from '../partition/topic-manager.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import type { LogRecord } from 'tributary-protocol/record.js';
 import { followerTruncationOffset } from '../storage/leader-epoch-cache.js';
-import { encodedSize } from '../storage/record-codec.js';
 import { ReplicationThrottle } from './reassignment.js';
 import { eachInChunks } from './chunked.js';
 import { dropLocalData, syncFollowers, throttleRate } from './replica-moves.js';
 import { abortable, sleep } from './abortable.js';
 import { FetchWatch, type MarkedPartition } from './fetch-watch.js';
+import { STORED_FORMAT, fetchFromLeader } from './replica-wire.js';
 import { LeaderLinks } from './leader-links.js';
 import { askParkedFollowersBack } from './isr-rejoin.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
@@ -469,6 +468,8 @@ export class ReplicaManager {
     const link = this.links.acquire(r.leaderId, r.topic, r.id);
     let failures = 0;
     let truncated = false;
+    /** The leader answers REPLICA_FETCH format=stored (it said so in LEADER_EPOCHS). */
+    let stored = false;
     const epoch = r.leaderEpoch;
     const horizon = newHorizonWatch();
     try {
@@ -480,7 +481,7 @@ export class ReplicaManager {
           // A promotion must not wait for a request on a shared connection: the answer is then ignored.
           conn = await abortable(link.connection(), signal);
           if (!truncated) {
-            await this.truncateToLeader(r, conn, epoch, horizon, signal);
+            stored = await this.truncateToLeader(r, conn, epoch, horizon, signal);
             if (signal.aborted) break;
             truncated = true;
           }
@@ -494,24 +495,24 @@ export class ReplicaManager {
           const maxBytes = rate > 0 ? Math.max(1, Math.min(this.deps.config.fetchMaxBytes, rate)) : this.deps.config.fetchMaxBytes;
           const offset = r.partition.localEnd; // not the log end: the leader counts it as held here ("Cluster mode")
           const sentAt = performance.now();
-          const frame = await abortable(
-            conn.request(
-              `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} park=true${r.topicId ? ` topic_id=${r.topicId}` : ''}${horizonParam(horizon)}`,
+          const got = await abortable(
+            fetchFromLeader(
+              conn,
+              `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} park=true${r.topicId ? ` topic_id=${r.topicId}` : ''}${horizonParam(horizon)}${stored ? ` format=${STORED_FORMAT}` : ''}`,
+              stored,
             ),
             signal,
           );
           if (signal.aborted) break;
-          if (frame.kind === 'text') {
-            await onFetchText(r, frame.text, horizon, this.deps.logger); // the leader's horizon, or an error
+          if (got.kind === 'text') {
+            await onFetchText(r, got.text, horizon, this.deps.logger); // the leader's horizon, or an error
             continue;
           }
-          const batch = frame.batch;
-          const records = batch.records as unknown as LogRecord[];
-          if (rate > 0 && records.length > 0) this.throttle.consume(records.reduce((n, x) => n + encodedSize(x), 0), rate, sentAt);
-          if (records.length > 0) await r.partition.appendReplica(records);
-          if (batch.trailer) r.partition.setReplicatedHighWatermark(Math.min(batch.trailer.highWatermark, r.partition.localEnd));
+          if (rate > 0 && got.count > 0) this.throttle.consume(got.bytes, rate, sentAt);
+          if (got.count > 0) await r.partition.appendReplica(got.records);
+          if (got.highWatermark !== undefined) r.partition.setReplicatedHighWatermark(Math.min(got.highWatermark, r.partition.localEnd));
           failures = 0;
-          if (records.length === 0) await link.park(r.topic, r.id, signal);
+          if (got.count === 0) await link.park(r.topic, r.id, signal);
         } catch (err) {
           if (signal.aborted || this.closed) break;
           failures++;
@@ -531,9 +532,9 @@ export class ReplicaManager {
   /**
    * Leader-epoch truncation: the leader's epoch history tells where this replica's latest epoch ended on
    * the leader; anything past that here was never the leader's and goes. Then this replica takes the
-   * leader's history as its own.
+   * leader's history as its own. True when the leader offers REPLICA_FETCH format=stored.
    */
-  private async truncateToLeader(r: Replica, conn: Connection, epoch: number, horizon: HorizonWatch, signal: AbortSignal): Promise<void> {
+  private async truncateToLeader(r: Replica, conn: Connection, epoch: number, horizon: HorizonWatch, signal: AbortSignal): Promise<boolean> {
     await r.epochsLoaded;
     // A demoted leader's appends begun before the new state arrived must land first, or one landing after
     // the decision stays as a divergent record at an offset the new leader gave to an acknowledged one.
@@ -541,7 +542,7 @@ export class ReplicaManager {
     // Abortable: a promotion waits for this loop, and a frozen leader would hold it to the request timeout.
     const reply = await abortable(conn.command('LEADER_EPOCHS', { topic: r.topic, partition: r.id, leader_epoch: epoch }), signal);
     // No longer this leader's follower (maybe the leader now): its history is not ours to take.
-    if (signal.aborted) return;
+    if (signal.aborted) return false;
     const p = parseLine(reply).params;
     const leaderEnd = Number(p.get('log_end'));
     const entries = (p.get('epochs') ?? '')
@@ -563,6 +564,7 @@ export class ReplicaManager {
     await r.epochs.flush();
     // Fault tests (`replica.truncated:<topic>@ms`): a follower slow to fetch after deciding its truncation.
     await abortable(failpointDelay(`replica.truncated:${r.topic}`) ?? Promise.resolve(), signal).catch(() => {});
+    return (p.get('formats') ?? '').split(',').includes(STORED_FORMAT);
   }
 
   /** LEADER_EPOCHS on the leader: its epoch history, log end and tombstone horizon. */
