@@ -38,7 +38,10 @@ async function openLog(sub: string, opts: Partial<LogOptions> = {}): Promise<Par
 
 const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
 const recordArb: fc.Arbitrary<RecordInput> = fc.record({
-  key: fc.oneof(fc.constant(null), fc.constantFrom('a', 'b', 'c', '').map((s) => Buffer.from(s))),
+  key: fc.oneof(
+    fc.constant(null),
+    fc.constantFrom('a', 'b', 'c', '').map((s) => Buffer.from(s)),
+  ),
   value: fc.oneof(fc.constant(Buffer.alloc(0)), bytes(60)),
   headers: fc.array(fc.record({ key: fc.string({ maxLength: 4 }), value: bytes(6) }), { maxLength: 30 }),
   producerId: fc.constantFrom('', 'p1', 'prod-ü'),
@@ -89,7 +92,12 @@ describe('readStoredAppends', () => {
       fc.asyncProperty(
         fc.array(fc.array(recordArb, { minLength: 1, maxLength: 6 }), { minLength: 1, maxLength: 14 }),
         fc.boolean(),
-        fc.record({ maxRecords: fc.integer({ min: 1, max: 9 }), maxBytes: fc.integer({ min: 1, max: 4000 }), cut: fc.nat(3), followerSegmentBytes: fc.constantFrom(300, 1 << 20) }),
+        fc.record({
+          maxRecords: fc.integer({ min: 1, max: 9 }),
+          maxBytes: fc.integer({ min: 1, max: 4000 }),
+          cut: fc.nat(3),
+          followerSegmentBytes: fc.constantFrom(300, 1 << 20),
+        }),
         async (batches, compact, f) => {
           const log = await openLog(`l${runs++}`, { segmentBytes: 700, tailCacheBytes: 0 });
           for (const b of batches) await log.append(b);
@@ -113,7 +121,11 @@ describe('readStoredAppends', () => {
           // A follower fetching from its log end as bytes ends up with every record as the leader has it.
           const follower = await openLog(`f${runs}`, { segmentBytes: f.followerSegmentBytes });
           while (follower.logEndOffset < log.logEndOffset) {
-            const got = await log.readStoredAppends(Math.max(follower.logEndOffset, log.logStartOffset), { maxRecords: f.maxRecords, maxBytes: f.maxBytes, headerCost: 0 });
+            const got = await log.readStoredAppends(Math.max(follower.logEndOffset, log.logStartOffset), {
+              maxRecords: f.maxRecords,
+              maxBytes: f.maxBytes,
+              headerCost: 0,
+            });
             const parsed = StoredAppends.parse(joined(got), 0, got.bytes, got.count);
             expect(parsed).toBeInstanceOf(StoredAppends);
             await follower.appendReplica(parsed as StoredAppends);
@@ -201,7 +213,20 @@ describe('readStoredAppends', () => {
 
 /** A stored record (the layout of record-codec.ts) with its fields as given. */
 function stored(offset: number, end: boolean, over: Partial<LogRecord> = {}): Buffer {
-  return encodeRecords([{ offset, timestamp: 5, key: null, value: Buffer.from('v'), headers: [], producerId: '', epoch: -1, sequence: -1, attributes: end ? ATTR_END_OF_APPEND : 0, ...over }]);
+  return encodeRecords([
+    {
+      offset,
+      timestamp: 5,
+      key: null,
+      value: Buffer.from('v'),
+      headers: [],
+      producerId: '',
+      epoch: -1,
+      sequence: -1,
+      attributes: end ? ATTR_END_OF_APPEND : 0,
+      ...over,
+    },
+  ]);
 }
 
 describe('StoredAppends.parse', () => {
@@ -249,7 +274,13 @@ describe('a follower storing its leader appends as bytes', () => {
       () => leader.append([rec('plain', { key: Buffer.alloc(0), headers: h }), rec('two')]),
       () => leader.appendTransactional([rec('t1'), rec('t2')], { producerId: 'P', epoch: 3, firstSequence: 0, lastSequence: 1 }),
       () => leader.appendTransactional([rec('u1')], { producerId: 'Q', epoch: 1 }),
-      () => leader.appendIdempotent([rec('i0', { producerId: 'I', epoch: 0, sequence: 0 }), rec('i1', { producerId: 'I', epoch: 0, sequence: 1 })], { producerId: 'I', epoch: 0, firstSequence: 0, lastSequence: 1 }),
+      () =>
+        leader.appendIdempotent([rec('i0', { producerId: 'I', epoch: 0, sequence: 0 }), rec('i1', { producerId: 'I', epoch: 0, sequence: 1 })], {
+          producerId: 'I',
+          epoch: 0,
+          firstSequence: 0,
+          lastSequence: 1,
+        }),
       () => leader.writeMarker('P', 3, 'abort'),
       () => leader.appendTransactional([rec('t3')], { producerId: 'P', epoch: 4, firstSequence: 0, lastSequence: 0 }),
       () => leader.writeMarker('Q', 1, 'commit'),
@@ -264,7 +295,12 @@ describe('a follower storing its leader appends as bytes', () => {
       expect(parsed).toBeInstanceOf(StoredAppends);
       await fromBytes.appendReplica(parsed as StoredAppends);
       // A follower of an older version: the batch frame, decoded.
-      const charged = await leader.log.readStoredAppends(from, { maxRecords: 10_000, maxBytes: 1 << 24, maxOffset: leader.logEndOffset, headerCost: READ_HEADER_COST });
+      const charged = await leader.log.readStoredAppends(from, {
+        maxRecords: 10_000,
+        maxBytes: 1 << 24,
+        maxOffset: leader.logEndOffset,
+        headerCost: READ_HEADER_COST,
+      });
       const frame = encodeBatchReply('t', 0, charged, { nextOffset: charged.next, highWatermark: 0, logStartOffset: 0 });
       await fromObjects.appendReplica(decodeBatch(frame, { extensions: true }).records as unknown as LogRecord[]);
     }
@@ -274,7 +310,10 @@ describe('a follower storing its leader appends as bytes', () => {
     expect((await segmentBytes('bytes')).equals(await segmentBytes('leader'))).toBe(true);
     const state = (p: Partition) => ({
       lso: p.lastStableOffset,
-      open: p.txnIndex()!.openTxns().map((t) => [t.producerId, t.epoch, t.firstOffset]),
+      open: p
+        .txnIndex()!
+        .openTxns()
+        .map((t) => [t.producerId, t.epoch, t.firstOffset]),
       aborted: p.txnIndex()!.abortedOverlapping(0, end),
       producers: ['P', 'Q', 'I'].map((id) => p.producerState()!.describe(id)),
     });

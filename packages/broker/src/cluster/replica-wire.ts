@@ -100,7 +100,13 @@ export async function fetchFromLeader(conn: Connection, line: string, stored: bo
     const reply = await conn.request(line);
     if (reply.kind === 'text') return { kind: 'text', text: reply.text };
     const records = reply.batch.records as unknown as LogRecord[];
-    return { kind: 'records', records, count: records.length, bytes: records.reduce((n, x) => n + encodedSize(x), 0), highWatermark: reply.batch.trailer?.highWatermark };
+    return {
+      kind: 'records',
+      records,
+      count: records.length,
+      bytes: records.reduce((n, x) => n + encodedSize(x), 0),
+      highWatermark: reply.batch.trailer?.highWatermark,
+    };
   }
   const body = await conn.requestBytes(line);
   if (body.length < 2 || body.readUInt16BE(0) !== STORED_REPLY_MAGIC) return { kind: 'text', text: body.toString('utf8') };
