@@ -230,6 +230,35 @@ function stored(offset: number, end: boolean, over: Partial<LogRecord> = {}): Bu
 }
 
 describe('StoredAppends.parse', () => {
+  it('in turns of the event loop, gives what parse gives', async () => {
+    const n = 40_000;
+    const buf = encodeRecords(
+      Array.from({ length: n }, (_, i) => ({
+        offset: i,
+        timestamp: i,
+        key: null,
+        value: Buffer.alloc(0),
+        headers: [],
+        producerId: '',
+        epoch: -1,
+        sequence: -1,
+        attributes: i % 3 === 2 ? ATTR_END_OF_APPEND : 0,
+      })),
+    );
+    let turns = 0;
+    const counting = setInterval(() => turns++, 0);
+    const inTurns = await StoredAppends.parseInTurns(buf, 0, buf.length, n - 1);
+    clearInterval(counting);
+    expect(inTurns).toEqual(StoredAppends.parse(buf, 0, buf.length, n - 1));
+    expect(inTurns).toMatch(/more records than the 39999 announced/);
+    const end = buf.length - buf.length / n; // without the last record: the one before it ends an append
+    const whole = (await StoredAppends.parseInTurns(buf, 0, end, n - 1)) as StoredAppends;
+    expect(whole).toBeInstanceOf(StoredAppends);
+    expect([whole.count, whole.starts.at(-1), whole.maxTimestamp]).toEqual([n - 1, end, n - 2]);
+    expect(whole).toEqual(StoredAppends.parse(buf, 0, end, n - 1));
+    expect(turns).toBeGreaterThan(0);
+  });
+
   it('takes whole appends and refuses what appendReplica refuses as objects, and broken bytes', () => {
     const ok = Buffer.concat([stored(4, false), stored(5, true), stored(9, true)]);
     const s = StoredAppends.parse(ok, 0, ok.length, 3) as StoredAppends;

@@ -113,7 +113,8 @@ export async function fetchFromLeader(conn: Connection, line: string, stored: bo
   if (body.length < STORED_HEADER_BYTES) throw badReply('truncated header');
   const highWatermark = readU64(body, 10);
   const count = body.readUInt32BE(26);
-  const records = StoredAppends.parse(body, STORED_HEADER_BYTES, body.length, count);
+  // In turns: a large append's records take a second or more to check.
+  const records = await StoredAppends.parseInTurns(body, STORED_HEADER_BYTES, body.length, count);
   if (typeof records === 'string') throw badReply(records);
   return { kind: 'records', records, count, bytes: records.buf.length, highWatermark };
 }

@@ -26,6 +26,9 @@ function i64(b: Buffer, p: number): number {
   return b.readInt32BE(p) * TWO_32 + b.readUInt32BE(p + 4);
 }
 
+/** Records StoredAppends.parseInTurns checks between two turns of the event loop (about 10 ms). */
+const RECORDS_PER_TURN = 16_384;
+
 export class StoredAppends {
   private constructor(
     /** The records, back to back (the stored layout). */
@@ -51,37 +54,27 @@ export class StoredAppends {
    * record ending an append. A reason string when any of this fails.
    */
   static parse(buf: Buffer, from: number, to: number, count: number): StoredAppends | string {
-    const starts: number[] = [];
-    const offsets: number[] = [];
-    let maxTimestamp = -1;
-    let untimed = false;
-    let ended = true;
-    let p = from;
-    while (p < to) {
-      const i = offsets.length;
-      if (i >= count) return `more records than the ${count} announced`;
-      const r = inspectRecord(buf, p, to);
-      if (!r.ok) return `record ${i}: ${r.reason === 'incomplete' ? 'truncated' : 'corrupt (length, CRC or structure)'}`;
-      const pidLen = buf.readUInt16BE(p + 25);
-      const epoch = i64(buf, p + 27 + pidLen);
-      const sequence = i64(buf, p + 35 + pidLen);
-      if (epoch < -1 || sequence < -1) return `record ${i}: epoch and sequence must be >= -1`;
-      if (i > 0) {
-        const prev = offsets[i - 1]!;
-        if (r.offset <= prev) return `record ${i}: offsets must be strictly increasing (${r.offset} after ${prev})`;
-        if (r.offset !== prev + 1 && !ended) return `record ${i}: offset gap (${prev} to ${r.offset}) inside an append`;
-      }
-      ended = (r.attributes & ATTR_END_OF_APPEND) !== 0;
-      if (r.timestamp > maxTimestamp) maxTimestamp = r.timestamp;
-      if (r.timestamp < 0) untimed = true;
-      starts.push(p - from);
-      offsets.push(r.offset);
-      p += r.size;
+    const s = new Parse(buf, from, to, count);
+    return s.step(Number.POSITIVE_INFINITY) ?? StoredAppends.checked(s);
+  }
+
+  /**
+   * parse(), letting the event loop turn every RECORDS_PER_TURN records: 1.7M small records took a second
+   * to check, long enough for the broker to take it for a pause of its process (cluster/lease-keeper.ts).
+   */
+  static async parseInTurns(buf: Buffer, from: number, to: number, count: number): Promise<StoredAppends | string> {
+    const s = new Parse(buf, from, to, count);
+    for (;;) {
+      const failed = s.step(RECORDS_PER_TURN);
+      if (failed !== null) return failed;
+      if (s.done) return StoredAppends.checked(s);
+      await new Promise<void>((resolve) => setImmediate(resolve));
     }
-    if (offsets.length !== count) return `${offsets.length} records, ${count} announced`;
-    if (count > 0 && !ended) return 'the last record does not end an append (ATTR_END_OF_APPEND): whole appends only';
-    starts.push(p - from);
-    return new StoredAppends(buf.subarray(from, to), starts, offsets, maxTimestamp, untimed);
+  }
+
+  private static checked(s: Parse): StoredAppends | string {
+    const r = s.result();
+    return typeof r === 'string' ? r : new StoredAppends(r.buf, r.starts, r.offsets, r.maxTimestamp, r.untimed);
   }
 
   /**
@@ -117,5 +110,65 @@ export class StoredAppends {
       }
       fn(v);
     }
+  }
+}
+
+/** A check of StoredAppends in steps. */
+class Parse {
+  readonly starts: number[] = [];
+  readonly offsets: number[] = [];
+  private maxTimestamp = -1;
+  private untimed = false;
+  private ended = true;
+  private p: number;
+
+  constructor(
+    private readonly buf: Buffer,
+    private readonly from: number,
+    private readonly to: number,
+    private readonly count: number,
+  ) {
+    this.p = from;
+  }
+
+  get done(): boolean {
+    return this.p >= this.to;
+  }
+
+  /** Checks up to `records` more records: a reason when one fails, else null. */
+  step(records: number): string | null {
+    const { buf, to, count, offsets, starts } = this;
+    for (let left = records; this.p < to && left > 0; left--) {
+      const p = this.p;
+      const i = offsets.length;
+      if (i >= count) return `more records than the ${count} announced`;
+      const r = inspectRecord(buf, p, to);
+      if (!r.ok) return `record ${i}: ${r.reason === 'incomplete' ? 'truncated' : 'corrupt (length, CRC or structure)'}`;
+      const pidLen = buf.readUInt16BE(p + 25);
+      const epoch = i64(buf, p + 27 + pidLen);
+      const sequence = i64(buf, p + 35 + pidLen);
+      if (epoch < -1 || sequence < -1) return `record ${i}: epoch and sequence must be >= -1`;
+      if (i > 0) {
+        const prev = offsets[i - 1]!;
+        if (r.offset <= prev) return `record ${i}: offsets must be strictly increasing (${r.offset} after ${prev})`;
+        if (r.offset !== prev + 1 && !this.ended) return `record ${i}: offset gap (${prev} to ${r.offset}) inside an append`;
+      }
+      this.ended = (r.attributes & ATTR_END_OF_APPEND) !== 0;
+      if (r.timestamp > this.maxTimestamp) this.maxTimestamp = r.timestamp;
+      if (r.timestamp < 0) this.untimed = true;
+      starts.push(p - this.from);
+      offsets.push(r.offset);
+      this.p = p + r.size;
+    }
+    return null;
+  }
+
+  /** Once done: the appends' fields, or why they are refused. */
+  result(): { buf: Buffer; starts: number[]; offsets: number[]; maxTimestamp: number; untimed: boolean } | string {
+    const n = this.offsets.length;
+    if (n !== this.count) return `${n} records, ${this.count} announced`;
+    if (n > 0 && !this.ended) return 'the last record does not end an append (ATTR_END_OF_APPEND): whole appends only';
+    this.starts.push(this.p - this.from);
+    return { buf: this.buf.subarray(this.from, this.to), starts: this.starts, offsets: this.offsets, maxTimestamp: this.maxTimestamp, untimed: this.untimed };
   }
 }
