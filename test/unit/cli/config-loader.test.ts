@@ -48,7 +48,7 @@ describe('loadBrokerConfig', () => {
     expect(r.config.logLevel).toBe('info'); // default
     expect(r.sources.port).toEqual({ kind: 'flag', name: '--port' });
     expect(r.sources.healthPort).toEqual({ kind: 'env', name: 'TRIBUTARY_HEALTH_PORT' });
-    expect(r.sources.dataDir).toEqual({ kind: 'file', path: cfg, line: { number: 3, text: 'dataDir: /from/file' } });
+    expect(r.sources.dataDir).toEqual({ kind: 'file', path: cfg, at: { line: 3, column: 1 } });
     expect(r.sources.logLevel).toEqual({ kind: 'default' });
   });
 
@@ -85,6 +85,26 @@ describe('loadBrokerConfig', () => {
     }
   });
 
+  it('an invalid setting is named by key, file, line and column, never by the text there or its secret value', () => {
+    const hash = 'c2VjcmV0LWhhc2gtdmFsdWU';
+    const salt = 'c2FsdHktc2FsdC12YWx1ZQ';
+    const cases: Array<[string, string, RegExp]> = [
+      // Before: `(file ..., line 2: "interBrokerTokn: s3cr3t-t0ken")`.
+      ['unknown.yaml', 'port: 9000\ninterBrokerTokn: s3cr3t-t0ken\n', /^invalid config: interBrokerTokn: unknown key \(did you mean interBrokerToken\?\) \(file .*, line 2, column 1\)$/],
+      // Before: `must be a string, got 123456789 (file ..., line 1: "interBrokerToken: 123456789")`.
+      ['type.yaml', '  interBrokerToken: 123456789\n', /^invalid config: interBrokerToken: must be a string \(file .*, line 1, column 3\)$/],
+      ['pg.yaml', 'offsetStorePostgresUrl: postgres://app:s3cr3t-t0ken@db/offsets\n', /^invalid config: offsetStorePostgresUrl: given, but offsetStore is log, .* \(file .*, line 1, column 1\)$/],
+      ['users.yaml', `users: {eve: {hash: ${hash}, salt: ${salt}, permissions: [root]}}\n`, /^invalid config: users\.eve\.permissions\.0: must be one of .* \(file .*, line 1, column 1\)$/],
+      ['unknown.json', '{"port": 9000,\n "interBrokerTokn": "s3cr3t-t0ken"}', /^invalid config: interBrokerTokn: unknown key .* \(file .*, line 2, column 2\)$/],
+      ['type.json', '{"interBrokerToken": 123456789}', /^invalid config: interBrokerToken: must be a string \(file .*, line 1, column 2\)$/],
+    ];
+    for (const [name, text, expected] of cases) {
+      const errs = errors(loadBrokerConfig({ configFile: file(name, text), env: {} }));
+      expect(errs, name).toEqual([expect.stringMatching(expected)]);
+      for (const secret of ['s3cr3t-t0ken', '123456789', hash, salt]) expect(errs[0], name).not.toContain(secret);
+    }
+  });
+
   it('treats an empty YAML file as no settings', () => {
     expect(ok(loadBrokerConfig({ configFile: file('empty.yaml', ''), env: {} })).config).toEqual(resolveConfig({}));
   });
@@ -92,8 +112,8 @@ describe('loadBrokerConfig', () => {
   it('refuses an unknown key in the file, suggesting the real name', () => {
     const cfg = file('unknown.yaml', 'port: 9000\nprot: 1\ndata-dir: /x\n');
     expect(errors(loadBrokerConfig({ configFile: cfg, env: {} }))).toEqual([
-      `invalid config: prot: unknown key (did you mean port?) (file ${cfg}, line 2: "prot: 1")`,
-      `invalid config: data-dir: unknown key (did you mean dataDir?) (file ${cfg}, line 3: "data-dir: /x")`,
+      `invalid config: prot: unknown key (did you mean port?) (file ${cfg}, line 2, column 1)`,
+      `invalid config: data-dir: unknown key (did you mean dataDir?) (file ${cfg}, line 3, column 1)`,
     ]);
   });
 
@@ -125,8 +145,8 @@ describe('loadBrokerConfig', () => {
     expect(errs).toEqual([
       'invalid config: frameTimeoutMs: expected an integer, got "1.5" (flag --frame-timeout-ms)',
       'invalid config: port: must be <= 65535, got 70000 (env TRIBUTARY_PORT)',
-      `invalid config: healthPort: must be a number, got "9080" (file ${cfg})`,
-      `invalid config: dataDir: must not be empty, got "" (file ${cfg})`,
+      `invalid config: healthPort: must be a number, got "9080" (file ${cfg}, line 1, column 2)`,
+      `invalid config: dataDir: must not be empty, got "" (file ${cfg}, line 1, column 22)`,
       'invalid config: flush: must be one of always|interval|os, got "sometimes" (flag --flush)',
     ]);
   });

@@ -37,7 +37,8 @@ export interface ConfigField {
 
 export type ConfigSource =
   | { kind: 'default' }
-  | { kind: 'file'; path: string; line?: { number: number; text: string } }
+  /** `at`: where the key is in the file (1-based); its text is never kept, since it may be a secret. */
+  | { kind: 'file'; path: string; at?: { line: number; column: number } }
   | { kind: 'env'; name: string }
   | { kind: 'flag'; name: string };
 
@@ -131,7 +132,7 @@ export function formatSource(s: ConfigSource): string {
     case 'env':
       return `env ${s.name}`;
     case 'file':
-      return s.line ? `file ${s.path}, line ${s.line.number}: ${JSON.stringify(s.line.text.trim())}` : `file ${s.path}`;
+      return s.at ? `file ${s.path}, line ${s.at.line}, column ${s.at.column}` : `file ${s.path}`;
     default:
       return 'default';
   }
@@ -170,18 +171,20 @@ function parseRaw(f: ConfigField, raw: string): { value: unknown } | { error: st
   return { value: raw };
 }
 
-/** Where each top-level key of a YAML file is (line number and text), for errors that show the line. */
-type KeyLines = Map<string, { number: number; text: string }>;
+/**
+ * Where each top-level key of a file is (line and column), for errors that name the place. Never the
+ * text there: the line may hold a token hash, a salt, the inter-broker token or a database password.
+ */
+type KeyLines = Map<string, { line: number; column: number }>;
 
-function yamlKeyLines(doc: Document, counter: LineCounter, text: string): KeyLines {
+function keyLines(doc: Document, counter: LineCounter): KeyLines {
   const out: KeyLines = new Map();
-  const lines = text.split('\n');
   if (!isMap(doc.contents)) return out;
   for (const item of doc.contents.items) {
     const key = item.key as { range?: [number, number, number]; value?: unknown } | null;
     if (!key?.range) continue;
-    const { line } = counter.linePos(key.range[0]);
-    out.set(String(key.value), { number: line, text: lines[line - 1] ?? '' });
+    const { line, col } = counter.linePos(key.range[0]);
+    out.set(String(key.value), { line, column: col });
   }
   return out;
 }
@@ -211,21 +214,33 @@ function readConfigFile(path: string): { data: Record<string, unknown>; lines: K
       const at = /at position (\d+)/.exec((err as Error).message);
       return { error: `invalid config: cannot parse config file ${path}: not valid JSON${at ? ` ${lineColumn(text, Number(at[1]))}` : ''}` };
     }
-    // JSON.parse keeps the last of two equal keys without a word; read as YAML (JSON is YAML), they are an error.
-    const dup = parseDocument(text, { prettyErrors: true }).errors.find((e) => e.code === 'DUPLICATE_KEY');
+    // JSON.parse keeps the last of two equal keys without a word; read as YAML (JSON is YAML), they are an
+    // error. The YAML reading also tells where each key is.
+    const counter = new LineCounter();
+    const doc = parseDocument(text, { lineCounter: counter, prettyErrors: true });
+    const dup = doc.errors.find((e) => e.code === 'DUPLICATE_KEY');
     if (dup) return { error: `invalid config: cannot parse config file ${path}: ${withoutSource(dup.message)}` };
+    if (doc.errors.length === 0) lines = keyLines(doc, counter);
   } else {
     const counter = new LineCounter();
     const doc = parseDocument(text, { lineCounter: counter, prettyErrors: true });
     if (doc.errors.length > 0) return { error: `invalid config: cannot parse config file ${path}: ${withoutSource(doc.errors[0]!.message)}` };
     data = doc.toJS();
-    lines = yamlKeyLines(doc, counter, text);
+    lines = keyLines(doc, counter);
   }
   if (data === null || data === undefined) return { data: {}, lines }; // an empty YAML file
   if (typeof data !== 'object' || Array.isArray(data)) {
     return { error: `invalid config: ${path}: the top level must be a mapping of setting names to values` };
   }
   return { data: data as Record<string, unknown>, lines };
+}
+
+/**
+ * Settings whose values an error never echoes, whatever their type: mappings (users holds token hashes,
+ * salts and SCRAM keys), the inter-broker token and a database URL (it may hold a password).
+ */
+function isSecret(key: string): boolean {
+  return key === 'interBrokerToken' || key === 'offsetStorePostgresUrl' || CONFIG_FIELDS.find((f) => f.key === key)?.kind.type === 'json';
 }
 
 function normalize(name: string): string {
@@ -273,8 +288,8 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
     } else {
       const path = inputs.configFile;
       for (const [name, value] of Object.entries(file.data)) {
-        const line = file.lines.get(name);
-        const source: ConfigSource = line ? { kind: 'file', path, line } : { kind: 'file', path };
+        const at = file.lines.get(name);
+        const source: ConfigSource = at ? { kind: 'file', path, at } : { kind: 'file', path };
         if (!byKey.has(name)) {
           // A file of thousands of unknown keys gets a bounded answer (each suggestion compares every key).
           if (errors.length >= MAX_REPORTED) {
@@ -322,9 +337,8 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
         for (const k of issue.keys) errors.push(problem([...at, k].join('.'), 'unknown key', sources[(at[0] ?? k) as ConfigKey] ?? { kind: 'default' }));
         continue;
       }
-      // Never echo mappings (users holds token hashes and salts) or a database URL (it may hold a password) in an error.
       // A default is shown too: one can fail a check across settings (httpHeadersTimeoutMs <= httpRequestTimeoutMs).
-      const shown = byKey.get(key)?.kind.type === 'json' || key === 'offsetStorePostgresUrl' ? undefined : (merged[key] ?? byKey.get(key)?.defaultValue);
+      const shown = isSecret(key) ? undefined : (merged[key] ?? byKey.get(key)?.defaultValue);
       errors.push(problem(issue.path.map(String).join('.') || key, issueText(issue, shown), sources[key as ConfigKey] ?? { kind: 'default' }));
     }
   }
