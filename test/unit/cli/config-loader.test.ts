@@ -105,6 +105,40 @@ describe('loadBrokerConfig', () => {
     }
   });
 
+  it('refuses settings that the broker would start with and then break on', () => {
+    const refused = (flags: Record<string, string>) => errors(loadBrokerConfig({ env: {}, flags }));
+    // A Node timer fires after 1 ms past 2^31-1: every setting used as a timer's delay is bound by it.
+    // Before: --auth-timeout-ms 3000000000 closed every connection at once, --retention-check-ms ran the
+    // retention pass every millisecond, --flush-interval-ms left the broker NOT READY.
+    const timers = ['authTimeoutMs', 'retentionCheckMs', 'flushIntervalMs', 'idleTimeoutMs', 'startupTimeoutMs', 'frameTimeoutMs', 'writeStallTimeoutMs', 'maxWaitMs'];
+    for (const key of [...timers, 'streamKeepaliveMs', 'shutdownTimeoutMs', 'etcdRequestTimeoutMs', 'replicaLagMaxMs', 'replicationTimeoutMs', 'maxTransactionTimeoutMs']) {
+      expect(refused({ [key]: '3000000000' }), key).toEqual([expect.stringMatching(new RegExp(`^invalid config: ${key}: must be <= 2147483647, got 3000000000 \\(flag --`))]);
+      expect(ok(loadBrokerConfig({ env: {}, flags: { [key]: '2147483647' } })).config[key as 'authTimeoutMs'], key).toBe(2147483647);
+    }
+    // Before: every topic create failed (invalid_parameter segmentBytes, as if the client had sent it).
+    expect(refused({ segmentBytes: '3000000000' })).toEqual(['invalid config: segmentBytes: must be <= 2147483647, got 3000000000 (flag --segment-bytes)']);
+    expect(refused({ retentionHours: '3000000000' })).toEqual(['invalid config: retentionHours: must be <= 1000000, got 3000000000 (flag --retention-hours)']);
+    // Before: every INIT_PRODUCER_ID without a timeout failed naming transaction_timeout_ms, which it never sent.
+    expect(refused({ transactionTimeoutMs: '1000000' })).toEqual(['invalid config: transactionTimeoutMs: must be <= maxTransactionTimeoutMs (900000), got 1000000 (flag --transaction-timeout-ms)']);
+    expect(refused({ groupMinSessionTimeoutMs: '20000' })).toEqual(['invalid config: groupSessionTimeoutMs: must be >= groupMinSessionTimeoutMs (20000), got 10000 (default)']);
+    expect(refused({ groupMaxSessionTimeoutMs: '5000' })).toEqual(['invalid config: groupSessionTimeoutMs: must be <= groupMaxSessionTimeoutMs (5000), got 10000 (default)']);
+    expect(refused({ groupMinSessionTimeoutMs: '600000', groupMaxSessionTimeoutMs: '500000', groupSessionTimeoutMs: '550000' })).toEqual([
+      'invalid config: groupMinSessionTimeoutMs: must be <= groupMaxSessionTimeoutMs (500000), got 600000 (flag --group-min-session-timeout-ms)',
+    ]);
+    // Before: a CREATE without partitions made 20 where the maximum was 10.
+    expect(refused({ defaultPartitions: '20', maxPartitions: '10' })).toEqual(['invalid config: defaultPartitions: must be <= maxPartitions (10), got 20 (flag --default-partitions)']);
+    // At the bounds: accepted.
+    ok(loadBrokerConfig({ env: {}, flags: { segmentBytes: '2147483647', retentionHours: '1000000', transactionTimeoutMs: '900000', defaultPartitions: '10', maxPartitions: '10' } }));
+    ok(loadBrokerConfig({ env: {}, flags: { groupMinSessionTimeoutMs: '10000', groupMaxSessionTimeoutMs: '10000' } }));
+  });
+
+  it("the largest segmentBytes and retentionHours are ones a topic's log takes", async () => {
+    const { resolveOptions } = await import('tributary-broker/storage/log-options.js');
+    const { MAX_SEGMENT_BYTES, MAX_RETENTION_HOURS } = await import('tributary-broker/common/config.js');
+    expect(() => resolveOptions({ segmentBytes: MAX_SEGMENT_BYTES, retentionMs: MAX_RETENTION_HOURS * 3_600_000 })).not.toThrow();
+    expect(() => resolveOptions({ segmentBytes: MAX_SEGMENT_BYTES + 1 })).toThrow(/segmentBytes/);
+  });
+
   it('treats an empty YAML file as no settings', () => {
     expect(ok(loadBrokerConfig({ configFile: file('empty.yaml', ''), env: {} })).config).toEqual(resolveConfig({}));
   });
@@ -203,7 +237,8 @@ describe('CONFIG_FIELDS', () => {
     expect(byKey.get('flush')?.kind).toEqual({ type: 'enum', values: ['always', 'interval', 'os'] });
     expect(byKey.get('host')?.kind).toEqual({ type: 'string' });
     expect(help('port')).toBe('integer 0..65535 (env TRIBUTARY_PORT, default 9000)');
-    expect(help('idleTimeoutMs')).toBe('integer >= 100 (env TRIBUTARY_IDLE_TIMEOUT_MS, default 600000)');
+    expect(help('idleTimeoutMs')).toBe('integer 100..2147483647 (env TRIBUTARY_IDLE_TIMEOUT_MS, default 600000)');
+    expect(help('deleteRetentionMs')).toBe('integer 0..9007199254740991 (env TRIBUTARY_DELETE_RETENTION_MS, default 86400000)');
     expect(help('advertisedHost')).toBe('string (env TRIBUTARY_ADVERTISED_HOST)');
   });
 });

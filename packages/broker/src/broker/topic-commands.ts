@@ -7,6 +7,7 @@ import { formatLogOffsets, localLogOffsets } from '../partition/log-offsets.js';
 import type { Partition } from '../partition/partition.js';
 import { partitionOffsets } from './partition-offsets.js';
 import type { TopicSpec } from '../partition/topic-manager.js';
+import { MAX_RETENTION_HOURS } from '../common/config.js';
 
 /**
  * How long CREATE and ADD_PARTITIONS wait, in a cluster, for every new partition's leader to serve it; then
@@ -25,7 +26,7 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
       : (p.int('replication_factor', { min: 1, max: 1 }) ?? 1),
     idempotent: p.bool('idempotent') ?? false,
     partitioner: p.oneOf('partitioner', ['hash_key', 'round_robin'] as const) ?? 'hash_key',
-    retentionHours: p.int('retention_hours', { min: -1, max: 1_000_000 }) ?? b.config.retentionHours,
+    retentionHours: p.int('retention_hours', { min: -1, max: MAX_RETENTION_HOURS }) ?? b.config.retentionHours,
     retentionBytes: p.int('retention_bytes', { min: -1 }) ?? b.config.retentionBytes,
     cleanupPolicy: p.oneOf('cleanup_policy', ['delete', 'compact'] as const) ?? 'delete',
     // Stored only when given: without it the topic follows the broker's --delete-retention-ms.

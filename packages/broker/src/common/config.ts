@@ -22,8 +22,18 @@ const usersEntry = z
 
 const topicAcl = z.object({ read: z.array(z.string()).optional(), write: z.array(z.string()).optional() }).strict();
 
-/** The longest delay a Node timer takes (a longer one fires after 1 ms). */
-const MAX_TIMER_MS = 2 ** 31 - 1;
+/**
+ * The longest delay a Node timer takes (a longer one fires after 1 ms): every setting used as a timer's
+ * delay is at most this. Above it --auth-timeout-ms closed every connection at once, --retention-check-ms
+ * ran the retention pass every millisecond and --flush-interval-ms left the broker unready. Settings only
+ * compared with clocks (segmentMs, the retentions, the expirations) or run through the coordinators'
+ * scheduler, which steps through long waits (the group timeouts), are not bound by it.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+/** storage/log-options.ts's MAX_SEGMENT_BYTES (positions are u32 in the index): above it every topic create failed. */
+export const MAX_SEGMENT_BYTES = 0x7fffffff;
+/** The most retention_hours CREATE takes (docs/protocol.md), so a topic's default is one it could be given. */
+export const MAX_RETENTION_HOURS = 1_000_000;
 
 /** Every broker setting with its default; the CLI merges flags > TRIBUTARY_* env > config file > these. */
 export const brokerConfigSchema = z
@@ -78,18 +88,18 @@ export const brokerConfigSchema = z
     maxRecordBytes: z.number().int().min(1).default(8 * 1024 * 1024),
     maxConnections: z.number().int().min(1).default(10_000),
     /** A connection with no traffic for this long is closed. */
-    idleTimeoutMs: z.number().int().min(100).default(600_000),
+    idleTimeoutMs: z.number().int().min(100).max(MAX_TIMER_MS).default(600_000),
     /** A frame that starts but does not complete within this time closes the connection (slow senders). */
-    frameTimeoutMs: z.number().int().min(100).default(30_000),
+    frameTimeoutMs: z.number().int().min(100).max(MAX_TIMER_MS).default(30_000),
     /** Replies queued for a client that does not read: past this the broker stops reading its requests. */
     maxPendingReplyBytes: z.number().int().min(1024).default(16 * 1024 * 1024),
     /** A client that stays blocked this long with a full reply queue is disconnected. */
-    writeStallTimeoutMs: z.number().int().min(100).default(60_000),
+    writeStallTimeoutMs: z.number().int().min(100).max(MAX_TIMER_MS).default(60_000),
     defaultPartitions: z.number().int().min(1).max(10_000).default(4),
     maxPartitions: z.number().int().min(1).max(100_000).default(10_000),
     flush: z.enum(flushModes).default('always'),
-    flushIntervalMs: z.number().int().min(1).default(1000),
-    segmentBytes: z.number().int().min(1024).default(128 * 1024 * 1024),
+    flushIntervalMs: z.number().int().min(1).max(MAX_TIMER_MS).default(1000),
+    segmentBytes: z.number().int().min(1024).max(MAX_SEGMENT_BYTES).default(128 * 1024 * 1024),
     /**
      * Memory for recently appended records kept for tail readers, over every partition together (each also
      * keeps at most 4 MiB); past it the oldest records of the least recently written partitions are read from
@@ -103,9 +113,9 @@ export const brokerConfigSchema = z
      */
     heapHeadroomMb: z.number().int().min(0).max(65_536).default(128),
     segmentMs: z.number().int().min(1000).default(7 * 24 * 3600 * 1000),
-    retentionHours: z.number().int().min(-1).default(168),
+    retentionHours: z.number().int().min(-1).max(MAX_RETENTION_HOURS).default(168),
     retentionBytes: z.number().int().min(-1).default(-1),
-    retentionCheckMs: z.number().int().min(100).default(300_000),
+    retentionCheckMs: z.number().int().min(100).max(MAX_TIMER_MS).default(300_000),
     /**
      * How long a tombstone (an empty value) stays in a compacted topic once it is its key's latest record,
      * for topics whose definition sets no `delete_retention_ms` (the internal topics): Kafka's
@@ -114,11 +124,11 @@ export const brokerConfigSchema = z
      */
     deleteRetentionMs: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(86_400_000),
     /** Maximum wait_ms a CONSUME may ask for. */
-    maxWaitMs: z.number().int().min(0).default(30_000),
-    streamKeepaliveMs: z.number().int().min(50).default(5_000),
-    shutdownTimeoutMs: z.number().int().min(100).default(10_000),
+    maxWaitMs: z.number().int().min(0).max(MAX_TIMER_MS).default(30_000),
+    streamKeepaliveMs: z.number().int().min(50).max(MAX_TIMER_MS).default(5_000),
+    shutdownTimeoutMs: z.number().int().min(100).max(MAX_TIMER_MS).default(10_000),
     /** Recovery not done within this long fails the start (the broker stays unready, or exits with exitOnStartupFailure); 0: no limit. */
-    startupTimeoutMs: z.number().int().min(0).default(0),
+    startupTimeoutMs: z.number().int().min(0).max(MAX_TIMER_MS).default(0),
     /** A failed start (recovery error or startupTimeoutMs) exits the process with code 1, for service managers to restart it. */
     exitOnStartupFailure: z.boolean().default(false),
     /** Partitions of `__consumer_offsets`: a group's coordinator is the leader of hash(group) mod this. */
@@ -129,14 +139,14 @@ export const brokerConfigSchema = z
     etcd: z.string().min(1).optional(),
     etcdPrefix: z.string().min(1).default('/tributary/'),
     /** How long one etcd call may take before a metadata change fails with metadata_unavailable. */
-    etcdRequestTimeoutMs: z.number().int().min(100).default(2000),
+    etcdRequestTimeoutMs: z.number().int().min(100).max(MAX_TIMER_MS).default(2000),
     /** A broker that stops renewing its lease for this long leaves the cluster and loses its leaderships. */
     brokerLeaseTtlSeconds: z.number().int().min(2).max(300).default(10),
     /** A follower this far behind the leader's log end leaves the ISR. */
-    replicaLagMaxMs: z.number().int().min(100).default(10_000),
+    replicaLagMaxMs: z.number().int().min(100).max(MAX_TIMER_MS).default(10_000),
     replicaFetchWaitMs: z.number().int().min(10).max(30_000).default(500),
     /** acks=all: how long the reply waits for the in-sync replicas before request_timeout. */
-    replicationTimeoutMs: z.number().int().min(1).default(30_000),
+    replicationTimeoutMs: z.number().int().min(1).max(MAX_TIMER_MS).default(30_000),
     /** acks=all fails with NOT_ENOUGH_REPLICAS below this many in-sync replicas. */
     minInsyncReplicas: z.number().int().min(1).default(1),
     /** CREATE without replication_factor (cluster mode). */
@@ -158,8 +168,8 @@ export const brokerConfigSchema = z
     /** Partitions of `__transaction_state` (fixed once the topic exists). */
     transactionStatePartitions: z.number().int().min(1).max(1000).default(50),
     /** An open transaction older than this is aborted (INIT_PRODUCER_ID may ask for another, up to the max). */
-    transactionTimeoutMs: z.number().int().min(1).default(60_000),
-    maxTransactionTimeoutMs: z.number().int().min(1).default(900_000),
+    transactionTimeoutMs: z.number().int().min(1).max(MAX_TIMER_MS).default(60_000),
+    maxTransactionTimeoutMs: z.number().int().min(1).max(MAX_TIMER_MS).default(900_000),
     /**
      * Segment files held open at most, over every partition (an LRU; idle, fsynced segments close and reopen
      * on their next use). Transient files and sockets come on top: set the process's fd limit above it.
@@ -218,7 +228,7 @@ export const brokerConfigSchema = z
     /** topic → principals allowed to read / write it, on top of their permissions. */
     topicAcls: z.record(z.string().min(1), topicAcl).default({}),
     /** A connection that has not authenticated within this time is closed (authentication on). */
-    authTimeoutMs: z.number().int().min(100).default(10_000),
+    authTimeoutMs: z.number().int().min(100).max(MAX_TIMER_MS).default(10_000),
     /** Connections from one client IP address at once; 0 = unlimited. */
     maxConnectionsPerAddress: z.number().int().min(0).default(0),
     /** Requests per second per connection (token bucket, burst of one second); past it `ERROR: throttled`. 0 = unlimited. */
@@ -231,6 +241,23 @@ export const brokerConfigSchema = z
     // Node refuses a server whose headers may take longer than the whole request (ERR_OUT_OF_RANGE).
     if (c.httpHeadersTimeoutMs > c.httpRequestTimeoutMs) {
       ctx.addIssue({ code: 'custom', path: ['httpHeadersTimeoutMs'], message: `must be <= httpRequestTimeoutMs (${c.httpRequestTimeoutMs})` });
+    }
+    // Each default must be one its own bound allows: else every request relying on it failed, naming a
+    // parameter the client never sent (INIT_PRODUCER_ID's transaction_timeout_ms), or got past the bound
+    // (a CREATE without partitions made more than maxPartitions).
+    type NumberKey = { [K in keyof typeof c]-?: (typeof c)[K] extends number ? K : never }[keyof typeof c];
+    const atMost = (key: NumberKey, bound: NumberKey) => {
+      if (c[key] > c[bound]) ctx.addIssue({ code: 'custom', path: [key], message: `must be <= ${bound} (${c[bound]})` });
+    };
+    const atLeast = (key: NumberKey, bound: NumberKey) => {
+      if (c[key] < c[bound]) ctx.addIssue({ code: 'custom', path: [key], message: `must be >= ${bound} (${c[bound]})` });
+    };
+    atMost('transactionTimeoutMs', 'maxTransactionTimeoutMs');
+    atMost('defaultPartitions', 'maxPartitions');
+    atMost('groupMinSessionTimeoutMs', 'groupMaxSessionTimeoutMs');
+    if (c.groupMinSessionTimeoutMs <= c.groupMaxSessionTimeoutMs) {
+      atLeast('groupSessionTimeoutMs', 'groupMinSessionTimeoutMs');
+      atMost('groupSessionTimeoutMs', 'groupMaxSessionTimeoutMs');
     }
   });
 

@@ -184,6 +184,8 @@ export class TopicManager {
       // Defined but not open here (an open that failed before it could be undone): opened now.
       return { topic: this.topics.get(spec.name) ?? (await this.ensureOpen(existing)), created: false };
     }
+    // Whatever the count's source (the request's, or --default-partitions): a topic gets at most the maximum.
+    if (!opts.allowInternal && spec.partitions > this.config.maxPartitions) throw new TributaryError('invalid_parameter', { param: 'partitions', reason: `at most ${this.config.maxPartitions}` });
     const { topic: def, created } = await this.store.createTopic(spec);
     let topic: Topic;
     try {

@@ -88,6 +88,8 @@ function specOf(ctx: KafkaRequestContext, t: KafkaStruct): TopicSpec {
     retentionBytes: c.retentionBytes,
     cleanupPolicy: 'delete',
   };
+  // -1 takes --default-partitions, which is bound by the maximum too.
+  if (spec.partitions > c.maxPartitions) throw new TopicRefused('INVALID_PARTITIONS', `numPartitions must be 1..${c.maxPartitions} or -1`);
   for (const kv of t.configs as KafkaStruct[]) applyConfig(spec, kv.name as string, kv.value as string | null);
   return spec;
 }
