@@ -2,7 +2,8 @@
  * A topic gets at most --max-partitions whatever its count's source: the request's, or the default a
  * request without one takes (main port CREATE, Kafka CreateTopics with numPartitions -1). The config
  * refuses a default above the maximum (config.ts); these check the creation itself, with a config that
- * was not validated (an embedding program's).
+ * was not validated (an embedding program's). Kafka CreateTopics also refuses a config key given twice,
+ * and takes retention.ms 0 as CREATE takes retention_hours=0.
  */
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -68,5 +69,18 @@ describe('Kafka CreateTopics', () => {
     expect(await create({ name: 'dflt', numPartitions: -1 })).toMatchObject({ errorCode: kafkaErrorCode('INVALID_PARTITIONS') });
     expect(await create({ name: 'given', numPartitions: 8 })).toMatchObject({ errorCode: kafkaErrorCode('INVALID_PARTITIONS') });
     expect(topics.tryGet('dflt')).toBeUndefined();
+  });
+
+  it('refuses a config key given twice instead of keeping the last', async () => {
+    const r = await create({ name: 'dup', configs: [{ name: 'retention.bytes', value: '1000' }, { name: 'retention.bytes', value: '2000' }] });
+    expect(r).toMatchObject({ errorCode: kafkaErrorCode('INVALID_REQUEST'), errorMessage: expect.stringMatching(/duplicate config keys: retention\.bytes/) });
+    expect(topics.tryGet('dup')).toBeUndefined();
+  });
+
+  it('takes retention.ms 0 (as CREATE takes retention_hours=0) and refuses more hours than CREATE takes', async () => {
+    expect(await create({ name: 'zero', configs: [{ name: 'retention.ms', value: '0' }] })).toMatchObject({ errorCode: 0 });
+    expect(topics.get('zero').def.retentionHours).toBe(0);
+    expect(await create({ name: 'long', configs: [{ name: 'retention.ms', value: String(1_000_001 * 3_600_000) }] })).toMatchObject({ errorCode: kafkaErrorCode('INVALID_CONFIG') });
+    expect(await create({ name: 'neg', configs: [{ name: 'retention.ms', value: '-2' }] })).toMatchObject({ errorCode: kafkaErrorCode('INVALID_CONFIG') });
   });
 });

@@ -1,19 +1,20 @@
 /**
  * CreateTopics: the same topics CREATE makes (docs/kafka.md): a replication factor up to the live brokers
  * (-1: the default; 1 standalone); partition counts up to the broker's maximum (-1: the default); no manual replica
- * assignment. Topic configs map onto Tributary's policy: `retention.ms` (whole hours, or -1),
+ * assignment. Topic configs map onto Tributary's policy: `retention.ms` (whole hours, 0 or more, or -1),
  * `retention.bytes`, `cleanup.policy=delete`, `delete.retention.ms` (0 or more; it applies once a topic is
- * compacted); any other config is refused, never ignored. A topic that
+ * compacted); any other config is refused, never ignored, and so is a config given twice. A topic that
  * exists is TOPIC_ALREADY_EXISTS, as Kafka answers. A name given twice in one request is INVALID_REQUEST
  * (one result for it) and creates nothing, as Kafka's controller answers.
  */
+import { MAX_RETENTION_HOURS } from '../../common/config.js';
 import { validateTopicName, type TopicSpec } from '../../partition/topic-manager.js';
 import { apiByKey } from '../protocol/apis.js';
 import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { CreateTopics } from '../protocol/messages/topics-admin.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
-import { Duplicates, errorCodeOf, handler, refusal } from './handler.js';
+import { Duplicates, duplicated, errorCodeOf, handler, refusal } from './handler.js';
 
 const HOUR_MS = 3_600_000;
 /** The longest a CreateTopics waits for its leaders (CREATE's own bound). */
@@ -36,7 +37,10 @@ function applyConfig(spec: TopicSpec, name: string, value: string | null): void 
   switch (name) {
     case 'retention.ms': {
       const ms = num();
-      if (ms !== -1 && (ms <= 0 || ms % HOUR_MS !== 0)) throw new TopicRefused('INVALID_CONFIG', 'retention.ms must be -1 or a whole number of hours');
+      // As CREATE's retention_hours (docs/protocol.md): -1, or 0 to MAX_RETENTION_HOURS whole hours.
+      if (ms !== -1 && (ms < 0 || ms % HOUR_MS !== 0 || ms / HOUR_MS > MAX_RETENTION_HOURS)) {
+        throw new TopicRefused('INVALID_CONFIG', `retention.ms must be -1 or a whole number of hours, 0 to ${MAX_RETENTION_HOURS}`);
+      }
       spec.retentionHours = ms === -1 ? -1 : ms / HOUR_MS;
       return;
     }
@@ -90,7 +94,12 @@ function specOf(ctx: KafkaRequestContext, t: KafkaStruct): TopicSpec {
   };
   // -1 takes --default-partitions, which is bound by the maximum too.
   if (spec.partitions > c.maxPartitions) throw new TopicRefused('INVALID_PARTITIONS', `numPartitions must be 1..${c.maxPartitions} or -1`);
-  for (const kv of t.configs as KafkaStruct[]) applyConfig(spec, kv.name as string, kv.value as string | null);
+  const configs = t.configs as KafkaStruct[];
+  // A key given twice is refused, as Kafka's IncrementalAlterConfigs refuses one (its controller's CreateTopics
+  // kept the last without a word): which of two values was meant is not ours to guess.
+  const twice = duplicated(configs.map((kv) => kv.name as string));
+  if (twice.size > 0) throw new TopicRefused('INVALID_REQUEST', `Error due to duplicate config keys: ${[...twice].join(', ')}`);
+  for (const kv of configs) applyConfig(spec, kv.name as string, kv.value as string | null);
   return spec;
 }
 
