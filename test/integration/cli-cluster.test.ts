@@ -122,8 +122,8 @@ describe('tributary dev-cluster and cluster status', () => {
     }
   });
 
-  it('cluster status --json prints CLUSTER_STATUS; a dead address in the list is skipped', async () => {
-    const r = await cli(['cluster', 'status', '--bootstrap', `127.0.0.1:1,${bootstrap.join(',')}`, '--json']);
+  it('cluster status --json prints CLUSTER_STATUS (internal topics with --internal); a dead address in the list is skipped', async () => {
+    const r = await cli(['cluster', 'status', '--bootstrap', `127.0.0.1:1,${bootstrap.join(',')}`, '--json', '--internal']);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     const s = JSON.parse(r.stdout);

@@ -33,6 +33,13 @@ function ids(xs: number[] | undefined): string {
   return xs === undefined || xs.length === 0 ? '-' : xs.join(',');
 }
 
+/** The partitions `cluster status` shows, in order: internal (`__`) topics only when asked for (`internal`) or named (`topic`). */
+function statusPartitions(s: ClusterStatusReply, topic: string | undefined, internal: boolean): ClusterStatusReply['partitions'] {
+  return s.partitions
+    .filter((p) => (topic === undefined ? internal || !p.topic.startsWith('__') : p.topic === topic))
+    .sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
+}
+
 /** The report of `tributary cluster status`: brokers, controller, then one row per partition with what is wrong with it. */
 /** The status as tables; internal (`__`) topics only when asked for (`internal`) or named (`topic`). */
 export function formatClusterStatus(s: ClusterStatusReply, topic?: string, internal = false): string[] {
@@ -55,9 +62,7 @@ export function formatClusterStatus(s: ClusterStatusReply, topic?: string, inter
   if (brokerRows.length === 0) out.push('  (none)');
   else for (const l of table(['ID', 'ADDRESS', 'ROLE', 'STARTED'], brokerRows)) out.push(`  ${l}`);
   out.push('');
-  const parts = s.partitions
-    .filter((p) => (topic === undefined ? internal || !p.topic.startsWith('__') : p.topic === topic))
-    .sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
+  const parts = statusPartitions(s, topic, internal);
   out.push(`partitions (${parts.length}${topic !== undefined ? ` of ${topic}` : ''}):`);
   if (parts.length === 0) out.push('  (none)');
   else {
@@ -243,10 +248,14 @@ export function registerClusterCommands(program: Command): void {
       .option('--topic <name>', 'only the partitions of this topic')
       .option('--internal', 'also the partitions of internal topics (__consumer_offsets, __transaction_state)')
       .addOption(formatOption())
-      .addOption(new Option('--json', 'the same as --format json (the broker CLUSTER_STATUS JSON)').conflicts('format')),
+      .addOption(new Option('--json', 'the same as --format json (the broker CLUSTER_STATUS JSON, its partitions narrowed as the tables are)').conflicts('format')),
   ).action(async (opts: StatusOptions & { internal?: boolean; format: 'table' | 'json' }) => {
     const s = await fetchStatus(opts);
-    if (opts.json || opts.format === 'json') print(JSON.stringify(s, null, 2));
-    else for (const l of formatClusterStatus(s, opts.topic, opts.internal === true)) print(l);
+    const internal = opts.internal === true;
+    // A topic of no partitions does not exist: an error rather than an empty report that looks like an answer.
+    if (opts.topic !== undefined && !s.partitions.some((p) => p.topic === opts.topic)) throw new CliError(`error: topic_not_found topic=${opts.topic}`);
+    // JSON narrowed as the tables are (every topic, internal ones too, was printed whatever --topic said).
+    if (opts.json || opts.format === 'json') print(JSON.stringify({ ...s, partitions: statusPartitions(s, opts.topic, internal) }, null, 2));
+    else for (const l of formatClusterStatus(s, opts.topic, internal)) print(l);
   });
 }

@@ -1,0 +1,50 @@
+/**
+ * `cluster status` narrows its JSON as it narrows its tables (--topic, --internal), and a --topic the
+ * cluster does not have is an error (exit 1), not an empty report. In-process, against a scripted broker
+ * that answers CLUSTER_STATUS.
+ */
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { cliInProcess as cli } from '../../helpers/cli-in-process.js';
+import { ScriptedServer } from '../../helpers/scripted-server.js';
+
+const part = (topic: string, partition: number) => ({ topic, partition, leader: 0, leader_epoch: 0, isr: [0], hwm: 0 });
+const STATUS = {
+  mode: 'standalone',
+  broker_id: 0,
+  controller: 0,
+  brokers: [{ id: 0, host: '127.0.0.1', port: 9000 }],
+  partitions: [part('t2', 0), part('t1', 1), part('t1', 0), part('__consumer_offsets', 0)],
+  under_replicated: 0,
+  leaderless: 0,
+};
+
+let server: ScriptedServer;
+beforeAll(async () => {
+  server = await ScriptedServer.start({ script: { CLUSTER_STATUS: () => JSON.stringify({ status: 'OK', ...STATUS }) } });
+});
+afterAll(async () => {
+  await server.close();
+});
+
+const status = (...args: string[]) => cli('cluster', 'status', '--bootstrap', server.address, ...args);
+const topicsOf = (stdout: string) => (JSON.parse(stdout) as { partitions: Array<{ topic: string; partition: number }> }).partitions.map((p) => `${p.topic}[${p.partition}]`);
+
+it('--format json and --json honour --topic and --internal', async () => {
+  for (const json of [['--format', 'json'], ['--json']]) {
+    const one = await status(...json, '--topic', 't1');
+    expect(one.code).toBe(0);
+    // Before: every partition, the internal one too.
+    expect(topicsOf(one.stdout)).toEqual(['t1[0]', 't1[1]']);
+    expect(topicsOf((await status(...json)).stdout)).toEqual(['t1[0]', 't1[1]', 't2[0]']);
+    expect(topicsOf((await status(...json, '--internal')).stdout)).toEqual(['__consumer_offsets[0]', 't1[0]', 't1[1]', 't2[0]']);
+    expect(topicsOf((await status(...json, '--topic', '__consumer_offsets')).stdout)).toEqual(['__consumer_offsets[0]']);
+  }
+});
+
+it('an unknown --topic is an error, in tables and JSON', async () => {
+  for (const json of [[], ['--json']]) {
+    const r = await status(...json, '--topic', 'nope');
+    // Before: exit 0 and "partitions (0 of nope): (none)".
+    expect([r.code, r.stdout, r.stderr]).toEqual([1, '', 'error: topic_not_found topic=nope\n']);
+  }
+});
