@@ -30,7 +30,7 @@ describe('the tail cache budget of a broker', () => {
 
   async function writeAndReadBack(args: string[]): Promise<number> {
     dir = await tempDir('trib-tail-budget-');
-    broker = await BrokerProcess.start({ dataDir: path.join(dir, 'data'), args: [...args, '--flush-interval-ms', '50', '--offsets-topic-partitions', '2', '--transaction-state-partitions', '2'] });
+    broker = await BrokerProcess.start({ dataDir: path.join(dir, 'data'), args: [...args, '--flush', 'interval', '--flush-interval-ms', '50', '--offsets-topic-partitions', '2', '--transaction-state-partitions', '2'] });
     const c = await broker.connect();
     try {
       await c.command('CREATE', { topic: 'tc', partitions: PARTITIONS });
@@ -53,7 +53,8 @@ describe('the tail cache budget of a broker', () => {
     const held = await writeAndReadBack(['--tail-cache-bytes', String(bound)]);
     expect(held).toBeGreaterThan(0);
     expect(held).toBeLessThanOrEqual(bound);
-    // A standalone broker leaves the HWM checkpoint to close: none was written by the 50 ms flush timer.
+    // A standalone broker leaves the HWM checkpoint to close: none was written by the 50 ms flush timer
+    // (armed here for flush interval's fsyncs).
     const partitionDirs = fs.readdirSync(path.join(dir!, 'data', 'logs')).filter((d) => d.startsWith('tc~'));
     expect(partitionDirs).toHaveLength(1);
     const checkpoints = fs.readdirSync(path.join(dir!, 'data', 'logs', partitionDirs[0]!)).filter((p) => fs.existsSync(path.join(dir!, 'data', 'logs', partitionDirs[0]!, p, 'hwm.checkpoint')));

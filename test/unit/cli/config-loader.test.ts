@@ -113,7 +113,9 @@ describe('loadBrokerConfig', () => {
     const timers = ['authTimeoutMs', 'retentionCheckMs', 'flushIntervalMs', 'idleTimeoutMs', 'startupTimeoutMs', 'frameTimeoutMs', 'writeStallTimeoutMs', 'maxWaitMs'];
     for (const key of [...timers, 'streamKeepaliveMs', 'shutdownTimeoutMs', 'etcdRequestTimeoutMs', 'replicaLagMaxMs', 'replicationTimeoutMs', 'maxTransactionTimeoutMs']) {
       expect(refused({ [key]: '3000000000' }), key).toEqual([expect.stringMatching(new RegExp(`^invalid config: ${key}: must be <= 2147483647, got 3000000000 \\(flag --`))]);
-      expect(ok(loadBrokerConfig({ env: {}, flags: { [key]: '2147483647' } })).config[key as 'authTimeoutMs'], key).toBe(2147483647);
+      // In a cluster with flush interval, where every one of them is used.
+      const used = { cluster: 'true', etcd: '127.0.0.1:2379', flush: 'interval' };
+      expect(ok(loadBrokerConfig({ env: {}, flags: { [key]: '2147483647', ...used } })).config[key as 'authTimeoutMs'], key).toBe(2147483647);
     }
     // Before: every topic create failed (invalid_parameter segmentBytes, as if the client had sent it).
     expect(refused({ segmentBytes: '3000000000' })).toEqual(['invalid config: segmentBytes: must be <= 2147483647, got 3000000000 (flag --segment-bytes)']);
@@ -137,6 +139,48 @@ describe('loadBrokerConfig', () => {
     const { MAX_SEGMENT_BYTES, MAX_RETENTION_HOURS } = await import('tributary-broker/common/config.js');
     expect(() => resolveOptions({ segmentBytes: MAX_SEGMENT_BYTES, retentionMs: MAX_RETENTION_HOURS * 3_600_000 })).not.toThrow();
     expect(() => resolveOptions({ segmentBytes: MAX_SEGMENT_BYTES + 1 })).toThrow(/segmentBytes/);
+  });
+
+  it('refuses a setting given that the broker would not use, naming where it came from', () => {
+    const refused = (flags: Record<string, string>, env: Record<string, string> = {}) => errors(loadBrokerConfig({ env, flags }));
+    // Before: each started a standalone broker without a word (DescribeConfigs then said min.insync.replicas=5).
+    for (const [key, value] of [
+      ['etcd', '127.0.0.1:2379'],
+      ['interBrokerPrincipal', 'broker'],
+      ['defaultReplicationFactor', '3'],
+      ['minInsyncReplicas', '5'],
+      ['replicationTimeoutMs', '1000'],
+      ['etcdTlsCa', '/ca.pem'],
+    ] as const) {
+      const flag = `--${kebabCase(key)}`;
+      expect(refused({ [key]: value }), key).toEqual([`invalid config: ${key}: is for cluster mode (--cluster); a standalone broker would not use it (flag ${flag})`]);
+      ok(loadBrokerConfig({ env: {}, flags: { [key]: value, cluster: 'true', etcd: '127.0.0.1:2379' } }));
+    }
+    const token = refused({}, { TRIBUTARY_INTER_BROKER_TOKEN: 's3cr3t-t0ken' });
+    expect(token).toEqual(['invalid config: interBrokerToken: is for cluster mode (--cluster); a standalone broker would not use it (env TRIBUTARY_INTER_BROKER_TOKEN)']);
+    // A default is never refused: only what was given.
+    ok(loadBrokerConfig({ env: {}, flags: {} }));
+
+    for (const key of ['kafkaAdvertisedHost', 'kafkaHost'] as const) {
+      expect(refused({ [key]: 'kafka.example' }), key).toEqual([expect.stringMatching(new RegExp(`^invalid config: ${key}: is for the Kafka listener, which is off without kafkaPort`))]);
+      ok(loadBrokerConfig({ env: {}, flags: { [key]: 'kafka.example', kafkaPort: '0' } }));
+      ok(loadBrokerConfig({ env: {}, flags: { [key]: 'kafka.example', kafkaPortIfFree: '9092' } }));
+    }
+    expect(refused({ kafkaAdvertisedPort: '19092' })).toEqual([expect.stringMatching(/^invalid config: kafkaAdvertisedPort: is for the Kafka listener/)]);
+
+    // flushIntervalMs is the fsync period of flush interval, and in a cluster the HWM checkpoint period too.
+    expect(refused({ flushIntervalMs: '50' })).toEqual([expect.stringMatching(/^invalid config: flushIntervalMs: given, but flush is always, which does not use it on a standalone broker .* \(flag --flush-interval-ms\)$/)]);
+    expect(refused({ flushIntervalMs: '50', flush: 'os' })).toEqual([expect.stringMatching(/^invalid config: flushIntervalMs: given, but flush is os/)]);
+    ok(loadBrokerConfig({ env: {}, flags: { flushIntervalMs: '50', flush: 'interval' } }));
+    ok(loadBrokerConfig({ env: {}, flags: { flushIntervalMs: '50', cluster: 'true', etcd: '127.0.0.1:2379' } }));
+  });
+
+  it('refuses httpAllowedHosts entries that are not host names (a port or a scheme never matched)', () => {
+    for (const bad of ['console.example:19780', 'https://ops.example', 'ops.example,console.example/', 'a b', 'ops.example.', '[::1]']) {
+      const [e] = errors(loadBrokerConfig({ env: {}, flags: { httpAllowedHosts: bad } }));
+      expect(e, bad).toMatch(/^invalid config: httpAllowedHosts: ".*" is not a host name: expected names only, comma-separated, without scheme, port or path \(console\.example,ops\.example\)/);
+    }
+    expect(ok(loadBrokerConfig({ env: {}, flags: { httpAllowedHosts: 'console.example, ops.example,10.0.0.1,my_host' } })).config.httpAllowedHosts).toBe('console.example, ops.example,10.0.0.1,my_host');
   });
 
   it('treats an empty YAML file as no settings', () => {

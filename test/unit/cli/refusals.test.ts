@@ -197,3 +197,21 @@ it("launchers' defaults give way to the caller's flags, so a launched broker nev
   // A flag the caller gives twice: the last stands.
   expect(withOverrides(['--host', 'h'], ['--flush', 'os', '--log-level', 'info', '--flush', 'always'])).toEqual(['--host', 'h', '--log-level', 'info', '--flush', 'always']);
 });
+
+it('broker start refuses settings it would not use, with exit 2 and nothing created', async () => {
+  const data = path.join(dir, 'unused');
+  const start = (...args: string[]) => cli('broker', 'start', '--data-dir', data, '--port', '0', '--health-port', '0', ...args);
+  const cases: Array<[string[], RegExp]> = [
+    // Before: a standalone broker started, and Kafka DescribeConfigs reported min.insync.replicas=5.
+    [['--min-insync-replicas', '5'], /^invalid config: minInsyncReplicas: is for cluster mode \(--cluster\)/],
+    [['--etcd', '127.0.0.1:2379'], /^invalid config: etcd: is for cluster mode/],
+    [['--kafka-advertised-port', '19092'], /^invalid config: kafkaAdvertisedPort: is for the Kafka listener, which is off/],
+    [['--flush-interval-ms', '50'], /^invalid config: flushIntervalMs: given, but flush is always/],
+    [['--http-allowed-hosts', 'https://ops.example'], /^invalid config: httpAllowedHosts: "https:\/\/ops\.example" is not a host name/],
+  ];
+  for (const [args, message] of cases) {
+    const r = await start(...args);
+    expect([r.code, r.stderr], args.join(' ')).toEqual([2, expect.stringMatching(message)]);
+  }
+  expect(fs.existsSync(data)).toBe(false);
+});

@@ -4,6 +4,7 @@ import { nearestName } from 'tributary-protocol/names.js';
 import { type Document, isMap, LineCounter, parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { type BrokerConfig, brokerConfigSchema, envKey } from '../common/config.js';
+import { unusedSettings } from './config-unused.js';
 
 /** A config file larger than this is refused unread. */
 const MAX_CONFIG_BYTES = 1024 * 1024;
@@ -350,6 +351,7 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
     if (c.offsetStorePostgresUrl !== undefined && c.offsetStore !== 'postgres') {
       errors.push(problem('offsetStorePostgresUrl', `given, but offsetStore is ${c.offsetStore}, which would not use it (set offsetStore postgres, or leave the URL out)`, at('offsetStorePostgresUrl')));
     }
+    for (const { key, why } of unusedSettings(c, (k) => sources[k] !== undefined)) errors.push(problem(key, why, at(key)));
   }
   if (errors.length > 0 || !result.success) return { ok: false, errors };
 

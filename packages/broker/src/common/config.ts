@@ -35,6 +35,9 @@ export const MAX_SEGMENT_BYTES = 0x7fffffff;
 /** The most retention_hours CREATE takes (docs/protocol.md), so a topic's default is one it could be given. */
 export const MAX_RETENTION_HOURS = 1_000_000;
 
+/** A DNS name (or an IPv4 address, allowed anyway): letters, digits, `-` and `_` in dot-separated labels. */
+const HOST_NAME = /^(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*$/i;
+
 /** Every broker setting with its default; the CLI merges flags > TRIBUTARY_* env > config file > these. */
 export const brokerConfigSchema = z
   .object({
@@ -47,7 +50,15 @@ export const brokerConfigSchema = z
      * Host names, comma-separated, the admin API and console answer to besides IP addresses, localhost,
      * `host` and `advertisedHost`: any other Host header is refused (DNS rebinding; docs/http-api.md).
      */
-    httpAllowedHosts: z.string().min(1).optional(),
+    httpAllowedHosts: z
+      .string()
+      .min(1)
+      .superRefine((v, ctx) => {
+        // The Host header's name is compared without its port: an entry with a port or a scheme never matched.
+        const bad = v.split(',').find((n) => !HOST_NAME.test(n.trim()));
+        if (bad !== undefined) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(bad.trim())} is not a host name: expected names only, comma-separated, without scheme, port or path (console.example,ops.example)` });
+      })
+      .optional(),
     /**
      * Connections the HTTP port holds at once (API, console, tails, health, metrics); past it a new one gets
      * 503 and is closed. Each held a socket without bound (docs/http-api.md, "Limits").
