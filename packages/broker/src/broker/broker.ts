@@ -1,5 +1,4 @@
 import client from 'prom-client';
-import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
@@ -30,6 +29,7 @@ import { PgOffsetStore } from '../coordinator/pg-offset-store.js';
 import { TransactionCoordinator } from '../txn/txn-coordinator.js';
 import { ClusterNode } from '../cluster/cluster-node.js';
 import { peerTls } from '../cluster/cluster-tls.js';
+import { type ListenerTlsFiles, listenerTlsFiles, listenerTlsOptions } from './listener-tls.js';
 import { KafkaListener } from '../kafka/listener.js';
 import { registerClusterMetrics } from '../cluster/cluster-metrics.js';
 import type { Replica } from '../cluster/replica-manager.js';
@@ -47,19 +47,9 @@ type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
  * The Kafka listener: TLS, authentication (SASL) and authorization as on the main port (docs/kafka.md,
  * "Authentication"), through the same Security (this.security, its KafkaBrokerContext.security).
  */
-function kafkaListener(b: Broker, c: BrokerConfig, port: number, perAddress: AddressLimiter, mainConnections: () => number): KafkaListener {
+function kafkaListener(b: Broker, c: BrokerConfig, port: number, perAddress: AddressLimiter, mainConnections: () => number, files: ListenerTlsFiles | undefined): KafkaListener {
   // TLS as on the main port: the same certificate, CA and client-certificate rule.
-  const tlsOptions =
-    c.tlsCert === undefined || c.tlsKey === undefined
-      ? undefined
-      : {
-          cert: readFileSync(c.tlsCert),
-          key: readFileSync(c.tlsKey),
-          ca: c.tlsCa === undefined ? undefined : readFileSync(c.tlsCa),
-          minVersion: 'TLSv1.2' as const,
-          requestCert: c.tlsCa !== undefined,
-          rejectUnauthorized: c.tlsRequireClientCert,
-        };
+  const tlsOptions = files === undefined ? undefined : listenerTlsOptions(files, c);
   return new KafkaListener(b, { host: c.kafkaHost ?? c.host, port, advertisedHost: c.kafkaAdvertisedHost ?? c.advertisedHost, advertisedPort: c.kafkaAdvertisedPort, perAddress, otherConnections: mainConnections, tls: tlsOptions });
 }
 
@@ -182,10 +172,11 @@ export class Broker implements BrokerContext {
     });
     this.security = new Security(config, logger.child({ component: 'security' }), this.cluster?.tls);
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
+    const tlsFiles = listenerTlsFiles(config);
     // kafkaPortIfFree is a default (npm start's): an explicit kafkaPort replaces it.
     const kafkaPort = config.kafkaPort ?? config.kafkaPortIfFree;
-    this.kafka = kafkaPort === undefined ? undefined : kafkaListener(this, config, kafkaPort, this.perAddress, () => this.connections.size);
-    this.server = this.createServer();
+    this.kafka = kafkaPort === undefined ? undefined : kafkaListener(this, config, kafkaPort, this.perAddress, () => this.connections.size, tlsFiles);
+    this.server = this.createServer(tlsFiles);
     let self: ReturnType<typeof selfConnection> | undefined;
     const selfConn = () => (self ??= selfConnection(config, this.boundPort));
     this.apiClients = new ApiClients(
@@ -416,15 +407,11 @@ export class Broker implements BrokerContext {
   }
 
   /** TLS (1.2+, optional client certificates) when a certificate and key are configured, plain TCP otherwise. */
-  private createServer(): net.Server {
+  private createServer(files: ListenerTlsFiles | undefined): net.Server {
     const c = this.config;
-    if ((c.tlsCert === undefined) !== (c.tlsKey === undefined)) throw new Error('invalid config: tlsCert and tlsKey must be given together');
-    if (c.tlsRequireClientCert && (c.tlsCert === undefined || c.tlsCa === undefined)) {
-      throw new Error('invalid config: tlsRequireClientCert needs tlsCert, tlsKey and tlsCa');
-    }
     // Cluster TLS (docs/operations.md "Securing a cluster"): peers connect to this listener too.
     const peers = this.cluster ? this.cluster.tls : peerTls(c);
-    if (c.tlsCert === undefined || c.tlsKey === undefined) {
+    if (files === undefined) {
       return net.createServer((socket) => {
         // Per-address limit before anything else: a refused client costs one short write.
         const address = socket.remoteAddress ?? '';
@@ -435,13 +422,10 @@ export class Broker implements BrokerContext {
     }
     const server = tls.createServer(
       {
-        cert: readFileSync(c.tlsCert),
-        key: readFileSync(c.tlsKey),
+        ...listenerTlsOptions(files, c),
         // Client certificates may come from the clients' CA or, from peers, the inter-broker CA.
-        ca: c.tlsCa === undefined && peers === undefined ? undefined : [...(c.tlsCa === undefined ? [] : [readFileSync(c.tlsCa)]), ...(peers ? [peers.ca] : [])],
-        minVersion: 'TLSv1.2',
-        requestCert: c.tlsCa !== undefined || peers !== undefined,
-        rejectUnauthorized: c.tlsRequireClientCert,
+        ca: files.ca === undefined && peers === undefined ? undefined : [...(files.ca === undefined ? [] : [files.ca]), ...(peers ? [peers.ca] : [])],
+        requestCert: files.ca !== undefined || peers !== undefined,
         handshakeTimeout: Math.min(c.frameTimeoutMs, 10_000),
       },
       (socket) => {

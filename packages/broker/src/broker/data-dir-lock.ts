@@ -206,7 +206,15 @@ async function breakStale(file: string, key: string, me: LockHolder): Promise<vo
 
 /** Takes the lock on `dataDir` (created if missing); throws DataDirInUseError if a live broker holds it. */
 export async function lockDataDir(dataDir: string): Promise<DataDirLock> {
-  await fs.mkdir(dataDir, { recursive: true });
+  try {
+    await fs.mkdir(dataDir, { recursive: true });
+  } catch (err) {
+    // A file at the path or above it: 'EEXIST: file already exists, mkdir' said nothing of which setting.
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST') throw new Error(`invalid config: dataDir: ${dataDir} is not a directory (a file is there)`);
+    if (code === 'ENOTDIR') throw new Error(`invalid config: dataDir: ${dataDir} is not a directory (a file is on its path)`);
+    throw err;
+  }
   const file = path.join(dataDir, LOCK_FILE);
   const me: LockHolder = { pid: process.pid, token: randomUUID() };
   const started = processStartTime(process.pid);

@@ -22,6 +22,16 @@ function placeholder(f: ConfigField): string {
   }
 }
 
+/**
+ * Why the broker did not start, as a CliError: a configuration problem found by the broker itself (a TLS
+ * file that does not parse, a data directory that is a file) exits 2 as the loader's do (errors.ts),
+ * anything else 1.
+ */
+function startError(err: unknown, config: BrokerConfig): CliError {
+  if (err instanceof Error && err.message.startsWith('invalid config: ')) return new CliError(err.message, EXIT_USAGE);
+  return new CliError(describeStartError(err, config));
+}
+
 function describeStartError(err: unknown, config: BrokerConfig): string {
   const e = err as NodeJS.ErrnoException & { address?: string; port?: number };
   const where = e.port !== undefined ? formatAddress({ host: e.address ?? config.host, port: e.port }) : undefined;
@@ -53,7 +63,7 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
     broker = new BrokerClass(config, logger);
     started = broker.start();
   } catch (err) {
-    throw new CliError(describeStartError(err, config));
+    throw startError(err, config);
   }
 
   // Handlers go in before start() settles so a signal during recovery still shuts down cleanly.
@@ -86,7 +96,7 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
     logger.debug({ err }, 'broker failed to start'); // the stack, for when the one-line reason is not enough
     // Best effort, bounded: let a half-started broker release what it opened before we exit.
     await Promise.race([broker.stop('start failed').catch(() => {}), new Promise((r) => setTimeout(r, 2000).unref())]);
-    throw new CliError(describeStartError(err, config));
+    throw startError(err, config);
   }
   if (broker.startFailed && config.exitOnStartupFailure) {
     await Promise.race([broker.stop('start failed').catch(() => {}), new Promise((r) => setTimeout(r, 2000).unref())]);

@@ -27,7 +27,8 @@ export interface EtcdCredentials {
   certChain?: Buffer;
 }
 
-function read(key: string, file: string): Buffer {
+/** A file a setting names, or `invalid config: <setting>: cannot read <file> (<code>)`. */
+export function read(key: string, file: string): Buffer {
   try {
     return readFileSync(file);
   } catch (err) {

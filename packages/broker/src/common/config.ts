@@ -253,6 +253,23 @@ export const brokerConfigSchema = z
     if (c.httpHeadersTimeoutMs > c.httpRequestTimeoutMs) {
       ctx.addIssue({ code: 'custom', path: ['httpHeadersTimeoutMs'], message: `must be <= httpRequestTimeoutMs (${c.httpRequestTimeoutMs})` });
     }
+    // The listener's TLS (the files themselves are read at start: broker/listener-tls.ts). Found only there,
+    // these were errors of the Broker (exit 1) without their source.
+    if ((c.tlsCert === undefined) !== (c.tlsKey === undefined)) {
+      const [given, missing] = c.tlsCert === undefined ? ['tlsKey', 'tlsCert'] : ['tlsCert', 'tlsKey'];
+      ctx.addIssue({ code: 'custom', path: [given], message: `needs ${missing} too (the listener's certificate and key are given together)` });
+    } else if (c.tlsCa !== undefined && c.tlsCert === undefined) {
+      // Before: the broker started with TLS off, clients' certificates never asked for.
+      ctx.addIssue({ code: 'custom', path: ['tlsCa'], message: 'needs tlsCert and tlsKey: without them the listener does not speak TLS' });
+    } else if (c.tlsRequireClientCert && (c.tlsCert === undefined || c.tlsCa === undefined)) {
+      ctx.addIssue({ code: 'custom', path: ['tlsRequireClientCert'], message: 'needs tlsCert, tlsKey and tlsCa' });
+    }
+    // Two listeners on one port: the second failed with EADDRINUSE, naming neither setting.
+    const ports: Array<'port' | 'healthPort' | 'kafkaPort'> = ['port', 'healthPort', 'kafkaPort'];
+    for (const [i, a] of ports.entries()) {
+      const same = ports.slice(0, i).find((b) => c[a] !== undefined && c[a] !== 0 && c[a] === c[b]);
+      if (same) ctx.addIssue({ code: 'custom', path: [a], message: `is the same port as ${same} (${c[same]}): each listener needs its own` });
+    }
     // Each default must be one its own bound allows: else every request relying on it failed, naming a
     // parameter the client never sent (INIT_PRODUCER_ID's transaction_timeout_ms), or got past the bound
     // (a CREATE without partitions made more than maxPartitions).
