@@ -2,7 +2,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { extname } from 'node:path';
 import { nearestName } from 'tributary-protocol/names.js';
 import { type Document, isMap, LineCounter, parseDocument } from 'yaml';
-import type { z } from 'zod';
+import { z } from 'zod';
 import { type BrokerConfig, brokerConfigSchema, envKey } from '../common/config.js';
 import { unusedSettings } from './config-unused.js';
 
@@ -107,6 +107,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = Object.entries(brokerConfig
 );
 
 export const CONFIG_KEYS: readonly ConfigKey[] = CONFIG_FIELDS.map((f) => f.key);
+const BY_KEY = new Map<string, ConfigField>(CONFIG_FIELDS.map((f) => [f.key, f]));
 
 /** One-line help for a flag: what it takes, where else it can come from, its default. */
 export function fieldHelp(f: ConfigField): string {
@@ -176,7 +177,7 @@ function parseRaw(f: ConfigField, raw: string): { value: unknown } | { error: st
  * Where each top-level key of a file is (line and column), for errors that name the place. Never the
  * text there: the line may hold a token hash, a salt, the inter-broker token or a database password.
  */
-type KeyLines = Map<string, { line: number; column: number }>;
+export type KeyLines = Map<string, { line: number; column: number }>;
 
 function keyLines(doc: Document, counter: LineCounter): KeyLines {
   const out: KeyLines = new Map();
@@ -190,7 +191,7 @@ function keyLines(doc: Document, counter: LineCounter): KeyLines {
   return out;
 }
 
-function readConfigFile(path: string): { data: Record<string, unknown>; lines: KeyLines } | { error: string } {
+export function readConfigFile(path: string): { data: Record<string, unknown>; lines: KeyLines } | { error: string } {
   const ext = extname(path).toLowerCase();
   if (ext !== '.yaml' && ext !== '.yml' && ext !== '.json') {
     return { error: `invalid config: ${path}: unsupported config file type (use .yaml, .yml or .json)` };
@@ -264,12 +265,70 @@ function issueText(issue: z.core.$ZodIssue, value: unknown): string {
     }
     case 'invalid_type':
       if (issue.expected === 'int') return `must be an integer${got}`;
-      return `must be a ${issue.expected}${got}`;
+      return `must be ${/^[aeiou]/.test(issue.expected) ? 'an' : 'a'} ${issue.expected}${got}`;
     case 'invalid_value':
       return `must be one of ${issue.values.map(String).join('|')}${got}`;
     default:
       return `${issue.message}${got}`;
   }
+}
+
+/** The known settings of a file into `merged` (and their places into `sources`); its unknown keys as problems. */
+function takeFileSettings(path: string, file: { data: Record<string, unknown>; lines: KeyLines }, merged: Record<string, unknown>, sources: Partial<Record<ConfigKey, ConfigSource>>): string[] {
+  const errors: string[] = [];
+  for (const [name, value] of Object.entries(file.data)) {
+    const at = file.lines.get(name);
+    const source: ConfigSource = at ? { kind: 'file', path, at } : { kind: 'file', path };
+    if (!BY_KEY.has(name)) {
+      // A file of thousands of unknown keys gets a bounded answer (each suggestion compares every key).
+      if (errors.length >= MAX_REPORTED) {
+        errors.push(`invalid config: ${path}: more unknown keys not listed`);
+        break;
+      }
+      const near = CONFIG_KEYS.find((k) => normalize(k) === normalize(name)) ?? nearestName(name, CONFIG_KEYS);
+      errors.push(problem(name, near ? `unknown key (did you mean ${near}?)` : 'unknown key', source));
+      continue;
+    }
+    merged[name] = value;
+    sources[name as ConfigKey] = source;
+  }
+  return errors;
+}
+
+/** Zod's issues in the words of the flags, each naming its key (its path in a mapping) and its source. */
+function issueProblems(issues: readonly z.core.$ZodIssue[], merged: Record<string, unknown>, sources: Partial<Record<ConfigKey, ConfigSource>>): string[] {
+  const errors: string[] = [];
+  for (const issue of issues) {
+    const key = issue.path.length > 0 ? String(issue.path[0]) : '';
+    if (issue.code === 'unrecognized_keys') {
+      // Nested in a setting (users.a.extra): named by its full path, from that setting's source.
+      const at = issue.path.map(String);
+      for (const k of issue.keys) errors.push(problem([...at, k].join('.'), 'unknown key', sources[(at[0] ?? k) as ConfigKey] ?? { kind: 'default' }));
+      continue;
+    }
+    // A default is shown too: one can fail a check across settings (httpHeadersTimeoutMs <= httpRequestTimeoutMs).
+    const shown = isSecret(key) ? undefined : (merged[key] ?? BY_KEY.get(key)?.defaultValue);
+    errors.push(problem(issue.path.map(String).join('.') || key, issueText(issue, shown), sources[key as ConfigKey] ?? { kind: 'default' }));
+  }
+  return errors;
+}
+
+/** The settings without the checks across them: what one layer (a file) can be judged by alone. */
+const SETTINGS_EACH = z.object(brokerConfigSchema.shape).strict();
+
+/**
+ * What the broker would refuse in a config file's settings taken alone, as it words it: unknown keys and
+ * each value by its setting's type and range (`users.eve.permissions.0: ...`). Not the checks across
+ * settings, which flags and env take part in. `data` is the file's content, possibly changed (`tributary
+ * user` checks what it would write); `file` where its keys are.
+ */
+export function fileSettingProblems(path: string, data: Record<string, unknown>, lines: KeyLines): string[] {
+  const merged: Record<string, unknown> = {};
+  const sources: Partial<Record<ConfigKey, ConfigSource>> = {};
+  const errors = takeFileSettings(path, { data, lines }, merged, sources);
+  const result = SETTINGS_EACH.safeParse(merged);
+  if (!result.success) errors.push(...issueProblems(result.error.issues, merged, sources));
+  return errors;
 }
 
 /**
@@ -280,31 +339,11 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
   const errors: string[] = [];
   const merged: Record<string, unknown> = {};
   const sources = {} as Record<ConfigKey, ConfigSource>;
-  const byKey = new Map<string, ConfigField>(CONFIG_FIELDS.map((f) => [f.key, f]));
 
   if (inputs.configFile !== undefined) {
     const file = readConfigFile(inputs.configFile);
-    if ('error' in file) {
-      errors.push(file.error);
-    } else {
-      const path = inputs.configFile;
-      for (const [name, value] of Object.entries(file.data)) {
-        const at = file.lines.get(name);
-        const source: ConfigSource = at ? { kind: 'file', path, at } : { kind: 'file', path };
-        if (!byKey.has(name)) {
-          // A file of thousands of unknown keys gets a bounded answer (each suggestion compares every key).
-          if (errors.length >= MAX_REPORTED) {
-            errors.push(`invalid config: ${path}: more unknown keys not listed`);
-            break;
-          }
-          const near = CONFIG_KEYS.find((k) => normalize(k) === normalize(name)) ?? nearestName(name, CONFIG_KEYS);
-          errors.push(problem(name, near ? `unknown key (did you mean ${near}?)` : 'unknown key', source));
-          continue;
-        }
-        merged[name] = value;
-        sources[name as ConfigKey] = source;
-      }
-    }
+    if ('error' in file) errors.push(file.error);
+    else errors.push(...takeFileSettings(inputs.configFile, file, merged, sources));
   }
 
   const layers: Array<['env' | 'flag', Record<string, unknown> | undefined]> = [
@@ -329,20 +368,7 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
   }
 
   const result = brokerConfigSchema.safeParse(merged);
-  if (!result.success) {
-    for (const issue of result.error.issues) {
-      const key = issue.path.length > 0 ? String(issue.path[0]) : '';
-      if (issue.code === 'unrecognized_keys') {
-        // Nested in a setting (users.a.extra): named by its full path, from that setting's source.
-        const at = issue.path.map(String);
-        for (const k of issue.keys) errors.push(problem([...at, k].join('.'), 'unknown key', sources[(at[0] ?? k) as ConfigKey] ?? { kind: 'default' }));
-        continue;
-      }
-      // A default is shown too: one can fail a check across settings (httpHeadersTimeoutMs <= httpRequestTimeoutMs).
-      const shown = isSecret(key) ? undefined : (merged[key] ?? byKey.get(key)?.defaultValue);
-      errors.push(problem(issue.path.map(String).join('.') || key, issueText(issue, shown), sources[key as ConfigKey] ?? { kind: 'default' }));
-    }
-  }
+  if (!result.success) errors.push(...issueProblems(result.error.issues, merged, sources));
   if (result.success) {
     // Settings that only make sense together: one given without the other is refused, never ignored.
     const c = result.data;

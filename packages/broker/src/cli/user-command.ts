@@ -1,11 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { extname } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
 import { parseDocument } from 'yaml';
 import { PERMISSIONS, type Permission } from '../common/config.js';
 import { hashToken, scramEntry, type UserEntry } from '../broker/security.js';
 import { CliError, EXIT_USAGE } from './errors.js';
+import { fileSettingProblems, type KeyLines, readConfigFile } from './config-loader.js';
 
 /**
  * `tributary user add|remove|list --config <file>`: manage the `users:` section of a broker config file.
@@ -31,15 +32,36 @@ function isJson(file: string): boolean {
 
 const isMapping = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+interface UsersFile {
+  data: Record<string, unknown>;
+  users: Users;
+  /** Where the file's keys are, for the problems. */
+  lines: KeyLines;
+  /** The file's text with `users` as it is now (YAML comments and the other settings kept). */
+  text(): string;
+}
+
+/** `invalid config: ` is the broker's prefix; under `tributary user` the first line says what could not be done. */
+function refused(file: string, verb: string, problems: string[]): CliError {
+  return new CliError([`error: cannot ${verb} ${file}: the broker would refuse it:`, ...problems.map((p) => `  ${p.replace(/^invalid config: /, '')}`)].join('\n'));
+}
+
 /**
- * Read, change and write back the config file, keeping the other settings (and YAML comments). `change`
- * returns whether it changed anything: nothing is written otherwise. Only `add` may create the file.
+ * The config file as the broker reads it: a key twice, or a file over 1 MiB, is refused (JSON.parse kept
+ * the last of two keys, and the rewrite lost the other). A missing file is an empty one (`add` creates it).
  */
-function editUsers(file: string, change: (users: Users) => boolean, opts: { create: boolean }): void {
+function readUsersFile(file: string, verb: string): UsersFile {
   const json = isJson(file);
-  if (!opts.create && !existsSync(file)) throw new CliError(`error: ${file} does not exist`, EXIT_USAGE);
-  const text = existsSync(file) ? readFileSync(file, 'utf8') : '';
-  let out: string;
+  let lines: KeyLines = new Map();
+  let text = '';
+  if (existsSync(file)) {
+    const read = readConfigFile(file);
+    // An empty file is no settings (an empty .json file too, though JSON has no empty document).
+    const empty = () => statSync(file).size < 4096 && readFileSync(file, 'utf8').trim() === '';
+    if ('error' in read && !empty()) throw refused(file, verb, [read.error]);
+    if (!('error' in read)) lines = read.lines;
+    text = readFileSync(file, 'utf8'); // at most 1 MiB: readConfigFile refuses a larger one
+  }
   try {
     // A top level or a users: that is not a mapping would take the user nowhere while saying it was added.
     if (json) {
@@ -47,27 +69,49 @@ function editUsers(file: string, change: (users: Users) => boolean, opts: { crea
       if (!isMapping(data)) throw new Error('the file is not a JSON object');
       const users = data.users ?? {};
       if (!isMapping(users)) throw new Error('users: is not an object');
-      if (!change(users as Users)) return;
-      data.users = users;
-      out = `${JSON.stringify(data, null, 2)}\n`;
-    } else {
-      const doc = parseDocument(text);
-      if (doc.errors.length > 0) throw new Error(doc.errors[0]!.message.split('\n')[0]);
-      const data: unknown = doc.toJS() ?? {};
-      if (!isMapping(data)) throw new Error('the file is not a YAML mapping');
-      const users = data.users ?? {};
-      if (!isMapping(users)) throw new Error('users: is not a mapping');
-      if (!change(users as Users)) return;
-      doc.set('users', doc.createNode(users));
-      out = doc.toString();
+      return { data, users: users as Users, lines, text: () => `${JSON.stringify({ ...data, users }, null, 2)}\n` };
     }
+    const doc = parseDocument(text);
+    if (doc.errors.length > 0) throw new Error(doc.errors[0]!.message.split('\n')[0]);
+    const data: unknown = doc.toJS() ?? {};
+    if (!isMapping(data)) throw new Error('the file is not a YAML mapping');
+    const users = data.users ?? {};
+    if (!isMapping(users)) throw new Error('users: is not a mapping');
+    return {
+      data,
+      users: users as Users,
+      lines,
+      text: () => {
+        doc.set('users', doc.createNode(users));
+        return doc.toString();
+      },
+    };
   } catch (err) {
-    if (err instanceof CliError) throw err;
-    throw new CliError(`error: cannot update ${file}: ${err instanceof Error ? err.message : String(err)}`);
+    throw new CliError(`error: cannot ${verb} ${file}: ${err instanceof Error ? err.message : String(err)}`);
   }
+}
+
+/** What the broker would refuse in the file's settings with `users` as they are now (by path, never a hash). */
+function problemsOf(file: string, f: UsersFile): string[] {
+  return fileSettingProblems(file, { ...f.data, users: f.users }, f.lines);
+}
+
+/**
+ * Read, change and write back the config file. `change` returns whether it changed anything: nothing is
+ * written otherwise. Only `add` may create the file. What would be written is checked as the broker checks
+ * a file's settings, after the change (so a broken entry `remove` takes out, or `add` replaces, is not held
+ * against it): a file the broker would refuse is never written.
+ */
+function editUsers(file: string, change: (users: Users) => boolean, opts: { create: boolean }): void {
+  isJson(file);
+  if (!opts.create && !existsSync(file)) throw new CliError(`error: ${file} does not exist`, EXIT_USAGE);
+  const f = readUsersFile(file, 'update');
+  if (!change(f.users)) return;
+  const problems = problemsOf(file, f);
+  if (problems.length > 0) throw refused(file, 'update', problems);
   // Atomic and private: the file holds token hashes.
   const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, out, { mode: 0o600 });
+  writeFileSync(tmp, f.text(), { mode: 0o600 });
   renameSync(tmp, file);
 }
 
@@ -130,14 +174,13 @@ export function registerUserCommand(program: Command): void {
     .requiredOption('--config <file>', 'broker config file to read')
     .action((opts: { config: string }) => {
       // Read only: listing never writes the file.
-      editUsers(
-        opts.config,
-        (users) => {
-          // scram=no: added before SCRAM keys were stored; SCRAM on the Kafka port needs it added again (docs/kafka.md).
-          for (const [name, u] of Object.entries(users)) process.stdout.write(`${name} permissions=${(u.permissions ?? []).join(',')} scram=${u.scram ? 'yes' : 'no'}\n`);
-          return false;
-        },
-        { create: false },
-      );
+      isJson(opts.config);
+      if (!existsSync(opts.config)) throw new CliError(`error: ${opts.config} does not exist`, EXIT_USAGE);
+      const f = readUsersFile(opts.config, 'list the users of');
+      // Checked first: a malformed entry printed JS internals ("(u.permissions ?? []).join is not a function").
+      const problems = problemsOf(opts.config, f);
+      if (problems.length > 0) throw refused(opts.config, 'list the users of', problems);
+      // scram=no: added before SCRAM keys were stored; SCRAM on the Kafka port needs it added again (docs/kafka.md).
+      for (const [name, u] of Object.entries(f.users)) process.stdout.write(`${name} permissions=${(u.permissions ?? []).join(',')} scram=${u.scram ? 'yes' : 'no'}\n`);
     });
 }
