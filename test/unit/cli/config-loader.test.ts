@@ -183,6 +183,12 @@ describe('loadBrokerConfig', () => {
     expect(ok(loadBrokerConfig({ env: {}, flags: { httpAllowedHosts: 'console.example, ops.example,10.0.0.1,my_host' } })).config.httpAllowedHosts).toBe('console.example, ops.example,10.0.0.1,my_host');
   });
 
+  it('a key without a value is reported as null, not as the default it would have had', () => {
+    const cfg = file('null.yaml', 'host: 127.0.0.1\nport:\n');
+    // Before: 'port: must be a number, got 9000'.
+    expect(errors(loadBrokerConfig({ configFile: cfg, env: {} }))).toEqual([`invalid config: port: must be a number, got null (file ${cfg}, line 2, column 1)`]);
+  });
+
   it('treats an empty YAML file as no settings', () => {
     expect(ok(loadBrokerConfig({ configFile: file('empty.yaml', ''), env: {} })).config).toEqual(resolveConfig({}));
   });

@@ -307,7 +307,8 @@ function issueProblems(issues: readonly z.core.$ZodIssue[], merged: Record<strin
       continue;
     }
     // A default is shown too: one can fail a check across settings (httpHeadersTimeoutMs <= httpRequestTimeoutMs).
-    const shown = isSecret(key) ? undefined : (merged[key] ?? BY_KEY.get(key)?.defaultValue);
+    // A value given is shown even when null (YAML `port:` with nothing after it): not the default it hid behind.
+    const shown = isSecret(key) ? undefined : Object.hasOwn(merged, key) ? merged[key] : BY_KEY.get(key)?.defaultValue;
     errors.push(problem(issue.path.map(String).join('.') || key, issueText(issue, shown), sources[key as ConfigKey] ?? { kind: 'default' }));
   }
   return errors;
