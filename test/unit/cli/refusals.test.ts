@@ -215,3 +215,16 @@ it('broker start refuses settings it would not use, with exit 2 and nothing crea
   }
   expect(fs.existsSync(data)).toBe(false);
 });
+
+it('group reset-offsets --to-timestamp refuses a date that does not exist instead of rolling it over', async () => {
+  const { parseTimestamp } = await import('tributary-broker/cli/group-command.js');
+  // Before: 2026-02-30 was taken as 2026-03-02, and 2026-04-31 as 2026-05-01.
+  for (const bad of ['2026-02-30', '2026-02-29T00:00:00Z', '2026-04-31', '2026-06-31T12:00:00Z', '2026-00-10', '2026-01-00']) {
+    const r = await cli('group', 'reset-offsets', 'g', '--topic', 't', '--to-timestamp', bad, '--bootstrap', '127.0.0.1:1');
+    expect([r.code, r.stderr], bad).toEqual([2, expect.stringMatching(/--to-timestamp .* is invalid\. must be milliseconds since the epoch or an ISO 8601 date/)]);
+  }
+  expect(parseTimestamp('2028-02-29')).toBe(Date.UTC(2028, 1, 29));
+  expect(parseTimestamp('2026-01-31T12:00:00Z')).toBe(Date.UTC(2026, 0, 31, 12));
+  expect(parseTimestamp('2026-12-31')).toBe(Date.UTC(2026, 11, 31));
+  expect(parseTimestamp('1700000000000')).toBe(1_700_000_000_000);
+});

@@ -53,7 +53,10 @@ export function parseTimestamp(value: string): number {
     if (Number.isSafeInteger(n)) return n;
   } else if (/^\d{4}-\d{2}-\d{2}/.test(value)) {
     const t = Date.parse(value);
-    if (Number.isFinite(t) && t >= 0) return t;
+    // Date.parse rolls a day past the month's end over (2026-02-30 is March 2): such a date is refused.
+    const [y, m, d] = value.slice(0, 10).split('-').map(Number) as [number, number, number];
+    const daysInMonth = new Date(Date.UTC(y, m, 0)).getUTCDate();
+    if (Number.isFinite(t) && t >= 0 && d >= 1 && d <= daysInMonth) return t;
   }
   throw new InvalidArgumentError('must be milliseconds since the epoch or an ISO 8601 date (2026-01-31T12:00:00Z).');
 }
