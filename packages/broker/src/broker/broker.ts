@@ -510,6 +510,7 @@ export class Broker implements BrokerContext {
     this.abortStart();
     if (this.state === 'stopping' || this.state === 'stopped') return;
     this.state = 'stopping';
+    this.cluster?.beginClose();
     this.logger.info({ reason }, 'broker stopping');
     await this.apiClients.close();
     await this.kafka?.stop(this.config.shutdownTimeoutMs);

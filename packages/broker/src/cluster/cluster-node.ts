@@ -46,6 +46,8 @@ export class ClusterNode {
   replicas!: ReplicaManager;
   private controller: Controller | undefined;
   private closed = false;
+  /** The broker is stopping (beginClose): a registration it loses now is not re-registered, nor an error. */
+  private closing = false;
   /** Connections to other brokers for coordinator lookups. */
   private readonly peers = new Map<string, Connection>();
   private readonly connecting = new Map<string, Promise<Connection>>();
@@ -116,6 +118,11 @@ export class ClusterNode {
     await this.registry.register(this.registration(advertised), { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 5000 });
     this.registry.events.on('registration-lapsed', () => void this.renewRegistration(advertised));
     this.registry.events.on('registration-lost', (reason: string) => {
+      // Stopping: the controller saw this broker's listener close and revoked its lease, as it should.
+      if (this.closing) {
+        this.logger.info({ reason }, 'broker registration ended while shutting down');
+        return;
+      }
       // Writes are refused from now on (ReplicaManager checks the lease); rejoin under a new lease.
       this.logger.error({ reason }, 'broker registration lost: no longer leading anything; re-registering');
       void this.reregister(advertised);
@@ -138,8 +145,9 @@ export class ClusterNode {
 
   /** etcd was unreachable long enough for the lease to lapse: keep the registration under a new lease. */
   private async renewRegistration(advertised: { host: string; port: number }): Promise<void> {
+    if (this.closing) return;
     this.logger.warn('broker lease lapsed (etcd unreachable); taking the registration over when etcd answers');
-    for (let attempt = 0; !this.closed; attempt++) {
+    for (let attempt = 0; !this.closing; attempt++) {
       try {
         if (await this.registry.renew()) {
           this.logger.info('broker registration kept under a new lease');
@@ -161,7 +169,8 @@ export class ClusterNode {
   }
 
   private async reregister(advertised: { host: string; port: number }): Promise<void> {
-    for (let attempt = 0; ; attempt++) {
+    // Not once the broker stops: a registration made then would outlive the broker's leaving (by its TTL).
+    for (let attempt = 0; !this.closing; attempt++) {
       try {
         await this.registry.register(this.registration(advertised), { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 2000 });
         this.logger.info('broker registered again');
@@ -173,7 +182,13 @@ export class ClusterNode {
     }
   }
 
+  /** The broker began to stop: losing its registration from now on is the end of it, not a fault. */
+  beginClose(): void {
+    this.closing = true;
+  }
+
   async close(): Promise<void> {
+    this.closing = true;
     this.closed = true;
     for (const c of [...this.peers.values(), ...this.peerControl.values()]) await c.close().catch(() => {});
     this.controller?.close();
