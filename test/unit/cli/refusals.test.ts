@@ -228,3 +228,12 @@ it('group reset-offsets --to-timestamp refuses a date that does not exist instea
   expect(parseTimestamp('2026-12-31')).toBe(Date.UTC(2026, 11, 31));
   expect(parseTimestamp('1700000000000')).toBe(1_700_000_000_000);
 });
+
+it('topic create offers only the cleanup policy the broker takes for user topics', async () => {
+  // Before: --cleanup-policy compact was offered, sent, and refused by the broker as invalid_parameter.
+  const r = await cli('topic', 'create', 't', '--cleanup-policy', 'compact', '--bootstrap', '127.0.0.1:1');
+  expect([r.code, r.stderr]).toEqual([2, "error: option '--cleanup-policy <policy>' argument 'compact' is invalid. Allowed choices are delete.\n"]);
+  const help = await cli('topic', 'create', '--help');
+  expect(help.stdout).toMatch(/--cleanup-policy <policy>\s+delete old segments \(compaction is for internal\s+topics only\) \(choices: "delete"\)/);
+  expect(help.stdout).not.toMatch(/compact by key|"compact"/);
+});

@@ -11,7 +11,7 @@ interface CreateOptions extends ClientOptions {
   replicationFactor?: number;
   retentionHours?: number;
   retentionBytes?: number;
-  cleanupPolicy?: 'delete' | 'compact';
+  cleanupPolicy?: 'delete';
   deleteRetentionMs?: number;
 }
 
@@ -41,8 +41,9 @@ export function registerTopicCommand(program: Command): void {
       .option('--replication-factor <n>', 'replicas per partition (cluster mode; a standalone broker takes only 1)', intArg(1))
       .option('--retention-hours <n>', 'retention by age, -1 for unlimited', intArg(-1))
       .option('--retention-bytes <n>', 'retention by size per partition, -1 for unlimited', intArg(-1))
-      .addOption(new Option('--cleanup-policy <policy>', 'delete old segments or compact by key').choices(['delete', 'compact']))
-      .option('--delete-retention-ms <ms>', "compacted topics: how long a tombstone stays (default: the broker's --delete-retention-ms)", intArg(0))
+      // compact is not offered: the broker refuses it for user topics (compaction is internal-only in this version).
+      .addOption(new Option('--cleanup-policy <policy>', 'delete old segments (compaction is for internal topics only)').choices(['delete']))
+      .option('--delete-retention-ms <ms>', "how long a tombstone stays once the topic is compacted; stored with it (default: the broker's --delete-retention-ms)", intArg(0))
       .addOption(formatOption()),
   ).action(async (name: string, opts: CreateOptions) => {
     const reply = await withConnection(opts, (conn) =>

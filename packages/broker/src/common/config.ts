@@ -86,7 +86,7 @@ export const brokerConfigSchema = z
     kafkaPortIfFree: z.number().int().min(1).max(65535).optional(),
     /** Where the Kafka listener binds; `host` when absent. */
     kafkaHost: z.string().min(1).optional(),
-    /** The host Kafka clients are told to use (Metadata); the Kafka listener's host when absent. */
+    /** The host Kafka clients are told to use (Metadata); advertisedHost, else the Kafka listener's host, when absent. */
     kafkaAdvertisedHost: z.string().min(1).optional(),
     /** The port Kafka clients are told to use (a proxy or NAT in front of the listener); the bound port when absent. */
     kafkaAdvertisedPort: z.number().int().min(1).max(65535).optional(),
