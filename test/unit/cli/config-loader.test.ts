@@ -111,7 +111,9 @@ describe('loadBrokerConfig', () => {
     // Before: --auth-timeout-ms 3000000000 closed every connection at once, --retention-check-ms ran the
     // retention pass every millisecond, --flush-interval-ms left the broker NOT READY.
     const timers = ['authTimeoutMs', 'retentionCheckMs', 'flushIntervalMs', 'idleTimeoutMs', 'startupTimeoutMs', 'frameTimeoutMs', 'writeStallTimeoutMs', 'maxWaitMs'];
-    for (const key of [...timers, 'streamKeepaliveMs', 'shutdownTimeoutMs', 'etcdRequestTimeoutMs', 'replicaLagMaxMs', 'replicationTimeoutMs', 'maxTransactionTimeoutMs']) {
+    // A SYNC waits out the group's rebalance timeout on a timer: above the bound it gave up at once.
+    const groupTimers = ['groupRebalanceTimeoutMs'];
+    for (const key of [...timers, ...groupTimers, 'streamKeepaliveMs', 'shutdownTimeoutMs', 'etcdRequestTimeoutMs', 'replicaLagMaxMs', 'replicationTimeoutMs', 'maxTransactionTimeoutMs']) {
       expect(refused({ [key]: '3000000000' }), key).toEqual([expect.stringMatching(new RegExp(`^invalid config: ${key}: must be <= 2147483647, got 3000000000 \\(flag --`))]);
       // In a cluster with flush interval, where every one of them is used.
       const used = { cluster: 'true', etcd: '127.0.0.1:2379', flush: 'interval' };
@@ -123,6 +125,10 @@ describe('loadBrokerConfig', () => {
     // Before: every INIT_PRODUCER_ID without a timeout failed naming transaction_timeout_ms, which it never sent.
     expect(refused({ transactionTimeoutMs: '1000000' })).toEqual(['invalid config: transactionTimeoutMs: must be <= maxTransactionTimeoutMs (900000), got 1000000 (flag --transaction-timeout-ms)']);
     expect(refused({ groupMinSessionTimeoutMs: '20000' })).toEqual(['invalid config: groupSessionTimeoutMs: must be >= groupMinSessionTimeoutMs (20000), got 10000 (default)']);
+    expect(refused({ groupMaxSessionTimeoutMs: '3000000000', groupSessionTimeoutMs: '3000000000' })).toEqual([
+      'invalid config: groupSessionTimeoutMs: must be <= 2147483647, got 3000000000 (flag --group-session-timeout-ms)',
+      'invalid config: groupMaxSessionTimeoutMs: must be <= 2147483647, got 3000000000 (flag --group-max-session-timeout-ms)',
+    ]);
     expect(refused({ groupMaxSessionTimeoutMs: '5000' })).toEqual(['invalid config: groupSessionTimeoutMs: must be <= groupMaxSessionTimeoutMs (5000), got 10000 (default)']);
     expect(refused({ groupMinSessionTimeoutMs: '600000', groupMaxSessionTimeoutMs: '500000', groupSessionTimeoutMs: '550000' })).toEqual([
       'invalid config: groupMinSessionTimeoutMs: must be <= groupMaxSessionTimeoutMs (500000), got 600000 (flag --group-min-session-timeout-ms)',

@@ -25,9 +25,10 @@ const topicAcl = z.object({ read: z.array(z.string()).optional(), write: z.array
 /**
  * The longest delay a Node timer takes (a longer one fires after 1 ms): every setting used as a timer's
  * delay is at most this. Above it --auth-timeout-ms closed every connection at once, --retention-check-ms
- * ran the retention pass every millisecond and --flush-interval-ms left the broker unready. Settings only
+ * ran the retention pass every millisecond and --flush-interval-ms left the broker unready. The group
+ * timeouts are bound too (a SYNC waits out the rebalance timeout on a timer of its own). Settings only
  * compared with clocks (segmentMs, the retentions, the expirations) or run through the coordinators'
- * scheduler, which steps through long waits (the group timeouts), are not bound by it.
+ * scheduler alone, which steps through long waits (offsetsRetentionMs), are not.
  */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 /** storage/log-options.ts's MAX_SEGMENT_BYTES (positions are u32 in the index): above it every topic create failed. */
@@ -199,10 +200,10 @@ export const brokerConfigSchema = z
       .refine((u) => /^postgres(ql)?:\/\//.test(u) && URL.canParse(u), 'expected a postgres:// or postgresql:// URL')
       .optional(),
     groupJoinWindowMs: z.number().int().min(0).max(60_000).default(30),
-    groupSessionTimeoutMs: z.number().int().min(1).default(10_000),
-    groupMinSessionTimeoutMs: z.number().int().min(1).default(100),
-    groupMaxSessionTimeoutMs: z.number().int().min(1).default(300_000),
-    groupRebalanceTimeoutMs: z.number().int().min(1).default(60_000),
+    groupSessionTimeoutMs: z.number().int().min(1).max(MAX_TIMER_MS).default(10_000),
+    groupMinSessionTimeoutMs: z.number().int().min(1).max(MAX_TIMER_MS).default(100),
+    groupMaxSessionTimeoutMs: z.number().int().min(1).max(MAX_TIMER_MS).default(300_000),
+    groupRebalanceTimeoutMs: z.number().int().min(1).max(MAX_TIMER_MS).default(60_000),
     groupAssignor: z.enum(['range', 'roundrobin', 'sticky', 'cooperative-sticky']).default('cooperative-sticky'),
     /**
      * A group without members (and its committed offsets) is deleted this long after it became empty or
