@@ -49,6 +49,8 @@ const coordinatorTxnCode = (err: unknown, fencedKnown = false) => coordinatorCod
 export async function initTransactional(ctx: KafkaRequestContext, version: number, body: KafkaStruct): Promise<KafkaStruct> {
   const fail = (errorCode: number) => ({ throttleTimeMs: 0, errorCode, producerId: -1n, producerEpoch: -1 });
   const id = body.transactionalId as string;
+  // The coordinator was asked: only its failures may stand for a pending finish (not a refusal or a check).
+  let asked = false;
   try {
     const denied = txnRefusal(ctx, 'INIT_PRODUCER_ID', id);
     if (denied) throw denied;
@@ -68,6 +70,7 @@ export async function initTransactional(ctx: KafkaRequestContext, version: numbe
       if (!current || current.producerId !== String(given)) return fail(code('INVALID_PRODUCER_ID_MAPPING'));
       if (current.epoch !== body.producerEpoch) return fail(code(version >= 4 ? 'PRODUCER_FENCED' : 'INVALID_PRODUCER_EPOCH'));
     }
+    asked = true;
     const r = await txns.initProducerId(id, timeout);
     return { throttleTimeMs: 0, errorCode: 0, producerId: BigInt(r.producerId), producerEpoch: r.epoch };
   } catch (err) {
@@ -75,7 +78,9 @@ export async function initTransactional(ctx: KafkaRequestContext, version: numbe
     // coordinator retries them): Kafka's coordinator answers an id in PrepareCommit or PrepareAbort
     // CONCURRENT_TRANSACTIONS, on which clients back off and retry. The storage failure under it would
     // map to NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, sending them to look for another coordinator.
-    if (finishPending(ctx, id)) return fail(code('CONCURRENT_TRANSACTIONS'));
+    // A refusal (no permission on the id) or a broker shutting down keeps its own answer.
+    const stopping = err instanceof TributaryError && err.code === 'shutting_down';
+    if (asked && !stopping && finishPending(ctx, id)) return fail(code('CONCURRENT_TRANSACTIONS'));
     return fail(coordinatorTxnCode(err, version >= 4));
   }
 }
