@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import pino from 'pino';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { resolveConfig } from 'tributary-broker/common/config.js';
 import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
 import { LocalMetadataStore } from 'tributary-broker/partition/metadata-store.js';
@@ -134,6 +134,15 @@ describe('a metadata.json the broker cannot take', () => {
     const { topics } = await openManager();
     expect(topics.list()).toEqual([]);
   });
+
+  it('takes only <name>~<id> directories for topic data: lost+found of a file system mounted at logs/ stays where it is', async () => {
+    await fs.mkdir(path.join(dir, 'logs', 'lost+found'), { recursive: true });
+    await fs.writeFile(path.join(dir, 'logs', '.keep'), '');
+    await fs.writeFile(path.join(dir, 'logs', 'notes~txt'), 'a file, not a directory');
+    const { topics } = await openManager();
+    expect(topics.list()).toEqual([]);
+    expect((await fs.readdir(path.join(dir, 'logs'))).sort()).toEqual(['.keep', 'lost+found', 'notes~txt']);
+  });
 });
 
 describe('directories of topics the metadata does not define', () => {
@@ -150,6 +159,27 @@ describe('directories of topics the metadata does not define', () => {
     const [aside] = await fs.readdir(path.join(dir, ORPHANED_DIR));
     const moved = path.join(dir, ORPHANED_DIR, aside!, t1, '0');
     expect((await fs.readdir(moved)).some((f) => f.endsWith('.log'))).toBe(true);
+  });
+
+  it('moves aside within logs/ when the data directory is on another file system (EXDEV)', async () => {
+    const { topics } = await openManager();
+    await topics.create(spec('t0'));
+    await closeManager(topics);
+    const older = await fs.readFile(file, 'utf8');
+    const t1 = await withTopic();
+    await fs.writeFile(file, older);
+    const rename = fs.rename;
+    const spy = vi.spyOn(fs, 'rename').mockImplementation(async (from, to) => {
+      if (String(to).startsWith(path.join(dir, ORPHANED_DIR))) throw Object.assign(new Error('cross-device link not permitted'), { code: 'EXDEV' });
+      return rename(from, to);
+    });
+    try {
+      expect((await openManager()).topics.list().map((t) => t.name)).toEqual(['t0']);
+    } finally {
+      spy.mockRestore();
+    }
+    const [aside] = await fs.readdir(path.join(dir, 'logs', `.${ORPHANED_DIR}`));
+    expect(await fs.readdir(path.join(dir, 'logs', `.${ORPHANED_DIR}`, aside!, t1, '0'))).toContain('00000000000000000000.log');
   });
 
   it('a deleted topic whose directory a crash left behind is removed at the next start, then dropped from the list', async () => {

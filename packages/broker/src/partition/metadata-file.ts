@@ -4,6 +4,8 @@
  * (which entry, which field): starting with a guess of the topics would lose every topic the guess
  * lacks, and a bare "Unexpected end of JSON input" told the operator neither the file nor the problem.
  */
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import type { TopicDefinition } from './metadata-store.js';
 
 /** A deleted topic whose directory may still be on disk: removed at the next start (then dropped from the list). */
@@ -35,6 +37,20 @@ const TOPIC_ID_RE = /^[A-Za-z0-9_-]{1,64}$/;
 /** A topic's directory name under `logs/`: the id keeps a re-created topic from picking up a deleted one's files. */
 export function topicDirName(t: { name: string; topicId: string }): string {
   return `${t.name}~${t.topicId}`;
+}
+
+/**
+ * Whether an entry of `logs/` may be a topic's directory (`<name>~<id>`): only those count as topic data.
+ * Anything else (`lost+found` of a file system mounted there, a dot file, a stray file) is not the
+ * broker's and is left where it is.
+ */
+export async function isTopicDirEntry(logsDir: string, entry: string): Promise<boolean> {
+  if (entry.startsWith('.') || !/.~[^~]+$/.test(entry)) return false;
+  try {
+    return (await fs.lstat(path.join(logsDir, entry))).isDirectory();
+  } catch {
+    return false;
+  }
 }
 
 /** The broker refuses to start on this file; the message names it and the problem. */

@@ -6,6 +6,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
   type DeletedTopic,
+  isTopicDirEntry,
   LOGS_DIR,
   type MetadataFile,
   MetadataFileError,
@@ -194,6 +195,9 @@ export class LocalMetadataStore implements MetadataStore {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
       throw new MetadataFileError(this.file, `is missing and ${logs} cannot be listed (${(err as Error).message})`);
     }
+    const topicDirs: string[] = [];
+    for (const e of entries) if (await isTopicDirEntry(logs, e)) topicDirs.push(e);
+    entries = topicDirs;
     if (entries.length === 0) return;
     entries.sort();
     const shown = entries.length > 10 ? `${entries.slice(0, 10).join(', ')}, and ${entries.length - 10} more` : entries.join(', ');

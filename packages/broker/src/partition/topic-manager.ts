@@ -18,7 +18,7 @@ import type { BrokerMetrics } from '../common/metrics.js';
 import { MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_RE } from 'tributary-protocol/topic-name.js';
 import { Partition } from './partition.js';
 import { SNAPSHOT_INTERVAL_MS } from './partition-snapshots.js';
-import { LOGS_DIR, topicDirName } from './metadata-file.js';
+import { isTopicDirEntry, LOGS_DIR, topicDirName } from './metadata-file.js';
 import { fsyncDir } from '../storage/log-fs.js';
 
 /** Where a start moves log directories of no known topic (`<dataDir>/orphaned/<time>/<dir>`). */
@@ -438,15 +438,23 @@ export class TopicManager {
     const deletedDirs = new Set(deleted.map(topicDirName));
     let aside: string | undefined;
     for (const entry of (await fs.readdir(this.logsDir)).sort()) {
-      if (known.has(entry)) continue;
+      if (known.has(entry) || !(await isTopicDirEntry(this.logsDir, entry))) continue;
       if (deletedDirs.has(entry)) {
         this.logger.warn({ dir: entry }, 'removing log directory of a deleted topic');
         await fs.rm(path.join(this.logsDir, entry), { recursive: true, force: true });
         continue;
       }
-      aside ??= await this.orphanedDir();
-      const to = path.join(aside, entry);
-      await fs.rename(path.join(this.logsDir, entry), to);
+      aside ??= await this.orphanedDir(path.join(this.config.dataDir, ORPHANED_DIR));
+      let to = path.join(aside, entry);
+      try {
+        await fs.rename(path.join(this.logsDir, entry), to);
+      } catch (err) {
+        // logs/ on a file system of its own (a mount, a symlink to another disk): aside within it instead.
+        if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+        aside = await this.orphanedDir(path.join(this.logsDir, `.${ORPHANED_DIR}`));
+        to = path.join(aside, entry);
+        await fs.rename(path.join(this.logsDir, entry), to);
+      }
       this.logger.warn(
         { dir: path.join(this.logsDir, entry), movedTo: to },
         'moved aside a log directory of no known topic (not in the metadata, nor listed there as deleted); nothing was deleted: restore its topic or remove it',
@@ -466,8 +474,8 @@ export class TopicManager {
   }
 
   /** A new directory under `<dataDir>/orphaned/` for this start's unknown log directories. */
-  private async orphanedDir(): Promise<string> {
-    const dir = path.join(this.config.dataDir, ORPHANED_DIR, new Date().toISOString().replace(/[:.]/g, '-'));
+  private async orphanedDir(under: string): Promise<string> {
+    const dir = path.join(under, new Date().toISOString().replace(/[:.]/g, '-'));
     await fs.mkdir(dir, { recursive: true });
     return dir;
   }
