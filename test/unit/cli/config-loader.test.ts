@@ -187,6 +187,11 @@ describe('loadBrokerConfig', () => {
       expect(e, bad).toMatch(/^invalid config: httpAllowedHosts: ".*" is not a host name: expected names only, comma-separated, without scheme, port or path \(console\.example,ops\.example\)/);
     }
     expect(ok(loadBrokerConfig({ env: {}, flags: { httpAllowedHosts: 'console.example, ops.example,10.0.0.1,my_host' } })).config.httpAllowedHosts).toBe('console.example, ops.example,10.0.0.1,my_host');
+    // The Kafka listener on another address may take the same port number.
+    expect(ok(loadBrokerConfig({ env: {}, flags: { port: '19911', kafkaPort: '19911', kafkaHost: '127.0.0.2' } })).config.kafkaPort).toBe(19911);
+    expect(errors(loadBrokerConfig({ env: {}, flags: { port: '19911', kafkaPort: '19911' } }))[0]).toMatch(/kafkaPort: is the same port as port/);
+    // A trailing comma names nothing: skipped, as the listener skips it.
+    expect(ok(loadBrokerConfig({ env: {}, flags: { httpAllowedHosts: 'console.example,' } })).config.httpAllowedHosts).toBe('console.example,');
   });
 
   it('a key without a value is reported as null, not as the default it would have had', () => {

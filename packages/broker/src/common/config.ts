@@ -56,7 +56,8 @@ export const brokerConfigSchema = z
       .min(1)
       .superRefine((v, ctx) => {
         // The Host header's name is compared without its port: an entry with a port or a scheme never matched.
-        const bad = v.split(',').find((n) => !HOST_NAME.test(n.trim()));
+        // An empty entry (a trailing comma) names nothing and is skipped, as the listener's parse skips it.
+        const bad = v.split(',').find((n) => n.trim() !== '' && !HOST_NAME.test(n.trim()));
         if (bad !== undefined) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(bad.trim())} is not a host name: expected names only, comma-separated, without scheme, port or path (console.example,ops.example)` });
       })
       .optional(),
@@ -268,7 +269,9 @@ export const brokerConfigSchema = z
     // Two listeners on one port: the second failed with EADDRINUSE, naming neither setting.
     const ports: Array<'port' | 'healthPort' | 'kafkaPort'> = ['port', 'healthPort', 'kafkaPort'];
     for (const [i, a] of ports.entries()) {
-      const same = ports.slice(0, i).find((b) => c[a] !== undefined && c[a] !== 0 && c[a] === c[b]);
+      // The Kafka listener may bind another address (kafkaHost), where the same number is another port.
+      const apart = (x: string) => x === 'kafkaPort' && c.kafkaHost !== undefined && c.kafkaHost !== c.host;
+      const same = ports.slice(0, i).find((b) => c[a] !== undefined && c[a] !== 0 && c[a] === c[b] && !apart(a) && !apart(b));
       if (same) ctx.addIssue({ code: 'custom', path: [a], message: `is the same port as ${same} (${c[same]}): each listener needs its own` });
     }
     // Each default must be one its own bound allows: else every request relying on it failed, naming a
