@@ -146,14 +146,22 @@ describe('a metadata.json the broker cannot take', () => {
 });
 
 describe('directories of topics the metadata does not define', () => {
-  it('a directory of no known topic is moved aside, not deleted (an older metadata.json put back)', async () => {
+  /**
+   * Topic t0, then t1 with records, then metadata.json as it was before t1 existed (a restore of an older
+   * copy), closed. Returns t1's directory name: a directory of no known topic.
+   */
+  async function olderMetadataAndOrphan(): Promise<string> {
     const { topics } = await openManager();
     await topics.create(spec('t0'));
     await closeManager(topics);
     const older = await fs.readFile(file, 'utf8');
     const t1 = await withTopic();
-    // metadata.json as it was before t1 existed (a restore of an older copy).
     await fs.writeFile(file, older);
+    return t1;
+  }
+
+  it('a directory of no known topic is moved aside, not deleted (an older metadata.json put back)', async () => {
+    const t1 = await olderMetadataAndOrphan();
     expect((await openManager()).topics.list().map((t) => t.name)).toEqual(['t0']);
     expect(existsSync(path.join(dir, 'logs', t1))).toBe(false);
     const [aside] = await fs.readdir(path.join(dir, ORPHANED_DIR));
@@ -162,12 +170,7 @@ describe('directories of topics the metadata does not define', () => {
   });
 
   it('moves aside within logs/ when the data directory is on another file system (EXDEV)', async () => {
-    const { topics } = await openManager();
-    await topics.create(spec('t0'));
-    await closeManager(topics);
-    const older = await fs.readFile(file, 'utf8');
-    const t1 = await withTopic();
-    await fs.writeFile(file, older);
+    const t1 = await olderMetadataAndOrphan();
     const rename = fs.rename;
     const spy = vi.spyOn(fs, 'rename').mockImplementation(async (from, to) => {
       if (String(to).startsWith(path.join(dir, ORPHANED_DIR))) throw Object.assign(new Error('cross-device link not permitted'), { code: 'EXDEV' });
