@@ -173,7 +173,10 @@ describe('live tail, a topic changing under it', () => {
       // Partition 0 read up to the deleted position, then from where it started over.
       const order = s.got.filter((e) => e.event === 'reset' || e.data.partition === 0).map((e) => (e.event === 'reset' ? -1 : e.data.offset));
       const at = order.indexOf(-1);
-      expect(order[at - 1]).toBe(reset.requested - 1);
+      // A tail that had written nothing of partition 0 before retention passed it (a slow machine) starts
+      // over from where it opened; otherwise from just past the last record it sent.
+      if (at === 0) expect(reset.requested).toBe(atOpen.earliest);
+      else expect(order[at - 1]).toBe(reset.requested - 1);
       expect(order[at + 1]).toBe(reset.position);
       expect(s.ended()).toBe(false);
     } finally {
