@@ -152,6 +152,9 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
     cutCommits = 1;
     await admin.command('RESET_OFFSETS', { group: 'g-reset', topic: 'reset', to: 'offset', offset: 0 }).catch(() => {});
     expect(await stored('g-reset')).toEqual([0]);
+    // The reset's generation comes when the join window closes; a rejoin before that is answered with the
+    // old one and its SYNC refused. The member hears of the new generation on its heartbeat.
+    await expectError(m.heartbeat(10_000), 'REBALANCE_IN_PROGRESS');
     await m.rejoin();
     await m.sync();
     // Before: OK without a write (the coordinator still held 20), so the table stayed at 0.
