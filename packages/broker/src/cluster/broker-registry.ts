@@ -13,6 +13,11 @@ export interface BrokerRegistration {
   advertisedAddress: string;
   /** Its Kafka listener's `host:port` for Kafka clients (docs/kafka.md), when it has one. */
   kafkaAddress?: string;
+  /**
+   * Its --max-frame-bytes: the largest append it takes as leader, so the size of the REPLICA_FETCH answers
+   * its followers must take (cluster/replica-wire.ts). Absent from brokers of earlier versions.
+   */
+  maxFrameBytes?: number;
   startedAt: number;
 }
 

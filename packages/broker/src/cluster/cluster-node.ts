@@ -111,8 +111,16 @@ export class ClusterNode {
         fetchMaxBytes: FETCH_MAX_BYTES,
         minInsyncReplicas: this.config.minInsyncReplicas,
       },
-      connect: (host, port, signal) =>
-        Connection.connect({ host, port, signal, connectTimeoutMs: 2000, auth: this.peerAuth, tls: this.tls?.client, maxFrameBytes: replicaFrameBytes(this.config.maxFrameBytes, FETCH_MAX_BYTES) }),
+      connect: (host, port, signal, leaderFrameBytes) =>
+        Connection.connect({
+          host,
+          port,
+          signal,
+          connectTimeoutMs: 2000,
+          auth: this.peerAuth,
+          tls: this.tls?.client,
+          maxFrameBytes: replicaFrameBytes(Math.max(this.config.maxFrameBytes, leaderFrameBytes ?? 0), FETCH_MAX_BYTES),
+        }),
       onIsrChange: (topic, kind) => (kind === 'shrink' ? this.metrics?.isrShrinks : this.metrics?.isrExpands)?.inc({ topic }),
     });
     await this.registry.register(this.registration(advertised), { waitMs: this.config.brokerLeaseTtlSeconds * 1000 + 5000 });
@@ -164,7 +172,13 @@ export class ClusterNode {
   }
 
   private registration(advertised: { host: string; port: number }): Omit<BrokerRegistration, 'startedAt'> {
-    const own = { id: this.config.brokerId, host: this.config.host, port: advertised.port, advertisedAddress: `${advertised.host}:${advertised.port}` };
+    const own = {
+      id: this.config.brokerId,
+      host: this.config.host,
+      port: advertised.port,
+      advertisedAddress: `${advertised.host}:${advertised.port}`,
+      maxFrameBytes: this.config.maxFrameBytes,
+    };
     return this.kafkaAddress === undefined ? own : { ...own, kafkaAddress: this.kafkaAddress };
   }
 

@@ -37,7 +37,8 @@ export interface LeaderLinkDeps {
   logger: Logger;
   /** How long one REPLICA_WAIT may wait at the leader. */
   waitMs: number;
-  connect: (host: string, port: number, signal: AbortSignal) => Promise<Connection>;
+  /** `leaderFrameBytes`: the leader's --max-frame-bytes, as it registered it (absent from earlier versions). */
+  connect: (host: string, port: number, signal: AbortSignal, leaderFrameBytes?: number) => Promise<Connection>;
   /** The clock of the warnings' pacing and of the connect retry (monotonic performance.now unless a test drives it). */
   now?: () => number;
 }
@@ -201,7 +202,9 @@ export class LeaderLink {
     const leader = this.deps.registry.get(this.leaderId);
     if (!leader) throw new TributaryError('NOT_LEADER', { reason: `leader ${this.leaderId} is not registered` });
     const { host, port } = parseAddress(leader.advertisedAddress);
-    return this.deps.connect(host, port, this.ac.signal);
+    // The answers carry the leader's appends whole: up to its frame size, which may be larger than ours.
+    const frame = leader.maxFrameBytes;
+    return this.deps.connect(host, port, this.ac.signal, Number.isSafeInteger(frame) && frame! > 0 ? frame : undefined);
   }
 
   private wake(k: string): void {

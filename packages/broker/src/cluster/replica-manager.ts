@@ -57,7 +57,7 @@ export class ReplicaManager {
       config: ReplicationConfig;
       logger: Logger;
       /** Options for broker-to-broker connections (TLS, auth). */
-      connect: (host: string, port: number, signal: AbortSignal) => Promise<Connection>;
+      connect: (host: string, port: number, signal: AbortSignal, leaderFrameBytes?: number) => Promise<Connection>;
       /** Told of each ISR change this broker made as leader (the metrics). */
       onIsrChange?: (topic: string, kind: 'shrink' | 'expand') => void;
     },

@@ -28,9 +28,11 @@ export const STORED_FORMAT = 'stored';
 /**
  * The largest frame a follower's connections to its leader take. An answer holds the appends that began
  * within the fetch's `maxBytes` and the last of them whole, however large: up to a produce frame's records
- * (--max-frame-bytes), whose stored form is larger than their wire form (53 bytes for a record of 32
- * without record_extensions_v1, 43 with), so at most 53/32 of the frame. The connections' default, 64 MiB
- * whatever --max-frame-bytes said, refused a fetch of a large append of small records for ever.
+ * (the leader's --max-frame-bytes, which it registers: the larger of its and the follower's is passed),
+ * whose stored form is larger than their wire form (53 bytes for a record of 32 without
+ * record_extensions_v1, 43 with), so at most 53/32 of the frame. The connections' default, 64 MiB whatever
+ * --max-frame-bytes said, refused a fetch of a large append of small records for ever; the follower's own
+ * setting alone, an append of a leader that takes larger frames.
  */
 export function replicaFrameBytes(maxFrameBytes: number, fetchMaxBytes: number): number {
   return 2 * maxFrameBytes + fetchMaxBytes;
