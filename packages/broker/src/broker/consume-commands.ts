@@ -31,6 +31,15 @@ export const READ_PARAMS = ['topic', 'partition', 'offset', 'group', 'member', '
 /** STREAM's parameters: the shared ones and how often an idle stream sends a keepalive. */
 export const STREAM_PARAMS = [...READ_PARAMS, 'keepalive_ms'];
 
+/**
+ * The most record bytes one read answer (CONSUME, STREAM, REPLICA_FETCH) holds: the frame size, less room
+ * for the frame's own fields (1 MiB, or half of a smaller frame). A fixed 1 MiB made it negative under
+ * `--max-frame-bytes` of 1 MiB or less, and every answer one record.
+ */
+export function readBytesLimit(maxFrameBytes: number): number {
+  return maxFrameBytes - Math.min(1024 * 1024, Math.floor(maxFrameBytes / 2));
+}
+
 /** Parse the parameters CONSUME and STREAM share, and resolve the start offset. */
 export function parseReadRequest(b: BrokerContext, p: Params): ReadRequest {
   const topic = b.topics.get(p.reqStr('topic', { maxLength: 100_000 }));
@@ -56,7 +65,7 @@ export function parseReadRequest(b: BrokerContext, p: Params): ReadRequest {
   }
   const isolation = p.oneOf('isolation', ['read_committed', 'read_uncommitted'] as const) ?? 'read_committed';
   const maxRecords = p.int('batch', { min: 1, max: MAX_CONSUME_RECORDS }) ?? DEFAULT_CONSUME_RECORDS;
-  const maxBytes = Math.min(p.int('max_bytes', { min: 1 }) ?? DEFAULT_CONSUME_BYTES, b.config.maxFrameBytes - 1024 * 1024);
+  const maxBytes = Math.min(p.int('max_bytes', { min: 1 }) ?? DEFAULT_CONSUME_BYTES, readBytesLimit(b.config.maxFrameBytes));
   const reset = p.oneOf('autoOffsetReset', ['earliest', 'latest', 'error'] as const) ?? 'error';
   if (offset < partition.earliest || offset > partition.logEndOffset) {
     if (reset === 'earliest') offset = partition.earliest;

@@ -4,6 +4,7 @@ import { formatMarked } from '../cluster/fetch-watch.js';
 import { STORED_FORMAT, encodeBatchReply, encodeStoredReply } from '../cluster/replica-wire.js';
 import { READ_HEADER_COST } from '../storage/record-codec.js';
 import { failpointDelay } from '../common/failpoints.js';
+import { readBytesLimit } from './consume-commands.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
 
 /** Broker-to-broker commands of cluster mode: followers fetching from their leader. */
@@ -28,7 +29,7 @@ async function replicaFetch(b: BrokerContext, _c: ConnectionContext, p: Params):
   const offset = p.reqInt('offset', { min: 0 });
   const epoch = p.reqInt('leader_epoch', { min: 0 });
   const replica = p.reqInt('replica', { min: 0 });
-  const maxBytes = Math.min(p.int('max_bytes', { min: 1 }) ?? 1024 * 1024, b.config.maxFrameBytes - 1024 * 1024);
+  const maxBytes = Math.min(p.int('max_bytes', { min: 1 }) ?? 1024 * 1024, readBytesLimit(b.config.maxFrameBytes));
   const waitMs = Math.min(p.int('wait_ms', { min: 0 }) ?? 0, b.config.maxWaitMs);
   const park = p.bool('park') ?? false;
   const topicId = p.str('topic_id', { maxLength: 100 });
