@@ -25,7 +25,9 @@ describe('tributary group', () => {
     raw = await broker.connect();
     await raw.command('CREATE', { topic: TOPIC, partitions: 3 });
     for (let p = 0; p < 3; p++) for (let i = 0; i < 4; i++) await raw.command('PUBLISH', { topic: TOPIC, partition: p, message: `p${p}-${i}` });
-    const join = await raw.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: 'worker' });
+    // The member sends no heartbeat: a session of the broker's maximum outlasts the tests that need it
+    // (the default 10 s expired it on a loaded machine, and the group with it).
+    const join = await raw.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: 'worker', session_timeout_ms: 300_000 });
     member = /member=(\S+)/.exec(join)![1]!;
     generation = Number(/generation=(\d+)/.exec(join)![1]);
     await raw.command('SYNC_GROUP', { topic: TOPIC, group: GROUP, member, generation });
