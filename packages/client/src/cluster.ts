@@ -404,26 +404,24 @@ export class Cluster {
   }
 
   private async lookupAt(address: string, name: string, fields: Record<string, FieldValue | undefined>, signal: AbortSignal | undefined): Promise<string> {
+    // Not bounded here: a dial fails by its own bounds, as a connect counted against bootstrapTimeoutMs (docs/sdk.md, "Connecting").
+    const conn = await untilAborted(this.pooled(this.control, address, undefined), signal).catch((err: unknown) => {
+      // unanswered, as a lookup can be: asked last
+      if (!signal?.aborted && err instanceof TributaryError && (err.fields.cause === 'no_handshake' || err.fields.cause === 'timeout')) this.gaveUpOn(address);
+      throw err;
+    });
     const bound = this.stallTimeoutMs;
     let timer: NodeJS.Timeout | undefined;
-    let conn: Connection | undefined;
-    const attempt = (async () => {
-      conn = await this.pooled(this.control, address, undefined);
-      return conn.command(name, fields);
-    })();
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        const err = new TributaryError('request_timeout', { reason: 'lookup not answered', broker: address, timeoutMs: bound }, `${name} to ${address}: no answer within ${bound} ms`);
-        reject(err);
+        reject(new TributaryError('request_timeout', { reason: 'lookup not answered', broker: address, timeoutMs: bound }, `${name} to ${address}: no answer within ${bound} ms`));
         // Its late reply would hold back the next lookups on that connection: drop it.
-        this.unresponsiveSince.set(address, performance.now());
-        if (this.lookupBroker === address) this.lookupBroker = undefined;
-        conn?.abandon(new TributaryError('connection_lost', { reason: 'lookup not answered', broker: address }));
+        conn.abandon(new TributaryError('connection_lost', { reason: 'lookup not answered', broker: address }));
+        this.gaveUpOn(address);
       }, bound);
     });
-    attempt.catch(() => {});
     try {
-      return await untilAborted(Promise.race([attempt, timeout]), signal);
+      return await untilAborted(Promise.race([conn.command(name, fields), timeout]), signal);
     } finally {
       clearTimeout(timer);
     }
