@@ -1,9 +1,11 @@
+import { Etcd3 } from 'etcd3';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { EtcdMetadataStore } from 'tributary-broker/cluster/etcd-metadata-store.js';
+import { EtcdMetadataStore, type EtcdMetadataStoreOptions } from 'tributary-broker/cluster/etcd-metadata-store.js';
 import type { TopicDefinition } from 'tributary-broker/partition/metadata-store.js';
 import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
 import { REQUEST_TIMEOUT_MS, uniquePrefix } from './helpers.js';
 import { eventually, rejection } from '../../helpers/util.js';
+import { FakeClock } from '../../helpers/fake-clock.js';
 
 type TopicSpec = Omit<TopicDefinition, 'topicId' | 'createdAt'>;
 
@@ -24,8 +26,8 @@ function spec(name: string, over: Partial<TopicSpec> = {}): TopicSpec {
   };
 }
 
-async function openStore(prefix: string): Promise<EtcdMetadataStore> {
-  const store = new EtcdMetadataStore({ etcd: { endpoints: etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS }, prefix });
+async function openStore(prefix: string, more: Partial<EtcdMetadataStoreOptions> = {}): Promise<EtcdMetadataStore> {
+  const store = new EtcdMetadataStore({ etcd: { endpoints: etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS }, prefix, ...more });
   stores.push(store);
   await store.open();
   return store;
@@ -167,6 +169,30 @@ describe('EtcdMetadataStore', () => {
     // Kept for every broker: forgetting is a no-op.
     await c.forgetDeletedTopics(c.deletedTopics());
     expect((await openStore(prefix)).deletedTopics()).toHaveLength(2);
+  });
+
+  it("records the delete's time in its tombstone; a later open reads every tombstone a page at a time, an earlier version's empty-valued ones too", async () => {
+    const prefix = uniquePrefix('tombstone-pages');
+    const clock = new FakeClock();
+    const a = await openStore(prefix, { clock });
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      ids.push(`t${i}~${(await a.createTopic(spec(`t${i}`))).topic.topicId}`);
+      await a.deleteTopic(`t${i}`);
+      await clock.advance(1000);
+    }
+    const client = new Etcd3({ hosts: etcd.endpoints });
+    try {
+      const values = await client.getAll().prefix(`${prefix}deleted-topics/`).strings();
+      // The time of the delete (docs/architecture.md, "Metadata").
+      expect(Object.values(values).map((v) => JSON.parse(v) as unknown)).toEqual([0, 1, 2, 3, 4].map((i) => ({ deletedAt: 1_700_000_000_000 + i * 1000 })));
+      await client.put(`${prefix}deleted-topics/legacy~00ff`).value('');
+    } finally {
+      client.close();
+    }
+    // Pages of 2 over 6 keys: every one is listed once, the page boundaries included.
+    const listed = (await openStore(prefix, { tombstonePage: 2 })).deletedTopics().map((d) => `${d.name}~${d.topicId}`);
+    expect(listed.sort()).toEqual([...ids, 'legacy~00ff'].sort());
   });
 
   it('reserves producer id ranges that never overlap, across stores racing and a reopen', async () => {

@@ -2,6 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Etcd3, IKeyValue } from 'etcd3';
 import { TributaryError } from 'tributary-protocol/errors.js';
+import { type Clock, systemClock } from '../common/clock.js';
+import { DELETED_TOPICS, TOMBSTONE_PAGE, readDeletedTopics, tombstoneValue } from './deleted-topics.js';
 import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
 import { type DeletedTopic, type MetadataStore, type TopicDefinition, checkGrowth, checkReservation, sameDefinition } from '../partition/metadata-store.js';
 import { WatchedPrefix } from './watched-prefix.js';
@@ -11,6 +13,10 @@ export interface EtcdMetadataStoreOptions {
   etcd: EtcdSource;
   /** Root of every Tributary key, default '/tributary/'. Topics live under `<prefix>topics/<name>`. */
   prefix?: string;
+  /** The time a delete's tombstone records (deleted-topics.ts); default the system clock. */
+  clock?: Pick<Clock, 'now'>;
+  /** Tombstones read per etcd call at open (tests make it small). */
+  tombstonePage?: number;
 }
 
 /** Bounded retries for a delete that keeps losing its compare to concurrent rewrites of the same topic. */
@@ -47,12 +53,16 @@ export class EtcdMetadataStore implements MetadataStore {
   private readonly client: Etcd3;
   private readonly ownsClient: boolean;
   private readonly topics: WatchedPrefix<TopicDefinition>;
+  private readonly clock: Pick<Clock, 'now'>;
+  private readonly tombstonePage: number;
   /** Deleted topics as of open (their tombstones under `<prefix>deleted-topics/`). */
   private deleted: DeletedTopic[] = [];
 
   constructor(opts: EtcdMetadataStoreOptions) {
     ({ client: this.client, owned: this.ownsClient } = resolveClient(opts.etcd));
     this.prefix = normalizePrefix(opts.prefix);
+    this.clock = opts.clock ?? systemClock;
+    this.tombstonePage = opts.tombstonePage ?? TOMBSTONE_PAGE;
     this.topics = new WatchedPrefix(this.client, `${this.prefix}topics/`, parseTopic);
     this.topics.events.on('put', (_name: string, entry: { value: TopicDefinition }, previous?: { value: TopicDefinition }) => {
       if (!previous) {
@@ -70,14 +80,8 @@ export class EtcdMetadataStore implements MetadataStore {
 
   async open(): Promise<void> {
     await withMetadataErrors('open', () => this.topics.start());
-    const tombstones = `${this.prefix}deleted-topics/`;
-    const res = await withMetadataErrors('open', () => this.client.getAll().prefix(tombstones).exec());
-    this.deleted = [];
-    for (const kv of res.kvs) {
-      const dir = kv.key.toString('utf8').slice(tombstones.length);
-      const at = dir.lastIndexOf('~');
-      if (at > 0) this.deleted.push({ name: dir.slice(0, at), topicId: dir.slice(at + 1) });
-    }
+    // Paged: one response per page, however many topics were deleted within the retention.
+    this.deleted = await readDeletedTopics(this.client, `${this.prefix}${DELETED_TOPICS}`, this.tombstonePage);
   }
 
   /**
@@ -148,7 +152,8 @@ export class EtcdMetadataStore implements MetadataStore {
     for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
       const ops: Parameters<ReturnType<Etcd3['if']>['then']> = [{ request_delete_range: { key: Buffer.from(key), prev_kv: true } }];
       // The tombstone of exactly the version deleted: a start removes only directories a tombstone names.
-      if (topicId !== undefined) ops.push(this.client.put(`${this.prefix}deleted-topics/${name}~${topicId}`).value(''));
+      // Its value is the time of the delete (deleted-topics.ts).
+      if (topicId !== undefined) ops.push(this.client.put(`${this.prefix}${DELETED_TOPICS}${name}~${topicId}`).value(tombstoneValue(this.clock.now())));
       const res = await withMetadataErrors('delete_topic', () =>
         this.client
           .if(key, 'Mod', '==', expected)
