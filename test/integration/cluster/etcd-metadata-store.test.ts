@@ -184,7 +184,7 @@ describe('EtcdMetadataStore', () => {
     const client = new Etcd3({ hosts: etcd.endpoints });
     try {
       const values = await client.getAll().prefix(`${prefix}deleted-topics/`).strings();
-      // The time of the delete (docs/architecture.md, "Metadata").
+      // The time deleted-topics.ts expires it from (docs/architecture.md, "Metadata").
       expect(Object.values(values).map((v) => JSON.parse(v) as unknown)).toEqual([0, 1, 2, 3, 4].map((i) => ({ deletedAt: 1_700_000_000_000 + i * 1000 })));
       await client.put(`${prefix}deleted-topics/legacy~00ff`).value('');
     } finally {

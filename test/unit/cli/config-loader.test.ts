@@ -147,6 +147,24 @@ describe('loadBrokerConfig', () => {
     expect(() => resolveOptions({ segmentBytes: MAX_SEGMENT_BYTES + 1 })).toThrow(/segmentBytes/);
   });
 
+  it('takes deletedTopicRetentionMs in a cluster (7 days by default, 0 keeps every tombstone) and refuses bad values and a standalone broker', () => {
+    const cluster = { cluster: 'true', etcd: '127.0.0.1:2379' };
+    expect(ok(loadBrokerConfig({ env: {}, flags: cluster })).config.deletedTopicRetentionMs).toBe(604_800_000);
+    expect(ok(loadBrokerConfig({ env: { TRIBUTARY_DELETED_TOPIC_RETENTION_MS: '0' }, flags: cluster })).config.deletedTopicRetentionMs).toBe(0);
+    expect(ok(loadBrokerConfig({ env: {}, flags: { ...cluster, deletedTopicRetentionMs: '86400000' } })).config.deletedTopicRetentionMs).toBe(86_400_000);
+    const refused = (value: string) => errors(loadBrokerConfig({ env: {}, flags: { ...cluster, deletedTopicRetentionMs: value } }));
+    expect(refused('-1')).toEqual(['invalid config: deletedTopicRetentionMs: must be >= 0, got -1 (flag --deleted-topic-retention-ms)']);
+    expect(refused('7d')).toEqual(['invalid config: deletedTopicRetentionMs: expected an integer, got "7d" (flag --deleted-topic-retention-ms)']);
+    expect(refused('1.5')).toEqual(['invalid config: deletedTopicRetentionMs: expected an integer, got "1.5" (flag --deleted-topic-retention-ms)']);
+    expect(refused('9007199254740992')).toEqual(['invalid config: deletedTopicRetentionMs: expected an integer, got "9007199254740992" (too large) (flag --deleted-topic-retention-ms)']);
+    const inFile = errors(loadBrokerConfig({ configFile: file('deleted-topic-retention.yaml', 'deletedTopicRetentionMs: 1.5\n'), env: {}, flags: cluster }));
+    expect(inFile).toEqual([expect.stringMatching(/^invalid config: deletedTopicRetentionMs: must be an integer, got 1\.5 \(file .*deleted-topic-retention\.yaml, line 1, column 1\)$/)]);
+    // Only the controller of a cluster removes tombstones: a standalone broker refuses it, as the other cluster settings.
+    expect(errors(loadBrokerConfig({ env: {}, flags: { deletedTopicRetentionMs: '1000' } }))).toEqual([
+      'invalid config: deletedTopicRetentionMs: is for cluster mode (--cluster); a standalone broker would not use it (flag --deleted-topic-retention-ms)',
+    ]);
+  });
+
   it('refuses a setting given that the broker would not use, naming where it came from', () => {
     const refused = (flags: Record<string, string>, env: Record<string, string> = {}) => errors(loadBrokerConfig({ env, flags }));
     // Before: each started a standalone broker without a word (DescribeConfigs then said min.insync.replicas=5).

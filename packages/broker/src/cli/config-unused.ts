@@ -25,6 +25,7 @@ export const CLUSTER_ONLY_SETTINGS: readonly Key[] = [
   'uncleanLeaderElection',
   'autoLeaderRebalance',
   'leaderRebalanceDelayMs',
+  'deletedTopicRetentionMs',
   'interBrokerTlsCa',
   'interBrokerTlsCert',
   'interBrokerTlsKey',

@@ -13,6 +13,8 @@ import { BrokerRegistry, type BrokerRegistration } from './broker-registry.js';
 import { Controller, assignReplicas } from './controller.js';
 import { ControllerElection } from './controller-election.js';
 import { type PeerTls, etcdCredentials, etcdEndpoints, peerTls } from './cluster-tls.js';
+import { systemClock } from '../common/clock.js';
+import { DeletedTopicSweeper } from './deleted-topics.js';
 import { createEtcdClient } from './etcd-client.js';
 import { EtcdMetadataStore } from './etcd-metadata-store.js';
 import { PartitionStateStore } from './partition-state.js';
@@ -45,6 +47,8 @@ export class ClusterNode {
   readonly reassignments: ReassignmentStore;
   replicas!: ReplicaManager;
   private controller: Controller | undefined;
+  /** Removes the tombstones of deleted topics older than --deleted-topic-retention-ms, while controller. */
+  private readonly sweeper: DeletedTopicSweeper;
   private closed = false;
   /** The broker is stopping (beginClose): a registration it loses now is not re-registered, nor an error. */
   private closing = false;
@@ -80,6 +84,13 @@ export class ClusterNode {
     this.election = new ControllerElection({ etcd: this.client, prefix, brokerId: config.brokerId, leaseTtlSeconds: config.brokerLeaseTtlSeconds });
     this.states = new PartitionStateStore({ etcd: this.client, prefix });
     this.reassignments = new ReassignmentStore({ etcd: this.client, prefix });
+    this.sweeper = new DeletedTopicSweeper({
+      client: this.client,
+      prefix: this.store.prefix,
+      retentionMs: config.deletedTopicRetentionMs,
+      clock: systemClock,
+      logger: logger.child({ component: 'deleted-topics' }),
+    });
   }
 
   private get peerAuth(): { principal: string; token: string } | undefined {
@@ -145,7 +156,11 @@ export class ClusterNode {
       uncleanLeaderElection: this.config.uncleanLeaderElection,
       preferredLeader: this.config.autoLeaderRebalance ? { delayMs: this.config.leaderRebalanceDelayMs } : undefined,
       peerTls: this.tls?.client,
-      onTick,
+      onTick: () => {
+        // Not awaited (it never rejects): a slow etcd must not hold the next failover pass behind a sweep.
+        void this.sweeper.pass();
+        return onTick();
+      },
     });
     await this.election.start();
     this.controller.kick();
@@ -206,6 +221,7 @@ export class ClusterNode {
     this.closed = true;
     for (const c of [...this.peers.values(), ...this.peerControl.values()]) await c.close().catch(() => {});
     this.controller?.close();
+    this.sweeper.close();
     await this.replicas?.close();
     await this.election.close().catch(() => {});
     await this.registry.close().catch(() => {});

@@ -87,7 +87,8 @@ export class EtcdMetadataStore implements MetadataStore {
   /**
    * Topics deleted, by any broker, as of open: each delete leaves a tombstone (`<prefix>deleted-topics/
    * <name>~<topicId>`, in the same transaction), so a broker that was down meanwhile removes the
-   * directory at its next start. Tombstones stay: any broker may still hold such a directory.
+   * directory at its next start. Tombstones stay in etcd for --deleted-topic-retention-ms (any broker
+   * may still hold such a directory); the controller removes them after that (deleted-topics.ts).
    */
   deletedTopics(): DeletedTopic[] {
     return [...this.deleted];
@@ -152,7 +153,7 @@ export class EtcdMetadataStore implements MetadataStore {
     for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
       const ops: Parameters<ReturnType<Etcd3['if']>['then']> = [{ request_delete_range: { key: Buffer.from(key), prev_kv: true } }];
       // The tombstone of exactly the version deleted: a start removes only directories a tombstone names.
-      // Its value is the time of the delete (deleted-topics.ts).
+      // Its value is the time of the delete, from which the controller expires it (deleted-topics.ts).
       if (topicId !== undefined) ops.push(this.client.put(`${this.prefix}${DELETED_TOPICS}${name}~${topicId}`).value(tombstoneValue(this.clock.now())));
       const res = await withMetadataErrors('delete_topic', () =>
         this.client

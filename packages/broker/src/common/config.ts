@@ -178,6 +178,12 @@ export const brokerConfigSchema = z
     autoLeaderRebalance: z.boolean().default(true),
     /** How long a returning preferred replica must have been registered before it takes the lead back. */
     leaderRebalanceDelayMs: z.number().int().min(0).default(10_000),
+    /**
+     * How long the etcd tombstone of a deleted topic stays (docs/architecture.md, "Metadata"): a broker
+     * down for longer moves that topic's directory aside at its next start instead of deleting it. Wall
+     * time, measured by the controller; 0 keeps every tombstone for ever. Default 7 days.
+     */
+    deletedTopicRetentionMs: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(604_800_000),
     /** Partitions of `__transaction_state` (fixed once the topic exists). */
     transactionStatePartitions: z.number().int().min(1).max(1000).default(50),
     /** An open transaction older than this is aborted (INIT_PRODUCER_ID may ask for another, up to the max). */
