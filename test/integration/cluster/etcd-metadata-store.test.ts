@@ -166,8 +166,9 @@ describe('EtcdMetadataStore', () => {
     const c = await openStore(prefix);
     const listed = c.deletedTopics().map((d) => `${d.name}~${d.topicId}`);
     expect(listed.sort()).toEqual([`t~${first.topicId}`, `t~${second.topicId}`].sort());
-    // Kept for every broker: forgetting is a no-op.
+    // Kept in etcd for every broker: forgetting drops them from this store's memory only.
     await c.forgetDeletedTopics(c.deletedTopics());
+    expect(c.deletedTopics()).toEqual([]);
     expect((await openStore(prefix)).deletedTopics()).toHaveLength(2);
   });
 

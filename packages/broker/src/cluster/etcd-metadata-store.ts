@@ -6,6 +6,7 @@ import { type Clock, systemClock } from '../common/clock.js';
 import { DELETED_TOPICS, TOMBSTONE_PAGE, readDeletedTopics, tombstoneValue } from './deleted-topics.js';
 import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
 import { type DeletedTopic, type MetadataStore, type TopicDefinition, checkGrowth, checkReservation, sameDefinition } from '../partition/metadata-store.js';
+import { topicDirName } from '../partition/metadata-file.js';
 import { WatchedPrefix } from './watched-prefix.js';
 
 export interface EtcdMetadataStoreOptions {
@@ -94,7 +95,11 @@ export class EtcdMetadataStore implements MetadataStore {
     return [...this.deleted];
   }
 
-  async forgetDeletedTopics(_topics: DeletedTopic[]): Promise<void> {}
+  /** Their directories are gone here: dropped from memory only (other brokers may still hold theirs). */
+  async forgetDeletedTopics(topics: DeletedTopic[]): Promise<void> {
+    const gone = new Set(topics.map(topicDirName));
+    this.deleted = this.deleted.filter((d) => !gone.has(topicDirName(d)));
+  }
 
   listTopics(): TopicDefinition[] {
     return this.topics
