@@ -306,6 +306,29 @@ describe('partition logs sharing a budget', () => {
     expect(logFiles.peak).toBeLessThanOrEqual(8);
   });
 
+  it('with overflowHeadroom, opens past the bound stop at the headroom and wait for a file to close, however long overdue', async () => {
+    const budget = new FdBudget(1, 20, 1);
+    const [a, b, c] = [0, 1, 2].map((i) => new FakeHolder(i, budget)) as [FakeHolder, FakeHolder, FakeHolder];
+    a.pinned = true;
+    b.pinned = true;
+    c.pinned = true;
+    await a.take();
+    await b.take();
+    expect([budget.open, budget.overflows]).toEqual([2, 1]);
+    // c is overdue long before anything closes: it waits (uncapped it opened, a third file past a bound of 1).
+    let opened = false;
+    const tc = c.take().then(() => {
+      opened = true;
+    });
+    await new Promise((r) => setTimeout(r, 80));
+    expect([opened, budget.open, budget.waiting]).toEqual([false, 2, 1]);
+    // b may let go: it closes for the overdue open, which then opens within the headroom.
+    b.pinned = false;
+    budget.settled(b);
+    await tc;
+    expect([b.open, c.open, budget.open, budget.overflows]).toEqual([false, true, 2, 2]);
+  });
+
   it('with overflowAfterMs, an open no holder can make room for goes past the bound once it has waited that long; past it, a holder that may close is closed', async () => {
     const budget = new FdBudget(1, 20);
     const [a, b, c] = [0, 1, 2].map((i) => new FakeHolder(i, budget)) as [FakeHolder, FakeHolder, FakeHolder];

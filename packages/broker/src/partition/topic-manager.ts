@@ -120,8 +120,9 @@ export class TopicManager {
   ) {
     this.logsDir = path.join(config.dataDir, LOGS_DIR);
     this.ticker = new LogTicker(config.flushIntervalMs);
-    // An open waits at most 100 ms for a slot (FdBudget: partitions written without pause cannot let go).
-    const budget = (this.fdBudget = new FdBudget(config.maxOpenSegmentFiles, 100));
+    // An open waits at most 100 ms for a slot (FdBudget: partitions written without pause cannot let go),
+    // then goes past the bound by at most 64 files (within the spare fds docs/operations.md advises).
+    const budget = (this.fdBudget = new FdBudget(config.maxOpenSegmentFiles, 100, Math.min(64, config.maxOpenSegmentFiles)));
     new client.Gauge({
       name: 'tributary_open_segment_files',
       help: 'Segment files held open, opening or closing (at most --max-open-segment-files: past it an open waits)',

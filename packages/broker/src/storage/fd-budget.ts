@@ -2,7 +2,8 @@
  * The broker-wide bound on open segment files (`--max-open-segment-files`, docs/architecture.md "Storage"):
  * one LRU over the segments of every partition. A segment takes a slot before it opens its file
  * (`acquire`) and gives it back once the file is closed (`closed`), so no more than the bound are open
- * unless a wait outlived `overflowAfterMs` (see the constructor). Past the bound an open waits, first come first served, while the least recently used segments
+ * unless a wait outlived `overflowAfterMs`, and never more than `overflowHeadroom` past it (see the
+ * constructor). Past the bound an open waits, first come first served, while the least recently used segments
  * that may let go close their files; a segment that may let go only later (its read, write or fsync
  * ends) is closed then (`settled`) if an open is waiting. A segment may let go when no read or write is in
  * progress and, unless the log leaves durability to the OS (flush=os), its writes are fsynced: a write-back
@@ -52,10 +53,14 @@ export class FdBudget {
    * files close (Infinity: never). A segment written without pause under flush=always always has writes
    * its next fsync must cover, so it can never let go: with more such partitions than the bound, every
    * other open would wait as long as they are written (reads of older segments included).
+   * `overflowHeadroom`: how many files those opens may hold past the bound; further ones wait for a file
+   * to close. Uncapped, a burst to many partitions on a machine slow to fsync went past the process's fd
+   * limit (docs/operations.md, "Limits": the bound plus about 200) and appends failed with EMFILE.
    */
   constructor(
     readonly max: number,
     private readonly overflowAfterMs = Number.POSITIVE_INFINITY,
+    private readonly overflowHeadroom = Number.POSITIVE_INFINITY,
   ) {
     if (!Number.isSafeInteger(max) || max < 1) throw new RangeError(`max open segment files must be a positive integer, got ${max}`);
   }
@@ -99,6 +104,11 @@ export class FdBudget {
   closed(h: FdHolder): void {
     if (!this.holders.delete(h) && !this.closing.delete(h)) return;
     while (this.waiters.length > 0 && this.open < this.max) this.grantFirst();
+    // Past the bound but under the headroom: an overdue open the headroom held back goes now.
+    if (this.waiters.length > 0 && Number.isFinite(this.overflowAfterMs)) {
+      this.grantOverdue(performance.now());
+      this.armOverflow();
+    }
   }
 
   /** The first waiting open gets its slot. */
@@ -135,16 +145,22 @@ export class FdBudget {
     for (const w of cancelled) w.reject(err);
   }
 
+  /** Waits older than overflowAfterMs open past the bound, as far as the headroom allows. */
+  private grantOverdue(now: number): void {
+    while (this.waiters.length > 0 && now - this.waiters[0]!.since >= this.overflowAfterMs && this.open < this.max + this.overflowHeadroom) {
+      this.overflows++;
+      this.grantFirst();
+    }
+  }
+
   private armOverflow(): void {
     if (this.overflowTimer !== null || this.waiters.length === 0 || !Number.isFinite(this.overflowAfterMs)) return;
     const due = this.waiters[0]!.since + this.overflowAfterMs - performance.now();
+    // Overdue and held back by the headroom: the next close grants it (closed), no timer needed.
+    if (due <= 0 && this.open >= this.max + this.overflowHeadroom) return;
     this.overflowTimer = setTimeout(() => {
       this.overflowTimer = null;
-      const now = performance.now();
-      while (this.waiters.length > 0 && now - this.waiters[0]!.since >= this.overflowAfterMs) {
-        this.overflows++;
-        this.grantFirst();
-      }
+      this.grantOverdue(performance.now());
       this.armOverflow();
     }, Math.max(0, due));
     this.overflowTimer.unref();
