@@ -63,6 +63,7 @@ export class GroupMembership {
     ctx.emit('rebalance.start', { reason, generation: ctx.generation });
     publish(channels.consumerRebalance, { phase: 'start', group: ctx.options.groupId, reason });
     const signal = ctx.root.signal;
+    let reportedAt = started;
     try {
       for (let attempt = 0; ; attempt++) {
         try {
@@ -79,6 +80,15 @@ export class GroupMembership {
             if (initial && e.code !== 'FENCED_INSTANCE_ID') throw e;
             ctx.crash(e, true);
             return;
+          }
+          // A failure the group's own moves do not explain (a broker that does not answer) that outlasts a
+          // session is reported, and again each session it lasts: retried silently, a consumer whose broker
+          // stopped answering waited for ever without a word (docs/sdk.md, "Rebalancing"). A failover's
+          // brief failures are not.
+          const now = performance.now();
+          if (e.code !== 'REBALANCE_IN_PROGRESS' && e.code !== 'GEN_MISMATCH' && e.code !== 'member_not_found' && now - reportedAt >= ctx.options.sessionTimeoutMs) {
+            reportedAt = now;
+            ctx.crash(e, false);
           }
           await backoffSleep(Math.min(attempt, 6), { initialDelayMs: 20, maxDelayMs: 1000 }, signal);
         }

@@ -101,6 +101,26 @@ describe('a bootstrap broker that accepts connections and never answers', () => 
 });
 
 describe('a broker that answers the handshake and nothing after it', () => {
+  it("a Consumer keeps retrying its rebalance and reports it: a crash (fatal=false) once the failures outlast a session", async () => {
+    const server = await ScriptedServer.start({ script: { NEGOTIATE: () => undefined, '*': () => 'hang' } });
+    cleanups.push(() => server.close());
+    const c = new Consumer({ brokers: [server.address], groupId: 'g', topic: 't', sessionTimeoutMs: 300, heartbeatIntervalMs: 100, retry: RETRY, ...BOUNDS });
+    const crashes: Array<{ code: string; fatal: boolean }> = [];
+    const reported = new Promise<void>((resolve) =>
+      c.on('crash', ({ error, fatal }) => {
+        crashes.push({ code: (error as TributaryError).code, fatal });
+        resolve();
+      }),
+    );
+    const started = c.start().catch((err: unknown) => err);
+    cleanups.push(() => c.close());
+    // Before: retried for ever with no event at all (this waited until the test's own timeout).
+    await reported;
+    expect(crashes[0]).toEqual({ code: 'request_timeout', fatal: false });
+    await c.close();
+    await started;
+  });
+
   it('a Producer fails its send after its retries, an Admin its calls after requestTimeoutMs, retriably', async () => {
     const server = await ScriptedServer.start({ script: { NEGOTIATE: () => undefined, '*': () => 'hang' } });
     cleanups.push(() => server.close());

@@ -127,6 +127,15 @@ async function consumeInGroup(topic: string, group: string, opts: ConsumeOptions
     throw err;
   }
   const stop = () => void consumer.close();
+  // What the consumer retries (a broker that stopped answering, a failed commit) is said once per kind,
+  // so a member that cannot make progress does not sit there without a word.
+  const warned = new Set<string>();
+  consumer.on('crash', ({ error, fatal }) => {
+    const kind = error instanceof TributaryError ? error.code : error.message;
+    if (fatal || warned.has(kind)) return;
+    warned.add(kind);
+    process.stderr.write(`warning: ${error.message} (retrying)\n`);
+  });
   const onStdoutError = (err: NodeJS.ErrnoException) => {
     if (err.code === 'EPIPE') stop();
   };
