@@ -48,3 +48,47 @@ it('an unknown --topic is an error, in tables and JSON', async () => {
     expect([r.code, r.stdout, r.stderr]).toEqual([1, '', 'error: topic_not_found topic=nope\n']);
   }
 });
+
+// A cluster with broker 2 down: wide[0] under-replicated, wide[1] led by the dead broker (leaderless and
+// under-replicated), solo[0] fine, __consumer_offsets[0] under-replicated.
+const TROUBLED = {
+  mode: 'cluster',
+  broker_id: 0,
+  controller: 0,
+  brokers: [
+    { id: 0, address: '127.0.0.1:9000', started_at: 0 },
+    { id: 1, address: '127.0.0.1:9001', started_at: 0 },
+  ],
+  partitions: [
+    { topic: 'wide', partition: 0, leader: 0, leader_epoch: 1, replicas: [0, 1, 2], isr: [0, 1] },
+    { topic: 'wide', partition: 1, leader: 2, leader_epoch: 1, replicas: [2, 0], isr: [2] },
+    { topic: 'solo', partition: 0, leader: 0, leader_epoch: 0, replicas: [0], isr: [0] },
+    { topic: '__consumer_offsets', partition: 0, leader: 1, leader_epoch: 2, replicas: [0, 1, 2], isr: [0, 1] },
+  ],
+  under_replicated: 3,
+  leaderless: 1,
+};
+
+it('the under-replicated and leaderless counts are of the partitions shown, in tables and JSON', async () => {
+  const troubled = await ScriptedServer.start({ script: { CLUSTER_STATUS: () => JSON.stringify({ status: 'OK', ...TROUBLED }) } });
+  try {
+    const run = (...args: string[]) => cli('cluster', 'status', '--bootstrap', troubled.address, ...args);
+    const counts = async (...args: string[]) => {
+      const s = JSON.parse((await run('--json', ...args)).stdout) as { under_replicated: number; leaderless: number };
+      return [s.under_replicated, s.leaderless];
+    };
+    // Before: 3 and 1, the whole cluster's, whatever --topic or --internal said.
+    expect(await counts('--topic', 'solo')).toEqual([0, 0]);
+    expect(await counts('--topic', 'wide')).toEqual([2, 1]);
+    expect(await counts('--topic', '__consumer_offsets')).toEqual([1, 0]);
+    expect(await counts()).toEqual([2, 1]);
+    expect(await counts('--internal')).toEqual([3, 1]);
+    const head = async (...args: string[]) => (await run(...args)).stdout.split('\n').slice(2, 4);
+    expect(await head('--topic', 'solo')).toEqual(['under-replicated:  0', 'leaderless:        0']);
+    expect(await head('--internal')).toEqual(['under-replicated:  3', 'leaderless:        1']);
+    // Internal partitions left out are still named, so that the default report does not look healthy.
+    expect(await head()).toEqual(['under-replicated:  2 (and 1 of internal topics: --internal shows them)', 'leaderless:        1']);
+  } finally {
+    await troubled.close();
+  }
+});

@@ -40,15 +40,32 @@ function statusPartitions(s: ClusterStatusReply, topic: string | undefined, inte
     .sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
 }
 
+/**
+ * CLUSTER_STATUS's two counts over some of its partitions, as the broker counts them (cluster-node.ts `status`),
+ * so that a report narrowed by --topic or without internal topics counts the partitions it shows.
+ */
+function statusCounts(s: ClusterStatusReply, parts: ClusterStatusReply['partitions']): { under_replicated: number; leaderless: number } {
+  const live = new Set(s.brokers.map((b) => b.id));
+  return {
+    under_replicated: parts.filter((p) => p.isr.length < (p.replicas ?? p.isr).length).length,
+    leaderless: parts.filter((p) => p.leader < 0 || !live.has(p.leader)).length,
+  };
+}
+
 /** The report of `tributary cluster status`: brokers, controller, then one row per partition with what is wrong with it. */
 /** The status as tables; internal (`__`) topics only when asked for (`internal`) or named (`topic`). */
 export function formatClusterStatus(s: ClusterStatusReply, topic?: string, internal = false): string[] {
   const live = new Set(s.brokers.map((b) => b.id));
+  const parts = statusPartitions(s, topic, internal);
+  const shown = statusCounts(s, parts);
+  // Internal partitions left out by default: their trouble is still named, or the report would read as healthy.
+  const hidden = topic === undefined && !internal ? statusCounts(s, s.partitions.filter((p) => p.topic.startsWith('__'))) : undefined;
+  const more = (n: number | undefined) => (n ? ` (and ${n} of internal topics: --internal shows them)` : '');
   const out: string[] = [];
   out.push(`mode:              ${s.mode}${s.broker_id !== undefined ? ` (answered by broker ${s.broker_id})` : ''}`);
   out.push(`controller:        ${s.controller ?? '- (none elected)'}`);
-  out.push(`under-replicated:  ${s.under_replicated}`);
-  out.push(`leaderless:        ${s.leaderless}`);
+  out.push(`under-replicated:  ${shown.under_replicated}${more(hidden?.under_replicated)}`);
+  out.push(`leaderless:        ${shown.leaderless}${more(hidden?.leaderless)}`);
   out.push('');
   out.push(`brokers (${s.brokers.length}):`);
   const brokerRows = [...s.brokers]
@@ -62,7 +79,6 @@ export function formatClusterStatus(s: ClusterStatusReply, topic?: string, inter
   if (brokerRows.length === 0) out.push('  (none)');
   else for (const l of table(['ID', 'ADDRESS', 'ROLE', 'STARTED'], brokerRows)) out.push(`  ${l}`);
   out.push('');
-  const parts = statusPartitions(s, topic, internal);
   out.push(`partitions (${parts.length}${topic !== undefined ? ` of ${topic}` : ''}):`);
   if (parts.length === 0) out.push('  (none)');
   else {
@@ -248,14 +264,16 @@ export function registerClusterCommands(program: Command): void {
       .option('--topic <name>', 'only the partitions of this topic')
       .option('--internal', 'also the partitions of internal topics (__consumer_offsets, __transaction_state)')
       .addOption(formatOption())
-      .addOption(new Option('--json', 'the same as --format json (the broker CLUSTER_STATUS JSON, its partitions narrowed as the tables are)').conflicts('format')),
+      .addOption(new Option('--json', 'the same as --format json (the broker CLUSTER_STATUS JSON, its partitions and counts narrowed as the tables are)').conflicts('format')),
   ).action(async (opts: StatusOptions & { internal?: boolean; format: 'table' | 'json' }) => {
     const s = await fetchStatus(opts);
     const internal = opts.internal === true;
     // A topic of no partitions does not exist: an error rather than an empty report that looks like an answer.
     if (opts.topic !== undefined && !s.partitions.some((p) => p.topic === opts.topic)) throw new CliError(`error: topic_not_found topic=${opts.topic}`);
-    // JSON narrowed as the tables are (every topic, internal ones too, was printed whatever --topic said).
-    if (opts.json || opts.format === 'json') print(JSON.stringify({ ...s, partitions: statusPartitions(s, opts.topic, internal) }, null, 2));
-    else for (const l of formatClusterStatus(s, opts.topic, internal)) print(l);
+    // JSON narrowed as the tables are, its counts too (they counted every topic whatever --topic said).
+    if (opts.json || opts.format === 'json') {
+      const partitions = statusPartitions(s, opts.topic, internal);
+      print(JSON.stringify({ ...s, partitions, ...statusCounts(s, partitions) }, null, 2));
+    } else for (const l of formatClusterStatus(s, opts.topic, internal)) print(l);
   });
 }
