@@ -1,7 +1,7 @@
 /**
  * Record fields the Kafka listener must take as Kafka does: a producer's timestamps as given (0 stays 0,
  * -1 "no timestamp" stays -1), any int64 baseOffset (the broker assigns offsets) and baseTimestamp (only
- * the records' own timestamps must fit what the log holds, else INVALID_TIMESTAMP); and a Fetch that asks
+ * the records' own timestamps must fit what the log holds and be -1 or more, else INVALID_TIMESTAMP); and a Fetch that asks
  * for no bytes (minBytes 0) or no wait (maxWaitMs 0) is answered at once, even at the log end.
  */
 import { Kafka, logLevel } from 'kafkajs';
@@ -149,6 +149,43 @@ describe('the Kafka listener takes record fields as Kafka does', () => {
     } finally {
       raw.socket.destroy();
     }
+  });
+
+  it('a record timestamp below -1 is INVALID_TIMESTAMP and nothing of the batch is stored; -1 is still taken', { timeout: 30_000 }, async () => {
+    await c.command('CREATE', { topic: 'ts-negative', partitions: 1 });
+    const raw = await RawKafka.connect(broker.kafkaPort);
+    try {
+      // Before: each was stored and read back as given (-2, -1000, ...), a timestamp Kafka's format has not.
+      for (const t of [-2n, -1000n, -(2n ** 53n) + 1n]) {
+        const refused = answerOf(await produceTo(raw, 'ts-negative', rawBatch(0n, t, 0n, `at ${t}`)));
+        expect([refused.errorCode, refused.baseOffset], `timestamp ${t}`).toEqual([kafkaErrorCode('INVALID_TIMESTAMP'), -1]);
+      }
+      // Base 5 and delta -7: the record's own timestamp is what counts.
+      expect(answerOf(await produceTo(raw, 'ts-negative', rawBatch(0n, 5n, -7n, 'sum -2'))).errorCode).toBe(kafkaErrorCode('INVALID_TIMESTAMP'));
+      const none = answerOf(await produceTo(raw, 'ts-negative', rawBatch(0n, -1n, 0n, 'none')));
+      expect([none.errorCode, none.baseOffset]).toEqual([0, 0]);
+    } finally {
+      raw.socket.destroy();
+    }
+    // kafkajs sends what it is given: one bad record refuses its whole batch.
+    const kafka = new Kafka({ brokers: [bootstrap], clientId: 'ts-negative', logLevel: logLevel.NOTHING, retry: { retries: 0 } });
+    const producer = kafka.producer();
+    try {
+      await producer.connect();
+      const sent = producer.send({
+        topic: 'ts-negative',
+        acks: -1,
+        messages: [
+          { partition: 0, value: 'fine', timestamp: '1000' },
+          { partition: 0, value: 'bad', timestamp: '-2' },
+        ],
+      });
+      await expect(sent).rejects.toMatchObject({ type: 'INVALID_TIMESTAMP' });
+    } finally {
+      await producer.disconnect();
+    }
+    const native = (await c.consume({ topic: 'ts-negative', partition: 0, offset: 0, batch: 10 })).records;
+    expect(native.map((r) => [r.value.toString(), r.timestamp])).toEqual([['none', -1]]);
   });
 
   it('a Fetch at the log end with minBytes 0 (or maxWaitMs 0) is answered at once, before the record that comes next', { timeout: 15_000 }, async () => {

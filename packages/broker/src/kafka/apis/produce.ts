@@ -100,6 +100,10 @@ export async function recordsOf(ctx: KafkaRequestContext, batch: RecordBatchView
   }
   const records: RecordInput[] = [];
   batch.forEachRecord((r) => {
+    // Kafka's record format has no timestamp below -1 (NO_TIMESTAMP): refused, not stored (docs/kafka.md, Produce).
+    if (r.timestamp < -1) {
+      throw new RecordBatchError('timestamp_out_of_range', `record ${records.length} timestamp ${r.timestamp} is below -1`, { record: records.length, field: 'timestamp' });
+    }
     const key = r.key();
     const value = r.value() ?? EMPTY;
     if (value.length + (key?.length ?? 0) > max) throw new TributaryError('record_too_large', { size: value.length + (key?.length ?? 0), max });
@@ -182,7 +186,7 @@ async function prepare(ctx: KafkaRequestContext, topicName: string, index: numbe
     batch.setBaseOffset(0);
     // The batch's CRC-32C held (split checked it): records that do not decode are the client's, not the
     // network's, so INVALID_RECORD (not retriable), as Kafka's record readers answer. A timestamp beyond
-    // what the log holds (2^53) keeps its reason: INVALID_TIMESTAMP.
+    // what the log holds (2^53) or below -1 keeps its reason: INVALID_TIMESTAMP.
     const records = await recordsOf(ctx, batch, budget).catch((err: unknown) => {
       if (err instanceof RecordBatchError && err.reason !== 'unsupported_compression' && err.reason !== 'timestamp_out_of_range') {
         throw new TributaryError('invalid_batch', { reason: `records: ${err.message}` });
