@@ -11,6 +11,11 @@ export const RecordAttr = {
   CONTROL: 0x01,
   /** Written inside a transaction. */
   TRANSACTIONAL: 0x02,
+  /**
+   * The value is null, not empty: a Kafka record's value of length -1 (a tombstone), stored as an empty
+   * value. Without it an empty value is just empty (docs/kafka.md, "Produce"; docs/protocol.md 5.2).
+   */
+  NULL_VALUE: 0x04,
 } as const;
 
 /** A record as a producer hands it over: the log assigns offset (and timestamp when 0, unless keepTimestamp). */

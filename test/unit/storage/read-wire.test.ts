@@ -27,8 +27,9 @@ const recordArb: fc.Arbitrary<RecordInput> = fc.record({
   sequence: fc.oneof(fc.constant(-1), fc.integer({ min: 0, max: 2 ** 31 }), fc.constant(2 ** 40 + 7)),
   timestamp: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 2 ** 31 }), fc.constant(2 ** 45 + 3)),
   // Includes the CONTROL bit and the storage-internal bit (which the log masks off).
-  attributes: fc.oneof(fc.constant(0), fc.constant(RecordAttr.CONTROL), fc.integer({ min: 0, max: 255 })),
-});
+  attributes: fc.oneof(fc.constant(0), fc.constant(RecordAttr.CONTROL), fc.constant(RecordAttr.NULL_VALUE), fc.integer({ min: 0, max: 255 })),
+  // A null value (NULL_VALUE) is stored empty: Fetch answers it as null on both paths.
+}).map((r) => ((r.attributes & RecordAttr.NULL_VALUE) !== 0 ? { ...r, value: Buffer.alloc(0) } : r));
 
 const V2 = { topic: '', extensions: true, format: 'record_batch_v2' } as const;
 

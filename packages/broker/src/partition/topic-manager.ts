@@ -286,7 +286,9 @@ export class TopicManager {
         if (p.isClosed) continue;
         try {
           if (compact) {
-            const res = await p.log.compact({ now, tombstoneRetentionMs: deleteRetentionMs(topic.def, this.config.deleteRetentionMs) });
+            // The internal topics' tombstones are empty values; a user topic's are null values only (docs/kafka.md).
+            const nullTombstonesOnly = !topic.name.startsWith('__');
+            const res = await p.log.compact({ now, tombstoneRetentionMs: deleteRetentionMs(topic.def, this.config.deleteRetentionMs), nullTombstonesOnly });
             if (res.recordsRemoved > 0) {
               this.logger.info({ topic: topic.name, partition: p.id, ...res }, 'compacted log');
             }

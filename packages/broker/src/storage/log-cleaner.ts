@@ -6,7 +6,7 @@
  */
 import { open, rename, unlink } from 'node:fs/promises';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
-import type { LogRecord } from 'tributary-protocol/record.js';
+import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
 import type { GroupCommit } from './group-commit.js';
 import { fsyncDir, storageError, writeFileSynced } from './log-fs.js';
 import { type CompactOptions, type CompactResult, DEFAULT_TOMBSTONE_RETENTION_MS } from './log-options.js';
@@ -140,10 +140,12 @@ export class LogCleaner {
     if (this.st.state !== 'open') return Promise.reject(storageError(this.st.dir, 'log is closed'));
     const crashAt = takeCompactionCrash(this.owner);
     this.compactions++;
-    return this.compactMutex.run(() => this.runCompaction(opts.now ?? Date.now(), tombstoneMs, crashAt)).finally(() => this.compactions--);
+    const nullOnly = opts.nullTombstonesOnly === true;
+    const isTombstone = (rec: LogRecord) => rec.value.length === 0 && (!nullOnly || (rec.attributes & RecordAttr.NULL_VALUE) !== 0);
+    return this.compactMutex.run(() => this.runCompaction(opts.now ?? Date.now(), tombstoneMs, isTombstone, crashAt)).finally(() => this.compactions--);
   }
 
-  private async runCompaction(now: number, tombstoneMs: number, crashAt: CompactionCrashPoint | undefined): Promise<CompactResult> {
+  private async runCompaction(now: number, tombstoneMs: number, isTombstone: (rec: LogRecord) => boolean, crashAt: CompactionCrashPoint | undefined): Promise<CompactResult> {
     const none: CompactResult = { segmentsCompacted: 0, recordsRemoved: 0, bytesBefore: 0, bytesAfter: 0 };
     if (this.st.state !== 'open' || this.st.dormant) return none;
     if (this.st.failed) throw storageError(this.st.dir, 'log failed', this.st.failed);
@@ -180,7 +182,7 @@ export class LogCleaner {
         // and a follower fetching from inside that gap gets no record that takes its log end to the leader's.
         if (!rec.key || r.offset >= cleanableEnd - 1) return true;
         if (latest.get(rec.key.toString('latin1')) !== r.offset) return false;
-        return rec.value.length > 0 || now - rec.timestamp <= tombstoneMs;
+        return !isTombstone(rec) || now - rec.timestamp <= tombstoneMs;
       };
       // Pass 2: rewrite each closed segment that loses records.
       let horizon = 0;
@@ -191,7 +193,7 @@ export class LogCleaner {
           removed++;
           // The latest record of its key, so an expired tombstone: a replica that never read it would keep
           // the key's older value. Superseded records take nothing with them (the key's later one stays).
-          if (rec.value.length === 0 && latest.get(rec.key!.toString('latin1')) === r.offset) horizon = Math.max(horizon, r.offset + 1);
+          if (isTombstone(rec) && latest.get(rec.key!.toString('latin1')) === r.offset) horizon = Math.max(horizon, r.offset + 1);
           return true;
         });
         if (removed === 0) continue;

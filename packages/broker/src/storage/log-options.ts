@@ -116,8 +116,13 @@ export interface SegmentInfo {
 
 /** Options of one compact() call (its crash test hook is armed through log-test-hooks.ts). */
 export interface CompactOptions {
-  /** How long a tombstone (empty value) stays as its key's latest record before it is dropped (default 24 h). */
+  /** How long a tombstone stays as its key's latest record before it is dropped (default 24 h). */
   tombstoneRetentionMs?: number;
+  /**
+   * Only a null value (RecordAttr.NULL_VALUE) is a tombstone, as in Kafka: a user topic's records, where an
+   * empty value is data. Without it any empty value is one, as the internal topics write theirs.
+   */
+  nullTombstonesOnly?: boolean;
   /** The clock used for tombstone expiry and the age roll (default Date.now()). */
   now?: number;
 }

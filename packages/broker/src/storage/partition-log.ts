@@ -399,8 +399,8 @@ export class PartitionLog {
 
   /**
    * Rewrites the closed segments keeping, per key, only the record with the highest offset in the whole
-   * log (active segment included); null keys are kept, and a tombstone (empty value) is kept until it is
-   * older than `tombstoneRetentionMs`. Kept records keep their offsets and each becomes a complete append.
+   * log (active segment included); null keys are kept, and a tombstone (an empty value; with
+   * `nullTombstonesOnly` a null one only) is kept until it is older than `tombstoneRetentionMs`. Kept records keep their offsets and each becomes a complete append.
    * Each segment is written to a temp file, fsynced and renamed over the old one (index first), so a crash
    * leaves the old or the new segment. Reads and appends continue meanwhile; only the swap is exclusive.
    * Calls run one at a time.

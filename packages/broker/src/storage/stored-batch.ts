@@ -17,6 +17,7 @@
  * - key: an empty wire key is no key (-1), as the current layout stores it.
  */
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
+import { RecordAttr } from 'tributary-protocol/record.js';
 import { crc32cRange } from 'tributary-protocol/record-batch/crc32c.js';
 import {
   ATTRIBUTES,
@@ -108,7 +109,7 @@ let headersEnd = 0;
 
 /**
  * Writes one RecordBatch v2 record at `p` of `dst` from bytes of `src`: the key at `keyAt` (`keyLen`, -1 for
- * none), the value at `valueAt`, and `hc` headers in Tributary's layout (key u16 length + UTF-8, value u32
+ * none), the value at `valueAt` (`valueLen`, -1 for null), and `hc` headers in Tributary's layout (key u16 length + UTF-8, value u32
  * length + bytes, as both the wire and the stored records carry them) from `headersAt`. Returns the end.
  */
 function writeV2Record(
@@ -133,7 +134,13 @@ function writeV2Record(
     headerBytes += sizeOfLength(hk) + hk + sizeOfLength(hv) + hv;
   }
   const bodyLen =
-    1 + sizeOfVarlong(tsDelta) + sizeOfLength(offsetDelta) + (keyLen < 0 ? 1 : sizeOfLength(keyLen) + keyLen) + sizeOfLength(valueLen) + valueLen + sizeOfLength(hc) + headerBytes;
+    1 +
+    sizeOfVarlong(tsDelta) +
+    sizeOfLength(offsetDelta) +
+    (keyLen < 0 ? 1 : sizeOfLength(keyLen) + keyLen) +
+    (valueLen < 0 ? 1 : sizeOfLength(valueLen) + valueLen) +
+    sizeOfLength(hc) +
+    headerBytes;
   p = writeVarint(dst, p, bodyLen);
   dst[p++] = 0;
   p = writeVarlong(dst, p, tsDelta);
@@ -144,9 +151,12 @@ function writeV2Record(
     copyRun(src, keyAt, keyAt + keyLen, dst, p);
     p += keyLen;
   }
-  p = writeVarint(dst, p, valueLen);
-  copyRun(src, valueAt, valueAt + valueLen, dst, p);
-  p += valueLen;
+  if (valueLen < 0) dst[p++] = 1; // zigzag -1: a null value
+  else {
+    p = writeVarint(dst, p, valueLen);
+    copyRun(src, valueAt, valueAt + valueLen, dst, p);
+    p += valueLen;
+  }
   p = writeVarint(dst, p, hc);
   h = headersAt;
   for (let j = 0; j < hc; j++) {
@@ -306,7 +316,8 @@ export function writeWireFromStoredBatch(src: Buffer, pos: number, from: number,
     p = varEnd.pos;
     if (ext) {
       w64(dst, at, baseTs + tsDelta);
-      dst[at + 8] = wireAttrs;
+      // A null value (length -1) is the current layout's empty value with NULL_VALUE.
+      dst[at + 8] = valueLen < 0 ? wireAttrs | RecordAttr.NULL_VALUE : wireAttrs;
       dst[at + 9] = hc >>> 8;
       dst[at + 10] = hc;
       at += 11;
@@ -343,8 +354,9 @@ export const v2Out = { valueLength: 0 };
  * Writes the record stored at `pos` of `src` in the current layout (record-codec.ts; written by this
  * process or validated) as a RecordBatch v2 record at `at` of `dst`, with the given deltas from its batch's
  * base offset and base timestamp: the reading side of the migration (segments of the current layout
- * served as RecordBatch v2). Attributes stay with the batch. A record takes at most its stored size plus 2
- * bytes per header. Returns the end.
+ * served as RecordBatch v2). Attributes stay with the batch, but for NULL_VALUE: the (empty) value goes out
+ * as null (length -1), as the Kafka producer sent it. A record takes at most its stored size plus 2 bytes per
+ * header. Returns the end.
  */
 export function writeV2RecordFromStored(src: Buffer, pos: number, dst: Buffer, at: number, offsetDelta: number, tsDelta: number): number {
   const recEnd = pos + 4 + (src[pos]! * 0x1000000 + ((src[pos + 1]! << 16) | (src[pos + 2]! << 8) | src[pos + 3]!));
@@ -355,7 +367,8 @@ export function writeV2RecordFromStored(src: Buffer, pos: number, dst: Buffer, a
   const valueLen = r32u(src, v);
   const h0 = v + 4 + valueLen;
   const hc = (src[h0]! << 8) | src[h0 + 1]!;
-  const p = writeV2Record(src, k + 4, keyLen, v + 4, valueLen, h0 + 2, hc, tsDelta, offsetDelta, dst, at);
+  const nullValue = (src[pos + 24]! & RecordAttr.NULL_VALUE) !== 0 && valueLen === 0;
+  const p = writeV2Record(src, k + 4, keyLen, v + 4, nullValue ? -1 : valueLen, h0 + 2, hc, tsDelta, offsetDelta, dst, at);
   if (headersEnd !== recEnd) throw new Error(`stored record at ${pos}: headers end at ${headersEnd}, the record at ${recEnd}`);
   v2Out.valueLength = valueLen;
   return p;

@@ -67,7 +67,14 @@ export function asRecordBatch(records: readonly LogRecord[], nextOffset: number,
   return encodeRecordBatch({
     baseOffset: base,
     partitionLeaderEpoch: 0,
-    records: data.map((r) => ({ key: r.key, value: r.value, headers: r.headers, timestamp: r.timestamp, offsetDelta: r.offset - base })),
+    records: data.map((r) => ({
+      key: r.key,
+      // A Kafka producer's null value, stored empty (docs/kafka.md, "Produce").
+      value: (r.attributes & RecordAttr.NULL_VALUE) !== 0 && r.value.length === 0 ? null : r.value,
+      headers: r.headers,
+      timestamp: r.timestamp,
+      offsetDelta: r.offset - base,
+    })),
     lastOffsetDelta: last - base,
   });
 }

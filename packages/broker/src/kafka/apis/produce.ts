@@ -10,7 +10,7 @@
  * verified with the id's coordinator, txn-produce.ts), INVALID_TXN_STATE otherwise with nothing stored.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { MAX_PRODUCER_EPOCH, type RecordHeader, type RecordInput } from 'tributary-protocol/record.js';
+import { MAX_PRODUCER_EPOCH, RecordAttr, type RecordHeader, type RecordInput } from 'tributary-protocol/record.js';
 import type { IdempotentBatch, TransactionalBatch } from '../../partition/partition-types.js';
 import { READ_HEADER_COST } from '../../storage/record-codec.js';
 import { RecordBatchError } from 'tributary-protocol/record-batch/errors.js';
@@ -76,9 +76,9 @@ function inflateBudget(ctx: KafkaRequestContext): InflateBudget {
 }
 
 /**
- * The records of one producer batch, as the log takes them (null values and headers become empty). A
- * compressed batch inflates within the request's budget: its header's record count is the client's word
- * and bounds nothing. Exported for its unit test.
+ * The records of one producer batch, as the log takes them (a null value is empty with NULL_VALUE, a null
+ * header value empty). A compressed batch inflates within the request's budget: its header's record count
+ * is the client's word and bounds nothing. Exported for its unit test.
  */
 export async function recordsOf(ctx: KafkaRequestContext, batch: RecordBatchView, budget: InflateBudget): Promise<RecordInput[]> {
   const max = ctx.broker.config.maxRecordBytes;
@@ -105,7 +105,8 @@ export async function recordsOf(ctx: KafkaRequestContext, batch: RecordBatchView
       throw new RecordBatchError('timestamp_out_of_range', `record ${records.length} timestamp ${r.timestamp} is below -1`, { record: records.length, field: 'timestamp' });
     }
     const key = r.key();
-    const value = r.value() ?? EMPTY;
+    const given = r.value();
+    const value = given ?? EMPTY;
     if (value.length + (key?.length ?? 0) > max) throw new TributaryError('record_too_large', { size: value.length + (key?.length ?? 0), max });
     // Charged before the header objects are built. Only a record with headers is refused here: what was
     // charged while a batch inflated may leave the budget below 0, and a record without any costs nothing.
@@ -117,7 +118,10 @@ export async function recordsOf(ctx: KafkaRequestContext, batch: RecordBatchView
     budget.left -= headerCharge;
     const headers: RecordHeader[] = r.headers().map((h) => ({ key: h.key, value: h.value ?? EMPTY }));
     // The producer's timestamp as given (CreateTime): 0 stays 0, -1 (NO_TIMESTAMP) is stored and read back as -1.
-    records.push({ key, value, timestamp: r.timestamp, keepTimestamp: true, headers });
+    // A null value (a tombstone) is kept apart from an empty one: stored empty with NULL_VALUE.
+    const input: RecordInput = { key, value, timestamp: r.timestamp, keepTimestamp: true, headers };
+    if (given === null) input.attributes = RecordAttr.NULL_VALUE;
+    records.push(input);
   }, data);
   return records;
 }
