@@ -34,6 +34,12 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
   };
   const wait = p.bool('wait') ?? true;
   if (spec.cleanupPolicy === 'compact') throw invalidParam('cleanup_policy', 'compaction is only available for internal topics in this version');
+  // Tombstone retention does nothing on a topic that is not compacted, and no topic changes its policy
+  // after creation: refused, not stored (docs/protocol.md, CREATE). Kafka's CreateTopics takes it, as Kafka does.
+  // (cleanup_policy=compact, which would take it, is refused above for now.)
+  if (spec.deleteRetentionMs !== undefined) {
+    throw invalidParam('delete_retention_ms', `only a compacted topic keeps tombstones; this one is cleanup_policy=${spec.cleanupPolicy}`);
+  }
   if (b.cluster && spec.replicationFactor > b.cluster.liveBrokers().length) {
     throw new TributaryError('NOT_ENOUGH_REPLICAS', { replication_factor: spec.replicationFactor, live_brokers: b.cluster.liveBrokers().length });
   }

@@ -12,7 +12,6 @@ interface CreateOptions extends ClientOptions {
   retentionHours?: number;
   retentionBytes?: number;
   cleanupPolicy?: 'delete';
-  deleteRetentionMs?: number;
 }
 
 interface ListOptions extends ClientOptions {
@@ -41,9 +40,9 @@ export function registerTopicCommand(program: Command): void {
       .option('--replication-factor <n>', 'replicas per partition (cluster mode; a standalone broker takes only 1)', intArg(1))
       .option('--retention-hours <n>', 'retention by age, -1 for unlimited', intArg(-1))
       .option('--retention-bytes <n>', 'retention by size per partition, -1 for unlimited', intArg(-1))
-      // compact is not offered: the broker refuses it for user topics (compaction is internal-only in this version).
+      // compact is not offered: the broker refuses it for user topics (compaction is internal-only in this version),
+      // and with it the tombstone retention (delete_retention_ms), which only a compacted topic takes.
       .addOption(new Option('--cleanup-policy <policy>', 'delete old segments (compaction is for internal topics only)').choices(['delete']))
-      .option('--delete-retention-ms <ms>', "how long a tombstone stays once the topic is compacted; stored with it (default: the broker's --delete-retention-ms)", intArg(0))
       .addOption(formatOption()),
   ).action(async (name: string, opts: CreateOptions) => {
     const reply = await withConnection(opts, (conn) =>
@@ -54,7 +53,6 @@ export function registerTopicCommand(program: Command): void {
         retention_hours: opts.retentionHours,
         retention_bytes: opts.retentionBytes,
         cleanup_policy: opts.cleanupPolicy,
-        delete_retention_ms: opts.deleteRetentionMs,
       }),
     );
     const p = Object.fromEntries(parseLine(reply).params);

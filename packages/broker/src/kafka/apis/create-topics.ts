@@ -2,8 +2,8 @@
  * CreateTopics: the same topics CREATE makes (docs/kafka.md): a replication factor up to the live brokers
  * (-1: the default; 1 standalone); partition counts up to the broker's maximum (-1: the default); no manual replica
  * assignment. Topic configs map onto Tributary's policy: `retention.ms` (whole hours, 0 or more, or -1),
- * `retention.bytes`, `cleanup.policy=delete`, `delete.retention.ms` (0 or more; it applies once a topic is
- * compacted); any other config is refused, never ignored, and so is a config given twice. A topic that
+ * `retention.bytes`, `cleanup.policy=delete`, `delete.retention.ms` (0 or more, stored; it does nothing on a
+ * topic that is not compacted, but Kafka takes it there and so does this port, unlike CREATE); any other config is refused, never ignored, and so is a config given twice. A topic that
  * exists is TOPIC_ALREADY_EXISTS, as Kafka answers. A name given twice in one request is INVALID_REQUEST
  * (one result for it) and creates nothing, as Kafka's controller answers.
  */
