@@ -83,6 +83,14 @@ it('the under-replicated and leaderless counts are of the partitions shown, in t
     expect(await counts('--topic', '__consumer_offsets')).toEqual([1, 0]);
     expect(await counts()).toEqual([2, 1]);
     expect(await counts('--internal')).toEqual([3, 1]);
+    // The internal partitions the default leaves out are counted apart in JSON too, and only then.
+    const apart = async (...args: string[]) => {
+      const s = JSON.parse((await run('--json', ...args)).stdout) as { internal_under_replicated?: number; internal_leaderless?: number };
+      return [s.internal_under_replicated, s.internal_leaderless];
+    };
+    expect(await apart()).toEqual([1, 0]);
+    expect(await apart('--internal')).toEqual([undefined, undefined]);
+    expect(await apart('--topic', 'solo')).toEqual([undefined, undefined]);
     const head = async (...args: string[]) => (await run(...args)).stdout.split('\n').slice(2, 4);
     expect(await head('--topic', 'solo')).toEqual(['under-replicated:  0', 'leaderless:        0']);
     expect(await head('--internal')).toEqual(['under-replicated:  3', 'leaderless:        1']);

@@ -270,10 +270,13 @@ export function registerClusterCommands(program: Command): void {
     const internal = opts.internal === true;
     // A topic of no partitions does not exist: an error rather than an empty report that looks like an answer.
     if (opts.topic !== undefined && !s.partitions.some((p) => p.topic === opts.topic)) throw new CliError(`error: topic_not_found topic=${opts.topic}`);
-    // JSON narrowed as the tables are, its counts too (they counted every topic whatever --topic said).
+    // JSON narrowed as the tables are, its counts too (they counted every topic whatever --topic said);
+    // the internal partitions left out by default are counted apart, so a script still sees their trouble.
     if (opts.json || opts.format === 'json') {
       const partitions = statusPartitions(s, opts.topic, internal);
-      print(JSON.stringify({ ...s, partitions, ...statusCounts(s, partitions) }, null, 2));
+      const hidden = opts.topic === undefined && !internal ? statusCounts(s, s.partitions.filter((p) => p.topic.startsWith('__'))) : undefined;
+      const left = hidden ? { internal_under_replicated: hidden.under_replicated, internal_leaderless: hidden.leaderless } : {};
+      print(JSON.stringify({ ...s, partitions, ...statusCounts(s, partitions), ...left }, null, 2));
     } else for (const l of formatClusterStatus(s, opts.topic, internal)) print(l);
   });
 }
