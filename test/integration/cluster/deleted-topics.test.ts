@@ -8,11 +8,11 @@ import { Etcd3 } from 'etcd3';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { DeletedTopicSweeper } from 'tributary-broker/cluster/deleted-topics.js';
 import { EtcdMetadataStore } from 'tributary-broker/cluster/etcd-metadata-store.js';
-import type { TopicDefinition } from 'tributary-broker/partition/metadata-store.js';
 import { createLogger } from 'tributary-broker/common/logger.js';
 import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { REQUEST_TIMEOUT_MS, uniquePrefix } from './helpers.js';
+import { topicSpec } from '../../helpers/topic-spec.js';
 
 const DAY = 86_400_000;
 const RETENTION = 7 * DAY;
@@ -22,18 +22,6 @@ let client: Etcd3;
 const stores: EtcdMetadataStore[] = [];
 const logger = createLogger('silent');
 
-function spec(name: string): Omit<TopicDefinition, 'topicId' | 'createdAt'> {
-  return {
-    name,
-    partitions: 1,
-    replicationFactor: 1,
-    idempotent: false,
-    partitioner: 'hash_key',
-    retentionHours: -1,
-    retentionBytes: -1,
-    cleanupPolicy: 'delete',
-  };
-}
 
 async function openStore(prefix: string, clock: FakeClock): Promise<EtcdMetadataStore> {
   const store = new EtcdMetadataStore({ etcd: { endpoints: etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS }, prefix, clock });
@@ -48,7 +36,7 @@ function sweeper(prefix: string, clock: FakeClock, more: { retentionMs?: number;
 
 /** Creates and deletes a topic; returns its tombstone's name (`<name>~<topicId>`). */
 async function createAndDelete(store: EtcdMetadataStore, name: string): Promise<string> {
-  const { topic } = await store.createTopic(spec(name));
+  const { topic } = await store.createTopic(topicSpec(name));
   await store.deleteTopic(name);
   return `${name}~${topic.topicId}`;
 }
@@ -137,7 +125,7 @@ describe('expiring the tombstones of deleted topics', () => {
     const store = await openStore(prefix, clock);
     const first = await createAndDelete(store, 't');
     await clock.advance(RETENTION);
-    const { topic } = await store.createTopic(spec('t'));
+    const { topic } = await store.createTopic(topicSpec('t'));
     const sweep = sweeper(prefix, clock);
     const [step] = await Promise.all([sweep.pass(), store.deleteTopic('t')]);
     expect(step.removed).toBe(1);

@@ -1,30 +1,19 @@
 import { Etcd3 } from 'etcd3';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { EtcdMetadataStore, type EtcdMetadataStoreOptions } from 'tributary-broker/cluster/etcd-metadata-store.js';
-import type { TopicDefinition } from 'tributary-broker/partition/metadata-store.js';
 import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
 import { REQUEST_TIMEOUT_MS, uniquePrefix } from './helpers.js';
 import { eventually, rejection } from '../../helpers/util.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
+import type { TopicDefinition } from 'tributary-broker/partition/metadata-store.js';
+import { type TopicSpec, topicSpec } from '../../helpers/topic-spec.js';
 
-type TopicSpec = Omit<TopicDefinition, 'topicId' | 'createdAt'>;
+/** A topic of 3 partitions unless `over` says otherwise. */
+const spec = (name: string, over: Partial<TopicSpec> = {}): TopicSpec => topicSpec(name, { partitions: 3, ...over });
 
 let etcd: EtcdServer;
 const stores: EtcdMetadataStore[] = [];
 
-function spec(name: string, over: Partial<TopicSpec> = {}): TopicSpec {
-  return {
-    name,
-    partitions: 3,
-    replicationFactor: 1,
-    idempotent: false,
-    partitioner: 'hash_key',
-    retentionHours: -1,
-    retentionBytes: -1,
-    cleanupPolicy: 'delete',
-    ...over,
-  };
-}
 
 async function openStore(prefix: string, more: Partial<EtcdMetadataStoreOptions> = {}): Promise<EtcdMetadataStore> {
   const store = new EtcdMetadataStore({ etcd: { endpoints: etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS }, prefix, ...more });

@@ -5,28 +5,16 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { EtcdMetadataStore } from 'tributary-broker/cluster/etcd-metadata-store.js';
-import type { TopicDefinition } from 'tributary-broker/partition/metadata-store.js';
 import { PartitionStateStore } from 'tributary-broker/cluster/partition-state.js';
 import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
 import { REQUEST_TIMEOUT_MS, uniquePrefix } from './helpers.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
 import { eventually, rejection } from '../../helpers/util.js';
+import { topicSpec } from '../../helpers/topic-spec.js';
 
 let etcd: EtcdServer;
 const closers: Array<() => Promise<void>> = [];
 
-function spec(name: string, partitions = 2): Omit<TopicDefinition, 'topicId' | 'createdAt'> {
-  return {
-    name,
-    partitions,
-    replicationFactor: 1,
-    idempotent: false,
-    partitioner: 'hash_key',
-    retentionHours: -1,
-    retentionBytes: -1,
-    cleanupPolicy: 'delete',
-  };
-}
 
 function options(prefix: string) {
   return { etcd: { endpoints: etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS }, prefix };
@@ -68,19 +56,19 @@ describe('metadata while etcd is unreachable', () => {
   it('fails changes with metadata_unavailable within the request timeout, serves reads, and recovers', async () => {
     const prefix = uniquePrefix('topics');
     const [a, b] = await Promise.all([openTopics(prefix), openTopics(prefix)]);
-    const { topic: kept } = await a.createTopic(spec('kept'));
+    const { topic: kept } = await a.createTopic(topicSpec('kept', { partitions: 2 }));
     await eventually('B to see the topic', () => b.getTopic('kept') !== undefined);
 
     await etcd.kill('SIGSTOP');
     // Each fails while etcd is still stopped (it is resumed below), ended by its deadline.
-    for (const attempt of [() => a.createTopic(spec('new')), () => a.deleteTopic('kept'), () => b.deleteTopic('absent')]) await deadlineRejection(attempt());
+    for (const attempt of [() => a.createTopic(topicSpec('new', { partitions: 2 })), () => a.deleteTopic('kept'), () => b.deleteTopic('absent')]) await deadlineRejection(attempt());
     // Reads answer at once from the last known state.
     expect(a.getTopic('kept')).toEqual(kept);
     expect(b.listTopics()).toEqual([kept]);
     expect(a.getTopic('new')).toBeUndefined();
 
     await etcd.kill('SIGCONT');
-    const created = await eventually('a change to succeed again', () => a.createTopic(spec('new')).catch(() => undefined), 10_000, 100);
+    const created = await eventually('a change to succeed again', () => a.createTopic(topicSpec('new', { partitions: 2 })).catch(() => undefined), 10_000, 100);
     // The timed-out create above may have been applied after all; either way the topic exists exactly once.
     expect(created.topic.name).toBe('new');
     await eventually('B to catch up', () => b.getTopic('new')?.topicId === created.topic.topicId);
@@ -132,12 +120,12 @@ describe('metadata across an etcd restart', () => {
   it('reconnects its watch and catches up with changes made while it was away', async () => {
     const prefix = uniquePrefix('restart');
     const [a, b] = await Promise.all([openTopics(prefix), openTopics(prefix)]);
-    const { topic: before } = await a.createTopic(spec('before'));
+    const { topic: before } = await a.createTopic(topicSpec('before', { partitions: 2 }));
     await eventually('B to see the first topic', () => b.getTopic('before') !== undefined);
 
     await etcd.restart();
     // Writes right after the restart, while B's watch may still be reconnecting.
-    const created = await eventually('a change after the restart', () => a.createTopic(spec('after')).catch(() => undefined), 10_000, 100);
+    const created = await eventually('a change after the restart', () => a.createTopic(topicSpec('after', { partitions: 2 })).catch(() => undefined), 10_000, 100);
     expect(await a.deleteTopic('before')).toEqual(before);
     await eventually('B to catch up', () => b.getTopic('after')?.topicId === created.topic.topicId && b.getTopic('before') === undefined, 15_000);
     expect(b.listTopics().map((t) => t.name)).toEqual(['after']);
