@@ -15,13 +15,8 @@ import { KeyScheduler, type WindowEntry } from './key-scheduler.js';
 import type { EachMessagePayload } from './message-handlers.js';
 import type { OffsetCommitter } from './offset-committer.js';
 import type { PartitionWorker } from './partition-worker.js';
-import { backoffSleep } from './retry.js';
+import { handlerFailureBackoff } from './retry.js';
 import { sessionHeld } from './session-guard.js';
-
-/** The one-at-a-time sink's backoff after a handler failure (message-handlers.ts). */
-function failureBackoff(failures: number, signal: AbortSignal): Promise<void> {
-  return backoffSleep(Math.min(failures, 8), { initialDelayMs: 100, maxDelayMs: 5000 }, signal);
-}
 
 export class HandlerWindow {
   private readonly sched: KeyScheduler<ConsumedMessage>;
@@ -45,7 +40,7 @@ export class HandlerWindow {
     limits: ResolvedConcurrency,
     private readonly handler: (p: EachMessagePayload) => Promise<void> | void,
     /** The wait after a failure before reading again (injected by unit tests). */
-    private readonly backoff: (failures: number, signal: AbortSignal) => Promise<void> = failureBackoff,
+    private readonly backoff: (failures: number, signal: AbortSignal) => Promise<void> = handlerFailureBackoff,
   ) {
     this.sched = new KeyScheduler<ConsumedMessage>(limits, (m) => m.key);
   }

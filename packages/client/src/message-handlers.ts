@@ -11,7 +11,7 @@ import type { OffsetCommitter } from './offset-committer.js';
 import type { Complete } from './option-names.js';
 import type { Sink } from './partition-fetcher.js';
 import type { PartitionWorker } from './partition-worker.js';
-import { backoffSleep } from './retry.js';
+import { handlerFailureBackoff } from './retry.js';
 import { sessionHeld } from './session-guard.js';
 import type { RetryInfo } from './retry-headers.js';
 import type { RetryTopicsOptions } from './retry-topics-options.js';
@@ -123,7 +123,7 @@ async function timed(ctx: ConsumerContext, w: PartitionWorker, offset: number, f
     // the handler made before it threw stands.
     w.seekTo ??= Math.max(w.processed, offset);
     w.failures++;
-    await backoffSleep(Math.min(w.failures, 8), { initialDelayMs: 100, maxDelayMs: 5000 }, w.signal);
+    await handlerFailureBackoff(w.failures, w.signal);
     return false;
   } finally {
     clearTimeout(timer);

@@ -90,3 +90,12 @@ export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> 
 export function backoffSleep(attempt: number, opts: Pick<RetryOptions, 'initialDelayMs' | 'maxDelayMs' | 'factor'>, signal?: AbortSignal): Promise<void> {
   return abortableSleep(backoffDelay(attempt, opts), signal);
 }
+
+/**
+ * The wait before a consumer delivers again what its handler threw on (docs/sdk.md, "Offsets"): the
+ * `failures`-th in a row, full jitter from 100 ms doubling to 5 s. Not the `retry` option, which bounds
+ * requests to brokers.
+ */
+export function handlerFailureBackoff(failures: number, signal: AbortSignal): Promise<void> {
+  return backoffSleep(Math.min(failures, 8), { initialDelayMs: 100, maxDelayMs: 5000 }, signal);
+}
