@@ -541,6 +541,29 @@ describe('the Kafka listener', () => {
         raw.socket.destroy();
       }
     });
+    it('Produce with acks 0 that fails (an unknown partition) ends the connection once the responses before it went out, as Kafka does; nothing is stored', async () => {
+      await c.command('CREATE', { topic: 'acks0-fail', partitions: 1 });
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        const api = apiByKey(18)!;
+        const batch = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('lost') }] });
+        // ApiVersions, then the failing Produce, then ApiVersions again, in one write.
+        raw.socket.write(
+          Buffer.concat([
+            encodeRequest(api, 0, 50, 'raw', {}),
+            encodeRequest(apiByKey(0)!, 7, 51, 'raw', { transactionalId: null, acks: 0, timeoutMs: 1000, topicData: [{ name: 'acks0-fail', partitionData: [{ index: 7, records: batch }] }] }),
+            encodeRequest(api, 0, 52, 'raw', {}),
+          ]),
+        );
+        expect(decodeResponse(api, 0, await raw.next()).correlationId).toBe(50);
+        // Before: the failure was only logged, the connection went on and 52 was answered; the client never knew.
+        await raw.closed;
+        expect(raw.socket.destroyed || raw.socket.readableEnded).toBe(true);
+      } finally {
+        raw.socket.destroy();
+      }
+      expect(await c.command('LIST_OFFSETS', { topic: 'acks0-fail', partition: 0 })).toContain('leo=0');
+    });
   });
 
   describe('bad input on the Kafka port', () => {

@@ -14,7 +14,7 @@
  */
 import type net from 'node:net';
 import type { Logger } from '../common/logger.js';
-import type { KafkaHandler } from './apis/handler.js';
+import { EndConnection, type KafkaHandler } from './apis/handler.js';
 import type { AppendTurn, KafkaIdentity, KafkaRequestContext, SaslState } from './context.js';
 import { API_VERSIONS_KEY } from './protocol/apis.js';
 import { SaslAuthenticate, SaslHandshake } from './protocol/messages/sasl.js';
@@ -281,7 +281,7 @@ export class KafkaConnection {
     const bytes = frame.length + FRAME_PREFIX;
     if (this.ctx.sasl.step === 'handshaken' && this.ctx.sasl.raw) {
       // After a SaslHandshake v0 the token comes bare; a refused one closes the connection unanswered.
-      this.respond(bytes, authenticateBareToken(this.ctx, frame), () => this.ctx.sasl.step === 'failed');
+      this.respond(bytes, authenticateBareToken(this.ctx, frame), () => (this.ctx.sasl.step === 'failed' ? 'SASL authentication failed' : undefined));
       return;
     }
     if (frame.length < MIN_REQUEST_FRAME) {
@@ -328,18 +328,20 @@ export class KafkaConnection {
     }
     const throttleMs = this.throttle();
     const started = performance.now();
+    let endReason: string | undefined;
     const answer = Promise.resolve()
       .then(() => h.handle(this.ctx, version, body, header))
       .then((res) => {
         // Beside the main port's commands, under the API's name (docs/operations.md, "Metrics").
         this.ctx.broker.metrics.requestDuration.child(`kafka_${api.name}`).observe((performance.now() - started) / 1000);
-        if (res === null) return null;
+        if (res instanceof EndConnection) endReason = res.reason;
+        if (res === null || res instanceof EndConnection) return null;
         if (throttleMs > 0) res.throttleTimeMs = Math.max(throttleMs, (res.throttleTimeMs as number | undefined) ?? 0);
         return encodeResponseParts(api, version, header.correlationId, res);
       });
-    // A failed SASL exchange gets its answer, then the connection ends.
+    // A failed SASL exchange gets its answer, then the connection ends; so does a handler's EndConnection.
     const isSasl = api.key === SaslHandshake.apiKey || api.key === SaslAuthenticate.apiKey;
-    this.respond(bytes, answer, isSasl ? () => this.ctx.sasl.step === 'failed' : undefined);
+    this.respond(bytes, answer, () => endReason ?? (isSasl && this.ctx.sasl.step === 'failed' ? 'SASL authentication failed' : undefined));
   }
 
   /** Stops reading, lets what was written go out (bounded), then closes. */
@@ -352,7 +354,8 @@ export class KafkaConnection {
   }
 
   /** `bytes`: the request's, pending until its response was written (or it needs none). */
-  private respond(bytes: number, answer: Promise<Buffer[] | null>, endAfter?: () => boolean): void {
+  /** `endAfter`: why the connection ends once this answer went out, if it does. */
+  private respond(bytes: number, answer: Promise<Buffer[] | null>, endAfter?: () => string | undefined): void {
     // Before authentication this is the one request being handled (pump() holds the next frames).
     const releases = this.held;
     this.inFlight++;
@@ -367,7 +370,8 @@ export class KafkaConnection {
           for (const p of parts) this.socket.write(p);
           process.nextTick(() => this.socket.uncork());
         }
-        if (endAfter?.()) this.end('SASL authentication failed');
+        const endReason = endAfter?.();
+        if (endReason !== undefined) this.end(endReason);
       } catch (err) {
         this.o.logger.error({ err, remote: this.remote }, 'Kafka request failed');
         this.close('internal error');

@@ -6,11 +6,22 @@ import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestHeader } from '../protocol/headers.js';
 import type { KafkaRequestContext } from '../context.js';
 
+/**
+ * No response, and the connection ends once the responses before it went out: how Kafka tells a client
+ * whose request gets no response that it failed (Produce with acks 0, whose client would otherwise never
+ * learn of a NOT_LEADER and refresh its metadata).
+ */
+export class EndConnection {
+  constructor(readonly reason: string) {}
+}
+
+export type KafkaHandlerResult = KafkaStruct | null | EndConnection;
+
 export interface KafkaHandler {
   /** Its entry in the API table: the range there is what ApiVersions advertises once the API is served. */
   readonly api: KafkaApi;
-  /** The response body; null for a request that gets none (Produce with acks 0). */
-  handle(ctx: KafkaRequestContext, version: number, body: KafkaStruct, header: KafkaRequestHeader): Promise<KafkaStruct | null> | KafkaStruct | null;
+  /** The response body; null for a request that gets none (Produce with acks 0); EndConnection (above). */
+  handle(ctx: KafkaRequestContext, version: number, body: KafkaStruct, header: KafkaRequestHeader): Promise<KafkaHandlerResult> | KafkaHandlerResult;
 }
 
 export function handler(api: KafkaApi, handle: KafkaHandler['handle']): KafkaHandler {

@@ -22,7 +22,7 @@ import { Produce } from '../protocol/messages/produce.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
 import { acknowledged, leaderGate } from './cluster-gate.js';
-import { handler, refusal } from './handler.js';
+import { EndConnection, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 import { txnErrorCode } from './transactions.js';
 import { transactionalAppend } from './txn-produce.js';
@@ -251,7 +251,7 @@ export const produceHandler = handler(apiByKey(Produce.apiKey)!, async (ctx, _ve
         name: t.name,
         partitionResponses: (t.partitionData as KafkaStruct[]).map((p) => ({ ...failed(p.index as number, new Error(denied.message)), errorCode: code })),
       }));
-      return acks === 0 ? null : { responses, throttleTimeMs: 0 };
+      return acks === 0 ? new EndConnection('produce with acks 0 refused') : { responses, throttleTimeMs: 0 };
     }
   }
   // Decoded side by side; the appends then start in the connection's request order (kafka-connection.ts),
@@ -274,8 +274,16 @@ export const produceHandler = handler(apiByKey(Produce.apiKey)!, async (ctx, _ve
   }
   const responses = topics.map((t, i) => ({ name: t.name, partitionResponses: results[i]! }));
   if (acks === 0) {
-    for (const t of responses) for (const p of t.partitionResponses) if (p.errorCode !== 0) ctx.broker.logger.warn({ topic: t.name, partition: p.index, error: p.errorMessage }, 'Kafka produce with acks 0 failed');
-    return null;
+    let failedAny = false;
+    for (const t of responses) {
+      for (const p of t.partitionResponses) {
+        if (p.errorCode === 0) continue;
+        failedAny = true;
+        ctx.broker.logger.warn({ topic: t.name, partition: p.index, error: p.errorMessage }, 'Kafka produce with acks 0 failed');
+      }
+    }
+    // As Kafka: the client hears of the failure by the connection ending (and refreshes its metadata).
+    return failedAny ? new EndConnection('produce with acks 0 failed') : null;
   }
   return { responses, throttleTimeMs: 0 };
 });
