@@ -1,6 +1,10 @@
-/** Reading a segment's records in order, in bounded chunks (Segment.scan, Segment.scanRecords). */
+/**
+ * Reading a segment's records in order (Segment.scan, Segment.scanRecords: segment-walk.ts's walk), and the
+ * search for a valid record at any byte after a bad one (recovery).
+ */
 import type { LogRecord } from 'tributary-protocol/record.js';
-import { type DecodeFailure, decodeRecord, inspectRecord, MIN_RECORD_BODY } from './record-codec.js';
+import { type DecodeFailure, inspectRecord, MIN_RECORD_BODY } from './record-codec.js';
+import { DECODE, INSPECT, walkSegment } from './segment-walk.js';
 
 /** Bytes read at a time (more when one record is larger). */
 const SCAN_CHUNK = 1024 * 1024;
@@ -22,8 +26,9 @@ export interface ScanOutcome {
 }
 
 /**
- * Validates records in [from, end) in order, read through `read`, calling `onInfo` (or, decoding each record,
- * `onRecord`) for each; stops at the first invalid one or when the callback returns false.
+ * Validates records in [from, end) in order, read through `read` (segment-walk.ts), calling `onInfo` (or,
+ * decoding each record, `onRecord`) for each; stops at the first invalid one or when the callback returns
+ * false. A file shorter than `end` is an 'incomplete' record at its end; a failed read throws.
  */
 export async function walkRecords(
   read: (position: number, length: number) => Promise<Buffer>,
@@ -32,35 +37,17 @@ export async function walkRecords(
   onInfo: ((r: RecordInfo) => boolean) | null,
   onRecord: ((r: RecordInfo, rec: LogRecord) => boolean) | null,
 ): Promise<ScanOutcome> {
-  let pos = from;
-  let need = 0;
-  while (pos < end) {
-    const want = Math.min(end - pos, Math.max(SCAN_CHUNK, need));
-    const buf = await read(pos, want);
-    if (buf.length === 0) return { position: pos, failure: 'incomplete' };
-    need = 0;
-    let p = 0;
-    while (p < buf.length) {
-      const d = onRecord ? decodeRecord(buf, p) : null;
-      const r = d ? (d.ok ? { ok: true as const, size: d.size, ...d.record } : d) : inspectRecord(buf, p);
-      if (!r.ok) {
-        const needed = r.needed ?? 4;
-        // Record continues past this chunk but within the file: re-read from its start
-        // (unless the file itself came up short, which would loop forever).
-        if (r.reason === 'incomplete' && buf.length === want && pos + p + needed <= end && needed > buf.length - p) {
-          need = needed;
-          break;
-        }
-        return { position: pos + p, failure: r.reason };
-      }
-      const info: RecordInfo = { offset: r.offset, timestamp: r.timestamp, attributes: r.attributes, position: pos + p, size: r.size };
-      const more = onRecord && d?.ok ? onRecord(info, d.record) : (onInfo as (r: RecordInfo) => boolean)(info);
-      if (!more) return { position: pos + p, failure: null };
-      p += r.size;
-    }
-    pos += p;
-  }
-  return { position: pos, failure: null };
+  const chunk = () => SCAN_CHUNK;
+  const out = onRecord
+    ? await walkSegment(read, from, end, chunk, DECODE, (_buf, _p, d, position) => {
+        const rec = d.record;
+        return onRecord({ offset: rec.offset, timestamp: rec.timestamp, attributes: rec.attributes, position, size: d.size }, rec) ? 'next' : 'stop';
+      })
+    : await walkSegment(read, from, end, chunk, INSPECT, (_buf, _p, r, position) =>
+        (onInfo as (r: RecordInfo) => boolean)({ offset: r.offset, timestamp: r.timestamp, attributes: r.attributes, position, size: r.size }) ? 'next' : 'stop',
+      );
+  if (out.failure === 'unreadable') throw out.error;
+  return { position: out.position, failure: out.failure === 'short' ? 'incomplete' : out.failure };
 }
 
 /** Bytes of a record's start read before its CRC is checked: length, CRC, offset. */
