@@ -8,9 +8,10 @@ import type { LogRecord } from 'tributary-protocol/record.js';
 import { storageError } from './log-fs.js';
 import type { ReadOptions } from './log-options.js';
 import type { LogState } from './log-state.js';
-import { ATTR_END_OF_APPEND, decodeRecord, inspectRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } from './record-codec.js';
+import { ATTR_END_OF_APPEND, inspectRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } from './record-codec.js';
 import { type StoredRead, type StoredReadOptions, readStoredAppends } from './replica-read.js';
 import type { SegmentFds } from './segment-fds.js';
+import { DECODE, walkLog } from './segment-walk.js';
 import { replyWriter } from './reply-writer.js';
 import { leftOut, type WireReadRequest } from './tail-cache.js';
 
@@ -203,73 +204,24 @@ export class LogReader {
   private async readFromDisk(offset: number, limit: number, maxRecords: number, maxBytes: number, keepMarker = false, whole = false): Promise<LogRecord[]> {
     const out: LogRecord[] = [];
     let bytes = 0;
-    let next = offset;
-    let done = false;
-    let retries = 0;
     // `whole`: the last record returned does not end its append, so the limits do not apply yet.
     let inAppend = false;
     /** `whole`: where in `out` the append being read begins, and the bytes before it. */
     let appendFrom = 0;
     let appendBytes = 0;
-    while (!done && next < limit && (out.length < maxRecords || inAppend)) {
-      const seg = this.st.segmentFor(next);
-      if (!seg || seg.deleted) return this.raced(out, offset);
-      const version = seg.version;
-      // Read together (appends update both at once): the records below segNext all lie before `end`.
-      const end = seg.size;
-      const segNext = seg.nextOffset;
-      let pos = seg.index.lookup(next).position;
-      const startNext = next;
-      let need = 0;
-      let stale = false;
-      this.fds.touch(seg);
-      while (!done && !stale && pos < end) {
-        // Size the read to what the caller can take, plus the skip from the index entry.
-        const avg = seg.recordCount > 0 ? Math.ceil(end / seg.recordCount) : READ_CHUNK_MIN;
-        const wanted = Math.min(maxBytes - bytes, (maxRecords - out.length) * avg, READ_CHUNK_MAX);
-        const chunk = Math.min(end - pos, Math.max(need, READ_CHUNK_MIN, wanted + seg.index.intervalBytes));
-        let buf: Buffer;
-        try {
-          buf = await seg.read(pos, chunk);
-        } catch (err) {
-          if (seg.deleted || seg.version !== version) {
-            stale = true;
-            break;
-          }
-          throw storageError(this.st.dir, 'read failed', err);
-        }
-        if (buf.length === 0) {
-          stale = true;
-          break;
-        }
-        need = 0;
-        let p = 0;
-        while (p < buf.length) {
-          const r = decodeRecord(buf, p);
-          if (!r.ok) {
-            const needed = r.needed ?? 4;
-            if (r.reason === 'incomplete' && buf.length === chunk && pos + p + needed <= end) {
-              need = needed;
-              break;
-            }
-            if (seg.deleted || seg.version !== version) {
-              stale = true;
-              break;
-            }
-            throw storageError(this.st.dir, `corrupt record in segment ${seg.baseOffset} at position ${pos + p}`);
-          }
+    const end = await walkLog(
+      this.st,
+      this.fds,
+      offset,
+      limit,
+      DECODE,
+      {
+        wanted: (avg) => Math.min(maxBytes - bytes, (maxRecords - out.length) * avg),
+        record: (_buf, _p, r) => {
           const rec = r.record;
-          // Below `next`: the skip from the index entry. Above it: a gap left by compaction.
-          if (rec.offset < next) {
-            p += r.size;
-            continue;
-          }
           // Headers are charged as the objects they became (READ_HEADER_COST), not only their bytes.
           const cost = r.size + rec.headers.length * READ_HEADER_COST;
-          if (rec.offset >= limit || (out.length > 0 && bytes + cost > maxBytes && !inAppend)) {
-            done = true;
-            break;
-          }
+          if (out.length > 0 && bytes + cost > maxBytes && !inAppend) return 'stop';
           if (whole) {
             if (!inAppend) {
               appendFrom = out.length;
@@ -280,36 +232,22 @@ export class LogReader {
           if (!keepMarker) rec.attributes &= USER_ATTR_MASK;
           out.push(rec);
           bytes += cost;
-          next = rec.offset + 1;
-          p += r.size;
-          if (out.length >= maxRecords && !inAppend) {
-            done = true;
-            break;
-          }
-        }
-        pos += p;
-      }
-      if (stale) {
-        // Compaction swapped the file in: the replacement holds the same offsets, so carry on from `next`;
-        // an append read in part starts over (its records may be gone from the replacement, each kept one
-        // an append of its own: the rest read on would leave a gap inside the append).
-        if (seg.superseded && retries++ < 8) {
-          if (inAppend) {
-            next = out[appendFrom]!.offset;
-            out.length = appendFrom;
-            bytes = appendBytes;
-            inAppend = false;
-          }
-          continue;
-        }
-        return this.raced(out, offset);
-      }
-      // Past the segment's last record but not its end (a compacted tail): the rest is in later segments.
-      if (!done && next < segNext) next = segNext;
-      // No progress means the segment view went stale (truncation); never spin.
-      if (next === startNext) break;
-    }
-    return out;
+          return out.length >= maxRecords && !inAppend ? 'last' : 'next';
+        },
+        // A compaction swap: an append read in part starts over (its records may be gone from the
+        // replacement, each kept one an append of its own: the rest read on would leave a gap inside it).
+        rewind: (next) => {
+          if (!inAppend) return next;
+          const restart = out[appendFrom]!.offset;
+          out.length = appendFrom;
+          bytes = appendBytes;
+          inAppend = false;
+          return restart;
+        },
+      },
+      'strict',
+    );
+    return end === 'raced' ? this.raced(out, offset) : out;
   }
 
   /** A read raced with retention/truncation: return what was read, or report the now-missing offset. */

@@ -1,10 +1,14 @@
 /**
  * The one walk over stored records (docs/architecture.md "Storage"): a segment file is read in chunks and
  * cut into whole records, each one's length, CRC and layout checked. `walkSegment` walks a byte range of one
- * segment (Segment.scan: recovery, cuts, compaction). What a caller does with each record, how large its
- * reads are, and what a bad record means to it are parameters.
+ * segment (Segment.scan: recovery, cuts, compaction); `walkLog` walks the log from an offset across its
+ * segments as reads do (LogReader, replica-read.ts). What a caller does with each record, how large its reads
+ * are, and what a bad record means to it are parameters.
  */
+import { storageError } from './log-fs.js';
+import type { LogState } from './log-state.js';
 import { type DecodeFailure, type DecodeResult, decodeRecord, type InspectResult, inspectRecord } from './record-codec.js';
+import type { SegmentFds } from './segment-fds.js';
 
 /** A visitor's answer to a record: go on past it, stop before it, or stop after it. */
 export type Verdict = 'next' | 'stop' | 'last';
@@ -87,4 +91,98 @@ export async function walkSegment<T extends { ok: true; size: number }>(
     pos += p;
   }
   return { position: pos, failure: null };
+}
+
+/** A caller of walkLog: what it takes of the records at and past the walk's offset. */
+export interface LogVisitor<T> {
+  /** Bytes it can still take, given the segment's average record size: sizes the next read. */
+  wanted(avgRecordSize: number): number;
+  /** A record at or past the walk's offset and below its limit: 'next' and 'last' take it ('last' ends the walk). */
+  record(buf: Buffer, p: number, r: T): Verdict;
+  /** A chunk's records are walked, up to `to` (the records taken of it lie before `to`). */
+  chunkEnd?(buf: Buffer, to: number): void;
+  /** A compaction swap ('strict'): the offset to go on from in the replacement, given the walk's next one. */
+  rewind?(next: number): number;
+}
+
+/**
+ * What a bad record or a failed read means. 'strict' (read(), a replica fetch): a storage_error, unless the
+ * segment was removed, cut or replaced meanwhile; then the walk retries in a compaction's replacement or
+ * ends 'raced'. 'lenient' (a wire read, which read() backs): any of it ends the walk 'failed'.
+ */
+export type BadRecordPolicy = 'strict' | 'lenient';
+
+/** 'end': the visitor stopped, the limit or the log end was reached. */
+export type LogWalkEnd = 'end' | 'raced' | 'failed';
+
+const READ_CHUNK_MIN = 16 * 1024;
+const READ_CHUNK_MAX = 8 * 1024 * 1024;
+const MAX_SWAP_RETRIES = 8;
+
+/**
+ * Walks the records of offsets [offset, limit) in order from the segment files, starting each segment at
+ * its index entry, skipping the records below the offset reached and stepping over compaction's gaps.
+ */
+export async function walkLog<T extends { ok: true; size: number }>(
+  st: LogState,
+  fds: SegmentFds,
+  offset: number,
+  limit: number,
+  check: RecordCheck<T>,
+  v: LogVisitor<T>,
+  policy: BadRecordPolicy,
+): Promise<LogWalkEnd> {
+  let next = offset;
+  let done = false;
+  let retries = 0;
+  const onRecord = (buf: Buffer, p: number, r: T): Verdict => {
+    const o = check.offsetOf(r);
+    // Below `next`: the skip from the index entry. Above it: a gap left by compaction.
+    if (o < next) return 'next';
+    if (o >= limit) {
+      done = true;
+      return 'stop';
+    }
+    const verdict = v.record(buf, p, r);
+    if (verdict !== 'stop') next = o + 1;
+    if (verdict !== 'next') done = true;
+    return verdict;
+  };
+  const chunkEnd = v.chunkEnd?.bind(v);
+  while (!done && next < limit) {
+    const seg = st.segmentFor(next);
+    if (!seg || seg.deleted) return policy === 'strict' ? 'raced' : 'failed';
+    const version = seg.version;
+    // Read together (appends update both at once): the records below segNext all lie before `end`.
+    const end = seg.size;
+    const segNext = seg.nextOffset;
+    const from = seg.index.lookup(next).position;
+    const startNext = next;
+    fds.touch(seg);
+    // Sized to what the caller can take, plus the skip from the index entry.
+    const chunkSize = () => {
+      const avg = seg.recordCount > 0 ? Math.ceil(end / seg.recordCount) : READ_CHUNK_MIN;
+      return Math.max(READ_CHUNK_MIN, Math.min(v.wanted(avg), READ_CHUNK_MAX) + seg.index.intervalBytes);
+    };
+    const out = await walkSegment((p, n) => seg.read(p, n), from, end, chunkSize, check, onRecord, chunkEnd);
+    if (out.failure !== null) {
+      if (policy === 'lenient') return 'failed';
+      // A file the walk met short, or one removed, cut or replaced meanwhile, is a race, not damage.
+      if (out.failure !== 'short' && !seg.deleted && seg.version === version) {
+        if (out.failure === 'unreadable') throw storageError(st.dir, 'read failed', out.error);
+        throw storageError(st.dir, `corrupt record in segment ${seg.baseOffset} at position ${out.position}`);
+      }
+      // Compaction swapped the file in: the replacement holds the same offsets.
+      if (seg.superseded && retries++ < MAX_SWAP_RETRIES) {
+        next = v.rewind ? v.rewind(next) : next;
+        continue;
+      }
+      return 'raced';
+    }
+    // Past the segment's last record but not its end (a compacted tail): the rest is in later segments.
+    if (!done && next < segNext) next = segNext;
+    // No progress means the segment view went stale (truncation); never spin.
+    if (next === startNext) break;
+  }
+  return 'end';
 }
