@@ -8,10 +8,10 @@ import type { LogRecord } from 'tributary-protocol/record.js';
 import { storageError } from './log-fs.js';
 import type { ReadOptions } from './log-options.js';
 import type { LogState } from './log-state.js';
-import { ATTR_END_OF_APPEND, inspectRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } from './record-codec.js';
-import { type StoredRead, type StoredReadOptions, readStoredAppends } from './replica-read.js';
+import { ATTR_END_OF_APPEND, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } from './record-codec.js';
+import { type StoredRead, type StoredReadOptions, type StoredRun, readStoredAppends } from './replica-read.js';
 import type { SegmentFds } from './segment-fds.js';
-import { DECODE, walkLog } from './segment-walk.js';
+import { DECODE, INSPECT, walkLog } from './segment-walk.js';
 import { replyWriter } from './reply-writer.js';
 import { leftOut, type WireReadRequest } from './tail-cache.js';
 
@@ -22,9 +22,6 @@ export interface WireReply {
   valueBytes: number;
   nextOffset: number;
 }
-
-const READ_CHUNK_MIN = 16 * 1024;
-const READ_CHUNK_MAX = 8 * 1024 * 1024;
 
 /**
  * How many leading records of `records` (read with keepAppendMarker) form whole appends: up to and including
@@ -95,78 +92,42 @@ export class LogReader {
     const { maxRecords, maxBytes } = opts;
     if (offset >= limit || !(maxRecords >= 1)) return null;
     // Pass 1, by readFromDisk's rules: which records, as runs of whole records in the chunks read.
-    const runs: Array<{ buf: Buffer; from: number; to: number }> = [];
+    const runs: StoredRun[] = [];
     let n = 0;
     let bytes = 0;
     let stored = 0;
     let first = -1;
-    let next = offset;
-    // One past the last record taken: the reply's nextOffset, as read()'s (next may jump a compacted segment tail).
+    // One past the last record taken: the reply's nextOffset, as read()'s (the walk may jump a compacted segment tail).
     let taken = offset;
-    let done = false;
-    while (!done && next < limit && n < maxRecords) {
-      const seg = this.st.segmentFor(next);
-      if (!seg || seg.deleted) return null;
-      const end = seg.size;
-      const segNext = seg.nextOffset;
-      let pos = seg.index.lookup(next).position;
-      const startNext = next;
-      let need = 0;
-      this.fds.touch(seg);
-      while (!done && pos < end) {
-        const avg = seg.recordCount > 0 ? Math.ceil(end / seg.recordCount) : READ_CHUNK_MIN;
-        const wanted = Math.min(maxBytes - bytes, (maxRecords - n) * avg, READ_CHUNK_MAX);
-        const chunk = Math.min(end - pos, Math.max(need, READ_CHUNK_MIN, wanted + seg.index.intervalBytes));
-        let buf: Buffer;
-        try {
-          buf = await seg.read(pos, chunk);
-        } catch {
-          return null;
-        }
-        if (buf.length === 0) return null;
-        need = 0;
-        let p = 0;
-        let from = -1;
-        while (p < buf.length) {
-          const r = inspectRecord(buf, p);
-          if (!r.ok) {
-            const needed = r.needed ?? 4;
-            if (r.reason === 'incomplete' && buf.length === chunk && pos + p + needed <= end) {
-              need = needed;
-              break;
-            }
-            return null;
-          }
-          if (r.offset < next) {
-            p += r.size;
-            continue;
-          }
+    // Where the records taken of the current chunk begin: they are contiguous up to where its walk stopped.
+    let from = -1;
+    const end = await walkLog(
+      this.st,
+      this.fds,
+      offset,
+      limit,
+      INSPECT,
+      {
+        wanted: (avg) => Math.min(maxBytes - bytes, (maxRecords - n) * avg),
+        record: (buf, p, r) => {
           const cost = r.size + storedHeaderCount(buf, p) * READ_HEADER_COST;
-          if (r.offset >= limit || (n > 0 && bytes + cost > maxBytes)) {
-            done = true;
-            break;
-          }
+          if (n > 0 && bytes + cost > maxBytes) return 'stop';
           if (from < 0) from = p;
           if (first < 0) first = r.offset;
           n++;
           bytes += cost;
           stored += r.size;
-          next = r.offset + 1;
-          taken = next;
-          p += r.size;
-          if (n >= maxRecords) {
-            done = true;
-            break;
-          }
-        }
-        // The records taken are contiguous in the chunk: from the first taken to where the walk stopped.
-        if (from >= 0) runs.push({ buf, from, to: p });
-        pos += p;
-      }
-      if (!done && next < segNext) next = segNext;
-      if (next === startNext) break;
-    }
-    if (n === 0) return null;
+          taken = r.offset + 1;
+          return n >= maxRecords ? 'last' : 'next';
+        },
+        chunkEnd: (buf, to) => {
+          if (from >= 0) runs.push({ buf, from, to });
+          from = -1;
+        },
+      },
+      'lenient',
+    );
+    if (end === 'failed' || n === 0) return null;
     return this.writeWireReply(runs, stored, bytes, first, taken, w);
   }
 
@@ -176,7 +137,7 @@ export class LogReader {
   }
 
   /** Pass 2 of readWireFromDisk: the reply of the records in `runs` (validated; `stored` bytes, charged `charged`). */
-  private writeWireReply(runs: Array<{ buf: Buffer; from: number; to: number }>, stored: number, charged: number, first: number, next: number, w: WireReadRequest): WireReply | null {
+  private writeWireReply(runs: StoredRun[], stored: number, charged: number, first: number, next: number, w: WireReadRequest): WireReply | null {
     const writer = replyWriter(w.format, w.topic, w.partition, w.extensions);
     if (!writer) return null;
     const size = writer.bound(stored, charged);
