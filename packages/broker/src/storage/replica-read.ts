@@ -8,8 +8,9 @@
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { storageError } from './log-fs.js';
 import type { LogState } from './log-state.js';
-import { ATTR_END_OF_APPEND, inspectRecord, storedHeaderCount } from './record-codec.js';
+import { ATTR_END_OF_APPEND, storedHeaderCount } from './record-codec.js';
 import type { SegmentFds } from './segment-fds.js';
+import { INSPECT, walkLog } from './segment-walk.js';
 
 /** Records (whole, in the stored layout) at buf[from, to). */
 export interface StoredRun {
@@ -42,11 +43,8 @@ export interface StoredReadOptions {
   headerCost: number;
 }
 
-const READ_CHUNK_MIN = 16 * 1024;
-const READ_CHUNK_MAX = 8 * 1024 * 1024;
 /** Reads inside an append past the budget: large enough that a 64 MiB append is 64 reads, not 4,000. */
 const READ_CHUNK_IN_APPEND = 1024 * 1024;
-const MAX_SWAP_RETRIES = 8;
 
 /**
  * The bytes of the records read(offset, { keepAppendMarker: true, wholeAppends: true, ... }) returns, with
@@ -66,112 +64,56 @@ export async function readStoredAppends(st: LogState, fds: SegmentFds, offset: n
   let n = 0;
   let cost = 0;
   let stored = 0;
-  let next = offset;
   const kept: Kept = { runs: 0, partial: null, n: 0, cost: 0, stored: 0, next: offset };
   /** The last record taken does not end its append: the limits do not apply yet. */
   let inAppend = false;
-  let done = false;
-  let retries = 0;
+  // Where the records taken of the current chunk begin: they are contiguous up to where its walk stopped.
+  let from = -1;
   if (offset >= limit || !(maxRecords >= 1)) return { runs, count: 0, bytes: 0, next: offset };
-  while (!done && next < limit && (n < maxRecords || inAppend)) {
-    const seg = st.segmentFor(next);
-    if (!seg || seg.deleted) return raced(st, kept, runs, offset, n);
-    const version = seg.version;
-    // Read together (appends update both at once): the records below segNext all lie before `end`.
-    const end = seg.size;
-    const segNext = seg.nextOffset;
-    let pos = seg.index.lookup(next).position;
-    const startNext = next;
-    let need = 0;
-    let stale = false;
-    fds.touch(seg);
-    while (!done && !stale && pos < end) {
-      const avg = seg.recordCount > 0 ? Math.ceil(end / seg.recordCount) : READ_CHUNK_MIN;
-      const wanted = inAppend ? READ_CHUNK_IN_APPEND : Math.min(maxBytes - cost, (maxRecords - n) * avg, READ_CHUNK_MAX);
-      const chunk = Math.min(end - pos, Math.max(need, READ_CHUNK_MIN, wanted + seg.index.intervalBytes));
-      let buf: Buffer;
-      try {
-        buf = await seg.read(pos, chunk);
-      } catch (err) {
-        if (seg.deleted || seg.version !== version) {
-          stale = true;
-          break;
-        }
-        throw storageError(st.dir, 'read failed', err);
-      }
-      if (buf.length === 0) {
-        stale = true;
-        break;
-      }
-      need = 0;
-      let p = 0;
-      let from = -1;
-      while (p < buf.length) {
-        const r = inspectRecord(buf, p);
-        if (!r.ok) {
-          const needed = r.needed ?? 4;
-          if (r.reason === 'incomplete' && buf.length === chunk && pos + p + needed <= end) {
-            need = needed;
-            break;
-          }
-          if (seg.deleted || seg.version !== version) {
-            stale = true;
-            break;
-          }
-          throw storageError(st.dir, `corrupt record in segment ${seg.baseOffset} at position ${pos + p}`);
-        }
-        // Below `next`: the skip from the index entry. Above it: a gap left by compaction.
-        if (r.offset < next) {
-          p += r.size;
-          continue;
-        }
+  const end = await walkLog(
+    st,
+    fds,
+    offset,
+    limit,
+    INSPECT,
+    {
+      wanted: (avg) => (inAppend ? READ_CHUNK_IN_APPEND : Math.min(maxBytes - cost, (maxRecords - n) * avg)),
+      record: (buf, p, r) => {
         const c = r.size + (headerCost > 0 ? storedHeaderCount(buf, p) * headerCost : 0);
-        if (r.offset >= limit || (n > 0 && cost + c > maxBytes && !inAppend)) {
-          done = true;
-          break;
-        }
+        if (n > 0 && cost + c > maxBytes && !inAppend) return 'stop';
         if (from < 0) from = p;
         n++;
         cost += c;
         stored += r.size;
-        next = r.offset + 1;
-        p += r.size;
         inAppend = (r.attributes & ATTR_END_OF_APPEND) === 0;
         if (!inAppend) {
+          const to = p + r.size;
           kept.runs = runs.length;
-          if (kept.partial?.buf === buf) kept.partial.to = p;
-          else kept.partial = { buf, from, to: p };
+          if (kept.partial?.buf === buf) kept.partial.to = to;
+          else kept.partial = { buf, from, to };
           kept.n = n;
           kept.cost = cost;
           kept.stored = stored;
-          kept.next = next;
+          kept.next = r.offset + 1;
         }
-        if (n >= maxRecords && !inAppend) {
-          done = true;
-          break;
-        }
-      }
-      // The records taken are contiguous in the chunk: from the first taken to where the walk stopped.
-      if (from >= 0) runs.push({ buf, from, to: p });
-      pos += p;
-    }
-    if (stale) {
-      // Compaction swapped the file in: the replacement holds the same offsets, so carry on from the end
-      // of the last whole append (records of the one read in part may be gone, each kept one an append of
-      // its own: reading on would leave a gap inside the append).
-      if (seg.superseded && retries++ < MAX_SWAP_RETRIES) {
+        return n >= maxRecords && !inAppend ? 'last' : 'next';
+      },
+      chunkEnd: (buf, to) => {
+        if (from >= 0) runs.push({ buf, from, to });
+        from = -1;
+      },
+      // A compaction swap: go on from the end of the last whole append (records of the one read in part
+      // may be gone, each kept one an append of its own: reading on would leave a gap inside the append).
+      rewind: () => {
         cut(runs, kept);
-        ({ n, cost, stored, next } = kept);
+        ({ n, cost, stored } = kept);
         inAppend = false;
-        continue;
-      }
-      return raced(st, kept, runs, offset, n);
-    }
-    // Past the segment's last record but not its end (a compacted tail): the rest is in later segments.
-    if (!done && next < segNext) next = segNext;
-    // No progress means the segment view went stale (truncation); never spin.
-    if (next === startNext) break;
-  }
+        return kept.next;
+      },
+    },
+    'strict',
+  );
+  if (end === 'raced') return raced(st, kept, runs, offset, n);
   cut(runs, kept);
   return { runs, count: kept.n, bytes: kept.stored, next: kept.n > 0 ? kept.next : offset };
 }
