@@ -300,6 +300,26 @@ describe('PartitionLog', () => {
     expect(got.timestamp).toBeGreaterThanOrEqual(before);
   });
 
+  it('offsetForTimestamp over a segment with a bad record is a storage_error, not an answer from the next segment', async () => {
+    const log = await openLog({ segmentBytes: 600, tailCacheBytes: 0 });
+    const t0 = 1_600_000_000_000;
+    for (let i = 0; i < 50; i++) await log.append([rec(i, { timestamp: t0 + i * 10 })]);
+    expect(await log.offsetForTimestamp(t0 + 30)).toBe(3);
+    // The first record's CRC: the first segment can no longer be searched from its start.
+    const first = join(dir, '00000000000000000000.log');
+    const bytes = await readFile(first);
+    bytes[4] = (bytes[4] ?? 0) ^ 0xff;
+    await writeFile(first, bytes);
+    // Before: the segment's search ended at the bad record and the answer came from the next segment.
+    const err = await log.offsetForTimestamp(t0 + 30).then(
+      (o) => o,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(TributaryError);
+    expect((err as TributaryError).code).toBe('storage_error');
+    expect((err as TributaryError).message).toContain('unreadable record in segment 0 at position 0');
+  });
+
   it('HWM is monotonic, clamped to the LEO and checkpointed atomically', async () => {
     let log = await openLog({ flushIntervalMs: 20 });
     await appendN(log, 0, 10);

@@ -138,20 +138,22 @@ export class Segment implements FdHolder {
       found = r.position;
       return false;
     });
-    if (out.failure !== null) throw new Error(`unreadable record in segment ${this.baseOffset} at position ${out.position}`);
+    if (out.failure !== null) throw unreadable(this, out.position);
     return found;
   }
 
   /** First offset in this segment whose timestamp is >= ts, or null. */
   async firstOffsetAtOrAfter(ts: number): Promise<number | null> {
     let found: number | null = null;
-    await this.scan(0, this.size, (r) => {
+    const out = await this.scan(0, this.size, (r) => {
       if (r.timestamp >= ts) {
         found = r.offset;
         return false;
       }
       return true;
     });
+    // A bad record before the answer: the rest of the segment cannot be searched (no silent skip to the next).
+    if (found === null && out.failure !== null) throw unreadable(this, out.position);
     return found;
   }
 
@@ -450,4 +452,9 @@ function segmentClosedError(seg: Segment): Error {
   const err = new Error(`segment ${seg.baseOffset} is ${seg.deleted ? 'deleted' : 'closed'}`) as NodeJS.ErrnoException;
   err.code = 'ESEGMENTCLOSED';
   return err;
+}
+
+/** A record of `seg` at `position` failed its checks where a search needed it (callers add the log's directory). */
+function unreadable(seg: Segment, position: number): Error {
+  return new Error(`unreadable record in segment ${seg.baseOffset} at position ${position}`);
 }
