@@ -53,7 +53,7 @@ export const ERROR_CODES = {
   topic_already_exists: { class: 'conflict', retryable: false, description: 'a topic of that name exists with a different definition' },
   partition_not_found: { class: 'not_found', retryable: false, description: 'no such partition of the topic' },
   OFFSET_OUT_OF_RANGE: { class: 'validation', retryable: false, description: 'offset below the earliest retained or above the end of the log' },
-  out_of_order_sequence: { class: 'conflict', retryable: false, description: 'idempotent producer skipped a sequence number' },
+  out_of_order_sequence: { class: 'conflict', retryable: false, description: 'idempotent producer skipped a sequence number, or a transaction reused a seqNum for another topic or partition' },
   stale_producer_epoch: { class: 'fencing', retryable: false, description: 'a newer epoch of this producer exists' },
   unknown_producer_id: { class: 'validation', retryable: false, description: 'the producer id was not handed out by INIT_PRODUCER_ID' },
   NOT_LEADER: { class: 'routing', retryable: true, description: 'this broker does not lead the partition; LEADER_IS names the leader' },

@@ -41,6 +41,9 @@ export interface PublishedRecords {
 export interface PublishedRun {
   first: number;
   last: number;
+  /** Where the run went, known before its appends: a retry must name the same (docs/protocol.md, TXN_PUBLISH). */
+  topic: string;
+  partitions: number[];
   result: Promise<PublishedRecords>;
 }
 

@@ -4,7 +4,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
 import type { TxnLog } from './txn-log.js';
 import type { TxnTargets } from './txn-targets.js';
-import { type Entry, type PublishedRecords, type TxnPublishResult, checkOpen, partKey, txnState } from './txn-entry.js';
+import { type Entry, type PublishedRecords, type PublishedRun, type TxnPublishResult, checkOpen, partKey, txnState } from './txn-entry.js';
 
 /**
  * TXN_PUBLISH for the transaction coordinator (txn-coordinator.ts): the one request that does not run
@@ -37,7 +37,9 @@ export class TxnPublisher {
   checkRun(e: Entry, id: string, producerId: string, epoch: number, topicName: string, explicit: number | undefined, count: number, firstSeq: number): void {
     checkOpen(e, producerId, epoch);
     if (firstSeq >= 1 && firstSeq <= e.lastSeq) {
-      // All taken before: answered from the runs. Else the rest is a run of its own, from the next seqNum.
+      // Taken before: a retry only for the same topic and partition. If all were, they are answered from
+      // the runs; else the rest is a run of its own, from the next seqNum.
+      checkRetry(e, id, firstSeq, Math.min(firstSeq + count - 1, e.lastSeq), topicName, explicit);
       if (firstSeq + count - 1 <= e.lastSeq) return;
       firstSeq = e.lastSeq + 1;
     }
@@ -60,6 +62,7 @@ export class TxnPublisher {
     const n = records.length;
     const last = firstSeq + n - 1;
     if (firstSeq >= 1 && firstSeq <= e.lastSeq) {
+      checkRetry(e, id, firstSeq, Math.min(last, e.lastSeq), topicName, explicit);
       if (last <= e.lastSeq) return priorResults(e, firstSeq, last);
       // Part retry, part new: as one publish per record, the retried seqNums are answered and the rest is
       // taken (or refused, throwing before anything changed) as a run of its own.
@@ -118,7 +121,7 @@ export class TxnPublisher {
         throw txnState(id, e.meta.state, reason);
       },
     );
-    e.runs.push({ first: firstSeq, last, result });
+    e.runs.push({ first: firstSeq, last, topic: topicName, partitions, result });
     result.catch(() => {});
     return result.then((r) => resultsOf(r, 0, n, false));
   }
@@ -163,19 +166,46 @@ function resultsOf(r: PublishedRecords, from: number, to: number, duplicate: boo
   return out;
 }
 
-/** A retry of seqNums `first`..`last`, all taken before: their original results, from the runs holding them. */
-function priorResults(e: Entry, first: number, last: number): Promise<TxnPublishResult[]> {
+/**
+ * seqNums `first`..`last`, all taken before, are a retry only if they name the topic (and an explicit
+ * partition, if given) their records went to; else the producer reused them for another record, which
+ * must not be told it landed (docs/protocol.md, TXN_PUBLISH). Without a partition any is accepted: keyless
+ * records were placed round-robin. Throws out_of_order_sequence, changing nothing.
+ */
+function checkRetry(e: Entry, id: string, first: number, last: number, topicName: string, explicit: number | undefined): void {
   const runs = e.runs;
-  // Runs are contiguous and in seqNum order: the one holding `first` by binary search.
+  for (let i = runHolding(runs, first); i < runs.length && runs[i]!.first <= last; i++) {
+    const r = runs[i]!;
+    for (let s = Math.max(first, r.first); s <= Math.min(last, r.last); s++) {
+      const p = r.partitions[s - r.first]!;
+      if (r.topic === topicName && (explicit === undefined || explicit === p)) continue;
+      throw new TributaryError('out_of_order_sequence', {
+        transactional_id: id,
+        sequence: s,
+        expected: e.lastSeq + 1,
+        reason: `seqNum ${s} was taken by topic ${r.topic} partition ${p}`,
+      });
+    }
+  }
+}
+
+/** Index of the run holding seqNum `seq`: runs are contiguous and in seqNum order, so by binary search. */
+function runHolding(runs: PublishedRun[], seq: number): number {
   let lo = 0;
   let hi = runs.length - 1;
   while (lo < hi) {
     const mid = (lo + hi + 1) >>> 1;
-    if (runs[mid]!.first <= first) lo = mid;
+    if (runs[mid]!.first <= seq) lo = mid;
     else hi = mid - 1;
   }
+  return lo;
+}
+
+/** A retry of seqNums `first`..`last`, all taken before: their original results, from the runs holding them. */
+function priorResults(e: Entry, first: number, last: number): Promise<TxnPublishResult[]> {
+  const runs = e.runs;
   const parts: Array<Promise<TxnPublishResult[]>> = [];
-  for (let i = lo; i < runs.length && runs[i]!.first <= last; i++) {
+  for (let i = runHolding(runs, first); i < runs.length && runs[i]!.first <= last; i++) {
     const r = runs[i]!;
     const from = Math.max(first, r.first) - r.first;
     const to = Math.min(last, r.last) - r.first + 1;
