@@ -132,6 +132,8 @@ interface DevClusterOptions {
   basePort?: number;
   brokerArgs?: string;
   tls?: boolean;
+  principal?: string;
+  token?: string;
 }
 
 /** Runs a local cluster in the foreground until SIGINT/SIGTERM, then stops it (brokers first, then etcd). */
@@ -163,6 +165,7 @@ async function devCluster(opts: DevClusterOptions): Promise<void> {
         dataDir: opts.dataDir,
         basePort: opts.basePort,
         tls: opts.tls === true,
+        ...(opts.principal !== undefined ? { auth: { principal: opts.principal, token: opts.token ?? '' } } : {}),
         // Replicated by default: `topic create` has no replication flag, and a dev cluster is for failover.
         brokerArgs: ['--default-replication-factor', String(rf), ...(opts.brokerArgs ?? '').split(/\s+/).filter(Boolean)],
         onLog: (who, line) => {
@@ -250,7 +253,10 @@ export function registerClusterCommands(program: Command): void {
     )
     .option('--broker-args <flags>', 'extra `broker start` flags for every broker, e.g. "--broker-lease-ttl-seconds 2"')
     .option('--tls', 'TLS to clients, between brokers and to etcd, with a CA and certificates made by openssl in <data>/tls (clients then need --ca)')
+    .addOption(new Option('--principal <name>', "who dev-cluster's own status checks authenticate as, when --broker-args turn authentication on").env('TRIBUTARY_PRINCIPAL'))
+    .addOption(new Option('--token <token>', 'token of --principal (prefer the environment variable)').env('TRIBUTARY_TOKEN'))
     .action(async (opts: DevClusterOptions) => {
+      if (opts.token !== undefined && opts.principal === undefined) throw usageError('--token needs --principal');
       // Fixed ports: an eleventh broker's health port (port+90) would be etcd's client port.
       if (opts.basePort !== undefined && opts.brokers > 10) throw usageError('--base-port lays out at most 10 brokers (health ports port+80..port+89, etcd on port+90 and port+91)');
       await devCluster(opts);

@@ -42,6 +42,11 @@ export interface LocalClusterOptions {
   tls?: boolean;
   /** Where free ports come from (without basePort); default: a port the kernel just handed out and took back. */
   freePort?: () => Promise<number>;
+  /**
+   * Who this process's own status checks authenticate as, for brokers with authentication on (brokerArgs
+   * with a --config of users): unanswered, start() waited for a cluster it could not see form.
+   */
+  auth?: { principal: string; token: string };
 }
 
 export interface LocalBroker {
@@ -426,7 +431,7 @@ export class LocalCluster {
       if (!this.isRunning(b.id)) continue;
       try {
         const tls = this.clientTls;
-        const c = await Connection.connect({ host: HOST, port: b.port, connectTimeoutMs: 2000, ...(tls ? { tls } : {}) });
+        const c = await Connection.connect({ host: HOST, port: b.port, connectTimeoutMs: 2000, ...(tls ? { tls } : {}), ...(this.opts.auth ? { auth: this.opts.auth } : {}) });
         try {
           return await c.json<LocalClusterStatus>('CLUSTER_STATUS');
         } finally {
