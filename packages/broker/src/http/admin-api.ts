@@ -440,7 +440,7 @@ export class AdminApi {
    * A request with credentials (authentication on), held off while its address failed too often
    * (auth-backoff.ts); its outcome counts towards that.
    */
-  private async authenticated<T>(req: http.IncomingMessage, run: () => Promise<T>): Promise<T> {
+  private async authenticated<T>(req: http.IncomingMessage, principal: string, run: () => Promise<T>): Promise<T> {
     if (!this.deps.config.authentication) return run();
     const address = req.socket.remoteAddress ?? '';
     this.backoff.check(address);
@@ -449,8 +449,13 @@ export class AdminApi {
       this.backoff.succeeded(address);
       return out;
     } catch (err) {
-      if ((err as TributaryError).code === 'authentication_failed') this.backoff.failed(address);
-      throw err;
+      let failed = err as TributaryError;
+      // Credentials were sent, so authentication_required means they no longer log in (the user was removed
+      // or its token rotated since the API's client logged in): a failed login as docs/http-api.md says.
+      if (failed.code === 'authentication_required') failed = new TributaryError('authentication_failed', { principal, reason: 'the credentials are no longer valid' });
+      if (failed.code !== 'authentication_failed') throw err;
+      this.backoff.failed(address);
+      throw failed;
     }
   }
 
@@ -474,7 +479,7 @@ export class AdminApi {
     }
     try {
       // LIST needs an authenticated connection and no permission: it checks the token only.
-      await this.authenticated(req, () => this.deps.clients.with(auth, (c) => c.admin.listTopics()));
+      await this.authenticated(req, auth.principal, () => this.deps.clients.with(auth, (c) => c.admin.listTopics()));
       sendJson(res, 200, { authentication, principal: auth.principal, authenticated: true });
     } catch (err) {
       const code = (err as TributaryError).code;
@@ -514,7 +519,7 @@ export class AdminApi {
       const auth = this.deps.config.authentication ? credentialsOf(req) : undefined;
       if (this.deps.config.authentication && !auth) throw new TributaryError('authentication_required', { reason: 'send Authorization: Basic base64(principal:token)' });
       const principal = this.deps.config.authentication ? auth?.principal : undefined;
-      await this.authenticated(req, () => this.deps.clients.with(this.deps.config.authentication ? auth : undefined, (client) => route.handler({ req, res, url, params, client, principal })));
+      await this.authenticated(req, principal ?? '', () => this.deps.clients.with(this.deps.config.authentication ? auth : undefined, (client) => route.handler({ req, res, url, params, client, principal })));
     } catch (err) {
       if (!(err instanceof TributaryError) || statusOf500(err)) this.deps.logger.error({ err, path: url.pathname, method: req.method }, 'admin API request failed');
       if (res.headersSent) res.end();
