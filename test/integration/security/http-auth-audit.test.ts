@@ -10,9 +10,10 @@ import { tempDir } from '../../helpers/util.js';
 /**
  * The HTTP API's failed logins against a real broker with authentication on (docs/http-api.md,
  * "Authentication"): a removed user's credentials are authentication_failed and count towards the
- * address's backoff.
+ * address's backoff, and the "authentication failed" log line names the HTTP client's address, not
+ * the API's loopback connection to the broker.
  */
-describe('HTTP API: failed logins', () => {
+describe('HTTP API: revoked credentials and the audit line', () => {
   let dir: string;
   let config: string;
   let broker: BrokerProcess;
@@ -44,7 +45,13 @@ describe('HTTP API: failed logins', () => {
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  it('a removed user is authentication_failed and counted by the backoff', async () => {
+  it("a wrong token's log line carries the HTTP client's address", async () => {
+    const mark = broker.stderr.length;
+    expect((await get('/api/v1/topics', 'admin', 'wrong', '127.0.0.31')).status).toBe(401);
+    await expect.poll(() => broker.stderr.slice(mark).split('\n').some((l) => l.includes('authentication failed') && l.includes('127.0.0.31')), { timeout: 5000 }).toBe(true);
+  });
+
+  it('a removed user is authentication_failed, counted by the backoff and logged with the client address', async () => {
     // bob's client is cached by the API (logged in) before the removal.
     expect((await get('/api/v1/topics', 'bob', tokens.bob!, '127.0.0.32')).status).toBe(200);
     const from = '127.0.0.33';
@@ -56,6 +63,7 @@ describe('HTTP API: failed logins', () => {
     const revoked = await get('/api/v1/topics', 'bob', tokens.bob!, from);
     expect(revoked.status).toBe(401);
     expect(JSON.parse(revoked.body)).toMatchObject({ error: { code: 'authentication_failed' } });
+    expect(broker.stderr.slice(mark).split('\n').some((l) => l.includes('authentication failed') && l.includes('bob') && l.includes(from))).toBe(true);
     // The fifth failure in a row from `from`: the address is now held off, valid credentials or not.
     const held = await get('/api/v1/topics', 'admin', tokens.admin!, from);
     expect(held.status).toBe(429);

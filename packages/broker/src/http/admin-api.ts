@@ -442,6 +442,8 @@ export class AdminApi {
    */
   private async authenticated<T>(req: http.IncomingMessage, principal: string, run: () => Promise<T>): Promise<T> {
     if (!this.deps.config.authentication) return run();
+    // The HTTP client's own address (no forwarded header is trusted, docs/http-api.md): the broker's
+    // line for the same failure shows the API's loopback connection, no use for an audit.
     const address = req.socket.remoteAddress ?? '';
     this.backoff.check(address);
     try {
@@ -455,6 +457,7 @@ export class AdminApi {
       if (failed.code === 'authentication_required') failed = new TributaryError('authentication_failed', { principal, reason: 'the credentials are no longer valid' });
       if (failed.code !== 'authentication_failed') throw err;
       this.backoff.failed(address);
+      this.deps.logger.warn({ principal, remote: `${address}:${req.socket.remotePort ?? 0}`, via: 'http' }, 'authentication failed');
       throw failed;
     }
   }
