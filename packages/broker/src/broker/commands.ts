@@ -4,10 +4,11 @@
  */
 import { Params, type ParsedLine, checkParams, formatOk, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
-import type { CommandSpec, Reply } from './command-context.js';
+import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
 import { CONNECTION_COMMANDS } from './connection-commands.js';
 import { CONSUME_COMMANDS, STREAM_PARAMS } from './consume-commands.js';
-import { GROUP_COMMANDS } from './group-commands.js';
+import { GROUP_COMMANDS, describableBy } from './group-commands.js';
+import { withoutHiddenTopic } from './group-visibility.js';
 import { PRODUCE_COMMANDS } from './produce-commands.js';
 import { REASSIGN_COMMANDS } from './reassign-commands.js';
 import { REPLICA_COMMANDS } from './replica-commands.js';
@@ -20,17 +21,37 @@ function help(): Reply {
   return formatOk({ commands: [...Object.keys(COMMANDS), 'STREAM', 'STREAM_CONTROL'].sort().join(',') });
 }
 
-export const COMMANDS: Record<string, CommandSpec> = {
-  ...CONNECTION_COMMANDS,
-  HELP: { handler: help, params: [] },
-  ...TOPIC_COMMANDS,
-  ...PRODUCE_COMMANDS,
-  ...CONSUME_COMMANDS,
-  ...GROUP_COMMANDS,
-  ...TXN_COMMANDS,
-  ...REPLICA_COMMANDS,
-  ...REASSIGN_COMMANDS,
-};
+/**
+ * A command naming a group: its `group <g> consumes topic <t>` refusal leaves out a topic the caller may not
+ * describe (docs/security.md, "Groups and topic ACLs"). Sync handlers stay sync.
+ */
+function hidingGroupTopics(spec: CommandSpec): CommandSpec {
+  if (!spec.params.includes('group')) return spec;
+  const scrub = (err: unknown, b: BrokerContext, c: ConnectionContext, p: Params) => withoutHiddenTopic(err, p.line.params.get('group'), describableBy(b, c));
+  const handler: CommandSpec['handler'] = (b, c, p) => {
+    try {
+      const r = spec.handler(b, c, p);
+      return r instanceof Promise ? r.catch((err: unknown) => Promise.reject(scrub(err, b, c, p))) : r;
+    } catch (err) {
+      throw scrub(err, b, c, p);
+    }
+  };
+  return { ...spec, handler };
+}
+
+export const COMMANDS: Record<string, CommandSpec> = Object.fromEntries(
+  Object.entries({
+    ...CONNECTION_COMMANDS,
+    HELP: { handler: help, params: [] },
+    ...TOPIC_COMMANDS,
+    ...PRODUCE_COMMANDS,
+    ...CONSUME_COMMANDS,
+    ...GROUP_COMMANDS,
+    ...TXN_COMMANDS,
+    ...REPLICA_COMMANDS,
+    ...REASSIGN_COMMANDS,
+  } satisfies Record<string, CommandSpec>).map(([name, spec]) => [name, hidingGroupTopics(spec)]),
+);
 
 /** Each command's declared parameters, as sets; STREAM's too (the connection serves it itself). */
 const ALLOWED = new Map<string, ReadonlySet<string>>([...Object.entries(COMMANDS).map(([name, spec]) => [name, new Set(spec.params)] as const), ['STREAM', new Set(STREAM_PARAMS)]]);

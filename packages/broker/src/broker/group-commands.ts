@@ -9,6 +9,7 @@ import { decodeAssignment } from '../kafka/protocol/consumer-protocol.js';
 import { type DecodeBudget, decodeBudget } from '../kafka/protocol/reader.js';
 import type { KafkaStruct } from '../kafka/protocol/schema.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
+import { type Describable, groupVisible, hiddenGroup } from './group-visibility.js';
 
 const MAX_ID = 100_000;
 const GENERATION = { min: 0, max: 2 ** 31 - 1 };
@@ -185,8 +186,16 @@ async function batchCommit(b: BrokerContext, _c: ConnectionContext, p: Params): 
   return formatOk({ batched: n });
 }
 
-async function groupStatus(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
-  const status = await b.coordinator.statusWithLogEnds(p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }));
+/** The topics `c` may describe, as METADATA and LIST decide (everything with authentication off). */
+export function describableBy(b: BrokerContext, c: ConnectionContext): Describable {
+  return (topic) => b.security?.canDescribe(c, topic) ?? true;
+}
+
+async function groupStatus(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
+  const group = p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true });
+  // Refused as DESCRIBE of a topic it may not describe is (docs/security.md, "Groups and topic ACLs").
+  if (!groupVisible(b.coordinator.classic, group, describableBy(b, c))) throw hiddenGroup('GROUP_STATUS', group, c.principal);
+  const status = await b.coordinator.statusWithLogEnds(group);
   if (status.kind === 'kafka') readKafkaAssignments(status, status.protocol === 'consumer');
   return JSON.stringify(status);
 }
@@ -247,8 +256,9 @@ function readAssignment(bytes: Buffer, budget: DecodeBudget, left: number): { as
   return { assigned: topics.flatMap((t) => (t.partitions as number[]).map((x) => `${t.topic as string}:${x}`)), chars };
 }
 
-function listGroups(b: BrokerContext): string {
-  const groups = b.coordinator.listGroups();
+function listGroups(b: BrokerContext, c: ConnectionContext): string {
+  const describable = describableBy(b, c);
+  const groups = b.coordinator.listGroups().filter((g) => groupVisible(b.coordinator.classic, g, describable));
   return formatOk({ count: groups.length, groups: groups.join(',') });
 }
 

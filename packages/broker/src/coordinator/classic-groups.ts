@@ -179,6 +179,24 @@ export class ClassicGroups {
     if (g.state === 'PreparingRebalance' || g.state === 'CompletingRebalance') this.membership.prepareRebalance(g);
   }
 
+  /**
+   * What names a group's topics, for the topic ACLs' view of groups (docs/security.md, "Groups and topic
+   * ACLs"): the Tributary group's topic and every topic it has offsets in, and for a classic group its
+   * members' protocol metadata and assignments (the broker layer reads the consumer protocol's).
+   * Undefined when no group of that name is known here.
+   */
+  footprint(groupId: string): { topics: string[]; protocolType: string; subscriptions: Buffer[]; assignments: Buffer[] } | undefined {
+    const topics = [...(this.offsets.committed.get(groupId)?.keys() ?? [])];
+    const classic = this.ctx.classicGroups.get(groupId);
+    if (classic) {
+      const members = [...classic.members.values()];
+      return { topics, protocolType: classic.protocolType ?? '', subscriptions: members.flatMap((m) => m.protocols.map((p) => p.metadata)), assignments: members.map((m) => m.assignment) };
+    }
+    const g = this.ctx.groups.get(groupId);
+    if (g && !g.deleted) return { topics: [g.topic, ...topics], protocolType: 'tributary', subscriptions: [], assignments: [] };
+    return topics.length > 0 ? { topics, protocolType: '', subscriptions: [], assignments: [] } : undefined;
+  }
+
   /** The group is no longer served here: its waiting requests hear `why`, its timers stop. */
   forget(groupId: string, why: TributaryError): void {
     const g = this.ctx.classicGroups.get(groupId);

@@ -16,6 +16,7 @@ import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
 import { coordinatorErrorCodeOf, errorCodeOf, handler, refusal } from './handler.js';
 import { kafkaNodes } from './metadata.js';
+import { type Describable, groupVisible, hiddenGroup } from '../../broker/group-visibility.js';
 
 const UNKNOWN_OPERATIONS = -2147483648;
 const GROUP_KEY = 0;
@@ -69,6 +70,11 @@ export const findCoordinatorHandler = handler(apiByKey(FindCoordinator.apiKey)!,
 function authorizeGroup(ctx: KafkaRequestContext, command: string, group: string): void {
   const denied = ctx.authorize(command, undefined, { group });
   if (denied) throw refusal(denied, 'group');
+}
+
+/** The topics this connection may describe: Metadata's check (METADATA per topic). */
+function describableOn(ctx: KafkaRequestContext): Describable {
+  return (topic) => ctx.authorize('METADATA', topic) === undefined;
 }
 
 function clientHost(ctx: KafkaRequestContext): string {
@@ -166,6 +172,8 @@ export const describeGroupsHandler = handler(apiByKey(DescribeGroups.apiKey)!, (
   groups: (body.groups as string[]).map((groupId) => {
     try {
       authorizeGroup(ctx, 'GROUP_STATUS', groupId);
+      // As GROUP_STATUS: a group naming a topic the principal may not describe is refused (docs/kafka.md).
+      if (!groupVisible(ctx.broker.coordinator.classic, groupId, describableOn(ctx))) throw refusal(hiddenGroup('GROUP_STATUS', groupId, ctx.identity.principal), 'group');
       const d = ctx.broker.coordinator.classic.describe(groupId);
       return {
         errorCode: 0,
@@ -192,11 +200,13 @@ export const describeGroupsHandler = handler(apiByKey(DescribeGroups.apiKey)!, (
 export const listGroupsHandler = handler(apiByKey(ListGroups.apiKey)!, (ctx, _version, body) => {
   const denied = ctx.authorize('LIST_GROUPS');
   if (denied) return { throttleTimeMs: 0, errorCode: errorCodeOf(refusal(denied, 'group')), groups: [] };
+  const describable = describableOn(ctx);
   const states = new Set(((body.statesFilter as string[] | undefined) ?? []).map((s) => s.toLowerCase()));
   // A broker lists the groups it coordinates (as Kafka's do); admin clients ask every broker.
   const groups = ctx.broker.coordinator.classic
     .list()
     .filter((g) => ctx.broker.coordinator.coordinates(g.groupId) && (states.size === 0 || states.has(g.state.toLowerCase())))
+    .filter((g) => groupVisible(ctx.broker.coordinator.classic, g.groupId, describable))
     .map((g) => ({ groupId: g.groupId, protocolType: g.protocolType, groupState: g.state, groupType: 'classic' }));
   return { throttleTimeMs: 0, errorCode: 0, groups };
 });
