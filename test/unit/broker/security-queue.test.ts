@@ -1,13 +1,15 @@
 /**
- * The password-check queue (two checks at once, 256 waiting) is broker-wide: a check still waiting when its
- * connection closes leaves the queue without running, so a client that queued checks and hung up does not
- * delay everyone else's login by them.
+ * The password-check queue (two checks at once) is broker-wide: a check still waiting when its connection
+ * closes leaves the queue without running, so a client that queued checks and hung up does not delay
+ * everyone else's login by them; waiting checks are served fairly (docs/security.md "Login fairness").
  */
-import { describe, expect, it } from 'vitest';
-import { Limiter, Security, type UserEntry, hashToken } from 'tributary-broker/broker/security.js';
+
+import { FailureLog } from 'tributary-broker/broker/auth-queue.js';
 import type { ConnectionContext } from 'tributary-broker/broker/command-context.js';
+import { hashToken, Limiter, Security, type UserEntry } from 'tributary-broker/broker/security.js';
 import { resolveConfig } from 'tributary-broker/common/config.js';
 import { createLogger } from 'tributary-broker/common/logger.js';
+import { describe, expect, it } from 'vitest';
 
 function gate(): { open: () => void; opened: Promise<void> } {
   let open!: () => void;
@@ -53,5 +55,41 @@ describe('the password-check queue', () => {
     await Promise.all(busy);
     expect(c.principal).toBeUndefined();
     expect(sec.authorize('LIST', c, undefined)).toMatchObject({ code: 'authentication_required' });
+  });
+
+  it('serves waiting checks fairly: addresses take turns, first checks newest first before retries, one per connection', async () => {
+    const limiter = new Limiter(1, 100);
+    const ran: string[] = [];
+    const first = gate();
+    const running = limiter.run(async () => void (await first.opened));
+    const owner = (source: string, name: string, retry = false) => ({ source, key: { name }, retry });
+    const queued = [
+      ['a', 'a-retry1', true],
+      ['a', 'a-first1', false],
+      ['a', 'a-first2', false],
+      ['a', 'a-retry2', true],
+      ['b', 'b-first', false],
+    ].map(([source, name, retry]) =>
+      limiter.run(async () => void ran.push(name as string), undefined, owner(source as string, name as string, retry as boolean)),
+    );
+    const key = { name: 'busy' };
+    const busy = limiter.run(async () => {}, undefined, { source: 'c', key });
+    await expect(limiter.run(async () => {}, undefined, { source: 'c', key })).rejects.toMatchObject({ code: 'throttled' });
+    first.open();
+    await running;
+    await Promise.all([...queued, busy]);
+    expect(ran).toEqual(['a-first2', 'b-first', 'a-first1', 'a-retry1', 'a-retry2']);
+  });
+
+  it('logs failed logins one line each up to the burst, then one summary per interval', async () => {
+    const lines: Array<[Record<string, unknown>, string]> = [];
+    const logger = {
+      warn: (f: Record<string, unknown>, m: string) => void lines.push([f, m]),
+    } as unknown as import('tributary-broker/common/logger.js').Logger;
+    const log = new FailureLog(logger, 3, 50);
+    for (let i = 0; i < 10; i++) log.warn({ i });
+    expect(lines.length).toBe(3);
+    await new Promise((r) => setTimeout(r, 80));
+    expect(lines.at(-1)).toEqual([{ suppressed: 7, intervalMs: 50 }, 'authentication failures not logged one by one']);
   });
 });

@@ -1,10 +1,13 @@
-import { type X509Certificate, createHash, createHmac, pbkdf2Sync, randomBytes, scrypt, scryptSync, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, pbkdf2Sync, randomBytes, scrypt, scryptSync, timingSafeEqual, type X509Certificate } from 'node:crypto';
 import type tls from 'node:tls';
 import { formatOk, type ParsedLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import type { ConnectionContext, Reply } from './command-context.js';
 import type { BrokerConfig, Permission } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
+import { FailureLog, Limiter } from './auth-queue.js';
+import type { ConnectionContext, Reply } from './command-context.js';
+
+export { Limiter } from './auth-queue.js';
 
 /**
  * Authentication, authorization and per-connection request limits (docs/security.md).
@@ -84,51 +87,6 @@ function dummyUser(): UserEntry {
   return dummy;
 }
 
-/**
- * Verification runs on libuv's thread pool, which storage shares: at most two at once, a bounded queue,
- * and `throttled` beyond it, so an AUTH flood cannot starve fsyncs of other clients. A queued check whose
- * `signal` aborts (its connection closed) leaves the queue without running: nobody waits for its answer.
- */
-export class Limiter {
-  private running = 0;
-  private readonly queue: Array<() => void> = [];
-  constructor(
-    private readonly max: number,
-    private readonly maxQueue: number,
-  ) {}
-  get queued(): number {
-    return this.queue.length;
-  }
-  async run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
-    const dropped = () => new TributaryError('throttled', { reason: 'the connection closed before its check started' });
-    if (signal?.aborted) throw dropped();
-    if (this.running >= this.max) {
-      if (this.queue.length >= this.maxQueue) throw new TributaryError('throttled', { reason: 'too many authentications in progress' });
-      await new Promise<void>((resolve, reject) => {
-        const onAbort = () => {
-          const i = this.queue.indexOf(start);
-          if (i >= 0) this.queue.splice(i, 1);
-          reject(dropped());
-        };
-        // Handed the slot of a finished check (which is then not released).
-        const start = () => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve();
-        };
-        this.queue.push(start);
-        signal?.addEventListener('abort', onAbort, { once: true });
-      });
-    } else this.running++;
-    try {
-      return await fn();
-    } finally {
-      const next = this.queue.shift();
-      if (next) next();
-      else this.running--;
-    }
-  }
-}
-
 export async function verifyToken(token: string, user: UserEntry | undefined): Promise<boolean> {
   const entry = user ?? dummyUser();
   const expected = Buffer.from(entry.hash, 'base64');
@@ -151,7 +109,19 @@ interface Requirement {
  * Commands only brokers send each other. With inter-broker TLS they need a connection whose client
  * certificate the inter-broker CA issued, whatever the principal (docs/operations.md "Securing a cluster").
  */
-export const BROKER_COMMANDS = new Set(['REPLICA_FETCH', 'REPLICA_WAIT', 'LEADER_EPOCHS', 'PARTITIONS_READY', 'TXN_APPEND', 'TXN_MARKER', 'TXN_GROUP_OFFSETS', 'TXN_VERIFY', 'TXN_OFFSETS', 'MEMBER_LEASE', 'REPLICA_POSITIONS']);
+export const BROKER_COMMANDS = new Set([
+  'REPLICA_FETCH',
+  'REPLICA_WAIT',
+  'LEADER_EPOCHS',
+  'PARTITIONS_READY',
+  'TXN_APPEND',
+  'TXN_MARKER',
+  'TXN_GROUP_OFFSETS',
+  'TXN_VERIFY',
+  'TXN_OFFSETS',
+  'MEMBER_LEASE',
+  'REPLICA_POSITIONS',
+]);
 
 /** Commands anyone may send, authenticated or not. */
 const OPEN = new Set(['PROTOCOL_INFO', 'NEGOTIATE', 'AUTH', 'HELP']);
@@ -238,11 +208,19 @@ export interface SecuredConnection extends ConnectionContext {
 
 const MAX_AUTH_FAILURES = 3;
 
+/** The address part of `remote` ("1.2.3.4:5678", "::1:5678"): the source whose turn a login waits for. */
+export function addressOf(remote: string): string {
+  const i = remote.lastIndexOf(':');
+  return i > 0 ? remote.slice(0, i) : remote;
+}
+
 export class Security {
   private users: Record<string, UserEntry>;
   private acls: BrokerConfig['topicAcls'];
   private readonly sessions = new WeakMap<ConnectionContext, Session>();
-  private readonly verifier = new Limiter(2, 256);
+  /** One check per connection waits at most, so the queue is bounded by the connections (docs/security.md). */
+  private readonly verifier: Limiter;
+  private readonly failureLog: FailureLog;
 
   constructor(
     private readonly config: BrokerConfig,
@@ -252,6 +230,8 @@ export class Security {
   ) {
     this.users = config.users;
     this.acls = config.topicAcls;
+    this.verifier = new Limiter(2, Math.max(256, config.maxConnections));
+    this.failureLog = new FailureLog(logger);
   }
 
   get enabled(): boolean {
@@ -312,7 +292,16 @@ export class Security {
   private session(conn: ConnectionContext): Session {
     let s = this.sessions.get(conn);
     if (!s) {
-      s = { principal: undefined, authenticated: false, credential: undefined, failures: 0, peer: false, tokens: this.config.maxRequestsPerSecondPerConnection, refilledAt: performance.now(), close: () => {} };
+      s = {
+        principal: undefined,
+        authenticated: false,
+        credential: undefined,
+        failures: 0,
+        peer: false,
+        tokens: this.config.maxRequestsPerSecondPerConnection,
+        refilledAt: performance.now(),
+        close: () => {},
+      };
       this.sessions.set(conn, s);
     }
     return s;
@@ -324,7 +313,7 @@ export class Security {
     s.authenticated = false;
     s.principal = undefined;
     const user = Object.hasOwn(this.users, principal) ? this.users[principal] : undefined;
-    const ok = await this.verifier.run(() => verifyToken(token, user), conn.closedSignal);
+    const ok = await this.verifier.run(() => verifyToken(token, user), conn.closedSignal, { source: addressOf(conn.remote), key: conn, retry: s.failures > 0 });
     this.settle(conn, principal, ok ? user!.hash : false);
     return formatOk({ principal, authenticated: true });
   }
@@ -347,7 +336,7 @@ export class Security {
     }
     if (verified === false) {
       s.failures++;
-      this.logger.warn({ principal, remote: conn.remote, failures: s.failures, ...(reason ? { reason } : {}) }, 'authentication failed');
+      this.failureLog.warn({ principal, remote: conn.remote, failures: s.failures, ...(reason ? { reason } : {}) });
       if (s.failures >= MAX_AUTH_FAILURES) setImmediate(() => s.close('too many authentication failures'));
       throw new TributaryError('authentication_failed', { principal });
     }
@@ -367,7 +356,11 @@ export class Security {
     const entry = user?.scram;
     if (!entry) return { keys: standInScramKeys(principal), known: false };
     const b = (x: string) => Buffer.from(x, 'base64');
-    return { keys: { salt: b(entry.salt), iterations: entry.iterations, storedKey: b(entry.storedKey), serverKey: b(entry.serverKey) }, known: true, credential: user.hash };
+    return {
+      keys: { salt: b(entry.salt), iterations: entry.iterations, storedKey: b(entry.storedKey), serverKey: b(entry.serverKey) },
+      known: true,
+      credential: user.hash,
+    };
   }
 
   /**
@@ -440,7 +433,12 @@ export class Security {
     const s = this.session(conn);
     const isBatch = Buffer.isBuffer(req);
     if (this.peers && BROKER_COMMANDS.has(command) && !s.peer) {
-      return new TributaryError('NOT_AUTHORIZED_FOR_OPERATION', { command, permission: 'broker', ...(s.principal === undefined ? {} : { principal: s.principal }), reason: 'needs a client certificate from the inter-broker CA' });
+      return new TributaryError('NOT_AUTHORIZED_FOR_OPERATION', {
+        command,
+        permission: 'broker',
+        ...(s.principal === undefined ? {} : { principal: s.principal }),
+        reason: 'needs a client certificate from the inter-broker CA',
+      });
     }
     if (!this.enabled || OPEN.has(command)) return undefined;
     const perms = this.permissionsOf(s);
@@ -454,7 +452,11 @@ export class Security {
     }
     // A batch frame names its topic in the header: the same requirement as the text command with topic=.
     const batchTopicName = isBatch ? batchTopic(req) : undefined;
-    const params: ReadonlyMap<string, string> = isBatch ? new Map(batchTopicName === undefined ? [] : [['topic', batchTopicName]]) : req === undefined ? new Map() : req.params;
+    const params: ReadonlyMap<string, string> = isBatch
+      ? new Map(batchTopicName === undefined ? [] : [['topic', batchTopicName]])
+      : req === undefined
+        ? new Map()
+        : req.params;
     const need = requirementOf(command, params);
     const isAdmin = perms.includes('admin');
     if (!isAdmin) {
