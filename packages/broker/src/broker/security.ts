@@ -63,10 +63,20 @@ export interface ScramKeys {
   serverKey: Buffer;
 }
 
+/**
+ * The key of the stand-in salts (docs/kafka.md "SCRAM-SHA-256"): a digest of every configured user's stored
+ * scrypt hash and salt. Every broker of the same users computes the same one, on every start, as a real
+ * user's salt is the same everywhere; whoever does not hold the config file cannot compute it.
+ */
+export function standInKey(users: Record<string, UserEntry>): Buffer {
+  const h = createHash('sha256').update('tributary scram stand-in\0');
+  for (const principal of Object.keys(users).sort()) h.update(`${principal}\0${users[principal]!.hash}\0${users[principal]!.salt}\0`);
+  return h.digest();
+}
+
 /** Stand-in keys, so an unknown user (or one without SCRAM keys) gets a plausible, stable salt and never matches. */
-const scramSecret = randomBytes(32);
-function standInScramKeys(principal: string): ScramKeys {
-  const salt = createHmac('sha256', scramSecret).update(`salt\0${principal}`).digest().subarray(0, 16);
+function standInScramKeys(key: Buffer, principal: string): ScramKeys {
+  const salt = createHmac('sha256', key).update(`salt\0${principal}`).digest().subarray(0, 16);
   return { salt, iterations: SCRAM_ITERATIONS, storedKey: randomBytes(32), serverKey: randomBytes(32) };
 }
 
@@ -216,6 +226,7 @@ export function addressOf(remote: string): string {
 
 export class Security {
   private users: Record<string, UserEntry>;
+  private scramStandInKey: Buffer;
   private acls: BrokerConfig['topicAcls'];
   private readonly sessions = new WeakMap<ConnectionContext, Session>();
   /** One check per connection waits at most, so the queue is bounded by the connections (docs/security.md). */
@@ -229,6 +240,7 @@ export class Security {
     private readonly peers?: { isPeer(cert: X509Certificate | undefined): boolean },
   ) {
     this.users = config.users;
+    this.scramStandInKey = standInKey(config.users);
     this.acls = config.topicAcls;
     this.verifier = new Limiter(2, Math.max(256, config.maxConnections));
     this.failureLog = new FailureLog(logger);
@@ -244,6 +256,7 @@ export class Security {
    */
   reload(users: Record<string, UserEntry>, acls: BrokerConfig['topicAcls']): void {
     this.users = users;
+    this.scramStandInKey = standInKey(users);
     this.acls = acls;
     this.logger.info({ users: Object.keys(users).length, topicAcls: Object.keys(acls).length }, 'users and topic ACLs reloaded');
   }
@@ -354,7 +367,7 @@ export class Security {
   scramKeys(principal: string): { keys: ScramKeys; known: boolean; credential?: string } {
     const user = Object.hasOwn(this.users, principal) ? this.users[principal]! : undefined;
     const entry = user?.scram;
-    if (!entry) return { keys: standInScramKeys(principal), known: false };
+    if (!entry) return { keys: standInScramKeys(this.scramStandInKey, principal), known: false };
     const b = (x: string) => Buffer.from(x, 'base64');
     return {
       keys: { salt: b(entry.salt), iterations: entry.iterations, storedKey: b(entry.storedKey), serverKey: b(entry.serverKey) },
