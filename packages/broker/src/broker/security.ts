@@ -361,6 +361,18 @@ export class Security {
   }
 
   /**
+   * A failed check made elsewhere (a SCRAM proof, an HMAC): it first waits for and takes a slot of the
+   * password-check queue for one scrypt, as a failed AUTH does, so guessing over SCRAM is no faster than
+   * over AUTH and is queued as fairly (docs/kafka.md). Then `settle` as a failure; always throws.
+   */
+  async settleFailed(conn: ConnectionContext, principal: string, reason?: string): Promise<never> {
+    const s = this.session(conn);
+    await this.verifier.run(() => verifyToken('', undefined), conn.closedSignal, { source: addressOf(conn.remote), key: conn, retry: s.failures > 0 });
+    this.settle(conn, principal, false, reason);
+    throw new TributaryError('authentication_failed', { principal });
+  }
+
+  /**
    * A user's SCRAM-SHA-256 keys; for an unknown user, or one added before SCRAM keys were stored, stand-ins
    * with a stable salt that never verify (so the exchange does not tell whether the user exists).
    */

@@ -7,10 +7,10 @@ import type net from 'node:net';
 import type { ParsedLine } from 'tributary-protocol/command.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
-import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { BrokerConfig } from '../common/config.js';
-import type { BrokerMetrics } from '../common/metrics.js';
 import type { Logger } from '../common/logger.js';
+import type { BrokerMetrics } from '../common/metrics.js';
+import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { ProducerIdAllocator } from '../partition/producer-ids.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import type { TransactionCoordinator } from '../txn/txn-coordinator.js';
@@ -67,6 +67,8 @@ export interface KafkaSecurity {
    * state, failure counting and logs as AUTH; fails if the user changed since the keys were read. Throws when it fails.
    */
   settle(conn: KafkaIdentity, principal: string, verified: string | false, reason?: string): void;
+  /** A failed check with those keys: paced through the password-check queue as a failed AUTH is, then settled. Throws. */
+  settleFailed(conn: KafkaIdentity, principal: string, reason?: string): Promise<never>;
 }
 
 /** The listener's own address as clients are told it (Metadata). */

@@ -17,10 +17,10 @@
  * kafkajs and librdkafka use v1 and SaslAuthenticate, but librdkafka wants v0 advertised.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
+import type { KafkaRequestContext, SaslState } from '../context.js';
 import { apiByKey } from '../protocol/apis.js';
 import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { SaslAuthenticate, SaslHandshake } from '../protocol/messages/sasl.js';
-import type { KafkaRequestContext, SaslState } from '../context.js';
 import { handler } from './handler.js';
 import { ScramError, ScramServer } from './sasl-scram.js';
 
@@ -80,7 +80,7 @@ async function plain(ctx: KafkaRequestContext, token: Buffer): Promise<Step> {
   }
 }
 
-function scram(ctx: KafkaRequestContext, token: Buffer): Step {
+async function scram(ctx: KafkaRequestContext, token: Buffer): Promise<Step> {
   const security = ctx.broker.security;
   let x = scramExchanges.get(ctx.sasl);
   try {
@@ -102,13 +102,11 @@ function scram(ctx: KafkaRequestContext, token: Buffer): Step {
     const user = x.server.user!;
     const { ok, serverFinal } = x.server.final(token.toString('utf8'));
     try {
-      security.settle(
-        ctx.identity,
-        user,
-        ok && x.credential !== undefined ? x.credential : false,
-        ok || x.known ? undefined : 'no SCRAM keys for this principal (unknown, or added before they were stored: add it again)',
-      );
-    } catch {
+      const reason = ok || x.known ? undefined : 'no SCRAM keys for this principal (unknown, or added before they were stored: add it again)';
+      if (ok && x.credential !== undefined) security.settle(ctx.identity, user, x.credential, reason);
+      else await security.settleFailed(ctx.identity, user, reason);
+    } catch (err) {
+      if (err instanceof TributaryError && err.code === 'throttled') return { state: 'throttled' };
       return { state: 'failed', message: BAD_SCRAM };
     }
     return { state: 'done', reply: Buffer.from(serverFinal) };
@@ -119,7 +117,7 @@ function scram(ctx: KafkaRequestContext, token: Buffer): Step {
     const user = x?.server.user;
     if (user !== undefined) {
       try {
-        security.settle(ctx.identity, user, false, err.message);
+        await security.settleFailed(ctx.identity, user, err.message);
       } catch {}
     }
     return { state: 'failed', message: `Authentication failed: ${err.message}` };
@@ -128,7 +126,7 @@ function scram(ctx: KafkaRequestContext, token: Buffer): Step {
 
 /** The client's next token for the handshake's mechanism; the exchange's step moves to `done` or `failed` at its end. */
 async function exchange(ctx: KafkaRequestContext, token: Buffer): Promise<Step> {
-  const step = ctx.sasl.mechanism === 'PLAIN' ? await plain(ctx, token) : scram(ctx, token);
+  const step = ctx.sasl.mechanism === 'PLAIN' ? await plain(ctx, token) : await scram(ctx, token);
   if (step.state === 'done') ctx.sasl.step = 'done';
   else if (step.state !== 'continue') ctx.sasl.step = 'failed';
   return step;
