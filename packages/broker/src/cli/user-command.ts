@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
-import { extname } from 'node:path';
+import { closeSync, existsSync, fchmodSync, fsyncSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
+import { basename, dirname, extname, join } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
 import { parseDocument } from 'yaml';
-import { PERMISSIONS, type Permission } from '../common/config.js';
 import { hashToken, scramEntry, type UserEntry } from '../broker/security.js';
-import { CliError, EXIT_USAGE } from './errors.js';
+import { PERMISSIONS, type Permission } from '../common/config.js';
 import { fileSettingProblems, type KeyLines, readConfigFile } from './config-loader.js';
+import { CliError, EXIT_USAGE } from './errors.js';
 
 /**
  * `tributary user add|remove|list --config <file>`: manage the `users:` section of a broker config file.
@@ -16,9 +16,13 @@ import { fileSettingProblems, type KeyLines, readConfigFile } from './config-loa
 type Users = Record<string, UserEntry>;
 
 function permissionsArg(value: string): Permission[] {
-  const list = value.split(',').map((p) => p.trim()).filter(Boolean);
+  const list = value
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean);
   for (const p of list) {
-    if (!(PERMISSIONS as readonly string[]).includes(p)) throw new InvalidArgumentError(`unknown permission ${JSON.stringify(p)} (one of ${PERMISSIONS.join(', ')}).`);
+    if (!(PERMISSIONS as readonly string[]).includes(p))
+      throw new InvalidArgumentError(`unknown permission ${JSON.stringify(p)} (one of ${PERMISSIONS.join(', ')}).`);
   }
   return [...new Set(list)] as Permission[];
 }
@@ -43,7 +47,9 @@ interface UsersFile {
 
 /** `invalid config: ` is the broker's prefix; under `tributary user` the first line says what could not be done. */
 function refused(file: string, verb: string, problems: string[]): CliError {
-  return new CliError([`error: cannot ${verb} ${file}: the broker would refuse it:`, ...problems.map((p) => `  ${p.replace(/^invalid config: /, '')}`)].join('\n'));
+  return new CliError(
+    [`error: cannot ${verb} ${file}: the broker would refuse it:`, ...problems.map((p) => `  ${p.replace(/^invalid config: /, '')}`)].join('\n'),
+  );
 }
 
 /**
@@ -109,10 +115,39 @@ function editUsers(file: string, change: (users: Users) => boolean, opts: { crea
   if (!change(f.users)) return;
   const problems = problemsOf(file, f);
   if (problems.length > 0) throw refused(file, 'update', problems);
-  // Atomic and private: the file holds token hashes.
-  const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, f.text(), { mode: 0o600 });
-  renameSync(tmp, file);
+  writePrivate(file, f.text());
+}
+
+/**
+ * Atomic and private, as the file holds token hashes (docs/security.md): a new file of a random name in
+ * the same directory, created exclusively (a symlink or file planted there is never followed or reused)
+ * with mode 0600, synced, renamed over the config, and the directory synced so the rename survives a crash.
+ */
+export function writePrivate(file: string, text: string): void {
+  const dir = dirname(file);
+  const tmp = join(dir, `.${basename(file)}.${randomBytes(12).toString('hex')}.tmp`);
+  const fd = openSync(tmp, 'wx', 0o600);
+  try {
+    try {
+      fchmodSync(fd, 0o600);
+      writeFileSync(fd, text);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, file);
+  } catch (err) {
+    try {
+      unlinkSync(tmp);
+    } catch {}
+    throw err;
+  }
+  const dfd = openSync(dir, 'r');
+  try {
+    fsyncSync(dfd);
+  } finally {
+    closeSync(dfd);
+  }
 }
 
 export function registerUserCommand(program: Command): void {
@@ -181,6 +216,7 @@ export function registerUserCommand(program: Command): void {
       const problems = problemsOf(opts.config, f);
       if (problems.length > 0) throw refused(opts.config, 'list the users of', problems);
       // scram=no: added before SCRAM keys were stored; SCRAM on the Kafka port needs it added again (docs/kafka.md).
-      for (const [name, u] of Object.entries(f.users)) process.stdout.write(`${name} permissions=${(u.permissions ?? []).join(',')} scram=${u.scram ? 'yes' : 'no'}\n`);
+      for (const [name, u] of Object.entries(f.users))
+        process.stdout.write(`${name} permissions=${(u.permissions ?? []).join(',')} scram=${u.scram ? 'yes' : 'no'}\n`);
     });
 }
