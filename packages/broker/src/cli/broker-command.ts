@@ -44,6 +44,9 @@ function describeStartError(err: unknown, config: BrokerConfig): string {
 
 /** Resolve the config, run the broker until SIGTERM/SIGINT, stop it gracefully. Resolves when stopped. */
 export async function runBroker(opts: Record<string, unknown>): Promise<void> {
+  // Before anything is created: the data directory and its files hold records of ACL-protected topics, so
+  // no group or other access whatever the caller's umask (docs/security.md "Secrets").
+  process.umask(0o077);
   const flags: Record<string, unknown> = {};
   for (const f of CONFIG_FIELDS) if (opts[f.key] !== undefined) flags[f.key] = opts[f.key];
   const loaded = loadBrokerConfig({ flags, env: process.env, configFile: opts.config as string | undefined });
@@ -130,7 +133,8 @@ export function registerBrokerCommand(program: Command): void {
     .option('--config <file>', 'YAML (.yaml/.yml) or JSON (.json) file of settings; unknown keys are an error');
   // One flag per schema key, so a setting added to the schema is configurable without touching the CLI.
   // A boolean flag alone means true (`--cluster`); `--cluster false` also works.
-  for (const f of CONFIG_FIELDS) start.addOption(new Option(f.kind.type === 'boolean' ? `--${f.flag} [bool]` : `--${f.flag} <${placeholder(f)}>`, fieldHelp(f)));
+  for (const f of CONFIG_FIELDS)
+    start.addOption(new Option(f.kind.type === 'boolean' ? `--${f.flag} [bool]` : `--${f.flag} <${placeholder(f)}>`, fieldHelp(f)));
   start.action(async (opts: Record<string, unknown>) => {
     await runBroker(opts);
   });
