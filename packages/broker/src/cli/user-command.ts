@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { closeSync, existsSync, fchmodSync, fsyncSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { basename, dirname, extname, join } from 'node:path';
-import { type Command, InvalidArgumentError } from 'commander';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 import { parseDocument } from 'yaml';
 import { hashToken, scramEntry, type UserEntry } from '../broker/security.js';
 import { PERMISSIONS, type Permission } from '../common/config.js';
@@ -158,12 +158,17 @@ export function registerUserCommand(program: Command): void {
     .description('add or replace a user; prints a generated token unless --token is given')
     .requiredOption('--config <file>', 'broker config file (.yaml/.yml/.json) to write')
     .requiredOption('--permissions <list>', `comma-separated: ${PERMISSIONS.join(', ')}`, permissionsArg)
-    .option('--token <token>', 'use this token instead of generating one')
+    // Not TRIBUTARY_TOKEN: that is the caller's own token for client commands, and would be given to the new user.
+    .addOption(
+      new Option('--token <token>', 'use this token instead of generating one (prefer the environment variable: arguments show up in ps)').env(
+        'TRIBUTARY_USER_TOKEN',
+      ),
+    )
     .action((principal: string, opts: { config: string; permissions: Permission[]; token?: string }) => {
       if (!/^[A-Za-z0-9._@-]{1,256}$/.test(principal)) throw new CliError('error: principal must be 1-256 of letters, digits, ".", "_", "@", "-"', EXIT_USAGE);
       // Assigned to a plain object it would set the prototype: "added", and nothing written.
       if (principal === '__proto__') throw new CliError('error: principal __proto__ is reserved', EXIT_USAGE);
-      if (opts.token === '') throw new CliError('error: --token must not be empty', EXIT_USAGE);
+      if (opts.token === '') throw new CliError('error: --token (TRIBUTARY_USER_TOKEN) must not be empty', EXIT_USAGE);
       const token = opts.token ?? randomBytes(24).toString('base64url');
       editUsers(
         opts.config,
