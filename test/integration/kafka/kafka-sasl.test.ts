@@ -409,17 +409,24 @@ describe('SASL and ACLs on the Kafka port', () => {
     const addOffsets = { ...p, groupId: 'sasl-tx-group' };
     expect((await app.call(25, 1, addOffsets)).errorCode).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
     expect((await txn.call(25, 1, addOffsets)).errorCode).toBe(code('GROUP_AUTHORIZATION_FAILED'));
-    expect((await txnall.call(25, 1, addOffsets)).errorCode).toBe(0);
-    const offsets = (topic: string) => ({
-      ...p,
+    // txn's id is not txnall's (docs/security.md, "Transactional ids"): it sends offsets in its own.
+    expect((await txnall.call(25, 1, addOffsets)).errorCode).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
+    const own = await txnall.call(22, 1, { transactionalId: 'sasl-tx-all', transactionTimeoutMs: 60_000 });
+    expect(own.errorCode).toBe(0);
+    const q = { transactionalId: 'sasl-tx-all', producerId: own.producerId as bigint, producerEpoch: own.producerEpoch as number };
+    expect((await txnall.call(25, 1, { ...q, groupId: 'sasl-tx-group' })).errorCode).toBe(0);
+    const offsets = (ids: typeof p, topic: string) => ({
+      ...ids,
       groupId: 'sasl-tx-group',
       topics: [{ name: topic, partitions: [{ partitionIndex: 0, committedOffset: 0, committedMetadata: null }] }],
     });
-    const offsetCode = async (raw: RawKafka, topic: string) => first(first(await raw.call(28, 1, offsets(topic)), 'topics'), 'partitions').errorCode;
+    const offsetCode = async (raw: RawKafka, topic: string, ids = p) => first(first(await raw.call(28, 1, offsets(ids, topic)), 'topics'), 'partitions').errorCode;
     expect(await offsetCode(app, 'orders')).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
     expect(await offsetCode(txn, 'orders')).toBe(code('GROUP_AUTHORIZATION_FAILED'));
-    expect(await offsetCode(txnall, 'secret')).toBe(code('TOPIC_AUTHORIZATION_FAILED'));
-    expect(await offsetCode(txnall, 'orders')).toBe(0);
+    expect(await offsetCode(txnall, 'orders')).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
+    expect(await offsetCode(txnall, 'secret', q)).toBe(code('TOPIC_AUTHORIZATION_FAILED'));
+    expect(await offsetCode(txnall, 'orders', q)).toBe(0);
+    expect((await txnall.call(26, 1, { ...q, committed: false })).errorCode).toBe(0);
     expect((await app.call(26, 1, { ...p, committed: false })).errorCode).toBe(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
     expect((await txn.call(26, 1, { ...p, committed: false })).errorCode).toBe(0);
   });

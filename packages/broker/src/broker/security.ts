@@ -420,6 +420,18 @@ export class Security {
     return read || write;
   }
 
+  /**
+   * Who names a transactional id, for the owner check (docs/security.md, "Transactional ids"): undefined
+   * with authentication off (nothing is checked), `admin` may take any id over.
+   */
+  txnCaller(conn: ConnectionContext): { principal: string; admin: boolean } | undefined {
+    if (!this.enabled) return undefined;
+    const s = this.session(conn);
+    const perms = this.permissionsOf(s);
+    // The gate refused an unauthenticated request already; an empty principal owns nothing.
+    return { principal: s.principal ?? '', admin: perms?.includes('admin') ?? false };
+  }
+
   /** LIST filtering: topics the connection may describe (everything when authentication is off). */
   canDescribe(conn: ConnectionContext, topic: string): boolean {
     if (!this.enabled) return true;

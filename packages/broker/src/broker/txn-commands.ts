@@ -6,6 +6,7 @@ import type { BrokerContext, CommandSpec, ConnectionContext } from './command-co
 import { checkRecordSize, leaderGate, refuseInternal, replicated } from './produce-commands.js';
 import { appendNext, stageLocally } from '../txn/txn-targets.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
+import type { TxnCaller } from '../txn/txn-coordinator.js';
 import { parseBatchEntries } from './group-commands.js';
 
 const MAX_ID = 100_000;
@@ -15,11 +16,21 @@ function txnId(p: Params): string {
   return p.reqStr('transactional_id', { maxLength: 255 });
 }
 
+/** Who names the id: its owner check (docs/security.md, "Transactional ids"); undefined with authentication off. */
+function caller(b: BrokerContext, c: ConnectionContext): TxnCaller | undefined {
+  return b.security?.txnCaller(c);
+}
+
+/** Refuses the request unless the connection's principal owns the id (or is an admin). */
+function owned(b: BrokerContext, c: ConnectionContext, command: string, id: string): void {
+  b.transactions.checkCaller(id, command, caller(b, c));
+}
+
 function producer(p: Params): { producerId: string; epoch: number } {
   return { producerId: p.reqStr('producerId', { maxLength: 255 }), epoch: p.reqInt('epoch', EPOCH) };
 }
 
-async function initProducerId(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+async function initProducerId(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
   if (!p.has('transactional_id')) {
     // An idempotent producer: a fresh id at epoch 0, from any broker (no coordinator owns it).
     if (p.has('transaction_timeout_ms')) throw invalidParam('transaction_timeout_ms', 'only with a transactional_id');
@@ -27,19 +38,21 @@ async function initProducerId(b: BrokerContext, _c: ConnectionContext, p: Params
   }
   const id = txnId(p);
   const timeout = p.int('transaction_timeout_ms', { min: 1, max: 2 ** 31 - 1 });
-  const r = await b.transactions.initProducerId(id, timeout);
+  const r = await b.transactions.initProducerId(id, timeout, caller(b, c));
   return formatOk({ transactional_id: id, producerId: r.producerId, epoch: r.epoch });
 }
 
-async function beginTxn(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+async function beginTxn(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
   const id = txnId(p);
+  owned(b, c, 'BEGIN_TXN', id);
   const { producerId, epoch } = producer(p);
   await b.transactions.begin(id, producerId, epoch);
   return formatOk({ transactional_id: id, state: 'open' });
 }
 
-async function txnPublish(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+async function txnPublish(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
   const id = txnId(p);
+  owned(b, c, 'TXN_PUBLISH', id);
   const { producerId, epoch } = producer(p);
   const topic = p.reqStr('topic', { maxLength: MAX_ID });
   refuseInternal(topic);
@@ -57,8 +70,9 @@ async function txnPublish(b: BrokerContext, _c: ConnectionContext, p: Params): P
   return formatOk({ transactional_id: id, topic, partition: r.partition, offset: r.offset, ...(r.duplicate ? { duplicate: true } : {}) });
 }
 
-async function sendOffsetsToTxn(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+async function sendOffsetsToTxn(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
   const id = txnId(p);
+  owned(b, c, 'SEND_OFFSETS_TO_TXN', id);
   const { producerId, epoch } = producer(p);
   const entries = parseBatchEntries(p.line.positional);
   const n = await b.transactions.sendOffsets(id, producerId, epoch, {
@@ -71,8 +85,9 @@ async function sendOffsetsToTxn(b: BrokerContext, _c: ConnectionContext, p: Para
   return formatOk({ transactional_id: id, staged_offsets: n });
 }
 
-async function endTxn(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+async function endTxn(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
   const id = txnId(p);
+  owned(b, c, 'END_TXN', id);
   const { producerId, epoch } = producer(p);
   const result = p.oneOf('result', ['commit', 'abort'] as const);
   if (!result) throw invalidParam('result', 'required: commit or abort');
@@ -80,8 +95,9 @@ async function endTxn(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
   return formatOk({ transactional_id: id, state });
 }
 
-function txnStatus(b: BrokerContext, _c: ConnectionContext, p: Params): string {
+function txnStatus(b: BrokerContext, c: ConnectionContext, p: Params): string {
   const id = txnId(p);
+  owned(b, c, 'TXN_STATUS', id);
   const s = b.transactions.status(id);
   return formatOk({
     transactional_id: id,
@@ -195,6 +211,7 @@ export async function txnBatch(b: BrokerContext, c: ConnectionContext, body: Buf
   }
   const explicit = head.partition >= 0 ? head.partition : undefined;
   const { transactionalId: id, producerId, epoch } = txn;
+  owned(b, c, 'TXN_PUBLISH', id);
   b.transactions.checkRun(id, producerId, epoch, head.topic, explicit, n, head.firstSequence);
   const records = decode();
   // Registered with the coordinator before the first await, whole, so the frame keeps its order.

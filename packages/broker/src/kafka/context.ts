@@ -60,6 +60,8 @@ export interface KafkaSecurity {
   authenticate(conn: KafkaIdentity, principal: string, token: string): Promise<unknown>;
   /** The main port's permission and topic-ACL check of one command; undefined when allowed. */
   authorize(command: string, conn: KafkaIdentity, req: ParsedLine | undefined): TributaryError | undefined;
+  /** Who names a transactional id (its owner check); undefined with authentication off. */
+  txnCaller(conn: KafkaIdentity): { principal: string; admin: boolean } | undefined;
   /** A user's SCRAM-SHA-256 keys, or stand-ins that never verify (unknown user, or none stored). */
   scramKeys(principal: string): { keys: { salt: Buffer; iterations: number; storedKey: Buffer; serverKey: Buffer }; known: boolean; credential?: string };
   /**

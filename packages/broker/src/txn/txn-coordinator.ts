@@ -12,9 +12,11 @@ import {
   type Entry,
   RECOVERED,
   STATUS,
+  type TxnCaller,
   type TxnPublishResult,
   type TxnStatusState,
   bumpEpoch,
+  checkCaller,
   checkOpen,
   checkProducer,
   clearTimer,
@@ -28,7 +30,7 @@ import { TxnFinisher } from './txn-finisher.js';
 import { KafkaTransactions } from './txn-kafka.js';
 import { TxnPublisher } from './txn-publish.js';
 
-export type { TxnPublishResult, TxnStatusState } from './txn-entry.js';
+export type { TxnCaller, TxnPublishResult, TxnStatusState } from './txn-entry.js';
 
 export interface TxnCoordinatorConfig {
   /** Used when INIT_PRODUCER_ID names no timeout. */
@@ -282,7 +284,7 @@ export class TransactionCoordinator {
    * INIT_PRODUCER_ID: a new id gets a producer id at epoch 0; a known one gets its epoch bumped, which
    * fences every older producer of the id; an open transaction of the old epoch is aborted first.
    */
-  initProducerId(id: string, timeoutMs?: number): Promise<{ producerId: string; epoch: number }> {
+  initProducerId(id: string, timeoutMs?: number, caller?: TxnCaller): Promise<{ producerId: string; epoch: number }> {
     this.checkOwner(id);
     const timeout = timeoutMs ?? this.deps.config.defaultTimeoutMs;
     if (timeout > this.deps.config.maxTimeoutMs) throw invalidParam('transaction_timeout_ms', `at most ${this.deps.config.maxTimeoutMs}`);
@@ -300,12 +302,15 @@ export class TransactionCoordinator {
           partitions: [],
           offsets: [],
           updatedMs: now,
+          ...(caller ? { owner: caller.principal } : {}),
         };
         e = newEntry(meta, false);
         await this.deps.log.write(meta);
         this.txns.set(id, e);
         return { producerId: meta.producerId, epoch: meta.epoch };
       }
+      // Under the lock: the owner is set here only (docs/security.md, "Transactional ids").
+      checkCaller(e, 'INIT_PRODUCER_ID', caller);
       const m = e.meta;
       if (m.state === 'prepare_commit' || m.state === 'prepare_abort') await this.finisher.awaitFinish(e);
       if (m.state === 'open') {
@@ -318,7 +323,15 @@ export class TransactionCoordinator {
       }
       m.timeoutMs = timeout;
       m.updatedMs = now;
-      await this.deps.log.write(m);
+      // An id without an owner (written before owners were kept) is claimed; an admin takes it over.
+      const owner = m.owner;
+      if (caller) m.owner = caller.principal;
+      try {
+        await this.deps.log.write(m);
+      } catch (err) {
+        m.owner = owner;
+        throw err;
+      }
       return { producerId: m.producerId, epoch: m.epoch };
     });
   }
@@ -479,6 +492,14 @@ export class TransactionCoordinator {
       timeoutMs: m.timeoutMs,
       ...(m.abortReason ? { abortReason: m.abortReason } : {}),
     };
+  }
+
+  /**
+   * Refuses `caller` unless it owns the id, or is an admin (docs/security.md, "Transactional ids"). An id
+   * this broker does not hold passes: the request itself then answers not found or NOT_COORDINATOR.
+   */
+  checkCaller(id: string, command: string, caller: TxnCaller | undefined): void {
+    checkCaller(this.txns.get(id), command, caller);
   }
 
   /** The transactional ids known, for inspection. */

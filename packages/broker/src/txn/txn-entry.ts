@@ -77,6 +77,29 @@ export interface Entry {
   unloaded: boolean;
 }
 
+/** The principal naming a transactional id (authentication on; undefined when off: nothing is checked). */
+export interface TxnCaller {
+  principal: string;
+  admin: boolean;
+}
+
+/**
+ * Refuses a principal other than the id's owner, as a missing permission is refused (docs/security.md,
+ * "Transactional ids"): without it anyone with `transaction` could read, write into, end or fence another
+ * principal's transaction. `admin` passes; an id with no owner yet (or unknown here) passes.
+ */
+export function checkCaller(e: Entry | undefined, command: string, caller: TxnCaller | undefined): void {
+  const owner = e?.meta.owner;
+  if (caller === undefined || caller.admin || owner === undefined || owner === caller.principal) return;
+  throw new TributaryError('NOT_AUTHORIZED_FOR_OPERATION', {
+    command,
+    permission: 'transaction',
+    principal: caller.principal,
+    transactional_id: e!.meta.transactionalId,
+    reason: 'the transactional id belongs to another principal',
+  });
+}
+
 export function partKey(topic: string, partition: number): string {
   return `${topic}\u0000${partition}`;
 }

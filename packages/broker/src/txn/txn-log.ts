@@ -40,6 +40,11 @@ export interface TxnMetadata {
   /** Why the last transaction was aborted by the coordinator, if it was (timeout, fenced). */
   abortReason?: string;
   updatedMs: number;
+  /**
+   * The principal that initialized the id (authentication on): only it, or an `admin`, may use the id
+   * (docs/security.md, "Transactional ids"). Absent in records of earlier versions: the next to initialize claims it.
+   */
+  owner?: string;
 }
 
 function encodeKey(id: string): Buffer {
@@ -56,7 +61,8 @@ function validMetadata(v: unknown): v is TxnMetadata {
     Number.isSafeInteger(m.epoch) &&
     ['empty', 'open', 'prepare_commit', 'prepare_abort', 'committed', 'aborted'].includes(m.state) &&
     Array.isArray(m.partitions) &&
-    Array.isArray(m.offsets)
+    Array.isArray(m.offsets) &&
+    (m.owner === undefined || typeof m.owner === 'string')
   );
 }
 

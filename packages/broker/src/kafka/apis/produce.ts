@@ -24,7 +24,7 @@ import type { KafkaRequestContext } from '../context.js';
 import { acknowledged, leaderGate } from './cluster-gate.js';
 import { EndConnection, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
-import { txnErrorCode } from './transactions.js';
+import { txnErrorCode, txnRefusal } from './transactions.js';
 import { transactionalAppend } from './txn-produce.js';
 
 const EMPTY: Buffer = Buffer.alloc(0);
@@ -244,7 +244,8 @@ export const produceHandler = handler(apiByKey(Produce.apiKey)!, async (ctx, _ve
   const txnId = (body.transactionalId as string | null | undefined) ?? null;
   if (txnId !== null) {
     // The transaction permission on the id first (then each topic's write), as TXN_PUBLISH.
-    const denied = ctx.authorize('TXN_PUBLISH', undefined, { transactional_id: txnId });
+    // The id's owner too (docs/security.md, "Transactional ids"): its producer id and epoch can be guessed.
+    const denied = txnRefusal(ctx, 'TXN_PUBLISH', txnId)?.denied;
     if (denied) {
       const code = kafkaErrorCode('TRANSACTIONAL_ID_AUTHORIZATION_FAILED');
       const responses = topics.map((t) => ({

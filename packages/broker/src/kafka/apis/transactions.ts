@@ -34,10 +34,24 @@ export function txnErrorCode(err: unknown, fencedKnown = false): number {
   return !fencedKnown && c === kafkaErrorCode('PRODUCER_FENCED') ? kafkaErrorCode('INVALID_PRODUCER_EPOCH') : c;
 }
 
-/** The transaction permission on the id (main port: BEGIN_TXN / END_TXN need `transaction`). */
-function txnRefusal(ctx: KafkaRequestContext, command: string, id: string): ReturnType<typeof refusal> | undefined {
-  const denied = ctx.authorize(command, undefined, { transactional_id: id });
+/**
+ * The transaction permission on the id (main port: BEGIN_TXN / END_TXN need `transaction`), and that the
+ * principal owns the id or is an admin (docs/security.md, "Transactional ids").
+ */
+export function txnRefusal(ctx: KafkaRequestContext, command: string, id: string): ReturnType<typeof refusal> | undefined {
+  const denied = ctx.authorize(command, undefined, { transactional_id: id }) ?? notOwner(ctx, command, id);
   return denied ? refusal(denied, 'transactional_id') : undefined;
+}
+
+/** The coordinator's owner check of the id, as its refusal (undefined: the principal may use the id). */
+function notOwner(ctx: KafkaRequestContext, command: string, id: string): TributaryError | undefined {
+  try {
+    ctx.broker.transactions.checkCaller(id, command, ctx.broker.security.txnCaller(ctx.identity));
+    return undefined;
+  } catch (err) {
+    if (err instanceof TributaryError) return err;
+    throw err;
+  }
 }
 
 const code = (name: KafkaErrorName) => kafkaErrorCode(name);
@@ -71,7 +85,7 @@ export async function initTransactional(ctx: KafkaRequestContext, version: numbe
       if (current.epoch !== body.producerEpoch) return fail(code(version >= 4 ? 'PRODUCER_FENCED' : 'INVALID_PRODUCER_EPOCH'));
     }
     asked = true;
-    const r = await txns.initProducerId(id, timeout);
+    const r = await txns.initProducerId(id, timeout, ctx.broker.security.txnCaller(ctx.identity));
     return { throttleTimeMs: 0, errorCode: 0, producerId: BigInt(r.producerId), producerEpoch: r.epoch };
   } catch (err) {
     // The id's previous transaction is decided but not finished (its markers or offsets failed; the
@@ -79,6 +93,8 @@ export async function initTransactional(ctx: KafkaRequestContext, version: numbe
     // CONCURRENT_TRANSACTIONS, on which clients back off and retry. The storage failure under it would
     // map to NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, sending them to look for another coordinator.
     // A refusal (no permission on the id) or a broker shutting down keeps its own answer.
+    // Another principal's id, found under the coordinator's lock (initialized meanwhile).
+    if (err instanceof TributaryError && err.code === 'NOT_AUTHORIZED_FOR_OPERATION') return fail(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
     const stopping = err instanceof TributaryError && err.code === 'shutting_down';
     if (asked && !stopping && finishPending(ctx, id)) return fail(code('CONCURRENT_TRANSACTIONS'));
     return fail(coordinatorTxnCode(err, version >= 4));
