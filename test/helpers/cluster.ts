@@ -49,6 +49,8 @@ export interface ClusterTlsOptions {
   argsFor?: (id: number) => string[];
   /** TLS options of the helpers' connections to the brokers. */
   clientTls?: tls.ConnectionOptions;
+  /** The helpers' connections log in as this user (authentication on, without client certificates). */
+  clientAuth?: { principal: string; token: string };
 }
 
 export class TestCluster {
@@ -83,7 +85,7 @@ export class TestCluster {
       );
     try {
       for (let id = 0; id < n; id++) {
-        brokers.push(await BrokerProcess.start({ args: cluster.argsOf(id), env, clientTls: secure.clientTls }));
+        brokers.push(await BrokerProcess.start({ args: cluster.argsOf(id), env, clientTls: secure.clientTls, clientAuth: secure.clientAuth }));
       }
       await cluster.waitFor('every broker ready and the internal topics led', async () => {
         for (const b of brokers) if ((await b.health('/ready').catch(() => ({ status: 0 }))).status !== 200) return false;

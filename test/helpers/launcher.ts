@@ -22,6 +22,8 @@ export interface BrokerOptions {
   stderrFile?: string;
   /** TLS options of connect() (a broker with --tls-cert). */
   clientTls?: tls.ConnectionOptions;
+  /** connect() logs in as this user (a broker with authentication on). */
+  clientAuth?: { principal: string; token: string };
   /** Runs the broker under this process fd limit (`ulimit -n`, through bash, which execs node). */
   fdLimit?: number;
 }
@@ -104,7 +106,7 @@ export class BrokerProcess {
   }
 
   async connect(opts: { features?: string[] } = {}): Promise<Connection> {
-    const c = await Connection.connect({ host: '127.0.0.1', port: this.port, ...(this.opts.clientTls ? { tls: this.opts.clientTls } : {}), ...opts });
+    const c = await Connection.connect({ host: '127.0.0.1', port: this.port, ...(this.opts.clientTls ? { tls: this.opts.clientTls } : {}), ...(this.opts.clientAuth ? { auth: this.opts.clientAuth } : {}), ...opts });
     this.connections.add(c);
     return c;
   }

@@ -298,6 +298,16 @@ async function txnGroupOffsets(b: BrokerContext, _c: ConnectionContext, p: Param
 }
 
 /**
+ * The owner check of a Kafka request another broker passes on (TXN_VERIFY, TXN_OFFSETS): `principal` is
+ * the client's, not an admin (the sending broker checked that); absent, the client was an admin or
+ * authentication is off. Only brokers send these commands (docs/security.md, "Transactional ids").
+ */
+function forwardedCaller(b: BrokerContext, p: Params, command: string, id: string): void {
+  const principal = p.str('principal', { maxLength: 255 });
+  if (principal !== undefined) b.transactions.checkCaller(id, command, { principal, admin: false });
+}
+
+/**
  * TXN_VERIFY: a partition's leader asks the transactional id's coordinator whether a Kafka transactional
  * batch may be appended (kafka/apis/txn-produce.ts): OK once the partition is durably in the id's open
  * transaction at this producer epoch.
@@ -308,6 +318,7 @@ async function txnVerify(b: BrokerContext, _c: ConnectionContext, p: Params): Pr
   const topic = p.reqStr('topic', { maxLength: MAX_ID });
   const partition = p.reqInt('partition', { min: 0, max: 1_000_000 });
   const { producerId, epoch } = producer(p);
+  forwardedCaller(b, p, 'TXN_PUBLISH', id);
   await b.transactions.kafka.verify(id, producerId, epoch, topic, partition);
   return formatOk({ transactional_id: id, topic, partition });
 }
@@ -325,6 +336,7 @@ async function txnOffsets(b: BrokerContext, _c: ConnectionContext, p: Params): P
   const topic = p.reqStr('topic', { maxLength: MAX_ID });
   const entries = parseBatchEntries(p.line.positional);
   const classic = { memberId: p.str('member', { maxLength: MAX_ID, allowEmpty: true }) ?? '', instanceId: p.str('instance', { maxLength: MAX_ID }) ?? null, generation: p.reqInt('generation', { min: -1, max: 2 ** 31 - 1 }) };
+  forwardedCaller(b, p, 'SEND_OFFSETS_TO_TXN', id);
   const n = await b.transactions.sendOffsets(id, producerId, epoch, { group, topic, member: '', generation: -1, entries, classic });
   return formatOk({ transactional_id: id, group, entries: n });
 }
@@ -341,6 +353,6 @@ export const TXN_COMMANDS: Record<string, CommandSpec> = {
   TXN_MARKER: { handler: txnMarker, params: ['producerId', 'epoch', 'coordinator_epoch', 'coordinator_partition', 'partition', 'result', 'topic'], pipelined: true },
   TXN_GROUP_OFFSETS: { handler: txnGroupOffsets, params: ['transactional_id', 'generation', 'group', 'instance', 'kind', 'member', 'op', 'topic'], positional: true },
   // Pipelined: brokers share one connection per peer, and a request held there would hold every later one.
-  TXN_VERIFY: { handler: txnVerify, params: ['transactional_id', 'producerId', 'epoch', 'partition', 'topic'], pipelined: true },
-  TXN_OFFSETS: { handler: txnOffsets, params: ['transactional_id', 'producerId', 'epoch', 'generation', 'group', 'instance', 'member', 'topic'], positional: true, pipelined: true },
+  TXN_VERIFY: { handler: txnVerify, params: ['transactional_id', 'producerId', 'epoch', 'partition', 'principal', 'topic'], pipelined: true },
+  TXN_OFFSETS: { handler: txnOffsets, params: ['transactional_id', 'producerId', 'epoch', 'generation', 'group', 'instance', 'member', 'principal', 'topic'], positional: true, pipelined: true },
 };

@@ -248,6 +248,7 @@ async function sendOffsets(ctx: KafkaRequestContext, id: string, producerId: str
     return;
   }
   const c = req.classic!;
+  const caller = ctx.broker.security.txnCaller(ctx.identity);
   const fields = {
     transactional_id: id,
     producerId,
@@ -257,10 +258,13 @@ async function sendOffsets(ctx: KafkaRequestContext, id: string, producerId: str
     member: c.memberId,
     generation: c.generation,
     ...(c.instanceId !== null ? { instance: c.instanceId } : {}),
+    // The id's coordinator checks its owner against this principal, not this broker's (docs/security.md).
+    ...(caller && !caller.admin ? { principal: caller.principal } : {}),
   };
   try {
     await (await cluster.leaderPeer(TXN_STATE_TOPIC, txnPartition)).command('TXN_OFFSETS', fields, [req.entries.map((e) => `P${e.partition}:${e.offset}`).join(',')]);
   } catch (err) {
+    if (err instanceof TributaryError && err.code === 'NOT_AUTHORIZED_FOR_OPERATION') throw refusal(err, 'transactional_id');
     // The id's coordinator moving (or not reachable) is not the group's: retriable for the client.
     if (err instanceof TributaryError && ['NOT_COORDINATOR', 'NOT_LEADER', 'connection_lost', 'request_timeout'].includes(err.code)) {
       throw new TributaryError('COORDINATOR_NOT_AVAILABLE', { transactional_id: id, reason: err.code });

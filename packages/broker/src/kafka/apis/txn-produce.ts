@@ -17,6 +17,7 @@ import type { IdempotentAppend, TransactionalBatch } from '../../partition/parti
 import { TXN_STATE_TOPIC } from '../../txn/txn-log.js';
 import type { KafkaRequestContext } from '../context.js';
 import { leaderGate } from './cluster-gate.js';
+import { refusal } from './handler.js';
 
 /** How long a leader keeps looking for a transaction coordinator that is moving, loading or silent. */
 const COORDINATOR_WAIT_MS = 5_000;
@@ -96,7 +97,9 @@ function enqueue(partition: Partition, producerId: string, step: (issued: () => 
 /** TXN_VERIFY at the id's coordinator, following it while it moves or loads, until `deadline`. */
 async function askCoordinator(ctx: KafkaRequestContext, txnId: string, b: TransactionalBatch, partition: Partition, deadline: number): Promise<void> {
   const cluster = ctx.broker.cluster!;
-  const fields = { transactional_id: txnId, producerId: b.producerId, epoch: b.epoch, topic: partition.topic, partition: partition.id };
+  // The coordinator checks the id's owner against the producing principal, not this broker's (docs/security.md, "Transactional ids").
+  const caller = ctx.broker.security.txnCaller(ctx.identity);
+  const fields = { transactional_id: txnId, producerId: b.producerId, epoch: b.epoch, topic: partition.topic, partition: partition.id, ...(caller && !caller.admin ? { principal: caller.principal } : {}) };
   // Retriable for the producer, which sends the batch again (Kafka answers NOT_ENOUGH_REPLICAS here too).
   const gaveUp = (why: string) => new TributaryError('NOT_ENOUGH_REPLICAS', { reason: `the transaction coordinator of ${txnId} did not answer: ${why}` });
   for (let attempt = 1; ; attempt++) {
@@ -113,6 +116,7 @@ async function askCoordinator(ctx: KafkaRequestContext, txnId: string, b: Transa
       await withDeadline(ask, deadline, () => gaveUp('no reply'));
       return;
     } catch (err) {
+      if (err instanceof TributaryError && err.code === 'NOT_AUTHORIZED_FOR_OPERATION') throw refusal(err, 'transactional_id');
       const moving = err instanceof TributaryError && MOVING.has(err.code);
       if (!moving) throw err;
       if (performance.now() > deadline) throw gaveUp(err.code);
