@@ -206,3 +206,47 @@ describe('transactional ids belong to the principal that initialized them', () =
     expect(field(again, 'epoch')).toBe('1');
   });
 });
+
+/**
+ * An id whose stored state names no owner (written with authentication off, as by a version before owners
+ * were kept) is anyone's until a principal initializes it, which claims it.
+ */
+describe('a transactional id stored without an owner', () => {
+  let dir: string;
+  let dataDir: string;
+  let broker: BrokerProcess | undefined;
+  const tokens: Record<string, string> = {};
+
+  afterAll(async () => {
+    await broker?.dispose();
+    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('is claimed by the next principal to initialize it', async () => {
+    dir = await tempDir('tributary-txn-unowned-');
+    dataDir = path.join(dir, 'data');
+    const config = path.join(dir, 'broker.yaml');
+    fs.writeFileSync(config, 'authentication: false\n');
+    tokens.alice = addUser(config, 'alice', ['transaction']);
+    tokens.bob = addUser(config, 'bob', ['transaction']);
+    broker = await BrokerProcess.start({ dataDir, args: ['--config', config] });
+    const open = await broker.connect();
+    const before = await open.command('INIT_PRODUCER_ID', { transactional_id: 'legacy-tx' });
+    const pid = /producerId=(\S+)/.exec(before)![1]!;
+    await broker.stop();
+    fs.writeFileSync(config, fs.readFileSync(config, 'utf8').replace('authentication: false', 'authentication: true'));
+    broker = await BrokerProcess.start({ dataDir, args: ['--config', config] });
+    const as = (principal: string) => Connection.connect({ host: '127.0.0.1', port: broker!.port, auth: { principal, token: tokens[principal]! } });
+    const alice = await as('alice');
+    const bob = await as('bob');
+    try {
+      expect(await bob.command('TXN_STATUS', { transactional_id: 'legacy-tx' })).toMatch(new RegExp(`producerId=${pid} epoch=0 `));
+      expect(await alice.command('INIT_PRODUCER_ID', { transactional_id: 'legacy-tx' })).toMatch(/epoch=1\b/);
+      const refused = await bob.request('TXN_STATUS transactional_id=legacy-tx');
+      expect(refused.kind === 'text' && refused.text).toMatch(/^ERROR: NOT_AUTHORIZED_FOR_OPERATION (?=.*\bprincipal=bob\b)/);
+      expect(await alice.command('TXN_STATUS', { transactional_id: 'legacy-tx' })).toMatch(/epoch=1\b/);
+    } finally {
+      await Promise.all([alice.close(), bob.close()]);
+    }
+  });
+});
