@@ -171,6 +171,7 @@ export class Broker implements BrokerContext {
       config: { defaultTimeoutMs: config.transactionTimeoutMs, maxTimeoutMs: config.maxTransactionTimeoutMs, idExpirationMs: config.transactionalIdExpirationMs },
     });
     this.security = new Security(config, logger.child({ component: 'security' }), this.cluster?.tls);
+    this.security.onPasswordCheck = (ok) => this.metrics.passwordChecks.inc({ result: ok ? 'ok' : 'failed' });
     this.perAddress = new AddressLimiter(config.maxConnectionsPerAddress);
     const tlsFiles = listenerTlsFiles(config);
     // kafkaPortIfFree is a default (npm start's): an explicit kafkaPort replaces it.

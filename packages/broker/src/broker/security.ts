@@ -232,6 +232,8 @@ export class Security {
   /** One check per connection waits at most, so the queue is bounded by the connections (docs/security.md). */
   private readonly verifier: Limiter;
   private readonly failureLog: FailureLog;
+  /** Each password check run (a scrypt: AUTH, SASL/PLAIN, a failed SCRAM exchange), with its outcome: the metric's feed. */
+  onPasswordCheck: (ok: boolean) => void = () => {};
 
   constructor(
     private readonly config: BrokerConfig,
@@ -327,6 +329,7 @@ export class Security {
     s.principal = undefined;
     const user = Object.hasOwn(this.users, principal) ? this.users[principal] : undefined;
     const ok = await this.verifier.run(() => verifyToken(token, user), conn.closedSignal, { source: addressOf(conn.remote), key: conn, retry: s.failures > 0 });
+    this.onPasswordCheck(ok);
     this.settle(conn, principal, ok ? user!.hash : false);
     return formatOk({ principal, authenticated: true });
   }
@@ -368,6 +371,7 @@ export class Security {
   async settleFailed(conn: ConnectionContext, principal: string, reason?: string): Promise<never> {
     const s = this.session(conn);
     await this.verifier.run(() => verifyToken('', undefined), conn.closedSignal, { source: addressOf(conn.remote), key: conn, retry: s.failures > 0 });
+    this.onPasswordCheck(false);
     this.settle(conn, principal, false, reason);
     throw new TributaryError('authentication_failed', { principal });
   }

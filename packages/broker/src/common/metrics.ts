@@ -11,6 +11,12 @@ export class BrokerMetrics {
   readonly recordsOut = new client.Counter({ name: 'tributary_records_out_total', help: 'Records sent to consumers', labelNames: ['topic'], registers: [this.registry] });
   readonly bytesIn = new client.Counter({ name: 'tributary_bytes_in_total', help: 'Record payload bytes appended', labelNames: ['topic'], registers: [this.registry] });
   readonly bytesOut = new client.Counter({ name: 'tributary_bytes_out_total', help: 'Record payload bytes sent to consumers', labelNames: ['topic'], registers: [this.registry] });
+  readonly passwordChecks = new client.Counter({
+    name: 'tributary_password_checks_total',
+    help: 'Password checks run (a scrypt each: AUTH, SASL/PLAIN, a failed SCRAM exchange), by result',
+    labelNames: ['result'],
+    registers: [this.registry],
+  });
   readonly requestDuration = new BoundHistogram('tributary_request_duration_seconds', 'Request latency by command', {
     labelName: 'command',
     buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
