@@ -136,7 +136,10 @@ describe('Kafka error table', () => {
     // EndTxn whose __transaction_state write could not reach its in-sync replicas.
     const ctx = {
       authorize: () => undefined,
-      broker: { transactions: { kafka: { endTxn: async () => Promise.reject(new TributaryError('NOT_ENOUGH_REPLICAS', { topic: '__transaction_state' })) } } },
+      broker: {
+        security: { txnCaller: () => undefined },
+        transactions: { checkCaller: () => undefined, kafka: { endTxn: async () => Promise.reject(new TributaryError('NOT_ENOUGH_REPLICAS', { topic: '__transaction_state' })) } },
+      },
     } as unknown as KafkaRequestContext;
     const res = await endTxnHandler.handle(ctx, 1, { transactionalId: 't', producerId: 1n, producerEpoch: 0, committed: true }, {} as never);
     expect(res).toEqual({ throttleTimeMs: 0, errorCode: kafkaErrorCode('COORDINATOR_NOT_AVAILABLE') });

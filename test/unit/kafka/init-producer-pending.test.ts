@@ -16,7 +16,10 @@ function context(o: { denied?: boolean; failure: Error }): KafkaRequestContext {
     authorize: () => (o.denied ? new TributaryError('authorization_failed', { permission: 'transaction' }) : undefined),
     broker: {
       config: { maxTransactionTimeoutMs: 900_000 },
+      // Authentication off: no caller, and every id may be used (docs/security.md, "Transactional ids").
+      security: { txnCaller: () => undefined },
       transactions: {
+        checkCaller: () => undefined,
         status: () => ({ producerId: '7', epoch: 0, state: 'committing' }),
         initProducerId: async () => {
           throw o.failure;

@@ -60,7 +60,9 @@ function leaderContext(answer: (fields: Record<string, unknown>) => Promise<void
     },
   };
   const transactions = { partitionFor: () => 0, kafka };
-  return { ctx: { broker: { cluster, transactions } } as unknown as KafkaRequestContext, asked, here };
+  // Authentication off: no caller to pass on to the id's coordinator (docs/security.md, "Transactional ids").
+  const security = { txnCaller: () => undefined };
+  return { ctx: { broker: { cluster, transactions, security } } as unknown as KafkaRequestContext, asked, here };
 }
 
 const batch = (firstSequence: number, n = 1) => ({ producerId: '7', epoch: 0, firstSequence, lastSequence: firstSequence + n - 1 });

@@ -69,23 +69,24 @@ describe('TransactionCoordinator.publishRun', () => {
     expect(appends.length).toBe(used.size + 1);
 
     // Part old, part new: as one publish per record, the old seqNum is answered and the new ones are taken
-    // as a run of their own (docs/protocol.md, 5.3); a gap is refused and appends nothing.
-    const on2 = rs.filter((r) => r.partition === 2).length;
-    const mixed = await txns.publishRun(id, producerId, 0, TOPIC, 2, [rec('a'), rec('b'), rec('c')], 13);
+    // as a run of their own (docs/protocol.md, 5.3); a gap is refused and appends nothing. The old part is a
+    // retry only where its seqNum went (partition 0 here); named elsewhere it is refused (seqnum-reuse.test.ts).
+    const on0 = rs.filter((r) => r.partition === 0).length + 1;
+    const mixed = await txns.publishRun(id, producerId, 0, TOPIC, 0, [rec('single'), rec('b'), rec('c')], 13);
     expect(mixed).toEqual([
       { ...next, duplicate: true },
-      { partition: 2, offset: on2, duplicate: false },
-      { partition: 2, offset: on2 + 1, duplicate: false },
+      { partition: 0, offset: on0, duplicate: false },
+      { partition: 0, offset: on0 + 1, duplicate: false },
     ]);
     expect(appends.length).toBe(used.size + 2);
-    expect(appends.at(-1)).toEqual({ partition: 2, count: 2 });
+    expect(appends.at(-1)).toEqual({ partition: 0, count: 2 });
     await expect((async () => txns.publishRun(id, producerId, 0, TOPIC, 0, [rec('d')], 17))()).rejects.toMatchObject({ code: 'out_of_order_sequence' });
     // Its new part refused: the whole frame is, and nothing changes.
-    await expect((async () => txns.publishRun(id, producerId, 0, TOPIC, 7, [rec('c'), rec('d')], 15))()).rejects.toMatchObject({ code: 'partition_not_found' });
+    await expect((async () => txns.publishRun(id, producerId, 0, TOPIC, 7, [rec('d')], 16))()).rejects.toMatchObject({ code: 'partition_not_found' });
     expect(appends.length).toBe(used.size + 2);
-    expect((await txns.publishRun(id, producerId, 0, TOPIC, 2, [rec('c'), rec('d')], 15)).map((r) => [r.partition, r.duplicate])).toEqual([
-      [2, true],
-      [2, false],
+    expect((await txns.publishRun(id, producerId, 0, TOPIC, 0, [rec('c'), rec('d')], 15)).map((r) => [r.partition, r.duplicate])).toEqual([
+      [0, true],
+      [0, false],
     ]);
     expect(await txns.endTxn(id, producerId, 0, 'commit')).toBe('committed');
     const committed = await Promise.all(

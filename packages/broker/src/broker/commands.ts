@@ -8,7 +8,7 @@ import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './com
 import { CONNECTION_COMMANDS } from './connection-commands.js';
 import { CONSUME_COMMANDS, STREAM_PARAMS } from './consume-commands.js';
 import { GROUP_COMMANDS, describableBy } from './group-commands.js';
-import { withoutHiddenTopic } from './group-visibility.js';
+import { withoutHiddenTopic } from '../kafka/group-visibility.js';
 import { PRODUCE_COMMANDS } from './produce-commands.js';
 import { REASSIGN_COMMANDS } from './reassign-commands.js';
 import { REPLICA_COMMANDS } from './replica-commands.js';

@@ -9,7 +9,7 @@ import { decodeAssignment } from '../kafka/protocol/consumer-protocol.js';
 import { type DecodeBudget, decodeBudget } from '../kafka/protocol/reader.js';
 import type { KafkaStruct } from '../kafka/protocol/schema.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
-import { type Describable, groupVisible, hiddenGroup } from './group-visibility.js';
+import { type Describable, groupVisible, hiddenGroup } from '../kafka/group-visibility.js';
 
 const MAX_ID = 100_000;
 const GENERATION = { min: 0, max: 2 ** 31 - 1 };

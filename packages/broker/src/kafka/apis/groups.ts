@@ -16,7 +16,7 @@ import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
 import { coordinatorErrorCodeOf, errorCodeOf, handler, refusal } from './handler.js';
 import { kafkaNodes } from './metadata.js';
-import { type Describable, groupVisible, hiddenGroup } from '../../broker/group-visibility.js';
+import { type Describable, groupVisible, hiddenGroup } from '../group-visibility.js';
 
 const UNKNOWN_OPERATIONS = -2147483648;
 const GROUP_KEY = 0;

@@ -1,7 +1,7 @@
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { ClassicGroups } from '../coordinator/classic-groups.js';
-import { decodeAssignment, decodeSubscription } from '../kafka/protocol/consumer-protocol.js';
-import type { KafkaStruct } from '../kafka/protocol/schema.js';
+import { decodeAssignment, decodeSubscription } from './protocol/consumer-protocol.js';
+import type { KafkaStruct } from './protocol/schema.js';
 
 /**
  * Groups as the topic ACLs let a principal see them (docs/security.md, "Groups and topic ACLs"): a group
