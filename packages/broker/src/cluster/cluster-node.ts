@@ -156,6 +156,7 @@ export class ClusterNode {
       uncleanLeaderElection: this.config.uncleanLeaderElection,
       preferredLeader: this.config.autoLeaderRebalance ? { delayMs: this.config.leaderRebalanceDelayMs } : undefined,
       peerTls: this.tls?.client,
+      onIsrShrink: (topic) => this.metrics?.isrShrinks.inc({ topic }),
       onTick: () => {
         // Not awaited (it never rejects): a slow etcd must not hold the next failover pass behind a sweep.
         void this.sweeper.pass();

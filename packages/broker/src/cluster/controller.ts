@@ -94,6 +94,8 @@ export class Controller {
       peerTls?: tls.ConnectionOptions;
       /** Extra work while controller (e.g. creating internal topics once enough brokers are up). */
       onTick?: () => Promise<void>;
+      /** The controller took brokers out of a partition's ISR (tributary_isr_shrinks_total, docs/operations.md). */
+      onIsrShrink?: (topic: string) => void;
     },
   ) {
     const kick = () => this.kick();
@@ -211,12 +213,13 @@ export class Controller {
       reassign: (e, live) => this.reassignStep(e, this.deps.reassignments?.get(e.topic, e.partition), live),
       move: async (e, { next, reason }) => {
         const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, next);
-        if (res.ok) {
-          this.deps.logger.info(
-            { topic: e.topic, partition: e.partition, from: e.value.leader, to: next.leader, leaderEpoch: next.leaderEpoch, isr: next.isr, reason },
-            'leader moved',
-          );
-        }
+        if (!res.ok) return;
+        const removed = e.value.isr.filter((id) => !next.isr.includes(id));
+        // The leader never learns of this shrink as one it made: counted here, once (docs/operations.md).
+        if (removed.length > 0) this.deps.onIsrShrink?.(e.topic);
+        const where = { topic: e.topic, partition: e.partition, leaderEpoch: next.leaderEpoch, isr: next.isr };
+        if (next.leader === e.value.leader) this.deps.logger.info({ ...where, leader: next.leader, removed, reason }, 'isr shrunk');
+        else this.deps.logger.info({ ...where, from: e.value.leader, to: next.leader, reason }, 'leader moved');
       },
     });
     if (this.deps.election.isController) await this.deps.onTick?.();

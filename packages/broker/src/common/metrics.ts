@@ -56,7 +56,7 @@ export class BrokerMetrics {
     buckets: [0.001, 0.01, 0.1, 1, 10, 60],
     registers: [this.registry],
   });
-  readonly isrShrinks = new client.Counter({ name: 'tributary_isr_shrinks_total', help: 'In-sync replica sets this broker shrank as leader', labelNames: ['topic'], registers: [this.registry] });
+  readonly isrShrinks = new client.Counter({ name: 'tributary_isr_shrinks_total', help: 'In-sync replica sets this broker shrank, as leader or as controller (a dead broker removed)', labelNames: ['topic'], registers: [this.registry] });
   readonly isrExpands = new client.Counter({ name: 'tributary_isr_expands_total', help: 'In-sync replica sets this broker expanded as leader', labelNames: ['topic'], registers: [this.registry] });
 
   /**

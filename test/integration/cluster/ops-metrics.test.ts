@@ -1,0 +1,38 @@
+/**
+ * docs/operations.md, "Metrics", against a real cluster: figures summed over brokers count each event or
+ * partition once, and the cluster's log lines say what happened.
+ */
+import { describe, expect, it } from 'vitest';
+import { useCluster } from '../../helpers/cluster.js';
+
+/** The sum over brokers of a metric's samples whose labels contain `labels` (`topic="t"`). */
+export function sample(body: string, name: string, labels = ''): number {
+  let sum = 0;
+  for (const line of body.split('\n')) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+    if (labels && !line.includes(labels)) continue;
+    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sum;
+}
+
+describe('ISR shrinks in a cluster', () => {
+  const cluster = useCluster(3);
+
+  it('a follower killed with -9 is one shrink summed over brokers, logged as an ISR change, not a leader move', async () => {
+    const c = cluster();
+    const leader = await c.createInSync('shrinks');
+    const controller = (await c.status()).controller;
+    const victim = [0, 1, 2].find((id) => id !== leader.id && id !== controller)!;
+    await c.broker(victim).kill();
+    await c.waitFor('the killed follower out of the ISR', async () => !(await c.leaderOf('shrinks', 0)).isr.includes(victim));
+    const live = [0, 1, 2].filter((id) => id !== victim);
+    let shrinks = 0;
+    for (const id of live) shrinks += sample((await c.broker(id).health('/metrics')).body, 'tributary_isr_shrinks_total', 'topic="shrinks"');
+    expect(shrinks).toBe(1);
+    const lines = live.flatMap((id) => c.broker(id).stderr.split('\n')).filter((l) => l.startsWith('{'));
+    const moves = lines.map((l) => JSON.parse(l) as { msg: string; from?: number; to?: number }).filter((l) => l.msg === 'leader moved');
+    expect(moves.filter((m) => m.from === m.to)).toEqual([]);
+    await c.broker(victim).relaunch();
+  }, 90_000);
+});
