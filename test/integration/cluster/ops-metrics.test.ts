@@ -16,6 +16,23 @@ export function sample(body: string, name: string, labels = ''): number {
   return sum;
 }
 
+/** The keys of a JSON object's top level, in order, duplicates kept (JSON.parse keeps only the last). */
+export function topLevelKeys(line: string): string[] {
+  const keys: string[] = [];
+  let depth = 0;
+  for (let i = 0; i < line.length; i++) {
+    const ch = line[i];
+    if (ch === '"') {
+      let j = i + 1;
+      while (line[j] !== '"') j += line[j] === '\\' ? 2 : 1;
+      if (depth === 1 && /^\s*:/.test(line.slice(j + 1))) keys.push(JSON.parse(line.slice(i, j + 1)) as string);
+      i = j;
+    } else if (ch === '{' || ch === '[') depth++;
+    else if (ch === '}' || ch === ']') depth--;
+  }
+  return keys;
+}
+
 describe('ISR shrinks in a cluster', () => {
   const cluster = useCluster(3);
 
@@ -35,4 +52,13 @@ describe('ISR shrinks in a cluster', () => {
     expect(moves.filter((m) => m.from === m.to)).toEqual([]);
     await c.broker(victim).relaunch();
   }, 90_000);
+
+  it('every JSON log line has each key once; cluster parts are one component each', async () => {
+    const c = cluster();
+    const lines = [0, 1, 2].flatMap((id) => c.broker(id).stderr.split('\n')).filter((l) => l.startsWith('{'));
+    const twice = lines.filter((l) => new Set(topLevelKeys(l)).size !== topLevelKeys(l).length);
+    expect(twice.slice(0, 3)).toEqual([]);
+    const components = new Set(lines.map((l) => (JSON.parse(l) as { component?: string }).component));
+    expect(components).toContain('cluster.controller');
+  });
 });

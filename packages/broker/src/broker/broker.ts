@@ -102,7 +102,7 @@ export class Broker implements BrokerContext {
     readonly config: BrokerConfig,
     readonly logger: Logger,
   ) {
-    this.cluster = config.cluster ? new ClusterNode(config, logger.child({ component: 'cluster' }), this.metrics) : undefined;
+    this.cluster = config.cluster ? new ClusterNode(config, logger, this.metrics) : undefined;
     if (this.cluster) registerClusterMetrics(this.metrics, this.cluster);
     registerReplyBufferMetrics(this.metrics.registry, this.replyBuffers);
     const topics = () => this.topics;

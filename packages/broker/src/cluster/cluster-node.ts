@@ -65,12 +65,15 @@ export class ClusterNode {
    * (member-leases.ts). Set by the broker, which knows each group's `__consumer_offsets` partition.
    */
   memberLeases: MemberLeases | undefined;
+  private readonly logger: Logger;
 
   constructor(
     private readonly config: BrokerConfig,
-    private readonly logger: Logger,
+    /** The broker's logger, without a component: each part gets one key, `cluster.<part>` (see part()). */
+    private readonly root: Logger,
     private readonly metrics?: BrokerMetrics,
   ) {
+    this.logger = root.child({ component: 'cluster' });
     const endpoints = etcdEndpoints(config);
     if (endpoints.length === 0) throw new Error('invalid config: cluster mode needs --etcd <endpoints>');
     if (config.authentication && (config.interBrokerPrincipal === undefined || config.interBrokerToken === undefined)) {
@@ -89,8 +92,16 @@ export class ClusterNode {
       prefix: this.store.prefix,
       retentionMs: config.deletedTopicRetentionMs,
       clock: systemClock,
-      logger: logger.child({ component: 'deleted-topics' }),
+      logger: this.part('deleted-topics'),
     });
+  }
+
+  /**
+   * A child of the root, not of this.logger: pino writes a child's bindings after its parent's, so
+   * nesting gave lines with `"component"` twice, which strict JSON readers refuse (docs/operations.md, "Logs").
+   */
+  private part(name: string): Logger {
+    return this.root.child({ component: `cluster.${name}` });
   }
 
   private get peerAuth(): { principal: string; token: string } | undefined {
@@ -115,7 +126,7 @@ export class ClusterNode {
       topics,
       states: this.states,
       registry: this.registry,
-      logger: this.logger.child({ component: 'replicas' }),
+      logger: this.part('replicas'),
       config: {
         replicaLagMaxMs: this.config.replicaLagMaxMs,
         fetchWaitMs: this.config.replicaFetchWaitMs,
@@ -152,7 +163,7 @@ export class ClusterNode {
       registry: this.registry,
       states: this.states,
       reassignments: this.reassignments,
-      logger: this.logger.child({ component: 'controller' }),
+      logger: this.part('controller'),
       uncleanLeaderElection: this.config.uncleanLeaderElection,
       preferredLeader: this.config.autoLeaderRebalance ? { delayMs: this.config.leaderRebalanceDelayMs } : undefined,
       peerTls: this.tls?.client,
