@@ -61,4 +61,27 @@ describe('ISR shrinks in a cluster', () => {
     const components = new Set(lines.map((l) => (JSON.parse(l) as { component?: string }).component));
     expect(components).toContain('cluster.controller');
   });
+
+  it('tributary_partitions and tributary_log_size_bytes are the replicas each broker holds: the sum over brokers counts each replica once', async () => {
+    const c = cluster();
+    const admin = await c.connect(0);
+    try {
+      await admin.command('CREATE', { topic: 'placed', partitions: 3, replication_factor: 1 });
+    } finally {
+      await admin.close();
+    }
+    await c.waitFor('every broker exporting exactly the replicas it holds', async () => {
+      const s = await c.status();
+      const placed = s.partitions.filter((p) => p.topic === 'placed');
+      if (placed.length !== 3) return false;
+      let partitions = 0;
+      for (const id of [0, 1, 2]) {
+        const body = (await c.broker(id).health('/metrics')).body;
+        partitions += sample(body, 'tributary_partitions');
+        const series = body.split('\n').filter((l) => l.startsWith('tributary_log_size_bytes{') && l.includes('topic="placed"')).length;
+        if (series !== placed.filter((p) => p.replicas.includes(id)).length) return false;
+      }
+      return partitions === s.partitions.reduce((n, p) => n + p.replicas.length, 0);
+    });
+  }, 60_000);
 });

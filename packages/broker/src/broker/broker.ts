@@ -332,6 +332,7 @@ export class Broker implements BrokerContext {
     this.notReadyReason = `recovering: opening the offset store (${this.config.offsetStore})`;
     await this.coordinator.startOwned(this.storeWait());
     this.notReadyReason = 'recovering: joining the cluster';
+    this.topics.hosts = (topic, partition) => cluster.hosts(topic, partition);
     await cluster.start(this.topics, this.advertised, () => this.ensureClusterTopics(cluster));
     // A coordinator is the leader of its internal partition: it loads the partition on leading and drops
     // it on losing the lead.

@@ -109,6 +109,12 @@ export class ClusterNode {
     return principal !== undefined && token !== undefined ? { principal, token } : undefined;
   }
 
+  /** Whether this broker is one of the partition's replicas (none before start()). */
+  hosts(topic: string, partition: number): boolean {
+    const replicas = this.replicas as ReplicaManager | undefined;
+    return replicas?.get(topic, partition)?.replicas.includes(this.config.brokerId) === true;
+  }
+
   get brokerId(): number {
     return this.config.brokerId;
   }

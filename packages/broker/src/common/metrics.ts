@@ -37,7 +37,14 @@ export class BrokerMetrics {
     registers: [this.registry],
   });
   readonly connectionsRejected = new client.Counter({ name: 'tributary_connections_rejected_total', help: 'Connections refused or closed by a limit', labelNames: ['reason'], registers: [this.registry] });
-  readonly partitions = new client.Gauge({ name: 'tributary_partitions', help: 'Partitions hosted by this broker', registers: [this.registry] });
+  /** Set by the topic manager: partitions this broker holds a replica of, counted at each scrape. */
+  hostedPartitions: () => number = () => 0;
+  readonly partitions: client.Gauge = new client.Gauge({
+    name: 'tributary_partitions',
+    help: 'Partitions this broker holds a replica of',
+    registers: [this.registry],
+    collect: (): void => this.partitions.set(this.hostedPartitions()),
+  });
   readonly topics = new client.Gauge({ name: 'tributary_topics', help: 'Topics known to this broker', registers: [this.registry] });
   readonly fsyncDuration = new BoundHistogram(
     'tributary_fsync_duration_seconds',

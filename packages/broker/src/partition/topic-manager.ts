@@ -80,13 +80,14 @@ class LogSizeGauge extends client.Gauge<'topic' | 'partition'> {
   constructor(
     registry: client.Registry,
     private readonly topics: ReadonlyMap<string, Topic>,
+    private readonly hosts: (topic: string, partition: number) => boolean,
   ) {
     super({ name: 'tributary_log_size_bytes', help: "Bytes of this broker's replica of each partition on disk", labelNames: ['topic', 'partition'], registers: [registry] });
   }
 
   override async get(): Promise<client.MetricObjectWithValues<client.MetricValue<'topic' | 'partition'>>> {
     const values: client.MetricValue<'topic' | 'partition'>[] = [];
-    for (const t of this.topics.values()) for (const p of t.partitions) if (!p.isClosed) values.push({ value: p.log.sizeBytes, labels: { topic: t.name, partition: String(p.id) } });
+    for (const t of this.topics.values()) for (const p of t.partitions) if (!p.isClosed && this.hosts(t.name, p.id)) values.push({ value: p.log.sizeBytes, labels: { topic: t.name, partition: String(p.id) } });
     const base = await super.get();
     return { ...base, values };
   }
@@ -111,6 +112,11 @@ export class TopicManager {
   /** The timer of every partition's snapshot checks (producer state, transactions). */
   private readonly snapshotTicker = new LogTicker(SNAPSHOT_INTERVAL_MS);
   private readonly optionsByTopic = new WeakMap<TopicDefinition, Readonly<LogOptions>>();
+  /**
+   * Whether this broker holds a replica of a partition (every one standalone; cluster mode sets it):
+   * the per-broker figures are its own, so a sum over brokers counts each replica once (docs/operations.md).
+   */
+  hosts: (topic: string, partition: number) => boolean = () => true;
 
   constructor(
     private readonly store: MetadataStore,
@@ -140,7 +146,12 @@ export class TopicManager {
         this.set(tailCache.bytes);
       },
     });
-    new LogSizeGauge(metrics.registry, this.topics);
+    new LogSizeGauge(metrics.registry, this.topics, (t, p) => this.hosts(t, p));
+    metrics.hostedPartitions = () => {
+      let n = 0;
+      for (const t of this.topics.values()) for (const p of t.partitions) if (!p.isClosed && this.hosts(t.name, p.id)) n++;
+      return n;
+    };
   }
 
   /** Opens (and recovers) every partition log; the broker is not ready before this resolves. */
@@ -485,6 +496,5 @@ export class TopicManager {
 
   private updateGauges(): void {
     this.metrics.topics.set(this.topics.size);
-    this.metrics.partitions.set([...this.topics.values()].reduce((n, t) => n + t.partitions.length, 0));
   }
 }
