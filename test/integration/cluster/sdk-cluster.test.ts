@@ -28,8 +28,9 @@ interface Seen {
 /** A counter of a broker's /metrics, by exact label set (0 when absent). */
 async function metric(c: TestCluster, id: number, name: string, labels: string): Promise<number> {
   const { body } = await c.broker(id).health('/metrics');
-  const line = body.split('\n').find((l) => l.startsWith(`${name}{${labels}}`));
-  return line ? Number(line.split(' ').at(-1)) : 0;
+  // Summed over the series with these labels among others (tributary_request_errors_total has a command too).
+  const lines = body.split('\n').filter((l) => l.startsWith(`${name}{`) && l.includes(labels));
+  return lines.reduce((n, l) => n + Number(l.split(' ').at(-1)), 0);
 }
 
 describe('SDK producer and consumer group on a 3-broker cluster', () => {

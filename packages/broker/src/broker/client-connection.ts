@@ -340,7 +340,7 @@ export class ClientConnection implements ConnectionContext {
       this.broker.logger.error({ err, command: label, remote: this.remote }, 'request failed');
       e = new TributaryError('internal_error', { reason: err instanceof Error ? err.message : String(err) });
     }
-    this.broker.metrics.errors.inc({ code: e.code });
+    this.broker.metrics.errors.inc({ command: label, code: e.code });
     return formatError(e);
   }
 

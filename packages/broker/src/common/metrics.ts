@@ -22,7 +22,8 @@ export class BrokerMetrics {
     buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     registry: this.registry,
   });
-  readonly errors = new client.Counter({ name: 'tributary_request_errors_total', help: 'Error replies by code', labelNames: ['code'], registers: [this.registry] });
+  /** The code as the port sends it: the main port's (docs/protocol.md) or the Kafka error's name (docs/operations.md). */
+  readonly errors = new client.Counter({ name: 'tributary_request_errors_total', help: 'Error replies by command and code', labelNames: ['command', 'code'], registers: [this.registry] });
   readonly connections = new client.Gauge({ name: 'tributary_connections', help: 'Open client connections', registers: [this.registry] });
   /** docs/protocol.md, "Connection limits": each main-port connection stops being read past MAX_PENDING_REQUEST_BYTES of them. */
   readonly pendingRequestBytes = new client.Gauge({

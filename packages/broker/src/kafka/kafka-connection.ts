@@ -19,6 +19,7 @@ import type { AppendTurn, KafkaIdentity, KafkaRequestContext, SaslState } from '
 import { API_VERSIONS_KEY } from './protocol/apis.js';
 import { SaslAuthenticate, SaslHandshake } from './protocol/messages/sasl.js';
 import { KafkaCodecError } from './protocol/errors.js';
+import { kafkaErrorName } from './protocol/error-codes.js';
 import { KafkaFrameSplitter, MIN_REQUEST_FRAME } from './protocol/frame.js';
 import { authenticateBareToken } from './apis/sasl.js';
 import { decodeRequest, encodeApiVersionsUnsupported, encodeResponseParts, peekRequestHeader } from './protocol/headers.js';
@@ -334,6 +335,9 @@ export class KafkaConnection {
       .then((res) => {
         // Beside the main port's commands, under the API's name (docs/operations.md, "Metrics").
         this.ctx.broker.metrics.requestDuration.child(`kafka_${api.name}`).observe((performance.now() - started) / 1000);
+        if (res !== null && !(res instanceof EndConnection)) {
+          for (const code of errorCodesIn(res)) this.ctx.broker.metrics.errors.inc({ command: `kafka_${api.name}`, code: kafkaErrorName(code) ?? String(code) });
+        }
         if (res instanceof EndConnection) endReason = res.reason;
         if (res === null || res instanceof EndConnection) return null;
         if (throttleMs > 0) res.throttleTimeMs = Math.max(throttleMs, (res.throttleTimeMs as number | undefined) ?? 0);
@@ -385,4 +389,25 @@ export class KafkaConnection {
       }
     });
   }
+}
+
+/**
+ * The error codes other than NONE anywhere in a Kafka response (top level, per topic, per partition),
+ * each once: tributary_request_errors_total counts error replies by code (docs/operations.md, "Metrics").
+ */
+function errorCodesIn(res: object): Set<number> {
+  const codes = new Set<number>();
+  const walk = (v: unknown): void => {
+    if (v === null || typeof v !== 'object' || ArrayBuffer.isView(v)) return;
+    if (Array.isArray(v)) {
+      for (const x of v) walk(x);
+      return;
+    }
+    for (const [k, x] of Object.entries(v)) {
+      if (k === 'errorCode' && typeof x === 'number' && x !== 0) codes.add(x);
+      else walk(x);
+    }
+  };
+  walk(res);
+  return codes;
 }
