@@ -67,6 +67,9 @@ describe('HTTP port, --http-max-connections', () => {
       await held[1]!.closed;
       // Its slot comes back once the broker has seen it close.
       await until(async () => (await get(broker.healthPort, '/live').catch(() => ({ status: 0 }))).status === 200, 10_000, 'a new connection served');
+      // Counted, under a reason of its own (docs/operations.md, "Metrics").
+      const { body } = await get(broker.healthPort, '/metrics');
+      expect(body).toContain('tributary_connections_rejected_total{reason="http_too_many_connections"} 1\n');
     } finally {
       for (const h of held) h.sock.destroy();
     }

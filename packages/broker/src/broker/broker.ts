@@ -190,7 +190,8 @@ export class Broker implements BrokerContext {
       requestMs: config.httpRequestTimeoutMs,
       keepAliveMs: config.httpKeepAliveTimeoutMs,
     });
-    this.healthListener = limitConnections(this.health, config.httpMaxConnections);
+    // Its own reason: the metric has no listener label, and the main port's limit is another (docs/operations.md).
+    this.healthListener = limitConnections(this.health, config.httpMaxConnections, () => this.metrics.connectionsRejected.inc({ reason: 'http_too_many_connections' }));
   }
 
   get brokerId(): number {

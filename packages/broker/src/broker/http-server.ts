@@ -80,12 +80,13 @@ const TOO_MANY = 'HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nConte
 /**
  * The listener of the HTTP port: hands `server` at most `max` connections at once (httpMaxConnections);
  * one past it is answered 503 (`too_many_connections`) and closed, as the main port answers an ERROR
- * line, rather than dropped without a word as `server.maxConnections` would.
+ * line, rather than dropped without a word as `server.maxConnections` would. `onRefused` counts it.
  */
-export function limitConnections(server: http.Server, max: number): net.Server {
+export function limitConnections(server: http.Server, max: number, onRefused: () => void = () => {}): net.Server {
   let open = 0;
   const listener = net.createServer((socket) => {
     if (open >= max) {
+      onRefused();
       const body = `${JSON.stringify({ error: { code: 'too_many_connections', message: `too_many_connections max=${max}`, retriable: true, fields: { max } } })}\n`;
       socket.on('error', () => {});
       socket.end(`${TOO_MANY}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
