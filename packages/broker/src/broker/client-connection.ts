@@ -340,7 +340,8 @@ export class ClientConnection implements ConnectionContext {
       this.broker.logger.error({ err, command: label, remote: this.remote }, 'request failed');
       e = new TributaryError('internal_error', { reason: err instanceof Error ? err.message : String(err) });
     }
-    this.broker.metrics.errors.inc({ command: label, code: e.code });
+    // Not a reply nobody reads: a closing SDK consumer leaves its group while its heartbeat and reads wait (docs/operations.md).
+    if (!this.closed) this.broker.metrics.errors.inc({ command: label, code: e.code });
     return formatError(e);
   }
 
