@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { useCluster } from '../../helpers/cluster.js';
 
 /** The sum over brokers of a metric's samples whose labels contain `labels` (`topic="t"`). */
-export function sample(body: string, name: string, labels = ''): number {
+function sample(body: string, name: string, labels = ''): number {
   let sum = 0;
   for (const line of body.split('\n')) {
     if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
@@ -17,7 +17,7 @@ export function sample(body: string, name: string, labels = ''): number {
 }
 
 /** The keys of a JSON object's top level, in order, duplicates kept (JSON.parse keeps only the last). */
-export function topLevelKeys(line: string): string[] {
+function topLevelKeys(line: string): string[] {
   const keys: string[] = [];
   let depth = 0;
   for (let i = 0; i < line.length; i++) {
