@@ -142,25 +142,43 @@ async function consumeInGroup(topic: string, group: string, opts: ConsumeOptions
   process.on('SIGINT', stop);
   process.on('SIGTERM', stop);
   process.stdout.on('error', onStdoutError);
+  // What was printed and what the group has committed, by partition: the README promises that the
+  // command "commits, then leaves", so a printed record left uncommitted at the end is said (exit 1).
+  const printed = new Map<number, number>();
+  const committed = new Map<number, number>();
+  consumer.on('commit', ({ offsets }) => {
+    for (const { partition, offset } of offsets) committed.set(partition, Math.max(committed.get(partition) ?? 0, offset));
+  });
+  let commitError: unknown;
   let remaining = opts.max ?? Number.POSITIVE_INFINITY;
+  let failure: unknown;
   try {
     for await (const m of consumer) {
       const buf = formatRecord(topic, m.partition, { ...m, sequence: 0, producerId: '', epoch: -1, attributes: 0 }, opts.format);
       if (!process.stdout.write(buf)) await once(process.stdout, 'drain');
+      printed.set(m.partition, m.offset + 1);
       if (--remaining <= 0) {
         // Leaving the loop counts nothing (a throw leaves it too): the last record printed is counted
-        // here. A failure is dropped as close()'s own final commit drops it: the group reads it again.
-        await consumer.commit({ message: m }).catch(() => {});
+        // here. A failure is kept for the message: close()'s final commit tries once more.
+        await consumer.commit({ message: m }).catch((err: unknown) => {
+          commitError = err;
+        });
         break;
       }
     }
   } catch (err) {
-    throw toCliError(err, list[0]);
+    failure = err;
   } finally {
     await consumer.close();
     process.off('SIGINT', stop);
     process.off('SIGTERM', stop);
     process.stdout.off('error', onStdoutError);
+  }
+  if (failure !== undefined) throw toCliError(failure, list[0]);
+  const uncommitted = [...printed].filter(([p, next]) => (committed.get(p) ?? 0) < next).map(([p]) => p);
+  if (uncommitted.length > 0) {
+    const why = commitError instanceof Error ? commitError.message : 'the final commit did not complete before leaving';
+    throw new CliError(`warning: group ${group}: commit failed: ${why}; these records will be read again by the group (partitions ${uncommitted.join(',')})`);
   }
 }
 
