@@ -4,7 +4,8 @@ import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import { formatAddress } from './client-util.js';
 import { CONFIG_FIELDS, type ConfigField, fieldHelp, loadBrokerConfig } from './config-loader.js';
-import { CliError, EXIT_USAGE } from './errors.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { CliError, EXIT_FAILURE, EXIT_USAGE } from './errors.js';
 
 function placeholder(f: ConfigField): string {
   switch (f.kind.type) {
@@ -103,7 +104,10 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
   }
   if (broker.startFailed && config.exitOnStartupFailure) {
     await Promise.race([broker.stop('start failed').catch(() => {}), new Promise((r) => setTimeout(r, 2000).unref())]);
-    throw new CliError(`error: broker failed to start: ${broker.recoveryError?.message ?? 'recovery failed'}`);
+    // A configuration problem the broker finds itself exits 2, as the ones found before it starts
+    // (docs/operations.md, "Configuration problems the broker finds itself"): a restart will not fix it.
+    const invalid = broker.recoveryError instanceof TributaryError && broker.recoveryError.code === 'invalid_config';
+    throw new CliError(`error: broker failed to start: ${broker.recoveryError?.message ?? 'recovery failed'}`, invalid ? EXIT_USAGE : EXIT_FAILURE);
   }
   // SIGHUP: re-read users and topic ACLs (revocation without a restart). Other settings need a restart.
   process.on('SIGHUP', () => {
