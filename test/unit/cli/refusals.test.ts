@@ -208,6 +208,9 @@ it('broker start refuses settings it would not use, with exit 2 and nothing crea
     [['--kafka-advertised-port', '19092'], /^invalid config: kafkaAdvertisedPort: is for the Kafka listener, which is off/],
     [['--flush-interval-ms', '50'], /^invalid config: flushIntervalMs: given, but flush is always/],
     [['--http-allowed-hosts', 'https://ops.example'], /^invalid config: httpAllowedHosts: "https:\/\/ops\.example" is not a host name/],
+    // Before: both started, and an ACL that looked in force protected nothing (authentication off).
+    [['--topic-acls', '{"x":{}}'], /^invalid config: topicAcls: is for authentication \(--authentication\), which is off/],
+    [['--users', '{}'], /^invalid config: users: is for authentication \(--authentication\), which is off/],
   ];
   for (const [args, message] of cases) {
     const r = await start(...args);

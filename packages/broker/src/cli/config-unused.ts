@@ -46,6 +46,11 @@ export function unusedSettings(c: BrokerConfig, given: (key: Key) => boolean): A
   if (c.kafkaPort === undefined && c.kafkaPortIfFree === undefined) {
     for (const key of KAFKA_LISTENER_SETTINGS) if (given(key)) out.push({ key, why: 'is for the Kafka listener, which is off without kafkaPort (or kafkaPortIfFree)' });
   }
+  // Users and topic ACLs are checked only with authentication on (docs/security.md): without it an ACL
+  // that looks in force protected nothing.
+  if (!c.authentication) {
+    for (const key of ['users', 'topicAcls'] as const) if (given(key)) out.push({ key, why: 'is for authentication (--authentication), which is off: nothing would check it' });
+  }
   // The fsync period of flush interval; in a cluster also the HWM checkpoint period, whatever the flush mode.
   if (c.flush !== 'interval' && !c.cluster && given('flushIntervalMs')) {
     out.push({ key: 'flushIntervalMs', why: `given, but flush is ${c.flush}, which does not use it on a standalone broker (it is the fsync period of flush interval, and in a cluster the HWM checkpoint period too)` });
