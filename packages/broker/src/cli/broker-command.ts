@@ -3,6 +3,7 @@ import type { Broker } from '../broker/broker.js';
 import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import { formatAddress } from './client-util.js';
+import { type FirstSignal, signalAction } from './signal-repeat.js';
 import { CONFIG_FIELDS, type ConfigField, fieldHelp, loadBrokerConfig } from './config-loader.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { CliError, EXIT_FAILURE, EXIT_USAGE } from './errors.js';
@@ -72,13 +73,18 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
 
   // Handlers go in before start() settles so a signal during recovery still shuts down cleanly.
   const stopped = new Promise<void>((resolve, reject) => {
-    let signalled = false;
+    let first: FirstSignal | undefined;
     const onSignal = (sig: NodeJS.Signals) => {
-      if (signalled) {
+      const action = signalAction(first, sig, performance.now());
+      if (action === 'ignore') {
+        logger.info({ signal: sig }, 'repeated signal within 1 s of the first: one request, ignored');
+        return;
+      }
+      if (action === 'exit') {
         process.stderr.write(`tributary broker: second ${sig}, exiting without a clean shutdown\n`);
         process.exit(1);
       }
-      signalled = true;
+      first = { signal: sig, at: performance.now() };
       logger.info({ signal: sig }, 'shutting down');
       broker.abortStart(`${sig} during recovery`); // a recovery waiting for its offset store must not hold the stop
       started.then(
