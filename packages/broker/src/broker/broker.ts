@@ -516,12 +516,19 @@ export class Broker implements BrokerContext {
     this.cluster?.beginClose();
     this.logger.info({ reason }, 'broker stopping');
     await this.apiClients.close();
-    await this.kafka?.stop(this.config.shutdownTimeoutMs);
+    // One deadline for both ports: --shutdown-timeout-ms bounds the whole drain (docs/operations.md, "Shutdown").
+    const timeoutMs = this.config.shutdownTimeoutMs;
+    const deadline = performance.now() + timeoutMs;
+    const kafkaCut = (await this.kafka?.stop(timeoutMs)) ?? 0;
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.topics.beginClose();
-    const drain = Promise.all([...this.connections].map((c) => c.shutdown()));
-    const timeout = new Promise<void>((resolve) => setTimeout(resolve, this.config.shutdownTimeoutMs).unref());
+    const undrained = new Set(this.connections);
+    const drain = Promise.all([...undrained].map((c) => c.shutdown().finally(() => undrained.delete(c))));
+    const timeout = new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, deadline - performance.now())).unref());
     await Promise.race([drain, timeout]);
+    if (undrained.size > 0 || kafkaCut > 0) {
+      this.logger.warn({ shutdownTimeoutMs: timeoutMs, connections: undrained.size, kafkaConnections: kafkaCut }, 'shutdown timeout expired: cutting connections with requests still unanswered');
+    }
     for (const c of this.connections) c.destroy('broker stopped');
     await closed;
     await this.transactions.stop();

@@ -144,11 +144,13 @@ export class KafkaConnection {
   }
 
   /** Lets the responses in progress go out, then closes; for shutdown. */
-  async drain(timeoutMs: number): Promise<void> {
+  /** Answers what is in flight within `timeoutMs`, then closes; true when the timeout cut it short. */
+  async drain(timeoutMs: number): Promise<boolean> {
     this.draining = true;
     this.socket.pause();
-    await Promise.race([this.tail, new Promise((r) => setTimeout(r, timeoutMs).unref())]);
+    const cut = await Promise.race([this.tail.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), timeoutMs).unref())]);
     this.close('broker stopping');
+    return cut;
   }
 
   private onData(chunk: Buffer): void {

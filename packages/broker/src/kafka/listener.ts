@@ -136,10 +136,12 @@ export class KafkaListener {
   }
 
   /** Stops accepting, lets responses in progress go out (bounded), closes every connection. */
-  async stop(timeoutMs: number): Promise<void> {
+  /** Drains every connection within `timeoutMs`; returns how many the timeout cut. */
+  async stop(timeoutMs: number): Promise<number> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    await Promise.all([...this.connections].map((c) => c.drain(timeoutMs)));
+    const cut = await Promise.all([...this.connections].map((c) => c.drain(timeoutMs)));
     await closed;
+    return cut.filter(Boolean).length;
   }
 
   private accept(socket: net.Socket): void {
