@@ -41,7 +41,7 @@ async function spawnBroker(pgPort: number, extra: string[] = [], database?: stri
   let url = pgServer.connectionString.replace(/:(\d+)\//, `:${pgPort}/`);
   if (database !== undefined) url = url.replace(/\/[^/?]*(\?|$)/, `/${database}$1`);
   const args = [CLI, 'broker', 'start', '--host', '127.0.0.1', '--port', String(port), '--health-port', String(healthPort), '--data-dir', dir, '--offsets-topic-partitions', '1'];
-  const child = trackChild(spawn(process.execPath, [...args, '--offset-store', 'postgres', '--offset-store-postgres-url', url, '--log-level', 'warn', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] }), 'broker');
+  const child = trackChild(spawn(process.execPath, [...args, '--offset-store', 'postgres', '--offset-store-postgres-url', url, ...(extra.includes('--log-level') ? [] : ['--log-level', 'warn']), ...extra], { stdio: ['ignore', 'pipe', 'pipe'] }), 'broker');
   children.push(child);
   const out = { stdout: '', stderr: '' };
   child.stdout!.on('data', (d) => (out.stdout += d));
@@ -93,6 +93,17 @@ describe('offset store unreachable at start', () => {
     await until(async () => (await b.ready())?.body.includes('waiting for the offset store') ?? false, 20_000, 'waiting');
     b.child.kill('SIGTERM');
     expect(await b.exited).toBe(0);
+  });
+
+  it('a SIGTERM during that wait is a stop, logged at info, not a failed recovery', async () => {
+    // Before: a level-50 "recovery failed; the broker stays unready" with a stack, then exit 0.
+    const b = await spawnBroker(await freePort(), ['--log-level', 'info', '--exit-on-startup-failure']);
+    await until(async () => (await b.ready())?.body.includes('waiting for the offset store') ?? false, 20_000, 'waiting');
+    b.child.kill('SIGTERM');
+    expect(await b.exited).toBe(0);
+    const levels = b.out.stderr.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { level: number; msg: string });
+    expect(levels.filter((l) => l.level >= 50)).toEqual([]);
+    expect(levels).toContainEqual(expect.objectContaining({ level: 30, msg: 'recovery stopped: the broker is stopping' }));
   });
 
   it('--startup-timeout-ms fails the start: unready with the reason; with --exit-on-startup-failure it exits 1', async () => {

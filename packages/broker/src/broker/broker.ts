@@ -80,6 +80,8 @@ export class Broker implements BrokerContext {
   private notReadyReason = 'starting';
   /** Aborts the recovery's waits (an unreachable offset store) at stop() or the startup timeout. */
   private readonly startAbort = new AbortController();
+  /** abortStart() was called: a recovery it ends was stopped, not failed. */
+  private stopRequested = false;
   private readonly server: net.Server;
   /** The Kafka-protocol listener (--kafka-port), started once the broker is ready. */
   kafka: KafkaListener | undefined;
@@ -257,6 +259,11 @@ export class Broker implements BrokerContext {
       const reason = this.startAbort.signal.aborted ? (this.startAbort.signal.reason as Error) : (err as Error);
       this.state = 'failed';
       this.recoveryError = reason;
+      if (this.stopRequested) {
+        // A stop (SIGTERM) ended the recovery's waits: no failure, and stop() runs next.
+        this.logger.info({ reason: reason.message }, 'recovery stopped: the broker is stopping');
+        return;
+      }
       this.logger.error({ err: reason }, this.config.exitOnStartupFailure ? 'recovery failed' : 'recovery failed; the broker stays unready');
       return;
     } finally {
@@ -295,7 +302,7 @@ export class Broker implements BrokerContext {
 
   /** The start failed (recovery error or startupTimeoutMs): the CLI exits with exitOnStartupFailure. */
   get startFailed(): boolean {
-    return this.state === 'failed';
+    return this.state === 'failed' && !this.stopRequested;
   }
 
   /**
@@ -506,6 +513,7 @@ export class Broker implements BrokerContext {
   /** Graceful: stop accepting, answer what is in flight, end streams, fsync and close every log. */
   /** Ends the recovery's waits (e.g. for an unreachable offset store): the start fails and stop() can run. */
   abortStart(reason = 'stopped during recovery'): void {
+    this.stopRequested = true;
     if (!this.startAbort.signal.aborted) this.startAbort.abort(new Error(reason));
   }
 

@@ -130,7 +130,7 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
       `(health ${formatAddress({ host, port: broker.healthPort })}, data ${config.dataDir}; ` +
       `health paths /live /ready /metrics; TLS ${config.tlsCert ? 'on' : 'off'}, authentication ${config.authentication ? 'on' : 'off'}` +
       `${broker.kafka ? `; Kafka protocol on ${formatAddress({ host: config.kafkaHost ?? host, port: broker.kafka.port })}` : broker.kafkaSkipped ? `; Kafka protocol off: ${broker.kafkaSkipped}` : ''}` +
-      `${broker.startFailed ? `; NOT READY: ${broker.recoveryError?.message ?? 'recovery failed'}` : ''})\n`,
+      `${broker.recoveryError ? `; NOT READY: ${broker.recoveryError.message}` : ''})\n`,
   );
   await stopped;
 }
