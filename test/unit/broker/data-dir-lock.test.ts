@@ -100,6 +100,24 @@ describe('data directory lock', () => {
     }
   });
 
+  it('takes over, with a warning, a live lock copied along with its directory (a backup taken with cp -a)', async () => {
+    const a = await lock();
+    const copy = await tempDir('trib-lock-copy-');
+    try {
+      await fs.cp(dir, copy, { recursive: true, preserveTimestamps: true });
+      // Before: "in use by another broker (pid <the original's>)", as the copy's lock names a live pid.
+      const warnings: string[] = [];
+      const b = await lockDataDir(copy, { warn: (msg) => warnings.push(msg) });
+      locks.push(b);
+      expect(warnings).toEqual([expect.stringMatching(new RegExp(`is the lock of another directory \\(pid ${process.pid}\\), copied along with this one: taken over`))]);
+      expect((await readHolder(path.join(copy, LOCK_FILE))).token).toBe(b.holder.token);
+      expect((await readHolder(lockFile)).token).toBe(a.holder.token); // the original's lock untouched
+      await inUse(lockDataDir(dir)); // and still in force there
+    } finally {
+      await removeDir(copy);
+    }
+  });
+
   it('takes over a lock whose holder is dead', async () => {
     await writeHolder(lockFile, { pid: await deadPid(), token: 'dead-holder' });
     const l = await lock();

@@ -225,7 +225,7 @@ export class Broker implements BrokerContext {
     this.state = 'recovering';
     try {
       // Before anything binds or opens a log: a second broker on the directory must touch nothing.
-      this.dataDirLock = await lockDataDir(this.config.dataDir);
+      this.dataDirLock = await lockDataDir(this.config.dataDir, { warn: (msg, holder) => this.logger.warn({ dataDir: this.config.dataDir, pid: holder.pid }, msg) });
     } catch (err) {
       this.state = 'stopped'; // nothing to stop
       throw err;

@@ -21,6 +21,11 @@ export interface LockHolder {
   token: string;
   /** `<boot id>/<start time>` of the process where /proc has them: a reused pid is not the holder. */
   started?: string;
+  /**
+   * `<device>:<inode>` of the data directory the lock was taken in. A copy of the directory (`cp -a` for a
+   * backup) carries the file along: a lock naming another directory is not this one's (docs/operations.md, "Backups").
+   */
+  dir?: string;
 }
 
 export interface DataDirLock {
@@ -103,7 +108,8 @@ function parseHolder(text: string): LockHolder | undefined {
     // pid 0 or a negative pid would signal process groups; the token becomes part of a file name.
     if (!Number.isSafeInteger(v.pid) || (v.pid as number) <= 0) return undefined;
     if (typeof v.token !== 'string' || !/^[\w-]{1,64}$/.test(v.token)) return undefined;
-    return { pid: v.pid as number, token: v.token, started: typeof v.started === 'string' ? v.started : undefined };
+    const dir = typeof v.dir === 'string' && /^\d+:\d+$/.test(v.dir) ? v.dir : undefined;
+    return { pid: v.pid as number, token: v.token, started: typeof v.started === 'string' ? v.started : undefined, dir };
   } catch {
     return undefined;
   }
@@ -114,7 +120,13 @@ type Seen =
   | { state: 'writing' }
   | { state: 'live'; holder: LockHolder }
   /** `key` names this very file: the holder's token, or inode and mtime when it has none. */
-  | { state: 'stale'; key: string };
+  | { state: 'stale'; key: string; copiedFrom?: LockHolder };
+
+/** `<device>:<inode>` of a directory, the identity a lock records (undefined if it cannot be read). */
+async function dirIdentity(dir: string): Promise<string | undefined> {
+  const st = await fs.stat(dir, { bigint: true }).catch(() => undefined);
+  return st ? `${st.dev}:${st.ino}` : undefined;
+}
 
 async function inspect(file: string): Promise<Seen> {
   let text: string;
@@ -139,7 +151,11 @@ async function inspect(file: string): Promise<Seen> {
     // Created but not yet written (a starter between open and write), or cut short by a power loss.
     return Date.now() - st.mtimeMs < WRITE_GRACE_MS ? { state: 'writing' } : { state: 'stale', key: `i${st.ino}-${Math.floor(st.mtimeMs)}` };
   }
-  return isRunning(holder) ? { state: 'live', holder } : { state: 'stale', key: holder.token };
+  if (!isRunning(holder)) return { state: 'stale', key: holder.token };
+  // A live holder of another directory: this file was copied along with the directory (a backup).
+  const here = holder.dir === undefined ? undefined : await dirIdentity(path.dirname(file));
+  if (here !== undefined && here !== holder.dir) return { state: 'stale', key: holder.token, copiedFrom: holder };
+  return { state: 'live', holder };
 }
 
 /** A lock file the broker cannot use as one (a directory, say); the message names it. */
@@ -205,7 +221,7 @@ async function breakStale(file: string, key: string, me: LockHolder): Promise<vo
 }
 
 /** Takes the lock on `dataDir` (created if missing); throws DataDirInUseError if a live broker holds it. */
-export async function lockDataDir(dataDir: string): Promise<DataDirLock> {
+export async function lockDataDir(dataDir: string, opts: { warn?: (msg: string, holder: LockHolder) => void } = {}): Promise<DataDirLock> {
   try {
     await fs.mkdir(dataDir, { recursive: true });
   } catch (err) {
@@ -219,6 +235,8 @@ export async function lockDataDir(dataDir: string): Promise<DataDirLock> {
   const me: LockHolder = { pid: process.pid, token: randomUUID() };
   const started = processStartTime(process.pid);
   if (started) me.started = started;
+  const dir = await dirIdentity(dataDir);
+  if (dir) me.dir = dir;
   const deadline = performance.now() + ACQUIRE_TIMEOUT_MS;
   held.add(me.token); // before the file exists: another lock attempt in this process must see it live
   try {
@@ -227,6 +245,9 @@ export async function lockDataDir(dataDir: string): Promise<DataDirLock> {
       const seen = await inspect(file);
       if (seen.state === 'live') throw new DataDirInUseError(dataDir, seen.holder);
       if (performance.now() > deadline) throw new Error(`could not lock data directory ${dataDir}: ${file} stayed ${seen.state}`);
+      if (seen.state === 'stale' && seen.copiedFrom) {
+        opts.warn?.(`${file} is the lock of another directory (pid ${seen.copiedFrom.pid}), copied along with this one: taken over`, seen.copiedFrom);
+      }
       if (seen.state === 'stale') await breakStale(file, seen.key, me);
       else if (seen.state === 'writing') await sleep(20);
     }
