@@ -139,6 +139,8 @@ it('the PostgreSQL offset store settings: each needs the other, and the URL must
     // Before: pg took this for a host named "base" and the broker retried it forever.
     [['--offset-store', 'postgres', '--offset-store-postgres-url', 'this is not a url'], /expected a postgres:\/\/ or postgresql:\/\/ URL/],
     [['--offset-store', 'postgres', '--offset-store-postgres-url', 'mysql://u:hunter2@h/db'], /expected a postgres:\/\/ or postgresql:\/\/ URL/],
+    // Before: "expected a postgres:// or postgresql:// URL", though it is one.
+    [['--offset-store', 'postgres', '--offset-store-postgres-url', 'postgres://u:hunter2@h:99999/db'], /offsetStorePostgresUrl: its port 99999 is out of range \(1 to 65535\)/],
   ];
   for (const [args, message] of cases) {
     const r = await start(...args);

@@ -204,7 +204,13 @@ export const brokerConfigSchema = z
     offsetStorePostgresUrl: z
       .string()
       .min(1)
-      .refine((u) => /^postgres(ql)?:\/\//.test(u) && URL.canParse(u), 'expected a postgres:// or postgresql:// URL')
+      .superRefine((u, ctx) => {
+        if (/^postgres(ql)?:\/\//.test(u) && URL.canParse(u)) return;
+        // A postgres:// URL whose port is out of range is one still: say what is wrong with it.
+        const port = /^postgres(ql)?:\/\/(?:[^@/?#]*@)?(?:\[[^\]]*\]|[^:/?#]*):(\d+)(?:[/?#]|$)/.exec(u)?.[2];
+        const bad = port !== undefined && (Number(port) < 1 || Number(port) > 65535);
+        ctx.addIssue({ code: 'custom', message: bad ? `its port ${port} is out of range (1 to 65535)` : 'expected a postgres:// or postgresql:// URL' });
+      })
       .optional(),
     groupJoinWindowMs: z.number().int().min(0).max(60_000).default(30),
     groupSessionTimeoutMs: z.number().int().min(1).max(MAX_TIMER_MS).default(10_000),
