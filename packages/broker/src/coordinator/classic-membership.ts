@@ -242,7 +242,7 @@ export class ClassicMembership {
     this.whenCanAct(key, () =>
       this.ctx
         .withGroup(g.groupId, () => (this.groups.get(g.groupId) === g ? this.tryCompleteJoin(g, force) : undefined))
-        .catch((err: unknown) => this.ctx.logger.warn({ err, group: g.groupId }, 'completing a Kafka group rebalance failed')),
+        .catch((err: unknown) => this.ctx.logFailure(err, { group: g.groupId }, 'completing a Kafka group rebalance failed')),
     );
   }
 
@@ -295,7 +295,7 @@ export class ClassicMembership {
         this.whenCanAct(key, () =>
           this.ctx
             .withGroup(g.groupId, () => this.syncExpired(g, generation))
-            .catch((err: unknown) => this.ctx.logger.warn({ err, group: g.groupId }, 'ending a stalled Kafka group sync failed')),
+            .catch((err: unknown) => this.ctx.logFailure(err, { group: g.groupId }, 'ending a stalled Kafka group sync failed')),
         ),
       );
     }
@@ -458,7 +458,7 @@ export class ClassicMembership {
         this.removeMember(g, m, 'UNKNOWN_MEMBER_ID');
         await this.membersChanged(g);
       })
-      .catch((err: unknown) => this.ctx.logger.warn({ err, group: g.groupId }, 'expiring a Kafka group member failed'));
+      .catch((err: unknown) => this.ctx.logFailure(err, { group: g.groupId }, 'expiring a Kafka group member failed'));
   }
 
   private expirePending(g: ClassicGroup, memberId: string): void {
@@ -474,7 +474,7 @@ export class ClassicMembership {
           }
           await this.tryCompleteJoin(g, false);
         })
-        .catch((err: unknown) => this.ctx.logger.warn({ err, group: g.groupId }, 'dropping a pending Kafka group member failed')),
+        .catch((err: unknown) => this.ctx.logFailure(err, { group: g.groupId }, 'dropping a pending Kafka group member failed')),
     );
   }
 

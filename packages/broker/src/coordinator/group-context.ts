@@ -41,6 +41,8 @@ export interface GroupContext {
   readonly offsetStore: OffsetStore;
   readonly config: CoordinatorConfig;
   readonly logger: Logger;
+  /** Logs a failed timer-driven change; a storage_error rate-limited, as a full disk repeats it (docs/operations.md). */
+  readonly logFailure: (err: unknown, fields: Record<string, unknown>, msg: string) => void;
   /** Log ends and starts as the partitions' leaders see them: lag and offset resets (partition/log-offsets.ts). */
   readonly logOffsets: LogOffsetsOf;
   /**

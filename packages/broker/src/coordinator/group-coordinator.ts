@@ -6,7 +6,9 @@ import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { ConsumerGroup, type Member, topicShape } from './group.js';
 import { type ClassicGroup, type ClassicSnapshot, isClassicSnapshot } from './classic-group.js';
 import { ClassicGroups } from './classic-groups.js';
-import { type GroupLog, type GroupSnapshot, LogOffsetStore } from './group-log.js';
+import { type GroupLog, type GroupSnapshot, LogOffsetStore, notWritten } from './group-log.js';
+import { snapshotOf } from './group-snapshot.js';
+import { RateLimitedLog } from '../common/rate-limited-log.js';
 import type { OffsetEntry, OffsetStore, StoredOffset } from './offset-store.js';
 import { KeyedLock } from '../common/keyed-lock.js';
 import { PartitionOwnership } from '../common/partition-ownership.js';
@@ -66,6 +68,8 @@ export class GroupCoordinator {
   /** Fenced streams of each group, told of every change to it (docs/architecture.md, "Fenced reads"). */
   private readonly watchers = new Map<string, Set<() => void>>();
   private stopped = false;
+  /** Storage failures of group writes, which a full disk repeats on every try (docs/operations.md, "A full disk"). */
+  private readonly refusedLog = new RateLimitedLog(() => this.deps.logger);
 
   constructor(
     private readonly deps: {
@@ -96,6 +100,7 @@ export class GroupCoordinator {
         return deps.config;
       },
       logger: deps.logger,
+      logFailure: (err, fields, msg) => this.refusedLog.failure(err, fields, msg),
       logOffsets: deps.logOffsets ?? ((topic, partition, timestamp) => localLogOffsets(deps.topics.get(topic).partition(partition), timestamp)),
       clock: this.clock,
       scheduler: this.scheduler,
@@ -291,6 +296,7 @@ export class GroupCoordinator {
     for (const name of [...this.offsets.committed.keys()]) if (this.partitionFor(name) === partition) gone.add(name);
     for (const name of gone) this.offsets.forget(name);
     this.expiry.forgetWhere((group) => this.partitionFor(group) === partition);
+    this.deps.groupLog.forgetWritten((group) => this.partitionFor(group) === partition);
     if (this.deps.offsetStore instanceof LogOffsetStore) this.deps.offsetStore.unloadGroups(gone);
   }
 
@@ -301,6 +307,7 @@ export class GroupCoordinator {
 
   /** A group as its snapshot in the log has it, its timers armed again. */
   private restore(s: GroupSnapshot | ClassicSnapshot, now: number): void {
+    this.deps.groupLog.loaded(s);
     if (isClassicSnapshot(s)) {
       this.classic.restore(s);
       return;
@@ -345,54 +352,46 @@ export class GroupCoordinator {
 
   // ---- persistence ----
 
-  private snapshot(g: ConsumerGroup): GroupSnapshot {
-    return {
-      group: g.groupId,
-      topic: g.topic,
-      generation: g.generation,
-      leader: g.leaderId ?? null,
-      assignor: g.assignor,
-      protocol: g.protocol,
-      planGeneration: g.planGeneration,
-      members: [...g.members.values()].map((m) => ({
-        id: m.memberId,
-        clientId: m.clientId,
-        instance: m.instanceId ?? null,
-        host: m.host,
-        sessionTimeoutMs: m.sessionTimeoutMs,
-        rebalanceTimeoutMs: m.rebalanceTimeoutMs,
-        generation: m.generation,
-        owned: [...m.owned].sort((a, b) => a - b),
-        target: m.target,
-        needsRejoin: m.needsRejoin,
-        ...(m.reset.size > 0 ? { reset: [...m.reset].sort((a, b) => a - b) } : {}),
-      })),
-      history: g.history,
-      pendingCauses: g.pendingCauses,
-      ...(g.topicShape === undefined ? {} : { topicShape: g.topicShape }),
-      ...(g.emptiedAt === undefined ? {} : { emptiedAt: g.emptiedAt }),
-    };
-  }
-
   /**
    * Writes the group's snapshot. The change is already in memory (the lock keeps anyone from seeing it
    * in between), so a refused or failed write must not leave it there: memory would then differ from
    * the log, and a paused coordinator resumed after losing its partition would answer from a state no
    * one else has. The partition is dropped and, if still led here, replayed from the log, which holds
-   * exactly what was accepted (a write whose outcome is unknown included).
+   * exactly what was accepted (a write whose outcome is unknown included); a write known not to be in the
+   * log (revert()) undoes the group alone.
    */
   private async persist(g: ConsumerGroup | ClassicGroup): Promise<void> {
     // Every change goes through here, before it is durable or answered: a fenced stream stops serving a
     // partition its member lost before the new owner can hear that it may read it.
     this.notifyWatchers(g.groupId);
-    // An emptied group's time goes into its snapshot; a failed write reloads the partition, waits and all.
+    // An emptied group's time goes into its snapshot; a failed write reloads (or reverts) it, waits and all.
     this.expiry.persisting(g);
     try {
-      await this.deps.groupLog.writeGroup(g instanceof ConsumerGroup ? this.snapshot(g) : g.snapshot());
+      await this.deps.groupLog.writeGroup(g instanceof ConsumerGroup ? snapshotOf(g) : g.snapshot());
     } catch (err) {
-      this.resync(this.partitionFor(g.groupId), err);
+      if (notWritten(err)) this.revert(g, err);
+      else this.resync(this.partitionFor(g.groupId), err);
       throw err;
     }
+  }
+
+  /** Refused, nothing written (a full disk: docs/operations.md): no replay, no COORDINATOR_LOADING. An empty group's retention waits from now. */
+  private revert(g: ConsumerGroup | ClassicGroup, err: unknown): void {
+    const id = g.groupId;
+    const at = { partition: this.partitionFor(id), reason: (err as TributaryError).fields.reason };
+    this.refusedLog.warn(`group-write:${at.partition}`, at, 'a group change was not written (refused by the log); the group keeps its last written state');
+    if (g instanceof ConsumerGroup) g.refused = err as Error;
+    if (this.groups.get(id) === g) {
+      for (const m of g.members.values()) for (const k of ['expire', 'rebalance']) this.scheduler.cancel(`${k}:${id}:${m.memberId}`);
+      this.scheduler.cancel(`window:${id}`);
+      this.groups.delete(id);
+      this.notifyWatchers(id);
+    }
+    if (this.classicGroups.has(id)) this.classic.forget(id, err as TributaryError);
+    const s = this.deps.groupLog.lastWritten(id);
+    if (s) this.restore(s, this.clock.monotonic());
+    if ((this.groups.get(id)?.members.size ?? this.classicGroups.get(id)?.members.size ?? 0) > 0) this.expiry.forget(id);
+    else this.expiry.committed(id);
   }
 
   private resync(partition: number, cause: unknown): void {

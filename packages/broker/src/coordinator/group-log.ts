@@ -57,6 +57,11 @@ export interface ReplayResult {
   offsets: Map<string, StoredOffset>;
 }
 
+/** A storage_error whose write is known to have left nothing in the log (storage/log-fs.ts, writeFailed). */
+export function notWritten(err: unknown): boolean {
+  return err instanceof TributaryError && err.code === 'storage_error' && err.fields.outcome === 'not_written';
+}
+
 function offsetKey(group: string, topic: string, partition: number): string {
   return `${group}\u0000${topic}\u0000${partition}`;
 }
@@ -68,6 +73,8 @@ function offsetKey(group: string, topic: string, partition: number): string {
  * topic compactable: only the latest value per key matters.
  */
 export class GroupLog {
+  private readonly written = new Map<string, string>();
+
   constructor(
     private readonly partitionsOf: () => Partition[],
     private readonly appendTo: InternalAppend = localAppend,
@@ -95,13 +102,35 @@ export class GroupLog {
     }
   }
 
-  writeGroup(snapshot: GroupSnapshot | ClassicSnapshot): Promise<void> {
-    return this.append(snapshot.group, [{ key: encodeKey(['g', snapshot.group]), value: Buffer.from(JSON.stringify(snapshot), 'utf8') }]);
+  async writeGroup(snapshot: GroupSnapshot | ClassicSnapshot): Promise<void> {
+    const json = JSON.stringify(snapshot);
+    await this.append(snapshot.group, [{ key: encodeKey(['g', snapshot.group]), value: Buffer.from(json, 'utf8') }]);
+    this.written.set(snapshot.group, json);
   }
 
   /** Tombstone for the group's snapshot. */
-  deleteGroup(group: string): Promise<void> {
-    return this.append(group, [{ key: encodeKey(['g', group]), value: Buffer.alloc(0) }]);
+  async deleteGroup(group: string): Promise<void> {
+    await this.append(group, [{ key: encodeKey(['g', group]), value: Buffer.alloc(0) }]);
+    this.written.delete(group);
+  }
+
+  /**
+   * The group's snapshot as last written or loaded here (undefined: none in the log), so a change the log
+   * refused without writing any of it (a full disk) is undone for that group alone (group-coordinator.ts).
+   */
+  lastWritten(group: string): GroupSnapshot | ClassicSnapshot | undefined {
+    const json = this.written.get(group);
+    return json === undefined ? undefined : (JSON.parse(json) as GroupSnapshot | ClassicSnapshot);
+  }
+
+  /** A snapshot loaded from the log (the coordinator's restore). */
+  loaded(snapshot: GroupSnapshot | ClassicSnapshot): void {
+    this.written.set(snapshot.group, JSON.stringify(snapshot));
+  }
+
+  /** The groups `drop` picks are no longer served here. */
+  forgetWritten(drop: (group: string) => boolean): void {
+    for (const group of [...this.written.keys()]) if (drop(group)) this.written.delete(group);
   }
 
   /** Tombstones for offsets, so compaction can drop them. */

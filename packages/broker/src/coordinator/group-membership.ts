@@ -77,6 +77,7 @@ export class GroupMembership {
     const rebalanceTimeout = req.rebalanceTimeoutMs ?? Math.max(this.ctx.config.defaultRebalanceTimeoutMs, session);
 
     let fresh: Member | undefined;
+    let joined: ConsumerGroup | undefined;
     const view = await this.ctx.withOwnedGroup(req.group, async (): Promise<MemberView | undefined> => {
       // One id, one kind of group: a Kafka group of the id in use refuses the join; an empty one is replaced
       // (this group's snapshot overwrites its own in the log; the id's committed offsets stay).
@@ -145,6 +146,7 @@ export class GroupMembership {
       this.rebalancer.scheduleExpiry(g, m);
       this.rebalancer.scheduleWindow(g);
       fresh = m;
+      joined = g;
       return undefined;
     });
     if (view) return view;
@@ -154,7 +156,9 @@ export class GroupMembership {
     for (;;) {
       const g = this.ctx.groups.get(req.group);
       if (!g || g.members.get(m.memberId) !== m) {
-        // A refused group write dropped the group for a reload (GroupCoordinator.resync): retriable.
+        // A refused group write dropped the group for a reload (GroupCoordinator.resync): retriable. One
+        // that wrote nothing (a full disk) undid it: that error, as the client can do nothing but wait.
+        if (joined?.refused) throw joined.refused;
         this.ctx.checkOwner(req.group);
         throw new TributaryError('member_not_found', { member: m.memberId });
       }

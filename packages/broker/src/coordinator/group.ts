@@ -101,6 +101,8 @@ export class ConsumerGroup {
    * retention counts from it after a restart (group-expiry.ts); undefined while it has members.
    */
   emptiedAt: number | undefined;
+  /** Why this object was dropped: a write of it the log refused, nothing written (GroupCoordinator.revert). */
+  refused: Error | undefined;
 
   constructor(
     readonly groupId: string,

@@ -60,7 +60,7 @@ export class Rebalancer {
         }
         this.ctx.logger.info({ group: g.groupId, member: m.memberId, missedByMs: late }, 'member session expired');
         await this.removeMember(g, m, 'expired', late);
-      }).catch((err) => this.ctx.logger.error({ err, group: g.groupId }, 'session expiry failed'));
+      }).catch((err) => this.ctx.logFailure(err, { group: g.groupId }, 'session expiry failed'));
     });
   }
 
@@ -78,7 +78,7 @@ export class Rebalancer {
         if (!m.needsRejoin && !m.awaitingSync) return;
         this.ctx.logger.info({ group: g.groupId, member: m.memberId }, 'member missed the rebalance timeout');
         await this.removeMember(g, m, 'rebalance_timeout');
-      }).catch((err) => this.ctx.logger.error({ err, group: g.groupId }, 'rebalance timeout failed'));
+      }).catch((err) => this.ctx.logFailure(err, { group: g.groupId }, 'rebalance timeout failed'));
     });
   }
 
@@ -92,7 +92,7 @@ export class Rebalancer {
         this.scheduleWindow(g);
         return;
       }
-      void this.ctx.withGroup(g.groupId, () => this.rebalance(g)).catch((err) => this.ctx.logger.error({ err, group: g.groupId }, 'rebalance failed'));
+      void this.ctx.withGroup(g.groupId, () => this.rebalance(g)).catch((err) => this.ctx.logFailure(err, { group: g.groupId }, 'rebalance failed'));
     });
   }
 
@@ -114,7 +114,7 @@ export class Rebalancer {
         this.scheduleWindow(g);
         await this.ctx.persist(g);
       })
-      .catch((err) => this.ctx.logger.error({ err, group: g.groupId }, 'starting a rebalance for a topic change failed'));
+      .catch((err) => this.ctx.logFailure(err, { group: g.groupId }, 'starting a rebalance for a topic change failed'));
   }
 
   notify(g: ConsumerGroup, m: Member, now: number): void {

@@ -1,14 +1,23 @@
 /** Small file-system helpers of the partition log, and the storage_error every part of it raises. */
 import { mkdir, open, rename, rm } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { TributaryError } from 'tributary-protocol/errors.js';
+import { type ErrorFields, TributaryError } from 'tributary-protocol/errors.js';
 import { Slots, withFileSlot } from './atomic-file.js';
 
-export function storageError(dir: string, reason: string, cause?: unknown): TributaryError {
+export function storageError(dir: string, reason: string, cause?: unknown, fields: ErrorFields = {}): TributaryError {
   const detail = cause instanceof Error ? `: ${cause.message}` : '';
-  const err = new TributaryError('storage_error', { dir, reason: reason + detail });
+  const err = new TributaryError('storage_error', { dir, reason: reason + detail, ...fields });
   if (cause !== undefined) (err as Error & { cause?: unknown }).cause = cause;
   return err;
+}
+
+/**
+ * A segment write failed. Cut back to where it began (`cut`), none of it is in the log: `outcome=not_written`
+ * tells a writer that must know (the group coordinator) it needs no reload. ENOSPC says the disk is full.
+ */
+export function writeFailed(dir: string, err: unknown, cut: boolean): TributaryError {
+  const full = (err as NodeJS.ErrnoException | null)?.code === 'ENOSPC';
+  return storageError(dir, full ? 'write failed, the disk is full' : 'write failed', err, cut ? { outcome: 'not_written' } : {});
 }
 
 /**

@@ -12,7 +12,7 @@ import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import type { GroupCommit, SyncWaiter } from './group-commit.js';
 import { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
-import { fsyncDir, isFdExhaustion, makeDir, storageError } from './log-fs.js';
+import { fsyncDir, isFdExhaustion, makeDir, storageError, writeFailed } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
 import type { AppendGuard, AppendResult } from './log-options.js';
 import type { LogState } from './log-state.js';
@@ -415,8 +415,12 @@ export class LogWriter {
 
   /** After a failed write: cuts what it left, and rejects with the write's error. */
   private async rollBack(seg: Segment, startSize: number, err: unknown): Promise<never> {
-    await seg.withHandle((fh) => fh.truncate(startSize)).catch((e: unknown) => this.st.fail(e));
-    throw storageError(this.st.dir, 'write failed', err);
+    let cut = true;
+    await seg.withHandle((fh) => fh.truncate(startSize)).catch((e: unknown) => {
+      cut = false;
+      this.st.fail(e);
+    });
+    throw writeFailed(this.st.dir, err, cut);
   }
 
   /** Writes one appendReplica call (inside the mutex): rolls as for append(), then writes it as encoded. */

@@ -7,6 +7,7 @@ import type { FdHolder, SegmentFdPolicy } from './fd-budget.js';
 import { fdatasync, writeSync } from 'node:fs';
 import { type FileHandle, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
+import { failpointRefuse } from '../common/failpoints.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { OffsetIndex, writeIndexFile } from './offset-index.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
@@ -266,6 +267,8 @@ export class Segment implements FdHolder {
   private writeAll(fh: FileHandle, buf: Buffer, position: number): void {
     let done = 0;
     try {
+      // A full disk in fault tests, until the test frees it (common/failpoints.ts).
+      if (failpointRefuse('disk.full')) throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
       while (done < buf.length) {
         const bytesWritten = writeSync(fh.fd, buf, done, buf.length - done, position + done);
         if (bytesWritten <= 0) throw new Error('short write');
