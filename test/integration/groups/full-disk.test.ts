@@ -62,6 +62,12 @@ describe('consumer groups on a full disk', () => {
     expect(lines('reloading the partition')).toBe(0);
     expect(lines('rebalance failed')).toBeLessThanOrEqual(3);
 
+    // Produce on the full disk: refused, and logged (rate-limited) naming the directory and the full disk.
+    for (let i = 0; i < 100; i++) await expectError(c.command('PUBLISH', { topic: TOPIC, partition: 1, message: `x${i}` }), 'storage_error');
+    const appends = broker.stderr.split('\n').filter((l) => l.includes('an append failed'));
+    expect(appends.filter((l) => l.includes(`${TOPIC}`) && l.includes('disk is full')).length).toBeGreaterThan(0);
+    expect(appends.length).toBeLessThanOrEqual(6);
+
     await rm(diskFull);
     const join = await c.command('JOIN_GROUP', { topic: TOPIC, group: 'gfull', member: 'w', session_timeout_ms: 60_000 });
     expect(join).toMatch(/generation=\d+/);

@@ -8,21 +8,22 @@ import type { Logger } from './logger.js';
  * and how often without flooding. docs/operations.md, "A full disk".
  */
 export class RateLimitedLog {
-  private readonly keys = new Map<string, { at: number; left: number; last: Record<string, unknown>; msg: string; timer?: NodeJS.Timeout }>();
+  private readonly keys = new Map<string, { at: number; left: number; last: Record<string, unknown>; msg: string; log?: Logger; timer?: NodeJS.Timeout }>();
 
   constructor(
     private readonly logger: () => Logger | undefined,
     private readonly intervalMs = 10_000,
   ) {}
 
-  warn(key: string, fields: Record<string, unknown>, msg: string): void {
+  /** `logger`: the line's own (a partition log's child logger), else the constructor's. */
+  warn(key: string, fields: Record<string, unknown>, msg: string, logger: Logger | undefined = this.logger()): void {
     const now = performance.now();
     const k = this.keys.get(key);
     if (k === undefined || now - k.at >= this.intervalMs) {
       if (k?.timer) clearTimeout(k.timer);
       const left = k?.left ?? 0;
-      this.logger()?.warn(left > 0 ? { ...fields, notLogged: left, intervalMs: this.intervalMs } : fields, msg);
-      this.keys.set(key, { at: now, left: 0, last: fields, msg });
+      logger?.warn(left > 0 ? { ...fields, notLogged: left, intervalMs: this.intervalMs } : fields, msg);
+      this.keys.set(key, { at: now, left: 0, last: fields, msg, log: logger });
       if (this.keys.size > 10_000) this.prune(now);
       return;
     }
@@ -33,8 +34,8 @@ export class RateLimitedLog {
   }
 
   /** An error log line with the stack, but a storage_error, which repeats while its cause lasts, rate-limited per message. */
-  failure(err: unknown, fields: Record<string, unknown>, msg: string): void {
-    if (err instanceof TributaryError && err.code === 'storage_error') this.warn(msg, { ...fields, reason: err.fields.reason }, msg);
+  failure(err: unknown, fields: Record<string, unknown>, msg: string, key = msg): void {
+    if (err instanceof TributaryError && err.code === 'storage_error') this.warn(key, { ...fields, reason: err.fields.reason }, msg);
     else this.logger()?.error({ err, ...fields }, msg);
   }
 
@@ -43,7 +44,7 @@ export class RateLimitedLog {
     if (k === undefined) return;
     k.timer = undefined;
     if (k.left === 0) return;
-    this.logger()?.warn({ ...k.last, notLogged: k.left, intervalMs: this.intervalMs }, `${k.msg} (repeated)`);
+    k.log?.warn({ ...k.last, notLogged: k.left, intervalMs: this.intervalMs }, `${k.msg} (repeated)`);
     k.left = 0;
     k.at = performance.now();
   }

@@ -235,6 +235,8 @@ export class GroupOffsets {
       });
       await write;
     } catch (err) {
+      // A store that fails (PostgreSQL stopped, a full disk) is logged, rate-limited: clients only see storage_error.
+      if (err instanceof TributaryError && err.code === 'storage_error') this.ctx.logFailure(err, { store: store.kind, group: req.group, topic: req.topic }, 'an offset commit failed in the offset store');
       this.settleFailed(req, token, changed, previous, outcomeUnknown(err));
       settle();
       throw err;

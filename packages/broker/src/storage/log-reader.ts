@@ -238,7 +238,7 @@ export class LogReader {
             retry = true;
             break;
           }
-          if (!seg.deleted) throw storageError(this.st.dir, 'read failed', err);
+          if (!seg.deleted) throw this.st.reported('read', storageError(this.st.dir, 'read failed', err));
         }
       }
       // A compaction swap replaced a segment mid-scan: the new list has it under the same offsets.

@@ -8,6 +8,14 @@ import type { SegmentFdPolicy } from './fd-budget.js';
 import type { LogOptions } from './log-options.js';
 import type { Segment } from './segment.js';
 import { TailCache } from './tail-cache.js';
+import type { TributaryError } from 'tributary-protocol/errors.js';
+import { RateLimitedLog } from '../common/rate-limited-log.js';
+
+/**
+ * Storage failures an operator must see (a full disk, a corrupt record): answered to clients as
+ * storage_error, logged here per kind and directory, rate-limited (docs/operations.md, "A full disk").
+ */
+const storageFailures = new RateLimitedLog(() => undefined);
 
 /** The owner of a dormant log's files beside the segments (PartitionLog.onFilesCreated). */
 export interface FilesCreatedListener {
@@ -40,6 +48,13 @@ export class LogState {
     this.segments = segments;
     this.cache = new TailCache(options.tailCacheBytes ?? 0, options.tailCacheBudget);
     for (const s of segments) this.totalBytes += s.size;
+  }
+
+  /** Logs a storage_error this log raises or answers (rate-limited per kind and directory); returns it to throw. */
+  reported(kind: 'append' | 'read', err: TributaryError): TributaryError {
+    const msg = kind === 'append' ? 'an append failed (storage_error)' : 'a read failed (storage_error)';
+    storageFailures.warn(`${kind}:${this.dir}`, { dir: this.dir, reason: err.fields.reason }, msg, this.logger);
+    return err;
   }
 
   get active(): Segment {

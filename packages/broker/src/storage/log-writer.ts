@@ -307,6 +307,8 @@ export class LogWriter {
     // Nothing was taken yet (creating the files or rolling failed): fail the first append rather than retry forever.
     if (group.length === 0) group = this.pending.splice(0, 1);
     const e = err instanceof TributaryError ? err : storageError(this.st.dir, 'append failed', err);
+    // Not a closing log's refusals: those are a shutdown's, not a fault's.
+    if (e.code === 'storage_error' && this.st.state === 'open') this.st.reported('append', e);
     for (const p of group) reject(p, e);
   }
 

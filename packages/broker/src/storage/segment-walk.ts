@@ -169,8 +169,8 @@ export async function walkLog<T extends { ok: true; size: number }>(
       if (policy === 'lenient') return 'failed';
       // A file the walk met short, or one removed, cut or replaced meanwhile, is a race, not damage.
       if (out.failure !== 'short' && !seg.deleted && seg.version === version) {
-        if (out.failure === 'unreadable') throw storageError(st.dir, 'read failed', out.error);
-        throw storageError(st.dir, `corrupt record in segment ${seg.baseOffset} at position ${out.position}`);
+        if (out.failure === 'unreadable') throw st.reported('read', storageError(st.dir, 'read failed', out.error));
+        throw st.reported('read', storageError(st.dir, `corrupt record in segment ${seg.baseOffset} at position ${out.position}`));
       }
       // Compaction swapped the file in: the replacement holds the same offsets.
       if (seg.superseded && retries++ < MAX_SWAP_RETRIES) {
