@@ -170,6 +170,25 @@ describe('Kafka classic groups on a fake clock', () => {
     }, 5000, 'the reload');
   });
 
+  it('a join whose generation a full disk refuses (nothing written) is answered NOT_COORDINATOR, and the group is as last written at once', async () => {
+    const [leader] = await twoMembers();
+    const write = c.groupLog.writeGroup.bind(c.groupLog);
+    c.groupLog.writeGroup = () => Promise.reject(new TributaryError('storage_error', { reason: 'write failed, the disk is full', outcome: 'not_written' }));
+    let replays = 0;
+    const replay = c.groupLog.replay.bind(c.groupLog);
+    c.groupLog.replay = (p) => {
+      replays++;
+      return replay(p);
+    };
+    const j = kafkaName(classic().join(req(leader.memberId, { protocols: [{ name: 'range', metadata: Buffer.from('x') }] })));
+    await clock.advance(3000);
+    c.groupLog.writeGroup = write;
+    expect(await j).toBe('NOT_COORDINATOR');
+    // No reload: the group is back to its last written state at once.
+    expect(classic().describe('g')).toMatchObject({ generation: 1, state: 'Stable' });
+    expect(replays).toBe(0);
+  });
+
   it('v4 joins get a member id first; one that never comes back does not hold a rebalance past its session', async () => {
     await twoMembers();
     const first = await classic().join(req('', { requireKnownMemberId: true }));

@@ -387,7 +387,8 @@ export class GroupCoordinator {
       this.groups.delete(id);
       this.notifyWatchers(id);
     }
-    if (this.classicGroups.has(id)) this.classic.forget(id, err as TributaryError);
+    // Kafka members take only coordinator errors as retriable (classic-membership.ts asCoordinatorError).
+    this.classic.forget(id, new TributaryError('NOT_COORDINATOR', { reason: 'storage_error' }));
     const s = this.deps.groupLog.lastWritten(id);
     if (s) this.restore(s, this.clock.monotonic());
     if ((this.groups.get(id)?.members.size ?? this.classicGroups.get(id)?.members.size ?? 0) > 0) this.expiry.forget(id);
