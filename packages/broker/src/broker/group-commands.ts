@@ -9,7 +9,7 @@ import { decodeAssignment } from '../kafka/protocol/consumer-protocol.js';
 import { type DecodeBudget, decodeBudget } from '../kafka/protocol/reader.js';
 import type { KafkaStruct } from '../kafka/protocol/schema.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
-import { type Describable, groupVisible, hiddenGroup } from '../kafka/group-visibility.js';
+import { type Describable, EVERY_TOPIC, groupVisible, hiddenGroup } from '../kafka/group-visibility.js';
 
 const MAX_ID = 100_000;
 const GENERATION = { min: 0, max: 2 ** 31 - 1 };
@@ -188,7 +188,9 @@ async function batchCommit(b: BrokerContext, _c: ConnectionContext, p: Params): 
 
 /** The topics `c` may describe, as METADATA and LIST decide (everything with authentication off). */
 export function describableBy(b: BrokerContext, c: ConnectionContext): Describable {
-  return (topic) => b.security?.canDescribe(c, topic) ?? true;
+  const security = b.security;
+  if (!security?.enabled) return EVERY_TOPIC;
+  return (topic) => security.canDescribe(c, topic);
 }
 
 async function groupStatus(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {

@@ -16,7 +16,7 @@ import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
 import { coordinatorErrorCodeOf, errorCodeOf, handler, refusal } from './handler.js';
 import { kafkaNodes } from './metadata.js';
-import { type Describable, groupVisible, hiddenGroup } from '../group-visibility.js';
+import { type Describable, EVERY_TOPIC, groupVisible, hiddenGroup } from '../group-visibility.js';
 
 const UNKNOWN_OPERATIONS = -2147483648;
 const GROUP_KEY = 0;
@@ -74,6 +74,7 @@ function authorizeGroup(ctx: KafkaRequestContext, command: string, group: string
 
 /** The topics this connection may describe: Metadata's check (METADATA per topic). */
 function describableOn(ctx: KafkaRequestContext): Describable {
+  if (!ctx.broker.security.enabled) return EVERY_TOPIC;
   return (topic) => ctx.authorize('METADATA', topic) === undefined;
 }
 
