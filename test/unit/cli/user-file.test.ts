@@ -60,6 +60,8 @@ it('user add and remove never write a file the broker would refuse, naming why; 
   expect((await cli('user', 'list', '--config', f)).stdout).toBe('ok permissions= scram=no\n');
   fs.writeFileSync(f, broken);
   expect((await cli('user', 'add', 'eve', '--permissions', 'admin', '--token', 'tok', '--config', f)).code).toBe(0);
+  // Users are in force only with authentication on (without it a broker refuses them as unused).
+  fs.appendFileSync(f, 'authentication: true\n');
   expect(loadBrokerConfig({ configFile: f, env: {} })).toMatchObject({ ok: true });
 });
 
