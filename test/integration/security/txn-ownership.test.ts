@@ -225,16 +225,16 @@ describe('a transactional id stored without an owner', () => {
   it('is claimed by the next principal to initialize it', async () => {
     dir = await tempDir('tributary-txn-unowned-');
     dataDir = path.join(dir, 'data');
-    const config = path.join(dir, 'broker.yaml');
-    fs.writeFileSync(config, 'authentication: false\n');
-    tokens.alice = addUser(config, 'alice', ['transaction']);
-    tokens.bob = addUser(config, 'bob', ['transaction']);
-    broker = await BrokerProcess.start({ dataDir, args: ['--config', config] });
+    // First without authentication (and so without users: a broker refuses users it would not use).
+    broker = await BrokerProcess.start({ dataDir });
     const open = await broker.connect();
     const before = await open.command('INIT_PRODUCER_ID', { transactional_id: 'legacy-tx' });
     const pid = /producerId=(\S+)/.exec(before)![1]!;
     await broker.stop();
-    fs.writeFileSync(config, fs.readFileSync(config, 'utf8').replace('authentication: false', 'authentication: true'));
+    const config = path.join(dir, 'broker.yaml');
+    fs.writeFileSync(config, 'authentication: true\n');
+    tokens.alice = addUser(config, 'alice', ['transaction']);
+    tokens.bob = addUser(config, 'bob', ['transaction']);
     broker = await BrokerProcess.start({ dataDir, args: ['--config', config] });
     const as = (principal: string) => Connection.connect({ host: '127.0.0.1', port: broker!.port, auth: { principal, token: tokens[principal]! } });
     const alice = await as('alice');
