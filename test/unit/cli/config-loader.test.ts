@@ -230,6 +230,18 @@ describe('loadBrokerConfig', () => {
     ]);
   });
 
+  it('refuses an unknown TRIBUTARY_* variable, suggesting the setting it resembles', () => {
+    expect(errors(loadBrokerConfig({ env: { TRIBUTARY_PROT: '9001', TRIBUTARY_NOT_A_SETTING_AT_ALL: '1' } }))).toEqual([
+      'invalid config: TRIBUTARY_PROT: unknown variable (did you mean TRIBUTARY_PORT?) (env TRIBUTARY_PROT)',
+      'invalid config: TRIBUTARY_NOT_A_SETTING_AT_ALL: unknown variable (env TRIBUTARY_NOT_A_SETTING_AT_ALL)',
+    ]);
+  });
+
+  it("lets through the client commands' and the test scripts' TRIBUTARY_* variables, and other prefixes", () => {
+    const env = { TRIBUTARY_BOOTSTRAP: 'h:1', TRIBUTARY_TOKEN: 't', TRIBUTARY_TLS: 'false', TRIBUTARY_FAILPOINTS: '', TRIBUTARY_SKIP_BUILD: '1', TRIBUTARY: 'x', TRIBUTARYX_Y: '1', TRIBUTARY_PORT: '9001' };
+    expect(ok(loadBrokerConfig({ env })).config.port).toBe(9001);
+  });
+
   it('parses env numbers strictly (TRIBUTARY_PORT=abc)', () => {
     expect(errors(loadBrokerConfig({ env: { TRIBUTARY_PORT: 'abc' } }))).toEqual([
       'invalid config: port: expected an integer, got "abc" (env TRIBUTARY_PORT)',

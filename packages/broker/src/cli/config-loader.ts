@@ -333,6 +333,48 @@ export function fileSettingProblems(path: string, data: Record<string, unknown>,
 }
 
 /**
+ * TRIBUTARY_* names that are not broker settings but are read by other parts of Tributary, so a shell
+ * that exports them can still start a broker: the client commands' connection settings (cli/client-util.ts),
+ * the examples' (examples/), the fault-injection hook (common/failpoints.ts), and this repository's test
+ * and build scripts.
+ */
+const OTHER_ENV_NAMES: ReadonlySet<string> = new Set([
+  'TRIBUTARY_BOOTSTRAP',
+  'TRIBUTARY_TLS',
+  'TRIBUTARY_CA',
+  'TRIBUTARY_CERT',
+  'TRIBUTARY_CERT_KEY',
+  'TRIBUTARY_PRINCIPAL',
+  'TRIBUTARY_TOKEN',
+  'TRIBUTARY_USER_TOKEN',
+  'TRIBUTARY_FAILPOINTS',
+  'TRIBUTARY_SKIP_BUILD',
+  'TRIBUTARY_SUITE_ERRORS',
+  'TRIBUTARY_SOAK_MS',
+  'TRIBUTARY_CHROMIUM',
+  'TRIBUTARY_FAIL_SEED',
+  'TRIBUTARY_FAIL_RATE',
+  'TRIBUTARY_SESSION_TIMEOUT_MS',
+  'TRIBUTARY_PARK_TIMEOUT_MS',
+]);
+
+const SETTING_ENV_NAMES: ReadonlySet<string> = new Set(CONFIG_FIELDS.map((f) => f.env));
+
+/**
+ * A TRIBUTARY_* variable that names no setting is refused, not ignored: a misspelt one
+ * (TRIBUTARY_RETENTON_HOURS) would otherwise leave the broker running on the default it meant to change.
+ */
+function unknownEnvProblems(env: Record<string, string | undefined>): string[] {
+  const errors: string[] = [];
+  for (const name of Object.keys(env)) {
+    if (!name.startsWith('TRIBUTARY_') || env[name] === undefined || SETTING_ENV_NAMES.has(name) || OTHER_ENV_NAMES.has(name)) continue;
+    const near = nearestName(name, SETTING_ENV_NAMES);
+    errors.push(problem(name, `unknown variable${near ? ` (did you mean ${near}?)` : ''}`, { kind: 'env', name }));
+  }
+  return errors;
+}
+
+/**
  * Merge the layers and validate the result once with the schema. Every problem is reported (one line
  * each, naming the key and where its value came from), not just the first.
  */
@@ -347,6 +389,7 @@ export function loadBrokerConfig(inputs: ConfigInputs = {}): ConfigResult {
     else errors.push(...takeFileSettings(inputs.configFile, file, merged, sources));
   }
 
+  if (inputs.env) errors.push(...unknownEnvProblems(inputs.env));
   const layers: Array<['env' | 'flag', Record<string, unknown> | undefined]> = [
     ['env', inputs.env],
     ['flag', inputs.flags],
