@@ -309,7 +309,9 @@ describe('PartitionLog.appendReplica', () => {
       const startOfDamaged = rec === 0 ? 0 : ends[rec - 1];
       if (startOfDamaged < ends[ends.length - 2]) {
         await writeFile(logPath, flipped);
-        await expect(PartitionLog.open(join(dir, 'torn'), { ...OPTS, ...opts }), `flip at ${pos}`).rejects.toMatchObject({ code: 'storage_error' });
+        await expect(PartitionLog.open(join(dir, 'torn'), { ...OPTS, ...opts, flush: 'always' }), `flip at ${pos}`).rejects.toMatchObject({ code: 'storage_error' });
+        // flush=os: no fsync vouches for it, so the log ends before the damaged record's leader append.
+        await reopen(flipped, `flip at ${pos}, flush=os`, expectedEnd(startOfDamaged));
       } else {
         await reopen(flipped, `flip at ${pos}`, expectedEnd(startOfDamaged));
       }

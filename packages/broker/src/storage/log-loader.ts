@@ -2,7 +2,9 @@
  * Recovery of a partition log on open (docs/architecture.md, "Storage"): leftovers of interrupted writes are
  * removed, every segment is recovered (the last one scanned record by record unless the previous shutdown was
  * clean; only it may lose a torn tail), segments that are not contiguous refuse the open (SegmentDamage), and
- * the clean-shutdown marker is removed before the log takes any append.
+ * the clean-shutdown marker is removed before the log takes any append. After a crash under --flush
+ * interval or os, what no fsync vouches for is cut at its first bad record or gap instead, later segments
+ * removed.
  */
 import { mkdir, readdir, rm, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -14,7 +16,7 @@ import type { SegmentFdPolicy } from './fd-budget.js';
 import type { LogOptions } from './log-options.js';
 import { Segment } from './segment.js';
 import { recoverSegment, SegmentDamage } from './segment-recovery.js';
-import { parseSegmentFileName } from './segment-names.js';
+import { INDEX_SUFFIX, LOG_SUFFIX, parseSegmentFileName, segmentFileName } from './segment-names.js';
 
 export const CLEAN_SHUTDOWN_FILE = 'clean-shutdown';
 
@@ -65,10 +67,24 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
   const segments: Segment[] = [];
   // The last segment kept had its index rebuilt from the log (its file was missing, stale or unreadable).
   let prevRebuilt = false;
+  let prevVouched = true;
+  // After a crash under --flush interval or os, what no fsync covered may have reached the disk in any
+  // order, or not at all (a power loss): a bad record or a gap in it ends the log there, and later
+  // segments go, as Kafka recovers past its recovery point. With --flush always every acknowledged append
+  // was fsynced, so damage is refused instead (docs/architecture.md "Storage", Recovery).
+  const mayCut = !clean && o.flush !== 'always';
+  const dropFrom = async (i: number, cutAt: number, why: string): Promise<void> => {
+    const gone = bases.slice(i);
+    for (const b of gone) {
+      await unlink(join(dir, segmentFileName(b, LOG_SUFFIX)));
+      await unlink(join(dir, segmentFileName(b, INDEX_SUFFIX))).catch(() => {});
+    }
+    log.warn({ flush: o.flush, cutAt, removedSegments: gone, reason: why }, `recovery after an unclean shutdown with --flush ${o.flush}: the log ends at offset ${cutAt}; ${gone.length} later segment(s) removed (data no fsync had covered)`);
+  };
   try {
     for (let i = 0; i < bases.length; i++) {
       const isLast = i === bases.length - 1;
-      const info = await recoverSegment(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast, last: isLast, fds });
+      const info = await recoverSegment(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast, last: isLast, fds, mayCut });
       const seg = info.segment;
       if (info.truncatedBytes > 0) {
         log.warn(
@@ -111,6 +127,16 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
         await seg.remove();
         continue;
       }
+      if (prev && seg.baseOffset !== prev.nextOffset && mayCut && !prevVouched) {
+        // The segment before lost its tail: it is the last now, recovered as one (a torn append is cut whole).
+        await seg.close();
+        await dropFrom(i, prev.nextOffset, `offsets ${prev.nextOffset}..${seg.baseOffset - 1} missing`);
+        segments.pop();
+        await prev.close();
+        const again = await recoverSegment(dir, prev.baseOffset, { intervalBytes: o.indexIntervalBytes, fullScan: true, last: true, fds, mayCut });
+        segments.push(again.segment);
+        break;
+      }
       if (prev && seg.baseOffset !== prev.nextOffset) {
         // A segment file gone or cut short, or one that overlaps the one before: dropping the later
         // segments (as this once did) lost acknowledged records and let their offsets be given out again.
@@ -125,6 +151,11 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
       }
       segments.push(seg);
       prevRebuilt = info.rebuiltIndex;
+      prevVouched = info.vouched;
+      if (info.endsLog && !isLast) {
+        await dropFrom(i + 1, seg.nextOffset, info.reason ?? 'a bad record');
+        break;
+      }
     }
     if (segments.length === 0) {
       segments.push(await Segment.create(dir, 0, o.indexIntervalBytes, Date.now(), fds));

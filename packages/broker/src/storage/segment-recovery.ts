@@ -26,6 +26,13 @@ export interface RecoveryInfo {
   droppedRecords: number;
   /** The index file was missing, stale or inconsistent and was rebuilt from the log. */
   rebuiltIndex: boolean;
+  /**
+   * `mayCut` applied and the segment was cut at a bad record (not only an incomplete append at its end):
+   * the log ends here, and the caller drops every later segment.
+   */
+  endsLog: boolean;
+  /** The index file says the log file was fsynced whole (it was written after a datasync, at this size). */
+  vouched: boolean;
 }
 
 /**
@@ -58,9 +65,14 @@ function describeFailure(reason: string, expected: number): string {
  * complete append), and only where no valid record follows the bad one (a torn tail). A closed segment was
  * fsynced at its roll before the next segment took an append, so it never has a torn tail: a bad record
  * in it is damage, as is one in the last segment with a valid record after it: SegmentDamage, the file
- * unchanged.
+ * unchanged. `mayCut` (a crash under --flush interval or os): unless the index vouches for the file, a bad
+ * record is cut with everything after it, in any segment (`endsLog`).
  */
-export async function recoverSegment(dir: string, baseOffset: number, opts: { intervalBytes: number; fullScan: boolean; last: boolean; fds?: SegmentFdPolicy }): Promise<RecoveryInfo> {
+export async function recoverSegment(
+  dir: string,
+  baseOffset: number,
+  opts: { intervalBytes: number; fullScan: boolean; last: boolean; fds?: SegmentFdPolicy; mayCut?: boolean },
+): Promise<RecoveryInfo> {
   const logPath = join(dir, segmentFileName(baseOffset, LOG_SUFFIX));
   const indexPath = join(dir, segmentFileName(baseOffset, INDEX_SUFFIX));
   const st = await stat(logPath);
@@ -70,8 +82,12 @@ export async function recoverSegment(dir: string, baseOffset: number, opts: { in
   const createdMs = metaOk ? loaded.meta.createdMs : st.birthtimeMs > 0 ? st.birthtimeMs : st.mtimeMs;
   // Only the index knows a segment was compacted (its nextOffset may lie past its last record).
   const compacted = metaOk && loaded.meta.compacted === true;
+  const vouched = metaOk && loaded.meta.synced && loaded.meta.logSize === fileSize;
+  // After a crash under --flush interval or os, bytes no fsync covered may be torn, zeroed or missing in
+  // any order (log-loader.ts): a bad record in them ends the log, whatever follows it.
+  const cutAny = opts.mayCut === true && !vouched;
 
-  if (!opts.fullScan && metaOk && loaded.meta.synced && loaded.meta.logSize === fileSize) {
+  if (!opts.fullScan && vouched) {
     const seg = new Segment(
       dir,
       baseOffset,
@@ -87,7 +103,7 @@ export async function recoverSegment(dir: string, baseOffset: number, opts: { in
     seg.compacted = compacted;
     if (await tailMatchesIndex(seg)) {
       seg.indexState = 'synced';
-      return { segment: seg, truncatedBytes: 0, truncatedAtOffset: seg.nextOffset, reason: null, droppedRecords: 0, rebuiltIndex: false };
+      return { segment: seg, truncatedBytes: 0, truncatedAtOffset: seg.nextOffset, reason: null, droppedRecords: 0, rebuiltIndex: false, endsLog: false, vouched };
     }
     await seg.close();
   }
@@ -134,8 +150,8 @@ export async function recoverSegment(dir: string, baseOffset: number, opts: { in
       }
       return true;
     });
-    if (!opts.last) {
-      const failure = reason ?? out.failure;
+    const failure = reason ?? out.failure;
+    if (!opts.last && !(cutAny && failure !== null)) {
       if (failure !== null) throw new SegmentDamage(logPath, out.position, `${describeFailure(failure, order.next)} in a closed segment`);
       // Its last append may lack its end mark only where a truncation cut inside an append and a roll
       // followed: its records are whole and fsynced, and the next segment starts after them.
@@ -143,13 +159,12 @@ export async function recoverSegment(dir: string, baseOffset: number, opts: { in
       next = order.next;
       validMaxTs = maxTs;
       partial = 0;
-    } else if ((reason ?? out.failure) !== null) {
+    } else if (failure !== null && !cutAny) {
       // A torn tail is the bytes of appends never acknowledged, at the end of the file: nothing valid
       // follows them. A valid record after the bad one (a flipped byte, not a crash) means acknowledged
       // appends would go with the cut: cutting there, as recovery once did, lost them without a word.
       const after = await findValidRecord((p, n) => seg.read(p, n), out.position, fileSize, order.next);
       if (after !== null) {
-        const failure = (reason ?? out.failure) as string;
         throw new SegmentDamage(
           logPath,
           out.position,
@@ -171,6 +186,8 @@ export async function recoverSegment(dir: string, baseOffset: number, opts: { in
       reason: valid < fileSize ? reason : null,
       droppedRecords: partial,
       rebuiltIndex: true,
+      endsLog: cutAny && failure !== null,
+      vouched: false,
     };
   } catch (err) {
     await seg.close().catch(() => {});
