@@ -4,12 +4,13 @@
  * everyone else's login by them; waiting checks are served fairly (docs/security.md "Login fairness").
  */
 
-import { FailureLog } from 'tributary-broker/broker/auth-queue.js';
+import { failedLoginLog } from 'tributary-broker/broker/auth-queue.js';
 import type { ConnectionContext } from 'tributary-broker/broker/command-context.js';
 import { hashToken, Limiter, Security, type UserEntry } from 'tributary-broker/broker/security.js';
 import { resolveConfig } from 'tributary-broker/common/config.js';
 import { createLogger } from 'tributary-broker/common/logger.js';
 import { describe, expect, it } from 'vitest';
+import { until } from '../../helpers/util.js';
 
 function gate(): { open: () => void; opened: Promise<void> } {
   let open!: () => void;
@@ -86,10 +87,10 @@ describe('the password-check queue', () => {
     const logger = {
       warn: (f: Record<string, unknown>, m: string) => void lines.push([f, m]),
     } as unknown as import('tributary-broker/common/logger.js').Logger;
-    const log = new FailureLog(logger, 3, 50);
-    for (let i = 0; i < 10; i++) log.warn({ i });
-    expect(lines.length).toBe(3);
-    await new Promise((r) => setTimeout(r, 80));
+    const log = failedLoginLog(logger, 3, 50);
+    for (let i = 0; i < 10; i++) log({ i });
+    expect(lines).toEqual([0, 1, 2].map((i) => [{ i }, 'authentication failed']));
+    await until(() => lines.length === 4, 5000, 'the summary line');
     expect(lines.at(-1)).toEqual([{ suppressed: 7, intervalMs: 50 }, 'authentication failures not logged one by one']);
   });
 });

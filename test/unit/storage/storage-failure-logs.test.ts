@@ -18,7 +18,8 @@ import { MemoryOffsetStore } from 'tributary-broker/coordinator/memory-offset-st
 import type { OffsetEntry } from 'tributary-broker/coordinator/offset-store.js';
 import { GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
-import { rec, removeDir, sleep, tempDir, until } from '../../helpers/util.js';
+import { useFakeTimersForIo } from '../../helpers/fake-timers.js';
+import { rec, removeDir, tempDir, until } from '../../helpers/util.js';
 
 const LOG_OPTS = { flush: 'os' as const, segmentBytes: 700, indexIntervalBytes: 64, tailCacheBytes: 0, retentionBytes: 1 };
 
@@ -28,6 +29,7 @@ beforeEach(async () => {
   root = await tempDir('trib-storage-logs-');
 });
 afterEach(async () => {
+  vi.useRealTimers();
   vi.restoreAllMocks();
   for (const c of closers.splice(0)) await c().catch(() => {});
   await removeDir(root);
@@ -135,11 +137,50 @@ it('offset commits an offset store fails (PostgreSQL stopped): logged naming the
 
 it('a flood is counted: the lines left out are reported in one line at the end of the interval', async () => {
   const { lines, logger } = capture();
-  const log = new RateLimitedLog(() => logger, 100);
+  const log = new RateLimitedLog(() => logger, { intervalMs: 100 });
   for (let i = 0; i < 500; i++) log.warn('k', { dir: '/d', reason: 'ENOSPC' }, 'an append failed');
   log.warn('other', { dir: '/e' }, 'an append failed');
   expect(lines).toHaveLength(2);
-  await sleep(200);
-  expect(lines).toHaveLength(3);
-  expect(lines[2]).toMatchObject({ dir: '/d', notLogged: 499, intervalMs: 100 });
+  await until(() => lines.length === 3, 5000, 'the summary line');
+  expect(lines[2]).toMatchObject({ dir: '/d', notLogged: 499, intervalMs: 100, msg: 'an append failed (repeated)' });
+});
+
+it('with a burst, a steady flood logs at most that many lines per interval, its summary among them', async () => {
+  const { lines, logger } = capture();
+  useFakeTimersForIo();
+  const log = new RateLimitedLog(() => logger, { intervalMs: 1000, burst: 3, summary: ({ left }) => [{ left }, 'left out'] });
+  const flood = (n: number) => {
+    for (let i = 0; i < n; i++) log.warn('k', { i }, 'failed');
+  };
+  flood(10);
+  expect(lines.map((l) => l.msg)).toEqual(['failed', 'failed', 'failed']);
+  await vi.advanceTimersByTimeAsync(1000);
+  expect(lines.at(-1)).toMatchObject({ left: 7, msg: 'left out' });
+  // The summary opened the next interval: two more lines in it, then counting again.
+  flood(5);
+  expect(lines.map((l) => l.msg)).toEqual(['failed', 'failed', 'failed', 'left out', 'failed', 'failed']);
+  await vi.advanceTimersByTimeAsync(1000);
+  expect(lines.at(-1)).toMatchObject({ left: 3, msg: 'left out' });
+  // A quiet interval: the next failure is logged at once again.
+  await vi.advanceTimersByTimeAsync(1000);
+  flood(1);
+  expect(lines.at(-1)).toMatchObject({ i: 0, msg: 'failed' });
+  expect(lines).toHaveLength(8);
+});
+
+it('each log has its own suppression: a log reopened on the same directory logs its first failure', async () => {
+  const dir = join(root, 'p');
+  const enospc = () => {
+    throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
+  };
+  for (let round = 0; round < 2; round++) {
+    const { lines, logger } = capture();
+    const log = await PartitionLog.open(dir, LOG_OPTS, logger);
+    await log.append([rec(`before${round}`)]);
+    const spies = [vi.spyOn(Segment.prototype, 'writeNow').mockImplementation(enospc), vi.spyOn(Segment.prototype, 'writeAt').mockImplementation(async () => enospc())];
+    expect((await failure(log.append([rec('v')]))).code).toBe('storage_error');
+    expect(lines.filter((l) => l.msg === 'an append failed (storage_error)'), `round ${round}`).toHaveLength(1);
+    for (const s of spies) s.mockRestore();
+    await log.close();
+  }
 });

@@ -1,6 +1,7 @@
 /** The queue of password checks and the log of failed logins (docs/security.md "Login fairness"). */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { Logger } from '../common/logger.js';
+import { RateLimitedLog } from '../common/rate-limited-log.js';
 
 /**
  * Verification runs on libuv's thread pool, which storage shares: at most two at once, and `throttled`
@@ -87,34 +88,7 @@ export class Limiter {
  * Failed logins are logged one line each up to `burst` per interval; past that they are only counted, and
  * one summary line per interval says how many were left out (a guessing flood cannot flood the log).
  */
-export class FailureLog {
-  private windowStart = 0;
-  private lines = 0;
-  private suppressed = 0;
-  private timer: NodeJS.Timeout | undefined;
-  constructor(
-    private readonly logger: Logger,
-    private readonly burst = 20,
-    private readonly intervalMs = 10_000,
-  ) {}
-  warn(fields: Record<string, unknown>): void {
-    const now = performance.now();
-    if (now - this.windowStart >= this.intervalMs) {
-      this.windowStart = now;
-      this.lines = 0;
-    }
-    if (this.lines < this.burst) {
-      this.lines++;
-      this.logger.warn(fields, 'authentication failed');
-      return;
-    }
-    this.suppressed++;
-    this.timer ??= setTimeout(() => this.flush(), Math.max(0, this.windowStart + this.intervalMs - now)).unref();
-  }
-  private flush(): void {
-    this.timer = undefined;
-    if (this.suppressed === 0) return;
-    this.logger.warn({ suppressed: this.suppressed, intervalMs: this.intervalMs }, 'authentication failures not logged one by one');
-    this.suppressed = 0;
-  }
+export function failedLoginLog(logger: Logger, burst = 20, intervalMs = 10_000): (fields: Record<string, unknown>) => void {
+  const log = new RateLimitedLog(() => logger, { burst, intervalMs, summary: ({ left }) => [{ suppressed: left, intervalMs }, 'authentication failures not logged one by one'] });
+  return (fields) => log.warn('', fields, 'authentication failed');
 }

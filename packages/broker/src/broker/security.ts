@@ -4,7 +4,7 @@ import { formatOk, type ParsedLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { BrokerConfig, Permission } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
-import { FailureLog, Limiter } from './auth-queue.js';
+import { failedLoginLog, Limiter } from './auth-queue.js';
 import type { ConnectionContext, Reply } from './command-context.js';
 
 export { Limiter } from './auth-queue.js';
@@ -231,7 +231,7 @@ export class Security {
   private readonly sessions = new WeakMap<ConnectionContext, Session>();
   /** One check per connection waits at most, so the queue is bounded by the connections (docs/security.md). */
   private readonly verifier: Limiter;
-  private readonly failureLog: FailureLog;
+  private readonly failedLogin: (fields: Record<string, unknown>) => void;
   /** Each password check run (a scrypt: AUTH, SASL/PLAIN, a failed SCRAM exchange), with its outcome: the metric's feed. */
   onPasswordCheck: (ok: boolean) => void = () => {};
 
@@ -245,7 +245,7 @@ export class Security {
     this.scramStandInKey = standInKey(config.users);
     this.acls = config.topicAcls;
     this.verifier = new Limiter(2, Math.max(256, config.maxConnections));
-    this.failureLog = new FailureLog(logger);
+    this.failedLogin = failedLoginLog(logger);
   }
 
   get enabled(): boolean {
@@ -352,7 +352,7 @@ export class Security {
     }
     if (verified === false) {
       s.failures++;
-      this.failureLog.warn({ principal, remote: conn.remote, failures: s.failures, ...(reason ? { reason } : {}) });
+      this.failedLogin({ principal, remote: conn.remote, failures: s.failures, ...(reason ? { reason } : {}) });
       if (s.failures >= MAX_AUTH_FAILURES) setImmediate(() => s.close('too many authentication failures'));
       throw new TributaryError('authentication_failed', { principal });
     }

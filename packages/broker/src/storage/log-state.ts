@@ -11,12 +11,6 @@ import { TailCache } from './tail-cache.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 
-/**
- * Storage failures an operator must see (a full disk, a corrupt record): answered to clients as
- * storage_error, logged here per kind and directory, rate-limited (docs/operations.md, "A full disk").
- */
-const storageFailures = new RateLimitedLog(() => undefined);
-
 /** The owner of a dormant log's files beside the segments (PartitionLog.onFilesCreated). */
 export interface FilesCreatedListener {
   onFilesCreated(): Promise<void>;
@@ -36,6 +30,12 @@ export class LogState {
    * dormant log's files are created, before its first segment (PartitionLog.onFilesCreated).
    */
   onCreate: FilesCreatedListener | null = null;
+  /**
+   * Storage failures an operator must see (a full disk, a corrupt record): answered to clients as
+   * storage_error, logged per kind, rate-limited (docs/operations.md, "A full disk"). The log's own, so no
+   * other log, broker or test shares its suppression.
+   */
+  private readonly failures: RateLimitedLog;
 
   constructor(
     readonly dir: string,
@@ -48,12 +48,13 @@ export class LogState {
     this.segments = segments;
     this.cache = new TailCache(options.tailCacheBytes ?? 0, options.tailCacheBudget);
     for (const s of segments) this.totalBytes += s.size;
+    this.failures = new RateLimitedLog(() => logger);
   }
 
-  /** Logs a storage_error this log raises or answers (rate-limited per kind and directory); returns it to throw. */
+  /** Logs a storage_error this log raises or answers (rate-limited per kind); returns it to throw. */
   reported(kind: 'append' | 'read', err: TributaryError): TributaryError {
     const msg = kind === 'append' ? 'an append failed (storage_error)' : 'a read failed (storage_error)';
-    storageFailures.warn(`${kind}:${this.dir}`, { dir: this.dir, reason: err.fields.reason }, msg, this.logger);
+    this.failures.warn(kind, { dir: this.dir, reason: err.fields.reason }, msg);
     return err;
   }
 
