@@ -1,16 +1,20 @@
 /**
  * A broker started with a small `--max-frame-bytes` (1 MiB or less): its read answers keep room for the
  * frame's own fields out of the frame size. They kept a fixed 1 MiB, so the record budget was negative
- * and every CONSUME answered one record, however many were there and whatever max_bytes asked.
+ * and every CONSUME answered one record, however many were there and whatever max_bytes asked. The Kafka
+ * port's Fetch is bounded by the same rule (it kept the fixed 1 MiB, floored at one byte: one record).
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
+import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { RawKafka } from '../helpers/raw-kafka.js';
 import { batchRec } from '../helpers/util.js';
 
 let broker: BrokerProcess;
 
 beforeAll(async () => {
-  broker = await BrokerProcess.start({ args: ['--max-frame-bytes', String(64 * 1024)] });
+  broker = await BrokerProcess.start({ args: ['--max-frame-bytes', String(64 * 1024), '--kafka-port', '0'] });
 }, 60_000);
 
 afterAll(async () => {
@@ -44,6 +48,39 @@ it('CONSUME answers as many records as fit in half of a 64 KiB frame, not one', 
     }
     expect(reads).toBeLessThan(10);
   } finally {
+    await c.close();
+  }
+});
+
+it("the Kafka port's Fetch answers as many records as fit in half of a 64 KiB frame, not one", async () => {
+  const c = await broker.connect();
+  const raw = await RawKafka.connect(broker.kafkaPort);
+  try {
+    await c.command('CREATE', { topic: 'small-kafka', partitions: 1 });
+    const records = Array.from({ length: 500 }, (_, i) => batchRec(`v${i}`.padEnd(100, '.')));
+    for (let i = 0; i < records.length; i += 100) {
+      await c.produceBatch({ topic: 'small-kafka', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: records.slice(i, i + 100) });
+    }
+    const res = await raw.call(1, 12, {
+      maxWaitMs: 0,
+      minBytes: 1,
+      maxBytes: 1 << 20,
+      isolationLevel: 0,
+      sessionId: 0,
+      sessionEpoch: -1,
+      topics: [{ topic: 'small-kafka', partitions: [{ partition: 0, fetchOffset: 0, partitionMaxBytes: 1 << 20 }] }],
+      forgottenTopicsData: [],
+      rackId: '',
+    });
+    const part = ((res.responses as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!;
+    expect(part.errorCode).toBe(0);
+    const batch = part.records as Buffer;
+    const n = splitRecordBatches(batch).batches.reduce((k, b) => k + b.recordCount, 0);
+    expect(n).toBeGreaterThan(50);
+    expect(n).toBeLessThan(500);
+    expect(batch.length).toBeLessThanOrEqual(32 * 1024);
+  } finally {
+    raw.socket.destroy();
     await c.close();
   }
 });

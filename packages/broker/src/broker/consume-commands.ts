@@ -2,6 +2,7 @@
 import { encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
 import type { Params } from 'tributary-protocol/command.js';
 import { invalidParam } from 'tributary-protocol/errors.js';
+import { readBytesLimit } from '../common/config.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
 import type { Isolation, Partition } from '../partition/partition.js';
 import { leaderGate } from './produce-commands.js';
@@ -30,15 +31,6 @@ export const READ_PARAMS = ['topic', 'partition', 'offset', 'group', 'member', '
 
 /** STREAM's parameters: the shared ones and how often an idle stream sends a keepalive. */
 export const STREAM_PARAMS = [...READ_PARAMS, 'keepalive_ms'];
-
-/**
- * The most record bytes one read answer (CONSUME, STREAM, REPLICA_FETCH) holds: the frame size, less room
- * for the frame's own fields (1 MiB, or half of a smaller frame). A fixed 1 MiB made it negative under
- * `--max-frame-bytes` of 1 MiB or less, and every answer one record.
- */
-export function readBytesLimit(maxFrameBytes: number): number {
-  return maxFrameBytes - Math.min(1024 * 1024, Math.floor(maxFrameBytes / 2));
-}
 
 /** Parse the parameters CONSUME and STREAM share, and resolve the start offset. */
 export function parseReadRequest(b: BrokerContext, p: Params): ReadRequest {

@@ -3,8 +3,8 @@ import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { formatMarked } from '../cluster/fetch-watch.js';
 import { STORED_FORMAT, encodeBatchReply, encodeStoredReply } from '../cluster/replica-wire.js';
 import { READ_HEADER_COST } from '../storage/record-codec.js';
+import { readBytesLimit } from '../common/config.js';
 import { failpointDelay } from '../common/failpoints.js';
-import { readBytesLimit } from './consume-commands.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
 
 /** Broker-to-broker commands of cluster mode: followers fetching from their leader. */

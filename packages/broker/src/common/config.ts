@@ -36,6 +36,16 @@ export const MAX_SEGMENT_BYTES = 0x7fffffff;
 /** The most retention_hours CREATE takes (docs/protocol.md), so a topic's default is one it could be given. */
 export const MAX_RETENTION_HOURS = 1_000_000;
 
+/**
+ * The most record bytes one read answer holds, on both ports (CONSUME, STREAM, REPLICA_FETCH, Kafka's
+ * Fetch): the frame size less room for the answer's own fields, 1 MiB or half of a smaller frame
+ * (docs/protocol.md, CONSUME's `max_bytes`). A fixed 1 MiB left nothing under `--max-frame-bytes` of 1 MiB
+ * or less, and every answer one record (or one Kafka batch).
+ */
+export function readBytesLimit(maxFrameBytes: number): number {
+  return maxFrameBytes - Math.min(1024 * 1024, Math.floor(maxFrameBytes / 2));
+}
+
 /** A DNS name (or an IPv4 address, allowed anyway): letters, digits, `-` and `_` in dot-separated labels. */
 const HOST_NAME = /^(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*$/i;
 

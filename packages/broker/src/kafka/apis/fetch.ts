@@ -13,6 +13,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
 import { encodeControlBatch } from 'tributary-protocol/record-batch/control.js';
 import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
+import { readBytesLimit } from '../../common/config.js';
 import type { Isolation } from '../../partition/partition-types.js';
 import type { Partition } from '../../partition/partition.js';
 import { apiByKey } from '../protocol/apis.js';
@@ -30,8 +31,6 @@ const EMPTY: Buffer = Buffer.alloc(0);
 const V2_TARGET = { topic: '', extensions: true, format: 'record_batch_v2' } as const;
 /** Records per partition per response: a bound besides the byte limits. */
 const MAX_RECORDS = 10_000;
-/** Room left in a frame for the response's own fields (CONSUME keeps the same). */
-const RESPONSE_OVERHEAD = 1024 * 1024;
 
 interface Wanted {
   topic: string;
@@ -178,7 +177,7 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
   }
   const isolation: Isolation = body.isolationLevel === 1 ? 'read_committed' : 'read_uncommitted';
   // The client's sizes are bounded as CONSUME's are: a response must fit a frame with room for its headers.
-  const cap = Math.max(1, ctx.broker.config.maxFrameBytes - RESPONSE_OVERHEAD);
+  const cap = readBytesLimit(ctx.broker.config.maxFrameBytes);
   const wanted: Wanted[] = [];
   for (const t of body.topics as KafkaStruct[]) {
     const topic = t.topic as string;
