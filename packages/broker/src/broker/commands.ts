@@ -7,7 +7,8 @@ import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
 import { CONNECTION_COMMANDS } from './connection-commands.js';
 import { CONSUME_COMMANDS, STREAM_PARAMS } from './consume-commands.js';
-import { GROUP_COMMANDS, describableBy } from './group-commands.js';
+import { GROUP_COMMANDS } from './group-commands.js';
+import { ALL_TOPICS } from '../common/topic-scope.js';
 import { withoutHiddenTopic } from '../kafka/group-visibility.js';
 import { PRODUCE_COMMANDS } from './produce-commands.js';
 import { REASSIGN_COMMANDS } from './reassign-commands.js';
@@ -27,7 +28,7 @@ function help(): Reply {
  */
 function hidingGroupTopics(spec: CommandSpec): CommandSpec {
   if (!spec.params.includes('group')) return spec;
-  const scrub = (err: unknown, b: BrokerContext, c: ConnectionContext, p: Params) => withoutHiddenTopic(err, p.line.params.get('group'), describableBy(b, c));
+  const scrub = (err: unknown, b: BrokerContext, c: ConnectionContext, p: Params) => withoutHiddenTopic(err, p.line.params.get('group'), b.security?.topicScope(c) ?? ALL_TOPICS);
   const handler: CommandSpec['handler'] = (b, c, p) => {
     try {
       const r = spec.handler(b, c, p);

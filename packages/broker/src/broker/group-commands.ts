@@ -9,7 +9,7 @@ import { decodeAssignment } from '../kafka/protocol/consumer-protocol.js';
 import { type DecodeBudget, decodeBudget } from '../kafka/protocol/reader.js';
 import type { KafkaStruct } from '../kafka/protocol/schema.js';
 import type { BrokerContext, CommandSpec, ConnectionContext } from './command-context.js';
-import { type Describable, EVERY_TOPIC, groupVisible, hiddenGroup } from '../kafka/group-visibility.js';
+import { hiddenGroup } from '../kafka/group-visibility.js';
 
 const MAX_ID = 100_000;
 const GENERATION = { min: 0, max: 2 ** 31 - 1 };
@@ -186,17 +186,15 @@ async function batchCommit(b: BrokerContext, _c: ConnectionContext, p: Params): 
   return formatOk({ batched: n });
 }
 
-/** The topics `c` may describe, as METADATA and LIST decide (everything with authentication off). */
-export function describableBy(b: BrokerContext, c: ConnectionContext): Describable {
-  const security = b.security;
-  if (!security?.enabled) return EVERY_TOPIC;
-  return (topic) => security.canDescribe(c, topic);
+/** Whether `c` sees the group (security.ts `groupVisible`); every group in a context without security (unit tests). */
+function visible(b: BrokerContext, c: ConnectionContext, group: string): boolean {
+  return b.security?.groupVisible(c, b.coordinator.classic, group) ?? true;
 }
 
 async function groupStatus(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
   const group = p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true });
   // Refused as DESCRIBE of a topic it may not describe is (docs/security.md, "Groups and topic ACLs").
-  if (!groupVisible(b.coordinator.classic, group, describableBy(b, c))) throw hiddenGroup('GROUP_STATUS', group, c.principal);
+  if (!visible(b, c, group)) throw hiddenGroup('GROUP_STATUS', group, c.principal);
   const status = await b.coordinator.statusWithLogEnds(group);
   if (status.kind === 'kafka') readKafkaAssignments(status, status.protocol === 'consumer');
   return JSON.stringify(status);
@@ -259,8 +257,7 @@ function readAssignment(bytes: Buffer, budget: DecodeBudget, left: number): { as
 }
 
 function listGroups(b: BrokerContext, c: ConnectionContext): string {
-  const describable = describableBy(b, c);
-  const groups = b.coordinator.listGroups().filter((g) => groupVisible(b.coordinator.classic, g, describable));
+  const groups = b.coordinator.listGroups().filter((g) => visible(b, c, g));
   return formatOk({ count: groups.length, groups: groups.join(',') });
 }
 

@@ -4,6 +4,9 @@ import { formatOk, type ParsedLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { BrokerConfig, Permission } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
+import { ALL_TOPICS, type TopicScope } from '../common/topic-scope.js';
+import type { ClassicGroups } from '../coordinator/classic-groups.js';
+import { groupTopics } from '../kafka/group-visibility.js';
 import { failedLoginLog, Limiter } from './auth-queue.js';
 import type { ConnectionContext, Reply } from './command-context.js';
 
@@ -442,6 +445,21 @@ export class Security {
     const s = this.session(conn);
     const perms = this.permissionsOf(s);
     return perms !== undefined && this.topicAllowed(s.principal!, perms, topic, 'describe');
+  }
+
+  /** The topics the connection may describe, as `canDescribe` decides each: METADATA, LIST and the groups shown. */
+  topicScope(conn: ConnectionContext): TopicScope {
+    return this.enabled ? { all: false, describable: (topic) => this.canDescribe(conn, topic) } : ALL_TOPICS;
+  }
+
+  /**
+   * Whether the connection sees a group, on both ports (docs/security.md, "Groups and topic ACLs"): it
+   * may describe every topic the group names. With authentication off every group, its members' bytes
+   * not decoded (one that does not parse is shown as raw bytes).
+   */
+  groupVisible(conn: ConnectionContext, groups: ClassicGroups, groupId: string): boolean {
+    const scope = this.topicScope(conn);
+    return scope.all || (groupTopics(groups, groupId)?.every(scope.describable) ?? false);
   }
 
   /**

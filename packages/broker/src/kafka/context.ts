@@ -10,6 +10,7 @@ import type { ClusterNode } from '../cluster/cluster-node.js';
 import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { BrokerMetrics } from '../common/metrics.js';
+import type { ClassicGroups } from '../coordinator/classic-groups.js';
 import type { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import type { ProducerIdAllocator } from '../partition/producer-ids.js';
 import type { TopicManager } from '../partition/topic-manager.js';
@@ -60,6 +61,8 @@ export interface KafkaSecurity {
   authenticate(conn: KafkaIdentity, principal: string, token: string): Promise<unknown>;
   /** The main port's permission and topic-ACL check of one command; undefined when allowed. */
   authorize(command: string, conn: KafkaIdentity, req: ParsedLine | undefined): TributaryError | undefined;
+  /** Whether the connection sees a group: it may describe every topic the group names (docs/security.md, "Groups and topic ACLs"). */
+  groupVisible(conn: KafkaIdentity, groups: ClassicGroups, groupId: string): boolean;
   /** Who names a transactional id (its owner check); undefined with authentication off. */
   txnCaller(conn: KafkaIdentity): { principal: string; admin: boolean } | undefined;
   /** A user's SCRAM-SHA-256 keys, or stand-ins that never verify (unknown user, or none stored). */

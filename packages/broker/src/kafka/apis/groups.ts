@@ -16,7 +16,7 @@ import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
 import { coordinatorErrorCodeOf, errorCodeOf, handler, refusal } from './handler.js';
 import { kafkaNodes } from './metadata.js';
-import { type Describable, EVERY_TOPIC, groupVisible, hiddenGroup } from '../group-visibility.js';
+import { hiddenGroup } from '../group-visibility.js';
 
 const UNKNOWN_OPERATIONS = -2147483648;
 const GROUP_KEY = 0;
@@ -72,10 +72,9 @@ function authorizeGroup(ctx: KafkaRequestContext, command: string, group: string
   if (denied) throw refusal(denied, 'group');
 }
 
-/** The topics this connection may describe: Metadata's check (METADATA per topic). */
-function describableOn(ctx: KafkaRequestContext): Describable {
-  if (!ctx.broker.security.enabled) return EVERY_TOPIC;
-  return (topic) => ctx.authorize('METADATA', topic) === undefined;
+/** Whether this connection sees the group (the security layer's decision, as on the main port). */
+function visible(ctx: KafkaRequestContext, groupId: string): boolean {
+  return ctx.broker.security.groupVisible(ctx.identity, ctx.broker.coordinator.classic, groupId);
 }
 
 function clientHost(ctx: KafkaRequestContext): string {
@@ -174,7 +173,7 @@ export const describeGroupsHandler = handler(apiByKey(DescribeGroups.apiKey)!, (
     try {
       authorizeGroup(ctx, 'GROUP_STATUS', groupId);
       // As GROUP_STATUS: a group naming a topic the principal may not describe is refused (docs/kafka.md).
-      if (!groupVisible(ctx.broker.coordinator.classic, groupId, describableOn(ctx))) throw refusal(hiddenGroup('GROUP_STATUS', groupId, ctx.identity.principal), 'group');
+      if (!visible(ctx, groupId)) throw refusal(hiddenGroup('GROUP_STATUS', groupId, ctx.identity.principal), 'group');
       const d = ctx.broker.coordinator.classic.describe(groupId);
       return {
         errorCode: 0,
@@ -201,13 +200,12 @@ export const describeGroupsHandler = handler(apiByKey(DescribeGroups.apiKey)!, (
 export const listGroupsHandler = handler(apiByKey(ListGroups.apiKey)!, (ctx, _version, body) => {
   const denied = ctx.authorize('LIST_GROUPS');
   if (denied) return { throttleTimeMs: 0, errorCode: errorCodeOf(refusal(denied, 'group')), groups: [] };
-  const describable = describableOn(ctx);
   const states = new Set(((body.statesFilter as string[] | undefined) ?? []).map((s) => s.toLowerCase()));
   // A broker lists the groups it coordinates (as Kafka's do); admin clients ask every broker.
   const groups = ctx.broker.coordinator.classic
     .list()
     .filter((g) => ctx.broker.coordinator.coordinates(g.groupId) && (states.size === 0 || states.has(g.state.toLowerCase())))
-    .filter((g) => groupVisible(ctx.broker.coordinator.classic, g.groupId, describable))
+    .filter((g) => visible(ctx, g.groupId))
     .map((g) => ({ groupId: g.groupId, protocolType: g.protocolType, groupState: g.state, groupType: 'classic' }));
   return { throttleTimeMs: 0, errorCode: 0, groups };
 });
