@@ -29,7 +29,7 @@ interface KeyState {
  * password-guessing flood): per key, up to `burst` lines per interval are logged at once; past that they
  * are only counted, and at the interval's end one summary line says how many were left out. The summary
  * opens the next interval as one of its lines, so a steady flood logs at most `burst` lines per interval.
- * docs/operations.md, "A full disk"; docs/security.md, failed logins.
+ * docs/operations.md, "A full disk"; docs/security.md, "2. Authentication" (failed logins).
  */
 export class RateLimitedLog {
   private readonly keys = new Map<string, KeyState>();
