@@ -2,7 +2,8 @@
  * Damage recovery may not repair, with real broker processes (docs/architecture.md "Storage", Recovery;
  * docs/operations.md "A partition that does not open"): a flipped byte in a closed segment leaves the broker
  * unready with the file and position named and every file as it was, and a compacted segment of
- * __consumer_offsets whose index file is lost keeps every committed offset.
+ * __consumer_offsets whose index file is lost keeps every committed offset. Under --flush os what no fsync
+ * covered is cut instead, so a power loss does not keep the broker down.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -150,5 +151,33 @@ describe('recovery refuses damage it may not cut (real broker)', () => {
     const ready = await broker.health('/ready');
     expect(ready.status).toBe(503);
     expect(ready.body).toContain(`${path.join(dir, name)} at byte 0`);
+  });
+
+  it('--flush os, kill -9, then a power loss took a closed segment\'s tail: ready, the log ends there, later segments gone', async () => {
+    broker = await BrokerProcess.start({ args: [...ARGS, '--flush', 'os'] });
+    const c = await broker.connect();
+    await c.command('CREATE', { topic: 't', partitions: 1 });
+    for (let i = 0; i < N; i++) await c.command('PUBLISH', { topic: 't', partition: 0, message: message(i) });
+    await broker.kill();
+
+    const dir = await partitionDir(broker.dataDir, 't');
+    const names = [...(await segmentFiles(dir)).keys()];
+    expect(names.length).toBeGreaterThan(4);
+    // What a power loss can leave under --flush os (a roll fsyncs nothing): the third segment without its tail.
+    const file = path.join(dir, names[2]!);
+    const bytes = await fs.readFile(file);
+    const records = decodeRecords(bytes).records;
+    let cutAt = 0;
+    for (let i = 0; i < 3; i++) cutAt += 4 + bytes.readUInt32BE(cutAt);
+    await fs.truncate(file, cutAt + 7);
+    const kept = records[3]!.offset;
+
+    await broker.relaunch();
+    expect((await broker.health('/ready')).status).toBe(200);
+    expect(broker.stderr).toMatch(/recovery after an unclean shutdown with --flush os: the log ends at offset \d+/);
+    expect([...(await segmentFiles(dir)).keys()]).toEqual(names.slice(0, 3));
+    const after = await broker.connect();
+    expect(await readAll(after, 't')).toEqual(Array.from({ length: kept }, (_, i) => message(i)));
+    expect(await after.json('PUBLISH', { topic: 't', partition: 0, message: 'next' })).toMatchObject({ offset: kept });
   });
 });
