@@ -127,7 +127,7 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
         await seg.remove();
         continue;
       }
-      if (prev && seg.baseOffset !== prev.nextOffset && mayCut && !prevVouched) {
+      if (prev && seg.baseOffset > prev.nextOffset && mayCut && !prevVouched) {
         // The segment before lost its tail: it is the last now, recovered as one (a torn append is cut whole).
         await seg.close();
         await dropFrom(i, prev.nextOffset, `offsets ${prev.nextOffset}..${seg.baseOffset - 1} missing`);
