@@ -46,6 +46,7 @@ export const ERROR_CODES = {
   authentication_required: { class: 'authorization', retryable: false, description: 'the command needs an authenticated connection' },
   NOT_AUTHORIZED_FOR_OPERATION: { class: 'authorization', retryable: false, description: 'the principal lacks a permission' },
   NOT_AUTHORIZED_FOR_TOPIC: { class: 'authorization', retryable: false, description: 'the topic ACL refuses the principal' },
+  NOT_AUTHORIZED_FOR_GROUP: { class: 'authorization', retryable: false, description: 'the group ACL refuses the principal' },
   // topics and data
   invalid_topic_name: { class: 'validation', retryable: false, description: 'topic name is empty, too long, has bad characters or is reserved' },
   topic_not_found: { class: 'not_found', retryable: false, description: 'no such topic' },

@@ -21,7 +21,7 @@ describe('a token check across a reload of the users', () => {
     const sec = security({ rot: entry('old-token-0123456789') });
     const c = connection();
     const auth = sec.authenticate(c, 'rot', 'old-token-0123456789');
-    sec.reload({ rot: entry('new-token-0123456789') }, {});
+    sec.reload({ rot: entry('new-token-0123456789') }, {}, {});
     await expect(auth).rejects.toMatchObject({ code: 'authentication_failed' });
     expect(sec.authorize('LIST', c, undefined)).toMatchObject({ code: 'authentication_required' });
     // The new token works.
@@ -33,8 +33,8 @@ describe('a token check across a reload of the users', () => {
     const sec = security({ gone: entry('first-token-0123456789') });
     const c = connection();
     const auth = sec.authenticate(c, 'gone', 'first-token-0123456789');
-    sec.reload({}, {});
-    sec.reload({ gone: entry('someone-elses-0123456789') }, {});
+    sec.reload({}, {}, {});
+    sec.reload({ gone: entry('someone-elses-0123456789') }, {}, {});
     await expect(auth).rejects.toMatchObject({ code: 'authentication_failed' });
     expect(sec.authorize('LIST', c, undefined)).toMatchObject({ code: 'authentication_required' });
   });
@@ -43,14 +43,14 @@ describe('a token check across a reload of the users', () => {
     const sec = security({ rot: entry('old-token-0123456789') });
     const { credential } = sec.scramKeys('rot');
     expect(credential).toBeDefined();
-    sec.reload({ rot: entry('new-token-0123456789') }, {});
+    sec.reload({ rot: entry('new-token-0123456789') }, {}, {});
     const c = connection();
     expect(() => sec.settle(c, 'rot', credential!)).toThrow(expect.objectContaining({ code: 'authentication_failed' }));
     expect(sec.authorize('LIST', c, undefined)).toMatchObject({ code: 'authentication_required' });
     const unchanged = sec.scramKeys('rot');
     sec.settle(c, 'rot', unchanged.credential!);
     expect(sec.authorize('LIST', c, undefined)).toBeUndefined();
-    sec.reload({}, {});
+    sec.reload({}, {}, {});
     expect(sec.authorize('LIST', c, undefined)).toMatchObject({ code: 'authentication_required' });
   });
 });

@@ -477,8 +477,8 @@ export class Broker implements BrokerContext {
   }
 
   /** SIGHUP: new users and ACLs, and the open streams they no longer allow ended (`reason=unauthorized`). */
-  reloadSecurity(users: BrokerConfig['users'], acls: BrokerConfig['topicAcls']): void {
-    this.security.reload(users, acls);
+  reloadSecurity(users: BrokerConfig['users'], acls: BrokerConfig['topicAcls'], groupAcls: BrokerConfig['groupAcls']): void {
+    this.security.reload(users, acls, groupAcls);
     for (const c of this.connections) c.revalidateStream((cmd, conn, req) => this.security.authorize(cmd, conn, req));
   }
 

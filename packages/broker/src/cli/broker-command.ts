@@ -115,14 +115,14 @@ export async function runBroker(opts: Record<string, unknown>): Promise<void> {
     const invalid = broker.recoveryError instanceof TributaryError && broker.recoveryError.code === 'invalid_config';
     throw new CliError(`error: broker failed to start: ${broker.recoveryError?.message ?? 'recovery failed'}`, invalid ? EXIT_USAGE : EXIT_FAILURE);
   }
-  // SIGHUP: re-read users and topic ACLs (revocation without a restart). Other settings need a restart.
+  // SIGHUP: re-read users, topic and group ACLs (revocation without a restart). Other settings need a restart.
   process.on('SIGHUP', () => {
     const again = loadBrokerConfig({ flags, env: process.env, configFile: opts.config as string | undefined });
     if (!again.ok) {
       logger.error({ errors: again.errors }, 'SIGHUP: config invalid; users and ACLs unchanged');
       return;
     }
-    broker.reloadSecurity(again.config.users, again.config.topicAcls);
+    broker.reloadSecurity(again.config.users, again.config.topicAcls, again.config.groupAcls);
   });
   const host = config.host;
   process.stdout.write(

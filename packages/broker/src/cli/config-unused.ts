@@ -46,10 +46,10 @@ export function unusedSettings(c: BrokerConfig, given: (key: Key) => boolean): A
   if (c.kafkaPort === undefined && c.kafkaPortIfFree === undefined) {
     for (const key of KAFKA_LISTENER_SETTINGS) if (given(key)) out.push({ key, why: 'is for the Kafka listener, which is off without kafkaPort (or kafkaPortIfFree)' });
   }
-  // Users and topic ACLs are checked only with authentication on (docs/security.md): without it an ACL
+  // Users, topic and group ACLs are checked only with authentication on (docs/security.md): without it an ACL
   // that looks in force protected nothing.
   if (!c.authentication) {
-    for (const key of ['users', 'topicAcls'] as const) if (given(key)) out.push({ key, why: 'is for authentication (--authentication), which is off: nothing would check it' });
+    for (const key of ['users', 'topicAcls', 'groupAcls'] as const) if (given(key)) out.push({ key, why: 'is for authentication (--authentication), which is off: nothing would check it' });
   }
   // The fsync period of flush interval; in a cluster also the HWM checkpoint period, whatever the flush mode.
   if (c.flush !== 'interval' && !c.cluster && given('flushIntervalMs')) {

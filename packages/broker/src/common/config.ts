@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { groupAclKeyProblem } from './group-acls.js';
 
 const flushModes = ['always', 'interval', 'os'] as const;
 
@@ -262,6 +263,12 @@ export const brokerConfigSchema = z
     users: z.record(z.string().min(1).max(256), usersEntry).default({}),
     /** topic → principals allowed to read / write it, on top of their permissions. */
     topicAcls: z.record(z.string().min(1), topicAcl).default({}),
+    /**
+     * group id, or prefix `<prefix>*`, → principals allowed to use the groups it matches (`*`: any
+     * authenticated one), on top of the `group` permission; an exact id beats a prefix, a longer prefix a
+     * shorter one (common/group-acls.ts). A group no entry matches is open to every principal with `group`.
+     */
+    groupAcls: z.record(z.string().min(1), z.array(z.string().min(1))).default({}),
     /** A connection that has not authenticated within this time is closed (authentication on). */
     authTimeoutMs: z.number().int().min(100).max(MAX_TIMER_MS).default(10_000),
     /** Connections from one client IP address at once; 0 = unlimited. */
@@ -306,6 +313,10 @@ export const brokerConfigSchema = z
     const atLeast = (key: NumberKey, bound: NumberKey) => {
       if (c[key] < c[bound]) ctx.addIssue({ code: 'custom', path: [key], message: `must be >= ${bound} (${c[bound]})` });
     };
+    for (const key of Object.keys(c.groupAcls)) {
+      const problem = groupAclKeyProblem(key);
+      if (problem) ctx.addIssue({ code: 'custom', path: ['groupAcls', key], message: problem });
+    }
     atMost('transactionTimeoutMs', 'maxTransactionTimeoutMs');
     atMost('defaultPartitions', 'maxPartitions');
     atMost('groupMinSessionTimeoutMs', 'groupMaxSessionTimeoutMs');

@@ -35,7 +35,7 @@ export interface AdminApiDeps {
   clients: ApiClients;
   logger: Logger;
   /** Users and ACLs in force now (Security.snapshot): the configuration's are those of the start. */
-  security?: () => { users: Array<{ principal: string; permissions: string[] }>; acls: BrokerConfig['topicAcls'] };
+  security?: () => { users: Array<{ principal: string; permissions: string[] }>; acls: BrokerConfig['topicAcls']; groupAcls: BrokerConfig['groupAcls'] };
 }
 
 /**
@@ -433,7 +433,8 @@ export class AdminApi {
     new Query(ctx.url.searchParams, []);
     if (this.deps.config.authentication) await ctx.client.admin.clusterStatus();
     const acls = Object.entries(this.deps.security?.().acls ?? this.deps.config.topicAcls).map(([topic, a]) => ({ topic, read: a.read ?? null, write: a.write ?? null }));
-    sendJson(ctx.res, 200, { authentication: this.deps.config.authentication, acls });
+    const groups = Object.entries(this.deps.security?.().groupAcls ?? this.deps.config.groupAcls).map(([group, principals]) => ({ group, principals }));
+    sendJson(ctx.res, 200, { authentication: this.deps.config.authentication, acls, groupAcls: groups });
   }
 
   /**

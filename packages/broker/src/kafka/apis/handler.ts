@@ -117,7 +117,8 @@ export class KafkaRefusal extends Error {
     resource: RefusedResource,
   ) {
     super(denied.message);
-    this.kafkaError = REFUSED[resource];
+    // A group ACL's refusal is the group's whatever the call site expected (a per-topic check naming the group).
+    this.kafkaError = denied.code === 'NOT_AUTHORIZED_FOR_GROUP' ? 'GROUP_AUTHORIZATION_FAILED' : REFUSED[resource];
   }
 }
 
