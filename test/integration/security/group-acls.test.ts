@@ -172,4 +172,15 @@ describe('group ACLs on the main port', () => {
     // alice is unaffected.
     expect(await text(await connect('alice'), `HEARTBEAT topic=orders group=alice-g member=${member} generation=${generation}`)).toMatch(/^OK /);
   });
+
+  it('a SIGHUP whose groupAcls are invalid leaves the group ACLs in force unchanged', async () => {
+    const doc = parseDocument(fs.readFileSync(config, 'utf8'));
+    doc.set('groupAcls', doc.createNode({ 'alice-*': ['alice', 'carol'], 'a*b': ['carol'] }));
+    fs.writeFileSync(config, doc.toString());
+    const mark = broker.stderr.length;
+    broker.proc!.kill('SIGHUP');
+    await expect.poll(() => broker.stderr.slice(mark).includes('SIGHUP: config invalid'), { timeout: 5000 }).toBe(true);
+    expect(broker.stderr.slice(mark)).toContain('groupAcls.a*b');
+    expect(await text(await connect('carol'), 'FETCH_OFFSET topic=orders group=alice-g partition=0')).toBe(refusal('alice-g', 'carol'));
+  });
 });

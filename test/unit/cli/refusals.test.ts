@@ -213,6 +213,7 @@ it('broker start refuses settings it would not use, with exit 2 and nothing crea
     // Before: both started, and an ACL that looked in force protected nothing (authentication off).
     [['--topic-acls', '{"x":{}}'], /^invalid config: topicAcls: is for authentication \(--authentication\), which is off/],
     [['--users', '{}'], /^invalid config: users: is for authentication \(--authentication\), which is off/],
+    [['--group-acls', '{"billing-*":["billing"]}'], /^invalid config: groupAcls: is for authentication \(--authentication\), which is off/],
   ];
   for (const [args, message] of cases) {
     const r = await start(...args);

@@ -61,7 +61,7 @@ export interface KafkaSecurity {
   authenticate(conn: KafkaIdentity, principal: string, token: string): Promise<unknown>;
   /** The main port's permission and topic-ACL check of one command; undefined when allowed. */
   authorize(command: string, conn: KafkaIdentity, req: ParsedLine | undefined): TributaryError | undefined;
-  /** Whether the connection sees a group: it may describe every topic the group names (docs/security.md, "Groups and topic ACLs"). */
+  /** Whether the connection sees a group: its group ACL lets it use it, and it may describe every topic the group names (docs/security.md, "Group ACLs"). */
   groupVisible(conn: KafkaIdentity, groups: ClassicGroups, groupId: string): boolean;
   /** Who names a transactional id (its owner check); undefined with authentication off. */
   txnCaller(conn: KafkaIdentity): { principal: string; admin: boolean } | undefined;
@@ -129,6 +129,8 @@ export interface KafkaRequestContext {
    *   topic.read; the subscribed topics' ACLs are checked when they are read) → GROUP_
    * - OffsetCommit: COMMIT_OFFSET per topic, OffsetFetch: FETCH_OFFSET per topic (group, topic.read) → TOPIC_
    *   or GROUP_; DescribeGroups GROUP_STATUS, ListGroups LIST_GROUPS (group) → GROUP_
+   * - every API naming a group passes it as `group`: the group's ACL (docs/security.md, "Group ACLs") refuses
+   *   with NOT_AUTHORIZED_FOR_GROUP → GROUP_AUTHORIZATION_FAILED, whichever resource the call site names
    * - ApiVersions, SaslHandshake, SaslAuthenticate: open (the only APIs served before authentication)
    */
   authorize(command: string, topic?: string, params?: Readonly<Record<string, string>>): TributaryError | undefined;
