@@ -401,7 +401,7 @@ describe('admin API, authentication off', () => {
     expect(c.body).toMatchObject({ mode: 'standalone', controller: 0, underReplicated: 0, leaderless: 0, brokers: [expect.objectContaining({ id: 0 })] });
     expect(c.body.partitions).toBeGreaterThan(0);
     expect((await api('GET', '/api/v1/users')).body).toEqual({ authentication: false, users: [] });
-    expect((await api('GET', '/api/v1/acls')).body).toEqual({ authentication: false, acls: [] });
+    expect((await api('GET', '/api/v1/acls')).body).toEqual({ authentication: false, acls: [], groupAcls: [] });
   });
 
   it('bad input: a 4xx with a JSON error, never a 500, and nothing changes', async () => {
