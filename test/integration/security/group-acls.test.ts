@@ -163,9 +163,19 @@ describe('group ACLs on the main port', () => {
     })();
     closed.catch(() => {});
     await expect.poll(() => values.includes('c'), { timeout: 5000 }).toBe(true);
+    // A long-poll CONSUME with the group, waiting at the log's end (admitted: the fetch metrics count its queue phase).
+    const admitted = async () => Number((await http('/metrics', 'admin')).body.match(/^tributary_fetch_phase_seconds_count\{phase="queue"\} (\d+)/m)?.[1] ?? 0);
+    const polledBefore = await admitted();
+    const poll = (await connect('carol')).request('CONSUME topic=orders partition=0 offset=3 group=alice-g wait_ms=20000', 25_000);
+    await expect.poll(admitted, { timeout: 10_000 }).toBeGreaterThan(polledBefore);
 
     await reloadGroupAcls({ 'alice-*': ['alice'], 'bob-*': ['bob'] });
     expect(await closed).toMatchObject({ type: 'CLOSE', reason: 'unauthorized' });
+    // The poll answers the refusal, not the record written after the withdrawal.
+    await (await connect('admin')).command('PUBLISH', { topic: 'orders', partition: 0, message: 'after-withdrawal' });
+    const polled = await poll;
+    expect(polled.kind === 'text' ? polled.text : '(batch)').toBe(refusal('alice-g', 'carol'));
+    expect(values).not.toContain('after-withdrawal');
     expect(await text(carol, 'FETCH_OFFSET topic=orders group=alice-g partition=0')).toBe(refusal('alice-g', 'carol'));
     expect(await text(carol, `HEARTBEAT topic=orders group=alice-c member=${carolMember} generation=${carolGeneration}`)).toBe(refusal('alice-c', 'carol'));
     expect(await text(carol, 'LIST_GROUPS')).not.toContain('alice-');
