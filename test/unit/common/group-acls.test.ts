@@ -56,6 +56,10 @@ describe('group ACL matching', () => {
     expect(groupAclFor(all, 'anything')).toEqual(['ops']);
     expect(groupAclFor(all, 'team-1')).toEqual(['team']);
     expect(groupAllowed(all, 'anything', 'team')).toBe(false);
+    // An empty list under '*': every group no other entry names is refused to all but admin.
+    const closed = { '*': [], 'team-*': ['team'] };
+    expect(groupAllowed(closed, 'stray', 'team')).toBe(false);
+    expect(groupAllowed(closed, 'team-2', 'team')).toBe(true);
   });
 
   it('an exact entry is not taken for a prefix: "a" does not match "ab"', () => {
