@@ -145,6 +145,13 @@ describe('group ACLs on the Kafka port', () => {
     expect((await raw.call(25, 0, { transactionalId: 'bob-ktx', producerId: 0n, producerEpoch: 0, groupId })).errorCode).toBe(DENIED);
     const txnCommit = await raw.call(28, 0, { transactionalId: 'bob-ktx', groupId, producerId: 0n, producerEpoch: 0, topics: partitions(0n) });
     expect(((txnCommit.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!.errorCode).toBe(DENIED);
+    // Per group where one request names several: bob's own group is served beside the refused one.
+    const codes = (xs: unknown) => (xs as KafkaStruct[]).map((x) => x.errorCode);
+    expect(codes((await raw.call(10, 4, { keyType: 0, coordinatorKeys: [groupId, 'bob-k'] })).coordinators)).toEqual([DENIED, 0]);
+    expect(codes((await raw.call(15, 0, { groups: [groupId, 'bob-k'] })).groups)).toEqual([DENIED, 0]);
+    const fetch8 = await raw.call(9, 8, { groups: [{ groupId, topics: null }, { groupId: 'bob-k', topics: null }], requireStable: false });
+    expect(codes(fetch8.groups)).toEqual([DENIED, 0]);
+    expect((fetch8.groups as KafkaStruct[])[0]!.topics).toEqual([]);
     // ListGroups leaves it out.
     const listed = ((await raw.call(16, 0, {})).groups as KafkaStruct[]).map((g) => g.groupId);
     expect(listed).not.toContain(groupId);
