@@ -8,6 +8,7 @@
  * beyond 2^53 is answered for its partition instead of closing the connection (a committed offset there, of
  * OffsetCommit or TxnOffsetCommit, with INVALID_COMMIT_OFFSET_SIZE), and a Fetch's logStartOffset or an
  * OffsetCommit's retentionTimeMs beyond it (fields the listener does not use) is read and the request served.
+ * A CreateTopics retention.bytes beyond 2^53 is INVALID_CONFIG, also with validateOnly.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
@@ -113,6 +114,21 @@ describe('Kafka request rules', () => {
       ]);
       expect(await exists('dup-delete')).toBe(true);
       expect(await exists('single-delete')).toBe(false);
+    });
+  });
+
+  describe('CreateTopics configs', () => {
+    it('a retention.bytes beyond 2^53 is INVALID_CONFIG, with validateOnly too (it would not be created), and nothing is created', async () => {
+      const INVALID_CONFIG = 40;
+      for (const value of ['9223372036854775807', '99999999999999999999', '9007199254740993']) {
+        for (const validateOnly of [true, false]) {
+          const topic = { name: 'huge-retention-bytes', numPartitions: 1, replicationFactor: 1, assignments: [], configs: [{ name: 'retention.bytes', value }] };
+          const res = await raw.call(19, 4, { topics: [topic], timeoutMs: 5000, validateOnly });
+          const result = (res.topics as KafkaStruct[])[0]!;
+          expect([result.errorCode, result.errorMessage], `${value}, validateOnly ${validateOnly}`).toEqual([INVALID_CONFIG, expect.stringMatching(/retention\.bytes/)]);
+          expect(await exists('huge-retention-bytes')).toBe(false);
+        }
+      }
     });
   });
 

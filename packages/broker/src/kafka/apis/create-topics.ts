@@ -46,7 +46,8 @@ function applyConfig(spec: TopicSpec, name: string, value: string | null): void 
     }
     case 'retention.bytes': {
       const bytes = num();
-      if (bytes < -1) throw new TopicRefused('INVALID_CONFIG', 'retention.bytes must be -1 or more');
+      // Kafka takes any long; the log keeps a safe integer. Refused here, so validateOnly says what a create does.
+      if (bytes < -1 || !Number.isSafeInteger(bytes)) throw new TopicRefused('INVALID_CONFIG', `retention.bytes must be -1 to ${Number.MAX_SAFE_INTEGER}`);
       spec.retentionBytes = bytes;
       return;
     }
