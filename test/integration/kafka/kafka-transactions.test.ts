@@ -1,7 +1,7 @@
 /**
  * Kafka transactions on the Kafka port (docs/kafka.md, "Transactions"), on Tributary's transaction
  * coordinator: kafkajs 2.2.4's transactional producer (commit, abort, fencing by a second producer of the
- * id), kcat's (librdkafka), an exactly-once consume-process-produce pipeline whose member is killed with SIGKILL mid-stream,
+ * id), @platformatic/kafka's, kcat's (librdkafka), an exactly-once consume-process-produce pipeline whose member is killed with SIGKILL mid-stream,
  * and raw requests for what a client must not get away with.
  */
 import { Kafka, logLevel } from 'kafkajs';
@@ -113,6 +113,35 @@ describe('Kafka transactions', () => {
     } finally {
       await producer.disconnect();
     }
+  });
+
+  it("@platformatic/kafka's transactional producer (InitProducerId v4 naming producer id 0, epoch 0) commits and aborts", async () => {
+    await c.command('CREATE', { topic: 'ktx-pk', partitions: 2 });
+    await import('../../helpers/with-resolvers.js');
+    const pk = (await import('@platformatic/kafka')) as unknown as PlatformaticTxnClients;
+    const producer = new pk.Producer({
+      clientId: 'pk-txn',
+      bootstrapBrokers: [bootstrap],
+      serializers: pk.stringSerializers,
+      transactionalId: 'ktx-pk-1',
+      idempotent: true,
+    });
+    try {
+      const committed = await producer.beginTransaction();
+      await committed.send({
+        messages: [
+          { topic: 'ktx-pk', value: 'c1', partition: 0 },
+          { topic: 'ktx-pk', value: 'c2', partition: 1 },
+        ],
+      });
+      await committed.commit();
+      const aborted = await producer.beginTransaction();
+      await aborted.send({ messages: [{ topic: 'ktx-pk', value: 'a1', partition: 0 }] });
+      await aborted.abort();
+    } finally {
+      await producer.close();
+    }
+    expect((await committedValues('ktx-pk', 2)).sort()).toEqual(['c1', 'c2']);
   });
 
   it('kcat (librdkafka) produces in a transaction; its records are read once it committed', async () => {
@@ -298,6 +327,31 @@ describe('Kafka transactions', () => {
       }
     });
 
+    it('InitProducerId v3+ naming a producer id and epoch (KIP-360): any pair for an id the coordinator does not know yet, as Kafka creates it; for a known id its own, else INVALID_PRODUCER_ID_MAPPING or PRODUCER_FENCED; half a pair INVALID_REQUEST', async () => {
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        const init = (transactionalId: string, producerId: bigint, producerEpoch: number, version = 4) =>
+          raw.call(22, version, { transactionalId, transactionTimeoutMs: 60_000, producerId, producerEpoch });
+        // @platformatic/kafka's first InitProducerId of an id names producer id 0 at epoch 0.
+        const fresh = await init('ktx-kip360', 0n, 0);
+        expect(fresh.errorCode).toBe(0);
+        expect(fresh.producerEpoch).toBe(0);
+        const p = { producerId: fresh.producerId as bigint, producerEpoch: fresh.producerEpoch as number };
+        expect((await init('ktx-kip360-v3', 7n, 3, 3)).errorCode).toBe(0);
+        // Known now: its own pair bumps the epoch; another producer id, or an older epoch, is refused.
+        const bumped = await init('ktx-kip360', p.producerId, p.producerEpoch);
+        expect([bumped.errorCode, bumped.producerId, bumped.producerEpoch]).toEqual([0, p.producerId, p.producerEpoch + 1]);
+        expect((await init('ktx-kip360', p.producerId + 1000n, p.producerEpoch + 1)).errorCode).toBe(kafkaErrorCode('INVALID_PRODUCER_ID_MAPPING'));
+        expect((await init('ktx-kip360', p.producerId, p.producerEpoch + 5)).errorCode).toBe(kafkaErrorCode('PRODUCER_FENCED'));
+        // A producer id without an epoch, or an epoch without a producer id: Kafka's INVALID_REQUEST.
+        expect((await init('ktx-kip360', p.producerId, -1)).errorCode).toBe(kafkaErrorCode('INVALID_REQUEST'));
+        expect((await init('ktx-kip360', -1n, 0)).errorCode).toBe(kafkaErrorCode('INVALID_REQUEST'));
+        expect((await init('ktx-kip360-none', -1n, 0)).errorCode).toBe(kafkaErrorCode('INVALID_REQUEST'));
+      } finally {
+        raw.socket.destroy();
+      }
+    });
+
     it('TxnOffsetCommit is fenced by the group generation (ILLEGAL_GENERATION), and its offsets are unstable until the transaction ends', async () => {
       await c.command('CREATE', { topic: 'ktx-offsets', partitions: 1 });
       for (let i = 0; i < 5; i++) await c.command('PUBLISH', { topic: 'ktx-offsets', partition: 0, message: `m${i}` });
@@ -477,3 +531,17 @@ describe('a Kafka transaction open when its broker is killed with SIGKILL', () =
     }
   });
 });
+
+interface PlatformaticTxnClients {
+  Producer: new (
+    o: Record<string, unknown>,
+  ) => {
+    beginTransaction(): Promise<{
+      send(o: { messages: { topic: string; value: string; partition: number }[] }): Promise<unknown>;
+      commit(): Promise<void>;
+      abort(): Promise<void>;
+    }>;
+    close(): Promise<void>;
+  };
+  stringSerializers: unknown;
+}

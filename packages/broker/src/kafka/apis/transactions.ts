@@ -72,17 +72,23 @@ export async function initTransactional(ctx: KafkaRequestContext, version: numbe
     const timeout = body.transactionTimeoutMs as number;
     if (!(timeout > 0) || timeout > ctx.broker.config.maxTransactionTimeoutMs) return fail(code('INVALID_TRANSACTION_TIMEOUT'));
     const txns = ctx.broker.transactions;
-    // v3+ (KIP-360): a producer that names its id and epoch must hold them, or it is a zombie.
+    // v3+ (KIP-360): a producer that names its id and epoch must hold them, or it is a zombie. As Kafka's
+    // KafkaApis: half a pair (-1 on one side only) is INVALID_REQUEST.
     const given = version >= 3 ? (body.producerId as bigint) : -1n;
-    if (given >= 0n) {
+    const givenEpoch = version >= 3 ? (body.producerEpoch as number) : -1;
+    if ((given === -1n) !== (givenEpoch === -1)) return fail(code('INVALID_REQUEST'));
+    if (given !== -1n) {
       let current: { producerId: string; epoch: number } | undefined;
       try {
         current = txns.status(id);
       } catch {
-        current = undefined; // an unknown id
+        // An id the coordinator does not know (new, or expired): Kafka creates its state at epoch -1, which
+        // any named pair passes (@platformatic/kafka names producer id 0 at epoch 0 on its first init).
+        // Other failures (not this broker's id, loading) are INIT_PRODUCER_ID's to answer, below.
+        current = undefined;
       }
-      if (!current || current.producerId !== String(given)) return fail(code('INVALID_PRODUCER_ID_MAPPING'));
-      if (current.epoch !== body.producerEpoch) return fail(code(version >= 4 ? 'PRODUCER_FENCED' : 'INVALID_PRODUCER_EPOCH'));
+      if (current && current.producerId !== String(given)) return fail(code('INVALID_PRODUCER_ID_MAPPING'));
+      if (current && current.epoch !== givenEpoch) return fail(code(version >= 4 ? 'PRODUCER_FENCED' : 'INVALID_PRODUCER_EPOCH'));
     }
     asked = true;
     const r = await txns.initProducerId(id, timeout, ctx.broker.security.txnCaller(ctx.identity));
