@@ -438,6 +438,8 @@ describe('Kafka request rules', () => {
       const negative = partition(await answer(raw, 2, 5, patched(2, 5, body, -(1n << 62n))));
       const small = partition(await answer(raw, 2, 5, patched(2, 5, body, -1000n)));
       expect(negative.errorCode).toBe(small.errorCode);
+      // Below -2, not a lookup this broker serves (docs/kafka.md, "ListOffsets").
+      expect([small.errorCode, small.offset]).toEqual([INVALID_REQUEST, -1]);
       // Timestamp 0 still finds the record (the patching itself changes nothing else).
       const now = partition(await answer(raw, 2, 5, patched(2, 5, body, 0n)));
       expect([now.errorCode, now.offset]).toEqual([0, 0]);
