@@ -347,6 +347,12 @@ describe('Kafka transactions', () => {
         expect((await init('ktx-kip360', p.producerId, -1)).errorCode).toBe(kafkaErrorCode('INVALID_REQUEST'));
         expect((await init('ktx-kip360', -1n, 0)).errorCode).toBe(kafkaErrorCode('INVALID_REQUEST'));
         expect((await init('ktx-kip360-none', -1n, 0)).errorCode).toBe(kafkaErrorCode('INVALID_REQUEST'));
+        // So for an idempotent producer (no transactional id), whose whole pair gets a new producer id.
+        const idempotent = (producerId: bigint, producerEpoch: number) =>
+          raw.call(22, 4, { transactionalId: null, transactionTimeoutMs: 60_000, producerId, producerEpoch });
+        expect((await idempotent(-1n, 3)).errorCode).toBe(kafkaErrorCode('INVALID_REQUEST'));
+        expect((await idempotent(5n, -1)).errorCode).toBe(kafkaErrorCode('INVALID_REQUEST'));
+        expect((await idempotent(p.producerId, 0)).errorCode).toBe(0);
       } finally {
         raw.socket.destroy();
       }
