@@ -2,7 +2,8 @@
  * DeleteTopics on the Kafka port takes the topic's committed offsets from every group, as Kafka does
  * (docs/kafka.md): a kafkajs group that had consumed a topic deleted and re-created with less data starts
  * from the new topic's beginning instead of from an offset beyond its log end, also after a restart; a
- * commit for the deleted topic is refused with UNKNOWN_TOPIC_OR_PARTITION.
+ * commit for the deleted topic is refused with UNKNOWN_TOPIC_OR_PARTITION. A Fetch waiting on a topic when it is
+ * deleted is answered UNKNOWN_TOPIC_OR_PARTITION, without the deleted records, once the delete is done.
  */
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -94,5 +95,47 @@ describe('DeleteTopics and committed offsets', () => {
     raw = undefined;
     await broker.restart();
     expect(await committed()).toEqual([3, 3]);
+  });
+});
+
+describe('DeleteTopics and a waiting Fetch', () => {
+  let broker: BrokerProcess;
+  const raws: RawKafka[] = [];
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--kafka-port', '0'] });
+  });
+
+  afterAll(async () => {
+    for (const r of raws) r.socket.destroy();
+    await broker?.dispose();
+  });
+
+  it('a long-poll Fetch of a topic being deleted is answered UNKNOWN_TOPIC_OR_PARTITION with no records (it read the deleted partition again and again until its wait ended)', async () => {
+    const c = await broker.connect();
+    await c.command('CREATE', { topic: 'kd-wait', partitions: 1 });
+    for (let i = 0; i < 3; i++) await c.command('PUBLISH', { topic: 'kd-wait', partition: 0, message: `old-${i}` });
+    const [reader, admin] = [await RawKafka.connect(broker.kafkaPort), await RawKafka.connect(broker.kafkaPort)];
+    raws.push(reader, admin);
+    // Waits for more than the topic holds (minBytes), up to its maxWaitMs.
+    const fetched = reader.call(1, 11, {
+      replicaId: -1,
+      maxWaitMs: 20_000,
+      minBytes: 1_000_000,
+      maxBytes: 2_000_000,
+      isolationLevel: 0,
+      sessionId: 0,
+      sessionEpoch: -1,
+      topics: [{ topic: 'kd-wait', partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, logStartOffset: -1, partitionMaxBytes: 1_000_000 }] }],
+      forgottenTopicsData: [],
+      rackId: '',
+    });
+    // The Fetch is in hand (its request bytes held until it is answered), waiting for more records.
+    const pending = async () => Number(/^tributary_kafka_pending_request_bytes (\d+)/m.exec((await broker.health('/metrics')).body)?.[1] ?? 0);
+    await until(async () => (await pending()) > 0, 10_000, 'the Fetch being handled');
+    const deleted = await admin.call(20, 1, { topicNames: ['kd-wait'], timeoutMs: 30_000 });
+    expect((deleted.responses as KafkaStruct[])[0]!.errorCode).toBe(0);
+    const p = ((await fetched).responses as KafkaStruct[])[0]!.partitions as KafkaStruct[];
+    expect([p[0]!.errorCode, (p[0]!.records as Buffer).length]).toEqual([kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION'), 0]);
   });
 });

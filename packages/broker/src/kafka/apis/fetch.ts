@@ -103,6 +103,8 @@ async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation
     if (w.refused) throw w.refused;
     const p = w.log;
     if (!p) throw new TributaryError('partition_not_found', { topic: w.topic, partition: w.partition });
+    // Closed (the broker stopping) yet still listed: its waits end at once, so reading on would spin.
+    if (p.isClosed) throw new TributaryError('shutting_down');
     leaderEpochGate(ctx, p, w.epoch);
     // As Kafka's log read: an offset outside the log is OFFSET_OUT_OF_RANGE even when the budget is spent.
     p.checkOffset(w.offset);
@@ -199,7 +201,13 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
     const budget: Budget = { bytes: maxBytes, returned: false };
     const out: KafkaStruct[] = [];
     counts = wanted.map(() => ({ records: 0, bytes: 0, capped: false }));
-    for (let i = 0; i < wanted.length; i++) out.push(await readOne(ctx, wanted[i]!, isolation, budget, counts[i]!));
+    for (let i = 0; i < wanted.length; i++) {
+      const w = wanted[i]!;
+      // Looked up again for every read of a waiting Fetch: a topic deleted meanwhile is gone, as in Kafka,
+      // rather than read from its closed partition (whose waits end at once) until the wait is over.
+      if (!w.refused) w.log = partitionOf(ctx, w.topic, w.partition);
+      out.push(await readOne(ctx, w, isolation, budget, counts[i]!));
+    }
     return out;
   };
   let results = await readAll();
