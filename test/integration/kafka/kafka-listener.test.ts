@@ -573,7 +573,7 @@ describe('the Kafka listener', () => {
       await c.command('CREATE', { topic: 'bad', partitions: 1 });
     });
 
-    it('a produce batch with a bad CRC, an unknown producer id or unsupported acks gets its error code, and nothing is stored', async () => {
+    it('a produce batch with a bad CRC, cut short, an unknown producer id or unsupported acks gets its error code, and nothing is stored', async () => {
       const raw = await RawKafka.connect(broker.kafkaPort);
       try {
         const good = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('x') }] });
@@ -587,6 +587,14 @@ describe('the Kafka listener', () => {
         expect(codeOf(await produce(forged))).toBe(kafkaErrorCode('UNKNOWN_PRODUCER_ID'));
         expect(codeOf(await produce(good, 2))).toBe(kafkaErrorCode('INVALID_REQUIRED_ACKS'));
         expect(codeOf(await produce(Buffer.concat([good, good])))).toBe(kafkaErrorCode('INVALID_RECORD')); // one batch per partition
+        // A batch cut short is no batch at all, as Kafka's batch reader finds it: INVALID_RECORD (not retriable,
+        // the same request fails again), not CORRUPT_MESSAGE; a batch length beyond any batch's stays corrupt.
+        for (const cut of [good.subarray(0, good.length - 3), good.subarray(0, 12), good.subarray(0, 5)]) {
+          expect(codeOf(await produce(cut)), `${cut.length} of ${good.length} bytes`).toBe(kafkaErrorCode('INVALID_RECORD'));
+        }
+        const huge = Buffer.from(good);
+        huge.writeInt32BE(0x7fff_ffff, 8);
+        expect(codeOf(await produce(huge))).toBe(kafkaErrorCode('CORRUPT_MESSAGE'));
         const missing = await raw.call(0, 7, {
           transactionalId: null,
           acks: 1,

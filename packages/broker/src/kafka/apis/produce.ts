@@ -14,6 +14,7 @@ import { MAX_PRODUCER_EPOCH, RecordAttr, type RecordHeader, type RecordInput } f
 import type { IdempotentBatch, TransactionalBatch } from '../../partition/partition-types.js';
 import { READ_HEADER_COST } from '../../storage/record-codec.js';
 import { RecordBatchError } from 'tributary-protocol/record-batch/errors.js';
+import { BATCH_LENGTH, LOG_OVERHEAD } from 'tributary-protocol/record-batch/layout.js';
 import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
 import type { RecordBatchView } from 'tributary-protocol/record-batch/view.js';
 import { apiByKey } from '../protocol/apis.js';
@@ -177,7 +178,15 @@ async function prepare(ctx: KafkaRequestContext, topicName: string, index: numbe
     const c = ctx.broker.config;
     if (c.maxBatchBytes > 0 && bytes.length > c.maxBatchBytes) throw new TributaryError('record_too_large', { size: bytes.length, max: c.maxBatchBytes, reason: 'batch' });
     const split = splitRecordBatches(bytes);
-    if (split.stop) throw split.stop.error;
+    if (split.stop) {
+      // As Kafka's batch reader: a batch cut short, its length within what a batch may take, is no batch,
+      // and a request with none is INVALID_RECORD (not retriable); a length beyond that stays corrupt.
+      const declared = bytes.length >= LOG_OVERHEAD ? bytes.readInt32BE(BATCH_LENGTH) + LOG_OVERHEAD : 0;
+      if (split.batches.length === 0 && split.stop.reason === 'truncated' && declared <= (c.maxBatchBytes || c.maxFrameBytes)) {
+        throw new TributaryError('invalid_batch', { reason: `no complete batch: ${split.stop.error.message}` });
+      }
+      throw split.stop.error;
+    }
     // Kafka's rule from Produce v3 on: one batch per partition.
     if (split.batches.length !== 1) throw new TributaryError('invalid_batch', { reason: `${split.batches.length} batches for one partition; one is allowed` });
     const batch = split.batches[0]!;
