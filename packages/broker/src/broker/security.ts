@@ -186,7 +186,7 @@ export function requirementOf(command: string, params: ReadonlyMap<string, strin
         // TXN_PUBLISH writes to a topic inside a transaction.
         return params.has('topic') ? { permissions: ['transaction', 'topic.write'], topic: 'write' } : { permissions: ['transaction'] };
       }
-      // TXN_APPEND, TXN_MARKER, TXN_GROUP_OFFSETS, TXN_VERIFY, TXN_OFFSETS, REPLICA_FETCH, REPLICA_WAIT, LEADER_EPOCHS, MEMBER_LEASE, REPLICA_POSITIONS: brokers only (admin); the reassignment commands: admin.
+      // TXN_APPEND, TXN_MARKER, TXN_GROUP_OFFSETS, TXN_VERIFY, TXN_OFFSETS, REPLICA_FETCH, REPLICA_WAIT, LEADER_EPOCHS, MEMBER_LEASE, REPLICA_POSITIONS: brokers only (admin); the reassignment commands, ADD_PARTITIONS and ALTER_TOPIC: admin.
       return { permissions: ['admin'] };
   }
 }

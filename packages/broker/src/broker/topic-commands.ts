@@ -1,7 +1,7 @@
-/** Topic administration and lookups: CREATE, DELETE, ADD_PARTITIONS, LIST, DESCRIBE, METADATA, LIST_OFFSETS, CLUSTER_STATUS. */
+/** Topic administration and lookups: CREATE, DELETE, ADD_PARTITIONS, ALTER_TOPIC, LIST, DESCRIBE, METADATA, LIST_OFFSETS, CLUSTER_STATUS. */
 import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
-import { type TopicDefinition, deleteRetentionMs } from '../partition/metadata-store.js';
+import { type CleanupPolicy, type TopicDefinition, deleteRetentionMs } from '../partition/metadata-store.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, json, leaderAddress } from './command-context.js';
 import { formatLogOffsets, localLogOffsets } from '../partition/log-offsets.js';
 import type { Partition } from '../partition/partition.js';
@@ -26,20 +26,16 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
       : (p.int('replication_factor', { min: 1, max: 1 }) ?? 1),
     idempotent: p.bool('idempotent') ?? false,
     partitioner: p.oneOf('partitioner', ['hash_key', 'round_robin'] as const) ?? 'hash_key',
-    retentionHours: p.int('retention_hours', { min: -1, max: MAX_RETENTION_HOURS }) ?? b.config.retentionHours,
-    retentionBytes: p.int('retention_bytes', { min: -1 }) ?? b.config.retentionBytes,
+    retentionHours: p.int('retention_hours', RETENTION_RANGES.retention_hours) ?? b.config.retentionHours,
+    retentionBytes: p.int('retention_bytes', RETENTION_RANGES.retention_bytes) ?? b.config.retentionBytes,
     cleanupPolicy: p.oneOf('cleanup_policy', ['delete', 'compact'] as const) ?? 'delete',
     // Stored only when given: without it the topic follows the broker's --delete-retention-ms.
-    deleteRetentionMs: p.int('delete_retention_ms', { min: 0 }),
+    deleteRetentionMs: p.int('delete_retention_ms', RETENTION_RANGES.delete_retention_ms),
   };
   const wait = p.bool('wait') ?? true;
   if (spec.cleanupPolicy === 'compact') throw invalidParam('cleanup_policy', 'compaction is only available for internal topics in this version');
-  // Tombstone retention does nothing on a topic that is not compacted, and no topic changes its policy
-  // after creation: refused, not stored (docs/protocol.md, CREATE). Kafka's CreateTopics takes it, as Kafka does.
   // (cleanup_policy=compact, which would take it, is refused above for now.)
-  if (spec.deleteRetentionMs !== undefined) {
-    throw invalidParam('delete_retention_ms', `only a compacted topic keeps tombstones; this one is cleanup_policy=${spec.cleanupPolicy}`);
-  }
+  checkDeleteRetention(spec.cleanupPolicy, spec.deleteRetentionMs);
   if (b.cluster && spec.replicationFactor > b.cluster.liveBrokers().length) {
     throw new TributaryError('NOT_ENOUGH_REPLICAS', { replication_factor: spec.replicationFactor, live_brokers: b.cluster.liveBrokers().length });
   }
@@ -50,6 +46,44 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
     if (wait) await b.cluster.awaitServing(topic.name, range(0, topic.def.partitions), TOPIC_READY_TIMEOUT_MS);
   }
   return formatOk({ topic: topic.name, partitions: topic.def.partitions, ...policyFields(b, topic.def), created });
+}
+
+/** The ranges of the retention settings, the same for CREATE and ALTER_TOPIC. */
+const RETENTION_RANGES = {
+  retention_hours: { min: -1, max: MAX_RETENTION_HOURS },
+  retention_bytes: { min: -1 },
+  delete_retention_ms: { min: 0 },
+} as const;
+
+/**
+ * Tombstone retention does nothing on a topic that is not compacted, and no topic changes its cleanup policy
+ * after creation: refused, not stored (docs/protocol.md, CREATE and ALTER_TOPIC). Kafka's CreateTopics and
+ * AlterConfigs take it, as Kafka does.
+ */
+function checkDeleteRetention(policy: CleanupPolicy, ms: number | undefined): void {
+  if (ms !== undefined && policy !== 'compact') throw invalidParam('delete_retention_ms', `only a compacted topic keeps tombstones; this one is cleanup_policy=${policy}`);
+}
+
+/**
+ * ALTER_TOPIC: new retention settings for a topic, with CREATE's ranges and rules; the ones not given stay.
+ * Stored as ADD_PARTITIONS stores a count (metadata.json, or etcd for every broker), then in effect on
+ * every partition hosted here from the next retention pass.
+ */
+async function alterTopic(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
+  const name = p.reqStr('topic', { maxLength: 100_000 });
+  const given = {
+    retentionHours: p.int('retention_hours', RETENTION_RANGES.retention_hours),
+    retentionBytes: p.int('retention_bytes', RETENTION_RANGES.retention_bytes),
+    deleteRetentionMs: p.int('delete_retention_ms', RETENTION_RANGES.delete_retention_ms),
+  };
+  if (given.retentionHours === undefined && given.retentionBytes === undefined && given.deleteRetentionMs === undefined) {
+    throw invalidParam('command', 'ALTER_TOPIC needs at least one of retention_hours, retention_bytes, delete_retention_ms');
+  }
+  if (name.startsWith('__')) throw invalidParam('topic', 'internal topics keep their settings');
+  checkDeleteRetention(b.topics.get(name).def.cleanupPolicy, given.deleteRetentionMs);
+  const topic = await b.topics.alterTopic(name, given);
+  const f = policyFields(b, topic.def);
+  return formatOk({ topic: topic.name, retention_hours: f.retention_hours, retention_bytes: f.retention_bytes, delete_retention_ms: f.delete_retention_ms });
 }
 
 /** A topic's policy as CREATE and DESCRIBE report it. */
@@ -224,6 +258,7 @@ export const TOPIC_COMMANDS: Record<string, CommandSpec> = {
   },
   DELETE: { handler: del, params: ['topic'] },
   ADD_PARTITIONS: { handler: addPartitions, params: ['partitions', 'topic', 'wait'] },
+  ALTER_TOPIC: { handler: alterTopic, params: ['delete_retention_ms', 'retention_bytes', 'retention_hours', 'topic'] },
   LIST: { handler: list, params: [] },
   DESCRIBE: { handler: describe, params: ['topic'] },
   METADATA: { handler: metadata, params: ['topic'] },

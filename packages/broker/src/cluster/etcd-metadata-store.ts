@@ -5,7 +5,16 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { type Clock, systemClock } from '../common/clock.js';
 import { DELETED_TOPICS, TOMBSTONE_PAGE, readDeletedTopics, tombstoneValue } from './deleted-topics.js';
 import { type EtcdSource, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
-import { type DeletedTopic, type MetadataStore, type TopicDefinition, checkGrowth, checkReservation, sameDefinition } from '../partition/metadata-store.js';
+import {
+  type DeletedTopic,
+  type MetadataStore,
+  type RetentionChange,
+  type TopicDefinition,
+  alteredDefinition,
+  checkGrowth,
+  checkReservation,
+  sameDefinition,
+} from '../partition/metadata-store.js';
 import { topicDirName } from '../partition/metadata-file.js';
 import { WatchedPrefix } from './watched-prefix.js';
 
@@ -205,6 +214,30 @@ export class EtcdMetadataStore implements MetadataStore {
       this.remember(name, kv);
     }
     throw new TributaryError('metadata_unavailable', { operation: 'add_partitions', topic: name, reason: 'concurrent changes' });
+  }
+
+  /**
+   * ALTER_TOPIC: new retention settings by compare-and-set on the definition's revision (retried on a race);
+   * every broker applies them on the watch's 'topic-updated', and one that starts later reads them at open.
+   */
+  async alterTopic(name: string, change: RetentionChange): Promise<TopicDefinition> {
+    const key = this.key(name);
+    for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
+      const cur = this.topics.get(name);
+      if (!cur) throw new TributaryError('topic_not_found', { topic: name });
+      const topic = alteredDefinition(cur.value, change);
+      const res = await withMetadataErrors('alter_topic', () =>
+        this.client.if(key, 'Mod', '==', cur.modRevision).then(this.client.put(key).value(JSON.stringify(topic))).else(this.client.get(key)).commit(),
+      );
+      if (res.succeeded) {
+        this.topics.applyPut(name, topic, Number(res.header.revision), cur.createRevision);
+        return topic;
+      }
+      const kv = res.responses[0]?.response_range.kvs[0];
+      if (!kv) throw new TributaryError('topic_not_found', { topic: name });
+      this.remember(name, kv);
+    }
+    throw new TributaryError('metadata_unavailable', { operation: 'alter_topic', topic: name, reason: 'concurrent changes' });
   }
 
   /**

@@ -62,6 +62,11 @@ export interface MetadataStore {
    */
   addPartitions(name: string, partitions: number): Promise<TopicDefinition>;
   /**
+   * Changes a topic's retention settings in place (ALTER_TOPIC; the caller validated the values). Resolves
+   * with the stored definition; topic_not_found.
+   */
+  alterTopic(name: string, change: RetentionChange): Promise<TopicDefinition>;
+  /**
    * Reserves `count` producer ids for this broker: resolves with the first of [first, first + count), a
    * range no earlier call on any broker got, across restarts (ProducerIdAllocator, docs/architecture.md
    * "Producer ids").
@@ -100,6 +105,38 @@ export function sameDefinition(a: Omit<TopicDefinition, 'topicId' | 'createdAt'>
 export function deleteRetentionMs(def: TopicDefinition, brokerDefault: number): number {
   const own = def.deleteRetentionMs;
   return typeof own === 'number' && Number.isSafeInteger(own) && own >= 0 ? own : brokerDefault;
+}
+
+/**
+ * What ALTER_TOPIC may change after creation: each setting given replaces the topic's. A null
+ * deleteRetentionMs drops the topic's own, so it follows the broker's --delete-retention-ms again.
+ */
+export interface RetentionChange {
+  retentionHours?: number;
+  retentionBytes?: number;
+  deleteRetentionMs?: number | null;
+}
+
+/** `def` with `change` applied (a new object: the old one may still be shared, e.g. by log options). */
+export function alteredDefinition(def: TopicDefinition, change: RetentionChange): TopicDefinition {
+  const next: TopicDefinition = { ...def };
+  if (change.retentionHours !== undefined) next.retentionHours = change.retentionHours;
+  if (change.retentionBytes !== undefined) next.retentionBytes = change.retentionBytes;
+  if (change.deleteRetentionMs === null) delete next.deleteRetentionMs;
+  else if (change.deleteRetentionMs !== undefined) next.deleteRetentionMs = change.deleteRetentionMs;
+  // A last guard on what is stored: metadata.json with a bad value would stop the next start.
+  const limit = (v: number) => Number.isSafeInteger(v) && v >= -1;
+  if (!limit(next.retentionHours)) throw new TributaryError('invalid_parameter', { param: 'retention_hours', reason: 'must be an integer of -1 or more' });
+  if (!limit(next.retentionBytes)) throw new TributaryError('invalid_parameter', { param: 'retention_bytes', reason: 'must be an integer of -1 or more' });
+  if (next.deleteRetentionMs !== undefined && !(Number.isSafeInteger(next.deleteRetentionMs) && next.deleteRetentionMs >= 0)) {
+    throw new TributaryError('invalid_parameter', { param: 'delete_retention_ms', reason: 'must be an integer of 0 or more' });
+  }
+  return next;
+}
+
+/** Whether two definitions of a topic differ in what ALTER_TOPIC changes. */
+export function sameRetention(a: TopicDefinition, b: TopicDefinition): boolean {
+  return a.retentionHours === b.retentionHours && a.retentionBytes === b.retentionBytes && a.deleteRetentionMs === b.deleteRetentionMs;
 }
 
 /** A partition count may only go up. */
@@ -253,6 +290,20 @@ export class LocalMetadataStore implements MetadataStore {
       if (!existing) throw new TributaryError('topic_not_found', { topic: name });
       checkGrowth(existing, partitions);
       const topic: TopicDefinition = { ...existing, partitions };
+      const next = new Map(this.topics).set(name, topic);
+      await this.persist(next);
+      this.topics = next;
+      this.events.emit('topic-updated', topic);
+      return topic;
+    });
+  }
+
+  alterTopic(name: string, change: RetentionChange): Promise<TopicDefinition> {
+    return this.serialize(async () => {
+      const existing = this.topics.get(name);
+      if (!existing) throw new TributaryError('topic_not_found', { topic: name });
+      const topic = alteredDefinition(existing, change);
+      // In metadata.json (replaced atomically) before it is in effect: a crash keeps the old or the new, whole.
       const next = new Map(this.topics).set(name, topic);
       await this.persist(next);
       this.topics = next;

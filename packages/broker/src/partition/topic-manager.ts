@@ -6,7 +6,7 @@ import { failpointDelay } from '../common/failpoints.js';
 import fs from 'node:fs/promises';
 import client from 'prom-client';
 import path from 'node:path';
-import { type MetadataStore, type TopicDefinition, deleteRetentionMs, sameDefinition } from './metadata-store.js';
+import { type MetadataStore, type RetentionChange, type TopicDefinition, alteredDefinition, deleteRetentionMs, sameDefinition, sameRetention } from './metadata-store.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { type LogOptions, PartitionLog } from '../storage/partition-log.js';
@@ -35,6 +35,11 @@ export function validateTopicName(name: string, opts: { allowInternal?: boolean 
   if (!TOPIC_NAME_RE.test(name)) throw bad(`1-${MAX_TOPIC_NAME_LENGTH} characters of letters, digits, ".", "_" and "-"`);
   if (name === '.' || name === '..') throw bad('reserved name');
   if (name.startsWith('__') && !opts.allowInternal) throw bad('the "__" prefix is reserved for internal topics');
+}
+
+/** A topic's retention as its logs take it. */
+function logRetention(def: TopicDefinition): { retentionMs: number; retentionBytes: number } {
+  return { retentionMs: def.retentionHours < 0 ? -1 : def.retentionHours * 3600 * 1000, retentionBytes: def.retentionBytes };
 }
 
 /** What CREATE asks for: a definition before the broker gives it its id and creation time. */
@@ -220,6 +225,14 @@ export class TopicManager {
     return this.grow(def);
   }
 
+  /** ALTER_TOPIC: new retention settings in the store, then in effect on every partition open here. */
+  async alterTopic(name: string, change: RetentionChange): Promise<Topic> {
+    this.get(name);
+    const def = await this.store.alterTopic(name, change);
+    // Through the growth queue, as a change seen on the store's watch goes: one at a time, in order.
+    return this.grow(def);
+  }
+
   /** Opens the partitions a definition has beyond the open topic's (from a local change or the store's watch). */
   private grow(def: TopicDefinition): Promise<Topic> {
     const run = async () => {
@@ -232,7 +245,8 @@ export class TopicManager {
         if (!this.stillStored(def)) throw new TributaryError('topic_not_found', { topic: def.name });
         t = await this.ensureOpen(def);
       }
-      for (let i = t.partitions.length; i < def.partitions; i++) {
+      const had = t.partitions.length;
+      for (let i = had; i < def.partitions; i++) {
         const p = await this.openPartition(def, i);
         // Deleted while it opened: the delete destroyed the partitions it saw, so this one goes too.
         if (!this.stillStored(def) || this.topics.get(def.name) !== t) {
@@ -243,14 +257,29 @@ export class TopicManager {
       }
       // More partitions, or a new replication factor for the next ones (ALTER_REPLICATION_FACTOR).
       if (def.partitions > t.def.partitions || (def.partitions === t.def.partitions && def.replicationFactor !== t.def.replicationFactor)) t.def = def;
+      this.retune(t);
       this.updateGauges();
-      this.logger.info({ topic: def.name, partitions: def.partitions }, 'partitions added');
+      // A retention change comes this way too (alterTopic, the watch's 'topic-updated') and adds none.
+      if (t.partitions.length > had) this.logger.info({ topic: def.name, partitions: def.partitions }, 'partitions added');
       return t;
     };
     // One growth at a time: a local change and its watch event must not open a partition twice.
     const p = this.growing.then(run, run);
     this.growing = p.catch(() => undefined);
     return p;
+  }
+
+  /**
+   * Puts the store's latest retention settings of `t` (ALTER_TOPIC) into its definition and the logs of its
+   * open partitions, in effect from the next retention pass. The latest, not the one a change came with:
+   * a local change and the watch's events may arrive in either order.
+   */
+  private retune(t: Topic): void {
+    const latest = this.store.getTopic(t.name);
+    if (!latest || latest.topicId !== t.def.topicId || sameRetention(latest, t.def)) return;
+    t.def = alteredDefinition(t.def, { retentionHours: latest.retentionHours, retentionBytes: latest.retentionBytes, deleteRetentionMs: latest.deleteRetentionMs ?? null });
+    for (const p of t.partitions) p.log.setRetention(logRetention(t.def));
+    this.logger.info({ topic: t.name, retentionHours: t.def.retentionHours, retentionBytes: t.def.retentionBytes, deleteRetentionMs: t.def.deleteRetentionMs }, 'topic retention changed');
   }
 
   /** Resolves with the definition deleted (the store's: the one it found, if it moved on meanwhile). */
@@ -407,8 +436,7 @@ export class TopicManager {
       // Compaction only rewrites closed segments: internal (compacted, small) topics roll sooner.
       segmentBytes: internal ? Math.min(this.config.segmentBytes, INTERNAL_SEGMENT_BYTES) : this.config.segmentBytes,
       segmentMs: this.config.segmentMs,
-      retentionMs: def.retentionHours < 0 ? -1 : def.retentionHours * 3600 * 1000,
-      retentionBytes: def.retentionBytes,
+      ...logRetention(def),
       // Group state and commits are acknowledged only once durable, whatever the data flush policy.
       flush: internal ? 'always' : this.config.flush,
       flushIntervalMs: this.config.flushIntervalMs,

@@ -39,7 +39,7 @@ interface PreparedCompaction {
 
 /** Whether the log's topic limits its records by age or size at all. */
 function hasRetention(st: LogState): boolean {
-  return st.options.retentionMs >= 0 || st.options.retentionBytes >= 0;
+  return st.retention.retentionMs >= 0 || st.retention.retentionBytes >= 0;
 }
 
 /** Whether a retention pass rolls the active segment now (it is older than segmentMs and not empty). */
@@ -54,7 +54,7 @@ function rollDue(st: LogState, now: number): boolean {
  * answered acks=all for records no follower had).
  */
 function pastRetention(st: LogState, now: number, bound = Number.POSITIVE_INFINITY): { count: number; keptBytes: number } {
-  const { retentionMs, retentionBytes } = st.options;
+  const { retentionMs, retentionBytes } = st.retention;
   let total = st.totalBytes;
   let n = 0;
   const end = Math.min(st.hwm, bound);

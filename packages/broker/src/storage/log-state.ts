@@ -36,6 +36,8 @@ export class LogState {
    * other log, broker or test shares its suppression.
    */
   private readonly failures: RateLimitedLog;
+  /** Time and size retention, from the options at open; changed in place when the topic's are (ALTER_TOPIC). */
+  retention: { retentionMs: number; retentionBytes: number };
 
   constructor(
     readonly dir: string,
@@ -46,6 +48,7 @@ export class LogState {
     readonly fdPolicy?: SegmentFdPolicy,
   ) {
     this.segments = segments;
+    this.retention = { retentionMs: options.retentionMs, retentionBytes: options.retentionBytes };
     this.cache = new TailCache(options.tailCacheBytes ?? 0, options.tailCacheBudget);
     for (const s of segments) this.totalBytes += s.size;
     this.failures = new RateLimitedLog(() => logger);

@@ -371,6 +371,17 @@ export class PartitionLog {
     return this.reader.offsetForTimestamp(ts);
   }
 
+  /** The time and size retention in effect (the options' at open, unless setRetention changed them). */
+  get retention(): Readonly<{ retentionMs: number; retentionBytes: number }> {
+    return this.st.retention;
+  }
+
+  /** New time and size retention (a topic's, altered), in effect from the next retention pass; -1 = unlimited. */
+  setRetention(r: { retentionMs: number; retentionBytes: number }): void {
+    for (const [k, v] of Object.entries(r)) if (!Number.isSafeInteger(v) || v < -1) throw invalidParam(k, 'must be an integer of -1 or more');
+    this.st.retention = { retentionMs: r.retentionMs, retentionBytes: r.retentionBytes };
+  }
+
   /** Whether applyRetention would change this open log now (decided from its state alone). */
   retentionDue(now: number): boolean {
     return this.st.state === 'open' && !this.st.failed && retentionDue(this.st, now);

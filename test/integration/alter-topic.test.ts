@@ -1,0 +1,101 @@
+/**
+ * ALTER_TOPIC on a standalone broker (docs/protocol.md, "Topics and metadata"): a topic's retention settings
+ * change after creation with CREATE's ranges and rules, are in effect without a restart (the next retention
+ * pass deletes by the new limit), are kept in metadata.json across a restart, and a refused request
+ * changes nothing.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { BrokerProcess } from '../helpers/launcher.js';
+import { eventually } from '../helpers/util.js';
+
+interface Described {
+  retention_hours: number;
+  retention_bytes: number;
+  delete_retention_ms: number;
+  partitions: Array<{ earliest: number; leo: number }>;
+}
+
+describe('ALTER_TOPIC (standalone)', () => {
+  let broker: BrokerProcess;
+  let c: Connection;
+
+  beforeAll(async () => {
+    // Small segments and a short retention pass: a lowered retention_bytes shows within a moment.
+    broker = await BrokerProcess.start({ args: ['--segment-bytes', '1024', '--retention-check-ms', '100', '--delete-retention-ms', '4321', '--offsets-topic-partitions', '1'] });
+    c = await broker.connect();
+  });
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  const describeTopic = (topic: string) => c.json<Described>('DESCRIBE', { topic });
+
+  it('changes the given settings only, replies with the values in effect, and DESCRIBE shows them', async () => {
+    await c.command('CREATE', { topic: 'alt', partitions: 2, retention_hours: 24, retention_bytes: 1_000_000 });
+    const reply = parseLine(await c.command('ALTER_TOPIC', { topic: 'alt', retention_hours: 48 })).params;
+    expect(Object.fromEntries(reply)).toEqual({ topic: 'alt', retention_hours: '48', retention_bytes: '1000000', delete_retention_ms: '4321' });
+    expect(await describeTopic('alt')).toMatchObject({ retention_hours: 48, retention_bytes: 1_000_000, delete_retention_ms: 4321 });
+    await c.command('ALTER_TOPIC', { topic: 'alt', retention_hours: -1, retention_bytes: -1 });
+    expect(await describeTopic('alt')).toMatchObject({ retention_hours: -1, retention_bytes: -1 });
+    await c.command('ALTER_TOPIC', { topic: 'alt', retention_hours: 0, retention_bytes: 5000 });
+    expect(await describeTopic('alt')).toMatchObject({ retention_hours: 0, retention_bytes: 5000 });
+  });
+
+  it('refuses bad input with the ERROR CREATE gives, and changes nothing', async () => {
+    await c.command('CREATE', { topic: 'alt-bad', retention_hours: 10, retention_bytes: 2000 });
+    const refused: Array<[Record<string, string | number>, string, string | undefined]> = [
+      [{ topic: 'alt-bad', retention_hours: -2 }, 'invalid_parameter', 'retention_hours'],
+      [{ topic: 'alt-bad', retention_hours: 1_000_001 }, 'invalid_parameter', 'retention_hours'],
+      [{ topic: 'alt-bad', retention_hours: '1.5' }, 'invalid_parameter', 'retention_hours'],
+      [{ topic: 'alt-bad', retention_bytes: -2 }, 'invalid_parameter', 'retention_bytes'],
+      [{ topic: 'alt-bad', retention_bytes: 'abc', retention_hours: 5 }, 'invalid_parameter', 'retention_bytes'],
+      [{ topic: 'alt-bad', delete_retention_ms: -1 }, 'invalid_parameter', 'delete_retention_ms'],
+      // Only a compacted topic keeps tombstones, as CREATE refuses it.
+      [{ topic: 'alt-bad', delete_retention_ms: 5000, retention_hours: 5 }, 'invalid_parameter', 'delete_retention_ms'],
+      [{ topic: 'alt-bad', retention_hourz: 5 }, 'invalid_parameter', 'retention_hourz'],
+      [{ topic: 'alt-bad', partitions: 5, retention_hours: 5 }, 'invalid_parameter', 'partitions'],
+      [{ topic: 'alt-bad' }, 'invalid_parameter', 'command'],
+      [{ retention_hours: 5 }, 'invalid_parameter', 'topic'],
+      [{ topic: '__consumer_offsets', retention_hours: 5 }, 'invalid_parameter', 'topic'],
+      [{ topic: 'no-such-topic', retention_hours: 5 }, 'topic_not_found', undefined],
+    ];
+    for (const [params, code, param] of refused) {
+      const err = await c.command('ALTER_TOPIC', params).catch((e: unknown) => e);
+      expect(err, JSON.stringify(params)).toMatchObject({ code, ...(param ? { fields: expect.objectContaining({ param }) } : {}) });
+    }
+    expect(await describeTopic('alt-bad')).toMatchObject({ retention_hours: 10, retention_bytes: 2000, delete_retention_ms: 4321 });
+    expect(await c.json('DESCRIBE', { topic: '__consumer_offsets' })).toMatchObject({ retention_hours: -1, retention_bytes: -1 });
+    const topics = (parseLine(await c.command('LIST')).params.get('topics') ?? '').split(',');
+    expect(topics).not.toContain('no-such-topic');
+  });
+
+  it('a lowered retention_bytes deletes closed segments at the next retention pass, without a restart', async () => {
+    await c.command('CREATE', { topic: 'alt-shrink', partitions: 1, retention_hours: -1, retention_bytes: -1 });
+    for (let i = 0; i < 30; i++) await c.command('PUBLISH', { topic: 'alt-shrink', partition: 0, message: `record-${i}-${'x'.repeat(200)}` });
+    const before = (await describeTopic('alt-shrink')).partitions[0]!;
+    expect(before).toMatchObject({ earliest: 0, leo: 30 });
+    await c.command('ALTER_TOPIC', { topic: 'alt-shrink', retention_bytes: 1 });
+    // Every closed segment goes; the active one stays, so the earliest offset moves up but not past the end.
+    const earliest = await eventually('the earliest offset to move', async () => {
+      const e = (await describeTopic('alt-shrink')).partitions[0]!.earliest;
+      return e > 0 ? e : undefined;
+    });
+    expect(earliest).toBeLessThanOrEqual(30);
+  });
+
+  it('keeps the altered settings across a restart (metadata.json)', async () => {
+    await c.command('CREATE', { topic: 'alt-kept', retention_hours: 3 });
+    await c.command('ALTER_TOPIC', { topic: 'alt-kept', retention_hours: 7, retention_bytes: 123456 });
+    const stored = JSON.parse(await fs.readFile(path.join(broker.dataDir, 'metadata.json'), 'utf8')) as { topics: Array<{ name: string; retentionHours: number; retentionBytes: number }> };
+    expect(stored.topics.find((t) => t.name === 'alt-kept')).toMatchObject({ retentionHours: 7, retentionBytes: 123456 });
+    await broker.restart();
+    c = await broker.connect();
+    expect(await describeTopic('alt-kept')).toMatchObject({ retention_hours: 7, retention_bytes: 123456 });
+    expect(await describeTopic('alt')).toMatchObject({ retention_hours: 0, retention_bytes: 5000 });
+  });
+});

@@ -1,0 +1,103 @@
+/**
+ * ALTER_TOPIC below the command: the metadata store stores new retention settings (metadata.json, whole),
+ * the TopicManager puts them into the open partitions' logs (PartitionLog.setRetention), and a change the
+ * store's watch delivers (cluster mode) is applied the same way, the store's latest winning.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { resolveConfig } from 'tributary-broker/common/config.js';
+import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
+import { TopicManager } from 'tributary-broker/partition/topic-manager.js';
+import { LocalMetadataStore, type TopicDefinition, alteredDefinition } from 'tributary-broker/partition/metadata-store.js';
+import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
+
+let dir: string;
+let topics: TopicManager;
+let store: LocalMetadataStore;
+
+const spec = { name: 't', partitions: 2, replicationFactor: 1, idempotent: false, partitioner: 'hash_key' as const, retentionHours: 24, retentionBytes: -1, cleanupPolicy: 'delete' as const };
+
+beforeEach(async () => {
+  dir = await tempDir('trib-alter-');
+  store = new LocalMetadataStore(dir);
+  await store.open();
+  topics = new TopicManager(store, resolveConfig({ dataDir: dir, flush: 'os' }), pino({ level: 'silent' }), new BrokerMetrics());
+  await topics.open();
+});
+afterEach(async () => {
+  await topics.close();
+  await removeDir(dir);
+});
+
+describe('alteredDefinition', () => {
+  const def: TopicDefinition = { ...spec, topicId: 'id', createdAt: 1, deleteRetentionMs: 10 };
+  it('replaces only what is given; null deleteRetentionMs drops the topic\'s own', () => {
+    expect(alteredDefinition(def, { retentionBytes: 5 })).toEqual({ ...def, retentionBytes: 5 });
+    expect(alteredDefinition(def, { retentionHours: -1, deleteRetentionMs: 0 })).toEqual({ ...def, retentionHours: -1, deleteRetentionMs: 0 });
+    const dropped = alteredDefinition(def, { deleteRetentionMs: null });
+    expect('deleteRetentionMs' in dropped).toBe(false);
+    expect(def.deleteRetentionMs).toBe(10);
+  });
+  it('refuses values a definition may not hold', () => {
+    for (const change of [{ retentionHours: -2 }, { retentionBytes: 1.5 }, { deleteRetentionMs: -1 }, { retentionBytes: Number.MAX_SAFE_INTEGER + 1 }]) {
+      expect(() => alteredDefinition(def, change), JSON.stringify(change)).toThrow(expect.objectContaining({ code: 'invalid_parameter' }));
+    }
+  });
+});
+
+describe('TopicManager.alterTopic', () => {
+  it('stores the change in metadata.json and puts it into every partition log', async () => {
+    await topics.create(spec);
+    const t = await topics.alterTopic('t', { retentionHours: 2, retentionBytes: 4096 });
+    expect(t.def).toMatchObject({ retentionHours: 2, retentionBytes: 4096 });
+    for (const p of t.partitions) expect(p.log.retention).toEqual({ retentionMs: 2 * 3_600_000, retentionBytes: 4096 });
+    const file = JSON.parse(await fs.readFile(path.join(dir, 'metadata.json'), 'utf8')) as { topics: TopicDefinition[] };
+    expect(file.topics.find((d) => d.name === 't')).toMatchObject({ retentionHours: 2, retentionBytes: 4096 });
+    await topics.alterTopic('t', { retentionHours: -1 });
+    expect(topics.get('t').partitions[0]!.log.retention).toEqual({ retentionMs: -1, retentionBytes: 4096 });
+  });
+
+  it('refuses an unknown topic, storing nothing', async () => {
+    await expect(topics.alterTopic('nope', { retentionHours: 1 })).rejects.toMatchObject({ code: 'topic_not_found' });
+    expect(store.getTopic('nope')).toBeUndefined();
+  });
+
+  it("applies a change the store's watch delivers, the store's latest winning over an older event", async () => {
+    topics.followStore(() => {});
+    await topics.create(spec);
+    const old = store.getTopic('t')!;
+    await store.alterTopic('t', { retentionBytes: 100 });
+    // A stale event after the change: the partitions keep the latest settings.
+    store.events.emit('topic-updated', old);
+    await expect.poll(() => topics.get('t').partitions[1]!.log.retention.retentionBytes).toBe(100);
+    expect(topics.get('t').def.retentionBytes).toBe(100);
+  });
+});
+
+describe('PartitionLog.setRetention', () => {
+  it('takes effect at the next retention pass', async () => {
+    const logDir = path.join(dir, 'log');
+    const log = await PartitionLog.open(logDir, { segmentBytes: 1000, retentionBytes: -1, tailCacheBytes: 0 });
+    try {
+      for (let i = 0; i < 20; i++) await log.append([{ key: null, value: Buffer.alloc(200, i), headers: [], timestamp: 0 }]);
+      log.setHighWatermark(log.logEndOffset);
+      expect((await log.applyRetention()).deletedSegments).toBe(0);
+      log.setRetention({ retentionMs: -1, retentionBytes: 0 });
+      expect((await log.applyRetention()).deletedSegments).toBeGreaterThan(0);
+      expect(log.logStartOffset).toBeGreaterThan(0);
+      expect(() => log.setRetention({ retentionMs: -2, retentionBytes: 0 })).toThrow(expect.objectContaining({ code: 'invalid_parameter' }));
+    } finally {
+      await log.close();
+    }
+  });
+});
+
+describe('ALTER_TOPIC permission', () => {
+  it('needs admin, as ADD_PARTITIONS does', async () => {
+    const { requirementOf } = await import('tributary-broker/broker/security.js');
+    for (const cmd of ['ALTER_TOPIC', 'ADD_PARTITIONS']) expect(requirementOf(cmd, new Map([['topic', 't']])), cmd).toEqual({ permissions: ['admin'] });
+  });
+});
