@@ -9,6 +9,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
+import { runCli } from '../helpers/cli.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { eventually } from '../helpers/util.js';
 
@@ -86,6 +87,29 @@ describe('ALTER_TOPIC (standalone)', () => {
       return e > 0 ? e : undefined;
     });
     expect(earliest).toBeLessThanOrEqual(30);
+  });
+
+  it('tributary topic alter: changes what is given, refuses no settings (exit 2) and what the broker refuses (exit 1)', async () => {
+    const b = ['--bootstrap', broker.address];
+    await c.command('CREATE', { topic: 'alt-cli', retention_hours: 5, retention_bytes: 100 });
+    const ok = await runCli(['topic', 'alter', 'alt-cli', '--retention-hours', '-1', ...b]);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stdout).toBe('altered topic alt-cli: retention unlimited / 100 B, tombstones 4321 ms\n');
+    const json = await runCli(['topic', 'alter', 'alt-cli', '--retention-bytes', '2048', '--format', 'json', ...b]);
+    expect(JSON.parse(json.stdout)).toEqual({ topic: 'alt-cli', retention_hours: '-1', retention_bytes: '2048', delete_retention_ms: '4321' });
+    expect(await describeTopic('alt-cli')).toMatchObject({ retention_hours: -1, retention_bytes: 2048 });
+    const none = await runCli(['topic', 'alter', 'alt-cli', ...b]);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/error: give --replication-factor or at least one of --retention-hours, --retention-bytes, --delete-retention-ms/);
+    const badValue = await runCli(['topic', 'alter', 'alt-cli', '--retention-hours', '-2', ...b]);
+    expect(badValue.code).toBe(2);
+    const refused = await runCli(['topic', 'alter', 'alt-cli', '--delete-retention-ms', '5', ...b]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/error: invalid_parameter param=delete_retention_ms/);
+    const unknown = await runCli(['topic', 'alter', 'alt-none', '--retention-hours', '1', ...b]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/error: topic_not_found/);
+    expect(await describeTopic('alt-cli')).toMatchObject({ retention_hours: -1, retention_bytes: 2048 });
   });
 
   it('keeps the altered settings across a restart (metadata.json)', async () => {

@@ -1,6 +1,7 @@
 /**
  * Moving replicas (cluster mode; docs/operations.md "Moving replicas"): `tributary partitions reassign`,
- * `tributary broker drain <id>` and `tributary topic alter <topic> --replication-factor N`. Each stores
+ * `tributary broker drain <id>` and `tributary topic alter <topic> --replication-factor N` (whose retention
+ * options are topic-command.ts's ALTER_TOPIC). Each stores
  * requests through an admin command (REASSIGN, DRAIN_BROKER, ALTER_REPLICATION_FACTOR); the controller
  * carries them out. `--wait` follows the progress (REASSIGNMENTS) until nothing is left.
  */
@@ -12,6 +13,7 @@ import { TOPIC_NAME_RE } from 'tributary-protocol/topic-name.js';
 import { type ClientOptions, intArg, withBootstrap, withConnection } from './client-util.js';
 import { usageError } from './errors.js';
 import { formatOption, table } from './output.js';
+import { type RetentionAlterOptions, alterRetention, hasRetentionChange, withRetentionOptions } from './topic-command.js';
 
 function print(line: string): void {
   process.stdout.write(`${line}\n`);
@@ -225,19 +227,23 @@ export function registerReassignCommands(program: Command, broker: Command, topi
   });
 
   withBootstrap(
-    topic
-      .command('alter <name>')
-      .description("change a topic's replication factor (cluster mode): replicas are added or removed by reassignment")
-      .requiredOption('--replication-factor <n>', 'the new number of replicas per partition', intArg(1))
-      .option('--throttle <bytes/s>', 'reassignment throttle (see partitions reassign)', intArg(0))
-      .option('--wait', 'follow the progress until every partition has its replicas')
-      .addOption(formatOption()),
-  ).action(async (name: string, opts: WaitOptions & { replicationFactor: number; throttle?: number }) => {
+    withRetentionOptions(
+      topic
+        .command('alter <name>')
+        .description("change a topic's retention (ALTER_TOPIC) or its replication factor (cluster mode: replicas are added or removed by reassignment)")
+        .option('--replication-factor <n>', 'the new number of replicas per partition', intArg(1))
+        .option('--throttle <bytes/s>', 'reassignment throttle (see partitions reassign)', intArg(0))
+        .option('--wait', 'follow the progress until every partition has its replicas'),
+    ).addOption(formatOption()),
+  ).action(async (name: string, opts: WaitOptions & RetentionAlterOptions & { replicationFactor?: number; throttle?: number }) => {
+    const rf = opts.replicationFactor;
+    if (rf === undefined && !hasRetentionChange(opts)) throw usageError('give --replication-factor or at least one of --retention-hours, --retention-bytes, --delete-retention-ms');
     await withConnection(opts, async (conn) => {
-      const reply = Object.fromEntries(
-        parseLine(await conn.command('ALTER_REPLICATION_FACTOR', { topic: name, replication_factor: opts.replicationFactor, throttle: opts.throttle })).params,
-      );
-      print(opts.format === 'json' ? JSON.stringify(reply) : `topic ${name}: replication factor ${opts.replicationFactor}; reassigning partitions ${reply.partitions || '(none)'}`);
+      // Retention first: it is in effect at once, where a new replication factor is a reassignment to follow.
+      if (hasRetentionChange(opts)) print(await alterRetention(conn, name, opts));
+      if (rf === undefined) return;
+      const reply = Object.fromEntries(parseLine(await conn.command('ALTER_REPLICATION_FACTOR', { topic: name, replication_factor: rf, throttle: opts.throttle })).params);
+      print(opts.format === 'json' ? JSON.stringify(reply) : `topic ${name}: replication factor ${rf}; reassigning partitions ${reply.partitions || '(none)'}`);
       await follow(conn, opts, name);
     });
   });
