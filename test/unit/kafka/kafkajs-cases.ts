@@ -612,4 +612,17 @@ export const KAFKAJS_CASES: KafkajsCase[] = [
       expected: { topicErrors: [{ topic: 'orders', errorCode: 0, errorMessage: null }] },
     }),
   },
+  {
+    dir: 'alterConfigs',
+    api: 'AlterConfigs',
+    throttleFrom: 0,
+    request: () => ({
+      args: { resources: [{ type: 2, name: 'orders', configEntries: [{ name: 'retention.ms', value: '3600000' }] }], validateOnly: true },
+      expected: { resources: [{ resourceType: 2, resourceName: 'orders', configs: [{ name: 'retention.ms', value: '3600000' }] }], validateOnly: true },
+    }),
+    response: () => ({
+      ours: { throttleTimeMs: 25, responses: [{ errorCode: 40, errorMessage: 'config x cannot be changed', resourceType: 2, resourceName: 'orders' }] },
+      expected: { resources: [{ errorCode: 40, errorMessage: 'config x cannot be changed', resourceType: 2, resourceName: 'orders' }] },
+    }),
+  },
 ];

@@ -78,7 +78,9 @@ describe('kafkajs 2.2.4 interop', () => {
         .flatMap((v) => [`${c.api} request v${v}`, `${c.api} response v${v}`]);
     });
     expect(covered.sort()).toEqual(expected.sort());
-    expect(new Set(KAFKAJS_CASES.map((c) => c.api))).toEqual(new Set(KAFKA_APIS.map((a) => a.name)));
+    // kafkajs has no IncrementalAlterConfigs (@platformatic/kafka's cases cover it).
+    const notInKafkajs = new Set(['IncrementalAlterConfigs']);
+    expect(new Set(KAFKAJS_CASES.map((c) => c.api))).toEqual(new Set(KAFKA_APIS.map((a) => a.name).filter((n) => !notInKafkajs.has(n))));
   });
 
   it("the error table agrees with kafkajs's on every code both know", () => {

@@ -412,4 +412,16 @@ export const PLATFORMATIC_CASES: PlatformaticCase[] = [
     request: () => ({ topics: [{ name: 'orders', count: 6, assignments: [{ brokerIds: [1] }] }], timeoutMs: 5000, validateOnly: false }),
     response: () => ({ throttleTimeMs: 0, results: [{ name: 'orders', errorCode: 0, errorMessage: null }] }),
   },
+  {
+    api: 'AlterConfigs',
+    args: () => [[{ resourceType: 2, resourceName: 'orders', configs: [{ name: 'retention.bytes', value: '1024' }] }], false],
+    request: () => ({ resources: [{ resourceType: 2, resourceName: 'orders', configs: [{ name: 'retention.bytes', value: '1024' }] }], validateOnly: false }),
+    response: () => ({ throttleTimeMs: 0, responses: [{ errorCode: 0, errorMessage: null, resourceType: 2, resourceName: 'orders' }] }),
+  },
+  {
+    api: 'IncrementalAlterConfigs',
+    args: () => [[{ resourceType: 2, resourceName: 'orders', configs: [{ name: 'retention.ms', configOperation: 1, value: null }] }], true],
+    request: () => ({ resources: [{ resourceType: 2, resourceName: 'orders', configs: [{ name: 'retention.ms', configOperation: 1, value: null }] }], validateOnly: true }),
+    response: () => ({ throttleTimeMs: 0, responses: [{ errorCode: 0, errorMessage: null, resourceType: 2, resourceName: 'orders' }] }),
+  },
 ];

@@ -122,6 +122,8 @@ export interface KafkaRequestContext {
    * - Metadata: METADATA per topic (describe); all topics: only those allowed are listed
    * - DescribeConfigs: DESCRIBE per topic (describe) → TOPIC_; the broker resource: CLUSTER_STATUS (admin) → CLUSTER_
    * - CreateTopics CREATE, DeleteTopics DELETE, CreatePartitions ADD_PARTITIONS (admin), per topic → TOPIC_
+   * - AlterConfigs, IncrementalAlterConfigs: ALTER_TOPIC (admin) per topic → TOPIC_; a broker resource:
+   *   CLUSTER_STATUS (admin) → CLUSTER_
    * - InitProducerId without a transactional id: INIT_PRODUCER_ID (topic.write) → CLUSTER_AUTHORIZATION_FAILED
    * - FindCoordinator: FIND_COORDINATOR with `group` (group) → GROUP_, or with `transactional_id`
    *   (transaction) → TRANSACTIONAL_ID_AUTHORIZATION_FAILED

@@ -8,6 +8,7 @@ import tls from 'node:tls';
 import { registerKafkaCodecs } from './compression.js';
 import type { KafkaBrokerContext } from './context.js';
 import { KafkaConnection } from './kafka-connection.js';
+import { alterConfigsHandler, incrementalAlterConfigsHandler } from './apis/alter-configs.js';
 import { apiVersionsHandler } from './apis/api-versions.js';
 import { createTopicsHandler } from './apis/create-topics.js';
 import { describeConfigsHandler } from './apis/describe-configs.js';
@@ -63,6 +64,8 @@ export function kafkaHandlers(): Map<number, KafkaHandler> {
     deleteTopicsHandler,
     createPartitionsHandler,
     describeConfigsHandler,
+    alterConfigsHandler,
+    incrementalAlterConfigsHandler,
     initProducerIdHandler,
     addPartitionsToTxnHandler,
     addOffsetsToTxnHandler,

@@ -20,7 +20,8 @@ const HOUR_MS = 3_600_000;
 /** The longest a CreateTopics waits for its leaders (CREATE's own bound). */
 const MAX_WAIT_MS = 30_000;
 
-class TopicRefused extends Error {
+/** A topic (or a resource of AlterConfigs) refused with this Kafka error. */
+export class TopicRefused extends Error {
   constructor(
     readonly kafkaError: string,
     message: string,
@@ -29,7 +30,8 @@ class TopicRefused extends Error {
   }
 }
 
-function applyConfig(spec: TopicSpec, name: string, value: string | null): void {
+/** Puts one topic config into `spec` as Tributary's setting (AlterConfigs and IncrementalAlterConfigs map theirs with it too). */
+export function applyConfig(spec: Pick<TopicSpec, 'retentionHours' | 'retentionBytes' | 'deleteRetentionMs'>, name: string, value: string | null): void {
   const num = () => {
     if (value === null || !/^-?\d+$/.test(value)) throw new TopicRefused('INVALID_CONFIG', `${name} must be an integer`);
     return Number(value);

@@ -2,8 +2,9 @@
  * DescribeConfigs for topics and this broker (docs/kafka.md): Tributary's settings under the Kafka names
  * clients and tools look for. A topic's `cleanup.policy`, `retention.ms` (its retention hours),
  * `retention.bytes`, `delete.retention.ms` (the topic's own, else the broker's default), and the broker-wide `max.message.bytes` and `min.insync.replicas`; the broker's
- * `num.partitions`, `default.replication.factor`, `min.insync.replicas`, `message.max.bytes`. Every
- * value is read-only here (AlterConfigs is not served). Asking for other keys returns only the known ones,
+ * `num.partitions`, `default.replication.factor`, `min.insync.replicas`, `message.max.bytes`. Only
+ * `retention.ms`, `retention.bytes` and `delete.retention.ms` of a topic can change (AlterConfigs,
+ * IncrementalAlterConfigs: alter-configs.ts); every other value is read-only here. Asking for other keys returns only the known ones,
  * as Kafka does; other resource types are INVALID_REQUEST.
  */
 import { type TopicDefinition, deleteRetentionMs } from '../../partition/metadata-store.js';
@@ -26,19 +27,22 @@ interface Entry {
   value: string;
   source: number;
   type: number;
+  /** Changeable with AlterConfigs (alter-configs.ts). */
+  alterable?: boolean;
 }
 
 function topicConfigs(ctx: KafkaRequestContext, d: TopicDefinition): Entry[] {
   const c = ctx.broker.config;
   return [
     { name: 'cleanup.policy', value: d.cleanupPolicy, source: SOURCE.topic, type: TYPE.list },
-    { name: 'retention.ms', value: String(d.retentionHours < 0 ? -1 : d.retentionHours * 3_600_000), source: SOURCE.topic, type: TYPE.long },
-    { name: 'retention.bytes', value: String(d.retentionBytes), source: SOURCE.topic, type: TYPE.long },
+    { name: 'retention.ms', value: String(d.retentionHours < 0 ? -1 : d.retentionHours * 3_600_000), source: SOURCE.topic, type: TYPE.long, alterable: true },
+    { name: 'retention.bytes', value: String(d.retentionBytes), source: SOURCE.topic, type: TYPE.long, alterable: true },
     {
       name: 'delete.retention.ms',
       value: String(deleteRetentionMs(d, c.deleteRetentionMs)),
       source: d.deleteRetentionMs === undefined ? SOURCE.staticBroker : SOURCE.topic,
       type: TYPE.long,
+      alterable: true,
     },
     { name: 'max.message.bytes', value: String(c.maxRecordBytes), source: SOURCE.staticBroker, type: TYPE.int },
     { name: 'min.insync.replicas', value: String(c.minInsyncReplicas), source: SOURCE.staticBroker, type: TYPE.int },
@@ -88,7 +92,7 @@ function describe(ctx: KafkaRequestContext, r: KafkaStruct): KafkaStruct {
     configs: entries.map((e) => ({
       name: e.name,
       value: e.value,
-      readOnly: true,
+      readOnly: e.alterable !== true,
       isDefault: e.source !== SOURCE.topic,
       configSource: e.source,
       isSensitive: false,

@@ -3,6 +3,7 @@
  * ApiVersions, and where the flexible versions start. The schema may cover more versions than are
  * advertised (the codec is free for them; the listener's semantics are what the advertised range promises).
  */
+import { AlterConfigs, IncrementalAlterConfigs } from './messages/alter-configs.js';
 import { ApiVersions } from './messages/api-versions.js';
 import { DescribeGroups, FindCoordinator, ListGroups } from './messages/coordinator.js';
 import { Fetch } from './messages/fetch.js';
@@ -64,6 +65,8 @@ export const KAFKA_APIS: readonly KafkaApi[] = [
   entry(DescribeConfigs, 0, 4),
   entry(SaslAuthenticate, 0, 2),
   entry(CreatePartitions, 0, 3),
+  entry(AlterConfigs, 0, 2),
+  entry(IncrementalAlterConfigs, 0, 1),
 ];
 
 const BY_KEY = new Map(KAFKA_APIS.map((a) => [a.key, a]));
