@@ -9,6 +9,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
+import { Admin } from 'tributary-client/admin.js';
 import { runCli } from '../helpers/cli.js';
 import { BrokerProcess } from '../helpers/launcher.js';
 import { eventually } from '../helpers/util.js';
@@ -110,6 +111,26 @@ describe('ALTER_TOPIC (standalone)', () => {
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/error: topic_not_found/);
     expect(await describeTopic('alt-cli')).toMatchObject({ retention_hours: -1, retention_bytes: 2048 });
+  });
+
+  it('the SDK: admin.alterTopic changes what is given and refuses unknown options and no settings before sending', async () => {
+    const admin = new Admin({ brokers: [broker.address], retry: { retries: 1, initialDelayMs: 10 } });
+    try {
+      await admin.createTopic({ topic: 'alt-sdk', retentionHours: 5, retentionBytes: 100 });
+      expect(await admin.alterTopic('alt-sdk', { retentionBytes: 4096 })).toEqual({ topic: 'alt-sdk', retentionHours: 5, retentionBytes: 4096, deleteRetentionMs: 4321 });
+      expect(await admin.describeTopic('alt-sdk')).toMatchObject({ retention_hours: 5, retention_bytes: 4096 });
+      await expect(admin.alterTopic('alt-sdk', { retentionHourz: 1 } as never)).rejects.toMatchObject({ code: 'invalid_config', fields: expect.objectContaining({ option: 'retentionHourz', did_you_mean: 'retentionHours' }) });
+      await expect(admin.alterTopic('alt-sdk', {})).rejects.toMatchObject({ code: 'invalid_parameter' });
+      await expect(admin.alterTopic('alt-sdk', { retentionHours: -2 })).rejects.toMatchObject({ code: 'invalid_parameter', fields: expect.objectContaining({ param: 'retentionHours' }) });
+      await expect(admin.alterTopic('alt-sdk', { deleteRetentionMs: 5 })).rejects.toMatchObject({ code: 'invalid_parameter', fields: expect.objectContaining({ param: 'delete_retention_ms' }) });
+      await expect(admin.alterTopic('alt-sdk-none', { retentionHours: 1 })).rejects.toMatchObject({ code: 'topic_not_found' });
+      const aborted = new AbortController();
+      aborted.abort();
+      await expect(admin.alterTopic('alt-sdk', { retentionHours: 1 }, { signal: aborted.signal })).rejects.toThrow();
+      expect(await admin.describeTopic('alt-sdk')).toMatchObject({ retention_hours: 5, retention_bytes: 4096 });
+    } finally {
+      await admin.close();
+    }
   });
 
   it('keeps the altered settings across a restart (metadata.json)', async () => {

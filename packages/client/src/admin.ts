@@ -2,7 +2,9 @@ import { type FieldValue, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type Cluster, clientCluster, type ConnectionEvents } from './cluster.js';
 import {
+  ALTER_TOPIC_OPTION_NAMES,
   type AdminOptions,
+  type AlterTopicOptions,
   type CallOptions,
   LIST_OFFSETS_OPTION_NAMES,
   LIST_TOPICS_OPTION_NAMES,
@@ -16,7 +18,7 @@ import { TypedEmitter } from './events.js';
 import { type RetryOptions, retry } from './retry.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
 
-export type { AdminOptions, CallOptions, ListOffsetsOptions, ListTopicsOptions } from './admin-options.js';
+export type { AdminOptions, AlterTopicOptions, CallOptions, ListOffsetsOptions, ListTopicsOptions } from './admin-options.js';
 import { callOptions, type Complete, refuseUnknownOptions } from './option-names.js';
 import type { ReplayConnection, ReplayDeadLettersOptions, ReplayDeadLettersResult } from './dead-letter-replay.js';
 
@@ -343,6 +345,25 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
     const { signal } = callOptions('addPartitions', o);
     const reply = await this.any('ADD_PARTITIONS', { topic: requireString('topic', topic), partitions: requireInt('partitions', partitions, 1) }, signal);
     return { topic, partitions: num(parseLine(reply).params.get('partitions')) };
+  }
+
+  /** Changes a topic's retention (ALTER_TOPIC); the settings not given stay. Resolves with the ones now in effect. */
+  async alterTopic(topic: string, opts: AlterTopicOptions, o?: CallOptions): Promise<{ topic: string; retentionHours: number; retentionBytes: number; deleteRetentionMs: number }> {
+    const { signal } = callOptions('alterTopic', o);
+    requireString('topic', topic);
+    if (typeof opts !== 'object' || opts === null) throw invalid('opts', 'must be an object');
+    refuseUnknownOptions('alterTopic', opts, ALTER_TOPIC_OPTION_NAMES);
+    const fields = {
+      topic,
+      retention_hours: optionalInt('retentionHours', opts.retentionHours, -1),
+      retention_bytes: optionalInt('retentionBytes', opts.retentionBytes, -1),
+      delete_retention_ms: optionalInt('deleteRetentionMs', opts.deleteRetentionMs, 0),
+    };
+    if (fields.retention_hours === undefined && fields.retention_bytes === undefined && fields.delete_retention_ms === undefined) {
+      throw invalid('opts', 'give at least one of retentionHours, retentionBytes, deleteRetentionMs');
+    }
+    const p = parseLine(await this.any('ALTER_TOPIC', fields, signal)).params;
+    return { topic, retentionHours: num(p.get('retention_hours')), retentionBytes: num(p.get('retention_bytes')), deleteRetentionMs: num(p.get('delete_retention_ms')) };
   }
 
   async deleteTopic(topic: string, o?: CallOptions): Promise<void> {
