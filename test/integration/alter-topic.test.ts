@@ -133,6 +133,34 @@ describe('ALTER_TOPIC (standalone)', () => {
     }
   });
 
+  it('HTTP PATCH /api/v1/topics/{topic}: 200 with the values in effect; 4xx for bad input, unknown fields and topics, changing nothing', async () => {
+    await c.command('CREATE', { topic: 'alt-http', retention_hours: 5, retention_bytes: 100 });
+    const patch = async (topic: string, body: string, type = 'application/json') => {
+      const res = await fetch(`http://127.0.0.1:${broker.healthPort}/api/v1/topics/${topic}`, { method: 'PATCH', headers: { 'content-type': type }, body });
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> & { error?: { code: string; fields: Record<string, unknown> } } };
+    };
+    const ok = await patch('alt-http', JSON.stringify({ retentionHours: 12, retentionBytes: -1 }));
+    expect(ok).toEqual({ status: 200, body: { name: 'alt-http', retentionHours: 12, retentionBytes: -1, deleteRetentionMs: 4321 } });
+    const got = (await (await fetch(`http://127.0.0.1:${broker.healthPort}/api/v1/topics/alt-http`)).json()) as Record<string, unknown>;
+    expect(got).toMatchObject({ retentionHours: 12, retentionBytes: -1, deleteRetentionMs: 4321 });
+    const refused: Array<[string, string, number, string]> = [
+      ['alt-http', JSON.stringify({ retentionHours: 1, cleanupPolicy: 'delete' }), 400, 'invalid_parameter'],
+      ['alt-http', JSON.stringify({}), 400, 'invalid_parameter'],
+      ['alt-http', JSON.stringify({ retentionHours: -2 }), 400, 'invalid_parameter'],
+      ['alt-http', JSON.stringify({ retentionBytes: '5' }), 400, 'invalid_parameter'],
+      ['alt-http', JSON.stringify({ deleteRetentionMs: 5 }), 400, 'invalid_parameter'],
+      ['alt-http', '{"retentionHours":1,"retentionHours":2}', 400, 'invalid_parameter'],
+      ['alt-http', 'not json', 400, 'invalid_parameter'],
+      ['alt-http-none', JSON.stringify({ retentionHours: 1 }), 404, 'topic_not_found'],
+    ];
+    for (const [topic, body, status, code] of refused) {
+      const r = await patch(topic, body);
+      expect([r.status, r.body.error?.code], body).toEqual([status, code]);
+    }
+    expect((await patch('alt-http', JSON.stringify({ retentionHours: 1 }), 'text/plain')).status).toBe(400);
+    expect(await describeTopic('alt-http')).toMatchObject({ retention_hours: 12, retention_bytes: -1 });
+  });
+
   it('keeps the altered settings across a restart (metadata.json)', async () => {
     await c.command('CREATE', { topic: 'alt-kept', retention_hours: 3 });
     await c.command('ALTER_TOPIC', { topic: 'alt-kept', retention_hours: 7, retention_bytes: 123456 });

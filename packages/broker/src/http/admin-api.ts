@@ -163,6 +163,21 @@ async function addPartitions({ req, url, res, client, params }: RouteContext): P
   sendJson(res, 200, await client.admin.addPartitions(segment(params[0]!), partitions));
 }
 
+const ALTER_FIELDS = ['retentionHours', 'retentionBytes', 'deleteRetentionMs'] as const;
+
+/** PATCH: the retention settings given (ALTER_TOPIC, through the SDK's alterTopic); the others stay. */
+async function alterTopic({ req, url, res, client, params }: RouteContext): Promise<void> {
+  new Query(url.searchParams, []);
+  const body = await readJsonBody(req, ALTER_FIELDS);
+  const altered = await client.admin.alterTopic(segment(params[0]!), {
+    retentionHours: optInt(body, 'retentionHours', { min: -1 }),
+    retentionBytes: optInt(body, 'retentionBytes', { min: -1 }),
+    deleteRetentionMs: optInt(body, 'deleteRetentionMs', { min: 0 }),
+  });
+  const { topic, ...rest } = altered;
+  sendJson(res, 200, { name: topic, ...rest });
+}
+
 async function deleteTopic({ url, res, client, params }: RouteContext): Promise<void> {
   new Query(url.searchParams, []);
   await client.admin.deleteTopic(segment(params[0]!));
@@ -407,6 +422,7 @@ export class AdminApi {
     r('GET', '/topics', listTopics);
     r('POST', '/topics', createTopic);
     r('GET', '/topics/:topic', describeTopic);
+    r('PATCH', '/topics/:topic', alterTopic);
     r('DELETE', '/topics/:topic', deleteTopic);
     r('POST', '/topics/:topic/partitions', addPartitions);
     r('GET', '/topics/:topic/messages', readMessages);
@@ -515,7 +531,7 @@ export class AdminApi {
         return;
       }
       // A body where the route reads none (DELETE /topics/x with {"dryRun":true}) is refused, not ignored.
-      if (route.method !== 'POST' && (Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined)) {
+      if (route.method !== 'POST' && route.method !== 'PATCH' && (Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined)) {
         throw invalidParam('body', `${method} ${url.pathname} takes no body`);
       }
       const params = route.pattern.exec(url.pathname)!.slice(1);
