@@ -10,7 +10,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { resolveConfig } from 'tributary-broker/common/config.js';
 import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
 import { TopicManager } from 'tributary-broker/partition/topic-manager.js';
-import { LocalMetadataStore, type TopicDefinition, alteredDefinition } from 'tributary-broker/partition/metadata-store.js';
+import { LocalMetadataStore, METADATA_RESERVE_FILE, type TopicDefinition, alteredDefinition } from 'tributary-broker/partition/metadata-store.js';
+import { writeFileAtomic } from 'tributary-broker/storage/atomic-file.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
@@ -74,6 +75,30 @@ describe('TopicManager.alterTopic', () => {
     store.events.emit('topic-updated', old);
     await expect.poll(() => topics.get('t').partitions[1]!.log.retention.retentionBytes).toBe(100);
     expect(topics.get('t').def.retentionBytes).toBe(100);
+  });
+});
+
+describe('LocalMetadataStore.alterTopic on a full disk', () => {
+  it('goes through on the reserve (a lower retention is a way out of a full disk), and a failed write changes nothing', async () => {
+    const sub = path.join(dir, 'full');
+    let full = false;
+    let fail = false;
+    const meta = new LocalMetadataStore(sub, async (file, data) => {
+      if (fail) throw Object.assign(new Error('EIO'), { code: 'EIO' });
+      const reserved = (await fs.readdir(sub)).includes(METADATA_RESERVE_FILE);
+      if (full && reserved) throw Object.assign(new Error('ENOSPC'), { code: 'ENOSPC' });
+      await writeFileAtomic(file, data);
+    });
+    await meta.open();
+    await meta.createTopic(spec);
+    full = true;
+    expect(await meta.alterTopic('t', { retentionBytes: 1 })).toMatchObject({ retentionBytes: 1 });
+    fail = true;
+    await expect(meta.alterTopic('t', { retentionBytes: 2 })).rejects.toMatchObject({ code: 'storage_error' });
+    expect(meta.getTopic('t')).toMatchObject({ retentionBytes: 1 });
+    const again = new LocalMetadataStore(sub);
+    await again.open();
+    expect(again.getTopic('t')).toMatchObject({ retentionBytes: 1 });
   });
 });
 
