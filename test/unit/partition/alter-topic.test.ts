@@ -78,6 +78,22 @@ describe('TopicManager.alterTopic', () => {
   });
 });
 
+describe('a growth from a definition older than a retention change', () => {
+  it('opens its partitions with the latest retention', async () => {
+    topics.followStore(() => {});
+    await topics.create(spec);
+    await topics.alterTopic('t', { retentionBytes: 100 });
+    const before = { ...store.getTopic('t')!, retentionBytes: -1 };
+    // As the etcd store does: its copy holds the latest definition (3 partitions, the new retention) before
+    // it tells of a growth, here delivered with a definition from before the change.
+    (store as unknown as { topics: Map<string, TopicDefinition> }).topics = new Map([['t', { ...before, partitions: 3, retentionBytes: 100 }]]);
+    store.events.emit('topic-updated', { ...before, partitions: 3 });
+    await expect.poll(() => topics.get('t').partitions.length).toBe(3);
+    await expect.poll(() => topics.get('t').partitions.map((p) => p.log.retention.retentionBytes)).toEqual([100, 100, 100]);
+    expect(topics.get('t').def).toMatchObject({ partitions: 3, retentionBytes: 100 });
+  });
+});
+
 describe('LocalMetadataStore.alterTopic on a full disk', () => {
   it('goes through on the reserve (a lower retention is a way out of a full disk), and a failed write changes nothing', async () => {
     const sub = path.join(dir, 'full');

@@ -276,10 +276,18 @@ export class TopicManager {
    */
   private retune(t: Topic): void {
     const latest = this.store.getTopic(t.name);
-    if (!latest || latest.topicId !== t.def.topicId || sameRetention(latest, t.def)) return;
-    t.def = alteredDefinition(t.def, { retentionHours: latest.retentionHours, retentionBytes: latest.retentionBytes, deleteRetentionMs: latest.deleteRetentionMs ?? null });
-    for (const p of t.partitions) p.log.setRetention(logRetention(t.def));
-    this.logger.info({ topic: t.name, retentionHours: t.def.retentionHours, retentionBytes: t.def.retentionBytes, deleteRetentionMs: t.def.deleteRetentionMs }, 'topic retention changed');
+    if (!latest || latest.topicId !== t.def.topicId) return;
+    if (!sameRetention(latest, t.def)) {
+      t.def = alteredDefinition(t.def, { retentionHours: latest.retentionHours, retentionBytes: latest.retentionBytes, deleteRetentionMs: latest.deleteRetentionMs ?? null });
+      this.logger.info({ topic: t.name, retentionHours: t.def.retentionHours, retentionBytes: t.def.retentionBytes, deleteRetentionMs: t.def.deleteRetentionMs }, 'topic retention changed');
+    }
+    // Every log, not only when the definition changed: a partition just opened from an older definition
+    // (a growth seen after the change) has that one's limits.
+    const want = logRetention(t.def);
+    for (const p of t.partitions) {
+      const have = p.log.retention;
+      if (have.retentionMs !== want.retentionMs || have.retentionBytes !== want.retentionBytes) p.log.setRetention(want);
+    }
   }
 
   /** Resolves with the definition deleted (the store's: the one it found, if it moved on meanwhile). */
