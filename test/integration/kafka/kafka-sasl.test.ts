@@ -343,6 +343,21 @@ describe('SASL and ACLs on the Kafka port', () => {
     ).toBe(code('TOPIC_AUTHORIZATION_FAILED'));
     expect((await admin.command('LIST')).match(/made-by-kafka/)).toBeNull();
     expect(((await adminRaw.call(19, 7, create)).topics as KafkaStruct[])[0]!.errorCode).toBe(0);
+    // AlterConfigs and IncrementalAlterConfigs: ALTER_TOPIC (admin) per topic, CLUSTER_STATUS for a broker resource.
+    const alter = (resourceType: number, resourceName: string) => ({ resources: [{ resourceType, resourceName, configs: [{ name: 'retention.bytes', value: '4096' }] }], validateOnly: false });
+    const incremental = (resourceType: number, resourceName: string) => ({
+      resources: [{ resourceType, resourceName, configs: [{ name: 'retention.bytes', configOperation: 0, value: '4096' }] }],
+      validateOnly: false,
+    });
+    const alterCode = async (raw: RawKafka, key: 33 | 44, type: number, name: string) =>
+      ((await raw.call(key, key === 33 ? 2 : 1, key === 33 ? alter(type, name) : incremental(type, name))).responses as KafkaStruct[])[0]!.errorCode;
+    for (const key of [33, 44] as const) {
+      expect(await alterCode(app, key, 2, 'orders')).toBe(code('TOPIC_AUTHORIZATION_FAILED'));
+      expect(await alterCode(app, key, 4, '')).toBe(code('CLUSTER_AUTHORIZATION_FAILED'));
+    }
+    expect(await admin.json('DESCRIBE', { topic: 'orders' })).not.toMatchObject({ retention_bytes: 4096 });
+    expect(await alterCode(adminRaw, 44, 2, 'orders')).toBe(0);
+    expect(await admin.json('DESCRIBE', { topic: 'orders' })).toMatchObject({ retention_bytes: 4096 });
 
     const describe = (resourceType: number, resourceName: string) => ({
       resources: [{ resourceType, resourceName, configurationKeys: null }],
