@@ -122,6 +122,7 @@ describe('AlterConfigs and IncrementalAlterConfigs', () => {
   it('per resource: a refused one changes nothing of it, the others are applied (IncrementalAlterConfigs v1, raw)', async () => {
     await c.command('CREATE', { topic: 'ra', partitions: 1, retention_hours: 10 });
     await c.command('CREATE', { topic: 'rb', partitions: 1, retention_hours: 10 });
+    await c.command('CREATE', { topic: 're', partitions: 1, retention_hours: 10 });
     const res = await raw.call(44, 1, {
       resources: [
         { resourceType: 2, resourceName: 'ra', configs: [{ name: 'retention.ms', configOperation: 0, value: String(3 * HOUR) }] },
@@ -141,21 +142,37 @@ describe('AlterConfigs and IncrementalAlterConfigs', () => {
       validateOnly: false,
     });
     const codes = (res.responses as Array<{ resourceName: string; errorCode: number }>).map((r) => [r.resourceName, r.errorCode]);
+    // As Kafka: every entry of a resource given twice is refused.
     expect(codes).toEqual([
       ['ra', kafkaErrorCode('INVALID_REQUEST')],
       ['rb', kafkaErrorCode('INVALID_REQUEST')],
+      ['rb', kafkaErrorCode('INVALID_REQUEST')],
       ['', kafkaErrorCode('INVALID_REQUEST')],
+      ['ra', kafkaErrorCode('INVALID_REQUEST')],
     ]);
     const one = await raw.call(44, 1, {
       resources: [
         { resourceType: 2, resourceName: 'ra', configs: [{ name: 'retention.ms', configOperation: 0, value: String(3 * HOUR) }] },
         { resourceType: 2, resourceName: 'rb', configs: [{ name: 'retention.bytes', configOperation: 3, value: '1' }] },
         { resourceType: 2, resourceName: 'ra2', configs: [{ name: 'retention.bytes', configOperation: 9, value: '1' }] },
+        { resourceType: 2, resourceName: 're', configs: [{ name: 'retention.bytes', configOperation: 9, value: '1' }] },
+        { resourceType: 2, resourceName: 'rc', configs: [{ name: 'retention.bytes', configOperation: 0, value: null }] },
+        { resourceType: 2, resourceName: 'rd', configs: [{ name: 'retention.bytes', configOperation: 0, value: '1' }, { name: 'retention.bytes', configOperation: 1, value: null }] },
+        { resourceType: 7, resourceName: 'x', configs: [] },
       ],
       validateOnly: false,
     });
-    expect((one.responses as Array<{ errorCode: number }>).map((r) => r.errorCode)).toEqual([0, kafkaErrorCode('INVALID_CONFIG'), kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION')]);
+    expect((one.responses as Array<{ errorCode: number }>).map((r) => r.errorCode)).toEqual([
+      0,
+      kafkaErrorCode('INVALID_CONFIG'),
+      kafkaErrorCode('UNKNOWN_TOPIC_OR_PARTITION'),
+      kafkaErrorCode('INVALID_REQUEST'),
+      kafkaErrorCode('INVALID_REQUEST'),
+      kafkaErrorCode('INVALID_REQUEST'),
+      kafkaErrorCode('INVALID_REQUEST'),
+    ]);
     expect(await policy('ra')).toMatchObject({ retention_hours: 3 });
     expect(await policy('rb')).toMatchObject({ retention_hours: 10, retention_bytes: -1 });
+    expect(await policy('re')).toMatchObject({ retention_hours: 10, retention_bytes: -1 });
   });
 });

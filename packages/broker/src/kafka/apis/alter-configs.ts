@@ -4,9 +4,10 @@
  * `delete.retention.ms` (stored on any topic, as CreateTopics and Kafka take it). AlterConfigs sets a
  * topic's whole set, so the ones it leaves out go back to the broker's defaults, as in Kafka;
  * IncrementalAlterConfigs takes SET and DELETE (back to the default) per config. Anything else refuses its
- * resource and changes nothing of it: another config name, APPEND or SUBTRACT (not list configs) and a null
- * value are INVALID_CONFIG / INVALID_REQUEST as Kafka answers them; broker resources (no broker config is
- * dynamic here) and other types are INVALID_REQUEST. Authorized as ALTER_TOPIC (admin) per topic.
+ * resource and changes nothing of it, with the code Kafka's brokers give: another config name, APPEND or
+ * SUBTRACT (not list configs) INVALID_CONFIG; a key twice, a null value to set, a resource twice (each entry)
+ * INVALID_REQUEST; broker resources (no broker config is dynamic here) and other types INVALID_REQUEST.
+ * Authorized as ALTER_TOPIC (admin) per topic, after the checks Kafka makes before authorizing.
  */
 import type { RetentionChange } from '../../partition/metadata-store.js';
 import { apiByKey } from '../protocol/apis.js';
@@ -15,7 +16,7 @@ import { AlterConfigs, IncrementalAlterConfigs } from '../protocol/messages/alte
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
 import { TopicRefused, applyConfig } from './create-topics.js';
-import { Duplicates, duplicated, errorCodeOf, handler, refusal } from './handler.js';
+import { duplicated, errorCodeOf, handler, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 const TOPIC = 2;
@@ -30,24 +31,31 @@ interface ConfigOp {
   value: string | null;
 }
 
+/** What Kafka's brokers check of any resource before anything else: a key given twice, a null value to set. */
+function checkOps(ops: ConfigOp[]): void {
+  const twice = duplicated(ops.map((o) => o.name));
+  if (twice.size > 0) throw new TopicRefused('INVALID_REQUEST', `Error due to duplicate config keys: ${[...twice].join(', ')}`);
+  const nulls = ops.filter((o) => o.op !== OP.delete && o.value === null).map((o) => o.name);
+  if (nulls.length > 0) throw new TopicRefused('INVALID_REQUEST', `Null value not supported for : ${nulls.join(', ')}`);
+}
+
 /** The change `ops` make to a topic, checked whole before anything is stored. */
 function changeOf(ctx: KafkaRequestContext, ops: ConfigOp[], incremental: boolean): RetentionChange {
   const c = ctx.broker.config;
-  const twice = duplicated(ops.map((o) => o.name));
-  if (twice.size > 0) throw new TopicRefused('INVALID_REQUEST', `Error due to duplicate config keys: ${[...twice].join(', ')}`);
   // AlterConfigs replaces the whole set: what it leaves out is back at the broker's defaults.
   const change: RetentionChange = incremental ? {} : { retentionHours: c.retentionHours, retentionBytes: c.retentionBytes, deleteRetentionMs: null };
   for (const { name, op, value } of ops) {
-    if (op !== OP.set && op !== OP.delete && op !== OP.append && op !== OP.subtract) throw new TopicRefused('INVALID_REQUEST', `unknown config operation ${op}`);
+    if (op !== OP.set && op !== OP.delete && op !== OP.append && op !== OP.subtract) throw new TopicRefused('INVALID_REQUEST', `Unknown operations type ${op}`);
     if (!ALTERABLE.has(name)) throw new TopicRefused('INVALID_CONFIG', `config ${name} cannot be changed (${[...ALTERABLE].join(', ')} can)`);
-    if (op === OP.append || op === OP.subtract) throw new TopicRefused('INVALID_CONFIG', `Config value append is not allowed for config key: ${name}`);
+    // None of the three is a list config, so neither appends nor subtracts (Kafka's message).
+    if (op === OP.append || op === OP.subtract) throw new TopicRefused('INVALID_CONFIG', `Config value ${op === OP.append ? 'append' : 'subtract'} is not allowed for config key: ${name}`);
     if (op === OP.delete) {
       if (name === 'retention.ms') change.retentionHours = c.retentionHours;
       else if (name === 'retention.bytes') change.retentionBytes = c.retentionBytes;
       else change.deleteRetentionMs = null;
       continue;
     }
-    if (value === null) throw new TopicRefused('INVALID_REQUEST', `Null value not supported for : ${name}`);
+    // CreateTopics' mapping (whole hours, ranges), into a scratch spec.
     const spec: { retentionHours: number; retentionBytes: number; deleteRetentionMs?: number } = { retentionHours: 0, retentionBytes: 0 };
     applyConfig(spec, name, value);
     if (name === 'retention.ms') change.retentionHours = spec.retentionHours;
@@ -62,17 +70,18 @@ async function alterOne(ctx: KafkaRequestContext, r: KafkaStruct, validateOnly: 
   const resourceName = r.resourceName as string;
   const result = (code: string | number, errorMessage: string | null) => ({ errorCode: typeof code === 'number' ? code : kafkaErrorCode(code), errorMessage, resourceType, resourceName });
   try {
+    const ops = (r.configs as KafkaStruct[]).map((x) => ({ name: x.name as string, op: incremental ? (x.configOperation as number) : OP.set, value: x.value as string | null }));
+    checkOps(ops);
     if (resourceType === BROKER) {
       const denied = ctx.authorize('CLUSTER_STATUS');
       if (denied) throw refusal(denied, 'cluster');
       throw new TopicRefused('INVALID_REQUEST', 'no broker config can be changed while the broker runs: set it at start (docs/operations.md)');
     }
-    if (resourceType !== TOPIC) throw new TopicRefused('INVALID_REQUEST', `resource type ${resourceType} cannot be altered (topics: 2)`);
+    if (resourceType !== TOPIC) throw new TopicRefused('INVALID_REQUEST', `Unknown resource type ${resourceType}`);
     const denied = ctx.authorize('ALTER_TOPIC', resourceName);
     if (denied) throw refusal(denied, 'topic');
     // Internal topics keep their settings, as on the main port; not shown to Kafka clients at all.
     if (!isUserTopic(resourceName) || !ctx.broker.topics.tryGet(resourceName)) throw new TopicRefused('UNKNOWN_TOPIC_OR_PARTITION', `no topic ${resourceName}`);
-    const ops = (r.configs as KafkaStruct[]).map((x) => ({ name: x.name as string, op: incremental ? (x.configOperation as number) : OP.set, value: x.value as string | null }));
     const change = changeOf(ctx, ops, incremental);
     if (!validateOnly && Object.keys(change).length > 0) await ctx.broker.topics.alterTopic(resourceName, change);
     return result(0, null);
@@ -83,15 +92,14 @@ async function alterOne(ctx: KafkaRequestContext, r: KafkaStruct, validateOnly: 
 
 async function alterAll(ctx: KafkaRequestContext, body: KafkaStruct, incremental: boolean): Promise<KafkaStruct> {
   const asked = body.resources as KafkaStruct[];
-  // As Kafka: a resource given twice is refused (one result) and none of its entries is applied.
-  const dups = new Duplicates(asked.map((r) => `${r.resourceType as number}:${r.resourceName as string}`));
+  const key = (r: KafkaStruct) => `${r.resourceType as number}:${r.resourceName as string}`;
+  // As Kafka: every entry of a resource given twice is refused, and none of them is applied.
+  const twice = duplicated(asked.map(key));
   const responses: KafkaStruct[] = [];
   for (const r of asked) {
-    const dup = dups.of(`${r.resourceType as number}:${r.resourceName as string}`);
-    if (dup === 'unique') responses.push(await alterOne(ctx, r, body.validateOnly === true, incremental));
-    else if (dup === 'first') {
+    if (twice.has(key(r))) {
       responses.push({ errorCode: kafkaErrorCode('INVALID_REQUEST'), errorMessage: 'Each resource must appear at most once.', resourceType: r.resourceType, resourceName: r.resourceName });
-    }
+    } else responses.push(await alterOne(ctx, r, body.validateOnly === true, incremental));
   }
   return { throttleTimeMs: 0, responses };
 }
