@@ -316,6 +316,8 @@ describe('the Kafka listener', () => {
       20: (v) => (v >= 6 ? { topics: [{ name: `doomed-v${v}`, topicId: ZERO_UUID }], timeoutMs: 1000 } : { topicNames: [`doomed-v${v}`], timeoutMs: 1000 }),
       37: (v) => ({ topics: [{ name: 'growing', count: 2 + v, assignments: null }], timeoutMs: 1000, validateOnly: false }),
       32: () => ({ resources: [{ resourceType: 2, resourceName: 'versions', configurationKeys: null }], includeSynonyms: false, includeDocumentation: false }),
+      33: () => ({ resources: [{ resourceType: 2, resourceName: 'versions', configs: [{ name: 'retention.ms', value: '-1' }] }], validateOnly: true }),
+      44: () => ({ resources: [{ resourceType: 2, resourceName: 'versions', configs: [{ name: 'retention.bytes', configOperation: 0, value: '-1' }] }], validateOnly: true }),
       17: () => ({ mechanism: 'PLAIN' }),
       36: () => ({ authBytes: Buffer.from('\0u\0p') }),
     };
@@ -340,10 +342,10 @@ describe('the Kafka listener', () => {
       }
     }
     // Metadata 0-9, Fetch 4-12, ListOffsets 1-5, Produce 3-9, ApiVersions 0-3, CreateTopics 0-7, DeleteTopics 0-6, InitProducerId 0-4,
-    // DescribeConfigs 0-4, CreatePartitions 0-3, SaslHandshake 0-1, SaslAuthenticate 0-2; OffsetCommit 2-8, OffsetFetch 1-8,
+    // DescribeConfigs 0-4, CreatePartitions 0-3, AlterConfigs 0-2, IncrementalAlterConfigs 0-1, SaslHandshake 0-1, SaslAuthenticate 0-2; OffsetCommit 2-8, OffsetFetch 1-8,
     // FindCoordinator 0-4, JoinGroup 0-6, Heartbeat 0-4, LeaveGroup 0-4, SyncGroup 0-4, DescribeGroups 0-5, ListGroups 0-4;
     // AddPartitionsToTxn 0-3, AddOffsetsToTxn 0-3, EndTxn 0-3, TxnOffsetCommit 0-3
-    expect(calls).toBe(10 + 9 + 5 + 7 + 4 + 8 + 7 + 5 + 5 + 4 + 2 + 3 + 7 + 8 + 5 + 7 + 5 + 5 + 5 + 6 + 5 + 4 + 4 + 4 + 4);
+    expect(calls).toBe(10 + 9 + 5 + 7 + 4 + 8 + 7 + 5 + 5 + 4 + 3 + 2 + 2 + 3 + 7 + 8 + 5 + 7 + 5 + 5 + 5 + 6 + 5 + 4 + 4 + 4 + 4);
     expect((await c.command('LIST')).match(/doomed/g)).toBeNull();
     expect((await c.json<{ partitions: unknown[] }>('DESCRIBE', { topic: 'growing' })).partitions).toHaveLength(5);
     raw.socket.destroy();
@@ -653,7 +655,7 @@ describe('the Kafka listener', () => {
       expect(reply.errorCode).toBe(kafkaErrorCode('UNSUPPORTED_VERSION'));
       expect(reply.apiKeys).toEqual([{ apiKey: 18, minVersion: 0, maxVersion: 3 }]);
       const served = (await raw.call(18, 3, { clientSoftwareName: 'x', clientSoftwareVersion: '1' })).apiKeys as KafkaStruct[];
-      expect(served.map((a) => a.apiKey)).toEqual([0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 24, 25, 26, 28, 32, 36, 37]);
+      expect(served.map((a) => a.apiKey)).toEqual([0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 24, 25, 26, 28, 32, 33, 36, 37, 44]);
       raw.socket.destroy();
 
       const closes = async (bytes: Buffer) => {
