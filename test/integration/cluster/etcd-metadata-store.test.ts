@@ -131,6 +131,24 @@ describe('EtcdMetadataStore', () => {
     await eventually('A to see the delete', () => a.getTopic('events') === undefined);
   });
 
+  it('alters retention by compare-and-set: two stores racing on different settings both land, others see it with topic-updated', async () => {
+    const prefix = uniquePrefix('alter');
+    const [a, b] = await Promise.all([openStore(prefix), openStore(prefix)]);
+    const { topic } = await a.createTopic(spec('alt'));
+    await eventually('B to see the create', () => b.getTopic('alt')?.topicId === topic.topicId);
+    const events = recorder(b);
+    // Each reads its own cache; the loser of the compare retries on what etcd has, so neither change is lost.
+    await Promise.all([a.alterTopic('alt', { retentionHours: 7 }), b.alterTopic('alt', { retentionBytes: 4096 })]);
+    await eventually('both changes everywhere', () => [a, b].every((s) => s.getTopic('alt')?.retentionHours === 7 && s.getTopic('alt')?.retentionBytes === 4096));
+    expect(events.every((e) => e === `topic-updated:alt:${topic.topicId}`)).toBe(true);
+    expect(await a.readTopic('alt')).toMatchObject({ retentionHours: 7, retentionBytes: 4096, partitions: 3, topicId: topic.topicId });
+    // null: back to the broker's default (no own value stored).
+    await a.alterTopic('alt', { deleteRetentionMs: 5 });
+    await a.alterTopic('alt', { deleteRetentionMs: null });
+    expect('deleteRetentionMs' in (await a.readTopic('alt'))!).toBe(false);
+    expect((await rejection(a.alterTopic('none', { retentionHours: 1 }))).code).toBe('topic_not_found');
+  });
+
   it('deletes the current version even when its own cache was stale', async () => {
     const prefix = uniquePrefix('stale');
     const [a, b] = await Promise.all([openStore(prefix), openStore(prefix)]);
