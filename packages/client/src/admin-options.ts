@@ -81,7 +81,6 @@ export const LIST_OFFSETS_OPTION_NAMES = ['signal', 'timestamp'] as const;
 const listOffsetsComplete: Complete<ListOffsetsOptions, typeof LIST_OFFSETS_OPTION_NAMES> = true;
 void listOffsetsComplete;
 
-
 /** alterTopic's settings: each one given replaces the topic's (docs/protocol.md, ALTER_TOPIC); at least one. */
 export interface AlterTopicOptions {
   /** -1: unlimited. */
@@ -91,6 +90,15 @@ export interface AlterTopicOptions {
   /** Compacted topics only (the broker refuses it on another). */
   deleteRetentionMs?: number;
 }
+
+/** alterTopic's answer: the retention settings in effect (deleteRetentionMs: the topic's own, else the broker's). */
+export interface AlterTopicResult {
+  topic: string;
+  retentionHours: number;
+  retentionBytes: number;
+  deleteRetentionMs: number;
+}
+
 export const ALTER_TOPIC_OPTION_NAMES = ['retentionHours', 'retentionBytes', 'deleteRetentionMs'] as const;
 const alterTopicComplete: Complete<AlterTopicOptions, typeof ALTER_TOPIC_OPTION_NAMES> = true;
 void alterTopicComplete;

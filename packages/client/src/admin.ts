@@ -5,6 +5,7 @@ import {
   ALTER_TOPIC_OPTION_NAMES,
   type AdminOptions,
   type AlterTopicOptions,
+  type AlterTopicResult,
   type CallOptions,
   LIST_OFFSETS_OPTION_NAMES,
   LIST_TOPICS_OPTION_NAMES,
@@ -18,7 +19,7 @@ import { TypedEmitter } from './events.js';
 import { type RetryOptions, retry } from './retry.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
 
-export type { AdminOptions, AlterTopicOptions, CallOptions, ListOffsetsOptions, ListTopicsOptions } from './admin-options.js';
+export type { AdminOptions, AlterTopicOptions, AlterTopicResult, CallOptions, ListOffsetsOptions, ListTopicsOptions } from './admin-options.js';
 import { callOptions, type Complete, refuseUnknownOptions } from './option-names.js';
 import type { ReplayConnection, ReplayDeadLettersOptions, ReplayDeadLettersResult } from './dead-letter-replay.js';
 
@@ -348,7 +349,7 @@ export class Admin extends TypedEmitter<ConnectionEvents> {
   }
 
   /** Changes a topic's retention (ALTER_TOPIC); the settings not given stay. Resolves with the ones now in effect. */
-  async alterTopic(topic: string, opts: AlterTopicOptions, o?: CallOptions): Promise<{ topic: string; retentionHours: number; retentionBytes: number; deleteRetentionMs: number }> {
+  async alterTopic(topic: string, opts: AlterTopicOptions, o?: CallOptions): Promise<AlterTopicResult> {
     const { signal } = callOptions('alterTopic', o);
     requireString('topic', topic);
     if (typeof opts !== 'object' || opts === null) throw invalid('opts', 'must be an object');

@@ -47,6 +47,8 @@ export {
   type ListOffsetsOptions,
   type CreateTopicOptions,
   type CreateTopicResult,
+  type AlterTopicOptions,
+  type AlterTopicResult,
   type TopicConfig,
   type TopicDescription,
   type PartitionOffsets,
