@@ -221,23 +221,7 @@ export class EtcdMetadataStore implements MetadataStore {
    * every broker applies them on the watch's 'topic-updated', and one that starts later reads them at open.
    */
   async alterTopic(name: string, change: RetentionChange): Promise<TopicDefinition> {
-    const key = this.key(name);
-    for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
-      const cur = this.topics.get(name);
-      if (!cur) throw new TributaryError('topic_not_found', { topic: name });
-      const topic = alteredDefinition(cur.value, change);
-      const res = await withMetadataErrors('alter_topic', () =>
-        this.client.if(key, 'Mod', '==', cur.modRevision).then(this.client.put(key).value(JSON.stringify(topic))).else(this.client.get(key)).commit(),
-      );
-      if (res.succeeded) {
-        this.topics.applyPut(name, topic, Number(res.header.revision), cur.createRevision);
-        return topic;
-      }
-      const kv = res.responses[0]?.response_range.kvs[0];
-      if (!kv) throw new TributaryError('topic_not_found', { topic: name });
-      this.remember(name, kv);
-    }
-    throw new TributaryError('metadata_unavailable', { operation: 'alter_topic', topic: name, reason: 'concurrent changes' });
+    return this.changeDefinition(name, 'alter_topic', (cur) => alteredDefinition(cur, change));
   }
 
   /**
@@ -245,13 +229,21 @@ export class EtcdMetadataStore implements MetadataStore {
    * reassignments of its existing partitions were requested), by compare-and-set on the definition.
    */
   async setReplicationFactor(name: string, replicationFactor: number): Promise<TopicDefinition> {
+    return this.changeDefinition(name, 'alter_replication_factor', (cur) => (cur.replicationFactor === replicationFactor ? null : { ...cur, replicationFactor }));
+  }
+
+  /**
+   * A change of a topic's definition by compare-and-set on its revision, computed again from the current
+   * definition after a race; `change` answering null: nothing to change (the current one is returned).
+   */
+  private async changeDefinition(name: string, operation: string, change: (cur: TopicDefinition) => TopicDefinition | null): Promise<TopicDefinition> {
     const key = this.key(name);
     for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
       const cur = this.topics.get(name);
       if (!cur) throw new TributaryError('topic_not_found', { topic: name });
-      if (cur.value.replicationFactor === replicationFactor) return cur.value;
-      const topic: TopicDefinition = { ...cur.value, replicationFactor };
-      const res = await withMetadataErrors('alter_replication_factor', () =>
+      const topic = change(cur.value);
+      if (topic === null) return cur.value;
+      const res = await withMetadataErrors(operation, () =>
         this.client.if(key, 'Mod', '==', cur.modRevision).then(this.client.put(key).value(JSON.stringify(topic))).else(this.client.get(key)).commit(),
       );
       if (res.succeeded) {
@@ -262,7 +254,7 @@ export class EtcdMetadataStore implements MetadataStore {
       if (!kv) throw new TributaryError('topic_not_found', { topic: name });
       this.remember(name, kv);
     }
-    throw new TributaryError('metadata_unavailable', { operation: 'alter_replication_factor', topic: name, reason: 'concurrent changes' });
+    throw new TributaryError('metadata_unavailable', { operation, topic: name, reason: 'concurrent changes' });
   }
 
   /**
