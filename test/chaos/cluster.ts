@@ -76,9 +76,9 @@ export class ChaosCluster {
 
   /**
    * `logLevel`: the brokers' log level (warn by default); each broker's whole log goes to `broker-<id>.log` in
-   * `dataRoot`. `env`: the brokers' extra environment (failpoints).
+   * `dataRoot`. `env`: the brokers' extra environment (failpoints); `args`: extra broker flags.
    */
-  static async start(opts: { brokers: number; flush: 'always' | 'os'; dataRoot: string; logLevel?: string; env?: Record<string, string> }): Promise<ChaosCluster> {
+  static async start(opts: { brokers: number; flush: 'always' | 'os'; dataRoot: string; logLevel?: string; env?: Record<string, string>; args?: string[] }): Promise<ChaosCluster> {
     const etcd = await startEtcd();
     const brokers: BrokerProcess[] = [];
     const inbound: TcpProxy[] = [];
@@ -103,6 +103,7 @@ export class ChaosCluster {
           ...['--kafka-port', '0', '--kafka-advertised-port', String(kafkaInbound[id]!.port)],
           ...brokerSettings(opts.flush),
           ...(opts.logLevel ? ['--log-level', opts.logLevel] : []),
+          ...(opts.args ?? []),
         ];
         const b = await BrokerProcess.start({ dataDir, args, env: opts.env, stderrFile: path.join(opts.dataRoot, `broker-${id}.log`) });
         brokers.push(b);

@@ -1,0 +1,306 @@
+/**
+ * Administrative operations under faults, Jepsen-style: 4 brokers and etcd (test/chaos/cluster.ts), an
+ * acks=all plain and idempotent producer writing every partition of `ops` (RF 3, min ISR 2) and a
+ * consumer group reading it (test/chaos/workload.ts), every send, delivery and commit in one history.
+ * Meanwhile steps in a seeded order each run an admin operation and a fault at its worst moment:
+ *
+ *   kill-target      a replica move throttled mid catch-up; kill -9 of the broker it moves to
+ *   kill-source      the leader moved off; kill -9 of that leader mid catch-up
+ *   kill-controller  a move throttled mid catch-up; kill -9 of the controller, the throttle lifted
+ *   drain-kill       DRAIN_BROKER throttled; kill -9 of the drained broker mid-drain
+ *   etcd-restart     a move throttled mid catch-up; etcd killed and restarted
+ *   cancel-race      REASSIGN unthrottled and REASSIGN_CANCEL right after (racing the completion)
+ *   rf-alter         ALTER_REPLICATION_FACTOR 2, then 3 throttled with an added broker killed mid-way
+ *   side-topic       ADD_PARTITIONS while a replica moves, then DELETE while replicas move, re-create
+ *
+ * Each step must end: no request left, replicas as requested (or, for a cancel, the original ones), every
+ * replica in sync, a live leader. At the end every fault is healed and the history is checked
+ * (test/chaos/checker.ts): no acknowledged write lost, no offset with two values, no idempotent
+ * duplicate, no committed offset going back; and auto leader rebalance hands every partition back to
+ * its preferred replica. OPS_SEED replays a run's order and choices (printed at the start and on failure).
+ */
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Producer } from 'tributary-client/producer.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { check, safetyAnomalyCount, SAFETY_KINDS } from '../chaos/checker.js';
+import { ChaosCluster } from '../chaos/cluster.js';
+import { History } from '../chaos/history.js';
+import { chaosSeed, Rng } from '../chaos/prng.js';
+import { ConsumerGroup, Producers } from '../chaos/workload.js';
+import { sleep } from '../helpers/util.js';
+import { AdminDriver } from './admin-ops.js';
+
+const TOPIC = 'ops';
+const SIDE = 'side';
+const GROUP = 'ops-group';
+const PARTITIONS = 4;
+/** Far below the produce rate: a throttled new replica stays mid catch-up until the throttle is lifted. */
+const SLOW = 500;
+const seed = chaosSeed(process.env.OPS_SEED);
+
+/** A move unthrottled and its cancel right after (at once, or once it is catching up): either may win, but not both. */
+async function cancelRace(d: AdminDriver): Promise<void> {
+  const p = d.pick([...Array(PARTITIONS).keys()]);
+  const before = await d.part(TOPIC, p);
+  const { target } = d.moveOne(before, { leader: d.rng.chance(0.5) });
+  await d.admin('REASSIGN', { topic: TOPIC, assignments: `${p}:${target.join(',')}` });
+  if (d.rng.chance(0.5)) {
+    await d.c.waitFor(`${TOPIC}[${p}] catching up or done`, 15_000, async () => {
+      const r = (await d.reassignments(TOPIC)).reassignments.find((x) => x.partition === p);
+      return r === undefined || r.phase === 'catching_up';
+    });
+  }
+  const cancelled = await d.admin('REASSIGN_CANCEL', { topic: TOPIC, partition: p }).then(
+    () => true,
+    () => false,
+  );
+  const ended = await d.untilSettled(TOPIC, p, [target, before.replicas]);
+  // A cancel that was answered OK must have taken effect: a completed reassignment cannot be cancelled.
+  if (cancelled && ended.join() !== before.replicas.join()) {
+    throw new Error(
+      `REASSIGN_CANCEL of ${TOPIC}[${p}] answered OK, yet the partition ended on the target ${ended.join(',')} (was ${before.replicas.join(',')})`,
+    );
+  }
+}
+
+type Step = (d: AdminDriver) => Promise<void>;
+
+const steps: Record<string, Step> = {
+  'kill-target': async (d) => {
+    const p = d.pick([...Array(PARTITIONS).keys()]);
+    const { target, into } = d.moveOne(await d.part(TOPIC, p));
+    await d.admin('REASSIGN', { topic: TOPIC, assignments: `${p}:${target.join(',')}`, throttle: SLOW });
+    await d.untilCatchingUp(TOPIC, p);
+    await d.kill(into);
+    await d.restart(into);
+    await d.admin('REASSIGN_THROTTLE', { throttle: 0, topic: TOPIC, partition: p });
+    await d.untilSettled(TOPIC, p, [target]);
+  },
+  'kill-source': async (d) => {
+    const p = d.pick([...Array(PARTITIONS).keys()]);
+    const { target, out } = d.moveOne(await d.part(TOPIC, p), { leader: true });
+    await d.admin('REASSIGN', { topic: TOPIC, assignments: `${p}:${target.join(',')}`, throttle: SLOW });
+    await d.untilCatchingUp(TOPIC, p);
+    await d.kill(out);
+    await d.admin('REASSIGN_THROTTLE', { throttle: 0, topic: TOPIC, partition: p });
+    await d.untilSettled(TOPIC, p, [target]);
+    await d.restart(out);
+  },
+  'kill-controller': async (d) => {
+    const p = d.pick([...Array(PARTITIONS).keys()]);
+    const { target } = d.moveOne(await d.part(TOPIC, p), { leader: d.rng.chance(0.5) });
+    await d.admin('REASSIGN', { topic: TOPIC, assignments: `${p}:${target.join(',')}`, throttle: SLOW });
+    await d.untilCatchingUp(TOPIC, p);
+    const controller = await d.controller();
+    // the controller dies before the throttle is lifted, or right after (as the completion is written)
+    const lift = () => d.admin('REASSIGN_THROTTLE', { throttle: 0, topic: TOPIC, partition: p });
+    const liftFirst = d.rng.chance(0.5);
+    if (liftFirst) await lift();
+    d.log(`${d.step}: kill -9 controller ${controller}`);
+    await d.c.kill(controller);
+    if (!liftFirst) await lift();
+    // a reassignment waits while a target replica is down (docs/operations.md "Limits")
+    if (target.includes(controller)) await d.restart(controller);
+    await d.untilSettled(TOPIC, p, [target]);
+    if (!target.includes(controller)) await d.restart(controller);
+  },
+  'kill-target-cancel': async (d) => {
+    const p = d.pick([...Array(PARTITIONS).keys()]);
+    const before = await d.part(TOPIC, p);
+    const { target, into } = d.moveOne(before, { leader: d.rng.chance(0.5) });
+    await d.admin('REASSIGN', { topic: TOPIC, assignments: `${p}:${target.join(',')}`, throttle: SLOW });
+    await d.untilCatchingUp(TOPIC, p);
+    await d.kill(into);
+    // the broker being added is dead: the cancel must still take the partition back
+    await d.admin('REASSIGN_CANCEL', { topic: TOPIC, partition: p });
+    await d.untilSettled(TOPIC, p, [before.replicas]);
+    await d.restart(into);
+  },
+  'drain-dead': async (d) => {
+    const hosting = new Set((await d.status()).partitions.filter((p) => p.topic === TOPIC).flatMap((p) => p.replicas));
+    const victim = d.pick(d.c.ids.filter((id) => hosting.has(id)));
+    await d.kill(victim);
+    await d.admin('DRAIN_BROKER', { broker: victim });
+    await d.untilAllSettled([TOPIC, '__consumer_offsets', '__transaction_state'], 40_000, (p) => !p.replicas.includes(victim));
+    await d.restart(victim);
+  },
+  'drain-kill': async (d) => {
+    const victim = d.pick(d.c.ids);
+    await d.admin('DRAIN_BROKER', { broker: victim, throttle: SLOW });
+    await d.c.waitFor('a drain move catching up', 15_000, async () => (await d.reassignments()).reassignments.some((r) => r.phase === 'catching_up'));
+    await d.kill(victim);
+    await d.admin('REASSIGN_THROTTLE', { throttle: 0 });
+    await d.untilAllSettled([TOPIC, '__consumer_offsets', '__transaction_state'], 40_000, (p) => !p.replicas.includes(victim));
+    await d.restart(victim);
+  },
+  'etcd-restart': async (d) => {
+    const p = d.pick([...Array(PARTITIONS).keys()]);
+    const { target } = d.moveOne(await d.part(TOPIC, p), { leader: d.rng.chance(0.5) });
+    await d.admin('REASSIGN', { topic: TOPIC, assignments: `${p}:${target.join(',')}`, throttle: SLOW });
+    await d.untilCatchingUp(TOPIC, p);
+    await d.c.etcd.kill('SIGKILL');
+    await d.c.etcd.restart();
+    await d.c.waitFor('etcd answering through the brokers again', 20_000, async () => (await d.reassignments(TOPIC)).count >= 0);
+    await d.admin('REASSIGN_THROTTLE', { throttle: 0, topic: TOPIC, partition: p });
+    await d.untilSettled(TOPIC, p, [target]);
+  },
+  'cancel-race': async (d) => {
+    for (let round = 0; round < 3; round++) await cancelRace(d);
+  },
+  'rf-alter': async (d) => {
+    await d.admin('ALTER_REPLICATION_FACTOR', { topic: TOPIC, replication_factor: 2 });
+    await d.untilAllSettled([TOPIC], 30_000, (p) => p.replicas.length === 2);
+    await d.admin('ALTER_REPLICATION_FACTOR', { topic: TOPIC, replication_factor: 3, throttle: SLOW });
+    const moving = await d.c.waitFor('an added replica catching up', 15_000, async () =>
+      (await d.reassignments(TOPIC)).reassignments.find((r) => r.phase === 'catching_up'),
+    );
+    const added = d.pick(moving.target.filter((id) => !moving.replicas.slice(0, 2).includes(id)));
+    await d.kill(added);
+    await d.restart(added);
+    await d.admin('REASSIGN_THROTTLE', { throttle: 0 });
+    await d.untilAllSettled([TOPIC], 40_000, (p) => p.replicas.length === 3);
+  },
+  'side-topic': async (d) => {
+    await d.admin('CREATE', { topic: SIDE, partitions: 2, replication_factor: 3 });
+    const producer = new Producer({ brokers: d.c.bootstrap, clientId: 'ops-side', acks: 'all', idempotent: true });
+    try {
+      for (let i = 0; i < 50; i++) await producer.send({ topic: SIDE, messages: [{ value: `old-${i}`, partition: i % 2 }] });
+      const p0 = await d.part(SIDE, 0);
+      const move = d.moveOne(p0);
+      await d.admin('REASSIGN', { topic: SIDE, assignments: `0:${move.target.join(',')}`, throttle: SLOW });
+      await d.untilCatchingUp(SIDE, 0);
+      await d.admin('ADD_PARTITIONS', { topic: SIDE, partitions: 3 });
+      await d.c.waitFor('side[2] led', 20_000, async () => ((await d.part(SIDE, 2)).leader >= 0 ? true : false));
+      await producer.send({ topic: SIDE, messages: [{ value: 'new-2', partition: 2 }] });
+      await d.admin('REASSIGN', { topic: SIDE, assignments: `2:${d.moveOne(await d.part(SIDE, 2)).target.join(',')}`, throttle: SLOW });
+      await d.admin('DELETE', { topic: SIDE });
+      await d.c.waitFor(`${SIDE}'s partitions and requests gone`, 20_000, async () => {
+        const s = await d.status();
+        return !s.partitions.some((x) => x.topic === SIDE) && (await d.reassignments()).reassignments.every((r) => r.topic !== SIDE);
+      });
+      // the name again: a new, empty topic, with no request of the old one
+      await d.c.waitFor(`${SIDE} re-created`, 20_000, async () => {
+        await d.admin('CREATE', { topic: SIDE, partitions: 3, replication_factor: 3 });
+        return true;
+      });
+      await d.untilAllSettled([SIDE], 20_000);
+      for (let p = 0; p < 3; p++) {
+        const [meta] = await producer.send({ topic: SIDE, messages: [{ value: `fresh-${p}`, partition: p }] });
+        if (meta!.offset !== 0) throw new Error(`${SIDE}[${p}] re-created kept the old topic's records: first write at offset ${meta!.offset}`);
+      }
+      await d.admin('DELETE', { topic: SIDE });
+    } finally {
+      await producer.close().catch(() => {});
+    }
+  },
+};
+
+describe('admin operations under faults', () => {
+  const cleanups: Array<() => Promise<unknown>> = [];
+  afterAll(async () => {
+    for (const f of cleanups.reverse()) await f().catch(() => {});
+  });
+
+  it(`every reassignment ends and no acknowledged write is lost (OPS_SEED=${seed})`, { timeout: 240_000 }, async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tributary-ops-'));
+    const t0 = Date.now();
+    const lines: string[] = [];
+    const log = (l: string) => {
+      const line = `[ops +${((Date.now() - t0) / 1000).toFixed(1)}s] ${l}`;
+      lines.push(line);
+      if (process.env.OPS_VERBOSE) console.log(line);
+    };
+    const rng = new Rng(seed);
+    const order = Object.keys(steps);
+    for (let i = order.length - 1; i > 0; i--) {
+      const j = rng.int(0, i);
+      [order[i], order[j]] = [order[j]!, order[i]!];
+    }
+    log(`seed ${seed}: steps ${order.join(', ')}; files in ${dir}`);
+    const history = new History(path.join(dir, 'history.jsonl'));
+    const c = await ChaosCluster.start({ brokers: 4, flush: 'always', dataRoot: path.join(dir, 'brokers'), args: ['--leader-rebalance-delay-ms', '1000'] });
+    cleanups.push(() => c.dispose());
+    await c.createTopic(TOPIC, PARTITIONS);
+    await c.waitFor('a full ISR on every partition', 60_000, () => c.healthy(TOPIC));
+    const consumers = new ConsumerGroup(history, c.bootstrap, TOPIC, GROUP, 2);
+    cleanups.push(() => consumers.killAll());
+    consumers.start();
+    await consumers.waitReady(30_000);
+    const producers = new Producers({
+      history,
+      bootstrap: c.bootstrap,
+      topic: TOPIC,
+      partitions: PARTITIONS,
+      seed,
+      transactionalProducers: 0,
+      laneDelayMs: 20,
+    });
+    cleanups.push(() => producers.stop(1000));
+    producers.start();
+    // enough in every log that a throttled new replica is still catching up seconds later
+    await c.waitFor('a warm-up of 4000 acknowledged sends', 30_000, async () => history.ops.filter((o) => o.f === 'send' && o.outcome === 'ok').length >= 4000);
+
+    const d = new AdminDriver(c, Rng.derive(seed, 'steps'), log);
+    const failures: string[] = [];
+    for (const name of order) {
+      d.step = name;
+      log(`step ${name}`);
+      try {
+        await steps[name]!(d);
+      } catch (err) {
+        failures.push(`step ${name}: ${err instanceof Error ? err.message : String(err)}`);
+        log(`step ${name} FAILED: ${String(err).slice(0, 600)}`);
+        await c.healAll();
+        // a step that failed may leave its reassignment behind: cancel it so the next step starts clean
+        await d.admin('REASSIGN_CANCEL', {}).catch(() => {});
+        await d.untilAllSettled([TOPIC], 40_000).catch((e: unknown) => log(String(e)));
+      }
+    }
+
+    d.step = 'final';
+    await c.healAll();
+    await producers.stop(20_000);
+    await d.untilAllSettled([TOPIC, '__consumer_offsets', '__transaction_state'], 40_000).catch((err: unknown) => failures.push(`final: ${String(err)}`));
+    // auto leader rebalance: every partition back on its preferred replica once all are in sync
+    await c
+      .waitFor('every partition led by its preferred replica', 30_000, async () => (await d.status()).partitions.every((p) => p.leader === p.replicas[0]))
+      .catch((err: unknown) => failures.push(`final: preferred leaders: ${String(err).slice(0, 300)}`));
+    // let the group catch up: until nothing was delivered for 2 s (at most 30 s), then one more auto-commit
+    const delivered = () => history.counts.get('poll') ?? 0;
+    let seen = delivered();
+    let quietSince = Date.now();
+    const drainBy = Date.now() + 30_000;
+    while (Date.now() < drainBy && Date.now() - quietSince < 2000) {
+      await sleep(200);
+      if (delivered() !== seen) [seen, quietSince] = [delivered(), Date.now()];
+    }
+    await sleep(1000);
+    await consumers.stop(8000);
+    const { final, errors } = await c.finalRead(TOPIC, PARTITIONS, GROUP);
+    await history.close();
+    const report = check(history.ops, final, { partitions: PARTITIONS, endTime: Date.now(), t0 });
+    for (const k of SAFETY_KINDS)
+      if (report.counts[k] > 0)
+        failures.push(
+          `${k}: ${report.counts[k]} (${report.anomalies
+            .filter((a) => a.kind === k)
+            .slice(0, 3)
+            .map((a) => `p${a.partition} ${a.detail}`)
+            .join('; ')})`,
+        );
+    if (report.unverifiedPartitions.length > 0)
+      failures.push(`partitions ${report.unverifiedPartitions.join(',')} unreadable at the end: ${errors.join('; ')}`);
+    if (report.stats.ackedWrites === 0 || report.stats.deliveries === 0)
+      failures.push(`nothing checked: ${report.stats.ackedWrites} acked writes, ${report.stats.deliveries} deliveries`);
+    log(
+      `acked ${report.stats.ackedWrites}, deliveries ${report.stats.deliveries}, commits ${report.stats.commits}, safety anomalies ${safetyAnomalyCount(report)}`,
+    );
+    await fs.writeFile(path.join(dir, 'admin-ops.jsonl'), d.ops.map((o) => JSON.stringify(o)).join('\n'));
+    await fs.writeFile(path.join(dir, 'run.log'), `${lines.join('\n')}\n`);
+    await fs.writeFile(path.join(dir, 'brokers.log'), c.stderrTails(400_000));
+    expect(failures, `OPS_SEED=${seed} (replay with OPS_SEED=${seed}); files in ${dir}\n${lines.join('\n')}`).toEqual([]);
+    await fs.rm(dir, { recursive: true, force: true });
+  });
+});
