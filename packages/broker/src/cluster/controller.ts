@@ -1,4 +1,5 @@
 import type tls from 'node:tls';
+import { failpointDelay } from '../common/failpoints.js';
 import type { Logger } from '../common/logger.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { BrokerRegistry } from './broker-registry.js';
@@ -236,6 +237,8 @@ export class Controller {
       if (request && (await store.remove(e.topic, e.partition, request.modRevision))) this.deps.logger.info({ ...where, reason: step.why }, 'reassignment request removed');
       return;
     }
+    // Fault tests hold a decided completion or cancel here, so an admin command can race its write.
+    if (step.finished) await failpointDelay(`reassign.finish:${e.topic}`);
     const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, step.state);
     if (!res.ok) return; // changed meanwhile (an ISR change): the next pass decides again
     this.deps.logger.info(
