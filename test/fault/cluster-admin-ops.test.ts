@@ -10,6 +10,7 @@
  *   drain-kill       DRAIN_BROKER throttled; kill -9 of the drained broker mid-drain
  *   etcd-restart     a move throttled mid catch-up; etcd killed and restarted
  *   cancel-race      REASSIGN unthrottled and REASSIGN_CANCEL right after (racing the completion)
+ *   cancel-completing  REASSIGN_CANCEL once the controller decided the completion, before it is written
  *   rf-alter         ALTER_REPLICATION_FACTOR 2, then 3 throttled with an added broker killed mid-way
  *   side-topic       ADD_PARTITIONS while a replica moves, then DELETE while replicas move, re-create
  *
@@ -34,33 +35,39 @@ import { AdminDriver } from './admin-ops.js';
 
 const TOPIC = 'ops';
 const SIDE = 'side';
+/** Every completion or cancel of its reassignments is held 2.5 s once the controller decided it (a failpoint). */
+const RACE = 'race';
 const GROUP = 'ops-group';
 const PARTITIONS = 4;
 /** Far below the produce rate: a throttled new replica stays mid catch-up until the throttle is lifted. */
 const SLOW = 500;
 const seed = chaosSeed(process.env.OPS_SEED);
 
-/** A move unthrottled and its cancel right after (at once, or once it is catching up): either may win, but not both. */
-async function cancelRace(d: AdminDriver): Promise<void> {
-  const p = d.pick([...Array(PARTITIONS).keys()]);
-  const before = await d.part(TOPIC, p);
+/**
+ * A move unthrottled and its cancel right after: at once, once it is catching up, or (on RACE, whose
+ * completions the controller holds for a while after deciding them) once it is completing. Either may
+ * win, but not both.
+ */
+async function cancelRace(d: AdminDriver, topic: string, partitions: number, phase: 'now' | 'catching_up' | 'completing'): Promise<void> {
+  const p = d.pick([...Array(partitions).keys()]);
+  const before = await d.part(topic, p);
   const { target } = d.moveOne(before, { leader: d.rng.chance(0.5) });
-  await d.admin('REASSIGN', { topic: TOPIC, assignments: `${p}:${target.join(',')}` });
-  if (d.rng.chance(0.5)) {
-    await d.c.waitFor(`${TOPIC}[${p}] catching up or done`, 15_000, async () => {
-      const r = (await d.reassignments(TOPIC)).reassignments.find((x) => x.partition === p);
-      return r === undefined || r.phase === 'catching_up';
+  await d.admin('REASSIGN', { topic, assignments: `${p}:${target.join(',')}` });
+  if (phase !== 'now') {
+    await d.c.waitFor(`${topic}[${p}] ${phase} or done`, 15_000, async () => {
+      const r = (await d.reassignments(topic)).reassignments.find((x) => x.partition === p);
+      return r === undefined || r.phase === phase;
     });
   }
-  const cancelled = await d.admin('REASSIGN_CANCEL', { topic: TOPIC, partition: p }).then(
+  const cancelled = await d.admin('REASSIGN_CANCEL', { topic: topic, partition: p }).then(
     () => true,
     () => false,
   );
-  const ended = await d.untilSettled(TOPIC, p, [target, before.replicas]);
+  const ended = await d.untilSettled(topic, p, [target, before.replicas]);
   // A cancel that was answered OK must have taken effect: a completed reassignment cannot be cancelled.
   if (cancelled && ended.join() !== before.replicas.join()) {
     throw new Error(
-      `REASSIGN_CANCEL of ${TOPIC}[${p}] answered OK, yet the partition ended on the target ${ended.join(',')} (was ${before.replicas.join(',')})`,
+      `REASSIGN_CANCEL of ${topic}[${p}] answered OK, yet the partition ended on the target ${ended.join(',')} (was ${before.replicas.join(',')})`,
     );
   }
 }
@@ -147,7 +154,10 @@ const steps: Record<string, Step> = {
     await d.untilSettled(TOPIC, p, [target]);
   },
   'cancel-race': async (d) => {
-    for (let round = 0; round < 3; round++) await cancelRace(d);
+    for (const phase of ['now', 'catching_up', 'now'] as const) await cancelRace(d, TOPIC, PARTITIONS, phase);
+  },
+  'cancel-completing': async (d) => {
+    for (let round = 0; round < 2; round++) await cancelRace(d, RACE, 1, 'completing');
   },
   'rf-alter': async (d) => {
     await d.admin('ALTER_REPLICATION_FACTOR', { topic: TOPIC, replication_factor: 2 });
@@ -172,7 +182,7 @@ const steps: Record<string, Step> = {
       await d.admin('REASSIGN', { topic: SIDE, assignments: `0:${move.target.join(',')}`, throttle: SLOW });
       await d.untilCatchingUp(SIDE, 0);
       await d.admin('ADD_PARTITIONS', { topic: SIDE, partitions: 3 });
-      await d.c.waitFor('side[2] led', 20_000, async () => ((await d.part(SIDE, 2)).leader >= 0 ? true : false));
+      await d.c.waitFor('side[2] led', 20_000, async () => (await d.part(SIDE, 2)).leader >= 0);
       await producer.send({ topic: SIDE, messages: [{ value: 'new-2', partition: 2 }] });
       await d.admin('REASSIGN', { topic: SIDE, assignments: `2:${d.moveOne(await d.part(SIDE, 2)).target.join(',')}`, throttle: SLOW });
       await d.admin('DELETE', { topic: SIDE });
@@ -220,9 +230,16 @@ describe('admin operations under faults', () => {
     }
     log(`seed ${seed}: steps ${order.join(', ')}; files in ${dir}`);
     const history = new History(path.join(dir, 'history.jsonl'));
-    const c = await ChaosCluster.start({ brokers: 4, flush: 'always', dataRoot: path.join(dir, 'brokers'), args: ['--leader-rebalance-delay-ms', '1000'] });
+    const c = await ChaosCluster.start({
+      brokers: 4,
+      flush: 'always',
+      dataRoot: path.join(dir, 'brokers'),
+      args: ['--leader-rebalance-delay-ms', '1000'],
+      env: { TRIBUTARY_FAILPOINTS: `reassign.finish:${RACE}@2500` },
+    });
     cleanups.push(() => c.dispose());
     await c.createTopic(TOPIC, PARTITIONS);
+    await c.createTopic(RACE, 1);
     await c.waitFor('a full ISR on every partition', 60_000, () => c.healthy(TOPIC));
     const consumers = new ConsumerGroup(history, c.bootstrap, TOPIC, GROUP, 2);
     cleanups.push(() => consumers.killAll());

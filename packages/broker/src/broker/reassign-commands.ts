@@ -190,6 +190,8 @@ async function cancel(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
       }
     }
   }
+  // Every one of them ended (completed or cancelled) before this cancel was written: nothing was cancelled.
+  if (done.length === 0) throw new TributaryError('no_reassignment', { ...(p.str('topic') ? { topic: p.str('topic')! } : {}), reason: 'it ended before the cancel was written' });
   return formatOk({ cancelled: done.join(','), count: done.length });
 }
 

@@ -239,13 +239,21 @@ export class Controller {
     }
     // Fault tests hold a decided completion or cancel here, so an admin command can race its write.
     if (step.finished) await failpointDelay(`reassign.finish:${e.topic}`);
-    const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, step.state);
-    if (!res.ok) return; // changed meanwhile (an ISR change): the next pass decides again
+    if (step.finished && request) {
+      // The last step and the request's removal are one transaction, on the request as read: a cancel or
+      // throttle change written since fails it, so a cancel answered OK never meets a completion already
+      // written (and a completion never lands after a cancel), and no request outlives its reassignment.
+      const key = store.keyOf(e.topic, e.partition);
+      const revision = await this.deps.states.compareAndSetDeleting(e.topic, e.partition, e.modRevision, step.state, { key, modRevision: request.modRevision });
+      if (revision === undefined) return;
+      store.forget(e.topic, e.partition, revision);
+    } else {
+      const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, step.state);
+      if (!res.ok) return; // changed meanwhile (an ISR change): the next pass decides again
+    }
     this.deps.logger.info(
       { ...where, step: step.why, replicas: step.state.replicas, isr: step.state.isr, leader: step.state.leader, leaderEpoch: step.state.leaderEpoch, reassign: step.state.reassign },
       'reassignment step',
     );
-    // A cancel or throttle change written meanwhile keeps the request; the next pass finds it with nothing to do.
-    if (step.finished && request) await store.remove(e.topic, e.partition, request.modRevision);
   }
 }

@@ -201,6 +201,32 @@ export class PartitionStateStore {
   }
 
   /**
+   * A compare-and-set on the exact version `modRevision` that deletes the key `also` (absolute) in the
+   * same etcd transaction, if that key is still at `also.modRevision`: both or neither. Resolves the
+   * revision written, or undefined when either changed (the caller decides again from what is there now).
+   */
+  async compareAndSetDeleting(topic: string, partition: number, modRevision: number, next: PartitionState, also: { key: string; modRevision: number }): Promise<number | undefined> {
+    if (!parseState(JSON.stringify(next))) throw new Error(`invalid partition state ${JSON.stringify(next)}`);
+    const key = this.relative(topic, partition);
+    let base = this.get(topic, partition);
+    // The cache can lag the watch: only etcd's own answer may fail the compare.
+    if (!base || base.modRevision !== modRevision) base = await this.read(topic, partition);
+    if (!base || base.modRevision !== modRevision) return undefined;
+    checkTransition(base.value, next);
+    const res = await withMetadataErrors('update_partition_state', () =>
+      this.client
+        .if(this.absolute(key), 'Mod', '==', modRevision)
+        .and(also.key, 'Mod', '==', also.modRevision)
+        .then(this.client.put(this.absolute(key)).value(JSON.stringify(next)), { request_delete_range: { key: Buffer.from(also.key) } })
+        .commit(),
+    );
+    if (!res.succeeded) return undefined;
+    const revision = Number(res.header.revision);
+    this.records.applyPut(key, next, revision, base.createRevision);
+    return revision;
+  }
+
+  /**
    * Deletes the partition records of the topic id `topicId` (after that topic was deleted), and those with
    * no topic id (written before ids). Read from etcd and deleted only at the revision read, so a topic
    * re-created under the name meanwhile, by another broker, keeps its records: a delete of the name's

@@ -206,6 +206,16 @@ export class ReassignmentStore {
     return res.succeeded;
   }
 
+  /** The etcd key of a partition's request (for a transaction that deletes it with another write). */
+  keyOf(topic: string, partition: number): string {
+    return this.absolute(topic, partition);
+  }
+
+  /** A request deleted at `revision` by a transaction of someone else's (the watch confirms it later). */
+  forget(topic: string, partition: number, revision: number): void {
+    this.records.applyDelete(`${topic}/${partition}`, revision);
+  }
+
   /**
    * Deletes the requests of a deleted topic (after its definition went): those created before the name's
    * definition at `definitionKey` now, all when there is none. A request for the topic re-created under the
