@@ -36,7 +36,6 @@ export interface PartitionDescription {
   leo: number;
 }
 
-
 /** Rejects after `ms` (the promise itself keeps running; callers close what it holds). */
 export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -78,7 +77,14 @@ export class ChaosCluster {
    * `logLevel`: the brokers' log level (warn by default); each broker's whole log goes to `broker-<id>.log` in
    * `dataRoot`. `env`: the brokers' extra environment (failpoints); `args`: extra broker flags.
    */
-  static async start(opts: { brokers: number; flush: 'always' | 'os'; dataRoot: string; logLevel?: string; env?: Record<string, string>; args?: string[] }): Promise<ChaosCluster> {
+  static async start(opts: {
+    brokers: number;
+    flush: 'always' | 'os';
+    dataRoot: string;
+    logLevel?: string;
+    env?: Record<string, string>;
+    args?: string[];
+  }): Promise<ChaosCluster> {
     const etcd = await startEtcd();
     const brokers: BrokerProcess[] = [];
     const inbound: TcpProxy[] = [];
@@ -187,7 +193,6 @@ export class ChaosCluster {
   async waitFor<T>(what: string, timeoutMs: number, fn: () => Promise<T | false | undefined>): Promise<T> {
     return eventuallyTolerant(what, fn, { timeoutMs, stepMs: 200, context: () => this.stderrTails(2000) });
   }
-
 
   stderrTails(bytes: number): string {
     return this.brokers.map((b, i) => `--- broker ${i} stderr ---\n${b.stderr.slice(-bytes)}`).join('\n');
@@ -341,7 +346,7 @@ export class ChaosCluster {
     return { final, errors };
   }
 
-  private async readAll(leader: number, topic: string, partition: number, isolation: string): Promise<FinalRecord[]> {
+  async readAll(leader: number, topic: string, partition: number, isolation: string): Promise<FinalRecord[]> {
     const out: FinalRecord[] = [];
     const conn = await this.connect(leader);
     try {

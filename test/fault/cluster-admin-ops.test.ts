@@ -13,6 +13,8 @@
  *   cancel-completing  REASSIGN_CANCEL once the controller decided the completion, before it is written
  *   rf-alter         ALTER_REPLICATION_FACTOR 2, then 3 throttled with an added broker killed mid-way
  *   side-topic       ADD_PARTITIONS while a replica moves, then DELETE while replicas move, re-create
+ *   delete-dead-target  DELETE while the broker a move goes to is dead, re-create, move onto it: new log only
+ *   etcd-outage-drain   DRAIN_BROKER throttled, etcd frozen past every lease mid-drain
  *
  * Each step must end: no request left, replicas as requested (or, for a cancel, the original ones), every
  * replica in sync, a live leader. At the end every fault is healed and the history is checked
@@ -37,6 +39,7 @@ const TOPIC = 'ops';
 const SIDE = 'side';
 /** Every completion or cancel of its reassignments is held 2.5 s once the controller decided it (a failpoint). */
 const RACE = 'race';
+const PHOENIX = 'phoenix';
 const GROUP = 'ops-group';
 const PARTITIONS = 4;
 /** Far below the produce rate: a throttled new replica stays mid catch-up until the throttle is lifted. */
@@ -171,6 +174,58 @@ const steps: Record<string, Step> = {
     await d.restart(added);
     await d.admin('REASSIGN_THROTTLE', { throttle: 0 });
     await d.untilAllSettled([TOPIC], 40_000, (p) => p.replicas.length === 3);
+  },
+  'delete-dead-target': async (d) => {
+    // A topic deleted while the broker it was moving to is dead, re-created under the name, then moved
+    // onto that broker once it is back: it must start from the new topic's log, not its old copy.
+    const producer = new Producer({ brokers: d.c.bootstrap, clientId: 'ops-phoenix', acks: 'all', idempotent: true });
+    try {
+      await d.admin('CREATE', { topic: PHOENIX, partitions: 1, replication_factor: 3 });
+      await d.untilAllSettled([PHOENIX], 20_000);
+      for (let i = 0; i < 6; i++)
+        await producer.send({ topic: PHOENIX, messages: Array.from({ length: 50 }, (_, k) => ({ value: `old-${i * 50 + k}`, partition: 0 })) });
+      const { target, into } = d.moveOne(await d.part(PHOENIX, 0));
+      await d.admin('REASSIGN', { topic: PHOENIX, assignments: `0:${target.join(',')}`, throttle: SLOW });
+      await d.untilCatchingUp(PHOENIX, 0);
+      await d.kill(into);
+      await d.admin('DELETE', { topic: PHOENIX });
+      await d.c.waitFor(`${PHOENIX} gone`, 20_000, async () => !(await d.status()).partitions.some((x) => x.topic === PHOENIX));
+      await d.c.waitFor(
+        `${PHOENIX} re-created`,
+        20_000,
+        async () => (await d.admin('CREATE', { topic: PHOENIX, partitions: 1, replication_factor: 3 })) !== '',
+      );
+      await d.untilAllSettled([PHOENIX], 20_000);
+      const fresh = Array.from({ length: 5 }, (_, i) => `fresh-${i}`);
+      for (const value of fresh) await producer.send({ topic: PHOENIX, messages: [{ value, partition: 0 }] });
+      await d.restart(into);
+      const now = await d.part(PHOENIX, 0);
+      const back = [into, ...now.replicas.slice(0, 2)];
+      await d.admin('REASSIGN', { topic: PHOENIX, assignments: `0:${back.join(',')}` });
+      await d.untilSettled(PHOENIX, 0, [back]);
+      // auto leader rebalance makes the returning broker, now the preferred replica, the leader
+      await d.c.waitFor(`broker ${into} leading ${PHOENIX}[0]`, 20_000, async () => (await d.part(PHOENIX, 0)).leader === into);
+      const log = (await d.c.readAll(into, PHOENIX, 0, 'read_uncommitted')).filter((r) => !r.control);
+      const got = log.map((r) => `${r.offset}:${r.value}`).join(' ');
+      if (got !== fresh.map((v, i) => `${i}:${v}`).join(' ')) throw new Error(`${PHOENIX}[0] led by broker ${into} after the re-create: ${got.slice(0, 300)}`);
+      await d.admin('DELETE', { topic: PHOENIX });
+    } finally {
+      await producer.close().catch(() => {});
+    }
+  },
+  'etcd-outage-drain': async (d) => {
+    const hosting = new Set((await d.status()).partitions.filter((p) => p.topic === TOPIC).flatMap((p) => p.replicas));
+    const victim = d.pick(d.c.ids.filter((id) => hosting.has(id)));
+    await d.admin('DRAIN_BROKER', { broker: victim, throttle: SLOW });
+    await d.c.waitFor('a drain move catching up', 15_000, async () => (await d.reassignments()).reassignments.some((r) => r.phase === 'catching_up'));
+    // etcd frozen past every lease (2 s): when it resumes it expires them all while every broker runs
+    d.log(`${d.step}: etcd frozen`);
+    await d.c.pauseEtcd();
+    await sleep(5000);
+    await d.c.resumeEtcd();
+    d.log(`${d.step}: etcd resumed`);
+    await d.c.waitFor('the throttle lifted', 20_000, async () => (await d.admin('REASSIGN_THROTTLE', { throttle: 0 }).catch(() => '')) !== '');
+    await d.untilAllSettled([TOPIC, '__consumer_offsets', '__transaction_state'], 40_000, (p) => !p.replicas.includes(victim));
   },
   'side-topic': async (d) => {
     await d.admin('CREATE', { topic: SIDE, partitions: 2, replication_factor: 3 });
