@@ -78,8 +78,7 @@ describe('etcd frozen longer than the broker leases', () => {
     while (Date.now() - resumedAt < GRACE_MS + 2000) {
       const s = await c.status().catch(() => undefined);
       if (s) {
-        for (const [k, v] of epochs(s))
-          if (before.get(k) !== v && !changes.includes(`${k}: ${before.get(k)} -> ${v}`)) changes.push(`${k}: ${before.get(k)} -> ${v}`);
+        for (const [k, v] of epochs(s)) if (before.get(k) !== v && !changes.includes(`${k}: ${before.get(k)} -> ${v}`)) changes.push(`${k}: ${before.get(k)} -> ${v}`);
       }
       await sleep(200);
     }

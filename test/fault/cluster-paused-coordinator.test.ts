@@ -27,10 +27,7 @@ describe('a group coordinator resumed after a pause past its lease', () => {
     const coord = kv(await admin.command('FIND_COORDINATOR', { group: GROUP }));
     const coordId = Number(coord.get('coordinator_id'));
     const offsetsPartition = Number(coord.get('partition'));
-    await cluster.waitFor(
-      'the coordinator partition fully replicated',
-      async () => (await cluster.leaderOf('__consumer_offsets', offsetsPartition)).isr.length === 3,
-    );
+    await cluster.waitFor('the coordinator partition fully replicated', async () => (await cluster.leaderOf('__consumer_offsets', offsetsPartition)).isr.length === 3);
 
     const member = new GroupMember(await cluster.connect(coordId), TOPIC, GROUP, 'zombie-test');
     // A session shorter than the pause: a coordinator that counted the pause against it would expire it.

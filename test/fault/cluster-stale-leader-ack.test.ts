@@ -54,10 +54,7 @@ describe('an old leader resumed after a pause', () => {
       (reply) => ({ ok: true as const, reply }),
       (err: unknown) => ({ ok: false as const, err }),
     );
-    await cluster.waitFor(
-      'the record appended on the old leader',
-      async () => leo(await probe.command('LIST_OFFSETS', { topic: TOPIC, partition: 0 })) > before,
-    );
+    await cluster.waitFor('the record appended on the old leader', async () => leo(await probe.command('LIST_OFFSETS', { topic: TOPIC, partition: 0 })) > before);
     // The old leader frozen before it can drop the frozen followers from the ISR (2 s lag bound).
     await cluster.broker(oldLeader).kill('SIGSTOP');
     for (const f of followers) await cluster.broker(f).kill('SIGCONT');

@@ -56,9 +56,7 @@ describe('TXN_APPEND and TXN_MARKER from a replaced transaction coordinator', ()
     const offsets = kv(await conn.command('LIST_OFFSETS', { topic: TOPIC, partition: 0 })).get('offsets')!;
     expect(offsets).toMatch(/leo=3/);
     // An append without the coordinator's identity is refused outright.
-    await expect(conn.command('TXN_APPEND', { ...fields, coordinator_partition: undefined, message: 'anon' })).rejects.toMatchObject({
-      code: 'invalid_parameter',
-    });
+    await expect(conn.command('TXN_APPEND', { ...fields, coordinator_partition: undefined, message: 'anon' })).rejects.toMatchObject({ code: 'invalid_parameter' });
   }, 60_000);
 
   it('refuses a TXN_MARKER from a replaced coordinator, so it cannot end the next transaction of the producer early', async () => {

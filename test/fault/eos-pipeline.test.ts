@@ -107,8 +107,7 @@ describe('exactly-once pipeline with workers killed at random', () => {
 
     // Drain: the group's committed offsets reach the end of every input partition.
     const ends: number[] = [];
-    for (let p = 0; p < PARTITIONS; p++)
-      ends.push(Number(new RegExp(`P${p}:[^,]*leo=(\\d+)`).exec(await admin.command('LIST_OFFSETS', { topic: 'eos-in' }))![1]));
+    for (let p = 0; p < PARTITIONS; p++) ends.push(Number(new RegExp(`P${p}:[^,]*leo=(\\d+)`).exec(await admin.command('LIST_OFFSETS', { topic: 'eos-in' }))![1]));
     expect(ends.reduce((a, b) => a + b, 0)).toBe(produced);
     const drainBy = Date.now() + 60_000;
     for (;;) {
@@ -146,13 +145,7 @@ describe('exactly-once pipeline with workers killed at random', () => {
       if (n > 1) duplicated.push(id);
     }
     if (missing.length + duplicated.length > 0) {
-      console.log(
-        JSON.stringify(
-          { missing: missing.length, duplicated: duplicated.length, dups: duplicated.slice(0, 5).map((id) => where.get(id)), logs: logs.slice(-30) },
-          null,
-          1,
-        ),
-      );
+      console.log(JSON.stringify({ missing: missing.length, duplicated: duplicated.length, dups: duplicated.slice(0, 5).map((id) => where.get(id)), logs: logs.slice(-30) }, null, 1));
     }
     expect({ missing: missing.slice(0, 20), duplicated: duplicated.slice(0, 20) }).toEqual({ missing: [], duplicated: [] });
     expect(seen.size).toBe(produced);

@@ -31,15 +31,7 @@ const C_SESSION_MS = 2500;
 
 async function fillFast(c: Connection, partitions: number, n: number): Promise<void> {
   for (let p = 0; p < partitions; p++) {
-    await c.produceBatch({
-      topic: TOPIC,
-      partition: p,
-      acks: '1',
-      idempotent: false,
-      firstSequence: 0,
-      lastSequence: 0,
-      records: Array.from({ length: n }, (_, i) => batchRec(`r${i}`)),
-    });
+    await c.produceBatch({ topic: TOPIC, partition: p, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: Array.from({ length: n }, (_, i) => batchRec(`r${i}`)) });
   }
 }
 
@@ -122,9 +114,7 @@ describe('group durability across kill -9', () => {
               acked.set(p, Math.max(acked.get(p)!, i));
               if (++acks === 200) killed = broker.kill('SIGKILL');
             },
-            (e) => {
-              errs.push(String(e));
-            },
+            (e) => { errs.push(String(e)); },
           ),
         );
       }
@@ -159,10 +149,7 @@ describe('group durability across kill -9', () => {
     const after = await groupStatus(admin, GROUP);
     expect(after.generation).toBe(before.generation);
     expect(after.leader).toBe(before.leader);
-    const shape = (s: GroupStatus) =>
-      s.members
-        .map((m) => ({ id: m.member_id, gen: m.generation, owned: m.assignments, target: m.target, session: m.session_timeout_ms }))
-        .sort((x, y) => x.id.localeCompare(y.id));
+    const shape = (s: GroupStatus) => s.members.map((m) => ({ id: m.member_id, gen: m.generation, owned: m.assignments, target: m.target, session: m.session_timeout_ms })).sort((x, y) => x.id.localeCompare(y.id));
     expect(shape(after)).toEqual(shape(before));
     expectExclusiveOwnership(after);
 
@@ -256,9 +243,7 @@ describe('group durability across kill -9', () => {
     expect(failure).toBeNull();
     const next = records.at(-1)!.offset + 1;
     // A whole, CRC-valid append (0x80: the storage's end-of-append attribute) whose value is not JSON.
-    const bad = encodeRecords([
-      { offset: next, timestamp: Date.now(), key: Buffer.from(JSON.stringify(['o', GROUP, TOPIC, 0])), value: Buffer.from('{not json'), attributes: 0x80 },
-    ]);
+    const bad = encodeRecords([{ offset: next, timestamp: Date.now(), key: Buffer.from(JSON.stringify(['o', GROUP, TOPIC, 0])), value: Buffer.from('{not json'), attributes: 0x80 }]);
     await fs.appendFile(seg, bad);
 
     await broker.relaunch();
@@ -296,12 +281,8 @@ describe('group durability across kill -9', () => {
     admin = await broker.connect();
     await expectError(groupStatus(admin, 'g-deleted'), 'group_not_found');
     for (let p = 0; p < 4; p++) expect(await fetchOffset(admin, TOPIC, 'g-deleted', p)).toEqual({ offset: 0, committed: false });
-    expect(await Promise.all([0, 1, 2, 3].map((p) => fetchOffset(admin, TOPIC, 'g-reset', p)))).toEqual(
-      [40, 7, 42, 43].map((offset) => ({ offset, committed: true })),
-    );
-    const groups = kv(await admin.command('LIST_GROUPS'))
-      .get('groups')!
-      .split(',');
+    expect(await Promise.all([0, 1, 2, 3].map((p) => fetchOffset(admin, TOPIC, 'g-reset', p)))).toEqual([40, 7, 42, 43].map((offset) => ({ offset, committed: true })));
+    const groups = kv(await admin.command('LIST_GROUPS')).get('groups')!.split(',');
     expect(groups).toContain('g-reset');
     expect(groups).not.toContain('g-deleted');
   });

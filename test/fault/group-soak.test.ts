@@ -38,13 +38,9 @@ const now = () => performance.timeOrigin + performance.now();
 
 function spawnMember(name: string, address: string, events: Ev[]): Member {
   const proc = trackChild(
-    spawn(
-      process.execPath,
-      [MEMBER, '--brokers', address, '--group', 'soak', '--topic', 'soak', '--id', name, '--session-ms', String(SESSION_MS), '--log-records'],
-      {
-        stdio: ['pipe', 'pipe', 'pipe'],
-      },
-    ),
+    spawn(process.execPath, [MEMBER, '--brokers', address, '--group', 'soak', '--topic', 'soak', '--id', name, '--session-ms', String(SESSION_MS), '--log-records'], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    }),
     'group-member',
   );
   let buf = '';
@@ -195,10 +191,7 @@ describe('group soak: random joins, leaves and kills', () => {
       for (const [p, list] of byPartition) {
         const sorted = [...list].sort((a, b) => a.from - b.from);
         for (let i = 1; i < sorted.length; i++) {
-          expect(
-            sorted[i]!.from,
-            `partition ${p}: ${sorted[i - 1]!.member} until ${sorted[i - 1]!.to}, ${sorted[i]!.member} from ${sorted[i]!.from}`,
-          ).toBeGreaterThanOrEqual(sorted[i - 1]!.to);
+          expect(sorted[i]!.from, `partition ${p}: ${sorted[i - 1]!.member} until ${sorted[i - 1]!.to}, ${sorted[i]!.member} from ${sorted[i]!.from}`).toBeGreaterThanOrEqual(sorted[i - 1]!.to);
           checked++;
         }
       }

@@ -11,13 +11,7 @@ const [port, topic, group, maxOffsetArg] = process.argv.slice(2);
 const maxOffset = Number(maxOffsetArg);
 const out = (o) => process.stdout.write(`${JSON.stringify({ ...o, at: Date.now() })}\n`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const fields = (reply) =>
-  Object.fromEntries(
-    reply
-      .split(' ')
-      .slice(1)
-      .map((kv) => kv.split('=')),
-  );
+const fields = (reply) => Object.fromEntries(reply.split(' ').slice(1).map((kv) => kv.split('=')));
 const parts = (v) => (v === '[]' ? [] : v.slice(1, -1).split(',').map(Number));
 
 const conn = await Connection.connect({ host: '127.0.0.1', port: Number(port) });
@@ -65,8 +59,7 @@ for (;;) {
   for (const p of owned) await op('commit', 'COMMIT_OFFSET', { topic, group, partition: p, offset, member, generation }, { partition: p, offset });
 }
 // Fenced: what a zombie would do next with its stale view of the world.
-for (const p of owned)
-  await op('commit', 'COMMIT_OFFSET', { topic, group, partition: p, offset: maxOffset, member, generation }, { partition: p, offset: maxOffset });
+for (const p of owned) await op('commit', 'COMMIT_OFFSET', { topic, group, partition: p, offset: maxOffset, member, generation }, { partition: p, offset: maxOffset });
 if (owned.length > 0) await op('batch', 'BATCH_COMMIT', { topic, group, member, generation }, { owned }, [owned.map((p) => `P${p}:${maxOffset}`).join(',')]);
 await op('rejoin', 'JOIN_GROUP', { topic, group, member, generation });
 out({ ev: 'exit', ok: true, member, generation, owned, sentAt: Date.now() });

@@ -57,12 +57,7 @@ describe('SIGSTOP zombie member', () => {
   });
 
   it('fences the resumed member’s heartbeat, commits and rejoin', async () => {
-    child = trackChild(
-      spawn(process.execPath, [path.join(HERE, 'group-zombie-member.mjs'), String(broker.port), TOPIC, GROUP, String(RECORDS)], {
-        stdio: ['ignore', 'pipe', 'pipe'],
-      }),
-      'group-member',
-    );
+    child = trackChild(spawn(process.execPath, [path.join(HERE, 'group-zombie-member.mjs'), String(broker.port), TOPIC, GROUP, String(RECORDS)], { stdio: ['ignore', 'pipe', 'pipe'] }), 'group-member');
     exited = new Promise((resolve) => child!.once('exit', (code) => resolve(code)));
     let buf = '';
     child.stdout!.on('data', (d: Buffer) => {
@@ -101,11 +96,7 @@ describe('SIGSTOP zombie member', () => {
     expect([...zOwned, ...b.owned].sort()).toEqual([0, 1, 2, 3]);
     // the child commits its partitions while alive
     const syncedAt = synced().at(-1)!.at;
-    await eventually(
-      'the child to commit its partitions',
-      async () => zOwned.every((p) => lines.some((l) => l.ev === 'commit' && l.ok && l.partition === p && l.sentAt >= syncedAt)),
-      3000,
-    );
+    await eventually('the child to commit its partitions', async () => zOwned.every((p) => lines.some((l) => l.ev === 'commit' && l.ok && l.partition === p && l.sentAt >= syncedAt)), 3000);
     expect(stderr).toBe('');
 
     // Freeze it well past its 1 s session.

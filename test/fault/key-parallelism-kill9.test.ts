@@ -166,10 +166,7 @@ describe('kill -9 of a consumer with concurrency', () => {
         }
       }
       // what the kill left unfinished, and what b ran again although a had handled it
-      const unfinished = a
-        .of('msg', p)
-        .filter((l) => !aDone.has(l.offset!))
-        .map((l) => l.offset!);
+      const unfinished = a.of('msg', p).filter((l) => !aDone.has(l.offset!)).map((l) => l.offset!);
       const rerun = [...aDone].filter((o) => o >= c[p]!);
       expect(unfinished.every((o) => o >= first && o < first + CONCURRENCY.maxBuffered)).toBe(true);
       expect(c[p]).toBeLessThanOrEqual(first);

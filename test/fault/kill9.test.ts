@@ -35,17 +35,7 @@ function batchOf(partition: number, ids: string[]): Batch {
     idempotent: false,
     firstSequence: 0,
     lastSequence: 0,
-    records: ids.map((id) => ({
-      offset: 0,
-      sequence: 0,
-      producerId: '',
-      key: null,
-      epoch: -1,
-      value: Buffer.from(`${id}|${PAD}`),
-      timestamp: 0,
-      attributes: 0,
-      headers: [],
-    })),
+    records: ids.map((id) => ({ offset: 0, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from(`${id}|${PAD}`), timestamp: 0, attributes: 0, headers: [] })),
   };
 }
 

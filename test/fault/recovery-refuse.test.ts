@@ -118,8 +118,7 @@ describe('recovery refuses damage it may not cut (real broker)', () => {
       const member = join.get('member')!;
       const generation = join.get('generation')!;
       await c.command('SYNC_GROUP', { topic: 't', group, member, generation });
-      for (let o = group === 'h' ? upTo : 1; o <= upTo; o++)
-        await c.command('COMMIT_OFFSET', { topic: 't', group, partition: 0, offset: o, member, generation });
+      for (let o = group === 'h' ? upTo : 1; o <= upTo; o++) await c.command('COMMIT_OFFSET', { topic: 't', group, partition: 0, offset: o, member, generation });
     }
     expect(await fetchOffset(c, 'g')).toBe('60:true');
     const dir = await partitionDir(broker.dataDir, '__consumer_offsets');

@@ -114,8 +114,7 @@ describe('retry and dead-letter topics with workers killed at random', () => {
       let offset = 0;
       for (;;) {
         const r = await admin.readRecords({ topic, partition: p, offset, maxRecords: 1000 });
-        for (const x of r.records)
-          out.push({ id: (JSON.parse(x.value.toString()) as { id: number }).id, attempt: decodeRetryInfo({ ...x, topic, partition: p }).attempt - 1 });
+        for (const x of r.records) out.push({ id: (JSON.parse(x.value.toString()) as { id: number }).id, attempt: decodeRetryInfo({ ...x, topic, partition: p }).attempt - 1 });
         if (r.records.length === 0 && r.nextOffset <= offset) break;
         offset = r.nextOffset;
       }
@@ -144,10 +143,7 @@ describe('retry and dead-letter topics with workers killed at random', () => {
       // fed in slices while the chaos runs, so kills land amid first attempts and retries alike
       void (async () => {
         for (let i = 0; i < N; i += 20) {
-          await producer.send({
-            topic: TOPIC,
-            messages: Array.from({ length: 20 }, (_, j) => ({ key: `k${(i + j) % 37}`, value: JSON.stringify({ id: i + j }) })),
-          });
+          await producer.send({ topic: TOPIC, messages: Array.from({ length: 20 }, (_, j) => ({ key: `k${(i + j) % 37}`, value: JSON.stringify({ id: i + j }) })) });
           await sleep(500);
         }
       })();
@@ -169,11 +165,7 @@ describe('retry and dead-letter topics with workers killed at random', () => {
       expect(kills).toBeGreaterThanOrEqual(4);
 
       // Drained: the input and both retry topics are consumed to their ends by their groups.
-      const groups: Array<[string, string]> = [
-        [GROUP, TOPIC],
-        [`${GROUP}.retry.1`, RETRY[0]!],
-        [`${GROUP}.retry.2`, RETRY[1]!],
-      ];
+      const groups: Array<[string, string]> = [[GROUP, TOPIC], [`${GROUP}.retry.1`, RETRY[0]!], [`${GROUP}.retry.2`, RETRY[1]!]];
       const drainBy = Date.now() + 120_000;
       for (;;) {
         let drained = (await admin.listOffsets(TOPIC)).reduce((a, o) => a + o.latest, 0) === N;

@@ -36,8 +36,7 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
 
     const produce = async (conn: Connection, tag: string, perPartition: number) => {
       const acks: Array<Promise<{ partition: number; offset: number }>> = [];
-      for (let p = 0; p < PARTITIONS; p++)
-        for (let i = 0; i < perPartition; i++) acks.push(conn.json('PUBLISH', { topic: TOPIC, partition: p, message: `${tag}-${p}-${i}` }));
+      for (let p = 0; p < PARTITIONS; p++) for (let i = 0; i < perPartition; i++) acks.push(conn.json('PUBLISH', { topic: TOPIC, partition: p, message: `${tag}-${p}-${i}` }));
       return Promise.all(acks);
     };
     const committed = async (conn: Connection) => {
@@ -76,9 +75,7 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
       c.on('group.join', (j) => joins.push(j.memberId));
       let heartbeats = 0;
       c.on('heartbeat', () => heartbeats++);
-      const run = c.run({
-        eachMessage: ({ message }) => void seen.push({ value: message.value.toString(), partition: message.partition, offset: message.offset, at: Date.now() }),
-      });
+      const run = c.run({ eachMessage: ({ message }) => void seen.push({ value: message.value.toString(), partition: message.partition, offset: message.offset, at: Date.now() }) });
 
       await until(() => seen.length === 200, 15_000, 'phase 1 consumed', 20);
       await until(async () => (await committed(admin)).every((o) => o === 50), 10_000, 'phase 1 committed', 20);
@@ -148,8 +145,7 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
     await admin.command('CREATE', { topic: TOPIC, partitions: PARTITIONS });
     const PER = 300;
     const acks: Array<Promise<unknown>> = [];
-    for (let p = 0; p < PARTITIONS; p++)
-      for (let i = 0; i < PER; i++) acks.push(admin.command('PUBLISH', { topic: TOPIC, partition: p, message: `${p}-${i}` }));
+    for (let p = 0; p < PARTITIONS; p++) for (let i = 0; i < PER; i++) acks.push(admin.command('PUBLISH', { topic: TOPIC, partition: p, message: `${p}-${i}` }));
     await Promise.all(acks);
 
     const c = new Consumer({
@@ -194,27 +190,17 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
       const r = parseLine(await admin.command('FETCH_OFFSET', { topic: TOPIC, group: 'g-midway', partition: p })).params;
       durable.push(Number(r.get('offset')));
     }
-    await until(
-      () => new Set(seen.map((x) => `${x.partition}:${x.offset}`)).size === PARTITIONS * PER,
-      30_000,
-      'everything consumed after the restart',
-      20,
-    ).catch((err: Error) => {
+    await until(() => new Set(seen.map((x) => `${x.partition}:${x.offset}`)).size === PARTITIONS * PER, 30_000, 'everything consumed after the restart', 20).catch((err: Error) => {
       const per = Array.from({ length: PARTITIONS }, (_, p) => new Set(seen.filter((x) => x.partition === p).map((x) => x.offset)).size);
       throw new Error(`${err.message}: per partition ${per}, state ${c.state}, assignment ${c.assignment()}\n${log.join('\n')}`);
     });
-    await until(
-      async () => {
-        for (let p = 0; p < PARTITIONS; p++) {
-          const r = parseLine(await admin.command('FETCH_OFFSET', { topic: TOPIC, group: 'g-midway', partition: p })).params;
-          if (Number(r.get('offset')) !== PER) return false;
-        }
-        return true;
-      },
-      10_000,
-      'everything committed',
-      20,
-    );
+    await until(async () => {
+      for (let p = 0; p < PARTITIONS; p++) {
+        const r = parseLine(await admin.command('FETCH_OFFSET', { topic: TOPIC, group: 'g-midway', partition: p })).params;
+        if (Number(r.get('offset')) !== PER) return false;
+      }
+      return true;
+    }, 10_000, 'everything committed', 20);
     await c.close();
     await run;
     await admin.close();
@@ -229,8 +215,7 @@ describe('SDK consumer across a broker kill -9 and restart', () => {
       for (const [o, n] of counts) {
         // at most twice, and a second delivery only for a record the durable commit did not cover
         expect(n, `partition ${p} offset ${o}\n${log.join('\n')}`).toBeLessThanOrEqual(2);
-        if (n === 2)
-          expect(o, `partition ${p} offset ${o} redelivered below the durable commit ${durable[p]}\n${log.join('\n')}`).toBeGreaterThanOrEqual(durable[p]!);
+        if (n === 2) expect(o, `partition ${p} offset ${o} redelivered below the durable commit ${durable[p]}\n${log.join('\n')}`).toBeGreaterThanOrEqual(durable[p]!);
       }
       // before the kill, nothing twice
       const before = mine.filter((x) => x.at <= killedAt).map((x) => x.offset);
