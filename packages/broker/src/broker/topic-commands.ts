@@ -8,6 +8,7 @@ import type { Partition } from '../partition/partition.js';
 import { partitionOffsets } from './partition-offsets.js';
 import type { TopicSpec } from '../partition/topic-manager.js';
 import { MAX_RETENTION_HOURS } from '../common/config.js';
+import { failpoint } from '../common/failpoints.js';
 
 /**
  * How long CREATE and ADD_PARTITIONS wait, in a cluster, for every new partition's leader to serve it; then
@@ -128,6 +129,8 @@ async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<
   // delete their groups' on the metadata store's event (broker.ts). A failure is logged: the coordinator
   // deletes them when it next loads them, if the topic is not back by then (docs/operations.md).
   if (!b.cluster) await b.coordinator.deleteTopicOffsets(name).catch((err: unknown) => b.logger.error({ err, topic: name }, 'deleting the committed offsets of a deleted topic failed'));
+  // Fault tests crash the broker here: the definition is gone, its reassignments and states are not yet.
+  if (b.cluster) failpoint(`topic.delete.cleanup:${name}`);
   // Reassignments of a deleted topic have nothing left to move (best effort).
   await b.cluster?.reassignments.deleteTopic(name, b.cluster.store.definitionKey(name)).catch(() => {});
   // Nor its partition states, of its topic id only: a topic re-created meanwhile keeps its own (one left
