@@ -131,7 +131,8 @@ async function del(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<
   if (!b.cluster) await b.coordinator.deleteTopicOffsets(name).catch((err: unknown) => b.logger.error({ err, topic: name }, 'deleting the committed offsets of a deleted topic failed'));
   // Fault tests crash the broker here: the definition is gone, its reassignments and states are not yet.
   if (b.cluster) failpoint(`topic.delete.cleanup:${name}`);
-  // Reassignments of a deleted topic have nothing left to move (best effort).
+  // Reassignments of a deleted topic have nothing left to move (best effort: what a crash here leaves, the
+  // controller removes, Controller.dropDeletedTopicLeftovers).
   await b.cluster?.reassignments.deleteTopic(name, b.cluster.store.definitionKey(name)).catch(() => {});
   // Nor its partition states, of its topic id only: a topic re-created meanwhile keeps its own (one left
   // behind is deleted when the name is created again: ClusterNode.createPartitionStates).

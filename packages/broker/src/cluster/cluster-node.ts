@@ -169,6 +169,11 @@ export class ClusterNode {
       registry: this.registry,
       states: this.states,
       reassignments: this.reassignments,
+      topics: {
+        definitionKey: (topic) => this.store.definitionKey(topic),
+        cachedId: (topic) => this.store.getTopic(topic)?.topicId,
+        readId: async (topic) => (await this.store.readTopic(topic))?.topicId,
+      },
       logger: this.part('controller'),
       uncleanLeaderElection: this.config.uncleanLeaderElection,
       preferredLeader: this.config.autoLeaderRebalance ? { delayMs: this.config.leaderRebalanceDelayMs } : undefined,

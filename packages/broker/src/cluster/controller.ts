@@ -93,6 +93,12 @@ export class Controller {
       preferredLeader?: { delayMs: number };
       /** Inter-broker TLS: the liveness probe's connections complete a handshake, as peers' do. */
       peerTls?: tls.ConnectionOptions;
+      /**
+       * What the controller needs of topic definitions to remove what a deleted topic left behind: a
+       * definition's etcd key (ReassignmentStore.deleteTopic spares requests newer than it), and a topic's
+       * id as this broker's cache has it and as etcd has it now (undefined: no such topic).
+       */
+      topics?: { definitionKey(topic: string): string; cachedId(topic: string): string | undefined; readId(topic: string): Promise<string | undefined> };
       /** Extra work while controller (e.g. creating internal topics once enough brokers are up). */
       onTick?: () => Promise<void>;
       /** The controller took brokers out of a partition's ISR (tributary_isr_shrinks_total, docs/operations.md). */
@@ -199,6 +205,7 @@ export class Controller {
       const at = this.joined.get(id);
       return at === undefined || now - at >= preferred.delayMs;
     };
+    await this.dropDeletedTopicLeftovers();
     await leadershipPass({
       entries: this.deps.states.list(),
       live: () => this.liveBrokers(performance.now()),
@@ -206,12 +213,12 @@ export class Controller {
       decide: (e, live) => {
         const failover = nextLeadership(e.value, live, this.deps.uncleanLeaderElection);
         // Failover first; a reassignment takes its next step on the following pass, from the new state.
-        if (!failover && (e.value.reassign || this.deps.reassignments?.get(e.topic, e.partition))) return 'reassign';
+        if (!failover && (e.value.reassign || this.requestOf(e))) return 'reassign';
         if (failover) return { next: failover, reason: 'failover' };
         const next = preferred ? preferredLeadership(e.value, ready) : undefined;
         return next && { next, reason: 'preferred leader' };
       },
-      reassign: (e, live) => this.reassignStep(e, this.deps.reassignments?.get(e.topic, e.partition), live),
+      reassign: (e, live) => this.reassignStep(e, this.requestOf(e), live),
       move: async (e, { next, reason }) => {
         const res = await this.deps.states.compareAndSet(e.topic, e.partition, { modRevision: e.modRevision }, next);
         if (!res.ok) return;
@@ -224,6 +231,62 @@ export class Controller {
       },
     });
     if (this.deps.election.isController) await this.deps.onTick?.();
+  }
+
+  /**
+   * The request for a partition, unless it is older than the partition's state: a request is stored only
+   * for a partition whose state exists, so an older one was made for a deleted topic of the same name
+   * and left behind (dropDeletedTopicLeftovers removes it); carried out, it would move the new topic's replicas.
+   */
+  private requestOf(e: PartitionStateEntry): ReassignmentEntry | undefined {
+    const r = this.deps.reassignments?.get(e.topic, e.partition);
+    return r && r.createRevision > e.createRevision ? r : undefined;
+  }
+
+  /**
+   * Removes what deleted topics left behind. DELETE removes a topic's reassignment requests and partition
+   * states after its definition, best effort: a broker killed between the two, or etcd unreachable then,
+   * leaves them, for CLUSTER_STATUS to go on listing, REASSIGN_CANCEL to "cancel", and a topic re-created
+   * under the name to inherit (its partitions refused to REASSIGN as in progress, or moved by the old
+   * request). Candidates come from the caches; what goes is decided on etcd's own answers: states of a
+   * topic id that is not the name's current one, and requests older than the name's current definition.
+   */
+  private async dropDeletedTopicLeftovers(): Promise<void> {
+    const topics = this.deps.topics;
+    if (!topics) return;
+    const stale = new Map<string, Set<string>>();
+    for (const e of this.deps.states.list()) {
+      const id = e.value.topicId;
+      if (id === undefined || topics.cachedId(e.topic) === id) continue;
+      stale.set(e.topic, (stale.get(e.topic) ?? new Set()).add(id));
+    }
+    const store = this.deps.reassignments;
+    const requestTopics = new Set<string>();
+    for (const r of store?.list() ?? []) {
+      const s = this.deps.states.get(r.topic, r.partition);
+      if (!s || r.createRevision < s.createRevision) requestTopics.add(r.topic);
+    }
+    try {
+      for (const [topic, ids] of stale) {
+        if (!this.deps.election.isController) return;
+        const current = await topics.readId(topic);
+        for (const id of ids) {
+          if (id === current) continue;
+          await this.deps.states.deleteTopic(topic, id);
+          this.deps.logger.info({ topic, topicId: id }, 'partition states of a deleted topic removed');
+        }
+      }
+      for (const topic of requestTopics) {
+        if (!store || !this.deps.election.isController) return;
+        const before = store.list(topic).length;
+        await store.deleteTopic(topic, topics.definitionKey(topic));
+        const removed = before - store.list(topic).length;
+        if (removed > 0) this.deps.logger.info({ topic, removed }, 'reassignment requests of a deleted topic removed');
+      }
+    } catch (err) {
+      // The failover pass must not wait on this: it is tried again on the next pass.
+      this.deps.logger.warn({ err }, 'removing what a deleted topic left behind failed; retrying on the next pass');
+    }
   }
 
   /** One step of a partition's reassignment (reassignment.ts), by compare-and-set on its state. */
