@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Etcd3 } from 'etcd3';
 import { type CompareAndSetResult, type PartitionState, type PartitionStateEntry, PartitionStateStore } from 'tributary-broker/cluster/partition-state.js';
 import { type EtcdServer, startEtcd } from '../../helpers/etcd.js';
 import { REQUEST_TIMEOUT_MS, uniquePrefix } from './helpers.js';
@@ -160,5 +161,35 @@ describe('PartitionStateStore', () => {
     await a.deleteTopic('w', 'w-id');
     await eventually('B to see all three changes', () => seen.length === 3);
     expect(seen).toEqual(['changed w/0 leader=1 epoch=0', 'changed w/0 leader=2 epoch=1', 'deleted w/0']);
+  });
+  it('compareAndSetDeleting writes the state and deletes the other key together, or neither when either changed', async () => {
+    const prefix = uniquePrefix('cas-delete');
+    const store = await openStore(prefix);
+    await store.create('orders', [state(1, 0)]);
+    const client = new Etcd3({ hosts: etcd.endpoints });
+    const key = `${prefix}reassignments/orders/0`;
+    try {
+      await client.put(key).value('{"target":[1,2,4]}');
+      const at = async () => Number((await client.if(key, 'Version', '>', -1).then(client.get(key)).commit()).responses[0]!.response_range.kvs[0]?.mod_revision ?? 0);
+      const requestRevision = await at();
+      // The other key changed since it was read (a cancel stored meanwhile): nothing is written.
+      await client.put(key).value('{"target":[1,2,4],"cancel":true}');
+      const base = store.get('orders', 0)!;
+      expect(await store.compareAndSetDeleting('orders', 0, base.modRevision, state(1, 0, { replicas: [1, 2, 4], isr: [1, 2, 4] }), { key, modRevision: requestRevision })).toBeUndefined();
+      expect((await store.read('orders', 0))?.value).toEqual(state(1, 0));
+      expect(await client.get(key).string()).toContain('cancel');
+      // Both as read: the state is written and the key is gone, in one revision.
+      const revision = await store.compareAndSetDeleting('orders', 0, base.modRevision, state(1, 0, { replicas: [1, 3, 2], isr: [1, 3, 2] }), { key, modRevision: await at() });
+      expect(revision).toBeGreaterThan(base.modRevision);
+      expect(store.get('orders', 0)?.modRevision).toBe(revision);
+      expect((await store.read('orders', 0))?.value.replicas).toEqual([1, 3, 2]);
+      expect(await client.get(key).string()).toBeNull();
+      // The state changed since: nothing is written.
+      await client.put(key).value('{"target":[1,2,3]}');
+      expect(await store.compareAndSetDeleting('orders', 0, base.modRevision, state(1, 0), { key, modRevision: await at() })).toBeUndefined();
+      expect(await client.get(key).string()).not.toBeNull();
+    } finally {
+      client.close();
+    }
   });
 });
