@@ -2,7 +2,8 @@
  * Administrative operations under faults, Jepsen-style: 4 brokers and etcd (test/chaos/cluster.ts), an
  * acks=all plain and idempotent producer writing every partition of `ops` (RF 3, min ISR 2) and a
  * consumer group reading it (test/chaos/workload.ts), every send, delivery and commit in one history.
- * Meanwhile steps in a seeded order each run an admin operation and a fault at its worst moment:
+ * Meanwhile steps (the two failpoint steps and a seeded choice of 8 others, in a seeded order) each run an
+ * admin operation and a fault at its worst moment:
  *
  *   kill-target      a replica move throttled mid catch-up; kill -9 of the broker it moves to
  *   kill-source      the leader moved off; kill -9 of that leader mid catch-up
@@ -80,6 +81,10 @@ async function cancelRace(d: AdminDriver, topic: string, partitions: number, pha
 }
 
 type Step = (d: AdminDriver) => Promise<void>;
+
+/** Steps every run takes (each drives a failpoint to its fault deterministically). */
+const ALWAYS = ['cancel-completing', 'delete-crash'];
+const RANDOM_STEPS = 8;
 
 const steps: Record<string, Step> = {
   'kill-target': async (d) => {
@@ -210,7 +215,10 @@ const steps: Record<string, Step> = {
       await d.untilSettled(PHOENIX, 0, [back]);
       // auto leader rebalance makes the returning broker, now the preferred replica, the leader
       await d.c.waitFor(`broker ${into} leading ${PHOENIX}[0]`, 20_000, async () => (await d.part(PHOENIX, 0)).leader === into);
-      const log = (await d.c.readAll(into, PHOENIX, 0, 'read_uncommitted')).filter((r) => !r.control);
+      // (it may still be taking over: NOT_LEADER until then)
+      const log = (
+        await d.c.waitFor(`a read of ${PHOENIX}[0] on broker ${into}`, 15_000, () => d.c.readAll(into, PHOENIX, 0, 'read_uncommitted').catch(() => undefined))
+      ).filter((r) => !r.control);
       const got = log.map((r) => `${r.offset}:${r.value}`).join(' ');
       if (got !== fresh.map((v, i) => `${i}:${v}`).join(' ')) throw new Error(`${PHOENIX}[0] led by broker ${into} after the re-create: ${got.slice(0, 300)}`);
       await d.admin('DELETE', { topic: PHOENIX });
@@ -314,13 +322,18 @@ describe('admin operations under faults', () => {
       if (process.env.OPS_VERBOSE) console.log(line);
     };
     const rng = new Rng(seed);
-    // OPS_STEPS=a,b runs only those steps (in the seed's order), to replay one quickly
-    const only = process.env.OPS_STEPS?.split(',');
-    const order = Object.keys(steps).filter((k) => !only || only.includes(k));
-    for (let i = order.length - 1; i > 0; i--) {
-      const j = rng.int(0, i);
-      [order[i], order[j]] = [order[j]!, order[i]!];
-    }
+    // Every run takes the failpoint steps and a seeded choice of RANDOM_STEPS others, in a seeded order (so
+    // it stays near a minute); OPS_STEPS=a,b runs those steps instead, OPS_STEPS=all every one.
+    const only = process.env.OPS_STEPS === 'all' ? Object.keys(steps) : process.env.OPS_STEPS?.split(',');
+    const shuffle = (xs: string[]) => {
+      for (let i = xs.length - 1; i > 0; i--) {
+        const j = rng.int(0, i);
+        [xs[i], xs[j]] = [xs[j]!, xs[i]!];
+      }
+      return xs;
+    };
+    const chosen = only ?? [...ALWAYS, ...shuffle(Object.keys(steps).filter((k) => !ALWAYS.includes(k))).slice(0, RANDOM_STEPS)];
+    const order = shuffle(Object.keys(steps).filter((k) => chosen.includes(k)));
     log(`seed ${seed}: steps ${order.join(', ')}; files in ${dir}`);
     const history = new History(path.join(dir, 'history.jsonl'));
     const c = await ChaosCluster.start({
@@ -350,7 +363,7 @@ describe('admin operations under faults', () => {
     cleanups.push(() => producers.stop(1000));
     producers.start();
     // enough in every log that a throttled new replica is still catching up seconds later
-    await c.waitFor('a warm-up of 3000 acknowledged sends', 30_000, async () => history.ops.filter((o) => o.f === 'send' && o.outcome === 'ok').length >= 3000);
+    await c.waitFor('a warm-up of 1500 acknowledged sends', 30_000, async () => history.ops.filter((o) => o.f === 'send' && o.outcome === 'ok').length >= 1500);
 
     const d = new AdminDriver(c, Rng.derive(seed, 'steps'), log);
     const failures: string[] = [];
