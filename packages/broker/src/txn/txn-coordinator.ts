@@ -12,6 +12,7 @@ import {
   type Entry,
   RECOVERED,
   STATUS,
+  ProducerIdMappingError,
   type TxnCaller,
   type TxnPublishResult,
   type TxnStatusState,
@@ -283,8 +284,17 @@ export class TransactionCoordinator {
   /**
    * INIT_PRODUCER_ID: a new id gets a producer id at epoch 0; a known one gets its epoch bumped, which
    * fences every older producer of the id; an open transaction of the old epoch is aborted first.
+   * `expected` (Kafka's InitProducerId v3+, KIP-360): the pair the producer holds, checked under the id's
+   * lock. A known id's current pair is bumped and remembered as its previous one; the previous pair (the
+   * same request sent again, its answer lost) gets the current one, with no bump and no abort; any other
+   * pair is refused: `producer_fenced` for an epoch of the id's producer id, else ProducerIdMappingError.
    */
-  initProducerId(id: string, timeoutMs?: number, caller?: TxnCaller): Promise<{ producerId: string; epoch: number }> {
+  initProducerId(
+    id: string,
+    timeoutMs?: number,
+    caller?: TxnCaller,
+    expected?: { producerId: string; epoch: number },
+  ): Promise<{ producerId: string; epoch: number }> {
     this.checkOwner(id);
     const timeout = timeoutMs ?? this.deps.config.defaultTimeoutMs;
     if (timeout > this.deps.config.maxTimeoutMs) throw invalidParam('transaction_timeout_ms', `at most ${this.deps.config.maxTimeoutMs}`);
@@ -292,6 +302,8 @@ export class TransactionCoordinator {
       const now = this.clock.now();
       let e = this.txns.get(id);
       if (!e) {
+        // Kafka creates an unknown id at epoch -1, which any named pair passes (@platformatic/kafka names
+        // producer id 0 at epoch 0 on its first init).
         const meta: TxnMetadata = {
           transactionalId: id,
           producerId: await this.deps.producerIds.allocate(),
@@ -312,24 +324,36 @@ export class TransactionCoordinator {
       // Under the lock: the owner is set here only (docs/security.md, "Transactional ids").
       checkCaller(e, 'INIT_PRODUCER_ID', caller);
       const m = e.meta;
+      if (expected && !(expected.producerId === m.producerId && expected.epoch === m.epoch)) {
+        if (expected.producerId === m.lastProducerId && expected.epoch === m.lastEpoch) return { producerId: m.producerId, epoch: m.epoch };
+        if (expected.producerId !== m.producerId) throw new ProducerIdMappingError(id, expected.producerId);
+        throw new TributaryError('producer_fenced', { transactional_id: id, epoch: expected.epoch, current_epoch: m.epoch });
+      }
       if (m.state === 'prepare_commit' || m.state === 'prepare_abort') await this.finisher.awaitFinish(e);
+      const previous = expected ? { lastProducerId: expected.producerId, lastEpoch: expected.epoch } : {};
+      // What stays if the write below fails: the state before a bump nobody got; an open transaction's
+      // abort is durable by then, with its new epoch, which a retry of this request gets.
+      let restore: TxnMetadata;
       if (m.state === 'open') {
         // The abort's markers carry the new epoch, which fences the old one on every partition it wrote.
         await this.finisher.end(e, 'abort', 'fenced');
         // That abort was the old producer's: the new one has no transaction to end yet.
         e.endedEpoch = -1;
+        restore = { ...m, ...previous };
       } else {
+        restore = { ...m };
         await bumpEpoch(e.meta, this.deps.producerIds);
       }
+      Object.assign(m, previous);
       m.timeoutMs = timeout;
       m.updatedMs = now;
       // An id without an owner (written before owners were kept) is claimed; an admin takes it over.
-      const owner = m.owner;
       if (caller) m.owner = caller.principal;
       try {
         await this.deps.log.write(m);
       } catch (err) {
-        m.owner = owner;
+        for (const k of Object.keys(m) as (keyof TxnMetadata)[]) if (!(k in restore)) delete m[k];
+        Object.assign(m, restore);
         throw err;
       }
       return { producerId: m.producerId, epoch: m.epoch };

@@ -122,13 +122,28 @@ export function newEntry(meta: TxnMetadata, recovered: boolean): Entry {
   };
 }
 
+/**
+ * INIT_PRODUCER_ID naming a producer id (KIP-360) that is not the transactional id's, current or previous:
+ * Kafka's INVALID_PRODUCER_ID_MAPPING (the main port has no such request).
+ */
+export class ProducerIdMappingError extends TributaryError {
+  constructor(id: string, producerId: string) {
+    super('invalid_producer_epoch', { transactional_id: id, producer_id: producerId, reason: 'not the transactional id\'s producer id' });
+  }
+}
+
 /** Where a transactional id's producer ids come from (ProducerIdAllocator). */
 export interface ProducerIds {
   allocate(): Promise<string>;
 }
 
-/** The next epoch; at the end of the range, a new producer id starts over at 0. */
+/**
+ * The next epoch; at the end of the range, a new producer id starts over at 0. The previous pair of a
+ * KIP-360 INIT_PRODUCER_ID is forgotten: it was the previous of the epoch this one replaces.
+ */
 export async function bumpEpoch(m: TxnMetadata, ids: ProducerIds): Promise<void> {
+  delete m.lastProducerId;
+  delete m.lastEpoch;
   if (m.epoch >= MAX_PRODUCER_EPOCH) {
     m.producerId = await ids.allocate();
     m.epoch = 0;

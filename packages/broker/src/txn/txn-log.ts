@@ -45,6 +45,14 @@ export interface TxnMetadata {
    * (docs/security.md, "Transactional ids"). Absent in records of earlier versions: the next to initialize claims it.
    */
   owner?: string;
+  /**
+   * The producer id and epoch the last INIT_PRODUCER_ID that named its producer's pair (Kafka's
+   * InitProducerId v3+, KIP-360) bumped from: the same request sent again (its answer lost) gets the
+   * current pair without another bump. Only while `producerId`/`epoch` are that bump's: any other move of
+   * the epoch removes them. Absent in records of earlier versions: no previous pair.
+   */
+  lastProducerId?: string;
+  lastEpoch?: number;
 }
 
 function encodeKey(id: string): Buffer {
@@ -62,7 +70,9 @@ function validMetadata(v: unknown): v is TxnMetadata {
     ['empty', 'open', 'prepare_commit', 'prepare_abort', 'committed', 'aborted'].includes(m.state) &&
     Array.isArray(m.partitions) &&
     Array.isArray(m.offsets) &&
-    (m.owner === undefined || typeof m.owner === 'string')
+    (m.owner === undefined || typeof m.owner === 'string') &&
+    (m.lastProducerId === undefined || typeof m.lastProducerId === 'string') &&
+    (m.lastEpoch === undefined || Number.isSafeInteger(m.lastEpoch))
   );
 }
 

@@ -6,6 +6,7 @@
  * and from there (TXN_OFFSETS) to the id's.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
+import { ProducerIdMappingError } from '../../txn/txn-entry.js';
 import { ConcurrentTransactionsError } from '../../txn/txn-kafka.js';
 import { TXN_STATE_TOPIC } from '../../txn/txn-log.js';
 import type { StageRequest } from '../../txn/txn-targets.js';
@@ -72,26 +73,15 @@ export async function initTransactional(ctx: KafkaRequestContext, version: numbe
     const timeout = body.transactionTimeoutMs as number;
     if (!(timeout > 0) || timeout > ctx.broker.config.maxTransactionTimeoutMs) return fail(code('INVALID_TRANSACTION_TIMEOUT'));
     const txns = ctx.broker.transactions;
-    // v3+ (KIP-360): a producer that names its id and epoch must hold them, or it is a zombie. As Kafka's
-    // KafkaApis: half a pair (-1 on one side only) is INVALID_REQUEST.
+    // v3+ (KIP-360): a producer that names its id and epoch must hold them, or be resending the request
+    // that bumped them (its answer lost), or it is a zombie: the coordinator checks under the id's lock.
+    // As Kafka's KafkaApis: half a pair (-1 on one side only) is INVALID_REQUEST.
     const given = version >= 3 ? (body.producerId as bigint) : -1n;
     const givenEpoch = version >= 3 ? (body.producerEpoch as number) : -1;
     if ((given === -1n) !== (givenEpoch === -1)) return fail(code('INVALID_REQUEST'));
-    if (given !== -1n) {
-      let current: { producerId: string; epoch: number } | undefined;
-      try {
-        current = txns.status(id);
-      } catch {
-        // An id the coordinator does not know (new, or expired): Kafka creates its state at epoch -1, which
-        // any named pair passes (@platformatic/kafka names producer id 0 at epoch 0 on its first init).
-        // Other failures (not this broker's id, loading) are INIT_PRODUCER_ID's to answer, below.
-        current = undefined;
-      }
-      if (current && current.producerId !== String(given)) return fail(code('INVALID_PRODUCER_ID_MAPPING'));
-      if (current && current.epoch !== givenEpoch) return fail(code(version >= 4 ? 'PRODUCER_FENCED' : 'INVALID_PRODUCER_EPOCH'));
-    }
+    const expected = given === -1n ? undefined : { producerId: String(given), epoch: givenEpoch };
     asked = true;
-    const r = await txns.initProducerId(id, timeout, ctx.broker.security.txnCaller(ctx.identity));
+    const r = await txns.initProducerId(id, timeout, ctx.broker.security.txnCaller(ctx.identity), expected);
     return { throttleTimeMs: 0, errorCode: 0, producerId: BigInt(r.producerId), producerEpoch: r.epoch };
   } catch (err) {
     // The id's previous transaction is decided but not finished (its markers or offsets failed; the
@@ -101,6 +91,9 @@ export async function initTransactional(ctx: KafkaRequestContext, version: numbe
     // A refusal (no permission on the id) or a broker shutting down keeps its own answer.
     // Another principal's id, found under the coordinator's lock (initialized meanwhile).
     if (err instanceof TributaryError && err.code === 'NOT_AUTHORIZED_FOR_OPERATION') return fail(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
+    // A named pair refused (KIP-360) is the answer whatever the id's transaction is doing.
+    if (err instanceof ProducerIdMappingError) return fail(code('INVALID_PRODUCER_ID_MAPPING'));
+    if (err instanceof TributaryError && err.code === 'producer_fenced') return fail(coordinatorTxnCode(err, version >= 4));
     const stopping = err instanceof TributaryError && err.code === 'shutting_down';
     if (asked && !stopping && finishPending(ctx, id)) return fail(code('CONCURRENT_TRANSACTIONS'));
     return fail(coordinatorTxnCode(err, version >= 4));

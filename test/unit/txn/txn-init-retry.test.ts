@@ -1,0 +1,88 @@
+/**
+ * INIT_PRODUCER_ID naming the producer's id and epoch (Kafka's InitProducerId v3+, KIP-360): its bump is
+ * remembered with the pair it replaced, so the same request sent again (its answer was lost) gets the
+ * current pair without another bump; any other stale pair is fenced. The previous pair is durable (the
+ * id's record in __transaction_state) and forgotten by any other move of the epoch.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { TransactionCoordinator } from 'tributary-broker/txn/txn-coordinator.js';
+import { type Coordinators, openCoordinators } from '../../helpers/coordinators.js';
+import { FakeClock } from '../../helpers/fake-clock.js';
+import { errorCode, removeDir, tempDir, until } from '../../helpers/util.js';
+
+const TOPIC = 'data';
+let dir: string;
+let clock: FakeClock;
+let c: Coordinators;
+let txns: TransactionCoordinator;
+
+beforeEach(async () => {
+  dir = await tempDir('trib-txn-retry-');
+  clock = new FakeClock();
+  c = await openCoordinators(dir, clock, { topics: { [TOPIC]: 1 } });
+  txns = c.txns;
+});
+
+afterEach(async () => {
+  await c.close();
+  await removeDir(dir);
+});
+
+const init = (id: string, producerId: string, epoch: number) => txns.initProducerId(id, 60_000, undefined, { producerId, epoch });
+
+describe('INIT_PRODUCER_ID with the producer id and epoch (KIP-360)', () => {
+  it('a retry naming the pair the last bump replaced gets the current pair, without another bump; an older pair is fenced', async () => {
+    const { producerId: p } = await txns.initProducerId('r-1', 60_000);
+    expect(await init('r-1', p, 0)).toEqual({ producerId: p, epoch: 1 });
+    expect(await init('r-1', p, 0)).toEqual({ producerId: p, epoch: 1 });
+    expect(await init('r-1', p, 0)).toEqual({ producerId: p, epoch: 1 });
+    expect(txns.status('r-1').epoch).toBe(1);
+    // The producer goes on from epoch 1: its bump remembers epoch 1, and epoch 0 is just stale now.
+    expect(await init('r-1', p, 1)).toEqual({ producerId: p, epoch: 2 });
+    expect(await errorCode(init('r-1', p, 0))).toBe('producer_fenced');
+    expect(await errorCode(init('r-1', p, 7))).toBe('producer_fenced');
+    expect(await init('r-1', p, 1)).toEqual({ producerId: p, epoch: 2 });
+    // Another producer id is not the id's (Kafka's INVALID_PRODUCER_ID_MAPPING).
+    expect(await errorCode(init('r-1', String(Number(p) + 1000), 1))).toBe('invalid_producer_epoch');
+    expect(txns.status('r-1').epoch).toBe(2);
+  });
+
+  it('the previous pair survives a restart (the id state record keeps it)', async () => {
+    const { producerId: p } = await txns.initProducerId('r-2', 60_000);
+    expect(await init('r-2', p, 0)).toEqual({ producerId: p, epoch: 1 });
+    await c.close();
+    c = await openCoordinators(dir, clock, { topics: { [TOPIC]: 1 } });
+    txns = c.txns;
+    await until(() => {
+      try {
+        return txns.status('r-2').epoch === 1;
+      } catch {
+        return false;
+      }
+    }, 5000, 'r-2 loaded');
+    expect(await init('r-2', p, 0)).toEqual({ producerId: p, epoch: 1 });
+    expect(txns.status('r-2').epoch).toBe(1);
+  });
+
+  it('an INIT_PRODUCER_ID without a pair, or a timeout abort, forgets the previous pair', async () => {
+    const { producerId: p } = await txns.initProducerId('r-3', 60_000);
+    expect(await init('r-3', p, 0)).toEqual({ producerId: p, epoch: 1 });
+    expect(await txns.initProducerId('r-3', 60_000)).toEqual({ producerId: p, epoch: 2 });
+    expect(await errorCode(init('r-3', p, 0))).toBe('producer_fenced');
+    expect(await errorCode(init('r-3', p, 1))).toBe('producer_fenced');
+
+    const { producerId: q } = await txns.initProducerId('r-4', 1000);
+    expect(await txns.initProducerId('r-4', 1000, undefined, { producerId: q, epoch: 0 })).toEqual({ producerId: q, epoch: 1 });
+    await txns.begin('r-4', q, 1);
+    await clock.advance(1000);
+    await until(() => txns.status('r-4').state === 'aborted', 5000, 'the timeout abort');
+    expect(txns.status('r-4').epoch).toBe(2);
+    expect(await errorCode(init('r-4', q, 0))).toBe('producer_fenced');
+  });
+
+  it('an id the coordinator does not know takes any pair (as Kafka creates it at epoch -1)', async () => {
+    const r = await init('r-5', '0', 0);
+    expect(r.epoch).toBe(0);
+    expect(await init('r-5', r.producerId, 0)).toEqual({ producerId: r.producerId, epoch: 1 });
+  });
+});
