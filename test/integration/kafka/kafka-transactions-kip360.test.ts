@@ -71,6 +71,21 @@ describe('Kafka InitProducerId retries (KIP-360)', () => {
     expect((await init('kip360-stale', p, 2)).errorCode).toBe(kafkaErrorCode('PRODUCER_FENCED'));
   });
 
+  it('two producers naming the same current pair at once both get the one bump (the check runs under the coordinator lock of the id)', async () => {
+    raw ??= await RawKafka.connect(broker.kafkaPort);
+    const f = await init('kip360-race', -1n, -1);
+    const p = f.producerId as bigint;
+    const others = await Promise.all([0, 1, 2].map(() => RawKafka.connect(broker.kafkaPort)));
+    try {
+      const send = (r: RawKafka) => r.call(22, 4, { transactionalId: 'kip360-race', transactionTimeoutMs: 60_000, producerId: p, producerEpoch: 0 });
+      const answers = await Promise.all(others.map(send));
+      expect(answers.map(answer)).toEqual(others.map(() => [0, p, 1]));
+      expect(answer(await init('kip360-race', p, 1))).toEqual([0, p, 2]);
+    } finally {
+      for (const r of others) r.socket.destroy();
+    }
+  });
+
   it('the retry is recognised after a broker restart (the previous pair is reloaded from __transaction_state)', async () => {
     raw ??= await RawKafka.connect(broker.kafkaPort);
     const f = await init('kip360-restart', -1n, -1);
