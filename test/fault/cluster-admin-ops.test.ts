@@ -2,7 +2,7 @@
  * Administrative operations under faults, Jepsen-style: 4 brokers and etcd (test/chaos/cluster.ts), an
  * acks=all plain and idempotent producer writing every partition of `ops` (RF 3, min ISR 2) and a
  * consumer group reading it (test/chaos/workload.ts), every send, delivery and commit in one history.
- * Meanwhile steps (the two failpoint steps and a seeded choice of 8 others, in a seeded order) each run an
+ * Meanwhile steps (the three failpoint steps and a seeded choice of 8 others, in a seeded order) each run an
  * admin operation and a fault at its worst moment:
  *
  *   kill-target      a replica move throttled mid catch-up; kill -9 of the broker it moves to
@@ -17,6 +17,8 @@
  *   delete-dead-target  DELETE while the broker a move goes to is dead, re-create, move onto it: new log only
  *   etcd-outage-drain   DRAIN_BROKER throttled, etcd frozen past every lease mid-drain
  *   delete-crash     DELETE's broker killed (failpoint) before the topic's requests go; re-created: none inherited
+ *   rf-crash         ALTER_REPLICATION_FACTOR's broker killed (failpoint) once it stored the change: the definition
+ *                    has the new factor, the moves complete, partitions added afterwards get it
  *
  * Each step must end: no request left, replicas as requested (or, for a cancel, the original ones), every
  * replica in sync, a live leader. At the end every fault is healed and the history is checked
@@ -45,6 +47,8 @@ const RACE = 'race';
 const PHOENIX = 'phoenix';
 /** DELETE of it crashes the broker answering, between removing the definition and its requests (a failpoint). */
 const ZOMBIE = 'zombie';
+/** ALTER_REPLICATION_FACTOR of it crashes the broker answering once the change is stored (a failpoint). */
+const SHRINK = 'shrink';
 const GROUP = 'ops-group';
 const PARTITIONS = 4;
 /** Far below the produce rate: a throttled new replica stays mid catch-up until the throttle is lifted. */
@@ -83,7 +87,7 @@ async function cancelRace(d: AdminDriver, topic: string, partitions: number, pha
 type Step = (d: AdminDriver) => Promise<void>;
 
 /** Steps every run takes (each drives a failpoint to its fault deterministically). */
-const ALWAYS = ['cancel-completing', 'delete-crash'];
+const ALWAYS = ['cancel-completing', 'delete-crash', 'rf-crash'];
 const RANDOM_STEPS = 8;
 
 const steps: Record<string, Step> = {
@@ -257,6 +261,32 @@ const steps: Record<string, Step> = {
     await d.admin('REASSIGN', { topic: ZOMBIE, assignments: `0:${again.target.join(',')}` });
     await d.untilSettled(ZOMBIE, 0, [again.target]);
   },
+  'rf-crash': async (d) => {
+    // The broker answering ALTER_REPLICATION_FACTOR dies right after storing it (a failpoint): the
+    // topic's definition must have the new factor as its moves do, never the moves alone.
+    await d.admin('CREATE', { topic: SHRINK, partitions: 2, replication_factor: 3 });
+    await d.untilAllSettled([SHRINK], 20_000);
+    const victim = d.pick(d.c.ids.filter((id) => d.c.state[id] === 'up'));
+    d.log(`${d.step}: ALTER_REPLICATION_FACTOR ${SHRINK} 2 on broker ${victim}, which crashes once it is stored`);
+    await d.c
+      .ask(victim, (conn) => conn.command('ALTER_REPLICATION_FACTOR', { topic: SHRINK, replication_factor: 2 }), 5000)
+      .then(
+        (reply) => {
+          throw new Error(`ALTER_REPLICATION_FACTOR on broker ${victim} answered ${reply}: the failpoint did not crash it`);
+        },
+        () => {},
+      );
+    await d.c.kill(victim);
+    await d.restart(victim);
+    await d.untilAllSettled([SHRINK], 30_000, (p) => p.replicas.length === 2);
+    const described = JSON.parse(await d.admin('DESCRIBE', { topic: SHRINK })) as { replication_factor: number };
+    if (described.replication_factor !== 2) throw new Error(`${SHRINK}'s partitions moved to 2 replicas, yet its definition has replication_factor ${described.replication_factor}`);
+    await d.admin('ADD_PARTITIONS', { topic: SHRINK, partitions: 3 });
+    await d.c.waitFor(`${SHRINK}[2] led`, 20_000, async () => (await d.part(SHRINK, 2)).leader >= 0);
+    const added = await d.part(SHRINK, 2);
+    if (added.replicas.length !== 2) throw new Error(`${SHRINK}[2], added after the factor became 2, got replicas ${added.replicas.join(',')}`);
+    await d.admin('DELETE', { topic: SHRINK });
+  },
   'etcd-outage-drain': async (d) => {
     const hosting = new Set((await d.status()).partitions.filter((p) => p.topic === TOPIC).flatMap((p) => p.replicas));
     const victim = d.pick(d.c.ids.filter((id) => hosting.has(id)));
@@ -341,7 +371,7 @@ describe('admin operations under faults', () => {
       flush: 'always',
       dataRoot: path.join(dir, 'brokers'),
       args: ['--leader-rebalance-delay-ms', '1000'],
-      env: { TRIBUTARY_FAILPOINTS: `reassign.finish:${RACE}@2500,topic.delete.cleanup:${ZOMBIE}` },
+      env: { TRIBUTARY_FAILPOINTS: `reassign.finish:${RACE}@2500,topic.delete.cleanup:${ZOMBIE},topic.rf.definition:${SHRINK}` },
     });
     cleanups.push(() => c.dispose());
     await c.createTopic(TOPIC, PARTITIONS);

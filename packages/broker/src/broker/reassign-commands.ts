@@ -9,13 +9,17 @@ import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
 import { byTopicPartition } from '../cluster/partition-keys.js';
 import type { PartitionStateEntry } from '../cluster/partition-state.js';
-import { MAX_TXN_OPS, type ReassignmentRequest, checkTarget, drainPlan, replicationFactorPlan } from '../cluster/reassignment.js';
+import { type GuardedPut, MAX_TXN_OPS, type ReassignmentRequest, checkTarget, drainPlan, replicationFactorPlan } from '../cluster/reassignment.js';
+import { failpoint } from '../common/failpoints.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, json } from './command-context.js';
 
 function cluster(b: BrokerContext, command: string): ClusterNode {
   if (!b.cluster) throw new TributaryError('unknown_command', { command, reason: 'this broker is not in cluster mode' });
   return b.cluster;
 }
+
+/** A plan's last transaction lost only its definition compare this often: something keeps changing it. */
+const CHANGED_ATTEMPTS = 5;
 
 /** At most this many bytes/s (1 TiB/s): anything larger is a typo. */
 const MAX_THROTTLE = 2 ** 40;
@@ -99,13 +103,13 @@ function parseMoves(b: BrokerContext, node: ClusterNode, text: string, param: 'a
   });
 }
 
-/** Moves in order, cut into runs whose partitions plus topics fit one etcd transaction (MAX_TXN_OPS). */
-function txnChunks(moves: Move[]): Move[][] {
+/** Moves in order, cut into runs whose partitions plus topics (plus `reserved` keys) fit one etcd transaction (MAX_TXN_OPS). */
+function txnChunks(moves: Move[], reserved = 0): Move[][] {
   const chunks: Move[][] = [];
   let chunk: Move[] = [];
   let topics = new Set<string>();
   for (const x of moves) {
-    const ops = chunk.length + 1 + topics.size + (topics.has(x.topic) ? 0 : 1);
+    const ops = reserved + chunk.length + 1 + topics.size + (topics.has(x.topic) ? 0 : 1);
     if (chunk.length > 0 && ops > MAX_TXN_OPS) {
       chunks.push(chunk);
       chunk = [];
@@ -116,6 +120,44 @@ function txnChunks(moves: Move[]): Move[][] {
   }
   if (chunk.length > 0) chunks.push(chunk);
   return chunks;
+}
+
+/**
+ * Stores a request for each move (checked already), in one etcd transaction per MAX_TXN_OPS partitions
+ * plus topics, each failing if a partition got a reassignment meanwhile or a topic was deleted or
+ * re-created since the check. `last`, when given, is written in the last of them, if unchanged since it
+ * was read (asked for again, and that transaction tried again, when it changed meanwhile).
+ */
+async function storeMoves(node: ClusterNode, moves: Move[], throttle: number, last?: () => GuardedPut | undefined): Promise<void> {
+  const guards = [...new Set(moves.map((x) => x.topic))].map((t) => {
+    const g = node.store.topicGuard(t);
+    if (!g) throw new TributaryError('topic_not_found', { topic: t });
+    return { topic: t, ...g };
+  });
+  const now = Date.now();
+  const request = (x: Move) => ({ topic: x.topic, partition: x.partition, request: { target: x.target, throttle, requestedAt: now } });
+  // One transaction holds at most MAX_TXN_OPS partitions plus topics; a larger reassignment (checked whole
+  // above) is stored in several, each all or nothing, and a conflict after the first names what started.
+  const stored: Move[] = [];
+  const chunks = txnChunks(moves, last ? 1 : 0);
+  for (const [i, chunk] of chunks.entries()) {
+    const chunkTopics = new Set(chunk.map((x) => x.topic));
+    for (let attempt = 1; ; attempt++) {
+      const also = i === chunks.length - 1 ? last?.() : undefined;
+      const conflict = await node.reassignments.createPlan(chunk.map(request), guards.filter((g) => chunkTopics.has(g.topic)), also);
+      if (!conflict) break;
+      const started: Record<string, string | number> = stored.length > 0 ? { started: stored.map((x) => `${x.topic}[${x.partition}]`).slice(0, 20).join(','), started_count: stored.length } : {};
+      if (conflict.busy.length > 0) {
+        throw new TributaryError('reassignment_in_progress', { partitions: conflict.busy.slice(0, 20).map((x) => `${x.topic}[${x.partition}]`).join(','), count: conflict.busy.length, ...started });
+      }
+      // Only `also` changed (an ALTER_TOPIC or ADD_PARTITIONS meanwhile): again, on what etcd has now.
+      if (also && conflict.changed.length === 0 && attempt < CHANGED_ATTEMPTS) continue;
+      const topics = guards.filter((g) => conflict.changed.includes(g.key)).map((g) => g.topic);
+      const reason = conflict.changed.length > 0 ? 'deleted or re-created while the reassignment was checked' : 'changed concurrently';
+      throw new TributaryError('metadata_unavailable', { operation: 'reassign', topic: topics.join(','), reason: `${reason}; ${stored.length > 0 ? 'the partitions in started were stored before' : 'nothing was stored'}`, ...started });
+    }
+    stored.push(...chunk);
+  }
 }
 
 /**
@@ -139,29 +181,7 @@ async function reassign(b: BrokerContext, _c: ConnectionContext, p: Params): Pro
   }
   const throttle = throttleParam(p);
   checkRequests(b, node, moves);
-  const guards = [...new Set(moves.map((x) => x.topic))].map((t) => {
-    const g = node.store.topicGuard(t);
-    if (!g) throw new TributaryError('topic_not_found', { topic: t });
-    return { topic: t, ...g };
-  });
-  const now = Date.now();
-  const request = (x: Move) => ({ topic: x.topic, partition: x.partition, request: { target: x.target, throttle, requestedAt: now } });
-  // One transaction holds at most MAX_TXN_OPS partitions plus topics; a larger reassignment (checked whole
-  // above) is stored in several, each all or nothing, and a conflict after the first names what started.
-  const stored: Move[] = [];
-  for (const chunk of txnChunks(moves)) {
-    const chunkTopics = new Set(chunk.map((x) => x.topic));
-    const conflict = await node.reassignments.createPlan(chunk.map(request), guards.filter((g) => chunkTopics.has(g.topic)));
-    if (conflict) {
-      const started: Record<string, string | number> = stored.length > 0 ? { started: stored.map((x) => `${x.topic}[${x.partition}]`).slice(0, 20).join(','), started_count: stored.length } : {};
-      if (conflict.busy.length > 0) {
-        throw new TributaryError('reassignment_in_progress', { partitions: conflict.busy.slice(0, 20).map((x) => `${x.topic}[${x.partition}]`).join(','), count: conflict.busy.length, ...started });
-      }
-      const topics = guards.filter((g) => conflict.changed.includes(g.key)).map((g) => g.topic);
-      throw new TributaryError('metadata_unavailable', { operation: 'reassign', topic: topics.join(','), reason: `deleted or re-created while the reassignment was checked; ${stored.length > 0 ? 'the partitions in started were stored before' : 'nothing was stored'}`, ...started });
-    }
-    stored.push(...chunk);
-  }
+  await storeMoves(node, moves, throttle);
   if (name !== undefined) return formatOk({ topic: name, partitions: moves.map((x) => x.partition).join(','), throttle });
   return formatOk({ partitions: moves.map((x) => `${x.topic}[${x.partition}]`).join(','), count: moves.length, throttle });
 }
@@ -231,10 +251,17 @@ async function alterReplicationFactor(b: BrokerContext, _c: ConnectionContext, p
   b.topics.get(name);
   const states = node.states.list();
   const plan = replicationFactorPlan(states, name, rf, [...liveIds(node)]);
-  if (plan.length > 0) await request(b, node, plan, throttle);
-  else if (rf < b.config.minInsyncReplicas) throw invalidParam('replication_factor', `fewer than min_insync_replicas (${b.config.minInsyncReplicas})`);
-  // After the requests: new partitions (ADD_PARTITIONS) get the new factor too.
-  await node.store.setReplicationFactor(name, rf);
+  if (plan.length > 0) {
+    checkRequests(b, node, plan);
+    // The requests and the definition's new factor (which partitions added later get) in one transaction:
+    // a broker dying, or etcd becoming unreachable, cannot leave the moves under the old factor.
+    await storeMoves(node, plan, throttle, () => node.store.replicationFactorPut(name, rf));
+  } else {
+    if (rf < b.config.minInsyncReplicas) throw invalidParam('replication_factor', `fewer than min_insync_replicas (${b.config.minInsyncReplicas})`);
+    await node.store.setReplicationFactor(name, rf);
+  }
+  // Stored: a broker dying here leaves the change whole (the admin-operations fault test crashes it here).
+  failpoint(`topic.rf.definition:${name}`);
   return formatOk({ topic: name, replication_factor: rf, partitions: plan.map((x) => x.partition).join(','), throttle });
 }
 

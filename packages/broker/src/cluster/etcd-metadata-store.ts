@@ -16,6 +16,7 @@ import {
   sameDefinition,
 } from '../partition/metadata-store.js';
 import { topicDirName } from '../partition/metadata-file.js';
+import type { GuardedPut } from './reassignment.js';
 import { WatchedPrefix } from './watched-prefix.js';
 
 export interface EtcdMetadataStoreOptions {
@@ -225,11 +226,31 @@ export class EtcdMetadataStore implements MetadataStore {
   }
 
   /**
-   * The replication factor new partitions of the topic get (ALTER_REPLICATION_FACTOR, after the
-   * reassignments of its existing partitions were requested), by compare-and-set on the definition.
+   * The replication factor new partitions of the topic get, by compare-and-set on the definition
+   * (ALTER_REPLICATION_FACTOR when no partition needs to move; otherwise replicationFactorPut).
    */
   async setReplicationFactor(name: string, replicationFactor: number): Promise<TopicDefinition> {
     return this.changeDefinition(name, 'alter_replication_factor', (cur) => (cur.replicationFactor === replicationFactor ? null : { ...cur, replicationFactor }));
+  }
+
+  /**
+   * The definition with a new replication factor as a put guarded by the revision this broker knows, for
+   * ALTER_REPLICATION_FACTOR to write in the one transaction that stores the topic's reassignment requests
+   * (ReassignmentStore.createPlan): both or neither, whenever the broker dies or etcd becomes unreachable.
+   * Undefined when the definition has that factor already.
+   */
+  replicationFactorPut(name: string, replicationFactor: number): GuardedPut | undefined {
+    const cur = this.topics.get(name);
+    if (!cur) throw new TributaryError('topic_not_found', { topic: name });
+    if (cur.value.replicationFactor === replicationFactor) return undefined;
+    const topic: TopicDefinition = { ...cur.value, replicationFactor };
+    return {
+      key: this.key(name),
+      modRevision: cur.modRevision,
+      value: JSON.stringify(topic),
+      applied: (revision) => this.topics.applyPut(name, topic, revision, cur.createRevision),
+      raced: (kv) => void this.remember(name, kv),
+    };
   }
 
   /**

@@ -15,7 +15,7 @@
  * up where the last one stopped. The pure functions here decide; the controller writes.
  */
 import { EventEmitter } from 'node:events';
-import type { Etcd3 } from 'etcd3';
+import type { Etcd3, IKeyValue } from 'etcd3';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { Clock } from '../common/clock.js';
 import { type EtcdSource, deleteAsRead, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
@@ -58,6 +58,19 @@ export const MAX_TXN_OPS = 128;
 export interface KeyGuard {
   key: string;
   createRevision: number;
+}
+
+/**
+ * One more key a plan's transaction writes, only if it is still at `modRevision` (a topic's definition with
+ * its new replication factor: ALTER_REPLICATION_FACTOR). `applied` gets the revision it was written at;
+ * `raced` what etcd has there now when the transaction failed (not called when the key is gone).
+ */
+export interface GuardedPut {
+  key: string;
+  modRevision: number;
+  value: string;
+  applied(revision: number): void;
+  raced(kv: IKeyValue): void;
 }
 
 /** Why createPlan stored nothing: partitions that have a request now, guarded keys that changed. */
@@ -143,10 +156,15 @@ export class ReassignmentStore {
   /**
    * Stores a request for every entry of a plan in one etcd transaction, if none of those partitions has
    * one and every guard still holds: all of them or none, whatever else changes meanwhile. At most
-   * MAX_TXN_OPS partitions plus guards (the caller checks). Resolves undefined when stored, else what was
-   * in the way, read in the same transaction.
+   * MAX_TXN_OPS partitions plus guards (the caller checks; `also`, written in the same transaction if it
+   * is unchanged, takes one more). Resolves undefined when stored, else what was in the way, read in the
+   * same transaction (nothing busy or changed: `also` changed).
    */
-  async createPlan(entries: Array<{ topic: string; partition: number; request: ReassignmentRequest }>, guards: KeyGuard[]): Promise<PlanConflict | undefined> {
+  async createPlan(
+    entries: Array<{ topic: string; partition: number; request: ReassignmentRequest }>,
+    guards: KeyGuard[],
+    also?: GuardedPut,
+  ): Promise<PlanConflict | undefined> {
     if (entries.length === 0) return undefined;
     const keys = entries.map((e) => this.absolute(e.topic, e.partition));
     const topics = [...new Set(entries.map((e) => e.topic))];
@@ -154,16 +172,25 @@ export class ReassignmentStore {
       let txn = this.client.if(keys[0]!, 'Create', '==', 0);
       for (const k of keys.slice(1)) txn = txn.and(k, 'Create', '==', 0);
       for (const g of guards) txn = txn.and(g.key, 'Create', '==', g.createRevision);
+      if (also) txn = txn.and(also.key, 'Mod', '==', also.modRevision);
+      const puts = keys.map((k, i) => this.client.put(k).value(JSON.stringify(entries[i]!.request)));
       return txn
-        .then(...keys.map((k, i) => this.client.put(k).value(JSON.stringify(entries[i]!.request))))
-        .else(...topics.map((t) => this.client.getAll().prefix(this.absolute(t, ''))), ...guards.map((g) => this.client.get(g.key)))
+        .then(...puts, ...(also ? [this.client.put(also.key).value(also.value)] : []))
+        .else(
+          ...topics.map((t) => this.client.getAll().prefix(this.absolute(t, ''))),
+          ...guards.map((g) => this.client.get(g.key)),
+          ...(also ? [this.client.get(also.key)] : []),
+        )
         .commit();
     });
     if (res.succeeded) {
       const revision = Number(res.header.revision);
       for (const e of entries) this.records.applyPut(`${e.topic}/${e.partition}`, e.request, revision, revision);
+      also?.applied(revision);
       return undefined;
     }
+    const alsoKv = also && res.responses[topics.length + guards.length]?.response_range.kvs[0];
+    if (alsoKv) also.raced(alsoKv);
     // The requests there now, folded into the cache; the guards whose key is gone or was created again.
     const present = new Set<string>();
     for (const r of res.responses.slice(0, topics.length)) {
