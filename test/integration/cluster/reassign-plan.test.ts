@@ -219,4 +219,45 @@ describe('reassignment plans: all or nothing', () => {
       raw.close();
     }
   });
+  it('the store: a definition put rides with the plan, both or neither; a definition changed since it was read stores nothing', async () => {
+    const prefix = uniquePrefix('plan-definition');
+    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
+    const store = new ReassignmentStore({ etcd, prefix });
+    const topics = new EtcdMetadataStore({ etcd, prefix });
+    const raw = createEtcdClient(etcd);
+    try {
+      await store.open();
+      await topics.open();
+      await topics.createTopic({ name: 'x', partitions: 2, replicationFactor: 3, idempotent: false, partitioner: 'hash_key', retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' });
+      const guard = topics.topicGuard('x')!;
+      const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
+      const plan = [0, 1].map((partition) => ({ topic: 'x', partition, request }));
+      const stored = async () => (await raw.getAll().prefix(`${prefix}reassignments/`).keys()).sort();
+      const factor = async () => (JSON.parse((await raw.get(topics.definitionKey('x')).string())!) as { replicationFactor: number }).replicationFactor;
+      expect(topics.replicationFactorPut('x', 3)).toBeUndefined();
+      const stale = topics.replicationFactorPut('x', 2)!;
+      // The definition changed since it was read (an ALTER_TOPIC by another broker): nothing is stored.
+      await topics.alterTopic('x', { retentionHours: 5 });
+      expect(await store.createPlan(plan, [guard], stale)).toEqual({ busy: [], changed: [] });
+      expect(await stored()).toEqual([]);
+      expect(await factor()).toBe(3);
+      // Read again: the requests and the new factor in one revision, the retention change kept.
+      const put = topics.replicationFactorPut('x', 2)!;
+      expect(await store.createPlan(plan, [guard], put)).toBeUndefined();
+      expect(await stored()).toEqual([0, 1].map((p) => `${prefix}reassignments/x/${p}`));
+      expect(await factor()).toBe(2);
+      expect(topics.getTopic('x')).toMatchObject({ replicationFactor: 2, retentionHours: 5 });
+      const definition = (await raw.get(topics.definitionKey('x')).exec()).kvs[0]!;
+      expect(store.get('x', 0)!.modRevision).toBe(Number(definition.mod_revision));
+      // A partition with a request already: neither the requests nor the factor.
+      const back = topics.replicationFactorPut('x', 3)!;
+      expect(await store.createPlan(plan, [guard], back)).toEqual({ busy: [0, 1].map((partition) => ({ topic: 'x', partition })), changed: [] });
+      expect(await factor()).toBe(2);
+    } finally {
+      await store.close().catch(() => {});
+      await topics.close().catch(() => {});
+      await raw.delete().prefix(prefix).catch(() => {});
+      raw.close();
+    }
+  });
 });
