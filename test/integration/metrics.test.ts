@@ -119,9 +119,14 @@ describe('metrics, cluster', () => {
         // summed over the live brokers (docs/operations.md).
         let shrinks = 0;
         for (const id of [0, 1, 2].filter((x) => x !== follower)) shrinks += samples((await c.broker(id).health('/metrics')).body, 'tributary_isr_shrinks_total', { topic: 'r' })[0] ?? 0;
+        seen = `leader ${leader}, paused follower ${follower}, shrinks ${shrinks}, under-replicated at the leader ${samples(t, 'tributary_under_replicated_partitions')[0]}, sends ${i}`;
         return shrinks >= 1 && samples(t, 'tributary_under_replicated_partitions')[0] === 1;
       };
-      await until(lagging, 15_000, 'the ISR shrunk');
+      let seen = '';
+      // A bound against a hang, not a timing: a loaded machine may take a while to schedule the lag check.
+      await until(lagging, 45_000, 'the ISR shrunk').catch((err: Error) => {
+        throw new Error(`${err.message} (last seen: ${seen})`);
+      });
       const t = await scrape();
       expect(samples(t, 'tributary_replica_lag_records', { topic: 'r', partition: '0', replica: String(follower) })[0]).toBeGreaterThan(0);
       expect(samples(t, 'tributary_replica_lag_seconds', { topic: 'r', partition: '0', replica: String(follower) })[0]).toBeGreaterThan(0);

@@ -35,9 +35,9 @@ export class LogState {
    * storage_error, logged per kind, rate-limited (docs/operations.md, "A full disk"). The log's own, so no
    * other log, broker or test shares its suppression.
    */
-  private readonly failures: RateLimitedLog;
-  /** Time and size retention, from the options at open; changed in place when the topic's are (ALTER_TOPIC). */
-  retention: { retentionMs: number; retentionBytes: number };
+  private failures: RateLimitedLog | undefined;
+  /** Retention set after open (ALTER_TOPIC); until then the options' (no object per idle partition). */
+  private altered: Readonly<{ retentionMs: number; retentionBytes: number }> | undefined;
 
   constructor(
     readonly dir: string,
@@ -48,15 +48,24 @@ export class LogState {
     readonly fdPolicy?: SegmentFdPolicy,
   ) {
     this.segments = segments;
-    this.retention = { retentionMs: options.retentionMs, retentionBytes: options.retentionBytes };
     this.cache = new TailCache(options.tailCacheBytes ?? 0, options.tailCacheBudget);
     for (const s of segments) this.totalBytes += s.size;
-    this.failures = new RateLimitedLog(() => logger);
+  }
+
+  /** Time and size retention: the options' at open, changed in place when the topic's are (ALTER_TOPIC). */
+  get retention(): Readonly<{ retentionMs: number; retentionBytes: number }> {
+    return this.altered ?? this.options;
+  }
+
+  set retention(r: Readonly<{ retentionMs: number; retentionBytes: number }>) {
+    this.altered = { retentionMs: r.retentionMs, retentionBytes: r.retentionBytes };
   }
 
   /** Logs a storage_error this log raises or answers (rate-limited per kind); returns it to throw. */
   reported(kind: 'append' | 'read', err: TributaryError): TributaryError {
     const msg = kind === 'append' ? 'an append failed (storage_error)' : 'a read failed (storage_error)';
+    // Made at the first failure: an idle partition's heap is budgeted (test/integration/idle-partitions-heap.test.ts).
+    this.failures ??= new RateLimitedLog(() => this.logger);
     this.failures.warn(kind, { dir: this.dir, reason: err.fields.reason }, msg);
     return err;
   }
