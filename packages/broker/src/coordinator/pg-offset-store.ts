@@ -87,6 +87,7 @@ export class PgOffsetStore implements OffsetStore {
     fetch: string;
     upsert: string;
     current: string;
+    xidStatus: string;
     deleteGroup: string;
     deleteTopic: string;
     create: string;
@@ -144,9 +145,10 @@ export class PgOffsetStore implements OffsetStore {
         ON CONFLICT (group_id, topic, partition) DO UPDATE
           SET next_offset = EXCLUDED.next_offset, committed_at = EXCLUDED.committed_at
           WHERE $6::boolean OR cur.next_offset <= EXCLUDED.next_offset
-        RETURNING partition`,
+        RETURNING partition, txid_current()::text AS xid`,
       current: `SELECT partition, next_offset::text AS next_offset FROM ${t}
         WHERE group_id = $1 AND topic = $2 AND partition = ANY($3::int[])`,
+      xidStatus: `SELECT txid_status($1::bigint) AS status`,
       deleteGroup: `DELETE FROM ${t} WHERE group_id = $1`,
       // A null group list: every group's offsets of the topic.
       deleteTopic: `DELETE FROM ${t} WHERE topic = $1 AND ($2::text[] IS NULL OR group_id = ANY($2::text[]))`,
@@ -236,27 +238,54 @@ export class PgOffsetStore implements OffsetStore {
     const offsets = sorted.map((e) => String(e.offset));
     const force = opts.force === true;
 
+    const sent: { xid?: string } = {};
     try {
-      await this.write(group, topic, sorted, entries, partitions, offsets, force);
+      await this.write(group, topic, sorted, entries, partitions, offsets, force, sent);
     } catch (err) {
       if (err instanceof TributaryError && err.code !== 'storage_error') throw err;
       // No connection, so nothing was sent: refused for certain (a reset the store refuses changes nothing,
       // coordinator/group-admin.ts), even when the rows cannot be read back either.
       if (notSent.has(err as Error)) throw err;
-      // The connection failed: before BEGIN, or after COMMIT was sent and before its answer came. The rows
-      // tell which (a commit writes all of them or none), so the caller never counts a write that happened
-      // as one that did not, nor the reverse.
+      // COMMIT was sent and its answer never came: the rows cannot tell, since the server may not have
+      // applied it yet (a read on another connection can come first). The transaction's own status can.
+      if (sent.xid !== undefined) {
+        const status = await this.settledStatus(sent.xid);
+        if (status === 'committed') return;
+        if (status !== 'aborted') throw new TributaryError('storage_error', { ...(err as TributaryError).fields, outcome: 'unknown' });
+      }
+      // Not written for certain: COMMIT never left, or the transaction aborted. Rows that already hold these
+      // offsets (another coordinator's write) are what this write would have made.
       let stored: Map<number, number>;
       try {
         stored = await this.current(group, topic, partitions);
       } catch {
-        throw new TributaryError('storage_error', { ...(err as TributaryError).fields, outcome: 'unknown' });
+        throw err;
       }
       if (sorted.every((e) => stored.get(e.partition) === e.offset)) return;
       // Higher already (another coordinator's write): what this write would have been told.
       const above = force ? undefined : entries.find((e) => (stored.get(e.partition) ?? -1) > e.offset);
       if (above) throw new TributaryError('offset_regression', { current: stored.get(above.partition)!, requested: above.offset, partition: above.partition });
       throw err;
+    }
+  }
+
+  /**
+   * The status of a transaction whose COMMIT was sent (`txid_status`: committed, aborted, in progress),
+   * waited on until it settles or the statement timeout passes. Undefined: not known.
+   */
+  private async settledStatus(xid: string): Promise<string | undefined> {
+    const deadline = Date.now() + QUERY_TIMEOUT_MS;
+    for (let pause = 10; ; pause = Math.min(pause * 2, 500)) {
+      let status: string | null | undefined;
+      try {
+        status = (await this.query<{ status: string | null }>('commit', this.sql.xidStatus, [xid])).rows[0]?.status;
+      } catch {
+        return undefined;
+      }
+      if (status === 'committed' || status === 'aborted') return status;
+      // 'in progress' (the server has not read COMMIT yet), or null (too old to tell; not expected).
+      if (status !== 'in progress' || Date.now() + pause > deadline) return undefined;
+      await new Promise((resolve) => setTimeout(resolve, pause));
     }
   }
 
@@ -267,12 +296,21 @@ export class PgOffsetStore implements OffsetStore {
   }
 
   /** One commit transaction (see commit). */
-  private async write(group: string, topic: string, sorted: OffsetEntry[], entries: OffsetEntry[], partitions: number[], offsets: string[], force: boolean): Promise<void> {
+  private async write(
+    group: string,
+    topic: string,
+    sorted: OffsetEntry[],
+    entries: OffsetEntry[],
+    partitions: number[],
+    offsets: string[],
+    force: boolean,
+    sent: { xid?: string },
+  ): Promise<void> {
     await this.withClient('commit', async (client) => {
       await client.query('BEGIN');
       let done = false;
       try {
-        const res = await client.query<{ partition: number }>(this.sql.upsert, [group, topic, partitions, offsets, Date.now(), force]);
+        const res = await client.query<{ partition: number; xid: string }>(this.sql.upsert, [group, topic, partitions, offsets, Date.now(), force]);
         if (res.rows.length !== sorted.length) {
           const applied = new Set(res.rows.map((r) => Number(r.partition)));
           // The refused rows stay locked by this transaction, so what we read here is what refused them.
@@ -292,6 +330,8 @@ export class PgOffsetStore implements OffsetStore {
             partition: refused.partition,
           });
         }
+        // From here a lost answer leaves the outcome to the server (see commit).
+        sent.xid = res.rows[0]?.xid;
         await client.query('COMMIT');
         done = true;
       } finally {
