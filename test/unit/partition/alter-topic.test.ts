@@ -7,7 +7,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { resolveConfig } from 'tributary-broker/common/config.js';
+import { MAX_RETENTION_HOURS, resolveConfig } from 'tributary-broker/common/config.js';
 import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
 import { TopicManager } from 'tributary-broker/partition/topic-manager.js';
 import { LocalMetadataStore, METADATA_RESERVE_FILE, type TopicDefinition, alteredDefinition } from 'tributary-broker/partition/metadata-store.js';
@@ -43,7 +43,7 @@ describe('alteredDefinition', () => {
     expect(def.deleteRetentionMs).toBe(10);
   });
   it('refuses values a definition may not hold', () => {
-    for (const change of [{ retentionHours: -2 }, { retentionBytes: 1.5 }, { deleteRetentionMs: -1 }, { retentionBytes: Number.MAX_SAFE_INTEGER + 1 }]) {
+    for (const change of [{ retentionHours: -2 }, { retentionHours: MAX_RETENTION_HOURS + 1 }, { retentionBytes: 1.5 }, { deleteRetentionMs: -1 }, { retentionBytes: Number.MAX_SAFE_INTEGER + 1 }]) {
       expect(() => alteredDefinition(def, change), JSON.stringify(change)).toThrow(expect.objectContaining({ code: 'invalid_parameter' }));
     }
   });

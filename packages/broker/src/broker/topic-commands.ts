@@ -1,13 +1,12 @@
 /** Topic administration and lookups: CREATE, DELETE, ADD_PARTITIONS, ALTER_TOPIC, LIST, DESCRIBE, METADATA, LIST_OFFSETS, CLUSTER_STATUS. */
 import { type Params, formatOk } from 'tributary-protocol/command.js';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
-import { type CleanupPolicy, type TopicDefinition, deleteRetentionMs } from '../partition/metadata-store.js';
+import { type CleanupPolicy, RETENTION_RANGES, type TopicDefinition, deleteRetentionMs } from '../partition/metadata-store.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, json, leaderAddress } from './command-context.js';
 import { formatLogOffsets, localLogOffsets } from '../partition/log-offsets.js';
 import type { Partition } from '../partition/partition.js';
 import { partitionOffsets } from './partition-offsets.js';
 import type { TopicSpec } from '../partition/topic-manager.js';
-import { MAX_RETENTION_HOURS } from '../common/config.js';
 import { failpoint } from '../common/failpoints.js';
 
 /**
@@ -48,13 +47,6 @@ async function create(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
   }
   return formatOk({ topic: topic.name, partitions: topic.def.partitions, ...policyFields(b, topic.def), created });
 }
-
-/** The ranges of the retention settings, the same for CREATE and ALTER_TOPIC. */
-const RETENTION_RANGES = {
-  retention_hours: { min: -1, max: MAX_RETENTION_HOURS },
-  retention_bytes: { min: -1 },
-  delete_retention_ms: { min: 0 },
-} as const;
 
 /**
  * Tombstone retention does nothing on a topic that is not compacted, and no topic changes its cleanup policy

@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { randomBytes } from 'node:crypto';
 import { readSmallFile, writeFileAtomic } from '../storage/atomic-file.js';
+import { MAX_RETENTION_HOURS } from '../common/config.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
@@ -117,6 +118,18 @@ export interface RetentionChange {
   deleteRetentionMs?: number | null;
 }
 
+/** The ranges of a topic's retention settings: CREATE and ALTER_TOPIC parse with them, alteredDefinition guards with them. */
+export const RETENTION_RANGES = {
+  retention_hours: { min: -1, max: MAX_RETENTION_HOURS },
+  retention_bytes: { min: -1, max: Number.MAX_SAFE_INTEGER },
+  delete_retention_ms: { min: 0, max: Number.MAX_SAFE_INTEGER },
+} as const;
+
+function checkRetentionRange(param: keyof typeof RETENTION_RANGES, v: number): void {
+  const { min, max } = RETENTION_RANGES[param];
+  if (!Number.isSafeInteger(v) || v < min || v > max) throw new TributaryError('invalid_parameter', { param, reason: `must be an integer from ${min} to ${max}` });
+}
+
 /** `def` with `change` applied (a new object: the old one may still be shared, e.g. by log options). */
 export function alteredDefinition(def: TopicDefinition, change: RetentionChange): TopicDefinition {
   const next: TopicDefinition = { ...def };
@@ -125,12 +138,9 @@ export function alteredDefinition(def: TopicDefinition, change: RetentionChange)
   if (change.deleteRetentionMs === null) delete next.deleteRetentionMs;
   else if (change.deleteRetentionMs !== undefined) next.deleteRetentionMs = change.deleteRetentionMs;
   // A last guard on what is stored: metadata.json with a bad value would stop the next start.
-  const limit = (v: number) => Number.isSafeInteger(v) && v >= -1;
-  if (!limit(next.retentionHours)) throw new TributaryError('invalid_parameter', { param: 'retention_hours', reason: 'must be an integer of -1 or more' });
-  if (!limit(next.retentionBytes)) throw new TributaryError('invalid_parameter', { param: 'retention_bytes', reason: 'must be an integer of -1 or more' });
-  if (next.deleteRetentionMs !== undefined && !(Number.isSafeInteger(next.deleteRetentionMs) && next.deleteRetentionMs >= 0)) {
-    throw new TributaryError('invalid_parameter', { param: 'delete_retention_ms', reason: 'must be an integer of 0 or more' });
-  }
+  checkRetentionRange('retention_hours', next.retentionHours);
+  checkRetentionRange('retention_bytes', next.retentionBytes);
+  if (next.deleteRetentionMs !== undefined) checkRetentionRange('delete_retention_ms', next.deleteRetentionMs);
   return next;
 }
 

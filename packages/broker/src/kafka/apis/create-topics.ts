@@ -7,7 +7,7 @@
  * exists is TOPIC_ALREADY_EXISTS, as Kafka answers. A name given twice in one request is INVALID_REQUEST
  * (one result for it) and creates nothing, as Kafka's controller answers.
  */
-import { MAX_RETENTION_HOURS } from '../../common/config.js';
+import { RETENTION_RANGES } from '../../partition/metadata-store.js';
 import { validateTopicName, type TopicSpec } from '../../partition/topic-manager.js';
 import { apiByKey } from '../protocol/apis.js';
 import { kafkaErrorCode } from '../protocol/error-codes.js';
@@ -39,9 +39,10 @@ export function applyConfig(spec: Pick<TopicSpec, 'retentionHours' | 'retentionB
   switch (name) {
     case 'retention.ms': {
       const ms = num();
-      // As CREATE's retention_hours (docs/protocol.md): -1, or 0 to MAX_RETENTION_HOURS whole hours.
-      if (ms !== -1 && (ms < 0 || ms % HOUR_MS !== 0 || ms / HOUR_MS > MAX_RETENTION_HOURS)) {
-        throw new TopicRefused('INVALID_CONFIG', `retention.ms must be -1 or a whole number of hours, 0 to ${MAX_RETENTION_HOURS}`);
+      // As CREATE's retention_hours (docs/protocol.md): -1, or 0 to the most hours a topic may keep.
+      const { max } = RETENTION_RANGES.retention_hours;
+      if (ms !== -1 && (ms < 0 || ms % HOUR_MS !== 0 || ms / HOUR_MS > max)) {
+        throw new TopicRefused('INVALID_CONFIG', `retention.ms must be -1 or a whole number of hours, 0 to ${max}`);
       }
       spec.retentionHours = ms === -1 ? -1 : ms / HOUR_MS;
       return;
@@ -49,13 +50,15 @@ export function applyConfig(spec: Pick<TopicSpec, 'retentionHours' | 'retentionB
     case 'retention.bytes': {
       const bytes = num();
       // Kafka takes any long; the log keeps a safe integer. Refused here, so validateOnly says what a create does.
-      if (bytes < -1 || !Number.isSafeInteger(bytes)) throw new TopicRefused('INVALID_CONFIG', `retention.bytes must be -1 to ${Number.MAX_SAFE_INTEGER}`);
+      const { min, max } = RETENTION_RANGES.retention_bytes;
+      if (bytes < min || bytes > max) throw new TopicRefused('INVALID_CONFIG', `retention.bytes must be ${min} to ${max}`);
       spec.retentionBytes = bytes;
       return;
     }
     case 'delete.retention.ms': {
       const ms = num();
-      if (!Number.isSafeInteger(ms) || ms < 0) throw new TopicRefused('INVALID_CONFIG', 'delete.retention.ms must be 0 or more');
+      const { min, max } = RETENTION_RANGES.delete_retention_ms;
+      if (ms < min || ms > max) throw new TopicRefused('INVALID_CONFIG', `delete.retention.ms must be ${min} to ${max}`);
       spec.deleteRetentionMs = ms;
       return;
     }
