@@ -105,7 +105,7 @@ export class TopicManager {
   private readonly opening = new Map<string, Promise<Topic>>();
   /** Topic ids whose DELETE is under way: a growth stored before it must not open them again. */
   private readonly deleting = new Set<string>();
-  private growing: Promise<unknown> = Promise.resolve();
+  private applying: Promise<unknown> = Promise.resolve();
   private readonly logsDir: string;
   private retentionTimer: NodeJS.Timeout | undefined;
   /** The bound on open segment files that every partition's log shares. */
@@ -222,19 +222,22 @@ export class TopicManager {
     this.get(name);
     if (partitions > this.config.maxPartitions) throw new TributaryError('invalid_parameter', { param: 'partitions', reason: `at most ${this.config.maxPartitions}` });
     const def = await this.store.addPartitions(name, partitions);
-    return this.grow(def);
+    return this.applyDefinition(def);
   }
 
   /** ALTER_TOPIC: new retention settings in the store, then in effect on every partition open here. */
   async alterTopic(name: string, change: RetentionChange): Promise<Topic> {
     this.get(name);
     const def = await this.store.alterTopic(name, change);
-    // Through the growth queue, as a change seen on the store's watch goes: one at a time, in order.
-    return this.grow(def);
+    // Through the definition queue, as a change seen on the store's watch goes: one at a time, in order.
+    return this.applyDefinition(def);
   }
 
-  /** Opens the partitions a definition has beyond the open topic's (from a local change or the store's watch). */
-  private grow(def: TopicDefinition): Promise<Topic> {
+  /**
+   * Brings the open topic up to a changed definition (a local change or the store's watch): opens the
+   * partitions it has beyond the open topic's, and takes its replication factor and retention settings.
+   */
+  private applyDefinition(def: TopicDefinition): Promise<Topic> {
     const run = async () => {
       let t = this.topics.get(def.name);
       // Not open yet: the open under way may be of the definition before this growth (a watch delivers
@@ -259,13 +262,12 @@ export class TopicManager {
       if (def.partitions > t.def.partitions || (def.partitions === t.def.partitions && def.replicationFactor !== t.def.replicationFactor)) t.def = def;
       this.retune(t);
       this.updateGauges();
-      // A retention change comes this way too (alterTopic, the watch's 'topic-updated') and adds none.
-      if (t.partitions.length > had) this.logger.info({ topic: def.name, partitions: def.partitions }, 'partitions added');
+            if (t.partitions.length > had) this.logger.info({ topic: def.name, partitions: def.partitions }, 'partitions added');
       return t;
     };
-    // One growth at a time: a local change and its watch event must not open a partition twice.
-    const p = this.growing.then(run, run);
-    this.growing = p.catch(() => undefined);
+    // One change at a time: a local change and its watch event must not open a partition twice.
+    const p = this.applying.then(run, run);
+    this.applying = p.catch(() => undefined);
     return p;
   }
 
@@ -403,7 +405,7 @@ export class TopicManager {
         .then(onOpened, (err: unknown) => this.logger.error({ err, topic: def.name }, 'opening a topic created elsewhere failed'));
     });
     this.store.events.on('topic-updated', (def: TopicDefinition) => {
-      this.grow(def).then(onOpened, (err: unknown) => this.logger.error({ err, topic: def.name }, 'opening partitions added elsewhere failed'));
+      this.applyDefinition(def).then(onOpened, (err: unknown) => this.logger.error({ err, topic: def.name }, 'applying a topic changed elsewhere failed'));
     });
     this.store.events.on('topic-deleted', (def: TopicDefinition) => {
       const t = this.topics.get(def.name);
