@@ -72,7 +72,7 @@ async function alterTopic(b: BrokerContext, _c: ConnectionContext, p: Params): P
   if (given.retentionHours === undefined && given.retentionBytes === undefined && given.deleteRetentionMs === undefined) {
     throw invalidParam('command', 'ALTER_TOPIC needs at least one of retention_hours, retention_bytes, delete_retention_ms');
   }
-  if (name.startsWith('__')) throw invalidParam('topic', 'internal topics keep their settings');
+  if (name.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic: name, reason: 'internal topics keep their settings' });
   checkDeleteRetention(b.topics.get(name).def.cleanupPolicy, given.deleteRetentionMs);
   const topic = await b.topics.alterTopic(name, given);
   const f = policyFields(b, topic.def);
