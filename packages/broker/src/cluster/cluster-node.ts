@@ -173,6 +173,7 @@ export class ClusterNode {
         definitionKey: (topic) => this.store.definitionKey(topic),
         cachedId: (topic) => this.store.getTopic(topic)?.topicId,
         readId: async (topic) => (await this.store.readTopic(topic))?.topicId,
+        events: this.store.events,
       },
       logger: this.part('controller'),
       uncleanLeaderElection: this.config.uncleanLeaderElection,

@@ -1,3 +1,4 @@
+import type { EventEmitter } from 'node:events';
 import type tls from 'node:tls';
 import { failpointDelay } from '../common/failpoints.js';
 import type { Logger } from '../common/logger.js';
@@ -8,6 +9,9 @@ import { LivenessProbe } from './liveness-probe.js';
 import type { ControllerElection } from './controller-election.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
 import { type ReassignmentEntry, type ReassignmentStore, nextReassignmentStep } from './reassignment.js';
+
+/** How often the controller looks for deleted topics' leftovers with no event saying there may be some. */
+const LEFTOVER_BACKSTOP_MS = 60_000;
 
 /**
  * Replicas for a new topic's partitions: partition i starts at the (i mod n)-th live broker and takes the
@@ -79,6 +83,12 @@ export class Controller {
   private readonly dead = new Set<number>();
   /** When each broker joined, as this controller saw it (absent: registered before it started). */
   private readonly joined = new Map<number, number>();
+  /**
+   * Whether what a deleted topic left behind may be there to remove (dropDeletedTopicLeftovers): its walk
+   * of every partition is for the passes after something that can leave it, not for every pass.
+   */
+  private leftoversDue = true;
+  private leftoversSweptAt = Number.NEGATIVE_INFINITY;
 
   constructor(
     private readonly deps: {
@@ -98,7 +108,13 @@ export class Controller {
        * definition's etcd key (ReassignmentStore.deleteTopic spares requests newer than it), and a topic's
        * id as this broker's cache has it and as etcd has it now (undefined: no such topic).
        */
-      topics?: { definitionKey(topic: string): string; cachedId(topic: string): string | undefined; readId(topic: string): Promise<string | undefined> };
+      topics?: {
+        definitionKey(topic: string): string;
+        cachedId(topic: string): string | undefined;
+        readId(topic: string): Promise<string | undefined>;
+        /** Emits 'topic-created' and 'topic-deleted' as this broker's cache learns of them. */
+        events?: EventEmitter;
+      };
       /** Extra work while controller (e.g. creating internal topics once enough brokers are up). */
       onTick?: () => Promise<void>;
       /** The controller took brokers out of a partition's ISR (tributary_isr_shrinks_total, docs/operations.md). */
@@ -116,12 +132,24 @@ export class Controller {
       this.joined.set(b.id, performance.now());
       kick();
     });
-    deps.election.events.on('change', kick);
+    const leftovers = () => {
+      this.leftoversDue = true;
+    };
+    deps.election.events.on('change', () => {
+      leftovers();
+      kick();
+    });
     deps.states.events.on('changed', (e: PartitionStateEntry) => {
+      if (e.value.topicId !== undefined && deps.topics?.cachedId(e.topic) !== e.value.topicId) leftovers();
       // A reassignment moves on as its replicas join the ISR.
       if (e.value.leader < 0 || !deps.registry.get(e.value.leader) || e.value.reassign) kick();
     });
-    deps.reassignments?.events.on('changed', kick);
+    deps.reassignments?.events.on('changed', () => {
+      leftovers();
+      kick();
+    });
+    deps.topics?.events?.on('topic-deleted', leftovers);
+    deps.topics?.events?.on('topic-created', leftovers);
     this.timer = setInterval(kick, 1000);
     this.timer.unref();
     // Every broker probes (a dead controller must be noticed too); revoking a lease twice is harmless.
@@ -254,6 +282,11 @@ export class Controller {
   private async dropDeletedTopicLeftovers(): Promise<void> {
     const topics = this.deps.topics;
     if (!topics) return;
+    // Also once a minute whatever happened: a backstop for a way of leaving something that no event marks.
+    const now = performance.now();
+    if (!this.leftoversDue && now - this.leftoversSweptAt < LEFTOVER_BACKSTOP_MS) return;
+    this.leftoversDue = false;
+    this.leftoversSweptAt = now;
     const stale = new Map<string, Set<string>>();
     for (const e of this.deps.states.list()) {
       const id = e.value.topicId;
@@ -268,7 +301,7 @@ export class Controller {
     }
     try {
       for (const [topic, ids] of stale) {
-        if (!this.deps.election.isController) return;
+        if (!this.deps.election.isController) return this.sweepAgain();
         const current = await topics.readId(topic);
         for (const id of ids) {
           if (id === current) continue;
@@ -277,7 +310,7 @@ export class Controller {
         }
       }
       for (const topic of requestTopics) {
-        if (!store || !this.deps.election.isController) return;
+        if (!store || !this.deps.election.isController) return this.sweepAgain();
         const before = store.list(topic).length;
         await store.deleteTopic(topic, topics.definitionKey(topic));
         const removed = before - store.list(topic).length;
@@ -285,8 +318,13 @@ export class Controller {
       }
     } catch (err) {
       // The failover pass must not wait on this: it is tried again on the next pass.
+      this.sweepAgain();
       this.deps.logger.warn({ err }, 'removing what a deleted topic left behind failed; retrying on the next pass');
     }
+  }
+
+  private sweepAgain(): void {
+    this.leftoversDue = true;
   }
 
   /** One step of a partition's reassignment (reassignment.ts), by compare-and-set on its state. */
