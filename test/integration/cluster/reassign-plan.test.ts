@@ -57,6 +57,38 @@ describe('reassignment plans: all or nothing', () => {
   /** A target for partition `p` moving one replica to the broker that is not one of its replicas. */
   const moved = (replicas: number[]) => [[0, 1, 2].find((id) => !replicas.includes(id))!, replicas[0]!];
 
+  type Stores = { prefix: string; store: ReassignmentStore; topics: EtcdMetadataStore; raw: ReturnType<typeof createEtcdClient>; stored: () => Promise<string[]> };
+
+  /** A reassignment store and a topic store on their own etcd prefix, and a raw client; all removed after `fn`. */
+  async function withStores(name: string, fn: (s: Stores) => Promise<void>): Promise<void> {
+    const prefix = uniquePrefix(name);
+    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
+    const store = new ReassignmentStore({ etcd, prefix });
+    const topics = new EtcdMetadataStore({ etcd, prefix });
+    const raw = createEtcdClient(etcd);
+    try {
+      await store.open();
+      await topics.open();
+      await fn({ prefix, store, topics, raw, stored: async () => (await raw.getAll().prefix(`${prefix}reassignments/`).keys()).sort() });
+    } finally {
+      await store.close().catch(() => {});
+      await topics.close().catch(() => {});
+      await raw.delete().prefix(prefix).catch(() => {});
+      raw.close();
+    }
+  }
+
+  const topicX = (partitions: number, replicationFactor: number) => ({
+    name: 'x',
+    partitions,
+    replicationFactor,
+    idempotent: false,
+    partitioner: 'hash_key' as const,
+    retentionHours: -1,
+    retentionBytes: -1,
+    cleanupPolicy: 'delete' as const,
+  });
+
   it('a refused entry of a later topic starts nothing: unknown topic or broker, duplicate replicas, a partition out of range, one already moving', async () => {
     await create('plan-a', 2);
     await create('plan-b', 1);
@@ -151,17 +183,9 @@ describe('reassignment plans: all or nothing', () => {
   }, 150_000);
 
   it('the store: a deleted topic takes only its own requests; one for the topic re-created under the name (another broker) stays', async () => {
-    const prefix = uniquePrefix('plan-delete');
-    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
-    const store = new ReassignmentStore({ etcd, prefix });
-    const topics = new EtcdMetadataStore({ etcd, prefix });
-    const raw = createEtcdClient(etcd);
-    const def = { name: 'x', partitions: 2, replicationFactor: 1, idempotent: false, partitioner: 'hash_key' as const, retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' as const };
-    try {
-      await store.open();
-      await topics.open();
+    await withStores('plan-delete', async ({ prefix, store, topics, stored }) => {
+      const def = topicX(2, 1);
       const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
-      const stored = async () => (await raw.getAll().prefix(`${prefix}reassignments/`).keys()).sort();
       await topics.createTopic(def);
       expect(await store.createPlan([{ topic: 'x', partition: 0, request }], [topics.topicGuard('x')!])).toBeUndefined();
       // x deleted; before this broker deletes its requests, x is created again and its partition 1 moved.
@@ -176,27 +200,14 @@ describe('reassignment plans: all or nothing', () => {
       await store.deleteTopic('x', topics.definitionKey('x'));
       expect(await stored()).toEqual([]);
       expect(store.list('x')).toEqual([]);
-    } finally {
-      await store.close().catch(() => {});
-      await topics.close().catch(() => {});
-      await raw.delete().prefix(prefix).catch(() => {});
-      raw.close();
-    }
+    });
   });
 
   it('the store: one transaction stores the whole plan or, if a partition got a request or a guarded topic changed meanwhile, none of it', async () => {
-    const prefix = uniquePrefix('plan-store');
-    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
-    const store = new ReassignmentStore({ etcd, prefix });
-    const topics = new EtcdMetadataStore({ etcd, prefix });
-    const raw = createEtcdClient(etcd);
-    try {
-      await store.open();
-      await topics.open();
-      await topics.createTopic({ name: 'x', partitions: 3, replicationFactor: 1, idempotent: false, partitioner: 'hash_key', retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' });
+    await withStores('plan-store', async ({ prefix, store, topics, raw, stored }) => {
+      await topics.createTopic(topicX(3, 1));
       const guard = topics.topicGuard('x')!;
       const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
-      const stored = async () => (await raw.getAll().prefix(`${prefix}reassignments/`).keys()).sort();
       // Another broker's request for x/1, not yet seen here: the transaction, not the cache, refuses.
       await raw.put(`${prefix}reassignments/x/1`).value(JSON.stringify(request));
       const plan = [0, 1, 2].map((partition) => ({ topic: 'x', partition, request }));
@@ -205,34 +216,21 @@ describe('reassignment plans: all or nothing', () => {
       await raw.delete().key(`${prefix}reassignments/x/1`);
       // x deleted and re-created after the check: its guard no longer holds.
       await topics.deleteTopic('x');
-      await topics.createTopic({ name: 'x', partitions: 3, replicationFactor: 1, idempotent: false, partitioner: 'hash_key', retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' });
+      await topics.createTopic(topicX(3, 1));
       expect(await store.createPlan(plan, [guard])).toEqual({ busy: [], changed: [guard.key] });
       expect(await stored()).toEqual([]);
       // Checked again: stored whole.
       expect(await store.createPlan(plan, [topics.topicGuard('x')!])).toBeUndefined();
       expect(await stored()).toEqual([0, 1, 2].map((p) => `${prefix}reassignments/x/${p}`));
       expect(store.list('x').map((e) => e.partition)).toEqual([0, 1, 2]);
-    } finally {
-      await store.close().catch(() => {});
-      await topics.close().catch(() => {});
-      await raw.delete().prefix(prefix).catch(() => {});
-      raw.close();
-    }
+    });
   });
   it('the store: a definition put rides with the plan, both or neither; a definition changed since it was read stores nothing', async () => {
-    const prefix = uniquePrefix('plan-definition');
-    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
-    const store = new ReassignmentStore({ etcd, prefix });
-    const topics = new EtcdMetadataStore({ etcd, prefix });
-    const raw = createEtcdClient(etcd);
-    try {
-      await store.open();
-      await topics.open();
-      await topics.createTopic({ name: 'x', partitions: 2, replicationFactor: 3, idempotent: false, partitioner: 'hash_key', retentionHours: -1, retentionBytes: -1, cleanupPolicy: 'delete' });
+    await withStores('plan-definition', async ({ prefix, store, topics, raw, stored }) => {
+      await topics.createTopic(topicX(2, 3));
       const guard = topics.topicGuard('x')!;
       const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
       const plan = [0, 1].map((partition) => ({ topic: 'x', partition, request }));
-      const stored = async () => (await raw.getAll().prefix(`${prefix}reassignments/`).keys()).sort();
       const factor = async () => (JSON.parse((await raw.get(topics.definitionKey('x')).string())!) as { replicationFactor: number }).replicationFactor;
       expect(topics.replicationFactorPut('x', 3)).toBeUndefined();
       const stale = topics.replicationFactorPut('x', 2)!;
@@ -253,11 +251,6 @@ describe('reassignment plans: all or nothing', () => {
       const back = topics.replicationFactorPut('x', 3)!;
       expect(await store.createPlan(plan, [guard], back)).toEqual({ busy: [0, 1].map((partition) => ({ topic: 'x', partition })), changed: [] });
       expect(await factor()).toBe(2);
-    } finally {
-      await store.close().catch(() => {});
-      await topics.close().catch(() => {});
-      await raw.delete().prefix(prefix).catch(() => {});
-      raw.close();
-    }
+    });
   });
 });
