@@ -9,34 +9,25 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseDocument } from 'yaml';
-import { Connection } from 'tributary-protocol/connection.js';
+import type { Connection } from 'tributary-protocol/connection.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { tempDir } from '../../helpers/util.js';
 import { addUser } from './pki.js';
+import { Principals } from './principals.js';
 
 describe('group ACLs on the main port', () => {
   let dir: string;
   let config: string;
   let broker: BrokerProcess;
-  const tokens: Record<string, string> = {};
-  const open: Connection[] = [];
+  const who = new Principals(() => broker);
+  const { tokens } = who;
   /** alice's member of alice-g, Stable after its SYNC. */
   let member: string;
   let generation: number;
 
-  async function connect(principal: string): Promise<Connection> {
-    const c = await Connection.connect({ host: '127.0.0.1', port: broker.port, auth: { principal, token: tokens[principal]! } });
-    open.push(c);
-    return c;
-  }
-  const text = async (c: Connection, line: string) => {
-    const r = await c.request(line);
-    return r.kind === 'text' ? r.text : '(batch)';
-  };
-  const http = async (p: string, user: string) => {
-    const res = await fetch(`http://127.0.0.1:${broker.healthPort}${p}`, { headers: { authorization: `Basic ${Buffer.from(`${user}:${tokens[user]}`).toString('base64')}` } });
-    return { status: res.status, body: await res.text() };
-  };
+  const connect = (principal: string) => who.connect(principal);
+  const text = (c: Connection, line: string) => who.text(c, line);
+  const http = (p: string, user: string) => who.http(p, user);
   /** Rewrites the config file's groupAcls and has the broker reload it (SIGHUP), waiting for its log line. */
   async function reloadGroupAcls(groupAcls: Record<string, string[]>): Promise<void> {
     const doc = parseDocument(fs.readFileSync(config, 'utf8'));
@@ -71,7 +62,7 @@ describe('group ACLs on the main port', () => {
   }, 60_000);
 
   afterAll(async () => {
-    await Promise.all(open.map((c) => c.close().catch(() => {})));
+    await who.closeAll();
     await broker?.dispose();
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
   });

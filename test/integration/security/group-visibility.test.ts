@@ -8,31 +8,22 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Connection } from 'tributary-protocol/connection.js';
+import type { Connection } from 'tributary-protocol/connection.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
 import { tempDir, until } from '../../helpers/util.js';
 import { addUser } from './pki.js';
+import { Principals } from './principals.js';
 
 describe('groups of topics a principal may not describe', () => {
   let dir: string;
   let broker: BrokerProcess;
-  const tokens: Record<string, string> = {};
-  const open: Connection[] = [];
+  const who = new Principals(() => broker);
+  const { tokens } = who;
   const kafkaClients: Array<{ disconnect(): Promise<void> }> = [];
 
-  async function connect(principal: string): Promise<Connection> {
-    const c = await Connection.connect({ host: '127.0.0.1', port: broker.port, auth: { principal, token: tokens[principal]! } });
-    open.push(c);
-    return c;
-  }
-  const text = async (c: Connection, line: string) => {
-    const r = await c.request(line);
-    return r.kind === 'text' ? r.text : '(batch)';
-  };
-  const http = async (p: string, user: string) => {
-    const res = await fetch(`http://127.0.0.1:${broker.healthPort}${p}`, { headers: { authorization: `Basic ${Buffer.from(`${user}:${tokens[user]}`).toString('base64')}` } });
-    return { status: res.status, body: await res.text() };
-  };
+  const connect = (principal: string) => who.connect(principal);
+  const text = (c: Connection, line: string) => who.text(c, line);
+  const http = (p: string, user: string) => who.http(p, user);
   const kafka = (user: string) => new Kafka({ brokers: [`127.0.0.1:${broker.kafkaPort}`], clientId: `vis-${user}`, logLevel: logLevel.NOTHING, retry: { retries: 2 }, sasl: { mechanism: 'plain', username: user, password: tokens[user]! } });
 
   beforeAll(async () => {
@@ -68,7 +59,7 @@ describe('groups of topics a principal may not describe', () => {
 
   afterAll(async () => {
     for (const k of kafkaClients) await k.disconnect().catch(() => {});
-    await Promise.all(open.map((c) => c.close().catch(() => {})));
+    await who.closeAll();
     await broker?.dispose();
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
   });
