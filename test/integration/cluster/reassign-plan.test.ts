@@ -16,6 +16,7 @@ import { MAX_TXN_OPS, type ReassignmentRequest, ReassignmentStore } from 'tribut
 import { useCluster } from '../../helpers/cluster.js';
 import { envWithoutTributary, runCli } from '../../helpers/cli.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
+import { topicSpec } from '../../helpers/topic-spec.js';
 import { REQUEST_TIMEOUT_MS, uniquePrefix } from './helpers.js';
 
 interface Progress {
@@ -77,17 +78,6 @@ describe('reassignment plans: all or nothing', () => {
       raw.close();
     }
   }
-
-  const topicX = (partitions: number, replicationFactor: number) => ({
-    name: 'x',
-    partitions,
-    replicationFactor,
-    idempotent: false,
-    partitioner: 'hash_key' as const,
-    retentionHours: -1,
-    retentionBytes: -1,
-    cleanupPolicy: 'delete' as const,
-  });
 
   it('a refused entry of a later topic starts nothing: unknown topic or broker, duplicate replicas, a partition out of range, one already moving', async () => {
     await create('plan-a', 2);
@@ -184,7 +174,7 @@ describe('reassignment plans: all or nothing', () => {
 
   it('the store: a deleted topic takes only its own requests; one for the topic re-created under the name (another broker) stays', async () => {
     await withStores('plan-delete', async ({ prefix, store, topics, stored }) => {
-      const def = topicX(2, 1);
+      const def = topicSpec('x', { partitions: 2 });
       const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
       await topics.createTopic(def);
       expect(await store.createPlan([{ topic: 'x', partition: 0, request }], [topics.topicGuard('x')!])).toBeUndefined();
@@ -205,7 +195,7 @@ describe('reassignment plans: all or nothing', () => {
 
   it('the store: one transaction stores the whole plan or, if a partition got a request or a guarded topic changed meanwhile, none of it', async () => {
     await withStores('plan-store', async ({ prefix, store, topics, raw, stored }) => {
-      await topics.createTopic(topicX(3, 1));
+      await topics.createTopic(topicSpec('x', { partitions: 3 }));
       const guard = topics.topicGuard('x')!;
       const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
       // Another broker's request for x/1, not yet seen here: the transaction, not the cache, refuses.
@@ -216,7 +206,7 @@ describe('reassignment plans: all or nothing', () => {
       await raw.delete().key(`${prefix}reassignments/x/1`);
       // x deleted and re-created after the check: its guard no longer holds.
       await topics.deleteTopic('x');
-      await topics.createTopic(topicX(3, 1));
+      await topics.createTopic(topicSpec('x', { partitions: 3 }));
       expect(await store.createPlan(plan, [guard])).toEqual({ busy: [], changed: [guard.key] });
       expect(await stored()).toEqual([]);
       // Checked again: stored whole.
@@ -227,7 +217,7 @@ describe('reassignment plans: all or nothing', () => {
   });
   it('the store: a definition put rides with the plan, both or neither; a definition changed since it was read stores nothing', async () => {
     await withStores('plan-definition', async ({ prefix, store, topics, raw, stored }) => {
-      await topics.createTopic(topicX(2, 3));
+      await topics.createTopic(topicSpec('x', { partitions: 2, replicationFactor: 3 }));
       const guard = topics.topicGuard('x')!;
       const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
       const plan = [0, 1].map((partition) => ({ topic: 'x', partition, request }));

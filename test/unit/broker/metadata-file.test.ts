@@ -7,12 +7,10 @@
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { resolveConfig } from 'tributary-broker/common/config.js';
-import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
 import { LocalMetadataStore } from 'tributary-broker/partition/metadata-store.js';
-import { ORPHANED_DIR, TopicManager } from 'tributary-broker/partition/topic-manager.js';
+import { ORPHANED_DIR, type TopicManager } from 'tributary-broker/partition/topic-manager.js';
+import { openTopicManager } from '../../helpers/topic-manager.js';
 import { rec, removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
@@ -39,12 +37,9 @@ const spec = (name: string) => ({
 });
 
 async function openManager(): Promise<{ store: LocalMetadataStore; topics: TopicManager }> {
-  const store = new LocalMetadataStore(dir);
-  await store.open();
-  const topics = new TopicManager(store, resolveConfig({ dataDir: dir, flush: 'os' }), pino({ level: 'silent' }), new BrokerMetrics());
-  managers.push(topics);
-  await topics.open();
-  return { store, topics };
+  const opened = await openTopicManager(dir);
+  managers.push(opened.topics);
+  return opened;
 }
 
 async function closeManager(topics: TopicManager): Promise<void> {

@@ -5,12 +5,10 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { resolveConfig } from 'tributary-broker/common/config.js';
-import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
-import { TopicManager } from 'tributary-broker/partition/topic-manager.js';
-import { LocalMetadataStore, type TopicDefinition } from 'tributary-broker/partition/metadata-store.js';
+import type { TopicManager } from 'tributary-broker/partition/topic-manager.js';
+import type { LocalMetadataStore, TopicDefinition } from 'tributary-broker/partition/metadata-store.js';
+import { openTopicManager } from '../../helpers/topic-manager.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
@@ -19,10 +17,7 @@ let store: LocalMetadataStore;
 
 beforeEach(async () => {
   dir = await tempDir('trib-topics-watch-');
-  store = new LocalMetadataStore(dir);
-  await store.open();
-  topics = new TopicManager(store, resolveConfig({ dataDir: dir, flush: 'os' }), pino({ level: 'silent' }), new BrokerMetrics());
-  await topics.open();
+  ({ store, topics } = await openTopicManager(dir));
 });
 afterEach(async () => {
   await topics.close();

@@ -5,14 +5,13 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { MAX_RETENTION_HOURS, resolveConfig } from 'tributary-broker/common/config.js';
-import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
-import { TopicManager } from 'tributary-broker/partition/topic-manager.js';
+import { MAX_RETENTION_HOURS } from 'tributary-broker/common/config.js';
+import type { TopicManager } from 'tributary-broker/partition/topic-manager.js';
 import { LocalMetadataStore, METADATA_RESERVE_FILE, type TopicDefinition, alteredDefinition } from 'tributary-broker/partition/metadata-store.js';
 import { writeFileAtomic } from 'tributary-broker/storage/atomic-file.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { openTopicManager } from '../../helpers/topic-manager.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
 let dir: string;
@@ -23,10 +22,7 @@ const spec = { name: 't', partitions: 2, replicationFactor: 1, idempotent: false
 
 beforeEach(async () => {
   dir = await tempDir('trib-alter-');
-  store = new LocalMetadataStore(dir);
-  await store.open();
-  topics = new TopicManager(store, resolveConfig({ dataDir: dir, flush: 'os' }), pino({ level: 'silent' }), new BrokerMetrics());
-  await topics.open();
+  ({ store, topics } = await openTopicManager(dir));
 });
 afterEach(async () => {
   await topics.close();
