@@ -11,6 +11,7 @@ import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partitio
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from 'tributary-broker/storage/segment-names.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
+import { expectOpenRefused } from './refused-open.js';
 
 let dir: string;
 
@@ -59,19 +60,8 @@ async function expectRefused(...names: string[]): Promise<TributaryError> {
   return expectRefusedWith(OPTS, ...names);
 }
 
-async function expectRefusedWith(opts: Partial<LogOptions>, ...names: string[]): Promise<TributaryError> {
-  const before = await logFiles();
-  const err = (await PartitionLog.open(dir, opts).then(
-    async (l) => {
-      await l.close();
-      throw new Error('the damaged log opened');
-    },
-    (e: unknown) => e,
-  )) as TributaryError;
-  expect(err.code).toBe('storage_error');
-  for (const n of names) expect(err.message).toContain(n);
-  expect(await logFiles()).toEqual(before);
-  return err;
+function expectRefusedWith(opts: Partial<LogOptions>, ...names: string[]): Promise<TributaryError> {
+  return expectOpenRefused(dir, opts, logFiles, ...names);
 }
 
 /** Every record, offsets 0..N-1, and the next append at N. */

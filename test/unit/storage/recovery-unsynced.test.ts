@@ -8,11 +8,11 @@ import { readdir, readFile, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { TributaryError } from 'tributary-protocol/errors.js';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { LOG_SUFFIX, segmentFileName } from 'tributary-broker/storage/segment-names.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
+import { expectOpenRefused } from './refused-open.js';
 
 let dir: string;
 beforeEach(async () => {
@@ -65,17 +65,7 @@ async function expectLog(flush: LogOptions['flush'], end: number, logger?: pino.
 }
 
 async function expectRefused(flush: LogOptions['flush'], ...words: string[]): Promise<void> {
-  const before = await Promise.all((await segmentFiles()).map((n) => readFile(join(dir, n))));
-  const err = (await PartitionLog.open(dir, { ...BASE, flush }).then(
-    async (l) => {
-      await l.close();
-      throw new Error('the damaged log opened');
-    },
-    (e: unknown) => e,
-  )) as TributaryError;
-  expect(err.code).toBe('storage_error');
-  for (const w of words) expect(err.message).toContain(w);
-  expect(await Promise.all((await segmentFiles()).map((n) => readFile(join(dir, n))))).toEqual(before);
+  await expectOpenRefused(dir, { ...BASE, flush }, async () => Promise.all((await segmentFiles()).map((n) => readFile(join(dir, n)))), ...words);
 }
 
 describe('recovery of what no fsync covered (flush os and interval)', () => {
