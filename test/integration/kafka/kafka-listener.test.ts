@@ -923,6 +923,16 @@ describe('Kafka listener settings', () => {
       });
       const codes = ((res4.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[]).map((p) => p.errorCode);
       expect(codes).toEqual([0, 0, 0, kafkaErrorCode('MESSAGE_TOO_LARGE')]);
+      // DescribeConfigs says so: the largest batch is that bound, not --max-record-bytes (8 MiB here).
+      const described = await raw.call(32, 1, {
+        resources: [
+          { resourceType: 2, resourceName: 'inflate', configurationKeys: ['max.message.bytes'] },
+          { resourceType: 4, resourceName: '', configurationKeys: ['message.max.bytes'] },
+        ],
+        includeSynonyms: false,
+      });
+      const values = (described.results as KafkaStruct[]).map((r) => (r.configs as KafkaStruct[]).map((e) => [e.name, e.value]));
+      expect(values).toEqual([[['max.message.bytes', '65536']], [['message.max.bytes', '65536']]]);
       raw.socket.destroy();
     } finally {
       await broker.dispose();

@@ -31,6 +31,14 @@ interface Entry {
   alterable?: boolean;
 }
 
+/**
+ * Kafka's max.message.bytes is the largest record batch a producer may send. Here a record is bounded by
+ * --max-record-bytes and what a Produce request's batches hold (inflated) by --max-batch-bytes (produce.ts).
+ */
+function largestBatch(c: KafkaRequestContext['broker']['config']): number {
+  return Math.min(c.maxRecordBytes, c.maxBatchBytes > 0 ? Math.min(c.maxBatchBytes, c.maxFrameBytes) : c.maxFrameBytes);
+}
+
 function topicConfigs(ctx: KafkaRequestContext, d: TopicDefinition): Entry[] {
   const c = ctx.broker.config;
   return [
@@ -44,7 +52,7 @@ function topicConfigs(ctx: KafkaRequestContext, d: TopicDefinition): Entry[] {
       type: TYPE.long,
       alterable: true,
     },
-    { name: 'max.message.bytes', value: String(c.maxRecordBytes), source: SOURCE.staticBroker, type: TYPE.int },
+    { name: 'max.message.bytes', value: String(largestBatch(c)), source: SOURCE.staticBroker, type: TYPE.int },
     { name: 'min.insync.replicas', value: String(c.minInsyncReplicas), source: SOURCE.staticBroker, type: TYPE.int },
     // Records keep the producer's timestamps (produce.ts), 0 and -1 included: Kafka's CreateTime.
     { name: 'message.timestamp.type', value: 'CreateTime', source: SOURCE.staticBroker, type: TYPE.string },
@@ -57,7 +65,7 @@ function brokerConfigs(ctx: KafkaRequestContext): Entry[] {
     { name: 'num.partitions', value: String(c.defaultPartitions), source: SOURCE.staticBroker, type: TYPE.int },
     { name: 'default.replication.factor', value: String(ctx.broker.cluster ? c.defaultReplicationFactor : 1), source: SOURCE.staticBroker, type: TYPE.int },
     { name: 'min.insync.replicas', value: String(c.minInsyncReplicas), source: SOURCE.staticBroker, type: TYPE.int },
-    { name: 'message.max.bytes', value: String(c.maxRecordBytes), source: SOURCE.staticBroker, type: TYPE.int },
+    { name: 'message.max.bytes', value: String(largestBatch(c)), source: SOURCE.staticBroker, type: TYPE.int },
   ];
 }
 
