@@ -184,4 +184,25 @@ describe('group ACLs on the main port', () => {
     expect(broker.stderr.slice(mark)).toContain('groupAcls.a*b');
     expect(await text(await connect('carol'), 'FETCH_OFFSET topic=orders group=alice-g partition=0')).toBe(refusal('alice-g', 'carol'));
   });
+
+  it('a request admitted before a SIGHUP but held behind an earlier one is held to the new group ACLs when it runs', async () => {
+    await reloadGroupAcls({ 'alice-*': ['alice'], 'bob-*': ['bob'] });
+    const bob = await connect('bob');
+    const join = await bob.command('JOIN_GROUP', { topic: 'orders', group: 'bob-h', member: 'b2', session_timeout_ms: 60000 });
+    const m = /member=(\S+)/.exec(join)![1]!;
+    const gen = Number(/generation=(\d+)/.exec(join)![1]);
+    await bob.command('SYNC_GROUP', { topic: 'orders', group: 'bob-h', member: m, generation: gen });
+    // A long-poll HEARTBEAT (pipelined) holds the reply order; the LEAVE_GROUP after it (not pipelined) is
+    // admitted at once and runs only once the heartbeat's reply is out, after the withdrawal below.
+    const heartbeat = bob.request(`HEARTBEAT topic=orders group=bob-h member=${m} generation=${gen} wait_ms=4000`, 15_000);
+    const leave = bob.request(`LEAVE_GROUP topic=orders group=bob-h member=${m}`, 15_000);
+    await new Promise((r) => setTimeout(r, 300));
+    await reloadGroupAcls({ 'alice-*': ['alice'], 'bob-*': ['alice'] });
+    await heartbeat;
+    const left = await leave;
+    expect(left.kind === 'text' ? left.text : '(batch)').toBe(refusal('bob-h', 'bob'));
+    // Refused, so nothing changed: bob's member is still in the group.
+    expect((await status(await connect('admin'), 'bob-h')).members.map((x) => x.member_id)).toEqual([m]);
+    await reloadGroupAcls({ 'alice-*': ['alice'], 'bob-*': ['bob'] });
+  });
 });

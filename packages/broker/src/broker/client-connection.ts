@@ -236,7 +236,7 @@ export class ClientConnection implements ConnectionContext {
    * A request that is not pipelined runs only once every earlier reply is written (so it sees what earlier
    * pipelined requests did, e.g. a CONSUME after a PUBLISH) and the unread backlog is within
    * maxPendingReplyBytes: a client that never reads cannot make the broker build reply after reply.
-   * Later requests wait until it has finished.
+   * Later requests wait until it has finished. A reload of the rules meanwhile holds it to the new ones (Security.recheck).
    */
   private async runHeld(slot: PendingReply, spec: CommandSpec, params: Params, received: number): Promise<Reply> {
     try {
@@ -253,6 +253,7 @@ export class ClientConnection implements ConnectionContext {
         });
       }
       if (this.closed || this.socket.destroyed) throw new TributaryError('request_timeout', { reason: 'connection closed' });
+      this.broker.security?.recheck(slot.label, this, params.line);
       this.receivedAt = received;
       return await spec.handler(this.broker, this, params);
     } finally {

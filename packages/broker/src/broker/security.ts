@@ -212,6 +212,8 @@ interface Session {
   /** Token bucket for maxRequestsPerSecondPerConnection. */
   tokens: number;
   refilledAt: number;
+  /** The rules (Security's reload count) its latest request was admitted under (gate, recheck). */
+  admittedUnder?: number;
   close: (reason: string) => void;
 }
 
@@ -233,6 +235,8 @@ export class Security {
   private scramStandInKey: Buffer;
   private acls: BrokerConfig['topicAcls'];
   private groupAcls: BrokerConfig['groupAcls'];
+  /** Counts reloads: a request admitted under older rules is held to the new ones when it runs (recheck). */
+  private reloads = 0;
   private readonly sessions = new WeakMap<ConnectionContext, Session>();
   /** One check per connection waits at most, so the queue is bounded by the connections (docs/security.md). */
   private readonly verifier: Limiter;
@@ -269,6 +273,7 @@ export class Security {
     this.scramStandInKey = standInKey(users);
     this.acls = acls;
     this.groupAcls = groupAcls;
+    this.reloads++;
     // The message predates group ACLs; operators' and tests' log watches look for it.
     this.logger.info({ users: Object.keys(users).length, topicAcls: Object.keys(acls).length, groupAcls: Object.keys(groupAcls).length }, 'users and topic ACLs reloaded');
   }
@@ -484,6 +489,7 @@ export class Security {
    */
   gate(command: string, conn: ConnectionContext, req: ParsedLine | Buffer | undefined): TributaryError | undefined {
     const s = this.session(conn);
+    s.admittedUnder = this.reloads;
     const rate = this.config.maxRequestsPerSecondPerConnection;
     if (rate > 0) {
       // Monotonic: a step back of the wall clock would drain the bucket for the step's length.
@@ -498,6 +504,19 @@ export class Security {
       return new TributaryError('record_too_large', { size: req.length, max: this.config.maxBatchBytes, reason: 'batch' });
     }
     return this.authorize(command, conn, req);
+  }
+
+  /**
+   * A request `gate` admitted that then waited for its turn (one not pipelined, behind a long-poll HEARTBEAT
+   * or a JOIN_GROUP awaiting a rebalance): when a reload (SIGHUP) came in between, it is held to the rules in
+   * force now, as an open STREAM is. Otherwise it ran with rights withdrawn meanwhile: a LEAVE_GROUP removed
+   * the member, a FETCH_OFFSET read the offsets of a group the principal may no longer use. While it waits
+   * its connection admits nothing else, so the session's mark is this request's.
+   */
+  recheck(command: string, conn: ConnectionContext, req: ParsedLine): void {
+    if (this.session(conn).admittedUnder === this.reloads) return;
+    const refused = this.authorize(command, conn, req);
+    if (refused) throw refused;
   }
 
   /**
