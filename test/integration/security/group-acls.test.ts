@@ -205,4 +205,19 @@ describe('group ACLs on the main port', () => {
     expect((await status(await connect('admin'), 'bob-h')).members.map((x) => x.member_id)).toEqual([m]);
     await reloadGroupAcls({ 'alice-*': ['alice'], 'bob-*': ['bob'] });
   });
+
+  it('a long-poll HEARTBEAT waiting when a SIGHUP withdraws its principal answers the refusal, as a long-poll CONSUME does', async () => {
+    const bob = await connect('bob');
+    const join = await bob.command('JOIN_GROUP', { topic: 'orders', group: 'bob-k', member: 'b3', session_timeout_ms: 60000 });
+    const m = /member=(\S+)/.exec(join)![1]!;
+    const gen = Number(/generation=(\d+)/.exec(join)![1]);
+    await bob.command('SYNC_GROUP', { topic: 'orders', group: 'bob-k', member: m, generation: gen });
+    const heartbeat = bob.request(`HEARTBEAT topic=orders group=bob-k member=${m} generation=${gen} wait_ms=4000`, 15_000);
+    await new Promise((r) => setTimeout(r, 300));
+    await reloadGroupAcls({ 'alice-*': ['alice'], 'bob-*': ['alice'] });
+    // Not OK: that would keep the member's session alive past the withdrawal.
+    const answered = await heartbeat;
+    expect(answered.kind === 'text' ? answered.text : '(batch)').toBe(refusal('bob-k', 'bob'));
+    await reloadGroupAcls({ 'alice-*': ['alice'], 'bob-*': ['bob'] });
+  });
 });

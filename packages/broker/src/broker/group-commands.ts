@@ -96,13 +96,19 @@ async function syncGroup(b: BrokerContext, _c: ConnectionContext, p: Params): Pr
   return memberReply(view);
 }
 
-async function heartbeat(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+async function heartbeat(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
   const res = await b.coordinator.heartbeat({
     topic: p.reqStr('topic', { maxLength: MAX_ID }),
     group: p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }),
     member: p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true }),
     generation: p.reqInt('generation', GENERATION),
     waitMs: p.int('wait_ms', { min: 0, max: 3_600_000 }),
+    // A long poll is held to the rules in force when it ends, as a long-poll CONSUME is: a principal withdrawn
+    // from the group meanwhile is refused rather than answered OK with its member's session refreshed.
+    afterWait: () => {
+      const refused = b.security?.authorize('HEARTBEAT', c, p.line);
+      if (refused) throw refused;
+    },
   });
   return formatOk({ member: res.memberId, generation: res.generation });
 }

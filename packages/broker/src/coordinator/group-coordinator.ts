@@ -452,7 +452,7 @@ export class GroupCoordinator {
     return this.membership.sync(req);
   }
 
-  heartbeat(req: { topic: string; group: string; member: string; generation: number; waitMs?: number }, signal?: AbortSignal): Promise<{ generation: number; memberId: string }> {
+  heartbeat(req: { topic: string; group: string; member: string; generation: number; waitMs?: number; afterWait?: () => void }, signal?: AbortSignal): Promise<{ generation: number; memberId: string }> {
     return this.membership.heartbeat(req, signal);
   }
 

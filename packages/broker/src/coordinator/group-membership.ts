@@ -295,7 +295,7 @@ export class GroupMembership {
     this.rebalancer.planWaiters.wake(g.groupId);
   }
 
-  async heartbeat(req: { topic: string; group: string; member: string; generation: number; waitMs?: number }, signal?: AbortSignal): Promise<{ generation: number; memberId: string }> {
+  async heartbeat(req: { topic: string; group: string; member: string; generation: number; waitMs?: number; afterWait?: () => void }, signal?: AbortSignal): Promise<{ generation: number; memberId: string }> {
     this.ctx.checkOwner(req.group);
     validateId('group', req.group);
     validateId('member', req.member);
@@ -316,6 +316,8 @@ export class GroupMembership {
     const waitMs = Math.min(req.waitMs ?? 0, Math.floor(m.sessionTimeoutMs / 2));
     if (waitMs > 0) {
       await this.rebalancer.wakers.wait(m.memberId, waitMs, signal);
+      // The caller's rights again (a SIGHUP may have withdrawn them): a refusal must not refresh the session.
+      req.afterWait?.();
       m = check();
     }
     return { generation: m.generation, memberId: m.memberId };
