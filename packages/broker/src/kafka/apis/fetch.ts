@@ -225,6 +225,12 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
     // Wait for data past what was read: the end each partition's read reached (its HWM, or its LSO).
     const from = results.map((r, i) => Math.max(wanted[i]!.offset, Number(isolation === 'read_committed' ? r.lastStableOffset : r.highWatermark)));
     await waitForAny(ctx, wanted, from, isolation, left);
+    // The rights again after the wait, as a long-poll CONSUME's: a SIGHUP may have withdrawn them, and the
+    // records written since are not for a principal that may no longer read the topic.
+    for (const w of wanted) {
+      const denied = w.refused ? undefined : ctx.authorize('CONSUME', w.topic);
+      if (denied) w.refused = refusal(denied, 'topic');
+    }
     results = await readAll();
   }
   const metrics = ctx.broker.metrics;
