@@ -103,6 +103,12 @@ describe('ALTER_TOPIC (standalone)', () => {
     const none = await runCli(['topic', 'alter', 'alt-cli', ...b]);
     expect(none.code).toBe(2);
     expect(none.stderr).toMatch(/error: give --replication-factor or at least one of --retention-hours, --retention-bytes, --delete-retention-ms/);
+    // --throttle and --wait shape a replication-factor change; alone they would be ignored, so they are refused.
+    for (const extra of [['--throttle', '1000'], ['--wait']]) {
+      const stray = await runCli(['topic', 'alter', 'alt-cli', '--retention-hours', '7', ...extra, ...b]);
+      expect(stray.code, extra.join(' ')).toBe(2);
+      expect(stray.stderr).toMatch(/error: --throttle and --wait go with --replication-factor/);
+    }
     const badValue = await runCli(['topic', 'alter', 'alt-cli', '--retention-hours', '-2', ...b]);
     expect(badValue.code).toBe(2);
     const refused = await runCli(['topic', 'alter', 'alt-cli', '--delete-retention-ms', '5', ...b]);

@@ -238,6 +238,8 @@ export function registerReassignCommands(program: Command, broker: Command, topi
   ).action(async (name: string, opts: WaitOptions & RetentionAlterOptions & { replicationFactor?: number; throttle?: number }) => {
     const rf = opts.replicationFactor;
     if (rf === undefined && !hasRetentionChange(opts)) throw usageError('give --replication-factor or at least one of --retention-hours, --retention-bytes, --delete-retention-ms');
+    // They shape the reassignment a new replication factor starts; without one they would do nothing.
+    if (rf === undefined && (opts.throttle !== undefined || opts.wait)) throw usageError('--throttle and --wait go with --replication-factor');
     await withConnection(opts, async (conn) => {
       // Retention first: it is in effect at once, where a new replication factor is a reassignment to follow.
       if (hasRetentionChange(opts)) print(await alterRetention(conn, name, opts));
