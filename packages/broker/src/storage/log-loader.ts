@@ -79,6 +79,9 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
       await unlink(join(dir, segmentFileName(b, LOG_SUFFIX)));
       await unlink(join(dir, segmentFileName(b, INDEX_SUFFIX))).catch(() => {});
     }
+    // The removals are on disk before the segment that now ends the log vouches for its cut size: after a
+    // crash a vouched segment followed by a gap is refused, not cut again.
+    await fsyncDir(dir);
     log.warn({ flush: o.flush, cutAt, removedSegments: gone, reason: why }, `recovery after an unclean shutdown with --flush ${o.flush}: the log ends at offset ${cutAt}; ${gone.length} later segment(s) removed (data no fsync had covered)`);
   };
   try {
@@ -154,6 +157,8 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
       prevVouched = info.vouched;
       if (info.endsLog && !isLast) {
         await dropFrom(i + 1, seg.nextOffset, info.reason ?? 'a bad record');
+        // Its log was fsynced at the cut; recoverSegment left the index unvouched until the drop was durable.
+        await seg.writeIndex(true);
         break;
       }
     }

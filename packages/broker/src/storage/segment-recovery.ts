@@ -178,7 +178,11 @@ export async function recoverSegment(
     seg.setRecovered(valid, next, validMaxTs);
     // Make the cut (and whatever the scan accepted) durable before the index vouches for it.
     await seg.datasync();
-    await seg.writeIndex(true);
+    const endsLog = cutAny && failure !== null;
+    // A cut that ends the log vouches for it only once the later segments are gone (log-loader.ts writes
+    // it then): a crash before their removal reached the disk left them after a segment whose index said
+    // it was whole at its cut size, and the next open refused the gap instead of dropping them again.
+    await seg.writeIndex(!(endsLog && !opts.last));
     return {
       segment: seg,
       truncatedBytes: fileSize - valid,
@@ -186,7 +190,7 @@ export async function recoverSegment(
       reason: valid < fileSize ? reason : null,
       droppedRecords: partial,
       rebuiltIndex: true,
-      endsLog: cutAny && failure !== null,
+      endsLog,
       vouched: false,
     };
   } catch (err) {
