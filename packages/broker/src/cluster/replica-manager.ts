@@ -207,7 +207,15 @@ export class ReplicaManager {
       part.enableReplication(() => this.onLocalDurable(r!));
       r = newReplica(e.topic, e.partition, part, topic!.def.topicId);
       this.replicas.set(key(e.topic, e.partition), r);
-      r.epochsLoaded = r.epochs.load();
+      const epochs = r.epochs;
+      // Recovery may have cut the log (a crash under --flush interval or os): an epoch starting at or past
+      // its end never reached it. Kept, a leader re-taking that epoch wrote from the cut on under it while
+      // its history gave those offsets to the epoch before, and followers kept their own records there.
+      // Memory only: a crash before the next flush reloads and trims the same way.
+      r.epochsLoaded = epochs.load().then(() => {
+        const end = part.logEndOffset;
+        if (epochs.truncateFromEnd(end)) this.deps.logger.warn({ topic: e.topic, partition: e.partition, logEndOffset: end }, 'leader epochs starting past the log end dropped (recovery cut the log)');
+      });
       r.epochsLoaded.catch((err: unknown) => this.deps.logger.error({ err, topic: e.topic, partition: e.partition }, 'leader epoch cache unreadable'));
     }
     const me = this.deps.brokerId;
