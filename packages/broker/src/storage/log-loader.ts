@@ -73,7 +73,10 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
   // segments go, as Kafka recovers past its recovery point. With --flush always every acknowledged append
   // was fsynced, so damage is refused instead (docs/architecture.md "Storage", Recovery).
   const mayCut = !clean && o.flush !== 'always';
-  const dropFrom = async (i: number, cutAt: number, why: string): Promise<void> => {
+  const warnDropped = (cutAt: number, gone: number[], why: string, more: object = {}): void => {
+    log.warn({ flush: o.flush, cutAt, removedSegments: gone, reason: why, ...more }, `recovery after an unclean shutdown with --flush ${o.flush}: the log ends at offset ${cutAt}; ${gone.length} later segment(s) removed (data no fsync had covered)`);
+  };
+  const dropFrom = async (i: number): Promise<number[]> => {
     const gone = bases.slice(i);
     for (const b of gone) {
       await unlink(join(dir, segmentFileName(b, LOG_SUFFIX)));
@@ -82,7 +85,7 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
     // The removals are on disk before the segment that now ends the log vouches for its cut size: after a
     // crash a vouched segment followed by a gap is refused, not cut again.
     await fsyncDir(dir);
-    log.warn({ flush: o.flush, cutAt, removedSegments: gone, reason: why }, `recovery after an unclean shutdown with --flush ${o.flush}: the log ends at offset ${cutAt}; ${gone.length} later segment(s) removed (data no fsync had covered)`);
+    return gone;
   };
   try {
     for (let i = 0; i < bases.length; i++) {
@@ -133,11 +136,14 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
       if (prev && seg.baseOffset > prev.nextOffset && mayCut && !prevVouched) {
         // The segment before lost its tail: it is the last now, recovered as one (a torn append is cut whole).
         await seg.close();
-        await dropFrom(i, prev.nextOffset, `offsets ${prev.nextOffset}..${seg.baseOffset - 1} missing`);
+        const gone = await dropFrom(i);
         segments.pop();
         await prev.close();
         const again = await recoverSegment(dir, prev.baseOffset, { intervalBytes: o.indexIntervalBytes, fullScan: true, last: true, fds, mayCut });
         segments.push(again.segment);
+        // Said once it is recovered as the last: an incomplete append at its end went too, and the log ends
+        // where that left it (the warning said prev.nextOffset, an offset the next append then took).
+        warnDropped(again.segment.nextOffset, gone, `offsets ${prev.nextOffset}..${seg.baseOffset - 1} missing`, { droppedRecords: again.droppedRecords });
         break;
       }
       if (prev && seg.baseOffset !== prev.nextOffset) {
@@ -156,7 +162,7 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
       prevRebuilt = info.rebuiltIndex;
       prevVouched = info.vouched;
       if (info.endsLog && !isLast) {
-        await dropFrom(i + 1, seg.nextOffset, info.reason ?? 'a bad record');
+        warnDropped(seg.nextOffset, await dropFrom(i + 1), info.reason ?? 'a bad record');
         // Its log was fsynced at the cut; recoverSegment left the index unvouched until the drop was durable.
         await seg.writeIndex(true);
         break;
