@@ -2,8 +2,9 @@
  * A cut by recovery after a crash under --flush interval or os (log-loader.ts) must survive a second crash
  * during that recovery: the cut segment may not vouch for itself (its index says "fsynced at this size")
  * while segments past the cut can still be on disk, or the next open takes them for missing data and refuses.
+ * And a cut never takes what an fsync covered: under interval, closed segments (fsynced at their rolls).
  */
-import { copyFile, mkdir, readdir, readFile, rm, truncate } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, readFile, rm, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
@@ -43,7 +44,8 @@ function recordStarts(buf: Buffer): number[] {
 }
 
 describe('a recovery cut interrupted by a second crash', () => {
-  for (const flush of ['os', 'interval'] as const) {
+  // Under interval only the last segment is ever cut (a roll fsyncs the segment it closes): nothing follows it.
+  for (const flush of ['os'] as const) {
     it(`flush=${flush}: later segments still on disk after the cut (their unlinks lost) go again at the next open`, async () => {
       const segs = await writeLog(flush);
       const mid = segs[2]!;
@@ -74,4 +76,36 @@ describe('a recovery cut interrupted by a second crash', () => {
       }
     });
   }
+});
+
+const logFiles = async () => Promise.all((await readdir(dir)).filter((n) => n.endsWith(LOG_SUFFIX)).sort().map(async (n) => [n, await readFile(join(dir, n))] as const));
+
+describe('flush=interval: a closed segment was fsynced at its roll, whatever became of its index', () => {
+  it('a closed segment whose index was lost and that ends short of the next one is refused, not cut with the segments after it', async () => {
+    const segs = await writeLog('interval');
+    const mid = segs[1]!;
+    const file = logFile(mid.baseOffset);
+    const starts = recordStarts(await readFile(file));
+    await truncate(file, starts[PER]!);
+    await writeFile(join(dir, segmentFileName(mid.baseOffset, INDEX_SUFFIX)), '');
+    const before = await logFiles();
+    await expect(PartitionLog.open(dir, { ...BASE, flush: 'interval' })).rejects.toThrow('missing');
+    expect(await logFiles()).toEqual(before);
+  });
+
+  it('damage in a closed segment whose index was lost is refused, not cut with the segments after it', async () => {
+    const segs = await writeLog('interval');
+    const mid = segs[1]!;
+    const file = logFile(mid.baseOffset);
+    const bytes = await readFile(file);
+    const starts = recordStarts(bytes);
+    bytes[starts[2]! + 12] ^= 0x40;
+    await writeFile(file, bytes);
+    // Its index lost (written in place, never fsynced): nothing vouches for this segment any more, but
+    // the segments after it were fsynced at their rolls and their indexes say so.
+    await writeFile(join(dir, segmentFileName(mid.baseOffset, INDEX_SUFFIX)), '');
+    const before = await logFiles();
+    await expect(PartitionLog.open(dir, { ...BASE, flush: 'interval' })).rejects.toThrow(file);
+    expect(await logFiles()).toEqual(before);
+  });
 });

@@ -73,6 +73,11 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
   // segments go, as Kafka recovers past its recovery point. With --flush always every acknowledged append
   // was fsynced, so damage is refused instead (docs/architecture.md "Storage", Recovery).
   const mayCut = !clean && o.flush !== 'always';
+  // Under interval a roll fsyncs the segment it closes before the next one exists: only the last segment
+  // can hold bytes no fsync covered. A closed one whose index was lost (written in place, never fsynced)
+  // is still what its fsync made it, so damage or a gap after it is refused: cutting there removed the
+  // fsynced segments after it.
+  const closedMayCut = mayCut && o.flush === 'os';
   const warnDropped = (cutAt: number, gone: number[], why: string, more: object = {}): void => {
     log.warn({ flush: o.flush, cutAt, removedSegments: gone, reason: why, ...more }, `recovery after an unclean shutdown with --flush ${o.flush}: the log ends at offset ${cutAt}; ${gone.length} later segment(s) removed (data no fsync had covered)`);
   };
@@ -90,7 +95,7 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
   try {
     for (let i = 0; i < bases.length; i++) {
       const isLast = i === bases.length - 1;
-      const info = await recoverSegment(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast, last: isLast, fds, mayCut });
+      const info = await recoverSegment(dir, bases[i], { intervalBytes: o.indexIntervalBytes, fullScan: !clean && isLast, last: isLast, fds, mayCut: isLast ? mayCut : closedMayCut });
       const seg = info.segment;
       if (info.truncatedBytes > 0) {
         log.warn(
@@ -133,7 +138,7 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
         await seg.remove();
         continue;
       }
-      if (prev && seg.baseOffset > prev.nextOffset && mayCut && !prevVouched) {
+      if (prev && seg.baseOffset > prev.nextOffset && closedMayCut && !prevVouched) {
         // The segment before lost its tail: it is the last now, recovered as one (a torn append is cut whole).
         await seg.close();
         const gone = await dropFrom(i);
