@@ -82,3 +82,30 @@ it("the new segment at a compacted segment's cut is fsynced into the directory b
   expect(seen.events).toContain('cut');
   expect(log.logEndOffset).toBe(cut);
 });
+
+it('the segments past the cut are fsynced away before the segment kept is cut', async () => {
+  // A power loss between the two brought removed segments back after a kept segment that then ended short
+  // of them: recovery refuses that gap (offsets missing) and the partition stayed down.
+  const log = await openLog('l');
+  for (let a = 0; a < 60; a++) await log.append([{ key: null, value: Buffer.from(`record-${a}-${'v'.repeat(20)}`) }]);
+  const segs = log.segmentInfos();
+  expect(segs.length).toBeGreaterThan(2);
+  seen.dir = join(tmp(), 'l');
+  const truncate = Segment.prototype.truncateTo;
+  vi.spyOn(Segment.prototype, 'truncateTo').mockImplementation(async function (this: Segment, c) {
+    seen.events.push('cut');
+    return truncate.call(this, c);
+  });
+  const remove = Segment.prototype.remove;
+  vi.spyOn(Segment.prototype, 'remove').mockImplementation(async function (this: Segment) {
+    seen.events.push('remove');
+    return remove.call(this);
+  });
+  // Into the first segment, past its first record: every later segment goes, the first is cut.
+  await log.truncateTo(segs[0]!.baseOffset + 1);
+  expect(log.logEndOffset).toBe(segs[0]!.baseOffset + 1);
+  const cut = seen.events.indexOf('cut');
+  const lastRemove = seen.events.lastIndexOf('remove', cut);
+  expect(lastRemove).toBeGreaterThanOrEqual(0);
+  expect(seen.events.slice(lastRemove, cut)).toContain('dirsync');
+});
