@@ -164,6 +164,9 @@ export function readTxnFloor(log: PartitionLog): number {
   }
   try {
     const snap = JSON.parse(raw) as TxnSnapshot;
+    // Past the log end (recovery cut a torn tail, a truncation): a commit or abort marker it counted may be
+    // gone, its transaction open again from below the end, and loadTxnIndex scans from the start for it.
+    if (!(snap.offset <= log.logEndOffset)) return log.logStartOffset;
     let floor = Number.isSafeInteger(snap.offset) ? snap.offset : log.logStartOffset;
     if (Array.isArray(snap.open)) for (const o of snap.open) if (Number.isSafeInteger(o?.firstOffset) && o.firstOffset < floor) floor = o.firstOffset;
     return Math.min(floor, log.logEndOffset);
