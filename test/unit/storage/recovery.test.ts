@@ -178,6 +178,27 @@ describe('recovery', () => {
     await log.close();
   });
 
+  it('a clean-shutdown marker that cannot be removed fails the open: no append may come while a later crash would pass for a clean stop', async () => {
+    const log = await PartitionLog.open(dir, OPTS);
+    await log.append([rec(0)]);
+    await log.close();
+    // Where the marker was, a directory: unlink fails (EISDIR), as it would on a read-only or failing disk.
+    await unlink(join(dir, CLEAN_SHUTDOWN_FILE));
+    await mkdir(join(dir, CLEAN_SHUTDOWN_FILE));
+    const err = await PartitionLog.open(dir, OPTS).then(
+      async (l) => {
+        await l.close().catch(() => {});
+        return 'opened';
+      },
+      (e: unknown) => e,
+    );
+    expect(err).toMatchObject({ code: 'storage_error' });
+    await rmdir(join(dir, CLEAN_SHUTDOWN_FILE));
+    const reopened = await PartitionLog.open(dir, OPTS);
+    await checkLog(reopened, 1);
+    await reopened.close();
+  });
+
   it('a roll that fails after making its log file leaves no file: later appends, rolls and a reopen keep every acknowledged record', async () => {
     const log = await PartitionLog.open(dir, { ...OPTS, flush: 'always' });
     let n = 0;

@@ -183,9 +183,17 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
     throw storageError(dir, 'recovery failed', err);
   }
 
-  // The marker must be gone (durably) before any append, or a later crash would skip recovery.
-  if (clean) await unlink(join(dir, CLEAN_SHUTDOWN_FILE)).catch(() => {});
-  await fsyncDir(dir);
+  // The marker must be gone (durably) before any append, or a later crash would skip recovery: a marker
+  // that cannot be removed fails the open rather than being left for a crash to pass as a clean stop.
+  try {
+    if (clean) await unlink(join(dir, CLEAN_SHUTDOWN_FILE)).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOENT') throw err;
+    });
+    await fsyncDir(dir);
+  } catch (err) {
+    for (const s of segments) await s.close().catch(() => {});
+    throw storageError(dir, clean ? 'cannot remove the clean-shutdown marker' : 'cannot fsync the recovered directory', err);
+  }
   const end = segments[segments.length - 1].nextOffset;
   return { segments, clean, checkpointedHwm: await readHwmCheckpoint(dir, log), tombstoneHorizon: await readTombstoneHorizon(dir, log, end) };
 }
