@@ -73,7 +73,14 @@ export class TxnFinisher {
       if (cause === 'recovered') {
         m.abortReason = RECOVERED;
       } else if (cause !== 'client') {
+        const old = { producerId: m.producerId, epoch: m.epoch };
         await bumpEpoch(e.meta, this.deps.producerIds);
+        // At the last epoch the bump moved to a new producer id: the markers must still close the
+        // transaction the old pair's records opened on each partition (finish() writes them for this pair).
+        if (m.producerId !== old.producerId) {
+          m.markerProducerId = old.producerId;
+          m.markerEpoch = old.epoch;
+        }
         m.abortReason = cause === 'timeout' ? `timed out after ${m.timeoutMs} ms` : 'fenced by a newer producer';
       }
       m.state = result === 'commit' ? 'prepare_commit' : 'prepare_abort';
@@ -82,6 +89,8 @@ export class TxnFinisher {
     } catch (err) {
       // Not decided until the log has it: a retry that found the decision in memory would write markers
       // of a decision a crash then forgets (recovery aborts what it replays as open).
+      delete m.markerProducerId;
+      delete m.markerEpoch;
       Object.assign(m, before);
       if (m.state === 'open') this.scheduleTimeout(e);
       throw err;
@@ -165,14 +174,19 @@ export class TxnFinisher {
       }
       failpoint('txn.after_offsets');
       live();
-      await Promise.all(m.partitions.map((tp) => this.deps.targets.marker(tp.topic, tp.partition, m.producerId, m.epoch, commit ? 'commit' : 'abort', this.deps.partitionFor(m.transactionalId))));
+      const markerPid = m.markerProducerId ?? m.producerId;
+      const markerEpoch = m.markerEpoch ?? m.epoch;
+      await Promise.all(m.partitions.map((tp) => this.deps.targets.marker(tp.topic, tp.partition, markerPid, markerEpoch, commit ? 'commit' : 'abort', this.deps.partitionFor(m.transactionalId))));
       failpoint('txn.after_markers');
       live();
       // Recorded as ended only once the log has it: until then the transaction stays decided, so no new
       // one can begin while its markers may still be written again.
-      const ended: TxnMetadata = { ...m, state: commit ? 'committed' : 'aborted', partitions: [], offsets: [], startedMs: 0, updatedMs: this.deps.clock.now() };
+      const { markerProducerId: _mp, markerEpoch: _me, ...rest } = m;
+      const ended: TxnMetadata = { ...rest, state: commit ? 'committed' : 'aborted', partitions: [], offsets: [], startedMs: 0, updatedMs: this.deps.clock.now() };
       await this.deps.log.write(ended);
       live();
+      delete m.markerProducerId;
+      delete m.markerEpoch;
       Object.assign(m, ended);
       e.endedEpoch = m.epoch;
       e.adds.clear();

@@ -53,6 +53,13 @@ export interface TxnMetadata {
    */
   lastProducerId?: string;
   lastEpoch?: number;
+  /**
+   * Only while an abort the coordinator decided at the last epoch (MAX_PRODUCER_EPOCH) is finished: the
+   * id already moved to a new producer id, but the transaction's records carry this pair, so its markers
+   * must name it (a marker of the new producer id would leave it open on every partition, the LSO stuck).
+   */
+  markerProducerId?: string;
+  markerEpoch?: number;
 }
 
 function encodeKey(id: string): Buffer {
@@ -72,7 +79,9 @@ function validMetadata(v: unknown): v is TxnMetadata {
     Array.isArray(m.offsets) &&
     (m.owner === undefined || typeof m.owner === 'string') &&
     (m.lastProducerId === undefined || typeof m.lastProducerId === 'string') &&
-    (m.lastEpoch === undefined || Number.isSafeInteger(m.lastEpoch))
+    (m.lastEpoch === undefined || Number.isSafeInteger(m.lastEpoch)) &&
+    (m.markerProducerId === undefined || typeof m.markerProducerId === 'string') &&
+    (m.markerEpoch === undefined || Number.isSafeInteger(m.markerEpoch))
   );
 }
 
