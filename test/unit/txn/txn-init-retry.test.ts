@@ -4,7 +4,8 @@
  * current pair without another bump; any other stale pair is fenced. The previous pair is durable (the
  * id's record in __transaction_state) and forgotten by any other move of the epoch.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { TxnLog } from 'tributary-broker/txn/txn-log.js';
 import type { TransactionCoordinator } from 'tributary-broker/txn/txn-coordinator.js';
 import { type Coordinators, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
@@ -78,6 +79,31 @@ describe('INIT_PRODUCER_ID with the producer id and epoch (KIP-360)', () => {
     await until(() => txns.status('r-4').state === 'aborted', 5000, 'the timeout abort');
     expect(txns.status('r-4').epoch).toBe(2);
     expect(await errorCode(init('r-4', q, 0))).toBe('producer_fenced');
+  });
+
+  it('a bump that aborted an open transaction keeps the previous pair durable from its decision on (a crash before the last write)', async () => {
+    const { producerId: p } = await txns.initProducerId('r-6', 60_000);
+    await txns.begin('r-6', p, 0);
+    await txns.publish('r-6', p, 0, TOPIC, 0, { key: null, value: Buffer.from('a') }, 1);
+    // The abort's decision and end reach the log; the request's own write after them does not (a crash there).
+    const real = TxnLog.prototype.write;
+    let n = 0;
+    const spy = vi.spyOn(TxnLog.prototype, 'write').mockImplementation(function (this: TxnLog, meta) {
+      if (meta.transactionalId === 'r-6' && ++n === 3) return Promise.reject(new Error('crash'));
+      return real.call(this, meta);
+    });
+    try {
+      await expect(init('r-6', p, 0)).rejects.toThrow();
+    } finally {
+      spy.mockRestore();
+    }
+    expect(n).toBe(3);
+    await c.close();
+    c = await openCoordinators(dir, clock, { topics: { [TOPIC]: 1 } });
+    txns = c.txns;
+    expect(txns.status('r-6')).toMatchObject({ state: 'aborted', epoch: 1 });
+    // The same request sent again (its answer lost) gets the pair its abort bumped to.
+    expect(await init('r-6', p, 0)).toEqual({ producerId: p, epoch: 1 });
   });
 
   it('an id the coordinator does not know takes any pair (as Kafka creates it at epoch -1)', async () => {

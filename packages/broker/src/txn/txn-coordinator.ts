@@ -330,13 +330,14 @@ export class TransactionCoordinator {
         throw new TributaryError('producer_fenced', { transactional_id: id, epoch: expected.epoch, current_epoch: m.epoch });
       }
       if (m.state === 'prepare_commit' || m.state === 'prepare_abort') await this.finisher.awaitFinish(e);
-      const previous = expected ? { lastProducerId: expected.producerId, lastEpoch: expected.epoch } : {};
+      const previous = expected ? { lastProducerId: expected.producerId, lastEpoch: expected.epoch } : undefined;
       // What stays if the write below fails: the state before a bump nobody got; an open transaction's
       // abort is durable by then, with its new epoch, which a retry of this request gets.
       let restore: TxnMetadata;
       if (m.state === 'open') {
         // The abort's markers carry the new epoch, which fences the old one on every partition it wrote.
-        await this.finisher.end(e, 'abort', 'fenced');
+        // The previous pair goes with the decision: durable even if the write below never happens.
+        await this.finisher.end(e, 'abort', 'fenced', previous);
         // That abort was the old producer's: the new one has no transaction to end yet.
         e.endedEpoch = -1;
         restore = { ...m, ...previous };

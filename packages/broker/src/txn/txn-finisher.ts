@@ -63,9 +63,15 @@ export class TxnFinisher {
 
   /**
    * Decides the open transaction (durably), then finishes it. `fenced`/`timeout` aborts bump the epoch
-   * first, so the markers fence the old producer on every partition.
+   * first, so the markers fence the old producer on every partition. `previous`: the pair a KIP-360
+   * INIT_PRODUCER_ID that fences the transaction bumps from, remembered in the decision itself.
    */
-  async end(e: Entry, result: 'commit' | 'abort', cause: 'client' | 'timeout' | 'fenced' | 'recovered'): Promise<void> {
+  async end(
+    e: Entry,
+    result: 'commit' | 'abort',
+    cause: 'client' | 'timeout' | 'fenced' | 'recovered',
+    previous?: { lastProducerId: string; lastEpoch: number },
+  ): Promise<void> {
     const m = e.meta;
     const before = { ...m };
     clearTimer(this.deps.clock, e);
@@ -81,6 +87,9 @@ export class TxnFinisher {
           m.markerProducerId = old.producerId;
           m.markerEpoch = old.epoch;
         }
+        // Durable with the decision (and the end, which copies it): a crash before INIT_PRODUCER_ID's own
+        // write must not turn the same request sent again into producer_fenced for its rightful producer.
+        if (previous) Object.assign(m, previous);
         m.abortReason = cause === 'timeout' ? `timed out after ${m.timeoutMs} ms` : 'fenced by a newer producer';
       }
       m.state = result === 'commit' ? 'prepare_commit' : 'prepare_abort';
@@ -89,8 +98,7 @@ export class TxnFinisher {
     } catch (err) {
       // Not decided until the log has it: a retry that found the decision in memory would write markers
       // of a decision a crash then forgets (recovery aborts what it replays as open).
-      delete m.markerProducerId;
-      delete m.markerEpoch;
+      for (const k of Object.keys(m) as (keyof TxnMetadata)[]) if (!(k in before)) delete m[k];
       Object.assign(m, before);
       if (m.state === 'open') this.scheduleTimeout(e);
       throw err;
