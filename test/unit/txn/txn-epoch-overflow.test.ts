@@ -5,6 +5,7 @@
  * keep that transaction open forever (the LSO stuck below it, read_committed readers stalled).
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { MAX_PRODUCER_EPOCH } from 'tributary-protocol/record.js';
 import { TXN_STATE_TOPIC, TxnLog, type TxnMetadata } from 'tributary-broker/txn/txn-log.js';
 import { type Coordinators, openCoordinators } from '../../helpers/coordinators.js';
@@ -66,5 +67,28 @@ describe('a coordinator abort at the last producer epoch', () => {
     expect(next.epoch).toBe(0);
     expect(part.lastStableOffset).toBe(part.logEndOffset);
     expect(await c.txns.initProducerId('ov-2', 1000, undefined, { producerId: p, epoch: MAX_PRODUCER_EPOCH })).toEqual(next);
+  });
+
+  it('a restart between the decision and the markers still marks the old pair (the decision record keeps it)', async () => {
+    const p = await atLastEpoch('ov-3');
+    await c.close();
+    // The markers fail (a full disk) until the restart.
+    c = await openCoordinators(dir, clock, {
+      topics: { [TOPIC]: 1 },
+      targets: (local) =>
+        Object.assign(Object.create(local) as typeof local, {
+          marker: () => Promise.reject(new TributaryError('storage_error', { reason: 'disk full' })),
+        }),
+    });
+    await c.txns.begin('ov-3', p, MAX_PRODUCER_EPOCH);
+    await c.txns.publish('ov-3', p, MAX_PRODUCER_EPOCH, TOPIC, 0, rec('a'), 1);
+    await clock.advance(1000);
+    await until(() => c.txns.status('ov-3').state === 'aborting', 5000, 'the timeout decision');
+    await c.close();
+    c = await openCoordinators(dir, clock, { topics: { [TOPIC]: 1 } });
+    expect(c.txns.status('ov-3')).toMatchObject({ state: 'aborted', epoch: 0 });
+    expect(c.txns.status('ov-3').producerId).not.toBe(p);
+    const part = c.topics.get(TOPIC).partitions[0]!;
+    expect(part.lastStableOffset).toBe(part.logEndOffset);
   });
 });
