@@ -6,6 +6,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { TxnLog } from 'tributary-broker/txn/txn-log.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import type { TransactionCoordinator } from 'tributary-broker/txn/txn-coordinator.js';
 import { type Coordinators, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
@@ -104,6 +105,30 @@ describe('INIT_PRODUCER_ID with the producer id and epoch (KIP-360)', () => {
     expect(txns.status('r-6')).toMatchObject({ state: 'aborted', epoch: 1 });
     // The same request sent again (its answer lost) gets the pair its abort bumped to.
     expect(await init('r-6', p, 0)).toEqual({ producerId: p, epoch: 1 });
+  });
+
+  it('a bump whose abort cannot write its markers yet: the same request sent again gets the new pair, not producer_fenced', async () => {
+    await c.close();
+    let full = false;
+    c = await openCoordinators(dir, clock, {
+      topics: { [TOPIC]: 1 },
+      targets: (local) =>
+        Object.assign(Object.create(local) as typeof local, {
+          marker: (...a: Parameters<typeof local.marker>) => (full ? Promise.reject(new TributaryError('storage_error', { reason: 'disk full' })) : local.marker(...a)),
+        }),
+    });
+    txns = c.txns;
+    const { producerId: p } = await txns.initProducerId('r-7', 60_000);
+    await txns.begin('r-7', p, 0);
+    await txns.publish('r-7', p, 0, TOPIC, 0, { key: null, value: Buffer.from('a') }, 1);
+    full = true;
+    await expect(init('r-7', p, 0)).rejects.toThrow();
+    expect(txns.status('r-7')).toMatchObject({ state: 'aborting', epoch: 1 });
+    // Sent again while the abort still cannot finish: refused (CONCURRENT_TRANSACTIONS on the Kafka port), not fenced.
+    expect(await errorCode(init('r-7', p, 0))).toBe('storage_error');
+    full = false;
+    expect(await init('r-7', p, 0)).toEqual({ producerId: p, epoch: 1 });
+    expect(txns.status('r-7')).toMatchObject({ state: 'aborted', epoch: 1 });
   });
 
   it('an id the coordinator does not know takes any pair (as Kafka creates it at epoch -1)', async () => {

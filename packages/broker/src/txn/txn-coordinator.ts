@@ -325,7 +325,12 @@ export class TransactionCoordinator {
       checkCaller(e, 'INIT_PRODUCER_ID', caller);
       const m = e.meta;
       if (expected && !(expected.producerId === m.producerId && expected.epoch === m.epoch)) {
-        if (expected.producerId === m.lastProducerId && expected.epoch === m.lastEpoch) return { producerId: m.producerId, epoch: m.epoch };
+        if (expected.producerId === m.lastProducerId && expected.epoch === m.lastEpoch) {
+          // The bump's fencing abort may still be finishing: answered once it is (a failure is Kafka's
+          // CONCURRENT_TRANSACTIONS, kafka/apis/transactions.ts), as any INIT_PRODUCER_ID waits for it.
+          if (m.state === 'prepare_commit' || m.state === 'prepare_abort') await this.finisher.awaitFinish(e);
+          return { producerId: m.producerId, epoch: m.epoch };
+        }
         if (expected.producerId !== m.producerId) throw new ProducerIdMappingError(id, expected.producerId);
         throw new TributaryError('producer_fenced', { transactional_id: id, epoch: expected.epoch, current_epoch: m.epoch });
       }
