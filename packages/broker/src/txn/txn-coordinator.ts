@@ -449,7 +449,14 @@ export class TransactionCoordinator {
         else m.offsets.push(entry);
       }
       m.updatedMs = this.clock.now();
-      await this.deps.log.write(m);
+      try {
+        await this.deps.log.write(m);
+      } catch (err) {
+        // The client hears this failed; a commit would still take the offsets it added (in memory and staged
+        // at the group's coordinator), so the transaction may only abort now, as after a failed record.
+        e.spoiled ??= `the offsets sent for group ${req.group} could not be recorded; abort the transaction`;
+        throw err;
+      }
       return req.entries.length;
     });
   }
