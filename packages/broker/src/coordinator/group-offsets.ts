@@ -56,11 +56,20 @@ export class GroupOffsets {
    * after the write it counted on failed.
    */
   private readonly unsettled = new Map<string, Promise<void>>();
+  /**
+   * Partitions (pendingKey) whose last write's outcome the store could not tell (outcomeUnknown): the store
+   * may hold the offset from before it or the new one, so `committed` is not known until the store is read
+   * again (resolveUncertain) or accepts or refuses a later commit.
+   */
+  private readonly uncertain = new Set<string>();
+  /** Groups whose uncertain offsets are being read back from the store now. */
+  private readonly resolving = new Set<string>();
 
   constructor(private readonly ctx: GroupContext) {}
 
   /** An offset the store holds durably (loaded, or written by an admin reset): committed and reserved. */
   setDurable(group: string, topic: string, partition: number, offset: number): void {
+    this.uncertain.delete(pendingKey(group, topic, partition));
     setOffset(this.committed, group, topic, partition, offset);
     setOffset(this.reserved, group, topic, partition, offset);
   }
@@ -73,12 +82,54 @@ export class GroupOffsets {
   forgetReservations(group: string, topic: string, partitions: readonly number[]): void {
     const byPart = this.reserved.get(group)?.get(topic);
     if (byPart) for (const p of partitions) byPart.delete(p);
+    // Nor is what `committed` holds known any more: FETCH_OFFSET answered the offset from before the write
+    // while the store held the new one (or after a reset, the one from before the reset forever once a
+    // lower commit had been accepted). They are read back from the store before they are answered again.
+    for (const p of partitions) this.uncertain.add(pendingKey(group, topic, p));
+    this.resolveUncertain(group);
+  }
+
+  /**
+   * Reads the group's uncertain offsets back from the store, under the group's lock once the commits being
+   * written have settled (none starts meanwhile), and takes what it holds as committed. A store that cannot
+   * answer leaves them uncertain: the next FETCH_OFFSET of one tries again.
+   */
+  private resolveUncertain(group: string): void {
+    if (this.resolving.has(group)) return;
+    this.resolving.add(group);
+    const prefix = `${group}\u0000`;
+    void this.ctx
+      .withOwnedGroup(group, async () => {
+        await this.writesSettled(group);
+        for (const k of [...this.uncertain]) {
+          if (!k.startsWith(prefix)) continue;
+          const [, topic, p] = k.split('\u0000') as [string, string, string];
+          const partition = Number(p);
+          const stored = await this.ctx.offsetStore.fetch(group, topic, partition);
+          if (!this.uncertain.has(k)) continue;
+          if (stored !== undefined) this.setDurable(group, topic, partition, stored);
+          else {
+            this.uncertain.delete(k);
+            this.committed.get(group)?.get(topic)?.delete(partition);
+            this.reserved.get(group)?.get(topic)?.delete(partition);
+          }
+        }
+      })
+      .catch(() => {})
+      .finally(() => this.resolving.delete(group));
+  }
+
+  /** A write the store accepted or refused told what it holds of an uncertain partition. */
+  private learnt(group: string, topic: string, partition: number, stored: number): void {
+    if (!this.uncertain.has(pendingKey(group, topic, partition))) return;
+    this.setDurable(group, topic, partition, stored);
   }
 
   /** Forgets a group's offsets (deleted, or its partition given up). */
   forget(group: string): void {
     this.committed.delete(group);
     this.reserved.delete(group);
+    for (const k of [...this.uncertain]) if (k.startsWith(`${group}\u0000`)) this.uncertain.delete(k);
   }
 
   /** The groups holding offsets of `topic`: committed, reserved, being written, or sent to a transaction. */
@@ -105,6 +156,7 @@ export class GroupOffsets {
       if (byTopic?.size === 0) m.delete(group);
     }
     for (const w of this.writing) if (w.group === group && w.topic === topic) w.voided = true;
+    for (const k of [...this.uncertain]) if (k.startsWith(pendingKey(group, topic, ''))) this.uncertain.delete(k);
     // Offsets transactions sent for the topic: stable at once (the re-created topic has none), not applied.
     const prefix = pendingKey(group, topic, '');
     for (const [k, txns] of [...this.pending]) {
@@ -129,12 +181,19 @@ export class GroupOffsets {
     this.ctx.topics.get(topic).partition(partition);
     const txns = this.pending.get(pendingKey(group, topic, partition));
     if (txns && txns.size > 0) throw new TributaryError('UNSTABLE_OFFSET_COMMIT', { partition, transactions: txns.size });
+    // Either offset may be the store's (see `uncertain`): refused (retriable) rather than answered.
+    if (this.uncertain.has(pendingKey(group, topic, partition))) {
+      this.resolveUncertain(group);
+      throw new TributaryError('storage_error', { op: 'fetch', partition, reason: 'the outcome of the last write of this offset is not known yet; try again' });
+    }
     const o = getOffset(this.committed, group, topic, partition);
     return o === undefined ? { offset: 0, committed: false } : { offset: o, committed: true };
   }
 
   /** For CONSUME with a group: the broker-owned committed offset wins over a lower requested one. */
   committedOffset(group: string, topic: string, partition: number): number | undefined {
+    // Not known (see `uncertain`): no committed offset overrides the requested one.
+    if (this.uncertain.has(pendingKey(group, topic, partition))) return undefined;
     return getOffset(this.committed, group, topic, partition);
   }
 
@@ -199,6 +258,7 @@ export class GroupOffsets {
     let waits: Promise<void>[] = [];
     const token = { group: req.group, topic: req.topic, voided: false };
     let settle = () => {};
+    let issued = false;
     const run = async () => {
       check();
       // Activity of the group, written or not (an unchanged offset too): its offsets retention starts over.
@@ -222,6 +282,7 @@ export class GroupOffsets {
         for (const k of keys) if (this.unsettled.get(k) === settled) this.unsettled.delete(k);
       });
       this.writing.add(token);
+      issued = true;
       // Wrapped so the lock is released before durability: the log keeps appends in order, so the next
       // commit may start while this one is being fsynced (and share its fsync).
       return { write: store.commit(req.group, req.topic, changed) };
@@ -238,12 +299,18 @@ export class GroupOffsets {
       // A store that fails (PostgreSQL stopped, a full disk) is logged, rate-limited: clients only see storage_error.
       if (err instanceof TributaryError && err.code === 'storage_error') this.ctx.logFailure(err, { store: store.kind, group: req.group, topic: req.topic }, 'an offset commit failed in the offset store');
       this.settleFailed(req, token, changed, previous, outcomeUnknown(err));
+      // The store's own refusal names what it holds.
+      const refusal = err instanceof TributaryError && err.code === 'offset_regression' ? err.fields : undefined;
+      const current = Number(refusal?.current);
+      if (refusal && issued && !token.voided && Number.isSafeInteger(current) && current >= 0) this.learnt(req.group, req.topic, Number(refusal.partition), current);
       settle();
       throw err;
     }
     this.writing.delete(token);
     if (!token.voided) {
       for (const e of changed) {
+        // Accepted by the store, which therefore holds it now, whatever `committed` held before.
+        this.learnt(req.group, req.topic, e.partition, e.offset);
         const cur = getOffset(this.committed, req.group, req.topic, e.partition);
         if (cur === undefined || e.offset > cur) setOffset(this.committed, req.group, req.topic, e.partition, e.offset);
         // Durable now, so never reserved below it (a reload may have set the reservation back meanwhile).
