@@ -110,3 +110,20 @@ it('a store that refuses a commit as a regression after an unknown outcome tells
   expect(fetched()).not.toBe(6);
   await until(() => fetched() === 8, 5000, 'FETCH_OFFSET answering 8');
 });
+
+it('Kafka OffsetFetch, too, never answers the offset from before a commit whose outcome is unknown', async () => {
+  const v = await member('a');
+  await commit(v, 6);
+  fault = 'written';
+  await expectError(commit(v, 8), 'storage_error', { outcome: 'unknown' });
+  fault = 'none';
+  const kafkaFetched = (): number | string => {
+    try {
+      return gc.classic.fetch('g', [{ topic: TOPIC, partitions: [0] }], false)[0]!.partitions[0]!.offset;
+    } catch (err) {
+      return (err as TributaryError).code;
+    }
+  };
+  expect([8, 'COORDINATOR_LOADING']).toContain(kafkaFetched());
+  await until(() => kafkaFetched() === 8, 5000, 'OffsetFetch answering 8');
+});

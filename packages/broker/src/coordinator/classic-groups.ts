@@ -118,6 +118,12 @@ export class ClassicGroups {
     this.membership.validateGroupId(group);
     const asked =
       topics ?? [...(this.offsets.committed.get(group)?.entries() ?? [])].map(([topic, byPart]) => ({ topic, partitions: [...byPart.keys()].sort((a, b) => a - b) }));
+    // A write of unknown outcome left an offset the store may not hold (group-offsets.ts, `uncertain`): the
+    // group is refused with an error clients retry, at group level (a partition-level one they do not).
+    for (const t of asked) {
+      const p = t.partitions.find((p) => this.offsets.isUncertain(group, t.topic, p));
+      if (p !== undefined) throw new TributaryError('COORDINATOR_LOADING', { group, reason: `the outcome of the last write of ${t.topic}[${p}]'s offset is not known yet` });
+    }
     return asked.map((t) => ({
       topic: t.topic,
       partitions: t.partitions.map((p) => {

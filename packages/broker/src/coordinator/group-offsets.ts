@@ -190,6 +190,16 @@ export class GroupOffsets {
     return o === undefined ? { offset: 0, committed: false } : { offset: o, committed: true };
   }
 
+  /**
+   * Whether the partition's committed offset is not known (see `uncertain`); it is then being read back.
+   * OffsetFetch (classic-groups.ts) refuses it rather than answer the offset from before the unknown write.
+   */
+  isUncertain(group: string, topic: string, partition: number): boolean {
+    if (!this.uncertain.has(pendingKey(group, topic, partition))) return false;
+    this.resolveUncertain(group);
+    return true;
+  }
+
   /** For CONSUME with a group: the broker-owned committed offset wins over a lower requested one. */
   committedOffset(group: string, topic: string, partition: number): number | undefined {
     // Not known (see `uncertain`): no committed offset overrides the requested one.
