@@ -66,6 +66,10 @@ function storageError(op: string, cause: unknown): TributaryError {
 }
 
 /** bigint / numeric values arrive as strings; they are below 2^53 by construction, but check anyway. */
+function rowKey(group: string, topic: string, partition: number): string {
+  return JSON.stringify([group, topic, partition]);
+}
+
 function toSafeNumber(value: unknown, what: string): number {
   const n = typeof value === 'number' ? value : typeof value === 'bigint' || typeof value === 'string' ? Number(value) : Number.NaN;
   if (!Number.isSafeInteger(n)) {
@@ -81,6 +85,12 @@ export class PgOffsetStore implements OffsetStore {
   /** Schema-qualified (when a schema is given) and quoted. */
   private readonly qualified: string;
   private closed = false;
+  /**
+   * Per row (rowKey), transactions whose COMMIT answer was lost and whose end txid_status could not tell:
+   * the server may still read that COMMIT and apply it, so until they end a read of the row (another
+   * connection's snapshot: the value from before) is not what the row will hold.
+   */
+  private readonly lostCommits = new Map<string, Set<string>>();
 
   private readonly sql: {
     load: string;
@@ -251,7 +261,13 @@ export class PgOffsetStore implements OffsetStore {
       if (sent.xid !== undefined) {
         const status = await this.settledStatus(sent.xid);
         if (status === 'committed') return;
-        if (status !== 'aborted') throw new TributaryError('storage_error', { ...(err as TributaryError).fields, outcome: 'unknown' });
+        if (status !== 'aborted') {
+          for (const p of partitions) {
+            const k = rowKey(group, topic, p);
+            this.lostCommits.set(k, (this.lostCommits.get(k) ?? new Set()).add(sent.xid));
+          }
+          throw new TributaryError('storage_error', { ...(err as TributaryError).fields, outcome: 'unknown' });
+        }
       }
       // Not written for certain: COMMIT never left, or the transaction aborted. Rows that already hold these
       // offsets (another coordinator's write) are what this write would have made.
@@ -287,6 +303,22 @@ export class PgOffsetStore implements OffsetStore {
       if (status !== 'in progress' || Date.now() + pause > deadline) return undefined;
       await new Promise((resolve) => setTimeout(resolve, pause));
     }
+  }
+
+  /**
+   * Refuses (storage_error) while a transaction whose COMMIT answer was lost may still commit the row:
+   * 'in progress', or its status cannot be asked. Null (too old to tell) and aborted or committed: ended.
+   */
+  private async lostCommitsEnded(key: string): Promise<void> {
+    const xids = this.lostCommits.get(key);
+    for (const xid of xids ?? []) {
+      const status = (await this.query<{ status: string | null }>('fetch', this.sql.xidStatus, [xid])).rows[0]?.status;
+      if (status === 'in progress') {
+        throw new TributaryError('storage_error', { op: 'fetch', reason: `transaction ${xid}, whose COMMIT answer was lost, has not ended yet` });
+      }
+      xids!.delete(xid);
+    }
+    if (xids?.size === 0) this.lostCommits.delete(key);
   }
 
   /** What the table holds for these partitions of a group's topic. */
@@ -342,6 +374,7 @@ export class PgOffsetStore implements OffsetStore {
 
   async fetch(group: string, topic: string, partition: number): Promise<number | undefined> {
     checkFetch(group, topic, partition);
+    await this.lostCommitsEnded(rowKey(group, topic, partition));
     const res = await this.query<{ next_offset: string }>('fetch', this.sql.fetch, [group, topic, partition]);
     const row = res.rows[0];
     return row === undefined ? undefined : toSafeNumber(row.next_offset, 'next_offset');
