@@ -22,16 +22,24 @@ let gc: GroupCoordinator;
 let store: LogOffsetStore;
 /** 'written': the write happens and its answer is lost; 'lost': neither; both answer outcome=unknown. */
 let fault: 'none' | 'written' | 'lost' = 'none';
+/** The store's reads fail (as PostgreSQL unreachable). */
+let readsDown = false;
 
 beforeEach(async () => {
   dir = await tempDir('trib-unknown-outcome-');
   clock = new FakeClock();
   fault = 'none';
+  readsDown = false;
   c = await openCoordinators(dir, clock, {
     topics: { [TOPIC]: 1 },
     offsetStore: (log) => {
       store = new LogOffsetStore(log, clock);
       const commit = store.commit.bind(store);
+      const fetch = store.fetch.bind(store);
+      store.fetch = async (...args) => {
+        if (readsDown) throw new TributaryError('storage_error', { op: 'fetch', reason: 'injected: connection refused' });
+        return fetch(...args);
+      };
       store.commit = async (...args) => {
         if (fault === 'none') return commit(...args);
         if (fault === 'written') await commit(...args);
@@ -126,4 +134,19 @@ it('Kafka OffsetFetch, too, never answers the offset from before a commit whose 
   };
   expect([8, 'COORDINATOR_LOADING']).toContain(kafkaFetched());
   await until(() => kafkaFetched() === 8, 5000, 'OffsetFetch answering 8');
+});
+
+it("a committed transaction's offsets below what a write of unknown outcome left in the store apply as a no-op, once the store can be read", async () => {
+  const v = await member('a');
+  await commit(v, 6);
+  fault = 'written';
+  readsDown = true;
+  await expectError(commit(v, 8), 'storage_error', { outcome: 'unknown' });
+  fault = 'none';
+  // Not known what the store holds: refused (the transaction coordinator retries), not a regression.
+  await expectError(gc.applyTxnOffsets('txn-1', 'g', TOPIC, [{ partition: 0, offset: 7 }]), 'storage_error');
+  readsDown = false;
+  await gc.applyTxnOffsets('txn-1', 'g', TOPIC, [{ partition: 0, offset: 7 }]);
+  expect(await store.fetch('g', TOPIC, 0)).toBe(8);
+  expect(fetched()).toBe(8);
 });

@@ -101,22 +101,27 @@ export class GroupOffsets {
     void this.ctx
       .withOwnedGroup(group, async () => {
         await this.writesSettled(group);
-        for (const k of [...this.uncertain]) {
-          if (!k.startsWith(prefix)) continue;
-          const [, topic, p] = k.split('\u0000') as [string, string, string];
-          const partition = Number(p);
-          const stored = await this.ctx.offsetStore.fetch(group, topic, partition);
-          if (!this.uncertain.has(k)) continue;
-          if (stored !== undefined) this.setDurable(group, topic, partition, stored);
-          else {
-            this.uncertain.delete(k);
-            this.committed.get(group)?.get(topic)?.delete(partition);
-            this.reserved.get(group)?.get(topic)?.delete(partition);
-          }
-        }
+        await this.readBack(prefix);
       })
       .catch(() => {})
       .finally(() => this.resolving.delete(group));
+  }
+
+  /** Under the group's lock: the uncertain offsets whose key starts with `prefix`, read from the store. */
+  private async readBack(prefix: string): Promise<void> {
+    for (const k of [...this.uncertain]) {
+      if (!k.startsWith(prefix)) continue;
+      const [group, topic, p] = k.split('\u0000') as [string, string, string];
+      const partition = Number(p);
+      const stored = await this.ctx.offsetStore.fetch(group, topic, partition);
+      if (!this.uncertain.has(k)) continue;
+      if (stored !== undefined) this.setDurable(group, topic, partition, stored);
+      else {
+        this.uncertain.delete(k);
+        this.committed.get(group)?.get(topic)?.delete(partition);
+        this.reserved.get(group)?.get(topic)?.delete(partition);
+      }
+    }
   }
 
   /** A write the store accepted or refused told what it holds of an uncertain partition. */
@@ -466,6 +471,10 @@ export class GroupOffsets {
       this.ctx.expiry.committed(group);
       // A plain commit still being written may fail: compare with what is durable once it settled.
       await Promise.all(this.unsettledOf(group, topic, entries.map((e) => e.partition)));
+      // Compared with `committed` below, which after a write of unknown outcome may be behind the store:
+      // the store would then refuse these as a regression at every retry. Read back first (a store that
+      // cannot answer fails this attempt, retried by the transaction coordinator).
+      await this.readBack(pendingKey(group, topic, ''));
       // The topic was deleted after they were sent: they went with its offsets.
       const dropped = this.droppedTxnOffsets.has(pendingKey(txn, group, topic));
       const forward = entries.filter((e) => {
