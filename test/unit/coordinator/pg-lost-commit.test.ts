@@ -35,6 +35,8 @@ class FakeServer {
           server.pendingWrite = (values![3] as string[])[0];
           return { rows: [{ partition: 0, xid: '1234' }] };
         }
+        if (text.startsWith('SELECT group_id'))
+          return { rows: server.row === undefined ? [] : [{ group_id: 'g', topic: 't', partition: 0, next_offset: server.row, committed_ms: '1000' }] };
         if (text.startsWith('SELECT next_offset')) return { rows: server.row === undefined ? [] : [{ next_offset: server.row }] };
         if (text.startsWith('SELECT partition')) return { rows: server.row === undefined ? [] : [{ partition: 0, next_offset: server.row }] };
         throw new Error(`unexpected query ${text}`);
@@ -60,4 +62,14 @@ it('a read of an offset whose commit answer was lost waits for that transaction 
   // It commits: from now on the read answers what it wrote.
   server.status = 'committed';
   expect(await store.fetch('g', 't', 0)).toBe(8);
+});
+
+it('a load (a coordinator taking groups over) waits for a transaction whose COMMIT answer was lost, too', async () => {
+  const server = new FakeServer();
+  const store = new PgOffsetStore({ pool: server.pool() });
+  await rejection(store.commit('g', 't', [{ partition: 0, offset: 8 }]));
+  server.status = 'in progress';
+  expect((await rejection(store.loadAll())).code).toBe('storage_error');
+  server.status = 'committed';
+  expect((await store.loadAll()).map((o) => o.offset)).toEqual([8]);
 });

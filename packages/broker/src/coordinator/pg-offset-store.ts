@@ -223,6 +223,9 @@ export class PgOffsetStore implements OffsetStore {
   }
 
   async loadAll(): Promise<StoredOffset[]> {
+    // A coordinator taking groups over (back) here would otherwise take a row's value from before a
+    // transaction that may still commit; refused until it ended, the load is tried again.
+    for (const key of [...this.lostCommits.keys()]) await this.lostCommitsEnded(key);
     const res = await this.query<{ group_id: string; topic: string; partition: number; next_offset: string; committed_ms: string }>(
       'loadAll',
       this.sql.load,
