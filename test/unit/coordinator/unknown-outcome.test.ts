@@ -150,3 +150,17 @@ it("a committed transaction's offsets below what a write of unknown outcome left
   expect(await store.fetch('g', TOPIC, 0)).toBe(8);
   expect(fetched()).toBe(8);
 });
+
+it('GROUP_STATUS shows no committed offset for a partition whose last write has an unknown outcome, rather than the one from before it', async () => {
+  const v = await member('a');
+  await commit(v, 6);
+  fault = 'written';
+  readsDown = true;
+  await expectError(commit(v, 8), 'storage_error', { outcome: 'unknown' });
+  fault = 'none';
+  const committed = () => (gc.status('g') as { offsets: Array<{ committed: number | null }> }).offsets[0]!.committed;
+  expect(committed()).toBeNull();
+  readsDown = false;
+  await until(() => fetched() === 8, 5000, 'FETCH_OFFSET answering 8');
+  expect(committed()).toBe(8);
+});

@@ -2,7 +2,7 @@ import client from 'prom-client';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { OffsetEntry } from './offset-store.js';
 import { type GroupContext, validateId } from './group-context.js';
-import { type GroupOffsets, getOffset, outcomeUnknown } from './group-offsets.js';
+import { type GroupOffsets, outcomeUnknown } from './group-offsets.js';
 import type { Rebalancer } from './rebalance.js';
 import type { ClassicGroup } from './classic-group.js';
 import type { ChangeReason, ConsumerGroup } from './group.js';
@@ -220,7 +220,8 @@ export class GroupAdmin {
     const rows = [];
     for (const [group, byTopic] of this.offsets.committed) {
       for (const [topicName, byPart] of byTopic) {
-        for (const [p, committed] of byPart) rows.push({ group, topic: topicName, partition: p, committed, end: ends.of(topicName, p) });
+        // Not known after a write of unknown outcome (group-offsets.ts, `uncertain`): no row rather than a wrong one.
+        for (const [p, committed] of byPart) if (this.offsets.committedOffset(group, topicName, p) !== undefined) rows.push({ group, topic: topicName, partition: p, committed, end: ends.of(topicName, p) });
       }
     }
     const out = [];
@@ -263,7 +264,8 @@ export class GroupAdmin {
     const now = this.ctx.clock.monotonic();
     const wall = this.ctx.clock.now();
     const offsets = (topic?.partitions ?? []).map((p) => {
-      const committed = getOffset(committedOffsets, groupId, topicName, p.id);
+      // Undefined too while the last write's outcome is unknown: the store may hold another offset.
+      const committed = this.offsets.committedOffset(groupId, topicName, p.id);
       return {
         partition: p.id,
         committed: committed ?? null,
@@ -313,9 +315,11 @@ export class GroupAdmin {
     const offsets = [];
     for (const [topicName, byPart] of this.offsets.committed.get(g.groupId) ?? []) {
       const topic = this.ctx.topics.tryGet(topicName);
-      for (const [p, committed] of [...byPart].sort((a, b) => a[0] - b[0])) {
+      for (const [p, known] of [...byPart].sort((a, b) => a[0] - b[0])) {
+        // Null while the last write's outcome is unknown (group-offsets.ts, `uncertain`).
+        const committed = this.offsets.committedOffset(g.groupId, topicName, p) === undefined ? null : known;
         const logEnd = topic?.partitions[p]?.lastStableOffset;
-        offsets.push({ topic: topicName, partition: p, committed, log_end: logEnd ?? null, lag: logEnd === undefined ? null : Math.max(0, logEnd - committed), owner: null });
+        offsets.push({ topic: topicName, partition: p, committed, log_end: logEnd ?? null, lag: logEnd === undefined || committed === null ? null : Math.max(0, logEnd - committed), owner: null });
       }
     }
     return {
