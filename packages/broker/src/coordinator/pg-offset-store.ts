@@ -65,11 +65,12 @@ function storageError(op: string, cause: unknown): TributaryError {
   return err;
 }
 
-/** bigint / numeric values arrive as strings; they are below 2^53 by construction, but check anyway. */
+/** A row's key in `lostCommits`. */
 function rowKey(group: string, topic: string, partition: number): string {
   return JSON.stringify([group, topic, partition]);
 }
 
+/** bigint / numeric values arrive as strings; they are below 2^53 by construction, but check anyway. */
 function toSafeNumber(value: unknown, what: string): number {
   const n = typeof value === 'number' ? value : typeof value === 'bigint' || typeof value === 'string' ? Number(value) : Number.NaN;
   if (!Number.isSafeInteger(n)) {
