@@ -58,6 +58,18 @@ function findCoordinator(b: BrokerContext, _c: ConnectionContext, p: Params): st
   });
 }
 
+/**
+ * A request that waits (a JOIN for its generation, a SYNC for the leader's plan, a long-poll HEARTBEAT) is held
+ * to the rules in force when its wait ends, as a long-poll CONSUME is: a principal a SIGHUP withdrew from the
+ * group meanwhile is refused, rather than answered with a member, an assignment or a refreshed session.
+ */
+function recheck(b: BrokerContext, c: ConnectionContext, command: 'JOIN_GROUP' | 'SYNC_GROUP' | 'HEARTBEAT', p: Params): () => void {
+  return () => {
+    const refused = b.security?.authorize(command, c, p.line);
+    if (refused) throw refused;
+  };
+}
+
 async function joinGroup(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
   const view = await b.coordinator.join({
     topic: p.reqStr('topic', { maxLength: MAX_ID }),
@@ -71,6 +83,7 @@ async function joinGroup(b: BrokerContext, c: ConnectionContext, p: Params): Pro
     protocol: p.oneOf('protocol', ['server', 'client'] as const),
     host: c.remote,
     signal: c.closedSignal,
+    afterWait: recheck(b, c, 'JOIN_GROUP', p),
   });
   return memberReply(view);
 }
@@ -85,13 +98,14 @@ export function maxPlanLength(maxPartitions: number): number {
   return maxPartitions * (255 + 1 + 36 + 1 + 5 + 1);
 }
 
-async function syncGroup(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<string> {
+async function syncGroup(b: BrokerContext, c: ConnectionContext, p: Params): Promise<string> {
   const view = await b.coordinator.sync({
     topic: p.reqStr('topic', { maxLength: MAX_ID }),
     group: p.reqStr('group', { maxLength: MAX_ID, allowEmpty: true }),
     member: p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true }),
     generation: p.reqInt('generation', GENERATION),
     plan: p.str('plan', { maxLength: maxPlanLength(b.config.maxPartitions), allowEmpty: true }),
+    afterWait: recheck(b, c, 'SYNC_GROUP', p),
   });
   return memberReply(view);
 }
@@ -103,12 +117,7 @@ async function heartbeat(b: BrokerContext, c: ConnectionContext, p: Params): Pro
     member: p.reqStr('member', { maxLength: MAX_ID, allowEmpty: true }),
     generation: p.reqInt('generation', GENERATION),
     waitMs: p.int('wait_ms', { min: 0, max: 3_600_000 }),
-    // A long poll is held to the rules in force when it ends, as a long-poll CONSUME is: a principal withdrawn
-    // from the group meanwhile is refused rather than answered OK with its member's session refreshed.
-    afterWait: () => {
-      const refused = b.security?.authorize('HEARTBEAT', c, p.line);
-      if (refused) throw refused;
-    },
+    afterWait: recheck(b, c, 'HEARTBEAT', p),
   });
   return formatOk({ member: res.memberId, generation: res.generation });
 }

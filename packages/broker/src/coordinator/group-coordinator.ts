@@ -15,7 +15,7 @@ import { PartitionOwnership } from '../common/partition-ownership.js';
 import { type Clock, systemClock } from '../common/clock.js';
 import { Scheduler } from './scheduler.js';
 import { type CoordinatorConfig, type GroupContext, requireGroup, requireMember } from './group-context.js';
-import { GroupMembership, type JoinRequest, type MemberView } from './group-membership.js';
+import { GroupMembership, type JoinRequest, type MemberView, type SyncRequest } from './group-membership.js';
 import { Rebalancer } from './rebalance.js';
 import { GroupOffsets } from './group-offsets.js';
 import { GroupAdmin, type ResetRequest } from './group-admin.js';
@@ -25,7 +25,7 @@ import { type StoreWait, waitForStore } from '../common/wait-for-store.js';
 
 export { type CoordinatorConfig, validateId } from './group-context.js';
 export type { MemberStanding } from './member-fencing.js';
-export type { JoinRequest, MemberView } from './group-membership.js';
+export type { JoinRequest, MemberView, SyncRequest } from './group-membership.js';
 
 /**
  * The broker-side group coordinator: membership, generations, incremental rebalancing and fenced,
@@ -448,7 +448,7 @@ export class GroupCoordinator {
     return this.membership.join(req);
   }
 
-  sync(req: { topic: string; group: string; member: string; generation: number; plan?: string }): Promise<MemberView> {
+  sync(req: SyncRequest): Promise<MemberView> {
     return this.membership.sync(req);
   }
 

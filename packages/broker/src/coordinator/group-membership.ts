@@ -22,7 +22,14 @@ export interface JoinRequest {
    * its first JOIN held a share of the partitions for a whole session).
    */
   signal?: AbortSignal;
+  /**
+   * The requester's rights again once a wait ends (a SIGHUP may have withdrawn them meanwhile: docs/security.md,
+   * "Group ACLs"); throws the refusal. Also on SyncRequest and the HEARTBEAT request.
+   */
+  afterWait?: () => void;
 }
+
+export type SyncRequest = { topic: string; group: string; member: string; generation: number; plan?: string; afterWait?: () => void };
 
 export interface MemberView {
   generation: number;
@@ -162,7 +169,16 @@ export class GroupMembership {
         this.ctx.checkOwner(req.group);
         throw new TributaryError('member_not_found', { member: m.memberId });
       }
-      if (!g.pendingCauses.some((r) => r.member === m.memberId)) return this.view(g, m, false);
+      if (!g.pendingCauses.some((r) => r.member === m.memberId)) {
+        try {
+          req.afterWait?.();
+        } catch (err) {
+          // Refused: nobody learns the member's id, so it would hold its share of the partitions for a session.
+          await this.abandon(req.group, m);
+          throw err;
+        }
+        return this.view(g, m, false);
+      }
       if (req.signal?.aborted) {
         await this.abandon(req.group, m);
         throw new TributaryError('request_timeout', { reason: 'connection closed before the join reply' });
@@ -215,7 +231,7 @@ export class GroupMembership {
     return this.view(g, m, false);
   }
 
-  async sync(req: { topic: string; group: string; member: string; generation: number; plan?: string }): Promise<MemberView> {
+  async sync(req: SyncRequest): Promise<MemberView> {
     this.ctx.checkOwner(req.group);
     validateId('group', req.group);
     validateId('member', req.member);
@@ -246,6 +262,7 @@ export class GroupMembership {
       const m = requireMember(g, req.member);
       const before = g.planGeneration;
       await this.rebalancer.planWaiters.wait(req.group, m.rebalanceTimeoutMs);
+      req.afterWait?.();
       if (g.planGeneration === before) throw new TributaryError('REBALANCE_IN_PROGRESS', { group: req.group, reason: 'no plan from the leader' });
     }
   }
