@@ -196,25 +196,10 @@ export class EtcdMetadataStore implements MetadataStore {
 
   /** Raises the partition count by compare-and-set on the definition's revision (retried on a race). */
   async addPartitions(name: string, partitions: number): Promise<TopicDefinition> {
-    const key = this.key(name);
-    for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
-      const cur = this.topics.get(name);
-      if (!cur) throw new TributaryError('topic_not_found', { topic: name });
-      checkGrowth(cur.value, partitions);
-      const topic: TopicDefinition = { ...cur.value, partitions };
-      const res = await withMetadataErrors('add_partitions', () =>
-        this.client.if(key, 'Mod', '==', cur.modRevision).then(this.client.put(key).value(JSON.stringify(topic))).else(this.client.get(key)).commit(),
-      );
-      if (res.succeeded) {
-        const revision = Number(res.header.revision);
-        this.topics.applyPut(name, topic, revision, cur.createRevision);
-        return topic;
-      }
-      const kv = res.responses[0]?.response_range.kvs[0];
-      if (!kv) throw new TributaryError('topic_not_found', { topic: name });
-      this.remember(name, kv);
-    }
-    throw new TributaryError('metadata_unavailable', { operation: 'add_partitions', topic: name, reason: 'concurrent changes' });
+    return this.changeDefinition(name, 'add_partitions', (cur) => {
+      checkGrowth(cur, partitions);
+      return { ...cur, partitions };
+    });
   }
 
   /**
@@ -230,7 +215,7 @@ export class EtcdMetadataStore implements MetadataStore {
    * (ALTER_REPLICATION_FACTOR when no partition needs to move; otherwise replicationFactorPut).
    */
   async setReplicationFactor(name: string, replicationFactor: number): Promise<TopicDefinition> {
-    return this.changeDefinition(name, 'alter_replication_factor', (cur) => (cur.replicationFactor === replicationFactor ? null : { ...cur, replicationFactor }));
+    return this.changeDefinition(name, 'alter_replication_factor', withReplicationFactor(replicationFactor));
   }
 
   /**
@@ -240,17 +225,26 @@ export class EtcdMetadataStore implements MetadataStore {
    * Undefined when the definition has that factor already.
    */
   replicationFactorPut(name: string, replicationFactor: number): GuardedPut | undefined {
+    return this.definitionPut(name, withReplicationFactor(replicationFactor))?.put;
+  }
+
+  /**
+   * The definition `change` makes of the current one, as a put guarded by the revision this broker knows;
+   * undefined when `change` answers null (nothing to change). Every change of a definition is one of these.
+   */
+  private definitionPut(name: string, change: (cur: TopicDefinition) => TopicDefinition | null): { put: GuardedPut; topic: TopicDefinition } | undefined {
     const cur = this.topics.get(name);
     if (!cur) throw new TributaryError('topic_not_found', { topic: name });
-    if (cur.value.replicationFactor === replicationFactor) return undefined;
-    const topic: TopicDefinition = { ...cur.value, replicationFactor };
-    return {
+    const topic = change(cur.value);
+    if (topic === null) return undefined;
+    const put: GuardedPut = {
       key: this.key(name),
       modRevision: cur.modRevision,
       value: JSON.stringify(topic),
       applied: (revision) => this.topics.applyPut(name, topic, revision, cur.createRevision),
       raced: (kv) => void this.remember(name, kv),
     };
+    return { put, topic };
   }
 
   /**
@@ -258,22 +252,20 @@ export class EtcdMetadataStore implements MetadataStore {
    * definition after a race; `change` answering null: nothing to change (the current one is returned).
    */
   private async changeDefinition(name: string, operation: string, change: (cur: TopicDefinition) => TopicDefinition | null): Promise<TopicDefinition> {
-    const key = this.key(name);
     for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
-      const cur = this.topics.get(name);
-      if (!cur) throw new TributaryError('topic_not_found', { topic: name });
-      const topic = change(cur.value);
-      if (topic === null) return cur.value;
+      const next = this.definitionPut(name, change);
+      if (next === undefined) return this.topics.get(name)!.value;
+      const { put, topic } = next;
       const res = await withMetadataErrors(operation, () =>
-        this.client.if(key, 'Mod', '==', cur.modRevision).then(this.client.put(key).value(JSON.stringify(topic))).else(this.client.get(key)).commit(),
+        this.client.if(put.key, 'Mod', '==', put.modRevision).then(this.client.put(put.key).value(put.value)).else(this.client.get(put.key)).commit(),
       );
       if (res.succeeded) {
-        this.topics.applyPut(name, topic, Number(res.header.revision), cur.createRevision);
+        put.applied(Number(res.header.revision));
         return topic;
       }
       const kv = res.responses[0]?.response_range.kvs[0];
       if (!kv) throw new TributaryError('topic_not_found', { topic: name });
-      this.remember(name, kv);
+      put.raced(kv);
     }
     throw new TributaryError('metadata_unavailable', { operation, topic: name, reason: 'concurrent changes' });
   }
@@ -325,4 +317,9 @@ export class EtcdMetadataStore implements MetadataStore {
     this.topics.applyKv(name, kv);
     return parseTopic(kv.value.toString('utf8'), name);
   }
+}
+
+/** ALTER_REPLICATION_FACTOR's change of a definition (null: it has that factor already). */
+function withReplicationFactor(replicationFactor: number): (cur: TopicDefinition) => TopicDefinition | null {
+  return (cur) => (cur.replicationFactor === replicationFactor ? null : { ...cur, replicationFactor });
 }
