@@ -1,15 +1,14 @@
 import { isUtf8 } from 'node:buffer';
 import type net from 'node:net';
 import { batchTxnKind, isBatchBody } from 'tributary-protocol/batch.js';
-import { type Params, formatError, formatLine, parseLine } from 'tributary-protocol/command.js';
+import { type Params, formatError, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
 import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
-import { checkStreamClose, lookupCommand } from './commands.js';
+import { lookupCommand } from './commands.js';
 import { MAX_FRAME_BEFORE_AUTHENTICATION } from './limits.js';
-import { checkFence, parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
-import { isFenced, watchReadFence } from './read-fence.js';
 import { produceBatch } from './produce-commands.js';
+import { PushStream, type StreamHost } from './push-stream.js';
 import { FRAME_PREFIX, RequestBudget } from './request-budget.js';
 import { txnBatch } from './txn-commands.js';
 
@@ -25,8 +24,6 @@ interface PendingReply {
   done: boolean;
   reply: Reply | 'stream';
 }
-
-export type StreamCloseReason = 'stopped' | 'removed' | 'timeout' | 'error' | 'offset_out_of_range' | 'unauthorized';
 
 /**
  * One client connection: splits frames, runs requests, and writes replies in request order. It never
@@ -51,8 +48,8 @@ export class ClientConnection implements ConnectionContext {
   /** The requests read and not answered, their count and bytes: past a limit the connection is not read. */
   private readonly budget: RequestBudget;
   private pumping = false;
-  private streaming: AbortController | undefined;
-  private streamDone: Promise<void> | undefined;
+  /** The STREAM this connection turned into (push-stream.ts): what the client sends after it is stream control. */
+  private stream: PushStream | undefined;
   private frameTimer: NodeJS.Timeout | undefined;
   private stallTimer: NodeJS.Timeout | undefined;
   /** A request before authentication (AUTH) is running: the frames after it wait, unread, for its outcome. */
@@ -73,7 +70,7 @@ export class ClientConnection implements ConnectionContext {
     this.budget = new RequestBudget(broker.metrics.pendingRequestBytes);
     socket.setNoDelay(true);
     socket.setTimeout(broker.config.idleTimeoutMs, () => {
-      if (!this.streaming) this.destroy('idle timeout');
+      if (!this.stream) this.destroy('idle timeout');
     });
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('drain', () => this.onDrain());
@@ -171,10 +168,10 @@ export class ClientConnection implements ConnectionContext {
 
   private onFrame(body: Buffer): void {
     const bytes = body.length + FRAME_PREFIX;
-    if (this.streaming || body.length === 0) {
+    if (this.stream || body.length === 0) {
       // A frame on an open stream is answered at once (if at all), a keepalive from a client never.
       this.budget.answered(bytes, false);
-      if (this.streaming) this.onStreamFrame(body);
+      this.stream?.onFrame(body);
       return;
     }
     this.budget.taken();
@@ -210,8 +207,10 @@ export class ClientConnection implements ConnectionContext {
         const refused = this.admission(name, this, line);
         if (refused) throw refused;
         if (!spec) {
-          this.streamLine = line;
-          result = this.startStream(params);
+          // Set once its parameters passed: a refused STREAM leaves the connection taking requests.
+          const stream = new PushStream(this.streamHost(), line);
+          result = stream.start(params);
+          this.stream = stream;
         } else if (spec.pipelined) {
           this.receivedAt = received;
           result = spec.handler(this.broker, this, params);
@@ -267,10 +266,10 @@ export class ClientConnection implements ConnectionContext {
   private startWaiting(): void {
     while (!this.holding && this.waiting.length > 0) {
       const next = this.waiting.shift()!;
-      if (this.streaming) {
+      if (this.stream) {
         // A STREAM started meanwhile: what the client sent after it is stream control, as onFrame treats it.
         this.budget.answered(next.bytes);
-        this.onStreamFrame(next.body);
+        this.stream.onFrame(next.body);
       } else this.start(next.body, next.received, next.bytes);
     }
   }
@@ -403,169 +402,31 @@ export class ClientConnection implements ConnectionContext {
     this.flow();
   }
 
-  // ---- STREAM ----
-
-  private startStream(p: Params): 'stream' {
-    // A client that watches the stream for silence asks for keepalives at least this often.
-    const keepaliveMs = p.int('keepalive_ms', { min: 50, max: 3_600_000 });
-    const req = parseReadRequest(this.broker, p);
-    const ac = new AbortController();
-    this.streaming = ac;
-    this.socket.setTimeout(0);
-    this.streamDone = this.runStream(req, ac.signal, keepaliveMs).catch((err) => {
-      // A routing error (readBatch: this broker no longer leads the partition) is passed on as the close's
-      // code, on which the reader looks the leader up again (docs/protocol.md, "STREAM"); others are failures.
-      // Any other failure carries its code too (internal_error when it has none): a reader that took a
-      // codeless close for a clean end opened the stream again at once, in a loop while the failure lasted.
-      const routing = err instanceof TributaryError && err.errorClass === 'routing';
-      if (!routing) this.broker.logger.warn({ err, remote: this.remote }, 'stream failed');
-      this.endStream('error', this.streamOffset, err instanceof TributaryError ? err.code : 'internal_error');
-    });
-    return 'stream';
+  /** What a STREAM needs of this connection; its seq is taken when it runs, after its own place. */
+  private streamHost(): StreamHost {
+    return {
+      conn: this,
+      socket: this.socket,
+      broker: this.broker,
+      repliesWritten: () => this.written(this.seq),
+      writeBody: (buf) => this.writeBody(buf),
+      writeNow: (frame) => this.writeNow(frame),
+      destroy: (reason) => this.destroy(reason),
+      closed: () => this.closed,
+    };
   }
 
-  private streamOffset = 0;
-  private streamEnded = false;
-  /** The STREAM request, held to the security rules again when they change (revalidateStream). */
-  private streamLine: ReturnType<typeof parseLine> | undefined;
-
-  /**
-   * Users or ACLs changed (SIGHUP): a STREAM they no longer allow ends now with `reason=unauthorized`
-   * rather than serve a revoked principal until it disconnects (docs/security.md, "Revocation").
-   */
+  /** Users or ACLs changed (SIGHUP): a STREAM they no longer allow ends (PushStream.revalidate). */
   revalidateStream(authorize: (command: string, conn: ClientConnection, req: ReturnType<typeof parseLine>) => TributaryError | undefined): void {
-    if (!this.streaming || this.streaming.signal.aborted || !this.streamLine) return;
-    const refused = authorize('STREAM', this, this.streamLine);
-    if (!refused) return;
-    this.broker.logger.info({ remote: this.remote, code: refused.code }, 'stream ended: no longer authorized');
-    this.endStream('unauthorized', this.streamOffset);
-  }
-
-  private async runStream(req: ReturnType<typeof parseReadRequest>, signal: AbortSignal, keepaliveMs: number | undefined): Promise<void> {
-    let offset = req.offset;
-    this.streamOffset = offset;
-    const keepalive = Math.min(this.broker.config.streamKeepaliveMs, keepaliveMs ?? Number.POSITIVE_INFINITY);
-    // Wait until every reply before the STREAM went out, so frames never interleave with them.
-    await this.written(this.seq);
-    // A fenced stream (read-fence.ts) is refused like a CONSUME before it starts, and ends `removed` the
-    // moment its member loses the partition: every change to the group wakes it to check again, and a
-    // check whose answer is a lease (a group coordinated elsewhere) is made again before it runs out.
-    // `changed` wakes its wait on either, or on the stream's end (one controller per wake rather than an
-    // AbortSignal.any per wait, which a quiet stream would make every keepalive).
-    let changed = new AbortController();
-    const unwatch = req.fence ? watchReadFence(this.broker, req.fence, () => changed.abort()) : undefined;
-    if (req.fence) signal.addEventListener('abort', () => changed.abort(), { once: true });
-    try {
-      let validForMs: number;
-      try {
-        validForMs = await checkFence(this.broker, req);
-      } catch (err) {
-        if (!(err instanceof TributaryError)) throw err;
-        if (!this.socket.destroyed) this.socket.end(encodeFrame(formatError(err)));
-        return;
-      }
-      await resolveRemoteStart(this.broker, this, req);
-      offset = req.offset;
-      this.streamOffset = offset;
-      /** The fence's check before serving; false once it ended the stream. */
-      const fenced = async (): Promise<boolean> => {
-        if (!req.fence) return false;
-        try {
-          validForMs = await checkFence(this.broker, req, true);
-          return false;
-        } catch (err) {
-          if (!(err instanceof TributaryError)) throw err;
-          this.endStream(isFenced(err) ? 'removed' : 'error', offset, err.code);
-          return true;
-        }
-      };
-      while (!signal.aborted && !this.closed) {
-        if (req.partition.isClosed) {
-          const removed = !this.broker.topics.tryGet(req.topic);
-          return this.endStream(removed ? 'removed' : 'stopped', offset);
-        }
-        if (offset < req.partition.earliest) return this.endStream('offset_out_of_range', offset);
-        if (changed.signal.aborted) changed = new AbortController();
-        if (await fenced()) return;
-        const out = await readBatch(this.broker, this, req, offset);
-        // A read that passed only markers or aborted records is pushed too (its trailer's nextOffset), as
-        // CONSUME answers it: else the client never learns its position moved, and its committed offset
-        // stops short of a partition that ends in a marker (docs/sdk.md, "Offsets").
-        if (out.count > 0 || (out.nextOffset > offset && this.features.has('record_extensions_v1'))) {
-          // Checked again at the moment of serving: the read itself may have waited for the disk.
-          if (await fenced()) return;
-          this.socket.cork();
-          this.socket.write(frameHeader(out.frame.length));
-          const ok = this.writeBody(out.frame);
-          this.socket.uncork();
-          offset = out.nextOffset;
-          this.streamOffset = offset;
-          if (!ok) await this.waitDrain(signal);
-          continue;
-        }
-        offset = out.nextOffset;
-        this.streamOffset = offset;
-        const wait = req.fence ? changed.signal : signal;
-        const hasData = await req.partition.waitForData(offset, Math.max(1, Math.min(keepalive, validForMs)), wait, req.isolation);
-        if (!hasData && !signal.aborted && !this.closed && !req.partition.isClosed) this.writeNow(frameHeader(0));
-      }
-      if (!this.closed) this.endStream('stopped', offset);
-    } finally {
-      unwatch?.();
-    }
-  }
-
-  /** Backpressure for push streams: wait for the client to read, close it if it never does. */
-  private waitDrain(signal: AbortSignal): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        this.destroy('stream reader stalled');
-        resolve();
-      }, this.broker.config.writeStallTimeoutMs);
-      timer.unref();
-      const done = () => {
-        clearTimeout(timer);
-        this.socket.off('drain', done);
-        this.socket.off('close', done);
-        signal.removeEventListener('abort', done);
-        resolve();
-      };
-      this.socket.once('drain', done);
-      this.socket.once('close', done);
-      signal.addEventListener('abort', done, { once: true });
-    });
-  }
-
-  private onStreamFrame(body: Buffer): void {
-    if (body.length === 0) return;
-    try {
-      checkStreamClose(isUtf8(body) ? body.toString('utf8') : '');
-    } catch (err) {
-      this.writeNow(encodeFrame(formatError(err as TributaryError)));
-      return;
-    }
-    this.streaming?.abort();
-  }
-
-  /** `code`: why a fenced stream ended (the fence's refusal, docs/protocol.md "Fenced reads"). */
-  private endStream(reason: StreamCloseReason, offset: number, code?: string): void {
-    // Once: a stream ended from outside (shutdown, revocation) also ends its own loop, which would say so again.
-    if (this.socket.destroyed || this.streamEnded) return;
-    this.streamEnded = true;
-    this.streaming?.abort();
-    this.socket.end(encodeFrame(formatLine('STREAM_CONTROL', { type: 'CLOSE', reason, offset, code })));
+    this.stream?.revalidate((command, line) => authorize(command, this, line));
   }
 
   /** Graceful broker shutdown: end streams with a CLOSE frame, let in-flight replies finish. */
   async shutdown(): Promise<void> {
-    if (this.streaming) {
-      this.endStream('stopped', this.streamOffset);
-      await this.streamDone;
-      return;
-    }
+    if (this.stream) return this.stream.shutdown();
     // Requests waiting behind a held one start (and take a place in `pending`) before it completes, so
     // this also waits for their replies.
-    while (this.writtenSeq < this.seq && !this.streaming) await this.written(this.seq);
+    while (this.writtenSeq < this.seq && !this.stream) await this.written(this.seq);
     this.socket.end();
   }
 
@@ -593,7 +454,7 @@ export class ClientConnection implements ConnectionContext {
     clearTimeout(this.frameTimer);
     clearTimeout(this.stallTimer);
     this.budget.release();
-    this.streaming?.abort();
+    this.stream?.abort();
     this.onClosed(this);
   }
 }
