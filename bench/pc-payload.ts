@@ -61,3 +61,30 @@ export class BatchTemplate {
     return f;
   }
 }
+
+/**
+ * Batch frames encoded per send from record objects with the protocol's encodeBatch, as a hand-written wire
+ * client does (`--raw-frames encoded`): one reused record object and value Buffer per record of a batch,
+ * stamped with its id and send time, then encoded into a fresh frame.
+ */
+export class EncodedBatches {
+  private readonly records: BatchRecord[] = [];
+
+  constructor(
+    private readonly topic: string,
+    readonly count: number,
+    size: number,
+  ) {
+    if (size < PAYLOAD_HEADER_BYTES) throw new Error(`record size must be at least ${PAYLOAD_HEADER_BYTES} bytes`);
+    for (let i = 0; i < count; i++) {
+      this.records.push({ offset: 0, sequence: 0, producerId: '', key: null, epoch: 0, value: Buffer.alloc(size, 0x61 + (i % 26)), timestamp: 0, attributes: 0, headers: [] });
+    }
+  }
+
+  /** A fresh frame for ids firstId..firstId+count-1, stamped with `sentMs`. */
+  build(partition: number, firstId: number, sentMs: number): Buffer {
+    const records = this.records;
+    for (let i = 0; i < records.length; i++) writePayloadHeader(records[i]!.value, 0, firstId + i, sentMs);
+    return encodeFrame(encodeBatch({ topic: this.topic, partition, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records }));
+  }
+}

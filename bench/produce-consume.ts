@@ -65,6 +65,8 @@ interface Options {
   partitions: number;
   connections: number;
   inFlight: number;
+  /** The raw producer's frames: patched copies of one pre-encoded frame, or encoded per send (pc-producer.ts). */
+  rawFrames: 'template' | 'encoded';
   fetchRecords: number;
   fetchBytes: number;
   sdkMode: SdkMode;
@@ -139,6 +141,9 @@ const USAGE = `usage: bench produce-consume [options]
   --partitions <n>                                                                 [12]
   --connections <n>        producer connections                                     [4]
   --in-flight <n>          unacknowledged batches per producer connection          [16]
+  --raw-frames <f>         raw producer: template (patched copies of one pre-encoded frame) or
+                           encoded (encodeBatch per send from record objects, as a
+                           hand-written wire client does)                     [template]
   --fetch-records <n>      STREAM batch= (records per pushed frame)              [5000]
   --fetch-bytes <n>        STREAM max_bytes=                                  [4194304]
   --targets <list>         broker,relay                                   [broker,relay]
@@ -191,6 +196,7 @@ function parseOptions(argv: string[]): Options | string {
       partitions: { type: 'string', default: '12' },
       connections: { type: 'string', default: '4' },
       'in-flight': { type: 'string', default: '16' },
+      'raw-frames': { type: 'string', default: 'template' },
       'fetch-records': { type: 'string', default: '5000' },
       'fetch-bytes': { type: 'string', default: String(4 * 1024 * 1024) },
       targets: { type: 'string', default: 'broker,relay' },
@@ -241,6 +247,8 @@ function parseOptions(argv: string[]): Options | string {
   if (sdkMode !== 'stream' && sdkMode !== 'poll') throw new Error(`--sdk-mode must be stream or poll (got ${sdkMode})`);
   const sdkPartitioning = v['sdk-partitioning'];
   if (sdkPartitioning !== 'chunk' && sdkPartitioning !== 'record') throw new Error(`--sdk-partitioning must be chunk or record (got ${sdkPartitioning})`);
+  const rawFrames = v['raw-frames'];
+  if (rawFrames !== 'template' && rawFrames !== 'encoded') throw new Error(`--raw-frames must be template or encoded (got ${rawFrames})`);
   const sdkMessages = v['sdk-messages'];
   if (sdkMessages !== 'fresh' && sdkMessages !== 'reused') throw new Error(`--sdk-messages must be fresh or reused (got ${sdkMessages})`);
   const variants: Variant[] = [];
@@ -265,6 +273,7 @@ function parseOptions(argv: string[]): Options | string {
     partitions: int('partitions', v.partitions, 1),
     connections: int('connections', v.connections, 1),
     inFlight: int('in-flight', v['in-flight'], 1),
+    rawFrames,
     fetchRecords: int('fetch-records', v['fetch-records'], 1),
     fetchBytes: int('fetch-bytes', v['fetch-bytes'], 1),
     brokerArgs: splitArgs(v['broker-args']),
@@ -371,7 +380,7 @@ async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunRe
           ],
           { nodeArgs: o.workerNodeArgs, echoStderr: o.verbose },
         )
-      : spawnNode('producer', path.join(BENCH_DIR, 'pc-producer.js'), [...common, '--batch', String(w.batch), '--connections', String(o.connections), '--in-flight', String(o.inFlight)], {
+      : spawnNode('producer', path.join(BENCH_DIR, 'pc-producer.js'), [...common, '--batch', String(w.batch), '--connections', String(o.connections), '--in-flight', String(o.inFlight), '--frames', o.rawFrames], {
           nodeArgs: o.workerNodeArgs,
           echoStderr: o.verbose,
         });
@@ -483,7 +492,7 @@ function printResults(w: Workload, o: Options, results: RunResult[]): void {
 }
 
 function describeWorkload(w: Workload, o: Options): string {
-  const raw = `raw: ${o.connections} producer connections x ${o.inFlight} batches in flight`;
+  const raw = `raw: ${o.connections} producer connections x ${o.inFlight} batches in flight, frames ${o.rawFrames}`;
   const sdk = `sdk: ${o.sdkInFlight} send() calls in flight, lingerMs ${o.sdkLingerMs}, maxBatchBytes ${o.sdkMaxBatchBytes}, partitioning ${o.sdkPartitioning}, messages ${o.sdkMessages}${o.sdkIdempotent ? ', idempotent' : ''}; consumer ${o.sdkMode}, concurrency ${o.sdkConcurrency}`;
   const clients = o.targets.includes('broker') ? o.clients.map((c) => (c === 'raw' ? raw : sdk)) : [raw];
   return `workload: ${fmtInt(w.count)} records x ${w.size} B, ${o.partitions} partitions, batches of ${w.batch}, acks=1\n  ${clients.join('\n  ')}`;
