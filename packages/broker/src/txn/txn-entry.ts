@@ -61,8 +61,13 @@ export interface Entry {
   endedEpoch: number;
   /** Per data partition of the open transaction: its registration in the state log, durable when resolved. */
   adds: Map<string, Promise<void>>;
-  /** Appends of the open transaction not settled yet: markers wait for them. */
+  /**
+   * Appends of the open transaction not settled yet, from when they were admitted (their partition's
+   * registration included): END_TXN commit waits for them before its decision, markers after any decision.
+   */
   inflight: Set<Promise<unknown>>;
+  /** END_TXN commit is waiting for `inflight` before it decides: no new append is admitted meanwhile. */
+  committing: boolean;
   timer: ClockTimer | null;
   /** The running finish (markers and offsets) of a decided transaction. */
   finishing: Promise<void> | null;
@@ -114,6 +119,7 @@ export function newEntry(meta: TxnMetadata, recovered: boolean): Entry {
     endedEpoch: -1,
     adds: new Map(),
     inflight: new Set(),
+    committing: false,
     timer: null,
     finishing: null,
     retry: null,
@@ -176,10 +182,18 @@ export function checkProducer(e: Entry, producerId: string, epoch: number): void
   throw new TributaryError('invalid_producer_epoch', { transactional_id: m.transactionalId, producer_id: producerId, epoch });
 }
 
-export function checkOpen(e: Entry, producerId: string, epoch: number): void {
+/**
+ * The producer's transaction is open. `admitted`: an append already in Entry.inflight checking again, which
+ * END_TXN commit waits for; a new one is refused while it waits (docs/architecture.md, "Transaction coordinator").
+ */
+export function checkOpen(e: Entry, producerId: string, epoch: number, admitted = false): void {
   checkProducer(e, producerId, epoch);
-  if (e.meta.state !== 'open') throw txnState(e.meta.transactionalId, e.meta.state, 'no transaction is open (BEGIN_TXN first)');
-  if (e.recovered) throw txnState(e.meta.transactionalId, e.meta.state, RECOVERED);
+  const m = e.meta;
+  if (m.state !== 'open') throw txnState(m.transactionalId, m.state, 'no transaction is open (BEGIN_TXN first)');
+  if (e.recovered) throw txnState(m.transactionalId, m.state, RECOVERED);
+  if (e.committing && !admitted) {
+    throw new TributaryError('invalid_txn_state', { transactional_id: m.transactionalId, state: 'committing', reason: 'the transaction is being committed (END_TXN)' });
+  }
 }
 
 /** Cancels the entry's timers, if armed: its transaction timeout and its decided transaction's next finish attempt. */

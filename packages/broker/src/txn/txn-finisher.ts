@@ -6,7 +6,7 @@ import type { Clock } from '../common/clock.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { TxnLog, TxnMetadata, TxnState } from './txn-log.js';
 import type { TxnTargets } from './txn-targets.js';
-import { type Entry, type ProducerIds, RECOVERED, bumpEpoch, clearRetry, clearTimer, groupOffsets } from './txn-entry.js';
+import { type Entry, type ProducerIds, RECOVERED, bumpEpoch, clearRetry, clearTimer, groupOffsets, txnState } from './txn-entry.js';
 
 /**
  * After a failed finish (a marker a full disk or an unreplicated leader refused): the next attempt within
@@ -73,6 +73,9 @@ export class TxnFinisher {
     previous?: { lastProducerId: string; lastEpoch: number },
   ): Promise<void> {
     const m = e.meta;
+    // Under the id's lock: nothing else of the id runs while the appends settle, and the timeout that
+    // fires meanwhile waits for the outcome (an open transaction it still aborts).
+    if (result === 'commit') await this.settleAppends(e);
     const before = { ...m };
     clearTimer(this.deps.clock, e);
     try {
@@ -107,6 +110,33 @@ export class TxnFinisher {
     await Promise.allSettled([...e.inflight]);
     this.ended.inc({ result, cause });
     await this.finish(e);
+  }
+
+  /**
+   * Before a commit's decision: waits for the transaction's appends in flight on every partition (those
+   * admitted while it waits too; no new one is, Entry.committing), as Kafka's EndTxn comes only once the
+   * producer has its produce responses. One that failed refuses the commit (invalid_txn_state, the
+   * transaction stays open and spoiled: only an abort ends it), so it never commits without a record
+   * its producer was told failed, nor has a record land after its marker.
+   */
+  private async settleAppends(e: Entry): Promise<void> {
+    const seen = new Set<Promise<unknown>>();
+    let failed: unknown;
+    e.committing = true;
+    try {
+      for (let next = [...e.inflight]; next.length > 0; next = [...e.inflight].filter((p) => !seen.has(p))) {
+        for (const p of next) seen.add(p);
+        for (const r of await Promise.allSettled(next)) if (r.status === 'rejected') failed ??= r.reason;
+      }
+    } finally {
+      e.committing = false;
+    }
+    const m = e.meta;
+    if (failed !== undefined) {
+      // TXN_PUBLISH's failed run named itself already; a Kafka Produce's is named here.
+      e.spoiled ??= `an append of the transaction failed while END_TXN commit waited for it (${failed instanceof TributaryError ? failed.code : 'error'}); abort it`;
+    }
+    if (e.spoiled) throw txnState(m.transactionalId, m.state, e.spoiled);
   }
 
   // ---- ends the coordinator decides by itself ----

@@ -118,12 +118,12 @@ export class KafkaTransactions {
    * The id's entry and a check, run again after every wait (synchronously with what follows it), that the
    * partition's registration in the open transaction at this epoch is the one to wait for.
    */
-  private registration(id: string, producerId: string, epoch: number, topic: string, partition: number): { e: Entry; check: () => Promise<void> } {
+  private registration(id: string, producerId: string, epoch: number, topic: string, partition: number): { e: Entry; check: (admitted?: boolean) => Promise<void> } {
     this.deps.checkOwner(id);
     const e = this.deps.entry(id);
     const k = partKey(topic, partition);
-    const check = (): Promise<void> => {
-      checkOpen(e, producerId, epoch);
+    const check = (admitted = false): Promise<void> => {
+      checkOpen(e, producerId, epoch, admitted);
       const add = e.adds.get(k);
       if (!add) throw txnState(id, e.meta.state, `${topic}[${partition}] was not added to the transaction (AddPartitionsToTxn first)`);
       return add;
@@ -149,16 +149,19 @@ export class KafkaTransactions {
    * A transactional Produce batch: `start` appends it (with the producer's sequences) once the partition
    * is durably registered in the open transaction at this epoch; otherwise invalid_txn_state (or the
    * producer's fencing error) and nothing is appended. Not under the id's lock (produces pipeline); the
-   * state is checked again right before the append starts, synchronously with it, and EndTxn, a timeout
-   * or a new epoch waits for the appends started (Entry.inflight) before writing markers.
+   * state is checked again right before the append starts, synchronously with it. From its first check
+   * it is in flight (Entry.inflight): EndTxn commit waits for it before deciding, and is refused if it
+   * failed; an abort (EndTxn, a timeout or a new epoch) waits for it before writing markers.
    */
   async append<T>(id: string, producerId: string, epoch: number, topic: string, partition: number, start: () => Promise<T>): Promise<T> {
     const { e, check } = this.registration(id, producerId, epoch, topic, partition);
     const add = check();
-    await add;
-    // END_TXN, a timeout, a new epoch or a failed registration may have come in meanwhile.
-    if (check() !== add) throw txnState(id, e.meta.state, `${topic}[${partition}] was registered again meanwhile`);
-    const appended = start();
+    const appended = (async () => {
+      await add;
+      // A decided EndTxn, a timeout, a new epoch or a failed registration may have come in meanwhile.
+      if (check(true) !== add) throw txnState(id, e.meta.state, `${topic}[${partition}] was registered again meanwhile`);
+      return start();
+    })();
     e.inflight.add(appended);
     try {
       return await appended;

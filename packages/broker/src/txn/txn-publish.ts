@@ -9,7 +9,7 @@ import { type Entry, type PublishedRecords, type PublishedRun, type TxnPublishRe
 /**
  * TXN_PUBLISH for the transaction coordinator (txn-coordinator.ts): the one request that does not run
  * under the transactional id's lock, so a producer's records pipeline. It checks the state before and
- * after registering its partition, and END_TXN waits for the appends it has started (Entry.inflight).
+ * after registering its partition, and END_TXN waits for the runs it has admitted (Entry.inflight).
  * See docs/architecture.md, "Transaction coordinator".
  */
 export class TxnPublisher {
@@ -122,7 +122,10 @@ export class TxnPublisher {
       },
     );
     e.runs.push({ first: firstSeq, last, topic: topicName, partitions, result });
-    result.catch(() => {});
+    // In flight from now on, registrations included: END_TXN commit decides once it settled.
+    e.inflight.add(result);
+    const settled = () => e.inflight.delete(result);
+    result.then(settled, settled);
     return result.then((r) => resultsOf(r, 0, n, false));
   }
 
@@ -138,15 +141,10 @@ export class TxnPublisher {
     }
     // Publishes to one partition wait on the same promise, so they append in arrival order.
     await add;
-    // END_TXN, a timeout or a new epoch may have come in meanwhile.
-    checkOpen(e, producerId, epoch);
-    const appended = this.deps.targets.append(topicName, partition, records, producerId, epoch, this.deps.partitionFor(e.meta.transactionalId));
-    e.inflight.add(appended);
-    try {
-      return (await appended).offset;
-    } finally {
-      e.inflight.delete(appended);
-    }
+    // A timeout, a new epoch or a decided END_TXN may have come in meanwhile; a commit waiting for the
+    // appends admitted (this one's run is) lets it go on.
+    checkOpen(e, producerId, epoch, true);
+    return (await this.deps.targets.append(topicName, partition, records, producerId, epoch, this.deps.partitionFor(e.meta.transactionalId))).offset;
   }
 }
 
