@@ -15,7 +15,7 @@ export class TransactionStateError extends TributaryError {}
 /** Errors of the transaction commands, typed where the caller must act differently. */
 export function typedTxnError(err: unknown): unknown {
   if (!(err instanceof TributaryError) || err instanceof ProducerFencedError || err instanceof TransactionStateError) return err;
-  if (err.code === 'producer_fenced' || err.code === 'invalid_producer_epoch') return new ProducerFencedError(err.code, err.fields, err.message, err.extra);
+  if (err.code === 'producer_fenced' || err.code === 'invalid_producer_epoch' || err.code === 'invalid_producer_id_mapping') return new ProducerFencedError(err.code, err.fields, err.message, err.extra);
   if (err.code === 'invalid_txn_state') return new TransactionStateError(err.code, err.fields, err.message, err.extra);
   return err;
 }

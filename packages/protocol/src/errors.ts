@@ -78,6 +78,7 @@ export const ERROR_CODES = {
   invalid_txn_state: { class: 'conflict', retryable: false, description: 'the transaction is not in a state that allows the request' },
   producer_fenced: { class: 'fencing', retryable: false, description: 'a newer producer epoch owns the transactional id' },
   invalid_producer_epoch: { class: 'validation', retryable: false, description: 'producerId/epoch do not match the transactional id (not an older epoch)' },
+  invalid_producer_id_mapping: { class: 'fencing', retryable: false, description: "a producer id named for a transactional id is not the id's, current or previous (Kafka InitProducerId v3+)" },
   // availability and internals
   not_ready: { class: 'availability', retryable: true, description: 'the broker has not finished recovery' },
   shutting_down: { class: 'availability', retryable: true, description: 'the broker is shutting down' },

@@ -3,7 +3,7 @@ import { CLASSIC_ERROR_NAMES, ClassicGroupError } from 'tributary-broker/coordin
 import { describe, expect, it } from 'vitest';
 import { formatError, parseError } from 'tributary-protocol/command.js';
 import { ERROR_CODES, TributaryError } from 'tributary-protocol/errors.js';
-import { endTxnHandler, txnErrorCode } from 'tributary-broker/kafka/apis/transactions.js';
+import { endTxnHandler, initTransactional, txnErrorCode } from 'tributary-broker/kafka/apis/transactions.js';
 import { coordinatorErrorCodeOf } from 'tributary-broker/kafka/apis/handler.js';
 import type { KafkaRequestContext } from 'tributary-broker/kafka/context.js';
 import { ConcurrentTransactionsError } from 'tributary-broker/txn/txn-kafka.js';
@@ -114,6 +114,30 @@ describe('Kafka error table', () => {
     expect(kafkaErrorFor(relayed(relayed(new ClassicGroupError('ILLEGAL_GENERATION'))))).toBe('ILLEGAL_GENERATION');
     expect(txnErrorCode(new ConcurrentTransactionsError('t', 'prepare_commit'))).toBe(kafkaErrorCode('CONCURRENT_TRANSACTIONS'));
     expect(txnErrorCode(relayed(new TributaryError('invalid_txn_state', { state: 'open' })))).toBe(kafkaErrorCode('INVALID_TXN_STATE'));
+  });
+
+  // KIP-360: a producer id that is not the transactional id's has a code of its own, so the Kafka answer
+  // comes from the error table whatever carried the error (no class of its own to test for).
+  it('invalid_producer_id_mapping is INVALID_PRODUCER_ID_MAPPING, also relayed, and InitProducerId answers it so', async () => {
+    const mapping = () => new TributaryError('invalid_producer_id_mapping', { transactional_id: 't', producer_id: '7' });
+    const relayed = parseError(formatError(mapping()));
+    expect(relayed).toMatchObject({ code: 'invalid_producer_id_mapping', errorClass: 'fencing', retriable: false });
+    expect(kafkaErrorFor(mapping())).toBe('INVALID_PRODUCER_ID_MAPPING');
+    expect(kafkaErrorFor(relayed)).toBe('INVALID_PRODUCER_ID_MAPPING');
+    for (const err of [mapping(), relayed]) {
+      const ctx = {
+        authorize: () => undefined,
+        broker: {
+          config: { maxTransactionTimeoutMs: 900_000 },
+          security: { txnCaller: () => undefined },
+          transactions: { checkCaller: () => undefined, initProducerId: async () => Promise.reject(err), status: () => ({ state: 'open' }) },
+        },
+      } as unknown as KafkaRequestContext;
+      for (const version of [3, 4]) {
+        const res = await initTransactional(ctx, version, { transactionalId: 't', transactionTimeoutMs: 60_000, producerId: 7n, producerEpoch: 0 });
+        expect(res, `v${version}`).toMatchObject({ errorCode: kafkaErrorCode('INVALID_PRODUCER_ID_MAPPING'), producerId: -1n });
+      }
+    }
   });
 
   // Kafka's coordinators answer their own storage trouble with coordinator codes; a Java client treats

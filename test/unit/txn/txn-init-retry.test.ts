@@ -45,7 +45,7 @@ describe('INIT_PRODUCER_ID with the producer id and epoch (KIP-360)', () => {
     expect(await errorCode(init('r-1', p, 7))).toBe('producer_fenced');
     expect(await init('r-1', p, 1)).toEqual({ producerId: p, epoch: 2 });
     // Another producer id is not the id's (Kafka's INVALID_PRODUCER_ID_MAPPING).
-    expect(await errorCode(init('r-1', String(Number(p) + 1000), 1))).toBe('invalid_producer_epoch');
+    expect(await errorCode(init('r-1', String(Number(p) + 1000), 1))).toBe('invalid_producer_id_mapping');
     expect(txns.status('r-1').epoch).toBe(2);
   });
 

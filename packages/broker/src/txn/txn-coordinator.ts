@@ -12,7 +12,6 @@ import {
   type Entry,
   RECOVERED,
   STATUS,
-  ProducerIdMappingError,
   type TxnCaller,
   type TxnPublishResult,
   type TxnStatusState,
@@ -25,6 +24,7 @@ import {
   newEntry,
   type ProducerIds,
   partKey,
+  producerIdMappingError,
   txnState,
 } from './txn-entry.js';
 import { TxnFinisher } from './txn-finisher.js';
@@ -287,7 +287,7 @@ export class TransactionCoordinator {
    * `expected` (Kafka's InitProducerId v3+, KIP-360): the pair the producer holds, checked under the id's
    * lock. A known id's current pair is bumped and remembered as its previous one; the previous pair (the
    * same request sent again, its answer lost) gets the current one, with no bump and no abort; any other
-   * pair is refused: `producer_fenced` for an epoch of the id's producer id, else ProducerIdMappingError.
+   * pair is refused: `producer_fenced` for an epoch of the id's producer id, else `invalid_producer_id_mapping`.
    */
   initProducerId(
     id: string,
@@ -331,7 +331,7 @@ export class TransactionCoordinator {
           if (m.state === 'prepare_commit' || m.state === 'prepare_abort') await this.finisher.awaitFinish(e);
           return { producerId: m.producerId, epoch: m.epoch };
         }
-        if (expected.producerId !== m.producerId) throw new ProducerIdMappingError(id, expected.producerId);
+        if (expected.producerId !== m.producerId) throw producerIdMappingError(id, expected.producerId);
         throw new TributaryError('producer_fenced', { transactional_id: id, epoch: expected.epoch, current_epoch: m.epoch });
       }
       if (m.state === 'prepare_commit' || m.state === 'prepare_abort') await this.finisher.awaitFinish(e);

@@ -130,12 +130,11 @@ export function newEntry(meta: TxnMetadata, recovered: boolean): Entry {
 
 /**
  * INIT_PRODUCER_ID naming a producer id (KIP-360) that is not the transactional id's, current or previous:
- * Kafka's INVALID_PRODUCER_ID_MAPPING (the main port has no such request).
+ * its own code, Kafka's INVALID_PRODUCER_ID_MAPPING (kafka/protocol/error-codes.ts); the main port has no
+ * such request.
  */
-export class ProducerIdMappingError extends TributaryError {
-  constructor(id: string, producerId: string) {
-    super('invalid_producer_epoch', { transactional_id: id, producer_id: producerId, reason: 'not the transactional id\'s producer id' });
-  }
+export function producerIdMappingError(id: string, producerId: string): TributaryError {
+  return new TributaryError('invalid_producer_id_mapping', { transactional_id: id, producer_id: producerId, reason: "not the transactional id's producer id" });
 }
 
 /** Where a transactional id's producer ids come from (ProducerIdAllocator). */

@@ -6,7 +6,6 @@
  * and from there (TXN_OFFSETS) to the id's.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { ProducerIdMappingError } from '../../txn/txn-entry.js';
 import { ConcurrentTransactionsError } from '../../txn/txn-kafka.js';
 import { TXN_STATE_TOPIC } from '../../txn/txn-log.js';
 import type { StageRequest } from '../../txn/txn-targets.js';
@@ -92,8 +91,7 @@ export async function initTransactional(ctx: KafkaRequestContext, version: numbe
     // Another principal's id, found under the coordinator's lock (initialized meanwhile).
     if (err instanceof TributaryError && err.code === 'NOT_AUTHORIZED_FOR_OPERATION') return fail(code('TRANSACTIONAL_ID_AUTHORIZATION_FAILED'));
     // A named pair refused (KIP-360) is the answer whatever the id's transaction is doing.
-    if (err instanceof ProducerIdMappingError) return fail(code('INVALID_PRODUCER_ID_MAPPING'));
-    if (err instanceof TributaryError && err.code === 'producer_fenced') return fail(coordinatorTxnCode(err, version >= 4));
+    if (err instanceof TributaryError && (err.code === 'invalid_producer_id_mapping' || err.code === 'producer_fenced')) return fail(coordinatorTxnCode(err, version >= 4));
     const stopping = err instanceof TributaryError && err.code === 'shutting_down';
     if (asked && !stopping && finishPending(ctx, id)) return fail(code('CONCURRENT_TRANSACTIONS'));
     return fail(coordinatorTxnCode(err, version >= 4));

@@ -150,6 +150,7 @@ export const TRIBUTARY_TO_KAFKA: Partial<Record<ErrorCode, KafkaErrorName>> = {
   stale_producer_epoch: 'INVALID_PRODUCER_EPOCH',
   unknown_producer_id: 'UNKNOWN_PRODUCER_ID',
   invalid_producer_epoch: 'INVALID_PRODUCER_EPOCH',
+  invalid_producer_id_mapping: 'INVALID_PRODUCER_ID_MAPPING',
   producer_fenced: 'PRODUCER_FENCED',
   NOT_LEADER: 'NOT_LEADER_OR_FOLLOWER',
   FENCED_LEADER_EPOCH: 'FENCED_LEADER_EPOCH',
