@@ -71,6 +71,37 @@ describe('Kafka InitProducerId retries (KIP-360)', () => {
     expect((await init('kip360-stale', p, 2)).errorCode).toBe(kafkaErrorCode('PRODUCER_FENCED'));
   });
 
+  // Kafka's coordinator fences an InitProducerId that finds a transaction ongoing, the previous pair's
+  // retry too: the transaction is aborted at a new epoch nobody is given, the answer is
+  // CONCURRENT_TRANSACTIONS, and the retry then finds neither its pair nor a previous one.
+  it('the previous pair sent again while the new epoch has a transaction open aborts it at a new epoch: CONCURRENT_TRANSACTIONS, then fenced', async () => {
+    raw ??= await RawKafka.connect(broker.kafkaPort);
+    const c = await broker.connect();
+    try {
+      const id = 'kip360-open';
+      await c.command('CREATE', { topic: id, partitions: 1 });
+      const p = (await init(id, -1n, -1)).producerId as bigint;
+      expect(answer(await init(id, p, 0))).toEqual([0, p, 1]);
+      // The producer got epoch 1 and begins a transaction.
+      const added = await raw.call(24, 1, { transactionalId: id, producerId: p, producerEpoch: 1, topics: [{ name: id, partitions: [0] }] });
+      expect(((added.results as KafkaStruct[])[0]!.results as KafkaStruct[])[0]!.errorCode).toBe(0);
+      expect(await c.command('TXN_STATUS', { transactional_id: id })).toMatch(/\bstate=open\b.*\bepoch=1\b/);
+      // A copy of the request that bumped epoch 0 arrives now (a zombie, or a late retry).
+      expect((await init(id, p, 0)).errorCode).toBe(kafkaErrorCode('CONCURRENT_TRANSACTIONS'));
+      const status = await c.command('TXN_STATUS', { transactional_id: id });
+      expect(status).toMatch(/\bstate=aborted\b/);
+      expect(status).toMatch(/\bepoch=2\b/);
+      // The transaction's producer is fenced, and so is the retry: its pair is no longer the previous one.
+      expect((await raw.call(26, 2, { transactionalId: id, producerId: p, producerEpoch: 1, committed: true })).errorCode).toBe(kafkaErrorCode('PRODUCER_FENCED'));
+      expect((await init(id, p, 0)).errorCode).toBe(kafkaErrorCode('PRODUCER_FENCED'));
+      expect((await init(id, p, 0, 3)).errorCode).toBe(kafkaErrorCode('INVALID_PRODUCER_EPOCH'));
+      // A new producer of the id starts past the fencing epoch.
+      expect(answer(await raw.call(22, 1, { transactionalId: id, transactionTimeoutMs: 60_000 }))).toEqual([0, p, 3]);
+    } finally {
+      await c.close();
+    }
+  });
+
   it('two producers naming the same current pair at once both get the one bump (the check runs under the coordinator lock of the id)', async () => {
     raw ??= await RawKafka.connect(broker.kafkaPort);
     const f = await init('kip360-race', -1n, -1);

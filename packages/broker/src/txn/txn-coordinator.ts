@@ -28,7 +28,7 @@ import {
   txnState,
 } from './txn-entry.js';
 import { TxnFinisher } from './txn-finisher.js';
-import { KafkaTransactions } from './txn-kafka.js';
+import { ConcurrentTransactionsError, KafkaTransactions } from './txn-kafka.js';
 import { TxnPublisher } from './txn-publish.js';
 
 export type { TxnCaller, TxnPublishResult, TxnStatusState } from './txn-entry.js';
@@ -286,8 +286,9 @@ export class TransactionCoordinator {
    * fences every older producer of the id; an open transaction of the old epoch is aborted first.
    * `expected` (Kafka's InitProducerId v3+, KIP-360): the pair the producer holds, checked under the id's
    * lock. A known id's current pair is bumped and remembered as its previous one; the previous pair (the
-   * same request sent again, its answer lost) gets the current one, with no bump and no abort; any other
-   * pair is refused: `producer_fenced` for an epoch of the id's producer id, else `invalid_producer_id_mapping`.
+   * same request sent again, its answer lost) gets the current one, with no bump and no abort, unless the
+   * current epoch has a transaction open: that one is aborted at a new epoch and the request refused with
+   * ConcurrentTransactionsError, as Kafka fences it; any other pair is refused: `producer_fenced` for an epoch of the id's producer id, else `invalid_producer_id_mapping`.
    */
   initProducerId(
     id: string,
@@ -326,6 +327,14 @@ export class TransactionCoordinator {
       const m = e.meta;
       if (expected && !(expected.producerId === m.producerId && expected.epoch === m.epoch)) {
         if (expected.producerId === m.lastProducerId && expected.epoch === m.lastEpoch) {
+          if (m.state === 'open') {
+            // The current epoch began a transaction since: this is not the producer that holds it (a zombie,
+            // or a retry its bump's answer overtook). As Kafka's coordinator fences an InitProducerId that
+            // finds a transaction ongoing: aborted at a new epoch nobody gets, the previous pair forgotten
+            // (the retry is fenced then), CONCURRENT_TRANSACTIONS (docs/kafka.md, "Transactions").
+            await this.finisher.end(e, 'abort', 'fenced');
+            throw new ConcurrentTransactionsError(id, STATUS[m.state]);
+          }
           // The bump's fencing abort may still be finishing: answered once it is (a failure is Kafka's
           // CONCURRENT_TRANSACTIONS, kafka/apis/transactions.ts), as any INIT_PRODUCER_ID waits for it.
           if (m.state === 'prepare_commit' || m.state === 'prepare_abort') await this.finisher.awaitFinish(e);

@@ -6,8 +6,9 @@ import { type Entry, RECOVERED, STATUS, checkOpen, checkProducer, partKey, txnSt
 /**
  * A previous transaction of the id is still being finished (its markers and offsets): Kafka's
  * CONCURRENT_TRANSACTIONS, on which a client retries. Its code stays Tributary's invalid_txn_state. Only
- * AddPartitionsToTxn and AddOffsetsToTxn raise it, at the id's coordinator itself, so it never has to
- * survive a broker-to-broker reply.
+ * AddPartitionsToTxn, AddOffsetsToTxn and a KIP-360 InitProducerId that fenced an open transaction
+ * (txn-coordinator.ts) raise it, at the id's coordinator itself, so it never has to survive a
+ * broker-to-broker reply.
  */
 export class ConcurrentTransactionsError extends TributaryError {
   constructor(id: string, state: string) {
