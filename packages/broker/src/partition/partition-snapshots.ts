@@ -87,16 +87,23 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
   let table = new ProducerStateTable();
   let from: number;
   let loaded = false;
+  let pastEnd = false;
   try {
     const snap = parseJson(await readSmallFile(path, 'utf8')) as ProducerSnapshot;
     table = ProducerStateTable.fromSnapshot(snap);
     from = snap.offset;
     loaded = true;
-    // The log ends before the snapshot (a torn tail cut by recovery, a follower's truncation): those
-    // batches are not in it. Every producer stays with its epoch: a fence (marker) below the cut is in
-    // the snapshot only as an epoch with no batches, and the scan below starts past it.
+    // The log ends before the snapshot (a torn tail cut by recovery, a follower's truncation): the state
+    // is what the log left says, so it is replayed from its start. The snapshot's window may lie wholly
+    // past the cut while the producer's earlier batches are still in the log: keeping only what the
+    // snapshot holds below the cut left it expecting sequence 0. Kept from the snapshot: the batches below
+    // the log start (retention took their records) and every epoch, which the replay's older batches do
+    // not lower (a fence or a bump whose marker or records the cut took). A producer left with no batch
+    // at epoch 0 is unknown (docs/architecture.md, "Idempotent producers").
     if (from > log.logEndOffset) {
-      table.dropBatchesFrom(log.logEndOffset);
+      table.dropBatchesFrom(log.logStartOffset);
+      from = log.logStartOffset;
+      pastEnd = true;
       loaded = false;
     } else {
       // The snapshot is taken at the HWM but holds every batch appended by then, above it too; those
@@ -122,6 +129,7 @@ export async function loadProducerState(log: PartitionLog): Promise<Rebuilt<Prod
     for (const r of recs) replay.record(r);
     offset = recs[recs.length - 1]!.offset + 1;
   }
+  if (pastEnd) table.forgetUnknown();
   table.expire(Date.now(), PRODUCER_ID_EXPIRATION_MS);
   return { state: table, end, from, fresh: scanned || !loaded };
 }

@@ -196,6 +196,21 @@ export class ProducerStateTable {
     this.version++;
   }
 
+  /**
+   * Forgets the producers with no batch at epoch 0 (after a rebuild from a log cut below the snapshot, whose
+   * batches of theirs the cut took): the log knows nothing of them, and no older epoch needs refusing.
+   */
+  forgetUnknown(): void {
+    let n = 0;
+    for (const [id, p] of this.producers) {
+      if (p.epoch === 0 && p.batches.length === 0) {
+        this.producers.delete(id);
+        n++;
+      }
+    }
+    if (n > 0) this.version++;
+  }
+
   /** Drops producers not seen for `maxIdleMs` (whose batches are all done). */
   expire(nowMs: number, maxIdleMs: number): number {
     let n = 0;
