@@ -17,7 +17,7 @@ import { askParkedFollowersBack } from './isr-rejoin.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
 import type { PartitionState, PartitionStateEntry, PartitionStateStore } from './partition-state.js';
 import { failAckWaiters, releaseAckWaiters, waitReplicated } from './ack-waiters.js';
-import { type Replica, type ReplicationConfig, type Role, newReplica, notEnoughReplicas } from './replica-types.js';
+import { type Replica, type ReplicationConfig, type Role, loadEpochs, newReplica, notEnoughReplicas } from './replica-types.js';
 import { type HorizonWatch, followLeaderHorizon, horizonParam, newHorizonWatch, onFetchText, parseHorizon } from './tombstone-horizon.js';
 
 export type { ReplicationConfig, Role, Replica } from './replica-types.js';
@@ -207,15 +207,7 @@ export class ReplicaManager {
       part.enableReplication(() => this.onLocalDurable(r!));
       r = newReplica(e.topic, e.partition, part, topic!.def.topicId);
       this.replicas.set(key(e.topic, e.partition), r);
-      const epochs = r.epochs;
-      // Recovery may have cut the log (a crash under --flush interval or os): an epoch starting at or past
-      // its end never reached it. Kept, a leader re-taking that epoch wrote from the cut on under it while
-      // its history gave those offsets to the epoch before, and followers kept their own records there.
-      // Memory only: a crash before the next flush reloads and trims the same way.
-      r.epochsLoaded = epochs.load().then(() => {
-        const end = part.logEndOffset;
-        if (epochs.truncateFromEnd(end)) this.deps.logger.warn({ topic: e.topic, partition: e.partition, logEndOffset: end }, 'leader epochs starting past the log end dropped (recovery cut the log)');
-      });
+      r.epochsLoaded = loadEpochs(r, this.deps.logger);
       r.epochsLoaded.catch((err: unknown) => this.deps.logger.error({ err, topic: e.topic, partition: e.partition }, 'leader epoch cache unreadable'));
     }
     const me = this.deps.brokerId;
@@ -569,6 +561,8 @@ export class ReplicaManager {
     const h = parseHorizon(p.get('tombstone_horizon'));
     if (h !== undefined) await followLeaderHorizon(r, h, horizon, this.deps.logger);
     r.epochs.replaceWith(entries);
+    // The leader's history starts at its own log start; this log may start later (retention here).
+    r.epochs.truncateFromStart(r.partition.earliest);
     await r.epochs.flush();
     // Fault tests (`replica.truncated:<topic>@ms`): a follower slow to fetch after deciding its truncation.
     await abortable(failpointDelay(`replica.truncated:${r.topic}`) ?? Promise.resolve(), signal).catch(() => {});

@@ -1,4 +1,5 @@
 /** The replica manager's records of the partitions it replicates (replica-manager.ts). */
+import type { Logger } from '../common/logger.js';
 import type { Partition } from '../partition/partition.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { LeaderEpochCache } from '../storage/leader-epoch-cache.js';
@@ -67,6 +68,14 @@ export interface Replica {
 
 /** A replica of `topic`[`id`] that has no role yet; its epoch history (not loaded yet) is in `partition`'s directory. */
 export function newReplica(topic: string, id: number, partition: Partition, topicId?: string): Replica {
+  const epochs = new LeaderEpochCache(partition.log.dir);
+  // Retention moved the log start: the epochs whose records all went go too, the last of them now starting
+  // there (Kafka's truncateFromStart), and on disk, or an OffsetsForLeaderEpoch-style answer could name an
+  // offset below the log start (docs/architecture.md, "Cluster mode").
+  partition.log.onLogStartMoved((start) => {
+    if (!epochs.truncateFromStart(start)) return;
+    epochs.flush().catch((err: unknown) => partition.log.logger.warn({ err, file: epochs.file }, 'could not write the leader epoch checkpoint after retention'));
+  });
   return {
     topic,
     id,
@@ -77,7 +86,7 @@ export function newReplica(topic: string, id: number, partition: Partition, topi
     leaderId: -1,
     isr: [],
     replicas: [],
-    epochs: new LeaderEpochCache(partition.log.dir),
+    epochs,
     epochsLoaded: Promise.resolve(),
     followers: new Map(),
     stop: null,
@@ -88,6 +97,21 @@ export function newReplica(topic: string, id: number, partition: Partition, topi
     ackWaiters: new Set(),
     dropping: null,
   };
+}
+
+/**
+ * Loads `r`'s epoch history and fits it to its log. Recovery may have cut the log (a crash under --flush
+ * interval or os): an epoch starting at or past its end never reached it. Kept, a leader re-taking that
+ * epoch wrote from the cut on under it while its history gave those offsets to the epoch before, and
+ * followers kept their own records there. Retention may have moved the log start after the history's last
+ * flush (a crash between the two): trimmed from the start as a retention pass does. Memory only: a crash
+ * before the next flush reloads and trims the same way.
+ */
+export async function loadEpochs(r: Replica, logger: Logger): Promise<void> {
+  await r.epochs.load();
+  const end = r.partition.logEndOffset;
+  if (r.epochs.truncateFromEnd(end)) logger.warn({ topic: r.topic, partition: r.id, logEndOffset: end }, 'leader epochs starting past the log end dropped (recovery cut the log)');
+  r.epochs.truncateFromStart(r.partition.earliest);
 }
 
 /**

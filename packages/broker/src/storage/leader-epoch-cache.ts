@@ -14,7 +14,8 @@
  * file is an error, not an empty cache. Mutations are in memory; flush() writes them. Flush after assign()
  * before appending records of the new epoch, so the file never lacks the epoch of a record in the log.
  * After opening a log that recovery may have cut, call truncateFromEnd(logEndOffset) and
- * truncateFromStart(logStartOffset).
+ * truncateFromStart(logStartOffset); after retention moved the log start, truncateFromStart and flush
+ * (cluster/replica-types.ts).
  */
 import { dirname, join } from 'node:path';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';

@@ -82,6 +82,8 @@ export class PartitionLog {
   private readonly checkpoint: HwmCheckpoint;
   private readonly horizon: TombstoneHorizon;
   private closePromise: Promise<void> | null = null;
+  /** See onLogStartMoved. */
+  private startMoved: ((logStartOffset: number) => void) | null = null;
   private readonly ticker: LogTicker;
   // The parts below are made on first use (the getters after the constructor): a broker with 10,000
   // partitions keeps most of them idle, and their retained heap lengthens every garbage collection
@@ -175,6 +177,14 @@ export class PartitionLog {
    */
   onFilesCreated(listener: FilesCreatedListener): void {
     this.st.onCreate = listener;
+  }
+
+  /**
+   * `listener` is called with the new log start after retention deleted segments (a replica trims its
+   * leader epoch history from the start, cluster/replica-types.ts).
+   */
+  onLogStartMoved(listener: ((logStartOffset: number) => void) | null): void {
+    this.startMoved = listener;
   }
 
   /** No files on disk: never written, or released (see open). Reads as an empty log at 0. */
@@ -404,6 +414,7 @@ export class PartitionLog {
     return this.cleaner.applyRetention(now, bound).then((r) => {
       // Retention may have raised the HWM to the new log start.
       this.wantCheckpoint();
+      if (r.deletedSegments > 0) this.startMoved?.(this.st.logStartOffset);
       return r;
     });
   }
