@@ -103,6 +103,18 @@ describe('recovery of what no fsync covered (flush os and interval)', () => {
     expect(lines.find((l) => Array.isArray(l.removedSegments))).toMatchObject({ cutAt: kept, droppedRecords: (mid.baseOffset + 1) % PER });
   });
 
+  it('flush=os: an open refused for a gap (under --flush always) leaves no index vouching for the segment before it', async () => {
+    const segs = await writeLog('os');
+    // A segment that lost its tail at an append boundary: its rebuilt index matches it.
+    const mid = segs.slice(1, -1).find((s) => s.nextOffset - s.baseOffset > PER)!;
+    const k = (PER - (mid.baseOffset % PER)) % PER || PER;
+    const file = logFile(mid.baseOffset);
+    await truncate(file, recordStarts(await readFile(file))[k]!);
+    await expectRefused('always', 'missing');
+    // Had the refused open written the rebuilt index as vouching, this open would refuse the gap too.
+    await expectLog('os', mid.baseOffset + k);
+  });
+
   it('flush=os and interval: zeros inside the last segment with valid records after them end the log there', async () => {
     for (const flush of ['os', 'interval'] as const) {
       await removeDir(dir);

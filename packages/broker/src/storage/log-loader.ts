@@ -163,6 +163,8 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
             : `starts at offset ${seg.baseOffset}, inside ${prev.logPath}, which ends at ${prev.nextOffset}`,
         );
       }
+      // The segment before it is whole up to here: its rebuilt index (scanned and fsynced) may now vouch for it.
+      if (prev && prevRebuilt && prev.indexState !== 'synced') await prev.writeIndex(true);
       segments.push(seg);
       prevRebuilt = info.rebuiltIndex;
       prevVouched = info.vouched;

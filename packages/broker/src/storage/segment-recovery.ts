@@ -179,10 +179,13 @@ export async function recoverSegment(
     // Make the cut (and whatever the scan accepted) durable before the index vouches for it.
     await seg.datasync();
     const endsLog = cutAny && failure !== null;
-    // A cut that ends the log vouches for it only once the later segments are gone (log-loader.ts writes
-    // it then): a crash before their removal reached the disk left them after a segment whose index said
-    // it was whole at its cut size, and the next open refused the gap instead of dropping them again.
-    await seg.writeIndex(!(endsLog && !opts.last));
+    // A closed segment's rebuilt index vouches for it only once log-loader.ts found the next segment
+    // starting where it ends, or removed the later ones (a cut that ends the log), and writes it then:
+    // whether the segment lost its tail shows only there. Written as vouching at once, a crash before the
+    // removal left the later segments after a segment whose index said it was whole, and an open refused
+    // for the gap (under --flush always) left an index that had the next open under os refuse the gap it
+    // should cut. The old index vouched: the file is what that fsync covered, and stays vouched for.
+    if (opts.last || vouched) await seg.writeIndex(true);
     return {
       segment: seg,
       truncatedBytes: fileSize - valid,
