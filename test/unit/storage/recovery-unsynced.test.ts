@@ -4,13 +4,14 @@
  * ends the log there and later segments go, while a segment an fsync vouched for (its index says so), and
  * any damage under --flush always or after a clean shutdown, still refuses the open.
  */
-import { readdir, readFile, truncate, writeFile } from 'node:fs/promises';
+import { readdir, readFile, truncate, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
-import { LOG_SUFFIX, segmentFileName } from 'tributary-broker/storage/segment-names.js';
+import { parseIndex, serializeIndex } from 'tributary-broker/storage/offset-index.js';
+import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from 'tributary-broker/storage/segment-names.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 import { expectOpenRefused } from './refused-open.js';
 
@@ -143,6 +144,25 @@ describe('recovery of what no fsync covered (flush os and interval)', () => {
     bytes[starts[2]! + 12] ^= 0x40;
     await writeFile(file, bytes);
     await expectRefused('interval', file, `at byte ${starts[2]}`);
+  });
+
+  it('flush=os: a closed segment its index vouches for is refused a gap after it also when its index is rebuilt', async () => {
+    // Written, shut down cleanly (every index vouches for its segment: fsynced whole), then a crash.
+    const log = await PartitionLog.open(dir, { ...BASE, flush: 'os' });
+    for (let a = 0; a < APPENDS; a++) await log.append(Array.from({ length: PER }, (_, j) => ({ key: null, value: value(a * PER + j) })));
+    const segs = log.segmentInfos();
+    await log.close();
+    await simulateCrash(await PartitionLog.open(dir, { ...BASE, flush: 'os' }));
+    // Segment 1's index still vouches for its size, but its newest timestamp disagrees with the records: it
+    // is scanned whole and rebuilt. Segment 2 is gone: offsets are missing after segment 1, which lost
+    // nothing (it was fsynced whole at its size), so the gap is damage, not a lost tail.
+    const indexFile = join(dir, segmentFileName(segs[1]!.baseOffset, INDEX_SUFFIX));
+    const parsed = parseIndex(await readFile(indexFile))!;
+    expect(parsed.meta.synced).toBe(true);
+    await writeFile(indexFile, serializeIndex({ ...parsed.meta, maxTimestamp: 0 }, parsed.index));
+    await unlink(logFile(segs[2]!.baseOffset));
+    await unlink(join(dir, segmentFileName(segs[2]!.baseOffset, INDEX_SUFFIX)));
+    await expectRefused('os', `offsets ${segs[2]!.baseOffset}..${segs[3]!.baseOffset - 1} are missing`);
   });
 
   it('flush=os after a clean shutdown: nothing was left unsynced, so damage is refused', async () => {

@@ -194,7 +194,11 @@ export async function recoverSegment(
       droppedRecords: partial,
       rebuiltIndex: true,
       endsLog,
-      vouched: false,
+      // Scanned whole (its index disagreed with it, or this is the last segment after a crash) and nothing
+      // cut: the file is still what the fsync its index vouched for covered, and lost no tail. Said false,
+      // log-loader.ts took a gap after it for its lost tail and removed every later segment, while the scan
+      // here had refused damage inside it as vouched for.
+      vouched: vouched && valid === fileSize,
     };
   } catch (err) {
     await seg.close().catch(() => {});
