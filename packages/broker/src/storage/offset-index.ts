@@ -204,9 +204,12 @@ export function parseIndex(buf: Buffer, intervalBytes?: number): { meta: IndexFi
 }
 
 /**
- * Writes the index file. In place by default: a torn write fails the CRC on load and is rebuilt. With
- * `atomicVia` it goes to that temp path, is fsynced and renamed over `path` (compacted segments: their
- * flag cannot be rebuilt from the log).
+ * Writes the index file. In place by default, and not fsynced (under every --flush mode): the file is a
+ * cache that open checks (CRC, the log size it vouches for, the records after its last entry), so a torn,
+ * lost or stale one costs a scan, never a record; `synced` is set only after an fsync of the log it covers.
+ * A temp file, an fsync and a rename for each would put an fsync per roll back into --flush os
+ * (docs/architecture.md, "Storage"). With `atomicVia` it goes to that temp path, is fsynced and renamed
+ * over `path` (compacted segments: their flag cannot be rebuilt from the log).
  */
 export function writeIndexFile(path: string, meta: IndexFileMeta, index: OffsetIndex, atomicVia?: string): Promise<void> {
   // Many partitions write their indexes at once (rolls, dormant partitions' first appends, a shutdown).
