@@ -22,7 +22,7 @@ import { Security } from './security.js';
 import { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import { type StoreWait, waitForStore } from '../common/wait-for-store.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from '../coordinator/group-log.js';
-import type { InternalAppend } from '../partition/internal-log.js';
+import { type InternalAppend, replicatedAppend } from '../partition/internal-log.js';
 import type { OffsetStore } from '../coordinator/offset-store.js';
 import { MemoryOffsetStore } from '../coordinator/memory-offset-store.js';
 import { PgOffsetStore } from '../coordinator/pg-offset-store.js';
@@ -122,11 +122,10 @@ export class Broker implements BrokerContext {
     this.topics = new TopicManager(this.store, config, logger, this.metrics);
     // Cluster mode: coordinators append only as the partition's leader and answer once it is replicated.
     const internalAppend: InternalAppend | undefined = this.cluster
-      ? async (part, records) => {
-          const epoch = leaderGate(this, part);
-          const res = await part.append(records);
-          await replicated(this, part, res.lastOffset, epoch);
-        }
+      ? replicatedAppend(
+          (part) => leaderGate(this, part),
+          (part, lastOffset, epoch) => replicated(this, part, lastOffset, epoch),
+        )
       : undefined;
     this.groupLog = new GroupLog(() => this.topics.get(OFFSETS_TOPIC).partitions, internalAppend);
     if (config.offsetStore === 'postgres' && !config.offsetStorePostgresUrl) {

@@ -37,3 +37,15 @@ export async function replayJson(part: Partition, label: string, apply: (key: un
 export type InternalAppend = (part: Partition, records: RecordInput[]) => Promise<unknown>;
 
 export const localAppend: InternalAppend = (part, records) => part.append(records);
+
+/** Cluster mode: `gate` checks this broker leads and names the epoch, `replicated` waits for the in-sync replicas. */
+export function replicatedAppend(
+  gate: (part: Partition) => number | undefined,
+  replicated: (part: Partition, lastOffset: number, epoch: number | undefined) => Promise<void>,
+): InternalAppend {
+  return async (part, records) => {
+    const epoch = gate(part);
+    const res = await part.append(records);
+    await replicated(part, res.lastOffset, epoch);
+  };
+}
