@@ -14,6 +14,7 @@ import type { ClassicJoinRequest } from 'tributary-broker/coordinator/classic-gr
 import { type CoordinatorConfig, GroupCoordinator } from 'tributary-broker/coordinator/group-coordinator.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from 'tributary-broker/coordinator/group-log.js';
 import type { OffsetStore } from 'tributary-broker/coordinator/offset-store.js';
+import type { InternalAppend } from 'tributary-broker/partition/internal-log.js';
 import { TransactionCoordinator, type TxnCoordinatorConfig } from 'tributary-broker/txn/txn-coordinator.js';
 import { TXN_STATE_TOPIC, TxnLog } from 'tributary-broker/txn/txn-log.js';
 import { LocalTxnTargets, type TxnTargets } from 'tributary-broker/txn/txn-targets.js';
@@ -68,6 +69,8 @@ export async function openCoordinators(
     txn?: Partial<TxnCoordinatorConfig>;
     /** Wraps the transaction coordinator's targets (to inject their failures). */
     targets?: (local: TxnTargets) => TxnTargets;
+    /** How the group log appends (default: to the local partition, as a standalone broker does). */
+    groupAppend?: InternalAppend;
     /** The offset store (default: the log store on the group log). */
     offsetStore?: (log: GroupLog) => OffsetStore;
     /** The coordinators' logger (default: silent), for a test that checks what they log. */
@@ -84,7 +87,7 @@ export async function openCoordinators(
   if (!topics.tryGet(TXN_STATE_TOPIC)) await topics.create(topicSpec(TXN_STATE_TOPIC, config.transactionStatePartitions, true), { allowInternal: true });
   for (const [name, partitions] of Object.entries(opts.topics ?? {})) if (!topics.tryGet(name)) await topics.create(topicSpec(name, partitions, false));
 
-  const groupLog = new GroupLog(() => topics.get(OFFSETS_TOPIC).partitions);
+  const groupLog = new GroupLog(() => topics.get(OFFSETS_TOPIC).partitions, opts.groupAppend);
   const groupRegistry = new client.Registry();
   const groups = new GroupCoordinator({
     topics,

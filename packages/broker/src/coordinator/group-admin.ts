@@ -1,8 +1,8 @@
 import client from 'prom-client';
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
-import type { OffsetEntry } from './offset-store.js';
+import { type OffsetEntry, outcomeUnknown } from './offset-store.js';
 import { type GroupContext, validateId } from './group-context.js';
-import { type GroupOffsets, outcomeUnknown } from './group-offsets.js';
+import type { GroupOffsets } from './group-offsets.js';
 import type { Rebalancer } from './rebalance.js';
 import type { ClassicGroup } from './classic-group.js';
 import type { ChangeReason, ConsumerGroup } from './group.js';

@@ -6,7 +6,7 @@ import { type InternalAppend, localAppend, replayJson } from '../partition/inter
 import type { ClassicSnapshot } from './classic-group.js';
 import { type Clock, systemClock } from '../common/clock.js';
 import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
-import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkDeleteTopic, checkFetch, checkName, checkNoRegression } from './offset-store.js';
+import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkDeleteTopic, checkFetch, checkName, checkNoRegression, outcomeUnknown } from './offset-store.js';
 
 export const OFFSETS_TOPIC = '__consumer_offsets';
 
@@ -226,10 +226,20 @@ export class LogOffsetStore implements OffsetStore {
     this.writing.add(write);
     try {
       await this.log.writeOffsets(group, topic, entries, ts);
+    } catch (err) {
+      // Written to this leader's log, its replication not confirmed: a replay here reads it (replayJson reads
+      // to the log end), so the cache holds it too, and a commit below it is refused as a regression.
+      if (outcomeUnknown(err)) this.cached(write, ts, entries);
+      throw err;
     } finally {
       this.writing.delete(write);
     }
+    this.cached(write, ts, entries);
+  }
+
+  private cached(write: { group: string; topic: string; voided: boolean }, ts: number, entries: OffsetEntry[]): void {
     if (write.voided) return;
+    const { group, topic } = write;
     for (const e of entries) this.cache.set(offsetKey(group, topic, e.partition), { group, topic, partition: e.partition, offset: e.offset, commitTimestamp: ts });
   }
 

@@ -1,5 +1,5 @@
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
-import type { OffsetEntry } from './offset-store.js';
+import { type OffsetEntry, outcomeUnknown } from './offset-store.js';
 import { type GroupContext, requireGroup, requireMember, validateId } from './group-context.js';
 import { checkGeneration, checkPartition, standingOf } from './member-fencing.js';
 
@@ -30,10 +30,6 @@ function pendingKey(group: string, topic: string, partition: number | string): s
 
 type CommitRequest = { topic: string; group: string; member: string; generation: number; entries: OffsetEntry[] };
 
-/** A store failure after which the write may or may not have happened (a PostgreSQL COMMIT whose answer was lost). */
-export function outcomeUnknown(err: unknown): boolean {
-  return err instanceof TributaryError && err.code === 'storage_error' && err.fields.outcome === 'unknown';
-}
 
 export class GroupOffsets {
   /** Durable committed offsets: what FETCH_OFFSET and CONSUME see. */

@@ -42,6 +42,15 @@ export interface OffsetStore {
   close(): Promise<void>;
 }
 
+/**
+ * A store failure after which the write may or may not have happened: a PostgreSQL COMMIT whose answer was
+ * lost (storage_error), or in a cluster a log append the leader wrote whose replication then failed
+ * (request_timeout, NOT_LEADER, NOT_ENOUGH_REPLICAS: internal-log.ts, replicatedAppend).
+ */
+export function outcomeUnknown(err: unknown): boolean {
+  return err instanceof TributaryError && err.fields.outcome === 'unknown';
+}
+
 /** The int4 column of the PostgreSQL store bounds every store alike. */
 export const MAX_STORED_PARTITION = 0x7fffffff;
 

@@ -2,6 +2,7 @@
  * What the coordinators share about their internal topics (`__consumer_offsets`, `__transaction_state`):
  * how they append to them and how a partition of one is replayed into memory.
  */
+import { TributaryError } from 'tributary-protocol/errors.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
 import type { Partition } from './partition.js';
 
@@ -38,7 +39,13 @@ export type InternalAppend = (part: Partition, records: RecordInput[]) => Promis
 
 export const localAppend: InternalAppend = (part, records) => part.append(records);
 
-/** Cluster mode: `gate` checks this broker leads and names the epoch, `replicated` waits for the in-sync replicas. */
+/**
+ * Cluster mode: `gate` checks this broker leads (throwing leaves nothing written) and names the epoch,
+ * `replicated` waits for the in-sync replicas. A failure once the leader wrote the records (the wait timed
+ * out, leadership moved, the ISR shrank) carries `outcome=unknown`: they are in the leader's log, which a
+ * replay here reads to its end, and may yet be replicated and committed (docs/architecture.md, "Cluster
+ * mode", Coordinators).
+ */
 export function replicatedAppend(
   gate: (part: Partition) => number | undefined,
   replicated: (part: Partition, lastOffset: number, epoch: number | undefined) => Promise<void>,
@@ -46,6 +53,18 @@ export function replicatedAppend(
   return async (part, records) => {
     const epoch = gate(part);
     const res = await part.append(records);
-    await replicated(part, res.lastOffset, epoch);
+    try {
+      await replicated(part, res.lastOffset, epoch);
+    } catch (err) {
+      throw outcomeUnknownError(err);
+    }
   };
+}
+
+/** The same error (its code still says why), marked as a write that may or may not have happened. */
+function outcomeUnknownError(err: unknown): TributaryError {
+  if (!(err instanceof TributaryError)) return new TributaryError('storage_error', { reason: (err as Error).message, outcome: 'unknown' });
+  const marked = new TributaryError(err.code, { ...err.fields, outcome: 'unknown' }, undefined, err.extra);
+  marked.stack = err.stack;
+  return marked;
 }

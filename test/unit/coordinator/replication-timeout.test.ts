@@ -1,0 +1,107 @@
+/**
+ * Cluster mode's offset commits (the log store): an append the leader wrote whose wait for the in-sync
+ * replicas then failed (timed out) is in the leader's log, and a replay reads it. The coordinator must take
+ * its outcome as unknown (docs/architecture.md, "Cluster mode"), never as not written: else FETCH_OFFSET
+ * answers the offset from before it and a lower commit is accepted after it, so the committed offset goes
+ * back once the log is replayed. A write refused before the append (not leader) stays not written.
+ */
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import type { GroupCoordinator, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
+import { LogOffsetStore } from 'tributary-broker/coordinator/group-log.js';
+import { replicatedAppend } from 'tributary-broker/partition/internal-log.js';
+import { TributaryError } from 'tributary-protocol/errors.js';
+import { type Coordinators, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
+import { FakeClock } from '../../helpers/fake-clock.js';
+import { expectError, rec, removeDir, tempDir, until } from '../../helpers/util.js';
+
+const TOPIC = 't';
+const WINDOW = GROUP_CONFIG.joinWindowMs;
+
+let dir: string;
+let clock: FakeClock;
+let c: Coordinators;
+let gc: GroupCoordinator;
+let store: LogOffsetStore;
+/** 'timeout': the replication wait fails after the append; 'not_leader': the leader check refuses before it. */
+let fault: 'none' | 'timeout' | 'not_leader' = 'none';
+
+beforeEach(async () => {
+  dir = await tempDir('trib-repl-timeout-');
+  clock = new FakeClock();
+  fault = 'none';
+  c = await openCoordinators(dir, clock, {
+    topics: { [TOPIC]: 1 },
+    // As the cluster wires it (broker.ts), with the leader check and the replication wait faked.
+    groupAppend: replicatedAppend(
+      (part) => {
+        if (fault === 'not_leader') throw new TributaryError('NOT_LEADER', { topic: part.topic, partition: part.id, reason: 'injected' });
+        return 1;
+      },
+      async (part) => {
+        if (fault === 'timeout') throw new TributaryError('request_timeout', { reason: 'injected: the in-sync replicas did not confirm the record in time', topic: part.topic, partition: part.id });
+      },
+    ),
+    offsetStore: (log) => (store = new LogOffsetStore(log, clock)),
+  });
+  gc = c.groups;
+  await c.topics.get(TOPIC).partitions[0]!.append(Array.from({ length: 30 }, (_, i) => rec(`r${i}`)));
+});
+
+afterEach(async () => {
+  await c.close();
+  await removeDir(dir);
+});
+
+const commit = (v: MemberView, offset: number) => gc.commit({ topic: TOPIC, group: 'g', member: v.memberId, generation: v.generation, entries: [{ partition: 0, offset }] });
+
+async function member(id: string): Promise<MemberView> {
+  const joined = gc.join({ topic: TOPIC, group: 'g', member: id, host: '127.0.0.1' });
+  await until(() => gc.scheduler.has('window:g'), 5000, 'the join window');
+  await clock.advance(WINDOW);
+  const j = await joined;
+  return gc.sync({ topic: TOPIC, group: 'g', member: j.memberId, generation: j.generation });
+}
+
+/** FETCH_OFFSET's answer, or the error code it refuses with. */
+function fetched(): number | string {
+  try {
+    return gc.fetchOffset('g', TOPIC, 0).offset;
+  } catch (err) {
+    return (err as TributaryError).code;
+  }
+}
+
+/** What a replay of the log (a coordinator taking the partition over) finds committed. */
+async function replayed(): Promise<number | undefined> {
+  const offsets = await new LogOffsetStore(c.groupLog, clock).loadAll();
+  return offsets.find((o) => o.group === 'g' && o.topic === TOPIC && o.partition === 0)?.offset;
+}
+
+it('a commit whose replication timed out is of unknown outcome: FETCH_OFFSET never answers the offset from before it, and a lower commit is refused', async () => {
+  const v = await member('a');
+  await commit(v, 10);
+  fault = 'timeout';
+  await expectError(commit(v, 20), 'request_timeout', { outcome: 'unknown' });
+  fault = 'none';
+  expect(await replayed()).toBe(20);
+  expect([20, 'storage_error']).toContain(fetched());
+  await until(() => fetched() === 20, 5000, 'FETCH_OFFSET answering 20, what the log holds');
+  // Accepted, 15 would be written after 20: a replay would answer 20, then 15 once replicated.
+  await expectError(commit(v, 15), 'offset_regression', { current: '20' });
+  expect(await replayed()).toBe(20);
+  await expect(commit(v, 25)).resolves.toBe(1);
+  expect(fetched()).toBe(25);
+});
+
+it('a commit refused before the append (not leader) is not written: its offset stays as before', async () => {
+  const v = await member('a');
+  await commit(v, 10);
+  fault = 'not_leader';
+  const err = await expectError(commit(v, 20), 'NOT_LEADER');
+  expect(err.fields.outcome).toBeUndefined();
+  fault = 'none';
+  expect(fetched()).toBe(10);
+  expect(await replayed()).toBe(10);
+  await expect(commit(v, 15)).resolves.toBe(1);
+  expect(fetched()).toBe(15);
+});
