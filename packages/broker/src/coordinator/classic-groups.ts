@@ -3,7 +3,7 @@ import { wallTimeOf } from '../common/clock.js';
 import { ClassicGroup, ClassicGroupError, type ClassicSnapshot } from './classic-group.js';
 import { type ClassicJoinAnswer, type ClassicJoinRequest, ClassicMembership, type ClassicMemberRef } from './classic-membership.js';
 import type { GroupContext } from './group-context.js';
-import { type GroupOffsets, getOffset } from './group-offsets.js';
+import type { GroupOffsets } from './group-offsets.js';
 import type { OffsetEntry } from './offset-store.js';
 
 export type { ClassicJoinAnswer, ClassicJoinRequest, ClassicMemberRef } from './classic-membership.js';
@@ -116,19 +116,21 @@ export class ClassicGroups {
   fetch(group: string, topics: Array<{ topic: string; partitions: number[] }> | null, requireStable: boolean): Array<{ topic: string; partitions: Array<{ partition: number; offset: number; error: Error | null }> }> {
     this.ctx.checkOwner(group);
     this.membership.validateGroupId(group);
-    const asked =
-      topics ?? [...(this.offsets.committed.get(group)?.entries() ?? [])].map(([topic, byPart]) => ({ topic, partitions: [...byPart.keys()].sort((a, b) => a - b) }));
+    const asked = topics ?? this.offsets.committedPartitions(group);
     // A write of unknown outcome left an offset the store may not hold (group-offsets.ts, `uncertain`): the
     // group is refused with an error clients retry, at group level (a partition-level one they do not).
-    for (const t of asked) {
-      const p = t.partitions.find((p) => this.offsets.isUncertain(group, t.topic, p));
-      if (p !== undefined) throw new TributaryError('COORDINATOR_LOADING', { group, reason: `the outcome of the last write of ${t.topic}[${p}]'s offset is not known yet` });
-    }
-    return asked.map((t) => ({
+    const known = asked.map((t) =>
+      t.partitions.map((p) => {
+        const k = this.offsets.knownOffset(group, t.topic, p);
+        if (!k.known) throw new TributaryError('COORDINATOR_LOADING', { group, reason: `the outcome of the last write of ${t.topic}[${p}]'s offset is not known yet` });
+        return k.offset;
+      }),
+    );
+    return asked.map((t, i) => ({
       topic: t.topic,
-      partitions: t.partitions.map((p) => {
+      partitions: t.partitions.map((p, j) => {
         if (requireStable && this.offsets.hasPending(group, t.topic, p)) return { partition: p, offset: -1, error: new TributaryError('UNSTABLE_OFFSET_COMMIT', { partition: p }) };
-        return { partition: p, offset: getOffset(this.offsets.committed, group, t.topic, p) ?? -1, error: null };
+        return { partition: p, offset: known[i]![j] ?? -1, error: null };
       }),
     }));
   }
@@ -161,14 +163,14 @@ export class ClassicGroups {
     }
     const t = this.ctx.groups.get(groupId);
     if (t && !t.deleted) return { groupId, state: t.state, protocolType: 'tributary', protocolName: t.assignor, generation: t.generation, leader: t.leaderId ?? null, members: [] };
-    const state = this.offsets.committed.has(groupId) ? 'Empty' : 'Dead';
+    const state = this.offsets.hasOffsets(groupId) ? 'Empty' : 'Dead';
     return { groupId, state, protocolType: '', protocolName: '', generation: 0, leader: null, members: [] };
   }
 
   /** ListGroups: every group this coordinator serves, of either kind, and groups that only have offsets. */
   list(): Array<{ groupId: string; protocolType: string; state: string }> {
     const out = new Map<string, { groupId: string; protocolType: string; state: string }>();
-    for (const name of this.offsets.committed.keys()) out.set(name, { groupId: name, protocolType: '', state: 'Empty' });
+    for (const name of this.offsets.groupsWithOffsets()) out.set(name, { groupId: name, protocolType: '', state: 'Empty' });
     for (const g of this.ctx.groups.values()) if (!g.deleted) out.set(g.groupId, { groupId: g.groupId, protocolType: 'tributary', state: g.state });
     for (const g of this.ctx.classicGroups.values()) out.set(g.groupId, { groupId: g.groupId, protocolType: g.protocolType ?? '', state: g.state });
     return [...out.values()].sort((a, b) => (a.groupId < b.groupId ? -1 : a.groupId > b.groupId ? 1 : 0));
@@ -192,7 +194,7 @@ export class ClassicGroups {
    * Undefined when no group of that name is known here.
    */
   footprint(groupId: string): { topics: string[]; protocolType: string; subscriptions: Buffer[]; assignments: Buffer[] } | undefined {
-    const topics = [...(this.offsets.committed.get(groupId)?.keys() ?? [])];
+    const topics = this.offsets.committedPartitions(groupId).map((t) => t.topic);
     const classic = this.ctx.classicGroups.get(groupId);
     if (classic) {
       const members = [...classic.members.values()];

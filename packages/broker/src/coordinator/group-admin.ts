@@ -60,7 +60,7 @@ export class GroupAdmin {
     const names = new Set<string>();
     for (const g of this.ctx.groups.values()) if (!g.deleted) names.add(g.groupId);
     for (const name of this.ctx.classicGroups.keys()) names.add(name);
-    for (const name of this.offsets.committed.keys()) names.add(name);
+    for (const name of this.offsets.groupsWithOffsets()) names.add(name);
     return [...names].sort();
   }
 
@@ -73,7 +73,7 @@ export class GroupAdmin {
       await this.offsets.writesSettled(groupId);
       const g = this.ctx.groups.get(groupId);
       const classic = this.ctx.classicGroups.get(groupId);
-      if ((!g || g.deleted) && !classic && !this.offsets.committed.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });
+      if ((!g || g.deleted) && !classic && !this.offsets.hasOffsets(groupId)) throw new TributaryError('group_not_found', { group: groupId });
       if (classic && classic.members.size > 0) throw new TributaryError('group_not_empty', { group: groupId, members: classic.members.size });
       // Pending causes without members are only departures waiting for the join window: nothing can use the
       // group's offsets any more, and GROUP_STATUS already says Empty.
@@ -218,10 +218,13 @@ export class GroupAdmin {
   private async lagRows(): Promise<Array<{ group: string; topic: string; partition: number; lag: number }>> {
     const ends = new LogEnds(this.ctx);
     const rows = [];
-    for (const [group, byTopic] of this.offsets.committed) {
-      for (const [topicName, byPart] of byTopic) {
-        // Not known after a write of unknown outcome (group-offsets.ts, `uncertain`): no row rather than a wrong one.
-        for (const [p, committed] of byPart) if (this.offsets.committedOffset(group, topicName, p) !== undefined) rows.push({ group, topic: topicName, partition: p, committed, end: ends.of(topicName, p) });
+    for (const group of this.offsets.groupsWithOffsets()) {
+      for (const { topic: topicName, partitions } of this.offsets.committedPartitions(group)) {
+        for (const p of partitions) {
+          // Not known after a write of unknown outcome (group-offsets.ts, `uncertain`): no row rather than a wrong one.
+          const k = this.offsets.knownOffset(group, topicName, p);
+          if (k.known && k.offset !== undefined) rows.push({ group, topic: topicName, partition: p, committed: k.offset, end: ends.of(topicName, p) });
+        }
       }
     }
     const out = [];
@@ -253,19 +256,19 @@ export class GroupAdmin {
   status(groupId: string): Record<string, unknown> {
     this.ctx.checkOwner(groupId);
     validateId('group', groupId);
-    const committedOffsets = this.offsets.committed;
     const classic = this.ctx.classicGroups.get(groupId);
     if (classic) return this.classicStatus(classic);
     const g = this.ctx.groups.get(groupId);
-    if ((!g || g.deleted) && !committedOffsets.has(groupId)) throw new TributaryError('group_not_found', { group: groupId });
-    const topicName = g?.topic ?? [...(committedOffsets.get(groupId)?.keys() ?? [])][0] ?? '';
+    if ((!g || g.deleted) && !this.offsets.hasOffsets(groupId)) throw new TributaryError('group_not_found', { group: groupId });
+    const topicName = g?.topic ?? this.offsets.committedPartitions(groupId)[0]?.topic ?? '';
     const topic = this.ctx.topics.tryGet(topicName);
     // lastHeartbeat is monotonic: the age from it, the time shown from the age.
     const now = this.ctx.clock.monotonic();
     const wall = this.ctx.clock.now();
     const offsets = (topic?.partitions ?? []).map((p) => {
       // Undefined too while the last write's outcome is unknown: the store may hold another offset.
-      const committed = this.offsets.committedOffset(groupId, topicName, p.id);
+      const k = this.offsets.knownOffset(groupId, topicName, p.id);
+      const committed = k.known ? k.offset : undefined;
       return {
         partition: p.id,
         committed: committed ?? null,
@@ -313,11 +316,12 @@ export class GroupAdmin {
     const now = this.ctx.clock.monotonic();
     const wall = this.ctx.clock.now();
     const offsets = [];
-    for (const [topicName, byPart] of this.offsets.committed.get(g.groupId) ?? []) {
+    for (const { topic: topicName, partitions } of this.offsets.committedPartitions(g.groupId)) {
       const topic = this.ctx.topics.tryGet(topicName);
-      for (const [p, known] of [...byPart].sort((a, b) => a[0] - b[0])) {
+      for (const p of partitions) {
         // Null while the last write's outcome is unknown (group-offsets.ts, `uncertain`).
-        const committed = this.offsets.committedOffset(g.groupId, topicName, p) === undefined ? null : known;
+        const k = this.offsets.knownOffset(g.groupId, topicName, p);
+        const committed = k.known ? (k.offset ?? null) : null;
         const logEnd = topic?.partitions[p]?.lastStableOffset;
         offsets.push({ topic: topicName, partition: p, committed, log_end: logEnd ?? null, lag: logEnd === undefined || committed === null ? null : Math.max(0, logEnd - committed), owner: null });
       }

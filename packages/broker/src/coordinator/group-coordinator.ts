@@ -293,7 +293,7 @@ export class GroupCoordinator {
       this.classic.forget(id, new TributaryError('NOT_COORDINATOR', { partition }));
       gone.add(id);
     }
-    for (const name of [...this.offsets.committed.keys()]) if (this.partitionFor(name) === partition) gone.add(name);
+    for (const name of this.offsets.groupsWithOffsets()) if (this.partitionFor(name) === partition) gone.add(name);
     for (const name of gone) this.offsets.forget(name);
     this.expiry.forgetWhere((group) => this.partitionFor(group) === partition);
     this.deps.groupLog.forgetWritten((group) => this.partitionFor(group) === partition);
@@ -466,9 +466,10 @@ export class GroupCoordinator {
     return this.offsets.fetchOffset(group, topic, partition);
   }
 
-  /** For CONSUME with a group: the broker-owned committed offset wins over a lower requested one. */
+  /** For CONSUME with a group: the committed offset wins over a lower requested one; none while not known (GroupOffsets.knownOffset). */
   committedOffset(group: string, topic: string, partition: number): number | undefined {
-    return this.offsets.committedOffset(group, topic, partition);
+    const k = this.offsets.knownOffset(group, topic, partition);
+    return k.known ? k.offset : undefined;
   }
 
   commit(req: { topic: string; group: string; member: string; generation: number; entries: OffsetEntry[] }): Promise<number> {

@@ -124,7 +124,7 @@ export class GroupExpiry {
 
   private known(group: string): boolean {
     const g = this.ctx.groups.get(group);
-    return (g !== undefined && !g.deleted) || this.ctx.classicGroups.has(group) || this.offsets.committed.has(group);
+    return (g !== undefined && !g.deleted) || this.ctx.classicGroups.has(group) || this.offsets.hasOffsets(group);
   }
 
   /** Arms the group's timer at the end of its wait, unless armed (it then moves itself on when due). */

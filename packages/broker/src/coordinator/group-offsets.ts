@@ -30,10 +30,21 @@ function pendingKey(group: string, topic: string, partition: number | string): s
 
 type CommitRequest = { topic: string; group: string; member: string; generation: number; entries: OffsetEntry[] };
 
+/**
+ * What the coordinator knows of a partition's committed offset: `offset` (undefined: none committed), or
+ * not known while the outcome of its last write is (see GroupOffsets `uncertain`).
+ */
+export type KnownOffset = { known: true; offset: number | undefined } | { known: false };
+
+type PartitionKey = { group: string; topic: string; partition: number };
+
 
 export class GroupOffsets {
-  /** Durable committed offsets: what FETCH_OFFSET and CONSUME see. */
-  readonly committed: OffsetMap = new Map();
+  /**
+   * Durable committed offsets: what FETCH_OFFSET and CONSUME see. Private: an offset here may not be the
+   * store's (`uncertain`), so readers go through knownOffset().
+   */
+  private readonly committed: OffsetMap = new Map();
   /** Highest offset accepted per partition, durable or in flight: what monotonicity is checked against. */
   readonly reserved: OffsetMap = new Map();
   /** Partitions (pendingKey) with offsets sent to transactions that have not ended: the transactional ids. */
@@ -57,7 +68,7 @@ export class GroupOffsets {
    * may hold the offset from before it or the new one, so `committed` is not known until the store is read
    * again (resolveUncertain) or accepts or refuses a later commit.
    */
-  private readonly uncertain = new Set<string>();
+  private readonly uncertain = new Map<string, PartitionKey>();
   /** Groups whose uncertain offsets are being read back from the store now. */
   private readonly resolving = new Set<string>();
 
@@ -81,7 +92,7 @@ export class GroupOffsets {
     // Nor is what `committed` holds known any more: FETCH_OFFSET answered the offset from before the write
     // while the store held the new one (or after a reset, the one from before the reset forever once a
     // lower commit had been accepted). They are read back from the store before they are answered again.
-    for (const p of partitions) this.uncertain.add(pendingKey(group, topic, p));
+    for (const partition of partitions) this.uncertain.set(pendingKey(group, topic, partition), { group, topic, partition });
     this.resolveUncertain(group);
   }
 
@@ -93,29 +104,27 @@ export class GroupOffsets {
   private resolveUncertain(group: string): void {
     if (this.resolving.has(group)) return;
     this.resolving.add(group);
-    const prefix = `${group}\u0000`;
     void this.ctx
       .withOwnedGroup(group, async () => {
         await this.writesSettled(group);
-        await this.readBack(prefix);
+        await this.readBack(group);
       })
       .catch(() => {})
       .finally(() => this.resolving.delete(group));
   }
 
-  /** Under the group's lock: the uncertain offsets whose key starts with `prefix`, read from the store. */
-  private async readBack(prefix: string): Promise<void> {
-    for (const k of [...this.uncertain]) {
-      if (!k.startsWith(prefix)) continue;
-      const [group, topic, p] = k.split('\u0000') as [string, string, string];
-      const partition = Number(p);
-      const stored = await this.ctx.offsetStore.fetch(group, topic, partition);
+  /** Under the group's lock: the group's uncertain offsets (of `topic` only, when given), read from the store. */
+  private async readBack(group: string, topic?: string): Promise<void> {
+    for (const [k, at] of [...this.uncertain]) {
+      if (at.group !== group || (topic !== undefined && at.topic !== topic)) continue;
+      const { partition } = at;
+      const stored = await this.ctx.offsetStore.fetch(group, at.topic, partition);
       if (!this.uncertain.has(k)) continue;
-      if (stored !== undefined) this.setDurable(group, topic, partition, stored);
+      if (stored !== undefined) this.setDurable(group, at.topic, partition, stored);
       else {
         this.uncertain.delete(k);
-        this.committed.get(group)?.get(topic)?.delete(partition);
-        this.reserved.get(group)?.get(topic)?.delete(partition);
+        this.committed.get(group)?.get(at.topic)?.delete(partition);
+        this.reserved.get(group)?.get(at.topic)?.delete(partition);
       }
     }
   }
@@ -130,7 +139,7 @@ export class GroupOffsets {
   forget(group: string): void {
     this.committed.delete(group);
     this.reserved.delete(group);
-    for (const k of [...this.uncertain]) if (k.startsWith(`${group}\u0000`)) this.uncertain.delete(k);
+    for (const [k, at] of [...this.uncertain]) if (at.group === group) this.uncertain.delete(k);
   }
 
   /** The groups holding offsets of `topic`: committed, reserved, being written, or sent to a transaction. */
@@ -157,7 +166,7 @@ export class GroupOffsets {
       if (byTopic?.size === 0) m.delete(group);
     }
     for (const w of this.writing) if (w.group === group && w.topic === topic) w.voided = true;
-    for (const k of [...this.uncertain]) if (k.startsWith(pendingKey(group, topic, ''))) this.uncertain.delete(k);
+    for (const [k, at] of [...this.uncertain]) if (at.group === group && at.topic === topic) this.uncertain.delete(k);
     // Offsets transactions sent for the topic: stable at once (the re-created topic has none), not applied.
     const prefix = pendingKey(group, topic, '');
     for (const [k, txns] of [...this.pending]) {
@@ -182,30 +191,37 @@ export class GroupOffsets {
     this.ctx.topics.get(topic).partition(partition);
     const txns = this.pending.get(pendingKey(group, topic, partition));
     if (txns && txns.size > 0) throw new TributaryError('UNSTABLE_OFFSET_COMMIT', { partition, transactions: txns.size });
+    const k = this.knownOffset(group, topic, partition);
     // Either offset may be the store's (see `uncertain`): refused (retriable) rather than answered.
-    if (this.uncertain.has(pendingKey(group, topic, partition))) {
-      this.resolveUncertain(group);
-      throw new TributaryError('storage_error', { op: 'fetch', partition, reason: 'the outcome of the last write of this offset is not known yet; try again' });
-    }
-    const o = getOffset(this.committed, group, topic, partition);
-    return o === undefined ? { offset: 0, committed: false } : { offset: o, committed: true };
+    if (!k.known) throw new TributaryError('storage_error', { op: 'fetch', partition, reason: 'the outcome of the last write of this offset is not known yet; try again' });
+    return k.offset === undefined ? { offset: 0, committed: false } : { offset: k.offset, committed: true };
   }
 
   /**
-   * Whether the partition's committed offset is not known (see `uncertain`); it is then being read back.
-   * OffsetFetch (classic-groups.ts) refuses it rather than answer the offset from before the unknown write.
+   * The partition's committed offset as far as it is known: every reader's way to it (FETCH_OFFSET, Kafka
+   * OffsetFetch, CONSUME, GROUP_STATUS, the lag gauge), so none answers the offset from before a write of
+   * unknown outcome. Not known, it is being read back from the store (resolveUncertain).
    */
-  isUncertain(group: string, topic: string, partition: number): boolean {
-    if (!this.uncertain.has(pendingKey(group, topic, partition))) return false;
-    this.resolveUncertain(group);
-    return true;
+  knownOffset(group: string, topic: string, partition: number): KnownOffset {
+    if (this.uncertain.has(pendingKey(group, topic, partition))) {
+      this.resolveUncertain(group);
+      return { known: false };
+    }
+    return { known: true, offset: getOffset(this.committed, group, topic, partition) };
   }
 
-  /** For CONSUME with a group: the broker-owned committed offset wins over a lower requested one. */
-  committedOffset(group: string, topic: string, partition: number): number | undefined {
-    // Not known (see `uncertain`): no committed offset overrides the requested one.
-    if (this.uncertain.has(pendingKey(group, topic, partition))) return undefined;
-    return getOffset(this.committed, group, topic, partition);
+  /** The groups with committed offsets here (known or not). */
+  groupsWithOffsets(): string[] {
+    return [...this.committed.keys()];
+  }
+
+  hasOffsets(group: string): boolean {
+    return this.committed.has(group);
+  }
+
+  /** The group's topics with committed offsets here and their partitions (ascending); the offsets through knownOffset(). */
+  committedPartitions(group: string): Array<{ topic: string; partitions: number[] }> {
+    return [...(this.committed.get(group) ?? [])].map(([topic, byPart]) => ({ topic, partitions: [...byPart.keys()].sort((a, b) => a - b) }));
   }
 
   commit(req: CommitRequest): Promise<number> {
@@ -470,7 +486,7 @@ export class GroupOffsets {
       // Compared with `committed` below, which after a write of unknown outcome may be behind the store:
       // the store would then refuse these as a regression at every retry. Read back first (a store that
       // cannot answer fails this attempt, retried by the transaction coordinator).
-      await this.readBack(pendingKey(group, topic, ''));
+      await this.readBack(group, topic);
       // The topic was deleted after they were sent: they went with its offsets.
       const dropped = this.droppedTxnOffsets.has(pendingKey(txn, group, topic));
       const forward = entries.filter((e) => {
