@@ -263,7 +263,8 @@ export class PgOffsetStore implements OffsetStore {
       // COMMIT was sent and its answer never came: the rows cannot tell, since the server may not have
       // applied it yet (a read on another connection can come first). The transaction's own status can.
       if (sent.xid !== undefined) {
-        const status = await this.settledStatus(sent.xid);
+        // Waited on until it settles (up to the statement timeout); a status that cannot be asked is not known.
+        const status = await this.xidStatus('commit', sent.xid, QUERY_TIMEOUT_MS).catch(() => undefined);
         if (status === 'committed') return;
         if (status !== 'aborted') {
           for (const p of partitions) {
@@ -290,21 +291,15 @@ export class PgOffsetStore implements OffsetStore {
   }
 
   /**
-   * The status of a transaction whose COMMIT was sent (`txid_status`: committed, aborted, in progress),
-   * waited on until it settles or the statement timeout passes. Undefined: not known.
+   * `txid_status` of a transaction whose COMMIT was sent: 'committed', 'aborted', 'in progress' (the server
+   * has not read COMMIT yet) or null (too old to tell; not expected). While in progress it is asked again,
+   * backing off, for up to `waitMs` (0: asked once). A query that fails throws its storage_error.
    */
-  private async settledStatus(xid: string): Promise<string | undefined> {
-    const deadline = Date.now() + QUERY_TIMEOUT_MS;
+  private async xidStatus(op: string, xid: string, waitMs = 0): Promise<string | null | undefined> {
+    const deadline = Date.now() + waitMs;
     for (let pause = 10; ; pause = Math.min(pause * 2, 500)) {
-      let status: string | null | undefined;
-      try {
-        status = (await this.query<{ status: string | null }>('commit', this.sql.xidStatus, [xid])).rows[0]?.status;
-      } catch {
-        return undefined;
-      }
-      if (status === 'committed' || status === 'aborted') return status;
-      // 'in progress' (the server has not read COMMIT yet), or null (too old to tell; not expected).
-      if (status !== 'in progress' || Date.now() + pause > deadline) return undefined;
+      const status = (await this.query<{ status: string | null }>(op, this.sql.xidStatus, [xid])).rows[0]?.status;
+      if (status !== 'in progress' || Date.now() + pause > deadline) return status;
       await new Promise((resolve) => setTimeout(resolve, pause));
     }
   }
@@ -316,7 +311,7 @@ export class PgOffsetStore implements OffsetStore {
   private async lostCommitsEnded(key: string): Promise<void> {
     const xids = this.lostCommits.get(key);
     for (const xid of xids ?? []) {
-      const status = (await this.query<{ status: string | null }>('fetch', this.sql.xidStatus, [xid])).rows[0]?.status;
+      const status = await this.xidStatus('fetch', xid);
       if (status === 'in progress') {
         throw new TributaryError('storage_error', { op: 'fetch', reason: `transaction ${xid}, whose COMMIT answer was lost, has not ended yet` });
       }
