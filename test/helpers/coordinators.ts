@@ -4,6 +4,8 @@
  */
 import { type Logger, pino } from 'pino';
 import client from 'prom-client';
+import { afterEach, beforeEach } from 'vitest';
+import { TributaryError } from 'tributary-protocol/errors.js';
 import { resolveConfig } from 'tributary-broker/common/config.js';
 import { BrokerMetrics } from 'tributary-broker/common/metrics.js';
 import { TopicManager, type TopicSpec } from 'tributary-broker/partition/topic-manager.js';
@@ -11,13 +13,15 @@ import { LocalMetadataStore } from 'tributary-broker/partition/metadata-store.js
 import { ProducerIdAllocator } from 'tributary-broker/partition/producer-ids.js';
 import type { Clock } from 'tributary-broker/common/clock.js';
 import type { ClassicJoinRequest } from 'tributary-broker/coordinator/classic-groups.js';
-import { type CoordinatorConfig, GroupCoordinator } from 'tributary-broker/coordinator/group-coordinator.js';
+import { type CoordinatorConfig, GroupCoordinator, type JoinRequest, type MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
 import { GroupLog, LogOffsetStore, OFFSETS_TOPIC } from 'tributary-broker/coordinator/group-log.js';
 import type { OffsetStore } from 'tributary-broker/coordinator/offset-store.js';
 import type { InternalAppend } from 'tributary-broker/partition/internal-log.js';
 import { TransactionCoordinator, type TxnCoordinatorConfig } from 'tributary-broker/txn/txn-coordinator.js';
 import { TXN_STATE_TOPIC, TxnLog } from 'tributary-broker/txn/txn-log.js';
 import { LocalTxnTargets, type TxnTargets } from 'tributary-broker/txn/txn-targets.js';
+import { FakeClock } from './fake-clock.js';
+import { rec, removeDir, tempDir, until } from './util.js';
 
 export const GROUP_CONFIG: CoordinatorConfig = {
   joinWindowMs: 30,
@@ -139,4 +143,91 @@ export function classicJoinRequest(memberId: string, extra: Partial<ClassicJoinR
     requireKnownMemberId: false,
     ...extra,
   };
+}
+
+/**
+ * The faults a test injects into the log offset store (faultyLogStore), as a PostgreSQL store shows them.
+ * `commit`: 'written' writes, then answers storage_error outcome=unknown (COMMIT's answer lost); 'lost'
+ * answers the same without writing; 'refused' answers storage_error, nothing written. `reads`: fetches
+ * fail with storage_error (the store unreachable).
+ */
+export interface StoreFaults {
+  commit: 'none' | 'written' | 'lost' | 'refused';
+  reads: boolean;
+}
+
+/** The log offset store on `log`, failing as `faults` says when the call is made. */
+export function faultyLogStore(log: GroupLog, clock: Clock, faults: StoreFaults): LogOffsetStore {
+  const store = new LogOffsetStore(log, clock);
+  const commit = store.commit.bind(store);
+  const fetch = store.fetch.bind(store);
+  store.fetch = async (...args) => {
+    if (faults.reads) throw new TributaryError('storage_error', { op: 'fetch', reason: 'injected: connection refused' });
+    return fetch(...args);
+  };
+  store.commit = async (...args) => {
+    if (faults.commit === 'refused') throw new TributaryError('storage_error', { op: 'commit', reason: 'injected: refused' });
+    if (faults.commit === 'none') return commit(...args);
+    if (faults.commit === 'written') await commit(...args);
+    throw new TributaryError('storage_error', { op: 'commit', reason: 'injected: answer lost', outcome: 'unknown' });
+  };
+  return store;
+}
+
+/** A test's coordinators (useCoordinators): replaced by reopen(), so read them from here, not a copy. */
+export interface CoordinatorsFixture {
+  dir: string;
+  clock: FakeClock;
+  c: Coordinators;
+  /** c.groups. */
+  gc: GroupCoordinator;
+  /** The offset store, failing as `faults` says (set its fields; reset to none before each test). */
+  store: LogOffsetStore;
+  faults: StoreFaults;
+  /** A restart: closes the coordinators and opens them again on the same directory, on a store without faults. */
+  reopen(): Promise<void>;
+}
+
+/**
+ * Coordinators on a fake clock in a temporary directory, opened before each test of the file (or block)
+ * and closed, their directory removed, after it, also when it fails. `topics` (name → partitions) are
+ * created with `records` records in each partition; the offset store is faultyLogStore.
+ */
+export function useCoordinators(prefix: string, topics: Record<string, number>, opts: { records?: number; groupAppend?: InternalAppend } = {}): CoordinatorsFixture {
+  const f = { faults: { commit: 'none', reads: false } } as CoordinatorsFixture;
+  const open = async (faults: StoreFaults) => {
+    f.c = await openCoordinators(f.dir, f.clock, {
+      topics,
+      groupAppend: opts.groupAppend,
+      offsetStore: (log) => (f.store = faultyLogStore(log, f.clock, faults)),
+    });
+    f.gc = f.c.groups;
+  };
+  beforeEach(async () => {
+    f.dir = await tempDir(prefix);
+    f.clock = new FakeClock();
+    f.faults = { commit: 'none', reads: false };
+    await open(f.faults);
+    for (const name of Object.keys(topics)) {
+      for (const p of f.c.topics.get(name).partitions) await p.append(Array.from({ length: opts.records ?? 10 }, (_, i) => rec(`r${i}`)));
+    }
+  });
+  afterEach(async () => {
+    await f.c.close();
+    await removeDir(f.dir);
+  });
+  f.reopen = async () => {
+    await f.c.close();
+    await open({ commit: 'none', reads: false });
+  };
+  return f;
+}
+
+/** A JOIN that closes its own join window (on the fake clock), then its SYNC: the member as synced. */
+export async function joinAlone(f: Pick<CoordinatorsFixture, 'gc' | 'clock'>, req: JoinRequest): Promise<MemberView> {
+  const joined = f.gc.join(req);
+  await until(() => f.gc.scheduler.has(`window:${req.group}`), 5000, 'the join window');
+  await f.clock.advance(GROUP_CONFIG.joinWindowMs);
+  const j = await joined;
+  return f.gc.sync({ topic: req.topic, group: req.group, member: j.memberId, generation: j.generation });
 }

@@ -4,45 +4,25 @@
  * partition, and a cluster leader's cached copy of a member's standing (MemberLeases) is never trusted
  * past its lease nor past the member's session deadline as the coordinator reported it.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { GroupCoordinator, JoinRequest, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
+import { describe, expect, it } from 'vitest';
+import type { JoinRequest, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
 import { LEASE_MS, MemberLeases } from 'tributary-broker/cluster/member-leases.js';
-import { type Coordinators, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
-import { FakeClock } from '../../helpers/fake-clock.js';
-import { expectError, rec, removeDir, tempDir, until } from '../../helpers/util.js';
+import { GROUP_CONFIG, joinAlone as joinAloneAt, useCoordinators } from '../../helpers/coordinators.js';
+import { expectError, until } from '../../helpers/util.js';
 
 const TOPIC = 't';
 const WINDOW = GROUP_CONFIG.joinWindowMs;
 
-let dir: string;
-let clock: FakeClock;
-let c: Coordinators;
-let gc: GroupCoordinator;
-
-beforeEach(async () => {
-  dir = await tempDir('trib-read-fence-');
-  clock = new FakeClock();
-  c = await openCoordinators(dir, clock, { topics: { [TOPIC]: 4 } });
-  gc = c.groups;
-  for (const p of c.topics.get(TOPIC).partitions) await p.append(Array.from({ length: 10 }, (_, i) => rec(`r${i}`)));
-});
-
-afterEach(async () => {
-  await c.close();
-  await removeDir(dir);
-});
+const f = useCoordinators('trib-read-fence-', { [TOPIC]: 4 });
 
 const joinReq = (member: string, extra: Partial<JoinRequest> = {}): JoinRequest => ({ topic: TOPIC, group: 'g', member, host: '127.0.0.1', ...extra });
-const sync = (v: MemberView) => gc.sync({ topic: TOPIC, group: 'g', member: v.memberId, generation: v.generation });
+const sync = (v: MemberView) => f.gc.sync({ topic: TOPIC, group: 'g', member: v.memberId, generation: v.generation });
 const read = (v: { memberId: string; generation: number }, partition: number) => () =>
-  gc.checkRead({ group: 'g', topic: TOPIC, member: v.memberId, generation: v.generation, partition });
-const members = () => (gc.status('g') as { members: Array<{ member_id: string }> }).members.map((m) => m.member_id);
+  f.gc.checkRead({ group: 'g', topic: TOPIC, member: v.memberId, generation: v.generation, partition });
+const members = () => (f.gc.status('g') as { members: Array<{ member_id: string }> }).members.map((m) => m.member_id);
 
-async function joinAlone(member: string, extra: Partial<JoinRequest> = {}): Promise<MemberView> {
-  const j = gc.join(joinReq(member, extra));
-  await until(() => gc.scheduler.has('window:g'), 5000, 'the join window');
-  await clock.advance(WINDOW);
-  return sync(await j);
+function joinAlone(member: string, extra: Partial<JoinRequest> = {}): Promise<MemberView> {
+  return joinAloneAt(f, joinReq(member, extra));
 }
 
 function codeOf(fn: () => void): string | undefined {
@@ -61,19 +41,19 @@ describe('the coordinator’s read fence', () => {
     expect(codeOf(read(a, 2))).toBeUndefined();
     expect(codeOf(read({ ...a, generation: a.generation + 1 }, 2))).toBe('GEN_MISMATCH');
     expect(codeOf(read({ memberId: 'nobody', generation: a.generation }, 2))).toBe('member_not_found');
-    expect(codeOf(() => gc.checkRead({ group: 'g', topic: 'other', member: a.memberId, generation: a.generation, partition: 0 }))).toBe('invalid_parameter');
-    expect(codeOf(() => gc.checkRead({ group: 'nope', topic: TOPIC, member: a.memberId, generation: 1, partition: 0 }))).toBe('group_not_found');
+    expect(codeOf(() => f.gc.checkRead({ group: 'g', topic: 'other', member: a.memberId, generation: a.generation, partition: 0 }))).toBe('invalid_parameter');
+    expect(codeOf(() => f.gc.checkRead({ group: 'nope', topic: TOPIC, member: a.memberId, generation: 1, partition: 0 }))).toBe('group_not_found');
   });
 
   it('a member that expires is refused from that moment, and its watcher hears of it then', async () => {
     const a = await joinAlone('a', { sessionTimeoutMs: 1000 });
     let changes = 0;
-    const unwatch = gc.watchGroup('g', () => changes++);
-    const t0 = clock.now();
-    await clock.advanceTo(t0 + 999);
+    const unwatch = f.gc.watchGroup('g', () => changes++);
+    const t0 = f.clock.now();
+    await f.clock.advanceTo(t0 + 999);
     expect(codeOf(read(a, 0))).toBeUndefined();
     expect(changes).toBe(0);
-    await clock.advanceTo(t0 + 1000);
+    await f.clock.advanceTo(t0 + 1000);
     await until(() => members().length === 0, 5000, 'a to expire');
     expect(changes).toBeGreaterThan(0);
     expect(codeOf(read(a, 0))).toBe('member_not_found');
@@ -86,17 +66,17 @@ describe('the coordinator’s read fence', () => {
   it('a member that has not rejoined keeps reading what it still owns, as it keeps committing; a partition it synced away is refused', async () => {
     const a = await joinAlone('a');
     let changes = 0;
-    gc.watchGroup('g', () => changes++);
+    f.gc.watchGroup('g', () => changes++);
     // b joins: a new generation; a is told to rejoin but still owns everything until it syncs.
-    const bJoin = gc.join(joinReq('b'));
-    await until(() => gc.scheduler.has('window:g'), 5000, 'the join window');
-    await clock.advance(WINDOW);
+    const bJoin = f.gc.join(joinReq('b'));
+    await until(() => f.gc.scheduler.has('window:g'), 5000, 'the join window');
+    await f.clock.advance(WINDOW);
     const b = await bJoin;
     expect(b.generation).toBe(a.generation + 1);
     for (const p of [0, 1, 2, 3]) expect(codeOf(read(a, p))).toBeUndefined();
-    expect(await gc.commit({ topic: TOPIC, group: 'g', member: a.memberId, generation: a.generation, entries: [{ partition: 0, offset: 1 }] })).toBe(1);
+    expect(await f.gc.commit({ topic: TOPIC, group: 'g', member: a.memberId, generation: a.generation, entries: [{ partition: 0, offset: 1 }] })).toBe(1);
     // a rejoins: its old generation is refused now, the new one served for what it keeps
-    const aj = await gc.join(joinReq(a.memberId, { generation: a.generation }));
+    const aj = await f.gc.join(joinReq(a.memberId, { generation: a.generation }));
     expect(codeOf(read(a, 0))).toBe('GEN_MISMATCH');
     const before = changes;
     const as = await sync(aj);
@@ -106,15 +86,15 @@ describe('the coordinator’s read fence', () => {
     for (const p of as.assignments) expect(codeOf(read(as, p))).toBeUndefined();
     for (const p of gave) expect(codeOf(read(as, p))).toBe('NOT_OWNER');
     // b takes them at its sync (it was told to rejoin when they became free)
-    const bs = await gc.join(joinReq(b.memberId, { generation: b.generation })).then(sync);
+    const bs = await f.gc.join(joinReq(b.memberId, { generation: b.generation })).then(sync);
     for (const p of gave) expect(codeOf(read(bs, p))).toBeUndefined();
   });
 
   it('a static member replaced by a new process of the same instance is fenced at once', async () => {
     const first = await joinAlone('s', { instance: 'inst-1' });
     let changes = 0;
-    gc.watchGroup('g', () => changes++);
-    const second = await sync(await gc.join(joinReq('s', { instance: 'inst-1' })));
+    f.gc.watchGroup('g', () => changes++);
+    const second = await sync(await f.gc.join(joinReq('s', { instance: 'inst-1' })));
     expect(changes).toBeGreaterThan(0);
     expect(codeOf(read(first, 0))).toBe('FENCED_INSTANCE_ID');
     expect(codeOf(read(second, 0))).toBeUndefined();
@@ -123,8 +103,8 @@ describe('the coordinator’s read fence', () => {
   it('an offset reset of a live group refuses the reset partitions until the member synced again', async () => {
     const a = await joinAlone('a');
     let changes = 0;
-    gc.watchGroup('g', () => changes++);
-    await gc.resetOffsets({ group: 'g', topic: TOPIC, partition: 1, to: 'earliest' });
+    f.gc.watchGroup('g', () => changes++);
+    await f.gc.resetOffsets({ group: 'g', topic: TOPIC, partition: 1, to: 'earliest' });
     expect(changes).toBeGreaterThan(0);
     expect(codeOf(read(a, 1))).toBe('REBALANCE_IN_PROGRESS');
     expect(codeOf(read(a, 0))).toBeUndefined();

@@ -5,32 +5,24 @@
  * answers the offset from before it and a lower commit is accepted after it, so the committed offset goes
  * back once the log is replayed. A write refused before the append (not leader) stays not written.
  */
-import { afterEach, beforeEach, expect, it } from 'vitest';
-import type { GroupCoordinator, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
+import { afterEach, expect, it } from 'vitest';
+import type { MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
 import { LogOffsetStore } from 'tributary-broker/coordinator/group-log.js';
 import { replicatedAppend } from 'tributary-broker/partition/internal-log.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { type Coordinators, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
-import { FakeClock } from '../../helpers/fake-clock.js';
-import { expectError, rec, removeDir, tempDir, until } from '../../helpers/util.js';
+import { joinAlone, useCoordinators } from '../../helpers/coordinators.js';
+import { expectError, until } from '../../helpers/util.js';
 
 const TOPIC = 't';
-const WINDOW = GROUP_CONFIG.joinWindowMs;
 
-let dir: string;
-let clock: FakeClock;
-let c: Coordinators;
-let gc: GroupCoordinator;
-let store: LogOffsetStore;
 /** 'timeout': the replication wait fails after the append; 'not_leader': the leader check refuses before it. */
 let fault: 'none' | 'timeout' | 'not_leader' = 'none';
 
-beforeEach(async () => {
-  dir = await tempDir('trib-repl-timeout-');
-  clock = new FakeClock();
-  fault = 'none';
-  c = await openCoordinators(dir, clock, {
-    topics: { [TOPIC]: 1 },
+const f = useCoordinators(
+  'trib-repl-timeout-',
+  { [TOPIC]: 1 },
+  {
+    records: 30,
     // As the cluster wires it (broker.ts), with the leader check and the replication wait faked.
     groupAppend: replicatedAppend(
       (part) => {
@@ -41,31 +33,16 @@ beforeEach(async () => {
         if (fault === 'timeout') throw new TributaryError('request_timeout', { reason: 'injected: the in-sync replicas did not confirm the record in time', topic: part.topic, partition: part.id });
       },
     ),
-    offsetStore: (log) => (store = new LogOffsetStore(log, clock)),
-  });
-  gc = c.groups;
-  await c.topics.get(TOPIC).partitions[0]!.append(Array.from({ length: 30 }, (_, i) => rec(`r${i}`)));
-});
+  },
+);
 
-afterEach(async () => {
-  await c.close();
-  await removeDir(dir);
-});
-
-const commit = (v: MemberView, offset: number) => gc.commit({ topic: TOPIC, group: 'g', member: v.memberId, generation: v.generation, entries: [{ partition: 0, offset }] });
-
-async function member(id: string): Promise<MemberView> {
-  const joined = gc.join({ topic: TOPIC, group: 'g', member: id, host: '127.0.0.1' });
-  await until(() => gc.scheduler.has('window:g'), 5000, 'the join window');
-  await clock.advance(WINDOW);
-  const j = await joined;
-  return gc.sync({ topic: TOPIC, group: 'g', member: j.memberId, generation: j.generation });
-}
+const commit = (v: MemberView, offset: number) => f.gc.commit({ topic: TOPIC, group: 'g', member: v.memberId, generation: v.generation, entries: [{ partition: 0, offset }] });
+const member = (id: string) => joinAlone(f, { topic: TOPIC, group: 'g', member: id, host: '127.0.0.1' });
 
 /** FETCH_OFFSET's answer, or the error code it refuses with. */
 function fetched(): number | string {
   try {
-    return gc.fetchOffset('g', TOPIC, 0).offset;
+    return f.gc.fetchOffset('g', TOPIC, 0).offset;
   } catch (err) {
     return (err as TributaryError).code;
   }
@@ -73,9 +50,13 @@ function fetched(): number | string {
 
 /** What a replay of the log (a coordinator taking the partition over) finds committed. */
 async function replayed(): Promise<number | undefined> {
-  const offsets = await new LogOffsetStore(c.groupLog, clock).loadAll();
+  const offsets = await new LogOffsetStore(f.c.groupLog, f.clock).loadAll();
   return offsets.find((o) => o.group === 'g' && o.topic === TOPIC && o.partition === 0)?.offset;
 }
+
+afterEach(() => {
+  fault = 'none';
+});
 
 it('a commit whose replication timed out is of unknown outcome: FETCH_OFFSET never answers the offset from before it, and a lower commit is refused', async () => {
   const v = await member('a');
