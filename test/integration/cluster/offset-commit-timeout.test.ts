@@ -2,8 +2,9 @@
  * A log-store offset commit whose replication times out (a follower of the group's `__consumer_offsets`
  * partition frozen, so the in-sync replicas cannot confirm it) is in the coordinator's log, and a replay
  * reads it: its outcome is unknown, not "not written" (docs/architecture.md, "Cluster mode"). FETCH_OFFSET
- * must not answer the offset from before it, a lower commit must be refused, and after the coordinator
- * moves, the new one answers that offset rather than a lower one written after it.
+ * must not answer the offset from before it, nor the new one before the in-sync replicas have it (once the
+ * frozen follower has left the ISR); a lower commit must be refused, and after the coordinator moves, the
+ * new one answers that offset rather than a lower one written after it.
  */
 import { describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
@@ -25,7 +26,7 @@ async function fetched(c: Connection): Promise<number | string> {
 
 describe('an offset commit whose replication timed out', () => {
   // Replication waits time out well before a frozen follower leaves the ISR (its lease: 2 s).
-  const getCluster = useCluster(3, ['--replication-timeout-ms', '500', '--replica-lag-max-ms', '20000']);
+  const getCluster = useCluster(3, ['--replication-timeout-ms', '1000', '--replica-lag-max-ms', '20000']);
 
   it('is taken as of unknown outcome: never the old offset, no lower commit after it, the new coordinator answers it', async () => {
     const cluster = getCluster();
@@ -52,7 +53,7 @@ describe('an offset commit whose replication timed out', () => {
     await cluster.broker(follower).kill('SIGSTOP');
     try {
       await expectError(commit(20), 'request_timeout', { outcome: 'unknown' });
-      // Refused (retriable) until the coordinator has read back what its log holds; never the offset from before.
+      // Refused (retriable) until the record is committed and the coordinator has read it back; never the offset from before.
       const answers = new Set<number | string>();
       await cluster.waitFor('FETCH_OFFSET answering 20', async () => {
         const a = await fetched(c);

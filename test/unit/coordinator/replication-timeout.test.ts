@@ -3,11 +3,12 @@
  * replicas then failed (timed out) is in the leader's log, and a replay reads it. The coordinator must take
  * its outcome as unknown (docs/architecture.md, "Cluster mode"), never as not written: else FETCH_OFFSET
  * answers the offset from before it and a lower commit is accepted after it, so the committed offset goes
- * back once the log is replayed. A write refused before the append (not leader) stays not written.
+ * back once the log is replayed. Nor may it answer the new offset before the in-sync replicas have it (a
+ * change of leader could still lose it). A write refused before the append (not leader) stays not written.
  */
-import { afterEach, expect, it } from 'vitest';
+import { afterEach, beforeEach, expect, it } from 'vitest';
 import type { MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
-import { LogOffsetStore } from 'tributary-broker/coordinator/group-log.js';
+import { LogOffsetStore, OFFSETS_TOPIC } from 'tributary-broker/coordinator/group-log.js';
 import { replicatedAppend } from 'tributary-broker/partition/internal-log.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { joinAlone, useCoordinators } from '../../helpers/coordinators.js';
@@ -29,7 +30,9 @@ const f = useCoordinators(
         if (fault === 'not_leader') throw new TributaryError('NOT_LEADER', { topic: part.topic, partition: part.id, reason: 'injected' });
         return 1;
       },
-      async (part) => {
+      async (part, lastOffset) => {
+        // Replicated at once (the HWM passes the records), or not at all.
+        if (fault === 'none') part.setReplicatedHighWatermark(lastOffset + 1);
         if (fault === 'timeout') throw new TributaryError('request_timeout', { reason: 'injected: the in-sync replicas did not confirm the record in time', topic: part.topic, partition: part.id });
       },
     ),
@@ -54,10 +57,19 @@ async function replayed(): Promise<number | undefined> {
   return offsets.find((o) => o.group === 'g' && o.topic === TOPIC && o.partition === 0)?.offset;
 }
 
+// As a cluster's leader: the HWM moves only when the fake replication says so.
+beforeEach(() => {
+  for (const p of f.c.topics.get(OFFSETS_TOPIC).partitions) p.enableReplication(() => {});
+});
+
 afterEach(() => {
   fault = 'none';
 });
 
+/** The followers catch up: the HWM of the offsets partitions reaches their log end. */
+function replicate(): void {
+  for (const p of f.c.topics.get(OFFSETS_TOPIC).partitions) p.setReplicatedHighWatermark(p.logEndOffset);
+}
 it('a commit whose replication timed out is of unknown outcome: FETCH_OFFSET never answers the offset from before it, and a lower commit is refused', async () => {
   const v = await member('a');
   await commit(v, 10);
@@ -65,9 +77,15 @@ it('a commit whose replication timed out is of unknown outcome: FETCH_OFFSET nev
   await expectError(commit(v, 20), 'request_timeout', { outcome: 'unknown' });
   fault = 'none';
   expect(await replayed()).toBe(20);
-  expect([20, 'storage_error']).toContain(fetched());
+  // Not replicated yet: neither 10 nor 20 is answered, and 15 is refused without being written (accepted,
+  // it would follow 20 in the log: a replay would answer 20, then 15).
+  expect(fetched()).toBe('storage_error');
+  await expectError(f.store.fetch('g', TOPIC, 0), 'storage_error');
+  await expectError(commit(v, 15), 'storage_error');
+  expect(await replayed()).toBe(20);
+  expect(fetched()).toBe('storage_error');
+  replicate();
   await until(() => fetched() === 20, 5000, 'FETCH_OFFSET answering 20, what the log holds');
-  // Accepted, 15 would be written after 20: a replay would answer 20, then 15 once replicated.
   await expectError(commit(v, 15), 'offset_regression', { current: '20' });
   expect(await replayed()).toBe(20);
   await expect(commit(v, 25)).resolves.toBe(1);
@@ -85,4 +103,16 @@ it('a commit refused before the append (not leader) is not written: its offset s
   expect(await replayed()).toBe(10);
   await expect(commit(v, 15)).resolves.toBe(1);
   expect(fetched()).toBe(15);
+});
+
+it('a commit above one whose replication timed out is written, and once replicated confirms both', async () => {
+  const v = await member('a');
+  await commit(v, 10);
+  fault = 'timeout';
+  await expectError(commit(v, 20), 'request_timeout', { outcome: 'unknown' });
+  fault = 'none';
+  await expect(commit(v, 25)).resolves.toBe(1);
+  await until(() => fetched() === 25, 5000, 'FETCH_OFFSET answering 25');
+  expect(await f.store.fetch('g', TOPIC, 0)).toBe(25);
+  await expectError(commit(v, 20), 'offset_regression', { current: '25' });
 });

@@ -2,7 +2,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
 import type { Partition } from '../partition/partition.js';
-import { type InternalAppend, localAppend, replayJson } from '../partition/internal-log.js';
+import { type InternalAppend, localAppend, replayJson, unconfirmedAppend } from '../partition/internal-log.js';
 import type { ClassicSnapshot } from './classic-group.js';
 import { type Clock, systemClock } from '../common/clock.js';
 import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
@@ -133,6 +133,11 @@ export class GroupLog {
     for (const group of [...this.written.keys()]) if (drop(group)) this.written.delete(group);
   }
 
+  /** Whether the high-water mark of the group's partition has passed `offset`: every in-sync replica has it. */
+  replicatedPast(group: string, offset: number): boolean {
+    return this.partition(group).highWatermark > offset;
+  }
+
   /** Tombstones for offsets, so compaction can drop them. */
   deleteOffsets(group: string, offsets: Array<{ topic: string; partition: number }>): Promise<void> {
     if (offsets.length === 0) return Promise.resolve();
@@ -187,6 +192,13 @@ export class LogOffsetStore implements OffsetStore {
    * keeps the tombstones after them) and voids them, so they do not come back into the cache.
    */
   private readonly writing = new Set<{ group: string; topic: string; partitions: number[]; voided: boolean }>();
+  /**
+   * Cached offsets (offsetKey) this leader appended whose replication was not confirmed (outcome unknown),
+   * with the append's last offset: until the HWM passes it a change of leader may still lose them, so a
+   * read of one, and a commit below one, get the retriable storage_error rather than an answer or a check
+   * against it (docs/architecture.md, "Cluster mode", Coordinators).
+   */
+  private readonly unconfirmed = new Map<string, { group: string; lastOffset: number }>();
 
   constructor(
     private readonly log: GroupLog,
@@ -198,6 +210,7 @@ export class LogOffsetStore implements OffsetStore {
 
   async loadAll(): Promise<StoredOffset[]> {
     this.cache.clear();
+    this.unconfirmed.clear();
     for (let p = 0; p < this.log.partitionCount; p++) {
       const { offsets } = await this.log.replay(p);
       for (const [k, v] of offsets) this.cache.set(k, v);
@@ -208,6 +221,8 @@ export class LogOffsetStore implements OffsetStore {
   /** Cluster mode: the offsets of one partition's groups, when this broker takes it over. */
   async loadPartition(partition: number): Promise<StoredOffset[]> {
     const { offsets } = await this.log.replay(partition);
+    // The log replayed is the truth from now on, whatever this broker appended while it led before.
+    for (const [k, u] of this.unconfirmed) if (this.log.partitionFor(u.group) === partition) this.unconfirmed.delete(k);
     for (const [k, v] of offsets) this.cache.set(k, v);
     return [...offsets.values()];
   }
@@ -215,12 +230,31 @@ export class LogOffsetStore implements OffsetStore {
   /** Cluster mode: forgets the offsets of groups whose partition moved to another broker. */
   unloadGroups(groups: Set<string>): void {
     for (const [k, v] of this.cache) if (groups.has(v.group)) this.cache.delete(k);
+    for (const [k, u] of this.unconfirmed) if (groups.has(u.group)) this.unconfirmed.delete(k);
+  }
+
+  /** Whether the offset cached for `key` may still be lost (see `unconfirmed`). */
+  private notConfirmed(key: string): boolean {
+    const u = this.unconfirmed.get(key);
+    if (u === undefined) return false;
+    if (!this.log.replicatedPast(u.group, u.lastOffset)) return true;
+    this.unconfirmed.delete(key);
+    return false;
+  }
+
+  private refuseUnconfirmed(op: string, partition: number): TributaryError {
+    return new TributaryError('storage_error', { op, partition, reason: 'the last commit of this offset is not confirmed by the in-sync replicas yet; try again' });
   }
 
   async commit(group: string, topic: string, entries: OffsetEntry[], opts: { force?: boolean } = {}): Promise<void> {
     checkCommit(group, topic, entries);
     if (entries.length === 0) return;
-    if (!opts.force) checkNoRegression(entries, (p) => this.cache.get(offsetKey(group, topic, p))?.offset);
+    if (!opts.force) {
+      // Below an offset that may still be lost: neither a regression nor not one yet (refused, not written).
+      const unsure = entries.find((e) => e.offset < (this.cache.get(offsetKey(group, topic, e.partition))?.offset ?? 0) && this.notConfirmed(offsetKey(group, topic, e.partition)));
+      if (unsure) throw this.refuseUnconfirmed('commit', unsure.partition);
+      checkNoRegression(entries, (p) => this.cache.get(offsetKey(group, topic, p))?.offset);
+    }
     const ts = this.clock.now();
     const write = { group, topic, partitions: entries.map((e) => e.partition), voided: false };
     this.writing.add(write);
@@ -228,8 +262,8 @@ export class LogOffsetStore implements OffsetStore {
       await this.log.writeOffsets(group, topic, entries, ts);
     } catch (err) {
       // Written to this leader's log, its replication not confirmed: a replay here reads it (replayJson reads
-      // to the log end), so the cache holds it too, and a commit below it is refused as a regression.
-      if (outcomeUnknown(err)) this.cached(write, ts, entries);
+      // to the log end), so the cache holds it too, marked unconfirmed until the HWM passes it.
+      if (outcomeUnknown(err)) this.cached(write, ts, entries, unconfirmedAppend(err));
       throw err;
     } finally {
       this.writing.delete(write);
@@ -237,22 +271,33 @@ export class LogOffsetStore implements OffsetStore {
     this.cached(write, ts, entries);
   }
 
-  private cached(write: { group: string; topic: string; voided: boolean }, ts: number, entries: OffsetEntry[]): void {
+  private cached(write: { group: string; topic: string; voided: boolean }, ts: number, entries: OffsetEntry[], unconfirmedAt?: number): void {
     if (write.voided) return;
     const { group, topic } = write;
-    for (const e of entries) this.cache.set(offsetKey(group, topic, e.partition), { group, topic, partition: e.partition, offset: e.offset, commitTimestamp: ts });
+    for (const e of entries) {
+      const k = offsetKey(group, topic, e.partition);
+      this.cache.set(k, { group, topic, partition: e.partition, offset: e.offset, commitTimestamp: ts });
+      // Confirmed (an append after the unconfirmed one was replicated, so that one was too), or not yet.
+      if (unconfirmedAt === undefined) this.unconfirmed.delete(k);
+      else this.unconfirmed.set(k, { group, lastOffset: unconfirmedAt });
+    }
   }
 
   async fetch(group: string, topic: string, partition: number): Promise<number | undefined> {
     checkFetch(group, topic, partition);
-    return this.cache.get(offsetKey(group, topic, partition))?.offset;
+    const k = offsetKey(group, topic, partition);
+    if (this.notConfirmed(k)) throw this.refuseUnconfirmed('fetch', partition);
+    return this.cache.get(k)?.offset;
   }
 
   async deleteGroup(group: string): Promise<void> {
     checkName('group', group);
     const mine = [...this.cache.values()].filter((o) => o.group === group);
     await this.log.deleteOffsets(group, mine);
-    for (const o of mine) this.cache.delete(offsetKey(group, o.topic, o.partition));
+    for (const o of mine) {
+      this.cache.delete(offsetKey(group, o.topic, o.partition));
+      this.unconfirmed.delete(offsetKey(group, o.topic, o.partition));
+    }
   }
 
   /** Tombstones, one append per group (its partition), for the cached offsets and those being written. */
@@ -271,7 +316,12 @@ export class LogOffsetStore implements OffsetStore {
     for (const w of voided) for (const p of w.partitions) add(w.group, p);
     await Promise.all([...keys].map(([group, mine]) => this.log.deleteOffsets(group, [...mine.values()])));
     for (const w of voided) w.voided = true;
-    for (const mine of keys.values()) for (const k of mine.keys()) this.cache.delete(k);
+    for (const mine of keys.values()) {
+      for (const k of mine.keys()) {
+        this.cache.delete(k);
+        this.unconfirmed.delete(k);
+      }
+    }
   }
 
   async close(): Promise<void> {}

@@ -43,8 +43,8 @@ export const localAppend: InternalAppend = (part, records) => part.append(record
  * Cluster mode: `gate` checks this broker leads (throwing leaves nothing written) and names the epoch,
  * `replicated` waits for the in-sync replicas. A failure once the leader wrote the records (the wait timed
  * out, leadership moved, the ISR shrank) carries `outcome=unknown`: they are in the leader's log, which a
- * replay here reads to its end, and may yet be replicated and committed (docs/architecture.md, "Cluster
- * mode", Coordinators).
+ * replay here reads to its end, and may yet be committed, or lost with a change of leader (unconfirmedAppend;
+ * docs/architecture.md, "Cluster mode", Coordinators).
  */
 export function replicatedAppend(
   gate: (part: Partition) => number | undefined,
@@ -56,9 +56,22 @@ export function replicatedAppend(
     try {
       await replicated(part, res.lastOffset, epoch);
     } catch (err) {
-      throw outcomeUnknownError(err);
+      const marked = outcomeUnknownError(err);
+      unconfirmed.set(marked, res.lastOffset);
+      throw marked;
     }
   };
+}
+
+/** The errors of replicatedAppend after the append: the last offset it wrote. */
+const unconfirmed = new WeakMap<Error, number>();
+
+/**
+ * The last offset an append that failed with `err` wrote to the leader's log without its replication being
+ * confirmed (undefined: not such an error). It is committed once the partition's HWM has passed it.
+ */
+export function unconfirmedAppend(err: unknown): number | undefined {
+  return err instanceof Error ? unconfirmed.get(err) : undefined;
 }
 
 /** The same error (its code still says why), marked as a write that may or may not have happened. */
