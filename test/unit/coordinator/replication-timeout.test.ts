@@ -116,3 +116,20 @@ it('a commit above one whose replication timed out is written, and once replicat
   expect(await f.store.fetch('g', TOPIC, 0)).toBe(25);
   await expectError(commit(v, 20), 'offset_regression', { current: '25' });
 });
+
+it('a group change whose replication timed out is not undone as a write known not to have happened: the group is reloaded from the log, which holds it', async () => {
+  const v = await member('a');
+  fault = 'timeout';
+  await expectError(f.gc.leave({ topic: TOPIC, group: 'g', member: v.memberId }), 'request_timeout', { outcome: 'unknown' });
+  fault = 'none';
+  const members = (): number | string => {
+    try {
+      return (f.gc.status('g') as { members: unknown[] }).members.length;
+    } catch (err) {
+      return (err as TributaryError).code;
+    }
+  };
+  // Reverted to its last written snapshot (a `not_written` refusal), the group would still have `a`.
+  await until(() => members() !== 'COORDINATOR_LOADING', 5000, 'the partition reloaded from the log');
+  expect(members()).toBe(0);
+});
