@@ -18,6 +18,7 @@ import { BrokerMetrics } from '../common/metrics.js';
 import { TopicManager } from '../partition/topic-manager.js';
 import { ProducerIdAllocator } from '../partition/producer-ids.js';
 import { AddressLimiter } from './limits.js';
+import { standInKeyFromFile, standInKeyFromStore } from './scram-stand-in.js';
 import { Security } from './security.js';
 import { GroupCoordinator } from '../coordinator/group-coordinator.js';
 import { type StoreWait, waitForStore } from '../common/wait-for-store.js';
@@ -277,6 +278,7 @@ export class Broker implements BrokerContext {
     this.notReadyReason = 'recovering: opening the metadata store';
     // In a cluster, etcd may come up after the broker (a cold boot): waited for, not a failed start.
     await waitForStore(() => this.store.open(), this.storeWait(this.cluster ? 'the metadata store (etcd)' : 'the metadata store'));
+    await this.loadScramStandInKey();
     this.notReadyReason = 'recovering: opening the topics';
     await this.topics.open();
     if (this.cluster) {
@@ -290,6 +292,18 @@ export class Broker implements BrokerContext {
     this.notReadyReason = 'recovering: transactions';
     // After the groups: finishing a decided transaction applies its offsets to them.
     await this.transactions.start();
+  }
+
+  /**
+   * SCRAM's stand-in key, kept in the data directory or (a cluster's, shared) in etcd: before the Kafka port
+   * serves, which it does once the broker is ready (docs/kafka.md "SCRAM-SHA-256").
+   */
+  private async loadScramStandInKey(): Promise<void> {
+    if (!this.kafka || !this.security.enabled) return;
+    this.notReadyReason = 'recovering: reading the SCRAM stand-in key';
+    const cluster = this.cluster;
+    if (!cluster) return this.security.useScramStandInKey(await standInKeyFromFile(this.config.dataDir));
+    await waitForStore(async () => this.security.useScramStandInKey(await standInKeyFromStore(cluster.store, cluster.store.prefix)), this.storeWait('the metadata store (etcd)'));
   }
 
   /** What /ready and not_ready say while the broker is not ready. */

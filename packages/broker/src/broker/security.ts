@@ -67,17 +67,6 @@ export interface ScramKeys {
   serverKey: Buffer;
 }
 
-/**
- * The key of the stand-in salts (docs/kafka.md "SCRAM-SHA-256"): a digest of every configured user's stored
- * scrypt hash and salt. Every broker of the same users computes the same one, on every start, as a real
- * user's salt is the same everywhere; whoever does not hold the config file cannot compute it.
- */
-export function standInKey(users: Record<string, UserEntry>): Buffer {
-  const h = createHash('sha256').update('tributary scram stand-in\0');
-  for (const principal of Object.keys(users).sort()) h.update(`${principal}\0${users[principal]!.hash}\0${users[principal]!.salt}\0`);
-  return h.digest();
-}
-
 /** Stand-in keys, so an unknown user (or one without SCRAM keys) gets a plausible, stable salt and never matches. */
 function standInScramKeys(key: Buffer, principal: string): ScramKeys {
   const salt = createHmac('sha256', key).update(`salt\0${principal}`).digest().subarray(0, 16);
@@ -232,7 +221,11 @@ export function addressOf(remote: string): string {
 
 export class Security {
   private users: Record<string, UserEntry>;
-  private scramStandInKey: Buffer;
+  /**
+   * The key of SCRAM's stand-in salts: kept in the data directory or etcd, set before the Kafka port serves
+   * (useScramStandInKey, scram-stand-in.ts); never derived from the users, so a reload leaves it as it is.
+   */
+  private scramStandInKey: Buffer = randomBytes(32);
   private acls: BrokerConfig['topicAcls'];
   private groupAcls: BrokerConfig['groupAcls'];
   /** Counts reloads: a request admitted under older rules is held to the new ones when it runs (recheck). */
@@ -251,7 +244,6 @@ export class Security {
     private readonly peers?: { isPeer(cert: X509Certificate | undefined): boolean },
   ) {
     this.users = config.users;
-    this.scramStandInKey = standInKey(config.users);
     this.acls = config.topicAcls;
     this.groupAcls = config.groupAcls;
     this.verifier = new Limiter(2, Math.max(256, config.maxConnections));
@@ -270,7 +262,6 @@ export class Security {
    */
   reload(users: Record<string, UserEntry>, acls: BrokerConfig['topicAcls'], groupAcls: BrokerConfig['groupAcls']): void {
     this.users = users;
-    this.scramStandInKey = standInKey(users);
     this.acls = acls;
     this.groupAcls = groupAcls;
     this.reloads++;
@@ -389,6 +380,11 @@ export class Security {
     this.onPasswordCheck(false);
     this.settle(conn, principal, false, reason);
     throw new TributaryError('authentication_failed', { principal });
+  }
+
+  /** The kept key of SCRAM's stand-in salts (docs/kafka.md "SCRAM-SHA-256"), once the broker has read it. */
+  useScramStandInKey(key: Buffer): void {
+    this.scramStandInKey = key;
   }
 
   /**

@@ -298,6 +298,21 @@ export class EtcdMetadataStore implements MetadataStore {
     return { kv, first };
   }
 
+  /**
+   * The value at `<prefix><name>`, put there as `value` if the key is absent (by a transaction guarded by its
+   * absence): every broker of the cluster gets the value the first of them put, and keeps getting it.
+   */
+  async keptValue(name: string, value: string): Promise<string> {
+    const key = `${this.prefix}${name}`;
+    for (let attempt = 0; attempt < RESERVE_ATTEMPTS; attempt++) {
+      const put = await withMetadataErrors('kept_value', () => this.client.if(key, 'Create', '==', 0).then(this.client.put(key).value(value)).commit());
+      if (put.succeeded) return value;
+      const kept = await withMetadataErrors('kept_value', () => this.client.get(key).string());
+      if (kept !== null) return kept;
+    }
+    throw new TributaryError('metadata_unavailable', { operation: 'kept_value', reason: 'concurrent changes' });
+  }
+
   async close(): Promise<void> {
     await this.topics.close();
     if (this.ownsClient) this.client.close();

@@ -6,8 +6,9 @@ import path from 'node:path';
  * file, fsync it, rename it over the target. `syncDir` also fsyncs the directory, so the rename itself
  * survives power loss (metadata); frequent checkpoints skip it, a process crash does not need it.
  * Callers serialize their writes of one file (the temp name is fixed, so a crash leaves at most one).
+ * `mode` is the file's whatever the umask (a temp file left by a crash is set to it too).
  */
-export async function writeFileAtomic(file: string, data: string | Buffer, opts: { syncDir?: boolean } = {}): Promise<void> {
+export async function writeFileAtomic(file: string, data: string | Buffer, opts: WriteOptions = {}): Promise<void> {
   await slots.acquire();
   try {
     await write(file, data, opts);
@@ -76,10 +77,16 @@ export function atomicWritesInFlight(): number {
   return MAX_CONCURRENT_ATOMIC_WRITES - slots.free;
 }
 
-async function write(file: string, data: string | Buffer, opts: { syncDir?: boolean }): Promise<void> {
+export interface WriteOptions {
+  syncDir?: boolean;
+  mode?: number;
+}
+
+async function write(file: string, data: string | Buffer, opts: WriteOptions): Promise<void> {
   const tmp = `${file}.tmp`;
-  const fh = await fs.open(tmp, 'w');
+  const fh = await fs.open(tmp, 'w', opts.mode);
   try {
+    if (opts.mode !== undefined) await fh.chmod(opts.mode);
     await fh.writeFile(data);
     await fh.sync();
   } finally {
