@@ -8,7 +8,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseDocument } from 'yaml';
 import { Connection } from 'tributary-protocol/connection.js';
+import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
 import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
 import type { KafkaStruct } from 'tributary-broker/kafka/protocol/schema.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
@@ -25,6 +27,7 @@ interface Disconnectable {
 
 describe('group ACLs on the Kafka port', () => {
   let dir: string;
+  let config: string;
   let broker: BrokerProcess;
   let admin: Connection;
   const tokens: Record<string, string> = {};
@@ -78,7 +81,7 @@ describe('group ACLs on the Kafka port', () => {
 
   beforeAll(async () => {
     dir = await tempDir('tributary-kafka-groupacl-');
-    const config = path.join(dir, 'broker.yaml');
+    config = path.join(dir, 'broker.yaml');
     fs.writeFileSync(config, ['authentication: true', 'groupAcls:', "  'alice-*': [alice]", "  'bob-*': [bob]", ''].join('\n'));
     tokens.admin = addUser(config, 'admin', ['admin']);
     for (const user of ['alice', 'bob']) tokens[user] = addUser(config, user, ['topic.read', 'topic.write', 'group', 'transaction']);
@@ -164,5 +167,41 @@ describe('group ACLs on the Kafka port', () => {
     // alice herself passes the same check.
     const aliceRaw = await rawAs('alice');
     expect(((await aliceRaw.call(15, 0, { groups: [groupId] })).groups as KafkaStruct[])[0]!.errorCode).toBe(0);
+  });
+  it('EndTxn commit of offsets staged before a SIGHUP withdrew the group is refused, and the transaction is left to abort', async () => {
+    /** Rewrites groupAcls and sends SIGHUP; `applied` tells (on the wire) when the broker has the new ones. */
+    const reload = async (groupAcls: Record<string, string[]>, applied: () => Promise<boolean>) => {
+      const doc = parseDocument(fs.readFileSync(config, 'utf8'));
+      doc.set('groupAcls', doc.createNode(groupAcls));
+      fs.writeFileSync(config, doc.toString());
+      broker.proc!.kill('SIGHUP');
+      await until(applied, 5000);
+    };
+    const raw = await rawAs('bob');
+    const groupId = 'alice-kt';
+    const findCoordinator = async () => (await raw.call(10, 1, { key: groupId, keyType: 0 })).errorCode as number;
+    await reload({ 'alice-*': ['alice'], 'alice-kt': ['bob'], 'bob-*': ['bob'] }, async () => (await findCoordinator()) === 0);
+    const init = await raw.call(22, 1, { transactionalId: 'bob-kt', transactionTimeoutMs: 60_000 });
+    expect(init.errorCode).toBe(0);
+    const txn = { transactionalId: 'bob-kt', producerId: init.producerId as bigint, producerEpoch: init.producerEpoch as number };
+    expect((await raw.call(24, 1, { ...txn, topics: [{ name: 'orders', partitions: [0] }] })).results).toEqual([{ name: 'orders', results: [{ partitionIndex: 0, errorCode: 0 }] }]);
+    const records = encodeRecordBatch({ records: [{ key: null, value: Buffer.from('in-txn') }], producerId: Number(txn.producerId), producerEpoch: txn.producerEpoch, baseSequence: 0, transactional: true });
+    const produced = await raw.call(0, 7, { transactionalId: 'bob-kt', acks: -1, timeoutMs: 5000, topicData: [{ name: 'orders', partitionData: [{ index: 0, records }] }] });
+    expect((produced.responses as Array<{ partitionResponses: Array<{ errorCode: number }> }>)[0]!.partitionResponses[0]!.errorCode).toBe(0);
+    expect((await raw.call(25, 0, { ...txn, groupId })).errorCode).toBe(0);
+    const staged = await raw.call(28, 0, { ...txn, groupId, topics: [{ name: 'orders', partitions: [{ partitionIndex: 0, committedOffset: 1n, committedMetadata: null }] }] });
+    expect(((staged.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[])[0]!.errorCode).toBe(0);
+
+    await reload({ 'alice-*': ['alice'], 'bob-*': ['bob'] }, async () => (await findCoordinator()) === DENIED);
+    // Neither the offsets without the record nor the record without the offsets: the commit is refused whole.
+    expect((await raw.call(26, 1, { ...txn, committed: true })).errorCode).toBe(DENIED);
+    // Still open, its offsets pending (not applied): only the abort ends it.
+    expect(await admin.command('TXN_STATUS', { transactional_id: 'bob-kt' })).toMatch(/state=open/);
+    await expect(admin.command('FETCH_OFFSET', { group: groupId, topic: 'orders', partition: 0 })).rejects.toMatchObject({ code: 'UNSTABLE_OFFSET_COMMIT' });
+    expect((await raw.call(26, 1, { ...txn, committed: false })).errorCode).toBe(0);
+    expect(await admin.command('TXN_STATUS', { transactional_id: 'bob-kt' })).toMatch(/state=aborted/);
+    const after = await admin.command('FETCH_OFFSET', { group: groupId, topic: 'orders', partition: 0 });
+    expect(after).toMatch(/^OK /);
+    expect(after).not.toMatch(/offset=1\b/);
   });
 });

@@ -220,4 +220,34 @@ describe('group ACLs on the main port', () => {
     expect(answered.kind === 'text' ? answered.text : '(batch)').toBe(refusal('bob-k', 'bob'));
     await reloadGroupAcls({ 'alice-*': ['alice'], 'bob-*': ['bob'] });
   });
+  it('END_TXN commit of offsets staged before a SIGHUP withdrew the group is refused, and leaves the transaction to abort', async () => {
+    await reloadGroupAcls({ 'alice-*': ['alice', 'carol'], 'bob-*': ['bob'] });
+    const carol = await connect('carol');
+    const join = await carol.command('JOIN_GROUP', { topic: 'orders', group: 'alice-t', member: 'c2', session_timeout_ms: 60000 });
+    const m = /member=(\S+)/.exec(join)![1]!;
+    const gen = Number(/generation=(\d+)/.exec(join)![1]);
+    await carol.command('SYNC_GROUP', { topic: 'orders', group: 'alice-t', member: m, generation: gen });
+    const init = await text(carol, 'INIT_PRODUCER_ID transactional_id=carol-tx');
+    const pid = `transactional_id=carol-tx producerId=${/producerId=(\S+)/.exec(init)![1]} epoch=${/epoch=(\d+)/.exec(init)![1]}`;
+    expect(await text(carol, `BEGIN_TXN ${pid}`)).toMatch(/^OK /);
+    expect(await text(carol, `TXN_PUBLISH ${pid} topic=orders partition=0 seqNum=1 message=in-txn`)).toMatch(/^OK /);
+    expect(await text(carol, `SEND_OFFSETS_TO_TXN ${pid} topic=orders group=alice-t member=${m} generation=${gen} P0:2`)).toMatch(/^OK /);
+
+    await reloadGroupAcls({ 'alice-*': ['alice'], 'bob-*': ['bob'] });
+    // Neither the offsets without the records nor the records without the offsets: the commit is refused whole.
+    expect(await text(carol, `END_TXN ${pid} result=commit`)).toBe(refusal('alice-t', 'carol'));
+    const admin = await connect('admin');
+    // Still open, its offsets pending (not applied): only the abort ends it.
+    expect(await text(admin, 'TXN_STATUS transactional_id=carol-tx')).toMatch(/^OK .*state=open/);
+    expect(await text(admin, 'FETCH_OFFSET topic=orders group=alice-t partition=0')).toMatch(/^ERROR: UNSTABLE_OFFSET_COMMIT /);
+    expect(await text(carol, `END_TXN ${pid} result=abort`)).toMatch(/^OK .*state=aborted/);
+    const after = await text(admin, 'FETCH_OFFSET topic=orders group=alice-t partition=0');
+    expect(after).toMatch(/^OK /);
+    expect(after).not.toMatch(/offset=2\b/);
+    // The record was aborted with the offsets: a read_committed consumer does not see it.
+    const committed = await admin.consume({ topic: 'orders', partition: 0, offset: 0, isolation: 'read_committed' });
+    expect(committed.records.map((r) => r.value.toString())).not.toContain('in-txn');
+    expect((await admin.consume({ topic: 'orders', partition: 0, offset: 0, isolation: 'read_uncommitted' })).records.map((r) => r.value.toString())).toContain('in-txn');
+    await reloadGroupAcls({ 'alice-*': ['alice'], 'bob-*': ['bob'] });
+  });
 });

@@ -6,7 +6,7 @@ import type { BrokerContext, CommandSpec, ConnectionContext } from './command-co
 import { checkRecordSize, leaderGate, refuseInternal, replicated } from './produce-commands.js';
 import { appendNext, stageLocally } from '../txn/txn-targets.js';
 import { OFFSETS_TOPIC } from '../coordinator/group-log.js';
-import type { TxnCaller } from '../txn/txn-coordinator.js';
+import { type TxnCaller, commitCheck } from '../txn/txn-coordinator.js';
 import { parseBatchEntries } from './group-commands.js';
 
 const MAX_ID = 100_000;
@@ -91,7 +91,12 @@ async function endTxn(b: BrokerContext, c: ConnectionContext, p: Params): Promis
   const { producerId, epoch } = producer(p);
   const result = p.oneOf('result', ['commit', 'abort'] as const);
   if (!result) throw invalidParam('result', 'required: commit or abort');
-  const state = await b.transactions.endTxn(id, producerId, epoch, result);
+  // The staged offsets are held to SEND_OFFSETS_TO_TXN's rules in force when the commit is decided (a
+  // SIGHUP may have withdrawn the group since): NOT_AUTHORIZED_FOR_GROUP, and the transaction stays open.
+  const check = commitCheck((group, topic) =>
+    b.security?.authorize('SEND_OFFSETS_TO_TXN', c, { head: 'SEND_OFFSETS_TO_TXN', params: new Map([['transactional_id', id], ['group', group], ['topic', topic]]), positional: [] }),
+  );
+  const state = await b.transactions.endTxn(id, producerId, epoch, result, check);
   return formatOk({ transactional_id: id, state });
 }
 

@@ -9,6 +9,7 @@ import type { RecordInput } from 'tributary-protocol/record.js';
 import type { TxnLog, TxnMetadata, TxnOffset } from './txn-log.js';
 import type { StageRequest, TxnTargets } from './txn-targets.js';
 import {
+  type CommitCheck,
   type Entry,
   RECOVERED,
   STATUS,
@@ -31,7 +32,8 @@ import { TxnFinisher } from './txn-finisher.js';
 import { ConcurrentTransactionsError, KafkaTransactions } from './txn-kafka.js';
 import { TxnPublisher } from './txn-publish.js';
 
-export type { TxnCaller, TxnPublishResult, TxnStatusState } from './txn-entry.js';
+export type { CommitCheck, TxnCaller, TxnPublishResult, TxnStatusState } from './txn-entry.js';
+export { commitCheck } from './txn-entry.js';
 
 export interface TxnCoordinatorConfig {
   /** Used when INIT_PRODUCER_ID names no timeout. */
@@ -123,7 +125,7 @@ export class TransactionCoordinator {
       checkOwner: (id) => this.checkOwner(id),
       withTxn: (id, fn) => this.withTxn(id, fn),
       open: (e) => this.open(e),
-      endTxn: (id, producerId, epoch, result) => this.endTxn(id, producerId, epoch, result),
+      endTxn: (id, producerId, epoch, result, check) => this.endTxn(id, producerId, epoch, result, check),
     });
     const self = this;
     new client.Gauge({
@@ -472,9 +474,9 @@ export class TransactionCoordinator {
 
   /**
    * END_TXN. Retrying the result the transaction already has answers it again; the other result, or no
-   * transaction, is invalid_txn_state.
+   * transaction, is invalid_txn_state. `check` refuses a commit whose offsets the caller may no longer commit.
    */
-  endTxn(id: string, producerId: string, epoch: number, result: 'commit' | 'abort'): Promise<'committed' | 'aborted'> {
+  endTxn(id: string, producerId: string, epoch: number, result: 'commit' | 'abort', check?: CommitCheck): Promise<'committed' | 'aborted'> {
     this.checkOwner(id);
     const want = result === 'commit' ? 'committed' : 'aborted';
     return this.withTxn(id, async () => {
@@ -483,7 +485,7 @@ export class TransactionCoordinator {
       const m = e.meta;
       if (m.state === 'open') {
         if (result === 'commit' && (e.recovered || e.spoiled)) throw txnState(id, m.state, e.spoiled ?? RECOVERED);
-        await this.decided(id, e, result, this.finisher.end(e, result, 'client'));
+        await this.decided(id, e, result, this.finisher.end(e, result, 'client', undefined, check));
         return want;
       }
       if (m.state === 'prepare_commit' || m.state === 'prepare_abort') {

@@ -207,3 +207,25 @@ export function clearRetry(clock: Clock, e: Entry): void {
   if (e.retry) clock.clearTimeout(e.retry);
   e.retry = null;
 }
+
+/**
+ * END_TXN commit's check of the offsets the transaction staged, with the rules in force when the commit is
+ * decided (docs/security.md, "Group ACLs"): throws the refusal, and the transaction stays open (only an
+ * abort, or the rules given back, ends it). Run just before the decision, so a SIGHUP that withdrew a group
+ * after SEND_OFFSETS_TO_TXN never has its offsets committed, nor the records without them.
+ */
+export type CommitCheck = (offsets: readonly TxnOffset[]) => void;
+
+/** A CommitCheck of `refusal` (SEND_OFFSETS_TO_TXN's authorization now), once per group and topic the offsets name. */
+export function commitCheck(refusal: (group: string, topic: string) => Error | undefined): CommitCheck {
+  return (offsets) => {
+    const seen = new Set<string>();
+    for (const o of offsets) {
+      const key = `${o.group}\0${o.topic}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      const refused = refusal(o.group, o.topic);
+      if (refused) throw refused;
+    }
+  };
+}

@@ -6,7 +6,7 @@ import type { Clock } from '../common/clock.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { TxnLog, TxnMetadata, TxnState } from './txn-log.js';
 import type { TxnTargets } from './txn-targets.js';
-import { type Entry, type ProducerIds, RECOVERED, bumpEpoch, clearRetry, clearTimer, groupOffsets, txnState } from './txn-entry.js';
+import { type CommitCheck, type Entry, type ProducerIds, RECOVERED, bumpEpoch, clearRetry, clearTimer, groupOffsets, txnState } from './txn-entry.js';
 
 /**
  * After a failed finish (a marker a full disk or an unreplicated leader refused): the next attempt within
@@ -64,18 +64,24 @@ export class TxnFinisher {
   /**
    * Decides the open transaction (durably), then finishes it. `fenced`/`timeout` aborts bump the epoch
    * first, so the markers fence the old producer on every partition. `previous`: the pair a KIP-360
-   * INIT_PRODUCER_ID that fences the transaction bumps from, remembered in the decision itself.
+   * INIT_PRODUCER_ID that fences the transaction bumps from, remembered in the decision itself. `check`:
+   * END_TXN commit's authorization of the staged offsets, run after the appends settled, right before the
+   * decision (nothing awaited in between, so no reload comes between them).
    */
   async end(
     e: Entry,
     result: 'commit' | 'abort',
     cause: 'client' | 'timeout' | 'fenced' | 'recovered',
     previous?: { lastProducerId: string; lastEpoch: number },
+    check?: CommitCheck,
   ): Promise<void> {
     const m = e.meta;
     // Under the id's lock: nothing else of the id runs while the appends settle, and the timeout that
     // fires meanwhile waits for the outcome (an open transaction it still aborts).
-    if (result === 'commit') await this.settleAppends(e);
+    if (result === 'commit') {
+      await this.settleAppends(e);
+      check?.(m.offsets);
+    }
     const before = { ...m };
     clearTimer(this.deps.clock, e);
     try {

@@ -1,7 +1,7 @@
 import type { Clock } from '../common/clock.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { TxnLog } from './txn-log.js';
-import { type Entry, RECOVERED, STATUS, checkOpen, checkProducer, partKey, txnState } from './txn-entry.js';
+import { type CommitCheck, type Entry, RECOVERED, STATUS, checkOpen, checkProducer, partKey, txnState } from './txn-entry.js';
 
 /**
  * A previous transaction of the id is still being finished (its markers and offsets): Kafka's
@@ -38,7 +38,7 @@ export class KafkaTransactions {
       /** Opens a new transaction of the entry, durably (the coordinator's BEGIN_TXN step; under the lock). */
       open: (e: Entry) => Promise<void>;
       /** The coordinator's END_TXN. */
-      endTxn: (id: string, producerId: string, epoch: number, result: 'commit' | 'abort') => Promise<unknown>;
+      endTxn: (id: string, producerId: string, epoch: number, result: 'commit' | 'abort', check?: CommitCheck) => Promise<unknown>;
     },
   ) {}
 
@@ -65,10 +65,10 @@ export class KafkaTransactions {
    * recovered the transaction: the producer's next transaction may then begin. (Only in memory: after
    * another restart the producer is asked to abort once more.)
    */
-  async endTxn(id: string, producerId: string, epoch: number, result: 'commit' | 'abort'): Promise<void> {
+  async endTxn(id: string, producerId: string, epoch: number, result: 'commit' | 'abort', check?: CommitCheck): Promise<void> {
     // Answered once the decision is durable, though its markers may still be retried (the coordinator's
     // END_TXN): kafkajs does not retry a failed EndTxn, and would give up a transaction that commits.
-    await this.deps.endTxn(id, producerId, epoch, result);
+    await this.deps.endTxn(id, producerId, epoch, result, check);
     if (result !== 'abort') return;
     await this.deps.withTxn(id, async () => {
       const m = this.deps.entry(id).meta;

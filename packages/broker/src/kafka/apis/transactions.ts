@@ -7,6 +7,7 @@
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { ConcurrentTransactionsError } from '../../txn/txn-kafka.js';
+import { commitCheck } from '../../txn/txn-entry.js';
 import { TXN_STATE_TOPIC } from '../../txn/txn-log.js';
 import type { StageRequest } from '../../txn/txn-targets.js';
 import { apiByKey } from '../protocol/apis.js';
@@ -168,7 +169,13 @@ export const endTxnHandler = handler(apiByKey(EndTxn.apiKey)!, async (ctx, versi
   try {
     const denied = txnRefusal(ctx, 'END_TXN', id);
     if (denied) throw denied;
-    await ctx.broker.transactions.kafka.endTxn(id, String(body.producerId as bigint), body.producerEpoch as number, body.committed === true ? 'commit' : 'abort');
+    // The staged offsets are held to TxnOffsetCommit's rules in force when the commit is decided (a SIGHUP
+    // may have withdrawn the group since): refused, and the transaction stays open for the abort.
+    const check = commitCheck((group, topic) => {
+      const refused = ctx.authorize('SEND_OFFSETS_TO_TXN', topic, { transactional_id: id, group });
+      return refused && refusal(refused, refused.code === 'NOT_AUTHORIZED_FOR_TOPIC' ? 'topic' : 'group');
+    });
+    await ctx.broker.transactions.kafka.endTxn(id, String(body.producerId as bigint), body.producerEpoch as number, body.committed === true ? 'commit' : 'abort', check);
     return { throttleTimeMs: 0, errorCode: 0 };
   } catch (err) {
     return { throttleTimeMs: 0, errorCode: coordinatorTxnCode(err, version >= 2) };
