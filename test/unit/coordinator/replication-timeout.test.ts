@@ -133,3 +133,37 @@ it('a group change whose replication timed out is not undone as a write known no
   await until(() => members() !== 'COORDINATOR_LOADING', 5000, 'the partition reloaded from the log');
   expect(members()).toBe(0);
 });
+
+it('a replay (the partition taken over) does not answer an offset whose record lies past the HWM until the in-sync replicas have it', async () => {
+  const v = await member('a');
+  await commit(v, 10);
+  fault = 'timeout';
+  await expectError(commit(v, 20), 'request_timeout', { outcome: 'unknown' });
+  fault = 'none';
+  // As in a cluster: the lead moves away (the record stays in this log, past the HWM) and comes back.
+  const p = f.gc.partitionFor('g');
+  f.gc.enableOwnership((q) => new TributaryError('NOT_COORDINATOR', { partition: q }), () => true, () => true, () => true);
+  f.gc.unloadPartition(p);
+  await f.gc.loadPartition(p);
+  expect(f.c.topics.get(OFFSETS_TOPIC).partitions[p]!.highWatermark).toBeLessThan(f.c.topics.get(OFFSETS_TOPIC).partitions[p]!.logEndOffset);
+  // 20 may still be lost with a change of leader (then 10 would be answered): neither is answered yet.
+  expect(fetched()).toBe('storage_error');
+  await expectError(f.store.fetch('g', TOPIC, 0), 'storage_error');
+  await expectError(commit(v, 15), 'storage_error');
+  replicate();
+  await until(() => fetched() === 20, 5000, 'FETCH_OFFSET answering 20 once replicated');
+  await expectError(commit(v, 15), 'offset_regression', { current: '20' });
+});
+
+it('the reload after a group change of unknown outcome does not answer an offset whose record lies past the HWM either', async () => {
+  const v = await member('a');
+  await commit(v, 10);
+  fault = 'timeout';
+  await expectError(commit(v, 20), 'request_timeout', { outcome: 'unknown' });
+  await expectError(f.gc.leave({ topic: TOPIC, group: 'g', member: v.memberId }), 'request_timeout', { outcome: 'unknown' });
+  fault = 'none';
+  await until(() => fetched() !== 'COORDINATOR_LOADING', 5000, 'the partition reloaded from the log');
+  expect(fetched()).toBe('storage_error');
+  replicate();
+  await until(() => fetched() === 20, 5000, 'FETCH_OFFSET answering 20 once replicated');
+});

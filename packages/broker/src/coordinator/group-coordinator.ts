@@ -234,7 +234,7 @@ export class GroupCoordinator {
     if (!current()) return 0;
     const now = this.clock.monotonic();
     for (const snap of groups.values()) if (snap) this.restore(snap, now);
-    for (const x of offsets) this.offsets.setDurable(x.group, x.topic, x.partition, x.offset);
+    this.offsets.loaded(offsets, store instanceof LogOffsetStore ? store.unconfirmedIn(partition) : []);
     this.expiry.load(groups.values(), offsets);
     return groups.size;
   }

@@ -55,6 +55,20 @@ export interface ReplayResult {
   /** Latest snapshot per group (a Tributary or a Kafka classic group); null where the group was deleted. */
   groups: Map<string, GroupSnapshot | ClassicSnapshot | null>;
   offsets: Map<string, StoredOffset>;
+  /**
+   * The offset keys whose latest record (a commit or a tombstone) lies at or past the partition's HWM, with
+   * that record's offset: not on the in-sync replicas yet, so a change of leader may still lose it.
+   */
+  unreplicated: Map<string, Unconfirmed>;
+}
+
+/** An offset key whose latest record may still be lost (LogOffsetStore `unconfirmed`). */
+export interface Unconfirmed {
+  group: string;
+  topic: string;
+  partition: number;
+  /** The offset of that record (of its append's last record, for one this leader appended). */
+  lastOffset: number;
 }
 
 /** A storage_error whose write is known to have left nothing in the log (storage/log-fs.ts, writeFailed). */
@@ -163,12 +177,16 @@ export class GroupLog {
     const part = this.partitionsOf()[partitionIndex]!;
     const groups = new Map<string, GroupSnapshot | ClassicSnapshot | null>();
     const offsets = new Map<string, StoredOffset>();
-    await replayJson(part, `${OFFSETS_TOPIC}[${partitionIndex}]`, (key, value, at) => {
+    const unreplicated = new Map<string, Unconfirmed>();
+    // Read before the records: a HWM that moves on meanwhile only marks more of them, checked again on use.
+    const hwm = part.highWatermark;
+    await replayJson(part, `${OFFSETS_TOPIC}[${partitionIndex}]`, (key, value, at, offset) => {
       if (!Array.isArray(key)) throw new Error(`${at}: bad key`);
       if (key[0] === 'g' && typeof key[1] === 'string') {
         groups.set(key[1], value as GroupSnapshot | ClassicSnapshot | null);
       } else if (key[0] === 'o' && typeof key[1] === 'string' && typeof key[2] === 'string' && Number.isInteger(key[3])) {
         const k = offsetKey(key[1], key[2], key[3]);
+        if (offset >= hwm) unreplicated.set(k, { group: key[1], topic: key[2], partition: key[3], lastOffset: offset });
         if (value === null) offsets.delete(k);
         else {
           const v = value as { offset: number; ts: number };
@@ -179,7 +197,7 @@ export class GroupLog {
         throw new Error(`${at}: unknown key`);
       }
     });
-    return { groups, offsets };
+    return { groups, offsets, unreplicated };
   }
 }
 
@@ -193,12 +211,12 @@ export class LogOffsetStore implements OffsetStore {
    */
   private readonly writing = new Set<{ group: string; topic: string; partitions: number[]; voided: boolean }>();
   /**
-   * Cached offsets (offsetKey) this leader appended whose replication was not confirmed (outcome unknown),
-   * with the append's last offset: until the HWM passes it a change of leader may still lose them, so a
-   * read of one, and a commit below one, get the retriable storage_error rather than an answer or a check
-   * against it (docs/architecture.md, "Cluster mode", Coordinators).
+   * Offsets (offsetKey) whose latest record is not confirmed by the in-sync replicas: appended here with
+   * outcome unknown, or replayed from past the HWM (loadPartition). Until the HWM passes the record a change
+   * of leader may still lose it, so a read of one, and a commit below one, get the retriable storage_error
+   * rather than an answer or a check against it (docs/architecture.md, "Cluster mode", Coordinators).
    */
-  private readonly unconfirmed = new Map<string, { group: string; lastOffset: number }>();
+  private readonly unconfirmed = new Map<string, Unconfirmed>();
 
   constructor(
     private readonly log: GroupLog,
@@ -212,19 +230,30 @@ export class LogOffsetStore implements OffsetStore {
     this.cache.clear();
     this.unconfirmed.clear();
     for (let p = 0; p < this.log.partitionCount; p++) {
-      const { offsets } = await this.log.replay(p);
+      const { offsets, unreplicated } = await this.log.replay(p);
       for (const [k, v] of offsets) this.cache.set(k, v);
+      for (const [k, u] of unreplicated) this.unconfirmed.set(k, u);
     }
     return [...this.cache.values()];
   }
 
-  /** Cluster mode: the offsets of one partition's groups, when this broker takes it over. */
+  /**
+   * Cluster mode: the offsets of one partition's groups, when this broker takes it over (or reloads it).
+   * Those whose latest record lies past the HWM are unconfirmed (unconfirmedIn): the caller must not answer
+   * them as committed.
+   */
   async loadPartition(partition: number): Promise<StoredOffset[]> {
-    const { offsets } = await this.log.replay(partition);
+    const { offsets, unreplicated } = await this.log.replay(partition);
     // The log replayed is the truth from now on, whatever this broker appended while it led before.
     for (const [k, u] of this.unconfirmed) if (this.log.partitionFor(u.group) === partition) this.unconfirmed.delete(k);
     for (const [k, v] of offsets) this.cache.set(k, v);
+    for (const [k, u] of unreplicated) this.unconfirmed.set(k, u);
     return [...offsets.values()];
+  }
+
+  /** The offsets of a partition's groups not confirmed by the in-sync replicas yet (see `unconfirmed`), a tombstone's included. */
+  unconfirmedIn(partition: number): Unconfirmed[] {
+    return [...this.unconfirmed].filter(([k, u]) => this.log.partitionFor(u.group) === partition && this.notConfirmed(k)).map(([, u]) => u);
   }
 
   /** Cluster mode: forgets the offsets of groups whose partition moved to another broker. */
@@ -279,7 +308,7 @@ export class LogOffsetStore implements OffsetStore {
       this.cache.set(k, { group, topic, partition: e.partition, offset: e.offset, commitTimestamp: ts });
       // Confirmed (an append after the unconfirmed one was replicated, so that one was too), or not yet.
       if (unconfirmedAt === undefined) this.unconfirmed.delete(k);
-      else this.unconfirmed.set(k, { group, lastOffset: unconfirmedAt });
+      else this.unconfirmed.set(k, { group, topic, partition: e.partition, lastOffset: unconfirmedAt });
     }
   }
 

@@ -1,5 +1,5 @@
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
-import { type OffsetEntry, outcomeUnknown } from './offset-store.js';
+import { type OffsetEntry, type StoredOffset, outcomeUnknown } from './offset-store.js';
 import { type GroupContext, requireGroup, requireMember, validateId } from './group-context.js';
 import { checkGeneration, checkPartition, standingOf } from './member-fencing.js';
 
@@ -79,6 +79,16 @@ export class GroupOffsets {
     this.uncertain.delete(pendingKey(group, topic, partition));
     setOffset(this.committed, group, topic, partition, offset);
     setOffset(this.reserved, group, topic, partition, offset);
+  }
+
+  /**
+   * A partition's offsets as a replay found them: `unsure` are those whose last record the in-sync replicas
+   * may not have yet (LogOffsetStore.unconfirmedIn), taken as a write of unknown outcome (not answered, not
+   * reserved) until the store confirms them.
+   */
+  loaded(offsets: Iterable<StoredOffset>, unsure: Iterable<PartitionKey>): void {
+    for (const x of offsets) this.setDurable(x.group, x.topic, x.partition, x.offset);
+    for (const u of unsure) this.forgetReservations(u.group, u.topic, [u.partition]);
   }
 
   /**
