@@ -167,3 +167,38 @@ it('the reload after a group change of unknown outcome does not answer an offset
   replicate();
   await until(() => fetched() === 20, 5000, 'FETCH_OFFSET answering 20 once replicated');
 });
+
+/** FETCH_OFFSET's answer (undefined: nothing committed), or the error code it refuses with. */
+function committed(): number | undefined | string {
+  try {
+    const o = f.gc.fetchOffset('g', TOPIC, 0);
+    return o.committed ? o.offset : undefined;
+  } catch (err) {
+    return (err as TributaryError).code;
+  }
+}
+
+it('offset tombstones whose replication timed out (DELETE_GROUP, a deleted topic) are of unknown outcome: the offsets are not answered until the in-sync replicas confirm the deletion', async () => {
+  const v = await member('a');
+  await commit(v, 10);
+  fault = 'timeout';
+  await expectError(f.gc.deleteTopicOffsets(TOPIC), 'request_timeout', { outcome: 'unknown' });
+  fault = 'none';
+  expect(await replayed()).toBeUndefined();
+  // The tombstone may commit (nothing), or be lost with a change of leader (10): neither is answered.
+  expect(committed()).toBe('storage_error');
+  await expectError(f.store.fetch('g', TOPIC, 0), 'storage_error');
+  replicate();
+  await until(() => committed() === undefined, 5000, 'FETCH_OFFSET answering no committed offset');
+  await commit(v, 12);
+  await f.gc.leave({ topic: TOPIC, group: 'g', member: v.memberId });
+  fault = 'timeout';
+  await expectError(f.gc.deleteGroup('g'), 'request_timeout', { outcome: 'unknown' });
+  fault = 'none';
+  expect(await replayed()).toBeUndefined();
+  expect(committed()).toBe('storage_error');
+  await expectError(f.store.fetch('g', TOPIC, 0), 'storage_error');
+  replicate();
+  await until(() => committed() === undefined, 5000, 'FETCH_OFFSET answering no committed offset');
+  expect(await f.store.fetch('g', TOPIC, 0)).toBeUndefined();
+});

@@ -89,7 +89,14 @@ export class GroupAdmin {
    */
   async removeEmpty(groupId: string): Promise<void> {
     const g = this.ctx.groups.get(groupId);
-    await this.ctx.offsetStore.deleteGroup(groupId);
+    try {
+      await this.ctx.offsetStore.deleteGroup(groupId);
+    } catch (err) {
+      // Maybe deleted: the offsets are answered again only once the store is read back (cluster mode: the
+      // in-sync replicas confirmed the tombstones, or a new leader's log kept the offsets).
+      if (outcomeUnknown(err)) this.offsets.deletionUnknown(groupId);
+      throw err;
+    }
     await this.ctx.groupLog.deleteGroup(groupId);
     this.offsets.forget(groupId);
     // Empty (checked by the caller): no member timers; a pending id handed out is simply forgotten.

@@ -490,8 +490,7 @@ export class GroupCoordinator {
         this.withGroup(group, async () => {
           // Its partition may have moved while the lock was awaited: the new coordinator deletes them.
           if (!this.coordinates(group)) return;
-          await this.deps.offsetStore.deleteTopic(topic, [group]);
-          this.offsets.forgetTopic(group, topic);
+          await this.offsets.deleteTopic(group, topic);
         }),
       ),
     );

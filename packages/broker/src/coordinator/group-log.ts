@@ -319,17 +319,38 @@ export class LogOffsetStore implements OffsetStore {
     return this.cache.get(k)?.offset;
   }
 
-  async deleteGroup(group: string): Promise<void> {
-    checkName('group', group);
-    const mine = [...this.cache.values()].filter((o) => o.group === group);
-    await this.log.deleteOffsets(group, mine);
-    for (const o of mine) {
-      this.cache.delete(offsetKey(group, o.topic, o.partition));
-      this.unconfirmed.delete(offsetKey(group, o.topic, o.partition));
+  /**
+   * Tombstones of unknown outcome (written here, their replication not confirmed) delete the offsets from
+   * the cache and mark them unconfirmed at the tombstones' append: until the HWM passes it they are
+   * refused as an unconfirmed commit is (the log may yet keep the old offset, or drop it), never answered.
+   */
+  private deleted(group: string, keys: Map<string, { topic: string; partition: number }>, err?: unknown): void {
+    const at = err === undefined ? undefined : unconfirmedAppend(err);
+    for (const [k, o] of keys) {
+      this.cache.delete(k);
+      if (at === undefined) this.unconfirmed.delete(k);
+      else this.unconfirmed.set(k, { group, topic: o.topic, partition: o.partition, lastOffset: at });
     }
   }
 
-  /** Tombstones, one append per group (its partition), for the cached offsets and those being written. */
+  /** Tombstones for the group's offsets: those cached, and those whose deletion is not confirmed yet (a retry's). */
+  async deleteGroup(group: string): Promise<void> {
+    checkName('group', group);
+    const mine = new Map<string, { topic: string; partition: number }>();
+    for (const m of [this.cache, this.unconfirmed]) for (const [k, o] of m) if (o.group === group) mine.set(k, { topic: o.topic, partition: o.partition });
+    try {
+      await this.log.deleteOffsets(group, [...mine.values()]);
+    } catch (err) {
+      if (outcomeUnknown(err)) this.deleted(group, mine, err);
+      throw err;
+    }
+    this.deleted(group, mine);
+  }
+
+  /**
+   * Tombstones, one append per group (its partition), for the cached offsets, those being written and those
+   * whose deletion is not confirmed yet; of unknown outcome, as deleteGroup's.
+   */
   async deleteTopic(topic: string, groups?: readonly string[]): Promise<void> {
     checkDeleteTopic(topic, groups);
     const only = groups && new Set(groups);
@@ -340,17 +361,26 @@ export class LogOffsetStore implements OffsetStore {
       if (!mine) keys.set(group, (mine = new Map()));
       mine.set(offsetKey(group, topic, partition), { topic, partition });
     };
-    for (const o of this.cache.values()) if (picked(o.group, o.topic)) add(o.group, o.partition);
-    const voided = [...this.writing].filter((w) => picked(w.group, w.topic));
-    for (const w of voided) for (const p of w.partitions) add(w.group, p);
-    await Promise.all([...keys].map(([group, mine]) => this.log.deleteOffsets(group, [...mine.values()])));
-    for (const w of voided) w.voided = true;
-    for (const mine of keys.values()) {
-      for (const k of mine.keys()) {
-        this.cache.delete(k);
-        this.unconfirmed.delete(k);
-      }
-    }
+    for (const m of [this.cache, this.unconfirmed]) for (const o of m.values()) if (picked(o.group, o.topic)) add(o.group, o.partition);
+    const writes = [...this.writing].filter((w) => picked(w.group, w.topic));
+    for (const w of writes) for (const p of w.partitions) add(w.group, p);
+    const results = await Promise.allSettled(
+      [...keys].map(async ([group, mine]) => {
+        try {
+          await this.log.deleteOffsets(group, [...mine.values()]);
+        } catch (err) {
+          if (!outcomeUnknown(err)) throw err;
+          // Maybe in the log, after the commits being written: those are gone with it, or lost before it.
+          this.deleted(group, mine, err);
+          for (const w of writes) if (w.group === group) w.voided = true;
+          throw err;
+        }
+        this.deleted(group, mine);
+        for (const w of writes) if (w.group === group) w.voided = true;
+      }),
+    );
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
   }
 
   async close(): Promise<void> {}

@@ -107,6 +107,38 @@ export class GroupOffsets {
   }
 
   /**
+   * A deletion of the group's offsets (of `topic` only, when given) whose outcome the store could not tell
+   * (outcomeUnknown): the commits being written are void (the deletion follows them in the store), and
+   * every partition is uncertain (forgetReservations) until the store, read again, answers the offset it
+   * kept or none (docs/architecture.md, "Cluster mode", Coordinators).
+   */
+  deletionUnknown(group: string, topic?: string): void {
+    const picked = (t: string) => topic === undefined || t === topic;
+    for (const w of this.writing) if (w.group === group && picked(w.topic)) w.voided = true;
+    const parts = new Map<string, Set<number>>();
+    for (const m of [this.committed, this.reserved]) {
+      for (const [t, byPart] of m.get(group) ?? []) {
+        if (!picked(t)) continue;
+        const set = parts.get(t) ?? new Set<number>();
+        parts.set(t, set);
+        for (const p of byPart.keys()) set.add(p);
+      }
+    }
+    for (const [t, set] of parts) this.forgetReservations(group, t, [...set]);
+  }
+
+  /** Deletes the group's offsets of a deleted topic, from the store first (a deletion of unknown outcome: deletionUnknown). */
+  async deleteTopic(group: string, topic: string): Promise<void> {
+    try {
+      await this.ctx.offsetStore.deleteTopic(topic, [group]);
+    } catch (err) {
+      if (outcomeUnknown(err)) this.deletionUnknown(group, topic);
+      throw err;
+    }
+    this.forgetTopic(group, topic);
+  }
+
+  /**
    * Reads the group's uncertain offsets back from the store, under the group's lock once the commits being
    * written have settled (none starts meanwhile), and takes what it holds as committed. A store that cannot
    * answer leaves them uncertain: the next FETCH_OFFSET of one tries again.
