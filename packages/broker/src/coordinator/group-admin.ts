@@ -141,6 +141,10 @@ export class GroupAdmin {
       }),
     );
     return this.ctx.withOwnedGroup(req.group, async () => {
+      // A commit of the group still being written (appended, not yet durable: outside the lock) would
+      // complete after the reset and answer its offset over the reset's, which follows it in the log: it
+      // settles first, as for DELETE_GROUP (test/unit/coordinator/reset-in-flight.test.ts).
+      await this.offsets.writesSettled(req.group);
       const g = this.ctx.groups.get(req.group);
       const live = g && !g.deleted && g.members.size > 0 ? g : undefined;
       // A Kafka group's members keep their positions to themselves: only an empty one is reset (as Kafka's tools require).
