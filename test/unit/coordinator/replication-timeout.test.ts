@@ -202,3 +202,19 @@ it('offset tombstones whose replication timed out (DELETE_GROUP, a deleted topic
   await until(() => committed() === undefined, 5000, 'FETCH_OFFSET answering no committed offset');
   expect(await f.store.fetch('g', TOPIC, 0)).toBeUndefined();
 });
+
+it('a replay does not answer "none committed" for an offset whose tombstone lies past the HWM', async () => {
+  const v = await member('a');
+  await commit(v, 10);
+  fault = 'timeout';
+  await expectError(f.gc.deleteTopicOffsets(TOPIC), 'request_timeout', { outcome: 'unknown' });
+  fault = 'none';
+  const p = f.gc.partitionFor('g');
+  f.gc.enableOwnership((q) => new TributaryError('NOT_COORDINATOR', { partition: q }), () => true, () => true, () => true);
+  f.gc.unloadPartition(p);
+  await f.gc.loadPartition(p);
+  // Another change of leader may lose the tombstone, and 10 be answered again.
+  expect(committed()).toBe('storage_error');
+  replicate();
+  await until(() => committed() === undefined, 5000, 'FETCH_OFFSET answering no committed offset');
+});
