@@ -16,8 +16,12 @@ import { expectError, until } from '../../helpers/util.js';
 
 const TOPIC = 't';
 
-/** 'timeout': the replication wait fails after the append; 'not_leader': the leader check refuses before it. */
-let fault: 'none' | 'timeout' | 'not_leader' = 'none';
+/**
+ * 'timeout': the replication wait fails after the append; 'not_leader': the leader check refuses before it;
+ * 'hold': the next append's wait lasts until `release` (then it is replicated), the fault back to 'none'.
+ */
+let fault: 'none' | 'timeout' | 'not_leader' | 'hold' = 'none';
+let release: (() => void) | undefined;
 
 const f = useCoordinators(
   'trib-repl-timeout-',
@@ -31,6 +35,14 @@ const f = useCoordinators(
         return 1;
       },
       async (part, lastOffset) => {
+        if (fault === 'hold') {
+          fault = 'none';
+          await new Promise<void>((resolve) => {
+            release = resolve;
+          });
+          part.setReplicatedHighWatermark(Math.max(part.highWatermark, lastOffset + 1));
+          return;
+        }
         // Replicated at once (the HWM passes the records), or not at all.
         if (fault === 'none') part.setReplicatedHighWatermark(lastOffset + 1);
         if (fault === 'timeout') throw new TributaryError('request_timeout', { reason: 'injected: the in-sync replicas did not confirm the record in time', topic: part.topic, partition: part.id });
@@ -64,6 +76,8 @@ beforeEach(() => {
 
 afterEach(() => {
   fault = 'none';
+  release?.();
+  release = undefined;
 });
 
 /** The followers catch up: the HWM of the offsets partitions reaches their log end. */
@@ -217,4 +231,23 @@ it('a replay does not answer "none committed" for an offset whose tombstone lies
   expect(committed()).toBe('storage_error');
   replicate();
   await until(() => committed() === undefined, 5000, 'FETCH_OFFSET answering no committed offset');
+});
+
+it('a commit being written when the tombstones of its topic are of unknown outcome is not answered once it completes: the tombstones follow it', async () => {
+  const v = await member('a');
+  await commit(v, 10);
+  fault = 'hold';
+  const committing = commit(v, 20);
+  await until(() => release !== undefined, 5000, 'the commit of 20 appended, its replication held');
+  fault = 'timeout';
+  await expectError(f.gc.deleteTopicOffsets(TOPIC), 'request_timeout', { outcome: 'unknown' });
+  fault = 'none';
+  release!();
+  await expect(committing).resolves.toBe(1);
+  expect(await replayed()).toBeUndefined();
+  expect(committed()).toBe('storage_error');
+  await expectError(f.store.fetch('g', TOPIC, 0), 'storage_error');
+  replicate();
+  await until(() => committed() === undefined, 5000, 'FETCH_OFFSET answering no committed offset');
+  expect(await f.store.fetch('g', TOPIC, 0)).toBeUndefined();
 });
