@@ -2,7 +2,8 @@
  * A reassignment plan is all or nothing (docs/operations.md "Adding, draining and moving brokers'
  * replicas"): `partitions reassign --plan` sends the whole plan in one REASSIGN, the broker checks every
  * entry (of every topic) before storing anything, and stores every request in one etcd transaction that
- * fails if a partition got a reassignment meanwhile or a topic was deleted or re-created since the check.
+ * fails if a partition got a reassignment meanwhile or a topic was deleted or re-created since the check:
+ * one plan key (cluster/reassignment-plans.ts), expanded into the per-partition requests afterwards.
  * Before, the CLI sent one REASSIGN per topic: a refused later topic left the earlier ones moving.
  */
 import { writeFile } from 'node:fs/promises';
@@ -12,7 +13,7 @@ import { Producer } from 'tributary-client/producer.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { createEtcdClient } from 'tributary-broker/cluster/etcd-client.js';
 import { EtcdMetadataStore } from 'tributary-broker/cluster/etcd-metadata-store.js';
-import { MAX_TXN_OPS, type ReassignmentRequest, ReassignmentStore } from 'tributary-broker/cluster/reassignment.js';
+import { type GuardedPut, MAX_TXN_OPS, type ReassignmentRequest, ReassignmentStore } from 'tributary-broker/cluster/reassignment.js';
 import { useCluster } from '../../helpers/cluster.js';
 import { envWithoutTributary, runCli } from '../../helpers/cli.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
@@ -142,7 +143,7 @@ describe('reassignment plans: all or nothing', () => {
     }
   }, 120_000);
 
-  it('REASSIGN: a reassignment larger than one etcd transaction is checked whole, then stored in several; plan beside topic is refused', async () => {
+  it('REASSIGN: a reassignment larger than one etcd transaction is checked whole, then stored as one plan; plan beside topic is refused', async () => {
     // 130 partitions plus the topic: more than etcd's --max-txn-ops (128) compares in one transaction.
     const n = MAX_TXN_OPS + 2;
     const admin = await cluster().connect();
@@ -157,7 +158,7 @@ describe('reassignment plans: all or nothing', () => {
       expect(bad).toBeInstanceOf(TributaryError);
       expect((bad as TributaryError).message).toMatch(/invalid_parameter .*plan-big\[129\]: broker\(s\) 9 not registered/);
       expect(await progress()).toEqual([]);
-      // All good: every partition is stored (two transactions) and moves.
+      // All good: every partition is stored (one plan, its requests written in chunks) and moves.
       const ok = await admin.command('REASSIGN', { topic: 'plan-big', assignments: assignments(`${n - 1}:${target(n - 1).join(',')}`) });
       expect(ok).toContain(`partitions=${Array.from({ length: n }, (_, p) => p).join(',')}`);
       await cluster().waitFor('plan-big moved', async () => (await progress()).length === 0, 90_000);
@@ -172,16 +173,27 @@ describe('reassignment plans: all or nothing', () => {
     }
   }, 150_000);
 
+  /** The guard of topic `t` as this broker's topic store has it. */
+  const guardOf = (topics: EtcdMetadataStore, t: string) => ({ topic: t, ...topics.topicGuard(t)! });
+  const moves = (topic: string, partitions: number[]) => partitions.map((partition) => ({ topic, partition, target: [1, 2] }));
+
+  /** Stores a plan and writes its requests; resolves the plan's id. */
+  async function storeAndExpand(store: ReassignmentStore, plan: ReturnType<typeof moves>, guards: Array<ReturnType<typeof guardOf>>, also?: GuardedPut): Promise<string> {
+    const res = await store.plans.store(plan, 0, guards, 0, also);
+    if (!('plan' in res)) throw new Error(`not stored: ${JSON.stringify(res)}`);
+    await store.plans.expand(res.plan.value.id);
+    return res.plan.value.id;
+  }
+
   it('the store: a deleted topic takes only its own requests; one for the topic re-created under the name (another broker) stays', async () => {
     await withStores('plan-delete', async ({ prefix, store, topics, stored }) => {
       const def = topicSpec('x', { partitions: 2 });
-      const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
       await topics.createTopic(def);
-      expect(await store.createPlan([{ topic: 'x', partition: 0, request }], [topics.topicGuard('x')!])).toBeUndefined();
+      await storeAndExpand(store, moves('x', [0]), [guardOf(topics, 'x')]);
       // x deleted; before this broker deletes its requests, x is created again and its partition 1 moved.
       await topics.deleteTopic('x');
       await topics.createTopic(def);
-      expect(await store.createPlan([{ topic: 'x', partition: 1, request }], [topics.topicGuard('x')!])).toBeUndefined();
+      await storeAndExpand(store, moves('x', [1]), [guardOf(topics, 'x')]);
       await store.deleteTopic('x', topics.definitionKey('x'));
       expect(await stored()).toEqual([`${prefix}reassignments/x/1`]);
       expect(store.list('x').map((e) => e.partition)).toEqual([1]);
@@ -193,53 +205,96 @@ describe('reassignment plans: all or nothing', () => {
     });
   });
 
-  it('the store: one transaction stores the whole plan or, if a partition got a request or a guarded topic changed meanwhile, none of it', async () => {
+  it('the store: a plan is stored whole or, if a partition has a request or is in another plan or a guarded topic changed meanwhile, not at all', async () => {
     await withStores('plan-store', async ({ prefix, store, topics, raw, stored }) => {
       await topics.createTopic(topicSpec('x', { partitions: 3 }));
-      const guard = topics.topicGuard('x')!;
+      const guard = guardOf(topics, 'x');
       const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
-      // Another broker's request for x/1, not yet seen here: the transaction, not the cache, refuses.
+      // Another broker's request for x/1, not yet seen here: etcd, not the cache, refuses.
       await raw.put(`${prefix}reassignments/x/1`).value(JSON.stringify(request));
-      const plan = [0, 1, 2].map((partition) => ({ topic: 'x', partition, request }));
-      expect(await store.createPlan(plan, [guard])).toEqual({ busy: [{ topic: 'x', partition: 1 }], changed: [] });
+      const plan = moves('x', [0, 1, 2]);
+      expect(await store.plans.store(plan, 0, [guard], 0)).toEqual({ busy: [{ topic: 'x', partition: 1 }], changed: [] });
       expect(await stored()).toEqual([`${prefix}reassignments/x/1`]);
       await raw.delete().key(`${prefix}reassignments/x/1`);
+      // Another broker's plan for x/2, stored and not yet expanded: x/2 is claimed.
+      const other = new ReassignmentStore({ etcd: { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS }, prefix });
+      try {
+        await other.open();
+        const theirs = await other.plans.store(moves('x', [2]), 0, [guard], 1);
+        expect('plan' in theirs).toBe(true);
+        expect(await store.plans.store(plan, 0, [guard], 0)).toEqual({ busy: [{ topic: 'x', partition: 2 }], changed: [] });
+        if ('plan' in theirs) await other.plans.expand(theirs.plan.value.id);
+      } finally {
+        await other.close();
+      }
+      await raw.delete().key(`${prefix}reassignments/x/2`);
       // x deleted and re-created after the check: its guard no longer holds.
       await topics.deleteTopic('x');
       await topics.createTopic(topicSpec('x', { partitions: 3 }));
-      expect(await store.createPlan(plan, [guard])).toEqual({ busy: [], changed: [guard.key] });
+      expect(await store.plans.store(plan, 0, [guard], 0)).toEqual({ busy: [], changed: [guard.key] });
       expect(await stored()).toEqual([]);
       // Checked again: stored whole.
-      expect(await store.createPlan(plan, [topics.topicGuard('x')!])).toBeUndefined();
+      await storeAndExpand(store, plan, [guardOf(topics, 'x')]);
       expect(await stored()).toEqual([0, 1, 2].map((p) => `${prefix}reassignments/x/${p}`));
       expect(store.list('x').map((e) => e.partition)).toEqual([0, 1, 2]);
+      expect(await raw.getAll().prefix(`${prefix}reassignment-plans/`).keys()).toEqual([]);
     });
   });
+
+  it('the store: a plan larger than one transaction is expanded chunk by chunk; expanded again after a crash, nothing is written twice', async () => {
+    await withStores('plan-expand', async ({ prefix, store, topics, raw, stored }) => {
+      const n = 2 * MAX_TXN_OPS;
+      await topics.createTopic(topicSpec('x', { partitions: n }));
+      const all = Array.from({ length: n }, (_, p) => p);
+      const res = await store.plans.store(moves('x', all), 0, [guardOf(topics, 'x')], 0);
+      if (!('plan' in res)) throw new Error(`not stored: ${JSON.stringify(res)}`);
+      const id = res.plan.value.id;
+      // The broker expanding it dies after its first chunk.
+      await expect(
+        store.plans.expand(id, () => {
+          throw new Error('crash');
+        }),
+      ).rejects.toThrow('crash');
+      const first = await stored();
+      expect(first.length).toBeGreaterThan(0);
+      expect(first.length).toBeLessThan(n);
+      // One of those requests completes (the controller deletes it) before the plan is finished.
+      await raw.delete().key(first[0]!);
+      await store.plans.expand(id);
+      await store.plans.expand(id);
+      expect(await stored()).toEqual(all.map((p) => `${prefix}reassignments/x/${p}`).filter((k) => k !== first[0]).sort());
+      expect(await raw.getAll().prefix(`${prefix}reassignment-plans/`).keys()).toEqual([]);
+      expect(store.plans.list()).toEqual([]);
+    });
+  });
+
   it('the store: a definition put rides with the plan, both or neither; a definition changed since it was read stores nothing', async () => {
     await withStores('plan-definition', async ({ prefix, store, topics, raw, stored }) => {
       await topics.createTopic(topicSpec('x', { partitions: 2, replicationFactor: 3 }));
-      const guard = topics.topicGuard('x')!;
-      const request: ReassignmentRequest = { target: [1, 2], throttle: 0, requestedAt: 1 };
-      const plan = [0, 1].map((partition) => ({ topic: 'x', partition, request }));
+      const guard = guardOf(topics, 'x');
+      const plan = moves('x', [0, 1]);
       const factor = async () => (JSON.parse((await raw.get(topics.definitionKey('x')).string())!) as { replicationFactor: number }).replicationFactor;
       expect(topics.replicationFactorPut('x', 3)).toBeUndefined();
       const stale = topics.replicationFactorPut('x', 2)!;
       // The definition changed since it was read (an ALTER_TOPIC by another broker): nothing is stored.
       await topics.alterTopic('x', { retentionHours: 5 });
-      expect(await store.createPlan(plan, [guard], stale)).toEqual({ busy: [], changed: [] });
+      expect(await store.plans.store(plan, 0, [guard], 0, stale)).toEqual({ busy: [], changed: [] });
       expect(await stored()).toEqual([]);
+      expect(store.plans.list()).toEqual([]);
       expect(await factor()).toBe(3);
-      // Read again: the requests and the new factor in one revision, the retention change kept.
+      // Read again: the plan and the new factor in one revision, the retention change kept.
       const put = topics.replicationFactorPut('x', 2)!;
-      expect(await store.createPlan(plan, [guard], put)).toBeUndefined();
-      expect(await stored()).toEqual([0, 1].map((p) => `${prefix}reassignments/x/${p}`));
+      const res = await store.plans.store(plan, 0, [guard], 0, put);
+      if (!('plan' in res)) throw new Error(`not stored: ${JSON.stringify(res)}`);
       expect(await factor()).toBe(2);
       expect(topics.getTopic('x')).toMatchObject({ replicationFactor: 2, retentionHours: 5 });
       const definition = (await raw.get(topics.definitionKey('x')).exec()).kvs[0]!;
-      expect(store.get('x', 0)!.modRevision).toBe(Number(definition.mod_revision));
-      // A partition with a request already: neither the requests nor the factor.
+      expect(res.plan.createRevision).toBe(Number(definition.mod_revision));
+      await store.plans.expand(res.plan.value.id);
+      expect(await stored()).toEqual([0, 1].map((p) => `${prefix}reassignments/x/${p}`));
+      // A partition with a request already: neither the plan nor the factor.
       const back = topics.replicationFactorPut('x', 3)!;
-      expect(await store.createPlan(plan, [guard], back)).toEqual({ busy: [0, 1].map((partition) => ({ topic: 'x', partition })), changed: [] });
+      expect(await store.plans.store(plan, 0, [guard], 0, back)).toEqual({ busy: [0, 1].map((partition) => ({ topic: 'x', partition })), changed: [] });
       expect(await factor()).toBe(2);
     });
   });

@@ -9,7 +9,7 @@ import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { ClusterNode } from '../cluster/cluster-node.js';
 import { byTopicPartition } from '../cluster/partition-keys.js';
 import type { PartitionStateEntry } from '../cluster/partition-state.js';
-import { type GuardedPut, MAX_TXN_OPS, type ReassignmentRequest, checkTarget, drainPlan, replicationFactorPlan } from '../cluster/reassignment.js';
+import { type GuardedPut, checkTarget, drainPlan, replicationFactorPlan } from '../cluster/reassignment.js';
 import { failpoint } from '../common/failpoints.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, json } from './command-context.js';
 
@@ -52,31 +52,16 @@ interface Move {
  */
 function checkRequests(b: BrokerContext, node: ClusterNode, plan: Move[]): void {
   const busy: string[] = [];
+  const pending = node.reassignments.plans.pending();
   for (const x of plan) {
     const s = node.states.get(x.topic, x.partition);
     if (!s) throw new TributaryError('topic_loading', { topic: x.topic, partition: x.partition, reason: 'no partition state yet' });
-    if (s.value.reassign || node.reassignments.get(x.topic, x.partition)) busy.push(`${x.topic}[${x.partition}]`);
+    if (s.value.reassign || node.reassignments.get(x.topic, x.partition) || pending.has(`${x.topic}\u0000${x.partition}`)) busy.push(`${x.topic}[${x.partition}]`);
     if (x.target.length < b.config.minInsyncReplicas) {
       throw invalidParam('replicas', `${x.topic}[${x.partition}]: ${x.target.length} replica(s) is fewer than min_insync_replicas (${b.config.minInsyncReplicas}): acks=all could never be answered`);
     }
   }
   if (busy.length > 0) throw new TributaryError('reassignment_in_progress', { partitions: busy.slice(0, 20).join(','), count: busy.length });
-}
-
-/** Drains and replication factor changes: checked whole, then stored per topic (all or nothing per 100 partitions). */
-async function request(b: BrokerContext, node: ClusterNode, plan: Move[], throttle: number): Promise<void> {
-  checkRequests(b, node, plan);
-  const byTopic = new Map<string, Map<number, ReassignmentRequest>>();
-  const now = Date.now();
-  for (const x of plan) {
-    const m = byTopic.get(x.topic) ?? new Map<number, ReassignmentRequest>();
-    m.set(x.partition, { target: x.target, throttle, requestedAt: now });
-    byTopic.set(x.topic, m);
-  }
-  for (const [topic, requests] of byTopic) {
-    const raced = await node.reassignments.createAll(topic, requests);
-    if (raced.length > 0) throw new TributaryError('reassignment_in_progress', { partitions: raced.slice(0, 20).map((p) => `${topic}[${p}]`).join(','), count: raced.length });
-  }
 }
 
 /**
@@ -103,69 +88,48 @@ function parseMoves(b: BrokerContext, node: ClusterNode, text: string, param: 'a
   });
 }
 
-/** Moves in order, cut into runs whose partitions plus topics (plus `reserved` keys) fit one etcd transaction (MAX_TXN_OPS). */
-function txnChunks(moves: Move[], reserved = 0): Move[][] {
-  const chunks: Move[][] = [];
-  let chunk: Move[] = [];
-  let topics = new Set<string>();
-  for (const x of moves) {
-    const ops = reserved + chunk.length + 1 + topics.size + (topics.has(x.topic) ? 0 : 1);
-    if (chunk.length > 0 && ops > MAX_TXN_OPS) {
-      chunks.push(chunk);
-      chunk = [];
-      topics = new Set();
-    }
-    chunk.push(x);
-    topics.add(x.topic);
-  }
-  if (chunk.length > 0) chunks.push(chunk);
-  return chunks;
-}
-
 /**
- * Stores a request for each move (checked already), in one etcd transaction per MAX_TXN_OPS partitions
- * plus topics, each failing if a partition got a reassignment meanwhile or a topic was deleted or
- * re-created since the check. `last`, when given, is written in the last of them, if unchanged since it
- * was read (asked for again, and that transaction tried again, when it changed meanwhile).
+ * Stores the moves (checked already) as one plan, all or nothing whatever their number, then writes its
+ * requests (reassignment-plans.ts; docs/architecture.md "Reassignment"): refused if a partition got a
+ * reassignment meanwhile or a topic was deleted or re-created since the check. `also`, when given (a
+ * definition's new replication factor), is written with the plan if unchanged since it was read (asked
+ * for again, and the plan tried again, when it changed meanwhile). Once the plan is stored, a broker dying
+ * or etcd becoming unreachable leaves it for the controller to finish.
  */
-async function storeMoves(node: ClusterNode, moves: Move[], throttle: number, last?: () => GuardedPut | undefined): Promise<void> {
+async function storeMoves(node: ClusterNode, command: string, moves: Move[], throttle: number, also?: () => GuardedPut | undefined): Promise<void> {
   const guards = [...new Set(moves.map((x) => x.topic))].map((t) => {
     const g = node.store.topicGuard(t);
     if (!g) throw new TributaryError('topic_not_found', { topic: t });
     return { topic: t, ...g };
   });
-  const now = Date.now();
-  const request = (x: Move) => ({ topic: x.topic, partition: x.partition, request: { target: x.target, throttle, requestedAt: now } });
-  // One transaction holds at most MAX_TXN_OPS partitions plus topics; a larger reassignment (checked whole
-  // above) is stored in several, each all or nothing, and a conflict after the first names what started.
-  const stored: Move[] = [];
-  const chunks = txnChunks(moves, last ? 1 : 0);
-  for (const [i, chunk] of chunks.entries()) {
-    const chunkTopics = new Set(chunk.map((x) => x.topic));
-    for (let attempt = 1; ; attempt++) {
-      const also = i === chunks.length - 1 ? last?.() : undefined;
-      const conflict = await node.reassignments.createPlan(chunk.map(request), guards.filter((g) => chunkTopics.has(g.topic)), also);
-      if (!conflict) break;
-      const started: Record<string, string | number> = stored.length > 0 ? { started: stored.map((x) => `${x.topic}[${x.partition}]`).slice(0, 20).join(','), started_count: stored.length } : {};
-      if (conflict.busy.length > 0) {
-        throw new TributaryError('reassignment_in_progress', { partitions: conflict.busy.slice(0, 20).map((x) => `${x.topic}[${x.partition}]`).join(','), count: conflict.busy.length, ...started });
+  for (let attempt = 1; ; attempt++) {
+    const put = also?.();
+    const res = await node.reassignments.plans.store(moves, throttle, guards, node.brokerId, put);
+    if ('plan' in res) {
+      const id = res.plan.value.id;
+      try {
+        // Fault tests crash the broker after a chunk of the plan's requests (the controller finishes it).
+        await node.reassignments.plans.expand(id, () => failpoint(`reassign.partly_stored:${command}`));
+      } catch (err) {
+        // Stored whole: the controller writes the rest (docs/operations.md "Adding, draining and moving").
+        if (!(err instanceof TributaryError)) throw err;
+        throw new TributaryError(err.code, { ...err.fields, plan: id, reason: `${String(err.fields.reason ?? err.code)}; the reassignment is stored whole and the controller carries it out` });
       }
-      // Only `also` changed (an ALTER_TOPIC or ADD_PARTITIONS meanwhile): again, on what etcd has now.
-      if (also && conflict.changed.length === 0 && attempt < CHANGED_ATTEMPTS) continue;
-      const topics = guards.filter((g) => conflict.changed.includes(g.key)).map((g) => g.topic);
-      const reason = conflict.changed.length > 0 ? 'deleted or re-created while the reassignment was checked' : 'changed concurrently';
-      throw new TributaryError('metadata_unavailable', { operation: 'reassign', topic: topics.join(','), reason: `${reason}; ${stored.length > 0 ? 'the partitions in started were stored before' : 'nothing was stored'}`, ...started });
+      return;
     }
-    stored.push(...chunk);
+    if (res.busy.length > 0) throw new TributaryError('reassignment_in_progress', { partitions: res.busy.slice(0, 20).map((x) => `${x.topic}[${x.partition}]`).join(','), count: res.busy.length });
+    // Only `also` changed (an ALTER_TOPIC or ADD_PARTITIONS meanwhile): again, on what etcd has now.
+    if (put && res.changed.length === 0 && attempt < CHANGED_ATTEMPTS) continue;
+    const topics = guards.filter((g) => res.changed.includes(g.key)).map((g) => g.topic);
+    const reason = topics.length > 0 ? 'deleted or re-created while the reassignment was checked' : 'changed concurrently';
+    throw new TributaryError('metadata_unavailable', { operation: 'reassign', topic: topics.join(','), reason: `${reason}; nothing was stored` });
   }
 }
 
 /**
  * REASSIGN topic=T assignments=0:1,2,3;1:2,3,4 [throttle=BYTES_PER_S], or REASSIGN plan=T:0:1,2,3;U:1:2,3,4
- * [throttle=...] across topics: all or nothing. Everything is checked before anything is stored, and every
- * request is stored in one etcd transaction that fails if any partition got a reassignment meanwhile or a
- * topic named was deleted or re-created since the check, so the controller sees the whole plan or none of it
- * (up to MAX_TXN_OPS partitions plus topics; a larger one is checked whole and stored in several).
+ * [throttle=...] across topics: all or nothing, whatever its size. Everything is checked before anything is
+ * stored, then it is stored as one plan (storeMoves), so the controller carries out all of it or none.
  */
 async function reassign(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const node = cluster(b, 'REASSIGN');
@@ -181,7 +145,7 @@ async function reassign(b: BrokerContext, _c: ConnectionContext, p: Params): Pro
   }
   const throttle = throttleParam(p);
   checkRequests(b, node, moves);
-  await storeMoves(node, moves, throttle);
+  await storeMoves(node, 'REASSIGN', moves, throttle);
   if (name !== undefined) return formatOk({ topic: name, partitions: moves.map((x) => x.partition).join(','), throttle });
   return formatOk({ partitions: moves.map((x) => `${x.topic}[${x.partition}]`).join(','), count: moves.length, throttle });
 }
@@ -237,7 +201,10 @@ async function drain(b: BrokerContext, _c: ConnectionContext, p: Params): Promis
     throw invalidParam('broker', `broker ${broker} is neither registered nor a replica of any partition`);
   }
   const plan = drainPlan(states, broker, live);
-  if (plan.length > 0) await request(b, node, plan, throttle);
+  if (plan.length > 0) {
+    checkRequests(b, node, plan);
+    await storeMoves(node, 'DRAIN_BROKER', plan, throttle);
+  }
   const leading = states.filter((e) => e.value.leader === broker).length;
   return formatOk({ broker, partitions: plan.length, leading, throttle });
 }
@@ -253,9 +220,9 @@ async function alterReplicationFactor(b: BrokerContext, _c: ConnectionContext, p
   const plan = replicationFactorPlan(states, name, rf, [...liveIds(node)]);
   if (plan.length > 0) {
     checkRequests(b, node, plan);
-    // The requests and the definition's new factor (which partitions added later get) in one transaction:
-    // a broker dying, or etcd becoming unreachable, cannot leave the moves under the old factor.
-    await storeMoves(node, plan, throttle, () => node.store.replicationFactorPut(name, rf));
+    // The plan and the definition's new factor (which partitions added later get) in one transaction: a
+    // broker dying, or etcd becoming unreachable, cannot leave the moves under the old factor, or some moved.
+    await storeMoves(node, 'ALTER_REPLICATION_FACTOR', plan, throttle, () => node.store.replicationFactorPut(name, rf));
   } else {
     if (rf < b.config.minInsyncReplicas) throw invalidParam('replication_factor', `fewer than min_insync_replicas (${b.config.minInsyncReplicas})`);
     await node.store.setReplicationFactor(name, rf);
@@ -335,6 +302,9 @@ async function reassignments(b: BrokerContext, _c: ConnectionContext, p: Params)
   const keys = new Map<string, { topic: string; partition: number }>();
   for (const e of node.reassignments.list(topic)) keys.set(`${e.topic}\u0000${e.partition}`, e);
   for (const e of node.states.list(topic)) if (e.value.reassign) keys.set(`${e.topic}\u0000${e.partition}`, e);
+  // Moves of a stored plan whose requests are not written yet (reassignment-plans.ts): requested too.
+  const pending = node.reassignments.plans.pending();
+  for (const [k, m] of pending) if (topic === undefined || m.topic === topic) keys.set(k, m);
   const entries = [...keys.values()]
     .map((k) => node.states.get(k.topic, k.partition))
     .filter((e): e is PartitionStateEntry => e !== undefined)
@@ -350,7 +320,7 @@ async function reassignments(b: BrokerContext, _c: ConnectionContext, p: Params)
       topic: e.topic,
       partition: e.partition,
       phase,
-      target: r?.target ?? req?.target ?? s.replicas,
+      target: r?.target ?? req?.target ?? pending.get(`${e.topic}\u0000${e.partition}`)?.target ?? s.replicas,
       replicas: s.replicas,
       adding: r?.adding ?? [],
       removing: r?.removing ?? [],

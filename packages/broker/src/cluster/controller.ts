@@ -12,6 +12,8 @@ import { type ReassignmentEntry, type ReassignmentStore, nextReassignmentStep } 
 
 /** How often the controller looks for deleted topics' leftovers with no event saying there may be some. */
 const LEFTOVER_BACKSTOP_MS = 60_000;
+/** A reassignment plan left unchanged this long by the registered broker that stored it: the controller finishes it. */
+export const PLAN_TAKEOVER_MS = 5_000;
 
 /**
  * Replicas for a new topic's partitions: partition i starts at the (i mod n)-th live broker and takes the
@@ -89,6 +91,8 @@ export class Controller {
    */
   private leftoversDue = true;
   private leftoversSweptAt = Number.NEGATIVE_INFINITY;
+  /** Each stored reassignment plan's revision and when this controller first saw it there. */
+  private readonly plansSeen = new Map<string, { modRevision: number; at: number }>();
 
   constructor(
     private readonly deps: {
@@ -148,6 +152,7 @@ export class Controller {
       leftovers();
       kick();
     });
+    deps.reassignments?.plans.events.on('changed', kick);
     deps.topics?.events?.on('topic-deleted', leftovers);
     deps.topics?.events?.on('topic-created', leftovers);
     this.timer = setInterval(kick, 1000);
@@ -234,6 +239,7 @@ export class Controller {
       return at === undefined || now - at >= preferred.delayMs;
     };
     await this.dropDeletedTopicLeftovers();
+    await this.finishPlans(now);
     await leadershipPass({
       entries: this.deps.states.list(),
       live: () => this.liveBrokers(performance.now()),
@@ -321,6 +327,33 @@ export class Controller {
       this.sweepAgain();
       this.deps.logger.warn({ err }, 'removing what a deleted topic left behind failed; retrying on the next pass');
     }
+  }
+
+  /**
+   * Writes the requests of reassignment plans (reassignment-plans.ts) that the broker which stored them
+   * left unfinished: it is no longer registered (it died part-way), or it left the plan unchanged for
+   * PLAN_TAKEOVER_MS (etcd unreachable then). Expanding a plan twice at once writes nothing twice.
+   */
+  private async finishPlans(now: number): Promise<void> {
+    const plans = this.deps.reassignments?.plans;
+    if (!plans) return;
+    const present = new Set<string>();
+    for (const e of plans.list()) {
+      const { id, broker } = e.value;
+      present.add(id);
+      const seen = this.plansSeen.get(id);
+      if (seen?.modRevision !== e.modRevision) this.plansSeen.set(id, { modRevision: e.modRevision, at: now });
+      const at = this.plansSeen.get(id)!.at;
+      if (this.deps.registry.get(broker) && now - at < PLAN_TAKEOVER_MS) continue;
+      if (!this.deps.election.isController) return;
+      try {
+        await plans.expand(id);
+        this.deps.logger.info({ plan: id, broker, moves: e.value.moves.length }, 'reassignment plan finished by the controller');
+      } catch (err) {
+        this.deps.logger.warn({ err, plan: id }, 'finishing a reassignment plan failed; retrying on the next pass');
+      }
+    }
+    for (const id of this.plansSeen.keys()) if (!present.has(id)) this.plansSeen.delete(id);
   }
 
   private sweepAgain(): void {

@@ -1,7 +1,7 @@
 /**
  * Partition reassignment (docs/architecture.md "Reassignment", docs/operations.md "Moving replicas"):
- * KIP-455 in shape. An admin command stores a request per partition under
- * `<prefix>reassignments/<topic>/<n>` (create-if-absent, so one at a time per partition); the controller
+ * KIP-455 in shape. An admin command stores a plan (reassignment-plans.ts), expanded into a request per
+ * partition under `<prefix>reassignments/<topic>/<n>` (one at a time per partition); the controller
  * alone turns requests into partition-state changes, one compare-and-set per step:
  *
  *   start     replicas = original ++ (target - original), `reassign` = {target, adding, removing, throttle}
@@ -21,6 +21,7 @@ import type { Clock } from '../common/clock.js';
 import { type EtcdSource, deleteAsRead, normalizePrefix, resolveClient, withMetadataErrors } from './etcd-client.js';
 import { listPartitionRecords, splitKey } from './partition-keys.js';
 import type { PartitionState } from './partition-state.js';
+import { ReassignmentPlans } from './reassignment-plans.js';
 import { type Versioned, WatchedPrefix } from './watched-prefix.js';
 
 /** What an operator asked for one partition. */
@@ -47,10 +48,9 @@ export interface ReassignmentEntry extends Versioned<ReassignmentRequest> {
   partition: number;
 }
 
-const TXN_CHUNK = 100;
 /**
  * etcd's default --max-txn-ops: it refuses a transaction with more compares, or more operations in either
- * branch, than this. createPlan needs one compare per partition and one per topic.
+ * branch, than this. So a reassignment is stored as one plan key, then expanded (reassignment-plans.ts).
  */
 export const MAX_TXN_OPS = 128;
 
@@ -73,7 +73,7 @@ export interface GuardedPut {
   raced(kv: IKeyValue): void;
 }
 
-/** Why createPlan stored nothing: partitions that have a request now, guarded keys that changed. */
+/** Why a plan was not stored (ReassignmentPlans.store): partitions that have a request now, guarded keys that changed. */
 export interface PlanConflict {
   busy: Array<{ topic: string; partition: number }>;
   changed: string[];
@@ -104,19 +104,25 @@ export class ReassignmentStore {
   private readonly ownsClient: boolean;
   private readonly records: WatchedPrefix<ReassignmentRequest>;
 
+  /** Whole reassignments waiting to be written as these requests. */
+  readonly plans: ReassignmentPlans;
+
   constructor(opts: { etcd: EtcdSource; prefix?: string }) {
     ({ client: this.client, owned: this.ownsClient } = resolveClient(opts.etcd));
     this.records = new WatchedPrefix(this.client, `${normalizePrefix(opts.prefix)}reassignments/`, (text) => parseRequest(text));
+    this.plans = new ReassignmentPlans(this.client, normalizePrefix(opts.prefix), this);
     this.records.events.on('put', (key: string, e: Versioned<ReassignmentRequest>) => this.events.emit('changed', { ...splitKey(key), ...e }));
     this.records.events.on('delete', (key: string, e: Versioned<ReassignmentRequest>) => this.events.emit('deleted', { ...splitKey(key), ...e }));
   }
 
   async open(): Promise<void> {
     await withMetadataErrors('open', () => this.records.start());
+    await withMetadataErrors('open', () => this.plans.start());
   }
 
   async close(): Promise<void> {
     await this.records.close();
+    await this.plans.close();
     if (this.ownsClient) this.client.close();
   }
 
@@ -129,79 +135,13 @@ export class ReassignmentStore {
     return listPartitionRecords(this.records, topic);
   }
 
-  /**
-   * Stores requests for every partition of `requests`, only if none of them has one: all or nothing (per
-   * 100 partitions; a larger set is checked against the cache first). Resolves the partitions that already
-   * had one, empty on success.
-   */
-  async createAll(topic: string, requests: Map<number, ReassignmentRequest>): Promise<number[]> {
-    const busy = [...requests.keys()].filter((p) => this.get(topic, p));
-    if (busy.length > 0) return busy;
-    const entries = [...requests];
-    for (let start = 0; start < entries.length; start += TXN_CHUNK) {
-      const chunk = entries.slice(start, start + TXN_CHUNK);
-      const keys = chunk.map(([p]) => this.absolute(topic, p));
-      const res = await withMetadataErrors('create_reassignment', () => {
-        let txn = this.client.if(keys[0]!, 'Create', '==', 0);
-        for (const k of keys.slice(1)) txn = txn.and(k, 'Create', '==', 0);
-        return txn.then(...keys.map((k, i) => this.client.put(k).value(JSON.stringify(chunk[i]![1])))).commit();
-      });
-      if (!res.succeeded) return chunk.map(([p]) => p);
-      const revision = Number(res.header.revision);
-      for (const [p, r] of chunk) this.records.applyPut(`${topic}/${p}`, r, revision, revision);
-    }
-    return [];
+  /** A request written by a plan's expansion (ReassignmentPlans.expand) in a transaction at `revision`. */
+  applyStored(topic: string, partition: number, request: ReassignmentRequest, revision: number): void {
+    this.records.applyPut(`${topic}/${partition}`, request, revision, revision);
   }
 
-  /**
-   * Stores a request for every entry of a plan in one etcd transaction, if none of those partitions has
-   * one and every guard still holds: all of them or none, whatever else changes meanwhile. At most
-   * MAX_TXN_OPS partitions plus guards (the caller checks; `also`, written in the same transaction if it
-   * is unchanged, takes one more). Resolves undefined when stored, else what was in the way, read in the
-   * same transaction (nothing busy or changed: `also` changed).
-   */
-  async createPlan(
-    entries: Array<{ topic: string; partition: number; request: ReassignmentRequest }>,
-    guards: KeyGuard[],
-    also?: GuardedPut,
-  ): Promise<PlanConflict | undefined> {
-    if (entries.length === 0) return undefined;
-    const keys = entries.map((e) => this.absolute(e.topic, e.partition));
-    const topics = [...new Set(entries.map((e) => e.topic))];
-    const res = await withMetadataErrors('create_reassignment', () => {
-      let txn = this.client.if(keys[0]!, 'Create', '==', 0);
-      for (const k of keys.slice(1)) txn = txn.and(k, 'Create', '==', 0);
-      for (const g of guards) txn = txn.and(g.key, 'Create', '==', g.createRevision);
-      if (also) txn = txn.and(also.key, 'Mod', '==', also.modRevision);
-      const puts = keys.map((k, i) => this.client.put(k).value(JSON.stringify(entries[i]!.request)));
-      return txn
-        .then(...puts, ...(also ? [this.client.put(also.key).value(also.value)] : []))
-        .else(
-          ...topics.map((t) => this.client.getAll().prefix(this.absolute(t, ''))),
-          ...guards.map((g) => this.client.get(g.key)),
-          ...(also ? [this.client.get(also.key)] : []),
-        )
-        .commit();
-    });
-    if (res.succeeded) {
-      const revision = Number(res.header.revision);
-      for (const e of entries) this.records.applyPut(`${e.topic}/${e.partition}`, e.request, revision, revision);
-      also?.applied(revision);
-      return undefined;
-    }
-    const alsoKv = also && res.responses[topics.length + guards.length]?.response_range.kvs[0];
-    if (alsoKv) also.raced(alsoKv);
-    // The requests there now, folded into the cache; the guards whose key is gone or was created again.
-    const present = new Set<string>();
-    for (const r of res.responses.slice(0, topics.length)) {
-      for (const kv of r.response_range.kvs) {
-        const rel = kv.key.toString('utf8').slice(this.records.prefix.length);
-        this.records.applyKv(rel, kv);
-        present.add(rel);
-      }
-    }
-    const changed = guards.filter((g, i) => Number(res.responses[topics.length + i]?.response_range.kvs[0]?.create_revision ?? 0) !== g.createRevision).map((g) => g.key);
-    return { busy: entries.filter((e) => present.has(`${e.topic}/${e.partition}`)).map((e) => ({ topic: e.topic, partition: e.partition })), changed };
+  get requestPrefix(): string {
+    return this.records.prefix;
   }
 
   /** Replaces a request if it is still at `modRevision`; false when it changed or went away meanwhile. */
