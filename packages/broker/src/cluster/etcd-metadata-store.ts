@@ -220,8 +220,8 @@ export class EtcdMetadataStore implements MetadataStore {
 
   /**
    * The definition with a new replication factor as a put guarded by the revision this broker knows, for
-   * ALTER_REPLICATION_FACTOR to write in the one transaction that stores the topic's reassignment requests
-   * (ReassignmentStore.createPlan): both or neither, whenever the broker dies or etcd becomes unreachable.
+   * ALTER_REPLICATION_FACTOR to write in the one transaction that stores the topic's reassignment plan
+   * (ReassignmentPlans.store): both or neither, whenever the broker dies or etcd becomes unreachable.
    * Undefined when the definition has that factor already.
    */
   replicationFactorPut(name: string, replicationFactor: number): GuardedPut | undefined {
