@@ -239,7 +239,6 @@ export class Controller {
       return at === undefined || now - at >= preferred.delayMs;
     };
     await this.dropDeletedTopicLeftovers();
-    await this.finishPlans(now);
     await leadershipPass({
       entries: this.deps.states.list(),
       live: () => this.liveBrokers(performance.now()),
@@ -264,6 +263,8 @@ export class Controller {
         else this.deps.logger.info({ ...where, from: e.value.leader, to: next.leader, reason }, 'leader moved');
       },
     });
+    // After the failover pass, which must not wait on it (the requests it writes are taken up next pass).
+    await this.finishPlans(now);
     if (this.deps.election.isController) await this.deps.onTick?.();
   }
 
