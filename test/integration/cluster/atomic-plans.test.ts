@@ -5,10 +5,15 @@
  * the operation is stored; after it comes back, either every partition moved (and the definition has the
  * new factor) or none did. Before, the requests were stored in several transactions (ALTER_REPLICATION_FACTOR
  * per 127 partitions, DRAIN_BROKER per topic) and such a crash left some partitions moved and others not.
+ * A plan whose broker stays registered but never writes its requests (it lost etcd) is finished by the
+ * controller too (after controller.ts PLAN_TAKEOVER_MS).
  */
 import { describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
+import { EtcdMetadataStore } from 'tributary-broker/cluster/etcd-metadata-store.js';
+import { ReassignmentStore } from 'tributary-broker/cluster/reassignment.js';
 import { type ClusterStatus, useCluster } from '../../helpers/cluster.js';
+import { REQUEST_TIMEOUT_MS } from './helpers.js';
 
 const FAILPOINTS = 'reassign.partly_stored:ALTER_REPLICATION_FACTOR,reassign.partly_stored:DRAIN_BROKER';
 
@@ -73,6 +78,35 @@ describe('large admin operations: all or nothing across a crash', () => {
     const whole = (counts[1] === n && defined === 1) || (counts[2] === n && defined === 2);
     expect(whole, `partitions at 1 and 2 replicas ${JSON.stringify(counts)}, definition ${defined}`).toBe(true);
   }, 300_000);
+
+  it('a plan its broker stored and left unwritten while still registered (etcd lost meanwhile) is carried out by the controller', async () => {
+    await create('stalled', 2, 1);
+    const before = (await cluster().status()).partitions.filter((p) => p.topic === 'stalled');
+    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
+    const store = new ReassignmentStore({ etcd, prefix: cluster().prefix });
+    const topics = new EtcdMetadataStore({ etcd, prefix: cluster().prefix });
+    try {
+      await store.open();
+      await topics.open();
+      const moves = before.map((p) => ({ topic: 'stalled', partition: p.partition, target: [(p.replicas[0]! + 1) % 3] }));
+      // Stored as broker 0 (registered all along), which never writes its requests.
+      const res = await store.plans.store(moves, 0, [{ topic: 'stalled', ...topics.topicGuard('stalled')! }], 0);
+      expect('plan' in res).toBe(true);
+      await cluster().waitFor(
+        'the plan carried out',
+        async () => {
+          const now = (await cluster().status()).partitions.filter((p) => p.topic === 'stalled');
+          const left = await withAdmin((c) => c.json<{ count: number }>('REASSIGNMENTS', { topic: 'stalled' }));
+          return left.count === 0 && moves.every((m) => now.find((p) => p.partition === m.partition)?.replicas.join() === m.target.join());
+        },
+        60_000,
+      );
+      expect(store.plans.list()).toEqual([]);
+    } finally {
+      await store.close().catch(() => {});
+      await topics.close().catch(() => {});
+    }
+  }, 120_000);
 
   it('DRAIN_BROKER over several transactions: the answering broker dies part-way; every partition or none leaves the drained broker', async () => {
     await create('drained', 200, 1);
