@@ -19,7 +19,7 @@ import { EventEmitter } from 'node:events';
 import type { Etcd3, IKeyValue } from 'etcd3';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { withMetadataErrors } from './etcd-client.js';
-import { type GuardedPut, MAX_TXN_OPS, type PlanConflict, type ReassignmentRequest } from './reassignment.js';
+import type { GuardedPut, PlanConflict, ReassignmentRequest } from './reassignment.js';
 import { type Versioned, WatchedPrefix } from './watched-prefix.js';
 
 export interface PlanMove {
@@ -46,6 +46,12 @@ export interface ReassignmentPlan {
   /** The broker that stored it (the controller leaves it to that broker while it is registered and at work). */
   broker: number;
 }
+
+/**
+ * etcd's default --max-txn-ops: it refuses a transaction with more compares, or more operations in either
+ * branch, than this. So a reassignment is stored as one plan key, then expanded.
+ */
+export const MAX_TXN_OPS = 128;
 
 /** Requests per expansion transaction: each takes a compare and a put, its topic a compare, the plan one more of each. */
 const EXPAND_CHUNK = 60;

@@ -48,11 +48,7 @@ export interface ReassignmentEntry extends Versioned<ReassignmentRequest> {
   partition: number;
 }
 
-/**
- * etcd's default --max-txn-ops: it refuses a transaction with more compares, or more operations in either
- * branch, than this. So a reassignment is stored as one plan key, then expanded (reassignment-plans.ts).
- */
-export const MAX_TXN_OPS = 128;
+export { MAX_TXN_OPS } from './reassignment-plans.js';
 
 /** An etcd key a transaction requires to be the one checked: created at `createRevision` (so neither deleted nor re-created). */
 export interface KeyGuard {
