@@ -108,6 +108,31 @@ describe('large admin operations: all or nothing across a crash', () => {
     }
   }, 120_000);
 
+  it('REASSIGN_CANCEL while a plan is stored and not yet written cancels its moves too: none is carried out later', async () => {
+    await create('cancelled', 2, 1);
+    const before = (await cluster().status()).partitions.filter((p) => p.topic === 'cancelled');
+    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
+    const store = new ReassignmentStore({ etcd, prefix: cluster().prefix });
+    const topics = new EtcdMetadataStore({ etcd, prefix: cluster().prefix });
+    try {
+      await store.open();
+      await topics.open();
+      const moves = before.map((p) => ({ topic: 'cancelled', partition: p.partition, target: [(p.replicas[0]! + 1) % 3] }));
+      // Stored as broker 0 (registered all along), which never writes its requests: the cancel comes first.
+      const res = await store.plans.store(moves, 0, [{ topic: 'cancelled', ...topics.topicGuard('cancelled')! }], 0);
+      expect('plan' in res).toBe(true);
+      const answer = await withAdmin((c) => c.command('REASSIGN_CANCEL', { topic: 'cancelled' }));
+      expect(answer).toMatch(/count=2/);
+      const s = await untilQuiet(['cancelled']);
+      const after = s.partitions.filter((p) => p.topic === 'cancelled');
+      expect(after.map((p) => `${p.partition}:${p.replicas.join()}`).sort()).toEqual(before.map((p) => `${p.partition}:${p.replicas.join()}`).sort());
+      expect(store.plans.list()).toEqual([]);
+    } finally {
+      await store.close().catch(() => {});
+      await topics.close().catch(() => {});
+    }
+  }, 120_000);
+
   it('DRAIN_BROKER over several transactions: the answering broker dies part-way; every partition or none leaves the drained broker', async () => {
     await create('drained', 200, 1);
     const before = (await cluster().status()).partitions.filter((p) => p.replicas.includes(2));

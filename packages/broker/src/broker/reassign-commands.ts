@@ -150,19 +150,27 @@ async function reassign(b: BrokerContext, _c: ConnectionContext, p: Params): Pro
   return formatOk({ partitions: moves.map((x) => `${x.topic}[${x.partition}]`).join(','), count: moves.length, throttle });
 }
 
-/** The requests a cancel or throttle change applies to: one topic, one partition of it, or all. */
-function selected(b: BrokerContext, node: ClusterNode, p: Params) {
+/**
+ * The requests a cancel or throttle change applies to: one topic, one partition of it, or all. A stored
+ * plan with moves of them not written yet (its broker died, or is still writing it) is finished first, so
+ * none of its moves is written after the change and escapes it (the expansion is safe on any broker).
+ */
+async function selected(b: BrokerContext, node: ClusterNode, p: Params) {
   const topic = p.str('topic', { maxLength: 100_000 });
   const partition = p.int('partition', { min: 0, max: 1_000_000 });
   if (partition !== undefined && topic === undefined) throw invalidParam('partition', 'needs topic');
   if (topic !== undefined) b.topics.get(topic);
+  const mine = (m: { topic: string; partition: number }) => (topic === undefined || m.topic === topic) && (partition === undefined || m.partition === partition);
+  for (const e of node.reassignments.plans.list()) {
+    if (e.value.moves.slice(e.value.expanded).some(mine)) await node.reassignments.plans.expand(e.value.id);
+  }
   return node.reassignments.list(topic).filter((e) => partition === undefined || e.partition === partition);
 }
 
 /** REASSIGN_CANCEL [topic=T [partition=N]]: back to the original replicas (nothing if none in progress). */
 async function cancel(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const node = cluster(b, 'REASSIGN_CANCEL');
-  const entries = selected(b, node, p);
+  const entries = await selected(b, node, p);
   if (entries.length === 0) throw new TributaryError('no_reassignment', { ...(p.str('topic') ? { topic: p.str('topic')! } : {}) });
   const done: string[] = [];
   for (const first of entries) {
@@ -183,7 +191,7 @@ async function cancel(b: BrokerContext, _c: ConnectionContext, p: Params): Promi
 async function setThrottle(b: BrokerContext, _c: ConnectionContext, p: Params): Promise<Reply> {
   const node = cluster(b, 'REASSIGN_THROTTLE');
   const throttle = p.reqInt('throttle', { min: 0, max: MAX_THROTTLE });
-  const entries = selected(b, node, p);
+  const entries = await selected(b, node, p);
   if (entries.length === 0) throw new TributaryError('no_reassignment', {});
   let n = 0;
   for (const e of entries) if (!e.value.cancel && (await node.reassignments.update(e.topic, e.partition, e.modRevision, { ...e.value, throttle }))) n++;
