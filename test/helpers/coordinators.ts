@@ -231,3 +231,41 @@ export async function joinAlone(f: Pick<CoordinatorsFixture, 'gc' | 'clock'>, re
   const j = await joined;
   return f.gc.sync({ topic: req.topic, group: req.group, member: j.memberId, generation: j.generation });
 }
+
+/**
+ * Group `g` on partition 0 of `topic` in a fixture: a member that joins alone, its commit, and FETCH_OFFSET's
+ * answer or the error code it refuses with.
+ */
+export function groupOnPartition0(f: Pick<CoordinatorsFixture, 'gc' | 'clock'>, topic: string) {
+  return {
+    member: (id: string) => joinAlone(f, { topic, group: 'g', member: id, host: '127.0.0.1' }),
+    commit: (v: MemberView, offset: number) => f.gc.commit({ topic, group: 'g', member: v.memberId, generation: v.generation, entries: [{ partition: 0, offset }] }),
+    fetched(): number | string {
+      try {
+        return f.gc.fetchOffset('g', topic, 0).offset;
+      } catch (err) {
+        return (err as TributaryError).code;
+      }
+    },
+  };
+}
+
+/**
+ * Before each test: coordinators on a fresh directory and a fake clock, handed to `use` (with `opts` as
+ * openCoordinators takes them, `topics` included); after each: closed and the directory removed.
+ */
+export function eachWithCoordinators(prefix: string, opts: Parameters<typeof openCoordinators>[2], use: (c: Coordinators) => void): void {
+  let dir: string | undefined;
+  let c: Coordinators | undefined;
+  beforeEach(async () => {
+    dir = await tempDir(prefix);
+    c = await openCoordinators(dir, new FakeClock(), opts);
+    use(c);
+  });
+  afterEach(async () => {
+    await c?.close();
+    if (dir) await removeDir(dir);
+    c = undefined;
+    dir = undefined;
+  });
+}

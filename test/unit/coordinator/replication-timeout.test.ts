@@ -7,11 +7,10 @@
  * change of leader could still lose it). A write refused before the append (not leader) stays not written.
  */
 import { afterEach, beforeEach, expect, it } from 'vitest';
-import type { MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
 import { LogOffsetStore, OFFSETS_TOPIC } from 'tributary-broker/coordinator/group-log.js';
 import { replicatedAppend } from 'tributary-broker/partition/internal-log.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { joinAlone, useCoordinators } from '../../helpers/coordinators.js';
+import { groupOnPartition0, useCoordinators } from '../../helpers/coordinators.js';
 import { expectError, until } from '../../helpers/util.js';
 
 const TOPIC = 't';
@@ -51,17 +50,7 @@ const f = useCoordinators(
   },
 );
 
-const commit = (v: MemberView, offset: number) => f.gc.commit({ topic: TOPIC, group: 'g', member: v.memberId, generation: v.generation, entries: [{ partition: 0, offset }] });
-const member = (id: string) => joinAlone(f, { topic: TOPIC, group: 'g', member: id, host: '127.0.0.1' });
-
-/** FETCH_OFFSET's answer, or the error code it refuses with. */
-function fetched(): number | string {
-  try {
-    return f.gc.fetchOffset('g', TOPIC, 0).offset;
-  } catch (err) {
-    return (err as TributaryError).code;
-  }
-}
+const { member, commit, fetched } = groupOnPartition0(f, TOPIC);
 
 /** What a replay of the log (a coordinator taking the partition over) finds committed. */
 async function replayed(): Promise<number | undefined> {

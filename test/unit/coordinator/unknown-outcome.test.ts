@@ -5,26 +5,15 @@
  * may hold the new one, nor a stale one after a later commit the store accepted.
  */
 import { expect, it } from 'vitest';
-import type { MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
-import { GROUP_CONFIG, joinAlone, useCoordinators } from '../../helpers/coordinators.js';
+import { GROUP_CONFIG, groupOnPartition0, useCoordinators } from '../../helpers/coordinators.js';
 import { expectError, until } from '../../helpers/util.js';
 
 const TOPIC = 't';
 
 const f = useCoordinators('trib-unknown-outcome-', { [TOPIC]: 1 });
 
-const commit = (v: MemberView, offset: number) => f.gc.commit({ topic: TOPIC, group: 'g', member: v.memberId, generation: v.generation, entries: [{ partition: 0, offset }] });
-const member = (id: string) => joinAlone(f, { topic: TOPIC, group: 'g', member: id, host: '127.0.0.1' });
-
-/** FETCH_OFFSET's answer, or the error code it refuses with. */
-function fetched(): number | string {
-  try {
-    return f.gc.fetchOffset('g', TOPIC, 0).offset;
-  } catch (err) {
-    return (err as TributaryError).code;
-  }
-}
+const { member, commit, fetched } = groupOnPartition0(f, TOPIC);
 
 for (const fault of ['written', 'lost'] as const) {
   it(`after a commit whose outcome is unknown (${fault}), FETCH_OFFSET answers only what the store holds`, async () => {

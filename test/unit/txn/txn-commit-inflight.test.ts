@@ -5,21 +5,19 @@
  * "Transaction coordinator"). Both ports: TXN_PUBLISH and the Kafka port's transactional Produce. Real
  * partitions, appends held and failed on demand, a fake clock.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Isolation } from 'tributary-broker/partition/partition.js';
 import type { TransactionCoordinator } from 'tributary-broker/txn/txn-coordinator.js';
 import type { TxnTargets } from 'tributary-broker/txn/txn-targets.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { RecordAttr } from 'tributary-protocol/record.js';
-import { type Coordinators, openCoordinators } from '../../helpers/coordinators.js';
-import { FakeClock } from '../../helpers/fake-clock.js';
-import { expectError, rec, removeDir, tempDir } from '../../helpers/util.js';
+import { type Coordinators, eachWithCoordinators } from '../../helpers/coordinators.js';
+import { expectError, rec, } from '../../helpers/util.js';
 
 const TOPIC = 'data';
 const RC = { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_committed' as Isolation };
 const RU = { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_uncommitted' as Isolation };
 
-let dir: string;
 let c: Coordinators;
 let txns: TransactionCoordinator;
 
@@ -59,16 +57,10 @@ function heldAppends(local: TxnTargets): TxnTargets {
   });
 }
 
-beforeEach(async () => {
-  dir = await tempDir('trib-txn-inflight-');
+eachWithCoordinators('trib-txn-inflight-', { topics: { [TOPIC]: 2 }, targets: heldAppends }, (x) => {
   holdNext = undefined;
-  c = await openCoordinators(dir, new FakeClock(), { topics: { [TOPIC]: 2 }, targets: heldAppends });
-  txns = c.txns;
-});
-
-afterEach(async () => {
-  await c.close();
-  await removeDir(dir);
+  c = x;
+  txns = x.txns;
 });
 
 const part = (p: number) => c.topics.get(TOPIC).partition(p);

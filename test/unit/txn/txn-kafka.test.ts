@@ -4,12 +4,12 @@
  * deduplicated by the partition, CONCURRENT_TRANSACTIONS while a transaction is being finished, and an end
  * that waits for an append it let start. Real partitions in a temporary directory, a fake clock.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import type { Isolation } from 'tributary-broker/partition/partition.js';
 import type { TransactionCoordinator } from 'tributary-broker/txn/txn-coordinator.js';
 import { ConcurrentTransactionsError } from 'tributary-broker/txn/txn-kafka.js';
 import type { TxnTargets } from 'tributary-broker/txn/txn-targets.js';
-import { type Coordinators, openCoordinators } from '../../helpers/coordinators.js';
+import { type Coordinators, eachWithCoordinators, openCoordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { expectError, rec, removeDir, tempDir, until } from '../../helpers/util.js';
 
@@ -17,19 +17,12 @@ const TOPIC = 'data';
 const RC = { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_committed' as Isolation };
 const RU = { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_uncommitted' as Isolation };
 
-let dir: string;
 let c: Coordinators;
 let txns: TransactionCoordinator;
 
-beforeEach(async () => {
-  dir = await tempDir('trib-txn-kafka-');
-  c = await openCoordinators(dir, new FakeClock(), { topics: { [TOPIC]: 2 } });
-  txns = c.txns;
-});
-
-afterEach(async () => {
-  await c.close();
-  await removeDir(dir);
+eachWithCoordinators('trib-txn-kafka-', { topics: { [TOPIC]: 2 } }, (x) => {
+  c = x;
+  txns = x.txns;
 });
 
 const part = (p: number) => c.topics.get(TOPIC).partition(p);
@@ -110,9 +103,8 @@ describe('Kafka transactions on the coordinator', () => {
   });
 
   it('while a decided transaction waits to be finished again, AddPartitionsToTxn and AddOffsetsToTxn are CONCURRENT_TRANSACTIONS', async () => {
-    await c.close();
-    await removeDir(dir);
-    dir = await tempDir('trib-txn-kafka-');
+    // Coordinators of their own, whose markers fail once (the set each test gets is closed after it).
+    const dir = await tempDir('trib-txn-kafka-');
     const clock = new FakeClock();
     let failMarkers = 1;
     c = await openCoordinators(dir, clock, {
@@ -123,6 +115,10 @@ describe('Kafka transactions on the coordinator', () => {
         }),
     });
     txns = c.txns;
+    onTestFinished(async () => {
+      await c.close();
+      await removeDir(dir);
+    });
     const { producerId, epoch } = await txns.initProducerId('k-4', 60_000);
     await txns.kafka.addPartitions('k-4', producerId, epoch, [{ topic: TOPIC, partition: 0 }]);
     await produce('k-4', producerId, epoch, 0, 'r', 0);
