@@ -66,6 +66,29 @@ describe('large admin operations: all or nothing across a crash', () => {
     );
   }
 
+  /**
+   * Stores a plan moving every partition of `topic` (one replica) to the next broker, as broker 0 (registered
+   * all along), which never writes its requests; then runs `fn` with the request store and the partitions'
+   * replicas before.
+   */
+  async function withPlanLeftBy0(topic: string, fn: (store: ReassignmentStore, moves: Array<{ partition: number; target: number[] }>, before: ClusterStatus['partitions']) => Promise<void>): Promise<void> {
+    const before = (await cluster().status()).partitions.filter((p) => p.topic === topic);
+    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
+    const store = new ReassignmentStore({ etcd, prefix: cluster().prefix });
+    const topics = new EtcdMetadataStore({ etcd, prefix: cluster().prefix });
+    try {
+      await store.open();
+      await topics.open();
+      const moves = before.map((p) => ({ topic, partition: p.partition, target: [(p.replicas[0]! + 1) % 3] }));
+      const res = await store.plans.store(moves, 0, [{ topic, ...topics.topicGuard(topic)! }], 0);
+      expect('plan' in res).toBe(true);
+      await fn(store, moves, before);
+    } finally {
+      await store.close().catch(() => {});
+      await topics.close().catch(() => {});
+    }
+  }
+
   it('ALTER_REPLICATION_FACTOR of 200 partitions: the answering broker dies part-way; every partition and the definition end at one factor', async () => {
     const n = 200;
     await create('wide', n, 2);
@@ -81,17 +104,7 @@ describe('large admin operations: all or nothing across a crash', () => {
 
   it('a plan its broker stored and left unwritten while still registered (etcd lost meanwhile) is carried out by the controller', async () => {
     await create('stalled', 2, 1);
-    const before = (await cluster().status()).partitions.filter((p) => p.topic === 'stalled');
-    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
-    const store = new ReassignmentStore({ etcd, prefix: cluster().prefix });
-    const topics = new EtcdMetadataStore({ etcd, prefix: cluster().prefix });
-    try {
-      await store.open();
-      await topics.open();
-      const moves = before.map((p) => ({ topic: 'stalled', partition: p.partition, target: [(p.replicas[0]! + 1) % 3] }));
-      // Stored as broker 0 (registered all along), which never writes its requests.
-      const res = await store.plans.store(moves, 0, [{ topic: 'stalled', ...topics.topicGuard('stalled')! }], 0);
-      expect('plan' in res).toBe(true);
+    await withPlanLeftBy0('stalled', async (store, moves) => {
       await cluster().waitFor(
         'the plan carried out',
         async () => {
@@ -102,35 +115,20 @@ describe('large admin operations: all or nothing across a crash', () => {
         60_000,
       );
       expect(store.plans.list()).toEqual([]);
-    } finally {
-      await store.close().catch(() => {});
-      await topics.close().catch(() => {});
-    }
+    });
   }, 120_000);
 
   it('REASSIGN_CANCEL while a plan is stored and not yet written cancels its moves too: none is carried out later', async () => {
     await create('cancelled', 2, 1);
-    const before = (await cluster().status()).partitions.filter((p) => p.topic === 'cancelled');
-    const etcd = { endpoints: cluster().etcd.endpoints, requestTimeoutMs: REQUEST_TIMEOUT_MS };
-    const store = new ReassignmentStore({ etcd, prefix: cluster().prefix });
-    const topics = new EtcdMetadataStore({ etcd, prefix: cluster().prefix });
-    try {
-      await store.open();
-      await topics.open();
-      const moves = before.map((p) => ({ topic: 'cancelled', partition: p.partition, target: [(p.replicas[0]! + 1) % 3] }));
-      // Stored as broker 0 (registered all along), which never writes its requests: the cancel comes first.
-      const res = await store.plans.store(moves, 0, [{ topic: 'cancelled', ...topics.topicGuard('cancelled')! }], 0);
-      expect('plan' in res).toBe(true);
+    // The cancel comes before any of the plan's requests is written.
+    await withPlanLeftBy0('cancelled', async (store, _moves, before) => {
       const answer = await withAdmin((c) => c.command('REASSIGN_CANCEL', { topic: 'cancelled' }));
       expect(answer).toMatch(/count=2/);
       const s = await untilQuiet(['cancelled']);
       const after = s.partitions.filter((p) => p.topic === 'cancelled');
       expect(after.map((p) => `${p.partition}:${p.replicas.join()}`).sort()).toEqual(before.map((p) => `${p.partition}:${p.replicas.join()}`).sort());
       expect(store.plans.list()).toEqual([]);
-    } finally {
-      await store.close().catch(() => {});
-      await topics.close().catch(() => {});
-    }
+    });
   }, 120_000);
 
   it('DRAIN_BROKER over several transactions: the answering broker dies part-way; every partition or none leaves the drained broker', async () => {
