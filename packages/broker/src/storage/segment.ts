@@ -186,6 +186,9 @@ export class Segment implements FdHolder {
     this.index.truncateToOffset(offset);
     this.maxTimestamp = cut.maxTimestamp;
     if (cut.tmpIndex !== null) this.indexState = 'written';
+    // Bumped again now the size is cut: a scan or read that began during the cut took the version above
+    // with the old size, and may meet the records appended after the cut; it must see a race, not damage.
+    this.version++;
   }
 
   /** Runs `fn` with the open handle; the handle is not released while any caller uses it. */
