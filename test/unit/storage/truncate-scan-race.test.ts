@@ -23,7 +23,12 @@ afterEach(async () => {
   await removeDir(dir);
 });
 
-it('a compaction that scans a segment while a truncation cuts it and appends follow gives up quietly', async () => {
+/**
+ * Holds a compaction's scan of the segment a truncation cuts until the truncation has taken that segment's
+ * version and not yet its size. `duringCut`: the scan then runs while the cut is under way (the file cut, its
+ * size not yet); else after the cut and the appends that follow it.
+ */
+async function scanDuringCut(duringCut: boolean): Promise<void> {
   const l = await PartitionLog.open(join(dir, 'l'), { flush: 'always', segmentBytes: 600, indexIntervalBytes: 64, tailCacheBytes: 0, cleanupPolicy: 'compact' });
   log = l;
   for (let i = 0; i < 60; i++) await l.append([{ key: Buffer.from(`k${i % 5}`), value: Buffer.from(`v${i}-${'x'.repeat(i % 7)}`), timestamp: T0 + i }]);
@@ -72,6 +77,16 @@ it('a compaction that scans a segment while a truncation cuts it and appends fol
       inCut = true;
       pass2Go.resolve();
       await keptScanStarted.p;
+      if (duringCut) {
+        // The file is cut; the compaction's scan runs to its end before the truncation goes on.
+        const cut = async (fh: Parameters<typeof fn>[0]) => {
+          const r = await fn(fh);
+          keptScanGo.resolve();
+          await compacting;
+          return r;
+        };
+        return withHandle.call(this, cut as never) as never;
+      }
     }
     return withHandle.call(this, fn as never) as never;
   });
@@ -92,4 +107,12 @@ it('a compaction that scans a segment while a truncation cuts it and appends fol
   await l.compact({ now: T0 + 1000, tombstoneRetentionMs: 0 });
   const got = await l.read(cutAt, { maxRecords: 100, maxBytes: 1 << 20 });
   expect(got.map((r) => r.key?.toString())).toEqual(Array.from({ length: 12 }, (_, i) => `n${i}`));
+}
+
+it('a compaction that scans a segment while a truncation cuts it and appends follow gives up quietly', async () => {
+  await scanDuringCut(false);
+});
+
+it('a compaction that scans a segment while a truncation is cutting its file gives up quietly', async () => {
+  await scanDuringCut(true);
 });
