@@ -223,17 +223,20 @@ export class LogCleaner {
   /** scanRecords over a segment that compaction reads; a segment removed or cut meanwhile aborts the compaction. */
   private async scanForCompaction(seg: Segment, from: number, end: number, onRecord: (r: RecordInfo, rec: LogRecord) => boolean): Promise<number> {
     const version = seg.version;
+    const truncations = this.st.truncations;
+    // A truncation under way may have cut the file without its version and size changed yet.
+    const raced = () => seg.deleted || seg.version !== version || this.st.state !== 'open' || this.st.truncatedSince(truncations);
     let out: ScanOutcome;
     try {
       // Stops early once the log starts closing, so close() does not wait for a whole pass.
       out = await seg.scanRecords(from, end, (r, rec) => this.st.state === 'open' && onRecord(r, rec));
     } catch (err) {
-      if (seg.deleted || seg.version !== version || this.st.state !== 'open') throw new CompactionAborted();
+      if (raced()) throw new CompactionAborted();
       throw err;
     }
     if (this.st.state !== 'open') throw new CompactionAborted();
     if (out.failure !== null) {
-      if (seg.deleted || seg.version !== version || this.st.state !== 'open') throw new CompactionAborted();
+      if (raced()) throw new CompactionAborted();
       throw storageError(this.st.dir, `corrupt record in segment ${seg.baseOffset} at position ${out.position}`);
     }
     return out.position;

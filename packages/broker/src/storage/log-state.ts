@@ -23,7 +23,10 @@ export class LogState {
   readonly cache: TailCache;
   failed: Error | null = null;
   state: 'open' | 'closing' | 'closed' = 'open';
-  /** Bumped by truncateTo: a compaction planned before it may drop what became the latest record. */
+  /**
+   * Bumped by truncateTo as it starts and as it ends changing the files (odd while it does): a compaction
+   * planned before it may drop what became the latest record.
+   */
   truncations = 0;
   /**
    * Writes the files the log's owner keeps beside the segments (a Partition: its empty snapshots) when a
@@ -68,6 +71,14 @@ export class LogState {
     this.failures ??= new RateLimitedLog(() => this.logger);
     this.failures.warn(kind, { dir: this.dir, reason: err.fields.reason }, msg);
     return err;
+  }
+
+  /**
+   * A read or scan that took `truncations` (this.truncations as it began) and met a bad record raced a
+   * truncation, which cut, removed or rewrote what it read, if one ran meanwhile or was under way then.
+   */
+  truncatedSince(truncations: number): boolean {
+    return this.truncations !== truncations || truncations % 2 === 1;
   }
 
   get active(): Segment {

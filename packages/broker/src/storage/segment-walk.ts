@@ -153,6 +153,7 @@ export async function walkLog<T extends { ok: true; size: number }>(
     const seg = st.segmentFor(next);
     if (!seg || seg.deleted) return policy === 'strict' ? 'raced' : 'failed';
     const version = seg.version;
+    const truncations = st.truncations;
     // Read together (appends update both at once): the records below segNext all lie before `end`.
     const end = seg.size;
     const segNext = seg.nextOffset;
@@ -168,7 +169,7 @@ export async function walkLog<T extends { ok: true; size: number }>(
     if (out.failure !== null) {
       if (policy === 'lenient') return 'failed';
       // A file the walk met short, or one removed, cut or replaced meanwhile, is a race, not damage.
-      if (out.failure !== 'short' && !seg.deleted && seg.version === version) {
+      if (out.failure !== 'short' && !seg.deleted && seg.version === version && !st.truncatedSince(truncations)) {
         if (out.failure === 'unreadable') throw st.reported('read', storageError(st.dir, 'read failed', out.error));
         throw st.reported('read', storageError(st.dir, `corrupt record in segment ${seg.baseOffset} at position ${out.position}`));
       }
