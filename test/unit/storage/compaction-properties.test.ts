@@ -89,6 +89,8 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
 
 class Model {
   recs: Rec[] = [];
+  /** The first offset of each append. */
+  starts: number[] = [];
   passes: Pass[] = [];
   hwm = 0;
   step = 0;
@@ -183,14 +185,22 @@ async function append(log: PartitionLog, m: Model, batch: Array<{ key: string | 
   const input = batch.map((b) => ({ key: b.key === null ? null : Buffer.from(b.key), value: Buffer.from(b.tomb ? '' : `v${m.recs.length}-${'x'.repeat(b.pad)}`), timestamp: ts }));
   const res = await log.append(input);
   expect(res.baseOffset, 'base offset').toBe(m.recs.length);
+  m.starts.push(res.baseOffset);
   for (const i of input) m.recs.push({ offset: m.recs.length, key: i.key === null ? null : i.key.toString(), value: i.value.toString(), ts });
 }
 
-/** Truncates the log to an offset between its HWM and its end (a follower dropping what its leader lacks). */
+/**
+ * Truncates the log to the start of an append between its HWM and its end, as a follower drops what its
+ * leader lacks (at an epoch's start or the leader's end, both between appends). A cut inside an append
+ * leaves its first records without the end-of-append bit, and the next open cuts them (left out here).
+ */
 async function truncate(log: PartitionLog, m: Model, frac: number): Promise<void> {
-  const to = m.hwm + Math.floor(frac * (m.recs.length - m.hwm));
+  const at = m.starts.filter((o) => o >= m.hwm);
+  if (at.length === 0) return;
+  const to = at[Math.min(at.length - 1, Math.floor(frac * at.length))]!;
   await log.truncateTo(to);
   m.recs.length = to;
+  m.starts = m.starts.filter((o) => o < to);
 }
 
 async function runOps(flush: 'always' | 'os', ops: Op[]): Promise<void> {
