@@ -117,6 +117,22 @@ describe('reads of the segment files meeting a race or damage', () => {
     }
   });
 
+  it('a log released and written again still reports a flipped byte as damage, not as a race with a truncation', async () => {
+    const log = await filled('p');
+    await log.release();
+    for (let i = 0; i < 30; i++) await log.append([rec(`again-${i}-${'x'.repeat(100)}`)]);
+    log.setHighWatermark(log.logEndOffset);
+    const seg = log.segmentInfos()[1]!;
+    const fh = await open(join(root, 'p', `${String(seg.baseOffset).padStart(20, '0')}.log`), 'r+');
+    const b = Buffer.alloc(1);
+    await fh.read(b, 0, 1, 20);
+    b[0]! ^= 1;
+    await fh.write(b, 0, 1, 20);
+    await fh.close();
+    const corrupt = `storage_error corrupt record in segment ${seg.baseOffset} at position 0`;
+    expect(await readOnce(log, 'read', seg.baseOffset)).toBe(corrupt);
+  });
+
   it('a failed read of a current segment: storage_error', async () => {
     const log = await filled('p');
     vi.spyOn(Segment.prototype, 'read').mockRejectedValue(new Error('EIO: i/o error, read'));

@@ -503,7 +503,8 @@ export class PartitionLog {
       }
       // The files are gone (durably, as far as the flush mode syncs anything): the log is empty at 0.
       // Nothing below throws, so the log is never left half released.
-      this.st.truncations++;
+      // By two: an odd count says a truncation is under way (LogState.truncatedSince), which this is not now.
+      this.st.truncations += 2;
       const segments = this.st.segments.splice(0);
       this.sync.forgetAll();
       for (const s of segments) {
