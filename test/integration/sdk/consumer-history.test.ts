@@ -1,0 +1,213 @@
+/**
+ * A Jepsen-style history check of the consumer group against a real broker: three members join and
+ * leave one after another while run() handles a keyed topic, and every handler call is recorded with its
+ * member, generation, partition and offset (start, end, outcome), and every acknowledged commit with its
+ * member. Over that history (docs/sdk.md, "Rebalancing", "Offsets", "Concurrency"):
+ *  - no poll-skip: a commit of offset O of a partition comes after every record below O was handled;
+ *  - fencing: two members never run handlers of the same partition at the same time;
+ *  - at least once, exactly once on clean hand-overs: every record is handled, and one handled (its handler
+ *    returned before its partition was revoked) is never handled again by anyone;
+ *  - the group's final committed offsets are the ends.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { parseLine } from 'tributary-protocol/command.js';
+import { type ConsumedMessage, Consumer, type ConsumerOptions, type RunOptions } from 'tributary-client/consumer.js';
+import { Producer } from 'tributary-client/producer.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
+import { sleep, until } from '../../helpers/util.js';
+
+const PARTITIONS = 4;
+const RECORDS = 600;
+
+interface Call {
+  member: string;
+  generation: number;
+  partition: number;
+  offset: number;
+  start: number;
+  end: number;
+  ok: boolean;
+  /** The partition's signal was aborted when the handler returned (revoked or closed meanwhile). */
+  late: boolean;
+  /** The partition installation: member and local assignment generation. */
+  inst: string;
+}
+interface CommitEvent {
+  member: string;
+  generation: number;
+  partition: number;
+  offset: number;
+  at: number;
+}
+
+type Variant = Pick<RunOptions, 'concurrency'> & { batch?: boolean; options?: Partial<ConsumerOptions>; failEvery?: number };
+
+describe('consumer group history', () => {
+  let broker: BrokerProcess;
+  let admin: Connection;
+  let seq = 0;
+  const consumers: Consumer[] = [];
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '2', '--group-join-window-ms', '20'] });
+    admin = await broker.connect();
+  });
+
+  afterEach(async () => {
+    await Promise.all(consumers.splice(0).map((c) => c.close()));
+  });
+
+  afterAll(async () => {
+    await admin?.close();
+    await broker?.dispose();
+  });
+
+  async function keyedTopic(): Promise<{ topic: string; ends: number[] }> {
+    const topic = `hist-${++seq}`;
+    await admin.command('CREATE', { topic, partitions: PARTITIONS });
+    const producer = new Producer({ brokers: [broker.address], lingerMs: 2 });
+    try {
+      const metas = await producer.send({ topic, messages: Array.from({ length: RECORDS }, (_, i) => ({ key: `key-${i % 7}`, value: `r${i}` })) });
+      const ends = Array.from({ length: PARTITIONS }, (_, p) => Math.max(0, ...metas.filter((m) => m.partition === p).map((m) => m.offset + 1)));
+      return { topic, ends };
+    } finally {
+      await producer.close();
+    }
+  }
+
+  async function committed(topic: string, group: string): Promise<number[]> {
+    const out: number[] = [];
+    for (let p = 0; p < PARTITIONS; p++) {
+      const r = parseLine(await admin.command('FETCH_OFFSET', { topic, group, partition: p })).params;
+      out.push(r.get('committed') === 'true' ? Number(r.get('offset')) : -1);
+    }
+    return out;
+  }
+
+  async function history(v: Variant): Promise<{ calls: Call[]; commits: CommitEvent[]; ends: number[]; final: number[] }> {
+    const { topic, ends } = await keyedTopic();
+    const group = `g-${topic}`;
+    const calls: Call[] = [];
+    const commits: CommitEvent[] = [];
+    const failed = new Set<string>();
+    const handled = new Set<string>();
+    const t0 = performance.now();
+    const now = () => performance.now() - t0;
+
+    const member = (name: string) => {
+      const c = new Consumer({
+        brokers: [broker.address],
+        groupId: group,
+        topic,
+        clientId: name,
+        autoOffsetReset: 'earliest',
+        sessionTimeoutMs: 6000,
+        heartbeatIntervalMs: 200,
+        maxWaitMs: 100,
+        maxBatchRecords: 20,
+        autoCommitIntervalMs: 30,
+        retry: { initialDelayMs: 5, maxDelayMs: 100 },
+        ...v.options,
+      });
+      consumers.push(c);
+      c.on('commit', (e) => {
+        for (const o of e.offsets) commits.push({ member: name, generation: e.generation, ...o, at: now() });
+      });
+      const handle = async (m: ConsumedMessage, signal: AbortSignal) => {
+        const call: Call = { member: name, generation: c.generation, partition: m.partition, offset: m.offset, start: now(), end: -1, ok: false, late: false, inst: `${name}/${m.assignmentGeneration}` };
+        calls.push(call);
+        try {
+          await sleep(Math.floor(Math.random() * 4));
+          const id = `${m.partition}:${m.offset}`;
+          if (v.failEvery && m.offset % v.failEvery === 3 && !failed.has(id)) {
+            failed.add(id);
+            throw new Error(`planned failure at ${id}`);
+          }
+          call.ok = true;
+          handled.add(id);
+        } finally {
+          call.end = now();
+          call.late = signal.aborted;
+        }
+      };
+      const run = v.batch
+        ? c.run({
+            eachBatch: async ({ messages, resolveOffset, signal }) => {
+              for (const m of messages) {
+                if (signal.aborted) return;
+                await handle(m, signal);
+                resolveOffset(m.offset);
+              }
+            },
+          })
+        : c.run({ concurrency: v.concurrency, eachMessage: ({ message, signal }) => handle(message, signal) });
+      run.catch(() => {});
+      return { c, run };
+    };
+    const total = ends.reduce((a, b) => a + b, 0);
+    const handledAtLeast = (n: number) => until(() => handled.size >= n, 60_000, `${n} records handled`, 5);
+
+    const a = member('a');
+    await handledAtLeast(total / 6);
+    const b = member('b');
+    await handledAtLeast((2 * total) / 6);
+    const c = member('c');
+    await handledAtLeast((3 * total) / 6);
+    await a.c.close();
+    await handledAtLeast((4 * total) / 6);
+    await b.c.close();
+    await until(async () => (await committed(topic, group)).every((o, p) => o === (ends[p] === 0 ? -1 : ends[p])), 60_000, 'the group committed the ends', 50);
+    await c.c.close();
+    return { calls, commits, ends, final: await committed(topic, group) };
+  }
+
+  function check(h: { calls: Call[]; commits: CommitEvent[]; ends: number[]; final: number[] }): void {
+    const violations: string[] = [];
+    // No poll-skip: a commit past an offset comes after a handler of it returned ok.
+    const firstOk = new Map<string, number>();
+    for (const call of h.calls) {
+      const id = `${call.partition}:${call.offset}`;
+      if (call.ok && (firstOk.get(id) ?? Number.POSITIVE_INFINITY) > call.end) firstOk.set(id, call.end);
+    }
+    for (const cm of h.commits) {
+      for (let o = 0; o < cm.offset; o++) {
+        const done = firstOk.get(`${cm.partition}:${o}`);
+        if (done === undefined || done > cm.at) violations.push(`${cm.member} committed ${cm.partition}:${cm.offset} (gen ${cm.generation}) before ${o} was handled`);
+      }
+    }
+    // Fencing: handlers of one partition never overlap across members.
+    for (let p = 0; p < PARTITIONS; p++) {
+      const ps = h.calls.filter((c) => c.partition === p);
+      for (const x of ps) for (const y of ps) if (x.member < y.member && x.start < y.end && y.start < x.end) violations.push(`${p}: ${x.member}@${x.offset} (gen ${x.generation}) overlaps ${y.member}@${y.offset} (gen ${y.generation})`);
+    }
+    // At least once; and a record an installation handled in time, with every record below it handled in
+    // time by it or before it started (the contiguous prefix a revocation or close commits), is never
+    // delivered again.
+    for (let p = 0; p < PARTITIONS; p++) {
+      const inTime: Array<Call | undefined> = [];
+      for (let o = 0; o < h.ends[p]!; o++) {
+        const cs = h.calls.filter((c) => c.partition === p && c.offset === o && c.ok);
+        if (cs.length === 0) violations.push(`${p}:${o} never handled`);
+        const x = cs.find((c) => !c.late);
+        inTime.push(x);
+        if (!x) continue;
+        const first = Math.min(...h.calls.filter((c) => c.partition === p && c.inst === x.inst).map((c) => c.start));
+        const prefix = inTime.every((y) => y !== undefined && (y.inst === x.inst || y.end <= first));
+        const again = h.calls.find((c) => c.partition === p && c.offset === o && c !== x && c.start >= x.end);
+        if (prefix && again) violations.push(`${p}:${o} delivered again to ${again.inst} (gen ${again.generation}) after ${x.inst} (gen ${x.generation}) handled it and all below it`);
+      }
+    }
+    expect(violations.slice(0, 20)).toEqual([]);
+    expect(h.final).toEqual(h.ends.map((e) => (e === 0 ? -1 : e)));
+  }
+
+  it('eachMessage', async () => check(await history({})), 120_000);
+  it('eachMessage with failing handlers', async () => check(await history({ failEvery: 50 })), 120_000);
+  it('eachBatch with partitionsConsumedConcurrently', async () => check(await history({ batch: true, options: { partitionsConsumedConcurrently: 2 } })), 120_000);
+  it('eachBatch with failing handlers', async () => check(await history({ batch: true, failEvery: 50, options: { partitionsConsumedConcurrently: 3 } })), 120_000);
+  it('concurrency (key ordering)', async () => check(await history({ concurrency: { perPartition: 4 } })), 120_000);
+  it('concurrency with failing handlers', async () => check(await history({ concurrency: { perPartition: 4, ordering: 'none' }, failEvery: 50 })), 120_000);
+  it('stream mode', async () => check(await history({ options: { mode: 'stream' } })), 120_000);
+  it('stream mode with concurrency and failing handlers', async () => check(await history({ options: { mode: 'stream' }, concurrency: { perPartition: 4 }, failEvery: 50 })), 120_000);
+});
