@@ -182,7 +182,16 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
       const timer = setTimeout(() => deadline.abort(new TributaryError('request_timeout', { reason: 'close' })), Math.min(this.options.sessionTimeoutMs, 5000));
       try {
         // Also partitions a rebalance revoked while this close() cut its commit short: their handled records.
-        await this.committer.commitProcessed([...workers, ...this.membership.revokedAtClose], { final: true, signal: deadline.signal }).catch(() => {});
+        const processed = [...workers, ...this.membership.revokedAtClose];
+        await this.committer
+          .commitProcessed(processed, { final: true, signal: deadline.signal })
+          .catch(async (err: unknown) => {
+            // A generation this consumer never learnt (its rejoin cut off by this close): learn it, commit again.
+            if (!(err instanceof TributaryError && err.code === 'GEN_MISMATCH')) return;
+            const reset = await this.membership.joinToCommit(deadline.signal);
+            await this.committer.commitProcessed(processed.filter((w) => !reset.has(w.partition)), { final: true, signal: deadline.signal });
+          })
+          .catch(() => {});
         await this.membership.leave(deadline.signal);
       } finally {
         clearTimeout(timer);

@@ -130,20 +130,7 @@ export class GroupMembership {
     // A lost partition may come back in this generation: its old handler must not run beside the new one.
     await this.lostSettled();
     this.joinInFlight = true;
-    const joinReply = await this.groupCall(
-      'JOIN_GROUP',
-      {
-        topic: o.topic,
-        group: o.groupId,
-        member: ctx.memberId ?? o.clientId,
-        generation: ctx.memberId ? ctx.generation : undefined,
-        session_timeout_ms: o.sessionTimeoutMs,
-        rebalance_timeout_ms: o.rebalanceTimeoutMs,
-        assignor: o.assignor,
-        instance: o.instanceId,
-      },
-      signal,
-    ).finally(() => {
+    const joinReply = await this.groupCall('JOIN_GROUP', this.joinFields(), signal).finally(() => {
       this.joinInFlight = false;
     });
     const j = parseLine(joinReply).params;
@@ -216,6 +203,38 @@ export class GroupMembership {
       durationMs: Math.round(performance.now() - started),
     });
     publish(channels.consumerRebalance, { phase: 'end', group: o.groupId, reason, generation, assigned: added, revoked: revoked.map((w) => w.partition) });
+  }
+
+  /** JOIN_GROUP as this member: its id and generation (resume), or its client id (fresh). */
+  private joinFields(): Record<string, string | number | undefined> {
+    const ctx = this.ctx;
+    const o = ctx.options;
+    return {
+      topic: o.topic,
+      group: o.groupId,
+      member: ctx.memberId ?? o.clientId,
+      generation: ctx.memberId ? ctx.generation : undefined,
+      session_timeout_ms: o.sessionTimeoutMs,
+      rebalance_timeout_ms: o.rebalanceTimeoutMs,
+      assignor: o.assignor,
+      instance: o.instanceId,
+    };
+  }
+
+  /**
+   * close()'s final commit was refused with GEN_MISMATCH: the coordinator moved this member to a
+   * generation whose JOIN_GROUP reply the consumer never read (the close cut its rejoin off after the
+   * coordinator took it). One more JOIN learns that generation; the partitions stay this member's until
+   * it syncs, so what was processed is committed under it (docs/sdk.md, "Lifecycle"). Returns the
+   * partitions an admin reset meanwhile: their offsets must not be committed over the reset.
+   */
+  async joinToCommit(signal: AbortSignal): Promise<Set<number>> {
+    const ctx = this.ctx;
+    if (!ctx.memberId) return new Set();
+    const j = parseLine(await this.groupCall('JOIN_GROUP', this.joinFields(), signal)).params;
+    ctx.memberId = j.get('member')!;
+    ctx.generation = Number(j.get('generation'));
+    return new Set(parseAssignments(j.get('reset')));
   }
 
   /** Every lost partition's readers and handlers stopped, also those lost while this waited. */
