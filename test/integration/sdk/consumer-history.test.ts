@@ -41,7 +41,7 @@ interface CommitEvent {
   at: number;
 }
 
-type Variant = Pick<RunOptions, 'concurrency'> & { batch?: boolean; options?: Partial<ConsumerOptions>; failEvery?: number };
+type Variant = Pick<RunOptions, 'concurrency'> & { batch?: boolean; iterator?: boolean; options?: Partial<ConsumerOptions>; failEvery?: number };
 
 describe('consumer group history', () => {
   let broker: BrokerProcess;
@@ -131,6 +131,13 @@ describe('consumer group history', () => {
           call.late = signal.aborted;
         }
       };
+      if (v.iterator) {
+        const loop = (async () => {
+          for await (const m of c) await handle(m, m.signal).catch(() => {});
+        })();
+        loop.catch(() => {});
+        return { c, run: loop };
+      }
       const run = v.batch
         ? c.run({
             eachBatch: async ({ messages, resolveOffset, signal }) => {
@@ -208,6 +215,7 @@ describe('consumer group history', () => {
   it('eachBatch with failing handlers', async () => check(await history({ batch: true, failEvery: 50, options: { partitionsConsumedConcurrently: 3 } })), 120_000);
   it('concurrency (key ordering)', async () => check(await history({ concurrency: { perPartition: 4 } })), 120_000);
   it('concurrency with failing handlers', async () => check(await history({ concurrency: { perPartition: 4, ordering: 'none' }, failEvery: 50 })), 120_000);
+  it('async iterator', async () => check(await history({ iterator: true })), 120_000);
   it('stream mode', async () => check(await history({ options: { mode: 'stream' } })), 120_000);
   it('stream mode with concurrency and failing handlers', async () => check(await history({ options: { mode: 'stream' }, concurrency: { perPartition: 4 }, failEvery: 50 })), 120_000);
 });
