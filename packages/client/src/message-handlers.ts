@@ -61,6 +61,13 @@ export function handlerSink(ctx: ConsumerContext, committer: OffsetCommitter, op
   return async (w, messages) => {
     if (opts.eachBatch) {
       const first = messages[0]!.offset;
+      // seek() or pause() while the batch waited for a slot: it was fetched before them, so it is dropped
+      // and read again from the sought offset or after resume(), as eachMessage's messages are (docs/sdk.md, "Offsets").
+      if (w.signal.aborted || w.seekTo !== undefined) return;
+      if (w.paused) {
+        w.seekTo = first;
+        return;
+      }
       const last = messages[messages.length - 1]!.offset;
       const returned = await timed(ctx, w, first, () =>
         opts.eachBatch!({
