@@ -125,7 +125,8 @@ export class OffsetCommitter {
       if (e.w.committing <= e.w.committed) e.w.committing = -1;
     }
     const offsets = entries.map((e) => ({ partition: e.w.partition, offset: e.offset }));
-    ctx.emit('commit', { offsets, generation: ctx.generation });
+    // The generation the commit carried: a rejoin while it was unanswered may have moved ctx.generation on.
+    ctx.emit('commit', { offsets, generation });
     publish(channels.consumerCommit, { group: o.groupId, offsets });
   }
 }
