@@ -2,7 +2,9 @@
  * A Jepsen-style history check of the consumer group against a real broker: three members join and
  * leave one after another while run() handles a keyed topic, and every handler call is recorded with its
  * member, generation, partition and offset (start, end, outcome), and every acknowledged commit with its
- * member. Over that history (docs/sdk.md, "Rebalancing", "Offsets", "Concurrency"):
+ * member. Variants: eachMessage, eachBatch, `concurrency`, the async iterator, stream mode; handlers that
+ * throw, pause and resume their partition, or seek back to their own record ("not yet"). Over that
+ * history (docs/sdk.md, "Rebalancing", "Offsets", "Concurrency"):
  *  - no poll-skip: a commit of offset O of a partition comes after every record below O was handled;
  *  - fencing: two members never run handlers of the same partition at the same time;
  *  - at least once, exactly once on clean hand-overs: every record is handled, and one handled (its handler
@@ -41,7 +43,7 @@ interface CommitEvent {
   at: number;
 }
 
-type Variant = Pick<RunOptions, 'concurrency'> & { batch?: boolean; iterator?: boolean; options?: Partial<ConsumerOptions>; failEvery?: number };
+type Variant = Pick<RunOptions, 'concurrency'> & { batch?: boolean; iterator?: boolean; options?: Partial<ConsumerOptions>; failEvery?: number; pauseEvery?: number; seekBackEvery?: number };
 
 describe('consumer group history', () => {
   let broker: BrokerProcess;
@@ -91,6 +93,7 @@ describe('consumer group history', () => {
     const calls: Call[] = [];
     const commits: CommitEvent[] = [];
     const failed = new Set<string>();
+    const soughtBack = new Set<string>();
     const handled = new Set<string>();
     const t0 = performance.now();
     const now = () => performance.now() - t0;
@@ -114,18 +117,32 @@ describe('consumer group history', () => {
       c.on('commit', (e) => {
         for (const o of e.offsets) commits.push({ member: name, generation: e.generation, ...o, at: now() });
       });
-      const handle = async (m: ConsumedMessage, signal: AbortSignal) => {
+      const handle = async (m: ConsumedMessage, signal: AbortSignal): Promise<boolean> => {
         const call: Call = { member: name, generation: c.generation, partition: m.partition, offset: m.offset, start: now(), end: -1, ok: false, late: false, inst: `${name}/${m.assignmentGeneration}` };
         calls.push(call);
         try {
           await sleep(Math.floor(Math.random() * 4));
+          // Back-pressure: pause the partition now and then, resume it a moment later.
+          if (v.pauseEvery && m.offset % v.pauseEvery === 0 && !signal.aborted) {
+            c.pause([m.partition]);
+            setTimeout(() => {
+              if (!signal.aborted) c.resume([m.partition]);
+            }, 5);
+          }
           const id = `${m.partition}:${m.offset}`;
           if (v.failEvery && m.offset % v.failEvery === 3 && !failed.has(id)) {
             failed.add(id);
             throw new Error(`planned failure at ${id}`);
           }
+          // "Not yet": seek back to its own record, which is then delivered again and not counted.
+          if (v.seekBackEvery && m.offset % v.seekBackEvery === 7 && !soughtBack.has(id) && !signal.aborted) {
+            soughtBack.add(id);
+            c.seek(m.partition, m.offset);
+            return false;
+          }
           call.ok = true;
           handled.add(id);
+          return true;
         } finally {
           call.end = now();
           call.late = signal.aborted;
@@ -143,12 +160,17 @@ describe('consumer group history', () => {
             eachBatch: async ({ messages, resolveOffset, signal }) => {
               for (const m of messages) {
                 if (signal.aborted) return;
-                await handle(m, signal);
+                if (!(await handle(m, signal))) return;
                 resolveOffset(m.offset);
               }
             },
           })
-        : c.run({ concurrency: v.concurrency, eachMessage: ({ message, signal }) => handle(message, signal) });
+        : c.run({
+            concurrency: v.concurrency,
+            eachMessage: async ({ message, signal }) => {
+              await handle(message, signal);
+            },
+          });
       run.catch(() => {});
       return { c, run };
     };
@@ -216,6 +238,15 @@ describe('consumer group history', () => {
   it('concurrency (key ordering)', async () => check(await history({ concurrency: { perPartition: 4 } })), 120_000);
   it('concurrency with failing handlers', async () => check(await history({ concurrency: { perPartition: 4, ordering: 'none' }, failEvery: 50 })), 120_000);
   it('async iterator', async () => check(await history({ iterator: true })), 120_000);
+  it('pause and resume in eachMessage', async () => check(await history({ pauseEvery: 15 })), 120_000);
+  it('pause and resume in eachBatch', async () => check(await history({ batch: true, pauseEvery: 15, options: { partitionsConsumedConcurrently: 2 } })), 120_000);
+  it('pause and resume with concurrency', async () => check(await history({ concurrency: { perPartition: 4 }, pauseEvery: 15 })), 120_000);
+  it('pause and resume in the async iterator', async () => check(await history({ iterator: true, pauseEvery: 15 })), 120_000);
+  it('stream mode with eachBatch and failing handlers', async () => check(await history({ batch: true, failEvery: 50, options: { mode: 'stream', partitionsConsumedConcurrently: 2 } })), 120_000);
+  it('stream mode with the async iterator and pauses', async () => check(await history({ iterator: true, pauseEvery: 15, options: { mode: 'stream' } })), 120_000);
+  it('seek back in eachMessage', async () => check(await history({ seekBackEvery: 20 })), 120_000);
+  it('seek back in eachBatch', async () => check(await history({ batch: true, seekBackEvery: 20, options: { partitionsConsumedConcurrently: 2 } })), 120_000);
+  it('seek back in the async iterator, in stream mode', async () => check(await history({ iterator: true, seekBackEvery: 20, options: { mode: 'stream' } })), 120_000);
   it('stream mode', async () => check(await history({ options: { mode: 'stream' } })), 120_000);
   it('stream mode with concurrency and failing handlers', async () => check(await history({ options: { mode: 'stream' }, concurrency: { perPartition: 4 }, failEvery: 50 })), 120_000);
 });
