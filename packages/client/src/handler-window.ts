@@ -192,6 +192,15 @@ export class HandlerWindow {
       // stay above it (what ran meanwhile is read again).
       if (w.processed > this.sought) w.processed = this.sought;
       this.handledAhead.clear();
+      // Back into what was admitted (a handler's "not yet" seek to its own record): records below the
+      // sought offset not handled yet (queued behind their key) are read again, not skipped; those handled
+      // are not run again (docs/sdk.md, "Concurrency").
+      const frontier = this.sched.frontier();
+      if (frontier !== undefined && frontier < this.sought && this.sought <= this.sched.lastAdmitted) {
+        for (const o of this.sched.handledAhead()) if (o < this.sought) this.handledAhead.add(o);
+        w.seekTo = frontier;
+        w.interruptRead?.();
+      }
     } else {
       const frontier = this.sched.frontier();
       if (frontier !== undefined) {
