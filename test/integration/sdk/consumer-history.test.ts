@@ -297,4 +297,59 @@ describe('consumer group history', () => {
     await until(async () => (await committed0()) === '3', 20_000, 'the end committed');
     expect(handled.sort()).toEqual([0, 1, 2]);
   }, 60_000);
+  it('async iterator: a revocation waits for the loop body holding a message of the partition', async () => {
+    // Range assignment: when b joins, a (the lower member id) keeps partition 0 and gives partition 1 to b.
+    const topic = `hist-${++seq}`;
+    await admin.command('CREATE', { topic, partitions: 2 });
+    const producer = new Producer({ brokers: [broker.address] });
+    try {
+      await producer.send({ topic, messages: Array.from({ length: 10 }, (_, i) => ({ partition: i % 2, value: `r${i}` })) });
+    } finally {
+      await producer.close();
+    }
+    const options = { brokers: [broker.address], groupId: `g-${topic}`, topic, assignor: 'range' as const, autoOffsetReset: 'earliest' as const, sessionTimeoutMs: 6000, heartbeatIntervalMs: 100, maxWaitMs: 100 };
+    const a = new Consumer({ ...options, clientId: 'a' });
+    const b = new Consumer({ ...options, clientId: 'b' });
+    consumers.push(a, b);
+    const intervals: Array<{ member: string; offset: number; start: number; end: number }> = [];
+    let aHolds: ConsumedMessage | undefined;
+    let release = () => {};
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const aLoop = (async () => {
+      for await (const m of a) {
+        if (m.partition !== 1) continue;
+        const i = { member: 'a', offset: m.offset, start: performance.now(), end: Number.POSITIVE_INFINITY };
+        intervals.push(i);
+        if (!aHolds) {
+          aHolds = m;
+          await held; // the loop body is still at work on it when the partition is revoked
+        }
+        i.end = performance.now();
+      }
+    })();
+    aLoop.catch(() => {});
+    await until(() => aHolds !== undefined, 20_000, 'a holds a message of partition 1');
+    let bGot: () => void = () => {};
+    const bHasIt = new Promise<void>((r) => {
+      bGot = r;
+    });
+    void b.run({
+      eachMessage: ({ message: m }) => {
+        if (m.partition !== 1) return;
+        intervals.push({ member: 'b', offset: m.offset, start: performance.now(), end: performance.now() });
+        if (m.offset === aHolds!.offset) bGot();
+      },
+    });
+    // Hold a's loop body until b got the held message or b heartbeated a while after a's partition was revoked.
+    await until(() => aHolds!.fenced, 20_000, 'partition 1 revoked from a');
+    let beats = 0;
+    b.on('heartbeat', () => beats++);
+    await Promise.race([bHasIt, until(() => beats >= 10, 20_000, 'b heartbeats')]);
+    release();
+    await bHasIt;
+    const overlaps = intervals.filter((x) => x.member === 'a').flatMap((x) => intervals.filter((y) => y.member === 'b' && y.offset === x.offset && y.start < x.end));
+    expect(overlaps).toEqual([]);
+  }, 60_000);
 });
