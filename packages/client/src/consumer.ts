@@ -338,13 +338,22 @@ export class Consumer extends TypedEmitter<ConsumerEvents> implements AsyncItera
     this.fetcher.setSink(
       (w, messages) =>
         new Promise<void>((resolve) => {
-          const onAbort = () => resolve();
+          const root = this.ctx.root.signal;
+          const release = () => resolve();
+          const onAbort = () => {
+            // The loop body is still at work on a message of this batch: a revocation (or loss) waits for it
+            // to ask for the next one or leave, as it waits for run()'s handlers, so the partition's next
+            // owner never has it at the same time (docs/sdk.md, "Rebalancing"); a close does not wait.
+            if (!this.ctx.closing && last?.signal === w.signal) root.addEventListener('abort', release, { once: true });
+            else release();
+          };
           w.signal.addEventListener('abort', onAbort, { once: true });
           queue.push({
             w,
             messages,
             done: () => {
               w.signal.removeEventListener('abort', onAbort);
+              root.removeEventListener('abort', release);
               resolve();
             },
           });

@@ -78,9 +78,15 @@ describe('Consumer: commit({ message }) after seek() (scripted broker)', () => {
     // the partition goes to another member
     g.assignments = [];
     g.rebalance = true;
-    await until(() => revoked.length === 1, 5000, 'the revocation');
+    // The revocation has begun (the partition's signal aborted); it waits for the loop body, which still
+    // has m, to ask for the next message (docs/sdk.md, "Rebalancing").
+    await until(() => m.fenced, 5000, 'the revocation');
     await expect(c.commit({ message: m })).rejects.toMatchObject({ code: 'consumer_rebalancing' });
+    expect(revoked).toEqual([]);
+    const next = it.next();
+    await until(() => revoked.length === 1, 5000, 'the revocation confirmed once the loop asked for more');
     expect(s.received('BATCH_COMMIT')).toEqual([]);
     await it.return!();
+    await next;
   });
 });
