@@ -146,7 +146,10 @@ export class GroupMembership {
     // committed offset, as a new partition does.
     const resetSet = new Set(parseAssignments(j.get('reset')));
     const reset = [...ctx.workers.values()].filter((w) => resetSet.has(w.partition));
-    for (const w of reset) w.ac.abort(new TributaryError('consumer_rebalancing'));
+    for (const w of reset) {
+      w.discarded = true;
+      w.ac.abort(new TributaryError('consumer_rebalancing'));
+    }
     await Promise.allSettled(reset.map((w) => w.loop));
     for (const w of reset) ctx.workers.delete(w.partition);
     if (reset.length > 0) ctx.emit('partitions.revoked', { partitions: reset.map((w) => w.partition), generation });
@@ -169,6 +172,7 @@ export class GroupMembership {
     const ownedSet = new Set(owned);
     for (const w of [...ctx.workers.values()]) {
       if (!ownedSet.has(w.partition)) {
+        w.discarded = true; // not this member's, whatever its JOIN said: nothing of it is committed
         w.ac.abort(new TributaryError('consumer_rebalancing'));
         await w.loop.catch(() => {});
         ctx.workers.delete(w.partition);
@@ -260,7 +264,10 @@ export class GroupMembership {
     ctx.workers.clear();
     // The partitions' signals carry why (docs/sdk.md, "Fenced reads"): handlers can tell a loss from a revocation.
     const why = reason ?? new TributaryError('member_not_found', { member: member ?? '' }, 'the coordinator no longer knows this member: its partitions are other members’ now');
-    for (const w of lost) w.ac.abort(why);
+    for (const w of lost) {
+      w.discarded = true;
+      w.ac.abort(why);
+    }
     const stopped = Promise.allSettled(lost.map((w) => w.loop));
     const before = this.lostStopping;
     this.lostStopping = Promise.all([before, stopped]).then(() => {});
@@ -277,6 +284,7 @@ export class GroupMembership {
     const ctx = this.ctx;
     if (ctx.workers.get(w.partition) !== w) return;
     ctx.workers.delete(w.partition);
+    w.discarded = true;
     w.ac.abort(reason);
     this.lostStopping = Promise.all([this.lostStopping, w.loop.catch(() => {})]).then(() => {});
     ctx.emit('partitions.lost', { partitions: [w.partition], generation: ctx.generation });

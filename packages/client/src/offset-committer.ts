@@ -82,7 +82,8 @@ export class OffsetCommitter {
 
   private async commitNow(workers: PartitionWorker[], opts: { final?: boolean; signal?: AbortSignal }): Promise<void> {
     const ctx = this.ctx;
-    const dirty = workers.filter((w) => w.processed > w.committed);
+    // `workers` were taken when the commit was asked for: one lost or reset since is not committed.
+    const dirty = workers.filter((w) => w.processed > w.committed && !w.discarded);
     if (dirty.length === 0 || !ctx.memberId) return;
     const entries = dirty.map((w) => ({ w, offset: w.processed, gen: w.assignmentGeneration }));
     const o = ctx.options;

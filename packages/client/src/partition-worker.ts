@@ -21,6 +21,11 @@ export class PartitionWorker {
   conn: Connection | undefined;
   /** Set by seek(): the reader restarts from here. */
   seekTo: number | undefined;
+  /**
+   * Lost (the member expired, a read was refused as fenced) or its offset reset by an admin: nothing of it
+   * is committed any more, also by a commit asked for before (docs/sdk.md, "Rebalancing").
+   */
+  discarded = false;
   /** Consecutive handler failures, for the retry backoff. */
   failures = 0;
   /** Consecutive failed reads, for the re-route backoff; reset by any read that delivers. */
