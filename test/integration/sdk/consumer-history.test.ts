@@ -234,8 +234,13 @@ describe('consumer group history', () => {
         const first = Math.min(...h.calls.filter((c) => c.partition === p && c.inst === x.inst).map((c) => c.start));
         const prefix = inTime.every((y) => y !== undefined && (y.inst === x.inst || y.end <= first));
         const again = h.calls.find((c) => c.partition === p && c.offset === o && c !== x && c.start >= x.end);
-        // A seek back to or below it after its handler started reads it again (docs/sdk.md, "Concurrency").
-        const sought = again && h.seeks.some((k) => k.inst === x.inst && k.partition === p && k.offset <= o && k.at >= x.start && k.at <= again.start);
+        // A seek back to or below it reads again what was handled from the sought offset on (docs/sdk.md,
+        // "Concurrency"): it, if its handler had started, or a record between the two handled before it.
+        const sought =
+          again &&
+          h.seeks.some(
+            (k) => k.inst === x.inst && k.partition === p && k.offset <= o && k.at <= again.start && (k.at >= x.start || inTime.slice(k.offset, o).some((y) => y !== undefined && y.end <= k.at)),
+          );
         if (prefix && again && !sought) violations.push(`${p}:${o} delivered again to ${again.inst} (gen ${again.generation}) after ${x.inst} (gen ${x.generation}) handled it and all below it`);
       }
     }
