@@ -6,11 +6,10 @@
  * seek or pause.
  */
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from 'tributary-protocol/connection.js';
+import { describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
-import { Producer } from 'tributary-client/producer.js';
-import { BrokerProcess } from '../../helpers/launcher.js';
+import type { BrokerProcess } from '../../helpers/launcher.js';
+import { useGroupBroker } from '../../helpers/group-broker.js';
 import { until } from '../../helpers/util.js';
 
 const TOPIC = 'batch-flow';
@@ -26,25 +25,11 @@ interface Delivery {
 
 describe('eachBatch: seek and pause of a batch waiting for a slot', () => {
   let broker: BrokerProcess;
-  let admin: Connection;
   const ends: number[] = [];
 
-  beforeAll(async () => {
-    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1', '--group-join-window-ms', '20'] });
-    admin = await broker.connect();
-    await admin.command('CREATE', { topic: TOPIC, partitions: PARTITIONS });
-    const producer = new Producer({ brokers: [broker.address] });
-    try {
-      const metas = await producer.send({ topic: TOPIC, messages: Array.from({ length: RECORDS }, (_, i) => ({ key: `k${i}`, value: `v${i}` })) });
-      for (let p = 0; p < PARTITIONS; p++) ends.push(Math.max(0, ...metas.filter((m) => m.partition === p).map((m) => m.offset + 1)));
-    } finally {
-      await producer.close();
-    }
-  });
-
-  afterAll(async () => {
-    await admin?.close();
-    await broker?.dispose();
+  useGroupBroker({ offsetsPartitions: 1, topic: { name: TOPIC, partitions: PARTITIONS, records: RECORDS } }, (g) => {
+    broker = g.broker;
+    ends.push(...g.ends);
   });
 
   /**

@@ -4,12 +4,12 @@
  * member off, and the final commit of it is refused (GEN_MISMATCH). What the member processed must still
  * be committed, or the next owner handles it again.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { Consumer } from 'tributary-client/consumer.js';
-import { Producer } from 'tributary-client/producer.js';
-import { BrokerProcess } from '../../helpers/launcher.js';
+import type { BrokerProcess } from '../../helpers/launcher.js';
+import { useGroupBroker } from '../../helpers/group-broker.js';
 import { until } from '../../helpers/util.js';
 
 const TOPIC = 'close-rebalance';
@@ -22,22 +22,9 @@ describe('close() racing a rebalance', () => {
   let broker: BrokerProcess;
   let admin: Connection;
 
-  beforeAll(async () => {
-    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1', '--group-join-window-ms', '20'] });
-    admin = await broker.connect();
-    await admin.command('CREATE', { topic: TOPIC, partitions: PARTITIONS });
-    const producer = new Producer({ brokers: [broker.address] });
-    try {
-      const metas = await producer.send({ topic: TOPIC, messages: Array.from({ length: RECORDS }, (_, i) => ({ key: `k${i}`, value: `v${i}` })) });
-      for (let p = 0; p < PARTITIONS; p++) ends.push(Math.max(0, ...metas.filter((m) => m.partition === p).map((m) => m.offset + 1)));
-    } finally {
-      await producer.close();
-    }
-  });
-
-  afterAll(async () => {
-    await admin?.close();
-    await broker?.dispose();
+  useGroupBroker({ offsetsPartitions: 1, topic: { name: TOPIC, partitions: PARTITIONS, records: RECORDS } }, (g) => {
+    ({ broker, admin } = g);
+    ends.push(...g.ends);
   });
 
   async function committed(group: string): Promise<number[]> {

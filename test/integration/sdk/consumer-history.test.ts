@@ -11,12 +11,13 @@
  *    returned before its partition was revoked) is never handled again by anyone;
  *  - the group's final committed offsets are the ends.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { type ConsumedMessage, Consumer, type ConsumerOptions, type RunOptions } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
-import { BrokerProcess } from '../../helpers/launcher.js';
+import type { BrokerProcess } from '../../helpers/launcher.js';
+import { useGroupBroker } from '../../helpers/group-broker.js';
 import { sleep, until } from '../../helpers/util.js';
 
 const PARTITIONS = 4;
@@ -59,18 +60,12 @@ describe('consumer group history', () => {
   let seq = 0;
   const consumers: Consumer[] = [];
 
-  beforeAll(async () => {
-    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '2', '--group-join-window-ms', '20'] });
-    admin = await broker.connect();
+  useGroupBroker({ offsetsPartitions: 2 }, (g) => {
+    ({ broker, admin } = g);
   });
 
   afterEach(async () => {
     await Promise.all(consumers.splice(0).map((c) => c.close()));
-  });
-
-  afterAll(async () => {
-    await admin?.close();
-    await broker?.dispose();
   });
 
   async function keyedTopic(): Promise<{ topic: string; ends: number[] }> {

@@ -5,12 +5,13 @@
  * end; a failing handler is retried without the commit passing it or the key's order breaking; close()
  * waits for running handlers and commits only the contiguous prefix.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { type ConcurrencyOptions, type ConsumedMessage, Consumer, type ConsumerOptions } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
-import { BrokerProcess } from '../../helpers/launcher.js';
+import type { BrokerProcess } from '../../helpers/launcher.js';
+import { useGroupBroker } from '../../helpers/group-broker.js';
 import { sleep, until } from '../../helpers/util.js';
 
 const PARTITIONS = 2;
@@ -36,18 +37,12 @@ describe('run() with concurrency against a broker', () => {
   let seq = 0;
   const consumers: Consumer[] = [];
 
-  beforeAll(async () => {
-    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '2', '--group-join-window-ms', '20'] });
-    admin = await broker.connect();
+  useGroupBroker({ offsetsPartitions: 2 }, (g) => {
+    ({ broker, admin } = g);
   });
 
   afterEach(async () => {
     await Promise.all(consumers.splice(0).map((c) => c.close()));
-  });
-
-  afterAll(async () => {
-    await admin?.close();
-    await broker?.dispose();
   });
 
   /** A topic with `n` records over `keys` distinct keys; returns it and each partition's end offset. */

@@ -1,0 +1,43 @@
+/**
+ * A broker for the SDK consumer-group tests: started once per file with a short join window, with an admin
+ * connection, and optionally one topic filled with keyed records.
+ */
+import { afterAll, beforeAll } from 'vitest';
+import { Producer } from 'tributary-client/producer.js';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { BrokerProcess } from './launcher.js';
+
+export interface GroupBroker {
+  broker: BrokerProcess;
+  admin: Connection;
+  /** With `topic`: each partition's log end after the records were sent. */
+  ends: number[];
+}
+
+/**
+ * beforeAll: the broker (`--offsets-topic-partitions`, `--group-join-window-ms 20`) and an admin connection,
+ * handed to `use`; with `topic`, that topic created and `records` records `k<i>`/`v<i>` sent to it before.
+ * afterAll: both closed.
+ */
+export function useGroupBroker(opts: { offsetsPartitions: number; topic?: { name: string; partitions: number; records: number } }, use: (g: GroupBroker) => void): void {
+  let g: GroupBroker | undefined;
+  beforeAll(async () => {
+    const broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', String(opts.offsetsPartitions), '--group-join-window-ms', '20'] });
+    g = { broker, admin: await broker.connect(), ends: [] };
+    const t = opts.topic;
+    if (!t) return use(g);
+    await g.admin.command('CREATE', { topic: t.name, partitions: t.partitions });
+    const producer = new Producer({ brokers: [broker.address] });
+    try {
+      const metas = await producer.send({ topic: t.name, messages: Array.from({ length: t.records }, (_, i) => ({ key: `k${i}`, value: `v${i}` })) });
+      for (let p = 0; p < t.partitions; p++) g.ends.push(Math.max(0, ...metas.filter((m) => m.partition === p).map((m) => m.offset + 1)));
+    } finally {
+      await producer.close();
+    }
+    use(g);
+  });
+  afterAll(async () => {
+    await g?.admin.close();
+    await g?.broker.dispose();
+  });
+}
