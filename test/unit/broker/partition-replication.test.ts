@@ -100,4 +100,22 @@ describe('replicated partitions', () => {
     // The producer starts over at sequence 0 of its epoch on the new leader's log.
     expect(p.producerState()!.describe('Q')).toBeUndefined();
   });
+
+  it('a truncation inside a leader append keeps the records below the cut, committed ones too, across a reopen', async () => {
+    // The old leader's appends [a] and [b c d], all committed on the follower. A new leader elected uncleanly
+    // (it fetched [b c d] compacted, one append per record, and had only b c) ends at 3: the follower cuts
+    // the append there (docs/architecture.md "Storage", Atomic appends).
+    const leader = await openPartition(leaderDir, false);
+    await leader.append([rec('a')]);
+    await leader.append([rec('b'), rec('c'), rec('d')]);
+    let p = await openPartition(dir, true);
+    await p.appendReplica(await fetchAll(leader, 0));
+    p.setReplicatedHighWatermark(4);
+    await p.truncateTo(3);
+    expect(p.highWatermark).toBe(3);
+    p = await reopen(p, dir, true);
+    expect(p.logEndOffset).toBe(3);
+    expect(p.highWatermark).toBe(3);
+    expect((await p.read(0, RC)).records.map((r) => r.value.toString())).toEqual(['a', 'b', 'c']);
+  });
 });

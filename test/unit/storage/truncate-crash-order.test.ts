@@ -68,9 +68,9 @@ it("the new segment at a compacted segment's cut is fsynced into the directory b
   const { cut } = await cutAfterRecord(log, 3);
   seen.dir = join(tmp(), 'l');
   const truncate = Segment.prototype.truncateTo;
-  vi.spyOn(Segment.prototype, 'truncateTo').mockImplementation(async function (this: Segment, c) {
+  vi.spyOn(Segment.prototype, 'truncateTo').mockImplementation(async function (this: Segment, c, durable) {
     seen.events.push('cut');
-    return truncate.call(this, c);
+    return truncate.call(this, c, durable);
   });
   const remove = Segment.prototype.remove;
   vi.spyOn(Segment.prototype, 'remove').mockImplementation(async function (this: Segment) {
@@ -92,9 +92,9 @@ it('the segments past the cut are fsynced away before the segment kept is cut', 
   expect(segs.length).toBeGreaterThan(2);
   seen.dir = join(tmp(), 'l');
   const truncate = Segment.prototype.truncateTo;
-  vi.spyOn(Segment.prototype, 'truncateTo').mockImplementation(async function (this: Segment, c) {
+  vi.spyOn(Segment.prototype, 'truncateTo').mockImplementation(async function (this: Segment, c, durable) {
     seen.events.push('cut');
-    return truncate.call(this, c);
+    return truncate.call(this, c, durable);
   });
   const remove = Segment.prototype.remove;
   vi.spyOn(Segment.prototype, 'remove').mockImplementation(async function (this: Segment) {

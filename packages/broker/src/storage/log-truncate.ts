@@ -123,7 +123,7 @@ function apply(t: Truncation): Promise<void> {
       // The removals on disk before the cut: a power loss between them brought removed segments back after
       // a segment that then ended short of them, which recovery refuses (offsets missing).
       if (syncDir !== null && doomed.length > 0) await syncDir();
-      await kept.truncateTo(cut as SegmentCut);
+      await kept.truncateTo(cut as SegmentCut, durable);
       // Synced through the fd it holds; before a new segment, closed like a roll's old one (log-writer.ts).
       // Under flush=os it stays dirty, for a flush to sync before it writes the index as synced.
       if (durable) {

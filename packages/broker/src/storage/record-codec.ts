@@ -37,6 +37,17 @@ export const READ_HEADER_COST = 100;
 export const ATTR_END_OF_APPEND = 0x80;
 /** The attribute bits that belong to users (everything but the storage-internal ones). */
 export const USER_ATTR_MASK = 0xff & ~ATTR_END_OF_APPEND;
+/** Where the attributes byte lies in a stored record (after length, crc32c, offset and timestamp). */
+export const ATTRIBUTES_AT = 4 + 4 + 8 + 8;
+
+/**
+ * Sets ATTR_END_OF_APPEND on the whole stored record buf[pos, pos + size) and recomputes its CRC, in place:
+ * a truncation inside an append makes the last record it keeps end one (log-truncate.ts).
+ */
+export function markEndOfAppend(buf: Buffer, pos: number, size: number): void {
+  buf[pos + ATTRIBUTES_AT] |= ATTR_END_OF_APPEND;
+  w32(buf, pos + 4, crc32cRange(buf, pos + 8, pos + size));
+}
 
 const TWO_32 = 4294967296;
 

@@ -8,7 +8,7 @@
 import { unlink } from 'node:fs/promises';
 import { writeFileSynced } from './log-fs.js';
 import { OffsetIndex, serializeIndex } from './offset-index.js';
-import { ageTimestamp } from './record-codec.js';
+import { ATTR_END_OF_APPEND, ATTRIBUTES_AT, ageTimestamp, markEndOfAppend } from './record-codec.js';
 import type { Segment } from './segment.js';
 
 /** Where a segment is cut (Segment.truncateTo). */
@@ -21,22 +21,30 @@ export interface SegmentCut {
   maxTimestamp: number;
   /** A compacted segment's next index file (not synced: recovery scans the log, and keeps the flag). */
   tmpIndex: string | null;
+  /**
+   * A cut inside an append: the last record kept, rewritten to end an append (its first bytes, up to and
+   * with its attributes, and its new CRC), written at `position` before the cut. Without it recovery would
+   * cut the kept records as an incomplete append (docs/architecture.md "Storage", Atomic appends).
+   */
+  endMark: { position: number; bytes: Buffer } | null;
 }
 
 /** Reads where `seg` is cut at `offset` (at or above its base) and writes a compacted one's next index. */
 export async function prepareCut(seg: Segment, offset: number): Promise<SegmentCut> {
-  if (offset >= seg.nextOffset) return { offset, position: seg.size, maxTimestamp: seg.maxTimestamp, tmpIndex: null };
+  if (offset >= seg.nextOffset) return { offset, position: seg.size, maxTimestamp: seg.maxTimestamp, tmpIndex: null, endMark: null };
   const position = offset <= seg.baseOffset ? 0 : await seg.positionOf(offset);
   let maxTimestamp = -1;
+  let last: { position: number; size: number; attributes: number } | null = null;
   // A record without a timestamp was appended no later than now, nor than the segment's age: the age may
   // come from a record this cut drops (one stamped in the future would keep the segment for ever).
   const appendedBy = Math.min(seg.maxTimestamp, Date.now());
   await seg.scan(0, position, (r) => {
     const age = ageTimestamp(r.timestamp, appendedBy);
     if (age > maxTimestamp) maxTimestamp = age;
+    last = { position: r.position, size: r.size, attributes: r.attributes };
     return true;
   });
-  const cut: SegmentCut = { offset, position, maxTimestamp, tmpIndex: null };
+  const cut: SegmentCut = { offset, position, maxTimestamp, tmpIndex: null, endMark: await endMarkFor(seg, last) };
   if (!seg.compacted) return cut;
   const index = new OffsetIndex(seg.baseOffset, seg.index.intervalBytes);
   for (let i = 0; i < seg.index.length && seg.index.entry(i).offset < offset; i++) {
@@ -61,6 +69,16 @@ export async function prepareCut(seg: Segment, offset: number): Promise<SegmentC
   }
   cut.tmpIndex = tmp;
   return cut;
+}
+
+/** The rewritten start of `last` (the last record kept) when it does not end an append; null when it does. */
+async function endMarkFor(seg: Segment, last: { position: number; size: number; attributes: number } | null): Promise<SegmentCut['endMark']> {
+  if (last === null || (last.attributes & ATTR_END_OF_APPEND) !== 0) return null;
+  const buf = await seg.read(last.position, last.size);
+  // The scan just read it whole: shorter, the file changed under the truncation.
+  if (buf.length !== last.size) throw new Error(`segment ${seg.baseOffset}: short read of the record at ${last.position}`);
+  markEndOfAppend(buf, 0, last.size);
+  return { position: last.position, bytes: buf.subarray(0, ATTRIBUTES_AT + 1) };
 }
 
 /** A prepared cut that will not be made: its temp file goes (a reopen would remove it too). */

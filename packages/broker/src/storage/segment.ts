@@ -169,9 +169,12 @@ export class Segment implements FdHolder {
     this.maxTimestamp = maxTimestamp;
   }
 
-  /** Drops records >= cut.offset (within [baseOffset, nextOffset]), where prepareCut found them. */
-  async truncateTo(cut: SegmentCut): Promise<void> {
-    const { offset, position: pos } = cut;
+  /**
+   * Drops records >= cut.offset (within [baseOffset, nextOffset]), where prepareCut found them. `durable`:
+   * a cut inside an append has its last kept record's end-of-append mark synced before the cut.
+   */
+  async truncateTo(cut: SegmentCut, durable: boolean): Promise<void> {
+    const { offset, position: pos, endMark } = cut;
     if (offset >= this.nextOffset) return;
     this.version++;
     this.indexState = 'stale';
@@ -179,6 +182,12 @@ export class Segment implements FdHolder {
     // compacted segment's is replaced instead: it alone keeps the flag (segment-cut.ts).
     if (cut.tmpIndex !== null) await rename(cut.tmpIndex, this.indexPath);
     else await unlink(this.indexPath).catch(ignoreEnoent);
+    // The mark before the cut: a crash between them leaves the dropped records as an append of their own
+    // (dropped again by the next truncation), never the kept ones without an end (segment-cut.ts).
+    if (endMark !== null) {
+      await this.writeAt(endMark.bytes, endMark.position);
+      if (durable) await this.datasync();
+    }
     await this.withHandle((fh) => fh.truncate(pos));
     this.size = pos;
     this.durableSize = Math.min(this.durableSize, pos);
