@@ -4,6 +4,7 @@
  */
 import { afterAll, beforeAll } from 'vitest';
 import { Producer } from 'tributary-client/producer.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { BrokerProcess } from './launcher.js';
 
@@ -40,4 +41,26 @@ export function useGroupBroker(opts: { offsetsPartitions: number; topic?: { name
     await g?.admin.close();
     await g?.broker.dispose();
   });
+}
+
+/** A new topic `name` of `partitions` with `n` records over `keys` distinct keys; returns each partition's end offset. */
+export async function keyedTopic(g: GroupBroker, name: string, partitions: number, n: number, keys: number): Promise<number[]> {
+  await g.admin.command('CREATE', { topic: name, partitions });
+  const producer = new Producer({ brokers: [g.broker.address], lingerMs: 2 });
+  try {
+    const metas = await producer.send({ topic: name, messages: Array.from({ length: n }, (_, i) => ({ key: `key-${i % keys}`, value: `r${i}` })) });
+    return Array.from({ length: partitions }, (_, p) => Math.max(0, ...metas.filter((m) => m.partition === p).map((m) => m.offset + 1)));
+  } finally {
+    await producer.close();
+  }
+}
+
+/** The group's committed offset of each partition of `topic` (FETCH_OFFSET), -1 where none is. */
+export async function committedOffsets(admin: Connection, topic: string, group: string, partitions: number): Promise<number[]> {
+  const out: number[] = [];
+  for (let p = 0; p < partitions; p++) {
+    const r = parseLine(await admin.command('FETCH_OFFSET', { topic, group, partition: p })).params;
+    out.push(r.get('committed') === 'true' ? Number(r.get('offset')) : -1);
+  }
+  return out;
 }

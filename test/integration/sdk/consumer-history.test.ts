@@ -17,7 +17,7 @@ import { parseLine } from 'tributary-protocol/command.js';
 import { type ConsumedMessage, Consumer, type ConsumerOptions, type RunOptions } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
 import type { BrokerProcess } from '../../helpers/launcher.js';
-import { useGroupBroker } from '../../helpers/group-broker.js';
+import { committedOffsets, keyedTopic as keyedTopicOf, useGroupBroker } from '../../helpers/group-broker.js';
 import { sleep, until } from '../../helpers/util.js';
 
 const PARTITIONS = 4;
@@ -70,25 +70,10 @@ describe('consumer group history', () => {
 
   async function keyedTopic(): Promise<{ topic: string; ends: number[] }> {
     const topic = `hist-${++seq}`;
-    await admin.command('CREATE', { topic, partitions: PARTITIONS });
-    const producer = new Producer({ brokers: [broker.address], lingerMs: 2 });
-    try {
-      const metas = await producer.send({ topic, messages: Array.from({ length: RECORDS }, (_, i) => ({ key: `key-${i % 7}`, value: `r${i}` })) });
-      const ends = Array.from({ length: PARTITIONS }, (_, p) => Math.max(0, ...metas.filter((m) => m.partition === p).map((m) => m.offset + 1)));
-      return { topic, ends };
-    } finally {
-      await producer.close();
-    }
+    return { topic, ends: await keyedTopicOf({ broker, admin, ends: [] }, topic, PARTITIONS, RECORDS, 7) };
   }
 
-  async function committed(topic: string, group: string): Promise<number[]> {
-    const out: number[] = [];
-    for (let p = 0; p < PARTITIONS; p++) {
-      const r = parseLine(await admin.command('FETCH_OFFSET', { topic, group, partition: p })).params;
-      out.push(r.get('committed') === 'true' ? Number(r.get('offset')) : -1);
-    }
-    return out;
-  }
+  const committed = (topic: string, group: string) => committedOffsets(admin, topic, group, PARTITIONS);
 
   async function history(v: Variant): Promise<{ calls: Call[]; commits: CommitEvent[]; seeks: Seek[]; ends: number[]; final: number[] }> {
     const { topic, ends } = await keyedTopic();

@@ -7,11 +7,9 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
-import { parseLine } from 'tributary-protocol/command.js';
 import { type ConcurrencyOptions, type ConsumedMessage, Consumer, type ConsumerOptions } from 'tributary-client/consumer.js';
-import { Producer } from 'tributary-client/producer.js';
 import type { BrokerProcess } from '../../helpers/launcher.js';
-import { useGroupBroker } from '../../helpers/group-broker.js';
+import { committedOffsets, keyedTopic as keyedTopicOf, useGroupBroker } from '../../helpers/group-broker.js';
 import { sleep, until } from '../../helpers/util.js';
 
 const PARTITIONS = 2;
@@ -48,25 +46,10 @@ describe('run() with concurrency against a broker', () => {
   /** A topic with `n` records over `keys` distinct keys; returns it and each partition's end offset. */
   async function keyedTopic(n: number, keys: number): Promise<{ topic: string; ends: number[] }> {
     const topic = `kp-${++seq}`;
-    await admin.command('CREATE', { topic, partitions: PARTITIONS });
-    const producer = new Producer({ brokers: [broker.address], lingerMs: 2 });
-    try {
-      const metas = await producer.send({ topic, messages: Array.from({ length: n }, (_, i) => ({ key: `key-${i % keys}`, value: `r${i}` })) });
-      const ends = Array.from({ length: PARTITIONS }, (_, p) => Math.max(0, ...metas.filter((m) => m.partition === p).map((m) => m.offset + 1)));
-      return { topic, ends };
-    } finally {
-      await producer.close();
-    }
+    return { topic, ends: await keyedTopicOf({ broker, admin, ends: [] }, topic, PARTITIONS, n, keys) };
   }
 
-  async function committed(topic: string, group: string): Promise<number[]> {
-    const out: number[] = [];
-    for (let p = 0; p < PARTITIONS; p++) {
-      const r = parseLine(await admin.command('FETCH_OFFSET', { topic, group, partition: p })).params;
-      out.push(r.get('committed') === 'true' ? Number(r.get('offset')) : -1);
-    }
-    return out;
-  }
+  const committed = (topic: string, group: string) => committedOffsets(admin, topic, group, PARTITIONS);
 
   function consumer(topic: string, group: string, extra: Partial<ConsumerOptions> = {}): Consumer {
     const c = new Consumer({

@@ -39,6 +39,16 @@ async function filled(name: string): Promise<PartitionLog> {
   return log;
 }
 
+/** Flips a byte of the first record's timestamp in segment `base` of log `p`: its CRC no longer matches. */
+async function flipTimestampByte(base: number): Promise<void> {
+  const fh = await open(join(root, 'p', `${String(base).padStart(20, '0')}.log`), 'r+');
+  const b = Buffer.alloc(1);
+  await fh.read(b, 0, 1, 20);
+  b[0]! ^= 1;
+  await fh.write(b, 0, 1, 20);
+  await fh.close();
+}
+
 /** One read from `offset`: the offsets read() returns, [count, next] of the others, or the error's code and reason. */
 async function readOnce(log: PartitionLog, kind: Kind, offset: number): Promise<unknown> {
   try {
@@ -100,13 +110,7 @@ describe('reads of the segment files meeting a race or damage', () => {
     const log = await filled('p');
     const seg = log.segmentInfos()[1]!;
     await log.close();
-    // A byte of the first record's timestamp: its CRC no longer matches.
-    const fh = await open(join(root, 'p', `${String(seg.baseOffset).padStart(20, '0')}.log`), 'r+');
-    const b = Buffer.alloc(1);
-    await fh.read(b, 0, 1, 20);
-    b[0]! ^= 1;
-    await fh.write(b, 0, 1, 20);
-    await fh.close();
+    await flipTimestampByte(seg.baseOffset);
     const reopened = await PartitionLog.open(join(root, 'p'), LOG_OPTS);
     logs.push(reopened);
     const corrupt = `storage_error corrupt record in segment ${seg.baseOffset} at position 0`;
@@ -123,12 +127,7 @@ describe('reads of the segment files meeting a race or damage', () => {
     for (let i = 0; i < 30; i++) await log.append([rec(`again-${i}-${'x'.repeat(100)}`)]);
     log.setHighWatermark(log.logEndOffset);
     const seg = log.segmentInfos()[1]!;
-    const fh = await open(join(root, 'p', `${String(seg.baseOffset).padStart(20, '0')}.log`), 'r+');
-    const b = Buffer.alloc(1);
-    await fh.read(b, 0, 1, 20);
-    b[0]! ^= 1;
-    await fh.write(b, 0, 1, 20);
-    await fh.close();
+    await flipTimestampByte(seg.baseOffset);
     const corrupt = `storage_error corrupt record in segment ${seg.baseOffset} at position 0`;
     expect(await readOnce(log, 'read', seg.baseOffset)).toBe(corrupt);
   });
