@@ -2,7 +2,8 @@
  * A broker for the SDK consumer-group tests: started once per file with a short join window, with an admin
  * connection, and optionally one topic filled with keyed records.
  */
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, afterEach, beforeAll } from 'vitest';
+import type { Consumer } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import type { Connection } from 'tributary-protocol/connection.js';
@@ -63,4 +64,43 @@ export async function committedOffsets(admin: Connection, topic: string, group: 
     out.push(r.get('committed') === 'true' ? Number(r.get('offset')) : -1);
   }
   return out;
+}
+
+/** What useKeyedGroupTests gives a file: the broker, consumers closed after each test, keyed topics. */
+export interface KeyedGroupTests {
+  readonly broker: BrokerProcess;
+  readonly admin: Connection;
+  /** Consumers to close after the test. */
+  consumers: Consumer[];
+  /** A new topic `<prefix>-<n>` of `partitions` with `n` records over `keys` keys, and each partition's end. */
+  keyedTopic(n: number, keys: number): Promise<{ topic: string; ends: number[] }>;
+  /** The group's committed offsets of `topic`'s partitions (-1: none). */
+  committed(topic: string, group: string): Promise<number[]>;
+}
+
+/** useGroupBroker (2 offsets partitions) for tests of groups over keyed topics of `partitions` partitions. */
+export function useKeyedGroupTests(prefix: string, partitions: number): KeyedGroupTests {
+  let g: GroupBroker | undefined;
+  let seq = 0;
+  useGroupBroker({ offsetsPartitions: 2 }, (x) => {
+    g = x;
+  });
+  const t: KeyedGroupTests = {
+    get broker() {
+      return g!.broker;
+    },
+    get admin() {
+      return g!.admin;
+    },
+    consumers: [],
+    async keyedTopic(n, keys) {
+      const topic = `${prefix}-${++seq}`;
+      return { topic, ends: await keyedTopic(g!, topic, partitions, n, keys) };
+    },
+    committed: (topic, group) => committedOffsets(g!.admin, topic, group, partitions),
+  };
+  afterEach(async () => {
+    await Promise.all(t.consumers.splice(0).map((c) => c.close()));
+  });
+  return t;
 }

@@ -11,13 +11,11 @@
  *    returned before its partition was revoked) is never handled again by anyone;
  *  - the group's final committed offsets are the ends.
  */
-import { afterEach, describe, expect, it } from 'vitest';
-import type { Connection } from 'tributary-protocol/connection.js';
+import { describe, expect, it } from 'vitest';
 import { parseLine } from 'tributary-protocol/command.js';
 import { type ConsumedMessage, Consumer, type ConsumerOptions, type RunOptions } from 'tributary-client/consumer.js';
 import { Producer } from 'tributary-client/producer.js';
-import type { BrokerProcess } from '../../helpers/launcher.js';
-import { committedOffsets, keyedTopic as keyedTopicOf, useGroupBroker } from '../../helpers/group-broker.js';
+import { useKeyedGroupTests } from '../../helpers/group-broker.js';
 import { sleep, until } from '../../helpers/util.js';
 
 const PARTITIONS = 4;
@@ -55,25 +53,11 @@ interface Seek {
 type Variant = Pick<RunOptions, 'concurrency'> & { batch?: boolean; iterator?: boolean; options?: Partial<ConsumerOptions>; failEvery?: number; pauseEvery?: number; seekBackEvery?: number };
 
 describe('consumer group history', () => {
-  let broker: BrokerProcess;
-  let admin: Connection;
+  const kt = useKeyedGroupTests('hist', PARTITIONS);
+  const { consumers, committed } = kt;
+  const keyedTopic = () => kt.keyedTopic(RECORDS, 7);
+  // Topics of the targeted cases (kt's are hist-<n>).
   let seq = 0;
-  const consumers: Consumer[] = [];
-
-  useGroupBroker({ offsetsPartitions: 2 }, (g) => {
-    ({ broker, admin } = g);
-  });
-
-  afterEach(async () => {
-    await Promise.all(consumers.splice(0).map((c) => c.close()));
-  });
-
-  async function keyedTopic(): Promise<{ topic: string; ends: number[] }> {
-    const topic = `hist-${++seq}`;
-    return { topic, ends: await keyedTopicOf({ broker, admin, ends: [] }, topic, PARTITIONS, RECORDS, 7) };
-  }
-
-  const committed = (topic: string, group: string) => committedOffsets(admin, topic, group, PARTITIONS);
 
   async function history(v: Variant): Promise<{ calls: Call[]; commits: CommitEvent[]; seeks: Seek[]; ends: number[]; final: number[] }> {
     const { topic, ends } = await keyedTopic();
@@ -89,7 +73,7 @@ describe('consumer group history', () => {
 
     const member = (name: string) => {
       const c = new Consumer({
-        brokers: [broker.address],
+        brokers: [kt.broker.address],
         groupId: group,
         topic,
         clientId: name,
@@ -249,15 +233,15 @@ describe('consumer group history', () => {
   it('stream mode with concurrency and failing handlers', async () => check(await history({ options: { mode: 'stream' }, concurrency: { perPartition: 4 }, failEvery: 50 })), 120_000);
   it('concurrency: a handler seeking back to its own record does not skip an unhandled record below it', async () => {
     // One partition: a@0 (held until the seek), a@1 (queued behind it, same key), b@2 (seeks back to itself once).
-    const topic = `hist-${++seq}`;
-    await admin.command('CREATE', { topic, partitions: 1 });
-    const producer = new Producer({ brokers: [broker.address] });
+    const topic = `hist-t${++seq}`;
+    await kt.admin.command('CREATE', { topic, partitions: 1 });
+    const producer = new Producer({ brokers: [kt.broker.address] });
     try {
       await producer.send({ topic, messages: ['a', 'a', 'b'].map((key, i) => ({ key, value: `r${i}` })) });
     } finally {
       await producer.close();
     }
-    const c = new Consumer({ brokers: [broker.address], groupId: `g-${topic}`, topic, autoOffsetReset: 'earliest', sessionTimeoutMs: 6000, heartbeatIntervalMs: 200, maxWaitMs: 100 });
+    const c = new Consumer({ brokers: [kt.broker.address], groupId: `g-${topic}`, topic, autoOffsetReset: 'earliest', sessionTimeoutMs: 6000, heartbeatIntervalMs: 200, maxWaitMs: 100 });
     consumers.push(c);
     let release = () => {};
     const held = new Promise<void>((r) => {
@@ -278,21 +262,21 @@ describe('consumer group history', () => {
         handled.push(message.offset);
       },
     });
-    const committed0 = async () => parseLine(await admin.command('FETCH_OFFSET', { topic, group: `g-${topic}`, partition: 0 })).params.get('offset');
+    const committed0 = async () => parseLine(await kt.admin.command('FETCH_OFFSET', { topic, group: `g-${topic}`, partition: 0 })).params.get('offset');
     await until(async () => (await committed0()) === '3', 20_000, 'the end committed');
     expect(handled.sort()).toEqual([0, 1, 2]);
   }, 60_000);
   it('async iterator: a revocation waits for the loop body holding a message of the partition', async () => {
     // Range assignment: when b joins, a (the lower member id) keeps partition 0 and gives partition 1 to b.
-    const topic = `hist-${++seq}`;
-    await admin.command('CREATE', { topic, partitions: 2 });
-    const producer = new Producer({ brokers: [broker.address] });
+    const topic = `hist-t${++seq}`;
+    await kt.admin.command('CREATE', { topic, partitions: 2 });
+    const producer = new Producer({ brokers: [kt.broker.address] });
     try {
       await producer.send({ topic, messages: Array.from({ length: 10 }, (_, i) => ({ partition: i % 2, value: `r${i}` })) });
     } finally {
       await producer.close();
     }
-    const options = { brokers: [broker.address], groupId: `g-${topic}`, topic, assignor: 'range' as const, autoOffsetReset: 'earliest' as const, sessionTimeoutMs: 6000, heartbeatIntervalMs: 100, maxWaitMs: 100 };
+    const options = { brokers: [kt.broker.address], groupId: `g-${topic}`, topic, assignor: 'range' as const, autoOffsetReset: 'earliest' as const, sessionTimeoutMs: 6000, heartbeatIntervalMs: 100, maxWaitMs: 100 };
     const a = new Consumer({ ...options, clientId: 'a' });
     const b = new Consumer({ ...options, clientId: 'b' });
     consumers.push(a, b);

@@ -5,11 +5,9 @@
  * end; a failing handler is retried without the commit passing it or the key's order breaking; close()
  * waits for running handlers and commits only the contiguous prefix.
  */
-import { afterEach, describe, expect, it } from 'vitest';
-import type { Connection } from 'tributary-protocol/connection.js';
+import { describe, expect, it } from 'vitest';
 import { type ConcurrencyOptions, type ConsumedMessage, Consumer, type ConsumerOptions } from 'tributary-client/consumer.js';
-import type { BrokerProcess } from '../../helpers/launcher.js';
-import { committedOffsets, keyedTopic as keyedTopicOf, useGroupBroker } from '../../helpers/group-broker.js';
+import { useKeyedGroupTests } from '../../helpers/group-broker.js';
 import { sleep, until } from '../../helpers/util.js';
 
 const PARTITIONS = 2;
@@ -30,30 +28,12 @@ interface Run {
 }
 
 describe('run() with concurrency against a broker', () => {
-  let broker: BrokerProcess;
-  let admin: Connection;
-  let seq = 0;
-  const consumers: Consumer[] = [];
-
-  useGroupBroker({ offsetsPartitions: 2 }, (g) => {
-    ({ broker, admin } = g);
-  });
-
-  afterEach(async () => {
-    await Promise.all(consumers.splice(0).map((c) => c.close()));
-  });
-
-  /** A topic with `n` records over `keys` distinct keys; returns it and each partition's end offset. */
-  async function keyedTopic(n: number, keys: number): Promise<{ topic: string; ends: number[] }> {
-    const topic = `kp-${++seq}`;
-    return { topic, ends: await keyedTopicOf({ broker, admin, ends: [] }, topic, PARTITIONS, n, keys) };
-  }
-
-  const committed = (topic: string, group: string) => committedOffsets(admin, topic, group, PARTITIONS);
+  const t = useKeyedGroupTests('kp', PARTITIONS);
+  const { consumers, keyedTopic, committed } = t;
 
   function consumer(topic: string, group: string, extra: Partial<ConsumerOptions> = {}): Consumer {
     const c = new Consumer({
-      brokers: [broker.address],
+      brokers: [t.broker.address],
       groupId: group,
       topic,
       autoOffsetReset: 'earliest',

@@ -69,16 +69,41 @@ afterEach(() => {
   release = undefined;
 });
 
-/** The followers catch up: the HWM of the offsets partitions reaches their log end. */
-function replicate(): void {
-  for (const p of f.c.topics.get(OFFSETS_TOPIC).partitions) p.setReplicatedHighWatermark(p.logEndOffset);
-}
-it('a commit whose replication timed out is of unknown outcome: FETCH_OFFSET never answers the offset from before it, and a lower commit is refused', async () => {
+/** A member that committed 10, then 20 whose replication timed out (of unknown outcome); the fault is off again. */
+async function committedThenUnknown(): Promise<Awaited<ReturnType<typeof member>>> {
   const v = await member('a');
   await commit(v, 10);
   fault = 'timeout';
   await expectError(commit(v, 20), 'request_timeout', { outcome: 'unknown' });
   fault = 'none';
+  return v;
+}
+
+/** A member that committed 10, then its topic's offset tombstones whose replication timed out; the fault is off again. */
+async function tombstonesUnknown(): Promise<Awaited<ReturnType<typeof member>>> {
+  const v = await member('a');
+  await commit(v, 10);
+  fault = 'timeout';
+  await expectError(f.gc.deleteTopicOffsets(TOPIC), 'request_timeout', { outcome: 'unknown' });
+  fault = 'none';
+  return v;
+}
+
+/** As in a cluster: the lead of the group's partition moves away (its records stay in this log) and comes back. */
+async function takeOver(): Promise<number> {
+  const p = f.gc.partitionFor('g');
+  f.gc.enableOwnership((q) => new TributaryError('NOT_COORDINATOR', { partition: q }), () => true, () => true, () => true);
+  f.gc.unloadPartition(p);
+  await f.gc.loadPartition(p);
+  return p;
+}
+
+/** The followers catch up: the HWM of the offsets partitions reaches their log end. */
+function replicate(): void {
+  for (const p of f.c.topics.get(OFFSETS_TOPIC).partitions) p.setReplicatedHighWatermark(p.logEndOffset);
+}
+it('a commit whose replication timed out is of unknown outcome: FETCH_OFFSET never answers the offset from before it, and a lower commit is refused', async () => {
+  const v = await committedThenUnknown();
   expect(await replayed()).toBe(20);
   // Not replicated yet: neither 10 nor 20 is answered, and 15 is refused without being written (accepted,
   // it would follow 20 in the log: a replay would answer 20, then 15).
@@ -109,11 +134,7 @@ it('a commit refused before the append (not leader) is not written: its offset s
 });
 
 it('a commit above one whose replication timed out is written, and once replicated confirms both', async () => {
-  const v = await member('a');
-  await commit(v, 10);
-  fault = 'timeout';
-  await expectError(commit(v, 20), 'request_timeout', { outcome: 'unknown' });
-  fault = 'none';
+  const v = await committedThenUnknown();
   await expect(commit(v, 25)).resolves.toBe(1);
   await until(() => fetched() === 25, 5000, 'FETCH_OFFSET answering 25');
   expect(await f.store.fetch('g', TOPIC, 0)).toBe(25);
@@ -138,16 +159,9 @@ it('a group change whose replication timed out is not undone as a write known no
 });
 
 it('a replay (the partition taken over) does not answer an offset whose record lies past the HWM until the in-sync replicas have it', async () => {
-  const v = await member('a');
-  await commit(v, 10);
-  fault = 'timeout';
-  await expectError(commit(v, 20), 'request_timeout', { outcome: 'unknown' });
-  fault = 'none';
-  // As in a cluster: the lead moves away (the record stays in this log, past the HWM) and comes back.
-  const p = f.gc.partitionFor('g');
-  f.gc.enableOwnership((q) => new TributaryError('NOT_COORDINATOR', { partition: q }), () => true, () => true, () => true);
-  f.gc.unloadPartition(p);
-  await f.gc.loadPartition(p);
+  const v = await committedThenUnknown();
+  // The record stays in this log, past the HWM.
+  const p = await takeOver();
   expect(f.c.topics.get(OFFSETS_TOPIC).partitions[p]!.highWatermark).toBeLessThan(f.c.topics.get(OFFSETS_TOPIC).partitions[p]!.logEndOffset);
   // 20 may still be lost with a change of leader (then 10 would be answered): neither is answered yet.
   expect(fetched()).toBe('storage_error');
@@ -159,10 +173,8 @@ it('a replay (the partition taken over) does not answer an offset whose record l
 });
 
 it('the reload after a group change of unknown outcome does not answer an offset whose record lies past the HWM either', async () => {
-  const v = await member('a');
-  await commit(v, 10);
+  const v = await committedThenUnknown();
   fault = 'timeout';
-  await expectError(commit(v, 20), 'request_timeout', { outcome: 'unknown' });
   await expectError(f.gc.leave({ topic: TOPIC, group: 'g', member: v.memberId }), 'request_timeout', { outcome: 'unknown' });
   fault = 'none';
   await until(() => fetched() !== 'COORDINATOR_LOADING', 5000, 'the partition reloaded from the log');
@@ -182,11 +194,7 @@ function committed(): number | undefined | string {
 }
 
 it('offset tombstones whose replication timed out (DELETE_GROUP, a deleted topic) are of unknown outcome: the offsets are not answered until the in-sync replicas confirm the deletion', async () => {
-  const v = await member('a');
-  await commit(v, 10);
-  fault = 'timeout';
-  await expectError(f.gc.deleteTopicOffsets(TOPIC), 'request_timeout', { outcome: 'unknown' });
-  fault = 'none';
+  const v = await tombstonesUnknown();
   expect(await replayed()).toBeUndefined();
   // The tombstone may commit (nothing), or be lost with a change of leader (10): neither is answered.
   expect(committed()).toBe('storage_error');
@@ -207,15 +215,8 @@ it('offset tombstones whose replication timed out (DELETE_GROUP, a deleted topic
 });
 
 it('a replay does not answer "none committed" for an offset whose tombstone lies past the HWM', async () => {
-  const v = await member('a');
-  await commit(v, 10);
-  fault = 'timeout';
-  await expectError(f.gc.deleteTopicOffsets(TOPIC), 'request_timeout', { outcome: 'unknown' });
-  fault = 'none';
-  const p = f.gc.partitionFor('g');
-  f.gc.enableOwnership((q) => new TributaryError('NOT_COORDINATOR', { partition: q }), () => true, () => true, () => true);
-  f.gc.unloadPartition(p);
-  await f.gc.loadPartition(p);
+  await tombstonesUnknown();
+  await takeOver();
   // Another change of leader may lose the tombstone, and 10 be answered again.
   expect(committed()).toBe('storage_error');
   replicate();
