@@ -4,6 +4,7 @@
  * `read` (default: 5 records from the requested offset), and the tests add what they are about
  * (FETCH_OFFSET, BATCH_COMMIT, ...).
  */
+import { afterEach } from 'vitest';
 import { type BatchRecord, encodeBatch } from 'tributary-protocol/batch.js';
 import { ScriptedServer } from './scripted-server.js';
 import { sleep } from './util.js';
@@ -53,4 +54,13 @@ export function quickConsumer(s: ScriptedServer) {
     maxWaitMs: 30,
     retry: { initialDelayMs: 1, maxDelayMs: 10 },
   };
+}
+
+/** Clean-ups a test registers (closers of scripted servers and consumers), run last-first after each test. */
+export function useCleanup(): Array<() => Promise<unknown> | unknown> {
+  const cleanup: Array<() => Promise<unknown> | unknown> = [];
+  afterEach(async () => {
+    for (const f of cleanup.splice(0).reverse()) await f();
+  });
+  return cleanup;
 }

@@ -5,17 +5,14 @@
  * ever against one that keeps its connection but never answers. close() ends the manual commit
  * (`client_closed`); its own final commit gets the close deadline.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
-import { batchFrom, quickConsumer, scriptedGroup } from '../../helpers/scripted-group.js';
+import { batchFrom, quickConsumer, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
 
 
 describe('Consumer: a manual commit in flight at close() (scripted broker)', () => {
-  const cleanup: Array<() => Promise<unknown> | unknown> = [];
-  afterEach(async () => {
-    for (const f of cleanup.splice(0).reverse()) await f();
-  });
+  const cleanup = useCleanup();
 
   it('close() ends the manual commit with client_closed', { timeout: 15_000 }, async () => {
     const s = await scriptedGroup();

@@ -3,16 +3,13 @@
  * commits (member, generation, offsets) is what a checker of the group's safety reads. A commit still
  * unanswered when the member rejoined at a new generation was reported under the new one.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Consumer, type ConsumerEvents } from 'tributary-client/consumer.js';
-import { batchFrom, quickConsumer, scriptedGroup } from '../../helpers/scripted-group.js';
+import { batchFrom, quickConsumer, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
 import { sleep, until } from '../../helpers/util.js';
 
 describe('Consumer: the commit event generation (scripted broker)', () => {
-  const cleanup: Array<() => Promise<unknown> | unknown> = [];
-  afterEach(async () => {
-    for (const f of cleanup.splice(0).reverse()) await f();
-  });
+  const cleanup = useCleanup();
 
   it('is the generation the commit carried, also when the member rejoined while it was unanswered', async () => {
     const s = await scriptedGroup();

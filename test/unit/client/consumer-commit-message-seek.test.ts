@@ -5,18 +5,15 @@
  * partition was revoked, the consumer's own message answers consumer_rebalancing (docs/sdk.md,
  * "Consumer"), not the invalid_config of a message it did not hand out.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
 import type { ConsumedMessage } from 'tributary-client/consumer.js';
-import { batchFrom, quickConsumer, scriptedGroup } from '../../helpers/scripted-group.js';
+import { batchFrom, quickConsumer, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
 import { sleep, until } from '../../helpers/util.js';
 
 
 describe('Consumer: commit({ message }) after seek() (scripted broker)', () => {
-  const cleanup: Array<() => Promise<unknown> | unknown> = [];
-  afterEach(async () => {
-    for (const f of cleanup.splice(0).reverse()) await f();
-  });
+  const cleanup = useCleanup();
 
   it('a message at or above the sought offset is not counted; one below it is', async () => {
     const s = await scriptedGroup();

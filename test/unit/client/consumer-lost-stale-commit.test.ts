@@ -5,16 +5,13 @@
  * the new member's (it owns the partition again), moving the committed offset past where the new
  * installation started reading.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
-import { batchFrom, quickConsumer, scriptedGroup } from '../../helpers/scripted-group.js';
+import { batchFrom, quickConsumer, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
 import { sleep, until } from '../../helpers/util.js';
 
 describe('Consumer: a commit queued before the member was lost (scripted broker)', () => {
-  const cleanup: Array<() => Promise<unknown> | unknown> = [];
-  afterEach(async () => {
-    for (const f of cleanup.splice(0).reverse()) await f();
-  });
+  const cleanup = useCleanup();
 
   it('sends nothing of the lost installation once the member joined afresh', async () => {
     const s = await scriptedGroup();

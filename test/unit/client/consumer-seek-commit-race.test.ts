@@ -5,17 +5,14 @@
  * whose auto-commit stayed in flight for seconds). seek() refuses it with seek_below_committed, as it
  * does below the committed offset; once the commit settled, the committed offset is the bound.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
-import { batchFrom, quickConsumer, scriptedGroup } from '../../helpers/scripted-group.js';
+import { batchFrom, quickConsumer, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
 import { until } from '../../helpers/util.js';
 
 describe('Consumer: seek() while a commit is in flight (scripted broker)', () => {
-  const cleanup: Array<() => Promise<unknown> | unknown> = [];
-  afterEach(async () => {
-    for (const f of cleanup.splice(0).reverse()) await f();
-  });
+  const cleanup = useCleanup();
 
   /**
    * The scripted group whose first commit is answered only once `release()` is called (a coordinator slow
