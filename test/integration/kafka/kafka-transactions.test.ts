@@ -445,6 +445,32 @@ describe('Kafka transactions', () => {
       }
     });
 
+    it('a transactional kafkajs producer goes on writing to a topic deleted and created again (its sequences do not restart)', async () => {
+      const admin = kafka.admin();
+      await admin.connect();
+      const producer = kafka.producer({ transactionalId: 'ktx-recreated-txn', idempotent: true, maxInFlightRequests: 1 });
+      await producer.connect();
+      try {
+        await admin.createTopics({ topics: [{ topic: 'ktx-recreated-txn', numPartitions: 1 }], waitForLeaders: true });
+        const first = await producer.transaction();
+        await first.send({ topic: 'ktx-recreated-txn', messages: [0, 1, 2].map((i) => ({ partition: 0, value: `old${i}` })) });
+        await first.commit();
+        await admin.deleteTopics({ topics: ['ktx-recreated-txn'] });
+        await until(async () => (await admin.listTopics()).includes('ktx-recreated-txn') === false, 10_000, 'the topic gone');
+        await admin.createTopics({ topics: [{ topic: 'ktx-recreated-txn', numPartitions: 1 }], waitForLeaders: true });
+        // kafkajs numbers this batch 3 (its sequences per partition go on); the new partition knows nothing of
+        // the producer, so it takes any first sequence, as Kafka does since KIP-360 (not only 0).
+        const next = await producer.transaction();
+        await next.send({ topic: 'ktx-recreated-txn', messages: [{ partition: 0, value: 'new' }] });
+        await next.commit();
+        const read = await c.consume({ topic: 'ktx-recreated-txn', partition: 0, offset: 0, batch: 10, isolation: 'read_committed' });
+        expect(read.records.map((r) => r.value.toString())).toEqual(['new']);
+      } finally {
+        await producer.disconnect();
+        await admin.disconnect();
+      }
+    });
+
     it('ListOffsets by timestamp under read_committed answers nothing inside an open transaction', async () => {
       await c.command('CREATE', { topic: 'ktx-lo', partitions: 1 });
       const plain = kafka.producer();

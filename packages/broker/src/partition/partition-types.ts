@@ -10,6 +10,8 @@ export interface TransactionalBatch {
   /** With sequences the append is also idempotent (as appendIdempotent): both or neither. */
   firstSequence?: number;
   lastSequence?: number;
+  /** With sequences: a producer the partition has no state of may start at any (as IdempotentBatch's). */
+  anyFirstSequence?: boolean;
 }
 
 export interface MarkerResult {

@@ -174,7 +174,8 @@ export class Partition implements SnapshotOwner {
       },
     };
     if (idem) {
-      return this.idempotent(recs, { producerId: b.producerId, epoch: b.epoch, firstSequence: b.firstSequence!, lastSequence: b.lastSequence! }, hooks);
+      const seq = { producerId: b.producerId, epoch: b.epoch, firstSequence: b.firstSequence!, lastSequence: b.lastSequence!, anyFirstSequence: b.anyFirstSequence === true };
+      return this.idempotent(recs, seq, hooks);
     }
     try {
       hooks.start();
