@@ -82,6 +82,22 @@ describe('ProducerStateTable', () => {
     expect(ProducerStateTable.fromSnapshot(t.snapshot(10)).describe('p')).toEqual({ epoch: 3, lastSeq: -1 });
   });
 
+  it('forgets a producer whose only appends, the first it had here, failed; one with state keeps its epoch', () => {
+    const t = new ProducerStateTable();
+    const a = t.begin('n', 3, 9, 9, 0);
+    const b = t.begin('n', 3, 10, 10, 0);
+    // Pending and never written: not in a snapshot either.
+    expect(t.snapshot(0).producers).toEqual([]);
+    t.abort('n', a);
+    expect(t.describe('n')).toEqual({ epoch: 3, lastSeq: 10 });
+    t.abort('n', b);
+    expect(t.describe('n')).toBeUndefined();
+    expect(t.check('n', 1, 4, 4, true).kind).toBe('append');
+    append(t, 'k', 2, 0, 0, 0);
+    t.abort('k', t.begin('k', 2, 1, 1, 0));
+    expect(() => t.check('k', 1, 0, 0)).toThrow(/stale_producer_epoch/);
+  });
+
   it('keeps producers apart and forgets an aborted append', () => {
     const t = new ProducerStateTable();
     append(t, 'a', 0, 0, 0, 0);
@@ -218,6 +234,25 @@ describe('Partition idempotent appends', () => {
     expect(await p.appendIdempotent([big], { producerId: 'p1', epoch: 0, firstSequence: 1, lastSequence: 1 })).toMatchObject({ baseOffset: 1, duplicate: false });
     expect(await p.appendIdempotent([idem('c', 2)], { producerId: 'p1', epoch: 0, firstSequence: 2, lastSequence: 2 })).toMatchObject({ baseOffset: 2, duplicate: false });
     expect((await p.log.read(0, { maxRecords: 10, maxBytes: 1 << 20 })).map((r) => r.sequence)).toEqual([0, 1, 2]);
+    await p.close();
+  });
+
+  it('a failed first append of a producer the partition had no state of leaves none: its retry may start at any sequence again (KIP-360)', async () => {
+    const dir = await tempDir('tributary-pstate-');
+    dirs.push(dir);
+    const p = new Partition('t', 0, await PartitionLog.open(dir, { flush: 'os', segmentBytes: 2000 }));
+    await p.whenProducerStateReady();
+    await p.append([{ key: null, value: Buffer.from('plain') }]);
+    // The Kafka port's producer whose state the partition lost (a topic created again) goes on at sequence 7.
+    const batch = { producerId: 'p2', epoch: 0, firstSequence: 7, lastSequence: 7, anyFirstSequence: true };
+    const blocker = path.join(dir, segmentFileName(1, INDEX_SUFFIX));
+    await fs.mkdir(blocker);
+    const big = rec('B'.repeat(1900), { producerId: 'p2', epoch: 0, sequence: 7 });
+    await expect(p.appendIdempotent([big], batch)).rejects.toMatchObject({ code: 'storage_error' });
+    await fs.rmdir(blocker);
+    // Kafka keeps no state of an append that failed: the retry is the producer's first batch here again.
+    expect(await p.appendIdempotent([big], batch)).toMatchObject({ baseOffset: 1, duplicate: false });
+    expect(p.producerState()?.describe('p2')).toEqual({ epoch: 0, lastSeq: 7 });
     await p.close();
   });
 

@@ -34,6 +34,12 @@ export interface BatchEntry {
    * numbers would skip the failed one's); its write is refused as out_of_order_sequence (partition.ts).
    */
   refusedAfter?: number;
+  /**
+   * Pending, and the producer had no state here before it (or before the failed batches ahead of it): if
+   * it fails with the rest, the producer goes again, as in Kafka, where a failed append leaves no state
+   * (a producer without state may start at any sequence, KIP-360).
+   */
+  first?: boolean;
 }
 
 interface ProducerEntry {
@@ -102,11 +108,13 @@ export class ProducerStateTable {
   /** Records a batch check() accepted, as pending; complete() or abort() it once the append settles. */
   begin(id: string, epoch: number, firstSeq: number, lastSeq: number, nowMs: number): BatchEntry {
     let p = this.producers.get(id);
+    const known = p !== undefined;
     if (!p || epoch > p.epoch) {
       p = { epoch, batches: [], lastSeenMs: nowMs };
       this.writable().set(id, p);
     }
     const entry: BatchEntry = { firstSeq, lastSeq, baseOffset: -1, lastOffset: -1, timestamp: 0 };
+    if (!known) entry.first = true;
     p.batches.push(entry);
     trimWindow(p);
     p.lastSeenMs = nowMs;
@@ -136,8 +144,14 @@ export class ProducerStateTable {
         if (later.baseOffset < 0) later.refusedAfter ??= entry.firstSeq;
       }
       p.batches.splice(i, 1);
+      if (entry.first) {
+        // Nothing of the producer was written before it: without a later batch it goes (Kafka keeps no
+        // state of a failed append), else the next one (refused after the gap when its turn comes) inherits it.
+        if (p.batches.length === 0 && !p.evicted?.length) this.producers.delete(id);
+        else if (p.batches[0]) p.batches[0].first = true;
+      }
     }
-    // The producer stays, with no batches, as a fence leaves it: its epoch still refuses older ones.
+    // Otherwise the producer stays, with no batches, as a fence leaves it: its epoch still refuses older ones.
     this.version++;
   }
 
@@ -229,6 +243,8 @@ export class ProducerStateTable {
     const producers: ProducerSnapshot['producers'] = [];
     for (const [id, p] of this.producers) {
       const done = p.batches.filter((b) => b.baseOffset >= 0);
+      // Nothing of it written yet, and nothing known before: no state (abort()), replay finds what lands.
+      if (done.length === 0 && p.batches[0]?.first && !p.evicted?.length) continue;
       // The state as of `offset` needs the producer's last batch below it. A load drops every batch from
       // the offset on and replays the log from there: a window wholly at or past it (more than a window of
       // batches not yet below the HWM, a follower's) would leave the producer with none, expecting
