@@ -358,6 +358,32 @@ describe('Kafka transactions', () => {
       }
     });
 
+    it("a batch that reuses the sequence of an ended transaction's batch is OUT_OF_ORDER_SEQUENCE_NUMBER, not taken as its duplicate; a retry within the transaction still is", async () => {
+      await c.command('CREATE', { topic: 'ktx-reuse', partitions: 1 });
+      const raw = await RawKafka.connect(broker.kafkaPort);
+      try {
+        const p = await producerOf(raw, 'ktx-reuse-1');
+        const add = () => raw.call(24, 1, { transactionalId: 'ktx-reuse-1', ...p, topics: [{ name: 'ktx-reuse', partitions: [0] }] });
+        const baseOffset = (res: KafkaStruct) => Number(((res.responses as KafkaStruct[])[0]!.partitionResponses as KafkaStruct[])[0]!.baseOffset);
+        await add();
+        expect(produceCode(await produce(raw, 'ktx-reuse-1', 'ktx-reuse', 0, txnBatch(p, 'first', 0)))).toBe(0);
+        const retried = await produce(raw, 'ktx-reuse-1', 'ktx-reuse', 0, txnBatch(p, 'first', 0));
+        expect([produceCode(retried), baseOffset(retried)]).toEqual([0, 0]);
+        expect((await raw.call(26, 1, { transactionalId: 'ktx-reuse-1', ...p, committed: false })).errorCode).toBe(0);
+        // kafkajs gives a failed send's sequence numbers back ("Clients that reuse sequence numbers"): the next
+        // transaction's batch under the aborted one's numbers was answered with the aborted record's offset,
+        // and its commit then held nothing of it.
+        await add();
+        expect(produceCode(await produce(raw, 'ktx-reuse-1', 'ktx-reuse', 0, txnBatch(p, 'second', 0)))).toBe(kafkaErrorCode('OUT_OF_ORDER_SEQUENCE_NUMBER'));
+        expect(produceCode(await produce(raw, 'ktx-reuse-1', 'ktx-reuse', 0, txnBatch(p, 'second', 1)))).toBe(0);
+        expect((await raw.call(26, 1, { transactionalId: 'ktx-reuse-1', ...p, committed: true })).errorCode).toBe(0);
+        const read = await c.consume({ topic: 'ktx-reuse', partition: 0, offset: 0, batch: 10, isolation: 'read_committed' });
+        expect(read.records.map((r) => r.value.toString())).toEqual(['second']);
+      } finally {
+        raw.socket.destroy();
+      }
+    });
+
     it('TxnOffsetCommit is fenced by the group generation (ILLEGAL_GENERATION), and its offsets are unstable until the transaction ends', async () => {
       await c.command('CREATE', { topic: 'ktx-offsets', partitions: 1 });
       for (let i = 0; i < 5; i++) await c.command('PUBLISH', { topic: 'ktx-offsets', partition: 0, message: `m${i}` });

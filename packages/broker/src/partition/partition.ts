@@ -12,7 +12,7 @@ import { failpointDelay, failpointRefuse } from '../common/failpoints.js';
 import { SETTLED } from '../common/settled.js';
 import { AppendTracker } from './append-tracker.js';
 import { park } from './park.js';
-import type { CheckResult, ProducerStateTable } from './producer-state.js';
+import { type BatchEntry, type CheckResult, type ProducerStateTable, reusedSequence } from './producer-state.js';
 import { replayReplica, replicaCount } from './replica-replay.js';
 import { encodeMarkerValue, type MarkerType, type OpenTxn, type TxnIndex } from './txn-index.js';
 import type { IdempotentAppend, IdempotentBatch, Isolation, MarkerResult, ReadResult, TransactionalBatch, Waiter, WireReadOptions, WireTarget } from './partition-types.js';
@@ -163,6 +163,8 @@ export class Partition implements SnapshotOwner {
     }));
     const hooks = {
       txn: null as OpenTxn | null,
+      // A duplicate only of a batch of the open transaction (or pending): past a marker, numbers are reused.
+      current: (e: BatchEntry) => e.result !== undefined || index.holds(b.producerId, e.baseOffset),
       start: () => {
         hooks.txn = index.begin(b.producerId, b.epoch, this.log.logEndOffset);
       },
@@ -174,8 +176,7 @@ export class Partition implements SnapshotOwner {
       },
     };
     if (idem) {
-      const seq = { producerId: b.producerId, epoch: b.epoch, firstSequence: b.firstSequence!, lastSequence: b.lastSequence!, anyFirstSequence: b.anyFirstSequence === true };
-      return this.idempotent(recs, seq, hooks);
+      return this.idempotent(recs, { ...b, firstSequence: b.firstSequence!, lastSequence: b.lastSequence! }, hooks);
     }
     try {
       hooks.start();
@@ -287,7 +288,7 @@ export class Partition implements SnapshotOwner {
   private idempotent(
     records: RecordInput[] | ScannedBatch,
     b: IdempotentBatch,
-    hooks?: { start: () => void; ok: (res: { baseOffset: number }) => void; none: () => void },
+    hooks?: { start(): void; ok(res: { baseOffset: number }): void; none(): void; current(e: BatchEntry): boolean },
   ): Promise<IdempotentAppend> {
     if (this.producersError)
       return Promise.reject(new TributaryError('storage_error', { reason: `producer state unavailable: ${this.producersError.message}` }));
@@ -300,6 +301,7 @@ export class Partition implements SnapshotOwner {
     }
     if (check.kind === 'duplicate') {
       const e = check.entry;
+      if (hooks && !hooks.current(e)) return Promise.reject(reusedSequence(b, e));
       // A duplicate writes nothing: it neither opens nor extends a transaction.
       if (e.result) return e.result.then((r) => ({ ...r, duplicate: true }));
       return Promise.resolve({ baseOffset: e.baseOffset, lastOffset: e.lastOffset, timestamp: e.timestamp, duplicate: true });

@@ -328,6 +328,16 @@ function trimWindow(p: ProducerEntry): void {
   }
 }
 
+/** A transactional batch under the numbers of `e`, a batch of a transaction that ended (partition.ts). */
+export function reusedSequence(b: { producerId: string; epoch: number; firstSequence: number }, e: BatchEntry): TributaryError {
+  return new TributaryError('out_of_order_sequence', {
+    producer_id: b.producerId,
+    epoch: b.epoch,
+    sequence: b.firstSequence,
+    reason: `sequences ${e.firstSeq}..${e.lastSeq} were a batch of an ended transaction (at offset ${e.baseOffset})`,
+  });
+}
+
 function outOfOrder(id: string, epoch: number, got: number, expected: number): TributaryError {
   return new TributaryError('out_of_order_sequence', { producer_id: id, epoch, sequence: got, expected });
 }

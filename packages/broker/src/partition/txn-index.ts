@@ -112,6 +112,15 @@ export class TxnIndex {
     return this.open.get(producerId);
   }
 
+  /**
+   * Whether `offset` lies in the producer's open transaction (not one whose marker is being written): a
+   * retried batch of it may be answered as a duplicate, a batch of a transaction that ended may not.
+   */
+  holds(producerId: string, offset: number): boolean {
+    const t = this.open.get(producerId);
+    return t?.confirmed === true && offset >= t.firstOffset;
+  }
+
   /** Every open transaction, closing ones included. */
   openTxns(): OpenTxn[] {
     return [...this.open.values(), ...this.closing];
