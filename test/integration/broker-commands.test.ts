@@ -252,6 +252,40 @@ describe('standalone broker commands', () => {
     }
   });
 
+  it('on a stream, a STREAM_CONTROL that does not parse gets the parse error and bytes not UTF-8 invalid_encoding, as off one', async () => {
+    await c.command('CREATE', { topic: 'control-parse', partitions: 1 });
+    const r = await RawClient.connect(broker.port);
+    try {
+      const error = (reply: string) => parseLine(reply.slice('ERROR: '.length));
+      r.send('STREAM topic=control-parse partition=0 offset=0');
+      const next = async () => {
+        for (;;) {
+          const f = await r.next(10_000);
+          if (f.length > 0) return f;
+        }
+      };
+      // The request is STREAM_CONTROL type=CLOSE, written wrong: not "only STREAM_CONTROL type=CLOSE is accepted".
+      r.send('STREAM_CONTROL type=CLOSE type=CLOSE');
+      expect(Object.fromEntries(error(await next()).params)).toMatchObject({ param: 'type', reason: 'given more than once' });
+      r.send('STREAM_CONTROL type=CLOSE note="open');
+      expect(Object.fromEntries(error(await next()).params)).toMatchObject({ param: 'note', reason: 'unterminated quoted value' });
+      r.send(Buffer.from([0x53, 0x54, 0xff, 0xfe]));
+      expect(error(await next()).head).toBe('invalid_encoding');
+      // Anything else is still refused as before (a batch frame too), and the stream goes on.
+      r.send('HELP');
+      expect(error(await next()).params.get('reason')).toMatch(/only STREAM_CONTROL type=CLOSE/);
+      r.send(Buffer.from([0xba, 0x7c, 0xff]));
+      expect(error(await next()).params.get('reason')).toMatch(/only STREAM_CONTROL type=CLOSE/);
+      await c.command('PUBLISH', { topic: 'control-parse', partition: 0, message: 'still streaming' });
+      expect(await next()).toContain('still streaming');
+      r.send('STREAM_CONTROL type=CLOSE');
+      expect(parseLine(await next()).params.get('reason')).toBe('stopped');
+      await r.closedP;
+    } finally {
+      r.destroy();
+    }
+  });
+
   it('ends a stream with reason=removed when its topic is deleted', async () => {
     await c.command('CREATE', { topic: 'doomed', partitions: 1 });
     const s = await broker.connect();

@@ -75,12 +75,17 @@ export function lookupCommand(line: ParsedLine): { name: string; spec: CommandSp
 
 const STREAM_CONTROL_PARAMS: ReadonlySet<string> = new Set(['type']);
 
-/** A request on an open stream: only `STREAM_CONTROL type=CLOSE` ends it; anything else (another parameter too) is refused. */
+/**
+ * A request on an open stream: only `STREAM_CONTROL type=CLOSE` ends it; anything else (another parameter
+ * too) is refused. A STREAM_CONTROL that does not parse gets the parser's refusal, as off a stream: "only
+ * STREAM_CONTROL type=CLOSE is accepted" would not say what is wrong with `type=CLOSE type=CLOSE`.
+ */
 export function checkStreamClose(text: string): void {
   let line: ParsedLine | undefined;
   try {
     line = parseLine(text);
-  } catch {
+  } catch (err) {
+    if (/^\s*STREAM_CONTROL(\s|$)/i.test(text)) throw err;
     line = undefined;
   }
   if (line?.head.toUpperCase() !== 'STREAM_CONTROL' || line.params.get('type')?.toUpperCase() !== 'CLOSE') {

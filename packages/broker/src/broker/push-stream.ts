@@ -7,6 +7,7 @@
 import { isUtf8 } from 'node:buffer';
 import type net from 'node:net';
 import { type Params, formatError, formatLine, type parseLine } from 'tributary-protocol/command.js';
+import { isBatchBody } from 'tributary-protocol/batch.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
 import type { BrokerContext, ConnectionContext } from './command-context.js';
@@ -175,7 +176,10 @@ export class PushStream {
   onFrame(body: Buffer): void {
     if (body.length === 0) return;
     try {
-      checkStreamClose(isUtf8(body) ? body.toString('utf8') : '');
+      // A text body that is not UTF-8 is refused as on any connection (docs/protocol.md section 1); a
+      // batch frame is no STREAM_CONTROL either.
+      if (!isBatchBody(body) && !isUtf8(body)) throw new TributaryError('invalid_encoding');
+      checkStreamClose(isBatchBody(body) ? '' : body.toString('utf8'));
     } catch (err) {
       this.host.writeNow(encodeFrame(formatError(err as TributaryError)));
       return;
