@@ -395,6 +395,29 @@ describe('admin API, authentication off', () => {
     expect((await api('GET', '/api/v1/session?x=1')).status).toBe(400);
   });
 
+  it('health, readiness and metrics refuse what they do not take: a query parameter 400, another method 405 with Allow; an unknown path is a 404 that says so', async () => {
+    // Ignored, `/metrics?name[]=x` would look like a filter that works (Prometheus `params:`), and a probe's typo pass.
+    for (const p of ['/live?verbose=1', '/ready?x', '/metrics?name[]=tributary_up']) {
+      const r = await api('GET', p);
+      expect([r.status, r.body?.error?.code], p).toEqual([400, 'invalid_parameter']);
+      expect(r.body.error.fields.reason, p).toMatch(/unknown parameter/);
+    }
+    for (const [method, p] of [
+      ['POST', '/live'],
+      ['DELETE', '/metrics'],
+      ['PUT', '/ui/'],
+    ] as const) {
+      const r = await api(method, p);
+      expect([r.status, r.headers.allow, r.body?.error?.code], `${method} ${p}`).toEqual([405, 'GET, HEAD', 'method_not_allowed']);
+    }
+    const missing = await api('GET', '/nothing-here');
+    expect([missing.status, missing.body?.error?.code, missing.body?.error?.message]).toEqual([404, 'not_found', 'no route /nothing-here']);
+    // What they do take still answers.
+    expect((await api('GET', '/live')).body).toBe('ok\n');
+    expect((await api('HEAD', '/ready')).status).toBe(200);
+    expect((await api('GET', '/metrics')).body).toMatch(/^# HELP /m);
+  });
+
   it('cluster, users and ACLs', async () => {
     const c = await api('GET', '/api/v1/cluster');
     expect(c.status).toBe(200);
