@@ -106,6 +106,32 @@ describe('idempotent producers', () => {
     expect(recs.map((r) => r.value.toString())).toEqual(['a', 'b', 'c', 'd', 'e', 'f', 'new-epoch']);
   });
 
+  it('acks=0 with idempotence is refused: the sequence and epoch checks could not be answered, so a gap or a fenced epoch got OK and was dropped', async () => {
+    const topic = 'idem-acks0';
+    await c.command('CREATE', { topic, partitions: 1 });
+    const pid = await newProducerId(c);
+    expect((await c.json<{ offset: number }>('PUBLISH', { topic, partition: 0, producerId: pid, epoch: 1, seqNum: 0, message: 'e1' })).offset).toBe(0);
+    // A zombie's older epoch, a gap, and the right next sequence: acks=0 is refused for each, before anything.
+    for (const [epoch, seqNum] of [
+      [0, 0],
+      [1, 5],
+      [1, 1],
+    ]) {
+      await expect(c.command('PUBLISH', { topic, partition: 0, producerId: pid, epoch, seqNum, acks: '0', message: 'z' })).rejects.toMatchObject({
+        code: 'invalid_parameter',
+        fields: { param: 'acks' },
+      });
+    }
+    for (const epoch of [0, 1]) {
+      const batch: Batch = { ...idemBatch(topic, 0, pid, epoch, 1, ['b']), acks: '0' };
+      await expect(c.produceBatch(batch)).rejects.toMatchObject({ code: 'invalid_batch' });
+    }
+    expect(await leo(c, topic, 0)).toBe(1);
+    // The producer goes on at its next sequence, and acks=0 without idempotence is taken as before.
+    expect((await c.json<{ offset: number }>('PUBLISH', { topic, partition: 0, producerId: pid, epoch: 1, seqNum: 1, message: 'e1-1' })).offset).toBe(1);
+    expect(await c.command('PUBLISH', { topic, partition: 0, acks: '0', message: 'plain' })).toBe('OK');
+  });
+
   it('batch frames: the records keep the producer id and epoch and are numbered from the header; a batch of mixed ids or epochs, or none, is refused', async () => {
     await c.command('CREATE', { topic: 'idem-ids', partitions: 1 });
     const pid = await newProducerId(c);

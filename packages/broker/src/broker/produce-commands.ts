@@ -104,6 +104,12 @@ async function acknowledged(b: BrokerContext, partition: Partition, lastOffset: 
   if (b.cluster && epoch !== undefined && !b.cluster.replicas.leadsAt(partition.topic, partition.id, epoch)) throw b.cluster.replicas.notLeader(partition.topic, partition.id);
 }
 
+/**
+ * An idempotent append's sequence and epoch checks answer in its reply, which acks=0 does not wait for: a
+ * gap or a fenced epoch got OK and was dropped (docs/protocol.md, "Producing"). The SDK refuses the pair too.
+ */
+const ACKS0_IDEMPOTENT = 'an idempotent producer needs acks=1 or all: acks=0 answers before the sequence and epoch are checked';
+
 export function refuseInternal(topic: string): void {
   if (topic.startsWith('__')) throw new TributaryError('invalid_topic_name', { topic, reason: 'internal topics are written by the broker only' });
 }
@@ -117,6 +123,7 @@ async function publish(b: BrokerContext, c: ConnectionContext, p: Params): Promi
   const keyStr = p.str('key', { maxLength: 65_535, allowEmpty: true });
   const acks = p.oneOf('acks', ['0', '1', 'all', '-1'] as const) ?? '1';
   const idem = idempotenceParams(p);
+  if (idem && acks === '0') throw invalidParam('acks', ACKS0_IDEMPOTENT);
   const message = p.str('message', { required: true, allowEmpty: true }) as string;
   const issued = idem && checkIssued(b, idem.producerId);
   if (issued && !(await issued)) throw unknownProducer(idem.producerId);
@@ -205,6 +212,7 @@ function startWireAppend(b: BrokerContext, batch: ScannedBatch, checked: boolean
   refuseInternal(topic.name);
   const n = batch.count;
   if (n === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
+  if (batch.idempotent && batch.acks === '0') throw new TributaryError('invalid_batch', { reason: ACKS0_IDEMPOTENT });
   const idem = batch.idempotent ? wireIdempotence(batch) : undefined;
   if (idem && !checked) {
     const issued = checkIssued(b, idem.producerId);
