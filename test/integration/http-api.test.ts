@@ -250,6 +250,36 @@ describe('admin API, authentication off', () => {
     }
   });
 
+  it('tail: a HEAD gets the stream\'s status and headers and ends, holding no tail slot while its connection stays open', async () => {
+    await api('POST', '/api/v1/topics', { body: { name: 'headed', partitions: 1 } });
+    // Keep-alive: the connections stay open after each answer, as a browser's or a monitor's would.
+    const agent = new http.Agent({ keepAlive: true });
+    const head = (p: string) =>
+      new Promise<{ status: number; type: string | undefined }>((resolve, reject) => {
+        const req = http.request({ host: '127.0.0.1', port, method: 'HEAD', path: p, agent, timeout: 5_000 }, (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, type: res.headers['content-type'] }));
+        });
+        req.on('timeout', () => req.destroy(new Error(`HEAD ${p}: no answer in 5 s`)));
+        req.on('error', reject);
+        req.end();
+      });
+    try {
+      // More than one address's 8 tails: each HEAD held one, with two broker connections, until its client left.
+      for (let i = 0; i < 9; i++) expect(await head('/api/v1/topics/headed/tail')).toEqual({ status: 200, type: 'text/event-stream; charset=utf-8' });
+      expect((await head('/api/v1/topics/nope/tail')).status).toBe(404);
+      expect((await head('/api/v1/topics/headed/tail?bogus=1')).status).toBe(400);
+      const s = events(port, '/api/v1/topics/headed/tail');
+      try {
+        expect(await s.status).toBe(200);
+      } finally {
+        s.close();
+      }
+    } finally {
+      agent.destroy();
+    }
+  });
+
   it('bad text: half a surrogate pair or bytes that are not UTF-8 are 400 and write nothing; a proxy\'s Bearer header is not a credential here', async () => {
     await api('POST', '/api/v1/topics', { body: { name: 'texts', partitions: 1 } });
     const lone = await api('POST', '/api/v1/topics/texts/messages', { raw: '{"value":"a\\ud800b"}' });

@@ -147,6 +147,9 @@ export async function tail(
       connection: 'keep-alive',
       'x-accel-buffering': 'no',
     });
+    // A HEAD gets the status and headers and no stream. Streamed, it never got them (Node sends a HEAD's
+    // headers at its end) and held a tail, and its broker connections, for as long as its client stayed.
+    if (req.method === 'HEAD') return;
     res.write(`event: ready\ndata: ${sseJson({ topic, positions: start })}\n\n`);
     keepalive = setInterval(() => res.write(': keepalive\n\n'), 15_000);
     while (!ac.signal.aborted) {
