@@ -115,8 +115,8 @@ describe('loadBrokerConfig', () => {
     const groupTimers = ['groupRebalanceTimeoutMs'];
     for (const key of [...timers, ...groupTimers, 'streamKeepaliveMs', 'shutdownTimeoutMs', 'etcdRequestTimeoutMs', 'replicaLagMaxMs', 'replicationTimeoutMs', 'maxTransactionTimeoutMs']) {
       expect(refused({ [key]: '3000000000' }), key).toEqual([expect.stringMatching(new RegExp(`^invalid config: ${key}: must be <= 2147483647, got 3000000000 \\(flag --`))]);
-      // In a cluster with flush interval, where every one of them is used.
-      const used = { cluster: 'true', etcd: '127.0.0.1:2379', flush: 'interval' };
+      // In a cluster with flush interval and authentication, where every one of them is used.
+      const used = { cluster: 'true', etcd: '127.0.0.1:2379', flush: 'interval', authentication: 'true' };
       expect(ok(loadBrokerConfig({ env: {}, flags: { [key]: '2147483647', ...used } })).config[key as 'authTimeoutMs'], key).toBe(2147483647);
     }
     // Before: every topic create failed (invalid_parameter segmentBytes, as if the client had sent it).

@@ -214,6 +214,8 @@ it('broker start refuses settings it would not use, with exit 2 and nothing crea
     [['--topic-acls', '{"x":{}}'], /^invalid config: topicAcls: is for authentication \(--authentication\), which is off/],
     [['--users', '{}'], /^invalid config: users: is for authentication \(--authentication\), which is off/],
     [['--group-acls', '{"billing-*":["billing"]}'], /^invalid config: groupAcls: is for authentication \(--authentication\), which is off/],
+    // Before: started, with a timeout no connection was ever held to.
+    [['--auth-timeout-ms', '5000'], /^invalid config: authTimeoutMs: is for authentication \(--authentication\), which is off/],
   ];
   for (const [args, message] of cases) {
     const r = await start(...args);

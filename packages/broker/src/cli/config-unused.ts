@@ -47,9 +47,9 @@ export function unusedSettings(c: BrokerConfig, given: (key: Key) => boolean): A
     for (const key of KAFKA_LISTENER_SETTINGS) if (given(key)) out.push({ key, why: 'is for the Kafka listener, which is off without kafkaPort (or kafkaPortIfFree)' });
   }
   // Users, topic and group ACLs are checked only with authentication on (docs/security.md): without it an ACL
-  // that looks in force protected nothing.
+  // that looks in force protected nothing. So is the time a connection has to authenticate.
   if (!c.authentication) {
-    for (const key of ['users', 'topicAcls', 'groupAcls'] as const) if (given(key)) out.push({ key, why: 'is for authentication (--authentication), which is off: nothing would check it' });
+    for (const key of ['users', 'topicAcls', 'groupAcls', 'authTimeoutMs'] as const) if (given(key)) out.push({ key, why: 'is for authentication (--authentication), which is off: nothing would check it' });
   }
   // The fsync period of flush interval; in a cluster also the HWM checkpoint period, whatever the flush mode.
   if (c.flush !== 'interval' && !c.cluster && given('flushIntervalMs')) {
