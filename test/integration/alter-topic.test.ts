@@ -164,6 +164,8 @@ describe('ALTER_TOPIC (standalone)', () => {
       const r = await patch(topic, body);
       expect([r.status, r.body.error?.code], body).toEqual([status, code]);
     }
+    // Named by what the request lacks, not by the SDK's argument behind the route (it said param=opts).
+    expect((await patch('alt-http', '{}')).body.error?.fields).toMatchObject({ param: 'body', reason: expect.stringMatching(/retentionHours, retentionBytes, deleteRetentionMs/) });
     expect((await patch('alt-http', JSON.stringify({ retentionHours: 1 }), 'text/plain')).status).toBe(400);
     expect(await describeTopic('alt-http')).toMatchObject({ retention_hours: 12, retention_bytes: -1 });
   });
