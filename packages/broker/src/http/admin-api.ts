@@ -232,11 +232,16 @@ async function produceMessage({ req, url, res, client, params }: RouteContext): 
   if (encoding !== 'utf8' && encoding !== 'base64') throw invalidParam('encoding', 'expected utf8 or base64');
   const value = bytesOf('value', str(body, 'value', { required: true }), encoding)!;
   const key = bytesOf('key', str(body, 'key'), encoding);
+  // The record format's bounds (u16 lengths and count), checked here: the SDK's refusal names its messages[0].
+  if (key && key.length > 0xffff) throw invalidParam('key', 'longer than 65535 bytes');
   const headers: Array<{ key: string; value: Buffer }> = [];
   if (body.headers !== undefined) {
     if (body.headers === null || typeof body.headers !== 'object' || Array.isArray(body.headers)) throw invalidParam('headers', 'expected an object of string values');
-    for (const [k, v] of Object.entries(body.headers as Record<string, unknown>)) {
+    const entries = Object.entries(body.headers as Record<string, unknown>);
+    if (entries.length > 0xffff) throw invalidParam('headers', 'more than 65535 headers');
+    for (const [k, v] of entries) {
       if (typeof v !== 'string') throw invalidParam('headers', `header ${k}: must be a string`);
+      if (Buffer.byteLength(k, 'utf8') > 0xffff) throw invalidParam('headers', 'a header key longer than 65535 bytes');
       headers.push({ key: k, value: bytesOf(`headers.${k}`, v, encoding)! });
     }
   }
