@@ -164,6 +164,8 @@ describe('ALTER_TOPIC (standalone)', () => {
       const r = await patch(topic, body);
       expect([r.status, r.body.error?.code], body).toEqual([status, code]);
     }
+    // A value the broker refuses is named by the body's field, not the command's parameter (retention_hours).
+    expect((await patch('alt-http', JSON.stringify({ retentionHours: 2_000_000 }))).body.error?.fields.param).toBe('retentionHours');
     // Named by what the request lacks, not by the SDK's argument behind the route (it said param=opts).
     expect((await patch('alt-http', '{}')).body.error?.fields).toMatchObject({ param: 'body', reason: expect.stringMatching(/retentionHours, retentionBytes, deleteRetentionMs/) });
     expect((await patch('alt-http', JSON.stringify({ retentionHours: 1 }), 'text/plain')).status).toBe(400);

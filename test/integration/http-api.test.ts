@@ -500,6 +500,14 @@ describe('admin API, authentication off', () => {
       expect([r.status, r.body?.error?.code], `${method} ${p}`).toEqual([status, code]);
       expect(typeof r.body.error.message).toBe('string');
     }
+    // A value the broker refuses is named by the body's field, not the CREATE parameter behind it.
+    for (const [body, param] of [
+      [{ name: 'y', retentionHours: 2_000_000 }, 'retentionHours'],
+      [{ name: 'y', replicationFactor: 2 }, 'replicationFactor'],
+    ] as const) {
+      const r = await api('POST', '/api/v1/topics', { body });
+      expect([r.status, r.body.error.code, r.body.error.fields.param, r.body.error.message], param).toEqual([400, 'invalid_parameter', param, expect.stringContaining(`param=${param} `)]);
+    }
     // A produce body the SDK behind the route refuses names the body's field, not the SDK's messages[0].
     const manyHeaders = Object.fromEntries(Array.from({ length: 65_536 }, (_, i) => [`h${i}`, '']));
     for (const [body, param] of [

@@ -137,6 +137,16 @@ async function describeTopic({ url, res, client, params }: RouteContext): Promis
   });
 }
 
+/** The body's names of CREATE's and ALTER_TOPIC's parameters, for the broker's refusals of their values. */
+const FIELD_OF: Record<string, string> = { retention_hours: 'retentionHours', retention_bytes: 'retentionBytes', replication_factor: 'replicationFactor', delete_retention_ms: 'deleteRetentionMs' };
+
+/** A refusal naming the body's field (retentionHours) rather than the command's parameter the request has nowhere. */
+function inFieldNames(err: unknown): never {
+  const param = err instanceof TributaryError && err.code === 'invalid_parameter' ? err.fields.param : undefined;
+  if (typeof param === 'string' && Object.hasOwn(FIELD_OF, param)) throw new TributaryError('invalid_parameter', { ...(err as TributaryError).fields, param: FIELD_OF[param]! });
+  throw err;
+}
+
 const CREATE_FIELDS = ['name', 'partitions', 'replicationFactor', 'retentionHours', 'retentionBytes', 'partitioner'] as const;
 
 async function createTopic({ req, url, res, client }: RouteContext): Promise<void> {
@@ -151,7 +161,7 @@ async function createTopic({ req, url, res, client }: RouteContext): Promise<voi
     retentionHours: optInt(body, 'retentionHours', { min: -1 }),
     retentionBytes: optInt(body, 'retentionBytes', { min: -1 }),
     partitioner,
-  });
+  }).catch(inFieldNames);
   const { topic, created: isNew, ...rest } = created;
   sendJson(res, isNew ? 201 : 200, { name: topic, created: isNew, ...rest });
 }
@@ -175,7 +185,7 @@ async function alterTopic({ req, url, res, client, params }: RouteContext): Prom
     retentionHours: optInt(body, 'retentionHours', { min: -1 }),
     retentionBytes: optInt(body, 'retentionBytes', { min: -1 }),
     deleteRetentionMs: optInt(body, 'deleteRetentionMs', { min: 0 }),
-  });
+  }).catch(inFieldNames);
   const { topic, ...rest } = altered;
   sendJson(res, 200, { name: topic, ...rest });
 }
