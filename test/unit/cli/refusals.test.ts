@@ -68,6 +68,14 @@ it('refuses --json beside --format, and an empty dev-cluster --data-dir', async 
   // Before: ten brokers started, then the eleventh failed on etcd's port (exit 1).
   const crowded = await cli('dev-cluster', '--brokers', '11', '--base-port', '21000');
   expect([crowded.code, crowded.stderr]).toEqual([2, 'error: --base-port lays out at most 10 brokers (health ports port+80..port+89, etcd on port+90 and port+91)\n']);
+  // What dev-cluster gives each broker of its own: given to all, they shared one data directory (the rest
+  // failed on its lock, or one broker wrote outside the "temporary, removed on exit" directory it was shown),
+  // one port, one broker id, or another etcd than the one dev-cluster runs. Refused as the option is read:
+  // the invalid --brokers after it stops a run that took it before any cluster starts.
+  for (const flag of ['--data-dir /tmp/shared', '--port 9000', '--health-port=9080', '--broker-id 7', '--etcd 127.0.0.1:2379', '--cluster']) {
+    const own = await cli('dev-cluster', '--broker-args', `--log-level info ${flag}`, '--brokers', '0');
+    expect([own.code, own.stderr], flag).toEqual([2, expect.stringMatching(new RegExp(`^error: option '--broker-args <flags>' argument '.*' is invalid\\. may not set ${flag.split(/[ =]/)[0]}: dev-cluster sets it for each broker`))]);
+  }
 });
 
 it('refuses a config file over 1 MiB unread, lists at most 20 unknown keys, and names a nested unknown key by its path', async () => {

@@ -126,6 +126,21 @@ async function fetchStatus(opts: ClientOptions): Promise<ClusterStatusReply> {
 
 // ---------------------------------------------------------------- dev-cluster
 
+/**
+ * What dev-cluster gives each broker itself (local-cluster.ts): in --broker-args, which every broker
+ * gets, it would replace them all with one value, so brokers shared a data directory (failing on its
+ * lock, or writing outside the temporary one shown), a port or an id, or met another etcd than dev-cluster's.
+ */
+const DEV_CLUSTER_OWN_FLAGS = ['--cluster', '--etcd', '--broker-id', '--port', '--health-port', '--data-dir'];
+
+function brokerArgsArg(value: string): string {
+  for (const arg of value.split(/\s+/)) {
+    const flag = arg.split('=')[0]!;
+    if (DEV_CLUSTER_OWN_FLAGS.includes(flag)) throw new InvalidArgumentError(`may not set ${flag}: dev-cluster sets it for each broker (${DEV_CLUSTER_OWN_FLAGS.join(', ')}).`);
+  }
+  return value;
+}
+
 interface DevClusterOptions {
   brokers: number;
   dataDir?: string;
@@ -251,7 +266,7 @@ export function registerClusterCommands(program: Command): void {
       'fixed ports: broker i on port+i, its health port on port+80+i, etcd on port+90 and port+91, so at most 10 brokers (default: free ports)',
       intArg(1, 65535 - 91),
     )
-    .option('--broker-args <flags>', 'extra `broker start` flags for every broker, e.g. "--broker-lease-ttl-seconds 2"')
+    .option('--broker-args <flags>', 'extra `broker start` flags for every broker, e.g. "--broker-lease-ttl-seconds 2"', brokerArgsArg)
     .option('--tls', 'TLS to clients, between brokers and to etcd, with a CA and certificates made by openssl in <data>/tls (clients then need --ca)')
     .addOption(new Option('--principal <name>', "who dev-cluster's own status checks authenticate as, when --broker-args turn authentication on").env('TRIBUTARY_PRINCIPAL'))
     .addOption(new Option('--token <token>', 'token of --principal (prefer the environment variable)').env('TRIBUTARY_TOKEN'))
