@@ -494,6 +494,11 @@ describe('admin API, authentication off', () => {
       ['GET', '/api/v1/nothing-here', {}, 404, 'not_found'],
       ['PUT', '/api/v1/topics', { body: {} }, 405, 'method_not_allowed'],
       ['GET', '/api/v1/topics/%E0%A4%A', {}, 400, 'invalid_parameter'],
+      // Decoded, these searched for U+FFFD (or for "%ZZ") and answered "complete", nothing found.
+      ['GET', '/api/v1/topics/stable/search?key=%FF', {}, 400, 'invalid_parameter'],
+      ['GET', '/api/v1/topics/stable/search?value=%ZZ', {}, 400, 'invalid_parameter'],
+      ['GET', '/api/v1/topics/stable/search?header=a%3D%C3%28', {}, 400, 'invalid_parameter'],
+      ['GET', '/api/v1/topics?intern%FFal=true', {}, 400, 'invalid_parameter'],
     ];
     for (const [method, p, opts, status, code] of cases) {
       const r = await api(method, p, opts);

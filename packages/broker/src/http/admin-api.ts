@@ -10,7 +10,7 @@ import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { ApiClients } from './api-clients.js';
 import { MessagesJson, partitionOffsets, readEnd, recordJson, type RouteContext, segment } from './api-records.js';
-import { Query, checkInt, credentialsOf, readJsonBody, sendError, sendJson } from './api-request.js';
+import { Query, checkInt, checkQueryEncoding, credentialsOf, readJsonBody, sendError, sendJson } from './api-request.js';
 import { AuthBackoff } from './auth-backoff.js';
 import { resumePositions } from './tail-positions.js';
 import { TailCount, tail } from './tail-route.js';
@@ -528,6 +528,7 @@ export class AdminApi {
   /** Serves one request under `/api/v1/`. */
   async handle(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
     try {
+      checkQueryEncoding(url.search);
       if (url.pathname === '/api/v1/session') {
         if (req.method === 'GET' || req.method === 'HEAD') await this.session(req, res, url);
         else sendJson(res, 405, { error: { code: 'method_not_allowed', message: `${req.method} is not allowed on ${url.pathname}; allowed: GET`, retriable: false, fields: {} } }, { allow: 'GET' });

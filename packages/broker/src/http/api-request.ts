@@ -79,6 +79,27 @@ export function sendError(res: http.ServerResponse, err: unknown): void {
   sendJson(res, statusOf(e), { error: errorJson(e) }, headers);
 }
 
+/**
+ * Refuses a query string whose percent-encoding is malformed or not UTF-8, which URLSearchParams would
+ * take as U+FFFD (or keep as "%ZZ"): a search for a key sent so looked for other bytes, and answered
+ * "complete" with nothing found. As for bodies (readJsonBody), what was sent is refused, not replaced.
+ */
+export function checkQueryEncoding(search: string): void {
+  const decoded = (part: string): string | undefined => {
+    try {
+      return decodeURIComponent(part.replace(/\+/g, ' '));
+    } catch {
+      return undefined;
+    }
+  };
+  for (const pair of search.replace(/^\?/, '').split('&')) {
+    const eq = pair.indexOf('=');
+    const name = decoded(eq < 0 ? pair : pair.slice(0, eq));
+    if (name === undefined) throw invalidParam('query', 'a parameter name is not UTF-8 in valid percent-encoding');
+    if (eq >= 0 && decoded(pair.slice(eq + 1)) === undefined) throw invalidParam(name.slice(0, 64), 'not UTF-8 in valid percent-encoding');
+  }
+}
+
 /** The query string, every name checked against `allowed`; a name given twice is refused. */
 export class Query {
   private readonly values = new Map<string, string>();
