@@ -345,7 +345,7 @@ export function registerConsumeCommand(program: Command): void {
       .description('print records of a topic, one per line')
       .option('--group <group>', 'read as a member of this consumer group: commits as it goes, leaves on Ctrl-C')
       .option('--partition <n>', 'read only this partition (default: all)', intArg(0))
-      .option('--from-beginning', 'start at the earliest retained offset')
+      .option('--from-beginning', 'start at the earliest retained offset (with --group: only where the group has no committed offset)')
       .option('--offset <n>', 'start at this offset', intArg(0))
       .option('--follow', 'keep waiting for new records instead of stopping at the end')
       .option('--max <n>', 'stop after this many records', intArg(1))
