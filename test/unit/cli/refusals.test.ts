@@ -76,6 +76,11 @@ it('refuses --json beside --format, and an empty dev-cluster --data-dir', async 
     const own = await cli('dev-cluster', '--broker-args', `--log-level info ${flag}`, '--brokers', '0');
     expect([own.code, own.stderr], flag).toEqual([2, expect.stringMatching(new RegExp(`^error: option '--broker-args <flags>' argument '.*' is invalid\\. may not set ${flag.split(/[ =]/)[0]}: dev-cluster sets it for each broker`))]);
   }
+  // With --tls, each broker's certificates and CAs are dev-cluster's too (before: the flag in --broker-args won).
+  for (const flag of ['--tls-cert /tmp/c.pem', '--tls-key=/tmp/k.pem', '--inter-broker-tls-ca /tmp/ca.pem', '--etcd-tls-ca /tmp/e.pem', '--etcd-tls-cert /tmp/e.pem', '--etcd-tls-key /tmp/e.pem']) {
+    const own = await cli('dev-cluster', '--tls', '--broker-args', flag, '--brokers', '0');
+    expect([own.code, own.stderr], flag).toEqual([2, expect.stringMatching(new RegExp(`with --tls, --broker-args may not set ${flag.split(/[ =]/)[0]}: dev-cluster sets it for each broker`))]);
+  }
 });
 
 it('refuses a config file over 1 MiB unread, lists at most 20 unknown keys, and names a nested unknown key by its path', async () => {

@@ -141,6 +141,15 @@ function brokerArgsArg(value: string): string {
   return value;
 }
 
+/** What dev-cluster --tls gives each broker too (local-cluster.ts tlsArgs): its certificates and CAs. */
+const DEV_CLUSTER_TLS_FLAGS = ['--tls-cert', '--tls-key', '--inter-broker-tls-ca', '--etcd-tls-ca', '--etcd-tls-cert', '--etcd-tls-key'];
+
+/** The refusal of --broker-args setting a flag --tls gives each broker, or undefined. */
+function tlsOwnFlagRefusal(brokerArgs: string): string | undefined {
+  const flag = brokerArgs.split(/\s+/).map((a) => a.split('=')[0]!).find((f) => DEV_CLUSTER_TLS_FLAGS.includes(f));
+  return flag === undefined ? undefined : `with --tls, --broker-args may not set ${flag}: dev-cluster sets it for each broker (${DEV_CLUSTER_TLS_FLAGS.join(', ')}).`;
+}
+
 interface DevClusterOptions {
   brokers: number;
   dataDir?: string;
@@ -153,6 +162,8 @@ interface DevClusterOptions {
 
 /** Runs a local cluster in the foreground until SIGINT/SIGTERM, then stops it (brokers first, then etcd). */
 async function devCluster(opts: DevClusterOptions): Promise<void> {
+  const refusal = opts.tls === true && opts.brokerArgs !== undefined ? tlsOwnFlagRefusal(opts.brokerArgs) : undefined;
+  if (refusal !== undefined) throw usageError(refusal);
   const { LocalCluster } = await import('./local-cluster.js');
   const rf = Math.min(3, opts.brokers);
   let cluster: LocalCluster | undefined;
@@ -252,8 +263,8 @@ function printUsage(cluster: LocalCluster, rf: number, keptDir: boolean): void {
 }
 
 export function registerClusterCommands(program: Command): void {
-  program
-    .command('dev-cluster')
+  const dev = program.command('dev-cluster');
+  dev
     .description('run etcd and a few cluster brokers on this machine in the foreground, for trying cluster mode (Ctrl-C stops all)')
     .option('--brokers <n>', 'number of brokers', intArg(1, 16), 3)
     .option('--data-dir <dir>', 'keep etcd and broker data here (<dir>/etcd, <dir>/broker-<id>) and reuse it next time (default: a temp dir, removed on exit)', (v: string) => {
@@ -266,7 +277,12 @@ export function registerClusterCommands(program: Command): void {
       'fixed ports: broker i on port+i, its health port on port+80+i, etcd on port+90 and port+91, so at most 10 brokers (default: free ports)',
       intArg(1, 65535 - 91),
     )
-    .option('--broker-args <flags>', 'extra `broker start` flags for every broker, e.g. "--broker-lease-ttl-seconds 2"', brokerArgsArg)
+    .option('--broker-args <flags>', 'extra `broker start` flags for every broker, e.g. "--broker-lease-ttl-seconds 2"', (v: string) => {
+      // --tls given before it: refused as the option is read (devCluster checks the other order).
+      const refusal = dev.getOptionValue('tls') === true ? tlsOwnFlagRefusal(v) : undefined;
+      if (refusal !== undefined) throw new InvalidArgumentError(refusal);
+      return brokerArgsArg(v);
+    })
     .option('--tls', 'TLS to clients, between brokers and to etcd, with a CA and certificates made by openssl in <data>/tls (clients then need --ca)')
     .addOption(new Option('--principal <name>', "who dev-cluster's own status checks authenticate as, when --broker-args turn authentication on").env('TRIBUTARY_PRINCIPAL'))
     .addOption(new Option('--token <token>', 'token of --principal (prefer the environment variable)').env('TRIBUTARY_TOKEN'))
