@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PgOffsetStore, type PgOffsetStoreOptions } from 'tributary-broker/coordinator/pg-offset-store.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
+import { startPgRelay } from '../helpers/pg-relay.js';
 import { rejection } from '../helpers/util.js';
 
 let server: PostgresServer;
@@ -220,6 +221,55 @@ describe('PgOffsetStore', () => {
     // The shared admin pool lost its connections in the restart; give it fresh ones.
     await admin.end();
     admin = adminPool();
+  });
+
+  it.each([
+    ['deleteGroup', (s: PgOffsetStore) => s.deleteGroup('g')],
+    ['deleteTopic', (s: PgOffsetStore) => s.deleteTopic('t', ['g'])],
+  ])('%s whose COMMIT answer was lost rejects with outcome=unknown, and its rows are not read until it ended', async (_name, remove) => {
+    const table = nextTable();
+    const direct = await openStore({ table });
+    await direct.commit('g', 't', [{ partition: 0, offset: 5 }]);
+    await direct.commit('h', 't', [{ partition: 0, offset: 7 }]);
+    const relay = await startPgRelay(server.port);
+    try {
+      const store = await openStore({ table, connectionString: relay.url });
+      relay.hold('COMMIT\0', { refuse: true });
+      // Before: a DELETE in autocommit whose answer was lost was a plain storage_error, applied or not.
+      const err = await rejection(remove(store));
+      expect({ code: err.code, outcome: err.fields.outcome, held: relay.holding() }).toEqual({ code: 'storage_error', outcome: 'unknown', held: true });
+      relay.refusing = false;
+      // The server has not read the COMMIT: other connections still see the row, which it may yet delete.
+      expect(await direct.fetch('g', 't', 0)).toBe(5);
+      expect((await rejection(store.fetch('g', 't', 0))).code).toBe('storage_error');
+      expect((await rejection(store.loadAll())).code).toBe('storage_error');
+      // A row it does not cover is read as usual.
+      expect(await store.fetch('h', 't', 0)).toBe(7);
+      await relay.release();
+      expect(await store.fetch('g', 't', 0)).toBeUndefined();
+      expect((await store.loadAll()).map((o) => [o.group, o.offset])).toEqual([['h', 7]]);
+    } finally {
+      await relay.close();
+    }
+  });
+
+  it('a deletion that failed before its COMMIT was sent did not apply', async () => {
+    const table = nextTable();
+    const direct = await openStore({ table });
+    await direct.commit('g', 't', [{ partition: 0, offset: 5 }]);
+    const relay = await startPgRelay(server.port);
+    try {
+      const store = await openStore({ table, connectionString: relay.url });
+      relay.hold('DELETE FROM');
+      const err = await rejection(store.deleteGroup('g'));
+      expect({ code: err.code, outcome: err.fields.outcome }).toEqual({ code: 'storage_error', outcome: undefined });
+      // The server carries the DELETE out late, on a connection whose client is gone: it never commits.
+      await relay.release();
+      expect(await direct.fetch('g', 't', 0)).toBe(5);
+      expect(await store.fetch('g', 't', 0)).toBe(5);
+    } finally {
+      await relay.close();
+    }
   });
 
   it('uses a caller-owned pool without ending it', async () => {

@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BrokerProcess } from '../../helpers/launcher.js';
 import { type PostgresServer, startPostgres } from '../../helpers/postgres.js';
 import { GroupMember, fetchOffset, fill, startBroker } from './helpers.js';
-import { expectError } from '../../helpers/util.js';
+import { eventually, expectError } from '../../helpers/util.js';
+import type { Connection } from 'tributary-protocol/connection.js';
 
 /** The broker with `--offset-store postgres`: commits land in the team's own database and survive kill -9. */
 describe('broker with the PostgreSQL offset store', () => {
@@ -72,11 +73,25 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
   let relay: net.Server;
   /** COMMIT statements still to be cut off after they reach PostgreSQL, before its answer comes back. */
   let cutCommits = 0;
+  /** A message holding this text is cut off as a COMMIT is (once). */
+  let cutAt: Buffer | undefined;
+  /** Set at the next cut: every other connection is dropped and new ones refused until cleared. */
+  let refuseAfterCut = false;
+  let refusing = false;
+  const clients = new Set<net.Socket>();
+  /** Settles once the last message cut off has been carried out by the server and its connection closed. */
+  let cutSettled: Promise<void> = Promise.resolve();
 
   beforeAll(async () => {
     pgServer = await startPostgres();
     // The broker reaches PostgreSQL through this relay, which can drop a connection right after a COMMIT.
     relay = net.createServer((client) => {
+      if (refusing) {
+        client.destroy();
+        return;
+      }
+      clients.add(client);
+      client.on('close', () => clients.delete(client));
       const up = net.connect(pgServer.port, '127.0.0.1');
       let cut = false;
       client.on('error', () => {});
@@ -89,12 +104,28 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
         // A simple-query message ('Q') carrying COMMIT: it reaches the server, its answer never the broker.
         // It reaches the server late, after the broker has seen the connection fail and could look at the
         // rows (which then do not show it yet).
-        if (cutCommits > 0 && d[0] === 0x51 && d.includes(Buffer.from('COMMIT\0'))) {
-          cutCommits--;
+        const commit = cutCommits > 0 && d[0] === 0x51 && d.includes(Buffer.from('COMMIT\0'));
+        if (commit || (cutAt !== undefined && d.includes(cutAt))) {
+          if (commit) cutCommits--;
+          else cutAt = undefined;
           cut = true;
+          if (refuseAfterCut) {
+            refuseAfterCut = false;
+            refusing = true;
+            for (const other of clients) if (other !== client) other.destroy();
+          }
           client.destroy();
-          setTimeout(() => up.write(d), 300);
-          setTimeout(() => up.destroy(), 800);
+          let done = () => {};
+          cutSettled = new Promise<void>((resolve) => {
+            done = resolve;
+          });
+          setTimeout(() => {
+            // Its answer (or the connection's end) means the server has carried it out; the connection then
+            // goes, as the broker's did.
+            up.once('data', () => up.destroy());
+            up.once('close', done);
+            up.write(d);
+          }, 300);
           return;
         }
         up.write(d);
@@ -167,6 +198,50 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
     await broker.kill('SIGKILL');
     await broker.relaunch();
     expect(await fetchOffset(await broker.connect(), 'reset', 'g-reset', 0)).toEqual({ offset: 20, committed: true });
+  });
+
+  /** FETCH_OFFSET once it answers (a write of unknown outcome is refused with storage_error until it is known). */
+  function fetchWhenKnown(admin: Connection, topic: string, group: string) {
+    return eventually(`FETCH_OFFSET of ${group}`, () => fetchOffset(admin, topic, group, 0).catch((e: unknown) => ((e as { code?: string }).code === 'storage_error' ? undefined : Promise.reject(e))));
+  }
+
+  it('a DELETE_GROUP whose DELETE answer was lost: FETCH_OFFSET answers what the table holds', async () => {
+    const { admin, m, commit } = await onlyMember('del-lost', 'g-del-lost');
+    await commit(10);
+    await m.leave();
+    cutAt = Buffer.from('DELETE FROM');
+    await expectError(admin.command('DELETE_GROUP', { group: 'g-del-lost' }), 'storage_error');
+    await cutSettled;
+    // Before: the table had no row (the DELETE applied) while FETCH_OFFSET still answered 10.
+    const answered = await fetchWhenKnown(admin, 'del-lost', 'g-del-lost');
+    const rows = await stored('g-del-lost');
+    expect(answered).toEqual(rows.length === 0 ? { offset: 0, committed: false } : { offset: rows[0], committed: true });
+    // Tried again, the deletion lands, in the table and in what FETCH_OFFSET answers.
+    await admin.command('DELETE_GROUP', { group: 'g-del-lost' }).catch(() => {});
+    expect(await stored('g-del-lost')).toEqual([]);
+    expect(await fetchOffset(admin, 'del-lost', 'g-del-lost', 0)).toEqual({ offset: 0, committed: false });
+  });
+
+  it('a DELETE_GROUP whose COMMIT answer was lost and whose outcome cannot be asked: FETCH_OFFSET refuses until it can, then answers what the table holds', async () => {
+    const { admin, m, commit } = await onlyMember('del-unknown', 'g-del-unknown');
+    await commit(10);
+    await m.leave();
+    cutAt = Buffer.from('COMMIT\0');
+    refuseAfterCut = true;
+    try {
+      await expectError(admin.command('DELETE_GROUP', { group: 'g-del-unknown' }), 'storage_error', { outcome: 'unknown' });
+      // Neither 10 nor "none" while the deletion may or may not have landed.
+      await expectError(fetchOffset(admin, 'del-unknown', 'g-del-unknown', 0), 'storage_error');
+    } finally {
+      cutAt = undefined;
+      refuseAfterCut = false;
+      refusing = false;
+    }
+    expect(await fetchWhenKnown(admin, 'del-unknown', 'g-del-unknown')).toEqual({ offset: 0, committed: false });
+    expect(await stored('g-del-unknown')).toEqual([]);
+    await broker.kill('SIGKILL');
+    await broker.relaunch();
+    expect(await fetchOffset(await broker.connect(), 'del-unknown', 'g-del-unknown', 0)).toEqual({ offset: 0, committed: false });
   });
 
   it('a table locked by another session fails a commit after a bounded wait; the group goes on and a later commit lands', async () => {

@@ -5,7 +5,8 @@
  * ON CONFLICT branch only overwrites a stored offset that is not higher than the new one, so the database
  * itself refuses a regression even if two coordinators race (the row lock taken by ON CONFLICT serialises
  * them). If any entry was refused the whole transaction is rolled back and the commit rejects with
- * `offset_regression`. Identifiers (schema, table) are validated and quoted; every value is a parameter.
+ * `offset_regression`. A deletion is one transaction as well (see remove). Identifiers (schema, table) are
+ * validated and quoted; every value is a parameter.
  */
 import pg from 'pg';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
@@ -92,6 +93,12 @@ export class PgOffsetStore implements OffsetStore {
    * connection's snapshot: the value from before) is not what the row will hold.
    */
   private readonly lostCommits = new Map<string, Set<string>>();
+  /**
+   * Deletions (by transaction id) whose COMMIT answer was lost as above, with the rows they cover: a group's
+   * (deleteGroup), or a topic's of some groups or all (deleteTopic). Until they end, reading a row they
+   * cover is refused as for `lostCommits`.
+   */
+  private readonly lostDeletes = new Map<string, { topic?: string; groups?: ReadonlySet<string> }>();
 
   private readonly sql: {
     load: string;
@@ -160,9 +167,10 @@ export class PgOffsetStore implements OffsetStore {
       current: `SELECT partition, next_offset::text AS next_offset FROM ${t}
         WHERE group_id = $1 AND topic = $2 AND partition = ANY($3::int[])`,
       xidStatus: `SELECT txid_status($1::bigint) AS status`,
-      deleteGroup: `DELETE FROM ${t} WHERE group_id = $1`,
+      // In a transaction of their own, whose id tells the outcome of a COMMIT whose answer is lost (remove).
+      deleteGroup: `WITH d AS (DELETE FROM ${t} WHERE group_id = $1) SELECT txid_current()::text AS xid`,
       // A null group list: every group's offsets of the topic.
-      deleteTopic: `DELETE FROM ${t} WHERE topic = $1 AND ($2::text[] IS NULL OR group_id = ANY($2::text[]))`,
+      deleteTopic: `WITH d AS (DELETE FROM ${t} WHERE topic = $1 AND ($2::text[] IS NULL OR group_id = ANY($2::text[]))) SELECT txid_current()::text AS xid`,
     };
   }
 
@@ -227,6 +235,7 @@ export class PgOffsetStore implements OffsetStore {
     // A coordinator taking groups over (back) here would otherwise take a row's value from before a
     // transaction that may still commit; refused until it ended, the load is tried again.
     for (const key of [...this.lostCommits.keys()]) await this.lostCommitsEnded(key);
+    await this.lostDeletesEnded(() => true);
     const res = await this.query<{ group_id: string; topic: string; partition: number; next_offset: string; committed_ms: string }>(
       'loadAll',
       this.sql.load,
@@ -374,6 +383,7 @@ export class PgOffsetStore implements OffsetStore {
   async fetch(group: string, topic: string, partition: number): Promise<number | undefined> {
     checkFetch(group, topic, partition);
     await this.lostCommitsEnded(rowKey(group, topic, partition));
+    await this.lostDeletesEnded((d) => (d.topic === undefined || d.topic === topic) && (d.groups === undefined || d.groups.has(group)));
     const res = await this.query<{ next_offset: string }>('fetch', this.sql.fetch, [group, topic, partition]);
     const row = res.rows[0];
     return row === undefined ? undefined : toSafeNumber(row.next_offset, 'next_offset');
@@ -381,12 +391,55 @@ export class PgOffsetStore implements OffsetStore {
 
   async deleteGroup(group: string): Promise<void> {
     checkName('group', group);
-    await this.query('deleteGroup', this.sql.deleteGroup, [group]);
+    await this.remove('deleteGroup', this.sql.deleteGroup, [group], { groups: new Set([group]) });
   }
 
   async deleteTopic(topic: string, groups?: readonly string[]): Promise<void> {
     checkDeleteTopic(topic, groups);
-    await this.query('deleteTopic', this.sql.deleteTopic, [topic, groups === undefined ? null : [...groups]]);
+    await this.remove('deleteTopic', this.sql.deleteTopic, [topic, groups === undefined ? null : [...groups]], { topic, groups: groups && new Set(groups) });
+  }
+
+  /**
+   * A deletion, as one transaction: an autocommitted DELETE whose answer was lost may or may not have
+   * applied, and nothing could tell which. With the transaction's id, a lost COMMIT answer is settled by
+   * txid_status as a commit's is; one it cannot settle rejects with outcome=unknown (the coordinator then
+   * answers none of the rows until it read them back: docs/architecture.md, "PostgreSQL offsets"), and the
+   * rows it covers are not read until it ended (`lostDeletes`). Failing before COMMIT was sent, it did not
+   * apply: the server rolls back a transaction whose connection is gone.
+   */
+  private async remove(op: string, text: string, values: unknown[], covers: { topic?: string; groups?: ReadonlySet<string> }): Promise<void> {
+    const sent: { xid?: string } = {};
+    try {
+      await this.withClient(op, async (client) => {
+        await client.query('BEGIN');
+        let done = false;
+        try {
+          sent.xid = (await client.query<{ xid: string }>(text, values)).rows[0]?.xid;
+          await client.query('COMMIT');
+          done = true;
+        } finally {
+          if (!done) await client.query('ROLLBACK').catch(() => {});
+        }
+      });
+    } catch (err) {
+      if (sent.xid === undefined) throw err;
+      const status = await this.xidStatus(op, sent.xid, QUERY_TIMEOUT_MS).catch(() => undefined);
+      if (status === 'committed') return;
+      if (status === 'aborted') throw err;
+      this.lostDeletes.set(sent.xid, covers);
+      throw new TributaryError('storage_error', { ...(err as TributaryError).fields, outcome: 'unknown' });
+    }
+  }
+
+  /** As lostCommitsEnded, for the lost deletions `picked` selects (those covering a row, or all). */
+  private async lostDeletesEnded(picked: (covers: { topic?: string; groups?: ReadonlySet<string> }) => boolean): Promise<void> {
+    for (const [xid, covers] of [...this.lostDeletes]) {
+      if (!picked(covers)) continue;
+      if ((await this.xidStatus('fetch', xid)) === 'in progress') {
+        throw new TributaryError('storage_error', { op: 'fetch', reason: `transaction ${xid}, whose COMMIT answer was lost, has not ended yet` });
+      }
+      this.lostDeletes.delete(xid);
+    }
   }
 
   async close(): Promise<void> {
