@@ -253,6 +253,31 @@ describe('PgOffsetStore', () => {
     }
   });
 
+  it.each([
+    ['commit', (s: PgOffsetStore) => s.commit('g', 't', [{ partition: 0, offset: 8 }]), 8],
+    ['deletion', (s: PgOffsetStore) => s.deleteGroup('g'), undefined],
+  ])('a commit is not taken as written from a row that a %s whose COMMIT answer was lost may still change', async (_name, lost, after) => {
+    const table = nextTable();
+    const direct = await openStore({ table });
+    await direct.commit('g', 't', [{ partition: 0, offset: 6 }]);
+    const relay = await startPgRelay(server.port);
+    try {
+      const store = await openStore({ table, connectionString: relay.url });
+      relay.hold('COMMIT\0', { refuse: true });
+      expect((await rejection(lost(store))).fields.outcome).toBe('unknown');
+      relay.refusing = false;
+      // The row stays locked by that transaction, which the server has not ended: this commit waits for it
+      // until its statement times out. Before: its rows then still read 6, so it was taken as written, and
+      // the coordinator answered 6 while the table came to hold what the lost transaction wrote.
+      const err = await rejection(store.commit('g', 't', [{ partition: 0, offset: 6 }]));
+      expect(err.code).toBe('storage_error');
+      await relay.release();
+      expect(await store.fetch('g', 't', 0)).toBe(after);
+    } finally {
+      await relay.close();
+    }
+  }, 60_000);
+
   it('a deletion that failed before its COMMIT was sent did not apply', async () => {
     const table = nextTable();
     const direct = await openStore({ table });

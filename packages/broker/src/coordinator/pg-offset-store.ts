@@ -287,6 +287,9 @@ export class PgOffsetStore implements OffsetStore {
       // offsets (another coordinator's write) are what this write would have made.
       let stored: Map<number, number>;
       try {
+        // Not while a transaction whose COMMIT answer was lost may still change them (it holds their locks,
+        // which this write timed out waiting for): what they read now is not what they will hold.
+        for (const p of partitions) await this.lostWritesEnded(group, topic, p);
         stored = await this.current(group, topic, partitions);
       } catch {
         throw err;
@@ -382,8 +385,7 @@ export class PgOffsetStore implements OffsetStore {
 
   async fetch(group: string, topic: string, partition: number): Promise<number | undefined> {
     checkFetch(group, topic, partition);
-    await this.lostCommitsEnded(rowKey(group, topic, partition));
-    await this.lostDeletesEnded((d) => (d.topic === undefined || d.topic === topic) && (d.groups === undefined || d.groups.has(group)));
+    await this.lostWritesEnded(group, topic, partition);
     const res = await this.query<{ next_offset: string }>('fetch', this.sql.fetch, [group, topic, partition]);
     const row = res.rows[0];
     return row === undefined ? undefined : toSafeNumber(row.next_offset, 'next_offset');
@@ -429,6 +431,12 @@ export class PgOffsetStore implements OffsetStore {
       this.lostDeletes.set(sent.xid, covers);
       throw new TributaryError('storage_error', { ...(err as TributaryError).fields, outcome: 'unknown' });
     }
+  }
+
+  /** Refuses (storage_error) while a commit or deletion of the row whose COMMIT answer was lost may still apply. */
+  private async lostWritesEnded(group: string, topic: string, partition: number): Promise<void> {
+    await this.lostCommitsEnded(rowKey(group, topic, partition));
+    await this.lostDeletesEnded((d) => (d.topic === undefined || d.topic === topic) && (d.groups === undefined || d.groups.has(group)));
   }
 
   /** As lostCommitsEnded, for the lost deletions `picked` selects (those covering a row, or all). */
