@@ -5,6 +5,7 @@ import type { BrokerProcess } from '../../helpers/launcher.js';
 import { type PostgresServer, startPostgres } from '../../helpers/postgres.js';
 import { GroupMember, fetchOffset, fill, startBroker } from './helpers.js';
 import { eventually, expectError } from '../../helpers/util.js';
+import { PgOffsetStore } from 'tributary-broker/coordinator/pg-offset-store.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 
 /** The broker with `--offset-store postgres`: commits land in the team's own database and survive kill -9. */
@@ -243,6 +244,43 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
     await broker.relaunch();
     expect(await fetchOffset(await broker.connect(), 'del-unknown', 'g-del-unknown', 0)).toEqual({ offset: 0, committed: false });
   });
+
+  it("a broker start whose deletion of a deleted topic's offsets has an unknown outcome answers them only once known, as the table holds them", async () => {
+    // Its own database: a second broker deletes the offsets of every topic it does not know.
+    const db = new pg.Client({ connectionString: pgServer.connectionString });
+    await db.connect();
+    try {
+      await db.query('CREATE DATABASE orphans');
+    } finally {
+      await db.end();
+    }
+    const direct = pgServer.connectionString.replace(/\/postgres$/, '/orphans');
+    const seed = new PgOffsetStore({ connectionString: direct });
+    await seed.open();
+    // Offsets of topic `ghost`, which this broker does not have: deleted at its start.
+    await seed.commit('g-ghost', 'ghost', [{ partition: 0, offset: 10 }]);
+    const url = `postgresql://postgres@127.0.0.1:${(relay.address() as net.AddressInfo).port}/orphans`;
+    cutAt = Buffer.from('COMMIT\0');
+    refuseAfterCut = true;
+    let second: BrokerProcess | undefined;
+    try {
+      second = await startBroker(['--offset-store', 'postgres', '--offset-store-postgres-url', url]);
+      const b = second;
+      await eventually('the failed deletion logged', () => b.stderr.includes('deleting the committed offsets of a deleted topic failed'));
+      refusing = false;
+      const admin = await b.connect();
+      await eventually('the broker ready', () => admin.command('CREATE', { topic: 'ghost', partitions: 1 }).then(() => true, (e: { code?: string }) => (e.code === 'not_ready' ? false : Promise.reject(e))));
+      // Before: 10, the offset from before the deletion, which the table no longer held.
+      expect(await fetchWhenKnown(admin, 'ghost', 'g-ghost')).toEqual({ offset: 0, committed: false });
+      expect((await seed.loadAll()).length).toBe(0);
+    } finally {
+      cutAt = undefined;
+      refuseAfterCut = false;
+      refusing = false;
+      await second?.dispose();
+      await seed.close();
+    }
+  }, 60_000);
 
   it('a table locked by another session fails a commit after a bounded wait; the group goes on and a later commit lands', async () => {
     // A session longer than the wait: this member sends no heartbeat meanwhile.

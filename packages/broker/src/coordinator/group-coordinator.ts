@@ -9,7 +9,7 @@ import { ClassicGroups } from './classic-groups.js';
 import { type GroupLog, type GroupSnapshot, LogOffsetStore, notWritten } from './group-log.js';
 import { snapshotOf } from './group-snapshot.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
-import type { OffsetEntry, OffsetStore, StoredOffset } from './offset-store.js';
+import { type OffsetEntry, type OffsetStore, type StoredOffset, outcomeUnknown } from './offset-store.js';
 import { KeyedLock } from '../common/keyed-lock.js';
 import { PartitionOwnership } from '../common/partition-ownership.js';
 import { type Clock, systemClock } from '../common/clock.js';
@@ -149,8 +149,8 @@ export class GroupCoordinator {
     for (const snap of snaps) if (snap) this.restore(snap, now);
     await waitForStore(async () => {
       await this.deps.offsetStore.open();
-      const offsets = await this.withoutDeletedTopics(await this.deps.offsetStore.loadAll());
-      for (const o of offsets) this.offsets.setDurable(o.group, o.topic, o.partition, o.offset);
+      const { offsets, unsure } = await this.withoutDeletedTopics(await this.deps.offsetStore.loadAll());
+      this.offsets.loaded(offsets, unsure);
       this.expiry.load(snaps, offsets);
     }, opts);
     this.deps.logger.info({ groups: this.groups.size, offsetStore: this.deps.offsetStore.kind }, 'group coordinator loaded');
@@ -230,21 +230,21 @@ export class GroupCoordinator {
     const store = this.deps.offsetStore;
     const loaded =
       store instanceof LogOffsetStore ? await store.loadPartition(partition) : (await store.loadAll()).filter((x) => this.partitionFor(x.group) === partition);
-    const offsets = await this.withoutDeletedTopics(loaded);
+    const { offsets, unsure } = await this.withoutDeletedTopics(loaded);
     if (!current()) return 0;
     const now = this.clock.monotonic();
     for (const snap of groups.values()) if (snap) this.restore(snap, now);
-    this.offsets.loaded(offsets, store instanceof LogOffsetStore ? store.unconfirmedIn(partition) : []);
+    this.offsets.loaded(offsets, store instanceof LogOffsetStore ? [...unsure, ...store.unconfirmedIn(partition)] : unsure);
     this.expiry.load(groups.values(), offsets);
     return groups.size;
   }
 
   /**
-   * Loaded offsets of topics that no longer exist are a deletion this coordinator did not carry out (the
-   * group's partition was led elsewhere, or loading, or the store failed): deleted now, as then. Best
-   * effort: offsets the store fails to delete stay loaded, as the store still has them, for the next load.
+   * Loaded offsets of topics that no longer exist are a deletion this coordinator did not carry out (the group's partition was led
+   * elsewhere, or loading, or the store failed): deleted now, as then. Best effort: offsets the store fails to delete stay loaded, as
+   * the store still has them, for the next load; `unsure` if it may have deleted them (outcomeUnknown: not answered until read back).
    */
-  private async withoutDeletedTopics(offsets: StoredOffset[]): Promise<StoredOffset[]> {
+  private async withoutDeletedTopics(offsets: StoredOffset[]): Promise<{ offsets: StoredOffset[]; unsure: StoredOffset[] }> {
     const exists = this.deps.topicExists ?? ((t: string) => this.deps.topics.tryGet(t) !== undefined);
     const orphans = new Map<string, Set<string>>();
     for (const o of offsets) {
@@ -253,17 +253,18 @@ export class GroupCoordinator {
       if (!groups) orphans.set(o.topic, (groups = new Set()));
       groups.add(o.group);
     }
-    const gone = new Set<string>();
+    const [gone, unsure] = [new Set<string>(), [] as StoredOffset[]];
     for (const [topic, groups] of orphans) {
       try {
         await this.deps.offsetStore.deleteTopic(topic, [...groups]);
         gone.add(topic);
       } catch (err) {
+        if (outcomeUnknown(err)) unsure.push(...offsets.filter((o) => o.topic === topic && groups.has(o.group)));
         this.deps.logger.warn({ err, topic }, 'deleting the committed offsets of a deleted topic failed; kept until the next load');
       }
     }
     if (gone.size > 0) this.deps.logger.info({ topics: [...gone] }, 'deleted the committed offsets of topics deleted meanwhile');
-    return offsets.filter((o) => !gone.has(o.topic));
+    return { offsets: offsets.filter((o) => !gone.has(o.topic)), unsure };
   }
 
   /** Leadership of the partition moved away: forget its groups (their new coordinator replays them). */
