@@ -4,7 +4,7 @@ import { PgOffsetStore, type PgOffsetStoreOptions } from 'tributary-broker/coord
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { startPgRelay } from '../helpers/pg-relay.js';
-import { rejection } from '../helpers/util.js';
+import { eventually, rejection } from '../helpers/util.js';
 
 let server: PostgresServer;
 let admin: pg.Pool;
@@ -254,25 +254,57 @@ describe('PgOffsetStore', () => {
   });
 
   it.each([
-    ['commit', (s: PgOffsetStore) => s.commit('g', 't', [{ partition: 0, offset: 8 }]), 8],
-    ['deletion', (s: PgOffsetStore) => s.deleteGroup('g'), undefined],
-  ])('a commit is not taken as written from a row that a %s whose COMMIT answer was lost may still change', async (_name, lost, after) => {
+    ['commit', (s: PgOffsetStore) => s.commit('g', 't', [{ partition: 0, offset: 8 }])],
+    ['deletion', (s: PgOffsetStore) => s.deleteGroup('g')],
+  ])('a commit is not taken as written from a row that a %s whose COMMIT answer was lost may still change', async (_name, lost) => {
+    const table = nextTable();
+    const direct = await openStore({ table });
+    await direct.commit('g', 't', [{ partition: 0, offset: 6 }]);
+    const relay = await startPgRelay(server.port);
+    let paused: number | undefined;
+    try {
+      const store = await openStore({ table, connectionString: relay.url });
+      relay.hold('COMMIT\0', { refuse: true });
+      expect((await rejection(lost(store))).fields.outcome).toBe('unknown');
+      relay.refusing = false;
+      // Its server process paused, as one stuck in its COMMIT would be (a synchronous standby that does not
+      // answer, a stalled disk): the transaction stays in progress, its row locked, past any timeout.
+      const res = await admin.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%${table}%'`);
+      expect(res.rows.length).toBe(1);
+      paused = res.rows[0]!.pid;
+      process.kill(paused, 'SIGSTOP');
+      // This commit waits for that lock until its statement times out. Before: its row then still read 6,
+      // so it was taken as written, and the coordinator answered 6 whatever the lost transaction came to.
+      const err = await rejection(store.commit('g', 't', [{ partition: 0, offset: 6 }]));
+      expect(err.code).toBe('storage_error');
+      const released = relay.release();
+      process.kill(paused, 'SIGCONT');
+      paused = undefined;
+      await released;
+      // Once it ended, the store answers what the table holds.
+      const answered = await eventually('the row read', () => store.fetch('g', 't', 0).then((v) => ({ v }), () => undefined), 30_000);
+      expect(answered.v).toBe(await direct.fetch('g', 't', 0));
+    } finally {
+      if (paused !== undefined) process.kill(paused, 'SIGCONT');
+      await relay.close();
+    }
+  }, 60_000);
+
+  it('a transaction whose COMMIT never reaches the server is ended by the server: its rows are read and written again', async () => {
     const table = nextTable();
     const direct = await openStore({ table });
     await direct.commit('g', 't', [{ partition: 0, offset: 6 }]);
     const relay = await startPgRelay(server.port);
     try {
       const store = await openStore({ table, connectionString: relay.url });
-      relay.hold('COMMIT\0', { refuse: true });
-      expect((await rejection(lost(store))).fields.outcome).toBe('unknown');
-      relay.refusing = false;
-      // The row stays locked by that transaction, which the server has not ended: this commit waits for it
-      // until its statement times out. Before: its rows then still read 6, so it was taken as written, and
-      // the coordinator answered 6 while the table came to hold what the lost transaction wrote.
-      const err = await rejection(store.commit('g', 't', [{ partition: 0, offset: 6 }]));
-      expect(err.code).toBe('storage_error');
-      await relay.release();
-      expect(await store.fetch('g', 't', 0)).toBe(after);
+      // Never released: lost on the way, while the server's side of the connection stays open.
+      relay.hold('COMMIT\0');
+      expect((await rejection(store.commit('g', 't', [{ partition: 0, offset: 8 }]))).code).toBe('storage_error');
+      // Before: the server kept the transaction open, its row locked, for as long as that connection lived
+      // (until its TCP keepalive gave up, hours by default): the row could be neither read nor written.
+      expect(await eventually('the row read again', () => store.fetch('g', 't', 0).catch(() => undefined), 40_000)).toBe(6);
+      await store.commit('g', 't', [{ partition: 0, offset: 9 }]);
+      expect(await direct.fetch('g', 't', 0)).toBe(9);
     } finally {
       await relay.close();
     }

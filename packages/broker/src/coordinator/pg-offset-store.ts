@@ -34,6 +34,8 @@ const EXPECTED_COLUMNS: Record<string, string> = {
 
 /** The longest a connection attempt or a statement may take (server side; the client gives up 2 s later). */
 const QUERY_TIMEOUT_MS = 10_000;
+/** Our transactions are never idle but between two statements of the same client (see the pool). */
+const IDLE_IN_TRANSACTION_MS = 5_000;
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/;
 /** PostgreSQL silently truncates longer identifiers (NAMEDATALEN - 1). */
@@ -132,6 +134,10 @@ export class PgOffsetStore implements OffsetStore {
         connectionTimeoutMillis: QUERY_TIMEOUT_MS,
         max: 10,
         statement_timeout: QUERY_TIMEOUT_MS,
+        // A transaction whose COMMIT never arrives (lost with its connection, whose end the server may not
+        // see for hours) is rolled back, its rows unlocked, before a lost COMMIT answer stops being waited
+        // for (commit): so that wait mostly learns an outcome, and one it cannot learn ends soon after.
+        idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_MS,
         query_timeout: QUERY_TIMEOUT_MS + 2_000,
         keepAlive: true,
       });
