@@ -310,6 +310,43 @@ describe('PgOffsetStore', () => {
     }
   }, 60_000);
 
+  it('a commit whose COMMIT answer was lost is not acknowledged before its transaction ends: a synchronous standby that does not answer', async () => {
+    // A server of its own: every COMMIT on it waits for a standby that never comes, until this is undone.
+    const own = await startPostgres();
+    const db = new pg.Client({ connectionString: own.connectionString });
+    await db.connect();
+    const relay = await startPgRelay(own.port);
+    try {
+      const direct = await openStore({ connectionString: own.connectionString });
+      await direct.commit('g', 't', [{ partition: 0, offset: 6 }]);
+      await db.query("ALTER SYSTEM SET synchronous_standby_names = 'nosuch'");
+      await db.query('SELECT pg_reload_conf()');
+      const store = await openStore({ connectionString: relay.url });
+      relay.hold('COMMIT\0');
+      const outcome = store.commit('g', 't', [{ partition: 0, offset: 8 }]).then(
+        () => 'acknowledged',
+        (e: TributaryError) => e.fields.outcome ?? e.code,
+      );
+      await eventually('the COMMIT held', () => relay.holding());
+      // The server reads it, marks the transaction committed and waits for the standby before it ends it:
+      // until then no other session sees its row (nor would a failover to that standby keep it).
+      const answered = relay.release();
+      // Before: acknowledged, since txid_status says committed from the start of that wait.
+      expect(await outcome).toBe('unknown');
+      expect(await direct.fetch('g', 't', 0)).toBe(6);
+      expect((await rejection(store.fetch('g', 't', 0))).code).toBe('storage_error');
+      await db.query('ALTER SYSTEM RESET synchronous_standby_names');
+      await db.query('SELECT pg_reload_conf()');
+      await answered;
+      expect(await eventually('the row read', () => store.fetch('g', 't', 0).catch(() => undefined))).toBe(8);
+      expect(await direct.fetch('g', 't', 0)).toBe(8);
+    } finally {
+      await relay.close();
+      await db.end().catch(() => {});
+      await own.stop();
+    }
+  }, 60_000);
+
   it('a deletion that failed before its COMMIT was sent did not apply', async () => {
     const table = nextTable();
     const direct = await openStore({ table });
