@@ -347,6 +347,38 @@ describe('PgOffsetStore', () => {
     }
   }, 60_000);
 
+  it('a load (a restart, a takeover) does not read rows that a transaction of another session may still change', async () => {
+    const table = nextTable();
+    const direct = await openStore({ table });
+    await direct.commit('g', 't', [{ partition: 0, offset: 6 }]);
+    const relay = await startPgRelay(server.port);
+    let paused: number | undefined;
+    try {
+      // A coordinator whose commit's COMMIT answer is lost; its server process paused with the COMMIT unread,
+      // as one stuck in it would be.
+      const before = await openStore({ table, connectionString: relay.url });
+      relay.hold('COMMIT\0', { refuse: true });
+      expect((await rejection(before.commit('g', 't', [{ partition: 0, offset: 8 }]))).fields.outcome).toBe('unknown');
+      relay.refusing = false;
+      const res = await admin.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%${table}%'`);
+      expect(res.rows.length).toBe(1);
+      paused = res.rows[0]!.pid;
+      process.kill(paused, 'SIGSTOP');
+      const answered = relay.release();
+      // The broker restarted (or the group moved to another coordinator): a store that knows nothing of it.
+      // Before: it loaded 6, and once the paused process read its COMMIT the table held 8.
+      expect((await rejection(openStore({ table }).then((s) => s.loadAll()))).code).toBe('storage_error');
+      process.kill(paused, 'SIGCONT');
+      paused = undefined;
+      await answered;
+      const after = await openStore({ table });
+      expect((await after.loadAll()).map((o) => o.offset)).toEqual([(await direct.loadAll())[0]!.offset]);
+    } finally {
+      if (paused !== undefined) process.kill(paused, 'SIGCONT');
+      await relay.close();
+    }
+  }, 60_000);
+
   it('a deletion that failed before its COMMIT was sent did not apply', async () => {
     const table = nextTable();
     const direct = await openStore({ table });

@@ -108,6 +108,8 @@ export class PgOffsetStore implements OffsetStore {
     upsert: string;
     current: string;
     xidStatus: string;
+    writers: string;
+    running: string;
     deleteGroup: string;
     deleteTopic: string;
     create: string;
@@ -173,6 +175,13 @@ export class PgOffsetStore implements OffsetStore {
       current: `SELECT partition, next_offset::text AS next_offset FROM ${t}
         WHERE group_id = $1 AND topic = $2 AND partition = ANY($3::int[])`,
       xidStatus: `SELECT txid_status($1::bigint) AS status`,
+      // The transactions of other sessions that wrote to the table and have not ended (each holds its
+      // table lock and its own id's lock until it ends, the wait for a synchronous standby included).
+      writers: `SELECT DISTINCT x.transactionid::text AS xid FROM pg_locks r
+        JOIN pg_locks x ON x.pid = r.pid AND x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock' AND x.granted
+        WHERE r.locktype = 'relation' AND r.relation = $1::regclass AND r.mode = 'RowExclusiveLock' AND r.pid <> pg_backend_pid()`,
+      running: `SELECT count(*)::int AS n FROM pg_locks
+        WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted AND transactionid::text = ANY($1::text[])`,
       // In a transaction of their own, whose id tells the outcome of a COMMIT whose answer is lost (remove).
       deleteGroup: `WITH d AS (DELETE FROM ${t} WHERE group_id = $1) SELECT txid_current()::text AS xid`,
       // A null group list: every group's offsets of the topic.
@@ -242,6 +251,7 @@ export class PgOffsetStore implements OffsetStore {
     // transaction that may still commit; refused until it ended, the load is tried again.
     for (const key of [...this.lostCommits.keys()]) await this.lostCommitsEnded(key);
     await this.lostDeletesEnded(() => true);
+    await this.writersEnded();
     const res = await this.query<{ group_id: string; topic: string; partition: number; next_offset: string; committed_ms: string }>(
       'loadAll',
       this.sql.load,
@@ -336,6 +346,24 @@ export class PgOffsetStore implements OffsetStore {
       xids!.delete(xid);
     }
     if (xids?.size === 0) this.lostCommits.delete(key);
+  }
+
+  /**
+   * Waits (up to the statement timeout) for the transactions writing the table now to end, else refuses
+   * (storage_error): one this store cannot know of (a COMMIT of this broker's from before a restart, or of
+   * the coordinator a group moved from, stuck in a synchronous standby's wait or read late by the server)
+   * would land after the load read the rows, and the coordinator answer the value from before it.
+   */
+  private async writersEnded(): Promise<void> {
+    const deadline = Date.now() + QUERY_TIMEOUT_MS;
+    const xids = (await this.query<{ xid: string }>('loadAll', this.sql.writers, [this.qualified])).rows.map((r) => r.xid);
+    for (let pause = 10; xids.length > 0; pause = Math.min(pause * 2, 500)) {
+      if ((await this.query<{ n: number }>('loadAll', this.sql.running, [xids])).rows[0]?.n === 0) return;
+      if (Date.now() + pause > deadline) {
+        throw new TributaryError('storage_error', { op: 'loadAll', reason: 'a transaction of another session writing the offsets table has not ended' });
+      }
+      await new Promise((resolve) => setTimeout(resolve, pause));
+    }
   }
 
   /** What the table holds for these partitions of a group's topic. */
