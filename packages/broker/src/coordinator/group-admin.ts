@@ -97,8 +97,10 @@ export class GroupAdmin {
       if (outcomeUnknown(err)) this.offsets.deletionUnknown(groupId);
       throw err;
     }
-    await this.ctx.groupLog.deleteGroup(groupId);
+    // Gone from the store: not answered any more, even if the log refuses the snapshot's tombstone (a retry
+    // writes it; the store, PostgreSQL say, has nothing left to delete).
     this.offsets.forget(groupId);
+    await this.ctx.groupLog.deleteGroup(groupId);
     // Empty (checked by the caller): no member timers; a pending id handed out is simply forgotten.
     this.ctx.classicGroups.delete(groupId);
     if (g) {
