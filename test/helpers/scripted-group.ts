@@ -6,6 +6,8 @@
  */
 import { afterEach } from 'vitest';
 import { type BatchRecord, encodeBatch } from 'tributary-protocol/batch.js';
+import type { ParsedLine } from 'tributary-protocol/command.js';
+import { Consumer } from 'tributary-client/consumer.js';
 import { ScriptedServer } from './scripted-server.js';
 import { sleep } from './util.js';
 
@@ -63,4 +65,26 @@ export function useCleanup(): Array<() => Promise<unknown> | unknown> {
     for (const f of cleanup.splice(0).reverse()) await f();
   });
   return cleanup;
+}
+
+/**
+ * A quickConsumer of `s` whose first BATCH_COMMIT is not answered until release() (a coordinator that
+ * stopped answering; its connection stays up); every commit is answered with `answer`. The clean-ups
+ * release it before closing the consumer, so that the close is not held.
+ */
+export function consumerWithHeldCommit(
+  s: ScriptedServer,
+  cleanup: Array<() => Promise<unknown> | unknown>,
+  answer: (l: ParsedLine) => string = () => 'OK batched=1',
+): { c: Consumer; release: () => void } {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  s.on('BATCH_COMMIT', async (l) => {
+    if (s.count('BATCH_COMMIT') === 1) await held;
+    return answer(l);
+  });
+  const c = new Consumer(quickConsumer(s));
+  cleanup.push(() => c.close());
+  cleanup.push(() => release());
+  return { c, release };
 }

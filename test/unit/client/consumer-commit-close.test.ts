@@ -6,9 +6,8 @@
  * (`client_closed`); its own final commit gets the close deadline.
  */
 import { describe, expect, it } from 'vitest';
-import { Consumer } from 'tributary-client/consumer.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
-import { batchFrom, quickConsumer, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
+import { batchFrom, consumerWithHeldCommit, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
 
 
 describe('Consumer: a manual commit in flight at close() (scripted broker)', () => {
@@ -17,19 +16,10 @@ describe('Consumer: a manual commit in flight at close() (scripted broker)', () 
   it('close() ends the manual commit with client_closed', { timeout: 15_000 }, async () => {
     const s = await scriptedGroup();
     cleanup.push(() => s.close());
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
     s.on('FETCH_OFFSET', () => 'OK offset=0 committed=true');
     s.on('CONSUME', (l) => batchFrom(Number(l.params.get('offset')), 3));
     // The first commit is never answered (a coordinator that stopped answering; its connection stays up).
-    s.on('BATCH_COMMIT', async (l) => {
-      if (s.count('BATCH_COMMIT') === 1) await held;
-      return `OK batched=${l.positional[0]!.split(',').length}`;
-    });
-
-    const c = new Consumer(quickConsumer(s));
-    cleanup.push(() => c.close());
-    cleanup.push(() => release()); // first, so that the close above ends without the fix too
+    const { c } = consumerWithHeldCommit(s, cleanup, (l) => `OK batched=${l.positional[0]!.split(',').length}`);
     let commit: Promise<string> | undefined;
     let committedMessage = -1;
     for await (const m of c) {

@@ -4,8 +4,8 @@
  * unanswered when the member rejoined at a new generation was reported under the new one.
  */
 import { describe, expect, it } from 'vitest';
-import { Consumer, type ConsumerEvents } from 'tributary-client/consumer.js';
-import { batchFrom, quickConsumer, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
+import type { ConsumerEvents } from 'tributary-client/consumer.js';
+import { batchFrom, consumerWithHeldCommit, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
 import { sleep, until } from '../../helpers/util.js';
 
 describe('Consumer: the commit event generation (scripted broker)', () => {
@@ -15,8 +15,6 @@ describe('Consumer: the commit event generation (scripted broker)', () => {
     const s = await scriptedGroup();
     cleanup.push(() => s.close());
     let generation = 1;
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
     s.on('FETCH_OFFSET', () => 'OK offset=0 committed=true');
     s.on('CONSUME', (l) => batchFrom(Number(l.params.get('offset')), 5));
     s.on('JOIN_GROUP', () => `OK generation=${generation} member=m-1 leader=m-1 assignments=[0]`);
@@ -26,13 +24,7 @@ describe('Consumer: the commit event generation (scripted broker)', () => {
       if (Number(l.params.get('generation')) !== generation) return `ERROR: REBALANCE_IN_PROGRESS class=fencing retryable=false group=g generation=${generation}`;
       return `OK member=m-1 generation=${generation}`;
     });
-    s.on('BATCH_COMMIT', async () => {
-      if (s.count('BATCH_COMMIT') === 1) await held;
-      return 'OK batched=1';
-    });
-    const c = new Consumer(quickConsumer(s));
-    cleanup.push(() => c.close());
-    cleanup.push(() => release()); // first, so that the close above is not held
+    const { c, release } = consumerWithHeldCommit(s, cleanup);
     const events: Array<ConsumerEvents['commit']> = [];
     c.on('commit', (e) => events.push(e));
     const it = c[Symbol.asyncIterator]();

@@ -6,8 +6,7 @@
  * installation started reading.
  */
 import { describe, expect, it } from 'vitest';
-import { Consumer } from 'tributary-client/consumer.js';
-import { batchFrom, quickConsumer, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
+import { batchFrom, consumerWithHeldCommit, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
 import { sleep, until } from '../../helpers/util.js';
 
 describe('Consumer: a commit queued before the member was lost (scripted broker)', () => {
@@ -17,8 +16,6 @@ describe('Consumer: a commit queued before the member was lost (scripted broker)
     const s = await scriptedGroup();
     cleanup.push(() => s.close());
     const g = { member: 'm-1', generation: 1, lost: false };
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
     s.on('JOIN_GROUP', (l) => {
       if (!l.params.has('generation')) g.member = `m-${s.count('JOIN_GROUP')}`;
       g.generation++;
@@ -32,13 +29,7 @@ describe('Consumer: a commit queued before the member was lost (scripted broker)
     });
     s.on('FETCH_OFFSET', () => 'OK offset=0 committed=true');
     s.on('CONSUME', (l) => batchFrom(Number(l.params.get('offset')), 5));
-    s.on('BATCH_COMMIT', async () => {
-      if (s.count('BATCH_COMMIT') === 1) await held;
-      return 'OK batched=1';
-    });
-    const c = new Consumer(quickConsumer(s));
-    cleanup.push(() => c.close());
-    cleanup.push(() => release()); // first, so that the close above is not held
+    const { c, release } = consumerWithHeldCommit(s, cleanup);
     const lost: number[][] = [];
     c.on('partitions.lost', (e) => lost.push(e.partitions));
     const it = c[Symbol.asyncIterator]();

@@ -6,9 +6,8 @@
  * does below the committed offset; once the commit settled, the committed offset is the bound.
  */
 import { describe, expect, it } from 'vitest';
-import { Consumer } from 'tributary-client/consumer.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
-import { batchFrom, quickConsumer, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
+import { batchFrom, consumerWithHeldCommit, scriptedGroup, useCleanup } from '../../helpers/scripted-group.js';
 import { until } from '../../helpers/util.js';
 
 describe('Consumer: seek() while a commit is in flight (scripted broker)', () => {
@@ -22,18 +21,12 @@ describe('Consumer: seek() while a commit is in flight (scripted broker)', () =>
     const s = await scriptedGroup();
     cleanup.push(() => s.close());
     const state = { committed: 0 };
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
     s.on('FETCH_OFFSET', () => `OK offset=${state.committed} committed=true`);
     s.on('CONSUME', (l) => batchFrom(Math.max(Number(l.params.get('offset')), state.committed), 5));
-    s.on('BATCH_COMMIT', async (l) => {
-      if (s.count('BATCH_COMMIT') === 1) await held;
+    const { c, release } = consumerWithHeldCommit(s, cleanup, (l) => {
       state.committed = Math.max(state.committed, Number(/P0:(\d+)/.exec(l.positional[0]!)![1]));
       return 'OK batched=1';
     });
-    const c = new Consumer(quickConsumer(s));
-    cleanup.push(() => c.close());
-    cleanup.push(() => release()); // first, so that the close above is not held
     const it = c[Symbol.asyncIterator]();
     const next = async () => ((await it.next()).value as { offset: number }).offset;
     return { s, c, it, next, release, state };
