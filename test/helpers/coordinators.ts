@@ -75,6 +75,8 @@ export async function openCoordinators(
     targets?: (local: TxnTargets) => TxnTargets;
     /** How the group log appends (default: to the local partition, as a standalone broker does). */
     groupAppend?: InternalAppend;
+    /** How the transaction state log appends (the same default). */
+    txnAppend?: InternalAppend;
     /** The offset store (default: the log store on the group log). */
     offsetStore?: (log: GroupLog) => OffsetStore;
     /** The coordinators' logger (default: silent), for a test that checks what they log. */
@@ -105,7 +107,7 @@ export async function openCoordinators(
   const txns = new TransactionCoordinator({
     topics,
     producerIds: new ProducerIdAllocator(store),
-    log: new TxnLog(() => topics.get(TXN_STATE_TOPIC).partitions),
+    log: new TxnLog(() => topics.get(TXN_STATE_TOPIC).partitions, opts.txnAppend),
     targets: (opts.targets ?? ((t) => t))(new LocalTxnTargets(topics, groups)),
     logger,
     registry: new client.Registry(),

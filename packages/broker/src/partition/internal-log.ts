@@ -10,8 +10,8 @@ import type { Partition } from './partition.js';
  * Every record of an internal topic's partition, keys and values parsed as JSON (an empty value is null, a
  * tombstone), with its offset, to the log end: not the HWM, since a new leader's log is the truth from now
  * on, even the records its followers have not confirmed yet. Those (offset at or past the HWM) may still be
- * lost with another change of leader: a caller that answers from them checks the HWM first (group-log.ts,
- * LogOffsetStore). A record that does not parse stops the replay: the broker must stay unready rather than
+ * lost with another change of leader: a caller that answers or acts on them checks the HWM first (group-log.ts,
+ * LogOffsetStore; txn-log.ts, whose decisions past it get no markers until it passes them). A record that does not parse stops the replay: the broker must stay unready rather than
  * serve with state missing.
  */
 export async function replayJson(part: Partition, label: string, apply: (key: unknown, value: unknown, at: string, offset: number) => void): Promise<void> {

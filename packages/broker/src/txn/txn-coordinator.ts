@@ -152,11 +152,12 @@ export class TransactionCoordinator {
    * and does not fail the start. Open ones get their pending offsets back and are aborted.
    */
   async start(): Promise<void> {
-    const n = { finished: 0, pending: 0 };
+    const n = { finished: 0, pending: 0, unconfirmed: 0 };
     for (let p = 0; p < this.deps.log.partitionCount; p++) {
       const r = await this.loadEntries(p);
       n.finished += r.finished;
       n.pending += r.pending;
+      n.unconfirmed += r.unconfirmed;
     }
     this.deps.logger.info({ transactionalIds: this.txns.size, ...n }, 'transaction coordinator loaded');
     this.armExpiry();
@@ -204,18 +205,20 @@ export class TransactionCoordinator {
   }
 
   /**
-   * One partition of the state log; resolves once each decided transaction had one attempt at its finish.
-   * One that failed (a full disk, a leader that cannot replicate) holds neither the load nor the other
-   * ids: the finisher retries it with backoff, and its id's requests wait for it meanwhile
+   * One partition of the state log; resolves once each decided transaction had one attempt at its finish,
+   * but one whose decision lies past the HWM, which waits for the HWM first (finishOnceReplicated). One
+   * that failed (a full disk, a leader that cannot replicate) holds neither the load nor the other ids:
+   * the finisher retries it with backoff, and its id's requests wait for it meanwhile
    * (docs/architecture.md, "Transaction coordinator"). Throws only if the replay or a restore failed.
    */
-  private async loadEntries(partition: number, current: () => boolean = () => true): Promise<{ finished: number; pending: number }> {
+  private async loadEntries(partition: number, current: () => boolean = () => true): Promise<{ finished: number; pending: number; unconfirmed: number }> {
     const decided: Entry[] = [];
     const recovered: Entry[] = [];
-    const replayed = await this.deps.log.replay(partition);
+    const unconfirmed: Entry[] = [];
+    const { states, unreplicated } = await this.deps.log.replay(partition);
     // Overtaken by an unload (and perhaps a newer load): what it read may be older than decisions since.
-    if (!current()) return { finished: 0, pending: 0 };
-    for (const meta of replayed.values()) {
+    if (!current()) return { finished: 0, pending: 0, unconfirmed: 0 };
+    for (const meta of states.values()) {
       const e = newEntry(meta, meta.state === 'open');
       this.txns.set(meta.transactionalId, e);
       if (meta.state === 'committed' || meta.state === 'aborted') e.endedEpoch = meta.epoch;
@@ -223,6 +226,10 @@ export class TransactionCoordinator {
       if (meta.state === 'open') {
         for (const tp of meta.partitions) e.adds.set(partKey(tp.topic, tp.partition), Promise.resolve());
         recovered.push(e);
+      } else if (unreplicated.has(meta.transactionalId)) {
+        // Past the HWM: another change of leader may still lose the decision; no marker until the HWM passes it.
+        e.unconfirmedAt = unreplicated.get(meta.transactionalId);
+        unconfirmed.push(e);
       } else {
         decided.push(e);
       }
@@ -233,7 +240,8 @@ export class TransactionCoordinator {
     const settled = await Promise.allSettled(decided.map((e) => this.finisher.finish(e)));
     const pending = settled.filter((r) => r.status === 'rejected').length;
     for (const e of recovered) this.finisher.abortRecovered(e);
-    return { finished: decided.length - pending, pending };
+    for (const e of unconfirmed) this.finisher.finishOnceReplicated(e);
+    return { finished: decided.length - pending, pending, unconfirmed: unconfirmed.length };
   }
 
   // ---- cluster mode: coordinating the __transaction_state partitions this broker leads ----
@@ -515,7 +523,8 @@ export class TransactionCoordinator {
     } catch (err) {
       // Given up meanwhile: NOT_COORDINATOR, so the client asks the new coordinator (which finishes it).
       if (e.unloaded) this.checkOwner(id);
-      if (e.unloaded || e.meta.state !== (result === 'commit' ? 'prepare_commit' : 'prepare_abort')) throw err;
+      // A decision replayed from past the HWM (Entry.unconfirmedAt) may still be lost: not answered yet.
+      if (e.unloaded || e.unconfirmedAt !== undefined || e.meta.state !== (result === 'commit' ? 'prepare_commit' : 'prepare_abort')) throw err;
     }
   }
 

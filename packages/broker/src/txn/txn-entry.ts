@@ -80,6 +80,12 @@ export interface Entry {
    * new entry is replayed then). Nothing may act on it: its markers would carry the coordinator's new epoch.
    */
   unloaded: boolean;
+  /**
+   * Cluster mode: the offset in `__transaction_state` of the decision replayed from past the HWM, until the
+   * HWM passes it. Another change of leader may still lose it (the next coordinator would end the
+   * transaction the other way), so no marker is written meanwhile (txn-finisher.ts, finishOnceReplicated).
+   */
+  unconfirmedAt: number | undefined;
 }
 
 /** The principal naming a transactional id (authentication on; undefined when off: nothing is checked). */
@@ -125,6 +131,7 @@ export function newEntry(meta: TxnMetadata, recovered: boolean): Entry {
     retry: null,
     finishFailures: 0,
     unloaded: false,
+    unconfirmedAt: undefined,
   };
 }
 

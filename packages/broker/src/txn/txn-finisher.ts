@@ -6,7 +6,7 @@ import type { Clock } from '../common/clock.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { TxnLog, TxnMetadata, TxnState } from './txn-log.js';
 import type { TxnTargets } from './txn-targets.js';
-import { type CommitCheck, type Entry, type ProducerIds, RECOVERED, bumpEpoch, clearRetry, clearTimer, groupOffsets, txnState } from './txn-entry.js';
+import { type CommitCheck, type Entry, type ProducerIds, RECOVERED, STATUS, bumpEpoch, clearRetry, clearTimer, groupOffsets, txnState } from './txn-entry.js';
 
 /**
  * After a failed finish (a marker a full disk or an unreplicated leader refused): the next attempt within
@@ -15,6 +15,18 @@ import { type CommitCheck, type Entry, type ProducerIds, RECOVERED, bumpEpoch, c
 const FINISH_BACKOFF = { initialDelayMs: 500, maxDelayMs: 10_000 };
 /** The partitions a retry's log line names, at most (a transaction may span thousands). */
 const LOGGED_PARTITIONS = 20;
+
+/** How long one wait for the HWM to pass a replayed decision lasts before it looks again. */
+const UNCONFIRMED_WAIT_MS = 10_000;
+
+/** A decision replayed from past the HWM, not on the in-sync replicas yet (finishOnceReplicated). */
+function unconfirmedError(e: Entry): TributaryError {
+  return new TributaryError('COORDINATOR_LOADING', {
+    transactional_id: e.meta.transactionalId,
+    state: STATUS[e.meta.state],
+    reason: 'the decision on the transaction is not on the in-sync replicas yet; retry',
+  });
+}
 
 /** What a finish is for: a retry of it finishes that decided transaction or nothing. */
 interface Decided {
@@ -204,6 +216,11 @@ export class TxnFinisher {
     if (e.finishing) return e.finishing;
     const m = e.meta;
     if (m.state !== 'prepare_commit' && m.state !== 'prepare_abort') return Promise.resolve();
+    if (e.unconfirmedAt !== undefined) {
+      // Replayed from past the HWM: its markers wait until the in-sync replicas have the decision.
+      if (!this.deps.log.replicatedPast(m.transactionalId, e.unconfirmedAt)) return Promise.reject(unconfirmedError(e));
+      e.unconfirmedAt = undefined;
+    }
     const commit = m.state === 'prepare_commit';
     const decided: Decided = { producerId: m.producerId, epoch: m.epoch, state: m.state };
     const live = () => {
@@ -245,6 +262,30 @@ export class TxnFinisher {
     e.finishing = p;
     p.catch((err: unknown) => this.retryLater(e, decided, err));
     return p;
+  }
+
+  /**
+   * A decision replayed from past the HWM (Entry.unconfirmedAt): finished once the HWM passes it, as
+   * Kafka writes markers only once PREPARE is replicated; until then finish() refuses with the retriable
+   * COORDINATOR_LOADING, so a coordinator that dies before its followers have the decision has written no
+   * marker, and the next one (which may replay the transaction open, and abort it) ends it alike on every
+   * partition (docs/architecture.md, "Transaction coordinator"). Given up with the partition or the coordinator.
+   */
+  finishOnceReplicated(e: Entry): void {
+    const m = e.meta;
+    const at = e.unconfirmedAt;
+    if (at === undefined) return;
+    const decided: Decided = { producerId: m.producerId, epoch: m.epoch, state: m.state };
+    const wait = async () => {
+      while (!this.deps.log.replicatedPast(m.transactionalId, at)) {
+        if (e.unloaded || this.deps.stopped()) return;
+        // False: timed out, or woken by a closing partition or a lost lead (checked above on the next turn).
+        if (!(await this.deps.log.waitReplicated(m.transactionalId, at, UNCONFIRMED_WAIT_MS))) await new Promise<void>((resolve) => setTimeout(resolve, 100).unref());
+      }
+      await this.retryFinish(e, decided);
+    };
+    // A failed finish arms its own retries (retryLater); a refusal (stopped) ends it.
+    void wait().catch(() => {});
   }
 
   /**

@@ -129,18 +129,38 @@ export class TxnLog {
   }
 
   /**
-   * The latest state of every id in one partition. A record that does not parse stops the replay: the
-   * broker stays unready rather than forget a transaction it must finish.
+   * The latest state of every id in one partition, to the log end (replayJson), and the offset of the
+   * latest record of each id whose record lies at or past the HWM (`unreplicated`): cluster mode, not on
+   * the in-sync replicas yet, so another change of leader may still lose it. A record that does not parse
+   * stops the replay: the broker stays unready rather than forget a transaction it must finish.
    */
-  async replay(partitionIndex: number): Promise<Map<string, TxnMetadata>> {
+  async replay(partitionIndex: number): Promise<{ states: Map<string, TxnMetadata>; unreplicated: Map<string, number> }> {
     const part = this.partitionsOf()[partitionIndex]!;
-    const out = new Map<string, TxnMetadata>();
-    await replayJson(part, `${TXN_STATE_TOPIC}[${partitionIndex}]`, (key, value, at) => {
+    const states = new Map<string, TxnMetadata>();
+    const unreplicated = new Map<string, number>();
+    // Read first: the HWM only moves up meanwhile, so a record taken as unreplicated may be replicated already.
+    const hwm = part.highWatermark;
+    await replayJson(part, `${TXN_STATE_TOPIC}[${partitionIndex}]`, (key, value, at, offset) => {
       if (!Array.isArray(key) || key[0] !== 't' || typeof key[1] !== 'string') throw new Error(`${at}: bad key`);
-      if (value === null) out.delete(key[1]);
-      else if (validMetadata(value) && value.transactionalId === key[1]) out.set(key[1], value);
+      if (value === null) states.delete(key[1]);
+      else if (validMetadata(value) && value.transactionalId === key[1]) states.set(key[1], value);
       else throw new Error(`${at}: bad transaction state`);
+      if (offset >= hwm) unreplicated.set(key[1], offset);
+      else unreplicated.delete(key[1]);
     });
-    return out;
+    return { states, unreplicated };
+  }
+
+  /** Whether the id's partition's HWM has passed `offset`: the record there is on every in-sync replica. */
+  replicatedPast(id: string, offset: number): boolean {
+    return this.partitionsOf()[this.partitionFor(id)]!.highWatermark > offset;
+  }
+
+  /**
+   * Resolves once the HWM of the id's partition passed `offset` (true), or after `timeoutMs`, or when the
+   * partition closes or wakes its waiters (this broker stopped leading it): false unless it passed.
+   */
+  waitReplicated(id: string, offset: number, timeoutMs: number): Promise<boolean> {
+    return this.partitionsOf()[this.partitionFor(id)]!.waitForData(offset, timeoutMs, undefined, 'read_uncommitted');
   }
 }
