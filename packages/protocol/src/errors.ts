@@ -70,6 +70,7 @@ export const ERROR_CODES = {
   NOT_OWNER: { class: 'fencing', retryable: false, description: 'the member does not own the partition in this generation' },
   REBALANCE_IN_PROGRESS: { class: 'fencing', retryable: false, description: 'the group is rebalancing; rejoin' },
   FENCED_INSTANCE_ID: { class: 'fencing', retryable: false, description: 'another live member holds this static instance id' },
+  inconsistent_group_protocol: { class: 'conflict', retryable: false, description: "JOIN_GROUP asked for another assignor or protocol than the group's members use" },
   offset_regression: { class: 'conflict', retryable: false, description: 'a commit lower than the committed offset' },
   group_not_empty: { class: 'conflict', retryable: false, description: 'the group still has live members' },
   UNSTABLE_OFFSET_COMMIT: { class: 'availability', retryable: true, description: 'a transaction that is not finished holds offsets for the partition; retry' },

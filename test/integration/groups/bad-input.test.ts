@@ -181,6 +181,19 @@ describe('consumer group bad input', () => {
     await unchanged();
   });
 
+  it("a JOIN asking for another assignor or protocol than the group's is inconsistent_group_protocol and changes nothing", async () => {
+    const assignor = (await groupStatus(admin, GROUP)).assignor;
+    const other = assignor === 'range' ? 'roundrobin' : 'range';
+    const join = (fields: Record<string, FieldValue>) => admin.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: 'c', ...fields });
+    await expectError(join({ assignor: other }), 'inconsistent_group_protocol', { group: GROUP, assignor, requested: other });
+    await expectError(join({ protocol: 'client' }), 'inconsistent_group_protocol', { group: GROUP, protocol: 'server', requested: 'client' });
+    // A member of the group, rejoining, cannot change it for the others either.
+    await expectError(admin.command('JOIN_GROUP', { ...base(), assignor: other }), 'inconsistent_group_protocol', { assignor, requested: other });
+    // A misspelt parameter is not taken for "no assignor named".
+    await expectError(join({ assignors: other }), 'invalid_parameter', { param: 'assignors', reason: 'unknown parameter' });
+    await unchanged();
+  });
+
   it('an unknown member id with a generation creates nothing, in an existing or a new group', async () => {
     const ghost = 'ghost-11111111-2222-3333-4444-555555555555';
     await expectError(admin.command('JOIN_GROUP', { topic: TOPIC, group: GROUP, member: ghost, generation: 1 }), 'member_not_found', { member: ghost });

@@ -5,7 +5,7 @@
  * classic protocol (generations, static members, monotonic commits) on raw requests. What a Kafka group
  * commits is the same offsets Tributary's GROUP_STATUS and FETCH_OFFSET show.
  */
-import { type Consumer, Kafka, logLevel } from 'kafkajs';
+import { type Consumer, Kafka, type PartitionAssigner, PartitionAssigners, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { kafkaErrorCode } from 'tributary-broker/kafka/protocol/error-codes.js';
@@ -148,6 +148,41 @@ describe('Kafka consumer groups', () => {
       expect(status.offsets.reduce((n, o) => n + o.committed, 0)).toBe(600);
     } finally {
       await group.close();
+    }
+  });
+
+  it('a kafkajs consumer whose assigners share none with its group is refused with INCONSISTENT_GROUP_PROTOCOL; the group keeps its member', async () => {
+    await c.command('CREATE', { topic: 'mixed', partitions: 2 });
+    // kafkajs's round-robin assigner under another protocol name: no protocol in common with the default one.
+    const renamed: PartitionAssigner = (config) => ({ ...PartitionAssigners.roundRobin(config), name: 'OtherAssigner' });
+    const first = kafka.consumer({ groupId: 'mixed', sessionTimeout: 10_000, heartbeatInterval: 300 });
+    const second = kafka.consumer({ groupId: 'mixed', sessionTimeout: 10_000, heartbeatInterval: 300, partitionAssigners: [renamed] });
+    try {
+      const got: string[] = [];
+      await first.connect();
+      await first.subscribe({ topic: 'mixed', fromBeginning: true });
+      await first.run({ eachMessage: async ({ message }) => void got.push(message.value!.toString()) });
+      await produce('mixed', 2);
+      await until(() => got.length === 2, 30_000, 'the first member to consume');
+
+      const crashes: Error[] = [];
+      second.on(second.events.CRASH, (e) => void crashes.push(e.payload.error));
+      await second.connect();
+      await second.subscribe({ topic: 'mixed', fromBeginning: true });
+      const ran = second.run({ eachMessage: async () => {} }).catch((e: Error) => void crashes.push(e));
+      await until(() => crashes.length > 0, 30_000, 'the second member to be refused');
+      await ran;
+      expect((crashes[0] as Error & { type?: string }).type).toBe('INCONSISTENT_GROUP_PROTOCOL');
+
+      // The group went on with its one member and protocol: no rebalance, the first member still consumes.
+      const status = JSON.parse(await c.command('GROUP_STATUS', { group: 'mixed' })) as { generation: number; assignor: string; members: unknown[] };
+      expect(status).toMatchObject({ generation: 1, assignor: 'RoundRobinAssigner' });
+      expect(status.members).toHaveLength(1);
+      await produce('mixed', 2);
+      await until(() => got.length === 4, 30_000, 'the first member to consume after the refusal');
+    } finally {
+      await second.disconnect().catch(() => {});
+      await first.disconnect().catch(() => {});
     }
   });
 

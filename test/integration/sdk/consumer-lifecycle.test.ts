@@ -617,6 +617,26 @@ describe('Consumer against a broker', () => {
     await run2;
   });
 
+  it("a consumer whose assignor is not its group's refuses to start with inconsistent_group_protocol; the group is untouched", async () => {
+    const t = await topic(2);
+    const first = consumer(t, 'g-assignor', { assignor: 'range' });
+    await first.start();
+    const before = await groupStatus(admin, 'g-assignor');
+    expect(before).toMatchObject({ assignor: 'range', generation: 1 });
+
+    const other = consumer(t, 'g-assignor', { assignor: 'roundrobin' });
+    const err = (await other.start().then(
+      () => undefined,
+      (x: TributaryError) => x,
+    )) as TributaryError | undefined;
+    expect(err?.code).toBe('inconsistent_group_protocol');
+    expect(err?.fields).toMatchObject({ assignor: 'range', requested: 'roundrobin' });
+    expect(other.state).toBe('closed');
+    const after = await groupStatus(admin, 'g-assignor');
+    expect(after.members.map((m) => m.member_id)).toEqual(before.members.map((m) => m.member_id));
+    expect(after.generation).toBe(1);
+  });
+
   it('a second consumer takes half the partitions; the kept ones keep delivering without a stall', async () => {
     const t = await topic(4);
     const a = consumer(t, 'g-split', { clientId: 'a' });

@@ -44,6 +44,20 @@ export interface MemberView {
 }
 
 /**
+ * A member of a group with members must ask for the group's protocol and assignor, or name none (it takes
+ * the group's): another would hand it an assignment computed by rules it does not expect (docs/protocol.md,
+ * "Consumer groups"; Kafka's INCONSISTENT_GROUP_PROTOCOL).
+ */
+function checkSameProtocol(g: ConsumerGroup, req: JoinRequest): void {
+  if (req.protocol !== undefined && req.protocol !== g.protocol) {
+    throw new TributaryError('inconsistent_group_protocol', { group: g.groupId, protocol: g.protocol, requested: req.protocol });
+  }
+  if (req.assignor !== undefined && req.assignor !== g.assignor) {
+    throw new TributaryError('inconsistent_group_protocol', { group: g.groupId, assignor: g.assignor, requested: req.assignor });
+  }
+}
+
+/**
  * The membership commands of the group coordinator (JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP; see
  * docs/protocol.md): each change runs under the group's lock, and the waits (join windows, long-poll
  * heartbeats, client-side plans) happen outside it. The timers and the new generations are the
@@ -92,24 +106,27 @@ export class GroupMembership {
       if (classic && (classic.members.size > 0 || classic.pendingMembers.size > 0)) throw invalidParam('group', 'a Kafka consumer group of this id is in use');
       if (classic) this.ctx.classicGroups.delete(req.group);
       let g = this.ctx.groups.get(req.group);
-      // Refuse an unknown member id before touching anything: a refused join must neither create the group
-      // nor rewrite an empty group's topic, assignor or protocol.
+      // Every refusal before anything is touched: a refused join must neither create the group, nor add a
+      // member or start a rebalance, nor rewrite an empty group's topic, assignor or protocol.
       const live = g && !g.deleted ? g : undefined;
       if (req.generation !== undefined && req.generation > 0 && !live?.members.has(req.member) && !live?.fencedIds.has(req.member)) {
         throw new TributaryError('member_not_found', { member: req.member });
       }
+      if (live && (live.members.size > 0 || live.pendingCauses.length > 0) && live.topic !== req.topic) {
+        throw invalidParam('topic', `group ${req.group} consumes topic ${live.topic}`);
+      }
+      if (live && live.members.size > 0) checkSameProtocol(live, req);
+      if (live?.fencedIds.has(req.member)) throw new TributaryError('FENCED_INSTANCE_ID', { member: req.member });
       if (!g || g.deleted) {
         g = new ConsumerGroup(req.group, req.topic, req.assignor ?? this.ctx.config.defaultAssignor, req.protocol ?? 'server');
         this.ctx.groups.set(req.group, g);
       }
-      if (g.members.size === 0 && g.pendingCauses.length === 0) {
-        g.topic = req.topic;
+      if (g.members.size === 0 && g.pendingCauses.length === 0) g.topic = req.topic;
+      if (g.members.size === 0) {
+        // A group without members takes the joining member's (as Kafka's empty group takes its first member's).
         if (req.assignor) g.assignor = req.assignor;
         if (req.protocol) g.protocol = req.protocol;
-      } else if (g.topic !== req.topic) {
-        throw invalidParam('topic', `group ${req.group} consumes topic ${g.topic}`);
       }
-      if (g.fencedIds.has(req.member)) throw new TributaryError('FENCED_INSTANCE_ID', { member: req.member });
       const now = this.ctx.clock.monotonic();
       const existing = g.members.get(req.member);
       if (existing) {

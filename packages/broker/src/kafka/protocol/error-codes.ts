@@ -163,6 +163,7 @@ export const TRIBUTARY_TO_KAFKA: Partial<Record<ErrorCode, KafkaErrorName>> = {
   GEN_MISMATCH: 'ILLEGAL_GENERATION',
   REBALANCE_IN_PROGRESS: 'REBALANCE_IN_PROGRESS',
   FENCED_INSTANCE_ID: 'FENCED_INSTANCE_ID',
+  inconsistent_group_protocol: 'INCONSISTENT_GROUP_PROTOCOL',
   group_not_empty: 'NON_EMPTY_GROUP',
   UNSTABLE_OFFSET_COMMIT: 'UNSTABLE_OFFSET_COMMIT',
   // Committed offsets never move back (docs/kafka.md): Kafka has no code of its own for the refusal.
