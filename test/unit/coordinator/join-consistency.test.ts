@@ -1,8 +1,8 @@
 /**
  * What a JOIN_GROUP may change of a group and of its member (docs/protocol.md, "Consumer groups"): a group
  * with members keeps its assignor and protocol, and a member asking for others is refused with
- * inconsistent_group_protocol, changing nothing.
- * On a fake clock, as group-coordinator.test.ts.
+ * inconsistent_group_protocol, changing nothing; a member's rejoin sets its session and rebalance timeouts
+ * to the ones it sends, and its expiry follows them. On a fake clock, as group-coordinator.test.ts.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { GroupCoordinator, JoinRequest, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
@@ -112,5 +112,37 @@ describe('JOIN_GROUP consistency with the group', () => {
     await clock.advance(WINDOW);
     expect((await b).protocol).toBe('client');
     expect(status('g')).toMatchObject({ generation: 3, assignor: 'sticky', protocol: 'client' });
+  });
+});
+
+describe('a rejoining member takes the timeouts of its latest JOIN', () => {
+  it('a shorter session timeout sent with a rejoin expires the member by it', async () => {
+    const a = await joinAndSync(joinReq('a', { sessionTimeoutMs: 10_000 }));
+    const j = await gc.join(joinReq(a.memberId, { generation: a.generation, sessionTimeoutMs: 1000 }));
+    await sync(j);
+    const t0 = clock.now(); // its last request
+    expect(status('g').members.map((m) => m.session_timeout_ms)).toEqual([1000]);
+
+    await clock.advanceTo(t0 + 999);
+    expect(memberIds('g')).toEqual([a.memberId]);
+    await clock.advanceTo(t0 + 1000);
+    await until(() => memberIds('g').length === 0, 5000, 'the member to expire at its new session timeout');
+  });
+
+  it('a rejoin that names no timeouts keeps the member’s', async () => {
+    const a = await joinAndSync(joinReq('a', { sessionTimeoutMs: 1000 }));
+    await sync(await gc.join(joinReq(a.memberId, { generation: a.generation })));
+    expect(status('g').members.map((m) => m.session_timeout_ms)).toEqual([1000]);
+  });
+
+  it('a shorter rebalance timeout sent with a rejoin removes the member that does not sync by it', async () => {
+    const a = await joinAndSync(joinReq('a', { sessionTimeoutMs: 60_000, rebalanceTimeoutMs: 30_000 }));
+    await gc.join(joinReq(a.memberId, { generation: a.generation, rebalanceTimeoutMs: 2000 }));
+    const t0 = clock.now();
+    // Joined but not synced: the rebalance timeout runs from the JOIN.
+    await clock.advanceTo(t0 + 1999);
+    expect(memberIds('g')).toEqual([a.memberId]);
+    await clock.advanceTo(t0 + 2000);
+    await until(() => memberIds('g').length === 0, 5000, 'the member to be removed at its new rebalance timeout');
   });
 });

@@ -130,12 +130,17 @@ export class GroupMembership {
       const now = this.ctx.clock.monotonic();
       const existing = g.members.get(req.member);
       if (existing) {
-        // Resume (same generation) or catch up (stale generation): same member id, no new generation.
+        // Resume (same generation) or catch up (stale generation): same member id, no new generation. The
+        // timeouts are the latest JOIN's, as Kafka's; one it does not name stays (docs/protocol.md, "Sessions").
+        if (req.sessionTimeoutMs !== undefined) existing.sessionTimeoutMs = req.sessionTimeoutMs;
+        if (req.rebalanceTimeoutMs !== undefined) existing.rebalanceTimeoutMs = req.rebalanceTimeoutMs;
         existing.lastHeartbeat = now;
         existing.generation = g.generation;
         existing.needsRejoin = false;
         existing.awaitingSync = true;
         existing.notifiedAt = now;
+        // Again from now under the new session: the expiry set under a longer one would come too late.
+        this.rebalancer.scheduleExpiry(g, existing);
         this.rebalancer.scheduleRebalanceTimeout(g, existing);
         await this.ctx.persist(g);
         return this.view(g, existing, false);
