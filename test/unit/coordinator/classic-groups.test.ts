@@ -115,6 +115,20 @@ describe('Kafka classic groups on a fake clock', () => {
     expect(classic().describe('g')).toMatchObject({ state: 'Empty', generation: 3, protocolType: 'consumer', members: [] });
   });
 
+  it('a member that joins again with a shorter session timeout is expired by it, as Kafka holds a member to its latest JoinGroup', async () => {
+    const [, follower] = await twoMembers(10_000);
+    // Same protocols, Stable, not the leader: answered at once, without a rebalance.
+    const again = joined(await classic().join(req(follower.memberId, { sessionTimeoutMs: 1000 })));
+    expect(again.generation).toBe(1);
+    const t0 = clock.now();
+    expect(classic().describe('g').members.find((m) => m.memberId === follower.memberId)?.sessionTimeoutMs).toBe(1000);
+    await clock.advanceTo(t0 + 999);
+    expect(classic().describe('g').members).toHaveLength(2);
+    await clock.advanceTo(t0 + 1000);
+    await until(() => classic().describe('g').members.length === 1, 5000, 'the follower to expire at its new session timeout');
+    expect(await kafkaName(hb(follower))).toBe('UNKNOWN_MEMBER_ID');
+  });
+
   it('a leader that never assigns does not hold the group: members that did not sync are removed after the rebalance timeout', async () => {
     const first = classic().join(req('', { sessionTimeoutMs: 10_000 }));
     const second = classic().join(req('', { sessionTimeoutMs: 10_000 }));

@@ -121,6 +121,8 @@ export class ClassicMembership {
       const m = this.member(g, req.memberId, req.instanceId);
       const changed = !sameProtocols(m.protocols, req.protocols);
       Object.assign(m, { protocols: req.protocols, sessionTimeoutMs: req.sessionTimeoutMs, rebalanceTimeoutMs: req.rebalanceTimeoutMs, lastHeartbeat: now });
+      // Its expiry again from now under the session it just named: one set under a longer session comes too late.
+      this.scheduleExpiry(g, m);
       if (g.state === 'PreparingRebalance') return this.park(g, m);
       if (g.state === 'CompletingRebalance' && !changed) return this.result(g, m);
       if (g.state === 'Stable' && !changed && g.leaderId !== m.memberId) return this.result(g, m);
