@@ -221,6 +221,9 @@ export class GroupMembership {
       session_timeout_ms: o.sessionTimeoutMs,
       rebalance_timeout_ms: o.rebalanceTimeoutMs,
       assignor: o.assignor,
+      // The coordinator assigns (this consumer submits no plans): a client-assigned group refuses it rather
+      // than leave its SYNC waiting for a plan (docs/protocol.md, "Consumer groups").
+      protocol: 'server',
       instance: o.instanceId,
     };
   }

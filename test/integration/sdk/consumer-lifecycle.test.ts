@@ -637,6 +637,27 @@ describe('Consumer against a broker', () => {
     expect(after.generation).toBe(1);
   });
 
+  it('a consumer does not join a client-assigned group (no plan would ever come from it): start() rejects with inconsistent_group_protocol', async () => {
+    const t = await topic(2);
+    const raw = await GroupMember.connect(broker, t, 'g-client-side', 'raw');
+    rawMembers.push(raw);
+    await raw.join({ protocol: 'client' });
+    const before = await groupStatus(admin, 'g-client-side');
+
+    const c = consumer(t, 'g-client-side');
+    let settled: TributaryError | 'started' | undefined;
+    void c.start().then(
+      () => (settled = 'started'),
+      (x: TributaryError) => (settled = x),
+    );
+    await until(() => settled !== undefined, 10_000, 'start() to settle');
+    expect(settled).toMatchObject({ code: 'inconsistent_group_protocol', fields: { protocol: 'client', requested: 'server' } });
+    expect(c.state).toBe('closed');
+    const after = await groupStatus(admin, 'g-client-side');
+    expect(after.members.map((m) => m.member_id)).toEqual(before.members.map((m) => m.member_id));
+    expect(after.generation).toBe(before.generation);
+  });
+
   it('a second consumer takes half the partitions; the kept ones keep delivering without a stall', async () => {
     const t = await topic(4);
     const a = consumer(t, 'g-split', { clientId: 'a' });
