@@ -321,6 +321,18 @@ describe('Kafka classic groups on a fake clock', () => {
     await expect(join('native-2')).rejects.toThrow(/Kafka consumer group of this id is in use/);
   });
 
+  it('a main-port JOIN that is refused leaves an idle Kafka group of the id as it was', async () => {
+    const [leader, follower] = await twoMembers();
+    expect(await classic().leave('g', [leader, follower].map((m) => ({ memberId: m.memberId, instanceId: null })))).toEqual([null, null]);
+    const before = classic().describe('g');
+    expect(before).toMatchObject({ state: 'Empty', protocolType: 'consumer' });
+    // A member id nobody has, with a generation: member_not_found, and nothing else happens.
+    const ghost = c.groups.join({ topic: 't', group: 'g', member: 'ghost-1', generation: 3, host: '127.0.0.1' });
+    await expect(ghost).rejects.toMatchObject({ code: 'member_not_found' });
+    expect(classic().describe('g')).toEqual(before);
+    expect((c.groups.status('g') as { kind?: string }).kind).toBe('kafka');
+  });
+
   it('a Kafka join that is refused, or only told its member id, leaves an idle Tributary group of the id as it was', async () => {
     const tj = c.groups.join({ topic: 't', group: 'g', member: 'native-1', host: '127.0.0.1', assignor: 'sticky' });
     await until(() => {

@@ -101,10 +101,9 @@ export class GroupMembership {
     let joined: ConsumerGroup | undefined;
     const view = await this.ctx.withOwnedGroup(req.group, async (): Promise<MemberView | undefined> => {
       // One id, one kind of group: a Kafka group of the id in use refuses the join; an empty one is replaced
-      // (this group's snapshot overwrites its own in the log; the id's committed offsets stay).
+      // (this group's snapshot overwrites its own in the log; the id's committed offsets stay), below.
       const classic = this.ctx.classicGroups.get(req.group);
       if (classic && (classic.members.size > 0 || classic.pendingMembers.size > 0)) throw invalidParam('group', 'a Kafka consumer group of this id is in use');
-      if (classic) this.ctx.classicGroups.delete(req.group);
       let g = this.ctx.groups.get(req.group);
       // Every refusal before anything is touched: a refused join must neither create the group, nor add a
       // member or start a rebalance, nor rewrite an empty group's topic, assignor or protocol.
@@ -117,6 +116,7 @@ export class GroupMembership {
       }
       if (live && live.members.size > 0) checkSameProtocol(live, req);
       if (live?.fencedIds.has(req.member)) throw new TributaryError('FENCED_INSTANCE_ID', { member: req.member });
+      if (classic) this.ctx.classicGroups.delete(req.group);
       if (!g || g.deleted) {
         g = new ConsumerGroup(req.group, req.topic, req.assignor ?? this.ctx.config.defaultAssignor, req.protocol ?? 'server');
         this.ctx.groups.set(req.group, g);
