@@ -2,9 +2,10 @@
  * A TCP relay in front of a test PostgreSQL server that can lose the answer to a statement: the next
  * message holding a given text (say `COMMIT\0`, a simple query's COMMIT) is taken from its connection,
  * which is dropped at once, as if the network failed after the statement left. The server receives that
- * message only on release() (it reads it late, as a delayed packet), on the same server connection, which
- * closes once the server answered. Meanwhile the relay can refuse every connection (`refusing`): the
- * sender cannot ask the server what became of it.
+ * message late (as a delayed packet), on the same server connection, which closes once the server
+ * answered: on release(), or once the sender showed it saw its connection fail by asking the server
+ * something (`sendAfter`). Meanwhile the relay can refuse every connection (`refusing`): the sender
+ * cannot ask the server what became of it.
  */
 import net from 'node:net';
 
@@ -15,12 +16,17 @@ export interface PgRelay {
   refusing: boolean;
   /**
    * Cuts off the next message holding `text` (see above); with `refuse`, every other connection is dropped
-   * then and new ones refused until `refusing` is cleared.
+   * then and new ones refused until `refusing` is cleared. With `sendAfter`, the held message is sent on its
+   * own once the server answered a message holding that text on another connection (say `txid_status`:
+   * the sender asked what became of it, and was told before the server read it).
    */
-  hold(text: string, opts?: { refuse?: boolean }): void;
-  /** Whether a message was cut off and is held. */
+  hold(text: string, opts?: { refuse?: boolean; sendAfter?: string }): void;
+  /** Whether a message was cut off and is held (not sent to the server yet). */
   holding(): boolean;
-  /** Sends the held message to the server; settles once the server answered it and the connection closed. */
+  /**
+   * Sends the held message to the server, if not sent yet (a hold no message was cut by yet is dropped);
+   * settles once the server answered the message cut last and its connection closed.
+   */
   release(): Promise<void>;
   close(): Promise<void>;
 }
@@ -28,19 +34,20 @@ export interface PgRelay {
 export async function startPgRelay(serverPort: number): Promise<PgRelay> {
   const clients = new Set<net.Socket>();
   const ups = new Set<net.Socket>();
-  let armed: { text: Buffer; refuse: boolean } | undefined;
-  let held: (() => Promise<void>) | undefined;
+  let armed: { text: Buffer; refuse: boolean; sendAfter?: Buffer } | undefined;
+  let held: { send: () => void; sendAfter?: Buffer } | undefined;
+  let answered: Promise<void> = Promise.resolve();
   const relay: PgRelay = {
     url: '',
     refusing: false,
     hold(text, opts = {}) {
-      armed = { text: Buffer.from(text), refuse: opts.refuse === true };
+      armed = { text: Buffer.from(text), refuse: opts.refuse === true, sendAfter: opts.sendAfter === undefined ? undefined : Buffer.from(opts.sendAfter) };
     },
     holding: () => held !== undefined,
-    async release() {
-      const send = held;
-      held = undefined;
-      await send?.();
+    release() {
+      armed = undefined;
+      held?.send();
+      return answered;
     },
     async close() {
       for (const s of [...clients, ...ups]) s.destroy();
@@ -64,7 +71,7 @@ export async function startPgRelay(serverPort: number): Promise<PgRelay> {
     client.on('data', (d: Buffer) => {
       if (cut) return;
       if (armed && d.includes(armed.text)) {
-        const refuse = armed.refuse;
+        const { refuse, sendAfter } = armed;
         armed = undefined;
         cut = true;
         if (refuse) {
@@ -72,14 +79,22 @@ export async function startPgRelay(serverPort: number): Promise<PgRelay> {
           for (const other of clients) if (other !== client) other.destroy();
         }
         client.destroy();
-        held = () =>
-          new Promise<void>((resolve) => {
+        answered = new Promise<void>((resolve) => {
+          const send = () => {
+            held = undefined;
+            // Gone already (the server ended the session): nothing to answer.
+            if (up.destroyed) return resolve();
             up.once('data', () => up.destroy());
             up.once('close', () => resolve());
             up.write(d);
-          });
+          };
+          held = { send, sendAfter };
+        });
         return;
       }
+      const waiting = held;
+      // The first data after it is its answer: the server answers a query only once it has all of it.
+      if (waiting?.sendAfter && d.includes(waiting.sendAfter)) up.once('data', () => held === waiting && waiting.send());
       up.write(d);
     });
     client.on('close', () => {

@@ -1,7 +1,7 @@
-import net from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BrokerProcess } from '../../helpers/launcher.js';
+import { type PgRelay, startPgRelay } from '../../helpers/pg-relay.js';
 import { type PostgresServer, startPostgres } from '../../helpers/postgres.js';
 import { GroupMember, fetchOffset, fill, startBroker } from './helpers.js';
 import { eventually, expectError } from '../../helpers/util.js';
@@ -71,80 +71,18 @@ describe('broker with the PostgreSQL offset store', () => {
 describe('the PostgreSQL offset store when answers are lost or never come', () => {
   let pgServer: PostgresServer;
   let broker: BrokerProcess;
-  let relay: net.Server;
-  /** COMMIT statements still to be cut off after they reach PostgreSQL, before its answer comes back. */
-  let cutCommits = 0;
-  /** A message holding this text is cut off as a COMMIT is (once). */
-  let cutAt: Buffer | undefined;
-  /** Set at the next cut: every other connection is dropped and new ones refused until cleared. */
-  let refuseAfterCut = false;
-  let refusing = false;
-  const clients = new Set<net.Socket>();
-  /** Settles once the last message cut off has been carried out by the server and its connection closed. */
-  let cutSettled: Promise<void> = Promise.resolve();
+  /** The broker reaches PostgreSQL through it, and a message of its can be cut off (the answer lost). */
+  let relay: PgRelay;
 
   beforeAll(async () => {
     pgServer = await startPostgres();
-    // The broker reaches PostgreSQL through this relay, which can drop a connection right after a COMMIT.
-    relay = net.createServer((client) => {
-      if (refusing) {
-        client.destroy();
-        return;
-      }
-      clients.add(client);
-      client.on('close', () => clients.delete(client));
-      const up = net.connect(pgServer.port, '127.0.0.1');
-      let cut = false;
-      client.on('error', () => {});
-      up.on('error', () => {});
-      up.on('data', (d) => {
-        if (!cut) client.write(d);
-      });
-      client.on('data', (d: Buffer) => {
-        if (cut) return;
-        // A simple-query message ('Q') carrying COMMIT: it reaches the server, its answer never the broker.
-        // It reaches the server late, after the broker has seen the connection fail and could look at the
-        // rows (which then do not show it yet).
-        const commit = cutCommits > 0 && d[0] === 0x51 && d.includes(Buffer.from('COMMIT\0'));
-        if (commit || (cutAt !== undefined && d.includes(cutAt))) {
-          if (commit) cutCommits--;
-          else cutAt = undefined;
-          cut = true;
-          if (refuseAfterCut) {
-            refuseAfterCut = false;
-            refusing = true;
-            for (const other of clients) if (other !== client) other.destroy();
-          }
-          client.destroy();
-          let done = () => {};
-          cutSettled = new Promise<void>((resolve) => {
-            done = resolve;
-          });
-          setTimeout(() => {
-            // Its answer (or the connection's end) means the server has carried it out; the connection then
-            // goes, as the broker's did.
-            up.once('data', () => up.destroy());
-            up.once('close', done);
-            up.write(d);
-          }, 300);
-          return;
-        }
-        up.write(d);
-      });
-      client.on('close', () => {
-        if (!cut) up.destroy();
-      });
-      up.on('close', () => client.destroy());
-    });
-    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
-    const relayPort = (relay.address() as net.AddressInfo).port;
-    const url = pgServer.connectionString.replace(`:${pgServer.port}/`, `:${relayPort}/`);
-    broker = await startBroker(['--offset-store', 'postgres', '--offset-store-postgres-url', url]);
+    relay = await startPgRelay(pgServer.port);
+    broker = await startBroker(['--offset-store', 'postgres', '--offset-store-postgres-url', relay.url]);
   }, 90_000);
 
   afterAll(async () => {
     await broker?.dispose();
-    relay?.close();
+    await relay?.close();
     await pgServer?.stop();
   });
 
@@ -174,7 +112,8 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
   it('a commit whose COMMIT answer was lost is known to be written: acknowledged, and what FETCH_OFFSET says', async () => {
     const { admin, commit } = await onlyMember('lost', 'g-lost');
     await commit(10);
-    cutCommits = 1;
+    // The COMMIT reaches the server late, once the broker saw its connection fail and asked what became of it.
+    relay.hold('COMMIT\0', { sendAfter: 'txid_status' });
     // Before: storage_error, with the table at 20 and the coordinator at 10; a commit of 15 then got offset_regression.
     await commit(20);
     expect(await stored('g-lost')).toEqual([20]);
@@ -185,7 +124,7 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
   it('a reset whose COMMIT answer was lost: the next commit of the old offset is written, not answered from memory, and survives kill -9', async () => {
     const { admin, m, commit } = await onlyMember('reset', 'g-reset');
     await commit(20);
-    cutCommits = 1;
+    relay.hold('COMMIT\0', { sendAfter: 'txid_status' });
     await admin.command('RESET_OFFSETS', { group: 'g-reset', topic: 'reset', to: 'offset', offset: 0 }).catch(() => {});
     expect(await stored('g-reset')).toEqual([0]);
     // The reset's generation comes when the join window closes; a rejoin before that is answered with the
@@ -210,9 +149,10 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
     const { admin, m, commit } = await onlyMember('del-lost', 'g-del-lost');
     await commit(10);
     await m.leave();
-    cutAt = Buffer.from('DELETE FROM');
+    relay.hold('DELETE FROM');
     await expectError(admin.command('DELETE_GROUP', { group: 'g-del-lost' }), 'storage_error');
-    await cutSettled;
+    // The server reads the DELETE late, on a connection whose client is gone.
+    await relay.release();
     // Before: the table had no row (the DELETE applied) while FETCH_OFFSET still answered 10.
     const answered = await fetchWhenKnown(admin, 'del-lost', 'g-del-lost');
     const rows = await stored('g-del-lost');
@@ -227,16 +167,14 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
     const { admin, m, commit } = await onlyMember('del-unknown', 'g-del-unknown');
     await commit(10);
     await m.leave();
-    cutAt = Buffer.from('COMMIT\0');
-    refuseAfterCut = true;
+    relay.hold('COMMIT\0', { refuse: true });
     try {
       await expectError(admin.command('DELETE_GROUP', { group: 'g-del-unknown' }), 'storage_error', { outcome: 'unknown' });
       // Neither 10 nor "none" while the deletion may or may not have landed.
       await expectError(fetchOffset(admin, 'del-unknown', 'g-del-unknown', 0), 'storage_error');
     } finally {
-      cutAt = undefined;
-      refuseAfterCut = false;
-      refusing = false;
+      relay.refusing = false;
+      await relay.release();
     }
     expect(await fetchWhenKnown(admin, 'del-unknown', 'g-del-unknown')).toEqual({ offset: 0, committed: false });
     expect(await stored('g-del-unknown')).toEqual([]);
@@ -259,24 +197,23 @@ describe('the PostgreSQL offset store when answers are lost or never come', () =
     await seed.open();
     // Offsets of topic `ghost`, which this broker does not have: deleted at its start.
     await seed.commit('g-ghost', 'ghost', [{ partition: 0, offset: 10 }]);
-    const url = `postgresql://postgres@127.0.0.1:${(relay.address() as net.AddressInfo).port}/orphans`;
-    cutAt = Buffer.from('COMMIT\0');
-    refuseAfterCut = true;
+    const url = relay.url.replace(/\/postgres$/, '/orphans');
+    relay.hold('COMMIT\0', { refuse: true });
     let second: BrokerProcess | undefined;
     try {
       second = await startBroker(['--offset-store', 'postgres', '--offset-store-postgres-url', url]);
       const b = second;
       await eventually('the failed deletion logged', () => b.stderr.includes('deleting the committed offsets of a deleted topic failed'));
-      refusing = false;
+      relay.refusing = false;
+      await relay.release();
       const admin = await b.connect();
       await eventually('the broker ready', () => admin.command('CREATE', { topic: 'ghost', partitions: 1 }).then(() => true, (e: { code?: string }) => (e.code === 'not_ready' ? false : Promise.reject(e))));
       // Before: 10, the offset from before the deletion, which the table no longer held.
       expect(await fetchWhenKnown(admin, 'ghost', 'g-ghost')).toEqual({ offset: 0, committed: false });
       expect((await seed.loadAll()).length).toBe(0);
     } finally {
-      cutAt = undefined;
-      refuseAfterCut = false;
-      refusing = false;
+      relay.refusing = false;
+      await relay.release();
       await second?.dispose();
       await seed.close();
     }
