@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PgOffsetStore, type PgOffsetStoreOptions } from 'tributary-broker/coordinator/pg-offset-store.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
-import { startPgRelay } from '../helpers/pg-relay.js';
+import { type PgRelay, startPgRelay } from '../helpers/pg-relay.js';
 import { eventually, rejection } from '../helpers/util.js';
 
 let server: PostgresServer;
@@ -29,6 +29,47 @@ async function openStore(opts: PgOffsetStoreOptions = {}): Promise<PgOffsetStore
   stores.push(store);
   await store.open();
   return store;
+}
+
+interface Relayed {
+  table: string;
+  /** A store reaching the server directly. */
+  direct: PgOffsetStore;
+  /** A store reaching the server through `relay`. */
+  store: PgOffsetStore;
+  relay: PgRelay;
+  /**
+   * Pauses (SIGSTOP) the server process of the one transaction on the table left idle (its COMMIT held by
+   * the relay), as one stuck in its COMMIT would be; resumed by resume() or at the end of the test.
+   */
+  pause(): Promise<void>;
+  resume(): void;
+}
+
+/** A table of its own whose row g/t/0 holds `offset`, with a store on it directly and one through a relay. */
+async function withRelayedStore(offset: number, test: (r: Relayed) => Promise<void>): Promise<void> {
+  const table = nextTable();
+  const direct = await openStore({ table });
+  await direct.commit('g', 't', [{ partition: 0, offset }]);
+  const relay = await startPgRelay(server.port);
+  let paused: number | undefined;
+  const resume = () => {
+    if (paused !== undefined) process.kill(paused, 'SIGCONT');
+    paused = undefined;
+  };
+  try {
+    const store = await openStore({ table, connectionString: relay.url });
+    const pause = async () => {
+      const res = await admin.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%${table}%'`);
+      expect(res.rows.length).toBe(1);
+      paused = res.rows[0]!.pid;
+      process.kill(paused, 'SIGSTOP');
+    };
+    await test({ table, direct, store, relay, pause, resume });
+  } finally {
+    resume();
+    await relay.close();
+  }
 }
 
 beforeAll(async () => {
@@ -227,13 +268,8 @@ describe('PgOffsetStore', () => {
     ['deleteGroup', (s: PgOffsetStore) => s.deleteGroup('g')],
     ['deleteTopic', (s: PgOffsetStore) => s.deleteTopic('t', ['g'])],
   ])('%s whose COMMIT answer was lost rejects with outcome=unknown, and its rows are not read until it ended', async (_name, remove) => {
-    const table = nextTable();
-    const direct = await openStore({ table });
-    await direct.commit('g', 't', [{ partition: 0, offset: 5 }]);
-    await direct.commit('h', 't', [{ partition: 0, offset: 7 }]);
-    const relay = await startPgRelay(server.port);
-    try {
-      const store = await openStore({ table, connectionString: relay.url });
+    await withRelayedStore(5, async ({ direct, store, relay }) => {
+      await direct.commit('h', 't', [{ partition: 0, offset: 7 }]);
       relay.hold('COMMIT\0', { refuse: true });
       // Before: a DELETE in autocommit whose answer was lost was a plain storage_error, applied or not.
       const err = await rejection(remove(store));
@@ -248,55 +284,35 @@ describe('PgOffsetStore', () => {
       await relay.release();
       expect(await store.fetch('g', 't', 0)).toBeUndefined();
       expect((await store.loadAll()).map((o) => [o.group, o.offset])).toEqual([['h', 7]]);
-    } finally {
-      await relay.close();
-    }
+    });
   });
 
   it.each([
     ['commit', (s: PgOffsetStore) => s.commit('g', 't', [{ partition: 0, offset: 8 }])],
     ['deletion', (s: PgOffsetStore) => s.deleteGroup('g')],
   ])('a commit is not taken as written from a row that a %s whose COMMIT answer was lost may still change', async (_name, lost) => {
-    const table = nextTable();
-    const direct = await openStore({ table });
-    await direct.commit('g', 't', [{ partition: 0, offset: 6 }]);
-    const relay = await startPgRelay(server.port);
-    let paused: number | undefined;
-    try {
-      const store = await openStore({ table, connectionString: relay.url });
+    await withRelayedStore(6, async ({ direct, store, relay, pause, resume }) => {
       relay.hold('COMMIT\0', { refuse: true });
       expect((await rejection(lost(store))).fields.outcome).toBe('unknown');
       relay.refusing = false;
       // Its server process paused, as one stuck in its COMMIT would be (a synchronous standby that does not
       // answer, a stalled disk): the transaction stays in progress, its row locked, past any timeout.
-      const res = await admin.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%${table}%'`);
-      expect(res.rows.length).toBe(1);
-      paused = res.rows[0]!.pid;
-      process.kill(paused, 'SIGSTOP');
+      await pause();
       // This commit waits for that lock until its statement times out. Before: its row then still read 6,
       // so it was taken as written, and the coordinator answered 6 whatever the lost transaction came to.
       const err = await rejection(store.commit('g', 't', [{ partition: 0, offset: 6 }]));
       expect(err.code).toBe('storage_error');
       const released = relay.release();
-      process.kill(paused, 'SIGCONT');
-      paused = undefined;
+      resume();
       await released;
       // Once it ended, the store answers what the table holds.
       const answered = await eventually('the row read', () => store.fetch('g', 't', 0).then((v) => ({ v }), () => undefined), 30_000);
       expect(answered.v).toBe(await direct.fetch('g', 't', 0));
-    } finally {
-      if (paused !== undefined) process.kill(paused, 'SIGCONT');
-      await relay.close();
-    }
+    });
   }, 60_000);
 
   it('a transaction whose COMMIT never reaches the server is ended by the server: its rows are read and written again', async () => {
-    const table = nextTable();
-    const direct = await openStore({ table });
-    await direct.commit('g', 't', [{ partition: 0, offset: 6 }]);
-    const relay = await startPgRelay(server.port);
-    try {
-      const store = await openStore({ table, connectionString: relay.url });
+    await withRelayedStore(6, async ({ direct, store, relay }) => {
       // Never released: lost on the way, while the server's side of the connection stays open.
       relay.hold('COMMIT\0');
       expect((await rejection(store.commit('g', 't', [{ partition: 0, offset: 8 }]))).code).toBe('storage_error');
@@ -305,9 +321,7 @@ describe('PgOffsetStore', () => {
       expect(await eventually('the row read again', () => store.fetch('g', 't', 0).catch(() => undefined), 40_000)).toBe(6);
       await store.commit('g', 't', [{ partition: 0, offset: 9 }]);
       expect(await direct.fetch('g', 't', 0)).toBe(9);
-    } finally {
-      await relay.close();
-    }
+    });
   }, 60_000);
 
   it('a commit whose COMMIT answer was lost is not acknowledged before its transaction ends: a synchronous standby that does not answer', async () => {
@@ -348,44 +362,26 @@ describe('PgOffsetStore', () => {
   }, 60_000);
 
   it('a load (a restart, a takeover) does not read rows that a transaction of another session may still change', async () => {
-    const table = nextTable();
-    const direct = await openStore({ table });
-    await direct.commit('g', 't', [{ partition: 0, offset: 6 }]);
-    const relay = await startPgRelay(server.port);
-    let paused: number | undefined;
-    try {
+    await withRelayedStore(6, async ({ table, direct, store: before, relay, pause, resume }) => {
       // A coordinator whose commit's COMMIT answer is lost; its server process paused with the COMMIT unread,
       // as one stuck in it would be.
-      const before = await openStore({ table, connectionString: relay.url });
       relay.hold('COMMIT\0', { refuse: true });
       expect((await rejection(before.commit('g', 't', [{ partition: 0, offset: 8 }]))).fields.outcome).toBe('unknown');
       relay.refusing = false;
-      const res = await admin.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%${table}%'`);
-      expect(res.rows.length).toBe(1);
-      paused = res.rows[0]!.pid;
-      process.kill(paused, 'SIGSTOP');
+      await pause();
       const answered = relay.release();
       // The broker restarted (or the group moved to another coordinator): a store that knows nothing of it.
       // Before: it loaded 6, and once the paused process read its COMMIT the table held 8.
       expect((await rejection(openStore({ table }).then((s) => s.loadAll()))).code).toBe('storage_error');
-      process.kill(paused, 'SIGCONT');
-      paused = undefined;
+      resume();
       await answered;
       const after = await openStore({ table });
       expect((await after.loadAll()).map((o) => o.offset)).toEqual([(await direct.loadAll())[0]!.offset]);
-    } finally {
-      if (paused !== undefined) process.kill(paused, 'SIGCONT');
-      await relay.close();
-    }
+    });
   }, 60_000);
 
   it('a deletion that failed before its COMMIT was sent did not apply', async () => {
-    const table = nextTable();
-    const direct = await openStore({ table });
-    await direct.commit('g', 't', [{ partition: 0, offset: 5 }]);
-    const relay = await startPgRelay(server.port);
-    try {
-      const store = await openStore({ table, connectionString: relay.url });
+    await withRelayedStore(5, async ({ direct, store, relay }) => {
       relay.hold('DELETE FROM');
       const err = await rejection(store.deleteGroup('g'));
       expect({ code: err.code, outcome: err.fields.outcome }).toEqual({ code: 'storage_error', outcome: undefined });
@@ -393,9 +389,7 @@ describe('PgOffsetStore', () => {
       await relay.release();
       expect(await direct.fetch('g', 't', 0)).toBe(5);
       expect(await store.fetch('g', 't', 0)).toBe(5);
-    } finally {
-      await relay.close();
-    }
+    });
   });
 
   it('uses a caller-owned pool without ending it', async () => {
