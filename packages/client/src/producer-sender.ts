@@ -310,6 +310,7 @@ export class ProducerSender {
   /** A batch is done: settle its records, free its buffer, let the partition send more. */
   private complete(q: PartitionQueue, b: ProducerBatch, err: Error | null, ack?: BatchAck): void {
     if (b.completed) return;
+    if (err && this.split(q, b, err)) return;
     b.completed = true;
     cancelLinger(b);
     q.inFlight.delete(b);
@@ -343,6 +344,44 @@ export class ProducerSender {
     // The next oldest batch may be waiting for its retry turn.
     if (q.retrying > 0) this.runRetries(q);
     if (b.dispatched) this.pump(q);
+  }
+
+  /**
+   * A batch refused as record_too_large that holds records of more than one send: one oversized record
+   * must not fail the sends it happened to share a batch with (docs/sdk.md, "Producer"). Each send's
+   * records are sent again in a batch of their own, in the batch's place (first in line, in order),
+   * so only the send that holds the record fails. The broker appended nothing of the batch: idempotent
+   * parts, and the batches numbered after it in its epoch, take new numbers as after a reported gap.
+   */
+  private split(q: PartitionQueue, b: ProducerBatch, err: Error): boolean {
+    if (!(err instanceof TributaryError) || err.code !== 'record_too_large' || b.sinks.length < 2 || this.signal.aborted || !q.inFlight.has(b)) return false;
+    const parts = this.accumulator.splitRuns(b);
+    if (b.firstSequence >= 0) q.lost.set(b.epoch, Math.min(q.lost.get(b.epoch) ?? b.firstSequence, b.firstSequence));
+    let sequence = b.firstSequence;
+    for (const part of parts) {
+      if (b.firstSequence >= 0) {
+        part.firstSequence = sequence;
+        part.epoch = b.epoch;
+        sequence += part.count;
+      }
+      part.dispatched = true;
+      part.startedAt = performance.now();
+      part.awaitingRetry = true;
+      part.retryError = err;
+      part.resendAtOnce = true;
+      q.retrying++;
+    }
+    const inFlight = [...q.inFlight];
+    q.inFlight.clear();
+    for (const x of inFlight) {
+      if (x !== b) q.inFlight.add(x);
+      else for (const part of parts) q.inFlight.add(part);
+    }
+    b.completed = true;
+    cancelLinger(b);
+    void Promise.all(parts.map((part) => part.done)).then(() => b.markDone());
+    this.runRetries(q);
+    return true;
   }
 
   /** A forced close: fails every batch not sent yet with `closed`. */

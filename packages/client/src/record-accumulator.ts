@@ -322,6 +322,34 @@ export class RecordAccumulator {
   }
 
   /**
+   * A batch the broker refused for a record's size (record_too_large), as one batch per run of a send's
+   * records (producer-sender.ts, split): each keeps the batch's creation time (its retry budget), and the
+   * batch's reserved bytes are shared out among them, so releasing theirs releases all of it.
+   */
+  splitRuns(b: ProducerBatch): ProducerBatch[] {
+    const out: ProducerBatch[] = [];
+    let record = 0;
+    let reservedLeft = b.reserved;
+    for (let r = 0; r < b.sinks.length; r++) {
+      const n = b.runCount[r]!;
+      const records = b.frame.encodedRecords(record, n);
+      record += n;
+      const frame = new BatchFrameBuilder(b.topic, b.partition, this.acks, this.producerId, 64 + b.topic.length * 3 + records.length);
+      frame.appendEncoded(records, n, b.frame.extended);
+      const part = new ProducerBatch(b.topic, b.partition, b.createdAt, frame);
+      part.addOwner(b.sinks[r]!, b.runFirst[r]!);
+      part.runCount[0] = n;
+      const share = r === b.sinks.length - 1 ? reservedLeft : Math.min(reservedLeft, Math.round((b.reserved * n) / b.count));
+      reservedLeft -= share;
+      part.reserved = share;
+      part.bytes += share;
+      part.closed = true;
+      out.push(part);
+    }
+    return out;
+  }
+
+  /**
    * An acknowledged batch: its frame buffer serves a later batch. Safe because the reply shows the broker
    * received the whole frame (the socket holds none of it any more) and no attempt of the batch is pending.
    */

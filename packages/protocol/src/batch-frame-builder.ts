@@ -149,6 +149,33 @@ export class BatchFrameBuilder {
     this.count++;
   }
 
+  /**
+   * The encoded bytes of records `from` .. `from + count - 1` (a view of this builder's buffer, valid until
+   * its next change): appendEncoded() of them into a builder of the same producer id copies them as they are.
+   */
+  encodedRecords(from: number, count: number): Buffer {
+    const buf = this.buf;
+    let at = this.recordsAt;
+    let start = at;
+    for (let i = 0; i < from + count; i++) {
+      if (i === from) start = at;
+      at += 18 + ((buf[at + 16]! << 8) | buf[at + 17]!);
+      at += 2 + ((buf[at]! << 8) | buf[at + 1]!);
+      at += 12 + r32u(buf, at + 8);
+      at = skipExtensions(buf, at);
+    }
+    return buf.subarray(start, at);
+  }
+
+  /** Appends `count` records encoded by encodedRecords() of a builder with this producer id (`extended`: that builder's). */
+  appendEncoded(records: Buffer, count: number, extended: boolean): void {
+    const buf = this.reserve(records.length);
+    records.copy(buf, this.end);
+    this.end += records.length;
+    this.count += count;
+    if (extended) this.extended = true;
+  }
+
   /** Stamps record i with epoch `epoch` and sequence `firstSequence + i` (an idempotent batch; again on renumbering). */
   setNumbers(epoch: number, firstSequence: number): void {
     const buf = this.buf;
