@@ -11,9 +11,10 @@
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
-import { Producer, type RecordMetadata } from 'tributary-client/producer.js';
+import { Producer } from 'tributary-client/producer.js';
 import { Rng } from '../chaos/prng.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { bounded, readLogs, SendHistory } from '../helpers/producer-history.js';
 
 const SEED = process.env.PRODUCER_HISTORY_SEED ? Number(process.env.PRODUCER_HISTORY_SEED) : Math.floor(Math.random() * 2 ** 32);
 const TOPIC = 'ph';
@@ -93,26 +94,6 @@ class CutProxy {
   }
 }
 
-type Name = 'idem' | 'plain' | 'tight';
-
-interface Op {
-  producer: Name;
-  /** Global call order of send() on its producer. */
-  call: number;
-  values: string[];
-  partitions: number[];
-  invokedAt: number;
-  completedAt?: number;
-  outcome?: 'ok' | 'fail';
-  meta?: RecordMetadata[];
-  error?: string;
-  aborted: boolean;
-  /** Holds a record larger than the broker's --max-record-bytes. */
-  oversized: boolean;
-  /** Sent to a topic that does not exist. */
-  missing: boolean;
-}
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe(`producer history under faults (PRODUCER_HISTORY_SEED=${SEED})`, () => {
@@ -129,14 +110,17 @@ describe(`producer history under faults (PRODUCER_HISTORY_SEED=${SEED})`, () => 
     await admin.command('CREATE', { topic: TOPIC, partitions: PARTITIONS });
   });
 
+  const producers: Producer[] = [];
+
   afterAll(async () => {
+    // Closed by the test; forced here when it failed before.
+    await Promise.all(producers.map((p) => p.close({ signal: AbortSignal.timeout(1000) }).catch(() => {})));
     await broker?.dispose();
     await proxy?.close();
   });
 
   it('acknowledged records are where they were acknowledged, idempotent ones once and in call order; every call settles', async () => {
     const seedMsg = `PRODUCER_HISTORY_SEED=${SEED}`;
-    const work = Rng.derive(SEED, 'workload');
     const nemesisRng = Rng.derive(SEED, 'nemesis');
     const common = {
       brokers: [`127.0.0.1:${proxy!.port}`],
@@ -147,56 +131,17 @@ describe(`producer history under faults (PRODUCER_HISTORY_SEED=${SEED})`, () => 
       connectTimeoutMs: 1000,
       retry: { initialDelayMs: 20, maxDelayMs: 300, retries: 10_000, maxElapsedMs: 25_000 },
     };
-    const producers = {
+    const made = {
       idem: new Producer({ ...common, idempotent: true, lingerMs: 1 }),
       plain: new Producer({ ...common, lingerMs: 0 }),
       // Back-pressure: a few records fill its buffer, so sends wait for acknowledgements (buffer_full past requestTimeoutMs).
       tight: new Producer({ ...common, idempotent: true, lingerMs: 2, maxBufferedBytes: 6 * 1024 }),
     };
-    const ops: Op[] = [];
-    const calls = { idem: 0, plain: 0, tight: 0 };
-    const settled: Promise<unknown>[] = [];
+    producers.push(...Object.values(made));
+    const history = new SendHistory(TOPIC, PARTITIONS, Rng.derive(SEED, 'workload'), MAX_RECORD);
     const log: string[] = [];
     const t0 = performance.now();
     let stop = false;
-
-    const caller = async (name: Name, id: number) => {
-      let n = 0;
-      while (!stop) {
-        const burst: Promise<unknown>[] = [];
-        for (let k = work.int(1, 4); k > 0; k--) {
-          const count = work.int(1, 3);
-          const partitions = Array.from({ length: count }, () => work.int(0, PARTITIONS - 1));
-          const values = partitions.map(() => `${name}|${id}|${n++}|`);
-          const oversized = name !== 'tight' && work.next() < 0.01;
-          if (oversized) values[0] += 'x'.repeat(MAX_RECORD + 100);
-          if (name === 'tight') for (let i = 0; i < values.length; i++) values[i] += 'y'.repeat(work.int(100, 700));
-          const missing = !oversized && work.next() < 0.01;
-          const abort = work.next() < 0.05 ? new AbortController() : undefined;
-          const op: Op = { producer: name, call: calls[name]++, values, partitions, invokedAt: performance.now() - t0, aborted: abort !== undefined, oversized, missing };
-          ops.push(op);
-          const p = producers[name].send({ topic: missing ? `${TOPIC}-missing` : TOPIC, messages: values.map((value, i) => ({ value, partition: partitions[i]! })) }, abort ? { signal: abort.signal } : {}).then(
-            (meta) => {
-              op.outcome = 'ok';
-              op.meta = meta;
-            },
-            (err: Error) => {
-              op.outcome = 'fail';
-              const code = (err as Error & { code?: unknown }).code;
-              op.error = `${typeof code === 'string' ? code : err.name}: ${err.message}`;
-            },
-          );
-          void p.finally(() => {
-            op.completedAt = performance.now() - t0;
-          });
-          if (abort) setTimeout(() => abort.abort(), work.int(0, 20));
-          burst.push(p);
-          settled.push(p);
-        }
-        await Promise.all(burst);
-        await sleep(work.int(0, 5));
-      }
-    };
 
     const nemesis = async () => {
       while (!stop) {
@@ -225,101 +170,26 @@ describe(`producer history under faults (PRODUCER_HISTORY_SEED=${SEED})`, () => 
       }
     };
 
-    const workers = [nemesis(), ...[0, 1, 2].map((i) => caller('idem', i)), ...[0, 1].map((i) => caller('plain', i)), caller('tight', 0)];
+    const faults = nemesis();
+    history.start('idem', { producer: made.idem, idempotent: true, callers: 3, oversized: 0.01, missing: 0.01 });
+    history.start('plain', { producer: made.plain, idempotent: false, callers: 2, oversized: 0.01, missing: 0.01 });
+    history.start('tight', { producer: made.tight, idempotent: true, callers: 1, pad: [100, 700], missing: 0.01 });
     await sleep(WORKLOAD_MS);
     stop = true;
     proxy!.cutRate = 0;
-    // No hang: every send settles within its retry budget once the faults stop (and close() after it).
-    const bounded = async (what: string, p: Promise<unknown>, ms: number) => {
-      let timer: NodeJS.Timeout | undefined;
-      const hung = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`${what} did not settle in ${ms} ms (${seedMsg})`)), ms);
-      });
-      try {
-        await Promise.race([p, hung]);
-      } finally {
-        clearTimeout(timer);
-      }
-    };
-    await bounded('the nemesis', workers[0]!, 15_000);
-    await bounded('the sends', Promise.all([...workers, ...settled]), 40_000).catch((err: Error) => {
-      const open = ops.filter((o) => o.outcome === undefined);
-      throw new Error(`${err.message}: ${open.length} unsettled, e.g. ${JSON.stringify(open.slice(0, 3))}`);
-    });
-    await bounded('close()', Promise.all(Object.values(producers).map((p) => p.close())), 30_000);
+    // No hang: every send settles within its retry budget once the faults stop, and close() after it.
+    await bounded('the nemesis', faults, 15_000, seedMsg);
+    await history.stop(40_000, seedMsg);
+    await bounded('close()', Promise.all(producers.map((p) => p.close())), 30_000, seedMsg);
 
     admin = await broker!.connect();
-    const logs: string[][] = [];
-    for (let p = 0; p < PARTITIONS; p++) {
-      const values: string[] = [];
-      for (;;) {
-        const recs = (await admin.consume({ topic: TOPIC, partition: p, offset: values.length, batch: 5000 })).records;
-        if (recs.length === 0) break;
-        for (const r of recs) values[Number(r.offset)] = r.value.toString();
-      }
-      logs.push(values);
-    }
-
-    const anomalies: string[] = [];
-    const where = new Map<string, Array<[number, number]>>();
-    logs.forEach((values, p) => {
-      values.forEach((v, off) => {
-        where.set(v, [...(where.get(v) ?? []), [p, off]]);
-      });
-    });
-    for (const op of ops) {
-      op.values.forEach((v, i) => {
-        const found = where.get(v) ?? [];
-        if (op.outcome === 'ok') {
-          const m = op.meta![i]!;
-          if (m.partition !== op.partitions[i] || logs[m.partition]![m.offset] !== v) anomalies.push(`acked ${v} at ${m.partition}/${m.offset}, log has ${logs[m.partition]?.[m.offset]} (found at ${JSON.stringify(found)})`);
-        }
-        if (op.missing && op.outcome === 'ok') anomalies.push(`acked a send to a missing topic: ${v}`);
-        if (op.oversized && op.outcome === 'ok') anomalies.push(`acked a send with an oversized record: ${op.values[0]!.slice(0, 20)}`);
-        if (op.producer !== 'plain' && found.length > 1) anomalies.push(`duplicate ${v} (${op.outcome}) at ${JSON.stringify(found)}`);
-      });
-    }
-    // Idempotent: per partition, every record of the producer in the log (acknowledged, failed or aborted) in call order.
-    const order = new Map<string, number>();
-    for (const op of ops) {
-      if (op.producer === 'plain') continue;
-      op.values.forEach((v, i) => {
-        order.set(v, op.call * 10 + i);
-      });
-    }
-    logs.forEach((values, p) => {
-      const last = new Map<string, { o: number; v: string }>();
-      for (const v of values) {
-        const o = order.get(v);
-        if (o === undefined) continue;
-        const name = v.slice(0, v.indexOf('|'));
-        const prev = last.get(name);
-        if (prev && o < prev.o) anomalies.push(`partition ${p}: ${v.slice(0, 24)} (call ${Math.floor(o / 10)}) after ${prev.v.slice(0, 24)} (call ${Math.floor(prev.o / 10)})`);
-        else last.set(name, { o, v });
-      }
-    });
-
-    const counts = (name: Name) => {
-      const mine = ops.filter((o) => o.producer === name);
-      return { ok: mine.filter((o) => o.outcome === 'ok').length, fail: mine.filter((o) => o.outcome === 'fail').length };
-    };
-    const summary = {
-      seed: SEED,
-      faults: log,
-      cuts: proxy!.cuts,
-      idem: counts('idem'),
-      plain: counts('plain'),
-      tight: counts('tight'),
-      // Sends without an oversized record that failed with record_too_large: they shared a batch with one.
-      collateral: ops.filter((o) => !o.oversized && o.error?.startsWith('record_too_large')).length,
-      errors: [...new Set(ops.filter((o) => o.outcome === 'fail').map((o) => o.error!.split(':')[0]))],
-      logged: logs.map((l) => l.length),
-    };
+    const anomalies = history.check(await readLogs(admin, TOPIC, PARTITIONS));
+    const summary = { seed: SEED, faults: log, cuts: proxy!.cuts, ...history.summary() };
     console.log(JSON.stringify(summary));
     expect(anomalies.slice(0, 20), `${seedMsg} ${JSON.stringify(summary)}`).toEqual([]);
-    // The run did something: most sends went through despite the faults.
     // An oversized record fails its own send only, not the sends batched with it.
-    expect(summary.collateral, seedMsg).toBe(0);
-    expect(summary.idem.ok, seedMsg).toBeGreaterThan(summary.idem.fail);
+    expect(history.collateral(), seedMsg).toBe(0);
+    // The run did something: most sends went through despite the faults.
+    expect(history.acked('idem'), seedMsg).toBeGreaterThan(history.failed('idem'));
   }, 150_000);
 });
