@@ -88,6 +88,8 @@ describe(`producer history on a cluster under leader faults (PRODUCER_HISTORY_SE
     await inSync();
     // No hang: every send settles within its retry budget once the faults stop, and close() after it.
     await history.stop(40_000, seedMsg);
+    // Every byte held for a record is given back once its send settled (maxBufferedBytes is not leaked).
+    expect(producers.map((p) => p.bufferedBytes), seedMsg).toEqual(producers.map(() => 0));
     await bounded('close()', Promise.all(producers.map((p) => p.close())), 30_000, seedMsg);
 
     const logs: string[][] = [];

@@ -136,6 +136,9 @@ describe(`producer history under faults (PRODUCER_HISTORY_SEED=${SEED})`, () => 
       plain: new Producer({ ...common, lingerMs: 0 }),
       // Back-pressure: a few records fill its buffer, so sends wait for acknowledgements (buffer_full past requestTimeoutMs).
       tight: new Producer({ ...common, idempotent: true, lingerMs: 2, maxBufferedBytes: 6 * 1024 }),
+      // A retry budget shorter than a freeze or stall: batches fail for good (appended or not) and the
+      // partition goes on in a new epoch behind them.
+      brief: new Producer({ ...common, idempotent: true, lingerMs: 1, retry: { ...common.retry, maxElapsedMs: 1200 } }),
     };
     producers.push(...Object.values(made));
     const history = new SendHistory(TOPIC, PARTITIONS, Rng.derive(SEED, 'workload'), MAX_RECORD);
@@ -173,6 +176,7 @@ describe(`producer history under faults (PRODUCER_HISTORY_SEED=${SEED})`, () => 
     const faults = nemesis();
     history.start('idem', { producer: made.idem, idempotent: true, callers: 3, oversized: 0.01, missing: 0.01 });
     history.start('plain', { producer: made.plain, idempotent: false, callers: 2, oversized: 0.01, missing: 0.01 });
+    history.start('brief', { producer: made.brief, idempotent: true, callers: 2 });
     history.start('tight', { producer: made.tight, idempotent: true, callers: 1, pad: [100, 700], missing: 0.01 });
     await sleep(WORKLOAD_MS);
     stop = true;
@@ -180,6 +184,8 @@ describe(`producer history under faults (PRODUCER_HISTORY_SEED=${SEED})`, () => 
     // No hang: every send settles within its retry budget once the faults stop, and close() after it.
     await bounded('the nemesis', faults, 15_000, seedMsg);
     await history.stop(40_000, seedMsg);
+    // Every byte held for a record is given back once its send settled (maxBufferedBytes is not leaked).
+    expect(producers.map((p) => p.bufferedBytes), seedMsg).toEqual(producers.map(() => 0));
     await bounded('close()', Promise.all(producers.map((p) => p.close())), 30_000, seedMsg);
 
     admin = await broker!.connect();
