@@ -354,7 +354,8 @@ export class ProducerSender {
    * parts, and the batches numbered after it in its epoch, take new numbers as after a reported gap.
    */
   private split(q: PartitionQueue, b: ProducerBatch, err: Error): boolean {
-    if (!(err instanceof TributaryError) || err.code !== 'record_too_large' || b.sinks.length < 2 || this.signal.aborted || !q.inFlight.has(b)) return false;
+    // Only a refusal of the batch itself: one failed unsent (expired behind another's failure) is not split.
+    if (!(err instanceof TributaryError) || err.code !== 'record_too_large' || b.sinks.length < 2 || !b.dispatched || this.signal.aborted || !q.inFlight.has(b)) return false;
     const parts = this.accumulator.splitRuns(b);
     if (b.firstSequence >= 0) q.lost.set(b.epoch, Math.min(q.lost.get(b.epoch) ?? b.firstSequence, b.firstSequence));
     let sequence = b.firstSequence;
