@@ -56,6 +56,7 @@ describe(`producer history on a cluster under leader faults (PRODUCER_HISTORY_SE
         const fault = rng.pick(['kill', 'freeze', 'move'] as const);
         const partition = rng.int(0, PARTITIONS - 1);
         const p = (await inSync()).find((x) => x.partition === partition)!;
+        if (stop) break;
         log.push(`${Math.round(performance.now() - t0)} ms: ${fault} p${partition} (leader ${p.leader})`);
         if (fault === 'kill') {
           await cluster.broker(p.leader).kill('SIGKILL');
@@ -80,8 +81,9 @@ describe(`producer history on a cluster under leader faults (PRODUCER_HISTORY_SE
     };
 
     const faults = nemesis();
-    history.start('idem', { producer: made.idem, idempotent: true, callers: 3 });
-    history.start('plain', { producer: made.plain, idempotent: false, callers: 2 });
+    // Paced, so the brokers (three on the machine) keep up with the nemesis' waits for a full ISR.
+    history.start('idem', { producer: made.idem, idempotent: true, callers: 3, pauseMs: [5, 20] });
+    history.start('plain', { producer: made.plain, idempotent: false, callers: 2, pauseMs: [5, 20] });
     await sleep(WORKLOAD_MS);
     stop = true;
     await bounded('the nemesis', faults, 60_000, seedMsg);

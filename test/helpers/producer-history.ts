@@ -5,6 +5,7 @@
  */
 import type { Connection } from 'tributary-protocol/connection.js';
 import type { Producer, RecordMetadata } from 'tributary-client/producer.js';
+import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import type { Rng } from '../chaos/prng.js';
 
 export interface Op {
@@ -12,7 +13,9 @@ export interface Op {
   /** Call order of send() on its producer. */
   call: number;
   values: string[];
+  /** Per message: its explicit partition, or for a keyed one the key's (partitionForKey); -1 for a keyless one. */
   partitions: number[];
+  keys: Array<string | undefined>;
   invokedAt: number;
   completedAt?: number;
   outcome?: 'ok' | 'fail';
@@ -35,6 +38,8 @@ export interface CallerSpec {
   /** Share of sends with a record of `maxRecord` + 100 bytes, and of sends to a missing topic. */
   oversized?: number;
   missing?: number;
+  /** The pause between a caller's bursts, chosen in [min, max] ms (default [0, 5]). */
+  pauseMs?: [number, number];
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -68,16 +73,19 @@ export class SendHistory {
       const burst: Promise<unknown>[] = [];
       for (let k = work.int(1, 4); k > 0; k--) {
         const count = work.int(1, 3);
-        const partitions = Array.from({ length: count }, () => work.int(0, this.partitions - 1));
+        // Mostly explicit partitions; some keyed, some keyless (sticky by default).
+        const kinds = Array.from({ length: count }, () => work.pick(['explicit', 'explicit', 'explicit', 'keyed', 'keyless'] as const));
+        const keys = kinds.map((k) => (k === 'keyed' ? `key-${work.int(0, 9)}` : undefined));
+        const partitions = kinds.map((k, i) => (k === 'explicit' ? work.int(0, this.partitions - 1) : k === 'keyed' ? partitionForKey(Buffer.from(keys[i]!), this.partitions) : -1));
         const values = partitions.map(() => `${name}|${id}|${n++}|`);
         const oversized = work.next() < (spec.oversized ?? 0);
         if (oversized) values[0] += 'x'.repeat(this.maxRecord + 100);
         if (spec.pad) for (let i = 0; i < values.length; i++) values[i] += 'y'.repeat(work.int(spec.pad[0], spec.pad[1]));
         const missing = !oversized && work.next() < (spec.missing ?? 0);
         const abort = work.next() < 0.05 ? new AbortController() : undefined;
-        const op: Op = { producer: name, call: calls.n++, values, partitions, invokedAt: performance.now() - this.t0, aborted: abort !== undefined, oversized, missing };
+        const op: Op = { producer: name, call: calls.n++, values, partitions, keys, invokedAt: performance.now() - this.t0, aborted: abort !== undefined, oversized, missing };
         this.ops.push(op);
-        const messages = values.map((value, i) => ({ value, partition: partitions[i]! }));
+        const messages = values.map((value, i) => (kinds[i] === 'explicit' ? { value, partition: partitions[i]! } : keys[i] !== undefined ? { value, key: keys[i] } : { value }));
         const p = spec.producer.send({ topic: missing ? `${this.topic}-missing` : this.topic, messages }, abort ? { signal: abort.signal } : {}).then(
           (meta) => {
             op.outcome = 'ok';
@@ -97,7 +105,7 @@ export class SendHistory {
         this.settled.push(p);
       }
       await Promise.all(burst);
-      await sleep(work.int(0, 5));
+      await sleep(work.int(...(spec.pauseMs ?? [0, 5])));
     }
   }
 
@@ -129,7 +137,7 @@ export class SendHistory {
         const found = where.get(v) ?? [];
         if (op.outcome === 'ok') {
           const m = op.meta![i]!;
-          if (m.partition !== op.partitions[i] || logs[m.partition]![m.offset] !== v) anomalies.push(`acked ${short(v)} at ${m.partition}/${m.offset}, log has ${short(logs[m.partition]?.[m.offset] ?? '')} (found at ${JSON.stringify(found)})`);
+          if ((op.partitions[i]! >= 0 && m.partition !== op.partitions[i]) || logs[m.partition]?.[m.offset] !== v) anomalies.push(`acked ${short(v)} at ${m.partition}/${m.offset}, log has ${short(logs[m.partition]?.[m.offset] ?? '')} (found at ${JSON.stringify(found)})`);
         }
         if (op.missing && op.outcome === 'ok') anomalies.push(`acked a send to a missing topic: ${short(v)}`);
         if (op.oversized && op.outcome === 'ok') anomalies.push(`acked a send with an oversized record: ${short(v)}`);
