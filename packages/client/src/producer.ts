@@ -16,6 +16,7 @@ import { type ProducerTopicState, forgetIdleTopics } from './idle-topics.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { badMessage, checkMessage, type ProducerEvents, type ProducerMessage, type ProducerRecord, type RecordMetadata, messageHeaders, messageKey, snapshotMessage } from './producer-messages.js';
 import { configError, type ProducerOptions, type ResolvedProducerOptions, resolveProducerOptions, validateProducerOptions } from './producer-options.js';
+import { ProducerId } from './producer-id.js';
 import { ProducerSender } from './producer-sender.js';
 import { APPENDED_CLOSED_BATCH, APPENDED_NEW_BATCH, type PartitionQueue, type ProducerBatch, RecordAccumulator, type RecordSink } from './record-accumulator.js';
 import { ProducerFencedError, Transaction, TransactionStateError, typedTxnError } from './transaction.js';
@@ -128,9 +129,8 @@ class SendResult implements RecordSink {
  */
 export class Producer extends TypedEmitter<ProducerEvents> {
   readonly options: ResolvedProducerOptions;
-  /** Idempotent producers: the id INIT_PRODUCER_ID gave, before the first record was queued. */
-  private idempotentId = '';
-  private idempotentInit: Promise<void> | undefined;
+  /** Idempotent producers: the id INIT_PRODUCER_ID gives, before the first record is queued. */
+  private readonly ids: ProducerId;
   private readonly cluster: Cluster;
   private readonly accumulator: RecordAccumulator;
   private readonly sender: ProducerSender;
@@ -184,30 +184,13 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     this.buffer = new SendBuffer(this.options, this.root.signal, () => {
       for (const q of this.accumulator.closeAll()) this.sender.pump(q);
     });
+    this.ids = new ProducerId(this.cluster, this.accumulator, this.root.signal);
     setMaxListeners(0, this.root.signal);
   }
 
   /** Idempotent producers: this producer's id, from a broker's INIT_PRODUCER_ID at the first send; '' until then and otherwise. */
   get producerId(): string {
-    return this.idempotentId;
-  }
-
-  /** An idempotent producer's id, once: every send waits for it before its first record is queued. */
-  private initIdempotence(signal: AbortSignal | undefined): Promise<void> {
-    if (!this.idempotentInit) {
-      // Shared by concurrent sends: it stops only with the producer, and each send stops waiting on its own signal.
-      const init = this.cluster.lookup('INIT_PRODUCER_ID', {}, this.root.signal).then((reply) => {
-        const id = parseLine(reply).params.get('producerId');
-        if (!id) throw new TributaryError('internal_error', { reason: `INIT_PRODUCER_ID answered without a producer id: ${reply}` });
-        this.accumulator.setProducerId(id);
-        this.idempotentId = id;
-      });
-      this.idempotentInit = init;
-      init.catch(() => {
-        if (this.idempotentInit === init) this.idempotentInit = undefined;
-      });
-    }
-    return signal ? untilAborted(this.idempotentInit, signal) : this.idempotentInit;
+    return this.ids.id;
   }
 
   get state(): ProducerState {
@@ -346,7 +329,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
 
     const result = new SendResult(n);
     const known = this.knownPartitions(topic, highest);
-    const ready = known !== undefined && (this.idempotentId !== '' || !this.options.idempotent);
+    const ready = known !== undefined && (!this.options.idempotent || this.ids.ready);
     if (!this.buffer.admitting && ready && !this.topicWaits.has(topic) && this.buffer.bytes + total <= this.options.maxBufferedBytes) {
       // Fast path: nobody is queuing, the topic is known and there is room: encode everything into its batches now.
       this.checkPartitions(topic, messages, known);
@@ -380,9 +363,20 @@ export class Producer extends TypedEmitter<ProducerEvents> {
         }
       }
     }
+    // Idempotent: then its turn among the sends waiting for the producer id (producer-id.ts), also in call order.
+    const idWait = this.options.idempotent ? this.ids.join() : undefined;
+    if (idWait) {
+      try {
+        await untilAbortedInOrder(idWait, signal);
+      } catch (err) {
+        result.fail(err as Error);
+        throw err;
+      } finally {
+        this.ids.leave(idWait); // synchronously before the admission queue is entered, as above
+      }
+    }
     await this.buffer.enterAdmission(signal);
     try {
-      if (this.options.idempotent && this.idempotentId === '') await this.initIdempotence(signal);
       const partitions = await this.partitionCount(topic, signal);
       this.checkPartitions(topic, messages, partitions);
       if (this.root.signal.aborted) throw new TributaryError('client_closed');
@@ -534,6 +528,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       // Sends still queuing when flush is called are part of what it waits for: take a turn behind them
       // (those waiting for their topic's METADATA first take theirs).
       await Promise.all([...this.topicWaits.values()].map((w) => w.drained));
+      await this.ids.wait?.drained; // the sends that went on from there to wait for the producer id
       await this.buffer.enterAdmission(undefined, false);
       this.buffer.leaveAdmission();
       for (const q of this.accumulator.closeAll()) this.sender.pump(q);

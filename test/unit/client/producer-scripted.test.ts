@@ -35,6 +35,9 @@ class FakeBroker {
   onBatch: (b: Batch, conn: number, n: number) => Reply = (b) => ack(b, this.nextOffset(b));
   /** Topics whose METADATA is never answered. */
   readonly metadataHangs = new Set<string>();
+  /** INIT_PRODUCER_ID is answered once this resolves (a slow id allocation). */
+  initGate: Promise<void> | undefined;
+  initRequests = 0;
   /** Runs before each METADATA answer (e.g. to move leadership once a stale answer went out). */
   beforeMetadata: (() => void) | undefined;
   private readonly offsets = new Map<number, number>();
@@ -119,7 +122,8 @@ class FakeBroker {
       }
       case 'INIT_PRODUCER_ID':
         // An idempotent producer's id, asked for before its first batch.
-        return `OK producerId=${this.port} epoch=0`;
+        this.initRequests++;
+        return this.initGate ? this.initGate.then(() => `OK producerId=${this.port} epoch=0`) : `OK producerId=${this.port} epoch=0`;
       default:
         return `ERROR: unknown_command command=${line.head} class=validation retryable=false`;
     }
@@ -417,6 +421,25 @@ describe('Producer sender (scripted server)', () => {
     expect(err).toMatchObject({ code: 'buffer_full', retriable: true, fields: expect.objectContaining({ waitedMs: 400, max: 1000 }) });
     expect(b.batches).toHaveLength(2); // it never got into the buffer
     await p.close({ signal: AbortSignal.timeout(50) });
+  });
+
+  it('sends behind an idempotent producer\'s slow INIT_PRODUCER_ID wait for it, in order, not failing with buffer_full', async () => {
+    const b = await broker(1);
+    let release!: () => void;
+    b.initGate = new Promise<void>((r) => {
+      release = r;
+    });
+    useFakeTimersForIo();
+    const p = producer(b, { idempotent: true, requestTimeoutMs: 400, stallTimeoutMs: 5000 });
+    const sends = ['a', 'b', 'c'].map((value) => track(p.send({ topic: 't', messages: [{ value, partition: 0 }] })));
+    await untilReal(() => b.initRequests === 1, 'the producer to ask for its id');
+    // Past requestTimeoutMs with the buffer empty: nothing waits for room, so nothing is buffer_full.
+    await vi.advanceTimersByTimeAsync(1000);
+    expect(sends.map((x) => x.settled)).toEqual([false, false, false]);
+    release();
+    const offsets = await Promise.all(sends.map((x) => x.promise.then((m) => m[0]!.offset)));
+    expect(offsets).toEqual([0, 1, 2]);
+    expect(b.values()).toEqual(['a', 'b', 'c']);
   });
 
   it('a non-retriable error fails the send at once; exhausted retries fail it with the last error', async () => {
