@@ -100,6 +100,26 @@ describe('BatchFrameBuilder', () => {
     );
   });
 
+  it('property: a run of records copied into another builder (appendEncoded of encodedRecords) is the frame of that run', () => {
+    fc.assert(
+      fc.property(fc.array(inputArb(true), { minLength: 1, maxLength: 12 }), fc.nat(), fc.nat(), (inputs, a, b) => {
+        const from = a % inputs.length;
+        const count = 1 + (b % (inputs.length - from));
+        const pid = 'p-17';
+        const whole = build('orders', 2, 'all', pid, inputs);
+        whole.setNumbers(4, 100); // numbers stamped on the source are stamped again on the copy
+        const part = new BatchFrameBuilder('orders', 2, 'all', Buffer.from(pid), 8);
+        part.appendEncoded(whole.encodedRecords(from, count), count, whole.extended);
+        part.setNumbers(0, 7);
+        const run = inputs.slice(from, from + count);
+        const expected = encodeFrame(encodeBatch({ topic: 'orders', partition: 2, acks: 'all', idempotent: true, firstSequence: 7, lastSequence: 6 + count, records: records(run, pid, 0, 7) }, { extensions: true }));
+        expect(part.frame(true, 7, 6 + count, true).equals(expected)).toBe(true);
+        expect(part.count).toBe(count);
+      }),
+      { numRuns: 200 },
+    );
+  });
+
   it('grows by doubling up to its limit, and writes into a reused buffer', () => {
     const inputs: Input[] = Array.from({ length: 50 }, (_, i) => ({ key: i % 3 === 0 ? null : Buffer.from(`k${i}`), value: 'x'.repeat(i), timestamp: 0, headers: [] }));
     const expected = encodeFrame(encodeBatch({ topic: 't', partition: 0, acks: 'all', idempotent: false, firstSequence: 0, lastSequence: 0, records: records(inputs, '', -1, -1) }, { extensions: true }));
