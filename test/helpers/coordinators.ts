@@ -271,3 +271,13 @@ export function eachWithCoordinators(prefix: string, opts: Parameters<typeof ope
     dir = undefined;
   });
 }
+
+/** The group's member ids (GROUP_STATUS); none before the group exists. */
+export function memberIdsOf(gc: GroupCoordinator, group: string): string[] {
+  try {
+    return (gc.status(group) as unknown as { members: Array<{ member_id: string }> }).members.map((m) => m.member_id);
+  } catch (err) {
+    if ((err as { code?: string }).code === 'group_not_found') return [];
+    throw err;
+  }
+}

@@ -5,7 +5,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { GroupCoordinator, JoinRequest, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
-import { type Coordinators, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
+import { GROUP_CONFIG, memberIdsOf, openCoordinators, type Coordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { expectError, rec, removeDir, tempDir, until } from '../../helpers/util.js';
@@ -51,15 +51,7 @@ afterEach(async () => {
 });
 
 const status = (group: string) => gc.status(group) as unknown as Status;
-/** The group's member ids; none before the group exists. */
-function memberIds(group: string): string[] {
-  try {
-    return status(group).members.map((m) => m.member_id);
-  } catch (err) {
-    if ((err as { code?: string }).code === 'group_not_found') return [];
-    throw err;
-  }
-}
+const memberIds = (group: string) => memberIdsOf(gc, group);
 
 function joinReq(group: string, member: string, extra: Partial<JoinRequest> = {}): JoinRequest {
   return { topic: TOPIC, group, member, host: '127.0.0.1', ...extra };

@@ -6,7 +6,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { GroupCoordinator, JoinRequest, MemberView } from 'tributary-broker/coordinator/group-coordinator.js';
-import { type Coordinators, GROUP_CONFIG, openCoordinators } from '../../helpers/coordinators.js';
+import { GROUP_CONFIG, memberIdsOf, openCoordinators, type Coordinators } from '../../helpers/coordinators.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { expectError, removeDir, tempDir, until } from '../../helpers/util.js';
 
@@ -40,15 +40,7 @@ afterEach(async () => {
 });
 
 const status = (group: string) => gc.status(group) as unknown as Status;
-/** The group's member ids; none before the group exists. */
-function memberIds(group: string): string[] {
-  try {
-    return status(group).members.map((m) => m.member_id);
-  } catch (err) {
-    if ((err as { code?: string }).code === 'group_not_found') return [];
-    throw err;
-  }
-}
+const memberIds = (group: string) => memberIdsOf(gc, group);
 const joinReq = (member: string, extra: Partial<JoinRequest> = {}): JoinRequest => ({ topic: TOPIC, group: 'g', member, host: '127.0.0.1', ...extra });
 const sync = (v: MemberView) => gc.sync({ topic: TOPIC, group: 'g', member: v.memberId, generation: v.generation });
 
