@@ -288,16 +288,14 @@ export class PgOffsetStore implements OffsetStore {
       // COMMIT was sent and its answer never came: the rows cannot tell, since the server may not have
       // applied it yet (a read on another connection can come first). The transaction's own status can.
       if (sent.xid !== undefined) {
-        // Waited on until it settles (up to the statement timeout); a status that cannot be asked is not known.
-        const status = await this.xidStatus('commit', sent.xid, QUERY_TIMEOUT_MS).catch(() => undefined);
-        if (status === 'committed') return;
-        if (status !== 'aborted') {
+        const xid = sent.xid;
+        const committed = await this.settleLost('commit', xid, err, () => {
           for (const p of partitions) {
             const k = rowKey(group, topic, p);
-            this.lostCommits.set(k, (this.lostCommits.get(k) ?? new Set()).add(sent.xid));
+            this.lostCommits.set(k, (this.lostCommits.get(k) ?? new Set()).add(xid));
           }
-          throw new TributaryError('storage_error', { ...(err as TributaryError).fields, outcome: 'unknown' });
-        }
+        });
+        if (committed) return;
       }
       // Not written for certain: COMMIT never left, or the transaction aborted. Rows that already hold these
       // offsets (another coordinator's write) are what this write would have made.
@@ -319,17 +317,25 @@ export class PgOffsetStore implements OffsetStore {
   }
 
   /**
+   * A transaction whose COMMIT was sent and whose answer was lost with `err`: true once it committed, false
+   * if it aborted (not written), else `lost()` records it and the write rejects with outcome=unknown. Its
+   * status is waited on until it settles (up to the statement timeout); one that cannot be asked is not known.
+   */
+  private async settleLost(op: string, xid: string, err: unknown, lost: () => void): Promise<boolean> {
+    const status = await this.xidStatus(op, xid, QUERY_TIMEOUT_MS).catch(() => undefined);
+    if (status === 'committed') return true;
+    if (status === 'aborted') return false;
+    lost();
+    throw new TributaryError('storage_error', { ...(err as TributaryError).fields, outcome: 'unknown' });
+  }
+
+  /**
    * `txid_status` of a transaction whose COMMIT was sent: 'committed', 'aborted', 'in progress' (the server
    * has not read COMMIT yet) or null (too old to tell; not expected). While in progress it is asked again,
    * backing off, for up to `waitMs` (0: asked once). A query that fails throws its storage_error.
    */
   private async xidStatus(op: string, xid: string, waitMs = 0): Promise<string | null | undefined> {
-    const deadline = Date.now() + waitMs;
-    for (let pause = 10; ; pause = Math.min(pause * 2, 500)) {
-      const status = (await this.query<{ status: string | null }>(op, this.sql.xidStatus, [xid])).rows[0]?.status;
-      if (status !== 'in progress' || Date.now() + pause > deadline) return status;
-      await new Promise((resolve) => setTimeout(resolve, pause));
-    }
+    return pollUntil(async () => (await this.query<{ status: string | null }>(op, this.sql.xidStatus, [xid])).rows[0]?.status, (status) => status !== 'in progress', waitMs);
   }
 
   /**
@@ -355,15 +361,10 @@ export class PgOffsetStore implements OffsetStore {
    * would land after the load read the rows, and the coordinator answer the value from before it.
    */
   private async writersEnded(): Promise<void> {
-    const deadline = Date.now() + QUERY_TIMEOUT_MS;
     const xids = (await this.query<{ xid: string }>('loadAll', this.sql.writers, [this.qualified])).rows.map((r) => r.xid);
-    for (let pause = 10; xids.length > 0; pause = Math.min(pause * 2, 500)) {
-      if ((await this.query<{ n: number }>('loadAll', this.sql.running, [xids])).rows[0]?.n === 0) return;
-      if (Date.now() + pause > deadline) {
-        throw new TributaryError('storage_error', { op: 'loadAll', reason: 'a transaction of another session writing the offsets table has not ended' });
-      }
-      await new Promise((resolve) => setTimeout(resolve, pause));
-    }
+    if (xids.length === 0) return;
+    const running = await pollUntil(async () => (await this.query<{ n: number }>('loadAll', this.sql.running, [xids])).rows[0]?.n, (n) => n === 0, QUERY_TIMEOUT_MS);
+    if (running !== 0) throw new TributaryError('storage_error', { op: 'loadAll', reason: 'a transaction of another session writing the offsets table has not ended' });
   }
 
   /** What the table holds for these partitions of a group's topic. */
@@ -458,12 +459,8 @@ export class PgOffsetStore implements OffsetStore {
         }
       });
     } catch (err) {
-      if (sent.xid === undefined) throw err;
-      const status = await this.xidStatus(op, sent.xid, QUERY_TIMEOUT_MS).catch(() => undefined);
-      if (status === 'committed') return;
-      if (status === 'aborted') throw err;
-      this.lostDeletes.set(sent.xid, covers);
-      throw new TributaryError('storage_error', { ...(err as TributaryError).fields, outcome: 'unknown' });
+      const xid = sent.xid;
+      if (xid === undefined || !(await this.settleLost(op, xid, err, () => this.lostDeletes.set(xid, covers)))) throw err;
     }
   }
 
@@ -540,5 +537,18 @@ export class PgOffsetStore implements OffsetStore {
       client.release(true);
       throw storageError(op, err);
     }
+  }
+}
+
+/**
+ * Asks `ask` until `done` holds of its answer or `waitMs` would pass (0: asked once), backing off from 10 to
+ * 500 ms between asks; returns the last answer. A failed ask throws.
+ */
+async function pollUntil<T>(ask: () => Promise<T>, done: (v: T) => boolean, waitMs: number): Promise<T> {
+  const deadline = Date.now() + waitMs;
+  for (let pause = 10; ; pause = Math.min(pause * 2, 500)) {
+    const v = await ask();
+    if (done(v) || Date.now() + pause > deadline) return v;
+    await new Promise((resolve) => setTimeout(resolve, pause));
   }
 }
