@@ -133,11 +133,14 @@ async function fetchStatus(opts: ClientOptions): Promise<ClusterStatusReply> {
  */
 const DEV_CLUSTER_OWN_FLAGS = ['--cluster', '--etcd', '--broker-id', '--port', '--health-port', '--data-dir'];
 
+/** The first of `flags` that `brokerArgs` sets (`--flag value` or `--flag=value`), or undefined. */
+function firstFlagIn(brokerArgs: string, flags: readonly string[]): string | undefined {
+  return brokerArgs.split(/\s+/).map((a) => a.split('=')[0]!).find((f) => flags.includes(f));
+}
+
 function brokerArgsArg(value: string): string {
-  for (const arg of value.split(/\s+/)) {
-    const flag = arg.split('=')[0]!;
-    if (DEV_CLUSTER_OWN_FLAGS.includes(flag)) throw new InvalidArgumentError(`may not set ${flag}: dev-cluster sets it for each broker (${DEV_CLUSTER_OWN_FLAGS.join(', ')}).`);
-  }
+  const flag = firstFlagIn(value, DEV_CLUSTER_OWN_FLAGS);
+  if (flag !== undefined) throw new InvalidArgumentError(`may not set ${flag}: dev-cluster sets it for each broker (${DEV_CLUSTER_OWN_FLAGS.join(', ')}).`);
   return value;
 }
 
@@ -146,7 +149,7 @@ const DEV_CLUSTER_TLS_FLAGS = ['--tls-cert', '--tls-key', '--inter-broker-tls-ca
 
 /** The refusal of --broker-args setting a flag --tls gives each broker, or undefined. */
 function tlsOwnFlagRefusal(brokerArgs: string): string | undefined {
-  const flag = brokerArgs.split(/\s+/).map((a) => a.split('=')[0]!).find((f) => DEV_CLUSTER_TLS_FLAGS.includes(f));
+  const flag = firstFlagIn(brokerArgs, DEV_CLUSTER_TLS_FLAGS);
   return flag === undefined ? undefined : `with --tls, --broker-args may not set ${flag}: dev-cluster sets it for each broker (${DEV_CLUSTER_TLS_FLAGS.join(', ')}).`;
 }
 
