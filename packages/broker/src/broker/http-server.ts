@@ -3,6 +3,8 @@ import net, { isIP } from 'node:net';
 import type { BrokerMetrics } from '../common/metrics.js';
 import type { AdminApi } from '../http/admin-api.js';
 import { serveConsole } from '../http/console-static.js';
+import { sendError, sendRouteError } from '../http/api-request.js';
+import { invalidParam } from 'tributary-protocol/errors.js';
 
 /**
  * /live (process up), /ready (recovery done, accepting requests; 503 with what it is waiting for
@@ -29,7 +31,7 @@ export function createHealthServer(
     try {
       url = new URL(req.url ?? '/', 'http://broker');
     } catch {
-      sendError(res, 400, 'invalid_parameter', { param: 'path', reason: 'not a valid request target' });
+      sendError(res, invalidParam('path', 'not a valid request target'));
       return;
     }
     const apiOrConsole = url.pathname === '/api/v1' || url.pathname.startsWith('/api/v1/') || url.pathname === '/ui' || url.pathname.startsWith('/ui/');
@@ -44,14 +46,14 @@ export function createHealthServer(
       return;
     }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      sendError(res, 405, 'method_not_allowed', {}, `${req.method} is not allowed on ${url.pathname}; allowed: GET, HEAD`, { allow: 'GET, HEAD' });
+      sendRouteError(res, url, req.method, 'GET, HEAD');
       return;
     }
     const health = url.pathname === '/live' || url.pathname === '/ready' || url.pathname === '/metrics';
     // They take no parameter: ignored, `/metrics?name[]=x` would look like a filter that works (docs/http-api.md).
     const unknown = health ? [...url.searchParams.keys()][0] : undefined;
     if (unknown !== undefined) {
-      sendError(res, 400, 'invalid_parameter', { param: unknown.slice(0, 64), reason: `unknown parameter; ${url.pathname} takes none` });
+      sendError(res, invalidParam(unknown.slice(0, 64), `unknown parameter; ${url.pathname} takes none`));
       return;
     }
     if (url.pathname === '/ui' || url.pathname.startsWith('/ui/')) {
@@ -67,22 +69,12 @@ export function createHealthServer(
         (err: Error) => res.writeHead(500).end(err.message),
       );
     } else {
-      sendError(res, 404, 'not_found', {}, `no route ${url.pathname.slice(0, 256)}`);
+      sendRouteError(res, url, req.method);
     }
   });
   // Started once a response has ended; a response still being written (a tail) has no idle time.
   server.keepAliveTimeout = timeouts.keepAliveMs;
   return server;
-}
-
-/**
- * An error of the paths outside the admin API in the API's shape (docs/http-api.md, "Errors"); the
- * message is the code and its fields unless given.
- */
-function sendError(res: http.ServerResponse, status: number, code: string, fields: Record<string, string>, message?: string, headers: http.OutgoingHttpHeaders = {}): void {
-  const text = message ?? [code, ...Object.entries(fields).map(([k, v]) => `${k}=${v}`)].join(' ');
-  const body = JSON.stringify({ error: { code, message: text, retriable: false, fields } });
-  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), ...headers }).end(body);
 }
 
 /** The HTTP port's httpHeadersTimeoutMs, httpRequestTimeoutMs and httpKeepAliveTimeoutMs. */

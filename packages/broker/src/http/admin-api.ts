@@ -10,7 +10,7 @@ import type { BrokerConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { ApiClients } from './api-clients.js';
 import { MessagesJson, partitionOffsets, readEnd, recordJson, type RouteContext, segment } from './api-records.js';
-import { Query, checkInt, checkQueryEncoding, credentialsOf, readJsonBody, sendError, sendJson } from './api-request.js';
+import { Query, checkInt, checkQueryEncoding, credentialsOf, readJsonBody, sendError, sendJson, sendRouteError } from './api-request.js';
 import { AuthBackoff } from './auth-backoff.js';
 import { resumePositions } from './tail-positions.js';
 import { TailCount, tail } from './tail-route.js';
@@ -531,21 +531,21 @@ export class AdminApi {
       checkQueryEncoding(url.search);
       if (url.pathname === '/api/v1/session') {
         if (req.method === 'GET' || req.method === 'HEAD') await this.session(req, res, url);
-        else sendJson(res, 405, { error: { code: 'method_not_allowed', message: `${req.method} is not allowed on ${url.pathname}; allowed: GET`, retriable: false, fields: {} } }, { allow: 'GET' });
+        else sendRouteError(res, url, req.method, 'GET');
         return;
       }
       // Credentials in a URL end up in logs and histories: refused before anything reads them (400, not a 401).
       for (const name of ['token', 'access_token']) if (url.searchParams.has(name)) throw invalidParam(name, 'credentials go in the Authorization header, never in a URL');
       const candidates = this.routes.filter((r) => r.pattern.test(url.pathname));
       if (candidates.length === 0) {
-        sendJson(res, 404, { error: { code: 'not_found', message: `no route ${url.pathname}`, retriable: false, fields: {} } });
+        sendRouteError(res, url, req.method);
         return;
       }
       const method = req.method === 'HEAD' ? 'GET' : req.method;
       const route = candidates.find((r) => r.method === method);
       if (!route) {
         const allow = [...new Set(candidates.map((r) => r.method))].join(', ');
-        sendJson(res, 405, { error: { code: 'method_not_allowed', message: `${req.method} is not allowed on ${url.pathname}; allowed: ${allow}`, retriable: false, fields: {} } }, { allow });
+        sendRouteError(res, url, req.method, allow);
         return;
       }
       // A body where the route reads none (DELETE /topics/x with {"dryRun":true}) is refused, not ignored.

@@ -67,6 +67,15 @@ export function errorJson(e: TributaryError): ErrorJson {
 }
 
 /** `{ error: { code, message, retriable, fields } }`, the same fields an `ERROR:` line carries (errorJson). */
+/** A 404 (no route) or 405 (another method; `allow` lists those served) in the API's error shape. */
+export function sendRouteError(res: http.ServerResponse, url: URL, method: string | undefined, allow?: string): void {
+  if (allow === undefined) {
+    sendJson(res, 404, { error: { code: 'not_found', message: `no route ${url.pathname.slice(0, 256)}`, retriable: false, fields: {} } });
+    return;
+  }
+  sendJson(res, 405, { error: { code: 'method_not_allowed', message: `${method} is not allowed on ${url.pathname}; allowed: ${allow}`, retriable: false, fields: {} } }, { allow });
+}
+
 export function sendError(res: http.ServerResponse, err: unknown): void {
   const e = err instanceof TributaryError ? err : new TributaryError('internal_error', { reason: (err as Error)?.message ?? String(err) });
   const headers: http.OutgoingHttpHeaders = {};
