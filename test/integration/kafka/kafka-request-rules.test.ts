@@ -4,7 +4,8 @@
  * nothing of it is applied; a DeleteTopics v6 entry with both a name and an id, or neither, is
  * INVALID_REQUEST; a partition twice in ListOffsets is INVALID_REQUEST for each entry; ApiVersions v3 checks
  * the client software name and version; Fetch and ListOffsets check `currentLeaderEpoch`; an incremental
- * fetch of a session this broker never handed out is FETCH_SESSION_ID_NOT_FOUND; an offset or timestamp
+ * fetch of a session this broker never handed out is FETCH_SESSION_ID_NOT_FOUND; an isolation level other
+ * than 0 and 1 in Fetch or ListOffsets is INVALID_REQUEST in every partition; an offset or timestamp
  * beyond 2^53 is answered for its partition instead of closing the connection (a committed offset there, of
  * OffsetCommit or TxnOffsetCommit, with INVALID_COMMIT_OFFSET_SIZE), and a Fetch's logStartOffset or an
  * OffsetCommit's retentionTimeMs beyond it (fields the listener does not use) is read and the request served.
@@ -232,6 +233,27 @@ describe('Kafka request rules', () => {
       }
       expect(codes).toEqual([0, 0, kafkaErrorCode('UNKNOWN_LEADER_EPOCH'), kafkaErrorCode('FENCED_LEADER_EPOCH')]);
     });
+
+    it('an isolation level other than 0 and 1 is INVALID_REQUEST for every partition, nothing looked up; the connection keeps serving', async () => {
+      await c.command('CREATE', { topic: 'iso-list', partitions: 2 });
+      await c.command('PUBLISH', { topic: 'iso-list', partition: 1, message: 'x' });
+      const body = (isolationLevel: number) => ({
+        replicaId: -1,
+        isolationLevel,
+        topics: [{ name: 'iso-list', partitions: [0, 1].map((partitionIndex) => ({ partitionIndex, currentLeaderEpoch: -1, timestamp: -1 })) }],
+      });
+      const answers = (res: KafkaStruct) => ((res.topics as KafkaStruct[])[0]!.partitions as KafkaStruct[]).map((x) => [x.partitionIndex, x.errorCode, x.offset]);
+      for (const isolationLevel of [2, -1, 127]) {
+        expect(answers(await raw.call(2, 5, body(isolationLevel))), `isolationLevel ${isolationLevel}`).toEqual([
+          [0, INVALID_REQUEST, -1],
+          [1, INVALID_REQUEST, -1],
+        ]);
+      }
+      expect(answers(await raw.call(2, 5, body(1)))).toEqual([
+        [0, 0, 0],
+        [1, 0, 1],
+      ]);
+    });
   });
 
   describe('Fetch', () => {
@@ -283,6 +305,21 @@ describe('Kafka request rules', () => {
       ]) {
         const res = await raw.call(1, 11, fetchBody('epoch-fetch', {}, session));
         expect([res.errorCode, res.sessionId, partitionOf(res).errorCode], JSON.stringify(session)).toEqual([0, 0, 0]);
+      }
+    });
+
+    it('an isolation level other than 0 and 1 is INVALID_REQUEST at the top and for every partition, no records; the connection keeps serving', async () => {
+      await c.command('CREATE', { topic: 'iso-fetch', partitions: 1 });
+      await c.command('PUBLISH', { topic: 'iso-fetch', partition: 0, message: 'x' });
+      for (const isolationLevel of [2, -1, 127]) {
+        const res = await raw.call(1, 11, { ...fetchBody('iso-fetch', {}), isolationLevel });
+        const p = partitionOf(res);
+        expect([res.errorCode, p.errorCode, (p.records as Buffer | null)?.length ?? 0], `isolationLevel ${isolationLevel}`).toEqual([INVALID_REQUEST, INVALID_REQUEST, 0]);
+      }
+      for (const isolationLevel of [0, 1]) {
+        const p = partitionOf(await raw.call(1, 11, { ...fetchBody('iso-fetch', {}), isolationLevel }));
+        expect(p.errorCode).toBe(0);
+        expect((p.records as Buffer).length).toBeGreaterThan(0);
       }
     });
   });

@@ -23,7 +23,7 @@ import { saturatingInt64 } from '../protocol/reader.js';
 import type { KafkaStruct } from '../protocol/schema.js';
 import type { KafkaRequestContext } from '../context.js';
 import { leaderEpochGate } from './cluster-gate.js';
-import { errorCodeOf, handler, refusal } from './handler.js';
+import { errorCodeOf, handler, isIsolationLevel, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 const EMPTY: Buffer = Buffer.alloc(0);
@@ -176,6 +176,16 @@ export const fetchHandler = handler(apiByKey(Fetch.apiKey)!, async (ctx, _versio
   const sessionEpoch = body.sessionEpoch as number | undefined;
   if (sessionEpoch !== undefined && sessionEpoch !== 0 && sessionEpoch !== -1) {
     return { throttleTimeMs: 0, errorCode: kafkaErrorCode('FETCH_SESSION_ID_NOT_FOUND'), sessionId: 0, responses: [] };
+  }
+  // Kafka knows isolation levels 0 and 1 only (IsolationLevel.forId): any other is refused, not read as 0
+  // (docs/kafka.md, "What is served").
+  if (!isIsolationLevel(body.isolationLevel)) {
+    const code = kafkaErrorCode('INVALID_REQUEST');
+    const responses = (body.topics as KafkaStruct[]).map((t) => ({
+      topic: t.topic,
+      partitions: (t.partitions as KafkaStruct[]).map((p) => ({ partitionIndex: p.partition, errorCode: code, highWatermark: -1, lastStableOffset: -1, logStartOffset: -1, abortedTransactions: null, preferredReadReplica: -1, records: EMPTY })),
+    }));
+    return { throttleTimeMs: 0, errorCode: code, sessionId: 0, responses };
   }
   const isolation: Isolation = body.isolationLevel === 1 ? 'read_committed' : 'read_uncommitted';
   // The client's sizes are bounded as CONSUME's are: a response must fit a frame with room for its headers.

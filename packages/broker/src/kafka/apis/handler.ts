@@ -43,6 +43,16 @@ export class KafkaApiError extends Error {
   }
 }
 
+/**
+ * Fetch's and ListOffsets' isolation level as Kafka reads it (IsolationLevel.forId): 0 read_uncommitted,
+ * 1 read_committed, undefined before the versions that carry it (read_uncommitted). Kafka's broker answers
+ * any other byte with an error in every partition (UNKNOWN_SERVER_ERROR, from forId's exception); here it
+ * is INVALID_REQUEST, which says what is wrong (docs/kafka.md, "What is served", Fetch).
+ */
+export function isIsolationLevel(level: unknown): boolean {
+  return level === undefined || level === 0 || level === 1;
+}
+
 /** The keys that occur more than once in a request. */
 export function duplicated<T>(keys: Iterable<T>): Set<T> {
   const seen = new Set<T>();

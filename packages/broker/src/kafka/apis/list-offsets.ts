@@ -13,7 +13,7 @@ import type { KafkaStruct } from '../protocol/schema.js';
 import type { Partition } from '../../partition/partition.js';
 import type { KafkaRequestContext } from '../context.js';
 import { leaderEpochGate } from './cluster-gate.js';
-import { duplicated, errorCodeOf, handler, KafkaApiError, refusal } from './handler.js';
+import { duplicated, errorCodeOf, handler, isIsolationLevel, KafkaApiError, refusal } from './handler.js';
 import { isUserTopic } from './metadata.js';
 
 const LATEST = -1;
@@ -36,9 +36,11 @@ async function lookup(p: Partition, timestamp: number, committed: boolean): Prom
   return { offset, timestamp: found.records[0]?.timestamp ?? -1 };
 }
 
-async function listPartition(ctx: KafkaRequestContext, topic: string, q: KafkaStruct, committed: boolean, twice: boolean): Promise<KafkaStruct> {
+async function listPartition(ctx: KafkaRequestContext, topic: string, q: KafkaStruct, committed: boolean, twice: boolean, badIsolation: boolean): Promise<KafkaStruct> {
   const partitionIndex = q.partitionIndex as number;
   try {
+    // Neither 0 nor 1: refused in every partition, as Fetch refuses it (isIsolationLevel).
+    if (badIsolation) throw new KafkaApiError('INVALID_REQUEST', 'the isolation level is neither 0 nor 1');
     const denied = ctx.authorize('LIST_OFFSETS', topic);
     if (denied) throw refusal(denied, 'topic');
     // As Kafka: a partition asked for twice is INVALID_REQUEST in each of its entries (after authorization).
@@ -61,13 +63,14 @@ const partitionKey = (topic: string, partition: number) => `${partition}:${topic
 
 export const listOffsetsHandler = handler(apiByKey(ListOffsets.apiKey)!, async (ctx, _version, body) => {
   const committed = body.isolationLevel === 1;
+  const badIsolation = !isIsolationLevel(body.isolationLevel);
   const asked = body.topics as KafkaStruct[];
   const keyOf = (t: KafkaStruct, q: KafkaStruct) => partitionKey(t.name as string, q.partitionIndex as number);
   const twice = duplicated(asked.flatMap((t) => (t.partitions as KafkaStruct[]).map((q) => keyOf(t, q))));
   const topics = await Promise.all(
     asked.map(async (t) => ({
       name: t.name,
-      partitions: await Promise.all((t.partitions as KafkaStruct[]).map((q) => listPartition(ctx, t.name as string, q, committed, twice.has(keyOf(t, q))))),
+      partitions: await Promise.all((t.partitions as KafkaStruct[]).map((q) => listPartition(ctx, t.name as string, q, committed, twice.has(keyOf(t, q)), badIsolation))),
     })),
   );
   return { throttleTimeMs: 0, topics };
