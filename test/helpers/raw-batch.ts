@@ -23,7 +23,7 @@ export function alive(b: BrokerProcess): boolean {
   return b.proc !== undefined && b.proc.exitCode === null && b.proc.signalCode === null;
 }
 
-/** A batch frame's header; with `txn`, flags 2 and its transaction section (coordinator partition and epoch -1). */
+/** A batch frame's header (acks 1); with `txn`, acks all, flags 2 and its transaction section (coordinator partition and epoch -1). */
 export function batchFrame(
   topic: string,
   partition: number,
@@ -31,13 +31,15 @@ export function batchFrame(
   opts: { flags?: number; firstSequence?: number; lastSequence?: number; txn?: { id: string; producerId: string; epoch: number } } = {},
 ): Buffer {
   const t = Buffer.from(topic);
-  const h = Buffer.alloc(2 + 2 + t.length + 4 + 1 + 1 + 1 + 16 + 4);
+  // A transactional batch needs acks=all (docs/protocol.md 5.3); a plain one takes 1.
+  const acks = opts.txn ? 'all' : '1';
+  const h = Buffer.alloc(2 + 2 + t.length + 4 + 1 + acks.length + 1 + 16 + 4);
   let at = h.writeUInt16BE(0xba7c, 0);
   at = h.writeUInt16BE(t.length, at);
   at += t.copy(h, at);
   at = h.writeInt32BE(partition, at);
-  at = h.writeUInt8(1, at);
-  at += h.write('1', at);
+  at = h.writeUInt8(acks.length, at);
+  at += h.write(acks, at);
   at = h.writeUInt8(opts.txn ? 2 : (opts.flags ?? 0), at);
   at = h.writeBigUInt64BE(BigInt(opts.firstSequence ?? 0), at);
   at = h.writeBigUInt64BE(BigInt(opts.lastSequence ?? 0), at);

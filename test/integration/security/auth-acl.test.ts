@@ -181,7 +181,7 @@ describe('authentication and authorization (TLS + AUTH)', () => {
     // The same as a transactional batch frame: it names its topic in the header.
     const txnBatch = (coordinatorPartition: number) =>
       encodeBatch(
-        { ...batch('open'), txn: { transactionalId: 'sec-tx', producerId: pid, epoch: 0, coordinatorPartition, coordinatorEpoch: coordinatorPartition }, firstSequence: 1, lastSequence: 1 },
+        { ...batch('open'), acks: 'all', txn: { transactionalId: 'sec-tx', producerId: pid, epoch: 0, coordinatorPartition, coordinatorEpoch: coordinatorPartition }, firstSequence: 1, lastSequence: 1 },
         { extensions: txn.extensions },
       );
     const textOf = (r: Awaited<ReturnType<Connection['request']>>) => (r.kind === 'text' ? r.text : '(batch)');

@@ -103,7 +103,7 @@ describe('transactional ids belong to the principal that initialized them', () =
       {
         topic: 'orders',
         partition: 0,
-        acks: '1',
+        acks: 'all',
         idempotent: false,
         firstSequence: 2,
         lastSequence: 2,

@@ -187,6 +187,26 @@ describe('transaction coordinator', () => {
     expect(await p.end('abort')).toBe('aborted');
   });
 
+  it('a transactional batch frame with acks other than all (or -1) is invalid_batch and changes nothing; acks -1 is taken', async () => {
+    const p = new RawTxnProducer(c, 'bin-acks');
+    await p.init();
+    await p.begin();
+    await p.publish('tx', 'first', { partition: 0 });
+    const before = await p.status();
+    const leo = (await offsets(c, 'tx', 0)).leo;
+    const one = [batchRec('x')];
+    for (const acks of ['0', '1'] as const) {
+      const err = await expectError(c.produceBatch({ ...txnFrame(p, { partition: 0, firstSequence: 2, records: one }), acks }), 'invalid_batch');
+      expect(err.fields.reason).toMatch(/acks=all/);
+    }
+    expect(await p.status()).toEqual(before);
+    expect((await offsets(c, 'tx', 0)).leo).toBe(leo);
+    // The same records with acks -1 (all) are the transaction's next ones.
+    const ack = await c.produceBatch<TxnAck>({ ...txnFrame(p, { partition: 0, firstSequence: 2, records: one }), acks: '-1' });
+    expect(ack.records).toEqual([{ partition: 0, offset: leo }]);
+    expect(await p.end('abort')).toBe('aborted');
+  });
+
   it('bad END_TXN and TXN_PUBLISH get clear errors and change nothing', async () => {
     const p = new RawTxnProducer(c, 'bad-1');
     await p.init();

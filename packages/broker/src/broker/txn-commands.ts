@@ -190,6 +190,9 @@ export async function txnBatch(b: BrokerContext, c: ConnectionContext, body: Buf
   if (!txn) throw new TributaryError('invalid_batch', { reason: 'not a transactional batch' });
   if (n === 0) throw new TributaryError('invalid_batch', { reason: 'empty batch' });
   checkTxnSection(txn);
+  // A transaction's records are answered once in-sync replicas have them (docs/protocol.md 5.3), as Kafka's
+  // producer allows transactions only with acks=all: any other acks is refused, not quietly taken as all.
+  if (head.acks !== 'all' && head.acks !== '-1') throw new TributaryError('invalid_batch', { reason: `a transactional batch needs acks=all (or -1), not ${head.acks}` });
   // Only key, value, timestamp and headers come from the sender; producer fields are the transaction's.
   const decode = (): RecordInput[] => {
     const records = decodeBatch(body, opts, (_offset, key, value, timestamp, _attributes, headers) => ({
