@@ -2,7 +2,8 @@
  * Bad input to the CLI changes nothing and is refused, not ignored (docs/operations.md, "CLI"): `user`
  * commands on a missing or malformed config file, an empty token, conflicting output options,
  * an empty `--data-dir`, config files too large, full of unknown keys or with a key twice, TRIBUTARY_TLS
- * values other than yes or no, and reassign options and plan fields it would not use. In-process, no broker.
+ * values other than yes or no, reassign options and plan fields it would not use, and dev-cluster's
+ * --principal and --token for brokers without authentication. In-process, no broker.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -80,6 +81,34 @@ it('refuses --json beside --format, and an empty dev-cluster --data-dir', async 
   for (const flag of ['--tls-cert /tmp/c.pem', '--tls-key=/tmp/k.pem', '--inter-broker-tls-ca /tmp/ca.pem', '--etcd-tls-ca /tmp/e.pem', '--etcd-tls-cert /tmp/e.pem', '--etcd-tls-key /tmp/e.pem']) {
     const own = await cli('dev-cluster', '--tls', '--broker-args', flag, '--brokers', '0');
     expect([own.code, own.stderr], flag).toEqual([2, expect.stringMatching(new RegExp(`with --tls, --broker-args may not set ${flag.split(/[ =]/)[0]}: dev-cluster sets it for each broker`))]);
+  }
+});
+
+it('dev-cluster refuses --principal and --token when --broker-args leave authentication off: nothing would use them', async () => {
+  const noAuth = path.join(dir, 'plain.yaml');
+  fs.writeFileSync(noAuth, 'logLevel: info\n');
+  const withAuth = path.join(dir, 'auth.yaml');
+  fs.writeFileSync(withAuth, 'authentication: true\n');
+  // --brokers 11 with --base-port is refused after these checks, so no run here starts a cluster: the
+  // refusal under test comes first, and where --principal is taken that refusal is the answer.
+  const run = (...args: string[]) => cli('dev-cluster', ...args, '--brokers', '11', '--base-port', '21000');
+  const LAYOUT = 'error: --base-port lays out at most 10 brokers (health ports port+80..port+89, etcd on port+90 and port+91)\n';
+  for (const extra of [[], ['--broker-args', '--log-level info'], ['--broker-args', '--authentication false'], ['--broker-args', '--authentication=false'], ['--broker-args', `--config ${noAuth}`]]) {
+    for (const given of [['--principal', 'alice'], ['--principal', 'alice', '--token', 't']]) {
+      const r = await run(...given, ...extra);
+      expect([r.code, r.stderr], [...given, ...extra].join(' ')).toEqual([2, expect.stringMatching(/^error: --principal and --token are for brokers with authentication on/)]);
+    }
+  }
+  for (const extra of [['--broker-args', '--authentication'], ['--broker-args', '--log-level info --authentication true'], ['--broker-args', `--config ${withAuth}`], ['--broker-args', `--config=${withAuth}`]]) {
+    const r = await run('--principal', 'alice', ...extra);
+    expect([r.code, r.stderr], extra.join(' ')).toEqual([2, LAYOUT]);
+  }
+  // TRIBUTARY_PRINCIPAL is every command's (a shell's setting), not an option given to this one: taken.
+  process.env.TRIBUTARY_PRINCIPAL = 'alice';
+  try {
+    expect(await run()).toMatchObject({ code: 2, stderr: LAYOUT });
+  } finally {
+    delete process.env.TRIBUTARY_PRINCIPAL;
   }
 });
 

@@ -1,6 +1,7 @@
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import type { LocalCluster } from './local-cluster.js';
 import { type ClientOptions, formatAddress, intArg, parseAddress, withBootstrap, withConnection } from './client-util.js';
+import { readConfigFile } from './config-loader.js';
 import { BrokerUnreachableError, CliError, usageError } from './errors.js';
 import { formatOption, table } from './output.js';
 
@@ -153,6 +154,30 @@ function tlsOwnFlagRefusal(brokerArgs: string): string | undefined {
   return flag === undefined ? undefined : `with --tls, --broker-args may not set ${flag}: dev-cluster sets it for each broker (${DEV_CLUSTER_TLS_FLAGS.join(', ')}).`;
 }
 
+/** The value `brokerArgs` gives `flag` (`--flag value`, `--flag=value`; '' when alone), or undefined when it is not set. */
+function flagValueIn(brokerArgs: string, flag: string): string | undefined {
+  const args = brokerArgs.split(/\s+/).filter(Boolean);
+  const at = args.findIndex((a) => a === flag || a.startsWith(`${flag}=`));
+  if (at < 0) return undefined;
+  if (args[at] !== flag) return args[at]!.slice(flag.length + 1);
+  const next = args[at + 1];
+  return next === undefined || next.startsWith('-') ? '' : next;
+}
+
+/**
+ * Whether --broker-args turn authentication on: `--authentication` (alone or with any value but false),
+ * else `authentication: true` in the --config file. A file that cannot be read counts as on: the brokers
+ * refuse it themselves, with the reason.
+ */
+function brokerArgsAuthenticate(brokerArgs: string): boolean {
+  const flag = flagValueIn(brokerArgs, '--authentication');
+  if (flag !== undefined) return flag !== 'false';
+  const file = flagValueIn(brokerArgs, '--config');
+  if (!file) return false;
+  const read = readConfigFile(file);
+  return 'error' in read || read.data.authentication === true;
+}
+
 interface DevClusterOptions {
   brokers: number;
   dataDir?: string;
@@ -287,10 +312,16 @@ export function registerClusterCommands(program: Command): void {
       return brokerArgsArg(v);
     })
     .option('--tls', 'TLS to clients, between brokers and to etcd, with a CA and certificates made by openssl in <data>/tls (clients then need --ca)')
-    .addOption(new Option('--principal <name>', "who dev-cluster's own status checks authenticate as, when --broker-args turn authentication on").env('TRIBUTARY_PRINCIPAL'))
+    .addOption(new Option('--principal <name>', "who dev-cluster's own status checks authenticate as, when --broker-args turn authentication on (refused otherwise)").env('TRIBUTARY_PRINCIPAL'))
     .addOption(new Option('--token <token>', 'token of --principal (prefer the environment variable)').env('TRIBUTARY_TOKEN'))
     .action(async (opts: DevClusterOptions) => {
       if (opts.token !== undefined && opts.principal === undefined) throw usageError('--token needs --principal');
+      // Given as options, never ignored: only brokers with authentication on would check them. The
+      // TRIBUTARY_PRINCIPAL and TRIBUTARY_TOKEN of the environment are every command's, not refused here.
+      const given = (['principal', 'token'] as const).some((k) => dev.getOptionValueSource(k) === 'cli');
+      if (given && !brokerArgsAuthenticate(opts.brokerArgs ?? '')) {
+        throw usageError('--principal and --token are for brokers with authentication on (--broker-args "--authentication", or a --config file with authentication: true); these brokers have it off, so nothing would use them');
+      }
       // Fixed ports: an eleventh broker's health port (port+90) would be etcd's client port.
       if (opts.basePort !== undefined && opts.brokers > 10) throw usageError('--base-port lays out at most 10 brokers (health ports port+80..port+89, etcd on port+90 and port+91)');
       await devCluster(opts);
