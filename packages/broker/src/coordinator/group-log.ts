@@ -2,7 +2,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import type { RecordInput } from 'tributary-protocol/record.js';
 import type { Partition } from '../partition/partition.js';
-import { type InternalAppend, localAppend, replayJson, unconfirmedAppend } from '../partition/internal-log.js';
+import { type InternalAppend, localAppend, replayJson, replicatedPast, unconfirmedAppend } from '../partition/internal-log.js';
 import type { ClassicSnapshot } from './classic-group.js';
 import { type Clock, systemClock } from '../common/clock.js';
 import type { AssignmentProtocol, ChangeReason, GenerationChange } from './group.js';
@@ -149,7 +149,7 @@ export class GroupLog {
 
   /** Whether the high-water mark of the group's partition has passed `offset`: every in-sync replica has it. */
   replicatedPast(group: string, offset: number): boolean {
-    return this.partition(group).highWatermark > offset;
+    return replicatedPast(this.partition(group), offset);
   }
 
   /** Tombstones for offsets, so compaction can drop them. */
@@ -178,15 +178,13 @@ export class GroupLog {
     const groups = new Map<string, GroupSnapshot | ClassicSnapshot | null>();
     const offsets = new Map<string, StoredOffset>();
     const unreplicated = new Map<string, Unconfirmed>();
-    // Read before the records: a HWM that moves on meanwhile only marks more of them, checked again on use.
-    const hwm = part.highWatermark;
-    await replayJson(part, `${OFFSETS_TOPIC}[${partitionIndex}]`, (key, value, at, offset) => {
+    await replayJson(part, `${OFFSETS_TOPIC}[${partitionIndex}]`, (key, value, at, offset, confirmed) => {
       if (!Array.isArray(key)) throw new Error(`${at}: bad key`);
       if (key[0] === 'g' && typeof key[1] === 'string') {
         groups.set(key[1], value as GroupSnapshot | ClassicSnapshot | null);
       } else if (key[0] === 'o' && typeof key[1] === 'string' && typeof key[2] === 'string' && Number.isInteger(key[3])) {
         const k = offsetKey(key[1], key[2], key[3]);
-        if (offset >= hwm) unreplicated.set(k, { group: key[1], topic: key[2], partition: key[3], lastOffset: offset });
+        if (!confirmed) unreplicated.set(k, { group: key[1], topic: key[2], partition: key[3], lastOffset: offset });
         if (value === null) offsets.delete(k);
         else {
           const v = value as { offset: number; ts: number };

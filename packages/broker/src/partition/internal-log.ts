@@ -9,14 +9,23 @@ import type { Partition } from './partition.js';
 /**
  * Every record of an internal topic's partition, keys and values parsed as JSON (an empty value is null, a
  * tombstone), with its offset, to the log end: not the HWM, since a new leader's log is the truth from now
- * on, even the records its followers have not confirmed yet. Those (offset at or past the HWM) may still be
- * lost with another change of leader: a caller that answers or acts on them checks the HWM first (group-log.ts,
- * LogOffsetStore; txn-log.ts, whose decisions past it get no markers until it passes them). A record that does not parse stops the replay: the broker must stay unready rather than
- * serve with state missing.
+ * on, even the records its followers have not confirmed yet. `confirmed` says which side of the HWM (read
+ * before the records) the record lies on: one at or past it may still be lost with another change of leader,
+ * so a caller neither answers nor acts on it until the HWM passes it (replicatedPast, waitReplicated): the
+ * group log's offsets (group-log.ts), the transaction log's decisions (txn-log.ts; docs/architecture.md,
+ * "Cluster mode", Coordinators). A record that does not parse stops the replay: the broker
+ * must stay unready rather than serve with state missing.
  */
-export async function replayJson(part: Partition, label: string, apply: (key: unknown, value: unknown, at: string, offset: number) => void): Promise<void> {
+export async function replayJson(
+  part: Partition,
+  label: string,
+  apply: (key: unknown, value: unknown, at: string, offset: number, confirmed: boolean) => void,
+): Promise<void> {
   let offset = part.earliest;
   const end = part.logEndOffset;
+  // Read before the records: a HWM that moves on meanwhile only leaves more of them unconfirmed, which the
+  // callers check again (replicatedPast) before they act on them.
+  const hwm = part.highWatermark;
   while (offset < end) {
     const records = await part.log.read(Math.max(offset, part.earliest), { maxRecords: 5000, maxBytes: 8 * 1024 * 1024, maxOffset: end });
     if (records.length === 0) break;
@@ -30,10 +39,23 @@ export async function replayJson(part: Partition, label: string, apply: (key: un
       } catch {
         throw new Error(`${at}: record does not parse`);
       }
-      apply(key, value, at, r.offset);
+      apply(key, value, at, r.offset, r.offset < hwm);
     }
     offset = records[records.length - 1]!.offset + 1;
   }
+}
+
+/** Whether the partition's HWM has passed `offset`: every in-sync replica has the record there. */
+export function replicatedPast(part: Partition, offset: number): boolean {
+  return part.highWatermark > offset;
+}
+
+/**
+ * Resolves once the partition's HWM passed `offset` (true), or after `timeoutMs`, or when the partition
+ * closes or wakes its waiters (this broker stopped leading it): false unless it passed.
+ */
+export function waitReplicated(part: Partition, offset: number, timeoutMs: number): Promise<boolean> {
+  return part.waitForData(offset, timeoutMs, undefined, 'read_uncommitted');
 }
 
 /** How the coordinators append to their internal topics (cluster mode: only as leader, acknowledged once replicated). */

@@ -1,7 +1,7 @@
 import type { Partition } from '../partition/partition.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
-import { type InternalAppend, localAppend, replayJson } from '../partition/internal-log.js';
+import { type InternalAppend, localAppend, replayJson, replicatedPast, waitReplicated } from '../partition/internal-log.js';
 
 export const TXN_STATE_TOPIC = '__transaction_state';
 
@@ -138,14 +138,12 @@ export class TxnLog {
     const part = this.partitionsOf()[partitionIndex]!;
     const states = new Map<string, TxnMetadata>();
     const unreplicated = new Map<string, number>();
-    // Read first: the HWM only moves up meanwhile, so a record taken as unreplicated may be replicated already.
-    const hwm = part.highWatermark;
-    await replayJson(part, `${TXN_STATE_TOPIC}[${partitionIndex}]`, (key, value, at, offset) => {
+    await replayJson(part, `${TXN_STATE_TOPIC}[${partitionIndex}]`, (key, value, at, offset, confirmed) => {
       if (!Array.isArray(key) || key[0] !== 't' || typeof key[1] !== 'string') throw new Error(`${at}: bad key`);
       if (value === null) states.delete(key[1]);
       else if (validMetadata(value) && value.transactionalId === key[1]) states.set(key[1], value);
       else throw new Error(`${at}: bad transaction state`);
-      if (offset >= hwm) unreplicated.set(key[1], offset);
+      if (!confirmed) unreplicated.set(key[1], offset);
       else unreplicated.delete(key[1]);
     });
     return { states, unreplicated };
@@ -153,14 +151,11 @@ export class TxnLog {
 
   /** Whether the id's partition's HWM has passed `offset`: the record there is on every in-sync replica. */
   replicatedPast(id: string, offset: number): boolean {
-    return this.partitionsOf()[this.partitionFor(id)]!.highWatermark > offset;
+    return replicatedPast(this.partitionsOf()[this.partitionFor(id)]!, offset);
   }
 
-  /**
-   * Resolves once the HWM of the id's partition passed `offset` (true), or after `timeoutMs`, or when the
-   * partition closes or wakes its waiters (this broker stopped leading it): false unless it passed.
-   */
+  /** internal-log.ts waitReplicated on the id's partition. */
   waitReplicated(id: string, offset: number, timeoutMs: number): Promise<boolean> {
-    return this.partitionsOf()[this.partitionFor(id)]!.waitForData(offset, timeoutMs, undefined, 'read_uncommitted');
+    return waitReplicated(this.partitionsOf()[this.partitionFor(id)]!, offset, timeoutMs);
   }
 }
