@@ -206,12 +206,13 @@ export class GroupCoordinator {
   private checkOwner(group: string): void {
     if (this.reloading.size > 0 && this.reloading.has(this.partitionFor(group))) throw new TributaryError('COORDINATOR_LOADING', { partition: this.partitionFor(group) });
     this.ownership?.check(() => this.partitionFor(group));
+    this.deps.groupLog.checkConfirmed(group);
   }
 
   /**
-   * This broker became leader of a `__consumer_offsets` partition: replay it (groups, then offsets) and
-   * serve its groups only after. Members get a full session timeout before expiry (restore()), so they
-   * rediscover the coordinator and resume with their member ids and generations.
+   * This broker became leader of a `__consumer_offsets` partition: replay it (groups, then offsets) and serve its groups only after
+   * (one replayed from past the HWM once the HWM passes it: GroupLog.checkConfirmed). Members get a full session timeout before
+   * expiry (restore()), so they rediscover the coordinator and resume with their member ids and generations.
    */
   async loadPartition(partition: number): Promise<void> {
     await this.ownership?.load(partition, async (current) => {
@@ -221,12 +222,11 @@ export class GroupCoordinator {
   }
 
   /**
-   * Groups and offsets of one `__consumer_offsets` partition from the log (and the offset store), applied
-   * at once after every read and only if `current()` still holds then: a replay overtaken by a newer one
-   * (two reloads, or leadership lost and back) read state older than commits acknowledged since.
+   * Groups and offsets of one `__consumer_offsets` partition from the log (and the offset store), applied at once after every read and only if
+   * `current()` still holds then: a replay overtaken by a newer one (two reloads, leadership lost and back) read state older than commits acknowledged since.
    */
   private async replayPartition(partition: number, current: () => boolean): Promise<number> {
-    const { groups } = await this.deps.groupLog.replay(partition);
+    const { groups, unreplicatedGroups } = await this.deps.groupLog.replay(partition);
     const store = this.deps.offsetStore;
     const loaded =
       store instanceof LogOffsetStore ? await store.loadPartition(partition) : (await store.loadAll()).filter((x) => this.partitionFor(x.group) === partition);
@@ -234,6 +234,7 @@ export class GroupCoordinator {
     if (!current()) return 0;
     const now = this.clock.monotonic();
     for (const snap of groups.values()) if (snap) this.restore(snap, now);
+    this.deps.groupLog.loadedUnconfirmed(unreplicatedGroups);
     this.offsets.loaded(offsets, store instanceof LogOffsetStore ? [...unsure, ...store.unconfirmedIn(partition)] : unsure);
     this.expiry.load(groups.values(), offsets);
     return groups.size;
@@ -543,9 +544,8 @@ export class GroupCoordinator {
   }
 
   /**
-   * CONSUME/STREAM with a member: served only if a commit of the partition by it would pass the fence.
-   * Without a generation (a running stream, checked at its start) the member's rejoins do not matter,
-   * only whether it still owns the partition.
+   * CONSUME/STREAM with a member: served only if a commit of the partition by it would pass the fence. Without a generation (a running
+   * stream, checked at its start) the member's rejoins do not matter, only whether it still owns the partition.
    */
   checkRead(req: { group: string; topic: string; member: string; generation?: number; partition: number }): void {
     const { standing } = this.memberStanding(req.group, req.topic, req.member);

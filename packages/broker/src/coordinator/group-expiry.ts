@@ -8,7 +8,7 @@ import type { StoredOffset } from './offset-store.js';
 
 /** How long a failed or undecidable expiry waits before it is tried again (at most the retention). */
 const RETRY_MS = 30_000;
-/** How soon an expiry that found this broker's lease in doubt looks again. */
+/** How soon an expiry that found this broker's lease in doubt, or its group not confirmed yet, looks again. */
 const LEASE_RETRY_MS = 250;
 
 /**
@@ -150,6 +150,8 @@ export class GroupExpiry {
           // Only the group's coordinator acts: a partition that moved or is reloading forgot (or re-arms) it.
           this.ctx.checkOwner(group);
         } catch {
+          // Replayed from past the HWM: decided once the in-sync replicas have the group (GroupLog.checkConfirmed).
+          if (this.ctx.groupLog.groupUnconfirmed(group)) this.arm(group, this.ctx.clock.monotonic() + LEASE_RETRY_MS);
           return;
         }
         // A timer armed again while this one waited for the lock decides by itself.

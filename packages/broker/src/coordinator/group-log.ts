@@ -60,6 +60,8 @@ export interface ReplayResult {
    * that record's offset: not on the in-sync replicas yet, so a change of leader may still lose it.
    */
   unreplicated: Map<string, Unconfirmed>;
+  /** The groups whose latest snapshot record (or tombstone) lies at or past the HWM, with its offset (GroupLog.checkConfirmed). */
+  unreplicatedGroups: Map<string, number>;
 }
 
 /** An offset key whose latest record may still be lost (LogOffsetStore `unconfirmed`). */
@@ -88,6 +90,12 @@ function offsetKey(group: string, topic: string, partition: number): string {
  */
 export class GroupLog {
   private readonly written = new Map<string, string>();
+  /**
+   * Groups loaded from a replay whose latest snapshot record (or tombstone) lay at or past the HWM, with its
+   * offset: another change of leader may still lose it, and the next coordinator serve the state before it
+   * (a generation it never had), so the group is not served until the HWM passes it (checkConfirmed).
+   */
+  private readonly unconfirmed = new Map<string, number>();
 
   constructor(
     private readonly partitionsOf: () => Partition[],
@@ -120,12 +128,15 @@ export class GroupLog {
     const json = JSON.stringify(snapshot);
     await this.append(snapshot.group, [{ key: encodeKey(['g', snapshot.group]), value: Buffer.from(json, 'utf8') }]);
     this.written.set(snapshot.group, json);
+    // Replicated (cluster mode's appends wait for it), so is every record before it.
+    this.unconfirmed.delete(snapshot.group);
   }
 
   /** Tombstone for the group's snapshot. */
   async deleteGroup(group: string): Promise<void> {
     await this.append(group, [{ key: encodeKey(['g', group]), value: Buffer.alloc(0) }]);
     this.written.delete(group);
+    this.unconfirmed.delete(group);
   }
 
   /**
@@ -145,6 +156,34 @@ export class GroupLog {
   /** The groups `drop` picks are no longer served here. */
   forgetWritten(drop: (group: string) => boolean): void {
     for (const group of [...this.written.keys()]) if (drop(group)) this.written.delete(group);
+    for (const group of [...this.unconfirmed.keys()]) if (drop(group)) this.unconfirmed.delete(group);
+  }
+
+  /** A replay's groups found past the HWM (ReplayResult.unreplicatedGroups), applied with its snapshots. */
+  loadedUnconfirmed(groups: Map<string, number>): void {
+    for (const [group, offset] of groups) this.unconfirmed.set(group, offset);
+  }
+
+  /** Whether the group was replayed from past the HWM and the HWM has not passed it yet (see `unconfirmed`). */
+  groupUnconfirmed(group: string): boolean {
+    const at = this.unconfirmed.get(group);
+    if (at === undefined) return false;
+    if (!this.replicatedPast(group, at)) return true;
+    this.unconfirmed.delete(group);
+    return false;
+  }
+
+  /**
+   * Throws the retriable COORDINATOR_LOADING while the group's state was replayed from past the HWM (Kafka's
+   * coordinator likewise exposes no state loaded past the HWM; docs/architecture.md, "Cluster mode", Coordinators).
+   */
+  checkConfirmed(group: string): void {
+    if (!this.groupUnconfirmed(group)) return;
+    throw new TributaryError('COORDINATOR_LOADING', {
+      group,
+      partition: this.partitionFor(group),
+      reason: "the group's last change is not on the in-sync replicas yet; retry",
+    });
   }
 
   /** Whether the high-water mark of the group's partition has passed `offset`: every in-sync replica has it. */
@@ -178,10 +217,12 @@ export class GroupLog {
     const groups = new Map<string, GroupSnapshot | ClassicSnapshot | null>();
     const offsets = new Map<string, StoredOffset>();
     const unreplicated = new Map<string, Unconfirmed>();
+    const unreplicatedGroups = new Map<string, number>();
     await replayJson(part, `${OFFSETS_TOPIC}[${partitionIndex}]`, (key, value, at, offset, confirmed) => {
       if (!Array.isArray(key)) throw new Error(`${at}: bad key`);
       if (key[0] === 'g' && typeof key[1] === 'string') {
         groups.set(key[1], value as GroupSnapshot | ClassicSnapshot | null);
+        if (!confirmed) unreplicatedGroups.set(key[1], offset);
       } else if (key[0] === 'o' && typeof key[1] === 'string' && typeof key[2] === 'string' && Number.isInteger(key[3])) {
         const k = offsetKey(key[1], key[2], key[3]);
         if (!confirmed) unreplicated.set(k, { group: key[1], topic: key[2], partition: key[3], lastOffset: offset });
@@ -195,7 +236,7 @@ export class GroupLog {
         throw new Error(`${at}: unknown key`);
       }
     });
-    return { groups, offsets, unreplicated };
+    return { groups, offsets, unreplicated, unreplicatedGroups };
   }
 }
 

@@ -12,8 +12,8 @@ import type { Partition } from './partition.js';
  * on, even the records its followers have not confirmed yet. `confirmed` says which side of the HWM (read
  * before the records) the record lies on: one at or past it may still be lost with another change of leader,
  * so a caller neither answers nor acts on it until the HWM passes it (replicatedPast, waitReplicated): the
- * group log's offsets (group-log.ts), the transaction log's decisions (txn-log.ts; docs/architecture.md,
- * "Cluster mode", Coordinators). A record that does not parse stops the replay: the broker
+ * group log's snapshots and offsets (group-log.ts), the transaction log's decisions (txn-log.ts; docs/
+ * architecture.md, "Cluster mode", Coordinators). A record that does not parse stops the replay: the broker
  * must stay unready rather than serve with state missing.
  */
 export async function replayJson(
