@@ -24,6 +24,7 @@ const ID = 'tx';
 const RC = { maxRecords: 100, maxBytes: 1 << 20, isolation: 'read_committed' as Isolation };
 let dir: string;
 let c: Coordinators;
+let clock: FakeClock;
 /** 'timeout': the next appends' replication waits fail after the append (outcome unknown). */
 let fault: 'none' | 'timeout' = 'none';
 /** Markers written to the data partitions, in order. */
@@ -46,7 +47,8 @@ beforeEach(async () => {
   fault = 'none';
   markers = [];
   refuseP1 = false;
-  c = await openCoordinators(dir, new FakeClock(), {
+  clock = new FakeClock();
+  c = await openCoordinators(dir, clock, {
     topics: { [TOPIC]: 2 },
     targets: recording,
     // As the cluster wires it (broker.ts), with the leader check and the replication wait faked.
@@ -138,6 +140,23 @@ describe('a decision replayed from past the HWM', () => {
     await until(() => state() === 'committed', 5000, 'the transaction committed');
     expect({ p0: await visible(0), p1: await visible(1) }).toEqual({ p0: ['a0'], p1: ['a1'] });
     await expect(c.txns.endTxn(ID, producerId, 0, 'commit')).resolves.toBe('committed');
+  });
+
+  it("looks at the HWM again on the coordinator's clock after a wait that ended without it passing the decision", async () => {
+    const producerId = await opened();
+    await decidedUnknown(producerId, 'commit');
+    await takeOver();
+    expect(state()).toBe('committing');
+    const armed = clock.pending;
+    // The wait for the HWM ends without it passing the decision (the partition woke its waiters, as when
+    // this broker's lead is in doubt): the next look waits 100 ms of the coordinator's clock, not of the real one.
+    statePartition().wakeAll();
+    await until(() => clock.pending > armed, 5000, 'the next look at the HWM armed on the clock');
+    const p = statePartition();
+    p.setReplicatedHighWatermark(p.logEndOffset);
+    await clock.advance(100);
+    await until(() => state() === 'committed', 5000, 'the transaction committed');
+    expect(markers).toEqual(['commit@0', 'commit@1']);
   });
 
   it('a commit lost with the next change of leader: the next coordinator aborts it, and no partition has committed it', async () => {

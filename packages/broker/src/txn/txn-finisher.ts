@@ -279,8 +279,9 @@ export class TxnFinisher {
     const wait = async () => {
       while (!this.deps.log.replicatedPast(m.transactionalId, at)) {
         if (e.unloaded || this.deps.stopped()) return;
-        // False: timed out, or woken by a closing partition or a lost lead (checked above on the next turn).
-        if (!(await this.deps.log.waitReplicated(m.transactionalId, at, UNCONFIRMED_WAIT_MS))) await new Promise<void>((resolve) => setTimeout(resolve, 100).unref());
+        // False: timed out, or woken by a closing partition or a lost lead (checked above on the next turn,
+        // after a pause on the coordinator's clock: a partition that keeps waking its waiters is no busy loop).
+        if (!(await this.deps.log.waitReplicated(m.transactionalId, at, UNCONFIRMED_WAIT_MS))) await new Promise<void>((resolve) => this.deps.clock.setTimeout(resolve, 100).unref());
       }
       await this.retryFinish(e, decided);
     };
