@@ -13,7 +13,9 @@
  * - the storage conversions (packages/broker/src/storage/stored-batch.ts against record-codec.ts): a produce
  *   frame's records stored as one batch (writeStoredBatchFromWire, one CRC-32C) against one stored record
  *   each (writeStoredFromWire, a CRC-32C each), and stored records written out as a CONSUME reply's wire
- *   records (writeWireFromStoredBatch against writeWireRecord).
+ *   records (writeWireFromStoredBatch against writeWireRecord);
+ * - the same two conversions for append blocks (packages/broker/src/storage/append-block.ts: the records as
+ *   sent, stamped in place under one header and one CRC-32C per append), against the same per-record functions.
  * Each figure is CPU time (process.cpuUsage, so other load on the machine disturbs it less than wall time), the
  * median of `--rounds` rounds of `--round-ms` of CPU after a warm-up; ratios are ours / the
  * reference (below 1 is faster).
@@ -26,6 +28,7 @@ import type { RecordBatchInput } from 'tributary-protocol/record-batch/types.js'
 import { RecordBatchView } from 'tributary-protocol/record-batch/view.js';
 import { storedSizeOfWire, writeStoredFromWire, writeWireRecord } from 'tributary-broker/storage/record-codec.js';
 import { storedBatchBound, writeStoredBatchFromWire, writeWireFromStoredBatch } from 'tributary-broker/storage/stored-batch.js';
+import { blockSize, wireBlockable, writeBlockFromWire, writeWireFromBlock } from 'tributary-broker/storage/append-block.js';
 import { fmtFixed, median, table } from './lib.js';
 
 export const description = 'CPU per record of the RecordBatch v2 codec (encode, validate+iterate) beside the current batch codec, at 100 B and 1 KiB';
@@ -217,6 +220,15 @@ export async function run(argv: string[]): Promise<number> {
       for (let i = 0; i < scanned.count; i++) at = writeWireRecord(v1Store, v1Starts[i]!, wireBuf, at, true);
       sink += at;
     });
+    if (!wireBlockable(scanned)) throw new Error('the benchmark frame should be blockable');
+    const blockBuf = Buffer.alloc(blockSize(scanned));
+    const blockStamp = { baseOffset: 1000, now: stamp.now, flags: 0, firstSequence: 0 };
+    const storeBlock = m(() => {
+      sink += writeBlockFromWire(scanned, blockBuf, 0, blockStamp);
+    });
+    const outBlock = m(() => {
+      sink += writeWireFromBlock(blockBuf, 0, 1000, wireBuf, 0, true);
+    });
     const label = size >= 1024 && size % 1024 === 0 ? `${size / 1024} KiB` : `${size} B`;
     const row = (op: string, ours: number, refName: string, refNs: number | undefined): string[] => [
       label,
@@ -233,14 +245,16 @@ export async function run(argv: string[]): Promise<number> {
     rows.push(row('decode (objects)', decV2, 'decodeBatch', decOld));
     rows.push(row('store a produce frame', storeV2Ns, 'per record', storeV1Ns));
     rows.push(row('stored -> CONSUME wire', outV2, 'per record', outV1));
+    rows.push(row('block: store a produce frame', storeBlock, 'per record', storeV1Ns));
+    rows.push(row('block: stored -> CONSUME wire', outBlock, 'per record', outV1));
     rows.push(row('gzip encode', encGz, '', undefined));
     rows.push(row('gzip validate+iterate', iterGz, '', undefined));
-    notes.push(`${label}: bytes per batch: v2 ${v2.length}, v2 gzip ${v2gz.length}, current ${old.length}; stored: v2 ${v2End}, current ${v1Size}`);
+    notes.push(`${label}: bytes per batch: v2 ${v2.length}, v2 gzip ${v2gz.length}, current ${old.length}; stored: v2 ${v2End}, block ${blockBuf.length}, current ${v1Size}`);
   }
   process.stdout.write(
     `record-batch: ${o.batch} records per batch, 16-byte key, one 16-byte header; CPU ns per record, median of ${o.rounds} x ${o.roundMs} ms; CRC-32C ${crc32cImpl}; node ${process.version}\n\n`,
   );
-  process.stdout.write(`${table(['value', 'operation', 'v2 ns/rec', 'reference', 'ref ns/rec', 'v2/ref'], rows)}\n\n${notes.join('\n')}\n`);
+  process.stdout.write(`${table(['value', 'operation', 'ns/rec', 'reference', 'ref ns/rec', 'ratio'], rows)}\n\n${notes.join('\n')}\n`);
   if (sink === 0.5) process.stdout.write('\n');
   return 0;
 }

@@ -1,0 +1,262 @@
+/**
+ * Append blocks: the stored layout chosen for issue 14 (docs/architecture.md, "Stored batches"). One block
+ * holds one append: a small header, then the append's records in the main port's wire record layout
+ * (docs/protocol.md sections 5.1 and 5.2, with record_extensions_v1), stamped in place with their offsets,
+ * timestamps and attributes. So storing a produce frame is one copy of its record bytes plus a few fixed-width
+ * writes per record and one CRC-32C per append, and a CONSUME reply's records are one copy of a block's bytes
+ * from the first offset asked for. Segments do not use it yet: this is the codec the segment format moves to,
+ * tested byte for byte against the per-record layout (record-codec.ts) so that a consumer cannot tell which
+ * layout its records came from.
+ *
+ * Layout (big-endian):
+ *
+ *   length u32          bit 31 set (a block; a per-record layout record has it clear, MAX_RECORD_BODY),
+ *                       bits 0-30 the bytes after this field
+ *   crc32c u32          over every byte after this field
+ *   version u8          1
+ *   flags u8            bit 0 idempotent (records carry their producer id, epoch and sequence), bit 1
+ *                       transactional, bit 2 control: the same for every record of an append
+ *   baseOffset u64      offset of the first record; record i has baseOffset + i
+ *   count u32           records, at least 1
+ *   appendTime i64      the broker's clock at the append: records sent without a timestamp (0 or negative) got it
+ *   maxTimestamp i64    the largest record timestamp (the segment's age, retention by time)
+ *   records             `count` wire records with extensions, exactly as a CONSUME reply carries them
+ *
+ * What the per-record layout normalises is normalised here too, in place and without changing a record's
+ * length: a plain append's records get epoch -1 and sequence 0 (what a CONSUME reply gives for a stored -1),
+ * an idempotent append's records the sequences firstSequence + i. A frame this layout cannot hold as sent (no
+ * record_extensions_v1, or a plain append whose records carry a producer id, which the per-record layout
+ * drops) is not blockable (wireBlockable) and keeps the per-record layout.
+ */
+import type { ScannedBatch } from 'tributary-protocol/batch.js';
+import { crc32c } from 'tributary-protocol/record-batch/crc32c.js';
+
+export const BLOCK_FLAG = 0x80000000;
+export const BLOCK_VERSION = 1;
+export const BLOCK_IDEMPOTENT = 1;
+export const BLOCK_TRANSACTIONAL = 2;
+export const BLOCK_CONTROL = 4;
+/** Header bytes before the first record. */
+export const BLOCK_HEADER_BYTES = 4 + 4 + 1 + 1 + 8 + 4 + 8 + 8;
+/** The wire record attributes (docs/protocol.md 5.2) the block's flags stand for. */
+const WIRE_CONTROL = 1;
+const WIRE_TRANSACTIONAL = 2;
+/** The smallest wire record with extensions: offset, sequence, producer id and key lengths, epoch, value length, timestamp, attributes, header count. */
+const MIN_WIRE_RECORD = 8 + 8 + 2 + 2 + 8 + 4 + 8 + 1 + 2;
+
+const TWO_32 = 4294967296;
+
+function w32(b: Buffer, p: number, v: number): void {
+  b[p] = v >>> 24;
+  b[p + 1] = v >>> 16;
+  b[p + 2] = v >>> 8;
+  b[p + 3] = v;
+}
+
+function w64(b: Buffer, p: number, v: number): void {
+  const hi = Math.floor(v / TWO_32);
+  w32(b, p, hi);
+  w32(b, p + 4, v - hi * TWO_32);
+}
+
+function r32(b: Buffer, p: number): number {
+  return b[p]! * 0x1000000 + ((b[p + 1]! << 16) | (b[p + 2]! << 8) | b[p + 3]!);
+}
+
+/** Signed 64-bit at p as a number (exact for safe integers; the caller checks with Number.isSafeInteger). */
+function r64(b: Buffer, p: number): number {
+  const hi = (b[p]! << 24) | (b[p + 1]! << 16) | (b[p + 2]! << 8) | b[p + 3]!;
+  return hi * TWO_32 + r32(b, p + 4);
+}
+
+/** Where the value ends in the wire record at `s` (its producer id, key and value lengths walked). */
+function valueEndOf(b: Buffer, s: number): number {
+  const k = s + 18 + ((b[s + 16]! << 8) | b[s + 17]!);
+  const v = k + 10 + ((b[k]! << 8) | b[k + 1]!);
+  return v + 4 + r32(b, v);
+}
+
+/** A scanned produce frame this layout holds as sent: with extensions, and no producer id on a plain append's records. */
+export function wireBlockable(batch: ScannedBatch): boolean {
+  if (!batch.extensions || batch.count === 0) return false;
+  if (batch.idempotent) return true;
+  const { body, starts } = batch;
+  for (let i = 0; i < batch.count; i++) {
+    const s = starts[i]!;
+    if (body[s + 16] !== 0 || body[s + 17] !== 0) return false;
+  }
+  return true;
+}
+
+/** Bytes a blockable frame's block takes. */
+export function blockSize(batch: ScannedBatch): number {
+  return BLOCK_HEADER_BYTES + batch.starts[batch.count]! - batch.starts[0]!;
+}
+
+/** What an append stamps on its block. */
+export interface BlockStamp {
+  baseOffset: number;
+  /** The append's time: the timestamp of records sent without one. */
+  now: number;
+  /** BLOCK_TRANSACTIONAL / BLOCK_CONTROL (BLOCK_IDEMPOTENT is the frame's). */
+  flags: number;
+  /** An idempotent append's first sequence (the frame's records are numbered from it). */
+  firstSequence: number;
+}
+
+/**
+ * Writes a blockable frame's records (wireBlockable) as one block at `pos` of `buf` (blockSize bytes of
+ * room). Returns the end.
+ */
+export function writeBlockFromWire(batch: ScannedBatch, buf: Buffer, pos: number, stamp: BlockStamp): number {
+  const { body, starts, count } = batch;
+  const s0 = starts[0]!;
+  const bytes = starts[count]! - s0;
+  const at = pos + BLOCK_HEADER_BYTES;
+  buf.set(new Uint8Array(body.buffer, body.byteOffset + s0, bytes), at);
+  const shift = at - s0;
+  const idempotent = batch.idempotent;
+  const attributes = ((stamp.flags & BLOCK_TRANSACTIONAL) !== 0 ? WIRE_TRANSACTIONAL : 0) | ((stamp.flags & BLOCK_CONTROL) !== 0 ? WIRE_CONTROL : 0);
+  const now = stamp.now;
+  let maxTs = 0;
+  for (let i = 0; i < count; i++) {
+    const s = starts[i]! + shift;
+    w64(buf, s, stamp.baseOffset + i);
+    if (idempotent) {
+      w64(buf, s + 8, stamp.firstSequence + i);
+    } else {
+      for (let j = 8; j < 16; j++) buf[s + j] = 0;
+    }
+    const k = s + 18 + ((buf[s + 16]! << 8) | buf[s + 17]!);
+    const e = k + 2 + ((buf[k]! << 8) | buf[k + 1]!);
+    // A plain append's records have no epoch (the per-record layout stores -1).
+    if (!idempotent) for (let j = 0; j < 8; j++) buf[e + j] = 0xff;
+    const ve = e + 12 + r32(buf, e + 8);
+    let ts = r64(buf, ve);
+    if (!(ts > 0)) {
+      ts = now;
+      w64(buf, ve, ts);
+    }
+    if (ts > maxTs) maxTs = ts;
+    buf[ve + 8] = attributes;
+  }
+  const end = at + bytes;
+  w32(buf, pos, (end - pos - 4 + BLOCK_FLAG) >>> 0);
+  buf[pos + 8] = BLOCK_VERSION;
+  buf[pos + 9] = (stamp.flags & (BLOCK_TRANSACTIONAL | BLOCK_CONTROL)) | (idempotent ? BLOCK_IDEMPOTENT : 0);
+  w64(buf, pos + 10, stamp.baseOffset);
+  w32(buf, pos + 18, count);
+  w64(buf, pos + 22, now);
+  w64(buf, pos + 30, maxTs);
+  w32(buf, pos + 4, crc32c(new Uint8Array(buf.buffer, buf.byteOffset + pos + 8, end - pos - 8)));
+  return end;
+}
+
+/** A block's header fields, as checkBlock found them. */
+export interface BlockInfo {
+  size: number;
+  flags: number;
+  baseOffset: number;
+  count: number;
+  appendTime: number;
+  maxTimestamp: number;
+}
+
+export type BlockCheck = ({ ok: true } & BlockInfo) | { ok: false; reason: 'incomplete' | 'corrupt'; needed?: number };
+
+const CORRUPT: BlockCheck = { ok: false, reason: 'corrupt' };
+
+/**
+ * Checks the block at `pos` (bytes up to `end`): its length, CRC-32C, header, and every record's structure,
+ * offset and attributes. Never throws: a short buffer gives 'incomplete' (with `needed` once the length is
+ * readable), anything else 'corrupt'.
+ */
+export function checkBlock(buf: Buffer, pos: number, end: number = buf.length): BlockCheck {
+  if (pos < 0 || pos > end) return CORRUPT;
+  if (end - pos < 4) return { ok: false, reason: 'incomplete' };
+  const word = r32(buf, pos);
+  if (word < BLOCK_FLAG) return CORRUPT;
+  const len = word - BLOCK_FLAG;
+  if (len < BLOCK_HEADER_BYTES - 4 + MIN_WIRE_RECORD) return CORRUPT;
+  const blockEnd = pos + 4 + len;
+  if (blockEnd > end) return { ok: false, reason: 'incomplete', needed: 4 + len };
+  if (r32(buf, pos + 4) !== crc32c(new Uint8Array(buf.buffer, buf.byteOffset + pos + 8, len - 4))) return CORRUPT;
+  const flags = buf[pos + 9]!;
+  if (buf[pos + 8] !== BLOCK_VERSION || flags > 7) return CORRUPT;
+  const baseOffset = r64(buf, pos + 10);
+  const count = r32(buf, pos + 18);
+  const appendTime = r64(buf, pos + 22);
+  const maxTimestamp = r64(buf, pos + 30);
+  if (!Number.isSafeInteger(baseOffset) || baseOffset < 0 || !Number.isSafeInteger(baseOffset + count) || count < 1) return CORRUPT;
+  if (!Number.isSafeInteger(appendTime) || !Number.isSafeInteger(maxTimestamp)) return CORRUPT;
+  const attributes = ((flags & BLOCK_TRANSACTIONAL) !== 0 ? WIRE_TRANSACTIONAL : 0) | ((flags & BLOCK_CONTROL) !== 0 ? WIRE_CONTROL : 0);
+  let p = pos + BLOCK_HEADER_BYTES;
+  let maxTs = 0;
+  for (let i = 0; i < count; i++) {
+    if (blockEnd - p < MIN_WIRE_RECORD || r64(buf, p) !== baseOffset + i) return CORRUPT;
+    const pidLen = (buf[p + 16]! << 8) | buf[p + 17]!;
+    if ((flags & BLOCK_IDEMPOTENT) === 0 && pidLen !== 0) return CORRUPT;
+    let q = p + 18 + pidLen;
+    if (blockEnd - q < 2) return CORRUPT;
+    q += 2 + ((buf[q]! << 8) | buf[q + 1]!) + 8;
+    if (blockEnd - q < 4) return CORRUPT;
+    q += 4 + r32(buf, q);
+    if (blockEnd - q < 11) return CORRUPT;
+    const ts = r64(buf, q);
+    if (!Number.isSafeInteger(ts) || ts <= 0 || buf[q + 8] !== attributes) return CORRUPT;
+    if (ts > maxTs) maxTs = ts;
+    const hc = (buf[q + 9]! << 8) | buf[q + 10]!;
+    q += 11;
+    for (let h = 0; h < hc; h++) {
+      if (blockEnd - q < 2) return CORRUPT;
+      q += 2 + ((buf[q]! << 8) | buf[q + 1]!);
+      if (blockEnd - q < 4) return CORRUPT;
+      q += 4 + r32(buf, q);
+      if (q > blockEnd) return CORRUPT;
+    }
+    p = q;
+  }
+  if (p !== blockEnd || maxTs !== maxTimestamp) return CORRUPT;
+  return { ok: true, size: blockEnd - pos, flags, baseOffset, count, appendTime, maxTimestamp };
+}
+
+/**
+ * Writes the CONSUME reply records of the (checked or own) block at `pos`, from offset `from` (inside the
+ * block) to its end, at `at` of `dst`: with extensions one copy of the block's bytes, without them each
+ * record up to its value. Returns the end; `blockOut.records` is the count written.
+ */
+export function writeWireFromBlock(src: Buffer, pos: number, from: number, dst: Buffer, at: number, ext: boolean): number {
+  const base = r64(src, pos + 10);
+  const count = r32(src, pos + 18);
+  const end = pos + 4 + (r32(src, pos) - BLOCK_FLAG);
+  let p = pos + BLOCK_HEADER_BYTES;
+  const skip = from - base;
+  for (let i = 0; i < skip; i++) p = recordEnd(src, p);
+  blockOut.records = count - skip;
+  if (ext) {
+    dst.set(new Uint8Array(src.buffer, src.byteOffset + p, end - p), at);
+    return at + end - p;
+  }
+  for (let i = skip; i < count; i++) {
+    const ve = valueEndOf(src, p);
+    dst.set(new Uint8Array(src.buffer, src.byteOffset + p, ve - p), at);
+    at += ve - p;
+    p = recordEnd(src, p);
+  }
+  return at;
+}
+
+/** After writeWireFromBlock: the records it wrote. */
+export const blockOut = { records: 0 };
+
+/** Where the wire record (with extensions) at `p` ends. */
+function recordEnd(b: Buffer, p: number): number {
+  let q = valueEndOf(b, p);
+  const hc = (b[q + 9]! << 8) | b[q + 10]!;
+  q += 11;
+  for (let h = 0; h < hc; h++) {
+    q += 2 + ((b[q]! << 8) | b[q + 1]!);
+    q += 4 + r32(b, q);
+  }
+  return q;
+}
