@@ -258,7 +258,11 @@ export class ProducerSender {
     // The retry budget (retry.maxElapsedMs) counts from the batch's creation, not from its turn to be
     // retried: the batches queued behind a failing one would each take a full budget after it, one after
     // another (hours for a long queue when the broker is gone). An attempt's own lookups stop with it.
-    const left = (this.options.retry.maxElapsedMs ?? DEFAULT_RETRY.maxElapsedMs) - (performance.now() - b.createdAt);
+    let left = (this.options.retry.maxElapsedMs ?? DEFAULT_RETRY.maxElapsedMs) - (performance.now() - b.createdAt);
+    // A split part is sent at least once: failed unsent, an innocent send's records would get the refusal
+    // of another send's record as their error (docs/sdk.md, "Producer").
+    if (b.untried) left = Math.max(left, this.options.requestTimeoutMs);
+    b.untried = false;
     const expired = new AbortController();
     const timer = setTimeout(() => expired.abort(new TributaryError('request_timeout', { reason: 'the batch outlived retry.maxElapsedMs' })), Math.max(0, left));
     try {
@@ -370,6 +374,7 @@ export class ProducerSender {
       part.awaitingRetry = true;
       part.retryError = err;
       part.resendAtOnce = true;
+      part.untried = true;
       q.retrying++;
     }
     const inFlight = [...q.inFlight];

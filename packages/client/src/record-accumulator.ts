@@ -55,8 +55,13 @@ export class ProducerBatch {
   /** The last attempt failed and the batch waits for its retry turn (the oldest unsettled batch goes first). */
   awaitingRetry = false;
   retryError: unknown;
-  /** Resend without a backoff when its turn comes: it was refused only for its numbers. */
+  /** Resend without a backoff when its turn comes: it was refused only for its numbers, or it is a split part. */
   resendAtOnce = false;
+  /**
+   * A part of a batch refused as record_too_large, not sent on its own yet: it keeps the batch's creation
+   * time, but its first turn gets at least requestTimeoutMs of budget (the refusal spent the rest, not it).
+   */
+  untried = false;
   /** Resolves (never rejects) once the batch is acknowledged or failed for good. */
   readonly done: Promise<void>;
   markDone!: () => void;

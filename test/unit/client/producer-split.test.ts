@@ -1,0 +1,88 @@
+/**
+ * Batches the broker refuses as record_too_large, against a scripted server (docs/sdk.md, "Producer"):
+ * the parts a refused batch is split into get their own attempt even when the refusal came after the
+ * batch's retry budget was spent (fake clock), and a single send's records are split further, down to
+ * single records, so only a record that is itself too large fails.
+ */
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { Producer, type ProducerOptions } from 'tributary-client/producer.js';
+import { type Batch, decodeBatch } from 'tributary-protocol/batch.js';
+import { track, untilReal, useFakeTimersForIo } from '../../helpers/fake-timers.js';
+import { ScriptedServer } from '../../helpers/scripted-server.js';
+
+const TOO_LARGE = 'ERROR: record_too_large class=validation retryable=false';
+const FAST = { initialDelayMs: 1, maxDelayMs: 5 };
+
+/** A one-partition topic on a scripted server: `batches` holds each batch's values as received. */
+interface Fake {
+  server: ScriptedServer;
+  batches: string[][];
+  /** What was appended, in order. */
+  log: string[];
+  /** Answers a batch: `accept` appends it and acknowledges it. */
+  answer: (b: Batch, accept: () => string) => string | Promise<string>;
+}
+
+describe('Producer: batches refused as record_too_large (scripted server)', () => {
+  const cleanups: Array<() => Promise<unknown> | unknown> = [];
+
+  afterEach(async () => {
+    vi.useRealTimers();
+    for (const c of cleanups.splice(0).reverse()) await Promise.resolve(c()).catch(() => {});
+  });
+
+  async function fake(): Promise<Fake> {
+    const server = await ScriptedServer.start();
+    cleanups.push(() => server.close());
+    const f: Fake = { server, batches: [], log: [], answer: (_b, accept) => accept() };
+    server.on('METADATA', (line) => `OK topic=${line.params.get('topic')} partitions=1 leaders=${server.address} epochs=0`);
+    server.onBatch = (body) => {
+      const b = decodeBatch(body);
+      const values = b.records.map((r) => r.value.toString());
+      f.batches.push(values);
+      return f.answer(b, () => {
+        const base = f.log.length;
+        f.log.push(...values);
+        return JSON.stringify({ status: 'OK', partition: 0, base_offset: base, last_offset: base + values.length - 1, count: values.length });
+      });
+    };
+    return f;
+  }
+
+  function producer(f: Fake, opts: Partial<ProducerOptions>): Producer {
+    const p = new Producer({ brokers: [f.server.address], retry: FAST, ...opts });
+    cleanups.push(() => p.close({ signal: AbortSignal.timeout(2000) }));
+    return p;
+  }
+
+  it('a split part is sent even when the refusal came after the batch’s retry budget: the innocent send is acknowledged', async () => {
+    const f = await fake();
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    f.answer = async (b, accept) => {
+      if (b.records.some((r) => r.value.length > 100)) return TOO_LARGE;
+      if (b.records[0]!.value.toString() === 'first') await held;
+      return accept();
+    };
+    useFakeTimersForIo();
+    // One batch in flight at a time: [ok, big] waits behind [first], whose acknowledgement is slow.
+    const p = producer(f, { lingerMs: 0, maxInFlightPerPartition: 1, requestTimeoutMs: 10_000, stallTimeoutMs: 60_000, retry: { ...FAST, maxElapsedMs: 1000 } });
+    const first = track(p.send({ topic: 't', messages: [{ value: 'first' }] }));
+    await untilReal(() => f.batches.length === 1, 'the first batch');
+    const ok = track(p.send({ topic: 't', messages: [{ value: 'ok' }] }));
+    const big = track(p.send({ topic: 't', messages: [{ value: 'x'.repeat(200) }] }));
+    // The queued batch outlives its retry budget before it is ever sent.
+    await vi.advanceTimersByTimeAsync(1500);
+    release();
+    await untilReal(() => first.settled && ok.settled && big.settled, 'the sends to settle');
+    expect(await first.promise).toEqual([{ topic: 't', partition: 0, offset: 0 }]);
+    await expect(big.promise).rejects.toMatchObject({ code: 'record_too_large' });
+    // Refused together, then each send's records on their own: the refusal spent the budget, not the part.
+    expect(await ok.promise).toEqual([{ topic: 't', partition: 0, offset: 1 }]);
+    expect(f.batches).toEqual([['first'], ['ok', 'x'.repeat(200)], ['ok'], ['x'.repeat(200)]]);
+    expect(f.log).toEqual(['first', 'ok']);
+  });
+
+});
