@@ -318,7 +318,9 @@ export class ProducerSender {
     b.completed = true;
     cancelLinger(b);
     q.inFlight.delete(b);
-    q.failure = err ?? undefined;
+    // A refusal of the batch's own records (record_too_large) says nothing of the partition: the batches
+    // queued behind it are sent whatever their age, not failed unsent with another send's refusal.
+    q.failure = err && !(err instanceof TributaryError && err.code === 'record_too_large') ? err : undefined;
     if (q.inFlight.size === 0) q.lost.clear();
     const durationMs = b.dispatched ? Math.round(performance.now() - b.startedAt) : 0;
     // Its numbers may or may not have reached the log: the partition continues in a new epoch.

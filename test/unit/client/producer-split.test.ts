@@ -85,4 +85,28 @@ describe('Producer: batches refused as record_too_large (scripted server)', () =
     expect(f.log).toEqual(['first', 'ok']);
   });
 
+  it('a batch queued behind one refused as record_too_large past its budget is sent, not failed unsent with that refusal', async () => {
+    const f = await fake();
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    f.answer = async (b, accept) => {
+      await held;
+      return b.records.some((r) => r.value.length > 100) ? TOO_LARGE : accept();
+    };
+    useFakeTimersForIo();
+    const p = producer(f, { lingerMs: 0, maxInFlightPerPartition: 1, requestTimeoutMs: 10_000, stallTimeoutMs: 60_000, retry: { ...FAST, maxElapsedMs: 1000 } });
+    const big = track(p.send({ topic: 't', messages: [{ value: 'x'.repeat(200) }] }));
+    await untilReal(() => f.batches.length === 1, 'the first batch');
+    const ok = track(p.send({ topic: 't', messages: [{ value: 'ok' }] }));
+    // Both outlive the retry budget: [big] waiting for its answer, [ok] queued behind it.
+    await vi.advanceTimersByTimeAsync(1500);
+    release();
+    await untilReal(() => big.settled && ok.settled, 'the sends to settle');
+    await expect(big.promise).rejects.toMatchObject({ code: 'record_too_large' });
+    // A refusal of one batch's records says nothing of the partition: the one behind is still sent.
+    expect(await ok.promise).toEqual([{ topic: 't', partition: 0, offset: 0 }]);
+    expect(f.log).toEqual(['ok']);
+  });
 });
