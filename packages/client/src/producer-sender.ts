@@ -353,16 +353,17 @@ export class ProducerSender {
   }
 
   /**
-   * A batch refused as record_too_large that holds records of more than one send: one oversized record
-   * must not fail the sends it happened to share a batch with (docs/sdk.md, "Producer"). Each send's
-   * records are sent again in a batch of their own, in the batch's place (first in line, in order),
-   * so only the send that holds the record fails. The broker appended nothing of the batch: idempotent
-   * parts, and the batches numbered after it in its epoch, take new numbers as after a reported gap.
+   * A batch of several records refused as record_too_large: one oversized record must not fail the sends
+   * it happened to share a batch with, nor a batch too large only as a whole fail its send (docs/sdk.md,
+   * "Producer"). Each send's records are sent again in a batch of their own, or a single send's records
+   * in two halves (split again if refused again), in the batch's place (first in line, in order), so only
+   * a record that is itself too large fails, and its send. The broker appended nothing of the batch:
+   * idempotent parts, and the batches numbered after it in its epoch, take new numbers as after a gap.
    */
   private split(q: PartitionQueue, b: ProducerBatch, err: Error): boolean {
     // Only a refusal of the batch itself: one failed unsent (expired behind another's failure) is not split.
-    if (!(err instanceof TributaryError) || err.code !== 'record_too_large' || b.sinks.length < 2 || !b.dispatched || this.signal.aborted || !q.inFlight.has(b)) return false;
-    const parts = this.accumulator.splitRuns(b);
+    if (!(err instanceof TributaryError) || err.code !== 'record_too_large' || b.count < 2 || !b.dispatched || this.signal.aborted || !q.inFlight.has(b)) return false;
+    const parts = this.accumulator.splitRefused(b);
     if (b.firstSequence >= 0) q.lost.set(b.epoch, Math.min(q.lost.get(b.epoch) ?? b.firstSequence, b.firstSequence));
     let sequence = b.firstSequence;
     for (const part of parts) {

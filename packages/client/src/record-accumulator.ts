@@ -327,24 +327,31 @@ export class RecordAccumulator {
   }
 
   /**
-   * A batch the broker refused for a record's size (record_too_large), as one batch per run of a send's
-   * records (producer-sender.ts, split): each keeps the batch's creation time (its retry budget), and the
-   * batch's reserved bytes are shared out among them, so releasing theirs releases all of it.
+   * A batch the broker refused for its size (record_too_large), in parts (producer-sender.ts, split): one
+   * per run of a send's records when it holds several sends' records, else its one run in two halves
+   * (split again if refused again, down to single records). Each keeps the batch's creation time (its
+   * retry budget), and the batch's reserved bytes are shared out among them, so releasing theirs releases
+   * all of it. The batch holds at least two records.
    */
-  splitRuns(b: ProducerBatch): ProducerBatch[] {
+  splitRefused(b: ProducerBatch): ProducerBatch[] {
+    // Per part: its first record in the batch, its record count, its run and its first message's offset in the run.
+    const pieces: Array<[number, number, number, number]> = [];
+    if (b.sinks.length > 1) {
+      for (let r = 0, at = 0; r < b.sinks.length; at += b.runCount[r]!, r++) pieces.push([at, b.runCount[r]!, r, 0]);
+    } else {
+      const half = Math.ceil(b.count / 2);
+      pieces.push([0, half, 0, 0], [half, b.count - half, 0, half]);
+    }
     const out: ProducerBatch[] = [];
-    let record = 0;
     let reservedLeft = b.reserved;
-    for (let r = 0; r < b.sinks.length; r++) {
-      const n = b.runCount[r]!;
-      const records = b.frame.encodedRecords(record, n);
-      record += n;
+    for (const [first, n, run, offset] of pieces) {
+      const records = b.frame.encodedRecords(first, n);
       const frame = new BatchFrameBuilder(b.topic, b.partition, this.acks, this.producerId, 64 + b.topic.length * 3 + records.length);
       frame.appendEncoded(records, n, b.frame.extended);
       const part = new ProducerBatch(b.topic, b.partition, b.createdAt, frame);
-      part.addOwner(b.sinks[r]!, b.runFirst[r]!);
+      part.addOwner(b.sinks[run]!, b.runFirst[run]! + offset);
       part.runCount[0] = n;
-      const share = r === b.sinks.length - 1 ? reservedLeft : Math.min(reservedLeft, Math.round((b.reserved * n) / b.count));
+      const share = out.length === pieces.length - 1 ? reservedLeft : Math.min(reservedLeft, Math.round((b.reserved * n) / b.count));
       reservedLeft -= share;
       part.reserved = share;
       part.bytes += share;

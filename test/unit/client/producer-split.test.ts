@@ -109,4 +109,61 @@ describe('Producer: batches refused as record_too_large (scripted server)', () =
     expect(await ok.promise).toEqual([{ topic: 't', partition: 0, offset: 0 }]);
     expect(f.log).toEqual(['ok']);
   });
+
+  /**
+   * The broker's idempotence check, in short (src/partition/producer-state.ts): a newer epoch starts at
+   * sequence 0, then each batch must start where the last one ended; anything else is a gap.
+   */
+  function checkSequence(): (b: Batch) => string | undefined {
+    let epoch = -1;
+    let next = 0;
+    return (b) => {
+      if (!b.idempotent) return undefined;
+      const e = b.records[0]!.epoch;
+      const expected = e > epoch ? 0 : next;
+      if (e < epoch || b.firstSequence !== expected) return `ERROR: out_of_order_sequence class=conflict retryable=false sequence=${b.firstSequence} expected=${expected}`;
+      epoch = e;
+      next = b.lastSequence + 1;
+      return undefined;
+    };
+  }
+
+  it('one send’s records refused only as a whole are split in halves until the parts fit: all acknowledged, in order', async () => {
+    const f = await fake();
+    // A batch limit of 3 records (the producer's maxBatchBytes above the broker's --max-batch-bytes).
+    f.answer = (b, accept) => (b.records.length > 3 ? TOO_LARGE : accept());
+    const p = producer(f, { lingerMs: 0 });
+    const values = Array.from({ length: 8 }, (_, i) => `m${i}`);
+    const meta = await p.send({ topic: 't', messages: values.map((value) => ({ value })) });
+    expect(meta.map((m) => m.offset)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(f.log).toEqual(values);
+    expect(f.batches.map((b) => b.length)).toEqual([8, 4, 2, 2, 4, 2, 2]);
+    expect(p.bufferedBytes).toBe(0);
+  });
+
+  for (const idempotent of [false, true]) {
+    it(`a send with one record too large fails with record_too_large; its other records and the sends behind it are written in order (idempotent: ${idempotent})`, async () => {
+      const f = await fake();
+      const check = checkSequence();
+      const numbered: boolean[] = [];
+      f.answer = (b, accept) => {
+        numbered.push(b.idempotent);
+        return b.records.some((r) => r.value.length > 100) ? TOO_LARGE : (check(b) ?? accept());
+      };
+      const p = producer(f, { lingerMs: 0, idempotent });
+      const errors: Array<{ records: number }> = [];
+      p.on('error', (e) => errors.push(e));
+      const big = 'x'.repeat(200);
+      const values = ['a', 'b', 'c', big, 'e', 'f'];
+      const send = p.send({ topic: 't', messages: values.map((value) => ({ value })) });
+      const after = p.send({ topic: 't', messages: [{ value: 'after' }] });
+      await expect(send).rejects.toMatchObject({ code: 'record_too_large' });
+      expect((await after)[0]!.offset).toBe(5);
+      expect(f.log).toEqual(['a', 'b', 'c', 'e', 'f', 'after']);
+      expect(errors).toEqual([expect.objectContaining({ records: 1 })]);
+      expect(new Set(numbered)).toEqual(new Set([idempotent]));
+      expect(p.bufferedBytes).toBe(0);
+    });
+  }
+
 });
