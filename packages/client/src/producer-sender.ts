@@ -358,18 +358,23 @@ export class ProducerSender {
    * "Producer"). Each send's records are sent again in a batch of their own, or a single send's records
    * in two halves (split again if refused again), in the batch's place (first in line, in order), so only
    * a record that is itself too large fails, and its send. The broker appended nothing of the batch:
-   * idempotent parts, and the batches numbered after it in its epoch, take new numbers as after a gap.
+   * idempotent parts take its numbers, in order, so a split costs no epoch (16-bit); only when the
+   * partition's numbering moved on meanwhile do they take new ones, as after a gap.
    */
   private split(q: PartitionQueue, b: ProducerBatch, err: Error): boolean {
     // Only a refusal of the batch itself: one failed unsent (expired behind another's failure) is not split.
     if (!(err instanceof TributaryError) || err.code !== 'record_too_large' || b.count < 2 || !b.dispatched || this.signal.aborted || !q.inFlight.has(b)) return false;
     const parts = this.accumulator.splitRefused(b);
-    if (b.firstSequence >= 0) q.lost.set(b.epoch, Math.min(q.lost.get(b.epoch) ?? b.firstSequence, b.firstSequence));
+    // The batch's numbers still fit unless its epoch is done with (a batch failed for good) or a gap was
+    // already reported before them; then the parts, and the batches behind them, are renumbered.
+    const numbered = b.firstSequence >= 0;
+    if (numbered && (b.epoch !== q.epoch || q.bumpEpoch || needsNewNumbers(q, b))) q.lost.set(b.epoch, Math.min(q.lost.get(b.epoch) ?? b.firstSequence, b.firstSequence));
     let sequence = b.firstSequence;
     for (const part of parts) {
-      if (b.firstSequence >= 0) {
+      if (numbered) {
         part.firstSequence = sequence;
         part.epoch = b.epoch;
+        part.frame.setNumbers(b.epoch, sequence);
         sequence += part.count;
       }
       part.dispatched = true;

@@ -141,6 +141,57 @@ describe('Producer: batches refused as record_too_large (scripted server)', () =
     expect(p.bufferedBytes).toBe(0);
   });
 
+  it('an idempotent producer’s parts take the refused batch’s numbers: a split costs no epoch (16-bit, docs/sdk.md)', async () => {
+    const f = await fake();
+    const check = checkSequence();
+    const accepted: Array<[number, number]> = [];
+    f.answer = (b, accept) => {
+      if (b.records.length > 3) return TOO_LARGE;
+      const refusal = check(b);
+      if (refusal) return refusal;
+      accepted.push([b.records[0]!.epoch, b.firstSequence]);
+      return accept();
+    };
+    const p = producer(f, { lingerMs: 0, idempotent: true });
+    const values = Array.from({ length: 8 }, (_, i) => `m${i}`);
+    await p.send({ topic: 't', messages: values.map((value) => ({ value })) });
+    await p.send({ topic: 't', messages: [{ value: 'next' }] });
+    expect(f.log).toEqual([...values, 'next']);
+    expect(accepted).toEqual([
+      [0, 0],
+      [0, 2],
+      [0, 4],
+      [0, 6],
+      [0, 8],
+    ]);
+  });
+
+  it('an idempotent batch pipelined behind a split one is refused for the gap, then resent after the parts with its numbers', async () => {
+    const f = await fake();
+    const check = checkSequence();
+    const accepted: Array<[number, number]> = [];
+    f.answer = (b, accept) => {
+      if (b.records.length > 3) return TOO_LARGE;
+      const refusal = check(b);
+      if (refusal) return refusal;
+      accepted.push([b.records[0]!.epoch, b.firstSequence]);
+      return accept();
+    };
+    const p = producer(f, { lingerMs: 0, idempotent: true, maxBatchRecords: 4 });
+    // Two batches in one turn, both in flight: [m0..m3] (refused) and [n0, n1] (refused for the gap before it).
+    const first = p.send({ topic: 't', messages: ['m0', 'm1', 'm2', 'm3'].map((value) => ({ value })) });
+    const second = p.send({ topic: 't', messages: ['n0', 'n1'].map((value) => ({ value })) });
+    expect((await first).map((m) => m.offset)).toEqual([0, 1, 2, 3]);
+    expect((await second).map((m) => m.offset)).toEqual([4, 5]);
+    expect(f.batches.map((b) => b.length)).toEqual([4, 2, 2, 2, 2]);
+    expect(f.log).toEqual(['m0', 'm1', 'm2', 'm3', 'n0', 'n1']);
+    expect(accepted).toEqual([
+      [0, 0],
+      [0, 2],
+      [0, 4],
+    ]);
+  });
+
   for (const idempotent of [false, true]) {
     it(`a send with one record too large fails with record_too_large; its other records and the sends behind it are written in order (idempotent: ${idempotent})`, async () => {
       const f = await fake();
@@ -165,5 +216,4 @@ describe('Producer: batches refused as record_too_large (scripted server)', () =
       expect(p.bufferedBytes).toBe(0);
     });
   }
-
 });
