@@ -9,6 +9,7 @@ import {
   encodeRecordView,
   inspectRecord,
   RECORD_OVERHEAD,
+  type StoredHeader,
 } from 'tributary-broker/storage/record-codec.js';
 
 const safeTs = fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
@@ -20,10 +21,14 @@ const recordArb: fc.Arbitrary<LogRecord> = fc.record({
   key: fc.option(fc.uint8Array({ maxLength: 64 }).map((a) => Buffer.from(a)), { nil: null }),
   value: fc.uint8Array({ maxLength: 256 }).map((a) => Buffer.from(a)),
   headers: fc.array(
-    fc.record({
-      key: fc.string({ unit: 'grapheme', maxLength: 12 }),
-      value: fc.uint8Array({ maxLength: 32 }).map((a) => Buffer.from(a)),
-    }),
+    fc.oneof(
+      fc.record({
+        key: fc.string({ unit: 'grapheme', maxLength: 12 }),
+        value: fc.uint8Array({ maxLength: 32 }).map((a) => Buffer.from(a)),
+      }),
+      // A Kafka producer's null header value (StoredHeader).
+      fc.string({ unit: 'grapheme', maxLength: 12 }).map((key) => ({ key, value: Buffer.alloc(0), nullValue: true as const })),
+    ),
     { maxLength: 5 },
   ),
   producerId: fc.string({ unit: 'grapheme', maxLength: 20 }),
@@ -37,7 +42,7 @@ function plain(r: LogRecord) {
     ...r,
     key: r.key === null ? null : Buffer.from(r.key).toString('hex'),
     value: Buffer.from(r.value).toString('hex'),
-    headers: r.headers.map((h) => ({ key: h.key, value: Buffer.from(h.value).toString('hex') })),
+    headers: r.headers.map((h: StoredHeader) => ({ key: h.key, value: h.nullValue ? null : Buffer.from(h.value).toString('hex') })),
   };
 }
 

@@ -43,7 +43,10 @@ const recordArb: fc.Arbitrary<RecordInput> = fc.record({
     fc.constantFrom('a', 'b', 'c', '').map((s) => Buffer.from(s)),
   ),
   value: fc.oneof(fc.constant(Buffer.alloc(0)), bytes(60)),
-  headers: fc.array(fc.record({ key: fc.string({ maxLength: 4 }), value: bytes(6) }), { maxLength: 30 }),
+  // Null header values (a Kafka producer's) included: a follower's log holds them; the batch frame carries them empty.
+  headers: fc.array(fc.oneof(fc.record({ key: fc.string({ maxLength: 4 }), value: bytes(6) }), fc.constant({ key: 'n', value: Buffer.alloc(0), nullValue: true as const })), {
+    maxLength: 30,
+  }),
   producerId: fc.constantFrom('', 'p1', 'prod-ü'),
   epoch: fc.oneof(fc.constant(-1), fc.nat(5)),
   sequence: fc.oneof(fc.constant(-1), fc.nat(1000)),

@@ -11,7 +11,7 @@
  *   sequence i64        -1 = none
  *   key                 i32 length (-1 = null) + bytes
  *   value               u32 length + bytes
- *   header count u16, each: key (u16 length + utf8), value (u32 length + bytes)
+ *   header count u16, each: key (u16 length + utf8), value (u32 length, 0xffffffff = null, + bytes)
  */
 import type { LogRecord, RecordHeader, RecordInput } from 'tributary-protocol/record.js';
 import { crc32cRange } from './crc32c.js';
@@ -22,6 +22,17 @@ export const RECORD_OVERHEAD = 4 + 4 + 8 + 8 + 1 + 2 + 8 + 8 + 4 + 4 + 2;
 export const MIN_RECORD_BODY = RECORD_OVERHEAD - 4;
 /** Hard cap on one record's length field; anything larger is treated as corruption. */
 export const MAX_RECORD_BODY = 0x7fffffff;
+/** The stored length of a null header value: never a real one, which fits in a record body (MAX_RECORD_BODY). */
+export const NULL_HEADER_VALUE = 0xffffffff;
+
+/**
+ * A header as storage holds it. `nullValue`: a Kafka producer's header whose value is null (length -1),
+ * stored with length NULL_HEADER_VALUE and read back with an empty `value`; only the Kafka port gives it
+ * as null, the main port's wire as empty (docs/architecture.md, "Storage"; docs/protocol.md 5.2).
+ */
+export interface StoredHeader extends RecordHeader {
+  nullValue?: true;
+}
 
 /**
  * What a read charges each header against its byte limit on top of the header's stored bytes (6 and up):
@@ -57,7 +68,7 @@ export interface EncodableRecord {
   timestamp: number;
   key: Buffer | null;
   value: Buffer;
-  headers?: RecordHeader[];
+  headers?: StoredHeader[];
   producerId?: string;
   epoch?: number;
   sequence?: number;
@@ -123,6 +134,8 @@ export function validateEncodable(r: RecordInput, anyTimestamp = r.keepTimestamp
     if (r.headers.length > 0xffff) return 'too many headers';
     for (const h of r.headers) {
       if (typeof h?.key !== 'string' || !Buffer.isBuffer(h.value)) return 'header must have a string key and Buffer value';
+      const nullValue = (h as StoredHeader).nullValue;
+      if (nullValue !== undefined && (nullValue !== true || h.value.length > 0)) return 'a null header value must be empty with nullValue true';
       if (Buffer.byteLength(h.key, 'utf8') > 0xffff) return 'header key too long';
     }
   }
@@ -198,6 +211,12 @@ function writeRecord(buf: Buffer, pos: number, r: EncodableRecord, view: LogReco
     const kLen = h.key.length === 0 ? 0 : buf.write(h.key, p + 2, 'utf8');
     w16(buf, p, kLen);
     p += 2 + kLen;
+    if (h.nullValue) {
+      w32(buf, p, NULL_HEADER_VALUE);
+      p += 4;
+      if (view) (view.headers as StoredHeader[]).push({ key: h.key, value: EMPTY, nullValue: true });
+      continue;
+    }
     w32(buf, p, h.value.length);
     p += 4;
     buf.set(h.value, p);
@@ -308,7 +327,7 @@ function walk(buf: Buffer, pos: number, recEnd: number, out: LogRecord | null): 
   if (recEnd - p < 2) return null;
   const headerCount = buf.readUInt16BE(p);
   p += 2;
-  const headers: RecordHeader[] | null = out ? [] : null;
+  const headers: StoredHeader[] | null = out ? [] : null;
   for (let i = 0; i < headerCount; i++) {
     if (recEnd - p < 2) return null;
     const hkLen = buf.readUInt16BE(p);
@@ -318,6 +337,10 @@ function walk(buf: Buffer, pos: number, recEnd: number, out: LogRecord | null): 
     p += hkLen;
     const hvLen = buf.readUInt32BE(p);
     p += 4;
+    if (hvLen === NULL_HEADER_VALUE) {
+      if (headers) headers.push({ key: buf.toString('utf8', hkStart, hkStart + hkLen), value: EMPTY, nullValue: true });
+      continue;
+    }
     if (recEnd - p < hvLen) return null;
     if (headers) headers.push({ key: buf.toString('utf8', hkStart, hkStart + hkLen), value: buf.subarray(p, p + hvLen) });
     p += hvLen;
@@ -466,11 +489,19 @@ export function writeWireRecord(src: Buffer, pos: number, dst: Buffer, at: numbe
   copyRun(src, p, valueEnd, dst, at);
   at += valueEnd - p;
   if (ext) {
-    // timestamp i64, attributes u8 (user bits), then header count and headers exactly as stored.
+    // timestamp i64, attributes u8 (user bits), then header count and headers as stored, but for a null
+    // header value, which goes out empty: the wire's u32 lengths have no null (docs/protocol.md 5.2).
     for (let i = 0; i < 8; i++) dst[at + i] = src[pos + 16 + i]!;
     dst[at + 8] = src[pos + 24]! & attrMask;
     at += 9;
     copyRun(src, valueEnd, recEnd, dst, at);
+    let h = at + 2;
+    for (let i = (dst[at]! << 8) | dst[at + 1]!; i > 0; i--) {
+      h += 2 + ((dst[h]! << 8) | dst[h + 1]!);
+      const hvLen = dst[h]! * 0x1000000 + ((dst[h + 1]! << 16) | (dst[h + 2]! << 8) | dst[h + 3]!);
+      if (hvLen === NULL_HEADER_VALUE) dst.fill(0, h, h + 4);
+      h += hvLen === NULL_HEADER_VALUE ? 4 : 4 + hvLen;
+    }
     at += recEnd - valueEnd;
   }
   return at;

@@ -44,7 +44,7 @@ import {
   w64,
 } from 'tributary-protocol/record-batch/layout.js';
 import { readVarint, readVarlong, sizeOfVarlong, varEnd, writeVarint, writeVarlong } from 'tributary-protocol/record-batch/varint.js';
-import { copyRun } from './record-codec.js';
+import { copyRun, NULL_HEADER_VALUE } from './record-codec.js';
 
 const TWO_32 = 4294967296;
 
@@ -110,7 +110,8 @@ let headersEnd = 0;
 /**
  * Writes one RecordBatch v2 record at `p` of `dst` from bytes of `src`: the key at `keyAt` (`keyLen`, -1 for
  * none), the value at `valueAt` (`valueLen`, -1 for null), and `hc` headers in Tributary's layout (key u16 length + UTF-8, value u32
- * length + bytes, as both the wire and the stored records carry them) from `headersAt`. Returns the end.
+ * length + bytes, as both the wire and the stored records carry them; a stored null value's length is
+ * NULL_HEADER_VALUE, written as -1) from `headersAt`. Returns the end.
  */
 function writeV2Record(
   src: Buffer,
@@ -130,6 +131,11 @@ function writeV2Record(
   for (let j = 0; j < hc; j++) {
     const hk = (src[h]! << 8) | src[h + 1]!;
     const hv = r32u(src, h + 2 + hk);
+    if (hv === NULL_HEADER_VALUE) {
+      h += 6 + hk;
+      headerBytes += sizeOfLength(hk) + hk + 1;
+      continue;
+    }
     h += 6 + hk + hv;
     headerBytes += sizeOfLength(hk) + hk + sizeOfLength(hv) + hv;
   }
@@ -166,6 +172,11 @@ function writeV2Record(
     p += hk;
     h += 2 + hk;
     const hv = r32u(src, h);
+    if (hv === NULL_HEADER_VALUE) {
+      dst[p++] = 1; // zigzag -1: a null value
+      h += 4;
+      continue;
+    }
     p = writeVarint(dst, p, hv);
     copyRun(src, h + 4, h + 4 + hv, dst, p);
     p += hv;
@@ -355,8 +366,8 @@ export const v2Out = { valueLength: 0 };
  * process or validated) as a RecordBatch v2 record at `at` of `dst`, with the given deltas from its batch's
  * base offset and base timestamp: the reading side of the migration (segments of the current layout
  * served as RecordBatch v2). Attributes stay with the batch, but for NULL_VALUE: the (empty) value goes out
- * as null (length -1), as the Kafka producer sent it. A record takes at most its stored size plus 2 bytes per
- * header. Returns the end.
+ * as null (length -1), as the Kafka producer sent it, and so does a null header value. A record takes at
+ * most its stored size plus 2 bytes per header. Returns the end.
  */
 export function writeV2RecordFromStored(src: Buffer, pos: number, dst: Buffer, at: number, offsetDelta: number, tsDelta: number): number {
   const recEnd = pos + 4 + (src[pos]! * 0x1000000 + ((src[pos + 1]! << 16) | (src[pos + 2]! << 8) | src[pos + 3]!));

@@ -16,6 +16,7 @@ import { encodeRecordBatch } from 'tributary-protocol/record-batch/encode.js';
 import { readBytesLimit } from '../../common/config.js';
 import type { Isolation } from '../../partition/partition-types.js';
 import type { Partition } from '../../partition/partition.js';
+import type { StoredHeader } from '../../storage/record-codec.js';
 import { apiByKey } from '../protocol/apis.js';
 import { kafkaErrorCode } from '../protocol/error-codes.js';
 import { Fetch } from '../protocol/messages/fetch.js';
@@ -70,7 +71,8 @@ export function asRecordBatch(records: readonly LogRecord[], nextOffset: number,
       key: r.key,
       // A Kafka producer's null value, stored empty (docs/kafka.md, "Produce").
       value: (r.attributes & RecordAttr.NULL_VALUE) !== 0 && r.value.length === 0 ? null : r.value,
-      headers: r.headers,
+      // A Kafka producer's null header value, stored empty with nullValue (record-codec.ts).
+      headers: r.headers.map((h: StoredHeader) => (h.nullValue ? { key: h.key, value: null } : h)),
       timestamp: r.timestamp,
       offsetDelta: r.offset - base,
     })),

@@ -10,9 +10,9 @@
  * verified with the id's coordinator, txn-produce.ts), INVALID_TXN_STATE otherwise with nothing stored.
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { MAX_PRODUCER_EPOCH, RecordAttr, type RecordHeader, type RecordInput } from 'tributary-protocol/record.js';
+import { MAX_PRODUCER_EPOCH, RecordAttr, type RecordInput } from 'tributary-protocol/record.js';
 import type { IdempotentBatch, TransactionalBatch } from '../../partition/partition-types.js';
-import { READ_HEADER_COST } from '../../storage/record-codec.js';
+import { READ_HEADER_COST, type StoredHeader } from '../../storage/record-codec.js';
 import { RecordBatchError } from 'tributary-protocol/record-batch/errors.js';
 import { BATCH_LENGTH, LOG_OVERHEAD } from 'tributary-protocol/record-batch/layout.js';
 import { splitRecordBatches } from 'tributary-protocol/record-batch/split.js';
@@ -117,7 +117,8 @@ export async function recordsOf(ctx: KafkaRequestContext, batch: RecordBatchView
       throw new TributaryError('record_too_large', { headers: r.headerCount, max: left, reason: 'too many headers for what is left of the request' });
     }
     budget.left -= headerCharge;
-    const headers: RecordHeader[] = r.headers().map((h) => ({ key: h.key, value: h.value ?? EMPTY }));
+    // A null header value is kept apart from an empty one too: stored empty with nullValue (record-codec.ts).
+    const headers: StoredHeader[] = r.headers().map((h) => (h.value === null ? { key: h.key, value: EMPTY, nullValue: true } : { key: h.key, value: h.value }));
     // The producer's timestamp as given (CreateTime): 0 stays 0, -1 (NO_TIMESTAMP) is stored and read back as -1.
     // A null value (a tombstone) is kept apart from an empty one: stored empty with NULL_VALUE.
     const input: RecordInput = { key, value, timestamp: r.timestamp, keepTimestamp: true, headers };
