@@ -1,9 +1,10 @@
 import pg from 'pg';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PgOffsetStore, type PgOffsetStoreOptions } from 'tributary-broker/coordinator/pg-offset-store.js';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { PgOffsetStore, type PgOffsetStoreOptions, QUERY_READ_TIMEOUT_MS } from 'tributary-broker/coordinator/pg-offset-store.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { type PgRelay, startPgRelay } from '../helpers/pg-relay.js';
+import { track, untilReal, useFakeTimersForIo } from '../helpers/fake-timers.js';
 import { eventually, rejection } from '../helpers/util.js';
 
 let server: PostgresServer;
@@ -323,6 +324,40 @@ describe('PgOffsetStore', () => {
       expect(await direct.fetch('g', 't', 0)).toBe(9);
     });
   }, 60_000);
+
+  it.each([
+    ['commit', (s: PgOffsetStore) => s.commit('g', 't', [{ partition: 0, offset: 8 }])],
+    ['deletion', (s: PgOffsetStore) => s.deleteGroup('g')],
+  ])('a %s whose COMMIT answer times out is settled at once on another connection, its own one closed unused', async (_name, write) => {
+    await withRelayedStore(6, async ({ direct, store, relay }) => {
+      // Once COMMIT left, the network stops carrying the connection: the server never reads it, and the
+      // store hears nothing until its query timeout.
+      relay.hold('COMMIT\0', { stall: true });
+      useFakeTimersForIo();
+      try {
+        const outcome = track(write(store));
+        await untilReal(() => relay.holding(), 'the COMMIT held');
+        // The server rolls the transaction back (idle in transaction), unseen by the store.
+        await untilReal(() => relay.cut()?.serverClosed === true, 'the server ended the session', 30_000);
+        await vi.advanceTimersByTimeAsync(QUERY_READ_TIMEOUT_MS);
+        // With the clock stopped at the COMMIT's timeout, no other timeout can end the wait. Before: a
+        // ROLLBACK was queued behind the unanswered COMMIT on the same connection, and txid_status was asked
+        // only once the ROLLBACK's own query timeout had passed as well.
+        await untilReal(() => outcome.settled, 'the write settled, the clock not moved past the COMMIT timeout');
+        const err = await rejection(outcome.promise);
+        expect({ code: err.code, outcome: err.fields.outcome }).toEqual({ code: 'storage_error', outcome: undefined });
+        // Closed, not returned to the pool.
+        expect(relay.cut()?.senderClosed).toBe(true);
+      } finally {
+        // Whatever is still waiting (a failure of this test) runs out before the real clock is back.
+        await vi.advanceTimersByTimeAsync(2 * QUERY_READ_TIMEOUT_MS);
+        vi.useRealTimers();
+      }
+      expect(await direct.fetch('g', 't', 0)).toBe(6);
+      await store.commit('g', 't', [{ partition: 0, offset: 9 }]);
+      expect(await direct.fetch('g', 't', 0)).toBe(9);
+    });
+  });
 
   it('a commit whose COMMIT answer was lost is not acknowledged before its transaction ends: a synchronous standby that does not answer', async () => {
     // A server of its own: every COMMIT on it waits for a standby that never comes, until this is undone.

@@ -34,6 +34,8 @@ const EXPECTED_COLUMNS: Record<string, string> = {
 
 /** The longest a connection attempt or a statement may take (server side; the client gives up 2 s later). */
 const QUERY_TIMEOUT_MS = 10_000;
+/** How long the client waits for any answer (the pool's query_timeout). */
+export const QUERY_READ_TIMEOUT_MS = QUERY_TIMEOUT_MS + 2_000;
 /** Our transactions are never idle but between two statements of the same client (see the pool). */
 const IDLE_IN_TRANSACTION_MS = 5_000;
 
@@ -140,7 +142,7 @@ export class PgOffsetStore implements OffsetStore {
         // see for hours) is rolled back, its rows unlocked, before a lost COMMIT answer stops being waited
         // for (commit): so that wait mostly learns an outcome, and one it cannot learn ends soon after.
         idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_MS,
-        query_timeout: QUERY_TIMEOUT_MS + 2_000,
+        query_timeout: QUERY_READ_TIMEOUT_MS,
         keepAlive: true,
       });
       this.ownsPool = true;
@@ -197,16 +199,12 @@ export class PgOffsetStore implements OffsetStore {
         await this.checkShape(client);
         return;
       }
+      // A failed statement discards the connection, which ends the transaction (withClient).
       await client.query('BEGIN');
-      try {
-        // Two coordinators opening at once could otherwise both try to create the table's row type.
-        await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`tributary:${this.qualified}`]);
-        await client.query(this.sql.create);
-        await client.query('COMMIT');
-      } catch (err) {
-        await client.query('ROLLBACK').catch(() => {});
-        throw err;
-      }
+      // Two coordinators opening at once could otherwise both try to create the table's row type.
+      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`tributary:${this.qualified}`]);
+      await client.query(this.sql.create);
+      await client.query('COMMIT');
     }).catch((err: unknown) => {
       // A refused login or a database, schema or privilege that does not exist is the configuration's
       // fault: the start fails saying so, instead of waiting for an outage to end (wait-for-store.ts).
@@ -385,36 +383,27 @@ export class PgOffsetStore implements OffsetStore {
     sent: { xid?: string },
   ): Promise<void> {
     await this.withClient('commit', async (client) => {
+      // A failed statement discards the connection, which ends the transaction (withClient).
       await client.query('BEGIN');
-      let done = false;
-      try {
-        const res = await client.query<{ partition: number; xid: string }>(this.sql.upsert, [group, topic, partitions, offsets, Date.now(), force]);
-        if (res.rows.length !== sorted.length) {
-          const applied = new Set(res.rows.map((r) => Number(r.partition)));
-          // The refused rows stay locked by this transaction, so what we read here is what refused them.
-          const cur = await client.query<{ partition: number; next_offset: string }>(this.sql.current, [
-            group,
-            topic,
-            partitions.filter((p) => !applied.has(p)),
-          ]);
-          const stored = new Map(cur.rows.map((r) => [Number(r.partition), toSafeNumber(r.next_offset, 'next_offset')]));
-          await client.query('ROLLBACK');
-          done = true;
-          // Report the first refused entry in the caller's order.
-          const refused = entries.find((e) => !applied.has(e.partition)) as OffsetEntry;
-          throw new TributaryError('offset_regression', {
-            current: stored.get(refused.partition) ?? -1,
-            requested: refused.offset,
-            partition: refused.partition,
-          });
-        }
-        // From here a lost answer leaves the outcome to the server (see commit).
-        sent.xid = res.rows[0]?.xid;
-        await client.query('COMMIT');
-        done = true;
-      } finally {
-        if (!done) await client.query('ROLLBACK').catch(() => {});
+      const res = await client.query<{ partition: number; xid: string }>(this.sql.upsert, [group, topic, partitions, offsets, Date.now(), force]);
+      if (res.rows.length !== sorted.length) {
+        const applied = new Set(res.rows.map((r) => Number(r.partition)));
+        // The refused rows stay locked by this transaction, so what we read here is what refused them.
+        const cur = await client.query<{ partition: number; next_offset: string }>(this.sql.current, [group, topic, partitions.filter((p) => !applied.has(p))]);
+        await client.query('ROLLBACK');
+        // Decoded once the transaction ended: a TributaryError keeps the connection (withClient).
+        const stored = new Map(cur.rows.map((r) => [Number(r.partition), toSafeNumber(r.next_offset, 'next_offset')]));
+        // Report the first refused entry in the caller's order.
+        const refused = entries.find((e) => !applied.has(e.partition)) as OffsetEntry;
+        throw new TributaryError('offset_regression', {
+          current: stored.get(refused.partition) ?? -1,
+          requested: refused.offset,
+          partition: refused.partition,
+        });
       }
+      // From here a lost answer leaves the outcome to the server (see commit).
+      sent.xid = res.rows[0]?.xid;
+      await client.query('COMMIT');
     });
   }
 
@@ -448,15 +437,10 @@ export class PgOffsetStore implements OffsetStore {
     const sent: { xid?: string } = {};
     try {
       await this.withClient(op, async (client) => {
+        // A failed statement discards the connection, which ends the transaction (withClient).
         await client.query('BEGIN');
-        let done = false;
-        try {
-          sent.xid = (await client.query<{ xid: string }>(text, values)).rows[0]?.xid;
-          await client.query('COMMIT');
-          done = true;
-        } finally {
-          if (!done) await client.query('ROLLBACK').catch(() => {});
-        }
+        sent.xid = (await client.query<{ xid: string }>(text, values)).rows[0]?.xid;
+        await client.query('COMMIT');
       });
     } catch (err) {
       const xid = sent.xid;
@@ -503,7 +487,12 @@ export class PgOffsetStore implements OffsetStore {
 
   /**
    * Runs `fn` on a pooled connection. Database and connection failures become `storage_error`;
-   * TributaryErrors raised by `fn` (offset_regression) pass through. A connection that failed is discarded.
+   * TributaryErrors raised by `fn` (offset_regression) pass through, so `fn` raises none inside a transaction.
+   * A connection whose statement failed is closed, never pooled again, and no ROLLBACK is sent on it: after
+   * a lost answer (a query timeout) its state is unknown and a ROLLBACK would only wait its own timeout
+   * behind the unanswered statement, delaying the txid_status check (commit) by as much. Its end rolls the
+   * transaction back on the server; a server that does not see it (the network is down) ends the session
+   * once it has been idle in the transaction for 5 s (see the pool).
    */
   private async withClient<T>(op: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     this.assertOpen(op);
@@ -533,7 +522,7 @@ export class PgOffsetStore implements OffsetStore {
         client.release(broken instanceof Error ? broken : undefined);
         throw err;
       }
-      // Don't return a connection in an unknown state to the pool.
+      // Closes the socket even with the timed-out statement still unanswered (pg's Client.end).
       client.release(true);
       throw storageError(op, err);
     }
