@@ -47,8 +47,11 @@ interface Relayed {
   resume(): void;
 }
 
-/** A table of its own whose row g/t/0 holds `offset`, with a store on it directly and one through a relay. */
-async function withRelayedStore(offset: number, test: (r: Relayed) => Promise<void>): Promise<void> {
+/**
+ * A table of its own whose row g/t/0 holds `offset`, with a store on it directly and one (with `opts`)
+ * through a relay.
+ */
+async function withRelayedStore(offset: number, test: (r: Relayed) => Promise<void>, opts: PgOffsetStoreOptions = {}): Promise<void> {
   const table = nextTable();
   const direct = await openStore({ table });
   await direct.commit('g', 't', [{ partition: 0, offset }]);
@@ -59,7 +62,7 @@ async function withRelayedStore(offset: number, test: (r: Relayed) => Promise<vo
     paused = undefined;
   };
   try {
-    const store = await openStore({ table, connectionString: relay.url });
+    const store = await openStore({ ...opts, table, connectionString: relay.url });
     const pause = async () => {
       const res = await admin.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%${table}%'`);
       expect(res.rows.length).toBe(1);
@@ -413,6 +416,37 @@ describe('PgOffsetStore', () => {
       const after = await openStore({ table });
       expect((await after.loadAll()).map((o) => o.offset)).toEqual([(await direct.loadAll())[0]!.offset]);
     });
+  }, 60_000);
+
+  // Group g is in coordinator partition 0, every other group in 1.
+  const partitionOf = (group: string) => (group === 'g' ? 0 : 1);
+  it.each([
+    ['a commit of a group of partition 0', { partitionOf }, (s: PgOffsetStore) => s.commit('g', 't', [{ partition: 0, offset: 8 }]), false],
+    ['the same by a store that keys no writes (no partitionOf)', {}, (s: PgOffsetStore) => s.commit('g', 't', [{ partition: 0, offset: 8 }]), true],
+    ["a deletion of a topic's offsets of every group", { partitionOf }, (s: PgOffsetStore) => s.deleteTopic('t'), true],
+  ])('a load of coordinator partition 1 waits only for writes that may touch its groups: %s', async (_name, writerOpts, lost, waits) => {
+    await withRelayedStore(
+      6,
+      async ({ table, direct, relay, store: before, pause, resume }) => {
+        await direct.commit('h', 't', [{ partition: 0, offset: 3 }]);
+        relay.hold('COMMIT\0', { refuse: true });
+        expect((await rejection(lost(before))).fields.outcome).toBe('unknown');
+        relay.refusing = false;
+        await pause();
+        const answered = relay.release();
+        // The store that lost it, and one that knows nothing of it (another coordinator, or a restart).
+        // Before: each waited for every writer of the table, whichever groups it wrote, and refused.
+        for (const store of [before, await openStore({ table, partitionOf })]) {
+          const load = store.loadAll({ partition: 1 });
+          if (waits) expect((await rejection(load)).code).toBe('storage_error');
+          else expect((await load).find((o) => o.group === 'h')?.offset).toBe(3);
+          expect((await rejection(store.loadAll({ partition: 0 }))).code).toBe('storage_error');
+        }
+        resume();
+        await answered;
+      },
+      writerOpts,
+    );
   }, 60_000);
 
   it('a deletion that failed before its COMMIT was sent did not apply', async () => {

@@ -138,7 +138,7 @@ export class Broker implements BrokerContext {
     }
     const offsetStore: OffsetStore =
       config.offsetStore === 'postgres'
-        ? new PgOffsetStore({ connectionString: config.offsetStorePostgresUrl })
+        ? new PgOffsetStore({ connectionString: config.offsetStorePostgresUrl, partitionOf: (group) => this.groupLog.partitionFor(group) })
         : config.offsetStore === 'memory'
           ? new MemoryOffsetStore()
           : new LogOffsetStore(this.groupLog);

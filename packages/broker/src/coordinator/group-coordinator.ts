@@ -229,7 +229,7 @@ export class GroupCoordinator {
     const { groups, unreplicatedGroups } = await this.deps.groupLog.replay(partition);
     const store = this.deps.offsetStore;
     const loaded =
-      store instanceof LogOffsetStore ? await store.loadPartition(partition) : (await store.loadAll()).filter((x) => this.partitionFor(x.group) === partition);
+      store instanceof LogOffsetStore ? await store.loadPartition(partition) : (await store.loadAll({ partition })).filter((x) => this.partitionFor(x.group) === partition);
     const { offsets, unsure } = await this.withoutDeletedTopics(loaded);
     if (!current()) return 0;
     const now = this.clock.monotonic();

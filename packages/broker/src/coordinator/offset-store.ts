@@ -22,8 +22,12 @@ export interface StoredOffset extends OffsetEntry {
 export interface OffsetStore {
   readonly kind: string;
   open(): Promise<void>;
-  /** Every committed offset, to fill the coordinator's cache on start or when it takes over groups. */
-  loadAll(): Promise<StoredOffset[]>;
+  /**
+   * Every committed offset, to fill the coordinator's cache on start or when it takes over groups. With
+   * `partition`, the caller keeps only the groups of that `__consumer_offsets` partition: a store may then
+   * skip waiting for writes of other groups (the PostgreSQL store does).
+   */
+  loadAll(opts?: { partition?: number }): Promise<StoredOffset[]>;
   /**
    * All entries or none, durable when resolved. Without `force`, an entry lower than the stored offset is
    * refused by the store itself too (a second line of defence against a stale coordinator), rejecting with

@@ -21,6 +21,12 @@ export interface PgOffsetStoreOptions {
   table?: string;
   /** Default: the connection's search_path. The schema must already exist. */
   schema?: string;
+  /**
+   * The coordinator partition of a group (the broker's `__consumer_offsets` mapping). Given, every write
+   * holds a key of its groups' partitions, so a load of some partitions waits only for their writers
+   * (loadAll); without it every load waits for every writer of the table.
+   */
+  partitionOf?: (group: string) => number;
 }
 
 /** The table's columns as CREATE makes them (format_type's names). */
@@ -70,6 +76,16 @@ function storageError(op: string, cause: unknown): TributaryError {
   return err;
 }
 
+/** The second advisory key of a write that may touch every group (deleteTopic of all groups): above any partition. */
+const EVERY_PARTITION = 2_147_483_647;
+
+/** The first advisory key of a table's writes: a 31-bit FNV-1a hash of its qualified name. */
+function tableKey(qualified: string): number {
+  let h = 0x811c9dc5;
+  for (const c of Buffer.from(qualified, 'utf8')) h = Math.imul(h ^ c, 0x01000193);
+  return (h >>> 0) & 0x7fffffff;
+}
+
 /** A row's key in `lostCommits`. */
 function rowKey(group: string, topic: string, partition: number): string {
   return JSON.stringify([group, topic, partition]);
@@ -103,6 +119,8 @@ export class PgOffsetStore implements OffsetStore {
    * cover is refused as for `lostCommits`.
    */
   private readonly lostDeletes = new Map<string, { topic?: string; groups?: ReadonlySet<string> }>();
+  private readonly partitionOf?: (group: string) => number;
+  private readonly tableKey: number;
 
   private readonly sql: {
     load: string;
@@ -118,10 +136,13 @@ export class PgOffsetStore implements OffsetStore {
   };
 
   constructor(opts: PgOffsetStoreOptions = {}) {
+    if (opts.partitionOf !== undefined && typeof opts.partitionOf !== 'function') throw invalidParam('partitionOf', 'must be a function');
+    this.partitionOf = opts.partitionOf;
     const table = quoteIdentifier('table', opts.table ?? 'tributary_offsets');
     const schema = opts.schema === undefined ? undefined : quoteIdentifier('schema', opts.schema);
     this.qualified = schema ? `${schema}.${table}` : table;
     const t = this.qualified;
+    this.tableKey = tableKey(t);
 
     if (opts.pool) {
       this.pool = opts.pool;
@@ -177,11 +198,17 @@ export class PgOffsetStore implements OffsetStore {
       current: `SELECT partition, next_offset::text AS next_offset FROM ${t}
         WHERE group_id = $1 AND topic = $2 AND partition = ANY($3::int[])`,
       xidStatus: `SELECT txid_status($1::bigint) AS status`,
-      // The transactions of other sessions that wrote to the table and have not ended (each holds its
-      // table lock and its own id's lock until it ends, the wait for a synchronous standby included).
-      writers: `SELECT DISTINCT x.transactionid::text AS xid FROM pg_locks r
-        JOIN pg_locks x ON x.pid = r.pid AND x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock' AND x.granted
-        WHERE r.locktype = 'relation' AND r.relation = $1::regclass AND r.mode = 'RowExclusiveLock' AND r.pid <> pg_backend_pid()`,
+      // The transactions of other sessions that wrote to the table and have not ended (each holds its table
+      // lock, its id's lock and its advisory keys until it ends, a synchronous standby's wait included). Given
+      // partitions ($3), not one holding keys of this table ($2) but none of them nor EVERY_PARTITION (begin).
+      // One read of pg_locks, of one moment (a CTE referenced more than once is computed once).
+      writers: `WITH l AS (SELECT locktype, relation, mode, granted, pid, transactionid, classid, objid, objsubid FROM pg_locks),
+        k AS (SELECT pid, objid::int8 AS part FROM l WHERE locktype = 'advisory' AND objsubid = 2 AND classid::int8 = $2::int8)
+        SELECT DISTINCT x.transactionid::text AS xid FROM l r
+        JOIN l x ON x.pid = r.pid AND x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock' AND x.granted
+        WHERE r.locktype = 'relation' AND r.relation = $1::regclass AND r.mode = 'RowExclusiveLock' AND r.pid <> pg_backend_pid()
+          AND ($3::int8[] IS NULL OR NOT EXISTS (SELECT 1 FROM k WHERE k.pid = r.pid)
+            OR EXISTS (SELECT 1 FROM k WHERE k.pid = r.pid AND (k.part = ANY($3::int8[]) OR k.part = ${EVERY_PARTITION})))`,
       running: `SELECT count(*)::int AS n FROM pg_locks
         WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted AND transactionid::text = ANY($1::text[])`,
       // In a transaction of their own, whose id tells the outcome of a COMMIT whose answer is lost (remove).
@@ -244,12 +271,19 @@ export class PgOffsetStore implements OffsetStore {
     }
   }
 
-  async loadAll(): Promise<StoredOffset[]> {
+  /**
+   * Every stored offset. With `partition` (and `partitionOf`), the caller keeps those of that coordinator
+   * partition's groups only, and only writes that may touch them are waited for.
+   */
+  async loadAll(opts: { partition?: number } = {}): Promise<StoredOffset[]> {
+    const part = opts.partition;
+    if (part !== undefined && (!Number.isSafeInteger(part) || part < 0)) throw invalidParam('partition', 'must be a non-negative integer');
+    const loaded = (group: string) => part === undefined || this.keyOf(group) === part || this.keyOf(group) === EVERY_PARTITION;
     // A coordinator taking groups over (back) here would otherwise take a row's value from before a
     // transaction that may still commit; refused until it ended, the load is tried again.
-    for (const key of [...this.lostCommits.keys()]) await this.lostCommitsEnded(key);
-    await this.lostDeletesEnded(() => true);
-    await this.writersEnded();
+    for (const key of [...this.lostCommits.keys()]) if (loaded((JSON.parse(key) as [string])[0])) await this.lostCommitsEnded(key);
+    await this.lostDeletesEnded((d) => d.groups === undefined || [...d.groups].some(loaded));
+    await this.writersEnded(part === undefined || !this.partitionOf ? null : [part]);
     const res = await this.query<{ group_id: string; topic: string; partition: number; next_offset: string; committed_ms: string }>(
       'loadAll',
       this.sql.load,
@@ -358,11 +392,33 @@ export class PgOffsetStore implements OffsetStore {
    * the coordinator a group moved from, stuck in a synchronous standby's wait or read late by the server)
    * would land after the load read the rows, and the coordinator answer the value from before it.
    */
-  private async writersEnded(): Promise<void> {
-    const xids = (await this.query<{ xid: string }>('loadAll', this.sql.writers, [this.qualified])).rows.map((r) => r.xid);
+  private async writersEnded(partitions: number[] | null): Promise<void> {
+    const xids = (await this.query<{ xid: string }>('loadAll', this.sql.writers, [this.qualified, this.tableKey, partitions])).rows.map((r) => r.xid);
     if (xids.length === 0) return;
     const running = await pollUntil(async () => (await this.query<{ n: number }>('loadAll', this.sql.running, [xids])).rows[0]?.n, (n) => n === 0, QUERY_TIMEOUT_MS);
     if (running !== 0) throw new TributaryError('storage_error', { op: 'loadAll', reason: 'a transaction of another session writing the offsets table has not ended' });
+  }
+
+  /** A group's coordinator partition (partitionOf), EVERY_PARTITION when it gives none that is valid. */
+  private keyOf(group: string): number {
+    let p: unknown;
+    try {
+      p = this.partitionOf?.(group);
+    } catch {
+      // Not known (yet): taken as possibly any, which only widens a load's wait.
+    }
+    return typeof p === 'number' && Number.isSafeInteger(p) && p >= 0 && p < EVERY_PARTITION ? p : EVERY_PARTITION;
+  }
+
+  /**
+   * BEGIN, and with `partitionOf` a shared advisory key (table, partition) per partition of `groups`
+   * (null: every group), held to the transaction's end: a load of other partitions then knows this write
+   * does not touch them (writersEnded). The keys are integers made here, inlined into BEGIN's round trip.
+   */
+  private begin(groups: readonly string[] | null): string {
+    const parts = groups === null ? [EVERY_PARTITION] : [...new Set(groups.map((g) => this.keyOf(g)))];
+    if (!this.partitionOf || parts.length === 0) return 'BEGIN';
+    return `BEGIN; SELECT ${parts.map((p) => `pg_advisory_xact_lock_shared(${this.tableKey}, ${p})`).join(', ')}`;
   }
 
   /** What the table holds for these partitions of a group's topic. */
@@ -384,7 +440,7 @@ export class PgOffsetStore implements OffsetStore {
   ): Promise<void> {
     await this.withClient('commit', async (client) => {
       // A failed statement discards the connection, which ends the transaction (withClient).
-      await client.query('BEGIN');
+      await client.query(this.begin([group]));
       const res = await client.query<{ partition: number; xid: string }>(this.sql.upsert, [group, topic, partitions, offsets, Date.now(), force]);
       if (res.rows.length !== sorted.length) {
         const applied = new Set(res.rows.map((r) => Number(r.partition)));
@@ -417,12 +473,12 @@ export class PgOffsetStore implements OffsetStore {
 
   async deleteGroup(group: string): Promise<void> {
     checkName('group', group);
-    await this.remove('deleteGroup', this.sql.deleteGroup, [group], { groups: new Set([group]) });
+    await this.remove('deleteGroup', this.sql.deleteGroup, [group], { groups: new Set([group]) }, [group]);
   }
 
   async deleteTopic(topic: string, groups?: readonly string[]): Promise<void> {
     checkDeleteTopic(topic, groups);
-    await this.remove('deleteTopic', this.sql.deleteTopic, [topic, groups === undefined ? null : [...groups]], { topic, groups: groups && new Set(groups) });
+    await this.remove('deleteTopic', this.sql.deleteTopic, [topic, groups === undefined ? null : [...groups]], { topic, groups: groups && new Set(groups) }, groups ?? null);
   }
 
   /**
@@ -433,12 +489,12 @@ export class PgOffsetStore implements OffsetStore {
    * rows it covers are not read until it ended (`lostDeletes`). Failing before COMMIT was sent, it did not
    * apply: the server rolls back a transaction whose connection is gone.
    */
-  private async remove(op: string, text: string, values: unknown[], covers: { topic?: string; groups?: ReadonlySet<string> }): Promise<void> {
+  private async remove(op: string, text: string, values: unknown[], covers: { topic?: string; groups?: ReadonlySet<string> }, groups: readonly string[] | null): Promise<void> {
     const sent: { xid?: string } = {};
     try {
       await this.withClient(op, async (client) => {
         // A failed statement discards the connection, which ends the transaction (withClient).
-        await client.query('BEGIN');
+        await client.query(this.begin(groups));
         sent.xid = (await client.query<{ xid: string }>(text, values)).rows[0]?.xid;
         await client.query('COMMIT');
       });
