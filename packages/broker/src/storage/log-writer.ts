@@ -31,6 +31,7 @@ import {
 import type { SegmentFds } from './segment-fds.js';
 import { Segment } from './segment.js';
 import { StoredAppends } from './stored-appends.js';
+import { checkReplicaRecords, encodeReplicaRecords, type ReplicaWrite } from './replica-write.js';
 import { MAX_BLOCK_BYTES, WriteArena } from './write-arena.js';
 
 /** Upper bound of one append batch and of one coalesced write. */
@@ -53,19 +54,6 @@ interface PendingAppend extends SyncWaiter {
   sizes: number[];
   bytes: number;
   guard?: AppendGuard;
-}
-
-/** The records of an appendReplica call, encoded when the call is accepted (the caller's objects may change later). */
-interface ReplicaWrite {
-  buf: Buffer;
-  /** Position of record i in `buf`, then the end. */
-  starts: number[];
-  /** Offset of record i (increasing, maybe with gaps). */
-  offsets: number[];
-  /** Of the records with a timestamp (-1 when none has one). */
-  maxTimestamp: number;
-  /** Some record has none (negative): the segment's age counts it as written when it is (ageTimestamp). */
-  untimed: boolean;
 }
 
 export class LogWriter {
@@ -153,51 +141,13 @@ export class LogWriter {
         return { buf, starts: records.starts, offsets: records.offsets, maxTimestamp: records.maxTimestamp, untimed: records.untimed };
       });
     }
-    if (!Array.isArray(records) || records.length === 0) return Promise.reject(invalidParam('records', 'must be a non-empty array'));
-    const n = records.length;
-    const sizes = new Array<number>(n);
-    const offsets = new Array<number>(n);
-    let bytes = 0;
-    for (let i = 0; i < n; i++) {
-      const r = records[i];
-      const offset = r?.offset;
-      if (!Number.isSafeInteger(offset) || offset < 0) return Promise.reject(invalidParam('records', `record ${i}: bad offset ${offset}`));
-      if (typeof r.timestamp !== 'number') return Promise.reject(invalidParam('records', `record ${i}: timestamp must be a safe integer`));
-      // Timestamps as stored on the leader: a Kafka producer's 0 or -1 included.
-      const reason = validateEncodable(r, true);
-      if (reason) return Promise.reject(invalidParam('records', `record ${i}: ${reason}`));
-      if (i > 0) {
-        const prev = offsets[i - 1];
-        if (offset <= prev) return Promise.reject(invalidParam('records', `record ${i}: offsets must be strictly increasing (${offset} after ${prev})`));
-        if (offset !== prev + 1 && ((records[i - 1].attributes ?? 0) & ATTR_END_OF_APPEND) === 0) {
-          return Promise.reject(invalidParam('records', `record ${i}: offset gap (${prev} to ${offset}) inside an append`));
-        }
-      }
-      offsets[i] = offset;
-      sizes[i] = encodedSize(r);
-      bytes += sizes[i];
-    }
-    if (((records[n - 1].attributes ?? 0) & ATTR_END_OF_APPEND) === 0) {
-      return Promise.reject(invalidParam('records', 'the last record does not end an append (ATTR_END_OF_APPEND): pass whole appends only'));
-    }
+    const checked = checkReplicaRecords(records);
+    if (checked instanceof Error) return Promise.reject(checked);
+    const { offsets, sizes, bytes } = checked;
     return this.queueReplica(offsets, bytes, () => {
       // The tail cache keeps these bytes: unpooled memory, shared with neighbouring writes (write-arena.ts).
       const buf = this.arena.take(bytes);
-      const starts = new Array<number>(n + 1);
-      let maxTimestamp = -1;
-      let untimed = false;
-      let p = 0;
-      for (let i = 0; i < n; i++) {
-        const r = records[i];
-        const end = encodeRecordInto(buf, p, r);
-        if (end - p !== sizes[i]) throw storageError(this.st.dir, 'record encoding size mismatch');
-        starts[i] = p;
-        if (r.timestamp > maxTimestamp) maxTimestamp = r.timestamp;
-        if (r.timestamp < 0) untimed = true;
-        p = end;
-      }
-      starts[n] = p;
-      return { buf, starts, offsets, maxTimestamp, untimed };
+      return encodeReplicaRecords(records, sizes, offsets, buf, this.st.dir);
     });
   }
 
