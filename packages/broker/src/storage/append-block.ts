@@ -250,7 +250,7 @@ export function writeWireFromBlock(src: Buffer, pos: number, from: number, dst: 
 export const blockOut = { records: 0 };
 
 /** Where the wire record (with extensions) at `p` ends. */
-function recordEnd(b: Buffer, p: number): number {
+export function recordEnd(b: Buffer, p: number): number {
   let q = valueEndOf(b, p);
   const hc = (b[q + 9]! << 8) | b[q + 10]!;
   q += 11;

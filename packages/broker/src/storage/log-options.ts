@@ -47,6 +47,12 @@ export interface LogOptions {
    * period is then the one flushIntervalMs means.
    */
   ticker?: LogTicker;
+  /**
+   * How appends are stored (internal, not a CLI flag yet): 'records' (the default) the per-record layout,
+   * 'blocks' a blockable produce frame as one append block (append-block.ts). The migration to blocks is in
+   * steps; docs/architecture.md "Stored batches" lists what reads blocks so far and what still refuses them.
+   */
+  storedLayout?: 'records' | 'blocks';
 }
 
 /** How a log's segments take part in the fd budget (one per log: it names the log's waits): only fsynced writes let a segment close its fd. */
@@ -165,6 +171,7 @@ export function resolveOptions(o: Partial<LogOptions>): Readonly<LogOptions> {
   if (opts.tailCacheBytes !== undefined) posInt('tailCacheBytes', 0);
   if (opts.flush !== 'always' && opts.flush !== 'interval' && opts.flush !== 'os') throw invalidParam('flush', "must be 'always', 'interval' or 'os'");
   if (opts.cleanupPolicy !== undefined && opts.cleanupPolicy !== 'delete' && opts.cleanupPolicy !== 'compact') throw invalidParam('cleanupPolicy', "must be 'delete' or 'compact'");
+  if (opts.storedLayout !== undefined && opts.storedLayout !== 'records' && opts.storedLayout !== 'blocks') throw invalidParam('storedLayout', "must be 'records' or 'blocks'");
   resolved.add(Object.freeze(opts));
   return opts;
 }

@@ -5,6 +5,8 @@
  */
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
+import type { BlockInfo } from './append-block.js';
+import { type BlockRecord, blockLeftOut, blockRecordCost } from './block-records.js';
 import { storageError } from './log-fs.js';
 import type { ReadOptions } from './log-options.js';
 import type { LogState } from './log-state.js';
@@ -14,6 +16,9 @@ import type { SegmentFds } from './segment-fds.js';
 import { DECODE, INSPECT, walkLog } from './segment-walk.js';
 import { replyWriter } from './reply-writer.js';
 import { leftOut, type WireReadRequest } from './tail-cache.js';
+
+/** What readWireFromDisk takes: runs of per-record layout records, or one record of an append block. */
+type WirePiece = StoredRun | { buf: Buffer; rec: BlockRecord; flags: number };
 
 /** A CONSUME reply batch written from stored bytes (LogReader.readWire, readWireFromDisk). */
 export interface WireReply {
@@ -91,8 +96,9 @@ export class LogReader {
     const limit = opts.maxOffset === undefined ? leo : Math.min(leo, opts.maxOffset);
     const { maxRecords, maxBytes } = opts;
     if (offset >= limit || !(maxRecords >= 1)) return null;
-    // Pass 1, by readFromDisk's rules: which records, as runs of whole records in the chunks read.
-    const runs: StoredRun[] = [];
+    // Pass 1, by readFromDisk's rules: which records, as runs of whole records in the chunks read, and the
+    // records of append blocks one by one (block-records.ts).
+    const runs: WirePiece[] = [];
     let n = 0;
     let bytes = 0;
     let stored = 0;
@@ -110,9 +116,15 @@ export class LogReader {
       {
         wanted: (avg) => Math.min(maxBytes - bytes, (maxRecords - n) * avg),
         record: (buf, p, r) => {
-          const cost = r.size + storedHeaderCount(buf, p) * READ_HEADER_COST;
+          const rec = r.rec;
+          const cost = rec ? blockRecordCost(rec) : r.size + storedHeaderCount(buf, p) * READ_HEADER_COST;
           if (n > 0 && bytes + cost > maxBytes) return 'stop';
-          if (from < 0) from = p;
+          if (rec) {
+            // The per-record run before the block ends at it.
+            if (from >= 0) runs.push({ buf, from, to: p });
+            from = -1;
+            runs.push({ buf, rec, flags: (r.block as BlockInfo).flags });
+          } else if (from < 0) from = p;
           if (first < 0) first = r.offset;
           n++;
           bytes += cost;
@@ -137,7 +149,7 @@ export class LogReader {
   }
 
   /** Pass 2 of readWireFromDisk: the reply of the records in `runs` (validated; `stored` bytes, charged `charged`). */
-  private writeWireReply(runs: StoredRun[], stored: number, charged: number, first: number, next: number, w: WireReadRequest): WireReply | null {
+  private writeWireReply(runs: WirePiece[], stored: number, charged: number, first: number, next: number, w: WireReadRequest): WireReply | null {
     const writer = replyWriter(w.format, w.topic, w.partition, w.extensions);
     if (!writer) return null;
     const size = writer.bound(stored, charged);
@@ -148,6 +160,16 @@ export class LogReader {
     let valueBytes = 0;
     for (const run of runs) {
       const src = run.buf;
+      if ('rec' in run) {
+        const rec = run.rec;
+        if (blockLeftOut(src, rec, run.flags, w.skipControl, skipAborted)) continue;
+        const end = writer.blockRecord(src, rec.at, rec.end, rec.offset, buf, at);
+        if (end < 0) return null;
+        valueBytes += writer.valueLength;
+        at = end;
+        count++;
+        continue;
+      }
       for (let p = run.from; p < run.to; p += 4 + src.readUInt32BE(p)) {
         const offset = src.readUInt32BE(p + 8) * 0x100000000 + src.readUInt32BE(p + 12);
         if (leftOut(src, p, offset, w.skipControl, skipAborted)) continue;

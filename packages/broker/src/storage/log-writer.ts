@@ -10,6 +10,7 @@ import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import { systemClock } from '../common/clock.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
+import { blockSize, wireBlockable, writeBlockFromWire } from './append-block.js';
 import type { GroupCommit, SyncWaiter } from './group-commit.js';
 import { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
 import { fsyncDir, isFdExhaustion, makeDir, storageError, writeFailed } from './log-fs.js';
@@ -49,6 +50,8 @@ interface PendingAppend extends SyncWaiter {
   wire?: ScannedBatch;
   /** With `wire`: the sequence of its first record, an idempotent batch's (-1: a plain batch). */
   wireSequence?: number;
+  /** With `wire`: stored as one append block (LogOptions.storedLayout 'blocks'; `bytes` is its size). */
+  block?: boolean;
   /** Instead of `records`: an appendReplica call, already encoded with its own offsets. */
   replica?: ReplicaWrite;
   sizes: number[];
@@ -115,9 +118,13 @@ export class LogWriter {
       sizes[i] = size;
       bytes += size;
     }
+    // A block is one whole append; maxRecordBytes still bounds each record at its per-record size above.
+    const block = this.st.options.storedLayout === 'blocks' && !batch.transactional && batch.idempotent === firstSequence >= 0 && wireBlockable(batch);
+    if (block) bytes = blockSize(batch);
     if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
     return new Promise<AppendResult>((resolve, reject) => {
       const p: PendingAppend = { records: NO_RECORDS, wire: batch, wireSequence: firstSequence, sizes, bytes, resolve, reject };
+      if (block) p.block = true;
       if (guard) p.guard = guard;
       this.pending.push(p);
       this.scheduleDrain();
@@ -266,8 +273,10 @@ export class LogWriter {
   private writeGroup(seg: Segment, group: PendingAppend[], bytes: number, now: number): Promise<void> | undefined {
     // The tail cache keeps these bytes: unpooled memory, shared with neighbouring writes (write-arena.ts).
     const buf = this.arena.take(bytes);
-    // Where each record starts in `buf`, then the end: for the index and the tail cache.
+    // Where each unit (a record, or a block: block-records.ts) starts in `buf`, then the end: for the index
+    // and the tail cache. With a block in the group, the first offset of each unit (else firstOffset + i).
     const recStarts: number[] = [];
+    let unitOffsets: number[] | null = null;
     const firstOffset = seg.nextOffset;
     let offset = firstOffset;
     let maxTs = seg.maxTimestamp;
@@ -275,6 +284,20 @@ export class LogWriter {
     for (const b of group) {
       const base = offset;
       const wire = b.wire;
+      if (wire && b.block) {
+        if (unitOffsets === null) unitOffsets = recStarts.map((_, i) => firstOffset + i);
+        unitOffsets.push(offset);
+        recStarts.push(p);
+        const end = writeBlockFromWire(wire, buf, p, { baseOffset: offset, now, flags: 0, firstSequence: b.wireSequence ?? -1 });
+        if (end - p !== b.bytes) throw storageError(this.st.dir, 'block encoding size mismatch');
+        // The block header's max timestamp (append-block.ts), as writeBlockFromWire stamped it.
+        const blockTs = buf.readUInt32BE(p + 30) * 0x100000000 + buf.readUInt32BE(p + 34);
+        if (blockTs > maxTs) maxTs = blockTs;
+        p = end;
+        offset += wire.count;
+        b.result = { baseOffset: base, lastOffset: offset - 1, timestamp: now };
+        continue;
+      }
       if (wire) {
         const { body, starts, extensions, count } = wire;
         const sizes = b.sizes;
@@ -282,6 +305,7 @@ export class LogWriter {
         for (let i = 0; i < count; i++) {
           const end = writeStoredFromWire(body, starts[i], starts[i + 1], extensions, buf, p, offset, now, i === count - 1 ? ATTR_END_OF_APPEND : 0, seq < 0 ? -1 : seq + i);
           if (end - p !== sizes[i]) throw storageError(this.st.dir, 'record encoding size mismatch');
+          if (unitOffsets !== null) unitOffsets.push(offset);
           recStarts.push(p);
           if (lastWireTimestamp > maxTs) maxTs = lastWireTimestamp;
           p = end;
@@ -308,6 +332,7 @@ export class LogWriter {
           attributes,
         });
         if (end - p !== b.sizes[i]) throw storageError(this.st.dir, 'record encoding size mismatch');
+        if (unitOffsets !== null) unitOffsets.push(offset);
         recStarts.push(p);
         const age = ageTimestamp(timestamp, now);
         if (age > maxTs) maxTs = age;
@@ -324,23 +349,28 @@ export class LogWriter {
     } catch (err) {
       return this.rollBack(seg, startSize, err);
     }
-    const written = { seg, group, buf, bytes, startSize, firstOffset, nextOffset: offset, maxTs, recStarts };
+    const written = { seg, group, buf, bytes, startSize, firstOffset, nextOffset: offset, maxTs, recStarts, unitOffsets };
     if (!wrote) return this.writeAtEnd(seg, buf, startSize).then(() => this.groupWritten(written));
     this.groupWritten(written);
     return undefined;
   }
 
   /** A group's bytes are in the file: publishes them (readers never see a partial record) and awaits durability. */
-  private groupWritten(w: { seg: Segment; group: PendingAppend[]; buf: Buffer; bytes: number; startSize: number; firstOffset: number; nextOffset: number; maxTs: number; recStarts: number[] }): void {
-    const { seg, group, bytes, startSize, firstOffset, recStarts } = w;
-    for (let i = 0; i < recStarts.length - 1; i++) seg.index.onRecord(firstOffset + i, startSize + recStarts[i]);
+  private groupWritten(w: { seg: Segment; group: PendingAppend[]; buf: Buffer; bytes: number; startSize: number; firstOffset: number; nextOffset: number; maxTs: number; recStarts: number[]; unitOffsets: number[] | null }): void {
+    const { seg, group, bytes, startSize, firstOffset, recStarts, unitOffsets } = w;
+    // A block's index entry is its first offset: lookups of offsets inside it land on it (offset-index.ts).
+    if (unitOffsets === null) for (let i = 0; i < recStarts.length - 1; i++) seg.index.onRecord(firstOffset + i, startSize + recStarts[i]);
+    else for (let i = 0; i < recStarts.length - 1; i++) seg.index.onRecord(unitOffsets[i], startSize + recStarts[i]);
     seg.size = startSize + bytes;
     seg.nextOffset = w.nextOffset;
     seg.maxTimestamp = w.maxTs;
     seg.markModified();
     this.st.totalBytes += bytes;
     this.sync.markDirty(seg);
-    this.st.cache.append(w.buf, firstOffset, recStarts);
+    // The tail cache holds per-record layout records only, so far: a write with a block empties it, and its
+    // readers read the blocks from the files (docs/architecture.md "Stored batches").
+    if (unitOffsets === null) this.st.cache.append(w.buf, firstOffset, recStarts);
+    else this.st.cache.clear();
     const writtenAt = performance.now();
     for (const b of group) (b.result as AppendResult).writtenAt = writtenAt;
     if (this.st.options.flush === 'always') {

@@ -16,10 +16,11 @@ export class OrderCheck {
   ) {
     this.next = from;
   }
-  accept(offset: number, attributes: number): boolean {
+  /** A record, or an append block of offsets [offset, last] (block-records.ts). */
+  accept(offset: number, attributes: number, last: number = offset): boolean {
     if (offset < this.next || (offset !== this.next && (this.inAppend || this.exact))) return false;
     this.exact = false;
-    this.next = offset + 1;
+    this.next = last + 1;
     this.inAppend = (attributes & ATTR_END_OF_APPEND) === 0;
     return true;
   }

@@ -6,6 +6,7 @@
  * charge applies only between appends.
  */
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
+import { refusedBlocks } from './block-records.js';
 import { storageError } from './log-fs.js';
 import type { LogState } from './log-state.js';
 import { ATTR_END_OF_APPEND, storedHeaderCount } from './record-codec.js';
@@ -79,6 +80,8 @@ export async function readStoredAppends(st: LogState, fds: SegmentFds, offset: n
     {
       wanted: (avg) => (inAppend ? READ_CHUNK_IN_APPEND : Math.min(maxBytes - cost, (maxRecords - n) * avg)),
       record: (buf, p, r) => {
+        // Replication ships the per-record layout only, so far (docs/architecture.md "Stored batches").
+        if (r.block) throw storageError(st.dir, 'REPLICA_FETCH format=stored', refusedBlocks('REPLICA_FETCH format=stored', p));
         const c = r.size + (headerCost > 0 ? storedHeaderCount(buf, p) * headerCost : 0);
         if (n > 0 && cost + c > maxBytes && !inAppend) return 'stop';
         if (from < 0) from = p;

@@ -44,6 +44,11 @@ export interface ReplyWriter {
   begin(buf: Buffer): number;
   /** Writes the stored record at `pos` of `src` (of offset `offset`) at `at`; the end, or -1 when it cannot go out. */
   record(src: Buffer, pos: number, offset: number, buf: Buffer, at: number): number;
+  /**
+   * Writes the wire record [s, e) of an append block (block-records.ts) of offset `offset` at `at`; the end,
+   * or -1 when it cannot go out (the caller then takes read()).
+   */
+  blockRecord(src: Buffer, s: number, e: number, offset: number, buf: Buffer, at: number): number;
   /** Value bytes of the last record written. */
   valueLength: number;
   /** Completes the reply ending at `at`; returns its end. */
@@ -86,6 +91,19 @@ class ConsumeReplyWriter implements ReplyWriter {
     return end;
   }
 
+  blockRecord(src: Buffer, s: number, e: number, _offset: number, buf: Buffer, at: number): number {
+    // A block holds its records in this very layout, stamped (append-block.ts): with extensions they are
+    // copied as they are; without them, up to the value's end.
+    this.valueLength = wireValueLength(src, s);
+    let to = e;
+    if (!this.ext) {
+      const k = s + 18 + ((src[s + 16]! << 8) | src[s + 17]!);
+      to = k + 2 + ((src[k]! << 8) | src[k + 1]!) + 8 + 4 + this.valueLength;
+    }
+    buf.set(new Uint8Array(src.buffer, src.byteOffset + s, to - s), at);
+    return at + to - s;
+  }
+
   finish(buf: Buffer, at: number, count: number, end: { nextOffset: number; highWatermark: number; logStartOffset: number }): number {
     setReplyCount(buf, this.recordsAt, count);
     return this.ext ? writeTrailer(buf, at, end) : at;
@@ -126,6 +144,12 @@ class RecordBatchReplyWriter implements ReplyWriter {
     const end = writeV2RecordFromStored(src, pos, buf, at, offset - this.base, ts - this.baseTs);
     this.valueLength = v2Out.valueLength;
     return end;
+  }
+
+  blockRecord(): number {
+    // Not converted yet (docs/architecture.md "Stored batches"): the Kafka listener's Fetch then takes
+    // read(), whose records it converts as any others.
+    return -1;
   }
 
   finish(buf: Buffer, at: number, count: number, end: { nextOffset: number }): number {

@@ -132,7 +132,7 @@ export async function recoverSegment(
     const index = seg.index;
     let reason: string | null = null;
     const out = await seg.scan(0, fileSize, (r) => {
-      if (!order.accept(r.offset, r.attributes)) {
+      if (!order.accept(r.offset, r.attributes, r.lastOffset)) {
         reason = 'offset_gap';
         return false;
       }
@@ -144,7 +144,7 @@ export async function recoverSegment(
         partial++;
       } else {
         valid = r.position + r.size;
-        next = r.offset + 1;
+        next = r.lastOffset + 1;
         validMaxTs = maxTs;
         partial = 0;
       }
@@ -218,7 +218,7 @@ async function tailMatchesIndex(seg: Segment): Promise<boolean> {
   const order = new OrderCheck(start.offset, last !== null);
   let tsOk = true;
   const out = await seg.scan(start.position, seg.size, (r) => {
-    if (!order.accept(r.offset, r.attributes)) return false;
+    if (!order.accept(r.offset, r.attributes, r.lastOffset)) return false;
     if (r.timestamp > seg.maxTimestamp) tsOk = false;
     return true;
   });

@@ -3,19 +3,28 @@
  * search for a valid record at any byte after a bad one (recovery).
  */
 import type { LogRecord } from 'tributary-protocol/record.js';
+import { BLOCK_FLAG, BLOCK_HEADER_BYTES } from './append-block.js';
+import { inspectBlock, refusedBlocks } from './block-records.js';
 import { type DecodeFailure, inspectRecord, MIN_RECORD_BODY } from './record-codec.js';
 import { DECODE, INSPECT, walkSegment } from './segment-walk.js';
 
 /** Bytes read at a time (more when one record is larger). */
 const SCAN_CHUNK = 1024 * 1024;
 
+/** A unit of a segment (block-records.ts): one per-record layout record, or an append block. */
 export interface RecordInfo {
+  /** The record's offset; a block's first. */
   offset: number;
+  /** A block's last offset (offset + count - 1); the record's offset. */
+  lastOffset: number;
+  /** A block's largest timestamp. */
   timestamp: number;
-  /** Raw stored attributes, storage-internal bits included. */
+  /** Raw stored attributes, storage-internal bits included (a block: ATTR_END_OF_APPEND, one whole append). */
   attributes: number;
   position: number;
   size: number;
+  /** An append block (the walkers that need its records read them: block-records.ts). */
+  block: boolean;
 }
 
 export interface ScanOutcome {
@@ -40,12 +49,18 @@ export async function walkRecords(
   const chunk = () => SCAN_CHUNK;
   const out = onRecord
     ? await walkSegment(read, from, end, chunk, DECODE, (_buf, _p, d, position) => {
+        // Decoding scans are compaction's, which does not rewrite blocks yet (docs/architecture.md "Stored batches").
+        if (d.block) throw refusedBlocks('compaction', position);
         const rec = d.record;
-        return onRecord({ offset: rec.offset, timestamp: rec.timestamp, attributes: rec.attributes, position, size: d.size }, rec) ? 'next' : 'stop';
+        return onRecord({ offset: rec.offset, lastOffset: rec.offset, timestamp: rec.timestamp, attributes: rec.attributes, position, size: d.size, block: false }, rec)
+          ? 'next'
+          : 'stop';
       })
-    : await walkSegment(read, from, end, chunk, INSPECT, (_buf, _p, r, position) =>
-        (onInfo as (r: RecordInfo) => boolean)({ offset: r.offset, timestamp: r.timestamp, attributes: r.attributes, position, size: r.size }) ? 'next' : 'stop',
-      );
+    : await walkSegment(read, from, end, chunk, INSPECT, (_buf, _p, r, position) => {
+        const last = r.block ? r.block.baseOffset + r.block.count - 1 : r.offset;
+        const info = { offset: r.offset, lastOffset: last, timestamp: r.timestamp, attributes: r.attributes, position, size: r.size, block: r.block !== undefined };
+        return (onInfo as (r: RecordInfo) => boolean)(info) ? 'next' : 'stop';
+      });
   if (out.failure === 'unreadable') throw out.error;
   return { position: out.position, failure: out.failure === 'short' ? 'incomplete' : out.failure };
 }
@@ -55,8 +70,8 @@ const PEEK = 16;
 const TWO_32 = 4294967296;
 
 /**
- * The first position in [from, end) where a whole record starts, valid in length, CRC and layout, whose
- * offset is at least `minOffset`, tried at every byte: whether anything valid follows a bad record, which
+ * The first position in [from, end) where a whole record or append block starts, valid in length, CRC and
+ * layout, whose (last) offset is at least `minOffset`, tried at every byte: whether anything valid follows a bad record, which
  * then is no torn tail (segment-recovery.ts). Null when there is none. Only a candidate whose length fits
  * and whose offset is in range is CRC-checked, so garbage and zeros cost about one comparison per byte.
  */
@@ -74,6 +89,15 @@ export async function findValidRecord(
     const stop = buf.length - PEEK + 1;
     for (let p = 0; p < stop; p++) {
       const len = buf.readUInt32BE(p);
+      if (len >= BLOCK_FLAG) {
+        // Most garbage fails the header test without a read or a promise.
+        const size = 4 + (len - BLOCK_FLAG);
+        if (size < BLOCK_HEADER_BYTES || base + p + size > end) continue;
+        if (p + BLOCK_HEADER_BYTES <= buf.length && !blockHeaderFits(buf, p, minOffset)) continue;
+        const b = await blockCandidate(read, buf, base, p, size, minOffset);
+        if (b !== null) return b;
+        continue;
+      }
       if (len < MIN_RECORD_BODY || base + p + 4 + len > end) continue;
       const hi = buf.readUInt32BE(p + 8);
       // Past 2^53 (a record's offset is a safe integer) or below minOffset.
@@ -88,4 +112,27 @@ export async function findValidRecord(
     base += stop;
   }
   return null;
+}
+
+/** Whether the block header at `p` of `buf` has safe offsets whose last reaches `minOffset`. */
+function blockHeaderFits(head: Buffer, h: number, minOffset: number): boolean {
+  const hi = head.readUInt32BE(h + 10);
+  if (hi >= 0x200000) return false;
+  const first = hi * TWO_32 + head.readUInt32BE(h + 14);
+  return first + head.readUInt32BE(h + 18) - 1 >= minOffset;
+}
+
+/** findValidRecord's test of a candidate block of `size` bytes at `p` of `buf` (read from `base`): its header, then checkBlock. */
+async function blockCandidate(
+  read: (position: number, length: number) => Promise<Buffer>,
+  buf: Buffer,
+  base: number,
+  p: number,
+  size: number,
+  minOffset: number,
+): Promise<{ position: number; offset: number } | null> {
+  const bytes = p + size <= buf.length ? buf.subarray(p, p + size) : await read(base + p, size);
+  if (bytes.length < BLOCK_HEADER_BYTES || !blockHeaderFits(bytes, 0, minOffset)) return null;
+  const r = inspectBlock(bytes, 0);
+  return r.ok ? { position: base + p, offset: r.offset } : null;
 }

@@ -5,6 +5,9 @@
  * segments as reads do (LogReader, replica-read.ts). What a caller does with each record, how large its reads
  * are, and what a bad record means to it are parameters.
  */
+import type { LogRecord } from 'tributary-protocol/record.js';
+import type { BlockInfo } from './append-block.js';
+import { type BlockRecord, blockRecords, decodeBlockRecord, inspectBlock, isBlockAt, BLOCK_RECORD_EXTRA } from './block-records.js';
 import { storageError } from './log-fs.js';
 import type { LogState } from './log-state.js';
 import { type DecodeFailure, type DecodeResult, decodeRecord, type InspectResult, inspectRecord } from './record-codec.js';
@@ -13,17 +16,69 @@ import type { SegmentFds } from './segment-fds.js';
 /** A visitor's answer to a record: go on past it, stop before it, or stop after it. */
 export type Verdict = 'next' | 'stop' | 'last';
 
-export type Inspected = Extract<InspectResult, { ok: true }>;
-export type Decoded = Extract<DecodeResult, { ok: true }>;
+/**
+ * What the walks see of a unit (a per-record layout record, or an append block: block-records.ts) and, for
+ * walkLog's visitors, of each record of a block: `block` set (the block's header fields) and `rec` (where
+ * the record lies in the chunk); `size` is then what the per-record layout would store it in.
+ */
+interface UnitFields {
+  block?: BlockInfo;
+  rec?: BlockRecord;
+}
+export type Inspected = Extract<InspectResult, { ok: true }> & UnitFields;
+export type Decoded = Extract<DecodeResult, { ok: true }> & UnitFields;
 
-/** How each record is checked: validated only, or decoded as well (one pass over its bytes either way). */
-export interface RecordCheck<T extends { ok: true; size: number }> {
+/** How each unit is checked: validated only, or decoded as well (one pass over its bytes either way). */
+export interface RecordCheck<T extends { ok: true; size: number; block?: BlockInfo }> {
   check(buf: Buffer, pos: number): T | DecodeFailure;
+  /** The offset of a record, or the first offset of a block. */
   offsetOf(r: T): number;
+  /** What a visitor sees of the record `rec` of the block unit `unit` (in `buf`). */
+  blockRecord(buf: Buffer, unit: T, rec: BlockRecord): T;
 }
 
-export const INSPECT: RecordCheck<Inspected> = { check: (buf, pos) => inspectRecord(buf, pos), offsetOf: (r) => r.offset };
-export const DECODE: RecordCheck<Decoded> = { check: (buf, pos) => decodeRecord(buf, pos), offsetOf: (r) => r.record.offset };
+/** Placeholder record of a DECODE block unit (walkers decode its records one by one: blockRecord). */
+const BLOCK_UNIT_RECORD: LogRecord = Object.freeze({
+  offset: -1,
+  timestamp: -1,
+  key: null,
+  value: Buffer.alloc(0),
+  headers: [],
+  producerId: '',
+  epoch: -1,
+  sequence: -1,
+  attributes: 0,
+}) as LogRecord;
+
+// A per-record unit costs one byte test more than before (isBlockAt): its path is otherwise unchanged.
+export const INSPECT: RecordCheck<Inspected> = {
+  check: (buf, pos) => (isBlockAt(buf, pos) ? inspectBlock(buf, pos) : inspectRecord(buf, pos)),
+  offsetOf: (r) => r.offset,
+  blockRecord: (_buf, unit, rec) => ({
+    ok: true,
+    size: rec.end - rec.at + BLOCK_RECORD_EXTRA,
+    offset: rec.offset,
+    timestamp: rec.timestamp,
+    attributes: rec.attributes,
+    block: unit.block,
+    rec,
+  }),
+};
+export const DECODE: RecordCheck<Decoded> = {
+  check: (buf, pos) => {
+    if (!isBlockAt(buf, pos)) return decodeRecord(buf, pos);
+    const u = inspectBlock(buf, pos);
+    return u.ok ? { ok: true, size: u.size, record: BLOCK_UNIT_RECORD, block: u.block } : u;
+  },
+  offsetOf: (r) => (r.record === BLOCK_UNIT_RECORD ? (r.block as BlockInfo).baseOffset : r.record.offset),
+  blockRecord: (buf, unit, rec) => ({
+    ok: true,
+    size: rec.end - rec.at + BLOCK_RECORD_EXTRA,
+    record: decodeBlockRecord(buf, rec, (unit.block as BlockInfo).flags),
+    block: unit.block,
+    rec,
+  }),
+};
 
 /** Where walkSegment ended, and why. */
 export interface SegmentWalkEnd {
@@ -43,7 +98,7 @@ export interface SegmentWalkEnd {
  * and calls `onRecord` (chunk, position in it, record, file position) for each; `onChunkEnd` once a chunk's
  * records are walked, with where the walk stopped in it (also before a bad record).
  */
-export async function walkSegment<T extends { ok: true; size: number }>(
+export async function walkSegment<T extends { ok: true; size: number; block?: BlockInfo }>(
   read: (position: number, length: number) => Promise<Buffer>,
   from: number,
   end: number,
@@ -123,7 +178,7 @@ const MAX_SWAP_RETRIES = 8;
  * Walks the records of offsets [offset, limit) in order from the segment files, starting each segment at
  * its index entry, skipping the records below the offset reached and stepping over compaction's gaps.
  */
-export async function walkLog<T extends { ok: true; size: number }>(
+export async function walkLog<T extends { ok: true; size: number; block?: BlockInfo }>(
   st: LogState,
   fds: SegmentFds,
   offset: number,
@@ -135,6 +190,19 @@ export async function walkLog<T extends { ok: true; size: number }>(
   let next = offset;
   let done = false;
   let retries = 0;
+  // A block: its records one by one, those below `next` skipped (an index entry or a read's offset may lie
+  // below the offset asked for, inside the block); a verdict other than 'next' ends the walk there.
+  const onUnit = (buf: Buffer, p: number, r: T): Verdict => {
+    const block = r.block;
+    if (block === undefined) return onRecord(buf, p, r);
+    if (block.baseOffset + block.count <= next) return 'next';
+    for (const rec of blockRecords(buf, p, block)) {
+      if (rec.offset < next) continue;
+      const verdict = onRecord(buf, p, check.blockRecord(buf, r, rec));
+      if (verdict !== 'next') return verdict;
+    }
+    return 'next';
+  };
   const onRecord = (buf: Buffer, p: number, r: T): Verdict => {
     const o = check.offsetOf(r);
     // Below `next`: the skip from the index entry. Above it: a gap left by compaction.
@@ -165,7 +233,7 @@ export async function walkLog<T extends { ok: true; size: number }>(
       const avg = seg.recordCount > 0 ? Math.ceil(end / seg.recordCount) : READ_CHUNK_MIN;
       return Math.max(READ_CHUNK_MIN, Math.min(v.wanted(avg), READ_CHUNK_MAX) + seg.index.intervalBytes);
     };
-    const out = await walkSegment((p, n) => seg.read(p, n), from, end, chunkSize, check, onRecord, chunkEnd);
+    const out = await walkSegment((p, n) => seg.read(p, n), from, end, chunkSize, check, onUnit, chunkEnd);
     if (out.failure !== null) {
       if (policy === 'lenient') return 'failed';
       // A file the walk met short, or one removed, cut or replaced meanwhile, is a race, not damage.

@@ -6,7 +6,7 @@
 import type { FdHolder, SegmentFdPolicy } from './fd-budget.js';
 import { fdatasync, writeSync } from 'node:fs';
 import { type FileHandle, rename, unlink } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { failpointRefuse } from '../common/failpoints.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { OffsetIndex, writeIndexFile } from './offset-index.js';
@@ -14,6 +14,8 @@ import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
 import type { SegmentCut } from './segment-cut.js';
 import { openWithinBudget } from './segment-open.js';
 import { type RecordInfo, type ScanOutcome, walkRecords } from './segment-scan.js';
+import { blockRecords, inspectBlock, refusedBlocks } from './block-records.js';
+import { storageError } from './log-fs.js';
 
 export type { RecordInfo, ScanOutcome } from './segment-scan.js';
 
@@ -134,28 +136,46 @@ export class Segment implements FdHolder {
     if (offset >= this.nextOffset) return this.size;
     const start = this.index.lookup(offset);
     let found = this.size;
+    let inBlock = -1;
     const out = await this.scan(start.position, this.size, (r) => {
-      if (r.offset < offset) return true;
+      if (r.lastOffset < offset) return true;
+      // A position inside an append block is no unit's start (a truncation there is not supported yet).
+      if (r.offset < offset) inBlock = r.position;
       found = r.position;
       return false;
     });
     if (out.failure !== null) throw unreadable(this, out.position);
+    // Refused with nothing changed (log-truncate.ts): a storage_error, not a failure of the log.
+    if (inBlock >= 0) throw storageError(dirname(this.logPath), `truncation to ${offset}`, refusedBlocks(`segment ${this.baseOffset}: a cut inside an append block`, inBlock));
     return found;
   }
 
   /** First offset in this segment whose timestamp is >= ts, or null. */
   async firstOffsetAtOrAfter(ts: number): Promise<number | null> {
     let found: number | null = null;
+    let block: { position: number; size: number } | null = null;
     const out = await this.scan(0, this.size, (r) => {
       if (r.timestamp >= ts) {
-        found = r.offset;
+        // A block's timestamp is its largest: the first record to reach `ts` is one of its records.
+        if (r.block) block = { position: r.position, size: r.size };
+        else found = r.offset;
         return false;
       }
       return true;
     });
+    if (block !== null) found = await this.blockOffsetAtOrAfter(block, ts);
     // A bad record before the answer: the rest of the segment cannot be searched (no silent skip to the next).
     if (found === null && out.failure !== null) throw unreadable(this, out.position);
     return found;
+  }
+
+  /** The first offset of the block at `b` whose record's timestamp is >= ts (its largest is). */
+  private async blockOffsetAtOrAfter(b: { position: number; size: number }, ts: number): Promise<number> {
+    const buf = await this.read(b.position, b.size);
+    const u = inspectBlock(buf, 0);
+    if (!u.ok) throw unreadable(this, b.position);
+    for (const r of blockRecords(buf, 0, u.block)) if (r.timestamp >= ts) return r.offset;
+    throw unreadable(this, b.position);
   }
 
   /**
