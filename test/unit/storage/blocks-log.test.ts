@@ -190,6 +190,46 @@ describe("storedLayout 'blocks'", () => {
     expect(recordsSeen).toBeGreaterThan(20);
   }, 300_000);
 
+  it('the tail cache holds blocks: wire reads of them are served from it, as the per-record layout gives them', async () => {
+    vi.spyOn(Date, 'now').mockReturnValue(NOW);
+    const frames: Frame[] = [
+      {
+        kind: 'plain',
+        ext: true,
+        records: [{ key: Buffer.from('a'), value: Buffer.from('x'), timestamp: 0, headers: [{ key: 'h', value: Buffer.from('1') }] }],
+      },
+      { kind: 'objects', ext: true, records: [{ key: null, value: Buffer.from('y'), timestamp: 7, headers: [] }] },
+      {
+        kind: 'idem',
+        ext: true,
+        records: [
+          { key: null, value: Buffer.from('z1'), timestamp: 9, headers: [] },
+          { key: Buffer.from('k'), value: Buffer.from('z2'), timestamp: 0, headers: [] },
+        ],
+      },
+    ];
+    const lr = await PartitionLog.open(await tempDir('r-', dir), { flush: 'os' });
+    const lb = await PartitionLog.open(await tempDir('b-', dir), { flush: 'os', storedLayout: 'blocks' });
+    try {
+      for (const f of frames) {
+        await appendAll(lr, [f]);
+        await appendAll(lb, [f]);
+      }
+      for (let o = 0; o < 4; o++) {
+        for (const w of [EXT, NOEXT]) {
+          const got = lb.readWire(o, { maxRecords: 10, maxBytes: 1 << 20 }, w);
+          expect(got, `offset ${o}`).not.toBeNull();
+          expect(got?.frame).toEqual(lr.readWire(o, { maxRecords: 10, maxBytes: 1 << 20 }, w)?.frame);
+        }
+        expect(await lb.read(o, { maxRecords: 10, maxBytes: 1 << 20 })).toEqual(await lr.read(o, { maxRecords: 10, maxBytes: 1 << 20 }));
+      }
+      expect(await countUnits(lb.dir)).toEqual([1, 2]);
+    } finally {
+      await lr.close();
+      await lb.close();
+    }
+  });
+
   it('a restart rebuilds the idempotent producer state from blocks: a resent batch is answered with its original offsets', async () => {
     const opts: Partial<LogOptions> = { flush: 'os', segmentBytes: 600, storedLayout: 'blocks' };
     const frame = (seq: number, n: number): ScannedBatch => {

@@ -53,21 +53,26 @@ function timestampAt(b: Buffer, s: number): number {
   return v + 4 + r32(b, v);
 }
 
+/** The block record [at, end) of offset `offset` (`last`: the block's last record). */
+export function blockRecordAt(buf: Buffer, at: number, end: number, offset: number, last: boolean): BlockRecord {
+  const ve = timestampAt(buf, at);
+  return {
+    at,
+    end,
+    offset,
+    timestamp: i64(buf, ve),
+    attributes: buf[ve + 8]! | (last ? ATTR_END_OF_APPEND : 0),
+    headers: (buf[ve + 9]! << 8) | buf[ve + 10]!,
+  };
+}
+
 /** The records of the (checked) block at `pos`, in order. */
 export function blockRecords(buf: Buffer, pos: number, info: BlockInfo): BlockRecord[] {
   const out = new Array<BlockRecord>(info.count);
   let p = pos + BLOCK_HEADER_BYTES;
   for (let i = 0; i < info.count; i++) {
-    const ve = timestampAt(buf, p);
     const end = recordEnd(buf, p);
-    out[i] = {
-      at: p,
-      end,
-      offset: info.baseOffset + i,
-      timestamp: i64(buf, ve),
-      attributes: buf[ve + 8]! | (i === info.count - 1 ? ATTR_END_OF_APPEND : 0),
-      headers: (buf[ve + 9]! << 8) | buf[ve + 10]!,
-    };
+    out[i] = blockRecordAt(buf, p, end, info.baseOffset + i, i === info.count - 1);
     p = end;
   }
   return out;

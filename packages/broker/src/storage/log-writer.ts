@@ -10,7 +10,7 @@ import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import { systemClock } from '../common/clock.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
-import { blockSize, wireBlockable, writeBlockFromWire } from './append-block.js';
+import { BLOCK_HEADER_BYTES, blockSize, wireBlockable, writeBlockFromWire } from './append-block.js';
 import type { GroupCommit, SyncWaiter } from './group-commit.js';
 import { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
 import { fsyncDir, isFdExhaustion, makeDir, storageError, writeFailed } from './log-fs.js';
@@ -277,6 +277,8 @@ export class LogWriter {
     // and the tail cache. With a block in the group, the first offset of each unit (else firstOffset + i).
     const recStarts: number[] = [];
     let unitOffsets: number[] | null = null;
+    // The blocks among the units (unit index: their records' positions in `buf`, then the end), for the tail cache.
+    let blocks: Map<number, number[]> | null = null;
     const firstOffset = seg.nextOffset;
     let offset = firstOffset;
     let maxTs = seg.maxTimestamp;
@@ -290,6 +292,9 @@ export class LogWriter {
         recStarts.push(p);
         const end = writeBlockFromWire(wire, buf, p, { baseOffset: offset, now, flags: 0, firstSequence: b.wireSequence ?? -1 });
         if (end - p !== b.bytes) throw storageError(this.st.dir, 'block encoding size mismatch');
+        // The records keep their lengths: the frame's positions, moved to after the block header.
+        const shift = p + BLOCK_HEADER_BYTES - wire.starts[0];
+        (blocks ??= new Map()).set(recStarts.length - 1, wire.starts.map((s) => s + shift));
         // The block header's max timestamp (append-block.ts), as writeBlockFromWire stamped it.
         const blockTs = buf.readUInt32BE(p + 30) * 0x100000000 + buf.readUInt32BE(p + 34);
         if (blockTs > maxTs) maxTs = blockTs;
@@ -349,14 +354,14 @@ export class LogWriter {
     } catch (err) {
       return this.rollBack(seg, startSize, err);
     }
-    const written = { seg, group, buf, bytes, startSize, firstOffset, nextOffset: offset, maxTs, recStarts, unitOffsets };
+    const written = { seg, group, buf, bytes, startSize, firstOffset, nextOffset: offset, maxTs, recStarts, unitOffsets, blocks };
     if (!wrote) return this.writeAtEnd(seg, buf, startSize).then(() => this.groupWritten(written));
     this.groupWritten(written);
     return undefined;
   }
 
   /** A group's bytes are in the file: publishes them (readers never see a partial record) and awaits durability. */
-  private groupWritten(w: { seg: Segment; group: PendingAppend[]; buf: Buffer; bytes: number; startSize: number; firstOffset: number; nextOffset: number; maxTs: number; recStarts: number[]; unitOffsets: number[] | null }): void {
+  private groupWritten(w: { seg: Segment; group: PendingAppend[]; buf: Buffer; bytes: number; startSize: number; firstOffset: number; nextOffset: number; maxTs: number; recStarts: number[]; unitOffsets: number[] | null; blocks: Map<number, number[]> | null }): void {
     const { seg, group, bytes, startSize, firstOffset, recStarts, unitOffsets } = w;
     // A block's index entry is its first offset: lookups of offsets inside it land on it (offset-index.ts).
     if (unitOffsets === null) for (let i = 0; i < recStarts.length - 1; i++) seg.index.onRecord(firstOffset + i, startSize + recStarts[i]);
@@ -367,10 +372,8 @@ export class LogWriter {
     seg.markModified();
     this.st.totalBytes += bytes;
     this.sync.markDirty(seg);
-    // The tail cache holds per-record layout records only, so far: a write with a block empties it, and its
-    // readers read the blocks from the files (docs/architecture.md "Stored batches").
     if (unitOffsets === null) this.st.cache.append(w.buf, firstOffset, recStarts);
-    else this.st.cache.clear();
+    else this.st.cache.appendUnits(w.buf, recStarts, unitOffsets, w.blocks ?? new Map());
     const writtenAt = performance.now();
     for (const b of group) (b.result as AppendResult).writtenAt = writtenAt;
     if (this.st.options.flush === 'always') {

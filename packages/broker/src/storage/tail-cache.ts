@@ -3,6 +3,7 @@
  * and written straight into CONSUME reply batches (docs/protocol.md) by readWire.
  */
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
+import { blockLeftOut, blockRecordAt, blockRecordCost, decodeBlockRecord } from './block-records.js';
 import { decodeOwnRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } from './record-codec.js';
 import type { ReplyWriter, WireFormat } from './reply-writer.js';
 import type { BudgetedCache, TailCacheBudget } from './tail-cache-budget.js';
@@ -25,7 +26,7 @@ function chunkCost(c: CacheChunk): number {
 }
 
 /** What an evicted chunk's slot holds until `compact` drops it. */
-const EVICTED: CacheChunk = { buf: Buffer.alloc(0), base: -1, count: 0, starts: [0] };
+const EVICTED: CacheChunk = { buf: Buffer.alloc(0), base: -1, count: 0, starts: [0], flags: -1 };
 
 /**
  * A run of cached writes: `buf` as written, record i at starts[i] .. starts[i + 1]. Writes that follow
@@ -39,6 +40,16 @@ interface CacheChunk {
   count: number;
   /** count + 1 positions in `buf` (plain numbers: no per-chunk backing store). */
   starts: number[];
+  /**
+   * -1: records in the per-record layout (record-codec.ts). Else the chunk is (part of) one append block,
+   * `starts` its wire records (block-records.ts), and this the block's flags.
+   */
+  flags: number;
+}
+
+/** Record i of the block chunk `c`, as block-records.ts reads it. */
+function blockRecordOf(c: CacheChunk, i: number) {
+  return blockRecordAt(c.buf, c.starts[i], c.starts[i + 1], c.base + i, false);
 }
 
 /** What a CONSUME reply batch is written for: the partition, the batch format and the records to leave out. */
@@ -91,6 +102,7 @@ export function leftOut(src: Buffer, pos: number, offset: number, skipControl: b
  * header, as every read path does (LogReader), so each returns the same records.
  */
 function readCost(c: CacheChunk, i: number): number {
+  if (c.flags >= 0) return blockRecordCost(blockRecordOf(c, i));
   const pos = c.starts[i];
   return c.starts[i + 1] - pos + storedHeaderCount(c.buf, pos) * READ_HEADER_COST;
 }
@@ -158,13 +170,22 @@ export class TailCache implements BudgetedCache {
     return c.base + c.count;
   }
 
-  /** Caches the records of one write: `starts` holds each record's position in `buf`, then the end. */
-  append(buf: Buffer, base: number, starts: number[]): void {
+  /**
+   * Caches the records of one write: `starts` holds each record's position in `buf`, then the end. With
+   * `flags` (>= 0), the records of one append block (their wire records' positions, then the block's end).
+   */
+  append(buf: Buffer, base: number, starts: number[], flags = -1): void {
     const count = starts.length - 1;
     if (this.maxBytes <= 0 || count <= 0) return;
     if (!this.empty && base !== this.end) this.clear();
     const last = this.empty ? undefined : this.chunks[this.chunks.length - 1];
-    if (last !== undefined && last.buf.buffer === buf.buffer && last.buf.byteOffset + last.starts[last.count] === buf.byteOffset + starts[0]) {
+    if (
+      last !== undefined &&
+      flags < 0 &&
+      last.flags < 0 &&
+      last.buf.buffer === buf.buffer &&
+      last.buf.byteOffset + last.starts[last.count] === buf.byteOffset + starts[0]
+    ) {
       // The write follows the last chunk's in the same block: it joins that chunk (no objects of its own).
       this.held -= chunkCost(last);
       const shift = buf.byteOffset - last.buf.byteOffset;
@@ -173,7 +194,7 @@ export class TailCache implements BudgetedCache {
       last.buf = Buffer.from(buf.buffer, last.buf.byteOffset, last.starts[last.count]);
       this.held += chunkCost(last);
     } else {
-      const chunk = { buf, base, count, starts };
+      const chunk = { buf, base, count, starts, flags };
       this.chunks.push(chunk);
       this.held += chunkCost(chunk);
     }
@@ -181,6 +202,25 @@ export class TailCache implements BudgetedCache {
     while (this.bytes > this.maxBytes && !this.empty) this.evictOne();
     this.compact();
     this.report(true);
+  }
+
+  /**
+   * Caches a write of units (block-records.ts): `starts` holds each unit's position in `buf`, then the end,
+   * `offsets` each unit's first offset; `blocks` the blocks among them (unit index: their records' positions,
+   * then the block's end). Runs of per-record layout records share a chunk; a block has one of its own.
+   */
+  appendUnits(buf: Buffer, starts: number[], offsets: number[], blocks: Map<number, number[]>): void {
+    const n = starts.length - 1;
+    let from = 0;
+    for (let u = 0; u < n; u++) {
+      const rs = blocks.get(u);
+      if (rs === undefined) continue;
+      if (u > from) this.append(buf, offsets[from], starts.slice(from, u + 1));
+      // The block header's flags byte (append-block.ts).
+      this.append(buf, offsets[u], rs, buf[starts[u] + 9]);
+      from = u + 1;
+    }
+    if (n > from) this.append(buf, offsets[from], starts.slice(from, n + 1));
   }
 
   /** Drops the oldest cached record (a whole chunk when that is all it has left). */
@@ -239,7 +279,7 @@ export class TailCache implements BudgetedCache {
       if (c.base + i >= limit) break;
       const size = readCost(c, i);
       if (out.length > 0 && bytes + size > maxBytes) break;
-      const r = decodeOwnRecord(c.buf, c.starts[i]);
+      const r = c.flags < 0 ? decodeOwnRecord(c.buf, c.starts[i]) : decodeBlockRecord(c.buf, blockRecordOf(c, i), c.flags);
       r.attributes &= USER_ATTR_MASK;
       out.push(r);
       bytes += size;
@@ -296,8 +336,15 @@ export class TailCache implements BudgetedCache {
       }
       const src = c.buf;
       const pos = c.starts[i];
-      if (leftOut(src, pos, c.base + i, skipControl, skipAborted)) continue;
-      const end = writer.record(src, pos, c.base + i, buf, at);
+      let end: number;
+      if (c.flags < 0) {
+        if (leftOut(src, pos, c.base + i, skipControl, skipAborted)) continue;
+        end = writer.record(src, pos, c.base + i, buf, at);
+      } else {
+        // A plain or idempotent block (flags 0 or 1) is never left out.
+        if (c.flags > 1 && blockLeftOut(src, blockRecordOf(c, i), c.flags, skipControl, skipAborted)) continue;
+        end = writer.blockRecord(src, pos, c.starts[i + 1], c.base + i, buf, at);
+      }
       if (end < 0) return null;
       valueBytes += writer.valueLength;
       at = end;
