@@ -4,7 +4,8 @@
  * (docs/protocol.md sections 5.1 and 5.2, with record_extensions_v1), stamped in place with their offsets,
  * timestamps and attributes. So storing a produce frame is one copy of its record bytes plus a few fixed-width
  * writes per record and one CRC-32C per append, and a CONSUME reply's records are one copy of a block's bytes
- * from the first offset asked for. Segments do not use it yet: this is the codec the segment format moves to,
+ * from the first offset asked for. Segments use it only under the internal LogOptions.storedLayout 'blocks'
+ * (log-writer.ts writes blocks, block-records.ts reads them): this is the codec the segment format moves to,
  * tested byte for byte against the per-record layout (record-codec.ts) so that a consumer cannot tell which
  * layout its records came from.
  *
