@@ -1,6 +1,7 @@
 /**
  * The one walk over stored records (docs/architecture.md "Storage"): a segment file is read in chunks and
- * cut into whole records, each one's length, CRC and layout checked. `walkSegment` walks a byte range of one
+ * cut into whole units, each one's length, CRC and layout checked: a per-record layout record, or an append
+ * block (block-records.ts; walkLog hands its visitors a block's records one by one). `walkSegment` walks a byte range of one
  * segment (Segment.scan: recovery, cuts, compaction); `walkLog` walks the log from an offset across its
  * segments as reads do (LogReader, replica-read.ts). What a caller does with each record, how large its reads
  * are, and what a bad record means to it are parameters.
