@@ -83,6 +83,12 @@ export function blockRecordCost(r: BlockRecord): number {
   return r.end - r.at + BLOCK_RECORD_EXTRA + r.headers * READ_HEADER_COST;
 }
 
+/** blockRecordCost of the block record [s, e) of `buf`, without a BlockRecord (a wire read's first pass). */
+export function blockRecordCostAt(buf: Buffer, s: number, e: number): number {
+  const ve = timestampAt(buf, s);
+  return e - s + BLOCK_RECORD_EXTRA + ((buf[ve + 9]! << 8) | buf[ve + 10]!) * READ_HEADER_COST;
+}
+
 /**
  * The LogRecord of the block record `r` (of a block with `flags`), with the per-record layout's field values;
  * buffers are views into `buf`.

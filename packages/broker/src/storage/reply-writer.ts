@@ -28,6 +28,7 @@ import {
   w32,
   w64,
 } from 'tributary-protocol/record-batch/layout.js';
+import { recordEnd } from './append-block.js';
 import { writeWireRecord } from './record-codec.js';
 import { v2Out, writeV2RecordFromStored } from './stored-batch.js';
 
@@ -49,6 +50,11 @@ export interface ReplyWriter {
    * or -1 when it cannot go out (the caller then takes read()).
    */
   blockRecord(src: Buffer, s: number, e: number, offset: number, buf: Buffer, at: number): number;
+  /**
+   * Where the reply's records are the block's bytes as they are (a CONSUME reply with extensions): writes the
+   * run of whole wire records [s, e) of a block at `at` in one copy; the end. valueLength is then the run's.
+   */
+  blockRun?(src: Buffer, s: number, e: number, buf: Buffer, at: number): number;
   /** Value bytes of the last record written. */
   valueLength: number;
   /** Completes the reply ending at `at`; returns its end. */
@@ -73,7 +79,12 @@ class ConsumeReplyWriter implements ReplyWriter {
     private readonly topicLen: number,
     private readonly partition: number,
     private readonly ext: boolean,
-  ) {}
+  ) {
+    // Without extensions each record goes out cut after its value: no run copy then.
+    this.blockRun = ext ? (src, s, e, buf, at) => this.copyRun(src, s, e, buf, at) : undefined;
+  }
+
+  readonly blockRun: ReplyWriter['blockRun'];
 
   bound(stored: number): number {
     // A wire record is never larger than its stored form.
@@ -102,6 +113,14 @@ class ConsumeReplyWriter implements ReplyWriter {
     }
     buf.set(new Uint8Array(src.buffer, src.byteOffset + s, to - s), at);
     return at + to - s;
+  }
+
+  private copyRun(src: Buffer, s: number, e: number, buf: Buffer, at: number): number {
+    let values = 0;
+    for (let p = s; p < e; p = recordEnd(src, p)) values += wireValueLength(src, p);
+    this.valueLength = values;
+    buf.set(new Uint8Array(src.buffer, src.byteOffset + s, e - s), at);
+    return at + e - s;
   }
 
   finish(buf: Buffer, at: number, count: number, end: { nextOffset: number; highWatermark: number; logStartOffset: number }): number {

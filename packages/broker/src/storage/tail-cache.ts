@@ -3,7 +3,7 @@
  * and written straight into CONSUME reply batches (docs/protocol.md) by readWire.
  */
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
-import { blockLeftOut, blockRecordAt, blockRecordCost, decodeBlockRecord } from './block-records.js';
+import { blockLeftOut, blockRecordAt, blockRecordCostAt, decodeBlockRecord } from './block-records.js';
 import { decodeOwnRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } from './record-codec.js';
 import type { ReplyWriter, WireFormat } from './reply-writer.js';
 import type { BudgetedCache, TailCacheBudget } from './tail-cache-budget.js';
@@ -102,7 +102,7 @@ export function leftOut(src: Buffer, pos: number, offset: number, skipControl: b
  * header, as every read path does (LogReader), so each returns the same records.
  */
 function readCost(c: CacheChunk, i: number): number {
-  if (c.flags >= 0) return blockRecordCost(blockRecordOf(c, i));
+  if (c.flags >= 0) return blockRecordCostAt(c.buf, c.starts[i], c.starts[i + 1]);
   const pos = c.starts[i];
   return c.starts[i + 1] - pos + storedHeaderCount(c.buf, pos) * READ_HEADER_COST;
 }
@@ -340,8 +340,17 @@ export class TailCache implements BudgetedCache {
       if (c.flags < 0) {
         if (leftOut(src, pos, c.base + i, skipControl, skipAborted)) continue;
         end = writer.record(src, pos, c.base + i, buf, at);
+      } else if (c.flags <= 1 && writer.blockRun !== undefined) {
+        // A plain or idempotent block (flags 0 or 1) is never left out: the records of it this read takes
+        // go out in one copy, as the block holds them (docs/architecture.md "Stored batches").
+        const run = Math.min(n - j, c.count - i);
+        at = writer.blockRun(src, pos, c.starts[i + run], buf, at);
+        valueBytes += writer.valueLength;
+        count += run;
+        j += run - 1;
+        i += run - 1;
+        continue;
       } else {
-        // A plain or idempotent block (flags 0 or 1) is never left out.
         if (c.flags > 1 && blockLeftOut(src, blockRecordOf(c, i), c.flags, skipControl, skipAborted)) continue;
         end = writer.blockRecord(src, pos, c.starts[i + 1], c.base + i, buf, at);
       }
