@@ -5,7 +5,7 @@
  */
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
-import type { BlockInfo } from './append-block.js';
+import { type BlockInfo, recordEnd } from './append-block.js';
 import { type BlockRecord, blockLeftOut, blockRecordCost } from './block-records.js';
 import { storageError } from './log-fs.js';
 import type { ReadOptions } from './log-options.js';
@@ -17,8 +17,26 @@ import { DECODE, INSPECT, walkLog } from './segment-walk.js';
 import { replyWriter } from './reply-writer.js';
 import { leftOut, type WireReadRequest } from './tail-cache.js';
 
-/** What readWireFromDisk takes: runs of per-record layout records, or one record of an append block. */
-type WirePiece = StoredRun | { buf: Buffer; rec: BlockRecord; flags: number };
+/** Whole wire records [from, to) of a plain or idempotent append block, which a read never leaves out: they go out as they are. */
+interface BlockRun {
+  buf: Buffer;
+  blockRun: true;
+  from: number;
+  to: number;
+  /** Offset of the first, and how many. */
+  offset: number;
+  count: number;
+}
+
+/**
+ * What readWireFromDisk takes: runs of per-record layout records, one record of an append block a read may
+ * leave records of out (transactional or control), or a run of a block's records (BlockRun).
+ */
+type WirePiece = StoredRun | { buf: Buffer; rec: BlockRecord; flags: number } | BlockRun;
+
+function isBlockRun(p: WirePiece | undefined): p is BlockRun {
+  return p !== undefined && 'blockRun' in p;
+}
 
 /** A CONSUME reply batch written from stored bytes (LogReader.readWire, readWireFromDisk). */
 export interface WireReply {
@@ -123,7 +141,13 @@ export class LogReader {
             // The per-record run before the block ends at it.
             if (from >= 0) runs.push({ buf, from, to: p });
             from = -1;
-            runs.push({ buf, rec, flags: (r.block as BlockInfo).flags });
+            const flags = (r.block as BlockInfo).flags;
+            const last = runs.length > 0 ? runs[runs.length - 1]! : undefined;
+            if (flags > 1) runs.push({ buf, rec, flags });
+            else if (isBlockRun(last) && last.buf === buf && last.to === rec.at) {
+              last.to = rec.end;
+              last.count++;
+            } else runs.push({ buf, blockRun: true, from: rec.at, to: rec.end, offset: rec.offset, count: 1 });
           } else if (from < 0) from = p;
           if (first < 0) first = r.offset;
           n++;
@@ -160,6 +184,24 @@ export class LogReader {
     let valueBytes = 0;
     for (const run of runs) {
       const src = run.buf;
+      if (isBlockRun(run)) {
+        if (writer.blockRun !== undefined) {
+          at = writer.blockRun(src, run.from, run.to, buf, at);
+          valueBytes += writer.valueLength;
+          count += run.count;
+          continue;
+        }
+        for (let p = run.from, o = run.offset; p < run.to; o++) {
+          const e = recordEnd(src, p);
+          const end = writer.blockRecord(src, p, e, o, buf, at);
+          if (end < 0) return null;
+          valueBytes += writer.valueLength;
+          at = end;
+          count++;
+          p = e;
+        }
+        continue;
+      }
       if ('rec' in run) {
         const rec = run.rec;
         if (blockLeftOut(src, rec, run.flags, w.skipControl, skipAborted)) continue;
