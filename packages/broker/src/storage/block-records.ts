@@ -53,6 +53,11 @@ function timestampAt(b: Buffer, s: number): number {
   return v + 4 + r32(b, v);
 }
 
+/** The timestamp of the block's wire record at `s`. */
+export function blockRecordTimestamp(buf: Buffer, s: number): number {
+  return i64(buf, timestampAt(buf, s));
+}
+
 /** The block record [at, end) of offset `offset` (`last`: the block's last record). */
 export function blockRecordAt(buf: Buffer, at: number, end: number, offset: number, last: boolean): BlockRecord {
   const ve = timestampAt(buf, at);

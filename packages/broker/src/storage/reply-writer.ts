@@ -30,7 +30,8 @@ import {
 } from 'tributary-protocol/record-batch/layout.js';
 import { recordEnd } from './append-block.js';
 import { writeWireRecord } from './record-codec.js';
-import { v2Out, writeV2RecordFromStored } from './stored-batch.js';
+import { blockRecordTimestamp } from './block-records.js';
+import { v2Out, writeV2RecordFromBlock, writeV2RecordFromStored } from './stored-batch.js';
 
 /** The formats a wire read writes: a CONSUME reply (the default) or one RecordBatch v2. */
 export type WireFormat = 'consume' | 'record_batch_v2';
@@ -152,23 +153,31 @@ class RecordBatchReplyWriter implements ReplyWriter {
   }
 
   record(src: Buffer, pos: number, offset: number, buf: Buffer, at: number): number {
-    const ts = r32s(src, pos + 16) * 0x100000000 + r32u(src, pos + 20);
-    if (this.base < 0) {
-      this.base = offset;
-      this.baseTs = ts;
-      this.maxTs = ts;
-    } else if (ts > this.maxTs) this.maxTs = ts;
-    if (offset - this.base > INT32_MAX) return -1;
-    this.last = offset;
+    const ts = this.start(offset, r32s(src, pos + 16) * 0x100000000 + r32u(src, pos + 20));
+    if (ts === null) return -1;
     const end = writeV2RecordFromStored(src, pos, buf, at, offset - this.base, ts - this.baseTs);
     this.valueLength = v2Out.valueLength;
     return end;
   }
 
-  blockRecord(): number {
-    // Not converted yet (docs/architecture.md "Stored batches"): the Kafka listener's Fetch then takes
-    // read(), whose records it converts as any others.
-    return -1;
+  blockRecord(src: Buffer, s: number, e: number, offset: number, buf: Buffer, at: number): number {
+    const ts = this.start(offset, blockRecordTimestamp(src, s));
+    if (ts === null) return -1;
+    const end = writeV2RecordFromBlock(src, s, e, buf, at, offset - this.base, ts - this.baseTs);
+    this.valueLength = v2Out.valueLength;
+    return end;
+  }
+
+  /** Takes record `offset` of timestamp `ts` into the batch: its timestamp, or null when its delta cannot be written. */
+  private start(offset: number, ts: number): number | null {
+    if (this.base < 0) {
+      this.base = offset;
+      this.baseTs = ts;
+      this.maxTs = ts;
+    } else if (ts > this.maxTs) this.maxTs = ts;
+    if (offset - this.base > INT32_MAX) return null;
+    this.last = offset;
+    return ts;
   }
 
   finish(buf: Buffer, at: number, count: number, end: { nextOffset: number }): number {

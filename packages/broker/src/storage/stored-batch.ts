@@ -384,3 +384,22 @@ export function writeV2RecordFromStored(src: Buffer, pos: number, dst: Buffer, a
   v2Out.valueLength = valueLen;
   return p;
 }
+
+/**
+ * Writes the wire record [s, e) of an append block (append-block.ts: the main port's layout with extensions,
+ * stamped) as a RecordBatch v2 record at `at` of `dst`, as writeV2RecordFromStored writes the same record of
+ * the per-record layout: an empty key goes out as no key. Returns the end; v2Out.valueLength is its value's.
+ */
+export function writeV2RecordFromBlock(src: Buffer, s: number, e: number, dst: Buffer, at: number, offsetDelta: number, tsDelta: number): number {
+  const k = s + 18 + ((src[s + 16]! << 8) | src[s + 17]!);
+  const keyLen = (src[k]! << 8) | src[k + 1]!;
+  const v = k + 2 + keyLen + 8;
+  const valueLen = r32u(src, v);
+  const ve = v + 4 + valueLen;
+  const hc = (src[ve + 9]! << 8) | src[ve + 10]!;
+  const p = writeV2Record(src, k + 2, keyLen === 0 ? -1 : keyLen, v + 4, valueLen, ve + 11, hc, tsDelta, offsetDelta, dst, at);
+  if (headersEnd !== e) throw new Error(`block record at ${s}: headers end at ${headersEnd}, the record at ${e}`);
+  v2Out.valueLength = valueLen;
+  return p;
+}
+
