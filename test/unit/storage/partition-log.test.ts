@@ -15,6 +15,7 @@ beforeEach(async () => {
   dir = await tempDir('trib-plog-');
 });
 afterEach(async () => {
+  vi.restoreAllMocks();
   for (const l of open.splice(0)) await l.close().catch(() => {});
   await removeDir(dir);
 });
@@ -438,11 +439,16 @@ describe('PartitionLog', () => {
   });
 
   it('rolls the active segment by age', async () => {
+    // The age is the writer's wall clock (Date.now()): held still, then moved past segmentMs, so a slow
+    // machine's appends cannot roll early.
+    let now = 1_800_000_000_000;
+    vi.spyOn(Date, 'now').mockImplementation(() => now);
     const log = await openLog({ segmentMs: 30 });
     await log.append([rec(0)]);
+    now += 29;
     await log.append([rec(1)]);
     expect(log.segmentInfos()).toHaveLength(1);
-    await sleep(50);
+    now += 1;
     await log.append([rec(2)]);
     expect(log.segmentInfos().map((s) => s.baseOffset)).toEqual([0, 2]);
   });
