@@ -261,3 +261,24 @@ export function recordEnd(b: Buffer, p: number): number {
   }
   return q;
 }
+
+/**
+ * Rewrites the (checked) block at `pos` of `buf` in place as the block of its first `keep` records (at least
+ * 1, fewer than its count): same base offset, flags and append time, the kept records' count and largest
+ * timestamp, the new length and CRC. Returns the new block's end; its records' bytes do not move, so only
+ * the header (BLOCK_HEADER_BYTES) changes (a truncation inside a block, segment-cut.ts).
+ */
+export function shortenBlock(buf: Buffer, pos: number, keep: number): number {
+  let p = pos + BLOCK_HEADER_BYTES;
+  let maxTs = 0;
+  for (let i = 0; i < keep; i++) {
+    const ts = r64(buf, valueEndOf(buf, p));
+    if (ts > maxTs) maxTs = ts;
+    p = recordEnd(buf, p);
+  }
+  w32(buf, pos, (p - pos - 4 + BLOCK_FLAG) >>> 0);
+  w32(buf, pos + 18, keep);
+  w64(buf, pos + 30, maxTs);
+  w32(buf, pos + 4, crc32c(new Uint8Array(buf.buffer, buf.byteOffset + pos + 8, p - pos - 8)));
+  return p;
+}

@@ -6,7 +6,7 @@
 import type { FdHolder, SegmentFdPolicy } from './fd-budget.js';
 import { fdatasync, writeSync } from 'node:fs';
 import { type FileHandle, rename, unlink } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { failpointRefuse } from '../common/failpoints.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { OffsetIndex, writeIndexFile } from './offset-index.js';
@@ -14,8 +14,7 @@ import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from './segment-names.js';
 import type { SegmentCut } from './segment-cut.js';
 import { openWithinBudget } from './segment-open.js';
 import { type RecordInfo, type ScanOutcome, walkRecords } from './segment-scan.js';
-import { blockRecords, inspectBlock, refusedBlocks } from './block-records.js';
-import { storageError } from './log-fs.js';
+import { blockRecords, inspectBlock } from './block-records.js';
 
 export type { RecordInfo, ScanOutcome } from './segment-scan.js';
 
@@ -131,22 +130,21 @@ export class Segment implements FdHolder {
     return walkRecords((p, n) => this.read(p, n), from, end, null, onRecord);
   }
 
-  /** File position of the first record at or after `offset`; size when there is none (nextOffset, or a compacted gap). */
-  async positionOf(offset: number): Promise<number> {
-    if (offset >= this.nextOffset) return this.size;
+  /**
+   * The unit (block-records.ts) holding `offset`, or the first one after it: its file position and size;
+   * position size when there is none (nextOffset, or a compacted gap). `inside`: `offset` is past the
+   * unit's first offset (inside an append block), so a cut there rewrites that block (segment-cut.ts).
+   */
+  async unitOf(offset: number): Promise<{ position: number; size: number; inside: boolean }> {
+    let found = { position: this.size, size: 0, inside: false };
+    if (offset >= this.nextOffset) return found;
     const start = this.index.lookup(offset);
-    let found = this.size;
-    let inBlock = -1;
     const out = await this.scan(start.position, this.size, (r) => {
       if (r.lastOffset < offset) return true;
-      // A position inside an append block is no unit's start (a truncation there is not supported yet).
-      if (r.offset < offset) inBlock = r.position;
-      found = r.position;
+      found = { position: r.position, size: r.size, inside: r.offset < offset };
       return false;
     });
     if (out.failure !== null) throw unreadable(this, out.position);
-    // Refused with nothing changed (log-truncate.ts): a storage_error, not a failure of the log.
-    if (inBlock >= 0) throw storageError(dirname(this.logPath), `truncation to ${offset}`, refusedBlocks(`segment ${this.baseOffset}: a cut inside an append block`, inBlock));
     return found;
   }
 
@@ -203,8 +201,16 @@ export class Segment implements FdHolder {
     if (cut.tmpIndex !== null) await rename(cut.tmpIndex, this.indexPath);
     else await unlink(this.indexPath).catch(ignoreEnoent);
     // The mark before the cut: a crash between them leaves the dropped records as an append of their own
-    // (dropped again by the next truncation), never the kept ones without an end (segment-cut.ts).
+    // (dropped again by the next truncation), never the kept ones without an end (segment-cut.ts). A
+    // shortened block's header likewise, once what follows that block is cut (and synced): between the
+    // header and the cut lie only the dropped records' bytes, which recovery cuts as a torn tail.
     if (endMark !== null) {
+      if (cut.blockEnd !== null && cut.blockEnd < this.size) {
+        const end = cut.blockEnd;
+        await this.withHandle((fh) => fh.truncate(end));
+        this.durableSize = Math.min(this.durableSize, end);
+        if (durable) await this.datasync();
+      }
       await this.writeAt(endMark.bytes, endMark.position);
       if (durable) await this.datasync();
     }
