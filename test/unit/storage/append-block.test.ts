@@ -16,6 +16,7 @@ import {
   blockOut,
   blockSize,
   checkBlock,
+  shortenBlock,
   wireBlockable,
   writeBlockFromWire,
   writeWireFromBlock,
@@ -141,6 +142,26 @@ describe('append blocks against the per-record layout', () => {
       }),
       { numRuns: 200 },
     );
+  });
+
+  it('shortened to their first records (a truncation inside a block) are the block those records alone make', () => {
+    let cases = 0;
+    fc.assert(
+      fc.property(caseArb, (c) => {
+        const b = scanned(c);
+        for (let keep = 1; keep < b.count; keep++) {
+          const buf = block(c, b, 5);
+          const end = shortenBlock(buf, 5, keep);
+          // Byte for byte the block of the first `keep` records, appended at the same offset and time.
+          const alone = { ...c, records: c.records.slice(0, keep) };
+          expect(buf.subarray(5, end)).toEqual(block(alone, scanned(alone)));
+          expect(checkBlock(buf, 5, end)).toMatchObject({ ok: true, count: keep, baseOffset: c.baseOffset, size: end - 5 });
+          cases++;
+        }
+      }),
+      { numRuns: 200 },
+    );
+    expect(cases).toBeGreaterThan(100);
   });
 
   it('are found incomplete when cut anywhere and corrupt when any byte flips', () => {
