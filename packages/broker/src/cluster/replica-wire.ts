@@ -7,6 +7,7 @@
  *   in the stored layout, as the segment files hold them, which the follower checks and stores as they are
  *   (StoredAppends): no object per record or header on either side, and the follower's log holds the
  *   leader's bytes exactly;
+ *   Append blocks go whole (from inside one, its rest as a block of its own: replica-read.ts blockFrom);
  * - otherwise the batch frame followers of older versions read (record_extensions_v1 fields, attribute bit 7
  *   ending an append, a trailer with the HWM), the bytes encodeBatch wrote for the records read as objects.
  */
@@ -14,7 +15,9 @@ import { type BatchTrailer, replyHeaderSize, writeReplyHeader, writeTrailer } fr
 import type { Connection } from 'tributary-protocol/connection.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
-import { encodedSize, writeWireRecord } from '../storage/record-codec.js';
+import { BLOCK_HEADER_BYTES, recordEnd } from '../storage/append-block.js';
+import { isBlockAt } from '../storage/block-records.js';
+import { ATTR_END_OF_APPEND, encodedSize, writeWireRecord } from '../storage/record-codec.js';
 import type { StoredRead } from '../storage/replica-read.js';
 import { StoredAppends } from '../storage/stored-appends.js';
 
@@ -79,13 +82,35 @@ export function encodeBatchReply(topic: string, partition: number, read: StoredR
   const recordsAt = writeReplyHeader(buf, topic, topicLen, partition, read.count);
   let at = recordsAt;
   for (const r of read.runs) {
-    for (let p = r.from; p < r.to; p += 4 + r.buf.readUInt32BE(p)) {
+    for (let p = r.from; p < r.to; p += 4 + (r.buf.readUInt32BE(p) & 0x7fffffff)) {
+      if (isBlockAt(r.buf, p)) {
+        at = writeBlockRecords(r.buf, p, buf, at);
+        continue;
+      }
       at = writeWireRecord(r.buf, p, buf, at, true, 0xff);
       if (at < 0) throw new TributaryError('invalid_batch', { reason: 'key longer than 65535 bytes' });
     }
   }
   at = writeTrailer(buf, at, trailer);
   return at === buf.length ? buf : buf.subarray(0, at);
+}
+
+/**
+ * A block's records in the batch frame: its wire records as they are (a block holds the main port's
+ * layout with extensions, append-block.ts), the last one's attributes with bit 7, the end of the append.
+ */
+function writeBlockRecords(src: Buffer, pos: number, dst: Buffer, at: number): number {
+  const end = pos + 4 + (src.readUInt32BE(pos) & 0x7fffffff);
+  const count = src.readUInt32BE(pos + 18);
+  let last = pos + BLOCK_HEADER_BYTES;
+  for (let i = 1; i < count; i++) last = recordEnd(src, last);
+  src.copy(dst, at, pos + BLOCK_HEADER_BYTES, end);
+  // The last record's attributes byte: after its offset, sequence, producer id, key, epoch, value and timestamp.
+  const k = last + 18 + src.readUInt16BE(last + 16);
+  const v = k + 10 + src.readUInt16BE(k);
+  const attrAt = v + 4 + src.readUInt32BE(v) + 8;
+  dst[at + attrAt - (pos + BLOCK_HEADER_BYTES)] = src[attrAt]! | ATTR_END_OF_APPEND;
+  return at + end - pos - BLOCK_HEADER_BYTES;
 }
 
 /** What one REPLICA_FETCH brought: a text line (an error, the leader's tombstone horizon), or records to store. */

@@ -32,7 +32,7 @@ import {
 import type { SegmentFds } from './segment-fds.js';
 import { Segment } from './segment.js';
 import { StoredAppends } from './stored-appends.js';
-import { checkReplicaRecords, encodeReplicaRecords, type ReplicaWrite } from './replica-write.js';
+import { cacheReplica, checkReplicaRecords, encodeReplicaRecords, type ReplicaWrite } from './replica-write.js';
 import { MAX_BLOCK_BYTES, WriteArena } from './write-arena.js';
 
 /** Upper bound of one append batch and of one coalesced write. */
@@ -141,17 +141,18 @@ export class LogWriter {
     if (records instanceof StoredAppends) {
       if (records.count === 0) return Promise.reject(invalidParam('records', 'must be a non-empty array'));
       const bytes = records.buf.length;
-      return this.queueReplica(records.offsets, bytes, () => {
+      return this.queueReplica(records.offsets[0], records.lastOffset, bytes, () => {
         // The tail cache keeps these bytes: unpooled memory, not the frame they came in (write-arena.ts).
         const buf = this.arena.take(bytes);
         records.buf.copy(buf);
-        return { buf, starts: records.starts, offsets: records.offsets, maxTimestamp: records.maxTimestamp, untimed: records.untimed };
+        const { starts, offsets, lastOffset, maxTimestamp, untimed } = records;
+        return { buf, starts, offsets, lastOffset, maxTimestamp, untimed };
       });
     }
     const checked = checkReplicaRecords(records);
     if (checked instanceof Error) return Promise.reject(checked);
     const { offsets, sizes, bytes } = checked;
-    return this.queueReplica(offsets, bytes, () => {
+    return this.queueReplica(offsets[0], offsets[offsets.length - 1], bytes, () => {
       // The tail cache keeps these bytes: unpooled memory, shared with neighbouring writes (write-arena.ts).
       const buf = this.arena.take(bytes);
       return encodeReplicaRecords(records, sizes, offsets, buf, this.st.dir);
@@ -159,9 +160,7 @@ export class LogWriter {
   }
 
   /** appendReplica's checks of the offsets against the log and of the size, then `encode` and the queue. */
-  private queueReplica(offsets: number[], bytes: number, encode: () => ReplicaWrite): Promise<AppendResult> {
-    const first = offsets[0];
-    const last = offsets[offsets.length - 1];
+  private queueReplica(first: number, last: number, bytes: number, encode: () => ReplicaWrite): Promise<AppendResult> {
     if (first < this.st.logEndOffset)
       return Promise.reject(invalidParam('records', `first offset ${first} is below the log end offset ${this.st.logEndOffset}`));
     if (last - first > MAX_RELATIVE_OFFSET) return Promise.reject(invalidParam('records', 'offsets span more than 2^32: split the call at an append boundary'));
@@ -412,7 +411,7 @@ export class LogWriter {
   private async writeReplica(b: PendingAppend, rw: ReplicaWrite, now: number): Promise<void> {
     const { buf, starts, offsets } = rw;
     const first = offsets[0];
-    const last = offsets[offsets.length - 1];
+    const last = rw.lastOffset;
     // Appends queued before this one may have moved the log end since the call was accepted.
     if (first < this.st.logEndOffset) throw invalidParam('records', `first offset ${first} is below the log end offset ${this.st.logEndOffset}`);
     const { segmentBytes, segmentMs } = this.st.options;
@@ -423,6 +422,7 @@ export class LogWriter {
     const startSize = seg.size;
     await this.writeAtEnd(seg, buf, startSize);
     // Gaps are fine for the index (greatest entry <= offset, then a scan) and for reads, which step over them.
+    // A block's entry is its base offset, as for a block the leader wrote (offset-index.ts).
     for (let i = 0; i < offsets.length; i++) seg.index.onRecord(offsets[i], startSize + starts[i]);
     seg.size = startSize + b.bytes;
     seg.nextOffset = last + 1;
@@ -433,9 +433,7 @@ export class LogWriter {
     this.sync.markDirty(seg);
     // The tail cache holds consecutive offsets ending at the LEO: cache the last run without a gap (a gap before
     // it, from the LEO or inside the call, empties the cache first).
-    let run = offsets.length - 1;
-    while (run > 0 && offsets[run - 1] === offsets[run] - 1) run--;
-    this.st.cache.append(buf, offsets[run], run === 0 ? starts : starts.slice(run));
+    cacheReplica(this.st.cache, rw);
     b.result = { baseOffset: first, lastOffset: last, timestamp: now, writtenAt: performance.now() };
     if (this.st.options.flush === 'always') {
       this.sync.wait(b);

@@ -1,19 +1,22 @@
 /**
  * What a leader answers a follower's REPLICA_FETCH with: whole appends as the segment files hold them, each
- * record's frame, CRC and structure checked, nothing decoded (docs/architecture.md, "Cluster mode"). The
+ * unit's frame, CRC and structure checked, nothing decoded (docs/architecture.md, "Cluster mode"): per-record
+ * layout records and append blocks (a block whole; from inside one, its rest as a new block). The
  * records read() with keepAppendMarker and wholeAppends returns, as bytes: read as objects, one accepted
  * append of 11M empty headers took about 2 GB, since a fetch takes an append whole and the read's header
  * charge applies only between appends.
  */
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
-import { refusedBlocks } from './block-records.js';
+import { BLOCK_FLAG, BLOCK_HEADER_BYTES, type BlockInfo } from './append-block.js';
+import { type BlockRecord, blockRecords } from './block-records.js';
+import { crc32c } from 'tributary-protocol/record-batch/crc32c.js';
 import { storageError } from './log-fs.js';
 import type { LogState } from './log-state.js';
 import { ATTR_END_OF_APPEND, storedHeaderCount } from './record-codec.js';
 import type { SegmentFds } from './segment-fds.js';
 import { INSPECT, walkLog } from './segment-walk.js';
 
-/** Records (whole, in the stored layout) at buf[from, to). */
+/** Units (records in the per-record layout, append blocks; whole) at buf[from, to). */
 export interface StoredRun {
   buf: Buffer;
   from: number;
@@ -25,7 +28,7 @@ export interface StoredRead {
   runs: StoredRun[];
   /** Records in `runs`. */
   count: number;
-  /** Their stored bytes. */
+  /** Their stored bytes (the units'). */
   bytes: number;
   /** One past the last record's offset (the requested offset when there is none). */
   next: number;
@@ -70,6 +73,8 @@ export async function readStoredAppends(st: LogState, fds: SegmentFds, offset: n
   let inAppend = false;
   // Where the records taken of the current chunk begin: they are contiguous up to where its walk stopped.
   let from = -1;
+  /** The current append is the rest of a block, already in `runs` (blockFrom). */
+  let sliced = false;
   if (offset >= limit || !(maxRecords >= 1)) return { runs, count: 0, bytes: 0, next: offset };
   const end = await walkLog(
     st,
@@ -80,20 +85,42 @@ export async function readStoredAppends(st: LogState, fds: SegmentFds, offset: n
     {
       wanted: (avg) => (inAppend ? READ_CHUNK_IN_APPEND : Math.min(maxBytes - cost, (maxRecords - n) * avg)),
       record: (buf, p, r) => {
-        // Replication ships the per-record layout only, so far (docs/architecture.md "Stored batches").
-        if (r.block) throw storageError(st.dir, 'REPLICA_FETCH format=stored', refusedBlocks('REPLICA_FETCH format=stored', p));
-        const c = r.size + (headerCost > 0 ? storedHeaderCount(buf, p) * headerCost : 0);
+        const block = r.block;
+        const rec = r.rec;
+        // A block's records come one by one, p at the block (segment-walk.ts); its bytes go whole. The
+        // budget counts what the per-record layout would (r.size), as read() does, checked between appends.
+        const headers = headerCost > 0 ? (rec ? rec.headers : storedHeaderCount(buf, p)) : 0;
+        const c = r.size + headers * headerCost;
         if (n > 0 && cost + c > maxBytes && !inAppend) return 'stop';
-        if (from < 0) from = p;
+        if (block && rec && !inAppend) {
+          if (rec.offset > block.baseOffset) {
+            // A fetch from inside a block (a follower that truncated inside one): the rest of it, as a block of its own.
+            const rest = blockFrom(buf, p, block, rec);
+            runs.push({ buf: rest, from: 0, to: rest.length });
+            stored += rest.length;
+            sliced = true;
+          } else {
+            if (from < 0) from = p;
+            stored += block.size;
+          }
+        } else if (!block) {
+          if (from < 0) from = p;
+          stored += r.size;
+        }
         n++;
         cost += c;
-        stored += r.size;
         inAppend = (r.attributes & ATTR_END_OF_APPEND) === 0;
         if (!inAppend) {
-          const to = p + r.size;
-          kept.runs = runs.length;
-          if (kept.partial?.buf === buf) kept.partial.to = to;
-          else kept.partial = { buf, from, to };
+          if (sliced) {
+            kept.runs = runs.length;
+            kept.partial = null;
+            sliced = false;
+          } else {
+            const to = p + (block ? block.size : r.size);
+            kept.runs = runs.length;
+            if (kept.partial?.buf === buf) kept.partial.to = to;
+            else kept.partial = { buf, from, to };
+          }
           kept.n = n;
           kept.cost = cost;
           kept.stored = stored;
@@ -111,6 +138,7 @@ export async function readStoredAppends(st: LogState, fds: SegmentFds, offset: n
         cut(runs, kept);
         ({ n, cost, stored } = kept);
         inAppend = false;
+        sliced = false;
         return kept.next;
       },
     },
@@ -148,4 +176,29 @@ function raced(st: LogState, kept: Kept, runs: StoredRun[], offset: number, take
   const leo = st.logEndOffset;
   if (offset < start || offset > leo) throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: start, latest: leo });
   return { runs: [], count: 0, bytes: 0, next: offset };
+}
+
+/**
+ * The records of the block at `pos` from `rec` on, as a block of their own (append-block.ts): the same
+ * flags and append time, `rec`'s offset as its base, their count and largest timestamp, a new CRC. The
+ * records keep their bytes (their offsets and sequences are absolute), so checkBlock accepts it.
+ */
+export function blockFrom(buf: Buffer, pos: number, info: BlockInfo, rec: BlockRecord): Buffer {
+  const end = pos + info.size;
+  const out = Buffer.allocUnsafe(BLOCK_HEADER_BYTES + end - rec.at);
+  buf.copy(out, 0, pos, pos + BLOCK_HEADER_BYTES);
+  buf.copy(out, BLOCK_HEADER_BYTES, rec.at, end);
+  let maxTs = 0;
+  for (const r of blockRecords(buf, pos, info)) if (r.offset >= rec.offset && r.timestamp > maxTs) maxTs = r.timestamp;
+  out.writeUInt32BE((out.length - 4 + BLOCK_FLAG) >>> 0, 0);
+  writeU64(out, rec.offset, 10);
+  out.writeUInt32BE(info.baseOffset + info.count - rec.offset, 18);
+  writeU64(out, maxTs, 30);
+  out.writeUInt32BE(crc32c(new Uint8Array(out.buffer, out.byteOffset + 8, out.length - 8)), 4);
+  return out;
+}
+
+function writeU64(b: Buffer, v: number, at: number): void {
+  b.writeUInt32BE(Math.floor(v / 0x100000000), at);
+  b.writeUInt32BE(v % 0x100000000, at + 4);
 }

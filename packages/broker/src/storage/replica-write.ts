@@ -1,19 +1,25 @@
 /**
  * PartitionLog.appendReplica of records given as objects (log-writer.ts): the checks of the call and the
- * encoding of its records with their own offsets, in the per-record layout (record-codec.ts).
+ * encoding of its records with their own offsets, in the per-record layout (record-codec.ts); and what the
+ * tail cache takes of a replica write, whose units (StoredAppends) may be append blocks.
  */
 import { invalidParam } from 'tributary-protocol/errors.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
+import { BLOCK_HEADER_BYTES, recordEnd } from './append-block.js';
+import { isBlockAt } from './block-records.js';
 import { storageError } from './log-fs.js';
+import type { TailCache } from './tail-cache.js';
 import { ATTR_END_OF_APPEND, encodedSize, encodeRecordInto, validateEncodable } from './record-codec.js';
 
 /** The records of an appendReplica call, encoded when the call is accepted (the caller's objects may change later). */
 export interface ReplicaWrite {
   buf: Buffer;
-  /** Position of record i in `buf`, then the end. */
+  /** Position of unit i (a record, or an append block: block-records.ts) in `buf`, then the end. */
   starts: number[];
-  /** Offset of record i (increasing, maybe with gaps). */
+  /** First offset of unit i (increasing, maybe with gaps between appends). */
   offsets: number[];
+  /** The last record's offset. */
+  lastOffset: number;
   /** Of the records with a timestamp (-1 when none has one). */
   maxTimestamp: number;
   /** Some record has none (negative): the segment's age counts it as written when it is (ageTimestamp). */
@@ -69,5 +75,33 @@ export function encodeReplicaRecords(records: LogRecord[], sizes: number[], offs
     p = end;
   }
   starts[n] = p;
-  return { buf, starts, offsets, maxTimestamp, untimed };
+  return { buf, starts, offsets, lastOffset: offsets[n - 1], maxTimestamp, untimed };
+}
+
+/**
+ * Caches a written replica call: the tail cache holds consecutive offsets ending at the LEO, so the last run
+ * of its units without a gap (a gap before it, from the LEO or inside the call, empties the cache first).
+ */
+export function cacheReplica(cache: TailCache, rw: ReplicaWrite): void {
+  const { buf, starts, offsets } = rw;
+  const blockCount = (u: number) => (isBlockAt(buf, starts[u]) ? buf.readUInt32BE(starts[u] + 18) : 1);
+  let run = offsets.length - 1;
+  let blocks: Map<number, number[]> | null = isBlockAt(buf, starts[run]) ? new Map() : null;
+  while (run > 0 && offsets[run - 1] + blockCount(run - 1) === offsets[run]) {
+    run--;
+    if (blocks === null && isBlockAt(buf, starts[run])) blocks = new Map();
+  }
+  if (blocks === null) {
+    cache.append(buf, offsets[run], run === 0 ? starts : starts.slice(run));
+    return;
+  }
+  // The blocks among the units: their records' positions, then the block's end (TailCache.appendUnits).
+  for (let u = run; u < offsets.length; u++) {
+    if (!isBlockAt(buf, starts[u])) continue;
+    const rs: number[] = [];
+    for (let p = starts[u] + BLOCK_HEADER_BYTES, j = blockCount(u); j > 0; j--, p = recordEnd(buf, p)) rs.push(p);
+    rs.push(starts[u + 1]);
+    blocks.set(u - run, rs);
+  }
+  cache.appendUnits(buf, starts.slice(run), offsets.slice(run), blocks);
 }
