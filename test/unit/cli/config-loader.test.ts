@@ -258,6 +258,15 @@ describe('loadBrokerConfig', () => {
     ]);
   });
 
+  it('takes --stored-layout records|blocks (records by default) and refuses any other', () => {
+    expect(ok(loadBrokerConfig({ env: {} })).config.storedLayout).toBe('records');
+    expect(ok(loadBrokerConfig({ env: {}, flags: { storedLayout: 'blocks' } })).config.storedLayout).toBe('blocks');
+    expect(ok(loadBrokerConfig({ env: { TRIBUTARY_STORED_LAYOUT: 'blocks' } })).config.storedLayout).toBe('blocks');
+    expect(errors(loadBrokerConfig({ env: {}, flags: { storedLayout: 'block' } }))).toEqual([
+      'invalid config: storedLayout: must be one of records|blocks, got "block" (flag --stored-layout)',
+    ]);
+  });
+
   it('reports range, enum and type problems with their source, all at once', () => {
     const cfg = file('types.json', JSON.stringify({ healthPort: '9080', dataDir: '' }));
     const errs = errors(

@@ -446,6 +446,7 @@ export class TopicManager {
       // Compaction only rewrites closed segments: internal (compacted, small) topics roll sooner.
       segmentBytes: internal ? Math.min(this.config.segmentBytes, INTERNAL_SEGMENT_BYTES) : this.config.segmentBytes,
       segmentMs: this.config.segmentMs,
+      storedLayout: this.config.storedLayout,
       ...logRetention(def),
       // Group state and commits are acknowledged only once durable, whatever the data flush policy.
       flush: internal ? 'always' : this.config.flush,
