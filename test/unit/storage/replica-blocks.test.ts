@@ -198,6 +198,21 @@ describe('REPLICA_FETCH format=stored with append blocks', () => {
     expect(StoredAppends.parse(Buffer.concat([open, body.subarray(half)]), 0, open.length + half, 3)).toMatch(/a block \(one whole append\) inside an append/);
     const closed = encodeRecords([{ offset: 1, timestamp: 1, key: null, value: Buffer.from('x'), headers: [], producerId: '', epoch: -1, sequence: -1, attributes: ATTR_END_OF_APPEND }]);
     expect(StoredAppends.parse(Buffer.concat([closed, body.subarray(half)]), 0, closed.length + half, 3)).toBeInstanceOf(StoredAppends);
+    // A gap before a block (compaction's, between appends): stored, read alike from the tail cache and the files.
+    const gap = encodeRecords([{ offset: 0, timestamp: 1, key: null, value: Buffer.from('x'), headers: [], producerId: '', epoch: -1, sequence: -1, attributes: ATTR_END_OF_APPEND }]);
+    const parsed = StoredAppends.parse(Buffer.concat([gap, body.subarray(half)]), 0, gap.length + half, 3);
+    expect(parsed).toBeInstanceOf(StoredAppends);
+    for (const tailCacheBytes of [1 << 20, 0]) {
+      const f = await openLog(`gap${tailCacheBytes}`, { tailCacheBytes });
+      await f.appendReplica(parsed as StoredAppends);
+      expect(f.logEndOffset).toBe(4);
+      const got = await f.read(0, { maxRecords: 10, maxBytes: 1 << 20 });
+      expect(got.map((r) => [r.offset, r.value.toString()])).toEqual([
+        [0, 'x'],
+        [2, 'ab'],
+        [3, 'c'],
+      ]);
+    }
   });
 });
 

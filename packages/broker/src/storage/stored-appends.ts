@@ -29,7 +29,7 @@ function i64(b: Buffer, p: number): number {
   return b.readInt32BE(p) * TWO_32 + b.readUInt32BE(p + 4);
 }
 
-/** Records StoredAppends.parseInTurns checks between two turns of the event loop (about 10 ms). */
+/** Units (records, blocks) StoredAppends.parseInTurns checks between two turns of the event loop (about 10 ms). */
 const RECORDS_PER_TURN = 16_384;
 
 export class StoredAppends {
@@ -175,7 +175,7 @@ class Parse {
     return this.p >= this.to;
   }
 
-  /** Checks up to `records` more units: a reason when one fails, else null. */
+  /** Checks up to `records` more units (a block is one): a reason when one fails, else null. */
   step(records: number): string | null {
     const { buf, to, count, offsets, starts } = this;
     for (let left = records; this.p < to && left > 0; left--) {
