@@ -401,9 +401,9 @@ describe("recovery of a log written with storedLayout 'blocks'", () => {
   }, 300_000);
 });
 
-describe('what does not read blocks yet refuses them', () => {
-  it('compaction and REPLICA_FETCH format=stored refuse blocks; the RecordBatch v2 wire read declines them', async () => {
-    // A segment per block: compaction has closed segments to read.
+describe('a truncation at a block boundary', () => {
+  it('keeps the blocks before it, and appends go on after it', async () => {
+    // A segment per block (inside a block: blocks-truncate.test.ts).
     const log = await PartitionLog.open(dir, { flush: 'os', storedLayout: 'blocks', segmentBytes: 200 });
     try {
       const frame = (n: number) => {
@@ -428,13 +428,10 @@ describe('what does not read blocks yet refuses them', () => {
       };
       await log.appendWire(frame(3));
       await log.appendWire(frame(3));
-      // (Truncation inside a block works: blocks-truncate.test.ts.)
       await log.truncateTo(3);
       expect(log.logEndOffset).toBe(3);
       expect((await log.appendWire(frame(2))).baseOffset).toBe(3);
       expect((await log.read(0, { maxRecords: 100, maxBytes: 1 << 20 })).map((r) => r.offset)).toEqual([0, 1, 2, 3, 4]);
-      // Compaction does not rewrite blocks yet.
-      await expect(log.compact()).rejects.toThrow(/append block/);
     } finally {
       await log.close();
     }

@@ -2,7 +2,8 @@
  * The log cleaner of a partition log: retention (whole closed segments deleted by age and size) and
  * compaction (closed segments rewritten keeping the latest record per key, swapped in file by file so a crash
  * leaves the old or the new segment). Kept offsets do not change, so a compacted log may have gaps, which
- * every read path skips (docs/architecture.md, "Storage").
+ * every read path skips (docs/architecture.md, "Storage"). Append blocks are read record by record and their
+ * kept records rewritten in the per-record layout, as any others ("Compaction").
  */
 import { open, rename, unlink } from 'node:fs/promises';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
@@ -257,9 +258,12 @@ export class LogCleaner {
       while (pos < end) {
         const bufs: Buffer[] = [];
         let pending = 0;
-        // Stops before the record that would overflow the buffer; the next round starts there.
+        // Stops before the unit that would overflow the buffer; the next round starts there. Not inside an
+        // append block: the round would start at the block again and write its first records twice.
+        let unit = -1;
         pos = await this.scanForCompaction(seg, pos, end, (r, rec) => {
-          if (pending >= COMPACT_WRITE_BYTES) return false;
+          if (pending >= COMPACT_WRITE_BYTES && r.position !== unit) return false;
+          unit = r.position;
           if (!keep(r, rec)) return true;
           const enc: EncodableRecord = {
             offset: r.offset,

@@ -4,14 +4,17 @@
  */
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { BLOCK_FLAG, BLOCK_HEADER_BYTES } from './append-block.js';
-import { inspectBlock, refusedBlocks } from './block-records.js';
+import { blockRecords, decodeBlockRecord, inspectBlock } from './block-records.js';
 import { type DecodeFailure, inspectRecord, MIN_RECORD_BODY } from './record-codec.js';
 import { DECODE, INSPECT, walkSegment } from './segment-walk.js';
 
 /** Bytes read at a time (more when one record is larger). */
 const SCAN_CHUNK = 1024 * 1024;
 
-/** A unit of a segment (block-records.ts): one per-record layout record, or an append block. */
+/**
+ * A unit of a segment (block-records.ts): one per-record layout record, or an append block. A decoding scan
+ * (Segment.scanRecords) hands a block's records one by one instead, each with its block's position and size.
+ */
 export interface RecordInfo {
   /** The record's offset; a block's first. */
   offset: number;
@@ -48,13 +51,21 @@ export async function walkRecords(
 ): Promise<ScanOutcome> {
   const chunk = () => SCAN_CHUNK;
   const out = onRecord
-    ? await walkSegment(read, from, end, chunk, DECODE, (_buf, _p, d, position) => {
-        // Decoding scans are compaction's, which does not rewrite blocks yet (docs/architecture.md "Stored batches").
-        if (d.block) throw refusedBlocks('compaction', position);
-        const rec = d.record;
-        return onRecord({ offset: rec.offset, lastOffset: rec.offset, timestamp: rec.timestamp, attributes: rec.attributes, position, size: d.size, block: false }, rec)
-          ? 'next'
-          : 'stop';
+    ? await walkSegment(read, from, end, chunk, DECODE, (buf, p, d, position) => {
+        const block = d.block;
+        if (block === undefined) {
+          const rec = d.record;
+          const info = { offset: rec.offset, lastOffset: rec.offset, timestamp: rec.timestamp, attributes: rec.attributes, position, size: d.size, block: false };
+          return onRecord(info, rec) ? 'next' : 'stop';
+        }
+        // A block's records one by one, as the per-record layout gives them (block-records.ts). A stop inside
+        // the block ends the scan at the block's start, so the next scan from there sees its records again.
+        for (const br of blockRecords(buf, p, block)) {
+          const rec = decodeBlockRecord(buf, br, block.flags);
+          const info = { offset: rec.offset, lastOffset: rec.offset, timestamp: rec.timestamp, attributes: rec.attributes, position, size: d.size, block: true };
+          if (!onRecord(info, rec)) return 'stop';
+        }
+        return 'next';
       })
     : await walkSegment(read, from, end, chunk, INSPECT, (_buf, _p, r, position) => {
         const last = r.block ? r.block.baseOffset + r.block.count - 1 : r.offset;
