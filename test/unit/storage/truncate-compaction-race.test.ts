@@ -73,3 +73,52 @@ it('a compaction planned while a truncation removes segments keeps the record of
   const k = out.filter((r) => r.key?.toString() === 'K').map((r) => r.value.toString().split('-')[0]);
   expect(k).toEqual(['old']);
 });
+
+it('a compaction planned while a truncation cuts the segment it then reads as the active one gives up quietly, not with a corrupt record', async () => {
+  const l = await PartitionLog.open(join(dir, 'l'), { flush: 'always', segmentBytes: 600, indexIntervalBytes: 64, tailCacheBytes: 0 });
+  log = l;
+  const put = (key: string | null, v: string) =>
+    l.append([{ key: key === null ? null : Buffer.from(key), value: Buffer.from(`${v}-${'x'.repeat(30)}`), timestamp: T0 }]);
+  for (let i = 0; l.segmentInfos().length < 3; i++) await put(`k${i % 4}`, `v${i}`);
+  // Inside the second segment, which the cut leaves the last, so the active one.
+  const cut = l.segmentInfos()[1].baseOffset + 2;
+  await put(null, 'f');
+  l.setHighWatermark(l.logEndOffset);
+  const before = await l.read(0, { maxRecords: 1000, maxBytes: 1 << 20 });
+
+  // The truncation stops in its removal of the last segment: the segment list is cut, the files not yet.
+  let entered!: () => void;
+  const inRemove = new Promise<void>((r) => (entered = r));
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const remove = Segment.prototype.remove;
+  let first = true;
+  vi.spyOn(Segment.prototype, 'remove').mockImplementation(async function (this: Segment) {
+    if (first) {
+      first = false;
+      entered();
+      await gate;
+    }
+    return remove.call(this);
+  });
+  // The compaction takes the sizes it scans to now, then waits in its first scan until the cut is done.
+  let truncated!: () => void;
+  const cutDone = new Promise<void>((r) => (truncated = r));
+  const scan = Segment.prototype.scanRecords;
+  let firstScan = true;
+  vi.spyOn(Segment.prototype, 'scanRecords').mockImplementation(async function (this: Segment, ...args: Parameters<Segment['scanRecords']>) {
+    if (firstScan) {
+      firstScan = false;
+      await cutDone;
+    }
+    return scan.apply(this, args);
+  });
+  const truncation = l.truncateTo(cut);
+  await inRemove;
+  const compaction = l.compact({ now: T0 });
+  release();
+  await truncation;
+  truncated();
+  expect(await compaction).toMatchObject({ segmentsCompacted: 0, recordsRemoved: 0 });
+  expect(await l.read(0, { maxRecords: 1000, maxBytes: 1 << 20 })).toEqual(before.filter((r) => r.offset < cut));
+});

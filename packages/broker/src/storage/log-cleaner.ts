@@ -87,6 +87,8 @@ class CompactionAborted extends Error {}
 export class LogCleaner {
   private readonly compactMutex = new Mutex();
   private compactions = 0;
+  /** LogState.truncations as the running compaction began (runs are one at a time: compactMutex). */
+  private planned = 0;
 
   constructor(
     private readonly st: LogState,
@@ -158,6 +160,10 @@ export class LogCleaner {
       });
     }
     if (this.st.state !== 'open' || this.st.segments.length < 2) return none;
+    // Taken before any segment list or size: a truncation under way may have cut them already, or cut
+    // what they describe before it ends (scanForCompaction takes a bad record past such a size for a race).
+    const truncations = this.st.truncations;
+    this.planned = truncations;
     const closed = this.st.segments.slice(0, -1).map((seg) => ({ seg, version: seg.version }));
     const active = this.st.active;
     const activeEnd = active.size;
@@ -165,7 +171,6 @@ export class LogCleaner {
     // replication may still fail, a truncation may take it), so it neither drops an older record of its key
     // nor is dropped itself.
     const cleanableEnd = Math.min(this.st.hwm, this.st.logEndOffset);
-    const truncations = this.st.truncations;
     const prepared: PreparedCompaction[] = [];
     try {
       // Pass 1: the newest offset of every key. Records appended later only make us keep more.
@@ -224,9 +229,9 @@ export class LogCleaner {
   /** scanRecords over a segment that compaction reads; a segment removed or cut meanwhile aborts the compaction. */
   private async scanForCompaction(seg: Segment, from: number, end: number, onRecord: (r: RecordInfo, rec: LogRecord) => boolean): Promise<number> {
     const version = seg.version;
-    const truncations = this.st.truncations;
-    // A truncation under way may have cut the file without its version and size changed yet.
-    const raced = () => seg.deleted || seg.version !== version || this.st.state !== 'open' || this.st.truncatedSince(truncations);
+    // A truncation under way may have cut the file without its version and size changed yet; `end` may be a
+    // size taken when the compaction began (the active segment's), before a truncation since then.
+    const raced = () => seg.deleted || seg.version !== version || this.st.state !== 'open' || this.st.truncatedSince(this.planned);
     let out: ScanOutcome;
     try {
       // Stops early once the log starts closing, so close() does not wait for a whole pass.
