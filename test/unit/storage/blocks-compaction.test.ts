@@ -153,7 +153,7 @@ describe("compaction of a log written with storedLayout 'blocks'", () => {
         fc.array(fc.array(frameArb, { minLength: 1, maxLength: 3 }), { minLength: 2, maxLength: 5 }),
         fc.array(fc.array(frameArb, { minLength: 1, maxLength: 3 }), { maxLength: 3 }),
         fc.constantFrom(0, 2000, 1 << 20),
-        fc.double({ min: 0, max: 1, noNaN: true }),
+        fc.oneof(fc.constant(1), fc.constant(1), fc.double({ min: 0, max: 1, noNaN: true })),
         fc.constantFrom(0, 3000, 24 * 3600 * 1000),
         async (groups, later, tailCacheBytes, hwmFrac, tombstoneRetentionMs) => {
           const opts: Partial<LogOptions> = {
@@ -221,9 +221,9 @@ describe("compaction of a log written with storedLayout 'blocks'", () => {
       ),
       { numRuns: 30 },
     );
-    // The property removed records, and rewrote blocks.
+    // The property removed records, and rewrote blocks (the HWM mostly at the log end: about 100 a run).
     expect(removedSeen).toBeGreaterThan(30);
-    expect(blocksCompacted).toBeGreaterThan(10);
+    expect(blocksCompacted).toBeGreaterThan(20);
   }, 300_000);
 
   it('a rewrite that fills its write buffer inside a block goes on after the block, each record written once', async () => {
