@@ -26,6 +26,8 @@ import { ATTR_END_OF_APPEND, storedSizeOfWire, writeStoredFromWire, writeWireRec
 const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
 
 interface Case {
+  /** The frame carries record_extensions_v1 (timestamps, attributes, headers). */
+  ext: boolean;
   producer: { id: number; epoch: number; firstSequence: number } | null;
   flags: number;
   records: Array<Pick<BatchRecord, 'key' | 'value' | 'timestamp' | 'headers'>>;
@@ -34,6 +36,7 @@ interface Case {
 }
 
 const caseArb: fc.Arbitrary<Case> = fc.record({
+  ext: fc.boolean(),
   producer: fc.option(
     fc.record({
       id: fc.oneof(fc.integer({ min: 0, max: 5000 }), fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER })),
@@ -68,13 +71,13 @@ function scanned(c: Case, plainJunk = 7): ScannedBatch {
     value: r.value,
     timestamp: r.timestamp,
     attributes: 0,
-    headers: r.headers,
+    headers: c.ext ? r.headers : [],
   }));
   const frame = encodeBatch(
     { topic: 't', partition: 0, acks: '1', idempotent: c.producer !== null, firstSequence: seq0, lastSequence: seq0 + records.length - 1, records },
-    { extensions: true },
+    { extensions: c.ext },
   );
-  return scanBatch(frame, { extensions: true, request: true });
+  return scanBatch(frame, { extensions: c.ext, request: true });
 }
 
 /** The per-record layout's answer: each record stored by writeStoredFromWire, then written out by writeWireRecord. */
@@ -82,13 +85,13 @@ function viaRecordCodec(c: Case, b: ScannedBatch, from: number, ext: boolean): B
   const attrs = ((c.flags & BLOCK_TRANSACTIONAL) !== 0 ? 2 : 0) | ((c.flags & BLOCK_CONTROL) !== 0 ? 1 : 0);
   const seq = c.producer ? c.producer.firstSequence : -1;
   let size = 0;
-  for (let i = 0; i < b.count; i++) size += storedSizeOfWire(b.body, b.starts[i]!, b.starts[i + 1]!, true, seq >= 0);
+  for (let i = 0; i < b.count; i++) size += storedSizeOfWire(b.body, b.starts[i]!, b.starts[i + 1]!, b.extensions, seq >= 0);
   const stored = Buffer.alloc(size);
   const starts: number[] = [];
   let p = 0;
   for (let i = 0; i < b.count; i++) {
     starts.push(p);
-    p = writeStoredFromWire(b.body, b.starts[i]!, b.starts[i + 1]!, true, stored, p, c.baseOffset + i, c.now, attrs | (i === b.count - 1 ? ATTR_END_OF_APPEND : 0), seq < 0 ? -1 : seq + i);
+    p = writeStoredFromWire(b.body, b.starts[i]!, b.starts[i + 1]!, b.extensions, stored, p, c.baseOffset + i, c.now, attrs | (i === b.count - 1 ? ATTR_END_OF_APPEND : 0), seq < 0 ? -1 : seq + i);
   }
   const out = Buffer.alloc(size);
   let at = 0;
@@ -129,7 +132,7 @@ describe('append blocks against the per-record layout', () => {
         const b = scanned(c);
         const buf = block(c, b);
         const r = checkBlock(buf, 0);
-        const stamped = c.records.map((x) => (x.timestamp > 0 ? x.timestamp : c.now));
+        const stamped = c.records.map((x) => (c.ext && x.timestamp > 0 ? x.timestamp : c.now));
         expect(r).toEqual({
           ok: true,
           size: buf.length,
@@ -183,17 +186,17 @@ describe('append blocks against the per-record layout', () => {
     );
   });
 
-  it('are not used for frames without extensions or for a plain append whose records carry a producer id', () => {
+  it('hold frames without extensions, but not a plain append whose records carry a producer id', () => {
     const records: BatchRecord[] = [{ offset: 0, sequence: 0, producerId: '', key: null, epoch: -1, value: Buffer.from('v'), timestamp: 0, attributes: 0, headers: [] }];
     const plain = { topic: 't', partition: 0, acks: '1' as const, idempotent: false, firstSequence: 0, lastSequence: 0, records };
     expect(wireBlockable(scanBatch(encodeBatch(plain, { extensions: true }), { extensions: true, request: true }))).toBe(true);
-    expect(wireBlockable(scanBatch(encodeBatch(plain), { extensions: false, request: true }))).toBe(false);
+    expect(wireBlockable(scanBatch(encodeBatch(plain), { extensions: false, request: true }))).toBe(true);
     const withId = { ...plain, records: [{ ...records[0]!, producerId: '12' }] };
     expect(wireBlockable(scanBatch(encodeBatch(withId, { extensions: true }), { extensions: true, request: true }))).toBe(false);
   });
 
   it('refuse a per-record layout record, a short header and a block whose offsets do not follow its base', () => {
-    const c: Case = { producer: null, flags: 0, records: [{ key: null, value: Buffer.from('a'), timestamp: 0, headers: [] }, { key: null, value: Buffer.from('b'), timestamp: 0, headers: [] }], baseOffset: 10, now: 5 };
+    const c: Case = { ext: true, producer: null, flags: 0, records: [{ key: null, value: Buffer.from('a'), timestamp: 0, headers: [] }, { key: null, value: Buffer.from('b'), timestamp: 0, headers: [] }], baseOffset: 10, now: 5 };
     const buf = block(c, scanned(c));
     expect(checkBlock(buf, 0).ok).toBe(true);
     const perRecord = Buffer.from(buf);

@@ -41,7 +41,7 @@ const wireRecordArb = fc.record({
   headers: fc.array(fc.record({ key: fc.string({ maxLength: 5 }), value: bytes(20) }), { maxLength: 3 }),
 });
 
-/** plain, idem: blockable with extensions; pid (a plain frame whose records carry a producer id) and objects (append()) are not. */
+/** plain, idem: blockable (with or without extensions); pid (a plain frame whose records carry a producer id) and objects (append()) are not. */
 const frameArb: fc.Arbitrary<Frame> = fc.record({
   records: fc.array(wireRecordArb, { minLength: 1, maxLength: 7 }),
   ext: fc.oneof(fc.constant(true), fc.constant(true), fc.constant(false)),

@@ -25,9 +25,9 @@
  *
  * What the per-record layout normalises is normalised here too, in place and without changing a record's
  * length: a plain append's records get epoch -1 and sequence 0 (what a CONSUME reply gives for a stored -1),
- * an idempotent append's records the sequences firstSequence + i. A frame this layout cannot hold as sent (no
- * record_extensions_v1, or a plain append whose records carry a producer id, which the per-record layout
- * drops) is not blockable (wireBlockable) and keeps the per-record layout.
+ * an idempotent append's records the sequences firstSequence + i. A frame without record_extensions_v1 gets
+ * them added to each record (a timestamp, attributes, no headers). A plain append whose records carry a
+ * producer id, which the per-record layout drops, is not blockable (wireBlockable) and keeps that layout.
  */
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import { crc32c } from 'tributary-protocol/record-batch/crc32c.js';
@@ -77,9 +77,13 @@ function valueEndOf(b: Buffer, s: number): number {
   return v + 4 + r32(b, v);
 }
 
-/** A scanned produce frame this layout holds as sent: with extensions, and no producer id on a plain append's records. */
+/**
+ * A scanned produce frame this layout can hold: no producer id on a plain append's records (the per-record
+ * layout drops it). A frame without extensions is blockable too: each record gets a timestamp, attributes
+ * and a header count of 0 as it is copied (EXT_TAIL), so it is one copy per record rather than per frame.
+ */
 export function wireBlockable(batch: ScannedBatch): boolean {
-  if (!batch.extensions || batch.count === 0) return false;
+  if (batch.count === 0) return false;
   if (batch.idempotent) return true;
   const { body, starts } = batch;
   for (let i = 0; i < batch.count; i++) {
@@ -89,9 +93,17 @@ export function wireBlockable(batch: ScannedBatch): boolean {
   return true;
 }
 
+/** What a record of a frame without extensions gets in a block: timestamp i64, attributes u8, header count u16. */
+const EXT_TAIL = 8 + 1 + 2;
+
 /** Bytes a blockable frame's block takes. */
 export function blockSize(batch: ScannedBatch): number {
-  return BLOCK_HEADER_BYTES + batch.starts[batch.count]! - batch.starts[0]!;
+  return BLOCK_HEADER_BYTES + batch.starts[batch.count]! - batch.starts[0]! + (batch.extensions ? 0 : EXT_TAIL * batch.count);
+}
+
+/** Where record i of a blockable frame lies in its block written at `pos` (the frame's positions, moved). */
+export function blockRecordStart(batch: ScannedBatch, pos: number, i: number): number {
+  return pos + BLOCK_HEADER_BYTES + batch.starts[i]! - batch.starts[0]! + (batch.extensions ? 0 : EXT_TAIL * i);
 }
 
 /** What an append stamps on its block. */
@@ -112,16 +124,25 @@ export interface BlockStamp {
 export function writeBlockFromWire(batch: ScannedBatch, buf: Buffer, pos: number, stamp: BlockStamp): number {
   const { body, starts, count } = batch;
   const s0 = starts[0]!;
-  const bytes = starts[count]! - s0;
+  const ext = batch.extensions;
   const at = pos + BLOCK_HEADER_BYTES;
-  buf.set(new Uint8Array(body.buffer, body.byteOffset + s0, bytes), at);
+  const bytes = starts[count]! - s0 + (ext ? 0 : EXT_TAIL * count);
+  if (ext) buf.set(new Uint8Array(body.buffer, body.byteOffset + s0, bytes), at);
   const shift = at - s0;
   const idempotent = batch.idempotent;
   const attributes = ((stamp.flags & BLOCK_TRANSACTIONAL) !== 0 ? WIRE_TRANSACTIONAL : 0) | ((stamp.flags & BLOCK_CONTROL) !== 0 ? WIRE_CONTROL : 0);
   const now = stamp.now;
   let maxTs = 0;
   for (let i = 0; i < count; i++) {
-    const s = starts[i]! + shift;
+    const s = starts[i]! + shift + (ext ? 0 : EXT_TAIL * i);
+    if (!ext) {
+      // The record up to its value's end, then a timestamp to stamp below, attributes and no headers.
+      const n = starts[i + 1]! - starts[i]!;
+      buf.set(new Uint8Array(body.buffer, body.byteOffset + starts[i]!, n), s);
+      for (let j = 0; j < 8; j++) buf[s + n + j] = 0;
+      buf[s + n + 9] = 0;
+      buf[s + n + 10] = 0;
+    }
     w64(buf, s, stamp.baseOffset + i);
     if (idempotent) {
       w64(buf, s + 8, stamp.firstSequence + i);

@@ -10,7 +10,7 @@ import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import { systemClock } from '../common/clock.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
-import { BLOCK_HEADER_BYTES, blockSize, wireBlockable, writeBlockFromWire } from './append-block.js';
+import { blockRecordStart, blockSize, wireBlockable, writeBlockFromWire } from './append-block.js';
 import type { GroupCommit, SyncWaiter } from './group-commit.js';
 import { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
 import { fsyncDir, isFdExhaustion, makeDir, storageError, writeFailed } from './log-fs.js';
@@ -291,9 +291,12 @@ export class LogWriter {
         recStarts.push(p);
         const end = writeBlockFromWire(wire, buf, p, { baseOffset: offset, now, flags: 0, firstSequence: b.wireSequence ?? -1 });
         if (end - p !== b.bytes) throw storageError(this.st.dir, 'block encoding size mismatch');
-        // The records keep their lengths: the frame's positions, moved to after the block header.
-        const shift = p + BLOCK_HEADER_BYTES - wire.starts[0];
-        (blocks ??= new Map()).set(recStarts.length - 1, wire.starts.map((s) => s + shift));
+        // The records' positions in the block, then its end (without extensions each record grew by its tail).
+        const at = p;
+        (blocks ??= new Map()).set(
+          recStarts.length - 1,
+          wire.starts.map((_, i) => blockRecordStart(wire, at, i)),
+        );
         // The block header's max timestamp (append-block.ts), as writeBlockFromWire stamped it.
         const blockTs = buf.readUInt32BE(p + 30) * 0x100000000 + buf.readUInt32BE(p + 34);
         if (blockTs > maxTs) maxTs = blockTs;
