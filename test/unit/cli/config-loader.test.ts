@@ -258,10 +258,10 @@ describe('loadBrokerConfig', () => {
     ]);
   });
 
-  it('takes --stored-layout records|blocks (records by default) and refuses any other', () => {
-    expect(ok(loadBrokerConfig({ env: {} })).config.storedLayout).toBe('records');
-    expect(ok(loadBrokerConfig({ env: {}, flags: { storedLayout: 'blocks' } })).config.storedLayout).toBe('blocks');
-    expect(ok(loadBrokerConfig({ env: { TRIBUTARY_STORED_LAYOUT: 'blocks' } })).config.storedLayout).toBe('blocks');
+  it('takes --stored-layout blocks|records (blocks by default) and refuses any other', () => {
+    expect(ok(loadBrokerConfig({ env: {} })).config.storedLayout).toBe('blocks');
+    expect(ok(loadBrokerConfig({ env: {}, flags: { storedLayout: 'records' } })).config.storedLayout).toBe('records');
+    expect(ok(loadBrokerConfig({ env: { TRIBUTARY_STORED_LAYOUT: 'records' } })).config.storedLayout).toBe('records');
     expect(errors(loadBrokerConfig({ env: {}, flags: { storedLayout: 'block' } }))).toEqual([
       'invalid config: storedLayout: must be one of records|blocks, got "block" (flag --stored-layout)',
     ]);

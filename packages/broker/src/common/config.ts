@@ -131,11 +131,11 @@ export const brokerConfigSchema = z
      */
     tailCacheBytes: z.number().int().min(0).default(128 * 1024 * 1024),
     /**
-     * The layout new appends are stored in (docs/architecture.md "Stored batches"): per-record records, or
-     * append blocks (one a produce batch), which the default moves to once every path reads them. Segments
-     * hold both, so it can change between starts.
+     * The layout new appends are stored in (docs/architecture.md "Stored batches"): append blocks (one per
+     * produce batch frame), or per-record records as earlier versions wrote them. Segments hold both, so it
+     * can change between starts.
      */
-    storedLayout: z.enum(['records', 'blocks']).default('records'),
+    storedLayout: z.enum(['records', 'blocks']).default('blocks'),
     /**
      * MiB the old generation of the broker process may grow by between full garbage collections while its
      * live heap is smaller than that (common/heap-headroom.ts); 0 leaves V8's own sizing. Set by the CLI's
