@@ -7,7 +7,7 @@
 import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { type BatchRecord, decodeBatch, encodeBatch, logRecordsToBatch, scanBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { Partition } from 'tributary-broker/partition/partition.js';
@@ -24,6 +24,7 @@ beforeEach(async () => {
   dir = await tempDir('trib-rblocks-');
 });
 afterEach(async () => {
+  vi.restoreAllMocks();
   for (const l of opened.splice(0)) await l.close().catch(() => {});
   await removeDir(dir);
 });
@@ -213,6 +214,75 @@ describe('REPLICA_FETCH format=stored with append blocks', () => {
         [3, 'c'],
       ]);
     }
+  });
+});
+
+describe('REPLICA_FETCH format=stored without blocks=true (a follower of the previous version)', () => {
+  it('gets every block as per-record layout records: the follower log is byte for byte a per-record leader log', async () => {
+    // Stamped timestamps (records with none take the append time) alike in both leaders.
+    vi.spyOn(Date, 'now').mockReturnValue(1_700_000_000_000);
+    let runs = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(frameArb, { minLength: 1, maxLength: 6 }),
+        // At least one blockable frame (plain, idempotent): the leader holds blocks.
+        fc.tuple(frameArb.filter((x) => x.kind === 'plain' || x.kind === 'idem'), fc.array(frameArb, { maxLength: 7 })).map(([b, xs]) => [...xs, b]),
+        fc.record({ maxRecords: fc.integer({ min: 1, max: 9 }), maxBytes: fc.integer({ min: 1, max: 3000 }) }),
+        async (before, after, f) => {
+          const sub = `o${runs++}`;
+          // The blocks leader: per-record records first, then blocks, in segments that hold both.
+          const seq = { next: 0 };
+          const first = await openLog(sub, { segmentBytes: 900, storedLayout: 'records' });
+          await appendFrames(first, before, seq);
+          await first.close();
+          const log = await openLog(sub, { segmentBytes: 900, storedLayout: 'blocks', tailCacheBytes: 0 });
+          await appendFrames(log, after, seq);
+          // A per-record leader given the same appends.
+          const ref = await openLog(`r${sub}`, { segmentBytes: 1 << 20, storedLayout: 'records' });
+          const refSeq = { next: 0 };
+          await appendFrames(ref, before, refSeq);
+          await appendFrames(ref, after, refSeq);
+          expect(blocksIn(await segmentBytes(join(dir, sub)))).toBeGreaterThan(0);
+          const follower = await openLog(`f${sub}`, { segmentBytes: 1 << 20 });
+          while (follower.logEndOffset < log.logEndOffset) {
+            const opts = { maxRecords: f.maxRecords, maxBytes: f.maxBytes, headerCost: 0 };
+            const got = await log.readStoredAppends(follower.logEndOffset, { ...opts, blocks: false });
+            // What the per-record leader answers the same fetch: the same bytes, so the same max_bytes cut.
+            const want = await ref.readStoredAppends(follower.logEndOffset, opts);
+            expect([got.count, got.next, got.bytes]).toEqual([want.count, want.next, want.bytes]);
+            expect(joined(got).equals(joined(want))).toBe(true);
+            await follower.appendReplica(throughWire(got));
+          }
+          const stored = await segmentBytes(join(dir, `f${sub}`));
+          expect(blocksIn(stored)).toBe(0);
+          expect(stored.equals(await segmentBytes(join(dir, `r${sub}`)))).toBe(true);
+          expect(await allRecords(follower)).toEqual(await allRecords(log));
+          await follower.close();
+          await ref.close();
+          await log.close();
+        },
+      ),
+      { numRuns: 25 },
+    );
+  }, 120_000);
+
+  it('from inside a block: the rest of it as per-record records, the last one ending the append', async () => {
+    const log = await openLog('leader', { storedLayout: 'blocks' });
+    const records = Array.from({ length: 5 }, (_, i) => ({ key: null, value: Buffer.from(`v${i}`), timestamp: 100 + i, headers: [] }));
+    await appendFrames(log, [{ kind: 'plain', records }], { next: 0 });
+    const got = await log.readStoredAppends(2, { maxRecords: 1, maxBytes: 1, headerCost: 0, blocks: false });
+    expect([got.count, got.next]).toEqual([3, 5]);
+    const body = joined(got);
+    expect(blocksIn(body)).toBe(0);
+    const parsed = throughWire(got);
+    const follower = await openLog('follower');
+    // A follower that truncated inside the block: its first two records, the second ending the append.
+    await follower.appendReplica((await allRecords(log)).slice(0, 2).map((r, i) => ({ ...r, attributes: i === 1 ? ATTR_END_OF_APPEND : 0 })));
+    await follower.appendReplica(parsed);
+    expect(await allRecords(follower, false)).toEqual(await allRecords(log, false));
+    expect((await allRecords(follower)).map((r) => r.attributes)).toEqual([0, ATTR_END_OF_APPEND, 0, 0, ATTR_END_OF_APPEND]);
+    // With blocks (this version's followers): the rest of the block as a block.
+    expect(blocksIn(joined(await log.readStoredAppends(2, { maxRecords: 1, maxBytes: 1, headerCost: 0, blocks: true })))).toBe(1);
   });
 });
 

@@ -8,11 +8,11 @@
  */
 import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { BLOCK_FLAG, BLOCK_HEADER_BYTES, type BlockInfo } from './append-block.js';
-import { type BlockRecord, blockRecords } from './block-records.js';
+import { type BlockRecord, blockRecords, decodeBlockRecord } from './block-records.js';
 import { crc32c } from 'tributary-protocol/record-batch/crc32c.js';
 import { storageError } from './log-fs.js';
 import type { LogState } from './log-state.js';
-import { ATTR_END_OF_APPEND, storedHeaderCount } from './record-codec.js';
+import { ATTR_END_OF_APPEND, encodeRecordInto, encodedSize, storedHeaderCount } from './record-codec.js';
 import type { SegmentFds } from './segment-fds.js';
 import { INSPECT, walkLog } from './segment-walk.js';
 
@@ -45,6 +45,12 @@ export interface StoredReadOptions {
    * decodes into objects (the batch frame of followers of an older version), 0 for one it stores as bytes.
    */
   headerCost: number;
+  /**
+   * Whether the reader takes append blocks (REPLICA_FETCH blocks=true); false (a follower of an older
+   * version, docs/protocol.md "Cluster mode"): each block's records in the per-record layout, as a
+   * per-record leader would have stored the same append. Default true.
+   */
+  blocks?: boolean;
 }
 
 /** Reads inside an append past the budget: large enough that a 64 MiB append is 64 reads, not 4,000. */
@@ -63,6 +69,7 @@ export async function readStoredAppends(st: LogState, fds: SegmentFds, offset: n
   if (offset < start || offset > leo) throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: start, latest: leo });
   const limit = opts.maxOffset === undefined ? leo : Math.min(leo, opts.maxOffset);
   const { maxRecords, maxBytes, headerCost } = opts;
+  const perRecord = opts.blocks === false;
   const runs: StoredRun[] = [];
   // Taken so far (budget: `cost`), and as of the end of the last whole append (`kept*`): what is returned.
   let n = 0;
@@ -93,7 +100,15 @@ export async function readStoredAppends(st: LogState, fds: SegmentFds, offset: n
         const c = r.size + headers * headerCost;
         if (n > 0 && cost + c > maxBytes && !inAppend) return 'stop';
         if (block && rec && !inAppend) {
-          if (rec.offset > block.baseOffset) {
+          if (perRecord) {
+            // Blocks follow whole appends: the per-record units taken of this chunk go before the converted ones.
+            if (from >= 0) runs.push({ buf, from, to: p });
+            from = -1;
+            const recs = perRecordFrom(buf, p, block, rec);
+            runs.push({ buf: recs, from: 0, to: recs.length });
+            stored += recs.length;
+            sliced = true;
+          } else if (rec.offset > block.baseOffset) {
             // A fetch from inside a block (a follower that truncated inside one): the rest of it, as a block of its own.
             const rest = blockFrom(buf, p, block, rec);
             runs.push({ buf: rest, from: 0, to: rest.length });
@@ -195,6 +210,22 @@ export function blockFrom(buf: Buffer, pos: number, info: BlockInfo, rec: BlockR
   out.writeUInt32BE(info.baseOffset + info.count - rec.offset, 18);
   writeU64(out, maxTs, 30);
   out.writeUInt32BE(crc32c(new Uint8Array(out.buffer, out.byteOffset + 8, out.length - 8)), 4);
+  return out;
+}
+
+/**
+ * The records of the block at `pos` from `rec` on, in the per-record layout (record-codec.ts), with the
+ * field values a per-record leader stores for the same append (decodeBlockRecord; the last one ends it).
+ */
+export function perRecordFrom(buf: Buffer, pos: number, info: BlockInfo, rec: BlockRecord): Buffer {
+  const recs = blockRecords(buf, pos, info)
+    .filter((r) => r.offset >= rec.offset)
+    .map((r) => decodeBlockRecord(buf, r, info.flags));
+  let size = 0;
+  for (const r of recs) size += encodedSize(r);
+  const out = Buffer.allocUnsafe(size);
+  let at = 0;
+  for (const r of recs) at = encodeRecordInto(out, at, r);
   return out;
 }
 
