@@ -48,7 +48,7 @@ async function replicatedPartition(name: string): Promise<Partition> {
  * `beforeFetch(n)` runs before the leader answers fetch n (from 0); an error it throws fails that fetch.
  * `maxBytes` caps each fetch's answer. fetchAll() runs one fetch loop until an answer has no records.
  */
-async function pair(opts: { beforeFetch?: (n: number) => Promise<void> | void; maxBytes?: number; oldLeader?: boolean } = {}) {
+async function pair(opts: { beforeFetch?: (n: number) => Promise<void> | void; maxBytes?: number; oldLeader?: boolean; previousLeader?: boolean } = {}) {
   const leaderPart = await replicatedPartition('leader');
   const leader = testReplicaManager(0);
   const lr = testReplica(leaderPart, { role: 'leader' });
@@ -79,9 +79,11 @@ async function pair(opts: { beforeFetch?: (n: number) => Promise<void> | void; m
   const conn = {
     closed: false,
     close: async () => {},
-    // An older leader's LEADER_EPOCHS has no tombstone_horizon and offers no REPLICA_FETCH format.
+    // An older leader's LEADER_EPOCHS has no tombstone_horizon and offers no REPLICA_FETCH format; the
+    // previous version's offers format=stored but not blocks=true (it would refuse the parameter).
     command: async (name: string, fields: Record<string, unknown>) => {
       const reply = String(await run(name, fields));
+      if (opts.previousLeader) return reply.replace(/ blocks=\S+/, ''); // offers format=stored, takes no blocks=true
       return opts.oldLeader ? reply.replace(/ tombstone_horizon=\d+/, '').replace(/ formats=\S+/, '') : reply;
     },
     // The batch frame: a follower of a leader that offers no other format.
@@ -168,7 +170,18 @@ it('a follower that holds a key whose tombstone the leader dropped unread emptie
   // that horizon for its own followers.
   expect(truncations()).toBe(1);
   expect(lines[0]).toMatch(/ offset=0 .*tombstone_horizon=2/);
+  // This version's follower stores append blocks as they are (docs/protocol.md, REPLICA_FETCH).
+  expect(lines.every((l) => / format=stored blocks=true/.test(l))).toBe(true);
   expect(followerPart.log.tombstoneHorizon).toBe(2);
+});
+
+it('a leader of the previous version takes no blocks=true: the follower asks format=stored without it', async () => {
+  const { leaderPart, followerPart, fetchAll, lines } = await pair({ previousLeader: true });
+  await leaderDroppedTombstone(leaderPart);
+  await fetchAll();
+  expect(lines.length).toBeGreaterThan(0);
+  expect(lines.every((l) => l.includes(' format=stored') && !l.includes('blocks='))).toBe(true);
+  expect(followerPart.log.logEndOffset).toBe(leaderPart.logEndOffset);
 });
 
 it('a horizon raised between two fetches reaches the follower before any record fetched past the tombstone', async () => {
@@ -272,7 +285,7 @@ it('a leader of an older version reports no horizon: the follower names none and
   await fetchAll();
   expect(lines.some((l) => l.includes('tombstone_horizon'))).toBe(false);
   // Nor a format it does not offer: the batch frame, decoded.
-  expect(lines.some((l) => l.includes('format='))).toBe(false);
+  expect(lines.some((l) => l.includes('format=') || l.includes('blocks='))).toBe(false);
   expect(truncations()).toBe(0);
   expect(followerPart.log.logEndOffset).toBe(leaderPart.logEndOffset);
 });

@@ -36,6 +36,9 @@ async function replicaFetch(b: BrokerContext, _c: ConnectionContext, p: Params):
   const knownHorizon = p.int('tombstone_horizon', { min: 0 });
   const format = p.str('format', { maxLength: 100 });
   if (format !== undefined && format !== STORED_FORMAT) throw invalidParam('format', `only ${STORED_FORMAT} (without it: a batch frame)`);
+  // A follower that stores append blocks; without it (the previous version) blocks go as per-record records.
+  const blocks = p.bool('blocks') ?? false;
+  if (blocks && format !== STORED_FORMAT) throw invalidParam('blocks', `only with format=${STORED_FORMAT}`);
   if (park && waitMs > 0) throw invalidParam('park', 'a parked fetch does not wait at the leader (REPLICA_WAIT does)');
   const r = node.replicas.followerFetch(topic, partition, replica, epoch, offset, topicId);
   const part = r.partition;
@@ -46,10 +49,11 @@ async function replicaFetch(b: BrokerContext, _c: ConnectionContext, p: Params):
   }
   const end = part.localEnd;
   // A batch frame's reader builds an object per record and header: headers are charged between appends.
+  // Its encoder reads blocks itself (replica-wire.ts); format=stored without blocks=true converts them.
   const headerCost = format === STORED_FORMAT ? 0 : READ_HEADER_COST;
   const read =
     offset < end
-      ? await part.log.readStoredAppends(Math.max(offset, part.earliest), { maxRecords: 10_000, maxBytes, maxOffset: end, headerCost })
+      ? await part.log.readStoredAppends(Math.max(offset, part.earliest), { maxRecords: 10_000, maxBytes, maxOffset: end, headerCost, blocks: blocks || format !== STORED_FORMAT })
       : { runs: [], count: 0, bytes: 0, next: offset };
   // Read after the records: compaction raises it before a segment without a tombstone can be read, so
   // these records never reach a follower that has not heard of the tombstones they lack.
@@ -90,8 +94,10 @@ async function leaderEpochs(b: BrokerContext, _c: ConnectionContext, p: Params):
     log_end: h.logEnd,
     epochs: h.epochs.map(([e, o]) => `${e}:${o}`).join(','),
     tombstone_horizon: h.tombstoneHorizon,
-    // The REPLICA_FETCH formats this broker answers besides the batch frame (a leader of an older version: none).
+    // The REPLICA_FETCH formats this broker answers besides the batch frame (a leader of an older version: none),
+    // and that it takes blocks=true (the previous version: no `blocks`).
     formats: STORED_FORMAT,
+    blocks: true,
   });
 }
 
@@ -109,7 +115,7 @@ function partitionsReady(b: BrokerContext, _c: ConnectionContext, p: Params): Re
 
 export const REPLICA_COMMANDS: Record<string, CommandSpec> = {
   PARTITIONS_READY: { handler: partitionsReady, params: ['partitions', 'topic'] },
-  REPLICA_FETCH: { handler: replicaFetch, params: ['format', 'leader_epoch', 'max_bytes', 'offset', 'park', 'partition', 'replica', 'tombstone_horizon', 'topic', 'topic_id', 'wait_ms'] },
+  REPLICA_FETCH: { handler: replicaFetch, params: ['blocks', 'format', 'leader_epoch', 'max_bytes', 'offset', 'park', 'partition', 'replica', 'tombstone_horizon', 'topic', 'topic_id', 'wait_ms'] },
   REPLICA_WAIT: { handler: replicaWait, params: ['replica', 'wait_ms'] },
   LEADER_EPOCHS: { handler: leaderEpochs, params: ['leader_epoch', 'partition', 'topic'] },
 };

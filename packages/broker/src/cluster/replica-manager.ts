@@ -11,7 +11,7 @@ import { eachInChunks } from './chunked.js';
 import { dropLocalData, syncFollowers, throttleRate } from './replica-moves.js';
 import { abortable, sleep } from './abortable.js';
 import { FetchWatch, type MarkedPartition } from './fetch-watch.js';
-import { STORED_FORMAT, fetchFromLeader } from './replica-wire.js';
+import { fetchFromLeader, storedFetchParams } from './replica-wire.js';
 import { LeaderLinks } from './leader-links.js';
 import { askParkedFollowersBack } from './isr-rejoin.js';
 import type { BrokerRegistration, BrokerRegistry } from './broker-registry.js';
@@ -468,8 +468,8 @@ export class ReplicaManager {
     const link = this.links.acquire(r.leaderId, r.topic, r.id);
     let failures = 0;
     let truncated = false;
-    /** The leader answers REPLICA_FETCH format=stored (it said so in LEADER_EPOCHS). */
-    let stored = false;
+    /** What REPLICA_FETCH asks beyond the batch frame: what the leader offered in LEADER_EPOCHS (replica-wire.ts). */
+    let stored = '';
     const epoch = r.leaderEpoch;
     const horizon = newHorizonWatch();
     try {
@@ -498,8 +498,8 @@ export class ReplicaManager {
           const got = await abortable(
             fetchFromLeader(
               conn,
-              `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} park=true${r.topicId ? ` topic_id=${r.topicId}` : ''}${horizonParam(horizon)}${stored ? ` format=${STORED_FORMAT}` : ''}`,
-              stored,
+              `REPLICA_FETCH topic=${r.topic} partition=${r.id} offset=${offset} leader_epoch=${epoch} replica=${this.deps.brokerId} max_bytes=${maxBytes} park=true${r.topicId ? ` topic_id=${r.topicId}` : ''}${horizonParam(horizon)}${stored}`,
+              stored !== '',
             ),
             signal,
           );
@@ -532,9 +532,9 @@ export class ReplicaManager {
   /**
    * Leader-epoch truncation: the leader's epoch history tells where this replica's latest epoch ended on
    * the leader; anything past that here was never the leader's and goes. Then this replica takes the
-   * leader's history as its own. True when the leader offers REPLICA_FETCH format=stored.
+   * leader's history as its own. Returns the REPLICA_FETCH parameters of the formats the leader offers.
    */
-  private async truncateToLeader(r: Replica, conn: Connection, epoch: number, horizon: HorizonWatch, signal: AbortSignal): Promise<boolean> {
+  private async truncateToLeader(r: Replica, conn: Connection, epoch: number, horizon: HorizonWatch, signal: AbortSignal): Promise<string> {
     await r.epochsLoaded;
     // A demoted leader's appends begun before the new state arrived must land first, or one landing after
     // the decision stays as a divergent record at an offset the new leader gave to an acknowledged one.
@@ -542,7 +542,7 @@ export class ReplicaManager {
     // Abortable: a promotion waits for this loop, and a frozen leader would hold it to the request timeout.
     const reply = await abortable(conn.command('LEADER_EPOCHS', { topic: r.topic, partition: r.id, leader_epoch: epoch }), signal);
     // No longer this leader's follower (maybe the leader now): its history is not ours to take.
-    if (signal.aborted) return false;
+    if (signal.aborted) return '';
     const p = parseLine(reply).params;
     const leaderEnd = Number(p.get('log_end'));
     const entries = (p.get('epochs') ?? '')
@@ -566,7 +566,7 @@ export class ReplicaManager {
     await r.epochs.flush();
     // Fault tests (`replica.truncated:<topic>@ms`): a follower slow to fetch after deciding its truncation.
     await abortable(failpointDelay(`replica.truncated:${r.topic}`) ?? Promise.resolve(), signal).catch(() => {});
-    return (p.get('formats') ?? '').split(',').includes(STORED_FORMAT);
+    return storedFetchParams(p);
   }
 
   /** LEADER_EPOCHS on the leader: its epoch history, log end and tombstone horizon. */

@@ -29,6 +29,16 @@ const STORED_HEADER_BYTES = 2 + 8 + 8 + 8 + 4;
 export const STORED_FORMAT = 'stored';
 
 /**
+ * What a follower adds to REPLICA_FETCH, from its leader's LEADER_EPOCHS reply `p`: `format=stored` when
+ * offered, and `blocks=true` (it stores append blocks as they are) when the leader says it takes it (`blocks=true`;
+ * the previous version refuses it as an unknown parameter). '' for the batch frame.
+ */
+export function storedFetchParams(p: ReadonlyMap<string, string>): string {
+  if (!(p.get('formats') ?? '').split(',').includes(STORED_FORMAT)) return '';
+  return p.get('blocks') === 'true' ? ` format=${STORED_FORMAT} blocks=true` : ` format=${STORED_FORMAT}`;
+}
+
+/**
  * The largest frame a follower's connections to its leader take. An answer holds the appends that began
  * within the fetch's `maxBytes` and the last of them whole, however large: up to a produce frame's records
  * (the leader's --max-frame-bytes, which it registers: the larger of its and the follower's is passed),
