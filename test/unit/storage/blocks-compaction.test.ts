@@ -229,7 +229,7 @@ describe("compaction of a log written with storedLayout 'blocks'", () => {
   it('a rewrite that fills its write buffer inside a block goes on after the block, each record written once', async () => {
     // The cleaner writes at about 4 MiB: blocks of 1.6 MB put that limit inside the third block.
     const value = (o: number) => Buffer.alloc(200_000, o % 251);
-    const log = await PartitionLog.open(dir, { flush: 'os', segmentMs: SEGMENT_MS, segmentBytes: 64 << 20, tailCacheBytes: 0, storedLayout: 'blocks', cleanupPolicy: 'compact' });
+    const log = await PartitionLog.open(dir, { flush: 'os', segmentMs: SEGMENT_MS, segmentBytes: 64 << 20, tailCacheBytes: 0, storedLayout: 'blocks', maxBlockBytes: 4 << 20, cleanupPolicy: 'compact' });
     try {
       for (let from = 0; from < 32; from += 8) {
         const records = Array.from({ length: 8 }, (_, i) => ({

@@ -437,3 +437,34 @@ describe('a truncation at a block boundary', () => {
     }
   });
 });
+
+describe('maxBlockBytes', () => {
+  it('keeps an append larger than it in the per-record layout, and reads it back alike', async () => {
+    const log = await PartitionLog.open(dir, { flush: 'os', storedLayout: 'blocks', maxBlockBytes: 300 });
+    try {
+      const frame = (n: number) => {
+        const records = Array.from({ length: n }, (_, i) => ({
+          offset: 0,
+          sequence: 0,
+          producerId: '',
+          key: null,
+          epoch: 0,
+          value: Buffer.alloc(40, i),
+          timestamp: 5,
+          attributes: 0,
+          headers: [],
+        }));
+        const body = encodeBatch({ topic: 't', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records }, { extensions: true });
+        return scanBatch(body, { extensions: true, request: true });
+      };
+      // 2 records: a block of 38 + 2 x 83 bytes; 5: 38 + 5 x 83, past 300.
+      await log.appendWire(frame(2));
+      await log.appendWire(frame(5));
+      expect(await countUnits(dir)).toEqual([5, 1]);
+      const values = (await log.read(0, { maxRecords: 100, maxBytes: 1 << 20 })).map((r) => r.value[0]);
+      expect(values).toEqual([0, 1, 0, 1, 2, 3, 4]);
+    } finally {
+      await log.close();
+    }
+  });
+});

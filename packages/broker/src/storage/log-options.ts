@@ -48,12 +48,21 @@ export interface LogOptions {
    */
   ticker?: LogTicker;
   /**
-   * How appends are stored (internal, not a CLI flag yet): 'records' (the default) the per-record layout,
-   * 'blocks' a blockable produce frame as one append block (append-block.ts). The migration to blocks is in
-   * steps; docs/architecture.md "Stored batches" lists what reads blocks so far and what still refuses them.
+   * How appends are stored: 'records' (the default here; the broker's --stored-layout defaults to blocks)
+   * the per-record layout, 'blocks' a blockable produce frame as one append block (append-block.ts;
+   * docs/architecture.md "Stored batches").
    */
   storedLayout?: 'records' | 'blocks';
+  /**
+   * The largest append block (default MAX_APPEND_BLOCK_BYTES): a larger append keeps the per-record layout. A read
+   * of any record of a block holds the whole block (its CRC covers it), so a block of a 64 MiB frame made
+   * four CONSUMEs at once of a few of its records hold 256 MiB.
+   */
+  maxBlockBytes?: number;
 }
+
+/** Default LogOptions.maxBlockBytes: 1 MiB, four times the SDK producer's default batch. */
+export const MAX_APPEND_BLOCK_BYTES = 1024 * 1024;
 
 /** How a log's segments take part in the fd budget (one per log: it names the log's waits): only fsynced writes let a segment close its fd. */
 export function segmentFdPolicy(o: LogOptions): SegmentFdPolicy | undefined {
@@ -163,6 +172,7 @@ export function resolveOptions(o: Partial<LogOptions>): Readonly<LogOptions> {
   };
   posInt('segmentBytes', 1, MAX_SEGMENT_BYTES);
   posInt('segmentMs', 1);
+  if (opts.maxBlockBytes !== undefined) posInt('maxBlockBytes', 1);
   posInt('retentionMs', -1);
   posInt('retentionBytes', -1);
   posInt('flushIntervalMs', 1, 0x7fffffff);

@@ -15,7 +15,7 @@ import type { GroupCommit, SyncWaiter } from './group-commit.js';
 import { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
 import { fsyncDir, isFdExhaustion, makeDir, storageError, writeFailed } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
-import type { AppendGuard, AppendResult } from './log-options.js';
+import { type AppendGuard, type AppendResult, MAX_APPEND_BLOCK_BYTES } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { Mutex } from './mutex.js';
 import {
@@ -119,7 +119,12 @@ export class LogWriter {
       bytes += size;
     }
     // A block is one whole append; maxRecordBytes still bounds each record at its per-record size above.
-    const block = this.st.options.storedLayout === 'blocks' && !batch.transactional && batch.idempotent === firstSequence >= 0 && wireBlockable(batch);
+    const block =
+      this.st.options.storedLayout === 'blocks' &&
+      !batch.transactional &&
+      batch.idempotent === firstSequence >= 0 &&
+      blockSize(batch) <= (this.st.options.maxBlockBytes ?? MAX_APPEND_BLOCK_BYTES) &&
+      wireBlockable(batch);
     if (block) bytes = blockSize(batch);
     if (bytes > MAX_BATCH_BYTES) return Promise.reject(new TributaryError('record_too_large', { size: bytes, max: MAX_BATCH_BYTES }));
     return new Promise<AppendResult>((resolve, reject) => {
