@@ -5,7 +5,7 @@
  * read the same (LogRecords and wire, every offset, before and after a clean and a crashed restart) and keep
  * the same producer state.
  */
-import { readdir, readFile, unlink } from 'node:fs/promises';
+import { readdir, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -16,6 +16,7 @@ import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partitio
 import { armCompactionCrash, SimulatedCrash, simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
+import { countUnits } from '../../helpers/stored-units.js';
 
 let dir: string;
 let clock: number;
@@ -99,25 +100,6 @@ function appendAll(log: PartitionLog, frames: Frame[], seq: { next: number }): P
   );
 }
 
-/** Units in the log files: [per-record records, blocks] (bit 31 of each unit's length). */
-async function countUnits(d: string): Promise<[number, number]> {
-  let recs = 0;
-  let blocks = 0;
-  for (const f of (await readdir(d)).filter((n) => n.endsWith('.log'))) {
-    const b = await readFile(join(d, f));
-    for (let p = 0; p < b.length; ) {
-      const w = b.readUInt32BE(p);
-      if (w >= 0x80000000) {
-        blocks++;
-        p += 4 + (w - 0x80000000);
-      } else {
-        recs++;
-        p += 4 + w;
-      }
-    }
-  }
-  return [recs, blocks];
-}
 
 const EXT = { topic: 't', partition: 0, extensions: true, skipControl: false };
 const NOEXT = { ...EXT, extensions: false };

@@ -15,6 +15,7 @@ import { PRODUCER_SNAPSHOT_FILE } from 'tributary-broker/partition/partition-sna
 import { CLEAN_SHUTDOWN_FILE, type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
+import { countUnits } from '../../helpers/stored-units.js';
 
 let dir: string;
 beforeEach(async () => {
@@ -87,25 +88,6 @@ function appendAll(log: PartitionLog, frames: Frame[]): Promise<unknown[]> {
   );
 }
 
-/** Units in the log files: [per-record records, blocks] (bit 31 of each unit's length). */
-async function countUnits(d: string): Promise<[number, number]> {
-  let recs = 0;
-  let blocks = 0;
-  for (const f of (await readdir(d)).filter((n) => n.endsWith('.log'))) {
-    const b = await readFile(join(d, f));
-    for (let p = 0; p < b.length; ) {
-      const w = b.readUInt32BE(p);
-      if (w >= 0x80000000) {
-        blocks++;
-        p += 4 + (w - 0x80000000);
-      } else {
-        recs++;
-        p += 4 + w;
-      }
-    }
-  }
-  return [recs, blocks];
-}
 
 const EXT = { topic: 't', partition: 0, extensions: true, skipControl: false };
 const NOEXT = { ...EXT, extensions: false };
@@ -401,31 +383,19 @@ describe("recovery of a log written with storedLayout 'blocks'", () => {
   }, 300_000);
 });
 
+/** A plain produce frame with extensions of `n` records of values `value(i)`, scanned as the broker does. */
+function plainFrame(n: number, value: (i: number) => Buffer) {
+  const records = Array.from({ length: n }, (_, i) => ({ offset: 0, sequence: 0, producerId: '', key: null, epoch: 0, value: value(i), timestamp: 5, attributes: 0, headers: [] }));
+  const body = encodeBatch({ topic: 't', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records }, { extensions: true });
+  return scanBatch(body, { extensions: true, request: true });
+}
+
 describe('a truncation at a block boundary', () => {
   it('keeps the blocks before it, and appends go on after it', async () => {
     // A segment per block (inside a block: blocks-truncate.test.ts).
     const log = await PartitionLog.open(dir, { flush: 'os', storedLayout: 'blocks', segmentBytes: 200 });
     try {
-      const frame = (n: number) => {
-        const records = Array.from({ length: n }, (_, i) => ({
-          offset: 0,
-          sequence: 0,
-          producerId: '',
-          key: null,
-          epoch: 0,
-          value: Buffer.from(`v${i}`),
-          timestamp: 5,
-          attributes: 0,
-          headers: [],
-        }));
-        return scanBatch(
-          encodeBatch({ topic: 't', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records }, { extensions: true }),
-          {
-            extensions: true,
-            request: true,
-          },
-        );
-      };
+      const frame = (n: number) => plainFrame(n, (i) => Buffer.from(`v${i}`));
       await log.appendWire(frame(3));
       await log.appendWire(frame(3));
       await log.truncateTo(3);
@@ -442,21 +412,7 @@ describe('maxBlockBytes', () => {
   it('keeps an append larger than it in the per-record layout, and reads it back alike', async () => {
     const log = await PartitionLog.open(dir, { flush: 'os', storedLayout: 'blocks', maxBlockBytes: 300 });
     try {
-      const frame = (n: number) => {
-        const records = Array.from({ length: n }, (_, i) => ({
-          offset: 0,
-          sequence: 0,
-          producerId: '',
-          key: null,
-          epoch: 0,
-          value: Buffer.alloc(40, i),
-          timestamp: 5,
-          attributes: 0,
-          headers: [],
-        }));
-        const body = encodeBatch({ topic: 't', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records }, { extensions: true });
-        return scanBatch(body, { extensions: true, request: true });
-      };
+      const frame = (n: number) => plainFrame(n, (i) => Buffer.alloc(40, i));
       // 2 records: a block of 38 + 2 x 83 bytes; 5: 38 + 5 x 83, past 300.
       await log.appendWire(frame(2));
       await log.appendWire(frame(5));

@@ -31,6 +31,7 @@
  */
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import { crc32c } from 'tributary-protocol/record-batch/crc32c.js';
+import { w32, w64 } from 'tributary-protocol/record-batch/layout.js';
 
 export const BLOCK_FLAG = 0x80000000;
 export const BLOCK_VERSION = 1;
@@ -46,19 +47,6 @@ const WIRE_TRANSACTIONAL = 2;
 const MIN_WIRE_RECORD = 8 + 8 + 2 + 2 + 8 + 4 + 8 + 1 + 2;
 
 const TWO_32 = 4294967296;
-
-function w32(b: Buffer, p: number, v: number): void {
-  b[p] = v >>> 24;
-  b[p + 1] = v >>> 16;
-  b[p + 2] = v >>> 8;
-  b[p + 3] = v;
-}
-
-function w64(b: Buffer, p: number, v: number): void {
-  const hi = Math.floor(v / TWO_32);
-  w32(b, p, hi);
-  w32(b, p + 4, v - hi * TWO_32);
-}
 
 function r32(b: Buffer, p: number): number {
   return b[p]! * 0x1000000 + ((b[p + 1]! << 16) | (b[p + 2]! << 8) | b[p + 3]!);
