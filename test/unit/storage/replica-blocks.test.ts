@@ -7,33 +7,19 @@
 import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { type BatchRecord, decodeBatch, encodeBatch, logRecordsToBatch, scanBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { Partition } from 'tributary-broker/partition/partition.js';
-import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import type { LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { ATTR_END_OF_APPEND, READ_HEADER_COST, encodeRecords } from 'tributary-broker/storage/record-codec.js';
 import type { StoredRead } from 'tributary-broker/storage/replica-read.js';
 import { StoredAppends } from 'tributary-broker/storage/stored-appends.js';
 import { encodeBatchReply, encodeStoredReply } from 'tributary-broker/cluster/replica-wire.js';
-import { removeDir, tempDir } from '../../helpers/util.js';
+import { useTempLogs } from '../../helpers/temp-logs.js';
 
-let dir: string;
-const opened: Array<{ close(): Promise<unknown> }> = [];
-beforeEach(async () => {
-  dir = await tempDir('trib-rblocks-');
-});
-afterEach(async () => {
-  vi.restoreAllMocks();
-  for (const l of opened.splice(0)) await l.close().catch(() => {});
-  await removeDir(dir);
-});
-
-async function openLog(sub: string, opts: Partial<LogOptions> = {}): Promise<PartitionLog> {
-  const l = await PartitionLog.open(join(dir, sub), { flush: 'os', indexIntervalBytes: 64, ...opts });
-  opened.push(l);
-  return l;
-}
+const logs = useTempLogs('trib-rblocks-', { flush: 'os', indexIntervalBytes: 64 });
+const openLog = (sub: string, opts?: Partial<LogOptions>): Promise<PartitionLog> => logs.open(sub, opts);
 
 const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
 type Frame = { records: Array<Pick<BatchRecord, 'key' | 'value' | 'timestamp' | 'headers'>>; kind: 'plain' | 'idem' | 'pid' | 'objects' };
@@ -131,7 +117,7 @@ describe('REPLICA_FETCH format=stored with append blocks', () => {
             expect(got.count).toBeGreaterThan(0);
             await follower.appendReplica(throughWire(got));
           }
-          expect((await segmentBytes(join(dir, `f${sub}`))).equals(await segmentBytes(join(dir, sub)))).toBe(true);
+          expect((await segmentBytes(join(logs.dir, `f${sub}`))).equals(await segmentBytes(join(logs.dir, sub)))).toBe(true);
           expect(await allRecords(follower)).toEqual(all);
           // A follower of an older version: the batch frame of the records read as objects, byte for byte.
           for (let o = 0; o < log.logEndOffset; o++) {
@@ -242,7 +228,7 @@ describe('REPLICA_FETCH format=stored without blocks=true (a follower of the pre
           const refSeq = { next: 0 };
           await appendFrames(ref, before, refSeq);
           await appendFrames(ref, after, refSeq);
-          expect(blocksIn(await segmentBytes(join(dir, sub)))).toBeGreaterThan(0);
+          expect(blocksIn(await segmentBytes(join(logs.dir, sub)))).toBeGreaterThan(0);
           const follower = await openLog(`f${sub}`, { segmentBytes: 1 << 20 });
           while (follower.logEndOffset < log.logEndOffset) {
             const opts = { maxRecords: f.maxRecords, maxBytes: f.maxBytes, headerCost: 0 };
@@ -253,9 +239,9 @@ describe('REPLICA_FETCH format=stored without blocks=true (a follower of the pre
             expect(joined(got).equals(joined(want))).toBe(true);
             await follower.appendReplica(throughWire(got));
           }
-          const stored = await segmentBytes(join(dir, `f${sub}`));
+          const stored = await segmentBytes(join(logs.dir, `f${sub}`));
           expect(blocksIn(stored)).toBe(0);
-          expect(stored.equals(await segmentBytes(join(dir, `r${sub}`)))).toBe(true);
+          expect(stored.equals(await segmentBytes(join(logs.dir, `r${sub}`)))).toBe(true);
           expect(await allRecords(follower)).toEqual(await allRecords(log));
           await follower.close();
           await ref.close();

@@ -7,7 +7,7 @@
 import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { decodeBatch, encodeBatch, logRecordsToBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import { type Isolation, Partition } from 'tributary-broker/partition/partition.js';
@@ -17,24 +17,11 @@ import type { StoredRead } from 'tributary-broker/storage/replica-read.js';
 import { Segment } from 'tributary-broker/storage/segment.js';
 import { StoredAppends } from 'tributary-broker/storage/stored-appends.js';
 import { encodeBatchReply, encodeStoredReply } from 'tributary-broker/cluster/replica-wire.js';
-import { rec, removeDir, tempDir } from '../../helpers/util.js';
+import { rec, } from '../../helpers/util.js';
+import { useTempLogs } from '../../helpers/temp-logs.js';
 
-let dir: string;
-const opened: Array<{ close(): Promise<unknown> }> = [];
-beforeEach(async () => {
-  dir = await tempDir('trib-rstored-');
-});
-afterEach(async () => {
-  vi.restoreAllMocks();
-  for (const l of opened.splice(0)) await l.close().catch(() => {});
-  await removeDir(dir);
-});
-
-async function openLog(sub: string, opts: Partial<LogOptions> = {}): Promise<PartitionLog> {
-  const l = await PartitionLog.open(join(dir, sub), { flush: 'os', indexIntervalBytes: 64, ...opts });
-  opened.push(l);
-  return l;
-}
+const logs = useTempLogs('trib-rstored-', { flush: 'os', indexIntervalBytes: 64 });
+const openLog = (sub: string, opts?: Partial<LogOptions>): Promise<PartitionLog> => logs.open(sub, opts);
 
 const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
 const recordArb: fc.Arbitrary<RecordInput> = fc.record({
@@ -282,9 +269,9 @@ describe('StoredAppends.parse', () => {
 });
 
 async function openPartition(sub: string, replicated: boolean): Promise<Partition> {
-  const log = await PartitionLog.open(join(dir, sub), { flush: 'os' });
+  const log = await PartitionLog.open(join(logs.dir, sub), { flush: 'os' });
   const p = new Partition('t', 0, log, { replicated });
-  opened.push(p);
+  logs.track(p);
   await p.whenTxnIndexReady();
   await p.whenProducerStateReady();
   if (replicated) p.enableReplication(() => {});
@@ -292,8 +279,8 @@ async function openPartition(sub: string, replicated: boolean): Promise<Partitio
 }
 
 async function segmentBytes(sub: string): Promise<Buffer> {
-  const files = (await readdir(join(dir, sub))).filter((f) => f.endsWith('.log')).sort();
-  return Buffer.concat(await Promise.all(files.map((f) => readFile(join(dir, sub, f)))));
+  const files = (await readdir(join(logs.dir, sub))).filter((f) => f.endsWith('.log')).sort();
+  return Buffer.concat(await Promise.all(files.map((f) => readFile(join(logs.dir, sub, f)))));
 }
 
 describe('a follower storing its leader appends as bytes', () => {
