@@ -112,11 +112,54 @@ export interface BlockStamp {
 export function writeBlockFromWire(batch: ScannedBatch, buf: Buffer, pos: number, stamp: BlockStamp): number {
   const { body, starts, count } = batch;
   const s0 = starts[0]!;
-  const ext = batch.extensions;
   const at = pos + BLOCK_HEADER_BYTES;
-  const bytes = starts[count]! - s0 + (ext ? 0 : EXT_TAIL * count);
-  if (ext) buf.set(new Uint8Array(body.buffer, body.byteOffset + s0, bytes), at);
-  const shift = at - s0;
+  const bytes = starts[count]! - s0 + (batch.extensions ? 0 : EXT_TAIL * count);
+  if (batch.extensions) buf.set(new Uint8Array(body.buffer, body.byteOffset + s0, bytes), at);
+  const maxTs = stampRecords(batch, buf, at - s0, stamp);
+  writeBlockHeader(batch, buf, pos, new Uint8Array(buf.buffer, buf.byteOffset + at, bytes), stamp, maxTs);
+  return at + bytes;
+}
+
+/**
+ * A frame whose block is stamped in its own buffer rather than copied (stampBlockInPlace): one with
+ * extensions (its records are the block's bytes as they are) and at least this many record bytes, below
+ * which the write arena's shared blocks cost less than a chunk of the tail cache per frame.
+ */
+export const IN_PLACE_MIN_BYTES = 16 * 1024;
+
+/**
+ * Whether a blockable frame is stamped in place: with extensions, large (IN_PLACE_MIN_BYTES), and owning
+ * nearly all of its buffer. The tail cache then keeps the frame's buffer (docs/architecture.md, "Stored
+ * batches"), charged whole: a frame cut out of a larger socket read would pin the rest of that read.
+ */
+export function inPlaceBlockable(batch: ScannedBatch): boolean {
+  if (!batch.extensions) return false;
+  const bytes = batch.starts[batch.count]! - batch.starts[0]!;
+  return bytes >= IN_PLACE_MIN_BYTES && batch.body.buffer.byteLength - bytes <= 4096;
+}
+
+/**
+ * writeBlockFromWire without the copy, for a frame inPlaceBlockable accepts: stamps its records where
+ * they lie in the frame's buffer (nothing reads the frame's bytes after its append) and writes the block's
+ * header at `hpos` of `header` (BLOCK_HEADER_BYTES of room). Returns the records: the header, then them,
+ * are the block.
+ */
+export function stampBlockInPlace(batch: ScannedBatch, header: Buffer, hpos: number, stamp: BlockStamp): Buffer {
+  const { body, starts, count } = batch;
+  const maxTs = stampRecords(batch, body, 0, stamp);
+  const records = body.subarray(starts[0]!, starts[count]!);
+  writeBlockHeader(batch, header, hpos, records, stamp, maxTs);
+  return records;
+}
+
+/**
+ * Stamps the frame's records, which `buf` holds moved by `shift` (`buf` is the frame's own buffer with
+ * shift 0 for a frame with extensions); without extensions each record is copied here first, with its
+ * tail. Returns the largest timestamp.
+ */
+function stampRecords(batch: ScannedBatch, buf: Buffer, shift: number, stamp: BlockStamp): number {
+  const { body, starts, count } = batch;
+  const ext = batch.extensions;
   const idempotent = batch.idempotent;
   const attributes = ((stamp.flags & BLOCK_TRANSACTIONAL) !== 0 ? WIRE_TRANSACTIONAL : 0) | ((stamp.flags & BLOCK_CONTROL) !== 0 ? WIRE_CONTROL : 0);
   const now = stamp.now;
@@ -150,16 +193,20 @@ export function writeBlockFromWire(batch: ScannedBatch, buf: Buffer, pos: number
     if (ts > maxTs) maxTs = ts;
     buf[ve + 8] = attributes;
   }
-  const end = at + bytes;
-  w32(buf, pos, (end - pos - 4 + BLOCK_FLAG) >>> 0);
+  return maxTs;
+}
+
+/** The block header at `pos` of `buf` for `records`, its CRC-32C over the header's fields after it and the records. */
+function writeBlockHeader(batch: ScannedBatch, buf: Buffer, pos: number, records: Uint8Array, stamp: BlockStamp, maxTs: number): void {
+  w32(buf, pos, (BLOCK_HEADER_BYTES - 4 + records.length + BLOCK_FLAG) >>> 0);
   buf[pos + 8] = BLOCK_VERSION;
-  buf[pos + 9] = (stamp.flags & (BLOCK_TRANSACTIONAL | BLOCK_CONTROL)) | (idempotent ? BLOCK_IDEMPOTENT : 0);
+  buf[pos + 9] = (stamp.flags & (BLOCK_TRANSACTIONAL | BLOCK_CONTROL)) | (batch.idempotent ? BLOCK_IDEMPOTENT : 0);
   w64(buf, pos + 10, stamp.baseOffset);
-  w32(buf, pos + 18, count);
-  w64(buf, pos + 22, now);
+  w32(buf, pos + 18, batch.count);
+  w64(buf, pos + 22, stamp.now);
   w64(buf, pos + 30, maxTs);
-  w32(buf, pos + 4, crc32c(new Uint8Array(buf.buffer, buf.byteOffset + pos + 8, end - pos - 8)));
-  return end;
+  const fields = crc32c(new Uint8Array(buf.buffer, buf.byteOffset + pos + 8, BLOCK_HEADER_BYTES - 8));
+  w32(buf, pos + 4, crc32c(records, fields));
 }
 
 /** A block's header fields, as checkBlock found them. */

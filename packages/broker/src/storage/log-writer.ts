@@ -10,14 +10,15 @@ import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
 import { systemClock } from '../common/clock.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
-import { blockRecordStart, blockSize, wireBlockable, writeBlockFromWire } from './append-block.js';
-import type { GroupCommit, SyncWaiter } from './group-commit.js';
+import { BLOCK_HEADER_BYTES, blockRecordStart, blockSize, inPlaceBlockable, stampBlockInPlace, wireBlockable, writeBlockFromWire } from './append-block.js';
+import type { GroupCommit, } from './group-commit.js';
 import { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
 import { fsyncDir, isFdExhaustion, makeDir, storageError, writeFailed } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
 import { type AppendGuard, type AppendResult, MAX_APPEND_BLOCK_BYTES } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { Mutex } from './mutex.js';
+import type { GroupWrite, PendingAppend } from './log-write-queue.js';
 import {
   ageTimestamp,
   ATTR_END_OF_APPEND,
@@ -43,21 +44,6 @@ const NO_SIZES: number[] = [];
 
 /** Largest offset distance from a segment's base that its index can hold (u32 relative offsets). */
 const MAX_RELATIVE_OFFSET = 0xffffffff;
-
-interface PendingAppend extends SyncWaiter {
-  records: RecordInput[];
-  /** Instead of `records`: the records of a produce batch, encoded straight from its wire bytes. */
-  wire?: ScannedBatch;
-  /** With `wire`: the sequence of its first record, an idempotent batch's (-1: a plain batch). */
-  wireSequence?: number;
-  /** With `wire`: stored as one append block (LogOptions.storedLayout 'blocks'; `bytes` is its size). */
-  block?: boolean;
-  /** Instead of `records`: an appendReplica call, already encoded with its own offsets. */
-  replica?: ReplicaWrite;
-  sizes: number[];
-  bytes: number;
-  guard?: AppendGuard;
-}
 
 export class LogWriter {
   private readonly mutex = new Mutex();
@@ -130,6 +116,7 @@ export class LogWriter {
     return new Promise<AppendResult>((resolve, reject) => {
       const p: PendingAppend = { records: NO_RECORDS, wire: batch, wireSequence: firstSequence, sizes, bytes, resolve, reject };
       if (block) p.block = true;
+      if (block && inPlaceBlockable(batch)) p.inPlace = true;
       if (guard) p.guard = guard;
       this.pending.push(p);
       this.scheduleDrain();
@@ -249,7 +236,7 @@ export class LogWriter {
       let n = 1;
       let bytes = first.bytes;
       // A refused append is failed at the head of a group (drain()): the group ends before one.
-      while (n < this.pending.length && !this.pending[n].replica && this.pending[n].guard?.refused() === undefined) {
+      while (n < this.pending.length && !first.inPlace && !this.pending[n].replica && !this.pending[n].inPlace && this.pending[n].guard?.refused() === undefined) {
         const b = this.pending[n].bytes;
         if (bytes + b > MAX_GROUP_BYTES || seg.size + bytes + b > segmentBytes) break;
         bytes += b;
@@ -275,6 +262,7 @@ export class LogWriter {
 
   /** Encodes and writes a group; a promise only when the write has to wait for the file to open. */
   private writeGroup(seg: Segment, group: PendingAppend[], bytes: number, now: number): Promise<void> | undefined {
+    if (group[0].inPlace) return this.writeInPlace(seg, group[0], now);
     // The tail cache keeps these bytes: unpooled memory, shared with neighbouring writes (write-arena.ts).
     const buf = this.arena.take(bytes);
     // Where each unit (a record, or a block: block-records.ts) starts in `buf`, then the end: for the index
@@ -367,8 +355,36 @@ export class LogWriter {
     return undefined;
   }
 
+  /**
+   * writeGroup of one block stamped in the frame's own buffer (append-block.ts stampBlockInPlace): its header
+   * from the arena and its records written with one writev, and the frame's buffer is what the tail cache keeps.
+   */
+  private writeInPlace(seg: Segment, b: PendingAppend, now: number): Promise<void> | undefined {
+    const wire = b.wire as ScannedBatch;
+    const header = this.arena.take(BLOCK_HEADER_BYTES);
+    const firstOffset = seg.nextOffset;
+    const records = stampBlockInPlace(wire, header, 0, { baseOffset: firstOffset, now, flags: 0, firstSequence: b.wireSequence ?? -1 });
+    if (BLOCK_HEADER_BYTES + records.length !== b.bytes) throw storageError(this.st.dir, 'block encoding size mismatch');
+    const nextOffset = firstOffset + wire.count;
+    b.result = { baseOffset: firstOffset, lastOffset: nextOffset - 1, timestamp: now };
+    // The header's max timestamp (append-block.ts), as stampBlockInPlace stamped it.
+    const maxTs = Math.max(seg.maxTimestamp, header.readUInt32BE(30) * 0x100000000 + header.readUInt32BE(34));
+    const inPlace = { body: wire.body, starts: wire.starts, flags: header[9] };
+    const written: GroupWrite = { seg, group: [b], buf: header, bytes: b.bytes, startSize: seg.size, firstOffset, nextOffset, maxTs, recStarts: [0, b.bytes], unitOffsets: [firstOffset], blocks: null, inPlace };
+    const pieces = [header, records];
+    let wrote: boolean;
+    try {
+      wrote = seg.writeNow(pieces, written.startSize);
+    } catch (err) {
+      return this.rollBack(seg, written.startSize, err);
+    }
+    if (!wrote) return this.writeAtEnd(seg, pieces, written.startSize).then(() => this.groupWritten(written));
+    this.groupWritten(written);
+    return undefined;
+  }
+
   /** A group's bytes are in the file: publishes them (readers never see a partial record) and awaits durability. */
-  private groupWritten(w: { seg: Segment; group: PendingAppend[]; buf: Buffer; bytes: number; startSize: number; firstOffset: number; nextOffset: number; maxTs: number; recStarts: number[]; unitOffsets: number[] | null; blocks: Map<number, number[]> | null }): void {
+  private groupWritten(w: GroupWrite): void {
     const { seg, group, bytes, startSize, firstOffset, recStarts, unitOffsets } = w;
     // A block's index entry is its first offset: lookups of offsets inside it land on it (offset-index.ts).
     if (unitOffsets === null) for (let i = 0; i < recStarts.length - 1; i++) seg.index.onRecord(firstOffset + i, startSize + recStarts[i]);
@@ -379,7 +395,8 @@ export class LogWriter {
     seg.markModified();
     this.st.totalBytes += bytes;
     this.sync.markDirty(seg);
-    if (unitOffsets === null) this.st.cache.append(w.buf, firstOffset, recStarts);
+    if (w.inPlace) this.st.cache.append(w.inPlace.body, firstOffset, w.inPlace.starts, w.inPlace.flags);
+    else if (unitOffsets === null) this.st.cache.append(w.buf, firstOffset, recStarts);
     else this.st.cache.appendUnits(w.buf, recStarts, unitOffsets, w.blocks ?? new Map());
     const writtenAt = performance.now();
     for (const b of group) (b.result as AppendResult).writtenAt = writtenAt;
@@ -392,7 +409,7 @@ export class LogWriter {
   }
 
   /** Writes `buf` at `startSize`; a partial write is rolled back so the file never ends in bytes nobody acknowledged. */
-  private async writeAtEnd(seg: Segment, buf: Buffer, startSize: number): Promise<void> {
+  private async writeAtEnd(seg: Segment, buf: Buffer | readonly Buffer[], startSize: number): Promise<void> {
     try {
       await seg.writeAt(buf, startSize);
     } catch (err) {

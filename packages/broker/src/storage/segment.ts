@@ -4,7 +4,7 @@
  * The file handle is opened lazily and can be released while idle, so old segments do not pin fds.
  */
 import type { FdHolder, SegmentFdPolicy } from './fd-budget.js';
-import { fdatasync, writeSync } from 'node:fs';
+import { fdatasync, writeSync, writevSync } from 'node:fs';
 import { type FileHandle, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { failpointRefuse } from '../common/failpoints.js';
@@ -285,12 +285,12 @@ export class Segment implements FdHolder {
    * page cache, far cheaper than a thread-pool round trip, which under flush=always would queue behind the
    * fsyncs of every partition (docs/architecture.md, "Storage"). Durability is still the fsync's job.
    */
-  async writeAt(buf: Buffer, position: number): Promise<void> {
+  async writeAt(buf: Buffer | readonly Buffer[], position: number): Promise<void> {
     await this.withHandle(async (fh) => this.writeAll(fh, buf, position));
   }
 
   /** writeAt at once if the file is open (the active segment's usually is); false, writing nothing, if not. */
-  writeNow(buf: Buffer, position: number): boolean {
+  writeNow(buf: Buffer | readonly Buffer[], position: number): boolean {
     const fh = this.openFh;
     if (fh === null || this.closed) return false;
     this.beginUse();
@@ -302,11 +302,21 @@ export class Segment implements FdHolder {
     return true;
   }
 
-  private writeAll(fh: FileHandle, buf: Buffer, position: number): void {
+  /** `buf` is the bytes to write, or pieces of them written with one writev (a block stamped in place, log-writer.ts). */
+  private writeAll(fh: FileHandle, buf: Buffer | readonly Buffer[], position: number): void {
     let done = 0;
     try {
       // A full disk in fault tests, until the test frees it (common/failpoints.ts).
       if (failpointRefuse('disk.full')) throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
+      if (!Buffer.isBuffer(buf)) {
+        for (let rest = buf; rest.length > 0; ) {
+          const n = writevSync(fh.fd, rest, position + done);
+          if (n <= 0) throw new Error('short write');
+          done += n;
+          rest = unwritten(rest, n);
+        }
+        return;
+      }
       while (done < buf.length) {
         const bytesWritten = writeSync(fh.fd, buf, done, buf.length - done, position + done);
         if (bytesWritten <= 0) throw new Error('short write');
@@ -498,4 +508,11 @@ function segmentClosedError(seg: Segment): Error {
 /** A record of `seg` at `position` failed its checks where a search needed it (callers add the log's directory). */
 function unreadable(seg: Segment, position: number): Error {
   return new Error(`unreadable record in segment ${seg.baseOffset} at position ${position}`);
+}
+
+/** What is left of `pieces` after the first `n` bytes of them were written. */
+export function unwritten(pieces: readonly Buffer[], n: number): readonly Buffer[] {
+  let i = 0;
+  while (i < pieces.length && n >= pieces[i]!.length) n -= pieces[i++]!.length;
+  return i < pieces.length ? [pieces[i]!.subarray(n), ...pieces.slice(i + 1)] : [];
 }

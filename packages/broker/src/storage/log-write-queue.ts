@@ -1,0 +1,44 @@
+/**
+ * What the write path of a partition log (log-writer.ts) queues and writes: an accepted append waiting
+ * for its write, and a written group as it is published to the index and the tail cache.
+ */
+import type { ScannedBatch } from 'tributary-protocol/batch.js';
+import type { RecordInput } from 'tributary-protocol/record.js';
+import type { SyncWaiter } from './group-commit.js';
+import type { AppendGuard } from './log-options.js';
+import type { ReplicaWrite } from './replica-write.js';
+import type { Segment } from './segment.js';
+
+/** A group's write, as groupWritten publishes it. */
+export interface GroupWrite {
+  seg: Segment;
+  group: PendingAppend[];
+  buf: Buffer;
+  bytes: number;
+  startSize: number;
+  firstOffset: number;
+  nextOffset: number;
+  maxTs: number;
+  recStarts: number[];
+  unitOffsets: number[] | null;
+  blocks: Map<number, number[]> | null;
+  /** A block written in place (writeInPlace): the tail cache keeps the frame's buffer, its records at `starts`. */
+  inPlace?: { body: Buffer; starts: number[]; flags: number };
+}
+
+export interface PendingAppend extends SyncWaiter {
+  records: RecordInput[];
+  /** Instead of `records`: the records of a produce batch, encoded straight from its wire bytes. */
+  wire?: ScannedBatch;
+  /** With `wire`: the sequence of its first record, an idempotent batch's (-1: a plain batch). */
+  wireSequence?: number;
+  /** With `wire`: stored as one append block (LogOptions.storedLayout 'blocks'; `bytes` is its size). */
+  block?: boolean;
+  /** With `block`: stamped in the frame's own buffer, and written in a group of its own (inPlaceBlockable). */
+  inPlace?: boolean;
+  /** Instead of `records`: an appendReplica call, already encoded with its own offsets. */
+  replica?: ReplicaWrite;
+  sizes: number[];
+  bytes: number;
+  guard?: AppendGuard;
+}
