@@ -201,7 +201,7 @@ describe("truncation of a log written with storedLayout 'blocks'", () => {
     };
     // An image of the files before each write and fsync of the cut (as a crash there leaves them).
     const writeAt = Segment.prototype.writeAt;
-    vi.spyOn(Segment.prototype, 'writeAt').mockImplementation(async function (this: Segment, buf: Buffer, position: number) {
+    vi.spyOn(Segment.prototype, 'writeAt').mockImplementation(async function (this: Segment, buf: Buffer | readonly Buffer[], position: number) {
       await image();
       return writeAt.call(this, buf, position);
     });

@@ -101,8 +101,8 @@ it.each(['always', 'os'] as FlushMode[])('under flush=%s the mark is written (an
   const sizeBefore = l.segmentInfos()[0].sizeBytes;
   const events: string[] = [];
   const writeAt = Segment.prototype.writeAt;
-  vi.spyOn(Segment.prototype, 'writeAt').mockImplementation(function (this: Segment, buf: Buffer, position: number) {
-    events.push(`write ${buf.length}@${position} size ${this.size === sizeBefore ? 'uncut' : 'cut'}`);
+  vi.spyOn(Segment.prototype, 'writeAt').mockImplementation(function (this: Segment, buf: Buffer | readonly Buffer[], position: number) {
+    events.push(`write ${Buffer.concat(Array.isArray(buf) ? buf : [buf as Buffer]).length}@${position} size ${this.size === sizeBefore ? 'uncut' : 'cut'}`);
     return writeAt.call(this, buf, position);
   });
   const datasync = Segment.prototype.datasync;
