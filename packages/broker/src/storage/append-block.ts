@@ -31,7 +31,7 @@
  */
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import { crc32c } from 'tributary-protocol/record-batch/crc32c.js';
-import { w32, w64 } from 'tributary-protocol/record-batch/layout.js';
+import { r32u, r64n, w32, w64 } from 'tributary-protocol/record-batch/layout.js';
 
 export const BLOCK_FLAG = 0x80000000;
 export const BLOCK_VERSION = 1;
@@ -46,23 +46,11 @@ const WIRE_TRANSACTIONAL = 2;
 /** The smallest wire record with extensions: offset, sequence, producer id and key lengths, epoch, value length, timestamp, attributes, header count. */
 const MIN_WIRE_RECORD = 8 + 8 + 2 + 2 + 8 + 4 + 8 + 1 + 2;
 
-const TWO_32 = 4294967296;
-
-function r32(b: Buffer, p: number): number {
-  return b[p]! * 0x1000000 + ((b[p + 1]! << 16) | (b[p + 2]! << 8) | b[p + 3]!);
-}
-
-/** Signed 64-bit at p as a number (exact for safe integers; the caller checks with Number.isSafeInteger). */
-function r64(b: Buffer, p: number): number {
-  const hi = (b[p]! << 24) | (b[p + 1]! << 16) | (b[p + 2]! << 8) | b[p + 3]!;
-  return hi * TWO_32 + r32(b, p + 4);
-}
-
 /** Where the value ends in the wire record at `s` (its producer id, key and value lengths walked). */
-function valueEndOf(b: Buffer, s: number): number {
+export function valueEndOf(b: Buffer, s: number): number {
   const k = s + 18 + ((b[s + 16]! << 8) | b[s + 17]!);
   const v = k + 10 + ((b[k]! << 8) | b[k + 1]!);
-  return v + 4 + r32(b, v);
+  return v + 4 + r32u(b, v);
 }
 
 /**
@@ -184,8 +172,8 @@ function stampRecords(batch: ScannedBatch, buf: Buffer, shift: number, stamp: Bl
     const e = k + 2 + ((buf[k]! << 8) | buf[k + 1]!);
     // A plain append's records have no epoch (the per-record layout stores -1).
     if (!idempotent) for (let j = 0; j < 8; j++) buf[e + j] = 0xff;
-    const ve = e + 12 + r32(buf, e + 8);
-    let ts = r64(buf, ve);
+    const ve = e + 12 + r32u(buf, e + 8);
+    let ts = r64n(buf, ve);
     if (!(ts > 0)) {
       ts = now;
       w64(buf, ve, ts);
@@ -231,35 +219,35 @@ const CORRUPT: BlockCheck = { ok: false, reason: 'corrupt' };
 export function checkBlock(buf: Buffer, pos: number, end: number = buf.length): BlockCheck {
   if (pos < 0 || pos > end) return CORRUPT;
   if (end - pos < 4) return { ok: false, reason: 'incomplete' };
-  const word = r32(buf, pos);
+  const word = r32u(buf, pos);
   if (word < BLOCK_FLAG) return CORRUPT;
   const len = word - BLOCK_FLAG;
   if (len < BLOCK_HEADER_BYTES - 4 + MIN_WIRE_RECORD) return CORRUPT;
   const blockEnd = pos + 4 + len;
   if (blockEnd > end) return { ok: false, reason: 'incomplete', needed: 4 + len };
-  if (r32(buf, pos + 4) !== crc32c(new Uint8Array(buf.buffer, buf.byteOffset + pos + 8, len - 4))) return CORRUPT;
+  if (r32u(buf, pos + 4) !== crc32c(new Uint8Array(buf.buffer, buf.byteOffset + pos + 8, len - 4))) return CORRUPT;
   const flags = buf[pos + 9]!;
   if (buf[pos + 8] !== BLOCK_VERSION || flags > 7) return CORRUPT;
-  const baseOffset = r64(buf, pos + 10);
-  const count = r32(buf, pos + 18);
-  const appendTime = r64(buf, pos + 22);
-  const maxTimestamp = r64(buf, pos + 30);
+  const baseOffset = r64n(buf, pos + 10);
+  const count = r32u(buf, pos + 18);
+  const appendTime = r64n(buf, pos + 22);
+  const maxTimestamp = r64n(buf, pos + 30);
   if (!Number.isSafeInteger(baseOffset) || baseOffset < 0 || !Number.isSafeInteger(baseOffset + count) || count < 1) return CORRUPT;
   if (!Number.isSafeInteger(appendTime) || !Number.isSafeInteger(maxTimestamp)) return CORRUPT;
   const attributes = ((flags & BLOCK_TRANSACTIONAL) !== 0 ? WIRE_TRANSACTIONAL : 0) | ((flags & BLOCK_CONTROL) !== 0 ? WIRE_CONTROL : 0);
   let p = pos + BLOCK_HEADER_BYTES;
   let maxTs = 0;
   for (let i = 0; i < count; i++) {
-    if (blockEnd - p < MIN_WIRE_RECORD || r64(buf, p) !== baseOffset + i) return CORRUPT;
+    if (blockEnd - p < MIN_WIRE_RECORD || r64n(buf, p) !== baseOffset + i) return CORRUPT;
     const pidLen = (buf[p + 16]! << 8) | buf[p + 17]!;
     if ((flags & BLOCK_IDEMPOTENT) === 0 && pidLen !== 0) return CORRUPT;
     let q = p + 18 + pidLen;
     if (blockEnd - q < 2) return CORRUPT;
     q += 2 + ((buf[q]! << 8) | buf[q + 1]!) + 8;
     if (blockEnd - q < 4) return CORRUPT;
-    q += 4 + r32(buf, q);
+    q += 4 + r32u(buf, q);
     if (blockEnd - q < 11) return CORRUPT;
-    const ts = r64(buf, q);
+    const ts = r64n(buf, q);
     if (!Number.isSafeInteger(ts) || ts <= 0 || buf[q + 8] !== attributes) return CORRUPT;
     if (ts > maxTs) maxTs = ts;
     const hc = (buf[q + 9]! << 8) | buf[q + 10]!;
@@ -268,7 +256,7 @@ export function checkBlock(buf: Buffer, pos: number, end: number = buf.length): 
       if (blockEnd - q < 2) return CORRUPT;
       q += 2 + ((buf[q]! << 8) | buf[q + 1]!);
       if (blockEnd - q < 4) return CORRUPT;
-      q += 4 + r32(buf, q);
+      q += 4 + r32u(buf, q);
       if (q > blockEnd) return CORRUPT;
     }
     p = q;
@@ -283,9 +271,9 @@ export function checkBlock(buf: Buffer, pos: number, end: number = buf.length): 
  * record up to its value. Returns the end; `blockOut.records` is the count written.
  */
 export function writeWireFromBlock(src: Buffer, pos: number, from: number, dst: Buffer, at: number, ext: boolean): number {
-  const base = r64(src, pos + 10);
-  const count = r32(src, pos + 18);
-  const end = pos + 4 + (r32(src, pos) - BLOCK_FLAG);
+  const base = r64n(src, pos + 10);
+  const count = r32u(src, pos + 18);
+  const end = pos + 4 + (r32u(src, pos) - BLOCK_FLAG);
   let p = pos + BLOCK_HEADER_BYTES;
   const skip = from - base;
   for (let i = 0; i < skip; i++) p = recordEnd(src, p);
@@ -313,7 +301,7 @@ export function recordEnd(b: Buffer, p: number): number {
   q += 11;
   for (let h = 0; h < hc; h++) {
     q += 2 + ((b[q]! << 8) | b[q + 1]!);
-    q += 4 + r32(b, q);
+    q += 4 + r32u(b, q);
   }
   return q;
 }
@@ -328,7 +316,7 @@ export function shortenBlock(buf: Buffer, pos: number, keep: number): number {
   let p = pos + BLOCK_HEADER_BYTES;
   let maxTs = 0;
   for (let i = 0; i < keep; i++) {
-    const ts = r64(buf, valueEndOf(buf, p));
+    const ts = r64n(buf, valueEndOf(buf, p));
     if (ts > maxTs) maxTs = ts;
     p = recordEnd(buf, p);
   }

@@ -8,10 +8,10 @@
  */
 import type { LogRecord, RecordHeader } from 'tributary-protocol/record.js';
 import type { WireReadRequest } from './tail-cache.js';
-import { BLOCK_CONTROL, BLOCK_HEADER_BYTES, BLOCK_IDEMPOTENT, BLOCK_TRANSACTIONAL, type BlockInfo, checkBlock, recordEnd } from './append-block.js';
+import { BLOCK_CONTROL, BLOCK_HEADER_BYTES, BLOCK_IDEMPOTENT, BLOCK_TRANSACTIONAL, type BlockInfo, checkBlock, recordEnd, valueEndOf } from './append-block.js';
+import { r32u, r64n } from 'tributary-protocol/record-batch/layout.js';
 import { ATTR_END_OF_APPEND, type DecodeFailure, READ_HEADER_COST } from './record-codec.js';
 
-const TWO_32 = 4294967296;
 const EMPTY = Buffer.alloc(0);
 
 /**
@@ -24,13 +24,6 @@ export const BLOCK_RECORD_EXTRA = 10;
 /** Whether the unit at `pos` is a block (bit 31 of its length); a per-record record has it clear. */
 export function isBlockAt(buf: Buffer, pos: number): boolean {
   return pos < buf.length && (buf[pos]! & 0x80) !== 0;
-}
-
-function r32(b: Buffer, p: number): number {
-  return b[p]! * 0x1000000 + ((b[p + 1]! << 16) | (b[p + 2]! << 8) | b[p + 3]!);
-}
-function i64(b: Buffer, p: number): number {
-  return ((b[p]! << 24) | (b[p + 1]! << 16) | (b[p + 2]! << 8) | b[p + 3]!) * TWO_32 + r32(b, p + 4);
 }
 
 /** One record of a block: where its wire bytes lie and what the walkers need of it. */
@@ -46,26 +39,19 @@ export interface BlockRecord {
   headers: number;
 }
 
-/** Where the timestamp of the wire record at `s` lies (past its producer id, key, epoch and value). */
-function timestampAt(b: Buffer, s: number): number {
-  const k = s + 18 + ((b[s + 16]! << 8) | b[s + 17]!);
-  const v = k + 10 + ((b[k]! << 8) | b[k + 1]!);
-  return v + 4 + r32(b, v);
-}
-
 /** The timestamp of the block's wire record at `s`. */
 export function blockRecordTimestamp(buf: Buffer, s: number): number {
-  return i64(buf, timestampAt(buf, s));
+  return r64n(buf, valueEndOf(buf, s));
 }
 
 /** The block record [at, end) of offset `offset` (`last`: the block's last record). */
 export function blockRecordAt(buf: Buffer, at: number, end: number, offset: number, last: boolean): BlockRecord {
-  const ve = timestampAt(buf, at);
+  const ve = valueEndOf(buf, at);
   return {
     at,
     end,
     offset,
-    timestamp: i64(buf, ve),
+    timestamp: r64n(buf, ve),
     attributes: buf[ve + 8]! | (last ? ATTR_END_OF_APPEND : 0),
     headers: (buf[ve + 9]! << 8) | buf[ve + 10]!,
   };
@@ -90,7 +76,7 @@ export function blockRecordCost(r: BlockRecord): number {
 
 /** blockRecordCost of the block record [s, e) of `buf`, without a BlockRecord (a wire read's first pass). */
 export function blockRecordCostAt(buf: Buffer, s: number, e: number): number {
-  const ve = timestampAt(buf, s);
+  const ve = valueEndOf(buf, s);
   return e - s + BLOCK_RECORD_EXTRA + ((buf[ve + 9]! << 8) | buf[ve + 10]!) * READ_HEADER_COST;
 }
 
@@ -106,7 +92,7 @@ export function decodeBlockRecord(buf: Buffer, r: BlockRecord, flags: number): L
   const keyLen = (buf[k]! << 8) | buf[k + 1]!;
   const e = k + 2 + keyLen;
   const v = e + 8;
-  const valueLen = r32(buf, v);
+  const valueLen = r32u(buf, v);
   const ve = v + 4 + valueLen;
   let p = ve + 11;
   const headers: RecordHeader[] = [];
@@ -114,7 +100,7 @@ export function decodeBlockRecord(buf: Buffer, r: BlockRecord, flags: number): L
     const kl = (buf[p]! << 8) | buf[p + 1]!;
     const key = buf.toString('utf8', p + 2, p + 2 + kl);
     p += 2 + kl;
-    const vl = r32(buf, p);
+    const vl = r32u(buf, p);
     headers.push({ key, value: buf.subarray(p + 4, p + 4 + vl) });
     p += 4 + vl;
   }
@@ -125,8 +111,8 @@ export function decodeBlockRecord(buf: Buffer, r: BlockRecord, flags: number): L
     value: valueLen === 0 ? EMPTY : buf.subarray(v + 4, ve),
     headers,
     producerId: idempotent && pidLen > 0 ? buf.toString('utf8', s + 18, k) : '',
-    epoch: idempotent ? i64(buf, e) : -1,
-    sequence: idempotent ? i64(buf, s + 8) : -1,
+    epoch: idempotent ? r64n(buf, e) : -1,
+    sequence: idempotent ? r64n(buf, s + 8) : -1,
     attributes: r.attributes,
   };
 }

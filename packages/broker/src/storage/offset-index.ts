@@ -11,6 +11,7 @@
 import { open, rename } from 'node:fs/promises';
 import { readSmallFile, withFileSlot } from './atomic-file.js';
 import { crc32c } from './crc32c.js';
+import { r64n, w64 } from 'tributary-protocol/record-batch/layout.js';
 
 export const DEFAULT_INDEX_INTERVAL_BYTES = 4096;
 
@@ -19,7 +20,6 @@ const VERSION = 1;
 const HEADER_BYTES = 4 + 2 + 2 + 8 + 8 + 8 + 8 + 8 + 4 + 4;
 const FLAG_SYNCED = 0x1;
 const FLAG_COMPACTED = 0x2;
-const TWO_32 = 4294967296;
 
 export interface IndexEntry {
   /** Absolute offset of the indexed record. */
@@ -133,14 +133,6 @@ export interface IndexFileMeta {
   compacted?: boolean;
 }
 
-function w64(b: Buffer, p: number, v: number): void {
-  const hi = Math.floor(v / TWO_32);
-  b.writeInt32BE(hi, p);
-  b.writeUInt32BE(v - hi * TWO_32, p + 4);
-}
-function r64(b: Buffer, p: number): number {
-  return b.readInt32BE(p) * TWO_32 + b.readUInt32BE(p + 4);
-}
 
 export function serializeIndex(meta: IndexFileMeta, index: OffsetIndex): Buffer {
   const n = index.length;
@@ -180,11 +172,11 @@ export function parseIndex(buf: Buffer, intervalBytes?: number): { meta: IndexFi
     if (buf.readUInt32BE(body) !== crc32c(buf.subarray(0, body))) return null;
     const meta: IndexFileMeta = {
       synced: (buf.readUInt16BE(6) & FLAG_SYNCED) !== 0,
-      baseOffset: r64(buf, 8),
-      nextOffset: r64(buf, 16),
-      maxTimestamp: r64(buf, 24),
-      logSize: r64(buf, 32),
-      createdMs: r64(buf, 40),
+      baseOffset: r64n(buf, 8),
+      nextOffset: r64n(buf, 16),
+      maxTimestamp: r64n(buf, 24),
+      logSize: r64n(buf, 32),
+      createdMs: r64n(buf, 40),
     };
     if ((buf.readUInt16BE(6) & FLAG_COMPACTED) !== 0) meta.compacted = true;
     for (const v of [meta.baseOffset, meta.nextOffset, meta.logSize]) if (!Number.isSafeInteger(v) || v < 0) return null;

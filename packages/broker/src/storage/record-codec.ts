@@ -15,6 +15,7 @@
  */
 import type { LogRecord, RecordHeader, RecordInput } from 'tributary-protocol/record.js';
 import { crc32cRange } from './crc32c.js';
+import { r32u, r64n, w16, w32, w64 } from 'tributary-protocol/record-batch/layout.js';
 
 /** Size of a record with empty producer id, null key, empty value and no headers. */
 export const RECORD_OVERHEAD = 4 + 4 + 8 + 8 + 1 + 2 + 8 + 8 + 4 + 4 + 2;
@@ -149,25 +150,6 @@ export { crc32cRange };
 function w8(b: Buffer, p: number, v: number): void {
   b[p] = v;
 }
-function w16(b: Buffer, p: number, v: number): void {
-  b[p] = v >>> 8;
-  b[p + 1] = v;
-}
-function w32(b: Buffer, p: number, v: number): void {
-  b[p] = v >>> 24;
-  b[p + 1] = v >>> 16;
-  b[p + 2] = v >>> 8;
-  b[p + 3] = v;
-}
-/** Two's-complement 64-bit write of a safe integer (negative values included). */
-function w64(b: Buffer, p: number, v: number): void {
-  const hi = Math.floor(v / TWO_32);
-  w32(b, p, hi);
-  w32(b, p + 4, v - hi * TWO_32);
-}
-function r64signed(b: Buffer, p: number): number {
-  return b.readInt32BE(p) * TWO_32 + b.readUInt32BE(p + 4);
-}
 
 function writeRecord(buf: Buffer, pos: number, r: EncodableRecord, view: LogRecord | null): number {
   let p = pos + 8;
@@ -293,7 +275,7 @@ function walk(buf: Buffer, pos: number, recEnd: number, out: LogRecord | null): 
   const offset = offHi * TWO_32 + buf.readUInt32BE(p + 4);
   if (!Number.isSafeInteger(offset)) return null;
   p += 8;
-  const timestamp = r64signed(buf, p);
+  const timestamp = r64n(buf, p);
   if (!Number.isSafeInteger(timestamp)) return null;
   p += 8;
   const attributes = buf[p];
@@ -304,9 +286,9 @@ function walk(buf: Buffer, pos: number, recEnd: number, out: LogRecord | null): 
   if (recEnd - p < pidLen + 20) return null;
   const pidStart = p;
   p += pidLen;
-  const epoch = r64signed(buf, p);
+  const epoch = r64n(buf, p);
   p += 8;
-  const sequence = r64signed(buf, p);
+  const sequence = r64n(buf, p);
   p += 8;
   if (!Number.isSafeInteger(epoch) || !Number.isSafeInteger(sequence)) return null;
   const keyLen = buf.readInt32BE(p);
@@ -547,12 +529,11 @@ export function writeStoredFromWire(
   const k = s + 18 + pidLen;
   const keyLen = (body[k]! << 8) | body[k + 1]!;
   const v = k + 10 + keyLen;
-  const valueLen = body[v]! * 0x1000000 + ((body[v + 1]! << 16) | (body[v + 2]! << 8) | body[v + 3]!);
+  const valueLen = r32u(body, v);
   const ve = v + 4 + valueLen;
   let timestamp = now;
   if (ext) {
-    const hi = (body[ve]! << 24) | (body[ve + 1]! << 16) | (body[ve + 2]! << 8) | body[ve + 3]!;
-    const ts = hi * TWO_32 + (body[ve + 4]! * 0x1000000 + ((body[ve + 5]! << 16) | (body[ve + 6]! << 8) | body[ve + 7]!));
+    const ts = r64n(body, ve);
     if (ts > 0) timestamp = ts;
   }
   lastWireTimestamp = timestamp;

@@ -10,6 +10,7 @@ import { TributaryError, invalidParam } from 'tributary-protocol/errors.js';
 import { BLOCK_FLAG, BLOCK_HEADER_BYTES, type BlockInfo } from './append-block.js';
 import { type BlockRecord, blockRecords, decodeBlockRecord } from './block-records.js';
 import { crc32c } from 'tributary-protocol/record-batch/crc32c.js';
+import { w64 } from 'tributary-protocol/record-batch/layout.js';
 import { storageError } from './log-fs.js';
 import type { LogState } from './log-state.js';
 import { ATTR_END_OF_APPEND, encodeRecordInto, encodedSize, storedHeaderCount } from './record-codec.js';
@@ -206,9 +207,9 @@ export function blockFrom(buf: Buffer, pos: number, info: BlockInfo, rec: BlockR
   let maxTs = 0;
   for (const r of blockRecords(buf, pos, info)) if (r.offset >= rec.offset && r.timestamp > maxTs) maxTs = r.timestamp;
   out.writeUInt32BE((out.length - 4 + BLOCK_FLAG) >>> 0, 0);
-  writeU64(out, rec.offset, 10);
+  w64(out, 10, rec.offset);
   out.writeUInt32BE(info.baseOffset + info.count - rec.offset, 18);
-  writeU64(out, maxTs, 30);
+  w64(out, 30, maxTs);
   out.writeUInt32BE(crc32c(new Uint8Array(out.buffer, out.byteOffset + 8, out.length - 8)), 4);
   return out;
 }
@@ -229,7 +230,3 @@ export function perRecordFrom(buf: Buffer, pos: number, info: BlockInfo, rec: Bl
   return out;
 }
 
-function writeU64(b: Buffer, v: number, at: number): void {
-  b.writeUInt32BE(Math.floor(v / 0x100000000), at);
-  b.writeUInt32BE(v % 0x100000000, at + 4);
-}

@@ -6,6 +6,7 @@
  * (forEachRecord). docs/architecture.md, "Cluster mode" and "Stored batches".
  */
 import { RecordAttr } from 'tributary-protocol/record.js';
+import { r64n } from 'tributary-protocol/record-batch/layout.js';
 import { BLOCK_HEADER_BYTES, BLOCK_IDEMPOTENT, checkBlock, recordEnd } from './append-block.js';
 import { isBlockAt } from './block-records.js';
 import { ATTR_END_OF_APPEND, inspectRecord } from './record-codec.js';
@@ -22,12 +23,8 @@ export interface StoredRecordView {
   value: Buffer;
 }
 
-const TWO_32 = 4294967296;
 const EMPTY = Buffer.alloc(0);
 
-function i64(b: Buffer, p: number): number {
-  return b.readInt32BE(p) * TWO_32 + b.readUInt32BE(p + 4);
-}
 
 /** Units (records, blocks) StoredAppends.parseInTurns checks between two turns of the event loop (about 10 ms). */
 const RECORDS_PER_TURN = 16_384;
@@ -107,10 +104,10 @@ export class StoredAppends {
       producer(p + 27, len);
       const e = p + 27 + len;
       v.offset = this.offsets[i]!;
-      v.timestamp = i64(b, p + 16);
+      v.timestamp = r64n(b, p + 16);
       v.attributes = b[p + 24]!;
-      v.epoch = i64(b, e);
-      v.sequence = i64(b, e + 8);
+      v.epoch = r64n(b, e);
+      v.sequence = r64n(b, e + 8);
       v.value = EMPTY;
       if ((v.attributes & RecordAttr.CONTROL) !== 0) {
         const keyLen = b.readInt32BE(e + 16);
@@ -128,7 +125,7 @@ export class StoredAppends {
   private blockRecords(pos: number, v: StoredRecordView, producer: (at: number, len: number) => void, fn: (r: StoredRecordView) => void): void {
     const b = this.buf;
     const idempotent = (b[pos + 9]! & BLOCK_IDEMPOTENT) !== 0;
-    const base = i64(b, pos + 10);
+    const base = r64n(b, pos + 10);
     const count = b.readUInt32BE(pos + 18);
     let s = pos + BLOCK_HEADER_BYTES;
     for (let j = 0; j < count; j++) {
@@ -139,10 +136,10 @@ export class StoredAppends {
       const valueLen = b.readUInt32BE(e + 8);
       const ve = e + 12 + valueLen;
       v.offset = base + j;
-      v.timestamp = i64(b, ve);
+      v.timestamp = r64n(b, ve);
       v.attributes = b[ve + 8]! | (j === count - 1 ? ATTR_END_OF_APPEND : 0);
-      v.epoch = idempotent ? i64(b, e) : -1;
-      v.sequence = idempotent ? i64(b, s + 8) : -1;
+      v.epoch = idempotent ? r64n(b, e) : -1;
+      v.sequence = idempotent ? r64n(b, s + 8) : -1;
       v.value = (v.attributes & RecordAttr.CONTROL) !== 0 ? b.subarray(e + 12, ve) : EMPTY;
       fn(v);
       s = recordEnd(b, s);
@@ -190,8 +187,8 @@ class Parse {
       const r = inspectRecord(buf, p, to);
       if (!r.ok) return `record ${i}: ${r.reason === 'incomplete' ? 'truncated' : 'corrupt (length, CRC or structure)'}`;
       const pidLen = buf.readUInt16BE(p + 25);
-      const epoch = i64(buf, p + 27 + pidLen);
-      const sequence = i64(buf, p + 35 + pidLen);
+      const epoch = r64n(buf, p + 27 + pidLen);
+      const sequence = r64n(buf, p + 35 + pidLen);
       if (epoch < -1 || sequence < -1) return `record ${i}: epoch and sequence must be >= -1`;
       if (i > 0) {
         const prev = this.last;
@@ -224,7 +221,7 @@ class Parse {
     if ((b.flags & BLOCK_IDEMPOTENT) !== 0) {
       for (let j = 0, s = p + BLOCK_HEADER_BYTES; j < b.count; j++, s = recordEnd(buf, s)) {
         const k = s + 18 + buf.readUInt16BE(s + 16);
-        if (i64(buf, s + 8) < -1 || i64(buf, k + 2 + buf.readUInt16BE(k)) < -1) return `record ${i + j}: epoch and sequence must be >= -1`;
+        if (r64n(buf, s + 8) < -1 || r64n(buf, k + 2 + buf.readUInt16BE(k)) < -1) return `record ${i + j}: epoch and sequence must be >= -1`;
       }
     }
     this.ended = true;

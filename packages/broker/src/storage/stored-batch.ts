@@ -39,6 +39,7 @@ import {
   r16s,
   r32s,
   r32u,
+  r64n,
   TRANSACTIONAL_BIT,
   w32,
   w64,
@@ -46,7 +47,6 @@ import {
 import { readVarint, readVarlong, sizeOfVarlong, varEnd, writeVarint, writeVarlong } from 'tributary-protocol/record-batch/varint.js';
 import { copyRun, NULL_HEADER_VALUE } from './record-codec.js';
 
-const TWO_32 = 4294967296;
 
 /** The wire record attributes (docs/protocol.md 5.2) the batch bits stand for. */
 const WIRE_CONTROL = 1;
@@ -99,8 +99,7 @@ function sizeOfLength(v: number): number {
 /** The record's timestamp as stored: the wire's when positive, else `now`. */
 function wireTimestamp(body: Buffer, ve: number, ext: boolean, now: number): number {
   if (!ext) return now;
-  const hi = (body[ve]! << 24) | (body[ve + 1]! << 16) | (body[ve + 2]! << 8) | body[ve + 3]!;
-  const ts = hi * TWO_32 + (body[ve + 4]! * 0x1000000 + ((body[ve + 5]! << 16) | (body[ve + 6]! << 8) | body[ve + 7]!));
+  const ts = r64n(body, ve);
   return ts > 0 ? ts : now;
 }
 
@@ -257,9 +256,6 @@ function varint(b: Uint8Array, at: number, end: number): number {
   return readVarint(b, at, end);
 }
 
-function readI64(b: Uint8Array, at: number): number {
-  return r32s(b, at) * TWO_32 + r32u(b, at + 4);
-}
 
 /**
  * Writes the records of the stored batch at `pos` of `src` (written by this process, or validated: its
@@ -271,9 +267,9 @@ function readI64(b: Uint8Array, at: number): number {
  */
 export function writeWireFromStoredBatch(src: Buffer, pos: number, from: number, dst: Buffer, at: number, ext: boolean): number {
   const end = pos + LOG_OVERHEAD + r32s(src, pos + BATCH_LENGTH);
-  const base = readI64(src, pos);
-  const baseTs = readI64(src, pos + BASE_TIMESTAMP);
-  const producerId = readI64(src, pos + PRODUCER_ID);
+  const base = r64n(src, pos);
+  const baseTs = r64n(src, pos + BASE_TIMESTAMP);
+  const producerId = r64n(src, pos + PRODUCER_ID);
   const epoch = r16s(src, pos + PRODUCER_EPOCH);
   const baseSeq = r32s(src, pos + BASE_SEQUENCE);
   const bits = src[pos + ATTRIBUTES + 1]!;

@@ -86,6 +86,14 @@ export function r64(b: Uint8Array, at: number, field: string): number {
   return hi * TWO_32 + lo;
 }
 
+/**
+ * Signed int64 at `at` as a number, unchecked: exact for safe integers (the stored formats' callers check
+ * Number.isSafeInteger where a value may be beyond them).
+ */
+export function r64n(b: Uint8Array, at: number): number {
+  return r32s(b, at) * TWO_32 + r32u(b, at + 4);
+}
+
 /** Signed int64 at `at`: a number when it is a safe integer, else the exact bigint. */
 export function r64OrBig(b: Uint8Array, at: number): number | bigint {
   const hi = r32s(b, at);
