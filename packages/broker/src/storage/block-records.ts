@@ -71,13 +71,17 @@ export function blockRecords(buf: Buffer, pos: number, info: BlockInfo): BlockRe
 
 /** A block record's charge against a read's byte limit (as the per-record layout's: stored size, READ_HEADER_COST per header). */
 export function blockRecordCost(r: BlockRecord): number {
-  return r.end - r.at + BLOCK_RECORD_EXTRA + r.headers * READ_HEADER_COST;
+  return chargeOf(r.end - r.at, r.headers);
 }
 
 /** blockRecordCost of the block record [s, e) of `buf`, without a BlockRecord (a wire read's first pass). */
 export function blockRecordCostAt(buf: Buffer, s: number, e: number): number {
   const ve = valueEndOf(buf, s);
-  return e - s + BLOCK_RECORD_EXTRA + ((buf[ve + 9]! << 8) | buf[ve + 10]!) * READ_HEADER_COST;
+  return chargeOf(e - s, (buf[ve + 9]! << 8) | buf[ve + 10]!);
+}
+
+function chargeOf(wireBytes: number, headers: number): number {
+  return wireBytes + BLOCK_RECORD_EXTRA + headers * READ_HEADER_COST;
 }
 
 /**
@@ -151,10 +155,3 @@ export function inspectBlock(buf: Buffer, pos: number, end: number = buf.length)
   return { ok: true, size: c.size, offset: c.baseOffset, timestamp: c.maxTimestamp, attributes: ATTR_END_OF_APPEND, block: c };
 }
 
-/**
- * What a path that does not read append blocks yet throws when it meets one (docs/architecture.md "Stored
- * batches": the steps of the migration, and what still refuses blocks).
- */
-export function refusedBlocks(what: string, position: number): Error {
-  return new Error(`${what} does not handle append blocks yet (a block at byte ${position}): docs/architecture.md "Stored batches"`);
-}

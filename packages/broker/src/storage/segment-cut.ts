@@ -8,7 +8,7 @@
 import { unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { BLOCK_HEADER_BYTES, checkBlock, shortenBlock } from './append-block.js';
-import { inspectBlock, refusedBlocks } from './block-records.js';
+import { inspectBlock } from './block-records.js';
 import { storageError, writeFileSynced } from './log-fs.js';
 import { OffsetIndex, serializeIndex } from './offset-index.js';
 import { ATTR_END_OF_APPEND, ATTRIBUTES_AT, ageTimestamp, markEndOfAppend } from './record-codec.js';
@@ -86,9 +86,9 @@ export async function prepareCut(seg: Segment, offset: number): Promise<SegmentC
 
 /** The block of `seg` at `position` (`size` bytes), shortened to end before `offset`: its new header and end. */
 async function blockCut(seg: Segment, position: number, size: number, offset: number) {
-  // Compaction does not write blocks yet: a compacted segment's cut inside one would need its index, its
-  // new next segment and recovery of a closed segment thought through (docs/architecture.md "Stored batches").
-  if (seg.compacted) throw storageError(dirname(seg.logPath), `truncation to ${offset}`, refusedBlocks(`compacted segment ${seg.baseOffset}: a cut inside an append block`, position));
+  // Compaction writes no blocks (docs/architecture.md "Stored batches"), and a cut inside one of a compacted
+  // segment would need its index and its next segment thought through: a block there is damage.
+  if (seg.compacted) throw storageError(dirname(seg.logPath), `truncation to ${offset}`, new Error(`compacted segment ${seg.baseOffset} holds an append block at byte ${position}`));
   const buf = await seg.read(position, size);
   const u = inspectBlock(buf, 0);
   // The scan just checked it: otherwise the file changed under the truncation.
