@@ -11,7 +11,7 @@ import { systemClock } from '../common/clock.js';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import { BLOCK_HEADER_BYTES, blockRecordStart, blockSize, inPlaceBlockable, stampBlockInPlace, wireBlockable, writeBlockFromWire } from './append-block.js';
-import type { GroupCommit, } from './group-commit.js';
+import type { GroupCommit } from './group-commit.js';
 import { HWM_CHECKPOINT_FILE } from './hwm-checkpoint.js';
 import { fsyncDir, isFdExhaustion, makeDir, storageError, writeFailed } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
