@@ -90,7 +90,8 @@ export class BatchFrameBuilder {
     const need = this.end + n;
     if (need <= this.buf.length) return this.buf;
     let size = Math.max(need, this.buf.length * 2);
-    if (need <= this.limit && size > this.limit) size = this.limit;
+    // Past half the limit straight to it: a buffer a little short of the limit would grow (copy) once more.
+    if (need <= this.limit && size * 2 > this.limit) size = this.limit;
     const grown = Buffer.allocUnsafe(size);
     this.buf.copy(grown, 0, 0, this.end);
     this.buf = grown;

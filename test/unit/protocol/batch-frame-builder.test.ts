@@ -6,7 +6,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { type Acks, type BatchRecord, decodeBatch, encodeBatch } from 'tributary-protocol/batch.js';
-import { BatchFrameBuilder } from 'tributary-protocol/batch-frame-builder.js';
+import { BatchFrameBuilder, RECORD_FIXED_BYTES } from 'tributary-protocol/batch-frame-builder.js';
 import { encodeFrame } from 'tributary-protocol/frame.js';
 import type { RecordHeader } from 'tributary-protocol/record.js';
 
@@ -139,6 +139,16 @@ describe('BatchFrameBuilder', () => {
     const tooSmall = Buffer.alloc(100);
     const small = build('t', 0, 'all', '', inputs.slice(0, 1), 4096, tooSmall);
     expect(small.frame(false, 0, 0, true).buffer).not.toBe(tooSmall.buffer);
+  });
+
+  it('past half its limit it grows straight to the limit, not to a size a little short of it', () => {
+    const b = new BatchFrameBuilder('t', 0, '1', Buffer.alloc(0), 1024, undefined, 10_000);
+    const sizes = new Set<number>();
+    while (b.length + 100 + RECORD_FIXED_BYTES <= 10_000) {
+      b.append(null, Buffer.alloc(100), 100, 0, undefined);
+      sizes.add(b.capacity);
+    }
+    expect([...sizes]).toEqual([1024, 2048, 4096, 10_000]);
   });
 
   it('a string value is written as UTF-8 of the measured length', () => {
