@@ -169,6 +169,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     this.accumulator = new RecordAccumulator({
       maxBatchBytes: this.options.maxBatchBytes,
       maxBatchRecords: this.options.maxBatchRecords,
+      maxBufferedBytes: this.options.maxBufferedBytes,
       acks: this.options.acks === 0 ? '0' : this.options.acks === 1 ? '1' : 'all',
     });
     this.sender = new ProducerSender({

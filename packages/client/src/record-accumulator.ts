@@ -149,6 +149,8 @@ export interface AccumulatorLimits {
   acks?: Acks;
   /** Idempotent producers: the producer id stamped on every record (default '': none). */
   producerId?: string;
+  /** The producer's maxBufferedBytes (default 32 MiB): the spare buffers kept take at most half as much. */
+  maxBufferedBytes?: number;
 }
 
 /** Outcome bits of RecordAccumulator.appendTo. */
@@ -160,10 +162,13 @@ const FIRST_BATCH_CAPACITY = 1024;
 /** The most a partition's first batch starts with (it grows, copying, if it needs more). */
 const NEW_PARTITION_CAPACITY = 16 * 1024;
 /**
- * Buffers of completed batches kept for new ones (at most this many bytes): a fresh large buffer costs a
- * page fault per 4 KiB written, more than the records' encoding itself.
+ * Buffers of completed batches kept for new ones (at most this many bytes, and at most half of
+ * maxBufferedBytes): a fresh large buffer costs a page fault per 4 KiB written, more than the records'
+ * encoding itself, and its external memory drives V8 to full collections. Under load the frames in flight
+ * (bounded by maxBufferedBytes) come and go in bursts: a few MiB of spares did not cover the swing and
+ * most buffers were allocated anew.
  */
-const MAX_SPARE_BYTES = 4 * 1024 * 1024;
+const MAX_SPARE_BYTES = 16 * 1024 * 1024;
 
 /**
  * Records grouped by (topic, partition) into batches. A batch closes when the next record would take it
@@ -184,6 +189,7 @@ export class RecordAccumulator {
   private frameLimit = 0;
   private readonly spare: Buffer[] = [];
   private spareBytes = 0;
+  private readonly maxSpareBytes: number;
   /** The latest batch size (sent, or grown to), for partitions that have sent none. */
   private sizeHint = FIRST_BATCH_CAPACITY;
 
@@ -195,6 +201,7 @@ export class RecordAccumulator {
     this.maxBatchBytes = limits.maxBatchBytes;
     this.maxBatchRecords = Math.min(limits.maxBatchRecords, 0x3fffffff);
     this.acks = limits.acks ?? 'all';
+    this.maxSpareBytes = Math.min(MAX_SPARE_BYTES, Math.floor((limits.maxBufferedBytes ?? 32 * 1024 * 1024) / 2));
     this.producerId = Buffer.alloc(0);
     this.setProducerId(limits.producerId ?? '');
   }
@@ -290,6 +297,7 @@ export class RecordAccumulator {
     let tail = q.batches[q.batches.length - 1];
     if (tail && !tail.closed && tail.count > 0 && (tail.bytes + size > this.maxBatchBytes || tail.count >= this.maxBatchRecords)) {
       tail.closed = true;
+      this.noteBatchSize(q, tail.frame.length);
       outcome |= APPENDED_CLOSED_BATCH;
     }
     if (!tail || tail.closed) {
@@ -321,9 +329,22 @@ export class RecordAccumulator {
     tail.reserved += size;
     if (tail.bytes >= this.maxBatchBytes || tail.count >= this.maxBatchRecords) {
       tail.closed = true;
+      this.noteBatchSize(q, tail.frame.length);
       outcome |= APPENDED_CLOSED_BATCH;
     }
     return outcome;
+  }
+
+  /**
+   * A batch of `q` closed full or was taken for sending at `length` frame bytes: the buffer size the
+   * partition's next batches start with. Noted at a full close too, so the batches a burst queues behind
+   * a full one before anything is sent do not each start small and grow (each growth copies the frame).
+   * A smaller batch lowers the hint by at most half: a partition whose batches alternate between full
+   * and small ones (a send's remainder) keeps buffers the full ones fit in.
+   */
+  private noteBatchSize(q: PartitionQueue, length: number): void {
+    q.sizeHint = Math.max(Math.min(this.frameLimit, length + (length >> 2)), q.sizeHint >> 1);
+    this.sizeHint = q.sizeHint;
   }
 
   /**
@@ -368,7 +389,7 @@ export class RecordAccumulator {
   recycle(b: ProducerBatch): void {
     const buf = b.frame.detach();
     // Small buffers come from Node's shared pool anyway; a lone oversized record's buffer is not kept.
-    if (buf.length > 4096 && buf.length <= this.frameLimit && this.spareBytes + buf.length <= MAX_SPARE_BYTES) {
+    if (buf.length > 4096 && buf.length <= this.frameLimit && this.spareBytes + buf.length <= this.maxSpareBytes) {
       this.spare.push(buf);
       this.spareBytes += buf.length;
     }
@@ -404,8 +425,7 @@ export class RecordAccumulator {
       const b = q.batches.shift()!;
       b.closed = true; // taken: no more records
       // Room for a somewhat larger batch than this one: the next need not grow (and reaches frameLimit at most).
-      q.sizeHint = Math.min(this.frameLimit, b.frame.length + (b.frame.length >> 2));
-      this.sizeHint = q.sizeHint;
+      this.noteBatchSize(q, b.frame.length);
       q.inFlight.add(b);
       out.push(b);
     }

@@ -222,6 +222,39 @@ describe('record accumulator', () => {
     for (let p = 1; p <= 50; p++) expect(acc.queue('t', p).batches[0]!.frame.capacity).toBeLessThanOrEqual(16 * 1024);
   });
 
+  it("a partition's batches queued behind a full one start at its size, and a small batch does not shrink the next", () => {
+    const acc = new RecordAccumulator({ maxBatchBytes: 256 * 1024, maxBatchRecords: Number.POSITIVE_INFINITY });
+    const big = rec(1000);
+    const q = acc.queue('t', 0);
+    // A burst: batches queue behind a full one before any is sent.
+    let i = 0;
+    while (q.batches.length < 2) acc.append('t', 0, big, recordSize(big), sink, i++, 0);
+    const full = q.batches[0]!.frame.length;
+    expect(q.batches[1]!.frame.capacity).toBeGreaterThanOrEqual(full); // not 16 KiB, grown (copied) four times
+    // Sent: the full batch, then a small one (a send's remainder, closed by its linger): the next batch is
+    // again as large as the full one.
+    acc.closeAll();
+    expect(acc.takeReady(q, 10).map((b) => b.count)).toEqual([i - 1, 1]);
+    acc.append('t', 0, big, recordSize(big), sink, i++, 0);
+    expect(q.batches[0]!.frame.capacity).toBeGreaterThanOrEqual(full);
+  });
+
+  it('keeps the buffers of acknowledged batches for new ones, up to half of maxBufferedBytes and 16 MiB', () => {
+    const frameOf = (acc: RecordAccumulator, p: number) => acc.queue('t', p).batches[0]!.frame.frame(false, 0, 0, true).buffer;
+    for (const [maxBufferedBytes, kept] of [[1024 * 1024, 2], [undefined, 30]] as const) {
+      const acc = new RecordAccumulator({ maxBatchBytes: 256 * 1024, maxBatchRecords: Number.POSITIVE_INFINITY, maxBufferedBytes });
+      const big = rec(200_000);
+      const n = 30; // 30 frames of about 200 KB: 6 MB, more than the 4 MiB kept before
+      for (let p = 0; p < n; p++) acc.append('t', p, big, recordSize(big), sink, 0, 0);
+      const old = new Set(Array.from({ length: n }, (_, p) => frameOf(acc, p)));
+      const sent = acc.closeAll().flatMap((q) => acc.takeReady(q, 1));
+      for (const b of sent) acc.recycle(b);
+      for (let p = 0; p < n; p++) acc.append('t', p, big, recordSize(big), sink, 1, 0);
+      const reused = Array.from({ length: n }, (_, p) => frameOf(acc, p)).filter((b) => old.has(b)).length;
+      expect(reused).toBe(Math.min(kept, n));
+    }
+  });
+
   it('closes a batch before it would pass maxBatchBytes; a larger record goes alone', () => {
     const r = rec(100);
     const s = recordSize(r);
