@@ -313,19 +313,28 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     this.sizeScratch = undefined;
     sizes ??= [];
     let total = 0;
+    let highest = -1;
+    // One pass over the messages. A bad partition or a message larger than the buffer is reported only once
+    // every message passed its own checks (as when these were a second pass): `late` is the first such.
+    let late = -1;
+    const maxBuffered = this.options.maxBufferedBytes;
     for (let i = 0; i < n; i++) {
-      const size = checkMessage(messages[i]!, i);
+      const m = messages[i]!;
+      const size = checkMessage(m, i);
       sizes[i] = size;
       total += size;
-    }
-    let highest = -1;
-    for (let i = 0; i < n; i++) {
-      const p = messages[i]!.partition;
-      if (p !== undefined && (typeof p !== 'number' || !Number.isSafeInteger(p) || p < 0)) throw badMessage(i, 'partition must be a non-negative integer');
-      if (p !== undefined && p > highest) highest = p;
-      if (sizes[i]! > this.options.maxBufferedBytes) {
-        throw new TributaryError('record_too_large', { index: i, size: sizes[i]!, max: this.options.maxBufferedBytes, option: 'maxBufferedBytes' });
+      const p = m.partition;
+      if (p !== undefined) {
+        if (typeof p === 'number' && Number.isSafeInteger(p) && p >= 0) {
+          if (p > highest) highest = p;
+        } else if (late < 0) late = i;
       }
+      if (size > maxBuffered && late < 0) late = i;
+    }
+    if (late >= 0) {
+      const p = messages[late]!.partition;
+      if (p !== undefined && (typeof p !== 'number' || !Number.isSafeInteger(p) || p < 0)) throw badMessage(late, 'partition must be a non-negative integer');
+      throw new TributaryError('record_too_large', { index: late, size: sizes[late]!, max: maxBuffered, option: 'maxBufferedBytes' });
     }
 
     const result = new SendResult(n);
@@ -333,7 +342,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     const ready = known !== undefined && (!this.options.idempotent || this.ids.ready);
     if (!this.buffer.admitting && ready && !this.topicWaits.has(topic) && this.buffer.bytes + total <= this.options.maxBufferedBytes) {
       // Fast path: nobody is queuing, the topic is known and there is room: encode everything into its batches now.
-      this.checkPartitions(topic, messages, known);
+      // No checkPartitions: knownPartitions gave a count above `highest`, every explicit partition.
       this.buffer.hold(total);
       this.appendMessages(topic, known, messages, sizes, result, 0, n);
       this.sizeScratch = sizes;

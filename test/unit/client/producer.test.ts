@@ -112,6 +112,21 @@ describe('producer without a broker', () => {
     await p.close();
   });
 
+  it("reports a message's own fault before any message's partition or size fault, else the first of those", async () => {
+    const p = new Producer({ brokers: BROKERS, maxBufferedBytes: 100 });
+    const big = Buffer.alloc(200);
+    const cases: Array<[Array<Record<string, unknown>>, Record<string, unknown>]> = [
+      [[{ value: 'x', partition: -1 }, { value: 42 }], { code: 'invalid_parameter', fields: { param: 'messages[1]', reason: 'value must be a string, Buffer or Uint8Array' } }],
+      [[{ value: big }, { value: 'x', parition: 1 }], { code: 'invalid_parameter', fields: { param: 'messages[1]' } }],
+      [[{ value: 'x' }, { value: big }, { value: 'x', partition: 1.5 }], { code: 'record_too_large', fields: { index: 1, size: expect.any(Number) } }],
+      [[{ value: 'x' }, { value: big, partition: 'a' }, { value: big }], { code: 'invalid_parameter', fields: { param: 'messages[1]', reason: 'partition must be a non-negative integer' } }],
+      [[{ value: 'x', partition: 3 }, { value: 'x', partition: Number.NaN }], { code: 'invalid_parameter', fields: { param: 'messages[1]' } }],
+    ];
+    for (const [messages, error] of cases) await expect(p.send({ topic: 't', messages: messages as never })).rejects.toMatchObject(error);
+    expect(p.bufferedBytes).toBe(0);
+    await p.close();
+  });
+
   it('honours an already aborted signal', async () => {
     const p = new Producer({ brokers: BROKERS });
     const ac = new AbortController();
