@@ -98,6 +98,8 @@ export class Cluster {
   private readonly bootstrapFailures = new Map<string, Error>();
   /** The signal of the caller that started a pooled dial (pooled()). */
   private readonly dialSignals = new WeakMap<Promise<Connection>, AbortSignal>();
+  /** Pooled dials that succeeded, and their connection (pooled()'s fast path). */
+  private readonly dialed = new WeakMap<Promise<Connection>, Connection>();
   /** Open connections per broker, for the connect / disconnect events. */
   private readonly openPerBroker = new Map<string, number>();
 
@@ -221,6 +223,10 @@ export class Cluster {
   private async pooled(pool: Map<string, Promise<Connection>>, address: string, signal: AbortSignal | undefined): Promise<Connection> {
     this.assertOpen();
     const cached = pool.get(address);
+    // Already open: no wait, so no abort listener (EventTarget listeners cost microseconds each; the
+    // producer asks for its leader's connection at every batch it sends).
+    const open = cached && this.dialed.get(cached);
+    if (open && !open.closed && !signal?.aborted) return open;
     if (cached) {
       // Another caller's dial: this caller's own signal still ends its wait (with its abort reason).
       const got = await untilAborted(
@@ -242,6 +248,7 @@ export class Cluster {
     if (signal) this.dialSignals.set(p, signal);
     p.then(
       (conn) => {
+        this.dialed.set(p, conn);
         // Opened after close(): nobody else will close it.
         if (this.closed) void conn.close();
       },

@@ -239,6 +239,22 @@ describe('Cluster routing', () => {
       expect(a.count('METADATA')).toBe(2);
     });
 
+    it('hands out an open shared connection at once (no abort listener per call), replaces a closed one, honours an aborted signal', async () => {
+      const a = await server();
+      const c = cluster([a.address]);
+      const ac = new AbortController();
+      const first = await c.connection(a.address, ac.signal);
+      const listen = vi.spyOn(ac.signal, 'addEventListener');
+      expect(await c.connection(a.address, ac.signal)).toBe(first);
+      expect(listen).not.toHaveBeenCalled();
+      await first.close();
+      const second = await c.connection(a.address, ac.signal);
+      expect(second).not.toBe(first);
+      expect(second.closed).toBe(false);
+      ac.abort(new Error('stop'));
+      await expect(c.connection(a.address, ac.signal)).rejects.toThrow('stop');
+    });
+
     it('a partition the metadata does not list is partition_not_found after one refresh', async () => {
       const a = await server();
       a.on('METADATA', () => `OK topic=t partitions=1 leaders=${a.address} epochs=0`);
