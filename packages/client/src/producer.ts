@@ -14,7 +14,7 @@ import { TypedEmitter } from './events.js';
 import { SendBuffer } from './producer-buffer.js';
 import { type ProducerTopicState, forgetIdleTopics } from './idle-topics.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
-import { badMessage, checkMessage, type ProducerEvents, type ProducerMessage, type ProducerRecord, type RecordMetadata, messageHeaders, messageKey, snapshotMessage } from './producer-messages.js';
+import { badMessage, checkMessage, type ProducerEvents, type ProducerMessage, type ProducerRecord, RECORD_BASE_BYTES, type RecordMetadata, messageHeaders, messageKey, snapshotMessage } from './producer-messages.js';
 import { configError, type ProducerOptions, type ResolvedProducerOptions, resolveProducerOptions, validateProducerOptions } from './producer-options.js';
 import { ProducerId } from './producer-id.js';
 import { ProducerSender } from './producer-sender.js';
@@ -437,7 +437,9 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       const v = m.value;
       const ts = m.timestamp === undefined ? 0 : m.timestamp instanceof Date ? m.timestamp.getTime() : m.timestamp;
       const headers = m.headers === undefined ? undefined : messageHeaders(m.headers, i);
-      const outcome = acc.appendTo(q, key, v, typeof v === 'string' ? Buffer.byteLength(v, 'utf8') : v.length, ts, headers, sizes[i]!, sink, i);
+      // A string's UTF-8 length without measuring it again: checkMessage's size is the value's plus fixed parts.
+      const valueLen = typeof v !== 'string' ? v.length : headers === undefined ? sizes[i]! - RECORD_BASE_BYTES - (key === null ? 0 : key.length) : Buffer.byteLength(v, 'utf8');
+      const outcome = acc.appendTo(q, key, v, valueLen, ts, headers, sizes[i]!, sink, i);
       this.appended(q, outcome, keyless && sticky);
     }
   }

@@ -293,6 +293,19 @@ describe('Producer sender (scripted server)', () => {
     ]);
   });
 
+  it('string values of any UTF-8 length arrive whole, with string, byte, empty or no keys, with and without headers', async () => {
+    const b = await broker(1);
+    const p = producer(b);
+    await p.send({ topic: 't', messages: [{ value: 'warm' }] }); // METADATA is cached: the rest is encoded at send()
+    const values = ['', 'a', 'ü', '€uro', '😀😀', `${'x'.repeat(300)}ß`];
+    const keys = [undefined, null, '', 'k', 'kü€', Buffer.from([1, 2, 3]), new Uint8Array(0)];
+    const messages = values.flatMap((value) => keys.flatMap((key) => [{ key, value }, { key, value, headers: { h: 'ä' } }]));
+    await p.send({ topic: 't', messages });
+    const got = b.batches.slice(1).flatMap((x) => x.batch.records.map((r) => [r.key === null ? null : r.key.toString('hex'), r.value.toString(), r.headers.length]));
+    const hex = (k: (typeof keys)[number]) => (k === undefined || k === null || k.length === 0 ? null : Buffer.from(k).toString('hex'));
+    expect(got).toEqual(messages.map((m) => [hex(m.key), m.value, m.headers ? 1 : 0]));
+  });
+
   it('a batch retried after a lost connection is resent byte for byte (records are encoded once, at send())', async () => {
     const b = await broker(1);
     let attempts = 0;
