@@ -59,4 +59,4 @@ export interface WireReadOptions {
 }
 
 /** What a wire read writes its reply batch for. */
-export type WireTarget = Pick<WireReadRequest, 'topic' | 'extensions' | 'alloc' | 'format'>;
+export type WireTarget = Pick<WireReadRequest, 'topic' | 'extensions' | 'alloc' | 'format' | 'views'>;

@@ -15,7 +15,7 @@ import { type StoredRead, type StoredReadOptions, type StoredRun, readStoredAppe
 import type { SegmentFds } from './segment-fds.js';
 import { DECODE, INSPECT, walkLog } from './segment-walk.js';
 import { replyWriter } from './reply-writer.js';
-import { leftOut, type WireReadRequest } from './tail-cache.js';
+import { leftOut, type WireReadRequest, wireParts } from './tail-cache.js';
 
 /** Whole wire records [from, to) of a plain or idempotent append block, which a read never leaves out: they go out as they are. */
 interface BlockRun {
@@ -40,7 +40,13 @@ function isBlockRun(p: WirePiece | undefined): p is BlockRun {
 
 /** A CONSUME reply batch written from stored bytes (LogReader.readWire, readWireFromDisk). */
 export interface WireReply {
+  /** The reply; with `parts`, only its first piece. */
   frame: Buffer;
+  /**
+   * Only when the request asked for `views` (WireReadRequest) and a run went out as one: the whole reply as
+   * pieces to write one after another (buffers of the reply's own and views of the tail cache's memory).
+   */
+  parts?: Buffer[];
   count: number;
   valueBytes: number;
   nextOffset: number;
@@ -98,6 +104,10 @@ export class LogReader {
     const r = this.st.cache.readWire(offset, limit, opts.maxRecords, opts.maxBytes, w, writer);
     if (!r) return null;
     const at = writer.finish(r.buf, r.at, r.count, { nextOffset: r.nextOffset, highWatermark: this.st.hwm, logStartOffset: this.st.logStartOffset });
+    if (r.parts) {
+      const parts = wireParts(r, at);
+      return { frame: parts[0]!, parts, count: r.count, valueBytes: r.valueBytes, nextOffset: r.nextOffset };
+    }
     return { frame: at === r.buf.length ? r.buf : r.buf.subarray(0, at), count: r.count, valueBytes: r.valueBytes, nextOffset: r.nextOffset };
   }
 

@@ -56,6 +56,11 @@ export interface ReplyWriter {
    * run of whole wire records [s, e) of a block at `at` in one copy; the end. valueLength is then the run's.
    */
   blockRun?(src: Buffer, s: number, e: number, buf: Buffer, at: number): number;
+  /**
+   * Where blockRun is: the run [s, e) goes out as a view of `src` beside the reply (TailCache.readWire with
+   * `views`), nothing written; sets valueLength as blockRun would.
+   */
+  viewRun?(src: Buffer, s: number, e: number): void;
   /** Value bytes of the last record written. */
   valueLength: number;
   /** Completes the reply ending at `at`; returns its end. */
@@ -83,9 +88,11 @@ class ConsumeReplyWriter implements ReplyWriter {
   ) {
     // Without extensions each record goes out cut after its value: no run copy then.
     this.blockRun = ext ? (src, s, e, buf, at) => this.copyRun(src, s, e, buf, at) : undefined;
+    this.viewRun = ext ? (src, s, e) => this.runValues(src, s, e) : undefined;
   }
 
   readonly blockRun: ReplyWriter['blockRun'];
+  readonly viewRun: ReplyWriter['viewRun'];
 
   bound(stored: number): number {
     // A wire record is never larger than its stored form.
@@ -116,10 +123,14 @@ class ConsumeReplyWriter implements ReplyWriter {
     return at + to - s;
   }
 
-  private copyRun(src: Buffer, s: number, e: number, buf: Buffer, at: number): number {
+  private runValues(src: Buffer, s: number, e: number): void {
     let values = 0;
     for (let p = s; p < e; p = recordEnd(src, p)) values += wireValueLength(src, p);
     this.valueLength = values;
+  }
+
+  private copyRun(src: Buffer, s: number, e: number, buf: Buffer, at: number): number {
+    this.runValues(src, s, e);
     buf.set(new Uint8Array(src.buffer, src.byteOffset + s, e - s), at);
     return at + e - s;
   }

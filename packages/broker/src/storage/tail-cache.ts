@@ -73,6 +73,11 @@ export interface WireReadRequest {
   alloc?: (bytes: number) => Buffer;
   /** What the reply is (reply-writer.ts): a CONSUME reply batch unless said otherwise. */
   format?: WireFormat;
+  /**
+   * The caller writes the reply as pieces (WireRead.parts): runs of block records the reply takes as they
+   * are go out as views of the cached memory, not copied (docs/architecture.md, "Broker", reply buffers).
+   */
+  views?: boolean;
 }
 
 export interface WireRead {
@@ -82,7 +87,27 @@ export interface WireRead {
   count: number;
   valueBytes: number;
   nextOffset: number;
+  /**
+   * With `views`, when a run went out as a view: the reply's pieces before the rest of `buf`, which starts
+   * at `from` (buf's pieces and views of cached writes, to be written in order).
+   */
+  parts?: Buffer[];
+  from?: number;
 }
+
+/** The pieces of the reply readWire wrote, completed up to `at` (its writer's finish()): one without views. */
+export function wireParts(r: WireRead, at: number): Buffer[] {
+  if (r.parts === undefined) return [r.buf.subarray(0, at)];
+  const from = r.from ?? 0;
+  if (at > from) r.parts.push(r.buf.subarray(from, at));
+  return r.parts;
+}
+
+/**
+ * Below this a run of block records is copied into the reply even with `views`: a view costs a Buffer, a
+ * writev entry and, while queued, pins the whole cached buffer it is a view of.
+ */
+export const MIN_VIEW_BYTES = 2048;
 
 /**
  * Whether a CONSUME reply leaves out the stored record at `pos` of `src` (of offset `offset`): a control
@@ -296,7 +321,9 @@ export class TailCache implements BudgetedCache {
    */
   readWire(offset: number, limit: number, maxRecords: number, maxBytes: number, w: WireReadRequest, writer: ReplyWriter): WireRead | null {
     if (this.empty || offset < this.start || offset >= this.end) return null;
-    // Pass 1: which records, by the same rules as read() (stored sizes only, no parsing).
+    // Pass 1: which records, by the same rules as read() (stored sizes only, no parsing), and the bytes of
+    // them that go out as views (whole runs of a plain or idempotent block, as pass 2 takes them).
+    const views = w.views === true && writer.viewRun !== undefined;
     const k0 = this.chunkFor(offset);
     let k = k0;
     let c = this.chunks[k];
@@ -304,11 +331,16 @@ export class TailCache implements BudgetedCache {
     let n = 0;
     let bytes = 0;
     let stored = 0;
+    let viewed = 0;
+    let runFrom = views && c.flags >= 0 && c.flags <= 1 ? c.starts[i] : -1;
     while (n < maxRecords) {
       if (i >= c.count) {
+        if (runFrom >= 0 && c.starts[i] - runFrom >= MIN_VIEW_BYTES) viewed += c.starts[i] - runFrom;
+        runFrom = -1;
         if (++k >= this.chunks.length) break;
         c = this.chunks[k];
         i = 0;
+        if (views && c.flags >= 0 && c.flags <= 1) runFrom = c.starts[0];
       }
       if (c.base + i >= limit) break;
       const cost = readCost(c, i);
@@ -319,13 +351,16 @@ export class TailCache implements BudgetedCache {
       i++;
     }
     if (n === 0) return null;
-    const size = writer.bound(stored, bytes);
+    if (runFrom >= 0 && c.starts[i] - runFrom >= MIN_VIEW_BYTES) viewed += c.starts[i] - runFrom;
+    const size = writer.bound(stored - viewed, bytes);
     const buf = w.alloc ? w.alloc(size) : Buffer.allocUnsafe(size);
     let at = writer.begin(buf);
     let count = 0;
     let valueBytes = 0;
     const skipControl = w.skipControl;
     const skipAborted = w.skipAborted ?? null;
+    const parts: Buffer[] | undefined = viewed > 0 ? [] : undefined;
+    let from = 0;
     k = k0;
     c = this.chunks[k];
     i = offset - c.base;
@@ -342,9 +377,20 @@ export class TailCache implements BudgetedCache {
         end = writer.record(src, pos, c.base + i, buf, at);
       } else if (c.flags <= 1 && writer.blockRun !== undefined) {
         // A plain or idempotent block (flags 0 or 1) is never left out: the records of it this read takes
-        // go out in one copy, as the block holds them (docs/architecture.md "Stored batches").
+        // go out in one copy, or with `views` as a view, as the block holds them (docs/architecture.md
+        // "Stored batches").
         const run = Math.min(n - j, c.count - i);
-        at = writer.blockRun(src, pos, c.starts[i + run], buf, at);
+        const e = c.starts[i + run];
+        if (parts !== undefined && e - pos >= MIN_VIEW_BYTES) {
+          // Not copied: the reply refers to the cached bytes. They never change once cached (the write arena
+          // never hands out bytes twice; truncateFrom, dropBefore, eviction and clear change only which bytes
+          // are served), so the view stays right while the socket holds it (docs/architecture.md, "Broker",
+          // reply buffers).
+          writer.viewRun!(src, pos, e);
+          if (at > from) parts.push(buf.subarray(from, at));
+          parts.push(src.subarray(pos, e));
+          from = at;
+        } else at = writer.blockRun(src, pos, e, buf, at);
         valueBytes += writer.valueLength;
         count += run;
         j += run - 1;
@@ -360,9 +406,10 @@ export class TailCache implements BudgetedCache {
       count++;
     }
     const nextOffset = offset + n;
-    return { buf, at, count, valueBytes, nextOffset };
+    return parts ? { buf, at, count, valueBytes, nextOffset, parts, from } : { buf, at, count, valueBytes, nextOffset };
   }
 
+  /** Like dropBefore, eviction and clear: never writes into a chunk's bytes, which queued replies may still view. */
   truncateFrom(offset: number): void {
     while (!this.empty && this.end > offset) {
       const last = this.chunks.length - 1;

@@ -39,7 +39,8 @@ export class WriteArena {
   /**
    * `bytes` of fresh, unpooled memory for one write: a view of the current block (a new block when the
    * rest of this one is too small), or for a write larger than a quarter of the largest block, a buffer of
-   * its own (it gains nothing from sharing).
+   * its own (it gains nothing from sharing). Bytes are never handed out twice: replies may still hold views
+   * of cached writes after the cache let them go (docs/architecture.md, "Broker", reply buffers).
    */
   take(bytes: number): Buffer {
     if (bytes > MAX_SHARED_BYTES) return Buffer.allocUnsafeSlow(bytes);
