@@ -88,16 +88,19 @@ async function pair(opts: { beforeFetch?: (n: number) => Promise<void> | void; m
     },
     // The batch frame: a follower of a leader that offers no other format.
     request: async (line: string) => {
-      const reply = await fetch(line);
-      if (typeof reply === 'string') return { kind: 'text', text: reply };
+      const answer = await fetch(line);
+      if (typeof answer === 'string') return { kind: 'text', text: answer };
+      // A body in pieces (Reply) is written one piece after another.
+      const reply = Buffer.isBuffer(answer) ? answer : Buffer.concat(answer);
       const batch = decodeBatch(reply, { extensions: true });
       if (batch.records.length === 0) queueMicrotask(() => ac.abort());
       return { kind: 'batch', batch };
     },
     // format=stored: the records' count is the answer header's last field (cluster/replica-wire.ts).
     requestBytes: async (line: string) => {
-      const reply = await fetch(line);
-      if (typeof reply === 'string') return Buffer.from(reply);
+      const answer = await fetch(line);
+      if (typeof answer === 'string') return Buffer.from(answer);
+      const reply = Buffer.isBuffer(answer) ? answer : Buffer.concat(answer);
       if (reply.readUInt32BE(26) === 0) queueMicrotask(() => ac.abort());
       return reply;
     },

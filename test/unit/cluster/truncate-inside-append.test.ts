@@ -65,8 +65,10 @@ it('a follower cut inside an append keeps the committed records below the cut ac
     command: async (name: string, fields: Record<string, unknown>) => String(await run(name, fields)),
     // format=stored: the records' count is the answer header's last field (cluster/replica-wire.ts).
     requestBytes: async (line: string) => {
-      const reply = await run('REPLICA_FETCH', Object.fromEntries(parseLine(line).params));
-      if (typeof reply === 'string') return Buffer.from(reply);
+      const answer = await run('REPLICA_FETCH', Object.fromEntries(parseLine(line).params));
+      if (typeof answer === 'string') return Buffer.from(answer);
+      // A body in pieces (Reply) is written one piece after another.
+      const reply = Buffer.isBuffer(answer) ? answer : Buffer.concat(answer);
       if (reply.readUInt32BE(26) === 0) queueMicrotask(() => ac.abort());
       return reply;
     },

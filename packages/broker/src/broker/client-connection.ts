@@ -4,11 +4,12 @@ import { batchTxnKind, isBatchBody } from 'tributary-protocol/batch.js';
 import { type Params, formatError, parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
-import type { BrokerContext, CommandSpec, ConnectionContext, Reply } from './command-context.js';
+import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, bodyLength } from './command-context.js';
 import { lookupCommand } from './commands.js';
 import { MAX_FRAME_BEFORE_AUTHENTICATION } from './limits.js';
 import { produceBatch } from './produce-commands.js';
 import { PushStream, type StreamHost } from './push-stream.js';
+import { writeReplyBody } from './reply-buffers.js';
 import { FRAME_PREFIX, RequestBudget } from './request-budget.js';
 import { txnBatch } from './txn-commands.js';
 
@@ -223,7 +224,7 @@ export class ClientConnection implements ConnectionContext {
       this.failed(slot, err);
       return;
     }
-    if (typeof result === 'object' && !Buffer.isBuffer(result)) {
+    if (typeof result === 'object' && !Buffer.isBuffer(result) && !Array.isArray(result)) {
       result.then(
         (r) => this.completed(slot, r),
         (err: unknown) => this.failed(slot, err),
@@ -354,17 +355,15 @@ export class ClientConnection implements ConnectionContext {
     // A text reply and its frame header in one buffer: one write rather than two.
     if (typeof r === 'string') this.socket.write(encodeFrame(r));
     else {
-      this.socket.write(frameHeader(r.length));
+      this.socket.write(frameHeader(bodyLength(r)));
       this.writeBody(r);
     }
     this.checkBackpressure();
   }
 
-  /** Writes a reply body; one from the broker's ReplyBuffers goes back to them once the socket wrote it. */
-  private writeBody(buf: Buffer): boolean {
-    const pool = this.broker.replyBuffers;
-    if (pool === undefined || !pool.owns(buf)) return this.socket.write(buf);
-    return this.socket.write(buf, () => pool.give(buf));
+  /** Writes a reply body, maybe in pieces; one from the broker's ReplyBuffers goes back to them once the socket wrote it. */
+  private writeBody(body: Buffer | Buffer[]): boolean {
+    return writeReplyBody(this.socket, body, this.broker.replyBuffers);
   }
 
   /**

@@ -54,7 +54,19 @@ export interface ConnectionContext {
   readonly closedSignal?: AbortSignal;
 }
 
-export type Reply = string | Buffer;
+/**
+ * A command's reply: a text line, a binary body, or a binary body in pieces written one after another
+ * (a CONSUME reply whose records are views of the tail cache: docs/architecture.md, "Broker", reply buffers).
+ */
+export type Reply = string | Buffer | Buffer[];
+
+/** Bytes of a binary reply body. */
+export function bodyLength(body: Buffer | Buffer[]): number {
+  if (Buffer.isBuffer(body)) return body.length;
+  let n = 0;
+  for (const b of body) n += b.length;
+  return n;
+}
 
 export interface CommandSpec {
   handler: (b: BrokerContext, c: ConnectionContext, p: Params) => Promise<Reply> | Reply;

@@ -103,7 +103,7 @@ export async function resolveRemoteStart(b: BrokerContext, c: ConnectionContext,
   }
 }
 
-export async function readBatch(b: BrokerContext, c: ConnectionContext, req: ReadRequest, offset: number): Promise<{ frame: Buffer; nextOffset: number; count: number }> {
+export async function readBatch(b: BrokerContext, c: ConnectionContext, req: ReadRequest, offset: number): Promise<{ frame: Buffer | Buffer[]; nextOffset: number; count: number }> {
   // Only the partition's leader serves reads, checked at every read: a long poll or a STREAM outlives a
   // leadership move, and a broker moved off a partition drops its copy, whose answer (OFFSET_OUT_OF_RANGE
   // 0..0) would make a consumer reset its position (docs/protocol.md, "Reading").
@@ -111,15 +111,16 @@ export async function readBatch(b: BrokerContext, c: ConnectionContext, req: Rea
   const ext = c.features.has('record_extensions_v1');
   const opts = { maxRecords: req.maxRecords, maxBytes: req.maxBytes, isolation: req.isolation };
   // Fast paths: the tail cache, else the segment files, write the reply batch directly (the same bytes as
-  // below, with no object per record or header).
-  const to = { topic: req.topic, extensions: ext, alloc: b.replyBuffers?.take };
+  // below, with no object per record or header); from the cache, block records in views of its memory
+  // (parts: the connection writes them one after another, corked).
+  const to = { topic: req.topic, extensions: ext, alloc: b.replyBuffers?.take, views: true };
   const wire = req.partition.readWire(offset, opts, to) ?? (await req.partition.readWireFromDisk(offset, opts, to));
   if (wire) {
     if (wire.count > 0) {
       b.metrics.recordsOut.inc({ topic: req.topic }, wire.count);
       b.metrics.bytesOut.inc({ topic: req.topic }, wire.valueBytes);
     }
-    return { frame: wire.frame, nextOffset: wire.nextOffset, count: wire.count };
+    return { frame: wire.parts ?? wire.frame, nextOffset: wire.nextOffset, count: wire.count };
   }
   const res = await req.partition.read(offset, opts);
   const trailer = ext ? { nextOffset: res.nextOffset, highWatermark: req.partition.highWatermark, logStartOffset: req.partition.earliest } : undefined;

@@ -10,7 +10,7 @@ import { type Params, formatError, formatLine, type parseLine } from 'tributary-
 import { isBatchBody } from 'tributary-protocol/batch.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
-import type { BrokerContext, ConnectionContext } from './command-context.js';
+import { type BrokerContext, type ConnectionContext, bodyLength } from './command-context.js';
 import { checkStreamClose } from './commands.js';
 import { checkFence, parseReadRequest, readBatch, resolveRemoteStart } from './consume-commands.js';
 import { isFenced, watchReadFence } from './read-fence.js';
@@ -26,8 +26,8 @@ export interface StreamHost {
   readonly broker: BrokerContext;
   /** Resolves once every reply before the STREAM is written, so frames never interleave with them. */
   repliesWritten(): Promise<void>;
-  /** Writes a frame body (its header already written); false when the socket's buffer is full. */
-  writeBody(buf: Buffer): boolean;
+  /** Writes a frame body, maybe in pieces (its header already written); false when the socket's buffer is full. */
+  writeBody(body: Buffer | Buffer[]): boolean;
   writeNow(frame: Buffer): void;
   destroy(reason: string): void;
   closed(): boolean;
@@ -130,7 +130,7 @@ export class PushStream {
           if (await fenced()) return;
           const socket = this.host.socket;
           socket.cork();
-          socket.write(frameHeader(out.frame.length));
+          socket.write(frameHeader(bodyLength(out.frame)));
           const ok = this.host.writeBody(out.frame);
           socket.uncork();
           offset = out.nextOffset;

@@ -68,6 +68,24 @@ export class ReplyBuffers {
   }
 }
 
+/**
+ * Writes a reply body to `socket`, a body in pieces piece by piece (never concatenated: corked, they leave
+ * in one writev). A buffer `pool` lent goes back once the socket wrote the last piece of the body (writes
+ * complete in order, so no piece of it is still queued); other pieces, the views of the tail cache's memory
+ * among them (docs/architecture.md, "Broker", reply buffers), are not the pool's and never go to it.
+ */
+export function writeReplyBody(socket: { write(b: Buffer, cb?: () => void): boolean }, body: Buffer | Buffer[], pool: ReplyBuffers | undefined): boolean {
+  if (Buffer.isBuffer(body)) {
+    if (pool === undefined || !pool.owns(body)) return socket.write(body);
+    return socket.write(body, () => pool.give(body));
+  }
+  const last = body.length - 1;
+  for (let i = 0; i < last; i++) socket.write(body[i]!);
+  const lent = pool === undefined ? undefined : body.find((b) => pool.owns(b));
+  if (lent === undefined) return socket.write(body[last]!);
+  return socket.write(body[last]!, () => pool!.give(lent));
+}
+
 /** The smallest class that holds `bytes` (at most MAX_POOLED_BYTES). */
 function sizeClass(bytes: number): number {
   if (bytes <= MIN_POOLED_BYTES) return 0;
