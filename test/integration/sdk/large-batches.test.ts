@@ -12,7 +12,7 @@ const TOPIC = 'large';
 const RECORDS = 400;
 
 /** Record i: 1 KiB to 3 KiB, its bytes derived from i. */
-const valueOf = (i: number) => Buffer.alloc(1024 + (i % 3) * 1024, i & 0xff).fill(`r${i};`, 0, 8);
+const recordValue = (i: number) => Buffer.alloc(1024 + (i % 3) * 1024, i & 0xff).fill(`r${i};`, 0, 8);
 
 describe('large produce frames', () => {
   let broker: BrokerProcess;
@@ -50,7 +50,7 @@ describe('large produce frames', () => {
         // Sends of 40 records (40-120 KiB): each a frame the broker assembles from several socket reads.
         const sends: Promise<unknown>[] = [];
         for (let i = 0; i < RECORDS; i += 40) {
-          const messages = Array.from({ length: 40 }, (_, j) => ({ partition, key: Buffer.from(`k${i + j}`), value: valueOf(i + j), headers: { n: String(i + j) } }));
+          const messages = Array.from({ length: 40 }, (_, j) => ({ partition, key: Buffer.from(`k${i + j}`), value: recordValue(i + j), headers: { n: String(i + j) } }));
           sends.push(producer.send({ topic: TOPIC, messages }));
         }
         await Promise.all(sends);
@@ -61,7 +61,7 @@ describe('large produce frames', () => {
     const check = (recs: BatchRecord[]) => {
       expect(recs.map((r) => r.offset)).toEqual(Array.from({ length: RECORDS }, (_, i) => i));
       recs.forEach((r, i) => {
-        expect(r.value.equals(valueOf(i)), `record ${i}`).toBe(true);
+        expect(r.value.equals(recordValue(i)), `record ${i}`).toBe(true);
         expect(r.key?.toString()).toBe(`k${i}`);
         expect(r.headers).toEqual([{ key: 'n', value: Buffer.from(String(i)) }]);
         expect(r.timestamp).toBeGreaterThan(0);
