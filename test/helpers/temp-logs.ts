@@ -12,6 +12,8 @@ export interface TempLogs {
   open(sub: string, opts?: Partial<LogOptions>): Promise<PartitionLog>;
   /** Closed after the test with the logs open() made. */
   track<T extends { close(): Promise<unknown> }>(x: T): T;
+  /** Not closed after the test (the test closed it). */
+  forget(x: { close(): Promise<unknown> }): void;
 }
 
 export function useTempLogs(prefix: string, defaults: Partial<LogOptions>): TempLogs {
@@ -37,6 +39,10 @@ export function useTempLogs(prefix: string, defaults: Partial<LogOptions>): Temp
     track(x) {
       opened.push(x);
       return x;
+    },
+    forget(x) {
+      const i = opened.indexOf(x);
+      if (i >= 0) opened.splice(i, 1);
     },
   };
 }

@@ -1,9 +1,7 @@
 /** Compacted logs for the truncation tests (docs/architecture.md "Storage", Compaction). */
-import { join } from 'node:path';
-import { afterEach, beforeEach, vi } from 'vitest';
 import type { LogRecord } from 'tributary-protocol/record.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
-import { removeDir, tempDir } from '../../helpers/util.js';
+import { useTempLogs } from '../../helpers/temp-logs.js';
 
 const T0 = 1_700_000_000_000;
 
@@ -52,26 +50,6 @@ export async function cutAfterRecord(log: PartitionLog, segmentsAfter = 1): Prom
  * and a fine index, closed (and mocks restored) after each test. `forget` drops a log closed by the test.
  */
 export function useLogDir(prefix: string): { dir: () => string; openLog: (name: string) => Promise<PartitionLog>; forget: (log: PartitionLog) => void } {
-  let dir = '';
-  const opened: PartitionLog[] = [];
-  beforeEach(async () => {
-    dir = await tempDir(prefix);
-  });
-  afterEach(async () => {
-    vi.restoreAllMocks();
-    for (const l of opened.splice(0)) await l.close().catch(() => {});
-    await removeDir(dir);
-  });
-  return {
-    dir: () => dir,
-    openLog: async (name) => {
-      const l = await PartitionLog.open(join(dir, name), { flush: 'always', segmentBytes: 600, indexIntervalBytes: 64, tailCacheBytes: 0 });
-      opened.push(l);
-      return l;
-    },
-    forget: (log) => {
-      const i = opened.indexOf(log);
-      if (i >= 0) opened.splice(i, 1);
-    },
-  };
+  const logs = useTempLogs(prefix, { flush: 'always', segmentBytes: 600, indexIntervalBytes: 64, tailCacheBytes: 0 });
+  return { dir: () => logs.dir, openLog: (name) => logs.open(name), forget: (log) => logs.forget(log) };
 }

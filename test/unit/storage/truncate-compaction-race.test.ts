@@ -23,23 +23,17 @@ afterEach(async () => {
   await removeDir(dir);
 });
 
-it('a compaction planned while a truncation removes segments keeps the record of a key whose later record the cut takes', async () => {
+/** The test's log, small segments and no tail cache, and `put`, which appends one record of ~35 bytes. */
+async function openLog() {
   const l = await PartitionLog.open(join(dir, 'l'), { flush: 'always', segmentBytes: 600, indexIntervalBytes: 64, tailCacheBytes: 0 });
   log = l;
   const put = (key: string | null, v: string) =>
     l.append([{ key: key === null ? null : Buffer.from(key), value: Buffer.from(`${v}-${'x'.repeat(30)}`), timestamp: T0 }]);
-  await put('K', 'old');
-  while (l.segmentInfos().length < 3) await put(null, 'f');
-  const cut = l.logEndOffset + 1;
-  await put(null, 'f');
-  await put(null, 'f');
-  await put('K', 'new'); // in the segment the truncation keeps, past the cut
-  while (l.segmentInfos().length < 4) await put(null, 'f');
-  await put(null, 'f');
-  l.setHighWatermark(l.logEndOffset);
-  expect(cut).toBeGreaterThan(l.segmentInfos()[2].baseOffset);
+  return { l, put };
+}
 
-  // The truncation stops in its removal of the last segment, after it began to change the files.
+/** The first Segment.remove waits for release(); `inRemove` resolves once it is waiting. */
+function holdFirstRemove(): { inRemove: Promise<void>; release: () => void } {
   let entered!: () => void;
   const inRemove = new Promise<void>((r) => (entered = r));
   let release!: () => void;
@@ -54,6 +48,24 @@ it('a compaction planned while a truncation removes segments keeps the record of
     }
     return remove.call(this);
   });
+  return { inRemove, release };
+}
+
+it('a compaction planned while a truncation removes segments keeps the record of a key whose later record the cut takes', async () => {
+  const { l, put } = await openLog();
+  await put('K', 'old');
+  while (l.segmentInfos().length < 3) await put(null, 'f');
+  const cut = l.logEndOffset + 1;
+  await put(null, 'f');
+  await put(null, 'f');
+  await put('K', 'new'); // in the segment the truncation keeps, past the cut
+  while (l.segmentInfos().length < 4) await put(null, 'f');
+  await put(null, 'f');
+  l.setHighWatermark(l.logEndOffset);
+  expect(cut).toBeGreaterThan(l.segmentInfos()[2].baseOffset);
+
+  // The truncation stops in its removal of the last segment, after it began to change the files.
+  const { inRemove, release } = holdFirstRemove();
   const truncation = l.truncateTo(cut);
   await inRemove;
   // The compaction plans and writes its temp files meanwhile; its swap then waits for the truncation.
@@ -75,10 +87,7 @@ it('a compaction planned while a truncation removes segments keeps the record of
 });
 
 it('a compaction planned while a truncation cuts the segment it then reads as the active one gives up quietly, not with a corrupt record', async () => {
-  const l = await PartitionLog.open(join(dir, 'l'), { flush: 'always', segmentBytes: 600, indexIntervalBytes: 64, tailCacheBytes: 0 });
-  log = l;
-  const put = (key: string | null, v: string) =>
-    l.append([{ key: key === null ? null : Buffer.from(key), value: Buffer.from(`${v}-${'x'.repeat(30)}`), timestamp: T0 }]);
+  const { l, put } = await openLog();
   for (let i = 0; l.segmentInfos().length < 3; i++) await put(`k${i % 4}`, `v${i}`);
   // Inside the second segment, which the cut leaves the last, so the active one.
   const cut = l.segmentInfos()[1].baseOffset + 2;
@@ -87,20 +96,7 @@ it('a compaction planned while a truncation cuts the segment it then reads as th
   const before = await l.read(0, { maxRecords: 1000, maxBytes: 1 << 20 });
 
   // The truncation stops in its removal of the last segment: the segment list is cut, the files not yet.
-  let entered!: () => void;
-  const inRemove = new Promise<void>((r) => (entered = r));
-  let release!: () => void;
-  const gate = new Promise<void>((r) => (release = r));
-  const remove = Segment.prototype.remove;
-  let first = true;
-  vi.spyOn(Segment.prototype, 'remove').mockImplementation(async function (this: Segment) {
-    if (first) {
-      first = false;
-      entered();
-      await gate;
-    }
-    return remove.call(this);
-  });
+  const { inRemove, release } = holdFirstRemove();
   // The compaction takes the sizes it scans to now, then waits in its first scan until the cut is done.
   let truncated!: () => void;
   const cutDone = new Promise<void>((r) => (truncated = r));
