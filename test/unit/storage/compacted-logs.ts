@@ -1,6 +1,6 @@
 /** Compacted logs for the truncation tests (docs/architecture.md "Storage", Compaction). */
 import type { LogRecord } from 'tributary-protocol/record.js';
-import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import type { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { useTempLogs } from '../../helpers/temp-logs.js';
 
 const T0 = 1_700_000_000_000;
