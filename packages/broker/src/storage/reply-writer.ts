@@ -28,7 +28,7 @@ import {
   w32,
   w64,
 } from 'tributary-protocol/record-batch/layout.js';
-import { recordEnd } from './append-block.js';
+import { recordEnd, valueEndOf } from './append-block.js';
 import { writeWireRecord } from './record-codec.js';
 import { blockRecordTimestamp } from './block-records.js';
 import { v2Out, writeV2RecordFromBlock, writeV2RecordFromStored } from './stored-batch.js';
@@ -114,11 +114,7 @@ class ConsumeReplyWriter implements ReplyWriter {
     // A block holds its records in this very layout, stamped (append-block.ts): with extensions they are
     // copied as they are; without them, up to the value's end.
     this.valueLength = wireValueLength(src, s);
-    let to = e;
-    if (!this.ext) {
-      const k = s + 18 + ((src[s + 16]! << 8) | src[s + 17]!);
-      to = k + 2 + ((src[k]! << 8) | src[k + 1]!) + 8 + 4 + this.valueLength;
-    }
+    const to = this.ext ? e : valueEndOf(src, s);
     buf.set(new Uint8Array(src.buffer, src.byteOffset + s, to - s), at);
     return at + to - s;
   }

@@ -7,8 +7,8 @@
  * are, and what a bad record means to it are parameters.
  */
 import type { LogRecord } from 'tributary-protocol/record.js';
-import type { BlockInfo } from './append-block.js';
-import { type BlockRecord, blockRecords, decodeBlockRecord, inspectBlock, isBlockAt, BLOCK_RECORD_EXTRA } from './block-records.js';
+import { BLOCK_HEADER_BYTES, type BlockInfo, recordEnd } from './append-block.js';
+import { type BlockRecord, blockRecordAt, decodeBlockRecord, inspectBlock, isBlockAt, BLOCK_RECORD_EXTRA } from './block-records.js';
 import { storageError } from './log-fs.js';
 import type { LogState } from './log-state.js';
 import { type DecodeFailure, type DecodeResult, decodeRecord, type InspectResult, inspectRecord } from './record-codec.js';
@@ -197,10 +197,15 @@ export async function walkLog<T extends { ok: true; size: number; block?: BlockI
     const block = r.block;
     if (block === undefined) return onRecord(buf, p, r);
     if (block.baseOffset + block.count <= next) return 'next';
-    for (const rec of blockRecords(buf, p, block)) {
-      if (rec.offset < next) continue;
-      const verdict = onRecord(buf, p, check.blockRecord(buf, r, rec));
-      if (verdict !== 'next') return verdict;
+    // Walked in place: a BlockRecord only for the records taken, no array of them all.
+    for (let i = 0, at = p + BLOCK_HEADER_BYTES; i < block.count; i++) {
+      const end = recordEnd(buf, at);
+      const offset = block.baseOffset + i;
+      if (offset >= next) {
+        const verdict = onRecord(buf, p, check.blockRecord(buf, r, blockRecordAt(buf, at, end, offset, i === block.count - 1)));
+        if (verdict !== 'next') return verdict;
+      }
+      at = end;
     }
     return 'next';
   };
