@@ -82,6 +82,8 @@ interface Options {
   brokerNodeArgs: string[];
   relayNodeArgs: string[];
   workerNodeArgs: string[];
+  /** Records through the same server and clients before the measured pass (own topic; not counted). */
+  warmup: number;
   keepData: boolean;
   timeoutMs: number;
   repeat: number;
@@ -118,8 +120,10 @@ interface RunResult {
   target: Target;
   producer?: ProducerReport;
   consumer?: ConsumerReport;
-  /** CPU ms (all threads) the broker or relay process used between setup and the consumer's report. */
+  /** CPU ms (all threads) the broker or relay process used from the measured pass's start to the consumer's report. */
   serverCpuMs?: number;
+  /** The same for the warm-up pass (--warmup records), not in the figures above. */
+  warmupCpuMs?: number;
   /** Broker only: records in the log after the run (sum of the partitions' log end offsets). */
   logRecords?: number;
   error?: string;
@@ -127,6 +131,7 @@ interface RunResult {
 }
 
 const TOPIC = 'bench';
+const WARMUP_TOPIC = 'bench-warmup';
 const DEFAULT_WORKLOADS: Array<{ size: number; count: number }> = [
   { size: 100, count: 1_000_000 },
   { size: 1024, count: 200_000 },
@@ -165,6 +170,8 @@ const USAGE = `usage: bench produce-consume [options]
   --broker-node-args "<a>" node flags for the broker, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
   --relay-node-args "<a>"  node flags for the relay
   --worker-node-args "<a>" node flags for the producer and consumer workers (all clients)
+  --warmup <n>             records through the same server and clients first, on their own
+                           topic, not counted (0: a cold server)                  [50000]
   --keep-data              keep the broker data dirs and relay files
   --timeout-s <n>          per-run timeout                                        [600]
   --repeat <n>             run each target n times (alternating); ratio of medians  [1]
@@ -214,6 +221,7 @@ function parseOptions(argv: string[]): Options | string {
       'broker-node-args': { type: 'string' },
       'relay-node-args': { type: 'string' },
       'worker-node-args': { type: 'string' },
+      warmup: { type: 'string', default: '50000' },
       'keep-data': { type: 'boolean', default: false },
       'timeout-s': { type: 'string', default: '600' },
       repeat: { type: 'string', default: '1' },
@@ -280,6 +288,7 @@ function parseOptions(argv: string[]): Options | string {
     brokerNodeArgs: splitArgs(v['broker-node-args']),
     relayNodeArgs: splitArgs(v['relay-node-args']),
     workerNodeArgs: splitArgs(v['worker-node-args']),
+    warmup: int('warmup', v.warmup, 0),
     keepData: v['keep-data'] === true,
     timeoutMs: int('timeout-s', v['timeout-s'], 1) * 1000,
     repeat: int('repeat', v.repeat, 1),
@@ -297,10 +306,10 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   ]);
 }
 
-async function createTopic(host: string, port: number, partitions: number): Promise<void> {
+async function createTopic(host: string, port: number, topic: string, partitions: number): Promise<void> {
   const conn = await Connection.connect({ host, port });
   try {
-    await conn.command('CREATE', { topic: TOPIC, partitions });
+    await conn.command('CREATE', { topic, partitions });
   } finally {
     await conn.close();
   }
@@ -319,14 +328,79 @@ async function logRecordCount(host: string, port: number): Promise<number> {
   }
 }
 
-async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunResult> {
+interface ClientRun {
+  host: string;
+  port: number;
+  topic: string;
+  count: number;
+  size: number;
+  batch: number;
+}
+
+/**
+ * One pass of the variant's clients: the consumer is started and ready before the producer. Resolves with
+ * both reports once the producer has exited and the consumer, told it may stop, has reported; its exit is
+ * the caller's to await. Every child goes into `children` for the caller's cleanup.
+ */
+async function runClients(variant: Variant, o: Options, run: ClientRun, children: Child[]): Promise<{ producer: ProducerReport; consumer: ConsumerReport; consumerChild: Child }> {
   const target = variantTarget(variant);
   const sdk = variantClient(variant) === 'sdk';
+  const common = ['--host', run.host, '--port', String(run.port), '--topic', run.topic, '--partitions', String(o.partitions), '--count', String(run.count), '--size', String(run.size), '--target', target];
+  const fetch = ['--fetch-records', String(o.fetchRecords), '--fetch-bytes', String(o.fetchBytes)];
+  const consumer = sdk
+    ? spawnNode('sdk-consumer', path.join(BENCH_DIR, 'pc-sdk-consumer.js'), [...common, ...fetch, '--mode', o.sdkMode, '--concurrency', String(o.sdkConcurrency)], {
+        nodeArgs: o.workerNodeArgs,
+        stdin: true,
+        echoStderr: o.verbose,
+      })
+    : spawnNode('consumer', path.join(BENCH_DIR, 'pc-consumer.js'), [...common, ...fetch], { nodeArgs: o.workerNodeArgs, stdin: true, echoStderr: o.verbose });
+  children.push(consumer);
+  await consumer.waitJson((x) => x.event === 'ready', 30_000);
+  const consumerResult = consumer.waitJson<ConsumerReport>((x) => x.event === 'result', o.timeoutMs);
+  consumerResult.catch(() => {}); // awaited below; the producer may fail first
+  const producer = sdk
+    ? spawnNode(
+        'sdk-producer',
+        path.join(BENCH_DIR, 'pc-sdk-producer.js'),
+        [
+          ...common,
+          '--chunk',
+          String(run.batch),
+          '--in-flight',
+          String(o.sdkInFlight),
+          '--linger-ms',
+          String(o.sdkLingerMs),
+          '--max-batch-bytes',
+          String(o.sdkMaxBatchBytes),
+          '--max-in-flight-per-partition',
+          String(o.sdkMaxInFlightPerPartition),
+          '--partitioning',
+          o.sdkPartitioning,
+          '--messages',
+          o.sdkMessages,
+          '--idempotent',
+          String(o.sdkIdempotent),
+        ],
+        { nodeArgs: o.workerNodeArgs, echoStderr: o.verbose },
+      )
+    : spawnNode('producer', path.join(BENCH_DIR, 'pc-producer.js'), [...common, '--batch', String(run.batch), '--connections', String(o.connections), '--in-flight', String(o.inFlight), '--frames', o.rawFrames], {
+        nodeArgs: o.workerNodeArgs,
+        echoStderr: o.verbose,
+      });
+  children.push(producer);
+  const producerReport = await producer.waitJson<ProducerReport>((x) => x.event === 'result', o.timeoutMs);
+  const pcode = await withTimeout(producer.exited, 10_000, 'producer exit');
+  if (pcode !== 0) throw new Error(`producer exited with ${pcode}\n${producer.stderr()}`);
+  consumer.proc.stdin?.write('done\n');
+  return { producer: producerReport, consumer: await consumerResult, consumerChild: consumer };
+}
+
+async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunResult> {
+  const target = variantTarget(variant);
   const result: RunResult = { variant, target, problems: [] };
   const dir = makeTempDir(`tributary-bench-${target}-`);
   let server: Child | undefined;
-  let consumer: Child | undefined;
-  let producer: Child | undefined;
+  const children: Child[] = [];
   let host = '127.0.0.1';
   let port = 0;
   try {
@@ -335,69 +409,38 @@ async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunRe
       server = b.child;
       host = b.host;
       port = b.port;
-      await createTopic(host, port, o.partitions);
+      await createTopic(host, port, TOPIC, o.partitions);
+      if (o.warmup > 0) await createTopic(host, port, WARMUP_TOPIC, o.partitions);
     } else {
       server = spawnNode('relay', path.join(BENCH_DIR, 'relay.js'), ['--file', path.join(dir, 'relay.log'), '--exit-with-stdin'], { nodeArgs: o.relayNodeArgs, stdin: true, echoStderr: o.verbose });
       const m = await server.waitLine(/relay listening on ([^\s]+):(\d+)/, 30_000);
       port = Number(m[2]);
     }
     process.stderr.write(`    ${variant} server pid ${server.proc.pid} on ${host}:${port}\n`);
+    const at = { host, port, size: w.size, batch: w.batch };
+    if (o.warmup > 0) {
+      // The same clients first, on their own topic: the server's hot code is compiled and its heap grown
+      // before the clock starts, as in a server that has been running (a fresh process's first second
+      // also counts V8's compiler threads). Its CPU is printed apart.
+      const w0 = procCpuMs(server.proc.pid);
+      const warm = await runClients(variant, o, { ...at, topic: WARMUP_TOPIC, count: o.warmup }, children);
+      const w1 = procCpuMs(server.proc.pid);
+      if (w0 !== undefined && w1 !== undefined) result.warmupCpuMs = w1 - w0;
+      await withTimeout(warm.consumerChild.exited, 10_000, 'warm-up consumer exit');
+    }
     const cpu0 = procCpuMs(server.proc.pid);
-    const common = ['--host', host, '--port', String(port), '--topic', TOPIC, '--partitions', String(o.partitions), '--count', String(w.count), '--size', String(w.size), '--target', target];
-    const fetch = ['--fetch-records', String(o.fetchRecords), '--fetch-bytes', String(o.fetchBytes)];
-    consumer = sdk
-      ? spawnNode('sdk-consumer', path.join(BENCH_DIR, 'pc-sdk-consumer.js'), [...common, ...fetch, '--mode', o.sdkMode, '--concurrency', String(o.sdkConcurrency)], {
-          nodeArgs: o.workerNodeArgs,
-          stdin: true,
-          echoStderr: o.verbose,
-        })
-      : spawnNode('consumer', path.join(BENCH_DIR, 'pc-consumer.js'), [...common, ...fetch], { nodeArgs: o.workerNodeArgs, stdin: true, echoStderr: o.verbose });
-    await consumer.waitJson((x) => x.event === 'ready', 30_000);
-    const consumerResult = consumer.waitJson<ConsumerReport>((x) => x.event === 'result', o.timeoutMs);
-    consumerResult.catch(() => {}); // awaited below; the producer may fail first
-    producer = sdk
-      ? spawnNode(
-          'sdk-producer',
-          path.join(BENCH_DIR, 'pc-sdk-producer.js'),
-          [
-            ...common,
-            '--chunk',
-            String(w.batch),
-            '--in-flight',
-            String(o.sdkInFlight),
-            '--linger-ms',
-            String(o.sdkLingerMs),
-            '--max-batch-bytes',
-            String(o.sdkMaxBatchBytes),
-            '--max-in-flight-per-partition',
-            String(o.sdkMaxInFlightPerPartition),
-            '--partitioning',
-            o.sdkPartitioning,
-            '--messages',
-            o.sdkMessages,
-            '--idempotent',
-            String(o.sdkIdempotent),
-          ],
-          { nodeArgs: o.workerNodeArgs, echoStderr: o.verbose },
-        )
-      : spawnNode('producer', path.join(BENCH_DIR, 'pc-producer.js'), [...common, '--batch', String(w.batch), '--connections', String(o.connections), '--in-flight', String(o.inFlight), '--frames', o.rawFrames], {
-          nodeArgs: o.workerNodeArgs,
-          echoStderr: o.verbose,
-        });
-    result.producer = await producer.waitJson<ProducerReport>((x) => x.event === 'result', o.timeoutMs);
-    const pcode = await withTimeout(producer.exited, 10_000, 'producer exit');
-    if (pcode !== 0) throw new Error(`producer exited with ${pcode}\n${producer.stderr()}`);
-    consumer.proc.stdin?.write('done\n');
-    result.consumer = await consumerResult;
+    const measured = await runClients(variant, o, { ...at, topic: TOPIC, count: w.count }, children);
+    result.producer = measured.producer;
+    result.consumer = measured.consumer;
     const cpu1 = procCpuMs(server.proc.pid);
     if (cpu0 !== undefined && cpu1 !== undefined) result.serverCpuMs = cpu1 - cpu0;
-    await withTimeout(consumer.exited, 10_000, 'consumer exit');
+    await withTimeout(measured.consumerChild.exited, 10_000, 'consumer exit');
     if (target === 'broker') result.logRecords = await logRecordCount(host, port);
   } catch (err) {
     result.error = err instanceof Error ? err.message : String(err);
   } finally {
-    for (const c of [producer, consumer]) {
-      if (c && c.proc.exitCode === null && c.proc.signalCode === null) c.proc.kill('SIGKILL');
+    for (const c of children) {
+      if (c.proc.exitCode === null && c.proc.signalCode === null) c.proc.kill('SIGKILL');
     }
     if (server) {
       const code = await server.stop(30_000);
@@ -489,13 +532,18 @@ function printResults(w: Workload, o: Options, results: RunResult[]): void {
     const bc = cpu(v);
     if (Number.isFinite(bc) && Number.isFinite(rc) && rc > 0) process.stdout.write(`server CPU per record ${v}/relay: ${(bc / rc).toFixed(1)}x\n`);
   }
+  if (o.warmup > 0) {
+    const warm = o.variants.map((v) => `${v} ${fmtFixed(med(v, (r) => perRecordUs(r.warmupCpuMs, o.warmup)), 2)}`);
+    process.stdout.write(`warm-up pass (${fmtInt(o.warmup)} records first, not counted above): server cpu us/rec ${warm.join(', ')}\n`);
+  }
 }
 
 function describeWorkload(w: Workload, o: Options): string {
   const raw = `raw: ${o.connections} producer connections x ${o.inFlight} batches in flight, frames ${o.rawFrames}`;
   const sdk = `sdk: ${o.sdkInFlight} send() calls in flight, lingerMs ${o.sdkLingerMs}, maxBatchBytes ${o.sdkMaxBatchBytes}, partitioning ${o.sdkPartitioning}, messages ${o.sdkMessages}${o.sdkIdempotent ? ', idempotent' : ''}; consumer ${o.sdkMode}, concurrency ${o.sdkConcurrency}`;
   const clients = o.targets.includes('broker') ? o.clients.map((c) => (c === 'raw' ? raw : sdk)) : [raw];
-  return `workload: ${fmtInt(w.count)} records x ${w.size} B, ${o.partitions} partitions, batches of ${w.batch}, acks=1\n  ${clients.join('\n  ')}`;
+  const warm = o.warmup > 0 ? `, after a warm-up pass of ${fmtInt(o.warmup)}` : ', cold server (no warm-up)';
+  return `workload: ${fmtInt(w.count)} records x ${w.size} B, ${o.partitions} partitions, batches of ${w.batch}, acks=1${warm}\n  ${clients.join('\n  ')}`;
 }
 
 export async function run(argv: string[]): Promise<number> {
