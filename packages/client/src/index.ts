@@ -38,6 +38,9 @@ export {
   type ProducerHeaders,
   type ProducerState,
   type RecordMetadata,
+  type SendMetadata,
+  type SendOptions,
+  type SendRun,
 } from './producer.js';
 export {
   Admin,

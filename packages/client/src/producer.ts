@@ -18,6 +18,7 @@ import { badMessage, checkMessage, type ProducerEvents, type ProducerMessage, ty
 import { configError, type ProducerOptions, type ResolvedProducerOptions, resolveProducerOptions, validateProducerOptions } from './producer-options.js';
 import { ProducerId } from './producer-id.js';
 import { ProducerSender } from './producer-sender.js';
+import { type SendOptions, SendResult, type SendRun, sendOptions } from './send-result.js';
 import { APPENDED_CLOSED_BATCH, APPENDED_NEW_BATCH, type PartitionQueue, type ProducerBatch, RecordAccumulator, type RecordSink } from './record-accumulator.js';
 import { ProducerFencedError, Transaction, TransactionStateError, typedTxnError } from './transaction.js';
 
@@ -34,79 +35,11 @@ export {
   recordSize,
   toBatchRecord,
 } from './producer-messages.js';
+export type { SendMetadata, SendOptions, SendRun } from './send-result.js';
 export { MAX_IDEMPOTENT_IN_FLIGHT, type ProducerAcks, type ProducerOptions, validateProducerOptions } from './producer-options.js';
 export { type AccumulatorLimits, type PartitionQueue, ProducerBatch, RecordAccumulator, type RecordSink } from './record-accumulator.js';
 
 export type ProducerState = 'open' | 'closing' | 'closed';
-
-/**
- * One send(): collects where its records went and settles once all are in. The RecordMetadata objects are
- * made only then, all at once: made as acknowledgements arrive they would outlive several young-generation
- * collections and be promoted (or pretenured) one per record.
- */
-class SendResult implements RecordSink {
-  private remaining: number;
-  private settled = false;
-  /** Per settled run of records: its first message index, count, partition and first offset (-1: none). */
-  private readonly runs: number[] = [];
-  private topic = '';
-  readonly promise: Promise<RecordMetadata[]>;
-  private resolve!: (r: RecordMetadata[]) => void;
-  private reject!: (e: Error) => void;
-
-  constructor(private readonly count: number) {
-    this.remaining = count;
-    this.promise = new Promise<RecordMetadata[]>((resolve, reject) => {
-      this.resolve = resolve;
-      this.reject = reject;
-    });
-    // The caller may stop waiting (signal): a later failure must not become an unhandled rejection.
-    this.promise.catch(() => {});
-  }
-
-  settle(first: number, count: number, err: Error | null, topic: string, partition: number, offset: number): void {
-    if (this.settled) return;
-    if (err) {
-      this.settled = true;
-      this.reject(err);
-      return;
-    }
-    this.topic = topic;
-    this.runs.push(first, count, partition, offset);
-    this.remaining -= count;
-    if (this.remaining === 0) {
-      this.settled = true;
-      this.resolve(this.results());
-    }
-  }
-
-  private results(): RecordMetadata[] {
-    const topic = this.topic;
-    const runs = this.runs;
-    // Sized at once: grown by push, a send of 500 records cost its array about as much as its 500 objects.
-    const out: RecordMetadata[] = new Array(this.count);
-    if (runs.length === 4) {
-      // One run (the whole send went to one batch).
-      const partition = runs[2]!;
-      const offset = runs[3]!;
-      for (let i = 0; i < this.count; i++) out[i] = { topic, partition, offset: offset < 0 ? -1 : offset + i };
-      return out;
-    }
-    for (let r = 0; r < runs.length; r += 4) {
-      const first = runs[r]!;
-      const partition = runs[r + 2]!;
-      const offset = runs[r + 3]!;
-      for (let i = 0, n = runs[r + 1]!; i < n; i++) out[first + i] = { topic, partition, offset: offset < 0 ? -1 : offset + i };
-    }
-    return out;
-  }
-
-  fail(err: Error): void {
-    if (this.settled) return;
-    this.settled = true;
-    this.reject(err);
-  }
-}
 
 /**
  * A batching producer. Records are grouped by (topic, partition); a partition's batch is sent when it
@@ -280,21 +213,26 @@ export class Producer extends TypedEmitter<ProducerEvents> {
 
   /**
    * Queues the messages and resolves once every one is acknowledged (with `acks: 0`, once written to
-   * the connection and answered), with one RecordMetadata per message in order. Rejects with the first
-   * error of any of its records. Waits for buffer room when more than `maxBufferedBytes` is pending:
-   * `buffer_full` after `requestTimeoutMs`. Aborting `signal` stops the waiting: messages not queued
-   * yet are dropped, messages already queued may still be written.
+   * the connection and answered), with one RecordMetadata per message in order, or with `metadata:
+   * 'runs'` one SendRun per contiguous run of records (in message order; no object per message).
+   * Rejects with the first error of any of its records. Waits for buffer room when more than
+   * `maxBufferedBytes` is pending: `buffer_full` after `requestTimeoutMs`. Aborting `signal` stops the
+   * waiting: messages not queued yet are dropped, messages already queued may still be written.
    */
-  send(record: ProducerRecord, opts: { signal?: AbortSignal } = {}): Promise<RecordMetadata[]> {
+  send(record: ProducerRecord, opts: SendOptions & { metadata: 'runs' }): Promise<SendRun[]>;
+  send(record: ProducerRecord, opts?: SendOptions & { metadata?: 'records' }): Promise<RecordMetadata[]>;
+  send(record: ProducerRecord, opts?: SendOptions): Promise<RecordMetadata[] | SendRun[]>;
+  send(record: ProducerRecord, opts?: SendOptions): Promise<RecordMetadata[] | SendRun[]> {
     // Not an async function: the usual send queues its records synchronously and needs no async frame.
     try {
-      return this.enqueue(record, opts.signal);
+      const { signal, metadata } = sendOptions(opts);
+      return this.enqueue(record, signal, metadata === 'runs');
     } catch (err) {
       return Promise.reject(err);
     }
   }
 
-  private enqueue(record: ProducerRecord, signal: AbortSignal | undefined): Promise<RecordMetadata[]> {
+  private enqueue(record: ProducerRecord, signal: AbortSignal | undefined, runs: boolean): Promise<RecordMetadata[] | SendRun[]> {
     if (this.stateValue !== 'open') throw new TributaryError('client_closed');
     if (this.options.transactionalId !== undefined) {
       throw new TransactionStateError('invalid_txn_state', { reason: 'a transactional producer sends through producer.transaction()' });
@@ -337,7 +275,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       throw new TributaryError('record_too_large', { index: late, size: sizes[late]!, max: maxBuffered, option: 'maxBufferedBytes' });
     }
 
-    const result = new SendResult(n);
+    const result = new SendResult(n, runs);
     const known = this.knownPartitions(topic, highest);
     const ready = known !== undefined && (!this.options.idempotent || this.ids.ready);
     if (!this.buffer.admitting && ready && !this.topicWaits.has(topic) && this.buffer.bytes + total <= this.options.maxBufferedBytes) {
@@ -356,7 +294,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   }
 
   /** send() when it must wait: for its turn behind other sends, for the topic's metadata or for buffer room. */
-  private async enqueueSlowly(topic: string, messages: ProducerMessage[], sizes: number[], total: number, result: SendResult, signal: AbortSignal | undefined): Promise<RecordMetadata[]> {
+  private async enqueueSlowly(topic: string, messages: ProducerMessage[], sizes: number[], total: number, result: SendResult, signal: AbortSignal | undefined): Promise<RecordMetadata[] | SendRun[]> {
     const wait = this.topicWaits.get(topic) ?? (this.partitionCounts.has(topic) ? undefined : this.startTopicWait(topic));
     if (wait) {
       wait.pending++;
