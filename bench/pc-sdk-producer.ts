@@ -5,6 +5,7 @@
  *   node dist/bench/pc-sdk-producer.js --host H --port P --topic T --partitions 12 --count N --size S
  *        --chunk C --in-flight W [--linger-ms 0] [--max-batch-bytes 262144]
  *        [--max-in-flight-per-partition 16] [--partitioning chunk|record] [--messages fresh|reused]
+ *        [--metadata records|runs]
  *
  * Sends N records as `send({ topic, messages })` calls of C messages each, keeping up to W sends
  * unresolved (pipelined); acks=1. `--partitioning chunk` (default) gives every message of a send the
@@ -16,10 +17,13 @@
  * stamps ids and time into one whose previous send() settled (the SDK's contract: a Buffer may change once
  * its send's promise settles), the way the raw producer patches its pre-encoded frame, so the two
  * producers' CPU per record compare the clients alone.
+ * `--metadata runs` sends with `{ metadata: 'runs' }`: each send() resolves with one SendRun per run of
+ * records instead of one RecordMetadata per message (`records`, default); the acknowledged records are
+ * counted from the runs, which must cover the send's messages in order.
  * Reports one JSON line on stdout: {"event":"result", records, elapsedMs, recordsPerSec, ackP50Ms, ...},
  * where ack latency is per send() (call to resolve).
  */
-import { MAX_IDEMPOTENT_IN_FLIGHT, Producer, type ProducerMessage } from 'tributary-client/producer.js';
+import { MAX_IDEMPOTENT_IN_FLIGHT, Producer, type ProducerMessage, type RecordMetadata, type SendRun } from 'tributary-client/producer.js';
 import { workerArgs } from './worker-args.js';
 import { nowMs, percentile, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES, writePayloadHeader } from './pc-payload.js';
@@ -33,6 +37,7 @@ const args = workerArgs('pc-sdk-producer', {
   partitioning: { type: 'string', default: 'chunk' },
   messages: { type: 'string', default: 'fresh' },
   idempotent: { type: 'string', default: 'false' },
+  metadata: { type: 'string', default: 'records' },
 }, 1);
 const { a, int } = args;
 // Annotated: a call through it then ends control flow, as the function it replaces did.
@@ -58,6 +63,8 @@ const partitioning = a.partitioning;
 if (partitioning !== 'chunk' && partitioning !== 'record') fail(`--partitioning must be chunk or record (got ${partitioning})`);
 const reuse = a.messages === 'reused';
 if (!reuse && a.messages !== 'fresh') fail(`--messages must be fresh or reused (got ${a.messages})`);
+if (a.metadata !== 'records' && a.metadata !== 'runs') fail(`--metadata must be records or runs (got ${a.metadata})`);
+const metadata: 'records' | 'runs' = a.metadata;
 
 const chunks = Math.ceil(total / chunk);
 // Room for every send in flight (plus slack) so send() never waits on the buffer.
@@ -136,18 +143,31 @@ function pump(): void {
     const slot = reuse ? freeSlots.pop()! : undefined;
     const messages = slot ? stampMessages(slot, k, sentAt) : buildMessages(k, sentAt);
     pending++;
-    producer.send({ topic, messages }).then(
+    const sent: Promise<RecordMetadata[] | SendRun[]> = producer.send({ topic, messages }, { metadata });
+    const n = messages.length;
+    sent.then(
       (meta) => {
         pending--;
         if (slot) freeSlots.push(slot);
         ackLatency[ackedSends++] = nowMs() - sentAt;
-        ackedRecords += meta.length;
+        ackedRecords += metadata === 'runs' ? runsCount(meta as SendRun[], k) : meta.length;
+        if (meta.length === 0 || (metadata === 'records' && meta.length !== n)) fail(`send of records ${k * chunk}.. resolved with ${meta.length} of ${n} metadata`);
         if (ackedRecords >= total) void done();
         else pump();
       },
       (err: Error) => fail(`send of records ${k * chunk}.. failed: ${err.message}`),
     );
   }
+}
+
+/** The records a send's runs cover; fails unless they cover its messages once each, in order. */
+function runsCount(runs: SendRun[], k: number): number {
+  let next = 0;
+  for (const r of runs) {
+    if (r.first !== next || r.count < 1) fail(`send of records ${k * chunk}..: run at ${r.first} (${r.count}) where ${next} was due`);
+    next += r.count;
+  }
+  return next;
 }
 
 async function done(): Promise<void> {

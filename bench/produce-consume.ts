@@ -76,6 +76,7 @@ interface Options {
   sdkMaxInFlightPerPartition: number;
   sdkPartitioning: 'chunk' | 'record';
   sdkMessages: 'fresh' | 'reused';
+  sdkMetadata: 'records' | 'runs';
   sdkIdempotent: boolean;
   sdkConcurrency: number;
   brokerArgs: string[];
@@ -164,6 +165,8 @@ const USAGE = `usage: bench produce-consume [options]
                            reused (a pool prebuilt before the clock, stamped per send() once
                            the send that last used it settled, as the raw client patches its
                            pre-encoded frame)                                       [fresh]
+  --sdk-metadata <m>       SDK producer: records (send() resolves with one RecordMetadata per
+                           message) or runs (metadata: 'runs', one SendRun per run)  [records]
   --sdk-idempotent         SDK producer with idempotent: true (at most 5 batches in flight per partition)
   --sdk-concurrency <n>    SDK consumer partitionsConsumedConcurrently               [12]
   --broker-args "<args>"   extra 'broker start' flags, e.g. "--flush os"
@@ -215,6 +218,7 @@ function parseOptions(argv: string[]): Options | string {
       'sdk-max-in-flight-per-partition': { type: 'string', default: '16' },
       'sdk-partitioning': { type: 'string', default: 'chunk' },
       'sdk-messages': { type: 'string', default: 'fresh' },
+      'sdk-metadata': { type: 'string', default: 'records' },
       'sdk-idempotent': { type: 'boolean', default: false },
       'sdk-concurrency': { type: 'string', default: '12' },
       'broker-args': { type: 'string' },
@@ -259,6 +263,8 @@ function parseOptions(argv: string[]): Options | string {
   if (rawFrames !== 'template' && rawFrames !== 'encoded') throw new Error(`--raw-frames must be template or encoded (got ${rawFrames})`);
   const sdkMessages = v['sdk-messages'];
   if (sdkMessages !== 'fresh' && sdkMessages !== 'reused') throw new Error(`--sdk-messages must be fresh or reused (got ${sdkMessages})`);
+  const sdkMetadata = v['sdk-metadata'];
+  if (sdkMetadata !== 'records' && sdkMetadata !== 'runs') throw new Error(`--sdk-metadata must be records or runs (got ${sdkMetadata})`);
   const variants: Variant[] = [];
   for (const t of targets) {
     if (t === 'relay') variants.push('relay');
@@ -276,6 +282,7 @@ function parseOptions(argv: string[]): Options | string {
     sdkMaxInFlightPerPartition: int('sdk-max-in-flight-per-partition', v['sdk-max-in-flight-per-partition'], 1),
     sdkPartitioning,
     sdkMessages,
+    sdkMetadata,
     sdkIdempotent: v['sdk-idempotent'] === true,
     sdkConcurrency: int('sdk-concurrency', v['sdk-concurrency'], 1),
     partitions: int('partitions', v.partitions, 1),
@@ -378,6 +385,8 @@ async function runClients(variant: Variant, o: Options, run: ClientRun, children
           o.sdkPartitioning,
           '--messages',
           o.sdkMessages,
+          '--metadata',
+          o.sdkMetadata,
           '--idempotent',
           String(o.sdkIdempotent),
         ],
@@ -540,7 +549,7 @@ function printResults(w: Workload, o: Options, results: RunResult[]): void {
 
 function describeWorkload(w: Workload, o: Options): string {
   const raw = `raw: ${o.connections} producer connections x ${o.inFlight} batches in flight, frames ${o.rawFrames}`;
-  const sdk = `sdk: ${o.sdkInFlight} send() calls in flight, lingerMs ${o.sdkLingerMs}, maxBatchBytes ${o.sdkMaxBatchBytes}, partitioning ${o.sdkPartitioning}, messages ${o.sdkMessages}${o.sdkIdempotent ? ', idempotent' : ''}; consumer ${o.sdkMode}, concurrency ${o.sdkConcurrency}`;
+  const sdk = `sdk: ${o.sdkInFlight} send() calls in flight, lingerMs ${o.sdkLingerMs}, maxBatchBytes ${o.sdkMaxBatchBytes}, partitioning ${o.sdkPartitioning}, messages ${o.sdkMessages}, metadata ${o.sdkMetadata}${o.sdkIdempotent ? ', idempotent' : ''}; consumer ${o.sdkMode}, concurrency ${o.sdkConcurrency}`;
   const clients = o.targets.includes('broker') ? o.clients.map((c) => (c === 'raw' ? raw : sdk)) : [raw];
   const warm = o.warmup > 0 ? `, after a warm-up pass of ${fmtInt(o.warmup)}` : ', cold server (no warm-up)';
   return `workload: ${fmtInt(w.count)} records x ${w.size} B, ${o.partitions} partitions, batches of ${w.batch}, acks=1${warm}\n  ${clients.join('\n  ')}`;
