@@ -43,6 +43,25 @@ export function sendOptions(o: SendOptions | undefined): SendOptions {
 }
 
 /**
+ * Per-record metadata (a transaction's acknowledgements) as runs: consecutive records of one partition at
+ * consecutive offsets make one run.
+ */
+export function recordRuns(topic: string, records: ReadonlyArray<{ partition: number; offset: number }>): SendRun[] {
+  const out: SendRun[] = [];
+  let last: SendRun | undefined;
+  for (let i = 0; i < records.length; i++) {
+    const { partition, offset } = records[i]!;
+    if (last !== undefined && last.partition === partition && (offset < 0 ? last.baseOffset < 0 : last.baseOffset >= 0 && last.baseOffset + last.count === offset)) {
+      last.count++;
+      continue;
+    }
+    last = { topic, partition, first: i, count: 1, baseOffset: offset < 0 ? -1 : offset };
+    out.push(last);
+  }
+  return out;
+}
+
+/**
  * One send(): collects where its records went and settles once all are in. The result objects are
  * made only then, all at once: made as acknowledgements arrive they would outlive several young-generation
  * collections and be promoted (or pretenured) one per record. With `runs` there is one object per run

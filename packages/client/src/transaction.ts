@@ -5,6 +5,7 @@ import type { Batch } from 'tributary-protocol/batch.js';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { type ProducerMessage, type RecordMetadata, badMessage, recordSize, toBatchRecord } from './producer-messages.js';
 import { isRetriable } from './retry.js';
+import { recordRuns, type SendOptions, type SendRun, sendOptions } from './send-result.js';
 
 /** A newer producer of the transactional id exists (or the coordinator aborted a timed-out transaction): this producer can no longer write. */
 export class ProducerFencedError extends TributaryError {}
@@ -101,9 +102,16 @@ export class Transaction {
     if (this.state !== 'open') throw new TransactionStateError('invalid_txn_state', { state: this.state, reason: 'the transaction is no longer open' });
   }
 
-  /** Appends the messages to the transaction; resolves with where each landed (not visible before commit). */
+  /**
+   * Appends the messages to the transaction; resolves with where each landed (not visible before commit):
+   * one RecordMetadata per message, or with `metadata: 'runs'` one SendRun per run, as Producer.send().
+   */
+  send(record: { topic: string; messages: TransactionalMessage[] }, opts: SendOptions & { metadata: 'runs' }): Promise<SendRun[]>;
+  send(record: { topic: string; messages: TransactionalMessage[] }, opts?: SendOptions & { metadata?: 'records' }): Promise<RecordMetadata[]>;
+  send(record: { topic: string; messages: TransactionalMessage[] }, opts?: SendOptions): Promise<RecordMetadata[] | SendRun[]>;
   // async: bad input rejects; everything before the first await runs at call time, so seqNums follow call order.
-  async send(record: { topic: string; messages: TransactionalMessage[] }, opts: { signal?: AbortSignal } = {}): Promise<RecordMetadata[]> {
+  async send(record: { topic: string; messages: TransactionalMessage[] }, opts?: SendOptions): Promise<RecordMetadata[] | SendRun[]> {
+    const { signal, metadata } = sendOptions(opts);
     this.checkOpen();
     if (this.failure) throw new TransactionStateError('invalid_txn_state', { reason: `an earlier send failed (${this.failure.message}); abort the transaction` });
     const { topic, messages } = record ?? {};
@@ -111,9 +119,10 @@ export class Transaction {
     if (typeof topic !== 'string' || topic.length === 0) throw new TributaryError('invalid_parameter', { param: 'topic', reason: 'required' });
     if (!Array.isArray(messages)) throw new TributaryError('invalid_parameter', { param: 'messages', reason: 'must be an array' });
     const frames = this.frames(topic, messages);
-    const run = this.chain.then(() => this.publish(frames, opts.signal));
+    const run = this.chain.then(() => this.publish(frames, signal));
     this.chain = run.catch(() => {});
-    return run;
+    if (metadata !== 'runs') return run;
+    return recordRuns(topic, await run);
   }
 
   /**

@@ -32,6 +32,7 @@ describe('SDK transactions', () => {
     broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '2', '--transaction-state-partitions', '2', '--group-join-window-ms', '20'] });
     admin = await broker.connect();
     await admin.command('CREATE', { topic: 'sdk-tx', partitions: 2 });
+    await admin.command('CREATE', { topic: 'sdk-tx-runs', partitions: 2 });
   });
 
   afterAll(async () => {
@@ -59,6 +60,27 @@ describe('SDK transactions', () => {
     const values = await committedValues('sdk-tx', [0, 1]);
     expect(values).not.toContain('a1');
     expect(values.filter((v) => v.startsWith('bulk'))).toEqual(Array.from({ length: 50 }, (_, i) => `bulk${i}`));
+  });
+
+  it("metadata: 'runs': each run's offsets hold exactly its messages once committed", async () => {
+    const p = producer({ transactionalId: 'sdk-runs' });
+    const t = await p.transaction();
+    // One earlier record in partition 1, so the runs' offsets there do not start at 0.
+    await t.send({ topic: 'sdk-tx-runs', messages: [{ value: 'before', partition: 1 }] });
+    const messages = [0, 0, 1, 1, 1, 0].map((partition, i) => ({ value: `r${i}`, partition }));
+    const runs = await t.send({ topic: 'sdk-tx-runs', messages }, { metadata: 'runs' });
+    await expect(t.send({ topic: 'sdk-tx-runs', messages }, { metadata: 'run' } as never)).rejects.toMatchObject({ code: 'invalid_config' });
+    await t.commit();
+    expect(runs.map((r) => [r.partition, r.first, r.count])).toEqual([
+      [0, 0, 2],
+      [1, 2, 3],
+      [0, 5, 1],
+    ]);
+    for (const r of runs) {
+      const log = await readAll(admin, 'sdk-tx-runs', r.partition, 'read_committed');
+      const stored = log.filter((x) => x.offset >= r.baseOffset && x.offset < r.baseOffset + r.count).map((x) => x.value);
+      expect(stored).toEqual(messages.slice(r.first, r.first + r.count).map((m) => m.value));
+    }
   });
 
   it('transaction markers never reach a handler, in either isolation or mode, and the committed offset moves past them', async () => {

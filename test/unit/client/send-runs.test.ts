@@ -8,7 +8,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Producer, type ProducerOptions, type RecordMetadata, type SendRun } from 'tributary-client/producer.js';
-import { SendResult } from 'tributary-client/send-result.js';
+import { recordRuns, SendResult } from 'tributary-client/send-result.js';
 import { decodeBatch } from 'tributary-protocol/batch.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { ScriptedServer } from '../../helpers/scripted-server.js';
@@ -81,6 +81,23 @@ describe('SendResult with runs', () => {
       { topic: 't', partition: 1, first: 0, count: 3, baseOffset: 10 },
       { topic: 't', partition: 1, first: 3, count: 2, baseOffset: 20 },
     ]);
+  });
+
+  it('recordRuns (a transaction\'s per-record acknowledgements): consecutive records of a partition at consecutive offsets make one run', () => {
+    const acks = [
+      { partition: 0, offset: 4 },
+      { partition: 0, offset: 5 },
+      { partition: 1, offset: 0 },
+      { partition: 0, offset: 6 },
+      { partition: 0, offset: 9 },
+    ];
+    expect(recordRuns('t', acks)).toEqual([
+      { topic: 't', partition: 0, first: 0, count: 2, baseOffset: 4 },
+      { topic: 't', partition: 1, first: 2, count: 1, baseOffset: 0 },
+      { topic: 't', partition: 0, first: 3, count: 1, baseOffset: 6 },
+      { topic: 't', partition: 0, first: 4, count: 1, baseOffset: 9 },
+    ]);
+    expect(recordRuns('t', [])).toEqual([]);
   });
 
   it('an error rejects, whatever settled before or after it', async () => {
