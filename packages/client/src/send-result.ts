@@ -34,12 +34,19 @@ const SEND_OPTION_NAMES = ['signal', 'metadata'] as const;
 
 /** send()'s options, checked: an unknown name or `metadata` value is refused (invalid_config), never ignored. */
 export function sendOptions(o: SendOptions | undefined): SendOptions {
-  const opts = callOptions('send', o, SEND_OPTION_NAMES);
+  const opts: SendOptions = usualOptions(o) ? o : callOptions<SendOptions>('send', o, SEND_OPTION_NAMES);
   const m = opts.metadata;
   if (m !== undefined && m !== 'records' && m !== 'runs') {
     throw new TributaryError('invalid_config', { option: 'metadata', reason: 'expected "records" or "runs"' }, 'invalid send option metadata: expected "records" or "runs"');
   }
   return opts;
+}
+
+/** An object of known names with a valid signal: checked without callOptions' array of keys (one per send). */
+function usualOptions(o: SendOptions | undefined): o is SendOptions {
+  if (o === undefined || o === null || typeof o !== 'object') return false;
+  for (const k in o) if (k !== 'signal' && k !== 'metadata') return false;
+  return o.signal === undefined || o.signal instanceof AbortSignal;
 }
 
 /**
