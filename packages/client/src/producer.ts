@@ -2,7 +2,8 @@
  * The SDK Producer: a facade over its parts (docs/sdk.md, "Producer"), and the entry that keeps every
  * producer export importable from `tributary-client/producer.js`. Options: producer-options.ts; messages
  * and their wire records: producer-messages.ts; batching: record-accumulator.ts; buffer memory and send
- * order: producer-buffer.ts; the idempotent producer id: producer-id.ts; sending, retries and idempotent numbering: producer-sender.ts.
+ * order: producer-buffer.ts; the idempotent producer id: producer-id.ts; sending, retries and idempotent numbering: producer-sender.ts;
+ * what a send resolves with (per-message metadata or runs): send-result.ts.
  */
 import { setMaxListeners } from 'node:events';
 import { parseLine } from 'tributary-protocol/command.js';
