@@ -5,7 +5,7 @@
  *   node dist/bench/pc-sdk-producer.js --host H --port P --topic T --partitions 12 --count N --size S
  *        --chunk C --in-flight W [--linger-ms 0] [--max-batch-bytes 262144]
  *        [--max-in-flight-per-partition 16] [--partitioning chunk|record] [--messages fresh|reused]
- *        [--metadata records|runs]
+ *        [--metadata records|runs] [--warmup N --warmup-topic T]
  *
  * Sends N records as `send({ topic, messages })` calls of C messages each, keeping up to W sends
  * unresolved (pipelined); acks=1. `--partitioning chunk` (default) gives every message of a send the
@@ -20,11 +20,14 @@
  * `--metadata runs` sends with `{ metadata: 'runs' }`: each send() resolves with one SendRun per run of
  * records instead of one RecordMetadata per message (`records`, default); the acknowledged records are
  * counted from the runs, which must cover the send's messages in order.
+ * `--warmup N` first sends N records the same way to --warmup-topic and waits for their acks, reports
+ * {"event":"warm"} and waits for `go` on stdin before the clock and the CPU count start (worker-args.ts):
+ * the client's hot code is then compiled, its connection open and its buffers grown.
  * Reports one JSON line on stdout: {"event":"result", records, elapsedMs, recordsPerSec, ackP50Ms, ...},
  * where ack latency is per send() (call to resolve).
  */
 import { MAX_IDEMPOTENT_IN_FLIGHT, Producer, type ProducerMessage, type RecordMetadata, type SendRun } from 'tributary-client/producer.js';
-import { workerArgs } from './worker-args.js';
+import { WARMUP_FLAGS, waitForGo, workerArgs } from './worker-args.js';
 import { nowMs, percentile, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES, writePayloadHeader } from './pc-payload.js';
 
@@ -38,6 +41,7 @@ const args = workerArgs('pc-sdk-producer', {
   messages: { type: 'string', default: 'fresh' },
   idempotent: { type: 'string', default: 'false' },
   metadata: { type: 'string', default: 'records' },
+  ...WARMUP_FLAGS,
 }, 1);
 const { a, int } = args;
 // Annotated: a call through it then ends control flow, as the function it replaces did.
@@ -49,9 +53,14 @@ const host = a.host!;
 const port = int('port', a.port);
 const topic = a.topic!;
 const partitions = int('partitions', a.partitions);
-const total = int('count', a.count);
+/** Records of the pass under way: the warm-up's, then the measured --count. */
+let total = int('count', a.count);
+const measuredTotal = total;
+const warmupTotal = int('warmup', a.warmup, 0);
+const warmupTopic = a['warmup-topic'];
+if (warmupTotal > 0 && !warmupTopic) fail('--warmup needs --warmup-topic');
 const size = int('size', a.size, PAYLOAD_HEADER_BYTES);
-const chunk = Math.min(int('chunk', a.chunk), total);
+const chunk = Math.min(int('chunk', a.chunk), Math.max(total, warmupTotal));
 const window = int('in-flight', a['in-flight']);
 const lingerMs = int('linger-ms', a['linger-ms'], 0);
 const maxBatchBytes = int('max-batch-bytes', a['max-batch-bytes']);
@@ -66,7 +75,6 @@ if (!reuse && a.messages !== 'fresh') fail(`--messages must be fresh or reused (
 if (a.metadata !== 'records' && a.metadata !== 'runs') fail(`--metadata must be records or runs (got ${a.metadata})`);
 const metadata: 'records' | 'runs' = a.metadata;
 
-const chunks = Math.ceil(total / chunk);
 // Room for every send in flight (plus slack) so send() never waits on the buffer.
 const maxBufferedBytes = Math.max(32 * 1024 * 1024, 2 * window * chunk * (size + 64));
 
@@ -132,9 +140,26 @@ let nextChunk = 0;
 let pending = 0;
 let ackedRecords = 0;
 let ackedSends = 0;
-let startedAt = 0;
-let finished = false;
-const ackLatency = new Float64Array(chunks);
+let chunks = 0;
+let passTopic = topic;
+let ackLatency = new Float64Array(0);
+let passDone: () => void = () => {};
+
+/** Sends `count` records to `to` as the workload does; resolves once every one is acknowledged. */
+function pass(to: string, count: number): Promise<void> {
+  total = count;
+  chunks = Math.ceil(count / chunk);
+  passTopic = to;
+  nextChunk = 0;
+  pending = 0;
+  ackedRecords = 0;
+  ackedSends = 0;
+  ackLatency = new Float64Array(chunks);
+  return new Promise<void>((resolve) => {
+    passDone = resolve;
+    pump();
+  });
+}
 
 function pump(): void {
   while (pending < window && nextChunk < chunks) {
@@ -143,7 +168,7 @@ function pump(): void {
     const slot = reuse ? freeSlots.pop()! : undefined;
     const messages = slot ? stampMessages(slot, k, sentAt) : buildMessages(k, sentAt);
     pending++;
-    const sent: Promise<RecordMetadata[] | SendRun[]> = producer.send({ topic, messages }, { metadata });
+    const sent: Promise<RecordMetadata[] | SendRun[]> = producer.send({ topic: passTopic, messages }, { metadata });
     const n = messages.length;
     sent.then(
       (meta) => {
@@ -152,10 +177,10 @@ function pump(): void {
         ackLatency[ackedSends++] = nowMs() - sentAt;
         ackedRecords += metadata === 'runs' ? runsCount(meta as SendRun[], k) : meta.length;
         if (meta.length === 0 || (metadata === 'records' && meta.length !== n)) fail(`send of records ${k * chunk}.. resolved with ${meta.length} of ${n} metadata`);
-        if (ackedRecords >= total) void done();
+        if (ackedRecords >= total) passDone();
         else pump();
       },
-      (err: Error) => fail(`send of records ${k * chunk}.. failed: ${err.message}`),
+      (err: Error) => fail(`send of records ${k * chunk}.. to ${passTopic} failed: ${err.message}`),
     );
   }
 }
@@ -170,30 +195,31 @@ function runsCount(runs: SendRun[], k: number): number {
   return next;
 }
 
-async function done(): Promise<void> {
-  if (finished) return;
-  finished = true;
-  const elapsedMs = nowMs() - startedAt;
-  const cpuMs = selfCpuMs() - cpuAtStart;
-  const lat = ackLatency.subarray(0, ackedSends).sort();
-  await producer.close();
-  report({
-    event: 'result',
-    cpuMs,
-    target: a.target,
-    client: 'sdk',
-    records: ackedRecords,
-    sends: ackedSends,
-    elapsedMs,
-    recordsPerSec: (ackedRecords / elapsedMs) * 1000,
-    ackP50Ms: percentile(lat, 50),
-    ackP99Ms: percentile(lat, 99),
-    ackMaxMs: lat.length > 0 ? lat[lat.length - 1] : null,
-  });
-  process.exitCode = 0;
+if (warmupTotal > 0) {
+  await pass(warmupTopic!, warmupTotal);
+  report({ event: 'warm', records: ackedRecords });
+  await waitForGo();
 }
-
-// METADATA and connecting to the leader happen in the first send(), inside the measurement (a few ms).
+// Without a warm-up, METADATA and connecting to the leader happen in the first send(), inside the
+// measurement (a few ms).
 const cpuAtStart = selfCpuMs();
-startedAt = nowMs();
-pump();
+const startedAt = nowMs();
+await pass(topic, measuredTotal);
+const elapsedMs = nowMs() - startedAt;
+const cpuMs = selfCpuMs() - cpuAtStart;
+const lat = ackLatency.subarray(0, ackedSends).sort();
+await producer.close();
+report({
+  event: 'result',
+  cpuMs,
+  target: a.target,
+  client: 'sdk',
+  records: ackedRecords,
+  sends: ackedSends,
+  elapsedMs,
+  recordsPerSec: (ackedRecords / elapsedMs) * 1000,
+  ackP50Ms: percentile(lat, 50),
+  ackP99Ms: percentile(lat, 99),
+  ackMaxMs: lat.length > 0 ? lat[lat.length - 1] : null,
+});
+process.exitCode = 0;

@@ -83,7 +83,7 @@ interface Options {
   brokerNodeArgs: string[];
   relayNodeArgs: string[];
   workerNodeArgs: string[];
-  /** Records through the same server and clients before the measured pass (own topic; not counted). */
+  /** Records the measured producer sends to their own topic before the clock (not counted). */
   warmup: number;
   keepData: boolean;
   timeoutMs: number;
@@ -173,8 +173,8 @@ const USAGE = `usage: bench produce-consume [options]
   --broker-node-args "<a>" node flags for the broker, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
   --relay-node-args "<a>"  node flags for the relay
   --worker-node-args "<a>" node flags for the producer and consumer workers (all clients)
-  --warmup <n>             records through the same server and clients first, on their own
-                           topic, not counted (0: a cold server)                  [50000]
+  --warmup <n>             records the measured producer sends first, to a topic of their own
+                           with a consumer of their own, before the clock (0: cold)  [50000]
   --keep-data              keep the broker data dirs and relay files
   --timeout-s <n>          per-run timeout                                        [600]
   --repeat <n>             run each target n times (alternating); ratio of medians  [1]
@@ -344,15 +344,14 @@ interface ClientRun {
   batch: number;
 }
 
-/**
- * One pass of the variant's clients: the consumer is started and ready before the producer. Resolves with
- * both reports once the producer has exited and the consumer, told it may stop, has reported; its exit is
- * the caller's to await. Every child goes into `children` for the caller's cleanup.
- */
-async function runClients(variant: Variant, o: Options, run: ClientRun, children: Child[]): Promise<{ producer: ProducerReport; consumer: ConsumerReport; consumerChild: Child }> {
-  const target = variantTarget(variant);
+function commonArgs(variant: Variant, o: Options, run: ClientRun): string[] {
+  return ['--host', run.host, '--port', String(run.port), '--topic', run.topic, '--partitions', String(o.partitions), '--count', String(run.count), '--size', String(run.size), '--target', variantTarget(variant)];
+}
+
+/** The variant's consumer of `run`, once ready (assigned or subscribed); `done()` tells it to report. */
+async function startConsumer(variant: Variant, o: Options, run: ClientRun, children: Child[]): Promise<{ child: Child; done(): Promise<ConsumerReport> }> {
   const sdk = variantClient(variant) === 'sdk';
-  const common = ['--host', run.host, '--port', String(run.port), '--topic', run.topic, '--partitions', String(o.partitions), '--count', String(run.count), '--size', String(run.size), '--target', target];
+  const common = commonArgs(variant, o, run);
   const fetch = ['--fetch-records', String(o.fetchRecords), '--fetch-bytes', String(o.fetchBytes)];
   const consumer = sdk
     ? spawnNode('sdk-consumer', path.join(BENCH_DIR, 'pc-sdk-consumer.js'), [...common, ...fetch, '--mode', o.sdkMode, '--concurrency', String(o.sdkConcurrency)], {
@@ -363,8 +362,25 @@ async function runClients(variant: Variant, o: Options, run: ClientRun, children
     : spawnNode('consumer', path.join(BENCH_DIR, 'pc-consumer.js'), [...common, ...fetch], { nodeArgs: o.workerNodeArgs, stdin: true, echoStderr: o.verbose });
   children.push(consumer);
   await consumer.waitJson((x) => x.event === 'ready', 30_000);
-  const consumerResult = consumer.waitJson<ConsumerReport>((x) => x.event === 'result', o.timeoutMs);
-  consumerResult.catch(() => {}); // awaited below; the producer may fail first
+  const report = consumer.waitJson<ConsumerReport>((x) => x.event === 'result', o.timeoutMs);
+  report.catch(() => {}); // awaited in done(); the producer may fail first
+  return {
+    child: consumer,
+    done: () => {
+      consumer.proc.stdin?.write('done\n');
+      return report;
+    },
+  };
+}
+
+/**
+ * The variant's producer of `run`. With `warmupRecords`, it first sends them to WARMUP_TOPIC and waits
+ * for `go` (see the producers' --warmup).
+ */
+function startProducer(variant: Variant, o: Options, run: ClientRun, warmupRecords: number, children: Child[]): Child {
+  const sdk = variantClient(variant) === 'sdk';
+  const common = commonArgs(variant, o, run);
+  const warm = warmupRecords > 0 ? ['--warmup', String(warmupRecords), '--warmup-topic', WARMUP_TOPIC] : [];
   const producer = sdk
     ? spawnNode(
         'sdk-producer',
@@ -389,19 +405,25 @@ async function runClients(variant: Variant, o: Options, run: ClientRun, children
           o.sdkMetadata,
           '--idempotent',
           String(o.sdkIdempotent),
+          ...warm,
         ],
-        { nodeArgs: o.workerNodeArgs, echoStderr: o.verbose },
+        { nodeArgs: o.workerNodeArgs, stdin: true, echoStderr: o.verbose },
       )
-    : spawnNode('producer', path.join(BENCH_DIR, 'pc-producer.js'), [...common, '--batch', String(run.batch), '--connections', String(o.connections), '--in-flight', String(o.inFlight), '--frames', o.rawFrames], {
+    : spawnNode('producer', path.join(BENCH_DIR, 'pc-producer.js'), [...common, '--batch', String(run.batch), '--connections', String(o.connections), '--in-flight', String(o.inFlight), '--frames', o.rawFrames, ...warm], {
         nodeArgs: o.workerNodeArgs,
+        stdin: true,
         echoStderr: o.verbose,
       });
   children.push(producer);
-  const producerReport = await producer.waitJson<ProducerReport>((x) => x.event === 'result', o.timeoutMs);
-  const pcode = await withTimeout(producer.exited, 10_000, 'producer exit');
-  if (pcode !== 0) throw new Error(`producer exited with ${pcode}\n${producer.stderr()}`);
-  consumer.proc.stdin?.write('done\n');
-  return { producer: producerReport, consumer: await consumerResult, consumerChild: consumer };
+  return producer;
+}
+
+/** Waits for the producer's report and its clean exit. */
+async function producerReport(producer: Child, o: Options): Promise<ProducerReport> {
+  const report = await producer.waitJson<ProducerReport>((x) => x.event === 'result', o.timeoutMs);
+  const code = await withTimeout(producer.exited, 10_000, 'producer exit');
+  if (code !== 0) throw new Error(`producer exited with ${code}\n${producer.stderr()}`);
+  return report;
 }
 
 async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunResult> {
@@ -426,24 +448,31 @@ async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunRe
       port = Number(m[2]);
     }
     process.stderr.write(`    ${variant} server pid ${server.proc.pid} on ${host}:${port}\n`);
-    const at = { host, port, size: w.size, batch: w.batch };
+    const run = { host, port, size: w.size, batch: w.batch, topic: TOPIC, count: w.count };
+    let producer: Child;
     if (o.warmup > 0) {
-      // The same clients first, on their own topic: the server's hot code is compiled and its heap grown
-      // before the clock starts, as in a server that has been running (a fresh process's first second
-      // also counts V8's compiler threads). Its CPU is printed apart.
+      // The measured producer first sends --warmup records to their own topic, read by a consumer of
+      // their own: the server's and the producer's hot code is compiled and their heaps grown before the
+      // clock starts, as in processes that have been running (a fresh process's first second also counts
+      // V8's compiler threads). The server's CPU over it is printed apart.
       const w0 = procCpuMs(server.proc.pid);
-      const warm = await runClients(variant, o, { ...at, topic: WARMUP_TOPIC, count: o.warmup }, children);
+      const warmConsumer = await startConsumer(variant, o, { ...run, topic: WARMUP_TOPIC, count: o.warmup }, children);
+      producer = startProducer(variant, o, run, o.warmup, children);
+      await producer.waitJson((x) => x.event === 'warm', o.timeoutMs);
+      await warmConsumer.done();
       const w1 = procCpuMs(server.proc.pid);
       if (w0 !== undefined && w1 !== undefined) result.warmupCpuMs = w1 - w0;
-      await withTimeout(warm.consumerChild.exited, 10_000, 'warm-up consumer exit');
+      await withTimeout(warmConsumer.child.exited, 10_000, 'warm-up consumer exit');
     }
+    const consumer = await startConsumer(variant, o, run, children);
     const cpu0 = procCpuMs(server.proc.pid);
-    const measured = await runClients(variant, o, { ...at, topic: TOPIC, count: w.count }, children);
-    result.producer = measured.producer;
-    result.consumer = measured.consumer;
+    if (o.warmup > 0) producer!.proc.stdin?.write('go\n');
+    else producer = startProducer(variant, o, run, 0, children);
+    result.producer = await producerReport(producer!, o);
+    result.consumer = await consumer.done();
     const cpu1 = procCpuMs(server.proc.pid);
     if (cpu0 !== undefined && cpu1 !== undefined) result.serverCpuMs = cpu1 - cpu0;
-    await withTimeout(measured.consumerChild.exited, 10_000, 'consumer exit');
+    await withTimeout(consumer.child.exited, 10_000, 'consumer exit');
     if (target === 'broker') result.logRecords = await logRecordCount(host, port);
   } catch (err) {
     result.error = err instanceof Error ? err.message : String(err);
@@ -543,7 +572,7 @@ function printResults(w: Workload, o: Options, results: RunResult[]): void {
   }
   if (o.warmup > 0) {
     const warm = o.variants.map((v) => `${v} ${fmtFixed(med(v, (r) => perRecordUs(r.warmupCpuMs, o.warmup)), 2)}`);
-    process.stdout.write(`warm-up pass (${fmtInt(o.warmup)} records first, not counted above): server cpu us/rec ${warm.join(', ')}\n`);
+    process.stdout.write(`warm-up (${fmtInt(o.warmup)} records first, not counted above): server cpu us/rec ${warm.join(', ')}\n`);
   }
 }
 
@@ -551,7 +580,7 @@ function describeWorkload(w: Workload, o: Options): string {
   const raw = `raw: ${o.connections} producer connections x ${o.inFlight} batches in flight, frames ${o.rawFrames}`;
   const sdk = `sdk: ${o.sdkInFlight} send() calls in flight, lingerMs ${o.sdkLingerMs}, maxBatchBytes ${o.sdkMaxBatchBytes}, partitioning ${o.sdkPartitioning}, messages ${o.sdkMessages}, metadata ${o.sdkMetadata}${o.sdkIdempotent ? ', idempotent' : ''}; consumer ${o.sdkMode}, concurrency ${o.sdkConcurrency}`;
   const clients = o.targets.includes('broker') ? o.clients.map((c) => (c === 'raw' ? raw : sdk)) : [raw];
-  const warm = o.warmup > 0 ? `, after a warm-up pass of ${fmtInt(o.warmup)}` : ', cold server (no warm-up)';
+  const warm = o.warmup > 0 ? `, after a warm-up of ${fmtInt(o.warmup)} records (server and producer)` : ', cold processes (no warm-up)';
   return `workload: ${fmtInt(w.count)} records x ${w.size} B, ${o.partitions} partitions, batches of ${w.batch}, acks=1${warm}\n  ${clients.join('\n  ')}`;
 }
 

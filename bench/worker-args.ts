@@ -35,3 +35,31 @@ export function workerArgs(name: string, own: Options, defaultMin: number) {
   };
   return { a, int, fail };
 }
+
+/** The producers' warm-up flags (`--warmup N --warmup-topic T`); see waitForGo. */
+export const WARMUP_FLAGS: Options = {
+  warmup: { type: 'string', default: '0' },
+  'warmup-topic': { type: 'string' },
+};
+
+/**
+ * A producer's warm-up, then its hold: it reports {"event":"warm"} and waits for a line `go` on stdin
+ * before the measured pass, so the orchestrator can retire the warm-up's consumer and start the measured
+ * one first (a relay forwards every frame to whichever consumer is subscribed).
+ */
+export function waitForGo(): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let buffered = '';
+    const onData = (chunk: Buffer) => {
+      buffered += chunk.toString('utf8');
+      if (!buffered.split('\n').some((l) => l.trim() === 'go')) return;
+      process.stdin.off('data', onData);
+      // Nothing more comes: a stdin left open would keep the worker from exiting when it is done.
+      process.stdin.destroy();
+      resolve();
+    };
+    process.stdin.on('data', onData);
+    process.stdin.once('end', () => reject(new Error('stdin closed before go')));
+    process.stdin.once('error', reject);
+  });
+}
