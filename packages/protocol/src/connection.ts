@@ -5,6 +5,7 @@ import { type FieldValue, formatLine, isErrorReply, parseError, parseLine } from
 import { causeFromFirstBytes, connectCause, connectFailure, speaksTls } from './connect-errors.js';
 import { TributaryError } from './errors.js';
 import { DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encodeFrame } from './frame.js';
+import { FrameReader } from './frame-reader.js';
 
 export interface ConnectionOptions {
   host: string;
@@ -66,6 +67,12 @@ function ownWait(fields: Record<string, FieldValue | undefined>): number {
   return Number.isFinite(w) && w > 0 ? w : 0;
 }
 
+/** A plain TCP socket's reads (onread): into the reader's buffers, then to the connection once it exists. */
+interface DirectReads {
+  reader: FrameReader;
+  conn: Connection | undefined;
+}
+
 const SDK_FEATURES = ['structured_errors_v1', 'stream_control_v1', 'offset_resume_v1', 'record_extensions_v1'];
 
 /**
@@ -74,7 +81,8 @@ const SDK_FEATURES = ['structured_errors_v1', 'stream_control_v1', 'offset_resum
  */
 export class Connection {
   private readonly socket: net.Socket;
-  private readonly decoder: FrameDecoder;
+  /** TLS only (no onread there): plain TCP reads go through a FrameReader instead (connect()). */
+  private readonly decoder: FrameDecoder | undefined;
   private readonly pending: Pending[] = [];
   private closedError: Error | undefined;
   private streamHandler: ((body: Buffer) => void) | undefined;
@@ -101,22 +109,38 @@ export class Connection {
     maxFrameBytes: number,
     private readonly peer: { host: string; port: number },
     private readonly onClose?: (err: Error | undefined) => void,
+    direct?: DirectReads,
   ) {
     this.socket = socket;
-    this.decoder = new FrameDecoder(maxFrameBytes);
     socket.setNoDelay(true);
-    socket.on('data', (chunk) => this.onData(chunk));
+    if (direct) {
+      direct.conn = this;
+    } else {
+      this.decoder = new FrameDecoder(maxFrameBytes);
+      socket.on('data', (chunk) => this.onData(chunk));
+    }
     socket.on('error', (err) => this.fail(new TributaryError('connection_lost', { reason: err.message }, `connection error: ${err.message}`)));
     socket.on('close', () => this.fail(new TributaryError('connection_lost', { reason: 'connection closed' }, 'connection closed')));
   }
 
   static async connect(opts: ConnectionOptions): Promise<Connection> {
+    const maxFrameBytes = opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+    // Plain TCP reads land where the reader says: a large frame straight in its own buffer, no assembly
+    // copy. TLS has no onread, so its bytes come as 'data' chunks through a FrameDecoder.
+    const direct: DirectReads | undefined = opts.tls ? undefined : { reader: new FrameReader(maxFrameBytes), conn: undefined };
     const socket = await new Promise<net.Socket>((resolve, reject) => {
       const local = opts.localAddress === undefined ? {} : { localAddress: opts.localAddress };
       // SNI carries host names only (RFC 6066): for an IP address Node would warn (DEP0123) and the
       // certificate is checked against the IP anyway.
       const servername = net.isIP(opts.host) === 0 ? { servername: opts.host } : {};
-      const s = opts.tls ? tls.connect({ ...servername, ...opts.tls, ...local, host: opts.host, port: opts.port }) : net.connect({ host: opts.host, port: opts.port, ...local });
+      const s: net.Socket = opts.tls
+        ? tls.connect({ ...servername, ...opts.tls, ...local, host: opts.host, port: opts.port })
+        : net.connect({
+            host: opts.host,
+            port: opts.port,
+            ...local,
+            onread: { buffer: () => direct!.reader.buffer(), callback: (n: number, buf: Uint8Array): boolean => Connection.onDirectRead(direct!, s, n, buf as Buffer) },
+          });
       const ready = opts.tls ? 'secureConnect' : 'connect';
       const connectMs = opts.connectTimeoutMs ?? 5000;
       const timer = setTimeout(() => {
@@ -141,7 +165,7 @@ export class Connection {
         reject(connectFailure(opts.host, opts.port, connectCause(e as NodeJS.ErrnoException), e.message));
       });
     });
-    const conn = new Connection(socket, opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES, { host: opts.host, port: opts.port }, opts.onClose);
+    const conn = new Connection(socket, maxFrameBytes, { host: opts.host, port: opts.port }, opts.onClose, direct);
     const features = opts.features ?? SDK_FEATURES;
     if (features.length > 0 || opts.auth) {
       // The handshake is part of connecting: bounded by the same timeout and signal, and a failed one
@@ -264,28 +288,61 @@ export class Connection {
     return this.closedError !== undefined;
   }
 
-  private onData(chunk: Buffer): void {
-    this.lastHeardAt = performance.now();
-    if (!this.heard) {
-      this.heard = true;
-      const cause = causeFromFirstBytes(chunk);
-      if (cause) {
-        this.fail(connectFailure(this.peer.host, this.peer.port, cause, 'unexpected reply'));
-        this.socket.destroy();
-        return;
-      }
+  /** onread's callback: `n` bytes landed in `buf`, the reader's last buffer(); false stops reading. */
+  private static onDirectRead(direct: DirectReads, socket: net.Socket, n: number, buf: Buffer): boolean {
+    const conn = direct.conn;
+    if (!conn) {
+      // Cannot happen: reads start after 'connect', and connect() makes the Connection in that same turn.
+      socket.destroy(new Error('bytes before the connection was set up'));
+      return false;
     }
+    conn.lastHeardAt = performance.now();
+    if (!conn.heard && !conn.firstBytes(buf.subarray(0, n))) return false;
     let frames: Buffer[];
     try {
-      frames = this.decoder.push(chunk);
+      frames = direct.reader.read(n);
     } catch (err) {
-      // A broken frame header (e.g. a declared length past the maximum) leaves the byte stream unusable:
-      // the pending requests lost their connection before their replies, which is retriable.
-      const reason = err instanceof TributaryError ? `${err.code}: ${err.message}` : String(err);
-      this.fail(new TributaryError('connection_lost', { reason }, `connection lost: ${reason}`));
-      this.socket.destroy();
+      conn.broken(err);
+      return false;
+    }
+    conn.deliver(frames);
+    return true;
+  }
+
+  private onData(chunk: Buffer): void {
+    this.lastHeardAt = performance.now();
+    if (!this.heard && !this.firstBytes(chunk)) return;
+    let frames: Buffer[];
+    try {
+      frames = this.decoder!.push(chunk);
+    } catch (err) {
+      this.broken(err);
       return;
     }
+    this.deliver(frames);
+  }
+
+  /** Whether the first bytes back can be a broker's; when not, the connection fails with why. */
+  private firstBytes(chunk: Buffer): boolean {
+    this.heard = true;
+    const cause = causeFromFirstBytes(chunk);
+    if (!cause) return true;
+    this.fail(connectFailure(this.peer.host, this.peer.port, cause, 'unexpected reply'));
+    this.socket.destroy();
+    return false;
+  }
+
+  /**
+   * A broken frame header (e.g. a declared length past the maximum) leaves the byte stream unusable:
+   * the pending requests lost their connection before their replies, which is retriable.
+   */
+  private broken(err: unknown): void {
+    const reason = err instanceof TributaryError ? `${err.code}: ${err.message}` : String(err);
+    this.fail(new TributaryError('connection_lost', { reason }, `connection lost: ${reason}`));
+    this.socket.destroy();
+  }
+
+  private deliver(frames: Buffer[]): void {
     for (const body of frames) {
       if (this.streamHandler) {
         this.streamHandler(body);
