@@ -98,6 +98,13 @@ export class Connection {
   private suspectSince: number | undefined;
   private probing = false;
 
+  /** Requests written in this event-loop turn are held for one writev (enqueue). */
+  private corked = false;
+  private readonly uncork = (): void => {
+    this.corked = false;
+    this.socket.uncork();
+  };
+
   /** Whether any byte came back yet: the first ones tell a TLS listener or an HTTP port from a broker. */
   private heard = false;
 
@@ -412,6 +419,13 @@ export class Connection {
 
   private enqueue(p: Pending, frame: Buffer): void {
     this.pending.push(p);
+    if (!this.corked) {
+      // The requests of one event-loop turn (a producer's batches for several partitions, say) leave in
+      // one writev rather than a write call each; uncorked before any I/O, so none waits for it.
+      this.corked = true;
+      this.socket.cork();
+      process.nextTick(this.uncork);
+    }
     this.socket.write(frame);
     if (this.stall && !this.stallTimer) this.armStall(p.waitMs + this.stall.ms / 2);
   }
