@@ -19,6 +19,7 @@ import {
   shortenBlock,
   wireBlockable,
   writeBlockFromWire,
+  writeRunCutAtValues,
   writeWireFromBlock,
 } from 'tributary-broker/storage/append-block.js';
 import { ATTR_END_OF_APPEND, storedSizeOfWire, writeStoredFromWire, writeWireRecord } from 'tributary-broker/storage/record-codec.js';
@@ -111,7 +112,70 @@ function wireOf(buf: Buffer, pos: number, from: number, ext: boolean): Buffer {
   return out.subarray(0, writeWireFromBlock(buf, pos, from, out, 0, ext));
 }
 
+/** Lengths at the per-record layout's varint boundaries (zigzag and plain) and the wire's u16 key length. */
+const edgeLength = fc.constantFrom(0, 1, 63, 64, 127, 128, 255, 256, 8191, 8192, 16383, 16384, 65535, 65536);
+const edgeBytes = edgeLength.chain((n) => fc.integer({ min: 0, max: 255 }).map((x) => Buffer.alloc(n, x)));
+
+/** Cases with keys and values of edge lengths (few records: they are large). */
+const edgeCaseArb: fc.Arbitrary<Case> = caseArb.chain((c) =>
+  fc
+    .array(
+      fc.record({
+        key: fc.option(fc.oneof(bytes(3), edgeBytes.filter((b) => b.length <= 0xffff)), { nil: null }),
+        value: fc.oneof(bytes(3), edgeBytes),
+        timestamp: fc.constantFrom(0, -1, 1, c.now + 1),
+        headers: c.ext ? fc.array(fc.record({ key: fc.string({ maxLength: 3 }), value: fc.oneof(bytes(3), edgeBytes) }), { maxLength: 2 }) : fc.constant<BatchRecord['headers']>([]),
+      }),
+      { minLength: 1, maxLength: 5 },
+    )
+    .map((records) => ({ ...c, records })),
+);
+
+/** The block of `c` written between guard bytes, which must stay as they were. */
+function guardedBlock(c: Case, b: ScannedBatch, lead: number): Buffer {
+  const buf = Buffer.alloc(lead + blockSize(b) + 7, 0xa5);
+  const end = writeBlockFromWire(b, buf, lead, { baseOffset: c.baseOffset, now: c.now, flags: c.flags, firstSequence: c.producer?.firstSequence ?? -1 });
+  expect(end).toBe(buf.length - 7);
+  expect(buf.subarray(0, lead).every((x) => x === 0xa5)).toBe(true);
+  expect(buf.subarray(end).every((x) => x === 0xa5)).toBe(true);
+  return buf;
+}
+
 describe('append blocks against the per-record layout', () => {
+  it('hold records of edge lengths (varint boundaries, empty and null keys, headers) as the per-record layout gives them, written in their room only', () => {
+    fc.assert(
+      fc.property(edgeCaseArb, fc.nat(), fc.boolean(), fc.nat({ max: 9 }), (c, pick, ext, lead) => {
+        const b = scanned(c);
+        const buf = guardedBlock(c, b, lead);
+        expect(checkBlock(buf, lead, buf.length - 7)).toMatchObject({ ok: true, count: b.count });
+        const from = c.baseOffset + (pick % b.count);
+        expect(wireOf(buf, lead, from, ext)).toEqual(viaRecordCodec(c, b, from, ext));
+      }),
+      { numRuns: 60 },
+    );
+  });
+
+  it('cut at values, a run of a block is each record up to its value, written after what the reply holds, with its value bytes', () => {
+    fc.assert(
+      fc.property(fc.oneof(caseArb, edgeCaseArb), fc.nat(), fc.nat({ max: 40 }), (c, pick, at) => {
+        const b = scanned(c);
+        const buf = block(c, b);
+        const from = c.baseOffset + (pick % b.count);
+        const expected = viaRecordCodec(c, b, from, false);
+        // The run's start: the records before `from` walked by the layout (a record's own length, no parsing).
+        const whole = viaRecordCodec(c, b, c.baseOffset, true);
+        const s = BLOCK_HEADER_BYTES + whole.length - viaRecordCodec(c, b, from, true).length;
+        const dst = Buffer.alloc(at + buf.length + 5, 0x5a);
+        const end = writeRunCutAtValues(buf, s, buf.length, dst, at);
+        expect(end).toBe(at + expected.length);
+        expect(dst.subarray(at, end)).toEqual(expected);
+        expect(dst.subarray(0, at).every((x) => x === 0x5a)).toBe(true);
+        expect(blockOut.values).toBe(c.records.slice(from - c.baseOffset).reduce((n, r) => n + r.value.length, 0));
+      }),
+      { numRuns: 100 },
+    );
+  });
+
   it('give a consumer the same wire bytes, from any offset of the block, with and without extensions', () => {
     fc.assert(
       fc.property(caseArb, fc.nat(), fc.boolean(), (c, pick, ext) => {

@@ -102,8 +102,13 @@ export function writeBlockFromWire(batch: ScannedBatch, buf: Buffer, pos: number
   const s0 = starts[0]!;
   const at = pos + BLOCK_HEADER_BYTES;
   const bytes = starts[count]! - s0 + (batch.extensions ? 0 : EXT_TAIL * count);
-  if (batch.extensions) buf.set(new Uint8Array(body.buffer, body.byteOffset + s0, bytes), at);
-  const maxTs = stampRecords(batch, buf, at - s0, stamp);
+  let maxTs: number;
+  if (batch.extensions) {
+    buf.set(new Uint8Array(body.buffer, body.byteOffset + s0, bytes), at);
+    maxTs = stampRecords(batch, buf, at - s0, stamp);
+  } else {
+    maxTs = stampLegacyRecords(batch, buf, at, stamp);
+  }
   writeBlockHeader(batch, buf, pos, new Uint8Array(buf.buffer, buf.byteOffset + at, bytes), stamp, maxTs);
   return at + bytes;
 }
@@ -140,28 +145,23 @@ export function stampBlockInPlace(batch: ScannedBatch, header: Buffer, hpos: num
   return records;
 }
 
+/** The wire record attributes of a block of `flags`. */
+function wireAttributes(flags: number): number {
+  return ((flags & BLOCK_TRANSACTIONAL) !== 0 ? WIRE_TRANSACTIONAL : 0) | ((flags & BLOCK_CONTROL) !== 0 ? WIRE_CONTROL : 0);
+}
+
 /**
- * Stamps the frame's records, which `buf` holds moved by `shift` (`buf` is the frame's own buffer with
- * shift 0 for a frame with extensions); without extensions each record is copied here first, with its
- * tail. Returns the largest timestamp.
+ * Stamps the records of a frame with extensions, which `buf` holds moved by `shift` (`buf` is the frame's
+ * own buffer with shift 0 when stamped in place). Returns the largest timestamp.
  */
 function stampRecords(batch: ScannedBatch, buf: Buffer, shift: number, stamp: BlockStamp): number {
-  const { body, starts, count } = batch;
-  const ext = batch.extensions;
+  const { starts, count } = batch;
   const idempotent = batch.idempotent;
-  const attributes = ((stamp.flags & BLOCK_TRANSACTIONAL) !== 0 ? WIRE_TRANSACTIONAL : 0) | ((stamp.flags & BLOCK_CONTROL) !== 0 ? WIRE_CONTROL : 0);
+  const attributes = wireAttributes(stamp.flags);
   const now = stamp.now;
   let maxTs = 0;
   for (let i = 0; i < count; i++) {
-    const s = starts[i]! + shift + (ext ? 0 : EXT_TAIL * i);
-    if (!ext) {
-      // The record up to its value's end, then a timestamp to stamp below, attributes and no headers.
-      const n = starts[i + 1]! - starts[i]!;
-      buf.set(new Uint8Array(body.buffer, body.byteOffset + starts[i]!, n), s);
-      for (let j = 0; j < 8; j++) buf[s + n + j] = 0;
-      buf[s + n + 9] = 0;
-      buf[s + n + 10] = 0;
-    }
+    const s = starts[i]! + shift;
     w64(buf, s, stamp.baseOffset + i);
     if (idempotent) {
       w64(buf, s + 8, stamp.firstSequence + i);
@@ -182,6 +182,52 @@ function stampRecords(batch: ScannedBatch, buf: Buffer, shift: number, stamp: Bl
     buf[ve + 8] = attributes;
   }
   return maxTs;
+}
+
+/**
+ * Writes the records of a frame without extensions at `at` of `buf`, each followed by its EXT_TAIL (the
+ * append time as its timestamp: such a record has none, the block's attributes, no headers), and stamps
+ * them. The frame's records go in one copy to the end of their room, then each moves down to its place
+ * (copyWithin, in order: a record's place and tail end before where the next one lies), which costs less
+ * than a view and a copy per record. Returns the largest timestamp.
+ */
+function stampLegacyRecords(batch: ScannedBatch, buf: Buffer, at: number, stamp: BlockStamp): number {
+  const { body, starts, count } = batch;
+  const s0 = starts[0]!;
+  const n = starts[count]! - s0;
+  const lifted = at + EXT_TAIL * count;
+  buf.set(new Uint8Array(body.buffer, body.byteOffset + s0, n), lifted);
+  const idempotent = batch.idempotent;
+  const attributes = wireAttributes(stamp.flags);
+  const now = stamp.now;
+  const nowHi = Math.floor(now / 0x100000000);
+  const nowLo = now - nowHi * 0x100000000;
+  const seq0 = stamp.firstSequence;
+  const base = stamp.baseOffset;
+  let s = at;
+  for (let i = 0; i < count; i++) {
+    const from = lifted + starts[i]! - s0;
+    const to = lifted + starts[i + 1]! - s0;
+    buf.copyWithin(s, from, to);
+    w64(buf, s, base + i);
+    if (idempotent) {
+      w64(buf, s + 8, seq0 + i);
+    } else {
+      for (let j = 8; j < 16; j++) buf[s + j] = 0;
+    }
+    const k = s + 18 + ((buf[s + 16]! << 8) | buf[s + 17]!);
+    const e = k + 2 + ((buf[k]! << 8) | buf[k + 1]!);
+    if (!idempotent) for (let j = 0; j < 8; j++) buf[e + j] = 0xff;
+    // The value ends where the record does: the frame's record ends at its value.
+    const ve = s + to - from;
+    w32(buf, ve, nowHi);
+    w32(buf, ve + 4, nowLo);
+    buf[ve + 8] = attributes;
+    buf[ve + 9] = 0;
+    buf[ve + 10] = 0;
+    s = ve + EXT_TAIL;
+  }
+  return Math.max(now, 0);
 }
 
 /** The block header at `pos` of `buf` for `records`, its CRC-32C over the header's fields after it and the records. */
@@ -234,7 +280,7 @@ export function checkBlock(buf: Buffer, pos: number, end: number = buf.length): 
   const maxTimestamp = r64n(buf, pos + 30);
   if (!Number.isSafeInteger(baseOffset) || baseOffset < 0 || !Number.isSafeInteger(baseOffset + count) || count < 1) return CORRUPT;
   if (!Number.isSafeInteger(appendTime) || !Number.isSafeInteger(maxTimestamp)) return CORRUPT;
-  const attributes = ((flags & BLOCK_TRANSACTIONAL) !== 0 ? WIRE_TRANSACTIONAL : 0) | ((flags & BLOCK_CONTROL) !== 0 ? WIRE_CONTROL : 0);
+  const attributes = wireAttributes(flags);
   let p = pos + BLOCK_HEADER_BYTES;
   let maxTs = 0;
   for (let i = 0; i < count; i++) {
@@ -282,17 +328,42 @@ export function writeWireFromBlock(src: Buffer, pos: number, from: number, dst: 
     dst.set(new Uint8Array(src.buffer, src.byteOffset + p, end - p), at);
     return at + end - p;
   }
-  for (let i = skip; i < count; i++) {
-    const ve = valueEndOf(src, p);
-    dst.set(new Uint8Array(src.buffer, src.byteOffset + p, ve - p), at);
-    at += ve - p;
-    p = recordEnd(src, p);
-  }
-  return at;
+  return writeRunCutAtValues(src, p, end, dst, at);
 }
 
-/** After writeWireFromBlock: the records it wrote. */
-export const blockOut = { records: 0 };
+/** After writeWireFromBlock: the records it wrote; after writeRunCutAtValues: their value bytes. */
+export const blockOut = { records: 0, values: 0 };
+
+/**
+ * Writes the run [s, e) of whole wire records with extensions at `at` of `dst` as records without them
+ * (each cut after its value, a CONSUME reply without record_extensions_v1); `dst` needs e - s bytes of room
+ * at `at`. Returns the end; `blockOut.values` is the value bytes written. The run goes in one copy, then
+ * each record moves down over the tails cut before it (copyWithin, in order: a record's place ends before
+ * where the next one lies), which costs less than a view and a copy per record.
+ */
+export function writeRunCutAtValues(src: Buffer, s: number, e: number, dst: Buffer, at: number): number {
+  dst.set(new Uint8Array(src.buffer, src.byteOffset + s, e - s), at);
+  const lift = at - s;
+  let values = 0;
+  let p = s;
+  while (p < e) {
+    const k = p + 18 + ((src[p + 16]! << 8) | src[p + 17]!);
+    const v = k + 10 + ((src[k]! << 8) | src[k + 1]!);
+    const vl = r32u(src, v);
+    const ve = v + 4 + vl;
+    values += vl;
+    if (at !== p + lift) dst.copyWithin(at, p + lift, ve + lift);
+    at += ve - p;
+    const hc = (src[ve + 9]! << 8) | src[ve + 10]!;
+    p = ve + 11;
+    for (let h = 0; h < hc; h++) {
+      p += 2 + ((src[p]! << 8) | src[p + 1]!);
+      p += 4 + r32u(src, p);
+    }
+  }
+  blockOut.values = values;
+  return at;
+}
 
 /** Where the wire record (with extensions) at `p` ends. */
 export function recordEnd(b: Buffer, p: number): number {

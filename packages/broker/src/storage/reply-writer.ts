@@ -28,7 +28,7 @@ import {
   w32,
   w64,
 } from 'tributary-protocol/record-batch/layout.js';
-import { recordEnd, valueEndOf } from './append-block.js';
+import { blockOut, recordEnd, valueEndOf, writeRunCutAtValues } from './append-block.js';
 import { writeWireRecord } from './record-codec.js';
 import { blockRecordTimestamp } from './block-records.js';
 import { v2Out, writeV2RecordFromBlock, writeV2RecordFromStored } from './stored-batch.js';
@@ -52,13 +52,15 @@ export interface ReplyWriter {
    */
   blockRecord(src: Buffer, s: number, e: number, offset: number, buf: Buffer, at: number): number;
   /**
-   * Where the reply's records are the block's bytes as they are (a CONSUME reply with extensions): writes the
-   * run of whole wire records [s, e) of a block at `at` in one copy; the end. valueLength is then the run's.
+   * A CONSUME reply: writes the run of whole wire records [s, e) of a plain or idempotent block at `at`, with
+   * extensions in one copy (the block's bytes as they are), without them each record cut after its value;
+   * the end (needs e - s bytes of room). valueLength is then the run's.
    */
   blockRun?(src: Buffer, s: number, e: number, buf: Buffer, at: number): number;
   /**
-   * Where blockRun is: the run [s, e) goes out as a view of `src` beside the reply (TailCache.readWire with
-   * `views`), nothing written; sets valueLength as blockRun would.
+   * Where the reply's records are the block's bytes as they are (a CONSUME reply with extensions): the run
+   * [s, e) goes out as a view of `src` beside the reply (TailCache.readWire with `views`), nothing written;
+   * sets valueLength as blockRun would.
    */
   viewRun?(src: Buffer, s: number, e: number): void;
   /** Value bytes of the last record written. */
@@ -86,8 +88,8 @@ class ConsumeReplyWriter implements ReplyWriter {
     private readonly partition: number,
     private readonly ext: boolean,
   ) {
-    // Without extensions each record goes out cut after its value: no run copy then.
-    this.blockRun = ext ? (src, s, e, buf, at) => this.copyRun(src, s, e, buf, at) : undefined;
+    // Without extensions each record goes out cut after its value: the run in one copy, then moved together.
+    this.blockRun = ext ? (src, s, e, buf, at) => this.copyRun(src, s, e, buf, at) : (src, s, e, buf, at) => this.cutRun(src, s, e, buf, at);
     this.viewRun = ext ? (src, s, e) => this.runValues(src, s, e) : undefined;
   }
 
@@ -129,6 +131,12 @@ class ConsumeReplyWriter implements ReplyWriter {
     this.runValues(src, s, e);
     buf.set(new Uint8Array(src.buffer, src.byteOffset + s, e - s), at);
     return at + e - s;
+  }
+
+  private cutRun(src: Buffer, s: number, e: number, buf: Buffer, at: number): number {
+    const end = writeRunCutAtValues(src, s, e, buf, at);
+    this.valueLength = blockOut.values;
+    return end;
   }
 
   finish(buf: Buffer, at: number, count: number, end: { nextOffset: number; highWatermark: number; logStartOffset: number }): number {

@@ -378,7 +378,7 @@ export class TailCache implements BudgetedCache {
       } else if (c.flags <= 1 && writer.blockRun !== undefined) {
         // A plain or idempotent block (flags 0 or 1) is never left out: the records of it this read takes
         // go out in one copy, or with `views` as a view, as the block holds them (docs/architecture.md
-        // "Stored batches").
+        // "Stored batches"); without extensions one copy too, each record then moved down after the cut.
         const run = Math.min(n - j, c.count - i);
         const e = c.starts[i + run];
         if (parts !== undefined && e - pos >= MIN_VIEW_BYTES) {
