@@ -116,7 +116,7 @@ function wireOf(buf: Buffer, pos: number, from: number, ext: boolean): Buffer {
 const edgeLength = fc.constantFrom(0, 1, 63, 64, 127, 128, 255, 256, 8191, 8192, 16383, 16384, 65535, 65536);
 const edgeBytes = edgeLength.chain((n) => fc.integer({ min: 0, max: 255 }).map((x) => Buffer.alloc(n, x)));
 
-/** Cases with keys and values of edge lengths (few records: they are large). */
+/** Cases with keys and values of edge lengths (few records: they are large), some at offsets crossing 2^32. */
 const edgeCaseArb: fc.Arbitrary<Case> = caseArb.chain((c) =>
   fc
     .array(
@@ -128,7 +128,8 @@ const edgeCaseArb: fc.Arbitrary<Case> = caseArb.chain((c) =>
       }),
       { minLength: 1, maxLength: 5 },
     )
-    .map((records) => ({ ...c, records })),
+    // Offsets that cross a 32-bit word boundary inside the block.
+    .chain((records) => fc.constantFrom(c.baseOffset, 2 ** 32 - 2, 2 ** 40 - 1).map((baseOffset) => ({ ...c, records, baseOffset }))),
 );
 
 /** The block of `c` written between guard bytes, which must stay as they were. */

@@ -71,6 +71,7 @@ export function wireBlockable(batch: ScannedBatch): boolean {
 
 /** What a record of a frame without extensions gets in a block: timestamp i64, attributes u8, header count u16. */
 const EXT_TAIL = 8 + 1 + 2;
+const TWO_32 = 0x100000000;
 
 /** Bytes a blockable frame's block takes. */
 export function blockSize(batch: ScannedBatch): number {
@@ -189,7 +190,8 @@ function stampRecords(batch: ScannedBatch, buf: Buffer, shift: number, stamp: Bl
  * append time as its timestamp: such a record has none, the block's attributes, no headers), and stamps
  * them. The frame's records go in one copy to the end of their room, then each moves down to its place
  * (copyWithin, in order: a record's place and tail end before where the next one lies), which costs less
- * than a view and a copy per record. Returns the largest timestamp.
+ * than a view and a copy per record; the fixed-width fields go through a DataView, one write each rather
+ * than one per byte. Returns the largest timestamp.
  */
 function stampLegacyRecords(batch: ScannedBatch, buf: Buffer, at: number, stamp: BlockStamp): number {
   const { body, starts, count } = batch;
@@ -197,34 +199,46 @@ function stampLegacyRecords(batch: ScannedBatch, buf: Buffer, at: number, stamp:
   const n = starts[count]! - s0;
   const lifted = at + EXT_TAIL * count;
   buf.set(new Uint8Array(body.buffer, body.byteOffset + s0, n), lifted);
+  const dv = new DataView(buf.buffer, buf.byteOffset, buf.length);
   const idempotent = batch.idempotent;
   const attributes = wireAttributes(stamp.flags);
   const now = stamp.now;
-  const nowHi = Math.floor(now / 0x100000000);
-  const nowLo = now - nowHi * 0x100000000;
+  const nowHi = Math.floor(now / TWO_32);
+  const nowLo = now - nowHi * TWO_32;
+  // The offset as two words, counted up: no division per record.
+  let offHi = Math.floor(stamp.baseOffset / TWO_32);
+  let offLo = stamp.baseOffset - offHi * TWO_32;
   const seq0 = stamp.firstSequence;
-  const base = stamp.baseOffset;
   let s = at;
   for (let i = 0; i < count; i++) {
     const from = lifted + starts[i]! - s0;
     const to = lifted + starts[i + 1]! - s0;
     buf.copyWithin(s, from, to);
-    w64(buf, s, base + i);
+    dv.setUint32(s, offHi);
+    dv.setUint32(s + 4, offLo);
+    if (++offLo === TWO_32) {
+      offLo = 0;
+      offHi++;
+    }
     if (idempotent) {
       w64(buf, s + 8, seq0 + i);
     } else {
-      for (let j = 8; j < 16; j++) buf[s + j] = 0;
+      dv.setUint32(s + 8, 0);
+      dv.setUint32(s + 12, 0);
     }
-    const k = s + 18 + ((buf[s + 16]! << 8) | buf[s + 17]!);
-    const e = k + 2 + ((buf[k]! << 8) | buf[k + 1]!);
-    if (!idempotent) for (let j = 0; j < 8; j++) buf[e + j] = 0xff;
-    // The value ends where the record does: the frame's record ends at its value.
+    const k = s + 18 + dv.getUint16(s + 16);
+    // A plain append's records have no epoch (the per-record layout stores -1).
+    if (!idempotent) {
+      const e = k + 2 + dv.getUint16(k);
+      dv.setInt32(e, -1);
+      dv.setInt32(e + 4, -1);
+    }
+    // The value ends where the record does: a record without extensions ends at its value.
     const ve = s + to - from;
-    w32(buf, ve, nowHi);
-    w32(buf, ve + 4, nowLo);
+    dv.setInt32(ve, nowHi);
+    dv.setUint32(ve + 4, nowLo);
     buf[ve + 8] = attributes;
-    buf[ve + 9] = 0;
-    buf[ve + 10] = 0;
+    dv.setUint16(ve + 9, 0);
     s = ve + EXT_TAIL;
   }
   return Math.max(now, 0);
