@@ -22,6 +22,8 @@ export interface GroupWrite {
   recStarts: number[];
   unitOffsets: number[] | null;
   blocks: Map<number, number[]> | null;
+  /** The blocks among the units whose records carry no headers (TailCache.appendUnits). */
+  headerless: Set<number> | null;
   /** A block written in place (writeInPlace): the tail cache keeps the frame's buffer, its records at `starts`. */
   inPlace?: { body: Buffer; starts: number[]; flags: number };
 }

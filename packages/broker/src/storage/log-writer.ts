@@ -271,6 +271,7 @@ export class LogWriter {
     let unitOffsets: number[] | null = null;
     // The blocks among the units (unit index: their records' positions in `buf`, then the end), for the tail cache.
     let blocks: Map<number, number[]> | null = null;
+    let headerless: Set<number> | null = null;
     const firstOffset = seg.nextOffset;
     let offset = firstOffset;
     let maxTs = seg.maxTimestamp;
@@ -290,6 +291,7 @@ export class LogWriter {
           recStarts.length - 1,
           wire.starts.map((_, i) => blockRecordStart(wire, at, i)),
         );
+        if (!wire.extensions) (headerless ??= new Set()).add(recStarts.length - 1);
         // The block header's max timestamp (append-block.ts), as writeBlockFromWire stamped it.
         const blockTs = buf.readUInt32BE(p + 30) * 0x100000000 + buf.readUInt32BE(p + 34);
         if (blockTs > maxTs) maxTs = blockTs;
@@ -349,7 +351,7 @@ export class LogWriter {
     } catch (err) {
       return this.rollBack(seg, startSize, err);
     }
-    const written = { seg, group, buf, bytes, startSize, firstOffset, nextOffset: offset, maxTs, recStarts, unitOffsets, blocks };
+    const written = { seg, group, buf, bytes, startSize, firstOffset, nextOffset: offset, maxTs, recStarts, unitOffsets, blocks, headerless };
     if (!wrote) return this.writeAtEnd(seg, buf, startSize).then(() => this.groupWritten(written));
     this.groupWritten(written);
     return undefined;
@@ -370,7 +372,7 @@ export class LogWriter {
     // The header's max timestamp (append-block.ts), as stampBlockInPlace stamped it.
     const maxTs = Math.max(seg.maxTimestamp, header.readUInt32BE(30) * 0x100000000 + header.readUInt32BE(34));
     const inPlace = { body: wire.body, starts: wire.starts, flags: header[9] };
-    const written: GroupWrite = { seg, group: [b], buf: header, bytes: b.bytes, startSize: seg.size, firstOffset, nextOffset, maxTs, recStarts: [0, b.bytes], unitOffsets: [firstOffset], blocks: null, inPlace };
+    const written: GroupWrite = { seg, group: [b], buf: header, bytes: b.bytes, startSize: seg.size, firstOffset, nextOffset, maxTs, recStarts: [0, b.bytes], unitOffsets: [firstOffset], blocks: null, headerless: null, inPlace };
     const pieces = [header, records];
     let wrote: boolean;
     try {
@@ -397,7 +399,7 @@ export class LogWriter {
     this.sync.markDirty(seg);
     if (w.inPlace) this.st.cache.append(w.inPlace.body, firstOffset, w.inPlace.starts, w.inPlace.flags);
     else if (unitOffsets === null) this.st.cache.append(w.buf, firstOffset, recStarts);
-    else this.st.cache.appendUnits(w.buf, recStarts, unitOffsets, w.blocks ?? new Map());
+    else this.st.cache.appendUnits(w.buf, recStarts, unitOffsets, w.blocks ?? new Map(), w.headerless);
     const writtenAt = performance.now();
     for (const b of group) (b.result as AppendResult).writtenAt = writtenAt;
     if (this.st.options.flush === 'always') {

@@ -3,7 +3,7 @@
  * and written straight into CONSUME reply batches (docs/protocol.md) by readWire.
  */
 import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
-import { blockLeftOut, blockRecordAt, blockRecordCostAt, decodeBlockRecord } from './block-records.js';
+import { BLOCK_RECORD_EXTRA, blockLeftOut, blockRecordAt, blockRecordCostAt, decodeBlockRecord } from './block-records.js';
 import { decodeOwnRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } from './record-codec.js';
 import type { ReplyWriter, WireFormat } from './reply-writer.js';
 import type { BudgetedCache, TailCacheBudget } from './tail-cache-budget.js';
@@ -26,7 +26,7 @@ function chunkCost(c: CacheChunk): number {
 }
 
 /** What an evicted chunk's slot holds until `compact` drops it. */
-const EVICTED: CacheChunk = { buf: Buffer.alloc(0), base: -1, count: 0, starts: [0], flags: -1 };
+const EVICTED: CacheChunk = { buf: Buffer.alloc(0), base: -1, count: 0, starts: [0], flags: -1, headerless: false };
 
 /**
  * A run of cached writes: `buf` as written, record i at starts[i] .. starts[i + 1]. Writes that follow
@@ -45,6 +45,11 @@ interface CacheChunk {
    * `starts` its wire records (block-records.ts), and this the block's flags.
    */
   flags: number;
+  /**
+   * A block chunk whose records carry no headers (an append without record_extensions_v1): a read charges
+   * each record without reading its bytes.
+   */
+  headerless: boolean;
 }
 
 /** Record i of the block chunk `c`, as block-records.ts reads it. */
@@ -127,6 +132,7 @@ export function leftOut(src: Buffer, pos: number, offset: number, skipControl: b
  * header, as every read path does (LogReader), so each returns the same records.
  */
 function readCost(c: CacheChunk, i: number): number {
+  if (c.headerless) return c.starts[i + 1] - c.starts[i] + BLOCK_RECORD_EXTRA;
   if (c.flags >= 0) return blockRecordCostAt(c.buf, c.starts[i], c.starts[i + 1]);
   const pos = c.starts[i];
   return c.starts[i + 1] - pos + storedHeaderCount(c.buf, pos) * READ_HEADER_COST;
@@ -199,7 +205,7 @@ export class TailCache implements BudgetedCache {
    * Caches the records of one write: `starts` holds each record's position in `buf`, then the end. With
    * `flags` (>= 0), the records of one append block (their wire records' positions, then the block's end).
    */
-  append(buf: Buffer, base: number, starts: number[], flags = -1): void {
+  append(buf: Buffer, base: number, starts: number[], flags = -1, headerless = false): void {
     const count = starts.length - 1;
     if (this.maxBytes <= 0 || count <= 0) return;
     if (!this.empty && base !== this.end) this.clear();
@@ -219,7 +225,7 @@ export class TailCache implements BudgetedCache {
       last.buf = Buffer.from(buf.buffer, last.buf.byteOffset, last.starts[last.count]);
       this.held += chunkCost(last);
     } else {
-      const chunk = { buf, base, count, starts, flags };
+      const chunk = { buf, base, count, starts, flags, headerless: headerless && flags >= 0 };
       this.chunks.push(chunk);
       this.held += chunkCost(chunk);
     }
@@ -232,9 +238,10 @@ export class TailCache implements BudgetedCache {
   /**
    * Caches a write of units (block-records.ts): `starts` holds each unit's position in `buf`, then the end,
    * `offsets` each unit's first offset; `blocks` the blocks among them (unit index: their records' positions,
-   * then the block's end). Runs of per-record layout records share a chunk; a block has one of its own.
+   * then the block's end), `headerless` those whose records carry no headers. Runs of per-record layout
+   * records share a chunk; a block has one of its own.
    */
-  appendUnits(buf: Buffer, starts: number[], offsets: number[], blocks: Map<number, number[]>): void {
+  appendUnits(buf: Buffer, starts: number[], offsets: number[], blocks: Map<number, number[]>, headerless?: Set<number> | null): void {
     const n = starts.length - 1;
     let from = 0;
     for (let u = 0; u < n; u++) {
@@ -242,7 +249,7 @@ export class TailCache implements BudgetedCache {
       if (rs === undefined) continue;
       if (u > from) this.append(buf, offsets[from], starts.slice(from, u + 1));
       // The block header's flags byte (append-block.ts).
-      this.append(buf, offsets[u], rs, buf[starts[u] + 9]);
+      this.append(buf, offsets[u], rs, buf[starts[u] + 9], headerless?.has(u) === true);
       from = u + 1;
     }
     if (n > from) this.append(buf, offsets[from], starts.slice(from, n + 1));
