@@ -56,7 +56,7 @@ export function valueEndOf(b: Buffer, s: number): number {
 /**
  * A scanned produce frame this layout can hold: no producer id on a plain append's records (the per-record
  * layout drops it). A frame without extensions is blockable too: each record gets a timestamp, attributes
- * and a header count of 0 as it is copied (EXT_TAIL), so it is one copy per record rather than per frame.
+ * and a header count of 0 (EXT_TAIL), so its records move apart after their copy (stampLegacyRecords).
  */
 export function wireBlockable(batch: ScannedBatch): boolean {
   if (batch.count === 0) return false;
