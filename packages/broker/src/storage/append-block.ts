@@ -186,19 +186,24 @@ function stampRecords(batch: ScannedBatch, buf: Buffer, shift: number, stamp: Bl
 }
 
 /**
+ * Bytes of records copied at once before they are moved apart (stampLegacyRecords) or together
+ * (writeRunCutAtValues): small enough that the moves find them in the CPU's cache, which a whole block of
+ * large records would not be (at 4 KiB a record, a block in one copy cost more than a copy per record).
+ */
+const RUN_BYTES = 8 * 1024;
+/** A record this large gains nothing from a shared copy: it would be moved after it. */
+const LARGE_RECORD_BYTES = 2 * 1024;
+
+/**
  * Writes the records of a frame without extensions at `at` of `buf`, each followed by its EXT_TAIL (the
  * append time as its timestamp: such a record has none, the block's attributes, no headers), and stamps
- * them. The frame's records go in one copy to the end of their room, then each moves down to its place
- * (copyWithin, in order: a record's place and tail end before where the next one lies), which costs less
- * than a view and a copy per record; the fixed-width fields go through a DataView, one write each rather
- * than one per byte. Returns the largest timestamp.
+ * them. A run of records (RUN_BYTES) goes in one copy to where its first record goes, then each of the
+ * others moves up past the tails before it (copyWithin, the last first), which costs less than a view and
+ * a copy per record; the fixed-width fields go through a DataView, one write each rather than one per
+ * byte. Returns the largest timestamp.
  */
 function stampLegacyRecords(batch: ScannedBatch, buf: Buffer, at: number, stamp: BlockStamp): number {
   const { body, starts, count } = batch;
-  const s0 = starts[0]!;
-  const n = starts[count]! - s0;
-  const lifted = at + EXT_TAIL * count;
-  buf.set(new Uint8Array(body.buffer, body.byteOffset + s0, n), lifted);
   const dv = new DataView(buf.buffer, buf.byteOffset, buf.length);
   const idempotent = batch.idempotent;
   const attributes = wireAttributes(stamp.flags);
@@ -210,36 +215,43 @@ function stampLegacyRecords(batch: ScannedBatch, buf: Buffer, at: number, stamp:
   let offLo = stamp.baseOffset - offHi * TWO_32;
   const seq0 = stamp.firstSequence;
   let s = at;
-  for (let i = 0; i < count; i++) {
-    const from = lifted + starts[i]! - s0;
-    const to = lifted + starts[i + 1]! - s0;
-    buf.copyWithin(s, from, to);
-    dv.setUint32(s, offHi);
-    dv.setUint32(s + 4, offLo);
-    if (++offLo === TWO_32) {
-      offLo = 0;
-      offHi++;
+  for (let i = 0; i < count; ) {
+    const a = starts[i]!;
+    let j = i + 1;
+    while (j < count && starts[j + 1]! - a <= RUN_BYTES) j++;
+    buf.set(new Uint8Array(body.buffer, body.byteOffset + a, starts[j]! - a), s);
+    // Record k's place ends EXT_TAIL before record k + 1's, already moved: no record is overwritten.
+    for (let k = j - 1; k > i; k--) {
+      const from = s + starts[k]! - a;
+      buf.copyWithin(from + EXT_TAIL * (k - i), from, from + starts[k + 1]! - starts[k]!);
     }
-    if (idempotent) {
-      w64(buf, s + 8, seq0 + i);
-    } else {
-      dv.setUint32(s + 8, 0);
-      dv.setUint32(s + 12, 0);
+    for (let k = i; k < j; k++) {
+      dv.setUint32(s, offHi);
+      dv.setUint32(s + 4, offLo);
+      if (++offLo === TWO_32) {
+        offLo = 0;
+        offHi++;
+      }
+      if (idempotent) {
+        w64(buf, s + 8, seq0 + k);
+      } else {
+        dv.setUint32(s + 8, 0);
+        dv.setUint32(s + 12, 0);
+        // A plain append's records have no epoch (the per-record layout stores -1).
+        const key = s + 18 + dv.getUint16(s + 16);
+        const e = key + 2 + dv.getUint16(key);
+        dv.setInt32(e, -1);
+        dv.setInt32(e + 4, -1);
+      }
+      // The value ends where the record does: a record without extensions ends at its value.
+      const ve = s + starts[k + 1]! - starts[k]!;
+      dv.setInt32(ve, nowHi);
+      dv.setUint32(ve + 4, nowLo);
+      buf[ve + 8] = attributes;
+      dv.setUint16(ve + 9, 0);
+      s = ve + EXT_TAIL;
     }
-    const k = s + 18 + dv.getUint16(s + 16);
-    // A plain append's records have no epoch (the per-record layout stores -1).
-    if (!idempotent) {
-      const e = k + 2 + dv.getUint16(k);
-      dv.setInt32(e, -1);
-      dv.setInt32(e + 4, -1);
-    }
-    // The value ends where the record does: a record without extensions ends at its value.
-    const ve = s + to - from;
-    dv.setInt32(ve, nowHi);
-    dv.setUint32(ve + 4, nowLo);
-    buf[ve + 8] = attributes;
-    dv.setUint16(ve + 9, 0);
-    s = ve + EXT_TAIL;
+    i = j;
   }
   return Math.max(now, 0);
 }
@@ -351,22 +363,28 @@ export const blockOut = { records: 0, values: 0 };
 /**
  * Writes the run [s, e) of whole wire records with extensions at `at` of `dst` as records without them
  * (each cut after its value, a CONSUME reply without record_extensions_v1); `dst` needs e - s bytes of room
- * at `at`. Returns the end; `blockOut.values` is the value bytes written. The run goes in one copy, then
- * each record moves down over the tails cut before it (copyWithin, in order: a record's place ends before
- * where the next one lies), which costs less than a view and a copy per record.
+ * at `at`. Returns the end; `blockOut.values` is the value bytes written. The bytes go in windows of one
+ * copy (RUN_BYTES, from a record's start), then each record in a window moves down over the tails cut
+ * before it (copyWithin, in order: a record's place ends before where the next one lies), which costs less
+ * than a view and a copy per record.
  */
 export function writeRunCutAtValues(src: Buffer, s: number, e: number, dst: Buffer, at: number): number {
-  dst.set(new Uint8Array(src.buffer, src.byteOffset + s, e - s), at);
-  const lift = at - s;
   let values = 0;
-  let p = s;
-  while (p < e) {
+  // src's bytes up to `copied` are in dst, moved by `lift`.
+  let copied = s;
+  let lift = 0;
+  for (let p = s; p < e; ) {
     const k = p + 18 + ((src[p + 16]! << 8) | src[p + 17]!);
     const v = k + 10 + ((src[k]! << 8) | src[k + 1]!);
     const vl = r32u(src, v);
     const ve = v + 4 + vl;
+    if (ve > copied) {
+      // A new window, from this record: it goes where it is copied. A large record is copied alone.
+      copied = ve - p >= LARGE_RECORD_BYTES ? ve : Math.min(e, Math.max(p + RUN_BYTES, ve));
+      dst.set(new Uint8Array(src.buffer, src.byteOffset + p, copied - p), at);
+      lift = at - p;
+    } else if (at !== p + lift) dst.copyWithin(at, p + lift, ve + lift);
     values += vl;
-    if (at !== p + lift) dst.copyWithin(at, p + lift, ve + lift);
     at += ve - p;
     const hc = (src[ve + 9]! << 8) | src[ve + 10]!;
     p = ve + 11;
