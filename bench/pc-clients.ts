@@ -49,7 +49,7 @@ export interface Options {
   brokerNodeArgs: string[];
   relayNodeArgs: string[];
   workerNodeArgs: string[];
-  /** Records the measured producer sends to their own topic before the clock (not counted). */
+  /** Records the measured producer and consumer send and read on their own topic before the clock. */
   warmup: number;
   keepData: boolean;
   timeoutMs: number;
@@ -105,10 +105,14 @@ export function commonArgs(variant: Variant, o: Options, run: ClientRun): string
   return ['--host', run.host, '--port', String(run.port), '--topic', run.topic, '--partitions', String(o.partitions), '--count', String(run.count), '--size', String(run.size), '--target', variantTarget(variant)];
 }
 
-/** The variant's consumer of `run`, once ready (assigned or subscribed); `done()` tells it to report. */
-export async function startConsumer(variant: Variant, o: Options, run: ClientRun, children: Child[]): Promise<{ child: Child; done(): Promise<ConsumerReport> }> {
+/**
+ * The variant's consumer of `run`: `ready` once it reads (assigned or subscribed), `done()` tells it the
+ * producer finished and resolves with its report. With `warmupRecords` it first reads that many records
+ * of WARMUP_TOPIC and is ready only after (see the consumers' --warmup).
+ */
+export function startConsumer(variant: Variant, o: Options, run: ClientRun, warmupRecords: number, children: Child[]): { child: Child; ready: Promise<unknown>; done(): Promise<ConsumerReport> } {
   const sdk = variantClient(variant) === 'sdk';
-  const common = commonArgs(variant, o, run);
+  const common = [...commonArgs(variant, o, run), ...warmupArgs(warmupRecords)];
   const fetch = ['--fetch-records', String(o.fetchRecords), '--fetch-bytes', String(o.fetchBytes)];
   const consumer = sdk
     ? spawnNode('sdk-consumer', path.join(BENCH_DIR, 'pc-sdk-consumer.js'), [...common, ...fetch, '--mode', o.sdkMode, '--concurrency', String(o.sdkConcurrency)], {
@@ -118,16 +122,23 @@ export async function startConsumer(variant: Variant, o: Options, run: ClientRun
       })
     : spawnNode('consumer', path.join(BENCH_DIR, 'pc-consumer.js'), [...common, ...fetch], { nodeArgs: o.workerNodeArgs, stdin: true, echoStderr: o.verbose });
   children.push(consumer);
-  await consumer.waitJson((x) => x.event === 'ready', 30_000);
+  // A warm-up waits for the producer's records: bounded like a run, not like a start.
+  const ready = consumer.waitJson((x) => x.event === 'ready', warmupRecords > 0 ? o.timeoutMs : 30_000);
   const report = consumer.waitJson<ConsumerReport>((x) => x.event === 'result', o.timeoutMs);
+  ready.catch(() => {}); // awaited by the caller
   report.catch(() => {}); // awaited in done(); the producer may fail first
   return {
     child: consumer,
+    ready,
     done: () => {
       consumer.proc.stdin?.write('done\n');
       return report;
     },
   };
+}
+
+function warmupArgs(records: number): string[] {
+  return records > 0 ? ['--warmup', String(records), '--warmup-topic', WARMUP_TOPIC] : [];
 }
 
 /**
@@ -137,7 +148,7 @@ export async function startConsumer(variant: Variant, o: Options, run: ClientRun
 export function startProducer(variant: Variant, o: Options, run: ClientRun, warmupRecords: number, children: Child[]): Child {
   const sdk = variantClient(variant) === 'sdk';
   const common = commonArgs(variant, o, run);
-  const warm = warmupRecords > 0 ? ['--warmup', String(warmupRecords), '--warmup-topic', WARMUP_TOPIC] : [];
+  const warm = warmupArgs(warmupRecords);
   const producer = sdk
     ? spawnNode(
         'sdk-producer',

@@ -10,6 +10,8 @@
  * the protocol's decodeBatch; each record's id is checked against a bitmap of N ids (missing, duplicate,
  * foreign) and its end-to-end latency (receive time − send time in the payload) recorded.
  *
+ * `--warmup N --warmup-topic T`: reads N records of T first, on streams closed before the measured ones
+ * open, so the measured pass runs on compiled code.
  * Prints {"event":"ready"} once the streams are open, then one {"event":"result",...} line when all N
  * ids arrived (plus `linger-ms` to catch late duplicates), or when `done` was written to stdin (the
  * producer finished) and nothing new arrived for `grace-ms`.
@@ -18,7 +20,7 @@ import net from 'node:net';
 import { decodeBatch, isBatchBody } from 'tributary-protocol/batch.js';
 import { formatLine } from 'tributary-protocol/command.js';
 import { FrameDecoder, encodeFrame } from 'tributary-protocol/frame.js';
-import { workerArgs } from './worker-args.js';
+import { WARMUP_FLAGS, workerArgs } from './worker-args.js';
 import { nowMs, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES } from './pc-payload.js';
 import { Tally, finishAfterProducer } from './pc-tally.js';
@@ -28,6 +30,7 @@ const args = workerArgs('pc-consumer', {
   'fetch-bytes': { type: 'string', default: String(4 * 1024 * 1024) },
   'linger-ms': { type: 'string', default: '300' },
   'grace-ms': { type: 'string', default: '10000' },
+  ...WARMUP_FLAGS,
 }, 0);
 const { a, int } = args;
 // Annotated: a call through it then ends control flow, as the function it replaces did.
@@ -45,47 +48,61 @@ const fetchRecords = int('fetch-records', a['fetch-records'], 1);
 const fetchBytes = int('fetch-bytes', a['fetch-bytes'], 1);
 const lingerMs = int('linger-ms', a['linger-ms']);
 const graceMs = int('grace-ms', a['grace-ms']);
+const warmupTotal = int('warmup', a.warmup);
+const warmupTopic = a['warmup-topic'];
+if (warmupTotal > 0 && !warmupTopic) fail('--warmup needs --warmup-topic');
 
 const tally = new Tally(total, size, partitions);
 let finished = false;
 
 
-function onBatch(body: Buffer): void {
+/** Counts a frame's records into `into`; true once it holds every id. */
+function onBatch(body: Buffer, into: Tally): boolean {
   const t = nowMs();
   const batch = decodeBatch(body);
   const recs = batch.records;
-  if (recs.length === 0) return;
-  tally.beginBatch(t);
+  if (recs.length === 0) return false;
+  into.beginBatch(t);
   const checkOffsets = target === 'broker';
   for (let i = 0; i < recs.length; i++) {
     const r = recs[i]!;
-    if (checkOffsets) tally.record(t, r.value, batch.partition, r.offset);
-    else tally.record(t, r.value);
+    if (checkOffsets) into.record(t, r.value, batch.partition, r.offset);
+    else into.record(t, r.value);
   }
-  if (tally.endBatch(t)) setTimeout(finish, lingerMs);
+  return into.endBatch(t);
 }
 
 class StreamConnection {
   private readonly decoder = new FrameDecoder();
   subscribed: () => void = () => {};
+  /** Closed on purpose (the warm-up's streams, once it is complete). */
+  private closing = false;
 
   constructor(
     readonly socket: net.Socket,
     readonly partition: number,
+    private readonly topic: string,
+    /** Called with each batch frame's body. */
+    private readonly onBody: (body: Buffer) => void,
   ) {
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('error', (e) => {
-      if (!finished) fail(`partition ${partition}: connection error: ${e.message}`);
+      if (!finished && !this.closing) fail(`partition ${partition}: connection error: ${e.message}`);
     });
     socket.on('close', () => {
-      if (!finished) fail(`partition ${partition}: connection closed by the server`);
+      if (!finished && !this.closing) fail(`partition ${partition}: connection closed by the server`);
     });
+  }
+
+  close(): void {
+    this.closing = true;
+    this.socket.destroy();
   }
 
   open(): Promise<void> {
     if (target === 'broker') {
-      const line = formatLine('STREAM', { topic, partition: this.partition, offset: 0, batch: fetchRecords, max_bytes: fetchBytes });
+      const line = formatLine('STREAM', { topic: this.topic, partition: this.partition, offset: 0, batch: fetchRecords, max_bytes: fetchBytes });
       this.socket.write(encodeFrame(line));
       return Promise.resolve();
     }
@@ -107,7 +124,7 @@ class StreamConnection {
       if (body.length === 0) continue; // keepalive
       if (isBatchBody(body)) {
         try {
-          onBatch(body);
+          this.onBody(body);
         } catch (err) {
           fail(`partition ${this.partition}: undecodable batch: ${(err as Error).message}`);
         }
@@ -118,7 +135,7 @@ class StreamConnection {
         this.subscribed();
         continue;
       }
-      if (finished) continue;
+      if (finished || this.closing) continue;
       fail(`partition ${this.partition}: unexpected frame: ${text.slice(0, 300)}`);
     }
   }
@@ -153,12 +170,34 @@ function finish(): void {
 
 finishAfterProducer(tally, graceMs, () => finished, finish);
 
-const conns: StreamConnection[] = [];
-try {
-  for (let p = 0; p < partitions; p++) conns.push(new StreamConnection(await connect(), p));
-} catch (err) {
-  fail(`connect ${host}:${port}: ${(err as Error).message}`);
+/** One stream connection per partition of `to`, each open (the relay: registered as a consumer). */
+async function openStreams(to: string, onBody: (body: Buffer) => void): Promise<StreamConnection[]> {
+  const out: StreamConnection[] = [];
+  try {
+    for (let p = 0; p < partitions; p++) out.push(new StreamConnection(await connect(), p, to, onBody));
+  } catch (err) {
+    fail(`connect ${host}:${port}: ${(err as Error).message}`);
+  }
+  await Promise.all(out.map((c) => c.open()));
+  return out;
 }
-await Promise.all(conns.map((c) => c.open()));
+
+if (warmupTotal > 0) {
+  // --warmup: the warm-up topic's records first, on streams of their own, closed before the measured
+  // ones open (the relay hands frames to every open stream).
+  const warm = new Tally(warmupTotal, size, partitions);
+  let warmed: () => void = () => {};
+  const complete = new Promise<void>((resolve) => {
+    warmed = resolve;
+  });
+  const streams = await openStreams(warmupTopic!, (body) => {
+    if (onBatch(body, warm)) warmed();
+  });
+  await complete;
+  for (const c of streams) c.close();
+}
+const conns = await openStreams(topic, (body) => {
+  if (onBatch(body, tally)) setTimeout(finish, lingerMs);
+});
 const cpuAtReady = selfCpuMs();
 report({ event: 'ready' });

@@ -11,12 +11,14 @@
  * follow each other per partition, and the end-to-end latency (receive time − send time in the
  * payload) of every record is recorded. Each batch is marked processed with resolveOffset.
  *
+ * `--warmup N --warmup-topic T`: reads N records of T first, through a consumer (and group) of their own
+ * that leaves before the measured one joins.
  * Prints {"event":"ready"} once the group assigned all partitions, then one {"event":"result",...}
  * line when all N ids arrived (plus `linger-ms` to catch late duplicates), or when `done` was written
  * to stdin and nothing new arrived for `grace-ms`.
  */
 import { Consumer, type EachBatchPayload } from 'tributary-client/consumer.js';
-import { workerArgs } from './worker-args.js';
+import { WARMUP_FLAGS, workerArgs } from './worker-args.js';
 import { nowMs, report, selfCpuMs } from './lib.js';
 import { PAYLOAD_HEADER_BYTES } from './pc-payload.js';
 import { Tally, finishAfterProducer } from './pc-tally.js';
@@ -29,6 +31,7 @@ const args = workerArgs('pc-sdk-consumer', {
   concurrency: { type: 'string', default: '12' },
   'linger-ms': { type: 'string', default: '300' },
   'grace-ms': { type: 'string', default: '10000' },
+  ...WARMUP_FLAGS,
 }, 0);
 const { a, int } = args;
 // Annotated: a call through it then ends control flow, as the function it replaces did.
@@ -44,12 +47,16 @@ const total = int('count', a.count, 1);
 const size = int('size', a.size, PAYLOAD_HEADER_BYTES);
 const mode = a.mode;
 if (mode !== 'stream' && mode !== 'poll') fail(`--mode must be stream or poll (got ${mode})`);
+const consumerMode: 'stream' | 'poll' = mode;
 const fetchRecords = Math.min(int('fetch-records', a['fetch-records'], 1), 10_000);
 const fetchBytes = int('fetch-bytes', a['fetch-bytes'], 1);
 const maxWaitMs = int('max-wait-ms', a['max-wait-ms']);
 const concurrency = int('concurrency', a.concurrency, 1);
 const lingerMs = int('linger-ms', a['linger-ms']);
 const graceMs = int('grace-ms', a['grace-ms']);
+const warmupTotal = int('warmup', a.warmup);
+const warmupTopic = a['warmup-topic'];
+if (warmupTotal > 0 && !warmupTopic) fail('--warmup needs --warmup-topic');
 
 const tally = new Tally(total, size, partitions);
 let finished = false;
@@ -66,19 +73,44 @@ function onBatch({ partition, messages, resolveOffset }: EachBatchPayload): void
   if (tally.endBatch(t)) setTimeout(finish, lingerMs);
 }
 
-const consumer = new Consumer({
-  brokers: [`${host}:${port}`],
-  groupId: `bench-${process.pid}-${Date.now()}`,
-  topic,
-  clientId: 'bench-consumer',
-  autoOffsetReset: 'earliest',
-  mode,
-  maxBatchRecords: fetchRecords,
-  maxBatchBytes: fetchBytes,
-  maxWaitMs,
-  partitionsConsumedConcurrently: concurrency,
-  autoCommit: true,
-});
+/** A Consumer of `t` alone in a fresh group, as the workload reads. */
+function makeConsumer(t: string): Consumer {
+  return new Consumer({
+    brokers: [`${host}:${port}`],
+    groupId: `bench-${t}-${process.pid}-${Date.now()}`,
+    topic: t,
+    clientId: 'bench-consumer',
+    autoOffsetReset: 'earliest',
+    mode: consumerMode,
+    maxBatchRecords: fetchRecords,
+    maxBatchBytes: fetchBytes,
+    maxWaitMs,
+    partitionsConsumedConcurrently: concurrency,
+    autoCommit: true,
+  });
+}
+
+if (warmupTotal > 0) {
+  // --warmup: the warm-up topic's records first, through a consumer of their own that leaves before the
+  // measured one joins, so the measured pass runs on compiled code.
+  const warm = new Tally(warmupTotal, size, partitions);
+  const c = makeConsumer(warmupTopic!);
+  await new Promise<void>((resolve, reject) => {
+    c.run({
+      eachBatch: ({ partition, messages, resolveOffset }: EachBatchPayload) => {
+        if (messages.length === 0) return;
+        const t = nowMs();
+        warm.beginBatch(t);
+        for (const m of messages) warm.record(t, m.value, partition, m.offset);
+        resolveOffset(messages[messages.length - 1]!.offset);
+        if (warm.endBatch(t)) resolve();
+      },
+    }).catch(reject);
+  }).catch((err: Error) => fail(`warm-up run failed: ${err.message}`));
+  await c.close();
+}
+
+const consumer = makeConsumer(topic);
 consumer.on('crash', (e) => {
   if (finished) return;
   if (e.fatal) fail(`consumer crashed: ${e.error.message}`);

@@ -113,8 +113,8 @@ const USAGE = `usage: bench produce-consume [options]
   --broker-node-args "<a>" node flags for the broker, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
   --relay-node-args "<a>"  node flags for the relay
   --worker-node-args "<a>" node flags for the producer and consumer workers (all clients)
-  --warmup <n>             records the measured producer sends first, to a topic of their own
-                           with a consumer of their own, before the clock (0: cold)  [50000]
+  --warmup <n>             records the measured producer and consumer send and read first, on
+                           a topic of their own, before the clock (0: cold processes)  [50000]
   --keep-data              keep the broker data dirs and relay files
   --timeout-s <n>          per-run timeout                                        [600]
   --repeat <n>             run each target n times (alternating); ratio of medians  [1]
@@ -290,23 +290,21 @@ async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunRe
     }
     process.stderr.write(`    ${variant} server pid ${server.proc.pid} on ${host}:${port}\n`);
     const run = { host, port, size: w.size, batch: w.batch, topic: TOPIC, count: w.count };
+    // With --warmup the measured producer and consumer first send and read that many records of a topic
+    // of their own, and the producer then holds until the consumer is ready: the clock starts on code
+    // that is compiled and heaps that are grown, as in processes that have been running (a fresh
+    // process's first second also counts V8's compiler threads). The server's CPU over it is printed apart.
+    const w0 = procCpuMs(server.proc.pid);
+    const consumer = startConsumer(variant, o, run, o.warmup, children);
     let producer: Child;
     if (o.warmup > 0) {
-      // The measured producer first sends --warmup records to their own topic, read by a consumer of
-      // their own: the server's and the producer's hot code is compiled and their heaps grown before the
-      // clock starts, as in processes that have been running (a fresh process's first second also counts
-      // V8's compiler threads). The server's CPU over it is printed apart.
-      const w0 = procCpuMs(server.proc.pid);
-      const warmConsumer = await startConsumer(variant, o, { ...run, topic: WARMUP_TOPIC, count: o.warmup }, children);
       producer = startProducer(variant, o, run, o.warmup, children);
-      await producer.waitJson((x) => x.event === 'warm', o.timeoutMs);
-      await warmConsumer.done();
-      const w1 = procCpuMs(server.proc.pid);
-      if (w0 !== undefined && w1 !== undefined) result.warmupCpuMs = w1 - w0;
-      await withTimeout(warmConsumer.child.exited, 10_000, 'warm-up consumer exit');
+      await Promise.all([consumer.ready, producer.waitJson((x) => x.event === 'warm', o.timeoutMs)]);
+    } else {
+      await consumer.ready;
     }
-    const consumer = await startConsumer(variant, o, run, children);
     const cpu0 = procCpuMs(server.proc.pid);
+    if (o.warmup > 0 && w0 !== undefined && cpu0 !== undefined) result.warmupCpuMs = cpu0 - w0;
     if (o.warmup > 0) producer!.proc.stdin?.write('go\n');
     else producer = startProducer(variant, o, run, 0, children);
     result.producer = await producerReport(producer!, o);
@@ -421,7 +419,7 @@ function describeWorkload(w: Workload, o: Options): string {
   const raw = `raw: ${o.connections} producer connections x ${o.inFlight} batches in flight, frames ${o.rawFrames}`;
   const sdk = `sdk: ${o.sdkInFlight} send() calls in flight, lingerMs ${o.sdkLingerMs}, maxBatchBytes ${o.sdkMaxBatchBytes}, partitioning ${o.sdkPartitioning}, messages ${o.sdkMessages}, metadata ${o.sdkMetadata}${o.sdkIdempotent ? ', idempotent' : ''}; consumer ${o.sdkMode}, concurrency ${o.sdkConcurrency}`;
   const clients = o.targets.includes('broker') ? o.clients.map((c) => (c === 'raw' ? raw : sdk)) : [raw];
-  const warm = o.warmup > 0 ? `, after a warm-up of ${fmtInt(o.warmup)} records (server and producer)` : ', cold processes (no warm-up)';
+  const warm = o.warmup > 0 ? `, after a warm-up of ${fmtInt(o.warmup)} records (server, producer and consumer)` : ', cold processes (no warm-up)';
   return `workload: ${fmtInt(w.count)} records x ${w.size} B, ${o.partitions} partitions, batches of ${w.batch}, acks=1${warm}\n  ${clients.join('\n  ')}`;
 }
 
