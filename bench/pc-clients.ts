@@ -20,6 +20,8 @@ export interface Workload {
   size: number;
   count: number;
   batch: number;
+  /** Records the measured producer and consumer send and read on their own topic before the clock. */
+  warmup: number;
 }
 
 export interface Options {
@@ -49,8 +51,6 @@ export interface Options {
   brokerNodeArgs: string[];
   relayNodeArgs: string[];
   workerNodeArgs: string[];
-  /** Records the measured producer and consumer send and read on their own topic before the clock. */
-  warmup: number;
   keepData: boolean;
   timeoutMs: number;
   repeat: number;
