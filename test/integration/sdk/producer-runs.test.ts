@@ -5,20 +5,16 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
-import { Producer, type ProducerMessage, type ProducerOptions, type SendRun } from 'tributary-client/producer.js';
+import type { Producer, ProducerMessage, ProducerOptions, SendRun } from 'tributary-client/producer.js';
 import type { BatchRecord } from 'tributary-protocol/batch.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
+import { TestProducers } from '../../helpers/sdk-producers.js';
 
 describe("Producer send with metadata: 'runs' against a broker", () => {
   let broker: BrokerProcess;
   let admin: Connection;
-  const producers: Producer[] = [];
-
-  function producer(opts: Partial<ProducerOptions> = {}): Producer {
-    const p = new Producer({ brokers: [broker.address], ...opts });
-    producers.push(p);
-    return p;
-  }
+  const producers = new TestProducers(() => broker.address);
+  const producer = (opts: Partial<ProducerOptions> = {}): Producer => producers.make(opts);
 
   async function readAll(t: string, partition: number): Promise<BatchRecord[]> {
     const out: BatchRecord[] = [];
@@ -35,7 +31,7 @@ describe("Producer send with metadata: 'runs' against a broker", () => {
   });
 
   afterAll(async () => {
-    await Promise.all(producers.map((p) => p.close({ signal: AbortSignal.timeout(5000) }).catch(() => {})));
+    await producers.closeAll();
     await broker?.dispose();
   });
 

@@ -13,18 +13,14 @@ import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
+import { TestProducers } from '../../helpers/sdk-producers.js';
 import { sleep } from '../../helpers/util.js';
 
 describe('Producer against a broker', () => {
   let broker: BrokerProcess;
   let admin: Connection;
-  const producers: Producer[] = [];
-
-  function producer(opts: Partial<ProducerOptions> = {}): Producer {
-    const p = new Producer({ brokers: [broker.address], ...opts });
-    producers.push(p);
-    return p;
-  }
+  const producers = new TestProducers(() => broker.address);
+  const producer = (opts: Partial<ProducerOptions> = {}): Producer => producers.make(opts);
 
   async function topic(name: string, partitions: number): Promise<string> {
     await admin.command('CREATE', { topic: name, partitions });
@@ -52,7 +48,7 @@ describe('Producer against a broker', () => {
   });
 
   afterAll(async () => {
-    await Promise.all(producers.map((p) => p.close({ signal: AbortSignal.timeout(5000) }).catch(() => {})));
+    await producers.closeAll();
     await broker?.dispose();
   });
 

@@ -6,10 +6,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Connection } from 'tributary-protocol/connection.js';
 import { Consumer } from 'tributary-client/consumer.js';
-import { Producer, type ProducerOptions } from 'tributary-client/producer.js';
+import type { Producer, ProducerOptions } from 'tributary-client/producer.js';
 import { ProducerFencedError, TransactionStateError } from 'tributary-client/transaction.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
+import { TestProducers } from '../../helpers/sdk-producers.js';
 import { fetchOffset } from '../groups/helpers.js';
 import { readAll } from '../transactions/helpers.js';
 import { until } from '../../helpers/util.js';
@@ -17,13 +18,8 @@ import { until } from '../../helpers/util.js';
 describe('SDK transactions', () => {
   let broker: BrokerProcess;
   let admin: Connection;
-  const producers: Producer[] = [];
-
-  function producer(opts: Partial<ProducerOptions> = {}): Producer {
-    const p = new Producer({ brokers: [broker.address], ...opts });
-    producers.push(p);
-    return p;
-  }
+  const producers = new TestProducers(() => broker.address);
+  const producer = (opts: Partial<ProducerOptions> = {}): Producer => producers.make(opts);
 
   const committedValues = async (topic: string, partitions: number[]) =>
     (await Promise.all(partitions.map((p) => readAll(admin, topic, p, 'read_committed')))).flat().map((r) => r.value);
@@ -36,7 +32,7 @@ describe('SDK transactions', () => {
   });
 
   afterAll(async () => {
-    await Promise.all(producers.map((p) => p.close({ signal: AbortSignal.timeout(5000) }).catch(() => {})));
+    await producers.closeAll();
     await broker?.dispose();
   });
 
