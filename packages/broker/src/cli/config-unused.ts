@@ -51,9 +51,9 @@ export function unusedSettings(c: BrokerConfig, given: (key: Key) => boolean): A
   if (!c.authentication) {
     for (const key of ['users', 'topicAcls', 'groupAcls', 'authTimeoutMs'] as const) if (given(key)) out.push({ key, why: 'is for authentication (--authentication), which is off: nothing would check it' });
   }
-  // The fsync period of flush interval; in a cluster also the HWM checkpoint period, whatever the flush mode.
-  if (c.flush !== 'interval' && !c.cluster && given('flushIntervalMs')) {
-    out.push({ key: 'flushIntervalMs', why: `given, but flush is ${c.flush}, which does not use it on a standalone broker (it is the fsync period of flush interval, and in a cluster the HWM checkpoint period too)` });
+  // The fsync period of flush interval and of journaled segments; in a cluster also the HWM checkpoint period.
+  if (c.flush !== 'interval' && !c.journal && !c.cluster && given('flushIntervalMs')) {
+    out.push({ key: 'flushIntervalMs', why: `given, but flush is ${c.flush} without the journal, which does not use it on a standalone broker (it is the fsync period of flush interval and of journaled segments, and in a cluster the HWM checkpoint period too)` });
   }
   return out;
 }

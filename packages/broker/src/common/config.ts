@@ -123,6 +123,12 @@ export const brokerConfigSchema = z
     maxPartitions: z.number().int().min(1).max(100_000).default(10_000),
     flush: z.enum(flushModes).default('always'),
     flushIntervalMs: z.number().int().min(1).max(MAX_TIMER_MS).default(1000),
+    /**
+     * The journal (docs/architecture.md, "The journal"): logs under flush=always (the internal topics'
+     * always) are durable with one fdatasync of a broker-wide file per round instead of one per partition,
+     * and fsync their segments every flushIntervalMs. Off: each append waits for its own segment's fsync.
+     */
+    journal: z.boolean().default(true),
     segmentBytes: z.number().int().min(1024).max(MAX_SEGMENT_BYTES).default(128 * 1024 * 1024),
     /**
      * Memory for recently appended records kept for tail readers, over every partition together (each also

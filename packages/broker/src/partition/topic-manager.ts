@@ -1,5 +1,6 @@
 import { mapBounded } from '../common/bounded.js';
 import { FdBudget } from '../storage/fd-budget.js';
+import { Journal } from '../storage/journal.js';
 import { LogTicker } from '../storage/log-ticker.js';
 import { TailCacheBudget } from '../storage/tail-cache-budget.js';
 import { failpointDelay } from '../common/failpoints.js';
@@ -114,6 +115,8 @@ export class TopicManager {
   private readonly tailCacheBudget: TailCacheBudget;
   /** The flush timer every partition's log shares (only logs with timed work wait on it). */
   private readonly ticker: LogTicker;
+  /** The broker's journal (--journal), from open() on: every log under flush=always writes to it. */
+  private journal: Journal | undefined;
   /** The timer of every partition's snapshot checks (producer state, transactions). */
   private readonly snapshotTicker = new LogTicker(SNAPSHOT_INTERVAL_MS);
   private readonly optionsByTopic = new WeakMap<TopicDefinition, Readonly<LogOptions>>();
@@ -162,6 +165,10 @@ export class TopicManager {
   /** Opens (and recovers) every partition log; the broker is not ready before this resolves. */
   async open(): Promise<void> {
     await fs.mkdir(this.logsDir, { recursive: true });
+    // Read before any log opens: each replays its entries as it does (storage/journal-replay.ts). Read even
+    // with --journal false, so entries written before the setting changed are not lost.
+    const journal = await Journal.open(this.config.dataDir, this.logger.child({ component: 'journal' }));
+    if (this.config.journal || journal.hasRecovered) this.journal = journal;
     const defs = this.store.listTopics();
     // Every partition of every topic, a bounded number at once: recovery is mostly waiting on the disk.
     const all = defs.flatMap((def) => Array.from({ length: def.partitions }, (_, i) => ({ def, i })));
@@ -172,6 +179,9 @@ export class TopicManager {
       at += def.partitions;
     }
     await this.tidyLogsDir(defs);
+    // Off (--journal false): every log replayed its entries and fsynced them; the old files go, and no new one comes.
+    await journal.endRecovery(this.config.journal);
+    if (!this.config.journal) this.journal = undefined;
     this.updateGauges();
     this.retentionTimer = setInterval(() => void this.applyRetention(), this.config.retentionCheckMs);
     this.retentionTimer.unref();
@@ -367,6 +377,7 @@ export class TopicManager {
     const all = [...this.topics.values()].flatMap((t) => t.partitions);
     // Bounded: each close writes its index, checkpoints and marker, a few files open at once.
     await mapBounded(all, this.config.partitionOpenConcurrency, (p) => p.close());
+    await this.journal?.close();
   }
 
   /** The store still holds this definition (by topic id) and no delete of it is under way. */
@@ -450,6 +461,7 @@ export class TopicManager {
       ...logRetention(def),
       // Group state and commits are acknowledged only once durable, whatever the data flush policy.
       flush: internal ? 'always' : this.config.flush,
+      journal: internal || this.config.flush === 'always' ? this.journal : undefined,
       flushIntervalMs: this.config.flushIntervalMs,
       // Standalone, a partition's HWM is its log end on open (Partition): only a replica needs the checkpoint.
       checkpointHwmOnTimer: this.config.cluster,

@@ -72,7 +72,8 @@ export async function loadLog(dir: string, o: LogOptions, log: Logger, opts: { l
   // order, or not at all (a power loss): a bad record or a gap in it ends the log there, and later
   // segments go, as Kafka recovers past its recovery point. With --flush always every acknowledged append
   // was fsynced, so damage is refused instead (docs/architecture.md "Storage", Recovery).
-  const mayCut = !clean && o.flush !== 'always';
+  // Journaled, the journal holds what a segment lacks (journal-replay.ts): the segment recovers as under interval.
+  const mayCut = !clean && (o.flush !== 'always' || o.journal !== undefined);
   // Under interval a roll fsyncs the segment it closes before the next one exists: only the last segment
   // can hold bytes no fsync covered. A closed one whose index was lost (written in place, never fsynced)
   // is still what its fsync made it, so damage or a gap after it is refused: cutting there removed the

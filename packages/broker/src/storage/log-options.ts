@@ -2,6 +2,7 @@
 import { invalidParam } from 'tributary-protocol/errors.js';
 import { DEFAULT_INDEX_INTERVAL_BYTES } from './offset-index.js';
 import type { FdBudget, SegmentFdPolicy } from './fd-budget.js';
+import type { Journal } from './journal.js';
 import type { LogTicker } from './log-ticker.js';
 import type { TailCacheBudget } from './tail-cache-budget.js';
 
@@ -59,6 +60,12 @@ export interface LogOptions {
    * four CONSUMEs at once of a few of its records hold 256 MiB.
    */
   maxBlockBytes?: number;
+  /**
+   * With flush=always: the broker's journal (journal.ts), which makes appends durable with one fdatasync
+   * for every partition; the log replays its entries as it opens, and fsyncs its segments on the flush
+   * timer. None: each append waits for an fsync of its own segment.
+   */
+  journal?: Journal;
 }
 
 /** Default LogOptions.maxBlockBytes: 1 MiB, four times the SDK producer's default batch. */
@@ -181,6 +188,7 @@ export function resolveOptions(o: Partial<LogOptions>): Readonly<LogOptions> {
   if (opts.tailCacheBytes !== undefined) posInt('tailCacheBytes', 0);
   if (opts.flush !== 'always' && opts.flush !== 'interval' && opts.flush !== 'os') throw invalidParam('flush', "must be 'always', 'interval' or 'os'");
   if (opts.cleanupPolicy !== undefined && opts.cleanupPolicy !== 'delete' && opts.cleanupPolicy !== 'compact') throw invalidParam('cleanupPolicy', "must be 'delete' or 'compact'");
+  if (opts.journal !== undefined && opts.flush !== 'always') throw invalidParam('journal', "is for flush 'always' only");
   if (opts.storedLayout !== undefined && opts.storedLayout !== 'records' && opts.storedLayout !== 'blocks') throw invalidParam('storedLayout', "must be 'records' or 'blocks'");
   resolved.add(Object.freeze(opts));
   return opts;

@@ -24,6 +24,8 @@ export interface GroupWrite {
   blocks: Map<number, number[]> | null;
   /** The blocks among the units whose records carry no headers (TailCache.appendUnits). */
   headerless: Set<number> | null;
+  /** The bytes written, when not `buf` alone (writeInPlace: the header, then the frame's records). */
+  pieces?: Buffer[];
   /** A block written in place (writeInPlace): the tail cache keeps the frame's buffer, its records at `starts`. */
   inPlace?: { body: Buffer; starts: number[]; flags: number };
 }

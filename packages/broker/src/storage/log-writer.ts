@@ -137,8 +137,8 @@ export class LogWriter {
         // The tail cache keeps these bytes: unpooled memory, not the frame they came in (write-arena.ts).
         const buf = this.arena.take(bytes);
         records.buf.copy(buf);
-        const { starts, offsets, lastOffset, maxTimestamp, untimed } = records;
-        return { buf, starts, offsets, lastOffset, maxTimestamp, untimed };
+        const { starts, offsets, lastOffset, maxTimestamp, untimed, count } = records;
+        return { buf, starts, offsets, lastOffset, maxTimestamp, untimed, count };
       });
     }
     const checked = checkReplicaRecords(records);
@@ -372,8 +372,8 @@ export class LogWriter {
     // The header's max timestamp (append-block.ts), as stampBlockInPlace stamped it.
     const maxTs = Math.max(seg.maxTimestamp, header.readUInt32BE(30) * 0x100000000 + header.readUInt32BE(34));
     const inPlace = { body: wire.body, starts: wire.starts, flags: header[9] };
-    const written: GroupWrite = { seg, group: [b], buf: header, bytes: b.bytes, startSize: seg.size, firstOffset, nextOffset, maxTs, recStarts: [0, b.bytes], unitOffsets: [firstOffset], blocks: null, headerless: null, inPlace };
     const pieces = [header, records];
+    const written: GroupWrite = { seg, group: [b], buf: header, pieces, bytes: b.bytes, startSize: seg.size, firstOffset, nextOffset, maxTs, recStarts: [0, b.bytes], unitOffsets: [firstOffset], blocks: null, headerless: null, inPlace };
     let wrote: boolean;
     try {
       wrote = seg.writeNow(pieces, written.startSize);
@@ -403,6 +403,7 @@ export class LogWriter {
     const writtenAt = performance.now();
     for (const b of group) (b.result as AppendResult).writtenAt = writtenAt;
     if (this.st.options.flush === 'always') {
+      this.sync.journalWrite(firstOffset, w.nextOffset - 1, w.nextOffset - firstOffset, w.pieces ?? [w.buf]);
       for (const b of group) this.sync.wait(b);
       this.sync.kick();
     } else {
@@ -463,6 +464,7 @@ export class LogWriter {
     cacheReplica(this.st.cache, rw);
     b.result = { baseOffset: first, lastOffset: last, timestamp: now, writtenAt: performance.now() };
     if (this.st.options.flush === 'always') {
+      this.sync.journalWrite(first, last, rw.count, [buf]);
       this.sync.wait(b);
       this.sync.kick();
     } else {

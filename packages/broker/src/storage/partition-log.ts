@@ -20,6 +20,7 @@ import { invalidParam } from 'tributary-protocol/errors.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
 import { writeFileAtomic } from './atomic-file.js';
 import { GroupCommit } from './group-commit.js';
+import { replayJournal } from './journal-replay.js';
 import { LogTicker } from './log-ticker.js';
 import { HwmCheckpoint } from './hwm-checkpoint.js';
 import { LogCleaner, retentionDue } from './log-cleaner.js';
@@ -115,8 +116,9 @@ export class PartitionLog {
   }
 
   private get sync(): GroupCommit {
-    // flush=interval: each write asks the flush timer for the fsync.
-    this.syncPart ??= new GroupCommit(this.st, this.options.flush === 'interval' ? () => this.ticker.want(this) : null);
+    // flush=interval, or journaled: each write asks the flush timer for the fsync of its segment.
+    const timed = this.options.flush === 'interval' || this.options.journal !== undefined;
+    this.syncPart ??= new GroupCommit(this.st, timed ? () => this.ticker.want(this) : null, this.options.journal ?? null);
     return this.syncPart;
   }
 
@@ -153,6 +155,16 @@ export class PartitionLog {
     const pl = new PartitionLog(dir, o, log, segments, fds, tombstoneHorizon);
     pl.st.hwm = pl.st.clampHwm(checkpointedHwm);
     pl.checkpoint.checkpointed = pl.st.hwm;
+    const entries = o.journal?.takeRecovered(dir);
+    if (entries !== undefined) {
+      const sync = async (from: number) => {
+        for (const s of pl.st.segments) if (s.nextOffset > from || s === pl.st.active) await s.datasync();
+      };
+      await replayJournal(pl, entries, sync).catch(async (err: unknown) => {
+        await pl.shutdown(false).catch(() => {});
+        throw err;
+      });
+    }
     log.debug({ logStartOffset: pl.logStartOffset, logEndOffset: pl.logEndOffset, segments: segments.length, clean }, 'partition log opened');
     return pl;
   }
@@ -309,7 +321,7 @@ export class PartitionLog {
       this.ticker.want(this);
       return;
     }
-    if (this.options.flush === 'interval' && this.sync.dirtyCount > 0) this.sync.kick();
+    if ((this.options.flush === 'interval' || this.sync.journaled) && this.sync.dirtyCount > 0) this.sync.syncSegments();
     if (this.options.checkpointHwmOnTimer === false) return;
     this.checkpoint.write().then(
       () => this.wantCheckpoint(),
@@ -325,7 +337,7 @@ export class PartitionLog {
     if (this.st.state === 'closed') throw storageError(this.dir, 'log is closed');
     await this.writer.exclusive(async () => {
       if (this.st.state === 'closed') throw storageError(this.dir, 'log is closed');
-      this.sync.kick();
+      this.sync.syncSegments();
       await this.sync.idle();
       if (this.st.failed) throw storageError(this.dir, 'log failed', this.st.failed);
       if (this.st.dormant) return;
@@ -446,6 +458,10 @@ export class PartitionLog {
       if (this.st.state === 'closed') throw storageError(this.dir, 'log is closed');
       if (offset >= this.st.logEndOffset) return;
       await this.sync.idle();
+      // Journaled, before the files change: a replay after a crash must not bring the cut records back.
+      await this.sync.journalTruncate(offset).catch((err: unknown) => {
+        throw storageError(this.dir, 'journal write failed', err);
+      });
       const before = this.st.logEndOffset;
       try {
         await truncateSegments(this.st, this.sync, this.fds, offset);
@@ -495,6 +511,10 @@ export class PartitionLog {
       // A raise landing after the rename would bring the directory back around its file.
       await this.horizon.idle();
       while (this.checkpoint.inFlight) await this.checkpoint.inFlight;
+      // Journaled, before the files go: a replay after a crash must not bring the released records back.
+      await this.sync.journalReset().catch((err: unknown) => {
+        throw storageError(this.dir, 'journal write failed', err);
+      });
       let doomed: string | null;
       try {
         doomed = await renameAway(this.dir);
@@ -528,6 +548,7 @@ export class PartitionLog {
   async destroy(): Promise<void> {
     this.closePromise ??= this.shutdown(false);
     await this.closePromise.catch(() => {});
+    await this.syncPart?.journalReset();
     // Retried: a file written into the directory meanwhile (a replica's leader epoch checkpoint, flushed as
     // its role changes) fails the last rmdir with ENOTEMPTY.
     await rm(this.dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 20 });
@@ -556,6 +577,7 @@ export class PartitionLog {
           // The active segment first: its unsynced writes keep its fd, which an older segment reopening may need.
           for (const s of [...this.st.segments].reverse()) if (this.sync.isDirty(s) || s.indexState !== 'synced') await s.datasync();
           this.sync.forgetAll();
+          this.sync.journalForget();
           for (const s of this.st.segments) if (s.indexState !== 'synced') await s.writeIndex(true);
           await this.checkpoint.write();
           await writeFileAtomic(join(this.dir, CLEAN_SHUTDOWN_FILE), `${Date.now()}\n`, { syncDir: false });

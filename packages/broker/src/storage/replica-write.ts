@@ -24,6 +24,8 @@ export interface ReplicaWrite {
   maxTimestamp: number;
   /** Some record has none (negative): the segment's age counts it as written when it is (ageTimestamp). */
   untimed: boolean;
+  /** Records (a block holds several). */
+  count: number;
 }
 
 /** Checks the records of an appendReplica call: whole appends, offsets increasing; their encoded sizes, or the error. */
@@ -75,7 +77,7 @@ export function encodeReplicaRecords(records: LogRecord[], sizes: number[], offs
     p = end;
   }
   starts[n] = p;
-  return { buf, starts, offsets, lastOffset: offsets[n - 1], maxTimestamp, untimed };
+  return { buf, starts, offsets, lastOffset: offsets[n - 1], maxTimestamp, untimed, count: n };
 }
 
 /**

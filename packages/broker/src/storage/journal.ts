@@ -1,0 +1,307 @@
+/**
+ * The broker's journal (docs/architecture.md, "The journal"): under flush=always, every log writes what it
+ * appends to its segment also here, and an append is acknowledged once one fdatasync of the journal covers
+ * it, where without the journal each partition fsyncs its own segment file. Twelve partitions written at
+ * once cost the disk twelve fsyncs per round instead of one (bench/README.md, "latency"). Segments are
+ * fsynced later, about once a flush interval (a checkpoint: PartitionLog.onTick), and a journal file is
+ * deleted once every log with entries in it has fsynced its segments since.
+ *
+ * Recovery (journal-replay.ts): open() reads every file; each log, as it opens, appends what its segments
+ * lack of its entries, in order, truncations and resets included; endRecovery() then starts a new file and
+ * deletes the old ones.
+ */
+import { closeSync, fdatasync, openSync, readdirSync, unlinkSync, writevSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join, relative } from 'node:path';
+import type { Logger } from 'pino';
+import { fsyncDir, makeDir } from './log-fs.js';
+import { decodeEntries, encodeReset, encodeTruncate, encodeWrite, type JournalEntry } from './journal-format.js';
+
+export const JOURNAL_DIR = 'journal';
+const SUFFIX = '.journal';
+/** Default size at which a journal file is closed and the next one started. */
+export const DEFAULT_JOURNAL_FILE_BYTES = 64 * 1024 * 1024;
+
+const fileName = (seq: number) => `${String(seq).padStart(16, '0')}${SUFFIX}`;
+
+interface JournalFile {
+  seq: number;
+  fd: number;
+  size: number;
+  /** Written since its last fdatasync began. */
+  dirty: boolean;
+  /** Its directory entry is not yet fsynced. */
+  newEntry: boolean;
+}
+
+/** What a log's segment fsync covers: the oldest journal file it had entries in (see segmentSyncStarted). */
+export type SyncToken = number | undefined;
+
+export class Journal {
+  private readonly files: JournalFile[] = [];
+  /** Per log (its key), the oldest journal file holding entries its segments may lack on disk. */
+  private readonly unsynced = new Map<string, number>();
+  /** Journal files that segment fsyncs under way still need, with how many need each. */
+  private readonly inFlight = new Map<number, number>();
+  private waiting: Array<(err: Error | null) => void> = [];
+  private syncing = false;
+  private closed = false;
+  /** A write or fdatasync failed: nothing written here since is known to be durable (see GroupCommit). */
+  failed: Error | null = null;
+  /** Recovered entries by log key, until endRecovery (null afterwards: the journal is active). */
+  private recovered: Map<string, JournalEntry[]> | null;
+  private readonly oldFiles: string[];
+
+  private constructor(
+    readonly dir: string,
+    private readonly baseDir: string,
+    private readonly logger: Logger,
+    private readonly fileBytes: number,
+    recovered: Map<string, JournalEntry[]>,
+    oldFiles: string[],
+  ) {
+    this.recovered = recovered;
+    this.oldFiles = oldFiles;
+  }
+
+  /**
+   * Reads the journal in `<baseDir>/journal`: the entries each log's open replays (takeRecovered). Entries
+   * before a log's last reset are dropped: its files went after them.
+   */
+  static async open(baseDir: string, logger: Logger, fileBytes = DEFAULT_JOURNAL_FILE_BYTES): Promise<Journal> {
+    const dir = join(baseDir, JOURNAL_DIR);
+    await makeDir(dir, true);
+    const names = readdirSync(dir)
+      .filter((n) => n.endsWith(SUFFIX))
+      .sort();
+    const byKey = new Map<string, JournalEntry[]>();
+    let count = 0;
+    for (const n of names) {
+      const buf = await readFile(join(dir, n));
+      const { entries, end } = decodeEntries(buf);
+      if (end < buf.length) logger.warn({ file: n, goodBytes: end, bytes: buf.length }, 'journal file ends in an entry that is cut or damaged (never acknowledged); read up to it');
+      for (const e of entries) {
+        if (e.kind === 'reset') {
+          byKey.set(e.key, []);
+          continue;
+        }
+        let list = byKey.get(e.key);
+        if (list === undefined) byKey.set(e.key, (list = []));
+        list.push(e);
+        count++;
+      }
+    }
+    for (const [k, list] of byKey) if (list.length === 0) byKey.delete(k);
+    if (names.length > 0) logger.info({ files: names.length, entries: count, logs: byKey.size }, 'journal read');
+    return new Journal(dir, baseDir, logger, fileBytes, byKey, names);
+  }
+
+  /** Recovery is over and the journal takes writes. */
+  get active(): boolean {
+    return this.recovered === null && !this.closed;
+  }
+
+  /** The key of the log in `logDir`. */
+  keyOf(logDir: string): string {
+    return relative(this.baseDir, logDir);
+  }
+
+  /** The recovered entries of the log in `logDir` (once: the log replays them as it opens). */
+  takeRecovered(logDir: string): JournalEntry[] | undefined {
+    if (this.recovered === null) return undefined;
+    const key = this.keyOf(logDir);
+    const list = this.recovered.get(key);
+    this.recovered.delete(key);
+    return list;
+  }
+
+  /**
+   * Every log has opened (and replayed and fsynced its entries): the old files go, and a new one takes
+   * writes. Entries no log took are of logs that no longer exist (a topic deleted meanwhile).
+   */
+  async endRecovery(takeWrites = true): Promise<void> {
+    if (this.recovered === null) return;
+    if (this.recovered.size > 0) this.logger.warn({ logs: [...this.recovered.keys()].slice(0, 10), count: this.recovered.size }, 'journal entries of logs that do not exist: dropped');
+    this.recovered = null;
+    if (takeWrites) {
+      const last = this.oldFiles.length > 0 ? Number.parseInt(this.oldFiles[this.oldFiles.length - 1], 10) : 0;
+      this.startFile(last + 1);
+      await fsyncDir(this.dir);
+      (this.files[0] as JournalFile).newEntry = false;
+    } else this.closed = true;
+    for (const n of this.oldFiles) unlinkSync(join(this.dir, n));
+    if (this.oldFiles.length > 0) await fsyncDir(this.dir);
+  }
+
+  /** Entries were recovered for some log (until endRecovery). */
+  get hasRecovered(): boolean {
+    return this.recovered !== null && this.recovered.size > 0;
+  }
+
+  private startFile(seq: number): void {
+    const fd = openSync(join(this.dir, fileName(seq)), 'w');
+    this.files.push({ seq, fd, size: 0, dirty: false, newEntry: true });
+  }
+
+  private get current(): JournalFile {
+    return this.files[this.files.length - 1] as JournalFile;
+  }
+
+  /** What a log wrote to its segment: offsets first..last, `count` records, `bytes` as written. Throws if the write fails. */
+  write(key: string, first: number, last: number, count: number, bytes: readonly Buffer[]): void {
+    this.append(key, encodeWrite(key, first, last, count, bytes));
+  }
+
+  /** A log dropped its records from `offset` on: durable before it does (replay must not bring them back). */
+  truncate(key: string, offset: number): Promise<void> {
+    return this.appendDurable(key, encodeTruncate(key, offset));
+  }
+
+  /** A log's files go (released, destroyed): durable before they do. Its earlier entries no longer count. */
+  async reset(key: string): Promise<void> {
+    await this.appendDurable(key, encodeReset(key));
+    this.unsynced.delete(key);
+    this.collect();
+  }
+
+  private appendDurable(key: string, pieces: Buffer[]): Promise<void> {
+    if (!this.active) return Promise.resolve();
+    this.append(key, pieces);
+    return new Promise((resolve, reject) => this.whenDurable((err) => (err ? reject(err) : resolve())));
+  }
+
+  private append(key: string, pieces: Buffer[]): void {
+    if (this.failed) throw this.failed;
+    if (!this.active) throw new Error('journal is not taking writes');
+    let f = this.current;
+    if (f.size >= this.fileBytes) {
+      this.startFile(f.seq + 1);
+      f = this.current;
+    }
+    let n = 0;
+    for (const p of pieces) n += p.length;
+    try {
+      // The main thread's write: a page-cache copy, in order with the segment write just before it.
+      const wrote = writevSync(f.fd, pieces);
+      if (wrote !== n) throw new Error(`short journal write (${wrote} of ${n} bytes)`);
+    } catch (err) {
+      this.fail(err);
+      throw err;
+    }
+    f.size += n;
+    f.dirty = true;
+    if (!this.unsynced.has(key)) this.unsynced.set(key, f.seq);
+  }
+
+  private fail(err: unknown): void {
+    if (this.failed) return;
+    this.failed = err instanceof Error ? err : new Error(String(err));
+    this.logger.error({ err: this.failed }, 'journal failed: appends under flush=always are refused until the broker restarts');
+  }
+
+  /** `cb` runs once an fdatasync begun after this call has ended (group commit), with its error if any. */
+  whenDurable(cb: (err: Error | null) => void): void {
+    if (this.failed) {
+      cb(this.failed);
+      return;
+    }
+    this.waiting.push(cb);
+    if (!this.syncing) this.pass();
+  }
+
+  private pass(): void {
+    const cbs = this.waiting;
+    if (cbs.length === 0 || this.failed) {
+      this.syncing = false;
+      for (const cb of cbs) cb(this.failed);
+      this.waiting = [];
+      this.collect();
+      return;
+    }
+    this.syncing = true;
+    this.waiting = [];
+    const files = this.files.filter((f) => f.dirty || f.newEntry);
+    for (const f of files) f.dirty = false;
+    this.syncFiles(files, 0, cbs);
+  }
+
+  private syncFiles(files: JournalFile[], i: number, cbs: Array<(err: Error | null) => void>): void {
+    const done = (err: unknown) => {
+      if (err) this.fail(err);
+      for (const cb of cbs) cb(this.failed);
+      this.pass();
+    };
+    if (i === files.length) {
+      const fresh = files.filter((f) => f.newEntry);
+      if (fresh.length === 0) {
+        done(null);
+        return;
+      }
+      fsyncDir(this.dir).then(() => {
+        for (const f of fresh) f.newEntry = false;
+        done(null);
+      }, done);
+      return;
+    }
+    fdatasync(files[i].fd, (err) => (err ? done(err) : this.syncFiles(files, i + 1, cbs)));
+  }
+
+  /**
+   * A log begins to fsync its segments: every write it made so far is covered once that ends
+   * (segmentSyncEnded with the token returned here).
+   */
+  segmentSyncStarted(key: string): SyncToken {
+    const seq = this.unsynced.get(key);
+    if (seq === undefined) return undefined;
+    this.unsynced.delete(key);
+    this.inFlight.set(seq, (this.inFlight.get(seq) ?? 0) + 1);
+    return seq;
+  }
+
+  segmentSyncEnded(key: string, token: SyncToken, ok: boolean): void {
+    if (token === undefined) return;
+    const n = (this.inFlight.get(token) ?? 1) - 1;
+    if (n === 0) this.inFlight.delete(token);
+    else this.inFlight.set(token, n);
+    if (!ok) {
+      const had = this.unsynced.get(key);
+      this.unsynced.set(key, had === undefined ? token : Math.min(had, token));
+    }
+    this.collect();
+  }
+
+  /** The log's segments were all fsynced (a clean close): its entries are no longer needed. */
+  forget(key: string): void {
+    if (this.unsynced.delete(key)) this.collect();
+  }
+
+  /** Closes and deletes the files no log needs any more (never the current one, nor one a pass syncs). */
+  private collect(): void {
+    if (this.syncing || this.files.length < 2) return;
+    let live = this.current.seq;
+    for (const s of this.unsynced.values()) if (s < live) live = s;
+    for (const s of this.inFlight.keys()) if (s < live) live = s;
+    while (this.files.length > 1 && this.files[0].seq < live) {
+      const f = this.files.shift() as JournalFile;
+      try {
+        closeSync(f.fd);
+        unlinkSync(join(this.dir, fileName(f.seq)));
+      } catch (err) {
+        this.logger.warn({ err, file: fileName(f.seq) }, 'could not delete a journal file');
+      }
+    }
+  }
+
+  /** Files the journal holds now (for tests and the metrics). */
+  get fileCount(): number {
+    return this.files.length;
+  }
+
+  /** Waits for a pass under way, then closes the files (they stay: the next open reads them). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await new Promise<void>((resolve) => (this.syncing ? this.waiting.push(() => resolve()) : resolve()));
+    this.closed = true;
+    for (const f of this.files.splice(0)) closeSync(f.fd);
+  }
+}

@@ -1,0 +1,237 @@
+/**
+ * The broker's journal (storage/journal.ts, journal-replay.ts; docs/architecture.md "The journal"): under
+ * flush=always an append is acknowledged once the journal's fdatasync covers it, and the segments are
+ * fsynced later. A power loss may then take any unsynced tail of the active segment: the log must still
+ * hold every acknowledged record, in order, after the journal is replayed, truncations and releases
+ * included; and journal files go once every log has fsynced its segments since.
+ */
+import { readdir, readFile, stat, truncate, unlink, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import fc from 'fast-check';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { encodeBatch, scanBatch } from 'tributary-protocol/batch.js';
+import { decodeEntries, encodeReset, encodeTruncate, encodeWrite } from 'tributary-broker/storage/journal-format.js';
+import { JOURNAL_DIR, Journal } from 'tributary-broker/storage/journal.js';
+import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
+import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from 'tributary-broker/storage/segment-names.js';
+import { removeDir, tempDir } from '../../helpers/util.js';
+
+const quiet = pino({ level: 'silent' });
+let base: string;
+let dir: string;
+beforeEach(async () => {
+  base = await tempDir('trib-journal-');
+  dir = join(base, 'logs', 't~1', '0');
+});
+afterEach(async () => {
+  await removeDir(base);
+});
+
+const concat = (pieces: Buffer[]) => Buffer.concat(pieces);
+
+describe('journal entries', () => {
+  const entries = () =>
+    concat([
+      ...encodeWrite('logs/a~1/0', 0, 2, 3, [Buffer.from('abc'), Buffer.from('defgh')]),
+      ...encodeTruncate('logs/a~1/0', 1),
+      ...encodeReset('logs/b~2/3'),
+      ...encodeWrite('logs/a~1/0', 1, 1, 1, [Buffer.from('x'.repeat(40))]),
+    ]);
+
+  it('decode what was encoded', () => {
+    const { entries: got, end } = decodeEntries(entries());
+    expect(end).toBe(entries().length);
+    expect(got.map((e) => ({ ...e, bytes: 'bytes' in e ? e.bytes.toString() : undefined }))).toEqual([
+      { kind: 'write', key: 'logs/a~1/0', first: 0, last: 2, count: 3, bytes: 'abcdefgh' },
+      { kind: 'truncate', key: 'logs/a~1/0', offset: 1, bytes: undefined },
+      { kind: 'reset', key: 'logs/b~2/3', bytes: undefined },
+      { kind: 'write', key: 'logs/a~1/0', first: 1, last: 1, count: 1, bytes: 'x'.repeat(40) },
+    ]);
+  });
+
+  it('read up to an entry cut anywhere, or with any byte of the last two flipped', () => {
+    const all = entries();
+    const ends = [0];
+    for (let p = 0; p < all.length; p += 8 + all.readUInt32BE(p)) ends.push(p + 8 + all.readUInt32BE(p));
+    const whole = (n: number) => ends.filter((e) => e <= n).length - 1;
+    for (let cut = 0; cut <= all.length; cut++) {
+      const { entries: got, end } = decodeEntries(all.subarray(0, cut));
+      expect(got.length).toBe(whole(cut));
+      expect(end).toBe(ends[whole(cut)]);
+    }
+    const firstOfLastTwo = ends[ends.length - 3] as number;
+    for (let i = firstOfLastTwo; i < all.length; i++) {
+      const bad = Buffer.from(all);
+      bad[i] ^= 0x5a;
+      const { entries: got } = decodeEntries(bad);
+      // The flipped entry and everything after it are dropped.
+      expect(got.length).toBe(i < (ends[ends.length - 2] as number) ? ends.length - 3 : ends.length - 2);
+    }
+  });
+});
+
+const OPTS: Partial<LogOptions> = { flush: 'always', segmentBytes: 4096, indexIntervalBytes: 512, tailCacheBytes: 0 };
+
+/** Opens a journal and the log over it, as a broker starts: the log replays, then the journal takes writes. */
+async function start(opts: Partial<LogOptions> = {}, fileBytes?: number): Promise<{ journal: Journal; log: PartitionLog }> {
+  const journal = await Journal.open(base, quiet, fileBytes);
+  const log = await PartitionLog.open(dir, { ...OPTS, ...opts, journal });
+  await journal.endRecovery();
+  return { journal, log };
+}
+
+/** A crash of the machine: the process stops, then the active segment keeps `keep` (0..1) of what no segment fsync covered. */
+async function powerLoss(journal: Journal, log: PartitionLog, keep: number, durableSizes: Map<string, number>): Promise<void> {
+  await simulateCrash(log);
+  await journal.close();
+  const names = (await readdir(dir)).filter((n) => n.endsWith(LOG_SUFFIX)).sort();
+  for (const n of names) {
+    const size = (await stat(join(dir, n))).size;
+    const durable = durableSizes.get(n) ?? 0;
+    if (size > durable) await truncate(join(dir, n), durable + Math.floor((size - durable) * keep));
+  }
+  for (const n of await readdir(dir)) if (n.endsWith(INDEX_SUFFIX)) await unlink(join(dir, n));
+}
+
+async function readAll(log: PartitionLog): Promise<string[]> {
+  const recs = await log.read(log.logStartOffset, { maxRecords: 100_000, maxBytes: 1 << 26 });
+  return recs.map((r) => `${r.offset}:${r.value?.toString()}`);
+}
+
+const value = (i: number, gen = 0) => Buffer.from(`v${gen}-${i}-${'x'.repeat(i % 50)}`);
+
+describe('replay after a power loss', () => {
+  it('the log holds every acknowledged append, however much of the unsynced tail the disk kept', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.integer({ min: 1, max: 9 }), { minLength: 1, maxLength: 40 }), fc.double({ min: 0, max: 1, noNaN: true }), async (sizes, keep) => {
+        await removeDir(base);
+        const { journal, log } = await start();
+        const expected: string[] = [];
+        let i = 0;
+        for (const n of sizes) {
+          const r = await log.append(Array.from({ length: n }, (_, j) => ({ key: null, value: value(i + j) })));
+          for (let j = 0; j < n; j++) expected.push(`${r.baseOffset + j}:${value(i + j).toString()}`);
+          i += n;
+        }
+        // Closed segments were fsynced at their roll; the active one never was.
+        const active = log.segmentInfos().at(-1)?.baseOffset ?? 0;
+        const durable = new Map<string, number>();
+        for (const s of log.segmentInfos()) if (s.baseOffset !== active) durable.set(segmentFileName(s.baseOffset, LOG_SUFFIX), s.sizeBytes);
+        await powerLoss(journal, log, keep, durable);
+        const again = await start();
+        try {
+          expect(await readAll(again.log)).toEqual(expected);
+          expect(again.log.logEndOffset).toBe(i);
+        } finally {
+          await again.log.close();
+          await again.journal.close();
+        }
+      }),
+      { numRuns: 25 },
+    );
+  });
+
+  it('replays blocks written in place and truncations, so the truncated records stay gone', async () => {
+    const { journal, log } = await start({ storedLayout: 'blocks', segmentBytes: 1 << 20 });
+    const frame = (from: number, n: number, gen: number) => {
+      const records = Array.from({ length: n }, (_, j) => ({
+        key: null,
+        value: Buffer.from(`${value(from + j, gen).toString()}${'p'.repeat(300)}`),
+        timestamp: 0,
+        headers: [],
+        offset: 0,
+        sequence: 0,
+        producerId: '',
+        epoch: 0,
+        attributes: 0,
+      }));
+      const frame = encodeBatch({ topic: 't', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records }, { extensions: true });
+      const own = Buffer.allocUnsafeSlow(frame.length);
+      frame.copy(own);
+      return scanBatch(own, { extensions: true, request: true });
+    };
+    await log.appendWire(frame(0, 20, 0));
+    await log.appendWire(frame(20, 20, 0));
+    await log.truncateTo(25);
+    await log.appendWire(frame(25, 10, 1));
+    await powerLoss(journal, log, 0, new Map());
+    const again = await start({ storedLayout: 'blocks', segmentBytes: 1 << 20 });
+    try {
+      const got = await readAll(again.log);
+      expect(got.length).toBe(35);
+      expect(got.slice(0, 25).every((s, k) => s.startsWith(`${k}:v0-${k}-`))).toBe(true);
+      expect(got.slice(25).every((s, k) => s.startsWith(`${25 + k}:v1-${25 + k}-`))).toBe(true);
+    } finally {
+      await again.log.close();
+      await again.journal.close();
+    }
+  });
+
+  it('does not bring back the records of a released log', async () => {
+    const { journal, log } = await start();
+    await log.append([{ key: null, value: value(1) }, { key: null, value: value(2) }]);
+    await log.release();
+    await log.append([{ key: null, value: value(3, 1) }]);
+    await powerLoss(journal, log, 0, new Map());
+    const again = await start();
+    try {
+      expect(await readAll(again.log)).toEqual([`0:${value(3, 1).toString()}`]);
+    } finally {
+      await again.log.close();
+      await again.journal.close();
+    }
+  });
+
+  it('an entry cut short at the end of the journal was never acknowledged: replay stops before it', async () => {
+    const { journal, log } = await start();
+    await log.append([{ key: null, value: value(1) }]);
+    await log.append([{ key: null, value: value(2) }]);
+    await powerLoss(journal, log, 0, new Map());
+    const jdir = join(base, JOURNAL_DIR);
+    const [file] = (await readdir(jdir)).sort();
+    const bytes = await readFile(join(jdir, file as string));
+    await writeFile(join(jdir, file as string), bytes.subarray(0, bytes.length - 3));
+    const again = await start();
+    try {
+      expect(await readAll(again.log)).toEqual([`0:${value(1).toString()}`]);
+    } finally {
+      await again.log.close();
+      await again.journal.close();
+    }
+  });
+});
+
+describe('journal files', () => {
+  it('go once every log with entries in them fsynced its segments', async () => {
+    const { journal, log } = await start({}, 2048);
+    for (let i = 0; i < 40; i++) await log.append([{ key: null, value: value(i) }]);
+    const jdir = join(base, JOURNAL_DIR);
+    const before = (await readdir(jdir)).length;
+    expect(before).toBeGreaterThan(2);
+    expect(journal.fileCount).toBe(before);
+    await log.flush();
+    // The current file stays; every full one went.
+    expect(journal.fileCount).toBe(1);
+    expect((await readdir(jdir)).length).toBe(1);
+    await log.close();
+    await journal.close();
+  });
+
+  it('a clean restart finds nothing to replay and keeps every record', async () => {
+    const { journal, log } = await start();
+    for (let i = 0; i < 30; i++) await log.append([{ key: null, value: value(i) }]);
+    const expected = await readAll(log);
+    await log.close();
+    await journal.close();
+    const again = await start();
+    try {
+      expect(await readAll(again.log)).toEqual(expected);
+      expect((await readdir(join(base, JOURNAL_DIR))).length).toBe(1);
+    } finally {
+      await again.log.close();
+      await again.journal.close();
+    }
+  });
+});
