@@ -194,10 +194,10 @@ describe('loadBrokerConfig', () => {
 
     // flushIntervalMs is the fsync period of flush interval and of journaled segments (the internal topics'
     // are journaled whatever the flush mode), and in a cluster the HWM checkpoint period too.
-    expect(refused({ flushIntervalMs: '50', journal: 'false' })).toEqual([expect.stringMatching(/^invalid config: flushIntervalMs: given, but flush is always without the journal, which does not use it on a standalone broker .* \(flag --flush-interval-ms\)$/)]);
-    expect(refused({ flushIntervalMs: '50', flush: 'os', journal: 'false' })).toEqual([expect.stringMatching(/^invalid config: flushIntervalMs: given, but flush is os/)]);
-    ok(loadBrokerConfig({ env: {}, flags: { flushIntervalMs: '50' } }));
-    ok(loadBrokerConfig({ env: {}, flags: { flushIntervalMs: '50', flush: 'os' } }));
+    expect(refused({ flushIntervalMs: '50' })).toEqual([expect.stringMatching(/^invalid config: flushIntervalMs: given, but flush is always without the journal, which does not use it on a standalone broker .* \(flag --flush-interval-ms\)$/)]);
+    expect(refused({ flushIntervalMs: '50', flush: 'os' })).toEqual([expect.stringMatching(/^invalid config: flushIntervalMs: given, but flush is os/)]);
+    ok(loadBrokerConfig({ env: {}, flags: { flushIntervalMs: '50', journal: 'true' } }));
+    ok(loadBrokerConfig({ env: {}, flags: { flushIntervalMs: '50', flush: 'os', journal: 'true' } }));
     ok(loadBrokerConfig({ env: {}, flags: { flushIntervalMs: '50', flush: 'interval' } }));
     ok(loadBrokerConfig({ env: {}, flags: { flushIntervalMs: '50', cluster: 'true', etcd: '127.0.0.1:2379' } }));
   });

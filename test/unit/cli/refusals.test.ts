@@ -250,7 +250,7 @@ it('broker start refuses settings it would not use, with exit 2 and nothing crea
     [['--min-insync-replicas', '5'], /^invalid config: minInsyncReplicas: is for cluster mode \(--cluster\)/],
     [['--etcd', '127.0.0.1:2379'], /^invalid config: etcd: is for cluster mode/],
     [['--kafka-advertised-port', '19092'], /^invalid config: kafkaAdvertisedPort: is for the Kafka listener, which is off/],
-    [['--flush-interval-ms', '50', '--journal', 'false'], /^invalid config: flushIntervalMs: given, but flush is always without the journal/],
+    [['--flush-interval-ms', '50'], /^invalid config: flushIntervalMs: given, but flush is always without the journal/],
     [['--http-allowed-hosts', 'https://ops.example'], /^invalid config: httpAllowedHosts: "https:\/\/ops\.example" is not a host name/],
     // Before: both started, and an ACL that looked in force protected nothing (authentication off).
     [['--topic-acls', '{"x":{}}'], /^invalid config: topicAcls: is for authentication \(--authentication\), which is off/],

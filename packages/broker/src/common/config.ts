@@ -125,10 +125,11 @@ export const brokerConfigSchema = z
     flushIntervalMs: z.number().int().min(1).max(MAX_TIMER_MS).default(1000),
     /**
      * The journal (docs/architecture.md, "The journal"): logs under flush=always (the internal topics'
-     * always) are durable with one fdatasync of a broker-wide file per round instead of one per partition,
-     * and fsync their segments every flushIntervalMs. Off: each append waits for its own segment's fsync.
+     * always) are durable with one write of a broker-wide file per round instead of an fsync per
+     * partition, and fsync their segments every flushIntervalMs. For many partitions written at once; off
+     * by default, where each append waits for its own segment's fsync (bench/README.md, "scale").
      */
-    journal: z.boolean().default(true),
+    journal: z.boolean().default(false),
     segmentBytes: z.number().int().min(1024).max(MAX_SEGMENT_BYTES).default(128 * 1024 * 1024),
     /**
      * Memory for recently appended records kept for tail readers, over every partition together (each also

@@ -1,38 +1,26 @@
 /**
  * The broker's journal (docs/architecture.md, "The journal"): under flush=always, every log writes what it
- * appends to its segment also here, and an append is acknowledged once one fdatasync of the journal covers
- * it, where without the journal each partition fsyncs its own segment file. Twelve partitions written at
- * once cost the disk twelve fsyncs per round instead of one (bench/README.md, "latency"). Segments are
- * fsynced later, about once a flush interval (a checkpoint: PartitionLog.onTick), and a journal file is
- * deleted once every log with entries in it has fsynced its segments since.
+ * appends to its segment also here, and an append is acknowledged once the journal's write covers it: one
+ * O_DSYNC write (journal-files.ts) per round for every partition, where without the journal each partition
+ * fsyncs its own segment file, and a write and an fdatasync are two thread-pool round trips where this is
+ * one. Segments are fsynced later, about once a flush interval (a checkpoint: PartitionLog.onTick), and a
+ * journal file is deleted once every log with entries in it has fsynced its segments since.
  *
  * Recovery (journal-replay.ts): open() reads every file; each log, as it opens, appends what its segments
  * lack of its entries, in order, truncations and resets included; endRecovery() then starts a new file and
  * deletes the old ones.
  */
-import { closeSync, fdatasync, openSync, readdirSync, unlinkSync, writevSync } from 'node:fs';
+import { closeSync, readdirSync, unlinkSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import type { Logger } from 'pino';
 import { fsyncDir, makeDir } from './log-fs.js';
+import { createGrowing, JOURNAL_SUFFIX, type JournalFile, journalFileName, writeDurably } from './journal-files.js';
 import { decodeEntries, encodeReset, encodeTruncate, encodeWrite, type JournalEntry } from './journal-format.js';
 
 export const JOURNAL_DIR = 'journal';
-const SUFFIX = '.journal';
-/** Default size at which a journal file is closed and the next one started. */
+/** Default size of a journal file: a pass that would go past it starts the next one. */
 export const DEFAULT_JOURNAL_FILE_BYTES = 64 * 1024 * 1024;
-
-const fileName = (seq: number) => `${String(seq).padStart(16, '0')}${SUFFIX}`;
-
-interface JournalFile {
-  seq: number;
-  fd: number;
-  size: number;
-  /** Written since its last fdatasync began. */
-  dirty: boolean;
-  /** Its directory entry is not yet fsynced. */
-  newEntry: boolean;
-}
 
 /** What a log's segment fsync covers: the oldest journal file it had entries in (see segmentSyncStarted). */
 export type SyncToken = number | undefined;
@@ -44,7 +32,11 @@ export class Journal {
   /** Journal files that segment fsyncs under way still need, with how many need each. */
   private readonly inFlight = new Map<number, number>();
   private waiting: Array<(err: Error | null) => void> = [];
-  private syncing = false;
+  /** Entries queued for the next pass, and their size. */
+  private queue: Buffer[] = [];
+  private queuedBytes = 0;
+  /** A pass (one write) is under way. */
+  private writing = false;
   private closed = false;
   /** A write or fdatasync failed: nothing written here since is known to be durable (see GroupCommit). */
   failed: Error | null = null;
@@ -72,7 +64,7 @@ export class Journal {
     const dir = join(baseDir, JOURNAL_DIR);
     await makeDir(dir, true);
     const names = readdirSync(dir)
-      .filter((n) => n.endsWith(SUFFIX))
+      .filter((n) => n.endsWith(JOURNAL_SUFFIX))
       .sort();
     const byKey = new Map<string, JournalEntry[]>();
     let count = 0;
@@ -125,12 +117,11 @@ export class Journal {
     this.recovered = null;
     if (takeWrites) {
       const last = this.oldFiles.length > 0 ? Number.parseInt(this.oldFiles[this.oldFiles.length - 1], 10) : 0;
-      this.startFile(last + 1);
-      await fsyncDir(this.dir);
-      (this.files[0] as JournalFile).newEntry = false;
+      this.files.push(createGrowing(this.dir, last + 1));
     } else this.closed = true;
     for (const n of this.oldFiles) unlinkSync(join(this.dir, n));
-    if (this.oldFiles.length > 0) await fsyncDir(this.dir);
+    await fsyncDir(this.dir);
+    if (takeWrites) this.current.newEntry = false;
   }
 
   /** Entries were recovered for some log (until endRecovery). */
@@ -138,16 +129,11 @@ export class Journal {
     return this.recovered !== null && this.recovered.size > 0;
   }
 
-  private startFile(seq: number): void {
-    const fd = openSync(join(this.dir, fileName(seq)), 'w');
-    this.files.push({ seq, fd, size: 0, dirty: false, newEntry: true });
-  }
-
   private get current(): JournalFile {
     return this.files[this.files.length - 1] as JournalFile;
   }
 
-  /** What a log wrote to its segment: offsets first..last, `count` records, `bytes` as written. Throws if the write fails. */
+  /** What a log wrote to its segment: offsets first..last, `count` records, `bytes` as written (kept until written here). */
   write(key: string, first: number, last: number, count: number, bytes: readonly Buffer[]): void {
     this.append(key, encodeWrite(key, first, last, count, bytes));
   }
@@ -170,27 +156,16 @@ export class Journal {
     return new Promise((resolve, reject) => this.whenDurable((err) => (err ? reject(err) : resolve())));
   }
 
+  /** Queues an entry: the next pass writes it, in order with every entry queued before. */
   private append(key: string, pieces: Buffer[]): void {
     if (this.failed) throw this.failed;
     if (!this.active) throw new Error('journal is not taking writes');
-    let f = this.current;
-    if (f.size >= this.fileBytes) {
-      this.startFile(f.seq + 1);
-      f = this.current;
+    for (const p of pieces) {
+      this.queue.push(p);
+      this.queuedBytes += p.length;
     }
-    let n = 0;
-    for (const p of pieces) n += p.length;
-    try {
-      // The main thread's write: a page-cache copy, in order with the segment write just before it.
-      const wrote = writevSync(f.fd, pieces);
-      if (wrote !== n) throw new Error(`short journal write (${wrote} of ${n} bytes)`);
-    } catch (err) {
-      this.fail(err);
-      throw err;
-    }
-    f.size += n;
-    f.dirty = true;
-    if (!this.unsynced.has(key)) this.unsynced.set(key, f.seq);
+    // The file the entry lands in is this one or a later one: keeping from this one is safe.
+    if (!this.unsynced.has(key)) this.unsynced.set(key, this.current.seq);
   }
 
   private fail(err: unknown): void {
@@ -199,51 +174,51 @@ export class Journal {
     this.logger.error({ err: this.failed }, 'journal failed: appends under flush=always are refused until the broker restarts');
   }
 
-  /** `cb` runs once an fdatasync begun after this call has ended (group commit), with its error if any. */
+  /** `cb` runs once every entry queued before this call is durable (group commit), with the error if not. */
   whenDurable(cb: (err: Error | null) => void): void {
     if (this.failed) {
       cb(this.failed);
       return;
     }
     this.waiting.push(cb);
-    if (!this.syncing) this.pass();
+    if (!this.writing) this.pass();
   }
 
+  /** One write of everything queued (O_DSYNC: durable once it returns), then its waiters; repeated while more waits. */
   private pass(): void {
     const cbs = this.waiting;
-    if (cbs.length === 0 || this.failed) {
-      this.syncing = false;
-      for (const cb of cbs) cb(this.failed);
+    if ((cbs.length === 0 && this.queue.length === 0) || this.failed) {
+      this.writing = false;
       this.waiting = [];
+      for (const cb of cbs) cb(this.failed);
       this.collect();
       return;
     }
-    this.syncing = true;
+    this.writing = true;
     this.waiting = [];
-    const files = this.files.filter((f) => f.dirty || f.newEntry);
-    for (const f of files) f.dirty = false;
-    this.syncFiles(files, 0, cbs);
-  }
-
-  private syncFiles(files: JournalFile[], i: number, cbs: Array<(err: Error | null) => void>): void {
-    const done = (err: unknown) => {
-      if (err) this.fail(err);
-      for (const cb of cbs) cb(this.failed);
-      this.pass();
-    };
-    if (i === files.length) {
-      const fresh = files.filter((f) => f.newEntry);
-      if (fresh.length === 0) {
-        done(null);
-        return;
-      }
-      fsyncDir(this.dir).then(() => {
-        for (const f of fresh) f.newEntry = false;
-        done(null);
-      }, done);
-      return;
+    const buf = this.queue.length === 1 ? (this.queue[0] as Buffer) : Buffer.concat(this.queue, this.queuedBytes);
+    this.queue = [];
+    this.queuedBytes = 0;
+    let f = this.current;
+    // A full file: the next one starts with this pass (its directory entry fsynced before the write).
+    if (f.size > 0 && f.size + buf.length > this.fileBytes) {
+      f = createGrowing(this.dir, f.seq + 1);
+      this.files.push(f);
     }
-    fdatasync(files[i].fd, (err) => (err ? done(err) : this.syncFiles(files, i + 1, cbs)));
+    const at = f.size;
+    f.size += buf.length;
+    const dirFirst = f.newEntry ? fsyncDir(this.dir).then(() => void (f.newEntry = false)) : Promise.resolve();
+    dirFirst
+      .then(() => writeDurably(f.fd, buf, at))
+      .then(
+        () => null,
+        (err: unknown) => err,
+      )
+      .then((err) => {
+        if (err) this.fail(err);
+        for (const cb of cbs) cb(this.failed);
+        this.pass();
+      });
   }
 
   /**
@@ -277,17 +252,17 @@ export class Journal {
 
   /** Closes and deletes the files no log needs any more (never the current one, nor one a pass syncs). */
   private collect(): void {
-    if (this.syncing || this.files.length < 2) return;
+    if (this.writing || this.files.length < 2) return;
     let live = this.current.seq;
     for (const s of this.unsynced.values()) if (s < live) live = s;
     for (const s of this.inFlight.keys()) if (s < live) live = s;
-    while (this.files.length > 1 && this.files[0].seq < live) {
+    while (this.files.length > 1 && (this.files[0] as JournalFile).seq < live) {
       const f = this.files.shift() as JournalFile;
       try {
         closeSync(f.fd);
-        unlinkSync(join(this.dir, fileName(f.seq)));
+        unlinkSync(join(this.dir, journalFileName(f.seq)));
       } catch (err) {
-        this.logger.warn({ err, file: fileName(f.seq) }, 'could not delete a journal file');
+        this.logger.warn({ err, file: journalFileName(f.seq) }, 'could not delete a journal file');
       }
     }
   }
@@ -297,10 +272,10 @@ export class Journal {
     return this.files.length;
   }
 
-  /** Waits for a pass under way, then closes the files (they stay: the next open reads them). */
+  /** Waits for the passes under way, then closes the files (they stay: the next open reads them). */
   async close(): Promise<void> {
     if (this.closed) return;
-    await new Promise<void>((resolve) => (this.syncing ? this.waiting.push(() => resolve()) : resolve()));
+    if (this.writing || this.queue.length > 0) await new Promise<void>((resolve) => this.whenDurable(() => resolve()));
     this.closed = true;
     for (const f of this.files.splice(0)) closeSync(f.fd);
   }
