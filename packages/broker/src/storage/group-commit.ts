@@ -28,6 +28,8 @@ export class GroupCommit {
   private syncing = false;
   /** idle() callers, woken when a pass ends with nothing more requested. */
   private idleWaiters: Array<() => void> | null = null;
+  /** Passes whose waiters wait for the journal (truncation, roll and close wait for them too, as for an fsync). */
+  private journalWaits = 0;
   /** Journaled: the next pass fsyncs the dirty segments too (syncSegments). */
   private segmentsWanted = false;
   /** This log's key in the journal (journal.keyOf). */
@@ -128,9 +130,7 @@ export class GroupCommit {
   private pass(): void {
     if (!this.requested) {
       this.syncing = false;
-      const idle = this.idleWaiters;
-      this.idleWaiters = null;
-      if (idle !== null) for (const wake of idle) wake();
+      this.wakeIdle();
       return;
     }
     this.requested = false;
@@ -144,7 +144,10 @@ export class GroupCommit {
     }
     let token: SyncToken;
     if (this.journaled) {
-      if (waiters.length > 0) (this.journal as Journal).whenDurable((err) => this.settleJournaled(waiters, err));
+      if (waiters.length > 0) {
+        this.journalWaits++;
+        (this.journal as Journal).whenDurable((err) => this.settleJournaled(waiters, err));
+      }
       if (!this.segmentsWanted) {
         this.pass();
         return;
@@ -188,12 +191,14 @@ export class GroupCommit {
 
   /** Waiters of a journaled pass, once the journal's fdatasync ended: only the journal decides. */
   private settleJournaled(waiters: SyncWaiter[], err: Error | null): void {
+    this.journalWaits--;
     if (err) this.st.fail(err);
     const e = err ? storageError(this.st.dir, 'journal fsync failed', err) : null;
     for (const w of waiters) {
       if (e) w.reject(e);
       else w.resolve(w.result as AppendResult);
     }
+    this.wakeIdle();
   }
 
   private settle(waiters: SyncWaiter[], error: Error | null): void {
@@ -204,9 +209,17 @@ export class GroupCommit {
     this.pass();
   }
 
-  /** Resolves once no fsync pass is running. */
+  /** Wakes idle() callers once no pass runs and no pass's waiters wait for the journal. */
+  private wakeIdle(): void {
+    if (this.syncing || this.journalWaits > 0 || this.idleWaiters === null) return;
+    const idle = this.idleWaiters;
+    this.idleWaiters = null;
+    for (const wake of idle) wake();
+  }
+
+  /** Resolves once no fsync pass is running, and (journaled) no append waits for the journal. */
   idle(): Promise<void> {
-    if (!this.syncing) return SETTLED;
+    if (!this.syncing && this.journalWaits === 0) return SETTLED;
     return new Promise<void>((resolve) => (this.idleWaiters ??= []).push(resolve));
   }
 }

@@ -38,7 +38,7 @@ export class Journal {
   /** A pass (one write) is under way. */
   private writing = false;
   private closed = false;
-  /** A write or fdatasync failed: nothing written here since is known to be durable (see GroupCommit). */
+  /** A write failed: nothing written here since is known to be durable (appends are refused, GroupCommit). */
   failed: Error | null = null;
   /** Recovered entries by log key, until endRecovery (null afterwards: the journal is active). */
   private recovered: Map<string, JournalEntry[]> | null;
@@ -217,6 +217,8 @@ export class Journal {
       .then((err) => {
         if (err) this.fail(err);
         for (const cb of cbs) cb(this.failed);
+        // Between writes, so files go under a load that never lets the journal idle.
+        this.collect();
         this.pass();
       });
   }
@@ -250,9 +252,9 @@ export class Journal {
     if (this.unsynced.delete(key)) this.collect();
   }
 
-  /** Closes and deletes the files no log needs any more (never the current one, nor one a pass syncs). */
+  /** Closes and deletes the files no log needs any more (never the current one, which a write may be using). */
   private collect(): void {
-    if (this.writing || this.files.length < 2) return;
+    if (this.files.length < 2) return;
     let live = this.current.seq;
     for (const s of this.unsynced.values()) if (s < live) live = s;
     for (const s of this.inFlight.keys()) if (s < live) live = s;
