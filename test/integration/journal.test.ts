@@ -43,6 +43,11 @@ describe('the journal', () => {
         }
       }),
     );
+    // Every acknowledgement came from a journal write (one write may cover several appends).
+    const metrics = (await broker.health('/metrics')).body;
+    const writes = Number(/^tributary_journal_write_seconds_count (\d+)/m.exec(metrics)?.[1]);
+    expect(writes).toBeGreaterThan(0);
+    expect(writes).toBeLessThanOrEqual(acked.size + 10);
     await broker.kill();
     const segments = (await filesUnder(path.join(broker.dataDir, 'logs'))).filter((f) => f.includes(`${path.sep}j~`) && /\.(log|index)$/.test(f));
     expect(segments.filter((f) => f.endsWith('.log'))).toHaveLength(PARTITIONS);

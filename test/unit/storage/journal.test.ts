@@ -76,7 +76,7 @@ const OPTS: Partial<LogOptions> = { flush: 'always', segmentBytes: 4096, indexIn
 
 /** Opens a journal and the log over it, as a broker starts: the log replays, then the journal takes writes. */
 async function start(opts: Partial<LogOptions> = {}, fileBytes?: number): Promise<{ journal: Journal; log: PartitionLog }> {
-  const journal = await Journal.open(base, quiet, fileBytes);
+  const journal = await Journal.open(base, quiet, { fileBytes });
   const log = await PartitionLog.open(dir, { ...OPTS, ...opts, journal });
   await journal.endRecovery();
   return { journal, log };

@@ -52,6 +52,11 @@ export class BrokerMetrics {
     'One fsync pass of a partition log (group commit: one pass covers every append written before it)',
     { buckets: FAST_BUCKETS, registry: this.registry },
   ).child();
+  readonly journalWriteDuration = new BoundHistogram(
+    'tributary_journal_write_seconds',
+    'One write of the journal (--journal true; O_DSYNC: written and durable), covering every append queued before it',
+    { buckets: FAST_BUCKETS, registry: this.registry },
+  ).child();
   /** docs/operations.md, "Metrics": queue, append (write), fsync, replication (acks=all in a cluster). */
   readonly producePhase = this.phases(
     'tributary_produce_phase_seconds',

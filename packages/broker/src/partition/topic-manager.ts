@@ -167,7 +167,9 @@ export class TopicManager {
     await fs.mkdir(this.logsDir, { recursive: true });
     // Read before any log opens: each replays its entries as it does (storage/journal-replay.ts). Read even
     // with --journal false, so entries written before the setting changed are not lost.
-    const journal = await Journal.open(this.config.dataDir, this.logger.child({ component: 'journal' }));
+    const journal = await Journal.open(this.config.dataDir, this.logger.child({ component: 'journal' }), {
+      onWrite: (seconds) => this.metrics.journalWriteDuration.observe(seconds),
+    });
     if (this.config.journal || journal.hasRecovered) this.journal = journal;
     const defs = this.store.listTopics();
     // Every partition of every topic, a bounded number at once: recovery is mostly waiting on the disk.

@@ -51,6 +51,8 @@ export class Journal {
     private readonly fileBytes: number,
     recovered: Map<string, JournalEntry[]>,
     oldFiles: string[],
+    /** Told how long each write took, in seconds (the broker's journal histogram). */
+    private readonly onWrite?: (seconds: number) => void,
   ) {
     this.recovered = recovered;
     this.oldFiles = oldFiles;
@@ -60,7 +62,7 @@ export class Journal {
    * Reads the journal in `<baseDir>/journal`: the entries each log's open replays (takeRecovered). Entries
    * before a log's last reset are dropped: its files went after them.
    */
-  static async open(baseDir: string, logger: Logger, fileBytes = DEFAULT_JOURNAL_FILE_BYTES): Promise<Journal> {
+  static async open(baseDir: string, logger: Logger, opts: { fileBytes?: number; onWrite?: (seconds: number) => void } = {}): Promise<Journal> {
     const dir = join(baseDir, JOURNAL_DIR);
     await makeDir(dir, true);
     const names = readdirSync(dir)
@@ -85,7 +87,7 @@ export class Journal {
     }
     for (const [k, list] of byKey) if (list.length === 0) byKey.delete(k);
     if (names.length > 0) logger.info({ files: names.length, entries: count, logs: byKey.size }, 'journal read');
-    return new Journal(dir, baseDir, logger, fileBytes, byKey, names);
+    return new Journal(dir, baseDir, logger, opts.fileBytes ?? DEFAULT_JOURNAL_FILE_BYTES, byKey, names, opts.onWrite);
   }
 
   /** Recovery is over and the journal takes writes. */
@@ -207,11 +209,15 @@ export class Journal {
     }
     const at = f.size;
     f.size += buf.length;
+    const started = performance.now();
     const dirFirst = f.newEntry ? fsyncDir(this.dir).then(() => void (f.newEntry = false)) : Promise.resolve();
     dirFirst
       .then(() => writeDurably(f.fd, buf, at))
       .then(
-        () => null,
+        () => {
+          this.onWrite?.((performance.now() - started) / 1000);
+          return null;
+        },
         (err: unknown) => err,
       )
       .then((err) => {
