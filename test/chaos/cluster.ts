@@ -80,6 +80,8 @@ export class ChaosCluster {
   static async start(opts: {
     brokers: number;
     flush: 'always' | 'os';
+    /** The ids of the brokers that run `--journal true`. */
+    journaled?: number[];
     dataRoot: string;
     logLevel?: string;
     env?: Record<string, string>;
@@ -108,6 +110,7 @@ export class ChaosCluster {
           ...['--internal-replication-factor', String(Math.min(3, opts.brokers)), '--advertised-port', String(inbound[id]!.port)],
           ...['--kafka-port', '0', '--kafka-advertised-port', String(kafkaInbound[id]!.port)],
           ...brokerSettings(opts.flush),
+          ...(opts.journaled?.includes(id) ? ['--journal', 'true'] : []),
           ...(opts.logLevel ? ['--log-level', opts.logLevel] : []),
           ...(opts.args ?? []),
         ];

@@ -24,6 +24,8 @@ export interface ChaosOptions {
   durationMs: number;
   seed: number;
   flush?: 'always' | 'os';
+  /** Which brokers run `--journal true`: 'mixed' (the default) the even ids, so the run has both kinds. */
+  journal?: 'on' | 'off' | 'mixed';
   /** The brokers' log level (warn by default); info shows every role change and coordinator load. */
   logLevel?: string;
   brokers?: number;
@@ -71,6 +73,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
   const partitions = o.partitions ?? 6;
   const consumersN = o.consumers ?? 3;
   const flush = o.flush ?? 'always';
+  const journal = o.journal ?? 'mixed';
+  const journaled = Array.from({ length: brokersN }, (_, id) => id).filter((id) => journal === 'on' || (journal === 'mixed' && id % 2 === 0));
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tributary-chaos-'));
   const t0 = Date.now();
   const rel = (t: number) => `+${((t - t0) / 1000).toFixed(1)} s`;
@@ -83,7 +87,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
   const history = new History(path.join(dir, 'history.jsonl'));
   const plan = planSchedule(o.seed, o.durationMs, { brokers: brokersN, partitions, consumers: consumersN });
   const header = [
-    `seed ${o.seed} (replay: CHAOS_SEED=${o.seed} CHAOS_MS=${o.durationMs}), ${o.durationMs} ms of faults, flush=${flush}`,
+    `seed ${o.seed} (replay: CHAOS_SEED=${o.seed} CHAOS_MS=${o.durationMs}), ${o.durationMs} ms of faults, flush=${flush}, journal on brokers [${journaled.join(', ')}]`,
     `history: ${path.join(dir, 'history.jsonl')}`,
     'schedule (in order, until the time is up):',
     ...plan.map((f) => `  ${describePlan(f)}`),
@@ -107,7 +111,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
   let report: CheckReport | undefined;
   let summary = '';
   try {
-    cluster = await ChaosCluster.start({ brokers: brokersN, flush, dataRoot: path.join(dir, 'brokers'), logLevel: o.logLevel });
+    cluster = await ChaosCluster.start({ brokers: brokersN, flush, journaled, dataRoot: path.join(dir, 'brokers'), logLevel: o.logLevel });
     const c = cluster;
     log(`cluster up: etcd :${c.etcd.clientPort}, brokers ${c.brokers.map((b, i) => `${i}=:${b.port} via :${c.inbound[i]!.port}`).join(' ')}`);
     await c.createTopic(TOPIC, partitions);
