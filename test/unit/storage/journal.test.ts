@@ -15,6 +15,7 @@ import { decodeEntries, encodeReset, encodeTruncate, encodeWrite } from 'tributa
 import { JOURNAL_DIR, Journal } from 'tributary-broker/storage/journal.js';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
+import { ATTR_END_OF_APPEND } from 'tributary-broker/storage/record-codec.js';
 import { INDEX_SUFFIX, LOG_SUFFIX, segmentFileName } from 'tributary-broker/storage/segment-names.js';
 import { removeDir, tempDir } from '../../helpers/util.js';
 
@@ -34,20 +35,20 @@ const concat = (pieces: Buffer[]) => Buffer.concat(pieces);
 describe('journal entries', () => {
   const entries = () =>
     concat([
-      ...encodeWrite('logs/a~1/0', 0, 2, 3, [Buffer.from('abc'), Buffer.from('defgh')]),
+      ...encodeWrite('logs/a~1/0', 0, 0, 2, 3, [Buffer.from('abc'), Buffer.from('defgh')]),
       ...encodeTruncate('logs/a~1/0', 1),
       ...encodeReset('logs/b~2/3'),
-      ...encodeWrite('logs/a~1/0', 1, 1, 1, [Buffer.from('x'.repeat(40))]),
+      ...encodeWrite('logs/a~1/0', 1, 1, 1, 1, [Buffer.from('x'.repeat(40))]),
     ]);
 
   it('decode what was encoded', () => {
     const { entries: got, end } = decodeEntries(entries());
     expect(end).toBe(entries().length);
     expect(got.map((e) => ({ ...e, bytes: 'bytes' in e ? e.bytes.toString() : undefined }))).toEqual([
-      { kind: 'write', key: 'logs/a~1/0', first: 0, last: 2, count: 3, bytes: 'abcdefgh' },
+      { kind: 'write', key: 'logs/a~1/0', from: 0, first: 0, last: 2, count: 3, bytes: 'abcdefgh' },
       { kind: 'truncate', key: 'logs/a~1/0', offset: 1, bytes: undefined },
       { kind: 'reset', key: 'logs/b~2/3', bytes: undefined },
-      { kind: 'write', key: 'logs/a~1/0', first: 1, last: 1, count: 1, bytes: 'x'.repeat(40) },
+      { kind: 'write', key: 'logs/a~1/0', from: 1, first: 1, last: 1, count: 1, bytes: 'x'.repeat(40) },
     ]);
   });
 
@@ -75,8 +76,8 @@ describe('journal entries', () => {
 const OPTS: Partial<LogOptions> = { flush: 'always', segmentBytes: 4096, indexIntervalBytes: 512, tailCacheBytes: 0 };
 
 /** Opens a journal and the log over it, as a broker starts: the log replays, then the journal takes writes. */
-async function start(opts: Partial<LogOptions> = {}, fileBytes?: number): Promise<{ journal: Journal; log: PartitionLog }> {
-  const journal = await Journal.open(base, quiet, { fileBytes });
+async function start(opts: Partial<LogOptions> = {}, jopts: { fileBytes?: number } = {}): Promise<{ journal: Journal; log: PartitionLog }> {
+  const journal = await Journal.open(base, quiet, jopts);
   const log = await PartitionLog.open(dir, { ...OPTS, ...opts, journal });
   await journal.endRecovery();
   return { journal, log };
@@ -155,8 +156,10 @@ describe('replay after a power loss', () => {
     await log.appendWire(frame(0, 20, 0));
     await log.appendWire(frame(20, 20, 0));
     await log.truncateTo(25);
+    // A truncation fsyncs what it keeps: only what came after it may be lost.
+    const kept = new Map(log.segmentInfos().map((i) => [segmentFileName(i.baseOffset, LOG_SUFFIX), i.sizeBytes]));
     await log.appendWire(frame(25, 10, 1));
-    await powerLoss(journal, log, 0, new Map());
+    await powerLoss(journal, log, 0, kept);
     const again = await start({ storedLayout: 'blocks', segmentBytes: 1 << 20 });
     try {
       const got = await readAll(again.log);
@@ -203,9 +206,85 @@ describe('replay after a power loss', () => {
   });
 });
 
+describe('replay refuses, or keeps out, what it must not apply', () => {
+  it('a damaged journal file with later files after it refuses the open (acknowledged entries lost), naming it', async () => {
+    const { journal, log } = await start({}, { fileBytes: 600 });
+    for (let i = 0; i < 20; i++) await log.append([{ key: null, value: value(i) }]);
+    await powerLoss(journal, log, 1, new Map());
+    const jdir = join(base, JOURNAL_DIR);
+    const files = (await readdir(jdir)).sort();
+    expect(files.length).toBeGreaterThan(2);
+    const first = join(jdir, files[0] as string);
+    const bytes = await readFile(first);
+    bytes[bytes.length - 5] ^= 0xff;
+    await writeFile(first, bytes);
+    await expect(Journal.open(base, quiet)).rejects.toThrow(new RegExp(`journal file ${files[0]} is damaged`));
+  });
+
+  it('a write made on a longer log than recovery found refuses the open instead of leaving a gap', async () => {
+    const { journal, log } = await start({}, { fileBytes: 300 });
+    for (let i = 0; i < 10; i++) await log.append([{ key: null, value: value(i) }]);
+    // The segments are fsynced, and the journal files with the first entries go.
+    await log.flush();
+    // Segments fsynced up to 10; what follows is journaled only.
+    await log.append([{ key: null, value: value(10) }]);
+    await simulateCrash(log);
+    await journal.close();
+    // Damage the fsynced part: recovery now cuts the log below 10.
+    const [seg] = (await readdir(dir)).filter((n) => n.endsWith(LOG_SUFFIX));
+    await truncate(join(dir, seg as string), 40);
+    const j = await Journal.open(base, quiet);
+    await expect(PartitionLog.open(dir, { ...OPTS, journal: j })).rejects.toThrow(/records \d+\.\.\d+ are missing/);
+  });
+
+  it('after a truncation, retention and a clean restart, the records retention removed stay removed', async () => {
+    const { journal, log } = await start({ segmentBytes: 300 });
+    for (let i = 0; i < 30; i++) await log.append([{ key: null, value: value(i) }]);
+    await log.truncateTo(3);
+    for (let i = 3; i < 40; i++) await log.append([{ key: null, value: value(i, 1) }]);
+    // Retention deletes only below the HWM.
+    log.setHighWatermark(log.logEndOffset);
+    log.setRetention({ retentionMs: -1, retentionBytes: 600 });
+    await log.applyRetention(Date.now());
+    const start0 = log.logStartOffset;
+    expect(start0).toBeGreaterThan(3);
+    const expected = await readAll(log);
+    await log.close();
+    await journal.close();
+    const again = await start({ segmentBytes: 300 });
+    try {
+      expect(again.log.logStartOffset).toBe(start0);
+      expect(await readAll(again.log)).toEqual(expected);
+    } finally {
+      await again.log.close();
+      await again.journal.close();
+    }
+  });
+
+  it("replays a compacted leader's appends with gaps between them, from the first the log lacks", async () => {
+    const { journal, log } = await start();
+    const rec = (offset: number) => ({ offset, timestamp: 1_700_000_000_000 + offset, key: null, value: value(offset), headers: [], producerId: '', epoch: -1, sequence: -1, attributes: ATTR_END_OF_APPEND });
+    await log.appendReplica([rec(0), rec(5), rec(10)]);
+    const size = (await stat(join(dir, segmentFileName(0, LOG_SUFFIX)))).size;
+    await simulateCrash(log);
+    await journal.close();
+    // The disk kept the first record only (a cut inside the second).
+    const firstLen = (await readFile(join(dir, segmentFileName(0, LOG_SUFFIX)))).readUInt32BE(0) + 4;
+    expect(firstLen).toBeLessThan(size);
+    await truncate(join(dir, segmentFileName(0, LOG_SUFFIX)), firstLen + 7);
+    const again = await start();
+    try {
+      expect((await readAll(again.log)).map((r) => Number(r.split(':')[0]))).toEqual([0, 5, 10]);
+    } finally {
+      await again.log.close();
+      await again.journal.close();
+    }
+  });
+});
+
 describe('journal files', () => {
   it('go once every log with entries in them fsynced its segments', async () => {
-    const { journal, log } = await start({}, 2048);
+    const { journal, log } = await start({}, { fileBytes: 2048 });
     for (let i = 0; i < 40; i++) await log.append([{ key: null, value: value(i) }]);
     const jdir = join(base, JOURNAL_DIR);
     const before = (await readdir(jdir)).length;

@@ -463,7 +463,8 @@ export class TopicManager {
       ...logRetention(def),
       // Group state and commits are acknowledged only once durable, whatever the data flush policy.
       flush: internal ? 'always' : this.config.flush,
-      journal: internal || this.config.flush === 'always' ? this.journal : undefined,
+      // Every log replays what an earlier run journaled, whatever its flush mode now; only flush=always journals.
+      journal: this.journal,
       flushIntervalMs: this.config.flushIntervalMs,
       // Standalone, a partition's HWM is its log end on open (Partition): only a replica needs the checkpoint.
       checkpointHwmOnTimer: this.config.cluster,

@@ -44,34 +44,47 @@ export class GroupCommit {
     if (journal) this.journalKey = journal.keyOf(st.dir);
   }
 
-  /** Appends are made durable by the journal (it has ended its recovery), not by segment fsyncs. */
+  /** Appends are made durable by the journal (flush=always, and the journal ended its recovery), not by segment fsyncs. */
   get journaled(): boolean {
-    return this.journal?.active === true;
+    return this.journal?.active === true && this.st.options.flush === 'always';
   }
 
   /**
-   * Journaled: what the log just wrote to its segment, offsets first..last, goes to the journal too (the
+   * Journaled: what the log just wrote to its segment, offsets first..last on a log that ended at `from`,
+   * goes to the journal too (the
    * waiters then wait for its fdatasync). A failed write fails the log: its segment holds bytes no journal
    * entry covers.
    */
-  journalWrite(first: number, last: number, count: number, bytes: readonly Buffer[]): void {
+  journalWrite(from: number, first: number, last: number, count: number, bytes: readonly Buffer[]): void {
     if (!this.journaled) return;
     try {
-      (this.journal as Journal).write(this.journalKey, first, last, count, bytes);
+      (this.journal as Journal).write(this.journalKey, from, first, last, count, bytes);
     } catch (err) {
       this.st.fail(err);
       throw storageError(this.st.dir, 'journal write failed', err);
     }
   }
 
-  /** Journaled: a truncation to `offset` (durable before the log truncates). */
+  /** Journaled: a truncation to `offset` (durable before the log truncates). Rejects with storage_error. */
   journalTruncate(offset: number): Promise<void> {
-    return this.journaled ? (this.journal as Journal).truncate(this.journalKey, offset) : Promise.resolve();
+    return this.journaled ? this.journalDurable((j) => j.truncate(this.journalKey, offset)) : SETTLED;
   }
 
-  /** Journaled: the log's files go (durable before they do). */
+  /** Journaled: the log's files went or changed durably (its earlier entries are not needed any more). */
   journalReset(): Promise<void> {
-    return this.journaled ? (this.journal as Journal).reset(this.journalKey) : Promise.resolve();
+    return this.journaled ? this.journalDurable((j) => j.reset(this.journalKey)) : SETTLED;
+  }
+
+  private journalDurable(write: (j: Journal) => Promise<void>): Promise<void> {
+    let p: Promise<void>;
+    try {
+      p = write(this.journal as Journal);
+    } catch (err) {
+      p = Promise.reject(err);
+    }
+    return p.catch((err: unknown) => {
+      throw storageError(this.st.dir, 'journal write failed', err);
+    });
   }
 
   /** Journaled: every segment was fsynced outside a pass (a clean close). */
@@ -116,10 +129,41 @@ export class GroupCommit {
   }
 
   kick(): void {
+    if (this.journaled) {
+      this.kickJournaled();
+      return;
+    }
     this.requested = true;
     if (this.syncing) return;
     this.syncing = true;
     this.pass();
+  }
+
+  /**
+   * Journaled: the waiters go to the journal at once, whatever segment fsync runs (a segment pass never
+   * holds up an acknowledgement); the dirty segments are fsynced in a pass of their own when syncSegments
+   * asked for one, a pass at a time.
+   */
+  private kickJournaled(): void {
+    const journal = this.journal as Journal;
+    const waiters = this.waiters;
+    if (waiters.length > 0) {
+      this.waiters = [];
+      if (this.st.failed) {
+        const e = this.logFailed();
+        for (const w of waiters) w.reject(e);
+      } else {
+        this.journalWaits++;
+        journal.whenDurable((err) => this.settleJournaled(waiters, err));
+      }
+    }
+    if (!this.segmentsWanted || this.syncing) return;
+    this.segmentsWanted = false;
+    this.syncing = true;
+    const token = journal.segmentSyncStarted(this.journalKey);
+    const segs = this.dirty === null || this.dirty.size === 0 ? NO_SEGMENTS : [...this.dirty];
+    this.dirty?.clear();
+    this.syncFrom(segs, 0, [], performance.now(), token);
   }
 
   /**
@@ -128,6 +172,13 @@ export class GroupCommit {
    * Callbacks rather than an async loop: a partition written one record at a time runs a pass per append.
    */
   private pass(): void {
+    if (this.journaled) {
+      // A journaled segment pass ended (syncFrom): another if one was asked for meanwhile.
+      this.syncing = false;
+      this.kickJournaled();
+      this.wakeIdle();
+      return;
+    }
     if (!this.requested) {
       this.syncing = false;
       this.wakeIdle();
@@ -142,22 +193,9 @@ export class GroupCommit {
       this.settle(waiters, this.logFailed());
       return;
     }
-    let token: SyncToken;
-    if (this.journaled) {
-      if (waiters.length > 0) {
-        this.journalWaits++;
-        (this.journal as Journal).whenDurable((err) => this.settleJournaled(waiters, err));
-      }
-      if (!this.segmentsWanted) {
-        this.pass();
-        return;
-      }
-      this.segmentsWanted = false;
-      token = (this.journal as Journal).segmentSyncStarted(this.journalKey);
-    }
     const segs = this.dirty === null || this.dirty.size === 0 ? NO_SEGMENTS : [...this.dirty];
     this.dirty?.clear();
-    this.syncFrom(segs, 0, this.journaled ? [] : waiters, performance.now(), token);
+    this.syncFrom(segs, 0, waiters, performance.now());
   }
 
   /** Datasyncs segs[i..] one after another, then settles the pass's waiters. */
@@ -167,18 +205,17 @@ export class GroupCommit {
       segs[i].datasync().then(
         () => this.syncFrom(segs, i + 1, waiters, started, token),
         (err: unknown) => {
-          if (this.journaled) {
-            // The journal holds what the segments lack (a restart replays it): the log stops taking
-            // appends, but nothing acknowledged is cut from it.
-            this.st.fail(err);
-            (this.journal as Journal).segmentSyncEnded(this.journalKey, token, false);
-          } else this.st.failSync(err);
+          // Cut back to what an fsync covered even when journaled: a restart on this machine would read the
+          // pages the disk lacks as present, skip their journal entries and let the files go. The journal
+          // keeps them (the token is not released), so a restart replays them.
+          this.st.failSync(err);
+          if (token !== undefined) (this.journal as Journal).segmentSyncEnded(this.journalKey, token, false);
           this.settle(waiters, storageError(this.st.dir, 'fsync failed', err));
         },
       );
       return;
     }
-    if (this.journaled) (this.journal as Journal).segmentSyncEnded(this.journalKey, token, true);
+    if (token !== undefined) (this.journal as Journal).segmentSyncEnded(this.journalKey, token, true);
     if (segs.length > 0) this.st.options.onSync?.((performance.now() - started) / 1000);
     // Another fsync of this log failed while the pass ran: Linux reports a write-back error to one fsync of
     // an open file only, so this pass's success does not show that its appends' pages reached the disk.
@@ -189,11 +226,11 @@ export class GroupCommit {
     return storageError(this.st.dir, 'log failed', this.st.failed);
   }
 
-  /** Waiters of a journaled pass, once the journal's fdatasync ended: only the journal decides. */
+  /** Journaled waiters, once the journal's write that covers them ended: only the journal decides. */
   private settleJournaled(waiters: SyncWaiter[], err: Error | null): void {
     this.journalWaits--;
     if (err) this.st.fail(err);
-    const e = err ? storageError(this.st.dir, 'journal fsync failed', err) : null;
+    const e = err ? storageError(this.st.dir, 'journal write failed', err) : null;
     for (const w of waiters) {
       if (e) w.reject(e);
       else w.resolve(w.result as AppendResult);

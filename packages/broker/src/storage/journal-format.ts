@@ -3,7 +3,8 @@
  * another, big-endian:
  *
  *   length u32 (of what follows it) | crc u32 (CRC-32C of what follows it) | kind u8 | key length u16 | key
- *   write:    first u64 | last u64 | records u32 | the bytes the log wrote to its segment (its stored units)
+ *   write:    from u64 (the log end before it) | first u64 | last u64 | records u32 | the bytes the log
+ *             wrote to its segment (its stored units)
  *   truncate: offset u64 (the log dropped every record >= offset)
  *   reset:    (the log's files went: released or destroyed)
  *
@@ -14,7 +15,7 @@
 import { crc32c } from './crc32c.js';
 
 export type JournalEntry =
-  | { kind: 'write'; key: string; first: number; last: number; count: number; bytes: Buffer }
+  | { kind: 'write'; key: string; from: number; first: number; last: number; count: number; bytes: Buffer }
   | { kind: 'truncate'; key: string; offset: number }
   | { kind: 'reset'; key: string };
 
@@ -23,6 +24,8 @@ const KIND_TRUNCATE = 2;
 const KIND_RESET = 3;
 /** length and crc. */
 const FRAME_BYTES = 8;
+/** A write's from, first, last and count. */
+const WRITE_FIELDS = 28;
 /** The largest entry a reader accepts (a write is at most one group write of a log, far below it). */
 export const MAX_ENTRY_BYTES = 256 * 1024 * 1024;
 export const MAX_KEY_BYTES = 0xffff;
@@ -61,12 +64,13 @@ function seal(h: Buffer, payload: readonly Buffer[]): Buffer[] {
 }
 
 /** A write entry: the buffers to write, in order (`bytes` are not copied). */
-export function encodeWrite(key: string, first: number, last: number, count: number, bytes: readonly Buffer[]): Buffer[] {
-  const h = head(KIND_WRITE, key, 20);
-  const at = h.length - 20;
-  writeU64(h, at, first);
-  writeU64(h, at + 8, last);
-  h.writeUInt32BE(count, at + 16);
+export function encodeWrite(key: string, from: number, first: number, last: number, count: number, bytes: readonly Buffer[]): Buffer[] {
+  const h = head(KIND_WRITE, key, WRITE_FIELDS);
+  const at = h.length - WRITE_FIELDS;
+  writeU64(h, at, from);
+  writeU64(h, at + 8, first);
+  writeU64(h, at + 16, last);
+  h.writeUInt32BE(count, at + 24);
   return seal(h, bytes);
 }
 
@@ -109,12 +113,13 @@ function decodeEntry(buf: Buffer, start: number, end: number): JournalEntry | nu
   if (at > end) return null;
   const key = buf.toString('utf8', start + 3, at);
   if (kind === KIND_WRITE) {
-    if (at + 20 > end) return null;
-    const first = readU64(buf, at);
-    const last = readU64(buf, at + 8);
-    const count = buf.readUInt32BE(at + 16);
-    if (!Number.isSafeInteger(first) || !Number.isSafeInteger(last) || last < first || count < 1) return null;
-    return { kind: 'write', key, first, last, count, bytes: buf.subarray(at + 20, end) };
+    if (at + WRITE_FIELDS > end) return null;
+    const from = readU64(buf, at);
+    const first = readU64(buf, at + 8);
+    const last = readU64(buf, at + 16);
+    const count = buf.readUInt32BE(at + 24);
+    if (![from, first, last].every(Number.isSafeInteger) || from > first || last < first || count < 1) return null;
+    return { kind: 'write', key, from, first, last, count, bytes: buf.subarray(at + WRITE_FIELDS, end) };
   }
   if (kind === KIND_TRUNCATE) {
     if (at + 8 !== end) return null;

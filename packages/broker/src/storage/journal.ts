@@ -14,11 +14,13 @@ import { closeSync, readdirSync, unlinkSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import type { Logger } from 'pino';
-import { fsyncDir, makeDir } from './log-fs.js';
+import { fsyncDir, makeDir, storageError } from './log-fs.js';
 import { createGrowing, JOURNAL_SUFFIX, type JournalFile, journalFileName, writeDurably } from './journal-files.js';
 import { decodeEntries, encodeReset, encodeTruncate, encodeWrite, type JournalEntry } from './journal-format.js';
 
 export const JOURNAL_DIR = 'journal';
+/** The files open() reads (anything else in the directory is left alone). */
+const JOURNAL_FILE = new RegExp(`^\\d{16}\\${JOURNAL_SUFFIX}$`);
 /** Default size of a journal file: a pass that would go past it starts the next one. */
 export const DEFAULT_JOURNAL_FILE_BYTES = 64 * 1024 * 1024;
 
@@ -66,14 +68,21 @@ export class Journal {
     const dir = join(baseDir, JOURNAL_DIR);
     await makeDir(dir, true);
     const names = readdirSync(dir)
-      .filter((n) => n.endsWith(JOURNAL_SUFFIX))
+      .filter((n) => JOURNAL_FILE.test(n))
       .sort();
     const byKey = new Map<string, JournalEntry[]>();
     let count = 0;
     for (const n of names) {
       const buf = await readFile(join(dir, n));
       const { entries, end } = decodeEntries(buf);
-      if (end < buf.length) logger.warn({ file: n, goodBytes: end, bytes: buf.length }, 'journal file ends in an entry that is cut or damaged (never acknowledged); read up to it');
+      if (end < buf.length) {
+        // Only the last file can end in a write that never completed (one write at a time, and a file is
+        // full before the next one is written): damage anywhere else is damage to acknowledged entries.
+        if (n !== names[names.length - 1]) {
+          throw storageError(dir, `journal file ${n} is damaged at byte ${end} of ${buf.length}, and later files follow it: acknowledged records may be lost; move the journal directory aside to start without it, after saving a copy`);
+        }
+        logger.warn({ file: n, goodBytes: end, bytes: buf.length }, 'journal file ends in an entry that is cut or damaged (never acknowledged); read up to it');
+      }
       for (const e of entries) {
         if (e.kind === 'reset') {
           byKey.set(e.key, []);
@@ -135,9 +144,9 @@ export class Journal {
     return this.files[this.files.length - 1] as JournalFile;
   }
 
-  /** What a log wrote to its segment: offsets first..last, `count` records, `bytes` as written (kept until written here). */
-  write(key: string, first: number, last: number, count: number, bytes: readonly Buffer[]): void {
-    this.append(key, encodeWrite(key, first, last, count, bytes));
+  /** What a log ending at `from` wrote to its segment: offsets first..last, `count` records, `bytes` as written (kept until written here). */
+  write(key: string, from: number, first: number, last: number, count: number, bytes: readonly Buffer[]): void {
+    this.append(key, encodeWrite(key, from, first, last, count, bytes));
   }
 
   /** A log dropped its records from `offset` on: durable before it does (replay must not bring them back). */
@@ -154,7 +163,11 @@ export class Journal {
 
   private appendDurable(key: string, pieces: Buffer[]): Promise<void> {
     if (!this.active) return Promise.resolve();
-    this.append(key, pieces);
+    try {
+      this.append(key, pieces);
+    } catch (err) {
+      return Promise.reject(err);
+    }
     return new Promise((resolve, reject) => this.whenDurable((err) => (err ? reject(err) : resolve())));
   }
 
@@ -198,13 +211,23 @@ export class Journal {
     }
     this.writing = true;
     this.waiting = [];
+    if (this.queue.length === 0) {
+      // Their entries were written by the pass before (they asked while it ran).
+      this.passEnded(cbs, null);
+      return;
+    }
     const buf = this.queue.length === 1 ? (this.queue[0] as Buffer) : Buffer.concat(this.queue, this.queuedBytes);
     this.queue = [];
     this.queuedBytes = 0;
     let f = this.current;
     // A full file: the next one starts with this pass (its directory entry fsynced before the write).
     if (f.size > 0 && f.size + buf.length > this.fileBytes) {
-      f = createGrowing(this.dir, f.seq + 1);
+      try {
+        f = createGrowing(this.dir, f.seq + 1);
+      } catch (err) {
+        this.passEnded(cbs, err);
+        return;
+      }
       this.files.push(f);
     }
     const at = f.size;
@@ -220,13 +243,15 @@ export class Journal {
         },
         (err: unknown) => err,
       )
-      .then((err) => {
-        if (err) this.fail(err);
-        for (const cb of cbs) cb(this.failed);
-        // Between writes, so files go under a load that never lets the journal idle.
-        this.collect();
-        this.pass();
-      });
+      .then((err) => this.passEnded(cbs, err));
+  }
+
+  private passEnded(cbs: Array<(err: Error | null) => void>, err: unknown): void {
+    if (err) this.fail(err);
+    for (const cb of cbs) cb(this.failed);
+    // Between writes, so files go under a load that never lets the journal idle.
+    this.collect();
+    this.pass();
   }
 
   /**
@@ -275,16 +300,19 @@ export class Journal {
     }
   }
 
-  /** Files the journal holds now (for tests and the metrics). */
+  /** Files the journal holds now (for tests). */
   get fileCount(): number {
     return this.files.length;
   }
 
-  /** Waits for the passes under way, then closes the files (they stay: the next open reads them). */
+  /**
+   * Takes no more entries (logs then fsync their own segments), writes what is queued, then closes the
+   * files (they stay: the next open reads them).
+   */
   async close(): Promise<void> {
     if (this.closed) return;
-    if (this.writing || this.queue.length > 0) await new Promise<void>((resolve) => this.whenDurable(() => resolve()));
     this.closed = true;
+    while (!this.failed && (this.writing || this.queue.length > 0)) await new Promise<void>((resolve) => this.whenDurable(() => resolve()));
     for (const f of this.files.splice(0)) closeSync(f.fd);
   }
 }

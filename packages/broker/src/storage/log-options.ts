@@ -61,9 +61,10 @@ export interface LogOptions {
    */
   maxBlockBytes?: number;
   /**
-   * With flush=always: the broker's journal (journal.ts), which makes appends durable with one fdatasync
-   * for every partition; the log replays its entries as it opens, and fsyncs its segments on the flush
-   * timer. None: each append waits for an fsync of its own segment.
+   * The broker's journal (journal.ts). The log replays its entries as it opens, whatever its flush mode
+   * (an earlier run may have journaled it); under flush=always its appends are then made durable by the
+   * journal's writes, and its segments fsynced on the flush timer. None: each append under flush=always
+   * waits for an fsync of its own segment.
    */
   journal?: Journal;
 }
@@ -188,7 +189,6 @@ export function resolveOptions(o: Partial<LogOptions>): Readonly<LogOptions> {
   if (opts.tailCacheBytes !== undefined) posInt('tailCacheBytes', 0);
   if (opts.flush !== 'always' && opts.flush !== 'interval' && opts.flush !== 'os') throw invalidParam('flush', "must be 'always', 'interval' or 'os'");
   if (opts.cleanupPolicy !== undefined && opts.cleanupPolicy !== 'delete' && opts.cleanupPolicy !== 'compact') throw invalidParam('cleanupPolicy', "must be 'delete' or 'compact'");
-  if (opts.journal !== undefined && opts.flush !== 'always') throw invalidParam('journal', "is for flush 'always' only");
   if (opts.storedLayout !== undefined && opts.storedLayout !== 'records' && opts.storedLayout !== 'blocks') throw invalidParam('storedLayout', "must be 'records' or 'blocks'");
   resolved.add(Object.freeze(opts));
   return opts;

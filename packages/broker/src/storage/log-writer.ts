@@ -403,7 +403,7 @@ export class LogWriter {
     const writtenAt = performance.now();
     for (const b of group) (b.result as AppendResult).writtenAt = writtenAt;
     if (this.st.options.flush === 'always') {
-      this.sync.journalWrite(firstOffset, w.nextOffset - 1, w.nextOffset - firstOffset, w.pieces ?? [w.buf]);
+      this.sync.journalWrite(firstOffset, firstOffset, w.nextOffset - 1, w.nextOffset - firstOffset, w.pieces ?? [w.buf]);
       for (const b of group) this.sync.wait(b);
       this.sync.kick();
     } else {
@@ -438,7 +438,7 @@ export class LogWriter {
   /** Writes one appendReplica call (inside the mutex): rolls as for append(), then writes it as encoded. */
   private async writeReplica(b: PendingAppend, rw: ReplicaWrite, now: number): Promise<void> {
     const { buf, starts, offsets } = rw;
-    const first = offsets[0];
+    const [first, from] = [offsets[0], this.st.logEndOffset];
     const last = rw.lastOffset;
     // Appends queued before this one may have moved the log end since the call was accepted.
     if (first < this.st.logEndOffset) throw invalidParam('records', `first offset ${first} is below the log end offset ${this.st.logEndOffset}`);
@@ -464,7 +464,7 @@ export class LogWriter {
     cacheReplica(this.st.cache, rw);
     b.result = { baseOffset: first, lastOffset: last, timestamp: now, writtenAt: performance.now() };
     if (this.st.options.flush === 'always') {
-      this.sync.journalWrite(first, last, rw.count, [buf]);
+      this.sync.journalWrite(from, first, last, rw.count, [buf]);
       this.sync.wait(b);
       this.sync.kick();
     } else {

@@ -117,7 +117,7 @@ export class PartitionLog {
 
   private get sync(): GroupCommit {
     // flush=interval, or journaled: each write asks the flush timer for the fsync of its segment.
-    const timed = this.options.flush === 'interval' || this.options.journal !== undefined;
+    const timed = this.options.flush === 'interval' || (this.options.journal !== undefined && this.options.flush === 'always');
     this.syncPart ??= new GroupCommit(this.st, timed ? () => this.ticker.want(this) : null, this.options.journal ?? null);
     return this.syncPart;
   }
@@ -155,12 +155,10 @@ export class PartitionLog {
     const pl = new PartitionLog(dir, o, log, segments, fds, tombstoneHorizon);
     pl.st.hwm = pl.st.clampHwm(checkpointedHwm);
     pl.checkpoint.checkpointed = pl.st.hwm;
+    // After a clean close every segment was fsynced: its entries, all older, have nothing to add.
     const entries = o.journal?.takeRecovered(dir);
-    if (entries !== undefined) {
-      const sync = async (from: number) => {
-        for (const s of pl.st.segments) if (s.nextOffset > from || s === pl.st.active) await s.datasync();
-      };
-      await replayJournal(pl, entries, sync).catch(async (err: unknown) => {
+    if (entries !== undefined && !clean) {
+      await replayJournal(pl, entries, () => pl.st.segments).catch(async (err: unknown) => {
         await pl.shutdown(false).catch(() => {});
         throw err;
       });
@@ -459,15 +457,15 @@ export class PartitionLog {
       if (offset >= this.st.logEndOffset) return;
       await this.sync.idle();
       // Journaled, before the files change: a replay after a crash must not bring the cut records back.
-      await this.sync.journalTruncate(offset).catch((err: unknown) => {
-        throw storageError(this.dir, 'journal write failed', err);
-      });
+      await this.sync.journalTruncate(offset);
       const before = this.st.logEndOffset;
       try {
         await truncateSegments(this.st, this.sync, this.fds, offset);
       } finally {
         this.st.totalBytes = this.st.segments.reduce((a, s) => a + s.size, 0);
       }
+      // The cut and what it kept are on disk now: no replay needs the entries before it (nor re-applies it).
+      await this.sync.journalReset();
       this.fds.prune();
       this.st.cache.truncateFrom(offset);
       this.st.cache.dropBefore(this.st.logStartOffset);
@@ -512,13 +510,13 @@ export class PartitionLog {
       await this.horizon.idle();
       while (this.checkpoint.inFlight) await this.checkpoint.inFlight;
       // Journaled, before the files go: a replay after a crash must not bring the released records back.
-      await this.sync.journalReset().catch((err: unknown) => {
-        throw storageError(this.dir, 'journal write failed', err);
-      });
+      await this.sync.journalReset();
       let doomed: string | null;
       try {
         doomed = await renameAway(this.dir);
       } catch (err) {
+        // Journaled, the reset is on disk: appends after it would replay above a log end that lacks them.
+        if (this.sync.journaled) this.st.fail(err);
         throw storageError(this.dir, 'could not release the log directory', err);
       }
       // The files are gone (durably, as far as the flush mode syncs anything): the log is empty at 0.
