@@ -83,6 +83,17 @@ async function start(opts: Partial<LogOptions> = {}, jopts: { fileBytes?: number
   return { journal, log };
 }
 
+/** start() again after a crash or close, runs `check` on it, and closes both however `check` ends. */
+async function restarted(opts: Partial<LogOptions>, check: (again: { journal: Journal; log: PartitionLog }) => Promise<void>): Promise<void> {
+  const again = await start(opts);
+  try {
+    await check(again);
+  } finally {
+    await again.log.close();
+    await again.journal.close();
+  }
+}
+
 /** A crash of the machine: the process stops, then the active segment keeps `keep` (0..1) of what no segment fsync covered. */
 async function powerLoss(journal: Journal, log: PartitionLog, keep: number, durableSizes: Map<string, number>): Promise<void> {
   await simulateCrash(log);
@@ -121,14 +132,10 @@ describe('replay after a power loss', () => {
         const durable = new Map<string, number>();
         for (const s of log.segmentInfos()) if (s.baseOffset !== active) durable.set(segmentFileName(s.baseOffset, LOG_SUFFIX), s.sizeBytes);
         await powerLoss(journal, log, keep, durable);
-        const again = await start();
-        try {
-          expect(await readAll(again.log)).toEqual(expected);
-          expect(again.log.logEndOffset).toBe(i);
-        } finally {
-          await again.log.close();
-          await again.journal.close();
-        }
+        await restarted({}, async (again) => {
+        expect(await readAll(again.log)).toEqual(expected);
+        expect(again.log.logEndOffset).toBe(i);
+        });
       }),
       { numRuns: 25 },
     );
@@ -160,16 +167,12 @@ describe('replay after a power loss', () => {
     const kept = new Map(log.segmentInfos().map((i) => [segmentFileName(i.baseOffset, LOG_SUFFIX), i.sizeBytes]));
     await log.appendWire(frame(25, 10, 1));
     await powerLoss(journal, log, 0, kept);
-    const again = await start({ storedLayout: 'blocks', segmentBytes: 1 << 20 });
-    try {
-      const got = await readAll(again.log);
-      expect(got.length).toBe(35);
-      expect(got.slice(0, 25).every((s, k) => s.startsWith(`${k}:v0-${k}-`))).toBe(true);
-      expect(got.slice(25).every((s, k) => s.startsWith(`${25 + k}:v1-${25 + k}-`))).toBe(true);
-    } finally {
-      await again.log.close();
-      await again.journal.close();
-    }
+    await restarted({ storedLayout: 'blocks', segmentBytes: 1 << 20 }, async (again) => {
+    const got = await readAll(again.log);
+    expect(got.length).toBe(35);
+    expect(got.slice(0, 25).every((s, k) => s.startsWith(`${k}:v0-${k}-`))).toBe(true);
+    expect(got.slice(25).every((s, k) => s.startsWith(`${25 + k}:v1-${25 + k}-`))).toBe(true);
+    });
   });
 
   it('does not bring back the records of a released log', async () => {
@@ -178,13 +181,9 @@ describe('replay after a power loss', () => {
     await log.release();
     await log.append([{ key: null, value: value(3, 1) }]);
     await powerLoss(journal, log, 0, new Map());
-    const again = await start();
-    try {
-      expect(await readAll(again.log)).toEqual([`0:${value(3, 1).toString()}`]);
-    } finally {
-      await again.log.close();
-      await again.journal.close();
-    }
+    await restarted({}, async (again) => {
+    expect(await readAll(again.log)).toEqual([`0:${value(3, 1).toString()}`]);
+    });
   });
 
   it('an entry cut short at the end of the journal was never acknowledged: replay stops before it', async () => {
@@ -196,13 +195,9 @@ describe('replay after a power loss', () => {
     const [file] = (await readdir(jdir)).sort();
     const bytes = await readFile(join(jdir, file as string));
     await writeFile(join(jdir, file as string), bytes.subarray(0, bytes.length - 3));
-    const again = await start();
-    try {
-      expect(await readAll(again.log)).toEqual([`0:${value(1).toString()}`]);
-    } finally {
-      await again.log.close();
-      await again.journal.close();
-    }
+    await restarted({}, async (again) => {
+    expect(await readAll(again.log)).toEqual([`0:${value(1).toString()}`]);
+    });
   });
 });
 
@@ -251,14 +246,10 @@ describe('replay refuses, or keeps out, what it must not apply', () => {
     const expected = await readAll(log);
     await log.close();
     await journal.close();
-    const again = await start({ segmentBytes: 300 });
-    try {
-      expect(again.log.logStartOffset).toBe(start0);
-      expect(await readAll(again.log)).toEqual(expected);
-    } finally {
-      await again.log.close();
-      await again.journal.close();
-    }
+    await restarted({ segmentBytes: 300 }, async (again) => {
+    expect(again.log.logStartOffset).toBe(start0);
+    expect(await readAll(again.log)).toEqual(expected);
+    });
   });
 
   it("replays a compacted leader's appends with gaps between them, from the first the log lacks", async () => {
@@ -272,13 +263,9 @@ describe('replay refuses, or keeps out, what it must not apply', () => {
     const firstLen = (await readFile(join(dir, segmentFileName(0, LOG_SUFFIX)))).readUInt32BE(0) + 4;
     expect(firstLen).toBeLessThan(size);
     await truncate(join(dir, segmentFileName(0, LOG_SUFFIX)), firstLen + 7);
-    const again = await start();
-    try {
-      expect((await readAll(again.log)).map((r) => Number(r.split(':')[0]))).toEqual([0, 5, 10]);
-    } finally {
-      await again.log.close();
-      await again.journal.close();
-    }
+    await restarted({}, async (again) => {
+    expect((await readAll(again.log)).map((r) => Number(r.split(':')[0]))).toEqual([0, 5, 10]);
+    });
   });
 });
 
@@ -304,13 +291,9 @@ describe('journal files', () => {
     const expected = await readAll(log);
     await log.close();
     await journal.close();
-    const again = await start();
-    try {
-      expect(await readAll(again.log)).toEqual(expected);
-      expect((await readdir(join(base, JOURNAL_DIR))).length).toBe(1);
-    } finally {
-      await again.log.close();
-      await again.journal.close();
-    }
+    await restarted({}, async (again) => {
+    expect(await readAll(again.log)).toEqual(expected);
+    expect((await readdir(join(base, JOURNAL_DIR))).length).toBe(1);
+    });
   });
 });
