@@ -1,8 +1,8 @@
 /**
  * Durability of a partition log's writes (docs/architecture.md, "Storage"): the segments written since their
  * last fsync, and group commit for flush=always, where one datasync covers every append written before it
- * started. With the broker's journal (journal.ts) an append is durable once the journal's fdatasync covers
- * it, and the segments are fsynced later, when the flush timer asks (syncSegments).
+ * started. With the broker's journal (journal.ts) an append is durable once a journal write covers it, and
+ * the segments are fsynced later, in passes of their own, when the flush timer asks (syncSegments).
  */
 import { SETTLED } from '../common/settled.js';
 import type { AppendResult } from './log-options.js';
@@ -30,7 +30,7 @@ export class GroupCommit {
   private idleWaiters: Array<() => void> | null = null;
   /** Passes whose waiters wait for the journal (truncation, roll and close wait for them too, as for an fsync). */
   private journalWaits = 0;
-  /** Journaled: the next pass fsyncs the dirty segments too (syncSegments). */
+  /** Journaled: a segment pass was asked for (syncSegments). */
   private segmentsWanted = false;
   /** This log's key in the journal (journal.keyOf). */
   private journalKey = '';
@@ -51,9 +51,8 @@ export class GroupCommit {
 
   /**
    * Journaled: what the log just wrote to its segment, offsets first..last on a log that ended at `from`,
-   * goes to the journal too (the
-   * waiters then wait for its fdatasync). A failed write fails the log: its segment holds bytes no journal
-   * entry covers.
+   * goes to the journal too (the waiters then wait for its write). A failed write fails the log: its
+   * segment holds bytes no journal entry covers.
    */
   journalWrite(from: number, first: number, last: number, count: number, bytes: readonly Buffer[]): void {
     if (!this.journaled) return;
@@ -92,7 +91,7 @@ export class GroupCommit {
     if (this.journaled) (this.journal as Journal).forget(this.journalKey);
   }
 
-  /** Journaled: the next pass fsyncs every dirty segment (the checkpoint that lets journal files go); else kick(). */
+  /** Journaled: a pass fsyncs every dirty segment (the checkpoint that lets journal files go); else kick(). */
   syncSegments(): void {
     this.segmentsWanted = true;
     this.kick();
