@@ -12,7 +12,9 @@ import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { encodeBatch, scanBatch } from 'tributary-protocol/batch.js';
 import { decodeEntries, encodeReset, encodeTruncate, encodeWrite } from 'tributary-broker/storage/journal-format.js';
+import { FdBudget } from 'tributary-broker/storage/fd-budget.js';
 import { JOURNAL_DIR, Journal } from 'tributary-broker/storage/journal.js';
+import { LogTicker } from 'tributary-broker/storage/log-ticker.js';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { ATTR_END_OF_APPEND } from 'tributary-broker/storage/record-codec.js';
@@ -284,6 +286,24 @@ describe('journal files', () => {
     await log.close();
     await journal.close();
   });
+
+  it('journaled logs sharing a small fd budget all take appends: the budget asks for the fsync that frees a file', async () => {
+    const journal = await Journal.open(base, quiet);
+    await journal.endRecovery();
+    // No overflow past the bound, and a flush timer that never fires within the test.
+    const fdBudget = new FdBudget(4);
+    const ticker = new LogTicker(3_600_000);
+    const logs: PartitionLog[] = [];
+    try {
+      for (let i = 0; i < 12; i++) logs.push(await PartitionLog.open(join(base, 'logs', 't~1', String(i)), { ...OPTS, journal, fdBudget, ticker }));
+      for (let round = 0; round < 3; round++) await Promise.all(logs.map((l, i) => l.append([{ key: null, value: value(round * 100 + i) }])));
+      expect(logs.map((l) => l.logEndOffset)).toEqual(logs.map(() => 3));
+      expect(fdBudget.open).toBeLessThanOrEqual(4);
+    } finally {
+      for (const l of logs) await l.close();
+      await journal.close();
+    }
+  }, 20_000);
 
   it('a clean restart finds nothing to replay and keeps every record', async () => {
     const { journal, log } = await start();

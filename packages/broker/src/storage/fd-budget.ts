@@ -21,6 +21,12 @@ export interface FdHolder {
   canRelease(): boolean;
   /** Closes the fd (it reopens on the next use); `closed` is called once it is closed. */
   release(): Promise<void>;
+  /**
+   * Held only for unsynced writes: asks its log for the fsync now rather than at the flush timer (a
+   * journaled log fsyncs its segments once a flush interval); `settled` follows once it may let go.
+   * Whether it asked (false: held for I/O in progress, which ends by itself).
+   */
+  requestSync?(): boolean;
 }
 
 interface Waiter {
@@ -118,9 +124,14 @@ export class FdBudget {
     w.resolve();
   }
 
-  /** `h` may let go now (its I/O ended, its writes were fsynced): closed if an open is waiting for a slot. */
+  /**
+   * `h`'s I/O ended, or its writes were fsynced: closed if an open is waiting for a slot and it may let go,
+   * else asked for the fsync that would let it (requestSync).
+   */
   settled(h: FdHolder): void {
-    if (this.waiters.length > this.max - this.holders.size && this.holders.has(h) && h.canRelease()) this.evict(h);
+    if (this.waiters.length <= this.max - this.holders.size || !this.holders.has(h)) return;
+    if (h.canRelease()) this.evict(h);
+    else h.requestSync?.();
   }
 
   /**
@@ -166,11 +177,16 @@ export class FdBudget {
     this.overflowTimer.unref();
   }
 
-  /** Closes the least recently used segments that may let go until the slots freed cover the waiting opens. */
+  /**
+   * Closes the least recently used segments that may let go until the slots freed cover the waiting opens;
+   * as many as are still short, of those held for unsynced writes only, are asked for their fsync.
+   */
   private evictLeastRecent(): void {
+    let short = 0;
     for (const h of this.holders.keys()) {
-      if (this.waiters.length <= this.max - this.holders.size) return;
+      if (this.waiters.length <= this.max - this.holders.size + short) return;
       if (h.canRelease()) this.evict(h);
+      else if (h.requestSync?.() === true) short++;
     }
   }
 
@@ -185,4 +201,6 @@ export class FdBudget {
 export interface SegmentFdPolicy {
   budget: FdBudget;
   syncTracked: boolean;
+  /** The log, asked for a pass that fsyncs its dirty segments (FdHolder.requestSync). A reference, not a closure: 10,000 idle logs each keep one. */
+  log?: { requestSegmentSync(): void };
 }

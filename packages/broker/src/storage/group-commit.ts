@@ -101,6 +101,8 @@ export class GroupCommit {
   markDirty(seg: Segment): void {
     (this.dirty ??= new Set()).add(seg);
     this.onDirty?.();
+    // A segment pass asked for before this write was marked (the fd budget asks as a write ends) runs now.
+    if (this.segmentsWanted && this.journaled) this.kickJournaled();
   }
 
   /** Written since its last fsync. */
@@ -156,7 +158,7 @@ export class GroupCommit {
         journal.whenDurable((err) => this.settleJournaled(waiters, err));
       }
     }
-    if (!this.segmentsWanted || this.syncing) return;
+    if (!this.segmentsWanted || this.syncing || this.dirtyCount === 0) return;
     this.segmentsWanted = false;
     this.syncing = true;
     const token = journal.segmentSyncStarted(this.journalKey);

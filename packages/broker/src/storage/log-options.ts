@@ -74,7 +74,7 @@ export const MAX_APPEND_BLOCK_BYTES = 1024 * 1024;
 
 /** How a log's segments take part in the fd budget (one per log: it names the log's waits): only fsynced writes let a segment close its fd. */
 export function segmentFdPolicy(o: LogOptions): SegmentFdPolicy | undefined {
-  return o.fdBudget ? { budget: o.fdBudget, syncTracked: o.flush !== 'os' } : undefined;
+  return o.fdBudget ? { budget: o.fdBudget, syncTracked: o.flush !== 'os', log: undefined } : undefined;
 }
 
 export const DEFAULT_LOG_OPTIONS: Readonly<LogOptions> = Object.freeze({

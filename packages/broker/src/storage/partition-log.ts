@@ -113,6 +113,7 @@ export class PartitionLog {
     this.st = new LogState(dir, this.options, logger, segments, fds);
     this.ticker = opts.ticker ?? new LogTicker(opts.flushIntervalMs);
     this.checkpoint = new HwmCheckpoint(this.st);
+    if (fds) fds.log = this;
   }
 
   private get sync(): GroupCommit {
@@ -189,10 +190,7 @@ export class PartitionLog {
     this.st.onCreate = listener;
   }
 
-  /**
-   * `listener` is called with the new log start after retention deleted segments (a replica trims its
-   * leader epoch history from the start, cluster/replica-types.ts).
-   */
+  /** `listener` hears the new log start after retention deleted segments (a replica trims its leader epochs, cluster/replica-types.ts). */
   onLogStartMoved(listener: ((logStartOffset: number) => void) | null): void {
     this.startMoved = listener;
   }
@@ -313,8 +311,7 @@ export class PartitionLog {
   /** The flush timer (LogTicker): the fsync of flush=interval and the HWM checkpoint this log asked for. */
   onTick(): void {
     if (this.st.state !== 'open' || this.st.dormant) return;
-    // An exclusive section (a truncation, a compaction's swap, a release) may be moving the files the
-    // checkpoint would land beside; the next tick writes it.
+    // An exclusive section (truncation, compaction swap, release) may be moving the files beside: next tick.
     if (this.writerPart?.exclusiveActive) {
       this.ticker.want(this);
       return;
@@ -328,6 +325,11 @@ export class PartitionLog {
         this.wantCheckpoint();
       },
     );
+  }
+
+  /** The fd budget asks for an fsync now (fd-budget.ts requestSync): journaled, segments wait for the timer. */
+  requestSegmentSync(): void {
+    if (this.st.state === 'open') this.sync.syncSegments();
   }
 
   /** fsyncs every dirty segment and writes the HWM checkpoint. */

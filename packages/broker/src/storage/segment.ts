@@ -399,6 +399,13 @@ export class Segment implements FdHolder {
     return this.users === 0 && !(this.fds?.syncTracked && this.writesSinceSync > 0);
   }
 
+  /** FdHolder: held only for unsynced writes, so the log's fsync would let it go. */
+  requestSync(): boolean {
+    if (this.users > 0 || this.closed || !this.fds?.syncTracked || this.writesSinceSync === 0 || !this.fds.log) return false;
+    this.fds.log.requestSegmentSync();
+    return true;
+  }
+
   /** Persists the index and metadata; `synced` promises the log bytes it covers were fsynced first. */
   async writeIndex(synced: boolean): Promise<void> {
     await writeIndexFile(
