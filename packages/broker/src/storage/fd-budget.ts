@@ -179,14 +179,17 @@ export class FdBudget {
 
   /**
    * Closes the least recently used segments that may let go until the slots freed cover the waiting opens;
-   * as many as are still short, of those held for unsynced writes only, are asked for their fsync.
+   * if still short, as many of those held only for unsynced writes are asked for their fsync.
    */
   private evictLeastRecent(): void {
-    let short = 0;
     for (const h of this.holders.keys()) {
-      if (this.waiters.length <= this.max - this.holders.size + short) return;
+      if (this.waiters.length <= this.max - this.holders.size) return;
       if (h.canRelease()) this.evict(h);
-      else if (h.requestSync?.() === true) short++;
+    }
+    let short = this.waiters.length - (this.max - this.holders.size);
+    for (const h of this.holders.keys()) {
+      if (short <= 0) return;
+      if (h.requestSync?.() === true) short--;
     }
   }
 
