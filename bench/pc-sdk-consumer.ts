@@ -61,16 +61,21 @@ if (warmupTotal > 0 && !warmupTopic) fail('--warmup needs --warmup-topic');
 const tally = new Tally(total, size, partitions);
 let finished = false;
 
-function onBatch({ partition, messages, resolveOffset }: EachBatchPayload): void {
+/** Counts a batch's records into `into` and marks it processed; true once `into` holds every id. */
+function countBatch({ partition, messages, resolveOffset }: EachBatchPayload, into: Tally): boolean {
   const t = nowMs();
-  if (messages.length === 0) return;
-  tally.beginBatch(t);
+  if (messages.length === 0) return false;
+  into.beginBatch(t);
   for (let i = 0; i < messages.length; i++) {
     const m = messages[i]!;
-    tally.record(t, m.value, partition, m.offset);
+    into.record(t, m.value, partition, m.offset);
   }
   resolveOffset(messages[messages.length - 1]!.offset);
-  if (tally.endBatch(t)) setTimeout(finish, lingerMs);
+  return into.endBatch(t);
+}
+
+function onBatch(b: EachBatchPayload): void {
+  if (countBatch(b, tally)) setTimeout(finish, lingerMs);
 }
 
 /** A Consumer of `t` alone in a fresh group, as the workload reads. */
@@ -97,13 +102,8 @@ if (warmupTotal > 0) {
   const c = makeConsumer(warmupTopic!);
   await new Promise<void>((resolve, reject) => {
     c.run({
-      eachBatch: ({ partition, messages, resolveOffset }: EachBatchPayload) => {
-        if (messages.length === 0) return;
-        const t = nowMs();
-        warm.beginBatch(t);
-        for (const m of messages) warm.record(t, m.value, partition, m.offset);
-        resolveOffset(messages[messages.length - 1]!.offset);
-        if (warm.endBatch(t)) resolve();
+      eachBatch: (b: EachBatchPayload) => {
+        if (countBatch(b, warm)) resolve();
       },
     }).catch(reject);
   }).catch((err: Error) => fail(`warm-up run failed: ${err.message}`));

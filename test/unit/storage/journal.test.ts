@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { encodeBatch, scanBatch } from 'tributary-protocol/batch.js';
-import { decodeEntries, encodeReset, encodeTruncate, encodeWrite } from 'tributary-broker/storage/journal-format.js';
+import { decodeEntries, encodeReset, encodeTruncate, encodeWrite, journalKey } from 'tributary-broker/storage/journal-format.js';
 import { FdBudget } from 'tributary-broker/storage/fd-budget.js';
 import { JOURNAL_DIR, Journal } from 'tributary-broker/storage/journal.js';
 import { LogTicker } from 'tributary-broker/storage/log-ticker.js';
@@ -37,10 +37,10 @@ const concat = (pieces: Buffer[]) => Buffer.concat(pieces);
 describe('journal entries', () => {
   const entries = () =>
     concat([
-      ...encodeWrite('logs/a~1/0', 0, 0, 2, 3, [Buffer.from('abc'), Buffer.from('defgh')]),
-      ...encodeTruncate('logs/a~1/0', 1),
-      ...encodeReset('logs/b~2/3'),
-      ...encodeWrite('logs/a~1/0', 1, 1, 1, 1, [Buffer.from('x'.repeat(40))]),
+      ...encodeWrite(journalKey('logs/a~1/0'), 0, 0, 2, 3, [Buffer.from('abc'), Buffer.from('defgh')]),
+      ...encodeTruncate(journalKey('logs/a~1/0'), 1),
+      ...encodeReset(journalKey('logs/b~2/3')),
+      ...encodeWrite(journalKey('logs/a~1/0'), 1, 1, 1, 1, [Buffer.from('x'.repeat(40))]),
     ]);
 
   it('decode what was encoded', () => {

@@ -7,6 +7,7 @@
 import { SETTLED } from '../common/settled.js';
 import type { AppendResult } from './log-options.js';
 import type { Journal, SyncToken } from './journal.js';
+import { type JournalKey, journalKey } from './journal-format.js';
 import { storageError } from './log-fs.js';
 import type { LogState } from './log-state.js';
 import type { Segment } from './segment.js';
@@ -19,6 +20,8 @@ export interface SyncWaiter {
 }
 
 const NO_SEGMENTS: readonly Segment[] = [];
+/** The key of a log without a journal (never written anywhere). */
+const NO_KEY = journalKey('');
 
 export class GroupCommit {
   /** Segments written since their last fsync; null until the first write (most partitions of a big broker are idle). */
@@ -33,7 +36,7 @@ export class GroupCommit {
   /** Journaled: a segment pass was asked for (syncSegments). */
   private segmentsWanted = false;
   /** This log's key in the journal (journal.keyOf). */
-  private journalKey = '';
+  private readonly journalKey: JournalKey;
 
   constructor(
     private readonly st: LogState,
@@ -41,7 +44,7 @@ export class GroupCommit {
     private readonly onDirty: (() => void) | null = null,
     private readonly journal: Journal | null = null,
   ) {
-    if (journal) this.journalKey = journal.keyOf(st.dir);
+    this.journalKey = journal ? journal.keyOf(st.dir) : NO_KEY;
   }
 
   /** Appends are made durable by the journal (flush=always, and the journal ended its recovery), not by segment fsyncs. */

@@ -8,6 +8,7 @@
  */
 import { constants, openSync, write } from 'node:fs';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 
 export const JOURNAL_SUFFIX = '.journal';
 
@@ -22,9 +23,7 @@ export interface JournalFile {
   newEntry: boolean;
 }
 
-function call<T>(f: (cb: (err: NodeJS.ErrnoException | null, v?: T) => void) => void): Promise<T> {
-  return new Promise<T>((resolve, reject) => f((err, v) => (err ? reject(err) : resolve(v as T))));
-}
+const writeAt = promisify(write);
 
 /** A new, empty file that grows as it is written (its directory entry is fsynced before its first acknowledgement). */
 export function createGrowing(dir: string, seq: number): JournalFile {
@@ -35,7 +34,7 @@ export function createGrowing(dir: string, seq: number): JournalFile {
 /** Writes `buf` at `at` (O_DSYNC: durable when it resolves), looping over short writes. */
 export async function writeDurably(fd: number, buf: Buffer, at: number): Promise<void> {
   for (let done = 0; done < buf.length; ) {
-    const n = await call<number>((cb) => write(fd, buf, done, buf.length - done, at + done, cb));
+    const n = (await writeAt(fd, buf, done, buf.length - done, at + done)).bytesWritten;
     if (n <= 0) throw new Error('journal write wrote nothing');
     done += n;
   }

@@ -39,10 +39,21 @@ function readU64(b: Buffer, at: number): number {
   return b.readUInt32BE(at) * 0x100000000 + b.readUInt32BE(at + 4);
 }
 
+/** A log's name in the journal, encoded once: every write of the log carries it. */
+export interface JournalKey {
+  readonly name: string;
+  readonly bytes: Buffer;
+}
+
+export function journalKey(name: string): JournalKey {
+  const bytes = Buffer.from(name, 'utf8');
+  if (bytes.length > MAX_KEY_BYTES) throw new RangeError(`journal key too long: ${name}`);
+  return { name, bytes };
+}
+
 /** An entry's head (everything but a write's bytes), its length and CRC left for seal(). */
-function head(kind: number, key: string, fields: number): Buffer {
-  const keyBytes = Buffer.from(key, 'utf8');
-  if (keyBytes.length > MAX_KEY_BYTES) throw new RangeError(`journal key too long: ${key}`);
+function head(kind: number, key: JournalKey, fields: number): Buffer {
+  const keyBytes = key.bytes;
   const b = Buffer.allocUnsafe(FRAME_BYTES + 3 + keyBytes.length + fields);
   b[FRAME_BYTES] = kind;
   b.writeUInt16BE(keyBytes.length, FRAME_BYTES + 1);
@@ -64,7 +75,7 @@ function seal(h: Buffer, payload: readonly Buffer[]): Buffer[] {
 }
 
 /** A write entry: the buffers to write, in order (`bytes` are not copied). */
-export function encodeWrite(key: string, from: number, first: number, last: number, count: number, bytes: readonly Buffer[]): Buffer[] {
+export function encodeWrite(key: JournalKey, from: number, first: number, last: number, count: number, bytes: readonly Buffer[]): Buffer[] {
   const h = head(KIND_WRITE, key, WRITE_FIELDS);
   const at = h.length - WRITE_FIELDS;
   writeU64(h, at, from);
@@ -74,13 +85,13 @@ export function encodeWrite(key: string, from: number, first: number, last: numb
   return seal(h, bytes);
 }
 
-export function encodeTruncate(key: string, offset: number): Buffer[] {
+export function encodeTruncate(key: JournalKey, offset: number): Buffer[] {
   const h = head(KIND_TRUNCATE, key, 8);
   writeU64(h, h.length - 8, offset);
   return seal(h, []);
 }
 
-export function encodeReset(key: string): Buffer[] {
+export function encodeReset(key: JournalKey): Buffer[] {
   return seal(head(KIND_RESET, key, 0), []);
 }
 

@@ -16,7 +16,7 @@ import { join, relative } from 'node:path';
 import type { Logger } from 'pino';
 import { fsyncDir, makeDir, storageError } from './log-fs.js';
 import { createGrowing, JOURNAL_SUFFIX, type JournalFile, journalFileName, writeDurably } from './journal-files.js';
-import { decodeEntries, encodeReset, encodeTruncate, encodeWrite, type JournalEntry } from './journal-format.js';
+import { decodeEntries, encodeReset, encodeTruncate, encodeWrite, type JournalEntry, type JournalKey, journalKey } from './journal-format.js';
 
 export const JOURNAL_DIR = 'journal';
 /** The files open() reads (anything else in the directory is left alone). */
@@ -105,14 +105,14 @@ export class Journal {
   }
 
   /** The key of the log in `logDir`. */
-  keyOf(logDir: string): string {
-    return relative(this.baseDir, logDir);
+  keyOf(logDir: string): JournalKey {
+    return journalKey(relative(this.baseDir, logDir));
   }
 
   /** The recovered entries of the log in `logDir` (once: the log replays them as it opens). */
   takeRecovered(logDir: string): JournalEntry[] | undefined {
     if (this.recovered === null) return undefined;
-    const key = this.keyOf(logDir);
+    const key = relative(this.baseDir, logDir);
     const list = this.recovered.get(key);
     this.recovered.delete(key);
     return list;
@@ -145,23 +145,23 @@ export class Journal {
   }
 
   /** What a log ending at `from` wrote to its segment: offsets first..last, `count` records, `bytes` as written (kept until written here). */
-  write(key: string, from: number, first: number, last: number, count: number, bytes: readonly Buffer[]): void {
+  write(key: JournalKey, from: number, first: number, last: number, count: number, bytes: readonly Buffer[]): void {
     this.append(key, encodeWrite(key, from, first, last, count, bytes));
   }
 
   /** A log dropped its records from `offset` on: durable before it does (replay must not bring them back). */
-  truncate(key: string, offset: number): Promise<void> {
+  truncate(key: JournalKey, offset: number): Promise<void> {
     return this.appendDurable(key, encodeTruncate(key, offset));
   }
 
   /** A log's files go (released, destroyed): durable before they do. Its earlier entries no longer count. */
-  async reset(key: string): Promise<void> {
+  async reset(key: JournalKey): Promise<void> {
     await this.appendDurable(key, encodeReset(key));
-    this.unsynced.delete(key);
+    this.unsynced.delete(key.name);
     this.collect();
   }
 
-  private appendDurable(key: string, pieces: Buffer[]): Promise<void> {
+  private appendDurable(key: JournalKey, pieces: Buffer[]): Promise<void> {
     if (!this.active) return Promise.resolve();
     try {
       this.append(key, pieces);
@@ -172,7 +172,7 @@ export class Journal {
   }
 
   /** Queues an entry: the next pass writes it, in order with every entry queued before. */
-  private append(key: string, pieces: Buffer[]): void {
+  private append(key: JournalKey, pieces: Buffer[]): void {
     if (this.failed) throw this.failed;
     if (!this.active) throw new Error('journal is not taking writes');
     for (const p of pieces) {
@@ -180,7 +180,7 @@ export class Journal {
       this.queuedBytes += p.length;
     }
     // The file the entry lands in is this one or a later one: keeping from this one is safe.
-    if (!this.unsynced.has(key)) this.unsynced.set(key, this.current.seq);
+    if (!this.unsynced.has(key.name)) this.unsynced.set(key.name, this.current.seq);
   }
 
   private fail(err: unknown): void {
@@ -258,29 +258,29 @@ export class Journal {
    * A log begins to fsync its segments: every write it made so far is covered once that ends
    * (segmentSyncEnded with the token returned here).
    */
-  segmentSyncStarted(key: string): SyncToken {
-    const seq = this.unsynced.get(key);
+  segmentSyncStarted(key: JournalKey): SyncToken {
+    const seq = this.unsynced.get(key.name);
     if (seq === undefined) return undefined;
-    this.unsynced.delete(key);
+    this.unsynced.delete(key.name);
     this.inFlight.set(seq, (this.inFlight.get(seq) ?? 0) + 1);
     return seq;
   }
 
-  segmentSyncEnded(key: string, token: SyncToken, ok: boolean): void {
+  segmentSyncEnded(key: JournalKey, token: SyncToken, ok: boolean): void {
     if (token === undefined) return;
     const n = (this.inFlight.get(token) ?? 1) - 1;
     if (n === 0) this.inFlight.delete(token);
     else this.inFlight.set(token, n);
     if (!ok) {
-      const had = this.unsynced.get(key);
-      this.unsynced.set(key, had === undefined ? token : Math.min(had, token));
+      const had = this.unsynced.get(key.name);
+      this.unsynced.set(key.name, had === undefined ? token : Math.min(had, token));
     }
     this.collect();
   }
 
   /** The log's segments were all fsynced (a clean close): its entries are no longer needed. */
-  forget(key: string): void {
-    if (this.unsynced.delete(key)) this.collect();
+  forget(key: JournalKey): void {
+    if (this.unsynced.delete(key.name)) this.collect();
   }
 
   /** Closes and deletes the files no log needs any more (never the current one, which a write may be using). */

@@ -437,9 +437,9 @@ export class LogWriter {
 
   /** Writes one appendReplica call (inside the mutex): rolls as for append(), then writes it as encoded. */
   private async writeReplica(b: PendingAppend, rw: ReplicaWrite, now: number): Promise<void> {
-    const { buf, starts, offsets } = rw;
-    const [first, from] = [offsets[0], this.st.logEndOffset];
-    const last = rw.lastOffset;
+    const { buf, starts, offsets, lastOffset: last } = rw;
+    const first = offsets[0];
+    const from = this.st.logEndOffset;
     // Appends queued before this one may have moved the log end since the call was accepted.
     if (first < this.st.logEndOffset) throw invalidParam('records', `first offset ${first} is below the log end offset ${this.st.logEndOffset}`);
     const { segmentBytes, segmentMs } = this.st.options;
