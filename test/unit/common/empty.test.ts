@@ -1,10 +1,10 @@
 /**
- * common/empty.ts: the shared empty Map and Set that idle partitions start their producer and
+ * common/empty.ts: the shared empty Map, Set and array that idle partitions start their producer and
  * transaction state with. Writes to them are refused (a missed replacement must not leak one partition's
  * state into another's), and a writable replacement is a collection of its own.
  */
 import { describe, expect, it } from 'vitest';
-import { emptyMap, emptySet, writableMap, writableSet } from 'tributary-broker/common/empty.js';
+import { emptyArray, emptyMap, emptySet, writableArray, writableMap, writableSet } from 'tributary-broker/common/empty.js';
 import { ProducerStateTable } from 'tributary-broker/partition/producer-state.js';
 import { TxnIndex } from 'tributary-broker/partition/txn-index.js';
 
@@ -12,8 +12,13 @@ describe('shared empty collections', () => {
   it('refuse writes and read as empty', () => {
     const m = emptyMap<string, number>();
     const s = emptySet<string>();
+    const a = emptyArray<number>();
     expect(() => m.set('a', 1)).toThrow(/shared empty map/);
     expect(() => s.add('a')).toThrow(/shared empty set/);
+    expect(() => a.push(1)).toThrow(TypeError);
+    expect(() => a.splice(0, 0, 1)).toThrow(TypeError);
+    expect(a.length).toBe(0);
+    expect(emptyArray()).toBe(a);
     expect(m.size).toBe(0);
     expect(s.size).toBe(0);
     expect(m.get('a')).toBeUndefined();
@@ -23,8 +28,12 @@ describe('shared empty collections', () => {
   it('are replaced by collections of their own on the first write, which then stay', () => {
     const m = writableMap(emptyMap<string, number>());
     const s = writableSet(emptySet<string>());
+    const a = writableArray(emptyArray<number>());
     m.set('a', 1);
     s.add('a');
+    a.push(1);
+    expect(writableArray(a)).toBe(a);
+    expect(emptyArray<number>().length).toBe(0);
     expect(writableMap(m)).toBe(m);
     expect(writableSet(s)).toBe(s);
     expect(writableMap(emptyMap<string, number>())).not.toBe(m);
@@ -43,7 +52,7 @@ describe('shared empty collections', () => {
     expect(a.describe('q')).toBeUndefined();
     const x = new TxnIndex();
     const y = new TxnIndex();
-    x.begin('p', 0, 10);
+    x.appended(x.begin('p', 0, 10), 10);
     expect(x.firstUnstableOffset()).toBe(10);
     expect(y.firstUnstableOffset()).toBe(Infinity);
     const t = x.beginMarker('p', 0);
@@ -51,5 +60,13 @@ describe('shared empty collections', () => {
     expect(x.markersOf('p')).toBe(1);
     expect(y.markersOf('p')).toBe(0);
     expect(x.firstUnstableOffset()).toBe(10);
+    // Aborted ranges and closed transactions (the shared empty arrays until the first marker).
+    x.markerWritten(t, 'abort', 12);
+    expect(x.abortedTxns()).toEqual([{ producerId: 'p', firstOffset: 10, lastOffset: 12 }]);
+    expect(y.abortedTxns()).toEqual([]);
+    expect(x.snapshot(11).open).toEqual([{ producerId: 'p', epoch: 0, firstOffset: 10 }]);
+    expect(y.snapshot(11).open).toEqual([]);
+    y.prune(100);
+    expect(y.abortedTxns()).toEqual([]);
   });
 });

@@ -19,6 +19,8 @@ class EmptySet<T> extends Set<T> {
 
 const MAP = new EmptyMap<never, never>();
 const SET = new EmptySet<never>();
+/** Frozen: a push or splice on it throws. */
+const ARRAY: readonly never[] = Object.freeze([]);
 
 /** The shared empty Map (read-only in effect): start a field with it, replace it on the first write. */
 export function emptyMap<K, V>(): Map<K, V> {
@@ -28,6 +30,16 @@ export function emptyMap<K, V>(): Map<K, V> {
 /** The shared empty Set (read-only in effect): start a field with it, replace it on the first write. */
 export function emptySet<T>(): Set<T> {
   return SET as unknown as Set<T>;
+}
+
+/** The shared empty array (frozen): start a field with it, replace it on the first write. */
+export function emptyArray<T>(): T[] {
+  return ARRAY as unknown as T[];
+}
+
+/** `a`, or a new array in its place when `a` is the shared empty one. */
+export function writableArray<T>(a: T[]): T[] {
+  return a === (ARRAY as unknown) ? [] : a;
 }
 
 /** `m`, or a new Map in its place when `m` is the shared empty one. */

@@ -239,8 +239,9 @@ export class PartitionSnapshots implements Tickable {
   private txnOffset = -1;
   /** The offset of the last producer snapshot written (or found at load), -1 before any. */
   private producerOffset = -1;
-  private readonly producerFile: SnapshotFile;
-  private readonly txnFile: SnapshotFile;
+  /** The two files, made on first write (an idle partition of a big broker writes neither). */
+  private producerPart: SnapshotFile | null = null;
+  private txnPart: SnapshotFile | null = null;
 
   constructor(
     private readonly log: PartitionLog,
@@ -248,9 +249,16 @@ export class PartitionSnapshots implements Tickable {
     private readonly owner: SnapshotOwner,
     /** The timer of the snapshot checks, shared by every partition of a broker (period SNAPSHOT_INTERVAL_MS). */
     private readonly ticker: LogTicker = new LogTicker(SNAPSHOT_INTERVAL_MS),
-  ) {
-    this.producerFile = new SnapshotFile(log.dir, PRODUCER_SNAPSHOT_FILE);
-    this.txnFile = new SnapshotFile(log.dir, TXN_SNAPSHOT_FILE);
+  ) {}
+
+  private get producerFile(): SnapshotFile {
+    this.producerPart ??= new SnapshotFile(this.log.dir, PRODUCER_SNAPSHOT_FILE);
+    return this.producerPart;
+  }
+
+  private get txnFile(): SnapshotFile {
+    this.txnPart ??= new SnapshotFile(this.log.dir, TXN_SNAPSHOT_FILE);
+    return this.txnPart;
   }
 
   async loadProducers(): Promise<ProducerStateTable> {
@@ -417,6 +425,6 @@ export class PartitionSnapshots implements Tickable {
 
   /** Settles once every snapshot write begun so far has. */
   async settled(): Promise<void> {
-    await Promise.all([this.producerFile.settled, this.txnFile.settled]);
+    await Promise.all([this.producerPart?.settled, this.txnPart?.settled]);
   }
 }

@@ -1,6 +1,6 @@
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { CONTROL_RECORD_VERSION, ControlType, RecordAttr } from 'tributary-protocol/record.js';
-import { emptyMap, emptySet, writableMap, writableSet } from '../common/empty.js';
+import { emptyArray, emptyMap, emptySet, writableArray, writableMap, writableSet } from '../common/empty.js';
 
 /** How a transaction ends on a partition: the type of its marker (control record). */
 export type MarkerType = 'commit' | 'abort';
@@ -62,18 +62,18 @@ export interface TxnRecordView {
  * In memory; Partition rebuilds it at open from a snapshot plus a scan of the log after it.
  */
 export class TxnIndex {
-  /** This and the next two start as shared empty collections (common/empty.ts): most partitions never see a transaction. */
+  /** This and the next three start as shared empty collections (common/empty.ts): most partitions never see a transaction. */
   private open = emptyMap<string, OpenTxn>();
   /** Transactions whose marker is being written: still open until it lands. */
   private closing = emptySet<OpenTxn>();
   /** Sorted by lastOffset (marker offsets grow with the log). */
-  private aborted: AbortedTxn[] = [];
+  private aborted = emptyArray<AbortedTxn>();
   /**
    * Transactions closed by a marker, committed or aborted, kept until a snapshot at or above their marker
    * (snapshot()): a snapshot as of an offset between a transaction's first record and its marker must
    * list it as open, or a rebuild from it (after a truncation cut the marker) would lose it.
    */
-  private closed: Array<{ producerId: string; epoch: number; firstOffset: number; markerOffset: number }> = [];
+  private closed = emptyArray<{ producerId: string; epoch: number; firstOffset: number; markerOffset: number }>();
   /** Largest lastOffset - firstOffset of any aborted range: bounds the overlap search. */
   private maxSpan = 0;
   /** Bumped on every change (snapshots are written only when it moved). */
@@ -191,7 +191,7 @@ export class TxnIndex {
     if (!t) return null;
     this.closing.delete(t);
     this.version++;
-    if (t.confirmed) this.closed.push({ producerId: t.producerId, epoch: t.epoch, firstOffset: t.firstOffset, markerOffset });
+    if (t.confirmed) (this.closed = writableArray(this.closed)).push({ producerId: t.producerId, epoch: t.epoch, firstOffset: t.firstOffset, markerOffset });
     if (type !== 'abort' || !t.confirmed) return null;
     return this.addAborted({ producerId: t.producerId, firstOffset: t.firstOffset, lastOffset: markerOffset });
   }
@@ -214,7 +214,7 @@ export class TxnIndex {
       if (!t) return;
       this.open.delete(r.producerId);
       this.version++;
-      this.closed.push({ producerId: t.producerId, epoch: t.epoch, firstOffset: t.firstOffset, markerOffset: r.offset });
+      (this.closed = writableArray(this.closed)).push({ producerId: t.producerId, epoch: t.epoch, firstOffset: t.firstOffset, markerOffset: r.offset });
       if (decodeMarkerValue(r.value) === 'abort') this.addAborted({ producerId: r.producerId, firstOffset: t.firstOffset, lastOffset: r.offset });
       return;
     }
@@ -225,7 +225,7 @@ export class TxnIndex {
   }
 
   private addAborted(a: AbortedTxn): AbortedTxn {
-    const arr = this.aborted;
+    const arr = (this.aborted = writableArray(this.aborted));
     let i = arr.length;
     while (i > 0 && arr[i - 1]!.lastOffset > a.lastOffset) i--;
     arr.splice(i, 0, a);

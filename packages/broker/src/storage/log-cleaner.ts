@@ -124,7 +124,7 @@ export class LogCleaner {
       const doomed = this.st.segments.splice(0, n);
       const deletedBytes = this.st.totalBytes - total;
       this.st.totalBytes = total;
-      this.st.cache.dropBefore(this.st.logStartOffset);
+      this.st.madeCache?.dropBefore(this.st.logStartOffset);
       for (const s of doomed) {
         this.sync.forget(s);
         this.fds.forget(s);
@@ -390,7 +390,7 @@ export class LogCleaner {
     } finally {
       this.st.totalBytes = this.st.segments.reduce((a, s) => a + s.size, 0);
       // Cached records below the active segment may be ones compaction removed.
-      this.st.cache.dropBefore(this.st.active.baseOffset);
+      this.st.madeCache?.dropBefore(this.st.active.baseOffset);
     }
     if (res.segmentsCompacted > 0) {
       this.st.logger.debug({ ...res, logStartOffset: this.st.logStartOffset }, 'compacted segments');

@@ -87,7 +87,7 @@ export class LogReader {
       recs.length = wholeAppendCount(recs);
       return recs;
     }
-    const cached = this.st.cache.read(offset, limit, maxRecords, maxBytes);
+    const cached = this.st.madeCache?.read(offset, limit, maxRecords, maxBytes);
     if (cached) return cached;
     return this.readFromDisk(offset, limit, maxRecords, maxBytes);
   }
@@ -101,7 +101,7 @@ export class LogReader {
     if (offset >= limit || !(opts.maxRecords >= 1)) return null;
     const writer = replyWriter(w.format, w.topic, w.partition, w.extensions);
     if (!writer) return null;
-    const r = this.st.cache.readWire(offset, limit, opts.maxRecords, opts.maxBytes, w, writer);
+    const r = this.st.madeCache?.readWire(offset, limit, opts.maxRecords, opts.maxBytes, w, writer);
     if (!r) return null;
     const at = writer.finish(r.buf, r.at, r.count, { nextOffset: r.nextOffset, highWatermark: this.st.hwm, logStartOffset: this.st.logStartOffset });
     if (r.parts) {

@@ -10,6 +10,7 @@ import type { Segment } from './segment.js';
 import { TailCache } from './tail-cache.js';
 import type { TributaryError } from 'tributary-protocol/errors.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
+import { SETTLED } from '../common/settled.js';
 
 /** The owner of a dormant log's files beside the segments (PartitionLog.onFilesCreated). */
 export interface FilesCreatedListener {
@@ -20,7 +21,8 @@ export class LogState {
   segments: Segment[];
   hwm = 0;
   totalBytes = 0;
-  readonly cache: TailCache;
+  /** Made on first use (`cache`): most partitions of a big broker are never written or read. */
+  private cachePart: TailCache | undefined;
   failed: Error | null = null;
   state: 'open' | 'closing' | 'closed' = 'open';
   /**
@@ -51,8 +53,17 @@ export class LogState {
     readonly fdPolicy?: SegmentFdPolicy,
   ) {
     this.segments = segments;
-    this.cache = new TailCache(options.tailCacheBytes ?? 0, options.tailCacheBudget);
     for (const s of segments) this.totalBytes += s.size;
+  }
+
+  get cache(): TailCache {
+    this.cachePart ??= new TailCache(this.options.tailCacheBytes ?? 0, this.options.tailCacheBudget);
+    return this.cachePart;
+  }
+
+  /** The tail cache if it was made: dropping from one never made has nothing to do. */
+  get madeCache(): TailCache | undefined {
+    return this.cachePart;
   }
 
   /** Time and size retention: the options' at open, changed in place when the topic's are (ALTER_TOPIC). */
@@ -147,5 +158,5 @@ export class LogState {
   }
 
   /** The cut of failSync, while it runs (close waits for it). */
-  cutting: Promise<void> = Promise.resolve();
+  cutting: Promise<void> = SETTLED;
 }

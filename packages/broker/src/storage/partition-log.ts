@@ -469,8 +469,8 @@ export class PartitionLog {
       // The cut and what it kept are on disk now: no replay needs the entries before it (nor re-applies it).
       await this.sync.journalReset();
       this.fds.prune();
-      this.st.cache.truncateFrom(offset);
-      this.st.cache.dropBefore(this.st.logStartOffset);
+      this.st.madeCache?.truncateFrom(offset);
+      this.st.madeCache?.dropBefore(this.st.logStartOffset);
       this.st.hwm = this.st.clampHwm(this.st.hwm);
       // A checkpoint above the new end would, after a crash, let the HWM cover the records appended in place
       // of the cut ones (a follower appending its new leader's records before they are committed).
@@ -534,7 +534,7 @@ export class PartitionLog {
       }
       this.st.totalBytes = 0;
       this.st.hwm = 0;
-      this.st.cache.truncateFrom(0);
+      this.st.madeCache?.truncateFrom(0);
       this.checkpoint.checkpointed = -1;
       this.horizon.reset();
       // What failed was the files, and they are gone.
@@ -591,7 +591,7 @@ export class PartitionLog {
       for (const s of this.st.segments) await s.close().catch(() => {});
       this.st.state = 'closed';
       // A closed log's records no longer count against the broker's tail cache budget.
-      this.st.cache.clear();
+      this.st.madeCache?.clear();
       this.writer.rejectQueued();
       if (error) throw storageError(this.dir, 'close failed', error);
     });
