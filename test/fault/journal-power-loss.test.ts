@@ -3,12 +3,15 @@
  * records are durable in the journal before any segment fsync, so a crash of the machine that takes the
  * segments' unsynced bytes loses none of them. Simulated here by a kill -9 and then cutting every segment
  * file to nothing (no segment was fsynced: the flush interval is longer than the test), before the restart.
+ * A journal write that finds the disk full (failpoint `journal.full`: half of it written, then ENOSPC) is
+ * tried again until space frees, its appends acknowledged then; no log fails (docs/operations.md, "A full disk").
  */
-import { readdir, truncate, unlink } from 'node:fs/promises';
+import { readdir, rm, truncate, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { expectAcknowledgedStored, readValues, type StoredAt } from '../helpers/acked-records.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { removeDir, tempDir, until } from '../helpers/util.js';
 
 const PARTITIONS = 3;
 
@@ -22,11 +25,24 @@ async function filesUnder(dir: string): Promise<string[]> {
   return out;
 }
 
+/** Cuts every segment file of topic `topic` to nothing and deletes its indexes (a machine crash before any segment fsync). */
+async function loseUnsyncedSegments(dataDir: string, topic: string, logs: number): Promise<void> {
+  const segments = (await filesUnder(path.join(dataDir, 'logs'))).filter((f) => f.includes(`${path.sep}${topic}~`) && /\.(log|index)$/.test(f));
+  expect(segments.filter((f) => f.endsWith('.log'))).toHaveLength(logs);
+  for (const f of segments) {
+    if (f.endsWith('.log')) await truncate(f, 0);
+    else await unlink(f);
+  }
+}
+
 describe('the journal', () => {
   let broker: BrokerProcess | undefined;
+  let faults: string | undefined;
   afterEach(async () => {
     await broker?.dispose();
     broker = undefined;
+    if (faults) await removeDir(faults);
+    faults = undefined;
   });
 
   it('a restart after the segments lost every unsynced byte still has each acknowledged record where it was acknowledged', async () => {
@@ -49,12 +65,7 @@ describe('the journal', () => {
     expect(writes).toBeGreaterThan(0);
     expect(writes).toBeLessThanOrEqual(acked.size + 10);
     await broker.kill();
-    const segments = (await filesUnder(path.join(broker.dataDir, 'logs'))).filter((f) => f.includes(`${path.sep}j~`) && /\.(log|index)$/.test(f));
-    expect(segments.filter((f) => f.endsWith('.log'))).toHaveLength(PARTITIONS);
-    for (const f of segments) {
-      if (f.endsWith('.log')) await truncate(f, 0);
-      else await unlink(f);
-    }
+    await loseUnsyncedSegments(broker.dataDir, 'j', PARTITIONS);
     await broker.relaunch();
     const r = await broker.connect();
     const stored = new Map<string, StoredAt>();
@@ -62,5 +73,72 @@ describe('the journal', () => {
     expect(stored.size).toBe(acked.size);
     expectAcknowledgedStored(acked, stored);
     expect(broker.stderr).toMatch(/replayed records from the journal/);
+  });
+
+  it('a journal write that finds the disk full is tried again until space frees: its append is acknowledged then, no log fails, and a power loss keeps every acknowledged record', async () => {
+    faults = await tempDir('tributary-journal-full-');
+    const full = path.join(faults, 'journal-full');
+    broker = await BrokerProcess.start({
+      args: ['--journal', 'true', '--flush-interval-ms', '600000', '--offsets-topic-partitions', '1'],
+      env: { TRIBUTARY_FAILPOINTS: `journal.full?${full}` },
+    });
+    const c = await broker.connect();
+    await c.command('CREATE', { topic: 'f', partitions: 1 });
+    const acked = new Map<string, StoredAt>();
+    const publish = async (value: string) => {
+      const r = await c.json<{ offset: number }>('PUBLISH', { topic: 'f', partition: 0, acks: 'all', message: value });
+      acked.set(value, { partition: 0, offset: r.offset });
+    };
+    for (let i = 0; i < 20; i++) await publish(`before-${i}`);
+
+    await writeFile(full, '');
+    let settled = false;
+    const during = publish('during').finally(() => {
+      settled = true;
+    });
+    await until(() => /journal write failed, the disk is full/.test(broker!.stderr) && /failpoint journal\.full: refusing/.test(broker!.stderr), 10_000, 'the full journal write');
+    // Retried, not failed: the append waits and the log takes no failure.
+    await until(() => (broker!.stderr.match(/failpoint journal\.full: refusing/g) ?? []).length >= 3, 10_000, 'a retry');
+    expect(settled).toBe(false);
+    expect(/^tributary_failed_logs (\d+)/m.exec((await broker.health('/metrics')).body)?.[1]).toBe('0');
+
+    await rm(full);
+    await during;
+    expect(acked.get('during')).toEqual({ partition: 0, offset: 20 });
+    for (let i = 0; i < 20; i++) await publish(`after-${i}`);
+
+    await broker.kill();
+    await loseUnsyncedSegments(broker.dataDir, 'f', 1);
+    await broker.relaunch();
+    const r = await broker.connect();
+    const stored = new Map<string, StoredAt>();
+    await readValues(r, 'f', 0, stored);
+    expect(stored.size).toBe(41);
+    expectAcknowledgedStored(acked, stored);
+    // The retry wrote over what the short write left: the journal reads whole.
+    expect(broker.stderr).not.toMatch(/cut or damaged/);
+  });
+
+  it('a broker stopped while a journal write waits for space gives up on it and stops (it hung), losing nothing it acknowledged', async () => {
+    faults = await tempDir('tributary-journal-full-');
+    const full = path.join(faults, 'journal-full');
+    broker = await BrokerProcess.start({ args: ['--journal', 'true'], env: { TRIBUTARY_FAILPOINTS: `journal.full?${full}` } });
+    const c = await broker.connect();
+    await c.command('CREATE', { topic: 's', partitions: 1 });
+    await c.json('PUBLISH', { topic: 's', partition: 0, acks: 'all', message: 'acked' });
+    await writeFile(full, '');
+    const waiting = c.json('PUBLISH', { topic: 's', partition: 0, acks: 'all', message: 'never acked' }).then(
+      () => 'acknowledged',
+      () => 'refused',
+    );
+    await until(() => /journal write failed, the disk is full/.test(broker!.stderr), 10_000, 'the full journal write');
+    // Its other final writes had room (only the journal's failpoint refuses): a clean stop.
+    expect(await broker.stop()).toBe(0);
+    expect(await waiting).toBe('refused');
+    await rm(full);
+    await broker.relaunch();
+    const stored = new Map<string, StoredAt>();
+    await readValues(await broker.connect(), 's', 0, stored);
+    expect(stored.get('acked')).toEqual({ partition: 0, offset: 0 });
   });
 });

@@ -10,7 +10,8 @@ import { existsSync } from 'node:fs';
  *   times, as a lost compare-and-set would be, so a test can check what retries it. It says so on stderr;
  * - a refusal point armed as `name?path` (`partition.marker:orders?/tmp/full`) makes failpointRefuse(name)
  *   true while that file exists, as a full disk until it is freed, so a test chooses when the fault ends;
- *   `disk.full?path` makes every segment write fail with ENOSPC while the file exists (storage/segment.ts);
+ *   `disk.full?path` makes every segment write fail with ENOSPC while the file exists (storage/segment.ts),
+ *   `journal.full?path` every journal write, after a short write of half of it (storage/journal-files.ts);
  * - a delay point may also set a timer that is not a sleep (`replica.park_fallback@600000` raises the
  *   parked-fetch fallback), so a test can show that something happened without that timer: failpointMs.
  * Unset (always, outside tests), both are a map lookup that does nothing.

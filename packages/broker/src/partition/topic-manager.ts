@@ -376,6 +376,8 @@ export class TopicManager {
 
   async close(): Promise<void> {
     clearInterval(this.retentionTimer);
+    // The logs' closes wait for their appends' journal writes: one waiting for space on a full disk gives up.
+    this.journal?.giveUpWhenFull();
     const all = [...this.topics.values()].flatMap((t) => t.partitions);
     // Bounded: each close writes its index, checkpoints and marker, a few files open at once.
     await mapBounded(all, this.config.partitionOpenConcurrency, (p) => p.close());

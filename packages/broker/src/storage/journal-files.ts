@@ -9,6 +9,7 @@
 import { constants, openSync, write } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { failpointRefuse } from '../common/failpoints.js';
 
 export const JOURNAL_SUFFIX = '.journal';
 
@@ -33,6 +34,11 @@ export function createGrowing(dir: string, seq: number): JournalFile {
 
 /** Writes `buf` at `at` (O_DSYNC: durable when it resolves), looping over short writes. */
 export async function writeDurably(fd: number, buf: Buffer, at: number): Promise<void> {
+  if (failpointRefuse('journal.full')) {
+    // As a disk that fills up during the write: part of it lands (a short write), then ENOSPC.
+    await writeAt(fd, buf, 0, buf.length >> 1, at);
+    throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
+  }
   for (let done = 0; done < buf.length; ) {
     const n = (await writeAt(fd, buf, done, buf.length - done, at + done)).bytesWritten;
     if (n <= 0) throw new Error('journal write wrote nothing');

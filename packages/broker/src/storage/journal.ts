@@ -14,6 +14,7 @@ import { closeSync, readdirSync, unlinkSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import type { Logger } from 'pino';
+import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { fsyncDir, makeDir, storageError } from './log-fs.js';
 import { createGrowing, JOURNAL_SUFFIX, type JournalFile, journalFileName, writeDurably } from './journal-files.js';
 import { decodeEntries, encodeReset, encodeTruncate, encodeWrite, type JournalEntry, type JournalKey, journalKey } from './journal-format.js';
@@ -23,6 +24,8 @@ export const JOURNAL_DIR = 'journal';
 const JOURNAL_FILE = new RegExp(`^\\d{16}\\${JOURNAL_SUFFIX}$`);
 /** Default size of a journal file: a pass that would go past it starts the next one. */
 export const DEFAULT_JOURNAL_FILE_BYTES = 64 * 1024 * 1024;
+/** The longest wait between two tries of a write that found the disk full. */
+const FULL_RETRY_MAX_MS = 1000;
 
 /** What a log's segment fsync covers: the oldest journal file it had entries in (see segmentSyncStarted). */
 export type SyncToken = number | undefined;
@@ -42,6 +45,14 @@ export class Journal {
   private closed = false;
   /** A write failed: nothing written here since is known to be durable (appends are refused, GroupCommit). */
   failed: Error | null = null;
+  /** A write that found the disk full waits for its next try (retryWhenFull). */
+  private retryTimer: NodeJS.Timeout | undefined;
+  /** Shutting down (giveUpWhenFull): a write that finds the disk full fails the journal, as any failed write. */
+  private givingUp = false;
+  private retryMs = 0;
+  /** Writes that found the disk full and were tried again (for tests). */
+  fullRetries = 0;
+  private readonly fullLog = new RateLimitedLog(() => this.logger);
   /** Recovered entries by log key, until endRecovery (null afterwards: the journal is active). */
   private recovered: Map<string, JournalEntry[]> | null;
   private readonly oldFiles: string[];
@@ -225,7 +236,7 @@ export class Journal {
       try {
         f = createGrowing(this.dir, f.seq + 1);
       } catch (err) {
-        this.passEnded(cbs, err);
+        if (!this.retryWhenFull(err, null, 0, buf, cbs)) this.passEnded(cbs, err);
         return;
       }
       this.files.push(f);
@@ -243,11 +254,39 @@ export class Journal {
         },
         (err: unknown) => err,
       )
-      .then((err) => this.passEnded(cbs, err));
+      .then((err) => {
+        if (err === null || !this.retryWhenFull(err, f, at, buf, cbs)) this.passEnded(cbs, err);
+      });
+  }
+
+  /**
+   * A pass whose write (or new file) found the disk full (ENOSPC) is tried again, whole and at the same
+   * place, until space frees: its entries stay first in line and their appends unacknowledged, and appends
+   * that find the disk full at their segment write are refused meanwhile (docs/operations.md, "A full
+   * disk"). Failing the journal instead failed every journaled log until a restart. What a short write
+   * left of it in the file, the retry writes over (its bytes are the same and at least as many). Not once
+   * shutting down (giveUpWhenFull).
+   */
+  private retryWhenFull(err: unknown, f: JournalFile | null, at: number, buf: Buffer, cbs: Array<(err: Error | null) => void>): boolean {
+    if ((err as NodeJS.ErrnoException | null)?.code !== 'ENOSPC' || this.givingUp) return false;
+    if (f) f.size = at;
+    this.queue.unshift(buf);
+    this.queuedBytes += buf.length;
+    this.waiting = cbs.concat(this.waiting);
+    this.fullRetries++;
+    this.retryMs = Math.min(FULL_RETRY_MAX_MS, Math.max(10, this.retryMs * 2));
+    this.fullLog.warn('full', { err, retryMs: this.retryMs }, 'journal write failed, the disk is full: tried again until space frees');
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.pass();
+    }, this.retryMs);
+    this.retryTimer.unref();
+    return true;
   }
 
   private passEnded(cbs: Array<(err: Error | null) => void>, err: unknown): void {
     if (err) this.fail(err);
+    else this.retryMs = 0;
     for (const cb of cbs) cb(this.failed);
     // Between writes, so files go under a load that never lets the journal idle.
     this.collect();
@@ -300,6 +339,19 @@ export class Journal {
     }
   }
 
+  /**
+   * The broker is stopping: a write waiting for space gets its last try now, and fails the journal if the
+   * disk is still full (its appends were never acknowledged). Before the logs close, which wait for
+   * their appends' journal writes.
+   */
+  giveUpWhenFull(): void {
+    this.givingUp = true;
+    if (this.retryTimer === undefined) return;
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    this.pass();
+  }
+
   /** Files the journal holds now (for tests). */
   get fileCount(): number {
     return this.files.length;
@@ -312,6 +364,7 @@ export class Journal {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.giveUpWhenFull();
     while (!this.failed && (this.writing || this.queue.length > 0)) await new Promise<void>((resolve) => this.whenDurable(() => resolve()));
     for (const f of this.files.splice(0)) closeSync(f.fd);
   }

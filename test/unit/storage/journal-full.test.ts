@@ -1,0 +1,102 @@
+/**
+ * A journal write that finds the disk full (storage/journal.ts retryWhenFull; docs/operations.md "A full
+ * disk"): tried again, whole and at the same place, until space frees, its waiters answered then; a close
+ * meanwhile gives up with the error. The failpoint `journal.full?<file>` (armed before the modules load)
+ * writes half of each write, then fails it with ENOSPC, while the file exists.
+ */
+import { readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+
+const full = vi.hoisted(() => {
+  const file = `${process.env.TMPDIR ?? '/tmp'}/tributary-journal-full-${process.pid}`;
+  process.env.TRIBUTARY_FAILPOINTS = `journal.full?${file}`;
+  return file;
+});
+
+import { decodeEntries, journalKey } from 'tributary-broker/storage/journal-format.js';
+import { JOURNAL_DIR, Journal } from 'tributary-broker/storage/journal.js';
+import { removeDir, tempDir, until } from '../../helpers/util.js';
+
+const quiet = pino({ level: 'silent' });
+const key = journalKey('logs/t~1/0');
+let base: string;
+beforeEach(async () => {
+  base = await tempDir('trib-journal-full-');
+});
+afterEach(async () => {
+  await rm(full, { force: true });
+  await removeDir(base);
+});
+
+function durable(j: Journal): { done: () => boolean; result: Promise<Error | null> } {
+  let settled = false;
+  const result = new Promise<Error | null>((resolve) => j.whenDurable((err) => resolve(err))).finally(() => {
+    settled = true;
+  });
+  return { done: () => settled, result };
+}
+
+/** Every entry the journal's files hold, in order, and whether any file ends in a cut or damaged entry. */
+async function readBack(files: string[]): Promise<{ firsts: number[]; damaged: boolean }> {
+  const firsts: number[] = [];
+  let damaged = false;
+  for (const f of files) {
+    const buf = await readFile(join(base, JOURNAL_DIR, f));
+    const { entries, end } = decodeEntries(buf);
+    if (end < buf.length) damaged = true;
+    for (const e of entries) if (e.kind === 'write') firsts.push(e.first);
+  }
+  return { firsts, damaged };
+}
+
+describe('a journal write on a full disk', () => {
+  it('is tried again until space frees, then its waiters and the later ones are answered; the file reads whole', async () => {
+    const j = await Journal.open(base, quiet, { fileBytes: 4096 });
+    await j.endRecovery();
+    j.write(key, 0, 0, 0, 1, [Buffer.alloc(100, 1)]);
+    expect(await durable(j).result).toBeNull();
+
+    await writeFile(full, '');
+    j.write(key, 1, 1, 1, 1, [Buffer.alloc(300, 2)]);
+    const first = durable(j);
+    // A few tries fail meanwhile (the failpoint writes half of each); entries queued meanwhile wait behind.
+    await until(() => j.fullRetries >= 3, 10_000, 'three tries');
+    j.write(key, 2, 2, 2, 1, [Buffer.alloc(200, 3)]);
+    const second = durable(j);
+    expect(first.done()).toBe(false);
+    expect(second.done()).toBe(false);
+    expect(j.failed).toBeNull();
+
+    await rm(full);
+    expect(await first.result).toBeNull();
+    expect(await second.result).toBeNull();
+    // Past the file's size: the next entries roll over to a new file, written while space is short too.
+    await writeFile(full, '');
+    for (let i = 3; i < 40; i++) j.write(key, i, i, i, 1, [Buffer.alloc(100, i)]);
+    const third = durable(j);
+    await until(() => j.fullRetries >= 5, 10_000, 'more tries');
+    await rm(full);
+    expect(await third.result).toBeNull();
+    await j.close();
+
+    const files = (await import('node:fs')).readdirSync(join(base, JOURNAL_DIR)).sort();
+    expect(files.length).toBeGreaterThan(1);
+    const { firsts, damaged } = await readBack(files);
+    expect(damaged).toBe(false);
+    expect(firsts).toEqual(Array.from({ length: 40 }, (_, i) => i));
+  });
+
+  it('a close while the disk is still full gives up: the waiters get the error and the journal is failed', async () => {
+    const j = await Journal.open(base, quiet);
+    await j.endRecovery();
+    await writeFile(full, '');
+    j.write(key, 0, 0, 0, 1, [Buffer.alloc(100, 1)]);
+    const w = durable(j);
+    await until(() => j.fullRetries >= 1, 10_000, 'a try');
+    await j.close();
+    expect((await w.result)?.message).toMatch(/ENOSPC/);
+    expect(j.failed?.message).toMatch(/ENOSPC/);
+  });
+});
