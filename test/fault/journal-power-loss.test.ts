@@ -6,11 +6,14 @@
  * A journal write that finds the disk full (failpoint `journal.full`: half of it written, then ENOSPC) is
  * tried again until space frees, its appends acknowledged then; no log fails (docs/operations.md, "A full disk").
  */
+import { readdirSync } from 'node:fs';
 import { readdir, rm, truncate, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { expectAcknowledgedStored, readValues, type StoredAt } from '../helpers/acked-records.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { RawClient } from '../helpers/raw-client.js';
+import { parseLine } from 'tributary-protocol/command.js';
 import { removeDir, tempDir, until } from '../helpers/util.js';
 
 const PARTITIONS = 3;
@@ -135,10 +138,66 @@ describe('the journal', () => {
     // Its other final writes had room (only the journal's failpoint refuses): a clean stop.
     expect(await broker.stop()).toBe(0);
     expect(await waiting).toBe('refused');
+    expect(broker.stderr).toMatch(/journal failed: appends under flush=always are refused/);
     await rm(full);
     await broker.relaunch();
     const stored = new Map<string, StoredAt>();
     await readValues(await broker.connect(), 's', 0, stored);
     expect(stored.get('acked')).toEqual({ partition: 0, offset: 0 });
+  });
+
+  it('while a journal write waits for space, retention goes on (it may be what frees the space), and a stop with a coordinator write waiting returns', async () => {
+    faults = await tempDir('tributary-journal-full-');
+    const full = path.join(faults, 'journal-full');
+    broker = await BrokerProcess.start({
+      args: ['--journal', 'true', '--segment-bytes', '1024', '--retention-check-ms', '100', '--offsets-topic-partitions', '1', '--transaction-state-partitions', '1', '--shutdown-timeout-ms', '1000'],
+      env: { TRIBUTARY_FAILPOINTS: `journal.full?${full}` },
+    });
+    const segments = (topic: string) => {
+      const logs = path.join(broker!.dataDir, 'logs');
+      const d = readdirSync(logs).find((x) => x.startsWith(`${topic}~`)) as string;
+      return readdirSync(path.join(logs, d, '0')).filter((f) => f.endsWith('.log')).length;
+    };
+    const c = await broker.connect();
+    for (const topic of ['a', 'b']) await c.command('CREATE', { topic, partitions: 1 });
+    for (let i = 0; i < 30; i++) for (const topic of ['a', 'b']) await c.json('PUBLISH', { topic, partition: 0, acks: 'all', message: 'x'.repeat(200) });
+    expect(segments('a')).toBeGreaterThan(5);
+    // A member with a commit: the group coordinator's partition loaded and written.
+    const raw = await RawClient.connect(broker.port);
+    const joined = parseLine(await raw.command('JOIN_GROUP topic=a group=g member=m1 session_timeout_ms=300000 rebalance_timeout_ms=300000'));
+    const as = `member=${joined.params.get('member')} generation=${joined.params.get('generation')}`;
+    expect(await raw.command(`SYNC_GROUP topic=a group=g ${as}`)).toMatch(/^OK /);
+    expect(await raw.command(`COMMIT_OFFSET topic=a group=g partition=0 offset=1 ${as}`)).toBe('OK');
+    // The transaction coordinator loaded: a later INIT_PRODUCER_ID goes straight to its write.
+    expect(await raw.command('INIT_PRODUCER_ID transactional_id=x0 transaction_timeout_ms=900000')).toMatch(/^OK /);
+    await writeFile(full, '');
+    let settled = false;
+    const pending = (await broker.connect()).json('PUBLISH', { topic: 'a', partition: 0, acks: 'all', message: 'pending' }).finally(() => {
+      settled = true;
+    });
+    pending.catch(() => {}); // refused once the stop gives up
+    await until(() => /journal write failed, the disk is full/.test(broker!.stderr), 10_000, 'the full journal write');
+    for (const topic of ['a', 'b']) await c.command('ALTER_TOPIC', { topic, retention_bytes: 2000 });
+    await until(() => segments('a') < 5 && segments('b') < 5, 20_000, 'retention of both topics');
+    expect(settled).toBe(false);
+
+    // A transactional id's first INIT_PRODUCER_ID writes __transaction_state, and waits for the journal too,
+    // holding the transaction coordinator's lock of the id, which its stop waits for.
+    const tries = () => (broker!.stderr.match(/failpoint journal\.full: refusing/g) ?? []).length;
+    const before = tries();
+    let initSettled = false;
+    const init = (await RawClient.connect(broker.port)).command('INIT_PRODUCER_ID transactional_id=x1 transaction_timeout_ms=900000').then(
+      (reply) => `answered ${reply}`,
+      () => 'connection closed',
+    );
+    void init.finally(() => {
+      initSettled = true;
+    });
+    // A try of the journal's write after the INIT's write joined it.
+    await until(() => tries() >= before + 2, 10_000, 'two more tries');
+    expect(initSettled).toBe(false);
+    expect(await broker.stop()).toBe(0);
+    expect(await init).toBe('connection closed');
+    expect(broker.stderr).toMatch(/journal failed: appends under flush=always are refused/);
   });
 });

@@ -88,6 +88,31 @@ describe('a journal write on a full disk', () => {
     expect(firsts).toEqual(Array.from({ length: 40 }, (_, i) => i));
   });
 
+  it('a retry that no longer fits in its file writes over its failed try there, not in a new file: the journal reads whole', async () => {
+    const j = await Journal.open(base, quiet, { fileBytes: 4096 });
+    await j.endRecovery();
+    j.write(key, 0, 0, 0, 1, [Buffer.alloc(100, 1)]);
+    expect(await durable(j).result).toBeNull();
+    await writeFile(full, '');
+    j.write(key, 1, 1, 1, 1, [Buffer.alloc(300, 2)]);
+    const first = durable(j);
+    await until(() => j.fullRetries >= 1, 10_000, 'a try');
+    // Queued behind it: together past the file's size.
+    for (let i = 2; i < 40; i++) j.write(key, i, i, i, 1, [Buffer.alloc(100, i)]);
+    const second = durable(j);
+    await until(() => j.fullRetries >= 3, 10_000, 'more tries');
+    await rm(full);
+    expect(await first.result).toBeNull();
+    expect(await second.result).toBeNull();
+    await j.close();
+    const files = (await import('node:fs')).readdirSync(join(base, JOURNAL_DIR)).sort();
+    const { firsts, damaged } = await readBack(files);
+    expect(damaged).toBe(false);
+    expect(firsts).toEqual(Array.from({ length: 40 }, (_, i) => i));
+    const again = await Journal.open(base, quiet);
+    await again.endRecovery(false);
+  });
+
   it('a close while the disk is still full gives up: the waiters get the error and the journal is failed', async () => {
     const j = await Journal.open(base, quiet);
     await j.endRecovery();

@@ -551,6 +551,8 @@ export class Broker implements BrokerContext {
       this.logger.warn({ shutdownTimeoutMs: timeoutMs, connections: undrained.size, kafkaConnections: kafkaCut }, 'shutdown timeout expired: cutting connections with requests still unanswered');
     }
     for (const c of this.connections) c.destroy('broker stopped');
+    // Before the coordinators stop: they wait for their writes, which may wait for journal space.
+    this.topics.giveUpJournalWhenFull();
     await closed;
     await this.transactions.stop();
     await this.coordinator.stop();

@@ -374,6 +374,11 @@ export class TopicManager {
     for (const t of this.topics.values()) for (const p of t.partitions) p.beginClose();
   }
 
+  /** The broker is stopping: a journal write waiting for space gets one last try (Journal.giveUpWhenFull). */
+  giveUpJournalWhenFull(): void {
+    this.journal?.giveUpWhenFull();
+  }
+
   async close(): Promise<void> {
     clearInterval(this.retentionTimer);
     // The logs' closes wait for their appends' journal writes: one waiting for space on a full disk gives up.

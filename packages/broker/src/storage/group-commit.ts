@@ -31,6 +31,8 @@ export class GroupCommit {
   private syncing = false;
   /** idle() callers, woken when a pass ends with nothing more requested. */
   private idleWaiters: Array<() => void> | null = null;
+  /** segmentsIdle() callers, woken when no fsync pass runs. */
+  private segmentWaiters: Array<() => void> | null = null;
   /** Passes whose waiters wait for the journal (truncation, roll and close wait for them too, as for an fsync). */
   private journalWaits = 0;
   /** Journaled: a segment pass was asked for (syncSegments). */
@@ -45,6 +47,7 @@ export class GroupCommit {
     private readonly journal: Journal | null = null,
   ) {
     this.journalKey = journal ? journal.keyOf(st.dir) : NO_KEY;
+    if (journal) st.onFailed = () => journal.logFailed(this.journalKey);
   }
 
   /** Appends are made durable by the journal (flush=always, and the journal ended its recovery), not by segment fsyncs. */
@@ -252,10 +255,26 @@ export class GroupCommit {
 
   /** Wakes idle() callers once no pass runs and no pass's waiters wait for the journal. */
   private wakeIdle(): void {
-    if (this.syncing || this.journalWaits > 0 || this.idleWaiters === null) return;
+    if (this.syncing) return;
+    if (this.segmentWaiters !== null) {
+      const waiting = this.segmentWaiters;
+      this.segmentWaiters = null;
+      for (const wake of waiting) wake();
+    }
+    if (this.journalWaits > 0 || this.idleWaiters === null) return;
     const idle = this.idleWaiters;
     this.idleWaiters = null;
     for (const wake of idle) wake();
+  }
+
+  /**
+   * Resolves once no fsync pass is running, whatever appends wait for the journal: what deleting a closed
+   * segment needs (retention). Waiting for idle() there stalled every partition's retention behind an
+   * append whose journal write waited for space, which retention may be what frees.
+   */
+  segmentsIdle(): Promise<void> {
+    if (!this.syncing) return SETTLED;
+    return new Promise<void>((resolve) => (this.segmentWaiters ??= []).push(resolve));
   }
 
   /** Resolves once no fsync pass is running, and (journaled) no append waits for the journal. */

@@ -22,6 +22,8 @@ export interface JournalFile {
   size: number;
   /** Its directory entry is not known to be durable yet (fsynced before an entry in it is acknowledged). */
   newEntry: boolean;
+  /** Rewritten with the entries of failed logs alone (journal-compact.ts); its fd is closed (-1). */
+  compacted?: boolean;
 }
 
 const writeAt = promisify(write);

@@ -16,6 +16,7 @@ import { join, relative } from 'node:path';
 import type { Logger } from 'pino';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { fsyncDir, makeDir, storageError } from './log-fs.js';
+import { compactJournalFile } from './journal-compact.js';
 import { createGrowing, JOURNAL_SUFFIX, type JournalFile, journalFileName, writeDurably } from './journal-files.js';
 import { decodeEntries, encodeReset, encodeTruncate, encodeWrite, type JournalEntry, type JournalKey, journalKey } from './journal-format.js';
 
@@ -36,6 +37,12 @@ export class Journal {
   private readonly unsynced = new Map<string, number>();
   /** Journal files that segment fsyncs under way still need, with how many need each. */
   private readonly inFlight = new Map<number, number>();
+  /** Logs that failed (appends refused until a restart, whose replay needs their entries): see compactPinned. */
+  private readonly failedLogs = new Set<string>();
+  /** A compaction of files only failed logs need is under way (compactPinned), on this file now. */
+  private compaction: Promise<void> | null = null;
+  private compacting: JournalFile | undefined;
+  private compactAgain = false;
   private waiting: Array<(err: Error | null) => void> = [];
   /** Entries queued for the next pass, and their size. */
   private queue: Buffer[] = [];
@@ -50,6 +57,8 @@ export class Journal {
   /** Shutting down (giveUpWhenFull): a write that finds the disk full fails the journal, as any failed write. */
   private givingUp = false;
   private retryMs = 0;
+  /** The write being tried again left part of itself here in the current file: the retry writes from here, however full the file. */
+  private retryAt: number | undefined;
   /** Writes that found the disk full and were tried again (for tests). */
   fullRetries = 0;
   private readonly fullLog = new RateLimitedLog(() => this.logger);
@@ -169,6 +178,7 @@ export class Journal {
   async reset(key: JournalKey): Promise<void> {
     await this.appendDurable(key, encodeReset(key));
     this.unsynced.delete(key.name);
+    this.failedLogs.delete(key.name);
     this.collect();
   }
 
@@ -231,8 +241,10 @@ export class Journal {
     this.queue = [];
     this.queuedBytes = 0;
     let f = this.current;
-    // A full file: the next one starts with this pass (its directory entry fsynced before the write).
-    if (f.size > 0 && f.size + buf.length > this.fileBytes) {
+    // A full file: the next one starts with this pass (its directory entry fsynced before the write). Not
+    // for a retry (retryWhenFull): what its failed try left in this file must be written over, or the file
+    // would end damaged with a later one after it, which refuses the start.
+    if (this.retryAt === undefined && f.size > 0 && f.size + buf.length > this.fileBytes) {
       try {
         f = createGrowing(this.dir, f.seq + 1);
       } catch (err) {
@@ -264,12 +276,15 @@ export class Journal {
    * place, until space frees: its entries stay first in line and their appends unacknowledged, and appends
    * that find the disk full at their segment write are refused meanwhile (docs/operations.md, "A full
    * disk"). Failing the journal instead failed every journaled log until a restart. What a short write
-   * left of it in the file, the retry writes over (its bytes are the same and at least as many). Not once
-   * shutting down (giveUpWhenFull).
+   * left of it in the file, the retry writes over (its bytes are the same and at least as many, in the
+   * same file: retryAt). Not once shutting down (giveUpWhenFull).
    */
   private retryWhenFull(err: unknown, f: JournalFile | null, at: number, buf: Buffer, cbs: Array<(err: Error | null) => void>): boolean {
     if ((err as NodeJS.ErrnoException | null)?.code !== 'ENOSPC' || this.givingUp) return false;
-    if (f) f.size = at;
+    if (f) {
+      f.size = at;
+      this.retryAt = at;
+    }
     this.queue.unshift(buf);
     this.queuedBytes += buf.length;
     this.waiting = cbs.concat(this.waiting);
@@ -286,7 +301,10 @@ export class Journal {
 
   private passEnded(cbs: Array<(err: Error | null) => void>, err: unknown): void {
     if (err) this.fail(err);
-    else this.retryMs = 0;
+    else {
+      this.retryMs = 0;
+      this.retryAt = undefined;
+    }
     for (const cb of cbs) cb(this.failed);
     // Between writes, so files go under a load that never lets the journal idle.
     this.collect();
@@ -322,20 +340,84 @@ export class Journal {
     if (this.unsynced.delete(key.name)) this.collect();
   }
 
+  /** The log failed: its entries stay for the restart's replay, and the files after them need not (compactPinned). */
+  logFailed(key: JournalKey): void {
+    this.failedLogs.add(key.name);
+    this.collect();
+  }
+
+  /**
+   * The oldest file a log that can still fsync its segments (or a segment fsync under way) needs, `live`:
+   * it and every later file stay. The oldest a failed log needs, `pinned`: below `live`, only the failed
+   * logs' entries of a file stay.
+   */
+  private pins(): { live: number; pinned: number } {
+    let live = this.current.seq;
+    let pinned = live;
+    for (const [k, s] of this.unsynced) {
+      if (this.failedLogs.has(k)) pinned = Math.min(pinned, s);
+      else live = Math.min(live, s);
+    }
+    for (const s of this.inFlight.keys()) live = Math.min(live, s);
+    return { live, pinned };
+  }
+
   /** Closes and deletes the files no log needs any more (never the current one, which a write may be using). */
   private collect(): void {
     if (this.files.length < 2) return;
-    let live = this.current.seq;
-    for (const s of this.unsynced.values()) if (s < live) live = s;
-    for (const s of this.inFlight.keys()) if (s < live) live = s;
-    while (this.files.length > 1 && (this.files[0] as JournalFile).seq < live) {
+    const { live, pinned } = this.pins();
+    const gone = Math.min(live, pinned);
+    while (this.files.length > 1 && (this.files[0] as JournalFile).seq < gone && this.files[0] !== this.compacting) {
       const f = this.files.shift() as JournalFile;
       try {
-        closeSync(f.fd);
+        if (f.fd >= 0) closeSync(f.fd);
         unlinkSync(join(this.dir, journalFileName(f.seq)));
       } catch (err) {
         this.logger.warn({ err, file: journalFileName(f.seq) }, 'could not delete a journal file');
       }
+    }
+    if (pinned < live && this.nextToCompact(live, pinned) !== undefined) this.compactPinned();
+  }
+
+  private nextToCompact(live: number, pinned: number): JournalFile | undefined {
+    return this.files.find((f) => f !== this.current && f.compacted !== true && f.seq >= pinned && f.seq < live);
+  }
+
+  /**
+   * Files only failed logs need (between `pinned` and `live`) keep their entries alone, in order, or go
+   * when they hold none (journal-compact.ts): a failed log held every file after its entries until a
+   * restart. Every older file that stays is compacted first, so no other log's entries stay behind in a
+   * file whose later entries of that log (a truncation, a reset) went: its replay would miss them.
+   */
+  private compactPinned(): void {
+    if (this.compaction !== null) {
+      this.compactAgain = true;
+      return;
+    }
+    this.compaction = this.compactFiles()
+      .catch((err: unknown) => this.logger.warn({ err }, 'could not compact a journal file that failed logs hold; it stays whole'))
+      .finally(() => {
+        this.compaction = null;
+        this.compacting = undefined;
+        if (this.compactAgain && !this.closed) {
+          this.compactAgain = false;
+          this.collect();
+        }
+      });
+  }
+
+  private async compactFiles(): Promise<void> {
+    for (;;) {
+      const { live, pinned } = this.pins();
+      const f = this.closed ? undefined : this.nextToCompact(live, pinned);
+      if (f === undefined) return;
+      this.compacting = f;
+      const outcome = await compactJournalFile(this.dir, f.seq, new Set(this.failedLogs));
+      if (f.fd >= 0) closeSync(f.fd);
+      f.fd = -1;
+      f.compacted = true;
+      this.compacting = undefined;
+      if (outcome === 'deleted') this.files.splice(this.files.indexOf(f), 1);
     }
   }
 
@@ -365,7 +447,8 @@ export class Journal {
     if (this.closed) return;
     this.closed = true;
     this.giveUpWhenFull();
+    await this.compaction;
     while (!this.failed && (this.writing || this.queue.length > 0)) await new Promise<void>((resolve) => this.whenDurable(() => resolve()));
-    for (const f of this.files.splice(0)) closeSync(f.fd);
+    for (const f of this.files.splice(0)) if (f.fd >= 0) closeSync(f.fd);
   }
 }

@@ -119,8 +119,8 @@ export class LogCleaner {
       }
       const { count: n, keptBytes: total } = pastRetention(this.st, now, bound);
       if (n === 0) return { deletedSegments: 0, deletedBytes: 0 };
-      // No fsync may be in flight on a segment being deleted.
-      await this.sync.idle();
+      // No fsync may be in flight on a segment being deleted (appends waiting for the journal are in the active one).
+      await this.sync.segmentsIdle();
       const doomed = this.st.segments.splice(0, n);
       const deletedBytes = this.st.totalBytes - total;
       this.st.totalBytes = total;

@@ -35,6 +35,8 @@ export class LogState {
    * dormant log's files are created, before its first segment (PartitionLog.onFilesCreated).
    */
   onCreate: FilesCreatedListener | null = null;
+  /** Told once, when the log fails (GroupCommit: the journal keeps a failed log's entries, Journal.logFailed). */
+  onFailed: (() => void) | null = null;
   /**
    * Storage failures an operator must see (a full disk, a corrupt record): answered to clients as
    * storage_error, logged per kind, rate-limited (docs/operations.md, "A full disk"). The log's own, so no
@@ -139,6 +141,7 @@ export class LogState {
     if (this.failed) return;
     this.failed = err instanceof Error ? err : new Error(String(err));
     this.logger.error({ err: this.failed }, 'partition log failed; appends are refused until reopen');
+    this.onFailed?.();
   }
 
   /** A datasync failed: fail() and cut every segment back to what a datasync covered (Segment.cutToDurable); `cutting` ends with it. */

@@ -1,0 +1,107 @@
+/**
+ * A journaled log that failed (a segment fsync failed: appends refused until a restart) keeps the journal
+ * entries its restart replays (storage/journal.ts logFailed, journal-compact.ts), and only those: the files
+ * written after them, full of other logs' entries their segment fsyncs cover, go as before. It held every
+ * later file until the restart, so the journal grew by a file size again and again.
+ */
+import { readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { JOURNAL_DIR, Journal } from 'tributary-broker/storage/journal.js';
+import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
+import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
+import { removeDir, tempDir, until } from '../../helpers/util.js';
+
+/** While set, fdatasync fails with EIO (the journal's own writes are O_DSYNC writes, not fdatasyncs). */
+const failing = vi.hoisted(() => ({ on: false }));
+vi.mock('node:fs', async (importOriginal) => {
+  const fs = await importOriginal<typeof import('node:fs')>();
+  return {
+    ...fs,
+    fdatasync: (fd: number, cb: (err: NodeJS.ErrnoException | null) => void) => {
+      if (failing.on) {
+        process.nextTick(() => cb(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO', syscall: 'fdatasync' })));
+        return;
+      }
+      fs.fdatasync(fd, cb);
+    },
+  };
+});
+
+const quiet = pino({ level: 'silent' });
+const OPTS: Partial<LogOptions> = { flush: 'always', segmentBytes: 1 << 20, indexIntervalBytes: 512, tailCacheBytes: 0 };
+let base: string;
+beforeEach(async () => {
+  base = await tempDir('trib-journal-failed-');
+  failing.on = false;
+});
+afterEach(async () => {
+  failing.on = false;
+  await removeDir(base);
+});
+
+const value = (tag: string, i: number) => Buffer.from(`${tag}-${i}-${'x'.repeat(60)}`);
+
+async function values(log: PartitionLog): Promise<string[]> {
+  const recs = await log.read(log.logStartOffset, { maxRecords: 100_000, maxBytes: 1 << 26 });
+  return recs.map((r) => r.value!.toString().split('-x')[0]!);
+}
+
+describe('a journaled log that failed', () => {
+  it('keeps its own entries for the restart, not every journal file written after them', async () => {
+    const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
+    const a = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal });
+    const b = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal });
+    const c = await PartitionLog.open(join(base, 'logs', 'c~1', '0'), { ...OPTS, journal });
+    await journal.endRecovery();
+    // Entries of both in the first file.
+    for (let i = 0; i < 10; i++) await a.append([{ key: null, value: value('a', i) }]);
+    for (let i = 0; i < 5; i++) await b.append([{ key: null, value: value('b', i) }]);
+    // b's segment fsync fails: b refuses appends until a restart, its segment cut back to its last fsync.
+    failing.on = true;
+    await b.flush().catch(() => {});
+    failing.on = false;
+    expect(b.failed).toBe(true);
+    await expect(b.append([{ key: null, value: value('b', 99) }])).rejects.toThrow();
+
+    // a goes on writing many files' worth and fsyncs its segments now and then.
+    for (let i = 10; i < 200; i++) {
+      await a.append([{ key: null, value: value('a', i) }]);
+      if (i % 20 === 19) await a.flush();
+    }
+    // A truncation far below a's entries in the first file: were they left there (and its truncation
+    // deleted with a later file), a replay would bring the truncated records back.
+    await a.truncateTo(2);
+    for (let i = 0; i < 3; i++) await a.append([{ key: null, value: value('c', i) }]);
+    await a.flush();
+    // Another log's writes roll the journal past a's truncation.
+    for (let i = 0; i < 100; i++) await c.append([{ key: null, value: value('d', i) }]);
+    await c.flush();
+    // Every full file went but the ones holding b's entries, which hold only those.
+    await until(() => journal.fileCount <= 3, 10_000, 'the files a no longer needs to go');
+    const files = (await readdir(join(base, JOURNAL_DIR))).filter((n) => n.endsWith('.journal'));
+    expect(files.length).toBeLessThanOrEqual(3);
+
+    // A crash: b's acknowledged records come back from the journal; a's are all in its segments.
+    await simulateCrash(b);
+    await simulateCrash(a);
+    await simulateCrash(c);
+    await journal.close();
+    const again = await Journal.open(base, quiet, { fileBytes: 4096 });
+    const a2 = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal: again });
+    const b2 = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal: again });
+    const c2 = await PartitionLog.open(join(base, 'logs', 'c~1', '0'), { ...OPTS, journal: again });
+    await again.endRecovery();
+    try {
+      expect(await values(b2)).toEqual(Array.from({ length: 5 }, (_, i) => `b-${i}`));
+      expect(await values(a2)).toEqual(['a-0', 'a-1', 'c-0', 'c-1', 'c-2']);
+      expect(await values(c2)).toEqual(Array.from({ length: 100 }, (_, i) => `d-${i}`));
+    } finally {
+      await a2.close();
+      await b2.close();
+      await c2.close();
+      await again.close();
+    }
+  });
+});
