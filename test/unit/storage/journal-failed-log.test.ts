@@ -4,7 +4,7 @@
  * written after them, full of other logs' entries their segment fsyncs cover, go as before. It held every
  * later file until the restart, so the journal grew by a file size again and again.
  */
-import { readdir } from 'node:fs/promises';
+import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -103,5 +103,83 @@ describe('a journaled log that failed', () => {
       await c2.close();
       await again.close();
     }
+  });
+
+  /** Two failed logs b and e, their entries compacted into the first file, while a writes on. */
+  async function twoFailed(): Promise<{ journal: Journal; a: PartitionLog; b: PartitionLog; e: PartitionLog; roll: () => Promise<void> }> {
+    const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
+    const a = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal });
+    const b = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal });
+    const e = await PartitionLog.open(join(base, 'logs', 'e~1', '0'), { ...OPTS, journal });
+    await journal.endRecovery();
+    for (let i = 0; i < 5; i++) await b.append([{ key: null, value: value('b', i) }]);
+    await b.flush();
+    for (let i = 5; i < 10; i++) await b.append([{ key: null, value: value('b', i) }]);
+    for (let i = 0; i < 5; i++) await e.append([{ key: null, value: value('e', i) }]);
+    failing.on = true;
+    await b.flush().catch(() => {});
+    await e.flush().catch(() => {});
+    failing.on = false;
+    expect(b.failed && e.failed).toBe(true);
+    let n = 0;
+    const roll = async () => {
+      for (let i = 0; i < 200; i++, n++) {
+        await a.append([{ key: null, value: value('a', n) }]);
+        if (i % 20 === 19) await a.flush();
+      }
+      await a.flush();
+      await until(() => journal.fileCount <= 3, 10_000, 'the files a no longer needs to go');
+    };
+    await roll();
+    return { journal, a, b, e, roll };
+  }
+
+  async function afterCrash(logs: PartitionLog[], journal: Journal, check: (b: PartitionLog, e: PartitionLog) => Promise<void>): Promise<void> {
+    for (const l of logs) await simulateCrash(l);
+    await journal.close();
+    const again = await Journal.open(base, quiet, { fileBytes: 4096 });
+    const reopened = [];
+    for (const name of ['a', 'b', 'e']) reopened.push(await PartitionLog.open(join(base, 'logs', `${name}~1`, '0'), { ...OPTS, journal: again }));
+    await again.endRecovery();
+    try {
+      await check(reopened[1]!, reopened[2]!);
+    } finally {
+      for (const l of reopened) await l.close();
+      await again.close();
+    }
+  }
+
+  it('one of two failed logs released after their entries were compacted: its reset stays, its old records do not come back', async () => {
+    const { journal, a, b, e, roll } = await twoFailed();
+    // No longer a replica here: a reset, its failure cleared; then written again.
+    await b.release();
+    expect(b.failed).toBe(false);
+    for (let i = 0; i < 2; i++) await b.append([{ key: null, value: value('n', i) }]);
+    await b.flush();
+    await roll();
+    await afterCrash([a, b, e], journal, async (b2, e2) => {
+      expect(await values(b2)).toEqual(['n-0', 'n-1']);
+      expect(await values(e2)).toEqual(Array.from({ length: 5 }, (_, i) => `e-${i}`));
+    });
+  });
+
+  it('one of two failed logs truncated after their entries were compacted: the truncated records stay gone', async () => {
+    const { journal, a, b, e, roll } = await twoFailed();
+    await b.truncateTo(3);
+    await roll();
+    await afterCrash([a, b, e], journal, async (b2, e2) => {
+      expect(await values(b2)).toEqual(['b-0', 'b-1', 'b-2']);
+      expect(await values(e2)).toEqual(Array.from({ length: 5 }, (_, i) => `e-${i}`));
+    });
+  });
+
+  it("a compaction's copy that a crash left behind is deleted at open; the journal files beside it are read", async () => {
+    const jdir = join(base, JOURNAL_DIR);
+    await mkdir(jdir, { recursive: true });
+    await writeFile(join(jdir, '0000000000000003.journal.tmp'), 'half a copy');
+    await writeFile(join(jdir, 'notes.txt'), 'not the journal');
+    const j = await Journal.open(base, quiet);
+    expect((await readdir(jdir)).sort()).toEqual(['notes.txt']);
+    await j.endRecovery(false);
   });
 });

@@ -17,6 +17,7 @@ const full = vi.hoisted(() => {
 
 import { decodeEntries, journalKey } from 'tributary-broker/storage/journal-format.js';
 import { JOURNAL_DIR, Journal } from 'tributary-broker/storage/journal.js';
+import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir, until } from '../../helpers/util.js';
 
 const quiet = pino({ level: 'silent' });
@@ -111,6 +112,31 @@ describe('a journal write on a full disk', () => {
     expect(firsts).toEqual(Array.from({ length: 40 }, (_, i) => i));
     const again = await Journal.open(base, quiet);
     await again.endRecovery(false);
+  });
+
+  it('retention of a log whose append waits for space deletes its closed segments without the roll that would wait for it', async () => {
+    const j = await Journal.open(base, quiet);
+    const log = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { flush: 'always', segmentBytes: 1024, segmentMs: 60_000, retentionBytes: 1500, journal: j });
+    await j.endRecovery();
+    for (let i = 0; i < 30; i++) await log.append([{ key: null, value: Buffer.alloc(200, 1) }]);
+    // Retention deletes below the high-water mark (a Partition moves it; a bare log is told).
+    log.setHighWatermark(log.logEndOffset);
+    const segments = log.segmentInfos().length;
+    await writeFile(full, '');
+    let settled = false;
+    const pending = log.append([{ key: null, value: Buffer.alloc(200, 2) }]).finally(() => {
+      settled = true;
+    });
+    await until(() => j.fullRetries >= 1, 10_000, 'a try');
+    // Past segmentMs: the active segment is due to roll, which would wait for the pending append.
+    const r = await log.applyRetention(Date.now() + 120_000);
+    expect(r.deletedSegments).toBeGreaterThan(0);
+    expect(log.segmentInfos().length).toBeLessThan(segments);
+    expect(settled).toBe(false);
+    await rm(full);
+    expect((await pending).baseOffset).toBe(30);
+    await log.close();
+    await j.close();
   });
 
   it('a close while the disk is still full gives up: the waiters get the error and the journal is failed', async () => {

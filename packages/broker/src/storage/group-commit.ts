@@ -268,6 +268,14 @@ export class GroupCommit {
   }
 
   /**
+   * Appends wait for a journal write that waits for space (Journal.retryWhenFull): what waits for idle()
+   * would wait as long, so retention and compaction do without it (a roll, a swap) until the next pass.
+   */
+  get waitsForSpace(): boolean {
+    return this.journalWaits > 0 && this.journal?.waitingForSpace === true;
+  }
+
+  /**
    * Resolves once no fsync pass is running, whatever appends wait for the journal: what deleting a closed
    * segment needs (retention). Waiting for idle() there stalled every partition's retention behind an
    * append whose journal write waited for space, which retention may be what frees.

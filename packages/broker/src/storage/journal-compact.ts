@@ -14,6 +14,9 @@ import { journalFileName } from './journal-files.js';
 import { decodeEntries, encodeReset, encodeTruncate, encodeWrite, type JournalEntry, journalKey } from './journal-format.js';
 import { fsyncDir } from './log-fs.js';
 
+/** What writeFileAtomic names the copy before it replaces the file: one a crash left is deleted at open (Journal.open). */
+export const COMPACT_TMP_SUFFIX = '.tmp';
+
 function encodeEntry(e: JournalEntry): Buffer[] {
   const key = journalKey(e.key);
   if (e.kind === 'write') return encodeWrite(key, e.from, e.first, e.last, e.count, [e.bytes]);
@@ -22,18 +25,26 @@ function encodeEntry(e: JournalEntry): Buffer[] {
 }
 
 /**
- * Keeps only the entries of `keep` (log keys) in the journal file `seq` of `dir`: 'kept' with them rewritten,
- * 'deleted' when it held none. The file is complete (not the one written to), so its entries end where it does.
+ * Keeps only the entries of `keep` (log keys), and resets, in the journal file `seq` of `dir`: 'kept' with
+ * them rewritten, 'deleted' when it held none. The file is complete (not the one written to), so its entries end where it does.
  */
 export async function compactJournalFile(dir: string, seq: number, keep: ReadonlySet<string>): Promise<'kept' | 'deleted'> {
   const file = join(dir, journalFileName(seq));
   const { entries } = decodeEntries(await readFile(file));
-  const kept = entries.filter((e) => keep.has(e.key));
+  // Every reset too: the set of failed logs shrinks (a failed log released or truncated leaves it), and an
+  // older compacted file may still hold such a log's writes, which only its reset keeps from being replayed.
+  const kept = entries.filter((e) => keep.has(e.key) || e.kind === 'reset');
   if (kept.length === 0) {
     await unlink(file);
     await fsyncDir(dir);
     return 'deleted';
   }
-  if (kept.length < entries.length) await writeFileAtomic(file, Buffer.concat(kept.flatMap(encodeEntry)), { syncDir: true });
+  if (kept.length < entries.length) {
+    await writeFileAtomic(file, Buffer.concat(kept.flatMap(encodeEntry)), { syncDir: true }).catch(async (err: unknown) => {
+      // A full disk, say: what was written of the copy goes, the file stays whole.
+      await unlink(`${file}${COMPACT_TMP_SUFFIX}`).catch(() => {});
+      throw err;
+    });
+  }
   return 'kept';
 }

@@ -16,13 +16,16 @@ import { join, relative } from 'node:path';
 import type { Logger } from 'pino';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { fsyncDir, makeDir, storageError } from './log-fs.js';
-import { compactJournalFile } from './journal-compact.js';
+import { COMPACT_TMP_SUFFIX, compactJournalFile } from './journal-compact.js';
 import { createGrowing, JOURNAL_SUFFIX, type JournalFile, journalFileName, writeDurably } from './journal-files.js';
 import { decodeEntries, encodeReset, encodeTruncate, encodeWrite, type JournalEntry, type JournalKey, journalKey } from './journal-format.js';
 
 export const JOURNAL_DIR = 'journal';
-/** The files open() reads (anything else in the directory is left alone). */
+/** The files open() reads (anything else in the directory is left alone, but a compaction's copy a crash left). */
 const JOURNAL_FILE = new RegExp(`^\\d{16}\\${JOURNAL_SUFFIX}$`);
+const COMPACT_TMP_FILE = new RegExp(`^\\d{16}\\${JOURNAL_SUFFIX}\\${COMPACT_TMP_SUFFIX}$`);
+/** After a compaction failed (a full disk), the next waits this long. */
+const COMPACT_RETRY_MS = 10_000;
 /** Default size of a journal file: a pass that would go past it starts the next one. */
 export const DEFAULT_JOURNAL_FILE_BYTES = 64 * 1024 * 1024;
 /** The longest wait between two tries of a write that found the disk full. */
@@ -43,6 +46,7 @@ export class Journal {
   private compaction: Promise<void> | null = null;
   private compacting: JournalFile | undefined;
   private compactAgain = false;
+  private compactFailedAt = Number.NEGATIVE_INFINITY;
   private waiting: Array<(err: Error | null) => void> = [];
   /** Entries queued for the next pass, and their size. */
   private queue: Buffer[] = [];
@@ -87,6 +91,7 @@ export class Journal {
   static async open(baseDir: string, logger: Logger, opts: { fileBytes?: number; onWrite?: (seconds: number) => void } = {}): Promise<Journal> {
     const dir = join(baseDir, JOURNAL_DIR);
     await makeDir(dir, true);
+    for (const n of readdirSync(dir)) if (COMPACT_TMP_FILE.test(n)) unlinkSync(join(dir, n));
     const names = readdirSync(dir)
       .filter((n) => JOURNAL_FILE.test(n))
       .sort();
@@ -376,7 +381,7 @@ export class Journal {
         this.logger.warn({ err, file: journalFileName(f.seq) }, 'could not delete a journal file');
       }
     }
-    if (pinned < live && this.nextToCompact(live, pinned) !== undefined) this.compactPinned();
+    if (pinned < live && performance.now() - this.compactFailedAt >= COMPACT_RETRY_MS && this.nextToCompact(live, pinned) !== undefined) this.compactPinned();
   }
 
   private nextToCompact(live: number, pinned: number): JournalFile | undefined {
@@ -395,7 +400,10 @@ export class Journal {
       return;
     }
     this.compaction = this.compactFiles()
-      .catch((err: unknown) => this.logger.warn({ err }, 'could not compact a journal file that failed logs hold; it stays whole'))
+      .catch((err: unknown) => {
+        this.compactFailedAt = performance.now();
+        this.fullLog.warn('compact', { err, retryMs: COMPACT_RETRY_MS }, 'could not compact a journal file that failed logs hold; it stays whole');
+      })
       .finally(() => {
         this.compaction = null;
         this.compacting = undefined;
@@ -432,6 +440,11 @@ export class Journal {
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
     this.pass();
+  }
+
+  /** A write found the disk full and none has succeeded since: appends waiting for the journal may wait long. */
+  get waitingForSpace(): boolean {
+    return this.retryMs > 0;
   }
 
   /** Files the journal holds now (for tests). */

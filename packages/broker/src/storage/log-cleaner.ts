@@ -108,7 +108,8 @@ export class LogCleaner {
       if (this.st.state === 'closed') throw storageError(this.st.dir, 'log is closed');
       if (this.st.failed) throw storageError(this.st.dir, 'log failed', this.st.failed);
       if (this.st.dormant) return { deletedSegments: 0, deletedBytes: 0 };
-      if (rollDue(this.st, now)) {
+      // A roll waits for appends waiting on the journal: not for one that waits for space (which this may free).
+      if (rollDue(this.st, now) && !this.sync.waitsForSpace) {
         try {
           await this.writer.roll();
         } catch (err) {
@@ -153,7 +154,7 @@ export class LogCleaner {
     if (this.st.state !== 'open' || this.st.dormant) return none;
     if (this.st.failed) throw storageError(this.st.dir, 'log failed', this.st.failed);
     // Only closed segments are compacted: an old active segment is rolled first, as retention does.
-    if (this.st.active.size > 0 && now - this.st.active.createdMs >= this.st.options.segmentMs) {
+    if (this.st.active.size > 0 && now - this.st.active.createdMs >= this.st.options.segmentMs && !this.sync.waitsForSpace) {
       await this.writer.exclusive(async () => {
         if (this.st.state === 'open' && !this.st.failed && !this.st.dormant && this.st.active.size > 0 && now - this.st.active.createdMs >= this.st.options.segmentMs)
           await this.writer.roll();
@@ -336,7 +337,8 @@ export class LogCleaner {
   private async swapCompacted(prepared: PreparedCompaction[], truncations: number, crashAt: CompactionCrashPoint | undefined): Promise<CompactResult> {
     const res: CompactResult = { segmentsCompacted: 0, recordsRemoved: 0, bytesBefore: 0, bytesAfter: 0 };
     if (this.st.state !== 'open' || this.st.failed || this.st.truncations !== truncations) throw new CompactionAborted();
-    // No fsync may be in flight on a segment being replaced.
+    // No fsync may be in flight on a segment being replaced; nor wait for a journal that waits for space.
+    if (this.sync.waitsForSpace) throw new CompactionAborted();
     await this.sync.idle();
     // The pass waited for may have failed the log: its pages, and whatever pass 1 read, are in doubt.
     if (this.st.failed) throw new CompactionAborted();
