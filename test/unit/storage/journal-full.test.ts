@@ -7,12 +7,13 @@
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pino from 'pino';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
-const full = vi.hoisted(() => {
+const { full, before } = vi.hoisted(() => {
   const file = `${process.env.TMPDIR ?? '/tmp'}/tributary-journal-full-${process.pid}`;
+  const was = process.env.TRIBUTARY_FAILPOINTS;
   process.env.TRIBUTARY_FAILPOINTS = `journal.full?${file}`;
-  return file;
+  return { full: file, before: was };
 });
 
 import { decodeEntries, journalKey } from 'tributary-broker/storage/journal-format.js';
@@ -29,6 +30,11 @@ beforeEach(async () => {
 afterEach(async () => {
   await rm(full, { force: true });
   await removeDir(base);
+});
+// The worker process may run other files next (and hand its environment to brokers they start).
+afterAll(() => {
+  if (before === undefined) delete process.env.TRIBUTARY_FAILPOINTS;
+  else process.env.TRIBUTARY_FAILPOINTS = before;
 });
 
 function durable(j: Journal): { done: () => boolean; result: Promise<Error | null> } {
