@@ -11,19 +11,7 @@ import { removeDir, tempDir } from '../../helpers/util.js';
 
 /** While set, fdatasync fails with EIO (a disk that lost the pages it could not write). */
 const failing = vi.hoisted(() => ({ on: false }));
-vi.mock('node:fs', async (importOriginal) => {
-  const fs = await importOriginal<typeof import('node:fs')>();
-  return {
-    ...fs,
-    fdatasync: (fd: number, cb: (err: NodeJS.ErrnoException | null) => void) => {
-      if (failing.on) {
-        process.nextTick(() => cb(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO', syscall: 'fdatasync' })));
-        return;
-      }
-      fs.fdatasync(fd, cb);
-    },
-  };
-});
+vi.mock('node:fs', async (importOriginal) => (await import('../../helpers/failing-fdatasync.js')).withFailingFdatasync(await importOriginal(), failing));
 
 let dir: string;
 const logs: PartitionLog[] = [];

@@ -15,19 +15,7 @@ import { removeDir, tempDir, until } from '../../helpers/util.js';
 
 /** While set, fdatasync fails with EIO (the journal's own writes are O_DSYNC writes, not fdatasyncs). */
 const failing = vi.hoisted(() => ({ on: false }));
-vi.mock('node:fs', async (importOriginal) => {
-  const fs = await importOriginal<typeof import('node:fs')>();
-  return {
-    ...fs,
-    fdatasync: (fd: number, cb: (err: NodeJS.ErrnoException | null) => void) => {
-      if (failing.on) {
-        process.nextTick(() => cb(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO', syscall: 'fdatasync' })));
-        return;
-      }
-      fs.fdatasync(fd, cb);
-    },
-  };
-});
+vi.mock('node:fs', async (importOriginal) => (await import('../../helpers/failing-fdatasync.js')).withFailingFdatasync(await importOriginal(), failing));
 
 const quiet = pino({ level: 'silent' });
 const OPTS: Partial<LogOptions> = { flush: 'always', segmentBytes: 1 << 20, indexIntervalBytes: 512, tailCacheBytes: 0 };

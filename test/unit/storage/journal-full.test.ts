@@ -58,18 +58,33 @@ async function readBack(files: string[]): Promise<{ firsts: number[]; damaged: b
   return { firsts, damaged };
 }
 
+/** A journal with one durable entry (0), then the disk full and entry 1 (300 bytes) waiting; after `tries` tries. */
+async function fullAfterOne(tries: number): Promise<{ j: Journal; first: ReturnType<typeof durable> }> {
+  const j = await Journal.open(base, quiet, { fileBytes: 4096 });
+  await j.endRecovery();
+  j.write(key, 0, 0, 0, 1, [Buffer.alloc(100, 1)]);
+  expect(await durable(j).result).toBeNull();
+  await writeFile(full, '');
+  j.write(key, 1, 1, 1, 1, [Buffer.alloc(300, 2)]);
+  const first = durable(j);
+  await until(() => j.fullRetries >= tries, 10_000, `${tries} tries`);
+  return { j, first };
+}
+
+/** Closes `j`; its files hold entries 0..n-1 in order, none cut or damaged. */
+async function readsWhole(j: Journal, n: number): Promise<string[]> {
+  await j.close();
+  const files = (await import('node:fs')).readdirSync(join(base, JOURNAL_DIR)).sort();
+  const { firsts, damaged } = await readBack(files);
+  expect(damaged).toBe(false);
+  expect(firsts).toEqual(Array.from({ length: n }, (_, i) => i));
+  return files;
+}
+
 describe('a journal write on a full disk', () => {
   it('is tried again until space frees, then its waiters and the later ones are answered; the file reads whole', async () => {
-    const j = await Journal.open(base, quiet, { fileBytes: 4096 });
-    await j.endRecovery();
-    j.write(key, 0, 0, 0, 1, [Buffer.alloc(100, 1)]);
-    expect(await durable(j).result).toBeNull();
-
-    await writeFile(full, '');
-    j.write(key, 1, 1, 1, 1, [Buffer.alloc(300, 2)]);
-    const first = durable(j);
     // A few tries fail meanwhile (the failpoint writes half of each); entries queued meanwhile wait behind.
-    await until(() => j.fullRetries >= 3, 10_000, 'three tries');
+    const { j, first } = await fullAfterOne(3);
     j.write(key, 2, 2, 2, 1, [Buffer.alloc(200, 3)]);
     const second = durable(j);
     expect(first.done()).toBe(false);
@@ -86,24 +101,11 @@ describe('a journal write on a full disk', () => {
     await until(() => j.fullRetries >= 5, 10_000, 'more tries');
     await rm(full);
     expect(await third.result).toBeNull();
-    await j.close();
-
-    const files = (await import('node:fs')).readdirSync(join(base, JOURNAL_DIR)).sort();
-    expect(files.length).toBeGreaterThan(1);
-    const { firsts, damaged } = await readBack(files);
-    expect(damaged).toBe(false);
-    expect(firsts).toEqual(Array.from({ length: 40 }, (_, i) => i));
+    expect((await readsWhole(j, 40)).length).toBeGreaterThan(1);
   });
 
   it('a retry that no longer fits in its file writes over its failed try there, not in a new file: the journal reads whole', async () => {
-    const j = await Journal.open(base, quiet, { fileBytes: 4096 });
-    await j.endRecovery();
-    j.write(key, 0, 0, 0, 1, [Buffer.alloc(100, 1)]);
-    expect(await durable(j).result).toBeNull();
-    await writeFile(full, '');
-    j.write(key, 1, 1, 1, 1, [Buffer.alloc(300, 2)]);
-    const first = durable(j);
-    await until(() => j.fullRetries >= 1, 10_000, 'a try');
+    const { j, first } = await fullAfterOne(1);
     // Queued behind it: together past the file's size.
     for (let i = 2; i < 40; i++) j.write(key, i, i, i, 1, [Buffer.alloc(100, i)]);
     const second = durable(j);
@@ -111,11 +113,7 @@ describe('a journal write on a full disk', () => {
     await rm(full);
     expect(await first.result).toBeNull();
     expect(await second.result).toBeNull();
-    await j.close();
-    const files = (await import('node:fs')).readdirSync(join(base, JOURNAL_DIR)).sort();
-    const { firsts, damaged } = await readBack(files);
-    expect(damaged).toBe(false);
-    expect(firsts).toEqual(Array.from({ length: 40 }, (_, i) => i));
+    await readsWhole(j, 40);
     const again = await Journal.open(base, quiet);
     await again.endRecovery(false);
   });
