@@ -1,19 +1,28 @@
 /**
  * node:fs with an fdatasync that fails with EIO while `state.on` (a disk that lost the pages it could not
- * write), for `vi.mock('node:fs', ...)` in tests of failed fsyncs. The journal's own writes are O_DSYNC
- * writes, not fdatasyncs, so they go on.
+ * write), and is held while `state.hold` (its calls queued in `state.held`, run when the test says), for
+ * `vi.mock('node:fs', ...)` in tests of failed fsyncs. The journal's own writes are O_DSYNC writes, not
+ * fdatasyncs, so they go on.
  */
 type Fs = typeof import('node:fs');
 
-export function withFailingFdatasync(fs: Fs, state: { on: boolean }): Fs {
+export interface FdatasyncState {
+  on: boolean;
+  hold?: boolean;
+  held?: Array<() => void>;
+}
+
+export function withFailingFdatasync(fs: Fs, state: FdatasyncState): Fs {
   return {
     ...fs,
     fdatasync: (fd: number, cb: (err: NodeJS.ErrnoException | null) => void) => {
-      if (state.on) {
-        process.nextTick(() => cb(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO', syscall: 'fdatasync' })));
-        return;
-      }
-      fs.fdatasync(fd, cb);
+      const run = () => {
+        if (state.on) cb(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO', syscall: 'fdatasync' }));
+        else fs.fdatasync(fd, cb);
+      };
+      if (state.hold) (state.held ??= []).push(run);
+      else if (state.on) process.nextTick(run);
+      else run();
     },
   } as Fs;
 }

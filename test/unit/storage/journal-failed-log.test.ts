@@ -14,7 +14,7 @@ import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partitio
 import { removeDir, tempDir, until } from '../../helpers/util.js';
 
 /** While set, fdatasync fails with EIO (the journal's own writes are O_DSYNC writes, not fdatasyncs). */
-const failing = vi.hoisted(() => ({ on: false }));
+const failing = vi.hoisted(() => ({ on: false, hold: false, held: [] as Array<() => void> }));
 vi.mock('node:fs', async (importOriginal) => (await import('../../helpers/failing-fdatasync.js')).withFailingFdatasync(await importOriginal(), failing));
 
 const quiet = pino({ level: 'silent' });
@@ -22,10 +22,10 @@ const OPTS: Partial<LogOptions> = { flush: 'always', segmentBytes: 1 << 20, inde
 let base: string;
 beforeEach(async () => {
   base = await tempDir('trib-journal-failed-');
-  failing.on = false;
+  Object.assign(failing, { on: false, hold: false, held: [] });
 });
 afterEach(async () => {
-  failing.on = false;
+  Object.assign(failing, { on: false, hold: false, held: [] });
   await removeDir(base);
 });
 
@@ -34,6 +34,22 @@ const value = (tag: string, i: number) => Buffer.from(`${tag}-${i}-${'x'.repeat(
 async function values(log: PartitionLog): Promise<string[]> {
   const recs = await log.read(log.logStartOffset, { maxRecords: 100_000, maxBytes: 1 << 26 });
   return recs.map((r) => r.value!.toString().split('-x')[0]!);
+}
+
+/** A crash of every log and the journal, then a restart of the journal and of the logs named `names`, checked by `check`. */
+async function afterCrashOf(logs: PartitionLog[], journal: Journal, names: string[], check: (reopened: PartitionLog[]) => Promise<void>): Promise<void> {
+  for (const l of logs) await simulateCrash(l);
+  await journal.close();
+  const again = await Journal.open(base, quiet, { fileBytes: 4096 });
+  const reopened: PartitionLog[] = [];
+  for (const name of names) reopened.push(await PartitionLog.open(join(base, 'logs', `${name}~1`, '0'), { ...OPTS, journal: again }));
+  await again.endRecovery();
+  try {
+    await check(reopened);
+  } finally {
+    for (const l of reopened) await l.close();
+    await again.close();
+  }
 }
 
 describe('a journaled log that failed', () => {
@@ -122,20 +138,8 @@ describe('a journaled log that failed', () => {
     return { journal, a, b, e, roll };
   }
 
-  async function afterCrash(logs: PartitionLog[], journal: Journal, check: (b: PartitionLog, e: PartitionLog) => Promise<void>): Promise<void> {
-    for (const l of logs) await simulateCrash(l);
-    await journal.close();
-    const again = await Journal.open(base, quiet, { fileBytes: 4096 });
-    const reopened = [];
-    for (const name of ['a', 'b', 'e']) reopened.push(await PartitionLog.open(join(base, 'logs', `${name}~1`, '0'), { ...OPTS, journal: again }));
-    await again.endRecovery();
-    try {
-      await check(reopened[1]!, reopened[2]!);
-    } finally {
-      for (const l of reopened) await l.close();
-      await again.close();
-    }
-  }
+  const afterCrash = (logs: PartitionLog[], journal: Journal, check: (b: PartitionLog, e: PartitionLog) => Promise<void>) =>
+    afterCrashOf(logs, journal, ['a', 'b', 'e'], ([, b2, e2]) => check(b2!, e2!));
 
   it('one of two failed logs released after their entries were compacted: its reset stays, its old records do not come back', async () => {
     const { journal, a, b, e, roll } = await twoFailed();
@@ -169,5 +173,63 @@ describe('a journaled log that failed', () => {
     const j = await Journal.open(base, quiet);
     expect((await readdir(jdir)).sort()).toEqual(['notes.txt']);
     await j.endRecovery(false);
+  });
+
+  it('a later segment pass of the failed log that succeeds lets go of none of its entries (Linux reports a write-back error once)', async () => {
+    const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
+    const a = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal });
+    const b = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal });
+    await journal.endRecovery();
+    for (let i = 0; i < 5; i++) await b.append([{ key: null, value: value('b', i) }]);
+    // A segment pass whose fdatasync is held, then fails; an append is acknowledged meanwhile (the journal's write).
+    failing.hold = true;
+    failing.on = true;
+    b.requestSegmentSync();
+    await until(() => failing.held.length > 0, 5_000, 'the segment pass');
+    await b.append([{ key: null, value: value('b', 5) }]);
+    failing.hold = false;
+    for (const run of failing.held.splice(0)) run();
+    await until(() => b.failed, 5_000, 'b failed');
+    failing.on = false;
+    // b's segment is dirty (that append): the next pass would succeed, and it released the journal's entries.
+    b.requestSegmentSync();
+    for (let i = 0; i < 200; i++) {
+      await a.append([{ key: null, value: value('a', i) }]);
+      if (i % 20 === 19) await a.flush();
+    }
+    await a.flush();
+    await afterCrashOf([a, b], journal, ['a', 'b'], async ([a2, b2]) => {
+      expect(await values(b2!)).toEqual(Array.from({ length: 6 }, (_, i) => `b-${i}`));
+      expect((await values(a2!)).length).toBe(200);
+    });
+  });
+
+  it('a failed log truncated, then truncated again and failing at it, does not hold every later file', async () => {
+    const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
+    const a = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal });
+    const b = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal });
+    await journal.endRecovery();
+    for (let i = 0; i < 5; i++) await b.append([{ key: null, value: value('b', i) }]);
+    await b.flush();
+    for (let i = 5; i < 10; i++) await b.append([{ key: null, value: value('b', i) }]);
+    failing.on = true;
+    await b.flush().catch(() => {});
+    failing.on = false;
+    expect(b.failed).toBe(true);
+    await b.truncateTo(4);
+    // This one's truncate entry is durable, then its fsync fails: no reset follows it.
+    failing.on = true;
+    await expect(b.truncateTo(2)).rejects.toThrow();
+    failing.on = false;
+    for (let i = 0; i < 200; i++) {
+      await a.append([{ key: null, value: value('a', i) }]);
+      if (i % 20 === 19) await a.flush();
+    }
+    await a.flush();
+    await until(() => journal.fileCount <= 3, 10_000, 'the files a no longer needs to go');
+    await afterCrashOf([a, b], journal, ['a', 'b'], async ([a2, b2]) => {
+      expect(await values(b2!)).toEqual(['b-0', 'b-1']);
+      expect((await values(a2!)).length).toBe(200);
+    });
   });
 });

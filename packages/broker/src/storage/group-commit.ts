@@ -75,9 +75,17 @@ export class GroupCommit {
     return this.journaled ? this.journalDurable((j) => j.truncate(this.journalKey, offset)) : SETTLED;
   }
 
-  /** Journaled: the log's files went or changed durably (its earlier entries are not needed any more). */
-  journalReset(): Promise<void> {
-    return this.journaled ? this.journalDurable((j) => j.reset(this.journalKey)) : SETTLED;
+  /**
+   * Journaled: the log's files went or changed durably (its earlier entries are not needed any more). After
+   * a truncation (`truncated`) a failed log is still failed, and stays one for the journal: what it journals
+   * next (another truncation) is kept as a failed log's, not as a pin on every later file. A release or a
+   * destroy ends the failure with the files.
+   */
+  journalReset(truncated = false): Promise<void> {
+    if (!this.journaled) return SETTLED;
+    return this.journalDurable((j) => j.reset(this.journalKey)).then(() => {
+      if (truncated && this.st.failed) (this.journal as Journal).logFailed(this.journalKey);
+    });
   }
 
   private journalDurable(write: (j: Journal) => Promise<void>): Promise<void> {
@@ -164,7 +172,9 @@ export class GroupCommit {
         journal.whenDurable((err) => this.settleJournaled(waiters, err));
       }
     }
-    if (!this.segmentsWanted || this.syncing || this.dirtyCount === 0) return;
+    // A failed log trusts no later fsync (Linux reports a write-back error to one fsync only): none would
+    // cover what its journal entries hold, and letting them go lost its acknowledged records at the restart.
+    if (!this.segmentsWanted || this.syncing || this.dirtyCount === 0 || this.st.failed) return;
     this.segmentsWanted = false;
     this.syncing = true;
     const token = journal.segmentSyncStarted(this.journalKey);
@@ -222,7 +232,8 @@ export class GroupCommit {
       );
       return;
     }
-    if (token !== undefined) (this.journal as Journal).segmentSyncEnded(this.journalKey, token, true);
+    // A pass that ended on a failed log (another fsync of it failed meanwhile) covers nothing for the journal.
+    if (token !== undefined) (this.journal as Journal).segmentSyncEnded(this.journalKey, token, this.st.failed === null);
     if (segs.length > 0) this.st.options.onSync?.((performance.now() - started) / 1000);
     // Another fsync of this log failed while the pass ran: Linux reports a write-back error to one fsync of
     // an open file only, so this pass's success does not show that its appends' pages reached the disk.

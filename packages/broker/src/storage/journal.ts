@@ -150,14 +150,16 @@ export class Journal {
   async endRecovery(takeWrites = true): Promise<void> {
     if (this.recovered === null) return;
     if (this.recovered.size > 0) this.logger.warn({ logs: [...this.recovered.keys()].slice(0, 10), count: this.recovered.size }, 'journal entries of logs that do not exist: dropped');
-    this.recovered = null;
-    if (takeWrites) {
-      const last = this.oldFiles.length > 0 ? Number.parseInt(this.oldFiles[this.oldFiles.length - 1], 10) : 0;
-      this.files.push(createGrowing(this.dir, last + 1));
-    } else this.closed = true;
+    // The old files go (oldest first) before the new one exists: a crash meanwhile must not leave the last
+    // old file, which a crash may have cut, with a later file after it (open() would refuse the start).
     for (const n of this.oldFiles) unlinkSync(join(this.dir, n));
     await fsyncDir(this.dir);
-    if (takeWrites) this.current.newEntry = false;
+    if (takeWrites) {
+      const last = this.oldFiles.length > 0 ? Number.parseInt(this.oldFiles[this.oldFiles.length - 1], 10) : 0;
+      // Its directory entry is fsynced before its first write (newEntry).
+      this.files.push(createGrowing(this.dir, last + 1));
+    } else this.closed = true;
+    this.recovered = null;
   }
 
   /** Entries were recovered for some log (until endRecovery). */

@@ -467,7 +467,7 @@ export class PartitionLog {
         this.st.totalBytes = this.st.segments.reduce((a, s) => a + s.size, 0);
       }
       // The cut and what it kept are on disk now: no replay needs the entries before it (nor re-applies it).
-      await this.sync.journalReset();
+      await this.sync.journalReset(true);
       this.fds.prune();
       this.st.madeCache?.truncateFrom(offset);
       this.st.madeCache?.dropBefore(this.st.logStartOffset);
