@@ -16,6 +16,13 @@ import { removeDir, tempDir, until } from '../../helpers/util.js';
 /** While set, fdatasync fails with EIO (the journal's own writes are O_DSYNC writes, not fdatasyncs). */
 const failing = vi.hoisted(() => ({ on: false, hold: false, held: [] as Array<() => void> }));
 vi.mock('node:fs', async (importOriginal) => (await import('../../helpers/failing-fdatasync.js')).withFailingFdatasync(await importOriginal(), failing));
+/** While set, renames fail (a log's release cannot move its directory away). */
+const renames = vi.hoisted(() => ({ fail: false }));
+vi.mock('node:fs/promises', async (importOriginal) => {
+  const fsp = await importOriginal<typeof import('node:fs/promises')>();
+  const rename = (from: string, to: string) => (renames.fail ? Promise.reject(Object.assign(new Error('EIO: i/o error, rename'), { code: 'EIO' })) : fsp.rename(from, to));
+  return { ...fsp, default: { ...fsp, rename }, rename };
+});
 
 const quiet = pino({ level: 'silent' });
 const OPTS: Partial<LogOptions> = { flush: 'always', segmentBytes: 1 << 20, indexIntervalBytes: 512, tailCacheBytes: 0 };
@@ -26,6 +33,7 @@ beforeEach(async () => {
 });
 afterEach(async () => {
   Object.assign(failing, { on: false, hold: false, held: [] });
+  renames.fail = false;
   await removeDir(base);
 });
 
@@ -231,5 +239,35 @@ describe('a journaled log that failed', () => {
       expect(await values(b2!)).toEqual(['b-0', 'b-1']);
       expect((await values(a2!)).length).toBe(200);
     });
+  });
+
+  it('a failed log whose release cannot move its files away stays failed for the journal', async () => {
+    const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
+    const a = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal });
+    const b = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal });
+    await journal.endRecovery();
+    for (let i = 0; i < 5; i++) await b.append([{ key: null, value: value('b', i) }]);
+    failing.on = true;
+    await b.flush().catch(() => {});
+    failing.on = false;
+    expect(b.failed).toBe(true);
+    // The release's reset is durable, then its directory cannot be moved: still failed.
+    renames.fail = true;
+    await expect(b.release()).rejects.toThrow(/could not release/);
+    renames.fail = false;
+    expect(b.failed).toBe(true);
+    // A truncation whose entry is durable, then failing: no reset after it.
+    failing.on = true;
+    await expect(b.truncateTo(2)).rejects.toThrow();
+    failing.on = false;
+    for (let i = 0; i < 200; i++) {
+      await a.append([{ key: null, value: value('a', i) }]);
+      if (i % 20 === 19) await a.flush();
+    }
+    await a.flush();
+    await until(() => journal.fileCount <= 3, 10_000, 'the files a no longer needs to go');
+    await a.close();
+    await b.close().catch(() => {});
+    await journal.close();
   });
 });

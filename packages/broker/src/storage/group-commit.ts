@@ -100,6 +100,15 @@ export class GroupCommit {
     });
   }
 
+  /**
+   * Journaled: the log's files could not be released after its reset: it fails (or, failed already, is
+   * one for the journal again: the reset took it out of the journal's failed logs).
+   */
+  journalFail(err: unknown): void {
+    if (this.st.failed && this.journal) this.journal.logFailed(this.journalKey);
+    else this.st.fail(err);
+  }
+
   /** Journaled: every segment was fsynced outside a pass (a clean close). */
   journalForget(): void {
     if (this.journaled) (this.journal as Journal).forget(this.journalKey);
@@ -172,12 +181,13 @@ export class GroupCommit {
         journal.whenDurable((err) => this.settleJournaled(waiters, err));
       }
     }
-    // A failed log trusts no later fsync (Linux reports a write-back error to one fsync only): none would
-    // cover what its journal entries hold, and letting them go lost its acknowledged records at the restart.
-    if (!this.segmentsWanted || this.syncing || this.dirtyCount === 0 || this.st.failed) return;
+    if (!this.segmentsWanted || this.syncing || this.dirtyCount === 0) return;
     this.segmentsWanted = false;
     this.syncing = true;
-    const token = journal.segmentSyncStarted(this.journalKey);
+    // A failed log trusts no later fsync (Linux reports a write-back error to one fsync only): its passes
+    // cover nothing for the journal, whose entries it keeps (letting them go lost its acknowledged records
+    // at the restart). They still run: a segment fsynced lets go of its slot in the fd budget.
+    const token = this.st.failed ? undefined : journal.segmentSyncStarted(this.journalKey);
     const segs = this.dirty === null || this.dirty.size === 0 ? NO_SEGMENTS : [...this.dirty];
     this.dirty?.clear();
     this.syncFrom(segs, 0, [], performance.now(), token);

@@ -518,7 +518,7 @@ export class PartitionLog {
         doomed = await renameAway(this.dir);
       } catch (err) {
         // Journaled, the reset is on disk: appends after it would replay above a log end that lacks them.
-        if (this.sync.journaled) this.st.fail(err);
+        if (this.sync.journaled) this.sync.journalFail(err);
         throw storageError(this.dir, 'could not release the log directory', err);
       }
       // The files are gone (durably, as far as the flush mode syncs anything): the log is empty at 0.
