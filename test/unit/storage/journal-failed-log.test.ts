@@ -60,23 +60,42 @@ async function afterCrashOf(logs: PartitionLog[], journal: Journal, names: strin
   }
 }
 
+/** A journal (files of 4 KiB) and journaled logs named `names`, opened as a broker starts. */
+async function openJournaled(...names: string[]): Promise<{ journal: Journal; logs: PartitionLog[] }> {
+  const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
+  const logs: PartitionLog[] = [];
+  for (const name of names) logs.push(await PartitionLog.open(join(base, 'logs', `${name}~1`, '0'), { ...OPTS, journal }));
+  await journal.endRecovery();
+  return { journal, logs };
+}
+
+/** `log`'s segment fsync fails: it refuses appends until a restart, its segment cut back to its last fsync. */
+async function failFsync(log: PartitionLog): Promise<void> {
+  failing.on = true;
+  await log.flush().catch(() => {});
+  failing.on = false;
+  expect(log.failed).toBe(true);
+}
+
+/** `log` writes 200 records (several journal files' worth), fsyncing now and then; then the files it no longer needs go. */
+async function writeFiles(journal: Journal, log: PartitionLog, tag = 'a', from = 0): Promise<void> {
+  for (let i = from; i < from + 200; i++) {
+    await log.append([{ key: null, value: value(tag, i) }]);
+    if (i % 20 === 19) await log.flush();
+  }
+  await log.flush();
+  await until(() => journal.fileCount <= 3, 10_000, 'the files no healthy log needs to go');
+}
+
 describe('a journaled log that failed', () => {
   it('keeps its own entries for the restart, not every journal file written after them', async () => {
-    const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
-    const a = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal });
-    const b = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal });
-    const c = await PartitionLog.open(join(base, 'logs', 'c~1', '0'), { ...OPTS, journal });
-    await journal.endRecovery();
+    const { journal, logs } = await openJournaled('a', 'b', 'c');
+    const [a, b, c] = logs as [PartitionLog, PartitionLog, PartitionLog];
     // Entries of both in the first file.
     for (let i = 0; i < 10; i++) await a.append([{ key: null, value: value('a', i) }]);
     for (let i = 0; i < 5; i++) await b.append([{ key: null, value: value('b', i) }]);
-    // b's segment fsync fails: b refuses appends until a restart, its segment cut back to its last fsync.
-    failing.on = true;
-    await b.flush().catch(() => {});
-    failing.on = false;
-    expect(b.failed).toBe(true);
+    await failFsync(b);
     await expect(b.append([{ key: null, value: value('b', 99) }])).rejects.toThrow();
-
     // a goes on writing many files' worth and fsyncs its segments now and then.
     for (let i = 10; i < 200; i++) {
       await a.append([{ key: null, value: value('a', i) }]);
@@ -87,89 +106,60 @@ describe('a journaled log that failed', () => {
     await a.truncateTo(2);
     for (let i = 0; i < 3; i++) await a.append([{ key: null, value: value('c', i) }]);
     await a.flush();
-    // Another log's writes roll the journal past a's truncation.
-    for (let i = 0; i < 100; i++) await c.append([{ key: null, value: value('d', i) }]);
-    await c.flush();
-    // Every full file went but the ones holding b's entries, which hold only those.
-    await until(() => journal.fileCount <= 3, 10_000, 'the files a no longer needs to go');
-    const files = (await readdir(join(base, JOURNAL_DIR))).filter((n) => n.endsWith('.journal'));
-    expect(files.length).toBeLessThanOrEqual(3);
-
+    // Another log's writes roll the journal past a's truncation; every full file goes but the ones holding
+    // b's entries, which hold only those.
+    await writeFiles(journal, c, 'd');
+    expect((await readdir(join(base, JOURNAL_DIR))).filter((n) => n.endsWith('.journal')).length).toBeLessThanOrEqual(3);
     // A crash: b's acknowledged records come back from the journal; a's are all in its segments.
-    await simulateCrash(b);
-    await simulateCrash(a);
-    await simulateCrash(c);
-    await journal.close();
-    const again = await Journal.open(base, quiet, { fileBytes: 4096 });
-    const a2 = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal: again });
-    const b2 = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal: again });
-    const c2 = await PartitionLog.open(join(base, 'logs', 'c~1', '0'), { ...OPTS, journal: again });
-    await again.endRecovery();
-    try {
-      expect(await values(b2)).toEqual(Array.from({ length: 5 }, (_, i) => `b-${i}`));
-      expect(await values(a2)).toEqual(['a-0', 'a-1', 'c-0', 'c-1', 'c-2']);
-      expect(await values(c2)).toEqual(Array.from({ length: 100 }, (_, i) => `d-${i}`));
-    } finally {
-      await a2.close();
-      await b2.close();
-      await c2.close();
-      await again.close();
-    }
+    await afterCrashOf(logs, journal, ['a', 'b', 'c'], async ([a2, b2, c2]) => {
+      expect(await values(b2!)).toEqual(Array.from({ length: 5 }, (_, i) => `b-${i}`));
+      expect(await values(a2!)).toEqual(['a-0', 'a-1', 'c-0', 'c-1', 'c-2']);
+      expect(await values(c2!)).toEqual(Array.from({ length: 200 }, (_, i) => `d-${i}`));
+    });
   });
 
   /** Two failed logs b and e, their entries compacted into the first file, while a writes on. */
-  async function twoFailed(): Promise<{ journal: Journal; a: PartitionLog; b: PartitionLog; e: PartitionLog; roll: () => Promise<void> }> {
-    const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
-    const a = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal });
-    const b = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal });
-    const e = await PartitionLog.open(join(base, 'logs', 'e~1', '0'), { ...OPTS, journal });
-    await journal.endRecovery();
+  async function twoFailed(): Promise<{ journal: Journal; logs: PartitionLog[]; b: PartitionLog; roll: () => Promise<void> }> {
+    const { journal, logs } = await openJournaled('a', 'b', 'e');
+    const [a, b, e] = logs as [PartitionLog, PartitionLog, PartitionLog];
     for (let i = 0; i < 5; i++) await b.append([{ key: null, value: value('b', i) }]);
     await b.flush();
     for (let i = 5; i < 10; i++) await b.append([{ key: null, value: value('b', i) }]);
     for (let i = 0; i < 5; i++) await e.append([{ key: null, value: value('e', i) }]);
-    failing.on = true;
-    await b.flush().catch(() => {});
-    await e.flush().catch(() => {});
-    failing.on = false;
-    expect(b.failed && e.failed).toBe(true);
+    await failFsync(b);
+    await failFsync(e);
     let n = 0;
     const roll = async () => {
-      for (let i = 0; i < 200; i++, n++) {
-        await a.append([{ key: null, value: value('a', n) }]);
-        if (i % 20 === 19) await a.flush();
-      }
-      await a.flush();
-      await until(() => journal.fileCount <= 3, 10_000, 'the files a no longer needs to go');
+      await writeFiles(journal, a, 'a', n);
+      n += 200;
     };
     await roll();
-    return { journal, a, b, e, roll };
+    return { journal, logs, b, roll };
   }
 
-  const afterCrash = (logs: PartitionLog[], journal: Journal, check: (b: PartitionLog, e: PartitionLog) => Promise<void>) =>
-    afterCrashOf(logs, journal, ['a', 'b', 'e'], ([, b2, e2]) => check(b2!, e2!));
+  const eIntact = async (e2: PartitionLog) => expect(await values(e2)).toEqual(Array.from({ length: 5 }, (_, i) => `e-${i}`));
 
   it('one of two failed logs released after their entries were compacted: its reset stays, its old records do not come back', async () => {
-    const { journal, a, b, e, roll } = await twoFailed();
+    const { journal, logs, b, roll } = await twoFailed();
     // No longer a replica here: a reset, its failure cleared; then written again.
     await b.release();
     expect(b.failed).toBe(false);
     for (let i = 0; i < 2; i++) await b.append([{ key: null, value: value('n', i) }]);
     await b.flush();
     await roll();
-    await afterCrash([a, b, e], journal, async (b2, e2) => {
-      expect(await values(b2)).toEqual(['n-0', 'n-1']);
-      expect(await values(e2)).toEqual(Array.from({ length: 5 }, (_, i) => `e-${i}`));
+    await afterCrashOf(logs, journal, ['a', 'b', 'e'], async ([, b2, e2]) => {
+      expect(await values(b2!)).toEqual(['n-0', 'n-1']);
+      await eIntact(e2!);
     });
   });
 
   it('one of two failed logs truncated after their entries were compacted: the truncated records stay gone', async () => {
-    const { journal, a, b, e, roll } = await twoFailed();
+    const { journal, logs, b, roll } = await twoFailed();
     await b.truncateTo(3);
     await roll();
-    await afterCrash([a, b, e], journal, async (b2, e2) => {
-      expect(await values(b2)).toEqual(['b-0', 'b-1', 'b-2']);
-      expect(await values(e2)).toEqual(Array.from({ length: 5 }, (_, i) => `e-${i}`));
+    await afterCrashOf(logs, journal, ['a', 'b', 'e'], async ([, b2, e2]) => {
+      expect(await values(b2!)).toEqual(['b-0', 'b-1', 'b-2']);
+      await eIntact(e2!);
     });
   });
 
@@ -184,10 +174,8 @@ describe('a journaled log that failed', () => {
   });
 
   it('a later segment pass of the failed log that succeeds lets go of none of its entries (Linux reports a write-back error once)', async () => {
-    const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
-    const a = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal });
-    const b = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal });
-    await journal.endRecovery();
+    const { journal, logs } = await openJournaled('a', 'b');
+    const [a, b] = logs as [PartitionLog, PartitionLog];
     for (let i = 0; i < 5; i++) await b.append([{ key: null, value: value('b', i) }]);
     // A segment pass whose fdatasync is held, then fails; an append is acknowledged meanwhile (the journal's write).
     failing.hold = true;
@@ -199,75 +187,49 @@ describe('a journaled log that failed', () => {
     for (const run of failing.held.splice(0)) run();
     await until(() => b.failed, 5_000, 'b failed');
     failing.on = false;
-    // b's segment is dirty (that append): the next pass would succeed, and it released the journal's entries.
+    // b's segment is dirty (that append): the next pass succeeds, and released the journal's entries.
     b.requestSegmentSync();
-    for (let i = 0; i < 200; i++) {
-      await a.append([{ key: null, value: value('a', i) }]);
-      if (i % 20 === 19) await a.flush();
-    }
-    await a.flush();
-    await afterCrashOf([a, b], journal, ['a', 'b'], async ([a2, b2]) => {
+    await writeFiles(journal, a);
+    await afterCrashOf(logs, journal, ['a', 'b'], async ([a2, b2]) => {
       expect(await values(b2!)).toEqual(Array.from({ length: 6 }, (_, i) => `b-${i}`));
       expect((await values(a2!)).length).toBe(200);
     });
   });
 
-  it('a failed log truncated, then truncated again and failing at it, does not hold every later file', async () => {
-    const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
-    const a = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal });
-    const b = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal });
-    await journal.endRecovery();
+  /** b failed with 10 records (5 fsynced), then `before` (a truncation, a release), then a truncation of b to 2 whose entry is durable and whose fsync fails: no reset after it. */
+  async function failedTruncation(before: (b: PartitionLog) => Promise<void>): Promise<{ journal: Journal; logs: PartitionLog[] }> {
+    const { journal, logs } = await openJournaled('a', 'b');
+    const [a, b] = logs as [PartitionLog, PartitionLog];
     for (let i = 0; i < 5; i++) await b.append([{ key: null, value: value('b', i) }]);
     await b.flush();
     for (let i = 5; i < 10; i++) await b.append([{ key: null, value: value('b', i) }]);
-    failing.on = true;
-    await b.flush().catch(() => {});
-    failing.on = false;
+    await failFsync(b);
+    await before(b);
     expect(b.failed).toBe(true);
-    await b.truncateTo(4);
-    // This one's truncate entry is durable, then its fsync fails: no reset follows it.
     failing.on = true;
     await expect(b.truncateTo(2)).rejects.toThrow();
     failing.on = false;
-    for (let i = 0; i < 200; i++) {
-      await a.append([{ key: null, value: value('a', i) }]);
-      if (i % 20 === 19) await a.flush();
-    }
-    await a.flush();
-    await until(() => journal.fileCount <= 3, 10_000, 'the files a no longer needs to go');
-    await afterCrashOf([a, b], journal, ['a', 'b'], async ([a2, b2]) => {
+    // Without b counting as failed, its truncation's entry held every later file.
+    await writeFiles(journal, a);
+    return { journal, logs };
+  }
+
+  it('a failed log truncated, then truncated again and failing at it, does not hold every later file', async () => {
+    const { journal, logs } = await failedTruncation((b) => b.truncateTo(4));
+    await afterCrashOf(logs, journal, ['a', 'b'], async ([a2, b2]) => {
       expect(await values(b2!)).toEqual(['b-0', 'b-1']);
       expect((await values(a2!)).length).toBe(200);
     });
   });
 
   it('a failed log whose release cannot move its files away stays failed for the journal', async () => {
-    const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
-    const a = await PartitionLog.open(join(base, 'logs', 'a~1', '0'), { ...OPTS, journal });
-    const b = await PartitionLog.open(join(base, 'logs', 'b~1', '0'), { ...OPTS, journal });
-    await journal.endRecovery();
-    for (let i = 0; i < 5; i++) await b.append([{ key: null, value: value('b', i) }]);
-    failing.on = true;
-    await b.flush().catch(() => {});
-    failing.on = false;
-    expect(b.failed).toBe(true);
-    // The release's reset is durable, then its directory cannot be moved: still failed.
-    renames.fail = true;
-    await expect(b.release()).rejects.toThrow(/could not release/);
-    renames.fail = false;
-    expect(b.failed).toBe(true);
-    // A truncation whose entry is durable, then failing: no reset after it.
-    failing.on = true;
-    await expect(b.truncateTo(2)).rejects.toThrow();
-    failing.on = false;
-    for (let i = 0; i < 200; i++) {
-      await a.append([{ key: null, value: value('a', i) }]);
-      if (i % 20 === 19) await a.flush();
-    }
-    await a.flush();
-    await until(() => journal.fileCount <= 3, 10_000, 'the files a no longer needs to go');
-    await a.close();
-    await b.close().catch(() => {});
+    const { journal, logs } = await failedTruncation(async (b) => {
+      // The release's reset is durable, then its directory cannot be moved: still failed.
+      renames.fail = true;
+      await expect(b.release()).rejects.toThrow(/could not release/);
+      renames.fail = false;
+    });
+    for (const l of logs) await l.close().catch(() => {});
     await journal.close();
   });
 });
