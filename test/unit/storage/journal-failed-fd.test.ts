@@ -1,8 +1,8 @@
 /**
  * A journaled log failed by a failed journal write still lets go of its segment's slot in the fd budget
- * (docs/architecture.md "The journal", "Open files"): the budget asks it for the fsync that frees the slot,
- * and its segment passes run on (they release none of its journal entries). Once they stopped on a failed
- * log, its dirty segment kept the slot until a restart, and an open on a full budget waited for it.
+ * (docs/architecture.md "The journal"): the budget asks it for the fsync that frees the slot, and a failed
+ * log's segments let it go without one (no fsync of a failed log proves anything). Once its segment passes
+ * simply stopped, its dirty segment kept the slot until a restart, and an open on a full budget waited.
  */
 import { join } from 'node:path';
 import pino from 'pino';

@@ -4,12 +4,13 @@
  * written after them, full of other logs' entries their segment fsyncs cover, go as before. It held every
  * later file until the restart, so the journal grew by a file size again and again.
  */
-import { mkdir, readdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { JOURNAL_DIR, Journal } from 'tributary-broker/storage/journal.js';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
+import { LogTicker } from 'tributary-broker/storage/log-ticker.js';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir, until } from '../../helpers/util.js';
 
@@ -231,5 +232,35 @@ describe('a journaled log that failed', () => {
     });
     for (const l of logs) await l.close().catch(() => {});
     await journal.close();
+  });
+
+  it('a segment pass asked for while the failing one ran does not stop the cut back to the last good fsync', async () => {
+    const journal = await Journal.open(base, quiet, { fileBytes: 4096 });
+    const dir = join(base, 'logs', 'a~1', '0');
+    // No flush tick: the test asks for each pass.
+    const a = await PartitionLog.open(dir, { ...OPTS, journal, ticker: new LogTicker(3_600_000) });
+    await journal.endRecovery();
+    await a.append([{ key: null, value: value('r', 0) }]);
+    await a.flush();
+    const file = join(dir, (await readdir(dir)).find((n) => n.endsWith('.log')) as string);
+    const durable = (await stat(file)).size;
+    await a.append([{ key: null, value: value('r', 1) }]);
+    failing.hold = true;
+    a.requestSegmentSync();
+    await until(() => failing.held.length > 0, 5_000, 'the segment pass');
+    // Acknowledged through the journal while the pass runs, and another pass asked for.
+    await a.append([{ key: null, value: value('r', 2) }]);
+    a.requestSegmentSync();
+    failing.hold = false;
+    failing.on = true;
+    for (const run of failing.held.splice(0)) run();
+    // Only the held fsync fails: a later one "succeeds" (Linux reports a write-back error once).
+    failing.on = false;
+    await until(() => a.failed, 5_000, 'a failed');
+    // A second pass's fsync raised what the cut keeps to, and the file kept pages the disk lost.
+    await until(async () => (await stat(file)).size === durable, 5_000, 'the cut back to the last good fsync');
+    await afterCrashOf([a], journal, ['a'], async ([a2]) => {
+      expect(await values(a2!)).toEqual(['r-0', 'r-1', 'r-2']);
+    });
   });
 });

@@ -183,11 +183,16 @@ export class GroupCommit {
     }
     if (!this.segmentsWanted || this.syncing || this.dirtyCount === 0) return;
     this.segmentsWanted = false;
+    if (this.st.failed) {
+      // A failed log trusts no later fsync (Linux reports a write-back error to one fsync only): none may
+      // release its journal entries (its acknowledged records were lost at the restart) or raise what the
+      // cut back keeps; its segments only let go of their slots in the fd budget (an open may wait for one).
+      for (const seg of this.dirty ?? []) seg.forgetUnsynced();
+      this.dirty?.clear();
+      return;
+    }
     this.syncing = true;
-    // A failed log trusts no later fsync (Linux reports a write-back error to one fsync only): its passes
-    // cover nothing for the journal, whose entries it keeps (letting them go lost its acknowledged records
-    // at the restart). They still run: a segment fsynced lets go of its slot in the fd budget.
-    const token = this.st.failed ? undefined : journal.segmentSyncStarted(this.journalKey);
+    const token = journal.segmentSyncStarted(this.journalKey);
     const segs = this.dirty === null || this.dirty.size === 0 ? NO_SEGMENTS : [...this.dirty];
     this.dirty?.clear();
     this.syncFrom(segs, 0, [], performance.now(), token);

@@ -352,11 +352,8 @@ export class Segment implements FdHolder {
       if (size > this.durableSize && size <= this.size) this.durableSize = size;
       this.fds?.budget.settled(this);
     };
-    // Failed: the log fails with it and trusts no later fsync, so its unsynced writes no longer pin the fd
-    // (a slot of the budget each failed log would hold until a restart).
     const failed = (err: unknown) => {
-      this.writesSinceSync = 0;
-      this.fds?.budget.settled(this);
+      this.forgetUnsynced();
       throw err;
     };
     const fh = this.openFh;
@@ -387,11 +384,23 @@ export class Segment implements FdHolder {
    * "Storage", Durability). In-memory state stays: the log is failed and its next open recovers the files.
    */
   async cutToDurable(): Promise<boolean> {
-    if (this.closed || this.size <= this.durableSize) return false;
+    // Taken now: an fsync ending meanwhile (which proves nothing after a failed one) must not move it.
+    const keep = this.durableSize;
+    if (this.closed || this.size <= keep) return false;
     this.indexState = 'stale';
     await unlink(this.indexPath).catch(ignoreEnoent);
-    await this.withHandle((fh) => fh.truncate(this.durableSize));
+    await this.withHandle((fh) => fh.truncate(keep));
     return true;
+  }
+
+  /**
+   * The log failed (an fsync failed: it trusts no later one), so its unsynced writes no longer pin the fd:
+   * a slot of the budget each failed log would hold until a restart. No fsync runs, and none raises
+   * durableSize, which the cut back to it (cutToDurable) keeps to.
+   */
+  forgetUnsynced(): void {
+    this.writesSinceSync = 0;
+    this.fds?.budget.settled(this);
   }
 
   /** FdHolder: the fd may be closed now (see FdBudget). */
