@@ -311,6 +311,16 @@ export class GroupCommit {
     return new Promise<void>((resolve) => (this.segmentWaiters ??= []).push(resolve));
   }
 
+  /**
+   * idle(), then a refusal (storage_error) when the log failed (a pass waited for failed it): a roll that went
+   * on fsynced the old segment again, wrote its index at its full size and started the next segment there,
+   * past the cut back to the last good fsync, and the restart refused the gap.
+   */
+  async idleUnfailed(): Promise<void> {
+    await this.idle();
+    if (this.st.failed) throw this.logFailed();
+  }
+
   /** Resolves once no fsync pass is running, and (journaled) no append waits for the journal. */
   idle(): Promise<void> {
     if (!this.syncing && this.journalWaits === 0) return SETTLED;

@@ -518,8 +518,8 @@ export class LogWriter {
     const durable = this.st.options.flush !== 'os';
     if (durable) {
       // Not beside a pass of the group commit: of two fsyncs of one file, only one may hear of a write-back
-      // error, and the other's success would acknowledge appends whose pages were dropped.
-      await this.sync.idle();
+      // error, and the other's success would acknowledge appends whose pages were dropped. Nor after one that failed.
+      await this.sync.idleUnfailed();
       // Synced here, so no later pass (flush=interval's timer may start one meanwhile) fsyncs it beside this.
       const dirty = this.sync.isDirty(old);
       this.sync.forget(old);

@@ -389,7 +389,8 @@ export class Segment implements FdHolder {
     if (this.closed || this.size <= keep) return false;
     this.indexState = 'stale';
     await unlink(this.indexPath).catch(ignoreEnoent);
-    await this.withHandle((fh) => fh.truncate(keep));
+    // Not above a truncation's cut meanwhile: ftruncate would pad the file with zeros up to `keep`.
+    await this.withHandle((fh) => fh.truncate(Math.min(keep, this.durableSize)));
     return true;
   }
 
