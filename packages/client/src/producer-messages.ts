@@ -167,6 +167,22 @@ export function messageKey(key: ProducerMessage['key']): Uint8Array | null {
 }
 
 /**
+ * Where the run of plain messages (no key, headers or timestamp) starting at `from` ends: the messages up
+ * to `to` going where message `from` goes (the same explicit partition, or none). The producer appends
+ * such a run in one call (RecordAccumulator.appendRun).
+ */
+export function plainRunEnd(messages: readonly ProducerMessage[], from: number, to: number): number {
+  const p = messages[from]!.partition;
+  let j = from + 1;
+  while (j < to) {
+    const m = messages[j]!;
+    if (m.partition !== p || m.key != null || m.headers !== undefined || m.timestamp !== undefined) break;
+    j++;
+  }
+  return j;
+}
+
+/**
  * A checked message as send() queues it after a wait: its own object with the key, value, partition and
  * timestamp it had and its headers as a list, so a caller changing the message after send() returned
  * changes nothing that is queued.

@@ -15,7 +15,7 @@ import { TypedEmitter } from './events.js';
 import { SendBuffer } from './producer-buffer.js';
 import { type ProducerTopicState, forgetIdleTopics } from './idle-topics.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
-import { badMessage, checkMessage, type ProducerEvents, type ProducerMessage, type ProducerRecord, RECORD_BASE_BYTES, type RecordMetadata, messageHeaders, messageKey, snapshotMessage } from './producer-messages.js';
+import { badMessage, checkMessage, type ProducerEvents, type ProducerMessage, type ProducerRecord, RECORD_BASE_BYTES, type RecordMetadata, messageHeaders, messageKey, plainRunEnd, snapshotMessage } from './producer-messages.js';
 import { configError, type ProducerOptions, type ResolvedProducerOptions, resolveProducerOptions, validateProducerOptions } from './producer-options.js';
 import { ProducerId } from './producer-id.js';
 import { ProducerSender } from './producer-sender.js';
@@ -366,8 +366,23 @@ export class Producer extends TypedEmitter<ProducerEvents> {
     const sticky = this.options.keylessPartitioning === 'sticky';
     // The previous record's queue: a run of records for one partition skips the lookup.
     let q: PartitionQueue | undefined;
-    for (let i = from; i < to; i++) {
+    // Where the run of plain messages (value and maybe partition only) that message i is in ends: such a
+    // run for one partition is appended in one call (RecordAccumulator.appendRun), not record by record.
+    let runEnd = from;
+    for (let i = from; i < to; ) {
       const m = messages[i]!;
+      if (m.key == null && m.headers === undefined && m.timestamp === undefined) {
+        const explicit = m.partition;
+        if (explicit !== undefined || sticky) {
+          if (runEnd <= i) runEnd = plainRunEnd(messages, i, to);
+          const partition = explicit !== undefined ? explicit : this.keylessPartition(topic, partitions, true);
+          if (q === undefined || q.partition !== partition) q = acc.queue(topic, partition);
+          const r = acc.appendRun(q, messages, sizes, i, runEnd, sink);
+          this.appended(q, r & 3, explicit === undefined);
+          i += r >>> 2;
+          continue;
+        }
+      }
       const key = messageKey(m.key);
       const explicit = m.partition;
       const keyless = explicit === undefined && key === null;
@@ -380,6 +395,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
       const valueLen = typeof v !== 'string' ? v.length : headers === undefined ? sizes[i]! - RECORD_BASE_BYTES - (key === null ? 0 : key.length) : Buffer.byteLength(v, 'utf8');
       const outcome = acc.appendTo(q, key, v, valueLen, ts, headers, sizes[i]!, sink, i);
       this.appended(q, outcome, keyless && sticky);
+      i++;
     }
   }
 

@@ -87,14 +87,19 @@ export class ProducerBatch {
 
   /** Records message `index` of `sink` as the next record's owner (extends the last run when it follows it). */
   addOwner(sink: RecordSink, index: number): void {
+    this.addOwners(sink, index, 1);
+  }
+
+  /** addOwner of messages `first` .. `first + count - 1` of `sink`, in one go. */
+  addOwners(sink: RecordSink, first: number, count: number): void {
     const last = this.sinks.length - 1;
-    if (last >= 0 && this.sinks[last] === sink && this.runFirst[last]! + this.runCount[last]! === index) {
-      this.runCount[last]!++;
+    if (last >= 0 && this.sinks[last] === sink && this.runFirst[last]! + this.runCount[last]! === first) {
+      this.runCount[last]! += count;
       return;
     }
     this.sinks.push(sink);
-    this.runFirst.push(index);
-    this.runCount.push(1);
+    this.runFirst.push(first);
+    this.runCount.push(count);
   }
 }
 
@@ -293,13 +298,62 @@ export class RecordAccumulator {
     index: number,
     now = 0,
   ): number {
+    let outcome = this.makeRoom(q, size, now);
+    const tail = q.batches[q.batches.length - 1]!;
+    tail.frame.append(key, value, valueLen, timestamp, headers);
+    // A batch that had to grow tells the batches created after it (of any partition) where to start.
+    if (tail.frame.capacity > this.sizeHint && tail.frame.capacity <= this.frameLimit) this.sizeHint = tail.frame.capacity;
+    tail.addOwner(sink, index);
+    tail.bytes += size;
+    tail.reserved += size;
+    if (tail.bytes >= this.maxBatchBytes || tail.count >= this.maxBatchRecords) outcome |= this.closeFull(q, tail);
+    return outcome;
+  }
+
+  /**
+   * appendTo for a run of plain messages (no key, headers or timestamp) of one send() going to `q`:
+   * messages `from` .. `to - 1`, `sizes[i]` message i's recordSize. Appends them one after another into
+   * the open batch without a call and an owner update per record, and stops where appendTo of the next
+   * record would close the batch (it does not fit, or the last one filled it), so the caller sees the
+   * same batches and outcomes as record by record. Returns the records appended (at least one) times 4
+   * plus the APPENDED_* bits.
+   */
+  appendRun(q: PartitionQueue, messages: ReadonlyArray<{ readonly value: Uint8Array | string }>, sizes: readonly number[], from: number, to: number, sink: RecordSink, now = 0): number {
+    let outcome = this.makeRoom(q, sizes[from]!, now);
+    const tail = q.batches[q.batches.length - 1]!;
+    const frame = tail.frame;
+    const maxBytes = this.maxBatchBytes;
+    const maxRecords = this.maxBatchRecords;
+    const startBytes = tail.bytes;
+    let bytes = startBytes;
+    let i = from;
+    for (; i < to; i++) {
+      const size = sizes[i]!;
+      if (i > from && bytes + size > maxBytes) break;
+      const v = messages[i]!.value;
+      frame.appendValue(v, typeof v === 'string' ? size - RECORD_BASE_BYTES : v.length);
+      bytes += size;
+      if (bytes >= maxBytes || frame.count >= maxRecords) {
+        i++;
+        break;
+      }
+    }
+    if (frame.capacity > this.sizeHint && frame.capacity <= this.frameLimit) this.sizeHint = frame.capacity;
+    tail.addOwners(sink, from, i - from);
+    tail.bytes = bytes;
+    tail.reserved += bytes - startBytes;
+    if (bytes >= maxBytes || frame.count >= maxRecords) outcome |= this.closeFull(q, tail);
+    return (i - from) * 4 + outcome;
+  }
+
+  /**
+   * Before a record of `size` bytes is appended to `q`: closes an open tail it does not fit (or that holds
+   * maxBatchRecords) and starts a new batch when there is no open one. Returns the APPENDED_* bits.
+   */
+  private makeRoom(q: PartitionQueue, size: number, now: number): number {
     let outcome = 0;
     let tail = q.batches[q.batches.length - 1];
-    if (tail && !tail.closed && tail.count > 0 && (tail.bytes + size > this.maxBatchBytes || tail.count >= this.maxBatchRecords)) {
-      tail.closed = true;
-      this.noteBatchSize(q, tail.frame.length);
-      outcome |= APPENDED_CLOSED_BATCH;
-    }
+    if (tail && !tail.closed && tail.count > 0 && (tail.bytes + size > this.maxBatchBytes || tail.count >= this.maxBatchRecords)) outcome |= this.closeFull(q, tail);
     if (!tail || tail.closed) {
       // Sized for what the partition's last batch needed (a spare buffer if one is that large), so a
       // batch seldom grows: growing copies it into a fresh buffer.
@@ -321,18 +375,13 @@ export class RecordAccumulator {
       q.batches.push(tail);
       outcome |= APPENDED_NEW_BATCH;
     }
-    tail.frame.append(key, value, valueLen, timestamp, headers);
-    // A batch that had to grow tells the batches created after it (of any partition) where to start.
-    if (tail.frame.capacity > this.sizeHint && tail.frame.capacity <= this.frameLimit) this.sizeHint = tail.frame.capacity;
-    tail.addOwner(sink, index);
-    tail.bytes += size;
-    tail.reserved += size;
-    if (tail.bytes >= this.maxBatchBytes || tail.count >= this.maxBatchRecords) {
-      tail.closed = true;
-      this.noteBatchSize(q, tail.frame.length);
-      outcome |= APPENDED_CLOSED_BATCH;
-    }
     return outcome;
+  }
+
+  private closeFull(q: PartitionQueue, tail: ProducerBatch): number {
+    tail.closed = true;
+    this.noteBatchSize(q, tail.frame.length);
+    return APPENDED_CLOSED_BATCH;
   }
 
   /**

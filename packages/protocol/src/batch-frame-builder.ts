@@ -151,6 +151,45 @@ export class BatchFrameBuilder {
   }
 
   /**
+   * append(null, value, valueLen, 0, undefined), the record a plain message becomes (no key, timestamp or
+   * headers), without the branches for those: the SDK producer appends runs of them (docs/sdk.md "Producer").
+   */
+  appendValue(value: Uint8Array | string, valueLen: number): void {
+    const pid = this.producerId;
+    const buf = this.reserve(RECORD_FIXED_BYTES + pid.length + valueLen);
+    let at = this.end;
+    w32(buf, at, 0);
+    w32(buf, at + 4, 0);
+    w32(buf, at + 8, 0);
+    w32(buf, at + 12, 0);
+    w16(buf, at + 16, pid.length);
+    at += 18;
+    if (pid.length > 0) {
+      buf.set(pid, at);
+      at += pid.length;
+    }
+    // key length 0, epoch -1, value length
+    buf[at] = 0;
+    buf[at + 1] = 0;
+    w32(buf, at + 2, -1);
+    w32(buf, at + 6, -1);
+    w32(buf, at + 10, valueLen);
+    at += 14;
+    if (typeof value === 'string') {
+      if (valueLen > 0 && buf.write(value, at, valueLen, 'utf8') !== valueLen) throw new Error('record value: UTF-8 length mismatch');
+    } else if (valueLen > 0) buf.set(value, at);
+    at += valueLen;
+    // timestamp 0, attributes 0, header count 0
+    w32(buf, at, 0);
+    w32(buf, at + 4, 0);
+    buf[at + 8] = 0;
+    buf[at + 9] = 0;
+    buf[at + 10] = 0;
+    this.end = at + 11;
+    this.count++;
+  }
+
+  /**
    * The encoded bytes of records `from` .. `from + count - 1` (a view of this builder's buffer, valid until
    * its next change): appendEncoded() of them into a builder of the same producer id copies them as they are.
    */
