@@ -197,6 +197,47 @@ describe('a journaled log that failed', () => {
     });
   });
 
+  /** A journaled log b with 10 acknowledged records, 5 of them fsynced: `durable` is its segment file's size then. */
+  async function withUnsyncedRecords(): Promise<{ journal: Journal; b: PartitionLog; file: string; durable: number }> {
+    const { journal, logs } = await openJournaled('b');
+    const b = logs[0]!;
+    for (let i = 0; i < 5; i++) await b.append([{ key: null, value: value('b', i) }]);
+    await b.flush();
+    const dir = join(base, 'logs', 'b~1', '0');
+    const file = join(dir, (await readdir(dir)).find((n) => n.endsWith('.log')) as string);
+    const durable = (await stat(file)).size;
+    // Acknowledged through the journal; the segment holds them unsynced.
+    for (let i = 5; i < 10; i++) await b.append([{ key: null, value: value('b', i) }]);
+    return { journal, b, file, durable };
+  }
+
+  it('a truncation whose fsync fails cuts the log back to its last good fsync, and the restart replays the rest', async () => {
+    const { journal, b, file, durable } = await withUnsyncedRecords();
+    failing.on = true;
+    await expect(b.truncateTo(7)).rejects.toThrow();
+    failing.on = false;
+    expect(b.failed).toBe(true);
+    // Records 5 and 6 were in pages the disk may have lost: a restart on this machine would read them as
+    // there and skip their journal entries.
+    await until(async () => (await stat(file)).size === durable, 5_000, 'the cut back to the last good fsync');
+    await afterCrashOf([b], journal, ['b'], async ([b2]) => {
+      const got = await values(b2!);
+      expect(got.slice(0, 7)).toEqual(Array.from({ length: 7 }, (_, i) => `b-${i}`));
+    });
+  });
+
+  it('a close whose fsync fails cuts the log back to its last good fsync, and the restart replays the rest', async () => {
+    const { journal, b, file, durable } = await withUnsyncedRecords();
+    failing.on = true;
+    await expect(b.close()).rejects.toThrow(/close failed/);
+    failing.on = false;
+    expect((await stat(file)).size).toBe(durable);
+    // Closed already: the journal's crash and the restart.
+    await afterCrashOf([], journal, ['b'], async ([b2]) => {
+      expect(await values(b2!)).toEqual(Array.from({ length: 10 }, (_, i) => `b-${i}`));
+    });
+  });
+
   /** b failed with 10 records (5 fsynced), then `before` (a truncation, a release), then a truncation of b to 2 whose entry is durable and whose fsync fails: no reset after it. */
   async function failedTruncation(before: (b: PartitionLog) => Promise<void>): Promise<{ journal: Journal; logs: PartitionLog[] }> {
     const { journal, logs } = await openJournaled('a', 'b');

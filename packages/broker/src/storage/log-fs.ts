@@ -30,6 +30,12 @@ export function isFdExhaustion(err: unknown): boolean {
   return code === 'EMFILE' || code === 'ENFILE';
 }
 
+/** A failed fsync or fdatasync: the page cache may hold pages the disk lost (LogState.failSync cuts back to what one covered). */
+export function isSyncFailure(err: unknown): boolean {
+  const syscall = (err as NodeJS.ErrnoException | null)?.syscall;
+  return syscall === 'fdatasync' || syscall === 'fsync';
+}
+
 /** Errors that say a directory cannot be fsynced here (the platform or filesystem), not that an fsync failed. */
 const DIR_SYNC_UNSUPPORTED = new Set(['EINVAL', 'ENOTSUP', 'EOPNOTSUPP', 'EISDIR', 'EPERM', 'EACCES', 'EBADF']);
 

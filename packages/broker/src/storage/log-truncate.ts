@@ -5,7 +5,7 @@
  */
 import { TributaryError } from 'tributary-protocol/errors.js';
 import type { GroupCommit } from './group-commit.js';
-import { isFdExhaustion, storageError, withDirOpen } from './log-fs.js';
+import { isFdExhaustion, isSyncFailure, storageError, withDirOpen } from './log-fs.js';
 import type { LogState } from './log-state.js';
 import type { SegmentFds } from './segment-fds.js';
 import { Segment } from './segment.js';
@@ -63,7 +63,10 @@ export async function truncateSegments(st: LogState, sync: GroupCommit, fds: Seg
     // Nothing changed and no write or fsync ran: refused, as an append is (log-writer.ts writeAtEnd).
     if (!t.changing && isFdExhaustion(err)) throw storageError(st.dir, 'out of file descriptors', err);
     if (!t.changing && err instanceof TributaryError) throw err;
-    st.fail(err);
+    // A failed fsync (the kept segment's, after its cut): its unsynced pages may be lost on disk yet read as
+    // there by a restart on this machine, which would skip their journal entries. Cut back, as a pass does.
+    if (isSyncFailure(err)) st.failSync(err);
+    else st.fail(err);
     throw storageError(st.dir, 'truncate failed', err);
   }
 }

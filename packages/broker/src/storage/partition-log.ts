@@ -9,23 +9,22 @@
  * PartitionLog is the facade over its parts (docs/architecture.md, "Storage"): log-loader.ts (recovery),
  * log-writer.ts (the write queue and segment rolls), group-commit.ts (fsync), log-reader.ts and
  * tail-cache.ts (reads), segment-fds.ts (the fd LRU), log-cleaner.ts (retention and compaction) and
- * hwm-checkpoint.ts, all over the shared LogState. It keeps the HWM, truncation and the lifecycle. Its test
+ * hwm-checkpoint.ts, all over the shared LogState. It keeps the HWM, truncation and the lifecycle (the close in
+ * log-shutdown.ts). Its test
  * hooks (a simulated crash, compaction crash points) are in log-test-hooks.ts, out of this API.
  */
 import { rm } from 'node:fs/promises';
-import { join } from 'node:path';
 import { type Logger, pino } from 'pino';
 import type { ScannedBatch } from 'tributary-protocol/batch.js';
 import { invalidParam } from 'tributary-protocol/errors.js';
 import type { LogRecord, RecordInput } from 'tributary-protocol/record.js';
-import { writeFileAtomic } from './atomic-file.js';
 import { GroupCommit } from './group-commit.js';
 import { replayJournal } from './journal-replay.js';
 import { LogTicker } from './log-ticker.js';
 import { HwmCheckpoint } from './hwm-checkpoint.js';
 import { LogCleaner, retentionDue } from './log-cleaner.js';
-import { fsyncDir, makeDir, renameAway, storageError } from './log-fs.js';
-import { CLEAN_SHUTDOWN_FILE, loadLog } from './log-loader.js';
+import { makeDir, renameAway, storageError } from './log-fs.js';
+import { loadLog } from './log-loader.js';
 import {
   type AppendGuard,
   type AppendResult,
@@ -41,6 +40,7 @@ import type { SegmentFdPolicy } from './fd-budget.js';
 import { LogReader, type WireReply } from './log-reader.js';
 import { type FilesCreatedListener, LogState } from './log-state.js';
 import { registerCrash } from './log-test-hooks.js';
+import { shutdownLog } from './log-shutdown.js';
 import { truncateSegments } from './log-truncate.js';
 import { LogWriter } from './log-writer.js';
 import type { Segment } from './segment.js';
@@ -554,46 +554,8 @@ export class PartitionLog {
     await rm(this.dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 20 });
   }
 
-  private async shutdown(clean: boolean): Promise<void> {
-    if (this.st.state !== 'open') return;
-    this.st.state = 'closing';
-    this.ticker.forget(this);
-    // An append or read waiting for a slot of the fd budget is refused (retriable) rather than holding up the
-    // close, until the queued appends are written; then the close's own opens wait for a slot.
-    const fds = this.st.fdPolicy;
-    fds?.budget.refuseWaits(fds, storageError(this.dir, 'log is closed'));
-    // A running compaction sees the state and gives up at its next record; let it clean up first.
-    if (this.cleanerPart?.compacting) await this.cleanerPart.idle();
-    await this.horizon.idle();
-    await this.writer.run(async () => {
-      // Appends accepted before close still get written (those that would wait for an fd are refused).
-      await this.writer.drain(true);
-      if (fds) fds.budget.admitWaits(fds);
-      await this.sync.idle();
-      await this.st.cutting;
-      let error: unknown = null;
-      if (clean && !this.st.failed && !this.st.dormant) {
-        try {
-          // The active segment first: its unsynced writes keep its fd, which an older segment reopening may need.
-          for (const s of [...this.st.segments].reverse()) if (this.sync.isDirty(s) || s.indexState !== 'synced') await s.datasync();
-          this.sync.forgetAll();
-          this.sync.journalForget();
-          for (const s of this.st.segments) if (s.indexState !== 'synced') await s.writeIndex(true);
-          await this.checkpoint.write();
-          await writeFileAtomic(join(this.dir, CLEAN_SHUTDOWN_FILE), `${Date.now()}\n`, { syncDir: false });
-          await fsyncDir(this.dir);
-        } catch (err) {
-          error = err;
-          this.st.logger.error({ err }, 'clean shutdown failed; the next open will run recovery');
-        }
-      }
-      while (this.checkpoint.inFlight) await this.checkpoint.inFlight;
-      for (const s of this.st.segments) await s.close().catch(() => {});
-      this.st.state = 'closed';
-      // A closed log's records no longer count against the broker's tail cache budget.
-      this.st.madeCache?.clear();
-      this.writer.rejectQueued();
-      if (error) throw storageError(this.dir, 'close failed', error);
-    });
+  private shutdown(clean: boolean): Promise<void> {
+    if (this.st.state !== 'open') return Promise.resolve();
+    return shutdownLog({ st: this.st, dir: this.dir, forgetTicks: () => this.ticker.forget(this), cleaner: this.cleanerPart, horizon: this.horizon, writer: this.writer, sync: this.sync, checkpoint: this.checkpoint }, clean);
   }
 }
