@@ -47,7 +47,10 @@ export class GroupCommit {
     private readonly journal: Journal | null = null,
   ) {
     this.journalKey = journal ? journal.keyOf(st.dir) : NO_KEY;
-    if (journal) st.onFailed = () => journal.logFailed(this.journalKey);
+    if (journal) {
+      st.onFailed = () => journal.logFailed(this.journalKey);
+      st.onRecovered = () => journal.logRecovered(this.journalKey);
+    }
   }
 
   /** Appends are made durable by the journal (flush=always, and the journal ended its recovery), not by segment fsyncs. */
@@ -76,16 +79,11 @@ export class GroupCommit {
   }
 
   /**
-   * Journaled: the log's files went or changed durably (its earlier entries are not needed any more). After
-   * a truncation (`truncated`) a failed log is still failed, and stays one for the journal: what it journals
-   * next (another truncation) is kept as a failed log's, not as a pin on every later file. A release or a
-   * destroy ends the failure with the files.
+   * Journaled: the log's files went or changed durably (its earlier entries are not needed any more). A
+   * failed log stays failed for the journal (LogState.endFailure ends that, with its files).
    */
-  journalReset(truncated = false): Promise<void> {
-    if (!this.journaled) return SETTLED;
-    return this.journalDurable((j) => j.reset(this.journalKey)).then(() => {
-      if (truncated && this.st.failed) (this.journal as Journal).logFailed(this.journalKey);
-    });
+  journalReset(): Promise<void> {
+    return this.journaled ? this.journalDurable((j) => j.reset(this.journalKey)) : SETTLED;
   }
 
   private journalDurable(write: (j: Journal) => Promise<void>): Promise<void> {
@@ -98,15 +96,6 @@ export class GroupCommit {
     return p.catch((err: unknown) => {
       throw storageError(this.st.dir, 'journal write failed', err);
     });
-  }
-
-  /**
-   * Journaled: the log's files could not be released after its reset: it fails (or, failed already, is
-   * one for the journal again: the reset took it out of the journal's failed logs).
-   */
-  journalFail(err: unknown): void {
-    if (this.st.failed && this.journal) this.journal.logFailed(this.journalKey);
-    else this.st.fail(err);
   }
 
   /** Journaled: every segment was fsynced outside a pass (a clean close). */

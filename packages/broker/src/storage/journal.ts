@@ -185,7 +185,6 @@ export class Journal {
   async reset(key: JournalKey): Promise<void> {
     await this.appendDurable(key, encodeReset(key));
     this.unsynced.delete(key.name);
-    this.failedLogs.delete(key.name);
     this.collect();
   }
 
@@ -347,10 +346,18 @@ export class Journal {
     if (this.unsynced.delete(key.name)) this.collect();
   }
 
-  /** The log failed: its entries stay for the restart's replay, and the files after them need not (compactPinned). */
+  /**
+   * The log failed: its entries stay for the restart's replay, and the files after them need not
+   * (compactPinned). It stays failed through its resets (a truncation's) until logRecovered.
+   */
   logFailed(key: JournalKey): void {
     this.failedLogs.add(key.name);
     this.collect();
+  }
+
+  /** The log's failure ended with its files (released, destroyed): what it journals next pins files as a live log's. */
+  logRecovered(key: JournalKey): void {
+    if (this.failedLogs.delete(key.name)) this.collect();
   }
 
   /**

@@ -37,6 +37,8 @@ export class LogState {
   onCreate: FilesCreatedListener | null = null;
   /** Told once, when the log fails (GroupCommit: the journal keeps a failed log's entries, Journal.logFailed). */
   onFailed: (() => void) | null = null;
+  /** Told when a failure ends (endFailure). */
+  onRecovered: (() => void) | null = null;
   /**
    * Storage failures an operator must see (a full disk, a corrupt record): answered to clients as
    * storage_error, logged per kind, rate-limited (docs/operations.md, "A full disk"). The log's own, so no
@@ -142,6 +144,12 @@ export class LogState {
     this.failed = err instanceof Error ? err : new Error(String(err));
     this.logger.error({ err: this.failed }, 'partition log failed; appends are refused until reopen');
     this.onFailed?.();
+  }
+
+  /** The failed files are gone (a release, a destroy): the log takes appends again. */
+  endFailure(): void {
+    this.failed = null;
+    this.onRecovered?.();
   }
 
   /** A datasync failed: fail() and cut every segment back to what a datasync covered (Segment.cutToDurable); `cutting` ends with it. */

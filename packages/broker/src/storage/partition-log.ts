@@ -467,7 +467,7 @@ export class PartitionLog {
         this.st.totalBytes = this.st.segments.reduce((a, s) => a + s.size, 0);
       }
       // The cut and what it kept are on disk now: no replay needs the entries before it (nor re-applies it).
-      await this.sync.journalReset(true);
+      await this.sync.journalReset();
       this.fds.prune();
       this.st.madeCache?.truncateFrom(offset);
       this.st.madeCache?.dropBefore(this.st.logStartOffset);
@@ -518,7 +518,7 @@ export class PartitionLog {
         doomed = await renameAway(this.dir);
       } catch (err) {
         // Journaled, the reset is on disk: appends after it would replay above a log end that lacks them.
-        if (this.sync.journaled) this.sync.journalFail(err);
+        if (this.sync.journaled) this.st.fail(err);
         throw storageError(this.dir, 'could not release the log directory', err);
       }
       // The files are gone (durably, as far as the flush mode syncs anything): the log is empty at 0.
@@ -538,7 +538,7 @@ export class PartitionLog {
       this.checkpoint.checkpointed = -1;
       this.horizon.reset();
       // What failed was the files, and they are gone.
-      this.st.failed = null;
+      this.st.endFailure();
       if (doomed) await rm(doomed, { recursive: true, force: true }).catch((err: unknown) => this.st.logger.warn({ err }, 'could not remove a released log directory; its next open will'));
       this.st.logger.info({ segments: segments.length }, 'log released');
     });
@@ -549,6 +549,7 @@ export class PartitionLog {
     this.closePromise ??= this.shutdown(false);
     await this.closePromise.catch(() => {});
     await this.syncPart?.journalReset();
+    this.st.endFailure();
     // Retried: a file written into the directory meanwhile (a replica's leader epoch checkpoint, flushed as
     // its role changes) fails the last rmdir with ENOTEMPTY.
     await rm(this.dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 20 });
