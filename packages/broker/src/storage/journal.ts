@@ -61,11 +61,11 @@ export class Journal {
   /** Shutting down (giveUpWhenFull): a write that finds the disk full fails the journal, as any failed write. */
   private givingUp = false;
   private retryMs = 0;
-  /** The write being tried again left part of itself here in the current file: the retry writes from here, however full the file. */
-  private retryAt: number | undefined;
+  /** The write being tried again may have left part of itself in the current file: the retry writes over it there (the file's size was set back), however full the file. */
+  private retryInPlace = false;
   /** Writes that found the disk full and were tried again (for tests). */
   fullRetries = 0;
-  private readonly fullLog = new RateLimitedLog(() => this.logger);
+  private readonly warnings = new RateLimitedLog(() => this.logger);
   /** Recovered entries by log key, until endRecovery (null afterwards: the journal is active). */
   private recovered: Map<string, JournalEntry[]> | null;
   private readonly oldFiles: string[];
@@ -250,7 +250,7 @@ export class Journal {
     // A full file: the next one starts with this pass (its directory entry fsynced before the write). Not
     // for a retry (retryWhenFull): what its failed try left in this file must be written over, or the file
     // would end damaged with a later one after it, which refuses the start.
-    if (this.retryAt === undefined && f.size > 0 && f.size + buf.length > this.fileBytes) {
+    if (!this.retryInPlace && f.size > 0 && f.size + buf.length > this.fileBytes) {
       try {
         f = createGrowing(this.dir, f.seq + 1);
       } catch (err) {
@@ -283,20 +283,20 @@ export class Journal {
    * that find the disk full at their segment write are refused meanwhile (docs/operations.md, "A full
    * disk"). Failing the journal instead failed every journaled log until a restart. What a short write
    * left of it in the file, the retry writes over (its bytes are the same and at least as many, in the
-   * same file: retryAt). Not once shutting down (giveUpWhenFull).
+   * same file: retryInPlace). Not once shutting down (giveUpWhenFull).
    */
   private retryWhenFull(err: unknown, f: JournalFile | null, at: number, buf: Buffer, cbs: Array<(err: Error | null) => void>): boolean {
     if ((err as NodeJS.ErrnoException | null)?.code !== 'ENOSPC' || this.givingUp) return false;
     if (f) {
       f.size = at;
-      this.retryAt = at;
+      this.retryInPlace = true;
     }
     this.queue.unshift(buf);
     this.queuedBytes += buf.length;
     this.waiting = cbs.concat(this.waiting);
     this.fullRetries++;
     this.retryMs = Math.min(FULL_RETRY_MAX_MS, Math.max(10, this.retryMs * 2));
-    this.fullLog.warn('full', { err, retryMs: this.retryMs }, 'journal write failed, the disk is full: tried again until space frees');
+    this.warnings.warn('full', { err, retryMs: this.retryMs }, 'journal write failed, the disk is full: tried again until space frees');
     this.retryTimer = setTimeout(() => {
       this.retryTimer = undefined;
       this.pass();
@@ -309,7 +309,7 @@ export class Journal {
     if (err) this.fail(err);
     else {
       this.retryMs = 0;
-      this.retryAt = undefined;
+      this.retryInPlace = false;
     }
     for (const cb of cbs) cb(this.failed);
     // Between writes, so files go under a load that never lets the journal idle.
@@ -411,7 +411,7 @@ export class Journal {
     this.compaction = this.compactFiles()
       .catch((err: unknown) => {
         this.compactFailedAt = performance.now();
-        this.fullLog.warn('compact', { err, retryMs: COMPACT_RETRY_MS }, 'could not compact a journal file that failed logs hold; it stays whole');
+        this.warnings.warn('compact', { err, retryMs: COMPACT_RETRY_MS }, 'could not compact a journal file that failed logs hold; it stays whole');
       })
       .finally(() => {
         this.compaction = null;
