@@ -154,10 +154,9 @@ export class LogCleaner {
     if (this.st.state !== 'open' || this.st.dormant) return none;
     if (this.st.failed) throw storageError(this.st.dir, 'log failed', this.st.failed);
     // Only closed segments are compacted: an old active segment is rolled first, as retention does.
-    if (this.st.active.size > 0 && now - this.st.active.createdMs >= this.st.options.segmentMs && !this.sync.waitsForSpace) {
+    if (rollDue(this.st, now) && !this.sync.waitsForSpace) {
       await this.writer.exclusive(async () => {
-        if (this.st.state === 'open' && !this.st.failed && !this.st.dormant && this.st.active.size > 0 && now - this.st.active.createdMs >= this.st.options.segmentMs)
-          await this.writer.roll();
+        if (this.st.state === 'open' && !this.st.failed && !this.st.dormant && rollDue(this.st, now)) await this.writer.roll();
       });
     }
     if (this.st.state !== 'open' || this.st.segments.length < 2) return none;
