@@ -229,7 +229,7 @@ export class GroupCommit {
           // Cut back to what an fsync covered even when journaled: a restart on this machine would read the
           // pages the disk lacks as present, skip their journal entries and let the files go. The journal
           // keeps them (the token is not released), so a restart replays them.
-          this.st.failSync(err);
+          this.st.failSync(err, segs[i]);
           if (token !== undefined) (this.journal as Journal).segmentSyncEnded(this.journalKey, token, false);
           this.settle(waiters, storageError(this.st.dir, 'fsync failed', err));
         },

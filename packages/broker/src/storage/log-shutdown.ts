@@ -12,6 +12,7 @@ import { fsyncDir, isSyncFailure, storageError } from './log-fs.js';
 import { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
 import type { LogState } from './log-state.js';
 import type { LogWriter } from './log-writer.js';
+import type { Segment } from './segment.js';
 import type { TombstoneHorizon } from './tombstone-horizon.js';
 
 export interface ShutdownParts {
@@ -46,9 +47,15 @@ export async function shutdownLog(p: ShutdownParts, clean: boolean): Promise<voi
     await st.cutting;
     let error: unknown = null;
     if (clean && !st.failed && !st.dormant) {
+      // The segment whose datasync runs (null once they all succeeded).
+      let syncing: Segment | null = null;
       try {
         // The active segment first: its unsynced writes keep its fd, which an older segment reopening may need.
-        for (const s of [...st.segments].reverse()) if (p.sync.isDirty(s) || s.indexState !== 'synced') await s.datasync();
+        for (const s of [...st.segments].reverse()) {
+          syncing = s;
+          if (p.sync.isDirty(s) || s.indexState !== 'synced') await s.datasync();
+        }
+        syncing = null;
         p.sync.forgetAll();
         p.sync.journalForget();
         for (const s of st.segments) if (s.indexState !== 'synced') await s.writeIndex(true);
@@ -60,7 +67,7 @@ export async function shutdownLog(p: ShutdownParts, clean: boolean): Promise<voi
         st.logger.error({ err }, 'clean shutdown failed; the next open will run recovery');
         // As after a pass's failed fsync: pages the disk may lack would read as there to a restart on this machine.
         if (isSyncFailure(err)) {
-          st.failSync(err);
+          st.failSync(err, syncing);
           await st.cutting;
         }
       }

@@ -152,10 +152,19 @@ export class LogState {
     this.onRecovered?.();
   }
 
-  /** A datasync failed: fail() and cut every segment back to what a datasync covered (Segment.cutToDurable); `cutting` ends with it. */
-  failSync(err: unknown): void {
+  /**
+   * A datasync failed (of `failed`, when one segment's): fail() and cut back to what a datasync covered
+   * (Segment.cutToDurable); `cutting` ends with it. Journaled, every segment is cut: the journal holds what
+   * is past that point, and a restart replays it over what the disk lost. Else only the segment whose
+   * fsync failed: another's unsynced bytes are not known to be lost, and under flush=interval they may be
+   * acknowledged. Under flush=os none (a segment rolled without an fsync would be cut to nothing, and the
+   * loader then drops every later one): the mode promised nothing past the page cache.
+   */
+  failSync(err: unknown, failed: Segment | null): void {
     this.fail(err);
-    const segments = [...this.segments];
+    const journaled = this.options.journal !== undefined && this.options.flush === 'always';
+    const segments = journaled ? [...this.segments] : failed !== null && this.options.flush !== 'os' ? [failed] : [];
+    if (segments.length === 0) return;
     const previous = this.cutting;
     this.cutting = previous
       .then(() => Promise.all(segments.map((s) => s.cutToDurable())))

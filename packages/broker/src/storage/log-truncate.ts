@@ -65,7 +65,7 @@ export async function truncateSegments(st: LogState, sync: GroupCommit, fds: Seg
     if (!t.changing && err instanceof TributaryError) throw err;
     // A failed fsync (the kept segment's, after its cut): its unsynced pages may be lost on disk yet read as
     // there by a restart on this machine, which would skip their journal entries. Cut back, as a pass does.
-    if (isSyncFailure(err)) st.failSync(err);
+    if (isSyncFailure(err)) st.failSync(err, t.kept);
     else st.fail(err);
     throw storageError(st.dir, 'truncate failed', err);
   }

@@ -532,7 +532,7 @@ export class LogWriter {
           if (dirty) this.sync.markDirty(old);
           throw err instanceof TributaryError ? err : storageError(this.st.dir, 'out of file descriptors', err);
         }
-        this.st.failSync(err);
+        this.st.failSync(err, old);
         throw storageError(this.st.dir, 'fsync failed', err);
       }
     }
