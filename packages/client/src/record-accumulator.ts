@@ -327,21 +327,25 @@ export class RecordAccumulator {
     const startBytes = tail.bytes;
     let bytes = startBytes;
     let i = from;
-    for (; i < to; i++) {
-      const size = sizes[i]!;
-      if (i > from && bytes + size > maxBytes) break;
-      const v = messages[i]!.value;
-      frame.appendValue(v, typeof v === 'string' ? size - RECORD_BASE_BYTES : v.length);
-      bytes += size;
-      if (bytes >= maxBytes || frame.count >= maxRecords) {
-        i++;
-        break;
+    try {
+      for (; i < to; i++) {
+        const size = sizes[i]!;
+        if (i > from && bytes + size > maxBytes) break;
+        const v = messages[i]!.value;
+        frame.appendValue(v, typeof v === 'string' ? size - RECORD_BASE_BYTES : v.length);
+        bytes += size;
+        if (bytes >= maxBytes || frame.count >= maxRecords) {
+          i++;
+          break;
+        }
       }
+    } finally {
+      // Also when an append threw (a buffer that could not grow): the records in the frame are accounted for.
+      if (frame.capacity > this.sizeHint && frame.capacity <= this.frameLimit) this.sizeHint = frame.capacity;
+      if (i > from) tail.addOwners(sink, from, i - from);
+      tail.bytes = bytes;
+      tail.reserved += bytes - startBytes;
     }
-    if (frame.capacity > this.sizeHint && frame.capacity <= this.frameLimit) this.sizeHint = frame.capacity;
-    tail.addOwners(sink, from, i - from);
-    tail.bytes = bytes;
-    tail.reserved += bytes - startBytes;
     if (bytes >= maxBytes || frame.count >= maxRecords) outcome |= this.closeFull(q, tail);
     return (i - from) * 4 + outcome;
   }

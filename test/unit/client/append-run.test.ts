@@ -68,6 +68,20 @@ describe('appendRun', () => {
     );
   });
 
+  it('an append that throws part-way leaves the records before it accounted for (owners, bytes)', () => {
+    const acc = new RecordAccumulator({ maxBatchBytes: 1 << 20, maxBatchRecords: Number.POSITIVE_INFINITY });
+    const q = acc.queue('t', 0);
+    const sink = sinkOf('send');
+    const v = Buffer.alloc(10);
+    const messages: ProducerMessage[] = [{ value: v }, { value: v }, { value: 'abc' }];
+    // A string's length that is not its UTF-8 length: the builder refuses it as it writes it.
+    const sizes = [size(v), size(v), RECORD_BASE_BYTES + 5];
+    expect(() => acc.appendRun(q, messages, sizes, 0, 3, sink)).toThrow(/UTF-8 length/);
+    const [b] = q.batches;
+    expect([b!.count, b!.runFirst, b!.runCount, b!.sinks]).toEqual([2, [0], [2], [sink]]);
+    expect(b!.reserved).toBe(2 * size(v));
+  });
+
   it('appendValue writes what append writes for a record without key, timestamp or headers', () => {
     fc.assert(
       fc.property(fc.array(valueArb, { maxLength: 20 }), fc.constantFrom('', 'p-1'), (values, pid) => {
