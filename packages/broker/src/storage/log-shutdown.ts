@@ -44,7 +44,7 @@ export async function shutdownLog(p: ShutdownParts, clean: boolean): Promise<voi
     await p.writer.drain(true);
     if (fds) fds.budget.admitWaits(fds);
     await p.sync.idle();
-    await st.cutting;
+    await st.retryCuts();
     let error: unknown = null;
     if (clean && !st.failed && !st.dormant) {
       // The segment whose datasync runs (null once they all succeeded).

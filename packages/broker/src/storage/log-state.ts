@@ -165,18 +165,40 @@ export class LogState {
     const journaled = this.options.journal !== undefined && this.options.flush === 'always';
     const segments = journaled ? [...this.segments] : failed !== null && this.options.flush !== 'os' ? [failed] : [];
     if (segments.length === 0) return;
-    const previous = this.cutting;
-    this.cutting = previous
-      .then(() => Promise.all(segments.map((s) => s.cutToDurable())))
-      .then(
-        (cut) => {
-          const n = cut.filter(Boolean).length;
-          if (n > 0) this.logger.warn({ segments: n }, 'cut segments back to their last fsync');
-        },
-        (e: unknown) => this.logger.error({ err: e }, 'could not cut the log back to its last fsync; a reopen before a restart of the machine may read records the disk lacks'),
-      );
+    this.cutting = this.cutting.then(() => this.cutBack(segments));
   }
 
   /** The cut of failSync, while it runs (close waits for it). */
   cutting: Promise<void> = SETTLED;
+  /** Segments whose cut failed (an open the closing log refused, say), for the close to cut again (retryCuts). */
+  private uncut: Segment[] | null = null;
+
+  private async cutBack(segments: readonly Segment[]): Promise<void> {
+    const outcomes = await Promise.allSettled(segments.map((s) => s.cutToDurable()));
+    let n = 0;
+    let err: unknown = null;
+    outcomes.forEach((o, i) => {
+      if (o.status === 'fulfilled') n += o.value ? 1 : 0;
+      else {
+        err ??= o.reason;
+        (this.uncut ??= []).push(segments[i]);
+      }
+    });
+    if (n > 0) this.logger.warn({ segments: n }, 'cut segments back to their last fsync');
+    if (err !== null) this.logger.error({ err }, 'could not cut the log back to its last fsync; a reopen before a restart of the machine may read records the disk lacks');
+  }
+
+  /**
+   * The close, once its own opens wait for a slot of the fd budget again: the cuts that failed, once more.
+   * The close refuses the log's waits for a slot first, and a cut waiting for one (the budget had closed the
+   * segment's fd) was refused with them.
+   */
+  async retryCuts(): Promise<void> {
+    await this.cutting;
+    const segments = this.uncut;
+    if (segments === null) return;
+    this.uncut = null;
+    this.cutting = this.cutting.then(() => this.cutBack(segments));
+    await this.cutting;
+  }
 }
