@@ -98,6 +98,19 @@ export class BatchFrameBuilder {
     return grown;
   }
 
+  /** A record's offset and sequence (0: setNumbers stamps sequences) and producer id, at the frame's end; returns where its key length goes. */
+  private writeHead(buf: Buffer): number {
+    const pid = this.producerId;
+    const at = this.end;
+    w32(buf, at, 0);
+    w32(buf, at + 4, 0);
+    w32(buf, at + 8, 0);
+    w32(buf, at + 12, 0);
+    w16(buf, at + 16, pid.length);
+    if (pid.length > 0) buf.set(pid, at + 18);
+    return at + 18 + pid.length;
+  }
+
   /**
    * Appends one record. `value` is bytes, or a string written as UTF-8 whose byte length `valueLen` the
    * caller measured (Buffer.byteLength); for bytes `valueLen` is their length. The caller checked the
@@ -110,18 +123,7 @@ export class BatchFrameBuilder {
     const hc = headers === undefined ? 0 : headers.length;
     const size = hc === 0 ? RECORD_FIXED_BYTES + pid.length + keyLen + valueLen : this.recordBytes(keyLen, valueLen, headers);
     const buf = this.reserve(size);
-    let at = this.end;
-    // offset and sequence: 0 (setNumbers stamps sequences)
-    w32(buf, at, 0);
-    w32(buf, at + 4, 0);
-    w32(buf, at + 8, 0);
-    w32(buf, at + 12, 0);
-    w16(buf, at + 16, pid.length);
-    at += 18;
-    if (pid.length > 0) {
-      buf.set(pid, at);
-      at += pid.length;
-    }
+    let at = this.writeHead(buf);
     w16(buf, at, keyLen);
     at += 2;
     if (keyLen > 0) {
@@ -132,11 +134,7 @@ export class BatchFrameBuilder {
     w32(buf, at, -1);
     w32(buf, at + 4, -1);
     w32(buf, at + 8, valueLen);
-    at += 12;
-    if (typeof value === 'string') {
-      if (valueLen > 0 && buf.write(value, at, valueLen, 'utf8') !== valueLen) throw new Error('record value: UTF-8 length mismatch');
-    } else if (valueLen > 0) buf.set(value, at);
-    at += valueLen;
+    at = writeValue(buf, at + 12, value, valueLen);
     if (timestamp === 0) {
       w32(buf, at, 0);
       w32(buf, at + 4, 0);
@@ -155,30 +153,15 @@ export class BatchFrameBuilder {
    * headers), without the branches for those: the SDK producer appends runs of them (docs/sdk.md "Producer").
    */
   appendValue(value: Uint8Array | string, valueLen: number): void {
-    const pid = this.producerId;
-    const buf = this.reserve(RECORD_FIXED_BYTES + pid.length + valueLen);
-    let at = this.end;
-    w32(buf, at, 0);
-    w32(buf, at + 4, 0);
-    w32(buf, at + 8, 0);
-    w32(buf, at + 12, 0);
-    w16(buf, at + 16, pid.length);
-    at += 18;
-    if (pid.length > 0) {
-      buf.set(pid, at);
-      at += pid.length;
-    }
+    const buf = this.reserve(RECORD_FIXED_BYTES + this.producerId.length + valueLen);
+    let at = this.writeHead(buf);
     // key length 0, epoch -1, value length
     buf[at] = 0;
     buf[at + 1] = 0;
     w32(buf, at + 2, -1);
     w32(buf, at + 6, -1);
     w32(buf, at + 10, valueLen);
-    at += 14;
-    if (typeof value === 'string') {
-      if (valueLen > 0 && buf.write(value, at, valueLen, 'utf8') !== valueLen) throw new Error('record value: UTF-8 length mismatch');
-    } else if (valueLen > 0) buf.set(value, at);
-    at += valueLen;
+    at = writeValue(buf, at + 14, value, valueLen);
     // timestamp 0, attributes 0, header count 0
     w32(buf, at, 0);
     w32(buf, at + 4, 0);
@@ -264,4 +247,12 @@ export class BatchFrameBuilder {
     }
     return out;
   }
+}
+
+/** A record's value at `at` (a string as UTF-8 of the measured `valueLen` bytes); returns where it ends. */
+function writeValue(buf: Buffer, at: number, value: Uint8Array | string, valueLen: number): number {
+  if (typeof value === 'string') {
+    if (valueLen > 0 && buf.write(value, at, valueLen, 'utf8') !== valueLen) throw new Error('record value: UTF-8 length mismatch');
+  } else if (valueLen > 0) buf.set(value, at);
+  return at + valueLen;
 }
