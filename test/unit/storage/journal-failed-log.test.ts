@@ -226,6 +226,28 @@ describe('a journaled log that failed', () => {
     });
   });
 
+  it("a segment pass asked for during a truncation does not fsync the kept segment beside the truncation's own fsync", async () => {
+    const { journal, b } = await withUnsyncedRecords();
+    failing.hold = true;
+    const truncating = b.truncateTo(7);
+    await until(() => failing.held.length === 1, 5_000, "the truncation's fsync");
+    // The flush timer or the fd budget asks for a segment pass meanwhile.
+    b.requestSegmentSync();
+    failing.hold = false;
+    if (failing.held.length === 2) {
+      // The pass fsyncs the same file: it hears of the write-back error, the truncation's fsync "succeeds"
+      // (Linux reports an error to one fsync only), and the truncation's journal reset drops records 5 and 6.
+      failing.on = true;
+      failing.held.pop()!();
+      failing.on = false;
+    }
+    failing.held.shift()!();
+    await truncating.catch(() => {});
+    await afterCrashOf([b], journal, ['b'], async ([b2]) => {
+      expect(await values(b2!)).toEqual(Array.from({ length: 7 }, (_, i) => `b-${i}`));
+    });
+  });
+
   it('a close whose fsync fails cuts the log back to its last good fsync, and the restart replays the rest', async () => {
     const { journal, b, file, durable } = await withUnsyncedRecords();
     failing.on = true;

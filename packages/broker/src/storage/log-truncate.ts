@@ -25,6 +25,8 @@ interface Truncation {
   cut: SegmentCut | null;
   /** The files began to change: a failure from now on fails the log. */
   changing: boolean;
+  /** The log's failure as the truncation began (a segment pass may fail it meanwhile). */
+  failedBefore: Error | null;
 }
 
 /**
@@ -42,7 +44,7 @@ export async function truncateSegments(st: LogState, sync: GroupCommit, fds: Seg
     const prev = segments[keep - 2];
     if (segments[keep - 1].baseOffset === offset && keep > 1 && !prev.compacted) keep--;
   }
-  const t: Truncation = { st, sync, fds, offset, keep, kept: keep > 0 ? segments[keep - 1] : null, created: null, cut: null, changing: false };
+  const t: Truncation = { st, sync, fds, offset, keep, kept: keep > 0 ? segments[keep - 1] : null, created: null, cut: null, changing: false, failedBefore: st.failed };
   try {
     const kept = t.kept;
     if (kept === null) return await withNewSegment(t, () => apply(t));
@@ -101,7 +103,15 @@ function apply(t: Truncation): Promise<void> {
     // The new segment's directory entry first: a power loss must not keep the cut without it (the cut
     // segment, scanned as the last one, would end below offset).
     if (created !== null && syncDir !== null) await syncDir();
+    // A segment pass started since truncateTo waited for none (the flush timer's, the fd budget's) ends first,
+    // and none fsyncs the kept segment beside the truncation's own fsyncs, as a roll leaves out the old
+    // segment: of two fsyncs of one file at once only one may hear of a write-back error, and the truncation's
+    // "success" then released the journal entries of records the pass's failure cut away.
+    await sync.segmentsIdle();
+    if (st.failed !== t.failedBefore) throw storageError(st.dir, 'log failed', st.failed);
     t.changing = true;
+    // (Under flush=os the truncation fsyncs nothing, and the kept segment stays dirty for a flush to sync.)
+    if (kept !== null && durable) sync.forget(kept);
     // A compaction planned before this aborts its swap; so must one planned during it, which may read the
     // kept segment before its cut (log-cleaner.ts reads the count outside the mutex).
     st.truncations++;
@@ -129,10 +139,7 @@ function apply(t: Truncation): Promise<void> {
       await kept.truncateTo(cut as SegmentCut, durable);
       // Synced through the fd it holds; before a new segment, closed like a roll's old one (log-writer.ts).
       // Under flush=os it stays dirty, for a flush to sync before it writes the index as synced.
-      if (durable) {
-        if (created !== null) sync.forget(kept);
-        await kept.datasync();
-      }
+      if (durable) await kept.datasync();
       if (created !== null) {
         // Not fatal: the cut left it an index file, not synced, that keeps the flag (segment-cut.ts).
         await kept.writeIndex(durable).catch((err: unknown) => st.logger.warn({ err, segment: kept.baseOffset }, 'could not write segment index'));
