@@ -20,7 +20,7 @@ import { configError, type ProducerOptions, type ResolvedProducerOptions, resolv
 import { ProducerId } from './producer-id.js';
 import { ProducerSender } from './producer-sender.js';
 import { type SendOptions, SendResult, type SendRun, sendOptions } from './send-result.js';
-import { APPENDED_CLOSED_BATCH, APPENDED_NEW_BATCH, type PartitionQueue, type ProducerBatch, RecordAccumulator, type RecordSink } from './record-accumulator.js';
+import { APPENDED_CLOSED_BATCH, APPENDED_NEW_BATCH, RUN_COUNT_UNIT, type PartitionQueue, type ProducerBatch, RecordAccumulator, type RecordSink } from './record-accumulator.js';
 import { ProducerFencedError, Transaction, TransactionStateError, typedTxnError } from './transaction.js';
 
 export {
@@ -378,8 +378,8 @@ export class Producer extends TypedEmitter<ProducerEvents> {
           const partition = explicit !== undefined ? explicit : this.keylessPartition(topic, partitions, true);
           if (q === undefined || q.partition !== partition) q = acc.queue(topic, partition);
           const r = acc.appendRun(q, messages, sizes, i, runEnd, sink);
-          this.appended(q, r & 3, explicit === undefined);
-          i += r >>> 2;
+          this.appended(q, r % RUN_COUNT_UNIT, explicit === undefined);
+          i += Math.floor(r / RUN_COUNT_UNIT);
           continue;
         }
       }

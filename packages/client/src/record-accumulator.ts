@@ -161,6 +161,8 @@ export interface AccumulatorLimits {
 /** Outcome bits of RecordAccumulator.appendTo. */
 export const APPENDED_NEW_BATCH = 1;
 export const APPENDED_CLOSED_BATCH = 2;
+/** appendRun's result: the records appended times RUN_COUNT_UNIT, plus the APPENDED_* bits (below it). */
+export const RUN_COUNT_UNIT = 4;
 
 /** A new partition's first batch buffer: small (a lingering batch of a few records), grown by doubling. */
 const FIRST_BATCH_CAPACITY = 1024;
@@ -315,8 +317,8 @@ export class RecordAccumulator {
    * messages `from` .. `to - 1`, `sizes[i]` message i's recordSize. Appends them one after another into
    * the open batch without a call and an owner update per record, and stops where appendTo of the next
    * record would close the batch (it does not fit, or the last one filled it), so the caller sees the
-   * same batches and outcomes as record by record. Returns the records appended (at least one) times 4
-   * plus the APPENDED_* bits.
+   * same batches and outcomes as record by record. Returns the records appended (at least one) times
+   * RUN_COUNT_UNIT plus the APPENDED_* bits.
    */
   appendRun(q: PartitionQueue, messages: ReadonlyArray<{ readonly value: Uint8Array | string }>, sizes: readonly number[], from: number, to: number, sink: RecordSink, now = 0): number {
     let outcome = this.makeRoom(q, sizes[from]!, now);
@@ -347,7 +349,7 @@ export class RecordAccumulator {
       tail.reserved += bytes - startBytes;
     }
     if (bytes >= maxBytes || frame.count >= maxRecords) outcome |= this.closeFull(q, tail);
-    return (i - from) * 4 + outcome;
+    return (i - from) * RUN_COUNT_UNIT + outcome;
   }
 
   /**

@@ -7,7 +7,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { BatchFrameBuilder } from 'tributary-protocol/batch-frame-builder.js';
 import { type ProducerMessage, RECORD_BASE_BYTES, plainRunEnd } from 'tributary-client/producer-messages.js';
-import { APPENDED_CLOSED_BATCH, APPENDED_NEW_BATCH, RecordAccumulator, type RecordSink } from 'tributary-client/record-accumulator.js';
+import { APPENDED_CLOSED_BATCH, APPENDED_NEW_BATCH, RUN_COUNT_UNIT, RecordAccumulator, type RecordSink } from 'tributary-client/record-accumulator.js';
 
 const sinkOf = (name: string): RecordSink & { name: string } => ({ name, settle: () => {} });
 
@@ -46,7 +46,7 @@ describe('appendRun', () => {
             const messages: ProducerMessage[] = values.map((value) => ({ value, partition: 3 }));
             const sizes = values.map(size);
             for (let i = 0; i < messages.length; ) {
-              const n = checkBits(qRun, () => byRun.appendRun(qRun, messages, sizes, i, messages.length, sink, 1)) >>> 2;
+              const n = Math.floor(checkBits(qRun, () => byRun.appendRun(qRun, messages, sizes, i, messages.length, sink, 1)) / RUN_COUNT_UNIT);
               expect(n).toBeGreaterThanOrEqual(1);
               i += n;
             }

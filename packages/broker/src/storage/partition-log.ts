@@ -9,9 +9,9 @@
  * PartitionLog is the facade over its parts (docs/architecture.md, "Storage"): log-loader.ts (recovery),
  * log-writer.ts (the write queue and segment rolls), group-commit.ts (fsync), log-reader.ts and
  * tail-cache.ts (reads), segment-fds.ts (the fd LRU), log-cleaner.ts (retention and compaction) and
- * hwm-checkpoint.ts, all over the shared LogState. It keeps the HWM, truncation and the lifecycle (the close in
- * log-shutdown.ts). Its test
- * hooks (a simulated crash, compaction crash points) are in log-test-hooks.ts, out of this API.
+ * hwm-checkpoint.ts, all over the shared LogState. It keeps the HWM, truncation and the lifecycle (the close
+ * in log-shutdown.ts). Its test hooks (a simulated crash, compaction crash points) are in log-test-hooks.ts,
+ * out of this API.
  */
 import { rm } from 'node:fs/promises';
 import { type Logger, pino } from 'pino';
