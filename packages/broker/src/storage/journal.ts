@@ -91,10 +91,9 @@ export class Journal {
   static async open(baseDir: string, logger: Logger, opts: { fileBytes?: number; onWrite?: (seconds: number) => void } = {}): Promise<Journal> {
     const dir = join(baseDir, JOURNAL_DIR);
     await makeDir(dir, true);
-    for (const n of readdirSync(dir)) if (COMPACT_TMP_FILE.test(n)) unlinkSync(join(dir, n));
-    const names = readdirSync(dir)
-      .filter((n) => JOURNAL_FILE.test(n))
-      .sort();
+    const listed = readdirSync(dir);
+    for (const n of listed) if (COMPACT_TMP_FILE.test(n)) unlinkSync(join(dir, n));
+    const names = listed.filter((n) => JOURNAL_FILE.test(n)).sort();
     const byKey = new Map<string, JournalEntry[]>();
     let count = 0;
     for (const n of names) {
