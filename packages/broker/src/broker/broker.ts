@@ -39,6 +39,7 @@ import { TXN_STATE_TOPIC, TxnLog } from '../txn/txn-log.js';
 import { LocalTxnTargets } from '../txn/txn-targets.js';
 import { ClusterTxnTargets } from '../cluster/cluster-txn-targets.js';
 import { MemberLeases } from '../cluster/member-leases.js';
+import { TurnWrites } from './turn-writes.js';
 import { ReplyBuffers, registerReplyBufferMetrics } from './reply-buffers.js';
 import { partitionOffsets } from './partition-offsets.js';
 
@@ -67,6 +68,7 @@ function listen(server: net.Server | http.Server, port: number, host: string): P
 export class Broker implements BrokerContext {
   readonly metrics = new BrokerMetrics();
   readonly replyBuffers = new ReplyBuffers();
+  readonly turnWrites: TurnWrites;
   readonly store: MetadataStore;
   /** Cluster mode only: etcd membership, partition roles, replication. */
   readonly cluster: ClusterNode | undefined;
@@ -105,6 +107,7 @@ export class Broker implements BrokerContext {
     readonly config: BrokerConfig,
     readonly logger: Logger,
   ) {
+    this.turnWrites = new TurnWrites((err) => logger.error({ err }, 'uncorking a reply socket failed'));
     this.cluster = config.cluster ? new ClusterNode(config, logger, this.metrics) : undefined;
     if (this.cluster) registerClusterMetrics(this.metrics, this.cluster);
     registerReplyBufferMetrics(this.metrics.registry, this.replyBuffers);

@@ -10,6 +10,7 @@ import { MAX_FRAME_BEFORE_AUTHENTICATION } from './limits.js';
 import { produceBatch } from './produce-commands.js';
 import { PushStream, type StreamHost } from './push-stream.js';
 import { writeReplyBody } from './reply-buffers.js';
+import { PRODUCE_ACKS } from './turn-writes.js';
 import { FRAME_PREFIX, RequestBudget } from './request-budget.js';
 import { txnBatch } from './txn-commands.js';
 
@@ -32,7 +33,6 @@ interface PendingReply {
  * limits of its unanswered requests (RequestBudget) is not read until replies went out.
  */
 export class ClientConnection implements ConnectionContext {
-  private corkedForTurn = false;
   features = new Set<string>();
   principal: string | undefined;
   readonly remote: string;
@@ -299,7 +299,7 @@ export class ClientConnection implements ConnectionContext {
       metrics.child(slot.label).observe((performance.now() - slot.received) / 1000);
       this.budget.answered(slot.bytes);
       answered = true;
-      if (slot.reply !== 'stream') this.writeReply(slot.reply);
+      if (slot.reply !== 'stream') this.writeReply(slot.reply, PRODUCE_ACKS.has(slot.label));
     }
     if (answered && this.decoder.pendingBytes > 0) this.pump();
     else if (answered) this.flow();
@@ -350,8 +350,9 @@ export class ClientConnection implements ConnectionContext {
     return this.socket.writableLength > this.broker.config.maxPendingReplyBytes;
   }
 
-  private writeReply(r: Reply): void {
-    this.corkForTurn();
+  /** `ack`: the reply is a produce acknowledgement (TurnWrites writes those last in a turn). */
+  private writeReply(r: Reply, ack: boolean): void {
+    this.broker.turnWrites.corkFor(this.socket, ack);
     // A text reply and its frame header in one buffer: one write rather than two.
     if (typeof r === 'string') this.socket.write(encodeFrame(r));
     else {
@@ -364,21 +365,6 @@ export class ClientConnection implements ConnectionContext {
   /** Writes a reply body, maybe in pieces; one from the broker's ReplyBuffers goes back to them once the socket wrote it. */
   private writeBody(body: Buffer | Buffer[]): boolean {
     return writeReplyBody(this.socket, body, this.broker.replyBuffers);
-  }
-
-  /**
-   * Replies completed in one turn of the event loop leave in one writev: the socket stays corked until the
-   * loop's check phase, after every I/O callback of its poll phase has run, so the fsyncs of several
-   * partitions completing together answer in one system call, not one each (docs/architecture.md, "Broker").
-   */
-  private corkForTurn(): void {
-    if (this.corkedForTurn) return;
-    this.corkedForTurn = true;
-    this.socket.cork();
-    setImmediate(() => {
-      this.corkedForTurn = false;
-      this.socket.uncork();
-    });
   }
 
   private writeNow(frame: Buffer): void {

@@ -13,6 +13,7 @@ import type { Security } from './security.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import type { ProducerIdAllocator } from '../partition/producer-ids.js';
 import type { ReplyBuffers } from './reply-buffers.js';
+import type { TurnWrites } from './turn-writes.js';
 
 /** What handlers may use of the broker. */
 export interface BrokerContext {
@@ -33,6 +34,8 @@ export interface BrokerContext {
   readonly security?: Security;
   /** Reused memory for the replies the tail cache writes (src/broker/reply-buffers.ts); absent in unit-test contexts. */
   readonly replyBuffers?: ReplyBuffers;
+  /** Corks the main port's sockets for a turn of the event loop, acks last (src/broker/turn-writes.ts). */
+  readonly turnWrites: TurnWrites;
 }
 
 /** What handlers may use of the connection a request came on. */
