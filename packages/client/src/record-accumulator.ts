@@ -41,9 +41,9 @@ export class ProducerBatch {
   ready = false;
   dispatched = false;
   completed = false;
-  /** Its linger wait: a timer, or with `lingerMs` 0 the end of the event-loop turn (`immediate`). */
+  /** Its linger wait: a timer, or with `lingerMs` 0 the end of the event-loop turn (`lingersToTurnEnd`: it is in its producer's list for it). */
   timer: NodeJS.Timeout | undefined;
-  immediate: NodeJS.Immediate | undefined;
+  lingersToTurnEnd = false;
   /** performance.now() at its first send (the durationMs published). */
   startedAt = 0;
   /**
@@ -497,7 +497,6 @@ export class RecordAccumulator {
 /** Cancels a batch's linger wait, whichever kind it is. */
 export function cancelLinger(b: ProducerBatch): void {
   if (b.timer) clearTimeout(b.timer);
-  if (b.immediate) clearImmediate(b.immediate);
   b.timer = undefined;
-  b.immediate = undefined;
+  b.lingersToTurnEnd = false;
 }

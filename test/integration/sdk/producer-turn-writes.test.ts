@@ -1,0 +1,66 @@
+/**
+ * A producer with `lingerMs` 0 sends the batches of one synchronous burst in one writev (docs/sdk.md,
+ * "Producer"): the batches' linger ends with one setImmediate for all of them. With one each, the
+ * connection's uncork ran between them and each batch left in a write call of its own.
+ */
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Connection } from 'tributary-protocol/connection.js';
+import { BrokerProcess } from '../../helpers/launcher.js';
+import { TestProducers } from '../../helpers/sdk-producers.js';
+
+type WriteFn = (this: net.Socket, ...args: unknown[]) => unknown;
+
+/** Counts the socket write calls (`_write`: one chunk, `_writev`: several) made to `port` while `fn` runs. */
+async function countWrites(port: number, fn: () => Promise<unknown>): Promise<number[]> {
+  const proto = net.Socket.prototype as unknown as { _write: WriteFn; _writev: WriteFn };
+  const { _write, _writev } = proto;
+  const calls: number[] = [];
+  proto._write = function (...args) {
+    if (this.remotePort === port) calls.push(1);
+    return _write.apply(this, args);
+  };
+  proto._writev = function (...args) {
+    if (this.remotePort === port) calls.push((args[0] as unknown[]).length);
+    return _writev.apply(this, args);
+  };
+  try {
+    await fn();
+  } finally {
+    proto._write = _write;
+    proto._writev = _writev;
+  }
+  return calls;
+}
+
+describe('Producer lingerMs 0: one write per burst', () => {
+  let broker: BrokerProcess;
+  let admin: Connection;
+  const producers = new TestProducers(() => broker.address);
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start();
+    admin = await broker.connect();
+  });
+
+  afterAll(async () => {
+    await producers.closeAll();
+    await broker?.dispose();
+  });
+
+  it('sends to six partitions in one synchronous burst leave in one writev of six frames', async () => {
+    const t = 'turn-writes';
+    await admin.command('CREATE', { topic: t, partitions: 6 });
+    const producer = producers.make({ lingerMs: 0 });
+    const partitions = [0, 1, 2, 3, 4, 5];
+    // Metadata and the connection first, so the burst below is the only thing written.
+    await Promise.all(partitions.map((partition) => producer.send({ topic: t, messages: [{ value: 'warm', partition }] })));
+    const port = Number(broker.address.split(':').pop());
+    const calls = await countWrites(port, () => Promise.all(partitions.map((partition) => producer.send({ topic: t, messages: [{ value: `v${partition}`, partition }] }))));
+    expect(calls).toEqual([6]);
+    for (const partition of partitions) {
+      const batch = await admin.consume({ topic: t, partition, offset: 0, batch: 10 });
+      expect(batch.records.map((r) => String(r.value))).toEqual(['warm', `v${partition}`]);
+    }
+  });
+});
