@@ -72,7 +72,7 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   /** Aborted by a forced close: retries stop and everything pending fails with client_closed. */
   private readonly root = new AbortController();
   private readonly roundRobin = new Map<string, number>();
-  /** Batches whose `lingerMs` 0 wait ends with this turn of the event loop, and the one setImmediate that ends it (armLinger). */
+  /** Batches whose linger wait ends with this turn of the event loop, and the one setImmediate that ends it (armLinger). */
   private turnEndBatches: ProducerBatch[] = [];
   private turnEnd: NodeJS.Immediate | undefined;
   /** keylessPartitioning 'sticky': per topic, the batch keyless records go to until it closes. */
@@ -472,17 +472,25 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   /**
    * `lingerMs` 0 waits for the end of the event-loop turn, not a timer (Node runs a 0 ms timer after 1 ms
    * at the soonest): the records of one synchronous burst share a batch, sent in the same turn of the loop.
-   * One setImmediate ends the wait of every batch of the turn: with one each, Node ran the connection's
-   * uncork (a nextTick) between them, so each batch left in a write call of its own, where together they
-   * leave in one writev per connection (a producer with 64 sends in flight made 4.6 times the raw
-   * client's write calls; bench/README.md, "produce-consume").
+   * One setImmediate ends the wait of every batch of the turn, and a batch whose `lingerMs` timer fired
+   * joins it: with a callback each, Node ran the connection's uncork (a nextTick) between them, so each
+   * batch left in a write call of its own, where together they leave in one writev per connection (a
+   * producer with 64 sends in flight made 4.6 times the raw client's write calls; bench/README.md,
+   * "produce-consume").
    */
   private armLinger(batch: ProducerBatch): void {
-    if (this.options.lingerMs === 0) {
-      batch.lingersToTurnEnd = true;
-      this.turnEndBatches.push(batch);
-      this.turnEnd ??= setImmediate(this.endTurn);
-    } else batch.timer = setTimeout(() => this.lingerDone(batch), this.options.lingerMs);
+    if (this.options.lingerMs === 0) this.dueAtTurnEnd(batch);
+    else
+      batch.timer = setTimeout(() => {
+        batch.timer = undefined;
+        this.dueAtTurnEnd(batch);
+      }, this.options.lingerMs);
+  }
+
+  private dueAtTurnEnd(batch: ProducerBatch): void {
+    batch.lingersToTurnEnd = true;
+    this.turnEndBatches.push(batch);
+    this.turnEnd ??= setImmediate(this.endTurn);
   }
 
   private readonly endTurn = (): void => {
@@ -498,7 +506,6 @@ export class Producer extends TypedEmitter<ProducerEvents> {
   };
 
   private lingerDone(batch: ProducerBatch): void {
-    batch.timer = undefined;
     if (batch.closed) return;
     batch.ready = true; // sendable now; it keeps filling until the sender takes it
     this.sender.pump(this.accumulator.queue(batch.topic, batch.partition));
