@@ -71,6 +71,7 @@ function open(): FakeSocket {
     },
     logger: { debug() {}, info() {}, warn() {}, error() {} },
     metrics: { connectionsRejected: { inc() {} }, pendingRequestBytes: { inc() {}, dec() {} } },
+    turnWrites: { corkFor() {} },
   } as unknown as BrokerContext;
   new ClientConnection(
     socket as unknown as net.Socket,

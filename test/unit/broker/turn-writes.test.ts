@@ -76,6 +76,16 @@ describe('TurnWrites', () => {
     await nextCheck();
     expect(log).toEqual(['a', 'b', 'c']);
     expect(errors.map((e) => (e as Error).message)).toEqual(['a broke']);
+
+    // Nor when the report itself throws.
+    log.length = 0;
+    const throwing = new TurnWrites(() => {
+      throw new Error('report failed');
+    });
+    throwing.corkFor(a, false);
+    throwing.corkFor(c, true);
+    await nextCheck();
+    expect(log).toEqual(['a', 'c']);
   });
 
   it('names produce commands the broker serves (BATCH is the binary batch frame), no read among them', () => {

@@ -53,7 +53,11 @@ export class TurnWrites {
     try {
       socket.uncork();
     } catch (err) {
-      this.onError(err);
+      try {
+        this.onError(err);
+      } catch {
+        // A failing report must not leave the turn's later sockets corked for good.
+      }
     }
   }
 }
