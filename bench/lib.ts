@@ -32,6 +32,12 @@ let clockTicks: number | undefined;
  * resolution at the usual 100 Hz clock). Undefined where /proc is unavailable or the process is gone.
  */
 export function procCpuMs(pid: number | undefined): number | undefined {
+  const t = procCpuSplitMs(pid);
+  return t && t.user + t.system;
+}
+
+/** procCpuMs in its two parts: user and system (kernel) time, ms. */
+export function procCpuSplitMs(pid: number | undefined): { user: number; system: number } | undefined {
   if (pid === undefined || process.platform !== 'linux') return undefined;
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -44,7 +50,7 @@ export function procCpuMs(pid: number | undefined): number | undefined {
         clockTicks = 100;
       }
     }
-    return ((Number(rest[11]) + Number(rest[12])) * 1000) / clockTicks;
+    return { user: (Number(rest[11]) * 1000) / clockTicks, system: (Number(rest[12]) * 1000) / clockTicks };
   } catch {
     return undefined;
   }

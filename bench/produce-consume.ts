@@ -32,6 +32,7 @@ import {
   makeTempDir,
   median,
   procCpuMs,
+  procCpuSplitMs,
   removeTempDir,
   spawnNode,
   splitArgs,
@@ -64,6 +65,8 @@ interface RunResult {
   consumer?: ConsumerReport;
   /** CPU ms (all threads) the broker or relay process used from the measured pass's start to the consumer's report. */
   serverCpuMs?: number;
+  /** Of serverCpuMs, the system (kernel) time. */
+  serverSystemMs?: number;
   /** The same for the warm-up pass (--warmup records), not in the figures above. */
   warmupCpuMs?: number;
   /** Broker only: records in the log after the run (sum of the partitions' log end offsets). */
@@ -307,14 +310,18 @@ async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunRe
     } else {
       await consumer.ready;
     }
-    const cpu0 = procCpuMs(server.proc.pid);
+    const split0 = procCpuSplitMs(server.proc.pid);
+    const cpu0 = split0 && split0.user + split0.system;
     if (w.warmup > 0 && w0 !== undefined && cpu0 !== undefined) result.warmupCpuMs = cpu0 - w0;
     if (w.warmup > 0) producer!.proc.stdin?.write('go\n');
     else producer = startProducer(variant, o, run, 0, children);
     result.producer = await producerReport(producer!, o);
     result.consumer = await consumer.done();
-    const cpu1 = procCpuMs(server.proc.pid);
-    if (cpu0 !== undefined && cpu1 !== undefined) result.serverCpuMs = cpu1 - cpu0;
+    const split1 = procCpuSplitMs(server.proc.pid);
+    if (split0 && split1) {
+      result.serverCpuMs = split1.user + split1.system - (split0.user + split0.system);
+      result.serverSystemMs = split1.system - split0.system;
+    }
     await withTimeout(consumer.child.exited, 10_000, 'consumer exit');
     if (target === 'broker') result.logRecords = await logRecordCount(host, port);
   } catch (err) {
@@ -413,6 +420,9 @@ function printResults(w: Workload, o: Options, results: RunResult[]): void {
     const bc = cpu(v);
     if (Number.isFinite(bc) && Number.isFinite(rc) && rc > 0) process.stdout.write(`server CPU per record ${v}/relay: ${(bc / rc).toFixed(1)}x\n`);
   }
+  // The kernel's part (socket and file copies, fsyncs) is what a zero-logic relay pays too.
+  const sys = o.variants.map((v) => `${v} ${fmtFixed(med(v, (r) => perRecordUs(r.serverSystemMs, w.count)), 2)}`);
+  process.stdout.write(`of server cpu us/rec, system (kernel) time: ${sys.join(', ')}\n`);
   if (w.warmup > 0) {
     const warm = o.variants.map((v) => `${v} ${fmtFixed(med(v, (r) => perRecordUs(r.warmupCpuMs, w.warmup)), 2)}`);
     process.stdout.write(`warm-up (${fmtInt(w.warmup)} records first, not counted above): server cpu us/rec ${warm.join(', ')}\n`);
