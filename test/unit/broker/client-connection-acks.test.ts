@@ -3,56 +3,15 @@
  * a binary batch's and a PUBLISH's reply are, refusals included; a HELP's or a CONSUME's is not. With the
  * wrong flag, a consumer's delivery would wait behind the producers' acks of its turn, or an ack go first.
  */
-import { EventEmitter } from 'node:events';
-import type net from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { ClientConnection } from 'tributary-broker/broker/client-connection.js';
+import { type ConnectionBroker, FakeClientSocket, connectFake } from '../../helpers/fake-client-socket.js';
 import { encodeBatch } from 'tributary-protocol/batch.js';
-import { encodeFrame, FrameDecoder } from 'tributary-protocol/frame.js';
+import { encodeFrame } from 'tributary-protocol/frame.js';
 import { batchRec, until } from '../../helpers/util.js';
-
-type BrokerContext = ConstructorParameters<typeof ClientConnection>[1];
-
-/** The part of a net.Socket the connection uses. */
-class FakeSocket extends EventEmitter {
-  readonly remoteAddress = '127.0.0.1';
-  readonly remotePort = 40000;
-  readonly writableLength = 0;
-  readonly written: Buffer[] = [];
-  destroyed = false;
-  setNoDelay(): this {
-    return this;
-  }
-  setTimeout(): this {
-    return this;
-  }
-  write(b: Buffer): boolean {
-    this.written.push(Buffer.from(b));
-    return true;
-  }
-  cork(): void {}
-  uncork(): void {}
-  pause(): this {
-    return this;
-  }
-  resume(): this {
-    return this;
-  }
-  end(): this {
-    return this;
-  }
-  destroy(): this {
-    this.destroyed = true;
-    return this;
-  }
-  replies(): string[] {
-    return new FrameDecoder().push(Buffer.concat(this.written)).map((b) => b.toString('utf8'));
-  }
-}
 
 describe('ClientConnection: produce acks flagged for TurnWrites', () => {
   it('flags the replies of BATCH and PUBLISH as acks, and those of HELP and CONSUME not', async () => {
-    const socket = new FakeSocket();
+    const socket = new FakeClientSocket();
     const corks: boolean[] = [];
     // A broker without topics: PUBLISH, the batch and CONSUME are refused, which is still their reply.
     const broker = {
@@ -65,13 +24,8 @@ describe('ClientConnection: produce acks flagged for TurnWrites', () => {
           corks.push(ack);
         },
       },
-    } as unknown as BrokerContext;
-    new ClientConnection(
-      socket as unknown as net.Socket,
-      broker,
-      () => undefined,
-      () => {},
-    );
+    } as unknown as ConnectionBroker;
+    connectFake(socket, broker);
     const requests: Array<[string, Buffer]> = [
       ['HELP', encodeFrame('HELP')],
       ['BATCH', encodeFrame(encodeBatch({ topic: 'nowhere', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: [batchRec(Buffer.from('v'))] }))],

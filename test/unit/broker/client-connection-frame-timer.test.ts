@@ -5,62 +5,14 @@
  * frame completed in time disarms it. bad-input.test.ts checks the
  * same against a broker process, without timing it.
  */
-import { EventEmitter } from 'node:events';
-import type net from 'node:net';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { ClientConnection } from 'tributary-broker/broker/client-connection.js';
+import { type ConnectionBroker, FakeClientSocket, connectFake } from '../../helpers/fake-client-socket.js';
 import { parseLine } from 'tributary-protocol/command.js';
-import { FrameDecoder } from 'tributary-protocol/frame.js';
 
 const FRAME_TIMEOUT_MS = 500;
 
-type BrokerContext = ConstructorParameters<typeof ClientConnection>[1];
-
-/** The part of a net.Socket the connection uses, recording what it is asked to do. */
-class FakeSocket extends EventEmitter {
-  readonly remoteAddress = '127.0.0.1';
-  readonly remotePort = 40000;
-  readonly writableLength = 0;
-  readonly written: Buffer[] = [];
-  ended = false;
-  destroyed = false;
-  setNoDelay(): this {
-    return this;
-  }
-  setTimeout(): this {
-    return this;
-  }
-  write(b: Buffer): boolean {
-    this.written.push(Buffer.from(b));
-    return true;
-  }
-  cork(): void {}
-  uncork(): void {}
-  pause(): this {
-    return this;
-  }
-  resume(): this {
-    return this;
-  }
-  end(): this {
-    this.ended = true;
-    return this;
-  }
-  destroy(): this {
-    if (!this.destroyed) {
-      this.destroyed = true;
-      this.emit('close');
-    }
-    return this;
-  }
-  /** The text frames written so far. */
-  replies(): string[] {
-    return new FrameDecoder().push(Buffer.concat(this.written)).map((b) => b.toString('utf8'));
-  }
-}
-
-function open(): FakeSocket {
-  const socket = new FakeSocket();
+function open(): FakeClientSocket {
+  const socket = new FakeClientSocket();
   const broker = {
     config: {
       maxFrameBytes: 64 * 1024 * 1024,
@@ -72,13 +24,8 @@ function open(): FakeSocket {
     logger: { debug() {}, info() {}, warn() {}, error() {} },
     metrics: { connectionsRejected: { inc() {} }, pendingRequestBytes: { inc() {}, dec() {} } },
     turnWrites: { corkFor() {} },
-  } as unknown as BrokerContext;
-  new ClientConnection(
-    socket as unknown as net.Socket,
-    broker,
-    () => undefined,
-    () => {},
-  );
+  } as unknown as ConnectionBroker;
+  connectFake(socket, broker);
   return socket;
 }
 
