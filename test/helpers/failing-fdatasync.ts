@@ -26,3 +26,8 @@ export function withFailingFdatasync(fs: Fs, state: FdatasyncState): Fs {
     },
   } as Fs;
 }
+
+/** Back to a disk that works: fdatasyncs neither fail nor are held (none left queued). */
+export function resetFailing(state: FdatasyncState): void {
+  Object.assign(state, { on: false, hold: false, held: [] });
+}

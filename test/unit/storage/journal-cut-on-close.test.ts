@@ -14,6 +14,7 @@ import { Journal } from 'tributary-broker/storage/journal.js';
 import { LogTicker } from 'tributary-broker/storage/log-ticker.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir, until } from '../../helpers/util.js';
+import { resetFailing } from '../../helpers/failing-fdatasync.js';
 
 const failing = vi.hoisted(() => ({ on: false, hold: false, held: [] as Array<() => void> }));
 vi.mock('node:fs', async (importOriginal) => (await import('../../helpers/failing-fdatasync.js')).withFailingFdatasync(await importOriginal(), failing));
@@ -22,10 +23,10 @@ const quiet = pino({ level: 'silent' });
 let base: string;
 beforeEach(async () => {
   base = await tempDir('trib-journal-cut-close-');
-  Object.assign(failing, { on: false, hold: false, held: [] });
+  resetFailing(failing);
 });
 afterEach(async () => {
-  Object.assign(failing, { on: false, hold: false, held: [] });
+  resetFailing(failing);
   await removeDir(base);
 });
 

@@ -13,6 +13,7 @@ import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { LogTicker } from 'tributary-broker/storage/log-ticker.js';
 import { type LogOptions, PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir, until } from '../../helpers/util.js';
+import { resetFailing } from '../../helpers/failing-fdatasync.js';
 
 /** While set, fdatasync fails with EIO (the journal's own writes are O_DSYNC writes, not fdatasyncs). */
 const failing = vi.hoisted(() => ({ on: false, hold: false, held: [] as Array<() => void> }));
@@ -30,10 +31,10 @@ const OPTS: Partial<LogOptions> = { flush: 'always', segmentBytes: 1 << 20, inde
 let base: string;
 beforeEach(async () => {
   base = await tempDir('trib-journal-failed-');
-  Object.assign(failing, { on: false, hold: false, held: [] });
+  resetFailing(failing);
 });
 afterEach(async () => {
-  Object.assign(failing, { on: false, hold: false, held: [] });
+  resetFailing(failing);
   renames.fail = false;
   await removeDir(base);
 });

@@ -10,6 +10,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { simulateCrash } from 'tributary-broker/storage/log-test-hooks.js';
 import { PartitionLog } from 'tributary-broker/storage/partition-log.js';
 import { removeDir, tempDir, until } from '../../helpers/util.js';
+import { resetFailing } from '../../helpers/failing-fdatasync.js';
 
 const failing = vi.hoisted(() => ({ on: false, hold: false, held: [] as Array<() => void> }));
 vi.mock('node:fs', async (importOriginal) => (await import('../../helpers/failing-fdatasync.js')).withFailingFdatasync(await importOriginal(), failing));
@@ -17,10 +18,10 @@ vi.mock('node:fs', async (importOriginal) => (await import('../../helpers/failin
 let dir: string;
 beforeEach(async () => {
   dir = join(await tempDir('trib-roll-failed-'), 'log');
-  Object.assign(failing, { on: false, hold: false, held: [] });
+  resetFailing(failing);
 });
 afterEach(async () => {
-  Object.assign(failing, { on: false, hold: false, held: [] });
+  resetFailing(failing);
   await removeDir(join(dir, '..'));
 });
 
