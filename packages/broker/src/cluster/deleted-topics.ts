@@ -6,9 +6,10 @@
  * so etcd holds the topics deleted within the retention, not every topic ever deleted. One dropped too
  * early costs disk, never data: a start moves a directory no topic or tombstone names aside.
  */
-import { type Etcd3, type IKeyValue, Range } from 'etcd3';
+import type { Etcd3, IKeyValue } from 'etcd3';
 import type { Clock } from '../common/clock.js';
 import type { Logger } from '../common/logger.js';
+import { etcd3Lib } from '../common/optional-deps.js';
 import type { DeletedTopic } from '../partition/metadata-store.js';
 import { deleteAsRead, withMetadataErrors } from './etcd-client.js';
 
@@ -68,7 +69,7 @@ async function readPage(client: Etcd3, root: string, from: Buffer, limit: number
   const res = await withMetadataErrors(operation, () =>
     client
       .getAll()
-      .inRange({ start: from, end: Range.prefix(root).end })
+      .inRange({ start: from, end: etcd3Lib().Range.prefix(root).end })
       .limit(limit)
       .exec(),
   );

@@ -1,5 +1,6 @@
-import { Etcd3, type IKeyValue, type IOptions, isRecoverableError } from 'etcd3';
+import type { Etcd3, IKeyValue, IOptions } from 'etcd3';
 import { TributaryError } from 'tributary-protocol/errors.js';
+import { etcd3Lib } from '../common/optional-deps.js';
 
 /** Where every cluster key lives unless configured otherwise. */
 export const DEFAULT_PREFIX = '/tributary/';
@@ -37,7 +38,7 @@ function onePassPolicy(attempts: number): Policy {
         try {
           return await fn({ signal });
         } catch (err) {
-          if (attempt >= attempts || !(err instanceof Error) || !isRecoverableError(err)) throw err;
+          if (attempt >= attempts || !(err instanceof Error) || !etcd3Lib().isRecoverableError(err)) throw err;
         }
       }
     },
@@ -54,7 +55,7 @@ function cappedBackoff(durationMs: number, maxMs: number): Backoff {
 export function createEtcdClient(opts: EtcdConnectionOptions): Etcd3 {
   if (opts.endpoints.length === 0) throw new Error('at least one etcd endpoint is needed');
   const timeout = opts.requestTimeoutMs ?? 5_000;
-  return new Etcd3({
+  return new (etcd3Lib().Etcd3)({
     hosts: opts.endpoints,
     ...(opts.credentials ? { credentials: opts.credentials } : {}),
     // Streams (watches, lease keep-alives) live as long as they are used; unary calls get a deadline.
@@ -69,7 +70,7 @@ export function createEtcdClient(opts: EtcdConnectionOptions): Etcd3 {
 
 /** Resolves an EtcdSource; `owned` tells the caller to close the client when it closes. */
 export function resolveClient(source: EtcdSource): { client: Etcd3; owned: boolean } {
-  if (source instanceof Etcd3) return { client: source, owned: false };
+  if (source instanceof etcd3Lib().Etcd3) return { client: source, owned: false };
   return { client: createEtcdClient(source), owned: true };
 }
 

@@ -8,8 +8,9 @@
  * `offset_regression`. A deletion is one transaction as well (see remove). Identifiers (schema, table) are
  * validated and quoted; every value is a parameter.
  */
-import pg from 'pg';
+import type pg from 'pg';
 import { invalidParam, TributaryError } from 'tributary-protocol/errors.js';
+import { pgLib } from '../common/optional-deps.js';
 import { type OffsetEntry, type OffsetStore, type StoredOffset, checkCommit, checkDeleteTopic, checkFetch, checkName } from './offset-store.js';
 
 export interface PgOffsetStoreOptions {
@@ -151,10 +152,9 @@ export class PgOffsetStore implements OffsetStore {
       if (opts.connectionString !== undefined && (typeof opts.connectionString !== 'string' || opts.connectionString === '')) {
         throw invalidParam('connectionString', 'must be a non-empty string');
       }
-      // Without a connection string, pg falls back to the PG* environment variables.
-      // Every wait is bounded: a database that froze, or a lock another session holds on the table, would
-      // otherwise hold a commit (and the group's lock behind it) and a shutdown for as long as it lasts.
-      this.pool = new pg.Pool({
+      // Without a connection string, pg reads the PG* environment variables. Every wait is bounded: a frozen
+      // database, or a table lock another session holds, would hold a commit (and its group's lock) and a shutdown.
+      this.pool = new (pgLib().Pool)({
         connectionString: opts.connectionString,
         connectionTimeoutMillis: QUERY_TIMEOUT_MS,
         max: 10,
