@@ -192,9 +192,13 @@ export function spawnNode(name: string, script: string, args: string[], opts: Sp
     err += `spawn error: ${e.message}\n`;
   });
 
+  // Where the next waiter starts: after the last line a waiter took. Each waiter reads on with a cursor of
+  // its own, so waiters for different lines at once (a consumer's `half` and `result`) do not take each
+  // other's lines.
   let lineCursor = 0;
   const nextLine = <T>(match: (line: string) => T | undefined, timeoutMs: number, what: string): Promise<T> =>
     new Promise<T>((resolve, reject) => {
+      let cursor = lineCursor;
       const timer = setTimeout(() => {
         finish();
         reject(new Error(`${name}: timed out after ${timeoutMs} ms waiting for ${what}\nstderr: ${tail(err)}`));
@@ -206,10 +210,11 @@ export function spawnNode(name: string, script: string, args: string[], opts: Sp
       };
       const check = () => {
         if (done) return;
-        while (lineCursor < lines.length) {
-          const line = lines[lineCursor++]!;
+        while (cursor < lines.length) {
+          const line = lines[cursor++]!;
           const m = match(line);
           if (m !== undefined) {
+            lineCursor = Math.max(lineCursor, cursor);
             finish();
             resolve(m);
             return;

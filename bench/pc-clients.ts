@@ -108,9 +108,16 @@ export function commonArgs(variant: Variant, o: Options, run: ClientRun): string
 /**
  * The variant's consumer of `run`: `ready` once it reads (assigned or subscribed), `done()` tells it the
  * producer finished and resolves with its report. With `warmupRecords` it first reads that many records
- * of WARMUP_TOPIC and is ready only after (see the consumers' --warmup).
+ * of WARMUP_TOPIC and is ready only after (see the consumers' --warmup). `half` resolves with the records
+ * it had once it had half of the run's or more.
  */
-export function startConsumer(variant: Variant, o: Options, run: ClientRun, warmupRecords: number, children: Child[]): { child: Child; ready: Promise<unknown>; done(): Promise<ConsumerReport> } {
+export function startConsumer(
+  variant: Variant,
+  o: Options,
+  run: ClientRun,
+  warmupRecords: number,
+  children: Child[],
+): { child: Child; ready: Promise<unknown>; half: Promise<{ records: number }>; done(): Promise<ConsumerReport> } {
   const sdk = variantClient(variant) === 'sdk';
   const common = [...commonArgs(variant, o, run), ...warmupArgs(warmupRecords)];
   const fetch = ['--fetch-records', String(o.fetchRecords), '--fetch-bytes', String(o.fetchBytes)];
@@ -125,11 +132,14 @@ export function startConsumer(variant: Variant, o: Options, run: ClientRun, warm
   // A warm-up waits for the producer's records: bounded like a run, not like a start.
   const ready = consumer.waitJson((x) => x.event === 'ready', warmupRecords > 0 ? o.timeoutMs : 30_000);
   const report = consumer.waitJson<ConsumerReport>((x) => x.event === 'result', o.timeoutMs);
+  const half = consumer.waitJson<{ records: number }>((x) => x.event === 'half', o.timeoutMs);
   ready.catch(() => {}); // awaited by the caller
   report.catch(() => {}); // awaited in done(); the producer may fail first
+  half.catch(() => {}); // a run that fails first never gets there
   return {
     child: consumer,
     ready,
+    half,
     done: () => {
       consumer.proc.stdin?.write('done\n');
       return report;

@@ -59,6 +59,7 @@ const warmupTopic = a['warmup-topic'];
 if (warmupTotal > 0 && !warmupTopic) fail('--warmup needs --warmup-topic');
 
 const tally = new Tally(total, size, partitions);
+tally.onHalf = (records) => report({ event: 'half', records });
 let finished = false;
 
 /** Counts a batch's records into `into` and marks it processed; true once `into` holds every id. */

@@ -21,6 +21,11 @@ export class Tally {
   private lastAt = 0;
   lastProgressAt = nowMs();
   private batchStartUnique = 0;
+  /**
+   * Called once, after the batch that brought the unique records to half the total or more, with their
+   * count: the orchestrator samples the server's CPU then, for the cost of the second half alone.
+   */
+  onHalf: ((unique: number) => void) | undefined;
 
   constructor(
     readonly total: number,
@@ -67,6 +72,11 @@ export class Tally {
     if (this.unique > this.batchStartUnique) {
       this.lastAt = t;
       this.lastProgressAt = t;
+      if (this.onHalf !== undefined && this.unique * 2 >= this.total) {
+        const half = this.onHalf;
+        this.onHalf = undefined;
+        half(this.unique);
+      }
     }
     return this.unique === this.total;
   }

@@ -67,6 +67,9 @@ interface RunResult {
   serverCpuMs?: number;
   /** Of serverCpuMs, the system (kernel) time. */
   serverSystemMs?: number;
+  /** The server's CPU from the moment the consumer had half the records or more to the end, and the records left then. */
+  serverCpuLateMs?: number;
+  lateRecords?: number;
   /** The same for the warm-up pass (--warmup records), not in the figures above. */
   warmupCpuMs?: number;
   /** Broker only: records in the log after the run (sum of the partitions' log end offsets). */
@@ -315,12 +318,23 @@ async function runOnce(w: Workload, variant: Variant, o: Options): Promise<RunRe
     if (w.warmup > 0 && w0 !== undefined && cpu0 !== undefined) result.warmupCpuMs = cpu0 - w0;
     if (w.warmup > 0) producer!.proc.stdin?.write('go\n');
     else producer = startProducer(variant, o, run, 0, children);
+    const serverPid = server.proc.pid;
+    let half: { records: number; cpu: number | undefined } | undefined;
+    consumer.half.then(
+      ({ records }) => (half = { records, cpu: procCpuMs(serverPid) }),
+      () => {},
+    );
     result.producer = await producerReport(producer!, o);
     result.consumer = await consumer.done();
     const split1 = procCpuSplitMs(server.proc.pid);
     if (split0 && split1) {
       result.serverCpuMs = split1.user + split1.system - (split0.user + split0.system);
       result.serverSystemMs = split1.system - split0.system;
+      const h = half;
+      if (h?.cpu !== undefined && h.records < w.count) {
+        result.serverCpuLateMs = split1.user + split1.system - h.cpu;
+        result.lateRecords = w.count - h.records;
+      }
     }
     await withTimeout(consumer.child.exited, 10_000, 'consumer exit');
     if (target === 'broker') result.logRecords = await logRecordCount(host, port);
@@ -423,6 +437,10 @@ function printResults(w: Workload, o: Options, results: RunResult[]): void {
   // The kernel's part (socket and file copies, fsyncs) is what a zero-logic relay pays too.
   const sys = o.variants.map((v) => `${v} ${fmtFixed(med(v, (r) => perRecordUs(r.serverSystemMs, w.count)), 2)}`);
   process.stdout.write(`of server cpu us/rec, system (kernel) time: ${sys.join(', ')}\n`);
+  // Past the first half the caches are full and evicting, the heaps grown: a pass's costs that do not grow
+  // with its records (bench/README.md, "Where the broker's CPU goes") are behind it.
+  const late = (v: Variant) => med(v, (r) => (r.lateRecords ? perRecordUs(r.serverCpuLateMs, r.lateRecords) : Number.NaN));
+  process.stdout.write(`server cpu us/rec over the second half of the records: ${o.variants.map((v) => `${v} ${fmtFixed(late(v), 2)}`).join(', ')}\n`);
   if (w.warmup > 0) {
     const warm = o.variants.map((v) => `${v} ${fmtFixed(med(v, (r) => perRecordUs(r.warmupCpuMs, w.warmup)), 2)}`);
     process.stdout.write(`warm-up (${fmtInt(w.warmup)} records first, not counted above): server cpu us/rec ${warm.join(', ')}\n`);
