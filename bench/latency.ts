@@ -201,7 +201,7 @@ export async function measureLatency(m: MeasureOptions): Promise<Result> {
     // consumers are in place (they get `from` as an absolute time, comfortably after they settle).
     const settleMs = m.settleMs ?? (target === 'broker' ? 3000 : 500);
     const from = Math.ceil(nowMs() + settleMs + m.warmupMs + 2000);
-    // One reader of each consumer's reports (a line skipped by one waitJson is gone for the next).
+    // One reader of each consumer's reports: each waitJson starts after the line the last one took.
     const results: Array<Promise<{ received: number; measured: number }>> = [];
     for (let i = 0; i < CONSUMERS; i++) {
       const c = spawnNode(`consumer-${i}`, path.join(BENCH_DIR, 'lat-consumer.js'), [...common, '--group', m.group ?? 'latency', '--measure-from', String(from), '--out', files[i]!, ...(m.consumerMode ? ['--mode', m.consumerMode] : [])], { stdin: true, echoStderr: m.verbose, nodeArgs: m.clientNodeArgs });

@@ -131,9 +131,12 @@ export interface Child {
   stderr(): string;
   /** Resolves with the exit code (or the signal name). */
   exited: Promise<number | string>;
-  /** Next stdout line that parses as a JSON object satisfying `pred`. */
+  /**
+   * The first stdout line that parses as a JSON object satisfying `pred`, from after the furthest line an
+   * earlier wait took (waits pending at once each read every line, so two could take the same one).
+   */
   waitJson<T = Record<string, unknown>>(pred: (o: Record<string, unknown>) => boolean, timeoutMs: number): Promise<T>;
-  /** Next stdout line matching `re`. */
+  /** The first stdout line matching `re`, from where waitJson would start. */
   waitLine(re: RegExp, timeoutMs: number): Promise<RegExpExecArray>;
   /** SIGTERM, then SIGKILL after `graceMs`; resolves on exit. */
   stop(graceMs?: number): Promise<number | string>;
