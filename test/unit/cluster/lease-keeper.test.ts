@@ -82,21 +82,60 @@ describe('LeaseKeeper', () => {
     expect(k.confirmed).toBe(true);
   });
 
-  it('turns not alive when its own process was paused, until a keep-alive sent after the pause is answered', async () => {
-    const { k, lease } = await keeper(10);
+  it('turns not alive when its own process was paused past the confirmed lease, until a keep-alive sent after the pause is answered', async () => {
+    const { k, lease } = await keeper(2);
+    const unconfirmed: boolean[] = [];
+    k.events.on('unconfirmed', (paused: boolean) => unconfirmed.push(paused));
     vi.advanceTimersByTime(300);
-    const before = lease.fire(); // sent before the pause
-    // The process freezes for 1.5 s: no timer runs, the clock moves on.
-    vi.setSystemTime(Date.now() + 1_500);
+    const answerEarly = lease.fire(); // sent before the pause
+    // The process freezes for 2.5 s: no timer runs, the clock moves on past the grant's TTL (+2000).
+    vi.setSystemTime(Date.now() + 2_500);
     expect(k.alive).toBe(false);
-    before(10);
+    expect(k.settled).toBe(false);
+    answerEarly(2); // valid until +2300, already past
     expect(k.alive).toBe(false); // an answer to a keep-alive from before the pause proves nothing
     vi.advanceTimersByTime(100);
-    const after = lease.fire();
+    expect(unconfirmed).toEqual([true]);
+    const answerLate = lease.fire();
     expect(k.alive).toBe(false);
-    after(10);
+    answerLate(2);
     expect(k.alive).toBe(true);
+    expect(k.settled).toBe(true);
     expect(k.confirmed).toBe(true);
+  });
+
+  it('stays alive over a gap etcd had confirmed the lease past (its own long work); settled waits for a keep-alive sent after it', async () => {
+    const { k, lease } = await keeper(10);
+    vi.advanceTimersByTime(300);
+    lease.fire()(10); // valid until +10300
+    const answerEarly = lease.fire(); // sent before the gap
+    // A second and a half of synchronous work: etcd cannot have expired the lease meanwhile.
+    vi.setSystemTime(Date.now() + 1_500);
+    expect(k.alive).toBe(true);
+    expect(k.settled).toBe(false);
+    answerEarly(10);
+    expect(k.settled).toBe(false); // sent before the gap: heartbeats queued during it may still be unread
+    vi.advanceTimersByTime(100);
+    const answerLate = lease.fire();
+    expect(k.settled).toBe(false);
+    answerLate(10);
+    expect(k.settled).toBe(true);
+    expect(k.alive).toBe(true);
+  });
+
+  it('counts a gap as past the lease when etcd was unreachable before it, though the holder kept acting then', async () => {
+    const { k, lease } = await keeper(2);
+    lease.fire(); // never answered: etcd is away
+    vi.advanceTimersByTime(2_500); // past the TTL, running normally
+    expect(k.confirmed).toBe(false);
+    expect(k.alive).toBe(true);
+    vi.setSystemTime(Date.now() + 1_500); // then a pause: etcd may have come back and expired the lease meanwhile
+    expect(k.alive).toBe(false);
+    vi.advanceTimersByTime(100);
+    lease.emit('keepaliveEstablished'); // etcd is back: a new stream
+    const answerLate = lease.fire();
+    answerLate(2);
+    expect(k.alive).toBe(true);
   });
 
   it('tells etcd reporting the lease gone from the client giving up on an unreachable etcd', async () => {

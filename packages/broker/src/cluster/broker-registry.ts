@@ -242,6 +242,11 @@ export class BrokerRegistry {
     return this.lease?.alive ?? false;
   }
 
+  /** alive, with no pause of this process since etcd last confirmed the lease (LeaseKeeper.settled). */
+  get settled(): boolean {
+    return this.lease?.settled ?? false;
+  }
+
   async deregister(): Promise<void> {
     const lease = this.lease;
     this.lease = undefined;

@@ -2,9 +2,9 @@ import { EventEmitter } from 'node:events';
 import type { Etcd3, ILeaseKeepAliveResponse, Lease } from 'etcd3';
 
 /**
- * An event-loop gap this long means the process was paused (SIGSTOP, a long GC): not a slow etcd. Every
- * time here is monotonic (performance.now(), which runs on while the process is stopped): a step of the
- * wall clock is neither a pause nor a lease that stays valid past its TTL.
+ * An event-loop gap this long means the process was paused (SIGSTOP, a long GC, a second of its own
+ * work): not a slow etcd. Every time here is monotonic (performance.now(), which runs on while the process
+ * is stopped): a step of the wall clock is neither a pause nor a lease that stays valid past its TTL.
  */
 const PAUSE_MS = 1000;
 const TICK_MS = 100;
@@ -14,9 +14,13 @@ const TICK_MS = 100;
  *
  * Two failures look alike from inside and must be told apart:
  * - this process was paused past the TTL (the zombie case): etcd expired the lease and may have handed
- *   what it guarded to another broker. A gap in this process's own timer ticks gives the pause away, so
- *   `alive` turns false at once, before anything queued during the pause is served, and stays false until
- *   a keep-alive sent after the pause is answered (or etcd reports the lease gone: 'lost').
+ *   what it guarded to another broker. A gap in this process's own timer ticks gives the pause away; when
+ *   the gap outlasted what etcd last confirmed (the send time of the last answered keep-alive plus the
+ *   TTL: etcd renewed the lease no earlier), `alive` turns false at once, before anything queued during
+ *   the pause is served, and stays false until a keep-alive sent after the pause is answered (or etcd
+ *   reports the lease gone: 'lost'). A shorter gap cannot have cost the lease: the holder stays alive (a
+ *   leader that took a second over a 50 MiB append refused its own acks=1 reply for it), and only
+ *   `settled` reads false until that answer, for decisions that count time against others.
  * - etcd itself is unreachable (frozen, down): nobody can change the cluster's state, so the holder keeps
  *   acting (leaders keep serving reads and acks=1 writes) until etcd answers again. When the client gives
  *   up renewing this lease (`lapsed`), the holder takes its key over under a new lease once etcd is back.
@@ -36,6 +40,8 @@ export class LeaseKeeper {
   private lastTick: number;
   /** When a pause of this process was noticed; cleared by a keep-alive sent after it and answered. */
   private pausedAt: number | undefined;
+  /** Whether a pause noticed since `pausedAt` was cleared outlasted the confirmed lease (it may have expired). */
+  private pausedPastLease = false;
   private readonly ticker: NodeJS.Timeout;
 
   private constructor(
@@ -60,7 +66,10 @@ export class LeaseKeeper {
       if (sentAt === undefined) return;
       const now = this.now();
       const wasConfirmed = now < this.validUntil;
-      if (this.pausedAt !== undefined && sentAt >= this.pausedAt) this.pausedAt = undefined;
+      if (this.pausedAt !== undefined && sentAt >= this.pausedAt) {
+        this.pausedAt = undefined;
+        this.pausedPastLease = false;
+      }
       const until = sentAt + Number(res.TTL) * 1000;
       if (until <= this.validUntil) return;
       this.validUntil = until;
@@ -92,11 +101,23 @@ export class LeaseKeeper {
     return this.leaseId;
   }
 
-  /** False once etcd reported the lease gone, and from a detected pause of this process until etcd confirms it again. */
+  /**
+   * False once etcd reported the lease gone, and from a detected pause of this process that outlasted the
+   * confirmed lease until etcd confirms it again: whether the holder may act on the lease.
+   */
   get alive(): boolean {
     if (this.ended) return false;
     this.tick();
-    return this.pausedAt === undefined;
+    return !this.pausedPastLease;
+  }
+
+  /**
+   * alive, and no pause of this process noticed since etcd last confirmed the lease: timers that expire
+   * others (group sessions, transaction timeouts) wait for it, as requests queued during the pause (their
+   * heartbeats) may not have been read yet.
+   */
+  get settled(): boolean {
+    return this.alive && this.pausedAt === undefined;
   }
 
   /** Whether etcd confirmed the lease within its TTL (for status; `alive` is what decides). */
@@ -107,7 +128,11 @@ export class LeaseKeeper {
   private tick(): void {
     const now = this.now();
     // Checked on every call too: after a pause, queued I/O may run before the ticker does.
-    if (now - this.lastTick > PAUSE_MS) this.pausedAt = now;
+    if (now - this.lastTick > PAUSE_MS) {
+      this.pausedAt = now;
+      // validUntil only moves on answers, which the gap held back: it still says what etcd had confirmed.
+      if (now >= this.validUntil) this.pausedPastLease = true;
+    }
     this.lastTick = now;
   }
 
@@ -119,7 +144,7 @@ export class LeaseKeeper {
 
   /**
    * 'unconfirmed' (paused: boolean) when the TTL since the last answered keep-alive passes: etcd
-   * unreachable or slow, or (paused = true) this process was frozen. 'reconfirmed' when an answer comes
+   * unreachable or slow, or (paused = true) this process was frozen past it. 'reconfirmed' when an answer comes
    * after that.
    */
   private arm(): void {
@@ -127,11 +152,11 @@ export class LeaseKeeper {
     clearTimeout(this.timer);
     this.timer = setTimeout(
       () => {
-        this.tick();
         // Timers run on the event loop's coarser clock and may fire a fraction of a ms early: confirmed
-        // must already read false when 'unconfirmed' is heard.
+        // must already read false when 'unconfirmed' is heard, and a gap that ran into it is past the lease.
         this.validUntil = Math.min(this.validUntil, this.now());
-        this.events.emit('unconfirmed', this.pausedAt !== undefined);
+        this.tick();
+        this.events.emit('unconfirmed', this.pausedPastLease);
       },
       Math.max(0, this.validUntil - this.now()),
     );
