@@ -68,24 +68,3 @@ it('a load unloaded while replaying ends not owned', async () => {
   await load;
   expect(code(() => o.check(() => 1))).toBe('NOT_COORDINATOR');
 });
-
-it('serves its partitions while the lease holds, and takes decisions only once settled after a pause', async () => {
-  let held = true;
-  let settled = true;
-  const o = new PartitionOwnership(
-    '__consumer_offsets',
-    (p) => new TributaryError('NOT_COORDINATOR', { partition: p }),
-    () => true,
-    () => held,
-    () => {},
-    () => settled,
-  );
-  await o.load(2, async () => {});
-  expect([code(() => o.check(() => 2)), o.owns(() => 2), o.canAct()]).toEqual(['owned', true, true]);
-  // A gap the lease outlived (its own long work): requests are served, expiries wait for etcd.
-  settled = false;
-  expect([code(() => o.check(() => 2)), o.owns(() => 2), o.canAct()]).toEqual(['owned', true, false]);
-  // A pause past the lease: neither.
-  held = false;
-  expect([code(() => o.check(() => 2)), o.owns(() => 2), o.canAct()]).toEqual(['NOT_COORDINATOR', false, false]);
-});

@@ -17,18 +17,12 @@ export class PartitionOwnership {
     private readonly notCoordinator: (partition: number) => TributaryError,
     private readonly topicExists: () => boolean,
     /**
-     * False while this broker may not act on what it owns: from a detected pause of its own process past
-     * its lease until etcd confirms it (docs/architecture.md, "Cluster mode"). Its partitions may have
-     * moved meanwhile.
+     * False while this broker may not act on what it owns: from a detected pause of its own process until
+     * etcd confirms its lease (docs/architecture.md, "Cluster mode"). Its partitions may have moved meanwhile.
      */
     private readonly leaseHeld: () => boolean = () => true,
     /** Hears each failed replay that will be tried again (logged by the broker). */
     private readonly onRetry: (partition: number, err: unknown, attempt: number, delayMs: number) => void = () => {},
-    /**
-     * False also from any detected pause until etcd confirms the lease (LeaseKeeper.settled): requests
-     * queued meanwhile (heartbeats) may not have been read, so expiries wait.
-     */
-    private readonly settled: () => boolean = leaseHeld,
   ) {}
 
   private closed = false;
@@ -42,9 +36,9 @@ export class PartitionOwnership {
     return this.owned.has(partition) || this.loading.has(partition);
   }
 
-  /** Whether decisions (expiries, timeouts) may be taken now; false from a pause until the lease is confirmed. */
+  /** Whether decisions (expiries, timeouts) may be taken now; false while the lease is unconfirmed. */
   canAct(): boolean {
-    return this.settled();
+    return this.leaseHeld();
   }
 
   /** Throws unless the key's partition is owned (`partition` is evaluated only once the topic exists). */

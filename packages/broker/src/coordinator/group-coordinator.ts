@@ -185,15 +185,15 @@ export class GroupCoordinator {
     leaseHeld?: () => boolean,
     leads?: (partition: number) => boolean | undefined,
     leaseConfirmed?: () => boolean,
-    settled?: () => boolean,
   ): void {
-    const onRetry = (partition: number, err: unknown, attempt: number, delayMs: number) => this.deps.logger.warn({ err, partition, attempt, delayMs }, 'loading a coordinator partition failed; trying again');
-    this.ownership = new PartitionOwnership('__consumer_offsets', notCoordinator, offsetsTopicExists, leaseHeld, onRetry, settled);
+    this.ownership = new PartitionOwnership('__consumer_offsets', notCoordinator, offsetsTopicExists, leaseHeld, (partition, err, attempt, delayMs) =>
+      this.deps.logger.warn({ err, partition, attempt, delayMs }, 'loading a coordinator partition failed; trying again'),
+    );
     this.leads = leads;
     this.leaseConfirmed = leaseConfirmed;
   }
 
-  /** Whether timers may take decisions now (false from a cluster broker's pause until its lease is confirmed). */
+  /** Whether timers may take decisions now (false while a cluster broker's lease is unconfirmed). */
   private canAct(): boolean {
     return this.ownership?.canAct() ?? true;
   }

@@ -246,10 +246,10 @@ export class TransactionCoordinator {
 
   // ---- cluster mode: coordinating the __transaction_state partitions this broker leads ----
 
-  enableOwnership(notCoordinator: (partition: number) => TributaryError, topicExists: () => boolean, leaseHeld?: () => boolean, settled?: () => boolean): void {
-    const onRetry = (partition: number, err: unknown, attempt: number, delayMs: number) =>
-      this.deps.logger.warn({ err, partition, attempt, delayMs }, 'loading a transaction coordinator partition failed; trying again');
-    this.ownership = new PartitionOwnership('__transaction_state', notCoordinator, topicExists, leaseHeld, onRetry, settled);
+  enableOwnership(notCoordinator: (partition: number) => TributaryError, topicExists: () => boolean, leaseHeld?: () => boolean): void {
+    this.ownership = new PartitionOwnership('__transaction_state', notCoordinator, topicExists, leaseHeld, (partition, err, attempt, delayMs) =>
+      this.deps.logger.warn({ err, partition, attempt, delayMs }, 'loading a transaction coordinator partition failed; trying again'),
+    );
   }
 
   private checkOwner(id: string): void {
