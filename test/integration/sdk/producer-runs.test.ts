@@ -3,41 +3,18 @@
  * messages when the partition is read back, with keyed, keyless and explicit-partition messages, sends
  * split over several batches and two producers writing between them.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from 'tributary-protocol/connection.js';
+import { describe, expect, it } from 'vitest';
 import type { Producer, ProducerMessage, ProducerOptions, SendRun } from 'tributary-client/producer.js';
-import type { BatchRecord } from 'tributary-protocol/batch.js';
-import { BrokerProcess } from '../../helpers/launcher.js';
-import { TestProducers } from '../../helpers/sdk-producers.js';
+import { useProducerSuite } from '../../helpers/sdk-producers.js';
 
 describe("Producer send with metadata: 'runs' against a broker", () => {
-  let broker: BrokerProcess;
-  let admin: Connection;
-  const producers = new TestProducers(() => broker.address);
+  const suite = useProducerSuite();
+  const { producers, readAll } = suite;
   const producer = (opts: Partial<ProducerOptions> = {}): Producer => producers.make(opts);
-
-  async function readAll(t: string, partition: number): Promise<BatchRecord[]> {
-    const out: BatchRecord[] = [];
-    for (;;) {
-      const batch = await admin.consume({ topic: t, partition, offset: out.length, batch: 10_000, max_bytes: 8 * 1024 * 1024 });
-      if (batch.records.length === 0) return out;
-      out.push(...batch.records);
-    }
-  }
-
-  beforeAll(async () => {
-    broker = await BrokerProcess.start();
-    admin = await broker.connect();
-  });
-
-  afterAll(async () => {
-    await producers.closeAll();
-    await broker?.dispose();
-  });
 
   it("each run's offsets hold exactly its messages, and the runs cover every message once, in order", async () => {
     const t = 'p-runs';
-    await admin.command('CREATE', { topic: t, partitions: 3 });
+    await suite.admin.command('CREATE', { topic: t, partitions: 3 });
     // Small batches: sends split over several; two producers, so batches of one send have others' between them.
     const a = producer({ maxBatchRecords: 4, keylessPartitioning: 'round-robin' });
     const b = producer({ maxBatchRecords: 3 });
@@ -73,7 +50,7 @@ describe("Producer send with metadata: 'runs' against a broker", () => {
 
   it('acks 0: runs cover the messages, without offsets', async () => {
     const t = 'p-runs-acks0';
-    await admin.command('CREATE', { topic: t, partitions: 2 });
+    await suite.admin.command('CREATE', { topic: t, partitions: 2 });
     const runs = await producer({ acks: 0 }).send({ topic: t, messages: [{ value: 'x', partition: 1 }, { value: 'y', partition: 1 }, { value: 'z', partition: 0 }] }, { metadata: 'runs' });
     expect(runs).toEqual([
       { topic: t, partition: 1, first: 0, count: 2, baseOffset: -1 },

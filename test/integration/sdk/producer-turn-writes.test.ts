@@ -5,10 +5,8 @@
  * between them and each batch left in a write call of its own.
  */
 import net from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from 'tributary-protocol/connection.js';
-import { BrokerProcess } from '../../helpers/launcher.js';
-import { TestProducers } from '../../helpers/sdk-producers.js';
+import { describe, expect, it } from 'vitest';
+import { useProducerSuite } from '../../helpers/sdk-producers.js';
 
 type WriteFn = (this: net.Socket, ...args: unknown[]) => unknown;
 
@@ -35,28 +33,17 @@ async function countWrites(port: number, fn: () => Promise<unknown>): Promise<nu
 }
 
 describe('Producer: one write per burst', () => {
-  let broker: BrokerProcess;
-  let admin: Connection;
-  const producers = new TestProducers(() => broker.address);
-
-  beforeAll(async () => {
-    broker = await BrokerProcess.start();
-    admin = await broker.connect();
-  });
-
-  afterAll(async () => {
-    await producers.closeAll();
-    await broker?.dispose();
-  });
+  const suite = useProducerSuite();
+  const { producers } = suite;
 
   it.each([0, 5])('lingerMs %i: the batches of one synchronous burst to six partitions leave together, not in a write call each', async (lingerMs) => {
     const t = `turn-writes-${lingerMs}`;
-    await admin.command('CREATE', { topic: t, partitions: 6 });
+    await suite.admin.command('CREATE', { topic: t, partitions: 6 });
     const producer = producers.make({ lingerMs });
     const partitions = [0, 1, 2, 3, 4, 5];
     // Metadata and the connection first, so the burst below is the only thing written.
     await Promise.all(partitions.map((partition) => producer.send({ topic: t, messages: [{ value: 'warm', partition }] })));
-    const port = Number(broker.address.split(':').pop());
+    const port = Number(suite.broker.address.split(':').pop());
     const calls = await countWrites(port, () => Promise.all(partitions.map((partition) => producer.send({ topic: t, messages: [{ value: `v${partition}`, partition }] }))));
     if (lingerMs === 0) expect(calls).toEqual([6]);
     else {
@@ -66,7 +53,7 @@ describe('Producer: one write per burst', () => {
       expect(calls.length).toBeLessThanOrEqual(2);
     }
     for (const partition of partitions) {
-      const batch = await admin.consume({ topic: t, partition, offset: 0, batch: 10 });
+      const batch = await suite.admin.consume({ topic: t, partition, offset: 0, batch: 10 });
       expect(batch.records.map((r) => String(r.value))).toEqual(['warm', `v${partition}`]);
     }
   });

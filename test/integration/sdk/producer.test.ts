@@ -4,53 +4,31 @@
  * acks=0, events and diagnostics, errors.
  */
 import diagnostics from 'node:diagnostics_channel';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { Connection } from 'tributary-protocol/connection.js';
 import { channels } from 'tributary-client/events.js';
 import { Producer, type ProducerOptions } from 'tributary-client/producer.js';
-import type { BatchRecord } from 'tributary-protocol/batch.js';
 import { parseLine } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { partitionForKey } from 'tributary-protocol/partitioner.js';
 import { BrokerProcess } from '../../helpers/launcher.js';
-import { TestProducers } from '../../helpers/sdk-producers.js';
+import { useProducerSuite } from '../../helpers/sdk-producers.js';
 import { sleep } from '../../helpers/util.js';
 
 describe('Producer against a broker', () => {
-  let broker: BrokerProcess;
-  let admin: Connection;
-  const producers = new TestProducers(() => broker.address);
+  const suite = useProducerSuite(['--offsets-topic-partitions', '4']);
+  const { producers, readAll } = suite;
   const producer = (opts: Partial<ProducerOptions> = {}): Producer => producers.make(opts);
 
   async function topic(name: string, partitions: number): Promise<string> {
-    await admin.command('CREATE', { topic: name, partitions });
+    await suite.admin.command('CREATE', { topic: name, partitions });
     return name;
   }
 
-  /** Every record of a partition, from offset 0. */
-  async function readAll(t: string, partition: number): Promise<BatchRecord[]> {
-    const out: BatchRecord[] = [];
-    for (;;) {
-      const batch = await admin.consume({ topic: t, partition, offset: out.length, batch: 10_000, max_bytes: 8 * 1024 * 1024 });
-      if (batch.records.length === 0) return out;
-      out.push(...batch.records);
-    }
-  }
-
   async function endOffsets(t: string): Promise<number[]> {
-    const csv = parseLine(await admin.command('LIST_OFFSETS', { topic: t })).params.get('offsets')!;
+    const csv = parseLine(await suite.admin.command('LIST_OFFSETS', { topic: t })).params.get('offsets')!;
     return csv.split(',').map((e) => Number(/leo=(\d+)/.exec(e)![1]));
   }
-
-  beforeAll(async () => {
-    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '4'] });
-    admin = await broker.connect();
-  });
-
-  afterAll(async () => {
-    await producers.closeAll();
-    await broker?.dispose();
-  });
 
   it('send resolves with one RecordMetadata per message, in order, once acknowledged', async () => {
     const t = await topic('p-basic', 3);
@@ -115,7 +93,7 @@ describe('Producer against a broker', () => {
     expect(new Set(meta.map((m) => m.partition)).size).toBeGreaterThan(2);
     // The broker's own choice for a PUBLISH with the same key agrees.
     for (const key of keys.slice(0, 10)) {
-      const ack = JSON.parse(await admin.command('PUBLISH', { topic: t, key, message: 'x' })) as { partition: number };
+      const ack = JSON.parse(await suite.admin.command('PUBLISH', { topic: t, key, message: 'x' })) as { partition: number };
       expect(ack.partition).toBe(partitionForKey(Buffer.from(key), 5));
     }
     // and every record is on its partition
@@ -164,7 +142,7 @@ describe('Producer against a broker', () => {
     const t = await topic('p-grow', 2);
     const p = producer({ keylessPartitioning: 'round-robin' });
     await p.send({ topic: t, messages: [{ value: 'a', partition: 1 }] });
-    await admin.command('ADD_PARTITIONS', { topic: t, partitions: 4 });
+    await suite.admin.command('ADD_PARTITIONS', { topic: t, partitions: 4 });
     // A count kept for good refused partition 3 on the client, without asking the broker again.
     const [m] = await p.send({ topic: t, messages: [{ value: 'b', partition: 3 }] });
     expect(m!.partition).toBe(3);
@@ -172,7 +150,7 @@ describe('Producer against a broker', () => {
     const t2 = await topic('p-grow-age', 2);
     const aged = producer({ keylessPartitioning: 'round-robin', metadataMaxAgeMs: 1 });
     await aged.send({ topic: t2, messages: [{ value: 'a' }] });
-    await admin.command('ADD_PARTITIONS', { topic: t2, partitions: 4 });
+    await suite.admin.command('ADD_PARTITIONS', { topic: t2, partitions: 4 });
     await sleep(5); // the count's 1 ms age passes (an answer on loopback can come sooner)
     const metas = await aged.send({ topic: t2, messages: Array.from({ length: 8 }, () => ({ value: 'x' })) });
     expect(new Set(metas.map((x) => x.partition))).toEqual(new Set([0, 1, 2, 3]));
@@ -298,7 +276,7 @@ describe('Producer against a broker', () => {
       retry: { retries: 50, maxElapsedMs: 60_000, initialDelayMs: 20, maxDelayMs: 100 },
     });
     await p.send({ topic: t, messages: [{ value: 'warm-up' }] }); // metadata and connection ready
-    broker.proc!.kill('SIGSTOP'); // the broker stops answering: nothing is acknowledged
+    suite.broker.proc!.kill('SIGSTOP'); // the broker stops answering: nothing is acknowledged
     try {
       const first = p.send({ topic: t, messages: [{ value: Buffer.alloc(600, 1) }] });
       first.catch(() => {});
@@ -316,12 +294,12 @@ describe('Producer against a broker', () => {
       await expect(aborted).rejects.toThrow('caller gave up');
       expect(p.bufferedBytes).toBeLessThanOrEqual(1000);
 
-      broker.proc!.kill('SIGCONT');
+      suite.broker.proc!.kill('SIGCONT');
       // The first send was retried (its attempts timed out) and gets through once the broker is back.
       const [m] = await first;
       expect(m!.partition).toBe(0);
     } finally {
-      broker.proc!.kill('SIGCONT');
+      suite.broker.proc!.kill('SIGCONT');
     }
     await p.flush();
     const values = (await readAll(t, 0)).map((r) => r.value[0]);

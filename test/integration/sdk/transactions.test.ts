@@ -3,38 +3,26 @@
  * commit and abort; fencing surfaced as ProducerFencedError; `await using` aborting a transaction left
  * open; a consume-transform-produce step with a Consumer whose offsets move only with the commit.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Connection } from 'tributary-protocol/connection.js';
+import { describe, expect, it } from 'vitest';
 import { Consumer } from 'tributary-client/consumer.js';
 import type { Producer, ProducerOptions } from 'tributary-client/producer.js';
 import { ProducerFencedError, TransactionStateError } from 'tributary-client/transaction.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
-import { BrokerProcess } from '../../helpers/launcher.js';
-import { TestProducers } from '../../helpers/sdk-producers.js';
+import { useProducerSuite } from '../../helpers/sdk-producers.js';
 import { fetchOffset } from '../groups/helpers.js';
 import { readAll } from '../transactions/helpers.js';
 import { until } from '../../helpers/util.js';
 
 describe('SDK transactions', () => {
-  let broker: BrokerProcess;
-  let admin: Connection;
-  const producers = new TestProducers(() => broker.address);
-  const producer = (opts: Partial<ProducerOptions> = {}): Producer => producers.make(opts);
-
-  const committedValues = async (topic: string, partitions: number[]) =>
-    (await Promise.all(partitions.map((p) => readAll(admin, topic, p, 'read_committed')))).flat().map((r) => r.value);
-
-  beforeAll(async () => {
-    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '2', '--transaction-state-partitions', '2', '--group-join-window-ms', '20'] });
-    admin = await broker.connect();
+  const suite = useProducerSuite(['--offsets-topic-partitions', '2', '--transaction-state-partitions', '2', '--group-join-window-ms', '20'], async (admin) => {
     await admin.command('CREATE', { topic: 'sdk-tx', partitions: 2 });
     await admin.command('CREATE', { topic: 'sdk-tx-runs', partitions: 2 });
   });
+  const { producers } = suite;
+  const producer = (opts: Partial<ProducerOptions> = {}): Producer => producers.make(opts);
 
-  afterAll(async () => {
-    await producers.closeAll();
-    await broker?.dispose();
-  });
+  const committedValues = async (topic: string, partitions: number[]) =>
+    (await Promise.all(partitions.map((p) => readAll(suite.admin, topic, p, 'read_committed')))).flat().map((r) => r.value);
 
   it('records become visible on commit, all of them, and never after abort', async () => {
     const p = producer({ transactionalId: 'sdk-vis' });
@@ -73,14 +61,14 @@ describe('SDK transactions', () => {
       [0, 5, 1],
     ]);
     for (const r of runs) {
-      const log = await readAll(admin, 'sdk-tx-runs', r.partition, 'read_committed');
+      const log = await readAll(suite.admin, 'sdk-tx-runs', r.partition, 'read_committed');
       const stored = log.filter((x) => x.offset >= r.baseOffset && x.offset < r.baseOffset + r.count).map((x) => x.value);
       expect(stored).toEqual(messages.slice(r.first, r.first + r.count).map((m) => m.value));
     }
   });
 
   it('transaction markers never reach a handler, in either isolation or mode, and the committed offset moves past them', async () => {
-    await admin.command('CREATE', { topic: 'sdk-markers', partitions: 1 });
+    await suite.admin.command('CREATE', { topic: 'sdk-markers', partitions: 1 });
     const p = producer({ transactionalId: 'sdk-markers' });
     // offsets 0-1 committed txn + marker at 2, 3 aborted + marker at 4, 5-6 committed + marker at 7 (the end)
     const t1 = await p.transaction();
@@ -92,17 +80,17 @@ describe('SDK transactions', () => {
     const t3 = await p.transaction();
     await t3.send({ topic: 'sdk-markers', messages: [{ value: 'c5', partition: 0 }, { value: 'c6', partition: 0 }] });
     await t3.commit();
-    const end = Number(/latest=(\d+)/.exec(await admin.command('LIST_OFFSETS', { topic: 'sdk-markers', partition: 0 }))![1]);
+    const end = Number(/latest=(\d+)/.exec(await suite.admin.command('LIST_OFFSETS', { topic: 'sdk-markers', partition: 0 }))![1]);
     expect(end).toBe(8);
     for (const isolation of ['read_uncommitted', 'read_committed'] as const) {
       for (const mode of ['poll', 'stream'] as const) {
         const group = `g-markers-${isolation}-${mode}`;
-        const c = new Consumer({ brokers: [broker.address], groupId: group, topic: 'sdk-markers', autoOffsetReset: 'earliest', isolation, mode, autoCommitIntervalMs: 50 });
+        const c = new Consumer({ brokers: [suite.broker.address], groupId: group, topic: 'sdk-markers', autoOffsetReset: 'earliest', isolation, mode, autoCommitIntervalMs: 50 });
         const seen: Array<{ offset: number; value: string }> = [];
         const run = c.run({ eachMessage: ({ message }) => void seen.push({ offset: message.offset, value: message.value.toString() }) });
         try {
           const expected = isolation === 'read_committed' ? ['c0', 'c1', 'c5', 'c6'] : ['c0', 'c1', 'a3', 'c5', 'c6'];
-          await until(async () => (await fetchOffset(admin, 'sdk-markers', group, 0)).offset === end, 10_000, `${group} committed past the last marker`);
+          await until(async () => (await fetchOffset(suite.admin, 'sdk-markers', group, 0)).offset === end, 10_000, `${group} committed past the last marker`);
           expect(seen.map((m) => m.value), group).toEqual(expected);
           expect(seen.map((m) => m.offset), group).toEqual(isolation === 'read_committed' ? [0, 1, 5, 6] : [0, 1, 3, 5, 6]);
         } finally {
@@ -114,7 +102,7 @@ describe('SDK transactions', () => {
   });
 
   it('binary keys and values, headers and timestamps travel in a transaction as in a plain send; bad messages are refused', async () => {
-    await admin.command('CREATE', { topic: 'sdk-tx-bin', partitions: 1 });
+    await suite.admin.command('CREATE', { topic: 'sdk-tx-bin', partitions: 1 });
     const p = producer({ transactionalId: 'sdk-bin' });
     const t = await p.transaction();
     const value = Buffer.from([0x00, 0xff, 0xc3, 0x28]);
@@ -130,7 +118,7 @@ describe('SDK transactions', () => {
     });
     await t.commit();
     expect(meta.map((m) => m.offset)).toEqual([0, 1]); // the refused sends took no seqNum and wrote nothing
-    const records = (await admin.consume({ topic: 'sdk-tx-bin', partition: 0, offset: 0, isolation: 'read_committed', batch: 10 })).records;
+    const records = (await suite.admin.consume({ topic: 'sdk-tx-bin', partition: 0, offset: 0, isolation: 'read_committed', batch: 10 })).records;
     expect(records[0]!.value.equals(value)).toBe(true);
     expect(records[0]!.key!.equals(Buffer.from([0xfe]))).toBe(true);
     expect(records[0]!.timestamp).toBe(1_700_000_000_000);
@@ -181,7 +169,7 @@ describe('SDK transactions', () => {
       await using t = await p.transaction();
       await t.send({ topic: 'sdk-tx', messages: [{ value: 'scoped', partition: 1 }] });
     }
-    const status = await admin.command('TXN_STATUS', { transactional_id: 'sdk-using' });
+    const status = await suite.admin.command('TXN_STATUS', { transactional_id: 'sdk-using' });
     expect(status).toMatch(/state=aborted/);
     expect(await committedValues('sdk-tx', [1])).not.toContain('scoped');
     const next = await p.transaction(); // the producer may begin again
@@ -189,12 +177,12 @@ describe('SDK transactions', () => {
   });
 
   it('consume-transform-produce: output and input offsets commit together', async () => {
-    await admin.command('CREATE', { topic: 'sdk-in', partitions: 2 });
-    await admin.command('CREATE', { topic: 'sdk-out', partitions: 2 });
-    for (let i = 0; i < 20; i++) await admin.command('PUBLISH', { topic: 'sdk-in', partition: i % 2, message: `in${i}` });
+    await suite.admin.command('CREATE', { topic: 'sdk-in', partitions: 2 });
+    await suite.admin.command('CREATE', { topic: 'sdk-out', partitions: 2 });
+    for (let i = 0; i < 20; i++) await suite.admin.command('PUBLISH', { topic: 'sdk-in', partition: i % 2, message: `in${i}` });
     const p = producer({ transactionalId: 'sdk-eos' });
     const consumer = new Consumer({
-      brokers: [broker.address],
+      brokers: [suite.broker.address],
       groupId: 'sdk-eos-g',
       topic: 'sdk-in',
       autoCommit: false,
@@ -230,14 +218,14 @@ describe('SDK transactions', () => {
     expect(batches).toBeGreaterThan(0);
     const out = (await committedValues('sdk-out', [0, 1])).sort();
     expect(out).toEqual(Array.from({ length: 20 }, (_, i) => `IN${i}`).sort());
-    expect(await fetchOffset(admin, 'sdk-in', 'sdk-eos-g', 0)).toEqual({ offset: 10, committed: true });
-    expect(await fetchOffset(admin, 'sdk-in', 'sdk-eos-g', 1)).toEqual({ offset: 10, committed: true });
+    expect(await fetchOffset(suite.admin, 'sdk-in', 'sdk-eos-g', 0)).toEqual({ offset: 10, committed: true });
+    expect(await fetchOffset(suite.admin, 'sdk-in', 'sdk-eos-g', 1)).toEqual({ offset: 10, committed: true });
   });
 
   it('a sendOffsets that failed leaves the transaction abortable only: its output never commits without the offsets', async () => {
-    await admin.command('CREATE', { topic: 'sdk-so-in', partitions: 1 });
-    await admin.command('PUBLISH', { topic: 'sdk-so-in', partition: 0, message: 'i0' });
-    const consumer = new Consumer({ brokers: [broker.address], groupId: 'sdk-so-g', topic: 'sdk-so-in', autoCommit: false, autoOffsetReset: 'earliest', sessionTimeoutMs: 3000 });
+    await suite.admin.command('CREATE', { topic: 'sdk-so-in', partitions: 1 });
+    await suite.admin.command('PUBLISH', { topic: 'sdk-so-in', partition: 0, message: 'i0' });
+    const consumer = new Consumer({ brokers: [suite.broker.address], groupId: 'sdk-so-g', topic: 'sdk-so-in', autoCommit: false, autoOffsetReset: 'earliest', sessionTimeoutMs: 3000 });
     try {
       let got = false;
       void consumer.run({ eachMessage: async () => void (got = true) });
@@ -252,7 +240,7 @@ describe('SDK transactions', () => {
       await t.abort();
       expect(t.state).toBe('aborted');
       expect(await committedValues('sdk-tx', [1])).not.toContain('without-offsets');
-      expect(await fetchOffset(admin, 'sdk-so-in', 'sdk-so-g', 0)).toMatchObject({ committed: false });
+      expect(await fetchOffset(suite.admin, 'sdk-so-in', 'sdk-so-g', 0)).toMatchObject({ committed: false });
     } finally {
       await consumer.close();
     }
