@@ -45,17 +45,21 @@ export interface TestReplicaManager {
   errors: string[];
   /** Adds `r` as the manager's entry for t[0]. */
   host(r: Replica): void;
+  /** The fake registry: `settled` and `whenSettled` may be replaced (a pause of the process). */
+  registry: { alive: boolean; settled: boolean; whenSettled: () => Promise<boolean> };
 }
 
 /**
  * A ReplicaManager of `brokerId`; t[0]'s stored state is `state()`, connections come from `connect()`,
- * ISR writes are answered by `compareAndSet` (default: at once, landed).
+ * ISR writes are answered by `compareAndSet` (default: at once, landed); a read of etcd itself (not the
+ * watch's cache) finds `etcdRead()` (default: `state()`).
  */
 export function testReplicaManager(
   brokerId: number,
   state: () => PartitionState | undefined = () => undefined,
   connect: () => unknown = () => null,
   compareAndSet?: (next: PartitionState) => Promise<{ ok: boolean; modRevision?: number }>,
+  etcdRead: () => PartitionState | undefined = state,
 ): TestReplicaManager {
   const cas: PartitionState[] = [];
   const errors: string[] = [];
@@ -63,6 +67,8 @@ export function testReplicaManager(
     get: (id: number) => ({ id, host: '127.0.0.1', port: 1, advertisedAddress: '127.0.0.1:1' }),
     events: new EventEmitter(),
     alive: true,
+    settled: true,
+    whenSettled: async () => true,
     list: () => [],
   };
   const states = {
@@ -72,6 +78,10 @@ export function testReplicaManager(
       return value && { topic: 't', partition: 0, value, modRevision: 1 };
     },
     list: () => [],
+    read: async () => {
+      const value = etcdRead();
+      return value && { topic: 't', partition: 0, value, modRevision: 1 };
+    },
     compareAndSet: async (_t: string, _p: number, _e: unknown, next: PartitionState) => {
       cas.push(next);
       return compareAndSet ? compareAndSet(next) : { ok: true };
@@ -91,5 +101,5 @@ export function testReplicaManager(
     hosted = r;
     (rm as unknown as { replicas: Map<string, Replica> }).replicas.set('t\u00000', r);
   };
-  return { rm, cas, errors, host };
+  return { rm, cas, errors, host, registry };
 }

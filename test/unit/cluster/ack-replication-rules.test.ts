@@ -2,7 +2,8 @@
  * When a leader may answer acks=all (docs/architecture.md, "Cluster mode"): only while the ISR holds at
  * least min_insync_replicas once the HWM passed the record (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), and
  * with a follower being added to the ISR counted in the HWM from the moment the expansion is sent, since etcd
- * may list it (and the controller elect it) before the compare-and-set's answer arrives (KIP-497).
+ * may list it (and the controller elect it) before the compare-and-set's answer arrives (KIP-497). And
+ * acks=1 after a pause of the leader's process: only once etcd confirmed its lease and still names it.
  */
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it, vi } from 'vitest';
@@ -26,10 +27,15 @@ afterEach(async () => {
 
 const rec = (i: number) => ({ key: null, value: Buffer.from(`v${i}`) });
 
-/** Broker 0 leading t[0] at epoch 2 in `etcd()`'s state (min_insync_replicas 2). */
-async function leader(etcd: () => PartitionState, compareAndSet?: (next: PartitionState) => Promise<{ ok: boolean; modRevision?: number }>, topicId?: string) {
+/** Broker 0 leading t[0] at epoch 2 in `etcd()`'s state (min_insync_replicas 2); `etcdRead`: etcd itself, when the watch lags. */
+async function leader(
+  etcd: () => PartitionState,
+  compareAndSet?: (next: PartitionState) => Promise<{ ok: boolean; modRevision?: number }>,
+  topicId?: string,
+  etcdRead?: () => PartitionState,
+) {
   const s = etcd();
-  const { rm, host } = testReplicaManager(0, etcd, undefined, compareAndSet);
+  const { rm, host, registry } = testReplicaManager(0, etcd, undefined, compareAndSet, etcdRead);
   const log = await PartitionLog.open(join(dir, 'p'), { flush: 'always' });
   const partition = new Partition('t', 0, log, { replicated: true });
   partition.enableReplication(() => {});
@@ -43,7 +49,7 @@ async function leader(etcd: () => PartitionState, compareAndSet?: (next: Partiti
   await vi.waitFor(() => expect(rm.isLeader('t', 0)).toBe(true));
   const apply = (value: PartitionState, modRevision: number) =>
     (rm as unknown as { apply(e: unknown): void }).apply({ topic: 't', partition: 0, value, modRevision });
-  return { rm, r, partition, apply };
+  return { rm, r, partition, apply, registry };
 }
 
 it('an acks=all record the ISR shrank below min_insync_replicas under is refused, not acknowledged', async () => {
@@ -111,4 +117,36 @@ it("a follower's fetch of a deleted topic of the same name (another topic id) mo
   expect(partition.highWatermark).toBe(0);
   rm.followerFetch('t', 0, 1, 0, 3, 'new-topic-id');
   expect(partition.highWatermark).toBe(3);
+});
+
+it('an acks=1 reply after a pause of its process waits for etcd and reads the state there: a leadership moved meanwhile is refused', async () => {
+  const watched: PartitionState = { replicas: [0, 1], leader: 0, leaderEpoch: 2, isr: [0, 1], hwm: 0 };
+  let inEtcd = watched;
+  const { rm, registry } = await leader(
+    () => watched,
+    undefined,
+    undefined,
+    () => inEtcd,
+  );
+  // No pause: answered at once, on what the watch brought.
+  expect(rm.checkLeadsAfterAppend('t', 0, 2)).toBeUndefined();
+  // A pause (a long append): the controller moved leadership meanwhile, and the watch has not brought it.
+  registry.settled = false;
+  let answer!: (settled: boolean) => void;
+  registry.whenSettled = () =>
+    new Promise<boolean>((res) => {
+      answer = res;
+    });
+  inEtcd = { ...watched, leader: 1, leaderEpoch: 3 };
+  const moved = rm.checkLeadsAfterAppend('t', 0, 2);
+  expect(moved).toBeInstanceOf(Promise);
+  answer(true);
+  await expect(moved).rejects.toMatchObject({ code: 'NOT_LEADER' });
+  // Nothing moved: the reply goes out once etcd confirmed the lease.
+  inEtcd = watched;
+  registry.whenSettled = async () => true;
+  await expect(rm.checkLeadsAfterAppend('t', 0, 2)).resolves.toBeUndefined();
+  // The lease may have expired meanwhile (not confirmed before it ran out): refused.
+  registry.whenSettled = async () => false;
+  await expect(rm.checkLeadsAfterAppend('t', 0, 2)).rejects.toMatchObject({ code: 'NOT_LEADER' });
 });

@@ -334,11 +334,10 @@ export class Broker implements BrokerContext {
         .deleteTopicOffsets(def.name)
         .catch((err: unknown) => this.logger.error({ err, topic: def.name }, 'deleting the committed offsets of a deleted topic failed'));
     });
-    // A coordinator that has just noticed a pause of its own process past its lease answers NOT_COORDINATOR
-    // until etcd confirms the lease: its partitions may have moved while it was frozen. After any pause its
-    // timers wait for that confirmation (settled): heartbeats queued meanwhile may not have been read.
-    const leaseHeld = () => cluster.registry.alive;
-    const settled = () => cluster.registry.settled;
+    // A coordinator that has just noticed a pause of its own process answers NOT_COORDINATOR, and takes no
+    // decision, until etcd confirms its lease (settled): its partitions may have moved while it was frozen,
+    // and heartbeats queued meanwhile may not have been read.
+    const leaseHeld = () => cluster.registry.settled;
     this.coordinator.enableOwnership(
       (p) => cluster.notCoordinator(OFFSETS_TOPIC, p),
       () => this.topics.tryGet(OFFSETS_TOPIC) !== undefined,
@@ -347,13 +346,11 @@ export class Broker implements BrokerContext {
       // A PostgreSQL commit is fenced by nothing else: a broker cut off from etcd (not paused) would keep
       // taking commits after its groups moved; once its lease may have expired, it takes none.
       () => cluster.registry.confirmed,
-      settled,
     );
     this.transactions.enableOwnership(
       (p) => cluster.notCoordinator(TXN_STATE_TOPIC, p),
       () => this.topics.tryGet(TXN_STATE_TOPIC) !== undefined,
       leaseHeld,
-      settled,
     );
     // Fenced reads of partitions led here, for groups another broker coordinates (docs/architecture.md).
     cluster.memberLeases = new MemberLeases((group, topic, member) => cluster.askMemberLease(group, this.coordinator.partitionFor(group), topic, member));

@@ -101,7 +101,8 @@ function timedAck<T extends { lastOffset: number; writtenAt?: number }>(
 
 async function acknowledged(b: BrokerContext, partition: Partition, lastOffset: number, acks: string, epoch: number | undefined): Promise<void> {
   if (acks === 'all' || acks === '-1') return replicated(b, partition, lastOffset, epoch);
-  if (b.cluster && epoch !== undefined && !b.cluster.replicas.leadsAt(partition.topic, partition.id, epoch)) throw b.cluster.replicas.notLeader(partition.topic, partition.id);
+  const afterPause = b.cluster && epoch !== undefined ? b.cluster.replicas.checkLeadsAfterAppend(partition.topic, partition.id, epoch) : undefined;
+  if (afterPause) await afterPause;
 }
 
 /**

@@ -247,6 +247,11 @@ export class BrokerRegistry {
     return this.lease?.settled ?? false;
   }
 
+  /** LeaseKeeper.whenSettled: true once settled, false once not alive. */
+  whenSettled(): Promise<boolean> {
+    return this.lease?.whenSettled() ?? Promise.resolve(false);
+  }
+
   async deregister(): Promise<void> {
     const lease = this.lease;
     this.lease = undefined;

@@ -486,6 +486,11 @@ export class ClusterNode {
     return this.replicas.isLeader(topic, partition);
   }
 
+  /** isLeader of an internal topic's partition, for a coordinator deciding to answer here: as its ownership check, only once settled. */
+  coordinatesHere(topic: string, partition: number): boolean {
+    return this.replicas.isLeader(topic, partition) && this.registry.settled;
+  }
+
   /** NOT_COORDINATOR naming the coordinator (the leader of the internal partition) when it is known. */
   notCoordinator(topic: string, partition: number): TributaryError {
     const leader = this.leaderAddress(topic, partition);

@@ -14,13 +14,15 @@ const TICK_MS = 100;
  *
  * Two failures look alike from inside and must be told apart:
  * - this process was paused past the TTL (the zombie case): etcd expired the lease and may have handed
- *   what it guarded to another broker. A gap in this process's own timer ticks gives the pause away; when
- *   the gap outlasted what etcd last confirmed (the send time of the last answered keep-alive plus the
- *   TTL: etcd renewed the lease no earlier), `alive` turns false at once, before anything queued during
- *   the pause is served, and stays false until a keep-alive sent after the pause is answered (or etcd
- *   reports the lease gone: 'lost'). A shorter gap cannot have cost the lease: the holder stays alive (a
- *   leader that took a second over a 50 MiB append refused its own acks=1 reply for it), and only
- *   `settled` reads false until that answer, for decisions that count time against others.
+ *   what it guarded to another broker. A gap in this process's own timer ticks gives the pause away. Until
+ *   a keep-alive sent after it is answered, `settled` reads false: what etcd changed meanwhile (a
+ *   partition's leader moved) may not have been read yet. When the gap outlasted what etcd last confirmed
+ *   (the send time of the last answered keep-alive plus the TTL: etcd renewed the lease no earlier), or
+ *   that confirmation runs out before the answer comes, `alive` turns false too, before anything queued
+ *   during the pause is served, until that answer (or etcd reports the lease gone: 'lost'). A shorter gap
+ *   cannot have cost the lease: the holder stays alive, so a leader that took a second over a 50 MiB
+ *   append keeps it and answers for it once settled (refused at once, its client sent it again, and the
+ *   append took the second again: docs/architecture.md, "Cluster mode").
  * - etcd itself is unreachable (frozen, down): nobody can change the cluster's state, so the holder keeps
  *   acting (leaders keep serving reads and acks=1 writes) until etcd answers again. When the client gives
  *   up renewing this lease (`lapsed`), the holder takes its key over under a new lease once etcd is back.
@@ -40,8 +42,10 @@ export class LeaseKeeper {
   private lastTick: number;
   /** When a pause of this process was noticed; cleared by a keep-alive sent after it and answered. */
   private pausedAt: number | undefined;
-  /** Whether a pause noticed since `pausedAt` was cleared outlasted the confirmed lease (it may have expired). */
+  /** Whether the lease may have expired since a pause was noticed (the pause, or the wait after it, outlasted it). */
   private pausedPastLease = false;
+  /** Callers of whenSettled(), told true once settled, false once not alive. */
+  private settleWaiters: Array<(settled: boolean) => void> = [];
   private readonly ticker: NodeJS.Timeout;
 
   private constructor(
@@ -59,6 +63,8 @@ export class LeaseKeeper {
       this.sent = [];
     });
     lease.on('keepaliveFired', () => {
+      // A gap is noticed before its send time counts: etcd3's timer may run before this keeper's ticker.
+      this.tick();
       this.sent.push(this.now());
     });
     lease.on('keepaliveSucceeded', (res: ILeaseKeepAliveResponse) => {
@@ -69,6 +75,7 @@ export class LeaseKeeper {
       if (this.pausedAt !== undefined && sentAt >= this.pausedAt) {
         this.pausedAt = undefined;
         this.pausedPastLease = false;
+        this.wakeSettleWaiters(true);
       }
       const until = sentAt + Number(res.TTL) * 1000;
       if (until <= this.validUntil) return;
@@ -102,8 +109,8 @@ export class LeaseKeeper {
   }
 
   /**
-   * False once etcd reported the lease gone, and from a detected pause of this process that outlasted the
-   * confirmed lease until etcd confirms it again: whether the holder may act on the lease.
+   * False once etcd reported the lease gone, and from a detected pause of this process after which the
+   * lease may have expired until etcd confirms it again: whether the holder may act on the lease.
    */
   get alive(): boolean {
     if (this.ended) return false;
@@ -112,12 +119,22 @@ export class LeaseKeeper {
   }
 
   /**
-   * alive, and no pause of this process noticed since etcd last confirmed the lease: timers that expire
-   * others (group sessions, transaction timeouts) wait for it, as requests queued during the pause (their
-   * heartbeats) may not have been read yet.
+   * alive, and no pause of this process noticed since etcd last confirmed the lease: what this broker
+   * knows of etcd's state is current. Coordinators and acks=1 replies wait for it.
    */
   get settled(): boolean {
     return this.alive && this.pausedAt === undefined;
+  }
+
+  /** Resolves true once settled, false once not alive (at the latest when the confirmed lease runs out). */
+  whenSettled(): Promise<boolean> {
+    if (this.settled) return Promise.resolve(true);
+    if (!this.alive) return Promise.resolve(false);
+    return new Promise((resolve) => this.settleWaiters.push(resolve));
+  }
+
+  private wakeSettleWaiters(settled: boolean): void {
+    for (const wake of this.settleWaiters.splice(0)) wake(settled);
   }
 
   /** Whether etcd confirmed the lease within its TTL (for status; `alive` is what decides). */
@@ -128,12 +145,13 @@ export class LeaseKeeper {
   private tick(): void {
     const now = this.now();
     // Checked on every call too: after a pause, queued I/O may run before the ticker does.
-    if (now - this.lastTick > PAUSE_MS) {
-      this.pausedAt = now;
-      // validUntil only moves on answers, which the gap held back: it still says what etcd had confirmed.
-      if (now >= this.validUntil) this.pausedPastLease = true;
-    }
+    if (now - this.lastTick > PAUSE_MS) this.pausedAt = now;
     this.lastTick = now;
+    // validUntil only moves on answers, which a gap holds back: it still says what etcd had confirmed.
+    if (this.pausedAt !== undefined && !this.pausedPastLease && now >= this.validUntil) {
+      this.pausedPastLease = true;
+      this.wakeSettleWaiters(false);
+    }
   }
 
   /** Ends keep-alives and revokes the lease, which deletes every key bound to it. Does not emit 'lost'. */
@@ -186,6 +204,7 @@ export class LeaseKeeper {
 
   private end(): void {
     this.ended = true;
+    this.wakeSettleWaiters(false);
     clearInterval(this.ticker);
     clearTimeout(this.timer);
   }

@@ -144,6 +144,23 @@ export class ReplicaManager {
   }
 
   /**
+   * An acks=1 reply's check after the append: NOT_LEADER unless this broker still leads at `epoch`. Right
+   * after a pause of this process (a long append: LeaseKeeper.settled false) it waits for etcd to confirm
+   * the lease and reads the partition's state from etcd itself, as a leadership change made meanwhile may
+   * not have come through the watch yet (docs/architecture.md, "Cluster mode"). Synchronous otherwise.
+   */
+  checkLeadsAfterAppend(topic: string, partition: number, epoch: number): Promise<void> | undefined {
+    if (!this.deps.registry.settled) return this.checkLeadsAfterPause(topic, partition, epoch);
+    if (!this.leadsAt(topic, partition, epoch)) throw this.notLeader(topic, partition);
+    return undefined;
+  }
+
+  private async checkLeadsAfterPause(topic: string, partition: number, epoch: number): Promise<void> {
+    const s = (await this.deps.registry.whenSettled()) ? (await this.deps.states.read(topic, partition).catch(() => undefined))?.value : undefined;
+    if (s?.leader !== this.deps.brokerId || s.leaderEpoch !== epoch || !this.leadsAt(topic, partition, epoch)) throw this.notLeader(topic, partition);
+  }
+
+  /**
    * NOT_LEADER naming the leader whenever this broker knows it, and `reason` for why (docs/protocol.md,
    * "Produce"): `follower` (LEADER_IS the leader); `taking_over` (the partition state names this broker,
    * which is still catching up to lead it: LEADER_IS itself, retry here); `lease_unconfirmed` (it leads

@@ -36,7 +36,7 @@ export class PartitionOwnership {
     return this.owned.has(partition) || this.loading.has(partition);
   }
 
-  /** Whether decisions (expiries, timeouts) may be taken now; false while the lease is unconfirmed. */
+  /** Whether decisions (expiries, timeouts) may be taken now; false from a pause until etcd confirms the lease. */
   canAct(): boolean {
     return this.leaseHeld();
   }

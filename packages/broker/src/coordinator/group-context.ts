@@ -68,7 +68,7 @@ export interface GroupContext {
   withOwnedGroup<T>(groupId: string, fn: () => Promise<T> | T): Promise<T>;
   /** Throws NOT_COORDINATOR / COORDINATOR_LOADING unless this broker coordinates the group (cluster mode). */
   checkOwner(group: string): void;
-  /** Whether timers may take decisions now (false while a cluster broker's lease is unconfirmed). */
+  /** Whether timers may take decisions now (false from a cluster broker's pause until etcd confirms its lease). */
   canAct(): boolean;
   /**
    * Before a write to an offset store outside the log (PostgreSQL), which no partition leader fences: in a

@@ -193,7 +193,7 @@ export class GroupCoordinator {
     this.leaseConfirmed = leaseConfirmed;
   }
 
-  /** Whether timers may take decisions now (false while a cluster broker's lease is unconfirmed). */
+  /** Whether timers may take decisions now (false from a cluster broker's pause until etcd confirms its lease). */
   private canAct(): boolean {
     return this.ownership?.canAct() ?? true;
   }

@@ -9,7 +9,7 @@ import { Waiters } from './waiters.js';
  * The timers of the group coordinator and what they decide (docs/architecture.md, "Group coordinator"):
  * session expiry, rebalance timeouts and the join window that batches membership changes into one new
  * generation with new targets. Every decision runs under the group's lock, and only while this broker may
- * act (a cluster broker whose lease is unconfirmed postpones them).
+ * act (a cluster broker postpones them from a pause of its process until etcd confirms its lease).
  */
 export class Rebalancer {
   /** Members parked in a long-poll heartbeat, by member id: woken when they must rejoin. */

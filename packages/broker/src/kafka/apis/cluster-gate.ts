@@ -50,5 +50,6 @@ export async function acknowledged(ctx: KafkaRequestContext, partition: Partitio
   const cluster = ctx.broker.cluster;
   if (!cluster || epoch === undefined) return;
   if (acks === -1) return cluster.replicas.waitReplicated(partition.topic, partition.id, epoch, lastOffset, ctx.broker.config.replicationTimeoutMs);
-  if (!cluster.replicas.leadsAt(partition.topic, partition.id, epoch)) throw cluster.replicas.notLeader(partition.topic, partition.id);
+  const afterPause = cluster.replicas.checkLeadsAfterAppend(partition.topic, partition.id, epoch);
+  if (afterPause) await afterPause;
 }

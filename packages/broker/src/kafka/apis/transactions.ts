@@ -247,7 +247,7 @@ async function sendOffsets(ctx: KafkaRequestContext, id: string, producerId: str
   const { cluster, transactions, coordinator } = ctx.broker;
   if (!coordinator.coordinates(req.group)) throw new TributaryError('NOT_COORDINATOR', { group: req.group });
   const txnPartition = transactions.partitionFor(id);
-  if (!cluster || cluster.isLeader(TXN_STATE_TOPIC, txnPartition)) {
+  if (!cluster || cluster.coordinatesHere(TXN_STATE_TOPIC, txnPartition)) {
     await transactions.sendOffsets(id, producerId, epoch, req);
     return;
   }

@@ -64,7 +64,7 @@ export function transactionalAppend(
       return appending;
     };
     // Decided when the batch's turn comes: the id's coordinator may have moved here (or away) meanwhile.
-    if (!cluster || cluster.isLeader(TXN_STATE_TOPIC, txns.partitionFor(txnId))) {
+    if (!cluster || cluster.coordinatesHere(TXN_STATE_TOPIC, txns.partitionFor(txnId))) {
       // The coordinator's own check and in-flight tracking (EndTxn waits for the append).
       return txns.kafka.append(txnId, b.producerId, b.epoch, partition.topic, partition.id, append);
     }
@@ -108,7 +108,7 @@ async function askCoordinator(ctx: KafkaRequestContext, txnId: string, b: Transa
     try {
       const txnPartition = ctx.broker.transactions.partitionFor(txnId);
       // Moved here meanwhile: this broker's own coordinator answers.
-      if (cluster.isLeader(TXN_STATE_TOPIC, txnPartition)) return await ctx.broker.transactions.kafka.verify(txnId, b.producerId, b.epoch, partition.topic, partition.id);
+      if (cluster.coordinatesHere(TXN_STATE_TOPIC, txnPartition)) return await ctx.broker.transactions.kafka.verify(txnId, b.producerId, b.epoch, partition.topic, partition.id);
       // A coordinator that is alive but holds the request (its probe answers, so the peer stall bound
       // never fires), or a dial that takes long, must not hold the batch, nor the producer's later batches
       // queued behind it.
