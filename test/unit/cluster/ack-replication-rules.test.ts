@@ -150,3 +150,25 @@ it('an acks=1 reply after a pause of its process waits for etcd and reads the st
   registry.whenSettled = async () => false;
   await expect(rm.checkLeadsAfterAppend('t', 0, 2)).rejects.toMatchObject({ code: 'NOT_LEADER' });
 });
+
+it('shrinks the ISR for a follower behind past the lag bound, but not right after a pause of its own process, whose queued fetches are unread', async () => {
+  let s: PartitionState = { replicas: [0, 1], leader: 0, leaderEpoch: 2, isr: [0, 1], hwm: 0 };
+  const { rm, r, partition, registry } = await leader(
+    () => s,
+    async (next) => {
+      s = next;
+      return { ok: true, modRevision: 2 };
+    },
+  );
+  await partition.append([rec(0)]);
+  // Broker 1 has not reached the log end for longer than the bound (60 s in the harness).
+  r.followers.get(1)!.caughtUpMs = performance.now() - 120_000;
+  const checkLag = () => (rm as unknown as { checkLag(): void }).checkLag();
+  registry.settled = false;
+  checkLag();
+  await new Promise((res) => setImmediate(res));
+  expect(s.isr).toEqual([0, 1]);
+  registry.settled = true;
+  checkLag();
+  await vi.waitFor(() => expect(s.isr).toEqual([0]));
+});

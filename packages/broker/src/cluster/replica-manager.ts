@@ -144,10 +144,9 @@ export class ReplicaManager {
   }
 
   /**
-   * An acks=1 reply's check after the append: NOT_LEADER unless this broker still leads at `epoch`. Right
-   * after a pause of this process (a long append: LeaseKeeper.settled false) it waits for etcd to confirm
-   * the lease and reads the partition's state from etcd itself, as a leadership change made meanwhile may
-   * not have come through the watch yet (docs/architecture.md, "Cluster mode"). Synchronous otherwise.
+   * An acks=1 reply's check after the append: NOT_LEADER unless this broker still leads at `epoch`. After a pause of this process
+   * (a long append: LeaseKeeper.settled false) it waits for etcd to confirm the lease and reads the partition's state from etcd
+   * itself, as a leadership change made meanwhile may not have come through the watch yet. Synchronous otherwise.
    */
   checkLeadsAfterAppend(topic: string, partition: number, epoch: number): Promise<void> | undefined {
     if (!this.deps.registry.settled) return this.checkLeadsAfterPause(topic, partition, epoch);
@@ -404,8 +403,9 @@ export class ReplicaManager {
     return r;
   }
 
-  /** Followers that stayed behind longer than replicaLagMaxMs leave the ISR. */
+  /** Followers that stayed behind longer than replicaLagMaxMs leave the ISR; not right after a pause of this process, whose queued fetches are unread. */
   private checkLag(): void {
+    if (!this.deps.registry.settled) return;
     const now = performance.now();
     for (const r of this.replicas.values()) {
       if (r.role !== 'leader' || r.isrChange) continue;
