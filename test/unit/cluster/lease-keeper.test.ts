@@ -152,6 +152,25 @@ describe('LeaseKeeper', () => {
     expect(unconfirmed).toEqual([true]);
   });
 
+  it('gives up waiting to settle once the lease confirmed at the wait runs out, though later gaps keep it alive and unsettled', async () => {
+    const { k, lease } = await keeper(3);
+    const early = lease.fire(); // sent at 0
+    vi.setSystemTime(Date.now() + 1_500); // a gap: valid until +3000 still
+    let settled: boolean | undefined;
+    void k.whenSettled().then((s) => {
+      settled = s;
+    });
+    early(3); // sent before the gap: keeps the lease (until +3000), settles nothing
+    vi.advanceTimersByTime(100);
+    const afterFirst = lease.fire(); // +1600
+    vi.setSystemTime(Date.now() + 1_200); // another gap before its answer is read: +2800
+    expect(k.settled).toBe(false); // noticed (the ticker ran first)
+    afterFirst(3); // valid until +4600, but sent before this second gap
+    vi.advanceTimersByTime(300); // +3100: past the lease confirmed when the wait began
+    await Promise.resolve();
+    expect([k.alive, k.settled, settled]).toEqual([true, false, false]);
+  });
+
   it('counts a gap as past the lease when etcd was unreachable before it, though the holder kept acting then', async () => {
     const { k, lease } = await keeper(2);
     lease.fire(); // never answered: etcd is away

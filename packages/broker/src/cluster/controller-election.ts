@@ -85,8 +85,9 @@ export class ControllerElection {
   get isController(): boolean {
     const current = this.key.get(KEY);
     // Stricter than a broker's registration: the role needs a lease etcd confirmed within its TTL (a
-    // controller cut off from etcd could act on nothing anyway).
-    return current !== undefined && this.lease?.confirmed === true && this.lease.alive && current.lease === this.lease.id;
+    // controller cut off from etcd could act on nothing anyway), and no pause of this process since etcd
+    // last confirmed it (settled): its timers would decide on registrations and states not read yet.
+    return current !== undefined && this.lease?.confirmed === true && this.lease.settled && current.lease === this.lease.id;
   }
 
   get controllerId(): number | undefined {

@@ -21,8 +21,8 @@ const TICK_MS = 100;
  *   that confirmation runs out before the answer comes, `alive` turns false too, before anything queued
  *   during the pause is served, until that answer (or etcd reports the lease gone: 'lost'). A shorter gap
  *   cannot have cost the lease: the holder stays alive, so a leader that took a second over a 50 MiB
- *   append keeps it and answers for it once settled (refused at once, its client sent it again, and the
- *   append took the second again: docs/architecture.md, "Cluster mode").
+ *   append keeps it and answers for it once settled (refusing it at once, as this keeper once did, made
+ *   its client send it again, and the append took the second again: docs/architecture.md, "Cluster mode").
  * - etcd itself is unreachable (frozen, down): nobody can change the cluster's state, so the holder keeps
  *   acting (leaders keep serving reads and acks=1 writes) until etcd answers again. When the client gives
  *   up renewing this lease (`lapsed`), the holder takes its key over under a new lease once etcd is back.
@@ -44,8 +44,8 @@ export class LeaseKeeper {
   private pausedAt: number | undefined;
   /** Whether the lease may have expired since a pause was noticed (the pause, or the wait after it, outlasted it). */
   private pausedPastLease = false;
-  /** Callers of whenSettled(), told true once settled, false once not alive. */
-  private settleWaiters: Array<(settled: boolean) => void> = [];
+  /** Callers of whenSettled(), told true once settled, false once not alive or past their deadline. */
+  private settleWaiters: Array<{ deadline: number; wake: (settled: boolean) => void }> = [];
   private readonly ticker: NodeJS.Timeout;
 
   private constructor(
@@ -126,15 +126,18 @@ export class LeaseKeeper {
     return this.alive && this.pausedAt === undefined;
   }
 
-  /** Resolves true once settled, false once not alive (at the latest when the confirmed lease runs out). */
+  /**
+   * Resolves true once settled, false once not alive, at the latest when the lease confirmed at the call
+   * runs out (answers to keep-alives sent before a later gap may extend the lease while gaps keep it unsettled).
+   */
   whenSettled(): Promise<boolean> {
     if (this.settled) return Promise.resolve(true);
     if (!this.alive) return Promise.resolve(false);
-    return new Promise((resolve) => this.settleWaiters.push(resolve));
+    return new Promise((wake) => this.settleWaiters.push({ deadline: this.validUntil, wake }));
   }
 
   private wakeSettleWaiters(settled: boolean): void {
-    for (const wake of this.settleWaiters.splice(0)) wake(settled);
+    for (const w of this.settleWaiters.splice(0)) w.wake(settled);
   }
 
   /** Whether etcd confirmed the lease within its TTL (for status; `alive` is what decides). */
@@ -151,6 +154,11 @@ export class LeaseKeeper {
     if (this.pausedAt !== undefined && !this.pausedPastLease && now >= this.validUntil) {
       this.pausedPastLease = true;
       this.wakeSettleWaiters(false);
+    }
+    if (this.settleWaiters.some((w) => now >= w.deadline)) {
+      const due = this.settleWaiters.filter((w) => now >= w.deadline);
+      this.settleWaiters = this.settleWaiters.filter((w) => now < w.deadline);
+      for (const w of due) w.wake(false);
     }
   }
 
