@@ -33,7 +33,14 @@ export class FrameDecoder {
   private chunks: Buffer[] = [];
   private buffered = 0;
 
-  constructor(private readonly maxFrameBytes = DEFAULT_MAX_FRAME_BYTES) {}
+  /**
+   * `alloc` gives the memory of a frame assembled from several chunks (a frame inside one chunk is a view
+   * of it): the broker's frame pool, so that memory is used again (docs/architecture.md, "Broker").
+   */
+  constructor(
+    private readonly maxFrameBytes = DEFAULT_MAX_FRAME_BYTES,
+    private readonly alloc: (bytes: number) => Buffer = Buffer.allocUnsafe,
+  ) {}
 
   /** Bytes held for a frame that is not complete yet. */
   get pendingBytes(): number {
@@ -100,7 +107,7 @@ export class FrameDecoder {
       this.chunks[0] = first.subarray(n);
       return first.subarray(0, n);
     }
-    const out = Buffer.allocUnsafe(n);
+    const out = this.alloc(n);
     let filled = 0;
     while (filled < n) {
       const c = this.chunks[0]!;

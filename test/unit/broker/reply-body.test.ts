@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ReplyBuffers, writeReplyBody } from 'tributary-broker/broker/reply-buffers.js';
+import { FramePool } from 'tributary-broker/storage/frame-pool.js';
 
 describe('writeReplyBody', () => {
   /** A socket that keeps what it is given and calls the write callbacks when told (as the kernel takes the bytes). */
@@ -67,5 +68,37 @@ describe('writeReplyBody', () => {
     writeReplyBody(socket, [cached.subarray(0, 10), cached.subarray(10, 20)], pool);
     socket.flush();
     expect(pool.pooledBytes).toBe(2048);
+  });
+});
+
+describe('writeReplyBody with views of frame memory', () => {
+  it('lets go of the views the tail cache pinned only once the last piece is written, and of each once', () => {
+    const frames = new FramePool();
+    const frame = frames.take(32 * 1024);
+    const view = frames.pin(frame, 100, 20_000);
+    const other = frame.subarray(20_000, 30_000);
+    frames.release(frame); // the frame's own hold (the log writer's): the pinned view still holds it
+    expect(frames.lent(frame)).toBe(true);
+    const writes: Array<() => void> = [];
+    const socket = {
+      write(_b: Buffer, cb?: () => void): boolean {
+        writes.push(cb ?? (() => {}));
+        return true;
+      },
+    };
+    const head = Buffer.alloc(40);
+    writeReplyBody(socket, [head, view, other], undefined, frames);
+    expect(writes).toHaveLength(3);
+    writes[0]!();
+    writes[1]!();
+    expect(frames.lent(frame)).toBe(true);
+    writes[2]!();
+    expect(frames.lent(frame)).toBe(false);
+    expect(frames.pooledBytes).toBe(32 * 1024);
+    // The same body written again (a caller's mistake) lets go of nothing more: the memory stays free once.
+    writeReplyBody(socket, [head, view, other], undefined, frames);
+    for (const cb of writes.splice(0)) cb();
+    expect(frames.pooledBytes).toBe(32 * 1024);
+    expect(frames.take(32 * 1024).buffer).toBe(frame.buffer);
   });
 });

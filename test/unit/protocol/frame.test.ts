@@ -258,3 +258,25 @@ describe('FrameDecoder', () => {
     });
   });
 });
+
+describe('FrameDecoder with an allocator', () => {
+  it('assembles a frame cut across chunks in memory from `alloc`; a frame inside one chunk stays a view of it', () => {
+    const asked: number[] = [];
+    const given: Buffer[] = [];
+    const d = new FrameDecoder(DEFAULT_MAX_FRAME_BYTES, (n) => {
+      asked.push(n);
+      const b = Buffer.alloc(n + 10).subarray(0, n);
+      given.push(b);
+      return b;
+    });
+    const big = Buffer.alloc(50_000, 7);
+    const small = Buffer.from('hello');
+    const wire = Buffer.concat([encodeFrame(big), encodeFrame(small)]);
+    const frames = [...d.push(wire.subarray(0, 20_000)), ...d.push(wire.subarray(20_000))];
+    expect(frames.map((f) => f.length)).toEqual([50_000, 5]);
+    expect(frames[0]!.equals(big)).toBe(true);
+    expect(asked).toEqual([50_000]);
+    expect(frames[0]!.buffer).toBe(given[0]!.buffer);
+    expect(frames[1]!.toString()).toBe('hello');
+  });
+});

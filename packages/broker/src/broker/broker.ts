@@ -40,7 +40,8 @@ import { LocalTxnTargets } from '../txn/txn-targets.js';
 import { ClusterTxnTargets } from '../cluster/cluster-txn-targets.js';
 import { MemberLeases } from '../cluster/member-leases.js';
 import { TurnWrites } from './turn-writes.js';
-import { ReplyBuffers, registerReplyBufferMetrics } from './reply-buffers.js';
+import { ReplyBuffers, registerFramePoolMetrics, registerReplyBufferMetrics } from './reply-buffers.js';
+import { FramePool } from '../storage/frame-pool.js';
 import { partitionOffsets } from './partition-offsets.js';
 
 type State = 'new' | 'recovering' | 'ready' | 'failed' | 'stopping' | 'stopped';
@@ -68,6 +69,7 @@ function listen(server: net.Server | http.Server, port: number, host: string): P
 export class Broker implements BrokerContext {
   readonly metrics = new BrokerMetrics();
   readonly replyBuffers = new ReplyBuffers();
+  readonly framePool = new FramePool();
   readonly turnWrites: TurnWrites;
   readonly store: MetadataStore;
   /** Cluster mode only: etcd membership, partition roles, replication. */
@@ -111,6 +113,7 @@ export class Broker implements BrokerContext {
     this.cluster = config.cluster ? new ClusterNode(config, logger, this.metrics) : undefined;
     if (this.cluster) registerClusterMetrics(this.metrics, this.cluster);
     registerReplyBufferMetrics(this.metrics.registry, this.replyBuffers);
+    registerFramePoolMetrics(this.metrics.registry, this.framePool);
     const topics = () => this.topics;
     new client.Gauge({
       name: 'tributary_failed_logs',
@@ -123,7 +126,7 @@ export class Broker implements BrokerContext {
       },
     });
     this.store = this.cluster ? this.cluster.store : new LocalMetadataStore(config.dataDir);
-    this.topics = new TopicManager(this.store, config, logger, this.metrics);
+    this.topics = new TopicManager(this.store, config, logger, this.metrics, this.framePool);
     // Cluster mode: coordinators append only as the partition's leader and answer once it is replicated.
     const internalAppend: InternalAppend | undefined = this.cluster
       ? replicatedAppend(

@@ -67,7 +67,7 @@ export class ClientConnection implements ConnectionContext {
     private readonly onClosed: (c: ClientConnection) => void,
   ) {
     this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
-    this.decoder = new FrameDecoder(broker.config.maxFrameBytes);
+    this.decoder = new FrameDecoder(broker.config.maxFrameBytes, broker.framePool?.take);
     this.budget = new RequestBudget(broker.metrics.pendingRequestBytes);
     socket.setNoDelay(true);
     socket.setTimeout(broker.config.idleTimeoutMs, () => {
@@ -364,7 +364,7 @@ export class ClientConnection implements ConnectionContext {
 
   /** Writes a reply body, maybe in pieces; one from the broker's ReplyBuffers goes back to them once the socket wrote it. */
   private writeBody(body: Buffer | Buffer[]): boolean {
-    return writeReplyBody(this.socket, body, this.broker.replyBuffers);
+    return writeReplyBody(this.socket, body, this.broker.replyBuffers, this.broker.framePool);
   }
 
   private writeNow(frame: Buffer): void {

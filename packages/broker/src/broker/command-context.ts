@@ -12,6 +12,7 @@ import type { BrokerMetrics } from '../common/metrics.js';
 import type { Security } from './security.js';
 import type { TopicManager } from '../partition/topic-manager.js';
 import type { ProducerIdAllocator } from '../partition/producer-ids.js';
+import type { FramePool } from '../storage/frame-pool.js';
 import type { ReplyBuffers } from './reply-buffers.js';
 import type { TurnWrites } from './turn-writes.js';
 
@@ -34,6 +35,8 @@ export interface BrokerContext {
   readonly security?: Security;
   /** Reused memory for the replies the tail cache writes (src/broker/reply-buffers.ts); absent in unit-test contexts. */
   readonly replyBuffers?: ReplyBuffers;
+  /** Reused memory for produce frames (src/storage/frame-pool.ts); absent in unit-test contexts. */
+  readonly framePool?: FramePool;
   /** Corks the main port's sockets for a turn of the event loop, acks last (src/broker/turn-writes.ts). */
   readonly turnWrites: TurnWrites;
 }

@@ -7,6 +7,7 @@
  * reply that is dropped unwritten (an error, a closed connection) is simply collected.
  */
 import client from 'prom-client';
+import type { FramePool } from '../storage/frame-pool.js';
 
 /** Smallest and largest pooled sizes; a larger reply gets a buffer of its own. */
 export const MIN_POOLED_BYTES = 2 * 1024;
@@ -72,9 +73,15 @@ export class ReplyBuffers {
  * Writes a reply body to `socket`, a body in pieces piece by piece (never concatenated: corked, they leave
  * in one writev). A buffer `pool` lent goes back once the socket wrote the last piece of the body (writes
  * complete in order, so no piece of it is still queued); other pieces, the views of the tail cache's memory
- * among them (docs/architecture.md, "Broker", reply buffers), are not the pool's and never go to it.
+ * among them (docs/architecture.md, "Broker", reply buffers), are not the pool's and never go to it. The
+ * views `frames` pinned let go of it then too.
  */
-export function writeReplyBody(socket: { write(b: Buffer, cb?: () => void): boolean }, body: Buffer | Buffer[], pool: ReplyBuffers | undefined): boolean {
+export function writeReplyBody(
+  socket: { write(b: Buffer, cb?: () => void): boolean },
+  body: Buffer | Buffer[],
+  pool: ReplyBuffers | undefined,
+  frames?: FramePool,
+): boolean {
   if (Buffer.isBuffer(body)) {
     if (pool === undefined || !pool.owns(body)) return socket.write(body);
     return socket.write(body, () => pool.give(body));
@@ -82,8 +89,13 @@ export function writeReplyBody(socket: { write(b: Buffer, cb?: () => void): bool
   const last = body.length - 1;
   for (let i = 0; i < last; i++) socket.write(body[i]!);
   const lent = pool === undefined ? undefined : body.find((b) => pool.owns(b));
-  if (lent === undefined) return socket.write(body[last]!);
-  return socket.write(body[last]!, () => pool!.give(lent));
+  // Views of frame memory the tail cache pinned for this reply (storage/frame-pool.ts) hold it until written.
+  const pinned = frames?.pins(body) === true;
+  if (lent === undefined && !pinned) return socket.write(body[last]!);
+  return socket.write(body[last]!, () => {
+    if (lent !== undefined) pool!.give(lent);
+    if (pinned) frames!.unpin(body);
+  });
 }
 
 /** The smallest class that holds `bytes` (at most MAX_POOLED_BYTES). */
@@ -112,6 +124,28 @@ export function registerReplyBufferMetrics(registry: client.Registry, pool: Repl
   new client.Counter({
     name: 'tributary_reply_buffers_reused_total',
     help: 'Replies written into a buffer an earlier reply had used',
+    registers: [registry],
+    collect() {
+      this.inc(pool.reused - counted);
+      counted = pool.reused;
+    },
+  });
+}
+
+/** What the frame pool keeps and how often it saves an allocation (docs/operations.md, "Metrics"). */
+export function registerFramePoolMetrics(registry: client.Registry, pool: FramePool): void {
+  new client.Gauge({
+    name: 'tributary_frame_memory_pool_bytes',
+    help: 'Memory kept for produce frames assembled from several socket reads (at most 32 MiB)',
+    registers: [registry],
+    collect() {
+      this.set(pool.pooledBytes);
+    },
+  });
+  let counted = 0;
+  new client.Counter({
+    name: 'tributary_frame_memory_reused_total',
+    help: 'Produce frames assembled in memory an earlier frame had used',
     registers: [registry],
     collect() {
       this.inc(pool.reused - counted);

@@ -2,6 +2,7 @@ import { mapBounded } from '../common/bounded.js';
 import { FdBudget } from '../storage/fd-budget.js';
 import { Journal } from '../storage/journal.js';
 import { LogTicker } from '../storage/log-ticker.js';
+import type { FramePool } from '../storage/frame-pool.js';
 import { TailCacheBudget } from '../storage/tail-cache-budget.js';
 import { failpointDelay } from '../common/failpoints.js';
 import fs from 'node:fs/promises';
@@ -131,6 +132,8 @@ export class TopicManager {
     private readonly config: BrokerConfig,
     private readonly logger: Logger,
     private readonly metrics: BrokerMetrics,
+    /** Where the connections assemble produce frames; the tail caches hold what they keep of it. */
+    private readonly framePool?: FramePool,
   ) {
     this.logsDir = path.join(config.dataDir, LOGS_DIR);
     this.ticker = new LogTicker(config.flushIntervalMs);
@@ -460,6 +463,7 @@ export class TopicManager {
       fdBudget: this.fdBudget,
       ticker: this.ticker,
       tailCacheBudget: this.tailCacheBudget,
+      framePool: this.framePool,
       // No cache may hold more than the budget (one large write would otherwise empty every other cache
       // before its own cap dropped it); --tail-cache-bytes 0 turns every cache off.
       tailCacheBytes: Math.min(DEFAULT_LOG_OPTIONS.tailCacheBytes ?? 0, this.config.tailCacheBytes),

@@ -2,6 +2,7 @@
 import { invalidParam } from 'tributary-protocol/errors.js';
 import { DEFAULT_INDEX_INTERVAL_BYTES } from './offset-index.js';
 import type { FdBudget, SegmentFdPolicy } from './fd-budget.js';
+import type { FramePool } from './frame-pool.js';
 import type { Journal } from './journal.js';
 import type { LogTicker } from './log-ticker.js';
 import type { TailCacheBudget } from './tail-cache-budget.js';
@@ -33,6 +34,8 @@ export interface LogOptions {
   checkpointHwmOnTimer?: boolean;
   /** The broker-wide bound every partition's tail cache shares (none: only tailCacheBytes bounds this one). */
   tailCacheBudget?: TailCacheBudget;
+  /** Where the broker's connections assemble produce frames: the tail cache holds what it keeps of it (frame-pool.ts). */
+  framePool?: FramePool;
   /** Told how long each fsync pass of appends took, in seconds (the broker's fsync histogram). */
   onSync?: (seconds: number) => void;
   /**

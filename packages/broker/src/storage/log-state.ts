@@ -61,7 +61,7 @@ export class LogState {
   }
 
   get cache(): TailCache {
-    this.cachePart ??= new TailCache(this.options.tailCacheBytes ?? 0, this.options.tailCacheBudget);
+    this.cachePart ??= new TailCache(this.options.tailCacheBytes ?? 0, this.options.tailCacheBudget, this.options.framePool);
     return this.cachePart;
   }
 

@@ -397,7 +397,7 @@ export class LogWriter {
     seg.markModified();
     this.st.totalBytes += bytes;
     this.sync.markDirty(seg);
-    if (w.inPlace) this.st.cache.append(w.inPlace.body, firstOffset, w.inPlace.starts, w.inPlace.flags);
+    if (w.inPlace) this.st.cache.append(w.inPlace.body, firstOffset, w.inPlace.starts, w.inPlace.flags, false, !this.sync.journaled);
     else if (unitOffsets === null) this.st.cache.append(w.buf, firstOffset, recStarts);
     else this.st.cache.appendUnits(w.buf, recStarts, unitOffsets, w.blocks ?? new Map(), w.headerless);
     const writtenAt = performance.now();

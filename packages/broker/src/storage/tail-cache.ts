@@ -6,6 +6,7 @@ import { type LogRecord, RecordAttr } from 'tributary-protocol/record.js';
 import { BLOCK_RECORD_EXTRA, blockLeftOut, blockRecordAt, blockRecordCostAt, decodeBlockRecord } from './block-records.js';
 import { decodeOwnRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } from './record-codec.js';
 import type { ReplyWriter, WireFormat } from './reply-writer.js';
+import type { FramePool } from './frame-pool.js';
 import type { BudgetedCache, TailCacheBudget } from './tail-cache-budget.js';
 
 /**
@@ -26,7 +27,7 @@ function chunkCost(c: CacheChunk): number {
 }
 
 /** What an evicted chunk's slot holds until `compact` drops it. */
-const EVICTED: CacheChunk = { buf: Buffer.alloc(0), base: -1, count: 0, starts: [0], flags: -1, headerless: false };
+const EVICTED: CacheChunk = { buf: Buffer.alloc(0), base: -1, count: 0, starts: [0], flags: -1, headerless: false, pooled: false };
 
 /**
  * A run of cached writes: `buf` as written, record i at starts[i] .. starts[i + 1]. Writes that follow
@@ -50,6 +51,8 @@ interface CacheChunk {
    * each record without reading its bytes.
    */
   headerless: boolean;
+  /** `buf` is frame-pool memory this chunk holds (FramePool.retain), let go when the chunk leaves. */
+  pooled: boolean;
 }
 
 /** Record i of the block chunk `c`, as block-records.ts reads it. */
@@ -158,7 +161,13 @@ export class TailCache implements BudgetedCache {
   constructor(
     private readonly maxBytes: number,
     private readonly budget?: TailCacheBudget,
+    private readonly frames?: FramePool,
   ) {}
+
+  /** A chunk leaves the cache: its hold on frame-pool memory ends (queued replies pinned their own). */
+  private letGo(c: CacheChunk): void {
+    if (c.pooled) this.frames!.release(c.buf);
+  }
 
   /**
    * What the broker-wide budget is charged: every buffer a cached record keeps alive, whole (the writer
@@ -204,15 +213,22 @@ export class TailCache implements BudgetedCache {
   /**
    * Caches the records of one write: `starts` holds each record's position in `buf`, then the end. With
    * `flags` (>= 0), the records of one append block (their wire records' positions, then the block's end).
+   * `handOver`: `buf` is a frame the pool lent (a block stamped in place) whose caller lets go of it here,
+   * after the cache took its own hold.
    */
-  append(buf: Buffer, base: number, starts: number[], flags = -1, headerless = false): void {
+  append(buf: Buffer, base: number, starts: number[], flags = -1, headerless = false, handOver = false): void {
     const count = starts.length - 1;
-    if (this.maxBytes <= 0 || count <= 0) return;
+    const pooled = handOver && this.frames?.lent(buf) === true;
+    if (this.maxBytes <= 0 || count <= 0) {
+      if (pooled) this.frames!.release(buf);
+      return;
+    }
     if (!this.empty && base !== this.end) this.clear();
     const last = this.empty ? undefined : this.chunks[this.chunks.length - 1];
     if (
       last !== undefined &&
       flags < 0 &&
+      !pooled &&
       last.flags < 0 &&
       last.buf.buffer === buf.buffer &&
       last.buf.byteOffset + last.starts[last.count] === buf.byteOffset + starts[0]
@@ -225,7 +241,8 @@ export class TailCache implements BudgetedCache {
       last.buf = Buffer.from(buf.buffer, last.buf.byteOffset, last.starts[last.count]);
       this.held += chunkCost(last);
     } else {
-      const chunk = { buf, base, count, starts, flags, headerless: headerless && flags >= 0 };
+      // The frame's hold passes to the chunk (handOver): nothing between them to let go of.
+      const chunk = { buf, base, count, starts, flags, headerless: headerless && flags >= 0, pooled };
       this.chunks.push(chunk);
       this.held += chunkCost(chunk);
     }
@@ -276,6 +293,7 @@ export class TailCache implements BudgetedCache {
    * a cache held far more than the budget allowed (1,024 evicted writes per partition).
    */
   private dropHead(): void {
+    this.letGo(this.chunks[this.head]);
     this.held -= chunkCost(this.chunks[this.head]);
     this.chunks[this.head] = EVICTED;
     this.head++;
@@ -309,6 +327,8 @@ export class TailCache implements BudgetedCache {
         i = 0;
       }
       if (c.base + i >= limit) break;
+      // Records decoded here are views its callers may keep: frame-pool memory is read from the files instead.
+      if (c.pooled) return null;
       const size = readCost(c, i);
       if (out.length > 0 && bytes + size > maxBytes) break;
       const r = c.flags < 0 ? decodeOwnRecord(c.buf, c.starts[i]) : decodeBlockRecord(c.buf, blockRecordOf(c, i), c.flags);
@@ -395,7 +415,8 @@ export class TailCache implements BudgetedCache {
           // reply buffers).
           writer.viewRun!(src, pos, e);
           if (at > from) parts.push(buf.subarray(from, at));
-          parts.push(src.subarray(pos, e));
+          // Frame-pool memory is held for the reply until its socket wrote it (writeReplyBody unpins it).
+          parts.push(c.pooled ? this.frames!.pin(src, pos, e) : src.subarray(pos, e));
           from = at;
         } else at = writer.blockRun(src, pos, e, buf, at);
         valueBytes += writer.valueLength;
@@ -425,6 +446,7 @@ export class TailCache implements BudgetedCache {
       const keep = Math.max(from, offset - c.base);
       this.bytes -= c.starts[c.count] - c.starts[keep];
       if (keep === from) {
+        this.letGo(c);
         this.chunks.pop();
         this.held -= chunkCost(c);
         if (last === this.head) this.first = 0;
@@ -456,6 +478,7 @@ export class TailCache implements BudgetedCache {
   }
 
   clear(): void {
+    for (let k = this.head; k < this.chunks.length; k++) this.letGo(this.chunks[k]);
     this.chunks = [];
     this.head = 0;
     this.first = 0;

@@ -1,0 +1,122 @@
+/**
+ * Produce frames assembled from several socket reads live in memory the broker uses again
+ * (src/storage/frame-pool.ts; docs/architecture.md, "Broker", frame memory): the tail cache keeps a block
+ * stamped in place in its frame's memory, and a CONSUME reply with record_extensions_v1 goes out as views
+ * of it. A client that stops reading keeps its queued replies' views while later produces push their
+ * frames out of the cache and new frames are assembled in freed memory; it then reads every reply byte for
+ * byte as built. Freeing a frame when the cache lets go of it, not when the last reply viewing it is
+ * written, makes the stalled client read the later frames' records.
+ */
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Batch, decodeBatch } from 'tributary-protocol/batch.js';
+import { FrameDecoder, encodeFrame } from 'tributary-protocol/frame.js';
+import { BrokerProcess } from '../helpers/launcher.js';
+import { until } from '../helpers/util.js';
+
+const PER_FRAME = 100; // about 103 KB a produce frame: more than a socket read, so assembled in frame memory
+const FIRST = 20; // frames the stalled client's replies view
+const LATER = 80; // frames produced while it stalls: about 8 MB, twice the tail cache
+const PER_REPLY = 500;
+const SLOW_REPLIES = 40; // about 20 MB: more than the socket buffers and the broker's 16 MiB of pending replies
+
+function valueFor(offset: number): Buffer {
+  const head = `record ${offset} `;
+  return Buffer.from(head + String.fromCharCode(97 + (offset % 26)).repeat(1000 - head.length));
+}
+
+function batchOf(from: number, count: number): Batch {
+  return {
+    topic: 'fm',
+    partition: 0,
+    acks: '1',
+    idempotent: false,
+    firstSequence: 0,
+    lastSequence: 0,
+    records: Array.from({ length: count }, (_, i) => ({
+      offset: 0,
+      sequence: 0,
+      producerId: '',
+      key: null,
+      epoch: -1,
+      value: valueFor(from + i),
+      timestamp: 0,
+      attributes: 0,
+      headers: [],
+    })),
+  };
+}
+
+function checkReply(body: Buffer, from: number): void {
+  const records = decodeBatch(body, { extensions: true }).records;
+  expect(records.length).toBe(PER_REPLY);
+  for (let i = 0; i < records.length; i++) {
+    const r = records[i]!;
+    if (r.offset !== from + i || !r.value.equals(valueFor(from + i))) {
+      throw new Error(`reply for offset ${from}: record ${i} is offset ${r.offset} with value "${r.value.subarray(0, 20).toString()}..."`);
+    }
+  }
+}
+
+async function metric(broker: BrokerProcess, re: RegExp): Promise<number> {
+  const m = re.exec((await broker.health('/metrics')).body);
+  return m ? Number(m[1]) : 0;
+}
+
+describe('frame memory', () => {
+  let broker: BrokerProcess;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1', '--flush', 'os', '--tail-cache-bytes', String(4 * 1024 * 1024)] });
+  }, 60_000);
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  it('a stalled reader keeps the frames its queued replies view while later frames reuse freed ones', async () => {
+    const c = await broker.connect();
+    const slow = net.connect({ host: '127.0.0.1', port: broker.port });
+    const connected = new Promise<void>((resolve, reject) => slow.once('connect', resolve).once('error', reject));
+    try {
+      await c.command('CREATE', { topic: 'fm', partitions: 1 });
+      for (let f = 0; f < FIRST; f++) await c.produceBatch(batchOf(f * PER_FRAME, PER_FRAME));
+      expect(await metric(broker, /^tributary_frame_memory_reused_total (\d+)/m)).toBe(0);
+
+      await connected;
+      const slowDecoder = new FrameDecoder();
+      const slowReplies: Buffer[] = [];
+      slow.on('data', (d: Buffer) => {
+        for (const body of slowDecoder.push(d)) slowReplies.push(Buffer.from(body));
+      });
+      // With record extensions, replies from the tail cache are views of the frames' memory.
+      slow.write(encodeFrame('NEGOTIATE version=1 features=record_extensions_v1'));
+      await until(() => slowReplies.length === 1, 10_000, 'the negotiation reply');
+      expect(slowReplies.shift()!.toString()).toContain('record_extensions_v1');
+      slow.pause();
+      const slowOffsets = Array.from({ length: SLOW_REPLIES }, (_, k) => (k * 50) % (FIRST * PER_FRAME - PER_REPLY));
+      slow.write(Buffer.concat(slowOffsets.map((o) => encodeFrame(`CONSUME topic=fm partition=0 offset=${o} batch=${PER_REPLY} max_bytes=1000000`))));
+      const out = /^tributary_records_out_total\{topic="fm"\} (\d+)/m;
+      await until(async () => (await metric(broker, out)) >= 30 * PER_REPLY, 20_000, 'replies for the stalled client');
+
+      // Later frames push the first out of the tail cache; new frames are assembled in the memory of those
+      // no reply views.
+      for (let f = FIRST; f < FIRST + LATER; f++) await c.produceBatch(batchOf(f * PER_FRAME, PER_FRAME));
+      expect(await metric(broker, /^tributary_frame_memory_reused_total (\d+)/m)).toBeGreaterThan(0);
+
+      slow.resume();
+      await until(() => slowReplies.length === SLOW_REPLIES, 20_000, 'the stalled client reads its replies');
+      for (let k = 0; k < SLOW_REPLIES; k++) checkReply(slowReplies[k]!, slowOffsets[k]!);
+
+      // And the log holds every record as produced, the reused frames' among them.
+      for (let from = 0; from < (FIRST + LATER) * PER_FRAME; from += PER_REPLY) {
+        const batch = await c.consume({ topic: 'fm', partition: 0, offset: from, batch: PER_REPLY, max_bytes: 1_000_000 });
+        expect(batch.records.map((r) => r.offset)).toEqual(Array.from({ length: PER_REPLY }, (_, i) => from + i));
+        for (const r of batch.records) if (!r.value.equals(valueFor(r.offset))) throw new Error(`offset ${r.offset} holds another record's value`);
+      }
+    } finally {
+      slow.destroy();
+      await c.close();
+    }
+  }, 90_000);
+});
