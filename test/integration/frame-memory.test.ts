@@ -5,7 +5,8 @@
  * of it. A client that stops reading keeps its queued replies' views while later produces push their
  * frames out of the cache and new frames are assembled in freed memory; it then reads every reply byte for
  * byte as built. Freeing a frame when the cache lets go of it, not when the last reply viewing it is
- * written, makes the stalled client read the later frames' records.
+ * written, makes the stalled client read the later frames' records. Under the journal (which writes a
+ * frame's bytes after its append) no frame's memory is used again.
  */
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -116,6 +117,35 @@ describe('frame memory', () => {
       }
     } finally {
       slow.destroy();
+      await c.close();
+    }
+  }, 90_000);
+});
+
+describe('frame memory under the journal', () => {
+  let broker: BrokerProcess;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1', '--journal', 'true', '--tail-cache-bytes', String(4 * 1024 * 1024)] });
+  }, 60_000);
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  it('never lends a frame again: the journal may still have its bytes to write', async () => {
+    const c = await broker.connect();
+    try {
+      await c.command('CREATE', { topic: 'fm', partitions: 1 });
+      const frames = 60; // about 6 MB: the tail cache lets go of the first ones
+      for (let f = 0; f < frames; f++) await c.produceBatch(batchOf(f * PER_FRAME, PER_FRAME));
+      expect(await metric(broker, /^tributary_frame_memory_reused_total (\d+)/m)).toBe(0);
+      for (let from = 0; from < frames * PER_FRAME; from += PER_REPLY) {
+        const batch = await c.consume({ topic: 'fm', partition: 0, offset: from, batch: PER_REPLY, max_bytes: 1_000_000 });
+        expect(batch.records.length).toBe(PER_REPLY);
+        for (const r of batch.records) if (!r.value.equals(valueFor(r.offset))) throw new Error(`offset ${r.offset} holds another record's value`);
+      }
+    } finally {
       await c.close();
     }
   }, 90_000);

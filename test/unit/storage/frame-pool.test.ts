@@ -38,12 +38,30 @@ describe('FramePool', () => {
     expect(pool.pooledBytes).toBe(0);
   });
 
-  it('keeps at most maxFreeBytes for later frames', () => {
+  it('keeps at most maxFreeBytes for later frames, starting again when full, and serves a frame a grain smaller', () => {
     const pool = new FramePool(100_000);
     const frames = [pool.take(40_000), pool.take(40_000), pool.take(40_000)];
-    for (const f of frames) pool.release(f);
-    expect(pool.pooledBytes).toBe(2 * frames[0]!.buffer.byteLength);
-    expect(pool.take(40_000).buffer).toBe(frames[1]!.buffer);
+    pool.release(frames[0]!);
+    pool.release(frames[1]!);
+    expect(pool.pooledBytes).toBe(2 * 40_960);
+    // A third would pass the bound: what was kept goes (it may be sizes nobody asks for any more).
+    pool.release(frames[2]!);
+    expect(pool.pooledBytes).toBe(40_960);
+    expect(pool.take(40_000).buffer).toBe(frames[2]!.buffer);
+    const larger = pool.take(41_000);
+    expect(larger.buffer.byteLength).toBe(41_984);
+    pool.release(larger);
+    const again = pool.take(40_000);
+    expect(again.buffer).toBe(larger.buffer);
+    // Two grains smaller is not served from it: the frame's buffer would be too large to cache in place.
+    pool.release(again);
+    expect(pool.take(40_000 - 2048).buffer).not.toBe(larger.buffer);
+    expect(pool.pooledBytes).toBe(41_984);
+    // Memory above the bound is never kept.
+    const small = new FramePool(20_000);
+    const f = small.take(30_000);
+    small.release(f);
+    expect(small.pooledBytes).toBe(0);
   });
 
   it('pins views for replies: each lets go once, only what pin made', () => {
@@ -90,17 +108,19 @@ describe('the tail cache holding frame memory', () => {
     writer.finish(r.buf, r.at, r.count, END);
     const view = r.parts!.find((p) => p.buffer === a.buf.buffer)!;
     expect(pool.pins([view])).toBe(true);
+    const bytes = Buffer.from(view);
     // The next block pushes the first out of the cache: the reply's view still holds its memory.
     const b = pooledBlock(pool, 3, [6000, 6000, 6000], 0x42);
     cache.append(b.buf, 3, b.starts, b.buf[9], false, true);
-    expect(cache.read(0, 6, 10, 1 << 20)).toBeNull();
+    expect(cache.readWire(0, 6, 10, 1 << 20, W, writer)).toBeNull();
     expect(pool.lent(a.buf)).toBe(true);
+    // A new frame of the same size does not get the memory the queued reply views, nor overwrite its bytes.
     expect(pooledBlock(pool, 6, [6000, 6000, 6000], 0).buf.buffer).not.toBe(a.buf.buffer);
-    const bytes = Buffer.from(view);
+    expect(view.equals(bytes)).toBe(true);
     pool.unpin(r.parts!);
     expect(pool.lent(a.buf)).toBe(false);
-    expect(view.equals(bytes)).toBe(true);
     expect(pooledBlock(pool, 6, [6000, 6000, 6000], 0).buf.buffer).toBe(a.buf.buffer);
+    expect(view.equals(bytes)).toBe(false);
   });
 
   it('lets go on truncation and clear, at once when the cache is off, and never without the hand-over (a journaled append)', () => {
@@ -134,7 +154,8 @@ describe('the tail cache holding frame memory', () => {
     const cache = new TailCache(1 << 20, undefined, pool);
     const a = pooledBlock(pool, 0, [6000, 6000, 6000], 1);
     cache.append(a.buf, 0, a.starts, a.buf[9], false, true);
-    expect(cache.read(0, 3, 10, 1 << 20)).toBeNull();
+    expect(cache.read(1, 3, 10, 1 << 20)).toBeNull();
+    expect(cache.readWire(1, 3, 10, 1 << 20, W, replyWriter(undefined, 't', 0, true)!)?.count).toBe(2);
     // The same block in memory of its own is read from the cache.
     const own = new TailCache(1 << 20);
     own.append(a.buf, 0, a.starts, a.buf[9]);

@@ -37,11 +37,12 @@ export class FramePool {
   readonly take = (bytes: number): Buffer => {
     if (bytes < MIN_POOLED_FRAME || bytes > MAX_POOLED_FRAME) return Buffer.allocUnsafe(bytes);
     const size = Math.ceil(bytes / GRAIN) * GRAIN;
-    let ab = this.free.get(size)?.pop();
+    // A buffer one grain larger serves too (frames of a producer vary a little): at most 2 KiB to spare.
+    let ab = this.free.get(size)?.pop() ?? this.free.get(size + GRAIN)?.pop();
     if (ab !== undefined) {
-      this.freeBytes -= size;
+      this.freeBytes -= ab.byteLength;
       this.reused++;
-    } else ab = new ArrayBuffer(size);
+    } else ab = Buffer.allocUnsafeSlow(size).buffer as ArrayBuffer;
     this.holders.set(ab, 1);
     return Buffer.from(ab, 0, bytes);
   };
@@ -70,7 +71,12 @@ export class FramePool {
       return;
     }
     this.holders.delete(ab);
-    if (this.freeBytes + ab.byteLength > this.maxFreeBytes) return;
+    if (ab.byteLength > this.maxFreeBytes) return;
+    if (this.freeBytes + ab.byteLength > this.maxFreeBytes) {
+      // Full: what is kept may be sizes no frame asks for any more (another producer's); start again.
+      this.free.clear();
+      this.freeBytes = 0;
+    }
     let list = this.free.get(ab.byteLength);
     if (list === undefined) this.free.set(ab.byteLength, (list = []));
     list.push(ab);

@@ -170,8 +170,9 @@ export class TailCache implements BudgetedCache {
   }
 
   /**
-   * What the broker-wide budget is charged: every buffer a cached record keeps alive, whole (the writer
-   * allocates them unpooled, so a buffer is all it pins), plus chunkCost's overhead per write.
+   * What the broker-wide budget is charged: every buffer a cached record keeps alive, whole (a frame-pool
+   * buffer holds one frame, any other is the writer's own, so a buffer is all it pins), plus chunkCost's
+   * overhead per write.
    */
   get cost(): number {
     return this.empty ? 0 : this.held;
@@ -409,13 +410,12 @@ export class TailCache implements BudgetedCache {
         const run = Math.min(n - j, c.count - i);
         const e = c.starts[i + run];
         if (parts !== undefined && e - pos >= MIN_VIEW_BYTES) {
-          // Not copied: the reply refers to the cached bytes. They never change once cached (the write arena
-          // never hands out bytes twice; truncateFrom, dropBefore, eviction and clear change only which bytes
-          // are served), so the view stays right while the socket holds it (docs/architecture.md, "Broker",
-          // reply buffers).
+          // Not copied: the reply refers to the cached bytes. They do not change while the socket holds the
+          // view: the write arena never hands out bytes twice, truncateFrom, dropBefore, eviction and clear
+          // change only which bytes are served, and frame-pool memory is held for the reply until its socket
+          // wrote it (writeReplyBody unpins it; docs/architecture.md, "Broker", reply buffers, frame memory).
           writer.viewRun!(src, pos, e);
           if (at > from) parts.push(buf.subarray(from, at));
-          // Frame-pool memory is held for the reply until its socket wrote it (writeReplyBody unpins it).
           parts.push(c.pooled ? this.frames!.pin(src, pos, e) : src.subarray(pos, e));
           from = at;
         } else at = writer.blockRun(src, pos, e, buf, at);
