@@ -10,9 +10,9 @@
  */
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Batch, decodeBatch } from 'tributary-protocol/batch.js';
 import { FrameDecoder, encodeFrame } from 'tributary-protocol/frame.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { batchOf, checkReply, metric, valueFor } from '../helpers/numbered-records.js';
 import { until } from '../helpers/util.js';
 
 const PER_FRAME = 100; // about 103 KB a produce frame: more than a socket read, so assembled in frame memory
@@ -20,49 +20,6 @@ const FIRST = 20; // frames the stalled client's replies view
 const LATER = 80; // frames produced while it stalls: about 8 MB, twice the tail cache
 const PER_REPLY = 500;
 const SLOW_REPLIES = 40; // about 20 MB: more than the socket buffers and the broker's 16 MiB of pending replies
-
-function valueFor(offset: number): Buffer {
-  const head = `record ${offset} `;
-  return Buffer.from(head + String.fromCharCode(97 + (offset % 26)).repeat(1000 - head.length));
-}
-
-function batchOf(from: number, count: number): Batch {
-  return {
-    topic: 'fm',
-    partition: 0,
-    acks: '1',
-    idempotent: false,
-    firstSequence: 0,
-    lastSequence: 0,
-    records: Array.from({ length: count }, (_, i) => ({
-      offset: 0,
-      sequence: 0,
-      producerId: '',
-      key: null,
-      epoch: -1,
-      value: valueFor(from + i),
-      timestamp: 0,
-      attributes: 0,
-      headers: [],
-    })),
-  };
-}
-
-function checkReply(body: Buffer, from: number): void {
-  const records = decodeBatch(body, { extensions: true }).records;
-  expect(records.length).toBe(PER_REPLY);
-  for (let i = 0; i < records.length; i++) {
-    const r = records[i]!;
-    if (r.offset !== from + i || !r.value.equals(valueFor(from + i))) {
-      throw new Error(`reply for offset ${from}: record ${i} is offset ${r.offset} with value "${r.value.subarray(0, 20).toString()}..."`);
-    }
-  }
-}
-
-async function metric(broker: BrokerProcess, re: RegExp): Promise<number> {
-  const m = re.exec((await broker.health('/metrics')).body);
-  return m ? Number(m[1]) : 0;
-}
 
 describe('frame memory', () => {
   let broker: BrokerProcess;
@@ -81,7 +38,7 @@ describe('frame memory', () => {
     const connected = new Promise<void>((resolve, reject) => slow.once('connect', resolve).once('error', reject));
     try {
       await c.command('CREATE', { topic: 'fm', partitions: 1 });
-      for (let f = 0; f < FIRST; f++) await c.produceBatch(batchOf(f * PER_FRAME, PER_FRAME));
+      for (let f = 0; f < FIRST; f++) await c.produceBatch(batchOf('fm', f * PER_FRAME, PER_FRAME));
       expect(await metric(broker, /^tributary_frame_memory_reused_total (\d+)/m)).toBe(0);
 
       await connected;
@@ -102,12 +59,12 @@ describe('frame memory', () => {
 
       // Later frames push the first out of the tail cache; new frames are assembled in the memory of those
       // no reply views.
-      for (let f = FIRST; f < FIRST + LATER; f++) await c.produceBatch(batchOf(f * PER_FRAME, PER_FRAME));
+      for (let f = FIRST; f < FIRST + LATER; f++) await c.produceBatch(batchOf('fm', f * PER_FRAME, PER_FRAME));
       expect(await metric(broker, /^tributary_frame_memory_reused_total (\d+)/m)).toBeGreaterThan(0);
 
       slow.resume();
       await until(() => slowReplies.length === SLOW_REPLIES, 20_000, 'the stalled client reads its replies');
-      for (let k = 0; k < SLOW_REPLIES; k++) checkReply(slowReplies[k]!, slowOffsets[k]!);
+      for (let k = 0; k < SLOW_REPLIES; k++) checkReply(slowReplies[k]!, slowOffsets[k]!, PER_REPLY, true);
 
       // And the log holds every record as produced, the reused frames' among them.
       for (let from = 0; from < (FIRST + LATER) * PER_FRAME; from += PER_REPLY) {
@@ -138,7 +95,7 @@ describe('frame memory under the journal', () => {
     try {
       await c.command('CREATE', { topic: 'fm', partitions: 1 });
       const frames = 60; // about 6 MB: the tail cache lets go of the first ones
-      for (let f = 0; f < frames; f++) await c.produceBatch(batchOf(f * PER_FRAME, PER_FRAME));
+      for (let f = 0; f < frames; f++) await c.produceBatch(batchOf('fm', f * PER_FRAME, PER_FRAME));
       expect(await metric(broker, /^tributary_frame_memory_reused_total (\d+)/m)).toBe(0);
       for (let from = 0; from < frames * PER_FRAME; from += PER_REPLY) {
         const batch = await c.consume({ topic: 'fm', partition: 0, offset: from, batch: PER_REPLY, max_bytes: 1_000_000 });

@@ -7,61 +7,17 @@
  */
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Batch, decodeBatch } from 'tributary-protocol/batch.js';
 import { FrameDecoder, encodeFrame } from 'tributary-protocol/frame.js';
 import { BrokerProcess } from '../helpers/launcher.js';
+import { batchOf, checkReply, metric } from '../helpers/numbered-records.js';
 import { until } from '../helpers/util.js';
 
 const RECORDS = 3000; // about 3.2 MB stored: all of it in the partition's tail cache, which writes the replies
 const PER_REPLY = 500; // about 520 KB a reply, in a pooled 768 KiB buffer
 const SLOW_REPLIES = 40; // about 20 MB: more than the socket buffers and the broker's 16 MiB of pending replies
 
-function valueFor(offset: number): Buffer {
-  const head = `record ${offset} `;
-  return Buffer.from(head + String.fromCharCode(97 + (offset % 26)).repeat(1000 - head.length));
-}
-
-function batchOf(from: number, count: number): Batch {
-  return {
-    topic: 'rb',
-    partition: 0,
-    acks: '1',
-    idempotent: false,
-    firstSequence: 0,
-    lastSequence: 0,
-    records: Array.from({ length: count }, (_, i) => ({
-      offset: 0,
-      sequence: 0,
-      producerId: '',
-      key: null,
-      epoch: -1,
-      value: valueFor(from + i),
-      timestamp: 0,
-      attributes: 0,
-      headers: [],
-    })),
-  };
-}
-
-/** Offsets the reply asked for at `from` must hold: PER_REPLY records from it, each with its own value. */
-function checkReply(body: Buffer, from: number): void {
-  const records = decodeBatch(body).records;
-  expect(records.length).toBe(PER_REPLY);
-  for (let i = 0; i < records.length; i++) {
-    const r = records[i]!;
-    if (r.offset !== from + i || !r.value.equals(valueFor(from + i))) {
-      throw new Error(`reply for offset ${from}: record ${i} is offset ${r.offset} with value "${r.value.subarray(0, 20).toString()}..."`);
-    }
-  }
-}
-
 function consume(offset: number): Buffer {
   return encodeFrame(`CONSUME topic=rb partition=0 offset=${offset} batch=${PER_REPLY} max_bytes=1000000`);
-}
-
-async function metric(broker: BrokerProcess, re: RegExp): Promise<number> {
-  const m = re.exec((await broker.health('/metrics')).body);
-  return m ? Number(m[1]) : 0;
 }
 
 describe('reply buffers', () => {
@@ -78,7 +34,7 @@ describe('reply buffers', () => {
   it('a client that stops reading keeps its queued replies intact while another reads from the same pool', async () => {
     const c = await broker.connect();
     await c.command('CREATE', { topic: 'rb', partitions: 1 });
-    for (let from = 0; from < RECORDS; from += 100) await c.produceBatch(batchOf(from, 100));
+    for (let from = 0; from < RECORDS; from += 100) await c.produceBatch(batchOf('rb', from, 100));
     await c.close();
 
     const slowReplies: Buffer[] = [];
@@ -111,13 +67,13 @@ describe('reply buffers', () => {
         const from = (k * 37) % (RECORDS - PER_REPLY);
         fast.write(consume(from));
         while (fastQueue.length === 0) await new Promise<void>((resolve) => (wake = resolve));
-        checkReply(fastQueue.shift()!, from);
+        checkReply(fastQueue.shift()!, from, PER_REPLY);
       }
       expect(await metric(broker, /^tributary_reply_buffers_reused_total (\d+)/m)).toBeGreaterThan(reusedBefore);
 
       slow.resume();
       await until(() => slowReplies.length === SLOW_REPLIES, 20_000, 'the stalled client reads its replies');
-      for (let k = 0; k < SLOW_REPLIES; k++) checkReply(slowReplies[k]!, slowOffsets[k]!);
+      for (let k = 0; k < SLOW_REPLIES; k++) checkReply(slowReplies[k]!, slowOffsets[k]!, PER_REPLY);
     } finally {
       slow.destroy();
       fast.destroy();
