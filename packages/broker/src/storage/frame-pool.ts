@@ -4,14 +4,17 @@
  * keeps (append-block.ts, stampBlockInPlace), so at 1 KiB records every byte received became an ArrayBuffer
  * that lived past two scavenges and only a full collection freed: V8 started one per 64 MiB of it.
  *
- * A lent buffer has holders, counted: the frame itself until its append is written and cached (the log
- * writer lets go, unless the journal still has to write its bytes), the tail cache while a chunk of it is
- * cached, and each CONSUME or STREAM reply that went out as a view of it until its socket wrote it. At zero
- * it is free again. A holder that never lets go (an append refused, a reply dropped unwritten) only leaves
- * the buffer to the garbage collector: the count can err high, never low.
+ * A lent buffer has holders, counted: the frame itself until its append is written and cached as a block
+ * stamped in place (the log writer hands its hold to the tail cache, unless the journal still has to write
+ * its bytes), the tail cache while a chunk of it is cached, and each CONSUME or STREAM reply that went out
+ * as a view of it until its socket wrote it. At zero it is free again. A holder that never lets go (any
+ * other frame, an append refused, a reply dropped unwritten) only leaves the buffer to the garbage
+ * collector: the count can err high, never low.
  */
-/** Frames below this are copied into the write arena, not cached in place (append-block.ts, IN_PLACE_MIN_BYTES). */
-export const MIN_POOLED_FRAME = 16 * 1024;
+import { IN_PLACE_MIN_BYTES } from './append-block.js';
+
+/** Frames below this are copied into the write arena, not cached in place. */
+export const MIN_POOLED_FRAME = IN_PLACE_MIN_BYTES;
 /** Above this a frame is not one block (MAX_APPEND_BLOCK_BYTES) and never stays in the cache as it came. */
 export const MAX_POOLED_FRAME = 1024 * 1024 + 64 * 1024;
 /**

@@ -51,7 +51,7 @@ interface CacheChunk {
    * each record without reading its bytes.
    */
   headerless: boolean;
-  /** `buf` is frame-pool memory this chunk holds (FramePool.retain), let go when the chunk leaves. */
+  /** `buf` is frame-pool memory this chunk holds (the frame's hold, handed over), let go when the chunk leaves. */
   pooled: boolean;
 }
 
@@ -214,8 +214,9 @@ export class TailCache implements BudgetedCache {
   /**
    * Caches the records of one write: `starts` holds each record's position in `buf`, then the end. With
    * `flags` (>= 0), the records of one append block (their wire records' positions, then the block's end).
-   * `handOver`: `buf` is a frame the pool lent (a block stamped in place) whose caller lets go of it here,
-   * after the cache took its own hold.
+   * `handOver`: `buf` is a frame the pool lent (a block stamped in place) whose hold the caller hands to
+   * the cache: the new chunk keeps it, or it is let go at once when nothing is cached. The caller must not
+   * release it too.
    */
   append(buf: Buffer, base: number, starts: number[], flags = -1, headerless = false, handOver = false): void {
     const count = starts.length - 1;
@@ -231,6 +232,7 @@ export class TailCache implements BudgetedCache {
       flags < 0 &&
       !pooled &&
       last.flags < 0 &&
+      !last.pooled &&
       last.buf.buffer === buf.buffer &&
       last.buf.byteOffset + last.starts[last.count] === buf.byteOffset + starts[0]
     ) {
