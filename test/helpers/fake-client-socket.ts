@@ -5,18 +5,26 @@
 import { EventEmitter } from 'node:events';
 import type net from 'node:net';
 import { ClientConnection } from 'tributary-broker/broker/client-connection.js';
+import { type DirectReads, brokerFrameReader } from 'tributary-broker/broker/direct-reads.js';
 import { FrameDecoder } from 'tributary-protocol/frame.js';
 
 /** The broker a ClientConnection runs in (a test fakes the parts it reaches). */
 export type ConnectionBroker = ConstructorParameters<typeof ClientConnection>[1];
 
-/** A ClientConnection on `socket`, admitting every request. */
-export function connectFake(socket: FakeClientSocket, broker: ConnectionBroker): ClientConnection {
+/**
+ * A ClientConnection on `socket`, admitting every request. `reads`: how the bytes given to arrive() reach
+ * it, as 'data' chunks (a TLS connection's) or read into its FrameReader's buffers (a plain TCP one's,
+ * direct-reads.ts).
+ */
+export function connectFake(socket: FakeClientSocket, broker: ConnectionBroker, reads: 'chunks' | 'direct' = 'chunks'): ClientConnection {
+  const direct: DirectReads | undefined = reads === 'direct' ? { reader: brokerFrameReader(broker.config.maxFrameBytes, undefined), onRead: undefined, limit: undefined } : undefined;
+  socket.direct = direct;
   return new ClientConnection(
     socket as unknown as net.Socket,
     broker,
     () => undefined,
     () => {},
+    direct,
   );
 }
 
@@ -27,6 +35,34 @@ export class FakeClientSocket extends EventEmitter {
   readonly written: Buffer[] = [];
   ended = false;
   destroyed = false;
+  /** Set by connectFake for a connection that reads into its FrameReader. */
+  direct: DirectReads | undefined;
+  private paused = false;
+
+  /** Bytes the client sent that a paused direct reader has not read yet (the kernel's buffer). */
+  private unread: Buffer = Buffer.alloc(0);
+
+  /** Bytes from the client: one 'data' chunk, or as many reads as the reader's buffers take (none while paused). */
+  arrive(bytes: Buffer): void {
+    if (!this.direct) {
+      this.emit('data', bytes);
+      return;
+    }
+    this.unread = Buffer.concat([this.unread, bytes]);
+    this.readUnread();
+  }
+
+  private readUnread(): void {
+    const d = this.direct!;
+    while (this.unread.length > 0 && !this.paused && !this.destroyed) {
+      const target = d.reader.buffer(d.limit?.());
+      const n = Math.min(target.length, this.unread.length);
+      this.unread.copy(target, 0, 0, n);
+      this.unread = this.unread.subarray(n);
+      if (d.onRead?.(n) === false) this.paused = true;
+    }
+  }
+
   setNoDelay(): this {
     return this;
   }
@@ -40,9 +76,13 @@ export class FakeClientSocket extends EventEmitter {
   cork(): void {}
   uncork(): void {}
   pause(): this {
+    this.paused = true;
     return this;
   }
   resume(): this {
+    const was = this.paused;
+    this.paused = false;
+    if (was && this.direct) queueMicrotask(() => this.readUnread());
     return this;
   }
   end(): this {

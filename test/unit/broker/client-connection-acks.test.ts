@@ -9,7 +9,7 @@ import { encodeBatch } from 'tributary-protocol/batch.js';
 import { encodeFrame } from 'tributary-protocol/frame.js';
 import { batchRec, until } from '../../helpers/util.js';
 
-describe('ClientConnection: produce acks flagged for TurnWrites', () => {
+describe.each(['chunks', 'direct'] as const)('ClientConnection: produce acks flagged for TurnWrites (%s reads)', (reads) => {
   it('flags the replies of BATCH and PUBLISH as acks, and those of HELP and CONSUME not', async () => {
     const socket = new FakeClientSocket();
     const corks: boolean[] = [];
@@ -25,7 +25,7 @@ describe('ClientConnection: produce acks flagged for TurnWrites', () => {
         },
       },
     } as unknown as ConnectionBroker;
-    connectFake(socket, broker);
+    connectFake(socket, broker, reads);
     const requests: Array<[string, Buffer]> = [
       ['HELP', encodeFrame('HELP')],
       ['BATCH', encodeFrame(encodeBatch({ topic: 'nowhere', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records: [batchRec(Buffer.from('v'))] }))],
@@ -34,7 +34,7 @@ describe('ClientConnection: produce acks flagged for TurnWrites', () => {
     ];
     for (const [name, frame] of requests) {
       const before = corks.length;
-      socket.emit('data', frame);
+      socket.arrive(frame);
       await until(() => corks.length > before, 10_000, `${name}'s reply`);
     }
     expect(corks).toEqual([false, true, false, true]);

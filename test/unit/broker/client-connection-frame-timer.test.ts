@@ -2,7 +2,8 @@
  * The broker connection's frame timer on a fake clock: a frame that starts but does not complete within
  * frameTimeoutMs is answered with request_timeout and the connection closed, counted from its first bytes
  * (steady progress on one frame does not reset it; the next frame's first bytes start its own time); a
- * frame completed in time disarms it. bad-input.test.ts checks the
+ * frame completed in time disarms it; with the bytes as 'data' chunks and read into the connection's
+ * FrameReader (direct-reads.ts). bad-input.test.ts checks the
  * same against a broker process, without timing it.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -11,7 +12,7 @@ import { parseLine } from 'tributary-protocol/command.js';
 
 const FRAME_TIMEOUT_MS = 500;
 
-function open(): FakeClientSocket {
+function open(reads: 'chunks' | 'direct'): FakeClientSocket {
   const socket = new FakeClientSocket();
   const broker = {
     config: {
@@ -25,7 +26,7 @@ function open(): FakeClientSocket {
     metrics: { connectionsRejected: { inc() {} }, pendingRequestBytes: { inc() {}, dec() {} } },
     turnWrites: { corkFor() {} },
   } as unknown as ConnectionBroker;
-  connectFake(socket, broker);
+  connectFake(socket, broker, reads);
   return socket;
 }
 
@@ -42,10 +43,11 @@ afterEach(() => {
   vi.useRealTimers();
 });
 
-describe('frame timer', () => {
+// Bytes as 'data' chunks (TLS connections) and read into the connection's FrameReader (plain TCP).
+describe.each(['chunks', 'direct'] as const)('frame timer (%s)', (reads) => {
   it('answers an incomplete frame with request_timeout and closes the connection frameTimeoutMs after its first bytes', async () => {
-    const s = open();
-    s.emit('data', Buffer.concat([header(100), Buffer.from('PUBLISH topic=seed partition=0 message=')]));
+    const s = open(reads);
+    s.arrive(Buffer.concat([header(100), Buffer.from('PUBLISH topic=seed partition=0 message=')]));
     await vi.advanceTimersByTimeAsync(FRAME_TIMEOUT_MS - 1);
     expect(s.written).toEqual([]);
     expect(s.ended).toBe(false);
@@ -62,13 +64,13 @@ describe('frame timer', () => {
   });
 
   it('does not reset the timer on progress: a frame trickled a byte at a time is cut off frameTimeoutMs after it began', async () => {
-    const s = open();
+    const s = open(reads);
     const frame = Buffer.concat([header(40), Buffer.from('PUBLISH topic=seed partition=0 message=x')]);
     let sent = 0;
-    s.emit('data', frame.subarray(sent, ++sent));
+    s.arrive(frame.subarray(sent, ++sent));
     for (let t = 100; t < FRAME_TIMEOUT_MS; t += 100) {
       await vi.advanceTimersByTimeAsync(100);
-      s.emit('data', frame.subarray(sent, ++sent));
+      s.arrive(frame.subarray(sent, ++sent));
     }
     await vi.advanceTimersByTimeAsync(99);
     expect(s.written).toEqual([]);
@@ -79,11 +81,11 @@ describe('frame timer', () => {
   });
 
   it('disarms the timer when the frame completes in time', async () => {
-    const s = open();
+    const s = open(reads);
     // a keepalive (an empty frame), its header split in two
-    s.emit('data', Buffer.from([0, 0]));
+    s.arrive(Buffer.from([0, 0]));
     await vi.advanceTimersByTimeAsync(FRAME_TIMEOUT_MS - 1);
-    s.emit('data', Buffer.from([0, 0]));
+    s.arrive(Buffer.from([0, 0]));
     await vi.advanceTimersByTimeAsync(10 * FRAME_TIMEOUT_MS);
     expect(s.written).toEqual([]);
     expect(s.ended).toBe(false);
@@ -92,11 +94,11 @@ describe('frame timer', () => {
 
   it('times each frame from its own first bytes: a pipelining client whose reads always end mid-frame is not cut off', async () => {
     // What a broker behind on a busy connection reads: every chunk completes frames and starts the next.
-    const s = open();
-    s.emit('data', Buffer.from([0, 0]));
+    const s = open(reads);
+    s.arrive(Buffer.from([0, 0]));
     for (let t = 0; t < 10 * FRAME_TIMEOUT_MS; t += 100) {
       await vi.advanceTimersByTimeAsync(100);
-      s.emit('data', Buffer.alloc(8));
+      s.arrive(Buffer.alloc(8));
     }
     expect(s.written).toEqual([]);
     expect([s.ended, s.destroyed]).toEqual([false, false]);

@@ -152,3 +152,101 @@ describe('FrameReader', () => {
     expect(reader.buffer().buffer).toBe(target.buffer);
   });
 });
+
+/**
+ * The broker's use: frames taken one at a time when it is ready for them (next()), possibly long after
+ * their bytes came and while reads go on, with a limit on what may be read into a buffer of its own.
+ */
+describe('FrameReader taken one frame at a time', () => {
+  it('hands out every frame in order for arrivals cut anywhere, whenever next() runs', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof(fc.integer({ min: 0, max: 40 }), fc.integer({ min: 60, max: 400 })), { minLength: 1, maxLength: 12 }),
+        fc.array(fc.nat(), { maxLength: 20 }),
+        fc.integer({ min: 1, max: 100 }),
+        fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 30 }),
+        (lengths, cutSeeds, directMin, takes) => {
+          const bodies = lengths.map((len, i) => body(i, len));
+          const stream = Buffer.concat(bodies.map((b) => encodeFrame(b)));
+          const cuts = [...new Set(cutSeeds.map((c) => c % (stream.length + 1)).filter((c) => c > 0 && c < stream.length))].sort((a, b) => a - b);
+          cuts.push(stream.length);
+          let allocated = 0;
+          const reader = new FrameReader(10_000, directMin, 0, (n) => {
+            allocated++;
+            return Buffer.allocUnsafe(n);
+          });
+          const got: Buffer[] = [];
+          let read = 0;
+          let step = 0;
+          // How many frames the caller takes at each point: 0 holds them (the reads go on meanwhile).
+          const take = (): void => {
+            for (let k = takes[step++ % takes.length]!; k > 0; k--) {
+              const f = reader.next();
+              if (f === undefined) return;
+              got.push(f);
+            }
+          };
+          for (const arrived of cuts) {
+            while (read < arrived) {
+              const target = reader.buffer();
+              expect(target.length).toBeGreaterThan(0);
+              // next() between buffer() and the read landing: it must not move what the read lands after.
+              take();
+              const n = Math.min(target.length, arrived - read);
+              stream.copy(target, 0, read, read + n);
+              read += n;
+              reader.wrote(n);
+              take();
+            }
+          }
+          for (let f = reader.next(); f !== undefined; f = reader.next()) got.push(f);
+          expectBodies(got, bodies);
+          expect(reader.pendingBytes).toBe(0);
+          expect(allocated).toBeLessThanOrEqual(bodies.filter((b) => b.length >= directMin).length);
+        },
+      ),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('reads a large frame into its own buffer only within the limit it is given; next() refuses one past it', () => {
+    const allocs: number[] = [];
+    const reader = new FrameReader(1_000_000, 1000, 0, (n) => {
+      allocs.push(n);
+      return Buffer.allocUnsafe(n);
+    });
+    const big = encodeFrame(body(1, 5000));
+    const first = reader.buffer(4000);
+    big.copy(first, 0, 0, 100);
+    reader.wrote(100);
+    // Within 4000 the 5000-byte frame stays in the read buffer, unallocated, and next() refuses it.
+    const second = reader.buffer(4000);
+    expect(allocs).toEqual([]);
+    expect(second.buffer).toBe(first.buffer);
+    expect(() => reader.next(4000)).toThrow(TributaryError);
+    // Once the limit allows it (authenticated), it goes on in a buffer of its own.
+    const third = reader.buffer(1_000_000);
+    expect(allocs).toEqual([5000]);
+    expect(third.length).toBe(5000 - 96);
+    big.copy(third, 0, 100);
+    reader.wrote(third.length);
+    expectBodies([reader.next()!], [body(1, 5000)]);
+  });
+
+  it('small frames held while a large one is read come out before it, and bytes after it after it', () => {
+    const reader = new FrameReader(1_000_000, 1000, 0);
+    const bodies = [body(1, 10), body(2, 20), body(3, 3000), body(4, 30)];
+    const stream = Buffer.concat(bodies.map((b) => encodeFrame(b)));
+    let read = 0;
+    while (read < stream.length) {
+      const target = reader.buffer();
+      const n = Math.min(target.length, stream.length - read, 700);
+      stream.copy(target, 0, read, read + n);
+      read += n;
+      reader.wrote(n); // nothing taken until the end
+    }
+    const got: Buffer[] = [];
+    for (let f = reader.next(); f !== undefined; f = reader.next()) got.push(f);
+    expectBodies(got, bodies);
+  });
+});

@@ -7,6 +7,7 @@ import { encodeFrame } from 'tributary-protocol/frame.js';
 import { formatError } from 'tributary-protocol/command.js';
 import { TributaryError } from 'tributary-protocol/errors.js';
 import { ClientConnection } from './client-connection.js';
+import { type DirectReads, adoptDirectReads, brokerFrameReader } from './direct-reads.js';
 import type { BrokerContext } from './command-context.js';
 import type { BrokerConfig } from '../common/config.js';
 import { type DataDirLock, lockDataDir } from './data-dir-lock.js';
@@ -442,12 +443,16 @@ export class Broker implements BrokerContext {
     // Cluster TLS (docs/operations.md "Securing a cluster"): peers connect to this listener too.
     const peers = this.cluster ? this.cluster.tls : peerTls(c);
     if (files === undefined) {
-      return net.createServer((socket) => {
+      // Accepted paused: the connection reads through its FrameReader once set up (direct-reads.ts).
+      return net.createServer({ pauseOnConnect: true }, (accepted) => {
+        const reads: DirectReads = { reader: brokerFrameReader(c.maxFrameBytes, this.framePool?.take), onRead: undefined, limit: undefined };
+        const adopted = adoptDirectReads(accepted, reads);
+        const socket = adopted ?? accepted.resume();
         // Per-address limit before anything else: a refused client costs one short write.
         const address = socket.remoteAddress ?? '';
         if (!this.perAddress.tryAcquire(address)) return this.refuse(socket, new TributaryError('too_many_connections', { max: c.maxConnectionsPerAddress, per: 'address' }));
         socket.once('close', () => this.perAddress.release(address));
-        this.onConnection(socket);
+        this.onConnection(socket, adopted && reads);
       });
     }
     const server = tls.createServer(
@@ -509,7 +514,7 @@ export class Broker implements BrokerContext {
     return this.state === 'recovering' || this.state === 'failed' ? new TributaryError('not_ready', { reason: this.unreadyReason() }) : new TributaryError('shutting_down');
   }
 
-  private onConnection(socket: net.Socket): void {
+  private onConnection(socket: net.Socket, reads?: DirectReads): void {
     // One limit for both ports (docs/kafka.md): the Kafka listener's connections count here too.
     if (this.connections.size + (this.kafka?.connectionCount ?? 0) >= this.config.maxConnections || this.state === 'stopping' || this.state === 'stopped') {
       const err = this.state === 'stopping' || this.state === 'stopped' ? new TributaryError('shutting_down') : new TributaryError('too_many_connections', { max: this.config.maxConnections });
@@ -519,7 +524,7 @@ export class Broker implements BrokerContext {
     const conn = new ClientConnection(socket, this, (cmd, c, req) => this.admission(cmd) ?? this.security.gate(cmd, c, req), (c) => {
       this.connections.delete(c);
       this.countConnections();
-    });
+    }, reads);
     this.security.attach(conn, socket);
     this.connections.add(conn);
     this.countConnections();

@@ -6,6 +6,7 @@ import { TributaryError } from 'tributary-protocol/errors.js';
 import { FrameDecoder, encodeFrame, frameHeader } from 'tributary-protocol/frame.js';
 import { type BrokerContext, type CommandSpec, type ConnectionContext, type Reply, bodyLength } from './command-context.js';
 import { lookupCommand } from './commands.js';
+import type { DirectReads } from './direct-reads.js';
 import { MAX_FRAME_BEFORE_AUTHENTICATION } from './limits.js';
 import { produceBatch } from './produce-commands.js';
 import { PushStream, type StreamHost } from './push-stream.js';
@@ -37,7 +38,8 @@ export class ClientConnection implements ConnectionContext {
   principal: string | undefined;
   readonly remote: string;
   receivedAt: number | undefined;
-  private readonly decoder: FrameDecoder;
+  /** Splits the frames: a FrameReader fed by direct reads (direct-reads.ts), else a FrameDecoder fed 'data' chunks. */
+  private readonly decoder: { next(max?: number): Buffer | undefined; readonly pendingBytes: number };
   /** Requests started and not yet answered, in request order: each reply is written after every earlier one. */
   private readonly pending: PendingReply[] = [];
   /** Sequence number of the next request started. */
@@ -65,24 +67,38 @@ export class ClientConnection implements ConnectionContext {
     /** Broker state and security gate (authentication, permissions, topic ACLs, rate); `req` is the line or batch body. */
     private readonly admission: (command: string, conn: ClientConnection, req: ReturnType<typeof parseLine> | Buffer) => TributaryError | undefined,
     private readonly onClosed: (c: ClientConnection) => void,
+    reads?: DirectReads,
   ) {
     this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
-    this.decoder = new FrameDecoder(broker.config.maxFrameBytes, broker.framePool?.take);
+    if (reads) {
+      this.decoder = reads.reader;
+      reads.limit = () => (this.broker.security?.beforeAuthentication(this) === true ? MAX_FRAME_BEFORE_AUTHENTICATION : broker.config.maxFrameBytes);
+      reads.onRead = (n) => {
+        if (this.unframed) return false;
+        this.budget.read(n);
+        reads.reader.wrote(n);
+        this.pump();
+        return true;
+      };
+    } else {
+      const chunks = new FrameDecoder(broker.config.maxFrameBytes, broker.framePool?.take);
+      this.decoder = chunks;
+      socket.on('data', (chunk: Buffer) => this.onData(chunks, chunk));
+    }
     this.budget = new RequestBudget(broker.metrics.pendingRequestBytes);
     socket.setNoDelay(true);
     socket.setTimeout(broker.config.idleTimeoutMs, () => {
       if (!this.stream) this.destroy('idle timeout');
     });
-    socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('drain', () => this.onDrain());
     socket.on('error', () => {});
     socket.on('close', () => this.onClose());
   }
 
-  private onData(chunk: Buffer): void {
+  private onData(chunks: FrameDecoder, chunk: Buffer): void {
     if (this.unframed) return;
     this.budget.read(chunk.length);
-    this.decoder.append(chunk);
+    chunks.append(chunk);
     this.pump();
   }
 
