@@ -1,9 +1,9 @@
 /**
- * Produce frames assembled from several socket reads live in memory the broker uses again
+ * Produce frames of 16 KiB or more are read into memory the broker uses again
  * (src/storage/frame-pool.ts; docs/architecture.md, "Broker", frame memory): the tail cache keeps a block
  * stamped in place in its frame's memory, and a CONSUME reply with record_extensions_v1 goes out as views
  * of it. A client that stops reading keeps its queued replies' views while later produces push their
- * frames out of the cache and new frames are assembled in freed memory; it then reads every reply byte for
+ * frames out of the cache and new frames are read into freed memory; it then reads every reply byte for
  * byte as built. Freeing a frame when the cache lets go of it, not when the last reply viewing it is
  * written, makes the stalled client read the later frames' records. Under the journal (which writes a
  * frame's bytes after its append) no frame's memory is used again.

@@ -136,7 +136,7 @@ export function registerReplyBufferMetrics(registry: client.Registry, pool: Repl
 export function registerFramePoolMetrics(registry: client.Registry, pool: FramePool): void {
   new client.Gauge({
     name: 'tributary_frame_memory_pool_bytes',
-    help: 'Unused memory kept for request frames of 16 KiB to about 1 MiB assembled from several socket reads (at most 32 MiB)',
+    help: 'Unused memory kept for request frames of 16 KiB to about 1 MiB (at most 32 MiB)',
     registers: [registry],
     collect() {
       this.set(pool.pooledBytes);
@@ -145,7 +145,7 @@ export function registerFramePoolMetrics(registry: client.Registry, pool: FrameP
   let counted = 0;
   new client.Counter({
     name: 'tributary_frame_memory_reused_total',
-    help: 'Request frames assembled in memory an earlier frame had used',
+    help: 'Request frames read into memory an earlier frame had used',
     registers: [registry],
     collect() {
       this.inc(pool.reused - counted);
