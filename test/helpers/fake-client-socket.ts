@@ -19,6 +19,8 @@ export type ConnectionBroker = ConstructorParameters<typeof ClientConnection>[1]
 export function connectFake(socket: FakeClientSocket, broker: ConnectionBroker, reads: 'chunks' | 'direct' = 'chunks'): ClientConnection {
   const direct: DirectReads | undefined = reads === 'direct' ? { reader: brokerFrameReader(broker.config.maxFrameBytes, undefined), onRead: undefined, limit: undefined } : undefined;
   socket.direct = direct;
+  // As Node does when the socket is made: the first read's buffer, before the connection exists.
+  socket.target = direct?.reader.buffer(0);
   return new ClientConnection(
     socket as unknown as net.Socket,
     broker,
@@ -37,6 +39,8 @@ export class FakeClientSocket extends EventEmitter {
   destroyed = false;
   /** Set by connectFake for a connection that reads into its FrameReader. */
   direct: DirectReads | undefined;
+  /** Where the next read lands: what the reader's buffer() gave after the last read, as Node keeps it. */
+  target: Buffer | undefined;
   private paused = false;
 
   /** Bytes the client sent that a paused direct reader has not read yet (the kernel's buffer). */
@@ -55,11 +59,14 @@ export class FakeClientSocket extends EventEmitter {
   private readUnread(): void {
     const d = this.direct!;
     while (this.unread.length > 0 && !this.paused && !this.destroyed) {
-      const target = d.reader.buffer(d.limit?.());
+      const target = this.target!;
       const n = Math.min(target.length, this.unread.length);
       this.unread.copy(target, 0, 0, n);
       this.unread = this.unread.subarray(n);
-      if (d.onRead?.(n) === false) this.paused = true;
+      const more = d.onRead?.(n) ?? false;
+      // Node asks for the next read's buffer after each read, whatever the callback returned.
+      this.target = d.reader.buffer(d.limit?.() ?? 0);
+      if (!more) this.paused = true;
     }
   }
 

@@ -30,10 +30,12 @@ export class FrameReader {
   private start = 0;
   private end = 0;
   /**
-   * Frames complete and not handed out that come before the bytes of `buf`: a large body once read, and
-   * the small frames copied out ahead of it when its reading began.
+   * Frames complete and not handed out that come before the bytes of `buf`, from `readyAt` on: a large
+   * body once read, and the small frames copied out ahead of it when its reading began.
    */
   private readonly ready: Buffer[] = [];
+  private readyAt = 0;
+  private readyBytes = 0;
   /** The large frame being read into directly, and how much of it has come (`buf` is empty meanwhile). */
   private body: Buffer | undefined;
   private filled = 0;
@@ -50,6 +52,12 @@ export class FrameReader {
     readBufferBytes = 64 * 1024,
     /** Memory for a large body (the broker's frame pool, docs/architecture.md "Broker"). */
     private readonly alloc: (bytes: number) => Buffer = Buffer.allocUnsafe,
+    /**
+     * The largest body given its buffer as soon as its header came: one that declares more grows the read
+     * buffer as its bytes come, so what a peer that sends only headers makes this side allocate stays
+     * bounded (the broker's, whose clients are not trusted; its frames are at most 1 MiB or so).
+     */
+    private readonly directMax = Number.POSITIVE_INFINITY,
   ) {
     // Room for any small frame whole, so one that straddles reads can always be finished in place.
     this.baseBytes = Math.max(readBufferBytes, directMin + 4);
@@ -58,16 +66,14 @@ export class FrameReader {
 
   /** Bytes read and not handed out as frames yet (complete ones included). */
   get pendingBytes(): number {
-    let n = this.end - this.start + (this.body ? 4 + this.filled : 0);
-    for (const f of this.ready) n += 4 + f.length;
-    return n;
+    return this.end - this.start + (this.body ? 4 + this.filled : 0) + this.readyBytes;
   }
 
   /**
    * Where the next read must land, never empty; valid until the next wrote(). `limit` (at most the
    * maximum) is the largest frame that may be read into a buffer of its own now: a caller whose limit
    * depends on what the frames before did (before authentication) passes its current one, and a larger
-   * frame stays in the read buffer until next() refuses it.
+   * frame stays in the read buffer until next() refuses it; 0 while the caller reads no more (held).
    */
   buffer(limit = this.maxFrameBytes): Buffer {
     if (this.body) return this.body.subarray(this.filled);
@@ -82,9 +88,11 @@ export class FrameReader {
         p += 4 + len;
         continue;
       }
-      if (len >= this.directMin && len <= Math.min(limit, this.maxFrameBytes)) return this.direct(p, len);
-      // A frame next() will refuse needs room for a read, not for itself: reading stops once it is refused.
-      need = len >= this.directMin ? this.end - p + 1 : 4 + len;
+      const allowed = len <= Math.min(limit, this.maxFrameBytes);
+      if (allowed && len >= this.directMin && len <= this.directMax) return this.direct(p, len);
+      // A large frame not read directly grows the read buffer as its bytes come; one next() will refuse
+      // needs room for a read, not for itself: reading stops once it is refused.
+      need = len < this.directMin ? 4 + len : this.end - p + (allowed ? MIN_ROOM : 1);
       break;
     }
     if (this.headerOnly && this.end - this.start < 4 && this.start + 4 <= buf.length) return buf.subarray(this.end, this.start + 4);
@@ -109,7 +117,7 @@ export class FrameReader {
   private direct(p: number, len: number): Buffer {
     while (this.start < p) {
       const n = this.buf.readUInt32BE(this.start);
-      this.ready.push(this.copyOut(this.start + 4, n));
+      this.pushReady(this.copyOut(this.start + 4, n));
       this.start += 4 + n;
     }
     const body = this.alloc(len);
@@ -126,7 +134,7 @@ export class FrameReader {
     if (this.body) {
       this.filled += n;
       if (this.filled < this.body.length) return;
-      this.ready.push(this.body);
+      this.pushReady(this.body);
       this.body = undefined;
       this.filled = 0;
       this.headerOnly = true;
@@ -143,10 +151,15 @@ export class FrameReader {
    */
   next(max = this.maxFrameBytes): Buffer | undefined {
     const limit = Math.min(max, this.maxFrameBytes);
-    const first = this.ready[0];
+    const first = this.ready[this.readyAt];
     if (first !== undefined) {
       if (first.length > limit) throw new TributaryError('frame_too_large', { max: limit, declared: first.length });
-      this.ready.shift();
+      this.ready[this.readyAt++] = EMPTY;
+      this.readyBytes -= 4 + first.length;
+      if (this.readyAt === this.ready.length) {
+        this.ready.length = 0;
+        this.readyAt = 0;
+      }
       return first;
     }
     if (this.body || this.end - this.start < 4) return undefined;
@@ -164,6 +177,11 @@ export class FrameReader {
     const frames: Buffer[] = [];
     for (let f = this.next(); f !== undefined; f = this.next()) frames.push(f);
     return frames;
+  }
+
+  private pushReady(frame: Buffer): void {
+    this.ready.push(frame);
+    this.readyBytes += 4 + frame.length;
   }
 
   private copyOut(at: number, len: number): Buffer {

@@ -6,6 +6,7 @@
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type DirectReads, DIRECT_READ_MIN_BROKER, adoptDirectReads, brokerFrameReader } from 'tributary-broker/broker/direct-reads.js';
+import { MAX_POOLED_FRAME } from 'tributary-broker/storage/frame-pool.js';
 import { encodeFrame } from 'tributary-protocol/frame.js';
 
 function body(i: number, len: number): Buffer {
@@ -19,23 +20,40 @@ afterEach(() => {
   for (const o of open.splice(0)) (o instanceof net.Server ? o.close() : o.destroy());
 });
 
-/** A server whose connections are adopted; `frames` gets what each reads, `allocs` the sizes read into buffers of their own. */
-async function server(): Promise<{ srv: net.Server; port: number; frames: Buffer[]; allocs: number[]; adopted: net.Socket[] }> {
+interface Alloc {
+  bytes: number;
+  /** Bytes the connection had read when it was made. */
+  readBefore: number;
+  memory: ArrayBuffer;
+}
+
+/**
+ * A server whose connections are adopted; `frames` gets what each reads, `allocs` the buffers it asked
+ * the pool for, `targets` the memory each read was to land in.
+ */
+async function server(): Promise<{ srv: net.Server; port: number; frames: Buffer[]; allocs: Alloc[]; targets: Set<ArrayBufferLike>; adopted: net.Socket[]; read: () => number }> {
   const frames: Buffer[] = [];
-  const allocs: number[] = [];
+  const allocs: Alloc[] = [];
+  const targets = new Set<ArrayBufferLike>();
   const adopted: net.Socket[] = [];
+  let read = 0;
   const srv = net.createServer({ pauseOnConnect: true }, (accepted) => {
-    const reads: DirectReads = {
-      reader: brokerFrameReader(64 * 1024 * 1024, (n) => {
-        allocs.push(n);
-        return Buffer.allocUnsafe(n);
-      }),
-      onRead: undefined,
-      limit: () => 64 * 1024 * 1024,
+    const reader = brokerFrameReader(64 * 1024 * 1024, (n) => {
+      const b = Buffer.allocUnsafe(n);
+      allocs.push({ bytes: n, readBefore: read, memory: b.buffer as ArrayBuffer });
+      return b;
+    });
+    const buffer = reader.buffer.bind(reader);
+    reader.buffer = (limit) => {
+      const b = buffer(limit);
+      targets.add(b.buffer);
+      return b;
     };
+    const reads: DirectReads = { reader, onRead: undefined, limit: () => 64 * 1024 * 1024 };
     const s = adoptDirectReads(accepted, reads);
     if (!s) throw new Error('not adopted');
     reads.onRead = (n) => {
+      read += n;
       reads.reader.wrote(n);
       for (let f = reads.reader.next(); f !== undefined; f = reads.reader.next()) frames.push(f);
       return true;
@@ -45,7 +63,7 @@ async function server(): Promise<{ srv: net.Server; port: number; frames: Buffer
   });
   open.push(srv);
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  return { srv, port: (srv.address() as net.AddressInfo).port, frames, allocs, adopted };
+  return { srv, port: (srv.address() as net.AddressInfo).port, frames, allocs, targets, adopted, read: () => read };
 }
 
 async function connect(port: number): Promise<net.Socket> {
@@ -62,9 +80,9 @@ async function until(cond: () => boolean, what: string): Promise<void> {
 
 describe('adoptDirectReads', () => {
   it('reads every frame of an accepted connection, large ones straight into buffers of their own', async () => {
-    const { port, frames, allocs } = await server();
+    const { port, frames, allocs, targets } = await server();
     const c = await connect(port);
-    const lengths = [10, DIRECT_READ_MIN_BROKER + 1, 0, 300, 1_000_000, DIRECT_READ_MIN_BROKER - 1, 70_000, 5];
+    const lengths = [10, DIRECT_READ_MIN_BROKER + 1, 0, 300, 1_000_000, DIRECT_READ_MIN_BROKER - 1, 70_000, 5, MAX_POOLED_FRAME + 1, 12];
     const bodies = lengths.map((len, i) => body(i, len));
     const stream = Buffer.concat(bodies.map((b) => encodeFrame(b)));
     // Written in uneven pieces, each after the last was taken by the kernel.
@@ -75,8 +93,24 @@ describe('adoptDirectReads', () => {
     }
     await until(() => frames.length === bodies.length, 'every frame');
     for (let i = 0; i < bodies.length; i++) expect(frames[i]!.equals(bodies[i]!), `frame ${i}`).toBe(true);
-    // Every frame of the threshold or more, and no other, had a buffer of its own.
-    expect(allocs.sort((a, b) => a - b)).toEqual(lengths.filter((n) => n >= DIRECT_READ_MIN_BROKER).sort((a, b) => a - b));
+    // Every frame of the threshold or more, and no other, had a buffer of its own, read into directly up
+    // to the frame pool's largest; a larger one was read through the read buffer and copied out whole.
+    const direct = lengths.filter((n) => n >= DIRECT_READ_MIN_BROKER && n <= MAX_POOLED_FRAME);
+    expect(allocs.filter((a) => targets.has(a.memory)).map((a) => a.bytes)).toEqual(direct);
+    const copied = allocs.filter((a) => !targets.has(a.memory));
+    expect(copied.map((a) => a.bytes)).toEqual([MAX_POOLED_FRAME + 1]);
+    const before = lengths.slice(0, lengths.indexOf(MAX_POOLED_FRAME + 1) + 1).reduce((sum, n) => sum + 4 + n, 0);
+    expect(copied[0]!.readBefore).toBeGreaterThanOrEqual(before);
+  });
+
+  it('gives no memory to what a header declares beyond the frame pool\'s largest until its bytes came', async () => {
+    const { port, allocs, read } = await server();
+    const c = await connect(port);
+    const head = Buffer.alloc(4);
+    head.writeUInt32BE(60 * 1024 * 1024, 0);
+    c.write(Buffer.concat([head, Buffer.alloc(100_000, 7)]));
+    await until(() => read() === 100_004, 'the bytes sent');
+    expect(allocs).toEqual([]);
   });
 
   it('carries the server\'s count of connections over, so that close() completes once the adopted socket closed', async () => {

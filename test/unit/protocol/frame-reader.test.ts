@@ -165,16 +165,26 @@ describe('FrameReader taken one frame at a time', () => {
         fc.array(fc.nat(), { maxLength: 20 }),
         fc.integer({ min: 1, max: 100 }),
         fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 30 }),
-        (lengths, cutSeeds, directMin, takes) => {
+        fc.integer({ min: 0, max: 400 }),
+        (lengths, cutSeeds, directMin, takes, above) => {
           const bodies = lengths.map((len, i) => body(i, len));
           const stream = Buffer.concat(bodies.map((b) => encodeFrame(b)));
           const cuts = [...new Set(cutSeeds.map((c) => c % (stream.length + 1)).filter((c) => c > 0 && c < stream.length))].sort((a, b) => a - b);
           cuts.push(stream.length);
-          let allocated = 0;
-          const reader = new FrameReader(10_000, directMin, 0, (n) => {
-            allocated++;
-            return Buffer.allocUnsafe(n);
-          });
+          // Frames longer than directMax grow the read buffer as they come instead.
+          const directMax = directMin + above;
+          const direct: number[] = [];
+          const reader = new FrameReader(
+            10_000,
+            directMin,
+            0,
+            (n) => {
+              const b = Buffer.allocUnsafe(n);
+              direct.push(n);
+              return b;
+            },
+            directMax,
+          );
           const got: Buffer[] = [];
           let read = 0;
           let step = 0;
@@ -202,7 +212,9 @@ describe('FrameReader taken one frame at a time', () => {
           for (let f = reader.next(); f !== undefined; f = reader.next()) got.push(f);
           expectBodies(got, bodies);
           expect(reader.pendingBytes).toBe(0);
-          expect(allocated).toBeLessThanOrEqual(bodies.filter((b) => b.length >= directMin).length);
+          // What was allocated: frames of directMin or more (read into, or copied out whole when above directMax).
+          expect(direct.length).toBeLessThanOrEqual(bodies.filter((b) => b.length >= directMin).length);
+          for (const n of direct) expect(n).toBeGreaterThanOrEqual(directMin);
         },
       ),
       { numRuns: 1000 },

@@ -72,12 +72,21 @@ export class ClientConnection implements ConnectionContext {
     this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
     if (reads) {
       this.decoder = reads.reader;
-      reads.limit = () => (this.broker.security?.beforeAuthentication(this) === true ? MAX_FRAME_BEFORE_AUTHENTICATION : broker.config.maxFrameBytes);
+      // While held, no frame gets a buffer of its own: it would be memory for bytes not read yet.
+      reads.limit = () =>
+        this.closed || this.heldBeforeAuth || this.unframed || this.budget.full ? 0 : this.broker.security?.beforeAuthentication(this) === true ? MAX_FRAME_BEFORE_AUTHENTICATION : broker.config.maxFrameBytes;
       reads.onRead = (n) => {
-        if (this.unframed) return false;
+        if (this.unframed || this.closed) return false;
         this.budget.read(n);
         reads.reader.wrote(n);
-        this.pump();
+        try {
+          this.pump();
+        } catch (err) {
+          // Node would not ask the reader where the next read lands: nothing more may be read.
+          this.broker.logger.error({ remote: this.remote, err: String(err) }, 'failed to handle what a connection sent; closing it');
+          this.destroy('internal_error');
+          return false;
+        }
         return true;
       };
     } else {

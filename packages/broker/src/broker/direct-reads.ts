@@ -13,6 +13,7 @@
  */
 import net from 'node:net';
 import { FrameReader } from 'tributary-protocol/frame-reader.js';
+import { MAX_POOLED_FRAME } from '../storage/frame-pool.js';
 
 /** A large frame read into its own buffer from this size: the frame pool's smallest (frame-pool.ts). */
 export const DIRECT_READ_MIN_BROKER = 16 * 1024;
@@ -25,7 +26,7 @@ export interface DirectReads {
   readonly reader: FrameReader;
   /** `n` bytes landed in the reader's last buffer(); false stops reading. Unset: nothing takes them yet. */
   onRead: ((n: number) => boolean) | undefined;
-  /** The largest frame the connection takes now (before authentication, a small one). */
+  /** The largest frame the connection takes now (before authentication, a small one; 0 while it reads no more). */
   limit: (() => number) | undefined;
 }
 
@@ -56,6 +57,9 @@ export function adoptDirectReads(accepted: net.Socket, reads: DirectReads): net.
     handle,
     readable: true,
     writable: true,
+    // Started once the server's count of connections is moved over: a start that fails destroys the
+    // socket, which must give the count back.
+    manualStart: true,
     onread: {
       buffer: () => reads.reader.buffer(reads.limit?.() ?? 0),
       // Before the connection is set up (or once refused), nothing reads: the bytes wait in the kernel.
@@ -71,10 +75,16 @@ export function adoptDirectReads(accepted: net.Socket, reads: DirectReads): net.
   old._handle = null;
   old.server = null;
   old._server = null;
+  socket.read(0);
   return socket;
 }
 
-/** The FrameReader of a broker connection: large frames into `alloc` (the frame pool). */
+/**
+ * The FrameReader of a broker connection: frames of 16 KiB to about 1 MiB straight into `alloc` (the frame
+ * pool). A larger one is read through the read buffer as its bytes come: a body allocated on its header
+ * alone would let a client that sends only headers make the broker allocate the maximum frame on every
+ * connection.
+ */
 export function brokerFrameReader(maxFrameBytes: number, alloc: ((bytes: number) => Buffer) | undefined): FrameReader {
-  return new FrameReader(maxFrameBytes, DIRECT_READ_MIN_BROKER, READ_BUFFER_BYTES, alloc);
+  return new FrameReader(maxFrameBytes, DIRECT_READ_MIN_BROKER, READ_BUFFER_BYTES, alloc, MAX_POOLED_FRAME);
 }
