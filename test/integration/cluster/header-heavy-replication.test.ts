@@ -30,6 +30,20 @@ function segmentFiles(dataDir: string, topic: string): Array<[string, Buffer]> {
     .map((f) => [f, fs.readFileSync(path.join(p, f))]);
 }
 
+/** The sizes of those files, or none while the directory is not there yet. */
+function segmentSizes(dataDir: string, topic: string): string {
+  const logs = path.join(dataDir, 'logs');
+  const dir = fs.existsSync(logs) ? fs.readdirSync(logs).find((d) => d.startsWith(`${topic}~`)) : undefined;
+  if (!dir) return '';
+  const p = path.join(logs, dir, '0');
+  return fs
+    .readdirSync(p)
+    .filter((f) => f.endsWith('.log'))
+    .sort()
+    .map((f) => `${f}:${fs.statSync(path.join(p, f)).size}`)
+    .join(',');
+}
+
 /**
  * Sends one produce frame to the leader of `topic`[0] and expects it appended. NOT_LEADER is retried at
  * the leader then: leadership may move (the preferred leader taking it back), and a broker whose work
@@ -88,12 +102,16 @@ it('a follower catches up on an append of 11M headers: no object per header on t
     followerGrowth = peakGrowth(follower);
     await follower.kill('SIGCONT');
   }
-  // Caught up: back in the ISR, which needs a fetch at the leader's log end (170). As objects, both
-  // brokers stalled for seconds at a time (leases lost again and again), once for over 120 s.
+  // Caught up: in the ISR with the leader's segment files. The ISR alone does not say it: an append
+  // written within --replica-lag-max-ms leaves the paused follower in it. As objects, both brokers
+  // stalled for seconds at a time (leases lost again and again), once for over 120 s.
   const caughtUp = await c
     .waitFor(
-      'the follower back in the ISR of hh[0], or a broker gone',
-      async () => !alive(leader) || !alive(follower) || (await c.leaderOf('hh', 0)).isr.length === 2,
+      'the follower in the ISR of hh[0] with the leader\'s segments, or a broker gone',
+      async () =>
+        !alive(leader) ||
+        !alive(follower) ||
+        ((await c.leaderOf('hh', 0)).isr.length === 2 && segmentSizes(follower.dataDir, 'hh') === segmentSizes(leader.dataDir, 'hh')),
       90_000,
     )
     .then(
