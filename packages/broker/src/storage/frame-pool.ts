@@ -31,7 +31,7 @@ export class FramePool {
   private readonly pinned = new WeakSet<Buffer>();
   private readonly free = new Map<number, ArrayBuffer[]>();
   private freeBytes = 0;
-  /** Frames assembled in memory an earlier frame had used (tributary_frame_memory_reused_total). */
+  /** Frames given memory an earlier frame had used (tributary_frame_memory_reused_total). */
   reused = 0;
 
   /** `maxFreeBytes`: the most kept while unused; buffers beyond it are left to the garbage collector. */

@@ -34,7 +34,7 @@ export interface LogOptions {
   checkpointHwmOnTimer?: boolean;
   /** The broker-wide bound every partition's tail cache shares (none: only tailCacheBytes bounds this one). */
   tailCacheBudget?: TailCacheBudget;
-  /** Where the broker's connections assemble produce frames: the tail cache holds what it keeps of it (frame-pool.ts). */
+  /** Where the broker's connections read produce frames into: the tail cache holds what it keeps of it (frame-pool.ts). */
   framePool?: FramePool;
   /** Told how long each fsync pass of appends took, in seconds (the broker's fsync histogram). */
   onSync?: (seconds: number) => void;
