@@ -5,11 +5,10 @@
  * callers may keep never see it.
  */
 import { describe, expect, it } from 'vitest';
-import { encodeBatch, scanBatch } from 'tributary-protocol/batch.js';
-import { BLOCK_HEADER_BYTES, blockSize, recordEnd, writeBlockFromWire } from 'tributary-broker/storage/append-block.js';
 import { FramePool, MAX_POOLED_FRAME, MIN_POOLED_FRAME } from 'tributary-broker/storage/frame-pool.js';
 import { replyWriter } from 'tributary-broker/storage/reply-writer.js';
 import { TailCache } from 'tributary-broker/storage/tail-cache.js';
+import { pooledBlock } from '../../helpers/tail-cache.js';
 
 describe('FramePool', () => {
   it('lends only frame sizes a block can be cached in place from, and lends a buffer again once its last holder lets go', () => {
@@ -81,17 +80,6 @@ describe('FramePool', () => {
   });
 });
 
-/** A plain append block of `sizes` 1-byte-filled values written into frame memory from `pool`, as a block stamped in place lies in its frame. */
-function pooledBlock(pool: FramePool, base: number, sizes: number[], fill: number) {
-  const records = sizes.map((size) => ({ key: null, value: Buffer.alloc(size, fill), timestamp: 1, headers: [], offset: 0, attributes: 0, producerId: '', epoch: 0, sequence: 0 }));
-  const batch = scanBatch(encodeBatch({ topic: 't', partition: 0, acks: '1', idempotent: false, firstSequence: 0, lastSequence: 0, records }, { extensions: true }), { extensions: true, request: true });
-  const buf = pool.take(blockSize(batch));
-  const end = writeBlockFromWire(batch, buf, 0, { baseOffset: base, now: 1_700_000_000_000, flags: 0, firstSequence: -1 });
-  const starts: number[] = [];
-  for (let p = BLOCK_HEADER_BYTES, j = 0; j < sizes.length; j++, p = recordEnd(buf, p)) starts.push(p);
-  starts.push(end);
-  return { buf, starts };
-}
 
 const W = { topic: 't', partition: 0, extensions: true, skipControl: false, views: true };
 const END = { nextOffset: 0, highWatermark: 0, logStartOffset: 0 };

@@ -8,6 +8,15 @@ import { decodeOwnRecord, READ_HEADER_COST, storedHeaderCount, USER_ATTR_MASK } 
 import type { ReplyWriter, WireFormat } from './reply-writer.js';
 import type { FramePool } from './frame-pool.js';
 import type { BudgetedCache, TailCacheBudget } from './tail-cache-budget.js';
+import { TailReaders } from './tail-readers.js';
+
+/**
+ * What a cache keeps however little its readers lag: a consumer that starts or takes over a partition a
+ * little behind the others still reads from memory.
+ */
+export const MIN_KEPT_BYTES = 1024 * 1024;
+/** A cache keeps this many times the largest lag its readers read at lately (TailReaders). */
+const READER_MARGIN = 2;
 
 /**
  * What a chunk costs besides the memory its buffer pins, as charged to the broker-wide budget: its Buffer
@@ -162,7 +171,13 @@ export class TailCache implements BudgetedCache {
     private readonly maxBytes: number,
     private readonly budget?: TailCacheBudget,
     private readonly frames?: FramePool,
+    private readonly readers = new TailReaders(),
   ) {}
+
+  /** A read from `offset` of a log ending at `leo` (cached or not): it decides what the cache keeps. */
+  noteRead(offset: number, leo: number): void {
+    this.readers.note(leo - offset);
+  }
 
   /** A chunk leaves the cache: its hold on frame-pool memory ends (queued replies pinned their own). */
   private letGo(c: CacheChunk): void {
@@ -251,8 +266,27 @@ export class TailCache implements BudgetedCache {
     }
     this.bytes += starts[count] - starts[0];
     while (this.bytes > this.maxBytes && !this.empty) this.evictOne();
+    this.trimBehindReaders();
     this.compact();
     this.report(true);
+  }
+
+  /**
+   * Drops whole chunks no recent reader will read (behind twice the largest lag read at lately), keeping
+   * at least MIN_KEPT_BYTES; without a read lately the cache keeps up to its bound, as before any.
+   */
+  private trimBehindReaders(): void {
+    const lag = this.readers.lag;
+    if (lag < 0 || this.empty) return;
+    const keepFrom = this.end - READER_MARGIN * lag;
+    while (!this.empty) {
+      const c = this.chunks[this.head];
+      if (c.base + c.count > keepFrom) return;
+      const rest = c.starts[c.count] - c.starts[this.first];
+      if (this.bytes - rest < MIN_KEPT_BYTES) return;
+      this.bytes -= rest;
+      this.dropHead();
+    }
   }
 
   /**
