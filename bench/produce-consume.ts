@@ -83,6 +83,9 @@ const DEFAULT_WORKLOADS: Array<{ size: number; count: number }> = [
   { size: 100, count: 1_000_000 },
   { size: 1024, count: 200_000 },
 ];
+/** The least default warm-up: this much payload, or MIN_WARMUP_RECORDS if fewer (see parse). */
+const MIN_WARMUP_BYTES = 300_000_000;
+const MIN_WARMUP_RECORDS = 3_000_000;
 
 const USAGE = `usage: bench produce-consume [options]
 
@@ -121,7 +124,7 @@ const USAGE = `usage: bench produce-consume [options]
   --worker-node-args "<a>" node flags for the producer and consumer workers (all clients)
   --warmup <n>             records the measured producer and consumer send and read first, on
                            a topic of their own, before the clock (0: cold processes)
-                                                          [as many as the measured pass]
+                           [as many as the measured pass, at least 300 MB or 3M records]
   --keep-data              keep the broker data dirs and relay files
   --timeout-s <n>          per-run timeout                                        [600]
   --repeat <n>             run each target n times (alternating); ratio of medians  [1]
@@ -197,9 +200,14 @@ function parseOptions(argv: string[]): Options | string {
     batch: v.batch === undefined ? (w.size <= 256 ? 500 : 100) : int('batch', v.batch, 1),
     warmup: 0,
   }));
-  // The warm-up is as long as the measured pass unless told: 50,000 records left a 1 KiB run short of
-  // its steady state (bench/README.md).
-  for (const w of workloads) w.warmup = v.warmup === undefined ? w.count : int('warmup', v.warmup, 0);
+  // The warm-up is as long as the measured pass unless told, and at least MIN_WARMUP_BYTES of payload or
+  // MIN_WARMUP_RECORDS, whichever is fewer (scaled as the pass): 50,000 records left a 1 KiB run short of
+  // its steady state, and after 1M records of 100 B the broker's compiler threads were still busy
+  // (bench/README.md).
+  for (const w of workloads) {
+    const least = Math.round(Math.min(MIN_WARMUP_RECORDS, Math.ceil(MIN_WARMUP_BYTES / w.size)) * scale);
+    w.warmup = v.warmup === undefined ? Math.max(w.count, least) : int('warmup', v.warmup, 0);
+  }
   const targets = (v.targets ?? '').split(',').map((t) => t.trim()).filter(Boolean);
   for (const t of targets) if (t !== 'broker' && t !== 'relay') throw new Error(`unknown target ${t} (broker, relay)`);
   if (targets.length === 0) throw new Error('--targets is empty');
