@@ -7,6 +7,9 @@
  * byte as built. Freeing a frame when the cache lets go of it, not when the last reply viewing it is
  * written, makes the stalled client read the later frames' records. Under the journal (which writes a
  * frame's bytes after its append) no frame's memory is used again.
+ *
+ * A partition read at its tail keeps only what its readers lag (src/storage/tail-readers.ts): its frames
+ * go back to the pool long before the cache's 4 MiB bound, and the next frames are read into them.
  */
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -100,6 +103,44 @@ describe('frame memory under the journal', () => {
       for (let from = 0; from < frames * PER_FRAME; from += PER_REPLY) {
         const batch = await c.consume({ topic: 'fm', partition: 0, offset: from, batch: PER_REPLY, max_bytes: 1_000_000 });
         expect(batch.records.length).toBe(PER_REPLY);
+        for (const r of batch.records) if (!r.value.equals(valueFor(r.offset))) throw new Error(`offset ${r.offset} holds another record's value`);
+      }
+    } finally {
+      await c.close();
+    }
+  }, 90_000);
+});
+
+describe('frame memory under a reader at the tail', () => {
+  let broker: BrokerProcess;
+
+  beforeAll(async () => {
+    broker = await BrokerProcess.start({ args: ['--offsets-topic-partitions', '1', '--flush', 'os'] });
+  }, 60_000);
+
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+
+  it('the tail cache keeps what its reader lags, so later frames reuse the memory of earlier ones', async () => {
+    const c = await broker.connect();
+    try {
+      await c.command('CREATE', { topic: 'tail', partitions: 1 });
+      // 30 frames of about 103 KB: 3 MB, under the cache's 4 MiB a partition, so only the reader's lag
+      // (a frame) lets any go; MIN_KEPT_BYTES (1 MiB) stays.
+      const FRAMES = 30;
+      for (let f = 0; f < FRAMES; f++) {
+        await c.produceBatch(batchOf('tail', f * PER_FRAME, PER_FRAME));
+        const batch = await c.consume({ topic: 'tail', partition: 0, offset: f * PER_FRAME, batch: PER_FRAME, max_bytes: 1_000_000 });
+        expect(batch.records.map((r) => r.offset)).toEqual(Array.from({ length: PER_FRAME }, (_, i) => f * PER_FRAME + i));
+      }
+      const reused = await metric(broker, /^tributary_frame_memory_reused_total (\d+)/m);
+      expect(reused).toBeGreaterThanOrEqual(FRAMES / 2);
+      expect(await metric(broker, /^tributary_tail_cache_bytes (\d+)/m)).toBeLessThan(2 * 1024 * 1024);
+      // What the cache let go is read from the segments, every record as produced.
+      for (let from = 0; from < FRAMES * PER_FRAME; from += PER_REPLY) {
+        const batch = await c.consume({ topic: 'tail', partition: 0, offset: from, batch: PER_REPLY, max_bytes: 1_000_000 });
+        expect(batch.records.map((r) => r.offset)).toEqual(Array.from({ length: PER_REPLY }, (_, i) => from + i));
         for (const r of batch.records) if (!r.value.equals(valueFor(r.offset))) throw new Error(`offset ${r.offset} holds another record's value`);
       }
     } finally {

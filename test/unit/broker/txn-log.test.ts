@@ -109,6 +109,22 @@ describe('Partition transactions (log side)', () => {
     expectSamePaths(p, 1, RC, res);
   });
 
+  it("keeps an open transaction's records in the tail cache while readers read at the end (read_committed readers wait at the LSO)", async () => {
+    const p = await openPartition(dir, 8 * 1024 * 1024);
+    await p.append([rec('before')]);
+    // 40 records of 64 KiB, one append each: 2.6 MB, more than the 1 MiB a cache keeps for readers close behind.
+    const big = Buffer.alloc(64 * 1024, 7);
+    for (let i = 0; i < 40; i++) await p.appendTransactional([rec(big)], { producerId: 'A', epoch: 0 });
+    expect(p.lastStableOffset).toBe(1);
+    // A read_uncommitted reader at the end, then more appends: its lag alone would let the transaction go.
+    expect(p.readWire(40, RU, { topic: 't', extensions: true })?.count).toBe(1);
+    for (let i = 0; i < 4; i++) await p.append([rec(big)]);
+    await p.writeMarker('A', 0, 'commit');
+    // The reader waiting at the LSO reads the committed transaction (and the appends after) from memory.
+    const wire = p.readWire(1, { ...RC, maxBytes: 8 << 20 }, { topic: 't', extensions: true });
+    expect(wire?.count).toBe(44);
+  });
+
   it('an aborted transaction is never returned under read_committed; read_uncommitted returns it and the flagged control record', async () => {
     const p = await openPartition();
     await p.appendTransactional([rec('x1'), rec('x2')], { producerId: 'A', epoch: 3 });

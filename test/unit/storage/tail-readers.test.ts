@@ -1,7 +1,8 @@
 /**
  * storage/tail-readers.ts and what the tail cache keeps for its readers (docs/architecture.md, "Storage",
  * tail cache): twice the largest lag read at within the last one to two windows, at least MIN_KEPT_BYTES,
- * its whole bound while nobody reads or a reader is further behind; evicted frames go back to the pool.
+ * everything from its floor (the LSO) on, its whole bound while nobody reads or a reader is further
+ * behind; evicted frames go back to the pool.
  */
 import { describe, expect, it } from 'vitest';
 import { FramePool } from 'tributary-broker/storage/frame-pool.js';
@@ -72,6 +73,21 @@ describe('the tail cache sized by its readers', () => {
     await clock.advance(2 * READ_WINDOW_MS);
     fill(cache, 52, 200);
     expect(firstCached(cache, 200)).toBe(200 - 64);
+  });
+
+  it("keeps everything from its floor on: an open transaction's records, where read_committed readers wait", () => {
+    const clock = new FakeClock();
+    let floor = 10;
+    const cache = new TailCache(bound, undefined, undefined, new TailReaders(clock), () => floor);
+    fill(cache, 0, 50);
+    // A reader at the end of the log: the floor holds, not its lag.
+    cache.noteRead(50, 50);
+    fill(cache, 50, 51);
+    expect(firstCached(cache, 51)).toBe(10);
+    // The transaction committed (the floor moved): down to MIN_KEPT_BYTES.
+    floor = 51;
+    fill(cache, 51, 52);
+    expect(firstCached(cache, 52)).toBe(52 - PER_MIN);
   });
 
   it('gives frames it no longer keeps back to the pool at once, where the next frame takes them', async () => {

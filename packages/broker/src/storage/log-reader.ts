@@ -77,6 +77,7 @@ export class LogReader {
     if (offset < start || offset > leo) {
       throw new TributaryError('OFFSET_OUT_OF_RANGE', { requested: offset, earliest: start, latest: leo });
     }
+    this.st.madeCache?.noteRead(offset, leo);
     const limit = opts.maxOffset === undefined ? leo : Math.min(leo, opts.maxOffset);
     const maxRecords = opts.maxRecords;
     const maxBytes = opts.maxBytes;
@@ -87,9 +88,7 @@ export class LogReader {
       recs.length = wholeAppendCount(recs);
       return recs;
     }
-    const cache = this.st.madeCache;
-    cache?.noteRead(offset, leo);
-    const cached = cache?.read(offset, limit, maxRecords, maxBytes);
+    const cached = this.st.madeCache?.read(offset, limit, maxRecords, maxBytes);
     if (cached) return cached;
     return this.readFromDisk(offset, limit, maxRecords, maxBytes);
   }
@@ -99,7 +98,7 @@ export class LogReader {
     if (this.st.state === 'closed' || !Number.isSafeInteger(offset)) return null;
     const leo = this.st.logEndOffset;
     if (offset < this.st.logStartOffset || offset > leo) return null;
-    // Every read from the main port and the Kafka port comes here first (a miss then reads the files).
+    // A read from the main port or the Kafka port comes here first (a miss then reads the files).
     this.st.madeCache?.noteRead(offset, leo);
     const limit = opts.maxOffset === undefined ? leo : Math.min(leo, opts.maxOffset);
     if (offset >= limit || !(opts.maxRecords >= 1)) return null;

@@ -23,6 +23,8 @@ export class LogState {
   totalBytes = 0;
   /** Made on first use (`cache`): most partitions of a big broker are never written or read. */
   private cachePart: TailCache | undefined;
+  /** PartitionLog.readFloor. */
+  readFloor: (() => number) | null = null;
   failed: Error | null = null;
   state: 'open' | 'closing' | 'closed' = 'open';
   /**
@@ -61,7 +63,7 @@ export class LogState {
   }
 
   get cache(): TailCache {
-    this.cachePart ??= new TailCache(this.options.tailCacheBytes ?? 0, this.options.tailCacheBudget, this.options.framePool);
+    this.cachePart ??= new TailCache(this.options.tailCacheBytes ?? 0, this.options.tailCacheBudget, this.options.framePool, undefined, () => this.readFloor?.() ?? this.hwm);
     return this.cachePart;
   }
 

@@ -190,6 +190,14 @@ export class PartitionLog {
     this.st.onCreate = listener;
   }
 
+  /**
+   * Where readers parked at the end of what they may read will start (the partition's LSO): the tail cache
+   * keeps everything from there on, whatever its readers' lag (tail-cache.ts). Without it, the HWM.
+   */
+  set readFloor(floor: () => number) {
+    this.st.readFloor = floor;
+  }
+
   /** `listener` hears the new log start after retention deleted segments (a replica trims its leader epochs, cluster/replica-types.ts). */
   onLogStartMoved(listener: ((logStartOffset: number) => void) | null): void {
     this.startMoved = listener;

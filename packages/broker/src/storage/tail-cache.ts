@@ -172,6 +172,8 @@ export class TailCache implements BudgetedCache {
     private readonly budget?: TailCacheBudget,
     private readonly frames?: FramePool,
     private readonly readers = new TailReaders(),
+    /** Where readers parked at the end of what they may read start (PartitionLog.readFloor): kept. */
+    private readonly floor: () => number = () => Number.POSITIVE_INFINITY,
   ) {}
 
   /** A read from `offset` of a log ending at `leo` (cached or not): it decides what the cache keeps. */
@@ -272,13 +274,14 @@ export class TailCache implements BudgetedCache {
   }
 
   /**
-   * Drops whole chunks no recent reader will read (behind twice the largest lag read at lately), keeping
-   * at least MIN_KEPT_BYTES; without a read lately the cache keeps up to its bound, as before any.
+   * Drops whole chunks no recent reader will read (behind twice the largest lag read at lately, and
+   * before the floor, where parked readers start: an open transaction's records wait there for its
+   * commit), keeping at least MIN_KEPT_BYTES; without a read lately the cache keeps up to its bound.
    */
   private trimBehindReaders(): void {
     const lag = this.readers.lag;
     if (lag < 0 || this.empty) return;
-    const keepFrom = this.end - READER_MARGIN * lag;
+    const keepFrom = Math.min(this.end - READER_MARGIN * lag, this.floor());
     while (!this.empty) {
       const c = this.chunks[this.head];
       if (c.base + c.count > keepFrom) return;

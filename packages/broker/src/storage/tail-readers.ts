@@ -5,13 +5,19 @@
  * pool at once, where the next frames take them (memory the process touched already: new memory costs a
  * page fault per 4 KiB on its first write).
  *
- * Readers are not told apart: the lag of every read (CONSUME, STREAM, Kafka Fetch) is its distance from
- * the log end when it was made, and what counts is the largest over the current and the previous window.
- * A reader that polls once a window is covered by its own reads; one that stops is forgotten after two.
+ * Readers are not told apart: the lag of every read that reaches the log (CONSUME, STREAM, Kafka Fetch;
+ * not one parked at the end of what it may read: the cache keeps that end, PartitionLog.readFloor) is its
+ * distance from the log end when it was made, and what counts is the largest over the current and the
+ * previous window. A reader that polls once a window is covered by its own reads; one that stops is
+ * forgotten after one to two.
  */
 import { type Clock, systemClock } from '../common/clock.js';
 
-export const READ_WINDOW_MS = 1_000;
+/**
+ * Long next to a poll: a reader that polls every few seconds, or pauses now and then, is covered by the
+ * lag of its own last reads even while others read close behind the end.
+ */
+export const READ_WINDOW_MS = 10_000;
 
 export class TailReaders {
   private current = -1;
@@ -28,6 +34,7 @@ export class TailReaders {
 
   /** The most records behind the log end any read of the last one to two windows was; -1 when none read. */
   get lag(): number {
+    if (this.current < 0 && this.previous < 0) return -1;
     this.roll();
     return Math.max(this.current, this.previous);
   }
