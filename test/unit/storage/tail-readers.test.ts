@@ -75,6 +75,25 @@ describe('the tail cache sized by its readers', () => {
     expect(firstCached(cache, 200)).toBe(200 - 64);
   });
 
+  it('keeps the range of a reader polling every 5 s while another reads at the end', async () => {
+    const clock = new FakeClock();
+    const cache = new TailCache(bound, undefined, undefined, new TailReaders(clock));
+    let slow = 0;
+    let misses = 0;
+    // A write every 100 ms for a minute; the fast reader reads each at once, the slow one every 5 s.
+    for (let o = 0; o < 600; o++) {
+      await clock.advance(100);
+      fill(cache, o, o + 1);
+      cache.noteRead(o + 1, o + 1);
+      if ((o + 1) % 50 !== 0) continue;
+      // Its first poll finds the cache at the fast reader's size: its lag was not known yet.
+      if (slow > 0 && cache.read(slow, o + 1, 1, 1 << 30) === null) misses++;
+      cache.noteRead(slow, o + 1);
+      slow = o + 1;
+    }
+    expect(misses).toBe(0);
+  });
+
   it("keeps everything from its floor on: an open transaction's records, where read_committed readers wait", () => {
     const clock = new FakeClock();
     let floor = 10;

@@ -60,10 +60,10 @@ export class Partition implements SnapshotOwner {
     // Standalone, what survived recovery is on disk, hence durable as far as a restart can tell.
     // Replicated, the tail past the checkpointed HWM may be a dead leader's: only the leader's HWM moves it.
     if (!opts.replicated && log.highWatermark < log.logEndOffset) log.setHighWatermark(log.logEndOffset);
-    log.readFloor = () => this.lastStableOffset;
     this.snapshots = new PartitionSnapshots(log, this, opts.snapshotTicker);
     log.onFilesCreated(this.snapshots);
     this.txnFloor = readTxnFloor(log);
+    log.readFloor = () => this.lastStableOffset;
     this.txnReady = this.snapshots.loadTxns().then(
       (t) => {
         this.txns = t;

@@ -101,6 +101,7 @@ export class TxnIndex {
 
   /** The first offset of the earliest open transaction, or Infinity. */
   firstUnstableOffset(): number {
+    if (this.open.size === 0 && this.closing.size === 0) return Infinity;
     let min = Infinity;
     for (const t of this.open.values()) if (t.firstOffset < min) min = t.firstOffset;
     for (const t of this.closing) if (t.firstOffset < min) min = t.firstOffset;

@@ -198,6 +198,11 @@ export class PartitionLog {
     this.st.readFloor = floor;
   }
 
+  /** A reader is at `offset` though it read nothing now (a Kafka Fetch whose response was full): see TailReaders. */
+  noteRead(offset: number): void {
+    this.st.madeCache?.noteRead(offset, this.st.logEndOffset);
+  }
+
   /** `listener` hears the new log start after retention deleted segments (a replica trims its leader epochs, cluster/replica-types.ts). */
   onLogStartMoved(listener: ((logStartOffset: number) => void) | null): void {
     this.startMoved = listener;

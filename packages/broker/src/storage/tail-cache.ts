@@ -281,12 +281,19 @@ export class TailCache implements BudgetedCache {
   private trimBehindReaders(): void {
     const lag = this.readers.lag;
     if (lag < 0 || this.empty) return;
-    const keepFrom = Math.min(this.end - READER_MARGIN * lag, this.floor());
+    let keepFrom = this.end - READER_MARGIN * lag;
+    let floored = false;
     while (!this.empty) {
       const c = this.chunks[this.head];
       if (c.base + c.count > keepFrom) return;
       const rest = c.starts[c.count] - c.starts[this.first];
       if (this.bytes - rest < MIN_KEPT_BYTES) return;
+      // Asked only when a chunk would go (the LSO walks the open transactions).
+      if (!floored) {
+        floored = true;
+        keepFrom = Math.min(keepFrom, this.floor());
+        if (c.base + c.count > keepFrom) return;
+      }
       this.bytes -= rest;
       this.dropHead();
     }

@@ -44,8 +44,9 @@ export class TailReaders {
     const age = now - this.since;
     if (age < READ_WINDOW_MS) return;
     // The current window ended less than a window ago: its reads still count, as the previous window's.
+    // Windows stay aligned, so a read counts for one to two windows however rarely this is asked.
     this.previous = age < 2 * READ_WINDOW_MS ? this.current : -1;
     this.current = -1;
-    this.since = now;
+    this.since = this.since === 0 ? now : this.since + READ_WINDOW_MS * Math.floor(age / READ_WINDOW_MS);
   }
 }

@@ -111,7 +111,9 @@ async function readOne(ctx: KafkaRequestContext, w: Wanted, isolation: Isolation
     // As Kafka's log read: an offset outside the log is OFFSET_OUT_OF_RANGE even when the budget is spent.
     p.checkOffset(w.offset);
     let records: Buffer = EMPTY;
-    if (budget.bytes > 0) {
+    // Not read (the response is full): its reader is still there, where the tail cache should keep.
+    if (budget.bytes <= 0) p.log.noteRead(w.offset);
+    else {
       const opts = { maxRecords: MAX_RECORDS, maxBytes: Math.max(1, Math.min(w.maxBytes, budget.bytes)), isolation };
       // The stored records written straight into the batch (no object per record or header), from the tail
       // cache or the segment files; a read of nothing but markers or aborted records (it answers a control
