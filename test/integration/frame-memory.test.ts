@@ -24,6 +24,15 @@ const LATER = 80; // frames produced while it stalls: about 8 MB, twice the tail
 const PER_REPLY = 500;
 const SLOW_REPLIES = 40; // about 20 MB: more than the socket buffers and the broker's 16 MiB of pending replies
 
+/** Partition 0 of `topic` holds records 0 .. count - 1 (a multiple of PER_REPLY) as batchOf produced them. */
+async function expectAsProduced(c: Awaited<ReturnType<BrokerProcess['connect']>>, topic: string, count: number): Promise<void> {
+  for (let from = 0; from < count; from += PER_REPLY) {
+    const batch = await c.consume({ topic, partition: 0, offset: from, batch: PER_REPLY, max_bytes: 1_000_000 });
+    expect(batch.records.map((r) => r.offset)).toEqual(Array.from({ length: PER_REPLY }, (_, i) => from + i));
+    for (const r of batch.records) if (!r.value.equals(valueFor(r.offset))) throw new Error(`offset ${r.offset} holds another record's value`);
+  }
+}
+
 describe('frame memory', () => {
   let broker: BrokerProcess;
 
@@ -70,11 +79,7 @@ describe('frame memory', () => {
       for (let k = 0; k < SLOW_REPLIES; k++) checkReply(slowReplies[k]!, slowOffsets[k]!, PER_REPLY, true);
 
       // And the log holds every record as produced, the reused frames' among them.
-      for (let from = 0; from < (FIRST + LATER) * PER_FRAME; from += PER_REPLY) {
-        const batch = await c.consume({ topic: 'fm', partition: 0, offset: from, batch: PER_REPLY, max_bytes: 1_000_000 });
-        expect(batch.records.map((r) => r.offset)).toEqual(Array.from({ length: PER_REPLY }, (_, i) => from + i));
-        for (const r of batch.records) if (!r.value.equals(valueFor(r.offset))) throw new Error(`offset ${r.offset} holds another record's value`);
-      }
+      await expectAsProduced(c, 'fm', (FIRST + LATER) * PER_FRAME);
     } finally {
       slow.destroy();
       await c.close();
@@ -138,11 +143,7 @@ describe('frame memory under a reader at the tail', () => {
       expect(reused).toBeGreaterThanOrEqual(FRAMES / 2);
       expect(await metric(broker, /^tributary_tail_cache_bytes (\d+)/m)).toBeLessThan(2 * 1024 * 1024);
       // What the cache let go is read from the segments, every record as produced.
-      for (let from = 0; from < FRAMES * PER_FRAME; from += PER_REPLY) {
-        const batch = await c.consume({ topic: 'tail', partition: 0, offset: from, batch: PER_REPLY, max_bytes: 1_000_000 });
-        expect(batch.records.map((r) => r.offset)).toEqual(Array.from({ length: PER_REPLY }, (_, i) => from + i));
-        for (const r of batch.records) if (!r.value.equals(valueFor(r.offset))) throw new Error(`offset ${r.offset} holds another record's value`);
-      }
+      await expectAsProduced(c, 'tail', FRAMES * PER_FRAME);
     } finally {
       await c.close();
     }

@@ -17,31 +17,29 @@ import { RawClient } from '../../helpers/raw-client.js';
 // confirms it again; what is measured here is the fetch, not a failover.
 const cluster = useCluster(2, ['--replica-lag-max-ms', '1000', '--broker-lease-ttl-seconds', '10']);
 
-/** The segment files of partition 0 of `topic` in a broker's data directory, name and bytes. */
-function segmentFiles(dataDir: string, topic: string): Array<[string, Buffer]> {
-  const logs = path.join(dataDir, 'logs');
-  const dir = fs.readdirSync(logs).find((d) => d.startsWith(`${topic}~`));
-  if (!dir) throw new Error(`no directory of ${topic} in ${logs}`);
-  const p = path.join(logs, dir, '0');
-  return fs
-    .readdirSync(p)
-    .filter((f) => f.endsWith('.log'))
-    .sort()
-    .map((f) => [f, fs.readFileSync(path.join(p, f))]);
-}
-
-/** The sizes of those files, or none while the directory is not there yet. */
-function segmentSizes(dataDir: string, topic: string): string {
+/** The paths of the segment files of partition 0 of `topic` in a broker's data directory, in order; undefined before its directory exists. */
+function segmentPaths(dataDir: string, topic: string): string[] | undefined {
   const logs = path.join(dataDir, 'logs');
   const dir = fs.existsSync(logs) ? fs.readdirSync(logs).find((d) => d.startsWith(`${topic}~`)) : undefined;
-  if (!dir) return '';
+  if (!dir) return undefined;
   const p = path.join(logs, dir, '0');
   return fs
     .readdirSync(p)
     .filter((f) => f.endsWith('.log'))
     .sort()
-    .map((f) => `${f}:${fs.statSync(path.join(p, f)).size}`)
-    .join(',');
+    .map((f) => path.join(p, f));
+}
+
+/** Those files, name and bytes. */
+function segmentFiles(dataDir: string, topic: string): Array<[string, Buffer]> {
+  const paths = segmentPaths(dataDir, topic);
+  if (!paths) throw new Error(`no directory of ${topic} in ${path.join(dataDir, 'logs')}`);
+  return paths.map((f) => [path.basename(f), fs.readFileSync(f)]);
+}
+
+/** Their names and sizes, or none while the directory is not there yet. */
+function segmentSizes(dataDir: string, topic: string): string {
+  return (segmentPaths(dataDir, topic) ?? []).map((f) => `${path.basename(f)}:${fs.statSync(f).size}`).join(',');
 }
 
 /**
