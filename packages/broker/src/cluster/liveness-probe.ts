@@ -109,10 +109,12 @@ export class LivenessProbe {
       w.socket = null;
       if (connected && peerTls && !secured) {
         // Alive, but the handshake failed (a certificate the inter-broker CA does not vouch for): not a
-        // death. Try again later rather than in a loop.
+        // death. Try again later rather than in a loop. A probe stays a probe: a dying process's kernel
+        // can still complete a TCP connection its listener will never hand over, and the next refusal
+        // is then the death.
         if (!w.tlsWarned) this.deps.logger.warn({ broker: id, address: w.address }, 'liveness probe: TLS handshake with broker failed');
         w.tlsWarned = true;
-        setTimeout(() => this.connect(id, w, false), 1000).unref();
+        setTimeout(() => this.connect(id, w, probing), 1000).unref();
       } else if (connected) {
         // Closed under us: look again right away, unless the peer closes every connection as soon as it
         // is made (it refuses this broker's certificate, say): then once a second, not in a loop.
