@@ -1,5 +1,5 @@
 /**
- * Produce frames of 16 KiB or more are read into memory the broker uses again
+ * Produce frames of 4 KiB or more are read into memory the broker uses again
  * (src/storage/frame-pool.ts; docs/architecture.md, "Broker", frame memory): the tail cache keeps a block
  * stamped in place in its frame's memory, and a CONSUME reply with record_extensions_v1 goes out as views
  * of it. A client that stops reading keeps its queued replies' views while later produces push their
@@ -144,6 +144,27 @@ describe('frame memory under a reader at the tail', () => {
       expect(await metric(broker, /^tributary_tail_cache_bytes (\d+)/m)).toBeLessThan(2 * 1024 * 1024);
       // What the cache let go is read from the segments, every record as produced.
       await expectAsProduced(c, 'tail', FRAMES * PER_FRAME);
+    } finally {
+      await c.close();
+    }
+  }, 90_000);
+
+  it('frames of 4 to 16 KiB, copied out of the read buffer, are cached in place and their memory reused too', async () => {
+    const c = await broker.connect();
+    try {
+      await c.command('CREATE', { topic: 'small', partitions: 1 });
+      const before = await metric(broker, /^tributary_frame_memory_reused_total (\d+)/m);
+      // 10 records of about 1 KB: frames of about 10 KB, under the direct-read size, over the pool's smallest.
+      const PER = 10;
+      const FRAMES = 300;
+      for (let f = 0; f < FRAMES; f++) {
+        await c.produceBatch(batchOf('small', f * PER, PER));
+        const batch = await c.consume({ topic: 'small', partition: 0, offset: f * PER, batch: PER, max_bytes: 1_000_000 });
+        expect(batch.records.map((r) => r.offset)).toEqual(Array.from({ length: PER }, (_, i) => f * PER + i));
+      }
+      // 3 MB went through: only the 1 MiB kept at the tail is not back in the pool.
+      expect((await metric(broker, /^tributary_frame_memory_reused_total (\d+)/m)) - before).toBeGreaterThanOrEqual(FRAMES / 2);
+      await expectAsProduced(c, 'small', FRAMES * PER);
     } finally {
       await c.close();
     }

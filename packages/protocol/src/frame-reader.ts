@@ -58,6 +58,8 @@ export class FrameReader {
      * bounded (the broker's, whose clients are not trusted; its frames are at most 1 MiB or so).
      */
     private readonly directMax = Number.POSITIVE_INFINITY,
+    /** Smaller frames copied out of the read buffer get `alloc` memory from this size too (default directMin). */
+    private readonly allocMin = directMin,
   ) {
     // Room for any small frame whole, so one that straddles reads can always be finished in place.
     this.baseBytes = Math.max(readBufferBytes, directMin + 4);
@@ -186,7 +188,7 @@ export class FrameReader {
 
   private copyOut(at: number, len: number): Buffer {
     if (len === 0) return EMPTY;
-    const out = len >= this.directMin ? this.alloc(len) : Buffer.allocUnsafe(len);
+    const out = len >= this.allocMin ? this.alloc(len) : Buffer.allocUnsafe(len);
     this.buf.copy(out, 0, at, at + len);
     return out;
   }

@@ -6,7 +6,7 @@
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type DirectReads, DIRECT_READ_MIN_BROKER, adoptDirectReads, brokerFrameReader } from 'tributary-broker/broker/direct-reads.js';
-import { MAX_POOLED_FRAME } from 'tributary-broker/storage/frame-pool.js';
+import { MAX_POOLED_FRAME, MIN_POOLED_FRAME } from 'tributary-broker/storage/frame-pool.js';
 import { encodeFrame } from 'tributary-protocol/frame.js';
 
 function body(i: number, len: number): Buffer {
@@ -82,7 +82,7 @@ describe('adoptDirectReads', () => {
   it('reads every frame of an accepted connection, large ones straight into buffers of their own', async () => {
     const { port, frames, allocs, targets } = await server();
     const c = await connect(port);
-    const lengths = [10, DIRECT_READ_MIN_BROKER + 1, 0, 300, 1_000_000, DIRECT_READ_MIN_BROKER - 1, 70_000, 5, MAX_POOLED_FRAME + 1, 12];
+    const lengths = [10, DIRECT_READ_MIN_BROKER + 1, 0, 300, 1_000_000, DIRECT_READ_MIN_BROKER - 1, 70_000, MIN_POOLED_FRAME - 1, 5, MAX_POOLED_FRAME + 1, 12];
     const bodies = lengths.map((len, i) => body(i, len));
     const stream = Buffer.concat(bodies.map((b) => encodeFrame(b)));
     // Written in uneven pieces, each after the last was taken by the kernel.
@@ -94,13 +94,14 @@ describe('adoptDirectReads', () => {
     await until(() => frames.length === bodies.length, 'every frame');
     for (let i = 0; i < bodies.length; i++) expect(frames[i]!.equals(bodies[i]!), `frame ${i}`).toBe(true);
     // Every frame of the threshold or more, and no other, had a buffer of its own, read into directly up
-    // to the frame pool's largest; a larger one was read through the read buffer and copied out whole.
+    // to the frame pool's largest; a larger one was read through the read buffer and copied out whole, as
+    // was one between the frame pool's smallest and the threshold, into pool memory (no smaller one).
     const direct = lengths.filter((n) => n >= DIRECT_READ_MIN_BROKER && n <= MAX_POOLED_FRAME);
     expect(allocs.filter((a) => targets.has(a.memory)).map((a) => a.bytes)).toEqual(direct);
     const copied = allocs.filter((a) => !targets.has(a.memory));
-    expect(copied.map((a) => a.bytes)).toEqual([MAX_POOLED_FRAME + 1]);
+    expect(copied.map((a) => a.bytes)).toEqual([DIRECT_READ_MIN_BROKER - 1, MAX_POOLED_FRAME + 1]);
     const before = lengths.slice(0, lengths.indexOf(MAX_POOLED_FRAME + 1) + 1).reduce((sum, n) => sum + 4 + n, 0);
-    expect(copied[0]!.readBefore).toBeGreaterThanOrEqual(before);
+    expect(copied[1]!.readBefore).toBeGreaterThanOrEqual(before);
   });
 
   it('gives no memory to what a header declares beyond the frame pool\'s largest until its bytes came', async () => {

@@ -13,7 +13,7 @@
  */
 import net from 'node:net';
 import { FrameReader } from 'tributary-protocol/frame-reader.js';
-import { MAX_POOLED_FRAME } from '../storage/frame-pool.js';
+import { MAX_POOLED_FRAME, MIN_POOLED_FRAME } from '../storage/frame-pool.js';
 
 /** A large frame read into its own buffer from this size: the frame pool's smallest (frame-pool.ts). */
 export const DIRECT_READ_MIN_BROKER = 16 * 1024;
@@ -81,10 +81,10 @@ export function adoptDirectReads(accepted: net.Socket, reads: DirectReads): net.
 
 /**
  * The FrameReader of a broker connection: frames of 16 KiB to about 1 MiB straight into `alloc` (the frame
- * pool). A larger one is read through the read buffer as its bytes come: a body allocated on its header
+ * pool), and from 4 KiB (the pool's smallest) copied out of the read buffer into it. A larger one is read through the read buffer as its bytes come: a body allocated on its header
  * alone would let a client that sends only headers make the broker allocate the maximum frame on every
  * connection.
  */
 export function brokerFrameReader(maxFrameBytes: number, alloc: ((bytes: number) => Buffer) | undefined): FrameReader {
-  return new FrameReader(maxFrameBytes, DIRECT_READ_MIN_BROKER, READ_BUFFER_BYTES, alloc, MAX_POOLED_FRAME);
+  return new FrameReader(maxFrameBytes, DIRECT_READ_MIN_BROKER, READ_BUFFER_BYTES, alloc, MAX_POOLED_FRAME, MIN_POOLED_FRAME);
 }

@@ -136,7 +136,7 @@ export function registerReplyBufferMetrics(registry: client.Registry, pool: Repl
 export function registerFramePoolMetrics(registry: client.Registry, pool: FramePool): void {
   new client.Gauge({
     name: 'tributary_frame_memory_pool_bytes',
-    help: 'Unused memory kept for request frames of 16 KiB to about 1 MiB (at most 32 MiB)',
+    help: 'Unused memory kept for request frames of 4 KiB to about 1 MiB (at most 32 MiB)',
     registers: [registry],
     collect() {
       this.set(pool.pooledBytes);

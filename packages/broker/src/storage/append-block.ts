@@ -117,9 +117,11 @@ export function writeBlockFromWire(batch: ScannedBatch, buf: Buffer, pos: number
 /**
  * A frame whose block is stamped in its own buffer rather than copied (stampBlockInPlace): one with
  * extensions (its records are the block's bytes as they are) and at least this many record bytes, below
- * which the write arena's shared blocks cost less than a chunk of the tail cache per frame.
+ * which the write arena's shared blocks cost less than a chunk of the tail cache per frame (about 300
+ * bytes of objects). At W2's frames of about 10 KiB the copy into fresh arena memory cost more than the
+ * chunk: the frame pool's memory is used again, the arena's is new (bench/README.md, "latency").
  */
-export const IN_PLACE_MIN_BYTES = 16 * 1024;
+export const IN_PLACE_MIN_BYTES = 4 * 1024;
 
 /**
  * Whether a blockable frame is stamped in place: with extensions, large (IN_PLACE_MIN_BYTES), and owning

@@ -1,6 +1,7 @@
 /**
- * Memory for the request frames of 16 KiB or more a connection reads (straight into it, direct-reads.ts, or
- * on TLS assembled from several socket reads), used again once nothing holds it (docs/architecture.md,
+ * Memory for the request frames of 4 KiB or more a connection reads (from 16 KiB straight into it,
+ * direct-reads.ts, smaller ones copied into it out of the read buffer, or on TLS assembled from several
+ * socket reads), used again once nothing holds it (docs/architecture.md,
  * "Broker", frame memory). A frame stamped in place is what the tail cache
  * keeps (append-block.ts, stampBlockInPlace), so at 1 KiB records every byte received became an ArrayBuffer
  * that lived past two scavenges and only a full collection freed: V8 started one per 64 MiB of it.
