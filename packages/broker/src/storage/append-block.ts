@@ -124,6 +124,12 @@ export function writeBlockFromWire(batch: ScannedBatch, buf: Buffer, pos: number
 export const IN_PLACE_MIN_BYTES = 4 * 1024;
 
 /**
+ * From this size a block stamped in place is always written alone; a smaller one joins other appends
+ * waiting (copied into their write) rather than cost a write of its own (log-write-queue.ts nextGroup).
+ */
+export const IN_PLACE_ALONE_BYTES = 16 * 1024;
+
+/**
  * Whether a blockable frame is stamped in place: with extensions, large (IN_PLACE_MIN_BYTES), and owning
  * nearly all of its buffer. The tail cache then keeps the frame's buffer (docs/architecture.md, "Stored
  * batches"), charged whole: a frame cut out of a larger socket read would pin the rest of that read.

@@ -18,7 +18,7 @@ import { CLEAN_SHUTDOWN_FILE } from './log-loader.js';
 import { type AppendGuard, type AppendResult, MAX_APPEND_BLOCK_BYTES } from './log-options.js';
 import type { LogState } from './log-state.js';
 import { Mutex } from './mutex.js';
-import type { GroupWrite, PendingAppend } from './log-write-queue.js';
+import { type GroupWrite, nextGroup, type PendingAppend } from './log-write-queue.js';
 import {
   ageTimestamp,
   ATTR_END_OF_APPEND,
@@ -232,19 +232,11 @@ export class LogWriter {
       if (seg.size > 0 && (seg.size + first.bytes > segmentBytes || now - seg.createdMs >= segmentMs)) {
         return this.roll().then(undefined, (err: unknown) => this.failGroup([], err));
       }
-      // A batch never spans segments; several batches share one write while they fit.
-      let n = 1;
-      let bytes = first.bytes;
-      // A refused append is failed at the head of a group (drain()): the group ends before one.
-      while (n < this.pending.length && !first.inPlace && !this.pending[n].replica && !this.pending[n].inPlace && this.pending[n].guard?.refused() === undefined) {
-        const b = this.pending[n].bytes;
-        if (bytes + b > MAX_GROUP_BYTES || seg.size + bytes + b > segmentBytes) break;
-        bytes += b;
-        n++;
-      }
+      const { n, bytes, inPlace } = nextGroup(this.pending, seg.size, segmentBytes, MAX_GROUP_BYTES);
       group = this.pending.splice(0, n);
       const taken = group;
-      return this.writeGroup(seg, group, bytes, now)?.then(undefined, (err: unknown) => this.failGroup(taken, err));
+      const written = inPlace ? this.writeInPlace(seg, first, now) : this.writeGroup(seg, group, bytes, now);
+      return written?.then(undefined, (err: unknown) => this.failGroup(taken, err));
     } catch (err) {
       this.failGroup(group, err);
       return undefined;
@@ -262,7 +254,6 @@ export class LogWriter {
 
   /** Encodes and writes a group; a promise only when the write has to wait for the file to open. */
   private writeGroup(seg: Segment, group: PendingAppend[], bytes: number, now: number): Promise<void> | undefined {
-    if (group[0].inPlace) return this.writeInPlace(seg, group[0], now);
     // The tail cache keeps these bytes: unpooled memory, shared with neighbouring writes (write-arena.ts).
     const buf = this.arena.take(bytes);
     // Where each unit (a record, or a block: block-records.ts) starts in `buf`, then the end: for the index
