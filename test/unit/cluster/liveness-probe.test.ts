@@ -98,7 +98,15 @@ describe('LivenessProbe', () => {
   });
 
   const warnings: string[] = [];
-  const logger = { warn: (_: unknown, msg: string) => warnings.push(msg), info: () => {}, debug: () => {} } as unknown as Logger;
+  const warned: unknown[] = [];
+  const logger = {
+    warn: (fields: unknown, msg: string) => {
+      warnings.push(msg);
+      warned.push(fields);
+    },
+    info: () => {},
+    debug: () => {},
+  } as unknown as Logger;
 
   async function start(opts: { cert?: Pem }): Promise<{ peer: FakePeer; dead: Array<{ id: number; lease: string | undefined }>; died: Promise<void>; watching: Promise<void> }> {
     const secure = opts.cert ? tls.createServer({ cert: opts.cert.cert, key: opts.cert.key }) : undefined;
@@ -135,6 +143,7 @@ describe('LivenessProbe', () => {
   });
 
   it('over TLS too, also when the dying kernel completes one more TCP connection before the refusal', async () => {
+    warnings.length = 0;
     const { peer, dead, died, watching } = await start({ cert: peerCert });
     await watching;
     peer.die(true);
@@ -142,14 +151,19 @@ describe('LivenessProbe', () => {
     // The reconnect the dying listener took, then the refused one.
     expect(peer.connections).toBe(2);
     expect(dead).toEqual([{ id: 1, lease: 'lease-1' }]);
+    // A reset before the handshake is not a certificate problem: nothing to warn about.
+    expect(warnings).toEqual([]);
   });
 
   it('a live peer whose certificate does not verify is warned about and never declared dead', async () => {
     warnings.length = 0;
+    warned.length = 0;
     const { peer, dead } = await start({ cert: foreignCert });
     // Three failed handshakes: the first watch and two retries a second apart.
     await peer.accepted(3);
     expect(warnings.filter((w) => w === 'liveness probe: TLS handshake with broker failed')).toHaveLength(1);
+    // The probe's own verification of the peer's certificate failed: a TLS error, not a reset.
+    expect((warned.at(-1) as { error?: string }).error).toMatch(/CERT|VERIFY|SELF_SIGNED/);
     expect(dead).toEqual([]);
   });
 });

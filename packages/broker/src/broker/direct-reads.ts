@@ -15,7 +15,7 @@ import net from 'node:net';
 import { FrameReader } from 'tributary-protocol/frame-reader.js';
 import { MAX_POOLED_FRAME, MIN_POOLED_FRAME } from '../storage/frame-pool.js';
 
-/** A large frame read into its own buffer from this size: the frame pool's smallest (frame-pool.ts). */
+/** A large frame read straight into its own buffer of frame pool memory from this size (frame-pool.ts). */
 export const DIRECT_READ_MIN_BROKER = 16 * 1024;
 
 /** The read buffer a connection keeps for headers and smaller frames: one such frame whole, and its header. */

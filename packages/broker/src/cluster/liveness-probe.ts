@@ -102,19 +102,24 @@ export class LivenessProbe {
       secured = true;
     });
     socket.on('data', () => {}); // the broker may answer; nothing to read
-    socket.on('error', () => {});
+    let error: NodeJS.ErrnoException | undefined;
+    socket.on('error', (e: NodeJS.ErrnoException) => {
+      error = e;
+    });
     socket.on('close', () => {
       clearTimeout(timer);
       if (w.closed || this.stopped || w.socket !== socket) return;
       w.socket = null;
       if (connected && peerTls && !secured) {
-        // Alive, but the handshake failed (a certificate the inter-broker CA does not vouch for): not a
-        // death. Try again later rather than in a loop. A probe stays a probe: a dying process's kernel
-        // can still complete a TCP connection its listener will never hand over, and the next refusal
-        // is then the death.
-        if (!w.tlsWarned) this.deps.logger.warn({ broker: id, address: w.address }, 'liveness probe: TLS handshake with broker failed');
-        w.tlsWarned = true;
-        setTimeout(() => this.connect(id, w, probing), 1000).unref();
+        // The handshake did not complete. A probe closed without a word from the peer's TLS (reset, end)
+        // stays a probe: a dying process's kernel can still complete a TCP connection its listener never
+        // hands over, and the next refusal is the death. Otherwise the peer is alive and its handshake
+        // failed (a certificate the inter-broker CA does not vouch for): not a death. Either way, try
+        // again later rather than in a loop.
+        const stillProbing = probing && (error === undefined || error.code === 'ECONNRESET' || error.code === 'EPIPE');
+        if (!stillProbing && !w.tlsWarned) this.deps.logger.warn({ broker: id, address: w.address, error: error?.code }, 'liveness probe: TLS handshake with broker failed');
+        if (!stillProbing) w.tlsWarned = true;
+        setTimeout(() => this.connect(id, w, stillProbing), 1000).unref();
       } else if (connected) {
         // Closed under us: look again right away, unless the peer closes every connection as soon as it
         // is made (it refuses this broker's certificate, say): then once a second, not in a loop.
